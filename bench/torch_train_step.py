@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""PyTorch peer of the C training-step benchmark.
+
+One training step = forward with the causal-LM loss + backward + AdamW step, on a
+model built from random weights (float32, CPU), for a random batch of B x T token ids.
+After --warmup untimed steps, --steps steps are timed; step_s is their mean.
+
+    .venv-tools/bin/python bench/torch_train_step.py [--batch 4] [--seq 256] [--steps 3]
+        [--warmup 2] [--threads N] [--attn eager|sdpa] [--model gpt2-124m|smollm2-135m|all]
+
+Prints one JSON line per model on stdout:
+  {"impl": "pytorch", "model": ..., "tokens_per_s": ..., "step_s": ..., "gflops": ...,
+   "threads": ..., ...}
+
+FLOP count (the C benchmark uses the same formula) -- per trained token:
+
+    flops_per_token = 6 * (P_nonemb + V * d)  +  6 * L * T * (H * d_head)
+
+  P_nonemb  all parameters except the token and position embedding tables (norm
+            weights and biases included; a tied LM head is not counted here)
+  V * d     the LM-head matmul (vocab x hidden), counted whether or not it is tied
+  L, T      layers, sequence length;  H * d_head  total query width (= hidden here)
+  6 = 2 (multiply-add) x 3 (forward + backward); the attention term is QK^T and PV
+  (2 * 2 * T * H*d_head per token per layer forward), halved by causality, times 3.
+
+  gflops = flops_per_token * B * T / step_s / 1e9   (achieved GFLOP/s)
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+FORMULA = "flops_per_token = 6*(P_nonemb + V*d) + 6*L*T*(H*d_head)"
+
+
+def build(name, attn):
+    if name == "gpt2-124m":
+        cfg = GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        cls, emb = GPT2LMHeadModel, ("transformer.wte.weight", "transformer.wpe.weight")
+    elif name == "smollm2-135m":
+        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                          num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                          tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5,
+                          max_position_embeddings=2048)
+        cls, emb = LlamaForCausalLM, ("model.embed_tokens.weight",)
+    else:
+        raise SystemExit(f"unknown model {name}")
+    cfg.use_cache = False
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    model = cls(cfg).float().train()
+    p_nonemb = sum(p.numel() for n, p in model.named_parameters() if n not in emb)
+    return model, cfg, p_nonemb
+
+
+def flops_per_token(cfg, p_nonemb, T):
+    d = cfg.hidden_size
+    q_width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads)
+    return 6 * (p_nonemb + cfg.vocab_size * d) + 6 * cfg.num_hidden_layers * T * q_width
+
+
+def bench(name, args):
+    model, cfg, p_nonemb = build(name, args.attn)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
+                        generator=torch.Generator().manual_seed(1))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    step_s = (time.perf_counter() - t0) / args.steps
+    tokens = args.batch * args.seq
+    fpt = flops_per_token(cfg, p_nonemb, args.seq)
+    print(json.dumps({
+        "impl": "pytorch", "model": name, "tokens_per_s": round(tokens / step_s, 1),
+        "step_s": round(step_s, 4), "gflops": round(fpt * tokens / step_s / 1e9, 2),
+        "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
+        "attn": args.attn, "flops_per_token": fpt, "params_nonemb": p_nonemb,
+        "loss": round(float(loss.detach()), 4), "torch": torch.__version__}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
+    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "all"), default="all")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"# {FORMULA}  (see docstring)", file=sys.stderr)
+    for name in ("gpt2-124m", "smollm2-135m") if args.model == "all" else (args.model,):
+        bench(name, args)
+
+
+if __name__ == "__main__":
+    main()

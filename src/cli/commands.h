@@ -1,0 +1,8 @@
+// Every `marlhf <command>` entry point. Each returns the process exit status.
+#pragma once
+
+int cmd_logprobs(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+// Sets the number of threads for OpenMP and OpenBLAS (0 = all cores).
+void cli_set_threads(long threads);

@@ -1,0 +1,38 @@
+// marlhf: one binary, one command per stage of RLHF. See `marlhf --help`.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/check.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} Command;
+
+static const Command commands[] = {
+    {"logprobs", cmd_logprobs, "per-token log-probs and top-1 next tokens of given token ids"},
+    {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder"},
+};
+
+static void print_usage(FILE *out) {
+    fprintf(out, "marlhf: RLHF with macro actions, in C\n\nusage: marlhf <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`marlhf <command> --help` lists a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+    die_user("unknown command '%s' (marlhf --help lists them)", argv[1]);
+}

@@ -1,0 +1,83 @@
+#include "core/check.h"
+
+#include <string.h>
+
+// One message buffer per thread: worker threads may report errors independently.
+static _Thread_local char last_error[1024];
+
+int err_set(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, args);
+    va_end(args);
+    // The message must stay on one line whatever the input contained.
+    for (char *p = last_error; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    return -1;
+}
+
+const char *err_msg(void) { return last_error; }
+
+void err_clear(void) { last_error[0] = '\0'; }
+
+void die_user(const char *fmt, ...) {
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    for (char *p = message; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    fflush(stdout);
+    fprintf(stderr, "marlhf: error: %s\n", message);
+    exit(2);
+}
+
+void die_from_err(void) {
+    die_user("%s", last_error[0] ? last_error : "unknown error");
+}
+
+void die_internal(const char *file, int line, const char *fmt, ...) {
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    fflush(stdout);
+    fprintf(stderr, "marlhf: internal error at %s:%d: %s\n", file, line, message);
+    exit(1);
+}
+
+void *xmalloc_at(size_t size, const char *file, int line) {
+    void *p = malloc(size ? size : 1);
+    if (!p) die_internal(file, line, "out of memory allocating %zu bytes", size);
+    return p;
+}
+
+void *xcalloc_at(size_t count, size_t size, const char *file, int line) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) die_internal(file, line, "out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+void *xrealloc_at(void *ptr, size_t size, const char *file, int line) {
+    void *p = realloc(ptr, size ? size : 1);
+    if (!p) die_internal(file, line, "out of memory reallocating %zu bytes", size);
+    return p;
+}
+
+char *xstrdup_at(const char *s, const char *file, int line) {
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc_at(n, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+void *xaligned_alloc_at(size_t size, const char *file, int line) {
+    size_t rounded = (size + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (!p) die_internal(file, line, "out of memory allocating %zu bytes", size);
+    memset(p, 0, rounded);
+    return p;
+}

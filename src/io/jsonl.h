@@ -1,0 +1,20 @@
+// Reading JSON Lines: one JSON value per line, blank lines skipped. Every error names
+// the file, the line and (for JSON syntax errors) the column.
+#pragma once
+#include <jansson.h>
+#include <stdio.h>
+
+typedef struct {
+    FILE *file;
+    char *path;
+    long line_number; // of the last line returned
+    char *line;
+    size_t capacity;
+    size_t max_line_bytes;
+} JsonlReader;
+
+// "-" reads standard input. max_line_bytes bounds one line (0: 64 MiB).
+int jsonl_open(JsonlReader *reader, const char *path, size_t max_line_bytes);
+// 1 with *value set (caller json_decref()s it), 0 at end of file, -1 on error.
+int jsonl_next(JsonlReader *reader, json_t **value);
+void jsonl_close(JsonlReader *reader);

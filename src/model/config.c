@@ -1,0 +1,115 @@
+#include "model/config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+
+static const struct {
+    const char *name;
+    ModelFamily family;
+} family_names[] = {
+    {"gpt2", FAMILY_GPT2},     {"llama", FAMILY_LLAMA}, {"mistral", FAMILY_MISTRAL},
+    {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA},
+};
+
+int config_family_from_name(const char *model_type, ModelFamily *family) {
+    for (size_t i = 0; i < sizeof family_names / sizeof family_names[0]; i++) {
+        if (strcmp(model_type, family_names[i].name) == 0) {
+            *family = family_names[i].family;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *config_family_name(ModelFamily family) {
+    for (size_t i = 0; i < sizeof family_names / sizeof family_names[0]; i++)
+        if (family_names[i].family == family) return family_names[i].name;
+    return "unknown";
+}
+
+int config_finish(ModelConfig *cfg, const char *source) {
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", config_family_name(cfg->family));
+    switch (cfg->family) {
+    case FAMILY_GPT2:
+        cfg->norm = NORM_LAYERNORM;
+        cfg->norm_bias = true;
+        cfg->norm_weight_plus_one = false;
+        cfg->positions = POSITIONS_LEARNED;
+        cfg->mlp = MLP_GELU;
+        cfg->qkv_bias = cfg->o_bias = cfg->mlp_bias = true;
+        cfg->embedding_multiplier = 1.0f;
+        break;
+    case FAMILY_LLAMA:
+    case FAMILY_MISTRAL:
+    case FAMILY_QWEN2:
+        cfg->norm = NORM_RMSNORM;
+        cfg->norm_bias = false;
+        cfg->norm_weight_plus_one = false;
+        cfg->positions = POSITIONS_ROPE;
+        cfg->mlp = MLP_SWIGLU;
+        cfg->qkv_bias = cfg->family == FAMILY_QWEN2;
+        cfg->o_bias = cfg->mlp_bias = false;
+        cfg->embedding_multiplier = 1.0f;
+        break;
+    case FAMILY_GEMMA:
+        cfg->norm = NORM_RMSNORM;
+        cfg->norm_bias = false;
+        cfg->norm_weight_plus_one = true;
+        cfg->positions = POSITIONS_ROPE;
+        cfg->mlp = MLP_GEGLU;
+        cfg->qkv_bias = cfg->o_bias = cfg->mlp_bias = false;
+        cfg->embedding_multiplier = sqrtf((float)cfg->hidden_size);
+        break;
+    }
+    if (cfg->num_kv_heads <= 0) cfg->num_kv_heads = cfg->num_heads;
+    if (cfg->head_dim <= 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+
+    struct {
+        const char *field;
+        int value;
+    } positive[] = {
+        {"vocab_size", cfg->vocab_size},
+        {"hidden_size", cfg->hidden_size},
+        {"num_hidden_layers", cfg->num_layers},
+        {"num_attention_heads", cfg->num_heads},
+        {"num_key_value_heads", cfg->num_kv_heads},
+        {"head_dim", cfg->head_dim},
+        {"intermediate_size", cfg->intermediate_size},
+        {"max_position_embeddings", cfg->max_position_embeddings},
+    };
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
+        if (positive[i].value <= 0)
+            return err_set("config field %s must be positive, got %d (%s)", positive[i].field,
+                           positive[i].value, source);
+    if (cfg->num_heads % cfg->num_kv_heads != 0)
+        return err_set("num_attention_heads %d is not a multiple of num_key_value_heads %d (%s)",
+                       cfg->num_heads, cfg->num_kv_heads, source);
+    if (cfg->positions == POSITIONS_ROPE && cfg->head_dim % 2 != 0)
+        return err_set("head_dim %d must be even for rotary positions (%s)", cfg->head_dim, source);
+    if (cfg->family == FAMILY_GPT2 && cfg->head_dim * cfg->num_heads != cfg->hidden_size)
+        return err_set("hidden_size %d is not num_heads %d x head_dim %d (%s)", cfg->hidden_size,
+                       cfg->num_heads, cfg->head_dim, source);
+    if (!(cfg->norm_eps > 0.0f) || cfg->norm_eps > 1.0f)
+        return err_set("config norm epsilon %g is out of range (%s)", (double)cfg->norm_eps, source);
+    if (cfg->positions == POSITIONS_ROPE && !(cfg->rope_theta > 0.0f))
+        return err_set("config rope_theta %g must be positive (%s)", (double)cfg->rope_theta, source);
+    return 0;
+}
+
+long long config_num_params(const ModelConfig *cfg) {
+    long long C = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
+    long long q = (long long)cfg->num_heads * cfg->head_dim;
+    long long kv = (long long)cfg->num_kv_heads * cfg->head_dim;
+    long long norm = cfg->norm_bias ? 2 * C : C;
+    long long per_layer = 2 * norm + C * q + 2 * C * kv + q * C;
+    if (cfg->qkv_bias) per_layer += q + 2 * kv;
+    if (cfg->o_bias) per_layer += C;
+    per_layer += (cfg->mlp == MLP_GELU ? 2 : 3) * C * I;
+    if (cfg->mlp_bias) per_layer += I + C;
+    long long total = V * C + cfg->num_layers * per_layer + norm;
+    if (cfg->positions == POSITIONS_LEARNED) total += (long long)cfg->max_position_embeddings * C;
+    if (!cfg->tie_word_embeddings) total += V * C;
+    return total;
+}

@@ -1,0 +1,69 @@
+// The shape of a decoder-only transformer, for every family marlhf runs.
+//
+// One implementation (model/transformer.c) covers GPT-2, Llama (SmolLM2, TinyLlama),
+// Mistral, Qwen2 and Gemma through the switches below. A config comes from a Hugging
+// Face config.json (model/config_hf.c) or from GGUF metadata (model/config_gguf.c).
+#pragma once
+#include <stdbool.h>
+
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
+typedef enum { POSITIONS_LEARNED, POSITIONS_ROPE } PositionKind;
+// MLP_GELU:   down(gelu_tanh(up(x)))                 (GPT-2, "gelu_new")
+// MLP_SWIGLU: down(silu(gate(x)) * up(x))            (Llama, Mistral, Qwen2)
+// MLP_GEGLU:  down(gelu_tanh(gate(x)) * up(x))       (Gemma, "gelu_pytorch_tanh")
+typedef enum { MLP_GELU, MLP_SWIGLU, MLP_GEGLU } MlpKind;
+
+typedef enum {
+    FAMILY_GPT2,
+    FAMILY_LLAMA, // also SmolLM2, TinyLlama
+    FAMILY_MISTRAL,
+    FAMILY_QWEN2,
+    FAMILY_GEMMA,
+} ModelFamily;
+
+typedef struct {
+    ModelFamily family;
+    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma"
+
+    int vocab_size;
+    int hidden_size;
+    int num_layers;
+    int num_heads;
+    int num_kv_heads; // == num_heads for MHA, < for GQA, 1 for MQA
+    int head_dim;     // usually hidden_size / num_heads; Gemma sets it explicitly
+    int intermediate_size;
+    int max_position_embeddings;
+
+    NormKind norm;
+    float norm_eps;
+    bool norm_weight_plus_one; // Gemma: RMSNorm scales by (1 + weight)
+
+    PositionKind positions;
+    float rope_theta;
+
+    MlpKind mlp;
+
+    bool qkv_bias;  // GPT-2, Qwen2
+    bool o_bias;    // GPT-2
+    bool mlp_bias;  // GPT-2
+    bool norm_bias; // LayerNorm has a bias (GPT-2)
+
+    bool tie_word_embeddings;
+    float embedding_multiplier; // Gemma: sqrt(hidden_size); 1 elsewhere
+
+    int bos_token_id; // -1 when unknown
+    int eos_token_id;
+    int pad_token_id;
+} ModelConfig;
+
+// Fills the family-specific switches (norm, positions, MLP, biases, multiplier) from
+// cfg->family and checks that the sizes are consistent. Returns 0, or -1 with err_set()
+// naming `source` (the file the config came from) and the offending field.
+int config_finish(ModelConfig *cfg, const char *source);
+
+// "gpt2" -> FAMILY_GPT2 ...; returns -1 for an unknown model_type.
+int config_family_from_name(const char *model_type, ModelFamily *family);
+const char *config_family_name(ModelFamily family);
+
+// Number of parameters of the transformer (without value head).
+long long config_num_params(const ModelConfig *cfg);

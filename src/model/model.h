@@ -1,0 +1,101 @@
+// A transformer model: config, parameters (weights, optional gradients), activations,
+// and the forward / backward passes every training and inference command uses.
+//
+// The engine serves all four PPO roles with one code path:
+//   model_forward()   body + final norm over ragged rows
+//   model_logprobs()  per-token log-probs of given next tokens (LM head)
+//   model_values()    per-position values (value head, "score.weight")
+//   model_backward()  from dlogp[b,t] (+ dentropy) and/or dvalue[b,t] into the gradients
+// Losses live elsewhere (train/, rl/): they turn their objective into these per-token
+// weights, so SFT, reward modelling and PPO share one backward.
+#pragma once
+#include <stdbool.h>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/ops.h"
+
+// One batch of B rows of T slots. Row b's real tokens sit at slots
+// [row_start[b], row_start[b] + row_len[b]); the rest is padding (any token id in range).
+// Positions count from the row's first real token, so a row gives the same result
+// whatever padding surrounds it.
+typedef struct {
+    int B, T;
+    const int *tokens;    // [B*T], host memory
+    const int *row_start; // [B]; NULL means every row starts at 0 (right padding)
+    const int *row_len;   // [B]; NULL means every row runs to T
+} ModelBatch;
+
+typedef struct {
+    float *attn_norm_out, *attn_norm_mean, *attn_norm_rstd;
+    float *q, *k, *v; // after the rotary embedding
+    float *probs;     // [B, n_heads, T, T]
+    float *att_out;   // attention output before o_proj
+    float *x_mid;     // residual stream after the attention block
+    float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;
+    float *gate, *up, *act; // MLP pre-activations and activation output
+} LayerActivations;
+
+typedef struct {
+    int capacity_B, capacity_T; // sizes the buffers were allocated for
+    int B, T;                   // sizes of the last forward
+    bool has_forward;           // a forward ran since the last backward
+    bool keep_all_layers;       // saved per layer (else one scratch set + recompute)
+    int *tokens, *positions, *row_start, *targets; // device copies
+    float *residual;            // [num_layers + 1][N, C]: each layer's input, then the final norm's
+    LayerActivations *layers;   // num_layers entries if keep_all_layers, else 1
+    float *final_out, *final_mean, *final_rstd;
+    float *logits, *lse;        // [N, V], [N]; allocated on first use of the LM head
+    bool logits_valid;          // logits hold the last forward's logits (not gradients)
+    float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
+    int *top1_device;
+    // backward scratch
+    float *d_resid, *d_norm_out, *d_hidden;
+    float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
+} Activations;
+
+typedef struct Model {
+    ModelConfig config;
+    const OpsBackend *ops;
+    bool has_lm_head;
+    bool has_value_head;
+    bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
+
+    ParamTable table;
+    float *params; // table.total floats, backend memory
+    ModelTensors weights;
+    float *grads;  // NULL for a frozen model
+    ModelTensors gradients;
+
+    Activations acts;
+} Model;
+
+// Allocates a model with zero weights. Fill them with model_load (model/weights_io.h) or
+// by writing model->params directly.
+void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                bool with_value_head);
+void model_free(Model *model);
+// Makes the model trainable: allocates gradients (zeroed).
+void model_enable_grad(Model *model);
+void model_zero_grad(Model *model);
+// Sizes activation memory for up to B rows of T slots (done once; grows if asked).
+void model_reserve(Model *model, int B, int T);
+
+// Forward through the body and the final norm. Saves what backward needs when the model
+// has gradients enabled.
+void model_forward(Model *model, const ModelBatch *batch);
+// After model_forward: logp[b*T+t] = log p(targets[b*T+t] | tokens up to t), or 0 where
+// targets[...] < 0. top1 (argmax next token) and entropy are optional (NULL).
+void model_logprobs(Model *model, const int *targets, float *logp, int *top1, float *entropy);
+// After model_forward: the raw logits of row i (i = b*T + t), host copy into out[V].
+void model_logits_row(Model *model, int i, float *out);
+// After model_forward: values[b*T+t] = value head at slot t.
+void model_values(Model *model, float *values);
+// Backward of loss = sum dlogp*logp + sum dentropy*entropy + sum dvalue*value, into the
+// gradients (accumulated). dlogp/dentropy need a model_logprobs call first (same targets);
+// dvalue needs model_values. Any of the three may be NULL.
+void model_backward(Model *model, const float *dlogp, const float *dentropy,
+                    const float *dvalue);
+
+// Number of trainable parameters (the whole table).
+long model_num_params(const Model *model);

@@ -1,0 +1,65 @@
+// The parameter table: every tensor of a model, laid out in one flat buffer.
+//
+// A model's weights, gradients and AdamW moments are four buffers with the same layout;
+// the table says where each named tensor lives in them, so checkpoint IO, weight-decay
+// groups and norms iterate over the table instead of knowing the architecture.
+// Names are Hugging Face's Llama-style names for every family (GPT-2 files are mapped at
+// the IO boundary, model/weights_io.c). The value head is "score.weight" [1, hidden], the
+// name transformers' *ForSequenceClassification models use.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "model/config.h"
+
+typedef struct {
+    float *attn_norm_w, *attn_norm_b;
+    float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+    float *mlp_norm_w, *mlp_norm_b;
+    float *gate_w; // gated MLPs only
+    float *up_w, *up_b, *down_w, *down_b;
+} LayerTensors;
+
+// Named views into one flat buffer (weights, gradients, or a moment buffer).
+typedef struct {
+    float *tok_emb;      // [vocab, hidden]
+    float *pos_emb;      // [max_positions, hidden], learned positions only
+    float *final_norm_w, *final_norm_b;
+    float *lm_head;      // [vocab, hidden]; NULL when tied to tok_emb
+    float *value_head;   // [1, hidden]; NULL without a value head
+    LayerTensors *layers; // [num_layers]
+    int num_layers;
+} ModelTensors;
+
+typedef struct {
+    char name[96];
+    int ndim;
+    long shape[2];
+    long offset; // in floats, into the flat buffer
+    long numel;
+    bool decay;  // receives weight decay (see param_name_decays)
+    int layer;   // layer index, or -1 for a global tensor
+    size_t view_field; // offsetof() the pointer in LayerTensors / ModelTensors
+} ParamEntry;
+
+typedef struct {
+    ParamEntry *entries;
+    int count;
+    long total; // floats in the flat buffer
+} ParamTable;
+
+// Builds the table for a config. with_lm_head: keep an LM head (tied or not);
+// with_value_head: add "score.weight".
+void param_table_build(ParamTable *table, const ModelConfig *cfg, bool with_lm_head,
+                       bool with_value_head);
+void param_table_free(ParamTable *table);
+const ParamEntry *param_table_find(const ParamTable *table, const char *name);
+
+// Points every view of `views` into `base` (a buffer of table->total floats).
+void param_views_bind(ModelTensors *views, const ParamTable *table, float *base,
+                      int num_layers);
+void param_views_free(ModelTensors *views);
+
+// The weight-decay rule, by name as DeepSpeed-Chat and TRL apply it: biases, norm
+// weights and embeddings are not decayed; everything else is.
+bool param_name_decays(const char *name);

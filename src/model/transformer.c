@@ -1,0 +1,444 @@
+// The one transformer implementation: forward and backward for every family.
+//
+// Layer l maps the residual stream x_l to x_{l+1}:
+//   x_mid   = x_l   + o_proj(attention(rope(q(norm1(x_l))), rope(k(..)), v(..)))
+//   x_{l+1} = x_mid + down(act(gate(norm2(x_mid))) * up(norm2(x_mid)))   (gated MLPs)
+//   x_{l+1} = x_mid + down(gelu(up(norm2(x_mid))))                        (GPT-2)
+// followed, after the last layer, by the final norm, then the LM head and/or value head.
+#include <string.h>
+
+#include "core/check.h"
+#include "model/model.h"
+
+// ---------------------------------------------------------------------------------------
+// Allocation
+
+void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                bool with_value_head) {
+    memset(model, 0, sizeof *model);
+    model->config = *cfg;
+    model->ops = ops;
+    model->has_lm_head = with_lm_head;
+    model->has_value_head = with_value_head;
+    param_table_build(&model->table, cfg, with_lm_head, with_value_head);
+    model->params = ops->alloc((size_t)model->table.total * sizeof(float));
+    param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
+}
+
+static void activations_free(Model *model) {
+    const OpsBackend *ops = model->ops;
+    Activations *a = &model->acts;
+    int sets = a->keep_all_layers ? model->config.num_layers : 1;
+    if (a->layers) {
+        for (int s = 0; s < sets; s++) {
+            LayerActivations *la = &a->layers[s];
+            float *buffers[] = {la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd,
+                                la->q, la->k, la->v, la->probs, la->att_out, la->x_mid,
+                                la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd,
+                                la->gate, la->up, la->act};
+            for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+                if (buffers[i]) ops->free(buffers[i]);
+        }
+        free(a->layers);
+    }
+    void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
+                       a->residual,   a->final_out,      a->final_mean,    a->final_rstd,
+                       a->logits,     a->lse,            a->logp_device,   a->entropy_device,
+                       a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
+                       a->d_hidden,   a->dq,             a->dk,            a->dv,
+                       a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
+                       a->d_head};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if (buffers[i]) ops->free(buffers[i]);
+    memset(a, 0, sizeof *a);
+}
+
+void model_free(Model *model) {
+    if (!model->ops) return;
+    activations_free(model);
+    model->ops->free(model->params);
+    if (model->grads) model->ops->free(model->grads);
+    param_views_free(&model->weights);
+    param_views_free(&model->gradients);
+    param_table_free(&model->table);
+    memset(model, 0, sizeof *model);
+}
+
+void model_enable_grad(Model *model) {
+    if (model->grads) return;
+    model->grads = model->ops->alloc((size_t)model->table.total * sizeof(float));
+    param_views_bind(&model->gradients, &model->table, model->grads, model->config.num_layers);
+    // Activations sized for a frozen model keep too little for backward.
+    if (model->acts.capacity_B) {
+        int B = model->acts.capacity_B, T = model->acts.capacity_T;
+        activations_free(model);
+        model_reserve(model, B, T);
+    }
+}
+
+void model_zero_grad(Model *model) {
+    CHECK(model->grads, "model_zero_grad on a model without gradients");
+    model->ops->fill_zero(model->grads, model->table.total);
+}
+
+long model_num_params(const Model *model) {
+    long total = 0;
+    for (int i = 0; i < model->table.count; i++) total += model->table.entries[i].numel;
+    return total;
+}
+
+static float *alloc_floats(const OpsBackend *ops, long n) {
+    return ops->alloc((size_t)n * sizeof(float));
+}
+
+void model_reserve(Model *model, int B, int T) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    Activations *a = &model->acts;
+    bool keep_all = model->grads != NULL && !model->recompute;
+    if (a->capacity_B >= B && a->capacity_T >= T && a->keep_all_layers == keep_all) return;
+    if (a->capacity_B) {
+        if (a->capacity_B > B) B = a->capacity_B;
+        if (a->capacity_T > T) T = a->capacity_T;
+        activations_free(model);
+    }
+    const long N = (long)B * T, C = cfg->hidden_size, I = cfg->intermediate_size;
+    const long q_dim = (long)cfg->num_heads * cfg->head_dim;
+    const long kv_dim = (long)cfg->num_kv_heads * cfg->head_dim;
+    const int L = cfg->num_layers;
+    a->capacity_B = B;
+    a->capacity_T = T;
+    a->keep_all_layers = keep_all;
+    a->tokens = ops->alloc((size_t)N * sizeof(int));
+    a->positions = ops->alloc((size_t)N * sizeof(int));
+    a->targets = ops->alloc((size_t)N * sizeof(int));
+    a->row_start = ops->alloc((size_t)B * sizeof(int));
+    a->residual = alloc_floats(ops, (L + 1) * N * C);
+    int sets = keep_all ? L : 1;
+    a->layers = xcalloc((size_t)sets, sizeof(LayerActivations));
+    for (int s = 0; s < sets; s++) {
+        LayerActivations *la = &a->layers[s];
+        la->attn_norm_out = alloc_floats(ops, N * C);
+        la->attn_norm_mean = alloc_floats(ops, N);
+        la->attn_norm_rstd = alloc_floats(ops, N);
+        la->q = alloc_floats(ops, N * q_dim);
+        la->k = alloc_floats(ops, N * kv_dim);
+        la->v = alloc_floats(ops, N * kv_dim);
+        la->probs = alloc_floats(ops, (long)B * cfg->num_heads * T * T);
+        la->att_out = alloc_floats(ops, N * q_dim);
+        la->x_mid = alloc_floats(ops, N * C);
+        la->mlp_norm_out = alloc_floats(ops, N * C);
+        la->mlp_norm_mean = alloc_floats(ops, N);
+        la->mlp_norm_rstd = alloc_floats(ops, N);
+        if (cfg->mlp != MLP_GELU) la->gate = alloc_floats(ops, N * I);
+        la->up = alloc_floats(ops, N * I);
+        la->act = alloc_floats(ops, N * I);
+    }
+    a->final_out = alloc_floats(ops, N * C);
+    a->final_mean = alloc_floats(ops, N);
+    a->final_rstd = alloc_floats(ops, N);
+    a->logp_device = alloc_floats(ops, N);
+    a->entropy_device = alloc_floats(ops, N);
+    a->values_device = alloc_floats(ops, N);
+    a->top1_device = ops->alloc((size_t)N * sizeof(int));
+    if (model->grads) {
+        a->d_resid = alloc_floats(ops, N * C);
+        a->d_norm_out = alloc_floats(ops, N * C);
+        a->d_hidden = alloc_floats(ops, N * C);
+        a->dq = alloc_floats(ops, N * q_dim);
+        a->dk = alloc_floats(ops, N * kv_dim);
+        a->dv = alloc_floats(ops, N * kv_dim);
+        a->d_att_out = alloc_floats(ops, N * q_dim);
+        a->d_act = alloc_floats(ops, N * I);
+        a->d_gate = alloc_floats(ops, N * I);
+        a->d_up = alloc_floats(ops, N * I);
+        a->d_head = alloc_floats(ops, 3 * N);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward
+
+static void norm_forward(const Model *model, float *out, float *mean, float *rstd,
+                         const float *inp, const float *weight, const float *bias, long N) {
+    const ModelConfig *cfg = &model->config;
+    if (cfg->norm == NORM_LAYERNORM)
+        model->ops->layernorm_forward(out, mean, rstd, inp, weight, bias, (int)N,
+                                      cfg->hidden_size, cfg->norm_eps);
+    else
+        model->ops->rmsnorm_forward(out, rstd, inp, weight, (int)N, cfg->hidden_size,
+                                    cfg->norm_eps, cfg->norm_weight_plus_one);
+}
+
+static void norm_backward(const Model *model, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          const float *mean, const float *rstd, long N) {
+    const ModelConfig *cfg = &model->config;
+    if (cfg->norm == NORM_LAYERNORM)
+        model->ops->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                       (int)N, cfg->hidden_size);
+    else
+        model->ops->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, (int)N,
+                                     cfg->hidden_size, cfg->norm_weight_plus_one);
+}
+
+static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
+                          float *x_out) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const LayerTensors *w = &model->weights.layers[l];
+    Activations *a = &model->acts;
+    const int B = a->B, T = a->T;
+    const long N = (long)B * T;
+    const int C = cfg->hidden_size, I = cfg->intermediate_size;
+    const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
+
+    norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
+                 w->attn_norm_w, w->attn_norm_b, N);
+    ops->matmul_forward(la->q, la->attn_norm_out, w->q_w, w->q_b, (int)N, C, q_dim);
+    ops->matmul_forward(la->k, la->attn_norm_out, w->k_w, w->k_b, (int)N, C, kv_dim);
+    ops->matmul_forward(la->v, la->attn_norm_out, w->v_w, w->v_b, (int)N, C, kv_dim);
+    if (cfg->positions == POSITIONS_ROPE) {
+        ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
+                          cfg->rope_theta);
+        ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
+                          cfg->rope_theta);
+    }
+    ops->attention_forward(la->att_out, la->probs, la->q, la->k, la->v, a->row_start, B, T,
+                           cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
+    ops->matmul_forward(la->x_mid, la->att_out, w->o_w, w->o_b, (int)N, q_dim, C);
+    ops->accumulate(la->x_mid, x_in, N * C);
+
+    norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
+                 w->mlp_norm_w, w->mlp_norm_b, N);
+    ops->matmul_forward(la->up, la->mlp_norm_out, w->up_w, w->up_b, (int)N, C, I);
+    if (cfg->mlp == MLP_GELU) {
+        ops->gelu_forward(la->act, la->up, N * I);
+    } else {
+        ops->matmul_forward(la->gate, la->mlp_norm_out, w->gate_w, NULL, (int)N, C, I);
+        ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
+    }
+    ops->matmul_forward(x_out, la->act, w->down_w, w->down_b, (int)N, I, C);
+    ops->accumulate(x_out, la->x_mid, N * C);
+}
+
+static LayerActivations *layer_activations(Model *model, int l) {
+    return &model->acts.layers[model->acts.keep_all_layers ? l : 0];
+}
+
+void model_forward(Model *model, const ModelBatch *batch) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const int B = batch->B, T = batch->T;
+    const long N = (long)B * T;
+    model_reserve(model, B, T);
+    Activations *a = &model->acts;
+    a->B = B;
+    a->T = T;
+
+    // Host-side preparation of ids and positions, then one copy each to the backend.
+    int *positions = xmalloc((size_t)N * sizeof(int));
+    int *row_start = xmalloc((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        int start = batch->row_start ? batch->row_start[b] : 0;
+        CHECK(start >= 0 && start <= T, "row %d starts at %d outside [0, %d]", b, start, T);
+        row_start[b] = start;
+        for (int t = 0; t < T; t++) {
+            int position = t - start;
+            positions[(long)b * T + t] = position > 0 ? position : 0;
+        }
+    }
+    for (long i = 0; i < N; i++)
+        CHECK(batch->tokens[i] >= 0 && batch->tokens[i] < cfg->vocab_size,
+              "token id %d at slot %ld is outside the vocabulary", batch->tokens[i], i);
+    if (cfg->positions == POSITIONS_LEARNED)
+        CHECK(T <= cfg->max_position_embeddings, "%d slots exceed the model's %d positions", T,
+              cfg->max_position_embeddings);
+    ops->copy_to_device(a->tokens, batch->tokens, (size_t)N * sizeof(int));
+    ops->copy_to_device(a->positions, positions, (size_t)N * sizeof(int));
+    ops->copy_to_device(a->row_start, row_start, (size_t)B * sizeof(int));
+    free(positions);
+    free(row_start);
+
+    const long C = cfg->hidden_size;
+    ops->embedding_forward(a->residual, a->tokens, a->positions, model->weights.tok_emb,
+                           model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
+    for (int l = 0; l < cfg->num_layers; l++)
+        layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
+                      a->residual + (l + 1) * N * C);
+    norm_forward(model, a->final_out, a->final_mean, a->final_rstd,
+                 a->residual + cfg->num_layers * N * C, model->weights.final_norm_w,
+                 model->weights.final_norm_b, N);
+    a->has_forward = true;
+    a->logits_valid = false;
+}
+
+static const float *lm_head_weight(const Model *model) {
+    return model->weights.lm_head ? model->weights.lm_head : model->weights.tok_emb;
+}
+
+static void compute_logits(Model *model) {
+    Activations *a = &model->acts;
+    CHECK(model->has_lm_head, "model has no LM head");
+    CHECK(a->has_forward, "logits requested before a forward pass");
+    if (a->logits_valid) return;
+    const ModelConfig *cfg = &model->config;
+    const long capacity_N = (long)a->capacity_B * a->capacity_T;
+    if (!a->logits) {
+        a->logits = alloc_floats(model->ops, capacity_N * cfg->vocab_size);
+        a->lse = alloc_floats(model->ops, capacity_N);
+    }
+    const long N = (long)a->B * a->T;
+    model->ops->matmul_forward(a->logits, a->final_out, lm_head_weight(model), NULL, (int)N,
+                               cfg->hidden_size, cfg->vocab_size);
+    a->logits_valid = true;
+}
+
+void model_logprobs(Model *model, const int *targets, float *logp, int *top1, float *entropy) {
+    compute_logits(model);
+    Activations *a = &model->acts;
+    const OpsBackend *ops = model->ops;
+    const long N = (long)a->B * a->T;
+    const int V = model->config.vocab_size;
+    if (targets) {
+        for (long i = 0; i < N; i++)
+            CHECK(targets[i] < V, "target id %d at slot %ld is outside the vocabulary",
+                  targets[i], i);
+        ops->copy_to_device(a->targets, targets, (size_t)N * sizeof(int));
+    }
+    ops->logprob_forward(logp ? a->logp_device : NULL, a->lse, top1 ? a->top1_device : NULL,
+                         entropy ? a->entropy_device : NULL, a->logits,
+                         targets ? a->targets : NULL, (int)N, V);
+    if (logp) ops->copy_to_host(logp, a->logp_device, (size_t)N * sizeof(float));
+    if (top1) ops->copy_to_host(top1, a->top1_device, (size_t)N * sizeof(int));
+    if (entropy) ops->copy_to_host(entropy, a->entropy_device, (size_t)N * sizeof(float));
+}
+
+void model_logits_row(Model *model, int i, float *out) {
+    compute_logits(model);
+    const int V = model->config.vocab_size;
+    model->ops->copy_to_host(out, model->acts.logits + (long)i * V, (size_t)V * sizeof(float));
+}
+
+void model_values(Model *model, float *values) {
+    Activations *a = &model->acts;
+    CHECK(model->has_value_head, "model has no value head");
+    CHECK(a->has_forward, "values requested before a forward pass");
+    const long N = (long)a->B * a->T;
+    model->ops->value_head_forward(a->values_device, a->final_out, model->weights.value_head,
+                                   (int)N, model->config.hidden_size);
+    model->ops->copy_to_host(values, a->values_device, (size_t)N * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward
+
+// On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l.
+static void layer_backward(Model *model, int l, const LayerActivations *la, const float *x_in) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const LayerTensors *w = &model->weights.layers[l];
+    const LayerTensors *g = &model->gradients.layers[l];
+    Activations *a = &model->acts;
+    const int B = a->B, T = a->T;
+    const long N = (long)B * T;
+    const int C = cfg->hidden_size, I = cfg->intermediate_size;
+    const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
+
+    // MLP block: x_{l+1} = x_mid + down(act)
+    ops->fill_zero(a->d_act, N * I);
+    ops->matmul_backward(a->d_act, g->down_w, g->down_b, a->d_resid, la->act, w->down_w,
+                         (int)N, I, C);
+    ops->fill_zero(a->d_up, N * I);
+    ops->fill_zero(a->d_norm_out, N * C);
+    if (cfg->mlp == MLP_GELU) {
+        ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
+    } else {
+        ops->fill_zero(a->d_gate, N * I);
+        ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
+                          cfg->mlp == MLP_GEGLU);
+        ops->matmul_backward(a->d_norm_out, g->gate_w, NULL, a->d_gate, la->mlp_norm_out,
+                             w->gate_w, (int)N, C, I);
+    }
+    ops->matmul_backward(a->d_norm_out, g->up_w, g->up_b, a->d_up, la->mlp_norm_out, w->up_w,
+                         (int)N, C, I);
+    // d_resid already carries the residual path into x_mid; add the norm's branch.
+    norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
+                  w->mlp_norm_w, la->mlp_norm_mean, la->mlp_norm_rstd, N);
+
+    // Attention block: x_mid = x_l + o_proj(att_out)
+    ops->fill_zero(a->d_att_out, N * q_dim);
+    ops->matmul_backward(a->d_att_out, g->o_w, g->o_b, a->d_resid, la->att_out, w->o_w, (int)N,
+                         q_dim, C);
+    ops->fill_zero(a->dq, N * q_dim);
+    ops->fill_zero(a->dk, N * kv_dim);
+    ops->fill_zero(a->dv, N * kv_dim);
+    ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->probs, la->q, la->k, la->v,
+                            a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
+                            cfg->head_dim);
+    if (cfg->positions == POSITIONS_ROPE) {
+        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
+                           cfg->rope_theta);
+        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
+                           cfg->rope_theta);
+    }
+    ops->fill_zero(a->d_norm_out, N * C);
+    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, a->dq, la->attn_norm_out, w->q_w,
+                         (int)N, C, q_dim);
+    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, a->dk, la->attn_norm_out, w->k_w,
+                         (int)N, C, kv_dim);
+    ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b, a->dv, la->attn_norm_out, w->v_w,
+                         (int)N, C, kv_dim);
+    norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
+                  w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
+}
+
+void model_backward(Model *model, const float *dlogp, const float *dentropy,
+                    const float *dvalue) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    Activations *a = &model->acts;
+    CHECK(model->grads, "backward on a model without gradients (call model_enable_grad)");
+    CHECK(a->has_forward, "backward without a forward pass");
+    const long N = (long)a->B * a->T, C = cfg->hidden_size;
+
+    ops->fill_zero(a->d_hidden, N * C);
+    if (dlogp || dentropy) {
+        CHECK(a->logits_valid, "backward through log-probs without model_logprobs");
+        float *dlogp_device = dlogp ? a->d_head : NULL;
+        float *dentropy_device = dentropy ? a->d_head + N : NULL;
+        if (dlogp) ops->copy_to_device(dlogp_device, dlogp, (size_t)N * sizeof(float));
+        if (dentropy) ops->copy_to_device(dentropy_device, dentropy, (size_t)N * sizeof(float));
+        ops->logprob_backward(a->logits, dlogp_device, dentropy_device, a->targets, a->lse,
+                              (int)N, cfg->vocab_size);
+        a->logits_valid = false; // the buffer now holds d logits
+        float *d_lm_head = model->gradients.lm_head ? model->gradients.lm_head
+                                                    : model->gradients.tok_emb;
+        ops->matmul_backward(a->d_hidden, d_lm_head, NULL, a->logits, a->final_out,
+                             lm_head_weight(model), (int)N, (int)C, cfg->vocab_size);
+    }
+    if (dvalue) {
+        CHECK(model->has_value_head, "dvalue given to a model without a value head");
+        float *dvalue_device = a->d_head + 2 * N;
+        ops->copy_to_device(dvalue_device, dvalue, (size_t)N * sizeof(float));
+        ops->value_head_backward(a->d_hidden, model->gradients.value_head, dvalue_device,
+                                 a->final_out, model->weights.value_head, (int)N, (int)C);
+    }
+
+    const int L = cfg->num_layers;
+    ops->fill_zero(a->d_resid, N * C);
+    norm_backward(model, a->d_resid, model->gradients.final_norm_w,
+                  model->gradients.final_norm_b, a->d_hidden, a->residual + L * N * C,
+                  model->weights.final_norm_w, a->final_mean, a->final_rstd, N);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x_in = a->residual + l * N * C;
+        LayerActivations *la = layer_activations(model, l);
+        // Gradient checkpointing: rebuild this layer's activations from its saved input.
+        // The recomputed output equals the saved x_{l+1} bit for bit.
+        if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C);
+        layer_backward(model, l, la, x_in);
+    }
+    ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,
+                            a->tokens, a->positions, (int)N, (int)C, cfg->embedding_multiplier);
+    a->has_forward = false;
+}

@@ -1,0 +1,562 @@
+#include "model/weights_io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "io/fs.h"
+#include "io/gguf.h"
+#include "io/gguf_dequant.h"
+#include "io/safetensors.h"
+#include "model/config_gguf.h"
+#include "model/config_hf.h"
+
+bool path_is_gguf(const char *path) {
+    if (!fs_is_file(path)) return false;
+    FILE *file = fopen(path, "rb");
+    if (!file) return false;
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, file);
+    fclose(file);
+    return got == 4 && memcmp(magic, "GGUF", 4) == 0;
+}
+
+int model_read_config(ModelConfig *cfg, const char *path) {
+    memset(cfg, 0, sizeof *cfg);
+    if (path_is_gguf(path)) {
+        GgufFile gguf;
+        if (gguf_open(&gguf, path) != 0) return -1;
+        int rc = config_from_gguf(cfg, &gguf, path);
+        gguf_close(&gguf);
+        return rc;
+    }
+    if (!fs_is_dir(path)) {
+        if (!fs_exists(path)) return err_set("model path does not exist (%s)", path);
+        return err_set("model must be a Hugging Face folder or a .gguf file (%s)", path);
+    }
+    char *config_path = fs_join(path, "config.json");
+    int rc = config_from_hf_json(cfg, config_path);
+    free(config_path);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// Where each parameter comes from in a file, and how it is transformed on the way.
+
+typedef enum {
+    MAP_COPY,
+    MAP_TRANSPOSE,              // source [cols, rows] (GPT-2 Conv1D)
+    MAP_ROW_SLICE,              // rows [part*rows, (part+1)*rows) of the source (1-D: elements)
+    MAP_TRANSPOSED_COLUMN_SLICE, // GPT-2 c_attn: source [in, parts*out], take columns of `part`
+    MAP_UNPERMUTE_ROPE,         // llama.cpp's interleaved q/k row order back to HF's halves
+    MAP_MINUS_ONE,              // GGUF Gemma norms store 1 + w
+} MapKind;
+
+typedef struct {
+    char source[160];
+    MapKind kind;
+    int ndim;
+    long long shape[2]; // the source tensor's shape
+    int part, parts;
+    int heads;
+} TensorMap;
+
+typedef enum { FORMAT_HF, FORMAT_GGUF } FileFormat;
+
+typedef struct {
+    FileFormat format;
+    const char *path;
+    SafetensorsSet *safetensors;
+    GgufFile gguf;
+    const char *gpt2_prefix; // "transformer." or "" for HF GPT-2 files
+} WeightSource;
+
+static void set_shape(TensorMap *map, long long rows, long long cols) {
+    map->ndim = cols > 0 ? 2 : 1;
+    map->shape[0] = rows;
+    map->shape[1] = cols;
+}
+
+// Fills `map` for entry `e`. `suffix` is the name after "model.layers.<l>." (or the whole
+// name for global tensors); `layer` is -1 for globals.
+static void map_hf_gpt2(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
+                        const char *prefix, TensorMap *map) {
+    const long long C = cfg->hidden_size;
+    char base[96];
+    snprintf(base, sizeof base, "%sh.%d.", prefix, layer);
+    struct {
+        const char *ours, *theirs;
+        MapKind kind;
+        int part;
+    } layer_names[] = {
+        {"input_layernorm.weight", "ln_1.weight", MAP_COPY, 0},
+        {"input_layernorm.bias", "ln_1.bias", MAP_COPY, 0},
+        {"self_attn.q_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 0},
+        {"self_attn.k_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 1},
+        {"self_attn.v_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 2},
+        {"self_attn.q_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 0},
+        {"self_attn.k_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 1},
+        {"self_attn.v_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 2},
+        {"self_attn.o_proj.weight", "attn.c_proj.weight", MAP_TRANSPOSE, 0},
+        {"self_attn.o_proj.bias", "attn.c_proj.bias", MAP_COPY, 0},
+        {"post_attention_layernorm.weight", "ln_2.weight", MAP_COPY, 0},
+        {"post_attention_layernorm.bias", "ln_2.bias", MAP_COPY, 0},
+        {"mlp.up_proj.weight", "mlp.c_fc.weight", MAP_TRANSPOSE, 0},
+        {"mlp.up_proj.bias", "mlp.c_fc.bias", MAP_COPY, 0},
+        {"mlp.down_proj.weight", "mlp.c_proj.weight", MAP_TRANSPOSE, 0},
+        {"mlp.down_proj.bias", "mlp.c_proj.bias", MAP_COPY, 0},
+    };
+    struct {
+        const char *ours, *theirs;
+    } global_names[] = {
+        {"model.embed_tokens.weight", "wte.weight"},
+        {"model.embed_positions.weight", "wpe.weight"},
+        {"model.norm.weight", "ln_f.weight"},
+        {"model.norm.bias", "ln_f.bias"},
+    };
+    set_shape(map, e->shape[0], e->shape[1]);
+    map->kind = MAP_COPY;
+    if (layer < 0) {
+        snprintf(map->source, sizeof map->source, "%s", e->name);
+        for (size_t i = 0; i < sizeof global_names / sizeof global_names[0]; i++)
+            if (strcmp(e->name, global_names[i].ours) == 0)
+                snprintf(map->source, sizeof map->source, "%s%s", prefix, global_names[i].theirs);
+        return;
+    }
+    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
+        if (strcmp(suffix, layer_names[i].ours) != 0) continue;
+        snprintf(map->source, sizeof map->source, "%s%s", base, layer_names[i].theirs);
+        map->kind = layer_names[i].kind;
+        map->part = layer_names[i].part;
+        map->parts = 3;
+        if (map->kind == MAP_TRANSPOSE) set_shape(map, e->shape[1], e->shape[0]);
+        if (map->kind == MAP_TRANSPOSED_COLUMN_SLICE) set_shape(map, C, 3 * C);
+        if (map->kind == MAP_ROW_SLICE) set_shape(map, 3 * C, 0);
+        return;
+    }
+    CHECK(0, "no GPT-2 mapping for parameter %s", e->name);
+}
+
+static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
+                     TensorMap *map) {
+    const bool gemma = cfg->family == FAMILY_GEMMA;
+    // llama.cpp converts Llama and Mistral checkpoints with permuted q/k rows.
+    const bool permuted = cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_MISTRAL;
+    const bool fused_qkv = cfg->family == FAMILY_GPT2;
+    set_shape(map, e->shape[0], e->shape[1]);
+    map->kind = MAP_COPY;
+    if (layer < 0) {
+        const char *theirs = e->name;
+        if (!strcmp(e->name, "model.embed_tokens.weight")) theirs = "token_embd.weight";
+        else if (!strcmp(e->name, "model.embed_positions.weight")) theirs = "position_embd.weight";
+        else if (!strcmp(e->name, "model.norm.weight")) theirs = "output_norm.weight", map->kind = gemma ? MAP_MINUS_ONE : MAP_COPY;
+        else if (!strcmp(e->name, "model.norm.bias")) theirs = "output_norm.bias";
+        else if (!strcmp(e->name, "lm_head.weight")) theirs = "output.weight";
+        snprintf(map->source, sizeof map->source, "%s", theirs);
+        return;
+    }
+    struct {
+        const char *ours, *theirs;
+    } names[] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"input_layernorm.bias", "attn_norm.bias"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.o_proj.bias", "attn_output.bias"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"post_attention_layernorm.bias", "ffn_norm.bias"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.up_proj.bias", "ffn_up.bias"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"mlp.down_proj.bias", "ffn_down.bias"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(suffix, names[i].ours) != 0) continue;
+        const char *theirs = names[i].theirs;
+        bool is_q = !strcmp(suffix, "self_attn.q_proj.weight"), is_k = !strcmp(suffix, "self_attn.k_proj.weight");
+        bool is_qkv = !strncmp(suffix, "self_attn.q_proj", 16) || !strncmp(suffix, "self_attn.k_proj", 16) ||
+                      !strncmp(suffix, "self_attn.v_proj", 16);
+        if (fused_qkv && is_qkv) {
+            bool is_bias = strstr(suffix, ".bias") != NULL;
+            theirs = is_bias ? "attn_qkv.bias" : "attn_qkv.weight";
+            map->kind = MAP_ROW_SLICE;
+            map->parts = 3;
+            map->part = suffix[10] == 'q' ? 0 : suffix[10] == 'k' ? 1 : 2;
+            set_shape(map, 3 * e->shape[0], e->shape[1]);
+        } else if (permuted && (is_q || is_k)) {
+            map->kind = MAP_UNPERMUTE_ROPE;
+            map->heads = is_q ? cfg->num_heads : cfg->num_kv_heads;
+        } else if (gemma && strstr(suffix, "norm.weight")) {
+            map->kind = MAP_MINUS_ONE;
+        }
+        snprintf(map->source, sizeof map->source, "blk.%d.%s", layer, theirs);
+        return;
+    }
+    CHECK(0, "no GGUF mapping for parameter %s", e->name);
+}
+
+static void map_entry(const WeightSource *src, const ModelConfig *cfg, const ParamEntry *e,
+                      TensorMap *map) {
+    memset(map, 0, sizeof *map);
+    int layer = -1;
+    const char *suffix = e->name;
+    if (e->layer >= 0) {
+        layer = e->layer;
+        // "model.layers.<l>.<suffix>"
+        suffix = strchr(e->name + strlen("model.layers."), '.') + 1;
+    }
+    if (src->format == FORMAT_GGUF) {
+        map_gguf(cfg, e, layer, suffix, map);
+    } else if (cfg->family == FAMILY_GPT2) {
+        map_hf_gpt2(cfg, e, layer, suffix, src->gpt2_prefix, map);
+    } else {
+        snprintf(map->source, sizeof map->source, "%s", e->name);
+        map->kind = MAP_COPY;
+        set_shape(map, e->shape[0], e->shape[1]);
+    }
+}
+
+// Reads source tensor `name` of the given shape (in the file's own layout) as f32.
+static int source_read(WeightSource *src, const TensorMap *map, float *dst) {
+    if (src->format == FORMAT_HF)
+        return safetensors_load_f32(src->safetensors, map->source, map->ndim, map->shape, dst);
+    const GgufTensor *t = gguf_find_tensor(&src->gguf, map->source);
+    if (!t) return err_set("GGUF file has no tensor '%s' (%s)", map->source, src->path);
+    // GGUF lists dimensions innermost first.
+    bool ok = map->ndim == 2 ? (t->n_dims == 2 && t->ne[0] == map->shape[1] && t->ne[1] == map->shape[0])
+                             : (t->n_dims == 1 && t->ne[0] == map->shape[0]);
+    if (!ok) {
+        char got[64];
+        if (t->n_dims == 1) snprintf(got, sizeof got, "[%lld]", (long long)t->ne[0]);
+        else snprintf(got, sizeof got, "[%lld, %lld]", (long long)t->ne[1], (long long)t->ne[0]);
+        if (map->ndim == 2)
+            return err_set("tensor '%s' has shape %s but the model expects [%lld, %lld] (%s)", map->source,
+                           got, map->shape[0], map->shape[1], src->path);
+        return err_set("tensor '%s' has shape %s but the model expects [%lld] (%s)", map->source, got,
+                       map->shape[0], src->path);
+    }
+    return gguf_tensor_to_f32(&src->gguf, t, dst);
+}
+
+static void apply_map(const TensorMap *map, const ParamEntry *e, const float *in, float *out) {
+    const long rows = e->shape[0], cols = e->ndim == 2 ? e->shape[1] : 1;
+    switch (map->kind) {
+    case MAP_COPY:
+        memcpy(out, in, (size_t)e->numel * sizeof(float));
+        break;
+    case MAP_MINUS_ONE:
+        for (long i = 0; i < e->numel; i++) out[i] = in[i] - 1.0f;
+        break;
+    case MAP_TRANSPOSE: // in is [cols, rows]
+        for (long r = 0; r < rows; r++)
+            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * rows + r];
+        break;
+    case MAP_ROW_SLICE:
+        memcpy(out, in + (long)map->part * e->numel, (size_t)e->numel * sizeof(float));
+        break;
+    case MAP_TRANSPOSED_COLUMN_SLICE: { // in is [cols (in features), parts*rows]
+        long in_cols = (long)map->parts * rows;
+        for (long r = 0; r < rows; r++)
+            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * in_cols + (long)map->part * rows + r];
+        break;
+    }
+    case MAP_UNPERMUTE_ROPE: {
+        // llama.cpp row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i.
+        long head_dim = rows / map->heads, half = head_dim / 2;
+        for (long h = 0; h < map->heads; h++)
+            for (long i = 0; i < half; i++)
+                for (long s = 0; s < 2; s++)
+                    memcpy(out + (h * head_dim + s * half + i) * cols, in + (h * head_dim + 2 * i + s) * cols,
+                           (size_t)cols * sizeof(float));
+        break;
+    }
+    }
+}
+
+static long long source_numel(const TensorMap *map) {
+    return map->ndim == 2 ? map->shape[0] * map->shape[1] : map->shape[0];
+}
+
+static void init_value_head(float *weight, int C, uint64_t seed) {
+    // nn.Linear's default initialisation: U(-1/sqrt(in), 1/sqrt(in)).
+    float bound = 1.0f / sqrtf((float)C);
+    uint64_t stream = rng_stream("value_head", 0, 0);
+    for (int c = 0; c < C; c++) weight[c] = bound * (2.0f * rng_uniform(seed, stream, (uint64_t)c) - 1.0f);
+}
+
+int model_load(Model *model, const char *path, const OpsBackend *ops, const ModelLoadOptions *options) {
+    ModelConfig cfg;
+    if (model_read_config(&cfg, path) != 0) return -1;
+    WeightSource src = {.path = path, .gpt2_prefix = ""};
+    if (path_is_gguf(path)) {
+        src.format = FORMAT_GGUF;
+        if (gguf_open(&src.gguf, path) != 0) return -1;
+    } else {
+        src.format = FORMAT_HF;
+        if (safetensors_open(path, &src.safetensors) != 0) return -1;
+        if (cfg.family == FAMILY_GPT2 && safetensors_find(src.safetensors, "transformer.wte.weight"))
+            src.gpt2_prefix = "transformer.";
+    }
+
+    model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
+    bool on_host = ops == &ops_cpu;
+    float *host = on_host ? model->params : xcalloc((size_t)model->table.total, sizeof(float));
+    float *staging = NULL;
+    long long staging_size = 0;
+    int rc = 0;
+    for (int i = 0; i < model->table.count && rc == 0; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        float *dst = host + e->offset;
+        if (!strcmp(e->name, "score.weight")) {
+            // A reward model or critic: HF sequence classifiers call it score.weight,
+            // DeepSpeed-Chat checkpoints v_head.weight.
+            const char *found = NULL;
+            if (src.format == FORMAT_HF) {
+                if (safetensors_find(src.safetensors, "score.weight")) found = "score.weight";
+                else if (safetensors_find(src.safetensors, "v_head.weight")) found = "v_head.weight";
+            }
+            if (!found) {
+                if (options->require_value_head) {
+                    rc = err_set("model has no value head ('score.weight' or 'v_head.weight'); is it a reward model? (%s)", path);
+                    break;
+                }
+                init_value_head(dst, cfg.hidden_size, options->seed);
+                continue;
+            }
+            long long dims[2] = {1, cfg.hidden_size};
+            rc = safetensors_load_f32(src.safetensors, found, 2, dims, dst);
+            continue;
+        }
+        TensorMap map;
+        map_entry(&src, &cfg, e, &map);
+        if (src.format == FORMAT_HF && !strcmp(e->name, "lm_head.weight") &&
+            !safetensors_find(src.safetensors, "lm_head.weight")) {
+            rc = err_set("untied model has no tensor 'lm_head.weight' (%s)", path);
+            break;
+        }
+        long long n = source_numel(&map);
+        if (map.kind == MAP_COPY && n == e->numel) {
+            rc = source_read(&src, &map, dst);
+            continue;
+        }
+        if (n > staging_size) {
+            free(staging);
+            staging = xmalloc((size_t)n * sizeof(float));
+            staging_size = n;
+        }
+        rc = source_read(&src, &map, staging);
+        if (rc == 0) apply_map(&map, e, staging, dst);
+    }
+    free(staging);
+    if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
+    else safetensors_close(src.safetensors);
+    if (!on_host) {
+        if (rc == 0) ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
+        free(host);
+    }
+    if (rc != 0) model_free(model);
+    return rc;
+}
+
+int model_read_named_tensors(const Model *model, const char *path, const char *name_prefix, float *dst) {
+    const ModelConfig *cfg = &model->config;
+    WeightSource src = {.path = path, .format = FORMAT_HF, .gpt2_prefix = ""};
+    if (safetensors_open(path, &src.safetensors) != 0) return -1;
+    char probe[256];
+    snprintf(probe, sizeof probe, "%stransformer.wte.weight", name_prefix);
+    if (cfg->family == FAMILY_GPT2 && safetensors_find(src.safetensors, probe)) src.gpt2_prefix = "transformer.";
+    float *staging = NULL;
+    int rc = 0;
+    for (int i = 0; i < model->table.count && rc == 0; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        TensorMap map;
+        if (!strcmp(e->name, "score.weight")) {
+            memset(&map, 0, sizeof map);
+            snprintf(map.source, sizeof map.source, "value_head.weight");
+            set_shape(&map, 1, cfg->hidden_size);
+        } else {
+            map_entry(&src, cfg, e, &map);
+        }
+        char prefixed[sizeof map.source];
+        snprintf(prefixed, sizeof prefixed, "%s%s", name_prefix, map.source);
+        memcpy(map.source, prefixed, sizeof prefixed);
+        staging = xrealloc(staging, (size_t)source_numel(&map) * sizeof(float));
+        rc = source_read(&src, &map, staging);
+        if (rc == 0) apply_map(&map, e, staging, dst + e->offset);
+    }
+    free(staging);
+    safetensors_close(src.safetensors);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// Saving
+
+static const char *tokenizer_files[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt", "tokenizer.model", "added_tokens.json", "generation_config.json",
+};
+
+static int copy_file(const char *from, const char *to) {
+    char *data = NULL;
+    size_t size = 0;
+    if (fs_read_file(from, (size_t)1 << 31, &data, &size) != 0) return -1;
+    int rc = fs_write_file_atomic(to, data, size);
+    free(data);
+    return rc;
+}
+
+// The tensors of the saved file, in the file's own names and layouts.
+typedef struct {
+    SafetensorsWriteTensor *tensors;
+    float **owned; // buffers to free
+    int count, capacity;
+} SaveList;
+
+static void save_list_add(SaveList *list, const char *name, int ndim, long long rows, long long cols,
+                          const float *data, float *owned) {
+    if (list->count == list->capacity) {
+        list->capacity = list->capacity ? 2 * list->capacity : 64;
+        list->tensors = xrealloc(list->tensors, (size_t)list->capacity * sizeof *list->tensors);
+        list->owned = xrealloc(list->owned, (size_t)list->capacity * sizeof *list->owned);
+    }
+    SafetensorsWriteTensor *t = &list->tensors[list->count];
+    memset(t, 0, sizeof *t);
+    t->name = xstrdup(name);
+    t->dtype = SAFETENSORS_F32;
+    t->ndim = ndim;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->data = data;
+    list->owned[list->count] = owned;
+    list->count++;
+}
+
+static void save_list_free(SaveList *list) {
+    for (int i = 0; i < list->count; i++) {
+        free((char *)list->tensors[i].name);
+        free(list->owned[i]);
+    }
+    free(list->tensors);
+    free(list->owned);
+}
+
+static void build_gpt2_save_list(const Model *model, const float *params, bool classifier, SaveList *list) {
+    const ModelConfig *cfg = &model->config;
+    const long C = cfg->hidden_size;
+    const char *prefix = "transformer.";
+    char name[160];
+    const ModelTensors *w = &model->weights;
+    // Views of the host copy of the parameters.
+    ModelTensors host = {0};
+    param_views_bind(&host, &model->table, (float *)params, cfg->num_layers);
+    (void)w;
+    snprintf(name, sizeof name, "%swte.weight", prefix);
+    save_list_add(list, name, 2, cfg->vocab_size, C, host.tok_emb, NULL);
+    snprintf(name, sizeof name, "%swpe.weight", prefix);
+    save_list_add(list, name, 2, cfg->max_position_embeddings, C, host.pos_emb, NULL);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const LayerTensors *lt = &host.layers[l];
+        const long I = cfg->intermediate_size;
+#define NAME(fmt) (snprintf(name, sizeof name, "%sh.%d." fmt, prefix, l), name)
+        save_list_add(list, NAME("ln_1.weight"), 1, C, 0, lt->attn_norm_w, NULL);
+        save_list_add(list, NAME("ln_1.bias"), 1, C, 0, lt->attn_norm_b, NULL);
+        float *c_attn = xmalloc((size_t)C * 3 * C * sizeof(float));
+        const float *parts[3] = {lt->q_w, lt->k_w, lt->v_w};
+        for (int p = 0; p < 3; p++)
+            for (long o = 0; o < C; o++)
+                for (long i = 0; i < C; i++) c_attn[i * 3 * C + p * C + o] = parts[p][o * C + i];
+        save_list_add(list, NAME("attn.c_attn.weight"), 2, C, 3 * C, c_attn, c_attn);
+        float *c_attn_bias = xmalloc((size_t)3 * C * sizeof(float));
+        memcpy(c_attn_bias, lt->q_b, C * sizeof(float));
+        memcpy(c_attn_bias + C, lt->k_b, C * sizeof(float));
+        memcpy(c_attn_bias + 2 * C, lt->v_b, C * sizeof(float));
+        save_list_add(list, NAME("attn.c_attn.bias"), 1, 3 * C, 0, c_attn_bias, c_attn_bias);
+        struct {
+            const char *fmt;
+            const float *w;
+            long rows, cols;
+        } transposed[] = {
+            {"attn.c_proj.weight", lt->o_w, C, C},
+            {"mlp.c_fc.weight", lt->up_w, I, C},
+            {"mlp.c_proj.weight", lt->down_w, C, I},
+        };
+        for (int t = 0; t < 3; t++) {
+            long rows = transposed[t].rows, cols = transposed[t].cols;
+            float *out = xmalloc((size_t)rows * cols * sizeof(float));
+            for (long r = 0; r < rows; r++)
+                for (long c = 0; c < cols; c++) out[c * rows + r] = transposed[t].w[r * cols + c];
+            snprintf(name, sizeof name, "%sh.%d.%s", prefix, l, transposed[t].fmt);
+            save_list_add(list, name, 2, cols, rows, out, out);
+        }
+        save_list_add(list, NAME("attn.c_proj.bias"), 1, C, 0, lt->o_b, NULL);
+        save_list_add(list, NAME("ln_2.weight"), 1, C, 0, lt->mlp_norm_w, NULL);
+        save_list_add(list, NAME("ln_2.bias"), 1, C, 0, lt->mlp_norm_b, NULL);
+        save_list_add(list, NAME("mlp.c_fc.bias"), 1, I, 0, lt->up_b, NULL);
+        save_list_add(list, NAME("mlp.c_proj.bias"), 1, C, 0, lt->down_b, NULL);
+#undef NAME
+    }
+    snprintf(name, sizeof name, "%sln_f.weight", prefix);
+    save_list_add(list, name, 1, C, 0, host.final_norm_w, NULL);
+    snprintf(name, sizeof name, "%sln_f.bias", prefix);
+    save_list_add(list, name, 1, C, 0, host.final_norm_b, NULL);
+    if (host.lm_head) save_list_add(list, "lm_head.weight", 2, cfg->vocab_size, C, host.lm_head, NULL);
+    if (host.value_head) save_list_add(list, "score.weight", 2, 1, C, host.value_head, NULL);
+    (void)classifier;
+    param_views_free(&host);
+}
+
+int model_save_hf(const Model *model, const char *dir, const char *tokenizer_source) {
+    const ModelConfig *cfg = &model->config;
+    bool classifier = model->has_value_head && !model->has_lm_head;
+    const bool on_host = model->ops == &ops_cpu;
+    float *params = model->params;
+    if (!on_host) {
+        params = xmalloc((size_t)model->table.total * sizeof(float));
+        model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+    }
+    SaveList list = {0};
+    if (cfg->family == FAMILY_GPT2) {
+        build_gpt2_save_list(model, params, classifier, &list);
+    } else {
+        for (int i = 0; i < model->table.count; i++) {
+            const ParamEntry *e = &model->table.entries[i];
+            save_list_add(&list, e->name, e->ndim, e->shape[0], e->shape[1], params + e->offset, NULL);
+        }
+    }
+
+    FsAtomicDir out;
+    int rc = fs_atomic_dir_begin(&out, dir);
+    if (rc == 0) {
+        char *weights_path = fs_join(out.tmp_path, "model.safetensors");
+        char *config_path = fs_join(out.tmp_path, "config.json");
+        const char *architecture = classifier ? config_hf_sequence_classification_architecture(cfg->family)
+                                              : config_hf_causal_lm_architecture(cfg->family);
+        rc = safetensors_write(weights_path, list.tensors, list.count, NULL);
+        if (rc == 0) rc = config_write_hf_json(cfg, config_path, architecture);
+        for (size_t i = 0; rc == 0 && tokenizer_source && i < sizeof tokenizer_files / sizeof tokenizer_files[0]; i++) {
+            char *from = fs_join(tokenizer_source, tokenizer_files[i]);
+            if (fs_is_file(from)) {
+                char *to = fs_join(out.tmp_path, tokenizer_files[i]);
+                rc = copy_file(from, to);
+                free(to);
+            }
+            free(from);
+        }
+        free(weights_path);
+        free(config_path);
+        if (rc == 0) rc = fs_atomic_dir_commit(&out);
+        else fs_atomic_dir_abort(&out);
+    }
+    save_list_free(&list);
+    if (!on_host) free(params);
+    return rc;
+}

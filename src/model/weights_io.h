@@ -1,0 +1,47 @@
+// Loading a model from a Hugging Face folder or a GGUF file, and saving it as a
+// Hugging Face folder that transformers loads with the same logits.
+//
+// Inside marlhf every family uses the parameter names and layouts of model/params.h.
+// The differences of each file format are handled here, and only here:
+//   - GPT-2 (HF): Conv1D weights are [in, out] and q/k/v are one fused c_attn tensor;
+//     names start with "transformer." (or nothing, in the original OpenAI upload).
+//   - GGUF (llama.cpp): its own tensor names; Llama's q/k rows are permuted for
+//     llama.cpp's interleaved rotary layout; Gemma's norm weights are stored as 1 + w;
+//     tensors may be quantized (dequantized to f32 here).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct {
+    bool with_lm_head;       // keep the LM head (actor, reference, SFT)
+    bool with_value_head;    // add a value head (reward model, critic)
+    bool require_value_head; // the file must hold one ("score.weight" or "v_head.weight")
+    uint64_t seed;           // initialises a value head the file does not have
+} ModelLoadOptions;
+
+// Loads `path` (a folder with config.json + safetensors, or a .gguf file) onto `ops`.
+// Returns 0, or -1 with err_set() naming the file and the field or tensor at fault.
+int model_load(Model *model, const char *path, const OpsBackend *ops,
+               const ModelLoadOptions *options);
+
+// Reads only the config of `path` (folder or .gguf).
+int model_read_config(ModelConfig *cfg, const char *path);
+
+// Writes `model` as a Hugging Face folder at `dir` (config.json, model.safetensors,
+// and the tokenizer files found in `tokenizer_source`, a folder, if not NULL).
+// The folder appears complete or not at all; an existing folder is replaced only
+// once the new one is fully written. A model with a value head and no LM head is
+// written as *ForSequenceClassification (score.weight), which is how transformers
+// loads a reward model.
+int model_save_hf(const Model *model, const char *dir, const char *tokenizer_source);
+
+// Reads tensors named <name_prefix><file name of each parameter> from the safetensors
+// file `path` into `dst` (laid out like model->params), mapping layouts as loading does.
+// The value head is read from "<name_prefix>value_head.weight". Used by the tests to
+// compare gradients and optimizer results with PyTorch references.
+int model_read_named_tensors(const Model *model, const char *path, const char *name_prefix, float *dst);
+
+// True if `path` names a GGUF file (by its magic bytes).
+bool path_is_gguf(const char *path);

@@ -1,0 +1,64 @@
+// The CPU backend's function table, memory helpers and elementwise ops.
+#include <string.h>
+
+#include "core/check.h"
+#include "ops/cpu/ops_cpu.h"
+#include "ops/ops.h"
+
+static void *cpu_alloc(size_t bytes) { return xaligned_alloc(bytes); }
+static void cpu_free(void *ptr) { free(ptr); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void cpu_fill_zero(float *x, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) x[i] = 0.0f;
+}
+
+static void cpu_add(float *out, const float *a, const float *b, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_accumulate(float *acc, const float *x, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) acc[i] += x[i];
+}
+
+const OpsBackend ops_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .fill_zero = cpu_fill_zero,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .glu_forward = cpu_glu_forward,
+    .glu_backward = cpu_glu_backward,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .logprob_forward = cpu_logprob_forward,
+    .logprob_backward = cpu_logprob_backward,
+    .value_head_forward = cpu_value_head_forward,
+    .value_head_backward = cpu_value_head_backward,
+    .adamw_update = cpu_adamw_update,
+    .sum_squares = cpu_sum_squares,
+};
+
+const OpsBackend *ops_backend_by_name(const char *name) {
+    if (strcmp(name, "cpu") == 0) return &ops_cpu;
+    err_set("device '%s' is not available in this build (--device); built-in: cpu", name);
+    return NULL;
+}

@@ -1,0 +1,35 @@
+// Linear layers through OpenBLAS sgemm. These calls are made outside any OpenMP
+// parallel region so that OpenBLAS (the OpenMP build) uses all threads itself.
+#include <cblas.h>
+
+#include "ops/cpu/ops_cpu.h"
+
+void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                        int N, int IC, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
+                0.0f, out, OC);
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++)
+            for (int o = 0; o < OC; o++) out[(long)i * OC + o] += bias[o];
+    }
+}
+
+void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int IC, int OC) {
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
+                    weight, IC, 1.0f, dinp, IC);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    1.0f, dweight, IC);
+    if (dbias) {
+        const int block = 16;
+#pragma omp parallel for schedule(static)
+        for (int o0 = 0; o0 < OC; o0 += block) {
+            int o1 = o0 + block < OC ? o0 + block : OC;
+            for (int i = 0; i < N; i++)
+                for (int o = o0; o < o1; o++) dbias[o] += dout[(long)i * OC + o];
+        }
+    }
+}

@@ -1,0 +1,64 @@
+// The CPU backend's kernels (OpenBLAS sgemm + OpenMP loops). The model never calls these
+// directly: it goes through the OpsBackend table `ops_cpu` (ops/ops.h), whose comments
+// document each function's contract.
+//
+// Determinism: every loop is partitioned so that each output element is computed by one
+// thread in a fixed order; reductions over rows (bias, norm-weight and embedding
+// gradients) are parallel over columns and sequential over rows. Results therefore do not
+// depend on the number of threads, except through OpenBLAS's own partitioning.
+#pragma once
+#include <stdbool.h>
+
+void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
+                           const float *tok_emb, const float *pos_emb, int N, int C, float scale);
+void cpu_embedding_backward(float *d_tok_emb, float *d_pos_emb, const float *dout,
+                            const int *tokens, const int *positions, int N, int C, float scale);
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                         int C, float eps, bool weight_plus_one);
+void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, const float *rstd, int N, int C,
+                          bool weight_plus_one);
+
+void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                        int N, int IC, int OC);
+void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int IC, int OC);
+
+void cpu_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
+                      float theta);
+void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
+                       float theta);
+
+void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
+                           const float *v, const int *row_start, int B, int T, int n_heads,
+                           int n_kv_heads, int head_dim);
+void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                            const float *probs, const float *q, const float *k, const float *v,
+                            const int *row_start, int B, int T, int n_heads, int n_kv_heads,
+                            int head_dim);
+
+void cpu_gelu_forward(float *out, const float *inp, long n);
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+void cpu_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu);
+void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                      const float *up, long n, bool gelu);
+
+void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
+                         const float *logits, const int *targets, int N, int V);
+void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
+                          const int *targets, const float *lse, int N, int V);
+void cpu_value_head_forward(float *values, const float *hidden, const float *weight, int N,
+                            int C);
+void cpu_value_head_backward(float *dhidden, float *dweight, const float *dvalues,
+                             const float *hidden, const float *weight, int N, int C);
+
+void cpu_adamw_update(float *params, const float *grads, float *m, float *v, long n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay,
+                      float bias_correction1, float bias_correction2, float grad_scale);
+double cpu_sum_squares(const float *x, long n);

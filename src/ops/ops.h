@@ -1,0 +1,125 @@
+// Backend-neutral kernel signatures.
+//
+// Every op the transformer, the sampler and the losses use is a function pointer in
+// OpsBackend, so the model code (model/transformer.c) runs unchanged on the CPU
+// (ops/cpu) or, later, on a GPU (ops/cuda). Pointers passed to an op live in the
+// backend's memory (host memory for the CPU backend).
+//
+// Conventions, shared by every backend:
+//  - Shapes are row-major. N is the number of token rows (B*T), C the hidden size.
+//  - A linear layer's weight is [out_features, in_features] (PyTorch nn.Linear layout);
+//    model IO converts other layouts (GPT-2's Conv1D) at the file boundary.
+//  - Backward functions ACCUMULATE (+=) into every gradient they write, inputs and
+//    parameters alike, so residual branches and gradient accumulation need no copies.
+//    The caller zeroes gradient buffers when a fresh gradient is wanted.
+//  - Ragged batches: row b holds its real tokens at positions
+//    [row_start[b], row_start[b] + row_len[b]) of its T slots; other slots are padding.
+//    A query attends to keys j with row_start[b] <= j <= t. Padding slots produce
+//    finite values that never reach a real slot, and get zero gradient as long as the
+//    loss weights at padding are zero.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct OpsBackend {
+    const char *name;
+
+    // ---- memory ----
+    void *(*alloc)(size_t bytes); // zero-filled
+    void (*free)(void *ptr);
+    void (*copy_to_device)(void *dst, const void *src, size_t bytes);
+    void (*copy_to_host)(void *dst, const void *src, size_t bytes);
+    void (*fill_zero)(float *x, long n);
+
+    // ---- embeddings ----
+    // out[i] = scale * tok_emb[tokens[i]] (+ pos_emb[positions[i]] if pos_emb != NULL)
+    void (*embedding_forward)(float *out, const int *tokens, const int *positions,
+                              const float *tok_emb, const float *pos_emb, int N, int C,
+                              float scale);
+    void (*embedding_backward)(float *d_tok_emb, float *d_pos_emb, const float *dout,
+                               const int *tokens, const int *positions, int N, int C,
+                               float scale);
+
+    // ---- normalisation ----
+    // LayerNorm: out = (x - mean) * rstd * w + b. Saves mean and rstd per row.
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    // RMSNorm: out = x * rstd * (w or 1 + w). Saves rstd per row.
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
+                            int N, int C, float eps, bool weight_plus_one);
+    void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C,
+                             bool weight_plus_one);
+
+    // ---- linear layers ----
+    // out[N, OC] = inp[N, IC] . weight[OC, IC]^T (+ bias[OC])
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int IC, int OC);
+    // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
+    // Any of dinp, dweight, dbias may be NULL (not wanted).
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC);
+
+    // ---- rotary positions (Hugging Face "rotate half" convention) ----
+    // x is [N, n_heads * head_dim]; rotated in place by the angle of positions[i].
+    void (*rope_forward)(float *x, const int *positions, int N, int n_heads, int head_dim,
+                         float theta);
+    // The backward of a rotation is the inverse rotation, applied in place to dx.
+    void (*rope_backward)(float *dx, const int *positions, int N, int n_heads, int head_dim,
+                          float theta);
+
+    // ---- attention (causal, padding-aware, GQA) ----
+    // q: [B*T, n_heads*hd]; k, v: [B*T, n_kv_heads*hd]; out: [B*T, n_heads*hd];
+    // probs: [B, n_heads, T, T] softmax probabilities, saved for backward.
+    void (*attention_forward)(float *out, float *probs, const float *q, const float *k,
+                              const float *v, const int *row_start, int B, int T, int n_heads,
+                              int n_kv_heads, int head_dim);
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+                               const float *probs, const float *q, const float *k,
+                               const float *v, const int *row_start, int B, int T, int n_heads,
+                               int n_kv_heads, int head_dim);
+
+    // ---- activations ----
+    void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);
+    // out = act(gate) * up, act = silu (SwiGLU) or gelu_tanh (GeGLU)
+    void (*glu_forward)(float *out, const float *gate, const float *up, long n, bool gelu);
+    void (*glu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, long n, bool gelu);
+
+    // ---- elementwise ----
+    void (*add)(float *out, const float *a, const float *b, long n); // out = a + b
+    void (*accumulate)(float *acc, const float *x, long n);         // acc += x
+
+    // ---- heads ----
+    // For each row i: lse[i] = logsumexp(logits[i]); logp[i] = logits[i][targets[i]] - lse
+    // (0 when targets[i] < 0); top1[i] = argmax (optional); entropy[i] (optional).
+    void (*logprob_forward)(float *logp, float *lse, int *top1, float *entropy,
+                            const float *logits, const int *targets, int N, int V);
+    // Overwrites logits with d(loss)/d(logits) where loss = sum_i dlogp[i]*logp[i]
+    // + dentropy[i]*entropy[i] (either may be NULL).
+    void (*logprob_backward)(float *logits_to_dlogits, const float *dlogp,
+                             const float *dentropy, const int *targets, const float *lse,
+                             int N, int V);
+    // values[i] = hidden[i] . weight (value head: Linear(C, 1), no bias)
+    void (*value_head_forward)(float *values, const float *hidden, const float *weight, int N,
+                               int C);
+    void (*value_head_backward)(float *dhidden, float *dweight, const float *dvalues,
+                                const float *hidden, const float *weight, int N, int C);
+
+    // ---- optimiser ----
+    // One AdamW step over n contiguous parameters (decoupled weight decay).
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, long n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float bias_correction1, float bias_correction2, float grad_scale);
+    // Sum of squares of x in double precision, accumulated in a fixed order.
+    double (*sum_squares)(const float *x, long n);
+} OpsBackend;
+
+extern const OpsBackend ops_cpu;
+
+// The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in.
+const OpsBackend *ops_backend_by_name(const char *name);

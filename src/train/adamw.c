@@ -1,0 +1,49 @@
+#include "train/adamw.h"
+
+#include <math.h>
+#include <string.h>
+
+AdamWConfig adamw_default_config(float weight_decay) {
+    return (AdamWConfig){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = weight_decay};
+}
+
+void adamw_init(AdamW *opt, const Model *model, AdamWConfig config) {
+    memset(opt, 0, sizeof *opt);
+    opt->config = config;
+    opt->ops = model->ops;
+    opt->total = model->table.total;
+    opt->m = model->ops->alloc((size_t)opt->total * sizeof(float));
+    opt->v = model->ops->alloc((size_t)opt->total * sizeof(float));
+}
+
+void adamw_free(AdamW *opt) {
+    if (opt->m) opt->ops->free(opt->m);
+    if (opt->v) opt->ops->free(opt->v);
+    memset(opt, 0, sizeof *opt);
+}
+
+void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
+    const AdamWConfig *c = &opt->config;
+    opt->step++;
+    float bias_correction1 = 1.0f - powf(c->beta1, (float)opt->step);
+    float bias_correction2 = 1.0f - powf(c->beta2, (float)opt->step);
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        long o = e->offset;
+        model->ops->adamw_update(model->params + o, model->grads + o, opt->m + o, opt->v + o,
+                                 e->numel, lr, c->beta1, c->beta2, c->eps,
+                                 e->decay ? c->weight_decay : 0.0f, bias_correction1,
+                                 bias_correction2, grad_scale);
+    }
+}
+
+double grad_global_norm(const Model *model) {
+    // Padding between table entries is always zero, so one pass over the buffer is exact.
+    return sqrt(model->ops->sum_squares(model->grads, model->table.total));
+}
+
+float grad_clip_coefficient(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    double coefficient = max_norm / (norm + 1e-6);
+    return coefficient < 1.0 ? (float)coefficient : 1.0f;
+}

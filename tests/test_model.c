@@ -1,0 +1,367 @@
+// The transformer engine against PyTorch (tools/make_model_fixtures.py).
+//
+// For tiny GPT-2, Llama (GQA, untied), Llama (MQA, tied), Qwen2 and Gemma models, the
+// references were computed by transformers in float64; marlhf computes in float32.
+// Tolerances (|got - want| <= atol + rtol*|want|):
+//   logits, log-probs, values ........ 1e-4 + 1e-4 relative
+//   loss ............................. 1e-5 relative
+//   every gradient ................... 1e-5 + 1e-3 relative, per tensor scaled by its
+//                                      largest reference magnitude (see check_buffer)
+//   10 AdamW steps: losses 1e-4 rel., grad norms 1e-3 rel., final weights 2e-3 abs.
+//                   (Adam divides by sqrt(v), which magnifies float32 noise in near-zero
+//                   gradients; the fixture README measures PyTorch float32 at 7e-4.)
+// Also: a ragged batch equals each row alone, left padding equals right padding,
+// gradient checkpointing gives bit-identical gradients, and gradient accumulation over
+// two micro-batches equals one batch.
+#include <stdint.h>
+
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "model/weights_io.h"
+#include "test.h"
+#include "train/adamw.h"
+#include "train/lr_schedule.h"
+
+static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "qwen2", "gemma"};
+
+typedef struct {
+    char dir[256], reference[300];
+    SafetensorsSet *ref;
+    int B, T, V;
+    int *tokens, *targets, *row_len;
+    int valid_targets;
+} Fixture;
+
+static float *read_floats(const Fixture *f, const char *name, long long *count) {
+    const SafetensorsTensor *t = safetensors_find(f->ref, name);
+    CHECK(t, "fixture %s has no tensor %s", f->reference, name);
+    float *out = xmalloc((size_t)t->count * sizeof(float));
+    CHECK(safetensors_read_f32(t, out, t->count) == 0, "%s", err_msg());
+    if (count) *count = t->count;
+    return out;
+}
+
+static void fixture_open(Fixture *f, const char *name) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "tests/fixtures/models/%s", name);
+    snprintf(f->reference, sizeof f->reference, "%s/reference.safetensors", f->dir);
+    CHECK(safetensors_open(f->reference, &f->ref) == 0, "%s", err_msg());
+    const SafetensorsTensor *ids = safetensors_find(f->ref, "input_ids");
+    const SafetensorsTensor *lengths = safetensors_find(f->ref, "lengths");
+    const SafetensorsTensor *logits = safetensors_find(f->ref, "logits");
+    CHECK(ids && lengths && logits, "fixture %s is incomplete", f->reference);
+    f->B = (int)ids->shape[0];
+    f->T = (int)ids->shape[1];
+    f->V = (int)logits->shape[2];
+    int64_t *ids64 = xmalloc((size_t)ids->count * sizeof(int64_t));
+    int64_t *len64 = xmalloc((size_t)lengths->count * sizeof(int64_t));
+    CHECK(safetensors_read_i64(ids, ids64, ids->count) == 0, "%s", err_msg());
+    CHECK(safetensors_read_i64(lengths, len64, lengths->count) == 0, "%s", err_msg());
+    long N = (long)f->B * f->T;
+    f->tokens = xmalloc(N * sizeof(int));
+    f->targets = xmalloc(N * sizeof(int));
+    f->row_len = xmalloc(f->B * sizeof(int));
+    for (long i = 0; i < N; i++) f->tokens[i] = (int)ids64[i];
+    for (int b = 0; b < f->B; b++) {
+        f->row_len[b] = (int)len64[b];
+        for (int t = 0; t < f->T; t++) {
+            bool valid = t + 1 < f->row_len[b];
+            f->targets[(long)b * f->T + t] = valid ? f->tokens[(long)b * f->T + t + 1] : -1;
+            f->valid_targets += valid;
+        }
+    }
+    free(ids64);
+    free(len64);
+}
+
+static void fixture_close(Fixture *f) {
+    safetensors_close(f->ref);
+    free(f->tokens), free(f->targets), free(f->row_len);
+}
+
+static void load_model(Model *model, const Fixture *f, bool value_head) {
+    ModelLoadOptions options = {.with_lm_head = true, .with_value_head = value_head};
+    CHECK(model_load(model, f->dir, &ops_cpu, &options) == 0, "%s", err_msg());
+}
+
+// loss = -mean log p over valid targets; returns the loss and fills dlogp.
+static double causal_lm_loss(Model *model, const Fixture *f, float *dlogp) {
+    long N = (long)f->B * f->T;
+    float *logp = xmalloc(N * sizeof(float));
+    model_logprobs(model, f->targets, logp, NULL, NULL);
+    double loss = 0;
+    for (long i = 0; i < N; i++) {
+        if (f->targets[i] >= 0) loss -= logp[i];
+        if (dlogp) dlogp[i] = f->targets[i] >= 0 ? -1.0f / f->valid_targets : 0.0f;
+    }
+    free(logp);
+    return loss / f->valid_targets;
+}
+
+// Compares each parameter tensor of `got` with `want` (both laid out like the table).
+// Tolerance per tensor: atol_scale * S + rtol * |want|, S = max|want| over the tensor, but at
+// least 1e-3 x the largest gradient of the model: tensors whose true gradient is zero (the
+// key bias, which softmax ignores) only carry float32 rounding noise.
+static void check_buffer(const Model *model, const float *got, const float *want, double atol_scale,
+                         double rtol, const char *what, const char *fixture) {
+    double global_scale = 0;
+    for (long j = 0; j < model->table.total; j++)
+        if (fabs(want[j]) > global_scale) global_scale = fabs(want[j]);
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        double scale = 1e-3 * global_scale;
+        for (long j = 0; j < e->numel; j++)
+            if (fabs(want[e->offset + j]) > scale) scale = fabs(want[e->offset + j]);
+        double ratio = test_worst_ratio(got + e->offset, want + e->offset, e->numel, atol_scale * scale, rtol);
+        if (!(ratio <= 1.0)) {
+            fprintf(stderr, "  %s %s %s: worst error is %.3g x tolerance\n", fixture, what, e->name, ratio);
+            test_current_failures++;
+        }
+    }
+}
+
+static void test_logits_loss_and_gradients(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        model_enable_grad(&model);
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        model_forward(&model, &batch);
+
+        float *want_logits = read_floats(&f, "logits", NULL);
+        float *row = xmalloc(f.V * sizeof(float));
+        double worst = 0;
+        for (int b = 0; b < f.B; b++)
+            for (int t = 0; t < f.row_len[b]; t++) {
+                long i = (long)b * f.T + t;
+                model_logits_row(&model, (int)i, row);
+                double r = test_worst_ratio(row, want_logits + i * f.V, f.V, 1e-4, 1e-4);
+                if (r > worst) worst = r;
+            }
+        EXPECT(worst <= 1.0, "%s logits: worst error %.3g x tolerance", fixture_names[k], worst);
+
+        long N = (long)f.B * f.T;
+        float *dlogp = xmalloc(N * sizeof(float));
+        double loss = causal_lm_loss(&model, &f, dlogp);
+        float *want_loss = read_floats(&f, "loss", NULL);
+        EXPECT_CLOSE(loss, want_loss[0], 0, 1e-5, fixture_names[k]);
+
+        model_zero_grad(&model);
+        model_backward(&model, dlogp, NULL, NULL);
+        float *want_grads = xcalloc(model.table.total, sizeof(float));
+        CHECK(model_read_named_tensors(&model, f.reference, "grad.", want_grads) == 0, "%s", err_msg());
+        check_buffer(&model, model.grads, want_grads, 1e-5, 1e-3, "grad", fixture_names[k]);
+
+        free(want_logits), free(row), free(dlogp), free(want_loss), free(want_grads);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+static void test_value_head(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, true);
+        model_enable_grad(&model);
+        float *value_head = read_floats(&f, "value_head.weight", NULL);
+        memcpy(model.weights.value_head, value_head, model.config.hidden_size * sizeof(float));
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        model_forward(&model, &batch);
+        long N = (long)f.B * f.T;
+        float *values = xmalloc(N * sizeof(float));
+        model_values(&model, values);
+        float *want_values = read_floats(&f, "values", NULL);
+        float *dvalue = read_floats(&f, "dvalue", NULL);
+        for (int b = 0; b < f.B; b++)
+            for (int t = 0; t < f.row_len[b]; t++) {
+                long i = (long)b * f.T + t;
+                EXPECT_CLOSE(values[i], want_values[i], 1e-4, 1e-4, fixture_names[k]);
+            }
+        model_zero_grad(&model);
+        model_backward(&model, NULL, NULL, dvalue);
+        float *want_grads = xcalloc(model.table.total, sizeof(float));
+        CHECK(model_read_named_tensors(&model, f.reference, "vgrad.", want_grads) == 0, "%s", err_msg());
+        check_buffer(&model, model.grads, want_grads, 1e-5, 1e-3, "value grad", fixture_names[k]);
+        free(value_head), free(values), free(want_values), free(dvalue), free(want_grads);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+static void test_adamw_ten_steps(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        model_enable_grad(&model);
+        AdamW opt;
+        adamw_init(&opt, &model, (AdamWConfig){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f});
+        LrSchedule schedule = {.kind = LR_COSINE, .peak_lr = 1e-2f, .warmup_steps = 3, .total_steps = 10};
+        float *want_losses = read_floats(&f, "adamw_losses", NULL);
+        float *want_norms = read_floats(&f, "adamw_grad_norms", NULL);
+        float *want_lrs = read_floats(&f, "adamw_lrs", NULL);
+        long N = (long)f.B * f.T;
+        float *dlogp = xmalloc(N * sizeof(float));
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        for (int step = 0; step < 10; step++) {
+            model_forward(&model, &batch);
+            double loss = causal_lm_loss(&model, &f, dlogp);
+            model_zero_grad(&model);
+            model_backward(&model, dlogp, NULL, NULL);
+            double norm = grad_global_norm(&model);
+            float lr = lr_schedule_at(&schedule, step);
+            EXPECT_CLOSE(loss, want_losses[step], 0, 1e-4, "adamw loss");
+            EXPECT_CLOSE(norm, want_norms[step], 0, 1e-3, "adamw grad norm");
+            EXPECT_CLOSE(lr, want_lrs[step], 1e-9, 1e-6, "adamw lr");
+            adamw_step(&opt, &model, lr, grad_clip_coefficient(norm, 1.0f));
+        }
+        float *want_final = xcalloc(model.table.total, sizeof(float));
+        CHECK(model_read_named_tensors(&model, f.reference, "final.", want_final) == 0, "%s", err_msg());
+        double worst = test_max_abs_diff(model.params, want_final, model.table.total);
+        EXPECT(worst <= 2e-3, "%s final weights differ by %.3g", fixture_names[k], worst);
+        free(want_losses), free(want_norms), free(want_lrs), free(dlogp), free(want_final);
+        adamw_free(&opt);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+// Each row of the ragged batch, run alone (and left-padded), gives the same logits.
+static void test_padding_invariance(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        model_forward(&model, &batch);
+        long N = (long)f.B * f.T;
+        float *batched = xmalloc(N * f.V * sizeof(float));
+        for (long i = 0; i < N; i++) model_logits_row(&model, (int)i, batched + i * f.V);
+        float *alone = xmalloc(f.V * sizeof(float));
+        for (int b = 0; b < f.B; b++) {
+            int L = f.row_len[b];
+            ModelBatch one = {.B = 1, .T = L, .tokens = f.tokens + (long)b * f.T, .row_len = &L};
+            model_forward(&model, &one);
+            double worst = 0;
+            for (int t = 0; t < L; t++) {
+                model_logits_row(&model, t, alone);
+                double d = test_max_abs_diff(alone, batched + ((long)b * f.T + t) * f.V, f.V);
+                if (d > worst) worst = d;
+            }
+            EXPECT(worst <= 1e-5, "%s row %d alone differs from the batch by %.3g", fixture_names[k], b, worst);
+            // The same row left-padded by 5 slots of junk tokens.
+            int pad = 5, T = L + pad, start = pad;
+            int *tokens = xmalloc(T * sizeof(int));
+            for (int t = 0; t < pad; t++) tokens[t] = (t * 7 + 3) % f.V;
+            memcpy(tokens + pad, f.tokens + (long)b * f.T, L * sizeof(int));
+            ModelBatch left = {.B = 1, .T = T, .tokens = tokens, .row_start = &start, .row_len = &L};
+            model_forward(&model, &left);
+            worst = 0;
+            for (int t = 0; t < L; t++) {
+                model_logits_row(&model, pad + t, alone);
+                double d = test_max_abs_diff(alone, batched + ((long)b * f.T + t) * f.V, f.V);
+                if (d > worst) worst = d;
+            }
+            EXPECT(worst <= 1e-5, "%s row %d left-padded differs by %.3g", fixture_names[k], b, worst);
+            free(tokens);
+        }
+        free(batched), free(alone);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+static void run_gradients(Model *model, const Fixture *f, float *dlogp) {
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+    causal_lm_loss(model, f, dlogp);
+    model_zero_grad(model);
+    model_backward(model, dlogp, NULL, NULL);
+}
+
+static void test_recompute_is_exact(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model stored, recomputed;
+        load_model(&stored, &f, false);
+        load_model(&recomputed, &f, false);
+        recomputed.recompute = true;
+        model_enable_grad(&stored);
+        model_enable_grad(&recomputed);
+        float *dlogp = xmalloc((long)f.B * f.T * sizeof(float));
+        run_gradients(&stored, &f, dlogp);
+        run_gradients(&recomputed, &f, dlogp);
+        EXPECT(memcmp(stored.grads, recomputed.grads, stored.table.total * sizeof(float)) == 0,
+               "%s: gradient checkpointing changed the gradients", fixture_names[k]);
+        EXPECT(recomputed.acts.layers != NULL && !recomputed.acts.keep_all_layers, "recompute keeps one layer");
+        free(dlogp);
+        model_free(&stored), model_free(&recomputed);
+        fixture_close(&f);
+    }
+}
+
+// Rows {0} and {1, 2} as two micro-batches, gradients accumulated, equal one batch.
+static void test_gradient_accumulation(void) {
+    Fixture f;
+    fixture_open(&f, "llama");
+    Model model;
+    load_model(&model, &f, false);
+    model_enable_grad(&model);
+    long N = (long)f.B * f.T;
+    float *dlogp = xmalloc(N * sizeof(float));
+    run_gradients(&model, &f, dlogp);
+    float *full = xmalloc(model.table.total * sizeof(float));
+    memcpy(full, model.grads, model.table.total * sizeof(float));
+
+    model_zero_grad(&model);
+    int splits[2][2] = {{0, 1}, {1, 3}};
+    for (int s = 0; s < 2; s++) {
+        int first = splits[s][0], rows = splits[s][1] - first;
+        ModelBatch part = {.B = rows, .T = f.T, .tokens = f.tokens + (long)first * f.T, .row_len = f.row_len + first};
+        model_forward(&model, &part);
+        float *logp = xmalloc((long)rows * f.T * sizeof(float));
+        model_logprobs(&model, f.targets + (long)first * f.T, logp, NULL, NULL);
+        model_backward(&model, dlogp + (long)first * f.T, NULL, NULL); // same per-token weights
+        free(logp);
+    }
+    double worst = test_worst_ratio(model.grads, full, model.table.total, 1e-6, 1e-4);
+    EXPECT(worst <= 1.0, "accumulated gradients differ: %.3g x tolerance", worst);
+    free(dlogp), free(full);
+    model_free(&model);
+    fixture_close(&f);
+}
+
+static void test_param_table(void) {
+    Fixture f;
+    fixture_open(&f, "gpt2");
+    Model model;
+    load_model(&model, &f, true);
+    EXPECT(model_num_params(&model) == config_num_params(&model.config) + model.config.hidden_size,
+           "parameter count %ld vs config %lld", model_num_params(&model), config_num_params(&model.config));
+    const ParamEntry *wte = param_table_find(&model.table, "model.embed_tokens.weight");
+    const ParamEntry *qw = param_table_find(&model.table, "model.layers.0.self_attn.q_proj.weight");
+    const ParamEntry *ln = param_table_find(&model.table, "model.layers.1.input_layernorm.bias");
+    EXPECT(wte && !wte->decay, "embeddings are not decayed");
+    EXPECT(qw && qw->decay, "q_proj is decayed");
+    EXPECT(ln && !ln->decay, "norm bias is not decayed");
+    model_free(&model);
+    fixture_close(&f);
+}
+
+int main(void) {
+    RUN(test_param_table);
+    RUN(test_logits_loss_and_gradients);
+    RUN(test_value_head);
+    RUN(test_adamw_ten_steps);
+    RUN(test_padding_invariance);
+    RUN(test_recompute_is_exact);
+    RUN(test_gradient_accumulation);
+    TEST_EXIT();
+}

@@ -1,0 +1,278 @@
+// Finite-difference checks of every CPU op's backward.
+//
+// Each op's output is contracted with a fixed random tensor R, giving a scalar loss
+// L = sum(out * R) accumulated in double. The analytic gradient from the op's backward
+// (fed dout = R) is compared with central differences (L(x+h) - L(x-h)) / 2h at sampled
+// elements of every input. The kernels are float32, so h is 1e-2 and the tolerance is
+// 2e-3 absolute + 2e-2 relative: enough to catch any wrong term (those are O(1) errors),
+// with margin for float32 rounding in L.
+#include <stdint.h>
+
+#include "core/check.h"
+#include "ops/ops.h"
+#include "test.h"
+
+static uint64_t rng_state = 12345;
+static float uniform(float lo, float hi) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (hi - lo) * (float)((rng_state >> 40) / (double)(1ULL << 24));
+}
+static float *random_floats(long n, float lo, float hi) {
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) x[i] = uniform(lo, hi);
+    return x;
+}
+static double dot(const float *a, const float *b, long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef double (*LossFn)(void *ctx);
+
+// Compares analytic[i] with the central difference of loss() w.r.t. x[i] at up to
+// `samples` indices (all when n <= samples).
+static void check_gradient(const char *what, LossFn loss, void *ctx, float *x, long n,
+                           const float *analytic, int samples) {
+    const float h = 1e-2f;
+    int failures = 0;
+    for (int s = 0; s < (n < samples ? n : samples); s++) {
+        long i = n <= samples ? s : (long)(uniform(0, 1) * n) % n;
+        float saved = x[i];
+        x[i] = saved + h;
+        double plus = loss(ctx);
+        x[i] = saved - h;
+        double minus = loss(ctx);
+        x[i] = saved;
+        double numeric = (plus - minus) / (2.0 * h);
+        double tol = 2e-3 + 2e-2 * fabs(numeric);
+        if (!(fabs(numeric - analytic[i]) <= tol)) {
+            if (failures++ < 3)
+                fprintf(stderr, "  %s[%ld]: analytic %.6g, numeric %.6g\n", what, i,
+                        (double)analytic[i], numeric);
+            test_current_failures++;
+        }
+    }
+}
+
+// ---- matmul ----
+typedef struct { int N, IC, OC; float *inp, *w, *b, *out, *R; } MatmulCase;
+static double matmul_loss(void *p) {
+    MatmulCase *c = p;
+    ops_cpu.matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->IC, c->OC);
+    return dot(c->out, c->R, (long)c->N * c->OC);
+}
+static void test_matmul(void) {
+    MatmulCase c = {.N = 5, .IC = 7, .OC = 3};
+    c.inp = random_floats(c.N * c.IC, -1, 1);
+    c.w = random_floats(c.OC * c.IC, -1, 1);
+    c.b = random_floats(c.OC, -1, 1);
+    c.out = xcalloc(c.N * c.OC, sizeof(float));
+    c.R = random_floats(c.N * c.OC, -1, 1);
+    float *dinp = xcalloc(c.N * c.IC, 4), *dw = xcalloc(c.OC * c.IC, 4), *db = xcalloc(c.OC, 4);
+    ops_cpu.matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC);
+    check_gradient("matmul dinp", matmul_loss, &c, c.inp, c.N * c.IC, dinp, 100);
+    check_gradient("matmul dweight", matmul_loss, &c, c.w, c.OC * c.IC, dw, 100);
+    check_gradient("matmul dbias", matmul_loss, &c, c.b, c.OC, db, 100);
+    free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
+}
+
+// ---- layernorm / rmsnorm ----
+typedef struct { int N, C; bool rms, plus_one; float *inp, *w, *b, *out, *mean, *rstd, *R; } NormCase;
+static double norm_loss(void *p) {
+    NormCase *c = p;
+    if (c->rms) ops_cpu.rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, 1e-5f, c->plus_one);
+    else ops_cpu.layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, 1e-5f);
+    return dot(c->out, c->R, (long)c->N * c->C);
+}
+static void run_norm_case(bool rms, bool plus_one) {
+    NormCase c = {.N = 4, .C = 24, .rms = rms, .plus_one = plus_one};
+    c.inp = random_floats(c.N * c.C, -2, 2);
+    c.w = random_floats(c.C, 0.5, 1.5);
+    c.b = random_floats(c.C, -0.5, 0.5);
+    c.out = xcalloc(c.N * c.C, 4), c.mean = xcalloc(c.N, 4), c.rstd = xcalloc(c.N, 4);
+    c.R = random_floats(c.N * c.C, -1, 1);
+    norm_loss(&c);
+    float *dinp = xcalloc(c.N * c.C, 4), *dw = xcalloc(c.C, 4), *db = xcalloc(c.C, 4);
+    if (rms) ops_cpu.rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, c.N, c.C, plus_one);
+    else ops_cpu.layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    check_gradient("norm dinp", norm_loss, &c, c.inp, c.N * c.C, dinp, 100);
+    check_gradient("norm dweight", norm_loss, &c, c.w, c.C, dw, 100);
+    if (!rms) check_gradient("norm dbias", norm_loss, &c, c.b, c.C, db, 100);
+    free(c.inp), free(c.w), free(c.b), free(c.out), free(c.mean), free(c.rstd), free(c.R);
+    free(dinp), free(dw), free(db);
+}
+static void test_layernorm(void) { run_norm_case(false, false); }
+static void test_rmsnorm(void) { run_norm_case(true, false); }
+static void test_rmsnorm_plus_one(void) { run_norm_case(true, true); }
+
+// ---- rope ----
+typedef struct { int N, heads, hd; int *pos; float *x, *work, *R; } RopeCase;
+static double rope_loss(void *p) {
+    RopeCase *c = p;
+    long n = (long)c->N * c->heads * c->hd;
+    memcpy(c->work, c->x, n * sizeof(float));
+    ops_cpu.rope_forward(c->work, c->pos, c->N, c->heads, c->hd, 10000.0f);
+    return dot(c->work, c->R, n);
+}
+static void test_rope(void) {
+    RopeCase c = {.N = 6, .heads = 2, .hd = 8};
+    long n = (long)c.N * c.heads * c.hd;
+    int pos[6] = {0, 1, 2, 7, 30, 500};
+    c.pos = pos;
+    c.x = random_floats(n, -1, 1), c.work = xcalloc(n, 4), c.R = random_floats(n, -1, 1);
+    float *dx = xmalloc(n * sizeof(float));
+    memcpy(dx, c.R, n * sizeof(float));
+    ops_cpu.rope_backward(dx, c.pos, c.N, c.heads, c.hd, 10000.0f);
+    check_gradient("rope dx", rope_loss, &c, c.x, n, dx, 200);
+    free(c.x), free(c.work), free(c.R), free(dx);
+}
+
+// ---- attention (GQA, a left-padded row) ----
+typedef struct { int B, T, nh, nkv, hd; int *row_start; float *q, *k, *v, *out, *probs, *R; } AttnCase;
+static double attention_loss(void *p) {
+    AttnCase *c = p;
+    ops_cpu.attention_forward(c->out, c->probs, c->q, c->k, c->v, c->row_start, c->B, c->T,
+                              c->nh, c->nkv, c->hd);
+    return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
+}
+static void test_attention(void) {
+    AttnCase c = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 4};
+    int row_start[2] = {0, 2};
+    c.row_start = row_start;
+    long nq = (long)c.B * c.T * c.nh * c.hd, nkv = (long)c.B * c.T * c.nkv * c.hd;
+    c.q = random_floats(nq, -1, 1), c.k = random_floats(nkv, -1, 1), c.v = random_floats(nkv, -1, 1);
+    c.out = xcalloc(nq, 4), c.probs = xcalloc((long)c.B * c.nh * c.T * c.T, 4);
+    c.R = random_floats(nq, -1, 1);
+    // The loss only sees real query slots: padded queries have no keys.
+    for (int t = 0; t < row_start[1]; t++)
+        for (int j = 0; j < c.nh * c.hd; j++) c.R[((long)c.T + t) * c.nh * c.hd + j] = 0.0f;
+    attention_loss(&c);
+    float *dq = xcalloc(nq, 4), *dk = xcalloc(nkv, 4), *dv = xcalloc(nkv, 4);
+    ops_cpu.attention_backward(dq, dk, dv, c.R, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
+                               c.nh, c.nkv, c.hd);
+    check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
+    check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);
+    check_gradient("attention dv", attention_loss, &c, c.v, nkv, dv, 400);
+    // Probabilities of a real query sum to one over the keys it may see.
+    for (int t = row_start[1]; t < c.T; t++) {
+        double sum = 0;
+        for (int j = 0; j < c.T; j++) sum += c.probs[((long)(1 * c.nh + 0) * c.T + t) * c.T + j];
+        EXPECT_CLOSE(sum, 1.0, 1e-6, 0, "row of attention probabilities");
+        EXPECT(c.probs[((long)(1 * c.nh) * c.T + t) * c.T + 0] == 0.0f, "padding key got weight");
+    }
+    free(c.q), free(c.k), free(c.v), free(c.out), free(c.probs), free(c.R), free(dq), free(dk), free(dv);
+}
+
+// ---- activations ----
+typedef struct { long n; int kind; float *a, *b, *out, *R; } ActCase; // kind 0 gelu, 1 swiglu, 2 geglu
+static double activation_loss(void *p) {
+    ActCase *c = p;
+    if (c->kind == 0) ops_cpu.gelu_forward(c->out, c->a, c->n);
+    else ops_cpu.glu_forward(c->out, c->a, c->b, c->n, c->kind == 2);
+    return dot(c->out, c->R, c->n);
+}
+static void run_activation(int kind) {
+    ActCase c = {.n = 64, .kind = kind};
+    c.a = random_floats(c.n, -4, 4), c.b = random_floats(c.n, -2, 2);
+    c.out = xcalloc(c.n, 4), c.R = random_floats(c.n, -1, 1);
+    float *da = xcalloc(c.n, 4), *db = xcalloc(c.n, 4);
+    if (kind == 0) ops_cpu.gelu_backward(da, c.R, c.a, c.n);
+    else ops_cpu.glu_backward(da, db, c.R, c.a, c.b, c.n, kind == 2);
+    check_gradient("activation d(first input)", activation_loss, &c, c.a, c.n, da, 64);
+    if (kind) check_gradient("activation d(up)", activation_loss, &c, c.b, c.n, db, 64);
+    free(c.a), free(c.b), free(c.out), free(c.R), free(da), free(db);
+}
+static void test_gelu(void) { run_activation(0); }
+static void test_swiglu(void) { run_activation(1); }
+static void test_geglu(void) { run_activation(2); }
+
+// ---- embedding ----
+typedef struct { int N, C, V, P; int *tokens, *positions; float *tok, *pos, *out, *R; float scale; } EmbCase;
+static double embedding_loss(void *p) {
+    EmbCase *c = p;
+    ops_cpu.embedding_forward(c->out, c->tokens, c->positions, c->tok, c->pos, c->N, c->C, c->scale);
+    return dot(c->out, c->R, (long)c->N * c->C);
+}
+static void test_embedding(void) {
+    EmbCase c = {.N = 6, .C = 5, .V = 4, .P = 8, .scale = 1.7f};
+    int tokens[6] = {0, 3, 3, 1, 0, 3}, positions[6] = {0, 1, 2, 0, 1, 7};
+    c.tokens = tokens, c.positions = positions;
+    c.tok = random_floats(c.V * c.C, -1, 1), c.pos = random_floats(c.P * c.C, -1, 1);
+    c.out = xcalloc(c.N * c.C, 4), c.R = random_floats(c.N * c.C, -1, 1);
+    float *dtok = xcalloc(c.V * c.C, 4), *dpos = xcalloc(c.P * c.C, 4);
+    ops_cpu.embedding_backward(dtok, dpos, c.R, c.tokens, c.positions, c.N, c.C, c.scale);
+    check_gradient("embedding dtok", embedding_loss, &c, c.tok, c.V * c.C, dtok, 100);
+    check_gradient("embedding dpos", embedding_loss, &c, c.pos, c.P * c.C, dpos, 100);
+    free(c.tok), free(c.pos), free(c.out), free(c.R), free(dtok), free(dpos);
+}
+
+// ---- log-probs and entropy ----
+typedef struct { int N, V; int *targets; float *logits, *logp, *lse, *entropy, *Rl, *Re; } LogprobCase;
+static double logprob_loss(void *p) {
+    LogprobCase *c = p;
+    ops_cpu.logprob_forward(c->logp, c->lse, NULL, c->entropy, c->logits, c->targets, c->N, c->V);
+    return dot(c->logp, c->Rl, c->N) + dot(c->entropy, c->Re, c->N);
+}
+static void test_logprob(void) {
+    LogprobCase c = {.N = 4, .V = 11};
+    int targets[4] = {3, 0, 10, -1};
+    c.targets = targets;
+    c.logits = random_floats(c.N * c.V, -3, 3);
+    c.logp = xcalloc(c.N, 4), c.lse = xcalloc(c.N, 4), c.entropy = xcalloc(c.N, 4);
+    c.Rl = random_floats(c.N, -1, 1), c.Re = random_floats(c.N, -1, 1);
+    logprob_loss(&c);
+    EXPECT(c.logp[3] == 0.0f, "ignored target must give log-prob 0");
+    float *grad = xmalloc(c.N * c.V * sizeof(float));
+    memcpy(grad, c.logits, c.N * c.V * sizeof(float));
+    ops_cpu.logprob_backward(grad, c.Rl, c.Re, c.targets, c.lse, c.N, c.V);
+    check_gradient("logprob+entropy dlogits", logprob_loss, &c, c.logits, c.N * c.V, grad, 100);
+    free(c.logits), free(c.logp), free(c.lse), free(c.entropy), free(c.Rl), free(c.Re), free(grad);
+}
+
+// ---- value head ----
+typedef struct { int N, C; float *h, *w, *values, *R; } ValueCase;
+static double value_loss(void *p) {
+    ValueCase *c = p;
+    ops_cpu.value_head_forward(c->values, c->h, c->w, c->N, c->C);
+    return dot(c->values, c->R, c->N);
+}
+static void test_value_head(void) {
+    ValueCase c = {.N = 5, .C = 9};
+    c.h = random_floats(c.N * c.C, -1, 1), c.w = random_floats(c.C, -1, 1);
+    c.values = xcalloc(c.N, 4), c.R = random_floats(c.N, -1, 1);
+    float *dh = xcalloc(c.N * c.C, 4), *dw = xcalloc(c.C, 4);
+    ops_cpu.value_head_backward(dh, dw, c.R, c.h, c.w, c.N, c.C);
+    check_gradient("value head dhidden", value_loss, &c, c.h, c.N * c.C, dh, 100);
+    check_gradient("value head dweight", value_loss, &c, c.w, c.C, dw, 100);
+    free(c.h), free(c.w), free(c.values), free(c.R), free(dh), free(dw);
+}
+
+// ---- AdamW against a hand-computed step ----
+static void test_adamw_update(void) {
+    float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, -0.25f}, m[2] = {0}, v[2] = {0};
+    float lr = 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    ops_cpu.adamw_update(p, g, m, v, 2, lr, b1, b2, eps, wd, 1 - b1, 1 - b2, 1.0f);
+    // Step 1: m/bc1 = g, v/bc2 = g^2, so the update is lr * sign(g) (up to eps).
+    EXPECT_CLOSE(p[0], 1.0 * (1 - lr * wd) - lr, 1e-6, 0, "adamw p[0]");
+    EXPECT_CLOSE(p[1], -2.0 * (1 - lr * wd) + lr, 1e-6, 0, "adamw p[1]");
+    float x[3] = {3, 4, 12};
+    EXPECT_CLOSE(ops_cpu.sum_squares(x, 3), 169.0, 0, 0, "sum of squares");
+}
+
+int main(void) {
+    RUN(test_matmul);
+    RUN(test_layernorm);
+    RUN(test_rmsnorm);
+    RUN(test_rmsnorm_plus_one);
+    RUN(test_rope);
+    RUN(test_attention);
+    RUN(test_gelu);
+    RUN(test_swiglu);
+    RUN(test_geglu);
+    RUN(test_embedding);
+    RUN(test_logprob);
+    RUN(test_value_head);
+    RUN(test_adamw_update);
+    TEST_EXIT();
+}
