@@ -28,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test tests bench clean setup
+.PHONY: all test tests bench clean setup prerequisites demo
 all: $(BUILD)/marlhf
 
 $(BUILD)/libmarlhf.a: $(LIB_OBJ)
@@ -50,9 +50,20 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libmarlhf.a
 
 tests: $(BUILD)/marlhf $(TEST_BIN)
 
+# Debian packages (scripts/setup) and the SmolLM2 model the tests and demo use.
+prerequisites:
+	@scripts/setup
+	@scripts/fetch-model
+
 # The test command of the README. Runs every test binary; ends with "N passed, N failed".
-test: tests
+test: prerequisites
+	@$(MAKE) --no-print-directory tests SANITIZE=$(SANITIZE)
 	@BUILD=$(BUILD) tests/run.sh
+
+# The main job of the README (for now: convert SmolLM2 and score text with it).
+demo: prerequisites
+	@$(MAKE) --no-print-directory all
+	@scripts/demo
 
 bench: $(BUILD)/marlhf $(BENCH_BIN)
 

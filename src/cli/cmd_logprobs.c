@@ -5,7 +5,9 @@
 // Input  (JSONL): {"ids": [id0, id1, ...]}
 // Output (JSONL): {"logprobs": [log p(id1|id0), ..., log p(id_{n-1}|...)],
 //                  "top1": [argmax after id0, ..., argmax after id_{n-1}]}
+#include <errno.h>
 #include <jansson.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +87,13 @@ static void run_batch(Model *model, InputRow *rows, int count, FILE *out) {
     free(tokens), free(targets), free(row_len), free(top1), free(logp);
 }
 
+// The output is written to a temporary file renamed into place at the end, so a run that
+// fails half-way (bad input line) leaves an existing output file untouched.
+static char *pending_output_tmp;
+static void remove_pending_output(void) {
+    if (pending_output_tmp) unlink(pending_output_tmp);
+}
+
 int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
     long batch_size = 8, threads = 0;
@@ -110,8 +119,14 @@ int cmd_logprobs(int argc, char **argv) {
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();
-    FILE *out = strcmp(output, "-") == 0 ? stdout : fopen(output, "w");
-    if (!out) die_user("cannot write %s", output);
+    FILE *out = stdout;
+    if (strcmp(output, "-") != 0) {
+        pending_output_tmp = xmalloc(strlen(output) + 32);
+        sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
+        atexit(remove_pending_output);
+        out = fopen(pending_output_tmp, "w");
+        if (!out) die_user("cannot write %s: %s", output, strerror(errno));
+    }
 
     InputRow *rows = xcalloc((size_t)batch_size, sizeof(InputRow));
     int count = 0;
@@ -138,7 +153,12 @@ int cmd_logprobs(int argc, char **argv) {
     }
     free(rows);
     jsonl_close(&reader);
-    if (out != stdout && fclose(out) != 0) die_user("cannot write %s", output);
+    if (out != stdout) {
+        if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0)
+            die_user("cannot write %s: %s", output, strerror(errno));
+        free(pending_output_tmp);
+        pending_output_tmp = NULL;
+    }
     model_free(&model);
     return 0;
 }

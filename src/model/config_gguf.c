@@ -1,0 +1,103 @@
+#include "model/config_gguf.h"
+
+#include <limits.h>
+#include <string.h>
+
+#include "core/check.h"
+
+// "<arch>.<suffix>", the way llama.cpp names per-architecture keys.
+static void arch_key(char *key, size_t size, const char *arch, const char *suffix) {
+    snprintf(key, size, "%s.%s", arch, suffix);
+}
+
+static int get_int(const GgufFile *f, const char *key, int *out) {
+    uint32_t value;
+    if (gguf_get_u32(f, key, &value) < 0) return -1;
+    if (value > INT_MAX) return err_set("GGUF metadata key '%s' value %u is too large (%s)", key, value, f->path);
+    *out = (int)value;
+    return 0;
+}
+
+static int get_arch_int(const GgufFile *f, const char *arch, const char *suffix, int *out) {
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    return get_int(f, key, out);
+}
+
+// Leaves *out alone when the key is absent.
+static int get_optional_arch_int(const GgufFile *f, const char *arch, const char *suffix, int *out) {
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    return gguf_find(f, key) ? get_int(f, key, out) : 0;
+}
+
+// A token id, or -1 when the file names none.
+static int get_token_id(const GgufFile *f, const char *key, int *out) {
+    *out = -1;
+    return gguf_find(f, key) ? get_int(f, key, out) : 0;
+}
+
+static int read_vocab_size(const GgufFile *f, const char *arch, int *out) {
+    char key[128];
+    arch_key(key, sizeof key, arch, "vocab_size");
+    if (gguf_find(f, key)) return get_int(f, key, out);
+    if (!gguf_find(f, "tokenizer.ggml.tokens"))
+        return err_set("GGUF file has neither '%s' nor 'tokenizer.ggml.tokens', so no vocabulary size (%s)", key,
+                       f->path);
+    const GgufValue *tokens;
+    if (gguf_get_string_array(f, "tokenizer.ggml.tokens", &tokens) < 0) return -1;
+    if (gguf_array_count(tokens) > INT_MAX)
+        return err_set("GGUF tokenizer.ggml.tokens has too many entries (%s)", f->path);
+    *out = (int)gguf_array_count(tokens);
+    return 0;
+}
+
+static int read_norm_eps(const GgufFile *f, const char *arch, float *out) {
+    char rms_key[128], ln_key[128];
+    arch_key(rms_key, sizeof rms_key, arch, "attention.layer_norm_rms_epsilon");
+    arch_key(ln_key, sizeof ln_key, arch, "attention.layer_norm_epsilon");
+    if (gguf_find(f, rms_key)) return gguf_get_f32(f, rms_key, out);
+    if (gguf_find(f, ln_key)) return gguf_get_f32(f, ln_key, out);
+    return err_set("GGUF metadata key '%s' (or '%s') is missing (%s)", rms_key, ln_key, f->path);
+}
+
+int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
+    memset(cfg, 0, sizeof *cfg);
+    char *arch;
+    if (gguf_get_string(f, "general.architecture", &arch) < 0) return -1;
+    if (strlen(arch) > 64 || config_family_from_name(arch, &cfg->family) < 0) {
+        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, gemma or gpt2 (%s)", arch,
+                path);
+        free(arch);
+        return -1;
+    }
+
+    int rc = -1;
+    if (get_arch_int(f, arch, "embedding_length", &cfg->hidden_size) < 0) goto done;
+    if (get_arch_int(f, arch, "block_count", &cfg->num_layers) < 0) goto done;
+    if (get_arch_int(f, arch, "attention.head_count", &cfg->num_heads) < 0) goto done;
+    cfg->num_kv_heads = cfg->num_heads;
+    if (get_optional_arch_int(f, arch, "attention.head_count_kv", &cfg->num_kv_heads) < 0) goto done;
+    if (get_arch_int(f, arch, "feed_forward_length", &cfg->intermediate_size) < 0) goto done;
+    if (get_arch_int(f, arch, "context_length", &cfg->max_position_embeddings) < 0) goto done;
+    if (get_optional_arch_int(f, arch, "attention.key_length", &cfg->head_dim) < 0) goto done;
+    if (read_norm_eps(f, arch, &cfg->norm_eps) < 0) goto done;
+    cfg->rope_theta = 10000.0f;
+    char key[128];
+    arch_key(key, sizeof key, arch, "rope.freq_base");
+    if (gguf_find(f, key) && gguf_get_f32(f, key, &cfg->rope_theta) < 0) goto done;
+    if (read_vocab_size(f, arch, &cfg->vocab_size) < 0) goto done;
+    if (get_token_id(f, "tokenizer.ggml.bos_token_id", &cfg->bos_token_id) < 0) goto done;
+    if (get_token_id(f, "tokenizer.ggml.eos_token_id", &cfg->eos_token_id) < 0) goto done;
+    if (get_token_id(f, "tokenizer.ggml.padding_token_id", &cfg->pad_token_id) < 0) goto done;
+    // llama.cpp's converters leave out output.weight when the head shares the embedding.
+    cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+    if (config_finish(cfg, path) < 0) goto done;
+    // llama.cpp's Gemma converter stores RMSNorm weights as (1 + weight). The config keeps
+    // Hugging Face's convention (scale by 1 + w); model/weights_io.c subtracts the 1 when it
+    // loads those tensors, so a converted model matches transformers.
+    rc = 0;
+done:
+    free(arch);
+    return rc;
+}

@@ -1,0 +1,465 @@
+#include "model/config_hf.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "io/fs.h"
+
+// A config.json is a few kilobytes; anything near this is not one.
+#define CONFIG_MAX_BYTES (16u << 20)
+
+typedef struct {
+    json_t *root;
+    const char *path;
+} Json;
+
+static const char *json_kind(const json_t *value) {
+    switch (json_typeof(value)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "unknown";
+}
+
+// The value of `field`, or NULL when it is missing or null.
+static json_t *field_value(const Json *json, const char *field) {
+    json_t *value = json_object_get(json->root, field);
+    return json_is_null(value) ? NULL : value;
+}
+
+static int missing_field(const Json *json, const char *field) {
+    if (json_object_get(json->root, field))
+        return err_set("config.json field '%s' is null (%s)", field, json->path);
+    return err_set("config.json has no field '%s' (%s)", field, json->path);
+}
+
+static int int_value(const Json *json, const char *field, json_t *value, int *out) {
+    if (!json_is_integer(value))
+        return err_set("config.json field '%s' must be an integer, not %s (%s)", field, json_kind(value),
+                       json->path);
+    json_int_t v = json_integer_value(value);
+    if (v < INT_MIN || v > INT_MAX)
+        return err_set("config.json field '%s' = %lld is out of range (%s)", field, (long long)v, json->path);
+    *out = (int)v;
+    return 0;
+}
+
+static int required_int(const Json *json, const char *field, int *out) {
+    json_t *value = field_value(json, field);
+    if (!value) return missing_field(json, field);
+    return int_value(json, field, value, out);
+}
+
+static int optional_int(const Json *json, const char *field, int fallback, int *out) {
+    json_t *value = field_value(json, field);
+    if (!value) {
+        *out = fallback;
+        return 0;
+    }
+    return int_value(json, field, value, out);
+}
+
+static int number_value(const Json *json, const char *field, json_t *value, float *out) {
+    if (!json_is_number(value))
+        return err_set("config.json field '%s' must be a number, not %s (%s)", field, json_kind(value), json->path);
+    *out = (float)json_number_value(value);
+    return 0;
+}
+
+static int optional_float(const Json *json, const char *field, float fallback, float *out) {
+    json_t *value = field_value(json, field);
+    if (!value) {
+        *out = fallback;
+        return 0;
+    }
+    return number_value(json, field, value, out);
+}
+
+static int optional_bool(const Json *json, const char *field, bool fallback, bool *out) {
+    json_t *value = field_value(json, field);
+    if (!value) {
+        *out = fallback;
+        return 0;
+    }
+    if (!json_is_boolean(value))
+        return err_set("config.json field '%s' must be true or false, not %s (%s)", field, json_kind(value),
+                       json->path);
+    *out = json_is_true(value);
+    return 0;
+}
+
+static int optional_string(const Json *json, const char *field, const char *fallback, const char **out) {
+    json_t *value = field_value(json, field);
+    if (!value) {
+        *out = fallback;
+        return 0;
+    }
+    if (!json_is_string(value))
+        return err_set("config.json field '%s' must be a string, not %s (%s)", field, json_kind(value), json->path);
+    *out = json_string_value(value);
+    return 0;
+}
+
+// An integer, null/missing (-1), or a list whose first entry is taken.
+static int token_id(const Json *json, const char *field, int *out) {
+    json_t *value = field_value(json, field);
+    *out = -1;
+    if (!value) return 0;
+    if (json_is_array(value)) {
+        if (json_array_size(value) == 0) return 0;
+        value = json_array_get(value, 0);
+    }
+    return int_value(json, field, value, out);
+}
+
+// Checks one RoPE dict ("rope_scaling" or "rope_parameters"); takes its rope_theta.
+static int check_rope_dict(const Json *json, const char *field, float *theta, bool *has_theta) {
+    json_t *dict = field_value(json, field);
+    if (!dict) return 0;
+    if (!json_is_object(dict))
+        return err_set("config.json field '%s' must be an object, not %s (%s)", field, json_kind(dict), json->path);
+    json_t *type = json_object_get(dict, "rope_type");
+    if (!type) type = json_object_get(dict, "type"); // 4.x spelling
+    const char *type_name = json_is_string(type) ? json_string_value(type) : "default";
+    if (type && !json_is_string(type) && !json_is_null(type))
+        return err_set("config.json field '%s' has a rope_type that is not a string (%s)", field, json->path);
+    if (strcmp(type_name, "default") != 0)
+        return err_set("unsupported rope_scaling: config.json field '%s' has rope_type '%s'; only plain RoPE is "
+                       "implemented (%s)",
+                       field, type_name, json->path);
+    const char *key;
+    json_t *value;
+    json_object_foreach(dict, key, value) {
+        if (json_is_object(value)) // per-layer-type RoPE (Gemma 3 style)
+            return err_set("unsupported rope_scaling: config.json field '%s' has per-layer entry '%s' (%s)", field,
+                           key, json->path);
+    }
+    json_t *factor = json_object_get(dict, "partial_rotary_factor");
+    if (factor && !(json_is_number(factor) && json_number_value(factor) == 1.0))
+        return err_set("unsupported rope_scaling: config.json field '%s' has a partial_rotary_factor (%s)", field,
+                       json->path);
+    json_t *value_theta = json_object_get(dict, "rope_theta");
+    if (value_theta && !json_is_null(value_theta)) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.rope_theta", field);
+        if (number_value(json, name, value_theta, theta) != 0) return -1;
+        *has_theta = true;
+    }
+    return 0;
+}
+
+static int read_rope(const Json *json, ModelConfig *cfg) {
+    float theta = 0;
+    bool has_theta = false;
+    if (check_rope_dict(json, "rope_scaling", &theta, &has_theta) != 0) return -1;
+    if (check_rope_dict(json, "rope_parameters", &theta, &has_theta) != 0) return -1;
+    json_t *factor = field_value(json, "partial_rotary_factor");
+    if (factor && !(json_is_number(factor) && json_number_value(factor) == 1.0))
+        return err_set("unsupported rope_scaling: config.json field 'partial_rotary_factor' is not 1 (%s)",
+                       json->path);
+    if (has_theta) {
+        cfg->rope_theta = theta;
+        return 0;
+    }
+    return optional_float(json, "rope_theta", 10000.0f, &cfg->rope_theta);
+}
+
+static int read_gpt2(const Json *json, ModelConfig *cfg) {
+    if (required_int(json, "n_embd", &cfg->hidden_size) || required_int(json, "n_layer", &cfg->num_layers) ||
+        required_int(json, "n_head", &cfg->num_heads) ||
+        required_int(json, "n_positions", &cfg->max_position_embeddings) ||
+        required_int(json, "vocab_size", &cfg->vocab_size) ||
+        optional_int(json, "n_inner", 0, &cfg->intermediate_size) ||
+        optional_float(json, "layer_norm_epsilon", 1e-5f, &cfg->norm_eps) ||
+        optional_bool(json, "tie_word_embeddings", true, &cfg->tie_word_embeddings))
+        return -1;
+    const char *activation;
+    if (optional_string(json, "activation_function", "gelu_new", &activation) != 0) return -1;
+    if (strcmp(activation, "gelu_new") != 0 && strcmp(activation, "gelu_pytorch_tanh") != 0)
+        return err_set("config.json field 'activation_function' is '%s'; marlhf implements only the tanh "
+                       "approximation, 'gelu_new' or 'gelu_pytorch_tanh' (%s)",
+                       activation, json->path);
+    bool scaled = true, scaled_by_layer = false;
+    if (optional_bool(json, "scale_attn_weights", true, &scaled) ||
+        optional_bool(json, "scale_attn_by_inverse_layer_idx", false, &scaled_by_layer))
+        return -1;
+    if (!scaled || scaled_by_layer)
+        return err_set("config.json field '%s' asks for an attention scaling marlhf does not implement (%s)",
+                       scaled ? "scale_attn_by_inverse_layer_idx" : "scale_attn_weights", json->path);
+    if (cfg->intermediate_size == 0 && cfg->hidden_size > 0 && cfg->hidden_size <= INT_MAX / 4)
+        cfg->intermediate_size = 4 * cfg->hidden_size; // null n_inner: the GPT-2 default
+    cfg->num_kv_heads = cfg->num_heads;
+    return 0;
+}
+
+static int read_activation(const Json *json, const ModelConfig *cfg) {
+    const char *act;
+    if (cfg->family != FAMILY_GEMMA) {
+        if (optional_string(json, "hidden_act", "silu", &act) != 0) return -1;
+        if (strcmp(act, "silu") != 0)
+            return err_set("config.json field 'hidden_act' is '%s'; %s models must use 'silu' (%s)", act,
+                           cfg->model_type, json->path);
+        return 0;
+    }
+    // transformers 4.x Gemma prefers "hidden_activation"; 5.x reads only "hidden_act".
+    if (optional_string(json, "hidden_activation", NULL, &act) != 0) return -1;
+    const char *field = "hidden_activation";
+    if (!act) {
+        field = "hidden_act";
+        if (optional_string(json, "hidden_act", "gelu_pytorch_tanh", &act) != 0) return -1;
+        if (strcmp(act, "gelu") == 0) return 0; // legacy name for the tanh form
+    }
+    if (strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_new") != 0)
+        return err_set("config.json field '%s' is '%s'; gemma models must use 'gelu_pytorch_tanh' (%s)", field, act,
+                       json->path);
+    return 0;
+}
+
+static int read_sliding_window(const Json *json, ModelConfig *cfg) {
+    int window = -1;
+    if (cfg->family == FAMILY_MISTRAL) {
+        json_t *value = json_object_get(json->root, "sliding_window");
+        if (!value) window = 4096; // the transformers default
+        else if (optional_int(json, "sliding_window", -1, &window) != 0) return -1;
+    } else if (cfg->family == FAMILY_QWEN2) {
+        bool used = false;
+        if (optional_bool(json, "use_sliding_window", false, &used) != 0) return -1;
+        if (used && optional_int(json, "sliding_window", -1, &window) != 0) return -1;
+    }
+    if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+    return 0;
+}
+
+static int read_llama_like(const Json *json, ModelConfig *cfg) {
+    bool tied_by_default = cfg->family == FAMILY_GEMMA;
+    if (required_int(json, "hidden_size", &cfg->hidden_size) ||
+        required_int(json, "num_hidden_layers", &cfg->num_layers) ||
+        required_int(json, "num_attention_heads", &cfg->num_heads) ||
+        optional_int(json, "num_key_value_heads", cfg->num_heads, &cfg->num_kv_heads) ||
+        optional_int(json, "head_dim", 0, &cfg->head_dim) ||
+        required_int(json, "intermediate_size", &cfg->intermediate_size) ||
+        required_int(json, "max_position_embeddings", &cfg->max_position_embeddings) ||
+        required_int(json, "vocab_size", &cfg->vocab_size) ||
+        optional_float(json, "rms_norm_eps", 1e-6f, &cfg->norm_eps) ||
+        optional_bool(json, "tie_word_embeddings", tied_by_default, &cfg->tie_word_embeddings))
+        return -1;
+    if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+    if (read_rope(json, cfg) || read_activation(json, cfg) || read_sliding_window(json, cfg)) return -1;
+    if (cfg->family == FAMILY_LLAMA) {
+        bool mlp_bias = false;
+        if (optional_bool(json, "mlp_bias", false, &mlp_bias) != 0) return -1;
+        if (mlp_bias)
+            return err_set("config.json field 'mlp_bias' is true; MLP biases are not implemented for llama (%s)",
+                           json->path);
+    }
+    return 0;
+}
+
+int config_from_hf_json(ModelConfig *cfg, const char *path) {
+    memset(cfg, 0, sizeof *cfg);
+    char *file_path = fs_is_dir(path) ? fs_join(path, "config.json") : xstrdup(path);
+    char *text;
+    size_t size;
+    if (fs_read_file(file_path, CONFIG_MAX_BYTES, &text, &size) != 0) {
+        free(file_path);
+        return -1;
+    }
+    json_error_t error;
+    Json json = {json_loadb(text, size, JSON_REJECT_DUPLICATES, &error), file_path};
+    free(text);
+    int rc = 0;
+    if (!json.root)
+        rc = err_set("bad JSON in config.json at line %d column %d: %s (%s)", error.line, error.column, error.text,
+                     file_path);
+    else if (!json_is_object(json.root))
+        rc = err_set("config.json is not a JSON object (%s)", file_path);
+    const char *model_type = NULL;
+    if (rc == 0) {
+        rc = optional_string(&json, "model_type", NULL, &model_type);
+        if (rc == 0 && !model_type) rc = missing_field(&json, "model_type");
+    }
+    if (rc == 0 && config_family_from_name(model_type, &cfg->family) != 0)
+        rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2 and gemma "
+                     "(%s)",
+                     model_type, file_path);
+    if (rc == 0) {
+        snprintf(cfg->model_type, sizeof cfg->model_type, "%s", model_type);
+        rc = cfg->family == FAMILY_GPT2 ? read_gpt2(&json, cfg) : read_llama_like(&json, cfg);
+    }
+    if (rc == 0)
+        rc = token_id(&json, "bos_token_id", &cfg->bos_token_id) || token_id(&json, "eos_token_id", &cfg->eos_token_id) ||
+                     token_id(&json, "pad_token_id", &cfg->pad_token_id)
+                 ? -1
+                 : 0;
+    bool attention_bias = false;
+    if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA))
+        rc = optional_bool(&json, "attention_bias", false, &attention_bias);
+    // config_finish sets the family's default switches; the file's own come after.
+    if (rc == 0) rc = config_finish(cfg, file_path);
+    if (rc == 0 && attention_bias) cfg->qkv_bias = cfg->o_bias = true;
+    json_decref(json.root);
+    free(file_path);
+    return rc;
+}
+
+// --- writer ----------------------------------------------------------------------
+
+static const struct {
+    ModelFamily family;
+    const char *prefix; // class-name prefix in transformers
+    const char *causal_lm;
+} family_classes[] = {
+    {FAMILY_GPT2, "GPT2", "GPT2LMHeadModel"},
+    {FAMILY_LLAMA, "Llama", "LlamaForCausalLM"},
+    {FAMILY_MISTRAL, "Mistral", "MistralForCausalLM"},
+    {FAMILY_QWEN2, "Qwen2", "Qwen2ForCausalLM"},
+    {FAMILY_GEMMA, "Gemma", "GemmaForCausalLM"},
+};
+
+static int family_index(ModelFamily family) {
+    for (int i = 0; i < (int)(sizeof family_classes / sizeof family_classes[0]); i++)
+        if (family_classes[i].family == family) return i;
+    CHECK(0, "unknown model family %d", (int)family);
+    return -1;
+}
+
+const char *config_hf_causal_lm_architecture(ModelFamily family) {
+    return family_classes[family_index(family)].causal_lm;
+}
+
+const char *config_hf_sequence_classification_architecture(ModelFamily family) {
+    static const char *const names[] = {
+        [FAMILY_GPT2] = "GPT2ForSequenceClassification",     [FAMILY_LLAMA] = "LlamaForSequenceClassification",
+        [FAMILY_MISTRAL] = "MistralForSequenceClassification", [FAMILY_QWEN2] = "Qwen2ForSequenceClassification",
+        [FAMILY_GEMMA] = "GemmaForSequenceClassification",
+    };
+    CHECK((unsigned)family < sizeof names / sizeof names[0] && names[family], "unknown family %d", (int)family);
+    return names[family];
+}
+
+// The shortest decimal that reads back as exactly `value` as a float, as a JSON
+// number (so 1e-6f is written "1e-06", not "9.9999999747524271e-07").
+static json_t *json_float(float value) {
+    char text[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, (double)value);
+        if (strtof(text, NULL) == value) break;
+    }
+    return json_real(strtod(text, NULL));
+}
+
+static json_t *json_token(int id) { return id >= 0 ? json_integer(id) : json_null(); }
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+// What transformers' classes of the family can and cannot express.
+static int check_expressible(const ModelConfig *cfg, const char *path) {
+    const char *problem = NULL;
+    switch (cfg->family) {
+    case FAMILY_GPT2:
+        if (cfg->num_kv_heads != cfg->num_heads) problem = "grouped-query attention";
+        break;
+    case FAMILY_LLAMA:
+    case FAMILY_GEMMA:
+        if (cfg->qkv_bias != cfg->o_bias) problem = "q/k/v biases without an output bias (or the reverse)";
+        else if (cfg->mlp_bias) problem = "MLP biases";
+        break;
+    case FAMILY_MISTRAL:
+        if (cfg->qkv_bias || cfg->o_bias || cfg->mlp_bias) problem = "biases";
+        break;
+    case FAMILY_QWEN2:
+        if (!cfg->qkv_bias || cfg->o_bias || cfg->mlp_bias) problem = "biases other than on q/k/v";
+        break;
+    }
+    if (problem)
+        return err_set("cannot write config.json: %s cannot be expressed for model_type %s (%s)", problem,
+                       config_family_name(cfg->family), path);
+    return 0;
+}
+
+static void add_rope_fields(json_t *root, const ModelConfig *cfg) {
+    json_object_set_new(root, "rope_theta", json_float(cfg->rope_theta));
+    json_object_set_new(root, "rope_scaling", json_null());
+    json_object_set_new(root, "rope_parameters",
+                        json_pack("{s:s, s:o}", "rope_type", "default", "rope_theta", json_float(cfg->rope_theta)));
+}
+
+int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *architecture) {
+    const char *prefix = family_classes[family_index(cfg->family)].prefix;
+    // "LlamaFor...", "GPT2LMHeadModel" — but not "Gemma2ForCausalLM" for a gemma config.
+    const char *rest = architecture ? architecture + strlen(prefix) : NULL;
+    if (!architecture || strncmp(architecture, prefix, strlen(prefix)) != 0 ||
+        (strncmp(rest, "For", 3) != 0 && strcmp(rest, "LMHeadModel") != 0 && strcmp(rest, "Model") != 0))
+        return err_set("cannot write config.json: architecture '%s' is not a %s class (%s)",
+                       architecture ? architecture : "(none)", config_family_name(cfg->family), path);
+    ModelConfig finished = *cfg;
+    if (config_finish(&finished, path) != 0 || check_expressible(cfg, path) != 0) return -1;
+
+    json_t *root = json_object();
+    json_object_set_new(root, "architectures", json_pack("[s]", architecture));
+    json_object_set_new(root, "model_type", json_string(config_family_name(cfg->family)));
+    json_object_set_new(root, "vocab_size", json_integer(cfg->vocab_size));
+    if (cfg->family == FAMILY_GPT2) {
+        json_object_set_new(root, "n_embd", json_integer(cfg->hidden_size));
+        json_object_set_new(root, "n_layer", json_integer(cfg->num_layers));
+        json_object_set_new(root, "n_head", json_integer(cfg->num_heads));
+        json_object_set_new(root, "n_positions", json_integer(cfg->max_position_embeddings));
+        json_object_set_new(root, "n_inner", json_integer(cfg->intermediate_size));
+        json_object_set_new(root, "activation_function", json_string("gelu_new"));
+        json_object_set_new(root, "layer_norm_epsilon", json_float(cfg->norm_eps));
+    } else {
+        json_object_set_new(root, "hidden_size", json_integer(cfg->hidden_size));
+        json_object_set_new(root, "intermediate_size", json_integer(cfg->intermediate_size));
+        json_object_set_new(root, "num_hidden_layers", json_integer(cfg->num_layers));
+        json_object_set_new(root, "num_attention_heads", json_integer(cfg->num_heads));
+        json_object_set_new(root, "num_key_value_heads", json_integer(cfg->num_kv_heads));
+        json_object_set_new(root, "head_dim", json_integer(finished.head_dim));
+        json_object_set_new(root, "max_position_embeddings", json_integer(cfg->max_position_embeddings));
+        json_object_set_new(root, "rms_norm_eps", json_float(cfg->norm_eps));
+        add_rope_fields(root, cfg);
+        json_object_set_new(root, "hidden_act",
+                            json_string(cfg->family == FAMILY_GEMMA ? "gelu_pytorch_tanh" : "silu"));
+        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA)
+            json_object_set_new(root, "attention_bias", json_boolean(cfg->qkv_bias));
+        if (cfg->family == FAMILY_LLAMA) json_object_set_new(root, "mlp_bias", json_false());
+        if (cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_QWEN2)
+            json_object_set_new(root, "sliding_window", json_null());
+        if (cfg->family == FAMILY_QWEN2) json_object_set_new(root, "use_sliding_window", json_false());
+    }
+    json_object_set_new(root, "tie_word_embeddings", json_boolean(cfg->tie_word_embeddings));
+    json_object_set_new(root, "bos_token_id", json_token(cfg->bos_token_id));
+    json_object_set_new(root, "eos_token_id", json_token(cfg->eos_token_id));
+    json_object_set_new(root, "pad_token_id", json_token(cfg->pad_token_id));
+    // "dtype" for transformers 5.x, "torch_dtype" for 4.x; 5.x keeps "dtype" when both are there.
+    json_object_set_new(root, "dtype", json_string("float32"));
+    json_object_set_new(root, "torch_dtype", json_string("float32"));
+    if (ends_with(architecture, "ForSequenceClassification")) {
+        // One label: a scalar score (reward model / value head).
+        json_object_set_new(root, "num_labels", json_integer(1));
+        json_object_set_new(root, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
+        json_object_set_new(root, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+    }
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    CHECK(text, "json_dumps failed");
+    size_t n = strlen(text);
+    char *file_text = xmalloc(n + 1);
+    memcpy(file_text, text, n);
+    file_text[n] = '\n';
+    free(text);
+    int rc = fs_write_file_atomic(path, file_text, n + 1);
+    free(file_text);
+    return rc;
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Bad input to the command line: every case must exit with status 2 and print exactly
+# one line, "marlhf: error: ...", naming the file and the field/tensor (or the option).
+# Prints PASS/FAIL per case, like the C tests.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_bad_input
+rm -rf "$tmp" && mkdir -p "$tmp"
+failures=0
+
+# expect_error NAME EXPECTED_SUBSTRING COMMAND...
+expect_error() {
+    local name=$1 expected=$2
+    shift 2
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$? lines
+    lines=$(wc -l < "$tmp/stderr")
+    if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -q '^marlhf: error: ' "$tmp/stderr" &&
+        grep -qF -- "$expected" "$tmp/stderr"; then
+        echo "PASS $name"
+    else
+        echo "FAIL $name (exit $rc, $lines stderr lines, wanted '$expected'):"
+        sed 's/^/    /' "$tmp/stderr" | head -n 5
+        failures=$((failures + 1))
+    fi
+}
+
+ids="$tmp/ids.jsonl"
+echo '{"ids": [1, 2, 3, 4]}' > "$ids"
+llama=tests/fixtures/models/llama
+gguf=tests/fixtures/gguf/tiny_llama_model.gguf
+
+# --- safetensors -----------------------------------------------------------------
+cp -r "$llama" "$tmp/truncated" && head -c 100000 "$llama/model.safetensors" > "$tmp/truncated/model.safetensors"
+expect_error truncated_safetensors "$tmp/truncated/model.safetensors" "$bin" logprobs --model "$tmp/truncated" --input "$ids"
+
+cp -r "$llama" "$tmp/header" && printf '\xff\xff\xff\xff\xff\xff\x00\x00' | dd of="$tmp/header/model.safetensors" bs=1 seek=0 conv=notrunc 2>/dev/null
+expect_error safetensors_header_too_long "$tmp/header/model.safetensors" "$bin" logprobs --model "$tmp/header" --input "$ids"
+
+cp -r "$llama" "$tmp/garbage" && head -c 4096 /dev/urandom > "$tmp/garbage/model.safetensors"
+expect_error safetensors_garbage "$tmp/garbage/model.safetensors" "$bin" logprobs --model "$tmp/garbage" --input "$ids"
+
+# A config that disagrees with the weights: a tensor of the wrong shape.
+cp -r "$llama" "$tmp/shape" && sed -i 's/"intermediate_size": 128/"intermediate_size": 96/' "$tmp/shape/config.json"
+expect_error tensor_wrong_shape "model.layers.0.mlp.gate_proj.weight" "$bin" logprobs --model "$tmp/shape" --input "$ids"
+
+# --- config.json -----------------------------------------------------------------
+cp -r "$llama" "$tmp/nofield" && sed -i '/"hidden_size"/d' "$tmp/nofield/config.json"
+expect_error config_missing_field "hidden_size" "$bin" logprobs --model "$tmp/nofield" --input "$ids"
+cp -r "$llama" "$tmp/badjson" && echo '{"model_type": "llama",' > "$tmp/badjson/config.json"
+expect_error config_bad_json "$tmp/badjson/config.json" "$bin" logprobs --model "$tmp/badjson" --input "$ids"
+cp -r "$llama" "$tmp/badtype" && sed -i 's/"model_type": "llama"/"model_type": "bert"/' "$tmp/badtype/config.json"
+expect_error config_unknown_model_type "model_type" "$bin" logprobs --model "$tmp/badtype" --input "$ids"
+expect_error model_missing "does not exist" "$bin" logprobs --model "$tmp/nowhere" --input "$ids"
+
+# --- GGUF ------------------------------------------------------------------------
+cp "$gguf" "$tmp/magic.gguf" && printf 'GGUX' | dd of="$tmp/magic.gguf" bs=1 seek=0 conv=notrunc 2>/dev/null
+expect_error gguf_bad_magic "$tmp/magic.gguf" "$bin" logprobs --model "$tmp/magic.gguf" --input "$ids"
+cp "$gguf" "$tmp/version.gguf" && printf '\x07' | dd of="$tmp/version.gguf" bs=1 seek=4 conv=notrunc 2>/dev/null
+expect_error gguf_bad_version "version" "$bin" logprobs --model "$tmp/version.gguf" --input "$ids"
+head -c 60000 "$gguf" > "$tmp/truncated.gguf"
+expect_error gguf_truncated "$tmp/truncated.gguf" "$bin" logprobs --model "$tmp/truncated.gguf" --input "$ids"
+expect_error gguf_unsupported_type "blk.0.ffn_up.weight" "$bin" logprobs --model tests/fixtures/gguf/tiny_llama_model_bad_type.gguf --input "$ids"
+
+# --- input rows ------------------------------------------------------------------
+printf '{"ids": [1, 2]}\n{"ids": [1, 2\n' > "$tmp/badline.jsonl"
+expect_error jsonl_bad_json "$tmp/badline.jsonl:2" "$bin" logprobs --model "$llama" --input "$tmp/badline.jsonl"
+echo '{"ids": [1, 999999]}' > "$tmp/range.jsonl"
+expect_error jsonl_id_out_of_range "outside the vocabulary" "$bin" logprobs --model "$llama" --input "$tmp/range.jsonl"
+echo '{"tokens": [1]}' > "$tmp/noids.jsonl"
+expect_error jsonl_missing_ids "$tmp/noids.jsonl:1" "$bin" logprobs --model "$llama" --input "$tmp/noids.jsonl"
+echo '{"ids": [1, "x"]}' > "$tmp/type.jsonl"
+expect_error jsonl_wrong_type "not an integer" "$bin" logprobs --model "$llama" --input "$tmp/type.jsonl"
+printf '{"ids": [1, 2]}\n\xff\xfe\n' > "$tmp/utf8.jsonl"
+expect_error jsonl_invalid_utf8 "$tmp/utf8.jsonl:2" "$bin" logprobs --model "$llama" --input "$tmp/utf8.jsonl"
+expect_error input_missing "$tmp/none.jsonl" "$bin" logprobs --model "$llama" --input "$tmp/none.jsonl"
+
+# --- options ---------------------------------------------------------------------
+expect_error unknown_option "--frobnicate" "$bin" logprobs --model "$llama" --input "$ids" --frobnicate 3
+expect_error bad_integer "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --batch-size abc
+expect_error missing_required "--input" "$bin" logprobs --model "$llama"
+expect_error unknown_command "frobnicate" "$bin" frobnicate
+expect_error unknown_device "--device" "$bin" logprobs --model "$llama" --input "$ids" --device tpu
+echo '{"batch_size": "many"}' > "$tmp/config.json"
+expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"
+
+# --- nothing already saved is lost ------------------------------------------------
+mkdir -p "$tmp/existing" && echo keep > "$tmp/existing/file"
+expect_error convert_refuses_overwrite "--overwrite" "$bin" convert "$llama" "$tmp/existing"
+if [ "$(cat "$tmp/existing/file")" = keep ]; then echo "PASS convert_kept_existing"; else echo "FAIL convert_kept_existing"; failures=$((failures + 1)); fi
+"$bin" convert "$tmp/truncated" "$tmp/existing" --overwrite 2>/dev/null
+if [ "$(cat "$tmp/existing/file" 2>/dev/null)" = keep ]; then echo "PASS failed_convert_kept_existing"; else echo "FAIL failed_convert_kept_existing"; failures=$((failures + 1)); fi
+
+echo keep > "$tmp/out.jsonl"
+expect_error logprobs_bad_row_keeps_output "$tmp/badline.jsonl:2" "$bin" logprobs --model "$llama" --input "$tmp/badline.jsonl" --output "$tmp/out.jsonl"
+if [ "$(cat "$tmp/out.jsonl")" = keep ] && [ -z "$(ls "$tmp" | grep 'out.jsonl.tmp')" ]; then echo "PASS logprobs_kept_existing_output"; else echo "FAIL logprobs_kept_existing_output"; failures=$((failures + 1)); fi
+
+[ "$failures" -eq 0 ]

@@ -1,0 +1,784 @@
+// GGUF reading, dequantization and config_from_gguf.
+//
+// Fixtures come from tools/make_gguf_fixtures.py (gguf-py writes them and computes
+// the expected f32 values). Damaged files are made at run time in $MARLHF_TEST_TMP
+// (default /tmp): every prefix of a valid file, random byte flips, and hand-built
+// files with one thing wrong each.
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "io/gguf.h"
+#include "io/gguf_dequant.h"
+#include "model/config_gguf.h"
+#include "test.h"
+
+#define TYPES_GGUF "tests/fixtures/gguf/types.gguf"
+#define TYPES_EXPECTED "tests/fixtures/gguf/types.expected.f32"
+#define TINY_LLAMA "tests/fixtures/gguf/tiny_llama.gguf"
+
+// --- Helpers ------------------------------------------------------------------------
+
+static char *read_whole_file(const char *path, size_t *size) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *bytes = xmalloc((size_t)n + 1);
+    size_t got = fread(bytes, 1, (size_t)n, fp);
+    fclose(fp);
+    if (got != (size_t)n) {
+        free(bytes);
+        return NULL;
+    }
+    *size = (size_t)n;
+    return bytes;
+}
+
+static void write_file(const char *path, const void *bytes, size_t size) {
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp, "cannot write %s", path);
+    CHECK(fwrite(bytes, 1, size, fp) == size, "short write to %s", path);
+    fclose(fp);
+}
+
+static char *tmp_path(const char *name) {
+    const char *dir = getenv("MARLHF_TEST_TMP");
+    if (!dir || !*dir) dir = "/tmp";
+    char *path = xmalloc(strlen(dir) + strlen(name) + 64);
+    sprintf(path, "%s/gguf_%d_%s", dir, (int)getpid(), name);
+    return path;
+}
+
+// Opens a fixture, or records a failure and leaves the test.
+#define OPEN_OR_RETURN(f, path)                                                        \
+    do {                                                                               \
+        if (gguf_open(&(f), (path)) < 0) {                                             \
+            EXPECT(false, "open %s: %s (run tools/make_gguf_fixtures.py?)", (path), err_msg()); \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
+static bool contains(const char *haystack, const char *needle) { return strstr(haystack, needle) != NULL; }
+
+// Opening `path` must fail with a message naming the file and containing `needle`
+// (and `needle2` when not NULL).
+static void expect_open_fails(const char *path, const char *needle, const char *needle2) {
+    GgufFile f;
+    err_clear();
+    int rc = gguf_open(&f, path);
+    EXPECT(rc == -1, "gguf_open(%s) returned %d, expected failure (wanted '%s')", path, rc, needle);
+    if (rc == 0) {
+        gguf_close(&f);
+        return;
+    }
+    EXPECT(contains(err_msg(), path), "message does not name the file: %s", err_msg());
+    EXPECT(contains(err_msg(), needle), "message lacks '%s': %s", needle, err_msg());
+    if (needle2) EXPECT(contains(err_msg(), needle2), "message lacks '%s': %s", needle2, err_msg());
+}
+
+// A byte buffer for building GGUF files by hand.
+typedef struct {
+    uint8_t *bytes;
+    size_t len, cap;
+} Buf;
+
+static void put(Buf *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 64;
+        b->bytes = xrealloc(b->bytes, b->cap);
+    }
+    memcpy(b->bytes + b->len, p, n);
+    b->len += n;
+}
+static void put_u32(Buf *b, uint32_t x) { put(b, &x, 4); }
+static void put_u64(Buf *b, uint64_t x) { put(b, &x, 8); }
+static void put_str(Buf *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+static void put_header(Buf *b, uint64_t n_tensors, uint64_t n_kv) {
+    put(b, "GGUF", 4);
+    put_u32(b, 3);
+    put_u64(b, n_tensors);
+    put_u64(b, n_kv);
+}
+static void put_kv_u32(Buf *b, const char *key, uint32_t value) {
+    put_str(b, key);
+    put_u32(b, GGUF_TYPE_UINT32);
+    put_u32(b, value);
+}
+static void put_kv_f32(Buf *b, const char *key, float value) {
+    put_str(b, key);
+    put_u32(b, GGUF_TYPE_FLOAT32);
+    put(b, &value, 4);
+}
+static void put_kv_str(Buf *b, const char *key, const char *value) {
+    put_str(b, key);
+    put_u32(b, GGUF_TYPE_STRING);
+    put_str(b, value);
+}
+static void put_array_header(Buf *b, const char *key, uint32_t elem_type, uint64_t count) {
+    put_str(b, key);
+    put_u32(b, GGUF_TYPE_ARRAY);
+    put_u32(b, elem_type);
+    put_u64(b, count);
+}
+static void put_tensor_info(Buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+                            uint64_t offset) {
+    put_str(b, name);
+    put_u32(b, n_dims);
+    for (uint32_t d = 0; d < n_dims; d++) put_u64(b, ne[d]);
+    put_u32(b, type);
+    put_u64(b, offset);
+}
+// Pads to the alignment, then appends `n` bytes of data (a repeating pattern).
+static void put_data(Buf *b, size_t alignment, size_t n) {
+    static const uint8_t zero[64];
+    while (b->len % alignment) put(b, zero, 1);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t byte = (uint8_t)(i * 7 + 1);
+        put(b, &byte, 1);
+    }
+}
+
+static void write_buf(const char *path, Buf *b) {
+    write_file(path, b->bytes, b->len);
+    free(b->bytes);
+    memset(b, 0, sizeof *b);
+}
+
+// --- Dequantization against gguf-py --------------------------------------------------
+
+static void test_dequant_matches_gguf_py(void) {
+    GgufFile f;
+    OPEN_OR_RETURN(f, TYPES_GGUF);
+    size_t expected_size;
+    char *expected = read_whole_file(TYPES_EXPECTED, &expected_size);
+    EXPECT(expected, "cannot read %s", TYPES_EXPECTED);
+    if (!expected) {
+        gguf_close(&f);
+        return;
+    }
+    bool type_seen[64] = {false};
+    size_t pos = 0;
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const GgufTensor *t = &f.tensors[i];
+        size_t n = (size_t)t->n_elements;
+        EXPECT(pos + n * 4 <= expected_size, "expected values file too short at tensor %s", t->name);
+        if (pos + n * 4 > expected_size) break;
+        float *got = xmalloc(n * sizeof(float));
+        EXPECT(gguf_tensor_to_f32(&f, t, got) == 0, "%s: %s", t->name, err_msg());
+        // Bit-exact, NaN payloads included: the arithmetic is the same as gguf-py's.
+        size_t mismatches = 0, first = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (memcmp(&got[j], expected + pos + j * 4, 4) != 0) {
+                if (mismatches++ == 0) first = j;
+            }
+        }
+        if (mismatches) {
+            float want;
+            memcpy(&want, expected + pos + first * 4, 4);
+            EXPECT(false, "%s (%s): %zu of %zu values differ, first at %zu: got %.9g want %.9g", t->name,
+                   gguf_type_name(t->type), mismatches, n, first, (double)got[first], (double)want);
+        }
+        if ((unsigned)t->type < 64) type_seen[t->type] = true;
+        pos += n * 4;
+        free(got);
+    }
+    EXPECT(pos == expected_size, "expected values file has %zu bytes, tensors used %zu", expected_size, pos);
+    const GgmlType supported[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+                                  GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+                                  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (size_t k = 0; k < sizeof supported / sizeof supported[0]; k++) {
+        EXPECT(type_seen[supported[k]], "fixture has no %s tensor", gguf_type_name(supported[k]));
+        EXPECT(gguf_type_info(supported[k])->can_dequantize, "%s not convertible", gguf_type_name(supported[k]));
+    }
+    free(expected);
+    gguf_close(&f);
+}
+
+static void test_tensor_infos(void) {
+    GgufFile f;
+    OPEN_OR_RETURN(f, TYPES_GGUF);
+    EXPECT(f.version == 3, "version %u", f.version);
+    EXPECT(f.alignment == 64, "alignment %u", f.alignment);
+    EXPECT(f.data_offset % 64 == 0, "data offset %zu", f.data_offset);
+    const GgufTensor *t = gguf_find_tensor(&f, "quant.Q8_0");
+    EXPECT(t != NULL, "quant.Q8_0 missing");
+    if (t) {
+        EXPECT(t->n_dims == 3 && t->ne[0] == 64 && t->ne[1] == 2 && t->ne[2] == 2 && t->ne[3] == 1,
+               "shape %d [%lld %lld %lld %lld]", t->n_dims, (long long)t->ne[0], (long long)t->ne[1],
+               (long long)t->ne[2], (long long)t->ne[3]);
+        EXPECT(t->n_elements == 256 && t->nbytes == 8 * 34, "elements %lld bytes %zu", (long long)t->n_elements,
+               t->nbytes);
+        EXPECT(t->type == GGML_TYPE_Q8_0, "type %d", (int)t->type);
+    }
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const uint8_t *data = f.tensors[i].data;
+        EXPECT((size_t)(data - f.map) % 64 == 0, "%s not aligned", f.tensors[i].name);
+    }
+    EXPECT(gguf_find_tensor(&f, "no.such.tensor") == NULL, "found a missing tensor");
+    const GgmlTypeInfo *q4k = gguf_type_info(GGML_TYPE_Q4_K);
+    EXPECT(q4k && q4k->block_size == 256 && q4k->type_size == 144 && strcmp(q4k->name, "Q4_K") == 0, "Q4_K info");
+    EXPECT(gguf_type_info(4) == NULL && gguf_type_info(99) == NULL, "removed/unknown ids must be unknown");
+    gguf_close(&f);
+}
+
+static void test_dequant_rows(void) {
+    GgufFile f;
+    OPEN_OR_RETURN(f, TYPES_GGUF);
+    const char *names[] = {"random.Q4_K", "random.Q5_1", "quant.Q8_0", "special.F16"};
+    for (size_t k = 0; k < 4; k++) {
+        const GgufTensor *t = gguf_find_tensor(&f, names[k]);
+        EXPECT(t, "%s missing", names[k]);
+        if (!t) continue;
+        int64_t row_len = t->ne[0], rows = t->n_elements / row_len;
+        float *all = xmalloc((size_t)t->n_elements * sizeof(float));
+        float *some = xmalloc((size_t)t->n_elements * sizeof(float));
+        EXPECT(gguf_tensor_to_f32(&f, t, all) == 0, "%s", err_msg());
+        EXPECT(gguf_tensor_rows_to_f32(&f, t, 1, rows - 1, some) == 0, "%s", err_msg());
+        EXPECT(memcmp(all + row_len, some, (size_t)((rows - 1) * row_len) * sizeof(float)) == 0,
+               "%s: rows 1.. differ from the whole tensor", names[k]);
+        free(all);
+        free(some);
+    }
+    gguf_close(&f);
+}
+
+static void test_f16_conversion(void) {
+    // Every finite half against the compiler's own conversion; NaNs keep their payload.
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float got = gguf_f16_to_f32((uint16_t)h);
+        uint16_t bits = (uint16_t)h;
+        _Float16 half;
+        memcpy(&half, &bits, 2);
+        float want = (float)half;
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) {
+            uint32_t got_bits;
+            memcpy(&got_bits, &got, 4);
+            if (!isnan(got) || (got_bits & 0x7fffff) >> 13 != (h & 0x3ff) || (got_bits >> 31) != (h >> 15)) bad++;
+        } else if (memcmp(&got, &want, 4) != 0) {
+            bad++;
+        }
+    }
+    EXPECT(bad == 0, "%d half values convert wrongly", bad);
+    EXPECT(gguf_bf16_to_f32(0x3f80) == 1.0f && gguf_bf16_to_f32(0xc000) == -2.0f, "bf16");
+}
+
+// --- Metadata -------------------------------------------------------------------------
+
+static void test_metadata_roundtrip(void) {
+    GgufFile f;
+    OPEN_OR_RETURN(f, TINY_LLAMA);
+    EXPECT(f.alignment == 32, "default alignment, got %u", f.alignment);
+    uint32_t u32;
+    int64_t i64;
+    float f32;
+    bool b;
+    char *s;
+    const GgufValue *v = NULL;
+    EXPECT(gguf_get_u32(&f, "test.u8", &u32) == 0 && u32 == 200, "u8 %u", u32);
+    EXPECT(gguf_get_i64(&f, "test.i8", &i64) == 0 && i64 == -100, "i8");
+    EXPECT(gguf_get_u32(&f, "test.u16", &u32) == 0 && u32 == 60000, "u16");
+    EXPECT(gguf_get_i64(&f, "test.i16", &i64) == 0 && i64 == -30000, "i16");
+    EXPECT(gguf_get_u32(&f, "test.u32", &u32) == 0 && u32 == 4000000000u, "u32");
+    EXPECT(gguf_get_i64(&f, "test.i32", &i64) == 0 && i64 == -2000000000, "i32");
+    EXPECT(gguf_get_f32(&f, "test.f32", &f32) == 0 && f32 == 0.15625f, "f32");
+    EXPECT(gguf_get_bool(&f, "test.bool", &b) == 0 && b, "bool");
+    EXPECT(gguf_get_i64(&f, "test.u64", &i64) == 0 && i64 == (1LL << 40) + 5, "u64");
+    EXPECT(gguf_get_i64(&f, "test.i64", &i64) == 0 && i64 == -(1LL << 40), "i64");
+    v = gguf_find(&f, "test.f64");
+    EXPECT(v && v->type == GGUF_TYPE_FLOAT64 && v->f64 == 3.141592653589793, "f64");
+    EXPECT(gguf_get_f32(&f, "test.f64", &f32) == 0 && f32 == (float)3.141592653589793, "f64 as f32");
+    EXPECT(gguf_get_string(&f, "test.string", &s) == 0 && strcmp(s, "h\xc3\xa9llo w\xc3\xb6rld") == 0, "string");
+    free(s);
+    EXPECT(gguf_get_string(&f, "test.empty_string", &s) == 0 && s[0] == '\0', "empty string");
+    free(s);
+    EXPECT(gguf_get_string(&f, "general.architecture", &s) == 0 && strcmp(s, "llama") == 0, "architecture");
+    free(s);
+    EXPECT(gguf_get_string(&f, "tokenizer.chat_template", &s) == 0 &&
+               strcmp(s, "{% for m in messages %}{{ m['content'] }}\n{% endfor %}") == 0,
+           "chat template");
+    free(s);
+
+    // Wrong types and missing keys name the key and the file.
+    EXPECT(gguf_get_u32(&f, "test.i8", &u32) == -1 && contains(err_msg(), "test.i8") &&
+               contains(err_msg(), TINY_LLAMA),
+           "negative as u32: %s", err_msg());
+    EXPECT(gguf_get_u32(&f, "test.u64", &u32) == -1, "u64 too big for u32");
+    EXPECT(gguf_get_f32(&f, "test.u32", &f32) == -1 && contains(err_msg(), "test.u32"), "int as float");
+    EXPECT(gguf_get_string(&f, "test.u8", &s) == -1 && contains(err_msg(), "test.u8"), "int as string");
+    EXPECT(gguf_get_bool(&f, "no.such.key", &b) == -1 && contains(err_msg(), "no.such.key") &&
+               contains(err_msg(), TINY_LLAMA),
+           "missing: %s", err_msg());
+    EXPECT(gguf_find(&f, "no.such.key") == NULL, "find missing");
+
+    // Arrays.
+    EXPECT(gguf_get_string_array(&f, "tokenizer.ggml.tokens", &v) == 0, "%s", err_msg());
+    if (v) {
+        EXPECT(gguf_array_count(v) == 32, "tokens %llu", (unsigned long long)gguf_array_count(v));
+        GgufString t1 = gguf_array_string(v, 1), last = gguf_array_string(v, 31);
+        EXPECT(t1.len == 3 && memcmp(t1.ptr, "<s>", 3) == 0, "token 1");
+        EXPECT(last.len == 5 && memcmp(last.ptr, "\xc3\xa9t\xc3\xa9", 5) == 0, "token 31");
+    }
+    EXPECT(gguf_get_float_array(&f, "tokenizer.ggml.scores", &v) == 0 && gguf_array_count(v) == 32 &&
+               gguf_array_float(v, 3) == -0.75 && v->arr.elem_type == GGUF_TYPE_FLOAT32,
+           "scores");
+    EXPECT(gguf_get_int_array(&f, "tokenizer.ggml.token_type", &v) == 0 && gguf_array_count(v) == 32 &&
+               gguf_array_int(v, 0) == 3 && gguf_array_int(v, 4) == 1 && v->arr.elem_type == GGUF_TYPE_INT32,
+           "token types");
+    EXPECT(gguf_get_string_array(&f, "tokenizer.ggml.merges", &v) == 0 && gguf_array_count(v) == 3 &&
+               gguf_array_string(v, 1).len == 4 && memcmp(gguf_array_string(v, 1).ptr, "to k", 4) == 0,
+           "merges");
+    EXPECT(gguf_get_int_array(&f, "test.array_u16", &v) == 0 && gguf_array_int(v, 1) == 65535, "u16 array");
+    EXPECT(gguf_get_int_array(&f, "test.array_i64", &v) == 0 && gguf_array_int(v, 0) == -(1LL << 40) &&
+               gguf_array_int(v, 2) == 7,
+           "i64 array");
+    EXPECT(gguf_get_float_array(&f, "test.array_f64", &v) == 0 && gguf_array_float(v, 0) == 0.1 &&
+               gguf_array_float(v, 1) == -2.5,
+           "f64 array");
+    EXPECT(gguf_get_array(&f, "test.array_bool", &v) == 0 && v->arr.elem_type == GGUF_TYPE_BOOL &&
+               gguf_array_count(v) == 3 && gguf_array_int(v, 0) == 1 && gguf_array_int(v, 1) == 0,
+           "bool array");
+    EXPECT(gguf_get_int_array(&f, "test.array_u64_big", &v) == -1 && contains(err_msg(), "test.array_u64_big"),
+           "u64 above INT64_MAX: %s", err_msg());
+    EXPECT(gguf_get_int_array(&f, "tokenizer.ggml.tokens", &v) == -1 && contains(err_msg(), "tokenizer.ggml.tokens"),
+           "strings as ints");
+    EXPECT(gguf_get_string_array(&f, "tokenizer.ggml.scores", &v) == -1, "floats as strings");
+    EXPECT(gguf_get_array(&f, "test.u8", &v) == -1 && contains(err_msg(), "test.u8"), "scalar as array");
+    gguf_close(&f);
+}
+
+// --- config_from_gguf ---------------------------------------------------------------
+
+static void test_config_from_gguf(void) {
+    GgufFile f;
+    OPEN_OR_RETURN(f, TINY_LLAMA);
+    ModelConfig c;
+    EXPECT(config_from_gguf(&c, &f, TINY_LLAMA) == 0, "%s", err_msg());
+    EXPECT(c.family == FAMILY_LLAMA && strcmp(c.model_type, "llama") == 0, "family %d", (int)c.family);
+    EXPECT(c.hidden_size == 64 && c.num_layers == 2 && c.num_heads == 4 && c.num_kv_heads == 2, "sizes");
+    EXPECT(c.head_dim == 16 && c.intermediate_size == 128 && c.max_position_embeddings == 256, "sizes 2");
+    EXPECT(c.vocab_size == 32, "vocab %d (from tokenizer.ggml.tokens)", c.vocab_size);
+    EXPECT(c.norm_eps == 1e-5f && c.rope_theta == 100000.0f, "eps %g theta %g", (double)c.norm_eps,
+           (double)c.rope_theta);
+    EXPECT(c.bos_token_id == 1 && c.eos_token_id == 2 && c.pad_token_id == -1, "special tokens");
+    EXPECT(c.tie_word_embeddings, "no output.weight means tied embeddings");
+    EXPECT(c.norm == NORM_RMSNORM && c.positions == POSITIONS_ROPE && c.mlp == MLP_SWIGLU, "switches");
+    gguf_close(&f);
+}
+
+// A minimal metadata-only model file for config tests.
+static void build_config_file(Buf *b, const char *arch, bool with_block_count, bool with_vocab_size) {
+    char key[96];
+    uint64_t n_kv = 7 + (with_block_count ? 1 : 0) + (with_vocab_size ? 1 : 0);
+    put_header(b, 0, n_kv);
+    put_kv_str(b, "general.architecture", arch);
+#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    put_kv_u32(b, ARCH_KEY("embedding_length"), 96);
+    if (with_block_count) put_kv_u32(b, ARCH_KEY("block_count"), 3);
+    put_kv_u32(b, ARCH_KEY("attention.head_count"), 4);
+    put_kv_u32(b, ARCH_KEY("feed_forward_length"), 200);
+    put_kv_u32(b, ARCH_KEY("context_length"), 512);
+    put_kv_u32(b, ARCH_KEY("attention.key_length"), 32);
+    put_kv_f32(b, ARCH_KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    if (with_vocab_size) put_kv_u32(b, ARCH_KEY("vocab_size"), 1000);
+#undef ARCH_KEY
+}
+
+static void test_config_variants(void) {
+    char *path = tmp_path("config.gguf");
+    Buf b = {0};
+    GgufFile f;
+    ModelConfig c;
+
+    build_config_file(&b, "gemma", true, true);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "%s", err_msg());
+    EXPECT(config_from_gguf(&c, &f, path) == 0, "%s", err_msg());
+    EXPECT(c.family == FAMILY_GEMMA && c.head_dim == 32 && c.num_kv_heads == 4 && c.vocab_size == 1000,
+           "gemma sizes: head_dim %d kv %d vocab %d", c.head_dim, c.num_kv_heads, c.vocab_size);
+    EXPECT(c.rope_theta == 10000.0f && c.bos_token_id == -1, "defaults");
+    EXPECT(c.norm_weight_plus_one, "gemma scales by 1 + weight (the loader subtracts the 1 GGUF stores)");
+    EXPECT(c.tie_word_embeddings, "tied");
+    gguf_close(&f);
+
+    build_config_file(&b, "llama", false, true);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "%s", err_msg());
+    EXPECT(config_from_gguf(&c, &f, path) == -1 && contains(err_msg(), "llama.block_count") &&
+               contains(err_msg(), path),
+           "missing block_count: %s", err_msg());
+    gguf_close(&f);
+
+    build_config_file(&b, "qwen2", true, false);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "%s", err_msg());
+    EXPECT(config_from_gguf(&c, &f, path) == -1 && contains(err_msg(), "qwen2.vocab_size") &&
+               contains(err_msg(), "tokenizer.ggml.tokens"),
+           "no vocabulary size: %s", err_msg());
+    gguf_close(&f);
+
+    build_config_file(&b, "mamba", true, true);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "%s", err_msg());
+    EXPECT(config_from_gguf(&c, &f, path) == -1 && contains(err_msg(), "mamba") && contains(err_msg(), path),
+           "unknown architecture: %s", err_msg());
+    gguf_close(&f);
+    unlink(path);
+    free(path);
+}
+
+// --- Damaged files ----------------------------------------------------------------
+
+// Every prefix of the file must fail cleanly, until the end of the last tensor's data.
+static void test_truncations(void) {
+    size_t size;
+    char *bytes = read_whole_file(TINY_LLAMA, &size);
+    EXPECT(bytes, "cannot read %s", TINY_LLAMA);
+    if (!bytes) return;
+    GgufFile f;
+    EXPECT(gguf_open(&f, TINY_LLAMA) == 0, "%s", err_msg());
+    size_t needed = 0, infos_end = f.data_offset;
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        size_t end = (size_t)((const uint8_t *)f.tensors[i].data - f.map) + f.tensors[i].nbytes;
+        if (end > needed) needed = end;
+    }
+    gguf_close(&f);
+
+    char *path = tmp_path("truncated.gguf");
+    int failures_ok = 0, wrong = 0;
+    for (size_t cut = 0; cut < size; cut++) {
+        write_file(path, bytes, cut);
+        err_clear();
+        int rc = gguf_open(&f, path);
+        if (rc == 0) {
+            gguf_close(&f);
+            if (cut < needed) {
+                EXPECT(false, "a file cut at %zu of %zu bytes opened", cut, size);
+                wrong++;
+            }
+            continue;
+        }
+        bool ok = contains(err_msg(), path);
+        // Inside the header, the metadata or the tensor infos: "truncated"; inside the
+        // data: the tensor that does not fit.
+        if (cut < infos_end - 32) ok = ok && contains(err_msg(), "truncated");
+        if (cut >= infos_end && cut < needed) ok = ok && contains(err_msg(), "data lies outside the file");
+        if (!ok && wrong++ < 5) EXPECT(false, "cut at %zu: %s", cut, err_msg());
+        failures_ok += ok;
+        if (wrong > 20) break;
+    }
+    EXPECT(failures_ok >= (int)needed, "only %d clean failures for %zu cuts", failures_ok, needed);
+    // One cut of each kind, with its message shown in the test log.
+    write_file(path, bytes, 12);
+    expect_open_fails(path, "truncated", "header");
+    const char *tokens_key = memmem(bytes, size, "tokenizer.ggml.tokens", 21);
+    EXPECT(tokens_key, "no tokens key in %s", TINY_LLAMA);
+    if (tokens_key) { // 300 bytes into its array of 32 strings
+        write_file(path, bytes, (size_t)(tokens_key - bytes) + 21 + 300);
+        expect_open_fails(path, "truncated", "'tokenizer.ggml.tokens'");
+    }
+    write_file(path, bytes, infos_end - 40);
+    expect_open_fails(path, "truncated", "tensor");
+    write_file(path, bytes, needed - 1);
+    expect_open_fails(path, "data lies outside the file", "output_norm.weight");
+    unlink(path);
+    free(path);
+    free(bytes);
+}
+
+static void test_bad_header(void) {
+    size_t size;
+    char *bytes = read_whole_file(TINY_LLAMA, &size);
+    if (!bytes) {
+        EXPECT(false, "cannot read %s", TINY_LLAMA);
+        return;
+    }
+    char *path = tmp_path("header.gguf");
+    bytes[0] = 'X';
+    write_file(path, bytes, size);
+    expect_open_fails(path, "bad GGUF magic", NULL);
+    bytes[0] = 'G';
+    uint32_t version = 7;
+    memcpy(bytes + 4, &version, 4);
+    write_file(path, bytes, size);
+    expect_open_fails(path, "unsupported GGUF version 7", NULL);
+    version = 2; // same layout as 3
+    memcpy(bytes + 4, &version, 4);
+    write_file(path, bytes, size);
+    GgufFile f;
+    EXPECT(gguf_open(&f, path) == 0, "version 2: %s", err_msg());
+    if (f.map) gguf_close(&f);
+    version = 3;
+    memcpy(bytes + 4, &version, 4);
+    uint64_t absurd = 1ULL << 62;
+    memcpy(bytes + 16, &absurd, 8); // key/value count
+    write_file(path, bytes, size);
+    expect_open_fails(path, "key/values", NULL);
+    memcpy(bytes + 16, &absurd, 8);
+    memcpy(bytes + 8, &absurd, 8); // tensor count
+    uint64_t n_kv = 0;
+    memcpy(bytes + 16, &n_kv, 8);
+    write_file(path, bytes, size);
+    expect_open_fails(path, "tensors", NULL);
+
+    expect_open_fails("tests/fixtures/gguf/no-such-file.gguf", "cannot open", NULL);
+    expect_open_fails("tests/fixtures/gguf", "not a regular file", NULL);
+    write_file(path, "", 0);
+    expect_open_fails(path, "truncated", NULL);
+    unlink(path);
+    free(path);
+    free(bytes);
+}
+
+// One tensor "t" of 64 F32 values after one key/value; `ne0`, `type`, `offset`,
+// `n_dims` are the fields to damage.
+static void build_one_tensor(Buf *b, uint32_t n_dims, uint64_t ne0, uint32_t type, uint64_t offset) {
+    put_header(b, 1, 1);
+    put_kv_str(b, "general.architecture", "llama");
+    uint64_t ne[5] = {ne0, 1, 1, 1, 1};
+    put_tensor_info(b, "blk.0.attn_q.weight", n_dims, ne, type, offset);
+    put_data(b, 32, 256);
+}
+
+static void test_bad_tensors(void) {
+    char *path = tmp_path("tensor.gguf");
+    Buf b = {0};
+    GgufFile f;
+
+    build_one_tensor(&b, 1, 64, GGML_TYPE_F32, 0);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "the undamaged file: %s", err_msg());
+    if (f.map) gguf_close(&f);
+
+    build_one_tensor(&b, 1, 64, GGML_TYPE_F32, 64); // 64 + 256 bytes > 256 bytes of data
+    write_buf(path, &b);
+    expect_open_fails(path, "data lies outside the file", "'blk.0.attn_q.weight'");
+    build_one_tensor(&b, 1, 64, GGML_TYPE_F32, UINT64_MAX - 31); // offset + size overflows
+    write_buf(path, &b);
+    expect_open_fails(path, "data lies outside the file", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 1, 64, GGML_TYPE_F32, 4);
+    write_buf(path, &b);
+    expect_open_fails(path, "alignment", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 1, 64, 99, 0);
+    write_buf(path, &b);
+    expect_open_fails(path, "unknown type id 99", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 5, 64, GGML_TYPE_F32, 0);
+    write_buf(path, &b);
+    expect_open_fails(path, "5 dimensions", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 1, 48, GGML_TYPE_Q4_0, 0); // 48 is not a multiple of 32
+    write_buf(path, &b);
+    expect_open_fails(path, "block size", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 1, 1ULL << 63, GGML_TYPE_F32, 0);
+    write_buf(path, &b);
+    expect_open_fails(path, "absurd size", "blk.0.attn_q.weight");
+    build_one_tensor(&b, 1, 1ULL << 62, GGML_TYPE_F32, 0); // elements fit, bytes overflow
+    write_buf(path, &b);
+    expect_open_fails(path, "blk.0.attn_q.weight", NULL);
+
+    // Two dimensions whose product overflows.
+    put_header(&b, 1, 0);
+    uint64_t ne[2] = {1ULL << 32, 1ULL << 32};
+    put_tensor_info(&b, "big", 2, ne, GGML_TYPE_F32, 0);
+    put_data(&b, 32, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "absurd size", "'big'");
+
+    // A known type that cannot be converted opens, then fails to convert.
+    build_one_tensor(&b, 1, 256, GGML_TYPE_Q8_K, 0);
+    put_data(&b, 1, 292);
+    write_buf(path, &b);
+    EXPECT(gguf_open(&f, path) == 0, "Q8_K file: %s", err_msg());
+    if (f.map) {
+        float out[256];
+        EXPECT(gguf_tensor_to_f32(&f, &f.tensors[0], out) == -1, "Q8_K converted");
+        EXPECT(contains(err_msg(), "GGUF tensor 'blk.0.attn_q.weight' has unsupported type 15 (Q8_K)") &&
+                   contains(err_msg(), path),
+               "message: %s", err_msg());
+        gguf_close(&f);
+    }
+
+    // Duplicate tensor names.
+    put_header(&b, 2, 0);
+    uint64_t ne64 = 64;
+    put_tensor_info(&b, "dup", 1, &ne64, GGML_TYPE_F32, 0);
+    put_tensor_info(&b, "dup", 1, &ne64, GGML_TYPE_F32, 256);
+    put_data(&b, 32, 512);
+    write_buf(path, &b);
+    expect_open_fails(path, "'dup' appears more than once", NULL);
+
+    // A string length of 2^62 in a tensor name.
+    put_header(&b, 1, 0);
+    put_u64(&b, 1ULL << 62);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "truncated", "tensor info #0");
+    unlink(path);
+    free(path);
+}
+
+static void test_bad_metadata(void) {
+    char *path = tmp_path("metadata.gguf");
+    Buf b = {0};
+
+    // Key length 2^62.
+    put_header(&b, 0, 1);
+    put_u64(&b, 1ULL << 62);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "truncated", "metadata key #0");
+
+    // String value length 2^62.
+    put_header(&b, 0, 1);
+    put_str(&b, "general.name");
+    put_u32(&b, GGUF_TYPE_STRING);
+    put_u64(&b, 1ULL << 62);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "truncated", "general.name");
+
+    // Array counts of 2^62, of strings and of u32.
+    put_header(&b, 0, 1);
+    put_array_header(&b, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, 1ULL << 62);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "tokenizer.ggml.tokens", "truncated");
+    put_header(&b, 0, 1);
+    put_array_header(&b, "tokenizer.ggml.token_type", GGUF_TYPE_UINT32, 1ULL << 62);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "tokenizer.ggml.token_type", "truncated");
+
+    // A string array whose third string runs past the end.
+    put_header(&b, 0, 1);
+    put_array_header(&b, "tokenizer.ggml.merges", GGUF_TYPE_STRING, 3);
+    put_str(&b, "a b");
+    put_str(&b, "c d");
+    put_u64(&b, 1000);
+    put(&b, "xyz", 3);
+    write_buf(path, &b);
+    expect_open_fails(path, "tokenizer.ggml.merges", "truncated");
+
+    // Unknown value type, array of arrays, array of unknown type.
+    put_header(&b, 0, 1);
+    put_str(&b, "general.name");
+    put_u32(&b, 13);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "unknown value type 13", "general.name");
+    put_header(&b, 0, 1);
+    put_array_header(&b, "nested", GGUF_TYPE_ARRAY, 1);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "array of arrays", "nested");
+    put_header(&b, 0, 1);
+    put_array_header(&b, "weird", 77, 1);
+    put_data(&b, 1, 64);
+    write_buf(path, &b);
+    expect_open_fails(path, "unknown value type 77", "weird");
+
+    // Duplicate keys; bad alignments.
+    put_header(&b, 0, 2);
+    put_kv_u32(&b, "a.key", 1);
+    put_kv_u32(&b, "a.key", 2);
+    write_buf(path, &b);
+    expect_open_fails(path, "'a.key' appears more than once", NULL);
+    put_header(&b, 0, 1);
+    put_kv_u32(&b, "general.alignment", 48);
+    write_buf(path, &b);
+    expect_open_fails(path, "alignment 48", NULL);
+    put_header(&b, 0, 1);
+    put_kv_u32(&b, "general.alignment", 0);
+    write_buf(path, &b);
+    expect_open_fails(path, "alignment 0", NULL);
+    put_header(&b, 0, 1);
+    put_kv_str(&b, "general.alignment", "32");
+    write_buf(path, &b);
+    expect_open_fails(path, "general.alignment", "string");
+
+    // Empty strings, an empty array and no tensors are all fine.
+    put_header(&b, 0, 2);
+    put_kv_str(&b, "", "");
+    put_array_header(&b, "empty", GGUF_TYPE_STRING, 0);
+    write_buf(path, &b);
+    GgufFile f;
+    EXPECT(gguf_open(&f, path) == 0, "empty values: %s", err_msg());
+    if (f.map) {
+        const GgufValue *v;
+        EXPECT(gguf_get_string_array(&f, "empty", &v) == 0 && gguf_array_count(v) == 0, "empty array");
+        gguf_close(&f);
+    }
+    unlink(path);
+    free(path);
+}
+
+// Random byte changes in the header, metadata and tensor infos: every result must be
+// a clean success or a clean failure, and a success must keep tensors inside the file.
+static void test_random_damage(void) {
+    size_t size;
+    char *original = read_whole_file(TINY_LLAMA, &size);
+    if (!original) {
+        EXPECT(false, "cannot read %s", TINY_LLAMA);
+        return;
+    }
+    GgufFile f;
+    EXPECT(gguf_open(&f, TINY_LLAMA) == 0, "%s", err_msg());
+    size_t damage_end = f.data_offset;
+    gguf_close(&f);
+    char *bytes = xmalloc(size);
+    char *path = tmp_path("damaged.gguf");
+    uint64_t state = 0x9e3779b97f4a7c15ULL;
+    int opened = 0, bad_messages = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        memcpy(bytes, original, size);
+        int n_changes = 1 + iter % 4;
+        for (int k = 0; k < n_changes; k++) {
+            state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t at = (size_t)(state >> 33) % damage_end;
+            // Mostly small changes of one bit, sometimes a byte set to an extreme.
+            if (state & 8)
+                bytes[at] = (char)((state >> 12) & 0xff);
+            else
+                bytes[at] = (char)(bytes[at] ^ (1u << ((state >> 20) & 7)));
+        }
+        write_file(path, bytes, size);
+        err_clear();
+        if (gguf_open(&f, path) == 0) {
+            opened++;
+            for (uint64_t i = 0; i < f.n_tensors; i++) {
+                const GgufTensor *t = &f.tensors[i];
+                const uint8_t *data = t->data;
+                EXPECT(data >= f.map && data + t->nbytes <= f.map + f.size, "iteration %d: tensor outside", iter);
+            }
+            gguf_close(&f);
+        } else if (!contains(err_msg(), path) && bad_messages++ < 5) {
+            EXPECT(false, "iteration %d: message without the path: %s", iter, err_msg());
+        }
+    }
+    EXPECT(opened < 1500, "no damage was ever detected");
+    unlink(path);
+    free(path);
+    free(bytes);
+    free(original);
+}
+
+int main(void) {
+    RUN(test_dequant_matches_gguf_py);
+    RUN(test_tensor_infos);
+    RUN(test_dequant_rows);
+    RUN(test_f16_conversion);
+    RUN(test_metadata_roundtrip);
+    RUN(test_config_from_gguf);
+    RUN(test_config_variants);
+    RUN(test_truncations);
+    RUN(test_bad_header);
+    RUN(test_bad_tensors);
+    RUN(test_bad_metadata);
+    RUN(test_random_damage);
+    TEST_EXIT();
+}
