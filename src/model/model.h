@@ -40,6 +40,7 @@ typedef struct {
     int capacity_B, capacity_T; // sizes the buffers were allocated for
     int B, T;                   // sizes of the last forward
     bool has_forward;           // a forward ran since the last backward
+    bool backward_ready;        // ... and it was not a KV-cache forward
     bool keep_all_layers;       // saved per layer (else one scratch set + recompute)
     int *tokens, *positions, *row_start, *targets; // device copies
     float *residual;            // [num_layers + 1][N, C]: each layer's input, then the final norm's
@@ -47,6 +48,7 @@ typedef struct {
     float *final_out, *final_mean, *final_rstd;
     float *logits, *lse;        // [N, V], [N]; allocated on first use of the LM head
     bool logits_valid;          // logits hold the last forward's logits (not gradients)
+    float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
     // backward scratch
@@ -96,6 +98,31 @@ void model_values(Model *model, float *values);
 // dvalue needs model_values. Any of the three may be NULL.
 void model_backward(Model *model, const float *dlogp, const float *dentropy,
                     const float *dvalue);
+
+// ---- generation: the KV cache (model/kv_cache.c) ----
+
+// Keys and values of every layer for rows being generated. Prompts are left-padded, so
+// every row's next token goes to the same slot `length`; row b's real tokens start at
+// slot row_start[b].
+typedef struct {
+    int capacity_B, capacity_T;
+    int B;          // rows in use (set by the prefill)
+    int length;     // slots filled
+    float **k, **v; // [num_layers], each [capacity_B, capacity_T, n_kv_heads * head_dim]
+    int *row_start; // [capacity_B], host
+} KvCache;
+
+void kv_cache_init(KvCache *cache, const Model *model, int B, int T);
+void kv_cache_free(KvCache *cache, const Model *model);
+// Forgets the cached tokens (the memory stays).
+void kv_cache_reset(KvCache *cache);
+
+// Runs the batch's tokens at cache slots [cache->length, cache->length + T) and stores
+// their keys and values: a prefill (empty cache; batch->row_start gives the left padding)
+// or a decode step (T == 1; the rows keep the row_start of their prefill).
+void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache);
+// After a forward: the logits of each row's last slot (T-1), into logits[B * V] (host).
+void model_last_logits(Model *model, float *logits);
 
 // Number of trainable parameters (the whole table).
 long model_num_params(const Model *model);

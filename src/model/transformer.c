@@ -42,7 +42,7 @@ static void activations_free(Model *model) {
         free(a->layers);
     }
     void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
-                       a->residual,   a->final_out,      a->final_mean,    a->final_rstd,
+                       a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
@@ -137,6 +137,7 @@ void model_reserve(Model *model, int B, int T) {
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);
+    a->last_hidden = alloc_floats(ops, (long)B * C);
     a->logp_device = alloc_floats(ops, N);
     a->entropy_device = alloc_floats(ops, N);
     a->values_device = alloc_floats(ops, N);
@@ -182,8 +183,10 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
                                      cfg->hidden_size, cfg->norm_weight_plus_one);
 }
 
+// With a KV cache, the layer stores this batch's keys and values at the cache's next slots;
+// a decode step (cache already filled) attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
-                          float *x_out) {
+                          float *x_out, KvCache *cache) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     const LayerTensors *w = &model->weights.layers[l];
@@ -204,8 +207,17 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
                           cfg->rope_theta);
     }
-    ops->attention_forward(la->att_out, la->probs, la->q, la->k, la->v, a->row_start, B, T,
-                           cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
+    if (cache) {
+        ops->cache_write(cache->k[l], la->k, B, T, cache->capacity_T, cache->length, kv_dim);
+        ops->cache_write(cache->v[l], la->v, B, T, cache->capacity_T, cache->length, kv_dim);
+    }
+    if (cache && cache->length > 0)
+        ops->attention_decode(la->att_out, la->q, cache->k[l], cache->v[l], a->row_start, B,
+                              cache->capacity_T, cache->length + 1, cfg->num_heads,
+                              cfg->num_kv_heads, cfg->head_dim);
+    else
+        ops->attention_forward(la->att_out, la->probs, la->q, la->k, la->v, a->row_start, B, T,
+                               cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     ops->matmul_forward(la->x_mid, la->att_out, w->o_w, w->o_b, (int)N, q_dim, C);
     ops->accumulate(la->x_mid, x_in, N * C);
 
@@ -226,7 +238,7 @@ static LayerActivations *layer_activations(Model *model, int l) {
     return &model->acts.layers[model->acts.keep_all_layers ? l : 0];
 }
 
-void model_forward(Model *model, const ModelBatch *batch) {
+static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     const int B = batch->B, T = batch->T;
@@ -239,12 +251,26 @@ void model_forward(Model *model, const ModelBatch *batch) {
     // Host-side preparation of ids and positions, then one copy each to the backend.
     int *positions = xmalloc((size_t)N * sizeof(int));
     int *row_start = xmalloc((size_t)B * sizeof(int));
+    // Slot t of this batch is slot `first_slot + t` of the row (a KV cache continues a row).
+    const int first_slot = cache ? cache->length : 0;
+    if (cache) {
+        CHECK(first_slot == 0 || T == 1, "a KV cache takes a prefill, then one token per step");
+        CHECK(first_slot + T <= cache->capacity_T && B <= cache->capacity_B,
+              "KV cache of %d x %d slots is too small for %d x %d", cache->capacity_B,
+              cache->capacity_T, B, first_slot + T);
+        if (first_slot == 0) {
+            cache->B = B;
+            for (int b = 0; b < B; b++) cache->row_start[b] = batch->row_start ? batch->row_start[b] : 0;
+        }
+        CHECK(cache->B == B, "decode step with %d rows on a cache of %d", B, cache->B);
+    }
     for (int b = 0; b < B; b++) {
-        int start = batch->row_start ? batch->row_start[b] : 0;
-        CHECK(start >= 0 && start <= T, "row %d starts at %d outside [0, %d]", b, start, T);
+        int start = cache ? cache->row_start[b] : batch->row_start ? batch->row_start[b] : 0;
+        CHECK(start >= 0 && start <= first_slot + T, "row %d starts at %d outside [0, %d]", b, start,
+              first_slot + T);
         row_start[b] = start;
         for (int t = 0; t < T; t++) {
-            int position = t - start;
+            int position = first_slot + t - start;
             positions[(long)b * T + t] = position > 0 ? position : 0;
         }
     }
@@ -252,8 +278,8 @@ void model_forward(Model *model, const ModelBatch *batch) {
         CHECK(batch->tokens[i] >= 0 && batch->tokens[i] < cfg->vocab_size,
               "token id %d at slot %ld is outside the vocabulary", batch->tokens[i], i);
     if (cfg->positions == POSITIONS_LEARNED)
-        CHECK(T <= cfg->max_position_embeddings, "%d slots exceed the model's %d positions", T,
-              cfg->max_position_embeddings);
+        CHECK(first_slot + T <= cfg->max_position_embeddings, "%d slots exceed the model's %d positions",
+              first_slot + T, cfg->max_position_embeddings);
     ops->copy_to_device(a->tokens, batch->tokens, (size_t)N * sizeof(int));
     ops->copy_to_device(a->positions, positions, (size_t)N * sizeof(int));
     ops->copy_to_device(a->row_start, row_start, (size_t)B * sizeof(int));
@@ -265,12 +291,21 @@ void model_forward(Model *model, const ModelBatch *batch) {
                            model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
     for (int l = 0; l < cfg->num_layers; l++)
         layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
-                      a->residual + (l + 1) * N * C);
+                      a->residual + (l + 1) * N * C, cache);
     norm_forward(model, a->final_out, a->final_mean, a->final_rstd,
                  a->residual + cfg->num_layers * N * C, model->weights.final_norm_w,
                  model->weights.final_norm_b, N);
     a->has_forward = true;
+    // A decode step's activations cover one slot of a longer row: no backward through it.
+    a->backward_ready = cache == NULL;
     a->logits_valid = false;
+    if (cache) cache->length += T;
+}
+
+void model_forward(Model *model, const ModelBatch *batch) { forward_impl(model, batch, NULL); }
+
+void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache) {
+    forward_impl(model, batch, cache);
 }
 
 static const float *lm_head_weight(const Model *model) {
@@ -312,6 +347,22 @@ void model_logprobs(Model *model, const int *targets, float *logp, int *top1, fl
     if (logp) ops->copy_to_host(logp, a->logp_device, (size_t)N * sizeof(float));
     if (top1) ops->copy_to_host(top1, a->top1_device, (size_t)N * sizeof(int));
     if (entropy) ops->copy_to_host(entropy, a->entropy_device, (size_t)N * sizeof(float));
+}
+
+void model_last_logits(Model *model, float *logits) {
+    Activations *a = &model->acts;
+    const ModelConfig *cfg = &model->config;
+    CHECK(model->has_lm_head, "model has no LM head");
+    const int B = a->B, T = a->T, C = cfg->hidden_size, V = cfg->vocab_size;
+    if (!a->logits) {
+        const long capacity_N = (long)a->capacity_B * a->capacity_T;
+        a->logits = alloc_floats(model->ops, capacity_N * V);
+        a->lse = alloc_floats(model->ops, capacity_N);
+    }
+    model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
+    model->ops->matmul_forward(a->logits, a->last_hidden, lm_head_weight(model), NULL, B, C, V);
+    a->logits_valid = false; // the buffer holds B rows only
+    model->ops->copy_to_host(logits, a->logits, (size_t)B * V * sizeof(float));
 }
 
 void model_logits_row(Model *model, int i, float *out) {
@@ -399,7 +450,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     const OpsBackend *ops = model->ops;
     Activations *a = &model->acts;
     CHECK(model->grads, "backward on a model without gradients (call model_enable_grad)");
-    CHECK(a->has_forward, "backward without a forward pass");
+    CHECK(a->has_forward && a->backward_ready, "backward without a (non-cached) forward pass");
     const long N = (long)a->B * a->T, C = cfg->hidden_size;
 
     ops->fill_zero(a->d_hidden, N * C);
@@ -435,7 +486,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         LayerActivations *la = layer_activations(model, l);
         // Gradient checkpointing: rebuild this layer's activations from its saved input.
         // The recomputed output equals the saved x_{l+1} bit for bit.
-        if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C);
+        if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C, NULL);
         layer_backward(model, l, la, x_in);
     }
     ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,

@@ -82,6 +82,21 @@ typedef struct OpsBackend {
                                const float *v, const int *row_start, int B, int T, int n_heads,
                                int n_kv_heads, int head_dim);
 
+    // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
+    // attends to cache slots [row_start[b], length) of its row. The caches are
+    // [B, capacity, n_kv_heads*hd]; the new token's K/V are already at slot length-1.
+    void (*attention_decode)(float *out, const float *q, const float *k_cache,
+                             const float *v_cache, const int *row_start, int B, int capacity,
+                             int length, int n_heads, int n_kv_heads, int head_dim);
+    // Copies rows [0, T) of each of the B rows of x ([B*T, width]) into slots
+    // [slot, slot+T) of a cache [B, capacity, width].
+    void (*cache_write)(float *cache, const float *x, int B, int T, int capacity, int slot,
+                        int width);
+
+    // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
+    void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,
+                      int width);
+
     // ---- activations ----
     void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);

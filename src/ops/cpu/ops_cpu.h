@@ -43,6 +43,13 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                             int head_dim);
 
+void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
+                          const int *row_start, int B, int capacity, int length, int n_heads,
+                          int n_kv_heads, int head_dim);
+void cpu_cache_write(float *cache, const float *x, int B, int T, int capacity, int slot, int width);
+
+void cpu_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, int rows, int width);
+
 void cpu_gelu_forward(float *out, const float *inp, long n);
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, long n);
 void cpu_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu);

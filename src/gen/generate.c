@@ -1,0 +1,106 @@
+#include "gen/generate.h"
+
+#include <string.h>
+
+#include "core/check.h"
+#include "core/rng.h"
+
+const char *stop_reason_name(StopReason reason) {
+    switch (reason) {
+    case STOP_TOKEN: return "stop_token";
+    case STOP_CHECK: return "stop_string";
+    case STOP_LENGTH: return "length";
+    default: return "none";
+    }
+}
+
+void generated_row_free(GeneratedRow *row) {
+    free(row->tokens);
+    free(row->logprobs);
+    free(row->sampling_logprobs);
+    memset(row, 0, sizeof *row);
+}
+
+static bool is_stop_token(const GenerateOptions *options, int token) {
+    for (int i = 0; i < options->num_stop_tokens; i++)
+        if (options->stop_tokens[i] == token) return true;
+    return false;
+}
+
+void generate(Model *model, const int *const *prompts, const int *prompt_lengths,
+              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out) {
+    const int V = model->config.vocab_size;
+    const int max_new = options->max_new_tokens;
+    CHECK(B > 0 && max_new > 0, "generate needs rows and a positive max_new_tokens");
+    int T0 = 0;
+    for (int b = 0; b < B; b++) {
+        CHECK(prompt_lengths[b] > 0, "row %d has an empty prompt", b);
+        if (prompt_lengths[b] > T0) T0 = prompt_lengths[b];
+    }
+    // Left padding: every row's next token lands in the same cache slot.
+    int *tokens = xmalloc((size_t)B * T0 * sizeof(int)), *row_start = xmalloc((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        row_start[b] = T0 - prompt_lengths[b];
+        for (int t = 0; t < row_start[b]; t++) tokens[(long)b * T0 + t] = options->pad_token;
+        memcpy(tokens + (long)b * T0 + row_start[b], prompts[b], (size_t)prompt_lengths[b] * sizeof(int));
+    }
+    for (int b = 0; b < B; b++) {
+        memset(&out[b], 0, sizeof out[b]);
+        out[b].tokens = xmalloc((size_t)max_new * sizeof(int));
+        out[b].logprobs = xmalloc((size_t)max_new * sizeof(float));
+        out[b].sampling_logprobs = xmalloc((size_t)max_new * sizeof(float));
+    }
+
+    KvCache cache;
+    kv_cache_init(&cache, model, B, T0 + max_new);
+    model_reserve(model, B, T0);
+    float *logits = xmalloc((size_t)B * V * sizeof(float));
+    int *next = xmalloc((size_t)B * sizeof(int));
+    bool *done = xcalloc((size_t)B, sizeof(bool));
+    SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
+    for (int b = 0; b < B; b++) sampler_scratch_init(&scratch[b], V);
+
+    ModelBatch prefill = {.B = B, .T = T0, .tokens = tokens, .row_start = row_start};
+    model_forward_cached(model, &prefill, &cache);
+    int remaining = B;
+    for (int step = 0; step < max_new && remaining > 0; step++) {
+        model_last_logits(model, logits);
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++) {
+            if (done[b]) continue;
+            uint64_t stream = rng_stream("sample", row_ids ? row_ids[b] : (uint64_t)b, 0);
+            double u = rng_uniform_double(options->seed, stream, (uint64_t)step);
+            SampledToken picked = sampler_pick(logits + (long)b * V, V, &options->sampler, u, &scratch[b]);
+            GeneratedRow *row = &out[b];
+            row->tokens[row->length] = picked.token;
+            row->logprobs[row->length] = picked.logprob;
+            row->sampling_logprobs[row->length] = picked.sampling_logprob;
+            row->length++;
+            next[b] = picked.token;
+        }
+        for (int b = 0; b < B; b++) {
+            if (done[b]) {
+                next[b] = options->pad_token;
+                continue;
+            }
+            GeneratedRow *row = &out[b];
+            if (options->on_token) options->on_token(options->token_context, b, next[b]);
+            if (is_stop_token(options, next[b])) row->stop = STOP_TOKEN;
+            else if (options->stop_check && options->stop_check(options->stop_context, b, row->tokens, row->length))
+                row->stop = STOP_CHECK;
+            else if (row->length == max_new) row->stop = STOP_LENGTH;
+            if (row->stop != STOP_NONE) {
+                done[b] = true;
+                remaining--;
+            }
+        }
+        if (remaining == 0 || step + 1 == max_new) break;
+        // Finished rows keep decoding a pad token (cheap, and it keeps the batch shape);
+        // their outputs are ignored.
+        ModelBatch decode = {.B = B, .T = 1, .tokens = next};
+        model_forward_cached(model, &decode, &cache);
+    }
+    for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
+    free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start);
+    kv_cache_free(&cache, model);
+}

@@ -1,0 +1,46 @@
+// Batched generation: prefill the (left-padded) prompts, then decode one token per row per
+// step with the KV cache, until every row stops (stop token, stop check, or length).
+//
+// Each row samples with its own random stream: the token at step t of a row with id r
+// uses the counter-based RNG at (seed, stream(r), t). So a row's output depends on its
+// prompt, its id and the seed — not on the other rows, the batch size or the threads.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gen/sampler.h"
+#include "model/model.h"
+
+typedef enum { STOP_NONE, STOP_TOKEN, STOP_CHECK, STOP_LENGTH } StopReason;
+
+typedef struct {
+    SamplerConfig sampler;
+    int max_new_tokens;
+    uint64_t seed;
+    const int *stop_tokens; // e.g. the EOS ids; the stop token is kept in the output
+    int num_stop_tokens;
+    // Optional: called after each token of a row; returns true to stop the row (stop
+    // strings, which need the tokenizer, are checked this way).
+    bool (*stop_check)(void *context, int row, const int *tokens, int count);
+    void *stop_context;
+    // Optional: called with each new token of each row, in row order (streaming output).
+    void (*on_token)(void *context, int row, int token);
+    void *token_context;
+    int pad_token; // fills the left padding of prompts (any valid id)
+} GenerateOptions;
+
+typedef struct {
+    int *tokens;             // generated tokens (the stop token included)
+    float *logprobs;         // log p under the model (temperature 1, no truncation)
+    float *sampling_logprobs;// log p under the distribution sampled from
+    int length;
+    StopReason stop;
+} GeneratedRow;
+
+// Generates for B prompts. row_ids[b] keys row b's random stream (NULL: the row index).
+// out[b] receives arrays of max_new_tokens entries (free with generated_row_free).
+void generate(Model *model, const int *const *prompts, const int *prompt_lengths,
+              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out);
+void generated_row_free(GeneratedRow *row);
+
+const char *stop_reason_name(StopReason reason);

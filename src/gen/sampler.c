@@ -1,0 +1,161 @@
+#include "gen/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+
+void sampler_scratch_init(SamplerScratch *scratch, int vocab_size) {
+    scratch->vocab_size = vocab_size;
+    scratch->values = xmalloc((size_t)vocab_size * sizeof(float));
+    scratch->indices = xmalloc((size_t)vocab_size * sizeof(int));
+    scratch->work = xmalloc((size_t)vocab_size * sizeof(float));
+}
+
+void sampler_scratch_free(SamplerScratch *scratch) {
+    free(scratch->values);
+    free(scratch->indices);
+    free(scratch->work);
+    memset(scratch, 0, sizeof *scratch);
+}
+
+static double log_sum_exp(const float *x, int n) {
+    float max_value = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max_value) max_value = x[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(x[i] - max_value));
+    return max_value + log(sum);
+}
+
+// Descending by value; ties by ascending index, so the order is fully determined.
+static int compare_descending(const void *a, const void *b, void *values) {
+    const float *sort_values = values;
+    int i = *(const int *)a, j = *(const int *)b;
+    if (sort_values[i] > sort_values[j]) return -1;
+    if (sort_values[i] < sort_values[j]) return 1;
+    return (i > j) - (i < j);
+}
+
+// The k-th largest of x[0..n) (1-based k <= n), by quickselect on a copy.
+static float kth_largest(const float *x, int n, int k, float *work) {
+    memcpy(work, x, (size_t)n * sizeof(float));
+    int lo = 0, hi = n - 1, target = k - 1;
+    while (lo < hi) {
+        float pivot = work[(lo + hi) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (work[i] > pivot) i++;
+            while (work[j] < pivot) j--;
+            if (i <= j) {
+                float t = work[i];
+                work[i] = work[j];
+                work[j] = t;
+                i++, j--;
+            }
+        }
+        if (target <= j) hi = j;
+        else if (target >= i) lo = i;
+        else break;
+    }
+    return work[target];
+}
+
+// Fills scratch->indices with the kept tokens (ascending index) and scratch->values with
+// their scaled logits; returns how many. Also returns the log-normaliser over them.
+static int kept_set(const float *logits, int V, const SamplerConfig *config, SamplerScratch *s,
+                    double *log_normaliser) {
+    const float inv_temperature = 1.0f / config->temperature;
+    float *scaled = s->values;
+    for (int v = 0; v < V; v++) scaled[v] = logits[v] * inv_temperature;
+    // top-k: keep every token at least as large as the k-th largest (ties all kept, as
+    // transformers' TopKLogitsWarper does).
+    float threshold = -INFINITY;
+    if (config->top_k > 0 && config->top_k < V) {
+        threshold = kth_largest(scaled, V, config->top_k, s->work);
+    }
+    int count = 0;
+    for (int v = 0; v < V; v++)
+        if (scaled[v] >= threshold) s->indices[count++] = v;
+    // top-p: drop the least likely tokens whose cumulative probability (from the least
+    // likely up) stays <= 1 - top_p; the most likely token always stays.
+    if (config->top_p > 0.0f && config->top_p < 1.0f && count > 1) {
+        qsort_r(s->indices, (size_t)count, sizeof(int), compare_descending, scaled);
+        double max_value = scaled[s->indices[0]], total = 0;
+        for (int i = 0; i < count; i++) total += exp(scaled[s->indices[i]] - max_value);
+        double tail = 0;
+        int keep = count;
+        for (int i = count - 1; i > 0; i--) {
+            tail += exp(scaled[s->indices[i]] - max_value) / total;
+            if (tail <= 1.0 - config->top_p) keep = i;
+            else break;
+        }
+        count = keep;
+        // back to ascending index order for a batch-independent, documented walk
+        int *sorted = s->indices;
+        for (int i = 1; i < count; i++) {
+            int x = sorted[i], j = i - 1;
+            while (j >= 0 && sorted[j] > x) sorted[j + 1] = sorted[j], j--;
+            sorted[j + 1] = x;
+        }
+    }
+    double max_value = -INFINITY;
+    for (int i = 0; i < count; i++)
+        if (scaled[s->indices[i]] > max_value) max_value = scaled[s->indices[i]];
+    double sum = 0;
+    for (int i = 0; i < count; i++) sum += exp(scaled[s->indices[i]] - max_value);
+    *log_normaliser = max_value + log(sum);
+    return count;
+}
+
+SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
+                          SamplerScratch *scratch) {
+    CHECK(scratch->vocab_size >= V, "sampler scratch too small");
+    SampledToken out = {0};
+    double lse = log_sum_exp(logits, V);
+    if (config->temperature <= 0.0f) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        out.token = best;
+        out.logprob = (float)(logits[best] - lse);
+        out.sampling_logprob = 0.0f;
+        return out;
+    }
+    double log_normaliser;
+    int count = kept_set(logits, V, config, scratch, &log_normaliser);
+    // Walk the kept tokens in index order until the cumulative probability passes u.
+    double cumulative = 0;
+    int chosen = scratch->indices[count - 1];
+    for (int i = 0; i < count; i++) {
+        int v = scratch->indices[i];
+        cumulative += exp(scratch->values[v] - log_normaliser);
+        if (uniform < cumulative) {
+            chosen = v;
+            break;
+        }
+    }
+    out.token = chosen;
+    out.logprob = (float)(logits[chosen] - lse);
+    out.sampling_logprob = (float)(scratch->values[chosen] - log_normaliser);
+    return out;
+}
+
+void sampler_distribution(const float *logits, int V, const SamplerConfig *config, float *probs,
+                          SamplerScratch *scratch) {
+    memset(probs, 0, (size_t)V * sizeof(float));
+    if (config->temperature <= 0.0f) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        probs[best] = 1.0f;
+        return;
+    }
+    double log_normaliser;
+    int count = kept_set(logits, V, config, scratch, &log_normaliser);
+    for (int i = 0; i < count; i++) {
+        int v = scratch->indices[i];
+        probs[v] = (float)exp(scratch->values[v] - log_normaliser);
+    }
+}

@@ -1,0 +1,39 @@
+// Choosing the next token from a row of logits: greedy, or sampling with temperature,
+// top-k and top-p, in that order (as transformers' logits processors apply them).
+//
+// The random number is given by the caller (gen/generate.c draws it from the counter-based
+// RNG keyed by seed, row and step), so a row's tokens never depend on its batch.
+#pragma once
+#include <stdbool.h>
+
+typedef struct {
+    float temperature; // <= 0 means greedy
+    int top_k;         // 0 = no top-k
+    float top_p;       // applied when in (0, 1); 0 or >= 1 = no top-p
+} SamplerConfig;
+
+typedef struct {
+    int token;
+    float logprob;          // log p(token) under the model: softmax of the raw logits
+    float sampling_logprob; // log p(token) under the distribution sampled from (0 for greedy)
+} SampledToken;
+
+// Working memory for one row: sized for the vocabulary.
+typedef struct {
+    int vocab_size;
+    float *values;
+    int *indices;
+    float *work;
+} SamplerScratch;
+
+void sampler_scratch_init(SamplerScratch *scratch, int vocab_size);
+void sampler_scratch_free(SamplerScratch *scratch);
+
+// Picks a token from logits[0..V). `uniform` is a number in [0, 1).
+SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
+                          SamplerScratch *scratch);
+
+// The probabilities the sampler draws from (after temperature, top-k, top-p), into
+// probs[0..V): zero outside the kept set. For tests and for --explain style tools.
+void sampler_distribution(const float *logits, int V, const SamplerConfig *config, float *probs,
+                          SamplerScratch *scratch);
