@@ -34,7 +34,7 @@ static void test_kv_cache_matches_full_forward(void) {
         int lengths[] = {7, 2};
         GenerateOptions options = {.sampler = {.temperature = 1.0f}, .max_new_tokens = 12, .seed = 3};
         GeneratedRow rows[2];
-        generate(&model, prompts, lengths, NULL, 2, &options, rows);
+        generate(&model, prompts, lengths, NULL, 2, &options, rows, NULL);
         for (int b = 0; b < 2; b++) {
             EXPECT(rows[b].length == 12 && rows[b].stop == STOP_LENGTH, "row %d length %d", b, rows[b].length);
             // Full forward over prompt + generated; logp of each generated token must match.
@@ -74,10 +74,10 @@ static void test_batch_composition_invariance(void) {
     GenerateOptions options = {.sampler = {.temperature = 1.0f, .top_k = 20, .top_p = 0.95f},
                                .max_new_tokens = 16, .seed = 1234};
     GeneratedRow together[3];
-    generate(&model, prompts, lengths, ids, 3, &options, together);
+    generate(&model, prompts, lengths, ids, 3, &options, together, NULL);
     for (int b = 0; b < 3; b++) {
         GeneratedRow alone;
-        generate(&model, &prompts[b], &lengths[b], &ids[b], 1, &options, &alone);
+        generate(&model, &prompts[b], &lengths[b], &ids[b], 1, &options, &alone, NULL);
         EXPECT(alone.length == together[b].length &&
                    memcmp(alone.tokens, together[b].tokens, alone.length * sizeof(int)) == 0,
                "row %d differs alone vs in a batch", b);
@@ -87,7 +87,7 @@ static void test_batch_composition_invariance(void) {
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     GeneratedRow single[3];
-    generate(&model, prompts, lengths, ids, 3, &options, single);
+    generate(&model, prompts, lengths, ids, 3, &options, single, NULL);
     omp_set_num_threads(threads);
     for (int b = 0; b < 3; b++) {
         EXPECT(single[b].length == together[b].length &&
@@ -108,14 +108,14 @@ static void test_stop_tokens_and_lengths(void) {
     // Greedy first, then stop on the 3rd greedy token: the row must end there, stop kept.
     GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 10};
     GeneratedRow greedy;
-    generate(&model, prompts, &length, NULL, 1, &options, &greedy);
+    generate(&model, prompts, &length, NULL, 1, &options, &greedy, NULL);
     int stop_token = greedy.tokens[2];
     int first = 0;
     while (greedy.tokens[first] != stop_token) first++;
     options.stop_tokens = &stop_token;
     options.num_stop_tokens = 1;
     GeneratedRow stopped;
-    generate(&model, prompts, &length, NULL, 1, &options, &stopped);
+    generate(&model, prompts, &length, NULL, 1, &options, &stopped, NULL);
     EXPECT(stopped.stop == STOP_TOKEN && stopped.length == first + 1, "stopped after %d tokens (%s)", stopped.length,
            stop_reason_name(stopped.stop));
     EXPECT(memcmp(stopped.tokens, greedy.tokens, stopped.length * sizeof(int)) == 0, "same prefix");
@@ -195,7 +195,7 @@ static void test_smollm2_greedy_matches_transformers(void) {
     }
     GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 40, .pad_token = 2};
     GeneratedRow *rows = xmalloc(n * sizeof(GeneratedRow));
-    generate(&model, prompts, lengths, NULL, (int)n, &gen, rows); // all five in one batch
+    generate(&model, prompts, lengths, NULL, (int)n, &gen, rows, NULL); // all five in one batch
     for (size_t i = 0; i < n; i++) {
         json_t *expected = json_object_get(json_array_get(cases, i), "greedy_ids");
         int same = 0;

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/timer.h"
 
 const char *stop_reason_name(StopReason reason) {
     switch (reason) {
@@ -28,7 +29,8 @@ static bool is_stop_token(const GenerateOptions *options, int token) {
 }
 
 void generate(Model *model, const int *const *prompts, const int *prompt_lengths,
-              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out) {
+              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out,
+              GenerateStats *stats) {
     const int V = model->config.vocab_size;
     const int max_new = options->max_new_tokens;
     CHECK(B > 0 && max_new > 0, "generate needs rows and a positive max_new_tokens");
@@ -60,11 +62,16 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
     for (int b = 0; b < B; b++) sampler_scratch_init(&scratch[b], V);
 
+    GenerateStats local_stats = {0};
+    double t0 = now_seconds();
     ModelBatch prefill = {.B = B, .T = T0, .tokens = tokens, .row_start = row_start};
     model_forward_cached(model, &prefill, &cache);
+    model_last_logits(model, logits);
+    local_stats.prefill_seconds = now_seconds() - t0;
+    t0 = now_seconds();
     int remaining = B;
     for (int step = 0; step < max_new && remaining > 0; step++) {
-        model_last_logits(model, logits);
+        if (step > 0) model_last_logits(model, logits);
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
@@ -99,7 +106,11 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         // their outputs are ignored.
         ModelBatch decode = {.B = B, .T = 1, .tokens = next};
         model_forward_cached(model, &decode, &cache);
+        local_stats.decode_steps++;
     }
+    local_stats.decode_seconds = now_seconds() - t0;
+    for (int b = 0; b < B; b++) local_stats.generated_tokens += out[b].length;
+    if (stats) *stats = local_stats;
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start);
     kv_cache_free(&cache, model);

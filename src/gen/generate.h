@@ -29,6 +29,14 @@ typedef struct {
     int pad_token; // fills the left padding of prompts (any valid id)
 } GenerateOptions;
 
+// Where the time went (optional output of generate).
+typedef struct {
+    double prefill_seconds;  // the prompt forward
+    double decode_seconds;   // every decode step, sampling included
+    int decode_steps;        // forward passes after the prefill
+    long generated_tokens;   // over all rows
+} GenerateStats;
+
 typedef struct {
     int *tokens;             // generated tokens (the stop token included)
     float *logprobs;         // log p under the model (temperature 1, no truncation)
@@ -39,8 +47,10 @@ typedef struct {
 
 // Generates for B prompts. row_ids[b] keys row b's random stream (NULL: the row index).
 // out[b] receives arrays of max_new_tokens entries (free with generated_row_free).
+// stats may be NULL.
 void generate(Model *model, const int *const *prompts, const int *prompt_lengths,
-              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out);
+              const uint64_t *row_ids, int B, const GenerateOptions *options, GeneratedRow *out,
+              GenerateStats *stats);
 void generated_row_free(GeneratedRow *row);
 
 const char *stop_reason_name(StopReason reason);

@@ -1,0 +1,57 @@
+// Decode speed of SmolLM2-135M-Instruct (f32 after dequantization) with the KV cache, at
+// batch 1, 8 and 32: greedy, a 32-token prompt per row, 64 new tokens per row (no early
+// stop). Decode tokens/s counts the tokens produced by the decode steps over their time
+// (prefill reported apart). bench/run_decode.sh runs it beside transformers' generate and
+// llama.cpp (llama-cpp-python) on the same machine.
+//
+// usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--new 64]
+//                           [--prompt 32] [--batches 1,8,32]
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "gen/generate.h"
+#include "model/weights_io.h"
+
+int main(int argc, char **argv) {
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    int new_tokens = 64, prompt_length = 32;
+    char batches[64] = "1,8,32";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc) new_tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt_length = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) snprintf(batches, sizeof batches, "%s", argv[++i]);
+        else die_user("unknown argument %s (see the comment at the top of bench/decode.c)", argv[i]);
+    }
+    Model model;
+    ModelLoadOptions options = {.with_lm_head = true};
+    if (model_load(&model, path, &ops_cpu, &options) != 0) die_from_err();
+    for (char *save = NULL, *item = strtok_r(batches, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        int B = atoi(item);
+        int **prompts = xmalloc(B * sizeof(int *)), *lengths = xmalloc(B * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            prompts[b] = xmalloc(prompt_length * sizeof(int));
+            lengths[b] = prompt_length;
+            for (int t = 0; t < prompt_length; t++)
+                prompts[b][t] = 100 + (int)rng_below(5, (uint64_t)b, (uint64_t)t, 20000);
+        }
+        GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = new_tokens};
+        GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
+        GenerateStats stats;
+        generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
+        double decode_tokens = (double)B * stats.decode_steps;
+        printf("{\"impl\": \"marlhf\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
+               "\"decode_s\": %.3f, \"new_tokens\": %d, \"prompt\": %d, \"threads\": %d}\n",
+               B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds, new_tokens,
+               prompt_length, omp_get_max_threads());
+        fflush(stdout);
+        for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
+        free(rows), free(prompts), free(lengths);
+    }
+    model_free(&model);
+    return 0;
+}

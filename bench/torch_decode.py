@@ -1,0 +1,41 @@
+"""The transformers peer of bench/decode.c: SmolLM2-135M-Instruct from the same GGUF
+(dequantized to float32), greedy generate() with the KV cache, a 32-token prompt per row,
+exactly --new tokens per row, batch 1, 8, 32. Decode tokens/s excludes the prefill
+(timed separately as a 1-token generate)."""
+import argparse
+import json
+import os
+import time
+
+import torch
+import transformers
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+ap.add_argument("--new", type=int, default=64)
+ap.add_argument("--prompt", type=int, default=32)
+ap.add_argument("--batches", default="1,8,32")
+ap.add_argument("--threads", type=int, default=os.cpu_count())
+args = ap.parse_args()
+torch.set_num_threads(args.threads)
+directory, name = os.path.split(os.path.abspath(args.model))
+model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32).eval()
+generator = torch.Generator().manual_seed(5)
+for B in [int(b) for b in args.batches.split(",")]:
+    ids = torch.randint(100, 20100, (B, args.prompt), generator=generator)
+    mask = torch.ones_like(ids)
+
+    def run(new):
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                           pad_token_id=0)
+        return time.perf_counter() - start
+
+    run(2)  # warm up
+    prefill = run(1)
+    total = run(args.new)
+    decode_tokens = B * (args.new - 1)
+    print(json.dumps({"impl": "transformers", "batch": B, "decode_tokens_per_s": round(decode_tokens / (total - prefill), 1),
+                      "prefill_s": round(prefill, 3), "decode_s": round(total - prefill, 3), "new_tokens": args.new,
+                      "prompt": args.prompt, "threads": torch.get_num_threads()}), flush=True)

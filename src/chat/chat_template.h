@@ -1,0 +1,124 @@
+// Chat templates: a conversation (system/user/assistant messages) into the exact text
+// transformers' `tokenizer.apply_chat_template(messages, tokenize=False,
+// add_generation_prompt=...)` gives, without a Jinja engine.
+//
+// A model publishes its template as Jinja source (tokenizer_config.json "chat_template",
+// GGUF "tokenizer.chat_template"). marlhf does not interpret that source: it recognises
+// which *family* (and variant) it is and renders with C code written for that family.
+//
+// Recognition rule (chat_template_from_source):
+//  1. Exact: the source, after whitespace normalisation, equals one of the published
+//     templates marlhf knows (kept as the 64-bit FNV-1a hash of the normalised text; the
+//     sources are in tools/make_chat_template_fixtures.py). Normalising changes only
+//     whitespace that cannot reach the output: inside a tag ({{ }}, {% %}, {# #}) and
+//     outside string literals, a run of ASCII whitespace becomes one space and none is
+//     kept next to the delimiters; string literals keep every character, a "\n" escape
+//     counting as the newline it stands for; text between tags is kept; whitespace at
+//     both ends of the source is dropped. So `{{'x'}}` and `{{ 'x' }}` match, and so do
+//     a "\n" escape and a real newline inside a string; `'a  b'` and `'a b'` do not.
+//  2. Markers (fallback), tried in this order, for templates edited or republished:
+//       chatml    "<|im_start|>" and "<|im_end|>", and no "<think>" (reasoning templates
+//                 render differently). Default system turn: the literal text of a
+//                 '<|im_start|>system\n...<|im_end|>' string in the source, if any.
+//       llama3    "<|start_header_id|>" and "<|eot_id|>"; the 3.1 system header if the
+//                 source has "Cutting Knowledge Date" (date: `set date_string = "..."`
+//                 if present; today's date if the template calls strftime_now, as
+//                 transformers provides it; otherwise "26 Jul 2024").
+//       gemma     "<start_of_turn>" and "<end_of_turn>"; a system turn is refused if the
+//                 source says "System role not supported", else folded into the first
+//                 user turn (Gemma 3).
+//       llama2    "[INST]" and "<<SYS>>" (Mistral's "[INST]" without "<<SYS>>" is not).
+//       zephyr    "<|user|>", "<|assistant|>" and "eos_token", and no "<|end|>" (Phi-3).
+//     A marker match renders as that family's published variant; details a modified
+//     template adds beyond those switches are not seen.
+//  3. Otherwise: "unrecognised chat template in <file> (pass --chat-template NAME or a
+//     template file)".
+//
+// Families and names (chat_template_from_name):
+//   chatml    ChatML, no default system turn (OpenHermes-2.5)
+//   smollm2   ChatML, default system "You are a helpful AI assistant named SmolLM,
+//             trained by Hugging Face" (SmolLM2-*-Instruct)
+//   qwen2     ChatML, default system "You are a helpful assistant." (Qwen2-*-Instruct)
+//   qwen2.5   ChatML, default system "You are Qwen, created by Alibaba Cloud. You are a
+//             helpful assistant." (Qwen2.5-*-Instruct; tool calling not supported)
+//   llama2    [INST] <<SYS>> ... with bos/eos per turn (Llama-2-*-chat)
+//   llama3    <|start_header_id|>role<|end_header_id|>, bos first (Meta-Llama-3-*-Instruct)
+//   llama3.1  llama3 plus the system header "Cutting Knowledge Date: December 2023" /
+//             "Today Date: <date_string>" (Llama-3.1-*-Instruct)
+//   gemma     <start_of_turn>user ... model; a system message is an error (Gemma 1, 2)
+//   gemma3    the same, the system message folded into the first user turn (Gemma 3)
+//   zephyr    <|system|> <|user|> <|assistant|>, eos after each (zephyr-7b-beta, TinyLlama-Chat)
+//   hh        the paper's HH-RLHF transcript: "\n\nHuman: " q "\n\nAssistant: " a ...,
+//             generation prompt "\n\nAssistant:" (no system role; turns alternate)
+//   webgpt    the paper's WebGPT prompt: " Human: " q " Assistant: " a ..., generation
+//             prompt " Assistant:" (no system role; turns alternate)
+//
+// Rendering follows the template's own rules, errors included: Llama-2, Gemma, hh and
+// webgpt raise "Conversation roles must alternate user/assistant/user/assistant/..." and
+// Gemma 1/2, hh and webgpt "System role not supported" where the template would. Roles
+// other than system/user/assistant, NULL content and an empty conversation are errors.
+// Contents are bytes (UTF-8); where a template trims ("| trim", ".strip()"), the
+// characters Python's str.strip() removes are removed (Unicode whitespace included).
+#pragma once
+#include <stdbool.h>
+
+typedef struct {
+    const char *role;    // "system", "user" or "assistant"
+    const char *content; // UTF-8 text
+} ChatMessage;
+
+typedef enum {
+    CHAT_FAMILY_CHATML,
+    CHAT_FAMILY_LLAMA2,
+    CHAT_FAMILY_LLAMA3,
+    CHAT_FAMILY_GEMMA,
+    CHAT_FAMILY_ZEPHYR,
+    CHAT_FAMILY_HH,
+    CHAT_FAMILY_WEBGPT,
+} ChatFamily;
+
+typedef struct {
+    ChatFamily family;
+    const char *name;            // variant name, as chat_template_from_name takes it (static)
+    bool exact;                  // a published template, or forced by name (false: by markers)
+    char *default_system;        // chatml: system turn when messages[0] is not one (NULL: none)
+    bool llama31_system_header;  // llama3: the 3.1 "Cutting Knowledge Date" system header
+    char date_string[32];        // llama3.1 header date; the caller may overwrite it
+    bool fold_system_into_user;  // gemma: Gemma 3's behaviour (else a system turn is an error)
+    char *bos_token;             // "" if the tokenizer has none
+    char *eos_token;
+    char *source_path;           // where the template came from, for messages (NULL: by name)
+} ChatTemplate;
+
+// Recognises `jinja_source` (see the rule above). `bos_token`/`eos_token` are the
+// tokenizer's (NULL: none, rendered as "" like Jinja's undefined); `source_path` names
+// the file in errors (may be NULL). Returns 0, or -1 with err_set().
+int chat_template_from_source(ChatTemplate *t, const char *jinja_source, const char *bos_token,
+                              const char *eos_token, const char *source_path);
+
+// A family forced by name (list above). Unknown names are an error listing the names.
+int chat_template_from_name(ChatTemplate *t, const char *name, const char *bos_token,
+                            const char *eos_token);
+
+// A template file: a tokenizer_config.json (its "chat_template", a string or the list of
+// {name, template} whose "default" entry is taken; bos/eos from its "bos_token" /
+// "eos_token" where the arguments are NULL) or a file holding the Jinja source itself.
+int chat_template_from_file(ChatTemplate *t, const char *path, const char *bos_token,
+                            const char *eos_token);
+
+// What `--chat-template X` means: a name from the list above, else a template file.
+int chat_template_from_option(ChatTemplate *t, const char *name_or_path, const char *bos_token,
+                              const char *eos_token);
+
+// The conversation as text, in a new xmalloc'd string (free() it). 0, or -1 with err_set()
+// when the template refuses the conversation (out is then NULL).
+int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int count,
+                         bool add_generation_prompt, char **out);
+
+const char *chat_template_name(const ChatTemplate *t);        // "qwen2.5", "llama3.1", ...
+const char *chat_family_name(ChatFamily family);               // "chatml", "llama3", ...
+void chat_template_free(ChatTemplate *t);
+
+// The recognition key of a source: FNV-1a 64 of its normalised text (exposed for tests
+// and for adding a published template to the table in chat_template.c).
+unsigned long long chat_template_source_hash(const char *jinja_source);

@@ -1,0 +1,269 @@
+// The per-family renderers. Each follows its published Jinja template statement by
+// statement (the comments quote the part they mirror), including where the template
+// trims, skips or raises, so that the output is byte-for-byte what transformers renders
+// (checked by tests/test_chat_template.c against tools/make_chat_template_fixtures.py).
+#include "chat/template_families.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "core/check.h"
+
+// --- text helpers --------------------------------------------------------------------
+
+void text_append_bytes(TextBuffer *text, const char *bytes, size_t count) {
+    if (text->length + count + 1 > text->capacity) {
+        size_t capacity = text->capacity ? text->capacity : 256;
+        while (capacity < text->length + count + 1) capacity *= 2;
+        text->data = xrealloc(text->data, capacity);
+        text->capacity = capacity;
+    }
+    memcpy(text->data + text->length, bytes, count);
+    text->length += count;
+    text->data[text->length] = '\0';
+}
+
+void text_append(TextBuffer *text, const char *s) { text_append_bytes(text, s, strlen(s)); }
+
+// Python's str.isspace(): the characters str.strip() removes when given no argument.
+static bool python_isspace(uint32_t cp) {
+    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F)) return true;
+    if (cp < 0x85) return false;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// Length of the well-formed UTF-8 sequence at s (at most `available` bytes) and its code
+// point, or 0 if the bytes there are not one (then they are not whitespace either).
+static size_t utf8_decode(const unsigned char *s, size_t available, uint32_t *cp) {
+    unsigned lead = s[0];
+    if (lead < 0x80) {
+        *cp = lead;
+        return 1;
+    }
+    size_t length;
+    uint32_t value, smallest;
+    if ((lead & 0xE0) == 0xC0) length = 2, value = lead & 0x1F, smallest = 0x80;
+    else if ((lead & 0xF0) == 0xE0) length = 3, value = lead & 0x0F, smallest = 0x800;
+    else if ((lead & 0xF8) == 0xF0) length = 4, value = lead & 0x07, smallest = 0x10000;
+    else return 0;
+    if (length > available) return 0;
+    for (size_t k = 1; k < length; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        value = value << 6 | (s[k] & 0x3F);
+    }
+    if (value < smallest || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) return 0;
+    *cp = value;
+    return length;
+}
+
+void python_strip_bounds(const char *s, size_t length, size_t *start, size_t *end) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t begin = 0, finish = length;
+    uint32_t cp;
+    while (begin < finish) {
+        size_t n = utf8_decode(u + begin, finish - begin, &cp);
+        if (n == 0 || !python_isspace(cp)) break;
+        begin += n;
+    }
+    while (finish > begin) {
+        // The last character starts at most 3 continuation bytes before the end.
+        size_t lead = finish - 1;
+        while (lead > begin && finish - lead < 4 && (u[lead] & 0xC0) == 0x80) lead--;
+        size_t n = utf8_decode(u + lead, finish - lead, &cp);
+        if (n != finish - lead || !python_isspace(cp)) break;
+        finish = lead;
+    }
+    *start = begin;
+    *end = finish;
+}
+
+void text_append_stripped(TextBuffer *text, const char *s) {
+    size_t start, end;
+    python_strip_bounds(s, strlen(s), &start, &end);
+    text_append_bytes(text, s + start, end - start);
+}
+
+static bool is_role(const ChatMessage *message, const char *role) { return strcmp(message->role, role) == 0; }
+
+int chat_template_error(const ChatTemplate *t, const char *message) {
+    if (t->source_path)
+        return err_set("%s (chat template %s from %s)", message, t->name, t->source_path);
+    return err_set("%s (chat template %s)", message, t->name);
+}
+
+// The test every alternating template makes of the message at loop index `index`:
+//   {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception(...) }}
+static bool breaks_alternation(const ChatMessage *message, int index) {
+    return is_role(message, "user") != (index % 2 == 0);
+}
+
+// --- ChatML: SmolLM2, Qwen2, Qwen2.5, OpenHermes ---------------------------------------
+
+int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    for (int i = 0; i < count; i++) {
+        // {% if loop.first and messages[0]['role'] != 'system' %}<default system turn>
+        // (Qwen2.5 writes the same turn before its loop and skips a first system message in it.)
+        if (i == 0 && t->default_system && !is_role(&m[0], "system")) {
+            text_append(text, "<|im_start|>system\n");
+            text_append(text, t->default_system);
+            text_append(text, "<|im_end|>\n");
+        }
+        // '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'
+        text_append(text, "<|im_start|>");
+        text_append(text, m[i].role);
+        text_append(text, "\n");
+        text_append(text, m[i].content);
+        text_append(text, "<|im_end|>\n");
+    }
+    if (generation) text_append(text, "<|im_start|>assistant\n");
+    return 0;
+}
+
+// --- Llama-2 chat -----------------------------------------------------------------------
+
+int render_llama2(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    // A first system message becomes system_message; the loop runs over the rest.
+    // (system_message != false holds for an empty string too, so "" still gets <<SYS>>.)
+    int first = 0;
+    const char *system_message = NULL;
+    if (is_role(&m[0], "system")) {
+        system_message = m[0].content;
+        first = 1;
+    }
+    TextBuffer content = {0};
+    for (int i = first; i < count; i++) {
+        int index = i - first;
+        if (breaks_alternation(&m[i], index)) {
+            free(content.data);
+            return chat_template_error(t, CHAT_ERROR_ALTERNATE);
+        }
+        content.length = 0;
+        if (index == 0 && system_message) {
+            // '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'], stripped whole
+            text_append(&content, "<<SYS>>\n");
+            text_append(&content, system_message);
+            text_append(&content, "\n<</SYS>>\n\n");
+        }
+        text_append(&content, m[i].content);
+        if (is_role(&m[i], "user")) {
+            // bos_token + '[INST] ' + content.strip() + ' [/INST]'
+            text_append(text, t->bos_token);
+            text_append(text, "[INST] ");
+            text_append_stripped(text, content.data);
+            text_append(text, " [/INST]");
+        } else if (is_role(&m[i], "assistant")) {
+            // ' '  + content.strip() + ' ' + eos_token
+            text_append(text, " ");
+            text_append_stripped(text, content.data);
+            text_append(text, " ");
+            text_append(text, t->eos_token);
+        }
+        // A later system message at an odd index passes the test above and prints nothing.
+    }
+    free(content.data);
+    (void)generation; // the template never reads add_generation_prompt
+    return 0;
+}
+
+// --- Llama 3 and 3.1 ----------------------------------------------------------------------
+
+int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    int first = 0;
+    if (t->llama31_system_header) {
+        // {{- bos_token }}; a first system message is taken out (|trim) and always written
+        // after the knowledge/date lines, even when empty.
+        text_append(text, t->bos_token);
+        const char *system_message = "";
+        if (is_role(&m[0], "system")) {
+            system_message = m[0].content;
+            first = 1;
+        }
+        text_append(text, "<|start_header_id|>system<|end_header_id|>\n\n");
+        text_append(text, "Cutting Knowledge Date: December 2023\n");
+        text_append(text, "Today Date: ");
+        text_append(text, t->date_string);
+        text_append(text, "\n\n");
+        text_append_stripped(text, system_message);
+        text_append(text, "<|eot_id|>");
+    }
+    for (int i = first; i < count; i++) {
+        // Llama 3: {% if loop.index0 == 0 %}{% set content = bos_token + content %}
+        if (i == 0 && !t->llama31_system_header) text_append(text, t->bos_token);
+        // '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim + '<|eot_id|>'
+        text_append(text, "<|start_header_id|>");
+        text_append(text, m[i].role);
+        text_append(text, "<|end_header_id|>\n\n");
+        text_append_stripped(text, m[i].content);
+        text_append(text, "<|eot_id|>");
+    }
+    if (generation) text_append(text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return 0;
+}
+
+// --- Gemma 1/2 and 3 ------------------------------------------------------------------------
+
+int render_gemma(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    text_append(text, t->bos_token);
+    int first = 0;
+    const char *first_user_prefix = NULL;
+    if (is_role(&m[0], "system")) {
+        // Gemma 1/2: raise_exception('System role not supported').
+        // Gemma 3: first_user_prefix = messages[0]['content'] + '\n\n' (not trimmed).
+        if (!t->fold_system_into_user) return chat_template_error(t, CHAT_ERROR_NO_SYSTEM);
+        first_user_prefix = m[0].content;
+        first = 1;
+    }
+    for (int i = first; i < count; i++) {
+        int index = i - first;
+        if (breaks_alternation(&m[i], index)) return chat_template_error(t, CHAT_ERROR_ALTERNATE);
+        // '<start_of_turn>' + role + '\n' (+ prefix on the first turn) + content | trim + '<end_of_turn>\n'
+        text_append(text, "<start_of_turn>");
+        text_append(text, is_role(&m[i], "assistant") ? "model" : m[i].role);
+        text_append(text, "\n");
+        if (index == 0 && first_user_prefix) {
+            text_append(text, first_user_prefix);
+            text_append(text, "\n\n");
+        }
+        text_append_stripped(text, m[i].content);
+        text_append(text, "<end_of_turn>\n");
+    }
+    if (generation) text_append(text, "<start_of_turn>model\n");
+    return 0;
+}
+
+// --- Zephyr ---------------------------------------------------------------------------------
+
+int render_zephyr(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    for (int i = 0; i < count; i++) {
+        // '<|user|>\n' + message['content'] + eos_token, then the template's own newline
+        // after "}}" (trim_blocks only removes newlines after block tags).
+        text_append(text, "<|");
+        text_append(text, m[i].role);
+        text_append(text, "|>\n");
+        text_append(text, m[i].content);
+        text_append(text, t->eos_token);
+        text_append(text, "\n");
+        // {% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}\n
+        if (i == count - 1 && generation) text_append(text, "<|assistant|>\n");
+    }
+    return 0;
+}
+
+// --- The paper's plain transcripts: HH-RLHF and WebGPT -----------------------------------------
+
+int render_plain_turns(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    bool hh = t->family == CHAT_FAMILY_HH;
+    CHECK(hh || t->family == CHAT_FAMILY_WEBGPT, "render_plain_turns on family %d", (int)t->family);
+    const char *human = hh ? "\n\nHuman: " : " Human: ";
+    const char *assistant = hh ? "\n\nAssistant: " : " Assistant: ";
+    const char *prompt = hh ? "\n\nAssistant:" : " Assistant:";
+    for (int i = 0; i < count; i++) {
+        if (is_role(&m[i], "system")) return chat_template_error(t, CHAT_ERROR_NO_SYSTEM);
+        if (breaks_alternation(&m[i], i)) return chat_template_error(t, CHAT_ERROR_ALTERNATE);
+        text_append(text, is_role(&m[i], "user") ? human : assistant);
+        text_append(text, m[i].content);
+    }
+    if (generation) text_append(text, prompt);
+    return 0;
+}

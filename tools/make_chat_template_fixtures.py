@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/chat_templates/cases.json for tests/test_chat_template.c.
+
+Run with the tools environment:  .venv-tools/bin/python tools/make_chat_template_fixtures.py
+The output is deterministic: re-running it gives an identical file.
+
+Why: src/chat/ renders chat templates without a Jinja engine, with C code written per
+template family, and must give exactly what transformers' apply_chat_template gives
+(tokenize=False). The reference here is transformers itself: each real template string
+below is set as `chat_template` on a tokenizer object (a tiny WordLevel tokenizer that
+only carries the model's bos/eos tokens, since the template sees nothing else of the
+tokenizer) and rendered on a set of conversations. A conversation the template refuses
+(jinja2's TemplateError from raise_exception) is stored as an expected error.
+
+The template strings are those published with the models (tokenizer_config.json /
+GGUF `tokenizer.chat_template`), written down here as the decoded strings; SmolLM2's is
+also checked against the GGUF in models/ when that file is present.
+
+cases.json:
+  templates      id (the name marlhf gives the variant), family, models that publish it,
+                 source, bos_token/eos_token (null: the tokenizer has none, so the template
+                 sees an undefined name, which renders as ""), and normalized_fnv1a64: the
+                 64-bit FNV-1a hash of the source after the whitespace normalisation that
+                 src/chat/chat_template.c uses for recognition (see normalize_source below),
+                 so the C test checks both sides normalise alike.
+  conversations  lists of {role, content}.
+  cases          {template, conversation (index), add_generation_prompt, expected} or
+                 {..., error} with the template's exception message.
+  prompt_formats the paper's plain dataset prompts (DeepSpeed-Chat raw_datasets.py rules,
+                 spec section 3.2), computed here by the same concatenation:
+                   tldr:            {subreddit (or null), post, is_article, expected}
+                   webgpt_prompt:   {question, expected}
+                   webgpt_response: {answer, expected}  (citations stripped, one space before)
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import jinja2
+import transformers
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests" / "fixtures" / "chat_templates" / "cases.json"
+SMOLLM2_GGUF = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# --- the published templates -------------------------------------------------------
+# Written as the decoded strings. In raw strings (r"...") a "\n" is the two characters
+# backslash-n, i.e. a newline escape inside a Jinja string literal (that is how those
+# tokenizer_config.json files spell it, "\\n" in JSON); in ordinary strings it is a real
+# newline (JSON "\n"). Both render the same; recognition treats them alike.
+
+# HuggingFaceTB/SmolLM2-135M-Instruct (and -360M, -1.7B): ChatML with a default system turn.
+SMOLLM2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Qwen/Qwen2-0.5B-Instruct (and the other Qwen2 instruct sizes; Qwen1.5-Chat has the same).
+QWEN2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Qwen/Qwen2.5-0.5B-Instruct (and the other Qwen2.5 instruct sizes). The tool branches are
+# never taken here (no tools are passed, no message has tool_calls or role "tool").
+QWEN2_5 = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
+
+# teknium/OpenHermes-2.5-Mistral-7B: plain ChatML, no default system turn.
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# meta-llama/Llama-2-7b-chat-hf (and -13b, -70b). Note the two spaces in "' '  + content".
+LLAMA2 = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    r"{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+
+# meta-llama/Meta-Llama-3-8B-Instruct (and -70B).
+LLAMA3 = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+# meta-llama/Llama-3.1-8B-Instruct (and -70B, -405B). date_string defaults to "26 Jul 2024".
+LLAMA3_1 = r"""{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+
+# google/gemma-2b-it and gemma-7b-it (Gemma 1); gemma-2-2b-it, -9b-it, -27b-it publish the
+# same string. A system turn is refused.
+GEMMA = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+
+# google/gemma-3-1b-it (and -4b-it, -12b-it, -27b-it): the system turn is folded into the
+# first user turn. The image branch is never taken (string contents only).
+GEMMA3 = r"""{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
+# HuggingFaceH4/zephyr-7b-beta; TinyLlama/TinyLlama-1.1B-Chat-v1.0 publishes the same string.
+ZEPHYR = (
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
+    r"{{ '<|user|>\n' + message['content'] + eos_token }}" "\n"
+    "{% elif message['role'] == 'system' %}\n"
+    r"{{ '<|system|>\n' + message['content'] + eos_token }}" "\n"
+    "{% elif message['role'] == 'assistant' %}\n"
+    r"{{ '<|assistant|>\n'  + message['content'] + eos_token }}" "\n"
+    "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+)
+
+# The paper's plain formats (DeepSpeed-Chat, spec section 3.2) written as chat templates by
+# marlhf, so that transformers renders them too. HH-RLHF (Dahoas/full-hh-rlhf `prompt`):
+# "\n\nHuman: q\n\nAssistant: a ... \n\nAssistant:"; the response (" " + text) is appended
+# directly. WebGPT: " Human: " + q + " Assistant:"; several turns continue the same way.
+PLAIN_TURNS = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ 'USER' + message['content'] }}"
+    "{% else %}{{ 'ASSISTANT' + message['content'] }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'PROMPT' }}{% endif %}"
+)
+HH = (PLAIN_TURNS.replace("'USER'", r"'\n\nHuman: '").replace("'ASSISTANT'", r"'\n\nAssistant: '")
+      .replace("'PROMPT'", r"'\n\nAssistant:'"))
+WEBGPT = (PLAIN_TURNS.replace("'USER'", "' Human: '").replace("'ASSISTANT'", "' Assistant: '")
+          .replace("'PROMPT'", "' Assistant:'"))
+
+TEMPLATES = [
+    # id, family, models, source, bos_token, eos_token
+    ("smollm2", "chatml", ["HuggingFaceTB/SmolLM2-135M-Instruct"], SMOLLM2, "<|im_start|>", "<|im_end|>"),
+    ("qwen2", "chatml", ["Qwen/Qwen2-0.5B-Instruct"], QWEN2, None, "<|im_end|>"),
+    ("qwen2.5", "chatml", ["Qwen/Qwen2.5-0.5B-Instruct"], QWEN2_5, None, "<|im_end|>"),
+    ("chatml", "chatml", ["teknium/OpenHermes-2.5-Mistral-7B"], CHATML, "<s>", "<|im_end|>"),
+    ("llama2", "llama2", ["meta-llama/Llama-2-7b-chat-hf"], LLAMA2, "<s>", "</s>"),
+    ("llama3", "llama3", ["meta-llama/Meta-Llama-3-8B-Instruct"], LLAMA3, "<|begin_of_text|>", "<|eot_id|>"),
+    ("llama3.1", "llama3", ["meta-llama/Llama-3.1-8B-Instruct"], LLAMA3_1, "<|begin_of_text|>", "<|eot_id|>"),
+    ("gemma", "gemma", ["google/gemma-2b-it", "google/gemma-7b-it", "google/gemma-2-2b-it"], GEMMA, "<bos>", "<eos>"),
+    ("gemma3", "gemma", ["google/gemma-3-1b-it"], GEMMA3, "<bos>", "<eos>"),
+    ("zephyr", "zephyr", ["HuggingFaceH4/zephyr-7b-beta", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"], ZEPHYR, "<s>", "</s>"),
+    ("hh", "hh", ["marlhf: Anthropic HH-RLHF transcript (Dahoas/full-hh-rlhf prompts)"], HH, None, None),
+    ("webgpt", "webgpt", ["marlhf: DeepSpeed-Chat WebGPT prompt"], WEBGPT, None, None),
+]
+
+
+def conv(*turns):
+    return [{"role": role, "content": content} for role, content in turns]
+
+
+S, U, A = "system", "user", "assistant"
+CONVERSATIONS = [
+    conv((U, "Hello")),
+    conv((S, "You are a pirate."), (U, "Hi there")),
+    conv((U, "What is 2+2?"), (A, "4"), (U, "And 3+3?")),
+    conv((S, "Be brief."), (U, "What is 2+2?"), (A, "4"), (U, "And 3+3?")),
+    conv((U, "Name a colour."), (A, "Blue.")),
+    conv((S, "Line one\nLine two\n"), (U, "first\n\nsecond\n"), (A, "\nanswer\n"), (U, "more\n")),
+    conv((U, "Héllo wörld — 你好 🌍"), (A, "¡Olé! ñ ß 𝔘")),
+    conv((U, "   padded   "), (A, "\t tabbed \t"), (U, " x ")),
+    conv((S, "  sys with spaces  "), (U, "\r\nwindows\r\n")),
+    conv((U, "\u3000wide\u00a0"), (A, "\u2028sep\u200b"), (U, "\x1c\x85ctl\x0b\x0c")),
+    conv((U, "   \n\t ")),
+    conv((U, "")),
+    conv((S, ""), (U, "")),
+    conv((U, ""), (A, ""), (U, "q")),
+    conv((S, "Only a system message")),
+    conv((A, "I start"), (U, "ok")),
+    conv((U, "a"), (U, "b")),
+    conv((U, "a"), (S, "a note")),
+    conv((S, "one"), (S, "two"), (U, "q")),
+    conv((U, "q"), (A, "r"), (S, "mid"), (U, "q2")),
+    conv((U, "{{ not jinja }} {% raw %} <|im_end|> [/INST] \\n {# x #}")),
+]
+
+
+def make_tokenizer(bos, eos):
+    vocab = {"<unk>": 0}
+    for token in (bos, eos):
+        if token is not None and token not in vocab:
+            vocab[token] = len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=bos, eos_token=eos, unk_token="<unk>")
+
+
+def normalize_source(source):
+    """The recognition key of src/chat/chat_template.c. Whitespace that cannot reach the
+    output is normalised; what can is kept:
+      - inside a tag ({{ }}, {% %}, {# #}) but outside string literals, a run of ASCII
+        whitespace becomes one space, and none is kept next to the delimiters (nor
+        between an opening delimiter and its "-"/"+", or a "-"/"+" and the closing one);
+      - inside a string literal everything is kept, a "\\n" escape written as the
+        newline it stands for (other escapes as written);
+      - text outside tags is kept as it is;
+      - whitespace at both ends of the source is dropped."""
+    out = []
+    i, n = 0, len(source)
+    closers = {"{{": "}}", "{%": "%}", "{#": "#}"}
+    while i < n:
+        opener = source[i:i + 2]
+        if opener not in closers:
+            out.append(source[i])
+            i += 1
+            continue
+        closer = closers[opener]
+        out.append(opener)
+        i += 2
+        if i < n and source[i] in "-+":
+            out.append(source[i])
+            i += 1
+        pending_space, started = False, False
+        while i < n:
+            c = source[i]
+            rest = source[i:]
+            if rest.startswith(closer) or (c in "-+" and rest[1:].startswith(closer)):
+                length = len(closer) + (0 if rest.startswith(closer) else 1)
+                out.append(rest[:length])
+                i += length
+                break
+            if c in " \t\n\r\v\f":
+                pending_space = True
+                i += 1
+                continue
+            if pending_space and started:
+                out.append(" ")
+            pending_space, started = False, True
+            if opener != "{#" and c in "'\"":
+                out.append(c)
+                i += 1
+                while i < n and source[i] != c:
+                    if source[i] == "\\" and i + 1 < n:
+                        out.append("\n" if source[i + 1] == "n" else source[i:i + 2])
+                        i += 2
+                    else:
+                        out.append(source[i])
+                        i += 1
+                if i < n:
+                    out.append(c)
+                    i += 1
+                continue
+            out.append(c)
+            i += 1
+    return "".join(out).strip(" \t\n\r\v\f")
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h ^= byte
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+# --- the paper's plain prompts (DeepSpeed-Chat raw_datasets.py, restated) -------------
+
+def tldr_prompt(subreddit, post, is_article):
+    text = "ARTICLE\n" if is_article else "POST\n"
+    if subreddit is not None:
+        text += "Subreddit: r/" + subreddit + "\n"
+    return text + post + "\nTL;DR: "
+
+
+def webgpt_prompt(question):
+    return " Human: " + question + " Assistant:"
+
+
+def webgpt_response(answer):
+    answer = re.sub(r" [\(\[].*?[\)\]]", "", answer)
+    answer = re.sub(r"[\(\[].*?[\)\]]", "", answer)
+    return " " + answer
+
+
+TLDR_CASES = [
+    ("relationships", "My boyfriend and I have been together for 2 years.\nWhat should I do?", False),
+    (None, "A post without a subreddit.", False),
+    ("AskReddit", "", False),
+    ("", "Empty subreddit name is kept as a line.", False),
+    (None, "(CNN) -- An article body.\n\nSecond paragraph.", True),
+    ("news", "  leading and trailing spaces kept  ", True),
+    ("tifu", "Unicode: café — 日本語 🙂", False),
+]
+WEBGPT_QUESTIONS = ["Why is the sky blue?", "", "  spaced  ", "Line\nbreak and ünïcode?"]
+WEBGPT_ANSWERS = [
+    "The sky is blue because of Rayleigh scattering [1][2].",
+    "Plain answer with no citations.",
+    "Cited (Smith, 2010) and [3] and a parenthetical (like this).",
+    "[1] Leading citation and trailing one [2]",
+    "Unclosed [bracket stays",
+    "Nested [a [b] c] text",
+    "Across lines [1\n2] and (x\ny) stay",
+    "Mixed [open paren) closes",
+    "",
+    "Two  spaces  [1]  kept",
+]
+
+
+def main():
+    if SMOLLM2_GGUF.exists():
+        import gguf
+        field = gguf.GGUFReader(str(SMOLLM2_GGUF)).fields["tokenizer.chat_template"]
+        published = field.contents()
+        if published != SMOLLM2:
+            sys.exit(f"the SmolLM2 template written here differs from {SMOLLM2_GGUF}'s")
+    else:
+        print(f"note: {SMOLLM2_GGUF} not found; SmolLM2's template is not re-checked", file=sys.stderr)
+
+    templates, cases = [], []
+    for template_id, family, model_names, source, bos, eos in TEMPLATES:
+        templates.append({
+            "id": template_id, "family": family, "models": model_names, "source": source,
+            "bos_token": bos, "eos_token": eos,
+            "normalized_fnv1a64": "%016x" % fnv1a64(normalize_source(source).encode("utf-8")),
+        })
+        tokenizer = make_tokenizer(bos, eos)
+        tokenizer.chat_template = source
+        for index, conversation in enumerate(CONVERSATIONS):
+            for add_generation_prompt in (False, True):
+                case = {"template": template_id, "conversation": index,
+                        "add_generation_prompt": add_generation_prompt}
+                try:
+                    case["expected"] = tokenizer.apply_chat_template(
+                        conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
+                except jinja2.exceptions.TemplateError as error:
+                    case["error"] = str(error)
+                cases.append(case)
+
+    # The plain formats as templates must agree with DeepSpeed-Chat's own concatenation.
+    for template_id, render_prompt in (("hh", lambda q: "\n\nHuman: " + q + "\n\nAssistant:"),
+                                       ("webgpt", webgpt_prompt)):
+        for case in cases:
+            conversation = CONVERSATIONS[case["conversation"]]
+            if case["template"] == template_id and case["add_generation_prompt"] and len(conversation) == 1 \
+                    and conversation[0]["role"] == "user":
+                assert case["expected"] == render_prompt(conversation[0]["content"]), case
+
+    prompt_formats = {
+        "tldr": [{"subreddit": s, "post": p, "is_article": a, "expected": tldr_prompt(s, p, a)}
+                 for s, p, a in TLDR_CASES],
+        "webgpt_prompt": [{"question": q, "expected": webgpt_prompt(q)} for q in WEBGPT_QUESTIONS],
+        "webgpt_response": [{"answer": a, "expected": webgpt_response(a)} for a in WEBGPT_ANSWERS],
+    }
+    document = {
+        "generator": "tools/make_chat_template_fixtures.py",
+        "transformers": transformers.__version__,
+        "jinja2": jinja2.__version__,
+        "templates": templates,
+        "conversations": CONVERSATIONS,
+        "cases": cases,
+        "prompt_formats": prompt_formats,
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+    OUT.write_text(text, encoding="utf-8")
+    errors = sum("error" in case for case in cases)
+    print(f"{OUT.relative_to(REPO)}: {len(templates)} templates, {len(CONVERSATIONS)} conversations, "
+          f"{len(cases)} cases ({errors} expected errors), {len(text.encode())} bytes")
+
+
+if __name__ == "__main__":
+    main()
