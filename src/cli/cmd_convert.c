@@ -1,9 +1,23 @@
 // marlhf convert IN OUT: a GGUF file or Hugging Face folder in, a Hugging Face folder out.
+#include <string.h>
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/check.h"
 #include "io/fs.h"
+#include "io/gguf.h"
 #include "model/weights_io.h"
+#include "tokenizer/tokenizer.h"
+
+// Whether the GGUF file holds a tokenizer (tokenizer.ggml.model).
+static bool gguf_has_tokenizer(const char *path) {
+    GgufFile f;
+    if (!path_is_gguf(path) || gguf_open(&f, path) != 0) return false;
+    bool has = gguf_find(&f, "tokenizer.ggml.model") != NULL;
+    gguf_close(&f);
+    return has;
+}
 
 int cmd_convert(int argc, char **argv) {
     long threads = 0;
@@ -26,7 +40,26 @@ int cmd_convert(int argc, char **argv) {
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&model, in, &ops_cpu, &load) != 0) die_from_err();
     const char *tokenizer_source = fs_is_dir(in) ? in : NULL;
-    if (model_save_hf(&model, out, tokenizer_source) != 0) die_from_err();
+    // A GGUF keeps its tokenizer in metadata: write it as tokenizer.json + tokenizer_config.json
+    // into a staging folder that model_save_hf copies from, so the tokenizer files are part of
+    // the output folder's atomic commit. A GGUF without tokenizer metadata gets none.
+    char *tokenizer_staging = NULL;
+    if (!tokenizer_source && gguf_has_tokenizer(in)) {
+        Tokenizer *tok;
+        if (tokenizer_load(&tok, in) != 0) die_from_err();
+        tokenizer_staging = xmalloc(strlen(out) + 48);
+        sprintf(tokenizer_staging, "%s.tokenizer-tmp-%d", out, (int)getpid());
+        if (fs_remove_tree(tokenizer_staging) != 0 || fs_mkdir_p(tokenizer_staging) != 0 ||
+            tokenizer_write_hf(tok, tokenizer_staging) != 0) {
+            fs_remove_tree(tokenizer_staging);
+            die_from_err();
+        }
+        tokenizer_free(tok);
+        tokenizer_source = tokenizer_staging;
+    }
+    int saved = model_save_hf(&model, out, tokenizer_source);
+    if (tokenizer_staging) fs_remove_tree(tokenizer_staging), free(tokenizer_staging);
+    if (saved != 0) die_from_err();
     fprintf(stderr, "wrote %s (%s, %ld parameters)\n", out, model.config.model_type, model_num_params(&model));
     model_free(&model);
     return 0;

@@ -2,7 +2,7 @@
 // the model's top-1 prediction at each position. This is how anyone checks the engine
 // against another implementation.
 //
-// Input  (JSONL): {"ids": [id0, id1, ...]}
+// Input  (JSONL): {"ids": [id0, id1, ...]} or {"text": "..."} (tokenized by the model's tokenizer)
 // Output (JSONL): {"logprobs": [log p(id1|id0), ..., log p(id_{n-1}|...)],
 //                  "top1": [argmax after id0, ..., argmax after id_{n-1}]}
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "io/jsonl.h"
 #include "model/weights_io.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     int *ids;
@@ -23,12 +24,42 @@ typedef struct {
     long line_number;
 } InputRow;
 
-static int parse_row(json_t *value, const char *path, long line_number, int vocab_size, InputRow *row) {
+// {"text": ...} rows are tokenized with the model's tokenizer, loaded at the first such row
+// (so that {"ids"} input works with models that have none); BOS only with --add-bos.
+static Tokenizer *row_tokenizer;
+static bool row_add_bos;
+static void free_row_tokenizer(void) { tokenizer_free(row_tokenizer); }
+
+static int parse_text_row(json_t *text, const char *model_path, const char *path, long line_number, int vocab_size,
+                          InputRow *row) {
+    if (!json_is_string(text)) return err_set("\"text\" must be a string (%s:%ld)", path, line_number);
+    if (!row_tokenizer) {
+        if (tokenizer_load(&row_tokenizer, model_path) != 0) return -1;
+        atexit(free_row_tokenizer);
+    }
+    tokenizer_encode(row_tokenizer, json_string_value(text), json_string_length(text), row_add_bos, &row->ids,
+                     &row->length);
+    row->line_number = line_number;
+    if (row->length == 0) {
+        free(row->ids);
+        return err_set("\"text\" gives no tokens (%s:%ld)", path, line_number);
+    }
+    for (int i = 0; i < row->length; i++)
+        if (row->ids[i] >= vocab_size) {
+            int id = row->ids[i];
+            free(row->ids);
+            return err_set("the tokenizer gives id %d, outside the model's vocabulary of %d (%s:%ld)", id, vocab_size,
+                           path, line_number);
+        }
+    return 0;
+}
+
+static int parse_row(json_t *value, const char *model_path, const char *path, long line_number, int vocab_size,
+                     InputRow *row) {
     json_t *ids = json_is_object(value) ? json_object_get(value, "ids") : NULL;
-    if (json_is_object(value) && !ids && json_object_get(value, "text"))
-        return err_set("{\"text\"} input needs the tokenizer, which is not built yet; give \"ids\" (%s:%ld)",
-                       path, line_number);
-    if (!ids) return err_set("line has no \"ids\" array (%s:%ld)", path, line_number);
+    json_t *text = json_is_object(value) && !ids ? json_object_get(value, "text") : NULL;
+    if (text) return parse_text_row(text, model_path, path, line_number, vocab_size, row);
+    if (!ids) return err_set("line has no \"ids\" array or \"text\" (%s:%ld)", path, line_number);
     if (!json_is_array(ids)) return err_set("\"ids\" must be an array of integers (%s:%ld)", path, line_number);
     size_t n = json_array_size(ids);
     if (n == 0) return err_set("\"ids\" is empty (%s:%ld)", path, line_number);
@@ -99,7 +130,9 @@ int cmd_logprobs(int argc, char **argv) {
     long batch_size = 8, threads = 0;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
-        {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} rows ('-' = stdin)", true, false},
+        {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} or {\"text\": ...} rows ('-' = stdin)", true,
+         false},
+        {"add-bos", "add_bos", OPT_BOOL, &row_add_bos, "tokenize {\"text\"} rows with the tokenizer's BOS", false, false},
         {"output", NULL, OPT_STRING, &output, "JSONL output ('-' = stdout)", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch_size, "rows per forward pass", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
@@ -135,7 +168,7 @@ int cmd_logprobs(int argc, char **argv) {
         int got = jsonl_next(&reader, &value);
         if (got < 0) die_from_err();
         if (got == 1) {
-            int rc = parse_row(value, input, reader.line_number, model.config.vocab_size, &rows[count]);
+            int rc = parse_row(value, model_path, input, reader.line_number, model.config.vocab_size, &rows[count]);
             json_decref(value);
             if (rc != 0) die_from_err();
             if (model.config.positions == POSITIONS_LEARNED &&

@@ -514,7 +514,7 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
     param_views_free(&host);
 }
 
-int model_save_hf(const Model *model, const char *dir, const char *tokenizer_source) {
+int model_write_hf_files(const Model *model, const char *dir) {
     const ModelConfig *cfg = &model->config;
     bool classifier = model->has_value_head && !model->has_lm_head;
     const bool on_host = model->ops == &ops_cpu;
@@ -532,31 +532,33 @@ int model_save_hf(const Model *model, const char *dir, const char *tokenizer_sou
             save_list_add(&list, e->name, e->ndim, e->shape[0], e->shape[1], params + e->offset, NULL);
         }
     }
-
-    FsAtomicDir out;
-    int rc = fs_atomic_dir_begin(&out, dir);
-    if (rc == 0) {
-        char *weights_path = fs_join(out.tmp_path, "model.safetensors");
-        char *config_path = fs_join(out.tmp_path, "config.json");
-        const char *architecture = classifier ? config_hf_sequence_classification_architecture(cfg->family)
-                                              : config_hf_causal_lm_architecture(cfg->family);
-        rc = safetensors_write(weights_path, list.tensors, list.count, NULL);
-        if (rc == 0) rc = config_write_hf_json(cfg, config_path, architecture);
-        for (size_t i = 0; rc == 0 && tokenizer_source && i < sizeof tokenizer_files / sizeof tokenizer_files[0]; i++) {
-            char *from = fs_join(tokenizer_source, tokenizer_files[i]);
-            if (fs_is_file(from)) {
-                char *to = fs_join(out.tmp_path, tokenizer_files[i]);
-                rc = copy_file(from, to);
-                free(to);
-            }
-            free(from);
-        }
-        free(weights_path);
-        free(config_path);
-        if (rc == 0) rc = fs_atomic_dir_commit(&out);
-        else fs_atomic_dir_abort(&out);
-    }
+    char *weights_path = fs_join(dir, "model.safetensors");
+    char *config_path = fs_join(dir, "config.json");
+    const char *architecture = classifier ? config_hf_sequence_classification_architecture(cfg->family)
+                                          : config_hf_causal_lm_architecture(cfg->family);
+    int rc = safetensors_write(weights_path, list.tensors, list.count, NULL);
+    if (rc == 0) rc = config_write_hf_json(cfg, config_path, architecture);
+    free(weights_path);
+    free(config_path);
     save_list_free(&list);
     if (!on_host) free(params);
+    return rc;
+}
+
+int model_save_hf(const Model *model, const char *dir, const char *tokenizer_source) {
+    FsAtomicDir out;
+    if (fs_atomic_dir_begin(&out, dir) != 0) return -1;
+    int rc = model_write_hf_files(model, out.tmp_path);
+    for (size_t i = 0; rc == 0 && tokenizer_source && i < sizeof tokenizer_files / sizeof tokenizer_files[0]; i++) {
+        char *from = fs_join(tokenizer_source, tokenizer_files[i]);
+        if (fs_is_file(from)) {
+            char *to = fs_join(out.tmp_path, tokenizer_files[i]);
+            rc = copy_file(from, to);
+            free(to);
+        }
+        free(from);
+    }
+    if (rc == 0) return fs_atomic_dir_commit(&out);
+    fs_atomic_dir_abort(&out);
     return rc;
 }

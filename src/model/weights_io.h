@@ -43,5 +43,10 @@ int model_save_hf(const Model *model, const char *dir, const char *tokenizer_sou
 // compare gradients and optimizer results with PyTorch references.
 int model_read_named_tensors(const Model *model, const char *path, const char *name_prefix, float *dst);
 
+// Writes config.json and model.safetensors into the existing folder `dir` (each file
+// atomically, the folder as a whole not): for checkpoints, which wrap several models in
+// one atomic folder.
+int model_write_hf_files(const Model *model, const char *dir);
+
 // True if `path` names a GGUF file (by its magic bytes).
 bool path_is_gguf(const char *path);

@@ -6,8 +6,24 @@
 
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
-                0.0f, out, OC);
+    // A few rows (decode steps at small batch) are matrix-vector products: streaming each
+    // weight row once for all N inputs beats sgemm's packing, which costs more than the
+    // arithmetic here. The simd reduction fixes the summation order for a given build.
+    if (N <= 4) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < OC; o++) {
+            const float *w = weight + (long)o * IC;
+            for (int i = 0; i < N; i++) {
+                const float *x = inp + (long)i * IC;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int c = 0; c < IC; c++) sum += w[c] * x[c];
+                out[(long)i * OC + o] = sum;
+            }
+        }
+    } else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight,
+                    IC, 0.0f, out, OC);
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < N; i++)

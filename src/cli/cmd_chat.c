@@ -1,0 +1,127 @@
+// marlhf chat: an interactive conversation with a model through its chat template, the
+// reply streamed token by token as it is generated. Type /reset to start over, /quit or
+// end of input (Ctrl-D) to leave.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/text_model.h"
+#include "core/check.h"
+#include "gen/generate.h"
+
+typedef struct {
+    TokenizerStream *stream;
+    const int *stop_tokens;
+    int num_stop_tokens;
+} StreamContext;
+
+static void print_token(void *context, int row, int token) {
+    StreamContext *c = context;
+    for (int i = 0; i < c->num_stop_tokens; i++)
+        if (c->stop_tokens[i] == token) return; // the end-of-turn token is not part of the reply
+    char *piece = NULL;
+    tokenizer_stream_push(c->stream, token, &piece);
+    fputs(piece, stdout);
+    fflush(stdout);
+    free(piece);
+}
+
+int cmd_chat(int argc, char **argv) {
+    char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
+    long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0;
+    double temperature = 0.8, top_p = 1.0;
+    Option options[] = {
+        {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
+        {"system", NULL, OPT_STRING, &system, "system message", false, false},
+        {"max-new-tokens", "max_new_tokens", OPT_INT, &max_new_tokens, "tokens per reply at most", false, false},
+        {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", false, false},
+        {"top-k", "top_k", OPT_INT, &top_k, "keep the k most likely tokens (0 = all)", false, false},
+        {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
+        {"seed", NULL, OPT_INT, &seed, "random seed", false, false},
+        {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
+        {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+    };
+    OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
+                     "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
+    options_parse(&set, argc, argv);
+    if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
+    if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
+    if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
+    cli_set_threads(threads);
+    TextModel tm;
+    text_model_load(&tm, model_path, device, chat_template, true);
+    fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
+            chat_template_name(&tm.chat));
+
+    ChatMessage *history = NULL;
+    char **owned = NULL;
+    int count = 0, capacity = 0, turn = 0;
+    char *line = NULL;
+    size_t line_capacity = 0;
+    for (;;) {
+        fputs("> ", stdout);
+        fflush(stdout);
+        ssize_t got = getline(&line, &line_capacity, stdin);
+        if (got < 0) break;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        if (strcmp(line, "/quit") == 0) break;
+        if (strcmp(line, "/reset") == 0) {
+            for (int i = 0; i < count; i++) free(owned[i]);
+            count = 0;
+            continue;
+        }
+        if (got == 0) continue;
+        // history: [system], user, assistant, user, ...
+        if (count + 3 > capacity) {
+            capacity = capacity ? 2 * capacity : 16;
+            history = xrealloc(history, capacity * sizeof(ChatMessage));
+            owned = xrealloc(owned, capacity * sizeof(char *));
+        }
+        if (count == 0 && system) {
+            owned[count] = xstrdup(system);
+            history[count] = (ChatMessage){"system", owned[count]};
+            count++;
+        }
+        owned[count] = xstrdup(line);
+        history[count] = (ChatMessage){"user", owned[count]};
+        count++;
+        int *ids = NULL, length = 0;
+        if (text_model_chat_ids(&tm, history, count, &ids, &length) != 0) {
+            fprintf(stderr, "marlhf: error: %s\n", err_msg());
+            free(owned[--count]);
+            continue;
+        }
+        StreamContext stream = {tokenizer_stream_new(tm.tokenizer, true), tm.stop_tokens, tm.num_stop_tokens};
+        GenerateOptions gen = {
+            .sampler = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
+            .max_new_tokens = (int)max_new_tokens,
+            .seed = (uint64_t)seed,
+            .stop_tokens = tm.stop_tokens,
+            .num_stop_tokens = tm.num_stop_tokens,
+            .on_token = print_token,
+            .token_context = &stream,
+        };
+        const int *prompts[] = {ids};
+        uint64_t row_id = (uint64_t)turn++;
+        GeneratedRow reply;
+        generate(&tm.model, prompts, &length, &row_id, 1, &gen, &reply, NULL);
+        char *rest = NULL;
+        tokenizer_stream_flush(stream.stream, &rest);
+        fputs(rest, stdout);
+        fputs("\n", stdout);
+        free(rest);
+        tokenizer_stream_free(stream.stream);
+        int reply_length = reply.length - (reply.stop == STOP_TOKEN ? 1 : 0);
+        owned[count] = tokenizer_decode(tm.tokenizer, reply.tokens, reply_length, true);
+        history[count] = (ChatMessage){"assistant", owned[count]};
+        count++;
+        generated_row_free(&reply);
+        free(ids);
+    }
+    for (int i = 0; i < count; i++) free(owned[i]);
+    free(owned), free(history), free(line);
+    text_model_free(&tm);
+    return 0;
+}

@@ -1,0 +1,262 @@
+// marlhf generate: completions for prompts from the command line or a JSONL file.
+//
+// Input rows (JSONL): {"prompt": "text"} (with --chat, sent as a user message through the
+// chat template), {"messages": [{"role": ..., "content": ...}, ...]}, or {"ids": [...]}.
+// Output rows: {"prompt", "response", "prompt_tokens", "response_tokens", "stop_reason",
+// "ids", "logprobs"} — logprobs are the model's (temperature 1) for each response token.
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/text_model.h"
+#include "core/check.h"
+#include "core/progress.h"
+#include "gen/generate.h"
+#include "io/jsonl.h"
+
+typedef struct {
+    char *prompt_text; // for the output
+    int *ids;
+    int length;
+} PromptRow;
+
+typedef struct {
+    const Tokenizer *tokenizer;
+    const char *stop_string;
+} StopContext;
+
+// Stops a row once its decoded text contains the stop string.
+static bool contains_stop_string(void *context, int row, const int *tokens, int count) {
+    const StopContext *c = context;
+    if (!c->stop_string || !*c->stop_string) return false;
+    char *text = tokenizer_decode(c->tokenizer, tokens, count, true);
+    bool found = strstr(text, c->stop_string) != NULL;
+    free(text);
+    return found;
+}
+
+static int parse_prompt_row(TextModel *tm, json_t *value, bool chat, const char *system, const char *path, long line,
+                            PromptRow *row) {
+    memset(row, 0, sizeof *row);
+    if (!json_is_object(value)) return err_set("row must be a JSON object (%s:%ld)", path, line);
+    json_t *prompt = json_object_get(value, "prompt"), *messages = json_object_get(value, "messages");
+    json_t *ids = json_object_get(value, "ids");
+    if (ids) {
+        if (!json_is_array(ids) || json_array_size(ids) == 0)
+            return err_set("\"ids\" must be a non-empty array (%s:%ld)", path, line);
+        row->length = (int)json_array_size(ids);
+        row->ids = xmalloc(row->length * sizeof(int));
+        for (int i = 0; i < row->length; i++) {
+            json_t *id = json_array_get(ids, i);
+            if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+                json_integer_value(id) >= tm->model.config.vocab_size)
+                return err_set("\"ids\"[%d] is not a token id of this model (%s:%ld)", i, path, line);
+            row->ids[i] = (int)json_integer_value(id);
+        }
+        row->prompt_text = tokenizer_decode(tm->tokenizer, row->ids, row->length, false);
+        return 0;
+    }
+    if (messages) {
+        if (!json_is_array(messages) || json_array_size(messages) == 0)
+            return err_set("\"messages\" must be a non-empty array (%s:%ld)", path, line);
+        if (!tm->has_chat) return err_set("\"messages\" need a chat template; pass --chat-template (%s:%ld)", path, line);
+        size_t n = json_array_size(messages);
+        ChatMessage *list = xmalloc(n * sizeof(ChatMessage));
+        for (size_t i = 0; i < n; i++) {
+            json_t *m = json_array_get(messages, i);
+            json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+            if (!json_is_string(role) || !json_is_string(content)) {
+                free(list);
+                return err_set("messages[%zu] needs string \"role\" and \"content\" (%s:%ld)", i, path, line);
+            }
+            list[i] = (ChatMessage){json_string_value(role), json_string_value(content)};
+        }
+        int rc = text_model_chat_ids(tm, list, (int)n, &row->ids, &row->length);
+        free(list);
+        if (rc != 0) return err_set("%s (%s:%ld)", err_msg(), path, line);
+        row->prompt_text = tokenizer_decode(tm->tokenizer, row->ids, row->length, false);
+        return 0;
+    }
+    if (!json_is_string(prompt)) return err_set("row needs \"prompt\" (a string), \"messages\" or \"ids\" (%s:%ld)", path, line);
+    const char *text = json_string_value(prompt);
+    row->prompt_text = xstrdup(text);
+    if (chat) {
+        ChatMessage list[2];
+        int n = 0;
+        if (system) list[n++] = (ChatMessage){"system", system};
+        list[n++] = (ChatMessage){"user", text};
+        if (text_model_chat_ids(tm, list, n, &row->ids, &row->length) != 0)
+            return err_set("%s (%s:%ld)", err_msg(), path, line);
+    } else {
+        text_model_text_ids(tm, text, &row->ids, &row->length);
+    }
+    if (row->length == 0) return err_set("prompt is empty after tokenization (%s:%ld)", path, line);
+    return 0;
+}
+
+static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const GeneratedRow *gen, const char *stop_string) {
+    // The response text, without a trailing stop token, cut at the stop string.
+    int length = gen->length;
+    if (gen->stop == STOP_TOKEN && length > 0) length--;
+    char *response = tokenizer_decode(tm->tokenizer, gen->tokens, length, true);
+    if (gen->stop == STOP_CHECK && stop_string && *stop_string) {
+        char *at = strstr(response, stop_string);
+        if (at) *at = '\0';
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt", json_string(row->prompt_text));
+    json_object_set_new(o, "response", json_string(response));
+    json_object_set_new(o, "prompt_tokens", json_integer(row->length));
+    json_object_set_new(o, "response_tokens", json_integer(gen->length));
+    json_object_set_new(o, "stop_reason", json_string(stop_reason_name(gen->stop)));
+    json_t *ids = json_array(), *logprobs = json_array();
+    for (int i = 0; i < gen->length; i++) {
+        json_array_append_new(ids, json_integer(gen->tokens[i]));
+        json_array_append_new(logprobs, json_real(gen->logprobs[i]));
+    }
+    json_object_set_new(o, "ids", ids);
+    json_object_set_new(o, "logprobs", logprobs);
+    char *line = json_dumps(o, JSON_COMPACT);
+    fprintf(out, "%s\n", line);
+    free(line);
+    json_decref(o);
+    free(response);
+}
+
+static char *pending_output_tmp;
+static void remove_pending_output(void) {
+    if (pending_output_tmp) unlink(pending_output_tmp);
+}
+
+int cmd_generate(int argc, char **argv) {
+    char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
+    char *system = NULL, *stop_string = NULL;
+    long max_new_tokens = 256, top_k = 50, batch_size = 8, seed = 1234, threads = 0;
+    double temperature = 0.8, top_p = 1.0;
+    bool chat = false, greedy = false;
+    Option options[] = {
+        {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
+        {"input", NULL, OPT_STRING, &input, "JSONL of {\"prompt\"}, {\"messages\"} or {\"ids\"} rows; else prompts are the arguments", false, false},
+        {"output", NULL, OPT_STRING, &output, "JSONL output ('-' = stdout)", false, false},
+        {"max-new-tokens", "max_new_tokens max_answer_seq_len", OPT_INT, &max_new_tokens, "tokens to generate per prompt at most", false, false},
+        {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", false, false},
+        {"top-k", "top_k", OPT_INT, &top_k, "keep the k most likely tokens (0 = all)", false, false},
+        {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
+        {"greedy", NULL, OPT_BOOL, &greedy, "greedy decoding (same as --temperature 0)", false, false},
+        {"seed", NULL, OPT_INT, &seed, "random seed (a row's output depends only on it, its prompt and its index)", false, false},
+        {"stop", NULL, OPT_STRING, &stop_string, "stop a row when its text contains this string", false, false},
+        {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
+        {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
+        {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"batch-size", "batch_size", OPT_INT, &batch_size, "prompts generated together", false, false},
+        {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
+        {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+    };
+    const char *positional[64];
+    OptionSet set = {"generate", "Generate completions for prompts (arguments or --input JSONL).",
+                     "marlhf generate --model PATH [--chat] [PROMPT ...] | --input FILE.jsonl", options,
+                     sizeof options / sizeof options[0], positional, 64, 0};
+    options_parse(&set, argc, argv);
+    if (!input && set.num_positional == 0) die_user("give prompts as arguments or --input FILE.jsonl (marlhf generate --help)");
+    if (input && set.num_positional > 0) die_user("give prompts either as arguments or with --input, not both");
+    if (max_new_tokens < 1 || max_new_tokens > 1 << 20) die_user("--max-new-tokens must be in [1, 1048576], got %ld", max_new_tokens);
+    if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
+    if (top_k < 0) die_user("--top-k must be >= 0, got %ld", top_k);
+    if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
+    if (batch_size < 1 || batch_size > 4096) die_user("--batch-size must be in [1, 4096], got %ld", batch_size);
+    cli_set_threads(threads);
+
+    TextModel tm;
+    text_model_load(&tm, model_path, device, chat_template, chat);
+    // Read all prompts first: a bad row is reported before any generation work.
+    PromptRow *rows = NULL;
+    int count = 0, capacity = 0;
+    if (input) {
+        JsonlReader reader;
+        if (jsonl_open(&reader, input, 0) != 0) die_from_err();
+        json_t *value;
+        int got;
+        while ((got = jsonl_next(&reader, &value)) == 1) {
+            if (count == capacity) rows = xrealloc(rows, (capacity = capacity ? 2 * capacity : 64) * sizeof(PromptRow));
+            int rc = parse_prompt_row(&tm, value, chat, system, input, reader.line_number, &rows[count]);
+            json_decref(value);
+            if (rc != 0) die_from_err();
+            count++;
+        }
+        if (got < 0) die_from_err();
+        jsonl_close(&reader);
+        if (count == 0) die_user("no prompts in %s", input);
+    } else {
+        rows = xcalloc(set.num_positional, sizeof(PromptRow));
+        for (int i = 0; i < set.num_positional; i++) {
+            json_t *value = json_pack("{s:s}", "prompt", positional[i]);
+            if (parse_prompt_row(&tm, value, chat, system, "argument", i + 1, &rows[i]) != 0) die_from_err();
+            json_decref(value);
+        }
+        count = set.num_positional;
+    }
+
+    FILE *out = stdout;
+    if (strcmp(output, "-") != 0) {
+        pending_output_tmp = xmalloc(strlen(output) + 32);
+        sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
+        atexit(remove_pending_output);
+        if (!(out = fopen(pending_output_tmp, "w"))) die_user("cannot write %s: %s", output, strerror(errno));
+    }
+    StopContext stop = {tm.tokenizer, stop_string};
+    GenerateOptions gen = {
+        .sampler = {.temperature = greedy ? 0.0f : (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
+        .max_new_tokens = (int)max_new_tokens,
+        .seed = (uint64_t)seed,
+        .stop_tokens = tm.stop_tokens,
+        .num_stop_tokens = tm.num_stop_tokens,
+        .stop_check = stop_string ? contains_stop_string : NULL,
+        .stop_context = &stop,
+        .pad_token = tokenizer_pad_id(tm.tokenizer) >= 0 ? tokenizer_pad_id(tm.tokenizer) : 0,
+    };
+    Progress progress;
+    progress_start(&progress, "generate", count, "prompts");
+    long generated = 0;
+    double decode_seconds = 0;
+    for (int first = 0; first < count; first += (int)batch_size) {
+        int B = count - first < batch_size ? count - first : (int)batch_size;
+        const int **prompts = xmalloc(B * sizeof(int *));
+        int *lengths = xmalloc(B * sizeof(int));
+        uint64_t *row_ids = xmalloc(B * sizeof(uint64_t));
+        for (int b = 0; b < B; b++) {
+            prompts[b] = rows[first + b].ids;
+            lengths[b] = rows[first + b].length;
+            row_ids[b] = (uint64_t)(first + b);
+        }
+        GeneratedRow *results = xmalloc(B * sizeof(GeneratedRow));
+        GenerateStats stats;
+        generate(&tm.model, prompts, lengths, row_ids, B, &gen, results, &stats);
+        generated += stats.generated_tokens;
+        decode_seconds += stats.prefill_seconds + stats.decode_seconds;
+        for (int b = 0; b < B; b++) {
+            write_result(out, &tm, &rows[first + b], &results[b], stop_string);
+            generated_row_free(&results[b]);
+        }
+        fflush(out);
+        char status[64];
+        snprintf(status, sizeof status, "%.1f tokens/s", decode_seconds > 0 ? generated / decode_seconds : 0);
+        progress_update(&progress, B, status);
+        free(prompts), free(lengths), free(row_ids), free(results);
+    }
+    char status[64];
+    snprintf(status, sizeof status, "%ld tokens, %.1f tokens/s", generated, decode_seconds > 0 ? generated / decode_seconds : 0);
+    progress_finish(&progress, status);
+    if (out != stdout) {
+        if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0) die_user("cannot write %s: %s", output, strerror(errno));
+        free(pending_output_tmp);
+        pending_output_tmp = NULL;
+    }
+    for (int i = 0; i < count; i++) free(rows[i].ids), free(rows[i].prompt_text);
+    free(rows);
+    text_model_free(&tm);
+    return 0;
+}

@@ -1,0 +1,88 @@
+// marlhf rm: reward-model training on chosen/rejected pairs or ranked responses (step 2).
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/train_options.h"
+#include "core/check.h"
+#include "model/weights_io.h"
+#include "train/rm.h"
+
+// The responses of each record, best first: chosen, rejected, or the ranked list.
+static const char **collect_responses(const Dataset *d, int K, const char *path) {
+    const char **responses = xmalloc((d->count * K + 1) * sizeof(char *));
+    for (long i = 0; i < d->count; i++) {
+        const DataRecord *r = &d->records[i];
+        if (K == 2 && r->response_count == 0) {
+            if (!r->chosen || !r->rejected) die_user("row at line %ld has no chosen/rejected pair (%s)", r->line, path);
+            responses[i * 2] = r->chosen;
+            responses[i * 2 + 1] = r->rejected;
+        } else {
+            if (r->response_count != K)
+                die_user("row at line %ld has %d ranked responses, expected %d like the first row (%s)", r->line,
+                         r->response_count, K, path);
+            for (int k = 0; k < K; k++) responses[i * K + k] = r->responses[k];
+        }
+    }
+    return responses;
+}
+
+int cmd_rm(int argc, char **argv) {
+    TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
+                    .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-5,
+                    .warmup_ratio = 0.05, .clip_norm = 1.0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                    .device = "cpu", .data_format = "auto", .data_phase = 2};
+    char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
+    double margin = 0.0;
+    Option options[48] = {
+        {"model", "model_name_or_path", OPT_STRING, &model_path, "the SFT model (its body gets a value head)", true, false},
+        {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
+        {"loss", NULL, OPT_STRING, &loss_name, "pairwise|margin|dschat|listwise", false, false},
+        {"margin", NULL, OPT_FLOAT, &margin, "margin for --loss margin", false, false},
+    };
+    int count = 4 + trainer_cli_options(&c, options + 4);
+    OptionSet set = {"rm", "Train a reward model: the model's body plus a value head scored at the last token.",
+                     "marlhf rm --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
+    options_parse(&set, argc, argv);
+    RmLossKind loss;
+    if (rm_loss_from_name(loss_name, &loss) != 0)
+        die_user("option --loss must be pairwise, margin, dschat or listwise, got '%s'", loss_name);
+    trainer_cli_finish(&c, output);
+
+    Tokenizer *tokenizer;
+    if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
+    Dataset train, eval;
+    trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    int K = train.records[0].response_count > 0 ? train.records[0].response_count : 2;
+    if (loss != RM_LOSS_LISTWISE && K != 2)
+        die_user("%s has %d ranked responses per row; use --loss listwise", c.data, K);
+    const char **responses = collect_responses(&train, K, c.data);
+    const char **eval_responses = collect_responses(&eval, K, c.eval_data ? c.eval_data : "");
+    const char **prompts = xmalloc(train.count * sizeof(char *)), **eval_prompts = xmalloc((eval.count + 1) * sizeof(char *));
+    for (long i = 0; i < train.count; i++) prompts[i] = train.records[i].prompt;
+    for (long i = 0; i < eval.count; i++) eval_prompts[i] = eval.records[i].prompt;
+    RmTask task;
+    if (rm_task_init(&task, tokenizer, K, prompts, responses, NULL, train.count, eval_prompts, eval_responses, NULL,
+                     eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)
+        die_from_err();
+    if (!c.quiet)
+        fprintf(stderr, "rm: %ld training examples of %d responses, %ld eval examples, loss %s\n", task.train_count, K,
+                task.eval_count, loss_name);
+
+    const OpsBackend *ops = ops_backend_by_name(c.device);
+    if (!ops) die_from_err();
+    Model model;
+    ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
+    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    model.recompute = c.gradient_checkpointing;
+    TrainTask train_task = rm_train_task(&task);
+    if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
+    if (!c.quiet) fprintf(stderr, "rm: final reward model in %s/final\n", output);
+    model_free(&model);
+    rm_task_free(&task);
+    free(prompts), free(responses), free(eval_prompts), free(eval_responses);
+    dataset_free(&train);
+    dataset_free(&eval);
+    tokenizer_free(tokenizer);
+    return 0;
+}

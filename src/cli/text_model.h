@@ -1,0 +1,31 @@
+// What the text commands (generate, chat, and later infer/serve) share: a model with its
+// tokenizer and chat template, prompts turned into token ids, and the stop tokens.
+#pragma once
+#include <stdbool.h>
+
+#include "chat/chat_template.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    Model model;
+    Tokenizer *tokenizer;
+    ChatTemplate chat; // valid when has_chat
+    bool has_chat;
+    int stop_tokens[8];
+    int num_stop_tokens;
+} TextModel;
+
+// Loads model + tokenizer from `path` (folder or .gguf). chat_template_option: NULL to use
+// the model's own template (an unrecognised one is an error only when needs_chat), or a
+// family name / template file. Exits 2 with a one-line error on failure.
+void text_model_load(TextModel *tm, const char *path, const char *device, const char *chat_template_option,
+                     bool needs_chat);
+void text_model_free(TextModel *tm);
+
+// The chat template applied to messages with the generation prompt, then tokenized
+// (special tokens in the rendered text are recognised). Returns 0 or -1 (err_set).
+int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, int **ids, int *length);
+// Plain text tokenized as transformers does with add_special_tokens=True (BOS where the
+// tokenizer adds one).
+int text_model_text_ids(TextModel *tm, const char *text, int **ids, int *length);

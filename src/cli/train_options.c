@@ -1,0 +1,122 @@
+#include "cli/train_options.h"
+
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "data/split.h"
+
+int trainer_cli_options(TrainerCli *c, Option *o) {
+    int n = 0;
+#define ADD(name, aliases, type, target, help) o[n++] = (Option){name, aliases, type, target, help, false, false}
+    ADD("data", "data_path", OPT_STRING, &c->data, "training data (JSONL/JSON in a supported schema)");
+    ADD("eval-data", "eval_data", OPT_STRING, &c->eval_data, "held-out data for evaluation");
+    ADD("data-format", "data_format", OPT_STRING, &c->data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts");
+    ADD("data-split", "data_split", OPT_STRING, &c->data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: use all rows)");
+    ADD("data-phase", "data_phase", OPT_INT, &c->data_phase, "which part of --data-split this step uses (1 SFT, 2 RM, 3 PPO)");
+    ADD("max-rows", "max_rows", OPT_INT, &c->max_rows, "use at most this many training rows (0: all)");
+    ADD("max-seq-len", "max_seq_len", OPT_INT, &c->max_seq_len, "tokens per example at most (longer ones are cut)");
+    ADD("learning-rate", "learning_rate lr", OPT_FLOAT, &c->learning_rate, "peak learning rate");
+    ADD("lr-scheduler-type", "lr_scheduler_type", OPT_STRING, &c->schedule_name, "constant|linear|cosine");
+    ADD("warmup-ratio", "warmup_ratio", OPT_FLOAT, &c->warmup_ratio, "warmup as a fraction of the optimizer steps");
+    ADD("num-warmup-steps", "num_warmup_steps warmup_steps", OPT_INT, &c->warmup_steps, "warmup steps (overrides the ratio when >= 0)");
+    ADD("num-train-epochs", "num_train_epochs epochs", OPT_INT, &c->epochs, "passes over the training data");
+    ADD("max-steps", "max_steps", OPT_INT, &c->max_steps, "stop after this many optimizer steps (0: no limit)");
+    ADD("per-device-train-batch-size", "per_device_train_batch_size micro-batch-size micro_batch_size", OPT_INT,
+        &c->micro_batch, "examples per forward/backward pass");
+    ADD("gradient-accumulation-steps", "gradient_accumulation_steps", OPT_INT, &c->grad_accum, "micro-batches per optimizer step");
+    ADD("max-grad-norm", "max_grad_norm gradient_clipping", OPT_FLOAT, &c->clip_norm, "clip the global gradient norm (0: off)");
+    ADD("weight-decay", "weight_decay", OPT_FLOAT, &c->weight_decay, "AdamW decoupled weight decay (not on biases, norms, embeddings)");
+    ADD("adam-beta1", "adam_beta1", OPT_FLOAT, &c->beta1, "AdamW beta1");
+    ADD("adam-beta2", "adam_beta2", OPT_FLOAT, &c->beta2, "AdamW beta2");
+    ADD("adam-epsilon", "adam_epsilon adam_eps", OPT_FLOAT, &c->eps, "AdamW epsilon");
+    ADD("eval-every", "eval_interval eval_steps", OPT_INT, &c->eval_every, "optimizer steps between evaluations (0: per epoch)");
+    ADD("save-every", "save_steps save_interval", OPT_INT, &c->save_every, "optimizer steps between checkpoints (0: at the end)");
+    ADD("keep-last", "keep_last save_total_limit", OPT_INT, &c->keep_last, "checkpoints to keep (0: all)");
+    ADD("log-every", "log_every logging_steps", OPT_INT, &c->log_every, "optimizer steps between metric lines");
+    ADD("seed", NULL, OPT_INT, &c->seed, "seed of the data order (and of a new value head)");
+    ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
+    ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
+        "recompute each layer in backward instead of keeping its activations");
+    ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
+    ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
+    ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
+#undef ADD
+    return n;
+}
+
+void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
+    TrainOptions *t = &c->train;
+    if (!c->data) die_user("missing required option --data");
+    if (lr_schedule_kind_from_name(c->schedule_name, &t->schedule) != 0)
+        die_user("option --lr-scheduler-type must be constant, linear or cosine, got '%s'", c->schedule_name);
+    if (!(c->learning_rate > 0)) die_user("option --learning-rate must be positive, got %g", c->learning_rate);
+    if (c->micro_batch < 1 || c->micro_batch > 4096) die_user("option --per-device-train-batch-size must be in [1, 4096], got %ld", c->micro_batch);
+    if (c->grad_accum < 1) die_user("option --gradient-accumulation-steps must be >= 1, got %ld", c->grad_accum);
+    if (c->epochs < 1) die_user("option --num-train-epochs must be >= 1, got %ld", c->epochs);
+    if (c->max_steps < 0) die_user("option --max-steps must be >= 0, got %ld", c->max_steps);
+    if (c->warmup_ratio < 0 || c->warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", c->warmup_ratio);
+    if (c->max_seq_len < 2 || c->max_seq_len > 1 << 20) die_user("option --max-seq-len must be in [2, 1048576], got %ld", c->max_seq_len);
+    if (c->clip_norm < 0) die_user("option --max-grad-norm must be >= 0, got %g", c->clip_norm);
+    if (c->weight_decay < 0) die_user("option --weight-decay must be >= 0, got %g", c->weight_decay);
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) die_user("option --adam-beta1 must be in [0, 1), got %g", c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) die_user("option --adam-beta2 must be in [0, 1), got %g", c->beta2);
+    if (!(c->eps > 0)) die_user("option --adam-epsilon must be positive, got %g", c->eps);
+    if (c->eval_every < 0 || c->save_every < 0 || c->keep_last < 0 || c->log_every < 0)
+        die_user("options --eval-every, --save-every, --keep-last and --log-every must be >= 0");
+    if (c->seed < 0) die_user("option --seed must be >= 0, got %ld", c->seed);
+    t->learning_rate = c->learning_rate;
+    t->warmup_ratio = c->warmup_ratio;
+    t->warmup_steps = c->warmup_steps;
+    t->epochs = c->epochs;
+    t->max_steps = c->max_steps;
+    t->micro_batch = c->micro_batch;
+    t->grad_accum = c->grad_accum;
+    t->clip_norm = c->clip_norm;
+    t->weight_decay = c->weight_decay;
+    t->beta1 = c->beta1;
+    t->beta2 = c->beta2;
+    t->eps = c->eps;
+    t->eval_every = c->eval_every;
+    t->save_every = c->save_every;
+    t->keep_last = c->keep_last;
+    t->log_every = c->log_every;
+    t->seed = (uint64_t)c->seed;
+    t->run_dir = run_dir;
+    t->resume = c->resume;
+    t->quiet = c->quiet;
+    cli_set_threads(c->threads);
+}
+
+static void load_one(TrainerCli *c, const char *path, DataFormat format, Dataset *out) {
+    if (dataset_load(out, path, format, 0) != 0) die_from_err();
+    if (c->data_split && *c->data_split) {
+        long *indices, count;
+        if (data_split_indices(out->count, c->data_split, (int)c->data_phase, (uint64_t)c->seed, &indices, &count) != 0)
+            die_from_err();
+        Dataset part;
+        dataset_take(out, indices, count, &part);
+        free(indices);
+        dataset_free(out);
+        *out = part;
+    }
+}
+
+void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dataset *eval) {
+    if (c->data_format && strcmp(c->data_format, "auto") != 0 &&
+        data_format_parse(c->data_format, "--data-format", &format) != 0)
+        die_from_err();
+    load_one(c, c->data, format, train);
+    if (c->max_rows > 0 && train->count > c->max_rows) {
+        long *first = xmalloc(c->max_rows * sizeof(long));
+        for (long i = 0; i < c->max_rows; i++) first[i] = i;
+        Dataset part;
+        dataset_take(train, first, c->max_rows, &part);
+        free(first);
+        dataset_free(train);
+        *train = part;
+    }
+    if (train->count == 0) die_user("no training rows in %s", c->data);
+    memset(eval, 0, sizeof *eval);
+    if (c->eval_data) load_one(c, c->eval_data, format, eval);
+}

@@ -1,0 +1,28 @@
+// The command-line options every trainer shares (sft, rm, and the PPO optimizers), with
+// the DeepSpeed-Chat / Hugging Face spellings as aliases, and loading a training dataset.
+#pragma once
+#include "cli/options.h"
+#include "data/dataset.h"
+#include "train/loop.h"
+
+typedef struct {
+    TrainOptions train;
+    char *schedule_name;
+    long micro_batch, grad_accum, epochs, max_steps, warmup_steps, eval_every, save_every, keep_last, log_every;
+    long seed, max_seq_len, threads;
+    double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
+    bool resume, gradient_checkpointing, quiet;
+    char *device;
+    // data
+    char *data, *eval_data, *data_format, *data_split;
+    long data_phase, max_rows;
+} TrainerCli;
+
+// Fills `options` (capacity at least 32) with the shared options bound to `cli` (after
+// setting the defaults given in `cli`) and returns how many it added.
+int trainer_cli_options(TrainerCli *cli, Option *options);
+// Checks the values and fills cli->train. Exits 2 naming the option on a bad value.
+void trainer_cli_finish(TrainerCli *cli, const char *run_dir);
+// Loads --data (and --eval-data), applying --data-split / --data-phase when given. Exits 2
+// on error.
+void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, Dataset *eval);

@@ -1,0 +1,378 @@
+// One parser per dataset schema; the rules are documented in data/dataset.h.
+#include "data/adapters.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "chat/prompt_format.h"
+#include "core/check.h"
+
+// --- field access with messages that name the field --------------------------------
+
+static const char *json_kind(const json_t *value) {
+    switch (json_typeof(value)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a JSON value";
+}
+
+static int missing_field(const DataRowPlace *at, const char *field) {
+    return err_set("missing field \"%s\" (%s:%ld)", field, at->path, at->line);
+}
+
+static int wrong_type(const DataRowPlace *at, const char *field, const json_t *value, const char *expected) {
+    return err_set("field \"%s\" is %s, expected %s (%s:%ld)", field, json_kind(value), expected, at->path,
+                   at->line);
+}
+
+// jansson keeps a "\u0000" escape only under JSON_ALLOW_NUL (never set here), so every
+// string is a proper C string; json_string_length() is checked anyway for the inner JSON
+// texts of APPS, decoded separately.
+static int get_string(const json_t *object, const char *key, const char *field, const DataRowPlace *at,
+                      const char **out) {
+    json_t *value = json_object_get(object, key);
+    if (!value) return missing_field(at, field);
+    if (!json_is_string(value)) return wrong_type(at, field, value, "a string");
+    *out = json_string_value(value);
+    return 0;
+}
+
+// A string, or NULL for null or an absent field.
+static int get_optional_string(const json_t *object, const char *key, const char *field, const DataRowPlace *at,
+                               const char **out) {
+    json_t *value = json_object_get(object, key);
+    *out = NULL;
+    if (!value || json_is_null(value)) return 0;
+    if (!json_is_string(value)) return wrong_type(at, field, value, "a string or null");
+    *out = json_string_value(value);
+    return 0;
+}
+
+static int get_object(const json_t *object, const char *key, const char *field, const DataRowPlace *at,
+                      json_t **out) {
+    json_t *value = json_object_get(object, key);
+    if (!value) return missing_field(at, field);
+    if (!json_is_object(value)) return wrong_type(at, field, value, "an object");
+    *out = value;
+    return 0;
+}
+
+static int get_array(const json_t *object, const char *key, const char *field, const DataRowPlace *at,
+                     json_t **out) {
+    json_t *value = json_object_get(object, key);
+    if (!value) return missing_field(at, field);
+    if (!json_is_array(value)) return wrong_type(at, field, value, "an array");
+    *out = value;
+    return 0;
+}
+
+static int get_number(const json_t *object, const char *key, const char *field, const DataRowPlace *at,
+                      double *out) {
+    json_t *value = json_object_get(object, key);
+    if (!value) return missing_field(at, field);
+    if (!json_is_number(value)) return wrong_type(at, field, value, "a number");
+    *out = json_number_value(value);
+    return 0;
+}
+
+static char *copy_or_null(const char *s) { return s ? xstrdup(s) : NULL; }
+
+// The concatenation of the NULL-terminated list of strings, xmalloc'd.
+static char *concat(const char *first, ...) {
+    size_t total = 0;
+    va_list args;
+    va_start(args, first);
+    for (const char *s = first; s; s = va_arg(args, const char *)) total += strlen(s);
+    va_end(args);
+    char *out = xmalloc(total + 1), *end = out;
+    va_start(args, first);
+    for (const char *s = first; s; s = va_arg(args, const char *)) {
+        size_t length = strlen(s);
+        memcpy(end, s, length);
+        end += length;
+    }
+    va_end(args);
+    *end = '\0';
+    return out;
+}
+
+// --- TL;DR: openai/summarize_from_feedback, comparisons --------------------------
+
+static int parse_tldr(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    json_t *info = NULL, *summaries = NULL, *choice;
+    const char *post = NULL, *article = NULL, *subreddit = NULL, *id = NULL, *texts[2] = {NULL, NULL};
+    if (get_object(row, "info", "info", at, &info) != 0) return -1;
+    if (get_optional_string(info, "post", "info.post", at, &post) != 0) return -1;
+    if (get_optional_string(info, "article", "info.article", at, &article) != 0) return -1;
+    if (!post && !article) return err_set("missing field \"info.post\" (or \"info.article\") (%s:%ld)", at->path, at->line);
+    if (get_optional_string(info, "subreddit", "info.subreddit", at, &subreddit) != 0) return -1;
+    if (get_optional_string(info, "id", "info.id", at, &id) != 0) return -1;
+    if (get_array(row, "summaries", "summaries", at, &summaries) != 0) return -1;
+    if (json_array_size(summaries) != 2)
+        return err_set("field \"summaries\" has %zu entries, expected 2 (%s:%ld)", json_array_size(summaries),
+                       at->path, at->line);
+    for (size_t k = 0; k < 2; k++) {
+        char field[32];
+        snprintf(field, sizeof field, "summaries[%zu]", k);
+        json_t *summary = json_array_get(summaries, k);
+        if (!json_is_object(summary)) return wrong_type(at, field, summary, "an object");
+        snprintf(field, sizeof field, "summaries[%zu].text", k);
+        if (get_string(summary, "text", field, at, &texts[k]) != 0) return -1;
+    }
+    choice = json_object_get(row, "choice");
+    if (!choice) return missing_field(at, "choice");
+    if (!json_is_integer(choice)) return wrong_type(at, "choice", choice, "0 or 1");
+    json_int_t chosen = json_integer_value(choice);
+    if (chosen != 0 && chosen != 1)
+        return err_set("field \"choice\" is %lld, expected 0 or 1 (%s:%ld)", (long long)chosen, at->path, at->line);
+
+    record->is_article = post == NULL; // the reference tests the post first
+    CHECK(prompt_format_tldr(subreddit, post ? post : article, record->is_article, &record->prompt) == 0,
+          "prompt_format_tldr failed");
+    record->chosen = xstrdup(texts[chosen]);
+    record->rejected = xstrdup(texts[1 - chosen]);
+    record->subreddit = copy_or_null(subreddit);
+    record->id = copy_or_null(id);
+    return 0;
+}
+
+// --- HH-RLHF (Dahoas/full-hh-rlhf, Dahoas/rm-static) and local pairs --------------
+
+static int parse_pairs(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *prompt = NULL, *chosen = NULL, *rejected = NULL;
+    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    if (get_string(row, "chosen", "chosen", at, &chosen) != 0) return -1;
+    if (get_string(row, "rejected", "rejected", at, &rejected) != 0) return -1;
+    record->prompt = xstrdup(prompt);
+    record->chosen = xstrdup(chosen);
+    record->rejected = xstrdup(rejected);
+    return 0;
+}
+
+// --- WebGPT: openai/webgpt_comparisons ---------------------------------------------
+
+static int parse_webgpt(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    json_t *question = NULL;
+    const char *full_text = NULL, *id = NULL, *answers[2] = {NULL, NULL};
+    double scores[2] = {0, 0};
+    if (get_object(row, "question", "question", at, &question) != 0) return -1;
+    if (get_string(question, "full_text", "question.full_text", at, &full_text) != 0) return -1;
+    if (get_optional_string(question, "id", "question.id", at, &id) != 0) return -1;
+    if (get_string(row, "answer_0", "answer_0", at, &answers[0]) != 0) return -1;
+    if (get_string(row, "answer_1", "answer_1", at, &answers[1]) != 0) return -1;
+    if (get_number(row, "score_0", "score_0", at, &scores[0]) != 0) return -1;
+    if (get_number(row, "score_1", "score_1", at, &scores[1]) != 0) return -1;
+    int better = scores[0] >= scores[1] ? 0 : 1; // a tie goes to answer_0
+    CHECK(prompt_format_webgpt(full_text, &record->prompt) == 0, "prompt_format_webgpt failed");
+    CHECK(prompt_format_webgpt_response(answers[better], &record->chosen) == 0, "webgpt response failed");
+    CHECK(prompt_format_webgpt_response(answers[1 - better], &record->rejected) == 0, "webgpt response failed");
+    record->id = copy_or_null(id);
+    return 0;
+}
+
+// --- APPS: codeparrot/apps -------------------------------------------------------------
+
+// Decodes the JSON text held in string field `field`; NULL text ("") is fine.
+static int decode_inner_json(const char *text, const char *field, const DataRowPlace *at, json_t **out) {
+    json_error_t error;
+    *out = json_loads(text, 0, &error);
+    if (!*out)
+        return err_set("field \"%s\" does not hold valid JSON: %s at its character %d (%s:%ld)", field, error.text,
+                       error.position, at->path, at->line);
+    return 0;
+}
+
+// solutions: "" or a JSON list of strings. *first: a copy of the first one, or NULL.
+static int check_solutions(const char *text, const DataRowPlace *at, char **first) {
+    *first = NULL;
+    if (!*text) return 0;
+    json_t *list = NULL;
+    if (decode_inner_json(text, "solutions", at, &list) != 0) return -1;
+    int rc = 0;
+    if (!json_is_array(list)) {
+        rc = err_set("field \"solutions\" holds %s, expected a JSON list of strings (%s:%ld)", json_kind(list),
+                     at->path, at->line);
+    } else {
+        size_t index;
+        json_t *solution;
+        json_array_foreach(list, index, solution) {
+            if (!json_is_string(solution)) {
+                rc = err_set("field \"solutions\" entry %zu is %s, expected a string (%s:%ld)", index,
+                             json_kind(solution), at->path, at->line);
+                break;
+            }
+        }
+        if (rc == 0 && json_array_size(list) > 0) *first = xstrdup(json_string_value(json_array_get(list, 0)));
+    }
+    json_decref(list);
+    return rc;
+}
+
+// input_output: "" or {"inputs": [...], "outputs": [...], "fn_name"?: string}.
+static int check_input_output(const char *text, const DataRowPlace *at, bool *call_based) {
+    *call_based = false;
+    if (!*text) return 0;
+    json_t *tests = NULL;
+    if (decode_inner_json(text, "input_output", at, &tests) != 0) return -1;
+    int rc = 0;
+    if (!json_is_object(tests)) {
+        rc = err_set("field \"input_output\" holds %s, expected a JSON object (%s:%ld)", json_kind(tests), at->path,
+                     at->line);
+    } else {
+        const char *keys[2] = {"inputs", "outputs"};
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            json_t *list = json_object_get(tests, keys[k]);
+            if (!json_is_array(list))
+                rc = err_set("field \"input_output\" has %s \"%s\", expected a JSON list (%s:%ld)",
+                             list ? json_kind(list) : "no", keys[k], at->path, at->line);
+        }
+        json_t *fn_name = json_object_get(tests, "fn_name");
+        if (rc == 0 && fn_name && !json_is_null(fn_name) && !json_is_string(fn_name))
+            rc = err_set("field \"input_output\" has %s \"fn_name\", expected a string (%s:%ld)", json_kind(fn_name),
+                         at->path, at->line);
+        // The APPS code asks `if not data.get("fn_name")`: an empty name means stdin.
+        if (rc == 0 && json_is_string(fn_name) && json_string_length(fn_name) > 0) *call_based = true;
+    }
+    json_decref(tests);
+    return rc;
+}
+
+static int parse_apps(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *question = NULL, *solutions = NULL, *input_output = NULL, *difficulty = NULL, *url = NULL,
+               *starter_code = NULL;
+    if (get_string(row, "question", "question", at, &question) != 0) return -1;
+    if (get_string(row, "solutions", "solutions", at, &solutions) != 0) return -1;
+    if (get_string(row, "input_output", "input_output", at, &input_output) != 0) return -1;
+    if (get_optional_string(row, "difficulty", "difficulty", at, &difficulty) != 0) return -1;
+    if (get_optional_string(row, "url", "url", at, &url) != 0) return -1;
+    if (get_optional_string(row, "starter_code", "starter_code", at, &starter_code) != 0) return -1;
+    json_t *problem_id = json_object_get(row, "problem_id");
+    if (problem_id && !json_is_integer(problem_id)) return wrong_type(at, "problem_id", problem_id, "an integer");
+    char *first_solution = NULL;
+    bool call_based = false;
+    if (check_solutions(solutions, at, &first_solution) != 0) return -1;
+    if (check_input_output(input_output, at, &call_based) != 0) {
+        free(first_solution);
+        return -1;
+    }
+    if (!starter_code) starter_code = "";
+    const char *format_line = call_based ? "\nUse Call-Based format" : "\nUse Standard Input format";
+    record->prompt = concat("\nQUESTION:\n", question, *starter_code ? "\n" : "", starter_code, format_line,
+                            "\nANSWER:\n", (char *)NULL);
+    record->chosen = first_solution;
+    record->question = xstrdup(question);
+    record->solutions = xstrdup(solutions);
+    record->input_output = xstrdup(input_output);
+    record->difficulty = copy_or_null(difficulty);
+    record->url = copy_or_null(url);
+    record->starter_code = xstrdup(starter_code);
+    record->call_based = call_based;
+    if (problem_id) {
+        char id[32];
+        snprintf(id, sizeof id, "%lld", (long long)json_integer_value(problem_id));
+        record->id = xstrdup(id);
+    }
+    return 0;
+}
+
+// --- local formats -------------------------------------------------------------------
+
+static int parse_sft(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *prompt = NULL, *response = NULL;
+    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    if (get_string(row, "response", "response", at, &response) != 0) return -1;
+    record->prompt = xstrdup(prompt);
+    record->chosen = xstrdup(response);
+    return 0;
+}
+
+static int parse_ranked(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *prompt = NULL;
+    json_t *responses = NULL;
+    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    if (get_array(row, "responses", "responses", at, &responses) != 0) return -1;
+    size_t count = json_array_size(responses);
+    if (count < 2)
+        return err_set("field \"responses\" has %zu entr%s, expected at least 2 (%s:%ld)", count,
+                       count == 1 ? "y" : "ies", at->path, at->line);
+    if (count > 1000000) // a ranking, not a corpus: keeps response_count an int
+        return err_set("field \"responses\" has %zu entries, over 1000000 (%s:%ld)", count, at->path, at->line);
+    for (size_t k = 0; k < count; k++) {
+        json_t *response = json_array_get(responses, k);
+        if (!json_is_string(response)) {
+            char field[48];
+            snprintf(field, sizeof field, "responses[%zu]", k);
+            return wrong_type(at, field, response, "a string");
+        }
+    }
+    record->prompt = xstrdup(prompt);
+    record->responses = xmalloc(count * sizeof *record->responses);
+    for (size_t k = 0; k < count; k++) record->responses[k] = xstrdup(json_string_value(json_array_get(responses, k)));
+    record->response_count = (int)count;
+    return 0;
+}
+
+static int parse_prompt_only(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *prompt = NULL;
+    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    record->prompt = xstrdup(prompt);
+    return 0;
+}
+
+// --- detection and dispatch -----------------------------------------------------------
+
+int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *format) {
+#define HAS(key) (json_object_get(row, key) != NULL)
+    if (HAS("info") && HAS("summaries")) *format = DATA_FORMAT_TLDR;
+    else if (HAS("question") && HAS("answer_0") && HAS("answer_1")) *format = DATA_FORMAT_WEBGPT;
+    else if (HAS("problem_id") || (HAS("question") && HAS("input_output"))) *format = DATA_FORMAT_APPS;
+    else if (HAS("prompt") && HAS("responses")) *format = DATA_FORMAT_RANKED;
+    else if (HAS("prompt") && HAS("chosen") && HAS("rejected")) *format = HAS("response") ? DATA_FORMAT_HH : DATA_FORMAT_PAIRS;
+    else if (HAS("prompt") && (HAS("chosen") || HAS("rejected")))
+        return err_set("missing field \"%s\": a preference pair needs both \"chosen\" and \"rejected\" (%s:%ld)",
+                       HAS("chosen") ? "rejected" : "chosen", at->path, at->line);
+    else if (HAS("prompt")) *format = HAS("response") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
+    else {
+        // Name the fields seen, so the user can tell which schema the file is close to.
+        char seen[200] = "";
+        size_t used = 0;
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)row, key, value) {
+            int n = snprintf(seen + used, sizeof seen - used, "%s\"%.40s\"", used ? ", " : "", key);
+            if (n < 0 || (size_t)n >= sizeof seen - used) break;
+            used += (size_t)n;
+        }
+        return err_set("cannot tell the dataset format from the fields of the first row (%s); expected "
+                       "\"info\"+\"summaries\" (TL;DR), \"question\"+\"answer_0\" (WebGPT), \"problem_id\" (APPS) "
+                       "or \"prompt\" (HH-RLHF and local formats) (%s:%ld)",
+                       used ? seen : "none", at->path, at->line);
+    }
+    return 0;
+#undef HAS
+}
+
+int data_parse_row(DataFormat format, const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    memset(record, 0, sizeof *record);
+    int rc = -1;
+    switch (format) {
+    case DATA_FORMAT_TLDR: rc = parse_tldr(row, at, record); break;
+    case DATA_FORMAT_HH:
+    case DATA_FORMAT_PAIRS: rc = parse_pairs(row, at, record); break;
+    case DATA_FORMAT_WEBGPT: rc = parse_webgpt(row, at, record); break;
+    case DATA_FORMAT_APPS: rc = parse_apps(row, at, record); break;
+    case DATA_FORMAT_SFT: rc = parse_sft(row, at, record); break;
+    case DATA_FORMAT_RANKED: rc = parse_ranked(row, at, record); break;
+    case DATA_FORMAT_PROMPTS: rc = parse_prompt_only(row, at, record); break;
+    case DATA_FORMAT_AUTO: CHECK(false, "data_parse_row without a format");
+    }
+    if (rc != 0) data_record_free(record);
+    return rc;
+}

@@ -1,0 +1,134 @@
+// Datasets: the MA-RLHF paper's datasets in their Hugging Face schemas, and simple local
+// formats, read into one common record with the prompt already formatted.
+//
+// Files. JSON Lines (one object per line; what `datasets`' Dataset.to_json() writes), or
+// one JSON array of objects (a file whose first non-blank byte is "["). A UTF-8 byte
+// order mark at the start is skipped. Every row is checked before it is parsed: at most
+// max_row_bytes bytes, no NUL byte, valid UTF-8 (checked here, so that the message
+// names the line and the field rather than jansson's column).
+//
+// Formats (DataFormat; names for data_format_parse() in brackets) and what they fill.
+// The exact prompt rules are those of MA-RLHF's DeepSpeed-Chat raw_datasets.py (spec
+// section 3.2); the response is appended to the prompt directly, with no separator.
+//
+//   TL;DR ["tldr", "summarize", "openai/summarize_from_feedback"], config `comparisons`:
+//     {info: {id, post, title, subreddit, site?, article?}, summaries: [{text, policy,
+//     note}, {...}], choice, worker, batch, split, extra}.
+//     prompt   = prompt_format_tldr(info.subreddit, info.post): "POST\n" ["Subreddit:
+//                r/" subreddit "\n"] post "\nTL;DR: "; when info.post is null or absent,
+//                info.article with "ARTICLE\n" (CNN/DM items); info.title is not used
+//     chosen   = summaries[choice].text, rejected = summaries[1 - choice].text
+//     subreddit (NULL for a null subreddit), is_article, id = info.id
+//   HH-RLHF ["hh", "Dahoas/full-hh-rlhf", "Dahoas/rm-static"]: {prompt, response, chosen,
+//     rejected}. prompt = the prompt field as is ("\n\nHuman: ... \n\nAssistant:"),
+//     chosen / rejected = the fields as is (they start with their own space).
+//   WebGPT ["webgpt", "openai/webgpt_comparisons"]: {question: {full_text, dataset, id},
+//     quotes_0, answer_0, tokens_0, score_0, quotes_1, answer_1, tokens_1, score_1}.
+//     prompt   = " Human: " question.full_text " Assistant:"
+//     chosen   = " " + the answer with the higher score, citations removed
+//                (prompt_format_webgpt_response); a tie (score_0 >= score_1) -> answer_0
+//     rejected = " " + the other answer, citations removed. id = question.id
+//   APPS ["apps", "codeparrot/apps"]: {problem_id, question, solutions, input_output,
+//     difficulty, url, starter_code}; solutions and input_output are JSON texts (a list
+//     of strings; {"inputs": [...], "outputs": [...], "fn_name"?}), either may be "".
+//     The paper's APPS prompt is not released (spec 7.4, 10.3, 15). This is our own
+//     choice, the prompt of the APPS paper's generation script (Hendrycks et al. 2021,
+//     generate_gpt_codes.py):
+//       "\nQUESTION:\n" question ["\n" starter_code, if not empty]
+//       ("\nUse Call-Based format" if input_output has a non-empty fn_name, else
+//        "\nUse Standard Input format") "\nANSWER:\n"
+//     chosen = the first solution (for SFT), or NULL when there is none. Metadata:
+//     question, solutions, input_output (the JSON texts as stored), difficulty, url,
+//     starter_code, call_based, id = problem_id in decimal.
+//   Local formats, each prompt taken as is (apply a chat template before writing them):
+//     SFT ["sft"]           {prompt, response}              chosen = response
+//     pairs ["pairs"]       {prompt, chosen, rejected}
+//     ranked ["ranked"]     {prompt, responses: [best, ..., worst]}, K >= 2
+//                           responses[], response_count
+//     prompts ["prompts"]   {prompt} (PPO prompts)
+//   Other fields of a row are ignored.
+//
+// Auto-detection (DATA_FORMAT_AUTO) looks at the fields of the first row:
+//   info + summaries -> TL;DR;  question + answer_0 + answer_1 -> WebGPT;
+//   problem_id or question + input_output -> APPS;  prompt + responses -> ranked;
+//   prompt + chosen + rejected -> HH when there is also `response`, else pairs;
+//   prompt + response -> SFT;  prompt alone -> prompts (but chosen without rejected, or
+//   the reverse, is an error). Every later row must then be of the same format.
+//
+// Errors (a missing field, a wrong JSON type, an empty file, invalid UTF-8, a row over
+// the byte limit, choice not 0 or 1, fewer than 2 responses, malformed JSON, solutions or
+// input_output that do not decode) return -1 with err_set() naming the field and the
+// place: "field \"summaries[1].text\" is a number, expected a string (<file>:<line>)".
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct Tokenizer Tokenizer;
+
+typedef enum {
+    DATA_FORMAT_AUTO,
+    DATA_FORMAT_TLDR,
+    DATA_FORMAT_HH,
+    DATA_FORMAT_WEBGPT,
+    DATA_FORMAT_APPS,
+    DATA_FORMAT_SFT,
+    DATA_FORMAT_PAIRS,
+    DATA_FORMAT_RANKED,
+    DATA_FORMAT_PROMPTS,
+} DataFormat;
+
+// One example. Every string is owned by the record (xmalloc'd); NULL where the format
+// has no such field (see the table above).
+typedef struct {
+    char *prompt;           // formatted, ready to tokenize
+    char *chosen;           // pairs: preferred; SFT: the response; APPS: first solution
+    char *rejected;         // pairs: the other
+    char **responses;       // ranked: best first
+    int response_count;     // 0 unless ranked (then >= 2)
+    long row;               // 0-based index of the row in its file
+    long line;              // 1-based line where the row starts
+    char *id;               // the dataset's own id (TL;DR info.id, WebGPT question.id, APPS problem_id)
+    char *subreddit;        // TL;DR; NULL for a null subreddit and for ARTICLE items
+    bool is_article;        // TL;DR item with an article (CNN/DM) instead of a post
+    // APPS
+    char *question;
+    char *solutions;        // JSON text of a list of strings, as stored ("" when none)
+    char *input_output;     // JSON text, as stored ("" when none)
+    char *difficulty;
+    char *url;
+    char *starter_code;     // "" when none
+    bool call_based;        // input_output names a function (fn_name)
+} DataRecord;
+
+typedef struct {
+    DataRecord *records;
+    long count;
+    char *path;        // the file read
+    DataFormat format; // as detected or forced
+} Dataset;
+
+// Default limit on one row's bytes (APPS rows carry whole test suites).
+#define DATA_DEFAULT_MAX_ROW_BYTES ((size_t)64 << 20)
+
+// Reads `path` in `format` (DATA_FORMAT_AUTO: detect). max_row_bytes: 0 for the default.
+// On error *dataset is left empty (nothing to free).
+int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes);
+void dataset_free(Dataset *dataset);
+
+// The canonical name of a format ("tldr", "hh", ...; "auto").
+const char *data_format_name(DataFormat format);
+// A name or Hugging Face dataset id (see the table above; case-sensitive) to a format.
+// An unknown name is an error naming `option` (e.g. "--data-format").
+int data_format_parse(const char *name, const char *option, DataFormat *format);
+
+// A deep copy of record indices[0..count) of `source`, in that order (an index may
+// repeat). Indices outside the dataset are an internal error.
+void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out);
+void data_record_copy(const DataRecord *source, DataRecord *out);
+void data_record_free(DataRecord *record);
+
+// PPO prompts (spec 3.3): tokenizes each prompt as DS-Chat does (tokenizer(prompt), i.e.
+// with the special tokens, add_special = true) and drops, in place and keeping the order,
+// every record whose prompt is longer than max_prompt_tokens tokens (dropped, not
+// truncated; exactly max_prompt_tokens is kept). *dropped: how many went (may be NULL).
+int dataset_filter_prompt_length(Dataset *dataset, const Tokenizer *tok, int max_prompt_tokens, long *dropped);

@@ -1,0 +1,254 @@
+#include "train/loop.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/progress.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "io/fs.h"
+#include "model/weights_io.h"
+#include "train/adamw.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+TrainOptions train_default_options(void) {
+    return (TrainOptions){
+        .learning_rate = 5e-5,
+        .schedule = LR_COSINE,
+        .warmup_ratio = 0.1,
+        .warmup_steps = -1,
+        .epochs = 1,
+        .micro_batch = 4,
+        .grad_accum = 1,
+        .clip_norm = 1.0,
+        .weight_decay = 0.01,
+        .beta1 = 0.9,
+        .beta2 = 0.95,
+        .eps = 1e-8,
+        .keep_last = 2,
+        .log_every = 1,
+        .seed = 1234,
+    };
+}
+
+void train_epoch_order(uint64_t seed, long epoch, long n, long *order) {
+    for (long i = 0; i < n; i++) order[i] = i;
+    uint64_t stream = rng_stream("epoch-order", (uint64_t)epoch, 0);
+    for (long i = n - 1; i > 0; i--) {
+        long j = (long)rng_below(seed, stream, (uint64_t)i, (uint64_t)i + 1);
+        long t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+// Replaces the model's weights by those saved in `dir` (same architecture).
+static int reload_weights(Model *model, const char *dir) {
+    Model saved;
+    ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
+                                .require_value_head = model->has_value_head};
+    if (model_load(&saved, dir, &ops_cpu, &options) != 0) return -1;
+    if (saved.table.total != model->table.total) {
+        model_free(&saved);
+        return err_set("checkpoint does not match the model's shape (%s)", dir);
+    }
+    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
+    model_free(&saved);
+    return 0;
+}
+
+static long state_integer(json_t *state, const char *key, long fallback) {
+    json_t *value = json_object_get(state, key);
+    return json_is_integer(value) ? (long)json_integer_value(value) : fallback;
+}
+
+// The name of the first parameter whose gradient holds a NaN or infinity (for the error).
+static const char *first_nonfinite_gradient(const Model *model) {
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (!isfinite(model->ops->sum_squares(model->grads + e->offset, e->numel))) return e->name;
+    }
+    return "none";
+}
+
+typedef struct {
+    long step, epoch, cursor; // optimizer steps done; epoch in progress; micro-batches done in it
+} LoopState;
+
+static int save_checkpoint(const TrainTask *task, const Model *model, const AdamW *optimizer,
+                           const Tokenizer *tokenizer, const TrainOptions *options, const LoopState *s) {
+    json_t *state = json_object();
+    json_object_set_new(state, "task", json_string(task->name));
+    json_object_set_new(state, "epoch", json_integer(s->epoch));
+    json_object_set_new(state, "cursor", json_integer(s->cursor));
+    json_object_set_new(state, "seed", json_integer((json_int_t)options->seed));
+    json_object_set_new(state, "num_examples", json_integer(task->num_examples));
+    CheckpointModel entry = {"", model, optimizer};
+    int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
+    json_decref(state);
+    return rc;
+}
+
+static void run_evaluation(const TrainTask *task, Model *model, MetricsWriter *metrics, long step, bool quiet) {
+    if (!task->evaluate) return;
+    EvalResult result = {0};
+    task->evaluate(task->context, model, &result);
+    metrics_log(metrics, "eval", step, result.names, result.values, result.count);
+    if (!quiet) {
+        fprintf(stderr, "\neval at step %ld:", step);
+        for (int i = 0; i < result.count; i++) fprintf(stderr, " %s %.4f", result.names[i], result.values[i]);
+        fprintf(stderr, "\n");
+    }
+}
+
+int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options) {
+    const long n = task->num_examples;
+    if (n <= 0) return err_set("no training examples");
+    const long per_step = options->micro_batch * options->grad_accum;
+    const long steps_per_epoch = (n + per_step - 1) / per_step;
+    long total_steps = steps_per_epoch * options->epochs;
+    if (options->max_steps > 0 && options->max_steps < total_steps) total_steps = options->max_steps;
+    LrSchedule schedule = {
+        .kind = options->schedule,
+        .peak_lr = (float)options->learning_rate,
+        .warmup_steps = options->warmup_steps >= 0 ? options->warmup_steps
+                                                   : lr_warmup_steps_from_ratio(options->warmup_ratio, total_steps),
+        .total_steps = total_steps,
+    };
+
+    model_enable_grad(model);
+    AdamW optimizer;
+    adamw_init(&optimizer, model,
+               (AdamWConfig){(float)options->beta1, (float)options->beta2, (float)options->eps, (float)options->weight_decay});
+    LoopState s = {0};
+    if (options->resume) {
+        char *checkpoint = checkpoint_latest(options->run_dir);
+        if (checkpoint) {
+            json_t *state = NULL;
+            int rc = checkpoint_load_state(checkpoint, &state);
+            if (rc == 0 && state_integer(state, "num_examples", -1) != n)
+                rc = err_set("checkpoint was made with %ld examples, this run has %ld (%s)",
+                             state_integer(state, "num_examples", -1), n, checkpoint);
+            if (rc == 0) rc = reload_weights(model, checkpoint);
+            if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
+            if (rc == 0) {
+                s.step = state_integer(state, "step", 0);
+                s.epoch = state_integer(state, "epoch", 0);
+                s.cursor = state_integer(state, "cursor", 0);
+                if (!options->quiet) fprintf(stderr, "resuming from %s (step %ld)\n", checkpoint, s.step);
+            }
+            json_decref(state);
+            free(checkpoint);
+            if (rc != 0) {
+                adamw_free(&optimizer);
+                return -1;
+            }
+        }
+    }
+    MetricsWriter metrics;
+    if (metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0) {
+        adamw_free(&optimizer);
+        return -1;
+    }
+
+    long *order = xmalloc((size_t)n * sizeof(long));
+    long order_epoch = -1;
+    const long micro_batches_per_epoch = (n + options->micro_batch - 1) / options->micro_batch;
+    Progress progress;
+    progress_start(&progress, task->name, total_steps, "steps");
+    progress.done = s.step;
+    if (options->quiet) progress.interval = 1e30, progress.tty = false;
+    double tokens_since_log = 0, time_at_log = now_seconds();
+    int rc = 0;
+    while (s.step < total_steps) {
+        if (order_epoch != s.epoch) {
+            train_epoch_order(options->seed, s.epoch, n, order);
+            order_epoch = s.epoch;
+        }
+        // The micro-batches of this optimizer step (the last step of an epoch may be short).
+        long first_micro = s.cursor;
+        long micro_count = options->grad_accum;
+        if (first_micro + micro_count > micro_batches_per_epoch) micro_count = micro_batches_per_epoch - first_micro;
+        double step_weight = 0;
+        for (long m = 0; m < micro_count; m++) {
+            long start = (first_micro + m) * options->micro_batch;
+            long count = n - start < options->micro_batch ? n - start : options->micro_batch;
+            step_weight += task->weight(task->context, order + start, (int)count);
+        }
+        model_zero_grad(model);
+        MicroStepResult total = {0};
+        for (long m = 0; m < micro_count && step_weight > 0; m++) {
+            long start = (first_micro + m) * options->micro_batch;
+            long count = n - start < options->micro_batch ? n - start : options->micro_batch;
+            MicroStepResult r = {0};
+            task->micro_step(task->context, model, order + start, (int)count, 1.0 / step_weight, &r);
+            total.loss_sum += r.loss_sum;
+            total.weight += r.weight;
+            total.tokens += r.tokens;
+            for (int k = 0; k < 4; k++) total.metric_sums[k] += r.metric_sums[k];
+        }
+        double norm = grad_global_norm(model);
+        float lr = lr_schedule_at(&schedule, s.step);
+        if (!isfinite(norm)) {
+            rc = err_set("gradient norm is %g at step %ld (first non-finite gradient: %s): training diverged "
+                         "(lower --learning-rate?)", norm, s.step, first_nonfinite_gradient(model));
+            break;
+        }
+        adamw_step(&optimizer, model, lr, grad_clip_coefficient(norm, (float)options->clip_norm));
+        s.step++;
+        s.cursor += micro_count;
+        bool epoch_done = s.cursor >= micro_batches_per_epoch;
+        if (epoch_done) s.epoch++, s.cursor = 0;
+
+        tokens_since_log += total.tokens;
+        double loss = total.weight > 0 ? total.loss_sum / total.weight : 0;
+        if (options->log_every > 0 && (s.step % options->log_every == 0 || s.step == total_steps)) {
+            double elapsed = now_seconds() - time_at_log;
+            const char *names[10] = {"loss", "learning_rate", "grad_norm", "tokens_per_s", "epoch"};
+            double values[10] = {loss, lr, norm, elapsed > 0 ? tokens_since_log / elapsed : 0,
+                                 s.epoch + (double)s.cursor / micro_batches_per_epoch};
+            int count = 5;
+            for (int k = 0; k < 4 && task->metric_names[k]; k++) {
+                names[count] = task->metric_names[k];
+                values[count++] = total.weight > 0 ? total.metric_sums[k] / total.weight : 0;
+            }
+            if (metrics_log(&metrics, "train", s.step, names, values, count) != 0) {
+                rc = -1;
+                break;
+            }
+            tokens_since_log = 0;
+            time_at_log = now_seconds();
+        }
+        char status[96];
+        snprintf(status, sizeof status, "loss %.4f, lr %.2e", loss, lr);
+        progress_update(&progress, 1, status);
+        bool last = s.step == total_steps;
+        if ((options->eval_every > 0 && s.step % options->eval_every == 0) || epoch_done || last)
+            run_evaluation(task, model, &metrics, s.step, options->quiet);
+        if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
+            if (save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+    }
+    progress_finish(&progress, NULL);
+    if (rc == 0) {
+        char *final_dir = fs_join(options->run_dir, "final");
+        FsAtomicDir out;
+        rc = fs_atomic_dir_begin(&out, final_dir);
+        if (rc == 0) {
+            rc = model_write_hf_files(model, out.tmp_path);
+            if (rc == 0 && tokenizer) rc = tokenizer_write_hf(tokenizer, out.tmp_path);
+            if (rc == 0) rc = fs_atomic_dir_commit(&out);
+            else fs_atomic_dir_abort(&out);
+        }
+        free(final_dir);
+    }
+    free(order);
+    metrics_close(&metrics);
+    adamw_free(&optimizer);
+    return rc;
+}

@@ -1,0 +1,82 @@
+// The supervised training loop shared by SFT and reward-model training: epochs over a
+// shuffled dataset, micro-batches with gradient accumulation, the LR schedule, gradient
+// clipping, AdamW, periodic evaluation, metrics, checkpoints and exact resume.
+//
+// A task (train/sft.c, train/rm.c) supplies what differs: how a micro-batch of examples
+// becomes a forward/backward pass and a loss, how much each example weighs in the
+// optimizer step's mean (tokens for SFT, pairs for RM), and how to evaluate.
+//
+// Exact resume: the data order of epoch e is a pure function of (seed, e); the state
+// saved with each checkpoint (optimizer step, epoch, micro-batch cursor, AdamW moments,
+// weights) is all the loop carries from one step to the next. A run killed at any moment
+// and resumed from its newest checkpoint ends with weights bit-identical to a run that was
+// never interrupted (same thread count).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/lr_schedule.h"
+
+typedef struct {
+    double learning_rate;
+    LrScheduleKind schedule;
+    double warmup_ratio; // used when warmup_steps < 0
+    long warmup_steps;
+    long epochs;
+    long max_steps;      // > 0: stop after this many optimizer steps
+    long micro_batch;    // examples per forward/backward
+    long grad_accum;     // micro-batches per optimizer step
+    double clip_norm;    // <= 0: no clipping
+    double weight_decay;
+    double beta1, beta2, eps;
+    long eval_every;     // optimizer steps between evaluations (0: only per epoch)
+    long save_every;     // optimizer steps between checkpoints (0: only at the end)
+    long keep_last;      // checkpoints kept (0: all)
+    long log_every;      // optimizer steps between metric lines
+    uint64_t seed;
+    const char *run_dir;
+    bool resume;         // continue from the newest checkpoint of run_dir
+    bool quiet;          // no progress bar
+} TrainOptions;
+
+typedef struct {
+    double loss_sum;    // summed over the micro-batch (divided by the step's weight later)
+    double weight;      // the micro-batch's share of the step's mean (tokens, pairs)
+    double tokens;      // tokens processed (for throughput)
+    double metric_sums[4]; // task-specific sums (e.g. correct pairs), reported per step
+} MicroStepResult;
+
+typedef struct {
+    const char *names[8];
+    double values[8];
+    int count;
+} EvalResult;
+
+typedef struct {
+    const char *name; // "sft", "rm"
+    long num_examples;
+    const char *metric_names[4]; // names of metric_sums (NULL-terminated, may be empty)
+    // The weight of a micro-batch, known before its forward pass, so that gradients can be
+    // scaled by 1 / (weight of the whole optimizer step) as they are accumulated.
+    double (*weight)(void *context, const long *examples, int count);
+    // Forward + backward over the examples with loss gradients scaled by `scale`.
+    void (*micro_step)(void *context, Model *model, const long *examples, int count, double scale,
+                       MicroStepResult *result);
+    // Evaluation on held-out data (no gradients); may be NULL.
+    void (*evaluate)(void *context, Model *model, EvalResult *result);
+    void *context;
+} TrainTask;
+
+// Runs the loop on `model` (gradients are enabled here). The final model is written to
+// RUN_DIR/final (with the tokenizer). Returns 0, or -1 with err_set().
+int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options);
+
+// The order of the examples in epoch `epoch`: a Fisher–Yates shuffle driven by the
+// counter-based RNG, so it depends on (seed, epoch, n) only.
+void train_epoch_order(uint64_t seed, long epoch, long n, long *order);
+
+// Defaults: lr 5e-5 cosine, warmup ratio 0.1, 1 epoch, micro-batch 4, no accumulation,
+// clip 1.0, weight decay 0.01, betas (0.9, 0.95), eps 1e-8, keep 2 checkpoints.
+TrainOptions train_default_options(void);

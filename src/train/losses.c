@@ -1,0 +1,114 @@
+#include "train/losses.h"
+
+#include <math.h>
+
+#include "core/check.h"
+
+double log_sigmoid_negated(double x) {
+    // -log sigmoid(x) = log(1 + exp(-x)) = softplus(-x)
+    return x >= 0 ? log1p(exp(-x)) : -x + log1p(exp(x));
+}
+
+static double sigmoid(double x) {
+    return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+double sft_loss(const float *logp, const float *mask, long n, float scale, float *dlogp) {
+    double loss = 0;
+    for (long i = 0; i < n; i++) {
+        if (mask[i] == 0.0f) continue;
+        loss -= (double)mask[i] * logp[i];
+        if (dlogp) dlogp[i] += -scale * mask[i];
+    }
+    return loss;
+}
+
+double rm_pairwise_loss(const float *chosen, const float *rejected, const float *margins, int n,
+                        float scale, float *d_chosen, float *d_rejected) {
+    double loss = 0;
+    for (int i = 0; i < n; i++) {
+        double z = (double)chosen[i] - rejected[i] - (margins ? margins[i] : 0.0);
+        loss += log_sigmoid_negated(z);
+        // d/dz -log sigmoid(z) = -(1 - sigmoid(z)) = -sigmoid(-z)
+        double g = -sigmoid(-z) * scale;
+        if (d_chosen) d_chosen[i] += (float)g;
+        if (d_rejected) d_rejected[i] -= (float)g;
+    }
+    return loss;
+}
+
+double rm_listwise_loss(const float *scores, int n, int K, float scale, float *d_scores) {
+    CHECK(K >= 2, "listwise loss needs at least two responses");
+    double loss = 0;
+    for (int i = 0; i < n; i++) {
+        const float *s = scores + (long)i * K;
+        // suffix log-sum-exps: lse[k] = log sum_{j>=k} exp(s_j)
+        double lse[K];
+        double running_max = s[K - 1];
+        double running_sum = 1.0; // exp(s[K-1] - running_max)
+        lse[K - 1] = s[K - 1];
+        for (int k = K - 2; k >= 0; k--) {
+            if (s[k] > running_max) {
+                running_sum = running_sum * exp(running_max - s[k]) + 1.0;
+                running_max = s[k];
+            } else {
+                running_sum += exp(s[k] - running_max);
+            }
+            lse[k] = running_max + log(running_sum);
+        }
+        for (int k = 0; k < K - 1; k++) loss += lse[k] - s[k];
+        if (!d_scores) continue;
+        // d loss / d s_j = sum_{k <= min(j, K-2)} softmax_k(j) - [j <= K-2]
+        float *d = d_scores + (long)i * K;
+        for (int j = 0; j < K; j++) {
+            double g = j <= K - 2 ? -1.0 : 0.0;
+            for (int k = 0; k <= j && k <= K - 2; k++) g += exp(s[j] - lse[k]);
+            d[j] += (float)(g * scale);
+        }
+    }
+    return loss;
+}
+
+double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_values, int divergence,
+                           int end, float scale, float *d_chosen_values, float *d_rejected_values) {
+    CHECK(end > divergence, "empty DeepSpeed-Chat loss span [%d, %d)", divergence, end);
+    int span = end - divergence;
+    double loss = 0;
+    for (int t = divergence; t < end; t++) {
+        double z = (double)chosen_values[t] - rejected_values[t];
+        loss += log_sigmoid_negated(z);
+        double g = -sigmoid(-z) * scale / span;
+        if (d_chosen_values) d_chosen_values[t] += (float)g;
+        if (d_rejected_values) d_rejected_values[t] -= (float)g;
+    }
+    return loss / span;
+}
+
+void rm_dschat_span(const int *chosen_ids, const int *rejected_ids, int T, int pad_id, int *divergence,
+                    int *end) {
+    int c_end = T, r_end = T;
+    for (int t = 0; t < T; t++)
+        if (chosen_ids[t] == pad_id) {
+            c_end = t;
+            break;
+        }
+    for (int t = 0; t < T; t++)
+        if (rejected_ids[t] == pad_id) {
+            r_end = t;
+            break;
+        }
+    int first_difference = -1;
+    for (int t = 0; t < T; t++)
+        if (chosen_ids[t] != rejected_ids[t]) {
+            first_difference = t;
+            break;
+        }
+    if (first_difference < 0) {
+        *divergence = c_end > 0 ? c_end - 1 : 0;
+        *end = c_end > 0 ? c_end : 1;
+        return;
+    }
+    *divergence = first_difference;
+    *end = c_end > r_end ? c_end : r_end;
+    if (*end <= *divergence) *end = *divergence + 1; // a difference inside the padding of both
+}

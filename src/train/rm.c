@@ -1,0 +1,202 @@
+#include "train/rm.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "train/losses.h"
+
+int rm_loss_from_name(const char *name, RmLossKind *kind) {
+    if (!strcmp(name, "pairwise")) *kind = RM_LOSS_PAIRWISE;
+    else if (!strcmp(name, "margin")) *kind = RM_LOSS_MARGIN;
+    else if (!strcmp(name, "dschat")) *kind = RM_LOSS_DSCHAT;
+    else if (!strcmp(name, "listwise")) *kind = RM_LOSS_LISTWISE;
+    else return -1;
+    return 0;
+}
+
+static void tokenize_examples(const Tokenizer *tokenizer, int K, const char *const *prompts,
+                              const char *const *responses, long count, int max_seq_len, TokenizedExamples *out) {
+    long rows = count * K;
+    out->ids = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int *));
+    out->lengths = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int));
+    out->prompt_lengths = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int));
+    out->count = rows;
+    for (long i = 0; i < count; i++)
+        for (int k = 0; k < K; k++) {
+            bool truncated;
+            long r = i * K + k;
+            tokenize_example(tokenizer, prompts[i], responses[r], max_seq_len, &out->ids[r], &out->lengths[r],
+                             &out->prompt_lengths[r], &truncated);
+        }
+}
+
+int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *const *prompts,
+                 const char *const *responses, const float *margins, long count, const char *const *eval_prompts,
+                 const char *const *eval_responses, const float *eval_margins, long eval_count, int max_seq_len,
+                 RmLossKind loss, float margin) {
+    memset(task, 0, sizeof *task);
+    if (K < 2) return err_set("a reward model needs at least two responses per prompt");
+    if (loss != RM_LOSS_LISTWISE && K != 2) return err_set("--loss %s takes pairs; use --loss listwise for %d responses",
+                                                            loss == RM_LOSS_DSCHAT ? "dschat" : "pairwise", K);
+    if (count == 0) return err_set("no reward-model training examples");
+    task->K = K;
+    task->max_seq_len = max_seq_len;
+    task->loss = loss;
+    task->margin = margin;
+    int pad = tokenizer_pad_id(tokenizer);
+    task->pad_id = pad >= 0 ? pad : (tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0);
+    tokenize_examples(tokenizer, K, prompts, responses, count, max_seq_len, &task->train);
+    tokenize_examples(tokenizer, K, eval_prompts, eval_responses, eval_count, max_seq_len, &task->eval);
+    task->train_count = count;
+    task->eval_count = eval_count;
+    if (margins) {
+        task->train_margins = xmalloc(count * sizeof(float));
+        memcpy(task->train_margins, margins, count * sizeof(float));
+    }
+    if (eval_margins) {
+        task->eval_margins = xmalloc((eval_count > 0 ? eval_count : 1) * sizeof(float));
+        memcpy(task->eval_margins, eval_margins, eval_count * sizeof(float));
+    }
+    return 0;
+}
+
+void rm_task_free(RmTask *task) {
+    tokenized_examples_free(&task->train);
+    tokenized_examples_free(&task->eval);
+    free(task->train_margins);
+    free(task->eval_margins);
+    memset(task, 0, sizeof *task);
+}
+
+typedef struct {
+    double loss, correct, chosen_sum, rejected_sum, tokens;
+} RmStats;
+
+// One forward over the K rows of each example, the loss, and (if train) the backward.
+static void rm_forward(RmTask *task, Model *model, const TokenizedExamples *examples, const float *margins,
+                       const long *which, int count, double scale, bool train, RmStats *stats) {
+    const int K = task->K, B = count * K;
+    int T = 0;
+    for (int e = 0; e < count; e++)
+        for (int k = 0; k < K; k++)
+            if (examples->lengths[which[e] * K + k] > T) T = examples->lengths[which[e] * K + k];
+    if (task->loss == RM_LOSS_DSCHAT) T = task->max_seq_len; // its span is defined on padded rows
+    long N = (long)B * T;
+    int *tokens = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
+    for (int e = 0; e < count; e++)
+        for (int k = 0; k < K; k++) {
+            long r = which[e] * K + k;
+            int b = e * K + k;
+            for (int t = 0; t < T; t++) tokens[(long)b * T + t] = t < examples->lengths[r] ? examples->ids[r][t] : task->pad_id;
+            row_len[b] = examples->lengths[r];
+            stats->tokens += row_len[b];
+        }
+    ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
+    model_forward(model, &input);
+    float *values = xmalloc(N * sizeof(float)), *dvalue = xcalloc(N, sizeof(float));
+    model_values(model, values);
+    float *scores = xmalloc(B * sizeof(float)), *dscores = xcalloc(B, sizeof(float));
+    for (int b = 0; b < B; b++) scores[b] = values[(long)b * T + row_len[b] - 1];
+    for (int e = 0; e < count; e++) {
+        const float *s = scores + e * K;
+        float *ds = dscores + e * K;
+        float margin = margins ? margins[which[e]] : task->margin;
+        switch (task->loss) {
+        case RM_LOSS_PAIRWISE:
+            stats->loss += rm_pairwise_loss(&s[0], &s[1], NULL, 1, (float)scale, &ds[0], &ds[1]);
+            break;
+        case RM_LOSS_MARGIN:
+            stats->loss += rm_pairwise_loss(&s[0], &s[1], &margin, 1, (float)scale, &ds[0], &ds[1]);
+            break;
+        case RM_LOSS_LISTWISE:
+            stats->loss += rm_listwise_loss(s, 1, K, (float)scale, ds);
+            break;
+        case RM_LOSS_DSCHAT: {
+            const int *chosen = tokens + (long)(e * K) * T, *rejected = tokens + (long)(e * K + 1) * T;
+            int divergence, end;
+            rm_dschat_span(chosen, rejected, T, task->pad_id, &divergence, &end);
+            stats->loss += rm_dschat_pair_loss(values + (long)(e * K) * T, values + (long)(e * K + 1) * T, divergence,
+                                               end, (float)scale, dvalue + (long)(e * K) * T,
+                                               dvalue + (long)(e * K + 1) * T);
+            break;
+        }
+        }
+        bool best_wins = true;
+        for (int k = 1; k < K; k++) best_wins &= s[0] > s[k];
+        stats->correct += best_wins;
+        stats->chosen_sum += s[0];
+        for (int k = 1; k < K; k++) stats->rejected_sum += s[k] / (K - 1);
+    }
+    if (train) {
+        for (int b = 0; b < B; b++) dvalue[(long)b * T + row_len[b] - 1] += dscores[b];
+        model_backward(model, NULL, NULL, dvalue);
+    }
+    free(tokens), free(row_len), free(values), free(dvalue), free(scores), free(dscores);
+}
+
+static double rm_weight(void *context, const long *examples, int count) { return count; }
+
+static void rm_micro_step(void *context, Model *model, const long *examples, int count, double scale,
+                          MicroStepResult *result) {
+    RmTask *task = context;
+    RmStats stats = {0};
+    rm_forward(task, model, &task->train, task->train_margins, examples, count, scale, true, &stats);
+    result->loss_sum = stats.loss;
+    result->weight = count;
+    result->tokens = stats.tokens;
+    result->metric_sums[0] = stats.correct;
+    result->metric_sums[1] = stats.chosen_sum;
+    result->metric_sums[2] = stats.rejected_sum;
+}
+
+static void rm_evaluate(void *context, Model *model, EvalResult *result) {
+    RmTask *task = context;
+    RmStats stats = {0};
+    const int chunk = 4;
+    long which[4];
+    for (long first = 0; first < task->eval_count; first += chunk) {
+        int count = task->eval_count - first < chunk ? (int)(task->eval_count - first) : chunk;
+        for (int e = 0; e < count; e++) which[e] = first + e;
+        rm_forward(task, model, &task->eval, task->eval_margins, which, count, 0.0, false, &stats);
+    }
+    double n = task->eval_count;
+    const char *names[] = {"accuracy", "chosen_score", "rejected_score", "loss"};
+    double values[] = {stats.correct / n, stats.chosen_sum / n, stats.rejected_sum / n, stats.loss / n};
+    for (int i = 0; i < 4; i++) result->names[i] = names[i], result->values[i] = values[i];
+    result->count = n > 0 ? 4 : 0;
+}
+
+TrainTask rm_train_task(RmTask *task) {
+    return (TrainTask){
+        .name = "rm",
+        .num_examples = task->train_count,
+        .metric_names = {"accuracy", "chosen_score", "rejected_score", NULL},
+        .weight = rm_weight,
+        .micro_step = rm_micro_step,
+        .evaluate = task->eval_count > 0 ? rm_evaluate : NULL,
+        .context = task,
+    };
+}
+
+void rm_score_rows(Model *model, int *const *rows, const int *lengths, long count, float *scores) {
+    const int chunk = 8;
+    for (long first = 0; first < count; first += chunk) {
+        int B = count - first < chunk ? (int)(count - first) : chunk;
+        int T = 0;
+        for (int b = 0; b < B; b++)
+            if (lengths[first + b] > T) T = lengths[first + b];
+        long N = (long)B * T;
+        int *tokens = xcalloc(N, sizeof(int)), *row_len = xmalloc(B * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            row_len[b] = lengths[first + b];
+            memcpy(tokens + (long)b * T, rows[first + b], row_len[b] * sizeof(int));
+        }
+        ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
+        model_forward(model, &input);
+        float *values = xmalloc(N * sizeof(float));
+        model_values(model, values);
+        for (int b = 0; b < B; b++) scores[first + b] = values[(long)b * T + row_len[b] - 1];
+        free(tokens), free(row_len), free(values);
+    }
+}

@@ -1,0 +1,41 @@
+// Reward-model training: the SFT model's body plus a value head, scored at the last real
+// token of prompt + response + EOS, as a task for the shared training loop.
+//
+// Losses (--loss):
+//   pairwise  -log sigmoid(s_chosen - s_rejected)                       (default; TRL, OpenRLHF)
+//   margin    -log sigmoid(s_chosen - s_rejected - margin)             (TRL's margin column / --margin)
+//   dschat    DeepSpeed-Chat's token-span loss over [first difference, max end) (spec §5; compat)
+//   listwise  Plackett-Luce over K >= 2 responses ranked best first
+// Evaluation: pairwise accuracy (s_chosen > s_rejected; for listwise, best above all
+// others), mean chosen and rejected scores, and the loss.
+#pragma once
+#include "train/sft.h"
+
+typedef enum { RM_LOSS_PAIRWISE, RM_LOSS_MARGIN, RM_LOSS_DSCHAT, RM_LOSS_LISTWISE } RmLossKind;
+
+typedef struct {
+    // Examples of K responses each (K = 2: chosen, rejected), stored as K rows per example.
+    TokenizedExamples train, eval; // row k of example i is at index i*K + k
+    float *train_margins, *eval_margins; // per example (NULL: the constant margin)
+    long train_count, eval_count;
+    int K;
+    int max_seq_len;
+    int pad_id;
+    RmLossKind loss;
+    float margin;
+} RmTask;
+
+// responses[i*K + k]: response k of example i, best first (K = 2: chosen, rejected).
+// margins may be NULL.
+int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *const *prompts,
+                 const char *const *responses, const float *margins, long count, const char *const *eval_prompts,
+                 const char *const *eval_responses, const float *eval_margins, long eval_count, int max_seq_len,
+                 RmLossKind loss, float margin);
+void rm_task_free(RmTask *task);
+TrainTask rm_train_task(RmTask *task);
+// "pairwise" | "margin" | "dschat" | "listwise"
+int rm_loss_from_name(const char *name, RmLossKind *kind);
+
+// Scores (value head at each row's last real token) of rows of token ids, in chunks:
+// the reward model's scalar score. scores[i] for rows[i] (lengths[i] tokens).
+void rm_score_rows(Model *model, int *const *rows, const int *lengths, long count, float *scores);

@@ -1,0 +1,192 @@
+#include "train/sft.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "train/losses.h"
+
+void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
+                      int **ids, int *length, int *prompt_length, bool *truncated) {
+    int *prompt_ids, prompt_count, *response_ids, response_count;
+    tokenizer_encode(tokenizer, prompt, strlen(prompt), true, &prompt_ids, &prompt_count);
+    tokenizer_encode(tokenizer, response, strlen(response), false, &response_ids, &response_count);
+    int eos = tokenizer_eos_id(tokenizer);
+    int total = prompt_count + response_count + (eos >= 0 ? 1 : 0);
+    *truncated = total > max_seq_len;
+    if (total > max_seq_len) total = max_seq_len;
+    *ids = xmalloc((size_t)(total > 0 ? total : 1) * sizeof(int));
+    int n = 0;
+    for (int i = 0; i < prompt_count && n < total; i++) (*ids)[n++] = prompt_ids[i];
+    for (int i = 0; i < response_count && n < total; i++) (*ids)[n++] = response_ids[i];
+    if (eos >= 0 && n < total) (*ids)[n++] = eos;
+    *length = n;
+    *prompt_length = prompt_count < n ? prompt_count : n;
+    free(prompt_ids);
+    free(response_ids);
+}
+
+void tokenized_examples_free(TokenizedExamples *examples) {
+    for (long i = 0; i < examples->count; i++) free(examples->ids[i]);
+    free(examples->ids), free(examples->lengths), free(examples->prompt_lengths);
+    memset(examples, 0, sizeof *examples);
+}
+
+static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
+                         const char *const *responses, long count, TokenizedExamples *out) {
+    out->ids = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int *));
+    out->lengths = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int));
+    out->prompt_lengths = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int));
+    out->count = 0;
+    for (long i = 0; i < count; i++) {
+        int *ids, length, prompt_length;
+        bool truncated;
+        tokenize_example(tokenizer, prompts[i], responses[i], task->max_seq_len, &ids, &length, &prompt_length,
+                         &truncated);
+        // Keep an example only if at least one response token (or EOS) is predicted.
+        if (length - prompt_length < 1 || length < 2) {
+            task->dropped++;
+            free(ids);
+            continue;
+        }
+        task->truncated += truncated;
+        out->ids[out->count] = ids;
+        out->lengths[out->count] = length;
+        out->prompt_lengths[out->count] = prompt_length;
+        out->count++;
+    }
+}
+
+int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
+                  const char *const *responses, long count, const char *const *eval_prompts,
+                  const char *const *eval_responses, long eval_count, int max_seq_len,
+                  bool train_on_prompt_and_padding) {
+    memset(task, 0, sizeof *task);
+    task->max_seq_len = max_seq_len;
+    task->train_on_prompt_and_padding = train_on_prompt_and_padding;
+    int pad = tokenizer_pad_id(tokenizer);
+    task->pad_id = pad >= 0 ? pad : (tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0);
+    tokenize_all(task, tokenizer, prompts, responses, count, &task->train);
+    tokenize_all(task, tokenizer, eval_prompts, eval_responses, eval_count, &task->eval);
+    if (task->train.count == 0) return err_set("no SFT example has a response token within --max-seq-len %d", max_seq_len);
+    return 0;
+}
+
+void sft_task_free(SftTask *task) {
+    tokenized_examples_free(&task->train);
+    tokenized_examples_free(&task->eval);
+}
+
+// Builds the batch of the given examples: tokens, next-token targets and the loss mask.
+typedef struct {
+    int B, T;
+    int *tokens, *targets, *row_len;
+    float *mask;
+} SftBatch;
+
+static void build_batch(const SftTask *task, const TokenizedExamples *examples, const long *which, int count,
+                        SftBatch *batch) {
+    int T = 0;
+    for (int b = 0; b < count; b++)
+        if (examples->lengths[which[b]] > T) T = examples->lengths[which[b]];
+    if (task->train_on_prompt_and_padding) T = task->max_seq_len;
+    long N = (long)count * T;
+    batch->B = count;
+    batch->T = T;
+    batch->tokens = xmalloc(N * sizeof(int));
+    batch->targets = xmalloc(N * sizeof(int));
+    batch->row_len = xmalloc(count * sizeof(int));
+    batch->mask = xcalloc(N, sizeof(float));
+    for (int b = 0; b < count; b++) {
+        const int *ids = examples->ids[which[b]];
+        int length = examples->lengths[which[b]], prompt_length = examples->prompt_lengths[which[b]];
+        int *row = batch->tokens + (long)b * T;
+        for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : task->pad_id;
+        // In the released behaviour padding is real input (attended to), as it was there.
+        batch->row_len[b] = task->train_on_prompt_and_padding ? T : length;
+        for (int t = 0; t < T; t++) {
+            long i = (long)b * T + t;
+            batch->targets[i] = t + 1 < T ? row[t + 1] : -1;
+            bool counted = task->train_on_prompt_and_padding ? t + 1 < T : (t + 1 < length && t + 1 >= prompt_length);
+            batch->mask[i] = counted ? 1.0f : 0.0f;
+        }
+    }
+}
+
+static void free_batch(SftBatch *batch) {
+    free(batch->tokens), free(batch->targets), free(batch->row_len), free(batch->mask);
+}
+
+static double counted_tokens(const SftTask *task, const TokenizedExamples *examples, const long *which, int count) {
+    double total = 0;
+    for (int b = 0; b < count; b++) {
+        if (task->train_on_prompt_and_padding) total += task->max_seq_len - 1;
+        else total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
+    }
+    return total;
+}
+
+static double sft_weight(void *context, const long *examples, int count) {
+    SftTask *task = context;
+    return counted_tokens(task, &task->train, examples, count);
+}
+
+static void sft_micro_step(void *context, Model *model, const long *examples, int count, double scale,
+                           MicroStepResult *result) {
+    SftTask *task = context;
+    SftBatch batch;
+    build_batch(task, &task->train, examples, count, &batch);
+    long N = (long)batch.B * batch.T;
+    float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
+    ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len};
+    model_forward(model, &input);
+    model_logprobs(model, batch.targets, logp, NULL, NULL);
+    result->loss_sum = sft_loss(logp, batch.mask, N, (float)scale, dlogp);
+    result->weight = counted_tokens(task, &task->train, examples, count);
+    for (int b = 0; b < batch.B; b++) result->tokens += batch.row_len[b];
+    model_backward(model, dlogp, NULL, NULL);
+    free(logp), free(dlogp);
+    free_batch(&batch);
+}
+
+static void sft_evaluate(void *context, Model *model, EvalResult *result) {
+    SftTask *task = context;
+    double loss = 0, tokens = 0;
+    const int chunk = 8;
+    long *which = xmalloc(chunk * sizeof(long));
+    for (long first = 0; first < task->eval.count; first += chunk) {
+        int count = task->eval.count - first < chunk ? (int)(task->eval.count - first) : chunk;
+        for (int b = 0; b < count; b++) which[b] = first + b;
+        SftBatch batch;
+        build_batch(task, &task->eval, which, count, &batch);
+        long N = (long)batch.B * batch.T;
+        float *logp = xmalloc(N * sizeof(float));
+        ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len};
+        model_forward(model, &input);
+        model_logprobs(model, batch.targets, logp, NULL, NULL);
+        loss += sft_loss(logp, batch.mask, N, 0.0f, NULL);
+        tokens += counted_tokens(task, &task->eval, which, count);
+        free(logp);
+        free_batch(&batch);
+    }
+    free(which);
+    result->count = 0;
+    if (tokens > 0) {
+        result->names[0] = "loss";
+        result->values[0] = loss / tokens;
+        result->names[1] = "perplexity";
+        result->values[1] = exp(loss / tokens);
+        result->count = 2;
+    }
+}
+
+TrainTask sft_train_task(SftTask *task) {
+    return (TrainTask){
+        .name = "sft",
+        .num_examples = task->train.count,
+        .weight = sft_weight,
+        .micro_step = sft_micro_step,
+        .evaluate = task->eval.count > 0 ? sft_evaluate : NULL,
+        .context = task,
+    };
+}

@@ -1,0 +1,45 @@
+// Supervised fine-tuning: the causal-LM loss over response tokens (by default), as a task
+// for the shared training loop (train/loop.h).
+//
+// An example is prompt + response + EOS, each part tokenized on its own (the prompt with
+// the tokenizer's special tokens, e.g. BOS) and concatenated, so the response tokens are
+// exactly those a policy would generate after the prompt; longer examples are cut at
+// max_seq_len. The loss is the mean over the optimizer step's response tokens (EOS
+// included). `train_on_prompt_and_padding` reproduces the released MA-RLHF/DeepSpeed-Chat
+// step 1: rows padded to max_seq_len and every position, prompt and padding included,
+// counted in the loss (spec §3.3, §4).
+#pragma once
+#include <stdbool.h>
+
+#include "train/loop.h"
+
+typedef struct {
+    int **ids;
+    int *lengths;
+    int *prompt_lengths;
+    long count;
+} TokenizedExamples;
+
+typedef struct {
+    TokenizedExamples train, eval;
+    int max_seq_len;
+    int pad_id;
+    bool train_on_prompt_and_padding;
+    long dropped; // examples whose prompt filled max_seq_len (no response token left)
+    long truncated;
+} SftTask;
+
+// Tokenizes prompt/response pairs. Returns 0 or -1 (err_set) if nothing is left.
+int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
+                  const char *const *responses, long count, const char *const *eval_prompts,
+                  const char *const *eval_responses, long eval_count, int max_seq_len,
+                  bool train_on_prompt_and_padding);
+void sft_task_free(SftTask *task);
+// The loop's view of the task.
+TrainTask sft_train_task(SftTask *task);
+
+// Shared with the RM task: tokenizes prompt (+ special tokens) + response + EOS, cut at
+// max_seq_len. *prompt_length receives the prompt's token count.
+void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
+                      int **ids, int *length, int *prompt_length, bool *truncated);
+void tokenized_examples_free(TokenizedExamples *examples);

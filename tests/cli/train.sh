@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The SFT and reward-model trainers end to end on a tiny model (tests/fixtures/models/
+# tiny_chat): they learn, write metrics and checkpoints, resume exactly after SIGKILL, and
+# reject bad data and options. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_train
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+data=tests/fixtures/train
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
+
+sft_args=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
+          --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --learning-rate 3e-3 --num-train-epochs 4
+          --warmup-ratio 0.1 --threads 2 --quiet)
+
+# --- SFT learns, logs and saves ------------------------------------------------------
+"$bin" sft "${sft_args[@]}" --output "$tmp/sft" --eval-every 6 2> "$tmp/sft.err"
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$tmp/sft/final/model.safetensors" ] && [ -f "$tmp/sft/final/tokenizer.json" ]; then pass sft_runs; else fail sft_runs "exit $rc: $(tail -n 3 "$tmp/sft.err")"; fi
+steps=$(grep -c '"train/loss"' "$tmp/sft/metrics.jsonl" 2>/dev/null)
+[ "$steps" = 24 ] && pass sft_metrics_per_step || fail sft_metrics_per_step "$steps train lines"
+first=$(json_field "$tmp/sft/metrics.jsonl" eval/loss 0 2>/dev/null); last=$(json_field "$tmp/sft/metrics.jsonl" eval/loss -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2>/dev/null &&
+    pass "sft_learns (eval loss $first -> $last)" || fail sft_learns "eval loss $first -> $last"
+ls "$tmp"/sft/events.out.tfevents.* > /dev/null 2>&1 && pass sft_tensorboard_file || fail sft_tensorboard_file "none"
+[ "$(ls -d "$tmp"/sft/checkpoint-* | wc -l)" -ge 1 ] && pass sft_checkpoint || fail sft_checkpoint "none"
+echo '{"ids": [1, 2, 3]}' > "$tmp/ids.jsonl"
+"$bin" logprobs --model "$tmp/sft/final" --input "$tmp/ids.jsonl" > /dev/null 2>&1 && pass sft_final_loads || fail sft_final_loads "logprobs failed"
+
+# --- exact resume after SIGKILL --------------------------------------------------------
+resume_args=("${sft_args[@]}" --save-every 1 --keep-last 2 --eval-every 0)
+"$bin" sft "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
+for attempt in 1 2; do
+    out="$tmp/killed$attempt"
+    "$bin" sft "${resume_args[@]}" --output "$out" 2> /dev/null &
+    pid=$!
+    sleep "0.$((attempt * 3))$RANDOM"
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    # A second kill while it resumes, then the final resume.
+    "$bin" sft "${resume_args[@]}" --output "$out" --resume 2> /dev/null &
+    pid=$!
+    sleep 0.$RANDOM
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    "$bin" sft "${resume_args[@]}" --output "$out" --resume 2> "$out.err"
+    if cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors"; then
+        pass "resume_bit_identical_$attempt"
+    else
+        fail "resume_bit_identical_$attempt" "$(tail -n 2 "$out.err")"
+    fi
+    lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
+    [ "$lines" = 24 ] && pass "resume_metrics_continuous_$attempt" || fail "resume_metrics_continuous_$attempt" "$lines lines"
+    [ -z "$(ls -d "$out"/*.tmp-* 2> /dev/null)" ] || [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && pass "resume_no_half_checkpoint_$attempt"
+done
+
+# --- reward models -------------------------------------------------------------------
+rm_common=(--model "$model" --max-seq-len 32 --per-device-train-batch-size 4 --learning-rate 3e-3
+           --num-train-epochs 4 --threads 2 --quiet)
+for loss in pairwise margin dschat; do
+    extra=()
+    [ "$loss" = margin ] && extra=(--margin 0.5)
+    "$bin" rm "${rm_common[@]}" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --loss "$loss" \
+        "${extra[@]}" --output "$tmp/rm_$loss" 2> "$tmp/rm_$loss.err"
+    acc=$(json_field "$tmp/rm_$loss/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$acc" 2>/dev/null &&
+        pass "rm_${loss}_learns (eval accuracy $acc)" || fail "rm_${loss}_learns" "accuracy '$acc' $(tail -n 2 "$tmp/rm_$loss.err")"
+done
+"$bin" rm "${rm_common[@]}" --data "$data/ranked.jsonl" --eval-data "$data/ranked_eval.jsonl" --loss listwise \
+    --output "$tmp/rm_listwise" 2> "$tmp/rm_listwise.err"
+acc=$(json_field "$tmp/rm_listwise/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" "$acc" 2>/dev/null &&
+    pass "rm_listwise_learns (eval accuracy $acc)" || fail rm_listwise_learns "accuracy '$acc' $(tail -n 2 "$tmp/rm_listwise.err")"
+grep -q '"LlamaForSequenceClassification"' "$tmp/rm_pairwise/final/config.json" && pass rm_saved_as_classifier || fail rm_saved_as_classifier "config"
+
+# --- bad data and options --------------------------------------------------------------
+expect_error() {
+    local name=$1 expected=$2
+    shift 2
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$?
+    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/stderr")" -eq 1 ] && grep -qF -- "$expected" "$tmp/stderr"; then pass "$name"; else fail "$name" "exit $rc: $(head -c 300 "$tmp/stderr")"; fi
+}
+printf '{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n' > "$tmp/missing.jsonl"
+expect_error sft_missing_field "$tmp/missing.jsonl:2" "$bin" sft --model "$model" --data "$tmp/missing.jsonl" --output "$tmp/x1"
+printf '{"prompt": "a", "response": 3}\n' > "$tmp/type.jsonl"
+expect_error sft_wrong_type "$tmp/type.jsonl:1" "$bin" sft --model "$model" --data "$tmp/type.jsonl" --output "$tmp/x2"
+: > "$tmp/empty.jsonl"
+expect_error sft_empty_file "$tmp/empty.jsonl" "$bin" sft --model "$model" --data "$tmp/empty.jsonl" --output "$tmp/x3"
+printf '{"prompt": "a", "response": "\xff"}\n' > "$tmp/utf8.jsonl"
+expect_error sft_invalid_utf8 "$tmp/utf8.jsonl:1" "$bin" sft --model "$model" --data "$tmp/utf8.jsonl" --output "$tmp/x4"
+expect_error sft_bad_lr "--learning-rate" "$bin" sft --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5" --learning-rate -1
+expect_error sft_bad_schedule "--lr-scheduler-type" "$bin" sft --model "$model" --data "$data/sft.jsonl" --output "$tmp/x6" --lr-scheduler-type warm
+expect_error rm_bad_loss "--loss" "$bin" rm --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" --loss hinge
+expect_error rm_sft_data "chosen" "$bin" rm --model "$model" --data "$data/sft.jsonl" --output "$tmp/x8"
+[ "$failures" -eq 0 ]

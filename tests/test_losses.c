@@ -1,0 +1,118 @@
+// SFT and reward-model losses and their gradients against PyTorch autograd
+// (tools/make_loss_fixtures.py, float64). The C losses take float32 inputs and
+// accumulate in double: tolerance 1e-6 absolute + 1e-5 relative.
+#include <jansson.h>
+
+#include "core/check.h"
+#include "test.h"
+#include "train/losses.h"
+
+static json_t *fixtures;
+
+static int flatten(json_t *array, float *out) {
+    int n = 0;
+    size_t i;
+    json_t *item;
+    json_array_foreach(array, i, item) {
+        if (json_is_array(item)) n += flatten(item, out + n);
+        else out[n++] = (float)json_number_value(item);
+    }
+    return n;
+}
+
+static void expect_array(const float *got, json_t *want, const char *what) {
+    float expected[256];
+    int n = flatten(want, expected);
+    for (int i = 0; i < n; i++) EXPECT_CLOSE(got[i], expected[i], 1e-6, 1e-5, what);
+}
+
+static double number(json_t *object, const char *key) { return json_number_value(json_object_get(object, key)); }
+
+static void test_sft_loss(void) {
+    json_t *f = json_object_get(fixtures, "sft");
+    float logp[64], mask[64], dlogp[64] = {0};
+    int n = flatten(json_object_get(f, "logp"), logp);
+    flatten(json_object_get(f, "mask"), mask);
+    double count = 0;
+    for (int i = 0; i < n; i++) count += mask[i];
+    double loss = sft_loss(logp, mask, n, (float)(1.0 / count), dlogp) / count;
+    EXPECT_CLOSE(loss, number(f, "loss"), 1e-6, 1e-6, "sft loss");
+    expect_array(dlogp, json_object_get(f, "dlogp"), "sft dlogp");
+}
+
+static void run_pairwise(const char *name) {
+    json_t *f = json_object_get(fixtures, name);
+    float chosen[16], rejected[16], margin[16], dc[16] = {0}, dr[16] = {0};
+    int n = flatten(json_object_get(f, "chosen"), chosen);
+    flatten(json_object_get(f, "rejected"), rejected);
+    flatten(json_object_get(f, "margin"), margin);
+    double loss = rm_pairwise_loss(chosen, rejected, margin, n, 1.0f / n, dc, dr) / n;
+    EXPECT_CLOSE(loss, number(f, "loss"), 1e-6, 1e-6, name);
+    expect_array(dc, json_object_get(f, "d_chosen"), "d chosen");
+    expect_array(dr, json_object_get(f, "d_rejected"), "d rejected");
+}
+static void test_pairwise_loss(void) { run_pairwise("pairwise"); }
+static void test_margin_loss(void) { run_pairwise("margin"); }
+
+static void test_listwise_loss(void) {
+    json_t *f = json_object_get(fixtures, "listwise");
+    json_t *rows = json_object_get(f, "scores");
+    int n = (int)json_array_size(rows), K = (int)json_array_size(json_array_get(rows, 0));
+    float scores[64], d[64] = {0};
+    flatten(rows, scores);
+    double loss = rm_listwise_loss(scores, n, K, 1.0f / n, d) / n;
+    EXPECT_CLOSE(loss, number(f, "loss"), 1e-6, 1e-6, "listwise loss");
+    expect_array(d, json_object_get(f, "d_scores"), "listwise d scores");
+    // K = 2 is the pairwise loss.
+    float pair[2] = {0.7f, -0.4f}, d2[2] = {0}, c = 0.7f, r = -0.4f, dc = 0, dr = 0;
+    double a = rm_listwise_loss(pair, 1, 2, 1.0f, d2), b = rm_pairwise_loss(&c, &r, NULL, 1, 1.0f, &dc, &dr);
+    EXPECT_CLOSE(a, b, 1e-12, 0, "listwise K=2 equals pairwise");
+    EXPECT_CLOSE(d2[0], dc, 1e-7, 0, "gradient K=2");
+}
+
+static void test_dschat_loss(void) {
+    json_t *f = json_object_get(fixtures, "dschat");
+    json_t *cids = json_object_get(f, "chosen_ids"), *rids = json_object_get(f, "rejected_ids");
+    int pairs = (int)json_array_size(cids), T = (int)json_array_size(json_array_get(cids, 0));
+    float cv[64], rv[64], dcv[64] = {0}, drv[64] = {0};
+    flatten(json_object_get(f, "chosen_values"), cv);
+    flatten(json_object_get(f, "rejected_values"), rv);
+    double loss = 0;
+    for (int i = 0; i < pairs; i++) {
+        int c[32], r[32];
+        for (int t = 0; t < T; t++) {
+            c[t] = (int)json_integer_value(json_array_get(json_array_get(cids, i), t));
+            r[t] = (int)json_integer_value(json_array_get(json_array_get(rids, i), t));
+        }
+        int d, e;
+        rm_dschat_span(c, r, T, (int)number(f, "pad"), &d, &e);
+        json_t *span = json_array_get(json_object_get(f, "spans"), i);
+        EXPECT(d == json_integer_value(json_array_get(span, 0)) && e == json_integer_value(json_array_get(span, 1)),
+               "pair %d span [%d, %d)", i, d, e);
+        loss += rm_dschat_pair_loss(cv + i * T, rv + i * T, d, e, 1.0f / pairs, dcv + i * T, drv + i * T);
+    }
+    EXPECT_CLOSE(loss / pairs, number(f, "loss"), 1e-6, 1e-6, "dschat loss");
+    expect_array(dcv, json_object_get(f, "d_chosen_values"), "dschat d chosen");
+    expect_array(drv, json_object_get(f, "d_rejected_values"), "dschat d rejected");
+}
+
+static void test_extreme_scores_are_finite(void) {
+    float c = 1e4f, r = -1e4f, dc = 0, dr = 0;
+    double loss = rm_pairwise_loss(&r, &c, NULL, 1, 1.0f, &dr, &dc);
+    EXPECT(isfinite(loss) && fabs(loss - 2e4) < 1e-3, "loss %g", loss);
+    EXPECT(dc == 1.0f && dr == -1.0f, "saturated gradients %g %g", dc, dr);
+}
+
+int main(void) {
+    json_error_t error;
+    fixtures = json_load_file("tests/fixtures/losses/losses.json", 0, &error);
+    CHECK(fixtures, "losses.json: %s", error.text);
+    RUN(test_sft_loss);
+    RUN(test_pairwise_loss);
+    RUN(test_margin_loss);
+    RUN(test_listwise_loss);
+    RUN(test_dschat_loss);
+    RUN(test_extreme_scores_are_finite);
+    json_decref(fixtures);
+    TEST_EXIT();
+}

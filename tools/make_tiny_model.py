@@ -1,0 +1,30 @@
+"""Writes tests/fixtures/models/tiny_chat/: a tiny Llama (hidden 64, 2 layers, 4 heads, 2 KV
+heads, tied embeddings) from random weights, with the small byte-level BPE tokenizer of
+tests/fixtures/tokenizers/bytelevel_small. The trainers' tests (SFT, RM, PPO, resume)
+run real commands on it in seconds.
+usage: .venv-tools/bin/python tools/make_tiny_model.py
+"""
+import json
+import os
+import shutil
+
+import torch
+import transformers
+
+root = os.path.join(os.path.dirname(__file__), "..")
+tokenizer_dir = os.path.join(root, "tests/fixtures/tokenizers/bytelevel_small")
+out = os.path.join(root, "tests/fixtures/models/tiny_chat")
+vocab = len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["model"]["vocab"])
+vocab += len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["added_tokens"])
+vocab = (vocab + 7) // 8 * 8
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                  rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+                                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+model = transformers.LlamaForCausalLM(config)
+os.makedirs(out, exist_ok=True)
+model.save_pretrained(out, safe_serialization=True)
+for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out, name))
+print("wrote", out, "vocab", vocab)
