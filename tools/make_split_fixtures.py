@@ -36,7 +36,7 @@ import numpy as np
 OUT = Path(__file__).resolve().parent.parent / "tests/fixtures/data/splits.json"
 SIZES = [0, 1, 2, 3, 5, 10, 97, 1000, 12345]
 SEEDS = [1234, 42]
-SPLITS = ["2,4,4", "95,5", "1,0,0", "6,2,2", "1,1,1", "1,1", "1,3,3,3", " 0.5, 0.25 ,0.25"]
+SPLITS = ["2,4,4", "95,5", "1,0,0", "6,2,2", "1,1,1", "1,1", "1,3,3,3", " 0.5, 0.25 ,0.25", "0.1,0.2,0.7"]
 LARGEST_WITH_PHASES = 1000
 
 

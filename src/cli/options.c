@@ -32,12 +32,25 @@ static Option *find_option(OptionSet *set, const char *given) {
     return NULL;
 }
 
+// Strings from --config files, kept until exit (argv strings live that long already).
+static char **config_strings;
+static int config_string_count;
+static void free_config_strings(void) {
+    for (int i = 0; i < config_string_count; i++) free(config_strings[i]);
+    free(config_strings);
+}
+static const char *keep_config_string(const char *value) {
+    if (config_string_count == 0) atexit(free_config_strings);
+    config_strings = xrealloc(config_strings, (size_t)(config_string_count + 1) * sizeof(char *));
+    return config_strings[config_string_count++] = xstrdup(value);
+}
+
 static void set_value(const OptionSet *set, Option *o, const char *value) {
     char *end = NULL;
     errno = 0;
     switch (o->type) {
     case OPT_STRING:
-        *(char **)o->target = xstrdup(value);
+        *(const char **)o->target = value;
         break;
     case OPT_INT: {
         long v = strtol(value, &end, 10);
@@ -83,7 +96,7 @@ static void apply_config_file(OptionSet *set, const char *path, bool *given_on_c
         if (given_on_command_line[o - set->options]) continue;
         char text[64];
         if (json_is_string(value)) {
-            set_value(set, o, json_string_value(value));
+            set_value(set, o, keep_config_string(json_string_value(value)));
             continue;
         }
         if (json_is_integer(value)) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(value));

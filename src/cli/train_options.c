@@ -88,12 +88,18 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     cli_set_threads(c->threads);
 }
 
-static void load_one(TrainerCli *c, const char *path, DataFormat format, Dataset *out) {
+// webgpt_part: WebGPT has a train split only; DeepSpeed-Chat first splits it 95/5 into
+// train (part 1) and eval (part 2), then applies --data-split inside each.
+static void load_one(TrainerCli *c, const char *path, DataFormat format, int webgpt_part, Dataset *out) {
     if (dataset_load(out, path, format, 0) != 0) die_from_err();
     if (c->data_split && *c->data_split) {
         long *indices, count;
-        if (data_split_indices(out->count, c->data_split, (int)c->data_phase, (uint64_t)c->seed, &indices, &count) != 0)
-            die_from_err();
+        int rc = out->format == DATA_FORMAT_WEBGPT
+                     ? data_split_indices_nested(out->count, DATA_WEBGPT_TRAIN_EVAL_SPLIT, webgpt_part, c->data_split,
+                                                 (int)c->data_phase, (uint64_t)c->seed, &indices, &count)
+                     : data_split_indices(out->count, c->data_split, (int)c->data_phase, (uint64_t)c->seed, &indices,
+                                          &count);
+        if (rc != 0) die_from_err();
         Dataset part;
         dataset_take(out, indices, count, &part);
         free(indices);
@@ -106,7 +112,7 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     if (c->data_format && strcmp(c->data_format, "auto") != 0 &&
         data_format_parse(c->data_format, "--data-format", &format) != 0)
         die_from_err();
-    load_one(c, c->data, format, train);
+    load_one(c, c->data, format, 1, train);
     if (c->max_rows > 0 && train->count > c->max_rows) {
         long *first = xmalloc(c->max_rows * sizeof(long));
         for (long i = 0; i < c->max_rows; i++) first[i] = i;
@@ -118,5 +124,7 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     }
     if (train->count == 0) die_user("no training rows in %s", c->data);
     memset(eval, 0, sizeof *eval);
-    if (c->eval_data) load_one(c, c->eval_data, format, eval);
+    if (c->eval_data) load_one(c, c->eval_data, format, 2, eval);
+    else if (train->format == DATA_FORMAT_WEBGPT && c->data_split && *c->data_split)
+        load_one(c, c->data, format, 2, eval); // WebGPT's own 5% eval part
 }

@@ -1,0 +1,87 @@
+#include "rl/advantage.h"
+
+#include <string.h>
+
+#include "core/check.h"
+
+int value_function_from_name(const char *name, ValueFunction *out) {
+    if (!strcmp(name, "equal")) *out = VALUE_EQUAL;
+    else if (!strcmp(name, "position")) *out = VALUE_POSITION;
+    else if (!strcmp(name, "unit")) *out = VALUE_UNIT;
+    else return -1;
+    return 0;
+}
+
+int macro_reward_from_name(const char *name, MacroReward *out) {
+    if (!strcmp(name, "mean")) *out = MACRO_REWARD_MEAN;
+    else if (!strcmp(name, "sum")) *out = MACRO_REWARD_SUM;
+    else return -1;
+    return 0;
+}
+
+void token_rewards(const AdvantageConfig *config, const float *logp, const float *logp_ref, float score, int R,
+                   float *rewards) {
+    for (int j = 0; j < R; j++) rewards[j] = -config->kl_coef * (logp[j] - logp_ref[j]);
+    float clipped = score;
+    if (config->reward_clip > 0) {
+        if (clipped > config->reward_clip) clipped = config->reward_clip;
+        if (clipped < -config->reward_clip) clipped = -config->reward_clip;
+    }
+    if (R > 0) rewards[R - 1] += clipped;
+}
+
+void macro_value_weights(ValueFunction value_function, int m, float *weights) {
+    switch (value_function) {
+    case VALUE_EQUAL:
+        for (int i = 0; i < m; i++) weights[i] = 1.0f / m;
+        break;
+    case VALUE_POSITION: { // 1/(i+1), normalised: the first token of the macro action weighs most
+        double total = 0;
+        for (int i = 0; i < m; i++) total += 1.0 / (i + 1);
+        for (int i = 0; i < m; i++) weights[i] = (float)(1.0 / (i + 1) / total);
+        break;
+    }
+    case VALUE_UNIT: // the released code meant a one-hot on the last token (and crashed)
+        for (int i = 0; i < m; i++) weights[i] = i == m - 1 ? 1.0f : 0.0f;
+        break;
+    }
+}
+
+void macro_advantages(const AdvantageConfig *config, const float *values, const float *rewards, int R,
+                      const int *segment_lengths, int segments, float *advantages, float *returns) {
+    float *macro_value = xcalloc((size_t)segments + 1, sizeof(float));
+    float *macro_reward = xcalloc((size_t)segments + 1, sizeof(float));
+    float *weights = xmalloc((size_t)(R > 0 ? R : 1) * sizeof(float));
+    int first = 0;
+    for (int s = 0; s < segments; s++) {
+        int m = segment_lengths[s];
+        CHECK(m >= 0 && first + m <= R, "segments overrun the response");
+        if (m == 0) continue; // an empty macro action has value and reward 0 (released code)
+        macro_value_weights(config->value_function, m, weights);
+        double v = 0, r = 0;
+        for (int i = 0; i < m; i++) {
+            v += (double)weights[i] * values[first + i];
+            r += (config->macro_reward == MACRO_REWARD_SUM ? 1.0 : (double)weights[i]) * rewards[first + i];
+        }
+        macro_value[s] = (float)v;
+        macro_reward[s] = (float)r;
+        first += m;
+    }
+    CHECK(first == R, "segments cover %d of %d tokens", first, R);
+    // GAE over macro steps; the value after the last one is 0.
+    float next_value = 0, next_advantage = 0;
+    first = R;
+    for (int s = segments - 1; s >= 0; s--) {
+        float delta = macro_reward[s] + config->gamma * next_value - macro_value[s];
+        float advantage = delta + config->gamma * config->lambda * next_advantage;
+        float ret = advantage + macro_value[s];
+        first -= segment_lengths[s];
+        for (int i = 0; i < segment_lengths[s]; i++) {
+            advantages[first + i] = advantage;
+            returns[first + i] = ret;
+        }
+        next_value = macro_value[s];
+        next_advantage = advantage;
+    }
+    free(macro_value), free(macro_reward), free(weights);
+}

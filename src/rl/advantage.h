@@ -1,0 +1,36 @@
+// Rewards, macro-action aggregation and GAE for one response (MA-PPO, spec §6.4–§6.5).
+//
+// Index j = 0..R-1 runs over the response's tokens (the EOS token included when generated).
+// values[j] is the critic's value of the state before token j; logp/logp_ref are the
+// actor's and the reference's log-probs of token j. The segmentation (rl/macro.h) gives
+// macro-action lengths summing to R (zero-length segments allowed: the released code's
+// duplicate boundary).
+#pragma once
+#include <stdbool.h>
+
+typedef enum { VALUE_EQUAL, VALUE_POSITION, VALUE_UNIT } ValueFunction;
+typedef enum { MACRO_REWARD_MEAN, MACRO_REWARD_SUM } MacroReward;
+
+typedef struct {
+    float kl_coef;        // beta
+    float reward_clip;    // the RM score is clipped to [-clip, clip] (released: 2.5); <= 0: off
+    float gamma, lambda;  // GAE (released: 1.0, 0.95)
+    ValueFunction value_function;
+    MacroReward macro_reward; // mean (released code) or sum (paper)
+} AdvantageConfig;
+
+// r[j] = -beta * (logp[j] - logp_ref[j]); r[R-1] += clip(score).
+void token_rewards(const AdvantageConfig *config, const float *logp, const float *logp_ref, float score, int R,
+                   float *rewards);
+
+// Aggregates values and rewards per macro action, runs GAE over macro steps, and maps the
+// advantage and return of each macro action back to its tokens: advantages[j], returns[j].
+void macro_advantages(const AdvantageConfig *config, const float *values, const float *rewards, int R,
+                      const int *segment_lengths, int segments, float *advantages, float *returns);
+
+// The weights sigma_i of the tokens of a macro action of m tokens (sum to 1).
+void macro_value_weights(ValueFunction value_function, int m, float *weights);
+
+// "equal" | "position" | "unit"; "mean" | "sum". -1 for anything else.
+int value_function_from_name(const char *name, ValueFunction *out);
+int macro_reward_from_name(const char *name, MacroReward *out);

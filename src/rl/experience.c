@@ -1,0 +1,151 @@
+#include "rl/experience.h"
+
+#include <string.h>
+
+#include "core/check.h"
+
+void sample_free(Sample *s) {
+    free(s->response);
+    free(s->logp_old), free(s->logp_ref), free(s->values_old), free(s->entropy);
+    free(s->rewards), free(s->advantages), free(s->returns), free(s->segments);
+    memset(s, 0, sizeof *s);
+}
+
+// Rows of prompt + response, right-padded (row_start 0), as the model trains on them.
+typedef struct {
+    int B, T;
+    int *tokens, *row_len, *targets;
+} SampleBatch;
+
+static void build_rows(Sample *const *samples, int count, SampleBatch *batch) {
+    int T = 0;
+    for (int b = 0; b < count; b++) {
+        int length = samples[b]->prompt_length + samples[b]->response_length;
+        if (length > T) T = length;
+    }
+    long N = (long)count * T;
+    batch->B = count;
+    batch->T = T;
+    batch->tokens = xcalloc(N, sizeof(int));
+    batch->row_len = xmalloc(count * sizeof(int));
+    batch->targets = xmalloc(N * sizeof(int));
+    for (long i = 0; i < N; i++) batch->targets[i] = -1;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        int *row = batch->tokens + (long)b * T;
+        memcpy(row, s->prompt, s->prompt_length * sizeof(int));
+        memcpy(row + s->prompt_length, s->response, s->response_length * sizeof(int));
+        batch->row_len[b] = s->prompt_length + s->response_length;
+        // Slot P-1+j predicts response token j.
+        for (int j = 0; j < s->response_length; j++)
+            batch->targets[(long)b * T + s->prompt_length - 1 + j] = s->response[j];
+    }
+}
+
+static void free_rows(SampleBatch *batch) { free(batch->tokens), free(batch->row_len), free(batch->targets); }
+
+static void forward(Model *model, const SampleBatch *batch) {
+    ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
+    model_forward(model, &input);
+}
+
+void experience_logprobs(Model *model, Sample *const *samples, int count, int micro_batch, float **logp,
+                         float **entropy) {
+    for (int first = 0; first < count; first += micro_batch) {
+        int B = count - first < micro_batch ? count - first : micro_batch;
+        SampleBatch batch;
+        build_rows(samples + first, B, &batch);
+        long N = (long)batch.B * batch.T;
+        float *all = xmalloc(N * sizeof(float)), *all_entropy = entropy ? xmalloc(N * sizeof(float)) : NULL;
+        forward(model, &batch);
+        model_logprobs(model, batch.targets, all, NULL, all_entropy);
+        for (int b = 0; b < B; b++) {
+            const Sample *s = samples[first + b];
+            long offset = (long)b * batch.T + s->prompt_length - 1;
+            memcpy(logp[first + b], all + offset, s->response_length * sizeof(float));
+            if (entropy) memcpy(entropy[first + b], all_entropy + offset, s->response_length * sizeof(float));
+        }
+        free(all), free(all_entropy);
+        free_rows(&batch);
+    }
+}
+
+void experience_values(Model *model, Sample *const *samples, int count, int micro_batch, float **values) {
+    for (int first = 0; first < count; first += micro_batch) {
+        int B = count - first < micro_batch ? count - first : micro_batch;
+        SampleBatch batch;
+        build_rows(samples + first, B, &batch);
+        float *all = xmalloc((long)batch.B * batch.T * sizeof(float));
+        forward(model, &batch);
+        model_values(model, all);
+        for (int b = 0; b < B; b++) {
+            const Sample *s = samples[first + b];
+            memcpy(values[first + b], all + (long)b * batch.T + s->prompt_length - 1, s->response_length * sizeof(float));
+        }
+        free(all);
+        free_rows(&batch);
+    }
+}
+
+void experience_scores(Model *model, Sample *const *samples, int count, int micro_batch, float *scores) {
+    for (int first = 0; first < count; first += micro_batch) {
+        int B = count - first < micro_batch ? count - first : micro_batch;
+        SampleBatch batch;
+        build_rows(samples + first, B, &batch);
+        float *all = xmalloc((long)batch.B * batch.T * sizeof(float));
+        forward(model, &batch);
+        model_values(model, all);
+        for (int b = 0; b < B; b++) scores[first + b] = all[(long)b * batch.T + batch.row_len[b] - 1];
+        free(all);
+        free_rows(&batch);
+    }
+}
+
+double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
+                        double entropy_coef, PpoLossStats *stats, double *entropy_sum) {
+    SampleBatch batch;
+    build_rows(samples, count, &batch);
+    long N = (long)batch.B * batch.T;
+    float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
+    float *entropy = xmalloc(N * sizeof(float)), *dentropy = entropy_coef != 0 ? xcalloc(N, sizeof(float)) : NULL;
+    forward(actor, &batch);
+    model_logprobs(actor, batch.targets, logp, NULL, entropy);
+    double total = 0;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        long offset = (long)b * batch.T + s->prompt_length - 1;
+        total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, s->advantages, s->segments,
+                                                 s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
+                                                 stats);
+        for (int j = 0; j < s->response_length; j++) {
+            *entropy_sum += entropy[offset + j];
+            // The bonus maximises entropy: loss -= coef * H.
+            if (dentropy) dentropy[offset + j] = (float)(-entropy_coef * s->loss_scale);
+        }
+    }
+    model_backward(actor, dlogp, dentropy, NULL);
+    free(logp), free(dlogp), free(entropy), free(dentropy);
+    free_rows(&batch);
+    return total;
+}
+
+double critic_micro_step(Model *critic, Sample *const *samples, int count, const PpoLossConfig *loss,
+                         PpoLossStats *stats) {
+    SampleBatch batch;
+    build_rows(samples, count, &batch);
+    long N = (long)batch.B * batch.T;
+    float *values = xmalloc(N * sizeof(float)), *dvalues = xcalloc(N, sizeof(float));
+    forward(critic, &batch);
+    model_values(critic, values);
+    double total = 0;
+    for (int b = 0; b < count; b++) {
+        const Sample *s = samples[b];
+        long offset = (long)b * batch.T + s->prompt_length - 1;
+        total += s->loss_scale * ppo_value_loss(loss, values + offset, s->values_old, s->returns, s->response_length,
+                                                s->loss_scale, dvalues + offset, stats);
+    }
+    model_backward(critic, NULL, NULL, dvalues);
+    free(values), free(dvalues);
+    free_rows(&batch);
+    return total;
+}

@@ -1,0 +1,46 @@
+// One rollout sample and the passes that fill it: generation results, experience
+// (log-probs, values, score) from full forwards over prompt + response, and the training
+// micro-steps of the actor and the critic. Used by rl/ppo.c.
+#pragma once
+#include <stdbool.h>
+
+#include "gen/generate.h"
+#include "model/model.h"
+#include "rl/ppo_loss.h"
+
+typedef struct {
+    long prompt_index;
+    const int *prompt; // owned by the prompt set
+    int prompt_length;
+    int *response;
+    int response_length;
+    StopReason stop;
+    float *logp_old, *logp_ref, *values_old, *entropy; // [response_length]
+    float *rewards, *advantages, *returns;
+    int *segments;
+    int segment_count;
+    int parse_fallbacks;
+    float score;     // reward before clipping (RM score, lexicon or code reward)
+    float raw_score; // the same before reward normalisation
+    float gold;      // lexicon score of the response (NAN when there is no lexicon)
+    float loss_scale; // this sample's tokens' weight in its minibatch's mean
+} Sample;
+
+void sample_free(Sample *sample);
+
+// Log-probs of each sample's response tokens under `model` (and their entropies when
+// entropy != NULL): logp[s][j] for token j of sample s. Rows are run `micro_batch` at a time.
+void experience_logprobs(Model *model, Sample *const *samples, int count, int micro_batch, float **logp,
+                         float **entropy);
+// Values of the states before each response token (critic): values[s][j].
+void experience_values(Model *model, Sample *const *samples, int count, int micro_batch, float **values);
+// The value head at each sample's last token (reward model score).
+void experience_scores(Model *model, Sample *const *samples, int count, int micro_batch, float *scores);
+
+// Actor micro-step: forward over the samples, clipped policy loss (+ entropy bonus), backward
+// (gradients accumulate in the actor). Returns the summed, scaled loss.
+double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
+                        double entropy_coef, PpoLossStats *stats, double *entropy_sum);
+// Critic micro-step: forward, clipped value loss, backward.
+double critic_micro_step(Model *critic, Sample *const *samples, int count, const PpoLossConfig *loss,
+                         PpoLossStats *stats);

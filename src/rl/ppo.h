@@ -1,0 +1,83 @@
+// PPO and MA-PPO (step 3 of RLHF): the actor generates responses to prompts, the frozen
+// reference and reward models and the critic score them, rewards and macro-level
+// advantages are computed per sample, and the actor and critic take clipped PPO steps.
+//
+// One iteration (see docs/architecture.md for where each part lives):
+//   rollout     gen/generate.c on the actor (temperature, top-k, top-p), per-row RNG
+//   experience  full forwards over prompt+response: actor log-probs (old), reference
+//               log-probs, critic values, reward-model score at the last token
+//   rewards     -beta*(logp - logp_ref) per token + clip(score) on the last (rl/advantage.c)
+//   macro       per-sample segmentation (rl/macro.c), macro GAE, advantages to tokens
+//   train       ppo_epochs x minibatches: clipped policy loss -> actor AdamW step; clipped
+//               value loss -> critic AdamW step (rl/ppo_loss.c); optional entropy bonus, PTX
+//   bookkeeping adaptive KL controller, actor EMA, metrics, evaluation, checkpoints
+//
+// Defaults are the released MA-RLHF configuration (spec §10.2): kl 0.05, gamma 1,
+// lambda 0.95, clip 0.2, value clip 0.2, reward clip 2.5, T 0.8, top-k 50, top-p 1.0,
+// 512 + 512 tokens, lr 1.5e-5 (actor and critic), weight decay 0.1, betas (0.9, 0.95),
+// linear schedule with warmup ratio 0.05, 256 rollouts per optimizer step, one PPO epoch,
+// fixed 5-gram macro actions with equal value weights, mean macro reward, per-token ratio.
+// The one deliberate default that differs from the released code: duplicate macro
+// boundaries are removed, so --ngram 1 is exactly token-level PPO (--keep-duplicate-boundaries
+// restores the released zero-length step).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gen/sampler.h"
+#include "rl/advantage.h"
+#include "rl/macro.h"
+#include "rl/ppo_loss.h"
+
+typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE } RewardKind;
+typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN } LossAggregation;
+
+typedef struct {
+    // models and data
+    const char *actor_path;     // the SFT model
+    const char *reference_path; // default: actor_path
+    const char *reward_path;    // the reward model (REWARD_MODEL)
+    const char *critic_path;    // default: reward_path
+    const char *prompts_path, *eval_prompts_path, *data_format, *data_split;
+    int data_phase;
+    const char *ptx_path;       // SFT data mixed into the actor loss (PPO-ptx)
+    const char *lexicon_path;   // gold score (and REWARD_LEXICON)
+    const char *run_dir;
+    const char *device;
+    RewardKind reward;
+    // sizes
+    int max_prompt_len, max_new_tokens;
+    int rollout_batch;   // prompts per iteration
+    int generation_batch;// rows generated together
+    int micro_batch;     // rows per training forward/backward
+    int minibatches;     // optimizer steps per PPO epoch
+    int ppo_epochs;
+    long epochs;         // passes over the prompts
+    long max_iterations; // > 0: stop after this many
+    int min_response_tokens; // shorter responses are dropped (released: 2)
+    SamplerConfig sampler;
+    // optimisation
+    double actor_lr, critic_lr, weight_decay, beta1, beta2, eps, clip_norm, warmup_ratio;
+    int schedule; // LrScheduleKind
+    LossAggregation loss_aggregation;
+    // objective
+    AdvantageConfig advantage;
+    PpoLossConfig loss;
+    MacroConfig macro;
+    bool whiten_advantages, normalize_reward;
+    double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
+    double entropy_coef, ptx_coef;
+    bool ema;
+    double ema_beta;
+    bool gradient_checkpointing;
+    // bookkeeping
+    long eval_every, save_every, keep_last, log_samples;
+    int eval_prompts; // how many eval prompts to generate for (0: all)
+    uint64_t seed;
+    bool resume, quiet;
+} PpoConfig;
+
+PpoConfig ppo_default_config(void);
+// Runs PPO; the final actor (and critic, and actor_ema) go to RUN_DIR/final/. Returns 0,
+// or -1 with err_set().
+int ppo_run(const PpoConfig *config);

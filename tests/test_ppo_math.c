@@ -1,0 +1,133 @@
+// MA-PPO's rewards, macro GAE and losses:
+//  - the worked GAE example of spec §12.2 (token level, released n = 1 with its zero-length
+//    step, n = 2 equal/position, n = 3, n = 5);
+//  - 40 random cases against an independent PyTorch reference (tools/make_ppo_fixtures.py,
+//    float64 autograd): rewards, advantages, returns, both losses and their gradients,
+//    over every value function, macro reward mean/sum and ratio per-token/macro, with
+//    clipping active. Tolerance 1e-5 absolute + 1e-4 relative (float32 arithmetic here).
+//  - with one-token macro actions, macro GAE equals token-level GAE exactly.
+#include <jansson.h>
+
+#include "core/check.h"
+#include "rl/advantage.h"
+#include "rl/ppo_loss.h"
+#include "test.h"
+
+static const AdvantageConfig spec_config = {.kl_coef = 0, .reward_clip = 2.5f, .gamma = 1.0f, .lambda = 0.95f,
+                                            .value_function = VALUE_EQUAL, .macro_reward = MACRO_REWARD_MEAN};
+
+static void check_gae(const char *what, const AdvantageConfig *config, const int *segments, int count,
+                      const float *expected_advantages) {
+    float values[4] = {0.5f, 0.4f, 0.3f, 0.2f}, rewards[4] = {0, 0, 0, 1.0f}, advantages[4], returns[4];
+    macro_advantages(config, values, rewards, 4, segments, count, advantages, returns);
+    for (int j = 0; j < 4; j++) EXPECT_CLOSE(advantages[j], expected_advantages[j], 1e-5, 0, what);
+}
+
+static void test_spec_gae_example(void) {
+    int token[4] = {1, 1, 1, 1};
+    check_gae("token-level", &spec_config, token, 4, (float[]){0.40065f, 0.527f, 0.66f, 0.8f});
+    int released_n1[5] = {1, 1, 1, 0, 1};
+    check_gae("released n=1", &spec_config, released_n1, 5, (float[]){0.35733f, 0.4814f, 0.612f, 0.8f});
+    int n2[3] = {2, 1, 1};
+    check_gae("n=2 equal", &spec_config, n2, 3, (float[]){0.477f, 0.477f, 0.66f, 0.8f});
+    AdvantageConfig position = spec_config;
+    position.value_function = VALUE_POSITION;
+    check_gae("n=2 position", &position, n2, 3, (float[]){0.46033f, 0.46033f, 0.66f, 0.8f});
+    int n3[3] = {3, 0, 1};
+    check_gae("n=3 released", &spec_config, n3, 3, (float[]){0.512f, 0.512f, 0.512f, 0.8f});
+    int n5[2] = {3, 1};
+    check_gae("n=5", &spec_config, n5, 2, (float[]){0.56f, 0.56f, 0.56f, 0.8f});
+    // Macro returns of the n = 2 case: 0.927, 0.96, 1.0.
+    float values[4] = {0.5f, 0.4f, 0.3f, 0.2f}, rewards[4] = {0, 0, 0, 1.0f}, advantages[4], returns[4];
+    macro_advantages(&spec_config, values, rewards, 4, n2, 3, advantages, returns);
+    EXPECT_CLOSE(returns[0], 0.927, 1e-5, 0, "macro return 0");
+    EXPECT_CLOSE(returns[2], 0.96, 1e-5, 0, "macro return 1");
+    EXPECT_CLOSE(returns[3], 1.0, 1e-5, 0, "macro return 2");
+}
+
+static int floats(json_t *array, float *out) {
+    for (size_t i = 0; i < json_array_size(array); i++) out[i] = (float)json_number_value(json_array_get(array, i));
+    return (int)json_array_size(array);
+}
+
+static void test_against_reference(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/ppo/cases.json", 0, &error);
+    CHECK(cases, "cases.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    json_array_foreach(cases, index, c) {
+        json_t *cfg = json_object_get(c, "config"), *expected = json_object_get(c, "expected");
+        AdvantageConfig config = {
+            .kl_coef = (float)json_number_value(json_object_get(cfg, "kl_coef")),
+            .reward_clip = (float)json_number_value(json_object_get(cfg, "reward_clip")),
+            .gamma = (float)json_number_value(json_object_get(cfg, "gamma")),
+            .lambda = (float)json_number_value(json_object_get(cfg, "lambda")),
+        };
+        CHECK(value_function_from_name(json_string_value(json_object_get(cfg, "value_function")), &config.value_function) == 0, "vf");
+        CHECK(macro_reward_from_name(json_string_value(json_object_get(cfg, "macro_reward")), &config.macro_reward) == 0, "mr");
+        PpoLossConfig loss = {.clip_ratio = (float)json_number_value(json_object_get(cfg, "clip_ratio")),
+                              .value_clip = (float)json_number_value(json_object_get(cfg, "value_clip"))};
+        CHECK(ratio_kind_from_name(json_string_value(json_object_get(cfg, "ratio")), &loss.ratio) == 0, "ratio");
+        float logp_old[32], logp_ref[32], logp_new[32], values_old[32], values_new[32];
+        int R = floats(json_object_get(c, "logp_old"), logp_old);
+        floats(json_object_get(c, "logp_ref"), logp_ref);
+        floats(json_object_get(c, "logp_new"), logp_new);
+        floats(json_object_get(c, "values_old"), values_old);
+        floats(json_object_get(c, "values_new"), values_new);
+        json_t *segs = json_object_get(c, "segments");
+        int segments[32], count = (int)json_array_size(segs);
+        for (int s = 0; s < count; s++) segments[s] = (int)json_integer_value(json_array_get(segs, s));
+        float rewards[32], advantages[32], returns[32], dlogp[32] = {0}, dvalues[32] = {0};
+        token_rewards(&config, logp_old, logp_ref, (float)json_number_value(json_object_get(c, "score")), R, rewards);
+        macro_advantages(&config, values_old, rewards, R, segments, count, advantages, returns);
+        double policy = ppo_policy_loss(&loss, logp_new, logp_old, advantages, segments, count, R, 1.0f / R, dlogp, NULL) / R;
+        double value = ppo_value_loss(&loss, values_new, values_old, returns, R, 1.0f / R, dvalues, NULL) / R;
+        float want[32];
+        const char *names[] = {"rewards", "advantages", "returns", "dlogp", "dvalues"};
+        float *got[] = {rewards, advantages, returns, dlogp, dvalues};
+        for (int k = 0; k < 5; k++) {
+            floats(json_object_get(expected, names[k]), want);
+            double worst = test_worst_ratio(got[k], want, R, 1e-5, 1e-4);
+            EXPECT(worst <= 1.0, "case %zu %s: %.3g x tolerance", index, names[k], worst);
+        }
+        EXPECT_CLOSE(policy, json_number_value(json_object_get(expected, "policy_loss")), 1e-5, 1e-4, "policy loss");
+        EXPECT_CLOSE(value, json_number_value(json_object_get(expected, "value_loss")), 1e-5, 1e-4, "value loss");
+    }
+    json_decref(cases);
+}
+
+// With one-token macro actions the macro machinery is token-level PPO, bit for bit:
+// per-token and macro ratios coincide, and every weight is 1.
+static void test_single_token_actions_are_token_level(void) {
+    enum { R = 9 };
+    float values[R], rewards[R], a1[R], r1[R], a2[R], r2[R];
+    for (int j = 0; j < R; j++) values[j] = 0.1f * j - 0.3f, rewards[j] = 0.05f * (j % 3) - 0.04f;
+    int ones[R];
+    for (int j = 0; j < R; j++) ones[j] = 1;
+    AdvantageConfig config = spec_config;
+    macro_advantages(&config, values, rewards, R, ones, R, a1, r1);
+    // Token-level GAE written out directly.
+    float next_value = 0, next_advantage = 0;
+    for (int j = R - 1; j >= 0; j--) {
+        float delta = rewards[j] + config.gamma * next_value - values[j];
+        a2[j] = delta + config.gamma * config.lambda * next_advantage;
+        r2[j] = a2[j] + values[j];
+        next_value = values[j], next_advantage = a2[j];
+    }
+    EXPECT(memcmp(a1, a2, sizeof a1) == 0 && memcmp(r1, r2, sizeof r1) == 0, "macro GAE with n=1 is token GAE");
+    float logp_new[R], logp_old[R], d1[R] = {0}, d2[R] = {0};
+    for (int j = 0; j < R; j++) logp_old[j] = -1.0f - 0.1f * j, logp_new[j] = logp_old[j] + 0.05f * (j - 4);
+    PpoLossConfig per_token = {.clip_ratio = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN}, macro = per_token;
+    macro.ratio = RATIO_MACRO_PRODUCT;
+    double l1 = ppo_policy_loss(&per_token, logp_new, logp_old, a1, ones, R, R, 1.0f / R, d1, NULL);
+    double l2 = ppo_policy_loss(&macro, logp_new, logp_old, a1, ones, R, R, 1.0f / R, d2, NULL);
+    EXPECT(l1 == l2 && memcmp(d1, d2, sizeof d1) == 0, "macro ratio over one token is the token ratio");
+}
+
+int main(void) {
+    RUN(test_spec_gae_example);
+    RUN(test_against_reference);
+    RUN(test_single_token_actions_are_token_level);
+    TEST_EXIT();
+}
