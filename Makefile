@@ -18,7 +18,7 @@ BLAS_LIBS    := -L$(OPENBLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_DIR)
 
 CFLAGS  := -std=c17 $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
            -D_GNU_SOURCE -Isrc -MMD -MP
-LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -lm -fopenmp
+LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -llink-grammar -lm -fopenmp
 
 LIB_SRC := $(filter-out src/cli/main.c,$(shell find src -name '*.c' | sort))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -30,6 +30,15 @@ int main(int argc, char **argv) {
     Model model;
     ModelLoadOptions options = {.with_lm_head = true};
     if (model_load(&model, path, &ops_cpu, &options) != 0) die_from_err();
+    // Warm up (page in the weights, start the thread pool) before timing anything.
+    {
+        int warm[4] = {100, 200, 300, 400}, length = 4;
+        const int *prompts[] = {warm};
+        GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 4};
+        GeneratedRow row;
+        generate(&model, prompts, &length, NULL, 1, &gen, &row, NULL);
+        generated_row_free(&row);
+    }
     for (char *save = NULL, *item = strtok_r(batches, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         int B = atoi(item);
         int **prompts = xmalloc(B * sizeof(int *)), *lengths = xmalloc(B * sizeof(int));

@@ -11,6 +11,7 @@ Python):
     scripts/setup-python                   # .venv-tools with transformers, rdata, afinn
     scripts/fetch-model                    # models/SmolLM2-135M-Instruct.Q4_1.gguf (token counts)
     .venv-tools/bin/python tools/build_austen_task.py
+    .venv-tools/bin/python tools/build_austen_task.py --probe [embed|final [ROWS]]  # optional
 
 Deterministic: every random choice comes from random.Random(SEED + k) streams, token
 counts from SmolLM2's tokenizer, and nothing depends on the clock or the machine. Run it
@@ -24,8 +25,9 @@ end, which are also written to data/austen/stats.json):
   data/austen/rm_listwise_train.jsonl                  {"prompt", "responses": [best..worst]}
   data/austen/ppo_prompts.jsonl, eval_prompts.jsonl    {"prompt"}
   data/austen/stats.json              sizes, token lengths, gold means, flip rates
-  tests/fixtures/lexicon/scores.jsonl {"text", "score"}: the Python gold score of a few
-                                      hundred texts, for tests/test_lexicon.c
+  tests/fixtures/lexicon/scores.jsonl {"text", "score", "sum", "words"}: the Python gold
+                                      score (and its parts) of a few hundred texts, for
+                                      tests/test_lexicon.c
   tests/fixtures/lexicon/bad_*.tsv    damaged lexicon files (the C loader must refuse them)
 
 The gold score (gold(), and the C twin src/eval/lexicon.c) is defined in
@@ -56,8 +58,8 @@ MIN_TOKENS, MAX_TOKENS = 16, 48  # prompt and response length, SmolLM2 tokens
 MAX_PROMPT_SENTENCES = 3
 MAX_RESPONSE_SENTENCES = 2
 LENGTH_MATCH = 0.15            # alternative candidates: |len - len(real)| <= max(2, 15%)
-MARGIN = 0.5                   # candidates of one prompt differ in gold score by >= this
-TAU = 0.45                     # Bradley-Terry temperature of the annotator (gold units)
+MARGIN = 0.75                  # candidates of one prompt differ in gold score by >= this
+TAU = 0.55                     # Bradley-Terry temperature of the annotator (gold units)
 LISTWISE_K = 4
 GOLD_CLIP = 3.0
 
@@ -542,7 +544,7 @@ def main():
         rows[name] = [{"prompt": u["prompt"], "response": u["response"]} for u in us]
 
     def pair_rows(name, split):
-        out, flips, real_chosen, ceiling_hits = [], 0, 0, 0
+        out, flips, real_chosen = [], 0, 0
         for u in assigned[name]:
             if len(out) == SIZES[name]:
                 break

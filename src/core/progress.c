@@ -18,6 +18,7 @@ static void format_duration(char *out, size_t size, double seconds) {
 }
 
 static void draw(Progress *p, const char *status, bool final) {
+    if (p->quiet) return;
     double elapsed = now_seconds() - p->start_time;
     double rate = elapsed > 0 ? p->done / elapsed : 0;
     char eta[32] = "?", spent[32];

@@ -13,6 +13,7 @@ typedef struct {
     double interval;    // seconds between plain lines
     bool tty;
     bool finished;
+    bool quiet; // print nothing
 } Progress;
 
 void progress_start(Progress *p, const char *label, long total, const char *unit);

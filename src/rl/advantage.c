@@ -85,3 +85,15 @@ void macro_advantages(const AdvantageConfig *config, const float *values, const 
     }
     free(macro_value), free(macro_reward), free(weights);
 }
+
+void token_advantages(const AdvantageConfig *config, const float *values, const float *rewards, int R,
+                      float *advantages, float *returns) {
+    float next_value = 0, next_advantage = 0;
+    for (int j = R - 1; j >= 0; j--) {
+        float delta = rewards[j] + config->gamma * next_value - values[j];
+        advantages[j] = delta + config->gamma * config->lambda * next_advantage;
+        returns[j] = advantages[j] + values[j];
+        next_value = values[j];
+        next_advantage = advantages[j];
+    }
+}

@@ -34,3 +34,9 @@ void macro_value_weights(ValueFunction value_function, int m, float *weights);
 // "equal" | "position" | "unit"; "mean" | "sum". -1 for anything else.
 int value_function_from_name(const char *name, ValueFunction *out);
 int macro_reward_from_name(const char *name, MacroReward *out);
+
+// Plain token-level GAE (vanilla PPO), written independently of the macro path: tests and
+// `--termination-condition token` use it to show that one-token macro actions are exactly
+// token-level PPO.
+void token_advantages(const AdvantageConfig *config, const float *values, const float *rewards, int R,
+                      float *advantages, float *returns);

@@ -64,6 +64,7 @@ typedef struct {
     AdvantageConfig advantage;
     PpoLossConfig loss;
     MacroConfig macro;
+    bool token_level; // vanilla PPO through its own code path (--termination-condition token)
     bool whiten_advantages, normalize_reward;
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
     double entropy_coef, ptx_coef;

@@ -2,22 +2,26 @@
 //
 // The child runs parent code between clone() and execve(). The caller may be
 // multithreaded (OpenMP), so another thread may have held the allocator's lock at the
-// moment of the clone: the child therefore only makes system calls, on data the parent
-// prepared (ChildPlan), and reports a failure as {step, errno} through a pipe that
-// closes itself on a successful exec.
+// moment of the clone, and glibc still believes the child has the caller's threads: the
+// child therefore only makes plain system calls (raw syscall() where glibc's wrapper
+// involves other threads, as the set*id family does), on data the parent prepared
+// (ChildPlan), and reports a failure as {step, errno} through a pipe that closes itself
+// on a successful exec.
 #include "rl/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/securebits.h>
+#include <stddef.h>
 #include <math.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -51,7 +55,7 @@ SandboxLimits sandbox_default_limits(void) {
         .memory_bytes = 512L << 20,
         .max_output_bytes = 1L << 20,
         .max_file_bytes = 16L << 20,
-        .max_processes = 32,
+        .max_processes = 8,
     };
 }
 
@@ -138,6 +142,7 @@ typedef enum {
     STEP_SECUREBITS,
     STEP_CAPABILITIES,
     STEP_NO_NEW_PRIVS,
+    STEP_SECCOMP,
     STEP_PARENT_DEATH,
     STEP_EXEC,
 } ChildStep;
@@ -157,6 +162,7 @@ static const char *const child_step_names[] = {
     [STEP_SECUREBITS] = "lock the securebits",
     [STEP_CAPABILITIES] = "drop capabilities",
     [STEP_NO_NEW_PRIVS] = "set no_new_privs",
+    [STEP_SECCOMP] = "install the seccomp filter",
     [STEP_PARENT_DEATH] = "set the parent-death signal",
     [STEP_EXEC] = "execute the program",
 };
@@ -229,6 +235,60 @@ static void child_drop_capabilities(void) {
     if (syscall(SYS_capset, &header, data) != 0) child_fail(STEP_CAPABILITIES);
 }
 
+// The seccomp filter. The namespaces already cut the network and the read-only mounts
+// cut writes; what they leave open is connect() to a Unix socket of the host (the mount
+// being read-only does not stop it: a system bus, or a docker socket when the caller's
+// groups allow it), so socket(AF_UNIX) is refused (socketpair(), which asyncio and
+// multiprocessing use, stays allowed). Also refused: io_uring (it can create sockets
+// without the socket() call), and kernel interfaces no test program needs (bpf,
+// perf_event_open, userfaultfd, the keyrings, which are per user and so shared with
+// the host's nobody). Another system-call ABI (i386, x32 on x86-64) is refused whole,
+// so the filter cannot be bypassed through it.
+#if defined(__x86_64__)
+#define SANDBOX_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SANDBOX_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "sandbox.c: add this architecture's AUDIT_ARCH_* for the seccomp filter"
+#endif
+#define DENY(nr, error)                                         \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),            \
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (error))
+
+static const struct sock_filter seccomp_instructions[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SANDBOX_AUDIT_ARCH, 1, 0),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if defined(__x86_64__)
+    BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u /* __X32_SYSCALL_BIT */, 0, 1),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+#endif
+    DENY(__NR_io_uring_setup, ENOSYS),
+    DENY(__NR_io_uring_enter, ENOSYS),
+    DENY(__NR_io_uring_register, ENOSYS),
+    DENY(__NR_bpf, EPERM),
+    DENY(__NR_perf_event_open, EPERM),
+    DENY(__NR_userfaultfd, EPERM),
+    DENY(__NR_keyctl, EPERM),
+    DENY(__NR_add_key, EPERM),
+    DENY(__NR_request_key, EPERM),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    // socket(domain, ...): the low 32 bits of the first argument (little-endian).
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+    DENY(AF_UNIX, EACCES),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+};
+
+static void child_install_seccomp(void) {
+    struct sock_fprog program = {
+        .len = (unsigned short)(sizeof seccomp_instructions / sizeof seccomp_instructions[0]),
+        .filter = (struct sock_filter *)seccomp_instructions,
+    };
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) child_fail(STEP_SECCOMP);
+}
+
 static _Noreturn void child_main(const ChildPlan *plan) {
     child_setup_fds(plan);
     // A new session: no controlling terminal (no TIOCSTI into the caller's terminal), and
@@ -240,9 +300,11 @@ static _Noreturn void child_main(const ChildPlan *plan) {
 
     // Become the namespace's uid/gid 0, i.e. the mapped outer id (nobody for a root
     // caller). Until now the child still had the caller's outer ids.
-    if (setresgid(0, 0, 0) != 0) child_fail(STEP_SETGID);
-    if (plan->drop_groups && setgroups(0, NULL) != 0) child_fail(STEP_SETGROUPS);
-    if (setresuid(0, 0, 0) != 0) child_fail(STEP_SETUID);
+    // Raw system calls: glibc's wrappers would try to change the ids of every thread of
+    // the caller (which the child does not have) and can wait for them for ever.
+    if (syscall(SYS_setresgid, 0, 0, 0) != 0) child_fail(STEP_SETGID);
+    if (plan->drop_groups && syscall(SYS_setgroups, 0, NULL) != 0) child_fail(STEP_SETGROUPS);
+    if (syscall(SYS_setresuid, 0, 0, 0) != 0) child_fail(STEP_SETUID);
 
     // Files: nothing propagates back to the host; everything read-only, then the one
     // writable tmpfs and a /proc of this PID namespace.
@@ -265,6 +327,7 @@ static _Noreturn void child_main(const ChildPlan *plan) {
 
     child_drop_capabilities();
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(STEP_NO_NEW_PRIVS);
+    child_install_seccomp();
 
     // Set last: changing credentials clears it. If the parent already died, the sync
     // socket has hung up.

@@ -21,6 +21,9 @@
 //     (mkdtemp under /tmp, holding the files given with sandbox_add_file) is read-only
 //     inside and removed by sandbox_destroy. /proc is a fresh proc of the new PID
 //     namespace, mounted read-only.
+//   - System calls: a seccomp filter refuses socket(AF_UNIX) (connect() to a host Unix
+//     socket is not stopped by a read-only mount), io_uring, bpf, perf_event_open,
+//     userfaultfd and the keyrings, and kills a process using another system-call ABI.
 //   - Environment: cleared; the child gets PATH, LANG (fixed values), HOME and TMPDIR
 //     (the working folder) and OPENBLAS/OMP_NUM_THREADS=1. Nothing of the caller's
 //     environment reaches it. Its session is new (no controlling terminal); file
@@ -57,7 +60,7 @@ typedef struct {
     int max_processes;       // RLIMIT_NPROC (processes and threads) inside the namespace
 } SandboxLimits;
 
-// 4 s, 512 MiB, 1 MiB of output, 16 MiB of files, 32 processes.
+// 4 s, 512 MiB, 1 MiB of output, 16 MiB of files, 8 processes.
 SandboxLimits sandbox_default_limits(void);
 
 typedef enum {

@@ -159,7 +159,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     Progress progress;
     progress_start(&progress, task->name, total_steps, "steps");
     progress.done = s.step;
-    if (options->quiet) progress.interval = 1e30, progress.tty = false;
+    progress.quiet = options->quiet;
     double tokens_since_log = 0, time_at_log = now_seconds();
     int rc = 0;
     while (s.step < total_steps) {

@@ -33,15 +33,19 @@ echo '{"ids": [1, 2, 3]}' > "$tmp/ids.jsonl"
 "$bin" logprobs --model "$tmp/sft/final" --input "$tmp/ids.jsonl" > /dev/null 2>&1 && pass sft_final_loads || fail sft_final_loads "logprobs failed"
 
 # --- exact resume after SIGKILL --------------------------------------------------------
-resume_args=("${sft_args[@]}" --save-every 1 --keep-last 2 --eval-every 0)
+# Long enough (96 steps) that the kill lands mid-run.
+resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" sft "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 for attempt in 1 2; do
     out="$tmp/killed$attempt"
     "$bin" sft "${resume_args[@]}" --output "$out" 2> /dev/null &
     pid=$!
-    sleep "0.$((attempt * 3))$RANDOM"
+    # Kill after the first checkpoint, at a random moment of the following steps.
+    for _ in $(seq 600); do [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
+    sleep "0.$((RANDOM % 5))"
     kill -9 $pid 2> /dev/null
     wait $pid 2> /dev/null
+    [ -d "$out/final" ] && fail "resume_kill_mid_run_$attempt" "the run finished before the kill"
     # A second kill while it resumes, then the final resume.
     "$bin" sft "${resume_args[@]}" --output "$out" --resume 2> /dev/null &
     pid=$!
@@ -55,7 +59,7 @@ for attempt in 1 2; do
         fail "resume_bit_identical_$attempt" "$(tail -n 2 "$out.err")"
     fi
     lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
-    [ "$lines" = 24 ] && pass "resume_metrics_continuous_$attempt" || fail "resume_metrics_continuous_$attempt" "$lines lines"
+    [ "$lines" = 96 ] && pass "resume_metrics_continuous_$attempt" || fail "resume_metrics_continuous_$attempt" "$lines lines"
     [ -z "$(ls -d "$out"/*.tmp-* 2> /dev/null)" ] || [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && pass "resume_no_half_checkpoint_$attempt"
 done
 

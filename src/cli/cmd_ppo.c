@@ -1,0 +1,171 @@
+// marlhf ppo: PPO / MA-PPO against a reward model (step 3). See rl/ppo.h.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/check.h"
+#include "rl/ppo.h"
+#include "train/lr_schedule.h"
+
+int cmd_ppo(int argc, char **argv) {
+    PpoConfig c = ppo_default_config();
+    char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
+    char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
+    char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = "per-token";
+    char *reward = "model", *schedule = "linear", *aggregation = "seq-mean-token-mean";
+    long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
+    long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
+    long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens;
+    long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
+    long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
+    long eval_count = 0, data_phase = 3, threads = 0;
+    double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
+    double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
+    double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
+    double lambda = c.advantage.lambda, clip_ratio = c.loss.clip_ratio, value_clip = c.loss.value_clip;
+    double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
+    bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
+    bool ema = false, resume = false, quiet = false, checkpointing = false;
+    Option options[] = {
+        {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
+        {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
+        {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
+        {"reference-model", "reference_model", OPT_STRING, &reference, "frozen reference (default: the actor's start)", false, false},
+        {"prompts", "data data_path", OPT_STRING, &prompts, "prompts (any supported schema; the prompt field is used)", true, false},
+        {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},
+        {"output", "output_dir", OPT_STRING, &output, "run folder", true, false},
+        {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts", false, false},
+        {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
+        {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
+        {"reward", NULL, OPT_STRING, &reward, "model | lexicon (the gold lexicon as reward) | code (APPS execution)", false, false},
+        {"gold-lexicon", "gold_lexicon", OPT_STRING, &lexicon, "lexicon TSV: gold sentiment score of responses (metrics)", false, false},
+        {"max-prompt-len", "max_prompt_seq_len", OPT_INT, &max_prompt_len, "longer prompts are dropped", false, false},
+        {"max-new-tokens", "max_answer_seq_len", OPT_INT, &max_new_tokens, "response length limit", false, false},
+        {"temperature", NULL, OPT_FLOAT, &temperature, "rollout sampling temperature", false, false},
+        {"top-k", "top_k", OPT_INT, &top_k, "rollout top-k (0: off)", false, false},
+        {"top-p", "top_p", OPT_FLOAT, &top_p, "rollout top-p (1: off)", false, false},
+        {"rollout-batch-size", "rollout_batch_size generation_batch_numbers", OPT_INT, &rollout_batch, "prompts per iteration", false, false},
+        {"generation-batch-size", "per_device_generation_batch_size", OPT_INT, &generation_batch, "rows generated together", false, false},
+        {"micro-batch-size", "per_device_training_batch_size", OPT_INT, &micro_batch, "rows per training forward/backward", false, false},
+        {"num-minibatches", "num_minibatches", OPT_INT, &minibatches, "optimizer steps per PPO epoch", false, false},
+        {"ppo-epochs", "ppo_epochs", OPT_INT, &ppo_epochs, "passes over each rollout", false, false},
+        {"num-train-epochs", "num_train_epochs epochs", OPT_INT, &epochs, "passes over the prompts", false, false},
+        {"max-iterations", "max_iterations", OPT_INT, &max_iterations, "stop after this many iterations (0: no limit)", false, false},
+        {"min-response-tokens", "min_response_tokens", OPT_INT, &min_response, "drop shorter responses", false, false},
+        {"actor-learning-rate", "actor_learning_rate", OPT_FLOAT, &actor_lr, "actor peak learning rate", false, false},
+        {"critic-learning-rate", "critic_learning_rate", OPT_FLOAT, &critic_lr, "critic peak learning rate", false, false},
+        {"weight-decay", "actor_weight_decay weight_decay", OPT_FLOAT, &weight_decay, "AdamW weight decay (both models)", false, false},
+        {"lr-scheduler-type", "lr_scheduler_type", OPT_STRING, &schedule, "constant|linear|cosine", false, false},
+        {"warmup-ratio", "warmup_ratio", OPT_FLOAT, &warmup_ratio, "warmup fraction of optimizer steps", false, false},
+        {"max-grad-norm", "max_grad_norm", OPT_FLOAT, &clip_norm, "gradient clipping (0: off)", false, false},
+        {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation, "seq-mean-token-mean (released) | token-mean", false, false},
+        {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
+        {"kl-target", "target", OPT_FLOAT, &kl_target, "adaptive KL controller target (0: fixed beta)", false, false},
+        {"kl-horizon", "horizon", OPT_FLOAT, &kl_horizon, "adaptive KL controller horizon", false, false},
+        {"reward-clip", "clip_reward_value", OPT_FLOAT, &reward_clip, "clip the score to [-c, c] (0: off)", false, false},
+        {"gamma", NULL, OPT_FLOAT, &gamma, "GAE discount", false, false},
+        {"lam", "lambda", OPT_FLOAT, &lambda, "GAE lambda", false, false},
+        {"cliprange", "clip_ratio cliprange", OPT_FLOAT, &clip_ratio, "PPO ratio clip epsilon", false, false},
+        {"cliprange-value", "cliprange_value value_clip", OPT_FLOAT, &value_clip, "value clip (0: off)", false, false},
+        {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef, "entropy bonus coefficient", false, false},
+        {"whiten-advantages", "whiten_advantages", OPT_BOOL, &whiten, "normalise advantages over each rollout", false, false},
+        {"normalize-reward", "normalize_reward", OPT_BOOL, &normalize, "running mean/std normalisation of scores", false, false},
+        {"ptx-data", "unsupervised_dataset_name", OPT_STRING, &ptx, "SFT data mixed into the actor loss (PPO-ptx)", false, false},
+        {"ptx-coef", "unsup_coef", OPT_FLOAT, &ptx_coef, "PPO-ptx coefficient", false, false},
+        {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
+        {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
+        {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
+        {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
+        {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
+        {"parser-cutoff", "parser_cutoff parsing_cutoff", OPT_INT, &parser_cutoff, "parsing: constituents under C tokens form macro actions", false, false},
+        {"value-function", "value_function", OPT_STRING, &value_function, "equal | position | unit", false, false},
+        {"macro-reward", "macro_reward", OPT_STRING, &macro_reward, "mean (released code) | sum (paper)", false, false},
+        {"ratio", NULL, OPT_STRING, &ratio, "per-token (released code) | macro (paper's macro-action product)", false, false},
+        {"keep-duplicate-boundaries", "keep_duplicate_boundaries", OPT_BOOL, &keep_duplicates,
+         "released code's zero-length macro step (then --ngram 1 is not token-level PPO)", false, false},
+        {"randomized-paper-lengths", NULL, OPT_BOOL, &paper_randomized, "randomized lengths {2,3,5,10} (paper) instead of {1,2,3,5,10}", false, false},
+        {"ppl-monotone", NULL, OPT_BOOL, &ppl_monotone, "perplexity boundary one token later (paper's reading)", false, false},
+        {"eval-every", "eval_every", OPT_INT, &eval_every, "iterations between evaluations (0: start and end)", false, false},
+        {"eval-count", "eval_count", OPT_INT, &eval_count, "eval prompts used (0: all)", false, false},
+        {"save-every", "save_steps", OPT_INT, &save_every, "iterations between checkpoints (0: at the end)", false, false},
+        {"keep-last", "keep_last", OPT_INT, &keep_last, "checkpoints kept", false, false},
+        {"seed", NULL, OPT_INT, &seed, "seed (prompt order, sampling, randomized macro actions)", false, false},
+        {"resume", NULL, OPT_BOOL, &resume, "continue from the newest checkpoint", false, false},
+        {"gradient-checkpointing", "actor_gradient_checkpointing", OPT_BOOL, &checkpointing, "recompute layers in backward", false, false},
+        {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
+        {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
+        {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+    };
+    OptionSet set = {"ppo", "PPO / MA-PPO: train the actor against a reward model with macro actions.",
+                     "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
+                     sizeof options / sizeof options[0], NULL, 0, 0};
+    options_parse(&set, argc, argv);
+
+    if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
+    else if (!strcmp(reward, "lexicon")) c.reward = REWARD_LEXICON;
+    else if (!strcmp(reward, "code")) c.reward = REWARD_CODE;
+    else die_user("option --reward must be model, lexicon or code, got '%s'", reward);
+    if (c.reward == REWARD_MODEL && !reward_model) die_user("missing option --reward-model (or --reward lexicon|code)");
+    if (!strcmp(termination, "token")) c.token_level = true;
+    else if (macro_termination_from_name(termination, &c.macro.condition) != 0)
+        die_user("option --termination-condition must be fixed, randomized, parsing, ppl or token, got '%s'", termination);
+    if (value_function_from_name(value_function, &c.advantage.value_function) != 0)
+        die_user("option --value-function must be equal, position or unit, got '%s'", value_function);
+    if (macro_reward_from_name(macro_reward, &c.advantage.macro_reward) != 0)
+        die_user("option --macro-reward must be mean or sum, got '%s'", macro_reward);
+    if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0) die_user("option --ratio must be per-token or macro, got '%s'", ratio);
+    LrScheduleKind kind;
+    if (lr_schedule_kind_from_name(schedule, &kind) != 0) die_user("option --lr-scheduler-type must be constant, linear or cosine");
+    if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
+    else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
+    else die_user("option --loss-aggregation must be seq-mean-token-mean or token-mean, got '%s'", aggregation);
+    struct { const char *name; long value, lo, hi; } ranges[] = {
+        {"--max-prompt-len", max_prompt_len, 1, 1 << 20}, {"--max-new-tokens", max_new_tokens, 1, 1 << 20},
+        {"--rollout-batch-size", rollout_batch, 1, 1 << 20}, {"--generation-batch-size", generation_batch, 1, 4096},
+        {"--micro-batch-size", micro_batch, 1, 4096}, {"--num-minibatches", minibatches, 1, 1 << 20},
+        {"--ppo-epochs", ppo_epochs, 1, 1000}, {"--num-train-epochs", epochs, 1, 1000000},
+        {"--max-iterations", max_iterations, 0, 1L << 40}, {"--min-response-tokens", min_response, 1, 1 << 20},
+        {"--top-k", top_k, 0, 1 << 24}, {"--ngram", ngram, 1, 1 << 20}, {"--repeat-times", repeat_times, 1, 1000},
+        {"--parser-cutoff", parser_cutoff, 2, 1 << 20}, {"--eval-every", eval_every, 0, 1L << 40},
+        {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
+        {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
+            die_user("option %s must be in [%ld, %ld], got %ld", ranges[i].name, ranges[i].lo, ranges[i].hi, ranges[i].value);
+    if (temperature < 0) die_user("option --temperature must be >= 0, got %g", temperature);
+    if (!(top_p > 0 && top_p <= 1)) die_user("option --top-p must be in (0, 1], got %g", top_p);
+    if (!(actor_lr > 0) || !(critic_lr > 0)) die_user("options --actor-learning-rate and --critic-learning-rate must be positive");
+    if (kl_coef < 0 || clip_ratio <= 0 || value_clip < 0 || reward_clip < 0 || gamma < 0 || gamma > 1 || lambda < 0 || lambda > 1)
+        die_user("options --kl-ctl, --cliprange, --cliprange-value, --reward-clip must be >= 0 and --gamma, --lam in [0, 1]");
+    if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
+    if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
+    if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
+
+    c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
+    c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;
+    c.lexicon_path = lexicon, c.data_split = data_split, c.data_format = data_format, c.data_phase = (int)data_phase;
+    c.device = device, c.schedule = kind;
+    c.max_prompt_len = (int)max_prompt_len, c.max_new_tokens = (int)max_new_tokens, c.rollout_batch = (int)rollout_batch;
+    c.generation_batch = (int)generation_batch, c.micro_batch = (int)micro_batch, c.minibatches = (int)minibatches;
+    c.ppo_epochs = (int)ppo_epochs, c.epochs = epochs, c.max_iterations = max_iterations;
+    c.min_response_tokens = (int)min_response;
+    c.sampler = (SamplerConfig){(float)temperature, (int)top_k, (float)top_p};
+    c.actor_lr = actor_lr, c.critic_lr = critic_lr, c.weight_decay = weight_decay, c.warmup_ratio = warmup_ratio;
+    c.clip_norm = clip_norm;
+    c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;
+    c.advantage.gamma = (float)gamma, c.advantage.lambda = (float)lambda;
+    c.loss.clip_ratio = (float)clip_ratio, c.loss.value_clip = (float)value_clip;
+    c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;
+    c.whiten_advantages = whiten, c.normalize_reward = normalize, c.ema = ema, c.ema_beta = ema_beta;
+    c.macro.ngram = (int)ngram, c.macro.repeat_times = (int)repeat_times, c.macro.parser_cutoff = (int)parser_cutoff;
+    c.macro.dedupe_boundaries = !keep_duplicates, c.macro.randomized_include_one = !paper_randomized;
+    c.macro.ppl_monotone = ppl_monotone, c.macro.seed = (uint64_t)seed;
+    c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
+    c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
+    cli_set_threads(threads);
+    if (ppo_run(&c) != 0) die_from_err();
+    if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);
+    return 0;
+}

@@ -1,0 +1,800 @@
+#include "rl/ppo.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/progress.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/split.h"
+#include "eval/lexicon.h"
+#include "io/fs.h"
+#include "model/weights_io.h"
+#include "rl/code_reward.h"
+#include "rl/experience.h"
+#include "tokenizer/tokenizer.h"
+#include "train/adamw.h"
+#include "train/checkpoint.h"
+#include "train/loop.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/sft.h"
+
+PpoConfig ppo_default_config(void) {
+    return (PpoConfig){
+        .data_format = "auto",
+        .data_phase = 3,
+        .device = "cpu",
+        .reward = REWARD_MODEL,
+        .max_prompt_len = 512,
+        .max_new_tokens = 512,
+        .rollout_batch = 256,
+        .generation_batch = 8,
+        .micro_batch = 4,
+        .minibatches = 1,
+        .ppo_epochs = 1,
+        .epochs = 1,
+        .min_response_tokens = 2,
+        .sampler = {.temperature = 0.8f, .top_k = 50, .top_p = 1.0f},
+        .actor_lr = 1.5e-5,
+        .critic_lr = 1.5e-5,
+        .weight_decay = 0.1,
+        .beta1 = 0.9,
+        .beta2 = 0.95,
+        .eps = 1e-8,
+        .clip_norm = 1.0,
+        .warmup_ratio = 0.05,
+        .schedule = LR_LINEAR,
+        .loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN,
+        .advantage = {.kl_coef = 0.05f, .reward_clip = 2.5f, .gamma = 1.0f, .lambda = 0.95f,
+                      .value_function = VALUE_EQUAL, .macro_reward = MACRO_REWARD_MEAN},
+        .loss = {.clip_ratio = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN},
+        .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
+                  .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
+        .kl_horizon = 10000,
+        .ptx_coef = 27.8,
+        .ema_beta = 0.992,
+        .keep_last = 2,
+        .log_samples = 4,
+        .seed = 1234,
+    };
+}
+
+// Prompts tokenized once (with the tokenizer's special tokens), longer ones dropped.
+typedef struct {
+    int **ids;
+    int *lengths;
+    char **texts;
+    char **input_output; // APPS tests (code reward), else NULL entries
+    long count, dropped;
+} PromptSet;
+
+static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, const Tokenizer *tok, PromptSet *out) {
+    memset(out, 0, sizeof *out);
+    Dataset data;
+    DataFormat format = DATA_FORMAT_AUTO;
+    if (c->data_format && strcmp(c->data_format, "auto") && data_format_parse(c->data_format, "--data-format", &format) != 0)
+        return -1;
+    if (dataset_load(&data, path, format, 0) != 0) return -1;
+    if (apply_split && c->data_split && *c->data_split) {
+        long *indices, count;
+        if (data_split_indices(data.count, c->data_split, c->data_phase, c->seed, &indices, &count) != 0) {
+            dataset_free(&data);
+            return -1;
+        }
+        Dataset part;
+        dataset_take(&data, indices, count, &part);
+        free(indices);
+        dataset_free(&data);
+        data = part;
+    }
+    out->ids = xcalloc(data.count + 1, sizeof(int *));
+    out->lengths = xcalloc(data.count + 1, sizeof(int));
+    out->texts = xcalloc(data.count + 1, sizeof(char *));
+    out->input_output = xcalloc(data.count + 1, sizeof(char *));
+    for (long i = 0; i < data.count; i++) {
+        const DataRecord *r = &data.records[i];
+        int *ids, n;
+        tokenizer_encode(tok, r->prompt, strlen(r->prompt), true, &ids, &n);
+        if (n == 0 || n > c->max_prompt_len) { // dropped, not truncated (spec §3.3)
+            free(ids);
+            out->dropped++;
+            continue;
+        }
+        out->ids[out->count] = ids;
+        out->lengths[out->count] = n;
+        out->texts[out->count] = xstrdup(r->prompt);
+        out->input_output[out->count] = r->input_output && *r->input_output ? xstrdup(r->input_output) : NULL;
+        out->count++;
+    }
+    dataset_free(&data);
+    if (out->count == 0) return err_set("no prompt of %s fits --max-prompt-len %d", path, c->max_prompt_len);
+    return 0;
+}
+
+static void free_prompts(PromptSet *p) {
+    for (long i = 0; i < p->count; i++) free(p->ids[i]), free(p->texts[i]), free(p->input_output[i]);
+    free(p->ids), free(p->lengths), free(p->texts), free(p->input_output);
+    memset(p, 0, sizeof *p);
+}
+
+typedef struct {
+    PpoConfig c;
+    Tokenizer *tokenizer;
+    Model actor, reference, critic, reward, ema;
+    bool has_reward_model;
+    AdamW actor_optimizer, critic_optimizer;
+    LrSchedule actor_schedule, critic_schedule;
+    PromptSet prompts, eval_prompts;
+    TokenizedExamples ptx;
+    long ptx_cursor;
+    Lexicon *lexicon;
+    int stop_tokens[8], num_stop_tokens;
+    MetricsWriter metrics;
+    // state carried across iterations (saved in checkpoints)
+    long iteration, epoch, cursor, optimizer_steps;
+    double kl_coef;
+    double reward_count, reward_mean, reward_m2; // running statistics for --normalize-reward
+} Ppo;
+
+// ---------------------------------------------------------------------------------------
+// Rewards other than a reward model
+
+static float response_gold(Ppo *p, const Sample *s) {
+    if (!p->lexicon) return NAN;
+    char *text = tokenizer_decode(p->tokenizer, s->response, s->response_length, true);
+    float gold = (float)lexicon_score(p->lexicon, text);
+    free(text);
+    return gold;
+}
+
+static float code_score(Ppo *p, const Sample *s) {
+    const char *tests = p->prompts.input_output[s->prompt_index];
+    if (!tests) return -1.0f;
+    char *text = tokenizer_decode(p->tokenizer, s->response, s->response_length, true);
+    char *program = code_from_response(text);
+    CodeRewardLimits limits = code_reward_default_limits();
+    CodeRewardResult result;
+    float reward = code_reward(program, tests, &limits, &result) == 0 ? (float)result.reward : -1.0f;
+    free(program), free(text);
+    return reward;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rollout and experience
+
+// Generates responses for prompts [first, first+count) of `set` in the given order.
+static void rollout(Ppo *p, const PromptSet *set, const long *order, long count, uint64_t row_id_base, Sample *out,
+                    GenerateStats *total_stats) {
+    GenerateOptions options = {
+        .sampler = p->c.sampler,
+        .max_new_tokens = p->c.max_new_tokens,
+        .seed = p->c.seed,
+        .stop_tokens = p->stop_tokens,
+        .num_stop_tokens = p->num_stop_tokens,
+        .pad_token = tokenizer_pad_id(p->tokenizer) >= 0 ? tokenizer_pad_id(p->tokenizer) : 0,
+    };
+    for (long first = 0; first < count; first += p->c.generation_batch) {
+        int B = count - first < p->c.generation_batch ? (int)(count - first) : p->c.generation_batch;
+        const int **prompts = xmalloc(B * sizeof(int *));
+        int *lengths = xmalloc(B * sizeof(int));
+        uint64_t *row_ids = xmalloc(B * sizeof(uint64_t));
+        for (int b = 0; b < B; b++) {
+            long index = order[first + b];
+            prompts[b] = set->ids[index];
+            lengths[b] = set->lengths[index];
+            row_ids[b] = row_id_base + (uint64_t)(first + b);
+        }
+        GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
+        GenerateStats stats;
+        generate(&p->actor, prompts, lengths, row_ids, B, &options, rows, &stats);
+        total_stats->prefill_seconds += stats.prefill_seconds;
+        total_stats->decode_seconds += stats.decode_seconds;
+        total_stats->generated_tokens += stats.generated_tokens;
+        for (int b = 0; b < B; b++) {
+            Sample *s = &out[first + b];
+            memset(s, 0, sizeof *s);
+            s->prompt_index = order[first + b];
+            s->prompt = prompts[b];
+            s->prompt_length = lengths[b];
+            s->response = rows[b].tokens;
+            s->response_length = rows[b].length;
+            s->stop = rows[b].stop;
+            rows[b].tokens = NULL;
+            generated_row_free(&rows[b]);
+        }
+        free(prompts), free(lengths), free(row_ids), free(rows);
+    }
+}
+
+static void allocate_sample_arrays(Sample *s) {
+    int R = s->response_length;
+    s->logp_old = xmalloc(R * sizeof(float));
+    s->logp_ref = xmalloc(R * sizeof(float));
+    s->values_old = xmalloc(R * sizeof(float));
+    s->entropy = xmalloc(R * sizeof(float));
+    s->rewards = xmalloc(R * sizeof(float));
+    s->advantages = xmalloc(R * sizeof(float));
+    s->returns = xmalloc(R * sizeof(float));
+}
+
+// Splits a sample's response into macro actions (rl/macro.h).
+static void segment_sample(Ppo *p, Sample *s) {
+    const int R = s->response_length;
+    float *perplexity = NULL;
+    char **pieces = NULL;
+    if (p->c.macro.condition == TERMINATION_PPL) { // per-token perplexity under the reference
+        perplexity = xmalloc(R * sizeof(float));
+        for (int j = 0; j < R; j++) perplexity[j] = expf(-s->logp_ref[j]);
+    }
+    if (p->c.macro.condition == TERMINATION_PARSING) {
+        pieces = xmalloc(R * sizeof(char *));
+        for (int j = 0; j < R; j++) pieces[j] = tokenizer_decode(p->tokenizer, &s->response[j], 1, true);
+    }
+    MacroSegmentation segmentation;
+    uint64_t stream = rng_stream("macro", (uint64_t)s->prompt_index, 0);
+    if (macro_segment(&p->c.macro, R, perplexity, (const char *const *)pieces, stream, (uint64_t)p->iteration,
+                      &segmentation) != 0) {
+        // A segmentation failure must not stop training: that sample falls back to tokens.
+        segmentation.lengths = xmalloc(R * sizeof(int));
+        for (int j = 0; j < R; j++) segmentation.lengths[j] = 1;
+        segmentation.count = R;
+        segmentation.fallbacks = 1;
+    }
+    if (pieces) {
+        for (int j = 0; j < R; j++) free(pieces[j]);
+        free(pieces);
+    }
+    free(perplexity);
+    s->segments = segmentation.lengths;
+    s->segment_count = segmentation.count;
+    s->parse_fallbacks = segmentation.fallbacks;
+}
+
+typedef struct {
+    double score, raw_score, gold, gold_count, kl_sequence, kl_tokens, entropy, length, macro_actions, fallbacks, tokens;
+    double advantage, value, stopped;
+} RolloutStats;
+
+static void compute_experience(Ppo *p, Sample **samples, int count, RolloutStats *stats) {
+    const int micro = p->c.micro_batch;
+    float **logp = xmalloc(count * sizeof(float *)), **ref = xmalloc(count * sizeof(float *));
+    float **values = xmalloc(count * sizeof(float *)), **entropy = xmalloc(count * sizeof(float *));
+    for (int i = 0; i < count; i++) {
+        allocate_sample_arrays(samples[i]);
+        logp[i] = samples[i]->logp_old, ref[i] = samples[i]->logp_ref;
+        values[i] = samples[i]->values_old, entropy[i] = samples[i]->entropy;
+    }
+    experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
+    experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
+    experience_values(&p->critic, samples, count, micro, values);
+    float *scores = xmalloc(count * sizeof(float));
+    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, micro, scores);
+    for (int i = 0; i < count; i++) {
+        Sample *s = samples[i];
+        s->gold = response_gold(p, s);
+        if (p->c.reward == REWARD_LEXICON) scores[i] = s->gold;
+        else if (p->c.reward == REWARD_CODE) scores[i] = code_score(p, s);
+        s->raw_score = scores[i];
+    }
+    // Reward normalisation: running mean and standard deviation of the raw scores.
+    for (int i = 0; i < count; i++) {
+        Sample *s = samples[i];
+        if (p->c.normalize_reward) {
+            p->reward_count += 1;
+            double delta = s->raw_score - p->reward_mean;
+            p->reward_mean += delta / p->reward_count;
+            p->reward_m2 += delta * (s->raw_score - p->reward_mean);
+            double std = p->reward_count > 1 ? sqrt(p->reward_m2 / (p->reward_count - 1)) : 1.0;
+            s->score = (float)((s->raw_score - p->reward_mean) / (std > 1e-6 ? std : 1.0));
+        } else {
+            s->score = s->raw_score;
+        }
+    }
+    AdvantageConfig advantage = p->c.advantage;
+    advantage.kl_coef = (float)p->kl_coef;
+    double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
+    for (int i = 0; i < count; i++) {
+        Sample *s = samples[i];
+        int R = s->response_length;
+        token_rewards(&advantage, s->logp_old, s->logp_ref, s->score, R, s->rewards);
+        if (p->c.token_level) { // vanilla PPO: no macro machinery at all
+            s->segments = xmalloc(R * sizeof(int));
+            for (int j = 0; j < R; j++) s->segments[j] = 1;
+            s->segment_count = R;
+            token_advantages(&advantage, s->values_old, s->rewards, R, s->advantages, s->returns);
+        } else {
+            segment_sample(p, s);
+            macro_advantages(&advantage, s->values_old, s->rewards, R, s->segments, s->segment_count, s->advantages,
+                             s->returns);
+        }
+        double kl = 0, entropy_sum = 0, value_sum = 0;
+        int actions = 0;
+        for (int j = 0; j < R; j++) {
+            kl += s->logp_old[j] - s->logp_ref[j];
+            entropy_sum += s->entropy[j];
+            value_sum += s->values_old[j];
+            advantage_sum += s->advantages[j], advantage_sq += (double)s->advantages[j] * s->advantages[j];
+            advantage_n++;
+        }
+        for (int k = 0; k < s->segment_count; k++) actions += s->segments[k] > 0;
+        stats->score += s->score;
+        stats->raw_score += s->raw_score;
+        if (!isnan(s->gold)) stats->gold += s->gold, stats->gold_count++;
+        stats->kl_sequence += kl;
+        stats->kl_tokens += R;
+        stats->entropy += entropy_sum;
+        stats->value += value_sum;
+        stats->length += R;
+        stats->macro_actions += actions;
+        stats->fallbacks += s->parse_fallbacks;
+        stats->stopped += s->stop == STOP_TOKEN;
+    }
+    stats->advantage += advantage_sum;
+    if (p->c.whiten_advantages && advantage_n > 1) {
+        double mean = advantage_sum / advantage_n;
+        double std = sqrt(advantage_sq / advantage_n - mean * mean);
+        for (int i = 0; i < count; i++)
+            for (int j = 0; j < samples[i]->response_length; j++)
+                samples[i]->advantages[j] = (float)((samples[i]->advantages[j] - mean) / (std + 1e-8));
+    }
+    free(scores), free(logp), free(ref), free(values), free(entropy);
+}
+
+// ---------------------------------------------------------------------------------------
+// Training
+
+typedef struct {
+    PpoLossStats actor, critic;
+    double policy_loss, value_loss, entropy, actor_grad_norm, critic_grad_norm, steps;
+} TrainStats;
+
+static void set_loss_scales(const Ppo *p, Sample **samples, int count) {
+    double tokens = 0;
+    for (int i = 0; i < count; i++) tokens += samples[i]->response_length;
+    for (int i = 0; i < count; i++) {
+        Sample *s = samples[i];
+        s->loss_scale = p->c.loss_aggregation == LOSS_TOKEN_MEAN ? (float)(1.0 / tokens)
+                                                                  : (float)(1.0 / ((double)s->response_length * count));
+    }
+}
+
+// PPO-ptx: an SFT micro-batch from the ptx data, its loss weighted by ptx_coef.
+static void ptx_micro_step(Ppo *p) {
+    const TokenizedExamples *d = &p->ptx;
+    int B = p->c.micro_batch < d->count ? p->c.micro_batch : (int)d->count;
+    int T = 0;
+    long *which = xmalloc(B * sizeof(long));
+    for (int b = 0; b < B; b++) {
+        which[b] = (p->ptx_cursor + b) % d->count;
+        if (d->lengths[which[b]] > T) T = d->lengths[which[b]];
+    }
+    p->ptx_cursor = (p->ptx_cursor + B) % d->count;
+    long N = (long)B * T;
+    int *tokens = xcalloc(N, sizeof(int)), *targets = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
+    float *mask = xcalloc(N, sizeof(float)), *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
+    double counted = 0;
+    for (int b = 0; b < B; b++) {
+        const int *ids = d->ids[which[b]];
+        int length = d->lengths[which[b]], prompt_length = d->prompt_lengths[which[b]];
+        memcpy(tokens + (long)b * T, ids, length * sizeof(int));
+        row_len[b] = length;
+        for (int t = 0; t < T; t++) {
+            long i = (long)b * T + t;
+            targets[i] = t + 1 < length ? ids[t + 1] : -1;
+            mask[i] = t + 1 < length && t + 1 >= prompt_length;
+            counted += mask[i];
+        }
+    }
+    ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
+    model_forward(&p->actor, &input);
+    model_logprobs(&p->actor, targets, logp, NULL, NULL);
+    if (counted > 0) {
+        for (long i = 0; i < N; i++) dlogp[i] = (float)(-p->c.ptx_coef * mask[i] / counted);
+        model_backward(&p->actor, dlogp, NULL, NULL);
+    }
+    free(tokens), free(targets), free(row_len), free(mask), free(logp), free(dlogp), free(which);
+}
+
+static void ema_update(Ppo *p) {
+    const float beta = (float)p->c.ema_beta;
+    float *ema = p->ema.params;
+    const float *theta = p->actor.params;
+    for (long i = 0; i < p->actor.table.total; i++) ema[i] = beta * ema[i] + (1.0f - beta) * theta[i];
+}
+
+static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainStats *stats) {
+    Sample **order = xmalloc(count * sizeof(Sample *));
+    const int minibatches = p->c.minibatches < count ? p->c.minibatches : count;
+    for (int epoch = 0; epoch < p->c.ppo_epochs; epoch++) {
+        // A fresh sample order per PPO epoch, a pure function of (seed, iteration, epoch).
+        long *permutation = xmalloc(count * sizeof(long));
+        train_epoch_order(p->c.seed ^ 0x5050, p->iteration * 1000 + epoch, count, permutation);
+        for (int i = 0; i < count; i++) order[i] = samples[permutation[i]];
+        free(permutation);
+        for (int m = 0; m < minibatches; m++) {
+            int first = (int)((long)count * m / minibatches), last = (int)((long)count * (m + 1) / minibatches);
+            Sample **minibatch = order + first;
+            int size = last - first;
+            set_loss_scales(p, minibatch, size);
+            // Actor: policy loss over the minibatch in micro-batches, then one step.
+            model_zero_grad(&p->actor);
+            for (int k = 0; k < size; k += p->c.micro_batch) {
+                int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+                stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
+                                                       &stats->actor, &stats->entropy);
+            }
+            if (p->ptx.count > 0) ptx_micro_step(p);
+            double norm = grad_global_norm(&p->actor);
+            adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
+                       isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
+            stats->actor_grad_norm += norm;
+            if (p->c.ema) ema_update(p);
+            // Critic: value loss, then its own step.
+            model_zero_grad(&p->critic);
+            for (int k = 0; k < size; k += p->c.micro_batch) {
+                int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+                stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
+            }
+            norm = grad_global_norm(&p->critic);
+            adamw_step(&p->critic_optimizer, &p->critic, lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
+                       isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
+            stats->critic_grad_norm += norm;
+            p->optimizer_steps++;
+            stats->steps++;
+        }
+    }
+    free(order);
+}
+
+// ---------------------------------------------------------------------------------------
+// Evaluation: the actor's responses to held-out prompts, scored by the reward and gold.
+
+static void evaluate(Ppo *p, bool final) {
+    const PromptSet *set = p->eval_prompts.count ? &p->eval_prompts : NULL;
+    if (!set) return;
+    long count = p->c.eval_prompts > 0 && p->c.eval_prompts < set->count ? p->c.eval_prompts : set->count;
+    long *order = xmalloc(count * sizeof(long));
+    for (long i = 0; i < count; i++) order[i] = i;
+    Sample *samples = xcalloc(count, sizeof(Sample));
+    GenerateStats gen = {0};
+    // Fixed row ids: every evaluation samples the same random numbers, so curves compare.
+    rollout(p, set, order, count, 1000000000ULL, samples, &gen);
+    Sample **pointers = xmalloc(count * sizeof(Sample *));
+    for (long i = 0; i < count; i++) pointers[i] = &samples[i];
+    float *scores = xmalloc(count * sizeof(float));
+    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, pointers, (int)count, p->c.micro_batch, scores);
+    double score = 0, gold = 0, gold_n = 0, length = 0;
+    char name[64];
+    snprintf(name, sizeof name, final ? "samples/final.jsonl" : "samples/eval-%06ld.jsonl", p->iteration);
+    char *path = fs_join(p->c.run_dir, name);
+    char *dir = fs_dirname(path);
+    fs_mkdir_p(dir);
+    FILE *out = fopen(path, "w");
+    for (long i = 0; i < count; i++) {
+        Sample *s = &samples[i];
+        s->gold = response_gold(p, s);
+        float value = p->c.reward == REWARD_MODEL ? scores[i] : p->c.reward == REWARD_LEXICON ? s->gold : code_score(p, s);
+        score += value, length += s->response_length;
+        if (!isnan(s->gold)) gold += s->gold, gold_n++;
+        if (out) {
+            int visible = s->response_length - (s->stop == STOP_TOKEN ? 1 : 0);
+            char *text = tokenizer_decode(p->tokenizer, s->response, visible, true);
+            json_t *row = json_pack("{s:s, s:s, s:f, s:i}", "prompt", set->texts[i], "response", text, "reward",
+                                    (double)value, "response_tokens", s->response_length);
+            if (!isnan(s->gold)) json_object_set_new(row, "gold", json_real(s->gold));
+            char *line = json_dumps(row, JSON_COMPACT);
+            fprintf(out, "%s\n", line);
+            free(line), free(text);
+            json_decref(row);
+        }
+    }
+    if (out) fclose(out);
+    const char *names[] = {"score", "gold", "response_length"};
+    double values[] = {score / count, gold_n ? gold / gold_n : NAN, length / count};
+    metrics_log(&p->metrics, "eval", p->iteration, names, values, 3);
+    if (!p->c.quiet)
+        fprintf(stderr, "\neval at iteration %ld: score %.4f, gold %.4f, length %.1f\n", p->iteration, values[0], values[1],
+                values[2]);
+    for (long i = 0; i < count; i++) free(samples[i].response);
+    free(samples), free(pointers), free(scores), free(order), free(path), free(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints
+
+static int save(Ppo *p) {
+    json_t *state = json_object();
+    json_object_set_new(state, "task", json_string("ppo"));
+    json_object_set_new(state, "iteration", json_integer(p->iteration));
+    json_object_set_new(state, "epoch", json_integer(p->epoch));
+    json_object_set_new(state, "cursor", json_integer(p->cursor));
+    json_object_set_new(state, "optimizer_steps", json_integer(p->optimizer_steps));
+    json_object_set_new(state, "kl_coef", json_real(p->kl_coef));
+    json_object_set_new(state, "reward_count", json_real(p->reward_count));
+    json_object_set_new(state, "reward_mean", json_real(p->reward_mean));
+    json_object_set_new(state, "reward_m2", json_real(p->reward_m2));
+    json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
+    json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
+    CheckpointModel models[3] = {{"actor", &p->actor, &p->actor_optimizer}, {"critic", &p->critic, &p->critic_optimizer},
+                                 {"actor_ema", &p->ema, NULL}};
+    int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
+                             (int)p->c.keep_last);
+    json_decref(state);
+    return rc;
+}
+
+static int reload_into(Model *model, const char *dir, bool lm_head, bool value_head) {
+    Model saved;
+    ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head, .require_value_head = value_head};
+    if (model_load(&saved, dir, &ops_cpu, &options) != 0) return -1;
+    if (saved.table.total != model->table.total) {
+        model_free(&saved);
+        return err_set("checkpoint model does not match (%s)", dir);
+    }
+    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
+    model_free(&saved);
+    return 0;
+}
+
+static double number(json_t *state, const char *key) {
+    json_t *v = json_object_get(state, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+static int resume(Ppo *p) {
+    char *checkpoint = checkpoint_latest(p->c.run_dir);
+    if (!checkpoint) return 0;
+    json_t *state = NULL;
+    int rc = checkpoint_load_state(checkpoint, &state);
+    if (rc == 0 && (long)number(state, "num_prompts") != p->prompts.count)
+        rc = err_set("checkpoint was made with %ld prompts, this run has %ld (%s)", (long)number(state, "num_prompts"),
+                     p->prompts.count, checkpoint);
+    char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
+    char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
+    if (rc == 0) rc = reload_into(&p->actor, actor_dir, true, false);
+    if (rc == 0) rc = reload_into(&p->critic, critic_dir, false, true);
+    if (rc == 0 && p->c.ema) rc = reload_into(&p->ema, ema_dir, true, false);
+    if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
+    if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
+    if (rc == 0) {
+        p->iteration = (long)number(state, "iteration");
+        p->epoch = (long)number(state, "epoch");
+        p->cursor = (long)number(state, "cursor");
+        p->optimizer_steps = (long)number(state, "optimizer_steps");
+        p->kl_coef = number(state, "kl_coef");
+        p->reward_count = number(state, "reward_count");
+        p->reward_mean = number(state, "reward_mean");
+        p->reward_m2 = number(state, "reward_m2");
+        p->ptx_cursor = (long)number(state, "ptx_cursor");
+        if (!p->c.quiet) fprintf(stderr, "resuming from %s (iteration %ld)\n", checkpoint, p->iteration);
+    }
+    free(actor_dir), free(critic_dir), free(ema_dir), free(checkpoint);
+    json_decref(state);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+
+static int load_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
+                      bool require_value_head, uint64_t seed) {
+    ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
+                                .require_value_head = require_value_head, .seed = seed};
+    return model_load(model, path, ops, &options);
+}
+
+// End-of-turn tokens of chat formats stop a response as EOS does.
+static void collect_stop_tokens(Ppo *p) {
+    static const char *pieces[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
+    int eos = tokenizer_eos_id(p->tokenizer);
+    if (eos >= 0) p->stop_tokens[p->num_stop_tokens++] = eos;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        int id = tokenizer_piece_to_id(p->tokenizer, pieces[i]);
+        if (id >= 0 && id != eos && tokenizer_is_special(p->tokenizer, id)) p->stop_tokens[p->num_stop_tokens++] = id;
+    }
+}
+
+static int setup(Ppo *p) {
+    const PpoConfig *c = &p->c;
+    const OpsBackend *ops = ops_backend_by_name(c->device);
+    if (!ops) return -1;
+    if (tokenizer_load(&p->tokenizer, c->actor_path) != 0) return -1;
+    collect_stop_tokens(p);
+    if (load_prompts(c, c->prompts_path, true, p->tokenizer, &p->prompts) != 0) return -1;
+    if (c->eval_prompts_path && load_prompts(c, c->eval_prompts_path, false, p->tokenizer, &p->eval_prompts) != 0)
+        return -1;
+    if (c->lexicon_path && lexicon_load(&p->lexicon, c->lexicon_path) != 0) return -1;
+    if (c->reward == REWARD_LEXICON && !p->lexicon) return err_set("--reward lexicon needs --gold-lexicon FILE");
+    if (c->ptx_path) {
+        Dataset data;
+        if (dataset_load(&data, c->ptx_path, DATA_FORMAT_AUTO, 0) != 0) return -1;
+        const char **prompts = xmalloc(data.count * sizeof(char *)), **responses = xmalloc(data.count * sizeof(char *));
+        for (long i = 0; i < data.count; i++) {
+            prompts[i] = data.records[i].prompt;
+            responses[i] = data.records[i].chosen ? data.records[i].chosen : "";
+        }
+        SftTask sft;
+        int rc = sft_task_init(&sft, p->tokenizer, prompts, responses, data.count, NULL, NULL, 0,
+                               c->max_prompt_len + c->max_new_tokens, false);
+        free(prompts), free(responses);
+        dataset_free(&data);
+        if (rc != 0) return -1;
+        p->ptx = sft.train; // keep the tokenized examples, drop the (empty) rest
+        tokenized_examples_free(&sft.eval);
+    }
+    if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0) != 0) return -1;
+    if (load_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false, false, 0) != 0)
+        return -1;
+    const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
+    if (c->reward == REWARD_MODEL) {
+        if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
+        if (load_model(&p->reward, c->reward_path, ops, false, true, true, 0) != 0) return -1;
+        p->has_reward_model = true;
+    }
+    // The critic starts from the reward model (DeepSpeed-Chat, OpenRLHF); without one, from
+    // the actor with a fresh value head.
+    if (critic_path) {
+        if (load_model(&p->critic, critic_path, ops, false, true, false, c->seed) != 0) return -1;
+    } else if (load_model(&p->critic, c->actor_path, ops, false, true, false, c->seed) != 0) {
+        return -1;
+    }
+    if (p->reference.config.vocab_size != p->actor.config.vocab_size)
+        return err_set("the reference and the actor have different vocabularies");
+    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
+    p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;
+    model_enable_grad(&p->actor);
+    model_enable_grad(&p->critic);
+    adamw_init(&p->actor_optimizer, &p->actor, (AdamWConfig){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay});
+    adamw_init(&p->critic_optimizer, &p->critic, (AdamWConfig){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay});
+    p->kl_coef = c->advantage.kl_coef;
+    return 0;
+}
+
+static void teardown(Ppo *p) {
+    adamw_free(&p->actor_optimizer), adamw_free(&p->critic_optimizer);
+    model_free(&p->actor), model_free(&p->reference), model_free(&p->critic);
+    if (p->has_reward_model) model_free(&p->reward);
+    if (p->c.ema) model_free(&p->ema);
+    free_prompts(&p->prompts), free_prompts(&p->eval_prompts);
+    tokenized_examples_free(&p->ptx);
+    if (p->lexicon) lexicon_free(p->lexicon);
+    tokenizer_free(p->tokenizer);
+}
+
+static int save_final(Ppo *p) {
+    char *final_dir = fs_join(p->c.run_dir, "final");
+    FsAtomicDir out;
+    int rc = fs_atomic_dir_begin(&out, final_dir);
+    free(final_dir);
+    if (rc != 0) return -1;
+    const struct {
+        const char *name;
+        Model *model;
+        bool wanted;
+    } parts[] = {{"actor", &p->actor, true}, {"critic", &p->critic, true}, {"actor_ema", &p->ema, p->c.ema}};
+    for (size_t i = 0; i < 3 && rc == 0; i++) {
+        if (!parts[i].wanted) continue;
+        char *dir = fs_join(out.tmp_path, parts[i].name);
+        rc = fs_mkdir_p(dir);
+        if (rc == 0) rc = model_write_hf_files(parts[i].model, dir);
+        if (rc == 0) rc = tokenizer_write_hf(p->tokenizer, dir);
+        free(dir);
+    }
+    if (rc != 0) {
+        fs_atomic_dir_abort(&out);
+        return -1;
+    }
+    return fs_atomic_dir_commit(&out);
+}
+
+int ppo_run(const PpoConfig *config) {
+    Ppo *p = xcalloc(1, sizeof(Ppo));
+    p->c = *config;
+    int rc = setup(p);
+    const long per_iteration = p->c.rollout_batch;
+    long total_iterations = 0;
+    if (rc == 0) {
+        total_iterations = (p->prompts.count * p->c.epochs + per_iteration - 1) / per_iteration;
+        if (p->c.max_iterations > 0 && p->c.max_iterations < total_iterations) total_iterations = p->c.max_iterations;
+        long total_steps = total_iterations * p->c.ppo_epochs * p->c.minibatches;
+        long warmup = lr_warmup_steps_from_ratio(p->c.warmup_ratio, total_steps);
+        p->actor_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.actor_lr, warmup, total_steps};
+        p->critic_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.critic_lr, warmup, total_steps};
+        if (p->c.resume) rc = resume(p);
+    }
+    if (rc == 0) rc = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1);
+    if (rc != 0) {
+        teardown(p);
+        free(p);
+        return -1;
+    }
+    if (!p->c.quiet)
+        fprintf(stderr, "ppo: %ld prompts (%ld longer than %d tokens dropped), %ld iterations of %ld rollouts, "
+                        "termination %s\n", p->prompts.count, p->prompts.dropped, p->c.max_prompt_len, total_iterations,
+                per_iteration, macro_termination_name(p->c.macro.condition));
+    if (p->iteration == 0) evaluate(p, false); // the SFT model's scores, for comparison
+    long *order = xmalloc(p->prompts.count * sizeof(long));
+    long order_epoch = -1;
+    Progress progress;
+    progress_start(&progress, "ppo", total_iterations, "iterations");
+    progress.done = p->iteration;
+    progress.quiet = p->c.quiet;
+    Sample *samples = xcalloc(per_iteration, sizeof(Sample));
+    while (rc == 0 && p->iteration < total_iterations) {
+        double t0 = now_seconds();
+        // The prompts of this iteration: the next ones of the epoch's order.
+        long *chosen = xmalloc(per_iteration * sizeof(long));
+        for (long b = 0; b < per_iteration; b++) {
+            if (p->cursor >= p->prompts.count) p->epoch++, p->cursor = 0;
+            if (order_epoch != p->epoch) {
+                train_epoch_order(p->c.seed, p->epoch, p->prompts.count, order);
+                order_epoch = p->epoch;
+            }
+            chosen[b] = order[p->cursor++];
+        }
+        GenerateStats gen = {0};
+        rollout(p, &p->prompts, chosen, per_iteration, (uint64_t)p->iteration * per_iteration, samples, &gen);
+        free(chosen);
+        double t1 = now_seconds();
+        // Responses too short to learn from are dropped (released: an immediate EOS).
+        Sample **kept = xmalloc(per_iteration * sizeof(Sample *));
+        int count = 0;
+        for (long b = 0; b < per_iteration; b++)
+            if (samples[b].response_length >= p->c.min_response_tokens) kept[count++] = &samples[b];
+        RolloutStats rs = {0};
+        TrainStats ts = {0};
+        if (count > 0) compute_experience(p, kept, count, &rs);
+        double t2 = now_seconds();
+        if (count > 0) train_on_rollout(p, kept, count, &ts);
+        double t3 = now_seconds();
+        // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
+        double kl = count ? rs.kl_sequence / count : 0;
+        if (p->c.kl_target > 0) {
+            double error = kl / p->c.kl_target - 1.0;
+            if (error > 0.2) error = 0.2;
+            if (error < -0.2) error = -0.2;
+            p->kl_coef *= 1.0 + error * per_iteration / p->c.kl_horizon;
+        }
+        p->iteration++;
+        double tokens = rs.kl_tokens > 0 ? rs.kl_tokens : 1, actor_tokens = ts.actor.tokens > 0 ? ts.actor.tokens : 1;
+        const char *names[] = {"score", "raw_score", "gold", "kl", "kl_per_token", "entropy", "response_length",
+                               "stopped_fraction", "dropped", "value_loss", "policy_loss", "clip_fraction",
+                               "approx_kl", "ratio", "advantage", "value", "macro_actions", "macro_action_length",
+                               "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
+                               "critic_grad_norm", "time_generation", "time_experience", "time_training",
+                               "generation_tokens_per_s"};
+        double n = count > 0 ? count : 1, steps = ts.steps > 0 ? ts.steps : 1;
+        double values[] = {rs.score / n, rs.raw_score / n, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
+                           rs.kl_sequence / tokens, rs.entropy / tokens, rs.length / n, rs.stopped / n,
+                           (double)(per_iteration - count), ts.value_loss / steps, ts.policy_loss / steps,
+                           ts.actor.clipped / actor_tokens, ts.actor.approx_kl / actor_tokens,
+                           ts.actor.ratio_sum / actor_tokens, rs.advantage / tokens, rs.value / tokens,
+                           rs.macro_actions / n, rs.macro_actions > 0 ? rs.length / rs.macro_actions : 0, rs.fallbacks,
+                           p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
+                           lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
+                           ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, t1 - t0, t2 - t1, t3 - t2,
+                           gen.decode_seconds + gen.prefill_seconds > 0
+                               ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
+        if (metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0) rc = -1;
+        for (long b = 0; b < per_iteration; b++) sample_free(&samples[b]);
+        free(kept);
+        char status[128];
+        snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
+        progress_update(&progress, 1, status);
+        bool last = p->iteration == total_iterations;
+        if (rc == 0 && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last)) evaluate(p, last);
+        if (rc == 0 && ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last)) rc = save(p);
+    }
+    progress_finish(&progress, NULL);
+    if (rc == 0) rc = save_final(p);
+    free(samples), free(order);
+    metrics_close(&p->metrics);
+    teardown(p);
+    free(p);
+    return rc;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# PPO / MA-PPO end to end on the tiny model (tests/fixtures/models/tiny_chat): every
+# termination condition runs; --ngram 1 gives bit-identical weights to vanilla token-level
+# PPO; runs are reproducible from the seed; a run killed with SIGKILL resumes to the same
+# weights; EMA and PTX; bad options. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_ppo
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+data=tests/fixtures/train
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
+    --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --threads 2 2> "$tmp/rm.err" ||
+    fail reward_model "$(tail -n 2 "$tmp/rm.err")"
+common=(--actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
+        --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
+        --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 1 --quiet --threads 2)
+
+run() { # run NAME ARGS...: a PPO run into $tmp/NAME
+    local name=$1
+    shift
+    "$bin" ppo "${common[@]}" --output "$tmp/$name" "$@" 2> "$tmp/$name.err"
+}
+
+run fixed5 --termination-condition fixed --ngram 5
+if [ -f "$tmp/fixed5/final/actor/model.safetensors" ] && [ -f "$tmp/fixed5/final/critic/model.safetensors" ]; then
+    pass ppo_runs
+else
+    fail ppo_runs "$(tail -n 3 "$tmp/fixed5.err")"
+fi
+lines=$(grep -c '"train/score"' "$tmp/fixed5/metrics.jsonl" 2>/dev/null)
+[ "$lines" = 3 ] && pass ppo_metrics_per_iteration || fail ppo_metrics_per_iteration "$lines lines"
+for key in train/kl train/entropy train/clip_fraction train/approx_kl train/macro_actions train/macro_action_length \
+           train/value_loss train/time_generation train/time_experience train/time_training eval/score; do
+    grep -q "\"$key\"" "$tmp/fixed5/metrics.jsonl" 2>/dev/null && pass "metric_$key" || fail "metric_$key" missing
+done
+[ -s "$tmp/fixed5/samples/final.jsonl" ] && pass ppo_samples || fail ppo_samples "no samples"
+
+for condition in randomized ppl parsing; do
+    run "$condition" --termination-condition "$condition"
+    [ -f "$tmp/$condition/final/actor/model.safetensors" ] && pass "termination_$condition" ||
+        fail "termination_$condition" "$(tail -n 3 "$tmp/$condition.err")"
+done
+
+# --ngram 1 is exactly token-level PPO (its own code path), bit for bit.
+run ngram1 --termination-condition fixed --ngram 1
+run token --termination-condition token
+cmp -s "$tmp/ngram1/final/actor/model.safetensors" "$tmp/token/final/actor/model.safetensors" &&
+    cmp -s "$tmp/ngram1/final/critic/model.safetensors" "$tmp/token/final/critic/model.safetensors" &&
+    pass ngram1_is_token_level_ppo || fail ngram1_is_token_level_ppo "weights differ"
+# ... and the released zero-length step makes it differ.
+run released --termination-condition fixed --ngram 1 --keep-duplicate-boundaries
+cmp -s "$tmp/ngram1/final/actor/model.safetensors" "$tmp/released/final/actor/model.safetensors" &&
+    fail released_duplicate_boundary_differs "identical" || pass released_duplicate_boundary_differs
+
+# Reproducible from the seed (randomized macro actions included).
+run randomized_again --termination-condition randomized
+cmp -s "$tmp/randomized/final/actor/model.safetensors" "$tmp/randomized_again/final/actor/model.safetensors" &&
+    pass randomized_reproducible || fail randomized_reproducible "weights differ"
+run randomized_seed2 --termination-condition randomized --seed 99
+cmp -s "$tmp/randomized/final/actor/model.safetensors" "$tmp/randomized_seed2/final/actor/model.safetensors" &&
+    fail seed_matters "identical" || pass seed_matters
+
+# SIGKILL during the run, then --resume: the same final weights.
+# The kill lands after the first checkpoint, at a random moment of the following work.
+run straight --save-every 1 --max-iterations 8
+"$bin" ppo "${common[@]}" --max-iterations 8 --output "$tmp/killed" --save-every 1 2> /dev/null &
+pid=$!
+for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.05; done
+sleep "0.$((RANDOM % 4))"
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+if [ -d "$tmp/killed/final" ]; then
+    fail ppo_killed_mid_run "the run finished before the kill"
+else
+    "$bin" ppo "${common[@]}" --max-iterations 8 --output "$tmp/killed" --save-every 1 --resume 2> "$tmp/killed.err"
+    cmp -s "$tmp/straight/final/actor/model.safetensors" "$tmp/killed/final/actor/model.safetensors" &&
+        pass ppo_resume_bit_identical || fail ppo_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
+fi
+
+run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-coef 0.01 --kl-target 0.1 \
+    --whiten-advantages --normalize-reward --ppo-epochs 2 --num-minibatches 2 --ratio macro --macro-reward sum \
+    --value-function position
+[ -f "$tmp/extras/final/actor_ema/model.safetensors" ] && pass ema_ptx_adaptive_kl || fail ema_ptx_adaptive_kl "$(tail -n 3 "$tmp/extras.err")"
+
+expect_error() {
+    local name=$1 expected=$2
+    shift 2
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$?
+    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/stderr")" -eq 1 ] && grep -qF -- "$expected" "$tmp/stderr"; then pass "$name"; else fail "$name" "exit $rc: $(head -c 300 "$tmp/stderr")"; fi
+}
+expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
+expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --ngram 0
+expect_error bad_value_function "--value-function" "$bin" ppo "${common[@]}" --output "$tmp/x" --value-function median
+expect_error missing_reward "--reward-model" "$bin" ppo --actor-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x"
+[ "$failures" -eq 0 ]
