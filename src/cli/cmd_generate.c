@@ -204,7 +204,7 @@ int cmd_generate(int argc, char **argv) {
     if (strcmp(output, "-") != 0) {
         pending_output_tmp = xmalloc(strlen(output) + 32);
         sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
-        atexit(remove_pending_output);
+        cleanup_register(remove_pending_output);
         if (!(out = fopen(pending_output_tmp, "w"))) die_user("cannot write %s: %s", output, strerror(errno));
     }
     StopContext stop = {tm.tokenizer, stop_string};

@@ -156,7 +156,7 @@ int cmd_logprobs(int argc, char **argv) {
     if (strcmp(output, "-") != 0) {
         pending_output_tmp = xmalloc(strlen(output) + 32);
         sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
-        atexit(remove_pending_output);
+        cleanup_register(remove_pending_output);
         out = fopen(pending_output_tmp, "w");
         if (!out) die_user("cannot write %s: %s", output, strerror(errno));
     }

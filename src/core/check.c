@@ -2,6 +2,27 @@
 
 #include <string.h>
 
+#include <unistd.h>
+
+// Cleanup that must run however the process ends (e.g. removing a half-written output).
+static void (*cleanup_functions[16])(void);
+static int cleanup_count;
+
+void cleanup_register(void (*fn)(void)) {
+    CHECK(cleanup_count < 16, "too many cleanup functions");
+    cleanup_functions[cleanup_count++] = fn;
+    atexit(fn);
+}
+
+// A user error ends the process at once: the registered cleanup runs, stdio is flushed,
+// and _exit skips the rest of the teardown (memory still allocated then is not a leak,
+// and leak checkers need not report it).
+static _Noreturn void exit_user_error(void) {
+    for (int i = cleanup_count - 1; i >= 0; i--) cleanup_functions[i]();
+    fflush(NULL);
+    _exit(2);
+}
+
 // One message buffer per thread: worker threads may report errors independently.
 static _Thread_local char last_error[1024];
 
@@ -30,7 +51,7 @@ void die_user(const char *fmt, ...) {
         if (*p == '\n' || *p == '\r') *p = ' ';
     fflush(stdout);
     fprintf(stderr, "marlhf: error: %s\n", message);
-    exit(2);
+    exit_user_error();
 }
 
 void die_from_err(void) {

@@ -20,7 +20,11 @@ int err_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *err_msg(void);
 void err_clear(void);
 
-// Prints "marlhf: error: <message>" and exits 2. For the command-line layer.
+// Registers cleanup to run at exit, including the exit of a user error (die_user).
+void cleanup_register(void (*fn)(void));
+
+// Prints "marlhf: error: <message>", runs the registered cleanup and exits 2.
+// For the command-line layer.
 _Noreturn void die_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints the recorded err_msg() as a user error and exits 2.
 _Noreturn void die_from_err(void);

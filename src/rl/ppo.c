@@ -232,8 +232,12 @@ static void segment_sample(Ppo *p, Sample *s) {
         for (int j = 0; j < R; j++) perplexity[j] = expf(-s->logp_ref[j]);
     }
     if (p->c.macro.condition == TERMINATION_PARSING) {
+        // Streamed pieces concatenate to the response text exactly (a character split
+        // across tokens belongs to the token that completes it).
         pieces = xmalloc(R * sizeof(char *));
-        for (int j = 0; j < R; j++) pieces[j] = tokenizer_decode(p->tokenizer, &s->response[j], 1, true);
+        TokenizerStream *stream = tokenizer_stream_new(p->tokenizer, true);
+        for (int j = 0; j < R; j++) tokenizer_stream_push(stream, s->response[j], &pieces[j]);
+        tokenizer_stream_free(stream);
     }
     MacroSegmentation segmentation;
     uint64_t stream = rng_stream("macro", (uint64_t)s->prompt_index, 0);
