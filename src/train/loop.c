@@ -160,6 +160,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     progress_start(&progress, task->name, total_steps, "steps");
     progress.done = s.step;
     progress.quiet = options->quiet;
+    // The starting point's held-out figures, so every run shows what training changed.
+    if (s.step == 0) run_evaluation(task, model, &metrics, 0, options->quiet);
     double tokens_since_log = 0, time_at_log = now_seconds();
     int rc = 0;
     while (s.step < total_steps) {
