@@ -5,7 +5,8 @@
 // (fed dout = R) is compared with central differences (L(x+h) - L(x-h)) / 2h at sampled
 // elements of every input. The kernels are float32, so h is 1e-2 and the tolerance is
 // 2e-3 absolute + 2e-2 relative: enough to catch any wrong term (those are O(1) errors),
-// with margin for float32 rounding in L.
+// with margin for float32 rounding in L. tests/test_ops_f64.c runs the same checks in
+// double precision on the same kernel sources, to 1e-6.
 #include <stdint.h>
 
 #include "core/check.h"
