@@ -397,6 +397,20 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
     return rc;
 }
 
+int model_reload_weights(Model *model, const char *path) {
+    Model saved;
+    ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
+                                .require_value_head = model->has_value_head};
+    if (model_load(&saved, path, &ops_cpu, &options) != 0) return -1;
+    if (saved.table.total != model->table.total) {
+        model_free(&saved);
+        return err_set("saved model does not match this model's shape (%s)", path);
+    }
+    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
+    model_free(&saved);
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Saving
 

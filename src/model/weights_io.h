@@ -26,6 +26,10 @@ typedef struct {
 int model_load(Model *model, const char *path, const OpsBackend *ops,
                const ModelLoadOptions *options);
 
+// Replaces the weights of an existing model by those saved at `path` (same architecture and
+// heads): how a resumed run restores a checkpoint.
+int model_reload_weights(Model *model, const char *path);
+
 // Reads only the config of `path` (folder or .gguf).
 int model_read_config(ModelConfig *cfg, const char *path);
 

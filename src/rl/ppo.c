@@ -532,19 +532,6 @@ static int save(Ppo *p) {
     return rc;
 }
 
-static int reload_into(Model *model, const char *dir, bool lm_head, bool value_head) {
-    Model saved;
-    ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head, .require_value_head = value_head};
-    if (model_load(&saved, dir, &ops_cpu, &options) != 0) return -1;
-    if (saved.table.total != model->table.total) {
-        model_free(&saved);
-        return err_set("checkpoint model does not match (%s)", dir);
-    }
-    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
-    model_free(&saved);
-    return 0;
-}
-
 static double number(json_t *state, const char *key) {
     json_t *v = json_object_get(state, key);
     return json_is_number(v) ? json_number_value(v) : 0;
@@ -560,9 +547,9 @@ static int resume(Ppo *p) {
                      p->prompts.count, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
-    if (rc == 0) rc = reload_into(&p->actor, actor_dir, true, false);
-    if (rc == 0) rc = reload_into(&p->critic, critic_dir, false, true);
-    if (rc == 0 && p->c.ema) rc = reload_into(&p->ema, ema_dir, true, false);
+    if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
+    if (rc == 0) rc = model_reload_weights(&p->critic, critic_dir);
+    if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir);
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
     if (rc == 0) {

@@ -44,21 +44,6 @@ void train_epoch_order(uint64_t seed, long epoch, long n, long *order) {
     }
 }
 
-// Replaces the model's weights by those saved in `dir` (same architecture).
-static int reload_weights(Model *model, const char *dir) {
-    Model saved;
-    ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
-                                .require_value_head = model->has_value_head};
-    if (model_load(&saved, dir, &ops_cpu, &options) != 0) return -1;
-    if (saved.table.total != model->table.total) {
-        model_free(&saved);
-        return err_set("checkpoint does not match the model's shape (%s)", dir);
-    }
-    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
-    model_free(&saved);
-    return 0;
-}
-
 static long state_integer(json_t *state, const char *key, long fallback) {
     json_t *value = json_object_get(state, key);
     return json_is_integer(value) ? (long)json_integer_value(value) : fallback;
@@ -131,7 +116,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && state_integer(state, "num_examples", -1) != n)
                 rc = err_set("checkpoint was made with %ld examples, this run has %ld (%s)",
                              state_integer(state, "num_examples", -1), n, checkpoint);
-            if (rc == 0) rc = reload_weights(model, checkpoint);
+            if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {
                 s.step = state_integer(state, "step", 0);
