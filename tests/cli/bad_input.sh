@@ -8,23 +8,8 @@ bin=${MARLHF_BIN:-build/marlhf}
 tmp=${MARLHF_TEST_TMP:-/tmp}/cli_bad_input
 rm -rf "$tmp" && mkdir -p "$tmp"
 failures=0
+. tests/cli_helpers.sh
 
-# expect_error NAME EXPECTED_SUBSTRING COMMAND...
-expect_error() {
-    local name=$1 expected=$2
-    shift 2
-    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
-    local rc=$? lines
-    lines=$(wc -l < "$tmp/stderr")
-    if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -q '^marlhf: error: ' "$tmp/stderr" &&
-        grep -qF -- "$expected" "$tmp/stderr"; then
-        echo "PASS $name"
-    else
-        echo "FAIL $name (exit $rc, $lines stderr lines, wanted '$expected'):"
-        sed 's/^/    /' "$tmp/stderr" | head -n 5
-        failures=$((failures + 1))
-    fi
-}
 
 ids="$tmp/ids.jsonl"
 echo '{"ids": [1, 2, 3, 4]}' > "$ids"

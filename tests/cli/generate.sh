@@ -9,8 +9,7 @@ tmp=${MARLHF_TEST_TMP:-/tmp}/cli_generate
 rm -rf "$tmp" && mkdir -p "$tmp"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. tests/cli_helpers.sh
 
 # Greedy chat answer: the same text transformers' greedy decoding gives (greedy.json).
 out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 "What is the capital of France?" 2>/dev/null)
@@ -49,13 +48,6 @@ chat=$(printf 'What is the capital of France?\n/reset\nWhat is 2+2?\n' | "$bin" 
 if echo "$chat" | grep -q "The capital of France is Paris." && echo "$chat" | grep -q "4"; then pass chat_turns; else fail chat_turns "$chat"; fi
 
 # Bad input: exit 2, one line naming the problem.
-expect_error() {
-    local name=$1 expected=$2
-    shift 2
-    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
-    local rc=$?
-    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/stderr")" -eq 1 ] && grep -qF -- "$expected" "$tmp/stderr"; then pass "$name"; else fail "$name" "exit $rc: $(head -c 300 "$tmp/stderr")"; fi
-}
 printf '{"prompt": "ok"}\n{"prompt": 5}\n' > "$tmp/bad.jsonl"
 expect_error generate_bad_row "$tmp/bad.jsonl:2" "$bin" generate --model "$model" --input "$tmp/bad.jsonl"
 printf '{"messages": [{"role": "user"}]}\n' > "$tmp/bad_messages.jsonl"

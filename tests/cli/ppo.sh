@@ -11,8 +11,7 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. tests/cli_helpers.sh
 
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --threads 2 2> "$tmp/rm.err" ||
@@ -67,18 +66,18 @@ cmp -s "$tmp/randomized/final/actor/model.safetensors" "$tmp/randomized_seed2/fi
     fail seed_matters "identical" || pass seed_matters
 
 # SIGKILL during the run, then --resume: the same final weights.
-# The kill lands after the first checkpoint, at a random moment of the following work.
-run straight --save-every 1 --max-iterations 8
-"$bin" ppo "${common[@]}" --max-iterations 8 --output "$tmp/killed" --save-every 1 2> /dev/null &
+# The kill lands after a random iteration's checkpoint, while later work is under way.
+run straight --save-every 1 --max-iterations 24 --num-train-epochs 4
+"$bin" ppo "${common[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/killed" --save-every 1 --keep-last 0 2> /dev/null &
 pid=$!
-for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.05; done
-sleep "0.$((RANDOM % 4))"
+k=$((2 + RANDOM % 10)) # kill once iteration k's checkpoint exists: mid-run, whatever the speed
+for _ in $(seq 1200); do [ -d "$tmp/killed/checkpoint-$k" ] && break; sleep 0.02; done
 kill -9 $pid 2> /dev/null
 wait $pid 2> /dev/null
 if [ -d "$tmp/killed/final" ]; then
     fail ppo_killed_mid_run "the run finished before the kill"
 else
-    "$bin" ppo "${common[@]}" --max-iterations 8 --output "$tmp/killed" --save-every 1 --resume 2> "$tmp/killed.err"
+    "$bin" ppo "${common[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/killed" --save-every 1 --resume 2> "$tmp/killed.err"
     cmp -s "$tmp/straight/final/actor/model.safetensors" "$tmp/killed/final/actor/model.safetensors" &&
         pass ppo_resume_bit_identical || fail ppo_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
 fi
@@ -88,13 +87,6 @@ run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-co
     --value-function position
 [ -f "$tmp/extras/final/actor_ema/model.safetensors" ] && pass ema_ptx_adaptive_kl || fail ema_ptx_adaptive_kl "$(tail -n 3 "$tmp/extras.err")"
 
-expect_error() {
-    local name=$1 expected=$2
-    shift 2
-    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
-    local rc=$?
-    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/stderr")" -eq 1 ] && grep -qF -- "$expected" "$tmp/stderr"; then pass "$name"; else fail "$name" "exit $rc: $(head -c 300 "$tmp/stderr")"; fi
-}
 expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
 expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --ngram 0
 expect_error bad_value_function "--value-function" "$bin" ppo "${common[@]}" --output "$tmp/x" --value-function median

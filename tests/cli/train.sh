@@ -10,8 +10,7 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+. tests/cli_helpers.sh
 json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
 
 sft_args=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
@@ -83,13 +82,6 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" "$acc" 
 grep -q '"LlamaForSequenceClassification"' "$tmp/rm_pairwise/final/config.json" && pass rm_saved_as_classifier || fail rm_saved_as_classifier "config"
 
 # --- bad data and options --------------------------------------------------------------
-expect_error() {
-    local name=$1 expected=$2
-    shift 2
-    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
-    local rc=$?
-    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/stderr")" -eq 1 ] && grep -qF -- "$expected" "$tmp/stderr"; then pass "$name"; else fail "$name" "exit $rc: $(head -c 300 "$tmp/stderr")"; fi
-}
 printf '{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n' > "$tmp/missing.jsonl"
 expect_error sft_missing_field "$tmp/missing.jsonl:2" "$bin" sft --model "$model" --data "$tmp/missing.jsonl" --output "$tmp/x1"
 printf '{"prompt": "a", "response": 3}\n' > "$tmp/type.jsonl"
