@@ -4,12 +4,30 @@
 CC      ?= gcc
 SANITIZE ?= 0
 ifeq ($(SANITIZE),1)
-BUILD   := build-asan
+BUILD   ?= build-asan
 OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else
-BUILD   := build
+BUILD   ?= build
 OPT     := -O3 -march=native -g
 endif
+
+# CUDA backend (src/ops/cuda): built whenever nvcc is found, except in the sanitizer
+# build; `make CUDA=0` leaves it out. CI compiles it with -Werror on machines without a
+# GPU, so it cannot rot; `--device cuda` then fails with a clear message at run time.
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(SANITIZE),1)
+CUDA ?= 0
+endif
+ifneq ($(NVCC),)
+CUDA ?= 1
+else
+CUDA ?= 0
+endif
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+# sm_90: the H100/H200. Override with e.g. CUDA_ARCH=sm_80 for an A100.
+CUDA_ARCH ?= sm_90
+NVCCFLAGS := -std=c++20 -O3 -arch=$(CUDA_ARCH) -Isrc -DMARLHF_CUDA -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP
 
 # OpenBLAS, OpenMP build: it shares one thread pool with our own OpenMP kernels
 # (see docs/architecture.md, "Threads"). Debian ships it without a dev symlink.
@@ -20,8 +38,26 @@ CFLAGS  := -std=c17 $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp
            -D_GNU_SOURCE -Isrc -MMD -MP
 LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -llink-grammar -lm -fopenmp
 
+# STATIC_DEPS=1 links OpenBLAS, jansson and PCRE2 statically: the binaries that travel to
+# a GPU machine without those packages (tests/gpu/run.sh).
+ifeq ($(STATIC_DEPS),1)
+LDLIBS  := -Wl,-Bstatic -lopenblas -ljansson -lpcre2-8 -Wl,-Bdynamic -llink-grammar -lgfortran \
+           -lpthread -lm -fopenmp
+endif
+
 LIB_SRC := $(filter-out src/cli/main.c,$(shell find src -name '*.c' | sort))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(CUDA),1)
+CFLAGS  += -DMARLHF_CUDA
+CUDA_SRC := $(sort $(wildcard src/ops/cuda/*.cu))
+LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+endif
+
+# Objects are rebuilt when the flags change (CUDA on/off changes cpu_backend.c).
+FLAGS_STAMP := $(BUILD)/flags.stamp
+FLAGS_NOW := $(CC) $(CFLAGS) CUDA=$(CUDA) $(CUDA_ARCH) STATIC=$(STATIC_DEPS)
+$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 CLI_OBJ := $(BUILD)/src/cli/main.o
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -38,9 +74,13 @@ $(BUILD)/libmarlhf.a: $(LIB_OBJ)
 $(BUILD)/marlhf: $(CLI_OBJ) $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
@@ -48,7 +88,15 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmarlhf.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-tests: $(BUILD)/marlhf $(TEST_BIN)
+# The GPU checks (tests/gpu/run.sh) are built with the CUDA backend but run only on a GPU.
+ifeq ($(CUDA),1)
+GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
+endif
+
+tests: $(BUILD)/marlhf $(TEST_BIN) $(GPU_TEST_BIN)
+
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
 # Debian packages (scripts/setup) and the SmolLM2 model the tests and demo use.
 prerequisites:

@@ -1,13 +1,12 @@
-// One training step (forward + backward + AdamW) of marlhf's engine, for the GPT-2-124M
-// and SmolLM2-135M shapes from random weights, beside this machine's OpenBLAS sgemm rate.
-// bench/run_train_step.sh runs it next to PyTorch doing the same step (bench/torch_train_step.py).
+// One training step (forward + backward + AdamW) of marlhf's engine from random weights.
+// On the CPU (default) for the GPT-2-124M and SmolLM2-135M shapes beside this machine's
+// OpenBLAS sgemm rate; bench/run_train_step.sh runs it next to PyTorch doing the same step
+// (bench/torch_train_step.py). With --device cuda it reports MFU against --peak-tflops
+// (bf16 dense; 790 as measured on an H200); tests/gpu/run.sh runs it next to
+// bench/torch_gpu_train_step.py. FLOPs per token: bench/bench_shapes.h.
 //
-// FLOPs per token use the same formula as the PyTorch script:
-//   6 * (non-embedding params + vocab*hidden)  +  6 * layers * T * (heads * head_dim)
-// (the LM head counted even when tied; causal attention counted at half the square).
-//
-// usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--model gpt2-124m|smollm2-135m|all]
-//                               [--recompute]
+// usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
+//            [--model gpt2-124m|smollm2-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "train/adamw.h"
+#include "bench_shapes.h"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -41,33 +41,21 @@ static double sgemm_gflops(int M, int N, int K) {
     return 2.0 * M * N * K * reps / seconds / 1e9;
 }
 
-static ModelConfig shape(const char *name) {
-    ModelConfig cfg = {0};
-    if (!strcmp(name, "gpt2-124m")) {
-        cfg.family = FAMILY_GPT2;
-        cfg.vocab_size = 50257, cfg.hidden_size = 768, cfg.num_layers = 12, cfg.num_heads = 12;
-        cfg.intermediate_size = 3072, cfg.max_position_embeddings = 1024, cfg.norm_eps = 1e-5f;
-        cfg.tie_word_embeddings = true;
-    } else {
-        cfg.family = FAMILY_LLAMA;
-        cfg.vocab_size = 49152, cfg.hidden_size = 576, cfg.num_layers = 30, cfg.num_heads = 9;
-        cfg.num_kv_heads = 3, cfg.intermediate_size = 1536, cfg.max_position_embeddings = 8192;
-        cfg.norm_eps = 1e-5f, cfg.rope_theta = 100000.0f, cfg.tie_word_embeddings = true;
-    }
-    CHECK(config_finish(&cfg, name) == 0, "%s", err_msg());
-    return cfg;
+static double mean_loss(const float *logp, const int *targets, long N) {
+    double sum = 0;
+    long count = 0;
+    for (long i = 0; i < N; i++)
+        if (targets[i] >= 0) sum -= logp[i], count++;
+    return count ? sum / count : 0.0;
 }
 
-static void run(const char *name, int B, int T, int steps, bool recompute, double sgemm_rate) {
-    ModelConfig cfg = shape(name);
+static void run(const char *name, const OpsBackend *ops, int B, int T, int steps, bool recompute,
+                double sgemm_rate, double peak_tflops) {
+    ModelConfig cfg = bench_shape(name);
     Model model;
-    model_init(&model, &cfg, &ops_cpu, true, false);
+    model_init(&model, &cfg, ops, true, false);
     model.recompute = recompute;
-    for (long i = 0; i < model.table.total; i++)
-        model.params[i] = 0.02f * (2.0f * rng_uniform(1, 0, (uint64_t)i) - 1.0f);
-    for (int i = 0; i < model.table.count; i++) // norm weights to 1
-        if (strstr(model.table.entries[i].name, "norm.weight"))
-            for (long j = 0; j < model.table.entries[i].numel; j++) model.params[model.table.entries[i].offset + j] = 1.0f;
+    bench_random_weights(&model);
     model_enable_grad(&model);
     AdamW opt;
     adamw_init(&opt, &model, adamw_default_config(0.1f));
@@ -79,7 +67,7 @@ static void run(const char *name, int B, int T, int steps, bool recompute, doubl
     for (long i = 0; i < N; i++) dlogp[i] = targets[i] >= 0 ? -1.0f / N : 0.0f;
     ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
 
-    double forward_s = 0, backward_s = 0, optimizer_s = 0;
+    double forward_s = 0, backward_s = 0, optimizer_s = 0, loss_first = 0, loss_last = 0;
     for (int step = -1; step < steps; step++) { // step -1 warms up
         double t0 = now_seconds();
         model_forward(&model, &batch);
@@ -87,19 +75,33 @@ static void run(const char *name, int B, int T, int steps, bool recompute, doubl
         double t1 = now_seconds();
         model_zero_grad(&model);
         model_backward(&model, dlogp, NULL, NULL);
+        ops->synchronize();
         double t2 = now_seconds();
         double norm = grad_global_norm(&model);
         adamw_step(&opt, &model, 1e-4f, grad_clip_coefficient(norm, 1.0f));
+        ops->synchronize();
         double t3 = now_seconds();
         if (step >= 0) forward_s += t1 - t0, backward_s += t2 - t1, optimizer_s += t3 - t2;
+        if (step == steps - 1) loss_last = mean_loss(logp, targets, N);
+        if (step == -1) loss_first = mean_loss(logp, targets, N);
     }
     double step_s = (forward_s + backward_s + optimizer_s) / steps;
-    long long embedding_params = (long long)cfg.vocab_size * cfg.hidden_size +
-                                 (cfg.positions == POSITIONS_LEARNED ? (long long)cfg.max_position_embeddings * cfg.hidden_size : 0);
-    long long nonembedding = model_num_params(&model) - embedding_params;
-    double flops_per_token = 6.0 * (nonembedding + (double)cfg.vocab_size * cfg.hidden_size) +
-                             6.0 * cfg.num_layers * T * (double)(cfg.num_heads * cfg.head_dim);
+    double flops_per_token = bench_flops_per_token(&model, T);
     double gflops = flops_per_token * N / step_s / 1e9;
+    if (ops != &ops_cpu) {
+        printf("{\"impl\": \"marlhf-%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
+               "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
+               "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
+               "\"recompute\": %s, \"flops_per_token\": %.0f}\n",
+               ops->name, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
+               peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
+               loss_first, loss_last, recompute ? "true" : "false", flops_per_token);
+        fflush(stdout);
+        free(tokens), free(targets), free(logp), free(dlogp);
+        adamw_free(&opt);
+        model_free(&model);
+        return;
+    }
     printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"gflops\": %.2f, "
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
@@ -115,21 +117,32 @@ static void run(const char *name, int B, int T, int steps, bool recompute, doubl
 int main(int argc, char **argv) {
     int B = 4, T = 256, steps = 3;
     bool recompute = false;
-    const char *which = "all";
+    const char *which = "all", *device = "cpu";
+    double peak_tflops = 790.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--recompute")) recompute = true;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) peak_tflops = atof(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
+    const OpsBackend *ops = ops_backend_by_name(device);
+    if (!ops) die_from_err();
+    if (ops != &ops_cpu) {
+        if (!strcmp(which, "all")) which = "smollm2-135m";
+        for (char *save = NULL, *item = strtok_r((char *)which, ",", &save); item; item = strtok_r(NULL, ",", &save))
+            run(item, ops, B, T, steps, recompute, 0.0, peak_tflops);
+        return 0;
+    }
     // The rate of the largest matmul shape in the step (an MLP projection at B*T rows).
     double rate = sgemm_gflops(B * T, 3072, 768);
     printf("{\"impl\": \"openblas-sgemm\", \"shape\": \"%d x 3072 x 768\", \"gflops\": %.2f, \"threads\": %d}\n", B * T,
            rate, omp_get_max_threads());
-    if (!strcmp(which, "all") || !strcmp(which, "gpt2-124m")) run("gpt2-124m", B, T, steps, recompute, rate);
-    if (!strcmp(which, "all") || !strcmp(which, "smollm2-135m")) run("smollm2-135m", B, T, steps, recompute, rate);
+    if (!strcmp(which, "all") || !strcmp(which, "gpt2-124m")) run("gpt2-124m", ops, B, T, steps, recompute, rate, 0.0);
+    if (!strcmp(which, "all") || !strcmp(which, "smollm2-135m")) run("smollm2-135m", ops, B, T, steps, recompute, rate, 0.0);
     return 0;
 }

@@ -13,6 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+// The CUDA backend includes this header from C++, which spells "does not return" differently.
+#ifdef __cplusplus
+#define MARLHF_NORETURN [[noreturn]]
+#else
+#define MARLHF_NORETURN _Noreturn
+#endif
+
 // Records the message of the last user error (printf-style). Returns -1 so that
 // `return err_set(...)` reads naturally in functions that return 0 on success.
 int err_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -25,11 +32,11 @@ void cleanup_register(void (*fn)(void));
 
 // Prints "marlhf: error: <message>", runs the registered cleanup and exits 2.
 // For the command-line layer.
-_Noreturn void die_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+MARLHF_NORETURN void die_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints the recorded err_msg() as a user error and exits 2.
-_Noreturn void die_from_err(void);
+MARLHF_NORETURN void die_from_err(void);
 // Prints "marlhf: internal error at file:line: message" and exits 1.
-_Noreturn void die_internal(const char *file, int line, const char *fmt, ...)
+MARLHF_NORETURN void die_internal(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define CHECK(cond, ...)                                        \

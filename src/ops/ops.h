@@ -30,6 +30,9 @@ typedef struct OpsBackend {
     void (*copy_to_device)(void *dst, const void *src, size_t bytes);
     void (*copy_to_host)(void *dst, const void *src, size_t bytes);
     void (*fill_zero)(float *x, long n);
+    // Waits until every op queued so far has finished (a no-op on the CPU). Only timing
+    // needs it: copies to the host already wait for the ops before them.
+    void (*synchronize)(void);
 
     // ---- embeddings ----
     // out[i] = scale * tok_emb[tokens[i]] (+ pos_emb[positions[i]] if pos_emb != NULL)
@@ -132,9 +135,18 @@ typedef struct OpsBackend {
                          float bias_correction1, float bias_correction2, float grad_scale);
     // Sum of squares of x in double precision, accumulated in a fixed order.
     double (*sum_squares)(const float *x, long n);
+    // average = beta * average + (1 - beta) * x  (the EMA of the actor's weights)
+    void (*moving_average)(float *average, const float *x, float beta, long n);
 } OpsBackend;
 
 extern const OpsBackend ops_cpu;
+#ifdef MARLHF_CUDA
+// ops/cuda: present when the build found nvcc. ops_backend_by_name("cuda") opens the GPU.
+extern const OpsBackend ops_cuda;
+int ops_cuda_open(void);
+const char *ops_cuda_device_name(void);
+#endif
 
-// The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in.
+// The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in
+// or (cuda) no usable GPU is present.
 const OpsBackend *ops_backend_by_name(const char *name);

@@ -405,10 +405,8 @@ static void ptx_micro_step(Ppo *p) {
 }
 
 static void ema_update(Ppo *p) {
-    const float beta = (float)p->c.ema_beta;
-    float *ema = p->ema.params;
-    const float *theta = p->actor.params;
-    for (long i = 0; i < p->actor.table.total; i++) ema[i] = beta * ema[i] + (1.0f - beta) * theta[i];
+    p->actor.ops->moving_average(p->ema.params, p->actor.params, (float)p->c.ema_beta,
+                                 p->actor.table.total);
 }
 
 static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainStats *stats) {

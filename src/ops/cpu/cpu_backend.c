@@ -14,6 +14,13 @@ static void cpu_fill_zero(float *x, long n) {
     for (long i = 0; i < n; i++) x[i] = 0.0f;
 }
 
+static void cpu_synchronize(void) {}
+
+static void cpu_moving_average(float *average, const float *x, float beta, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) average[i] = beta * average[i] + (1.0f - beta) * x[i];
+}
+
 static void cpu_add(float *out, const float *a, const float *b, long n) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -31,6 +38,7 @@ const OpsBackend ops_cpu = {
     .copy_to_device = cpu_copy,
     .copy_to_host = cpu_copy,
     .fill_zero = cpu_fill_zero,
+    .synchronize = cpu_synchronize,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .layernorm_forward = cpu_layernorm_forward,
@@ -58,10 +66,19 @@ const OpsBackend ops_cpu = {
     .value_head_backward = cpu_value_head_backward,
     .adamw_update = cpu_adamw_update,
     .sum_squares = cpu_sum_squares,
+    .moving_average = cpu_moving_average,
 };
 
 const OpsBackend *ops_backend_by_name(const char *name) {
     if (strcmp(name, "cpu") == 0) return &ops_cpu;
-    err_set("device '%s' is not available in this build (--device); built-in: cpu", name);
+#ifdef MARLHF_CUDA
+    if (strcmp(name, "cuda") == 0) return ops_cuda_open() == 0 ? &ops_cuda : NULL;
+    err_set("unknown device '%s' (--device): cpu or cuda", name);
+#else
+    if (strcmp(name, "cuda") == 0)
+        err_set("this marlhf was built without CUDA (no nvcc at build time) (--device cuda)");
+    else
+        err_set("unknown device '%s' (--device): cpu (cuda needs a build with nvcc)", name);
+#endif
     return NULL;
 }

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""PyTorch eager peer of the C/CUDA SFT training step (no torch.compile).
+
+One step = forward + causal-LM loss under bf16 autocast (fp32 master weights), backward,
+AdamW step (fused on CUDA), zero_grad(set_to_none=True), on a Llama model built from its
+config with random weights and random [B, T] token ids (labels = inputs). --warmup steps
+are untimed; --steps steps are timed between torch.cuda.synchronize() calls.
+Prints one JSON line on stdout: tokens/s, ms/step, FLOPs/token (see flops_per_token), MFU.
+"""
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+SHAPES = {
+    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
+                    tie_word_embeddings=True, rope_theta=100000.0, max_position_embeddings=8192),
+    "llama1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=32000,
+                    tie_word_embeddings=False, rope_theta=500000.0, max_position_embeddings=8192),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=256, tie_word_embeddings=False,
+                 rope_theta=10000.0, max_position_embeddings=2048),
+}
+
+
+def build_config(shape, attn):
+    return LlamaConfig(**SHAPES[shape], rms_norm_eps=1e-5, attn_implementation=attn,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def flops_per_token(cfg, T):
+    """Training FLOPs per token at sequence length T, the formula of bench/bench_shapes.h:
+    6 * (matmul weights: q, k, v, o, gate, up, down of every layer + the V x C LM head;
+    the embedding lookup is not a matmul) + 6 * layers * heads * head_dim * T (QK^T and PV,
+    causal: half of the square counted)."""
+    C, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    per_layer = C * H * D + 2 * C * KV * D + H * D * C + 3 * C * I
+    matmul_params = L * per_layer + cfg.vocab_size * C
+    return 6 * matmul_params + 6 * L * H * D * T
+
+
+def device_name(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(args, device, result):
+    cfg = build_config(args.shape, args.attn)
+    cfg.use_cache = False
+    with device:  # initialise the weights directly on the device
+        model = LlamaForCausalLM(cfg).float().train()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"# {args.shape}: {n_params:,} parameters ({n_params / 1e6:.1f}M), attn={args.attn}",
+          file=sys.stderr)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0,
+                            **({"fused": True} if device.type == "cuda" else {}))
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device=device)
+    labels = ids.clone()
+
+    def step():
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    losses = [step() for _ in range(args.warmup)]
+    sync(device)
+    t0 = time.perf_counter()
+    losses += [step() for _ in range(args.steps)]
+    sync(device)
+    seconds = time.perf_counter() - t0
+
+    fpt = flops_per_token(cfg, args.seq)
+    tokens_per_s = args.batch * args.seq * args.steps / seconds
+    result.update({
+        "tokens_per_s": round(tokens_per_s, 1),
+        "step_ms": round(1000 * seconds / args.steps, 3),
+        "flops_per_token": fpt,
+        "mfu": float(f"{fpt * tokens_per_s / (args.peak_tflops * 1e12):.4g}"),
+        "loss_first": round(losses[0].item(), 4),
+        "loss_last": round(losses[-1].item(), 4),
+        "peak_mem_gib": (round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                         if device.type == "cuda" else None),
+    })
+    print(f"# ln(vocab) = {math.log(cfg.vocab_size):.4f}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2", help="model shape")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step (B)")
+    ap.add_argument("--seq", type=int, default=1024, help="tokens per sequence (T)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
+                    help="transformers attention implementation")
+    ap.add_argument("--peak-tflops", type=float, default=790.0,
+                    help="peak bf16 dense TFLOP/s for the MFU denominator (H200 measured: 790)")
+    args = ap.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        ap.error("--steps must be >= 1 and --warmup >= 0")
+
+    torch.manual_seed(1234)
+    device = torch.device(args.device)
+    result = {"impl": "pytorch-eager", "shape": args.shape, "batch": args.batch,
+              "seq": args.seq, "steps": args.steps}
+    try:
+        run(args, device, result)
+    except torch.cuda.OutOfMemoryError as e:
+        print(f"# OOM: {e}", file=sys.stderr)
+        result["error"] = "oom"
+    result.update({"torch": torch.__version__, "device_name": device_name(device)})
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+// Causal, padding-aware attention with grouped K/V heads, as matrix products on the
+// tensor cores plus two softmax kernels.
+//
+// Q, K and V arrive as rows [B*T, heads*hd]. They are gathered into head-major bf16
+// copies [B, H, T, hd] (K and V repeated for the heads of their group), so that every
+// product is one strided batch over the B*H (row, head) pairs:
+//   forward:  S = scale Q K^T (fp32, into probs) -> masked softmax -> O = P V
+//   backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
+//             dK = scale dS^T Q
+// Per-head gradients of K and V are then added over the heads of each group in a fixed
+// order (no atomics). The saved probabilities are fp32 [B, H, T, T], as on the CPU; the
+// products read bf16 copies. The upper triangle is computed and masked, not skipped.
+#include <math.h>
+
+#include "ops/cuda/cuda_common.cuh"
+
+// out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16.
+__global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, int B, int T,
+                                           int n_heads, int group, int head_dim) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long total = (long)B * n_heads * T * head_dim;
+    if (i >= total) return;
+    int d = (int)(i % head_dim);
+    long rest = i / head_dim;
+    int t = (int)(rest % T);
+    rest /= T;
+    int h = (int)(rest % n_heads);
+    int b = (int)(rest / n_heads);
+    int width = (n_heads / group) * head_dim;
+    out[i] = __float2bfloat16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
+}
+
+static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int n_heads, int group,
+                                   int head_dim) {
+    long n = (long)B * n_heads * T * head_dim;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
+    gather_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim);
+    CUDA_CHECK_LAUNCH();
+    return out;
+}
+
+// out[b*T + t, g*hd + d] (+)= sum over the `group` heads h of group g of in[b, h, t, d],
+// added in head order.
+__global__ static void scatter_heads_kernel(float *out, const float *in, int B, int T,
+                                            int n_heads, int group, int head_dim, bool accumulate) {
+    int n_out_heads = n_heads / group;
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    long total = (long)B * T * n_out_heads * head_dim;
+    if (i >= total) return;
+    int d = (int)(i % head_dim);
+    long rest = i / head_dim;
+    int g = (int)(rest % n_out_heads);
+    long bt = rest / n_out_heads;
+    int b = (int)(bt / T), t = (int)(bt % T);
+    float sum = 0.0f;
+    for (int r = 0; r < group; r++) {
+        int h = g * group + r;
+        sum += in[(((long)b * n_heads + h) * T + t) * head_dim + d];
+    }
+    out[i] = accumulate ? out[i] + sum : sum;
+}
+
+static void scatter_heads(float *out, const float *in, int B, int T, int n_heads, int group,
+                          int head_dim, bool accumulate) {
+    long n = (long)B * T * (n_heads / group) * head_dim;
+    scatter_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim,
+                                                    accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+
+enum { SOFTMAX_THREADS = 256 };
+
+// One block per query row (b, h, t): probabilities over keys row_start <= j <= t, zero
+// elsewhere; a query before row_start (left padding) gets an all-zero row.
+__global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs16,
+                                             const int *row_start, int n_heads, int T) {
+    long row = blockIdx.x;
+    int t = (int)(row % T);
+    int b = (int)(row / T / n_heads);
+    int start = row_start ? row_start[b] : 0;
+    float *p = probs + row * T;
+    __nv_bfloat16 *p16 = probs16 + row * T;
+    if (t < start) {
+        for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = 0.0f, p16[j] = __float2bfloat16(0.0f);
+        return;
+    }
+    float max_score = -INFINITY;
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) max_score = fmaxf(max_score, p[j]);
+    max_score = block_max(max_score);
+    double sum = 0;
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) sum += expf(p[j] - max_score);
+    float inv_sum = (float)(1.0 / block_sum(sum));
+    for (int j = threadIdx.x; j < T; j += blockDim.x) {
+        float value = j >= start && j <= t ? expf(p[j] - max_score) * inv_sum : 0.0f;
+        p[j] = value;
+        p16[j] = __float2bfloat16(value);
+    }
+}
+
+// dS = P (dP - sum_j P dP) inside the row's window, zero outside; written as bf16.
+__global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const float *dprobs,
+                                               const float *probs, const int *row_start,
+                                               int n_heads, int T) {
+    long row = blockIdx.x;
+    int t = (int)(row % T);
+    int b = (int)(row / T / n_heads);
+    int start = row_start ? row_start[b] : 0;
+    const float *p = probs + row * T, *dp = dprobs + row * T;
+    __nv_bfloat16 *ds = dscores16 + row * T;
+    double dot = 0;
+    if (t >= start)
+        for (int j = start + threadIdx.x; j <= t; j += blockDim.x) dot += (double)p[j] * dp[j];
+    float dotf = (float)block_sum(dot);
+    for (int j = threadIdx.x; j < T; j += blockDim.x) {
+        float value = t >= start && j >= start && j <= t ? p[j] * (dp[j] - dotf) : 0.0f;
+        ds[j] = __float2bfloat16(value);
+    }
+}
+
+void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
+                            const float *v, const int *row_start, int B, int T, int n_heads,
+                            int n_kv_heads, int head_dim) {
+    if (B == 0 || T == 0) return;
+    const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int batch = B * H;
+    const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
+    __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
+    __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
+    __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
+    // probs[t][j] = scale q_t . k_j : column-major (j, t) = K^T Q.
+    cuda_gemm_bf16(true, false, T, T, hd, scale, K, hd, Q, hd, 0.0f, probs, T, batch, head_stride,
+                   head_stride, score_stride);
+    __nv_bfloat16 *P16 = (__nv_bfloat16 *)cuda_scratch(
+        SCRATCH_ATT_P16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
+    masked_softmax_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(probs, P16, row_start, H, T);
+    CUDA_CHECK_LAUNCH();
+    // O[t][d] = sum_j P[t][j] V[j][d] : column-major (d, t) = V(d, j) P^T(j, t).
+    float *O = (float *)cuda_scratch(SCRATCH_ATT_HEADS32, (size_t)batch * head_stride * sizeof(float));
+    cuda_gemm_bf16(false, false, hd, T, T, 1.0f, V, hd, P16, T, 0.0f, O, hd, batch, head_stride,
+                   score_stride, head_stride);
+    scatter_heads(out, O, B, T, H, 1, hd, false);
+}
+
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k, const float *v,
+                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
+                             int head_dim) {
+    if (B == 0 || T == 0) return;
+    const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int batch = B * H;
+    const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
+    __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
+    __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
+    __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
+    __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
+    // The forward's bf16 probabilities may have been overwritten by a later layer.
+    __nv_bfloat16 *P16 = (__nv_bfloat16 *)cuda_scratch(
+        SCRATCH_ATT_P16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
+    cuda_to_bf16(P16, probs, (long)batch * score_stride);
+    float *heads = (float *)cuda_scratch(SCRATCH_ATT_HEADS32, (size_t)batch * head_stride * sizeof(float));
+
+    // dV[j][d] = sum_t P[t][j] dO[t][d] : column-major (d, j) = dO(d, t) P(t, j).
+    cuda_gemm_bf16(false, true, hd, T, T, 1.0f, dO, hd, P16, T, 0.0f, heads, hd, batch,
+                   head_stride, score_stride, head_stride);
+    scatter_heads(dv, heads, B, T, H, group, hd, true);
+
+    // dP[t][j] = dO_t . V_j : column-major (j, t) = V^T dO.
+    float *dP = (float *)cuda_scratch(SCRATCH_ATT_DS32, (size_t)batch * score_stride * sizeof(float));
+    cuda_gemm_bf16(true, false, T, T, hd, 1.0f, V, hd, dO, hd, 0.0f, dP, T, batch, head_stride,
+                   head_stride, score_stride);
+    __nv_bfloat16 *dS = (__nv_bfloat16 *)cuda_scratch(
+        SCRATCH_ATT_DS16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
+    softmax_backward_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(dS, dP, probs, row_start, H, T);
+    CUDA_CHECK_LAUNCH();
+
+    // dQ[t][d] = scale sum_j dS[t][j] K[j][d] : column-major (d, t) = K(d, j) dS^T(j, t).
+    cuda_gemm_bf16(false, false, hd, T, T, scale, K, hd, dS, T, 0.0f, heads, hd, batch,
+                   head_stride, score_stride, head_stride);
+    scatter_heads(dq, heads, B, T, H, 1, hd, true);
+    // dK[j][d] = scale sum_t dS[t][j] Q[t][d] : column-major (d, j) = Q(d, t) dS(t, j).
+    cuda_gemm_bf16(false, true, hd, T, T, scale, Q, hd, dS, T, 0.0f, heads, hd, batch,
+                   head_stride, score_stride, head_stride);
+    scatter_heads(dk, heads, B, T, H, group, hd, true);
+}
+
+// One block per (row, head): scores against the cached keys, softmax, weighted values.
+__global__ static void attention_decode_kernel(float *out, const float *q, const float *k_cache,
+                                               const float *v_cache, const int *row_start,
+                                               int capacity, int length, int n_heads,
+                                               int n_kv_heads, int head_dim, float scale) {
+    extern __shared__ float scores[];
+    int b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+    int kv_head = h / (n_heads / n_kv_heads);
+    int kv_width = n_kv_heads * head_dim;
+    int start = row_start ? row_start[b] : 0;
+    const float *query = q + ((long)b * n_heads + h) * head_dim;
+    const float *keys = k_cache + (long)b * capacity * kv_width + kv_head * head_dim;
+    const float *values = v_cache + (long)b * capacity * kv_width + kv_head * head_dim;
+    float max_score = -INFINITY;
+    for (int j = start + threadIdx.x; j < length; j += blockDim.x) {
+        const float *key = keys + (long)j * kv_width;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; d++) dot += query[d] * key[d];
+        scores[j] = dot * scale;
+        max_score = fmaxf(max_score, scores[j]);
+    }
+    max_score = block_max(max_score);
+    double sum = 0;
+    for (int j = start + threadIdx.x; j < length; j += blockDim.x) {
+        scores[j] = expf(scores[j] - max_score);
+        sum += scores[j];
+    }
+    float inv_sum = (float)(1.0 / block_sum(sum)); // block_sum's barrier publishes scores[]
+    float *o = out + ((long)b * n_heads + h) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = start; j < length; j++) acc += scores[j] * inv_sum * values[(long)j * kv_width + d];
+        o[d] = acc;
+    }
+}
+
+void cuda_attention_decode(float *out, const float *q, const float *k_cache,
+                           const float *v_cache, const int *row_start, int B, int capacity,
+                           int length, int n_heads, int n_kv_heads, int head_dim) {
+    if (B == 0) return;
+    size_t shared = (size_t)length * sizeof(float);
+    if (shared > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    attention_decode_kernel<<<B * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start,
+                                                          capacity, length, n_heads, n_kv_heads,
+                                                          head_dim, 1.0f / sqrtf((float)head_dim));
+    CUDA_CHECK_LAUNCH();
+}

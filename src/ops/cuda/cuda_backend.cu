@@ -1,0 +1,186 @@
+// The CUDA backend's function table, device set-up, memory and scratch buffers.
+#include <string.h>
+
+#include <unordered_map>
+
+#include "ops/cuda/cuda_common.cuh"
+
+static bool device_open = false;
+static cublasLtHandle_t blaslt_handle;
+static void *blaslt_workspace;
+static const size_t blaslt_workspace_bytes = 64u << 20;
+static void *scratch_buffers[SCRATCH_SLOTS];
+static size_t scratch_bytes[SCRATCH_SLOTS];
+// Size of every live allocation, so that freeing one drops the cached weights inside it.
+static std::unordered_map<void *, size_t> allocation_bytes;
+
+cublasLtHandle_t cuda_blaslt(void) { return blaslt_handle; }
+
+void *cuda_blaslt_workspace(size_t *bytes) {
+    *bytes = blaslt_workspace_bytes;
+    return blaslt_workspace;
+}
+
+void *cuda_scratch(int slot, size_t bytes) {
+    if (scratch_bytes[slot] < bytes) {
+        // cudaFree waits for the device, so no running kernel still reads the old buffer.
+        if (scratch_buffers[slot]) CUDA_CHECK(cudaFree(scratch_buffers[slot]));
+        size_t grown = bytes + bytes / 4;
+        CUDA_CHECK(cudaMalloc(&scratch_buffers[slot], grown));
+        scratch_bytes[slot] = grown;
+    }
+    return scratch_buffers[slot];
+}
+
+void cuda_weights_written(const void *ptr, size_t bytes) { cuda_weight_cache_mark_stale(ptr, bytes); }
+
+static void *cuda_alloc(size_t bytes) {
+    if (bytes == 0) bytes = 256;
+    void *ptr = NULL;
+    cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        die_user("out of GPU memory: %.1f MiB asked, %.1f MiB free of %.1f MiB (--device cuda)",
+                 bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0);
+    }
+    CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+    allocation_bytes[ptr] = bytes;
+    return ptr;
+}
+
+static void cuda_free(void *ptr) {
+    if (!ptr) return;
+    auto found = allocation_bytes.find(ptr);
+    CHECK(found != allocation_bytes.end(), "freeing %p, which the CUDA backend did not allocate", ptr);
+    cuda_weight_cache_release(ptr, found->second);
+    allocation_bytes.erase(found);
+    CUDA_CHECK(cudaFree(ptr));
+}
+
+static void cuda_copy_to_device(void *dst, const void *src, size_t bytes) {
+    cuda_weights_written(dst, bytes);
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_copy_to_host(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cuda_fill_zero(float *x, long n) {
+    cuda_weights_written(x, (size_t)n * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), 0));
+}
+
+static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// ---- elementwise ----
+
+__global__ static void add_kernel(float *out, const float *a, const float *b, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ static void accumulate_kernel(float *acc, const float *x, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += x[i];
+}
+
+static void cuda_add(float *out, const float *a, const float *b, long n) {
+    add_kernel<<<grid_for(n, 256), 256>>>(out, a, b, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void cuda_accumulate(float *acc, const float *x, long n) {
+    accumulate_kernel<<<grid_for(n, 256), 256>>>(acc, x, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- copies between row layouts ----
+
+static void cuda_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, int rows,
+                           int width) {
+    cuda_weights_written(dst, (size_t)((rows - 1) * dst_stride + width) * sizeof(float));
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)dst_stride * sizeof(float), src,
+                                 (size_t)src_stride * sizeof(float), (size_t)width * sizeof(float),
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, 0));
+}
+
+static void cuda_cache_write(float *cache, const float *x, int B, int T, int capacity, int slot,
+                             int width) {
+    // Row b's T slots are contiguous in both: one 2-D copy with B rows of T*width floats.
+    CUDA_CHECK(cudaMemcpy2DAsync(cache + (long)slot * width, (size_t)capacity * width * sizeof(float),
+                                 x, (size_t)T * width * sizeof(float),
+                                 (size_t)T * width * sizeof(float), (size_t)B,
+                                 cudaMemcpyDeviceToDevice, 0));
+}
+
+extern "C" const OpsBackend ops_cuda = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_to_device = cuda_copy_to_device,
+    .copy_to_host = cuda_copy_to_host,
+    .fill_zero = cuda_fill_zero,
+    .synchronize = cuda_synchronize,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward = cuda_embedding_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .attention_decode = cuda_attention_decode,
+    .cache_write = cuda_cache_write,
+    .copy_rows = cuda_copy_rows,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .glu_forward = cuda_glu_forward,
+    .glu_backward = cuda_glu_backward,
+    .add = cuda_add,
+    .accumulate = cuda_accumulate,
+    .logprob_forward = cuda_logprob_forward,
+    .logprob_backward = cuda_logprob_backward,
+    .value_head_forward = cuda_value_head_forward,
+    .value_head_backward = cuda_value_head_backward,
+    .adamw_update = cuda_adamw_update,
+    .sum_squares = cuda_sum_squares,
+    .moving_average = cuda_moving_average,
+};
+
+// Opens device 0 (or $CUDA_VISIBLE_DEVICES' first) once. Returns -1 with err_set() when no
+// usable GPU is present, so `--device cuda` on a machine without one is a user error.
+extern "C" int ops_cuda_open(void) {
+    if (device_open) return 0;
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0)
+        return err_set("no CUDA device is available (--device cuda): %s",
+                       status != cudaSuccess ? cudaGetErrorString(status) : "no GPU found");
+    CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 8)
+        return err_set("GPU '%s' has compute capability %d.%d; the CUDA backend needs bf16 "
+                       "tensor cores (8.0 or newer) (--device cuda)",
+                       prop.name, prop.major, prop.minor);
+    CUBLAS_CHECK(cublasLtCreate(&blaslt_handle));
+    CUDA_CHECK(cudaMalloc(&blaslt_workspace, blaslt_workspace_bytes));
+    device_open = true;
+    return 0;
+}
+
+extern "C" const char *ops_cuda_device_name(void) {
+    static cudaDeviceProp prop;
+    static bool known = false;
+    if (!known && device_open) {
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        known = true;
+    }
+    return known ? prop.name : "none";
+}

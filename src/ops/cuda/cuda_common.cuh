@@ -1,0 +1,198 @@
+// Shared pieces of the CUDA backend: error checks, launch helpers, the bf16 scratch
+// buffers and the declarations of every op, one .cu file per concept as in ops/cpu.
+//
+// Memory model: every float buffer the model sees is fp32 in device memory (master
+// weights, activations, gradients). Matrix products convert their operands to bf16 on the
+// fly (weights once, cached until the weights change: matmul.cu) and accumulate in fp32
+// through cuBLASLt. All work goes to one stream (the legacy default stream), so ops run in
+// the order the model calls them and a copy to the host waits for everything before it.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "core/check.h"
+#include "ops/ops.h"
+}
+
+#define CUDA_CHECK(call)                                                                   \
+    do {                                                                                   \
+        cudaError_t cuda_status_ = (call);                                                 \
+        if (cuda_status_ != cudaSuccess)                                                   \
+            die_internal(__FILE__, __LINE__, "CUDA: %s (%s)", cudaGetErrorString(cuda_status_), \
+                         #call);                                                           \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                 \
+    do {                                                                                   \
+        cublasStatus_t cublas_status_ = (call);                                            \
+        if (cublas_status_ != CUBLAS_STATUS_SUCCESS)                                       \
+            die_internal(__FILE__, __LINE__, "cuBLAS status %d (%s)", (int)cublas_status_, #call); \
+    } while (0)
+
+// After every kernel launch: a bad launch configuration is reported where it happened.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+static inline unsigned grid_for(long n, int threads) {
+    long blocks = (n + threads - 1) / threads;
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+// ---- cuda_backend.cu ----
+// The backend's cuBLASLt handle and workspace (created when the device is opened).
+cublasLtHandle_t cuda_blaslt(void);
+void *cuda_blaslt_workspace(size_t *bytes);
+// A scratch buffer of at least `bytes`, one per slot, reused across calls. Growing one
+// waits for the device, so a buffer is never freed under a running kernel.
+enum {
+    SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
+    SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
+    SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
+    SCRATCH_ATT_HEADS32,                                   // fp32 [B,H,T,hd]
+    SCRATCH_PARTIAL,                                       // column-sum partials
+    SCRATCH_REDUCE,                                        // sum_squares partials
+    SCRATCH_INDEX,                                         // embedding backward groups
+    SCRATCH_SLOTS
+};
+void *cuda_scratch(int slot, size_t bytes);
+// Any write to [ptr, ptr+bytes) through the backend: cached bf16 weights there are stale.
+void cuda_weights_written(const void *ptr, size_t bytes);
+
+// Block-wide sum of one value per thread (blockDim.x a multiple of 32, at most 1024).
+// Every thread gets the total. The order of additions is fixed: deterministic.
+template <typename Real> __device__ Real block_sum(Real value) {
+    __shared__ Real warp_sums[32];
+    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    __syncthreads(); // warp_sums may still be read by a previous call
+    if (lane == 0) warp_sums[warp] = value;
+    __syncthreads();
+    Real total = 0;
+    for (int w = 0; w < warps; w++) total += warp_sums[w];
+    return total;
+}
+
+__device__ inline float block_max(float value) {
+    __shared__ float warp_max[32];
+    for (int offset = 16; offset > 0; offset >>= 1)
+        value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0) warp_max[warp] = value;
+    __syncthreads();
+    float total = warp_max[0];
+    for (int w = 1; w < warps; w++) total = fmaxf(total, warp_max[w]);
+    return total;
+}
+
+// Column reduction in a fixed order: out[c] += sum over rows i of term(i, c), where `term`
+// is a functor object with `__device__ float operator()(int i, int c) const`. Rows are cut
+// into chunks of 64; each chunk's sums go to a partial row, then the partial rows are
+// added in order. No atomics, so gradients are bit-identical run to run.
+enum { COLUMN_CHUNK_ROWS = 64 };
+
+template <typename Term>
+__global__ void column_partial_kernel(float *partial, int N, int C, Term term) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int first = blockIdx.y * COLUMN_CHUNK_ROWS;
+    int last = min(first + (int)COLUMN_CHUNK_ROWS, N);
+    float sum = 0.0f;
+    for (int i = first; i < last; i++) sum += term(i, c);
+    partial[(long)blockIdx.y * C + c] = sum;
+}
+
+__global__ void column_total_kernel(float *out, const float *partial, int chunks, int C);
+
+template <typename Term> void column_reduce(float *out, int N, int C, Term term) {
+    int chunks = (N + COLUMN_CHUNK_ROWS - 1) / COLUMN_CHUNK_ROWS;
+    float *partial = (float *)cuda_scratch(SCRATCH_PARTIAL, (size_t)chunks * C * sizeof(float));
+    dim3 grid((C + 255) / 256, chunks);
+    column_partial_kernel<<<grid, 256>>>(partial, N, C, term);
+    CUDA_CHECK_LAUNCH();
+    column_total_kernel<<<(C + 255) / 256, 256>>>(out, partial, chunks, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- bf16.cu ----
+void cuda_to_bf16(__nv_bfloat16 *out, const float *in, long n);
+// Strided rows: out[r*out_ld + c] = in[r*in_ld + c] for c < width.
+void cuda_to_bf16_rows(__nv_bfloat16 *out, long out_ld, const float *in, long in_ld, int rows,
+                       int width);
+
+// ---- matmul.cu ----
+// D[m x n] (column-major, ldd) = alpha * op(A) op(B) + beta * D, A and B bf16, D fp32.
+void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
+                    float *D, int ldd, int batch, long long stride_a, long long stride_b,
+                    long long stride_d);
+// The bf16 copy of a weight matrix, converted on first use and kept until a write through
+// the backend touches the fp32 weights (cuda_weights_written) or their memory is freed.
+const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
+void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
+void cuda_weight_cache_release(const void *ptr, size_t bytes);
+void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                         int N, int IC, int OC);
+void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int IC, int OC);
+
+// ---- embedding.cu ----
+void cuda_embedding_forward(float *out, const int *tokens, const int *positions,
+                            const float *tok_emb, const float *pos_emb, int N, int C, float scale);
+void cuda_embedding_backward(float *d_tok_emb, float *d_pos_emb, const float *dout,
+                             const int *tokens, const int *positions, int N, int C, float scale);
+
+// ---- norm.cu ----
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C, float eps);
+void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int N, int C);
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                          int C, float eps, bool weight_plus_one);
+void cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, const float *rstd, int N, int C,
+                           bool weight_plus_one);
+
+// ---- rope.cu ----
+void cuda_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
+                       float theta);
+void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
+                        float theta);
+
+// ---- attention.cu ----
+void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
+                            const float *v, const int *row_start, int B, int T, int n_heads,
+                            int n_kv_heads, int head_dim);
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k, const float *v,
+                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
+                             int head_dim);
+void cuda_attention_decode(float *out, const float *q, const float *k_cache,
+                           const float *v_cache, const int *row_start, int B, int capacity,
+                           int length, int n_heads, int n_kv_heads, int head_dim);
+
+// ---- activation.cu ----
+void cuda_gelu_forward(float *out, const float *inp, long n);
+void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bool use_gelu);
+void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, long n, bool use_gelu);
+
+// ---- logprob.cu ----
+void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
+                          const float *logits, const int *targets, int N, int V);
+void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
+                           const int *targets, const float *lse, int N, int V);
+void cuda_value_head_forward(float *values, const float *hidden, const float *weight, int N,
+                             int C);
+void cuda_value_head_backward(float *dhidden, float *dweight, const float *dvalues,
+                              const float *hidden, const float *weight, int N, int C);
+
+// ---- optimizer.cu ----
+void cuda_adamw_update(float *params, const float *grads, float *m, float *v, long n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay,
+                       float bias_correction1, float bias_correction2, float grad_scale);
+double cuda_sum_squares(const float *x, long n);
+void cuda_moving_average(float *average, const float *x, float beta, long n);

@@ -1,0 +1,206 @@
+// Linear layers through cuBLASLt: bf16 operands, fp32 accumulation and fp32 outputs.
+//
+// The fp32 master weights are converted to bf16 once and cached by address; the cache
+// entry goes stale when anything writes the fp32 weights through the backend (AdamW, a
+// copy from the host, the EMA), so a weight is converted once per optimizer step and not
+// at all during generation. Activations are converted on every call into scratch.
+//
+// Row-major X[r, c] is column-major X^T, so each product below is written for cuBLAS's
+// column-major convention on the transposed matrices.
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "ops/cuda/cuda_common.cuh"
+
+// ---------------------------------------------------------------------------------------
+// bf16 weight cache
+
+struct CachedWeight {
+    const float *fp32;
+    long n;
+    __nv_bfloat16 *bf16;
+    bool valid;
+};
+static std::vector<CachedWeight> weight_cache;
+
+static bool overlaps(const CachedWeight &w, const void *ptr, size_t bytes) {
+    const char *start = (const char *)w.fp32, *end = start + w.n * sizeof(float);
+    const char *other = (const char *)ptr;
+    return start < other + bytes && other < end;
+}
+
+void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes) {
+    for (CachedWeight &w : weight_cache)
+        if (w.valid && overlaps(w, ptr, bytes)) w.valid = false;
+}
+
+void cuda_weight_cache_release(const void *ptr, size_t bytes) {
+    for (size_t i = 0; i < weight_cache.size();) {
+        if (overlaps(weight_cache[i], ptr, bytes)) {
+            CUDA_CHECK(cudaFree(weight_cache[i].bf16));
+            weight_cache[i] = weight_cache.back();
+            weight_cache.pop_back();
+        } else {
+            i++;
+        }
+    }
+}
+
+const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
+    CachedWeight *entry = NULL;
+    for (CachedWeight &w : weight_cache)
+        if (w.fp32 == weight && w.n == n) entry = &w;
+    if (!entry) {
+        CachedWeight fresh = {weight, n, NULL, false};
+        CUDA_CHECK(cudaMalloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
+        weight_cache.push_back(fresh);
+        entry = &weight_cache.back();
+    }
+    if (!entry->valid) {
+        cuda_to_bf16(entry->bf16, weight, n);
+        entry->valid = true;
+    }
+    return entry->bf16;
+}
+
+// ---------------------------------------------------------------------------------------
+// cuBLASLt plans, one per problem shape and operand alignment
+
+static int alignment_of(const void *ptr) {
+    uintptr_t address = (uintptr_t)ptr;
+    int alignment = 256;
+    while (alignment > 4 && address % alignment) alignment /= 2;
+    return alignment;
+}
+
+struct GemmPlan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+
+typedef std::tuple<int, int, int, int, int, int, int, int, int, long long, long long, long long,
+                   int, int, int>
+    GemmKey;
+static std::map<GemmKey, GemmPlan> gemm_plans;
+
+static cublasLtMatrixLayout_t make_layout(cudaDataType type, int rows, int cols, int ld, int batch,
+                                          long long stride) {
+    cublasLtMatrixLayout_t layout;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+    if (batch > 1) {
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                      &batch, sizeof batch));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+    return layout;
+}
+
+void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
+                    float *D, int ldd, int batch, long long stride_a, long long stride_b,
+                    long long stride_d) {
+    if (m == 0 || n == 0) return;
+    int align_a = alignment_of(A), align_b = alignment_of(B), align_d = alignment_of(D);
+    GemmKey key{trans_a, trans_b, m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d,
+                align_a, align_b, align_d};
+    auto found = gemm_plans.find(key);
+    if (found == gemm_plans.end()) {
+        GemmPlan plan;
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                    sizeof op_a));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                    sizeof op_b));
+        // Stored shapes: A is (m x k) after op, so stored (k x m) when transposed.
+        plan.a = make_layout(CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda, batch, stride_a);
+        plan.b = make_layout(CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb, batch, stride_b);
+        plan.d = make_layout(CUDA_R_32F, m, n, ldd, batch, stride_d);
+
+        cublasLtMatmulPreference_t preference;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+        size_t workspace_bytes;
+        cuda_blaslt_workspace(&workspace_bytes);
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+            sizeof workspace_bytes));
+        uint32_t alignments[3] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d};
+        cublasLtMatmulPreferenceAttributes_t names[3] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 3; i++)
+            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, names[i], &alignments[i],
+                                                              sizeof alignments[i]));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignments[2],
+            sizeof alignments[2]));
+        cublasLtMatmulHeuristicResult_t result;
+        int returned = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cuda_blaslt(), plan.desc, plan.a, plan.b,
+                                                    plan.d, plan.d, preference, 1, &result,
+                                                    &returned));
+        CHECK(returned > 0, "cuBLASLt has no bf16 algorithm for %s%s m=%d n=%d k=%d batch=%d",
+              trans_a ? "T" : "N", trans_b ? "T" : "N", m, n, k, batch);
+        plan.algo = result.algo;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+        found = gemm_plans.emplace(key, plan).first;
+    }
+    const GemmPlan &plan = found->second;
+    size_t workspace_bytes;
+    void *workspace = cuda_blaslt_workspace(&workspace_bytes);
+    CUBLAS_CHECK(cublasLtMatmul(cuda_blaslt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
+                                plan.d, D, plan.d, &plan.algo, workspace, workspace_bytes, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// The backend's linear layer
+
+__global__ static void add_bias_kernel(float *out, const float *bias, long N, int OC) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N * OC) out[i] += bias[i % OC];
+}
+
+static __nv_bfloat16 *activation_bf16(int slot, const float *x, long n) {
+    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
+    cuda_to_bf16(out, x, n);
+    return out;
+}
+
+// out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major
+// terms D(OC x N) = op_T(W stored IC x OC) * inp stored (IC x N).
+void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                         int N, int IC, int OC) {
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+    const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, out, OC, 1, 0, 0, 0);
+    if (bias) {
+        add_bias_kernel<<<grid_for((long)N * OC, 256), 256>>>(out, bias, N, OC);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+struct DoutColumn {
+    const float *dout;
+    int OC;
+    __device__ float operator()(int i, int c) const { return dout[(long)i * OC + c]; }
+};
+
+void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int IC, int OC) {
+    const __nv_bfloat16 *g = activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
+    if (dinp) {
+        // dinp[N, IC] += dout[N, OC] . W[OC, IC]:  D(IC x N) += W stored (IC x OC) * dout stored (OC x N)
+        const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, 1.0f, dinp, IC, 1, 0, 0, 0);
+    }
+    if (dweight) {
+        // dW[OC, IC] += dout^T . inp:  D(IC x OC) += inp stored (IC x N) * op_T(dout stored OC x N)
+        const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_B, inp, (long)N * IC);
+        cuda_gemm_bf16(false, true, IC, OC, N, 1.0f, x, IC, g, OC, 1.0f, dweight, IC, 1, 0, 0, 0);
+    }
+    if (dbias) column_reduce(dbias, N, OC, DoutColumn{dout, OC});
+}

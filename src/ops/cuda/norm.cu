@@ -1,0 +1,138 @@
+// LayerNorm and RMSNorm: one block per row. Row statistics are summed in double, as on
+// the CPU; weight and bias gradients go through column_reduce (fixed order, no atomics).
+#include "ops/cuda/cuda_common.cuh"
+
+enum { NORM_THREADS = 256 };
+
+__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+                                                const float *inp, const float *weight,
+                                                const float *bias, int C, float eps) {
+    long row = blockIdx.x;
+    const float *x = inp + row * C;
+    double sum = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sum += x[c];
+    double mu = block_sum(sum) / C;
+    double var = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) var += (x[c] - mu) * (x[c] - mu);
+    var = block_sum(var) / C;
+    float s = (float)(1.0 / sqrt(var + eps)), m = (float)mu;
+    float *y = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+    if (threadIdx.x == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C, float eps) {
+    if (N == 0) return;
+    layernorm_forward_kernel<<<N, NORM_THREADS>>>(out, mean, rstd, inp, weight, bias, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void layernorm_backward_kernel(float *dinp, const float *dout, const float *inp,
+                                                 const float *weight, const float *mean,
+                                                 const float *rstd, int C) {
+    long row = blockIdx.x;
+    const float *x = inp + row * C, *dy = dout + row * C;
+    float m = mean[row], s = rstd[row];
+    double sum_g = 0, sum_g_xhat = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dy[c] * weight[c];
+        sum_g += g;
+        sum_g_xhat += (double)g * ((x[c] - m) * s);
+    }
+    float mean_g = (float)(block_sum(sum_g) / C);
+    float mean_g_xhat = (float)(block_sum(sum_g_xhat) / C);
+    float *dx = dinp + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float xhat = (x[c] - m) * s;
+        dx[c] += s * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
+    }
+}
+
+struct LayerNormWeightTerm {
+    const float *dout, *inp, *mean, *rstd;
+    int C;
+    __device__ float operator()(int i, int c) const {
+        long at = (long)i * C + c;
+        return dout[at] * (inp[at] - mean[i]) * rstd[i];
+    }
+};
+
+struct ColumnOf {
+    const float *x;
+    int C;
+    __device__ float operator()(int i, int c) const { return x[(long)i * C + c]; }
+};
+
+void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int N, int C) {
+    if (N == 0) return;
+    if (dinp) {
+        layernorm_backward_kernel<<<N, NORM_THREADS>>>(dinp, dout, inp, weight, mean, rstd, C);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dweight) column_reduce(dweight, N, C, LayerNormWeightTerm{dout, inp, mean, rstd, C});
+    if (dbias) column_reduce(dbias, N, C, ColumnOf{dout, C});
+}
+
+__global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
+                                              const float *weight, int C, float eps,
+                                              float offset) {
+    long row = blockIdx.x;
+    const float *x = inp + row * C;
+    double sum_sq = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sum_sq += (double)x[c] * x[c];
+    float s = (float)(1.0 / sqrt(block_sum(sum_sq) / C + eps));
+    float *y = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = x[c] * s * (offset + weight[c]);
+    if (threadIdx.x == 0) rstd[row] = s;
+}
+
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                          int C, float eps, bool weight_plus_one) {
+    if (N == 0) return;
+    rmsnorm_forward_kernel<<<N, NORM_THREADS>>>(out, rstd, inp, weight, C, eps,
+                                                weight_plus_one ? 1.0f : 0.0f);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void rmsnorm_backward_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *weight, const float *rstd, int C,
+                                               float offset) {
+    long row = blockIdx.x;
+    const float *x = inp + row * C, *dy = dout + row * C;
+    float s = rstd[row];
+    double sum_g_xhat = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        sum_g_xhat += (double)dy[c] * (offset + weight[c]) * x[c] * s;
+    float mean_g_xhat = (float)(block_sum(sum_g_xhat) / C);
+    float *dx = dinp + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] += s * (dy[c] * (offset + weight[c]) - x[c] * s * mean_g_xhat);
+}
+
+struct RmsNormWeightTerm {
+    const float *dout, *inp, *rstd;
+    int C;
+    __device__ float operator()(int i, int c) const {
+        long at = (long)i * C + c;
+        return dout[at] * inp[at] * rstd[i];
+    }
+};
+
+void cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, const float *rstd, int N, int C,
+                           bool weight_plus_one) {
+    if (N == 0) return;
+    if (dinp) {
+        rmsnorm_backward_kernel<<<N, NORM_THREADS>>>(dinp, dout, inp, weight, rstd, C,
+                                                     weight_plus_one ? 1.0f : 0.0f);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dweight) column_reduce(dweight, N, C, RmsNormWeightTerm{dout, inp, rstd, C});
+}

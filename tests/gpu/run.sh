@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The CUDA backend checked against the CPU backend, and its speed, in one run on a GPU
+# machine (it needs nothing from the network). Prints one summary line at the end.
+#
+#   1. build/tests/gpu/test_cuda: every op forward and backward against the CPU op on
+#      random inputs (stated tolerances), the fixture models' log-probs, loss and
+#      gradients, generation with the KV cache on the GPU.
+#   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
+#      losses must track (relative difference <= 2e-2).
+#   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda.
+#   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
+#      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
+#      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py).
+#
+# usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench] [--logs DIR]
+#   --bundle: binaries made by tests/gpu/bundle.sh, for a GPU machine without the build
+#             packages; without it the script builds with make (nvcc must be present).
+set -u
+cd "$(dirname "$0")/../.."
+# MARLHF_GPU_TEST_DEVICE=cpu runs steps 2-3 on the CPU: a check of this script itself.
+device=${MARLHF_GPU_TEST_DEVICE:-cuda}
+bundle="" bench=1 logs=tests/tmp/gpu
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bundle) bundle=$2; shift 2 ;;
+        --no-bench) bench=0; shift ;;
+        --logs) logs=$2; shift 2 ;;
+        *) echo "tests/gpu/run.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$logs"
+log="$logs/gpu_checks.log"
+: > "$log"
+say() { echo "$@" | tee -a "$log"; }
+
+if [ -n "$bundle" ]; then
+    root=$(mktemp -d)
+    tar xJf "$bundle" -C "$root" || { say "cannot unpack $bundle"; exit 2; }
+    bin="$root/bundle/bin"
+    export LD_LIBRARY_PATH="$root/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    marlhf="$bin/marlhf" test_cuda="$bin/test_cuda" train_step="$bin/train_step" decode="$bin/decode"
+else
+    make -j"$(nproc)" tests bench > "$logs/build.log" 2>&1 || { say "build failed: see $logs/build.log"; exit 2; }
+    marlhf=build/marlhf test_cuda=build/tests/gpu/test_cuda train_step=build/bench/train_step decode=build/bench/decode
+fi
+# cuBLASLt and the CUDA runtime: the toolkit's, else the ones PyTorch ships.
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13' -printf '%h\n' 2>/dev/null | head -n 3); do
+    [ -d "$dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader >> "$log" 2>&1
+
+passed=0 failed=0
+check() { # check NAME CONDITION-EXIT-STATUS DETAIL
+    if [ "$2" -eq 0 ]; then say "PASS $1 $3"; passed=$((passed + 1)); else say "FAIL $1 $3"; failed=$((failed + 1)); fi
+}
+
+# 1. ops and models
+timeout 300 "$test_cuda" > "$logs/test_cuda.log" 2>&1
+rc=$?
+cat "$logs/test_cuda.log" >> "$log"
+grep -E '^(PASS|FAIL|#)' "$logs/test_cuda.log"
+tests_passed=$(grep -c '^PASS ' "$logs/test_cuda.log")
+tests_failed=$(grep -c '^FAIL ' "$logs/test_cuda.log")
+[ "$rc" -ne 0 ] && [ "$tests_failed" -eq 0 ] && { tests_failed=1; tail -n 5 "$logs/test_cuda.log"; }
+# On a failure, look for bad memory accesses (where compute-sanitizer works).
+if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
+    timeout 240 compute-sanitizer --tool memcheck --print-limit 5 "$test_cuda" > "$logs/memcheck.log" 2>&1
+    grep -E '^=+ (ERROR|Invalid|ERROR SUMMARY)|^========= +at ' "$logs/memcheck.log" | head -n 20 | tee -a "$log"
+fi
+passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
+
+# 2. 20 SFT steps, GPU against CPU
+model=tests/fixtures/models/tiny_chat data=tests/fixtures/train
+tmp=$(mktemp -d) # run folders (models too) stay out of the logs folder
+sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
+     --learning-rate 3e-3 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
+"$marlhf" "${sft[@]}" --device cpu --output "$tmp/sft-cpu" 2>> "$log"
+timeout 120 "$marlhf" "${sft[@]}" --device "$device" --output "$tmp/sft-cuda" 2>> "$log"
+sft_detail=$(python3 - "$tmp/sft-cpu/metrics.jsonl" "$tmp/sft-cuda/metrics.jsonl" <<'PY' 2>&1
+import json, sys
+def losses(path):
+    return [r["train/loss"] for r in map(json.loads, open(path)) if "train/loss" in r]
+cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(g - c) / abs(c) for c, g in zip(cpu, gpu)) if len(cpu) == len(gpu) == 20 else float("inf")
+print(f"steps {len(cpu)}/{len(gpu)} loss {cpu[0]:.4f}->{cpu[-1]:.4f} (cpu) {gpu[0]:.4f}->{gpu[-1]:.4f} (cuda) "
+      f"max rel diff {worst:.2e}")
+sys.exit(0 if worst <= 2e-2 else 1)
+PY
+)
+check sft_20_steps_track_cpu $? "($sft_detail)"
+
+cp "$tmp/sft-cpu/metrics.jsonl" "$logs/sft_cpu_metrics.jsonl" 2> /dev/null
+cp "$tmp/sft-cuda/metrics.jsonl" "$logs/sft_cuda_metrics.jsonl" 2> /dev/null
+
+# 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device
+timeout 120 "$marlhf" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
+    --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --device "$device" 2>> "$log"
+check rm_on_gpu $? ""
+ppo=(ppo --actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
+     --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
+     --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 1 --quiet
+     --termination-condition fixed --ngram 5)
+timeout 180 "$marlhf" "${ppo[@]}" --device "$device" --output "$tmp/ppo-cuda" 2>> "$log"
+rc=$?
+ppo_detail=$(python3 - "$tmp/ppo-cuda/metrics.jsonl" <<'PY' 2>&1
+import json, math, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "train/score" in r]
+keys = ["train/score", "train/kl", "train/value_loss", "train/policy_loss"]
+print(" ".join(f"{k.split('/')[1]}={rows[-1].get(k, float('nan')):.4f}" for k in keys), f"iterations={len(rows)}")
+sys.exit(0 if len(rows) == 3 and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float)) else 1)
+PY
+)
+[ $rc -eq 0 ] && [ -f "$tmp/ppo-cuda/final/actor/model.safetensors" ]
+check ppo_on_gpu $(( $? | $( [[ "$ppo_detail" == *iterations=3* ]] && echo 0 || echo 1 ) )) "($ppo_detail)"
+
+cp "$tmp/ppo-cuda/metrics.jsonl" "$logs/ppo_cuda_metrics.jsonl" 2> /dev/null
+
+# 4. speed, each beside PyTorch eager on the same GPU
+summary_speed=""
+if [ "$bench" = 1 ]; then
+    results="$logs/bench.jsonl"
+    : > "$results"
+    export PYTHONUNBUFFERED=1
+    for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
+        ours=${shape%%:*} theirs=${shape##*:}
+        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 >> "$results" 2>> "$log"
+        timeout 200 python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 --warmup 3 \
+            --device cuda >> "$results" 2>> "$log"
+    done
+    timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
+    for batch in 1 64; do
+        timeout 200 python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch --prompt-len 32 --new-tokens 128 \
+            --device cuda >> "$results" 2>> "$log"
+    done
+    cat "$results" | tee -a "$log"
+    summary_speed=$(python3 - "$results" <<'PY' 2>&1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def find(impl, **kv):
+    for r in rows:
+        if r.get("impl", "").startswith(impl) and all(r.get(k) == v for k, v in kv.items()):
+            return r
+    return {}
+parts = []
+for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
+    m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
+    parts.append(f"{ours} step {m.get('tokens_per_s', 0):.0f} tok/s MFU {100 * m.get('mfu', 0):.1f}% "
+                 f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
+for batch in (1, 64):
+    m, t = find("marlhf-cuda", batch=batch), find("transformers-generate", batch=batch)
+    parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s")
+print("; ".join(parts))
+PY
+)
+fi
+say "gpu checks: $passed passed, $failed failed${summary_speed:+; $summary_speed}"
+[ "$failed" -eq 0 ]

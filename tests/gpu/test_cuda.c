@@ -1,0 +1,542 @@
+// The CUDA backend against the CPU backend (tests/gpu/run.sh runs this on a GPU machine;
+// CI only compiles it). Every op forward and backward on fresh random inputs, then whole
+// models: the fixture transformers' log-probs, loss and gradients, a value head, and
+// generation with the KV cache on the GPU.
+//
+// Error measure: ||gpu - cpu|| / ||cpu|| over the whole output (relative L2). Tolerances:
+//   TOL_FP32 = 1e-5  ops computed in fp32 on both sides (norms, RoPE, softmax rows,
+//                    activations, log-probs, AdamW, ...): only summation order differs.
+//   TOL_BF16 = 1e-2  ops whose products run on bf16 operands (matmul, attention): bf16
+//                    keeps 8 bits of mantissa, 2^-8 = 4e-3 per operand.
+//   TOL_MODEL = 3e-2 a whole model in bf16 products (errors add over layers).
+// Each check prints "# op: error (tolerance)" so the run leaves the measured figures.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../test.h"
+#include "core/check.h"
+#include "gen/generate.h"
+#include "model/model.h"
+#include "model/weights_io.h"
+#include "ops/ops.h"
+
+#define TOL_FP32 1e-5
+#define TOL_BF16 1e-2
+#define TOL_MODEL 3e-2
+
+static const OpsBackend *gpu;
+static const OpsBackend *cpu = &ops_cpu;
+static unsigned long long random_state = 0x9E3779B97F4A7C15ull;
+
+// Fresh uniform values in [lo, hi) for every call (xorshift64*).
+static float random_uniform(float lo, float hi) {
+    random_state ^= random_state >> 12;
+    random_state ^= random_state << 25;
+    random_state ^= random_state >> 27;
+    unsigned long long bits = random_state * 2685821657736338717ull;
+    return lo + (hi - lo) * (float)((bits >> 40) / 16777216.0);
+}
+
+static float *random_host(long n, float scale) {
+    float *x = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (long i = 0; i < n; i++) x[i] = random_uniform(-scale, scale);
+    return x;
+}
+
+static float *copy_host(const float *x, long n) {
+    float *y = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+static void *to_gpu(const void *host, size_t bytes) {
+    void *d = gpu->alloc(bytes);
+    gpu->copy_to_device(d, host, bytes);
+    return d;
+}
+
+static float *gpu_floats(const float *host, long n) { return to_gpu(host, (size_t)n * sizeof(float)); }
+static int *gpu_ints(const int *host, long n) { return to_gpu(host, (size_t)n * sizeof(int)); }
+
+static double relative_error(const float *got, const float *want, long n) {
+    double diff = 0, norm = 0;
+    for (long i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        if (d != d) return INFINITY;
+        diff += d * d;
+        norm += (double)want[i] * want[i];
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+// Copies the GPU buffer back, compares with the CPU result, frees the GPU buffer.
+static void expect_match(const char *what, float *device, const float *want, long n, double tol) {
+    float *got = xmalloc((size_t)n * sizeof(float));
+    gpu->copy_to_host(got, device, (size_t)n * sizeof(float));
+    double error = relative_error(got, want, n);
+    printf("# %-34s %.3e (tolerance %.0e)\n", what, error, tol);
+    EXPECT(error <= tol, "%s: relative error %.3e > %.0e", what, error, tol);
+    free(got);
+    gpu->free(device);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ops
+
+static void test_embedding(void) {
+    const int N = 300, C = 96, V = 50, P = 64;
+    int tokens[300], positions[300];
+    for (int i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * 10), positions[i] = i % P; // many repeats
+    float *tok = random_host((long)V * C, 1), *pos = random_host((long)P * C, 1);
+    float *out = xmalloc((size_t)N * C * sizeof(float));
+    cpu->embedding_forward(out, tokens, positions, tok, pos, N, C, 1.5f);
+    int *d_tokens = gpu_ints(tokens, N), *d_positions = gpu_ints(positions, N);
+    float *d_out = gpu->alloc((size_t)N * C * sizeof(float));
+    gpu->embedding_forward(d_out, d_tokens, d_positions, gpu_floats(tok, (long)V * C), gpu_floats(pos, (long)P * C), N, C, 1.5f);
+    expect_match("embedding_forward", d_out, out, (long)N * C, TOL_FP32);
+
+    float *dout = random_host((long)N * C, 1);
+    float *dtok = random_host((long)V * C, 1), *dpos = random_host((long)P * C, 1); // accumulate onto
+    float *d_dtok = gpu_floats(dtok, (long)V * C), *d_dpos = gpu_floats(dpos, (long)P * C);
+    float *d_dout = gpu_floats(dout, (long)N * C);
+    cpu->embedding_backward(dtok, dpos, dout, tokens, positions, N, C, 1.5f);
+    gpu->embedding_backward(d_dtok, d_dpos, d_dout, d_tokens, d_positions, N, C, 1.5f);
+    expect_match("embedding_backward tokens", d_dtok, dtok, (long)V * C, TOL_FP32);
+    expect_match("embedding_backward positions", d_dpos, dpos, (long)P * C, TOL_FP32);
+    free(tok), free(pos), free(out), free(dout), free(dtok), free(dpos);
+}
+
+static void test_norms(void) {
+    const int N = 130, C = 320;
+    float *x = random_host((long)N * C, 2), *w = random_host(C, 1), *bias = random_host(C, 1);
+    float *dy = random_host((long)N * C, 1);
+    float *d_x = gpu_floats(x, (long)N * C), *d_w = gpu_floats(w, C), *d_b = gpu_floats(bias, C);
+    float *d_dy = gpu_floats(dy, (long)N * C);
+    // LayerNorm
+    float *out = xmalloc((size_t)N * C * 4), *mean = xmalloc(N * 4), *rstd = xmalloc(N * 4);
+    cpu->layernorm_forward(out, mean, rstd, x, w, bias, N, C, 1e-5f);
+    float *d_out = gpu->alloc((size_t)N * C * 4), *d_mean = gpu->alloc(N * 4), *d_rstd = gpu->alloc(N * 4);
+    gpu->layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, 1e-5f);
+    expect_match("layernorm_forward", d_out, out, (long)N * C, TOL_FP32);
+    float *dx = random_host((long)N * C, 1), *dw = random_host(C, 1), *db = random_host(C, 1);
+    float *d_dx = gpu_floats(dx, (long)N * C), *d_dw = gpu_floats(dw, C), *d_db = gpu_floats(db, C);
+    cpu->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    gpu->layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
+    expect_match("layernorm_backward dinp", d_dx, dx, (long)N * C, TOL_FP32);
+    expect_match("layernorm_backward dweight", d_dw, dw, C, TOL_FP32);
+    expect_match("layernorm_backward dbias", d_db, db, C, TOL_FP32);
+    gpu->free(d_mean);
+    // RMSNorm, both weight conventions
+    for (int plus_one = 0; plus_one <= 1; plus_one++) {
+        cpu->rmsnorm_forward(out, rstd, x, w, N, C, 1e-6f, plus_one);
+        d_out = gpu->alloc((size_t)N * C * 4);
+        gpu->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, 1e-6f, plus_one);
+        expect_match(plus_one ? "rmsnorm_forward (1+w)" : "rmsnorm_forward", d_out, out, (long)N * C, TOL_FP32);
+        float *rdx = random_host((long)N * C, 1), *rdw = random_host(C, 1);
+        float *d_rdx = gpu_floats(rdx, (long)N * C), *d_rdw = gpu_floats(rdw, C);
+        cpu->rmsnorm_backward(rdx, rdw, dy, x, w, rstd, N, C, plus_one);
+        gpu->rmsnorm_backward(d_rdx, d_rdw, d_dy, d_x, d_w, d_rstd, N, C, plus_one);
+        expect_match("rmsnorm_backward dinp", d_rdx, rdx, (long)N * C, TOL_FP32);
+        expect_match("rmsnorm_backward dweight", d_rdw, rdw, C, TOL_FP32);
+        free(rdx), free(rdw);
+    }
+    gpu->free(d_x), gpu->free(d_w), gpu->free(d_b), gpu->free(d_dy), gpu->free(d_rstd);
+    free(x), free(w), free(bias), free(dy), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+}
+
+static void test_matmul(void) {
+    // Odd sizes on purpose: no dimension is a multiple of the tile sizes.
+    const int shapes[][3] = {{257, 96, 200}, {3, 64, 1000}, {1, 576, 49}, {1024, 128, 384}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f), *bias = random_host(OC, 1);
+        float *out = xmalloc((size_t)N * OC * 4);
+        cpu->matmul_forward(out, x, w, bias, N, IC, OC);
+        float *d_x = gpu_floats(x, (long)N * IC), *d_w = gpu_floats(w, (long)OC * IC), *d_b = gpu_floats(bias, OC);
+        float *d_out = gpu->alloc((size_t)N * OC * 4);
+        gpu->matmul_forward(d_out, d_x, d_w, d_b, N, IC, OC);
+        char what[64];
+        snprintf(what, sizeof what, "matmul_forward %dx%dx%d", N, IC, OC);
+        expect_match(what, d_out, out, (long)N * OC, TOL_BF16);
+
+        float *dout = random_host((long)N * OC, 1);
+        float *dx = random_host((long)N * IC, 1), *dw = random_host((long)OC * IC, 1), *db = random_host(OC, 1);
+        float *d_dout = gpu_floats(dout, (long)N * OC), *d_dx = gpu_floats(dx, (long)N * IC);
+        float *d_dw = gpu_floats(dw, (long)OC * IC), *d_db = gpu_floats(db, OC);
+        cpu->matmul_backward(dx, dw, db, dout, x, w, N, IC, OC);
+        gpu->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC);
+        expect_match("matmul_backward dinp", d_dx, dx, (long)N * IC, TOL_BF16);
+        expect_match("matmul_backward dweight", d_dw, dw, (long)OC * IC, TOL_BF16);
+        expect_match("matmul_backward dbias", d_db, db, OC, TOL_FP32);
+
+        // The cached bf16 weight must follow a change of the fp32 weight (AdamW here).
+        float *grad = random_host((long)OC * IC, 1), *m = calloc((size_t)OC * IC, 4), *v = calloc((size_t)OC * IC, 4);
+        float *d_grad = gpu_floats(grad, (long)OC * IC), *d_m = gpu_floats(m, (long)OC * IC), *d_v = gpu_floats(v, (long)OC * IC);
+        cpu->adamw_update(w, grad, m, v, (long)OC * IC, 0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
+        gpu->adamw_update(d_w, d_grad, d_m, d_v, (long)OC * IC, 0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
+        cpu->matmul_forward(out, x, w, NULL, N, IC, OC);
+        d_out = gpu->alloc((size_t)N * OC * 4);
+        gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+        expect_match("matmul_forward after weight update", d_out, out, (long)N * OC, TOL_BF16);
+        gpu->free(d_x), gpu->free(d_w), gpu->free(d_b), gpu->free(d_dout), gpu->free(d_grad), gpu->free(d_m), gpu->free(d_v);
+        free(x), free(w), free(bias), free(out), free(dout), free(dx), free(dw), free(db), free(grad), free(m), free(v);
+    }
+}
+
+static void test_rope(void) {
+    const int N = 77, H = 5, D = 64;
+    int positions[77];
+    for (int i = 0; i < N; i++) positions[i] = (i * 37) % 3000;
+    float *x = random_host((long)N * H * D, 1);
+    float *d_x = gpu_floats(x, (long)N * H * D);
+    int *d_pos = gpu_ints(positions, N);
+    cpu->rope_forward(x, positions, N, H, D, 10000.0f);
+    gpu->rope_forward(d_x, d_pos, N, H, D, 10000.0f);
+    expect_match("rope_forward", d_x, x, (long)N * H * D, TOL_FP32);
+    float *dx = random_host((long)N * H * D, 1);
+    float *d_dx = gpu_floats(dx, (long)N * H * D);
+    cpu->rope_backward(dx, positions, N, H, D, 10000.0f);
+    gpu->rope_backward(d_dx, d_pos, N, H, D, 10000.0f);
+    expect_match("rope_backward", d_dx, dx, (long)N * H * D, TOL_FP32);
+    gpu->free(d_pos);
+    free(x), free(dx);
+}
+
+static void test_attention(void) {
+    // Ragged rows (left padding), grouped K/V heads.
+    const int B = 3, T = 37, H = 6, KV = 2, D = 32;
+    const int row_start[3] = {0, 5, 30};
+    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
+    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
+    float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4);
+    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D);
+    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
+    int *d_rs = gpu_ints(row_start, B);
+    float *d_out = gpu->alloc(q_n * 4), *d_probs = gpu->alloc(p_n * 4);
+    gpu->attention_forward(d_out, d_probs, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    expect_match("attention_forward out", d_out, out, q_n, TOL_BF16);
+    float *probs_gpu = xmalloc(p_n * 4);
+    gpu->copy_to_host(probs_gpu, d_probs, p_n * 4);
+    double error = relative_error(probs_gpu, probs, p_n);
+    printf("# %-34s %.3e (tolerance %.0e)\n", "attention_forward probs", error, TOL_BF16);
+    EXPECT(error <= TOL_BF16, "probs: %.3e", error);
+    long masked_nonzero = 0;
+    for (long i = 0; i < p_n; i++) masked_nonzero += probs[i] == 0.0f && probs_gpu[i] != 0.0f;
+    EXPECT(masked_nonzero == 0, "%ld masked probabilities are nonzero on the GPU", masked_nonzero);
+
+    float *dout = random_host(q_n, 1);
+    float *dq = random_host(q_n, 1), *dk = random_host(kv_n, 1), *dv = random_host(kv_n, 1);
+    float *d_dout = gpu_floats(dout, q_n), *d_dq = gpu_floats(dq, q_n), *d_dk = gpu_floats(dk, kv_n), *d_dv = gpu_floats(dv, kv_n);
+    // The CPU backward gets the CPU probabilities, the GPU its own.
+    cpu->attention_backward(dq, dk, dv, dout, probs, q, k, v, row_start, B, T, H, KV, D);
+    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_probs, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    expect_match("attention_backward dq", d_dq, dq, q_n, TOL_BF16);
+    expect_match("attention_backward dk", d_dk, dk, kv_n, TOL_BF16);
+    expect_match("attention_backward dv", d_dv, dv, kv_n, TOL_BF16);
+    // Determinism: the same backward twice from zero gives the same bits.
+    float *zeros = calloc(q_n, 4);
+    float *d_dq2 = gpu_floats(zeros, q_n), *d_dk2 = gpu_floats(zeros, kv_n), *d_dv2 = gpu_floats(zeros, kv_n);
+    float *d_dq3 = gpu_floats(zeros, q_n), *d_dk3 = gpu_floats(zeros, kv_n), *d_dv3 = gpu_floats(zeros, kv_n);
+    gpu->attention_backward(d_dq2, d_dk2, d_dv2, d_dout, d_probs, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    gpu->attention_backward(d_dq3, d_dk3, d_dv3, d_dout, d_probs, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    float *a = xmalloc(kv_n * 4), *b = xmalloc(kv_n * 4);
+    gpu->copy_to_host(a, d_dk2, kv_n * 4);
+    gpu->copy_to_host(b, d_dk3, kv_n * 4);
+    EXPECT(memcmp(a, b, kv_n * 4) == 0, "attention backward is not bit-identical run to run");
+    free(a), free(b), free(zeros);
+    gpu->free(d_dq2), gpu->free(d_dk2), gpu->free(d_dv2), gpu->free(d_dq3), gpu->free(d_dk3), gpu->free(d_dv3);
+    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_rs), gpu->free(d_probs), gpu->free(d_dout);
+    free(q), free(k), free(v), free(out), free(probs), free(probs_gpu), free(dout), free(dq), free(dk), free(dv);
+}
+
+static void test_attention_decode_and_cache(void) {
+    const int B = 4, capacity = 50, length = 41, H = 6, KV = 3, D = 64, T = 3;
+    const int row_start[4] = {0, 7, 40, 12};
+    const long cache_n = (long)B * capacity * KV * D;
+    float *kc = random_host(cache_n, 1), *vc = random_host(cache_n, 1), *q = random_host((long)B * H * D, 1);
+    float *out = xmalloc((size_t)B * H * D * 4);
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+    float *d_kc = gpu_floats(kc, cache_n), *d_vc = gpu_floats(vc, cache_n), *d_q = gpu_floats(q, (long)B * H * D);
+    int *d_rs = gpu_ints(row_start, B);
+    float *d_out = gpu->alloc((size_t)B * H * D * 4);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+    expect_match("attention_decode", d_out, out, (long)B * H * D, TOL_FP32);
+
+    float *x = random_host((long)B * T * KV * D, 1);
+    float *d_x = gpu_floats(x, (long)B * T * KV * D);
+    cpu->cache_write(kc, x, B, T, capacity, 9, KV * D);
+    gpu->cache_write(d_kc, d_x, B, T, capacity, 9, KV * D);
+    expect_match("cache_write", d_kc, kc, cache_n, 0.0);
+    float *rows = random_host(5 * 100, 1), *rows_dst = random_host(5 * 70, 1);
+    float *d_rows = gpu_floats(rows, 500), *d_rows_dst = gpu_floats(rows_dst, 350);
+    cpu->copy_rows(rows_dst, 70, rows + 3, 100, 5, 60);
+    gpu->copy_rows(d_rows_dst, 70, d_rows + 3, 100, 5, 60);
+    expect_match("copy_rows", d_rows_dst, rows_dst, 350, 0.0);
+    gpu->free(d_vc), gpu->free(d_q), gpu->free(d_rs), gpu->free(d_x), gpu->free(d_rows);
+    free(kc), free(vc), free(q), free(out), free(x), free(rows), free(rows_dst);
+}
+
+static void test_activations_and_elementwise(void) {
+    const long n = 100003;
+    float *x = random_host(n, 4), *y = random_host(n, 4), *dy = random_host(n, 1);
+    float *d_x = gpu_floats(x, n), *d_y = gpu_floats(y, n), *d_dy = gpu_floats(dy, n);
+    float *out = xmalloc(n * 4), *d_out = gpu->alloc(n * 4);
+    cpu->gelu_forward(out, x, n);
+    gpu->gelu_forward(d_out, d_x, n);
+    expect_match("gelu_forward", d_out, out, n, TOL_FP32);
+    float *dx = random_host(n, 1);
+    float *d_dx = gpu_floats(dx, n);
+    cpu->gelu_backward(dx, dy, x, n);
+    gpu->gelu_backward(d_dx, d_dy, d_x, n);
+    expect_match("gelu_backward", d_dx, dx, n, TOL_FP32);
+    for (int use_gelu = 0; use_gelu <= 1; use_gelu++) {
+        d_out = gpu->alloc(n * 4);
+        cpu->glu_forward(out, x, y, n, use_gelu);
+        gpu->glu_forward(d_out, d_x, d_y, n, use_gelu);
+        expect_match(use_gelu ? "geglu_forward" : "swiglu_forward", d_out, out, n, TOL_FP32);
+        float *dg = random_host(n, 1), *du = random_host(n, 1);
+        float *d_dg = gpu_floats(dg, n), *d_du = gpu_floats(du, n);
+        cpu->glu_backward(dg, du, dy, x, y, n, use_gelu);
+        gpu->glu_backward(d_dg, d_du, d_dy, d_x, d_y, n, use_gelu);
+        expect_match("glu_backward dgate", d_dg, dg, n, TOL_FP32);
+        expect_match("glu_backward dup", d_du, du, n, TOL_FP32);
+        free(dg), free(du);
+    }
+    d_out = gpu->alloc(n * 4);
+    cpu->add(out, x, y, n);
+    gpu->add(d_out, d_x, d_y, n);
+    expect_match("add", d_out, out, n, 0.0);
+    float *acc = copy_host(y, n);
+    float *d_acc = gpu_floats(acc, n);
+    cpu->accumulate(acc, x, n);
+    gpu->accumulate(d_acc, d_x, n);
+    expect_match("accumulate", d_acc, acc, n, 0.0);
+    float *avg = copy_host(y, n);
+    float *d_avg = gpu_floats(avg, n);
+    cpu->moving_average(avg, x, 0.9f, n);
+    gpu->moving_average(d_avg, d_x, 0.9f, n);
+    expect_match("moving_average", d_avg, avg, n, TOL_FP32);
+    double want = cpu->sum_squares(x, n), got = gpu->sum_squares(d_x, n);
+    printf("# %-34s %.3e (tolerance %.0e)\n", "sum_squares", fabs(got - want) / want, 1e-12);
+    EXPECT(fabs(got - want) <= 1e-12 * want, "sum_squares %.17g vs %.17g", got, want);
+    float *zero = xmalloc(n * 4);
+    for (long i = 0; i < n; i++) zero[i] = 0.0f;
+    gpu->fill_zero(d_x, n);
+    expect_match("fill_zero", d_x, zero, n, 0.0);
+    gpu->free(d_y), gpu->free(d_dy);
+    free(x), free(y), free(dy), free(out), free(dx), free(acc), free(avg), free(zero);
+}
+
+static void test_logprob_and_value_head(void) {
+    const int N = 67, V = 5003, C = 200;
+    float *logits = random_host((long)N * V, 6);
+    int targets[67];
+    for (int i = 0; i < N; i++) targets[i] = i % 9 == 0 ? -1 : (i * 131) % V;
+    logits[5 * V + 17] = logits[5 * V + 4000] = 50.0f; // a tie: the first index wins
+    float *logp = xmalloc(N * 4), *lse = xmalloc(N * 4), *entropy = xmalloc(N * 4);
+    int *top1 = xmalloc(N * 4), *top1_gpu = xmalloc(N * 4);
+    cpu->logprob_forward(logp, lse, top1, entropy, logits, targets, N, V);
+    float *d_logits = gpu_floats(logits, (long)N * V);
+    int *d_targets = gpu_ints(targets, N), *d_top1 = gpu->alloc(N * 4);
+    float *d_logp = gpu->alloc(N * 4), *d_lse = gpu->alloc(N * 4), *d_entropy = gpu->alloc(N * 4);
+    gpu->logprob_forward(d_logp, d_lse, d_top1, d_entropy, d_logits, d_targets, N, V);
+    gpu->copy_to_host(top1_gpu, d_top1, N * 4);
+    EXPECT(memcmp(top1, top1_gpu, N * 4) == 0, "argmax differs");
+    expect_match("logprob_forward logp", d_logp, logp, N, TOL_FP32);
+    expect_match("logprob_forward entropy", d_entropy, entropy, N, TOL_FP32);
+    float *lse_gpu = xmalloc(N * 4);
+    gpu->copy_to_host(lse_gpu, d_lse, N * 4);
+    double error = relative_error(lse_gpu, lse, N);
+    printf("# %-34s %.3e (tolerance %.0e)\n", "logprob_forward lse", error, TOL_FP32);
+    EXPECT(error <= TOL_FP32, "lse %.3e", error);
+
+    float *dlogp = random_host(N, 1), *dentropy = random_host(N, 1);
+    float *d_dlogp = gpu_floats(dlogp, N), *d_dentropy = gpu_floats(dentropy, N);
+    cpu->logprob_backward(logits, dlogp, dentropy, targets, lse, N, V);
+    gpu->logprob_backward(d_logits, d_dlogp, d_dentropy, d_targets, d_lse, N, V);
+    expect_match("logprob_backward", d_logits, logits, (long)N * V, TOL_FP32);
+
+    float *hidden = random_host((long)N * C, 1), *w = random_host(C, 1);
+    float *values = xmalloc(N * 4);
+    cpu->value_head_forward(values, hidden, w, N, C);
+    float *d_hidden = gpu_floats(hidden, (long)N * C), *d_w = gpu_floats(w, C), *d_values = gpu->alloc(N * 4);
+    gpu->value_head_forward(d_values, d_hidden, d_w, N, C);
+    expect_match("value_head_forward", d_values, values, N, TOL_FP32);
+    float *dvalues = random_host(N, 1), *dh = random_host((long)N * C, 1), *dw = random_host(C, 1);
+    float *d_dvalues = gpu_floats(dvalues, N), *d_dh = gpu_floats(dh, (long)N * C), *d_dw = gpu_floats(dw, C);
+    cpu->value_head_backward(dh, dw, dvalues, hidden, w, N, C);
+    gpu->value_head_backward(d_dh, d_dw, d_dvalues, d_hidden, d_w, N, C);
+    expect_match("value_head_backward dhidden", d_dh, dh, (long)N * C, TOL_FP32);
+    expect_match("value_head_backward dweight", d_dw, dw, C, TOL_FP32);
+    gpu->free(d_targets), gpu->free(d_top1), gpu->free(d_lse), gpu->free(d_dlogp), gpu->free(d_dentropy);
+    gpu->free(d_hidden), gpu->free(d_w), gpu->free(d_dvalues);
+    free(logits), free(logp), free(lse), free(entropy), free(top1), free(top1_gpu), free(lse_gpu), free(dlogp);
+    free(dentropy), free(hidden), free(w), free(values), free(dvalues), free(dh), free(dw);
+}
+
+static void test_adamw(void) {
+    const long n = 70001;
+    float *p = random_host(n, 1), *g = random_host(n, 1), *m = random_host(n, 0.1f), *v = random_host(n, 0.1f);
+    for (long i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *d_p = gpu_floats(p, n), *d_g = gpu_floats(g, n), *d_m = gpu_floats(m, n), *d_v = gpu_floats(v, n);
+    cpu->adamw_update(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.5f);
+    gpu->adamw_update(d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.5f);
+    expect_match("adamw_update params", d_p, p, n, TOL_FP32);
+    expect_match("adamw_update m", d_m, m, n, TOL_FP32);
+    expect_match("adamw_update v", d_v, v, n, TOL_FP32);
+    gpu->free(d_g);
+    free(p), free(g), free(m), free(v);
+}
+
+// ---------------------------------------------------------------------------------------
+// Whole models
+
+static const char *fixture_models[] = {"gpt2", "llama", "llama_tied", "qwen2", "gemma"};
+
+static void load_pair(Model *on_cpu, Model *on_gpu, const char *dir, bool value_head) {
+    ModelLoadOptions options = {.with_lm_head = true, .with_value_head = value_head};
+    CHECK(model_load(on_cpu, dir, cpu, &options) == 0, "%s", err_msg());
+    CHECK(model_load(on_gpu, dir, gpu, &options) == 0, "%s", err_msg());
+    if (value_head) { // a random value head, the same on both
+        const ParamEntry *e = NULL;
+        for (int i = 0; i < on_cpu->table.count; i++)
+            if (!strcmp(on_cpu->table.entries[i].name, "score.weight")) e = &on_cpu->table.entries[i];
+        CHECK(e, "no score.weight");
+        float *w = random_host(e->numel, 0.5f);
+        memcpy(on_cpu->params + e->offset, w, e->numel * 4);
+        gpu->copy_to_device(on_gpu->params + e->offset, w, e->numel * 4);
+        free(w);
+    }
+}
+
+static void test_fixture_models(void) {
+    const int B = 3, T = 19;
+    const int row_start[3] = {0, 4, 11};
+    const int row_len[3] = {19, 15, 8};
+    for (size_t k = 0; k < sizeof fixture_models / sizeof fixture_models[0]; k++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", fixture_models[k]);
+        Model mc, mg;
+        load_pair(&mc, &mg, dir, true);
+        model_enable_grad(&mc);
+        model_enable_grad(&mg);
+        const int V = mc.config.vocab_size;
+        long N = (long)B * T;
+        int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
+        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * V) % V;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                bool real = t >= row_start[b] && t + 1 < row_start[b] + row_len[b];
+                targets[b * T + t] = real ? tokens[b * T + t + 1] : -1;
+            }
+        ModelBatch batch = {.B = B, .T = T, .tokens = tokens, .row_start = row_start, .row_len = row_len};
+        float *logp_c = xmalloc(N * 4), *logp_g = xmalloc(N * 4), *ent_c = xmalloc(N * 4), *ent_g = xmalloc(N * 4);
+        float *val_c = xmalloc(N * 4), *val_g = xmalloc(N * 4);
+        model_forward(&mc, &batch);
+        model_forward(&mg, &batch);
+        model_logprobs(&mc, targets, logp_c, NULL, ent_c);
+        model_logprobs(&mg, targets, logp_g, NULL, ent_g);
+        model_values(&mc, val_c);
+        model_values(&mg, val_g);
+        double loss_c = 0, loss_g = 0;
+        int count = 0;
+        for (long i = 0; i < N; i++)
+            if (targets[i] >= 0) loss_c -= logp_c[i], loss_g -= logp_g[i], count++;
+        loss_c /= count, loss_g /= count;
+        double e_logp = relative_error(logp_g, logp_c, N), e_val = relative_error(val_g, val_c, N);
+        double e_ent = relative_error(ent_g, ent_c, N);
+        printf("# %-10s logp %.3e  entropy %.3e  values %.3e  loss %.6f vs %.6f\n", fixture_models[k], e_logp,
+               e_ent, e_val, loss_g, loss_c);
+        EXPECT(e_logp <= TOL_MODEL && e_ent <= TOL_MODEL && e_val <= TOL_MODEL, "%s forward", fixture_models[k]);
+        EXPECT(fabs(loss_g - loss_c) <= 1e-2 * fabs(loss_c), "%s loss %.6f vs %.6f", fixture_models[k], loss_g, loss_c);
+
+        // Backward of mean NLL + 0.1 entropy + 0.5 sum of values.
+        float *dlogp = xmalloc(N * 4), *dent = xmalloc(N * 4), *dval = xmalloc(N * 4);
+        for (long i = 0; i < N; i++) {
+            dlogp[i] = targets[i] >= 0 ? -1.0f / count : 0.0f;
+            dent[i] = targets[i] >= 0 ? 0.1f / count : 0.0f;
+            dval[i] = targets[i] >= 0 ? 0.5f / count : 0.0f;
+        }
+        model_zero_grad(&mc);
+        model_zero_grad(&mg);
+        model_backward(&mc, dlogp, dent, dval);
+        model_backward(&mg, dlogp, dent, dval);
+        float *grads_g = xmalloc((size_t)mg.table.total * 4);
+        gpu->copy_to_host(grads_g, mg.grads, (size_t)mg.table.total * 4);
+        double worst = 0;
+        const char *worst_name = "";
+        for (int i = 0; i < mc.table.count; i++) {
+            const ParamEntry *e = &mc.table.entries[i];
+            double err = relative_error(grads_g + e->offset, mc.grads + e->offset, e->numel);
+            if (err > worst) worst = err, worst_name = e->name;
+        }
+        printf("# %-10s gradients: worst tensor %s %.3e (tolerance %.0e)\n", fixture_models[k], worst_name, worst,
+               TOL_MODEL);
+        EXPECT(worst <= TOL_MODEL, "%s gradient %s: %.3e", fixture_models[k], worst_name, worst);
+        free(tokens), free(targets), free(logp_c), free(logp_g), free(ent_c), free(ent_g), free(val_c), free(val_g);
+        free(dlogp), free(dent), free(dval), free(grads_g);
+        model_free(&mc);
+        model_free(&mg);
+    }
+}
+
+// Greedy generation on the GPU (KV cache in GPU memory): the log-probs it reports for its
+// own tokens agree with a CPU forward over the same tokens.
+static void test_generation_on_gpu(void) {
+    Model mc, mg;
+    load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
+    const int B = 3, new_tokens = 12;
+    int p0[] = {5, 17, 300, 41, 9}, p1[] = {77, 12}, p2[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const int *prompts[] = {p0, p1, p2};
+    int lengths[] = {5, 2, 8};
+    GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = new_tokens};
+    GeneratedRow rows[3];
+    generate(&mg, prompts, lengths, NULL, B, &gen, rows, NULL);
+    double worst = 0;
+    for (int b = 0; b < B; b++) {
+        int T = lengths[b] + rows[b].length;
+        int *tokens = xmalloc(T * 4), *targets = xmalloc(T * 4);
+        memcpy(tokens, prompts[b], lengths[b] * 4);
+        memcpy(tokens + lengths[b], rows[b].tokens, rows[b].length * 4);
+        for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? tokens[t + 1] : -1;
+        float *logp = xmalloc(T * 4);
+        ModelBatch batch = {.B = 1, .T = T, .tokens = tokens};
+        model_forward(&mc, &batch);
+        model_logprobs(&mc, targets, logp, NULL, NULL);
+        for (int j = 0; j < rows[b].length; j++) {
+            double d = fabs(logp[lengths[b] - 1 + j] - rows[b].logprobs[j]);
+            if (d > worst) worst = d;
+        }
+        free(tokens), free(targets), free(logp);
+        generated_row_free(&rows[b]);
+    }
+    printf("# %-34s %.3e (tolerance 5e-2 abs)\n", "generation logprobs vs CPU forward", worst);
+    EXPECT(worst <= 5e-2, "generated log-probs differ from the CPU forward by %.3e", worst);
+    model_free(&mc);
+    model_free(&mg);
+}
+
+int main(void) {
+    gpu = ops_backend_by_name("cuda");
+    if (!gpu) {
+        fprintf(stderr, "test_cuda: %s\n", err_msg());
+        printf("FAIL cuda_device_available\n");
+        return 1;
+    }
+    printf("# device: %s\n", ops_cuda_device_name());
+    RUN(test_embedding);
+    RUN(test_norms);
+    RUN(test_matmul);
+    RUN(test_rope);
+    RUN(test_attention);
+    RUN(test_attention_decode_and_cache);
+    RUN(test_activations_and_elementwise);
+    RUN(test_logprob_and_value_head);
+    RUN(test_adamw);
+    RUN(test_fixture_models);
+    RUN(test_generation_on_gpu);
+    printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
+    TEST_EXIT();
+}
