@@ -7,6 +7,7 @@
 //
 // usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
 //            [--model gpt2-124m|smollm2-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
+//            [--attention fused|unfused]   (cuda: the fused kernels or the unfused reference path)
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -49,6 +50,8 @@ static double mean_loss(const float *logp, const int *targets, long N) {
     return count ? sum / count : 0.0;
 }
 
+static const char *attention_label = "";
+
 static void run(const char *name, const OpsBackend *ops, int B, int T, int steps, bool recompute,
                 double sgemm_rate, double peak_tflops) {
     ModelConfig cfg = bench_shape(name);
@@ -89,11 +92,11 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     double flops_per_token = bench_flops_per_token(&model, T);
     double gflops = flops_per_token * N / step_s / 1e9;
     if (ops != &ops_cpu) {
-        printf("{\"impl\": \"marlhf-%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
+        printf("{\"impl\": \"marlhf-%s%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
                "\"recompute\": %s, \"flops_per_token\": %.0f}\n",
-               ops->name, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
+               ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
                loss_first, loss_last, recompute ? "true" : "false", flops_per_token);
         fflush(stdout);
@@ -119,6 +122,7 @@ int main(int argc, char **argv) {
     bool recompute = false;
     const char *which = "all", *device = "cpu";
     double peak_tflops = 790.0;
+    const char *attention = "fused"; // cuda: fused (default) or unfused
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
@@ -127,11 +131,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--recompute")) recompute = true;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) peak_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
+    if (strcmp(attention, "fused") && strcmp(attention, "unfused")) die_user("--attention: fused or unfused");
+#ifdef MARLHF_CUDA
+    if (ops == &ops_cuda) ops_cuda_use_fused_attention(!strcmp(attention, "fused"));
+    if (ops == &ops_cuda && strcmp(attention, "fused")) attention_label = "-unfused";
+#endif
     if (ops != &ops_cpu) {
         if (!strcmp(which, "all")) which = "smollm2-135m";
         for (char *save = NULL, *item = strtok_r((char *)which, ",", &save); item; item = strtok_r(NULL, ",", &save))

@@ -150,7 +150,7 @@ static void test_attention(void) {
         for (int j = 0; j < c.nh * c.hd; j++) c.R[((long)c.T + t) * c.nh * c.hd + j] = 0.0f;
     attention_loss(&c);
     float *dq = xcalloc(nq, 4), *dk = xcalloc(nkv, 4), *dv = xcalloc(nkv, 4);
-    ops_cpu.attention_backward(dq, dk, dv, c.R, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
+    ops_cpu.attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
                                c.nh, c.nkv, c.hd);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
     check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);

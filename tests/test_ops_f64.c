@@ -37,6 +37,7 @@
 #define cpu_rope_backward f64_rope_backward
 #define cpu_attention_forward f64_attention_forward
 #define cpu_attention_backward f64_attention_backward
+#define cpu_attention_saved_size f64_attention_saved_size
 #define cpu_attention_decode f64_attention_decode
 #define cpu_cache_write f64_cache_write
 #define cpu_copy_rows f64_copy_rows
@@ -197,7 +198,7 @@ static void test_attention(void) {
         for (int j = 0; j < c.nh * c.hd; j++) c.R[((long)c.T + t) * c.nh * c.hd + j] = 0.0f;
     attention_loss(&c);
     double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nkv, sizeof(double)), *dv = xcalloc(nkv, sizeof(double));
-    f64_attention_backward(dq, dk, dv, c.R, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
+    f64_attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
                                c.nh, c.nkv, c.hd);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
     check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);

@@ -29,7 +29,7 @@ typedef struct {
 typedef struct {
     float *attn_norm_out, *attn_norm_mean, *attn_norm_rstd;
     float *q, *k, *v; // after the rotary embedding
-    float *probs;     // [B, n_heads, T, T]
+    float *attention_saved; // the attention backward's saved state (ops.h)
     float *att_out;   // attention output before o_proj
     float *x_mid;     // residual stream after the attention block
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;

@@ -33,7 +33,7 @@ static void activations_free(Model *model) {
         for (int s = 0; s < sets; s++) {
             LayerActivations *la = &a->layers[s];
             float *buffers[] = {la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd,
-                                la->q, la->k, la->v, la->probs, la->att_out, la->x_mid,
+                                la->q, la->k, la->v, la->attention_saved, la->att_out, la->x_mid,
                                 la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd,
                                 la->gate, la->up, la->act};
             for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
@@ -124,7 +124,7 @@ void model_reserve(Model *model, int B, int T) {
         la->q = alloc_floats(ops, N * q_dim);
         la->k = alloc_floats(ops, N * kv_dim);
         la->v = alloc_floats(ops, N * kv_dim);
-        la->probs = alloc_floats(ops, (long)B * cfg->num_heads * T * T);
+        la->attention_saved = alloc_floats(ops, ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim));
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
         la->mlp_norm_out = alloc_floats(ops, N * C);
@@ -216,7 +216,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
                               cache->capacity_T, cache->length + 1, cfg->num_heads,
                               cfg->num_kv_heads, cfg->head_dim);
     else
-        ops->attention_forward(la->att_out, la->probs, la->q, la->k, la->v, a->row_start, B, T,
+        ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     ops->matmul_forward(la->x_mid, la->att_out, w->o_w, w->o_b, (int)N, q_dim, C);
     ops->accumulate(la->x_mid, x_in, N * C);
@@ -424,7 +424,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
     ops->fill_zero(a->dv, N * kv_dim);
-    ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->probs, la->q, la->k, la->v,
+    ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim);
     if (cfg->positions == POSITIONS_ROPE) {

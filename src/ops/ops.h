@@ -75,15 +75,19 @@ typedef struct OpsBackend {
                           float theta);
 
     // ---- attention (causal, padding-aware, GQA) ----
-    // q: [B*T, n_heads*hd]; k, v: [B*T, n_kv_heads*hd]; out: [B*T, n_heads*hd];
-    // probs: [B, n_heads, T, T] softmax probabilities, saved for backward.
-    void (*attention_forward)(float *out, float *probs, const float *q, const float *k,
+    // q: [B*T, n_heads*hd]; k, v: [B*T, n_kv_heads*hd]; out: [B*T, n_heads*hd].
+    // saved: what the backward needs besides q, k, v and out, attention_saved_size()
+    // floats whose meaning is the backend's own: the CPU keeps the softmax probabilities
+    // [B, n_heads, T, T]; the CUDA backend's fused kernels keep one log-sum-exp per row.
+    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim);
+    void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
                               int n_kv_heads, int head_dim);
+    // out is the forward's output for the same inputs.
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
-                               const float *probs, const float *q, const float *k,
-                               const float *v, const int *row_start, int B, int T, int n_heads,
-                               int n_kv_heads, int head_dim);
+                               const float *out, const float *saved, const float *q,
+                               const float *k, const float *v, const int *row_start, int B,
+                               int T, int n_heads, int n_kv_heads, int head_dim);
 
     // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
     // attends to cache slots [row_start[b], length) of its row. The caches are
@@ -145,6 +149,9 @@ extern const OpsBackend ops_cpu;
 extern const OpsBackend ops_cuda;
 int ops_cuda_open(void);
 const char *ops_cuda_device_name(void);
+// The fused attention kernels (default) or the unfused reference path; set before a model
+// sizes its activations (model_reserve asks attention_saved_size).
+void ops_cuda_use_fused_attention(bool enabled);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in

@@ -125,6 +125,8 @@ if [ "$bench" = 1 ]; then
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
         timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 >> "$results" 2>> "$log"
+        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention unfused \
+            >> "$results" 2>> "$log"
         timeout 200 python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 --warmup 3 \
             --device cuda >> "$results" 2>> "$log"
     done
@@ -139,13 +141,15 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def find(impl, **kv):
     for r in rows:
-        if r.get("impl", "").startswith(impl) and all(r.get(k) == v for k, v in kv.items()):
+        if r.get("impl") == impl and all(r.get(k) == v for k, v in kv.items()):
             return r
     return {}
 parts = []
 for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
+    u = find("marlhf-cuda-unfused", model=ours)
     parts.append(f"{ours} step {m.get('tokens_per_s', 0):.0f} tok/s MFU {100 * m.get('mfu', 0):.1f}% "
+                 f"(unfused attention {u.get('tokens_per_s', 0):.0f}) "
                  f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch), find("transformers-generate", batch=batch)

@@ -60,7 +60,12 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 
 // Query heads that share a K/V head all add into its gradient, so the parallel loop runs
 // over (row, K/V head) and the heads of one group are handled in order by one thread.
-void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim) {
+    return (long)B * n_heads * T * T; // the probabilities
+}
+
+// out is not needed here: the saved probabilities carry everything.
+void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                             int head_dim) {

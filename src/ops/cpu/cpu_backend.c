@@ -49,6 +49,7 @@ const OpsBackend ops_cpu = {
     .matmul_backward = cpu_matmul_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
+    .attention_saved_size = cpu_attention_saved_size,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_decode = cpu_attention_decode,

@@ -1,6 +1,12 @@
-// Causal, padding-aware attention with grouped K/V heads, as matrix products on the
-// tensor cores plus two softmax kernels.
+// Causal, padding-aware attention with grouped K/V heads. Two implementations:
+//  - fused (attention_fused.cu), the default for head_dim 16, 32, 64 and 128: the scores
+//    stay on chip and the saved state is one log-sum-exp per query row;
+//  - unfused (this file), for any head_dim and as a reference: matrix products on the
+//    tensor cores plus two softmax kernels, saving the fp32 probabilities.
+// ops_cuda_use_fused_attention(false) selects the unfused path (tests, comparisons); it
+// must be set before a model sizes its activations.
 //
+// The unfused path:
 // Q, K and V arrive as rows [B*T, heads*hd]. They are gathered into head-major bf16
 // copies [B, H, T, hd] (K and V repeated for the heads of their group), so that every
 // product is one strided batch over the B*H (row, head) pairs:
@@ -12,7 +18,17 @@
 // products read bf16 copies. The upper triangle is computed and masked, not skipped.
 #include <math.h>
 
-#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/attention_fused.cuh"
+
+static bool fused_enabled = true;
+
+extern "C" void ops_cuda_use_fused_attention(bool enabled) { fused_enabled = enabled; }
+
+static bool use_fused(int head_dim) { return fused_enabled && cuda_fused_attention_supports(head_dim); }
+
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim) {
+    return use_fused(head_dim) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
+}
 
 // out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16.
 __global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, int B, int T,
@@ -128,6 +144,10 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
+    if (use_fused(hd)) {
+        cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
+        return;
+    }
     // probs[t][j] = scale q_t . k_j : column-major (j, t) = K^T Q.
     cuda_gemm_bf16(true, false, T, T, hd, scale, K, hd, Q, hd, 0.0f, probs, T, batch, head_stride,
                    head_stride, score_stride);
@@ -142,7 +162,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     scatter_heads(out, O, B, T, H, 1, hd, false);
 }
 
-void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                              int head_dim) {
@@ -155,6 +175,11 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
+    if (use_fused(hd)) {
+        cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
+                                      n_kv_heads, T, hd);
+        return;
+    }
     // The forward's bf16 probabilities may have been overwritten by a later layer.
     __nv_bfloat16 *P16 = (__nv_bfloat16 *)cuda_scratch(
         SCRATCH_ATT_P16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));

@@ -133,6 +133,7 @@ extern "C" const OpsBackend ops_cuda = {
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
+    .attention_saved_size = cuda_attention_saved_size,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
     .attention_decode = cuda_attention_decode,

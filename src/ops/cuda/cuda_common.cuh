@@ -50,6 +50,7 @@ enum {
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
     SCRATCH_ATT_HEADS32,                                   // fp32 [B,H,T,hd]
+    SCRATCH_ATT_ROWDOT,                                    // fused backward: dO . O per row
     SCRATCH_PARTIAL,                                       // column-sum partials
     SCRATCH_REDUCE,                                        // sum_squares partials
     SCRATCH_INDEX,                                         // embedding backward groups
@@ -165,7 +166,8 @@ void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
                             int n_kv_heads, int head_dim);
-void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim);
+void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                              int head_dim);
