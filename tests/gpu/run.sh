@@ -10,7 +10,8 @@
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
-#      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py).
+#      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
+#      steps op by op (bench/ops_breakdown.c), fused and unfused attention.
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench] [--logs DIR]
 #   --bundle: binaries made by tests/gpu/bundle.sh, for a GPU machine without the build
@@ -39,9 +40,11 @@ if [ -n "$bundle" ]; then
     bin="$root/bundle/bin"
     export LD_LIBRARY_PATH="$root/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     marlhf="$bin/marlhf" test_cuda="$bin/test_cuda" train_step="$bin/train_step" decode="$bin/decode"
+    ops_breakdown="$bin/ops_breakdown"
 else
     make -j"$(nproc)" tests bench > "$logs/build.log" 2>&1 || { say "build failed: see $logs/build.log"; exit 2; }
     marlhf=build/marlhf test_cuda=build/tests/gpu/test_cuda train_step=build/bench/train_step decode=build/bench/decode
+    ops_breakdown=build/bench/ops_breakdown
 fi
 # cuBLASLt and the CUDA runtime: the toolkit's, else the ones PyTorch ships.
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
@@ -136,6 +139,14 @@ if [ "$bench" = 1 ]; then
             --device cuda >> "$results" 2>> "$log"
     done
     cat "$results" | tee -a "$log"
+    # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
+    for shape in smollm2-135m llama-1b; do
+        for attention in fused unfused; do
+            timeout 120 "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 --attention $attention \
+                >> "$logs/ops_breakdown.jsonl" 2>> "$log"
+        done
+    done
+    grep -h modelled "$logs/ops_breakdown.jsonl" | tee -a "$log"
     summary_speed=$(python3 - "$results" <<'PY' 2>&1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -208,6 +208,7 @@ static void test_rope(void) {
 // (unfused path only: the fused kernels save log-sum-exps), the three input gradients, and
 // the same gradients bit for bit from a second run.
 static void check_attention(bool fused, int B, int T, int H, int KV, int D, const int *row_start) {
+    for (int b = 0; b < B; b++) CHECK(row_start[b] <= T, "row_start %d past T %d", row_start[b], T);
     ops_cuda_use_fused_attention(fused);
     char label[96];
     snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d", fused ? "fused" : "unfused", B, T, H, KV, D);
@@ -285,13 +286,13 @@ static void check_attention(bool fused, int B, int T, int H, int KV, int D, cons
 static void test_attention(void) {
     // Ragged rows (left padding, one row of padding only past a tile), grouped K/V heads,
     // several 64-row tiles with a partial last one.
-    const int starts3[3] = {0, 5, 30}, starts4[4] = {0, 70, 149, 3}, starts2[2] = {0, 2};
+    const int starts3[3] = {0, 5, 30}, starts4[4] = {0, 70, 149, 3}, starts2[2] = {0, 2}, starts_short[3] = {0, 5, 18};
     check_attention(false, 3, 37, 6, 2, 32, starts3);
     check_attention(true, 3, 37, 6, 2, 32, starts3);
     check_attention(true, 4, 150, 8, 2, 64, starts4);
     check_attention(false, 4, 150, 8, 2, 64, starts4);
     check_attention(true, 2, 70, 4, 4, 128, starts2);
-    check_attention(true, 3, 19, 4, 1, 16, starts3 + 0 * 3);
+    check_attention(true, 3, 19, 4, 1, 16, starts_short);
 }
 
 static void test_attention_decode_and_cache(void) {

@@ -1,0 +1,143 @@
+// Where a training step's time goes, op by op: every op of one SFT step of a model shape
+// (bench/bench_shapes.h) timed alone at the step's sizes, then multiplied by how often the
+// step calls it. The sum is a model of the step to set beside bench/train_step's measured
+// time; the gap is what the ops' sequence costs beyond the ops (launch gaps, host syncs,
+// the bf16 weight conversion after each optimizer step, the logits copy).
+//
+// usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
+//                                  [--device cpu|cuda] [--attention fused|unfused] [--reps 5]
+// Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
+// or "tflops"}) and a last line with the modelled total.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_shapes.h"
+#include "core/timer.h"
+#include "ops/ops.h"
+
+static const OpsBackend *ops;
+static int reps = 5;
+static double total_ms;
+
+static float *buffer(long n) {
+    float *host = xmalloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) host[i] = 0.01f * (float)((i * 7919) % 201 - 100);
+    float *device = ops->alloc((size_t)n * sizeof(float));
+    ops->copy_to_device(device, host, (size_t)n * sizeof(float));
+    free(host);
+    return device;
+}
+
+// Runs `call` once to warm up, then `reps` times; reports the mean and its share of a step.
+#define TIME_OP(name, calls, flops, bytes, call)                                                 \
+    do {                                                                                         \
+        call;                                                                                    \
+        ops->synchronize();                                                                      \
+        double t0_ = now_seconds();                                                              \
+        for (int r_ = 0; r_ < reps; r_++) call;                                                  \
+        ops->synchronize();                                                                      \
+        double ms_ = (now_seconds() - t0_) * 1e3 / reps;                                         \
+        total_ms += ms_ * (calls);                                                               \
+        printf("{\"op\": \"%s\", \"calls\": %d, \"ms_per_call\": %.4f, \"ms_per_step\": %.3f", name, \
+               (int)(calls), ms_, ms_ * (calls));                                                 \
+        if ((flops) > 0) printf(", \"tflops\": %.1f", (flops) / ms_ / 1e9);                       \
+        if ((bytes) > 0) printf(", \"gbytes_per_s\": %.0f", (bytes) / ms_ / 1e6);                 \
+        printf("}\n");                                                                           \
+        fflush(stdout);                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    const char *name = "smollm2-135m", *device = "cpu", *attention = "fused";
+    int B = 8, T = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else die_user("unknown argument %s (see the comment at the top of bench/ops_breakdown.c)", argv[i]);
+    }
+    if (B < 1 || T < 2 || reps < 1) die_user("--batch, --seq and --reps must be positive");
+    ops = ops_backend_by_name(device);
+    if (!ops) die_from_err();
+#ifdef MARLHF_CUDA
+    if (ops == &ops_cuda) ops_cuda_use_fused_attention(strcmp(attention, "unfused") != 0);
+#endif
+    ModelConfig cfg = bench_shape(name);
+    CHECK(cfg.family != FAMILY_GPT2, "the breakdown models gated (Llama-family) layers only");
+    const int L = cfg.num_layers, C = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+    const int H = cfg.num_heads, KV = cfg.num_kv_heads, hd = cfg.head_dim;
+    const int qd = H * hd, kvd = KV * hd;
+    const long N = (long)B * T;
+    printf("{\"shape\": \"%s\", \"device\": \"%s\", \"batch\": %d, \"seq\": %d, \"attention\": \"%s\"}\n", name,
+           ops->name, B, T, attention);
+
+    // Four activation-sized buffers, each large enough for the largest operand (N x V logits).
+    const long widest = (long)N * (V > I ? V : I);
+    float *x = buffer(widest), *y = buffer(widest), *z = buffer(widest), *u = buffer(widest);
+    float *w = buffer((long)I * (C > qd ? C : qd));
+    float *w2 = buffer((long)V * C), *stat = buffer(N), *grad_w = buffer((long)V * C);
+    int *tokens_host = xmalloc(N * sizeof(int)), *positions_host = xmalloc(N * sizeof(int));
+    for (long i = 0; i < N; i++) tokens_host[i] = (int)((i * 7919) % V), positions_host[i] = (int)(i % T);
+    int *tokens = ops->alloc(N * sizeof(int)), *positions = ops->alloc(N * sizeof(int));
+    ops->copy_to_device(tokens, tokens_host, N * sizeof(int));
+    ops->copy_to_device(positions, positions_host, N * sizeof(int));
+    int *row_start = ops->alloc((size_t)B * sizeof(int));
+    float *q = buffer(N * qd), *k = buffer(N * kvd), *v = buffer(N * kvd), *att = buffer(N * qd);
+    float *saved = buffer(ops->attention_saved_size(B, T, H, hd));
+    float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
+
+    // One layer's linear layers, forward and backward (dinp + dweight).
+    struct { const char *name; int in, out; } linear[] = {
+        {"matmul q", C, qd}, {"matmul k", C, kvd}, {"matmul v", C, kvd}, {"matmul o", qd, C},
+        {"matmul gate", C, I}, {"matmul up", C, I}, {"matmul down", I, C}};
+    for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
+        char label[64];
+        double flops = 2.0 * N * linear[i].in * linear[i].out;
+        snprintf(label, sizeof label, "%s forward", linear[i].name);
+        TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
+        snprintf(label, sizeof label, "%s backward", linear[i].name);
+        TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out));
+    }
+    double lm_flops = 2.0 * N * C * V;
+    TIME_OP("matmul lm_head forward", 1, lm_flops, 0, ops->matmul_forward(x, y, w2, NULL, (int)N, C, V));
+    TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V));
+
+    double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
+    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd));
+    TIME_OP("attention backward", L, 2 * att_flops, 0,
+            ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd));
+    TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
+            (ops->rope_forward(q, positions, (int)N, H, hd, cfg.rope_theta),
+             ops->rope_forward(k, positions, (int)N, KV, hd, cfg.rope_theta)));
+    TIME_OP("rope backward q+k", L, 0, 8.0 * N * (qd + kvd),
+            (ops->rope_backward(dq, positions, (int)N, H, hd, cfg.rope_theta),
+             ops->rope_backward(dk, positions, (int)N, KV, hd, cfg.rope_theta)));
+    TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
+    TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
+            ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
+    TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
+    TIME_OP("glu backward", L, 0, 28.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
+    TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
+    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (3.0 * I + 2.0 * C + 2 * qd + 2 * kvd),
+            (ops->fill_zero(z, N * I), ops->fill_zero(y, N * I), ops->fill_zero(x, N * I), ops->fill_zero(u, N * C),
+             ops->fill_zero(dq, N * qd), ops->fill_zero(dk, N * kvd), ops->fill_zero(dv, N * kvd)));
+    TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
+    TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
+            ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));
+    TIME_OP("logprob forward", 1, 0, 8.0 * N * V, ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
+    TIME_OP("logprob backward", 1, 0, 8.0 * N * V, ops->logprob_backward(x, stat, NULL, tokens, z, (int)N, V));
+    // The optimizer over every parameter: AdamW and the gradient norm.
+    Model model;
+    model_init(&model, &cfg, ops, true, false);
+    long P = model.table.total;
+    model_free(&model);
+    float *params = buffer(P), *grads = buffer(P), *m = buffer(P), *vv = buffer(P);
+    TIME_OP("adamw", 1, 0, 28.0 * P,
+            ops->adamw_update(params, grads, m, vv, P, 1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f));
+    TIME_OP("sum_squares (grad norm)", 2, 0, 4.0 * P, (void)ops->sum_squares(grads, P));
+    printf("{\"modelled_step_ms\": %.2f, \"note\": \"sum of the ops above; compare bench/train_step step_ms\"}\n", total_ms);
+    return 0;
+}
