@@ -13,18 +13,20 @@
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
 #      steps op by op (bench/ops_breakdown.c), fused and unfused attention.
 #
-# usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench] [--logs DIR]
+# usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR]
+#   --quick-bench: only the fused-attention steps beside PyTorch, and one breakdown.
 #   --bundle: binaries made by tests/gpu/bundle.sh, for a GPU machine without the build
 #             packages; without it the script builds with make (nvcc must be present).
 set -u
 cd "$(dirname "$0")/../.."
 # MARLHF_GPU_TEST_DEVICE=cpu runs steps 2-3 on the CPU: a check of this script itself.
 device=${MARLHF_GPU_TEST_DEVICE:-cuda}
-bundle="" bench=1 logs=tests/tmp/gpu
+bundle="" bench=1 quick=0 logs=tests/tmp/gpu
 while [ $# -gt 0 ]; do
     case "$1" in
         --bundle) bundle=$2; shift 2 ;;
         --no-bench) bench=0; shift ;;
+        --quick-bench) quick=1; shift ;;
         --logs) logs=$2; shift 2 ;;
         *) echo "tests/gpu/run.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -128,20 +130,22 @@ if [ "$bench" = 1 ]; then
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
         timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 >> "$results" 2>> "$log"
-        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention unfused \
-            >> "$results" 2>> "$log"
+        [ "$quick" = 1 ] || timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
+            --attention unfused >> "$results" 2>> "$log"
         timeout 200 python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 --warmup 3 \
             --device cuda >> "$results" 2>> "$log"
     done
-    timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
+    [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
     for batch in 1 64; do
-        timeout 200 python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch --prompt-len 32 --new-tokens 128 \
+        [ "$quick" = 1 ] || timeout 200 python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch --prompt-len 32 --new-tokens 128 \
             --device cuda >> "$results" 2>> "$log"
     done
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
-    for shape in smollm2-135m llama-1b; do
-        for attention in fused unfused; do
+    shapes="smollm2-135m llama-1b" attentions="fused unfused"
+    [ "$quick" = 1 ] && shapes=llama-1b attentions=fused
+    for shape in $shapes; do
+        for attention in $attentions; do
             timeout 120 "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 --attention $attention \
                 >> "$logs/ops_breakdown.jsonl" 2>> "$log"
         done
