@@ -46,13 +46,10 @@ __global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, 
     out[i] = __float2bfloat16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
 }
 
-// The copy is followed by 64 zero rows: the fused kernels read whole 64-row tiles, and a
-// tile of the last head may run past its T rows (masked, but it must hold finite values).
 static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int n_heads, int group,
                                    int head_dim) {
-    long n = (long)B * n_heads * T * head_dim, tail = 64L * head_dim;
-    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)(n + tail) * sizeof(__nv_bfloat16));
-    CUDA_CHECK(cudaMemsetAsync(out + n, 0, (size_t)tail * sizeof(__nv_bfloat16), 0));
+    long n = (long)B * n_heads * T * head_dim;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
     gather_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim);
     CUDA_CHECK_LAUNCH();
     return out;
