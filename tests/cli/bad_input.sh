@@ -67,6 +67,19 @@ expect_error bad_integer "--batch-size" "$bin" logprobs --model "$llama" --input
 expect_error missing_required "--input" "$bin" logprobs --model "$llama"
 expect_error unknown_command "frobnicate" "$bin" frobnicate
 expect_error unknown_device "--device" "$bin" logprobs --model "$llama" --input "$ids" --device tpu
+# --device cuda: without a usable GPU (or without nvcc at build time) a one-line user error;
+# where a GPU is present the command must run and agree with the CPU.
+if "$bin" logprobs --model "$llama" --input "$ids" --device cuda > "$tmp/cuda.out" 2> "$tmp/cuda.err"; then
+    "$bin" logprobs --model "$llama" --input "$ids" > "$tmp/cpu.out" 2> /dev/null
+    python3 - "$tmp/cpu.out" "$tmp/cuda.out" <<'PY' && pass device_cuda_matches_cpu || fail device_cuda_matches_cpu "log-probs differ"
+import json, sys
+cpu, gpu = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+a, b = cpu["logprobs"], gpu["logprobs"]
+sys.exit(0 if len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) < 0.05 else 1)
+PY
+else
+    expect_error device_cuda_unavailable "--device cuda" "$bin" logprobs --model "$llama" --input "$ids" --device cuda
+fi
 echo '{"batch_size": "many"}' > "$tmp/config.json"
 expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"
 
