@@ -16,6 +16,7 @@ static const Command commands[] = {
     {"sft", cmd_sft, "supervised fine-tuning on prompt/response data (step 1)"},
     {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)"},
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)"},
+    {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage"},
     {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
     {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder"},

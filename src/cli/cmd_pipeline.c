@@ -1,0 +1,166 @@
+// marlhf pipeline: SFT -> reward model -> PPO from one config file, like DeepSpeed-Chat's
+// e2e_rlhf.py, resumable at any step.
+//
+// The file is a JSON object:
+//   {"output": "runs/austen", "model": "models/base.gguf",        (required)
+//    "device": "cpu", "threads": 2, "seed": 1234, "quiet": false,  (optional, given to every stage)
+//    "sft": {...}, "rm": {...}, "ppo": {...}}                      (each stage's own options)
+// A stage object holds the options of `marlhf sft|rm|ppo` under their --long names. The
+// pipeline wires the stages together: sft trains `model` into OUTPUT/sft, rm starts from
+// OUTPUT/sft/final into OUTPUT/rm, ppo takes OUTPUT/sft/final as actor and reference and
+// OUTPUT/rm/final as reward model (and critic) into OUTPUT/ppo. A stage object may set
+// "model", "actor-model", "reward-model" or "output" itself; later stages then follow it.
+//
+// Each stage runs as its own process (this binary, `marlhf <stage> --config
+// OUTPUT/<stage>.json --resume ...`). A stage whose final/ folder exists is finished and
+// skipped; an interrupted stage resumes from its newest checkpoint (give it --save-every in
+// its options for that); a failed stage stops the pipeline with the stage's exit status.
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/check.h"
+#include "io/fs.h"
+
+static const char *stage_names[] = {"sft", "rm", "ppo"};
+static const char *shared_keys[] = {"device", "threads", "seed", "quiet"};
+
+// The string value of `key` in `object`, or `fallback` when absent. A present non-string
+// value is a user error naming the file.
+static const char *string_or(json_t *object, const char *key, const char *fallback, const char *where,
+                             const char *file) {
+    json_t *value = json_object_get(object, key);
+    if (!value) return fallback;
+    if (!json_is_string(value)) die_user("\"%s\" in %s must be a string (%s)", key, where, file);
+    return json_string_value(value);
+}
+
+static void check_top_level(json_t *root, const char *file) {
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        bool known = !strcmp(key, "output") || !strcmp(key, "model");
+        for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) known |= !strcmp(key, stage_names[i]);
+        for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) known |= !strcmp(key, shared_keys[i]);
+        if (!known)
+            die_user("unknown key \"%s\" in %s (output, model, device, threads, seed, quiet, sft, rm, ppo)", key, file);
+    }
+    for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) {
+        json_t *stage = json_object_get(root, stage_names[i]);
+        if (!stage) die_user("%s has no \"%s\" stage (the pipeline runs sft, rm and ppo)", file, stage_names[i]);
+        if (!json_is_object(stage)) die_user("\"%s\" in %s must be an object of its options", stage_names[i], file);
+    }
+    if (!json_object_get(root, "output")) die_user("%s has no \"output\" (the run folder)", file);
+    if (!json_object_get(root, "model")) die_user("%s has no \"model\" (the base model for SFT)", file);
+}
+
+// Runs argv[0..] as a child process and returns its exit status (128 + signal if killed).
+static int run_stage(char *const *argv) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) die_user("cannot start a process for stage %s: %s", argv[1], strerror(errno));
+    if (pid == 0) {
+        execv(argv[0], argv);
+        fprintf(stderr, "marlhf: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) die_user("waiting for stage %s: %s", argv[1], strerror(errno));
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int cmd_pipeline(int argc, char **argv) {
+    bool dry_run = false;
+    Option options[] = {
+        {"dry-run", "dry_run", OPT_BOOL, &dry_run, "print each stage's command instead of running it", false, false},
+    };
+    const char *positional[1];
+    OptionSet set = {"pipeline",
+                     "SFT, reward model and PPO from one JSON file, each stage resumed or skipped when run again.",
+                     "marlhf pipeline PIPELINE.json [--dry-run]", options, sizeof options / sizeof options[0],
+                     positional, 1, 0};
+    options_parse(&set, argc, argv);
+    if (set.num_positional != 1) die_user("give the pipeline file: marlhf pipeline PIPELINE.json (--help)");
+    const char *file = positional[0];
+
+    json_error_t error;
+    json_t *root = json_load_file(file, 0, &error);
+    if (!root) die_user("%s:%d:%d: %s", file, error.line, error.column, error.text);
+    if (!json_is_object(root)) die_user("%s must hold a JSON object", file);
+    check_top_level(root, file);
+    const char *output = string_or(root, "output", NULL, "the pipeline", file);
+    const char *base_model = string_or(root, "model", NULL, "the pipeline", file);
+    if (!dry_run && fs_mkdir_p(output) != 0) die_from_err();
+
+    char self[4096];
+    ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (length <= 0) die_user("cannot find this program's path (/proc/self/exe): %s", strerror(errno));
+    self[length] = '\0';
+
+    // Where each stage's result is, as the later stages see it.
+    char *sft_final = NULL, *rm_final = NULL, *ppo_out = NULL;
+    for (size_t s = 0; s < sizeof stage_names / sizeof stage_names[0]; s++) {
+        const char *name = stage_names[s];
+        json_t *stage = json_deep_copy(json_object_get(root, name));
+        for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) {
+            json_t *value = json_object_get(root, shared_keys[i]);
+            if (value && !json_object_get(stage, shared_keys[i])) json_object_set(stage, shared_keys[i], value);
+        }
+        char *default_out = fs_join(output, name);
+        const char *stage_out = string_or(stage, "output", default_out, name, file);
+        json_object_set_new(stage, "output", json_string(stage_out));
+        char *final_dir = fs_join(stage_out, "final");
+        // The wiring: which model each stage starts from.
+        if (!strcmp(name, "sft")) {
+            if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(base_model));
+        } else if (!strcmp(name, "rm")) {
+            if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(sft_final));
+        } else {
+            if (!json_object_get(stage, "actor-model")) json_object_set_new(stage, "actor-model", json_string(sft_final));
+            if (!json_object_get(stage, "reward-model")) json_object_set_new(stage, "reward-model", json_string(rm_final));
+        }
+
+        char *config_name = xmalloc(strlen(name) + 8);
+        sprintf(config_name, "%s.json", name);
+        char *config_path = fs_join(output, config_name);
+        char *argv_stage[] = {self, (char *)name, "--config", config_path, "--resume", NULL};
+        // final/ is written atomically (io/fs.h): its presence means the stage finished.
+        char *final_config = fs_join(final_dir, strcmp(name, "ppo") ? "config.json" : "actor/config.json");
+        if (fs_is_file(final_config)) {
+            fprintf(stderr, "pipeline: %s already finished (%s), skipped\n", name, final_dir);
+        } else if (dry_run) {
+            char *text = json_dumps(stage, JSON_COMPACT | JSON_SORT_KEYS);
+            printf("%s %s --config %s --resume    # %s = %s\n", self, name, config_path, config_path, text);
+            free(text);
+        } else {
+            char *text = json_dumps(stage, JSON_INDENT(2) | JSON_SORT_KEYS);
+            if (fs_write_file_atomic(config_path, text, strlen(text)) != 0) die_from_err();
+            free(text);
+            fprintf(stderr, "pipeline: %s -> %s\n", name, stage_out);
+            int status = run_stage(argv_stage);
+            if (status != 0) {
+                fprintf(stderr, "marlhf: error: pipeline stopped: stage %s exited with status %d; finished stages "
+                                "are kept, run the pipeline again to continue (%s)\n", name, status, file);
+                return status == 2 ? 2 : 1;
+            }
+        }
+        if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);
+        if (!strcmp(name, "rm")) rm_final = xstrdup(final_dir);
+        if (!strcmp(name, "ppo")) ppo_out = xstrdup(stage_out);
+        free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out);
+        json_decref(stage);
+    }
+    if (!dry_run) fprintf(stderr, "pipeline: done; the policy is in %s/final/actor\n", ppo_out);
+    free(sft_final), free(rm_final), free(ppo_out);
+    json_decref(root);
+    return 0;
+}
