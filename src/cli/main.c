@@ -18,6 +18,7 @@ static const Command commands[] = {
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)"},
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage"},
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)"},
+    {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after"},
     {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
     {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder"},
