@@ -18,6 +18,7 @@ static const Command commands[] = {
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)"},
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage"},
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)"},
+    {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)"},
     {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after"},
     {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
