@@ -36,13 +36,13 @@ BLAS_LIBS    := -L$(OPENBLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_DIR)
 
 CFLAGS  := -std=c17 $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
            -D_GNU_SOURCE -Isrc -MMD -MP
-LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -llink-grammar -lm -fopenmp
+LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -llink-grammar -lcurl -lmicrohttpd -lpthread -lm -fopenmp
 
 # STATIC_DEPS=1 links OpenBLAS, jansson and PCRE2 statically: the binaries that travel to
 # a GPU machine without those packages (tests/gpu/run.sh).
 ifeq ($(STATIC_DEPS),1)
-LDLIBS  := -Wl,-Bstatic -lopenblas -ljansson -lpcre2-8 -Wl,-Bdynamic -llink-grammar -lgfortran \
-           -lpthread -lm -fopenmp
+LDLIBS  := -Wl,-Bstatic -lopenblas -ljansson -lpcre2-8 -Wl,-Bdynamic -llink-grammar -lcurl -lmicrohttpd \
+           -lgfortran -lpthread -lm -fopenmp
 endif
 
 LIB_SRC := $(filter-out src/cli/main.c,$(shell find src -name '*.c' | sort))
