@@ -28,8 +28,10 @@ export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=
 [ -f "$rm/model.safetensors" ] ||
     "$py" bench/trl_ppo_iteration.py --actor "$hf" --make-reward-model "$rm" 2>&1 | grep '^wrote' >&2
 rm -rf "$out" && mkdir -p "$out"
+load() { echo "load average $1: $(cut -d' ' -f1-3 /proc/loadavg) (on $(nproc) cores; >0.5 = shared machine)" >&2; }
 head -n "$batch" data/austen/ppo_prompts.jsonl >"$out/prompts.jsonl"
 
+load "before marlhf"
 # marlhf: the run folder holds only these BATCH prompts, so iteration 1 uses all of them.
 # --min-response-tokens 1: keep every row (TRL drops none); --warmup-ratio 0: TRL has none.
 build/marlhf ppo --actor-model "$hf" --reward-model "$rm" --prompts "$out/prompts.jsonl" \
@@ -49,11 +51,12 @@ print(json.dumps({"impl": "marlhf", "generation_s": round(g, 3), "experience_s":
                   "mean_response_tokens": round(m["train/response_length"], 2)}))
 EOF
 
+load "before TRL"
 "$py" bench/trl_ppo_iteration.py --actor "$hf" --reward "$rm" --prompts data/austen/ppo_prompts.jsonl \
     --batch "$batch" --micro-batch "$micro" --generation-batch "$gen_batch" --new-tokens "$new_tokens" \
     --threads "$threads" 2>"$out/trl.log" | tail -n 1 >>"$out/results.jsonl" ||
     { cat "$out/trl.log" >&2; exit 1; }
-
+load "after TRL"
 cat "$out/results.jsonl"
 "$py" - "$out/results.jsonl" <<'EOF'
 import json, sys

@@ -13,6 +13,8 @@ int cmd_pipeline(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_judge(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 // Sets the number of threads for OpenMP and OpenBLAS (0 = all cores).
 void cli_set_threads(long threads);

@@ -19,9 +19,11 @@ static const Command commands[] = {
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage"},
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)"},
     {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)"},
+    {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)"},
     {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after"},
     {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server for a model (chat and text completions, streaming)"},
     {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder"},
     {"tokenize", cmd_tokenize, "text to token ids (or ids to text) with a model's tokenizer"},
 };

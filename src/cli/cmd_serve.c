@@ -1,0 +1,95 @@
+// marlhf serve: an OpenAI-compatible HTTP server for one model (serve/server.h has the
+// routes and limits, serve/openai.h the schema). Runs until SIGINT or SIGTERM, then
+// answers what it can, closes every connection and exits 0.
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/text_model.h"
+#include "core/check.h"
+#include "serve/server.h"
+
+// The name a model is served under by default: the last component of its path.
+static char *default_model_name(const char *path) {
+    char *copy = xstrdup(path);
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = '\0';
+    const char *slash = strrchr(copy, '/');
+    char *name = xstrdup(slash && slash[1] ? slash + 1 : copy);
+    free(copy);
+    return name;
+}
+
+int cmd_serve(int argc, char **argv) {
+    char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
+    long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
+    long request_timeout_s = 600;
+    Option options[] = {
+        {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
+        {"host", NULL, OPT_STRING, &host, "address to listen on", false, false},
+        {"port", NULL, OPT_INT, &port, "TCP port (0 = any free port, printed when ready)", false, false},
+        {"model-name", "model_name", OPT_STRING, &model_name, "name in the API (default: the model path's last component)", false, false},
+        {"max-body-bytes", "max_body_bytes", OPT_INT, &max_body_bytes, "larger request bodies get 413", false, false},
+        {"max-tokens-limit", "max_tokens_limit", OPT_INT, &max_tokens_limit, "largest max_tokens a request may ask for", false, false},
+        {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
+        {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
+        {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
+        {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+    };
+    OptionSet set = {"serve", "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models).",
+                     "marlhf serve --model PATH [--host 127.0.0.1] [--port 8080]", options,
+                     sizeof options / sizeof options[0], NULL, 0, 0};
+    options_parse(&set, argc, argv);
+    if (port < 0 || port > 65535) die_user("--port must be in [0, 65535], got %ld", port);
+    if (max_body_bytes < 64 || max_body_bytes > 1L << 30) die_user("--max-body-bytes must be in [64, 1073741824], got %ld", max_body_bytes);
+    if (max_tokens_limit < 1 || max_tokens_limit > 1 << 20) die_user("--max-tokens-limit must be in [1, 1048576], got %ld", max_tokens_limit);
+    if (max_concurrent < 1 || max_concurrent > 4096) die_user("--max-concurrent must be in [1, 4096], got %ld", max_concurrent);
+    if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
+    if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
+    if (model_name && !*model_name) die_user("--model-name must not be empty");
+    cli_set_threads(threads);
+
+    TextModel tm;
+    text_model_load(&tm, model_path, device, chat_template, chat_template != NULL);
+    char *name = model_name ? xstrdup(model_name) : default_model_name(model_path);
+    if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
+
+    // Every thread started from here on inherits the blocked signals, so only sigwait below
+    // sees them and shutdown happens on this thread, in order.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN); // a client that hangs up is an error on its socket, not our end
+
+    ServerOptions server_options = {
+        .host = host,
+        .port = (int)port,
+        .model_name = name,
+        .max_body_bytes = max_body_bytes,
+        .max_tokens_limit = (int)max_tokens_limit,
+        .default_max_tokens = max_tokens_limit < 256 ? (int)max_tokens_limit : 256,
+        .max_concurrent = (int)max_concurrent,
+        .request_timeout_s = (int)request_timeout_s,
+        .threads = (int)threads,
+    };
+    Server *server;
+    if (server_start(&server, &tm, &server_options) != 0) die_from_err();
+    bool ipv6_literal = strchr(host, ':') != NULL;
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model %s)\n", ipv6_literal ? "[" : "", host,
+            ipv6_literal ? "]" : "", server_port(server), name);
+    fflush(stderr);
+
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    fprintf(stderr, "serve: %s, shutting down\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    server_stop(server);
+    fprintf(stderr, "serve: stopped\n");
+    free(name);
+    text_model_free(&tm);
+    return 0;
+}

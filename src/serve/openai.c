@@ -1,0 +1,415 @@
+#include "serve/openai.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+
+int openai_error_set(OpenAIError *err, int status, const char *type, const char *param, const char *code,
+                     const char *fmt, ...) {
+    err->status = status;
+    err->type = type;
+    err->param = param;
+    err->code = code;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+static int bad_param(OpenAIError *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad_param(OpenAIError *err, const char *param, const char *fmt, ...) {
+    err->status = 400;
+    err->type = "invalid_request_error";
+    err->param = param;
+    err->code = "invalid_value";
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+// null and absence mean the same in the API: the default.
+static json_t *get(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int get_number(json_t *root, const char *key, double low, double high, bool low_open, double *out,
+                      OpenAIError *err) {
+    json_t *v = get(root, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad_param(err, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < low || x > high || (low_open && x == low))
+        return bad_param(err, key, "'%s' must be in %s%g, %g], got %g", key, low_open ? "(" : "[", low, high, x);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *root, const char *key, long long low, long long high, long long *out, OpenAIError *err) {
+    json_t *v = get(root, key);
+    if (!v) return 0;
+    if (!json_is_integer(v)) return bad_param(err, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (low == high && x != low) return bad_param(err, key, "'%s' must be %lld, got %lld", key, low, x);
+    if (x < low || x > high) return bad_param(err, key, "'%s' must be in [%lld, %lld], got %lld", key, low, high, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(json_t *root, const char *key, bool *out, OpenAIError *err) {
+    json_t *v = get(root, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad_param(err, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+// Parameters marlhf does not implement are refused rather than silently ignored, unless
+// they hold the value that changes nothing.
+static int check_unsupported(json_t *root, OpenAIError *err) {
+    static const char *zero_numbers[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < sizeof zero_numbers / sizeof zero_numbers[0]; i++) {
+        json_t *v = get(root, zero_numbers[i]);
+        if (v && (!json_is_number(v) || json_number_value(v) != 0))
+            return bad_param(err, zero_numbers[i], "'%s' is not supported (only 0)", zero_numbers[i]);
+    }
+    json_t *v = get(root, "logit_bias");
+    if (v && (!json_is_object(v) || json_object_size(v) > 0))
+        return bad_param(err, "logit_bias", "'logit_bias' is not supported");
+    v = get(root, "logprobs");
+    if (v && !(json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0)))
+        return bad_param(err, "logprobs", "'logprobs' is not supported");
+    v = get(root, "top_logprobs");
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad_param(err, "top_logprobs", "'top_logprobs' is not supported");
+    v = get(root, "echo");
+    if (v && !json_is_false(v)) return bad_param(err, "echo", "'echo' is not supported");
+    v = get(root, "best_of");
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return bad_param(err, "best_of", "'best_of' must be 1");
+    v = get(root, "suffix");
+    if (v && !(json_is_string(v) && json_string_length(v) == 0))
+        return bad_param(err, "suffix", "'suffix' is not supported");
+    static const char *empty_lists[] = {"tools", "functions"};
+    for (size_t i = 0; i < sizeof empty_lists / sizeof empty_lists[0]; i++) {
+        v = get(root, empty_lists[i]);
+        if (v && !(json_is_array(v) && json_array_size(v) == 0))
+            return bad_param(err, empty_lists[i], "'%s' (tool calling) is not supported", empty_lists[i]);
+    }
+    v = get(root, "response_format");
+    if (v) {
+        json_t *type = json_object_get(v, "type");
+        if (!json_is_object(v) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
+            return bad_param(err, "response_format", "only 'response_format' {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+static const char *static_role(const char *role) {
+    static const char *roles[] = {"system", "user", "assistant"};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(role, roles[i]) == 0) return roles[i];
+    return NULL;
+}
+
+// A message content: a string, or text parts joined by newlines (as vLLM joins them).
+static char *message_content(json_t *content, size_t index, OpenAIError *err) {
+    if (json_is_string(content)) return xstrdup(json_string_value(content));
+    if (!json_is_array(content)) {
+        bad_param(err, "messages", "messages[%zu].content must be a string or a list of text parts", index);
+        return NULL;
+    }
+    size_t total = 1;
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        json_t *part = json_array_get(content, i);
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            bad_param(err, "messages", "messages[%zu].content[%zu] must be {\"type\": \"text\", \"text\": string}", index, i);
+            return NULL;
+        }
+        total += json_string_length(text) + 1;
+    }
+    char *out = xmalloc(total), *at = out;
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        json_t *text = json_object_get(json_array_get(content, i), "text");
+        if (i > 0) *at++ = '\n';
+        memcpy(at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    *at = '\0';
+    return out;
+}
+
+static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *messages = get(root, "messages");
+    if (!messages) return bad_param(err, "messages", "'messages' is required");
+    if (!json_is_array(messages)) return bad_param(err, "messages", "'messages' must be a list");
+    size_t n = json_array_size(messages);
+    if (n == 0) return bad_param(err, "messages", "'messages' must not be empty");
+    if (n > 100000) return bad_param(err, "messages", "too many messages (%zu)", n);
+    req->messages = xcalloc(n, sizeof(ChatMessage));
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(messages, i);
+        if (!json_is_object(m)) return bad_param(err, "messages", "messages[%zu] must be an object", i);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_string(role)) return bad_param(err, "messages", "messages[%zu].role must be a string", i);
+        const char *known = static_role(json_string_value(role));
+        if (!known)
+            return bad_param(err, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant", i,
+                             json_string_value(role));
+        if (!content) return bad_param(err, "messages", "messages[%zu].content is required", i);
+        char *text = message_content(content, i, err);
+        if (!text) return -1;
+        req->messages[req->num_messages++] = (ChatMessage){known, text};
+    }
+    return 0;
+}
+
+static int parse_ids(json_t *array, OpenAIRequest *req, OpenAIError *err) {
+    size_t n = json_array_size(array);
+    if (n == 0) return bad_param(err, "prompt", "'prompt' must not be empty");
+    if (n > INT_MAX / 2) return bad_param(err, "prompt", "'prompt' is too long");
+    req->prompt_ids = xmalloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        json_t *id = json_array_get(array, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT_MAX)
+            return bad_param(err, "prompt", "prompt[%zu] is not a token id", i);
+        req->prompt_ids[i] = (int)json_integer_value(id);
+    }
+    req->num_prompt_ids = (int)n;
+    return 0;
+}
+
+// One prompt per request (n is 1): a string, [string], token ids or [token ids].
+static int parse_prompt(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *prompt = get(root, "prompt");
+    if (!prompt) return bad_param(err, "prompt", "'prompt' is required");
+    if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
+        (json_is_string(json_array_get(prompt, 0)) || json_is_array(json_array_get(prompt, 0))))
+        prompt = json_array_get(prompt, 0);
+    if (json_is_string(prompt)) {
+        req->prompt = xstrdup(json_string_value(prompt));
+        return 0;
+    }
+    if (json_is_array(prompt)) {
+        json_t *first = json_array_get(prompt, 0);
+        if (json_is_string(first) || json_is_array(first))
+            return bad_param(err, "prompt", "only one prompt per request is supported");
+        return parse_ids(prompt, req, err);
+    }
+    return bad_param(err, "prompt", "'prompt' must be a string or a list of token ids");
+}
+
+static int parse_stop(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *stop = get(root, "stop");
+    if (!stop) return 0;
+    json_t *single[1] = {stop};
+    size_t n = 1;
+    if (json_is_array(stop)) {
+        n = json_array_size(stop);
+        if (n > OPENAI_MAX_STOP) return bad_param(err, "stop", "'stop' holds at most %d strings", OPENAI_MAX_STOP);
+    } else if (!json_is_string(stop)) {
+        return bad_param(err, "stop", "'stop' must be a string or a list of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(stop) ? json_array_get(stop, i) : single[0];
+        if (!json_is_string(s)) return bad_param(err, "stop", "'stop' must be a string or a list of strings");
+        if (json_string_length(s) == 0) return bad_param(err, "stop", "stop strings must not be empty");
+        if (strlen(json_string_value(s)) != json_string_length(s))
+            return bad_param(err, "stop", "stop strings must not contain NUL");
+        req->stop[req->num_stop++] = xstrdup(json_string_value(s));
+    }
+    return 0;
+}
+
+static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limits, OpenAIRequest *req,
+                        OpenAIError *err) {
+    if (!json_is_object(root)) return bad_param(err, NULL, "the request body must be a JSON object");
+    json_t *model = get(root, "model");
+    if (model && !json_is_string(model)) return bad_param(err, "model", "'model' must be a string");
+    if (model && strcmp(json_string_value(model), limits->model_name) != 0)
+        return openai_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
+                                "The model '%.200s' does not exist (this server serves '%.200s')",
+                                json_string_value(model), limits->model_name);
+    if (check_unsupported(root, err) != 0) return -1;
+
+    long long n = 1, max_tokens = limits->default_max_tokens, top_k = 0, seed = 0;
+    if (get_int(root, "n", 1, 1, &n, err) != 0) return -1;
+    const char *max_key = get(root, "max_tokens") ? "max_tokens" : "max_completion_tokens";
+    if (get_int(root, max_key, 1, limits->max_tokens_limit, &max_tokens, err) != 0) return -1;
+    req->max_tokens = (int)max_tokens;
+    req->temperature = 1.0;
+    req->top_p = 1.0;
+    if (get_number(root, "temperature", 0, 2, false, &req->temperature, err) != 0) return -1;
+    if (get_number(root, "top_p", 0, 1, true, &req->top_p, err) != 0) return -1;
+    if (get_int(root, "top_k", -1, INT_MAX, &top_k, err) != 0) return -1;
+    req->top_k = top_k < 0 ? 0 : (int)top_k;
+    if (get(root, "seed")) {
+        if (get_int(root, "seed", LLONG_MIN, LLONG_MAX, &seed, err) != 0) return -1;
+        req->has_seed = true;
+        req->seed = (uint64_t)seed;
+    }
+    if (parse_stop(root, req, err) != 0) return -1;
+    if (get_bool(root, "stream", &req->stream, err) != 0) return -1;
+    json_t *options = get(root, "stream_options");
+    if (options) {
+        if (!json_is_object(options)) return bad_param(err, "stream_options", "'stream_options' must be an object");
+        if (get_bool(options, "include_usage", &req->include_usage, err) != 0) return -1;
+    }
+    return kind == OPENAI_CHAT ? parse_messages(root, req, err) : parse_prompt(root, req, err);
+}
+
+int openai_parse_request(OpenAIKind kind, const char *body, size_t size, const OpenAILimits *limits,
+                         OpenAIRequest *req, OpenAIError *err) {
+    memset(req, 0, sizeof *req);
+    req->kind = kind;
+    json_error_t json_error;
+    json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &json_error);
+    if (!root)
+        return openai_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+                                "invalid JSON in the request body: %s (line %d, column %d)", json_error.text,
+                                json_error.line, json_error.column);
+    int rc = parse_fields(root, kind, limits, req, err);
+    json_decref(root);
+    if (rc != 0) {
+        openai_request_free(req);
+        req->kind = kind;
+    }
+    return rc;
+}
+
+void openai_request_free(OpenAIRequest *req) {
+    for (int i = 0; i < req->num_messages; i++) free((char *)req->messages[i].content);
+    free(req->messages);
+    free(req->prompt);
+    free(req->prompt_ids);
+    for (int i = 0; i < req->num_stop; i++) free(req->stop[i]);
+    memset(req, 0, sizeof *req);
+}
+
+static char *dump(json_t *o) {
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    CHECK(text, "cannot serialise a response");
+    return text;
+}
+
+static json_t *nullable_string(const char *s) { return s ? json_string(s) : json_null(); }
+
+char *openai_error_json(const OpenAIError *err) {
+    // The message may quote the request; bytes that are not UTF-8 would make it unencodable.
+    json_t *message = json_string(err->message);
+    if (!message) message = json_string("invalid request (the message could not be encoded)");
+    json_t *e = json_object();
+    json_object_set_new(e, "message", message);
+    json_object_set_new(e, "type", json_string(err->type ? err->type : "invalid_request_error"));
+    json_object_set_new(e, "param", nullable_string(err->param));
+    json_object_set_new(e, "code", nullable_string(err->code));
+    json_t *o = json_object();
+    json_object_set_new(o, "error", e);
+    return dump(o);
+}
+
+static json_t *model_object(const char *model_name, long created) {
+    json_t *m = json_object();
+    json_object_set_new(m, "id", json_string(model_name));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(created));
+    json_object_set_new(m, "owned_by", json_string("marlhf"));
+    return m;
+}
+
+char *openai_model_json(const char *model_name, long created) { return dump(model_object(model_name, created)); }
+
+char *openai_models_json(const char *model_name, long created) {
+    json_t *data = json_array();
+    json_array_append_new(data, model_object(model_name, created));
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    return dump(o);
+}
+
+static json_t *head_object(const OpenAIResponseHead *head, bool chunk) {
+    const char *object = head->kind == OPENAI_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                   : "text_completion";
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(head->id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(head->created));
+    json_object_set_new(o, "model", json_string(head->model));
+    return o;
+}
+
+static json_t *usage_object(int prompt_tokens, int completion_tokens) {
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(prompt_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(completion_tokens));
+    json_object_set_new(u, "total_tokens", json_integer(prompt_tokens + completion_tokens));
+    return u;
+}
+
+// Decoded text is valid UTF-8 by construction; the fallback only keeps a surprise from
+// becoming a crash.
+static json_t *text_value(const char *text, size_t len) {
+    json_t *s = json_stringn(text, len);
+    return s ? s : json_string("\xEF\xBF\xBD");
+}
+
+char *openai_completion_json(const OpenAIResponseHead *head, const char *text, size_t len,
+                             const char *finish_reason, int prompt_tokens, int completion_tokens) {
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (head->kind == OPENAI_CHAT) {
+        json_t *message = json_object();
+        json_object_set_new(message, "role", json_string("assistant"));
+        json_object_set_new(message, "content", text_value(text, len));
+        json_object_set_new(choice, "message", message);
+    } else {
+        json_object_set_new(choice, "text", text_value(text, len));
+    }
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", nullable_string(finish_reason));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_t *o = head_object(head, false);
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
+    return dump(o);
+}
+
+char *openai_chunk_json(const OpenAIResponseHead *head, bool with_role, const char *text, size_t len,
+                        const char *finish_reason) {
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (head->kind == OPENAI_CHAT) {
+        json_t *delta = json_object();
+        if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (text) json_object_set_new(delta, "content", text_value(text, len));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", text ? text_value(text, len) : json_string(""));
+    }
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", nullable_string(finish_reason));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_t *o = head_object(head, true);
+    json_object_set_new(o, "choices", choices);
+    return dump(o);
+}
+
+char *openai_usage_chunk_json(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens) {
+    json_t *o = head_object(head, true);
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
+    return dump(o);
+}

@@ -1,0 +1,701 @@
+// The HTTP side of `marlhf serve`: libmicrohttpd in thread-per-connection mode, routing,
+// the request limits (body size, concurrency, timeouts) and one generation worker that
+// runs requests one at a time from a FIFO queue (the model is a single instance). A
+// streaming request's tokens go from the worker into a buffer that MHD's chunked reader
+// hands out as server-sent events. OpenAI request/response JSON is serve/openai.c.
+#include "serve/server.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "gen/generate.h"
+#include "serve/openai.h"
+
+typedef struct Job Job;
+
+struct Server {
+    TextModel *tm;
+    ServerOptions options;
+    char *model_name;
+    struct MHD_Daemon *daemon;
+    int listen_fd;
+    int port;
+    long created;
+    pthread_t worker;
+    // Everything below, and every Job's shared fields, under `lock`; `changed` is broadcast
+    // on any change (few waiters, so one condition is simpler than one per job).
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    Job *queue_head, *queue_tail;
+    int in_flight; // admitted requests whose generation has not finished (queued included)
+    int open_posts; // POST requests between their headers and the end of their answer
+    bool stopping;
+    uint64_t requests; // numbers the requests: ids and default seeds
+};
+
+// One generation request, shared by the HTTP thread that admitted it, the worker, and for
+// a stream the MHD response that reads it.
+struct Job {
+    Server *server;
+    Job *next; // in the queue
+    int refs;
+    OpenAIResponseHead head;
+    char id[48];
+    int *ids;
+    int num_ids;
+    int max_new;
+    SamplerConfig sampler;
+    uint64_t seed;
+    char *stop[OPENAI_MAX_STOP];
+    int num_stop;
+    bool stream, include_usage;
+    double deadline;
+
+    // The worker's alone until `finished` is set; then read-only.
+    TokenizerStream *decoder;
+    char *text; // the reply so far (cut at a stop string once one is seen)
+    size_t text_len, text_capacity, emitted;
+    bool stop_hit, timed_out;
+    const char *finish_reason;
+    int completion_tokens;
+    bool failed;
+    OpenAIError error;
+
+    // Shared.
+    char *out; // the event stream not yet handed to MHD
+    size_t out_len, out_capacity, out_read;
+    bool finished, cancelled;
+};
+
+// --- jobs ------------------------------------------------------------------------------
+
+static void job_unref_locked(Job *job) {
+    if (--job->refs > 0) return;
+    free(job->ids);
+    for (int i = 0; i < job->num_stop; i++) free(job->stop[i]);
+    free(job->text);
+    free(job->out);
+    free(job);
+}
+
+static void grow_append(char **buffer, size_t *length, size_t *capacity, const char *bytes, size_t count) {
+    if (*length + count + 1 > *capacity) {
+        *capacity = 2 * (*length + count + 1) + 256;
+        *buffer = xrealloc(*buffer, *capacity);
+    }
+    memcpy(*buffer + *length, bytes, count);
+    *length += count;
+    (*buffer)[*length] = '\0';
+}
+
+// Takes ownership of json. Server-Sent Events: one "data:" line per event.
+static void sse_event_locked(Job *job, char *json) {
+    grow_append(&job->out, &job->out_len, &job->out_capacity, "data: ", 6);
+    grow_append(&job->out, &job->out_len, &job->out_capacity, json, strlen(json));
+    grow_append(&job->out, &job->out_len, &job->out_capacity, "\n\n", 2);
+    free(json);
+}
+
+static void sse_event(Job *job, char *json) {
+    pthread_mutex_lock(&job->server->lock);
+    sse_event_locked(job, json);
+    pthread_cond_broadcast(&job->server->changed);
+    pthread_mutex_unlock(&job->server->lock);
+}
+
+// Cuts the text at the first stop string in it (as `marlhf generate --stop` does).
+static void find_stop(Job *job) {
+    size_t cut = job->text_len;
+    for (int i = 0; i < job->num_stop; i++) {
+        const char *at = memmem(job->text, job->text_len, job->stop[i], strlen(job->stop[i]));
+        if (at && (size_t)(at - job->text) < cut) cut = (size_t)(at - job->text);
+        job->stop_hit |= at != NULL;
+    }
+    job->text_len = cut;
+}
+
+// How much of the text is final: all but a tail that could still grow into a stop string.
+static size_t settled_length(const Job *job) {
+    if (job->stop_hit) return job->text_len;
+    size_t hold = 0;
+    for (int i = 0; i < job->num_stop; i++) {
+        size_t length = strlen(job->stop[i]);
+        for (size_t k = length - 1 < job->text_len ? length - 1 : job->text_len; k > hold; k--)
+            if (memcmp(job->text + job->text_len - k, job->stop[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    }
+    size_t settled = job->text_len - hold;
+    while (settled > job->emitted && settled < job->text_len && (job->text[settled] & 0xC0) == 0x80) settled--;
+    return settled > job->emitted ? settled : job->emitted;
+}
+
+static void emit_settled(Job *job, size_t upto) {
+    if (upto <= job->emitted) return;
+    if (job->stream)
+        sse_event(job, openai_chunk_json(&job->head, false, job->text + job->emitted, upto - job->emitted, NULL));
+    job->emitted = upto;
+}
+
+static void add_text(Job *job, const char *piece, size_t length) {
+    if (job->stop_hit || length == 0) return;
+    grow_append(&job->text, &job->text_len, &job->text_capacity, piece, length);
+    find_stop(job);
+}
+
+static void on_token(void *context, int row, int token) {
+    Job *job = context;
+    const TextModel *tm = job->server->tm;
+    for (int i = 0; i < tm->num_stop_tokens; i++)
+        if (tm->stop_tokens[i] == token) return; // the end-of-turn token is not reply text
+    char *piece = NULL;
+    size_t length = 0;
+    tokenizer_stream_push_len(job->decoder, token, &piece, &length);
+    add_text(job, piece, length);
+    free(piece);
+    emit_settled(job, settled_length(job));
+}
+
+static bool should_stop(void *context, int row, const int *tokens, int count) {
+    Job *job = context;
+    if (job->stop_hit) return true;
+    pthread_mutex_lock(&job->server->lock);
+    bool halt = job->cancelled || job->server->stopping;
+    pthread_mutex_unlock(&job->server->lock);
+    if (!halt && now_seconds() > job->deadline) job->timed_out = halt = true;
+    return halt;
+}
+
+static void fail_job(Job *job, int status, const char *code, const char *message) {
+    job->failed = true;
+    openai_error_set(&job->error, status, "server_error", NULL, code, "%s", message);
+}
+
+static void explain_halt(Job *job, bool cancelled, bool stopping) {
+    if (job->timed_out)
+        fail_job(job, 503, "timeout", "the request did not finish within the server's --request-timeout-s");
+    else if (stopping) fail_job(job, 503, "server_shutting_down", "the server is shutting down");
+    else if (cancelled) fail_job(job, 499, "cancelled", "the client went away");
+    else fail_job(job, 500, "internal_error", "the generation stopped for no known reason");
+}
+
+static void run_job(Server *s, Job *job) {
+    TextModel *tm = s->tm;
+    job->decoder = tokenizer_stream_new(tm->tokenizer, true);
+    if (job->stream && job->head.kind == OPENAI_CHAT) sse_event(job, openai_chunk_json(&job->head, true, "", 0, NULL));
+    int pad = tokenizer_pad_id(tm->tokenizer);
+    GenerateOptions gen = {
+        .sampler = job->sampler,
+        .max_new_tokens = job->max_new,
+        .seed = job->seed,
+        .stop_tokens = tm->stop_tokens,
+        .num_stop_tokens = tm->num_stop_tokens,
+        .stop_check = should_stop,
+        .stop_context = job,
+        .on_token = on_token,
+        .token_context = job,
+        .pad_token = pad >= 0 ? pad : 0,
+    };
+    const int *prompts[] = {job->ids};
+    uint64_t row_id = 0;
+    GeneratedRow row;
+    generate(&tm->model, prompts, &job->num_ids, &row_id, 1, &gen, &row, NULL);
+    char *rest = NULL;
+    size_t length = 0;
+    tokenizer_stream_flush_len(job->decoder, &rest, &length);
+    add_text(job, rest, length);
+    free(rest);
+    tokenizer_stream_free(job->decoder);
+    job->decoder = NULL;
+    if (row.stop == STOP_CHECK && !job->stop_hit) {
+        pthread_mutex_lock(&s->lock);
+        bool cancelled = job->cancelled, stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        explain_halt(job, cancelled, stopping);
+    } else {
+        emit_settled(job, job->text_len);
+        job->finish_reason = job->stop_hit || row.stop == STOP_TOKEN ? "stop" : "length";
+        job->completion_tokens = row.length;
+    }
+    generated_row_free(&row);
+}
+
+// The end of a job's stream: the finish chunk (or the error), usage if asked, [DONE].
+static void finish_stream_locked(Job *job) {
+    if (job->failed) {
+        sse_event_locked(job, openai_error_json(&job->error));
+    } else {
+        sse_event_locked(job, openai_chunk_json(&job->head, false, NULL, 0, job->finish_reason));
+        if (job->include_usage)
+            sse_event_locked(job, openai_usage_chunk_json(&job->head, job->num_ids, job->completion_tokens));
+    }
+    grow_append(&job->out, &job->out_len, &job->out_capacity, "data: [DONE]\n\n", 14);
+}
+
+static void *worker_main(void *arg) {
+    Server *s = arg;
+    // OpenMP settings are per thread: this one runs every forward pass.
+    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
+        Job *job = s->queue_head;
+        if (!job) break; // stopping, and nothing left to answer
+        s->queue_head = job->next;
+        if (!s->queue_head) s->queue_tail = NULL;
+        bool cancelled = job->cancelled, stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        if (now_seconds() > job->deadline) job->timed_out = true;
+        if (cancelled || stopping || job->timed_out) explain_halt(job, cancelled, stopping);
+        else run_job(s, job);
+        pthread_mutex_lock(&s->lock);
+        if (job->stream) finish_stream_locked(job);
+        job->finished = true;
+        s->in_flight--;
+        pthread_cond_broadcast(&s->changed);
+        job_unref_locked(job);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+// --- HTTP ------------------------------------------------------------------------------
+
+typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_MODEL, ROUTE_CHAT, ROUTE_COMPLETIONS } Route;
+
+// What one call of the access handler answers with.
+typedef struct {
+    Server *server;
+    struct MHD_Connection *connection;
+    const char *method;
+    const char *url;
+} Exchange;
+
+// The body of a POST, gathered across calls of the access handler.
+typedef struct {
+    Route route;
+    char *body;
+    size_t size, capacity;
+    bool too_big;
+} Upload;
+
+// URLs and messages reach the log and error messages: one printable line, bounded.
+static void printable(const char *in, char *out, size_t size) {
+    size_t n = 0;
+    for (; in && *in && n + 1 < size; in++) out[n++] = (unsigned char)*in < 0x20 || *in == 0x7f ? '?' : *in;
+    out[n] = '\0';
+}
+
+static void log_exchange(const Exchange *ex, int status, const char *detail) {
+    char method[24], url[160];
+    printable(ex->method, method, sizeof method);
+    printable(ex->url, url, sizeof url);
+    fprintf(stderr, "serve: %s %s %d%s%s\n", method, url, status, detail ? " " : "", detail ? detail : "");
+}
+
+// Takes ownership of body (malloc'd).
+static enum MHD_Result respond(const Exchange *ex, int status, char *body, const char *content_type,
+                               const char *allow, const char *detail) {
+    log_exchange(ex, status, detail);
+    struct MHD_Response *response = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!response) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (allow) MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result result = MHD_queue_response(ex->connection, (unsigned int)status, response);
+    MHD_destroy_response(response);
+    return result;
+}
+
+static enum MHD_Result respond_json(const Exchange *ex, int status, char *json, const char *detail) {
+    return respond(ex, status, json, "application/json", NULL, detail);
+}
+
+static enum MHD_Result respond_error(const Exchange *ex, const OpenAIError *err, const char *allow) {
+    char detail[160];
+    printable(err->message, detail, sizeof detail);
+    return respond(ex, err->status, openai_error_json(err), "application/json", allow, detail);
+}
+
+static enum MHD_Result respond_new_error(const Exchange *ex, int status, const char *type, const char *code,
+                                         const char *allow, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result respond_new_error(const Exchange *ex, int status, const char *type, const char *code,
+                                         const char *allow, const char *fmt, ...) {
+    OpenAIError err = {.status = status, .type = type, .code = code};
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err.message, sizeof err.message, fmt, args);
+    va_end(args);
+    return respond_error(ex, &err, allow);
+}
+
+static Route find_route(const char *url) {
+    static const char model_prefix[] = "/v1/models/";
+    if (strcmp(url, "/health") == 0) return ROUTE_HEALTH;
+    if (strcmp(url, "/v1/models") == 0) return ROUTE_MODELS;
+    if (strncmp(url, model_prefix, sizeof model_prefix - 1) == 0 && url[sizeof model_prefix - 1]) return ROUTE_MODEL;
+    if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
+    if (strcmp(url, "/v1/completions") == 0) return ROUTE_COMPLETIONS;
+    return ROUTE_NONE;
+}
+
+static enum MHD_Result handle_get(const Exchange *ex, Route route) {
+    Server *s = ex->server;
+    if (route == ROUTE_HEALTH) {
+        pthread_mutex_lock(&s->lock);
+        int in_flight = s->in_flight;
+        pthread_mutex_unlock(&s->lock);
+        char body[128];
+        snprintf(body, sizeof body, "{\"status\":\"ok\",\"requests_in_progress\":%d,\"max_concurrent\":%d}", in_flight,
+                 s->options.max_concurrent);
+        return respond_json(ex, 200, xstrdup(body), NULL);
+    }
+    if (route == ROUTE_MODELS) return respond_json(ex, 200, openai_models_json(s->model_name, s->created), NULL);
+    const char *name = ex->url + strlen("/v1/models/");
+    if (strcmp(name, s->model_name) != 0) {
+        char shown[160];
+        printable(name, shown, sizeof shown);
+        return respond_new_error(ex, 404, "invalid_request_error", "model_not_found", NULL,
+                                 "The model '%s' does not exist", shown);
+    }
+    return respond_json(ex, 200, openai_model_json(s->model_name, s->created), NULL);
+}
+
+// The request's prompt as token ids. 0, or -1 with *err.
+static int prompt_ids(Server *s, const OpenAIRequest *req, int **ids, int *count, OpenAIError *err) {
+    TextModel *tm = s->tm;
+    const char *param = req->kind == OPENAI_CHAT ? "messages" : "prompt";
+    *ids = NULL;
+    *count = 0;
+    if (req->kind == OPENAI_CHAT) {
+        if (!tm->has_chat)
+            return openai_error_set(err, 400, "invalid_request_error", "messages", "no_chat_template",
+                                    "this model has no chat template; start the server with --chat-template NAME "
+                                    "or use /v1/completions");
+        if (text_model_chat_ids(tm, req->messages, req->num_messages, ids, count) != 0)
+            return openai_error_set(err, 400, "invalid_request_error", "messages", "invalid_value", "%s", err_msg());
+    } else if (req->prompt) {
+        text_model_text_ids(tm, req->prompt, ids, count);
+    } else {
+        for (int i = 0; i < req->num_prompt_ids; i++)
+            if (req->prompt_ids[i] >= tm->model.config.vocab_size)
+                return openai_error_set(err, 400, "invalid_request_error", "prompt", "invalid_value",
+                                        "prompt[%d] = %d is not a token id of this model (vocabulary %d)", i,
+                                        req->prompt_ids[i], tm->model.config.vocab_size);
+        *ids = xmalloc((size_t)req->num_prompt_ids * sizeof(int));
+        memcpy(*ids, req->prompt_ids, (size_t)req->num_prompt_ids * sizeof(int));
+        *count = req->num_prompt_ids;
+    }
+    if (*count == 0) return openai_error_set(err, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty");
+    // At least one position must be left for the reply.
+    int context = tm->model.config.max_position_embeddings;
+    if (*count >= context)
+        return openai_error_set(err, 400, "invalid_request_error", param, "context_length_exceeded",
+                                "This model's maximum context length is %d tokens, but the prompt has %d tokens",
+                                context, *count);
+    return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t position, char *buffer, size_t max) {
+    Job *job = cls;
+    Server *s = job->server;
+    pthread_mutex_lock(&s->lock);
+    while (job->out_read == job->out_len && !job->finished) pthread_cond_wait(&s->changed, &s->lock);
+    size_t n = job->out_len - job->out_read;
+    if (n > max) n = max;
+    memcpy(buffer, job->out + job->out_read, n);
+    job->out_read += n;
+    pthread_mutex_unlock(&s->lock);
+    return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+// MHD is done with the stream (sent, or the client left): a generation nobody reads stops.
+static void stream_free(void *cls) {
+    Job *job = cls;
+    Server *s = job->server;
+    pthread_mutex_lock(&s->lock);
+    job->cancelled = true;
+    job_unref_locked(job);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t number) {
+    Job *job = xcalloc(1, sizeof(Job));
+    job->server = s;
+    job->refs = 2; // the HTTP side and the worker
+    snprintf(job->id, sizeof job->id, "%s-%lx%06llx", req->kind == OPENAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)s->created, (unsigned long long)number);
+    job->head = (OpenAIResponseHead){req->kind, job->id, (long)time(NULL), s->model_name};
+    job->ids = ids;
+    job->num_ids = count;
+    int room = s->tm->model.config.max_position_embeddings - count;
+    job->max_new = req->max_tokens < room ? req->max_tokens : room;
+    // temperature 0 is greedy in the sampler; top_p 1 is no nucleus cut.
+    job->sampler = (SamplerConfig){(float)req->temperature, req->top_k, (float)req->top_p};
+    job->seed = req->has_seed ? req->seed : number;
+    for (int i = 0; i < req->num_stop; i++) {
+        job->stop[i] = req->stop[i];
+        req->stop[i] = NULL;
+    }
+    job->num_stop = req->num_stop;
+    req->num_stop = 0;
+    job->stream = req->stream;
+    job->include_usage = req->include_usage;
+    job->deadline = now_seconds() + s->options.request_timeout_s;
+    return job;
+}
+
+static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
+    Server *s = ex->server;
+    OpenAILimits limits = {s->model_name, s->options.max_tokens_limit, s->options.default_max_tokens};
+    OpenAIRequest req;
+    OpenAIError err;
+    OpenAIKind kind = upload->route == ROUTE_CHAT ? OPENAI_CHAT : OPENAI_COMPLETION;
+    if (openai_parse_request(kind, upload->body ? upload->body : "", upload->size, &limits, &req, &err) != 0)
+        return respond_error(ex, &err, NULL);
+    int *ids = NULL, count = 0;
+    if (prompt_ids(s, &req, &ids, &count, &err) != 0) {
+        free(ids);
+        openai_request_free(&req);
+        return respond_error(ex, &err, NULL);
+    }
+
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        free(ids);
+        openai_request_free(&req);
+        if (stopping)
+            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
+        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
+                                 "the server is busy: %d requests are generating or queued (--max-concurrent); "
+                                 "retry later", s->options.max_concurrent);
+    }
+    Job *job = job_new(s, &req, ids, count, s->requests++);
+    s->in_flight++;
+    if (s->queue_tail) s->queue_tail->next = job;
+    else s->queue_head = job;
+    s->queue_tail = job;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    openai_request_free(&req);
+
+    if (job->stream) {
+        // The response owns the HTTP side's reference from here (stream_free drops it).
+        struct MHD_Response *response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, job, stream_free);
+        if (!response) {
+            stream_free(job);
+            return MHD_NO;
+        }
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        log_exchange(ex, 200, "stream");
+        enum MHD_Result result = MHD_queue_response(ex->connection, 200, response);
+        MHD_destroy_response(response);
+        return result;
+    }
+    double start = now_seconds();
+    pthread_mutex_lock(&s->lock);
+    while (!job->finished) pthread_cond_wait(&s->changed, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    enum MHD_Result result;
+    if (job->failed) {
+        result = respond_error(ex, &job->error, NULL);
+    } else {
+        char detail[96];
+        snprintf(detail, sizeof detail, "(%d + %d tokens, %.2f s)", job->num_ids, job->completion_tokens,
+                 now_seconds() - start);
+        result = respond_json(ex, 200,
+                              openai_completion_json(&job->head, job->text ? job->text : "", job->text_len,
+                                                     job->finish_reason, job->num_ids, job->completion_tokens),
+                              detail);
+    }
+    pthread_mutex_lock(&s->lock);
+    job_unref_locked(job);
+    pthread_mutex_unlock(&s->lock);
+    return result;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **request_state) {
+    Server *s = cls;
+    Exchange ex = {s, connection, method, url};
+    Upload *upload = *request_state;
+    if (!upload) { // the headers have arrived; no body yet
+        Route route = find_route(url);
+        bool is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+        bool is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+        char shown[160];
+        printable(url, shown, sizeof shown);
+        if (route == ROUTE_NONE)
+            return respond_new_error(&ex, 404, "invalid_request_error", "unknown_url", NULL, "Unknown request URL: %.16s %s",
+                                     method, shown);
+        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS;
+        if (post_route ? !is_post : !is_get)
+            return respond_new_error(&ex, 405, "invalid_request_error", "method_not_allowed", post_route ? "POST" : "GET, HEAD",
+                                     "%.16s is not allowed on %s (use %s)", method, shown, post_route ? "POST" : "GET");
+        if (!post_route) return handle_get(&ex, route);
+        const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (length && strtoull(length, NULL, 10) > (unsigned long long)s->options.max_body_bytes)
+            return respond_new_error(&ex, 413, "invalid_request_error", "request_too_large", NULL,
+                                     "the request body (%.20s bytes) is over this server's limit of %ld bytes "
+                                     "(--max-body-bytes)", length, s->options.max_body_bytes);
+        upload = xcalloc(1, sizeof(Upload));
+        upload->route = route;
+        *request_state = upload;
+        pthread_mutex_lock(&s->lock);
+        s->open_posts++;
+        pthread_mutex_unlock(&s->lock);
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        // A body without Content-Length (chunked) is only known to be too big as it comes;
+        // MHD cannot answer in the middle of it, so the rest is read and dropped.
+        if (!upload->too_big && upload->size + *upload_data_size > (size_t)s->options.max_body_bytes) {
+            upload->too_big = true;
+            free(upload->body);
+            upload->body = NULL;
+        }
+        if (!upload->too_big) grow_append(&upload->body, &upload->size, &upload->capacity, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (upload->too_big)
+        return respond_new_error(&ex, 413, "invalid_request_error", "request_too_large", NULL,
+                                 "the request body is over this server's limit of %ld bytes (--max-body-bytes)",
+                                 s->options.max_body_bytes);
+    return handle_generation(&ex, upload);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *connection, void **request_state,
+                         enum MHD_RequestTerminationCode code) {
+    Server *s = cls;
+    Upload *upload = *request_state;
+    if (!upload) return;
+    free(upload->body);
+    free(upload);
+    *request_state = NULL;
+    pthread_mutex_lock(&s->lock);
+    s->open_posts--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+}
+
+// --- start and stop --------------------------------------------------------------------
+
+// Binding ourselves gives the exact reason of a failure, and port 0 (any free port).
+static int open_listener(const char *host, int port, int *fd_out, bool *ipv6) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *list = NULL;
+    int rc = getaddrinfo(host, service, &hints, &list);
+    if (rc != 0) return err_set("cannot resolve host '%s': %s (--host)", host, gai_strerror(rc));
+    int saved = 0;
+    for (struct addrinfo *a = list; a; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+            *fd_out = fd;
+            *ipv6 = a->ai_family == AF_INET6;
+            freeaddrinfo(list);
+            return 0;
+        }
+        saved = errno;
+        close(fd);
+    }
+    freeaddrinfo(list);
+    return err_set("cannot listen on %s:%d: %s (--host, --port)", host, port, strerror(saved));
+}
+
+static int bound_port(int fd) {
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
+    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&address)->sin_port);
+}
+
+int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
+    *out = NULL;
+    int fd = -1;
+    bool ipv6 = false;
+    if (open_listener(options->host, options->port, &fd, &ipv6) != 0) return -1;
+    Server *s = xcalloc(1, sizeof(Server));
+    s->tm = tm;
+    s->options = *options;
+    s->model_name = xstrdup(options->model_name);
+    s->listen_fd = fd;
+    s->port = bound_port(fd);
+    s->created = (long)time(NULL);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
+    // A connection is one thread; the bound keeps a flood of clients from exhausting them,
+    // and is far above what --max-concurrent admits, so busy clients still get their 429.
+    unsigned int connections = 256 + 4 * (unsigned int)options->max_concurrent;
+    // MHD_USE_ITC: server_stop quiesces the daemon (stops accepting) before it drains.
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    // MHD drops a connection idle past its timeout, and a connection whose handler or
+    // stream reader waits on the worker looks idle: the margin lets every request end by
+    // its own deadline (and answer 503) first.
+    unsigned int idle_timeout = (unsigned int)options->request_timeout_s + 60;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 idle_timeout, MHD_OPTION_CONNECTION_LIMIT, connections,
+                                 MHD_OPTION_END);
+    if (!s->daemon) {
+        server_stop(s);
+        close(fd);
+        return err_set("cannot start the HTTP server on %s:%d (libmicrohttpd)", options->host, options->port);
+    }
+    *out = s;
+    return 0;
+}
+
+int server_port(const Server *server) { return server->port; }
+
+void server_stop(Server *s) {
+    MHD_socket quiesced = s->daemon ? MHD_quiesce_daemon(s->daemon) : MHD_INVALID_SOCKET;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->changed);
+    // MHD_stop_daemon cuts every connection at once; first the worker halts the running
+    // generation and fails the queued ones, and their answers (503, or a stream's last
+    // event) go out. A client that does not read its answer gets a few seconds.
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    while (s->open_posts > 0 && pthread_cond_timedwait(&s->changed, &s->lock, &deadline) == 0) {
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
+    pthread_join(s->worker, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->changed);
+    free(s->model_name);
+    free(s);
+}

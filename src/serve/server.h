@@ -1,0 +1,43 @@
+// The HTTP server of `marlhf serve`: libmicrohttpd (one thread per connection), the routes
+// of the OpenAI API (serve/openai.h for the schema), the limits, and one generation worker.
+//
+// Routes: GET /health ({"status", "requests_in_progress", "max_concurrent"}), GET /v1/models,
+// GET /v1/models/<name>, POST /v1/chat/completions, POST /v1/completions. Anything else is
+// 404; a known path with another method is 405.
+//
+// Limits, each answered with an OpenAI-style error: a body over max_body_bytes is 413 (from
+// its Content-Length, before the body is read; a chunked body is counted and dropped); a
+// valid request when max_concurrent requests are already generating or queued is 429; a
+// request still queued or generating after request_timeout_s is 503.
+//
+// One model, one worker thread: requests are queued in arrival order and generated one at a
+// time, so a request's text depends only on its prompt, parameters and seed. Streaming
+// (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
+// is decoded and MHD's content reader hands it out, ending with `data: [DONE]\n\n`.
+// Text that could be the start of a stop string is held back until it is known not to be,
+// so the streamed pieces always add up to the non-streamed text.
+#pragma once
+#include "cli/text_model.h"
+
+typedef struct {
+    const char *host;       // address to bind (name or numeric)
+    int port;               // 0: any free port (server_port tells which)
+    const char *model_name; // the name the API serves the model under
+    long max_body_bytes;
+    int max_tokens_limit;
+    int default_max_tokens;
+    int max_concurrent;
+    int request_timeout_s;
+    int threads;            // OpenMP threads of the worker (0: the default)
+} ServerOptions;
+
+typedef struct Server Server;
+
+// Binds, starts the worker and the HTTP threads. The model must outlive the server.
+// Returns 0, or -1 with err_set() (address in use, unknown host, ...).
+int server_start(Server **out, TextModel *tm, const ServerOptions *options);
+int server_port(const Server *server);
+// Stops accepting connections, halts the running generation and fails the queued ones
+// (their clients get 503, or a stream's error event), gives those answers up to 5 s to go
+// out, closes every connection and frees the server.
+void server_stop(Server *server);

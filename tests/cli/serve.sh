@@ -1,0 +1,428 @@
+#!/usr/bin/env bash
+# marlhf serve on the tiny chat model: the OpenAI API's shapes and usage numbers, the same
+# text as `marlhf generate` (greedy and seeded sampling), streaming that adds up to the
+# non-streamed text, stop strings, every error status with its error JSON, a burst of
+# concurrent good and bad requests against --max-concurrent, a clean exit on SIGTERM; then
+# SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
+# client. Every wait is bounded. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_serve
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+real_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+failures=0
+. tests/cli_helpers.sh
+
+server_pid=
+port=
+cleanup() { [ -n "$server_pid" ] && kill -9 "$server_pid" 2> /dev/null; }
+trap cleanup EXIT
+
+# start_server LOG ARGS...: the server on a free port (--port 0), waiting at most 60 s for
+# its ready line; sets server_pid and port.
+start_server() {
+    local log=$1
+    shift
+    "$bin" serve --port 0 "$@" 2> "$log" &
+    server_pid=$!
+    port=
+    for _ in $(seq 600); do
+        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$log")
+        [ -n "$port" ] && return 0
+        kill -0 "$server_pid" 2> /dev/null || break
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop_server: SIGTERM, then at most 20 s for the exit; sets stop_rc (124: hung, killed).
+stop_server() {
+    kill -TERM "$server_pid" 2> /dev/null
+    for _ in $(seq 200); do
+        kill -0 "$server_pid" 2> /dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$server_pid" 2> /dev/null; then
+        kill -9 "$server_pid" 2> /dev/null
+        wait "$server_pid" 2> /dev/null
+        stop_rc=124
+    else
+        wait "$server_pid"
+        stop_rc=$?
+    fi
+    server_pid=
+}
+
+# request METHOD PATH [BODY [CURL ARGS...]]: the body of the answer in $tmp/body, the
+# status on stdout (000: no answer within 60 s).
+request() {
+    local method=$1 path=$2
+    shift 2
+    local data=()
+    if [ $# -gt 0 ]; then
+        data=(--data-binary "$1")
+        shift
+    fi
+    curl -s --max-time 60 -X "$method" -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' \
+        "${data[@]}" "$@" "http://127.0.0.1:$port$path"
+}
+
+# The JSON checks, one place: `check.py KIND FILE ...` exits non-zero with a reason.
+cat > "$tmp/check.py" <<'PY'
+import json, os, sys
+
+def fail(why):
+    print(why)
+    sys.exit(1)
+
+def head(o, object_name):
+    if o.get("object") != object_name: fail(f"object {o.get('object')!r}, wanted {object_name!r}")
+    if o.get("model") != os.environ.get("SERVED_MODEL", "tiny_chat"): fail(f"model {o.get('model')!r}")
+    if not isinstance(o.get("created"), int): fail("no created")
+    prefix = "chatcmpl-" if object_name.startswith("chat") else "cmpl-"
+    if not str(o.get("id", "")).startswith(prefix): fail(f"id {o.get('id')!r}")
+
+def completion(path, kind, max_tokens):
+    # prints [text, finish_reason, prompt_tokens, completion_tokens]
+    o = json.load(open(path, encoding="utf-8"))
+    head(o, "chat.completion" if kind == "chat" else "text_completion")
+    if len(o.get("choices", [])) != 1: fail("not one choice")
+    c = o["choices"][0]
+    if kind == "chat":
+        if c["message"]["role"] != "assistant": fail("role")
+        text = c["message"]["content"]
+    else:
+        text = c["text"]
+    if not isinstance(text, str): fail("text is not a string")
+    if c["finish_reason"] not in ("stop", "length"): fail(f"finish_reason {c['finish_reason']!r}")
+    u = o["usage"]
+    if not (u["prompt_tokens"] > 0 and 1 <= u["completion_tokens"] <= int(max_tokens)
+            and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]):
+        fail(f"usage {u}")
+    print(json.dumps([text, c["finish_reason"], u["prompt_tokens"], u["completion_tokens"]]))
+
+def stream(path, kind):
+    # prints [text, finish_reason] from the Server-Sent Events
+    raw = open(path, encoding="utf-8").read()
+    if not raw.endswith("\n\n"): fail("stream does not end with a blank line")
+    events = raw[:-2].split("\n\n")
+    if any(not e.startswith("data: ") for e in events): fail("an event is not a data line")
+    payloads = [e[len("data: "):] for e in events]
+    if payloads[-1] != "[DONE]": fail("no [DONE] at the end")
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    if not chunks: fail("no chunks")
+    text, finishes = "", []
+    for i, ch in enumerate(chunks):
+        head(ch, "chat.completion.chunk" if kind == "chat" else "text_completion")
+        if len(ch["choices"]) != 1: fail("not one choice in a chunk")
+        c = ch["choices"][0]
+        piece = c["delta"].get("content", "") if kind == "chat" else c["text"]
+        text += piece or ""
+        if c["finish_reason"] is not None: finishes.append(i)
+    if finishes != [len(chunks) - 1]: fail("finish_reason is not on the last chunk alone")
+    if kind == "chat" and chunks[0]["choices"][0]["delta"].get("role") != "assistant": fail("first delta has no role")
+    print(json.dumps([text, chunks[-1]["choices"][0]["finish_reason"]]))
+
+def error(path, code):
+    o = json.load(open(path, encoding="utf-8"))
+    e = o.get("error")
+    if not isinstance(e, dict) or set(e) != {"message", "type", "param", "code"}: fail(f"not an error object: {o}")
+    if not (isinstance(e["message"], str) and e["message"] and isinstance(e["type"], str)): fail(f"bad error fields: {e}")
+    if code and e["code"] != code: fail(f"code {e['code']!r}, wanted {code!r}")
+
+def generated(path):
+    # `marlhf generate` output (one row): [response, prompt_tokens, response_tokens]
+    row = json.loads(open(path, encoding="utf-8").readline())
+    print(json.dumps([row["response"], row["prompt_tokens"], row["response_tokens"]]))
+
+kind = sys.argv[1]
+if kind == "completion": completion(sys.argv[2], sys.argv[3], sys.argv[4])
+elif kind == "stream": stream(sys.argv[2], sys.argv[3])
+elif kind == "error": error(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")
+elif kind == "generated": generated(sys.argv[2])
+elif kind == "models":
+    o = json.load(open(sys.argv[2]))
+    if not (o["object"] == "list" and len(o["data"]) == 1 and o["data"][0]["id"] == "tiny_chat"
+            and o["data"][0]["object"] == "model"): fail(f"{o}")
+elif kind == "text":  # the text of a completion or stream result line
+    print(json.dumps(json.loads(sys.argv[2])[0]))
+PY
+check() { python3 "$tmp/check.py" "$@"; }
+
+# expect_api_error NAME STATUS CODE METHOD PATH [BODY [CURL ARGS]]: that status and an
+# OpenAI error object (with that code, unless CODE is "").
+expect_api_error() {
+    local name=$1 want=$2 code=$3
+    shift 3
+    local got why
+    got=$(request "$@")
+    if [ "$got" != "$want" ]; then
+        fail "$name" "status $got, wanted $want: $(head -c 300 "$tmp/body")"
+    elif why=$(check error "$tmp/body" "$code"); then
+        pass "$name"
+    else
+        fail "$name" "$why"
+    fi
+}
+
+if ! start_server "$tmp/server.log" --model "$model" --threads 1 --max-concurrent 4 --max-body-bytes 65536 --max-tokens-limit 512; then
+    fail server_starts "$(tail -n 5 "$tmp/server.log")"
+    exit 1
+fi
+pass server_starts
+
+status=$(request GET /v1/models)
+why=$(check models "$tmp/body") && [ "$status" = 200 ] && pass models_list || fail models_list "$status $why"
+status=$(request GET /health)
+[ "$status" = 200 ] && grep -q '"status":"ok"' "$tmp/body" && pass health || fail health "$status"
+
+# Chat, greedy: the same text twice, and the text, prompt and token counts of `marlhf generate`.
+question="What is the capital of France?"
+greedy_chat='{"model": "tiny_chat", "messages": [{"role": "user", "content": "'"$question"'"}], "temperature": 0, "seed": 11, "max_tokens": 24}'
+status=$(request POST /v1/chat/completions "$greedy_chat")
+if chat1=$(check completion "$tmp/body" chat 24) && [ "$status" = 200 ]; then pass chat_completion_shape; else fail chat_completion_shape "$status $chat1"; fi
+request POST /v1/chat/completions "$greedy_chat" > /dev/null
+chat2=$(check completion "$tmp/body" chat 24)
+[ -n "$chat1" ] && [ "$chat1" = "$chat2" ] && pass chat_greedy_reproducible || fail chat_greedy_reproducible "$chat1 vs $chat2"
+"$bin" generate --model "$model" --chat --greedy --max-new-tokens 24 --threads 1 "$question" > "$tmp/generate.jsonl" 2> /dev/null
+want=$(check generated "$tmp/generate.jsonl")
+got=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[0], r[2], r[3]]))' "$chat1")
+[ -n "$want" ] && [ "$got" = "$want" ] && pass chat_equals_generate_greedy || fail chat_equals_generate_greedy "$got vs $want"
+
+# Seeded sampling: the same text for the same seed, the same as `marlhf generate`, and
+# another text for another seed.
+sampled() { echo '{"messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0.9, "top_p": 0.95, "top_k": 40, "seed": '"$1"', "max_tokens": 32}'; }
+request POST /v1/chat/completions "$(sampled 7)" > /dev/null
+s1=$(check completion "$tmp/body" chat 32)
+request POST /v1/chat/completions "$(sampled 7)" > /dev/null
+s2=$(check completion "$tmp/body" chat 32)
+request POST /v1/chat/completions "$(sampled 8)" > /dev/null
+s3=$(check completion "$tmp/body" chat 32)
+"$bin" generate --model "$model" --chat --temperature 0.9 --top-p 0.95 --top-k 40 --seed 7 --max-new-tokens 32 --threads 1 \
+    "Tell me a story." > "$tmp/generate_sampled.jsonl" 2> /dev/null
+want=$(check generated "$tmp/generate_sampled.jsonl")
+# generate's JSONL writer ends a response at a generated NUL (json_string); the server keeps it.
+got=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[0].split("\0")[0], r[2], r[3]]))' "$s1")
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s1" != "$s3" ] && pass chat_seed_reproducible || fail chat_seed_reproducible "$s1 / $s2 / $s3"
+[ -n "$want" ] && [ "$got" = "$want" ] && pass chat_sampling_equals_generate || fail chat_sampling_equals_generate "$got vs $want"
+
+# Streaming: chunks ending with [DONE] whose deltas add up to the non-streamed text.
+stream_body() { python3 -c 'import json,sys; o=json.loads(sys.argv[1]); o.update(json.loads(sys.argv[2])); print(json.dumps(o))' "$1" "$2"; }
+status=$(request POST /v1/chat/completions "$(stream_body "$(sampled 7)" '{"stream": true}')" -N)
+if streamed=$(check stream "$tmp/body" chat) && [ "$status" = 200 ]; then
+    want=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps(r[:2]))' "$s1")
+    [ "$streamed" = "$want" ] && pass chat_stream_equals_text || fail chat_stream_equals_text "$streamed vs $want"
+else
+    fail chat_stream_equals_text "$status $streamed"
+fi
+status=$(request POST /v1/chat/completions "$(stream_body "$(sampled 7)" '{"stream": true, "stream_options": {"include_usage": true}}')" -N)
+python3 - "$tmp/body" <<'PY' && pass chat_stream_usage || fail chat_stream_usage "$(tail -c 300 "$tmp/body")"
+import json, sys
+events = open(sys.argv[1]).read().split("\n\n")
+last = json.loads(events[-3][len("data: "):])
+sys.exit(0 if last["choices"] == [] and last["usage"]["completion_tokens"] >= 1 and events[-2] == "data: [DONE]" else 1)
+PY
+
+# Stop strings: the text is cut before the first one, streamed or not.
+stop=$(python3 -c 'import json,sys; t=json.loads(sys.argv[1])[0]; print(json.dumps(t[len(t)//2:len(t)//2+2]))' "$s1")
+want=$(python3 -c 'import json,sys; t=json.loads(sys.argv[1])[0]; s=json.loads(sys.argv[2]); print(json.dumps([t[:t.find(s)], "stop"]))' "$s1" "$stop")
+request POST /v1/chat/completions "$(stream_body "$(sampled 7)" '{"stop": ["@@@", '"$stop"']}')" > /dev/null
+got=$(check completion "$tmp/body" chat 32 | python3 -c 'import json,sys; print(json.dumps(json.loads(sys.stdin.read())[:2]))')
+[ "$got" = "$want" ] && pass stop_string || fail stop_string "$got vs $want (stop $stop)"
+request POST /v1/chat/completions "$(stream_body "$(sampled 7)" '{"stop": '"$stop"', "stream": true}')" -N > /dev/null
+got=$(check stream "$tmp/body" chat)
+[ "$got" = "$want" ] && pass stop_string_stream || fail stop_string_stream "$got vs $want"
+
+# Text completions: the text of `marlhf generate` without --chat; streamed the same.
+status=$(request POST /v1/completions '{"prompt": "Once upon a time", "temperature": 0.7, "seed": 3, "max_tokens": 16}')
+if text1=$(check completion "$tmp/body" text 16) && [ "$status" = 200 ]; then pass completions_shape; else fail completions_shape "$status $text1"; fi
+"$bin" generate --model "$model" --temperature 0.7 --top-k 0 --seed 3 --max-new-tokens 16 --threads 1 "Once upon a time" \
+    > "$tmp/generate_text.jsonl" 2> /dev/null
+want=$(check generated "$tmp/generate_text.jsonl")
+got=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[0], r[2], r[3]]))' "$text1")
+[ -n "$want" ] && [ "$got" = "$want" ] && pass completions_equal_generate || fail completions_equal_generate "$got vs $want"
+request POST /v1/completions '{"prompt": "Once upon a time", "temperature": 0.7, "seed": 3, "max_tokens": 16, "stream": true}' -N > /dev/null
+got=$(check stream "$tmp/body" text)
+want=$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])[:2]))' "$text1")
+[ "$got" = "$want" ] && pass completions_stream || fail completions_stream "$got vs $want"
+status=$(request POST /v1/completions '{"prompt": [5, 6, 7], "max_tokens": 4}')
+check completion "$tmp/body" text 4 > /dev/null && [ "$status" = 200 ] && pass completions_token_ids || fail completions_token_ids "$status"
+
+# Errors: status and error object.
+head -c 200000 /dev/zero | tr '\0' 'a' > "$tmp/big.json"
+expect_api_error body_too_large 413 request_too_large POST /v1/chat/completions "@$tmp/big.json"
+expect_api_error body_too_large_chunked 413 request_too_large POST /v1/chat/completions "@$tmp/big.json" -H 'Transfer-Encoding: chunked'
+expect_api_error bad_json 400 invalid_json POST /v1/chat/completions '{"messages": ['
+expect_api_error empty_body 400 invalid_json POST /v1/completions ''
+expect_api_error body_not_object 400 "" POST /v1/completions '[1, 2]'
+expect_api_error unknown_model 404 model_not_found POST /v1/chat/completions '{"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}'
+expect_api_error unknown_model_get 404 model_not_found GET /v1/models/gpt-4
+msg='"messages": [{"role": "user", "content": "hi"}]'
+expect_api_error max_tokens_negative 400 "" POST /v1/chat/completions "{$msg, \"max_tokens\": -1}"
+expect_api_error max_tokens_zero 400 "" POST /v1/chat/completions "{$msg, \"max_tokens\": 0}"
+expect_api_error max_tokens_huge 400 "" POST /v1/chat/completions "{$msg, \"max_tokens\": 100000}"
+expect_api_error max_tokens_over_limit 400 "" POST /v1/completions '{"prompt": "hi", "max_tokens": 513}'
+expect_api_error max_tokens_string 400 "" POST /v1/chat/completions "{$msg, \"max_tokens\": \"10\"}"
+expect_api_error temperature_5 400 "" POST /v1/chat/completions "{$msg, \"temperature\": 5}"
+expect_api_error temperature_negative 400 "" POST /v1/chat/completions "{$msg, \"temperature\": -0.5}"
+expect_api_error top_p_zero 400 "" POST /v1/chat/completions "{$msg, \"top_p\": 0}"
+expect_api_error n_2 400 "" POST /v1/chat/completions "{$msg, \"n\": 2}"
+expect_api_error stop_five 400 "" POST /v1/chat/completions "{$msg, \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}"
+expect_api_error stop_number 400 "" POST /v1/chat/completions "{$msg, \"stop\": 5}"
+expect_api_error stream_not_bool 400 "" POST /v1/chat/completions "{$msg, \"stream\": \"yes\"}"
+expect_api_error messages_empty 400 "" POST /v1/chat/completions '{"messages": []}'
+expect_api_error messages_missing 400 "" POST /v1/chat/completions '{"prompt": "hi"}'
+expect_api_error messages_not_list 400 "" POST /v1/chat/completions '{"messages": "hi"}'
+expect_api_error role_unknown 400 "" POST /v1/chat/completions '{"messages": [{"role": "wizard", "content": "hi"}]}'
+expect_api_error content_number 400 "" POST /v1/chat/completions '{"messages": [{"role": "user", "content": 5}]}'
+expect_api_error message_not_object 400 "" POST /v1/chat/completions '{"messages": ["hi"]}'
+expect_api_error prompt_missing 400 "" POST /v1/completions '{"max_tokens": 3}'
+expect_api_error prompt_bad_token_id 400 "" POST /v1/completions '{"prompt": [5, 99999999]}'
+python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "hello " * 400}]}))' > "$tmp/long.json"
+expect_api_error prompt_too_long 400 context_length_exceeded POST /v1/chat/completions "@$tmp/long.json"
+expect_api_error penalty_unsupported 400 "" POST /v1/chat/completions "{$msg, \"frequency_penalty\": 1}"
+expect_api_error unknown_route 404 unknown_url GET /v1/nothing
+expect_api_error unknown_route_post 404 unknown_url POST /completions '{}'
+expect_api_error get_on_post_route 405 method_not_allowed GET /v1/chat/completions
+expect_api_error get_on_completions 405 method_not_allowed GET /v1/completions
+expect_api_error post_on_models 405 method_not_allowed POST /v1/models '{}'
+
+# A burst of 20 concurrent requests, good and bad, against --max-concurrent 4: each answer
+# is a completion (good requests only), an error JSON with a 4xx status (bad ones: 400/404),
+# or 429; then the server still answers correctly.
+bad_bodies=('{"messages": [' '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}'
+            '{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}' '{"messages": []}'
+            '{"messages": [{"role": "user", "content": "hi"}], "temperature": 5}')
+pids=()
+for i in $(seq 0 19); do
+    if [ $((i % 2)) -eq 0 ]; then
+        body='{"messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 1, "seed": '$i', "max_tokens": 200}'
+        path=/v1/chat/completions
+        [ $((i % 4)) -eq 0 ] && body=$(stream_body "$body" '{"stream": true}')
+        echo good > "$tmp/burst_$i.kind"
+    else
+        body=${bad_bodies[$(((i / 2) % 5))]}
+        path=/v1/chat/completions
+        echo bad > "$tmp/burst_$i.kind"
+    fi
+    curl -s -N --max-time 60 -o "$tmp/burst_$i.body" -w '%{http_code}' -H 'Content-Type: application/json' \
+        --data-binary "$body" "http://127.0.0.1:$port$path" > "$tmp/burst_$i.status" &
+    pids+=($!)
+done
+wait "${pids[@]}"
+python3 - "$tmp" <<'PY' > "$tmp/burst.result"
+import json, sys
+tmp = sys.argv[1]
+counts, problems = {}, []
+for i in range(20):
+    kind = open(f"{tmp}/burst_{i}.kind").read().strip()
+    status = open(f"{tmp}/burst_{i}.status").read().strip()
+    body = open(f"{tmp}/burst_{i}.body", encoding="utf-8").read()
+    counts[status] = counts.get(status, 0) + 1
+    try:
+        if status == "200":
+            if kind != "good": problems.append(f"{i}: bad request answered 200")
+            elif body.startswith("data: "):
+                if not body.endswith("data: [DONE]\n\n"): problems.append(f"{i}: stream without [DONE]")
+            else:
+                o = json.loads(body)
+                if o["object"] != "chat.completion" or not isinstance(o["choices"][0]["message"]["content"], str):
+                    problems.append(f"{i}: not a completion")
+        elif status in ("400", "404", "429"):
+            e = json.loads(body)["error"]
+            if not e["message"] or set(e) != {"message", "type", "param", "code"}: problems.append(f"{i}: bad error")
+            if kind == "good" and status != "429": problems.append(f"{i}: good request got {status}")
+            if status == "429" and e["code"] != "rate_limit_exceeded": problems.append(f"{i}: 429 code {e['code']}")
+        else:
+            problems.append(f"{i}: status {status}")
+    except Exception as x:
+        problems.append(f"{i}: {status} {x!r}: {body[:100]!r}")
+print(" ".join(f"{k}x{v}" for k, v in sorted(counts.items())))
+print("; ".join(problems))
+sys.exit(1 if problems else 0)
+PY
+burst_rc=$?
+[ $burst_rc -eq 0 ] && pass "burst_answers ($(head -n 1 "$tmp/burst.result"))" || fail burst_answers "$(cat "$tmp/burst.result")"
+request POST /v1/chat/completions "$greedy_chat" > /dev/null
+after=$(check completion "$tmp/body" chat 24)
+[ -n "$after" ] && [ "$after" = "$chat1" ] && pass after_burst_still_correct || fail after_burst_still_correct "$after"
+request GET /health > /dev/null
+grep -q '"requests_in_progress":0' "$tmp/body" && pass after_burst_nothing_in_progress || fail after_burst_nothing_in_progress "$(cat "$tmp/body")"
+
+# Command-line mistakes: one line, exit 2.
+expect_error serve_port_in_use "cannot listen" "$bin" serve --model "$model" --port "$port"
+expect_error serve_bad_port "--port" "$bin" serve --model "$model" --port 70000
+expect_error serve_bad_max_concurrent "--max-concurrent" "$bin" serve --model "$model" --max-concurrent 0
+expect_error serve_bad_template "chat template" "$bin" serve --model "$model" --chat-template nonsense
+
+stop_server
+[ "$stop_rc" = 0 ] && grep -q '^serve: stopped$' "$tmp/server.log" && pass sigterm_exits_0 || fail sigterm_exits_0 "exit $stop_rc: $(tail -n 2 "$tmp/server.log")"
+
+# SmolLM2 (fetched by scripts/fetch-model): a real answer, equal to `marlhf generate`.
+if [ -f "$real_model" ]; then
+    if start_server "$tmp/real.log" --model "$real_model" --max-concurrent 1 --threads 2; then
+        status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "'"$question"'"}], "temperature": 0, "max_tokens": 8}')
+        real=$(SERVED_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf check completion "$tmp/body" chat 8)
+        "$bin" generate --model "$real_model" --chat --greedy --max-new-tokens 8 "$question" > "$tmp/real_generate.jsonl" 2> /dev/null
+        want=$(check generated "$tmp/real_generate.jsonl" | python3 -c 'import json,sys; print(json.dumps(json.loads(sys.stdin.read())[0]))')
+        got=$(check text "$real")
+        [ "$status" = 200 ] && [ -n "$got" ] && [ "$got" != '""' ] && [ "$got" = "$want" ] &&
+            pass real_model_answer || fail real_model_answer "$status $got vs $want"
+
+        # While one request generates, a second is over --max-concurrent 1: 429.
+        long='{"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "temperature": 0, "max_tokens": 32}'
+        curl -s --max-time 120 -o "$tmp/long.body" -w '%{http_code}' --data-binary "$long" \
+            "http://127.0.0.1:$port/v1/chat/completions" > "$tmp/long.status" &
+        long_pid=$!
+        busy=
+        for _ in $(seq 100); do
+            request GET /health > /dev/null
+            grep -q '"requests_in_progress":1' "$tmp/body" && busy=1 && break
+            sleep 0.05
+        done
+        status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}')
+        wait "$long_pid"
+        [ -n "$busy" ] && [ "$status" = 429 ] && check error "$tmp/body" rate_limit_exceeded > /dev/null &&
+            [ "$(cat "$tmp/long.status")" = 200 ] && pass real_model_429 || fail real_model_429 "busy=$busy status $status"
+
+        # A client that leaves a stream stops its generation: once it has read a few pieces
+        # and hangs up, the slot frees long before 400 tokens could be generated.
+        curl -s -N --max-time 120 -o "$tmp/cancel.sse" --data-binary "$(stream_body "$long" '{"stream": true, "max_tokens": 400}')" \
+            "http://127.0.0.1:$port/v1/chat/completions" &
+        cancel_pid=$!
+        for _ in $(seq 600); do
+            [ "$(cat "$tmp/cancel.sse" 2> /dev/null | grep -c '^data: ')" -ge 3 ] && break
+            sleep 0.1
+        done
+        kill "$cancel_pid" 2> /dev/null
+        wait "$cancel_pid" 2> /dev/null
+        freed=
+        for _ in $(seq 40); do
+            request GET /health > /dev/null
+            grep -q '"requests_in_progress":0' "$tmp/body" && freed=1 && break
+            sleep 0.05
+        done
+        [ -n "$freed" ] && pass real_model_stream_cancel || fail real_model_stream_cancel "$(cat "$tmp/body")"
+
+        # SIGTERM while a request generates: it is answered 503, and the server exits 0.
+        curl -s --max-time 120 -o "$tmp/long.body" -w '%{http_code}' --data-binary "$(stream_body "$long" '{"max_tokens": 400}')" \
+            "http://127.0.0.1:$port/v1/chat/completions" > "$tmp/long.status" &
+        long_pid=$!
+        busy=
+        for _ in $(seq 100); do
+            request GET /health > /dev/null
+            grep -q '"requests_in_progress":1' "$tmp/body" && busy=1 && break
+            sleep 0.05
+        done
+        stop_server
+        wait "$long_pid"
+        [ -n "$busy" ] && [ "$stop_rc" = 0 ] && [ "$(cat "$tmp/long.status")" = 503 ] &&
+            check error "$tmp/long.body" server_shutting_down > /dev/null && pass real_model_sigterm_while_busy ||
+            fail real_model_sigterm_while_busy "busy=$busy exit $stop_rc, client $(cat "$tmp/long.status")"
+    else
+        fail real_model_server "$(tail -n 3 "$tmp/real.log")"
+    fi
+fi
+[ "$failures" -eq 0 ]
