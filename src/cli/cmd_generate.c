@@ -102,14 +102,16 @@ static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const G
     // The response text, without a trailing stop token, cut at the stop string.
     int length = gen->length;
     if (gen->stop == STOP_TOKEN && length > 0) length--;
-    char *response = tokenizer_decode(tm->tokenizer, gen->tokens, length, true);
+    // With its length: a model may generate a NUL byte, which must not end the text.
+    size_t response_length;
+    char *response = tokenizer_decode_len(tm->tokenizer, gen->tokens, length, true, &response_length);
     if (gen->stop == STOP_CHECK && stop_string && *stop_string) {
-        char *at = strstr(response, stop_string);
-        if (at) *at = '\0';
+        char *at = memmem(response, response_length, stop_string, strlen(stop_string));
+        if (at) response_length = (size_t)(at - response);
     }
     json_t *o = json_object();
     json_object_set_new(o, "prompt", json_string(row->prompt_text));
-    json_object_set_new(o, "response", json_string(response));
+    json_object_set_new(o, "response", json_stringn(response, response_length));
     json_object_set_new(o, "prompt_tokens", json_integer(row->length));
     json_object_set_new(o, "response_tokens", json_integer(gen->length));
     json_object_set_new(o, "stop_reason", json_string(stop_reason_name(gen->stop)));
