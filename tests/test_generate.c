@@ -124,6 +124,46 @@ static void test_stop_tokens_and_lengths(void) {
     model_free(&model);
 }
 
+// min_new_tokens: a stop token that greedy decoding would pick first cannot come before
+// the minimum; the log-probs reported are still the unmasked model's.
+static void test_min_new_tokens(void) {
+    Model model;
+    load(&model, "tests/fixtures/models/llama");
+    int prompt[] = {3, 1, 4, 1, 5};
+    const int *prompts[] = {prompt};
+    int length = 5;
+    GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 8};
+    GeneratedRow greedy;
+    generate(&model, prompts, &length, NULL, 1, &options, &greedy, NULL);
+    int stop_token = greedy.tokens[0];
+    options.stop_tokens = &stop_token;
+    options.num_stop_tokens = 1;
+    options.min_new_tokens = 3;
+    GeneratedRow row;
+    generate(&model, prompts, &length, NULL, 1, &options, &row, NULL);
+    EXPECT(row.length >= 4, "stopped after %d tokens despite min_new_tokens 3", row.length);
+    for (int i = 0; i < 3 && i < row.length; i++) EXPECT(row.tokens[i] != stop_token, "stop token at %d", i);
+    // Reported log-probs against a full forward over prompt + generated tokens.
+    int T = length + row.length;
+    int *tokens = xmalloc(T * sizeof(int)), *targets = xmalloc(T * sizeof(int));
+    memcpy(tokens, prompt, length * sizeof(int));
+    memcpy(tokens + length, row.tokens, row.length * sizeof(int));
+    for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? tokens[t + 1] : -1;
+    float *logp = xmalloc(T * sizeof(float));
+    ModelBatch batch = {.B = 1, .T = T, .tokens = tokens};
+    model_forward(&model, &batch);
+    model_logprobs(&model, targets, logp, NULL, NULL);
+    for (int j = 0; j < row.length; j++)
+        EXPECT_CLOSE(row.logprobs[j], logp[length - 1 + j], 1e-4, 0, "log-prob under the unmasked model");
+    options.min_new_tokens = 0;
+    GeneratedRow unconstrained;
+    generate(&model, prompts, &length, NULL, 1, &options, &unconstrained, NULL);
+    EXPECT(unconstrained.length == 1 && unconstrained.stop == STOP_TOKEN, "without a minimum the row stops at once");
+    free(tokens), free(targets), free(logp);
+    generated_row_free(&greedy), generated_row_free(&row), generated_row_free(&unconstrained);
+    model_free(&model);
+}
+
 static void test_sampler_distribution(void) {
     const int V = 6;
     float logits[6] = {2.0f, 1.5f, 0.3f, -1.0f, 1.5f, 0.9f};
@@ -215,6 +255,7 @@ int main(void) {
     RUN(test_kv_cache_matches_full_forward);
     RUN(test_batch_composition_invariance);
     RUN(test_stop_tokens_and_lengths);
+    RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);
     RUN(test_smollm2_greedy_matches_transformers);
     TEST_EXIT();

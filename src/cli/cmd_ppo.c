@@ -16,7 +16,7 @@ int cmd_ppo(int argc, char **argv) {
     char *reward = "model", *schedule = "linear", *aggregation = "seq-mean-token-mean";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
     long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
-    long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens;
+    long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
     long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
     long eval_count = 0, data_phase = 3, threads = 0;
@@ -53,6 +53,7 @@ int cmd_ppo(int argc, char **argv) {
         {"num-train-epochs", "num_train_epochs epochs", OPT_INT, &epochs, "passes over the prompts", false, false},
         {"max-iterations", "max_iterations", OPT_INT, &max_iterations, "stop after this many iterations (0: no limit)", false, false},
         {"min-response-tokens", "min_response_tokens", OPT_INT, &min_response, "drop shorter responses", false, false},
+        {"min-new-tokens", "min_new_tokens", OPT_INT, &min_new, "no end of text before this many new tokens (0: off)", false, false},
         {"actor-learning-rate", "actor_learning_rate", OPT_FLOAT, &actor_lr, "actor peak learning rate", false, false},
         {"critic-learning-rate", "critic_learning_rate", OPT_FLOAT, &critic_lr, "critic peak learning rate", false, false},
         {"weight-decay", "actor_weight_decay weight_decay", OPT_FLOAT, &weight_decay, "AdamW weight decay (both models)", false, false},
@@ -125,7 +126,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--rollout-batch-size", rollout_batch, 1, 1 << 20}, {"--generation-batch-size", generation_batch, 1, 4096},
         {"--micro-batch-size", micro_batch, 1, 4096}, {"--num-minibatches", minibatches, 1, 1 << 20},
         {"--ppo-epochs", ppo_epochs, 1, 1000}, {"--num-train-epochs", epochs, 1, 1000000},
-        {"--max-iterations", max_iterations, 0, 1L << 40}, {"--min-response-tokens", min_response, 1, 1 << 20},
+        {"--max-iterations", max_iterations, 0, 1L << 40}, {"--min-response-tokens", min_response, 1, 1 << 20}, {"--min-new-tokens", min_new, 0, 1 << 20},
         {"--top-k", top_k, 0, 1 << 24}, {"--ngram", ngram, 1, 1 << 20}, {"--repeat-times", repeat_times, 1, 1000},
         {"--parser-cutoff", parser_cutoff, 2, 1 << 20}, {"--eval-every", eval_every, 0, 1L << 40},
         {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
@@ -151,6 +152,7 @@ int cmd_ppo(int argc, char **argv) {
     c.generation_batch = (int)generation_batch, c.micro_batch = (int)micro_batch, c.minibatches = (int)minibatches;
     c.ppo_epochs = (int)ppo_epochs, c.epochs = epochs, c.max_iterations = max_iterations;
     c.min_response_tokens = (int)min_response;
+    c.min_new_tokens = (int)min_new;
     c.sampler = (SamplerConfig){(float)temperature, (int)top_k, (float)top_p};
     c.actor_lr = actor_lr, c.critic_lr = critic_lr, c.weight_decay = weight_decay, c.warmup_ratio = warmup_ratio;
     c.clip_norm = clip_norm;

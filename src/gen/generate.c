@@ -1,5 +1,6 @@
 #include "gen/generate.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -20,6 +21,15 @@ void generated_row_free(GeneratedRow *row) {
     free(row->logprobs);
     free(row->sampling_logprobs);
     memset(row, 0, sizeof *row);
+}
+
+// log softmax(logits)[token], summed in double.
+static float log_softmax_at(const float *logits, int V, int token) {
+    float max_logit = logits[0];
+    for (int v = 1; v < V; v++) max_logit = logits[v] > max_logit ? logits[v] : max_logit;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - max_logit));
+    return (float)(logits[token] - max_logit - log(sum));
 }
 
 static bool is_stop_token(const GenerateOptions *options, int token) {
@@ -58,6 +68,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     model_reserve(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
+    float *masked_logits = options->min_new_tokens > 0 ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
     bool *done = xcalloc((size_t)B, sizeof(bool));
     SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
     for (int b = 0; b < B; b++) sampler_scratch_init(&scratch[b], V);
@@ -77,7 +88,18 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             if (done[b]) continue;
             uint64_t stream = rng_stream("sample", row_ids ? row_ids[b] : (uint64_t)b, 0);
             double u = rng_uniform_double(options->seed, stream, (uint64_t)step);
-            SampledToken picked = sampler_pick(logits + (long)b * V, V, &options->sampler, u, &scratch[b]);
+            const float *row_logits = logits + (long)b * V;
+            SampledToken picked;
+            if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
+                float *masked = masked_logits + (long)b * V;
+                memcpy(masked, row_logits, (size_t)V * sizeof(float));
+                for (int i = 0; i < options->num_stop_tokens; i++)
+                    if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V) masked[options->stop_tokens[i]] = -INFINITY;
+                picked = sampler_pick(masked, V, &options->sampler, u, &scratch[b]);
+                picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own
+            } else {
+                picked = sampler_pick(row_logits, V, &options->sampler, u, &scratch[b]);
+            }
             GeneratedRow *row = &out[b];
             row->tokens[row->length] = picked.token;
             row->logprobs[row->length] = picked.logprob;
@@ -112,6 +134,6 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) local_stats.generated_tokens += out[b].length;
     if (stats) *stats = local_stats;
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
-    free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start);
+    free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits);
     kv_cache_free(&cache, model);
 }

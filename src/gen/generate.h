@@ -27,6 +27,10 @@ typedef struct {
     void (*on_token)(void *context, int row, int token);
     void *token_context;
     int pad_token; // fills the left padding of prompts (any valid id)
+    // The stop tokens cannot be drawn before this many new tokens (Hugging Face's
+    // min_new_tokens): a PPO policy cannot learn to answer with an immediate end of text.
+    // The reported log-probs stay those of the unmasked model.
+    int min_new_tokens;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).

@@ -177,6 +177,7 @@ static void rollout(Ppo *p, const PromptSet *set, const long *order, long count,
         .stop_tokens = p->stop_tokens,
         .num_stop_tokens = p->num_stop_tokens,
         .pad_token = tokenizer_pad_id(p->tokenizer) >= 0 ? tokenizer_pad_id(p->tokenizer) : 0,
+        .min_new_tokens = p->c.min_new_tokens,
     };
     for (long first = 0; first < count; first += p->c.generation_batch) {
         int B = count - first < p->c.generation_batch ? (int)(count - first) : p->c.generation_batch;

@@ -55,6 +55,7 @@ typedef struct {
     long epochs;         // passes over the prompts
     long max_iterations; // > 0: stop after this many
     int min_response_tokens; // shorter responses are dropped (released: 2)
+    int min_new_tokens;      // no stop token before this many new tokens (0: off, released)
     SamplerConfig sampler;
     // optimisation
     double actor_lr, critic_lr, weight_decay, beta1, beta2, eps, clip_norm, warmup_ratio;
