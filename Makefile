@@ -108,7 +108,7 @@ test: prerequisites
 	@$(MAKE) --no-print-directory tests SANITIZE=$(SANITIZE)
 	@BUILD=$(BUILD) tests/run.sh
 
-# The main job of the README (for now: convert SmolLM2 and score text with it).
+# The main job of the README: SFT -> RM -> MA-PPO on the Austen task, then runs/demo/report.html.
 demo: prerequisites
 	@$(MAKE) --no-print-directory all
 	@scripts/demo

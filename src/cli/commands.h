@@ -14,6 +14,7 @@ int cmd_infer(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_judge(int argc, char **argv);
+int cmd_human_eval(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 // Sets the number of threads for OpenMP and OpenBLAS (0 = all cores).

@@ -20,6 +20,7 @@ static const Command commands[] = {
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)"},
     {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)"},
     {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)"},
+    {"human-eval", cmd_human_eval, "blind pairwise comparison of two results files by a person (web page or terminal)"},
     {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after"},
     {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
