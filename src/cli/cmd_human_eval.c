@@ -40,6 +40,7 @@
 #include "core/timer.h"
 #include "eval/human_eval.h"
 #include "io/fs.h"
+#include "serve/listener.h"
 #include "io/jsonl.h"
 
 // After the last verdict the server stays up this long, so a page reloaded at that moment
@@ -453,44 +454,6 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **re
     *request_state = NULL;
 }
 
-// Binding ourselves gives the exact reason of a failure, and port 0 (any free port).
-static int open_listener(const char *host, int port, int *fd_out, bool *ipv6) {
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *list = NULL;
-    int rc = getaddrinfo(host, service, &hints, &list);
-    if (rc != 0) return err_set("cannot resolve host '%s': %s (--host)", host, gai_strerror(rc));
-    int saved = 0;
-    for (struct addrinfo *a = list; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
-            saved = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) {
-            *fd_out = fd;
-            *ipv6 = a->ai_family == AF_INET6;
-            freeaddrinfo(list);
-            return 0;
-        }
-        saved = errno;
-        close(fd);
-    }
-    freeaddrinfo(list);
-    return err_set("cannot listen on %s:%d: %s (--host, --port)", host, port, strerror(saved));
-}
-
-static int bound_port(int fd) {
-    struct sockaddr_storage address;
-    socklen_t length = sizeof address;
-    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
-    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
-    return ntohs(((struct sockaddr_in *)&address)->sin_port);
-}
-
 static void run_web(HumanEvalSession *session, const RunNames *names, const char *host, int port) {
     // Blocked before MHD starts its thread, which inherits the mask: only the sigtimedwait
     // below takes the signals, so the session is never interrupted mid-write.
@@ -503,7 +466,7 @@ static void run_web(HumanEvalSession *session, const RunNames *names, const char
 
     int fd = -1;
     bool ipv6 = false;
-    if (open_listener(host, port, &fd, &ipv6) != 0) die_from_err();
+    if (listener_open(host, port, 64, &fd, &ipv6) != 0) die_from_err();
     Web web = {.session = session, .names = names};
     pthread_mutex_init(&web.lock, NULL);
     // One internal thread polls every connection: requests are tiny, and the session is
@@ -521,7 +484,7 @@ static void run_web(HumanEvalSession *session, const RunNames *names, const char
     bool ipv6_literal = strchr(host, ':') != NULL;
     fprintf(stderr, "human-eval: %ld of %ld rows to judge\n", session->n - session->judged, session->n);
     fprintf(stderr, "human-eval: open http://%s%s%s:%d/\n", ipv6_literal ? "[" : "", host, ipv6_literal ? "]" : "",
-            bound_port(fd));
+            listener_port(fd));
     fflush(stderr);
 
     const struct timespec tick = {0, 100 * 1000 * 1000};

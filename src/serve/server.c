@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "gen/generate.h"
+#include "serve/listener.h"
 #include "serve/openai.h"
 
 typedef struct Job Job;
@@ -599,55 +600,17 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **re
 
 // --- start and stop --------------------------------------------------------------------
 
-// Binding ourselves gives the exact reason of a failure, and port 0 (any free port).
-static int open_listener(const char *host, int port, int *fd_out, bool *ipv6) {
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *list = NULL;
-    int rc = getaddrinfo(host, service, &hints, &list);
-    if (rc != 0) return err_set("cannot resolve host '%s': %s (--host)", host, gai_strerror(rc));
-    int saved = 0;
-    for (struct addrinfo *a = list; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
-            saved = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
-            *fd_out = fd;
-            *ipv6 = a->ai_family == AF_INET6;
-            freeaddrinfo(list);
-            return 0;
-        }
-        saved = errno;
-        close(fd);
-    }
-    freeaddrinfo(list);
-    return err_set("cannot listen on %s:%d: %s (--host, --port)", host, port, strerror(saved));
-}
-
-static int bound_port(int fd) {
-    struct sockaddr_storage address;
-    socklen_t length = sizeof address;
-    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
-    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
-    return ntohs(((struct sockaddr_in *)&address)->sin_port);
-}
-
 int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
     *out = NULL;
     int fd = -1;
     bool ipv6 = false;
-    if (open_listener(options->host, options->port, &fd, &ipv6) != 0) return -1;
+    if (listener_open(options->host, options->port, 128, &fd, &ipv6) != 0) return -1;
     Server *s = xcalloc(1, sizeof(Server));
     s->tm = tm;
     s->options = *options;
     s->model_name = xstrdup(options->model_name);
     s->listen_fd = fd;
-    s->port = bound_port(fd);
+    s->port = listener_port(fd);
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
