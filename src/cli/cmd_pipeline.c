@@ -108,6 +108,7 @@ int cmd_pipeline(int argc, char **argv) {
 
     // Where each stage's result is, as the later stages see it.
     char *sft_final = NULL, *rm_final = NULL, *ppo_out = NULL;
+    int exit_status = 0;
     for (size_t s = 0; s < sizeof stage_names / sizeof stage_names[0]; s++) {
         const char *name = stage_names[s];
         json_t *stage = json_deep_copy(json_object_get(root, name));
@@ -150,7 +151,7 @@ int cmd_pipeline(int argc, char **argv) {
             if (status != 0) {
                 fprintf(stderr, "marlhf: error: pipeline stopped: stage %s exited with status %d; finished stages "
                                 "are kept, run the pipeline again to continue (%s)\n", name, status, file);
-                return status == 2 ? 2 : 1;
+                exit_status = status == 2 ? 2 : 1;
             }
         }
         if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);
@@ -158,9 +159,10 @@ int cmd_pipeline(int argc, char **argv) {
         if (!strcmp(name, "ppo")) ppo_out = xstrdup(stage_out);
         free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out);
         json_decref(stage);
+        if (exit_status != 0) break;
     }
-    if (!dry_run) fprintf(stderr, "pipeline: done; the policy is in %s/final/actor\n", ppo_out);
+    if (!dry_run && exit_status == 0) fprintf(stderr, "pipeline: done; the policy is in %s/final/actor\n", ppo_out);
     free(sft_final), free(rm_final), free(ppo_out);
     json_decref(root);
-    return 0;
+    return exit_status;
 }
