@@ -20,3 +20,21 @@ expect_error() {
         failures=$((failures + 1))
     fi
 }
+
+# wait_exit PID SECONDS: waits for a background process to end, at most SECONDS; kills it
+# (-9) if it is still there. Sets exit_rc to its status, or 124 when it had to be killed.
+wait_exit() {
+    local pid=$1 tenths=$(($2 * 10))
+    for _ in $(seq "$tenths"); do
+        kill -0 "$pid" 2> /dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2> /dev/null; then
+        kill -9 "$pid" 2> /dev/null
+        wait "$pid" 2> /dev/null
+        exit_rc=124
+    else
+        wait "$pid"
+        exit_rc=$?
+    fi
+}

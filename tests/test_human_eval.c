@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "eval/human_eval.h"
+#include "eval/judge.h"
 #include "io/fs.h"
 #include "test.h"
 
@@ -277,10 +278,10 @@ static void test_summary_numbers(void) {
     unlink(partial);
     free(partial);
 
-    char *path = human_eval_summary_path("out/v.jsonl");
+    char *path = judge_summary_path("out/v.jsonl");
     EXPECT(!strcmp(path, "out/v.summary.json"), "%s", path);
     free(path);
-    path = human_eval_summary_path("verdicts");
+    path = judge_summary_path("verdicts");
     EXPECT(!strcmp(path, "verdicts.summary.json"), "%s", path);
     free(path);
 }

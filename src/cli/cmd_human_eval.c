@@ -39,6 +39,7 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "eval/human_eval.h"
+#include "eval/judge.h"
 #include "io/fs.h"
 #include "serve/listener.h"
 #include "io/jsonl.h"
@@ -94,7 +95,7 @@ static void finish(HumanEvalSession *session, const RunNames *names) {
     json_decref(summary);
     HumanEvalSummary m;
     human_eval_summarize(session, &m);
-    char *summary_file = human_eval_summary_path(names->output);
+    char *summary_file = judge_summary_path(names->output);
     printf("human-eval: %ld rows, %s (A) vs %s (B), seed %ld\n", m.rows, names->a, names->b, names->seed);
     printf("A wins %ld, B wins %ld, ties %ld, skipped %ld\n", m.wins_a, m.wins_b, m.ties, m.skipped);
     if (m.valid)

@@ -220,8 +220,9 @@ int cmd_infer(int argc, char **argv) {
     progress_finish(&progress, NULL);
 
     // One JSON object per prompt, written atomically.
-    size_t capacity = 1 << 16, used = 0;
-    char *text_out = xmalloc(capacity);
+    size_t used = 0;
+    char *text_out = NULL;
+    FILE *lines = open_memstream(&text_out, &used);
     double reward_sum = 0;
     for (long i = 0; i < n; i++) {
         const DataRecord *r = &data.records[order[i]];
@@ -237,14 +238,11 @@ int cmd_infer(int argc, char **argv) {
         if (lexicon) json_object_set_new(row, "gold", json_real(lexicon_score(lexicon, response)));
         reward_sum += scores[i];
         char *line = json_dumps(row, JSON_COMPACT);
-        size_t length = strlen(line);
-        while (used + length + 2 > capacity) capacity *= 2, text_out = xrealloc(text_out, capacity);
-        memcpy(text_out + used, line, length);
-        used += length;
-        text_out[used++] = '\n';
+        fprintf(lines, "%s\n", line);
         free(line), free(response);
         json_decref(row);
     }
+    fclose(lines);
     char *dir = fs_dirname(output);
     if (fs_mkdir_p(dir) != 0 || fs_write_file_atomic(output, text_out, used) != 0) die_from_err();
     if (!quiet) fprintf(stderr, "infer: %ld responses, mean reward %.4f -> %s\n", n, reward_sum / n, output);

@@ -60,15 +60,6 @@ static ResultRow *load_results(const char *path, long *count) {
     return rows;
 }
 
-// "out/v.jsonl" -> "out/v.summary.json"; a name without ".jsonl" gets the suffix appended.
-static char *summary_path(const char *output) {
-    size_t n = strlen(output);
-    if (n > 6 && !strcmp(output + n - 6, ".jsonl")) n -= 6;
-    char *path = xmalloc(n + 16);
-    memcpy(path, output, n);
-    strcpy(path + n, ".summary.json");
-    return path;
-}
 
 // The chat-completions URL of an API base given with or without a trailing slash (or
 // already ending in /chat/completions).
@@ -369,7 +360,7 @@ int cmd_judge(int argc, char **argv) {
     size_t summary_length = strlen(summary_text);
     summary_text = xrealloc(summary_text, summary_length + 2);
     strcpy(summary_text + summary_length, "\n");
-    char *summary_file = summary_path(output);
+    char *summary_file = judge_summary_path(output);
     // The verdicts first: once they exist the partial file is redundant, and a crash
     // before the summary leaves nothing a rerun with --overwrite cannot rebuild.
     if (fs_write_file_atomic(output, text, size) != 0 ||

@@ -2,6 +2,7 @@
 // means for the two models, the partial file that makes a session resumable, and the
 // statistics at the end. No HTTP and no terminal here (cli/cmd_human_eval.c has both).
 #include "eval/human_eval.h"
+#include "eval/judge.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -249,15 +250,6 @@ json_t *human_eval_summary_json(const HumanEvalSummary *m) {
     return o;
 }
 
-char *human_eval_summary_path(const char *output) {
-    size_t n = strlen(output);
-    if (n > 6 && !strcmp(output + n - 6, ".jsonl")) n -= 6;
-    char *path = xmalloc(n + 16);
-    memcpy(path, output, n);
-    strcpy(path + n, ".summary.json");
-    return path;
-}
-
 int human_eval_write_results(HumanEvalSession *s, const char *output, const json_t *summary) {
     if (s->judged < s->n) return err_set("%ld of %ld rows are not judged yet", s->n - s->judged, s->n);
     size_t size = 0;
@@ -274,7 +266,7 @@ int human_eval_write_results(HumanEvalSession *s, const char *output, const json
     size_t summary_length = strlen(summary_text);
     summary_text = xrealloc(summary_text, summary_length + 2);
     strcpy(summary_text + summary_length, "\n");
-    char *summary_file = human_eval_summary_path(output);
+    char *summary_file = judge_summary_path(output);
     // The verdicts first: once they exist the partial file is redundant.
     int rc = fs_write_file_atomic(output, text, size) == 0 &&
                      fs_write_file_atomic(summary_file, summary_text, summary_length + 1) == 0

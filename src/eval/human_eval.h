@@ -87,8 +87,6 @@ void human_eval_summarize(const HumanEvalSession *session, HumanEvalSummary *sum
 // the input names and the seed).
 json_t *human_eval_summary_json(const HumanEvalSummary *summary);
 
-// "out/v.jsonl" -> "out/v.summary.json" (judge's naming); another name gets the suffix.
-char *human_eval_summary_path(const char *output);
 // When every row is judged: the verdicts to `output` and `summary` to its summary path,
 // each atomically, then the partial file removed. -1 with err_set.
 int human_eval_write_results(HumanEvalSession *session, const char *output, const json_t *summary);

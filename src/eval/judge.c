@@ -316,3 +316,12 @@ char *judge_reply_from_response(const char *body) {
     json_decref(root);
     return reply;
 }
+
+char *judge_summary_path(const char *output) {
+    size_t n = strlen(output);
+    if (n > 6 && !strcmp(output + n - 6, ".jsonl")) n -= 6;
+    char *path = xmalloc(n + 16);
+    memcpy(path, output, n);
+    strcpy(path + n, ".summary.json");
+    return path;
+}

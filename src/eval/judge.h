@@ -51,6 +51,10 @@ int judge_position_from_name(const char *name, JudgePosition *position);
 // 95%). `successes` may be fractional (a tie counts one half); n = 0 gives [0, 1].
 void judge_wilson_interval(double successes, long n, double z, double *low, double *high);
 
+// Where the summary of a verdicts file goes (judge and human-eval alike): "out/v.jsonl" ->
+// "out/v.summary.json"; a name without ".jsonl" gets the suffix appended. xmalloc'd.
+char *judge_summary_path(const char *output);
+
 typedef struct {
     long wins_a, wins_b, ties, invalid;
     long first_wins, second_wins; // by the position shown, over valid verdicts

@@ -181,18 +181,8 @@ start_server() {
 }
 # wait_server: at most 20 s for the server to exit on its own (or after a signal); sets server_rc.
 wait_server() {
-    for _ in $(seq 200); do
-        kill -0 "$server_pid" 2> /dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$server_pid" 2> /dev/null; then
-        kill -9 "$server_pid" 2> /dev/null
-        wait "$server_pid" 2> /dev/null
-        server_rc=124
-    else
-        wait "$server_pid"
-        server_rc=$?
-    fi
+    wait_exit "$server_pid" 20
+    server_rc=$exit_rc
     server_pid=
 }
 # request METHOD PATH [BODY]: the answer's body in $tmp/body, its status on stdout (000: none in 10 s).

@@ -89,6 +89,7 @@ run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-co
 
 expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
 expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --ngram 0
+expect_error bad_min_new_tokens "--min-new-tokens" "$bin" ppo "${common[@]}" --output "$tmp/x" --min-new-tokens -1
 expect_error bad_value_function "--value-function" "$bin" ppo "${common[@]}" --output "$tmp/x" --value-function median
 expect_error missing_reward "--reward-model" "$bin" ppo --actor-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x"
 [ "$failures" -eq 0 ]

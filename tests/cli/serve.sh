@@ -40,18 +40,8 @@ start_server() {
 # stop_server: SIGTERM, then at most 20 s for the exit; sets stop_rc (124: hung, killed).
 stop_server() {
     kill -TERM "$server_pid" 2> /dev/null
-    for _ in $(seq 200); do
-        kill -0 "$server_pid" 2> /dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$server_pid" 2> /dev/null; then
-        kill -9 "$server_pid" 2> /dev/null
-        wait "$server_pid" 2> /dev/null
-        stop_rc=124
-    else
-        wait "$server_pid"
-        stop_rc=$?
-    fi
+    wait_exit "$server_pid" 20
+    stop_rc=$exit_rc
     server_pid=
 }
 
