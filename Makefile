@@ -63,9 +63,11 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# Stand-alone C tools (tools/gguf_dump.c is a debugging aid and not built).
+TOOL_BIN := $(BUILD)/tools/reproduction_summary
 
 .PHONY: all test tests bench clean setup prerequisites demo
-all: $(BUILD)/marlhf
+all: $(BUILD)/marlhf $(TOOL_BIN)
 
 $(BUILD)/libmarlhf.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -88,12 +90,15 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libmarlhf.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tools/%: $(BUILD)/tools/%.o $(BUILD)/libmarlhf.a
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
+
 # The GPU checks (tests/gpu/run.sh) are built with the CUDA backend but run only on a GPU.
 ifeq ($(CUDA),1)
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
 endif
 
-tests: $(BUILD)/marlhf $(TEST_BIN) $(GPU_TEST_BIN)
+tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN)
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)

@@ -17,26 +17,19 @@
 #include "io/jsonl.h"
 
 typedef struct {
-    char *key;
-    double *x, *y;
-    int count, capacity;
-} MetricSeries;
-
-typedef struct {
     char *dir, *name;
-    MetricSeries *metrics;
-    int metric_count;
+    RunMetrics metrics;
     json_t *first_samples, *last_samples; // arrays of sample objects, or NULL
     char *first_label, *last_label;
 } RunData;
 
 enum { SAMPLE_ROWS = 8 };
 
-static MetricSeries *series_for(RunData *run, const char *key) {
-    for (int i = 0; i < run->metric_count; i++)
-        if (!strcmp(run->metrics[i].key, key)) return &run->metrics[i];
-    run->metrics = xrealloc(run->metrics, (run->metric_count + 1) * sizeof(MetricSeries));
-    MetricSeries *s = &run->metrics[run->metric_count++];
+static MetricSeries *series_for(RunMetrics *metrics, const char *key) {
+    for (int i = 0; i < metrics->count; i++)
+        if (!strcmp(metrics->series[i].key, key)) return &metrics->series[i];
+    metrics->series = xrealloc(metrics->series, (metrics->count + 1) * sizeof(MetricSeries));
+    MetricSeries *s = &metrics->series[metrics->count++];
     memset(s, 0, sizeof *s);
     s->key = xstrdup(key);
     return s;
@@ -52,16 +45,10 @@ static void series_add(MetricSeries *s, double x, double y) {
     s->count++;
 }
 
-static int load_metrics(RunData *run) {
-    char *path = fs_join(run->dir, "metrics.jsonl");
-    if (!fs_is_file(path)) {
-        int rc = err_set("%s has no metrics.jsonl: is it a marlhf run folder? (%s)", run->dir, path);
-        free(path);
-        return rc;
-    }
+int run_metrics_read(const char *path, RunMetrics *metrics) {
+    memset(metrics, 0, sizeof *metrics);
     JsonlReader reader;
     int rc = jsonl_open(&reader, path, 0);
-    free(path);
     if (rc != 0) return -1;
     json_t *row;
     while ((rc = jsonl_next(&reader, &row)) == 1) {
@@ -75,12 +62,37 @@ static int load_metrics(RunData *run) {
         json_t *value;
         json_object_foreach(row, key, value) {
             if (!strcmp(key, "step") || !json_is_number(value)) continue;
-            series_add(series_for(run, key), json_number_value(step), json_number_value(value));
+            series_add(series_for(metrics, key), json_number_value(step), json_number_value(value));
         }
         json_decref(row);
     }
     jsonl_close(&reader);
-    return rc < 0 ? -1 : 0;
+    if (rc < 0) {
+        run_metrics_free(metrics);
+        return -1;
+    }
+    return 0;
+}
+
+const MetricSeries *run_metrics_find(const RunMetrics *metrics, const char *key) {
+    for (int i = 0; i < metrics->count; i++)
+        if (!strcmp(metrics->series[i].key, key)) return &metrics->series[i];
+    return NULL;
+}
+
+void run_metrics_free(RunMetrics *metrics) {
+    for (int i = 0; i < metrics->count; i++)
+        free(metrics->series[i].key), free(metrics->series[i].x), free(metrics->series[i].y);
+    free(metrics->series);
+    memset(metrics, 0, sizeof *metrics);
+}
+
+static int load_metrics(RunData *run) {
+    char *path = fs_join(run->dir, "metrics.jsonl");
+    int rc = fs_is_file(path) ? run_metrics_read(path, &run->metrics)
+                              : err_set("%s has no metrics.jsonl: is it a marlhf run folder? (%s)", run->dir, path);
+    free(path);
+    return rc;
 }
 
 static int compare_strings(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -138,8 +150,8 @@ static int load_sample_files(RunData *run) {
 }
 
 static void run_free(RunData *run) {
-    for (int i = 0; i < run->metric_count; i++) free(run->metrics[i].key), free(run->metrics[i].x), free(run->metrics[i].y);
-    free(run->metrics), free(run->dir), free(run->name), free(run->first_label), free(run->last_label);
+    run_metrics_free(&run->metrics);
+    free(run->dir), free(run->name), free(run->first_label), free(run->last_label);
     if (run->first_samples) json_decref(run->first_samples);
     if (run->last_samples) json_decref(run->last_samples);
 }
@@ -156,9 +168,7 @@ static char *run_name(const char *dir) {
 }
 
 static const MetricSeries *find_metric(const RunData *run, const char *key) {
-    for (int i = 0; i < run->metric_count; i++)
-        if (!strcmp(run->metrics[i].key, key)) return &run->metrics[i];
-    return NULL;
+    return run_metrics_find(&run->metrics, key);
 }
 
 static void cell_value(FILE *out, const MetricSeries *s, bool last) {
@@ -176,8 +186,8 @@ static void write_summary(FILE *out, RunData *runs, int count) {
     for (int r = 0; r < count; r++) {
         const RunData *run = &runs[r];
         double steps = 0;
-        for (int i = 0; i < run->metric_count; i++)
-            for (int j = 0; j < run->metrics[i].count; j++) steps = fmax(steps, run->metrics[i].x[j]);
+        for (int i = 0; i < run->metrics.count; i++)
+            for (int j = 0; j < run->metrics.series[i].count; j++) steps = fmax(steps, run->metrics.series[i].x[j]);
         fprintf(out, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span>", svg_series_colour(r));
         svg_write_escaped(out, run->name);
         fprintf(out, "</td><td>%.0f</td>", steps);
@@ -202,8 +212,8 @@ static char **all_keys(RunData *runs, int count, int *key_count) {
     const char *prefixes[] = {"eval/", "train/", ""};
     for (int p = 0; p < 3; p++)
         for (int r = 0; r < count; r++)
-            for (int i = 0; i < runs[r].metric_count; i++) {
-                const char *key = runs[r].metrics[i].key;
+            for (int i = 0; i < runs[r].metrics.count; i++) {
+                const char *key = runs[r].metrics.series[i].key;
                 bool matches = p < 2 ? !strncmp(key, prefixes[p], strlen(prefixes[p]))
                                      : strncmp(key, "eval/", 5) && strncmp(key, "train/", 6);
                 bool seen = false;

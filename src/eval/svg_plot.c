@@ -1,5 +1,6 @@
-// Line plots as inline SVG: one plot, several series (runs) overlaid, with axes, five
-// ticks per axis and a legend. Plain text out; no state.
+// Line plots as SVG: one plot, several series (runs) overlaid, with axes, five ticks per
+// axis, a legend and optional min-max bands. Inline in an HTML page (the page styles the
+// classes) or a standalone file (its own style). Plain text out; no state.
 #include "eval/svg_plot.h"
 
 #include <math.h>
@@ -17,20 +18,47 @@ static void tick_label(char *out, size_t size, double value) {
     else snprintf(out, size, "%.3g", value);
 }
 
+// The classes' style for a standalone file (a report page has the same rules in its own).
+static const char *standalone_style =
+    "text{font-family:system-ui,sans-serif}.plot-title{font-size:13px;font-weight:600}"
+    ".tick,.axis,.legend{font-size:10px;fill:#444}.frame{fill:none;stroke:#999}.grid{stroke:#eee}"
+    ".no-data{font-size:12px;fill:#999}";
+
+// Point i of the series' band, if it has one and the point is finite.
+static bool band_point(const SvgSeries *s, int i) {
+    return s->y_low && s->y_high && isfinite(s->x[i]) && isfinite(s->y_low[i]) && isfinite(s->y_high[i]);
+}
+
 void svg_line_plot(FILE *out, const char *title, const SvgSeries *series, int count) {
+    svg_line_plot_with(out, title, series, count, NULL);
+}
+
+void svg_line_plot_with(FILE *out, const char *title, const SvgSeries *series, int count,
+                        const SvgPlotOptions *options) {
+    const SvgPlotOptions defaults = {0};
+    if (!options) options = &defaults;
     const double width = 420, height = 240, left = 58, right = 12, top = 28, bottom = 34;
     double x_min = INFINITY, x_max = -INFINITY, y_min = INFINITY, y_max = -INFINITY;
     for (int s = 0; s < count; s++)
         for (int i = 0; i < series[s].count; i++) {
             double x = series[s].x[i], y = series[s].y[i];
+            if (band_point(&series[s], i)) { // the band counts even where the line has no point
+                x_min = fmin(x_min, x), x_max = fmax(x_max, x);
+                y_min = fmin(y_min, series[s].y_low[i]), y_max = fmax(y_max, series[s].y_high[i]);
+            }
             if (!isfinite(x) || !isfinite(y)) continue;
             x_min = fmin(x_min, x), x_max = fmax(x_max, x);
             y_min = fmin(y_min, y), y_max = fmax(y_max, y);
         }
+    if (options->standalone) fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", out);
     fprintf(out, "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
                  "viewBox=\"0 0 %g %g\" role=\"img\"><title>", width, height, width, height);
     svg_write_escaped(out, title);
-    fprintf(out, "</title><text x=\"%g\" y=\"18\" class=\"plot-title\">", left);
+    fputs("</title>", out);
+    if (options->standalone)
+        fprintf(out, "<style>%s</style><rect width=\"%g\" height=\"%g\" fill=\"#fff\"/>", standalone_style, width,
+                height);
+    fprintf(out, "<text x=\"%g\" y=\"18\" class=\"plot-title\">", left);
     svg_write_escaped(out, title);
     fprintf(out, "</text>");
     if (!isfinite(x_min)) { // no finite point at all
@@ -55,8 +83,34 @@ void svg_line_plot(FILE *out, const char *title, const SvgSeries *series, int co
         fprintf(out, "<text x=\"%.1f\" y=\"%g\" class=\"tick\" text-anchor=\"middle\">%s</text>", PX(x),
                 top + plot_h + 14, label);
     }
-    fprintf(out, "<text x=\"%g\" y=\"%g\" class=\"axis\" text-anchor=\"middle\">iteration / step</text>",
-            left + plot_w / 2, height - 4);
+    fprintf(out, "<text x=\"%g\" y=\"%g\" class=\"axis\" text-anchor=\"middle\">", left + plot_w / 2, height - 4);
+    svg_write_escaped(out, options->x_label ? options->x_label : "iteration / step");
+    fputs("</text>", out);
+    if (options->y_label) {
+        fprintf(out, "<text x=\"12\" y=\"%g\" class=\"axis\" text-anchor=\"middle\" transform=\"rotate(-90 12 %g)\">",
+                top + plot_h / 2, top + plot_h / 2);
+        svg_write_escaped(out, options->y_label);
+        fputs("</text>", out);
+    }
+    for (int s = 0; s < count; s++) { // bands first, so that every line is drawn over them
+        const char *colour = svg_series_colour(series[s].colour);
+        int finite = 0, last = -1;
+        for (int i = 0; i < series[s].count; i++)
+            if (band_point(&series[s], i)) finite++, last = i;
+        if (finite == 1) { // a single point's band is a bar
+            fprintf(out, "<line class=\"band\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                         "stroke-opacity=\"0.35\" stroke-width=\"4\"/>",
+                    PX(series[s].x[last]), PX(series[s].x[last]), PY(series[s].y_low[last]),
+                    PY(series[s].y_high[last]), colour);
+        } else if (finite > 1) { // the upper edge left to right, then the lower edge back
+            fprintf(out, "<polygon class=\"band\" fill=\"%s\" fill-opacity=\"0.2\" stroke=\"none\" points=\"", colour);
+            for (int i = 0; i < series[s].count; i++)
+                if (band_point(&series[s], i)) fprintf(out, "%.1f,%.1f ", PX(series[s].x[i]), PY(series[s].y_high[i]));
+            for (int i = series[s].count - 1; i >= 0; i--)
+                if (band_point(&series[s], i)) fprintf(out, "%.1f,%.1f ", PX(series[s].x[i]), PY(series[s].y_low[i]));
+            fputs("\"/>", out);
+        }
+    }
     for (int s = 0; s < count; s++) {
         const char *colour = svg_series_colour(series[s].colour);
         int finite = 0;
