@@ -34,6 +34,9 @@ enum {
     FINAL_TRAIN, // train/score averaged over the last `window` iterations
     REACH,       // iterations to reach the baseline's final training score (INFINITY: never)
     FIRST_EVAL,  // first eval step with eval/score >= the baseline's final held-out score (INFINITY: never)
+    MACRO_LENGTH,    // train/macro_action_length averaged over every iteration (what the termination did)
+    TRAIN_LENGTH,    // train/response_length averaged over every iteration
+    WALL_TIME,       // the run's last "time" (seconds from its start): equal compute shows here
     NUM_RESULTS
 };
 
@@ -268,6 +271,12 @@ static void free_methods(Method *methods, int count) {
 
 // --- the numbers -------------------------------------------------------------------
 
+// The mean of every value a series logged (NaN when the run never logged it).
+static double series_mean(const MetricSeries *s) {
+    if (!s || s->count == 0) return NAN;
+    return mean_of(s->y, s->count);
+}
+
 // Every run's results; the targets are the baseline's final training and held-out scores.
 static void compute_results(Method *methods, int count, const Method *baseline, int window, double *train_target,
                             double *eval_target) {
@@ -280,6 +289,10 @@ static void compute_results(Method *methods, int count, const Method *baseline, 
             run->result[LAST_LENGTH] = value_at(run_metrics_find(&run->metrics, "eval/response_length"), step);
             run->result[FINAL_KL] = window_mean(run->kl, run->iterations, window);
             run->result[FINAL_TRAIN] = window_mean(run->train_score, run->iterations, window);
+            run->result[MACRO_LENGTH] = series_mean(run_metrics_find(&run->metrics, "train/macro_action_length"));
+            run->result[TRAIN_LENGTH] = series_mean(run_metrics_find(&run->metrics, "train/response_length"));
+            const MetricSeries *time = run_metrics_find(&run->metrics, "time");
+            run->result[WALL_TIME] = time ? time->y[time->count - 1] : NAN;
         }
     double train_sum = 0, eval_sum = 0;
     for (int r = 0; r < baseline->run_count; r++) {
@@ -447,6 +460,21 @@ static void write_markdown(FILE *out, const Method *methods, int count, const Me
     if (score_runs == all_runs && gold_runs == all_runs) fprintf(out, ": the mean over all %d runs. ", all_runs);
     else fprintf(out, ": the mean over the runs that have one (%d and %d of %d). ", score_runs, gold_runs, all_runs);
     fputs("summary.tsv holds the same numbers (inf: never reached; nan: undefined).\n", out);
+
+    // What the runs did: the termination condition's macro-action length, and the compute.
+    fputs("\n| method | macro-action length (tokens) | training response length (tokens) | run time (s) |\n"
+          "|---|---|---|---|\n", out);
+    for (int m = 0; m < count; m++) {
+        fputs("| ", out);
+        md_text(out, methods[m].label);
+        md_stat(out, &methods[m], MACRO_LENGTH, false);
+        md_stat(out, &methods[m], TRAIN_LENGTH, false);
+        md_stat(out, &methods[m], WALL_TIME, false);
+        fputs(" |\n", out);
+    }
+    fputs("\nAveraged over every training iteration of a run (macro-action length: train/macro_action_length, "
+          "response tokens per macro action); run time: the run's last logged time, generation, experience, "
+          "training, evaluations and checkpoints included.\n", out);
 }
 
 static void tsv_number(FILE *out, double v) {
@@ -488,7 +516,8 @@ static void write_tsv(FILE *out, const Method *methods, int count, const Method 
     fputs("method\tlabel\tseeds\tseed_names\tlast_eval_step\theldout_score_mean\theldout_score_sd\theldout_score_per_seed"
           "\theldout_gold_mean\theldout_gold_sd\theldout_gold_per_seed\tkl_mean\tkl_sd\theldout_response_length_mean"
           "\tfinal_train_score_per_seed\titerations_to_reach_per_seed\titerations_to_reach_median\tspeedup"
-          "\tfirst_eval_step_reaching_per_seed\n", out);
+          "\tfirst_eval_step_reaching_per_seed\tmacro_action_length_mean\ttrain_response_length_mean\trun_time_mean\n",
+          out);
     for (int m = 0; m < count; m++) {
         const Method *method = &methods[m];
         tsv_text(out, method->dir);
@@ -515,6 +544,13 @@ static void write_tsv(FILE *out, const Method *methods, int count, const Method 
         fputc('\t', out);
         tsv_number(out, speedup(method, baseline));
         tsv_per_seed(out, method, FIRST_EVAL);
+        double *done[] = {results_of(method, MACRO_LENGTH), results_of(method, TRAIN_LENGTH),
+                          results_of(method, WALL_TIME)};
+        for (int d = 0; d < 3; d++) {
+            fputc('\t', out);
+            tsv_number(out, mean_of(done[d], method->run_count));
+            free(done[d]);
+        }
         fputc('\n', out);
     }
 }

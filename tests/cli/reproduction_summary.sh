@@ -17,14 +17,14 @@ if [ ! -x "$tool" ]; then
     exit 1
 fi
 
-# write_run DIR "TRAIN_SCORES" "KLS" "STEP:SCORE:GOLD:LENGTH ...": metrics.jsonl as `marlhf ppo`
-# writes it, train/score and train/kl of iterations 1, 2, ..., an eval line after the train
-# line of the same step.
+# write_run DIR "TRAIN_SCORES" "KLS" "STEP:SCORE:GOLD:LENGTH ..." MACRO_LENGTH: metrics.jsonl as
+# `marlhf ppo` writes it, train/score and train/kl of iterations 1, 2, ..., an eval line after
+# the train line of the same step.
 write_run() {
-    local dir=$1 train=($2) kl=($3) evals=($4) i e
+    local dir=$1 train=($2) kl=($3) evals=($4) macro=$5 i e
     mkdir -p "$dir"
     for ((i = 0; i <= ${#train[@]}; i++)); do
-        [ "$i" -gt 0 ] && echo "{\"step\":$i,\"time\":$i.5,\"train/score\":${train[i - 1]},\"train/raw_score\":0.1,\"train/kl\":${kl[i - 1]},\"train/response_length\":30.0}"
+        [ "$i" -gt 0 ] && echo "{\"step\":$i,\"time\":$i.5,\"train/score\":${train[i - 1]},\"train/raw_score\":0.1,\"train/kl\":${kl[i - 1]},\"train/response_length\":30.0,\"train/macro_action_length\":$macro}"
         for e in "${evals[@]}"; do
             IFS=: read -r step score gold length <<< "$e"
             [ "$step" = "$i" ] && echo "{\"step\":$i,\"time\":$i.9,\"eval/score\":$score,\"eval/gold\":$gold,\"eval/response_length\":$length}"
@@ -35,10 +35,10 @@ write_run() {
 # iterations 5 and 4; last held-out scores 1.5 and 2 (target 1.75), seed1 never reaches it.
 # "ma": reaches 1.75 at iterations 2 and 3 (median 2.5, speed-up 4.5 / 2.5 = 1.8).
 runs=$tmp/runs
-write_run "$runs/base/seed1" "0 1 1 2 2 3" "0 0.5 0.5 1 1 1" "0:0.5:0.25:32 3:1.0:0.5:31 6:1.5:0.75:30"
-write_run "$runs/base/seed2" "0 0 2 2 1 1" "0 0.25 0.25 0.5 0.5 0.5" "0:0.5:0.25:32 3:1.25:0.5:33 6:2.0:1.0:34"
-write_run "$runs/ma/seed1" "1 3 3 3 3 3" "0 0 0 0.25 0.25 0.25" "0:0.75:0.125:25 3:1.75:0.5:22 6:2.5:1.25:20"
-write_run "$runs/ma/seed2" "0 2 2 2 2 2" "0 0 0 0.5 0.5 0.5" "0:0.25:0.375:25 3:1.0:0.25:23 6:2.25:0.5:22"
+write_run "$runs/base/seed1" "0 1 1 2 2 3" "0 0.5 0.5 1 1 1" "0:0.5:0.25:32 3:1.0:0.5:31 6:1.5:0.75:30" 1
+write_run "$runs/base/seed2" "0 0 2 2 1 1" "0 0.25 0.25 0.5 0.5 0.5" "0:0.5:0.25:32 3:1.25:0.5:33 6:2.0:1.0:34" 1
+write_run "$runs/ma/seed1" "1 3 3 3 3 3" "0 0 0 0.25 0.25 0.25" "0:0.75:0.125:25 3:1.75:0.5:22 6:2.5:1.25:20" 3
+write_run "$runs/ma/seed2" "0 2 2 2 2 2" "0 0 0 0.5 0.5 0.5" "0:0.25:0.375:25 3:1.0:0.25:23 6:2.25:0.5:22" 4
 mkdir -p "$runs/ma/seed3" "$runs/ma/notes" # no metrics.jsonl / not a seed: both ignored
 cp "$runs/ma/seed1/metrics.jsonl" "$runs/ma/notes/metrics.jsonl"
 
@@ -66,13 +66,17 @@ for text in "final training score, 1.750, is the mean over Vanilla PPO's seeds" 
     "Initial (step 0) held-out RM score 0.500 and gold score 0.250: the mean over all 4 runs."; do
     grep -qF -- "$text" "$md" && pass "summary_md_text: $text" || fail "summary_md_text" "no '$text' in $md"
 done
+# What the runs did: macro-action length, training response length, the last logged time.
+check_line summary_md_runs_header "$md" "| method | macro-action length (tokens) | training response length (tokens) | run time (s) |"
+check_line summary_md_runs_baseline "$md" "| Vanilla PPO | 1.000 ± 0.000 | 30.000 ± 0.000 | 6.900 ± 0.000 |"
+check_line summary_md_runs_method "$md" "| MA-PPO n3 | 3.500 ± 0.707 | 30.000 ± 0.000 | 6.900 ± 0.000 |"
 cmp -s "$md" "$tmp/stdout" && pass summary_md_printed || fail summary_md_printed "stdout is not summary.md"
 
 tsv=$out/summary.tsv
 t=$'\t'
-check_line summary_tsv_header "$tsv" "method${t}label${t}seeds${t}seed_names${t}last_eval_step${t}heldout_score_mean${t}heldout_score_sd${t}heldout_score_per_seed${t}heldout_gold_mean${t}heldout_gold_sd${t}heldout_gold_per_seed${t}kl_mean${t}kl_sd${t}heldout_response_length_mean${t}final_train_score_per_seed${t}iterations_to_reach_per_seed${t}iterations_to_reach_median${t}speedup${t}first_eval_step_reaching_per_seed"
-check_line summary_tsv_baseline_row "$tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}5,4${t}4.5${t}1${t}inf,6"
-check_line summary_tsv_method_row "$tsv" "ma${t}MA-PPO n3${t}2${t}seed1,seed2${t}6${t}2.375${t}0.176777${t}2.5,2.25${t}0.875${t}0.53033${t}1.25,0.5${t}0.375${t}0.176777${t}21${t}3,2${t}2,3${t}2.5${t}1.8${t}3,6"
+check_line summary_tsv_header "$tsv" "method${t}label${t}seeds${t}seed_names${t}last_eval_step${t}heldout_score_mean${t}heldout_score_sd${t}heldout_score_per_seed${t}heldout_gold_mean${t}heldout_gold_sd${t}heldout_gold_per_seed${t}kl_mean${t}kl_sd${t}heldout_response_length_mean${t}final_train_score_per_seed${t}iterations_to_reach_per_seed${t}iterations_to_reach_median${t}speedup${t}first_eval_step_reaching_per_seed${t}macro_action_length_mean${t}train_response_length_mean${t}run_time_mean"
+check_line summary_tsv_baseline_row "$tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}5,4${t}4.5${t}1${t}inf,6${t}1${t}30${t}6.9"
+check_line summary_tsv_method_row "$tsv" "ma${t}MA-PPO n3${t}2${t}seed1,seed2${t}6${t}2.375${t}0.176777${t}2.5,2.25${t}0.875${t}0.53033${t}1.25,0.5${t}0.375${t}0.176777${t}21${t}3,2${t}2,3${t}2.5${t}1.8${t}3,6${t}3.5${t}30${t}6.9"
 [ "$(wc -l < "$tsv")" -eq 3 ] && pass summary_tsv_rows || fail summary_tsv_rows "$(wc -l < "$tsv") lines"
 
 # Each figure: well-formed standalone SVG; per method one band polygon (2 points per x) and
@@ -124,7 +128,7 @@ PY
 "$tool" --runs "$runs" --methods "$methods" --baseline ma --out-dir "$tmp/out2" --window=2 > /dev/null 2>&1
 check_line summary_never_reached_baseline "$tmp/out2/summary.md" "| Vanilla PPO | 2 | 1.750 ± 0.354 [1.500, 2.000] | 0.875 ± 0.177 [0.750, 1.000] | 0.750 ± 0.354 | 32.000 | 6, — (median —) | — | —, — |"
 check_line summary_never_reached_method "$tmp/out2/summary.md" "| MA-PPO n3 | 2 | 2.375 ± 0.177 [2.500, 2.250] | 0.875 ± 0.530 [1.250, 0.500] | 0.375 ± 0.177 | 21.000 | 3, — (median —) | — | 6, — |"
-check_line summary_never_reached_tsv "$tmp/out2/summary.tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}6,inf${t}inf${t}nan${t}inf,inf"
+check_line summary_never_reached_tsv "$tmp/out2/summary.tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}6,inf${t}inf${t}nan${t}inf,inf${t}1${t}30${t}6.9"
 
 "$tool" --help > "$tmp/help" 2>&1 && grep -q -- "--baseline DIR" "$tmp/help" && pass summary_help || fail summary_help "no usage"
 
