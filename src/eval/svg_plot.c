@@ -37,7 +37,12 @@ void svg_line_plot_with(FILE *out, const char *title, const SvgSeries *series, i
                         const SvgPlotOptions *options) {
     const SvgPlotOptions defaults = {0};
     if (!options) options = &defaults;
-    const double width = 420, height = 240, left = 58, right = 12, top = 28, bottom = 34;
+    // Inline plots are small and carry the legend inside the frame (a report has dozens of
+    // them, with a few runs each); a standalone figure is larger and keeps its legend in a
+    // column of its own on the right, so that many series never hide a line.
+    const double legend_w = options->standalone ? 210 : 0;
+    const double width = (options->standalone ? 620 : 420) + legend_w, height = options->standalone ? 320 : 240;
+    const double left = 58, right = 12 + legend_w, top = 28, bottom = 34;
     double x_min = INFINITY, x_max = -INFINITY, y_min = INFINITY, y_max = -INFINITY;
     for (int s = 0; s < count; s++)
         for (int i = 0; i < series[s].count; i++) {
@@ -129,11 +134,13 @@ void svg_line_plot_with(FILE *out, const char *title, const SvgSeries *series, i
                 fprintf(out, "%.1f,%.1f ", PX(series[s].x[i]), PY(series[s].y[i]));
         fprintf(out, "\"/>");
     }
-    for (int s = 0; s < count; s++) { // legend, top right inside the frame
+    // The legend: top right inside the frame, or in its column right of the frame.
+    const double legend_x = options->standalone ? left + plot_w + 14 : left + plot_w - 130;
+    for (int s = 0; s < count; s++) {
         double y = top + 12 + 13 * s;
-        fprintf(out, "<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"3\" fill=\"%s\"/>", left + plot_w - 130, y - 4,
+        fprintf(out, "<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"3\" fill=\"%s\"/>", legend_x, y - 4,
                 svg_series_colour(series[s].colour));
-        fprintf(out, "<text x=\"%g\" y=\"%g\" class=\"legend\">", left + plot_w - 116, y);
+        fprintf(out, "<text x=\"%g\" y=\"%g\" class=\"legend\">", legend_x + 14, y);
         svg_write_escaped(out, series[s].label);
         fprintf(out, "</text>");
     }

@@ -33,7 +33,8 @@ write_run() {
 }
 # Window 2. Baseline "base": final training scores 2.5 and 1 (target 1.75), reached at
 # iterations 5 and 4; last held-out scores 1.5 and 2 (target 1.75), seed1 never reaches it.
-# "ma": reaches 1.75 at iterations 2 and 3 (median 2.5, speed-up 4.5 / 2.5 = 1.8).
+# "ma": reaches 1.75 at iterations 2 and 3 (median 2.5). Mean curves (moving averages averaged
+# over seeds) reach 1.75 at iteration 4 (base: 0.25, 1, 1.75) and 3 (ma: 1.5, 2.5): speed-up 4 / 3.
 runs=$tmp/runs
 write_run "$runs/base/seed1" "0 1 1 2 2 3" "0 0.5 0.5 1 1 1" "0:0.5:0.25:32 3:1.0:0.5:31 6:1.5:0.75:30" 1
 write_run "$runs/base/seed2" "0 0 2 2 1 1" "0 0.25 0.25 0.5 0.5 0.5" "0:0.5:0.25:32 3:1.25:0.5:33 6:2.0:1.0:34" 1
@@ -59,8 +60,8 @@ check_line() {
 }
 md=$out/summary.md
 check_line summary_md_header "$md" "| method | seeds | held-out RM score | held-out gold score | KL | held-out response length | iterations to reach Vanilla PPO's final training score | speed-up vs Vanilla PPO | first eval step with RM score ≥ Vanilla PPO's final held-out score |"
-check_line summary_md_baseline_row "$md" "| Vanilla PPO | 2 | 1.750 ± 0.354 [1.500, 2.000] | 0.875 ± 0.177 [0.750, 1.000] | 0.750 ± 0.354 | 32.000 | 5, 4 (median 4.5) | 1.000 | —, 6 |"
-check_line summary_md_method_row "$md" "| MA-PPO n3 | 2 | 2.375 ± 0.177 [2.500, 2.250] | 0.875 ± 0.530 [1.250, 0.500] | 0.375 ± 0.177 | 21.000 | 2, 3 (median 2.5) | 1.800 | 3, 6 |"
+check_line summary_md_baseline_row "$md" "| Vanilla PPO | 2 | 1.750 ± 0.354 [1.500, 2.000] | 0.875 ± 0.177 [0.750, 1.000] | 0.750 ± 0.354 | 32.000 | 5, 4 (median 4.5; mean curve 4) | 1.000 | —, 6 |"
+check_line summary_md_method_row "$md" "| MA-PPO n3 | 2 | 2.375 ± 0.177 [2.500, 2.250] | 0.875 ± 0.530 [1.250, 0.500] | 0.375 ± 0.177 | 21.000 | 2, 3 (median 2.5; mean curve 3) | 1.333 | 3, 6 |"
 for text in "final training score, 1.750, is the mean over Vanilla PPO's seeds" "first iteration i ≥ 2 at which" \
     "over iterations i−1..i is ≥ 1.750" "final held-out score, 1.750, is the mean" "last evaluation (step 6)" \
     "Initial (step 0) held-out RM score 0.500 and gold score 0.250: the mean over all 4 runs."; do
@@ -74,9 +75,9 @@ cmp -s "$md" "$tmp/stdout" && pass summary_md_printed || fail summary_md_printed
 
 tsv=$out/summary.tsv
 t=$'\t'
-check_line summary_tsv_header "$tsv" "method${t}label${t}seeds${t}seed_names${t}last_eval_step${t}heldout_score_mean${t}heldout_score_sd${t}heldout_score_per_seed${t}heldout_gold_mean${t}heldout_gold_sd${t}heldout_gold_per_seed${t}kl_mean${t}kl_sd${t}heldout_response_length_mean${t}final_train_score_per_seed${t}iterations_to_reach_per_seed${t}iterations_to_reach_median${t}speedup${t}first_eval_step_reaching_per_seed${t}macro_action_length_mean${t}train_response_length_mean${t}run_time_mean"
-check_line summary_tsv_baseline_row "$tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}5,4${t}4.5${t}1${t}inf,6${t}1${t}30${t}6.9"
-check_line summary_tsv_method_row "$tsv" "ma${t}MA-PPO n3${t}2${t}seed1,seed2${t}6${t}2.375${t}0.176777${t}2.5,2.25${t}0.875${t}0.53033${t}1.25,0.5${t}0.375${t}0.176777${t}21${t}3,2${t}2,3${t}2.5${t}1.8${t}3,6${t}3.5${t}30${t}6.9"
+check_line summary_tsv_header "$tsv" "method${t}label${t}seeds${t}seed_names${t}last_eval_step${t}heldout_score_mean${t}heldout_score_sd${t}heldout_score_per_seed${t}heldout_gold_mean${t}heldout_gold_sd${t}heldout_gold_per_seed${t}kl_mean${t}kl_sd${t}heldout_response_length_mean${t}final_train_score_per_seed${t}iterations_to_reach_per_seed${t}iterations_to_reach_median${t}iterations_to_reach_mean_curve${t}speedup${t}first_eval_step_reaching_per_seed${t}macro_action_length_mean${t}train_response_length_mean${t}run_time_mean"
+check_line summary_tsv_baseline_row "$tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}5,4${t}4.5${t}4${t}1${t}inf,6${t}1${t}30${t}6.9"
+check_line summary_tsv_method_row "$tsv" "ma${t}MA-PPO n3${t}2${t}seed1,seed2${t}6${t}2.375${t}0.176777${t}2.5,2.25${t}0.875${t}0.53033${t}1.25,0.5${t}0.375${t}0.176777${t}21${t}3,2${t}2,3${t}2.5${t}3${t}1.33333${t}3,6${t}3.5${t}30${t}6.9"
 [ "$(wc -l < "$tsv")" -eq 3 ] && pass summary_tsv_rows || fail summary_tsv_rows "$(wc -l < "$tsv") lines"
 
 # Each figure: well-formed standalone SVG; per method one band polygon (2 points per x) and
@@ -124,11 +125,12 @@ sys.exit(0 if ok else 1)
 PY
 
 # The same study against "ma": the targets are 2.5 (training) and 2.375 (held-out); base
-# seed2 and ma seed2 never reach them, so both medians and every speed-up are —.
+# seed2 and ma seed2 never reach them, so both medians are —; ma's mean curve (1.5, 2.5) reaches
+# 2.5 at iteration 3 (speed-up 1), base's never does (speed-up —).
 "$tool" --runs "$runs" --methods "$methods" --baseline ma --out-dir "$tmp/out2" --window=2 > /dev/null 2>&1
-check_line summary_never_reached_baseline "$tmp/out2/summary.md" "| Vanilla PPO | 2 | 1.750 ± 0.354 [1.500, 2.000] | 0.875 ± 0.177 [0.750, 1.000] | 0.750 ± 0.354 | 32.000 | 6, — (median —) | — | —, — |"
-check_line summary_never_reached_method "$tmp/out2/summary.md" "| MA-PPO n3 | 2 | 2.375 ± 0.177 [2.500, 2.250] | 0.875 ± 0.530 [1.250, 0.500] | 0.375 ± 0.177 | 21.000 | 3, — (median —) | — | 6, — |"
-check_line summary_never_reached_tsv "$tmp/out2/summary.tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}6,inf${t}inf${t}nan${t}inf,inf${t}1${t}30${t}6.9"
+check_line summary_never_reached_baseline "$tmp/out2/summary.md" "| Vanilla PPO | 2 | 1.750 ± 0.354 [1.500, 2.000] | 0.875 ± 0.177 [0.750, 1.000] | 0.750 ± 0.354 | 32.000 | 6, — (median —; mean curve —) | — | —, — |"
+check_line summary_never_reached_method "$tmp/out2/summary.md" "| MA-PPO n3 | 2 | 2.375 ± 0.177 [2.500, 2.250] | 0.875 ± 0.530 [1.250, 0.500] | 0.375 ± 0.177 | 21.000 | 3, — (median —; mean curve 3) | 1.000 | 6, — |"
+check_line summary_never_reached_tsv "$tmp/out2/summary.tsv" "base${t}Vanilla PPO${t}2${t}seed1,seed2${t}6${t}1.75${t}0.353553${t}1.5,2${t}0.875${t}0.176777${t}0.75,1${t}0.75${t}0.353553${t}32${t}2.5,1${t}6,inf${t}inf${t}inf${t}nan${t}inf,inf${t}1${t}30${t}6.9"
 
 "$tool" --help > "$tmp/help" 2>&1 && grep -q -- "--baseline DIR" "$tmp/help" && pass summary_help || fail summary_help "no usage"
 
