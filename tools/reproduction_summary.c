@@ -341,6 +341,14 @@ static double *results_of(const Method *method, int which) {
     return v;
 }
 
+// The mean across a method's seeds of result `which`.
+static double method_mean(const Method *method, int which) {
+    double *v = results_of(method, which);
+    double mean = mean_of(v, method->run_count);
+    free(v);
+    return mean;
+}
+
 // Baseline median / this median; NaN when either median is never reached.
 static double speedup(const Method *method, const Method *baseline) {
     if (!isfinite(method->reach_mean_curve) || !isfinite(baseline->reach_mean_curve)) return NAN;
@@ -422,10 +430,8 @@ static void write_markdown(FILE *out, const Method *methods, int count, const Me
         md_stat(out, method, LAST_SCORE, true);
         md_stat(out, method, LAST_GOLD, true);
         md_stat(out, method, FINAL_KL, false);
-        double *lengths = results_of(method, LAST_LENGTH);
         fputs(" | ", out);
-        md_number(out, mean_of(lengths, method->run_count));
-        free(lengths);
+        md_number(out, method_mean(method, LAST_LENGTH));
         md_counts(out, method, REACH);
         fputs(" (median ", out);
         md_count(out, method->reach_median);
@@ -551,10 +557,8 @@ static void write_tsv(FILE *out, const Method *methods, int count, const Method 
         tsv_stat(out, method, LAST_SCORE, true);
         tsv_stat(out, method, LAST_GOLD, true);
         tsv_stat(out, method, FINAL_KL, false);
-        double *lengths = results_of(method, LAST_LENGTH);
         fputc('\t', out);
-        tsv_number(out, mean_of(lengths, method->run_count));
-        free(lengths);
+        tsv_number(out, method_mean(method, LAST_LENGTH));
         tsv_per_seed(out, method, FINAL_TRAIN);
         tsv_per_seed(out, method, REACH);
         fputc('\t', out);
@@ -564,12 +568,10 @@ static void write_tsv(FILE *out, const Method *methods, int count, const Method 
         fputc('\t', out);
         tsv_number(out, speedup(method, baseline));
         tsv_per_seed(out, method, FIRST_EVAL);
-        double *done[] = {results_of(method, MACRO_LENGTH), results_of(method, TRAIN_LENGTH),
-                          results_of(method, WALL_TIME)};
+        const int done[] = {MACRO_LENGTH, TRAIN_LENGTH, WALL_TIME};
         for (int d = 0; d < 3; d++) {
             fputc('\t', out);
-            tsv_number(out, mean_of(done[d], method->run_count));
-            free(done[d]);
+            tsv_number(out, method_mean(method, done[d]));
         }
         fputc('\n', out);
     }
