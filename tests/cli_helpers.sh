@@ -38,3 +38,18 @@ wait_exit() {
         exit_rc=$?
     fi
 }
+
+# wait_port PID LOG SED_EXPR TRIES: the port a server started with --port 0 prints on its ready
+# line in LOG (SED_EXPR, for `sed -n`, prints just the number), polled every 0.1 s at most
+# TRIES times while PID lives. Sets port ("" when none); returns 0 when found.
+wait_port() {
+    local pid=$1 log=$2 expr=$3 tries=$4
+    port=
+    for _ in $(seq "$tries"); do
+        port=$(sed -n "$expr" "$log" 2> /dev/null)
+        [ -n "$port" ] && return 0
+        kill -0 "$pid" 2> /dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}

@@ -459,11 +459,7 @@ static void run_web(HumanEvalSession *session, const RunNames *names, const char
     // Blocked before MHD starts its thread, which inherits the mask: only the sigtimedwait
     // below takes the signals, so the session is never interrupted mid-write.
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN); // a browser that hangs up is an error on its socket, not our end
+    listener_block_stop_signals(&stop_signals);
 
     int fd = -1;
     bool ipv6 = false;

@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "cli/text_model.h"
 #include "core/check.h"
+#include "serve/listener.h"
 #include "serve/server.h"
 
 // The name a model is served under by default: the last component of its path.
@@ -60,11 +61,7 @@ int cmd_serve(int argc, char **argv) {
     // Every thread started from here on inherits the blocked signals, so only sigwait below
     // sees them and shutdown happens on this thread, in order.
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN); // a client that hangs up is an error on its socket, not our end
+    listener_block_stop_signals(&stop_signals);
 
     ServerOptions server_options = {
         .host = host,

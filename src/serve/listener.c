@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -45,4 +47,12 @@ int listener_port(int fd) {
     if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
     if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
     return ntohs(((struct sockaddr_in *)&address)->sin_port);
+}
+
+void listener_block_stop_signals(sigset_t *stop_signals) {
+    sigemptyset(stop_signals);
+    sigaddset(stop_signals, SIGINT);
+    sigaddset(stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }

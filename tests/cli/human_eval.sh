@@ -170,14 +170,7 @@ start_server() {
     shift
     "$bin" human-eval "$a" "$b" --port 0 "$@" > "$log.out" 2> "$log" &
     server_pid=$!
-    port=
-    for _ in $(seq 300); do
-        port=$(sed -n 's|^human-eval: open http://127\.0\.0\.1:\([0-9][0-9]*\)/$|\1|p' "$log" 2> /dev/null)
-        [ -n "$port" ] && return 0
-        kill -0 "$server_pid" 2> /dev/null || break
-        sleep 0.1
-    done
-    return 1
+    wait_port "$server_pid" "$log" 's|^human-eval: open http://127\.0\.0\.1:\([0-9][0-9]*\)/$|\1|p' 300
 }
 # wait_server: at most 20 s for the server to exit on its own (or after a signal); sets server_rc.
 wait_server() {

@@ -18,14 +18,7 @@ if [ ! -f "$model" ]; then
 fi
 "$bin" serve --model "$model" --port 0 --threads 2 --max-tokens-limit 64 > "$tmp/serve.log" 2>&1 &
 server=$!
-port=""
-for _ in $(seq 1 600); do
-    port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$tmp/serve.log")
-    [ -n "$port" ] && break
-    kill -0 "$server" 2> /dev/null || break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
+if ! wait_port "$server" "$tmp/serve.log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600; then
     fail judge_against_serve "server did not start: $(tail -n 2 "$tmp/serve.log")"
     kill "$server" 2> /dev/null
     exit 1

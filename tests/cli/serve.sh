@@ -27,14 +27,7 @@ start_server() {
     shift
     "$bin" serve --port 0 "$@" 2> "$log" &
     server_pid=$!
-    port=
-    for _ in $(seq 600); do
-        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$log")
-        [ -n "$port" ] && return 0
-        kill -0 "$server_pid" 2> /dev/null || break
-        sleep 0.1
-    done
-    return 1
+    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600
 }
 
 # stop_server: SIGTERM, then at most 20 s for the exit; sets stop_rc (124: hung, killed).
@@ -57,6 +50,17 @@ request() {
     fi
     curl -s --max-time 60 -X "$method" -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' \
         "${data[@]}" "$@" "http://127.0.0.1:$port$path"
+}
+
+# wait_in_progress N TRIES: polls /health every 0.05 s, at most TRIES times, until N requests
+# are in progress; returns 0 when they are.
+wait_in_progress() {
+    for _ in $(seq "$2"); do
+        request GET /health > /dev/null
+        grep -q "\"requests_in_progress\":$1" "$tmp/body" && return 0
+        sleep 0.05
+    done
+    return 1
 }
 
 # The JSON checks, one place: `check.py KIND FILE ...` exits non-zero with a reason.
@@ -366,11 +370,7 @@ if [ -f "$real_model" ]; then
             "http://127.0.0.1:$port/v1/chat/completions" > "$tmp/long.status" &
         long_pid=$!
         busy=
-        for _ in $(seq 100); do
-            request GET /health > /dev/null
-            grep -q '"requests_in_progress":1' "$tmp/body" && busy=1 && break
-            sleep 0.05
-        done
+        wait_in_progress 1 100 && busy=1
         status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}')
         wait "$long_pid"
         [ -n "$busy" ] && [ "$status" = 429 ] && check error "$tmp/body" rate_limit_exceeded > /dev/null &&
@@ -388,11 +388,7 @@ if [ -f "$real_model" ]; then
         kill "$cancel_pid" 2> /dev/null
         wait "$cancel_pid" 2> /dev/null
         freed=
-        for _ in $(seq 40); do
-            request GET /health > /dev/null
-            grep -q '"requests_in_progress":0' "$tmp/body" && freed=1 && break
-            sleep 0.05
-        done
+        wait_in_progress 0 40 && freed=1
         [ -n "$freed" ] && pass real_model_stream_cancel || fail real_model_stream_cancel "$(cat "$tmp/body")"
 
         # SIGTERM while a request generates: it is answered 503, and the server exits 0.
@@ -400,11 +396,7 @@ if [ -f "$real_model" ]; then
             "http://127.0.0.1:$port/v1/chat/completions" > "$tmp/long.status" &
         long_pid=$!
         busy=
-        for _ in $(seq 100); do
-            request GET /health > /dev/null
-            grep -q '"requests_in_progress":1' "$tmp/body" && busy=1 && break
-            sleep 0.05
-        done
+        wait_in_progress 1 100 && busy=1
         stop_server
         wait "$long_pid"
         [ -n "$busy" ] && [ "$stop_rc" = 0 ] && [ "$(cat "$tmp/long.status")" = 503 ] &&
