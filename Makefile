@@ -45,6 +45,26 @@ LDLIBS  := -Wl,-Bstatic -lopenblas -ljansson -lpcre2-8 -Wl,-Bdynamic -llink-gram
            -lgfortran -lpthread -lm -fopenmp
 endif
 
+# MPI (multi-process data parallel, docs/distributed.md): built whenever pkg-config finds
+# Open MPI or MPICH (scripts/setup installs Open MPI); `make MPI=0` leaves it out, and so
+# does the static bundle for GPU machines. A plain `marlhf` run never starts MPI.
+MPI_PKG := $(firstword $(foreach p,ompi-c mpich,$(shell pkg-config --exists $(p) 2>/dev/null && echo $(p))))
+ifeq ($(STATIC_DEPS),1)
+MPI ?= 0
+endif
+ifneq ($(MPI_PKG),)
+MPI ?= 1
+else
+MPI ?= 0
+endif
+ifeq ($(MPI),1)
+ifeq ($(MPI_PKG),)
+$(error MPI=1 but pkg-config finds neither ompi-c nor mpich (scripts/setup installs libopenmpi-dev))
+endif
+CFLAGS  += -DMARLHF_MPI $(shell pkg-config --cflags $(MPI_PKG))
+LDLIBS  += $(shell pkg-config --libs $(MPI_PKG))
+endif
+
 LIB_SRC := $(filter-out src/cli/main.c,$(shell find src -name '*.c' | sort))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
@@ -54,9 +74,9 @@ LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 endif
 
-# Objects are rebuilt when the flags change (CUDA on/off changes cpu_backend.c).
+# Objects are rebuilt when the flags change (CUDA on/off changes cpu_backend.c, MPI on/off dist.c).
 FLAGS_STAMP := $(BUILD)/flags.stamp
-FLAGS_NOW := $(CC) $(CFLAGS) CUDA=$(CUDA) $(CUDA_ARCH) STATIC=$(STATIC_DEPS)
+FLAGS_NOW := $(CC) $(CFLAGS) CUDA=$(CUDA) $(CUDA_ARCH) STATIC=$(STATIC_DEPS) MPI=$(MPI)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 CLI_OBJ := $(BUILD)/src/cli/main.o
 TEST_SRC := $(sort $(wildcard tests/test_*.c))

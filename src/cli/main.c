@@ -1,32 +1,35 @@
 // marlhf: one binary, one command per stage of RLHF. See `marlhf --help`.
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "dist/dist.h"
 
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    bool data_parallel; // may run as one of several processes under mpirun (dist/dist.h)
 } Command;
 
 static const Command commands[] = {
-    {"logprobs", cmd_logprobs, "per-token log-probs and top-1 next tokens of given token ids"},
-    {"sft", cmd_sft, "supervised fine-tuning on prompt/response data (step 1)"},
-    {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)"},
-    {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)"},
-    {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage"},
-    {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)"},
-    {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)"},
-    {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)"},
-    {"human-eval", cmd_human_eval, "blind pairwise comparison of two results files by a person (web page or terminal)"},
-    {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after"},
-    {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache"},
-    {"chat", cmd_chat, "chat with a model interactively, replies streamed"},
-    {"serve", cmd_serve, "an OpenAI-compatible HTTP server for a model (chat and text completions, streaming)"},
-    {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder"},
-    {"tokenize", cmd_tokenize, "text to token ids (or ids to text) with a model's tokenizer"},
+    {"logprobs", cmd_logprobs, "per-token log-probs and top-1 next tokens of given token ids", false},
+    {"sft", cmd_sft, "supervised fine-tuning on prompt/response data (step 1)", true},
+    {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)", true},
+    {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)", false},
+    {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage", false},
+    {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)", false},
+    {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)", false},
+    {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)", false},
+    {"human-eval", cmd_human_eval, "blind pairwise comparison of two results files by a person (web page or terminal)", false},
+    {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after", false},
+    {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache", false},
+    {"chat", cmd_chat, "chat with a model interactively, replies streamed", false},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server for a model (chat and text completions, streaming)", false},
+    {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder", false},
+    {"tokenize", cmd_tokenize, "text to token ids (or ids to text) with a model's tokenizer", false},
 };
 
 static void print_usage(FILE *out) {
@@ -45,7 +48,15 @@ int main(int argc, char **argv) {
         print_usage(stdout);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        if (dist_init(&argc, &argv) != 0) die_user("%s", err_msg());
+        if (dist_world_size() > 1 && !commands[i].data_parallel)
+            die_user("marlhf %s runs as one process; only sft and rm run under mpirun with %d processes",
+                     commands[i].name, dist_world_size());
+        int rc = commands[i].run(argc - 2, argv + 2);
+        dist_finalize();
+        return rc;
+    }
     die_user("unknown command '%s' (marlhf --help lists them)", argv[1]);
 }

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "data/split.h"
+#include "dist/dist.h"
 
 int trainer_cli_options(TrainerCli *c, Option *o) {
     int n = 0;
@@ -84,6 +85,8 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     t->seed = (uint64_t)c->seed;
     t->run_dir = run_dir;
     t->resume = c->resume;
+    // Under mpirun only rank 0 speaks (dist/dist.h); the others would repeat every line.
+    c->quiet = c->quiet || !dist_is_main();
     t->quiet = c->quiet;
     cli_set_threads(c->threads);
 }

@@ -7,6 +7,8 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "dist/dist.h"
+#include "dist/model_sync.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
 #include "train/adamw.h"
@@ -70,6 +72,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "cursor", json_integer(s->cursor));
     json_object_set_new(state, "seed", json_integer((json_int_t)options->seed));
     json_object_set_new(state, "num_examples", json_integer(task->num_examples));
+    json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
     json_decref(state);
@@ -88,10 +91,24 @@ static void run_evaluation(const TrainTask *task, Model *model, MetricsWriter *m
     }
 }
 
+// The sums of a step's micro-batch results over every rank's share of them.
+static void sum_across_ranks(MicroStepResult *total) {
+    double packed[7] = {total->loss_sum, total->weight, total->tokens};
+    for (int k = 0; k < 4; k++) packed[3 + k] = total->metric_sums[k];
+    dist_sum_doubles(packed, 7);
+    total->loss_sum = packed[0], total->weight = packed[1], total->tokens = packed[2];
+    for (int k = 0; k < 4; k++) total->metric_sums[k] = packed[3 + k];
+}
+
 int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options) {
     const long n = task->num_examples;
     if (n <= 0) return err_set("no training examples");
-    const long per_step = options->micro_batch * options->grad_accum;
+    // Data parallel (dist/dist.h): an optimizer step takes grad_accum micro-batches on
+    // each of the W ranks, as DeepSpeed's global batch = micro batch x accumulation x W.
+    // Rank r runs micro-batches r, r + W, ... of the step; the gradients are then summed.
+    const int world = dist_world_size(), rank = dist_rank();
+    const long micro_per_step = options->grad_accum * world;
+    const long per_step = options->micro_batch * micro_per_step;
     const long steps_per_epoch = (n + per_step - 1) / per_step;
     long total_steps = steps_per_epoch * options->epochs;
     if (options->max_steps > 0 && options->max_steps < total_steps) total_steps = options->max_steps;
@@ -116,6 +133,12 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && state_integer(state, "num_examples", -1) != n)
                 rc = err_set("checkpoint was made with %ld examples, this run has %ld (%s)",
                              state_integer(state, "num_examples", -1), n, checkpoint);
+            // The step size in examples depends on the process count; resuming with another
+            // would silently change the data order and the schedule.
+            if (rc == 0 && state_integer(state, "world_size", 1) != world)
+                rc = err_set("checkpoint was made by %ld processes, this run has %d (%s): resume with mpirun -np %ld",
+                             state_integer(state, "world_size", 1), world, checkpoint,
+                             state_integer(state, "world_size", 1));
             if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {
@@ -132,10 +155,20 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             }
         }
     }
+    // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
+    dist_broadcast_weights(model);
     MetricsWriter metrics;
-    if (metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0) {
-        adamw_free(&optimizer);
-        return -1;
+    if (dist_is_main()) {
+        if (dist_any_failed(metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0)) {
+            adamw_free(&optimizer);
+            return -1;
+        }
+    } else {
+        metrics_open_none(&metrics);
+        if (dist_any_failed(false)) {
+            adamw_free(&optimizer);
+            return err_set("rank 0 could not open the metrics of %s", options->run_dir);
+        }
     }
 
     long *order = xmalloc((size_t)n * sizeof(long));
@@ -156,7 +189,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
         // The micro-batches of this optimizer step (the last step of an epoch may be short).
         long first_micro = s.cursor;
-        long micro_count = options->grad_accum;
+        long micro_count = micro_per_step;
         if (first_micro + micro_count > micro_batches_per_epoch) micro_count = micro_batches_per_epoch - first_micro;
         double step_weight = 0;
         for (long m = 0; m < micro_count; m++) {
@@ -166,7 +199,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
         model_zero_grad(model);
         MicroStepResult total = {0};
-        for (long m = 0; m < micro_count && step_weight > 0; m++) {
+        for (long m = rank; m < micro_count && step_weight > 0; m += world) {
             long start = (first_micro + m) * options->micro_batch;
             long count = n - start < options->micro_batch ? n - start : options->micro_batch;
             MicroStepResult r = {0};
@@ -176,6 +209,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             total.tokens += r.tokens;
             for (int k = 0; k < 4; k++) total.metric_sums[k] += r.metric_sums[k];
         }
+        dist_sum_gradients(model);
+        sum_across_ranks(&total);
         double norm = grad_global_norm(model);
         float lr = lr_schedule_at(&schedule, s.step);
         if (!isfinite(norm)) {
@@ -201,8 +236,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                 names[count] = task->metric_names[k];
                 values[count++] = total.weight > 0 ? total.metric_sums[k] / total.weight : 0;
             }
-            if (metrics_log(&metrics, "train", s.step, names, values, count) != 0) {
-                rc = -1;
+            if (dist_any_failed(metrics_log(&metrics, "train", s.step, names, values, count) != 0)) {
+                rc = dist_is_main() ? -1 : err_set("rank 0 could not write the metrics of %s", options->run_dir);
                 break;
             }
             tokens_since_log = 0;
@@ -215,14 +250,19 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         if ((options->eval_every > 0 && s.step % options->eval_every == 0) || epoch_done || last)
             run_evaluation(task, model, &metrics, s.step, options->quiet);
         if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
-            if (save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0) {
-                rc = -1;
+            bool failed = dist_is_main() && save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0;
+            if (dist_any_failed(failed)) {
+                rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);
                 break;
             }
         }
     }
     progress_finish(&progress, NULL);
-    if (rc == 0) {
+    // Same gradients and the same AdamW step on every rank keep the weights identical; a
+    // difference here is a bug (a collective that did not give every rank the same bits).
+    if (rc == 0 && world > 1)
+        CHECK(dist_all_equal(model_weights_fingerprint(model)), "ranks ended training with different weights");
+    if (rc == 0 && dist_is_main()) {
         char *final_dir = fs_join(options->run_dir, "final");
         FsAtomicDir out;
         rc = fs_atomic_dir_begin(&out, final_dir);
@@ -234,6 +274,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
         free(final_dir);
     }
+    if (world > 1 && dist_any_failed(rc != 0) && rc == 0)
+        rc = err_set("rank 0 could not write the final model in %s/final", options->run_dir);
     free(order);
     metrics_close(&metrics);
     adamw_free(&optimizer);

@@ -43,8 +43,11 @@ int metrics_open(MetricsWriter *writer, const char *run_dir, long resume_step) {
     return tfevents_open(&writer->events, run_dir);
 }
 
+void metrics_open_none(MetricsWriter *writer) { memset(writer, 0, sizeof *writer); }
+
 int metrics_log(MetricsWriter *writer, const char *prefix, long step, const char *const *names,
                 const double *values, int count) {
+    if (!writer->jsonl) return 0; // metrics_open_none
     json_t *line = json_object();
     json_object_set_new(line, "step", json_integer(step));
     json_object_set_new(line, "time", json_real(now_seconds() - writer->start_time));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "dist/dist.h"
 #include "train/losses.h"
 
 int rm_loss_from_name(const char *name, RmLossKind *kind) {
@@ -155,11 +156,16 @@ static void rm_evaluate(void *context, Model *model, EvalResult *result) {
     RmStats stats = {0};
     const int chunk = 4;
     long which[4];
-    for (long first = 0; first < task->eval_count; first += chunk) {
+    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
+    const long stride = (long)chunk * dist_world_size();
+    for (long first = (long)chunk * dist_rank(); first < task->eval_count; first += stride) {
         int count = task->eval_count - first < chunk ? (int)(task->eval_count - first) : chunk;
         for (int e = 0; e < count; e++) which[e] = first + e;
         rm_forward(task, model, &task->eval, task->eval_margins, which, count, 0.0, false, &stats);
     }
+    double sums[4] = {stats.correct, stats.chosen_sum, stats.rejected_sum, stats.loss};
+    dist_sum_doubles(sums, 4);
+    stats.correct = sums[0], stats.chosen_sum = sums[1], stats.rejected_sum = sums[2], stats.loss = sums[3];
     double n = task->eval_count;
     const char *names[] = {"accuracy", "chosen_score", "rejected_score", "loss"};
     double values[] = {stats.correct / n, stats.chosen_sum / n, stats.rejected_sum / n, stats.loss / n};

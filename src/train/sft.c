@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "dist/dist.h"
 #include "train/losses.h"
 
 void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
@@ -154,7 +155,9 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
     double loss = 0, tokens = 0;
     const int chunk = 8;
     long *which = xmalloc(chunk * sizeof(long));
-    for (long first = 0; first < task->eval.count; first += chunk) {
+    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
+    const long stride = (long)chunk * dist_world_size();
+    for (long first = (long)chunk * dist_rank(); first < task->eval.count; first += stride) {
         int count = task->eval.count - first < chunk ? (int)(task->eval.count - first) : chunk;
         for (int b = 0; b < count; b++) which[b] = first + b;
         SftBatch batch;
@@ -170,6 +173,9 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
         free_batch(&batch);
     }
     free(which);
+    double sums[2] = {loss, tokens};
+    dist_sum_doubles(sums, 2);
+    loss = sums[0], tokens = sums[1];
     result->count = 0;
     if (tokens > 0) {
         result->names[0] = "loss";

@@ -1,0 +1,142 @@
+#include "dist/dist.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+#include "core/check.h"
+
+#ifdef MARLHF_MPI
+#include <mpi.h>
+#endif
+
+static int world_rank = 0;
+static int world_size = 1;
+static int local_size = 1;
+static bool mpi_started = false;
+
+// The world size a process manager announced in the environment, or 0 if none did.
+// Open MPI's mpirun, MPICH's hydra and Slurm's srun (PMI) each set one of these.
+static int launcher_world_size(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *value = getenv(names[i]);
+        if (value && atoi(value) > 0) return atoi(value);
+    }
+    return 0;
+}
+
+static int launcher_local_size(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *value = getenv(names[i]);
+        if (value && atoi(value) > 0) return atoi(value);
+    }
+    return 1;
+}
+
+int dist_init(int *argc, char ***argv) {
+    int announced = launcher_world_size();
+#ifdef MARLHF_MPI
+    // Slurm sets SLURM_NTASKS for a plain `marlhf` inside an allocation too; only an
+    // MPI launcher's own variables (or PMI) mean we were started as one rank of many.
+    bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    if (!launched) return 0;
+    int provided = 0;
+    // FUNNELED: OpenMP threads compute, only the main thread calls MPI.
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return err_set("MPI_Init failed (started by mpirun with %d processes)", announced);
+    mpi_started = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    // Errors are reported by marlhf itself, one line; a failed collective is a bug.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    local_size = launcher_local_size();
+    return 0;
+#else
+    (void)argc, (void)argv;
+    if (announced > 1 && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")))
+        return err_set("this marlhf was built without MPI (make MPI=0 or no libopenmpi-dev), so it cannot run "
+                       "as one of %d processes; rebuild with MPI or run one process", announced);
+    return 0;
+#endif
+}
+
+void dist_finalize(void) {
+#ifdef MARLHF_MPI
+    if (mpi_started) MPI_Finalize();
+    mpi_started = false;
+#endif
+}
+
+int dist_rank(void) { return world_rank; }
+int dist_world_size(void) { return world_size; }
+int dist_local_size(void) { return local_size; }
+
+#ifdef MARLHF_MPI
+// MPI counts are ints: large arrays go in chunks.
+static const long max_chunk = INT_MAX / 2;
+
+static void sum_in_place(void *values, long n, MPI_Datatype type, size_t element_size) {
+    for (long first = 0; first < n; first += max_chunk) {
+        long count = n - first < max_chunk ? n - first : max_chunk;
+        char *chunk = (char *)values + (size_t)first * element_size;
+        CHECK(MPI_Allreduce(MPI_IN_PLACE, chunk, (int)count, type, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Allreduce of %ld values", count);
+    }
+}
+#endif
+
+void dist_sum_floats(float *values, long n) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) sum_in_place(values, n, MPI_FLOAT, sizeof(float));
+#else
+    (void)values, (void)n;
+#endif
+}
+
+void dist_sum_doubles(double *values, long n) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) sum_in_place(values, n, MPI_DOUBLE, sizeof(double));
+#else
+    (void)values, (void)n;
+#endif
+}
+
+void dist_broadcast(void *data, size_t bytes, int root) {
+#ifdef MARLHF_MPI
+    if (world_size <= 1) return;
+    for (size_t first = 0; first < bytes; first += (size_t)max_chunk) {
+        size_t count = bytes - first < (size_t)max_chunk ? bytes - first : (size_t)max_chunk;
+        CHECK(MPI_Bcast((char *)data + first, (int)count, MPI_BYTE, root, MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Bcast of %zu bytes", count);
+    }
+#else
+    (void)data, (void)bytes, (void)root;
+#endif
+}
+
+bool dist_any_failed(bool failed) {
+#ifdef MARLHF_MPI
+    if (world_size <= 1) return failed;
+    int mine = failed ? 1 : 0, any = 0;
+    CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Allreduce");
+    return any != 0;
+#else
+    return failed;
+#endif
+}
+
+bool dist_all_equal(unsigned long long value) {
+#ifdef MARLHF_MPI
+    if (world_size <= 1) return true;
+    unsigned long long low = 0, high = 0;
+    CHECK(MPI_Allreduce(&value, &low, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS,
+          "MPI_Allreduce");
+    CHECK(MPI_Allreduce(&value, &high, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS,
+          "MPI_Allreduce");
+    return low == high;
+#else
+    (void)value;
+    return true;
+#endif
+}

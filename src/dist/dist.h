@@ -1,0 +1,44 @@
+// Data parallelism over processes: the handful of collectives the training loops need.
+//
+// marlhf scales past one machine the way DeepSpeed and torch DDP do: `mpirun -np W
+// marlhf sft ...` starts W copies of the binary, each holding the whole model; every
+// optimizer step each rank runs its share of the micro-batches, the gradients are summed
+// across ranks, and every rank takes the same AdamW step, so the weights stay identical
+// everywhere. Rank 0 alone writes metrics, checkpoints and the final model.
+//
+// MPI is initialised only when the process was started by a process manager (mpirun,
+// srun: the environment says so); a plain `marlhf sft ...` is world size 1 and every
+// function here is then a no-op, so the single-process path is exactly the code it was
+// before data parallelism existed. A build without MPI (`make MPI=0`) is always world
+// size 1 and refuses to run under mpirun with more than one process.
+//
+// Every collective is called by all ranks in the same order: a rank that skips one
+// would hang the others, so callers never return early between collectives on one rank
+// only (errors are agreed on first, see dist_any_failed).
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+// Initialises MPI when launched by a process manager. Returns 0, or -1 with err_set()
+// (a build without MPI started as one of several ranks). Call once, first thing in main.
+int dist_init(int *argc, char ***argv);
+// Ends MPI (no-op at world size 1). Call once before a normal exit.
+void dist_finalize(void);
+
+int dist_rank(void);
+int dist_world_size(void);
+static inline bool dist_is_main(void) { return dist_rank() == 0; }
+// Processes of this job on this machine (1 when not under a process manager): the default
+// thread count divides the cores among them.
+int dist_local_size(void);
+
+// In-place sum across ranks of host arrays; every rank receives the same bits.
+void dist_sum_floats(float *values, long n);
+void dist_sum_doubles(double *values, long n);
+// Copies `bytes` of host memory from rank `root` to every other rank.
+void dist_broadcast(void *data, size_t bytes, int root);
+// True on every rank when `failed` is true on any rank: how ranks agree to stop together
+// after a step that can fail on one of them (rank 0 writing a checkpoint).
+bool dist_any_failed(bool failed);
+// True on every rank when `value` is the same on every rank.
+bool dist_all_equal(unsigned long long value);

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
+# micro-batch each give the same training as one process accumulating two (to float
+# rounding); two-process runs are bit-identical run to run; only rank 0 writes; a run whose
+# rank is killed resumes to the same weights; resuming with another process count, and
+# commands that do not run data parallel, are refused. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_data_parallel
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+data=tests/fixtures/train
+failures=0
+. tests/cli_helpers.sh
+
+if ! command -v mpirun > /dev/null || ! ldd "$bin" 2> /dev/null | grep -q libmpi; then
+    fail data_parallel_built "$bin is not linked with MPI or mpirun is missing (scripts/setup installs openmpi-bin)"
+    exit 1
+fi
+# CI runs as root; --oversubscribe lets the 2-core machines start 2 ranks whatever the slot
+# count; the single-copy mechanism needs ptrace rights containers often lack. Open MPI's own
+# allocations outlive MPI_Finalize, which LeakSanitizer would report in the SANITIZE build.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+ranks() { # ranks N COMMAND...: COMMAND as N processes
+    local n=$1
+    shift
+    mpirun --oversubscribe --bind-to none -np "$n" "$@"
+}
+json_values() { python3 -c "import sys, json; print(' '.join(str(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if sys.argv[2] in json.loads(l)))" "$@"; }
+# close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative).
+close() { python3 -c "
+import sys
+a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
+ok = len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
+sys.exit(0 if ok else 1)" "$@"; }
+logprobs_of() { "$bin" logprobs --model "$1" --input "$tmp/ids.jsonl" | python3 -c "import sys, json; print(' '.join(map(str, json.loads(sys.stdin.readline())['logprobs'])))"; }
+echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
+
+# --- SFT: 2 ranks x 1 micro-batch == 1 process x 2 accumulated ---------------------------
+sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
+     --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 3 --eval-every 4 --threads 1)
+"$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --output "$tmp/sft_one" --quiet 2> "$tmp/sft_one.err" ||
+    fail sft_one_process "$(tail -n 2 "$tmp/sft_one.err")"
+ranks 2 "$bin" sft "${sft[@]}" --gradient-accumulation-steps 1 --output "$tmp/sft_two" > "$tmp/sft_two.out" 2> "$tmp/sft_two.err"
+rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/sft_two/final/model.safetensors" ] && pass sft_two_ranks_runs ||
+    fail sft_two_ranks_runs "exit $rc: $(tail -n 3 "$tmp/sft_two.err")"
+one=$(json_values "$tmp/sft_one/metrics.jsonl" train/loss 2> /dev/null)
+two=$(json_values "$tmp/sft_two/metrics.jsonl" train/loss 2> /dev/null)
+[ "$(echo "$one" | wc -w)" = 18 ] && close "$one" "$two" 1e-5 && pass "sft_two_ranks_same_losses (18 steps)" ||
+    fail sft_two_ranks_same_losses "one process: $one / two ranks: $two"
+close "$(json_values "$tmp/sft_one/metrics.jsonl" eval/loss)" "$(json_values "$tmp/sft_two/metrics.jsonl" eval/loss)" 1e-5 &&
+    pass sft_two_ranks_same_eval_loss || fail sft_two_ranks_same_eval_loss "eval losses differ"
+close "$(logprobs_of "$tmp/sft_one/final")" "$(logprobs_of "$tmp/sft_two/final")" 1e-4 &&
+    pass sft_two_ranks_same_model || fail sft_two_ranks_same_model "final models' log-probs differ"
+# Only rank 0 speaks and writes: one summary line, one event file.
+[ "$(grep -c 'final model in' "$tmp/sft_two.err")" = 1 ] && [ "$(ls "$tmp"/sft_two/events.out.tfevents.* | wc -l)" = 1 ] &&
+    pass sft_only_rank0_writes || fail sft_only_rank0_writes "$(grep -c 'final model in' "$tmp/sft_two.err") summary lines"
+ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/sft_two_again" --quiet 2> /dev/null
+cmp -s "$tmp/sft_two/final/model.safetensors" "$tmp/sft_two_again/final/model.safetensors" &&
+    pass sft_two_ranks_bit_identical_rerun || fail sft_two_ranks_bit_identical_rerun "final weights differ"
+
+# --- a rank killed mid-run: resume under mpirun to the same weights -------------------------
+long=("${sft[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0 --quiet)
+ranks 2 "$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
+ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed" > /dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
+sleep "0.$((RANDOM % 3))"
+victim=$(pgrep -f -- "--output $tmp/killed" | grep -v "^$launcher\$" | tail -n 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait_exit "$launcher" 60
+[ "$exit_rc" -ne 0 ] && [ ! -d "$tmp/killed/final" ] && pass sft_rank_killed_stops_job ||
+    fail sft_rank_killed_stops_job "mpirun exit $exit_rc, final/ $( [ -d "$tmp/killed/final" ] && echo exists || echo absent)"
+ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed" --resume 2> "$tmp/killed.err"
+cmp -s "$tmp/straight/final/model.safetensors" "$tmp/killed/final/model.safetensors" &&
+    pass sft_two_ranks_resume_bit_identical || fail sft_two_ranks_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
+lines=$(grep -c '"train/loss"' "$tmp/killed/metrics.jsonl")
+[ "$lines" = 96 ] && pass sft_two_ranks_resume_metrics_continuous || fail sft_two_ranks_resume_metrics_continuous "$lines lines"
+# The step is a number of examples per process count: resuming with another is refused.
+before=$(ls "$tmp/straight")
+expect_error sft_resume_other_process_count "made by 2 processes, this run has 1" \
+    "$bin" sft "${long[@]}" --output "$tmp/straight" --resume
+[ "$(ls "$tmp/straight")" = "$before" ] && pass sft_refused_resume_keeps_run || fail sft_refused_resume_keeps_run "files changed"
+
+# --- reward model ------------------------------------------------------------------------
+rm_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
+         --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 3 --threads 1 --quiet)
+"$bin" rm "${rm_args[@]}" --gradient-accumulation-steps 2 --output "$tmp/rm_one" 2> /dev/null
+ranks 2 "$bin" rm "${rm_args[@]}" --output "$tmp/rm_two" 2> "$tmp/rm_two.err"
+close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss)" "$(json_values "$tmp/rm_two/metrics.jsonl" train/loss)" 1e-5 &&
+    pass rm_two_ranks_same_losses || fail rm_two_ranks_same_losses "$(tail -n 2 "$tmp/rm_two.err")"
+close "$(json_values "$tmp/rm_one/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
+      "$(json_values "$tmp/rm_two/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_two/metrics.jsonl" eval/loss)" 1e-5 &&
+    pass rm_two_ranks_same_eval || fail rm_two_ranks_same_eval "eval accuracy/loss differ"
+
+# --- commands that run as one process ---------------------------------------------------
+ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q '^marlhf: error: marlhf generate runs as one process' "$tmp/generate.err" &&
+    pass generate_under_mpirun_refused || fail generate_under_mpirun_refused "exit $rc: $(head -n 2 "$tmp/generate.err")"
+
+[ "$failures" -eq 0 ]
