@@ -11,6 +11,8 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/split.h"
+#include "dist/dist.h"
+#include "dist/model_sync.h"
 #include "eval/lexicon.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
@@ -167,9 +169,11 @@ static float code_score(Ppo *p, const Sample *s) {
 // ---------------------------------------------------------------------------------------
 // Rollout and experience
 
-// Generates responses for prompts [first, first+count) of `set` in the given order.
-static void rollout(Ppo *p, const PromptSet *set, const long *order, long count, uint64_t row_id_base, Sample *out,
-                    GenerateStats *total_stats) {
+// Generates responses for the prompts order[0..count) of `set`. Row k samples with the
+// random numbers of row id row_id_base + row_id_offset + k * row_id_stride: under mpirun a
+// rank generates every W-th row of the iteration with the ids one process would use.
+static void rollout(Ppo *p, const PromptSet *set, const long *order, long count, uint64_t row_id_base,
+                    uint64_t row_id_offset, uint64_t row_id_stride, Sample *out, GenerateStats *total_stats) {
     GenerateOptions options = {
         .sampler = p->c.sampler,
         .max_new_tokens = p->c.max_new_tokens,
@@ -188,7 +192,7 @@ static void rollout(Ppo *p, const PromptSet *set, const long *order, long count,
             long index = order[first + b];
             prompts[b] = set->ids[index];
             lengths[b] = set->lengths[index];
-            row_ids[b] = row_id_base + (uint64_t)(first + b);
+            row_ids[b] = row_id_base + row_id_offset + (uint64_t)(first + b) * row_id_stride;
         }
         GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
         GenerateStats stats;
@@ -263,10 +267,33 @@ static void segment_sample(Ppo *p, Sample *s) {
 typedef struct {
     double score, raw_score, gold, gold_count, kl_sequence, kl_tokens, entropy, length, macro_actions, fallbacks, tokens;
     double advantage, value, stopped;
-} RolloutStats;
+} RolloutStats; // doubles only: summed across ranks as an array
+_Static_assert(sizeof(RolloutStats) == 14 * sizeof(double), "RolloutStats is summed as an array of doubles");
 
-static void compute_experience(Ppo *p, Sample **samples, int count, RolloutStats *stats) {
+// An iteration's kept samples as every rank sees them. Under mpirun each rank holds the
+// Samples of the rows it generated and only the response lengths of the others (what the
+// minibatches' loss weights need); one process holds them all.
+typedef struct {
+    int count;       // kept samples, in rollout order
+    int *lengths;    // [count] response lengths
+    Sample **local;  // [count] this rank's Sample, NULL where another rank holds it
+} Rollout;
+
+// This rank's samples among positions[0..count) of the rollout, in that order.
+static int local_samples(const Rollout *r, const int *positions, int count, Sample **out) {
+    int n = 0;
+    for (int i = 0; i < count; i++)
+        if (r->local[positions[i]]) out[n++] = r->local[positions[i]];
+    return n;
+}
+
+static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     const int micro = p->c.micro_batch;
+    int *all = xmalloc((r->count + 1) * sizeof(int));
+    for (int q = 0; q < r->count; q++) all[q] = q;
+    Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
+    const int count = local_samples(r, all, r->count, samples);
+    free(all);
     float **logp = xmalloc(count * sizeof(float *)), **ref = xmalloc(count * sizeof(float *));
     float **values = xmalloc(count * sizeof(float *)), **entropy = xmalloc(count * sizeof(float *));
     for (int i = 0; i < count; i++) {
@@ -286,20 +313,25 @@ static void compute_experience(Ppo *p, Sample **samples, int count, RolloutStats
         else if (p->c.reward == REWARD_CODE) scores[i] = code_score(p, s);
         s->raw_score = scores[i];
     }
-    // Reward normalisation: running mean and standard deviation of the raw scores.
-    for (int i = 0; i < count; i++) {
-        Sample *s = samples[i];
+    // Reward normalisation: running mean and standard deviation of the raw scores, updated
+    // in rollout order over every rank's scores, so the statistics are the same everywhere.
+    double *raw = xcalloc(r->count + 1, sizeof(double));
+    for (int q = 0; q < r->count; q++)
+        if (r->local[q]) raw[q] = r->local[q]->raw_score;
+    dist_sum_doubles(raw, r->count);
+    for (int q = 0; q < r->count; q++) {
+        float raw_score = (float)raw[q], score = raw_score;
         if (p->c.normalize_reward) {
             p->reward_count += 1;
-            double delta = s->raw_score - p->reward_mean;
+            double delta = raw_score - p->reward_mean;
             p->reward_mean += delta / p->reward_count;
-            p->reward_m2 += delta * (s->raw_score - p->reward_mean);
+            p->reward_m2 += delta * (raw_score - p->reward_mean);
             double std = p->reward_count > 1 ? sqrt(p->reward_m2 / (p->reward_count - 1)) : 1.0;
-            s->score = (float)((s->raw_score - p->reward_mean) / (std > 1e-6 ? std : 1.0));
-        } else {
-            s->score = s->raw_score;
+            score = (float)((raw_score - p->reward_mean) / (std > 1e-6 ? std : 1.0));
         }
+        if (r->local[q]) r->local[q]->score = score;
     }
+    free(raw);
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
     double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
@@ -339,6 +371,10 @@ static void compute_experience(Ppo *p, Sample **samples, int count, RolloutStats
         stats->fallbacks += s->parse_fallbacks;
         stats->stopped += s->stop == STOP_TOKEN;
     }
+    dist_sum_doubles((double *)stats, sizeof *stats / sizeof(double));
+    double advantage_moments[3] = {advantage_sum, advantage_sq, advantage_n};
+    dist_sum_doubles(advantage_moments, 3);
+    advantage_sum = advantage_moments[0], advantage_sq = advantage_moments[1], advantage_n = advantage_moments[2];
     stats->advantage += advantage_sum;
     if (p->c.whiten_advantages && advantage_n > 1) {
         double mean = advantage_sum / advantage_n;
@@ -347,7 +383,7 @@ static void compute_experience(Ppo *p, Sample **samples, int count, RolloutStats
             for (int j = 0; j < samples[i]->response_length; j++)
                 samples[i]->advantages[j] = (float)((samples[i]->advantages[j] - mean) / (std + 1e-8));
     }
-    free(scores), free(logp), free(ref), free(values), free(entropy);
+    free(scores), free(logp), free(ref), free(values), free(entropy), free(samples);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -358,17 +394,22 @@ typedef struct {
     double policy_loss, value_loss, entropy, actor_grad_norm, critic_grad_norm, steps;
 } TrainStats;
 
-static void set_loss_scales(const Ppo *p, Sample **samples, int count) {
+// The weight of each token of this rank's samples in the mean over the whole minibatch
+// (positions[0..count) of the rollout, whichever rank holds them).
+static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions, int count) {
     double tokens = 0;
-    for (int i = 0; i < count; i++) tokens += samples[i]->response_length;
+    for (int i = 0; i < count; i++) tokens += r->lengths[positions[i]];
     for (int i = 0; i < count; i++) {
-        Sample *s = samples[i];
+        Sample *s = r->local[positions[i]];
+        if (!s) continue;
         s->loss_scale = p->c.loss_aggregation == LOSS_TOKEN_MEAN ? (float)(1.0 / tokens)
                                                                   : (float)(1.0 / ((double)s->response_length * count));
     }
 }
 
-// PPO-ptx: an SFT micro-batch from the ptx data, its loss weighted by ptx_coef.
+// PPO-ptx: an SFT micro-batch from the ptx data, its loss weighted by ptx_coef. Under
+// mpirun rank 0 runs it (one micro-batch per step, as one process does) and every rank
+// moves the cursor.
 static void ptx_micro_step(Ppo *p) {
     const TokenizedExamples *d = &p->ptx;
     int B = p->c.micro_batch < d->count ? p->c.micro_batch : (int)d->count;
@@ -379,6 +420,10 @@ static void ptx_micro_step(Ppo *p) {
         if (d->lengths[which[b]] > T) T = d->lengths[which[b]];
     }
     p->ptx_cursor = (p->ptx_cursor + B) % d->count;
+    if (!dist_is_main()) {
+        free(which);
+        return;
+    }
     long N = (long)B * T;
     int *tokens = xcalloc(N, sizeof(int)), *targets = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
     float *mask = xcalloc(N, sizeof(float)), *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
@@ -410,20 +455,43 @@ static void ema_update(Ppo *p) {
                                  p->actor.table.total);
 }
 
-static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainStats *stats) {
-    Sample **order = xmalloc(count * sizeof(Sample *));
+// The sums of the loss statistics over the ranks (the gradient norms and the step count
+// are already the same everywhere).
+static void sum_train_stats_across_ranks(TrainStats *stats) {
+    double packed[15] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
+                         stats->actor.approx_kl, stats->actor.ratio_sum, stats->actor.tokens,
+                         stats->critic.policy_loss, stats->critic.value_loss, stats->critic.clipped,
+                         stats->critic.approx_kl, stats->critic.ratio_sum, stats->critic.tokens,
+                         stats->policy_loss, stats->value_loss, stats->entropy};
+    dist_sum_doubles(packed, 15);
+    PpoLossStats *parts[2] = {&stats->actor, &stats->critic};
+    for (int k = 0; k < 2; k++) {
+        const double *v = packed + 6 * k;
+        *parts[k] = (PpoLossStats){.policy_loss = v[0], .value_loss = v[1], .clipped = v[2], .approx_kl = v[3],
+                                   .ratio_sum = v[4], .tokens = v[5]};
+    }
+    stats->policy_loss = packed[12], stats->value_loss = packed[13], stats->entropy = packed[14];
+}
+
+// PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
+// and runs the micro-steps of the samples it holds; the summed gradients give every rank the
+// same optimizer step.
+static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
+    const int count = r->count;
+    int *order = xmalloc(count * sizeof(int));
+    Sample **mine = xmalloc(count * sizeof(Sample *));
     const int minibatches = p->c.minibatches < count ? p->c.minibatches : count;
     for (int epoch = 0; epoch < p->c.ppo_epochs; epoch++) {
         // A fresh sample order per PPO epoch, a pure function of (seed, iteration, epoch).
         long *permutation = xmalloc(count * sizeof(long));
         train_epoch_order(p->c.seed ^ 0x5050, p->iteration * 1000 + epoch, count, permutation);
-        for (int i = 0; i < count; i++) order[i] = samples[permutation[i]];
+        for (int i = 0; i < count; i++) order[i] = (int)permutation[i];
         free(permutation);
         for (int m = 0; m < minibatches; m++) {
             int first = (int)((long)count * m / minibatches), last = (int)((long)count * (m + 1) / minibatches);
-            Sample **minibatch = order + first;
-            int size = last - first;
-            set_loss_scales(p, minibatch, size);
+            set_loss_scales(p, r, order + first, last - first);
+            Sample **minibatch = mine;
+            int size = local_samples(r, order + first, last - first, mine);
             // Actor: policy loss over the minibatch in micro-batches, then one step.
             model_zero_grad(&p->actor);
             for (int k = 0; k < size; k += p->c.micro_batch) {
@@ -432,6 +500,7 @@ static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainSta
                                                        &stats->actor, &stats->entropy);
             }
             if (p->ptx.count > 0) ptx_micro_step(p);
+            dist_sum_gradients(&p->actor);
             double norm = grad_global_norm(&p->actor);
             adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
@@ -443,6 +512,7 @@ static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainSta
                 int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                 stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
             }
+            dist_sum_gradients(&p->critic);
             norm = grad_global_norm(&p->critic);
             adamw_step(&p->critic_optimizer, &p->critic, lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
@@ -451,7 +521,8 @@ static void train_on_rollout(Ppo *p, Sample *const *samples, int count, TrainSta
             stats->steps++;
         }
     }
-    free(order);
+    sum_train_stats_across_ranks(stats);
+    free(order), free(mine);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -466,7 +537,7 @@ static void evaluate(Ppo *p, bool final) {
     Sample *samples = xcalloc(count, sizeof(Sample));
     GenerateStats gen = {0};
     // Fixed row ids: every evaluation samples the same random numbers, so curves compare.
-    rollout(p, set, order, count, 1000000000ULL, samples, &gen);
+    rollout(p, set, order, count, 1000000000ULL, 0, 1, samples, &gen);
     Sample **pointers = xmalloc(count * sizeof(Sample *));
     for (long i = 0; i < count; i++) pointers[i] = &samples[i];
     float *scores = xmalloc(count * sizeof(float));
@@ -523,6 +594,7 @@ static int save(Ppo *p) {
     json_object_set_new(state, "reward_m2", json_real(p->reward_m2));
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
+    json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     CheckpointModel models[3] = {{"actor", &p->actor, &p->actor_optimizer}, {"critic", &p->critic, &p->critic_optimizer},
                                  {"actor_ema", &p->ema, NULL}};
     int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
@@ -544,6 +616,12 @@ static int resume(Ppo *p) {
     if (rc == 0 && (long)number(state, "num_prompts") != p->prompts.count)
         rc = err_set("checkpoint was made with %ld prompts, this run has %ld (%s)", (long)number(state, "num_prompts"),
                      p->prompts.count, checkpoint);
+    // Which rank generates which row depends on the process count: resuming with another
+    // would not continue the same run.
+    long saved_world = json_object_get(state, "world_size") ? (long)number(state, "world_size") : 1;
+    if (rc == 0 && saved_world != dist_world_size())
+        rc = err_set("checkpoint was made by %ld processes, this run has %d (%s): resume with mpirun -np %ld",
+                     saved_world, dist_world_size(), checkpoint, saved_world);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
@@ -685,6 +763,10 @@ static int save_final(Ppo *p) {
 int ppo_run(const PpoConfig *config) {
     Ppo *p = xcalloc(1, sizeof(Ppo));
     p->c = *config;
+    // Data parallel (dist/dist.h): rank r generates and trains on rows r, r + W, ... of each
+    // iteration's rollout batch; rank 0 alone evaluates, speaks and writes.
+    const int world = dist_world_size(), rank = dist_rank();
+    if (!dist_is_main()) p->c.quiet = true;
     int rc = setup(p);
     const long per_iteration = p->c.rollout_batch;
     long total_iterations = 0;
@@ -697,7 +779,16 @@ int ppo_run(const PpoConfig *config) {
         p->critic_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.critic_lr, warmup, total_steps};
         if (p->c.resume) rc = resume(p);
     }
-    if (rc == 0) rc = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1);
+    if (rc == 0) {
+        // Every rank starts from rank 0's trainable weights.
+        dist_broadcast_weights(&p->actor);
+        dist_broadcast_weights(&p->critic);
+        if (p->c.ema) dist_broadcast_weights(&p->ema);
+        bool failed = false;
+        if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
+        else metrics_open_none(&p->metrics);
+        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not open the metrics of %s", p->c.run_dir);
+    }
     if (rc != 0) {
         teardown(p);
         free(p);
@@ -707,14 +798,15 @@ int ppo_run(const PpoConfig *config) {
         fprintf(stderr, "ppo: %ld prompts (%ld longer than %d tokens dropped), %ld iterations of %ld rollouts, "
                         "termination %s\n", p->prompts.count, p->prompts.dropped, p->c.max_prompt_len, total_iterations,
                 per_iteration, macro_termination_name(p->c.macro.condition));
-    if (p->iteration == 0) evaluate(p, false); // the SFT model's scores, for comparison
+    if (p->iteration == 0 && dist_is_main()) evaluate(p, false); // the SFT model's scores, for comparison
     long *order = xmalloc(p->prompts.count * sizeof(long));
     long order_epoch = -1;
     Progress progress;
     progress_start(&progress, "ppo", total_iterations, "iterations");
     progress.done = p->iteration;
     progress.quiet = p->c.quiet;
-    Sample *samples = xcalloc(per_iteration, sizeof(Sample));
+    const long local_rows = per_iteration / world + (rank < per_iteration % world);
+    Sample *samples = xcalloc(local_rows + 1, sizeof(Sample));
     while (rc == 0 && p->iteration < total_iterations) {
         double t0 = now_seconds();
         // The prompts of this iteration: the next ones of the epoch's order.
@@ -727,20 +819,32 @@ int ppo_run(const PpoConfig *config) {
             }
             chosen[b] = order[p->cursor++];
         }
+        // This rank's rows of the batch: b = rank, rank + W, ...
+        long *mine = xmalloc((local_rows + 1) * sizeof(long));
+        for (long k = 0; k < local_rows; k++) mine[k] = chosen[rank + k * world];
         GenerateStats gen = {0};
-        rollout(p, &p->prompts, chosen, per_iteration, (uint64_t)p->iteration * per_iteration, samples, &gen);
-        free(chosen);
+        rollout(p, &p->prompts, mine, local_rows, (uint64_t)p->iteration * per_iteration, (uint64_t)rank,
+                (uint64_t)world, samples, &gen);
+        free(chosen), free(mine);
         double t1 = now_seconds();
-        // Responses too short to learn from are dropped (released: an immediate EOS).
-        Sample **kept = xmalloc(per_iteration * sizeof(Sample *));
-        int count = 0;
-        for (long b = 0; b < per_iteration; b++)
-            if (samples[b].response_length >= p->c.min_response_tokens) kept[count++] = &samples[b];
+        // Every rank learns every row's response length; responses too short to learn from
+        // are dropped (released: an immediate EOS).
+        double *lengths = xcalloc(per_iteration, sizeof(double));
+        for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
+        dist_sum_doubles(lengths, per_iteration);
+        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .local = xmalloc(per_iteration * sizeof(Sample *))};
+        for (long b = 0; b < per_iteration; b++) {
+            if (lengths[b] < p->c.min_response_tokens) continue;
+            kept.lengths[kept.count] = (int)lengths[b];
+            kept.local[kept.count++] = b % world == rank ? &samples[b / world] : NULL;
+        }
+        free(lengths);
+        int count = kept.count;
         RolloutStats rs = {0};
         TrainStats ts = {0};
-        if (count > 0) compute_experience(p, kept, count, &rs);
+        if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
-        if (count > 0) train_on_rollout(p, kept, count, &ts);
+        if (count > 0) train_on_rollout(p, &kept, &ts);
         double t3 = now_seconds();
         // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
         double kl = count ? rs.kl_sequence / count : 0;
@@ -759,6 +863,10 @@ int ppo_run(const PpoConfig *config) {
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
                                "generation_tokens_per_s"};
         double n = count > 0 ? count : 1, steps = ts.steps > 0 ? ts.steps : 1;
+        // Generation throughput of the whole job: the ranks generate side by side.
+        double generation_rate[1] = {gen.decode_seconds + gen.prefill_seconds > 0
+                                         ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
+        dist_sum_doubles(generation_rate, 1);
         double values[] = {rs.score / n, rs.raw_score / n, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
                            rs.kl_sequence / tokens, rs.entropy / tokens, rs.length / n, rs.stopped / n,
                            (double)(per_iteration - count), ts.value_loss / steps, ts.policy_loss / steps,
@@ -768,20 +876,31 @@ int ppo_run(const PpoConfig *config) {
                            p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, t1 - t0, t2 - t1, t3 - t2,
-                           gen.decode_seconds + gen.prefill_seconds > 0
-                               ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
-        if (metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0) rc = -1;
-        for (long b = 0; b < per_iteration; b++) sample_free(&samples[b]);
-        free(kept);
+                           generation_rate[0]};
+        bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
+        for (long k = 0; k < local_rows; k++) sample_free(&samples[k]);
+        free(kept.lengths), free(kept.local);
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
         progress_update(&progress, 1, status);
         bool last = p->iteration == total_iterations;
-        if (rc == 0 && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last)) evaluate(p, last);
-        if (rc == 0 && ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last)) rc = save(p);
+        if (!failed && dist_is_main() && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last))
+            evaluate(p, last);
+        if (!failed && dist_is_main() && ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last))
+            failed = save(p) != 0;
+        // Rank 0's writes can fail; all ranks stop together.
+        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);
     }
     progress_finish(&progress, NULL);
-    if (rc == 0) rc = save_final(p);
+    if (rc == 0 && world > 1) {
+        // Same gradients and steps everywhere keep the ranks' weights identical; a difference is a bug.
+        CHECK(dist_all_equal(model_weights_fingerprint(&p->actor)) && dist_all_equal(model_weights_fingerprint(&p->critic)),
+              "ranks ended PPO with different weights");
+    }
+    if (rc == 0) {
+        bool failed = dist_is_main() && save_final(p) != 0;
+        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write %s/final", p->c.run_dir);
+    }
     free(samples), free(order);
     metrics_close(&p->metrics);
     teardown(p);

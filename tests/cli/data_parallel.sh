@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
-# micro-batch each give the same training as one process accumulating two (to float
-# rounding); two-process runs are bit-identical run to run; only rank 0 writes; a run whose
-# rank is killed resumes to the same weights; resuming with another process count, and
-# commands that do not run data parallel, are refused. Prints PASS/FAIL per case.
+# micro-batch each give the same SFT / reward-model training as one process accumulating two,
+# and PPO on 2 or 3 ranks the same iterations as one process (to float rounding); runs are
+# bit-identical run to run; only rank 0 writes; a job whose rank is killed resumes to the
+# same weights; resuming with another process count, and commands that do not run data
+# parallel, are refused. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -95,6 +96,61 @@ close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss)" "$(json_values "$t
 close "$(json_values "$tmp/rm_one/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
       "$(json_values "$tmp/rm_two/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_two/metrics.jsonl" eval/loss)" 1e-5 &&
     pass rm_two_ranks_same_eval || fail rm_two_ranks_same_eval "eval accuracy/loss differ"
+
+# --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
+    --learning-rate 3e-3 --max-steps 6 --output "$tmp/ppo_rm" --quiet --threads 1 2> /dev/null
+ppo=(--actor-model "$model" --reward-model "$tmp/ppo_rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
+     --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 2 --max-new-tokens 10
+     --max-iterations 4 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 3 --threads 1 --quiet)
+# Every path that needs the whole rollout: reward normalisation, advantage whitening, two
+# minibatches and PPO epochs, PTX, EMA, the adaptive KL, dropped short responses.
+extras=(--termination-condition fixed --ngram 3 --normalize-reward --whiten-advantages --num-minibatches 2 --ppo-epochs 2
+        --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --kl-target 0.1)
+"$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_one" 2> "$tmp/ppo_one.err" || fail ppo_one_process "$(tail -n 2 "$tmp/ppo_one.err")"
+ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two" 2> "$tmp/ppo_two.err"
+rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/ppo_two/final/actor_ema/model.safetensors" ] && pass ppo_two_ranks_runs ||
+    fail ppo_two_ranks_runs "exit $rc: $(tail -n 3 "$tmp/ppo_two.err")"
+for key in train/score train/kl train/dropped train/policy_loss train/value_loss train/advantage train/clip_fraction \
+           train/actor_grad_norm train/critic_grad_norm train/kl_coef eval/score; do
+    close "$(json_values "$tmp/ppo_one/metrics.jsonl" $key)" "$(json_values "$tmp/ppo_two/metrics.jsonl" $key)" 1e-4 &&
+        pass "ppo_two_ranks_same_$key" ||
+        fail "ppo_two_ranks_same_$key" "$(json_values "$tmp/ppo_one/metrics.jsonl" $key) vs $(json_values "$tmp/ppo_two/metrics.jsonl" $key)"
+done
+close "$(logprobs_of "$tmp/ppo_one/final/actor")" "$(logprobs_of "$tmp/ppo_two/final/actor")" 1e-4 &&
+    pass ppo_two_ranks_same_actor || fail ppo_two_ranks_same_actor "final actors' log-probs differ"
+ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two_again" 2> /dev/null
+cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/actor/model.safetensors" &&
+    cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
+    pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
+# Three ranks: a rollout of 8 rows does not divide evenly (3, 3, 2 rows).
+ranks 3 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_three" 2> "$tmp/ppo_three.err"
+close "$(json_values "$tmp/ppo_one/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_three/metrics.jsonl" train/score)" 1e-4 &&
+    close "$(logprobs_of "$tmp/ppo_one/final/actor")" "$(logprobs_of "$tmp/ppo_three/final/actor")" 1e-4 &&
+    pass ppo_three_ranks_uneven_rows || fail ppo_three_ranks_uneven_rows "$(tail -n 2 "$tmp/ppo_three.err")"
+
+# A rank killed after a random iteration's checkpoint; the resumed job ends where an
+# uninterrupted one does.
+long_ppo=("${ppo[@]}" --max-iterations 16 --num-train-epochs 4 --save-every 1 --eval-every 0 --termination-condition fixed --ngram 3)
+ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" 2> /dev/null
+ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_killed" --keep-last 0 > /dev/null 2>&1 &
+launcher=$!
+k=$((2 + RANDOM % 8))
+for _ in $(seq 1200); do [ -d "$tmp/ppo_killed/checkpoint-$k" ] && break; sleep 0.02; done
+victim=$(pgrep -f -- "--output $tmp/ppo_killed" | grep -v "^$launcher\$" | tail -n 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait_exit "$launcher" 60
+if [ -d "$tmp/ppo_killed/final" ]; then
+    fail ppo_two_ranks_killed_mid_run "the run finished before the kill"
+else
+    ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_killed" --resume 2> "$tmp/ppo_killed.err"
+    cmp -s "$tmp/ppo_straight/final/actor/model.safetensors" "$tmp/ppo_killed/final/actor/model.safetensors" &&
+        pass "ppo_two_ranks_resume_bit_identical (killed after iteration $k)" ||
+        fail ppo_two_ranks_resume_bit_identical "$(tail -n 2 "$tmp/ppo_killed.err")"
+fi
+expect_error ppo_resume_other_process_count "made by 2 processes, this run has 1" \
+    "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" --resume
 
 # --- commands that run as one process ---------------------------------------------------
 ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
