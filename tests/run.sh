@@ -9,6 +9,7 @@ export MARLHF_TEST_TMP="tests/tmp/$BUILD"
 rm -rf "$MARLHF_TEST_TMP" && mkdir -p "$MARLHF_TEST_TMP"
 passed=0
 failed=0
+skipped=0 # a test that cannot run on this machine says SKIP and why (not counted as passed)
 count() {  # count PASS/FAIL lines of one program's output; a crash is one more failure
     local name=$1 out=$2 rc=$3
     local p f
@@ -41,9 +42,11 @@ for script in tests/cli/*.sh; do
     out="$MARLHF_TEST_TMP/$name.out"
     bash "$script" > "$out" 2>&1
     rc=$?
-    grep -E '^(PASS|FAIL) ' "$out"
+    grep -E '^(PASS|FAIL|SKIP) ' "$out"
+    skipped=$((skipped + $(grep -c '^SKIP ' "$out")))
     [ "$rc" -ne 0 ] && tail -n 5 "$out"
     count "$name" "$out" "$rc"
 done
+[ "$skipped" -gt 0 ] && echo "$skipped skipped (see the SKIP lines above)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

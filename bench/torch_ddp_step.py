@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""PyTorch DDP peer of bench/data_parallel_step.c.
+
+One data-parallel training step on the CPU: W processes (torch.multiprocessing, the gloo
+backend), each with the whole model (random weights, float32) wrapped in
+DistributedDataParallel and its own batch of B x T random token ids; forward with the
+causal-LM loss + backward (DDP sums the gradients in buckets while backward runs) + AdamW.
+After --warmup untimed steps, --steps steps are timed on rank 0.
+
+    .venv-tools/bin/python bench/torch_ddp_step.py [--ranks 2] [--threads 1] [--batch 2]
+        [--seq 256] [--steps 3] [--warmup 1] [--model smollm2-135m|gpt2-124m]
+
+--ranks 1 runs the same step without DDP (one process). Prints one JSON line:
+  {"impl": "pytorch-ddp", "ranks": ..., "tokens_per_s": ..., "step_s": ..., ...}
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_train_step import build  # noqa: E402  (the same model shapes as the C benchmarks)
+
+
+def worker(rank, args, port):
+    torch.set_num_threads(args.threads)
+    if args.ranks > 1:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    model, cfg, _ = build(args.model, "sdpa")
+    if args.ranks > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
+                        generator=torch.Generator().manual_seed(1 + rank))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    if args.ranks > 1:
+        dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    if args.ranks > 1:
+        dist.barrier()
+    step_s = (time.perf_counter() - t0) / args.steps
+    if rank == 0:
+        tokens = args.batch * args.seq * args.ranks
+        print(json.dumps({
+            "impl": "pytorch-ddp" if args.ranks > 1 else "pytorch", "model": args.model, "ranks": args.ranks,
+            "threads_per_rank": args.threads, "batch_per_rank": args.batch, "seq": args.seq,
+            "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4), "torch": torch.__version__}),
+            flush=True)
+    if args.ranks > 1:
+        dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--port", type=int, default=29517)
+    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m"), default="smollm2-135m")
+    args = ap.parse_args()
+    if args.ranks == 1:
+        worker(0, args, args.port)
+    else:
+        mp.spawn(worker, args=(args, args.port), nprocs=args.ranks, join=True)
+
+
+if __name__ == "__main__":
+    main()
