@@ -10,6 +10,10 @@
 // dataset name together); responses are scored on the generated token ids (no decode →
 // re-encode round trip); one process holds both models (no two-GPU requirement); the
 // shuffle is marlhf's seeded permutation (train_epoch_order), not Hugging Face's.
+//
+// Under mpirun (dist/dist.h) rank r takes batches r, r + W, ... of the prompts (the same
+// batches one process would form, so the same responses and scores) and rank 0 gathers
+// the results and writes the file.
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +26,7 @@
 #include "core/check.h"
 #include "core/progress.h"
 #include "data/dataset.h"
+#include "dist/dist.h"
 #include "eval/lexicon.h"
 #include "gen/generate.h"
 #include "io/fs.h"
@@ -77,6 +82,33 @@ static void score_all(Model *rm, int **prompts, const int *prompt_lengths, int *
     free(pointers), free(samples); // the token arrays belong to the caller
 }
 
+// Under mpirun: every rank ends with every response and score (each was made by one rank;
+// the others hold NULL / 0 there). Lengths, scores and tokens are summed with zeros.
+static void gather_responses(int **responses, int *lengths, float *scores, long n) {
+    if (dist_world_size() <= 1) return;
+    int *owned = xcalloc(n, sizeof(int));
+    for (long i = 0; i < n; i++) owned[i] = responses[i] != NULL;
+    dist_sum_ints(lengths, n);
+    dist_sum_floats(scores, n);
+    long total = 0;
+    for (long i = 0; i < n; i++) total += lengths[i];
+    int *tokens = xcalloc(total + 1, sizeof(int));
+    long offset = 0;
+    for (long i = 0; i < n; i++) {
+        if (owned[i]) memcpy(tokens + offset, responses[i], (size_t)lengths[i] * sizeof(int));
+        offset += lengths[i];
+    }
+    dist_sum_ints(tokens, total);
+    offset = 0;
+    for (long i = 0; i < n; i++) {
+        free(responses[i]);
+        responses[i] = xmalloc((size_t)(lengths[i] + 1) * sizeof(int));
+        memcpy(responses[i], tokens + offset, (size_t)lengths[i] * sizeof(int));
+        offset += lengths[i];
+    }
+    free(tokens), free(owned);
+}
+
 int cmd_infer(int argc, char **argv) {
     char *model_path = NULL, *reward_path = NULL, *data_path = NULL, *output = NULL, *format_name = "auto";
     char *device = "cpu", *lexicon_path = NULL;
@@ -111,6 +143,8 @@ int cmd_infer(int argc, char **argv) {
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
     cli_set_threads(threads);
+    const int rank = dist_rank(), world = dist_world_size();
+    quiet = quiet || rank != 0;
     if (!ref_scores && !model_path) die_user("--model is required unless --ref-scores is given");
     if (count < 0 || batch < 1 || max_new < 1 || max_prompt < 1)
         die_user("--count must be >= 0; --batch-size, --max-new-tokens and --max-prompt-tokens >= 1");
@@ -174,21 +208,31 @@ int cmd_infer(int argc, char **argv) {
 
     int **responses = xcalloc(n, sizeof(int *)), *response_lengths = xcalloc(n, sizeof(int));
     int **rejected = NULL, *rejected_lengths = NULL;
-    float *scores = xmalloc(n * sizeof(float)), *rejected_scores = NULL;
+    float *scores = xcalloc(n, sizeof(float)), *rejected_scores = NULL; // zeros: gathered by sums
+    // This rank's batches: [first, first + batch) for first = (rank + k * W) * batch.
+    long mine = 0;
+    for (long first = rank * batch; first < n; first += world * batch) mine += first + batch <= n ? batch : n - first;
     Progress progress;
-    progress_start(&progress, "infer", n, "prompts");
+    progress_start(&progress, "infer", mine, "prompts");
     progress.quiet = quiet;
     if (ref_scores) {
         rejected = xcalloc(n, sizeof(int *)), rejected_lengths = xcalloc(n, sizeof(int));
-        rejected_scores = xmalloc(n * sizeof(float));
+        rejected_scores = xcalloc(n, sizeof(float));
         for (long i = 0; i < n; i++) {
             const DataRecord *r = &data.records[order[i]];
             tokenizer_encode(tokenizer, r->chosen, strlen(r->chosen), false, &responses[i], &response_lengths[i]);
             tokenizer_encode(tokenizer, r->rejected, strlen(r->rejected), false, &rejected[i], &rejected_lengths[i]);
         }
-        score_all(&reward, prompts, prompt_lengths, responses, response_lengths, n, (int)batch, scores);
-        score_all(&reward, prompts, prompt_lengths, rejected, rejected_lengths, n, (int)batch, rejected_scores);
-        progress_update(&progress, n, NULL);
+        for (long first = rank * batch; first < n; first += world * batch) {
+            int rows = (int)(first + batch <= n ? batch : n - first);
+            score_all(&reward, prompts + first, prompt_lengths + first, responses + first, response_lengths + first,
+                      rows, (int)batch, scores + first);
+            score_all(&reward, prompts + first, prompt_lengths + first, rejected + first, rejected_lengths + first,
+                      rows, (int)batch, rejected_scores + first);
+            progress_update(&progress, rows, NULL);
+        }
+        dist_sum_floats(scores, n); // each score is non-zero on one rank only: the sum gathers them
+        dist_sum_floats(rejected_scores, n);
     } else {
         GenerateOptions gen = {
             .sampler = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
@@ -198,7 +242,7 @@ int cmd_infer(int argc, char **argv) {
             .num_stop_tokens = policy.num_stop_tokens,
             .pad_token = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0,
         };
-        for (long first = 0; first < n; first += batch) {
+        for (long first = rank * batch; first < n; first += world * batch) {
             int rows = (int)(first + batch <= n ? batch : n - first);
             GeneratedRow *out = xcalloc(rows, sizeof(GeneratedRow));
             uint64_t *row_ids = xmalloc(rows * sizeof(uint64_t));
@@ -216,38 +260,40 @@ int cmd_infer(int argc, char **argv) {
             free(out), free(row_ids);
             progress_update(&progress, rows, NULL);
         }
+        gather_responses(responses, response_lengths, scores, n);
     }
     progress_finish(&progress, NULL);
-
-    // One JSON object per prompt, written atomically.
-    size_t used = 0;
-    char *text_out = NULL;
-    FILE *lines = open_memstream(&text_out, &used);
-    double reward_sum = 0;
-    for (long i = 0; i < n; i++) {
-        const DataRecord *r = &data.records[order[i]];
-        int visible = response_lengths[i];
-        for (int j = 0; j < policy.num_stop_tokens && visible > 0 && !ref_scores; j++)
-            if (responses[i][visible - 1] == policy.stop_tokens[j]) visible--, j = -1;
-        char *response = ref_scores ? xstrdup(r->chosen) : tokenizer_decode(tokenizer, responses[i], visible, true);
-        json_t *row = json_pack("{s:s, s:s, s:f}", "prompt", r->prompt, "response", response, "reward", (double)scores[i]);
-        if (ref_scores) {
-            json_object_set_new(row, "rejected_response", json_string(r->rejected));
-            json_object_set_new(row, "rejected_reward", json_real(rejected_scores[i]));
+    // One JSON object per prompt, written atomically (by rank 0 under mpirun).
+    if (rank == 0) {
+        size_t used = 0;
+        char *text_out = NULL;
+        FILE *lines = open_memstream(&text_out, &used);
+        double reward_sum = 0;
+        for (long i = 0; i < n; i++) {
+            const DataRecord *r = &data.records[order[i]];
+            int visible = response_lengths[i];
+            for (int j = 0; j < policy.num_stop_tokens && visible > 0 && !ref_scores; j++)
+                if (responses[i][visible - 1] == policy.stop_tokens[j]) visible--, j = -1;
+            char *response = ref_scores ? xstrdup(r->chosen) : tokenizer_decode(tokenizer, responses[i], visible, true);
+            json_t *row = json_pack("{s:s, s:s, s:f}", "prompt", r->prompt, "response", response, "reward", (double)scores[i]);
+            if (ref_scores) {
+                json_object_set_new(row, "rejected_response", json_string(r->rejected));
+                json_object_set_new(row, "rejected_reward", json_real(rejected_scores[i]));
+            }
+            if (lexicon) json_object_set_new(row, "gold", json_real(lexicon_score(lexicon, response)));
+            reward_sum += scores[i];
+            char *line = json_dumps(row, JSON_COMPACT);
+            fprintf(lines, "%s\n", line);
+            free(line), free(response);
+            json_decref(row);
         }
-        if (lexicon) json_object_set_new(row, "gold", json_real(lexicon_score(lexicon, response)));
-        reward_sum += scores[i];
-        char *line = json_dumps(row, JSON_COMPACT);
-        fprintf(lines, "%s\n", line);
-        free(line), free(response);
-        json_decref(row);
+        fclose(lines);
+        char *dir = fs_dirname(output);
+        if (fs_mkdir_p(dir) != 0 || fs_write_file_atomic(output, text_out, used) != 0) die_from_err();
+        if (!quiet) fprintf(stderr, "infer: %ld responses, mean reward %.4f -> %s\n", n, reward_sum / n, output);
+        free(dir), free(text_out);
     }
-    fclose(lines);
-    char *dir = fs_dirname(output);
-    if (fs_mkdir_p(dir) != 0 || fs_write_file_atomic(output, text_out, used) != 0) die_from_err();
-    if (!quiet) fprintf(stderr, "infer: %ld responses, mean reward %.4f -> %s\n", n, reward_sum / n, output);
-
-    free(dir), free(text_out), free(scores), free(rejected_scores);
+    free(scores), free(rejected_scores);
     for (long i = 0; i < n; i++) {
         free(prompts[i]), free(responses[i]);
         if (rejected) free(rejected[i]);

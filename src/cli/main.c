@@ -20,7 +20,7 @@ static const Command commands[] = {
     {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)", true},
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)", true},
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage", false},
-    {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)", false},
+    {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)", true},
     {"sample", cmd_sample, "the evaluation instances of a results file (stratified by subreddit for TL;DR)", false},
     {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)", false},
     {"human-eval", cmd_human_eval, "blind pairwise comparison of two results files by a person (web page or terminal)", false},
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name)) continue;
         if (dist_init(&argc, &argv) != 0) die_user("%s", err_msg());
         if (dist_world_size() > 1 && !commands[i].data_parallel)
-            die_user("marlhf %s runs as one process; only sft, rm and ppo run under mpirun with %d processes",
+            die_user("marlhf %s runs as one process; only sft, rm, ppo and infer run under mpirun with %d processes",
                      commands[i].name, dist_world_size());
         int rc = commands[i].run(argc - 2, argv + 2);
         dist_finalize();

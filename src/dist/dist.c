@@ -102,6 +102,14 @@ void dist_sum_doubles(double *values, long n) {
 #endif
 }
 
+void dist_sum_ints(int *values, long n) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) sum_in_place(values, n, MPI_INT, sizeof(int));
+#else
+    (void)values, (void)n;
+#endif
+}
+
 void dist_broadcast(void *data, size_t bytes, int root) {
 #ifdef MARLHF_MPI
     if (world_size <= 1) return;

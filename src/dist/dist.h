@@ -35,6 +35,7 @@ int dist_local_size(void);
 // In-place sum across ranks of host arrays; every rank receives the same bits.
 void dist_sum_floats(float *values, long n);
 void dist_sum_doubles(double *values, long n);
+void dist_sum_ints(int *values, long n);
 // Copies `bytes` of host memory from rank `root` to every other rank.
 void dist_broadcast(void *data, size_t bytes, int root);
 // True on every rank when `failed` is true on any rank: how ranks agree to stop together

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
-# micro-batch each give the same SFT / reward-model training as one process accumulating two,
-# and PPO on 2 or 3 ranks the same iterations as one process (to float rounding); runs are
-# bit-identical run to run; only rank 0 writes; a job whose rank is killed resumes to the
-# same weights; resuming with another process count, and commands that do not run data
-# parallel, are refused. Prints PASS/FAIL per case.
+# micro-batch each give the same SFT / reward-model training as one process accumulating
+# two, PPO on 2 or 3 ranks the same iterations as one process (to float rounding), and
+# inference with rewards the same file byte for byte; runs are bit-identical run to run;
+# only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
+# another process count, and commands that do not run data parallel, are refused. Prints
+# PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -151,6 +152,21 @@ else
 fi
 expect_error ppo_resume_other_process_count "made by 2 processes, this run has 1" \
     "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" --resume
+
+# --- inference with rewards: each rank its batches, rank 0 writes the same file -----------
+infer=(--model "$model" --reward-model "$tmp/ppo_rm/final" --data "$data/sft.jsonl" --count 7 --batch-size 2
+       --max-new-tokens 8 --threads 1 --quiet)
+"$bin" infer "${infer[@]}" --output "$tmp/infer_one.jsonl" 2> /dev/null
+for n in 2 3; do
+    ranks $n "$bin" infer "${infer[@]}" --output "$tmp/infer_$n.jsonl" 2> "$tmp/infer_$n.err"
+    [ "$(wc -l < "$tmp/infer_one.jsonl")" = 7 ] && cmp -s "$tmp/infer_one.jsonl" "$tmp/infer_$n.jsonl" &&
+        pass "infer_${n}_ranks_same_file" || fail "infer_${n}_ranks_same_file" "$(tail -n 2 "$tmp/infer_$n.err")"
+done
+ref=(--reward-model "$tmp/ppo_rm/final" --data "$data/pairs.jsonl" --ref-scores --count 7 --batch-size 2 --threads 1 --quiet)
+"$bin" infer "${ref[@]}" --output "$tmp/ref_one.jsonl" 2> /dev/null
+ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.err"
+[ -s "$tmp/ref_one.jsonl" ] && cmp -s "$tmp/ref_one.jsonl" "$tmp/ref_two.jsonl" && pass infer_ref_scores_two_ranks_same_file ||
+    fail infer_ref_scores_two_ranks_same_file "$(tail -n 2 "$tmp/ref_two.err")"
 
 # --- commands that run as one process ---------------------------------------------------
 ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
