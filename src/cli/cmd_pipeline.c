@@ -4,6 +4,7 @@
 // The file is a JSON object:
 //   {"output": "runs/austen", "model": "models/base.gguf",        (required)
 //    "device": "cpu", "threads": 2, "seed": 1234, "quiet": false,  (optional, given to every stage)
+//    "launcher": ["mpirun", "-np", "4"],                           (optional, see below)
 //    "sft": {...}, "rm": {...}, "ppo": {...}}                      (each stage's own options)
 // A stage object holds the options of `marlhf sft|rm|ppo` under their --long names. The
 // pipeline wires the stages together: sft trains `model` into OUTPUT/sft, rm starts from
@@ -15,6 +16,9 @@
 // OUTPUT/<stage>.json --resume ...`). A stage whose final/ folder exists is finished and
 // skipped; an interrupted stage resumes from its newest checkpoint (give it --save-every in
 // its options for that); a failed stage stops the pipeline with the stage's exit status.
+// With "launcher", each stage's command is run behind that command prefix (found on PATH),
+// e.g. ["mpirun", "-np", "4"] trains every stage data parallel on 4 processes
+// (dist/dist.h), as DeepSpeed-Chat's scripts start each step with `deepspeed`.
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -45,11 +49,12 @@ static void check_top_level(json_t *root, const char *file) {
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
-        bool known = !strcmp(key, "output") || !strcmp(key, "model");
+        bool known = !strcmp(key, "output") || !strcmp(key, "model") || !strcmp(key, "launcher");
         for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) known |= !strcmp(key, stage_names[i]);
         for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) known |= !strcmp(key, shared_keys[i]);
         if (!known)
-            die_user("unknown key \"%s\" in %s (output, model, device, threads, seed, quiet, sft, rm, ppo)", key, file);
+            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, sft, rm, ppo)",
+                     key, file);
     }
     for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) {
         json_t *stage = json_object_get(root, stage_names[i]);
@@ -58,22 +63,31 @@ static void check_top_level(json_t *root, const char *file) {
     }
     if (!json_object_get(root, "output")) die_user("%s has no \"output\" (the run folder)", file);
     if (!json_object_get(root, "model")) die_user("%s has no \"model\" (the base model for SFT)", file);
+    json_t *launcher = json_object_get(root, "launcher");
+    if (launcher) {
+        bool strings = json_is_array(launcher) && json_array_size(launcher) > 0;
+        for (size_t i = 0; strings && i < json_array_size(launcher); i++)
+            strings = json_is_string(json_array_get(launcher, i)) && json_string_length(json_array_get(launcher, i)) > 0;
+        if (!strings)
+            die_user("\"launcher\" in %s must be a non-empty array of strings, e.g. [\"mpirun\", \"-np\", \"2\"]", file);
+    }
 }
 
-// Runs argv[0..] as a child process and returns its exit status (128 + signal if killed).
-static int run_stage(char *const *argv) {
+// Runs argv[0..] as a child process (argv[0] looked up on PATH when it has no slash) and
+// returns its exit status (128 + signal if killed).
+static int run_stage(const char *name, char *const *argv) {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
-    if (pid < 0) die_user("cannot start a process for stage %s: %s", argv[1], strerror(errno));
+    if (pid < 0) die_user("cannot start a process for stage %s: %s", name, strerror(errno));
     if (pid == 0) {
-        execv(argv[0], argv);
+        execvp(argv[0], argv);
         fprintf(stderr, "marlhf: error: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     int status;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) die_user("waiting for stage %s: %s", argv[1], strerror(errno));
+        if (errno != EINTR) die_user("waiting for stage %s: %s", name, strerror(errno));
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -133,21 +147,28 @@ int cmd_pipeline(int argc, char **argv) {
         char *config_name = xmalloc(strlen(name) + 8);
         sprintf(config_name, "%s.json", name);
         char *config_path = fs_join(output, config_name);
-        char *argv_stage[] = {self, (char *)name, "--config", config_path, "--resume", NULL};
+        // [launcher...] self stage --config FILE --resume
+        json_t *launcher = json_object_get(root, "launcher");
+        size_t prefix = launcher ? json_array_size(launcher) : 0;
+        char **argv_stage = xcalloc(prefix + 6, sizeof(char *));
+        for (size_t i = 0; i < prefix; i++) argv_stage[i] = (char *)json_string_value(json_array_get(launcher, i));
+        char *command[] = {self, (char *)name, "--config", config_path, "--resume"};
+        memcpy(argv_stage + prefix, command, sizeof command);
         // final/ is written atomically (io/fs.h): its presence means the stage finished.
         char *final_config = fs_join(final_dir, strcmp(name, "ppo") ? "config.json" : "actor/config.json");
         if (fs_is_file(final_config)) {
             fprintf(stderr, "pipeline: %s already finished (%s), skipped\n", name, final_dir);
         } else if (dry_run) {
             char *text = json_dumps(stage, JSON_COMPACT | JSON_SORT_KEYS);
-            printf("%s %s --config %s --resume    # %s = %s\n", self, name, config_path, config_path, text);
+            for (size_t i = 0; argv_stage[i]; i++) printf("%s%s", i ? " " : "", argv_stage[i]);
+            printf("    # %s = %s\n", config_path, text);
             free(text);
         } else {
             char *text = json_dumps(stage, JSON_INDENT(2) | JSON_SORT_KEYS);
             if (fs_write_file_atomic(config_path, text, strlen(text)) != 0) die_from_err();
             free(text);
             fprintf(stderr, "pipeline: %s -> %s\n", name, stage_out);
-            int status = run_stage(argv_stage);
+            int status = run_stage(name, argv_stage);
             if (status != 0) {
                 fprintf(stderr, "marlhf: error: pipeline stopped: stage %s exited with status %d; finished stages "
                                 "are kept, run the pipeline again to continue (%s)\n", name, status, file);
@@ -157,7 +178,7 @@ int cmd_pipeline(int argc, char **argv) {
         if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);
         if (!strcmp(name, "rm")) rm_final = xstrdup(final_dir);
         if (!strcmp(name, "ppo")) ppo_out = xstrdup(stage_out);
-        free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out);
+        free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out), free(argv_stage);
         json_decref(stage);
         if (exit_status != 0) break;
     }

@@ -168,6 +168,24 @@ ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.
 [ -s "$tmp/ref_one.jsonl" ] && cmp -s "$tmp/ref_one.jsonl" "$tmp/ref_two.jsonl" && pass infer_ref_scores_two_ranks_same_file ||
     fail infer_ref_scores_two_ranks_same_file "$(tail -n 2 "$tmp/ref_two.err")"
 
+# --- the pipeline with a launcher: every stage on 2 ranks -----------------------------------
+cat > "$tmp/pipeline.json" <<JSON
+{"output": "$tmp/pipeline", "model": "$model", "threads": 1, "quiet": true,
+ "launcher": ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"],
+ "sft": {"data": "$data/sft.jsonl", "max-seq-len": 32, "per-device-train-batch-size": 2, "learning-rate": 3e-3, "max-steps": 3},
+ "rm": {"data": "$data/pairs.jsonl", "max-seq-len": 32, "per-device-train-batch-size": 4, "learning-rate": 3e-3, "max-steps": 3},
+ "ppo": {"prompts": "$data/sft.jsonl", "rollout-batch-size": 8, "generation-batch-size": 4, "micro-batch-size": 2,
+         "max-new-tokens": 8, "max-iterations": 2, "min-response-tokens": 1, "termination-condition": "fixed", "ngram": 3}}
+JSON
+"$bin" pipeline "$tmp/pipeline.json" 2> "$tmp/pipeline.err"
+rc=$?
+states=$(cat "$tmp"/pipeline/{sft,rm,ppo}/checkpoint-*/trainer_state.json 2> /dev/null | grep -c '"world_size": 2')
+[ $rc -eq 0 ] && [ -f "$tmp/pipeline/ppo/final/actor/model.safetensors" ] && [ "$states" = 3 ] &&
+    pass pipeline_launcher_two_ranks || fail pipeline_launcher_two_ranks "exit $rc, $states stages on 2 ranks: $(tail -n 2 "$tmp/pipeline.err")"
+python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['launcher'] = 'mpirun -np 2'; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$tmp/pipeline.json" "$tmp/bad_launcher.json"
+expect_error pipeline_bad_launcher '"launcher" in' "$bin" pipeline "$tmp/bad_launcher.json"
+
 # --- commands that run as one process ---------------------------------------------------
 ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
 rc=$?
