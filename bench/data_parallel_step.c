@@ -2,15 +2,17 @@
 // forward + backward on its own micro-batch, the gradients are summed across ranks
 // (dist/model_sync.h, as `marlhf sft` does under mpirun), then every rank takes the AdamW
 // step. Run it alone (one process) or under `mpirun -np W`; rank 0 prints one JSON line
-// with the time split into compute, gradient sum and optimizer. bench/run_data_parallel.sh
-// runs it beside PyTorch DDP (bench/torch_ddp_step.py) doing the same step.
+// with the time split into compute, gradient sum and optimizer, and its peak resident
+// memory. --zero-stage 1 shards the AdamW moments across ranks (dist/zero.h).
+// bench/run_data_parallel.sh runs it beside PyTorch DDP (bench/torch_ddp_step.py).
 //
 // usage: [mpirun -np W] build/bench/data_parallel_step [--batch 2] [--seq 256] [--steps 3]
-//            [--model smollm2-135m|gpt2-124m] [--threads N]
+//            [--model smollm2-135m|gpt2-124m] [--threads N] [--zero-stage 0|1]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <cblas.h>
@@ -19,6 +21,7 @@
 #include "core/rng.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
+#include "dist/zero.h"
 #include "model/model.h"
 #include "train/adamw.h"
 #include "bench_shapes.h"
@@ -31,7 +34,7 @@ static double now_seconds(void) {
 
 int main(int argc, char **argv) {
     if (dist_init(&argc, &argv) != 0) die_from_err();
-    int B = 2, T = 256, steps = 3, threads = 0;
+    int B = 2, T = 256, steps = 3, threads = 0, zero_stage = 0;
     const char *name = "smollm2-135m";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
@@ -39,6 +42,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) name = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--zero-stage") && i + 1 < argc) zero_stage = atoi(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/data_parallel_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
@@ -51,7 +55,7 @@ int main(int argc, char **argv) {
     bench_random_weights(&model);
     model_enable_grad(&model);
     AdamW opt;
-    adamw_init(&opt, &model, adamw_default_config(0.1f));
+    dist_adamw_init(&opt, &model, adamw_default_config(0.1f), zero_stage);
     long N = (long)B * T;
     // Each rank its own tokens (stream = rank), as each rank reads its own micro-batch.
     int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
@@ -69,10 +73,9 @@ int main(int argc, char **argv) {
         model_zero_grad(&model);
         model_backward(&model, dlogp, NULL, NULL);
         double t1 = now_seconds();
-        dist_sum_gradients(&model);
+        double norm = dist_reduce_gradients(&model, &opt);
         double t2 = now_seconds();
-        double norm = grad_global_norm(&model);
-        adamw_step(&opt, &model, 1e-4f, grad_clip_coefficient(norm, 1.0f));
+        dist_adamw_step(&opt, &model, 1e-4f, grad_clip_coefficient(norm, 1.0f));
         double t3 = now_seconds();
         if (step >= 0) compute_s += t1 - t0, reduce_s += t2 - t1, optimizer_s += t3 - t2;
     }
@@ -80,13 +83,17 @@ int main(int argc, char **argv) {
     double step_s = (compute_s + reduce_s + optimizer_s) / steps;
     double flops_per_token = bench_flops_per_token(&model, T);
     CHECK(dist_all_equal(model_weights_fingerprint(&model)), "ranks ended with different weights");
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
     if (rank == 0)
-        printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"ranks\": %d, \"threads_per_rank\": %d, \"batch_per_rank\": %d, "
-               "\"seq\": %d, \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"compute_s\": %.4f, \"gradient_sum_s\": %.4f, "
-               "\"optimizer_s\": %.4f, \"gflops\": %.2f, \"gradient_mb\": %.1f}\n",
-               name, world, omp_get_max_threads(), B, T, N * world / step_s, step_s, compute_s / steps,
-               reduce_s / steps, optimizer_s / steps, flops_per_token * N * world / step_s / 1e9,
-               model.table.total * 4.0 / 1e6);
+        printf("{\"impl\": \"marlhf%s\", \"model\": \"%s\", \"ranks\": %d, \"threads_per_rank\": %d, "
+               "\"batch_per_rank\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"compute_s\": %.4f, "
+               "\"gradient_sum_s\": %.4f, \"optimizer_s\": %.4f, \"gflops\": %.2f, \"gradient_mb\": %.1f, "
+               "\"zero_stage\": %d, \"peak_rss_mb\": %.0f}\n",
+               zero_stage && world > 1 ? "-zero1" : "", name, world, omp_get_max_threads(), B, T, N * world / step_s,
+               step_s, compute_s / steps, reduce_s / steps, optimizer_s / steps,
+               flops_per_token * N * world / step_s / 1e9, model.table.total * 4.0 / 1e6, zero_stage,
+               usage.ru_maxrss / 1024.0);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
     model_free(&model);

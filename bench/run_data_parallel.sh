@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel training step on this machine's cores: marlhf (bench/data_parallel_step,
 # MPI) beside PyTorch DDP (bench/torch_ddp_step.py, gloo), same model shape, same global
-# batch, in one run. Four configurations each:
+# batch, in one run. Two configurations each, and marlhf's data-parallel one again with
+# ZeRO-1 (--zero-stage 1, the AdamW moments sharded across ranks):
 #   1 process x CORES threads, batch RANKS*BATCH      (no data parallelism: the baseline)
 #   RANKS processes x CORES/RANKS threads, BATCH each (data parallel)
 # Prints the JSON lines and a table of tokens/s. Needs `make bench` and, for the PyTorch
@@ -20,6 +21,8 @@ out=$(mktemp)
 common=(--model "$model" --seq "$seq" --steps "$steps")
 "$bin" "${common[@]}" --batch $((ranks * batch)) --threads "$cores" | tee -a "$out"
 mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" | tee -a "$out"
+mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" \
+    --zero-stage 1 | tee -a "$out"
 if [ -x "$py" ]; then
     "$py" bench/torch_ddp_step.py "${common[@]}" --ranks 1 --threads "$cores" --batch $((ranks * batch)) | tee -a "$out"
     "$py" bench/torch_ddp_step.py "${common[@]}" --ranks "$ranks" --threads "$per_rank" --batch "$batch" | tee -a "$out"
@@ -29,10 +32,11 @@ fi
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n| impl | processes x threads | batch per process | tokens/s | step s | gradient sum s |")
-print("|---|---|---|---|---|---|")
+print("\n| impl | processes x threads | batch per process | tokens/s | step s | gradient sum s | optimizer s | peak RSS MB (rank 0) |")
+print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['impl']} | {r['ranks']} x {r['threads_per_rank']} | {r['batch_per_rank']} | {r['tokens_per_s']:.1f} "
-          f"| {r['step_s']:.3f} | {r.get('gradient_sum_s', '-') if r['ranks'] > 1 else '-'} |")
+          f"| {r['step_s']:.3f} | {r.get('gradient_sum_s', '-') if r['ranks'] > 1 else '-'} "
+          f"| {r.get('optimizer_s', '-')} | {r.get('peak_rss_mb', '-')} |")
 PY
 rm -f "$out"

@@ -16,6 +16,7 @@ After --warmup untimed steps, --steps steps are timed on rank 0.
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -61,7 +62,8 @@ def worker(rank, args, port):
         print(json.dumps({
             "impl": "pytorch-ddp" if args.ranks > 1 else "pytorch", "model": args.model, "ranks": args.ranks,
             "threads_per_rank": args.threads, "batch_per_rank": args.batch, "seq": args.seq,
-            "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4), "torch": torch.__version__}),
+            "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "torch": torch.__version__}),
             flush=True)
     if args.ranks > 1:
         dist.destroy_process_group()

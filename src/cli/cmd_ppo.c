@@ -19,7 +19,7 @@ int cmd_ppo(int argc, char **argv) {
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
     long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
-    long eval_count = 0, data_phase = 3, threads = 0;
+    long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0;
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
     double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
@@ -94,6 +94,8 @@ int cmd_ppo(int argc, char **argv) {
         {"seed", NULL, OPT_INT, &seed, "seed (prompt order, sampling, randomized macro actions)", false, false},
         {"resume", NULL, OPT_BOOL, &resume, "continue from the newest checkpoint", false, false},
         {"gradient-checkpointing", "actor_gradient_checkpointing", OPT_BOOL, &checkpointing, "recompute layers in backward", false, false},
+        {"zero-stage", "actor_zero_stage", OPT_INT, &zero_stage,
+         "under mpirun: 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1, --device cpu)", false, false},
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
@@ -166,6 +168,10 @@ int cmd_ppo(int argc, char **argv) {
     c.macro.ppl_monotone = ppl_monotone, c.macro.seed = (uint64_t)seed;
     c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
     c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
+    if (zero_stage < 0 || zero_stage > 1)
+        die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", zero_stage);
+    if (zero_stage == 1 && strcmp(device, "cpu")) die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", device);
+    c.zero_stage = (int)zero_stage;
     cli_set_threads(threads);
     if (ppo_run(&c) != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);

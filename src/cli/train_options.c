@@ -37,6 +37,8 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("log-every", "log_every logging_steps", OPT_INT, &c->log_every, "optimizer steps between metric lines");
     ADD("seed", NULL, OPT_INT, &c->seed, "seed of the data order (and of a new value head)");
     ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
+    ADD("zero-stage", "zero_stage", OPT_INT, &c->zero_stage,
+        "under mpirun: 1 shards the AdamW moments across processes (ZeRO-1, --device cpu), 0 keeps them whole");
     ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
         "recompute each layer in backward instead of keeping its activations");
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
@@ -66,6 +68,10 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->eval_every < 0 || c->save_every < 0 || c->keep_last < 0 || c->log_every < 0)
         die_user("options --eval-every, --save-every, --keep-last and --log-every must be >= 0");
     if (c->seed < 0) die_user("option --seed must be >= 0, got %ld", c->seed);
+    if (c->zero_stage < 0 || c->zero_stage > 1)
+        die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", c->zero_stage);
+    if (c->zero_stage == 1 && c->device && strcmp(c->device, "cpu"))
+        die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", c->device);
     t->learning_rate = c->learning_rate;
     t->warmup_ratio = c->warmup_ratio;
     t->warmup_steps = c->warmup_steps;
@@ -85,6 +91,7 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     t->seed = (uint64_t)c->seed;
     t->run_dir = run_dir;
     t->resume = c->resume;
+    t->zero_stage = (int)c->zero_stage;
     // Under mpirun only rank 0 speaks (dist/dist.h); the others would repeat every line.
     c->quiet = c->quiet || !dist_is_main();
     t->quiet = c->quiet;

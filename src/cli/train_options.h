@@ -9,7 +9,7 @@ typedef struct {
     TrainOptions train;
     char *schedule_name;
     long micro_batch, grad_accum, epochs, max_steps, warmup_steps, eval_every, save_every, keep_last, log_every;
-    long seed, max_seq_len, threads;
+    long seed, max_seq_len, threads, zero_stage;
     double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
     bool resume, gradient_checkpointing, quiet;
     char *device;

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/check.h"
 
@@ -108,6 +109,63 @@ void dist_sum_ints(int *values, long n) {
 #else
     (void)values, (void)n;
 #endif
+}
+
+#ifdef MARLHF_MPI
+// MPI's count and displacement arrays are ints: a shard of over 2^31 floats (8 GB) is
+// beyond what one rank of this trainer holds.
+static void int_counts(const long *counts, const long *displs, int **counts_out, int **displs_out) {
+    *counts_out = xmalloc((size_t)world_size * sizeof(int));
+    if (displs_out) *displs_out = xmalloc((size_t)world_size * sizeof(int));
+    for (int r = 0; r < world_size; r++) {
+        CHECK(counts[r] <= INT_MAX && (!displs || displs[r] <= INT_MAX), "shard of %ld floats is too large for MPI",
+              counts[r]);
+        (*counts_out)[r] = (int)counts[r];
+        if (displs_out) (*displs_out)[r] = (int)displs[r];
+    }
+}
+#endif
+
+void dist_reduce_scatter_floats(const float *full, float *mine, const long *counts) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) {
+        int *c;
+        int_counts(counts, NULL, &c, NULL);
+        CHECK(MPI_Reduce_scatter(full, mine, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Reduce_scatter");
+        free(c);
+        return;
+    }
+#endif
+    memcpy(mine, full, (size_t)counts[0] * sizeof(float));
+}
+
+void dist_allgather_floats(float *full, const long *counts, const long *displs) {
+#ifdef MARLHF_MPI
+    if (world_size <= 1) return;
+    int *c, *d;
+    int_counts(counts, displs, &c, &d);
+    CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, c, d, MPI_FLOAT, MPI_COMM_WORLD) == MPI_SUCCESS,
+          "MPI_Allgatherv");
+    free(c), free(d);
+#else
+    (void)full, (void)counts, (void)displs;
+#endif
+}
+
+void dist_gather_floats(const float *mine, float *full, const long *counts, const long *displs, int root) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) {
+        int *c, *d;
+        int_counts(counts, displs, &c, &d);
+        CHECK(MPI_Gatherv(mine, c[world_rank], MPI_FLOAT, full, c, d, MPI_FLOAT, root, MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Gatherv");
+        free(c), free(d);
+        return;
+    }
+#endif
+    (void)root;
+    memcpy(full + displs[0], mine, (size_t)counts[0] * sizeof(float));
 }
 
 void dist_broadcast(void *data, size_t bytes, int root) {

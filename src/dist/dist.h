@@ -36,6 +36,13 @@ int dist_local_size(void);
 void dist_sum_floats(float *values, long n);
 void dist_sum_doubles(double *values, long n);
 void dist_sum_ints(int *values, long n);
+// Shards of a host array split across ranks: rank r owns [displs[r], displs[r] + counts[r]).
+// Sums `full` (every rank's whole array) and gives each rank its shard's sums in `mine`.
+void dist_reduce_scatter_floats(const float *full, float *mine, const long *counts);
+// In place: every rank's shard of `full` (already at its place) reaches every rank.
+void dist_allgather_floats(float *full, const long *counts, const long *displs);
+// Every rank's `mine` (its shard) into `full` on rank `root` (full is unused elsewhere).
+void dist_gather_floats(const float *mine, float *full, const long *counts, const long *displs, int root);
 // Copies `bytes` of host memory from rank `root` to every other rank.
 void dist_broadcast(void *data, size_t bytes, int root);
 // True on every rank when `failed` is true on any rank: how ranks agree to stop together

@@ -13,6 +13,7 @@
 #include "data/split.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
+#include "dist/zero.h"
 #include "eval/lexicon.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
@@ -500,9 +501,8 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                                                        &stats->actor, &stats->entropy);
             }
             if (p->ptx.count > 0) ptx_micro_step(p);
-            dist_sum_gradients(&p->actor);
-            double norm = grad_global_norm(&p->actor);
-            adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
+            double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
+            dist_adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
             stats->actor_grad_norm += norm;
             if (p->c.ema) ema_update(p);
@@ -512,9 +512,8 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                 int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                 stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
             }
-            dist_sum_gradients(&p->critic);
-            norm = grad_global_norm(&p->critic);
-            adamw_step(&p->critic_optimizer, &p->critic, lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
+            norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
+            dist_adamw_step(&p->critic_optimizer, &p->critic, lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
             stats->critic_grad_norm += norm;
             p->optimizer_steps++;
@@ -581,7 +580,17 @@ static void evaluate(Ppo *p, bool final) {
 // ---------------------------------------------------------------------------------------
 // Checkpoints
 
+// Collective: every rank calls it (a sharded optimizer's moments are gathered on rank 0),
+// rank 0 writes.
 static int save(Ppo *p) {
+    AdamW actor_moments, critic_moments;
+    dist_adamw_gather(&p->actor_optimizer, &actor_moments);
+    dist_adamw_gather(&p->critic_optimizer, &critic_moments);
+    if (!dist_is_main()) {
+        dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
+        dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
+        return 0;
+    }
     json_t *state = json_object();
     json_object_set_new(state, "task", json_string("ppo"));
     json_object_set_new(state, "iteration", json_integer(p->iteration));
@@ -595,11 +604,13 @@ static int save(Ppo *p) {
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
-    CheckpointModel models[3] = {{"actor", &p->actor, &p->actor_optimizer}, {"critic", &p->critic, &p->critic_optimizer},
+    CheckpointModel models[3] = {{"actor", &p->actor, &actor_moments}, {"critic", &p->critic, &critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
                              (int)p->c.keep_last);
     json_decref(state);
+    dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
+    dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
     return rc;
 }
 
@@ -717,8 +728,9 @@ static int setup(Ppo *p) {
     p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;
     model_enable_grad(&p->actor);
     model_enable_grad(&p->critic);
-    adamw_init(&p->actor_optimizer, &p->actor, (AdamWConfig){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay});
-    adamw_init(&p->critic_optimizer, &p->critic, (AdamWConfig){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay});
+    AdamWConfig adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
+    dist_adamw_init(&p->actor_optimizer, &p->actor, adamw, c->zero_stage);
+    dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
     p->kl_coef = c->advantage.kl_coef;
     return 0;
 }
@@ -884,12 +896,17 @@ int ppo_run(const PpoConfig *config) {
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
         progress_update(&progress, 1, status);
         bool last = p->iteration == total_iterations;
-        if (!failed && dist_is_main() && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last))
-            evaluate(p, last);
-        if (!failed && dist_is_main() && ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last))
+        // Rank 0's writes can fail; all ranks agree and stop together (before the next
+        // collective, which the save's gather is).
+        if (dist_any_failed(failed)) {
+            rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);
+            break;
+        }
+        if (dist_is_main() && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last)) evaluate(p, last);
+        if ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last) {
             failed = save(p) != 0;
-        // Rank 0's writes can fail; all ranks stop together.
-        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);
+            if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);
+        }
     }
     progress_finish(&progress, NULL);
     if (rc == 0 && world > 1) {

@@ -72,6 +72,7 @@ typedef struct {
     bool ema;
     double ema_beta;
     bool gradient_checkpointing;
+    int zero_stage; // under mpirun: 1 shards the actor's and critic's AdamW moments (dist/zero.h)
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;
     int eval_prompts; // how many eval prompts to generate for (0: all)

@@ -7,13 +7,20 @@ AdamWConfig adamw_default_config(float weight_decay) {
     return (AdamWConfig){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = weight_decay};
 }
 
-void adamw_init(AdamW *opt, const Model *model, AdamWConfig config) {
+void adamw_init_range(AdamW *opt, const Model *model, AdamWConfig config, long begin, long end) {
     memset(opt, 0, sizeof *opt);
     opt->config = config;
     opt->ops = model->ops;
     opt->total = model->table.total;
-    opt->m = model->ops->alloc((size_t)opt->total * sizeof(float));
-    opt->v = model->ops->alloc((size_t)opt->total * sizeof(float));
+    opt->begin = begin;
+    opt->end = end;
+    // One float more than the range so that an empty shard still has a buffer.
+    opt->m = model->ops->alloc((size_t)(end - begin + 1) * sizeof(float));
+    opt->v = model->ops->alloc((size_t)(end - begin + 1) * sizeof(float));
+}
+
+void adamw_init(AdamW *opt, const Model *model, AdamWConfig config) {
+    adamw_init_range(opt, model, config, 0, model->table.total);
 }
 
 void adamw_free(AdamW *opt) {
@@ -29,9 +36,12 @@ void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     float bias_correction2 = 1.0f - powf(c->beta2, (float)opt->step);
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
-        long o = e->offset;
-        model->ops->adamw_update(model->params + o, model->grads + o, opt->m + o, opt->v + o,
-                                 e->numel, lr, c->beta1, c->beta2, c->eps,
+        // The part of this tensor inside [begin, end): all of it without sharding.
+        long first = e->offset > opt->begin ? e->offset : opt->begin;
+        long last = e->offset + e->numel < opt->end ? e->offset + e->numel : opt->end;
+        if (first >= last) continue;
+        model->ops->adamw_update(model->params + first, model->grads + first, opt->m + (first - opt->begin),
+                                 opt->v + (first - opt->begin), last - first, lr, c->beta1, c->beta2, c->eps,
                                  e->decay ? c->weight_decay : 0.0f, bias_correction1,
                                  bias_correction2, grad_scale);
     }

@@ -12,18 +12,23 @@ typedef struct {
 
 typedef struct {
     AdamWConfig config;
-    float *m, *v; // first and second moments, backend memory
+    float *m, *v; // first and second moments of [begin, end), backend memory
     long step;    // optimizer steps taken
     const OpsBackend *ops;
-    long total;
+    long total;   // floats in the model's flat buffer
+    // The part of the flat buffer this optimizer holds moments for and updates: all of it,
+    // or one rank's shard when the optimizer state is sharded across ranks (dist/zero.h).
+    long begin, end;
 } AdamW;
 
 // Defaults of the MA-RLHF / DeepSpeed-Chat scripts: betas (0.9, 0.95), eps 1e-8.
 AdamWConfig adamw_default_config(float weight_decay);
 void adamw_init(AdamW *opt, const Model *model, AdamWConfig config);
+// The same for the part [begin, end) of the flat buffer only (a ZeRO-1 shard).
+void adamw_init_range(AdamW *opt, const Model *model, AdamWConfig config, long begin, long end);
 void adamw_free(AdamW *opt);
-// One update with learning rate lr. Gradients are multiplied by grad_scale first (the
-// clipping coefficient, or 1).
+// One update with learning rate lr of the weights in [begin, end). Gradients are
+// multiplied by grad_scale first (the clipping coefficient, or 1).
 void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale);
 
 // L2 norm of all gradients (double accumulation, fixed order).

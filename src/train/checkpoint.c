@@ -15,6 +15,8 @@ char *checkpoint_model_dir(const char *checkpoint_dir, const char *name) {
 }
 
 static int save_optimizer(const char *dir, const Model *model, const AdamW *optimizer) {
+    // A sharded optimizer is gathered first (dist/zero.h): the file always holds all moments.
+    CHECK(optimizer->begin == 0 && optimizer->end == optimizer->total, "saving a shard of an optimizer");
     const size_t bytes = (size_t)optimizer->total * sizeof(float);
     float *m = xmalloc(bytes), *v = xmalloc(bytes);
     model->ops->copy_to_host(m, optimizer->m, bytes);
@@ -150,9 +152,10 @@ int checkpoint_load_optimizer(const char *checkpoint_dir, const char *name, cons
     int64_t step_value = 0;
     if (rc == 0) rc = safetensors_require(set, "adam.step", &step);
     if (rc == 0) rc = safetensors_read_i64(step, &step_value, 1);
-    if (rc == 0) {
-        model->ops->copy_to_device(optimizer->m, m, bytes);
-        model->ops->copy_to_device(optimizer->v, v, bytes);
+    if (rc == 0) { // this optimizer's part: all of it, or its shard (dist/zero.h)
+        const size_t part = (size_t)(optimizer->end - optimizer->begin) * sizeof(float);
+        model->ops->copy_to_device(optimizer->m, m + optimizer->begin, part);
+        model->ops->copy_to_device(optimizer->v, v + optimizer->begin, part);
         optimizer->step = step_value;
     }
     safetensors_close(set);

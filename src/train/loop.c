@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
+#include "dist/zero.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
 #include "train/adamw.h"
@@ -122,8 +123,10 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
 
     model_enable_grad(model);
     AdamW optimizer;
-    adamw_init(&optimizer, model,
-               (AdamWConfig){(float)options->beta1, (float)options->beta2, (float)options->eps, (float)options->weight_decay});
+    dist_adamw_init(&optimizer, model,
+                    (AdamWConfig){(float)options->beta1, (float)options->beta2, (float)options->eps,
+                                  (float)options->weight_decay},
+                    options->zero_stage);
     LoopState s = {0};
     if (options->resume) {
         char *checkpoint = checkpoint_latest(options->run_dir);
@@ -209,16 +212,15 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             total.tokens += r.tokens;
             for (int k = 0; k < 4; k++) total.metric_sums[k] += r.metric_sums[k];
         }
-        dist_sum_gradients(model);
+        double norm = dist_reduce_gradients(model, &optimizer);
         sum_across_ranks(&total);
-        double norm = grad_global_norm(model);
         float lr = lr_schedule_at(&schedule, s.step);
         if (!isfinite(norm)) {
             rc = err_set("gradient norm is %g at step %ld (first non-finite gradient: %s): training diverged "
                          "(lower --learning-rate?)", norm, s.step, first_nonfinite_gradient(model));
             break;
         }
-        adamw_step(&optimizer, model, lr, grad_clip_coefficient(norm, (float)options->clip_norm));
+        dist_adamw_step(&optimizer, model, lr, grad_clip_coefficient(norm, (float)options->clip_norm));
         s.step++;
         s.cursor += micro_count;
         bool epoch_done = s.cursor >= micro_batches_per_epoch;
@@ -250,7 +252,10 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         if ((options->eval_every > 0 && s.step % options->eval_every == 0) || epoch_done || last)
             run_evaluation(task, model, &metrics, s.step, options->quiet);
         if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
-            bool failed = dist_is_main() && save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0;
+            AdamW all_moments; // gathered on rank 0 when the optimizer is sharded
+            dist_adamw_gather(&optimizer, &all_moments);
+            bool failed = dist_is_main() && save_checkpoint(task, model, &all_moments, tokenizer, options, &s) != 0;
+            dist_adamw_gathered_free(&optimizer, &all_moments);
             if (dist_any_failed(failed)) {
                 rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);
                 break;

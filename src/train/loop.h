@@ -39,6 +39,7 @@ typedef struct {
     const char *run_dir;
     bool resume;         // continue from the newest checkpoint of run_dir
     bool quiet;          // no progress bar
+    int zero_stage;      // under mpirun: 1 shards the AdamW moments across ranks (dist/zero.h)
 } TrainOptions;
 
 typedef struct {

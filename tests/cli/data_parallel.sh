@@ -2,7 +2,8 @@
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
 # micro-batch each give the same SFT / reward-model training as one process accumulating
 # two, PPO on 2 or 3 ranks the same iterations as one process (to float rounding), and
-# inference with rewards the same file byte for byte; runs are bit-identical run to run;
+# inference with rewards the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
+# same training as whole moments, resumable; runs are bit-identical run to run;
 # only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
 # another process count, and commands that do not run data parallel, are refused. Prints
 # PASS/FAIL per case.
@@ -87,6 +88,35 @@ expect_error sft_resume_other_process_count "made by 2 processes, this run has 1
     "$bin" sft "${long[@]}" --output "$tmp/straight" --resume
 [ "$(ls "$tmp/straight")" = "$before" ] && pass sft_refused_resume_keeps_run || fail sft_refused_resume_keeps_run "files changed"
 
+# --- ZeRO-1: the AdamW moments sharded across ranks ---------------------------------------
+# The same update elementwise; only the gradient norm is added up shard by shard.
+for n in 2 3; do
+    ranks $n "$bin" sft "${sft[@]}" --output "$tmp/zero0_$n" --quiet 2> /dev/null
+    ranks $n "$bin" sft "${sft[@]}" --output "$tmp/zero1_$n" --quiet --zero-stage 1 2> "$tmp/zero1_$n.err"
+    close "$(json_values "$tmp/zero0_$n/metrics.jsonl" train/loss)" "$(json_values "$tmp/zero1_$n/metrics.jsonl" train/loss)" 1e-5 &&
+        close "$(logprobs_of "$tmp/zero0_$n/final")" "$(logprobs_of "$tmp/zero1_$n/final")" 1e-5 &&
+        pass "sft_zero1_${n}_ranks_same_training" || fail "sft_zero1_${n}_ranks_same_training" "$(tail -n 2 "$tmp/zero1_$n.err")"
+done
+# The checkpoint holds every moment (gathered on rank 0), as without sharding.
+last=$(ls -d "$tmp"/zero1_3/checkpoint-* | tail -n 1)
+[ -f "$last/optimizer.safetensors" ] &&
+    [ "$(stat -c %s "$last/optimizer.safetensors")" = "$(stat -c %s "$tmp/zero0_3/$(basename "$last")/optimizer.safetensors")" ] &&
+    pass sft_zero1_checkpoint_has_all_moments || fail sft_zero1_checkpoint_has_all_moments "$last"
+zero_long=("${long[@]}" --zero-stage 1)
+ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_straight" 2> /dev/null
+ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" > /dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/zero_killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
+sleep "0.$((RANDOM % 3))"
+victim=$(pgrep -f -- "--output $tmp/zero_killed" | grep -v "^$launcher\$" | tail -n 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait_exit "$launcher" 60
+ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" --resume 2> "$tmp/zero_killed.err"
+[ "$exit_rc" -ne 0 ] && cmp -s "$tmp/zero_straight/final/model.safetensors" "$tmp/zero_killed/final/model.safetensors" &&
+    pass sft_zero1_resume_bit_identical || fail sft_zero1_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/zero_killed.err")"
+expect_error zero_stage_bad "--zero-stage must be 0 or 1" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 2
+expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
+
 # --- reward model ------------------------------------------------------------------------
 rm_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
          --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 3 --threads 1 --quiet)
@@ -125,6 +155,10 @@ ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two_again" 2> /
 cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
     pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
+ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 1 --output "$tmp/ppo_zero1" 2> "$tmp/ppo_zero1.err"
+close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_zero1/metrics.jsonl" train/score)" 1e-5 &&
+    close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero1/final/actor")" 1e-5 &&
+    pass ppo_zero1_same_training || fail ppo_zero1_same_training "$(tail -n 2 "$tmp/ppo_zero1.err")"
 # Three ranks: a rollout of 8 rows does not divide evenly (3, 3, 2 rows).
 ranks 3 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_three" 2> "$tmp/ppo_three.err"
 close "$(json_values "$tmp/ppo_one/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_three/metrics.jsonl" train/score)" 1e-4 &&
