@@ -38,6 +38,20 @@ import sys
 a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
 ok = len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
 sys.exit(0 if ok else 1)" "$@"; }
+# kill_a_rank WAIT_FOR OUT COMMAND...: starts COMMAND (an mpirun job writing to --output OUT)
+# in the background, waits until a path matching WAIT_FOR exists, then a moment more,
+# kills one of its ranks with SIGKILL and waits for mpirun to end (sets exit_rc).
+kill_a_rank() {
+    local wait_for=$1 out=$2 launcher victim
+    shift 2
+    "$@" > /dev/null 2>&1 &
+    launcher=$!
+    for _ in $(seq 1200); do compgen -G "$wait_for" > /dev/null && break; sleep 0.02; done
+    sleep "0.$((RANDOM % 3))"
+    victim=$(pgrep -f -- "--output $out" | grep -v "^$launcher\$" | tail -n 1)
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait_exit "$launcher" 60
+}
 logprobs_of() { "$bin" logprobs --model "$1" --input "$tmp/ids.jsonl" | python3 -c "import sys, json; print(' '.join(map(str, json.loads(sys.stdin.readline())['logprobs'])))"; }
 echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
 
@@ -68,13 +82,7 @@ cmp -s "$tmp/sft_two/final/model.safetensors" "$tmp/sft_two_again/final/model.sa
 # --- a rank killed mid-run: resume under mpirun to the same weights -------------------------
 long=("${sft[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0 --quiet)
 ranks 2 "$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
-ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed" > /dev/null 2>&1 &
-launcher=$!
-for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
-sleep "0.$((RANDOM % 3))"
-victim=$(pgrep -f -- "--output $tmp/killed" | grep -v "^$launcher\$" | tail -n 1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait_exit "$launcher" 60
+kill_a_rank "$tmp/killed/checkpoint-*" "$tmp/killed" ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed"
 [ "$exit_rc" -ne 0 ] && [ ! -d "$tmp/killed/final" ] && pass sft_rank_killed_stops_job ||
     fail sft_rank_killed_stops_job "mpirun exit $exit_rc, final/ $( [ -d "$tmp/killed/final" ] && echo exists || echo absent)"
 ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed" --resume 2> "$tmp/killed.err"
@@ -104,13 +112,7 @@ last=$(ls -d "$tmp"/zero1_3/checkpoint-* | tail -n 1)
     pass sft_zero1_checkpoint_has_all_moments || fail sft_zero1_checkpoint_has_all_moments "$last"
 zero_long=("${long[@]}" --zero-stage 1)
 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_straight" 2> /dev/null
-ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" > /dev/null 2>&1 &
-launcher=$!
-for _ in $(seq 600); do [ -n "$(ls -d "$tmp"/zero_killed/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
-sleep "0.$((RANDOM % 3))"
-victim=$(pgrep -f -- "--output $tmp/zero_killed" | grep -v "^$launcher\$" | tail -n 1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait_exit "$launcher" 60
+kill_a_rank "$tmp/zero_killed/checkpoint-*" "$tmp/zero_killed" ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed"
 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" --resume 2> "$tmp/zero_killed.err"
 [ "$exit_rc" -ne 0 ] && cmp -s "$tmp/zero_straight/final/model.safetensors" "$tmp/zero_killed/final/model.safetensors" &&
     pass sft_zero1_resume_bit_identical || fail sft_zero1_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/zero_killed.err")"
@@ -169,13 +171,9 @@ close "$(json_values "$tmp/ppo_one/metrics.jsonl" train/score)" "$(json_values "
 # uninterrupted one does.
 long_ppo=("${ppo[@]}" --max-iterations 16 --num-train-epochs 4 --save-every 1 --eval-every 0 --termination-condition fixed --ngram 3)
 ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" 2> /dev/null
-ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_killed" --keep-last 0 > /dev/null 2>&1 &
-launcher=$!
 k=$((2 + RANDOM % 8))
-for _ in $(seq 1200); do [ -d "$tmp/ppo_killed/checkpoint-$k" ] && break; sleep 0.02; done
-victim=$(pgrep -f -- "--output $tmp/ppo_killed" | grep -v "^$launcher\$" | tail -n 1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait_exit "$launcher" 60
+kill_a_rank "$tmp/ppo_killed/checkpoint-$k" "$tmp/ppo_killed" \
+    ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_killed" --keep-last 0
 if [ -d "$tmp/ppo_killed/final" ]; then
     fail ppo_two_ranks_killed_mid_run "the run finished before the kill"
 else
