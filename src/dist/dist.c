@@ -10,6 +10,7 @@
 #include <mpi.h>
 #endif
 
+static long collective_floats = 1L << 21;
 static int world_rank = 0;
 static int world_size = 1;
 static int local_size = 1;
@@ -37,6 +38,15 @@ static int launcher_local_size(void) {
 
 int dist_init(int *argc, char ***argv) {
     int announced = launcher_world_size();
+    const char *floats = getenv("MARLHF_COLLECTIVE_FLOATS");
+    if (floats) {
+        char *end;
+        long value = strtol(floats, &end, 10);
+        if (*floats == '\0' || *end != '\0' || value < 1 || value > INT_MAX / 2)
+            return err_set("environment variable MARLHF_COLLECTIVE_FLOATS must be a count in [1, %d], got '%s'",
+                           INT_MAX / 2, floats);
+        collective_floats = value;
+    }
 #ifdef MARLHF_MPI
     // Slurm sets SLURM_NTASKS for a plain `marlhf` inside an allocation too; only an
     // MPI launcher's own variables (or PMI) mean we were started as one rank of many.
@@ -69,17 +79,18 @@ void dist_finalize(void) {
 #endif
 }
 
+long dist_collective_floats(void) { return collective_floats; }
 int dist_rank(void) { return world_rank; }
 int dist_world_size(void) { return world_size; }
 int dist_local_size(void) { return local_size; }
 
 #ifdef MARLHF_MPI
-// MPI counts are ints: large arrays go in chunks.
+// MPI counts are ints: large broadcasts go in chunks.
 static const long max_chunk = INT_MAX / 2;
 
 static void sum_in_place(void *values, long n, MPI_Datatype type, size_t element_size) {
-    for (long first = 0; first < n; first += max_chunk) {
-        long count = n - first < max_chunk ? n - first : max_chunk;
+    for (long first = 0; first < n; first += collective_floats) {
+        long count = n - first < collective_floats ? n - first : collective_floats;
         char *chunk = (char *)values + (size_t)first * element_size;
         CHECK(MPI_Allreduce(MPI_IN_PLACE, chunk, (int)count, type, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
               "MPI_Allreduce of %ld values", count);

@@ -32,6 +32,12 @@ static inline bool dist_is_main(void) { return dist_rank() == 0; }
 // thread count divides the cores among them.
 int dist_local_size(void);
 
+// The most elements one collective message carries (environment MARLHF_COLLECTIVE_FLOATS,
+// default 2^21 = 8 MB of floats): larger arrays go in pieces, because MPI implementations
+// allocate temporaries as large as a message, and a whole gradient buffer at once would
+// double the memory it takes. The pieces change no result.
+long dist_collective_floats(void);
+
 // In-place sum across ranks of host arrays; every rank receives the same bits.
 void dist_sum_floats(float *values, long n);
 void dist_sum_doubles(double *values, long n);

@@ -105,6 +105,18 @@ for n in 2 3; do
         close "$(logprobs_of "$tmp/zero0_$n/final")" "$(logprobs_of "$tmp/zero1_$n/final")" 1e-5 &&
         pass "sft_zero1_${n}_ranks_same_training" || fail "sft_zero1_${n}_ranks_same_training" "$(tail -n 2 "$tmp/zero1_$n.err")"
 done
+# Collectives in small pieces (MARLHF_COLLECTIVE_FLOATS; 1000 floats, so many rounds and
+# a short last shard): the same bits on 2 ranks, the same training on 3.
+MARLHF_COLLECTIVE_FLOATS=1000 ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/pieces_zero0_2" --quiet 2> /dev/null
+MARLHF_COLLECTIVE_FLOATS=1000 ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/pieces_zero1_2" --quiet --zero-stage 1 2> /dev/null
+cmp -s "$tmp/zero0_2/final/model.safetensors" "$tmp/pieces_zero0_2/final/model.safetensors" &&
+    cmp -s "$tmp/zero1_2/final/model.safetensors" "$tmp/pieces_zero1_2/final/model.safetensors" &&
+    pass collectives_in_pieces_same_bits || fail collectives_in_pieces_same_bits "final weights differ"
+MARLHF_COLLECTIVE_FLOATS=1000 ranks 3 "$bin" sft "${sft[@]}" --output "$tmp/pieces_zero1_3" --quiet --zero-stage 1 \
+    2> "$tmp/pieces.err"
+close "$(logprobs_of "$tmp/zero1_3/final")" "$(logprobs_of "$tmp/pieces_zero1_3/final")" 1e-5 &&
+    pass collectives_in_pieces_three_ranks || fail collectives_in_pieces_three_ranks "$(tail -n 2 "$tmp/pieces.err")"
+MARLHF_COLLECTIVE_FLOATS=lots expect_error collective_floats_bad "MARLHF_COLLECTIVE_FLOATS" "$bin" sft "${sft[@]}" --output "$tmp/x"
 # The checkpoint holds every moment (gathered on rank 0), as without sharding.
 last=$(ls -d "$tmp"/zero1_3/checkpoint-* | tail -n 1)
 [ -f "$last/optimizer.safetensors" ] &&
