@@ -11,8 +11,9 @@
 //                   (Adam divides by sqrt(v), which magnifies float32 noise in near-zero
 //                   gradients; the fixture README measures PyTorch float32 at 7e-4.)
 // Also: a ragged batch equals each row alone, left padding equals right padding,
-// gradient checkpointing gives bit-identical gradients, and gradient accumulation over
-// two micro-batches equals one batch.
+// gradient checkpointing gives bit-identical gradients, gradient accumulation over
+// two micro-batches equals one batch, and the LM head run on the target slots only equals
+// the whole head there.
 #include <stdint.h>
 
 #include "core/check.h"
@@ -338,6 +339,54 @@ static void test_gradient_accumulation(void) {
     fixture_close(&f);
 }
 
+// The LM head on the slots with a target only (prompt and padding skipped) gives the
+// log-probs, entropies and gradients of the whole head at those slots, and 0 elsewhere.
+static void test_head_on_target_slots_only(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        model_enable_grad(&model);
+        const long N = (long)f.B * f.T, total = model.table.total;
+        // Every third target kept: many short runs, as prompt/response rows give.
+        int *targets = xmalloc(N * sizeof(int)), *top1 = xmalloc(N * sizeof(int));
+        float *dlogp = xcalloc(N, sizeof(float)), *dentropy = xcalloc(N, sizeof(float));
+        for (long i = 0; i < N; i++) {
+            targets[i] = i % 3 == 0 ? f.targets[i] : -1;
+            if (targets[i] >= 0) dlogp[i] = -0.1f * (float)(1 + i % 5), dentropy[i] = 0.01f;
+        }
+        float *logp[2], *entropy[2], *grads[2];
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        for (int compact = 0; compact < 2; compact++) {
+            logp[compact] = xmalloc(N * sizeof(float)), entropy[compact] = xmalloc(N * sizeof(float));
+            model_forward(&model, &batch);
+            // Asking for top1 runs the head on every slot.
+            model_logprobs(&model, targets, logp[compact], compact ? NULL : top1, entropy[compact]);
+            EXPECT(model.acts.head_compact == (compact == 1), "%s: head on all slots = %d", fixture_names[k], !compact);
+            model_zero_grad(&model);
+            model_backward(&model, dlogp, dentropy, NULL);
+            grads[compact] = xmalloc(total * sizeof(float));
+            memcpy(grads[compact], model.grads, total * sizeof(float));
+        }
+        for (long i = 0; i < N; i++) {
+            if (targets[i] >= 0) {
+                EXPECT_CLOSE(logp[1][i], logp[0][i], 1e-6, 1e-6, "log-prob at a target slot");
+                EXPECT_CLOSE(entropy[1][i], entropy[0][i], 1e-6, 1e-6, "entropy at a target slot");
+            } else {
+                EXPECT(logp[1][i] == 0.0f && entropy[1][i] == 0.0f, "%s: slot %ld without a target: %g, %g",
+                       fixture_names[k], i, logp[1][i], entropy[1][i]);
+            }
+        }
+        double worst = test_worst_ratio(grads[1], grads[0], total, 1e-6, 1e-4);
+        EXPECT(worst <= 1.0, "%s: gradients differ: %.3g x tolerance", fixture_names[k], worst);
+        for (int c = 0; c < 2; c++) free(logp[c]), free(entropy[c]), free(grads[c]);
+        free(targets), free(top1), free(dlogp), free(dentropy);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
 static void test_param_table(void) {
     Fixture f;
     fixture_open(&f, "gpt2");
@@ -423,6 +472,7 @@ int main(void) {
     RUN(test_padding_invariance);
     RUN(test_recompute_is_exact);
     RUN(test_gradient_accumulation);
+    RUN(test_head_on_target_slots_only);
     RUN(test_save_load_round_trip);
     RUN(test_gguf_model_matches_hf);
     TEST_EXIT();

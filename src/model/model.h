@@ -48,6 +48,15 @@ typedef struct {
     float *final_out, *final_mean, *final_rstd;
     float *logits, *lse;        // [N, V], [N]; allocated on first use of the LM head
     bool logits_valid;          // logits hold the last forward's logits (not gradients)
+    // The LM head on the rows that have a target only (model_logprobs): head_runs runs of
+    // consecutive slots [head_run_start[r], + head_run_len[r]), head_rows rows in all,
+    // gathered into head_hidden. When head_compact, logits, lse and targets hold those rows.
+    bool head_compact;
+    bool logprobs_ready;        // lse and targets match the logits (model_logprobs ran on them)
+    int head_runs;
+    long head_rows;
+    long *head_run_start, *head_run_len; // host, [N]
+    float *head_hidden;                  // [N, C]; allocated on first use
     float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
@@ -87,7 +96,9 @@ void model_reserve(Model *model, int B, int T);
 // has gradients enabled.
 void model_forward(Model *model, const ModelBatch *batch);
 // After model_forward: logp[b*T+t] = log p(targets[b*T+t] | tokens up to t), or 0 where
-// targets[...] < 0. top1 (argmax next token) and entropy are optional (NULL).
+// targets[...] < 0. top1 (argmax next token) and entropy are optional (NULL). Without top1,
+// the LM head runs on the slots with a target only (entropy is 0 at the others): prompt and
+// padding slots cost nothing.
 void model_logprobs(Model *model, const int *targets, float *logp, int *top1, float *entropy);
 // After model_forward: the raw logits of row i (i = b*T + t), host copy into out[V].
 void model_logits_row(Model *model, int i, float *out);

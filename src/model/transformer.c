@@ -47,9 +47,10 @@ static void activations_free(Model *model) {
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
-                       a->d_head};
+                       a->d_head,     a->head_hidden};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
+    free(a->head_run_start), free(a->head_run_len);
     memset(a, 0, sizeof *a);
 }
 
@@ -316,7 +317,9 @@ static void compute_logits(Model *model) {
     Activations *a = &model->acts;
     CHECK(model->has_lm_head, "model has no LM head");
     CHECK(a->has_forward, "logits requested before a forward pass");
-    if (a->logits_valid) return;
+    if (a->logits_valid && !a->head_compact) return;
+    a->head_compact = false;
+    a->logprobs_ready = false;
     const ModelConfig *cfg = &model->config;
     const long capacity_N = (long)a->capacity_B * a->capacity_T;
     if (!a->logits) {
@@ -329,24 +332,99 @@ static void compute_logits(Model *model) {
     a->logits_valid = true;
 }
 
+// Finds the runs of consecutive slots with a target (targets[i] >= 0). Returns their rows.
+static long find_head_runs(Activations *a, const int *targets, long N) {
+    if (!a->head_run_start) {
+        long capacity = (long)a->capacity_B * a->capacity_T;
+        a->head_run_start = xmalloc((size_t)capacity * sizeof(long));
+        a->head_run_len = xmalloc((size_t)capacity * sizeof(long));
+    }
+    a->head_runs = 0;
+    long rows = 0;
+    for (long i = 0; i < N; i++) {
+        if (targets[i] < 0) continue;
+        if (a->head_runs > 0 && a->head_run_start[a->head_runs - 1] + a->head_run_len[a->head_runs - 1] == i) {
+            a->head_run_len[a->head_runs - 1]++;
+        } else {
+            a->head_run_start[a->head_runs] = i;
+            a->head_run_len[a->head_runs++] = 1;
+        }
+        rows++;
+    }
+    return rows;
+}
+
+// The LM head and log-probs on the slots with a target only: their final hidden states are
+// gathered into head_hidden (head_rows rows), and logits, lse and targets hold those rows.
+static void compact_logprobs(Model *model, const int *targets, float *logp, float *entropy) {
+    Activations *a = &model->acts;
+    const OpsBackend *ops = model->ops;
+    const ModelConfig *cfg = &model->config;
+    const long C = cfg->hidden_size, V = cfg->vocab_size, N = (long)a->B * a->T;
+    const long M = a->head_rows;
+    const long capacity_N = (long)a->capacity_B * a->capacity_T;
+    if (!a->logits) {
+        a->logits = alloc_floats(ops, capacity_N * V);
+        a->lse = alloc_floats(ops, capacity_N);
+    }
+    if (!a->head_hidden) a->head_hidden = alloc_floats(ops, capacity_N * C);
+    int *packed_targets = xmalloc((size_t)(M + 1) * sizeof(int));
+    for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++) {
+        ops->copy_rows(a->head_hidden + row * C, C, a->final_out + a->head_run_start[r] * C, C,
+                       (int)a->head_run_len[r], (int)C);
+        memcpy(packed_targets + row, targets + a->head_run_start[r], (size_t)a->head_run_len[r] * sizeof(int));
+    }
+    ops->matmul_forward(a->logits, a->head_hidden, lm_head_weight(model), NULL, (int)M, (int)C, (int)V);
+    a->logits_valid = true;
+    a->head_compact = true;
+    ops->copy_to_device(a->targets, packed_targets, (size_t)M * sizeof(int));
+    ops->logprob_forward(logp ? a->logp_device : NULL, a->lse, NULL, entropy ? a->entropy_device : NULL, a->logits,
+                         a->targets, (int)M, (int)V);
+    // Back to slot order; slots without a target get 0.
+    float *packed = xmalloc((size_t)(M + 1) * sizeof(float));
+    float *outputs[2] = {logp, entropy};
+    float *device[2] = {a->logp_device, a->entropy_device};
+    for (int k = 0; k < 2; k++) {
+        if (!outputs[k]) continue;
+        ops->copy_to_host(packed, device[k], (size_t)M * sizeof(float));
+        memset(outputs[k], 0, (size_t)N * sizeof(float));
+        for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
+            memcpy(outputs[k] + a->head_run_start[r], packed + row, (size_t)a->head_run_len[r] * sizeof(float));
+    }
+    free(packed), free(packed_targets);
+}
+
 void model_logprobs(Model *model, const int *targets, float *logp, int *top1, float *entropy) {
-    compute_logits(model);
     Activations *a = &model->acts;
     const OpsBackend *ops = model->ops;
     const long N = (long)a->B * a->T;
     const int V = model->config.vocab_size;
+    CHECK(model->has_lm_head, "model has no LM head");
+    CHECK(a->has_forward, "log-probs requested before a forward pass");
     if (targets) {
         for (long i = 0; i < N; i++)
             CHECK(targets[i] < V, "target id %d at slot %ld is outside the vocabulary",
                   targets[i], i);
-        ops->copy_to_device(a->targets, targets, (size_t)N * sizeof(int));
+        // top1 is wanted at every slot (also those without a target): then the whole head runs.
+        if (!top1) {
+            a->head_rows = find_head_runs(a, targets, N);
+            // Gathering costs a copy of the rows: worth it when it skips at least 1/8 of them.
+            if (a->head_rows <= N - N / 8) {
+                compact_logprobs(model, targets, logp, entropy);
+                a->logprobs_ready = true;
+                return;
+            }
+        }
     }
+    compute_logits(model);
+    if (targets) ops->copy_to_device(a->targets, targets, (size_t)N * sizeof(int));
     ops->logprob_forward(logp ? a->logp_device : NULL, a->lse, top1 ? a->top1_device : NULL,
                          entropy ? a->entropy_device : NULL, a->logits,
                          targets ? a->targets : NULL, (int)N, V);
     if (logp) ops->copy_to_host(logp, a->logp_device, (size_t)N * sizeof(float));
     if (top1) ops->copy_to_host(top1, a->top1_device, (size_t)N * sizeof(int));
     if (entropy) ops->copy_to_host(entropy, a->entropy_device, (size_t)N * sizeof(float));
+    a->logprobs_ready = true;
 }
 
 void model_last_logits(Model *model, float *logits) {
@@ -455,18 +533,43 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
 
     ops->fill_zero(a->d_hidden, N * C);
     if (dlogp || dentropy) {
-        CHECK(a->logits_valid, "backward through log-probs without model_logprobs");
+        CHECK(a->logits_valid && a->logprobs_ready, "backward through log-probs without model_logprobs");
+        // The head's rows: every slot, or the gathered slots with a target (model_logprobs).
+        const long M = a->head_compact ? a->head_rows : N;
         float *dlogp_device = dlogp ? a->d_head : NULL;
         float *dentropy_device = dentropy ? a->d_head + N : NULL;
-        if (dlogp) ops->copy_to_device(dlogp_device, dlogp, (size_t)N * sizeof(float));
-        if (dentropy) ops->copy_to_device(dentropy_device, dentropy, (size_t)N * sizeof(float));
+        const float *host[2] = {dlogp, dentropy};
+        float *device[2] = {dlogp_device, dentropy_device};
+        float *packed = a->head_compact ? xmalloc((size_t)(M + 1) * sizeof(float)) : NULL;
+        for (int k = 0; k < 2; k++) {
+            if (!host[k]) continue;
+            if (!a->head_compact) {
+                ops->copy_to_device(device[k], host[k], (size_t)N * sizeof(float));
+                continue;
+            }
+            for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
+                memcpy(packed + row, host[k] + a->head_run_start[r], (size_t)a->head_run_len[r] * sizeof(float));
+            ops->copy_to_device(device[k], packed, (size_t)M * sizeof(float));
+        }
+        free(packed);
         ops->logprob_backward(a->logits, dlogp_device, dentropy_device, a->targets, a->lse,
-                              (int)N, cfg->vocab_size);
+                              (int)M, cfg->vocab_size);
         a->logits_valid = false; // the buffer now holds d logits
         float *d_lm_head = model->gradients.lm_head ? model->gradients.lm_head
                                                     : model->gradients.tok_emb;
-        ops->matmul_backward(a->d_hidden, d_lm_head, NULL, a->logits, a->final_out,
-                             lm_head_weight(model), (int)N, (int)C, cfg->vocab_size);
+        if (!a->head_compact) {
+            ops->matmul_backward(a->d_hidden, d_lm_head, NULL, a->logits, a->final_out,
+                                 lm_head_weight(model), (int)N, (int)C, cfg->vocab_size);
+        } else {
+            // d_norm_out is free until the layers' backward: the gathered rows' gradient,
+            // then scattered to their slots (the others stay 0).
+            ops->fill_zero(a->d_norm_out, M * C);
+            ops->matmul_backward(a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden,
+                                 lm_head_weight(model), (int)M, (int)C, cfg->vocab_size);
+            for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
+                ops->copy_rows(a->d_hidden + a->head_run_start[r] * C, C, a->d_norm_out + row * C, C,
+                               (int)a->head_run_len[r], (int)C);
+        }
     }
     if (dvalue) {
         CHECK(model->has_value_head, "dvalue given to a model without a value head");

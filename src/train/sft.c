@@ -107,8 +107,9 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
         batch->row_len[b] = task->train_on_prompt_and_padding ? T : length;
         for (int t = 0; t < T; t++) {
             long i = (long)b * T + t;
-            batch->targets[i] = t + 1 < T ? row[t + 1] : -1;
             bool counted = task->train_on_prompt_and_padding ? t + 1 < T : (t + 1 < length && t + 1 >= prompt_length);
+            // No target where the loss does not count: the LM head skips those slots.
+            batch->targets[i] = counted ? row[t + 1] : -1;
             batch->mask[i] = counted ? 1.0f : 0.0f;
         }
     }
