@@ -23,6 +23,10 @@ static _Noreturn void exit_user_error(void) {
     _exit(2);
 }
 
+static char process_label[64];
+
+void err_set_process_label(const char *label) { snprintf(process_label, sizeof process_label, "%s", label); }
+
 // One message buffer per thread: worker threads may report errors independently.
 static _Thread_local char last_error[1024];
 
@@ -50,7 +54,7 @@ void die_user(const char *fmt, ...) {
     for (char *p = message; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
     fflush(stdout);
-    fprintf(stderr, "marlhf: error: %s\n", message);
+    fprintf(stderr, "marlhf: error: %s%s\n", process_label, message);
     exit_user_error();
 }
 
@@ -65,7 +69,7 @@ void die_internal(const char *file, int line, const char *fmt, ...) {
     vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
     fflush(stdout);
-    fprintf(stderr, "marlhf: internal error at %s:%d: %s\n", file, line, message);
+    fprintf(stderr, "marlhf: internal error at %s:%d: %s%s\n", file, line, process_label, message);
     exit(1);
 }
 

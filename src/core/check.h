@@ -27,6 +27,10 @@ int err_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *err_msg(void);
 void err_clear(void);
 
+// A label put after "marlhf: error: " in every error line of this process (e.g. "[rank 1
+// of 4] " under mpirun, dist/dist.c), so that one of several processes can be told apart.
+void err_set_process_label(const char *label);
+
 // Registers cleanup to run at exit, including the exit of a user error (die_user).
 void cleanup_register(void (*fn)(void));
 

@@ -1,6 +1,7 @@
 #include "dist/dist.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,11 @@ int dist_init(int *argc, char ***argv) {
     // Errors are reported by marlhf itself, one line; a failed collective is a bug.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     local_size = launcher_local_size();
+    if (world_size > 1) {
+        char label[64];
+        snprintf(label, sizeof label, "[rank %d of %d] ", world_rank, world_size);
+        err_set_process_label(label);
+    }
     return 0;
 #else
     (void)argc, (void)argv;

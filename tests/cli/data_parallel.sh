@@ -230,10 +230,17 @@ python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['launcher'] = 
     "$tmp/pipeline.json" "$tmp/bad_launcher.json"
 expect_error pipeline_bad_launcher '"launcher" in' "$bin" pipeline "$tmp/bad_launcher.json"
 
+# --- errors name the rank ----------------------------------------------------------------
+ranks 2 "$bin" sft "${sft[@]}" --data "$tmp/missing.jsonl" --output "$tmp/x" > /dev/null 2> "$tmp/missing.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "^marlhf: error: \[rank 0 of 2\] .*missing.jsonl" "$tmp/missing.err" &&
+    grep -q "^marlhf: error: \[rank 1 of 2\] .*missing.jsonl" "$tmp/missing.err" &&
+    pass errors_name_the_rank || fail errors_name_the_rank "exit $rc: $(grep 'marlhf: error' "$tmp/missing.err" | head -n 2)"
+
 # --- commands that run as one process ---------------------------------------------------
 ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
 rc=$?
-[ $rc -eq 2 ] && grep -q '^marlhf: error: marlhf generate runs as one process' "$tmp/generate.err" &&
+[ $rc -eq 2 ] && grep -q '^marlhf: error: \[rank 0 of 2\] marlhf generate runs as one process' "$tmp/generate.err" &&
     pass generate_under_mpirun_refused || fail generate_under_mpirun_refused "exit $rc: $(head -n 2 "$tmp/generate.err")"
 
 [ "$failures" -eq 0 ]
