@@ -1,4 +1,5 @@
 // The CUDA backend's function table, device set-up, memory and scratch buffers.
+#include <stdlib.h>
 #include <string.h>
 
 #include <unordered_map>
@@ -154,8 +155,22 @@ extern "C" const OpsBackend ops_cuda = {
     .moving_average = cuda_moving_average,
 };
 
-// Opens device 0 (or $CUDA_VISIBLE_DEVICES' first) once. Returns -1 with err_set() when no
-// usable GPU is present, so `--device cuda` on a machine without one is a user error.
+static int device_index = 0;
+
+// This process's rank among the processes of an MPI job on this machine (0 when not
+// launched by one): data-parallel ranks (dist/dist.h) take one GPU each.
+static int local_rank(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    for (const char *name : names) {
+        const char *value = getenv(name);
+        if (value && atoi(value) >= 0) return atoi(value);
+    }
+    return 0;
+}
+
+// Opens a device once: device 0 (of $CUDA_VISIBLE_DEVICES), or under mpirun the local
+// rank's, round robin over the visible GPUs. Returns -1 with err_set() when no usable GPU
+// is present, so `--device cuda` on a machine without one is a user error.
 extern "C" int ops_cuda_open(void) {
     if (device_open) return 0;
     int count = 0;
@@ -163,9 +178,10 @@ extern "C" int ops_cuda_open(void) {
     if (status != cudaSuccess || count == 0)
         return err_set("no CUDA device is available (--device cuda): %s",
                        status != cudaSuccess ? cudaGetErrorString(status) : "no GPU found");
-    CUDA_CHECK(cudaSetDevice(0));
+    device_index = local_rank() % count;
+    CUDA_CHECK(cudaSetDevice(device_index));
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     if (prop.major < 8)
         return err_set("GPU '%s' has compute capability %d.%d; the CUDA backend needs bf16 "
                        "tensor cores (8.0 or newer) (--device cuda)",
@@ -180,7 +196,7 @@ extern "C" const char *ops_cuda_device_name(void) {
     static cudaDeviceProp prop;
     static bool known = false;
     if (!known && device_open) {
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
         known = true;
     }
     return known ? prop.name : "none";
