@@ -4,6 +4,9 @@
 // chat template), {"messages": [{"role": ..., "content": ...}, ...]}, or {"ids": [...]}.
 // Output rows: {"prompt", "response", "prompt_tokens", "response_tokens", "stop_reason",
 // "ids", "logprobs"} — logprobs are the model's (temperature 1) for each response token.
+//
+// Under mpirun (dist/dist.h) rank r generates batches r, r + W, ... (the batches one
+// process forms, so the same rows) and rank 0 writes every row, in order, at the end.
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include "cli/text_model.h"
 #include "core/check.h"
 #include "core/progress.h"
+#include "dist/dist.h"
 #include "gen/generate.h"
 #include "io/jsonl.h"
 
@@ -202,8 +206,9 @@ int cmd_generate(int argc, char **argv) {
         count = set.num_positional;
     }
 
+    const int rank = dist_rank(), world = dist_world_size();
     FILE *out = stdout;
-    if (strcmp(output, "-") != 0) {
+    if (strcmp(output, "-") != 0 && rank == 0) {
         pending_output_tmp = xmalloc(strlen(output) + 32);
         sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
         cleanup_register(remove_pending_output);
@@ -220,11 +225,20 @@ int cmd_generate(int argc, char **argv) {
         .stop_context = &stop,
         .pad_token = tokenizer_pad_id(tm.tokenizer) >= 0 ? tokenizer_pad_id(tm.tokenizer) : 0,
     };
+    // With several ranks each writes its rows to memory; batch_bytes[k] is batch k's share.
+    const int batches = (int)((count + batch_size - 1) / batch_size);
+    double *batch_bytes = xcalloc((size_t)batches, sizeof(double));
+    char *mine = NULL;
+    size_t mine_size = 0;
+    FILE *rows_out = world > 1 ? open_memstream(&mine, &mine_size) : out;
+    long mine_rows = 0;
+    for (int k = rank; k < batches; k += world) mine_rows += count - k * batch_size < batch_size ? count - k * batch_size : batch_size;
     Progress progress;
-    progress_start(&progress, "generate", count, "prompts");
+    progress_start(&progress, "generate", mine_rows, "prompts");
+    progress.quiet = rank != 0;
     long generated = 0;
     double decode_seconds = 0;
-    for (int first = 0; first < count; first += (int)batch_size) {
+    for (int first = rank * (int)batch_size; first < count; first += world * (int)batch_size) {
         int B = count - first < batch_size ? count - first : (int)batch_size;
         const int **prompts = xmalloc(B * sizeof(int *));
         int *lengths = xmalloc(B * sizeof(int));
@@ -239,11 +253,13 @@ int cmd_generate(int argc, char **argv) {
         generate(&tm.model, prompts, lengths, row_ids, B, &gen, results, &stats);
         generated += stats.generated_tokens;
         decode_seconds += stats.prefill_seconds + stats.decode_seconds;
+        long before = world > 1 ? ftell(rows_out) : 0;
         for (int b = 0; b < B; b++) {
-            write_result(out, &tm, &rows[first + b], &results[b], stop_string);
+            write_result(rows_out, &tm, &rows[first + b], &results[b], stop_string);
             generated_row_free(&results[b]);
         }
-        fflush(out);
+        fflush(rows_out);
+        if (world > 1) batch_bytes[first / batch_size] = (double)(ftell(rows_out) - before);
         char status[64];
         snprintf(status, sizeof status, "%.1f tokens/s", decode_seconds > 0 ? generated / decode_seconds : 0);
         progress_update(&progress, B, status);
@@ -252,6 +268,29 @@ int cmd_generate(int argc, char **argv) {
     char status[64];
     snprintf(status, sizeof status, "%ld tokens, %.1f tokens/s", generated, decode_seconds > 0 ? generated / decode_seconds : 0);
     progress_finish(&progress, status);
+    if (world > 1) {
+        // Rank 0 receives every rank's rows (rank order) and writes them in batch order.
+        fclose(rows_out);
+        dist_sum_doubles(batch_bytes, batches);
+        char *all;
+        long all_size;
+        dist_gather_bytes(mine, (long)mine_size, &all, &all_size);
+        if (rank == 0) {
+            long *cursor = xcalloc((size_t)world, sizeof(long)); // where each rank's next batch starts
+            long start = 0;
+            for (int r = 0; r < world; r++) {
+                cursor[r] = start;
+                for (int k = r; k < batches; k += world) start += (long)batch_bytes[k];
+            }
+            for (int k = 0; k < batches; k++) {
+                fwrite(all + cursor[k % world], 1, (size_t)batch_bytes[k], out);
+                cursor[k % world] += (long)batch_bytes[k];
+            }
+            free(cursor);
+        }
+        free(all), free(mine);
+    }
+    free(batch_bytes);
     if (out != stdout) {
         if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0) die_user("cannot write %s: %s", output, strerror(errno));
         free(pending_output_tmp);

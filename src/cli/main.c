@@ -25,7 +25,7 @@ static const Command commands[] = {
     {"judge", cmd_judge, "pairwise LLM judge of two results files over an OpenAI-compatible API (win rate)", false},
     {"human-eval", cmd_human_eval, "blind pairwise comparison of two results files by a person (web page or terminal)", false},
     {"report", cmd_report, "an HTML page of one or more runs: every metric plotted, samples before/after", false},
-    {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache", false},
+    {"generate", cmd_generate, "generate completions for prompts (arguments or JSONL), batched, with a KV cache", true},
     {"chat", cmd_chat, "chat with a model interactively, replies streamed", false},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server for a model (chat and text completions, streaming)", false},
     {"convert", cmd_convert, "convert a GGUF file or Hugging Face folder into a Hugging Face folder", false},
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name)) continue;
         if (dist_init(&argc, &argv) != 0) die_user("%s", err_msg());
         if (dist_world_size() > 1 && !commands[i].data_parallel)
-            die_user("marlhf %s runs as one process; only sft, rm, ppo and infer run under mpirun with %d processes",
+            die_user("marlhf %s runs as one process; only sft, rm, ppo, infer and generate run under mpirun with %d processes",
                      commands[i].name, dist_world_size());
         int rc = commands[i].run(argc - 2, argv + 2);
         dist_finalize();

@@ -185,6 +185,37 @@ void dist_gather_floats(const float *mine, float *full, const long *counts, cons
     memcpy(full + displs[0], mine, (size_t)counts[0] * sizeof(float));
 }
 
+void dist_gather_bytes(const char *mine, long n, char **all, long *all_n) {
+    *all = NULL, *all_n = 0;
+#ifdef MARLHF_MPI
+    if (world_size > 1) {
+        CHECK(n <= INT_MAX, "%ld bytes are too many for one MPI gather", n);
+        int count = (int)n, *counts = NULL, *displs = NULL;
+        if (world_rank == 0) counts = xmalloc((size_t)world_size * sizeof(int)), displs = xmalloc((size_t)world_size * sizeof(int));
+        CHECK(MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Gather");
+        long total = 0;
+        if (world_rank == 0) {
+            for (int r = 0; r < world_size; r++) {
+                CHECK(total <= INT_MAX, "gathered output is too large for MPI");
+                displs[r] = (int)total;
+                total += counts[r];
+            }
+            *all = xmalloc((size_t)total + 1);
+            (*all)[total] = '\0';
+            *all_n = total;
+        }
+        CHECK(MPI_Gatherv(mine, count, MPI_BYTE, *all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS,
+              "MPI_Gatherv");
+        free(counts), free(displs);
+        return;
+    }
+#endif
+    *all = xmalloc((size_t)n + 1);
+    memcpy(*all, mine, (size_t)n);
+    (*all)[n] = '\0';
+    *all_n = n;
+}
+
 void dist_broadcast(void *data, size_t bytes, int root) {
 #ifdef MARLHF_MPI
     if (world_size <= 1) return;

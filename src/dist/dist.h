@@ -49,6 +49,9 @@ void dist_reduce_scatter_floats(const float *full, float *mine, const long *coun
 void dist_allgather_floats(float *full, const long *counts, const long *displs);
 // Every rank's `mine` (its shard) into `full` on rank `root` (full is unused elsewhere).
 void dist_gather_floats(const float *mine, float *full, const long *counts, const long *displs, int root);
+// Every rank's `n` bytes, concatenated in rank order, on rank 0: *all (xmalloc'd, NUL
+// terminated) and *all_n. Elsewhere *all is NULL. One process: a copy of its own bytes.
+void dist_gather_bytes(const char *mine, long n, char **all, long *all_n);
 // Copies `bytes` of host memory from rank `root` to every other rank.
 void dist_broadcast(void *data, size_t bytes, int root);
 // True on every rank when `failed` is true on any rank: how ranks agree to stop together

@@ -2,7 +2,7 @@
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
 # micro-batch each give the same SFT / reward-model training as one process accumulating
 # two, PPO on 2 or 3 ranks the same iterations as one process (to float rounding), and
-# inference with rewards the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
+# inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
 # same training as whole moments, resumable; runs are bit-identical run to run;
 # only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
 # another process count, and commands that do not run data parallel, are refused. Prints
@@ -212,6 +212,19 @@ ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.
 [ -s "$tmp/ref_one.jsonl" ] && cmp -s "$tmp/ref_one.jsonl" "$tmp/ref_two.jsonl" && pass infer_ref_scores_two_ranks_same_file ||
     fail infer_ref_scores_two_ranks_same_file "$(tail -n 2 "$tmp/ref_two.err")"
 
+# --- generate: each rank its batches, rank 0 writes every row in order -------------------
+head -n 7 "$data/sft.jsonl" > "$tmp/prompts7.jsonl"
+generate=(--model "$model" --input "$tmp/prompts7.jsonl" --batch-size 2 --max-new-tokens 8 --temperature 0.9 --threads 1)
+"$bin" generate "${generate[@]}" --output "$tmp/generate_one.jsonl" 2> /dev/null
+for n in 2 3; do
+    ranks $n "$bin" generate "${generate[@]}" --output "$tmp/generate_$n.jsonl" 2> "$tmp/generate_$n.err"
+    [ "$(wc -l < "$tmp/generate_one.jsonl")" = 7 ] && cmp -s "$tmp/generate_one.jsonl" "$tmp/generate_$n.jsonl" &&
+        pass "generate_${n}_ranks_same_file" || fail "generate_${n}_ranks_same_file" "$(tail -n 2 "$tmp/generate_$n.err")"
+done
+ranks 2 "$bin" generate "${generate[@]}" > "$tmp/generate_stdout.jsonl" 2> /dev/null
+cmp -s "$tmp/generate_one.jsonl" "$tmp/generate_stdout.jsonl" && pass generate_two_ranks_stdout ||
+    fail generate_two_ranks_stdout "stdout differs from the one-process file"
+
 # --- the pipeline with a launcher: every stage on 2 ranks -----------------------------------
 cat > "$tmp/pipeline.json" <<JSON
 {"output": "$tmp/pipeline", "model": "$model", "threads": 1, "quiet": true,
@@ -238,9 +251,9 @@ rc=$?
     pass errors_name_the_rank || fail errors_name_the_rank "exit $rc: $(grep 'marlhf: error' "$tmp/missing.err" | head -n 2)"
 
 # --- commands that run as one process ---------------------------------------------------
-ranks 2 "$bin" generate --model "$model" --prompt hi > /dev/null 2> "$tmp/generate.err"
+ranks 2 "$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" > /dev/null 2> "$tmp/logprobs.err"
 rc=$?
-[ $rc -eq 2 ] && grep -q '^marlhf: error: \[rank 0 of 2\] marlhf generate runs as one process' "$tmp/generate.err" &&
-    pass generate_under_mpirun_refused || fail generate_under_mpirun_refused "exit $rc: $(head -n 2 "$tmp/generate.err")"
+[ $rc -eq 2 ] && grep -q '^marlhf: error: \[rank 0 of 2\] marlhf logprobs runs as one process' "$tmp/logprobs.err" &&
+    pass logprobs_under_mpirun_refused || fail logprobs_under_mpirun_refused "exit $rc: $(head -n 2 "$tmp/logprobs.err")"
 
 [ "$failures" -eq 0 ]
