@@ -52,6 +52,18 @@ kill_a_rank() {
     [ -n "$victim" ] && kill -9 "$victim"
     wait_exit "$launcher" 60
 }
+# same_file_on_ranks COMMAND ARGS...: `marlhf COMMAND ARGS --output F` writes 7 rows as one
+# process, and the same file byte for byte on 2 and on 3 ranks.
+same_file_on_ranks() {
+    local command=$1 n
+    shift
+    "$bin" "$command" "$@" --output "$tmp/${command}_one.jsonl" 2> /dev/null
+    for n in 2 3; do
+        ranks $n "$bin" "$command" "$@" --output "$tmp/${command}_$n.jsonl" 2> "$tmp/${command}_$n.err"
+        [ "$(wc -l < "$tmp/${command}_one.jsonl")" = 7 ] && cmp -s "$tmp/${command}_one.jsonl" "$tmp/${command}_$n.jsonl" &&
+            pass "${command}_${n}_ranks_same_file" || fail "${command}_${n}_ranks_same_file" "$(tail -n 2 "$tmp/${command}_$n.err")"
+    done
+}
 logprobs_of() { "$bin" logprobs --model "$1" --input "$tmp/ids.jsonl" | python3 -c "import sys, json; print(' '.join(map(str, json.loads(sys.stdin.readline())['logprobs'])))"; }
 echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
 
@@ -200,12 +212,7 @@ expect_error ppo_resume_other_process_count "made by 2 processes, this run has 1
 # --- inference with rewards: each rank its batches, rank 0 writes the same file -----------
 infer=(--model "$model" --reward-model "$tmp/ppo_rm/final" --data "$data/sft.jsonl" --count 7 --batch-size 2
        --max-new-tokens 8 --threads 1 --quiet)
-"$bin" infer "${infer[@]}" --output "$tmp/infer_one.jsonl" 2> /dev/null
-for n in 2 3; do
-    ranks $n "$bin" infer "${infer[@]}" --output "$tmp/infer_$n.jsonl" 2> "$tmp/infer_$n.err"
-    [ "$(wc -l < "$tmp/infer_one.jsonl")" = 7 ] && cmp -s "$tmp/infer_one.jsonl" "$tmp/infer_$n.jsonl" &&
-        pass "infer_${n}_ranks_same_file" || fail "infer_${n}_ranks_same_file" "$(tail -n 2 "$tmp/infer_$n.err")"
-done
+same_file_on_ranks infer "${infer[@]}"
 ref=(--reward-model "$tmp/ppo_rm/final" --data "$data/pairs.jsonl" --ref-scores --count 7 --batch-size 2 --threads 1 --quiet)
 "$bin" infer "${ref[@]}" --output "$tmp/ref_one.jsonl" 2> /dev/null
 ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.err"
@@ -215,12 +222,7 @@ ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.
 # --- generate: each rank its batches, rank 0 writes every row in order -------------------
 head -n 7 "$data/sft.jsonl" > "$tmp/prompts7.jsonl"
 generate=(--model "$model" --input "$tmp/prompts7.jsonl" --batch-size 2 --max-new-tokens 8 --temperature 0.9 --threads 1)
-"$bin" generate "${generate[@]}" --output "$tmp/generate_one.jsonl" 2> /dev/null
-for n in 2 3; do
-    ranks $n "$bin" generate "${generate[@]}" --output "$tmp/generate_$n.jsonl" 2> "$tmp/generate_$n.err"
-    [ "$(wc -l < "$tmp/generate_one.jsonl")" = 7 ] && cmp -s "$tmp/generate_one.jsonl" "$tmp/generate_$n.jsonl" &&
-        pass "generate_${n}_ranks_same_file" || fail "generate_${n}_ranks_same_file" "$(tail -n 2 "$tmp/generate_$n.err")"
-done
+same_file_on_ranks generate "${generate[@]}"
 ranks 2 "$bin" generate "${generate[@]}" > "$tmp/generate_stdout.jsonl" 2> /dev/null
 cmp -s "$tmp/generate_one.jsonl" "$tmp/generate_stdout.jsonl" && pass generate_two_ranks_stdout ||
     fail generate_two_ranks_stdout "stdout differs from the one-process file"
