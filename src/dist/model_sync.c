@@ -8,57 +8,54 @@
 // Device memory (the CUDA backend) travels through a host buffer of this many floats.
 #define STAGING_FLOATS (1L << 22)
 
-static bool is_host_memory(const Model *model) { return model->ops == &ops_cpu; }
+typedef void (*HostPass)(float *values, long n, void *context);
+
+// Runs `pass` over `buffer` (one of the model's flat buffers, backend memory) in host
+// memory: in place on the CPU backend, else a piece at a time through a host buffer,
+// copied back when `write_back` (through the backend, so the CUDA backend's bf16 weight
+// copies are marked stale).
+static void on_host(const Model *model, float *buffer, HostPass pass, void *context, bool write_back) {
+    const long total = model->table.total;
+    if (model->ops == &ops_cpu) {
+        pass(buffer, total, context);
+        return;
+    }
+    float *staging = xmalloc(STAGING_FLOATS * sizeof(float));
+    for (long first = 0; first < total; first += STAGING_FLOATS) {
+        long count = total - first < STAGING_FLOATS ? total - first : STAGING_FLOATS;
+        model->ops->copy_to_host(staging, buffer + first, (size_t)count * sizeof(float));
+        pass(staging, count, context);
+        if (write_back) model->ops->copy_to_device(buffer + first, staging, (size_t)count * sizeof(float));
+    }
+    free(staging);
+}
+
+static void sum_pass(float *values, long n, void *context) { (void)context, dist_sum_floats(values, n); }
+static void broadcast_pass(float *values, long n, void *context) {
+    (void)context, dist_broadcast(values, (size_t)n * sizeof(float), 0);
+}
+static void fnv1a_pass(float *values, long n, void *context) {
+    unsigned long long *hash = context;
+    const unsigned char *bytes = (const unsigned char *)values;
+    for (size_t i = 0; i < (size_t)n * sizeof(float); i++) {
+        *hash ^= bytes[i];
+        *hash *= 1099511628211ULL;
+    }
+}
 
 void dist_sum_gradients(Model *model) {
     if (dist_world_size() <= 1) return;
     CHECK(model->grads, "dist_sum_gradients on a model without gradients");
-    long total = model->table.total;
-    if (is_host_memory(model)) {
-        dist_sum_floats(model->grads, total);
-        return;
-    }
-    float *staging = xmalloc(STAGING_FLOATS * sizeof(float));
-    for (long first = 0; first < total; first += STAGING_FLOATS) {
-        long count = total - first < STAGING_FLOATS ? total - first : STAGING_FLOATS;
-        model->ops->copy_to_host(staging, model->grads + first, (size_t)count * sizeof(float));
-        dist_sum_floats(staging, count);
-        model->ops->copy_to_device(model->grads + first, staging, (size_t)count * sizeof(float));
-    }
-    free(staging);
+    on_host(model, model->grads, sum_pass, NULL, true);
 }
 
 void dist_broadcast_weights(Model *model) {
     if (dist_world_size() <= 1) return;
-    long total = model->table.total;
-    if (is_host_memory(model)) {
-        dist_broadcast(model->params, (size_t)total * sizeof(float), 0);
-        return;
-    }
-    float *staging = xmalloc(STAGING_FLOATS * sizeof(float));
-    for (long first = 0; first < total; first += STAGING_FLOATS) {
-        long count = total - first < STAGING_FLOATS ? total - first : STAGING_FLOATS;
-        model->ops->copy_to_host(staging, model->params + first, (size_t)count * sizeof(float));
-        dist_broadcast(staging, (size_t)count * sizeof(float), 0);
-        // Through the backend, so the CUDA backend's bf16 weight copies are marked stale.
-        model->ops->copy_to_device(model->params + first, staging, (size_t)count * sizeof(float));
-    }
-    free(staging);
+    on_host(model, model->params, broadcast_pass, NULL, true);
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {
-    long total = model->table.total;
-    float *host = xmalloc(STAGING_FLOATS * sizeof(float));
     unsigned long long hash = 14695981039346656037ULL;
-    for (long first = 0; first < total; first += STAGING_FLOATS) {
-        long count = total - first < STAGING_FLOATS ? total - first : STAGING_FLOATS;
-        model->ops->copy_to_host(host, model->params + first, (size_t)count * sizeof(float));
-        const unsigned char *bytes = (const unsigned char *)host;
-        for (size_t i = 0; i < (size_t)count * sizeof(float); i++) {
-            hash ^= bytes[i];
-            hash *= 1099511628211ULL;
-        }
-    }
-    free(host);
+    on_host(model, model->params, fnv1a_pass, &hash, false);
     return hash;
 }

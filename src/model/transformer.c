@@ -354,6 +354,28 @@ static long find_head_runs(Activations *a, const int *targets, long N) {
     return rows;
 }
 
+// Moves values between slot order and the gathered rows of the head's runs: `width`
+// elements of `size` bytes per slot, in host memory (slots_to_rows: gather, else scatter;
+// a scatter leaves the slots between runs as they are).
+static void move_head_rows(const Activations *a, void *rows, void *slots, size_t width, bool slots_to_rows) {
+    for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++) {
+        char *at_row = (char *)rows + (size_t)row * width, *at_slot = (char *)slots + (size_t)a->head_run_start[r] * width;
+        size_t bytes = (size_t)a->head_run_len[r] * width;
+        memcpy(slots_to_rows ? at_row : at_slot, slots_to_rows ? at_slot : at_row, bytes);
+    }
+}
+
+// The same for [., C] rows in backend memory.
+static void move_head_hidden(const Model *model, float *rows, float *slots, bool slots_to_rows) {
+    const Activations *a = &model->acts;
+    const long C = model->config.hidden_size;
+    for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++) {
+        float *at_row = rows + row * C, *at_slot = slots + a->head_run_start[r] * C;
+        model->ops->copy_rows(slots_to_rows ? at_row : at_slot, C, slots_to_rows ? at_slot : at_row, C,
+                              (int)a->head_run_len[r], (int)C);
+    }
+}
+
 // The LM head and log-probs on the slots with a target only: their final hidden states are
 // gathered into head_hidden (head_rows rows), and logits, lse and targets hold those rows.
 static void compact_logprobs(Model *model, const int *targets, float *logp, float *entropy) {
@@ -369,11 +391,8 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
     }
     if (!a->head_hidden) a->head_hidden = alloc_floats(ops, capacity_N * C);
     int *packed_targets = xmalloc((size_t)(M + 1) * sizeof(int));
-    for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++) {
-        ops->copy_rows(a->head_hidden + row * C, C, a->final_out + a->head_run_start[r] * C, C,
-                       (int)a->head_run_len[r], (int)C);
-        memcpy(packed_targets + row, targets + a->head_run_start[r], (size_t)a->head_run_len[r] * sizeof(int));
-    }
+    move_head_hidden(model, a->head_hidden, a->final_out, true);
+    move_head_rows(a, packed_targets, (void *)targets, sizeof(int), true);
     ops->matmul_forward(a->logits, a->head_hidden, lm_head_weight(model), NULL, (int)M, (int)C, (int)V);
     a->logits_valid = true;
     a->head_compact = true;
@@ -388,8 +407,7 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
         if (!outputs[k]) continue;
         ops->copy_to_host(packed, device[k], (size_t)M * sizeof(float));
         memset(outputs[k], 0, (size_t)N * sizeof(float));
-        for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
-            memcpy(outputs[k] + a->head_run_start[r], packed + row, (size_t)a->head_run_len[r] * sizeof(float));
+        move_head_rows(a, packed, outputs[k], sizeof(float), false);
     }
     free(packed), free(packed_targets);
 }
@@ -547,8 +565,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
                 ops->copy_to_device(device[k], host[k], (size_t)N * sizeof(float));
                 continue;
             }
-            for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
-                memcpy(packed + row, host[k] + a->head_run_start[r], (size_t)a->head_run_len[r] * sizeof(float));
+            move_head_rows(a, packed, (void *)host[k], sizeof(float), true);
             ops->copy_to_device(device[k], packed, (size_t)M * sizeof(float));
         }
         free(packed);
@@ -566,9 +583,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
             ops->fill_zero(a->d_norm_out, M * C);
             ops->matmul_backward(a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden,
                                  lm_head_weight(model), (int)M, (int)C, cfg->vocab_size);
-            for (long r = 0, row = 0; r < a->head_runs; row += a->head_run_len[r], r++)
-                ops->copy_rows(a->d_hidden + a->head_run_start[r] * C, C, a->d_norm_out + row * C, C,
-                               (int)a->head_run_len[r], (int)C);
+            move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
     }
     if (dvalue) {

@@ -580,17 +580,8 @@ static void evaluate(Ppo *p, bool final) {
 // ---------------------------------------------------------------------------------------
 // Checkpoints
 
-// Collective: every rank calls it (a sharded optimizer's moments are gathered on rank 0),
-// rank 0 writes.
-static int save(Ppo *p) {
-    AdamW actor_moments, critic_moments;
-    dist_adamw_gather(&p->actor_optimizer, &actor_moments);
-    dist_adamw_gather(&p->critic_optimizer, &critic_moments);
-    if (!dist_is_main()) {
-        dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
-        dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
-        return 0;
-    }
+// RUN_DIR/checkpoint-<iteration>: actor, critic (with the given moments), EMA, trainer state.
+static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *critic_moments) {
     json_t *state = json_object();
     json_object_set_new(state, "task", json_string("ppo"));
     json_object_set_new(state, "iteration", json_integer(p->iteration));
@@ -604,11 +595,21 @@ static int save(Ppo *p) {
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
-    CheckpointModel models[3] = {{"actor", &p->actor, &actor_moments}, {"critic", &p->critic, &critic_moments},
+    CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
                              (int)p->c.keep_last);
     json_decref(state);
+    return rc;
+}
+
+// Collective: every rank calls it (a sharded optimizer's moments are gathered on rank 0),
+// rank 0 writes.
+static int save(Ppo *p) {
+    AdamW actor_moments, critic_moments;
+    dist_adamw_gather(&p->actor_optimizer, &actor_moments);
+    dist_adamw_gather(&p->critic_optimizer, &critic_moments);
+    int rc = dist_is_main() ? write_checkpoint(p, &actor_moments, &critic_moments) : 0;
     dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
     dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
     return rc;
