@@ -42,13 +42,17 @@ sys.exit(0 if ok else 1)" "$@"; }
 # in the background, waits until a path matching WAIT_FOR exists, then a moment more,
 # kills one of its ranks with SIGKILL and waits for mpirun to end (sets exit_rc).
 kill_a_rank() {
-    local wait_for=$1 out=$2 launcher victim
+    local wait_for=$1 out=$2 launcher victim pid
     shift 2
     "$@" > /dev/null 2>&1 &
     launcher=$!
     for _ in $(seq 1200); do compgen -G "$wait_for" > /dev/null && break; sleep 0.02; done
     sleep "0.$((RANDOM % 3))"
-    victim=$(pgrep -f -- "--output $out" | grep -v "^$launcher\$" | tail -n 1)
+    # A rank, never mpirun itself (PIDs wrap, so the newest process need not be a rank).
+    victim=
+    for pid in $(pgrep -f -- "--output $out"); do
+        [ "$(cat "/proc/$pid/comm" 2> /dev/null)" = marlhf ] && victim=$pid
+    done
     [ -n "$victim" ] && kill -9 "$victim"
     wait_exit "$launcher" 60
 }
