@@ -38,16 +38,17 @@ import sys
 a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
 ok = len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
 sys.exit(0 if ok else 1)" "$@"; }
-# kill_a_rank WAIT_FOR OUT COMMAND...: starts COMMAND (an mpirun job writing to --output OUT)
-# in the background, waits until a path matching WAIT_FOR exists, then a moment more,
-# kills one of its ranks with SIGKILL and waits for mpirun to end (sets exit_rc).
+# kill_a_rank WAIT_FOR OUT PAUSES COMMAND...: starts COMMAND (an mpirun job writing to
+# --output OUT) in the background, waits until a path matching WAIT_FOR exists, then
+# 0 to PAUSES-1 tenths of a second more, kills one of its ranks with SIGKILL and waits for
+# mpirun to end (sets exit_rc).
 kill_a_rank() {
-    local wait_for=$1 out=$2 launcher victim pid
-    shift 2
+    local wait_for=$1 out=$2 pauses=$3 launcher victim pid
+    shift 3
     "$@" > /dev/null 2>&1 &
     launcher=$!
     for _ in $(seq 1200); do compgen -G "$wait_for" > /dev/null && break; sleep 0.02; done
-    sleep "0.$((RANDOM % 3))"
+    sleep "0.$((RANDOM % pauses))"
     # A rank, never mpirun itself (PIDs wrap, so the newest process need not be a rank).
     victim=
     for pid in $(pgrep -f -- "--output $out"); do
@@ -98,7 +99,7 @@ cmp -s "$tmp/sft_two/final/model.safetensors" "$tmp/sft_two_again/final/model.sa
 # --- a rank killed mid-run: resume under mpirun to the same weights -------------------------
 long=("${sft[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0 --quiet)
 ranks 2 "$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
-kill_a_rank "$tmp/killed/checkpoint-*" "$tmp/killed" ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed"
+kill_a_rank "$tmp/killed/checkpoint-*" "$tmp/killed" 3 ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed"
 [ "$exit_rc" -ne 0 ] && [ ! -d "$tmp/killed/final" ] && pass sft_rank_killed_stops_job ||
     fail sft_rank_killed_stops_job "mpirun exit $exit_rc, final/ $( [ -d "$tmp/killed/final" ] && echo exists || echo absent)"
 ranks 2 "$bin" sft "${long[@]}" --output "$tmp/killed" --resume 2> "$tmp/killed.err"
@@ -140,7 +141,7 @@ last=$(ls -d "$tmp"/zero1_3/checkpoint-* | tail -n 1)
     pass sft_zero1_checkpoint_has_all_moments || fail sft_zero1_checkpoint_has_all_moments "$last"
 zero_long=("${long[@]}" --zero-stage 1)
 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_straight" 2> /dev/null
-kill_a_rank "$tmp/zero_killed/checkpoint-*" "$tmp/zero_killed" ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed"
+kill_a_rank "$tmp/zero_killed/checkpoint-*" "$tmp/zero_killed" 3 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed"
 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" --resume 2> "$tmp/zero_killed.err"
 [ "$exit_rc" -ne 0 ] && cmp -s "$tmp/zero_straight/final/model.safetensors" "$tmp/zero_killed/final/model.safetensors" &&
     pass sft_zero1_resume_bit_identical || fail sft_zero1_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/zero_killed.err")"
@@ -185,6 +186,9 @@ ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two_again" 2> /
 cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
     pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
+expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
+expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
+    "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 1 --output "$tmp/ppo_zero1" 2> "$tmp/ppo_zero1.err"
 close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_zero1/metrics.jsonl" train/score)" 1e-5 &&
     close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero1/final/actor")" 1e-5 &&
@@ -200,7 +204,7 @@ close "$(json_values "$tmp/ppo_one/metrics.jsonl" train/score)" "$(json_values "
 long_ppo=("${ppo[@]}" --max-iterations 16 --num-train-epochs 4 --save-every 1 --eval-every 0 --termination-condition fixed --ngram 3)
 ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" 2> /dev/null
 k=$((2 + RANDOM % 8))
-kill_a_rank "$tmp/ppo_killed/checkpoint-$k" "$tmp/ppo_killed" \
+kill_a_rank "$tmp/ppo_killed/checkpoint-$k" "$tmp/ppo_killed" 1 \
     ranks 2 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_killed" --keep-last 0
 if [ -d "$tmp/ppo_killed/final" ]; then
     fail ppo_two_ranks_killed_mid_run "the run finished before the kill"
