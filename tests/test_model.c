@@ -14,10 +14,16 @@
 // gradient checkpointing gives bit-identical gradients, gradient accumulation over
 // two micro-batches equals one batch, and the LM head run on the target slots only equals
 // the whole head there.
+// LoRA (tools/make_lora_fixtures.py: PEFT adapters, rank 4, alpha 8, all seven modules,
+// references in float64): logits 1e-4 + 1e-4 relative, loss 1e-5 relative, adapter
+// gradients as above; a fresh adapter and a disabled one leave the base model's log-probs
+// bit-identical; the merged model saved beside the adapter gives the same log-probs
+// (1e-5); training moves the adapters only; the frozen base costs no gradient memory.
 #include <stdint.h>
 
 #include "core/check.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "test.h"
 #include "train/adamw.h"
@@ -464,6 +470,213 @@ static void test_gguf_model_matches_hf(void) {
     fixture_close(&f);
 }
 
+static const char *lora_fixture_names[] = {"llama", "qwen2", "gemma"};
+
+static Model lora_model(const Fixture *f, int rank, float alpha) {
+    Model model;
+    load_model(&model, f, false);
+    LoraConfig lora = {.rank = rank, .alpha = alpha, .targets = (1u << LORA_TARGETS) - 1};
+    CHECK(model_add_lora(&model, &lora, false, 11) == 0, "%s", err_msg());
+    return model;
+}
+
+// PEFT's adapters on the tiny models: logits, loss and every adapter gradient.
+static void test_lora_against_peft(void) {
+    for (size_t k = 0; k < sizeof lora_fixture_names / sizeof lora_fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, lora_fixture_names[k]);
+        char dir[300], reference[340];
+        snprintf(dir, sizeof dir, "%s/lora", f.dir);
+        snprintf(reference, sizeof reference, "%s/reference.safetensors", dir);
+        Model model = lora_model(&f, 4, 8.0f);
+        EXPECT(lora_read_adapter(&model, dir) == 0, "%s: %s", lora_fixture_names[k], err_msg());
+        model_enable_grad(&model);
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        model_forward(&model, &batch);
+
+        SafetensorsSet *ref;
+        CHECK(safetensors_open(reference, &ref) == 0, "%s", err_msg());
+        const SafetensorsTensor *logits = safetensors_find(ref, "logits");
+        float *want_logits = xmalloc((size_t)logits->count * sizeof(float));
+        CHECK(safetensors_read_f32(logits, want_logits, logits->count) == 0, "%s", err_msg());
+        float *row = xmalloc(f.V * sizeof(float));
+        double worst = 0;
+        for (int b = 0; b < f.B; b++)
+            for (int t = 0; t < f.row_len[b]; t++) {
+                long i = (long)b * f.T + t;
+                model_logits_row(&model, (int)i, row);
+                double r = test_worst_ratio(row, want_logits + i * f.V, f.V, 1e-4, 1e-4);
+                if (r > worst) worst = r;
+            }
+        EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", lora_fixture_names[k], worst);
+
+        long N = (long)f.B * f.T;
+        float *dlogp = xmalloc(N * sizeof(float)), want_loss;
+        double loss = causal_lm_loss(&model, &f, dlogp);
+        CHECK(safetensors_read_f32(safetensors_find(ref, "loss"), &want_loss, 1) == 0, "%s", err_msg());
+        EXPECT_CLOSE(loss, want_loss, 0, 1e-5, lora_fixture_names[k]);
+
+        model_zero_grad(&model);
+        model_backward(&model, dlogp, NULL, NULL);
+        int adapters = 0;
+        for (int i = 0; i < model.table.count; i++) {
+            const ParamEntry *e = &model.table.entries[i];
+            if (e->offset < model.trainable_offset) continue;
+            char name[160];
+            snprintf(name, sizeof name, "grad.base_model.model.%s", e->name);
+            const SafetensorsTensor *t = safetensors_find(ref, name);
+            EXPECT(t && t->count == e->numel, "%s: reference has no %s", lora_fixture_names[k], name);
+            if (!t || t->count != e->numel) continue;
+            float *want = xmalloc((size_t)e->numel * sizeof(float));
+            CHECK(safetensors_read_f32(t, want, e->numel) == 0, "%s", err_msg());
+            double scale = 0;
+            for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[j]));
+            double r = test_worst_ratio(model.grads + (e->offset - model.trainable_offset), want, e->numel,
+                                        1e-5 * scale, 1e-3);
+            EXPECT(r <= 1.0, "%s %s: worst error %.3g x tolerance", lora_fixture_names[k], e->name, r);
+            free(want);
+            adapters++;
+        }
+        EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", lora_fixture_names[k], adapters);
+        free(want_logits), free(row), free(dlogp);
+        safetensors_close(ref);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+static void logprobs_of(Model *model, const Fixture *f, float *logp) {
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+    model_logprobs(model, f->targets, logp, NULL, NULL);
+}
+
+// A fresh adapter (B = 0) and a disabled one leave the base model's log-probs bit for bit;
+// the gradients cover the adapters only; a few AdamW steps move the adapters and nothing
+// else; the model saved with the adapters merged computes what the adapted one does, and
+// its adapter file reads back bit-identically.
+static void test_lora_frozen_base_and_merge(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        const long N = (long)f.B * f.T;
+        Model base, model = lora_model(&f, 3, 6.0f);
+        load_model(&base, &f, false);
+        float *want = xmalloc(N * sizeof(float)), *got = xmalloc(N * sizeof(float));
+        logprobs_of(&base, &f, want);
+        logprobs_of(&model, &f, got);
+        EXPECT(memcmp(want, got, N * sizeof(float)) == 0, "%s: a fresh adapter changed the log-probs", fixture_names[k]);
+
+        model_enable_grad(&model);
+        const long base_floats = base.table.total;
+        EXPECT(model.trainable_offset >= base_floats && model_trainable_floats(&model) < base_floats / 2,
+               "%s: %ld trainable floats of %ld", fixture_names[k], model_trainable_floats(&model), model.table.total);
+        float *before = xmalloc((size_t)model.table.total * sizeof(float));
+        memcpy(before, model.params, (size_t)model.table.total * sizeof(float));
+        AdamW opt;
+        adamw_init(&opt, &model, (AdamWConfig){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f});
+        EXPECT(opt.total == model_trainable_floats(&model), "optimizer moments for the adapters only");
+        float *dlogp = xmalloc(N * sizeof(float));
+        double first_loss = 0, loss = 0;
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        for (int step = 0; step < 5; step++) {
+            model_forward(&model, &batch);
+            loss = causal_lm_loss(&model, &f, dlogp);
+            model_zero_grad(&model);
+            model_backward(&model, dlogp, NULL, NULL);
+            if (step == 0) first_loss = loss;
+            adamw_step(&opt, &model, 1e-2f, grad_clip_coefficient(grad_global_norm(&model), 1.0f));
+        }
+        EXPECT(loss < first_loss, "%s: LoRA training did not lower the loss (%g -> %g)", fixture_names[k], first_loss, loss);
+        EXPECT(memcmp(before, model.params, (size_t)model.trainable_offset * sizeof(float)) == 0,
+               "%s: a frozen base weight moved", fixture_names[k]);
+        EXPECT(memcmp(before + model.trainable_offset, model_trainable_params(&model),
+                      (size_t)model_trainable_floats(&model) * sizeof(float)) != 0,
+               "%s: the adapters did not move", fixture_names[k]);
+
+        model.lora_enabled = false;
+        logprobs_of(&model, &f, got);
+        EXPECT(memcmp(want, got, N * sizeof(float)) == 0, "%s: a disabled adapter changed the log-probs", fixture_names[k]);
+        model.lora_enabled = true;
+        logprobs_of(&model, &f, want);
+
+        char out[512];
+        snprintf(out, sizeof out, "%s/lora-merged-%s", tmp, fixture_names[k]);
+        EXPECT(model_save_hf(&model, out, f.dir) == 0, "save: %s", err_msg());
+        Model merged;
+        ModelLoadOptions options = {.with_lm_head = true};
+        CHECK(model_load(&merged, out, &ops_cpu, &options) == 0, "%s", err_msg());
+        EXPECT(merged.table.total == base.table.total, "%s: the merged model has the base's tensors only", fixture_names[k]);
+        logprobs_of(&merged, &f, got);
+        double d = test_max_abs_diff(want, got, N);
+        EXPECT(d <= 1e-5, "%s: merged model's log-probs differ by %.3g", fixture_names[k], d);
+
+        Model reread = lora_model(&f, 3, 6.0f);
+        EXPECT(lora_read_adapter(&reread, out) == 0, "%s: %s", fixture_names[k], err_msg());
+        EXPECT(memcmp(reread.params, model.params, (size_t)model.table.total * sizeof(float)) == 0,
+               "%s: the adapter file did not read back bit-identically", fixture_names[k]);
+        // Another rank, or other base weights, are refused with the file named.
+        Model other = lora_model(&f, 2, 6.0f);
+        EXPECT(lora_read_adapter(&other, out) != 0 && strstr(err_msg(), "adapter_config.json"),
+               "%s: adapter of another rank accepted (%s)", fixture_names[k], err_msg());
+        model_free(&other);
+        Model moved = lora_model(&f, 3, 6.0f);
+        moved.params[0] += 1.0f;
+        moved.lora_base_fingerprint ^= 1; // as model_add_lora on other base weights computes another one
+        EXPECT(lora_read_adapter(&moved, out) != 0 && strstr(err_msg(), "other base weights"),
+               "%s: adapter accepted on other base weights (%s)", fixture_names[k], err_msg());
+        model_free(&moved);
+
+        free(want), free(got), free(before), free(dlogp);
+        adamw_free(&opt);
+        model_free(&model), model_free(&base), model_free(&merged), model_free(&reread);
+        fixture_close(&f);
+    }
+}
+
+// Gradient checkpointing with adapters gives bit-identical adapter gradients.
+static void test_lora_recompute_is_exact(void) {
+    Fixture f;
+    fixture_open(&f, "llama");
+    Model stored = lora_model(&f, 4, 8.0f), recomputed = lora_model(&f, 4, 8.0f);
+    CHECK(lora_read_adapter(&stored, "tests/fixtures/models/llama/lora") == 0, "%s", err_msg());
+    CHECK(lora_read_adapter(&recomputed, "tests/fixtures/models/llama/lora") == 0, "%s", err_msg());
+    recomputed.recompute = true;
+    model_enable_grad(&stored), model_enable_grad(&recomputed);
+    float *dlogp = xmalloc((long)f.B * f.T * sizeof(float));
+    run_gradients(&stored, &f, dlogp);
+    run_gradients(&recomputed, &f, dlogp);
+    EXPECT(memcmp(stored.grads, recomputed.grads, (size_t)model_trainable_floats(&stored) * sizeof(float)) == 0,
+           "gradient checkpointing changed the adapter gradients");
+    free(dlogp);
+    model_free(&stored), model_free(&recomputed);
+    fixture_close(&f);
+}
+
+static void test_lora_options(void) {
+    unsigned targets;
+    EXPECT(lora_parse_targets("q_proj,v_proj", &targets) == 0 && targets == ((1u << LORA_Q) | (1u << LORA_V)),
+           "q_proj,v_proj -> %#x", targets);
+    EXPECT(lora_parse_targets("all-linear", &targets) == 0 && targets == 127u, "all-linear -> %#x", targets);
+    EXPECT(lora_parse_targets("q_proj,c_attn", &targets) != 0 && strstr(err_msg(), "'c_attn'"), "unknown module: %s",
+           err_msg());
+    Fixture f;
+    fixture_open(&f, "gpt2");
+    Model model;
+    load_model(&model, &f, false);
+    LoraConfig gate_only = {.rank = 2, .alpha = 2, .targets = 1u << LORA_GATE};
+    EXPECT(model_add_lora(&model, &gate_only, false, 1) != 0 && strstr(err_msg(), "gate_proj"),
+           "gate_proj on GPT-2: %s", err_msg());
+    LoraConfig zero_rank = {.rank = 0, .alpha = 2, .targets = 1};
+    EXPECT(model_add_lora(&model, &zero_rank, false, 1) != 0 && strstr(err_msg(), "--lora-rank"), "rank 0: %s", err_msg());
+    LoraConfig all = {.rank = 2, .alpha = 2, .targets = 127u};
+    EXPECT(model_add_lora(&model, &all, false, 1) == 0 && !(model.lora.targets & (1u << LORA_GATE)),
+           "all-linear on GPT-2 takes the layers it has: %s", err_msg());
+    model_free(&model);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(test_param_table);
     RUN(test_logits_loss_and_gradients);
@@ -475,5 +688,9 @@ int main(void) {
     RUN(test_head_on_target_slots_only);
     RUN(test_save_load_round_trip);
     RUN(test_gguf_model_matches_hf);
+    RUN(test_lora_options);
+    RUN(test_lora_against_peft);
+    RUN(test_lora_frozen_base_and_merge);
+    RUN(test_lora_recompute_is_exact);
     TEST_EXIT();
 }

@@ -14,8 +14,7 @@ typedef void (*HostPass)(float *values, long n, void *context);
 // memory: in place on the CPU backend, else a piece at a time through a host buffer,
 // copied back when `write_back` (through the backend, so the CUDA backend's bf16 weight
 // copies are marked stale).
-static void on_host(const Model *model, float *buffer, HostPass pass, void *context, bool write_back) {
-    const long total = model->table.total;
+static void on_host(const Model *model, float *buffer, long total, HostPass pass, void *context, bool write_back) {
     if (model->ops == &ops_cpu) {
         pass(buffer, total, context);
         return;
@@ -46,16 +45,16 @@ static void fnv1a_pass(float *values, long n, void *context) {
 void dist_sum_gradients(Model *model) {
     if (dist_world_size() <= 1) return;
     CHECK(model->grads, "dist_sum_gradients on a model without gradients");
-    on_host(model, model->grads, sum_pass, NULL, true);
+    on_host(model, model->grads, model_trainable_floats(model), sum_pass, NULL, true);
 }
 
 void dist_broadcast_weights(Model *model) {
     if (dist_world_size() <= 1) return;
-    on_host(model, model->params, broadcast_pass, NULL, true);
+    on_host(model, model->params, model->table.total, broadcast_pass, NULL, true);
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {
     unsigned long long hash = 14695981039346656037ULL;
-    on_host(model, model->params, fnv1a_pass, &hash, false);
+    on_host(model, model->params, model->table.total, fnv1a_pass, &hash, false);
     return hash;
 }

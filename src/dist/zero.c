@@ -30,7 +30,7 @@ void dist_adamw_init(AdamW *opt, const Model *model, AdamWConfig config, int zer
     }
     CHECK(model->ops == &ops_cpu, "ZeRO stage 1 needs the CPU backend");
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
-    shard_layout(model->table.total, counts, displs);
+    shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
     free(counts), free(displs);
 }
@@ -84,7 +84,7 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
     }
     const int world = dist_world_size(), rank = dist_rank();
     Rounds x;
-    rounds_begin(&x, model->table.total);
+    rounds_begin(&x, model_trainable_floats(model));
     for (long round = 0; round < x.rounds; round++) {
         round_layout(x.counts, x.displs, round, x.lengths, x.offsets, x.starts);
         for (int r = 0; r < world; r++)
@@ -105,14 +105,16 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     if (!is_sharded(opt)) return;
     const int world = dist_world_size(), rank = dist_rank();
     Rounds x;
-    rounds_begin(&x, model->table.total);
+    rounds_begin(&x, model_trainable_floats(model));
     for (long round = 0; round < x.rounds; round++) {
         round_layout(x.counts, x.displs, round, x.lengths, x.offsets, x.starts);
-        memcpy(x.packed + x.offsets[rank], model->params + x.starts[rank], (size_t)x.lengths[rank] * sizeof(float));
+        memcpy(x.packed + x.offsets[rank], model_trainable_params(model) + x.starts[rank],
+               (size_t)x.lengths[rank] * sizeof(float));
         dist_allgather_floats(x.packed, x.lengths, x.offsets);
         for (int r = 0; r < world; r++)
             if (r != rank)
-                memcpy(model->params + x.starts[r], x.packed + x.offsets[r], (size_t)x.lengths[r] * sizeof(float));
+                memcpy(model_trainable_params(model) + x.starts[r], x.packed + x.offsets[r],
+                       (size_t)x.lengths[r] * sizeof(float));
     }
     rounds_end(&x);
 }

@@ -34,6 +34,7 @@ typedef struct {
     float *x_mid;     // residual stream after the attention block
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;
     float *gate, *up, *act; // MLP pre-activations and activation output
+    float *lora_hidden[LORA_TARGETS]; // LoRA: scale * A x per adapter, [N, rank]
 } LayerActivations;
 
 typedef struct {
@@ -63,7 +64,17 @@ typedef struct {
     // backward scratch
     float *d_resid, *d_norm_out, *d_hidden;
     float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
+    // LoRA scratch: an adapter's B (scale A x) before it is added [N, widest output], and the
+    // gradient of scale A x [N, rank].
+    float *lora_out, *d_lora_hidden;
 } Activations;
+
+// LoRA adapters on a model's linear layers (model/lora.h).
+typedef struct {
+    int rank;          // 0: no adapters
+    float alpha;       // the adapter's output is scaled by alpha / rank
+    unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
+} LoraConfig;
 
 typedef struct Model {
     ModelConfig config;
@@ -71,11 +82,19 @@ typedef struct Model {
     bool has_lm_head;
     bool has_value_head;
     bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
+    // LoRA (model/lora.h): the adapters are the table's last entries. lora_enabled false
+    // runs the base model alone (PPO's reference model shares the actor's weights this way).
+    LoraConfig lora;
+    bool lora_enabled;
+    unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
+    // Weights before this offset are frozen: gradients and optimizer state cover only
+    // params[trainable_offset, table.total) (0 unless LoRA froze the base).
+    long trainable_offset;
 
     ParamTable table;
     float *params; // table.total floats, backend memory
     ModelTensors weights;
-    float *grads;  // NULL for a frozen model
+    float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
     ModelTensors gradients;
 
     Activations acts;
@@ -91,6 +110,8 @@ void model_enable_grad(Model *model);
 void model_zero_grad(Model *model);
 // Sizes activation memory for up to B rows of T slots (done once; grows if asked).
 void model_reserve(Model *model, int B, int T);
+// Frees the activation memory (the next forward allocates it again).
+void model_release_activations(Model *model);
 
 // Forward through the body and the final norm. Saves what backward needs when the model
 // has gradients enabled.
@@ -135,5 +156,12 @@ void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache)
 // After a forward: the logits of each row's last slot (T-1), into logits[B * V] (host).
 void model_last_logits(Model *model, float *logits);
 
-// Number of trainable parameters (the whole table).
+// Number of parameters (the whole table).
 long model_num_params(const Model *model);
+
+// The trainable part of the flat buffer: grads[i] is the gradient of
+// params[trainable_offset + i]; optimizers and gradient sums cover this many floats.
+static inline long model_trainable_floats(const Model *model) {
+    return model->table.total - model->trainable_offset;
+}
+static inline float *model_trainable_params(const Model *model) { return model->params + model->trainable_offset; }

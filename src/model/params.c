@@ -15,6 +15,7 @@ static void add_entry(ParamTable *table, int *capacity, const char *name, int la
         *capacity = *capacity ? 2 * *capacity : 64;
         table->entries = xrealloc(table->entries, (size_t)*capacity * sizeof(ParamEntry));
     }
+    if (table->capacity < *capacity) table->capacity = *capacity;
     ParamEntry *e = &table->entries[table->count++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
@@ -81,6 +82,13 @@ void param_table_build(ParamTable *table, const ModelConfig *cfg, bool with_lm_h
     table->total = (table->total + 15) / 16 * 16;
 }
 
+void param_table_append(ParamTable *table, const char *name, int layer, size_t view_field, long rows,
+                        long cols) {
+    int capacity = table->capacity;
+    add_entry(table, &capacity, name, layer, view_field, rows, cols);
+    table->total = (table->total + 15) / 16 * 16;
+}
+
 void param_table_free(ParamTable *table) {
     free(table->entries);
     memset(table, 0, sizeof *table);
@@ -94,6 +102,11 @@ const ParamEntry *param_table_find(const ParamTable *table, const char *name) {
 
 void param_views_bind(ModelTensors *views, const ParamTable *table, float *base,
                       int num_layers) {
+    param_views_bind_tail(views, table, base, 0, num_layers);
+}
+
+void param_views_bind_tail(ModelTensors *views, const ParamTable *table, float *base, long first,
+                           int num_layers) {
     LayerTensors *layers = views->layers && views->num_layers == num_layers
                                ? views->layers
                                : xcalloc((size_t)num_layers, sizeof(LayerTensors));
@@ -104,9 +117,10 @@ void param_views_bind(ModelTensors *views, const ParamTable *table, float *base,
     views->num_layers = num_layers;
     for (int i = 0; i < table->count; i++) {
         const ParamEntry *e = &table->entries[i];
+        if (e->offset < first) continue;
         char *owner = e->layer < 0 ? (char *)views : (char *)&layers[e->layer];
         float **slot = (float **)(owner + e->view_field);
-        *slot = base + e->offset;
+        *slot = base + (e->offset - first);
     }
 }
 

@@ -12,12 +12,18 @@
 
 #include "model/config.h"
 
+// The linear layers a LoRA adapter can attach to (model/lora.h), in the order of PEFT's
+// module names q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
+typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_TARGETS } LoraTarget;
+
 typedef struct {
     float *attn_norm_w, *attn_norm_b;
     float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
     float *mlp_norm_w, *mlp_norm_b;
     float *gate_w; // gated MLPs only
     float *up_w, *up_b, *down_w, *down_b;
+    // LoRA adapters, NULL where none: A [rank, in_features], B [out_features, rank].
+    float *lora_a[LORA_TARGETS], *lora_b[LORA_TARGETS];
 } LayerTensors;
 
 // Named views into one flat buffer (weights, gradients, or a moment buffer).
@@ -46,6 +52,7 @@ typedef struct {
     ParamEntry *entries;
     int count;
     long total; // floats in the flat buffer
+    int capacity; // entries allocated
 } ParamTable;
 
 // Builds the table for a config. with_lm_head: keep an LM head (tied or not);
@@ -58,6 +65,13 @@ const ParamEntry *param_table_find(const ParamTable *table, const char *name);
 // Points every view of `views` into `base` (a buffer of table->total floats).
 void param_views_bind(ModelTensors *views, const ParamTable *table, float *base,
                       int num_layers);
+// The same for a buffer that holds only the table's tail [first, table->total), as the
+// gradients of a partly frozen model do: views of tensors before `first` are NULL.
+void param_views_bind_tail(ModelTensors *views, const ParamTable *table, float *base, long first,
+                           int num_layers);
+// Appends a [rows, cols] tensor to the table (16-float aligned, like every entry).
+void param_table_append(ParamTable *table, const char *name, int layer, size_t view_field, long rows,
+                        long cols);
 void param_views_free(ModelTensors *views);
 
 // The weight-decay rule, by name as DeepSpeed-Chat and TRL apply it: biases, norm

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 // ---------------------------------------------------------------------------------------
@@ -38,6 +39,8 @@ static void activations_free(Model *model) {
                                 la->gate, la->up, la->act};
             for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
                 if (buffers[i]) ops->free(buffers[i]);
+            for (int t = 0; t < LORA_TARGETS; t++)
+                if (la->lora_hidden[t]) ops->free(la->lora_hidden[t]);
         }
         free(a->layers);
     }
@@ -47,12 +50,14 @@ static void activations_free(Model *model) {
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
-                       a->d_head,     a->head_hidden};
+                       a->d_head,     a->head_hidden,    a->lora_out,      a->d_lora_hidden};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
     memset(a, 0, sizeof *a);
 }
+
+void model_release_activations(Model *model) { activations_free(model); }
 
 void model_free(Model *model) {
     if (!model->ops) return;
@@ -67,8 +72,11 @@ void model_free(Model *model) {
 
 void model_enable_grad(Model *model) {
     if (model->grads) return;
-    model->grads = model->ops->alloc((size_t)model->table.total * sizeof(float));
-    param_views_bind(&model->gradients, &model->table, model->grads, model->config.num_layers);
+    // Only the trainable tail of the table gets gradients: frozen views stay NULL, and the
+    // ops skip a NULL gradient (a frozen weight still passes gradients to its input).
+    model->grads = model->ops->alloc((size_t)model_trainable_floats(model) * sizeof(float));
+    param_views_bind_tail(&model->gradients, &model->table, model->grads, model->trainable_offset,
+                          model->config.num_layers);
     // Activations sized for a frozen model keep too little for backward.
     if (model->acts.capacity_B) {
         int B = model->acts.capacity_B, T = model->acts.capacity_T;
@@ -79,7 +87,7 @@ void model_enable_grad(Model *model) {
 
 void model_zero_grad(Model *model) {
     CHECK(model->grads, "model_zero_grad on a model without gradients");
-    model->ops->fill_zero(model->grads, model->table.total);
+    model->ops->fill_zero(model->grads, model_trainable_floats(model));
 }
 
 long model_num_params(const Model *model) {
@@ -134,6 +142,14 @@ void model_reserve(Model *model, int B, int T) {
         if (cfg->mlp != MLP_GELU) la->gate = alloc_floats(ops, N * I);
         la->up = alloc_floats(ops, N * I);
         la->act = alloc_floats(ops, N * I);
+        for (int t = 0; t < LORA_TARGETS; t++)
+            if (model->lora.targets & (1u << t)) la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
+    }
+    if (model->lora.rank) {
+        long widest = C > I ? C : I;
+        if (q_dim > widest) widest = q_dim;
+        a->lora_out = alloc_floats(ops, N * widest);
+        if (model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
     }
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
@@ -200,8 +216,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
     ops->matmul_forward(la->q, la->attn_norm_out, w->q_w, w->q_b, (int)N, C, q_dim);
+    lora_forward(model, l, LORA_Q, la->q, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
     ops->matmul_forward(la->k, la->attn_norm_out, w->k_w, w->k_b, (int)N, C, kv_dim);
+    lora_forward(model, l, LORA_K, la->k, la->attn_norm_out, la->lora_hidden[LORA_K], N);
     ops->matmul_forward(la->v, la->attn_norm_out, w->v_w, w->v_b, (int)N, C, kv_dim);
+    lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
                           cfg->rope_theta);
@@ -220,18 +239,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     ops->matmul_forward(la->x_mid, la->att_out, w->o_w, w->o_b, (int)N, q_dim, C);
+    lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
     ops->matmul_forward(la->up, la->mlp_norm_out, w->up_w, w->up_b, (int)N, C, I);
+    lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
         ops->gelu_forward(la->act, la->up, N * I);
     } else {
         ops->matmul_forward(la->gate, la->mlp_norm_out, w->gate_w, NULL, (int)N, C, I);
+        lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
     ops->matmul_forward(x_out, la->act, w->down_w, w->down_b, (int)N, I, C);
+    lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
 
@@ -496,6 +519,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     ops->fill_zero(a->d_act, N * I);
     ops->matmul_backward(a->d_act, g->down_w, g->down_b, a->d_resid, la->act, w->down_w,
                          (int)N, I, C);
+    lora_backward(model, l, LORA_DOWN, a->d_act, a->d_resid, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->fill_zero(a->d_up, N * I);
     ops->fill_zero(a->d_norm_out, N * C);
     if (cfg->mlp == MLP_GELU) {
@@ -506,9 +530,12 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                           cfg->mlp == MLP_GEGLU);
         ops->matmul_backward(a->d_norm_out, g->gate_w, NULL, a->d_gate, la->mlp_norm_out,
                              w->gate_w, (int)N, C, I);
+        lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
+                      la->lora_hidden[LORA_GATE], N);
     }
     ops->matmul_backward(a->d_norm_out, g->up_w, g->up_b, a->d_up, la->mlp_norm_out, w->up_w,
                          (int)N, C, I);
+    lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     // d_resid already carries the residual path into x_mid; add the norm's branch.
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
                   w->mlp_norm_w, la->mlp_norm_mean, la->mlp_norm_rstd, N);
@@ -517,6 +544,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     ops->fill_zero(a->d_att_out, N * q_dim);
     ops->matmul_backward(a->d_att_out, g->o_w, g->o_b, a->d_resid, la->att_out, w->o_w, (int)N,
                          q_dim, C);
+    lora_backward(model, l, LORA_O, a->d_att_out, a->d_resid, la->att_out, la->lora_hidden[LORA_O], N);
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
     ops->fill_zero(a->dv, N * kv_dim);
@@ -532,10 +560,13 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     ops->fill_zero(a->d_norm_out, N * C);
     ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, a->dq, la->attn_norm_out, w->q_w,
                          (int)N, C, q_dim);
+    lora_backward(model, l, LORA_Q, a->d_norm_out, a->dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
     ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, a->dk, la->attn_norm_out, w->k_w,
                          (int)N, C, kv_dim);
+    lora_backward(model, l, LORA_K, a->d_norm_out, a->dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
     ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b, a->dv, la->attn_norm_out, w->v_w,
                          (int)N, C, kv_dim);
+    lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
                   w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
 }

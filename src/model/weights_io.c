@@ -1,5 +1,7 @@
 #include "model/weights_io.h"
 
+#include "model/lora.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -398,6 +400,8 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 }
 
 int model_reload_weights(Model *model, const char *path) {
+    // A LoRA model's checkpoint: its adapters go back onto the base weights in memory.
+    if (model->lora.rank > 0) return lora_read_adapter(model, path);
     Model saved;
     ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
                                 .require_value_head = model->has_value_head};
@@ -531,18 +535,23 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
 int model_write_hf_files(const Model *model, const char *dir) {
     const ModelConfig *cfg = &model->config;
     bool classifier = model->has_value_head && !model->has_lm_head;
-    const bool on_host = model->ops == &ops_cpu;
+    const bool lora = model->lora.rank > 0;
+    // A LoRA model is saved with its adapters merged into a copy of the weights.
+    const bool copy = model->ops != &ops_cpu || lora;
     float *params = model->params;
-    if (!on_host) {
+    if (copy) {
         params = xmalloc((size_t)model->table.total * sizeof(float));
         model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
     }
+    int rc = lora ? lora_write_adapter(model, params, dir) : 0;
+    if (lora) lora_merge(model, params);
     SaveList list = {0};
     if (cfg->family == FAMILY_GPT2) {
         build_gpt2_save_list(model, params, classifier, &list);
     } else {
         for (int i = 0; i < model->table.count; i++) {
             const ParamEntry *e = &model->table.entries[i];
+            if (strstr(e->name, ".lora_")) continue; // merged above; saved in the adapter file
             save_list_add(&list, e->name, e->ndim, e->shape[0], e->shape[1], params + e->offset, NULL);
         }
     }
@@ -550,12 +559,12 @@ int model_write_hf_files(const Model *model, const char *dir) {
     char *config_path = fs_join(dir, "config.json");
     const char *architecture = classifier ? config_hf_sequence_classification_architecture(cfg->family)
                                           : config_hf_causal_lm_architecture(cfg->family);
-    int rc = safetensors_write(weights_path, list.tensors, list.count, NULL);
+    if (rc == 0) rc = safetensors_write(weights_path, list.tensors, list.count, NULL);
     if (rc == 0) rc = config_write_hf_json(cfg, config_path, architecture);
     free(weights_path);
     free(config_path);
     save_list_free(&list);
-    if (!on_host) free(params);
+    if (copy) free(params);
     return rc;
 }
 

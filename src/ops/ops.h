@@ -115,6 +115,7 @@ typedef struct OpsBackend {
     // ---- elementwise ----
     void (*add)(float *out, const float *a, const float *b, long n); // out = a + b
     void (*accumulate)(float *acc, const float *x, long n);         // acc += x
+    void (*scale)(float *x, float factor, long n);                  // x *= factor
 
     // ---- heads ----
     // For each row i: lse[i] = logsumexp(logits[i]); logp[i] = logits[i][targets[i]] - lse

@@ -11,7 +11,7 @@ void adamw_init_range(AdamW *opt, const Model *model, AdamWConfig config, long b
     memset(opt, 0, sizeof *opt);
     opt->config = config;
     opt->ops = model->ops;
-    opt->total = model->table.total;
+    opt->total = model_trainable_floats(model);
     opt->begin = begin;
     opt->end = end;
     // One float more than the range so that an empty shard still has a buffer.
@@ -20,7 +20,7 @@ void adamw_init_range(AdamW *opt, const Model *model, AdamWConfig config, long b
 }
 
 void adamw_init(AdamW *opt, const Model *model, AdamWConfig config) {
-    adamw_init_range(opt, model, config, 0, model->table.total);
+    adamw_init_range(opt, model, config, 0, model_trainable_floats(model));
 }
 
 void adamw_free(AdamW *opt) {
@@ -34,13 +34,17 @@ void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     opt->step++;
     float bias_correction1 = 1.0f - powf(c->beta1, (float)opt->step);
     float bias_correction2 = 1.0f - powf(c->beta2, (float)opt->step);
+    float *params = model_trainable_params(model);
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
-        // The part of this tensor inside [begin, end): all of it without sharding.
-        long first = e->offset > opt->begin ? e->offset : opt->begin;
-        long last = e->offset + e->numel < opt->end ? e->offset + e->numel : opt->end;
+        if (e->offset < model->trainable_offset) continue; // frozen
+        // The part of this tensor inside [begin, end) (offsets into the trainable part):
+        // all of it without sharding.
+        const long offset = e->offset - model->trainable_offset;
+        long first = offset > opt->begin ? offset : opt->begin;
+        long last = offset + e->numel < opt->end ? offset + e->numel : opt->end;
         if (first >= last) continue;
-        model->ops->adamw_update(model->params + first, model->grads + first, opt->m + (first - opt->begin),
+        model->ops->adamw_update(params + first, model->grads + first, opt->m + (first - opt->begin),
                                  opt->v + (first - opt->begin), last - first, lr, c->beta1, c->beta2, c->eps,
                                  e->decay ? c->weight_decay : 0.0f, bias_correction1,
                                  bias_correction2, grad_scale);
@@ -49,7 +53,7 @@ void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
 
 double grad_global_norm(const Model *model) {
     // Padding between table entries is always zero, so one pass over the buffer is exact.
-    return sqrt(model->ops->sum_squares(model->grads, model->table.total));
+    return sqrt(model->ops->sum_squares(model->grads, model_trainable_floats(model)));
 }
 
 float grad_clip_coefficient(double norm, float max_norm) {

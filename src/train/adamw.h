@@ -15,9 +15,10 @@ typedef struct {
     float *m, *v; // first and second moments of [begin, end), backend memory
     long step;    // optimizer steps taken
     const OpsBackend *ops;
-    long total;   // floats in the model's flat buffer
-    // The part of the flat buffer this optimizer holds moments for and updates: all of it,
-    // or one rank's shard when the optimizer state is sharded across ranks (dist/zero.h).
+    long total;   // floats in the model's trainable part (model_trainable_floats)
+    // The part of the trainable floats this optimizer holds moments for and updates: all
+    // of them, or one rank's shard when the optimizer state is sharded across ranks
+    // (dist/zero.h). Offsets count from the model's trainable_offset.
     long begin, end;
 } AdamW;
 

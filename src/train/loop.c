@@ -56,7 +56,9 @@ static long state_integer(json_t *state, const char *key, long fallback) {
 static const char *first_nonfinite_gradient(const Model *model) {
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
-        if (!isfinite(model->ops->sum_squares(model->grads + e->offset, e->numel))) return e->name;
+        if (e->offset < model->trainable_offset) continue; // frozen: no gradient
+        if (!isfinite(model->ops->sum_squares(model->grads + (e->offset - model->trainable_offset), e->numel)))
+            return e->name;
     }
     return "none";
 }

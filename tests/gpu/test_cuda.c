@@ -357,6 +357,9 @@ static void test_activations_and_elementwise(void) {
     cpu->accumulate(acc, x, n);
     gpu->accumulate(d_acc, d_x, n);
     expect_match("accumulate", d_acc, acc, n, 0.0);
+    cpu->scale(acc, 0.37f, n);
+    gpu->scale(d_acc, 0.37f, n);
+    expect_match("scale", d_acc, acc, n, 0.0);
     float *avg = copy_host(y, n);
     float *d_avg = gpu_floats(avg, n);
     cpu->moving_average(avg, x, 0.9f, n);

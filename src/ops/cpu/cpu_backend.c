@@ -71,6 +71,11 @@ static void cpu_accumulate(float *acc, const float *x, long n) {
     for (long i = 0; i < n; i++) acc[i] += x[i];
 }
 
+static void cpu_scale(float *x, float factor, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) x[i] *= factor;
+}
+
 const OpsBackend ops_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -101,6 +106,7 @@ const OpsBackend ops_cpu = {
     .glu_backward = cpu_glu_backward,
     .add = cpu_add,
     .accumulate = cpu_accumulate,
+    .scale = cpu_scale,
     .logprob_forward = cpu_logprob_forward,
     .logprob_backward = cpu_logprob_backward,
     .value_head_forward = cpu_value_head_forward,

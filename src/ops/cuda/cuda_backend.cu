@@ -87,8 +87,19 @@ __global__ static void accumulate_kernel(float *acc, const float *x, long n) {
     if (i < n) acc[i] += x[i];
 }
 
+__global__ static void scale_kernel(float *x, float factor, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= factor;
+}
+
 static void cuda_add(float *out, const float *a, const float *b, long n) {
     add_kernel<<<grid_for(n, 256), 256>>>(out, a, b, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void cuda_scale(float *x, float factor, long n) {
+    if (n == 0) return;
+    scale_kernel<<<grid_for(n, 256), 256>>>(x, factor, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -146,6 +157,7 @@ extern "C" const OpsBackend ops_cuda = {
     .glu_backward = cuda_glu_backward,
     .add = cuda_add,
     .accumulate = cuda_accumulate,
+    .scale = cuda_scale,
     .logprob_forward = cuda_logprob_forward,
     .logprob_backward = cuda_logprob_backward,
     .value_head_forward = cuda_value_head_forward,

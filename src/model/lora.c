@@ -1,0 +1,334 @@
+#include "model/lora.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "io/fs.h"
+#include "io/safetensors.h"
+
+static const char *const target_names[LORA_TARGETS] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+};
+// Where each target sits under "model.layers.L." (Hugging Face Llama names).
+static const char *const target_paths[LORA_TARGETS] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
+};
+// PEFT's prefix for the tensors of a model it wraps.
+static const char peft_prefix[] = "base_model.model.";
+
+const char *lora_target_name(LoraTarget target) { return target_names[target]; }
+
+int lora_parse_targets(const char *list, unsigned *targets) {
+    *targets = 0;
+    if (!strcmp(list, "all-linear")) {
+        *targets = (1u << LORA_TARGETS) - 1;
+        return 0;
+    }
+    const char *p = list;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int found = -1;
+        for (int t = 0; t < LORA_TARGETS; t++)
+            if (strlen(target_names[t]) == len && !strncmp(p, target_names[t], len)) found = t;
+        if (found < 0)
+            return err_set("unknown LoRA module '%.*s' (known: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                           "down_proj, or all-linear)", (int)len, p);
+        *targets |= 1u << found;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (!*targets) return err_set("empty LoRA module list");
+    return 0;
+}
+
+// in_features and out_features of a target's linear layer.
+static void target_shape(const ModelConfig *cfg, LoraTarget t, long *in, long *out) {
+    const long C = cfg->hidden_size, I = cfg->intermediate_size;
+    const long q_dim = (long)cfg->num_heads * cfg->head_dim, kv_dim = (long)cfg->num_kv_heads * cfg->head_dim;
+    switch (t) {
+    case LORA_Q: *in = C, *out = q_dim; break;
+    case LORA_K:
+    case LORA_V: *in = C, *out = kv_dim; break;
+    case LORA_O: *in = q_dim, *out = C; break;
+    case LORA_GATE:
+    case LORA_UP: *in = C, *out = I; break;
+    default: *in = I, *out = C; break;
+    }
+}
+
+static float *base_weight(const LayerTensors *w, LoraTarget t) {
+    float *const weights[LORA_TARGETS] = {w->q_w, w->k_w, w->v_w, w->o_w, w->gate_w, w->up_w, w->down_w};
+    return weights[t];
+}
+
+static float lora_scale(const LoraConfig *lora) { return lora->alpha / (float)lora->rank; }
+
+static unsigned long long fnv1a(const float *values, long n) {
+    unsigned long long hash = 14695981039346656037ULL;
+    const unsigned char *bytes = (const unsigned char *)values;
+    for (size_t i = 0; i < (size_t)n * sizeof(float); i++) {
+        hash ^= bytes[i];
+        hash *= 1099511628211ULL;
+    }
+    return hash;
+}
+
+int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
+    const ModelConfig *cfg = &model->config;
+    CHECK(!model->grads, "model_add_lora after model_enable_grad");
+    CHECK(model->lora.rank == 0, "the model already has LoRA adapters");
+    if (lora->rank < 1) return err_set("--lora-rank must be at least 1 (got %d)", lora->rank);
+    if (!(lora->alpha > 0) || !isfinite(lora->alpha)) return err_set("--lora-alpha must be positive (got %g)", lora->alpha);
+    unsigned targets = lora->targets;
+    if (cfg->mlp == MLP_GELU && (targets & (1u << LORA_GATE))) {
+        if (targets == (1u << LORA_GATE))
+            return err_set("the model has no gate_proj (a %s MLP): choose other --lora-modules", cfg->model_type);
+        targets &= ~(1u << LORA_GATE); // "all-linear" on GPT-2: every linear layer it has
+    }
+    if (!targets) return err_set("no LoRA module chosen");
+
+    // Appending entries leaves every existing offset where it was.
+    const long base_total = model->table.total;
+    long first_trainable = base_total;
+    if (train_value_head && model->has_value_head) first_trainable = param_table_find(&model->table, "score.weight")->offset;
+    const int first_adapter = model->table.count;
+    char name[96];
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            if (!(targets & (1u << t))) continue;
+            long in, out;
+            target_shape(cfg, (LoraTarget)t, &in, &out);
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, target_paths[t]);
+            param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_a) + (size_t)t * sizeof(float *),
+                               lora->rank, in);
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, target_paths[t]);
+            param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_b) + (size_t)t * sizeof(float *),
+                               out, lora->rank);
+        }
+    // Adapters decay like the weights they adapt (PEFT puts them in the decayed group).
+    for (int i = first_adapter; i < model->table.count; i++) model->table.entries[i].decay = true;
+    if (first_trainable == base_total) first_trainable = model->table.entries[first_adapter].offset;
+
+    // The new buffer, built on the host: the old weights, A random, B zero.
+    float *host = xcalloc((size_t)model->table.total, sizeof(float));
+    model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+    for (int i = first_adapter; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (!strstr(e->name, ".lora_A.")) continue;
+        const float bound = 1.0f / sqrtf((float)e->shape[1]);
+        const uint64_t stream = rng_stream(e->name, (uint64_t)e->layer, 0);
+        for (long j = 0; j < e->numel; j++)
+            host[e->offset + j] = bound * (2.0f * rng_uniform(seed, stream, (uint64_t)j) - 1.0f);
+    }
+    model->ops->free(model->params);
+    model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
+    model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
+    model->lora_base_fingerprint = fnv1a(host, first_trainable);
+    free(host);
+    param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
+    model->lora = *lora;
+    model->lora.targets = targets;
+    model->lora_enabled = true;
+    model->trainable_offset = first_trainable;
+    // Activations sized before the adapters existed lack the adapters' buffers.
+    if (model->acts.capacity_B) {
+        int B = model->acts.capacity_B, T = model->acts.capacity_T;
+        model_release_activations(model);
+        model_reserve(model, B, T);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward and backward of the adapter term
+
+void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
+                  float *hidden, long N) {
+    const LayerTensors *w = &model->weights.layers[layer];
+    if (!model->lora_enabled || !w->lora_a[target]) return;
+    const OpsBackend *ops = model->ops;
+    const int rank = model->lora.rank;
+    long in, out_features;
+    target_shape(&model->config, target, &in, &out_features);
+    ops->matmul_forward(hidden, inp, w->lora_a[target], NULL, (int)N, (int)in, rank);
+    ops->scale(hidden, lora_scale(&model->lora), N * rank);
+    ops->matmul_forward(model->acts.lora_out, hidden, w->lora_b[target], NULL, (int)N, rank, (int)out_features);
+    ops->accumulate(out, model->acts.lora_out, N * out_features);
+}
+
+void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
+                   const float *inp, const float *hidden, long N) {
+    const LayerTensors *w = &model->weights.layers[layer];
+    if (!model->lora_enabled || !w->lora_a[target]) return;
+    const LayerTensors *g = &model->gradients.layers[layer];
+    const OpsBackend *ops = model->ops;
+    const int rank = model->lora.rank;
+    long in, out_features;
+    target_shape(&model->config, target, &in, &out_features);
+    float *d_hidden = model->acts.d_lora_hidden;
+    // hidden = scale * A x and out += B hidden, so dB += dout^T hidden, d(A x) = scale * dout B.
+    ops->fill_zero(d_hidden, N * rank);
+    ops->matmul_backward(d_hidden, g->lora_b[target], NULL, dout, hidden, w->lora_b[target], (int)N, rank,
+                         (int)out_features);
+    ops->scale(d_hidden, lora_scale(&model->lora), N * rank);
+    ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank);
+}
+
+// ---------------------------------------------------------------------------------------
+// Merging and files
+
+void lora_merge(const Model *model, float *params) {
+    if (model->lora.rank == 0) return;
+    const ModelConfig *cfg = &model->config;
+    const int rank = model->lora.rank;
+    const float scale = lora_scale(&model->lora);
+    ModelTensors views = {0};
+    param_views_bind(&views, &model->table, params, cfg->num_layers);
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            const LayerTensors *w = &views.layers[l];
+            if (!w->lora_a[t]) continue;
+            long in, out;
+            target_shape(cfg, (LoraTarget)t, &in, &out);
+            // delta[out, in] = B[out, rank] . A[rank, in]: matmul_forward takes its weight as
+            // [in, rank], i.e. A transposed.
+            float *a_transposed = xmalloc((size_t)in * rank * sizeof(float));
+            for (long k = 0; k < rank; k++)
+                for (long i = 0; i < in; i++) a_transposed[i * rank + k] = w->lora_a[t][k * in + i];
+            float *delta = xmalloc((size_t)out * in * sizeof(float));
+            ops_cpu.matmul_forward(delta, w->lora_b[t], a_transposed, NULL, (int)out, rank, (int)in);
+            float *weight = base_weight(w, (LoraTarget)t);
+            for (long j = 0; j < out * in; j++) weight[j] += scale * delta[j];
+            free(a_transposed), free(delta);
+        }
+    param_views_free(&views);
+}
+
+static bool trains_value_head(const Model *model) {
+    const ParamEntry *score = model->has_value_head ? param_table_find(&model->table, "score.weight") : NULL;
+    return score && score->offset >= model->trainable_offset;
+}
+
+int lora_write_adapter(const Model *model, const float *params, const char *dir) {
+    const int count = model->table.count;
+    SafetensorsWriteTensor *tensors = xcalloc((size_t)count, sizeof *tensors);
+    char **names = xcalloc((size_t)count, sizeof *names);
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset) continue;
+        names[n] = xmalloc(strlen(peft_prefix) + strlen(e->name) + 1);
+        sprintf(names[n], "%s%s", peft_prefix, e->name);
+        tensors[n] = (SafetensorsWriteTensor){.name = names[n], .dtype = SAFETENSORS_F32, .ndim = e->ndim,
+                                              .shape = {e->shape[0], e->shape[1]}, .data = params + e->offset};
+        n++;
+    }
+    char *weights_path = fs_join(dir, "adapter_model.safetensors");
+    int rc = safetensors_write(weights_path, tensors, n, NULL);
+    free(weights_path);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names), free(tensors);
+    if (rc != 0) return rc;
+
+    json_t *config = json_object();
+    json_object_set_new(config, "peft_type", json_string("LORA"));
+    json_object_set_new(config, "task_type", json_string(model->has_lm_head ? "CAUSAL_LM" : "SEQ_CLS"));
+    json_object_set_new(config, "r", json_integer(model->lora.rank));
+    json_object_set_new(config, "lora_alpha", json_real(model->lora.alpha));
+    json_object_set_new(config, "lora_dropout", json_real(0.0));
+    json_object_set_new(config, "bias", json_string("none"));
+    json_object_set_new(config, "fan_in_fan_out", json_false());
+    json_object_set_new(config, "inference_mode", json_true());
+    json_t *modules = json_array();
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if (model->lora.targets & (1u << t)) json_array_append_new(modules, json_string(target_names[t]));
+    json_object_set_new(config, "target_modules", modules);
+    if (trains_value_head(model)) json_object_set_new(config, "modules_to_save", json_pack("[s]", "score"));
+    char fingerprint[32];
+    snprintf(fingerprint, sizeof fingerprint, "%016llx", model->lora_base_fingerprint);
+    // Not PEFT's: which base weights the adapters belong to, checked when they are read back.
+    json_object_set_new(config, "marlhf_base_fingerprint", json_string(fingerprint));
+    char *text = json_dumps(config, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_SORT_KEYS);
+    json_decref(config);
+    CHECK(text, "json_dumps failed");
+    char *config_path = fs_join(dir, "adapter_config.json");
+    size_t len = strlen(text);
+    text = xrealloc(text, len + 2);
+    text[len] = '\n', text[len + 1] = 0;
+    rc = fs_write_file_atomic(config_path, text, len + 1);
+    free(config_path);
+    free(text);
+    return rc;
+}
+
+// Checks that adapter_config.json in `dir` describes this model's adapters.
+static int check_adapter_config(const Model *model, const char *dir) {
+    char *path = fs_join(dir, "adapter_config.json");
+    json_error_t error;
+    json_t *config = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
+    int rc = 0;
+    if (!config) {
+        rc = err_set("%s:%d: %s", path, error.line, error.text);
+        free(path);
+        return rc;
+    }
+    json_t *rank = json_object_get(config, "r"), *alpha = json_object_get(config, "lora_alpha");
+    json_t *modules = json_object_get(config, "target_modules");
+    json_t *fingerprint = json_object_get(config, "marlhf_base_fingerprint");
+    unsigned targets = 0;
+    size_t i;
+    json_t *module;
+    if (json_is_array(modules))
+        json_array_foreach(modules, i, module) {
+            for (int t = 0; t < LORA_TARGETS; t++)
+                if (json_is_string(module) && !strcmp(json_string_value(module), target_names[t])) targets |= 1u << t;
+        }
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
+    if (!json_is_integer(rank) || !json_is_number(alpha) || !json_is_array(modules))
+        rc = err_set("%s: needs \"r\", \"lora_alpha\" and \"target_modules\"", path);
+    else if (json_integer_value(rank) != model->lora.rank || (float)json_number_value(alpha) != model->lora.alpha ||
+             targets != model->lora.targets)
+        rc = err_set("%s: adapter of rank %lld, alpha %g does not match this run's LoRA options (rank %d, alpha %g) "
+                     "or modules", path, (long long)json_integer_value(rank), json_number_value(alpha),
+                     model->lora.rank, model->lora.alpha);
+    else if (json_is_true(json_object_get(config, "use_dora")) || json_is_true(json_object_get(config, "use_rslora")))
+        rc = err_set("%s: DoRA and rsLoRA adapters are not supported", path);
+    // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
+    else if (fingerprint && (!json_is_string(fingerprint) || strcmp(json_string_value(fingerprint), want)))
+        rc = err_set("%s: the adapters were trained on other base weights than the model given (--model)", path);
+    json_decref(config);
+    free(path);
+    return rc;
+}
+
+int lora_read_adapter(Model *model, const char *dir) {
+    CHECK(model->lora.rank > 0, "lora_read_adapter on a model without adapters");
+    if (check_adapter_config(model, dir) != 0) return -1;
+    char *path = fs_join(dir, "adapter_model.safetensors");
+    SafetensorsSet *set = NULL;
+    int rc = safetensors_open(path, &set);
+    const long count = model_trainable_floats(model);
+    float *host = rc == 0 ? xcalloc((size_t)count, sizeof(float)) : NULL;
+    for (int i = 0; rc == 0 && i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset) continue;
+        char name[sizeof e->name + sizeof peft_prefix];
+        snprintf(name, sizeof name, "%s%s", peft_prefix, e->name);
+        long long dims[2] = {e->shape[0], e->shape[1]};
+        rc = safetensors_load_f32(set, name, e->ndim, dims, host + (e->offset - model->trainable_offset));
+    }
+    if (rc == 0)
+        model->ops->copy_to_device(model_trainable_params(model), host, (size_t)count * sizeof(float));
+    safetensors_close(set);
+    free(host);
+    free(path);
+    return rc;
+}

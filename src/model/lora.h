@@ -1,0 +1,59 @@
+// LoRA: low-rank adapters on a model's linear layers (Hu et al. 2021), trained the way
+// PEFT and DeepSpeed-Chat train them.
+//
+// An adapted layer computes  W x + b + (alpha / rank) * B (A x)  with the base weight W
+// frozen, A [rank, in] initialised uniform in +-1/sqrt(in) (PyTorch's kaiming_uniform with
+// a = sqrt(5), as PEFT does) and B [out, rank] zero, so a fresh adapter leaves the model's
+// output unchanged. No dropout (DeepSpeed-Chat's default; PEFT's lora_dropout = 0).
+//
+// The adapters are ordinary entries at the end of the parameter table (names
+// "model.layers.L.self_attn.q_proj.lora_A.weight" ...), so the optimizer, gradient sums,
+// ZeRO-1 shards, the EMA and checkpoints handle them like any weight. Everything before
+// them is frozen (Model.trainable_offset): no gradient or AdamW memory is spent on the
+// base. A reward model or critic also trains its value head ("score.weight", just before
+// the adapters), as PEFT's modules_to_save = ["score"] does.
+//
+// Saved models (model_write_hf_files) hold the weights with the adapters merged in, so
+// every later stage and transformers load them as a plain model, and next to them
+// adapter_model.safetensors + adapter_config.json in PEFT's format (Llama, Qwen2 and Gemma
+// module names; GPT-2's adapters keep marlhf's names). A resume reads the adapters back
+// onto the base weights given with --model, after checking that those are the weights
+// the adapters were trained on (a fingerprint in adapter_config.json).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+// "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
+const char *lora_target_name(LoraTarget target);
+// Parses a comma-separated list of those names, or "all-linear" (all seven), into a bit
+// mask. Returns -1 with err_set() naming the unknown module.
+int lora_parse_targets(const char *list, unsigned *targets);
+
+// Adds adapters to the model's layers (after its weights are loaded, before
+// model_enable_grad) and freezes every weight before them; with train_value_head the value
+// head stays trainable too. A is drawn from the counter-based RNG keyed by seed. Returns -1
+// with err_set() on a bad rank, alpha or target list (e.g. gate_proj on GPT-2).
+int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed);
+
+// An adapted linear layer's extra term, called by the transformer after the base matmul:
+// out[N, out] += scale * B (A inp); `hidden` [N, rank] keeps scale * A inp for the backward.
+// Nothing happens when the layer has no adapter or model->lora_enabled is false.
+void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
+                  float *hidden, long N);
+// Its backward: gradients of A and B (accumulated), and dinp += the adapter's share.
+void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
+                   const float *inp, const float *hidden, long N);
+
+// Adds scale * B A into every adapted weight of `params`, a host copy of the model's flat
+// buffer, so that the plain model computes what the adapted one does (up to rounding).
+void lora_merge(const Model *model, float *params);
+
+// Writes adapter_model.safetensors and adapter_config.json into `dir`, from `params`, a host
+// copy of the model's flat buffer.
+int lora_write_adapter(const Model *model, const float *params, const char *dir);
+// Reads the adapters (and a trained value head) saved in `dir` into the model, after
+// checking that the adapter's rank, alpha and modules match the model's and that it was
+// trained on these base weights. Returns -1 with err_set() naming the file otherwise.
+int lora_read_adapter(Model *model, const char *dir);
