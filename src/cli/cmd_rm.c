@@ -34,7 +34,7 @@ int cmd_rm(int argc, char **argv) {
                     .device = "cpu", .data_format = "auto", .data_phase = 2};
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
     double margin = 0.0;
-    Option options[48] = {
+    Option options[56] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the SFT model (its body gets a value head)", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"loss", NULL, OPT_STRING, &loss_name, "pairwise|margin|dschat|listwise", false, false},
@@ -74,6 +74,7 @@ int cmd_rm(int argc, char **argv) {
     Model model;
     ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    lora_cli_apply(&c.lora, &model, true, c.seed);
     model.recompute = c.gradient_checkpointing;
     TrainTask train_task = rm_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

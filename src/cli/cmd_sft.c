@@ -15,7 +15,7 @@ int cmd_sft(int argc, char **argv) {
                     .device = "cpu", .data_format = "auto", .data_phase = 1};
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false;
-    Option options[48] = {
+    Option options[56] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"train-on-prompt", "train_on_prompt", OPT_BOOL, &train_on_prompt,
@@ -56,6 +56,7 @@ int cmd_sft(int argc, char **argv) {
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    lora_cli_apply(&c.lora, &model, false, c.seed);
     model.recompute = c.gradient_checkpointing;
     TrainTask train_task = sft_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

@@ -6,6 +6,47 @@
 #include "core/check.h"
 #include "data/split.h"
 #include "dist/dist.h"
+#include "model/lora.h"
+
+int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
+    if (!c->modules) c->modules = "all-linear";
+    // Option names are kept as literals: the table holds pointers, not copies.
+    if (!strcmp(prefix, "actor-")) {
+        o[0] = (Option){"actor-lora-rank", "actor_lora_dim", OPT_INT, &c->rank,
+                        "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the actor's frozen base, not a second copy", false, false};
+        o[1] = (Option){"actor-lora-alpha", "actor_lora_alpha", OPT_FLOAT, &c->alpha, "actor adapters' alpha (0: the rank)", false, false};
+        o[2] = (Option){"actor-lora-modules", "actor_lora_modules", OPT_STRING, &c->modules,
+                        "actor modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
+    } else if (!strcmp(prefix, "critic-")) {
+        o[0] = (Option){"critic-lora-rank", "critic_lora_dim", OPT_INT, &c->rank,
+                        "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)", false, false};
+        o[1] = (Option){"critic-lora-alpha", "critic_lora_alpha", OPT_FLOAT, &c->alpha, "critic adapters' alpha (0: the rank)", false, false};
+        o[2] = (Option){"critic-lora-modules", "critic_lora_modules", OPT_STRING, &c->modules,
+                        "critic modules with adapters (as --actor-lora-modules)", false, false};
+    } else {
+        o[0] = (Option){"lora-rank", "lora_dim lora_r", OPT_INT, &c->rank,
+                        "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)", false, false};
+        o[1] = (Option){"lora-alpha", "lora_alpha", OPT_FLOAT, &c->alpha, "adapters' alpha; their output is scaled by alpha / rank (0: the rank)", false, false};
+        o[2] = (Option){"lora-modules", "lora_target_modules", OPT_STRING, &c->modules,
+                        "modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
+    }
+    return 3;
+}
+
+void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
+    memset(lora, 0, sizeof *lora);
+    if (c->rank < 0 || c->rank > 4096) die_user("option --%slora-rank must be in [0, 4096], got %ld", prefix, c->rank);
+    if (c->alpha < 0) die_user("option --%slora-alpha must be >= 0, got %g", prefix, c->alpha);
+    if (lora_parse_targets(c->modules, &lora->targets) != 0) die_user("option --%slora-modules: %s", prefix, err_msg());
+    lora->rank = (int)c->rank;
+    lora->alpha = c->alpha > 0 ? (float)c->alpha : (float)c->rank;
+    if (lora->rank == 0) memset(lora, 0, sizeof *lora);
+}
+
+void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed) {
+    if (lora->rank == 0) return;
+    if (model_add_lora(model, lora, train_value_head, (uint64_t)seed) != 0) die_user("%s", err_msg());
+}
 
 int trainer_cli_options(TrainerCli *c, Option *o) {
     int n = 0;
@@ -45,6 +86,7 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
 #undef ADD
+    n += lora_cli_options(&c->lora_cli, "", o + n);
     return n;
 }
 
@@ -72,6 +114,7 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
         die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", c->zero_stage);
     if (c->zero_stage == 1 && c->device && strcmp(c->device, "cpu"))
         die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", c->device);
+    lora_cli_finish(&c->lora_cli, "", &c->lora);
     t->learning_rate = c->learning_rate;
     t->warmup_ratio = c->warmup_ratio;
     t->warmup_steps = c->warmup_steps;

@@ -3,7 +3,23 @@
 #pragma once
 #include "cli/options.h"
 #include "data/dataset.h"
+#include "model/model.h"
 #include "train/loop.h"
+
+// LoRA options (model/lora.h): --lora-rank, --lora-alpha, --lora-modules, or with PPO's
+// "actor-" / "critic-" prefixes.
+typedef struct {
+    long rank;     // 0: train every weight (the default)
+    double alpha;  // <= 0: equal to the rank (scale 1, DeepSpeed-Chat's lora_scaling = 1)
+    char *modules; // comma-separated PEFT module names, or all-linear
+} LoraCli;
+
+// Adds the three options for `prefix` ("", "actor-" or "critic-") and returns how many.
+int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
+// Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
+void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);
+// Adds the adapters to a loaded model when lora->rank > 0 (exit 2 on a bad combination).
+void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed);
 
 typedef struct {
     TrainOptions train;
@@ -13,12 +29,14 @@ typedef struct {
     double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
     bool resume, gradient_checkpointing, quiet;
     char *device;
+    LoraCli lora_cli;
+    LoraConfig lora;
     // data
     char *data, *eval_data, *data_format, *data_split;
     long data_phase, max_rows;
 } TrainerCli;
 
-// Fills `options` (capacity at least 32) with the shared options bound to `cli` (after
+// Fills `options` (capacity at least 40) with the shared options bound to `cli` (after
 // setting the defaults given in `cli`) and returns how many it added.
 int trainer_cli_options(TrainerCli *cli, Option *options);
 // Checks the values and fills cli->train. Exits 2 naming the option on a bad value.

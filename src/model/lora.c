@@ -216,7 +216,14 @@ static bool trains_value_head(const Model *model) {
     return score && score->offset >= model->trainable_offset;
 }
 
-int lora_write_adapter(const Model *model, const float *params, const char *dir) {
+int lora_write_adapter(const Model *model, const float *params, const char *model_dir) {
+    // Not beside model.safetensors: transformers takes a folder with adapter_config.json
+    // for an adapter and would apply it on top of the merged weights a second time.
+    char *dir = fs_join(model_dir, LORA_ADAPTER_DIR);
+    if (fs_mkdir_p(dir) != 0) {
+        free(dir);
+        return -1;
+    }
     const int count = model->table.count;
     SafetensorsWriteTensor *tensors = xcalloc((size_t)count, sizeof *tensors);
     char **names = xcalloc((size_t)count, sizeof *names);
@@ -235,7 +242,10 @@ int lora_write_adapter(const Model *model, const float *params, const char *dir)
     free(weights_path);
     for (int i = 0; i < n; i++) free(names[i]);
     free(names), free(tensors);
-    if (rc != 0) return rc;
+    if (rc != 0) {
+        free(dir);
+        return rc;
+    }
 
     json_t *config = json_object();
     json_object_set_new(config, "peft_type", json_string("LORA"));
@@ -265,6 +275,7 @@ int lora_write_adapter(const Model *model, const float *params, const char *dir)
     rc = fs_write_file_atomic(config_path, text, len + 1);
     free(config_path);
     free(text);
+    free(dir);
     return rc;
 }
 
@@ -309,9 +320,17 @@ static int check_adapter_config(const Model *model, const char *dir) {
     return rc;
 }
 
-int lora_read_adapter(Model *model, const char *dir) {
+int lora_read_adapter(Model *model, const char *model_dir) {
     CHECK(model->lora.rank > 0, "lora_read_adapter on a model without adapters");
-    if (check_adapter_config(model, dir) != 0) return -1;
+    char *dir = fs_join(model_dir, LORA_ADAPTER_DIR);
+    if (!fs_is_dir(dir)) { // a PEFT folder itself
+        free(dir);
+        dir = xstrdup(model_dir);
+    }
+    if (check_adapter_config(model, dir) != 0) {
+        free(dir);
+        return -1;
+    }
     char *path = fs_join(dir, "adapter_model.safetensors");
     SafetensorsSet *set = NULL;
     int rc = safetensors_open(path, &set);
@@ -330,5 +349,6 @@ int lora_read_adapter(Model *model, const char *dir) {
     safetensors_close(set);
     free(host);
     free(path);
+    free(dir);
     return rc;
 }

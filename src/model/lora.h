@@ -14,9 +14,11 @@
 // the adapters), as PEFT's modules_to_save = ["score"] does.
 //
 // Saved models (model_write_hf_files) hold the weights with the adapters merged in, so
-// every later stage and transformers load them as a plain model, and next to them
-// adapter_model.safetensors + adapter_config.json in PEFT's format (Llama, Qwen2 and Gemma
-// module names; GPT-2's adapters keep marlhf's names). A resume reads the adapters back
+// every later stage and transformers load them as a plain model, and in the subfolder
+// adapter/ the adapters alone, adapter_model.safetensors + adapter_config.json in PEFT's
+// format (PeftModel.from_pretrained(base, "RUN/final/adapter"); Llama, Qwen2 and Gemma
+// module names; GPT-2's adapters keep marlhf's names). Not beside the merged weights:
+// transformers reads a folder holding adapter_config.json as an adapter. A resume reads the adapters back
 // onto the base weights given with --model, after checking that those are the weights
 // the adapters were trained on (a fingerprint in adapter_config.json).
 #pragma once
@@ -50,10 +52,14 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
 // buffer, so that the plain model computes what the adapted one does (up to rounding).
 void lora_merge(const Model *model, float *params);
 
-// Writes adapter_model.safetensors and adapter_config.json into `dir`, from `params`, a host
-// copy of the model's flat buffer.
-int lora_write_adapter(const Model *model, const float *params, const char *dir);
-// Reads the adapters (and a trained value head) saved in `dir` into the model, after
-// checking that the adapter's rank, alpha and modules match the model's and that it was
-// trained on these base weights. Returns -1 with err_set() naming the file otherwise.
-int lora_read_adapter(Model *model, const char *dir);
+// The subfolder of a saved model that holds its adapters.
+#define LORA_ADAPTER_DIR "adapter"
+
+// Writes MODEL_DIR/adapter/adapter_model.safetensors and adapter_config.json from `params`,
+// a host copy of the model's flat buffer.
+int lora_write_adapter(const Model *model, const float *params, const char *model_dir);
+// Reads the adapters (and a trained value head) saved in MODEL_DIR/adapter, or in MODEL_DIR
+// itself when it is a PEFT adapter folder, into the model, after checking that the
+// adapter's rank, alpha and modules match the model's and that it was trained on these
+// base weights. Returns -1 with err_set() naming the file otherwise.
+int lora_read_adapter(Model *model, const char *model_dir);

@@ -76,6 +76,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "seed", json_integer((json_int_t)options->seed));
     json_object_set_new(state, "num_examples", json_integer(task->num_examples));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
+    json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
     json_decref(state);
@@ -144,6 +145,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                 rc = err_set("checkpoint was made by %ld processes, this run has %d (%s): resume with mpirun -np %ld",
                              state_integer(state, "world_size", 1), world, checkpoint,
                              state_integer(state, "world_size", 1));
+            // A LoRA checkpoint holds adapters for the base given with --model; a full one
+            // holds every weight. Mixing them would train the wrong thing.
+            if (rc == 0 && state_integer(state, "lora_rank", 0) != model->lora.rank)
+                rc = err_set("checkpoint was made with --lora-rank %ld, this run has %d (%s)",
+                             state_integer(state, "lora_rank", 0), model->lora.rank, checkpoint);
             if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {

@@ -1,0 +1,45 @@
+"""Developer check: the adapter a marlhf LoRA run saves loads in PEFT onto the base model
+and computes what the merged model.safetensors beside it computes.
+
+    .venv-tools/bin/python tools/check_lora_export.py --base BASE_DIR --run RUN_DIR/final
+
+  1. PeftModel.from_pretrained(base, RUN/final/adapter) (adapter_model.safetensors +
+     adapter_config.json, as marlhf wrote them);
+  2. transformers on RUN/final (the merged weights marlhf wrote);
+  3. both on a few random sequences: prints the largest |logit difference| and fails
+     above --tolerance.
+"""
+import argparse
+import sys
+
+import peft
+import torch
+import transformers
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", required=True, help="the model the run started from")
+    parser.add_argument("--run", required=True, help="the run's final/ (or checkpoint) folder")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    args = parser.parse_args()
+    base = transformers.AutoModelForCausalLM.from_pretrained(args.base, attn_implementation="eager").float().eval()
+    adapted = peft.PeftModel.from_pretrained(base, args.run + "/adapter").eval()
+    merged = transformers.AutoModelForCausalLM.from_pretrained(args.run, attn_implementation="eager").float().eval()
+    vocab = merged.config.vocab_size
+    ids = torch.randint(0, vocab, (3, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a = adapted(input_ids=ids).logits
+        m = merged(input_ids=ids).logits
+    with adapted.disable_adapter(), torch.no_grad():
+        plain = adapted(input_ids=ids).logits
+    diff = float((a - m).abs().max())
+    moved = float((a - plain).abs().max())
+    print(f"{args.run}: PEFT adapter vs merged weights: max |logit diff| {diff:.2e}; "
+          f"the adapter moves logits by up to {moved:.2e}")
+    if diff > args.tolerance or moved <= 10 * args.tolerance:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
