@@ -53,3 +53,26 @@ wait_port() {
     done
     return 1
 }
+
+# interrupted_run OUT COMMAND...: runs COMMAND (a trainer writing into OUT, saving every
+# step) in the background, kills it (-9) at a random moment after its first checkpoint,
+# resumes it with --resume and kills that too at a random moment, then resumes it to the
+# end (stderr in OUT.err). Sets finished_early=1 when the first run ended before its kill.
+interrupted_run() {
+    local out=$1 pid
+    shift
+    "$@" 2> /dev/null &
+    pid=$!
+    for _ in $(seq 600); do [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
+    sleep "0.$((RANDOM % 5))"
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    finished_early=0
+    [ -d "$out/final" ] && finished_early=1
+    "$@" --resume 2> /dev/null &
+    pid=$!
+    sleep 0.$RANDOM
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    "$@" --resume 2> "$out.err"
+}

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/train_options.h"
 #include "cli/options.h"
 #include "core/check.h"
 #include "rl/ppo.h"
@@ -27,7 +28,7 @@ int cmd_ppo(int argc, char **argv) {
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false;
-    Option options[] = {
+    Option options[80] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -100,9 +101,15 @@ int cmd_ppo(int argc, char **argv) {
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
+    int count = 0;
+    while (options[count].name) count++;
+    LoraCli actor_lora = {0}, critic_lora = {0};
+    count += lora_cli_options(&actor_lora, "actor-", options + count);
+    count += lora_cli_options(&critic_lora, "critic-", options + count);
+    CHECK(count <= (int)(sizeof options / sizeof options[0]), "ppo option table too small");
     OptionSet set = {"ppo", "PPO / MA-PPO: train the actor against a reward model with macro actions.",
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
-                     sizeof options / sizeof options[0], NULL, 0, 0};
+                     count, NULL, 0, 0};
     options_parse(&set, argc, argv);
 
     if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
@@ -172,6 +179,8 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", zero_stage);
     if (zero_stage == 1 && strcmp(device, "cpu")) die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", device);
     c.zero_stage = (int)zero_stage;
+    lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);
+    lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
     cli_set_threads(threads);
     if (ppo_run(&c) != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);

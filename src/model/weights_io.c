@@ -1,7 +1,5 @@
 #include "model/weights_io.h"
 
-#include "model/lora.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
+#include "model/lora.h"
 
 bool path_is_gguf(const char *path) {
     if (!fs_is_file(path)) return false;

@@ -16,6 +16,7 @@
 #include "dist/zero.h"
 #include "eval/lexicon.h"
 #include "io/fs.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "rl/code_reward.h"
 #include "rl/experience.h"
@@ -130,6 +131,9 @@ typedef struct {
     Tokenizer *tokenizer;
     Model actor, reference, critic, reward, ema;
     bool has_reward_model;
+    // With actor LoRA and no --reference-model, the reference is the actor with its
+    // adapters switched off: the frozen base is the policy PPO started from.
+    bool reference_is_actor_base;
     AdamW actor_optimizer, critic_optimizer;
     LrSchedule actor_schedule, critic_schedule;
     PromptSet prompts, eval_prompts;
@@ -303,7 +307,13 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         values[i] = samples[i]->values_old, entropy[i] = samples[i]->entropy;
     }
     experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
-    experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
+    if (p->reference_is_actor_base) {
+        p->actor.lora_enabled = false;
+        experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
+        p->actor.lora_enabled = true;
+    } else {
+        experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
+    }
     experience_values(&p->critic, samples, count, micro, values);
     float *scores = xmalloc(count * sizeof(float));
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, micro, scores);
@@ -451,9 +461,10 @@ static void ptx_micro_step(Ppo *p) {
     free(tokens), free(targets), free(row_len), free(mask), free(logp), free(dlogp), free(which);
 }
 
+// With LoRA the EMA model carries adapters too, and only they move.
 static void ema_update(Ppo *p) {
-    p->actor.ops->moving_average(p->ema.params, p->actor.params, (float)p->c.ema_beta,
-                                 p->actor.table.total);
+    p->actor.ops->moving_average(model_trainable_params(&p->ema), model_trainable_params(&p->actor),
+                                 (float)p->c.ema_beta, model_trainable_floats(&p->actor));
 }
 
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
@@ -595,6 +606,8 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
+    json_object_set_new(state, "actor_lora_rank", json_integer(p->actor.lora.rank));
+    json_object_set_new(state, "critic_lora_rank", json_integer(p->critic.lora.rank));
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
@@ -634,6 +647,11 @@ static int resume(Ppo *p) {
     if (rc == 0 && saved_world != dist_world_size())
         rc = err_set("checkpoint was made by %ld processes, this run has %d (%s): resume with mpirun -np %ld",
                      saved_world, dist_world_size(), checkpoint, saved_world);
+    if (rc == 0 && ((long)number(state, "actor_lora_rank") != p->actor.lora.rank ||
+                    (long)number(state, "critic_lora_rank") != p->critic.lora.rank))
+        rc = err_set("checkpoint was made with --actor-lora-rank %ld --critic-lora-rank %ld, this run has %d and %d (%s)",
+                     (long)number(state, "actor_lora_rank"), (long)number(state, "critic_lora_rank"), p->actor.lora.rank,
+                     p->critic.lora.rank, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
@@ -708,7 +726,10 @@ static int setup(Ppo *p) {
         tokenized_examples_free(&sft.eval);
     }
     if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0) != 0) return -1;
-    if (load_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false, false, 0) != 0)
+    if (c->actor_lora.rank > 0 && model_add_lora(&p->actor, &c->actor_lora, false, c->seed) != 0) return -1;
+    p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path;
+    if (!p->reference_is_actor_base &&
+        load_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false, false, 0) != 0)
         return -1;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
     if (c->reward == REWARD_MODEL) {
@@ -723,9 +744,12 @@ static int setup(Ppo *p) {
     } else if (load_model(&p->critic, c->actor_path, ops, false, true, false, c->seed) != 0) {
         return -1;
     }
-    if (p->reference.config.vocab_size != p->actor.config.vocab_size)
+    if (c->critic_lora.rank > 0 && model_add_lora(&p->critic, &c->critic_lora, true, c->seed + 1) != 0) return -1;
+    if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
     if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
+    // The EMA starts as the actor: same base, same initial adapters.
+    if (c->ema && c->actor_lora.rank > 0 && model_add_lora(&p->ema, &c->actor_lora, false, c->seed) != 0) return -1;
     p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;
     model_enable_grad(&p->actor);
     model_enable_grad(&p->critic);
@@ -738,7 +762,8 @@ static int setup(Ppo *p) {
 
 static void teardown(Ppo *p) {
     adamw_free(&p->actor_optimizer), adamw_free(&p->critic_optimizer);
-    model_free(&p->actor), model_free(&p->reference), model_free(&p->critic);
+    model_free(&p->actor), model_free(&p->critic);
+    if (!p->reference_is_actor_base) model_free(&p->reference);
     if (p->has_reward_model) model_free(&p->reward);
     if (p->c.ema) model_free(&p->ema);
     free_prompts(&p->prompts), free_prompts(&p->eval_prompts);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "gen/sampler.h"
+#include "model/model.h"
 #include "rl/advantage.h"
 #include "rl/macro.h"
 #include "rl/ppo_loss.h"
@@ -35,7 +36,8 @@ typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN } LossAggregation;
 typedef struct {
     // models and data
     const char *actor_path;     // the SFT model
-    const char *reference_path; // default: actor_path
+    const char *reference_path; // default: actor_path (with actor LoRA: the actor's own base)
+    LoraConfig actor_lora, critic_lora; // rank 0: train every weight
     const char *reward_path;    // the reward model (REWARD_MODEL)
     const char *critic_path;    // default: reward_path
     const char *prompts_path, *eval_prompts_path, *data_format, *data_split;

@@ -148,6 +148,16 @@ ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" --resume 2> "$t
 expect_error zero_stage_bad "--zero-stage must be 0 or 1" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 2
 expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 
+# --- LoRA: the adapters' gradients summed, their moments sharded by ZeRO-1 ----------------------
+"$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --output "$tmp/lora_one" --quiet 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --output "$tmp/lora_two" --quiet 2> "$tmp/lora_two.err"
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --zero-stage 1 --output "$tmp/lora_zero1" --quiet 2> "$tmp/lora_zero1.err"
+for run in lora_two lora_zero1; do
+    close "$(json_values "$tmp/lora_one/metrics.jsonl" train/loss)" "$(json_values "$tmp/$run/metrics.jsonl" train/loss)" 1e-5 &&
+        close "$(logprobs_of "$tmp/lora_one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
+        pass "sft_${run}_ranks_same_training" || fail "sft_${run}_ranks_same_training" "$(tail -n 2 "$tmp/$run.err")"
+done
+
 # --- reward model ------------------------------------------------------------------------
 rm_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
          --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 3 --threads 1 --quiet)

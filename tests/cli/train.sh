@@ -37,21 +37,8 @@ resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2
 "$bin" sft "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 for attempt in 1 2; do
     out="$tmp/killed$attempt"
-    "$bin" sft "${resume_args[@]}" --output "$out" 2> /dev/null &
-    pid=$!
-    # Kill after the first checkpoint, at a random moment of the following steps.
-    for _ in $(seq 600); do [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
-    sleep "0.$((RANDOM % 5))"
-    kill -9 $pid 2> /dev/null
-    wait $pid 2> /dev/null
-    [ -d "$out/final" ] && fail "resume_kill_mid_run_$attempt" "the run finished before the kill"
-    # A second kill while it resumes, then the final resume.
-    "$bin" sft "${resume_args[@]}" --output "$out" --resume 2> /dev/null &
-    pid=$!
-    sleep 0.$RANDOM
-    kill -9 $pid 2> /dev/null
-    wait $pid 2> /dev/null
-    "$bin" sft "${resume_args[@]}" --output "$out" --resume 2> "$out.err"
+    interrupted_run "$out" "$bin" sft "${resume_args[@]}" --output "$out"
+    [ "$finished_early" = 1 ] && fail "resume_kill_mid_run_$attempt" "the run finished before the kill"
     if cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors"; then
         pass "resume_bit_identical_$attempt"
     else

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# LoRA end to end on the tiny model (tests/fixtures/models/tiny_chat): SFT, RM and PPO
+# with adapters learn and save the merged model plus a PEFT adapter folder; optimizer state
+# covers the adapters only; resume after SIGKILL is bit-identical; a checkpoint is refused
+# on other base weights or another rank; PPO's reference shared with the actor's base
+# equals a separately loaded reference. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_lora
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+data=tests/fixtures/train
+failures=0
+. tests/cli_helpers.sh
+json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
+file_size() { stat -c %s "$1" 2> /dev/null || echo 0; }
+
+sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
+     --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --num-train-epochs 4 --threads 2 --quiet)
+
+# --- SFT with adapters ------------------------------------------------------------------
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --output "$tmp/sft" --eval-every 6 2> "$tmp/sft.err"
+rc=$?
+final=$tmp/sft/final
+[ $rc -eq 0 ] && [ -f "$final/model.safetensors" ] && [ -f "$final/adapter/adapter_model.safetensors" ] &&
+    [ -f "$final/adapter/adapter_config.json" ] && [ ! -f "$final/adapter_config.json" ] && pass sft_lora_saves_merged_and_adapter ||
+    fail sft_lora_saves_merged_and_adapter "exit $rc: $(tail -n 2 "$tmp/sft.err")"
+losses=$(json_values "$tmp/sft/metrics.jsonl" eval/loss)
+python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if v[-1] < 0.95 * v[0] else 1)" "$losses" 2> /dev/null &&
+    pass "sft_lora_learns (eval loss $losses)" || fail sft_lora_learns "eval losses $losses"
+python3 - "$final/adapter/adapter_config.json" << 'EOF' && pass sft_lora_adapter_config || fail sft_lora_adapter_config "$(cat "$final/adapter/adapter_config.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["peft_type"] == "LORA" and c["r"] == 8 and c["lora_alpha"] == 16 and c["task_type"] == "CAUSAL_LM"
+assert sorted(c["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+EOF
+# The merged weights are a plain model every command loads, the base's size.
+echo '{"ids": [1, 5, 9, 14, 2]}' > "$tmp/ids.jsonl"
+"$bin" logprobs --model "$final" --input "$tmp/ids.jsonl" > "$tmp/merged.jsonl" 2> "$tmp/logprobs.err" &&
+    [ "$(file_size "$final/model.safetensors")" -le "$(($(file_size "$model/model.safetensors") + 4096))" ] &&
+    pass sft_lora_merged_model_loads || fail sft_lora_merged_model_loads "$(tail -n 1 "$tmp/logprobs.err")"
+"$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" > "$tmp/base.jsonl" 2> /dev/null
+cmp -s "$tmp/merged.jsonl" "$tmp/base.jsonl" && fail sft_lora_changed_the_model "merged log-probs equal the base's" ||
+    pass sft_lora_changed_the_model
+# AdamW moments for the adapters only: a small fraction of full fine-tuning's.
+"$bin" sft "${sft[@]}" --learning-rate 3e-3 --max-steps 2 --output "$tmp/full" 2> /dev/null
+lora_state=$(file_size "$(ls -d "$tmp"/sft/checkpoint-*/ | tail -n 1)optimizer.safetensors")
+full_state=$(file_size "$(ls -d "$tmp"/full/checkpoint-*/ | tail -n 1)optimizer.safetensors")
+[ "$lora_state" -gt 0 ] && [ $((lora_state * 4)) -lt "$full_state" ] &&
+    pass "sft_lora_optimizer_state_small ($lora_state vs $full_state bytes)" ||
+    fail sft_lora_optimizer_state_small "$lora_state vs $full_state bytes"
+
+# --- exact resume ---------------------------------------------------------------------
+long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
+"$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
+interrupted_run "$tmp/killed" "$bin" sft "${long[@]}" --output "$tmp/killed"
+[ "$finished_early" = 1 ] && fail sft_lora_kill_mid_run "the run finished before the kill"
+cmp -s "$tmp/straight/final/model.safetensors" "$tmp/killed/final/model.safetensors" &&
+    cmp -s "$tmp/straight/final/adapter/adapter_model.safetensors" "$tmp/killed/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_resume_bit_identical || fail sft_lora_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
+before=$(ls -R "$tmp/straight" | md5sum)
+expect_error sft_lora_resume_other_rank "--lora-rank 4, this run has 8" \
+    "$bin" sft "${long[@]}" --lora-rank 8 --output "$tmp/straight" --resume
+expect_error sft_lora_resume_without_lora "--lora-rank 4, this run has 0" \
+    "$bin" sft "${sft[@]}" --learning-rate 1e-2 --num-train-epochs 16 --save-every 1 --output "$tmp/straight" --resume
+long_other_base=("${long[@]}")
+long_other_base[1]=$tmp/full/final
+expect_error sft_lora_resume_other_base "other base weights" "$bin" sft "${long_other_base[@]}" --output "$tmp/straight" --resume
+[ "$(ls -R "$tmp/straight" | md5sum)" = "$before" ] && pass sft_lora_refused_resume_keeps_run || fail sft_lora_refused_resume_keeps_run "files changed"
+
+# --- bad options ------------------------------------------------------------------------
+expect_error lora_bad_rank "--lora-rank" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank -1
+expect_error lora_bad_alpha "--lora-alpha" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-alpha -2
+expect_error lora_bad_module "'c_attn'" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-modules q_proj,c_attn
+expect_error ppo_lora_bad_rank "--actor-lora-rank" "$bin" ppo --actor-model "$model" --reward-model "$model" \
+    --prompts "$data/sft.jsonl" --output "$tmp/x" --actor-lora-rank -3
+
+# --- reward model with adapters: the value head trains too --------------------------------
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 \
+    --per-device-train-batch-size 4 --learning-rate 1e-2 --num-train-epochs 4 --threads 2 --quiet --lora-rank 8 \
+    --output "$tmp/rm" 2> "$tmp/rm.err"
+acc=$(json_values "$tmp/rm/metrics.jsonl" eval/accuracy | awk '{print $NF}')
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" "$acc" 2> /dev/null &&
+    grep -q '"score"' "$tmp/rm/final/adapter/adapter_config.json" &&
+    grep -q ForSequenceClassification "$tmp/rm/final/config.json" && pass "rm_lora_learns (eval accuracy $acc)" ||
+    fail rm_lora_learns "accuracy '$acc' $(tail -n 2 "$tmp/rm.err")"
+
+# --- PPO: actor and critic adapters; the reference is the actor's frozen base -------------------
+ppo=(--actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
+     --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
+     --max-iterations 4 --actor-learning-rate 1e-2 --critic-learning-rate 1e-2 --warmup-ratio 0 --min-response-tokens 1
+     --quiet --threads 2 --actor-lora-rank 4 --critic-lora-rank 4 --termination-condition fixed --ngram 3)
+"$bin" ppo "${ppo[@]}" --output "$tmp/ppo" --enable-ema 2> "$tmp/ppo.err"
+rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/ppo/final/actor/adapter/adapter_model.safetensors" ] &&
+    [ -f "$tmp/ppo/final/critic/adapter/adapter_model.safetensors" ] && [ -f "$tmp/ppo/final/actor_ema/adapter/adapter_config.json" ] &&
+    pass ppo_lora_runs || fail ppo_lora_runs "exit $rc: $(tail -n 2 "$tmp/ppo.err")"
+kl=$(json_values "$tmp/ppo/metrics.jsonl" train/kl)
+python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if len(v) == 4 and v[0] == 0 and v[-1] > 0 else 1)" "$kl" 2> /dev/null &&
+    pass "ppo_lora_kl_from_zero ($kl)" || fail ppo_lora_kl_from_zero "KL per iteration: $kl"
+"$bin" ppo "${ppo[@]}" --output "$tmp/ppo_separate_reference" --enable-ema --reference-model "$model" 2> /dev/null
+[ "$(json_values "$tmp/ppo/metrics.jsonl" train/kl)" = "$(json_values "$tmp/ppo_separate_reference/metrics.jsonl" train/kl)" ] &&
+    cmp -s "$tmp/ppo/final/actor/model.safetensors" "$tmp/ppo_separate_reference/final/actor/model.safetensors" &&
+    pass ppo_lora_shared_reference_equals_loaded || fail ppo_lora_shared_reference_equals_loaded "KL or final actor differ"
+interrupted_run "$tmp/ppo_killed" "$bin" ppo "${ppo[@]}" --max-iterations 24 --num-train-epochs 4 --save-every 1 --keep-last 2 --output "$tmp/ppo_killed"
+[ "$finished_early" = 1 ] && fail ppo_lora_kill_mid_run "the run finished before the kill"
+"$bin" ppo "${ppo[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/ppo_straight" 2> /dev/null
+cmp -s "$tmp/ppo_straight/final/actor/adapter/adapter_model.safetensors" "$tmp/ppo_killed/final/actor/adapter/adapter_model.safetensors" &&
+    cmp -s "$tmp/ppo_straight/final/critic/adapter/adapter_model.safetensors" "$tmp/ppo_killed/final/critic/adapter/adapter_model.safetensors" &&
+    pass ppo_lora_resume_bit_identical || fail ppo_lora_resume_bit_identical "$(tail -n 2 "$tmp/ppo_killed.err")"
+expect_error ppo_lora_resume_other_rank "--actor-lora-rank 4 --critic-lora-rank 4, this run has 2 and 4" \
+    "$bin" ppo "${ppo[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/ppo_killed" --resume --actor-lora-rank 2
+
+[ $failures -eq 0 ]
