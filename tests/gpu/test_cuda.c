@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "gen/generate.h"
 #include "model/model.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "ops/ops.h"
 
@@ -480,84 +481,112 @@ static void load_pair(Model *on_cpu, Model *on_gpu, const char *dir, bool value_
     }
 }
 
+// One model on both backends: log-probs, entropy, values, loss and every trainable
+// parameter's gradient.
+static void compare_pair(const char *name, Model *mc, Model *mg) {
+    // Two attention tiles where the positions allow (GPT-2's fixture has 64).
+    const int B = 3, T = mc->config.positions == POSITIONS_LEARNED ? 64 : 90;
+    const int row_start[3] = {0, 4, T - 19};
+    const int row_len[3] = {T, T - 4, 19};
+    model_enable_grad(mc);
+    model_enable_grad(mg);
+    const int V = mc->config.vocab_size;
+    long N = (long)B * T;
+    int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
+    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * V) % V;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            bool real = t >= row_start[b] && t + 1 < row_start[b] + row_len[b];
+            targets[b * T + t] = real ? tokens[b * T + t + 1] : -1;
+        }
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens, .row_start = row_start, .row_len = row_len};
+    float *logp_c = xmalloc(N * 4), *logp_g = xmalloc(N * 4), *ent_c = xmalloc(N * 4), *ent_g = xmalloc(N * 4);
+    float *val_c = xmalloc(N * 4), *val_g = xmalloc(N * 4);
+    model_forward(mc, &batch);
+    model_forward(mg, &batch);
+    model_logprobs(mc, targets, logp_c, NULL, ent_c);
+    model_logprobs(mg, targets, logp_g, NULL, ent_g);
+    model_values(mc, val_c);
+    model_values(mg, val_g);
+    double loss_c = 0, loss_g = 0;
+    int count = 0;
+    for (long i = 0; i < N; i++)
+        if (targets[i] >= 0) loss_c -= logp_c[i], loss_g -= logp_g[i], count++;
+    loss_c /= count, loss_g /= count;
+    double e_logp = relative_error(logp_g, logp_c, N), e_val = relative_error(val_g, val_c, N);
+    double e_ent = relative_error(ent_g, ent_c, N);
+    printf("# %-10s logp %.3e  entropy %.3e  values %.3e  loss %.6f vs %.6f\n", name, e_logp,
+           e_ent, e_val, loss_g, loss_c);
+    EXPECT(e_logp <= TOL_MODEL && e_ent <= TOL_MODEL && e_val <= TOL_MODEL, "%s forward", name);
+    EXPECT(fabs(loss_g - loss_c) <= 1e-2 * fabs(loss_c), "%s loss %.6f vs %.6f", name, loss_g, loss_c);
+
+    // Backward of mean NLL + 0.1 entropy + 0.5 sum of values.
+    float *dlogp = xmalloc(N * 4), *dent = xmalloc(N * 4), *dval = xmalloc(N * 4);
+    for (long i = 0; i < N; i++) {
+        dlogp[i] = targets[i] >= 0 ? -1.0f / count : 0.0f;
+        dent[i] = targets[i] >= 0 ? 0.1f / count : 0.0f;
+        dval[i] = targets[i] >= 0 ? 0.5f / count : 0.0f;
+    }
+    model_zero_grad(mc);
+    model_zero_grad(mg);
+    model_backward(mc, dlogp, dent, dval);
+    model_backward(mg, dlogp, dent, dval);
+    const long trainable = model_trainable_floats(mg), first = mg->trainable_offset;
+    float *grads_g = xmalloc((size_t)trainable * 4);
+    gpu->copy_to_host(grads_g, mg->grads, (size_t)trainable * 4);
+    // Per tensor, ||gpu - cpu|| over max(||cpu||, 1e-3 ||whole cpu gradient||): some
+    // gradients are zero in exact arithmetic (a key bias shifts every score of a row
+    // equally), and bf16 rounding leaves noise there that is small against the rest.
+    double total = 0;
+    for (long i = 0; i < trainable; i++) total += (double)mc->grads[i] * mc->grads[i];
+    double floor = 1e-3 * sqrt(total);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < mc->table.count; i++) {
+        const ParamEntry *e = &mc->table.entries[i];
+        if (e->offset < first) continue; // frozen
+        const long at = e->offset - first;
+        double diff = 0, norm = 0;
+        for (long j = 0; j < e->numel; j++) {
+            double d = (double)grads_g[at + j] - mc->grads[at + j];
+            diff += d * d, norm += (double)mc->grads[at + j] * mc->grads[at + j];
+        }
+        double err = sqrt(diff) / fmax(sqrt(norm), floor);
+        if (!(err <= worst)) worst = err, worst_name = e->name;
+    }
+    printf("# %-10s gradients: worst tensor %s %.3e (tolerance %.0e)\n", name, worst_name, worst,
+           TOL_MODEL);
+    EXPECT(worst <= TOL_MODEL, "%s gradient %s: %.3e", name, worst_name, worst);
+    free(tokens), free(targets), free(logp_c), free(logp_g), free(ent_c), free(ent_g), free(val_c), free(val_g);
+    free(dlogp), free(dent), free(dval), free(grads_g);
+}
+
 static void test_fixture_models(void) {
     for (size_t k = 0; k < sizeof fixture_models / sizeof fixture_models[0]; k++) {
         char dir[256];
         snprintf(dir, sizeof dir, "tests/fixtures/models/%s", fixture_models[k]);
         Model mc, mg;
         load_pair(&mc, &mg, dir, true);
-        // Two attention tiles where the positions allow (GPT-2's fixture has 64).
-        const int B = 3, T = mc.config.positions == POSITIONS_LEARNED ? 64 : 90;
-        const int row_start[3] = {0, 4, T - 19};
-        const int row_len[3] = {T, T - 4, 19};
-        model_enable_grad(&mc);
-        model_enable_grad(&mg);
-        const int V = mc.config.vocab_size;
-        long N = (long)B * T;
-        int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
-        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * V) % V;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                bool real = t >= row_start[b] && t + 1 < row_start[b] + row_len[b];
-                targets[b * T + t] = real ? tokens[b * T + t + 1] : -1;
-            }
-        ModelBatch batch = {.B = B, .T = T, .tokens = tokens, .row_start = row_start, .row_len = row_len};
-        float *logp_c = xmalloc(N * 4), *logp_g = xmalloc(N * 4), *ent_c = xmalloc(N * 4), *ent_g = xmalloc(N * 4);
-        float *val_c = xmalloc(N * 4), *val_g = xmalloc(N * 4);
-        model_forward(&mc, &batch);
-        model_forward(&mg, &batch);
-        model_logprobs(&mc, targets, logp_c, NULL, ent_c);
-        model_logprobs(&mg, targets, logp_g, NULL, ent_g);
-        model_values(&mc, val_c);
-        model_values(&mg, val_g);
-        double loss_c = 0, loss_g = 0;
-        int count = 0;
-        for (long i = 0; i < N; i++)
-            if (targets[i] >= 0) loss_c -= logp_c[i], loss_g -= logp_g[i], count++;
-        loss_c /= count, loss_g /= count;
-        double e_logp = relative_error(logp_g, logp_c, N), e_val = relative_error(val_g, val_c, N);
-        double e_ent = relative_error(ent_g, ent_c, N);
-        printf("# %-10s logp %.3e  entropy %.3e  values %.3e  loss %.6f vs %.6f\n", fixture_models[k], e_logp,
-               e_ent, e_val, loss_g, loss_c);
-        EXPECT(e_logp <= TOL_MODEL && e_ent <= TOL_MODEL && e_val <= TOL_MODEL, "%s forward", fixture_models[k]);
-        EXPECT(fabs(loss_g - loss_c) <= 1e-2 * fabs(loss_c), "%s loss %.6f vs %.6f", fixture_models[k], loss_g, loss_c);
+        compare_pair(fixture_models[k], &mc, &mg);
+        model_free(&mc);
+        model_free(&mg);
+    }
+}
 
-        // Backward of mean NLL + 0.1 entropy + 0.5 sum of values.
-        float *dlogp = xmalloc(N * 4), *dent = xmalloc(N * 4), *dval = xmalloc(N * 4);
-        for (long i = 0; i < N; i++) {
-            dlogp[i] = targets[i] >= 0 ? -1.0f / count : 0.0f;
-            dent[i] = targets[i] >= 0 ? 0.1f / count : 0.0f;
-            dval[i] = targets[i] >= 0 ? 0.5f / count : 0.0f;
-        }
-        model_zero_grad(&mc);
-        model_zero_grad(&mg);
-        model_backward(&mc, dlogp, dent, dval);
-        model_backward(&mg, dlogp, dent, dval);
-        float *grads_g = xmalloc((size_t)mg.table.total * 4);
-        gpu->copy_to_host(grads_g, mg.grads, (size_t)mg.table.total * 4);
-        // Per tensor, ||gpu - cpu|| over max(||cpu||, 1e-3 ||whole cpu gradient||): some
-        // gradients are zero in exact arithmetic (a key bias shifts every score of a row
-        // equally), and bf16 rounding leaves noise there that is small against the rest.
-        double total = 0;
-        for (long i = 0; i < mc.table.total; i++) total += (double)mc.grads[i] * mc.grads[i];
-        double floor = 1e-3 * sqrt(total);
-        double worst = 0;
-        const char *worst_name = "";
-        for (int i = 0; i < mc.table.count; i++) {
-            const ParamEntry *e = &mc.table.entries[i];
-            double diff = 0, norm = 0;
-            for (long j = 0; j < e->numel; j++) {
-                double d = (double)grads_g[e->offset + j] - mc.grads[e->offset + j];
-                diff += d * d, norm += (double)mc.grads[e->offset + j] * mc.grads[e->offset + j];
-            }
-            double err = sqrt(diff) / fmax(sqrt(norm), floor);
-            if (!(err <= worst)) worst = err, worst_name = e->name;
-        }
-        printf("# %-10s gradients: worst tensor %s %.3e (tolerance %.0e)\n", fixture_models[k], worst_name, worst,
-               TOL_MODEL);
-        EXPECT(worst <= TOL_MODEL, "%s gradient %s: %.3e", fixture_models[k], worst_name, worst);
-        free(tokens), free(targets), free(logp_c), free(logp_g), free(ent_c), free(ent_g), free(val_c), free(val_g);
-        free(dlogp), free(dent), free(dval), free(grads_g);
+// LoRA adapters (PEFT's, tools/make_lora_fixtures.py) on a frozen base, value head trained.
+static void test_lora_models(void) {
+    static const char *names[] = {"llama", "qwen2", "gemma"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char dir[256], adapter[280], label[64];
+        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", names[k]);
+        snprintf(adapter, sizeof adapter, "%s/lora", dir);
+        snprintf(label, sizeof label, "%s+lora", names[k]);
+        Model mc, mg;
+        load_pair(&mc, &mg, dir, true);
+        LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+        CHECK(model_add_lora(&mc, &lora, true, 3) == 0 && model_add_lora(&mg, &lora, true, 3) == 0, "%s", err_msg());
+        CHECK(lora_read_adapter(&mc, adapter) == 0 && lora_read_adapter(&mg, adapter) == 0, "%s", err_msg());
+        compare_pair(label, &mc, &mg);
         model_free(&mc);
         model_free(&mg);
     }
@@ -617,6 +646,7 @@ int main(void) {
     RUN(test_logprob_and_value_head);
     RUN(test_adamw);
     RUN(test_fixture_models);
+    RUN(test_lora_models);
     RUN(test_generation_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
