@@ -7,6 +7,7 @@ After --warmup untimed steps, --steps steps are timed; step_s is their mean.
 
     .venv-tools/bin/python bench/torch_train_step.py [--batch 4] [--seq 256] [--steps 3]
         [--warmup 2] [--threads N] [--attn eager|sdpa] [--model gpt2-124m|smollm2-135m|all]
+        [--lora-rank R]    (PEFT LoRA of rank R on every linear layer of the blocks, base frozen)
 
 Prints one JSON line per model on stdout:
   {"impl": "pytorch", "model": ..., "tokens_per_s": ..., "step_s": ..., "gflops": ...,
@@ -28,6 +29,7 @@ FLOP count (the C benchmark uses the same formula) -- per trained token:
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -64,9 +66,18 @@ def flops_per_token(cfg, p_nonemb, T):
     return 6 * (p_nonemb + cfg.vocab_size * d) + 6 * cfg.num_hidden_layers * T * q_width
 
 
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
 def bench(name, args):
     model, cfg, p_nonemb = build(name, args.attn)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if args.lora_rank > 0:
+        import peft
+        config = peft.LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, lora_dropout=0.0,
+                                 target_modules=LORA_MODULES, task_type="CAUSAL_LM")
+        model = peft.get_peft_model(model, config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
                         generator=torch.Generator().manual_seed(1))
 
@@ -86,11 +97,13 @@ def bench(name, args):
     tokens = args.batch * args.seq
     fpt = flops_per_token(cfg, p_nonemb, args.seq)
     print(json.dumps({
-        "impl": "pytorch", "model": name, "tokens_per_s": round(tokens / step_s, 1),
+        "impl": "pytorch+peft" if args.lora_rank else "pytorch", "model": name, "tokens_per_s": round(tokens / step_s, 1),
         "step_s": round(step_s, 4), "gflops": round(fpt * tokens / step_s / 1e9, 2),
         "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
         "attn": args.attn, "flops_per_token": fpt, "params_nonemb": p_nonemb,
-        "loss": round(float(loss.detach()), 4), "torch": torch.__version__}), flush=True)
+        "loss": round(float(loss.detach()), 4), "torch": torch.__version__,
+        "lora_rank": args.lora_rank, "trainable_params": sum(p.numel() for p in trainable),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}), flush=True)
 
 
 def main():
@@ -102,6 +115,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
     ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "all"), default="all")
+    ap.add_argument("--lora-rank", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {FORMULA}  (see docstring)", file=sys.stderr)

@@ -8,15 +8,20 @@
 // usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
 //            [--model gpt2-124m|smollm2-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
 //            [--attention fused|unfused]   (cuda: the fused kernels or the unfused reference path)
+//            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
+//                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
+// The CPU line also gives the process's peak resident memory (max_rss_mb).
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "train/adamw.h"
 #include "bench_shapes.h"
@@ -51,6 +56,13 @@ static double mean_loss(const float *logp, const int *targets, long N) {
 }
 
 static const char *attention_label = "";
+static int lora_rank = 0;
+
+static double max_rss_mb(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss / 1024.0;
+}
 
 static void run(const char *name, const OpsBackend *ops, int B, int T, int steps, bool recompute,
                 double sgemm_rate, double peak_tflops) {
@@ -59,6 +71,10 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     model_init(&model, &cfg, ops, true, false);
     model.recompute = recompute;
     bench_random_weights(&model);
+    if (lora_rank > 0) {
+        LoraConfig lora = {.rank = lora_rank, .alpha = (float)lora_rank, .targets = (1u << LORA_TARGETS) - 1};
+        CHECK(model_add_lora(&model, &lora, false, 5) == 0, "%s", err_msg());
+    }
     model_enable_grad(&model);
     AdamW opt;
     adamw_init(&opt, &model, adamw_default_config(0.1f));
@@ -95,22 +111,25 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
         printf("{\"impl\": \"marlhf-%s%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
-               "\"recompute\": %s, \"flops_per_token\": %.0f}\n",
+               "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
-               loss_first, loss_last, recompute ? "true" : "false", flops_per_token);
+               loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank);
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);
         model_free(&model);
         return;
     }
+    // With LoRA, gflops still counts full fine-tuning's FLOPs (the frozen weights' own
+    // gradients are not computed), so it is a rate of equivalent work, not of arithmetic.
     printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"gflops\": %.2f, "
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
-           "\"flops_per_token\": %.0f}\n",
+           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"trainable_params\": %ld, \"max_rss_mb\": %.0f}\n",
            name, N / step_s, step_s, gflops, sgemm_rate, gflops / sgemm_rate, forward_s / steps, backward_s / steps,
-           optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token);
+           optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token, lora_rank,
+           model_trainable_floats(&model), max_rss_mb());
     fflush(stdout);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
@@ -132,6 +151,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) peak_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
+        else if (!strcmp(argv[i], "--lora-rank") && i + 1 < argc) lora_rank = atoi(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
