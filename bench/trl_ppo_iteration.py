@@ -48,6 +48,7 @@ mean_response_tokens: response tokens per row that TRL trains on (48 unless a ro
 sampled <|im_end|>, see above).
 """
 import argparse
+import resource
 import contextlib
 import json
 import os
@@ -85,6 +86,9 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="PEFT LoRA on the policy (every linear layer); the reference is then the policy "
+                         "with its adapter disabled (TRL's peft_config path; the value model stays whole)")
     args = ap.parse_args()
 
     import torch
@@ -115,7 +119,13 @@ def main():
 
     f32 = torch.float32
     policy = AutoModelForCausalLM.from_pretrained(args.actor, dtype=f32)
-    ref_policy = AutoModelForCausalLM.from_pretrained(args.actor, dtype=f32)
+    ref_policy = None if args.lora_rank else AutoModelForCausalLM.from_pretrained(args.actor, dtype=f32)
+    peft_config = None
+    if args.lora_rank:
+        import peft
+        peft_config = peft.LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, lora_dropout=0.0,
+                                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                      "down_proj"], task_type="CAUSAL_LM")
     value_model = AutoModelForSequenceClassification.from_pretrained(args.reward, num_labels=1, dtype=f32)
     reward_model = AutoModelForSequenceClassification.from_pretrained(args.reward, num_labels=1, dtype=f32)
 
@@ -134,7 +144,7 @@ def main():
     )
     trainer = PPOTrainer(args=config, processing_class=tokenizer, model=policy, ref_model=ref_policy,
                          reward_model=reward_model, train_dataset=dataset, value_model=value_model,
-                         eval_dataset=dataset)
+                         eval_dataset=dataset, peft_config=peft_config)
 
     marks = {}
     lengths = {}
@@ -173,7 +183,8 @@ def main():
         "impl": f"trl-{trl.__version__}", "generation_s": round(generation, 3), "experience_s": round(experience, 3),
         "training_s": round(training, 3), "total_s": round(generation + experience + training, 3),
         "batch": args.batch, "new_tokens": args.new_tokens, "threads": args.threads,
-        "mean_response_tokens": round(lengths["trained"], 2),
+        "mean_response_tokens": round(lengths["trained"], 2), "lora_rank": args.lora_rank,
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }))
 
 
