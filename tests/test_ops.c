@@ -78,6 +78,25 @@ static void test_matmul(void) {
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
 }
 
+// matmul_accumulate adds what matmul_forward writes (both the few-row and the sgemm path);
+// scale multiplies.
+static void test_matmul_accumulate_and_scale(void) {
+    const int shapes[][3] = {{3, 7, 5}, {37, 8, 29}};
+    for (int s = 0; s < 2; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        float *inp = random_floats(N * IC, -1, 1), *w = random_floats(OC * IC, -1, 1);
+        float *acc = random_floats(N * OC, -1, 1), *want = xmalloc(N * OC * 4), *product = xmalloc(N * OC * 4);
+        ops_cpu.matmul_forward(product, inp, w, NULL, N, IC, OC);
+        for (int i = 0; i < N * OC; i++) want[i] = acc[i] + product[i];
+        ops_cpu.matmul_accumulate(acc, inp, w, N, IC, OC);
+        for (int i = 0; i < N * OC; i++) EXPECT_CLOSE(acc[i], want[i], 1e-5, 1e-5, "matmul_accumulate");
+        memcpy(product, acc, N * OC * 4);
+        ops_cpu.scale(acc, -0.5f, N * OC);
+        for (int i = 0; i < N * OC; i++) EXPECT(acc[i] == -0.5f * product[i], "scale: %g vs %g", acc[i], -0.5f * product[i]);
+        free(inp), free(w), free(acc), free(want), free(product);
+    }
+}
+
 // ---- layernorm / rmsnorm ----
 typedef struct { int N, C; bool rms, plus_one; float *inp, *w, *b, *out, *mean, *rstd, *R; } NormCase;
 static double norm_loss(void *p) {
@@ -263,6 +282,7 @@ static void test_adamw_update(void) {
 
 int main(void) {
     RUN(test_matmul);
+    RUN(test_matmul_accumulate_and_scale);
     RUN(test_layernorm);
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_plus_one);

@@ -159,8 +159,7 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     target_shape(&model->config, target, &in, &out_features);
     ops->matmul_forward(hidden, inp, w->lora_a[target], NULL, (int)N, (int)in, rank);
     ops->scale(hidden, lora_scale(&model->lora), N * rank);
-    ops->matmul_forward(model->acts.lora_out, hidden, w->lora_b[target], NULL, (int)N, rank, (int)out_features);
-    ops->accumulate(out, model->acts.lora_out, N * out_features);
+    ops->matmul_accumulate(out, hidden, w->lora_b[target], (int)N, rank, (int)out_features);
 }
 
 void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,

@@ -64,9 +64,7 @@ typedef struct {
     // backward scratch
     float *d_resid, *d_norm_out, *d_hidden;
     float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
-    // LoRA scratch: an adapter's B (scale A x) before it is added [N, widest output], and the
-    // gradient of scale A x [N, rank].
-    float *lora_out, *d_lora_hidden;
+    float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
 } Activations;
 
 // LoRA adapters on a model's linear layers (model/lora.h).

@@ -50,7 +50,7 @@ static void activations_free(Model *model) {
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
-                       a->d_head,     a->head_hidden,    a->lora_out,      a->d_lora_hidden};
+                       a->d_head,     a->head_hidden,    a->d_lora_hidden};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
@@ -145,12 +145,7 @@ void model_reserve(Model *model, int B, int T) {
         for (int t = 0; t < LORA_TARGETS; t++)
             if (model->lora.targets & (1u << t)) la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
     }
-    if (model->lora.rank) {
-        long widest = C > I ? C : I;
-        if (q_dim > widest) widest = q_dim;
-        a->lora_out = alloc_floats(ops, N * widest);
-        if (model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
-    }
+    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);

@@ -61,6 +61,8 @@ typedef struct OpsBackend {
     // out[N, OC] = inp[N, IC] . weight[OC, IC]^T (+ bias[OC])
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int IC, int OC);
+    // out[N, OC] += inp[N, IC] . weight[OC, IC]^T (a LoRA adapter's term, no temporary)
+    void (*matmul_accumulate)(float *out, const float *inp, const float *weight, int N, int IC, int OC);
     // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
     // Any of dinp, dweight, dbias may be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -161,6 +161,9 @@ static void test_matmul(void) {
         char what[64];
         snprintf(what, sizeof what, "matmul_forward %dx%dx%d", N, IC, OC);
         expect_match(what, d_out, out, (long)N * OC, TOL_BF16);
+        cpu->matmul_accumulate(out, x, w, N, IC, OC);
+        gpu->matmul_accumulate(d_out, d_x, d_w, N, IC, OC);
+        expect_match("matmul_accumulate", d_out, out, (long)N * OC, TOL_BF16);
 
         float *dout = random_host((long)N * OC, 1);
         float *dx = random_host((long)N * IC, 1), *dw = random_host((long)OC * IC, 1), *db = random_host(OC, 1);

@@ -91,6 +91,7 @@ const OpsBackend ops_cpu = {
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
+    .matmul_accumulate = cpu_matmul_accumulate,
     .matmul_backward = cpu_matmul_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

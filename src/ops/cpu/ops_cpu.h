@@ -25,6 +25,7 @@ void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const 
                           const float *weight, const float *rstd, int N, int C,
                           bool weight_plus_one);
 
+void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,

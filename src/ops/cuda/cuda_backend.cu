@@ -142,6 +142,7 @@ extern "C" const OpsBackend ops_cuda = {
     .rmsnorm_forward = cuda_rmsnorm_forward,
     .rmsnorm_backward = cuda_rmsnorm_backward,
     .matmul_forward = cuda_matmul_forward,
+    .matmul_accumulate = cuda_matmul_accumulate,
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,

@@ -133,6 +133,7 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
 void cuda_weight_cache_release(const void *ptr, size_t bytes);
+void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -183,6 +183,12 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
     }
 }
 
+void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+    const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
+}
+
 struct DoutColumn {
     const float *dout;
     int OC;
