@@ -70,11 +70,21 @@ static float *base_weight(const LayerTensors *w, LoraTarget t) {
 
 static float lora_scale(const LoraConfig *lora) { return lora->alpha / (float)lora->rank; }
 
-static unsigned long long fnv1a(const float *values, long n) {
+// FNV-1a over the weights' bits, a 64-bit word at a time (a 7B base is 28 GB: bytewise
+// hashing would take tens of seconds), then the odd float if any.
+static unsigned long long weights_fingerprint(const float *values, long n) {
     unsigned long long hash = 14695981039346656037ULL;
-    const unsigned char *bytes = (const unsigned char *)values;
-    for (size_t i = 0; i < (size_t)n * sizeof(float); i++) {
-        hash ^= bytes[i];
+    const long words = n / 2;
+    for (long i = 0; i < words; i++) {
+        uint64_t word;
+        memcpy(&word, values + 2 * i, sizeof word);
+        hash ^= word;
+        hash *= 1099511628211ULL;
+    }
+    if (n % 2) {
+        uint32_t last;
+        memcpy(&last, values + n - 1, sizeof last);
+        hash ^= last;
         hash *= 1099511628211ULL;
     }
     return hash;
@@ -130,7 +140,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     model->ops->free(model->params);
     model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
     model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
-    model->lora_base_fingerprint = fnv1a(host, first_trainable);
+    model->lora_base_fingerprint = weights_fingerprint(host, first_trainable);
     free(host);
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
@@ -313,7 +323,7 @@ static int check_adapter_config(const Model *model, const char *dir) {
         rc = err_set("%s: DoRA and rsLoRA adapters are not supported", path);
     // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
     else if (fingerprint && (!json_is_string(fingerprint) || strcmp(json_string_value(fingerprint), want)))
-        rc = err_set("%s: the adapters were trained on other base weights than the model given (--model)", path);
+        rc = err_set("%s: the adapters were trained on other base weights than the model this run loaded", path);
     json_decref(config);
     free(path);
     return rc;
