@@ -75,14 +75,17 @@ if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /de
 fi
 passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
 
-# 2. 20 SFT steps, GPU against CPU
+# 2. 20 SFT steps, GPU against CPU: every weight, then LoRA adapters (rank 8, base frozen)
 model=tests/fixtures/models/tiny_chat data=tests/fixtures/train
 tmp=$(mktemp -d) # run folders (models too) stay out of the logs folder
 sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
-     --learning-rate 3e-3 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
-"$marlhf" "${sft[@]}" --device cpu --output "$tmp/sft-cpu" 2>> "$log"
-timeout 120 "$marlhf" "${sft[@]}" --device "$device" --output "$tmp/sft-cuda" 2>> "$log"
-sft_detail=$(python3 - "$tmp/sft-cpu/metrics.jsonl" "$tmp/sft-cuda/metrics.jsonl" <<'PY' 2>&1
+     --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
+sft_tracks_cpu() { # sft_tracks_cpu NAME OPTIONS...: the same 20 steps on both devices
+    local name=$1 detail
+    shift
+    "$marlhf" "${sft[@]}" "$@" --device cpu --output "$tmp/$name-cpu" 2>> "$log"
+    timeout 120 "$marlhf" "${sft[@]}" "$@" --device "$device" --output "$tmp/$name-cuda" 2>> "$log"
+    detail=$(python3 - "$tmp/$name-cpu/metrics.jsonl" "$tmp/$name-cuda/metrics.jsonl" <<'PY' 2>&1
 import json, sys
 def losses(path):
     return [r["train/loss"] for r in map(json.loads, open(path)) if "train/loss" in r]
@@ -93,12 +96,15 @@ print(f"steps {len(cpu)}/{len(gpu)} loss {cpu[0]:.4f}->{cpu[-1]:.4f} (cpu) {gpu[
 sys.exit(0 if worst <= 2e-2 else 1)
 PY
 )
-check sft_20_steps_track_cpu $? "($sft_detail)"
+    check "${name}_20_steps_track_cpu" $? "($detail)"
+    cp "$tmp/$name-cpu/metrics.jsonl" "$logs/${name}_cpu_metrics.jsonl" 2> /dev/null
+    cp "$tmp/$name-cuda/metrics.jsonl" "$logs/${name}_cuda_metrics.jsonl" 2> /dev/null
+}
+sft_tracks_cpu sft --learning-rate 3e-3
+sft_tracks_cpu sft_lora --learning-rate 1e-2 --lora-rank 8
 
-cp "$tmp/sft-cpu/metrics.jsonl" "$logs/sft_cpu_metrics.jsonl" 2> /dev/null
-cp "$tmp/sft-cuda/metrics.jsonl" "$logs/sft_cuda_metrics.jsonl" 2> /dev/null
-
-# 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device
+# 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
+#    then with actor and critic adapters (the reference is the actor's base)
 timeout 120 "$marlhf" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --device "$device" 2>> "$log"
 check rm_on_gpu $? ""
@@ -106,9 +112,12 @@ ppo=(ppo --actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/
      --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
      --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 1 --quiet
      --termination-condition fixed --ngram 5)
-timeout 180 "$marlhf" "${ppo[@]}" --device "$device" --output "$tmp/ppo-cuda" 2>> "$log"
-rc=$?
-ppo_detail=$(python3 - "$tmp/ppo-cuda/metrics.jsonl" <<'PY' 2>&1
+ppo_on_gpu() { # ppo_on_gpu NAME OPTIONS...
+    local name=$1 rc detail
+    shift
+    timeout 180 "$marlhf" "${ppo[@]}" "$@" --device "$device" --output "$tmp/$name" 2>> "$log"
+    rc=$?
+    detail=$(python3 - "$tmp/$name/metrics.jsonl" <<'PY' 2>&1
 import json, math, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "train/score" in r]
 keys = ["train/score", "train/kl", "train/value_loss", "train/policy_loss"]
@@ -116,10 +125,12 @@ print(" ".join(f"{k.split('/')[1]}={rows[-1].get(k, float('nan')):.4f}" for k in
 sys.exit(0 if len(rows) == 3 and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float)) else 1)
 PY
 )
-[ $rc -eq 0 ] && [ -f "$tmp/ppo-cuda/final/actor/model.safetensors" ]
-check ppo_on_gpu $(( $? | $( [[ "$ppo_detail" == *iterations=3* ]] && echo 0 || echo 1 ) )) "($ppo_detail)"
-
-cp "$tmp/ppo-cuda/metrics.jsonl" "$logs/ppo_cuda_metrics.jsonl" 2> /dev/null
+    [ $rc -eq 0 ] && [ -f "$tmp/$name/final/actor/model.safetensors" ]
+    check "$name" $(( $? | $( [[ "$detail" == *iterations=3* ]] && echo 0 || echo 1 ) )) "($detail)"
+    cp "$tmp/$name/metrics.jsonl" "$logs/${name}_metrics.jsonl" 2> /dev/null
+}
+ppo_on_gpu ppo_on_gpu
+ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
 
 # 4. speed, each beside PyTorch eager on the same GPU
 summary_speed=""
