@@ -1,5 +1,6 @@
 #include "cli/train_options.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -43,9 +44,14 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 
-void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed) {
+void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed, bool quiet) {
     if (lora->rank == 0) return;
     if (model_add_lora(model, lora, train_value_head, (uint64_t)seed) != 0) die_user("%s", err_msg());
+    if (!quiet) {
+        char line[256];
+        lora_describe(model, line, sizeof line);
+        fprintf(stderr, "lora: %s\n", line);
+    }
 }
 
 int trainer_cli_options(TrainerCli *c, Option *o) {

@@ -18,8 +18,9 @@ typedef struct {
 int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);
-// Adds the adapters to a loaded model when lora->rank > 0 (exit 2 on a bad combination).
-void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed);
+// Adds the adapters to a loaded model when lora->rank > 0 (exit 2 on a bad combination)
+// and says so on stderr unless quiet.
+void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed, bool quiet);
 
 typedef struct {
     TrainOptions train;

@@ -156,6 +156,20 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     return 0;
 }
 
+void lora_describe(const Model *model, char *out, size_t size) {
+    char modules[128] = "";
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if (model->lora.targets & (1u << t))
+            snprintf(modules + strlen(modules), sizeof modules - strlen(modules), "%s%s", *modules ? "," : "",
+                     target_names[t]);
+    long trainable = 0;
+    for (int i = 0; i < model->table.count; i++)
+        if (model->table.entries[i].offset >= model->trainable_offset) trainable += model->table.entries[i].numel;
+    const long total = model_num_params(model);
+    snprintf(out, size, "rank %d, alpha %g, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
+             model->lora.alpha, modules, trainable, total, 100.0 * trainable / total);
+}
+
 // ---------------------------------------------------------------------------------------
 // Forward and backward of the adapter term
 

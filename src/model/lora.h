@@ -39,6 +39,10 @@ int lora_parse_targets(const char *list, unsigned *targets);
 // with err_set() on a bad rank, alpha or target list (e.g. gate_proj on GPT-2).
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed);
 
+// One line for the log: "rank 8, alpha 8, q_proj,...: 2442240 of 136957248 parameters
+// trained (1.78%)".
+void lora_describe(const Model *model, char *out, size_t size);
+
 // An adapted linear layer's extra term, called by the transformer after the base matmul:
 // out[N, out] += scale * B (A inp); `hidden` [N, rank] keeps scale * A inp for the backward.
 // Nothing happens when the layer has no adapter or model->lora_enabled is false.

@@ -750,6 +750,14 @@ static int setup(Ppo *p) {
     if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
     // The EMA starts as the actor: same base, same initial adapters.
     if (c->ema && c->actor_lora.rank > 0 && model_add_lora(&p->ema, &c->actor_lora, false, c->seed) != 0) return -1;
+    for (int i = 0; i < 2 && !c->quiet; i++) {
+        const Model *model = i == 0 ? &p->actor : &p->critic;
+        if (model->lora.rank == 0) continue;
+        char line[256];
+        lora_describe(model, line, sizeof line);
+        fprintf(stderr, "ppo: %s LoRA %s%s\n", i == 0 ? "actor" : "critic", line,
+                i == 0 && p->reference_is_actor_base ? "; the reference is the actor's base" : "");
+    }
     p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;
     model_enable_grad(&p->actor);
     model_enable_grad(&p->critic);
