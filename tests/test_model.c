@@ -127,6 +127,22 @@ static void check_buffer(const Model *model, const float *got, const float *want
     }
 }
 
+// After a forward over the fixture's batch: the largest error of the logits at real slots
+// against `want` [B, T, V], as a multiple of the tolerance 1e-4 + 1e-4 relative.
+static double worst_logits_ratio(Model *model, const Fixture *f, const float *want) {
+    float *row = xmalloc(f->V * sizeof(float));
+    double worst = 0;
+    for (int b = 0; b < f->B; b++)
+        for (int t = 0; t < f->row_len[b]; t++) {
+            long i = (long)b * f->T + t;
+            model_logits_row(model, (int)i, row);
+            double r = test_worst_ratio(row, want + i * f->V, f->V, 1e-4, 1e-4);
+            if (r > worst) worst = r;
+        }
+    free(row);
+    return worst;
+}
+
 static void test_logits_loss_and_gradients(void) {
     for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
         Fixture f;
@@ -138,15 +154,7 @@ static void test_logits_loss_and_gradients(void) {
         model_forward(&model, &batch);
 
         float *want_logits = read_floats(&f, "logits", NULL);
-        float *row = xmalloc(f.V * sizeof(float));
-        double worst = 0;
-        for (int b = 0; b < f.B; b++)
-            for (int t = 0; t < f.row_len[b]; t++) {
-                long i = (long)b * f.T + t;
-                model_logits_row(&model, (int)i, row);
-                double r = test_worst_ratio(row, want_logits + i * f.V, f.V, 1e-4, 1e-4);
-                if (r > worst) worst = r;
-            }
+        double worst = worst_logits_ratio(&model, &f, want_logits);
         EXPECT(worst <= 1.0, "%s logits: worst error %.3g x tolerance", fixture_names[k], worst);
 
         long N = (long)f.B * f.T;
@@ -161,7 +169,7 @@ static void test_logits_loss_and_gradients(void) {
         CHECK(model_read_named_tensors(&model, f.reference, "grad.", want_grads) == 0, "%s", err_msg());
         check_buffer(&model, model.grads, want_grads, 1e-5, 1e-3, "grad", fixture_names[k]);
 
-        free(want_logits), free(row), free(dlogp), free(want_loss), free(want_grads);
+        free(want_logits), free(dlogp), free(want_loss), free(want_grads);
         model_free(&model);
         fixture_close(&f);
     }
@@ -499,15 +507,7 @@ static void test_lora_against_peft(void) {
         const SafetensorsTensor *logits = safetensors_find(ref, "logits");
         float *want_logits = xmalloc((size_t)logits->count * sizeof(float));
         CHECK(safetensors_read_f32(logits, want_logits, logits->count) == 0, "%s", err_msg());
-        float *row = xmalloc(f.V * sizeof(float));
-        double worst = 0;
-        for (int b = 0; b < f.B; b++)
-            for (int t = 0; t < f.row_len[b]; t++) {
-                long i = (long)b * f.T + t;
-                model_logits_row(&model, (int)i, row);
-                double r = test_worst_ratio(row, want_logits + i * f.V, f.V, 1e-4, 1e-4);
-                if (r > worst) worst = r;
-            }
+        double worst = worst_logits_ratio(&model, &f, want_logits);
         EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", lora_fixture_names[k], worst);
 
         long N = (long)f.B * f.T;
@@ -538,7 +538,7 @@ static void test_lora_against_peft(void) {
             adapters++;
         }
         EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", lora_fixture_names[k], adapters);
-        free(want_logits), free(row), free(dlogp);
+        free(want_logits), free(dlogp);
         safetensors_close(ref);
         model_free(&model);
         fixture_close(&f);
