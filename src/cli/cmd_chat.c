@@ -31,6 +31,7 @@ int cmd_chat(int argc, char **argv) {
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0;
     double temperature = 0.8, top_p = 1.0;
+    char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"system", NULL, OPT_STRING, &system, "system message", false, false},
@@ -40,6 +41,8 @@ int cmd_chat(int argc, char **argv) {
         {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
         {"seed", NULL, OPT_INT, &seed, "random seed", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -51,7 +54,7 @@ int cmd_chat(int argc, char **argv) {
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
     cli_set_threads(threads);
     TextModel tm;
-    text_model_load(&tm, model_path, device, chat_template, true);
+    text_model_load(&tm, model_path, lora_adapter, device, chat_template, true);
     fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
             chat_template_name(&tm.chat));
 

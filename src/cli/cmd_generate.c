@@ -144,6 +144,7 @@ int cmd_generate(int argc, char **argv) {
     long max_new_tokens = 256, top_k = 50, batch_size = 8, seed = 1234, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     bool chat = false, greedy = false;
+    char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL of {\"prompt\"}, {\"messages\"} or {\"ids\"} rows; else prompts are the arguments", false, false},
@@ -159,6 +160,8 @@ int cmd_generate(int argc, char **argv) {
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch_size, "prompts generated together", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -177,7 +180,7 @@ int cmd_generate(int argc, char **argv) {
     cli_set_threads(threads);
 
     TextModel tm;
-    text_model_load(&tm, model_path, device, chat_template, chat);
+    text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat);
     // Read all prompts first: a bad row is reported before any generation work.
     PromptRow *rows = NULL;
     int count = 0, capacity = 0;

@@ -116,6 +116,7 @@ int cmd_infer(int argc, char **argv) {
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
+    char *lora_adapter = NULL;
     Option options[] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
@@ -134,6 +135,8 @@ int cmd_infer(int argc, char **argv) {
         {"gold-lexicon", "gold_lexicon", OPT_STRING, &lexicon_path, "also write the gold lexicon score of each response", false, false},
         {"output", NULL, OPT_STRING, &output, "JSONL file (default results/<dataset>/temperature=<T>/<model>.jsonl)", false, false},
         {"overwrite", NULL, OPT_BOOL, &overwrite, "replace an existing output file", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
@@ -181,7 +184,7 @@ int cmd_infer(int argc, char **argv) {
     TextModel policy = {0};
     Tokenizer *tokenizer = NULL;
     if (!ref_scores) {
-        text_model_load(&policy, model_path, device, NULL, false);
+        text_model_load(&policy, model_path, lora_adapter, device, NULL, false);
         tokenizer = policy.tokenizer;
     } else if (tokenizer_load(&tokenizer, reward_path) != 0) {
         die_from_err();

@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "core/check.h"
 #include "io/jsonl.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -128,6 +129,7 @@ static void remove_pending_output(void) {
 int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
     long batch_size = 8, threads = 0;
+    char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} or {\"text\": ...} rows ('-' = stdin)", true,
@@ -135,6 +137,8 @@ int cmd_logprobs(int argc, char **argv) {
         {"add-bos", "add_bos", OPT_BOOL, &row_add_bos, "tokenize {\"text\"} rows with the tokenizer's BOS", false, false},
         {"output", NULL, OPT_STRING, &output, "JSONL output ('-' = stdout)", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch_size, "rows per forward pass", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -150,6 +154,7 @@ int cmd_logprobs(int argc, char **argv) {
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    if (lora_adapter && model_load_lora_adapter(&model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();
     FILE *out = stdout;

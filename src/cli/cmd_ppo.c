@@ -181,6 +181,7 @@ int cmd_ppo(int argc, char **argv) {
     c.zero_stage = (int)zero_stage;
     lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
+    c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     cli_set_threads(threads);
     if (ppo_run(&c) != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);

@@ -74,7 +74,7 @@ int cmd_rm(int argc, char **argv) {
     Model model;
     ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    lora_cli_apply(&c.lora, &model, true, c.seed, c.quiet);
+    lora_cli_apply(&c.lora_cli, &c.lora, &model, true, c.seed, c.quiet);
     model.recompute = c.gradient_checkpointing;
     TrainTask train_task = rm_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

@@ -27,6 +27,7 @@ int cmd_serve(int argc, char **argv) {
     char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
     long request_timeout_s = 600;
+    char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"host", NULL, OPT_STRING, &host, "address to listen on", false, false},
@@ -37,6 +38,8 @@ int cmd_serve(int argc, char **argv) {
         {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -54,7 +57,7 @@ int cmd_serve(int argc, char **argv) {
     cli_set_threads(threads);
 
     TextModel tm;
-    text_model_load(&tm, model_path, device, chat_template, chat_template != NULL);
+    text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat_template != NULL);
     char *name = model_name ? xstrdup(model_name) : default_model_name(model_path);
     if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
 

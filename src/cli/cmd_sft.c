@@ -56,7 +56,7 @@ int cmd_sft(int argc, char **argv) {
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    lora_cli_apply(&c.lora, &model, false, c.seed, c.quiet);
+    lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
     model.recompute = c.gradient_checkpointing;
     TrainTask train_task = sft_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

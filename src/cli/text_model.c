@@ -3,19 +3,21 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 
 // End-of-turn tokens of the chat formats marlhf knows; generation stops on any of them
 // that the vocabulary has as a special token, as well as on EOS.
 static const char *end_of_turn_pieces[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"};
 
-void text_model_load(TextModel *tm, const char *path, const char *device, const char *chat_template_option,
-                     bool needs_chat) {
+void text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
+                     const char *chat_template_option, bool needs_chat) {
     memset(tm, 0, sizeof *tm);
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&tm->model, path, ops, &load) != 0) die_from_err();
+    if (lora_adapter && model_load_lora_adapter(&tm->model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
     if (tokenizer_load(&tm->tokenizer, path) != 0) die_from_err();
     if (tokenizer_vocab_size(tm->tokenizer) > tm->model.config.vocab_size)
         die_user("tokenizer has %d tokens but the model only %d (%s)", tokenizer_vocab_size(tm->tokenizer),

@@ -16,11 +16,12 @@ typedef struct {
     int num_stop_tokens;
 } TextModel;
 
-// Loads model + tokenizer from `path` (folder or .gguf). chat_template_option: NULL to use
-// the model's own template (an unrecognised one is an error only when needs_chat), or a
-// family name / template file. Exits 2 with a one-line error on failure.
-void text_model_load(TextModel *tm, const char *path, const char *device, const char *chat_template_option,
-                     bool needs_chat);
+// Loads model + tokenizer from `path` (folder or .gguf), and the LoRA adapter saved in
+// `lora_adapter` on top when not NULL (model/lora.h). chat_template_option: NULL to use the
+// model's own template (an unrecognised one is an error only when needs_chat), or a family
+// name / template file. Exits 2 with a one-line error on failure.
+void text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
+                     const char *chat_template_option, bool needs_chat);
 void text_model_free(TextModel *tm);
 
 // The chat template applied to messages with the generation prompt, then tokenized

@@ -18,24 +18,39 @@ int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
         o[1] = (Option){"actor-lora-alpha", "actor_lora_alpha", OPT_FLOAT, &c->alpha, "actor adapters' alpha (0: the rank)", false, false};
         o[2] = (Option){"actor-lora-modules", "actor_lora_modules", OPT_STRING, &c->modules,
                         "actor modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
+        o[3] = (Option){"actor-lora-adapter", "actor_lora_path", OPT_STRING, &c->adapter,
+                        "start the actor's adapters from this saved adapter (a marlhf model folder or a PEFT adapter folder); "
+                        "the reference is then the base with this adapter", false, false};
     } else if (!strcmp(prefix, "critic-")) {
         o[0] = (Option){"critic-lora-rank", "critic_lora_dim", OPT_INT, &c->rank,
                         "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)", false, false};
         o[1] = (Option){"critic-lora-alpha", "critic_lora_alpha", OPT_FLOAT, &c->alpha, "critic adapters' alpha (0: the rank)", false, false};
         o[2] = (Option){"critic-lora-modules", "critic_lora_modules", OPT_STRING, &c->modules,
                         "critic modules with adapters (as --actor-lora-modules)", false, false};
+        o[3] = (Option){"critic-lora-adapter", "critic_lora_path", OPT_STRING, &c->adapter,
+                        "start the critic's adapters from this saved adapter", false, false};
     } else {
         o[0] = (Option){"lora-rank", "lora_dim lora_r", OPT_INT, &c->rank,
                         "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)", false, false};
         o[1] = (Option){"lora-alpha", "lora_alpha", OPT_FLOAT, &c->alpha, "adapters' alpha; their output is scaled by alpha / rank (0: the rank)", false, false};
         o[2] = (Option){"lora-modules", "lora_target_modules", OPT_STRING, &c->modules,
                         "modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
+        o[3] = (Option){"lora-adapter", "lora_path", OPT_STRING, &c->adapter,
+                        "start from this saved adapter (a marlhf model folder or a PEFT adapter folder), its rank, alpha and modules",
+                        false, false};
     }
-    return 3;
+    return 4;
 }
 
 void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     memset(lora, 0, sizeof *lora);
+    if (c->adapter) {
+        if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear"))
+            die_user("option --%slora-adapter takes the adapter's own rank, alpha and modules: drop --%slora-rank, "
+                     "--%slora-alpha and --%slora-modules", prefix, prefix, prefix, prefix);
+        if (lora_read_adapter_config(c->adapter, lora) != 0) die_user("option --%slora-adapter: %s", prefix, err_msg());
+        return;
+    }
     if (c->rank < 0 || c->rank > 4096) die_user("option --%slora-rank must be in [0, 4096], got %ld", prefix, c->rank);
     if (c->alpha < 0) die_user("option --%slora-alpha must be >= 0, got %g", prefix, c->alpha);
     if (lora_parse_targets(c->modules, &lora->targets) != 0) die_user("option --%slora-modules: %s", prefix, err_msg());
@@ -44,9 +59,12 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 
-void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed, bool quiet) {
+void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bool train_value_head, long seed,
+                    bool quiet) {
     if (lora->rank == 0) return;
-    if (model_add_lora(model, lora, train_value_head, (uint64_t)seed) != 0) die_user("%s", err_msg());
+    int rc = cli->adapter ? model_load_lora_adapter(model, cli->adapter, train_value_head, (uint64_t)seed)
+                          : model_add_lora(model, lora, train_value_head, (uint64_t)seed);
+    if (rc != 0) die_user("%s", err_msg());
     if (!quiet) {
         char line[256];
         lora_describe(model, line, sizeof line);

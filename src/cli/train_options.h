@@ -12,15 +12,17 @@ typedef struct {
     long rank;     // 0: train every weight (the default)
     double alpha;  // <= 0: equal to the rank (scale 1, DeepSpeed-Chat's lora_scaling = 1)
     char *modules; // comma-separated PEFT module names, or all-linear
+    char *adapter; // start from this saved adapter (its own rank, alpha and modules)
 } LoraCli;
 
-// Adds the three options for `prefix` ("", "actor-" or "critic-") and returns how many.
+// Adds the four options for `prefix` ("", "actor-" or "critic-") and returns how many.
 int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);
-// Adds the adapters to a loaded model when lora->rank > 0 (exit 2 on a bad combination)
-// and says so on stderr unless quiet.
-void lora_cli_apply(const LoraConfig *lora, Model *model, bool train_value_head, long seed, bool quiet);
+// Adds the adapters to a loaded model when lora->rank > 0, fresh or read from --lora-adapter
+// (exit 2 on a bad combination), and says so on stderr unless quiet.
+void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bool train_value_head, long seed,
+                    bool quiet);
 
 typedef struct {
     TrainOptions train;

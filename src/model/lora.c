@@ -302,54 +302,117 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     return rc;
 }
 
-// Checks that adapter_config.json in `dir` describes this model's adapters.
-static int check_adapter_config(const Model *model, const char *dir) {
+// What adapter_config.json says.
+typedef struct {
+    LoraConfig lora;
+    bool value_head;         // modules_to_save holds "score"
+    bool has_fingerprint;    // written by marlhf: the base weights it belongs to
+    char fingerprint[32];
+} AdapterConfig;
+
+// The folder holding a model's adapter: MODEL_DIR/adapter, or MODEL_DIR itself (PEFT's).
+static char *adapter_dir(const char *model_dir) {
+    char *dir = fs_join(model_dir, LORA_ADAPTER_DIR);
+    if (fs_is_dir(dir)) return dir;
+    free(dir);
+    return xstrdup(model_dir);
+}
+
+static int read_adapter_config(const char *dir, AdapterConfig *out) {
+    memset(out, 0, sizeof *out);
     char *path = fs_join(dir, "adapter_config.json");
     json_error_t error;
-    json_t *config = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
-    int rc = 0;
+    json_t *config = fs_is_file(path) ? json_load_file(path, JSON_REJECT_DUPLICATES, &error) : NULL;
     if (!config) {
-        rc = err_set("%s:%d: %s", path, error.line, error.text);
+        int rc = fs_is_file(path) ? err_set("%s:%d: %s", path, error.line, error.text)
+                                  : err_set("no LoRA adapter in %s (adapter_config.json not found)", dir);
         free(path);
         return rc;
     }
     json_t *rank = json_object_get(config, "r"), *alpha = json_object_get(config, "lora_alpha");
-    json_t *modules = json_object_get(config, "target_modules");
+    json_t *modules = json_object_get(config, "target_modules"), *saved = json_object_get(config, "modules_to_save");
     json_t *fingerprint = json_object_get(config, "marlhf_base_fingerprint");
-    unsigned targets = 0;
+    int rc = 0;
+    if (!json_is_string(json_object_get(config, "peft_type")) ||
+        strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
+        rc = err_set("%s: not a LoRA adapter (\"peft_type\" is not \"LORA\")", path);
+    else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||
+             !json_is_number(alpha) || !(json_number_value(alpha) > 0))
+        rc = err_set("%s: needs \"r\" (1 to 4096) and a positive \"lora_alpha\"", path);
+    else if (json_is_true(json_object_get(config, "use_dora")) || json_is_true(json_object_get(config, "use_rslora")) ||
+             json_object_size(json_object_get(config, "rank_pattern")) || json_object_size(json_object_get(config, "alpha_pattern")))
+        rc = err_set("%s: DoRA, rsLoRA and per-module ranks are not supported", path);
+    else if (json_is_string(modules) && !strcmp(json_string_value(modules), "all-linear"))
+        out->lora.targets = (1u << LORA_TARGETS) - 1;
+    else if (!json_is_array(modules))
+        rc = err_set("%s: \"target_modules\" must be a list of module names (patterns are not supported)", path);
     size_t i;
     json_t *module;
-    if (json_is_array(modules))
+    if (rc == 0 && json_is_array(modules))
         json_array_foreach(modules, i, module) {
+            int found = -1;
             for (int t = 0; t < LORA_TARGETS; t++)
-                if (json_is_string(module) && !strcmp(json_string_value(module), target_names[t])) targets |= 1u << t;
+                if (json_is_string(module) && !strcmp(json_string_value(module), target_names[t])) found = t;
+            if (found < 0) {
+                rc = err_set("%s: target module %s is not one marlhf adapts (q_proj, k_proj, v_proj, o_proj, "
+                             "gate_proj, up_proj, down_proj)", path, json_is_string(module) ? json_string_value(module) : "?");
+                break;
+            }
+            out->lora.targets |= 1u << found;
         }
-    char want[32];
-    snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
-    if (!json_is_integer(rank) || !json_is_number(alpha) || !json_is_array(modules))
-        rc = err_set("%s: needs \"r\", \"lora_alpha\" and \"target_modules\"", path);
-    else if (json_integer_value(rank) != model->lora.rank || (float)json_number_value(alpha) != model->lora.alpha ||
-             targets != model->lora.targets)
-        rc = err_set("%s: adapter of rank %lld, alpha %g does not match this run's LoRA options (rank %d, alpha %g) "
-                     "or modules", path, (long long)json_integer_value(rank), json_number_value(alpha),
-                     model->lora.rank, model->lora.alpha);
-    else if (json_is_true(json_object_get(config, "use_dora")) || json_is_true(json_object_get(config, "use_rslora")))
-        rc = err_set("%s: DoRA and rsLoRA adapters are not supported", path);
-    // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
-    else if (fingerprint && (!json_is_string(fingerprint) || strcmp(json_string_value(fingerprint), want)))
-        rc = err_set("%s: the adapters were trained on other base weights than the model this run loaded", path);
+    if (rc == 0 && !out->lora.targets) rc = err_set("%s: \"target_modules\" is empty", path);
+    if (rc == 0) {
+        out->lora.rank = (int)json_integer_value(rank);
+        out->lora.alpha = (float)json_number_value(alpha);
+        if (json_is_array(saved))
+            json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
+        if (json_is_string(fingerprint)) {
+            out->has_fingerprint = true;
+            snprintf(out->fingerprint, sizeof out->fingerprint, "%s", json_string_value(fingerprint));
+        }
+    }
     json_decref(config);
     free(path);
     return rc;
 }
 
+// Checks that the adapter in `dir` fits this model's adapters and base weights.
+static int check_adapter_config(const Model *model, const char *dir) {
+    AdapterConfig config;
+    if (read_adapter_config(dir, &config) != 0) return -1;
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
+    if (config.lora.rank != model->lora.rank || config.lora.alpha != model->lora.alpha ||
+        config.lora.targets != model->lora.targets)
+        return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g does not match this run's LoRA options "
+                       "(rank %d, alpha %g) or modules", dir, config.lora.rank, config.lora.alpha, model->lora.rank,
+                       model->lora.alpha);
+    // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
+    if (config.has_fingerprint && strcmp(config.fingerprint, want))
+        return err_set("%s/adapter_config.json: the adapters were trained on other base weights than the model this "
+                       "run loaded", dir);
+    return 0;
+}
+
+int lora_read_adapter_config(const char *model_dir, LoraConfig *lora) {
+    char *dir = adapter_dir(model_dir);
+    AdapterConfig config;
+    int rc = read_adapter_config(dir, &config);
+    free(dir);
+    if (rc == 0) *lora = config.lora;
+    return rc;
+}
+
+int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed) {
+    LoraConfig lora;
+    if (lora_read_adapter_config(model_dir, &lora) != 0) return -1;
+    if (model_add_lora(model, &lora, train_value_head, seed) != 0) return -1;
+    return lora_read_adapter(model, model_dir);
+}
+
 int lora_read_adapter(Model *model, const char *model_dir) {
     CHECK(model->lora.rank > 0, "lora_read_adapter on a model without adapters");
-    char *dir = fs_join(model_dir, LORA_ADAPTER_DIR);
-    if (!fs_is_dir(dir)) { // a PEFT folder itself
-        free(dir);
-        dir = xstrdup(model_dir);
-    }
+    char *dir = adapter_dir(model_dir);
     if (check_adapter_config(model, dir) != 0) {
         free(dir);
         return -1;

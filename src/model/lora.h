@@ -67,3 +67,11 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
 // adapter's rank, alpha and modules match the model's and that it was trained on these
 // base weights. Returns -1 with err_set() naming the file otherwise.
 int lora_read_adapter(Model *model, const char *model_dir);
+// The rank, alpha and modules of the adapter saved in MODEL_DIR/adapter (or in MODEL_DIR,
+// a PEFT adapter folder). Returns -1 with err_set() naming the file when it is missing,
+// malformed, or uses what marlhf does not (DoRA, rsLoRA, per-module ranks, module patterns
+// or modules other than the seven).
+int lora_read_adapter_config(const char *model_dir, LoraConfig *lora);
+// model_add_lora with the adapter's own configuration, then lora_read_adapter: the saved
+// adapter on a loaded base model (--lora-adapter).
+int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed);

@@ -697,6 +697,12 @@ static void collect_stop_tokens(Ppo *p) {
     }
 }
 
+// Fresh adapters of `lora`, or the saved ones of `adapter`; nothing when lora->rank is 0.
+static int add_adapters(Model *model, const LoraConfig *lora, const char *adapter, bool value_head, uint64_t seed) {
+    if (lora->rank == 0) return 0;
+    return adapter ? model_load_lora_adapter(model, adapter, value_head, seed) : model_add_lora(model, lora, value_head, seed);
+}
+
 static int setup(Ppo *p) {
     const PpoConfig *c = &p->c;
     const OpsBackend *ops = ops_backend_by_name(c->device);
@@ -726,10 +732,15 @@ static int setup(Ppo *p) {
         tokenized_examples_free(&sft.eval);
     }
     if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0) != 0) return -1;
-    if (c->actor_lora.rank > 0 && model_add_lora(&p->actor, &c->actor_lora, false, c->seed) != 0) return -1;
-    p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path;
+    if (add_adapters(&p->actor, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
+    // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
+    // saved adapter is part of the starting policy, so the reference carries it too.
+    p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path && !c->actor_lora_adapter;
     if (!p->reference_is_actor_base &&
         load_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false, false, 0) != 0)
+        return -1;
+    if (!c->reference_path && c->actor_lora_adapter &&
+        model_load_lora_adapter(&p->reference, c->actor_lora_adapter, false, c->seed) != 0)
         return -1;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
     if (c->reward == REWARD_MODEL) {
@@ -744,12 +755,12 @@ static int setup(Ppo *p) {
     } else if (load_model(&p->critic, c->actor_path, ops, false, true, false, c->seed) != 0) {
         return -1;
     }
-    if (c->critic_lora.rank > 0 && model_add_lora(&p->critic, &c->critic_lora, true, c->seed + 1) != 0) return -1;
+    if (add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0) return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
     if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
     // The EMA starts as the actor: same base, same initial adapters.
-    if (c->ema && c->actor_lora.rank > 0 && model_add_lora(&p->ema, &c->actor_lora, false, c->seed) != 0) return -1;
+    if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     for (int i = 0; i < 2 && !c->quiet; i++) {
         const Model *model = i == 0 ? &p->actor : &p->critic;
         if (model->lora.rank == 0) continue;

@@ -38,6 +38,7 @@ typedef struct {
     const char *actor_path;     // the SFT model
     const char *reference_path; // default: actor_path (with actor LoRA: the actor's own base)
     LoraConfig actor_lora, critic_lora; // rank 0: train every weight
+    const char *actor_lora_adapter, *critic_lora_adapter; // start from these saved adapters (or NULL)
     const char *reward_path;    // the reward model (REWARD_MODEL)
     const char *critic_path;    // default: reward_path
     const char *prompts_path, *eval_prompts_path, *data_format, *data_split;

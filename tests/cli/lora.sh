@@ -51,6 +51,30 @@ full_state=$(file_size "$(ls -d "$tmp"/full/checkpoint-*/ | tail -n 1)optimizer.
     pass "sft_lora_optimizer_state_small ($lora_state vs $full_state bytes)" ||
     fail sft_lora_optimizer_state_small "$lora_state vs $full_state bytes"
 
+# --- a saved adapter applied to its base: --lora-adapter ------------------------------------
+"$bin" logprobs --model "$model" --lora-adapter "$final" --input "$tmp/ids.jsonl" > "$tmp/adapter.jsonl" 2> "$tmp/adapter.err"
+python3 - "$tmp/merged.jsonl" "$tmp/adapter.jsonl" << 'EOF' && pass logprobs_lora_adapter_equals_merged || fail logprobs_lora_adapter_equals_merged "$(cat "$tmp/adapter.err")"
+import json, sys
+a, b = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[1:])
+assert len(a) == len(b) == 4 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5, (a, b)
+EOF
+"$bin" generate --model "$model" --lora-adapter "$final" --input "$data/sft_eval.jsonl" --max-new-tokens 4 \
+    --temperature 0 --output "$tmp/generated.jsonl" 2> "$tmp/generate.err" && [ -s "$tmp/generated.jsonl" ] &&
+    pass generate_lora_adapter || fail generate_lora_adapter "$(tail -n 1 "$tmp/generate.err")"
+# PEFT's own adapter folder (tools/make_lora_fixtures.py) on the tiny Llama.
+"$bin" logprobs --model tests/fixtures/models/llama --lora-adapter tests/fixtures/models/llama/lora --input "$tmp/ids.jsonl" \
+    > /dev/null 2> "$tmp/peft.err" && pass logprobs_peft_adapter || fail logprobs_peft_adapter "$(cat "$tmp/peft.err")"
+expect_error lora_adapter_other_base "other base weights" "$bin" logprobs --model "$final" --lora-adapter "$final" --input "$tmp/ids.jsonl"
+expect_error lora_adapter_missing "no LoRA adapter in $tmp/nothere" "$bin" logprobs --model "$model" --lora-adapter "$tmp/nothere" --input "$tmp/ids.jsonl"
+expect_error lora_adapter_with_rank "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-adapter "$final" --lora-rank 4 --output "$tmp/x"
+# Training continues from the adapter: its first eval loss is the saved model's, not the base's.
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-adapter "$final" --max-steps 2 --output "$tmp/continued" 2> "$tmp/continued.err"
+continued=$(json_values "$tmp/continued/metrics.jsonl" eval/loss | cut -d' ' -f1)
+fresh=$(json_values "$tmp/sft/metrics.jsonl" eval/loss | cut -d' ' -f1)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) - 0.1 else 1)" "$continued" "$fresh" 2> /dev/null &&
+    pass "sft_continues_from_adapter (first eval loss $continued, fresh $fresh)" ||
+    fail sft_continues_from_adapter "$continued vs $fresh: $(tail -n 2 "$tmp/continued.err")"
+
 # --- exact resume ---------------------------------------------------------------------
 long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
@@ -87,10 +111,11 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" "$acc" 
     fail rm_lora_learns "accuracy '$acc' $(tail -n 2 "$tmp/rm.err")"
 
 # --- PPO: actor and critic adapters; the reference is the actor's frozen base -------------------
-ppo=(--actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
-     --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
-     --max-iterations 4 --actor-learning-rate 1e-2 --critic-learning-rate 1e-2 --warmup-ratio 0 --min-response-tokens 1
-     --quiet --threads 2 --actor-lora-rank 4 --critic-lora-rank 4 --termination-condition fixed --ngram 3)
+ppo_base=(--actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --eval-prompts "$data/sft_eval.jsonl"
+          --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 4 --max-new-tokens 10
+          --max-iterations 4 --actor-learning-rate 1e-2 --critic-learning-rate 1e-2 --warmup-ratio 0 --min-response-tokens 1
+          --quiet --threads 2 --termination-condition fixed --ngram 3)
+ppo=("${ppo_base[@]}" --actor-lora-rank 4 --critic-lora-rank 4)
 "$bin" ppo "${ppo[@]}" --output "$tmp/ppo" --enable-ema 2> "$tmp/ppo.err"
 rc=$?
 [ $rc -eq 0 ] && [ -f "$tmp/ppo/final/actor/adapter/adapter_model.safetensors" ] &&
@@ -109,6 +134,11 @@ interrupted_run "$tmp/ppo_killed" "$bin" ppo "${ppo[@]}" --max-iterations 24 --n
 cmp -s "$tmp/ppo_straight/final/actor/adapter/adapter_model.safetensors" "$tmp/ppo_killed/final/actor/adapter/adapter_model.safetensors" &&
     cmp -s "$tmp/ppo_straight/final/critic/adapter/adapter_model.safetensors" "$tmp/ppo_killed/final/critic/adapter/adapter_model.safetensors" &&
     pass ppo_lora_resume_bit_identical || fail ppo_lora_resume_bit_identical "$(tail -n 2 "$tmp/ppo_killed.err")"
+# Starting from a saved actor adapter: the reference carries it too, so the first KL is 0.
+"$bin" ppo "${ppo_base[@]}" --actor-lora-adapter "$final" --output "$tmp/ppo_from_adapter" 2> "$tmp/ppo_from_adapter.err"
+kl=$(json_values "$tmp/ppo_from_adapter/metrics.jsonl" train/kl)
+python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if len(v) == 4 and v[0] == 0 and v[-1] != 0 else 1)" "$kl" 2> /dev/null &&
+    pass "ppo_from_actor_adapter (KL $kl)" || fail ppo_from_actor_adapter "KL $kl: $(tail -n 2 "$tmp/ppo_from_adapter.err")"
 expect_error ppo_lora_resume_other_rank "--actor-lora-rank 4 --critic-lora-rank 4, this run has 2 and 4" \
     "$bin" ppo "${ppo[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/ppo_killed" --resume --actor-lora-rank 2
 
