@@ -13,6 +13,7 @@
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
 #include "model/lora.h"
+#include "model/tensor_map.h"
 
 bool path_is_gguf(const char *path) {
     if (!fs_is_file(path)) return false;
@@ -43,27 +44,6 @@ int model_read_config(ModelConfig *cfg, const char *path) {
     return rc;
 }
 
-// ---------------------------------------------------------------------------------------
-// Where each parameter comes from in a file, and how it is transformed on the way.
-
-typedef enum {
-    MAP_COPY,
-    MAP_TRANSPOSE,              // source [cols, rows] (GPT-2 Conv1D)
-    MAP_ROW_SLICE,              // rows [part*rows, (part+1)*rows) of the source (1-D: elements)
-    MAP_TRANSPOSED_COLUMN_SLICE, // GPT-2 c_attn: source [in, parts*out], take columns of `part`
-    MAP_UNPERMUTE_ROPE,         // llama.cpp's interleaved q/k row order back to HF's halves
-    MAP_MINUS_ONE,              // GGUF Gemma norms store 1 + w
-} MapKind;
-
-typedef struct {
-    char source[160];
-    MapKind kind;
-    int ndim;
-    long long shape[2]; // the source tensor's shape
-    int part, parts;
-    int heads;
-} TensorMap;
-
 typedef enum { FORMAT_HF, FORMAT_GGUF } FileFormat;
 
 typedef struct {
@@ -74,155 +54,10 @@ typedef struct {
     const char *gpt2_prefix; // "transformer." or "" for HF GPT-2 files
 } WeightSource;
 
-static void set_shape(TensorMap *map, long long rows, long long cols) {
-    map->ndim = cols > 0 ? 2 : 1;
-    map->shape[0] = rows;
-    map->shape[1] = cols;
-}
-
-// Fills `map` for entry `e`. `suffix` is the name after "model.layers.<l>." (or the whole
-// name for global tensors); `layer` is -1 for globals.
-static void map_hf_gpt2(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
-                        const char *prefix, TensorMap *map) {
-    const long long C = cfg->hidden_size;
-    char base[96];
-    snprintf(base, sizeof base, "%sh.%d.", prefix, layer);
-    struct {
-        const char *ours, *theirs;
-        MapKind kind;
-        int part;
-    } layer_names[] = {
-        {"input_layernorm.weight", "ln_1.weight", MAP_COPY, 0},
-        {"input_layernorm.bias", "ln_1.bias", MAP_COPY, 0},
-        {"self_attn.q_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 0},
-        {"self_attn.k_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 1},
-        {"self_attn.v_proj.weight", "attn.c_attn.weight", MAP_TRANSPOSED_COLUMN_SLICE, 2},
-        {"self_attn.q_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 0},
-        {"self_attn.k_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 1},
-        {"self_attn.v_proj.bias", "attn.c_attn.bias", MAP_ROW_SLICE, 2},
-        {"self_attn.o_proj.weight", "attn.c_proj.weight", MAP_TRANSPOSE, 0},
-        {"self_attn.o_proj.bias", "attn.c_proj.bias", MAP_COPY, 0},
-        {"post_attention_layernorm.weight", "ln_2.weight", MAP_COPY, 0},
-        {"post_attention_layernorm.bias", "ln_2.bias", MAP_COPY, 0},
-        {"mlp.up_proj.weight", "mlp.c_fc.weight", MAP_TRANSPOSE, 0},
-        {"mlp.up_proj.bias", "mlp.c_fc.bias", MAP_COPY, 0},
-        {"mlp.down_proj.weight", "mlp.c_proj.weight", MAP_TRANSPOSE, 0},
-        {"mlp.down_proj.bias", "mlp.c_proj.bias", MAP_COPY, 0},
-    };
-    struct {
-        const char *ours, *theirs;
-    } global_names[] = {
-        {"model.embed_tokens.weight", "wte.weight"},
-        {"model.embed_positions.weight", "wpe.weight"},
-        {"model.norm.weight", "ln_f.weight"},
-        {"model.norm.bias", "ln_f.bias"},
-    };
-    set_shape(map, e->shape[0], e->shape[1]);
-    map->kind = MAP_COPY;
-    if (layer < 0) {
-        snprintf(map->source, sizeof map->source, "%s", e->name);
-        for (size_t i = 0; i < sizeof global_names / sizeof global_names[0]; i++)
-            if (strcmp(e->name, global_names[i].ours) == 0)
-                snprintf(map->source, sizeof map->source, "%s%s", prefix, global_names[i].theirs);
-        return;
-    }
-    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
-        if (strcmp(suffix, layer_names[i].ours) != 0) continue;
-        snprintf(map->source, sizeof map->source, "%s%s", base, layer_names[i].theirs);
-        map->kind = layer_names[i].kind;
-        map->part = layer_names[i].part;
-        map->parts = 3;
-        if (map->kind == MAP_TRANSPOSE) set_shape(map, e->shape[1], e->shape[0]);
-        if (map->kind == MAP_TRANSPOSED_COLUMN_SLICE) set_shape(map, C, 3 * C);
-        if (map->kind == MAP_ROW_SLICE) set_shape(map, 3 * C, 0);
-        return;
-    }
-    CHECK(0, "no GPT-2 mapping for parameter %s", e->name);
-}
-
-static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
-                     TensorMap *map) {
-    const bool gemma = cfg->family == FAMILY_GEMMA;
-    // llama.cpp converts Llama and Mistral checkpoints with permuted q/k rows.
-    const bool permuted = cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_MISTRAL;
-    const bool fused_qkv = cfg->family == FAMILY_GPT2;
-    set_shape(map, e->shape[0], e->shape[1]);
-    map->kind = MAP_COPY;
-    if (layer < 0) {
-        const char *theirs = e->name;
-        if (!strcmp(e->name, "model.embed_tokens.weight")) theirs = "token_embd.weight";
-        else if (!strcmp(e->name, "model.embed_positions.weight")) theirs = "position_embd.weight";
-        else if (!strcmp(e->name, "model.norm.weight")) theirs = "output_norm.weight", map->kind = gemma ? MAP_MINUS_ONE : MAP_COPY;
-        else if (!strcmp(e->name, "model.norm.bias")) theirs = "output_norm.bias";
-        else if (!strcmp(e->name, "lm_head.weight")) theirs = "output.weight";
-        snprintf(map->source, sizeof map->source, "%s", theirs);
-        return;
-    }
-    struct {
-        const char *ours, *theirs;
-    } names[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"input_layernorm.bias", "attn_norm.bias"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.q_proj.bias", "attn_q.bias"},
-        {"self_attn.k_proj.bias", "attn_k.bias"},
-        {"self_attn.v_proj.bias", "attn_v.bias"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.o_proj.bias", "attn_output.bias"},
-        {"post_attention_layernorm.weight", "ffn_norm.weight"},
-        {"post_attention_layernorm.bias", "ffn_norm.bias"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.up_proj.bias", "ffn_up.bias"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
-        {"mlp.down_proj.bias", "ffn_down.bias"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(suffix, names[i].ours) != 0) continue;
-        const char *theirs = names[i].theirs;
-        bool is_q = !strcmp(suffix, "self_attn.q_proj.weight"), is_k = !strcmp(suffix, "self_attn.k_proj.weight");
-        bool is_qkv = !strncmp(suffix, "self_attn.q_proj", 16) || !strncmp(suffix, "self_attn.k_proj", 16) ||
-                      !strncmp(suffix, "self_attn.v_proj", 16);
-        if (fused_qkv && is_qkv) {
-            bool is_bias = strstr(suffix, ".bias") != NULL;
-            theirs = is_bias ? "attn_qkv.bias" : "attn_qkv.weight";
-            map->kind = MAP_ROW_SLICE;
-            map->parts = 3;
-            map->part = suffix[10] == 'q' ? 0 : suffix[10] == 'k' ? 1 : 2;
-            set_shape(map, 3 * e->shape[0], e->shape[1]);
-        } else if (permuted && (is_q || is_k)) {
-            map->kind = MAP_UNPERMUTE_ROPE;
-            map->heads = is_q ? cfg->num_heads : cfg->num_kv_heads;
-        } else if (gemma && strstr(suffix, "norm.weight")) {
-            map->kind = MAP_MINUS_ONE;
-        }
-        snprintf(map->source, sizeof map->source, "blk.%d.%s", layer, theirs);
-        return;
-    }
-    CHECK(0, "no GGUF mapping for parameter %s", e->name);
-}
-
 static void map_entry(const WeightSource *src, const ModelConfig *cfg, const ParamEntry *e,
                       TensorMap *map) {
-    memset(map, 0, sizeof *map);
-    int layer = -1;
-    const char *suffix = e->name;
-    if (e->layer >= 0) {
-        layer = e->layer;
-        // "model.layers.<l>.<suffix>"
-        suffix = strchr(e->name + strlen("model.layers."), '.') + 1;
-    }
-    if (src->format == FORMAT_GGUF) {
-        map_gguf(cfg, e, layer, suffix, map);
-    } else if (cfg->family == FAMILY_GPT2) {
-        map_hf_gpt2(cfg, e, layer, suffix, src->gpt2_prefix, map);
-    } else {
-        snprintf(map->source, sizeof map->source, "%s", e->name);
-        map->kind = MAP_COPY;
-        set_shape(map, e->shape[0], e->shape[1]);
-    }
+    if (src->format == FORMAT_GGUF) tensor_map_gguf(cfg, e, map);
+    else tensor_map_hf(cfg, e, src->gpt2_prefix, map);
 }
 
 // Reads source tensor `name` of the given shape (in the file's own layout) as f32.
@@ -245,45 +80,6 @@ static int source_read(WeightSource *src, const TensorMap *map, float *dst) {
                        map->shape[0], src->path);
     }
     return gguf_tensor_to_f32(&src->gguf, t, dst);
-}
-
-static void apply_map(const TensorMap *map, const ParamEntry *e, const float *in, float *out) {
-    const long rows = e->shape[0], cols = e->ndim == 2 ? e->shape[1] : 1;
-    switch (map->kind) {
-    case MAP_COPY:
-        memcpy(out, in, (size_t)e->numel * sizeof(float));
-        break;
-    case MAP_MINUS_ONE:
-        for (long i = 0; i < e->numel; i++) out[i] = in[i] - 1.0f;
-        break;
-    case MAP_TRANSPOSE: // in is [cols, rows]
-        for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * rows + r];
-        break;
-    case MAP_ROW_SLICE:
-        memcpy(out, in + (long)map->part * e->numel, (size_t)e->numel * sizeof(float));
-        break;
-    case MAP_TRANSPOSED_COLUMN_SLICE: { // in is [cols (in features), parts*rows]
-        long in_cols = (long)map->parts * rows;
-        for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * in_cols + (long)map->part * rows + r];
-        break;
-    }
-    case MAP_UNPERMUTE_ROPE: {
-        // llama.cpp row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i.
-        long head_dim = rows / map->heads, half = head_dim / 2;
-        for (long h = 0; h < map->heads; h++)
-            for (long i = 0; i < half; i++)
-                for (long s = 0; s < 2; s++)
-                    memcpy(out + (h * head_dim + s * half + i) * cols, in + (h * head_dim + 2 * i + s) * cols,
-                           (size_t)cols * sizeof(float));
-        break;
-    }
-    }
-}
-
-static long long source_numel(const TensorMap *map) {
-    return map->ndim == 2 ? map->shape[0] * map->shape[1] : map->shape[0];
 }
 
 static void init_value_head(float *weight, int C, uint64_t seed) {
@@ -343,7 +139,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             rc = err_set("untied model has no tensor 'lm_head.weight' (%s)", path);
             break;
         }
-        long long n = source_numel(&map);
+        long long n = tensor_map_numel(&map);
         if (map.kind == MAP_COPY && n == e->numel) {
             rc = source_read(&src, &map, dst);
             continue;
@@ -354,7 +150,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             staging_size = n;
         }
         rc = source_read(&src, &map, staging);
-        if (rc == 0) apply_map(&map, e, staging, dst);
+        if (rc == 0) tensor_map_load(&map, e, staging, dst);
     }
     free(staging);
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
@@ -382,16 +178,16 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
         if (!strcmp(e->name, "score.weight")) {
             memset(&map, 0, sizeof map);
             snprintf(map.source, sizeof map.source, "value_head.weight");
-            set_shape(&map, 1, cfg->hidden_size);
+            tensor_map_set_shape(&map, 1, cfg->hidden_size);
         } else {
             map_entry(&src, cfg, e, &map);
         }
         char prefixed[sizeof map.source];
         snprintf(prefixed, sizeof prefixed, "%s%s", name_prefix, map.source);
         memcpy(map.source, prefixed, sizeof prefixed);
-        staging = xrealloc(staging, (size_t)source_numel(&map) * sizeof(float));
+        staging = xrealloc(staging, (size_t)tensor_map_numel(&map) * sizeof(float));
         rc = source_read(&src, &map, staging);
-        if (rc == 0) apply_map(&map, e, staging, dst + e->offset);
+        if (rc == 0) tensor_map_load(&map, e, staging, dst + e->offset);
     }
     free(staging);
     safetensors_close(src.safetensors);
