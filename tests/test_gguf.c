@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
+#include "io/gguf_write.h"
 #include "model/config_gguf.h"
 #include "test.h"
 
@@ -267,6 +268,106 @@ static void test_f16_conversion(void) {
     }
     EXPECT(bad == 0, "%d half values convert wrongly", bad);
     EXPECT(gguf_bf16_to_f32(0x3f80) == 1.0f && gguf_bf16_to_f32(0xc000) == -2.0f, "bf16");
+}
+
+// f32 -> f16 rounds to nearest even, as the compiler's own conversion: every half comes
+// back as itself, and random floats over the whole range (subnormal halves, overflow) agree.
+static void test_f16_from_f32(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; // NaN
+        if (gguf_f32_to_f16(gguf_f16_to_f32((uint16_t)h)) != h) bad++;
+    }
+    EXPECT(bad == 0, "%d halves do not round-trip", bad);
+    uint64_t state = 12345;
+    bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t bits = (uint32_t)(state >> 32);
+        // Exponents around the half's range: biased 100..145 (2^-27 .. 2^18).
+        bits = (bits & 0x807fffff) | ((100u + (bits >> 23) % 46) << 23);
+        float x;
+        memcpy(&x, &bits, 4);
+        _Float16 want = (_Float16)x;
+        uint16_t want_bits;
+        memcpy(&want_bits, &want, 2);
+        if (gguf_f32_to_f16(x) != want_bits) bad++;
+    }
+    EXPECT(bad == 0, "%d of 2000000 floats round differently from the compiler", bad);
+    EXPECT(gguf_f32_to_f16(1e6f) == 0x7c00 && gguf_f32_to_f16(-1e6f) == 0xfc00, "overflow to infinity");
+    EXPECT(gguf_f32_to_f16(65504.0f) == 0x7bff && gguf_f32_to_f16(1e-9f) == 0, "largest half, underflow");
+}
+
+// The writer's file reads back: every key type, and F32, F16, Q8_0 tensors.
+static void test_writer_roundtrip(void) {
+    char *path = tmp_path("written.gguf");
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_add_string(w, "general.architecture", "llama");
+    gguf_writer_add_u32(w, "test.u32", 4000000000u);
+    gguf_writer_add_f32(w, "test.f32", 0.15625f);
+    gguf_writer_add_bool(w, "test.bool", true);
+    const char *strings[] = {"a", "", "h\xc3\xa9llo"};
+    gguf_writer_add_string_array(w, "test.strings", strings, NULL, 3);
+    const int32_t ints[] = {-1, 0, 7};
+    gguf_writer_add_i32_array(w, "test.ints", ints, 3);
+    const float floats[] = {0.5f, -2.0f};
+    gguf_writer_add_f32_array(w, "test.floats", floats, 2);
+    float values[3 * 64];
+    for (int i = 0; i < 3 * 64; i++) values[i] = sinf((float)i) * (1.0f + (float)i / 50.0f);
+    const int64_t ne_vector[1] = {5}, ne_matrix[2] = {64, 3};
+    gguf_writer_add_tensor(w, "vector", GGML_TYPE_F32, 1, ne_vector, values);
+    gguf_writer_add_tensor(w, "half", GGML_TYPE_F16, 2, ne_matrix, values);
+    gguf_writer_add_tensor(w, "q8", GGML_TYPE_Q8_0, 2, ne_matrix, values);
+    EXPECT(gguf_writer_write(w, path) == 0, "write: %s", err_msg());
+    gguf_writer_free(w);
+
+    GgufFile f;
+    OPEN_OR_RETURN(f, path);
+    uint32_t u32;
+    float f32;
+    bool b;
+    char *s;
+    const GgufValue *v;
+    EXPECT(gguf_get_string(&f, "general.architecture", &s) == 0 && !strcmp(s, "llama"), "string");
+    free(s);
+    EXPECT(gguf_get_u32(&f, "test.u32", &u32) == 0 && u32 == 4000000000u, "u32");
+    EXPECT(gguf_get_f32(&f, "test.f32", &f32) == 0 && f32 == 0.15625f, "f32");
+    EXPECT(gguf_get_bool(&f, "test.bool", &b) == 0 && b, "bool");
+    EXPECT(gguf_get_string_array(&f, "test.strings", &v) == 0 && gguf_array_count(v) == 3 &&
+               gguf_array_string(v, 2).len == 6 && !memcmp(gguf_array_string(v, 2).ptr, strings[2], 6) &&
+               gguf_array_string(v, 1).len == 0,
+           "string array");
+    EXPECT(gguf_get_int_array(&f, "test.ints", &v) == 0 && gguf_array_int(v, 0) == -1 && gguf_array_int(v, 2) == 7,
+           "int array");
+    EXPECT(gguf_get_float_array(&f, "test.floats", &v) == 0 && gguf_array_float(v, 1) == -2.0, "float array");
+    float got[3 * 64];
+    const GgufTensor *t = gguf_find_tensor(&f, "vector");
+    EXPECT(t && t->type == GGML_TYPE_F32 && t->n_elements == 5 && gguf_tensor_to_f32(&f, t, got) == 0 &&
+               !memcmp(got, values, 5 * 4),
+           "f32 tensor");
+    t = gguf_find_tensor(&f, "half");
+    EXPECT(t && t->type == GGML_TYPE_F16 && t->ne[0] == 64 && t->ne[1] == 3 && gguf_tensor_to_f32(&f, t, got) == 0,
+           "f16 tensor");
+    for (int i = 0; t && i < 3 * 64; i++)
+        EXPECT(got[i] == gguf_f16_to_f32(gguf_f32_to_f16(values[i])), "f16 value %d", i);
+    t = gguf_find_tensor(&f, "q8");
+    EXPECT(t && t->type == GGML_TYPE_Q8_0 && gguf_tensor_to_f32(&f, t, got) == 0, "q8_0 tensor");
+    for (int row = 0; t && row < 6; row++) { // blocks of 32: error at most half a step of max/127
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(values[row * 32 + i]));
+        for (int i = 0; i < 32; i++)
+            EXPECT(fabsf(got[row * 32 + i] - values[row * 32 + i]) <= 0.5f * amax / 127.0f * 1.01f + 1e-6f,
+                   "q8_0 value %d", row * 32 + i);
+    }
+    EXPECT((size_t)f.data_offset % 32 == 0, "data section aligned");
+    gguf_close(&f);
+    unlink(path);
+    free(path);
+
+    w = gguf_writer_new();
+    EXPECT(gguf_writer_write(w, "/nonexistent-dir/x.gguf") != 0 && strstr(err_msg(), "/nonexistent-dir/x.gguf"),
+           "an unwritable path is an error naming it: %s", err_msg());
+    gguf_writer_free(w);
 }
 
 // --- Metadata -------------------------------------------------------------------------
@@ -772,6 +873,8 @@ int main(void) {
     RUN(test_tensor_infos);
     RUN(test_dequant_rows);
     RUN(test_f16_conversion);
+    RUN(test_f16_from_f32);
+    RUN(test_writer_roundtrip);
     RUN(test_metadata_roundtrip);
     RUN(test_config_from_gguf);
     RUN(test_config_variants);

@@ -26,6 +26,7 @@
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "test.h"
+#include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
@@ -488,6 +489,13 @@ static Model lora_model(const Fixture *f, int rank, float alpha) {
     return model;
 }
 
+// The PEFT adapter fixture on the tiny Llama (B non-zero, so merging changes weights).
+static Model lora_model_for_export(const Fixture *f) {
+    Model model = lora_model(f, 4, 8.0f);
+    CHECK(lora_read_adapter(&model, "tests/fixtures/models/llama/lora") == 0, "%s", err_msg());
+    return model;
+}
+
 // PEFT's adapters on the tiny models: logits, loss and every adapter gradient.
 static void test_lora_against_peft(void) {
     for (size_t k = 0; k < sizeof lora_fixture_names / sizeof lora_fixture_names[0]; k++) {
@@ -679,6 +687,101 @@ static void test_lora_options(void) {
     fixture_close(&f);
 }
 
+// model_write_gguf then model_load: F32 gives the same weights bit for bit (Gemma's norms
+// within an ulp of 1) and F16 / Q8_0 within their rounding, for every family (GPT-2's fused qkv, Llama's permuted q/k rows,
+// Gemma's 1 + w norms); a LoRA model is written merged.
+static void test_gguf_export_round_trip(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    const GgmlType types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        for (int t = 0; t < 3; t++) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/export-%s-%d.gguf", tmp, fixture_names[k], t);
+            EXPECT(model_write_gguf(&model, NULL, path, types[t]) == 0, "%s: %s", fixture_names[k], err_msg());
+            Model back;
+            ModelLoadOptions options = {.with_lm_head = true};
+            CHECK(model_load(&back, path, &ops_cpu, &options) == 0, "%s", err_msg());
+            EXPECT(back.table.total == model.table.total, "%s: layout", fixture_names[k]);
+            for (int i = 0; i < model.table.count && back.table.total == model.table.total; i++) {
+                const ParamEntry *e = &model.table.entries[i];
+                double scale = 0;
+                for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(model.params[e->offset + j]));
+                // F16: 2^-11 relative; Q8_0: half a step of a block's max / 127.
+                double tolerance = t == 0 ? 0 : t == 1 ? scale / 2048 : 0.005 * scale;
+                // Vectors stay F32; Gemma's norms go through 1 + w and back (an ulp of 1).
+                if (e->ndim == 1) tolerance = strstr(e->name, "norm") && model.config.family == FAMILY_GEMMA ? 1.2e-7 : 0;
+                double d = test_max_abs_diff(back.params + e->offset, model.params + e->offset, e->numel);
+                EXPECT(d <= tolerance, "%s type %d: %s differs by %.3g (tolerance %.3g)", fixture_names[k], t, e->name, d,
+                       tolerance);
+            }
+            model_free(&back);
+            remove(path);
+        }
+        model_free(&model);
+        fixture_close(&f);
+    }
+    // LoRA: the merged weights, as model_save_hf writes them.
+    Fixture f;
+    fixture_open(&f, "llama");
+    Model model = lora_model_for_export(&f);
+    char gguf[512], hf[512];
+    snprintf(gguf, sizeof gguf, "%s/export-lora.gguf", tmp);
+    snprintf(hf, sizeof hf, "%s/export-lora-hf", tmp);
+    EXPECT(model_write_gguf(&model, NULL, gguf, GGML_TYPE_F32) == 0 && model_save_hf(&model, hf, NULL) == 0, "%s",
+           err_msg());
+    Model from_gguf, from_hf;
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(&from_gguf, gguf, &ops_cpu, &options) == 0 && model_load(&from_hf, hf, &ops_cpu, &options) == 0,
+          "%s", err_msg());
+    EXPECT(from_gguf.table.total == from_hf.table.total &&
+               !memcmp(from_gguf.params, from_hf.params, (size_t)from_hf.table.total * sizeof(float)),
+           "a LoRA model's GGUF holds the merged weights");
+    model_free(&model), model_free(&from_gguf), model_free(&from_hf);
+    fixture_close(&f);
+}
+
+// The tokenizer written into a GGUF file and read back (tokenizer/load_gguf.c) encodes and
+// decodes as the tokenizer.json it came from.
+static void test_gguf_export_tokenizer(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    const char *dir = "tests/fixtures/models/tiny_chat";
+    Model model;
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(&model, dir, &ops_cpu, &options) == 0, "%s", err_msg());
+    Tokenizer *hf, *gguf;
+    CHECK(tokenizer_load(&hf, dir) == 0, "%s", err_msg());
+    char path[512];
+    snprintf(path, sizeof path, "%s/export-tiny-chat.gguf", tmp);
+    EXPECT(model_write_gguf(&model, hf, path, GGML_TYPE_F16) == 0, "%s", err_msg());
+    CHECK(tokenizer_load(&gguf, path) == 0, "%s", err_msg());
+    const char *texts[] = {"Hello, world! It's 2026.", "  spaces\tand\nlines 12345 <|im_start|>user",
+                           "\xc3\x89milie's caf\xc3\xa9", ""};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        for (int special = 0; special < 2; special++) {
+            int *a, *b, na, nb;
+            CHECK(tokenizer_encode(hf, texts[i], strlen(texts[i]), special, &a, &na) == 0, "%s", err_msg());
+            CHECK(tokenizer_encode(gguf, texts[i], strlen(texts[i]), special, &b, &nb) == 0, "%s", err_msg());
+            EXPECT(na == nb && !memcmp(a, b, (size_t)na * sizeof(int)), "text %zu (special %d): ids differ", i, special);
+            char *da = tokenizer_decode(hf, a, na, false), *db = tokenizer_decode(gguf, b, nb, false);
+            EXPECT(!strcmp(da, db), "text %zu: decoded '%s' vs '%s'", i, da, db);
+            free(a), free(b), free(da), free(db);
+        }
+    }
+    EXPECT(tokenizer_bos_id(gguf) == tokenizer_bos_id(hf) && tokenizer_eos_id(gguf) == tokenizer_eos_id(hf) &&
+               tokenizer_adds_bos(gguf) == tokenizer_adds_bos(hf),
+           "special ids and BOS rule");
+    EXPECT((tokenizer_chat_template(gguf) == NULL) == (tokenizer_chat_template(hf) == NULL) &&
+               (!tokenizer_chat_template(hf) || !strcmp(tokenizer_chat_template(gguf), tokenizer_chat_template(hf))),
+           "chat template");
+    tokenizer_free(hf), tokenizer_free(gguf);
+    model_free(&model);
+    remove(path);
+}
+
 int main(void) {
     RUN(test_param_table);
     RUN(test_logits_loss_and_gradients);
@@ -690,6 +793,8 @@ int main(void) {
     RUN(test_head_on_target_slots_only);
     RUN(test_save_load_round_trip);
     RUN(test_gguf_model_matches_hf);
+    RUN(test_gguf_export_round_trip);
+    RUN(test_gguf_export_tokenizer);
     RUN(test_lora_options);
     RUN(test_lora_against_peft);
     RUN(test_lora_frozen_base_and_merge);

@@ -1,4 +1,5 @@
-// marlhf convert IN OUT: a GGUF file or Hugging Face folder in, a Hugging Face folder out.
+// marlhf convert IN OUT: a GGUF file or Hugging Face folder in; a Hugging Face folder out,
+// or, when OUT ends in .gguf, one GGUF file for llama.cpp (--outtype f32|f16|q8_0).
 #include <string.h>
 #include <unistd.h>
 
@@ -22,13 +23,16 @@ static bool gguf_has_tokenizer(const char *path) {
 int cmd_convert(int argc, char **argv) {
     long threads = 0;
     bool overwrite = false;
+    char *outtype = "f16";
     Option options[] = {
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         {"overwrite", NULL, OPT_BOOL, &overwrite, "replace OUT if it exists", false, false},
+        {"outtype", NULL, OPT_STRING, &outtype,
+         "GGUF output: f32, f16 or q8_0 for the matrices (vectors stay f32), as llama.cpp's converter", false, false},
     };
     const char *positional[2] = {0};
-    OptionSet set = {"convert", "Convert a GGUF file or Hugging Face folder into a Hugging Face folder.",
-                     "marlhf convert IN OUT", options, sizeof options / sizeof options[0],
+    OptionSet set = {"convert", "Convert a GGUF file or Hugging Face folder into a Hugging Face folder, or into a GGUF file.",
+                     "marlhf convert IN OUT_FOLDER | OUT.gguf [--outtype f16]", options, sizeof options / sizeof options[0],
                      positional, 2, 0};
     options_parse(&set, argc, argv);
     if (set.num_positional != 2) die_user("convert needs IN and OUT (marlhf convert --help)");
@@ -36,9 +40,25 @@ int cmd_convert(int argc, char **argv) {
     const char *in = positional[0], *out = positional[1];
     if (fs_exists(out) && !overwrite)
         die_user("output already exists; pass --overwrite to replace it (%s)", out);
+    const size_t out_len = strlen(out);
+    const bool to_gguf = out_len > 5 && !strcmp(out + out_len - 5, ".gguf");
+    GgmlType type = GGML_TYPE_F16;
+    if (!strcmp(outtype, "f32")) type = GGML_TYPE_F32;
+    else if (!strcmp(outtype, "q8_0")) type = GGML_TYPE_Q8_0;
+    else if (strcmp(outtype, "f16")) die_user("option --outtype must be f32, f16 or q8_0, got '%s'", outtype);
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(&model, in, &ops_cpu, &load) != 0) die_from_err();
+    if (to_gguf) {
+        Tokenizer *tok;
+        if (tokenizer_load(&tok, in) != 0) die_from_err();
+        if (model_write_gguf(&model, tok, out, type) != 0) die_from_err();
+        fprintf(stderr, "wrote %s (%s, %ld parameters, %s)\n", out, model.config.model_type, model_num_params(&model),
+                outtype);
+        tokenizer_free(tok);
+        model_free(&model);
+        return 0;
+    }
     const char *tokenizer_source = fs_is_dir(in) ? in : NULL;
     // A GGUF keeps its tokenizer in metadata: write it as tokenizer.json + tokenizer_config.json
     // into a staging folder that model_save_hf copies from, so the tokenizer files are part of

@@ -9,6 +9,7 @@
 #include "io/fs.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
+#include "io/gguf_write.h"
 #include "io/safetensors.h"
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
@@ -378,5 +379,94 @@ int model_save_hf(const Model *model, const char *dir, const char *tokenizer_sou
     }
     if (rc == 0) return fs_atomic_dir_commit(&out);
     fs_atomic_dir_abort(&out);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// GGUF export
+
+// llama.cpp's architecture name; Mistral checkpoints are converted as "llama".
+static const char *gguf_architecture(ModelFamily family) {
+    return family == FAMILY_MISTRAL ? "llama" : config_family_name(family);
+}
+
+static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const char *arch, GgmlType type) {
+    char key[128];
+#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    gguf_writer_add_string(w, "general.architecture", arch);
+    gguf_writer_add_string(w, "general.name", "marlhf export");
+    // llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0.
+    gguf_writer_add_u32(w, "general.file_type", type == GGML_TYPE_F32 ? 0 : type == GGML_TYPE_F16 ? 1 : 7);
+    gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
+    gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);
+    gguf_writer_add_u32(w, ARCH_KEY("embedding_length"), (uint32_t)cfg->hidden_size);
+    gguf_writer_add_u32(w, ARCH_KEY("block_count"), (uint32_t)cfg->num_layers);
+    gguf_writer_add_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)cfg->intermediate_size);
+    gguf_writer_add_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)cfg->num_heads);
+    gguf_writer_add_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)cfg->num_kv_heads);
+    gguf_writer_add_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)cfg->head_dim);
+    gguf_writer_add_u32(w, ARCH_KEY("attention.value_length"), (uint32_t)cfg->head_dim);
+    if (cfg->norm == NORM_LAYERNORM) {
+        gguf_writer_add_f32(w, ARCH_KEY("attention.layer_norm_epsilon"), cfg->norm_eps);
+    } else {
+        gguf_writer_add_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), cfg->norm_eps);
+    }
+    if (cfg->positions == POSITIONS_ROPE) {
+        gguf_writer_add_f32(w, ARCH_KEY("rope.freq_base"), cfg->rope_theta);
+        gguf_writer_add_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)cfg->head_dim);
+    }
+#undef ARCH_KEY
+}
+
+int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgmlType type) {
+    const ModelConfig *cfg = &model->config;
+    CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
+    float *params = xmalloc((size_t)model->table.total * sizeof(float));
+    model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+    lora_merge(model, params);
+    GgufWriter *w = gguf_writer_new();
+    add_architecture_keys(w, cfg, gguf_architecture(cfg->family), type);
+    int rc = tokenizer ? tokenizer_write_gguf(tokenizer, w, cfg->vocab_size) : 0;
+    // Table entries in order. A fused file tensor (GPT-2's attn_qkv weight and bias, whose
+    // parts the table interleaves) is gathered in a pending buffer and written at its last part.
+    struct {
+        char source[sizeof ((TensorMap *)0)->source];
+        float *values;
+    } pending[4] = {0};
+    for (int i = 0; rc == 0 && i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (strstr(e->name, ".lora_") || !strcmp(e->name, "score.weight")) continue;
+        TensorMap map;
+        tensor_map_gguf(cfg, e, &map);
+        const long long n = tensor_map_numel(&map);
+        float *values = NULL;
+        int slot = -1;
+        if (map.kind == MAP_ROW_SLICE) {
+            for (int k = 0; k < 4 && slot < 0; k++)
+                if (pending[k].values && !strcmp(pending[k].source, map.source)) slot = k;
+            for (int k = 0; k < 4 && slot < 0; k++)
+                if (!pending[k].values) {
+                    slot = k;
+                    snprintf(pending[k].source, sizeof pending[k].source, "%s", map.source);
+                    pending[k].values = xmalloc((size_t)n * sizeof(float));
+                }
+            CHECK(slot >= 0, "more than 4 fused GGUF tensors pending");
+            values = pending[slot].values;
+        } else {
+            values = xmalloc((size_t)n * sizeof(float));
+        }
+        tensor_map_store(&map, e, params + e->offset, values);
+        if (map.kind == MAP_ROW_SLICE && map.part + 1 < map.parts) continue;
+        int64_t ne[2] = {map.ndim == 2 ? map.shape[1] : map.shape[0], map.shape[0]};
+        GgmlType stored = map.ndim == 1 ? GGML_TYPE_F32 : type;
+        if (stored == GGML_TYPE_Q8_0 && ne[0] % 32) stored = GGML_TYPE_F16;
+        gguf_writer_add_tensor(w, map.source, stored, map.ndim, ne, values);
+        free(values);
+        if (slot >= 0) pending[slot].values = NULL;
+    }
+    for (int k = 0; k < 4; k++) free(pending[k].values);
+    if (rc == 0) rc = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    free(params);
     return rc;
 }

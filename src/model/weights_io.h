@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io/gguf.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     bool with_lm_head;       // keep the LM head (actor, reference, SFT)
@@ -51,6 +53,15 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 // atomically, the folder as a whole not): for checkpoints, which wrap several models in
 // one atomic folder.
 int model_write_hf_files(const Model *model, const char *dir);
+
+// Writes the model as one GGUF file for llama.cpp (its architecture names, tensor names and
+// layouts: Llama's permuted q/k rows, Gemma's 1 + w norms, GPT-2's fused qkv), with the
+// tokenizer's metadata when `tokenizer` is not NULL (tokenizer_write_gguf: byte-level BPE
+// only). Matrices are stored as `type` (F32, F16 or Q8_0; Q8_0 where a row is a multiple
+// of 32 values, else F16), vectors as F32, as llama.cpp's converter does. A LoRA model is
+// written with its adapters merged; a value head is left out. Atomic; returns 0 or -1
+// with err_set().
+int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgmlType type);
 
 // True if `path` names a GGUF file (by its magic bytes).
 bool path_is_gguf(const char *path);

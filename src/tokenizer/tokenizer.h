@@ -89,3 +89,8 @@ bool tokenizer_adds_bos(const Tokenizer *tok);
 // chat_template) into the existing folder `dir`, each atomically, such that Hugging Face
 // `tokenizers`/transformers loading the folder encode and decode as this tokenizer does.
 int tokenizer_write_hf(const Tokenizer *tok, const char *dir);
+// Adds the tokenizer to a GGUF file being written, as llama.cpp's tokenizer.ggml.* keys
+// with vocab_size tokens (rows no token uses are "[PAD<id>]"). Byte-level BPE tokenizers
+// only (tokenizer/write_gguf.c); returns -1 with err_set() for others.
+struct GgufWriter;
+int tokenizer_write_gguf(const Tokenizer *tok, struct GgufWriter *w, int vocab_size);

@@ -1,0 +1,76 @@
+"""Developer check: a GGUF file written by `marlhf convert SRC OUT.gguf` runs in llama.cpp
+(llama-cpp-python) with the log-probs marlhf computes on SRC, and llama.cpp's tokenizer
+gives marlhf's ids.
+
+    .venv-tools/bin/python tools/check_gguf_export.py [--marlhf build/marlhf] [--outtype f32] SRC...
+
+For each SRC (a Hugging Face folder or a GGUF file):
+  1. marlhf convert SRC OUT.gguf --outtype T
+  2. marlhf tokenize on a few texts, against llama.cpp's tokenize() of the GGUF;
+  3. marlhf logprobs on SRC, against llama.cpp's logits (logits_all) on the GGUF:
+     prints the largest |log-prob difference| and fails above --tolerance.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from llama_cpp import Llama
+
+TEXTS = ["Hello, world! It's 2026.", "  leading spaces and\ttabs\nnew lines 12345",
+         "Émilie's café — naïve résumé", "def f(x):\n    return x ** 2  # square"]
+
+
+def run(cmd, stdin=None):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, input=stdin).stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--marlhf", default="build/marlhf")
+    ap.add_argument("--outtype", default="f32")
+    ap.add_argument("--tolerance", type=float, default=1e-3)
+    ap.add_argument("sources", nargs="+")
+    args = ap.parse_args()
+    failed = False
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in args.sources:
+            out = os.path.join(tmp, os.path.basename(src.rstrip("/")) + ".gguf")
+            run([args.marlhf, "convert", src, out, "--outtype", args.outtype])
+            # f32 K/V cache: llama.cpp keeps it in f16 by default, ~1e-3 off over 30 layers.
+            llm = Llama(model_path=out, logits_all=True, n_ctx=256, verbose=False, n_threads=2, type_k=0, type_v=0)
+            texts = os.path.join(tmp, "texts.jsonl")
+            with open(texts, "w") as f:
+                for t in TEXTS:
+                    f.write(json.dumps({"text": t}) + "\n")
+            ours = [json.loads(line)["ids"] for line in run([args.marlhf, "tokenize", "--model", src, "--input", texts]).splitlines()]
+            theirs = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in TEXTS]
+            same_ids = ours == theirs
+            ids = ours[0] + ours[3]
+            ids_file = os.path.join(tmp, "ids.jsonl")
+            with open(ids_file, "w") as f:
+                f.write(json.dumps({"ids": ids}) + "\n")
+            logp = json.loads(run([args.marlhf, "logprobs", "--model", src, "--input", ids_file]).splitlines()[0])["logprobs"]
+            llm.reset()
+            llm.eval(ids)
+            logits = np.array(llm.scores[: len(ids)], dtype=np.float64)
+            logits -= logits.max(axis=1, keepdims=True)
+            lsm = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+            theirs_logp = [lsm[t, ids[t + 1]] for t in range(len(ids) - 1)]
+            diff = max(abs(a - b) for a, b in zip(logp, theirs_logp))
+            ok = same_ids and diff <= args.tolerance
+            failed |= not ok
+            print(f"{src} -> {args.outtype} GGUF: tokenizer ids {'identical' if same_ids else 'DIFFER'}, "
+                  f"max |log-prob diff| vs llama.cpp {diff:.2e} over {len(ids) - 1} tokens {'ok' if ok else 'FAIL'}")
+            if not same_ids:
+                for t, a, b in zip(TEXTS, ours, theirs):
+                    if a != b:
+                        print(f"  {t!r}: marlhf {a} llama.cpp {b}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
