@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# marlhf convert to GGUF (llama.cpp's format): the tiny chat model and its tokenizer come
+# back from the file as they went in (F32 bit for bit; F16 and Q8_0 close), the GGUF runs
+# every command, and bad options or tokenizers marlhf cannot write are one-line errors that
+# leave existing files alone. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_convert
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+failures=0
+. tests/cli_helpers.sh
+logprobs_line() { "$bin" logprobs --model "$1" --input "$tmp/ids.jsonl" 2> /dev/null | head -n 1; }
+echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
+want=$(logprobs_line "$model")
+
+"$bin" convert "$model" "$tmp/f32.gguf" --outtype f32 2> "$tmp/f32.err" &&
+    [ "$(logprobs_line "$tmp/f32.gguf")" = "$want" ] && pass convert_gguf_f32_same_logprobs ||
+    fail convert_gguf_f32_same_logprobs "$(tail -n 1 "$tmp/f32.err")"
+for type in f16 q8_0; do
+    "$bin" convert "$model" "$tmp/$type.gguf" --outtype "$type" 2> "$tmp/$type.err"
+    python3 - "$want" "$(logprobs_line "$tmp/$type.gguf")" << 'EOF' && pass "convert_gguf_${type}_close" || fail "convert_gguf_${type}_close" "$(tail -n 1 "$tmp/$type.err")"
+import json, sys
+a, b = (json.loads(x)["logprobs"] for x in sys.argv[1:])
+assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) < 0.02, (a, b)
+EOF
+done
+[ "$(stat -c %s "$tmp/q8_0.gguf")" -lt "$(stat -c %s "$tmp/f16.gguf")" ] &&
+    [ "$(stat -c %s "$tmp/f16.gguf")" -lt "$(stat -c %s "$tmp/f32.gguf")" ] && pass convert_gguf_sizes || fail convert_gguf_sizes "sizes"
+# The tokenizer travels in the file: the same ids for text, and generation runs on it.
+printf '{"text": "Hello, world! It is 2026."}\n{"text": "<|im_start|>user\\nhi"}\n' > "$tmp/texts.jsonl"
+[ "$("$bin" tokenize --model "$model" --input "$tmp/texts.jsonl")" = "$("$bin" tokenize --model "$tmp/f32.gguf" --input "$tmp/texts.jsonl")" ] &&
+    pass convert_gguf_same_token_ids || fail convert_gguf_same_token_ids "ids differ"
+"$bin" generate --model "$tmp/f16.gguf" --chat "hi" --max-new-tokens 4 --temperature 0 > /dev/null 2> "$tmp/generate.err" &&
+    pass convert_gguf_generates || fail convert_gguf_generates "$(tail -n 1 "$tmp/generate.err")"
+# GGUF back to a Hugging Face folder: the same weights again.
+"$bin" convert "$tmp/f32.gguf" "$tmp/back" 2> /dev/null && [ "$(logprobs_line "$tmp/back")" = "$want" ] &&
+    pass convert_gguf_back_to_hf || fail convert_gguf_back_to_hf "log-probs differ"
+
+expect_error convert_bad_outtype "--outtype" "$bin" convert "$model" "$tmp/x.gguf" --outtype q4_k
+echo keep > "$tmp/existing.gguf"
+expect_error convert_gguf_refuses_overwrite "--overwrite" "$bin" convert "$model" "$tmp/existing.gguf"
+[ "$(cat "$tmp/existing.gguf")" = keep ] && pass convert_gguf_kept_existing || fail convert_gguf_kept_existing "changed"
+# A sentencepiece-style tokenizer cannot be written as llama.cpp's "gpt2" model.
+mkdir -p "$tmp/spm_model"
+cp tests/fixtures/models/llama/config.json tests/fixtures/models/llama/model.safetensors "$tmp/spm_model/"
+cp tests/fixtures/tokenizers/spm_small/* "$tmp/spm_model/"
+expect_error convert_gguf_spm_tokenizer "byte-level BPE" "$bin" convert "$tmp/spm_model" "$tmp/spm.gguf"
+[ ! -e "$tmp/spm.gguf" ] && pass convert_gguf_failed_leaves_nothing || fail convert_gguf_failed_leaves_nothing "file written"
+
+[ $failures -eq 0 ]
