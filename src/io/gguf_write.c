@@ -15,6 +15,7 @@ typedef struct {
 } Bytes;
 
 static void bytes_append(Bytes *b, const void *data, size_t n) {
+    if (n == 0) return; // data may be NULL then (an empty buffer's)
     if (b->len + n > b->cap) {
         b->cap = b->cap ? 2 * b->cap : 4096;
         if (b->cap < b->len + n) b->cap = b->len + n;

@@ -203,6 +203,14 @@ ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 1 --output "$tmp/ppo_
 close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_zero1/metrics.jsonl" train/score)" 1e-5 &&
     close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero1/final/actor")" 1e-5 &&
     pass ppo_zero1_same_training || fail ppo_zero1_same_training "$(tail -n 2 "$tmp/ppo_zero1.err")"
+# LoRA on the actor (the reference is its base) and the critic, their moments sharded.
+"$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --output "$tmp/ppo_lora_one" 2> /dev/null
+ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 1 \
+    --output "$tmp/ppo_lora_two" 2> "$tmp/ppo_lora_two.err"
+close "$(json_values "$tmp/ppo_lora_one/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_lora_two/metrics.jsonl" train/score)" 1e-4 &&
+    close "$(json_values "$tmp/ppo_lora_one/metrics.jsonl" train/kl)" "$(json_values "$tmp/ppo_lora_two/metrics.jsonl" train/kl)" 1e-4 &&
+    close "$(logprobs_of "$tmp/ppo_lora_one/final/actor")" "$(logprobs_of "$tmp/ppo_lora_two/final/actor")" 1e-4 &&
+    pass ppo_lora_two_ranks_zero1_same_training || fail ppo_lora_two_ranks_zero1_same_training "$(tail -n 2 "$tmp/ppo_lora_two.err")"
 # Three ranks: a rollout of 8 rows does not divide evenly (3, 3, 2 rows).
 ranks 3 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_three" 2> "$tmp/ppo_three.err"
 close "$(json_values "$tmp/ppo_one/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_three/metrics.jsonl" train/score)" 1e-4 &&
