@@ -22,8 +22,10 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "io/gguf_dequant.h"
 #include "io/safetensors.h"
 #include "model/lora.h"
+#include "model/tensor_map.h"
 #include "model/weights_io.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
@@ -744,6 +746,59 @@ static void test_gguf_export_round_trip(void) {
     fixture_close(&f);
 }
 
+// A LoRA adapter written for llama.cpp's --lora: the keys llama.cpp reads, two tensors per
+// adapted layer named after the base tensor, A as is and B with the base's row order (q/k
+// rows permuted for Llama: read back through the same map, B comes out unchanged).
+// llama.cpp itself running the file: tools/check_gguf_export.py --lora-adapter.
+static void test_gguf_export_lora_adapter(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    Fixture f;
+    fixture_open(&f, "llama");
+    Model model = lora_model_for_export(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/export-adapter.gguf", tmp);
+    EXPECT(model_write_gguf_adapter(&model, path, GGML_TYPE_F32) == 0, "%s", err_msg());
+    GgufFile file;
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    char *type = NULL;
+    float alpha = 0;
+    EXPECT(gguf_get_string(&file, "general.type", &type) == 0 && !strcmp(type, "adapter") &&
+               gguf_get_f32(&file, "adapter.lora.alpha", &alpha) == 0 && alpha == 8.0f,
+           "adapter keys");
+    free(type);
+    EXPECT(file.n_tensors == 2 * 7 * 2, "%llu tensors", (unsigned long long)file.n_tensors);
+    const ParamEntry *b = param_table_find(&model.table, "model.layers.1.self_attn.k_proj.lora_B.weight");
+    const ParamEntry *a = param_table_find(&model.table, "model.layers.1.self_attn.k_proj.lora_A.weight");
+    const GgufTensor *tb = gguf_find_tensor(&file, "blk.1.attn_k.weight.lora_b");
+    const GgufTensor *ta = gguf_find_tensor(&file, "blk.1.attn_k.weight.lora_a");
+    EXPECT(ta && tb && ta->ne[0] == a->shape[1] && ta->ne[1] == 4 && tb->ne[0] == 4 && tb->ne[1] == b->shape[0],
+           "lora_a / lora_b shapes");
+    if (ta && tb) {
+        const long most = a->numel > b->numel ? a->numel : b->numel;
+        float *stored = xmalloc((size_t)most * sizeof(float)), *back = xmalloc((size_t)b->numel * sizeof(float));
+        CHECK(gguf_tensor_to_f32(&file, tb, stored) == 0, "%s", err_msg());
+        TensorMap map;
+        tensor_map_gguf(&model.config, param_table_find(&model.table, "model.layers.1.self_attn.k_proj.weight"), &map);
+        tensor_map_set_shape(&map, b->shape[0], b->shape[1]);
+        tensor_map_load(&map, b, stored, back);
+        EXPECT(map.kind == MAP_UNPERMUTE_ROPE && !memcmp(back, model.params + b->offset, (size_t)b->numel * sizeof(float)) &&
+                   memcmp(stored, model.params + b->offset, (size_t)b->numel * sizeof(float)),
+               "B's rows permuted as the base k_proj's");
+        CHECK(gguf_tensor_to_f32(&file, ta, stored) == 0, "%s", err_msg());
+        EXPECT(!memcmp(stored, model.params + a->offset, (size_t)a->numel * sizeof(float)), "A as is");
+        free(stored), free(back);
+    }
+    gguf_close(&file);
+    remove(path);
+    model_free(&model);
+    Model plain;
+    load_model(&plain, &f, false);
+    EXPECT(model_write_gguf_adapter(&plain, path, GGML_TYPE_F32) != 0 && strstr(err_msg(), "no LoRA adapter"),
+           "a model without adapters: %s", err_msg());
+    model_free(&plain);
+    fixture_close(&f);
+}
+
 // The tokenizer written into a GGUF file and read back (tokenizer/load_gguf.c) encodes and
 // decodes as the tokenizer.json it came from.
 static void test_gguf_export_tokenizer(void) {
@@ -795,6 +850,7 @@ int main(void) {
     RUN(test_gguf_model_matches_hf);
     RUN(test_gguf_export_round_trip);
     RUN(test_gguf_export_tokenizer);
+    RUN(test_gguf_export_lora_adapter);
     RUN(test_lora_options);
     RUN(test_lora_against_peft);
     RUN(test_lora_frozen_base_and_merge);

@@ -2,13 +2,17 @@
 (llama-cpp-python) with the log-probs marlhf computes on SRC, and llama.cpp's tokenizer
 gives marlhf's ids.
 
-    .venv-tools/bin/python tools/check_gguf_export.py [--marlhf build/marlhf] [--outtype f32] SRC...
+    .venv-tools/bin/python tools/check_gguf_export.py [--marlhf build/marlhf] [--outtype f32]
+        [--lora-adapter DIR] SRC...
 
 For each SRC (a Hugging Face folder or a GGUF file):
   1. marlhf convert SRC OUT.gguf --outtype T
   2. marlhf tokenize on a few texts, against llama.cpp's tokenize() of the GGUF;
   3. marlhf logprobs on SRC, against llama.cpp's logits (logits_all) on the GGUF:
      prints the largest |log-prob difference| and fails above --tolerance.
+With --lora-adapter DIR (a LoRA adapter trained on SRC) the adapter is also written alone
+(marlhf convert SRC A.gguf --lora-adapter DIR --adapter-only) and llama.cpp runs the base
+GGUF with it (lora_path), against marlhf logprobs --model SRC --lora-adapter DIR.
 
 With --outtype f32 the two agree to ~1e-5 (SmolLM2-135M). With f16 or q8_0 the tolerance
 must be loose: llama.cpp computes with the stored precision and, for quantized matrices,
@@ -38,6 +42,7 @@ def main():
     ap.add_argument("--marlhf", default="build/marlhf")
     ap.add_argument("--outtype", default="f32")
     ap.add_argument("--tolerance", type=float, default=1e-3)
+    ap.add_argument("--lora-adapter")
     ap.add_argument("sources", nargs="+")
     args = ap.parse_args()
     failed = False
@@ -45,8 +50,17 @@ def main():
         for src in args.sources:
             out = os.path.join(tmp, os.path.basename(src.rstrip("/")) + ".gguf")
             run([args.marlhf, "convert", src, out, "--outtype", args.outtype])
+            adapter = []
+            lora = {}
+            if args.lora_adapter:
+                lora_path = os.path.join(tmp, "adapter.gguf")
+                run([args.marlhf, "convert", src, lora_path, "--outtype", args.outtype, "--lora-adapter",
+                     args.lora_adapter, "--adapter-only"])
+                adapter = ["--lora-adapter", args.lora_adapter]
+                lora = {"lora_path": lora_path}
             # f32 K/V cache: llama.cpp keeps it in f16 by default, ~1e-3 off over 30 layers.
-            llm = Llama(model_path=out, logits_all=True, n_ctx=256, verbose=False, n_threads=2, type_k=0, type_v=0)
+            llm = Llama(model_path=out, logits_all=True, n_ctx=256, verbose=False, n_threads=2, type_k=0, type_v=0,
+                        **lora)
             texts = os.path.join(tmp, "texts.jsonl")
             with open(texts, "w") as f:
                 for t in TEXTS:
@@ -58,7 +72,8 @@ def main():
             ids_file = os.path.join(tmp, "ids.jsonl")
             with open(ids_file, "w") as f:
                 f.write(json.dumps({"ids": ids}) + "\n")
-            logp = json.loads(run([args.marlhf, "logprobs", "--model", src, "--input", ids_file]).splitlines()[0])["logprobs"]
+            logp = json.loads(run([args.marlhf, "logprobs", "--model", src, "--input", ids_file] + adapter)
+                              .splitlines()[0])["logprobs"]
             llm.reset()
             llm.eval(ids)
             logits = np.array(llm.scores[: len(ids)], dtype=np.float64)
@@ -68,7 +83,7 @@ def main():
             diff = max(abs(a - b) for a, b in zip(logp, theirs_logp))
             ok = same_ids and diff <= args.tolerance
             failed |= not ok
-            print(f"{src} -> {args.outtype} GGUF: tokenizer ids {'identical' if same_ids else 'DIFFER'}, "
+            print(f"{src}{' + LoRA adapter' if adapter else ''} -> {args.outtype} GGUF: tokenizer ids {'identical' if same_ids else 'DIFFER'}, "
                   f"max |log-prob diff| vs llama.cpp {diff:.2e} over {len(ids) - 1} tokens {'ok' if ok else 'FAIL'}")
             if not same_ids:
                 for t, a, b in zip(TEXTS, ours, theirs):

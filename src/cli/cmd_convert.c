@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "io/fs.h"
 #include "io/gguf.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,12 +24,17 @@ static bool gguf_has_tokenizer(const char *path) {
 int cmd_convert(int argc, char **argv) {
     long threads = 0;
     bool overwrite = false;
-    char *outtype = "f16";
+    char *outtype = "f16", *lora_adapter = NULL;
+    bool adapter_only = false;
     Option options[] = {
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         {"overwrite", NULL, OPT_BOOL, &overwrite, "replace OUT if it exists", false, false},
         {"outtype", NULL, OPT_STRING, &outtype,
          "GGUF output: f32, f16 or q8_0 for the matrices (vectors stay f32), as llama.cpp's converter", false, false},
+        {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
+         "a saved LoRA adapter on IN: written merged into OUT, or alone with --adapter-only", false, false},
+        {"adapter-only", "adapter_only", OPT_BOOL, &adapter_only,
+         "with --lora-adapter and OUT.gguf: write only the adapter, as a llama.cpp LoRA file (llama-cli --lora)", false, false},
     };
     const char *positional[2] = {0};
     OptionSet set = {"convert", "Convert a GGUF file or Hugging Face folder into a Hugging Face folder, or into a GGUF file.",
@@ -48,7 +54,16 @@ int cmd_convert(int argc, char **argv) {
     else if (strcmp(outtype, "f16")) die_user("option --outtype must be f32, f16 or q8_0, got '%s'", outtype);
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};
+    if (adapter_only && (!lora_adapter || !to_gguf))
+        die_user("option --adapter-only needs --lora-adapter DIR and an OUT ending in .gguf");
     if (model_load(&model, in, &ops_cpu, &load) != 0) die_from_err();
+    if (lora_adapter && model_load_lora_adapter(&model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
+    if (adapter_only) {
+        if (model_write_gguf_adapter(&model, out, type) != 0) die_from_err();
+        fprintf(stderr, "wrote %s (LoRA adapter of rank %d for %s, %s)\n", out, model.lora.rank, in, outtype);
+        model_free(&model);
+        return 0;
+    }
     if (to_gguf) {
         Tokenizer *tok;
         if (tokenizer_load(&tok, in) != 0) die_from_err();

@@ -470,3 +470,56 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     free(params);
     return rc;
 }
+
+int model_write_gguf_adapter(const Model *model, const char *path, GgmlType type) {
+    const ModelConfig *cfg = &model->config;
+    if (model->lora.rank == 0) return err_set("the model has no LoRA adapter to write (%s)", path);
+    if (cfg->family == FAMILY_GPT2)
+        return err_set("GPT-2's GGUF fuses q, k and v: its LoRA adapters cannot be written for llama.cpp (%s)", path);
+    float *params = xmalloc((size_t)model->table.total * sizeof(float));
+    model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_add_string(w, "general.architecture", gguf_architecture(cfg->family));
+    gguf_writer_add_string(w, "general.type", "adapter");
+    gguf_writer_add_string(w, "general.name", "marlhf LoRA adapter");
+    gguf_writer_add_string(w, "adapter.type", "lora");
+    gguf_writer_add_f32(w, "adapter.lora.alpha", model->lora.alpha);
+    const int rank = model->lora.rank;
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *a = &model->table.entries[i];
+        const char *marker = strstr(a->name, ".lora_A.weight");
+        if (!marker) continue;
+        // "model.layers.L.self_attn.q_proj.lora_A.weight": the base weight and the B matrix.
+        char base_name[sizeof a->name], b_name[sizeof a->name];
+        snprintf(base_name, sizeof base_name, "%.*s.weight", (int)(marker - a->name), a->name);
+        snprintf(b_name, sizeof b_name, "%.*s.lora_B.weight", (int)(marker - a->name), a->name);
+        const ParamEntry *base = param_table_find(&model->table, base_name), *b = param_table_find(&model->table, b_name);
+        CHECK(base && b, "LoRA entry %s without its base weight or B", a->name);
+        TensorMap map;
+        tensor_map_gguf(cfg, base, &map);
+        char name[sizeof map.source + 16];
+        // A acts on the input side, which GGUF keeps in Hugging Face's order.
+        snprintf(name, sizeof name, "%s.lora_a", map.source);
+        const int64_t ne_a[2] = {a->shape[1], rank};
+        GgmlType stored = type == GGML_TYPE_Q8_0 && a->shape[1] % 32 ? GGML_TYPE_F16 : type;
+        gguf_writer_add_tensor(w, name, stored, 2, ne_a, params + a->offset);
+        // B's rows are the base weight's output rows: they move as the base's do.
+        float *rows = xmalloc((size_t)b->numel * sizeof(float));
+        if (map.kind == MAP_UNPERMUTE_ROPE) {
+            TensorMap b_map = map;
+            tensor_map_set_shape(&b_map, b->shape[0], b->shape[1]);
+            tensor_map_store(&b_map, b, params + b->offset, rows);
+        } else {
+            memcpy(rows, params + b->offset, (size_t)b->numel * sizeof(float));
+        }
+        snprintf(name, sizeof name, "%s.lora_b", map.source);
+        const int64_t ne_b[2] = {rank, b->shape[0]};
+        stored = type == GGML_TYPE_Q8_0 && rank % 32 ? GGML_TYPE_F16 : type;
+        gguf_writer_add_tensor(w, name, stored, 2, ne_b, rows);
+        free(rows);
+    }
+    int rc = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    free(params);
+    return rc;
+}

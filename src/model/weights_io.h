@@ -63,5 +63,11 @@ int model_write_hf_files(const Model *model, const char *dir);
 // with err_set().
 int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgmlType type);
 
+// Writes the LoRA adapters of `model` alone as a llama.cpp LoRA adapter file (general.type
+// "adapter", adapter.lora.alpha, tensors "<base tensor>.lora_a" [rank, in] and ".lora_b"
+// [out, rank], B's rows permuted as the base weight's for Llama's q/k), for llama.cpp's
+// --lora on the base model's GGUF. GPT-2 (fused qkv in GGUF) is refused.
+int model_write_gguf_adapter(const Model *model, const char *path, GgmlType type);
+
 // True if `path` names a GGUF file (by its magic bytes).
 bool path_is_gguf(const char *path);

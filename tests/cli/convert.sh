@@ -38,6 +38,21 @@ printf '{"text": "Hello, world! It is 2026."}\n{"text": "<|im_start|>user\\nhi"}
 "$bin" convert "$tmp/f32.gguf" "$tmp/back" 2> /dev/null && [ "$(logprobs_line "$tmp/back")" = "$want" ] &&
     pass convert_gguf_back_to_hf || fail convert_gguf_back_to_hf "log-probs differ"
 
+# A LoRA adapter: merged into the GGUF, or alone as a llama.cpp --lora file.
+"$bin" sft --model "$model" --data tests/fixtures/train/sft.jsonl --max-seq-len 32 --learning-rate 1e-2 --max-steps 4 \
+    --lora-rank 4 --threads 2 --quiet --output "$tmp/lora_run" 2> /dev/null
+adapted=$("$bin" logprobs --model "$model" --lora-adapter "$tmp/lora_run/final" --input "$tmp/ids.jsonl" 2> /dev/null)
+"$bin" convert "$model" "$tmp/merged.gguf" --lora-adapter "$tmp/lora_run/final" --outtype f32 2> "$tmp/merged.err"
+python3 - "$adapted" "$(logprobs_line "$tmp/merged.gguf")" "$want" << 'EOF' && pass convert_gguf_lora_merged || fail convert_gguf_lora_merged "$(tail -n 1 "$tmp/merged.err")"
+import json, sys
+a, m, base = (json.loads(x)["logprobs"] for x in sys.argv[1:])
+assert max(abs(x - y) for x, y in zip(a, m)) < 1e-5 and max(abs(x - y) for x, y in zip(a, base)) > 1e-3, (a, m, base)
+EOF
+"$bin" convert "$model" "$tmp/adapter.gguf" --lora-adapter "$tmp/lora_run/final" --adapter-only --outtype f32 2> "$tmp/adapter.err" &&
+    [ "$(stat -c %s "$tmp/adapter.gguf")" -lt "$(stat -c %s "$tmp/f32.gguf")" ] && pass convert_gguf_lora_adapter_only ||
+    fail convert_gguf_lora_adapter_only "$(tail -n 1 "$tmp/adapter.err")"
+expect_error convert_adapter_only_needs_adapter "--adapter-only needs --lora-adapter" "$bin" convert "$model" "$tmp/y.gguf" --adapter-only
+
 expect_error convert_bad_outtype "--outtype" "$bin" convert "$model" "$tmp/x.gguf" --outtype q4_k
 echo keep > "$tmp/existing.gguf"
 expect_error convert_gguf_refuses_overwrite "--overwrite" "$bin" convert "$model" "$tmp/existing.gguf"
