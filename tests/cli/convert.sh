@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # marlhf convert to GGUF (llama.cpp's format): the tiny chat model and its tokenizer come
 # back from the file as they went in (F32 bit for bit; F16 and Q8_0 close), the GGUF runs
-# every command, and bad options or tokenizers marlhf cannot write are one-line errors that
-# leave existing files alone. Prints PASS/FAIL per case.
+# every command, a LoRA adapter is merged or written alone, and bad options or inputs are
+# one-line errors that leave existing files alone. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -57,11 +57,11 @@ expect_error convert_bad_outtype "--outtype" "$bin" convert "$model" "$tmp/x.ggu
 echo keep > "$tmp/existing.gguf"
 expect_error convert_gguf_refuses_overwrite "--overwrite" "$bin" convert "$model" "$tmp/existing.gguf"
 [ "$(cat "$tmp/existing.gguf")" = keep ] && pass convert_gguf_kept_existing || fail convert_gguf_kept_existing "changed"
-# A sentencepiece-style tokenizer cannot be written as llama.cpp's "gpt2" model.
-mkdir -p "$tmp/spm_model"
-cp tests/fixtures/models/llama/config.json tests/fixtures/models/llama/model.safetensors "$tmp/spm_model/"
-cp tests/fixtures/tokenizers/spm_small/* "$tmp/spm_model/"
-expect_error convert_gguf_spm_tokenizer "byte-level BPE" "$bin" convert "$tmp/spm_model" "$tmp/spm.gguf"
-[ ! -e "$tmp/spm.gguf" ] && pass convert_gguf_failed_leaves_nothing || fail convert_gguf_failed_leaves_nothing "file written"
+# A tokenizer larger than the model's embedding is refused, and nothing is written.
+mkdir -p "$tmp/mismatch"
+cp tests/fixtures/models/llama/config.json tests/fixtures/models/llama/model.safetensors "$tmp/mismatch/"
+cp tests/fixtures/tokenizers/spm_small/tokenizer*.json "$tmp/mismatch/"
+expect_error convert_gguf_tokenizer_too_large "1000 tokens but the model only 128" "$bin" convert "$tmp/mismatch" "$tmp/mismatch.gguf"
+[ ! -e "$tmp/mismatch.gguf" ] && pass convert_gguf_failed_leaves_nothing || fail convert_gguf_failed_leaves_nothing "file written"
 
 [ $failures -eq 0 ]
