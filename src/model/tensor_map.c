@@ -2,6 +2,7 @@
 // transformed on the way in (tensor_map_load) and out (tensor_map_store).
 #include "model/tensor_map.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,26 +138,36 @@ static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, con
     CHECK(0, "no GGUF mapping for parameter %s", e->name);
 }
 
-void tensor_map_load(const TensorMap *map, const ParamEntry *e, const float *in, float *out) {
+// Moves entry `e` between the file's layout (`file`, the whole file tensor) and the
+// table's (`table`, e->numel floats): into the table when loading, out of it when saving.
+// Each case says once where an element or row sits on both sides, so load and store
+// cannot drift apart.
+static void transfer(const TensorMap *map, const ParamEntry *e, float *file, float *table, bool loading) {
+#define MOVE(file_at, table_at, count)                                                                  \
+    (loading ? memcpy(table + (table_at), file + (file_at), (size_t)(count) * sizeof(float))            \
+             : memcpy(file + (file_at), table + (table_at), (size_t)(count) * sizeof(float)))
     const long rows = e->shape[0], cols = e->ndim == 2 ? e->shape[1] : 1;
     switch (map->kind) {
     case MAP_COPY:
-        memcpy(out, in, (size_t)e->numel * sizeof(float));
+        MOVE(0, 0, e->numel);
         break;
-    case MAP_MINUS_ONE:
-        for (long i = 0; i < e->numel; i++) out[i] = in[i] - 1.0f;
+    case MAP_MINUS_ONE: // the file holds 1 + w
+        for (long i = 0; i < e->numel; i++) {
+            if (loading) table[i] = file[i] - 1.0f;
+            else file[i] = table[i] + 1.0f;
+        }
         break;
-    case MAP_TRANSPOSE: // in is [cols, rows]
+    case MAP_TRANSPOSE: // the file is [cols, rows]
         for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * rows + r];
+            for (long c = 0; c < cols; c++) MOVE(c * rows + r, r * cols + c, 1);
         break;
     case MAP_ROW_SLICE:
-        memcpy(out, in + (long)map->part * e->numel, (size_t)e->numel * sizeof(float));
+        MOVE((long)map->part * e->numel, 0, e->numel);
         break;
-    case MAP_TRANSPOSED_COLUMN_SLICE: { // in is [cols (in features), parts*rows]
-        long in_cols = (long)map->parts * rows;
+    case MAP_TRANSPOSED_COLUMN_SLICE: { // the file is [cols (in features), parts*rows]
+        long file_cols = (long)map->parts * rows;
         for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[r * cols + c] = in[c * in_cols + (long)map->part * rows + r];
+            for (long c = 0; c < cols; c++) MOVE(c * file_cols + (long)map->part * rows + r, r * cols + c, 1);
         break;
     }
     case MAP_UNPERMUTE_ROPE: {
@@ -164,46 +175,19 @@ void tensor_map_load(const TensorMap *map, const ParamEntry *e, const float *in,
         long head_dim = rows / map->heads, half = head_dim / 2;
         for (long h = 0; h < map->heads; h++)
             for (long i = 0; i < half; i++)
-                for (long s = 0; s < 2; s++)
-                    memcpy(out + (h * head_dim + s * half + i) * cols, in + (h * head_dim + 2 * i + s) * cols,
-                           (size_t)cols * sizeof(float));
+                for (long s = 0; s < 2; s++) MOVE((h * head_dim + 2 * i + s) * cols, (h * head_dim + s * half + i) * cols, cols);
         break;
     }
     }
+#undef MOVE
+}
+
+void tensor_map_load(const TensorMap *map, const ParamEntry *e, const float *in, float *out) {
+    transfer(map, e, (float *)in, out, true); // `in` is only read
 }
 
 void tensor_map_store(const TensorMap *map, const ParamEntry *e, const float *in, float *out) {
-    const long rows = e->shape[0], cols = e->ndim == 2 ? e->shape[1] : 1;
-    switch (map->kind) {
-    case MAP_COPY:
-        memcpy(out, in, (size_t)e->numel * sizeof(float));
-        break;
-    case MAP_MINUS_ONE:
-        for (long i = 0; i < e->numel; i++) out[i] = in[i] + 1.0f;
-        break;
-    case MAP_TRANSPOSE:
-        for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[c * rows + r] = in[r * cols + c];
-        break;
-    case MAP_ROW_SLICE:
-        memcpy(out + (long)map->part * e->numel, in, (size_t)e->numel * sizeof(float));
-        break;
-    case MAP_TRANSPOSED_COLUMN_SLICE: {
-        long out_cols = (long)map->parts * rows;
-        for (long r = 0; r < rows; r++)
-            for (long c = 0; c < cols; c++) out[c * out_cols + (long)map->part * rows + r] = in[r * cols + c];
-        break;
-    }
-    case MAP_UNPERMUTE_ROPE: {
-        long head_dim = rows / map->heads, half = head_dim / 2;
-        for (long h = 0; h < map->heads; h++)
-            for (long i = 0; i < half; i++)
-                for (long s = 0; s < 2; s++)
-                    memcpy(out + (h * head_dim + 2 * i + s) * cols, in + (h * head_dim + s * half + i) * cols,
-                           (size_t)cols * sizeof(float));
-        break;
-    }
-    }
+    transfer(map, e, out, (float *)in, false); // `in` is only read
 }
 
 long long tensor_map_numel(const TensorMap *map) {
