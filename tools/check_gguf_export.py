@@ -10,6 +10,9 @@ For each SRC (a Hugging Face folder or a GGUF file):
   2. marlhf tokenize on a few texts, against llama.cpp's tokenize() of the GGUF;
   3. marlhf logprobs on SRC, against llama.cpp's logits (logits_all) on the GGUF:
      prints the largest |log-prob difference| and fails above --tolerance.
+With --random-families TOKENIZER_DIR, small random GPT-2, Qwen2 and Gemma models (weights
+from transformers' init, norms and biases perturbed) with that folder's tokenizer are
+made in a temporary folder and checked too: every architecture's layout in llama.cpp.
 With --lora-adapter DIR (a LoRA adapter trained on SRC) the adapter is also written alone
 (marlhf convert SRC A.gguf --lora-adapter DIR --adapter-only) and llama.cpp runs the base
 GGUF with it (lora_path), against marlhf logprobs --model SRC --lora-adapter DIR.
@@ -37,17 +40,54 @@ def run(cmd, stdin=None):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, input=stdin).stdout
 
 
+def random_family_models(tokenizer_dir, tmp):
+    import shutil
+
+    import torch
+    from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config,
+                              Qwen2ForCausalLM)
+    with open(os.path.join(tokenizer_dir, "tokenizer.json")) as f:
+        tok = json.load(f)
+    vocab = 1 + max(list(tok["model"]["vocab"].values()) + [a["id"] for a in tok.get("added_tokens", [])])
+    torch.manual_seed(0)
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256)
+    models = {
+        "gpt2": GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=256, n_embd=64, n_layer=2, n_head=4,
+                                           bos_token_id=None, eos_token_id=None)),
+        "qwen2": Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, tie_word_embeddings=False, **small)),
+        "gemma": GemmaForCausalLM(GemmaConfig(vocab_size=vocab, head_dim=32, **small)),
+    }
+    folders = []
+    for name, model in models.items():
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if "norm" in pname or "ln_" in pname or "bias" in pname:
+                    p.add_(0.1 * torch.randn_like(p))
+        folder = os.path.join(tmp, "random-" + name)
+        model.float().save_pretrained(folder)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            if os.path.exists(os.path.join(tokenizer_dir, f)):
+                shutil.copy(os.path.join(tokenizer_dir, f), folder)
+        folders.append(folder)
+    return folders
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--marlhf", default="build/marlhf")
     ap.add_argument("--outtype", default="f32")
     ap.add_argument("--tolerance", type=float, default=1e-3)
     ap.add_argument("--lora-adapter")
-    ap.add_argument("sources", nargs="+")
+    ap.add_argument("--random-families", metavar="TOKENIZER_DIR")
+    ap.add_argument("sources", nargs="*")
     args = ap.parse_args()
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        for src in args.sources:
+        sources = list(args.sources)
+        if args.random_families:
+            sources += random_family_models(args.random_families, tmp)
+        for src in sources:
             out = os.path.join(tmp, os.path.basename(src.rstrip("/")) + ".gguf")
             run([args.marlhf, "convert", src, out, "--outtype", args.outtype])
             adapter = []
