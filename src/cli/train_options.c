@@ -9,37 +9,48 @@
 #include "dist/dist.h"
 #include "model/lora.h"
 
+// The four LoRA options of each prefix: name, aliases, help. Names are literals because an
+// Option holds pointers, not copies.
+static const struct {
+    const char *prefix;
+    const char *text[4][3];
+} lora_option_texts[] = {
+    {"", {{"lora-rank", "lora_dim lora_r", "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)"},
+          {"lora-alpha", "lora_alpha", "adapters' alpha; their output is scaled by alpha / rank (0: the rank)"},
+          {"lora-modules", "lora_target_modules",
+           "modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear"},
+          {"lora-adapter", "lora_path",
+           "start from this saved adapter (a marlhf model folder or a PEFT adapter folder), its rank, alpha and modules"}}},
+    {"actor-", {{"actor-lora-rank", "actor_lora_dim",
+                 "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the "
+                 "actor's frozen base, not a second copy"},
+                {"actor-lora-alpha", "actor_lora_alpha", "actor adapters' alpha (0: the rank)"},
+                {"actor-lora-modules", "actor_lora_modules",
+                 "actor modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear"},
+                {"actor-lora-adapter", "actor_lora_path",
+                 "start the actor's adapters from this saved adapter (a marlhf model folder or a PEFT adapter folder); "
+                 "the reference is then the base with this adapter"}}},
+    {"critic-", {{"critic-lora-rank", "critic_lora_dim",
+                  "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)"},
+                 {"critic-lora-alpha", "critic_lora_alpha", "critic adapters' alpha (0: the rank)"},
+                 {"critic-lora-modules", "critic_lora_modules", "critic modules with adapters (as --actor-lora-modules)"},
+                 {"critic-lora-adapter", "critic_lora_path", "start the critic's adapters from this saved adapter"}}},
+};
+
 int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
     if (!c->modules) c->modules = "all-linear";
-    // Option names are kept as literals: the table holds pointers, not copies.
-    if (!strcmp(prefix, "actor-")) {
-        o[0] = (Option){"actor-lora-rank", "actor_lora_dim", OPT_INT, &c->rank,
-                        "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the actor's frozen base, not a second copy", false, false};
-        o[1] = (Option){"actor-lora-alpha", "actor_lora_alpha", OPT_FLOAT, &c->alpha, "actor adapters' alpha (0: the rank)", false, false};
-        o[2] = (Option){"actor-lora-modules", "actor_lora_modules", OPT_STRING, &c->modules,
-                        "actor modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
-        o[3] = (Option){"actor-lora-adapter", "actor_lora_path", OPT_STRING, &c->adapter,
-                        "start the actor's adapters from this saved adapter (a marlhf model folder or a PEFT adapter folder); "
-                        "the reference is then the base with this adapter", false, false};
-    } else if (!strcmp(prefix, "critic-")) {
-        o[0] = (Option){"critic-lora-rank", "critic_lora_dim", OPT_INT, &c->rank,
-                        "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)", false, false};
-        o[1] = (Option){"critic-lora-alpha", "critic_lora_alpha", OPT_FLOAT, &c->alpha, "critic adapters' alpha (0: the rank)", false, false};
-        o[2] = (Option){"critic-lora-modules", "critic_lora_modules", OPT_STRING, &c->modules,
-                        "critic modules with adapters (as --actor-lora-modules)", false, false};
-        o[3] = (Option){"critic-lora-adapter", "critic_lora_path", OPT_STRING, &c->adapter,
-                        "start the critic's adapters from this saved adapter", false, false};
-    } else {
-        o[0] = (Option){"lora-rank", "lora_dim lora_r", OPT_INT, &c->rank,
-                        "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)", false, false};
-        o[1] = (Option){"lora-alpha", "lora_alpha", OPT_FLOAT, &c->alpha, "adapters' alpha; their output is scaled by alpha / rank (0: the rank)", false, false};
-        o[2] = (Option){"lora-modules", "lora_target_modules", OPT_STRING, &c->modules,
-                        "modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear", false, false};
-        o[3] = (Option){"lora-adapter", "lora_path", OPT_STRING, &c->adapter,
-                        "start from this saved adapter (a marlhf model folder or a PEFT adapter folder), its rank, alpha and modules",
-                        false, false};
+    const OptionType types[4] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING};
+    void *targets[4] = {&c->rank, &c->alpha, &c->modules, &c->adapter};
+    for (size_t p = 0; p < sizeof lora_option_texts / sizeof lora_option_texts[0]; p++) {
+        if (strcmp(prefix, lora_option_texts[p].prefix)) continue;
+        for (int i = 0; i < 4; i++) {
+            const char *const *text = lora_option_texts[p].text[i];
+            o[i] = (Option){text[0], text[1], types[i], targets[i], text[2], false, false};
+        }
+        return 4;
     }
-    return 4;
+    CHECK(0, "no LoRA options for prefix '%s'", prefix);
+    return 0;
 }
 
 void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "dist/dist.h"
 
 // Device memory (the CUDA backend) travels through a host buffer of this many floats.
@@ -33,13 +34,10 @@ static void sum_pass(float *values, long n, void *context) { (void)context, dist
 static void broadcast_pass(float *values, long n, void *context) {
     (void)context, dist_broadcast(values, (size_t)n * sizeof(float), 0);
 }
-static void fnv1a_pass(float *values, long n, void *context) {
-    unsigned long long *hash = context;
-    const unsigned char *bytes = (const unsigned char *)values;
-    for (size_t i = 0; i < (size_t)n * sizeof(float); i++) {
-        *hash ^= bytes[i];
-        *hash *= 1099511628211ULL;
-    }
+// The staging pieces are of even length, so hashing them one by one is hashing the whole.
+static void hash_pass(float *values, long n, void *context) {
+    uint64_t *hash = context;
+    *hash = hash_floats(*hash, values, n);
 }
 
 void dist_sum_gradients(Model *model) {
@@ -54,7 +52,7 @@ void dist_broadcast_weights(Model *model) {
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {
-    unsigned long long hash = 14695981039346656037ULL;
-    on_host(model, model->params, model->table.total, fnv1a_pass, &hash, false);
+    uint64_t hash = HASH_FNV1A_START;
+    on_host(model, model->params, model->table.total, hash_pass, &hash, false);
     return hash;
 }

@@ -9,5 +9,5 @@ void dist_sum_gradients(Model *model);
 // Every rank takes rank 0's weights (after loading or resuming), as torch DDP does at
 // construction, so that ranks agree even if a file was read differently somewhere.
 void dist_broadcast_weights(Model *model);
-// FNV-1a over the bits of the weights: equal on all ranks iff (almost surely) the weights are.
+// FNV-1a over the bits of the weights (core/hash.h): equal on all ranks iff (almost surely) the weights are.
 unsigned long long model_weights_fingerprint(const Model *model);

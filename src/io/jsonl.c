@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "io/fs.h"
 
 int jsonl_open(JsonlReader *reader, const char *path, size_t max_line_bytes) {
     memset(reader, 0, sizeof *reader);
@@ -45,4 +46,15 @@ void jsonl_close(JsonlReader *reader) {
     free(reader->path);
     free(reader->line);
     memset(reader, 0, sizeof *reader);
+}
+
+int json_write_file(const char *path, const json_t *value, size_t flags) {
+    char *text = json_dumps(value, flags);
+    CHECK(text, "json_dumps failed");
+    size_t n = strlen(text);
+    text = xrealloc(text, n + 2);
+    text[n] = '\n', text[n + 1] = '\0';
+    int rc = fs_write_file_atomic(path, text, n + 1);
+    free(text);
+    return rc;
 }

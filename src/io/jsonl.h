@@ -18,3 +18,7 @@ int jsonl_open(JsonlReader *reader, const char *path, size_t max_line_bytes);
 // 1 with *value set (caller json_decref()s it), 0 at end of file, -1 on error.
 int jsonl_next(JsonlReader *reader, json_t **value);
 void jsonl_close(JsonlReader *reader);
+
+// Writes `value` as one JSON document (json_dumps with `flags`) and a newline to `path`,
+// atomically (io/fs.h). Returns 0 or -1 with err_set() naming the path.
+int json_write_file(const char *path, const json_t *value, size_t flags);

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "io/fs.h"
+#include "io/jsonl.h"
 
 // A config.json is a few kilobytes; anything near this is not one.
 #define CONFIG_MAX_BYTES (16u << 20)
@@ -451,15 +452,7 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
         json_object_set_new(root, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
         json_object_set_new(root, "label2id", json_pack("{s:i}", "LABEL_0", 0));
     }
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    int rc = json_write_file(path, root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
-    CHECK(text, "json_dumps failed");
-    size_t n = strlen(text);
-    char *file_text = xmalloc(n + 1);
-    memcpy(file_text, text, n);
-    file_text[n] = '\n';
-    free(text);
-    int rc = fs_write_file_atomic(path, file_text, n + 1);
-    free(file_text);
     return rc;
 }

@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "io/fs.h"
+#include "io/jsonl.h"
 #include "io/safetensors.h"
 
 static const char *const target_names[LORA_TARGETS] = {
@@ -70,26 +72,6 @@ static float *base_weight(const LayerTensors *w, LoraTarget t) {
 
 static float lora_scale(const LoraConfig *lora) { return lora->alpha / (float)lora->rank; }
 
-// FNV-1a over the weights' bits, a 64-bit word at a time (a 7B base is 28 GB: bytewise
-// hashing would take tens of seconds), then the odd float if any.
-static unsigned long long weights_fingerprint(const float *values, long n) {
-    unsigned long long hash = 14695981039346656037ULL;
-    const long words = n / 2;
-    for (long i = 0; i < words; i++) {
-        uint64_t word;
-        memcpy(&word, values + 2 * i, sizeof word);
-        hash ^= word;
-        hash *= 1099511628211ULL;
-    }
-    if (n % 2) {
-        uint32_t last;
-        memcpy(&last, values + n - 1, sizeof last);
-        hash ^= last;
-        hash *= 1099511628211ULL;
-    }
-    return hash;
-}
-
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
     const ModelConfig *cfg = &model->config;
     CHECK(!model->grads, "model_add_lora after model_enable_grad");
@@ -129,9 +111,8 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     // The new buffer, built on the host: the old weights, A random, B zero.
     float *host = xcalloc((size_t)model->table.total, sizeof(float));
     model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
-    for (int i = first_adapter; i < model->table.count; i++) {
+    for (int i = first_adapter; i < model->table.count; i += 2) { // A, B pairs
         const ParamEntry *e = &model->table.entries[i];
-        if (!strstr(e->name, ".lora_A.")) continue;
         const float bound = 1.0f / sqrtf((float)e->shape[1]);
         const uint64_t stream = rng_stream(e->name, (uint64_t)e->layer, 0);
         for (long j = 0; j < e->numel; j++)
@@ -140,11 +121,12 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     model->ops->free(model->params);
     model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
     model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
-    model->lora_base_fingerprint = weights_fingerprint(host, first_trainable);
+    model->lora_base_fingerprint = hash_floats(HASH_FNV1A_START, host, first_trainable);
     free(host);
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
     model->lora.targets = targets;
+    model->lora_first_entry = first_adapter;
     model->lora_enabled = true;
     model->trainable_offset = first_trainable;
     // Activations sized before the adapters existed lack the adapters' buffers.
@@ -288,16 +270,10 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     snprintf(fingerprint, sizeof fingerprint, "%016llx", model->lora_base_fingerprint);
     // Not PEFT's: which base weights the adapters belong to, checked when they are read back.
     json_object_set_new(config, "marlhf_base_fingerprint", json_string(fingerprint));
-    char *text = json_dumps(config, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_SORT_KEYS);
-    json_decref(config);
-    CHECK(text, "json_dumps failed");
     char *config_path = fs_join(dir, "adapter_config.json");
-    size_t len = strlen(text);
-    text = xrealloc(text, len + 2);
-    text[len] = '\n', text[len + 1] = 0;
-    rc = fs_write_file_atomic(config_path, text, len + 1);
+    rc = json_write_file(config_path, config, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_SORT_KEYS);
+    json_decref(config);
     free(config_path);
-    free(text);
     free(dir);
     return rc;
 }

@@ -83,6 +83,7 @@ typedef struct Model {
     // LoRA (model/lora.h): the adapters are the table's last entries. lora_enabled false
     // runs the base model alone (PPO's reference model shares the actor's weights this way).
     LoraConfig lora;
+    int lora_first_entry; // table entries from here on are adapters: A, B pairs (table.count without LoRA)
     bool lora_enabled;
     unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
     // Weights before this offset are frozen: gradients and optimizer state cover only
@@ -163,3 +164,7 @@ static inline long model_trainable_floats(const Model *model) {
     return model->table.total - model->trainable_offset;
 }
 static inline float *model_trainable_params(const Model *model) { return model->params + model->trainable_offset; }
+// Entries [0, model_base_entries) of the table are the model's own tensors, the rest LoRA adapters.
+static inline int model_base_entries(const Model *model) {
+    return model->lora.rank > 0 ? model->lora_first_entry : model->table.count;
+}

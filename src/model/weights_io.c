@@ -345,9 +345,8 @@ int model_write_hf_files(const Model *model, const char *dir) {
     if (cfg->family == FAMILY_GPT2) {
         build_gpt2_save_list(model, params, classifier, &list);
     } else {
-        for (int i = 0; i < model->table.count; i++) {
+        for (int i = 0; i < model_base_entries(model); i++) { // adapters: merged above, saved in adapter/
             const ParamEntry *e = &model->table.entries[i];
-            if (strstr(e->name, ".lora_")) continue; // merged above; saved in the adapter file
             save_list_add(&list, e->name, e->ndim, e->shape[0], e->shape[1], params + e->offset, NULL);
         }
     }
@@ -433,9 +432,9 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
         char source[sizeof ((TensorMap *)0)->source];
         float *values;
     } pending[4] = {0};
-    for (int i = 0; rc == 0 && i < model->table.count; i++) {
+    for (int i = 0; rc == 0 && i < model_base_entries(model); i++) {
         const ParamEntry *e = &model->table.entries[i];
-        if (strstr(e->name, ".lora_") || !strcmp(e->name, "score.weight")) continue;
+        if (!strcmp(e->name, "score.weight")) continue; // a value head has no place in GGUF
         TensorMap map;
         tensor_map_gguf(cfg, e, &map);
         const long long n = tensor_map_numel(&map);
@@ -485,16 +484,15 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgmlType type
     gguf_writer_add_string(w, "adapter.type", "lora");
     gguf_writer_add_f32(w, "adapter.lora.alpha", model->lora.alpha);
     const int rank = model->lora.rank;
-    for (int i = 0; i < model->table.count; i++) {
-        const ParamEntry *a = &model->table.entries[i];
+    for (int i = model->lora_first_entry; i + 1 < model->table.count; i += 2) { // A, B pairs
+        const ParamEntry *a = &model->table.entries[i], *b = &model->table.entries[i + 1];
+        // "model.layers.L.self_attn.q_proj.lora_A.weight" adapts "model.layers.L.self_attn.q_proj.weight".
         const char *marker = strstr(a->name, ".lora_A.weight");
-        if (!marker) continue;
-        // "model.layers.L.self_attn.q_proj.lora_A.weight": the base weight and the B matrix.
-        char base_name[sizeof a->name], b_name[sizeof a->name];
+        CHECK(marker, "LoRA entry %s is not an A matrix", a->name);
+        char base_name[sizeof a->name];
         snprintf(base_name, sizeof base_name, "%.*s.weight", (int)(marker - a->name), a->name);
-        snprintf(b_name, sizeof b_name, "%.*s.lora_B.weight", (int)(marker - a->name), a->name);
-        const ParamEntry *base = param_table_find(&model->table, base_name), *b = param_table_find(&model->table, b_name);
-        CHECK(base && b, "LoRA entry %s without its base weight or B", a->name);
+        const ParamEntry *base = param_table_find(&model->table, base_name);
+        CHECK(base, "LoRA entry %s without its base weight", a->name);
         TensorMap map;
         tensor_map_gguf(cfg, base, &map);
         char name[sizeof map.source + 16];

@@ -66,6 +66,27 @@ EOF
     > /dev/null 2> "$tmp/peft.err" && pass logprobs_peft_adapter || fail logprobs_peft_adapter "$(cat "$tmp/peft.err")"
 expect_error lora_adapter_other_base "other base weights" "$bin" logprobs --model "$final" --lora-adapter "$final" --input "$tmp/ids.jsonl"
 expect_error lora_adapter_missing "no LoRA adapter in $tmp/nothere" "$bin" logprobs --model "$model" --lora-adapter "$tmp/nothere" --input "$tmp/ids.jsonl"
+# Damaged adapter folders: one-line errors naming the file, exit 2.
+bad_adapter() { # bad_adapter NAME EXPECTED CONFIG_JSON: a copy of the saved adapter with this adapter_config.json
+    mkdir -p "$tmp/bad_$1"
+    cp "$final/adapter/adapter_model.safetensors" "$tmp/bad_$1/"
+    printf '%s' "$3" > "$tmp/bad_$1/adapter_config.json"
+    expect_error "lora_adapter_$1" "$2" "$bin" logprobs --model "$model" --lora-adapter "$tmp/bad_$1" --input "$tmp/ids.jsonl"
+}
+good='"peft_type": "LORA", "r": 8, "lora_alpha": 16'
+all='"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]'
+bad_adapter malformed_json "adapter_config.json:1" '{"peft_type": "LORA", "r": 8,'
+bad_adapter not_lora "not a LoRA adapter" "{\"peft_type\": \"PROMPT_TUNING\", \"r\": 8, \"lora_alpha\": 16, $all}"
+bad_adapter zero_rank "needs \"r\"" "{\"peft_type\": \"LORA\", \"r\": 0, \"lora_alpha\": 16, $all}"
+bad_adapter dora "DoRA" "{$good, \"use_dora\": true, $all}"
+bad_adapter pattern "patterns are not supported" "{$good, \"target_modules\": \".*proj\"}"
+bad_adapter unknown_module "c_attn" "{$good, \"target_modules\": [\"q_proj\", \"c_attn\"]}"
+bad_adapter other_rank "but the model expects [4, 64]" "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, $all}"
+mkdir -p "$tmp/bad_truncated" && cp "$final/adapter/adapter_config.json" "$tmp/bad_truncated/"
+head -c 3000 "$final/adapter/adapter_model.safetensors" > "$tmp/bad_truncated/adapter_model.safetensors"
+expect_error lora_adapter_truncated_weights "bad_truncated/adapter_model.safetensors" \
+    "$bin" logprobs --model "$model" --lora-adapter "$tmp/bad_truncated" --input "$tmp/ids.jsonl"
+
 expect_error lora_adapter_with_rank "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-adapter "$final" --lora-rank 4 --output "$tmp/x"
 # Training continues from the adapter: its first eval loss is the saved model's, not the base's.
 "$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-adapter "$final" --max-steps 2 --output "$tmp/continued" 2> "$tmp/continued.err"
