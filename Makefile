@@ -81,6 +81,13 @@ $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || e
 CLI_OBJ := $(BUILD)/src/cli/main.o
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# C++ tests: the CUDA kernels' source run on the CPU (src/ops/cuda/cpu_emulation.h).
+CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter -fno-strict-aliasing -pthread \
+            -D_GNU_SOURCE -Isrc -Itests -MMD -MP
+TEST_CXX_SRC := $(sort $(wildcard tests/test_*.cpp))
+TEST_CXX_BIN := $(TEST_CXX_SRC:tests/%.cpp=$(BUILD)/tests/%)
+TEST_BIN += $(TEST_CXX_BIN)
+$(TEST_CXX_BIN): LDLIBS += -lstdc++
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # Stand-alone C tools (tools/gguf_dump.c is a debugging aid and not built).
@@ -99,6 +106,10 @@ $(BUILD)/marlhf: $(CLI_OBJ) $(BUILD)/libmarlhf.a
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

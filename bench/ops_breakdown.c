@@ -5,7 +5,7 @@
 // the bf16 weight conversion after each optimizer step, the logits copy).
 //
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
-//                                  [--device cpu|cuda] [--attention fused|unfused] [--reps 5]
+//                                  [--device cpu|cuda] [--attention wmma|mma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
 // or "tflops"}) and a last line with the modelled total.
 #include <stdio.h>
@@ -48,7 +48,7 @@ static float *buffer(long n) {
     } while (0)
 
 int main(int argc, char **argv) {
-    const char *name = "smollm2-135m", *device = "cpu", *attention = "fused";
+    const char *name = "smollm2-135m", *device = "cpu", *attention = "wmma";
     int B = 8, T = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) name = argv[++i];
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
 #ifdef MARLHF_CUDA
-    if (ops == &ops_cuda) ops_cuda_use_fused_attention(strcmp(attention, "unfused") != 0);
+    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: wmma, mma or unfused");
 #endif
     ModelConfig cfg = bench_shape(name);
     CHECK(cfg.family != FAMILY_GPT2, "the breakdown models gated (Llama-family) layers only");

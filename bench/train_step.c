@@ -7,7 +7,7 @@
 //
 // usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
 //            [--model gpt2-124m|smollm2-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
-//            [--attention fused|unfused]   (cuda: the fused kernels or the unfused reference path)
+//            [--attention wmma|mma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
 // The CPU line also gives the process's peak resident memory (max_rss_mb).
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     bool recompute = false;
     const char *which = "all", *device = "cpu";
     double peak_tflops = 790.0;
-    const char *attention = "fused"; // cuda: fused (default) or unfused
+    const char *attention = "wmma"; // cuda: the attention kernels, wmma (default), mma or unfused
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
@@ -157,10 +157,10 @@ int main(int argc, char **argv) {
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
-    if (strcmp(attention, "fused") && strcmp(attention, "unfused")) die_user("--attention: fused or unfused");
 #ifdef MARLHF_CUDA
-    if (ops == &ops_cuda) ops_cuda_use_fused_attention(!strcmp(attention, "fused"));
-    if (ops == &ops_cuda && strcmp(attention, "fused")) attention_label = "-unfused";
+    static char label[32];
+    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: wmma, mma or unfused");
+    if (ops == &ops_cuda && strcmp(attention, "wmma")) snprintf(label, sizeof label, "-%s", attention), attention_label = label;
 #endif
     if (ops != &ops_cpu) {
         if (!strcmp(which, "all")) which = "smollm2-135m";

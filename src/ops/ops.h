@@ -152,9 +152,13 @@ extern const OpsBackend ops_cpu;
 extern const OpsBackend ops_cuda;
 int ops_cuda_open(void);
 const char *ops_cuda_device_name(void);
-// The fused attention kernels (default) or the unfused reference path; set before a model
-// sizes its activations (model_reserve asks attention_saved_size).
-void ops_cuda_use_fused_attention(bool enabled);
+// Which attention kernels the backend runs (src/ops/cuda/attention.cu): "wmma" (fused,
+// the default), "mma" (fused on mma.sync; not yet run on a GPU) or "unfused" (the
+// reference path). False for another name. $MARLHF_CUDA_ATTENTION sets it when the device
+// opens. Choose before a model sizes its activations (model_reserve asks
+// attention_saved_size).
+bool ops_cuda_select_attention(const char *kernels);
+const char *ops_cuda_attention_kernels(void);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in

@@ -211,11 +211,13 @@ static void test_rope(void) {
 // One attention configuration against the CPU: forward output, the saved probabilities
 // (unfused path only: the fused kernels save log-sum-exps), the three input gradients, and
 // the same gradients bit for bit from a second run.
-static void check_attention(bool fused, int B, int T, int H, int KV, int D, const int *row_start) {
+static void check_attention(const char *kernels, int B, int T, int H, int KV, int D, const int *row_start) {
     for (int b = 0; b < B; b++) CHECK(row_start[b] <= T, "row_start %d past T %d", row_start[b], T);
-    ops_cuda_use_fused_attention(fused);
+    const char *previous = ops_cuda_attention_kernels();
+    CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
+    const bool fused = strcmp(kernels, "unfused") != 0;
     char label[96];
-    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d", fused ? "fused" : "unfused", B, T, H, KV, D);
+    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d", kernels, B, T, H, KV, D);
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
     const long saved_n = gpu->attention_saved_size(B, T, H, D);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
@@ -284,19 +286,25 @@ static void check_attention(bool fused, int B, int T, int H, int KV, int D, cons
     gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved), gpu->free(d_dout);
     free(q), free(k), free(v), free(out), free(out_gpu), free(probs), free(dout), free(dq), free(dk), free(dv);
     free(dq0), free(dk0), free(dv0), free(got), free(zeros), free(a), free(b);
-    ops_cuda_use_fused_attention(true);
+    ops_cuda_select_attention(previous);
 }
 
 static void test_attention(void) {
     // Ragged rows (left padding, one row of padding only past a tile), grouped K/V heads,
-    // several 64-row tiles with a partial last one.
+    // several 64-row tiles with a partial last one; each fused implementation (wmma, the
+    // default, and mma) and the unfused reference path.
     const int starts3[3] = {0, 5, 30}, starts4[4] = {0, 70, 149, 3}, starts2[2] = {0, 2}, starts_short[3] = {0, 5, 18};
-    check_attention(false, 3, 37, 6, 2, 32, starts3);
-    check_attention(true, 3, 37, 6, 2, 32, starts3);
-    check_attention(true, 4, 150, 8, 2, 64, starts4);
-    check_attention(false, 4, 150, 8, 2, 64, starts4);
-    check_attention(true, 2, 70, 4, 4, 128, starts2);
-    check_attention(true, 3, 19, 4, 1, 16, starts_short);
+    const int starts_long[2] = {0, 200};
+    check_attention("unfused", 3, 37, 6, 2, 32, starts3);
+    check_attention("unfused", 4, 150, 8, 2, 64, starts4);
+    const char *fused[] = {"wmma", "mma"};
+    for (int i = 0; i < 2; i++) {
+        check_attention(fused[i], 3, 37, 6, 2, 32, starts3);
+        check_attention(fused[i], 4, 150, 8, 2, 64, starts4);
+        check_attention(fused[i], 2, 70, 4, 4, 128, starts2);
+        check_attention(fused[i], 3, 19, 4, 1, 16, starts_short);
+        check_attention(fused[i], 2, 1000, 8, 2, 128, starts_long);
+    }
 }
 
 static void test_attention_decode_and_cache(void) {

@@ -1,10 +1,14 @@
-// Causal, padding-aware attention with grouped K/V heads. Two implementations:
-//  - fused (attention_fused.cu), the default for head_dim 16, 32, 64 and 128: the scores
-//    stay on chip and the saved state is one log-sum-exp per query row;
-//  - unfused (this file), for any head_dim and as a reference: matrix products on the
+// Causal, padding-aware attention with grouped K/V heads. Three implementations, chosen
+// by ops_cuda_select_attention (or $MARLHF_CUDA_ATTENTION when the device opens):
+//  - "wmma" (attention_fused.cu), the default for head_dim 16, 32, 64 and 128: fused, the
+//    scores stay on chip and the saved state is one log-sum-exp per query row;
+//  - "mma" (attention_mma.cu): the same contract on mma.sync with the scores in
+//    registers (FlashAttention-2's layout); checked on the CPU through an emulation
+//    (tests/test_attention_emulated.cpp), not yet run on a GPU, so not the default;
+//  - "unfused" (this file), for any head_dim and as a reference: matrix products on the
 //    tensor cores plus two softmax kernels, saving the fp32 probabilities.
-// ops_cuda_use_fused_attention(false) selects the unfused path (tests, comparisons); it
-// must be set before a model sizes its activations.
+// Either fused choice falls back to the unfused path for another head_dim. The choice
+// must be made before a model sizes its activations (attention_saved_size).
 //
 // The unfused path:
 // Q, K and V arrive as rows [B*T, heads*hd]. They are gathered into head-major bf16
@@ -17,17 +21,50 @@
 // order (no atomics). The saved probabilities are fp32 [B, H, T, T], as on the CPU; the
 // products read bf16 copies. The upper triangle is computed and masked, not skipped.
 #include <math.h>
+#include <string.h>
 
 #include "ops/cuda/attention_fused.cuh"
 
-static bool fused_enabled = true;
+enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA };
+static const char *const kernel_names[] = {"unfused", "wmma", "mma"};
+static AttentionKernels selected = KERNELS_WMMA;
 
-extern "C" void ops_cuda_use_fused_attention(bool enabled) { fused_enabled = enabled; }
+extern "C" bool ops_cuda_select_attention(const char *kernels) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(kernels, kernel_names[i])) {
+            selected = (AttentionKernels)i;
+            return true;
+        }
+    return false;
+}
 
-static bool use_fused(int head_dim) { return fused_enabled && cuda_fused_attention_supports(head_dim); }
+extern "C" const char *ops_cuda_attention_kernels(void) { return kernel_names[selected]; }
+
+static bool use_fused(int head_dim) { return selected != KERNELS_UNFUSED && cuda_fused_attention_supports(head_dim); }
 
 long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim) {
     return use_fused(head_dim) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
+}
+
+// D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
+__global__ static void row_dot_kernel(float *D, const float *dout, const float *out, int B, int H,
+                                      int T, int head_dim) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // (b*H + h)*T + t
+    int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * T) return;
+    int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H);
+    long at = ((long)b * T + t) * H * head_dim + h * head_dim;
+    float sum = 0.0f;
+    for (int d = lane; d < head_dim; d += 32) sum += dout[at + d] * out[at + d];
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) D[row] = sum;
+}
+
+const float *cuda_attention_row_dot(const float *dout, const float *out, int B, int H, int T, int head_dim) {
+    float *D = (float *)cuda_scratch(SCRATCH_ATT_ROWDOT, (size_t)B * H * T * sizeof(float));
+    row_dot_kernel<<<grid_for((long)B * H * T, 8), 256>>>(D, dout, out, B, H, T, head_dim);
+    CUDA_CHECK_LAUNCH();
+    return D;
 }
 
 // out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16.
@@ -145,7 +182,10 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     if (use_fused(hd)) {
-        cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
+        if (selected == KERNELS_MMA)
+            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
+        else
+            cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         return;
     }
     // probs[t][j] = scale q_t . k_j : column-major (j, t) = K^T Q.
@@ -176,8 +216,11 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
     if (use_fused(hd)) {
-        cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
-                                      n_kv_heads, T, hd);
+        if (selected == KERNELS_MMA)
+            cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd);
+        else
+            cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
+                                          n_kv_heads, T, hd);
         return;
     }
     // The forward's bf16 probabilities may have been overwritten by a later layer.

@@ -297,20 +297,6 @@ __global__ static void __launch_bounds__(THREADS)
     add_fragments<HD>(dq, (long)H * HD, h * HD, b, T, q0, dQ, Ss, scale);
 }
 
-// D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
-__global__ static void row_dot_kernel(float *D, const float *dout, const float *out, int B, int H,
-                                      int T, int head_dim) {
-    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // (b*H + h)*T + t
-    int lane = threadIdx.x % 32;
-    if (row >= (long)B * H * T) return;
-    int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H);
-    long at = ((long)b * T + t) * H * head_dim + h * head_dim;
-    float sum = 0.0f;
-    for (int d = lane; d < head_dim; d += 32) sum += dout[at + d] * out[at + d];
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) D[row] = sum;
-}
-
 bool cuda_fused_attention_supports(int head_dim) {
     return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
@@ -356,9 +342,7 @@ void cuda_fused_attention_backward(float *dq, float *dk, float *dv, const float 
                                    const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V,
                                    const __nv_bfloat16 *dO, const float *lse, const int *row_start, int B,
                                    int H, int KV, int T, int head_dim) {
-    float *D = (float *)cuda_scratch(SCRATCH_ATT_ROWDOT, (size_t)B * H * T * sizeof(float));
-    row_dot_kernel<<<grid_for((long)B * H * T, 8), 256>>>(D, dout, out, B, H, T, head_dim);
-    CUDA_CHECK_LAUNCH();
+    const float *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
     float scale = 1.0f / sqrtf((float)head_dim);
     switch (head_dim) {
     case 16: backward_for<16>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;

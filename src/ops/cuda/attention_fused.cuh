@@ -1,6 +1,12 @@
-// The fused attention kernels (attention_fused.cu), called by attention.cu.
+// The fused attention kernels, called by attention.cu: the WMMA kernels
+// (attention_fused.cu) and the mma.sync kernels (attention_mma.cu). Both take the same
+// inputs and produce the same outputs.
 #pragma once
 #include "ops/cuda/cuda_common.cuh"
+
+// D[b, h, t] = dO . O over the head's hd columns of row b*T + t (a scratch buffer,
+// attention.cu): the softmax backward's row term, shared by both fused backwards.
+const float *cuda_attention_row_dot(const float *dout, const float *out, int B, int H, int T, int head_dim);
 
 bool cuda_fused_attention_supports(int head_dim);
 // Q, K, V: head-major bf16 [B, H, T, hd] (K, V repeated over each group). Writes out
@@ -13,3 +19,11 @@ void cuda_fused_attention_backward(float *dq, float *dk, float *dv, const float 
                                    const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V,
                                    const __nv_bfloat16 *dO, const float *lse, const int *row_start, int B,
                                    int H, int KV, int T, int head_dim);
+
+// The same two calls on the mma.sync kernels (head_dim 16, 32, 64, 128).
+void cuda_mma_attention_forward(float *out, float *lse, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
+                                const __nv_bfloat16 *V, const int *row_start, int B, int H, int T, int head_dim);
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                 const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V,
+                                 const __nv_bfloat16 *dO, const float *lse, const int *row_start, int B, int H,
+                                 int KV, int T, int head_dim);

@@ -186,6 +186,9 @@ static int local_rank(void) {
 // is present, so `--device cuda` on a machine without one is a user error.
 extern "C" int ops_cuda_open(void) {
     if (device_open) return 0;
+    const char *attention = getenv("MARLHF_CUDA_ATTENTION");
+    if (attention && !ops_cuda_select_attention(attention))
+        return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected wmma, mma or unfused (environment)", attention);
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)

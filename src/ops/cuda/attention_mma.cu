@@ -1,0 +1,58 @@
+// Launchers of the mma.sync attention kernels (attention_mma.cuh).
+#include <math.h>
+
+#include "ops/cuda/attention_fused.cuh"
+#include "ops/cuda/attention_mma.cuh"
+
+using namespace attention_mma;
+
+template <int HD>
+static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start,
+                        int B, int H, int T, float scale) {
+    const size_t shared = forward_shared_bytes<HD>();
+    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    dim3 grid((T + ROWS - 1) / ROWS, B * H);
+    forward_kernel<HD><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, T, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_mma_attention_forward(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
+                                const int *row_start, int B, int H, int T, int head_dim) {
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    switch (head_dim) {
+    case 16: forward_for<16>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
+    case 32: forward_for<32>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
+    case 64: forward_for<64>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
+    case 128: forward_for<128>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
+    default: CHECK(false, "mma attention has no kernel for head_dim %d", head_dim);
+    }
+}
+
+template <int HD>
+static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
+                         const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
+                         int KV, int T, float scale) {
+    const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_shared_bytes<HD>();
+    CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv_shared));
+    CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q_shared));
+    const int tiles = (T + ROWS - 1) / ROWS;
+    backward_kv_kernel<HD><<<dim3(tiles, B * KV), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
+                                                                         KV, T, scale);
+    CUDA_CHECK_LAUNCH();
+    backward_q_kernel<HD><<<dim3(tiles, B * H), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, T, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const bf16 *Q,
+                                 const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
+                                 const int *row_start, int B, int H, int KV, int T, int head_dim) {
+    const float *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    switch (head_dim) {
+    case 16: backward_for<16>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
+    case 32: backward_for<32>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
+    case 64: backward_for<64>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
+    case 128: backward_for<128>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
+    default: CHECK(false, "mma attention has no kernel for head_dim %d", head_dim);
+    }
+}

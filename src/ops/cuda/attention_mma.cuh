@@ -1,0 +1,395 @@
+// Fused causal attention on mma.sync tensor-core instructions, the FlashAttention-2 way:
+// scores, probabilities and their gradients live in registers, never in shared or device
+// memory; K/V (or Q/dO) tiles stream through shared memory with cp.async, the next tile
+// loading while the current one is used. Launched by attention_mma.cu; also compiled for
+// the CPU by tests/test_attention_emulated.cpp (device_primitives.cuh says how).
+//
+// Same inputs, outputs and masks as attention_fused.cu (the WMMA kernels): head-major
+// bf16 Q, K, V, dO [B, H, T, hd] (K and V repeated over each group), fp32 results added
+// into [B*T, heads*hd] rows, one natural log-sum-exp per query row (+inf for a query with
+// no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i.
+//
+// A block is 4 warps and owns 64 rows (queries, or keys for dK/dV); a warp owns 16 of
+// them and walks the other side 64 columns at a time, as 8 column blocks of the
+// m16n8k16 product. A product's fp32 accumulator layout is the A-operand layout of the
+// next product, which is what keeps P and dS in registers: the accumulators of column
+// blocks 2k and 2k+1 packed to bf16 are the A fragment of k-step k.
+//   forward   grid (query tiles, B*H):  S = Q K^T, online softmax (base 2), O += P V
+//   dK, dV    grid (key tiles, B*KV):   for each head of the group and each query tile:
+//             S^T = K Q^T, dP^T = V dO^T, P^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+//             dK += dS^T Q
+//   dQ        grid (query tiles, B*H):  S = Q K^T, dP = dO V^T, dS, dQ += dS K
+// with D_i = dO_i . O_i. dQ has its own kernel so that every gradient element is written
+// by one block in a fixed order: no atomics, bit-identical runs.
+#pragma once
+#include <math.h>
+
+#include "ops/cuda/device_primitives.cuh"
+
+namespace attention_mma {
+
+enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
+constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
+// A [64][HD] bf16 tile in shared memory: rows padded by 8 elements (16 bytes) so that the
+// 8 rows a fragment load touches fall in different banks, and every row stays 16-byte
+// aligned for cp.async and ldmatrix.
+template <int HD> struct Tile {
+    static constexpr int ld = HD + 8;
+    static constexpr int elements = ROWS * ld;
+    static constexpr size_t bytes = (size_t)elements * 2;
+};
+
+template <int HD> constexpr size_t forward_shared_bytes() { return 4 * Tile<HD>::bytes; }  // K, V x 2
+template <int HD> constexpr size_t backward_q_shared_bytes() { return 6 * Tile<HD>::bytes; } // Q, dO, (K, V) x 2
+template <int HD> constexpr size_t backward_kv_shared_bytes() {                                // K, V, (Q, dO) x 2
+    return 6 * Tile<HD>::bytes + 4 * ROWS * sizeof(float);                                     // + (lse, D) x 2
+}
+
+DEVICE_INLINE int imin(int a, int b) { return a < b ? a : b; }
+DEVICE_INLINE int imax(int a, int b) { return a > b ? a : b; }
+
+// Starts copying rows [row0, row0 + 64) of a [T][HD] matrix into a tile; rows past T
+// become zeros.
+template <int HD> DEVICE_INLINE void tile_load_async(bf16 *tile, const bf16 *matrix, int row0, int T) {
+    constexpr int chunks = HD / 8; // 16-byte pieces per row
+    for (int c = threadIdx.x; c < ROWS * chunks; c += THREADS) {
+        int r = c / chunks, k = c % chunks;
+        bool valid = row0 + r < T;
+        cp_async_16(tile + r * Tile<HD>::ld + k * 8, valid ? matrix + (long)(row0 + r) * HD + k * 8 : matrix, valid);
+    }
+}
+
+// A fragment of the 16 x 16 block at m (row-major, ld elements per row).
+DEVICE_INLINE void load_a(uint32_t a[4], const bf16 *m, int ld, int lane) {
+    const bf16 *p = m + (lane / 4) * ld + 2 * (lane % 4);
+    a[0] = load_u32(p), a[1] = load_u32(p + 8 * ld), a[2] = load_u32(p + 8), a[3] = load_u32(p + 8 * ld + 8);
+}
+
+// B fragment of B[k][n] = m[n][k] for 8 rows n and 16 columns k of m: B = m^T, which is
+// how Q K^T reads K (rows are keys, columns the head dimension).
+DEVICE_INLINE void load_b_transposed(uint32_t b[2], const bf16 *m, int ld, int lane) {
+    const bf16 *p = m + (lane / 4) * ld + 2 * (lane % 4);
+    b[0] = load_u32(p), b[1] = load_u32(p + 8);
+}
+
+// B fragments of B[k][n] = m[k][n] for 16 rows k and columns n in [0, 8) (b_low) and
+// [8, 16) (b_high): how P V reads V. One ldmatrix.trans of four 8x8 matrices.
+DEVICE_INLINE void load_b_pair(uint32_t b_low[2], uint32_t b_high[2], const bf16 *m, int ld, int lane) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, m + (lane % 16) * ld + (lane / 16) * 8);
+    b_low[0] = r[0], b_low[1] = r[1], b_high[0] = r[2], b_high[1] = r[3];
+}
+
+// The A fragment for k-step k (16 columns) of a 16 x 64 fp32 accumulator set.
+DEVICE_INLINE void accumulators_as_a(uint32_t a[4], const float (*acc)[4], int k) {
+    a[0] = pack_bf16x2(acc[2 * k][0], acc[2 * k][1]);
+    a[1] = pack_bf16x2(acc[2 * k][2], acc[2 * k][3]);
+    a[2] = pack_bf16x2(acc[2 * k + 1][0], acc[2 * k + 1][1]);
+    a[3] = pack_bf16x2(acc[2 * k + 1][2], acc[2 * k + 1][3]);
+}
+
+// acc (16 x HD) += A (16 x 64, registers) B (64 x HD, a shared tile read by load_b_pair).
+template <int HD> DEVICE_INLINE void multiply_registers_by_tile(float (*acc)[4], const float (*a_acc)[4], const bf16 *tile, int lane) {
+    for (int k = 0; k < COLUMNS / 16; k++) {
+        uint32_t a[4];
+        accumulators_as_a(a, a_acc, k);
+        for (int n = 0; n < HD / 16; n++) {
+            uint32_t b_low[2], b_high[2];
+            load_b_pair(b_low, b_high, tile + k * 16 * Tile<HD>::ld + n * 16, Tile<HD>::ld, lane);
+            mma_bf16_16x8x16(acc[2 * n], a, b_low);
+            mma_bf16_16x8x16(acc[2 * n + 1], a, b_high);
+        }
+    }
+}
+
+// acc (16 x 64) = A (16 x HD, rows of a shared tile) B^T (B: 64 rows of another tile).
+template <int HD> DEVICE_INLINE void multiply_tile_by_tile_transposed(float (*acc)[4], const bf16 *a_rows, const bf16 *b_rows, int lane) {
+    for (int n = 0; n < COLUMNS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int k = 0; k < HD / 16; k++) {
+        uint32_t a[4];
+        load_a(a, a_rows + k * 16, Tile<HD>::ld, lane);
+        for (int n = 0; n < COLUMNS / 8; n++) {
+            uint32_t b[2];
+            load_b_transposed(b, b_rows + n * 8 * Tile<HD>::ld + k * 16, Tile<HD>::ld, lane);
+            mma_bf16_16x8x16(acc[n], a, b);
+        }
+    }
+}
+
+// Adds factor * acc (16 x HD accumulators of rows row_low and row_low + 8) into an fp32
+// [B*T, width] matrix at column `column`; rows at or past T are left alone.
+template <int HD>
+DEVICE_INLINE void add_rows(float *matrix, long width, int column, int b, int T, int row_low, const float (*acc)[4],
+                            float factor, int lane) {
+    for (int half = 0; half < 2; half++) {
+        int row = row_low + 8 * half;
+        if (row >= T) continue;
+        float *dst = matrix + ((long)b * T + row) * width + column + 2 * (lane % 4);
+        for (int n = 0; n < HD / 8; n++) {
+            dst[n * 8] += factor * acc[n][2 * half];
+            dst[n * 8 + 1] += factor * acc[n][2 * half + 1];
+        }
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(THREADS)
+    forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
+                   int T, float scale) {
+    using L = Tile<HD>;
+    DYNAMIC_SHARED(shared);
+    bf16 *Ks = (bf16 *)shared, *Vs = Ks + 2 * L::elements; // two buffers each
+
+    const int tiles = (T + ROWS - 1) / ROWS;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (tiles - 1 - (int)blockIdx.x) * ROWS; // the longest rows start first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const int start = row_start ? row_start[b] : 0;
+    const long head = (long)bh * T * HD;
+    const int q_last = imin(q0 + ROWS, T) - 1;
+    const int row_low = q0 + warp * 16 + lane / 4, row_high = row_low + 8; // this lane's rows
+    const int warp_first_row = q0 + warp * 16;
+
+    // The warp's Q fragments stay in registers for the whole key loop.
+    uint32_t qa[HD / 16][4];
+    for (int k = 0; k < HD / 16; k++) {
+        const bf16 *low = Q + head + (long)imin(row_low, T - 1) * HD + k * 16 + 2 * t;
+        const bf16 *high = Q + head + (long)imin(row_high, T - 1) * HD + k * 16 + 2 * t;
+        qa[k][0] = row_low < T ? load_u32(low) : 0u;
+        qa[k][1] = row_high < T ? load_u32(high) : 0u;
+        qa[k][2] = row_low < T ? load_u32(low + 8) : 0u;
+        qa[k][3] = row_high < T ? load_u32(high + 8) : 0u;
+    }
+    float o[HD / 8][4];
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}; // base-2 units, the same in the row's 4 lanes
+    float row_sum[2] = {0.0f, 0.0f};           // this lane's share of the row's sum
+    const float scale_log2 = scale * LOG2E;
+
+    const int kt_first = start / COLUMNS, kt_last = q_last / COLUMNS;
+    const bool any_keys = q_last >= start;
+    if (any_keys) {
+        tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
+        tile_load_async<HD>(Vs, V + head, kt_first * COLUMNS, T);
+        cp_async_commit();
+    }
+    for (int kt = kt_first; any_keys && kt <= kt_last; kt++) {
+        const int buffer = (kt - kt_first) & 1;
+        if (kt < kt_last) { // the next tile loads while this one is used
+            tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + head, (kt + 1) * COLUMNS, T);
+            tile_load_async<HD>(Vs + (buffer ^ 1) * L::elements, V + head, (kt + 1) * COLUMNS, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
+
+        float s[COLUMNS / 8][4];
+        for (int n = 0; n < COLUMNS / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int k = 0; k < HD / 16; k++)
+            for (int n = 0; n < COLUMNS / 8; n++) {
+                uint32_t bk[2];
+                load_b_transposed(bk, Kt + n * 8 * L::ld + k * 16, L::ld, lane);
+                mma_bf16_16x8x16(s[n], qa[k], bk);
+            }
+        const int key0 = kt * COLUMNS;
+        const bool needs_mask = key0 < start || key0 + COLUMNS - 1 > warp_first_row;
+        for (int n = 0; n < COLUMNS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
+                float x = s[n][e] * scale_log2;
+                s[n][e] = needs_mask && (key < start || key > row) ? -INFINITY : x;
+            }
+        // Online softmax, row by row: the tile's maximum over the row's 4 lanes, the
+        // rescaling of what was summed so far, then this tile's probabilities.
+        for (int half = 0; half < 2; half++) {
+            float tile_max = -INFINITY;
+            for (int n = 0; n < COLUMNS / 8; n++) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+            const float new_max = fmaxf(row_max[half], tile_max);
+            float alpha = 1.0f, sum = 0.0f;
+            if (new_max == -INFINITY) { // no visible key yet: nothing to add
+                for (int n = 0; n < COLUMNS / 8; n++) s[n][2 * half] = s[n][2 * half + 1] = 0.0f;
+            } else {
+                alpha = exp2f(row_max[half] - new_max); // 0 when row_max is -inf
+                for (int n = 0; n < COLUMNS / 8; n++)
+                    for (int e = 2 * half; e < 2 * half + 2; e++) {
+                        s[n][e] = exp2f(s[n][e] - new_max);
+                        sum += s[n][e];
+                    }
+            }
+            row_sum[half] = row_sum[half] * alpha + sum;
+            row_max[half] = new_max;
+            for (int n = 0; n < HD / 8; n++) o[n][2 * half] *= alpha, o[n][2 * half + 1] *= alpha;
+        }
+        multiply_registers_by_tile<HD>(o, s, Vt, lane);
+        __syncthreads(); // every warp is done with this buffer before it is refilled
+    }
+
+    for (int half = 0; half < 2; half++) {
+        float sum = row_sum[half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = half ? row_high : row_low;
+        if (row >= T) continue;
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        float *dst = out + ((long)b * T + row) * H * HD + h * HD + 2 * t;
+        for (int n = 0; n < HD / 8; n++) {
+            dst[n * 8] = o[n][2 * half] * inverse;
+            dst[n * 8 + 1] = o[n][2 * half + 1] * inverse;
+        }
+        if (t == 0) lse[(long)bh * T + row] = sum > 0.0f ? (row_max[half] + log2f(sum)) * LN2 : INFINITY;
+    }
+}
+
+// Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows (async) and their
+// log-sum-exps (base 2) and D values (plain stores, visible after the next barrier).
+template <int HD>
+DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s, const bf16 *Q, const bf16 *dO,
+                                   const float *lse, const float *D, long head, int q0, int T) {
+    tile_load_async<HD>(Qs, Q + head * T * HD, q0, T);
+    tile_load_async<HD>(dOs, dO + head * T * HD, q0, T);
+    for (int i = threadIdx.x; i < ROWS; i += THREADS) {
+        int q = q0 + i;
+        lse_s[i] = q < T ? lse[head * T + q] * LOG2E : INFINITY;
+        D_s[i] = q < T ? D[head * T + q] : 0.0f;
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(THREADS)
+    backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
+                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale) {
+    using L = Tile<HD>;
+    DYNAMIC_SHARED(shared);
+    bf16 *Ks = (bf16 *)shared, *Vs = Ks + L::elements;
+    bf16 *Qs = Vs + L::elements, *dOs = Qs + 2 * L::elements; // two buffers each
+    float *lse_s = (float *)(dOs + 2 * L::elements), *D_s = lse_s + 2 * ROWS;
+
+    const int group = H / KV, b = blockIdx.y / KV, kv_head = blockIdx.y % KV, k0 = blockIdx.x * ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const int start = row_start ? row_start[b] : 0;
+    if (k0 + ROWS <= start) return; // keys no query sees: nothing to add
+    // K and V are the same for every head of the group; read the group's first copy.
+    const long kv_copy = ((long)b * H + kv_head * group) * T * HD;
+    tile_load_async<HD>(Ks, K + kv_copy, k0, T);
+    tile_load_async<HD>(Vs, V + kv_copy, k0, T);
+    const int qt_first = imax(k0, start) / ROWS, qt_count = (T - 1) / ROWS - qt_first + 1;
+    const int steps = group * qt_count; // (head of the group, query tile) pairs
+    load_query_tile<HD>(Qs, dOs, lse_s, D_s, Q, dO, lse, D, (long)b * H + kv_head * group, qt_first * ROWS, T);
+    cp_async_commit();
+
+    float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
+    for (int n = 0; n < HD / 8; n++)
+        for (int e = 0; e < 4; e++) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
+    const int key_low = k0 + warp * 16 + lane / 4, key_high = key_low + 8; // this lane's keys
+    const int warp_first_key = k0 + warp * 16;
+    const float scale_log2 = scale * LOG2E;
+    for (int step = 0; step < steps; step++) {
+        const int buffer = step & 1;
+        if (step + 1 < steps) {
+            const int member = (step + 1) / qt_count, qt = qt_first + (step + 1) % qt_count;
+            load_query_tile<HD>(Qs + (buffer ^ 1) * L::elements, dOs + (buffer ^ 1) * L::elements,
+                                lse_s + (buffer ^ 1) * ROWS, D_s + (buffer ^ 1) * ROWS, Q, dO, lse, D,
+                                (long)b * H + kv_head * group + member, qt * ROWS, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int q0 = (qt_first + step % qt_count) * ROWS;
+        const bf16 *Qt = Qs + buffer * L::elements, *dOt = dOs + buffer * L::elements;
+        const float *lse_t = lse_s + buffer * ROWS, *D_t = D_s + buffer * ROWS;
+
+        float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S^T and dP^T: this warp's 16 keys x 64 queries
+        multiply_tile_by_tile_transposed<HD>(s, Ks + warp * 16 * L::ld, Qt, lane);
+        multiply_tile_by_tile_transposed<HD>(dp, Vs + warp * 16 * L::ld, dOt, lane);
+        const bool needs_mask = warp_first_key < start || warp_first_key + 15 > q0;
+        for (int n = 0; n < COLUMNS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_high;
+                float p = exp2f(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
+                if (needs_mask && (key < start || key > q)) p = 0.0f;
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - D_t[column]);
+            }
+        multiply_registers_by_tile<HD>(dv_acc, s, dOt, lane);
+        multiply_registers_by_tile<HD>(dk_acc, dp, Qt, lane);
+        __syncthreads(); // every warp is done with this buffer before it is refilled
+    }
+    const long width = (long)KV * HD;
+    add_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
+    add_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(THREADS)
+    backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
+                      const float *D, const int *row_start, int H, int T, float scale) {
+    using L = Tile<HD>;
+    DYNAMIC_SHARED(shared);
+    bf16 *Qs = (bf16 *)shared, *dOs = Qs + L::elements;
+    bf16 *Ks = dOs + L::elements, *Vs = Ks + 2 * L::elements; // two buffers each
+
+    const int tiles = (T + ROWS - 1) / ROWS;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (tiles - 1 - (int)blockIdx.x) * ROWS; // the longest rows start first
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+    const int start = row_start ? row_start[b] : 0;
+    const int q_last = imin(q0 + ROWS, T) - 1;
+    if (q_last < start) return; // only padding queries: nothing to add
+    const long head = (long)bh * T * HD;
+    const int row_low = q0 + warp * 16 + lane / 4, row_high = row_low + 8;
+    const int warp_first_row = q0 + warp * 16;
+    const float lse_low = row_low < T ? lse[(long)bh * T + row_low] * LOG2E : INFINITY;
+    const float lse_high = row_high < T ? lse[(long)bh * T + row_high] * LOG2E : INFINITY;
+    const float D_low = row_low < T ? D[(long)bh * T + row_low] : 0.0f;
+    const float D_high = row_high < T ? D[(long)bh * T + row_high] : 0.0f;
+
+    const int kt_first = start / COLUMNS, kt_last = q_last / COLUMNS;
+    tile_load_async<HD>(Qs, Q + head, q0, T);
+    tile_load_async<HD>(dOs, dO + head, q0, T);
+    tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
+    tile_load_async<HD>(Vs, V + head, kt_first * COLUMNS, T);
+    cp_async_commit();
+
+    float dq_acc[HD / 8][4];
+    for (int n = 0; n < HD / 8; n++) dq_acc[n][0] = dq_acc[n][1] = dq_acc[n][2] = dq_acc[n][3] = 0.0f;
+    const float scale_log2 = scale * LOG2E;
+    for (int kt = kt_first; kt <= kt_last; kt++) {
+        const int buffer = (kt - kt_first) & 1;
+        if (kt < kt_last) {
+            tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + head, (kt + 1) * COLUMNS, T);
+            tile_load_async<HD>(Vs + (buffer ^ 1) * L::elements, V + head, (kt + 1) * COLUMNS, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
+
+        float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S and dP: this warp's 16 queries x 64 keys
+        multiply_tile_by_tile_transposed<HD>(s, Qs + warp * 16 * L::ld, Kt, lane);
+        multiply_tile_by_tile_transposed<HD>(dp, dOs + warp * 16 * L::ld, Vt, lane);
+        const int key0 = kt * COLUMNS;
+        const bool needs_mask = key0 < start || key0 + COLUMNS - 1 > warp_first_row;
+        for (int n = 0; n < COLUMNS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
+                float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
+                if (needs_mask && (key < start || key > row)) p = 0.0f;
+                dp[n][e] = p * (dp[n][e] - (e < 2 ? D_low : D_high)); // dS
+            }
+        multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
+        __syncthreads(); // every warp is done with this buffer before it is refilled
+    }
+    add_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+}
+
+} // namespace attention_mma

@@ -1,0 +1,198 @@
+// A CPU emulation of the few CUDA features the mma attention kernels use, so that the
+// kernels' source (attention_mma.cuh) runs in CI on machines without a GPU
+// (tests/test_attention_emulated.cpp). Included by device_primitives.cuh when the
+// compiler is not nvcc; never part of the marlhf binary.
+//
+// emulation::launch runs a grid one block at a time; a block is one OS thread per CUDA
+// thread, so __syncthreads is a real barrier and a data race between warps can show. The
+// warp-collective instructions (mma, ldmatrix, shuffles) are emulated lane by lane with
+// the register layouts of device_primitives.cuh: every lane posts its operands, waits for
+// its warp, then computes its own results from all 32 lanes' operands. Shared memory
+// starts filled with 0xFF bytes (NaN as bf16 and as fp32), so reading a tile that was
+// never loaded poisons the result. cp.async copies at once (the emulation cannot show a
+// missing cp_async_wait).
+//
+// What it does not model: the tensor cores' summation order (sums here are fp32 in k
+// order, the GPU's differ in the last bits) and timing. A kernel that passes here can
+// still fail on the GPU through a wrong belief about a PTX layout shared by the kernel
+// and this file; tests/gpu/test_cuda.c is the check for that.
+#pragma once
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+struct bf16 {
+    uint16_t bits;
+};
+
+// Round to nearest even, as __float2bfloat16; NaN stays NaN.
+static inline bf16 float_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{(uint16_t)((u >> 16) | 0x40)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return bf16{(uint16_t)(u >> 16)};
+}
+
+static inline float bf16_to_float(bf16 h) {
+    uint32_t u = (uint32_t)h.bits << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+#define DEVICE_INLINE static inline
+#define __global__
+#define __launch_bounds__(threads)
+
+namespace emulation {
+
+struct Dim3 {
+    unsigned x, y, z;
+};
+
+struct Warp {
+    pthread_barrier_t barrier;
+    // Operands posted by each lane for a collective. Two sets, used alternately: a lane
+    // that runs ahead into the next collective writes the other set while slower lanes
+    // still read this one, and cannot come back to this set before they have finished.
+    uint32_t words[2][32][6];
+    const bf16 *rows[2][32];
+};
+
+struct Block {
+    pthread_barrier_t barrier;
+    std::vector<Warp> warps;
+};
+
+struct Thread {
+    Dim3 thread_idx, block_idx;
+    Block *block;
+    Warp *warp;
+    int lane;
+    int parity; // which operand set this lane's next collective uses
+    unsigned char *shared;
+};
+
+inline thread_local Thread *current = nullptr;
+
+// Runs kernel() for every thread of every block of `grid`, `threads` threads per block
+// (a multiple of 32) with `shared_bytes` of dynamic shared memory.
+inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()> &kernel) {
+    for (unsigned y = 0; y < grid.y; y++)
+        for (unsigned x = 0; x < grid.x; x++) {
+            Block block;
+            pthread_barrier_init(&block.barrier, nullptr, (unsigned)threads);
+            block.warps.resize((size_t)threads / 32);
+            for (Warp &warp : block.warps) pthread_barrier_init(&warp.barrier, nullptr, 32);
+            std::vector<unsigned char> shared(shared_bytes + 16, 0xFF);
+            std::vector<Thread> states((size_t)threads);
+            std::vector<std::thread> pool;
+            for (int i = 0; i < threads; i++) {
+                states[(size_t)i] = Thread{{(unsigned)i, 0, 0}, {x, y, 0}, &block, &block.warps[(size_t)i / 32],
+                                           i % 32, 0, shared.data()};
+                pool.emplace_back([&kernel, state = &states[(size_t)i]] {
+                    current = state;
+                    kernel();
+                });
+            }
+            for (std::thread &thread : pool) thread.join();
+            for (Warp &warp : block.warps) pthread_barrier_destroy(&warp.barrier);
+            pthread_barrier_destroy(&block.barrier);
+        }
+}
+
+// This lane's operand set for the next collective (and flips to the other for the one after).
+inline int next_parity(Thread *me) {
+    int parity = me->parity;
+    me->parity ^= 1;
+    return parity;
+}
+
+} // namespace emulation
+
+#define threadIdx (emulation::current->thread_idx)
+#define blockIdx (emulation::current->block_idx)
+#define DYNAMIC_SHARED(name) unsigned char *name = emulation::current->shared
+
+static inline void __syncthreads() { pthread_barrier_wait(&emulation::current->block->barrier); }
+static inline void __syncwarp() { pthread_barrier_wait(&emulation::current->warp->barrier); }
+
+static inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
+    (void)mask;
+    emulation::Thread *me = emulation::current;
+    int parity = emulation::next_parity(me);
+    memcpy(&me->warp->words[parity][me->lane][0], &value, 4);
+    pthread_barrier_wait(&me->warp->barrier);
+    float other;
+    memcpy(&other, &me->warp->words[parity][me->lane ^ lane_mask][0], 4);
+    return other;
+}
+
+DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
+    return (uint32_t)float_to_bf16(low).bits | (uint32_t)float_to_bf16(high).bits << 16;
+}
+
+DEVICE_INLINE uint32_t load_u32(const bf16 *p) {
+    uint32_t value;
+    memcpy(&value, p, 4);
+    return value;
+}
+
+static inline float low_half(uint32_t word) { return bf16_to_float(bf16{(uint16_t)(word & 0xffffu)}); }
+static inline float high_half(uint32_t word) { return bf16_to_float(bf16{(uint16_t)(word >> 16)}); }
+
+DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    emulation::Thread *me = emulation::current;
+    emulation::Warp *warp = me->warp;
+    int parity = emulation::next_parity(me);
+    uint32_t *mine = warp->words[parity][me->lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b[0], mine[5] = b[1];
+    pthread_barrier_wait(&warp->barrier);
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const uint32_t *w = warp->words[parity][lane];
+        int g = lane / 4, t = lane % 4;
+        A[g][2 * t] = low_half(w[0]), A[g][2 * t + 1] = high_half(w[0]);
+        A[g + 8][2 * t] = low_half(w[1]), A[g + 8][2 * t + 1] = high_half(w[1]);
+        A[g][2 * t + 8] = low_half(w[2]), A[g][2 * t + 9] = high_half(w[2]);
+        A[g + 8][2 * t + 8] = low_half(w[3]), A[g + 8][2 * t + 9] = high_half(w[3]);
+        B[2 * t][g] = low_half(w[4]), B[2 * t + 1][g] = high_half(w[4]);
+        B[2 * t + 8][g] = low_half(w[5]), B[2 * t + 9][g] = high_half(w[5]);
+    }
+    int g = me->lane / 4, t = me->lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
+        d[i] += sum;
+    }
+}
+
+DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+    emulation::Thread *me = emulation::current;
+    emulation::Warp *warp = me->warp;
+    int parity = emulation::next_parity(me);
+    warp->rows[parity][me->lane] = row;
+    pthread_barrier_wait(&warp->barrier);
+    int g = me->lane / 4, t = me->lane % 4;
+    for (int j = 0; j < 4; j++) {
+        const bf16 *first = warp->rows[parity][8 * j + 2 * t], *second = warp->rows[parity][8 * j + 2 * t + 1];
+        r[j] = (uint32_t)first[g].bits | (uint32_t)second[g].bits << 16;
+    }
+}
+
+DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
+    if (valid)
+        memcpy(shared_dst, global_src, 16);
+    else
+        memset(shared_dst, 0, 16);
+}
+DEVICE_INLINE void cp_async_commit() {}
+template <int pending> DEVICE_INLINE void cp_async_wait() {}

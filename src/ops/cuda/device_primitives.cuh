@@ -1,0 +1,71 @@
+// The warp-level building blocks of the mma attention kernels (attention_mma.cuh): bf16
+// packing, the m16n8k16 tensor-core product, ldmatrix and cp.async.
+//
+// Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
+// (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
+// kernel's blocks on CPU threads with the same per-lane register layouts, so the kernels'
+// indexing, masking and softmax are tested in CI on machines without a GPU. The layouts
+// below are the PTX ISA's ("Matrix Fragments for mma.m16n8k16"); g = lane / 4 (the
+// group) and t = lane % 4 (the thread in the group):
+//   A (16 x 16, row-major), 4 registers of 2 bf16:  a[0] = A[g][2t..2t+1],
+//     a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   B (16 x 8, k x n), 2 registers:  b[0] = {B[2t][g], B[2t+1][g]},
+//     b[1] = {B[2t+8][g], B[2t+9][g]}
+//   C, D (16 x 8, fp32), 4 floats:   c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..]
+// The lower-numbered element of a pair sits in the register's low 16 bits.
+#pragma once
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+#define DEVICE_INLINE __device__ __forceinline__
+// The block's dynamic shared memory as bytes.
+#define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+
+DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return *reinterpret_cast<uint32_t *>(&pair);
+}
+
+// Two adjacent bf16 (4-byte aligned) as one register.
+DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// d = a b + d on the tensor cores, bf16 inputs, fp32 accumulators.
+DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8x8 bf16 matrices from shared memory, each transposed: lane i gives the address of
+// row i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j of lane l receives
+// {M_j[2(l%4)][l/4], M_j[2(l%4)+1][l/4]}.
+DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+    unsigned address = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address)
+                 : "memory");
+}
+
+// 16 bytes global -> shared without passing through registers; when !valid the 16
+// shared bytes are zero-filled and nothing is read. Complete at cp_async_wait.
+DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
+    unsigned address = (unsigned)__cvta_generic_to_shared(shared_dst);
+    int source_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global_src),
+                 "r"(source_bytes)
+                 : "memory");
+}
+DEVICE_INLINE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` committed groups of this thread are still in flight.
+template <int pending> DEVICE_INLINE void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+#else
+#include "ops/cuda/cpu_emulation.h"
+#endif
