@@ -6,15 +6,18 @@
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
 #      gradients, generation with the KV cache on the GPU.
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
-#      losses must track (relative difference <= 2e-2).
-#   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda.
+#      losses must track (relative difference <= 2e-2); again with LoRA adapters, and
+#      again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
+#   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
+#      with LoRA adapters, and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
-#      steps op by op (bench/ops_breakdown.c), fused and unfused attention.
+#      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
+#      the default; mma; unfused).
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR]
-#   --quick-bench: only the fused-attention steps beside PyTorch, and one breakdown.
+#   --quick-bench: only the fused-attention steps beside PyTorch, and the 1B breakdowns.
 #   --bundle: binaries made by tests/gpu/bundle.sh, for a GPU machine without the build
 #             packages; without it the script builds with make (nvcc must be present).
 set -u
@@ -102,6 +105,10 @@ PY
 }
 sft_tracks_cpu sft --learning-rate 3e-3
 sft_tracks_cpu sft_lora --learning-rate 1e-2 --lora-rank 8
+# the same on the mma attention kernels (the CPU run ignores the variable)
+export MARLHF_CUDA_ATTENTION=mma
+sft_tracks_cpu sft_mma_attention --learning-rate 3e-3
+unset MARLHF_CUDA_ATTENTION
 
 # 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
 #    then with actor and critic adapters (the reference is the actor's base)
@@ -131,6 +138,9 @@ PY
 }
 ppo_on_gpu ppo_on_gpu
 ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
+export MARLHF_CUDA_ATTENTION=mma
+ppo_on_gpu ppo_mma_attention_on_gpu
+unset MARLHF_CUDA_ATTENTION
 
 # 4. speed, each beside PyTorch eager on the same GPU
 summary_speed=""
@@ -141,6 +151,8 @@ if [ "$bench" = 1 ]; then
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
         timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 >> "$results" 2>> "$log"
+        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention mma \
+            >> "$results" 2>> "$log"
         [ "$quick" = 1 ] || timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
             --attention unfused >> "$results" 2>> "$log"
         timeout 200 python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 --warmup 3 \
@@ -153,8 +165,8 @@ if [ "$bench" = 1 ]; then
     done
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
-    shapes="smollm2-135m llama-1b" attentions="fused unfused"
-    [ "$quick" = 1 ] && shapes=llama-1b attentions=fused
+    shapes="smollm2-135m llama-1b" attentions="wmma mma unfused"
+    [ "$quick" = 1 ] && shapes=llama-1b attentions="wmma mma"
     for shape in $shapes; do
         for attention in $attentions; do
             timeout 120 "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 --attention $attention \
@@ -173,9 +185,10 @@ def find(impl, **kv):
 parts = []
 for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
-    u = find("marlhf-cuda-unfused", model=ours)
+    u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-mma", model=ours)
     parts.append(f"{ours} step {m.get('tokens_per_s', 0):.0f} tok/s MFU {100 * m.get('mfu', 0):.1f}% "
-                 f"(unfused attention {u.get('tokens_per_s', 0):.0f}) "
+                 f"(mma attention {a.get('tokens_per_s', 0):.0f} tok/s MFU {100 * a.get('mfu', 0):.1f}%, "
+                 f"unfused {u.get('tokens_per_s', 0):.0f}) "
                  f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch), find("transformers-generate", batch=batch)

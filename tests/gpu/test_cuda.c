@@ -639,6 +639,14 @@ static void test_generation_on_gpu(void) {
     model_free(&mg);
 }
 
+// The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
+static void test_fixture_models_mma_attention(void) {
+    const char *previous = ops_cuda_attention_kernels();
+    ops_cuda_select_attention("mma");
+    test_fixture_models();
+    ops_cuda_select_attention(previous);
+}
+
 int main(void) {
     gpu = ops_backend_by_name("cuda");
     if (!gpu) {
@@ -657,6 +665,7 @@ int main(void) {
     RUN(test_logprob_and_value_head);
     RUN(test_adamw);
     RUN(test_fixture_models);
+    RUN(test_fixture_models_mma_attention);
     RUN(test_lora_models);
     RUN(test_generation_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
