@@ -112,3 +112,35 @@ void rm_dschat_span(const int *chosen_ids, const int *rejected_ids, int T, int p
     *end = c_end > r_end ? c_end : r_end;
     if (*end <= *divergence) *end = *divergence + 1; // a difference inside the padding of both
 }
+
+double dpo_pair_loss(DpoLossKind kind, double beta, double label_smoothing, double policy_chosen,
+                     double policy_rejected, double ref_chosen, double ref_rejected, double *d_chosen,
+                     double *d_rejected) {
+    const double h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected);
+    double loss, d_h; // d loss / d h
+    switch (kind) {
+    case DPO_LOSS_SIGMOID: {
+        const double z = beta * h, eps = label_smoothing;
+        loss = (1 - eps) * log_sigmoid_negated(z) + eps * log_sigmoid_negated(-z);
+        // d/dz -log sigmoid(z) = -sigmoid(-z); d/dz -log sigmoid(-z) = sigmoid(z)
+        d_h = beta * (-(1 - eps) * sigmoid(-z) + eps * sigmoid(z));
+        break;
+    }
+    case DPO_LOSS_IPO: {
+        const double gap = h - 1.0 / (2.0 * beta);
+        loss = gap * gap;
+        d_h = 2.0 * gap;
+        break;
+    }
+    case DPO_LOSS_HINGE:
+    default: {
+        const double z = beta * h;
+        loss = z < 1.0 ? 1.0 - z : 0.0;
+        d_h = z < 1.0 ? -beta : 0.0;
+        break;
+    }
+    }
+    *d_chosen = d_h;
+    *d_rejected = -d_h;
+    return loss;
+}

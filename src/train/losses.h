@@ -1,4 +1,4 @@
-// The losses of SFT and reward modelling, as pure functions from model outputs to a loss
+// The losses of SFT, reward modelling and DPO, as pure functions from model outputs to a loss
 // value and its gradient with respect to those outputs. The trainers feed the gradients
 // to model_backward() as per-token weights (dlogp or dvalue).
 //
@@ -28,6 +28,21 @@ double rm_listwise_loss(const float *scores, int n, int K, float scale, float *d
 // -log sigmoid(chosen[t] - rejected[t]). Returns that mean.
 double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_values, int divergence,
                            int end, float scale, float *d_chosen_values, float *d_rejected_values);
+
+// ---- DPO: one pair's log-probabilities under the policy and the frozen reference ----
+// h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected), each a sum of the
+// response tokens' log-probs (for IPO the caller passes per-token means, as TRL does):
+//   DPO_LOSS_SIGMOID  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
+//                     (eps = label_smoothing: DeepSpeed-Chat's / OpenRLHF's conservative
+//                     DPO; eps = 0 is the DPO paper's and TRL's "sigmoid")
+//   DPO_LOSS_IPO      (h - 1 / (2 beta))^2
+//   DPO_LOSS_HINGE    max(0, 1 - beta h)  (SLiC; the gradient at the kink is 0)
+// Returns the pair's loss; *d_chosen and *d_rejected receive d loss / d policy_chosen and
+// d loss / d policy_rejected (not scaled, not accumulated).
+typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE } DpoLossKind;
+double dpo_pair_loss(DpoLossKind kind, double beta, double label_smoothing, double policy_chosen,
+                     double policy_rejected, double ref_chosen, double ref_rejected, double *d_chosen,
+                     double *d_rejected);
 
 // -log sigmoid(x), computed without overflow.
 double log_sigmoid_negated(double x);

@@ -1,0 +1,106 @@
+// marlhf dpo: direct preference optimization of a policy on chosen/rejected pairs
+// (train/dpo.h), DeepSpeed-Chat's step2_dpo_finetuning.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/train_options.h"
+#include "core/check.h"
+#include "model/weights_io.h"
+#include "train/dpo.h"
+
+// The prompts, chosen and rejected responses of a pairs dataset.
+static void collect_pairs(const Dataset *d, const char *path, const char ***prompts, const char ***chosen,
+                          const char ***rejected) {
+    *prompts = xmalloc((d->count + 1) * sizeof(char *));
+    *chosen = xmalloc((d->count + 1) * sizeof(char *));
+    *rejected = xmalloc((d->count + 1) * sizeof(char *));
+    for (long i = 0; i < d->count; i++) {
+        const DataRecord *r = &d->records[i];
+        if (!r->chosen || !r->rejected) die_user("row at line %ld has no chosen/rejected pair (%s)", r->line, path);
+        (*prompts)[i] = r->prompt, (*chosen)[i] = r->chosen, (*rejected)[i] = r->rejected;
+    }
+}
+
+int cmd_dpo(int argc, char **argv) {
+    TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
+                    .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-6,
+                    .warmup_ratio = 0.1, .clip_norm = 1.0, .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                    .device = "cpu", .data_format = "auto", .data_phase = 2};
+    char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
+    double beta = 0.1, label_smoothing = 0.0;
+    Option options[56] = {
+        {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
+        {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
+        {"reference-model", "ref_model", OPT_STRING, &reference_path,
+         "frozen reference (default: the policy's starting weights)", false, false},
+        {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
+        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge", false, false},
+        {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
+         "sigmoid: assumed fraction of flipped labels, conservative DPO (DeepSpeed-Chat, OpenRLHF)", false, false},
+    };
+    int count = 6 + trainer_cli_options(&c, options + 6);
+    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs against a frozen reference.",
+                     "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
+    options_parse(&set, argc, argv);
+    DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing};
+    if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
+        die_user("option --loss must be sigmoid, ipo or hinge, got '%s'", loss_name);
+    if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
+    if (!(label_smoothing >= 0 && label_smoothing < 0.5))
+        die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
+    if (label_smoothing > 0 && loss.loss != DPO_LOSS_SIGMOID)
+        die_user("option --label-smoothing applies to --loss sigmoid only");
+    trainer_cli_finish(&c, output);
+
+    Tokenizer *tokenizer;
+    if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
+    Dataset train, eval;
+    trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    const char **prompts, **chosen, **rejected, **eval_prompts, **eval_chosen, **eval_rejected;
+    collect_pairs(&train, c.data, &prompts, &chosen, &rejected);
+    collect_pairs(&eval, c.eval_data ? c.eval_data : "", &eval_prompts, &eval_chosen, &eval_rejected);
+    DpoTask task;
+    if (dpo_task_init(&task, tokenizer, prompts, chosen, rejected, train.count, eval_prompts, eval_chosen, eval_rejected,
+                      eval.count, (int)c.max_seq_len, &loss) != 0)
+        die_from_err();
+    if (!c.quiet)
+        fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
+                task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
+
+    const OpsBackend *ops = ops_backend_by_name(c.device);
+    if (!ops) die_from_err();
+    Model model;
+    ModelLoadOptions load = {.with_lm_head = true};
+    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
+    model.recompute = c.gradient_checkpointing;
+
+    // The reference's log-probs, once, before any step (and again on --resume, from the
+    // same starting weights: train_run loads the checkpoint afterwards).
+    if (reference_path) {
+        Model reference;
+        if (model_load(&reference, reference_path, ops, &load) != 0) die_from_err();
+        if (reference.config.vocab_size != model.config.vocab_size)
+            die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
+                     reference.config.vocab_size, model.config.vocab_size);
+        dpo_task_compute_reference(&task, &reference);
+        model_free(&reference);
+    } else {
+        dpo_task_compute_reference(&task, &model);
+    }
+    model_release_activations(&model);
+    if (!c.quiet) fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
+
+    TrainTask train_task = dpo_train_task(&task);
+    if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
+    if (!c.quiet) fprintf(stderr, "dpo: final model in %s/final\n", output);
+    model_free(&model);
+    dpo_task_free(&task);
+    free(prompts), free(chosen), free(rejected), free(eval_prompts), free(eval_chosen), free(eval_rejected);
+    dataset_free(&train);
+    dataset_free(&eval);
+    tokenizer_free(tokenizer);
+    return 0;
+}

@@ -1,0 +1,262 @@
+#include "train/dpo.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "dist/dist.h"
+
+int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
+    if (!strcmp(name, "sigmoid")) *kind = DPO_LOSS_SIGMOID;
+    else if (!strcmp(name, "ipo")) *kind = DPO_LOSS_IPO;
+    else if (!strcmp(name, "hinge")) *kind = DPO_LOSS_HINGE;
+    else return -1;
+    return 0;
+}
+
+static bool has_response(const TokenizedExamples *rows, long r) { return rows->lengths[r] - rows->prompt_lengths[r] >= 1; }
+
+// Tokenizes the pairs into rows (two per pair), leaving out pairs where either row has no
+// response token within max_seq_len.
+static void tokenize_pairs(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts,
+                           const char *const *chosen, const char *const *rejected, long count, int max_seq_len,
+                           TokenizedExamples *out) {
+    long capacity = 2 * (count > 0 ? count : 1);
+    out->ids = xcalloc((size_t)capacity, sizeof(int *));
+    out->lengths = xcalloc((size_t)capacity, sizeof(int));
+    out->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
+    out->count = 0;
+    for (long i = 0; i < count; i++) {
+        const char *responses[2] = {chosen[i], rejected[i]};
+        bool truncated_pair = false;
+        for (int k = 0; k < 2; k++) {
+            bool truncated;
+            long r = out->count + k;
+            tokenize_example(tokenizer, prompts[i], responses[k], max_seq_len, &out->ids[r], &out->lengths[r],
+                             &out->prompt_lengths[r], &truncated);
+            truncated_pair |= truncated;
+        }
+        if (!has_response(out, out->count) || !has_response(out, out->count + 1)) {
+            task->dropped++;
+            free(out->ids[out->count]), free(out->ids[out->count + 1]);
+            continue;
+        }
+        task->truncated += truncated_pair;
+        out->count += 2;
+    }
+}
+
+static double *unknown_sums(long rows) {
+    double *sums = xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(double));
+    for (long r = 0; r < rows; r++) sums[r] = NAN;
+    return sums;
+}
+
+int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExamples *eval, int pad_id,
+                       const DpoLossOptions *options) {
+    long dropped = task->dropped, truncated = task->truncated;
+    memset(task, 0, sizeof *task);
+    task->dropped = dropped, task->truncated = truncated;
+    task->train = *train, task->eval = *eval;
+    memset(train, 0, sizeof *train), memset(eval, 0, sizeof *eval);
+    task->train_count = task->train.count / 2;
+    task->eval_count = task->eval.count / 2;
+    task->pad_id = pad_id;
+    task->options = *options;
+    task->train_reference = unknown_sums(task->train.count);
+    task->eval_reference = unknown_sums(task->eval.count);
+    CHECK(task->train.count % 2 == 0 && task->eval.count % 2 == 0, "DPO rows come in pairs");
+    if (task->train_count == 0) return err_set("no DPO pair has a response token within --max-seq-len");
+    return 0;
+}
+
+int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *chosen,
+                  const char *const *rejected, long count, const char *const *eval_prompts,
+                  const char *const *eval_chosen, const char *const *eval_rejected, long eval_count,
+                  int max_seq_len, const DpoLossOptions *options) {
+    memset(task, 0, sizeof *task);
+    TokenizedExamples train, eval;
+    tokenize_pairs(task, tokenizer, prompts, chosen, rejected, count, max_seq_len, &train);
+    tokenize_pairs(task, tokenizer, eval_prompts, eval_chosen, eval_rejected, eval_count, max_seq_len, &eval);
+    int pad = tokenizer_pad_id(tokenizer);
+    if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
+    return dpo_task_from_rows(task, &train, &eval, pad, options);
+}
+
+void dpo_task_free(DpoTask *task) {
+    tokenized_examples_free(&task->train);
+    tokenized_examples_free(&task->eval);
+    free(task->train_reference), free(task->eval_reference);
+    memset(task, 0, sizeof *task);
+}
+
+// A batch of rows right-padded to the longest, with next-token targets on the response
+// tokens only (the LM head runs on those slots alone).
+typedef struct {
+    int B, T;
+    int *tokens, *targets, *row_len;
+} PairBatch;
+
+static void build_batch(const TokenizedExamples *rows, const long *which, int count, int pad_id, PairBatch *batch) {
+    int T = 0;
+    for (int b = 0; b < count; b++)
+        if (rows->lengths[which[b]] > T) T = rows->lengths[which[b]];
+    long N = (long)count * T;
+    batch->B = count, batch->T = T;
+    batch->tokens = xmalloc((size_t)N * sizeof(int));
+    batch->targets = xmalloc((size_t)N * sizeof(int));
+    batch->row_len = xmalloc((size_t)count * sizeof(int));
+    for (int b = 0; b < count; b++) {
+        const int *ids = rows->ids[which[b]];
+        int length = rows->lengths[which[b]], prompt_length = rows->prompt_lengths[which[b]];
+        batch->row_len[b] = length;
+        for (int t = 0; t < T; t++) {
+            long i = (long)b * T + t;
+            batch->tokens[i] = t < length ? ids[t] : pad_id;
+            // slot t predicts token t+1: a response token when prompt_length <= t+1 < length
+            batch->targets[i] = t + 1 < length && t + 1 >= prompt_length ? ids[t + 1] : -1;
+        }
+    }
+}
+
+static void free_batch(PairBatch *batch) { free(batch->tokens), free(batch->targets), free(batch->row_len); }
+
+// Forward over the batch; sums[b] = row b's response log-prob sum, logp the per-slot values.
+static void forward_sums(Model *model, const PairBatch *batch, float *logp, double *sums) {
+    ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
+    model_forward(model, &input);
+    model_logprobs(model, batch->targets, logp, NULL, NULL);
+    for (int b = 0; b < batch->B; b++) {
+        double sum = 0;
+        for (int t = 0; t < batch->T; t++)
+            if (batch->targets[(long)b * batch->T + t] >= 0) sum += logp[(long)b * batch->T + t];
+        sums[b] = sum;
+    }
+}
+
+void dpo_response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
+                        double *sums) {
+    PairBatch batch;
+    build_batch(rows, which, count, pad_id, &batch);
+    float *logp = xmalloc((size_t)batch.B * batch.T * sizeof(float));
+    forward_sums(model, &batch, logp, sums);
+    free(logp);
+    free_batch(&batch);
+}
+
+static void compute_sums(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
+    const int chunk = 8;
+    long which[8];
+    for (long r = 0; r < rows->count; r++) sums[r] = 0.0;
+    // Under mpirun each rank scores every W-th chunk; the others' rows stay 0 for the sum.
+    const long stride = (long)chunk * dist_world_size();
+    for (long first = (long)chunk * dist_rank(); first < rows->count; first += stride) {
+        int count = rows->count - first < chunk ? (int)(rows->count - first) : chunk;
+        for (int b = 0; b < count; b++) which[b] = first + b;
+        dpo_response_logps(model, rows, which, count, pad_id, sums + first);
+    }
+    dist_sum_doubles(sums, rows->count);
+}
+
+void dpo_task_compute_reference(DpoTask *task, Model *reference) {
+    compute_sums(reference, &task->train, task->pad_id, task->train_reference);
+    compute_sums(reference, &task->eval, task->pad_id, task->eval_reference);
+}
+
+typedef struct {
+    double loss, correct, margin, chosen_reward, rejected_reward, tokens;
+} DpoStats;
+
+// Response tokens of row r (the count IPO averages over).
+static int response_tokens(const TokenizedExamples *rows, long r) { return rows->lengths[r] - rows->prompt_lengths[r]; }
+
+// One forward over the pairs' rows, the losses, and (when train) the backward of
+// scale * the summed loss.
+static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *rows, const double *reference,
+                        const long *pairs, int count, double scale, bool train, DpoStats *stats) {
+    const DpoLossOptions *o = &task->options;
+    long *which = xmalloc((size_t)2 * count * sizeof(long));
+    for (int e = 0; e < count; e++) which[2 * e] = 2 * pairs[e], which[2 * e + 1] = 2 * pairs[e] + 1;
+    PairBatch batch;
+    build_batch(rows, which, 2 * count, task->pad_id, &batch);
+    long N = (long)batch.B * batch.T;
+    float *logp = xmalloc((size_t)N * sizeof(float));
+    double *sums = xmalloc((size_t)batch.B * sizeof(double)), *d_sums = xmalloc((size_t)batch.B * sizeof(double));
+    forward_sums(model, &batch, logp, sums);
+    for (int e = 0; e < count; e++) {
+        long c = which[2 * e], r = which[2 * e + 1];
+        double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
+        CHECK(!isnan(rc) && !isnan(rr), "DPO reference log-probs were not computed");
+        // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed).
+        double nc = o->loss == DPO_LOSS_IPO ? response_tokens(rows, c) : 1.0;
+        double nr = o->loss == DPO_LOSS_IPO ? response_tokens(rows, r) : 1.0;
+        double dc, dr;
+        stats->loss += dpo_pair_loss(o->loss, o->beta, o->label_smoothing, pc / nc, pr / nr, rc / nc, rr / nr, &dc, &dr);
+        d_sums[2 * e] = dc / nc, d_sums[2 * e + 1] = dr / nr;
+        double chosen_reward = o->beta * (pc - rc), rejected_reward = o->beta * (pr - rr);
+        stats->correct += chosen_reward > rejected_reward;
+        stats->margin += chosen_reward - rejected_reward;
+        stats->chosen_reward += chosen_reward;
+        stats->rejected_reward += rejected_reward;
+    }
+    for (int b = 0; b < batch.B; b++) stats->tokens += batch.row_len[b];
+    if (train) {
+        // d loss / d logp of a response token = d loss / d (its row's sum)
+        float *dlogp = xcalloc((size_t)N, sizeof(float));
+        for (int b = 0; b < batch.B; b++)
+            for (int t = 0; t < batch.T; t++)
+                if (batch.targets[(long)b * batch.T + t] >= 0) dlogp[(long)b * batch.T + t] = (float)(scale * d_sums[b]);
+        model_backward(model, dlogp, NULL, NULL);
+        free(dlogp);
+    }
+    free(logp), free(sums), free(d_sums), free(which);
+    free_batch(&batch);
+}
+
+static double dpo_weight(void *context, const long *examples, int count) { return count; }
+
+static void dpo_micro_step(void *context, Model *model, const long *examples, int count, double scale,
+                           MicroStepResult *result) {
+    DpoTask *task = context;
+    DpoStats stats = {0};
+    dpo_forward(task, model, &task->train, task->train_reference, examples, count, scale, true, &stats);
+    result->loss_sum = stats.loss;
+    result->weight = count;
+    result->tokens = stats.tokens;
+    result->metric_sums[0] = stats.correct;
+    result->metric_sums[1] = stats.margin;
+    result->metric_sums[2] = stats.chosen_reward;
+    result->metric_sums[3] = stats.rejected_reward;
+}
+
+static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
+    DpoTask *task = context;
+    DpoStats stats = {0};
+    const int chunk = 4;
+    long pairs[4];
+    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
+    const long stride = (long)chunk * dist_world_size();
+    for (long first = (long)chunk * dist_rank(); first < task->eval_count; first += stride) {
+        int count = task->eval_count - first < chunk ? (int)(task->eval_count - first) : chunk;
+        for (int e = 0; e < count; e++) pairs[e] = first + e;
+        dpo_forward(task, model, &task->eval, task->eval_reference, pairs, count, 0.0, false, &stats);
+    }
+    double sums[5] = {stats.loss, stats.correct, stats.margin, stats.chosen_reward, stats.rejected_reward};
+    dist_sum_doubles(sums, 5);
+    const double n = task->eval_count;
+    const char *names[] = {"loss", "accuracy", "margin", "chosen_reward", "rejected_reward"};
+    for (int i = 0; i < 5; i++) result->names[i] = names[i], result->values[i] = n > 0 ? sums[i] / n : 0.0;
+    result->count = n > 0 ? 5 : 0;
+}
+
+TrainTask dpo_train_task(DpoTask *task) {
+    return (TrainTask){
+        .name = "dpo",
+        .num_examples = task->train_count,
+        .metric_names = {"accuracy", "margin", "chosen_reward", "rejected_reward"},
+        .weight = dpo_weight,
+        .micro_step = dpo_micro_step,
+        .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
+        .context = task,
+    };
+}

@@ -1,0 +1,66 @@
+// Direct preference optimization (DPO; Rafailov et al. 2023), and its IPO and hinge
+// variants, as a task for the shared training loop (train/loop.h): the policy learns from
+// chosen/rejected pairs directly, against a frozen reference, with no reward model and no
+// sampling. DeepSpeed-Chat's step2_dpo_finetuning, TRL's DPOTrainer, OpenRLHF's train_dpo.
+//
+// A pair is two rows, prompt + chosen + EOS and prompt + rejected + EOS, tokenized as SFT
+// examples (train/sft.h). Each row's score is the sum of its response tokens' log-probs
+// (EOS included), under the policy (trained) and the reference (frozen); the loss of a pair
+// is train/losses.h's dpo_pair_loss, and a step's loss is the mean over its pairs.
+//
+// The reference never runs during training: its log-prob sums of every row, train and
+// eval, are computed once before the first step (dpo_task_compute_reference), by the
+// policy's starting weights (the usual reference: the SFT model) or by --reference-model.
+// That is TRL's precompute_ref_log_probs, here the only way: one forward over the data
+// instead of one per step, and no second model in memory. On --resume they are computed
+// again from the same starting weights, bit for bit, so a resumed run is the same run.
+//
+// Reported (TRL's names without the "rewards/"): the implicit rewards
+// beta (policy - reference) of chosen and rejected responses, their margin, and the
+// accuracy (chosen reward above rejected).
+#pragma once
+#include "train/losses.h"
+#include "train/sft.h"
+
+typedef struct {
+    DpoLossKind loss;
+    double beta;            // the KL strength (IPO's tau)
+    double label_smoothing; // sigmoid only: the assumed fraction of flipped labels (cDPO)
+} DpoLossOptions;
+
+typedef struct {
+    // Two rows per pair: row 2i is pair i's chosen response, row 2i+1 its rejected one.
+    TokenizedExamples train, eval;
+    long train_count, eval_count; // pairs
+    // Per row: the reference's sum of response-token log-probs (NaN until computed).
+    double *train_reference, *eval_reference;
+    int pad_id;
+    DpoLossOptions options;
+    long dropped;   // pairs with a row whose prompt filled max_seq_len (no response token)
+    long truncated; // pairs with a row cut at max_seq_len
+} DpoTask;
+
+// "sigmoid" | "ipo" | "hinge"
+int dpo_loss_from_name(const char *name, DpoLossKind *kind);
+
+// Tokenizes the pairs (chosen[i], rejected[i] after prompts[i]). Returns 0, or -1 with
+// err_set() when no training pair is left.
+int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *chosen,
+                  const char *const *rejected, long count, const char *const *eval_prompts,
+                  const char *const *eval_chosen, const char *const *eval_rejected, long eval_count,
+                  int max_seq_len, const DpoLossOptions *options);
+// The same from rows already tokenized (two per pair, as in DpoTask); takes them over.
+int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExamples *eval, int pad_id,
+                       const DpoLossOptions *options);
+void dpo_task_free(DpoTask *task);
+
+// Fills train_reference and eval_reference with `reference`'s sums (under mpirun each
+// rank scores a share of the rows and the sums are gathered).
+void dpo_task_compute_reference(DpoTask *task, Model *reference);
+
+// sums[i] = the sum of the response tokens' log-probs of row which[i] of `rows`, one
+// forward over the `count` rows.
+void dpo_response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
+                        double *sums);
+
+TrainTask dpo_train_task(DpoTask *task);

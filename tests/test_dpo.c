@@ -1,0 +1,195 @@
+// DPO (train/dpo.c) against the PyTorch float64 reference of tools/make_dpo_fixtures.py on
+// the tiny Llama fixture: the response log-prob sums of six rows (three pairs), the
+// losses of DPO, conservative DPO, IPO and hinge, and every weight's gradient for
+// conservative DPO and IPO (IPO's per-token means exercise the length normalisation).
+// Also: the reference computed by the task from the model itself equals the policy at
+// step 0 (loss log 2, zero margin), and splitting the pairs over two micro-batches gives
+// the gradient of one.
+#include <string.h>
+
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "model/weights_io.h"
+#include "test.h"
+#include "train/dpo.h"
+
+static const char *FIXTURE = "tests/fixtures/dpo/llama.safetensors";
+
+typedef struct {
+    SafetensorsSet *set;
+    TokenizedExamples rows;
+    float ref_logps[6], policy_logps[6];
+} DpoFixture;
+
+static float *read_floats(SafetensorsSet *set, const char *name, long long *count) {
+    const SafetensorsTensor *t = safetensors_find(set, name);
+    CHECK(t, "%s has no tensor %s", FIXTURE, name);
+    float *out = xmalloc((size_t)t->count * sizeof(float));
+    CHECK(safetensors_read_f32(t, out, t->count) == 0, "%s", err_msg());
+    if (count) *count = t->count;
+    return out;
+}
+
+static int64_t *read_ints(SafetensorsSet *set, const char *name) {
+    const SafetensorsTensor *t = safetensors_find(set, name);
+    CHECK(t, "%s has no tensor %s", FIXTURE, name);
+    int64_t *out = xmalloc((size_t)t->count * sizeof(int64_t));
+    CHECK(safetensors_read_i64(t, out, t->count) == 0, "%s", err_msg());
+    return out;
+}
+
+static void fixture_open(DpoFixture *f) {
+    memset(f, 0, sizeof *f);
+    CHECK(safetensors_open(FIXTURE, &f->set) == 0, "%s", err_msg());
+    const SafetensorsTensor *tokens = safetensors_find(f->set, "tokens");
+    CHECK(tokens && tokens->shape[0] == 6, "%s: tokens [6, T] expected", FIXTURE);
+    const int T = (int)tokens->shape[1];
+    int64_t *ids = read_ints(f->set, "tokens"), *lengths = read_ints(f->set, "lengths");
+    int64_t *prompt_lengths = read_ints(f->set, "prompt_lengths");
+    f->rows.count = 6;
+    f->rows.ids = xcalloc(6, sizeof(int *));
+    f->rows.lengths = xcalloc(6, sizeof(int));
+    f->rows.prompt_lengths = xcalloc(6, sizeof(int));
+    for (int r = 0; r < 6; r++) {
+        f->rows.lengths[r] = (int)lengths[r];
+        f->rows.prompt_lengths[r] = (int)prompt_lengths[r];
+        f->rows.ids[r] = xmalloc((size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++) f->rows.ids[r][t] = (int)ids[(long)r * T + t];
+    }
+    float *ref = read_floats(f->set, "ref_logps", NULL), *policy = read_floats(f->set, "policy_logps", NULL);
+    memcpy(f->ref_logps, ref, sizeof f->ref_logps), memcpy(f->policy_logps, policy, sizeof f->policy_logps);
+    free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy);
+}
+
+// A copy of the fixture's rows (the task takes its rows over).
+static TokenizedExamples copy_rows(const TokenizedExamples *rows) {
+    TokenizedExamples copy = {.count = rows->count};
+    copy.ids = xcalloc((size_t)rows->count, sizeof(int *));
+    copy.lengths = xcalloc((size_t)rows->count, sizeof(int));
+    copy.prompt_lengths = xcalloc((size_t)rows->count, sizeof(int));
+    for (long r = 0; r < rows->count; r++) {
+        copy.lengths[r] = rows->lengths[r], copy.prompt_lengths[r] = rows->prompt_lengths[r];
+        copy.ids[r] = xmalloc((size_t)rows->lengths[r] * sizeof(int));
+        memcpy(copy.ids[r], rows->ids[r], (size_t)rows->lengths[r] * sizeof(int));
+    }
+    return copy;
+}
+
+static void load_policy(Model *model) {
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(model, "tests/fixtures/models/llama", &ops_cpu, &options) == 0, "%s", err_msg());
+    model_enable_grad(model);
+}
+
+static void make_task(DpoTask *task, const DpoFixture *f, DpoLossKind kind, double beta, double eps) {
+    TokenizedExamples train = copy_rows(&f->rows), eval = {0};
+    DpoLossOptions options = {.loss = kind, .beta = beta, .label_smoothing = eps};
+    memset(task, 0, sizeof *task);
+    CHECK(dpo_task_from_rows(task, &train, &eval, 0, &options) == 0, "%s", err_msg());
+    for (int r = 0; r < 6; r++) task->train_reference[r] = f->ref_logps[r];
+}
+
+// Every weight's gradient within 1e-3 relative of the tensor's largest (floored at 1e-3 of
+// the whole gradient's largest), as tests/test_model.c checks the causal-LM gradients.
+static void expect_gradients(const Model *model, const float *want, const char *what) {
+    double global = 0;
+    for (long j = 0; j < model->table.total; j++) global = fmax(global, fabs(want[j]));
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        double scale = 1e-3 * global;
+        for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[e->offset + j]));
+        double ratio = test_worst_ratio(model->grads + e->offset, want + e->offset, e->numel, 1e-4 * scale, 1e-3);
+        EXPECT(ratio <= 1.0, "%s gradient of %s: worst error %.3g x tolerance", what, e->name, ratio);
+    }
+}
+
+static void test_response_logps_match_pytorch(void) {
+    DpoFixture f;
+    fixture_open(&f);
+    Model model;
+    load_policy(&model);
+    const long which[6] = {0, 1, 2, 3, 4, 5};
+    double sums[6];
+    dpo_response_logps(&model, &f.rows, which, 6, 0, sums);
+    for (int r = 0; r < 6; r++) EXPECT_CLOSE(sums[r], f.policy_logps[r], 1e-4, 1e-5, "response log-prob sum");
+    model_free(&model);
+    tokenized_examples_free(&f.rows);
+    safetensors_close(f.set);
+}
+
+static void test_losses_and_gradients_match_pytorch(void) {
+    DpoFixture f;
+    fixture_open(&f);
+    struct { const char *name; DpoLossKind kind; double beta, eps; bool gradients; } kinds[] = {
+        {"sigmoid", DPO_LOSS_SIGMOID, 0.1, 0.0, false}, {"cdpo", DPO_LOSS_SIGMOID, 0.5, 0.2, true},
+        {"ipo", DPO_LOSS_IPO, 0.1, 0.0, true}, {"hinge", DPO_LOSS_HINGE, 0.5, 0.0, false}};
+    for (int k = 0; k < 4; k++) {
+        Model model;
+        load_policy(&model);
+        DpoTask task;
+        make_task(&task, &f, kinds[k].kind, kinds[k].beta, kinds[k].eps);
+        TrainTask train = dpo_train_task(&task);
+        const long pairs[3] = {0, 1, 2};
+        MicroStepResult result = {0};
+        model_zero_grad(&model);
+        train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &result);
+        char name[64];
+        snprintf(name, sizeof name, "loss.%s", kinds[k].name);
+        float *want = read_floats(f.set, name, NULL);
+        EXPECT_CLOSE(result.loss_sum / 3, want[0], 1e-6, 1e-5, name);
+        free(want);
+        if (kinds[k].gradients) {
+            float *want_grads = xcalloc((size_t)model.table.total, sizeof(float));
+            snprintf(name, sizeof name, "grad.%s.", kinds[k].name);
+            CHECK(model_read_named_tensors(&model, FIXTURE, name, want_grads) == 0, "%s", err_msg());
+            expect_gradients(&model, want_grads, kinds[k].name);
+            // The same step as two micro-batches (2 pairs, then 1) adds up to the same gradient.
+            float *one_batch = xmalloc((size_t)model.table.total * sizeof(float));
+            memcpy(one_batch, model.grads, (size_t)model.table.total * sizeof(float));
+            model_zero_grad(&model);
+            MicroStepResult first = {0}, second = {0};
+            train.micro_step(train.context, &model, pairs, 2, 1.0 / 3, &first);
+            train.micro_step(train.context, &model, pairs + 2, 1, 1.0 / 3, &second);
+            EXPECT_CLOSE(first.loss_sum + second.loss_sum, result.loss_sum, 1e-9, 1e-6, "split loss");
+            double largest = 0;
+            for (long j = 0; j < model.table.total; j++) largest = fmax(largest, fabs(one_batch[j]));
+            double ratio = test_worst_ratio(model.grads, one_batch, model.table.total, 1e-5 * largest, 1e-4);
+            EXPECT(ratio <= 1.0, "%s: two micro-batches differ from one (%.3g x tolerance)", kinds[k].name, ratio);
+            free(want_grads), free(one_batch);
+        }
+        dpo_task_free(&task);
+        model_free(&model);
+    }
+    tokenized_examples_free(&f.rows);
+    safetensors_close(f.set);
+}
+
+// With the model as its own reference, the first step sees h = 0: loss log 2, no margin,
+// and the implicit rewards are all zero.
+static void test_own_reference_starts_at_log_two(void) {
+    DpoFixture f;
+    fixture_open(&f);
+    Model model;
+    load_policy(&model);
+    DpoTask task;
+    make_task(&task, &f, DPO_LOSS_SIGMOID, 0.1, 0.0);
+    dpo_task_compute_reference(&task, &model);
+    for (int r = 0; r < 6; r++) EXPECT_CLOSE(task.train_reference[r], f.policy_logps[r], 1e-4, 1e-5, "reference sum");
+    TrainTask train = dpo_train_task(&task);
+    const long pairs[3] = {0, 1, 2};
+    MicroStepResult result = {0};
+    train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &result);
+    EXPECT_CLOSE(result.loss_sum / 3, log(2.0), 1e-6, 0, "loss at the reference");
+    EXPECT_CLOSE(result.metric_sums[1], 0.0, 1e-6, 0, "margin at the reference");
+    dpo_task_free(&task);
+    model_free(&model);
+    tokenized_examples_free(&f.rows);
+    safetensors_close(f.set);
+}
+
+int main(void) {
+    RUN(test_response_logps_match_pytorch);
+    RUN(test_losses_and_gradients_match_pytorch);
+    RUN(test_own_reference_starts_at_log_two);
+    TEST_EXIT();
+}

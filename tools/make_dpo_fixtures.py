@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Write the DPO reference fixture: the DPO, conservative-DPO, IPO and hinge losses of three
+chosen/rejected pairs on the tiny Llama fixture, and their gradients, computed by PyTorch in
+float64 from the definitions (developers only; CI never runs Python).
+
+    .venv-tools/bin/python tools/make_dpo_fixtures.py
+
+Written from the papers' and TRL's definitions (DPOTrainer, loss_type sigmoid / ipo /
+hinge; DeepSpeed-Chat's label smoothing), not from marlhf's C code. A row is prompt +
+response; its score is the sum of the response tokens' log-probs (logits at slot t predict
+token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - rc) - (pr - rr):
+    sigmoid  -log sigmoid(beta h)                              beta 0.1
+    cdpo     -(1-eps) log sigmoid(beta h) - eps log sigmoid(-beta h)   beta 0.5, eps 0.2
+    ipo      (h' - 1/(2 beta))^2, h' from per-token means          beta 0.1
+    hinge    relu(1 - beta h)                                      beta 0.5
+each averaged over the pairs. The reference sums come from a perturbed copy of the model.
+
+tests/fixtures/dpo/llama.safetensors:
+    tokens          i64 [6, T]  row 2i chosen, 2i+1 rejected of pair i (right-padded with 0)
+    lengths         i64 [6]
+    prompt_lengths  i64 [6]
+    ref_logps       f32 [6]     the reference's sums (inputs of the loss)
+    policy_logps    f32 [6]     the fixture model's sums
+    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo
+"""
+import copy
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_model_fixtures as base  # noqa: E402
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+KINDS = {"sigmoid": ("sigmoid", 0.1, 0.0), "cdpo": ("sigmoid", 0.5, 0.2), "ipo": ("ipo", 0.1, 0.0),
+         "hinge": ("hinge", 0.5, 0.0)}
+GRAD_KINDS = ("cdpo", "ipo")
+
+
+def make_pairs(g):
+    rows, prompt_lengths = [], []
+    for _ in range(3):
+        prompt = torch.randint(3, 128, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(2):
+            n = int(torch.randint(2, 9, (1,), generator=g))
+            response = torch.randint(3, 128, (n - 1,), generator=g).tolist() + [2]  # ends with EOS (id 2)
+            rows.append(prompt + response)
+            prompt_lengths.append(len(prompt))
+    T = max(len(r) for r in rows)
+    tokens = torch.zeros(len(rows), T, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = torch.tensor(r)
+    return tokens, torch.tensor([len(r) for r in rows]), torch.tensor(prompt_lengths)
+
+
+def response_sums(model, tokens, lengths, prompt_lengths):
+    mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    logits = model(input_ids=tokens, attention_mask=mask).logits
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
+    slots = torch.arange(tokens.shape[1] - 1)[None, :]
+    counted = (slots + 1 >= prompt_lengths[:, None]) & (slots + 1 < lengths[:, None])
+    return (logp * counted).sum(dim=1), counted.sum(dim=1)
+
+
+def dpo_loss(kind, policy, reference, counts):
+    loss_type, beta, eps = KINDS[kind]
+    if loss_type == "ipo":
+        policy, reference = policy / counts, reference / counts
+    h = (policy[0::2] - reference[0::2]) - (policy[1::2] - reference[1::2])
+    if loss_type == "sigmoid":
+        losses = -(1 - eps) * torch.nn.functional.logsigmoid(beta * h) - eps * torch.nn.functional.logsigmoid(-beta * h)
+    elif loss_type == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        losses = torch.relu(1 - beta * h)
+    return losses.mean()
+
+
+def main():
+    folder = "tests/fixtures/models/llama"
+    out_dir = "tests/fixtures/dpo"
+    os.makedirs(out_dir, exist_ok=True)
+    g = torch.Generator().manual_seed(31)
+    tokens, lengths, prompt_lengths = make_pairs(g)
+
+    model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    model64 = copy.deepcopy(model32).double()
+    base.exact_rope(model64)
+    reference64 = copy.deepcopy(model64)
+    with torch.no_grad():
+        for p in reference64.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+
+    tensors = {"tokens": tokens, "lengths": lengths, "prompt_lengths": prompt_lengths}
+    with base.float64_everywhere():
+        with torch.no_grad():
+            reference, counts = response_sums(reference64, tokens, lengths, prompt_lengths)
+        # The C side reads the reference sums as float32: use exactly those values here too.
+        reference = reference.float().double()
+        tensors["ref_logps"] = reference
+        policy, _ = response_sums(model64, tokens, lengths, prompt_lengths)
+        tensors["policy_logps"] = policy.detach()
+        for kind in KINDS:
+            model64.zero_grad(set_to_none=True)
+            policy, _ = response_sums(model64, tokens, lengths, prompt_lengths)
+            loss = dpo_loss(kind, policy, reference, counts.double())
+            tensors[f"loss.{kind}"] = loss.detach().reshape(1)
+            print(f"{kind}: loss {loss.item():.6f}")
+            if kind in GRAD_KINDS:
+                loss.backward()
+                for name, p in model64.named_parameters():
+                    tensors[f"grad.{kind}.{name}"] = p.grad.detach().clone()
+    tensors = {k: (v.float() if v.dtype == torch.float64 else v).contiguous() for k, v in tensors.items()}
+    save_file(tensors, os.path.join(out_dir, "llama.safetensors"))
+    print("policy sums", [round(float(x), 4) for x in tensors["policy_logps"]])
+    print("reference sums", [round(float(x), 4) for x in tensors["ref_logps"]])
+
+
+if __name__ == "__main__":
+    main()
