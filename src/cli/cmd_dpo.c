@@ -65,9 +65,6 @@ int cmd_dpo(int argc, char **argv) {
     if (dpo_task_init(&task, tokenizer, prompts, chosen, rejected, train.count, eval_prompts, eval_chosen, eval_rejected,
                       eval.count, (int)c.max_seq_len, &loss) != 0)
         die_from_err();
-    if (!c.quiet)
-        fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
-                task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
 
     const OpsBackend *ops = ops_backend_by_name(c.device);
     if (!ops) die_from_err();
@@ -77,14 +74,19 @@ int cmd_dpo(int argc, char **argv) {
     lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
     model.recompute = c.gradient_checkpointing;
 
-    // The reference's log-probs, once, before any step (and again on --resume, from the
-    // same starting weights: train_run loads the checkpoint afterwards).
+    Model reference;
     if (reference_path) {
-        Model reference;
         if (model_load(&reference, reference_path, ops, &load) != 0) die_from_err();
         if (reference.config.vocab_size != model.config.vocab_size)
             die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
                      reference.config.vocab_size, model.config.vocab_size);
+    }
+    if (!c.quiet)
+        fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
+                task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
+    // The reference's log-probs, once, before any step (and again on --resume, from the
+    // same starting weights: train_run loads the checkpoint afterwards).
+    if (reference_path) {
         dpo_task_compute_reference(&task, &reference);
         model_free(&reference);
     } else {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
-# micro-batch each give the same SFT / reward-model training as one process accumulating
+# micro-batch each give the same SFT / reward-model / DPO training as one process accumulating
 # two, PPO on 2 or 3 ranks the same iterations as one process (to float rounding), and
 # inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
 # same training as whole moments, resumable; runs are bit-identical run to run;
@@ -168,6 +168,15 @@ close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss)" "$(json_values "$t
 close "$(json_values "$tmp/rm_one/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
       "$(json_values "$tmp/rm_two/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_two/metrics.jsonl" eval/loss)" 1e-5 &&
     pass rm_two_ranks_same_eval || fail rm_two_ranks_same_eval "eval accuracy/loss differ"
+
+# --- DPO: the reference log-probs computed by both ranks and gathered, then as SFT ---------
+dpo_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
+          --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --eval-every 3 --threads 1 --quiet)
+"$bin" dpo "${dpo_args[@]}" --gradient-accumulation-steps 2 --output "$tmp/dpo_one" 2> /dev/null
+ranks 2 "$bin" dpo "${dpo_args[@]}" --output "$tmp/dpo_two" 2> "$tmp/dpo_two.err"
+close "$(json_values "$tmp/dpo_one/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_one/metrics.jsonl" eval/margin)" \
+      "$(json_values "$tmp/dpo_two/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_two/metrics.jsonl" eval/margin)" 1e-5 &&
+    pass dpo_two_ranks_same_training || fail dpo_two_ranks_same_training "$(tail -n 2 "$tmp/dpo_two.err")"
 
 # --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
