@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # DPO on SmolLM2-135M, marlhf beside Hugging Face TRL's DPOTrainer (bench/trl_dpo_step.py)
 # on the same pairs (the first STEPS x BATCH of data/austen/rm_train.jsonl), batch, sequence
-# limit and thread count, float32 on the CPU. Per implementation: the wall time of the
-# whole run (marlhf: process start to exit, including loading and the reference log-probs;
-# TRL: train(), including its reference passes), the mean optimizer step after the first,
-# and the peak resident memory. TRL runs twice: its default (the reference model's forward
+# limit and thread count, float32 on the CPU. Per implementation: the training time train_s
+# (marlhf: process start to the last step, loading and the reference log-probs included;
+# TRL: train(), its reference passes included, loading not), the mean optimizer step after
+# the first, and the peak resident memory; for marlhf also total_s, which adds writing the
+# final checkpoint and model (TRL here saves nothing). TRL runs twice: its default (the reference model's forward
 # in every step) and --precompute-ref (all reference log-probs first, as marlhf does).
 # Prints one JSON line per run.
 #   STEPS=8 BATCH=4 MAX_LEN=256 THREADS=2 bench/run_dpo_step.sh
@@ -27,8 +28,9 @@ import json, sys
 path, rss_kb, start, end, steps, batch, threads = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), *map(int, sys.argv[5:])
 times = [r["time"] for r in map(json.loads, open(path)) if "train/loss" in r]
 later = [b - a for a, b in zip(times, times[1:])]
-print(json.dumps({"impl": "marlhf-dpo", "steps": steps, "batch_pairs": batch, "train_s": round(end - start, 2),
-                  "step_s": round(sum(later) / len(later), 3), "max_rss_mb": round(rss_kb / 1024), "threads": threads}))
+print(json.dumps({"impl": "marlhf-dpo", "steps": steps, "batch_pairs": batch, "train_s": round(times[-1], 2),
+                  "step_s": round(sum(later) / len(later), 3), "max_rss_mb": round(rss_kb / 1024),
+                  "total_s": round(end - start, 2), "threads": threads}))
 PY
 py=.venv-tools/bin/python
 if [ -x "$py" ] && "$py" -c "import trl" 2> /dev/null; then
