@@ -1,16 +1,18 @@
-// marlhf pipeline: SFT -> reward model -> PPO from one config file, like DeepSpeed-Chat's
-// e2e_rlhf.py, resumable at any step.
+// marlhf pipeline: SFT -> reward model -> PPO (or SFT -> DPO) from one config file, like
+// DeepSpeed-Chat's e2e_rlhf.py, resumable at any step.
 //
 // The file is a JSON object:
 //   {"output": "runs/austen", "model": "models/base.gguf",        (required)
 //    "device": "cpu", "threads": 2, "seed": 1234, "quiet": false,  (optional, given to every stage)
 //    "launcher": ["mpirun", "-np", "4"],                           (optional, see below)
 //    "sft": {...}, "rm": {...}, "ppo": {...}}                      (each stage's own options)
-// A stage object holds the options of `marlhf sft|rm|ppo` under their --long names. The
+// or, for DPO instead of the reward model and PPO, "sft": {...}, "dpo": {...}.
+// A stage object holds the options of `marlhf sft|rm|ppo|dpo` under their --long names. The
 // pipeline wires the stages together: sft trains `model` into OUTPUT/sft, rm starts from
 // OUTPUT/sft/final into OUTPUT/rm, ppo takes OUTPUT/sft/final as actor and reference and
-// OUTPUT/rm/final as reward model (and critic) into OUTPUT/ppo. A stage object may set
-// "model", "actor-model", "reward-model" or "output" itself; later stages then follow it.
+// OUTPUT/rm/final as reward model (and critic) into OUTPUT/ppo; dpo starts from
+// OUTPUT/sft/final (also its reference) into OUTPUT/dpo. A stage object may set "model",
+// "actor-model", "reward-model" or "output" itself; later stages then follow it.
 //
 // Each stage runs as its own process (this binary, `marlhf <stage> --config
 // OUTPUT/<stage>.json --resume ...`). A stage whose final/ folder exists is finished and
@@ -32,7 +34,8 @@
 #include "core/check.h"
 #include "io/fs.h"
 
-static const char *stage_names[] = {"sft", "rm", "ppo"};
+static const char *rlhf_stages[] = {"sft", "rm", "ppo", NULL}, *dpo_stages[] = {"sft", "dpo", NULL};
+static const char *all_stage_names[] = {"sft", "rm", "ppo", "dpo"};
 static const char *shared_keys[] = {"device", "threads", "seed", "quiet"};
 
 // The string value of `key` in `object`, or `fallback` when absent. A present non-string
@@ -45,21 +48,29 @@ static const char *string_or(json_t *object, const char *key, const char *fallba
     return json_string_value(value);
 }
 
-static void check_top_level(json_t *root, const char *file) {
+// Checks the file's keys and returns its stages: sft, rm, ppo, or sft, dpo.
+static const char *const *check_top_level(json_t *root, const char *file) {
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
         bool known = !strcmp(key, "output") || !strcmp(key, "model") || !strcmp(key, "launcher");
-        for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) known |= !strcmp(key, stage_names[i]);
+        for (size_t i = 0; i < sizeof all_stage_names / sizeof all_stage_names[0]; i++)
+            known |= !strcmp(key, all_stage_names[i]);
         for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) known |= !strcmp(key, shared_keys[i]);
         if (!known)
-            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, sft, rm, ppo)",
+            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, sft, rm, ppo, dpo)",
                      key, file);
     }
-    for (size_t i = 0; i < sizeof stage_names / sizeof stage_names[0]; i++) {
-        json_t *stage = json_object_get(root, stage_names[i]);
-        if (!stage) die_user("%s has no \"%s\" stage (the pipeline runs sft, rm and ppo)", file, stage_names[i]);
-        if (!json_is_object(stage)) die_user("\"%s\" in %s must be an object of its options", stage_names[i], file);
+    bool dpo = json_object_get(root, "dpo") != NULL;
+    if (dpo && (json_object_get(root, "rm") || json_object_get(root, "ppo")))
+        die_user("%s has a \"dpo\" stage and \"rm\"/\"ppo\" stages; a pipeline runs sft, rm and ppo, or sft and dpo",
+                 file);
+    const char *const *stages = dpo ? dpo_stages : rlhf_stages;
+    for (size_t i = 0; stages[i]; i++) {
+        json_t *stage = json_object_get(root, stages[i]);
+        if (!stage)
+            die_user("%s has no \"%s\" stage (the pipeline runs sft, rm and ppo, or sft and dpo)", file, stages[i]);
+        if (!json_is_object(stage)) die_user("\"%s\" in %s must be an object of its options", stages[i], file);
     }
     if (!json_object_get(root, "output")) die_user("%s has no \"output\" (the run folder)", file);
     if (!json_object_get(root, "model")) die_user("%s has no \"model\" (the base model for SFT)", file);
@@ -71,6 +82,7 @@ static void check_top_level(json_t *root, const char *file) {
         if (!strings)
             die_user("\"launcher\" in %s must be a non-empty array of strings, e.g. [\"mpirun\", \"-np\", \"2\"]", file);
     }
+    return stages;
 }
 
 // Runs argv[0..] as a child process (argv[0] looked up on PATH when it has no slash) and
@@ -99,7 +111,7 @@ int cmd_pipeline(int argc, char **argv) {
     };
     const char *positional[1];
     OptionSet set = {"pipeline",
-                     "SFT, reward model and PPO from one JSON file, each stage resumed or skipped when run again.",
+                     "SFT, reward model and PPO (or SFT and DPO) from one JSON file, each stage resumed or skipped when run again.",
                      "marlhf pipeline PIPELINE.json [--dry-run]", options, sizeof options / sizeof options[0],
                      positional, 1, 0};
     options_parse(&set, argc, argv);
@@ -110,7 +122,7 @@ int cmd_pipeline(int argc, char **argv) {
     json_t *root = json_load_file(file, 0, &error);
     if (!root) die_user("%s:%d:%d: %s", file, error.line, error.column, error.text);
     if (!json_is_object(root)) die_user("%s must hold a JSON object", file);
-    check_top_level(root, file);
+    const char *const *stage_names = check_top_level(root, file);
     const char *output = string_or(root, "output", NULL, "the pipeline", file);
     const char *base_model = string_or(root, "model", NULL, "the pipeline", file);
     if (!dry_run && fs_mkdir_p(output) != 0) die_from_err();
@@ -121,9 +133,9 @@ int cmd_pipeline(int argc, char **argv) {
     self[length] = '\0';
 
     // Where each stage's result is, as the later stages see it.
-    char *sft_final = NULL, *rm_final = NULL, *ppo_out = NULL;
+    char *sft_final = NULL, *rm_final = NULL, *policy = NULL;
     int exit_status = 0;
-    for (size_t s = 0; s < sizeof stage_names / sizeof stage_names[0]; s++) {
+    for (size_t s = 0; stage_names[s]; s++) {
         const char *name = stage_names[s];
         json_t *stage = json_deep_copy(json_object_get(root, name));
         for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) {
@@ -137,7 +149,7 @@ int cmd_pipeline(int argc, char **argv) {
         // The wiring: which model each stage starts from.
         if (!strcmp(name, "sft")) {
             if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(base_model));
-        } else if (!strcmp(name, "rm")) {
+        } else if (!strcmp(name, "rm") || !strcmp(name, "dpo")) {
             if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(sft_final));
         } else {
             if (!json_object_get(stage, "actor-model")) json_object_set_new(stage, "actor-model", json_string(sft_final));
@@ -177,13 +189,14 @@ int cmd_pipeline(int argc, char **argv) {
         }
         if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);
         if (!strcmp(name, "rm")) rm_final = xstrdup(final_dir);
-        if (!strcmp(name, "ppo")) ppo_out = xstrdup(stage_out);
+        if (!strcmp(name, "ppo")) policy = fs_join(stage_out, "final/actor");
+        if (!strcmp(name, "dpo")) policy = xstrdup(final_dir);
         free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out), free(argv_stage);
         json_decref(stage);
         if (exit_status != 0) break;
     }
-    if (!dry_run && exit_status == 0) fprintf(stderr, "pipeline: done; the policy is in %s/final/actor\n", ppo_out);
-    free(sft_final), free(rm_final), free(ppo_out);
+    if (!dry_run && exit_status == 0) fprintf(stderr, "pipeline: done; the policy is in %s\n", policy);
+    free(sft_final), free(rm_final), free(policy);
     json_decref(root);
     return exit_status;
 }

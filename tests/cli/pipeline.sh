@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # marlhf pipeline on the tiny model: SFT -> RM -> PPO from one file gives the same policy
-# as the three commands run by hand; a second run skips every finished stage; a pipeline
+# as the three commands run by hand (and SFT -> DPO as the two); a second run skips every finished stage; a pipeline
 # killed with SIGKILL during PPO and run again ends with the same weights as an
 # uninterrupted one; bad pipeline files are one-line errors. Prints PASS/FAIL per case.
 set -u
@@ -83,6 +83,22 @@ else
     fail pipeline_resumes_after_sigkill "interrupted=$was_interrupted exit $rc: $(tail -n 2 "$tmp/resume.err")"
 fi
 
+# --- SFT -> DPO: the same as the two commands by hand --------------------------------------
+cat > "$tmp/dpo.json" <<JSON
+{"output": "$tmp/d", "model": "$model", "threads": 2, "quiet": true,
+ "sft": {"data": "$data/sft.jsonl", "max-seq-len": 32, "per-device-train-batch-size": 4,
+         "learning-rate": 3e-3, "max-steps": 4},
+ "dpo": {"data": "$data/pairs.jsonl", "max-seq-len": 32, "per-device-train-batch-size": 4,
+         "learning-rate": 3e-3, "max-steps": 4}}
+JSON
+"$bin" pipeline "$tmp/dpo.json" 2> "$tmp/dpo.err"
+rc=$?
+"$bin" dpo --model "$tmp/hand/sft/final" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 4 \
+    --learning-rate 3e-3 --max-steps 4 --output "$tmp/hand/dpo" "${common[@]}" 2> /dev/null
+[ $rc -eq 0 ] && grep -q "the policy is in $tmp/d/dpo/final" "$tmp/dpo.err" &&
+    cmp -s "$tmp/d/dpo/final/model.safetensors" "$tmp/hand/dpo/final/model.safetensors" && pass pipeline_sft_dpo ||
+    fail pipeline_sft_dpo "exit $rc: $(tail -n 2 "$tmp/dpo.err")"
+
 # --- bad pipeline files ----------------------------------------------------------------------
 expect_error pipeline_missing_file "$tmp/none.json" "$bin" pipeline "$tmp/none.json"
 printf '{"output": "x",\n "model": }\n' > "$tmp/bad.json"
@@ -93,6 +109,9 @@ python3 -c "import json,sys; c=json.load(open(sys.argv[1])); del c['rm']; json.d
     "$tmp/a.json" "$tmp/norm.json"
 expect_error pipeline_missing_stage '"rm"' "$bin" pipeline "$tmp/norm.json"
 expect_error pipeline_no_file "pipeline file" "$bin" pipeline
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['dpo']={}; json.dump(c, open(sys.argv[2],'w'))" \
+    "$tmp/a.json" "$tmp/both.json"
+expect_error pipeline_dpo_and_ppo '"dpo"' "$bin" pipeline "$tmp/both.json"
 # A bad option inside a stage: that stage's own error, then the pipeline stops with exit 2.
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['output']=sys.argv[3]; c['sft']['bogus-option']=1; json.dump(c, open(sys.argv[2],'w'))" \
     "$tmp/a.json" "$tmp/stage.json" "$tmp/stage"
