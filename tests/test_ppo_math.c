@@ -125,9 +125,39 @@ static void test_single_token_actions_are_token_level(void) {
     EXPECT(l1 == l2 && memcmp(d1, d2, sizeof d1) == 0, "macro ratio over one token is the token ratio");
 }
 
+// GRPO and RLOO advantages of groups of 1 to 16 rewards (one of them all equal) against
+// TRL's formulas (tools/make_group_advantage_fixtures.py, with TRL's own nanstd, whose
+// Bessel factor count / (count - 1) is computed in float32: hence 1e-7, not 1e-12).
+static void test_group_advantages_against_trl(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/ppo/group_advantages.json", 0, &error);
+    CHECK(cases, "group_advantages.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    json_array_foreach(cases, index, c) {
+        json_t *rewards = json_object_get(c, "rewards");
+        int G = (int)json_array_size(rewards);
+        double r[16], got[16];
+        for (int g = 0; g < G; g++) r[g] = json_real_value(json_array_get(rewards, g));
+        const char *names[2] = {"grpo", "rloo"};
+        const AdvantageEstimator kinds[2] = {ESTIMATOR_GRPO, ESTIMATOR_RLOO};
+        for (int k = 0; k < 2; k++) {
+            group_advantages(kinds[k], r, G, got);
+            json_t *want = json_object_get(c, names[k]);
+            for (int g = 0; g < G; g++) {
+                char what[64];
+                snprintf(what, sizeof what, "%s group %zu (G=%d) element %d", names[k], index, G, g);
+                EXPECT_CLOSE(got[g], json_real_value(json_array_get(want, g)), 1e-12, 1e-7, what);
+            }
+        }
+    }
+    json_decref(cases);
+}
+
 int main(void) {
     RUN(test_spec_gae_example);
     RUN(test_against_reference);
     RUN(test_single_token_actions_are_token_level);
+    RUN(test_group_advantages_against_trl);
     TEST_EXIT();
 }

@@ -20,7 +20,8 @@ int cmd_ppo(int argc, char **argv) {
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
     long top_k = c.sampler.top_k, ngram = c.macro.ngram, repeat_times = c.macro.repeat_times;
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
-    long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0;
+    long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1;
+    char *estimator = "gae";
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
     double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
@@ -77,6 +78,10 @@ int cmd_ppo(int argc, char **argv) {
         {"ptx-coef", "unsup_coef", OPT_FLOAT, &ptx_coef, "PPO-ptx coefficient", false, false},
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
+        {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
+         "gae (PPO, with a critic) | grpo | rloo (no critic: each prompt's responses are the baseline)", false, false},
+        {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
+         "responses generated per prompt (grpo, rloo: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
         {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
         {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
@@ -107,7 +112,7 @@ int cmd_ppo(int argc, char **argv) {
     count += lora_cli_options(&actor_lora, "actor-", options + count);
     count += lora_cli_options(&critic_lora, "critic-", options + count);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "ppo option table too small");
-    OptionSet set = {"ppo", "PPO / MA-PPO: train the actor against a reward model with macro actions.",
+    OptionSet set = {"ppo", "PPO / MA-PPO (or critic-free GRPO / RLOO): train the actor against a reward with macro actions.",
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
@@ -140,6 +145,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--parser-cutoff", parser_cutoff, 2, 1 << 20}, {"--eval-every", eval_every, 0, 1L << 40},
         {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
         {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
+        {"--samples-per-prompt", samples_per_prompt, 1, 4096},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
@@ -152,6 +158,14 @@ int cmd_ppo(int argc, char **argv) {
     if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
     if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
     if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
+    if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
+        die_user("option --advantage-estimator must be gae, grpo or rloo, got '%s'", estimator);
+    if (c.estimator != ESTIMATOR_GAE && samples_per_prompt < 2)
+        die_user("option --samples-per-prompt must be at least 2 with --advantage-estimator %s (the group is the baseline)",
+                 estimator);
+    if (c.estimator != ESTIMATOR_GAE && critic)
+        die_user("option --critic-model: --advantage-estimator %s has no critic", estimator);
+    c.samples_per_prompt = (int)samples_per_prompt;
 
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;
@@ -181,6 +195,8 @@ int cmd_ppo(int argc, char **argv) {
     c.zero_stage = (int)zero_stage;
     lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
+    if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
+        die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     cli_set_threads(threads);
     if (ppo_run(&c) != 0) die_from_err();

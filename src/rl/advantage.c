@@ -1,5 +1,6 @@
 #include "rl/advantage.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -19,15 +20,48 @@ int macro_reward_from_name(const char *name, MacroReward *out) {
     return 0;
 }
 
+float clipped_score(const AdvantageConfig *config, float score) {
+    if (config->reward_clip > 0) {
+        if (score > config->reward_clip) score = config->reward_clip;
+        if (score < -config->reward_clip) score = -config->reward_clip;
+    }
+    return score;
+}
+
 void token_rewards(const AdvantageConfig *config, const float *logp, const float *logp_ref, float score, int R,
                    float *rewards) {
     for (int j = 0; j < R; j++) rewards[j] = -config->kl_coef * (logp[j] - logp_ref[j]);
-    float clipped = score;
-    if (config->reward_clip > 0) {
-        if (clipped > config->reward_clip) clipped = config->reward_clip;
-        if (clipped < -config->reward_clip) clipped = -config->reward_clip;
+    if (R > 0) rewards[R - 1] += clipped_score(config, score);
+}
+
+int advantage_estimator_from_name(const char *name, AdvantageEstimator *out) {
+    if (!strcmp(name, "gae")) *out = ESTIMATOR_GAE;
+    else if (!strcmp(name, "grpo")) *out = ESTIMATOR_GRPO;
+    else if (!strcmp(name, "rloo")) *out = ESTIMATOR_RLOO;
+    else return -1;
+    return 0;
+}
+
+const char *advantage_estimator_name(AdvantageEstimator estimator) {
+    return estimator == ESTIMATOR_GRPO ? "grpo" : estimator == ESTIMATOR_RLOO ? "rloo" : "gae";
+}
+
+void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out) {
+    if (G < 2) {
+        for (int g = 0; g < G; g++) out[g] = 0.0;
+        return;
     }
-    if (R > 0) rewards[R - 1] += clipped;
+    double sum = 0;
+    for (int g = 0; g < G; g++) sum += rewards[g];
+    const double mean = sum / G;
+    if (estimator == ESTIMATOR_RLOO) {
+        for (int g = 0; g < G; g++) out[g] = rewards[g] - (sum - rewards[g]) / (G - 1);
+        return;
+    }
+    double squares = 0;
+    for (int g = 0; g < G; g++) squares += (rewards[g] - mean) * (rewards[g] - mean);
+    const double std = sqrt(squares / (G - 1));
+    for (int g = 0; g < G; g++) out[g] = (rewards[g] - mean) / (std + 1e-4);
 }
 
 void macro_value_weights(ValueFunction value_function, int m, float *weights) {

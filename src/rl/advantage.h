@@ -35,6 +35,22 @@ void macro_value_weights(ValueFunction value_function, int m, float *weights);
 int value_function_from_name(const char *name, ValueFunction *out);
 int macro_reward_from_name(const char *name, MacroReward *out);
 
+// ---- critic-free estimators: one advantage per response, from a group of responses ----
+// GAE is PPO's (a critic). GRPO (Shao et al. 2024, TRL's GRPOTrainer with scale_rewards
+// "group") and RLOO (Ahmadian et al. 2024, TRL's RLOOTrainer) need no critic: each prompt is
+// answered G times and a response's advantage compares its sequence reward with the
+// group's. For the G rewards of one group, out[g] =
+//   GRPO  (r_g - mean) / (std + 1e-4), std the unbiased standard deviation of the group
+//   RLOO  r_g - mean of the other G - 1 rewards
+// and 0 for a group of one (nothing to compare with). Every token of the response gets it.
+typedef enum { ESTIMATOR_GAE, ESTIMATOR_GRPO, ESTIMATOR_RLOO } AdvantageEstimator;
+void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out);
+// "gae" | "grpo" | "rloo"; -1 otherwise; and back.
+int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
+const char *advantage_estimator_name(AdvantageEstimator estimator);
+// clip(score) as token_rewards applies it to the last token.
+float clipped_score(const AdvantageConfig *config, float score);
+
 // Plain token-level GAE (vanilla PPO), written independently of the macro path: tests and
 // `--termination-condition token` use it to show that one-token macro actions are exactly
 // token-level PPO.

@@ -36,6 +36,8 @@ PpoConfig ppo_default_config(void) {
         .reward = REWARD_MODEL,
         .max_prompt_len = 512,
         .max_new_tokens = 512,
+        .estimator = ESTIMATOR_GAE,
+        .samples_per_prompt = 1,
         .rollout_batch = 256,
         .generation_batch = 8,
         .micro_batch = 4,
@@ -131,6 +133,7 @@ typedef struct {
     Tokenizer *tokenizer;
     Model actor, reference, critic, reward, ema;
     bool has_reward_model;
+    bool has_critic; // GAE; GRPO and RLOO run without one
     // With actor LoRA and no --reference-model, the reference is the actor with its
     // adapters switched off: the frozen base is the policy PPO started from.
     bool reference_is_actor_base;
@@ -281,6 +284,7 @@ _Static_assert(sizeof(RolloutStats) == 14 * sizeof(double), "RolloutStats is sum
 typedef struct {
     int count;       // kept samples, in rollout order
     int *lengths;    // [count] response lengths
+    int *groups;     // [count] the prompt (within the iteration) each sample answers
     Sample **local;  // [count] this rank's Sample, NULL where another rank holds it
 } Rollout;
 
@@ -290,6 +294,31 @@ static int local_samples(const Rollout *r, const int *positions, int count, Samp
     for (int i = 0; i < count; i++)
         if (r->local[positions[i]]) out[n++] = r->local[positions[i]];
     return n;
+}
+
+// GRPO / RLOO: each kept sample's advantage from the sequence rewards of its group,
+// clip(score) - kl_coef * sum_t (logp - logp_ref), gathered from every rank (each holds
+// some of a group's samples). Indexed by rollout position.
+static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *advantage) {
+    double *rewards = xcalloc(r->count + 1, sizeof(double));
+    for (int q = 0; q < r->count; q++) {
+        const Sample *s = r->local[q];
+        if (!s) continue;
+        double kl = 0;
+        for (int j = 0; j < s->response_length; j++) kl += (double)s->logp_old[j] - s->logp_ref[j];
+        rewards[q] = clipped_score(advantage, s->score) - advantage->kl_coef * kl;
+    }
+    dist_sum_doubles(rewards, r->count);
+    double *out = xcalloc(r->count + 1, sizeof(double));
+    // Kept samples of a group are consecutive in rollout order.
+    for (int first = 0; first < r->count;) {
+        int last = first;
+        while (last < r->count && r->groups[last] == r->groups[first]) last++;
+        group_advantages(p->c.estimator, rewards + first, last - first, out + first);
+        first = last;
+    }
+    free(rewards);
+    return out;
 }
 
 static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
@@ -314,7 +343,9 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     } else {
         experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
     }
-    experience_values(&p->critic, samples, count, micro, values);
+    if (p->has_critic) experience_values(&p->critic, samples, count, micro, values);
+    else
+        for (int i = 0; i < count; i++) memset(values[i], 0, samples[i]->response_length * sizeof(float));
     float *scores = xmalloc(count * sizeof(float));
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, micro, scores);
     for (int i = 0; i < count; i++) {
@@ -345,12 +376,22 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     free(raw);
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
+    double *sequence_advantage = p->has_critic ? NULL : group_estimates(p, r, &advantage);
     double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
-    for (int i = 0; i < count; i++) {
+    for (int i = 0, q = 0; i < count; i++, q++) {
         Sample *s = samples[i];
+        while (r->local[q] != s) q++; // the sample's position in the rollout
         int R = s->response_length;
         token_rewards(&advantage, s->logp_old, s->logp_ref, s->score, R, s->rewards);
-        if (p->c.token_level) { // vanilla PPO: no macro machinery at all
+        if (sequence_advantage) { // GRPO / RLOO: the response's group advantage on every token
+            if (!p->c.token_level) segment_sample(p, s); // still the unit of --ratio macro
+            else {
+                s->segments = xmalloc(R * sizeof(int));
+                for (int j = 0; j < R; j++) s->segments[j] = 1;
+                s->segment_count = R;
+            }
+            for (int j = 0; j < R; j++) s->advantages[j] = (float)sequence_advantage[q], s->returns[j] = 0.0f;
+        } else if (p->c.token_level) { // vanilla PPO: no macro machinery at all
             s->segments = xmalloc(R * sizeof(int));
             for (int j = 0; j < R; j++) s->segments[j] = 1;
             s->segment_count = R;
@@ -387,7 +428,8 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     dist_sum_doubles(advantage_moments, 3);
     advantage_sum = advantage_moments[0], advantage_sq = advantage_moments[1], advantage_n = advantage_moments[2];
     stats->advantage += advantage_sum;
-    if (p->c.whiten_advantages && advantage_n > 1) {
+    free(sequence_advantage);
+    if (p->c.whiten_advantages && p->has_critic && advantage_n > 1) {
         double mean = advantage_sum / advantage_n;
         double std = sqrt(advantage_sq / advantage_n - mean * mean);
         for (int i = 0; i < count; i++)
@@ -518,15 +560,18 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             stats->actor_grad_norm += norm;
             if (p->c.ema) ema_update(p);
             // Critic: value loss, then its own step.
-            model_zero_grad(&p->critic);
-            for (int k = 0; k < size; k += p->c.micro_batch) {
-                int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
-                stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
+            if (p->has_critic) {
+                model_zero_grad(&p->critic);
+                for (int k = 0; k < size; k += p->c.micro_batch) {
+                    int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+                    stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
+                }
+                norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
+                dist_adamw_step(&p->critic_optimizer, &p->critic,
+                                lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
+                                isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
+                stats->critic_grad_norm += norm;
             }
-            norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
-            dist_adamw_step(&p->critic_optimizer, &p->critic, lr_schedule_at(&p->critic_schedule, p->optimizer_steps),
-                       isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
-            stats->critic_grad_norm += norm;
             p->optimizer_steps++;
             stats->steps++;
         }
@@ -607,11 +652,14 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "actor_lora_rank", json_integer(p->actor.lora.rank));
-    json_object_set_new(state, "critic_lora_rank", json_integer(p->critic.lora.rank));
+    json_object_set_new(state, "critic_lora_rank", json_integer(p->has_critic ? p->critic.lora.rank : 0));
+    json_object_set_new(state, "advantage_estimator", json_string(advantage_estimator_name(p->c.estimator)));
+    json_object_set_new(state, "samples_per_prompt", json_integer(p->c.samples_per_prompt));
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
-    int rc = checkpoint_save(p->c.run_dir, p->iteration, models, p->c.ema ? 3 : 2, p->tokenizer, state,
-                             (int)p->c.keep_last);
+    if (!p->has_critic) models[1] = models[2]; // actor and EMA only
+    int count = 1 + p->has_critic + p->c.ema;
+    int rc = checkpoint_save(p->c.run_dir, p->iteration, models, count, p->tokenizer, state, (int)p->c.keep_last);
     json_decref(state);
     return rc;
 }
@@ -619,12 +667,12 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
 // Collective: every rank calls it (a sharded optimizer's moments are gathered on rank 0),
 // rank 0 writes.
 static int save(Ppo *p) {
-    AdamW actor_moments, critic_moments;
+    AdamW actor_moments, critic_moments = {0};
     dist_adamw_gather(&p->actor_optimizer, &actor_moments);
-    dist_adamw_gather(&p->critic_optimizer, &critic_moments);
+    if (p->has_critic) dist_adamw_gather(&p->critic_optimizer, &critic_moments);
     int rc = dist_is_main() ? write_checkpoint(p, &actor_moments, &critic_moments) : 0;
     dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
-    dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
+    if (p->has_critic) dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
     return rc;
 }
 
@@ -647,18 +695,27 @@ static int resume(Ppo *p) {
     if (rc == 0 && saved_world != dist_world_size())
         rc = err_set("checkpoint was made by %ld processes, this run has %d (%s): resume with mpirun -np %ld",
                      saved_world, dist_world_size(), checkpoint, saved_world);
+    // Checkpoints from before the critic-free estimators have no estimator: GAE, 1 sample.
+    json_t *estimator = json_object_get(state, "advantage_estimator");
+    const char *saved_estimator = json_is_string(estimator) ? json_string_value(estimator) : "gae";
+    long saved_samples = json_object_get(state, "samples_per_prompt") ? (long)number(state, "samples_per_prompt") : 1;
+    if (rc == 0 && (strcmp(saved_estimator, advantage_estimator_name(p->c.estimator)) ||
+                    saved_samples != p->c.samples_per_prompt))
+        rc = err_set("checkpoint was made with --advantage-estimator %s --samples-per-prompt %ld, this run has %s and %d (%s)",
+                     saved_estimator, saved_samples, advantage_estimator_name(p->c.estimator), p->c.samples_per_prompt,
+                     checkpoint);
     if (rc == 0 && ((long)number(state, "actor_lora_rank") != p->actor.lora.rank ||
-                    (long)number(state, "critic_lora_rank") != p->critic.lora.rank))
+                    (long)number(state, "critic_lora_rank") != (p->has_critic ? p->critic.lora.rank : 0)))
         rc = err_set("checkpoint was made with --actor-lora-rank %ld --critic-lora-rank %ld, this run has %d and %d (%s)",
                      (long)number(state, "actor_lora_rank"), (long)number(state, "critic_lora_rank"), p->actor.lora.rank,
-                     p->critic.lora.rank, checkpoint);
+                     p->has_critic ? p->critic.lora.rank : 0, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
-    if (rc == 0) rc = model_reload_weights(&p->critic, critic_dir);
+    if (rc == 0 && p->has_critic) rc = model_reload_weights(&p->critic, critic_dir);
     if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir);
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
-    if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
+    if (rc == 0 && p->has_critic) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
     if (rc == 0) {
         p->iteration = (long)number(state, "iteration");
         p->epoch = (long)number(state, "epoch");
@@ -743,6 +800,7 @@ static int setup(Ppo *p) {
         model_load_lora_adapter(&p->reference, c->actor_lora_adapter, false, c->seed) != 0)
         return -1;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
+    p->has_critic = c->estimator == ESTIMATOR_GAE;
     if (c->reward == REWARD_MODEL) {
         if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
         if (load_model(&p->reward, c->reward_path, ops, false, true, true, 0) != 0) return -1;
@@ -750,18 +808,21 @@ static int setup(Ppo *p) {
     }
     // The critic starts from the reward model (DeepSpeed-Chat, OpenRLHF); without one, from
     // the actor with a fresh value head.
-    if (critic_path) {
+    if (!p->has_critic) {
+        // nothing: the group of responses is the baseline
+    } else if (critic_path) {
         if (load_model(&p->critic, critic_path, ops, false, true, false, c->seed) != 0) return -1;
     } else if (load_model(&p->critic, c->actor_path, ops, false, true, false, c->seed) != 0) {
         return -1;
     }
-    if (add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0) return -1;
+    if (p->has_critic && add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0)
+        return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
     if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
     // The EMA starts as the actor: same base, same initial adapters.
     if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
-    for (int i = 0; i < 2 && !c->quiet; i++) {
+    for (int i = 0; i < 1 + p->has_critic && !c->quiet; i++) {
         const Model *model = i == 0 ? &p->actor : &p->critic;
         if (model->lora.rank == 0) continue;
         char line[256];
@@ -771,17 +832,18 @@ static int setup(Ppo *p) {
     }
     p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;
     model_enable_grad(&p->actor);
-    model_enable_grad(&p->critic);
+    if (p->has_critic) model_enable_grad(&p->critic);
     AdamWConfig adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
     dist_adamw_init(&p->actor_optimizer, &p->actor, adamw, c->zero_stage);
-    dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
+    if (p->has_critic) dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
     p->kl_coef = c->advantage.kl_coef;
     return 0;
 }
 
 static void teardown(Ppo *p) {
-    adamw_free(&p->actor_optimizer), adamw_free(&p->critic_optimizer);
-    model_free(&p->actor), model_free(&p->critic);
+    adamw_free(&p->actor_optimizer);
+    model_free(&p->actor);
+    if (p->has_critic) adamw_free(&p->critic_optimizer), model_free(&p->critic);
     if (!p->reference_is_actor_base) model_free(&p->reference);
     if (p->has_reward_model) model_free(&p->reward);
     if (p->c.ema) model_free(&p->ema);
@@ -801,7 +863,7 @@ static int save_final(Ppo *p) {
         const char *name;
         Model *model;
         bool wanted;
-    } parts[] = {{"actor", &p->actor, true}, {"critic", &p->critic, true}, {"actor_ema", &p->ema, p->c.ema}};
+    } parts[] = {{"actor", &p->actor, true}, {"critic", &p->critic, p->has_critic}, {"actor_ema", &p->ema, p->c.ema}};
     for (size_t i = 0; i < 3 && rc == 0; i++) {
         if (!parts[i].wanted) continue;
         char *dir = fs_join(out.tmp_path, parts[i].name);
@@ -825,10 +887,13 @@ int ppo_run(const PpoConfig *config) {
     const int world = dist_world_size(), rank = dist_rank();
     if (!dist_is_main()) p->c.quiet = true;
     int rc = setup(p);
-    const long per_iteration = p->c.rollout_batch;
+    // An iteration takes rollout_batch prompts and answers each samples_per_prompt times:
+    // row b of the iteration answers its prompt b / samples_per_prompt.
+    const long prompts_per_iteration = p->c.rollout_batch, group = p->c.samples_per_prompt;
+    const long per_iteration = prompts_per_iteration * group;
     long total_iterations = 0;
     if (rc == 0) {
-        total_iterations = (p->prompts.count * p->c.epochs + per_iteration - 1) / per_iteration;
+        total_iterations = (p->prompts.count * p->c.epochs + prompts_per_iteration - 1) / prompts_per_iteration;
         if (p->c.max_iterations > 0 && p->c.max_iterations < total_iterations) total_iterations = p->c.max_iterations;
         long total_steps = total_iterations * p->c.ppo_epochs * p->c.minibatches;
         long warmup = lr_warmup_steps_from_ratio(p->c.warmup_ratio, total_steps);
@@ -839,7 +904,7 @@ int ppo_run(const PpoConfig *config) {
     if (rc == 0) {
         // Every rank starts from rank 0's trainable weights.
         dist_broadcast_weights(&p->actor);
-        dist_broadcast_weights(&p->critic);
+        if (p->has_critic) dist_broadcast_weights(&p->critic);
         if (p->c.ema) dist_broadcast_weights(&p->ema);
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
@@ -853,8 +918,9 @@ int ppo_run(const PpoConfig *config) {
     }
     if (!p->c.quiet)
         fprintf(stderr, "ppo: %ld prompts (%ld longer than %d tokens dropped), %ld iterations of %ld rollouts, "
-                        "termination %s\n", p->prompts.count, p->prompts.dropped, p->c.max_prompt_len, total_iterations,
-                per_iteration, macro_termination_name(p->c.macro.condition));
+                        "termination %s, advantages %s\n", p->prompts.count, p->prompts.dropped, p->c.max_prompt_len,
+                total_iterations, per_iteration, macro_termination_name(p->c.macro.condition),
+                advantage_estimator_name(p->c.estimator));
     if (p->iteration == 0 && dist_is_main()) evaluate(p, false); // the SFT model's scores, for comparison
     long *order = xmalloc(p->prompts.count * sizeof(long));
     long order_epoch = -1;
@@ -867,8 +933,8 @@ int ppo_run(const PpoConfig *config) {
     while (rc == 0 && p->iteration < total_iterations) {
         double t0 = now_seconds();
         // The prompts of this iteration: the next ones of the epoch's order.
-        long *chosen = xmalloc(per_iteration * sizeof(long));
-        for (long b = 0; b < per_iteration; b++) {
+        long *chosen = xmalloc(prompts_per_iteration * sizeof(long));
+        for (long b = 0; b < prompts_per_iteration; b++) {
             if (p->cursor >= p->prompts.count) p->epoch++, p->cursor = 0;
             if (order_epoch != p->epoch) {
                 train_epoch_order(p->c.seed, p->epoch, p->prompts.count, order);
@@ -878,7 +944,7 @@ int ppo_run(const PpoConfig *config) {
         }
         // This rank's rows of the batch: b = rank, rank + W, ...
         long *mine = xmalloc((local_rows + 1) * sizeof(long));
-        for (long k = 0; k < local_rows; k++) mine[k] = chosen[rank + k * world];
+        for (long k = 0; k < local_rows; k++) mine[k] = chosen[(rank + k * world) / group];
         GenerateStats gen = {0};
         rollout(p, &p->prompts, mine, local_rows, (uint64_t)p->iteration * per_iteration, (uint64_t)rank,
                 (uint64_t)world, samples, &gen);
@@ -889,9 +955,11 @@ int ppo_run(const PpoConfig *config) {
         double *lengths = xcalloc(per_iteration, sizeof(double));
         for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
         dist_sum_doubles(lengths, per_iteration);
-        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .local = xmalloc(per_iteration * sizeof(Sample *))};
+        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .groups = xmalloc(per_iteration * sizeof(int)),
+                        .local = xmalloc(per_iteration * sizeof(Sample *))};
         for (long b = 0; b < per_iteration; b++) {
             if (lengths[b] < p->c.min_response_tokens) continue;
+            kept.groups[kept.count] = (int)(b / group);
             kept.lengths[kept.count] = (int)lengths[b];
             kept.local[kept.count++] = b % world == rank ? &samples[b / world] : NULL;
         }
@@ -936,7 +1004,7 @@ int ppo_run(const PpoConfig *config) {
                            generation_rate[0]};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
         for (long k = 0; k < local_rows; k++) sample_free(&samples[k]);
-        free(kept.lengths), free(kept.local);
+        free(kept.lengths), free(kept.groups), free(kept.local);
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
         progress_update(&progress, 1, status);
@@ -956,7 +1024,8 @@ int ppo_run(const PpoConfig *config) {
     progress_finish(&progress, NULL);
     if (rc == 0 && world > 1) {
         // Same gradients and steps everywhere keep the ranks' weights identical; a difference is a bug.
-        CHECK(dist_all_equal(model_weights_fingerprint(&p->actor)) && dist_all_equal(model_weights_fingerprint(&p->critic)),
+        CHECK(dist_all_equal(model_weights_fingerprint(&p->actor)) &&
+                  (!p->has_critic || dist_all_equal(model_weights_fingerprint(&p->critic))),
               "ranks ended PPO with different weights");
     }
     if (rc == 0) {

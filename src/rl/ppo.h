@@ -10,6 +10,8 @@
 //   macro       per-sample segmentation (rl/macro.c), macro GAE, advantages to tokens
 //   train       ppo_epochs x minibatches: clipped policy loss -> actor AdamW step; clipped
 //               value loss -> critic AdamW step (rl/ppo_loss.c); optional entropy bonus, PTX
+// With --advantage-estimator grpo|rloo there is no critic: each prompt is answered
+// --samples-per-prompt times and a response's advantage comes from its group's rewards.
 //   bookkeeping adaptive KL controller, actor EMA, metrics, evaluation, checkpoints
 //
 // Defaults are the released MA-RLHF configuration (spec §10.2): kl 0.05, gamma 1,
@@ -65,6 +67,12 @@ typedef struct {
     int schedule; // LrScheduleKind
     LossAggregation loss_aggregation;
     // objective
+    // GAE needs the critic; GRPO and RLOO (rl/advantage.h) compare the samples_per_prompt
+    // responses to each prompt instead, with no critic loaded, trained or saved. Their
+    // sequence reward is clip(score) - kl_coef * sum_t (logp - logp_ref) (TRL's RLOO; with
+    // --kl-coef 0 it is TRL's GRPO default, beta 0).
+    AdvantageEstimator estimator;
+    int samples_per_prompt; // responses generated per prompt (GRPO/RLOO: at least 2)
     AdvantageConfig advantage;
     PpoLossConfig loss;
     MacroConfig macro;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
 # micro-batch each give the same SFT / reward-model / DPO training as one process accumulating
-# two, PPO on 2 or 3 ranks the same iterations as one process (to float rounding), and
+# two, PPO (and GRPO) on 2 or 3 ranks the same iterations as one process (to float rounding), and
 # inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
 # same training as whole moments, resumable; runs are bit-identical run to run;
 # only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
@@ -205,6 +205,14 @@ ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two_again" 2> /
 cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
     pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
+# GRPO: the two answers to a prompt land on different ranks; the group statistics are gathered.
+grpo=(--advantage-estimator grpo --samples-per-prompt 2 --termination-condition token)
+"$bin" ppo "${ppo[@]}" "${grpo[@]}" --output "$tmp/grpo_one" 2> "$tmp/grpo_one.err"
+ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --output "$tmp/grpo_two" 2> "$tmp/grpo_two.err"
+close "$(json_values "$tmp/grpo_one/metrics.jsonl" train/score) $(json_values "$tmp/grpo_one/metrics.jsonl" train/policy_loss)" \
+      "$(json_values "$tmp/grpo_two/metrics.jsonl" train/score) $(json_values "$tmp/grpo_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
+    close "$(logprobs_of "$tmp/grpo_one/final/actor")" "$(logprobs_of "$tmp/grpo_two/final/actor")" 1e-4 &&
+    pass grpo_two_ranks_same_training || fail grpo_two_ranks_same_training "$(tail -n 2 "$tmp/grpo_two.err")"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda

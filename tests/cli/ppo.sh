@@ -2,7 +2,8 @@
 # PPO / MA-PPO end to end on the tiny model (tests/fixtures/models/tiny_chat): every
 # termination condition runs; --ngram 1 gives bit-identical weights to vanilla token-level
 # PPO; runs are reproducible from the seed; a run killed with SIGKILL resumes to the same
-# weights; EMA and PTX; bad options. Prints PASS/FAIL per case.
+# weights; EMA and PTX; the critic-free GRPO and RLOO (no critic, learns, resumes); bad
+# options. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -86,6 +87,48 @@ run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-co
     --whiten-advantages --normalize-reward --ppo-epochs 2 --num-minibatches 2 --ratio macro --macro-reward sum \
     --value-function position
 [ -f "$tmp/extras/final/actor_ema/model.safetensors" ] && pass ema_ptx_adaptive_kl || fail ema_ptx_adaptive_kl "$(tail -n 3 "$tmp/extras.err")"
+
+# --- critic-free estimators: no critic is loaded, trained or saved --------------------------
+for estimator in grpo rloo; do
+    run "$estimator" --advantage-estimator "$estimator" --samples-per-prompt 4 --termination-condition token
+    lines=$(grep -c '"train/score"' "$tmp/$estimator/metrics.jsonl" 2>/dev/null)
+    [ -f "$tmp/$estimator/final/actor/model.safetensors" ] && [ ! -e "$tmp/$estimator/final/critic" ] && [ "$lines" = 3 ] &&
+        [ -z "$(ls -d "$tmp/$estimator"/checkpoint-*/critic 2> /dev/null)" ] && pass "${estimator}_runs_without_critic" ||
+        fail "${estimator}_runs_without_critic" "$lines lines $(tail -n 3 "$tmp/$estimator.err")"
+done
+# GRPO's score rises on the fixture task (the reward model above prefers kind words).
+first=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(r[0])" "$tmp/grpo/metrics.jsonl" 2>/dev/null)
+run grpo_long --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 8 --termination-condition token
+last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/grpo_long/metrics.jsonl" 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$last" 2>/dev/null &&
+    pass "grpo_learns (score $first -> $last)" || fail grpo_learns "score '$first' -> '$last'"
+# Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
+run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
+[ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
+# Killed and resumed: the same final weights.
+grpo_args=(--advantage-estimator grpo --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --save-every 1)
+run grpo_straight "${grpo_args[@]}"
+"$bin" ppo "${common[@]}" "${grpo_args[@]}" --output "$tmp/grpo_killed" --keep-last 0 2> /dev/null &
+pid=$!
+k=$((2 + RANDOM % 6))
+for _ in $(seq 1200); do [ -d "$tmp/grpo_killed/checkpoint-$k" ] && break; sleep 0.02; done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+if [ -d "$tmp/grpo_killed/final" ]; then
+    fail grpo_killed_mid_run "the run finished before the kill"
+else
+    "$bin" ppo "${common[@]}" "${grpo_args[@]}" --output "$tmp/grpo_killed" --resume 2> "$tmp/grpo_killed.err"
+    cmp -s "$tmp/grpo_straight/final/actor/model.safetensors" "$tmp/grpo_killed/final/actor/model.safetensors" &&
+        pass grpo_resume_bit_identical || fail grpo_resume_bit_identical "$(tail -n 2 "$tmp/grpo_killed.err")"
+fi
+expect_error grpo_resume_other_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --advantage-estimator rloo \
+    --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --output "$tmp/grpo_killed" --resume
+expect_error grpo_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo
+expect_error grpo_critic_model "--critic-model" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
+    --samples-per-prompt 2 --critic-model "$model"
+expect_error grpo_critic_lora "--critic-lora-rank" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
+    --samples-per-prompt 2 --critic-lora-rank 4
+expect_error bad_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator reinforce
 
 expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
 expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --ngram 0
