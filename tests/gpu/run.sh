@@ -6,10 +6,10 @@
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
 #      gradients, generation with the KV cache on the GPU.
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
-#      losses must track (relative difference <= 2e-2); again with LoRA adapters, and
-#      again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
+#      losses must track (relative difference <= 2e-2); again with LoRA adapters, again
+#      on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma), and 20 DPO steps.
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
-#      with LoRA adapters, and on the mma attention kernels.
+#      with LoRA adapters, with GRPO (no critic), and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
@@ -83,7 +83,7 @@ model=tests/fixtures/models/tiny_chat data=tests/fixtures/train
 tmp=$(mktemp -d) # run folders (models too) stay out of the logs folder
 sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
      --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
-sft_tracks_cpu() { # sft_tracks_cpu NAME OPTIONS...: the same 20 steps on both devices
+sft_tracks_cpu() { # sft_tracks_cpu NAME OPTIONS...: the same 20 steps of "${sft[@]}" on both devices
     local name=$1 detail
     shift
     "$marlhf" "${sft[@]}" "$@" --device cpu --output "$tmp/$name-cpu" 2>> "$log"
@@ -105,6 +105,12 @@ PY
 }
 sft_tracks_cpu sft --learning-rate 3e-3
 sft_tracks_cpu sft_lora --learning-rate 1e-2 --lora-rank 8
+# DPO: 20 steps of the same pairs on both devices (reference log-probs included)
+sft=(dpo --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
+     --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
+sft_tracks_cpu dpo --learning-rate 3e-3
+sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
+     --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
 # the same on the mma attention kernels (the CPU run ignores the variable)
 export MARLHF_CUDA_ATTENTION=mma
 sft_tracks_cpu sft_mma_attention --learning-rate 3e-3
@@ -138,6 +144,7 @@ PY
 }
 ppo_on_gpu ppo_on_gpu
 ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
+ppo_on_gpu grpo_on_gpu --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
 export MARLHF_CUDA_ATTENTION=mma
 ppo_on_gpu ppo_mma_attention_on_gpu
 unset MARLHF_CUDA_ATTENTION
