@@ -5,7 +5,9 @@
 # (marlhf: process start to the last step, loading and the reference log-probs included;
 # TRL: train(), its reference passes included, loading not), the mean optimizer step after
 # the first, and the peak resident memory; for marlhf also total_s, which adds writing the
-# final checkpoint and model (TRL here saves nothing). TRL runs twice: its default (the reference model's forward
+# final checkpoint and model (TRL here saves nothing). Both recompute activations in the
+# backward (TRL's DPOConfig turns gradient checkpointing on by default; marlhf gets
+# --gradient-checkpointing). TRL runs twice: its default (the reference model's forward
 # in every step) and --precompute-ref (all reference log-probs first, as marlhf does).
 # Prints one JSON line per run.
 #   STEPS=8 BATCH=4 MAX_LEN=256 THREADS=2 bench/run_dpo_step.sh
@@ -21,7 +23,7 @@ head -n $((steps * batch)) data/austen/rm_train.jsonl > "$out/pairs.jsonl"
 start=$(date +%s.%N)
 /usr/bin/time -f "%M" -o "$out/rss" build/marlhf dpo --model "$hf" --data "$out/pairs.jsonl" --output "$out/run" \
     --per-device-train-batch-size "$batch" --max-steps "$steps" --max-seq-len "$max_len" --learning-rate 1e-6 \
-    --beta 0.1 --threads "$threads" --quiet > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
+    --beta 0.1 --gradient-checkpointing --threads "$threads" --quiet > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
 end=$(date +%s.%N)
 python3 - "$out/run/metrics.jsonl" "$(tail -n 1 "$out/rss")" "$start" "$end" "$steps" "$batch" "$threads" << 'PY'
 import json, sys

@@ -7,7 +7,9 @@
 # folder; run that script once to make them). Per implementation: the iteration's time
 # (marlhf: generation + experience + training from its metrics; TRL: train() for its one
 # step) and the process's peak resident memory. TRL's KL is a k3 term in the loss, marlhf's
-# a sequence penalty on the reward (TRL's RLOO form); both run the reference forward.
+# a sequence penalty on the reward (TRL's RLOO form); both run the reference forward. Both
+# recompute activations in the backward (TRL's GRPOConfig turns gradient checkpointing on
+# by default; marlhf gets --gradient-checkpointing).
 # Prints one JSON line per implementation.
 #   PROMPTS=4 GROUP=4 NEW_TOKENS=48 BETA=0.05 THREADS=2 bench/run_grpo_iteration.sh
 set -euo pipefail
@@ -22,7 +24,8 @@ rows=$((prompts * group))
     --output "$out/marlhf" --advantage-estimator grpo --samples-per-prompt "$group" --rollout-batch-size "$prompts" \
     --generation-batch-size "$rows" --micro-batch-size "$rows" --num-minibatches 1 --ppo-epochs 1 --max-iterations 1 \
     --max-new-tokens "$new_tokens" --min-response-tokens 1 --temperature 1 --top-k 0 --top-p 1 --kl-ctl "$beta" \
-    --warmup-ratio 0 --termination-condition token --threads "$threads" --quiet > "$out/marlhf.log" 2>&1 ||
+    --warmup-ratio 0 --termination-condition token --gradient-checkpointing --threads "$threads" --quiet \
+    > "$out/marlhf.log" 2>&1 ||
     { cat "$out/marlhf.log" >&2; exit 1; }
 python3 - "$out/marlhf/metrics.jsonl" "$(tail -n 1 "$out/rss")" "$prompts" "$group" "$new_tokens" "$threads" << 'PY'
 import json, sys

@@ -18,9 +18,15 @@ static int save_optimizer(const char *dir, const Model *model, const AdamW *opti
     // A sharded optimizer is gathered first (dist/zero.h): the file always holds all moments.
     CHECK(optimizer->begin == 0 && optimizer->end == optimizer->total, "saving a shard of an optimizer");
     const size_t bytes = (size_t)optimizer->total * sizeof(float);
-    float *m = xmalloc(bytes), *v = xmalloc(bytes);
-    model->ops->copy_to_host(m, optimizer->m, bytes);
-    model->ops->copy_to_host(v, optimizer->v, bytes);
+    // The CPU backend's moments are host memory already: written in place, not copied (a
+    // copy would add twice the trainable weights' size to the run's peak memory).
+    const bool on_host = model->ops == &ops_cpu;
+    float *m = optimizer->m, *v = optimizer->v;
+    if (!on_host) {
+        m = xmalloc(bytes), v = xmalloc(bytes);
+        model->ops->copy_to_host(m, optimizer->m, bytes);
+        model->ops->copy_to_host(v, optimizer->v, bytes);
+    }
     int64_t step = optimizer->step;
     SafetensorsWriteTensor tensors[3] = {
         {.name = "adam.m", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {optimizer->total}, .data = m},
@@ -29,7 +35,8 @@ static int save_optimizer(const char *dir, const Model *model, const AdamW *opti
     };
     char *path = fs_join(dir, "optimizer.safetensors");
     int rc = safetensors_write(path, tensors, 3, NULL);
-    free(path), free(m), free(v);
+    free(path);
+    if (!on_host) free(m), free(v);
     return rc;
 }
 
