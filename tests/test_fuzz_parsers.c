@@ -1,0 +1,307 @@
+// Mutation fuzzing of every reader of files a user hands marlhf: safetensors, GGUF (header,
+// metadata, tensors, the model config and the tokenizer it carries), tokenizer.json,
+// config.json, tokenizer_config.json chat templates, and JSONL datasets. Each seed file
+// (a valid fixture) is mutated a few hundred times with a fixed seed: bit flips, bytes set
+// to boundary values, 4- and 8-byte integers overwritten (where length and offset fields
+// live), truncation, deleted and duplicated chunks, and numbers in text replaced by
+// extreme ones. Every mutant must either load or be refused with an error message; a
+// crash, an abort or (in the sanitizer build, `make test SANITIZE=1`) any out-of-bounds
+// access, use of uninitialised memory or leak fails the test. `tests/fuzz/` has the same
+// readers as libFuzzer targets for longer, coverage-guided runs (`make fuzz`).
+#include <stdint.h>
+#include <string.h>
+
+#include "chat/chat_template.h"
+#include "core/check.h"
+#include "data/dataset.h"
+#include "io/fs.h"
+#include "io/gguf.h"
+#include "io/gguf_dequant.h"
+#include "io/safetensors.h"
+#include "model/config_gguf.h"
+#include "model/config_hf.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+// ---- the readers: 0 when the file loaded, -1 (with an error message) when refused ----
+
+static int read_safetensors(const char *path) {
+    SafetensorsSet *set;
+    if (safetensors_open(path, &set) != 0) return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < safetensors_tensor_count(set); i++) {
+        const SafetensorsTensor *t = safetensors_tensor_at(set, i);
+        if (t->count > (1 << 22)) continue; // larger than the file could hold: the open checked it
+        if (t->dtype == SAFETENSORS_F8_E4M3 || t->dtype == SAFETENSORS_F8_E5M2) continue; // opens, never converts
+        bool is_float = t->dtype == SAFETENSORS_F32 || t->dtype == SAFETENSORS_F16 || t->dtype == SAFETENSORS_BF16 ||
+                        t->dtype == SAFETENSORS_F64;
+        if (!is_float) {
+            int64_t *values = xmalloc((size_t)(t->count > 0 ? t->count : 1) * sizeof(int64_t));
+            if (safetensors_read_i64(t, values, t->count) != 0) rc = -1;
+            free(values);
+        } else {
+            float *values = xmalloc((size_t)(t->count > 0 ? t->count : 1) * sizeof(float));
+            if (safetensors_read_f32(t, values, t->count) != 0) rc = -1;
+            free(values);
+        }
+    }
+    safetensors_close(set);
+    return rc;
+}
+
+static int read_gguf(const char *path) {
+    GgufFile f;
+    if (gguf_open(&f, path) != 0) return -1;
+    // The model config is read too; a file that is not a model (no known architecture) is
+    // still a GGUF file whose tensors must dequantize.
+    ModelConfig cfg;
+    config_from_gguf(&cfg, &f, path);
+    int rc = 0;
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const GgufTensor *t = &f.tensors[i];
+        if (t->n_elements > (1 << 22)) continue;
+        float *values = xmalloc((size_t)(t->n_elements > 0 ? t->n_elements : 1) * sizeof(float));
+        if (gguf_tensor_to_f32(&f, t, values) != 0) rc = -1;
+        free(values);
+    }
+    gguf_close(&f);
+    return rc;
+}
+
+// A tokenizer (from a folder's tokenizer.json, or a GGUF file), then a round trip.
+static int read_tokenizer(const char *path) {
+    Tokenizer *tok;
+    if (tokenizer_load(&tok, path) != 0) return -1;
+    const char *text = "Hello, world! Ünïcödé 123 <|im_end|>\n\tend";
+    int *ids, count;
+    tokenizer_encode(tok, text, strlen(text), true, &ids, &count);
+    char *back = tokenizer_decode(tok, ids, count, false);
+    free(back), free(ids);
+    tokenizer_free(tok);
+    return 0;
+}
+
+static int read_config(const char *path) {
+    ModelConfig cfg;
+    return config_from_hf_json(&cfg, path);
+}
+
+static int read_chat_template(const char *path) {
+    ChatTemplate t;
+    if (chat_template_from_file(&t, path, NULL, NULL) != 0) return -1;
+    ChatMessage messages[3] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}};
+    char *out = NULL;
+    int rc = chat_template_render(&t, messages, 3, true, &out);
+    free(out);
+    chat_template_free(&t);
+    return rc;
+}
+
+static int read_dataset(const char *path) {
+    Dataset d;
+    if (dataset_load(&d, path, DATA_FORMAT_AUTO, 0) != 0) return -1;
+    dataset_free(&d);
+    return 0;
+}
+
+// ---- mutations ----------------------------------------------------------------------
+
+static uint64_t rng_state;
+
+static uint64_t next_random(void) { // SplitMix64
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static size_t below(size_t n) { return n ? (size_t)(next_random() % n) : 0; }
+
+typedef struct {
+    unsigned char *bytes;
+    size_t length, capacity;
+} Buffer;
+
+static void reserve(Buffer *b, size_t length) {
+    if (length <= b->capacity) return;
+    b->capacity = length * 2;
+    b->bytes = xrealloc(b->bytes, b->capacity);
+}
+
+static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static bool is_alnum(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// Replaces the run of digits at or after `at` by an extreme number.
+static void replace_number(Buffer *b, size_t at) {
+    static const char *numbers[] = {"-1", "0", "99999999999999999999", "18446744073709551615", "4294967296",
+                                    "1e308", "-2147483649", "3.5", "NaN"};
+    size_t start = at;
+    while (start < b->length && !is_digit(b->bytes[start])) start++;
+    if (start >= b->length) return;
+    size_t end = start;
+    while (end < b->length && is_digit(b->bytes[end])) end++;
+    const char *number = numbers[below(sizeof numbers / sizeof numbers[0])];
+    size_t n = strlen(number);
+    reserve(b, b->length - (end - start) + n);
+    memmove(b->bytes + start + n, b->bytes + end, b->length - end);
+    memcpy(b->bytes + start, number, n);
+    b->length = b->length - (end - start) + n;
+}
+
+// Text formats: most mutations keep the syntax and change what it says (a letter of a
+// name or a token, a number), so that mutants get past the JSON parser into the readers.
+static void mutate_text(Buffer *b) {
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_";
+    size_t at = below(b->length);
+    while (at < b->length && !is_alnum(b->bytes[at])) at++;
+    if (at >= b->length) return;
+    if (is_digit(b->bytes[at])) replace_number(b, at);
+    else b->bytes[at] = (unsigned char)letters[below(sizeof letters - 1)];
+}
+
+static void mutate_once(Buffer *b, bool text) {
+    static const unsigned char boundary_bytes[] = {0x00, 0x01, 0x7f, 0x80, 0xff, '0', '9', '"', '{', '}', '[',
+                                                   ']', ',', ':', '-', '\\', 'e'};
+    static const uint64_t boundary_words[] = {0, 1, 0x7f, 0xff, 0x7fffffffull, 0x80000000ull, 0xffffffffull,
+                                              0x100000000ull, 1ull << 40, 0x7fffffffffffffffull, ~0ull};
+    if (text && below(10) < 6) {
+        mutate_text(b);
+        return;
+    }
+    size_t at = below(b->length);
+    switch (below(7)) {
+    case 0: // flip a bit
+        if (b->length) b->bytes[at] ^= (unsigned char)(1u << below(8));
+        break;
+    case 1: // a boundary byte
+        if (b->length) b->bytes[at] = boundary_bytes[below(sizeof boundary_bytes)];
+        break;
+    case 2: { // a boundary integer, 4 or 8 bytes, little-endian
+        uint64_t value = boundary_words[below(sizeof boundary_words / sizeof boundary_words[0])];
+        size_t width = below(2) ? 8 : 4;
+        if (b->length >= width) {
+            at = below(b->length - width + 1);
+            for (size_t i = 0; i < width; i++) b->bytes[at + i] = (unsigned char)(value >> (8 * i));
+        }
+        break;
+    }
+    case 3: // truncate
+        b->length = below(b->length + 1);
+        break;
+    case 4: { // delete a chunk
+        size_t n = below(64) + 1;
+        if (at + n > b->length) n = b->length - at;
+        memmove(b->bytes + at, b->bytes + at + n, b->length - at - n);
+        b->length -= n;
+        break;
+    }
+    case 5: { // duplicate a chunk in place
+        size_t n = below(64) + 1;
+        if (at + n > b->length) n = b->length - at;
+        reserve(b, b->length + n);
+        memmove(b->bytes + at + n, b->bytes + at, b->length - at);
+        b->length += n;
+        break;
+    }
+    default: // a number in text replaced by an extreme one
+        replace_number(b, at);
+        break;
+    }
+}
+
+static void write_bytes(const char *path, const Buffer *b) {
+    FILE *out = fopen(path, "wb");
+    CHECK(out, "cannot write %s", path);
+    CHECK(fwrite(b->bytes, 1, b->length, out) == b->length, "cannot write %s", path);
+    fclose(out);
+}
+
+static char scratch_dir[512];
+
+// Mutates `seed` `iterations` times (mostly syntax-keeping mutations when `text`); each
+// mutant is written to a file named `name` in a scratch folder (with `companion` files
+// copied beside it) and read by `reader`, which gets the file or, when `pass_folder`, the
+// folder.
+static void fuzz(const char *label, const char *seed, const char *name, const char *const *companions,
+                 bool pass_folder, bool text, int (*reader)(const char *), int iterations, uint64_t seed_value) {
+    size_t length;
+    char *original;
+    CHECK(fs_read_file(seed, 1 << 24, &original, &length) == 0, "cannot read the seed %s", seed);
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/%s", scratch_dir, label);
+    CHECK(fs_mkdir_p(dir) == 0, "%s", err_msg());
+    for (int i = 0; companions && companions[i]; i++) {
+        size_t n;
+        char *content;
+        CHECK(fs_read_file(companions[i], 1 << 24, &content, &n) == 0, "cannot read %s", companions[i]);
+        const char *base = strrchr(companions[i], '/');
+        snprintf(path, sizeof path, "%s/%s", dir, base ? base + 1 : companions[i]);
+        Buffer copy = {(unsigned char *)content, n, n};
+        write_bytes(path, &copy);
+        free(content);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const char *target = pass_folder ? dir : path;
+    // The seed itself must load: otherwise the mutants test nothing.
+    Buffer b = {NULL, 0, 0};
+    reserve(&b, length + 1);
+    memcpy(b.bytes, original, length), b.length = length;
+    write_bytes(path, &b);
+    EXPECT(reader(target) == 0, "%s: the unmutated seed %s does not load: %s", label, seed, err_msg());
+    rng_state = seed_value;
+    int loaded = 0, refused = 0;
+    for (int k = 0; k < iterations; k++) {
+        memcpy(b.bytes, original, length), b.length = length;
+        int mutations = 1 + (int)below(4);
+        for (int m = 0; m < mutations; m++) mutate_once(&b, text);
+        write_bytes(path, &b);
+        if (reader(target) == 0) {
+            loaded++;
+        } else {
+            refused++;
+            EXPECT(err_msg()[0] != '\0', "%s: mutant %d refused without a message", label, k);
+        }
+    }
+    printf("# %-16s %d mutants of %s: %d loaded, %d refused\n", label, iterations, seed, loaded, refused);
+    EXPECT(refused > 0, "%s: no mutant was refused (the mutations do nothing?)", label);
+    free(b.bytes), free(original);
+}
+
+static void test_fuzz_safetensors(void) {
+    fuzz("safetensors", "tests/fixtures/safetensors/dtypes.safetensors", "x.safetensors", NULL, false, false, read_safetensors,
+         3000, 1);
+}
+
+static void test_fuzz_gguf(void) {
+    fuzz("gguf", "tests/fixtures/gguf/types.gguf", "x.gguf", NULL, false, false, read_gguf, 2000, 2);
+    fuzz("gguf_model", "tests/fixtures/gguf/tiny_llama.gguf", "x.gguf", NULL, false, false, read_gguf, 2000, 3);
+    fuzz("gguf_tokenizer", "tests/fixtures/tokenizers/spm_small.gguf", "x.gguf", NULL, false, false, read_tokenizer, 1500, 4);
+}
+
+static void test_fuzz_tokenizer_json(void) {
+    const char *const companions[] = {"tests/fixtures/tokenizers/bytelevel_small/tokenizer_config.json", NULL};
+    fuzz("tokenizer_json", "tests/fixtures/tokenizers/bytelevel_small/tokenizer.json", "tokenizer.json", companions,
+         true, true, read_tokenizer, 1000, 5);
+}
+
+static void test_fuzz_config_and_chat_template(void) {
+    fuzz("config_json", "tests/fixtures/models/llama/config.json", "config.json", NULL, false, true, read_config, 2000, 6);
+    fuzz("chat_template", "tests/fixtures/models/tiny_chat/tokenizer_config.json", "tokenizer_config.json", NULL, false,
+         true, read_chat_template, 2000, 7);
+}
+
+static void test_fuzz_datasets(void) {
+    fuzz("pairs_jsonl", "tests/fixtures/train/pairs_eval.jsonl", "x.jsonl", NULL, false, true, read_dataset, 1500, 8);
+    fuzz("ranked_jsonl", "tests/fixtures/train/ranked_eval.jsonl", "x.jsonl", NULL, false, true, read_dataset, 1500, 9);
+}
+
+int main(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP");
+    snprintf(scratch_dir, sizeof scratch_dir, "%s/fuzz_parsers", tmp && *tmp ? tmp : "/tmp");
+    RUN(test_fuzz_safetensors);
+    RUN(test_fuzz_gguf);
+    RUN(test_fuzz_tokenizer_json);
+    RUN(test_fuzz_config_and_chat_template);
+    RUN(test_fuzz_datasets);
+    TEST_EXIT();
+}
