@@ -3,7 +3,16 @@
 
 CC      ?= gcc
 SANITIZE ?= 0
-ifeq ($(SANITIZE),1)
+# FUZZ=1 (used by `make fuzz`): clang with libFuzzer's coverage, ASan and UBSan, in
+# build-fuzz/, without CUDA and MPI; see docs/fuzzing.md.
+FUZZ ?= 0
+ifeq ($(FUZZ),1)
+CC      := clang
+BUILD   ?= build-fuzz
+OPT     := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+CUDA    ?= 0
+MPI     ?= 0
+else ifeq ($(SANITIZE),1)
 BUILD   ?= build-asan
 OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else
@@ -133,6 +142,29 @@ tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN)
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
+
+# Coverage-guided fuzzing of the file readers (developers; needs clang and libomp-dev):
+# `make fuzz` builds build-fuzz/fuzz/<target> from tests/fuzz/fuzz_reader.c, one per reader
+# of tests/fuzz/readers.h, and seeds build-fuzz/corpus/<target>/ from the test fixtures.
+FUZZ_TARGETS := safetensors gguf gguf_tokenizer tokenizer_json config_json chat_template jsonl
+fuzz_safetensors    := -DFUZZ_READER=read_safetensors -DFUZZ_FILE='"x.safetensors"'
+fuzz_gguf           := -DFUZZ_READER=read_gguf -DFUZZ_FILE='"x.gguf"'
+fuzz_gguf_tokenizer := -DFUZZ_READER=read_tokenizer -DFUZZ_FILE='"x.gguf"'
+fuzz_tokenizer_json := -DFUZZ_READER=read_tokenizer -DFUZZ_FILE='"tokenizer.json"' -DFUZZ_FOLDER
+fuzz_config_json    := -DFUZZ_READER=read_config -DFUZZ_FILE='"config.json"'
+fuzz_chat_template  := -DFUZZ_READER=read_chat_template -DFUZZ_FILE='"tokenizer_config.json"'
+fuzz_jsonl          := -DFUZZ_READER=read_dataset -DFUZZ_FILE='"x.jsonl"'
+
+$(BUILD)/fuzz/%: tests/fuzz/fuzz_reader.c tests/fuzz/readers.h $(BUILD)/libmarlhf.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $(fuzz_$*) -fsanitize=fuzzer,address,undefined -o $@ $< $(BUILD)/libmarlhf.a $(LDLIBS)
+
+.PHONY: fuzz fuzz-targets
+fuzz-targets: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+
+fuzz:
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-targets
+	@tests/fuzz/seed_corpus.sh build-fuzz/corpus
 
 # Debian packages (scripts/setup) and the SmolLM2 model the tests and demo use.
 prerequisites:

@@ -11,98 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "chat/chat_template.h"
 #include "core/check.h"
-#include "data/dataset.h"
+#include "fuzz/readers.h"
 #include "io/fs.h"
-#include "io/gguf.h"
-#include "io/gguf_dequant.h"
-#include "io/safetensors.h"
-#include "model/config_gguf.h"
-#include "model/config_hf.h"
 #include "test.h"
-#include "tokenizer/tokenizer.h"
-
-// ---- the readers: 0 when the file loaded, -1 (with an error message) when refused ----
-
-static int read_safetensors(const char *path) {
-    SafetensorsSet *set;
-    if (safetensors_open(path, &set) != 0) return -1;
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < safetensors_tensor_count(set); i++) {
-        const SafetensorsTensor *t = safetensors_tensor_at(set, i);
-        if (t->count > (1 << 22)) continue; // larger than the file could hold: the open checked it
-        if (t->dtype == SAFETENSORS_F8_E4M3 || t->dtype == SAFETENSORS_F8_E5M2) continue; // opens, never converts
-        bool is_float = t->dtype == SAFETENSORS_F32 || t->dtype == SAFETENSORS_F16 || t->dtype == SAFETENSORS_BF16 ||
-                        t->dtype == SAFETENSORS_F64;
-        if (!is_float) {
-            int64_t *values = xmalloc((size_t)(t->count > 0 ? t->count : 1) * sizeof(int64_t));
-            if (safetensors_read_i64(t, values, t->count) != 0) rc = -1;
-            free(values);
-        } else {
-            float *values = xmalloc((size_t)(t->count > 0 ? t->count : 1) * sizeof(float));
-            if (safetensors_read_f32(t, values, t->count) != 0) rc = -1;
-            free(values);
-        }
-    }
-    safetensors_close(set);
-    return rc;
-}
-
-static int read_gguf(const char *path) {
-    GgufFile f;
-    if (gguf_open(&f, path) != 0) return -1;
-    // The model config is read too; a file that is not a model (no known architecture) is
-    // still a GGUF file whose tensors must dequantize.
-    ModelConfig cfg;
-    config_from_gguf(&cfg, &f, path);
-    int rc = 0;
-    for (uint64_t i = 0; i < f.n_tensors; i++) {
-        const GgufTensor *t = &f.tensors[i];
-        if (t->n_elements > (1 << 22)) continue;
-        float *values = xmalloc((size_t)(t->n_elements > 0 ? t->n_elements : 1) * sizeof(float));
-        if (gguf_tensor_to_f32(&f, t, values) != 0) rc = -1;
-        free(values);
-    }
-    gguf_close(&f);
-    return rc;
-}
-
-// A tokenizer (from a folder's tokenizer.json, or a GGUF file), then a round trip.
-static int read_tokenizer(const char *path) {
-    Tokenizer *tok;
-    if (tokenizer_load(&tok, path) != 0) return -1;
-    const char *text = "Hello, world! Ünïcödé 123 <|im_end|>\n\tend";
-    int *ids, count;
-    tokenizer_encode(tok, text, strlen(text), true, &ids, &count);
-    char *back = tokenizer_decode(tok, ids, count, false);
-    free(back), free(ids);
-    tokenizer_free(tok);
-    return 0;
-}
-
-static int read_config(const char *path) {
-    ModelConfig cfg;
-    return config_from_hf_json(&cfg, path);
-}
-
-static int read_chat_template(const char *path) {
-    ChatTemplate t;
-    if (chat_template_from_file(&t, path, NULL, NULL) != 0) return -1;
-    ChatMessage messages[3] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}};
-    char *out = NULL;
-    int rc = chat_template_render(&t, messages, 3, true, &out);
-    free(out);
-    chat_template_free(&t);
-    return rc;
-}
-
-static int read_dataset(const char *path) {
-    Dataset d;
-    if (dataset_load(&d, path, DATA_FORMAT_AUTO, 0) != 0) return -1;
-    dataset_free(&d);
-    return 0;
-}
 
 // ---- mutations ----------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ static long collective_floats = 1L << 21;
 static int world_rank = 0;
 static int world_size = 1;
 static int local_size = 1;
+#ifdef MARLHF_MPI
 static bool mpi_started = false;
+#endif
 
 // The world size a process manager announced in the environment, or 0 if none did.
 // Open MPI's mpirun, MPICH's hydra and Slurm's srun (PMI) each set one of these.
@@ -28,6 +30,7 @@ static int launcher_world_size(void) {
     return 0;
 }
 
+#ifdef MARLHF_MPI
 static int launcher_local_size(void) {
     const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -36,6 +39,7 @@ static int launcher_local_size(void) {
     }
     return 1;
 }
+#endif
 
 int dist_init(int *argc, char ***argv) {
     int announced = launcher_world_size();

@@ -1,0 +1,33 @@
+// A libFuzzer target for one reader of tests/fuzz/readers.h, chosen at build time:
+//   -DFUZZ_READER=read_gguf -DFUZZ_FILE='"x.gguf"' [-DFUZZ_FOLDER]
+// `make fuzz` builds one per reader (build-fuzz/fuzz/<reader>) with clang, libFuzzer,
+// AddressSanitizer and UBSan; run one on its seed folder, e.g.
+//   build-fuzz/fuzz/read_gguf -max_total_time=300 tests/fuzz/corpus/read_gguf
+// (docs/fuzzing.md). The readers take paths, so each input is written to a file first
+// (in a folder of this process, beside the reader's companion files when FUZZ_FOLDER).
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fuzz/readers.h"
+
+static char folder[64], path[128];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!folder[0]) {
+        snprintf(folder, sizeof folder, "/tmp/marlhf-fuzz-%d", (int)getpid());
+        mkdir(folder, 0700);
+        snprintf(path, sizeof path, "%s/%s", folder, FUZZ_FILE);
+    }
+    FILE *out = fopen(path, "wb");
+    if (!out) return 0;
+    fwrite(data, 1, size, out);
+    fclose(out);
+#ifdef FUZZ_FOLDER
+    FUZZ_READER(folder);
+#else
+    FUZZ_READER(path);
+#endif
+    return 0;
+}
