@@ -691,17 +691,24 @@ static void test_lora_options(void) {
 }
 
 // model_write_gguf then model_load: F32 gives the same weights bit for bit (Gemma's norms
-// within an ulp of 1) and F16 / Q8_0 within their rounding, for every family (GPT-2's fused qkv, Llama's permuted q/k rows,
-// Gemma's 1 + w norms); a LoRA model is written merged.
+// within an ulp of 1) and F16 / Q8_0 / Q4_0 / Q4_K_M within their rounding, for every family (GPT-2's fused qkv, Llama's permuted q/k rows,
+// Gemma's 1 + w norms); a LoRA model is written merged. The fixtures' rows (64, 128 values)
+// are not whole K-quant super-blocks, so Q4_K_M takes llama.cpp's fallbacks (Q5_0, Q8_0);
+// tests/test_gguf.c checks the K-quants themselves.
 static void test_gguf_export_round_trip(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
-    const GgmlType types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    const GgufOutType types[] = {GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M};
+    // As a fraction of the tensor's largest value: F16's rounding, half a Q8_0 step, and
+    // for the 4-bit types a whole 4-bit step (Q4_0's levels run from -8 to 7 steps, so the
+    // side opposite a block's extreme can lose one; Q4_K's 6-bit sub-block scales add their
+    // own rounding), plus the f16 scales' rounding. tests/test_gguf.c bounds the RMS errors.
+    const double step_fraction[] = {0, 1.0 / 2048, 0.005, 1.0 / 8 + 0.001, 1.0 / 8 + 0.001};
     for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
         Fixture f;
         fixture_open(&f, fixture_names[k]);
         Model model;
         load_model(&model, &f, false);
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 5; t++) {
             char path[512];
             snprintf(path, sizeof path, "%s/export-%s-%d.gguf", tmp, fixture_names[k], t);
             EXPECT(model_write_gguf(&model, NULL, path, types[t]) == 0, "%s: %s", fixture_names[k], err_msg());
@@ -713,8 +720,7 @@ static void test_gguf_export_round_trip(void) {
                 const ParamEntry *e = &model.table.entries[i];
                 double scale = 0;
                 for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(model.params[e->offset + j]));
-                // F16: 2^-11 relative; Q8_0: half a step of a block's max / 127.
-                double tolerance = t == 0 ? 0 : t == 1 ? scale / 2048 : 0.005 * scale;
+                double tolerance = step_fraction[t] * scale;
                 // Vectors stay F32; Gemma's norms go through 1 + w and back (an ulp of 1).
                 if (e->ndim == 1) tolerance = strstr(e->name, "norm") && model.config.family == FAMILY_GEMMA ? 1.2e-7 : 0;
                 double d = test_max_abs_diff(back.params + e->offset, model.params + e->offset, e->numel);
@@ -734,7 +740,7 @@ static void test_gguf_export_round_trip(void) {
     char gguf[512], hf[512];
     snprintf(gguf, sizeof gguf, "%s/export-lora.gguf", tmp);
     snprintf(hf, sizeof hf, "%s/export-lora-hf", tmp);
-    EXPECT(model_write_gguf(&model, NULL, gguf, GGML_TYPE_F32) == 0 && model_save_hf(&model, hf, NULL) == 0, "%s",
+    EXPECT(model_write_gguf(&model, NULL, gguf, GGUF_OUT_F32) == 0 && model_save_hf(&model, hf, NULL) == 0, "%s",
            err_msg());
     Model from_gguf, from_hf;
     ModelLoadOptions options = {.with_lm_head = true};
@@ -758,7 +764,7 @@ static void test_gguf_export_lora_adapter(void) {
     Model model = lora_model_for_export(&f);
     char path[512];
     snprintf(path, sizeof path, "%s/export-adapter.gguf", tmp);
-    EXPECT(model_write_gguf_adapter(&model, path, GGML_TYPE_F32) == 0, "%s", err_msg());
+    EXPECT(model_write_gguf_adapter(&model, path, GGUF_OUT_F32) == 0, "%s", err_msg());
     GgufFile file;
     CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
     char *type = NULL;
@@ -794,7 +800,7 @@ static void test_gguf_export_lora_adapter(void) {
     model_free(&model);
     Model plain;
     load_model(&plain, &f, false);
-    EXPECT(model_write_gguf_adapter(&plain, path, GGML_TYPE_F32) != 0 && strstr(err_msg(), "no LoRA adapter"),
+    EXPECT(model_write_gguf_adapter(&plain, path, GGUF_OUT_F32) != 0 && strstr(err_msg(), "no LoRA adapter"),
            "a model without adapters: %s", err_msg());
     model_free(&plain);
     fixture_close(&f);
@@ -831,7 +837,7 @@ static void test_gguf_export_tokenizer(void) {
         model_init(&model, &cfg, &ops_cpu, true, false);
         char path[512];
         snprintf(path, sizeof path, "%s/export-tokenizer-%zu.gguf", tmp, c);
-        EXPECT(model_write_gguf(&model, hf, path, GGML_TYPE_F16) == 0, "%s: %s", cases[c].dir, err_msg());
+        EXPECT(model_write_gguf(&model, hf, path, GGUF_OUT_F16) == 0, "%s: %s", cases[c].dir, err_msg());
         GgufFile file;
         CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
         char *kind = NULL;

@@ -6,6 +6,8 @@
 
 #include "core/check.h"
 #include "io/fs.h"
+#include "io/gguf_dequant.h"
+#include "io/gguf_quantize.h"
 
 #define ALIGNMENT 32
 
@@ -132,23 +134,10 @@ uint16_t gguf_f32_to_f16(float value) {
     return (uint16_t)(sign | half);
 }
 
-// Q8_0: blocks of 32 values as one f16 scale d = max|x| / 127 and 32 int8 round(x / d).
-static void quantize_q8_0(const float *x, uint8_t *out, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *block = x + b * 32;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(block[i]));
-        const float d = amax / 127.0f, inverse = d > 0 ? 1.0f / d : 0.0f;
-        uint16_t d16 = gguf_f32_to_f16(d);
-        memcpy(out + b * 34, &d16, 2);
-        for (int i = 0; i < 32; i++) out[b * 34 + 2 + i] = (uint8_t)(int8_t)roundf(block[i] * inverse);
-    }
-}
-
 void gguf_writer_add_tensor(GgufWriter *w, const char *name, GgmlType type, int n_dims, const int64_t *ne,
                             const float *values) {
     CHECK(n_dims >= 1 && n_dims <= 4, "GGUF tensor %s with %d dimensions", name, n_dims);
-    CHECK(type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_Q8_0, "GGUF writer: type %d", type);
+    CHECK(type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || gguf_can_quantize(type), "GGUF writer: type %d", type);
     int64_t n = 1;
     PendingTensor t = {.name = xstrdup(name), .type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
     for (int i = 0; i < n_dims; i++) t.ne[i] = ne[i], n *= ne[i];
@@ -164,10 +153,12 @@ void gguf_writer_add_tensor(GgufWriter *w, const char *name, GgmlType type, int 
             memcpy(t.data + 2 * i, &h, 2);
         }
     } else {
-        CHECK(ne[0] % 32 == 0, "Q8_0 tensor %s: %lld values per row, not a multiple of 32", name, (long long)ne[0]);
-        t.nbytes = (size_t)(n / 32) * 34;
+        const int block = gguf_type_info(type)->block_size;
+        CHECK(ne[0] % block == 0, "%s tensor %s: %lld values per row, not a multiple of %d", gguf_type_name(type), name,
+              (long long)ne[0], block);
+        t.nbytes = gguf_quantized_size(type, n);
         t.data = xmalloc(t.nbytes);
-        quantize_q8_0(values, t.data, n);
+        gguf_quantize(type, values, t.data, n);
     }
     if (w->n_tensors == w->cap_tensors) {
         w->cap_tensors = w->cap_tensors ? 2 * w->cap_tensors : 64;

@@ -27,7 +27,8 @@ void gguf_writer_add_f32_array(GgufWriter *w, const char *key, const float *valu
 
 // A tensor of n_dims dimensions, ne[0] the contiguous one (ggml's order: a row-major
 // [rows, cols] matrix is ne = {cols, rows}), from f32 values converted to `type`: F32, F16
-// or Q8_0 (blocks of 32 along ne[0], which must then be a multiple of 32).
+// or a type of io/gguf_quantize.h (Q8_0, Q4_0, Q5_0: blocks of 32 along ne[0]; Q4_K, Q6_K:
+// 256), whose block size must divide ne[0].
 void gguf_writer_add_tensor(GgufWriter *w, const char *name, GgmlType type, int n_dims, const int64_t *ne,
                             const float *values);
 

@@ -389,13 +389,64 @@ static const char *gguf_architecture(ModelFamily family) {
     return family == FAMILY_MISTRAL ? "llama" : config_family_name(family);
 }
 
-static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const char *arch, GgmlType type) {
+int gguf_out_type_from_name(const char *name, GgufOutType *out) {
+    static const struct { const char *name; GgufOutType type; } names[] = {
+        {"f32", GGUF_OUT_F32}, {"f16", GGUF_OUT_F16}, {"q8_0", GGUF_OUT_Q8_0}, {"q4_0", GGUF_OUT_Q4_0},
+        {"q4_k_m", GGUF_OUT_Q4_K_M}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *out = names[i].type;
+            return 0;
+        }
+    return -1;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third in
+// between get the larger type in the _M mixes.
+static bool use_more_bits(int layer, int layers) {
+    return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// The type of matrix `name` (GGUF name, `row` values along ne[0]) for output type `out`:
+// llama.cpp's llama_tensor_get_type for these types, then its fallbacks for rows that the
+// type's blocks do not divide.
+static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char *name, int64_t row) {
+    GgmlType type;
+    const bool output = !strcmp(name, "output.weight") ||
+                        (cfg->tie_word_embeddings && !strcmp(name, "token_embd.weight"));
+    int layer = -1;
+    sscanf(name, "blk.%d.", &layer);
+    switch (out) {
+    case GGUF_OUT_F32: return GGML_TYPE_F32;
+    case GGUF_OUT_F16: return GGML_TYPE_F16;
+    case GGUF_OUT_Q8_0: type = GGML_TYPE_Q8_0; break;
+    case GGUF_OUT_Q4_0: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_0; break;
+    case GGUF_OUT_Q4_K_M:
+    default:
+        type = GGML_TYPE_Q4_K;
+        if (output) type = GGML_TYPE_Q6_K;
+        else if ((strstr(name, ".attn_v.weight") || strstr(name, ".ffn_down.weight")) && layer >= 0 &&
+                 use_more_bits(layer, cfg->num_layers))
+            type = GGML_TYPE_Q6_K;
+        break;
+    }
+    if (row % 256) { // K-quant super-blocks do not fit the row
+        if (type == GGML_TYPE_Q4_K) type = GGML_TYPE_Q5_0;
+        if (type == GGML_TYPE_Q6_K) type = GGML_TYPE_Q8_0;
+    }
+    if (row % 32) type = GGML_TYPE_F16;
+    return type;
+}
+
+static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const char *arch, GgufOutType out) {
     char key[128];
 #define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
     gguf_writer_add_string(w, "general.architecture", arch);
     gguf_writer_add_string(w, "general.name", "marlhf export");
-    // llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0.
-    gguf_writer_add_u32(w, "general.file_type", type == GGML_TYPE_F32 ? 0 : type == GGML_TYPE_F16 ? 1 : 7);
+    // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 7 mostly Q8_0, 15 mostly Q4_K_M.
+    static const uint32_t file_types[] = {[GGUF_OUT_F32] = 0, [GGUF_OUT_F16] = 1, [GGUF_OUT_Q8_0] = 7,
+                                          [GGUF_OUT_Q4_0] = 2, [GGUF_OUT_Q4_K_M] = 15};
+    gguf_writer_add_u32(w, "general.file_type", file_types[out]);
     gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
     gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);
     gguf_writer_add_u32(w, ARCH_KEY("embedding_length"), (uint32_t)cfg->hidden_size);
@@ -417,14 +468,14 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
 #undef ARCH_KEY
 }
 
-int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgmlType type) {
+int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgufOutType out) {
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
     float *params = xmalloc((size_t)model->table.total * sizeof(float));
     model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
     lora_merge(model, params);
     GgufWriter *w = gguf_writer_new();
-    add_architecture_keys(w, cfg, gguf_architecture(cfg->family), type);
+    add_architecture_keys(w, cfg, gguf_architecture(cfg->family), out);
     int rc = tokenizer ? tokenizer_write_gguf(tokenizer, w, cfg->vocab_size) : 0;
     // Table entries in order. A fused file tensor (GPT-2's attn_qkv weight and bias, whose
     // parts the table interleaves) is gathered in a pending buffer and written at its last part.
@@ -457,8 +508,7 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
         tensor_map_store(&map, e, params + e->offset, values);
         if (map.kind == MAP_ROW_SLICE && map.part + 1 < map.parts) continue;
         int64_t ne[2] = {map.ndim == 2 ? map.shape[1] : map.shape[0], map.shape[0]};
-        GgmlType stored = map.ndim == 1 ? GGML_TYPE_F32 : type;
-        if (stored == GGML_TYPE_Q8_0 && ne[0] % 32) stored = GGML_TYPE_F16;
+        GgmlType stored = map.ndim == 1 ? GGML_TYPE_F32 : matrix_type(out, cfg, map.source, ne[0]);
         gguf_writer_add_tensor(w, map.source, stored, map.ndim, ne, values);
         free(values);
         if (slot >= 0) pending[slot].values = NULL;
@@ -470,8 +520,9 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     return rc;
 }
 
-int model_write_gguf_adapter(const Model *model, const char *path, GgmlType type) {
+int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType out) {
     const ModelConfig *cfg = &model->config;
+    const GgmlType type = out == GGUF_OUT_F32 ? GGML_TYPE_F32 : out == GGUF_OUT_F16 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
     if (model->lora.rank == 0) return err_set("the model has no LoRA adapter to write (%s)", path);
     if (cfg->family == FAMILY_GPT2)
         return err_set("GPT-2's GGUF fuses q, k and v: its LoRA adapters cannot be written for llama.cpp (%s)", path);

@@ -54,20 +54,28 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 // one atomic folder.
 int model_write_hf_files(const Model *model, const char *dir);
 
+// What a GGUF export stores its matrices as (`marlhf convert --outtype`): one type for
+// all, or llama.cpp's Q4_K_M mix. Vectors are always F32.
+typedef enum { GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M } GgufOutType;
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_k_m"; -1 for anything else.
+int gguf_out_type_from_name(const char *name, GgufOutType *out);
+
 // Writes the model as one GGUF file for llama.cpp (its architecture names, tensor names and
 // layouts: Llama's permuted q/k rows, Gemma's 1 + w norms, GPT-2's fused qkv), with the
 // tokenizer's metadata when `tokenizer` is not NULL (tokenizer_write_gguf: byte-level BPE
-// only). Matrices are stored as `type` (F32, F16 or Q8_0; Q8_0 where a row is a multiple
-// of 32 values, else F16), vectors as F32, as llama.cpp's converter does. A LoRA model is
-// written with its adapters merged; a value head is left out. Atomic; returns 0 or -1
-// with err_set().
-int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgmlType type);
+// only). Matrices as `out` with llama.cpp's choices per tensor (the output matrix, and
+// for Q4_K_M the attn_v / ffn_down of some layers, as Q6_K; a type whose block does not
+// divide a row falls back as llama.cpp's does: Q4_K to Q5_0, Q6_K to Q8_0, then F16),
+// vectors as F32. A LoRA model is written with its adapters merged; a value head is left
+// out. Atomic; returns 0 or -1 with err_set().
+int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgufOutType out);
 
 // Writes the LoRA adapters of `model` alone as a llama.cpp LoRA adapter file (general.type
 // "adapter", adapter.lora.alpha, tensors "<base tensor>.lora_a" [rank, in] and ".lora_b"
 // [out, rank], B's rows permuted as the base weight's for Llama's q/k), for llama.cpp's
-// --lora on the base model's GGUF. GPT-2 (fused qkv in GGUF) is refused.
-int model_write_gguf_adapter(const Model *model, const char *path, GgmlType type);
+// --lora on the base model's GGUF. GPT-2 (fused qkv in GGUF) is refused. Adapters are
+// small: the 4-bit output types store them as Q8_0.
+int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType out);
 
 // True if `path` names a GGUF file (by its magic bytes).
 bool path_is_gguf(const char *path);

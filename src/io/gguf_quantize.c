@@ -1,0 +1,182 @@
+#include "io/gguf_quantize.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "io/gguf_dequant.h"
+#include "io/gguf_write.h"
+
+enum { QK = 32, QK_K = 256 };
+
+// f16 of x and the float it rounds to: the scale the reader will use.
+static uint16_t store_f16(uint8_t *at, float x, float *rounded) {
+    uint16_t h = gguf_f32_to_f16(x);
+    memcpy(at, &h, 2);
+    if (rounded) *rounded = gguf_f16_to_f32(h);
+    return h;
+}
+
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// The element of largest magnitude, with its sign.
+static float signed_max(const float *x, int n) {
+    float best = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > fabsf(best)) best = x[i];
+    return best;
+}
+
+// Q8_0: d = max|x| / 127, q = round(x / d).
+static void block_q8_0(const float *x, uint8_t *out) {
+    float amax = 0;
+    for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float d;
+    store_f16(out, amax / 127.0f, &d);
+    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < QK; i++) out[2 + i] = (uint8_t)(int8_t)clamp_int((int)lroundf(x[i] * inverse), -127, 127);
+}
+
+// Q4_0: d = m / -8 for the signed extreme m (which becomes q = 0), q = round(x / d) + 8.
+static void block_q4_0(const float *x, uint8_t *out) {
+    float d;
+    store_f16(out, signed_max(x, QK) / -8.0f, &d);
+    const float inverse = d != 0 ? 1.0f / d : 0.0f;
+    uint8_t *qs = out + 2;
+    for (int j = 0; j < 16; j++) {
+        int low = clamp_int((int)lroundf(x[j] * inverse) + 8, 0, 15);
+        int high = clamp_int((int)lroundf(x[j + 16] * inverse) + 8, 0, 15);
+        qs[j] = (uint8_t)(low | high << 4);
+    }
+}
+
+// Q5_0: as Q4_0 with 5 bits (d = m / -16, q = round(x / d) + 16), the fifth bits in qh.
+static void block_q5_0(const float *x, uint8_t *out) {
+    float d;
+    store_f16(out, signed_max(x, QK) / -16.0f, &d);
+    const float inverse = d != 0 ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    uint8_t *qs = out + 6;
+    for (int j = 0; j < 16; j++) {
+        int low = clamp_int((int)lroundf(x[j] * inverse) + 16, 0, 31);
+        int high = clamp_int((int)lroundf(x[j + 16] * inverse) + 16, 0, 31);
+        qs[j] = (uint8_t)((low & 0x0f) | (high & 0x0f) << 4);
+        qh |= (uint32_t)(low >> 4) << j | (uint32_t)(high >> 4) << (j + 16);
+    }
+    memcpy(out + 2, &qh, 4);
+}
+
+// Fits x[0..n) ~ scale * q - min with q in [0, levels], scale > 0, min >= 0: candidate
+// scales around (max - min) / levels, each with its rounding and a least-squares refit of
+// scale and offset (offset clamped to <= 0), keeping the smallest squared error.
+static void fit_scale_min(const float *x, int n, int levels, float *scale, float *min) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    if (lo > 0) lo = 0;
+    if (hi <= lo) { // all equal (and <= 0): q = 0 everywhere reproduces them
+        *scale = 0, *min = -lo;
+        return;
+    }
+    double best_error = INFINITY;
+    *scale = (hi - lo) / levels, *min = -lo;
+    for (int step = -8; step <= 8; step++) {
+        const double inverse = (levels + 0.1 * step) / (hi - lo);
+        double sq = 0, sqq = 0, sx = 0, sqx = 0;
+        int q[QK_K];
+        for (int i = 0; i < n; i++) {
+            q[i] = clamp_int((int)lround(inverse * (x[i] - lo)), 0, levels);
+            sq += q[i], sqq += (double)q[i] * q[i], sx += x[i], sqx += (double)q[i] * x[i];
+        }
+        const double det = n * sqq - sq * sq;
+        if (det <= 0) continue;
+        double s = (n * sqx - sq * sx) / det, offset = (sqq * sx - sq * sqx) / det;
+        if (offset > 0) offset = 0, s = sqx / sqq;
+        if (!(s > 0)) continue;
+        double error = 0;
+        for (int i = 0; i < n; i++) {
+            const double e = s * q[i] + offset - x[i];
+            error += e * e;
+        }
+        if (error < best_error) best_error = error, *scale = (float)s, *min = (float)-offset;
+    }
+}
+
+// Q4_K: eight sub-blocks of 32, each y = d * sc * q - dmin * m with q in [0, 15] and
+// 6-bit sc, m; the packing of sc and m is the inverse of gguf_dequant.c's unpack_k_scales.
+static void block_q4_k(const float *x, uint8_t *out) {
+    float scales[8], mins[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        fit_scale_min(x + 32 * j, 32, 15, &scales[j], &mins[j]);
+        max_scale = fmaxf(max_scale, scales[j]), max_min = fmaxf(max_min, mins[j]);
+    }
+    float d, dmin;
+    store_f16(out, max_scale / 63.0f, &d);
+    store_f16(out + 2, max_min / 63.0f, &dmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = d > 0 ? clamp_int((int)lroundf(scales[j] / d), 0, 63) : 0;
+        m[j] = dmin > 0 ? clamp_int((int)lroundf(mins[j] / dmin), 0, 63) : 0;
+    }
+    uint8_t *packed = out + 4;
+    for (int j = 0; j < 4; j++) {
+        packed[j] = (uint8_t)((sc[j] & 0x3f) | (sc[j + 4] >> 4) << 6);
+        packed[j + 4] = (uint8_t)((m[j] & 0x3f) | (m[j + 4] >> 4) << 6);
+        packed[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | (m[j + 4] & 0x0f) << 4);
+    }
+    uint8_t *qs = out + 16;
+    memset(qs, 0, 128);
+    for (int i = 0; i < QK_K; i++) {
+        const int sub = i / 32;
+        const float step = d * (float)sc[sub], offset = dmin * (float)m[sub];
+        const int q = step > 0 ? clamp_int((int)lroundf((x[i] + offset) / step), 0, 15) : 0;
+        qs[(sub / 2) * 32 + i % 32] |= (uint8_t)(q << (4 * (sub % 2)));
+    }
+}
+
+// Q6_K: sixteen sub-blocks of 16, y = d * sc * (q - 32) with q in [0, 63] and signed
+// 8-bit sc; the low 4 bits of q in ql, the high 2 in qh (gguf_dequant.c's block_q6_k).
+static void block_q6_k(const float *x, uint8_t *out) {
+    float scales[16], extreme = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = signed_max(x + 16 * j, 16) / -32.0f;
+        if (fabsf(scales[j]) > fabsf(extreme)) extreme = scales[j];
+    }
+    float d;
+    store_f16(out + 208, extreme / -128.0f, &d);
+    int8_t *sc = (int8_t *)(out + 192);
+    for (int j = 0; j < 16; j++) sc[j] = (int8_t)(d != 0 ? clamp_int((int)lroundf(scales[j] / d), -128, 127) : 0);
+    uint8_t *ql = out, *qh = out + 128;
+    memset(ql, 0, 128), memset(qh, 0, 64);
+    for (int i = 0; i < QK_K; i++) {
+        const float step = d * (float)sc[i / 16];
+        const int q = step != 0 ? clamp_int((int)lroundf(x[i] / step), -32, 31) + 32 : 32;
+        const int half = i / 128, r = i % 128;
+        ql[half * 64 + r % 64] |= (uint8_t)((q & 0x0f) << (4 * (r / 64)));
+        qh[half * 32 + r % 32] |= (uint8_t)((q >> 4) << (2 * (r / 32)));
+    }
+}
+
+bool gguf_can_quantize(GgmlType type) {
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_K ||
+           type == GGML_TYPE_Q6_K;
+}
+
+size_t gguf_quantized_size(GgmlType type, int64_t n) {
+    const GgmlTypeInfo *info = gguf_type_info(type);
+    CHECK(info && gguf_can_quantize(type) && n % info->block_size == 0, "%lld values as %s", (long long)n,
+          gguf_type_name(type));
+    return (size_t)(n / info->block_size) * info->type_size;
+}
+
+void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
+    const GgmlTypeInfo *info = gguf_type_info(type);
+    CHECK(info && gguf_can_quantize(type) && n % info->block_size == 0, "%lld values as %s", (long long)n,
+          gguf_type_name(type));
+    void (*block)(const float *, uint8_t *) = type == GGML_TYPE_Q8_0   ? block_q8_0
+                                              : type == GGML_TYPE_Q4_0 ? block_q4_0
+                                              : type == GGML_TYPE_Q5_0 ? block_q5_0
+                                              : type == GGML_TYPE_Q4_K ? block_q4_k
+                                                                       : block_q6_k;
+    uint8_t *bytes = out;
+    for (int64_t b = 0; b < n / info->block_size; b++) block(x + b * info->block_size, bytes + b * info->type_size);
+}
