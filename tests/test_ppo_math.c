@@ -6,6 +6,7 @@
 //    over every value function, macro reward mean/sum and ratio per-token/macro, with
 //    clipping active. Tolerance 1e-5 absolute + 1e-4 relative (float32 arithmetic here).
 //  - with one-token macro actions, macro GAE equals token-level GAE exactly.
+#include <string.h>
 #include <jansson.h>
 
 #include "core/check.h"
@@ -154,10 +155,29 @@ static void test_group_advantages_against_trl(void) {
     json_decref(cases);
 }
 
+// REINFORCE++'s returns-to-go: by hand for gamma 1 and 0.5, and an empty response.
+static void test_returns_to_go(void) {
+    const float rewards[4] = {0.5f, -1.0f, 0.25f, 2.0f};
+    float out[4];
+    returns_to_go(rewards, 4, 1.0f, out);
+    const float want1[4] = {1.75f, 1.25f, 2.25f, 2.0f};
+    for (int j = 0; j < 4; j++) EXPECT_CLOSE(out[j], want1[j], 1e-7, 0, "returns-to-go, gamma 1");
+    returns_to_go(rewards, 4, 0.5f, out);
+    const float want_half[4] = {0.5f + 0.5f * -1.0f + 0.25f * 0.25f + 0.125f * 2.0f, -1.0f + 0.5f * 0.25f + 0.25f * 2.0f,
+                                0.25f + 0.5f * 2.0f, 2.0f};
+    for (int j = 0; j < 4; j++) EXPECT_CLOSE(out[j], want_half[j], 1e-7, 0, "returns-to-go, gamma 0.5");
+    returns_to_go(rewards, 0, 1.0f, out); // nothing to do, nothing written
+    AdvantageEstimator e;
+    EXPECT(advantage_estimator_from_name("reinforce_plus_plus_baseline", &e) == 0 && e == ESTIMATOR_REINFORCE_PP_BASELINE,
+           "verl's name for REINFORCE++-baseline");
+    EXPECT(!strcmp(advantage_estimator_name(ESTIMATOR_REINFORCE_PP), "reinforce++"), "canonical name");
+}
+
 int main(void) {
     RUN(test_spec_gae_example);
     RUN(test_against_reference);
     RUN(test_single_token_actions_are_token_level);
     RUN(test_group_advantages_against_trl);
+    RUN(test_returns_to_go);
     TEST_EXIT();
 }

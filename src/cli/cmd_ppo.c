@@ -79,9 +79,9 @@ int cmd_ppo(int argc, char **argv) {
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
-         "gae (PPO, with a critic) | grpo | rloo (no critic: each prompt's responses are the baseline)", false, false},
+         "gae (PPO, with a critic) | grpo | rloo | reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
-         "responses generated per prompt (grpo, rloo: at least 2)", false, false},
+         "responses generated per prompt (grpo, rloo, reinforce++-baseline: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
         {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
         {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
@@ -159,8 +159,11 @@ int cmd_ppo(int argc, char **argv) {
     if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
     if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
-        die_user("option --advantage-estimator must be gae, grpo or rloo, got '%s'", estimator);
-    if (c.estimator != ESTIMATOR_GAE && samples_per_prompt < 2)
+        die_user("option --advantage-estimator must be gae, grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
+                 estimator);
+    const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_RLOO ||
+                             c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
+    if (needs_group && samples_per_prompt < 2)
         die_user("option --samples-per-prompt must be at least 2 with --advantage-estimator %s (the group is the baseline)",
                  estimator);
     if (c.estimator != ESTIMATOR_GAE && critic)

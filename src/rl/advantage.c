@@ -34,16 +34,43 @@ void token_rewards(const AdvantageConfig *config, const float *logp, const float
     if (R > 0) rewards[R - 1] += clipped_score(config, score);
 }
 
+static const struct {
+    const char *name;
+    AdvantageEstimator estimator;
+} estimator_names[] = {
+    {"gae", ESTIMATOR_GAE},
+    {"grpo", ESTIMATOR_GRPO},
+    {"rloo", ESTIMATOR_RLOO},
+    {"reinforce++", ESTIMATOR_REINFORCE_PP},
+    {"reinforce++-baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
+    // OpenRLHF's and verl's spellings
+    {"reinforce", ESTIMATOR_REINFORCE_PP},
+    {"reinforce_plus_plus", ESTIMATOR_REINFORCE_PP},
+    {"reinforce_baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
+    {"reinforce_plus_plus_baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
+};
+
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out) {
-    if (!strcmp(name, "gae")) *out = ESTIMATOR_GAE;
-    else if (!strcmp(name, "grpo")) *out = ESTIMATOR_GRPO;
-    else if (!strcmp(name, "rloo")) *out = ESTIMATOR_RLOO;
-    else return -1;
-    return 0;
+    for (size_t i = 0; i < sizeof estimator_names / sizeof estimator_names[0]; i++)
+        if (!strcmp(name, estimator_names[i].name)) {
+            *out = estimator_names[i].estimator;
+            return 0;
+        }
+    return -1;
 }
 
 const char *advantage_estimator_name(AdvantageEstimator estimator) {
-    return estimator == ESTIMATOR_GRPO ? "grpo" : estimator == ESTIMATOR_RLOO ? "rloo" : "gae";
+    for (size_t i = 0; i < sizeof estimator_names / sizeof estimator_names[0]; i++)
+        if (estimator_names[i].estimator == estimator) return estimator_names[i].name;
+    return "gae";
+}
+
+void returns_to_go(const float *rewards, int R, float gamma, float *out) {
+    double running = 0;
+    for (int j = R - 1; j >= 0; j--) {
+        running = rewards[j] + gamma * running;
+        out[j] = (float)running;
+    }
 }
 
 void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out) {

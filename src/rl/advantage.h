@@ -43,9 +43,23 @@ int macro_reward_from_name(const char *name, MacroReward *out);
 //   GRPO  (r_g - mean) / (std + 1e-4), std the unbiased standard deviation of the group
 //   RLOO  r_g - mean of the other G - 1 rewards
 // and 0 for a group of one (nothing to compare with). Every token of the response gets it.
-typedef enum { ESTIMATOR_GAE, ESTIMATOR_GRPO, ESTIMATOR_RLOO } AdvantageEstimator;
+//
+// REINFORCE++ (Hu 2025; OpenRLHF's "reinforce", verl's "reinforce_plus_plus") needs no
+// group: the token rewards of token_rewards (KL per token, clipped score on the last)
+// are summed into returns-to-go, which are the advantages, whitened over the rollout's
+// tokens. REINFORCE++-baseline first subtracts the group's mean score from each score.
+typedef enum {
+    ESTIMATOR_GAE,
+    ESTIMATOR_GRPO,
+    ESTIMATOR_RLOO,
+    ESTIMATOR_REINFORCE_PP,
+    ESTIMATOR_REINFORCE_PP_BASELINE
+} AdvantageEstimator;
 void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out);
-// "gae" | "grpo" | "rloo"; -1 otherwise; and back.
+// out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
+void returns_to_go(const float *rewards, int R, float gamma, float *out);
+// "gae" | "grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
+// verl's names); -1 otherwise; and back.
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
 const char *advantage_estimator_name(AdvantageEstimator estimator);
 // clip(score) as token_rewards applies it to the last token.

@@ -321,6 +321,33 @@ static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *
     return out;
 }
 
+// REINFORCE++-baseline: each kept sample's group mean of the clipped scores (gathered
+// across ranks). Indexed by rollout position.
+static double *group_mean_scores(const Rollout *r, const AdvantageConfig *advantage) {
+    double *scores = xcalloc(r->count + 1, sizeof(double));
+    for (int q = 0; q < r->count; q++)
+        if (r->local[q]) scores[q] = clipped_score(advantage, r->local[q]->score);
+    dist_sum_doubles(scores, r->count);
+    double *out = xcalloc(r->count + 1, sizeof(double));
+    for (int first = 0; first < r->count;) {
+        int last = first;
+        double sum = 0;
+        while (last < r->count && r->groups[last] == r->groups[first]) sum += scores[last++];
+        for (int q = first; q < last; q++) out[q] = sum / (last - first);
+        first = last;
+    }
+    free(scores);
+    return out;
+}
+
+// Each response token its own macro action (vanilla PPO and the critic-free estimators
+// without --ratio macro).
+static void token_segments(Sample *s) {
+    s->segments = xmalloc(s->response_length * sizeof(int));
+    for (int j = 0; j < s->response_length; j++) s->segments[j] = 1;
+    s->segment_count = s->response_length;
+}
+
 static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     const int micro = p->c.micro_batch;
     int *all = xmalloc((r->count + 1) * sizeof(int));
@@ -376,25 +403,33 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     free(raw);
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
-    double *sequence_advantage = p->has_critic ? NULL : group_estimates(p, r, &advantage);
+    const AdvantageEstimator estimator = p->c.estimator;
+    const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_RLOO;
+    const bool reinforce = estimator == ESTIMATOR_REINFORCE_PP || estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
+    double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;
+    double *score_baseline = estimator == ESTIMATOR_REINFORCE_PP_BASELINE ? group_mean_scores(r, &advantage) : NULL;
     double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
     for (int i = 0, q = 0; i < count; i++, q++) {
         Sample *s = samples[i];
         while (r->local[q] != s) q++; // the sample's position in the rollout
         int R = s->response_length;
-        token_rewards(&advantage, s->logp_old, s->logp_ref, s->score, R, s->rewards);
+        if (score_baseline) { // KL per token, and the score less its group's mean on the last
+            token_rewards(&advantage, s->logp_old, s->logp_ref, 0.0f, R, s->rewards);
+            if (R > 0) s->rewards[R - 1] += (float)(clipped_score(&advantage, s->score) - score_baseline[q]);
+        } else {
+            token_rewards(&advantage, s->logp_old, s->logp_ref, s->score, R, s->rewards);
+        }
+        if (!p->has_critic) { // critic-free: macro actions matter only to --ratio macro
+            if (!p->c.token_level) segment_sample(p, s);
+            else token_segments(s);
+        }
         if (sequence_advantage) { // GRPO / RLOO: the response's group advantage on every token
-            if (!p->c.token_level) segment_sample(p, s); // still the unit of --ratio macro
-            else {
-                s->segments = xmalloc(R * sizeof(int));
-                for (int j = 0; j < R; j++) s->segments[j] = 1;
-                s->segment_count = R;
-            }
             for (int j = 0; j < R; j++) s->advantages[j] = (float)sequence_advantage[q], s->returns[j] = 0.0f;
+        } else if (reinforce) { // REINFORCE++: returns-to-go, whitened below
+            returns_to_go(s->rewards, R, advantage.gamma, s->advantages);
+            memcpy(s->returns, s->advantages, R * sizeof(float));
         } else if (p->c.token_level) { // vanilla PPO: no macro machinery at all
-            s->segments = xmalloc(R * sizeof(int));
-            for (int j = 0; j < R; j++) s->segments[j] = 1;
-            s->segment_count = R;
+            token_segments(s);
             token_advantages(&advantage, s->values_old, s->rewards, R, s->advantages, s->returns);
         } else {
             segment_sample(p, s);
@@ -428,8 +463,8 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     dist_sum_doubles(advantage_moments, 3);
     advantage_sum = advantage_moments[0], advantage_sq = advantage_moments[1], advantage_n = advantage_moments[2];
     stats->advantage += advantage_sum;
-    free(sequence_advantage);
-    if (p->c.whiten_advantages && p->has_critic && advantage_n > 1) {
+    free(sequence_advantage), free(score_baseline);
+    if (((p->c.whiten_advantages && p->has_critic) || reinforce) && advantage_n > 1) {
         double mean = advantage_sum / advantage_n;
         double std = sqrt(advantage_sq / advantage_n - mean * mean);
         for (int i = 0; i < count; i++)

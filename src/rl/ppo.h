@@ -10,8 +10,9 @@
 //   macro       per-sample segmentation (rl/macro.c), macro GAE, advantages to tokens
 //   train       ppo_epochs x minibatches: clipped policy loss -> actor AdamW step; clipped
 //               value loss -> critic AdamW step (rl/ppo_loss.c); optional entropy bonus, PTX
-// With --advantage-estimator grpo|rloo there is no critic: each prompt is answered
-// --samples-per-prompt times and a response's advantage comes from its group's rewards.
+// With --advantage-estimator grpo|rloo|reinforce++|reinforce++-baseline there is no
+// critic: GRPO and RLOO answer each prompt --samples-per-prompt times and take a response's
+// advantage from its group's rewards; REINFORCE++ whitens returns-to-go.
 //   bookkeeping adaptive KL controller, actor EMA, metrics, evaluation, checkpoints
 //
 // Defaults are the released MA-RLHF configuration (spec §10.2): kl 0.05, gamma 1,
@@ -67,10 +68,12 @@ typedef struct {
     int schedule; // LrScheduleKind
     LossAggregation loss_aggregation;
     // objective
-    // GAE needs the critic; GRPO and RLOO (rl/advantage.h) compare the samples_per_prompt
-    // responses to each prompt instead, with no critic loaded, trained or saved. Their
+    // GAE needs the critic; the others (rl/advantage.h) run with no critic loaded, trained
+    // or saved. GRPO and RLOO compare the samples_per_prompt responses to each prompt; their
     // sequence reward is clip(score) - kl_coef * sum_t (logp - logp_ref) (TRL's RLOO; with
-    // --kl-coef 0 it is TRL's GRPO default, beta 0).
+    // --kl-coef 0 it is TRL's GRPO default, beta 0). REINFORCE++ whitens the returns-to-go
+    // of the token rewards (KL per token, score on the last; -baseline: the score less its
+    // group's mean).
     AdvantageEstimator estimator;
     int samples_per_prompt; // responses generated per prompt (GRPO/RLOO: at least 2)
     AdvantageConfig advantage;

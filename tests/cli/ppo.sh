@@ -2,8 +2,8 @@
 # PPO / MA-PPO end to end on the tiny model (tests/fixtures/models/tiny_chat): every
 # termination condition runs; --ngram 1 gives bit-identical weights to vanilla token-level
 # PPO; runs are reproducible from the seed; a run killed with SIGKILL resumes to the same
-# weights; EMA and PTX; the critic-free GRPO and RLOO (no critic, learns, resumes); bad
-# options. Prints PASS/FAIL per case.
+# weights; EMA and PTX; the critic-free GRPO, RLOO and REINFORCE++ (no critic, learn,
+# resume); bad options. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -89,7 +89,7 @@ run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-co
 [ -f "$tmp/extras/final/actor_ema/model.safetensors" ] && pass ema_ptx_adaptive_kl || fail ema_ptx_adaptive_kl "$(tail -n 3 "$tmp/extras.err")"
 
 # --- critic-free estimators: no critic is loaded, trained or saved --------------------------
-for estimator in grpo rloo; do
+for estimator in grpo rloo reinforce++-baseline; do
     run "$estimator" --advantage-estimator "$estimator" --samples-per-prompt 4 --termination-condition token
     lines=$(grep -c '"train/score"' "$tmp/$estimator/metrics.jsonl" 2>/dev/null)
     [ -f "$tmp/$estimator/final/actor/model.safetensors" ] && [ ! -e "$tmp/$estimator/final/critic" ] && [ "$lines" = 3 ] &&
@@ -102,6 +102,13 @@ run grpo_long --advantage-estimator grpo --samples-per-prompt 4 --max-iterations
 last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/grpo_long/metrics.jsonl" 2>/dev/null)
 python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$last" 2>/dev/null &&
     pass "grpo_learns (score $first -> $last)" || fail grpo_learns "score '$first' -> '$last'"
+# REINFORCE++ needs no group: one response per prompt, whitened returns-to-go; it learns too.
+run reinforce --advantage-estimator reinforce++ --max-iterations 8 --termination-condition token
+rf_first=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(r[0])" "$tmp/reinforce/metrics.jsonl" 2>/dev/null)
+rf_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/reinforce/metrics.jsonl" 2>/dev/null)
+[ ! -e "$tmp/reinforce/final/critic" ] &&
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$rf_first" "$rf_last" 2>/dev/null &&
+    pass "reinforce++_learns (score $rf_first -> $rf_last)" || fail reinforce++_learns "score '$rf_first' -> '$rf_last' $(tail -n 2 "$tmp/reinforce.err")"
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
@@ -128,7 +135,9 @@ expect_error grpo_critic_model "--critic-model" "$bin" ppo "${common[@]}" --outp
     --samples-per-prompt 2 --critic-model "$model"
 expect_error grpo_critic_lora "--critic-lora-rank" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
     --samples-per-prompt 2 --critic-lora-rank 4
-expect_error bad_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator reinforce
+expect_error baseline_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator reinforce++-baseline
+expect_error bad_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator ppo
 
 expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
 expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --ngram 0
