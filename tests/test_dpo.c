@@ -1,7 +1,7 @@
 // DPO (train/dpo.c) against the PyTorch float64 reference of tools/make_dpo_fixtures.py on
 // the tiny Llama fixture: the response log-prob sums of six rows (three pairs), the
-// losses of DPO, conservative DPO, IPO and hinge, and every weight's gradient for
-// conservative DPO and IPO (IPO's per-token means exercise the length normalisation).
+// losses of DPO, conservative DPO, IPO, hinge and SimPO, and every weight's gradient for
+// conservative DPO, IPO and SimPO (per-token means, and SimPO without a reference).
 // Also: the reference computed by the task from the model itself equals the policy at
 // step 0 (loss log 2, zero margin), and splitting the pairs over two micro-batches gives
 // the gradient of one.
@@ -81,11 +81,10 @@ static void load_policy(Model *model) {
     model_enable_grad(model);
 }
 
-static void make_task(DpoTask *task, const DpoFixture *f, DpoLossKind kind, double beta, double eps) {
+static void make_task(DpoTask *task, const DpoFixture *f, const DpoLossOptions *options) {
     TokenizedExamples train = copy_rows(&f->rows), eval = {0};
-    DpoLossOptions options = {.loss = kind, .beta = beta, .label_smoothing = eps};
     memset(task, 0, sizeof *task);
-    CHECK(dpo_task_from_rows(task, &train, &eval, 0, &options) == 0, "%s", err_msg());
+    CHECK(dpo_task_from_rows(task, &train, &eval, 0, options) == 0, "%s", err_msg());
     for (int r = 0; r < 6; r++) task->train_reference[r] = f->ref_logps[r];
 }
 
@@ -120,14 +119,15 @@ static void test_response_logps_match_pytorch(void) {
 static void test_losses_and_gradients_match_pytorch(void) {
     DpoFixture f;
     fixture_open(&f);
-    struct { const char *name; DpoLossKind kind; double beta, eps; bool gradients; } kinds[] = {
-        {"sigmoid", DPO_LOSS_SIGMOID, 0.1, 0.0, false}, {"cdpo", DPO_LOSS_SIGMOID, 0.5, 0.2, true},
-        {"ipo", DPO_LOSS_IPO, 0.1, 0.0, true}, {"hinge", DPO_LOSS_HINGE, 0.5, 0.0, false}};
-    for (int k = 0; k < 4; k++) {
+    struct { const char *name; DpoLossOptions options; bool gradients; } kinds[] = {
+        {"sigmoid", {DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, false}, {"cdpo", {DPO_LOSS_SIGMOID, 0.5, 0.2, 0}, true},
+        {"ipo", {DPO_LOSS_IPO, 0.1, 0.0, 0}, true}, {"hinge", {DPO_LOSS_HINGE, 0.5, 0.0, 0}, false},
+        {"simpo", {DPO_LOSS_SIMPO, 2.0, 0.0, 1.0}, true}};
+    for (int k = 0; k < 5; k++) {
         Model model;
         load_policy(&model);
         DpoTask task;
-        make_task(&task, &f, kinds[k].kind, kinds[k].beta, kinds[k].eps);
+        make_task(&task, &f, &kinds[k].options);
         TrainTask train = dpo_train_task(&task);
         const long pairs[3] = {0, 1, 2};
         MicroStepResult result = {0};
@@ -172,7 +172,8 @@ static void test_own_reference_starts_at_log_two(void) {
     Model model;
     load_policy(&model);
     DpoTask task;
-    make_task(&task, &f, DPO_LOSS_SIGMOID, 0.1, 0.0);
+    const DpoLossOptions sigmoid = {DPO_LOSS_SIGMOID, 0.1, 0.0, 0};
+    make_task(&task, &f, &sigmoid);
     dpo_task_compute_reference(&task, &model);
     for (int r = 0; r < 6; r++) EXPECT_CLOSE(task.train_reference[r], f.policy_logps[r], 1e-4, 1e-5, "reference sum");
     TrainTask train = dpo_train_task(&task);

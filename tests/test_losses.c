@@ -107,30 +107,34 @@ static void test_extreme_scores_are_finite(void) {
 // 1 for hinge), the gradient against central differences of the loss in each of the four
 // log-probs, and saturation without overflow.
 static void test_dpo_loss(void) {
-    struct { DpoLossKind kind; double beta, eps; const char *name; } cases[] = {
-        {DPO_LOSS_SIGMOID, 0.1, 0.0, "sigmoid"}, {DPO_LOSS_SIGMOID, 0.5, 0.2, "sigmoid eps 0.2"},
-        {DPO_LOSS_IPO, 0.1, 0.0, "ipo"}, {DPO_LOSS_HINGE, 0.5, 0.0, "hinge"}};
+    struct { DpoLossOptions o; const char *name; } cases[] = {
+        {{DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, "sigmoid"}, {{DPO_LOSS_SIGMOID, 0.5, 0.2, 0}, "sigmoid eps 0.2"},
+        {{DPO_LOSS_IPO, 0.1, 0.0, 0}, "ipo"}, {{DPO_LOSS_HINGE, 0.5, 0.0, 0}, "hinge"},
+        {{DPO_LOSS_SIMPO, 2.0, 0.0, 1.0}, "simpo"}};
+    const DpoLossOptions sigmoid = {DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, cdpo = {DPO_LOSS_SIGMOID, 0.1, 0.3, 0};
+    const DpoLossOptions ipo = {DPO_LOSS_IPO, 0.1, 0.0, 0}, hinge = {DPO_LOSS_HINGE, 0.5, 0.0, 0};
+    const DpoLossOptions simpo = {DPO_LOSS_SIMPO, 2.0, 0.0, 1.0};
     double dc, dr;
-    EXPECT_CLOSE(dpo_pair_loss(DPO_LOSS_SIGMOID, 0.1, 0.0, -3, -4, -3, -4, &dc, &dr), log(2.0), 1e-15, 0, "sigmoid at 0");
+    EXPECT_CLOSE(dpo_pair_loss(&sigmoid, -3, -4, -3, -4, &dc, &dr), log(2.0), 1e-15, 0, "sigmoid at 0");
     EXPECT_CLOSE(dc, -0.05, 1e-15, 0, "sigmoid d chosen at 0 (-beta/2)");
-    EXPECT_CLOSE(dpo_pair_loss(DPO_LOSS_SIGMOID, 0.1, 0.3, -3, -4, -3, -4, &dc, &dr), log(2.0), 1e-15, 0, "cdpo at 0");
+    EXPECT_CLOSE(dpo_pair_loss(&cdpo, -3, -4, -3, -4, &dc, &dr), log(2.0), 1e-15, 0, "cdpo at 0");
     EXPECT_CLOSE(dc, -0.1 * (0.7 * 0.5 - 0.3 * 0.5), 1e-15, 0, "cdpo d chosen at 0");
-    EXPECT_CLOSE(dpo_pair_loss(DPO_LOSS_IPO, 0.1, 0.0, -3, -4, -3, -4, &dc, &dr), 25.0, 1e-12, 0, "ipo at 0");
-    EXPECT_CLOSE(dpo_pair_loss(DPO_LOSS_HINGE, 0.5, 0.0, -3, -4, -3, -4, &dc, &dr), 1.0, 1e-15, 0, "hinge at 0");
+    EXPECT_CLOSE(dpo_pair_loss(&ipo, -3, -4, -3, -4, &dc, &dr), 25.0, 1e-12, 0, "ipo at 0");
+    EXPECT_CLOSE(dpo_pair_loss(&hinge, -3, -4, -3, -4, &dc, &dr), 1.0, 1e-15, 0, "hinge at 0");
+    // SimPO at equal means: -log sigmoid(-gamma).
+    EXPECT_CLOSE(dpo_pair_loss(&simpo, -2, -2, 0, 0, &dc, &dr), log1p(exp(1.0)), 1e-15, 0, "simpo at equal means");
     const double points[][4] = {{-10.5, -12.25, -11.0, -11.5}, {-3.0, -2.0, -3.5, -1.25}, {-40, -7, -20, -30}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int p = 0; p < 3; p++) {
             double x[4] = {points[p][0], points[p][1], points[p][2], points[p][3]}, grad[2];
-            dpo_pair_loss(cases[c].kind, cases[c].beta, cases[c].eps, x[0], x[1], x[2], x[3], &grad[0], &grad[1]);
+            dpo_pair_loss(&cases[c].o, x[0], x[1], x[2], x[3], &grad[0], &grad[1]);
             for (int i = 0; i < 4; i++) {
                 const double step = 1e-5;
                 double up[4], down[4], unused[2];
                 memcpy(up, x, sizeof x), memcpy(down, x, sizeof x);
                 up[i] += step, down[i] -= step;
-                double numeric = (dpo_pair_loss(cases[c].kind, cases[c].beta, cases[c].eps, up[0], up[1], up[2], up[3],
-                                                &unused[0], &unused[1]) -
-                                  dpo_pair_loss(cases[c].kind, cases[c].beta, cases[c].eps, down[0], down[1], down[2],
-                                                down[3], &unused[0], &unused[1])) /
+                double numeric = (dpo_pair_loss(&cases[c].o, up[0], up[1], up[2], up[3], &unused[0], &unused[1]) -
+                                  dpo_pair_loss(&cases[c].o, down[0], down[1], down[2], down[3], &unused[0], &unused[1])) /
                                  (2 * step);
                 // The loss depends on the reference log-probs with the opposite sign.
                 double analytic = i < 2 ? grad[i] : -grad[i - 2];
@@ -139,7 +143,8 @@ static void test_dpo_loss(void) {
                 EXPECT_CLOSE(analytic, numeric, 1e-7, 1e-6, what);
             }
         }
-    double loss = dpo_pair_loss(DPO_LOSS_SIGMOID, 1.0, 0.1, -1, -5000, -5000, -1, &dc, &dr);
+    const DpoLossOptions saturated = {DPO_LOSS_SIGMOID, 1.0, 0.1, 0};
+    double loss = dpo_pair_loss(&saturated, -1, -5000, -5000, -1, &dc, &dr);
     EXPECT(isfinite(loss) && isfinite(dc) && isfinite(dr), "saturated sigmoid: loss %g grads %g %g", loss, dc, dr);
     EXPECT_CLOSE(loss, 0.1 * 9998, 1e-6, 1e-9, "saturated cdpo loss is eps * beta * h");
 }

@@ -13,6 +13,7 @@ token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - 
     cdpo     -(1-eps) log sigmoid(beta h) - eps log sigmoid(-beta h)   beta 0.5, eps 0.2
     ipo      (h' - 1/(2 beta))^2, h' from per-token means          beta 0.1
     hinge    relu(1 - beta h)                                      beta 0.5
+    simpo    -log sigmoid(beta (mean_c - mean_r) - gamma), no reference   beta 2, gamma 1
 each averaged over the pairs. The reference sums come from a perturbed copy of the model.
 
 tests/fixtures/dpo/llama.safetensors:
@@ -21,8 +22,8 @@ tests/fixtures/dpo/llama.safetensors:
     prompt_lengths  i64 [6]
     ref_logps       f32 [6]     the reference's sums (inputs of the loss)
     policy_logps    f32 [6]     the fixture model's sums
-    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge
-    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo
+    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo
 """
 import copy
 import os
@@ -37,8 +38,8 @@ import make_model_fixtures as base  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 KINDS = {"sigmoid": ("sigmoid", 0.1, 0.0), "cdpo": ("sigmoid", 0.5, 0.2), "ipo": ("ipo", 0.1, 0.0),
-         "hinge": ("hinge", 0.5, 0.0)}
-GRAD_KINDS = ("cdpo", "ipo")
+         "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0)}
+GRAD_KINDS = ("cdpo", "ipo", "simpo")
 
 
 def make_pairs(g):
@@ -67,7 +68,11 @@ def response_sums(model, tokens, lengths, prompt_lengths):
 
 
 def dpo_loss(kind, policy, reference, counts):
-    loss_type, beta, eps = KINDS[kind]
+    loss_type, beta, eps = KINDS[kind]  # for simpo the third value is gamma
+    if loss_type == "simpo":  # reference-free, per-token means (TRL's CPOTrainer, loss_type "simpo")
+        mean = policy / counts
+        h = mean[0::2] - mean[1::2]
+        return (-torch.nn.functional.logsigmoid(beta * h - eps)).mean()
     if loss_type == "ipo":
         policy, reference = policy / counts, reference / counts
     h = (policy[0::2] - reference[0::2]) - (policy[1::2] - reference[1::2])

@@ -29,24 +29,29 @@ int cmd_dpo(int argc, char **argv) {
                     .warmup_ratio = 0.1, .clip_norm = 1.0, .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                     .device = "cpu", .data_format = "auto", .data_phase = 2};
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
-    double beta = 0.1, label_smoothing = 0.0;
+    double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5;
     Option options[56] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
          "frozen reference (default: the policy's starting weights)", false, false},
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
-        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge", false, false},
+        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge | simpo (no reference)", false, false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
          "sigmoid: assumed fraction of flipped labels, conservative DPO (DeepSpeed-Chat, OpenRLHF)", false, false},
+        {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
+         false},
     };
-    int count = 6 + trainer_cli_options(&c, options + 6);
-    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs against a frozen reference.",
+    int count = 7 + trainer_cli_options(&c, options + 7);
+    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO, IPO, hinge, SimPO).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
-    DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing};
+    DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma};
     if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
-        die_user("option --loss must be sigmoid, ipo or hinge, got '%s'", loss_name);
+        die_user("option --loss must be sigmoid, ipo, hinge or simpo, got '%s'", loss_name);
+    if (loss.loss == DPO_LOSS_SIMPO && reference_path)
+        die_user("option --reference-model: --loss simpo has no reference");
+    if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
     if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
     if (!(label_smoothing >= 0 && label_smoothing < 0.5))
         die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
@@ -89,11 +94,12 @@ int cmd_dpo(int argc, char **argv) {
     if (reference_path) {
         dpo_task_compute_reference(&task, &reference);
         model_free(&reference);
-    } else {
+    } else if (loss.loss != DPO_LOSS_SIMPO) {
         dpo_task_compute_reference(&task, &model);
     }
     model_release_activations(&model);
-    if (!c.quiet) fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
+    if (!c.quiet && loss.loss != DPO_LOSS_SIMPO)
+        fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
 
     TrainTask train_task = dpo_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

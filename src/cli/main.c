@@ -18,7 +18,7 @@ static const Command commands[] = {
     {"logprobs", cmd_logprobs, "per-token log-probs and top-1 next tokens of given token ids", false},
     {"sft", cmd_sft, "supervised fine-tuning on prompt/response data (step 1)", true},
     {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)", true},
-    {"dpo", cmd_dpo, "direct preference optimization on chosen/rejected pairs (DPO, IPO, hinge)", true},
+    {"dpo", cmd_dpo, "direct preference optimization on chosen/rejected pairs (DPO, IPO, hinge, SimPO)", true},
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)", true},
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage", false},
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)", true},

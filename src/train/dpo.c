@@ -10,6 +10,7 @@ int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     if (!strcmp(name, "sigmoid")) *kind = DPO_LOSS_SIGMOID;
     else if (!strcmp(name, "ipo")) *kind = DPO_LOSS_IPO;
     else if (!strcmp(name, "hinge")) *kind = DPO_LOSS_HINGE;
+    else if (!strcmp(name, "simpo")) *kind = DPO_LOSS_SIMPO;
     else return -1;
     return 0;
 }
@@ -186,14 +187,19 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     for (int e = 0; e < count; e++) {
         long c = which[2 * e], r = which[2 * e + 1];
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
-        CHECK(!isnan(rc) && !isnan(rr), "DPO reference log-probs were not computed");
-        // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed).
-        double nc = o->loss == DPO_LOSS_IPO ? response_tokens(rows, c) : 1.0;
-        double nr = o->loss == DPO_LOSS_IPO ? response_tokens(rows, r) : 1.0;
+        CHECK(o->loss == DPO_LOSS_SIMPO || (!isnan(rc) && !isnan(rr)), "DPO reference log-probs were not computed");
+        // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed),
+        // SimPO too, with no reference.
+        const bool means = o->loss == DPO_LOSS_IPO || o->loss == DPO_LOSS_SIMPO;
+        if (o->loss == DPO_LOSS_SIMPO) rc = rr = 0.0;
+        double nc = means ? response_tokens(rows, c) : 1.0;
+        double nr = means ? response_tokens(rows, r) : 1.0;
         double dc, dr;
-        stats->loss += dpo_pair_loss(o->loss, o->beta, o->label_smoothing, pc / nc, pr / nr, rc / nc, rr / nr, &dc, &dr);
+        stats->loss += dpo_pair_loss(o, pc / nc, pr / nr, rc / nc, rr / nr, &dc, &dr);
         d_sums[2 * e] = dc / nc, d_sums[2 * e + 1] = dr / nr;
-        double chosen_reward = o->beta * (pc - rc), rejected_reward = o->beta * (pr - rr);
+        // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's beta x mean.
+        const double reward_nc = o->loss == DPO_LOSS_SIMPO ? nc : 1.0, reward_nr = o->loss == DPO_LOSS_SIMPO ? nr : 1.0;
+        double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;
         stats->correct += chosen_reward > rejected_reward;
         stats->margin += chosen_reward - rejected_reward;
         stats->chosen_reward += chosen_reward;

@@ -8,6 +8,9 @@
 // (EOS included), under the policy (trained) and the reference (frozen); the loss of a pair
 // is train/losses.h's dpo_pair_loss, and a step's loss is the mean over its pairs.
 //
+// SimPO (--loss simpo) has no reference at all: it compares the per-token mean log-probs of
+// chosen and rejected with a margin gamma, and nothing is computed before training.
+//
 // The reference never runs during training: its log-prob sums of every row, train and
 // eval, are computed once before the first step (dpo_task_compute_reference), by the
 // policy's starting weights (the usual reference: the SFT model) or by --reference-model.
@@ -23,12 +26,6 @@
 #include "train/sft.h"
 
 typedef struct {
-    DpoLossKind loss;
-    double beta;            // the KL strength (IPO's tau)
-    double label_smoothing; // sigmoid only: the assumed fraction of flipped labels (cDPO)
-} DpoLossOptions;
-
-typedef struct {
     // Two rows per pair: row 2i is pair i's chosen response, row 2i+1 its rejected one.
     TokenizedExamples train, eval;
     long train_count, eval_count; // pairs
@@ -40,7 +37,7 @@ typedef struct {
     long truncated; // pairs with a row cut at max_seq_len
 } DpoTask;
 
-// "sigmoid" | "ipo" | "hinge"
+// "sigmoid" | "ipo" | "hinge" | "simpo"
 int dpo_loss_from_name(const char *name, DpoLossKind *kind);
 
 // Tokenizes the pairs (chosen[i], rejected[i] after prompts[i]). Returns 0, or -1 with

@@ -113,14 +113,16 @@ void rm_dschat_span(const int *chosen_ids, const int *rejected_ids, int T, int p
     if (*end <= *divergence) *end = *divergence + 1; // a difference inside the padding of both
 }
 
-double dpo_pair_loss(DpoLossKind kind, double beta, double label_smoothing, double policy_chosen,
-                     double policy_rejected, double ref_chosen, double ref_rejected, double *d_chosen,
-                     double *d_rejected) {
+double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
+                     double ref_rejected, double *d_chosen, double *d_rejected) {
+    const double beta = options->beta;
     const double h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected);
     double loss, d_h; // d loss / d h
-    switch (kind) {
-    case DPO_LOSS_SIGMOID: {
-        const double z = beta * h, eps = label_smoothing;
+    switch (options->loss) {
+    case DPO_LOSS_SIGMOID:
+    case DPO_LOSS_SIMPO: {
+        const double eps = options->loss == DPO_LOSS_SIGMOID ? options->label_smoothing : 0.0;
+        const double z = beta * h - (options->loss == DPO_LOSS_SIMPO ? options->simpo_gamma : 0.0);
         loss = (1 - eps) * log_sigmoid_negated(z) + eps * log_sigmoid_negated(-z);
         // d/dz -log sigmoid(z) = -sigmoid(-z); d/dz -log sigmoid(-z) = sigmoid(z)
         d_h = beta * (-(1 - eps) * sigmoid(-z) + eps * sigmoid(z));

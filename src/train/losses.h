@@ -31,18 +31,26 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
 
 // ---- DPO: one pair's log-probabilities under the policy and the frozen reference ----
 // h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected), each a sum of the
-// response tokens' log-probs (for IPO the caller passes per-token means, as TRL does):
+// response tokens' log-probs (for IPO and SimPO the caller passes per-token means, as TRL
+// does):
 //   DPO_LOSS_SIGMOID  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
 //                     (eps = label_smoothing: DeepSpeed-Chat's / OpenRLHF's conservative
 //                     DPO; eps = 0 is the DPO paper's and TRL's "sigmoid")
 //   DPO_LOSS_IPO      (h - 1 / (2 beta))^2
 //   DPO_LOSS_HINGE    max(0, 1 - beta h)  (SLiC; the gradient at the kink is 0)
+//   DPO_LOSS_SIMPO    -log sigmoid(beta h - gamma) with no reference (the caller passes 0;
+//                     Meng et al. 2024, TRL's CPOTrainer loss_type "simpo")
 // Returns the pair's loss; *d_chosen and *d_rejected receive d loss / d policy_chosen and
 // d loss / d policy_rejected (not scaled, not accumulated).
-typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE } DpoLossKind;
-double dpo_pair_loss(DpoLossKind kind, double beta, double label_smoothing, double policy_chosen,
-                     double policy_rejected, double ref_chosen, double ref_rejected, double *d_chosen,
-                     double *d_rejected);
+typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE, DPO_LOSS_SIMPO } DpoLossKind;
+typedef struct {
+    DpoLossKind loss;
+    double beta;            // the KL strength (IPO's tau, SimPO's reward scale)
+    double label_smoothing; // sigmoid only: the assumed fraction of flipped labels (cDPO)
+    double simpo_gamma;     // SimPO only: the target reward margin
+} DpoLossOptions;
+double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
+                     double ref_rejected, double *d_chosen, double *d_rejected);
 
 // -log sigmoid(x), computed without overflow.
 double log_sigmoid_negated(double x);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # marlhf dpo end to end on the tiny model (tests/fixtures/models/tiny_chat) and the
-# patterned pairs of tests/fixtures/train: each loss learns the preference, the first
+# patterned pairs of tests/fixtures/train: each loss (SimPO too) learns the preference, the first
 # step sits at the reference (loss log 2, zero margin), the output is a causal LM that
 # generates, a run killed twice and resumed ends bit-identical to one that was not (the
 # reference log-probs are recomputed from the starting weights), --reference-model and
@@ -21,9 +21,10 @@ args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.
       --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 2 --quiet)
 
 # --- each loss learns the preference -----------------------------------------------------
-for loss in sigmoid ipo hinge; do
+for loss in sigmoid ipo hinge simpo; do
     extra=()
     [ "$loss" = sigmoid ] && extra=(--label-smoothing 0.1)
+    [ "$loss" = simpo ] && extra=(--beta 2 --simpo-gamma 1)
     "$bin" dpo "${args[@]}" --loss "$loss" "${extra[@]}" --eval-every 6 --output "$tmp/$loss" 2> "$tmp/$loss.err"
     rc=$?
     acc=$(json_field "$tmp/$loss/metrics.jsonl" eval/accuracy -1 2>/dev/null)
@@ -72,6 +73,8 @@ expect_error dpo_bad_smoothing "--label-smoothing" "$bin" dpo --model "$model" -
     --label-smoothing 0.5
 expect_error dpo_smoothing_needs_sigmoid "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss ipo --label-smoothing 0.1
+expect_error dpo_simpo_reference "--reference-model" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x7" --loss simpo --reference-model "$model"
 expect_error dpo_sft_data "chosen" "$bin" dpo --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5"
 expect_error dpo_missing_reference "$tmp/nowhere" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x6" \
     --reference-model "$tmp/nowhere"
