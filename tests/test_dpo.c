@@ -1,7 +1,8 @@
 // DPO (train/dpo.c) against the PyTorch float64 reference of tools/make_dpo_fixtures.py on
 // the tiny Llama fixture: the response log-prob sums of six rows (three pairs), the
-// losses of DPO, conservative DPO, IPO, hinge and SimPO, and every weight's gradient for
-// conservative DPO, IPO and SimPO (per-token means, and SimPO without a reference).
+// losses of DPO, conservative DPO, IPO, hinge, SimPO and DPO + SFT (RPO), and every
+// weight's gradient for conservative DPO, IPO, SimPO and RPO (per-token means, SimPO
+// without a reference, RPO's term on the chosen rows only).
 // Also: the reference computed by the task from the model itself equals the policy at
 // step 0 (loss log 2, zero margin), and splitting the pairs over two micro-batches gives
 // the gradient of one.
@@ -120,10 +121,13 @@ static void test_losses_and_gradients_match_pytorch(void) {
     DpoFixture f;
     fixture_open(&f);
     struct { const char *name; DpoLossOptions options; bool gradients; } kinds[] = {
-        {"sigmoid", {DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, false}, {"cdpo", {DPO_LOSS_SIGMOID, 0.5, 0.2, 0}, true},
-        {"ipo", {DPO_LOSS_IPO, 0.1, 0.0, 0}, true}, {"hinge", {DPO_LOSS_HINGE, 0.5, 0.0, 0}, false},
-        {"simpo", {DPO_LOSS_SIMPO, 2.0, 0.0, 1.0}, true}};
-    for (int k = 0; k < 5; k++) {
+        {"sigmoid", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1}, false},
+        {"cdpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.2}, true},
+        {"ipo", {.loss = DPO_LOSS_IPO, .beta = 0.1}, true},
+        {"hinge", {.loss = DPO_LOSS_HINGE, .beta = 0.5}, false},
+        {"simpo", {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, true},
+        {"rpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .sft_weight = 0.5}, true}};
+    for (int k = 0; k < 6; k++) {
         Model model;
         load_policy(&model);
         DpoTask task;
@@ -172,7 +176,7 @@ static void test_own_reference_starts_at_log_two(void) {
     Model model;
     load_policy(&model);
     DpoTask task;
-    const DpoLossOptions sigmoid = {DPO_LOSS_SIGMOID, 0.1, 0.0, 0};
+    const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
     make_task(&task, &f, &sigmoid);
     dpo_task_compute_reference(&task, &model);
     for (int r = 0; r < 6; r++) EXPECT_CLOSE(task.train_reference[r], f.policy_logps[r], 1e-4, 1e-5, "reference sum");

@@ -108,12 +108,14 @@ static void test_extreme_scores_are_finite(void) {
 // log-probs, and saturation without overflow.
 static void test_dpo_loss(void) {
     struct { DpoLossOptions o; const char *name; } cases[] = {
-        {{DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, "sigmoid"}, {{DPO_LOSS_SIGMOID, 0.5, 0.2, 0}, "sigmoid eps 0.2"},
-        {{DPO_LOSS_IPO, 0.1, 0.0, 0}, "ipo"}, {{DPO_LOSS_HINGE, 0.5, 0.0, 0}, "hinge"},
-        {{DPO_LOSS_SIMPO, 2.0, 0.0, 1.0}, "simpo"}};
-    const DpoLossOptions sigmoid = {DPO_LOSS_SIGMOID, 0.1, 0.0, 0}, cdpo = {DPO_LOSS_SIGMOID, 0.1, 0.3, 0};
-    const DpoLossOptions ipo = {DPO_LOSS_IPO, 0.1, 0.0, 0}, hinge = {DPO_LOSS_HINGE, 0.5, 0.0, 0};
-    const DpoLossOptions simpo = {DPO_LOSS_SIMPO, 2.0, 0.0, 1.0};
+        {{.loss = DPO_LOSS_SIGMOID, .beta = 0.1}, "sigmoid"},
+        {{.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.2}, "sigmoid eps 0.2"},
+        {{.loss = DPO_LOSS_IPO, .beta = 0.1}, "ipo"}, {{.loss = DPO_LOSS_HINGE, .beta = 0.5}, "hinge"},
+        {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, "simpo"}};
+    const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
+    const DpoLossOptions cdpo = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .label_smoothing = 0.3};
+    const DpoLossOptions ipo = {.loss = DPO_LOSS_IPO, .beta = 0.1}, hinge = {.loss = DPO_LOSS_HINGE, .beta = 0.5};
+    const DpoLossOptions simpo = {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0};
     double dc, dr;
     EXPECT_CLOSE(dpo_pair_loss(&sigmoid, -3, -4, -3, -4, &dc, &dr), log(2.0), 1e-15, 0, "sigmoid at 0");
     EXPECT_CLOSE(dc, -0.05, 1e-15, 0, "sigmoid d chosen at 0 (-beta/2)");
@@ -143,7 +145,7 @@ static void test_dpo_loss(void) {
                 EXPECT_CLOSE(analytic, numeric, 1e-7, 1e-6, what);
             }
         }
-    const DpoLossOptions saturated = {DPO_LOSS_SIGMOID, 1.0, 0.1, 0};
+    const DpoLossOptions saturated = {.loss = DPO_LOSS_SIGMOID, .beta = 1.0, .label_smoothing = 0.1};
     double loss = dpo_pair_loss(&saturated, -1, -5000, -5000, -1, &dc, &dr);
     EXPECT(isfinite(loss) && isfinite(dc) && isfinite(dr), "saturated sigmoid: loss %g grads %g %g", loss, dc, dr);
     EXPECT_CLOSE(loss, 0.1 * 9998, 1e-6, 1e-9, "saturated cdpo loss is eps * beta * h");

@@ -14,6 +14,7 @@ token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - 
     ipo      (h' - 1/(2 beta))^2, h' from per-token means          beta 0.1
     hinge    relu(1 - beta h)                                      beta 0.5
     simpo    -log sigmoid(beta (mean_c - mean_r) - gamma), no reference   beta 2, gamma 1
+    rpo      sigmoid + 0.5 x the chosen response's mean -log-prob           beta 0.1
 each averaged over the pairs. The reference sums come from a perturbed copy of the model.
 
 tests/fixtures/dpo/llama.safetensors:
@@ -22,8 +23,8 @@ tests/fixtures/dpo/llama.safetensors:
     prompt_lengths  i64 [6]
     ref_logps       f32 [6]     the reference's sums (inputs of the loss)
     policy_logps    f32 [6]     the fixture model's sums
-    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo
-    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo
+    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo
 """
 import copy
 import os
@@ -38,8 +39,9 @@ import make_model_fixtures as base  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 KINDS = {"sigmoid": ("sigmoid", 0.1, 0.0), "cdpo": ("sigmoid", 0.5, 0.2), "ipo": ("ipo", 0.1, 0.0),
-         "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0)}
-GRAD_KINDS = ("cdpo", "ipo", "simpo")
+         "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0), "rpo": ("sigmoid", 0.1, 0.0)}
+GRAD_KINDS = ("cdpo", "ipo", "simpo", "rpo")
+RPO_WEIGHT = 0.5  # "rpo": sigmoid plus 0.5 x each pair's chosen mean negative log-likelihood
 
 
 def make_pairs(g):
@@ -82,6 +84,8 @@ def dpo_loss(kind, policy, reference, counts):
         losses = (h - 1 / (2 * beta)) ** 2
     else:
         losses = torch.relu(1 - beta * h)
+    if kind == "rpo":
+        losses = losses + RPO_WEIGHT * -(policy[0::2] / counts[0::2])
     return losses.mean()
 
 

@@ -29,7 +29,7 @@ int cmd_dpo(int argc, char **argv) {
                     .warmup_ratio = 0.1, .clip_norm = 1.0, .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                     .device = "cpu", .data_format = "auto", .data_phase = 2};
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
-    double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5;
+    double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, sft_weight = 0.0;
     Option options[56] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -41,12 +41,16 @@ int cmd_dpo(int argc, char **argv) {
          "sigmoid: assumed fraction of flipped labels, conservative DPO (DeepSpeed-Chat, OpenRLHF)", false, false},
         {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
          false},
+        {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
+         "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
     };
-    int count = 7 + trainer_cli_options(&c, options + 7);
+    int count = 8 + trainer_cli_options(&c, options + 8);
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO, IPO, hinge, SimPO).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
-    DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma};
+    DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
+                           .sft_weight = sft_weight};
+    if (!(sft_weight >= 0) || !isfinite(sft_weight)) die_user("option --sft-weight must be >= 0, got %g", sft_weight);
     if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
         die_user("option --loss must be sigmoid, ipo, hinge or simpo, got '%s'", loss_name);
     if (loss.loss == DPO_LOSS_SIMPO && reference_path)

@@ -197,6 +197,11 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         double dc, dr;
         stats->loss += dpo_pair_loss(o, pc / nc, pr / nr, rc / nc, rr / nr, &dc, &dr);
         d_sums[2 * e] = dc / nc, d_sums[2 * e + 1] = dr / nr;
+        if (o->sft_weight > 0) { // RPO: the chosen response's mean negative log-likelihood
+            const double tokens = response_tokens(rows, c);
+            stats->loss += o->sft_weight * -pc / tokens;
+            d_sums[2 * e] += -o->sft_weight / tokens;
+        }
         // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's beta x mean.
         const double reward_nc = o->loss == DPO_LOSS_SIMPO ? nc : 1.0, reward_nr = o->loss == DPO_LOSS_SIMPO ? nr : 1.0;
         double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;

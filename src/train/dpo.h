@@ -8,6 +8,11 @@
 // (EOS included), under the policy (trained) and the reference (frozen); the loss of a pair
 // is train/losses.h's dpo_pair_loss, and a step's loss is the mean over its pairs.
 //
+// --sft-weight w adds w times the chosen response's mean negative log-likelihood to each
+// pair's loss (RPO, Pang et al. 2024; TRL's loss_type ["sigmoid", "sft"] with weights
+// [1, w], which averages over the batch's chosen tokens instead of per pair; OpenRLHF's
+// --nll_loss_coef).
+//
 // SimPO (--loss simpo) has no reference at all: it compares the per-token mean log-probs of
 // chosen and rejected with a margin gamma, and nothing is computed before training.
 //

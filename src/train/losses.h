@@ -48,6 +48,7 @@ typedef struct {
     double beta;            // the KL strength (IPO's tau, SimPO's reward scale)
     double label_smoothing; // sigmoid only: the assumed fraction of flipped labels (cDPO)
     double simpo_gamma;     // SimPO only: the target reward margin
+    double sft_weight;      // > 0: plus this times the chosen response's mean -log-prob (RPO; train/dpo.c)
 } DpoLossOptions;
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected);

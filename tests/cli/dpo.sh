@@ -73,6 +73,13 @@ expect_error dpo_bad_smoothing "--label-smoothing" "$bin" dpo --model "$model" -
     --label-smoothing 0.5
 expect_error dpo_smoothing_needs_sigmoid "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss ipo --label-smoothing 0.1
+"$bin" dpo "${args[@]}" --max-steps 3 --sft-weight 0.5 --output "$tmp/rpo" 2> "$tmp/rpo.err"
+loss0=$(json_field "$tmp/rpo/metrics.jsonl" train/loss 0 2>/dev/null)
+# At the reference the DPO term is log 2; the SFT term adds half the chosen rows' mean NLL.
+python3 -c "import sys, math; sys.exit(0 if float(sys.argv[1]) > math.log(2) + 0.5 else 1)" "$loss0" 2>/dev/null &&
+    pass "dpo_sft_weight (first loss $loss0)" || fail dpo_sft_weight "first loss '$loss0' $(tail -n 2 "$tmp/rpo.err")"
+expect_error dpo_bad_sft_weight "--sft-weight" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x8" \
+    --sft-weight -1
 expect_error dpo_simpo_reference "--reference-model" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x7" --loss simpo --reference-model "$model"
 expect_error dpo_sft_data "chosen" "$bin" dpo --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5"
