@@ -76,3 +76,7 @@ interrupted_run() {
     wait $pid 2> /dev/null
     "$@" --resume 2> "$out.err"
 }
+
+# json_field FILE KEY INDEX: the INDEX-th (a Python index, -1 the last) value of KEY among the
+# rows of the JSON Lines FILE that have it.
+json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }

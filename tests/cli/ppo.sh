@@ -66,22 +66,29 @@ run randomized_seed2 --termination-condition randomized --seed 99
 cmp -s "$tmp/randomized/final/actor/model.safetensors" "$tmp/randomized_seed2/final/actor/model.safetensors" &&
     fail seed_matters "identical" || pass seed_matters
 
-# SIGKILL during the run, then --resume: the same final weights.
-# The kill lands after a random iteration's checkpoint, while later work is under way.
-run straight --save-every 1 --max-iterations 24 --num-train-epochs 4
-"$bin" ppo "${common[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/killed" --save-every 1 --keep-last 0 2> /dev/null &
-pid=$!
-k=$((2 + RANDOM % 10)) # kill once iteration k's checkpoint exists: mid-run, whatever the speed
-for _ in $(seq 1200); do [ -d "$tmp/killed/checkpoint-$k" ] && break; sleep 0.02; done
-kill -9 $pid 2> /dev/null
-wait $pid 2> /dev/null
-if [ -d "$tmp/killed/final" ]; then
-    fail ppo_killed_mid_run "the run finished before the kill"
-else
-    "$bin" ppo "${common[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/killed" --save-every 1 --resume 2> "$tmp/killed.err"
-    cmp -s "$tmp/straight/final/actor/model.safetensors" "$tmp/killed/final/actor/model.safetensors" &&
-        pass ppo_resume_bit_identical || fail ppo_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
-fi
+# killed_then_resumed NAME KILL_RANGE OPTIONS...: a run with OPTIONS (saving every
+# iteration) killed with SIGKILL once the checkpoint of a random iteration k in
+# [2, 2 + KILL_RANGE) exists, while later work is under way, then resumed, ends with the
+# weights of the same run left alone. Output in $tmp/NAME_killed, $tmp/NAME_straight.
+killed_then_resumed() {
+    local name=$1 range=$2 pid k
+    shift 2
+    run "${name}_straight" "$@" --save-every 1
+    "$bin" ppo "${common[@]}" "$@" --save-every 1 --keep-last 0 --output "$tmp/${name}_killed" 2> /dev/null &
+    pid=$!
+    k=$((2 + RANDOM % range))
+    for _ in $(seq 1200); do [ -d "$tmp/${name}_killed/checkpoint-$k" ] && break; sleep 0.02; done
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    if [ -d "$tmp/${name}_killed/final" ]; then
+        fail "${name}_killed_mid_run" "the run finished before the kill"
+        return
+    fi
+    "$bin" ppo "${common[@]}" "$@" --save-every 1 --output "$tmp/${name}_killed" --resume 2> "$tmp/${name}_killed.err"
+    cmp -s "$tmp/${name}_straight/final/actor/model.safetensors" "$tmp/${name}_killed/final/actor/model.safetensors" &&
+        pass "${name}_resume_bit_identical" || fail "${name}_resume_bit_identical" "$(tail -n 2 "$tmp/${name}_killed.err")"
+}
+killed_then_resumed ppo 10 --max-iterations 24 --num-train-epochs 4
 
 run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-coef 0.01 --kl-target 0.1 \
     --whiten-advantages --normalize-reward --ppo-epochs 2 --num-minibatches 2 --ratio macro --macro-reward sum \
@@ -112,24 +119,9 @@ rf_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in 
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
-# Killed and resumed: the same final weights.
-grpo_args=(--advantage-estimator grpo --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --save-every 1)
-run grpo_straight "${grpo_args[@]}"
-"$bin" ppo "${common[@]}" "${grpo_args[@]}" --output "$tmp/grpo_killed" --keep-last 0 2> /dev/null &
-pid=$!
-k=$((2 + RANDOM % 6))
-for _ in $(seq 1200); do [ -d "$tmp/grpo_killed/checkpoint-$k" ] && break; sleep 0.02; done
-kill -9 $pid 2> /dev/null
-wait $pid 2> /dev/null
-if [ -d "$tmp/grpo_killed/final" ]; then
-    fail grpo_killed_mid_run "the run finished before the kill"
-else
-    "$bin" ppo "${common[@]}" "${grpo_args[@]}" --output "$tmp/grpo_killed" --resume 2> "$tmp/grpo_killed.err"
-    cmp -s "$tmp/grpo_straight/final/actor/model.safetensors" "$tmp/grpo_killed/final/actor/model.safetensors" &&
-        pass grpo_resume_bit_identical || fail grpo_resume_bit_identical "$(tail -n 2 "$tmp/grpo_killed.err")"
-fi
+killed_then_resumed grpo 6 --advantage-estimator grpo --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4
 expect_error grpo_resume_other_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --advantage-estimator rloo \
-    --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --output "$tmp/grpo_killed" --resume
+    --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --save-every 1 --output "$tmp/grpo_killed" --resume
 expect_error grpo_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo
 expect_error grpo_critic_model "--critic-model" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
     --samples-per-prompt 2 --critic-model "$model"

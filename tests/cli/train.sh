@@ -11,7 +11,6 @@ model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
-json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
 
 sft_args=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
           --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --learning-rate 3e-3 --num-train-epochs 4

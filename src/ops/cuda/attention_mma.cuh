@@ -60,6 +60,22 @@ template <int HD> DEVICE_INLINE void tile_load_async(bf16 *tile, const bf16 *mat
     }
 }
 
+// The key loop's double buffering: starts loading key tile kt + 1 (K and V) into the other
+// buffer when there is one, then waits until tile kt has arrived. The caller's barrier then
+// publishes it to every warp.
+template <int HD>
+DEVICE_INLINE void next_kv_tile(bf16 *Ks, bf16 *Vs, const bf16 *K, const bf16 *V, int kt, int kt_last, int buffer,
+                                int T) {
+    if (kt < kt_last) {
+        tile_load_async<HD>(Ks + (buffer ^ 1) * Tile<HD>::elements, K, (kt + 1) * COLUMNS, T);
+        tile_load_async<HD>(Vs + (buffer ^ 1) * Tile<HD>::elements, V, (kt + 1) * COLUMNS, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
 // A fragment of the 16 x 16 block at m (row-major, ld elements per row).
 DEVICE_INLINE void load_a(uint32_t a[4], const bf16 *m, int ld, int lane) {
     const bf16 *p = m + (lane / 4) * ld + 2 * (lane % 4);
@@ -176,14 +192,7 @@ __global__ void __launch_bounds__(THREADS)
     }
     for (int kt = kt_first; any_keys && kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
-        if (kt < kt_last) { // the next tile loads while this one is used
-            tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + head, (kt + 1) * COLUMNS, T);
-            tile_load_async<HD>(Vs + (buffer ^ 1) * L::elements, V + head, (kt + 1) * COLUMNS, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile<HD>(Ks, Vs, K + head, V + head, kt, kt_last, buffer, T); // the next tile loads while this one is used
         __syncthreads();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
 
@@ -363,14 +372,7 @@ __global__ void __launch_bounds__(THREADS)
     const float scale_log2 = scale * LOG2E;
     for (int kt = kt_first; kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
-        if (kt < kt_last) {
-            tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + head, (kt + 1) * COLUMNS, T);
-            tile_load_async<HD>(Vs + (buffer ^ 1) * L::elements, V + head, (kt + 1) * COLUMNS, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile<HD>(Ks, Vs, K + head, V + head, kt, kt_last, buffer, T);
         __syncthreads();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
 
