@@ -173,11 +173,33 @@ static void test_returns_to_go(void) {
     EXPECT(!strcmp(advantage_estimator_name(ESTIMATOR_REINFORCE_PP), "reinforce++"), "canonical name");
 }
 
+// The k3 KL loss: zero where the policy is the reference, never negative, its value by hand,
+// and its gradient against central differences.
+static void test_kl_loss(void) {
+    const float ref[3] = {-1.0f, -2.5f, -0.25f}, same[3] = {-1.0f, -2.5f, -0.25f};
+    float dlogp[3] = {0};
+    EXPECT_CLOSE(ppo_kl_loss(same, ref, 3, 0.1f, 1.0f, dlogp), 0.0, 1e-15, 0, "k3 at the reference");
+    EXPECT(dlogp[0] == 0 && dlogp[1] == 0 && dlogp[2] == 0, "zero gradient at the reference");
+    const float moved[3] = {-0.5f, -3.0f, -0.25f};
+    // k3 = exp(d) - d - 1 with d = ref - new: d = -0.5, 0.5, 0
+    const double want = (exp(-0.5) + 0.5 - 1) + (exp(0.5) - 0.5 - 1);
+    float grad[3] = {0};
+    EXPECT_CLOSE(ppo_kl_loss(moved, ref, 3, 0.2f, 0.5f, grad), want, 1e-7, 1e-6, "k3 by hand");
+    for (int t = 0; t < 3; t++) {
+        float up[3], down[3];
+        memcpy(up, moved, sizeof up), memcpy(down, moved, sizeof down);
+        up[t] += 1e-3f, down[t] -= 1e-3f;
+        double numeric = 0.2 * 0.5 * (ppo_kl_loss(up, ref, 3, 0, 0, NULL) - ppo_kl_loss(down, ref, 3, 0, 0, NULL)) / 2e-3;
+        EXPECT_CLOSE(grad[t], numeric, 1e-5, 1e-3, "k3 gradient");
+    }
+}
+
 int main(void) {
     RUN(test_spec_gae_example);
     RUN(test_against_reference);
     RUN(test_single_token_actions_are_token_level);
     RUN(test_group_advantages_against_trl);
     RUN(test_returns_to_go);
+    RUN(test_kl_loss);
     TEST_EXIT();
 }

@@ -1,4 +1,5 @@
 // marlhf ppo: PPO / MA-PPO against a reward model (step 3). See rl/ppo.h.
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@ int cmd_ppo(int argc, char **argv) {
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
     double lambda = c.advantage.lambda, clip_ratio = c.loss.clip_ratio, value_clip = c.loss.value_clip;
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
+    double kl_loss_coef = 0;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false;
     Option options[80] = {
@@ -64,6 +66,8 @@ int cmd_ppo(int argc, char **argv) {
         {"max-grad-norm", "max_grad_norm", OPT_FLOAT, &clip_norm, "gradient clipping (0: off)", false, false},
         {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation, "seq-mean-token-mean (released) | token-mean", false, false},
         {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
+        {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
+         "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
         {"kl-target", "target", OPT_FLOAT, &kl_target, "adaptive KL controller target (0: fixed beta)", false, false},
         {"kl-horizon", "horizon", OPT_FLOAT, &kl_horizon, "adaptive KL controller horizon", false, false},
         {"reward-clip", "clip_reward_value", OPT_FLOAT, &reward_clip, "clip the score to [-c, c] (0: off)", false, false},
@@ -185,6 +189,8 @@ int cmd_ppo(int argc, char **argv) {
     c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;
     c.advantage.gamma = (float)gamma, c.advantage.lambda = (float)lambda;
     c.loss.clip_ratio = (float)clip_ratio, c.loss.value_clip = (float)value_clip;
+    if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
+    c.loss.kl_loss_coef = (float)kl_loss_coef;
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;
     c.whiten_advantages = whiten, c.normalize_reward = normalize, c.ema = ema, c.ema_beta = ema_beta;
     c.macro.ngram = (int)ngram, c.macro.repeat_times = (int)repeat_times, c.macro.parser_cutoff = (int)parser_cutoff;

@@ -117,6 +117,10 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, s->advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
                                                  stats);
+        if (loss->kl_loss_coef > 0)
+            total += s->loss_scale * loss->kl_loss_coef *
+                     ppo_kl_loss(logp + offset, s->logp_ref, s->response_length, loss->kl_loss_coef, s->loss_scale,
+                                 dlogp + offset);
         for (int j = 0; j < s->response_length; j++) {
             *entropy_sum += entropy[offset + j];
             // The bonus maximises entropy: loss -= coef * H.

@@ -86,3 +86,13 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
     if (stats) stats->value_loss += loss;
     return loss;
 }
+
+double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp) {
+    double sum = 0;
+    for (int t = 0; t < R; t++) {
+        const double log_ratio = (double)logp_ref[t] - logp_new[t], ratio = exp(log_ratio);
+        sum += ratio - log_ratio - 1.0;
+        if (dlogp) dlogp[t] += (float)(scale * coef * (1.0 - ratio));
+    }
+    return sum;
+}

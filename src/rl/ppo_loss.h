@@ -14,6 +14,7 @@ typedef struct {
     float clip_ratio;  // epsilon (released: 0.2)
     float value_clip;  // (released: 0.2); <= 0: no value clipping
     RatioKind ratio;
+    float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
 } PpoLossConfig;
 
 typedef struct {
@@ -31,6 +32,13 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
 // Accumulates into dvalues[0..R) (may be NULL). Returns the summed loss (before scale).
 double ppo_value_loss(const PpoLossConfig *config, const float *values_new, const float *values_old,
                       const float *returns, int R, float scale, float *dvalues, PpoLossStats *stats);
+
+// The KL to the reference as a loss term instead of (or besides) the reward penalty:
+// sum_t k3_t with k3 = exp(ref - new) - (ref - new) - 1, Schulman's estimator (unbiased,
+// never negative; verl's "low_var_kl", TRL GRPO's per-token KL). Accumulates
+// scale * coef * d k3 / d logp_new = scale * coef * (1 - exp(ref - new)) into dlogp (may be
+// NULL). Returns the summed k3 (before coef and scale).
+double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp);
 
 // "per-token" | "macro"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);

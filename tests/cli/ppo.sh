@@ -116,6 +116,13 @@ rf_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in 
 [ ! -e "$tmp/reinforce/final/critic" ] &&
     python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$rf_first" "$rf_last" 2>/dev/null &&
     pass "reinforce++_learns (score $rf_first -> $rf_last)" || fail reinforce++_learns "score '$rf_first' -> '$rf_last' $(tail -n 2 "$tmp/reinforce.err")"
+# The KL as a k3 loss term (TRL's GRPO beta) instead of the reward penalty.
+# It moves the weights (from the second iteration, when the policy has left the reference).
+run grpo_no_kl --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --termination-condition token
+run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --kl-loss-coef 0.1 --termination-condition token
+[ -f "$tmp/grpo_kl_loss/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" \
+    "$tmp/grpo_no_kl/final/actor/model.safetensors" && pass grpo_kl_loss || fail grpo_kl_loss "$(tail -n 3 "$tmp/grpo_kl_loss.err")"
+expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
