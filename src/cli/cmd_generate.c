@@ -141,7 +141,7 @@ static void remove_pending_output(void) {
 int cmd_generate(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
     char *system = NULL, *stop_string = NULL;
-    long max_new_tokens = 256, top_k = 50, batch_size = 8, seed = 1234, threads = 0;
+    long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     bool chat = false, greedy = false;
     char *lora_adapter = NULL;
@@ -150,6 +150,7 @@ int cmd_generate(int argc, char **argv) {
         {"input", NULL, OPT_STRING, &input, "JSONL of {\"prompt\"}, {\"messages\"} or {\"ids\"} rows; else prompts are the arguments", false, false},
         {"output", NULL, OPT_STRING, &output, "JSONL output ('-' = stdout)", false, false},
         {"max-new-tokens", "max_new_tokens max_answer_seq_len", OPT_INT, &max_new_tokens, "tokens to generate per prompt at most", false, false},
+        {"min-new-tokens", "min_new_tokens", OPT_INT, &min_new_tokens, "no stop token before this many new tokens", false, false},
         {"temperature", NULL, OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", false, false},
         {"top-k", "top_k", OPT_INT, &top_k, "keep the k most likely tokens (0 = all)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
@@ -173,6 +174,8 @@ int cmd_generate(int argc, char **argv) {
     if (!input && set.num_positional == 0) die_user("give prompts as arguments or --input FILE.jsonl (marlhf generate --help)");
     if (input && set.num_positional > 0) die_user("give prompts either as arguments or with --input, not both");
     if (max_new_tokens < 1 || max_new_tokens > 1 << 20) die_user("--max-new-tokens must be in [1, 1048576], got %ld", max_new_tokens);
+    if (min_new_tokens < 0 || min_new_tokens > max_new_tokens)
+        die_user("--min-new-tokens must be in [0, --max-new-tokens], got %ld", min_new_tokens);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (top_k < 0) die_user("--top-k must be >= 0, got %ld", top_k);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
@@ -221,6 +224,7 @@ int cmd_generate(int argc, char **argv) {
     GenerateOptions gen = {
         .sampler = {.temperature = greedy ? 0.0f : (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
         .max_new_tokens = (int)max_new_tokens,
+        .min_new_tokens = (int)min_new_tokens,
         .seed = (uint64_t)seed,
         .stop_tokens = tm.stop_tokens,
         .num_stop_tokens = tm.num_stop_tokens,

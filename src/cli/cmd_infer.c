@@ -112,7 +112,7 @@ static void gather_responses(int **responses, int *lengths, float *scores, long 
 int cmd_infer(int argc, char **argv) {
     char *model_path = NULL, *reward_path = NULL, *data_path = NULL, *output = NULL, *format_name = "auto";
     char *device = "cpu", *lexicon_path = NULL;
-    long count = 2000, batch = 16, max_new = 512, seed = 1234, max_prompt = 1024, threads = 0;
+    long count = 2000, batch = 16, max_new = 512, min_new = 0, seed = 1234, max_prompt = 1024, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
@@ -129,6 +129,8 @@ int cmd_infer(int argc, char **argv) {
         {"top-k", "top_k", OPT_INT, &top_k, "top-k (0: off)", false, false},
         {"top-p", "top_p", OPT_FLOAT, &top_p, "top-p (1: off)", false, false},
         {"max-new-tokens", "max_new_tokens", OPT_INT, &max_new, "response length limit", false, false},
+        {"min-new-tokens", "min_new_tokens", OPT_INT, &min_new,
+         "no stop token before this many new tokens (Hugging Face's min_new_tokens; PPO's --min-new-tokens)", false, false},
         {"max-prompt-tokens", "max_prompt_len", OPT_INT, &max_prompt, "prompts are truncated to their last N tokens", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch, "prompts generated and scored together", false, false},
         {"ref-scores", "ref_scores", OPT_BOOL, &ref_scores, "score the dataset's chosen and rejected responses instead of generating", false, false},
@@ -151,6 +153,7 @@ int cmd_infer(int argc, char **argv) {
     if (!ref_scores && !model_path) die_user("--model is required unless --ref-scores is given");
     if (count < 0 || batch < 1 || max_new < 1 || max_prompt < 1)
         die_user("--count must be >= 0; --batch-size, --max-new-tokens and --max-prompt-tokens >= 1");
+    if (min_new < 0 || min_new > max_new) die_user("--min-new-tokens must be in [0, --max-new-tokens], got %ld", min_new);
     if (temperature < 0 || top_k < 0 || top_p <= 0 || top_p > 1) die_user("bad sampling options (--temperature, --top-k, --top-p)");
 
     DataFormat format = DATA_FORMAT_AUTO;
@@ -240,6 +243,7 @@ int cmd_infer(int argc, char **argv) {
         GenerateOptions gen = {
             .sampler = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
             .max_new_tokens = (int)max_new,
+            .min_new_tokens = (int)min_new,
             .seed = (uint64_t)seed,
             .stop_tokens = policy.stop_tokens,
             .num_stop_tokens = policy.num_stop_tokens,

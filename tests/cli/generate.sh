@@ -55,5 +55,13 @@ expect_error generate_bad_messages "$tmp/bad_messages.jsonl:1" "$bin" generate -
 expect_error generate_bad_temperature "--temperature" "$bin" generate --model "$model" --temperature -1 "hi"
 expect_error generate_bad_top_p "--top-p" "$bin" generate --model "$model" --top-p 1.5 "hi"
 expect_error generate_no_prompt "--input" "$bin" generate --model "$model"
+# --min-new-tokens: the end of turn that greedy decoding picks after 3 tokens waits until 20.
+short=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --output - "Reply with one word: yes or no?" 2> /dev/null)
+long=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --min-new-tokens 20 --output - \
+    "Reply with one word: yes or no?" 2> /dev/null)
+python3 -c "import json, sys; a, b = (json.loads(x) for x in sys.argv[1:]); sys.exit(0 if a['response_tokens'] < 20 <= b['response_tokens'] else 1)" \
+    "$short" "$long" 2> /dev/null && pass generate_min_new_tokens || fail generate_min_new_tokens "$short / $long"
+expect_error generate_bad_min_new_tokens "--min-new-tokens" "$bin" generate --model "$model" --max-new-tokens 4 \
+    --min-new-tokens 5 "hi"
 expect_error generate_unknown_template "chat template" "$bin" generate --model "$model" --chat --chat-template nonsense "hi"
 [ "$failures" -eq 0 ]
