@@ -10,19 +10,6 @@
 #include "model/weights_io.h"
 #include "train/dpo.h"
 
-// The prompts, chosen and rejected responses of a pairs dataset.
-static void collect_pairs(const Dataset *d, const char *path, const char ***prompts, const char ***chosen,
-                          const char ***rejected) {
-    *prompts = xmalloc((d->count + 1) * sizeof(char *));
-    *chosen = xmalloc((d->count + 1) * sizeof(char *));
-    *rejected = xmalloc((d->count + 1) * sizeof(char *));
-    for (long i = 0; i < d->count; i++) {
-        const DataRecord *r = &d->records[i];
-        if (!r->chosen || !r->rejected) die_user("row at line %ld has no chosen/rejected pair (%s)", r->line, path);
-        (*prompts)[i] = r->prompt, (*chosen)[i] = r->chosen, (*rejected)[i] = r->rejected;
-    }
-}
-
 int cmd_dpo(int argc, char **argv) {
     TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
                     .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-6,
@@ -67,12 +54,12 @@ int cmd_dpo(int argc, char **argv) {
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
-    const char **prompts, **chosen, **rejected, **eval_prompts, **eval_chosen, **eval_rejected;
-    collect_pairs(&train, c.data, &prompts, &chosen, &rejected);
-    collect_pairs(&eval, c.eval_data ? c.eval_data : "", &eval_prompts, &eval_chosen, &eval_rejected);
+    const char **prompts = trainer_cli_prompts(&train), **eval_prompts = trainer_cli_prompts(&eval);
+    const char **responses = trainer_cli_responses(&train, 2, c.data);
+    const char **eval_responses = trainer_cli_responses(&eval, 2, c.eval_data ? c.eval_data : "");
     DpoTask task;
-    if (dpo_task_init(&task, tokenizer, prompts, chosen, rejected, train.count, eval_prompts, eval_chosen, eval_rejected,
-                      eval.count, (int)c.max_seq_len, &loss) != 0)
+    if (dpo_task_init(&task, tokenizer, prompts, responses, train.count, eval_prompts, eval_responses, eval.count,
+                      (int)c.max_seq_len, &loss) != 0)
         die_from_err();
 
     const OpsBackend *ops = ops_backend_by_name(c.device);
@@ -110,7 +97,7 @@ int cmd_dpo(int argc, char **argv) {
     if (!c.quiet) fprintf(stderr, "dpo: final model in %s/final\n", output);
     model_free(&model);
     dpo_task_free(&task);
-    free(prompts), free(chosen), free(rejected), free(eval_prompts), free(eval_chosen), free(eval_rejected);
+    free(prompts), free(responses), free(eval_prompts), free(eval_responses);
     dataset_free(&train);
     dataset_free(&eval);
     tokenizer_free(tokenizer);

@@ -8,25 +8,6 @@
 #include "model/weights_io.h"
 #include "train/rm.h"
 
-// The responses of each record, best first: chosen, rejected, or the ranked list.
-static const char **collect_responses(const Dataset *d, int K, const char *path) {
-    const char **responses = xmalloc((d->count * K + 1) * sizeof(char *));
-    for (long i = 0; i < d->count; i++) {
-        const DataRecord *r = &d->records[i];
-        if (K == 2 && r->response_count == 0) {
-            if (!r->chosen || !r->rejected) die_user("row at line %ld has no chosen/rejected pair (%s)", r->line, path);
-            responses[i * 2] = r->chosen;
-            responses[i * 2 + 1] = r->rejected;
-        } else {
-            if (r->response_count != K)
-                die_user("row at line %ld has %d ranked responses, expected %d like the first row (%s)", r->line,
-                         r->response_count, K, path);
-            for (int k = 0; k < K; k++) responses[i * K + k] = r->responses[k];
-        }
-    }
-    return responses;
-}
-
 int cmd_rm(int argc, char **argv) {
     TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
                     .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-5,
@@ -56,11 +37,9 @@ int cmd_rm(int argc, char **argv) {
     int K = train.records[0].response_count > 0 ? train.records[0].response_count : 2;
     if (loss != RM_LOSS_LISTWISE && K != 2)
         die_user("%s has %d ranked responses per row; use --loss listwise", c.data, K);
-    const char **responses = collect_responses(&train, K, c.data);
-    const char **eval_responses = collect_responses(&eval, K, c.eval_data ? c.eval_data : "");
-    const char **prompts = xmalloc(train.count * sizeof(char *)), **eval_prompts = xmalloc((eval.count + 1) * sizeof(char *));
-    for (long i = 0; i < train.count; i++) prompts[i] = train.records[i].prompt;
-    for (long i = 0; i < eval.count; i++) eval_prompts[i] = eval.records[i].prompt;
+    const char **responses = trainer_cli_responses(&train, K, c.data);
+    const char **eval_responses = trainer_cli_responses(&eval, K, c.eval_data ? c.eval_data : "");
+    const char **prompts = trainer_cli_prompts(&train), **eval_prompts = trainer_cli_prompts(&eval);
     RmTask task;
     if (rm_task_init(&task, tokenizer, K, prompts, responses, NULL, train.count, eval_prompts, eval_responses, NULL,
                      eval.count, (int)c.max_seq_len, loss, (float)margin) != 0)

@@ -216,3 +216,27 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     else if (train->format == DATA_FORMAT_WEBGPT && c->data_split && *c->data_split)
         load_one(c, c->data, format, 2, eval); // WebGPT's own 5% eval part
 }
+
+const char **trainer_cli_prompts(const Dataset *d) {
+    const char **prompts = xmalloc((d->count + 1) * sizeof(char *));
+    for (long i = 0; i < d->count; i++) prompts[i] = d->records[i].prompt;
+    return prompts;
+}
+
+const char **trainer_cli_responses(const Dataset *d, int K, const char *path) {
+    const char **responses = xmalloc((d->count * K + 1) * sizeof(char *));
+    for (long i = 0; i < d->count; i++) {
+        const DataRecord *r = &d->records[i];
+        if (K == 2 && r->response_count == 0) {
+            if (!r->chosen || !r->rejected) die_user("row at line %ld has no chosen/rejected pair (%s)", r->line, path);
+            responses[i * 2] = r->chosen;
+            responses[i * 2 + 1] = r->rejected;
+        } else {
+            if (r->response_count != K)
+                die_user("row at line %ld has %d ranked responses, expected %d (%s)", r->line, r->response_count, K,
+                         path);
+            for (int k = 0; k < K; k++) responses[i * K + k] = r->responses[k];
+        }
+    }
+    return responses;
+}

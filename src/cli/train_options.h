@@ -47,3 +47,8 @@ void trainer_cli_finish(TrainerCli *cli, const char *run_dir);
 // Loads --data (and --eval-data), applying --data-split / --data-phase when given. Exits 2
 // on error.
 void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, Dataset *eval);
+// The prompts of a dataset's rows (an array of count + 1 pointers into the dataset).
+const char **trainer_cli_prompts(const Dataset *d);
+// The responses of each row, best first, K per row ([i*K + k]): chosen and rejected for
+// K = 2, or the ranked list. A row without them exits 2 naming its line and `path`.
+const char **trainer_cli_responses(const Dataset *d, int K, const char *path);

@@ -258,3 +258,18 @@ bool dist_all_equal(unsigned long long value) {
     return true;
 #endif
 }
+
+DistChunks dist_chunks(long count, int chunk) {
+    CHECK(chunk >= 1 && chunk <= 64, "dist_chunks: chunk %d", chunk);
+    return (DistChunks){.next = (long)chunk * world_rank, .count = count, .stride = (long)chunk * world_size,
+                        .chunk = chunk};
+}
+
+int dist_chunks_next(DistChunks *chunks, long *which) {
+    if (chunks->next >= chunks->count) return 0;
+    const long left = chunks->count - chunks->next;
+    const int n = left < chunks->chunk ? (int)left : chunks->chunk;
+    for (int i = 0; i < n; i++) which[i] = chunks->next + i;
+    chunks->next += chunks->stride;
+    return n;
+}

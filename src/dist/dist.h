@@ -41,6 +41,20 @@ long dist_collective_floats(void);
 // In-place sum across ranks of host arrays; every rank receives the same bits.
 void dist_sum_floats(float *values, long n);
 void dist_sum_doubles(double *values, long n);
+
+// This rank's share of items [0, count) in chunks of `chunk` (at most 64): rank r takes
+// chunks r, r + W, r + 2W, ... (all of them with one process). Evaluations and DPO's
+// reference log-probs walk their rows this way and then sum their results across ranks:
+//   DistChunks chunks = dist_chunks(count, 8);
+//   long which[64];
+//   for (int n; (n = dist_chunks_next(&chunks, which)) > 0;) work(which, n);
+typedef struct {
+    long next, count, stride;
+    int chunk;
+} DistChunks;
+DistChunks dist_chunks(long count, int chunk);
+// Fills which[0..n) with the next chunk's consecutive item indices and returns n (0 when done).
+int dist_chunks_next(DistChunks *chunks, long *which);
 void dist_sum_ints(int *values, long n);
 // Shards of a host array split across ranks: rank r owns [displs[r], displs[r] + counts[r]).
 // Sums `full` (every rank's whole array) and gives each rank its shard's sums in `mine`.

@@ -20,20 +20,18 @@ static bool has_response(const TokenizedExamples *rows, long r) { return rows->l
 // Tokenizes the pairs into rows (two per pair), leaving out pairs where either row has no
 // response token within max_seq_len.
 static void tokenize_pairs(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts,
-                           const char *const *chosen, const char *const *rejected, long count, int max_seq_len,
-                           TokenizedExamples *out) {
+                           const char *const *responses, long count, int max_seq_len, TokenizedExamples *out) {
     long capacity = 2 * (count > 0 ? count : 1);
     out->ids = xcalloc((size_t)capacity, sizeof(int *));
     out->lengths = xcalloc((size_t)capacity, sizeof(int));
     out->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
     out->count = 0;
     for (long i = 0; i < count; i++) {
-        const char *responses[2] = {chosen[i], rejected[i]};
         bool truncated_pair = false;
         for (int k = 0; k < 2; k++) {
             bool truncated;
             long r = out->count + k;
-            tokenize_example(tokenizer, prompts[i], responses[k], max_seq_len, &out->ids[r], &out->lengths[r],
+            tokenize_example(tokenizer, prompts[i], responses[2 * i + k], max_seq_len, &out->ids[r], &out->lengths[r],
                              &out->prompt_lengths[r], &truncated);
             truncated_pair |= truncated;
         }
@@ -71,14 +69,13 @@ int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExample
     return 0;
 }
 
-int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *chosen,
-                  const char *const *rejected, long count, const char *const *eval_prompts,
-                  const char *const *eval_chosen, const char *const *eval_rejected, long eval_count,
+int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *responses,
+                  long count, const char *const *eval_prompts, const char *const *eval_responses, long eval_count,
                   int max_seq_len, const DpoLossOptions *options) {
     memset(task, 0, sizeof *task);
     TokenizedExamples train, eval;
-    tokenize_pairs(task, tokenizer, prompts, chosen, rejected, count, max_seq_len, &train);
-    tokenize_pairs(task, tokenizer, eval_prompts, eval_chosen, eval_rejected, eval_count, max_seq_len, &eval);
+    tokenize_pairs(task, tokenizer, prompts, responses, count, max_seq_len, &train);
+    tokenize_pairs(task, tokenizer, eval_prompts, eval_responses, eval_count, max_seq_len, &eval);
     int pad = tokenizer_pad_id(tokenizer);
     if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
     return dpo_task_from_rows(task, &train, &eval, pad, options);
@@ -146,16 +143,12 @@ void dpo_response_logps(Model *model, const TokenizedExamples *rows, const long 
 }
 
 static void compute_sums(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
-    const int chunk = 8;
     long which[8];
     for (long r = 0; r < rows->count; r++) sums[r] = 0.0;
-    // Under mpirun each rank scores every W-th chunk; the others' rows stay 0 for the sum.
-    const long stride = (long)chunk * dist_world_size();
-    for (long first = (long)chunk * dist_rank(); first < rows->count; first += stride) {
-        int count = rows->count - first < chunk ? (int)(rows->count - first) : chunk;
-        for (int b = 0; b < count; b++) which[b] = first + b;
-        dpo_response_logps(model, rows, which, count, pad_id, sums + first);
-    }
+    // Under mpirun each rank scores its share of the rows; the others' stay 0 for the sum.
+    DistChunks chunks = dist_chunks(rows->count, 8);
+    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;)
+        dpo_response_logps(model, rows, which, n, pad_id, sums + which[0]);
     dist_sum_doubles(sums, rows->count);
 }
 
@@ -243,15 +236,11 @@ static void dpo_micro_step(void *context, Model *model, const long *examples, in
 static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
     DpoTask *task = context;
     DpoStats stats = {0};
-    const int chunk = 4;
     long pairs[4];
-    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
-    const long stride = (long)chunk * dist_world_size();
-    for (long first = (long)chunk * dist_rank(); first < task->eval_count; first += stride) {
-        int count = task->eval_count - first < chunk ? (int)(task->eval_count - first) : chunk;
-        for (int e = 0; e < count; e++) pairs[e] = first + e;
-        dpo_forward(task, model, &task->eval, task->eval_reference, pairs, count, 0.0, false, &stats);
-    }
+    // Under mpirun each rank evaluates its share of the pairs and the sums are added up.
+    DistChunks chunks = dist_chunks(task->eval_count, 4);
+    for (int n; (n = dist_chunks_next(&chunks, pairs)) > 0;)
+        dpo_forward(task, model, &task->eval, task->eval_reference, pairs, n, 0.0, false, &stats);
     double sums[5] = {stats.loss, stats.correct, stats.margin, stats.chosen_reward, stats.rejected_reward};
     dist_sum_doubles(sums, 5);
     const double n = task->eval_count;

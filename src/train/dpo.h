@@ -45,11 +45,11 @@ typedef struct {
 // "sigmoid" | "ipo" | "hinge" | "simpo"
 int dpo_loss_from_name(const char *name, DpoLossKind *kind);
 
-// Tokenizes the pairs (chosen[i], rejected[i] after prompts[i]). Returns 0, or -1 with
-// err_set() when no training pair is left.
-int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *chosen,
-                  const char *const *rejected, long count, const char *const *eval_prompts,
-                  const char *const *eval_chosen, const char *const *eval_rejected, long eval_count,
+// Tokenizes the pairs: responses[2i] (chosen) and responses[2i + 1] (rejected) after
+// prompts[i], as rm_task_init takes them. Returns 0, or -1 with err_set() when no training
+// pair is left.
+int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *responses,
+                  long count, const char *const *eval_prompts, const char *const *eval_responses, long eval_count,
                   int max_seq_len, const DpoLossOptions *options);
 // The same from rows already tokenized (two per pair, as in DpoTask); takes them over.
 int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExamples *eval, int pad_id,

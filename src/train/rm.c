@@ -154,15 +154,11 @@ static void rm_micro_step(void *context, Model *model, const long *examples, int
 static void rm_evaluate(void *context, Model *model, EvalResult *result) {
     RmTask *task = context;
     RmStats stats = {0};
-    const int chunk = 4;
     long which[4];
-    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
-    const long stride = (long)chunk * dist_world_size();
-    for (long first = (long)chunk * dist_rank(); first < task->eval_count; first += stride) {
-        int count = task->eval_count - first < chunk ? (int)(task->eval_count - first) : chunk;
-        for (int e = 0; e < count; e++) which[e] = first + e;
-        rm_forward(task, model, &task->eval, task->eval_margins, which, count, 0.0, false, &stats);
-    }
+    // Under mpirun each rank evaluates its share of the examples and the sums are added up.
+    DistChunks chunks = dist_chunks(task->eval_count, 4);
+    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;)
+        rm_forward(task, model, &task->eval, task->eval_margins, which, n, 0.0, false, &stats);
     double sums[4] = {stats.correct, stats.chosen_sum, stats.rejected_sum, stats.loss};
     dist_sum_doubles(sums, 4);
     stats.correct = sums[0], stats.chosen_sum = sums[1], stats.rejected_sum = sums[2], stats.loss = sums[3];

@@ -154,13 +154,10 @@ static void sft_micro_step(void *context, Model *model, const long *examples, in
 static void sft_evaluate(void *context, Model *model, EvalResult *result) {
     SftTask *task = context;
     double loss = 0, tokens = 0;
-    const int chunk = 8;
-    long *which = xmalloc(chunk * sizeof(long));
-    // Under mpirun each rank evaluates every W-th chunk and the sums are added up.
-    const long stride = (long)chunk * dist_world_size();
-    for (long first = (long)chunk * dist_rank(); first < task->eval.count; first += stride) {
-        int count = task->eval.count - first < chunk ? (int)(task->eval.count - first) : chunk;
-        for (int b = 0; b < count; b++) which[b] = first + b;
+    long which[8];
+    // Under mpirun each rank evaluates its share of the examples and the sums are added up.
+    DistChunks chunks = dist_chunks(task->eval.count, 8);
+    for (int count; (count = dist_chunks_next(&chunks, which)) > 0;) {
         SftBatch batch;
         build_batch(task, &task->eval, which, count, &batch);
         long N = (long)batch.B * batch.T;
@@ -173,7 +170,6 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
         free(logp);
         free_batch(&batch);
     }
-    free(which);
     double sums[2] = {loss, tokens};
     dist_sum_doubles(sums, 2);
     loss = sums[0], tokens = sums[1];

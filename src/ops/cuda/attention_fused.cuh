@@ -2,6 +2,8 @@
 // (attention_fused.cu) and the mma.sync kernels (attention_mma.cu). Both take the same
 // inputs and produce the same outputs.
 #pragma once
+#include <type_traits>
+
 #include "ops/cuda/cuda_common.cuh"
 
 // D[b, h, t] = dO . O over the head's hd columns of row b*T + t (a scratch buffer,
@@ -9,6 +11,19 @@
 const float *cuda_attention_row_dot(const float *dout, const float *out, int B, int H, int T, int head_dim);
 
 bool cuda_fused_attention_supports(int head_dim);
+
+// Calls launch(std::integral_constant<int, HD>{}) for head_dim HD among the sizes the fused
+// kernels are instantiated for (16, 32, 64, 128): the one switch from a run-time head size
+// to a kernel template, for both fused implementations.
+template <typename Launch> void with_fused_head_dim(int head_dim, const char *kernels, Launch &&launch) {
+    switch (head_dim) {
+    case 16: launch(std::integral_constant<int, 16>{}); break;
+    case 32: launch(std::integral_constant<int, 32>{}); break;
+    case 64: launch(std::integral_constant<int, 64>{}); break;
+    case 128: launch(std::integral_constant<int, 128>{}); break;
+    default: CHECK(false, "%s attention has no kernel for head_dim %d", kernels, head_dim);
+    }
+}
 // Q, K, V: head-major bf16 [B, H, T, hd] (K, V repeated over each group). Writes out
 // ([B*T, H*hd] rows) and lse ([B, H, T]).
 void cuda_fused_attention_forward(float *out, float *lse, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,

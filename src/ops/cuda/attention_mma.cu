@@ -19,13 +19,9 @@ static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, co
 void cuda_mma_attention_forward(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
                                 const int *row_start, int B, int H, int T, int head_dim) {
     const float scale = 1.0f / sqrtf((float)head_dim);
-    switch (head_dim) {
-    case 16: forward_for<16>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
-    case 32: forward_for<32>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
-    case 64: forward_for<64>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
-    case 128: forward_for<128>(out, lse, Q, K, V, row_start, B, H, T, scale); break;
-    default: CHECK(false, "mma attention has no kernel for head_dim %d", head_dim);
-    }
+    with_fused_head_dim(head_dim, "mma", [&](auto hd) {
+        forward_for<decltype(hd)::value>(out, lse, Q, K, V, row_start, B, H, T, scale);
+    });
 }
 
 template <int HD>
@@ -48,11 +44,7 @@ void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const float *d
                                  const int *row_start, int B, int H, int KV, int T, int head_dim) {
     const float *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
     const float scale = 1.0f / sqrtf((float)head_dim);
-    switch (head_dim) {
-    case 16: backward_for<16>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
-    case 32: backward_for<32>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
-    case 64: backward_for<64>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
-    case 128: backward_for<128>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale); break;
-    default: CHECK(false, "mma attention has no kernel for head_dim %d", head_dim);
-    }
+    with_fused_head_dim(head_dim, "mma", [&](auto hd) {
+        backward_for<decltype(hd)::value>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale);
+    });
 }
