@@ -80,6 +80,12 @@ PY
 else
     expect_error device_cuda_unavailable "--device cuda" "$bin" logprobs --model "$llama" --input "$ids" --device cuda
 fi
+# An unknown attention implementation in the environment: a one-line error when the GPU
+# opens (a build without CUDA refuses --device cuda first).
+want="--device cuda"
+ldd "$bin" 2> /dev/null | grep -q libcudart && want=MARLHF_CUDA_ATTENTION
+expect_error device_cuda_bad_attention_kernels "$want" env MARLHF_CUDA_ATTENTION=flash "$bin" logprobs --model "$llama" \
+    --input "$ids" --device cuda
 echo '{"batch_size": "many"}' > "$tmp/config.json"
 expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"
 

@@ -78,6 +78,8 @@ python3 -c "import sys, math; sys.exit(0 if float(sys.argv[1]) > math.log(2) + 0
     pass "dpo_sft_weight (first loss $loss0)" || fail dpo_sft_weight "first loss '$loss0' $(tail -n 2 "$tmp/rpo.err")"
 expect_error dpo_bad_sft_weight "--sft-weight" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x8" \
     --sft-weight -1
+expect_error dpo_bad_simpo_gamma "--simpo-gamma" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x9" \
+    --loss simpo --simpo-gamma nan
 expect_error dpo_simpo_reference "--reference-model" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x7" --loss simpo --reference-model "$model"
 expect_error dpo_sft_data "chosen" "$bin" dpo --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5"

@@ -65,6 +65,8 @@ cmp -s "$tmp/a.jsonl" "$tmp/b.jsonl" && pass infer_existing_output_kept || fail 
 expect_error infer_ref_scores_need_pairs "--ref-scores" "$bin" infer --reward-model "$tmp/rm/final" \
     --data "$data/sft_eval.jsonl" --ref-scores --output "$tmp/x.jsonl"
 printf '{"prompt": "a"}\n{"prompt": \n' > "$tmp/bad.jsonl"
+expect_error infer_bad_min_new_tokens "--min-new-tokens" "$bin" infer "${args[@]}" --max-new-tokens 4 --min-new-tokens 5 \
+    --output "$tmp/z.jsonl"
 expect_error infer_malformed_jsonl "$tmp/bad.jsonl:2" "$bin" infer "${args[@]}" --data "$tmp/bad.jsonl" --output "$tmp/y.jsonl"
 expect_error infer_not_a_reward_model "value head" "$bin" infer "${args[@]}" --reward-model "$model" --output "$tmp/z.jsonl"
 expect_error infer_needs_model "--model" "$bin" infer --reward-model "$tmp/rm/final" --data "$data/sft_eval.jsonl"

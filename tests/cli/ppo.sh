@@ -136,6 +136,7 @@ expect_error grpo_critic_lora "--critic-lora-rank" "$bin" ppo "${common[@]}" --o
     --samples-per-prompt 2 --critic-lora-rank 4
 expect_error baseline_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --advantage-estimator reinforce++-baseline
+expect_error bad_samples_per_prompt "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" --samples-per-prompt 0
 expect_error bad_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator ppo
 
 expect_error bad_termination "--termination-condition" "$bin" ppo "${common[@]}" --output "$tmp/x" --termination-condition words
