@@ -36,15 +36,17 @@ CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90: the H100/H200. Override with e.g. CUDA_ARCH=sm_80 for an A100.
 CUDA_ARCH ?= sm_90
 NVCCFLAGS := -std=c++20 -O3 -arch=$(CUDA_ARCH) -Isrc -DMARLHF_CUDA -Werror all-warnings \
-             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC,-fvisibility=hidden -MMD -MP
 
 # OpenBLAS, OpenMP build: it shares one thread pool with our own OpenMP kernels
 # (see docs/architecture.md, "Threads"). Debian ships it without a dev symlink.
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_LIBS    := -L$(OPENBLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_DIR)
 
+# -fPIC and hidden visibility: the same objects make build/libmarlhf.so (`make lib`), which
+# exports only the embedding API of include/marlhf.h (MARLHF_API).
 CFLAGS  := -std=c17 $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
-           -D_GNU_SOURCE -Isrc -MMD -MP
+           -fPIC -fvisibility=hidden -D_GNU_SOURCE -Isrc -Iinclude -MMD -MP
 LDLIBS  := $(BLAS_LIBS) -ljansson -lpcre2-8 -llink-grammar -lcurl -lmicrohttpd -lpthread -lm -fopenmp
 
 # STATIC_DEPS=1 links OpenBLAS, jansson and PCRE2 statically: the binaries that travel to
@@ -102,12 +104,28 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # Stand-alone C tools (tools/gguf_dump.c is a debugging aid and not built).
 TOOL_BIN := $(BUILD)/tools/reproduction_summary
 
-.PHONY: all test tests bench clean setup prerequisites demo
+# Programs that use the embedding API (include/marlhf.h) the way an outside program
+# would: linked against the shared library, found next to them through the rpath.
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+
+.PHONY: all lib test tests bench clean setup prerequisites demo
 all: $(BUILD)/marlhf $(TOOL_BIN)
+
+# The library for other programs: include/marlhf.h with either of these (docs/embedding.md).
+lib: $(BUILD)/libmarlhf.a $(BUILD)/libmarlhf.so
 
 $(BUILD)/libmarlhf.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	ar rcs $@ $^
+
+$(BUILD)/libmarlhf.so: $(LIB_OBJ) src/api/exports.map
+	$(CC) $(OPT) -shared -Wl,--no-undefined -Wl,-soname,libmarlhf.so -Wl,--version-script,src/api/exports.map \
+	      -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c include/marlhf.h $(BUILD)/libmarlhf.so
+	@mkdir -p $(dir $@)
+	$(CC) -std=c17 $(OPT) -Wall -Wextra -Werror -Iinclude -o $@ $< -L$(BUILD) -lmarlhf -Wl,-rpath,'$$ORIGIN/..'
 
 $(BUILD)/marlhf: $(CLI_OBJ) $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
@@ -138,7 +156,7 @@ ifeq ($(CUDA),1)
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
 endif
 
-tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN)
+tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)

@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 #include "core/check.h"
 #include "gen/generate.h"
 
@@ -54,7 +54,7 @@ int cmd_chat(int argc, char **argv) {
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
     cli_set_threads(threads);
     TextModel tm;
-    text_model_load(&tm, model_path, lora_adapter, device, chat_template, true);
+    if (text_model_load(&tm, model_path, lora_adapter, device, chat_template, true) != 0) die_from_err();
     fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
             chat_template_name(&tm.chat));
 

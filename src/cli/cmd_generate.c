@@ -15,7 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 #include "core/check.h"
 #include "core/progress.h"
 #include "dist/dist.h"
@@ -183,7 +183,7 @@ int cmd_generate(int argc, char **argv) {
     cli_set_threads(threads);
 
     TextModel tm;
-    text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat);
+    if (text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat) != 0) die_from_err();
     // Read all prompts first: a bad row is reported before any generation work.
     PromptRow *rows = NULL;
     int count = 0, capacity = 0;

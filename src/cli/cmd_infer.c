@@ -22,7 +22,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 #include "core/check.h"
 #include "core/progress.h"
 #include "data/dataset.h"
@@ -187,7 +187,7 @@ int cmd_infer(int argc, char **argv) {
     TextModel policy = {0};
     Tokenizer *tokenizer = NULL;
     if (!ref_scores) {
-        text_model_load(&policy, model_path, lora_adapter, device, NULL, false);
+        if (text_model_load(&policy, model_path, lora_adapter, device, NULL, false) != 0) die_from_err();
         tokenizer = policy.tokenizer;
     } else if (tokenizer_load(&tokenizer, reward_path) != 0) {
         die_from_err();

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 #include "core/check.h"
 #include "serve/listener.h"
 #include "serve/server.h"
@@ -57,7 +57,7 @@ int cmd_serve(int argc, char **argv) {
     cli_set_threads(threads);
 
     TextModel tm;
-    text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat_template != NULL);
+    if (text_model_load(&tm, model_path, lora_adapter, device, chat_template, chat_template != NULL) != 0) die_from_err();
     char *name = model_name ? xstrdup(model_name) : default_model_name(model_path);
     if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
 

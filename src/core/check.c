@@ -1,7 +1,6 @@
 #include "core/check.h"
 
 #include <string.h>
-
 #include <unistd.h>
 
 // Cleanup that must run however the process ends (e.g. removing a half-written output).
@@ -31,10 +30,14 @@ void err_set_process_label(const char *label) { snprintf(process_label, sizeof p
 static _Thread_local char last_error[1024];
 
 int err_set(const char *fmt, ...) {
+    // Formatted aside first: callers add context to the previous message with
+    // err_set("%s (%s)", err_msg(), where), and vsnprintf must not read its own output.
+    char message[sizeof last_error];
     va_list args;
     va_start(args, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, args);
+    vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
+    memcpy(last_error, message, sizeof last_error);
     // The message must stay on one line whatever the input contained.
     for (char *p = last_error; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';

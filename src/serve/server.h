@@ -17,7 +17,7 @@
 // Text that could be the start of a stop string is held back until it is known not to be,
 // so the streamed pieces always add up to the non-streamed text.
 #pragma once
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 
 typedef struct {
     const char *host;       // address to bind (name or numeric)

@@ -1,4 +1,4 @@
-#include "cli/text_model.h"
+#include "gen/text_model.h"
 
 #include <string.h>
 
@@ -10,28 +10,35 @@
 // that the vocabulary has as a special token, as well as on EOS.
 static const char *end_of_turn_pieces[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>"};
 
-void text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
-                     const char *chat_template_option, bool needs_chat) {
+int text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
+                    const char *chat_template_option, bool needs_chat) {
     memset(tm, 0, sizeof *tm);
     const OpsBackend *ops = ops_backend_by_name(device);
-    if (!ops) die_from_err();
+    if (!ops) return -1;
     ModelLoadOptions load = {.with_lm_head = true};
-    if (model_load(&tm->model, path, ops, &load) != 0) die_from_err();
-    if (lora_adapter && model_load_lora_adapter(&tm->model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
-    if (tokenizer_load(&tm->tokenizer, path) != 0) die_from_err();
-    if (tokenizer_vocab_size(tm->tokenizer) > tm->model.config.vocab_size)
-        die_user("tokenizer has %d tokens but the model only %d (%s)", tokenizer_vocab_size(tm->tokenizer),
-                 tm->model.config.vocab_size, path);
+    if (model_load(&tm->model, path, ops, &load) != 0) return -1;
+    int rc = 0;
+    if (lora_adapter) rc = model_load_lora_adapter(&tm->model, lora_adapter, false, 0);
+    if (rc == 0) rc = tokenizer_load(&tm->tokenizer, path);
+    if (rc == 0 && tokenizer_vocab_size(tm->tokenizer) > tm->model.config.vocab_size)
+        rc = err_set("tokenizer has %d tokens but the model only %d (%s)", tokenizer_vocab_size(tm->tokenizer),
+                     tm->model.config.vocab_size, path);
+    if (rc != 0) {
+        text_model_free(tm);
+        return -1;
+    }
     const Tokenizer *tok = tm->tokenizer;
     const char *bos = tokenizer_bos_id(tok) >= 0 ? tokenizer_token_string(tok, tokenizer_bos_id(tok)) : NULL;
     const char *eos = tokenizer_eos_id(tok) >= 0 ? tokenizer_token_string(tok, tokenizer_eos_id(tok)) : NULL;
-    int rc = -1;
+    rc = -1;
     if (chat_template_option) rc = chat_template_from_option(&tm->chat, chat_template_option, bos, eos);
     else if (tokenizer_chat_template(tok)) rc = chat_template_from_source(&tm->chat, tokenizer_chat_template(tok), bos, eos, path);
     else err_set("model has no chat template (%s); pass --chat-template NAME or a template file", path);
     if (rc == 0) tm->has_chat = true;
-    else if (needs_chat) die_from_err();
-
+    else if (needs_chat) {
+        text_model_free(tm);
+        return -1;
+    }
     if (tokenizer_eos_id(tok) >= 0) tm->stop_tokens[tm->num_stop_tokens++] = tokenizer_eos_id(tok);
     for (size_t i = 0; i < sizeof end_of_turn_pieces / sizeof end_of_turn_pieces[0]; i++) {
         int id = tokenizer_piece_to_id(tok, end_of_turn_pieces[i]);
@@ -40,6 +47,8 @@ void text_model_load(TextModel *tm, const char *path, const char *lora_adapter, 
         if (id >= 0 && !known && tokenizer_is_special(tok, id) && tm->num_stop_tokens < 8)
             tm->stop_tokens[tm->num_stop_tokens++] = id;
     }
+    err_clear(); // a missing template that was not needed is not an error of this call
+    return 0;
 }
 
 void text_model_free(TextModel *tm) {

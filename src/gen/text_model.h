@@ -1,5 +1,6 @@
-// What the text commands (generate, chat, and later infer/serve) share: a model with its
-// tokenizer and chat template, prompts turned into token ids, and the stop tokens.
+// What the text commands (generate, chat, infer, serve) and the embedding API (api/) share:
+// a model with its tokenizer and chat template, prompts turned into token ids, and the stop
+// tokens.
 #pragma once
 #include <stdbool.h>
 
@@ -19,8 +20,8 @@ typedef struct {
 // Loads model + tokenizer from `path` (folder or .gguf), and the LoRA adapter saved in
 // `lora_adapter` on top when not NULL (model/lora.h). chat_template_option: NULL to use the
 // model's own template (an unrecognised one is an error only when needs_chat), or a family
-// name / template file. Exits 2 with a one-line error on failure.
-void text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
+// name / template file. Returns 0, or -1 with err_set() (and nothing left allocated).
+int text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
                      const char *chat_template_option, bool needs_chat);
 void text_model_free(TextModel *tm);
 

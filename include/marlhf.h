@@ -1,0 +1,162 @@
+// marlhf.h: the embedding API of marlhf, for programs that link the library instead of
+// running the `marlhf` command (build/libmarlhf.a or build/libmarlhf.so, `make lib`).
+//
+// What it offers: load a Hugging Face folder or a GGUF file; tokenize; generate (with the
+// model's chat template or on plain text); the log-probability of a response; a reward
+// model's score; and on-device preference learning: DPO steps that train LoRA adapters on
+// the loaded model, with the model's own frozen weights (the adapters switched off) as the
+// DPO reference, so no second copy of the model is held. The trained model generates with
+// its adapters at once and saves as a Hugging Face folder (adapters merged, and the PEFT
+// adapter alone in its adapter/ subfolder).
+//
+// Conventions:
+//  - Functions that can fail return -1 (or NULL) and leave a one-line message for
+//    marlhf_last_error(); they never exit the process. Broken invariants inside the library
+//    (out of memory, a bug) still abort with the file and line, as in the command.
+//  - Strings are UTF-8 and NUL-terminated; the strings the library returns are freed with
+//    marlhf_free().
+//  - One model is used by one thread at a time; separate models may be used from separate
+//    threads. The compute itself is parallel (OpenMP; marlhf_set_threads).
+//  - The same inputs, seed and thread count give the same bits, as the command does.
+//  - Parameter structs are obtained from their *_default_params() function and then
+//    changed field by field, so that fields added later get their defaults.
+//
+// docs/embedding.md describes it with an example (examples/preference_loop.c).
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MARLHF_API_VERSION 1
+
+#if defined(__GNUC__)
+#define MARLHF_API __attribute__((visibility("default")))
+#else
+#define MARLHF_API
+#endif
+
+typedef struct marlhf_model marlhf_model;
+typedef struct marlhf_trainer marlhf_trainer;
+
+// ---- the library ------------------------------------------------------------------------
+
+// MARLHF_API_VERSION of the library linked (compare with the header's).
+MARLHF_API int marlhf_api_version(void);
+// The message of the last failed call of this thread ("" if none).
+MARLHF_API const char *marlhf_last_error(void);
+// CPU threads for all later calls (0: one per core).
+MARLHF_API void marlhf_set_threads(int threads);
+// Frees a string returned by the library (NULL is allowed).
+MARLHF_API void marlhf_free(void *pointer);
+
+// ---- models -------------------------------------------------------------------------------
+
+typedef enum {
+    MARLHF_POLICY = 0,       // a causal LM (generation, log-probs, DPO)
+    MARLHF_REWARD_MODEL = 1, // a reward model: the file must hold a value head ("score.weight")
+} marlhf_model_kind;
+
+typedef struct {
+    marlhf_model_kind kind;
+    const char *device;        // "cpu" (NULL means cpu) or "cuda" when the library has it
+    const char *lora_adapter;  // policy: a saved adapter applied on load (a marlhf model folder
+                               // with adapter/, or a PEFT adapter folder); NULL for none
+    const char *chat_template; // policy: a family name or template file; NULL: the model's own
+} marlhf_model_params;
+
+MARLHF_API marlhf_model_params marlhf_model_default_params(void);
+// `path`: a Hugging Face folder (config.json, *.safetensors, tokenizer.json) or a .gguf file.
+MARLHF_API marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *params);
+// Frees the model (and a trainer still attached to it).
+MARLHF_API void marlhf_model_free(marlhf_model *model);
+// Writes the model as a Hugging Face folder at `dir` (with its tokenizer). The folder
+// appears complete or not at all, and an existing folder at `dir` is an error: nothing
+// saved before is overwritten.
+MARLHF_API int marlhf_model_save(marlhf_model *model, const char *dir);
+
+// The model's vocabulary: token ids are in [0, marlhf_vocab_size). It may exceed the
+// tokenizer's (padded embedding rows).
+MARLHF_API int marlhf_vocab_size(const marlhf_model *model);
+// Token ids of `text` (with the tokenizer's special tokens, e.g. BOS, when add_special is
+// non-zero). Writes at most `capacity` ids and returns how many the text has (call again
+// with a larger buffer when that exceeds capacity), or -1.
+MARLHF_API int marlhf_tokenize(const marlhf_model *model, const char *text, int add_special, int *ids, int capacity);
+// The text of `count` ids (special tokens left out when skip_special is non-zero), or NULL.
+MARLHF_API char *marlhf_detokenize(const marlhf_model *model, const int *ids, int count, int skip_special);
+
+// ---- generation ---------------------------------------------------------------------------
+
+typedef struct {
+    int chat;             // non-zero: `prompt` is a user message, rendered by the chat template
+    const char *system;   // chat: an optional system message (NULL: none)
+    int max_new_tokens;   // 256
+    int min_new_tokens;   // 0: no end of text before this many tokens
+    float temperature;    // 0.7; 0 is greedy
+    int top_k;            // 50; 0 is off
+    float top_p;          // 1 (off)
+    uint64_t seed;        // 1234: the output depends only on the prompt, the model and the seed
+} marlhf_generate_params;
+
+MARLHF_API marlhf_generate_params marlhf_generate_default_params(void);
+// The response to `prompt` (without its stop token), or NULL.
+MARLHF_API char *marlhf_generate(marlhf_model *policy, const char *prompt, const marlhf_generate_params *params);
+
+// ---- scoring ------------------------------------------------------------------------------
+
+// The sum of the log-probabilities of `response` followed by the end-of-text token, after
+// `prompt` (with the tokenizer's special tokens), as SFT and DPO score a response. `tokens`
+// (may be NULL) receives the number of response tokens summed. Returns 0 or -1.
+MARLHF_API int marlhf_logprob(marlhf_model *policy, const char *prompt, const char *response, double *sum,
+                              int *tokens);
+// A reward model's score of `response` after `prompt` (the value head at the end-of-text
+// token, as `marlhf rm` trains it). Returns 0 or -1.
+MARLHF_API int marlhf_reward(marlhf_model *reward_model, const char *prompt, const char *response, float *score);
+
+// ---- on-device preference learning (DPO with LoRA) ---------------------------------------
+
+typedef struct {
+    const char *loss;       // "sigmoid" (DPO) | "ipo" | "hinge" | "simpo" (no reference)
+    double beta;            // 0.1
+    double label_smoothing; // sigmoid: conservative DPO's epsilon (0)
+    double simpo_gamma;     // simpo: target margin (0.5)
+    double sft_weight;      // > 0: plus this times the chosen response's NLL (RPO) (0)
+    int lora_rank;          // 8
+    double lora_alpha;      // 0: the rank
+    const char *lora_modules; // "all-linear" or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+    double learning_rate;   // 5e-5, constant
+    double weight_decay;    // 0
+    double max_grad_norm;   // 1 (0: no clipping)
+    int max_seq_len;        // 512: longer prompt + response rows are cut
+    int micro_batch;        // 4: pairs per forward/backward (memory, not the result's maths)
+    uint64_t seed;          // 1234: the adapters' initialisation
+} marlhf_dpo_params;
+
+typedef struct {
+    const char *prompt, *chosen, *rejected;
+} marlhf_preference;
+
+typedef struct {
+    long step;              // optimizer steps taken so far (this one included)
+    double loss;            // mean over the step's pairs
+    double accuracy;        // fraction of pairs whose chosen implicit reward is the higher
+    double margin;          // mean chosen minus rejected implicit reward
+    double chosen_reward, rejected_reward; // means of beta log(policy / reference)
+    double grad_norm;       // before clipping
+    int pairs;              // pairs used (a pair whose prompt fills max_seq_len is skipped)
+} marlhf_dpo_stats;
+
+MARLHF_API marlhf_dpo_params marlhf_dpo_default_params(void);
+// Adds fresh LoRA adapters to `policy` (which must have none) and an AdamW optimizer for
+// them. The model's frozen weights with the adapters off are the reference. NULL on error.
+MARLHF_API marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params);
+// One optimizer step on `count` pairs (the mean of their losses). `stats` may be NULL.
+MARLHF_API int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count,
+                               marlhf_dpo_stats *stats);
+// Frees the optimizer; the adapters stay on the model as trained.
+MARLHF_API void marlhf_trainer_free(marlhf_trainer *trainer);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,432 @@
+// The embedding API (include/marlhf.h) over the library's own modules: gen/text_model.h
+// for loading and generation, train/dpo.h for the DPO loss and its backward, train/adamw.h
+// for the update, model/lora.h for the adapters. It adds no numerics of its own, so what
+// a program computes through it is what the command computes; its job is the boundary:
+// validate every argument, turn errors into return codes, own and free what it hands out.
+#include "marlhf.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "gen/generate.h"
+#include "gen/text_model.h"
+#include "io/fs.h"
+#include "model/lora.h"
+#include "model/weights_io.h"
+#include "train/adamw.h"
+#include "train/dpo.h"
+#include "train/rm.h"
+#include "train/sft.h"
+
+struct marlhf_model {
+    marlhf_model_kind kind;
+    TextModel text;          // a reward model fills only text.model and text.tokenizer
+    marlhf_trainer *trainer; // the DPO trainer attached, if any
+};
+
+struct marlhf_trainer {
+    marlhf_model *owner;
+    DpoLossOptions loss;
+    AdamW optimizer;
+    double learning_rate, max_grad_norm;
+    int max_seq_len, micro_batch;
+    long step;
+};
+
+// ---- the library --------------------------------------------------------------------------
+
+int marlhf_api_version(void) { return MARLHF_API_VERSION; }
+
+const char *marlhf_last_error(void) { return err_msg(); }
+
+void marlhf_set_threads(int threads) {
+    if (threads <= 0) threads = omp_get_num_procs();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+}
+
+void marlhf_free(void *pointer) { free(pointer); }
+
+// ---- models -------------------------------------------------------------------------------
+
+marlhf_model_params marlhf_model_default_params(void) {
+    return (marlhf_model_params){.kind = MARLHF_POLICY, .device = "cpu"};
+}
+
+static int load_reward_model(TextModel *text, const char *path, const char *device) {
+    memset(text, 0, sizeof *text);
+    const OpsBackend *ops = ops_backend_by_name(device);
+    if (!ops) return -1;
+    ModelLoadOptions load = {.with_value_head = true, .require_value_head = true};
+    if (model_load(&text->model, path, ops, &load) != 0) return -1;
+    if (tokenizer_load(&text->tokenizer, path) != 0) {
+        model_free(&text->model);
+        return -1;
+    }
+    return 0;
+}
+
+marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *params) {
+    err_clear();
+    if (!path || !params) {
+        err_set("marlhf_model_load: path and params must not be NULL");
+        return NULL;
+    }
+    if (params->kind != MARLHF_POLICY && params->kind != MARLHF_REWARD_MODEL) {
+        err_set("marlhf_model_load: unknown model kind %d (%s)", (int)params->kind, path);
+        return NULL;
+    }
+    const char *device = params->device ? params->device : "cpu";
+    marlhf_model *model = xcalloc(1, sizeof *model);
+    model->kind = params->kind;
+    int rc;
+    if (params->kind == MARLHF_REWARD_MODEL) {
+        if (params->lora_adapter || params->chat_template) {
+            err_set("marlhf_model_load: lora_adapter and chat_template are for a policy, not a reward model (%s)", path);
+            free(model);
+            return NULL;
+        }
+        rc = load_reward_model(&model->text, path, device);
+    } else {
+        rc = text_model_load(&model->text, path, params->lora_adapter, device, params->chat_template, false);
+    }
+    if (rc != 0) {
+        free(model);
+        return NULL;
+    }
+    return model;
+}
+
+void marlhf_model_free(marlhf_model *model) {
+    if (!model) return;
+    marlhf_trainer_free(model->trainer);
+    text_model_free(&model->text);
+    free(model);
+}
+
+int marlhf_model_save(marlhf_model *model, const char *dir) {
+    err_clear();
+    if (!model || !dir || !*dir) return err_set("marlhf_model_save: model and dir must be given");
+    if (fs_exists(dir)) return err_set("marlhf_model_save: %s already exists (nothing was written)", dir);
+    FsAtomicDir out;
+    if (fs_atomic_dir_begin(&out, dir) != 0) return -1;
+    int rc = model_write_hf_files(&model->text.model, out.tmp_path);
+    if (rc == 0) rc = tokenizer_write_hf(model->text.tokenizer, out.tmp_path);
+    if (rc == 0) return fs_atomic_dir_commit(&out);
+    fs_atomic_dir_abort(&out);
+    return -1;
+}
+
+int marlhf_vocab_size(const marlhf_model *model) { return model ? model->text.model.config.vocab_size : -1; }
+
+int marlhf_tokenize(const marlhf_model *model, const char *text, int add_special, int *ids, int capacity) {
+    err_clear();
+    if (!model || !text) return err_set("marlhf_tokenize: model and text must not be NULL");
+    if (capacity < 0 || (capacity > 0 && !ids)) return err_set("marlhf_tokenize: ids must hold capacity (%d) ids", capacity);
+    int *all = NULL, count = 0;
+    if (tokenizer_encode(model->text.tokenizer, text, strlen(text), add_special != 0, &all, &count) != 0) return -1;
+    if (capacity > 0) memcpy(ids, all, (size_t)(count < capacity ? count : capacity) * sizeof(int));
+    free(all);
+    return count;
+}
+
+char *marlhf_detokenize(const marlhf_model *model, const int *ids, int count, int skip_special) {
+    err_clear();
+    if (!model || count < 0 || (count > 0 && !ids)) {
+        err_set("marlhf_detokenize: model and count ids must be given");
+        return NULL;
+    }
+    const int vocab = model->text.model.config.vocab_size;
+    for (int i = 0; i < count; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            err_set("marlhf_detokenize: ids[%d] = %d is not a token id (vocabulary %d)", i, ids[i], vocab);
+            return NULL;
+        }
+    return tokenizer_decode(model->text.tokenizer, ids, count, skip_special != 0);
+}
+
+// ---- generation ---------------------------------------------------------------------------
+
+marlhf_generate_params marlhf_generate_default_params(void) {
+    return (marlhf_generate_params){
+        .max_new_tokens = 256, .temperature = 0.7f, .top_k = 50, .top_p = 1.0f, .seed = 1234};
+}
+
+static int require_policy(const marlhf_model *model, const char *function) {
+    if (!model) return err_set("%s: model must not be NULL", function);
+    if (model->kind != MARLHF_POLICY) return err_set("%s: needs a policy (a causal LM), not a reward model", function);
+    return 0;
+}
+
+static int check_generate_params(const marlhf_generate_params *p) {
+    const char *f = "marlhf_generate";
+    if (p->max_new_tokens < 1 || p->max_new_tokens > 1 << 20)
+        return err_set("%s: max_new_tokens must be in [1, 1048576], got %d", f, p->max_new_tokens);
+    if (p->min_new_tokens < 0 || p->min_new_tokens > p->max_new_tokens)
+        return err_set("%s: min_new_tokens must be in [0, max_new_tokens], got %d", f, p->min_new_tokens);
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return err_set("%s: temperature must be >= 0, got %g", f, p->temperature);
+    if (p->top_k < 0) return err_set("%s: top_k must be >= 0, got %d", f, p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1)) return err_set("%s: top_p must be in (0, 1], got %g", f, p->top_p);
+    return 0;
+}
+
+char *marlhf_generate(marlhf_model *policy, const char *prompt, const marlhf_generate_params *params) {
+    err_clear();
+    if (require_policy(policy, "marlhf_generate") != 0) return NULL;
+    if (!prompt || !params) {
+        err_set("marlhf_generate: prompt and params must not be NULL");
+        return NULL;
+    }
+    const marlhf_generate_params *p = params;
+    if (check_generate_params(p) != 0) return NULL;
+
+    TextModel *tm = &policy->text;
+    int *ids = NULL, length = 0;
+    if (p->chat) {
+        if (!tm->has_chat) {
+            err_set("marlhf_generate: chat needs a chat template; the model has none (set chat_template when loading)");
+            return NULL;
+        }
+        ChatMessage messages[2];
+        int n = 0;
+        if (p->system) messages[n++] = (ChatMessage){"system", p->system};
+        messages[n++] = (ChatMessage){"user", prompt};
+        if (text_model_chat_ids(tm, messages, n, &ids, &length) != 0) return NULL;
+    } else if (text_model_text_ids(tm, prompt, &ids, &length) != 0) {
+        return NULL;
+    }
+    if (length == 0) {
+        free(ids);
+        err_set("marlhf_generate: the prompt is empty after tokenization");
+        return NULL;
+    }
+    GenerateOptions options = {
+        .sampler = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p},
+        .max_new_tokens = p->max_new_tokens,
+        .min_new_tokens = p->min_new_tokens,
+        .seed = p->seed,
+        .stop_tokens = tm->stop_tokens,
+        .num_stop_tokens = tm->num_stop_tokens,
+        .pad_token = tokenizer_pad_id(tm->tokenizer) >= 0 ? tokenizer_pad_id(tm->tokenizer) : 0,
+    };
+    const int *prompts[1] = {ids};
+    GeneratedRow row;
+    // Row id 0: the same stream as the first prompt of `marlhf generate --seed S`.
+    generate(&tm->model, prompts, &length, NULL, 1, &options, &row, NULL);
+    int kept = row.stop == STOP_TOKEN && row.length > 0 ? row.length - 1 : row.length;
+    char *text = tokenizer_decode(tm->tokenizer, row.tokens, kept, true);
+    generated_row_free(&row);
+    free(ids);
+    return text;
+}
+
+// ---- scoring ------------------------------------------------------------------------------
+
+// prompt + response + EOS as the training commands tokenize an example; an error when it
+// does not fit the model's context.
+static int tokenize_scored(const TextModel *tm, const char *function, const char *prompt, const char *response,
+                           TokenizedExamples *rows) {
+    if (!prompt || !response) return err_set("%s: prompt and response must not be NULL", function);
+    const int context = tm->model.config.max_position_embeddings > 0 ? tm->model.config.max_position_embeddings : INT_MAX;
+    memset(rows, 0, sizeof *rows);
+    rows->ids = xcalloc(1, sizeof(int *));
+    rows->lengths = xcalloc(1, sizeof(int));
+    rows->prompt_lengths = xcalloc(1, sizeof(int));
+    rows->count = 1;
+    bool truncated = false;
+    tokenize_example(tm->tokenizer, prompt, response, context, &rows->ids[0], &rows->lengths[0], &rows->prompt_lengths[0],
+                     &truncated);
+    if (truncated) {
+        tokenized_examples_free(rows);
+        return err_set("%s: prompt + response are longer than the model's context of %d tokens", function, context);
+    }
+    if (rows->lengths[0] - rows->prompt_lengths[0] < 1 || rows->lengths[0] < 2) {
+        tokenized_examples_free(rows);
+        return err_set("%s: nothing to score (the prompt tokenizes to no token)", function);
+    }
+    return 0;
+}
+
+static int pad_id(const Tokenizer *tokenizer) {
+    int pad = tokenizer_pad_id(tokenizer);
+    if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
+    return pad;
+}
+
+int marlhf_logprob(marlhf_model *policy, const char *prompt, const char *response, double *sum, int *tokens) {
+    err_clear();
+    if (require_policy(policy, "marlhf_logprob") != 0) return -1;
+    if (!sum) return err_set("marlhf_logprob: sum must not be NULL");
+    TokenizedExamples rows;
+    if (tokenize_scored(&policy->text, "marlhf_logprob", prompt, response, &rows) != 0) return -1;
+    const long which = 0;
+    dpo_response_logps(&policy->text.model, &rows, &which, 1, pad_id(policy->text.tokenizer), sum);
+    if (tokens) *tokens = rows.lengths[0] - rows.prompt_lengths[0];
+    tokenized_examples_free(&rows);
+    return 0;
+}
+
+int marlhf_reward(marlhf_model *reward_model, const char *prompt, const char *response, float *score) {
+    err_clear();
+    if (!reward_model || reward_model->kind != MARLHF_REWARD_MODEL)
+        return err_set("marlhf_reward: needs a model loaded as MARLHF_REWARD_MODEL");
+    if (!score) return err_set("marlhf_reward: score must not be NULL");
+    TokenizedExamples rows;
+    if (tokenize_scored(&reward_model->text, "marlhf_reward", prompt, response, &rows) != 0) return -1;
+    rm_score_rows(&reward_model->text.model, rows.ids, rows.lengths, 1, score);
+    tokenized_examples_free(&rows);
+    return 0;
+}
+
+// ---- on-device preference learning ---------------------------------------------------------
+
+marlhf_dpo_params marlhf_dpo_default_params(void) {
+    return (marlhf_dpo_params){.loss = "sigmoid", .beta = 0.1, .simpo_gamma = 0.5, .lora_rank = 8,
+                               .lora_modules = "all-linear", .learning_rate = 5e-5, .max_grad_norm = 1.0,
+                               .max_seq_len = 512, .micro_batch = 4, .seed = 1234};
+}
+
+static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, LoraConfig *lora) {
+    const char *f = "marlhf_dpo_trainer_new";
+    memset(loss, 0, sizeof *loss);
+    if (!p->loss || dpo_loss_from_name(p->loss, &loss->loss) != 0)
+        return err_set("%s: loss must be sigmoid, ipo, hinge or simpo, got '%s'", f, p->loss ? p->loss : "(null)");
+    if (!(p->beta > 0) || !isfinite(p->beta)) return err_set("%s: beta must be positive, got %g", f, p->beta);
+    if (!(p->label_smoothing >= 0 && p->label_smoothing < 0.5))
+        return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
+    if (!isfinite(p->simpo_gamma)) return err_set("%s: simpo_gamma must be finite, got %g", f, p->simpo_gamma);
+    if (!(p->sft_weight >= 0) || !isfinite(p->sft_weight)) return err_set("%s: sft_weight must be >= 0, got %g", f, p->sft_weight);
+    if (p->lora_rank < 1) return err_set("%s: lora_rank must be at least 1, got %d", f, p->lora_rank);
+    if (!(p->lora_alpha >= 0) || !isfinite(p->lora_alpha)) return err_set("%s: lora_alpha must be >= 0, got %g", f, p->lora_alpha);
+    if (!(p->learning_rate > 0) || !isfinite(p->learning_rate))
+        return err_set("%s: learning_rate must be positive, got %g", f, p->learning_rate);
+    if (!(p->weight_decay >= 0) || !isfinite(p->weight_decay)) return err_set("%s: weight_decay must be >= 0, got %g", f, p->weight_decay);
+    if (!(p->max_grad_norm >= 0) || !isfinite(p->max_grad_norm))
+        return err_set("%s: max_grad_norm must be >= 0, got %g", f, p->max_grad_norm);
+    if (p->max_seq_len < 2) return err_set("%s: max_seq_len must be at least 2, got %d", f, p->max_seq_len);
+    if (p->micro_batch < 1) return err_set("%s: micro_batch must be at least 1, got %d", f, p->micro_batch);
+    loss->beta = p->beta;
+    loss->label_smoothing = p->label_smoothing;
+    loss->simpo_gamma = p->simpo_gamma;
+    loss->sft_weight = p->sft_weight;
+    memset(lora, 0, sizeof *lora);
+    lora->rank = p->lora_rank;
+    lora->alpha = p->lora_alpha > 0 ? (float)p->lora_alpha : (float)p->lora_rank;
+    if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
+        return err_set("%s: lora_modules: %s", f, err_msg());
+    return 0;
+}
+
+marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params) {
+    err_clear();
+    if (require_policy(policy, "marlhf_dpo_trainer_new") != 0) return NULL;
+    if (!params) {
+        err_set("marlhf_dpo_trainer_new: params must not be NULL");
+        return NULL;
+    }
+    if (policy->trainer) {
+        err_set("marlhf_dpo_trainer_new: the model already has a trainer (free it first)");
+        return NULL;
+    }
+    Model *model = &policy->text.model;
+    if (model->lora.rank > 0) {
+        err_set("marlhf_dpo_trainer_new: the model already has LoRA adapters; load its base without lora_adapter "
+                "(its frozen weights are the DPO reference)");
+        return NULL;
+    }
+    DpoLossOptions loss;
+    LoraConfig lora;
+    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
+    // The activations were sized for a model without adapters and gradients.
+    model_release_activations(model);
+    if (model_add_lora(model, &lora, false, params->seed) != 0) return NULL;
+    model_enable_grad(model);
+    marlhf_trainer *trainer = xcalloc(1, sizeof *trainer);
+    trainer->owner = policy;
+    trainer->loss = loss;
+    trainer->learning_rate = params->learning_rate;
+    trainer->max_grad_norm = params->max_grad_norm;
+    trainer->max_seq_len = params->max_seq_len;
+    trainer->micro_batch = params->micro_batch;
+    adamw_init(&trainer->optimizer, model, adamw_default_config((float)params->weight_decay));
+    policy->trainer = trainer;
+    return trainer;
+}
+
+int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count, marlhf_dpo_stats *stats) {
+    err_clear();
+    if (!trainer || !pairs || count < 1) return err_set("marlhf_dpo_step: a trainer and at least one pair are needed");
+    const char **prompts = xmalloc((size_t)count * sizeof(char *));
+    const char **responses = xmalloc((size_t)2 * count * sizeof(char *));
+    for (int i = 0; i < count; i++) {
+        if (!pairs[i].prompt || !pairs[i].chosen || !pairs[i].rejected) {
+            free(prompts), free(responses);
+            return err_set("marlhf_dpo_step: pairs[%d] has a NULL prompt, chosen or rejected", i);
+        }
+        prompts[i] = pairs[i].prompt;
+        responses[2 * i] = pairs[i].chosen, responses[2 * i + 1] = pairs[i].rejected;
+    }
+    TextModel *tm = &trainer->owner->text;
+    Model *model = &tm->model;
+    DpoTask task;
+    int rc = dpo_task_init(&task, tm->tokenizer, prompts, responses, count, NULL, NULL, 0, trainer->max_seq_len,
+                           &trainer->loss);
+    free(prompts), free(responses);
+    if (rc != 0) {
+        dpo_task_free(&task);
+        return err_set("marlhf_dpo_step: no pair has a response token within max_seq_len %d", trainer->max_seq_len);
+    }
+    // The reference: the same frozen weights with the adapters switched off.
+    if (trainer->loss.loss != DPO_LOSS_SIMPO) {
+        model->lora_enabled = false;
+        dpo_task_compute_reference(&task, model);
+        model->lora_enabled = true;
+    }
+    TrainTask train = dpo_train_task(&task);
+    model_zero_grad(model);
+    const long n = task.train_count;
+    double loss = 0.0, metrics[4] = {0};
+    long *which = xmalloc((size_t)trainer->micro_batch * sizeof(long));
+    for (long first = 0; first < n; first += trainer->micro_batch) {
+        int micro = (int)(n - first < trainer->micro_batch ? n - first : trainer->micro_batch);
+        for (int i = 0; i < micro; i++) which[i] = first + i;
+        MicroStepResult result = {0};
+        train.micro_step(train.context, model, which, micro, 1.0 / (double)n, &result);
+        loss += result.loss_sum;
+        for (int k = 0; k < 4; k++) metrics[k] += result.metric_sums[k];
+    }
+    free(which);
+    dpo_task_free(&task);
+    const double norm = grad_global_norm(model);
+    if (!isfinite(loss) || !isfinite(norm)) {
+        model_zero_grad(model);
+        return err_set("marlhf_dpo_step: the loss (%g) or gradient norm (%g) is not finite; the adapters were not changed",
+                       loss / (double)n, norm);
+    }
+    adamw_step(&trainer->optimizer, model, (float)trainer->learning_rate,
+               grad_clip_coefficient(norm, (float)trainer->max_grad_norm));
+    trainer->step++;
+    if (stats) {
+        *stats = (marlhf_dpo_stats){.step = trainer->step,
+                                    .loss = loss / (double)n,
+                                    .accuracy = metrics[0] / (double)n,
+                                    .margin = metrics[1] / (double)n,
+                                    .chosen_reward = metrics[2] / (double)n,
+                                    .rejected_reward = metrics[3] / (double)n,
+                                    .grad_norm = norm,
+                                    .pairs = (int)n};
+    }
+    return 0;
+}
+
+void marlhf_trainer_free(marlhf_trainer *trainer) {
+    if (!trainer) return;
+    adamw_free(&trainer->optimizer);
+    trainer->owner->trainer = NULL;
+    free(trainer);
+}

@@ -1,0 +1,473 @@
+// The embedding API (include/marlhf.h) on the tiny model of tests/fixtures/models/tiny_chat:
+// its answers checked against computations made here through the engine directly (log-probs
+// from the logits, a reward model's score from the value head), DPO steps against the
+// `marlhf dpo` command on the same pairs, saving and reloading, determinism, and an error
+// (never an exit) for each bad argument.
+#include "marlhf.h"
+
+#include <jansson.h>
+#include <sys/stat.h>
+
+#include "core/check.h"
+#include "io/fs.h"
+#include "model/weights_io.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *tiny = "tests/fixtures/models/tiny_chat";
+static char tmp[512];
+
+static const char *tmp_path(const char *name) {
+    static char path[8][600];
+    static int next;
+    char *out = path[next++ % 8];
+    snprintf(out, sizeof path[0], "%s/%s", tmp, name);
+    return out;
+}
+
+static marlhf_model *load_policy(const char *path, const char *adapter) {
+    marlhf_model_params params = marlhf_model_default_params();
+    params.lora_adapter = adapter;
+    marlhf_model *model = marlhf_model_load(path, &params);
+    if (!model) fprintf(stderr, "  load %s: %s\n", path, marlhf_last_error());
+    return model;
+}
+
+// ---- pairs of tests/fixtures/train --------------------------------------------------------
+
+typedef struct {
+    marlhf_preference *pairs;
+    int count;
+} Pairs;
+
+static Pairs read_pairs(const char *path) {
+    Pairs out = {0};
+    FILE *file = fopen(path, "r");
+    CHECK(file, "cannot open %s", path);
+    char line[4096];
+    while (fgets(line, sizeof line, file)) {
+        json_t *row = json_loads(line, 0, NULL);
+        CHECK(row, "bad JSON in %s", path);
+        out.pairs = xrealloc(out.pairs, (size_t)(out.count + 1) * sizeof(marlhf_preference));
+        out.pairs[out.count++] = (marlhf_preference){xstrdup(json_string_value(json_object_get(row, "prompt"))),
+                                                     xstrdup(json_string_value(json_object_get(row, "chosen"))),
+                                                     xstrdup(json_string_value(json_object_get(row, "rejected")))};
+        json_decref(row);
+    }
+    fclose(file);
+    return out;
+}
+
+static void free_pairs(Pairs *p) {
+    for (int i = 0; i < p->count; i++)
+        free((char *)p->pairs[i].prompt), free((char *)p->pairs[i].chosen), free((char *)p->pairs[i].rejected);
+    free(p->pairs);
+}
+
+static marlhf_dpo_params tiny_dpo_params(void) {
+    marlhf_dpo_params params = marlhf_dpo_default_params();
+    params.lora_rank = 4;
+    params.learning_rate = 1e-2;
+    params.max_seq_len = 32;
+    return params;
+}
+
+// ---- the library and models ---------------------------------------------------------------
+
+static void test_load_errors(void) {
+    EXPECT(marlhf_api_version() == MARLHF_API_VERSION, "version %d", marlhf_api_version());
+    marlhf_model_params params = marlhf_model_default_params();
+    EXPECT(!marlhf_model_load("tests/fixtures/no_such_model", &params), "loaded a missing model");
+    EXPECT(strstr(marlhf_last_error(), "no_such_model"), "error '%s' names the path", marlhf_last_error());
+    EXPECT(!marlhf_model_load(NULL, &params) && strstr(marlhf_last_error(), "NULL"), "NULL path: '%s'", marlhf_last_error());
+    params.kind = MARLHF_REWARD_MODEL;
+    EXPECT(!marlhf_model_load(tiny, &params), "a causal LM loaded as a reward model");
+    EXPECT(strstr(marlhf_last_error(), "value head"), "error '%s'", marlhf_last_error());
+    params.kind = (marlhf_model_kind)7;
+    EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "kind"), "kind 7: '%s'", marlhf_last_error());
+    params = marlhf_model_default_params();
+    params.device = "tpu";
+    EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "tpu"), "device: '%s'", marlhf_last_error());
+    params = marlhf_model_default_params();
+    params.lora_adapter = "tests/fixtures/no_such_adapter";
+    EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "no_such_adapter"), "adapter: '%s'",
+           marlhf_last_error());
+    marlhf_model *model = load_policy(tiny, NULL);
+    EXPECT(model && !*marlhf_last_error(), "a good load leaves no error ('%s')", marlhf_last_error());
+    marlhf_model_free(model);
+    marlhf_model_free(NULL);
+}
+
+static void test_tokenize(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    const char *text = "Tell me about the cat.";
+    int n = marlhf_tokenize(model, text, 0, NULL, 0);
+    EXPECT(n > 3, "count %d", n);
+    int ids[64], partial[2];
+    EXPECT(marlhf_tokenize(model, text, 0, ids, 64) == n, "same count with room");
+    EXPECT(marlhf_tokenize(model, text, 0, partial, 2) == n && partial[0] == ids[0] && partial[1] == ids[1],
+           "a short buffer gets the first ids and the full count");
+    char *back = marlhf_detokenize(model, ids, n, 1);
+    EXPECT(back && !strcmp(back, text), "round trip '%s'", back ? back : "(null)");
+    marlhf_free(back);
+    int bad = marlhf_vocab_size(model) + 5;
+    EXPECT(!marlhf_detokenize(model, &bad, 1, 0) && strstr(marlhf_last_error(), "not a token id"), "'%s'",
+           marlhf_last_error());
+    EXPECT(marlhf_tokenize(model, text, 0, NULL, 4) == -1, "ids NULL with capacity 4 is an error");
+    marlhf_model_free(model);
+}
+
+// log p(response + EOS | prompt) from the logits of the engine, with a log-softmax in double
+// here: an independent check of marlhf_logprob's tokenization, slots and sum.
+static double logprob_from_logits(const char *path, const char *prompt, const char *response, int *tokens) {
+    Tokenizer *tok;
+    CHECK(tokenizer_load(&tok, path) == 0, "%s", err_msg());
+    Model model;
+    ModelLoadOptions load = {.with_lm_head = true};
+    CHECK(model_load(&model, path, &ops_cpu, &load) == 0, "%s", err_msg());
+    int *p, np, *r, nr;
+    CHECK(tokenizer_encode(tok, prompt, strlen(prompt), true, &p, &np) == 0, "encode");
+    CHECK(tokenizer_encode(tok, response, strlen(response), false, &r, &nr) == 0, "encode");
+    int T = np + nr + 1;
+    int *row = xmalloc((size_t)T * sizeof(int));
+    memcpy(row, p, (size_t)np * sizeof(int));
+    memcpy(row + np, r, (size_t)nr * sizeof(int));
+    row[T - 1] = tokenizer_eos_id(tok);
+    ModelBatch batch = {.B = 1, .T = T, .tokens = row};
+    model_forward(&model, &batch);
+    const int V = model.config.vocab_size;
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    double sum = 0;
+    for (int t = np - 1; t < T - 1; t++) {
+        model_logits_row(&model, t, logits);
+        double max = logits[0], z = 0;
+        for (int v = 1; v < V; v++) max = logits[v] > max ? logits[v] : max;
+        for (int v = 0; v < V; v++) z += exp((double)logits[v] - max);
+        sum += (double)logits[row[t + 1]] - max - log(z);
+    }
+    *tokens = nr + 1;
+    free(logits), free(row), free(p), free(r);
+    model_free(&model);
+    tokenizer_free(tok);
+    return sum;
+}
+
+static void test_logprob(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    double sum = 0;
+    int tokens = 0, expected_tokens = 0;
+    EXPECT(marlhf_logprob(model, "Tell me about the cat.", " The cat is good.", &sum, &tokens) == 0, "%s",
+           marlhf_last_error());
+    double expected = logprob_from_logits(tiny, "Tell me about the cat.", " The cat is good.", &expected_tokens);
+    EXPECT(tokens == expected_tokens, "tokens %d, expected %d", tokens, expected_tokens);
+    EXPECT_CLOSE(sum, expected, 1e-4, 1e-5, "log-prob sum");
+    EXPECT(marlhf_logprob(model, "x", NULL, &sum, NULL) == -1 && strstr(marlhf_last_error(), "NULL"), "'%s'",
+           marlhf_last_error());
+    // Longer than the tiny model's context.
+    char *long_text = xmalloc(20001);
+    for (int i = 0; i < 20000; i++) long_text[i] = i % 2 ? ' ' : 'a';
+    long_text[20000] = '\0';
+    EXPECT(marlhf_logprob(model, long_text, " ok", &sum, NULL) == -1 && strstr(marlhf_last_error(), "context"), "'%s'",
+           marlhf_last_error());
+    free(long_text);
+    marlhf_model_free(model);
+}
+
+static void test_generate(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    marlhf_generate_params params = marlhf_generate_default_params();
+    params.max_new_tokens = 10;
+    params.temperature = 1.0f;
+    params.seed = 7;
+    char *a = marlhf_generate(model, "Tell me about the dog.", &params);
+    char *b = marlhf_generate(model, "Tell me about the dog.", &params);
+    EXPECT(a && b && !strcmp(a, b), "same seed, same text: '%s' '%s'", a ? a : "(null)", b ? b : "(null)");
+    marlhf_free(a), marlhf_free(b);
+    params.chat = 1;
+    params.system = "You are brief.";
+    char *c = marlhf_generate(model, "Tell me about the dog.", &params);
+    EXPECT(c != NULL, "chat generation: %s", marlhf_last_error());
+    marlhf_free(c);
+    params = marlhf_generate_default_params();
+    params.top_p = 0;
+    EXPECT(!marlhf_generate(model, "x", &params) && strstr(marlhf_last_error(), "top_p"), "'%s'", marlhf_last_error());
+    params = marlhf_generate_default_params();
+    params.max_new_tokens = 0;
+    EXPECT(!marlhf_generate(model, "x", &params) && strstr(marlhf_last_error(), "max_new_tokens"), "'%s'",
+           marlhf_last_error());
+    params = marlhf_generate_default_params();
+    params.temperature = NAN;
+    EXPECT(!marlhf_generate(model, "x", &params) && strstr(marlhf_last_error(), "temperature"), "'%s'",
+           marlhf_last_error());
+    marlhf_model_free(model);
+}
+
+// A reward model made here: the tiny model with a value head drawn from a seed.
+static const char *make_reward_model(void) {
+    const char *dir = tmp_path("reward_model");
+    if (fs_exists(dir)) return dir;
+    Model model;
+    ModelLoadOptions load = {.with_value_head = true, .seed = 99};
+    CHECK(model_load(&model, tiny, &ops_cpu, &load) == 0, "%s", err_msg());
+    CHECK(model_save_hf(&model, dir, tiny) == 0, "%s", err_msg());
+    model_free(&model);
+    return dir;
+}
+
+static void test_reward(void) {
+    const char *dir = make_reward_model();
+    marlhf_model_params params = marlhf_model_default_params();
+    params.kind = MARLHF_REWARD_MODEL;
+    marlhf_model *rm = marlhf_model_load(dir, &params);
+    EXPECT(rm, "load: %s", marlhf_last_error());
+    if (!rm) return;
+    float good = 0, bad = 0;
+    EXPECT(marlhf_reward(rm, "Tell me about the cat.", " The cat is good.", &good) == 0, "%s", marlhf_last_error());
+    EXPECT(marlhf_reward(rm, "Tell me about the cat.", " The cat is bad.", &bad) == 0, "%s", marlhf_last_error());
+    EXPECT(good != bad, "two responses, one score %g", good);
+
+    // The value head at the EOS slot of prompt + response + EOS, computed here.
+    Tokenizer *tok;
+    CHECK(tokenizer_load(&tok, dir) == 0, "%s", err_msg());
+    Model model;
+    ModelLoadOptions load = {.with_value_head = true, .require_value_head = true};
+    CHECK(model_load(&model, dir, &ops_cpu, &load) == 0, "%s", err_msg());
+    int *p, np, *r, nr;
+    CHECK(tokenizer_encode(tok, "Tell me about the cat.", 22, true, &p, &np) == 0, "encode");
+    CHECK(tokenizer_encode(tok, " The cat is good.", 17, false, &r, &nr) == 0, "encode");
+    int T = np + nr + 1, row[64];
+    CHECK(T <= 64, "row");
+    memcpy(row, p, (size_t)np * sizeof(int));
+    memcpy(row + np, r, (size_t)nr * sizeof(int));
+    row[T - 1] = tokenizer_eos_id(tok);
+    ModelBatch batch = {.B = 1, .T = T, .tokens = row};
+    model_forward(&model, &batch);
+    float values[64];
+    model_values(&model, values);
+    EXPECT_CLOSE(good, values[T - 1], 1e-5, 1e-5, "score = value at EOS");
+    free(p), free(r);
+    model_free(&model);
+    tokenizer_free(tok);
+
+    marlhf_generate_params gen = marlhf_generate_default_params();
+    EXPECT(!marlhf_generate(rm, "x", &gen) && strstr(marlhf_last_error(), "reward model"), "'%s'", marlhf_last_error());
+    marlhf_model *policy = load_policy(tiny, NULL);
+    EXPECT(marlhf_reward(policy, "x", "y", &good) == -1 && strstr(marlhf_last_error(), "REWARD_MODEL"), "'%s'",
+           marlhf_last_error());
+    marlhf_dpo_params dpo = tiny_dpo_params();
+    EXPECT(!marlhf_dpo_trainer_new(rm, &dpo) && strstr(marlhf_last_error(), "reward model"), "'%s'", marlhf_last_error());
+    marlhf_model_free(policy);
+    marlhf_model_free(rm);
+}
+
+// ---- DPO ------------------------------------------------------------------------------------
+
+static void test_dpo_first_step_at_reference(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    Pairs pairs = read_pairs("tests/fixtures/train/pairs.jsonl");
+    marlhf_dpo_params params = tiny_dpo_params();
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    EXPECT(trainer, "%s", marlhf_last_error());
+    marlhf_dpo_stats stats = {0};
+    EXPECT(trainer && marlhf_dpo_step(trainer, pairs.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
+    // Fresh adapters (B = 0) leave the policy at the reference: h = 0, loss log 2.
+    EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first loss");
+    EXPECT_CLOSE(stats.margin, 0.0, 1e-6, 0, "first margin");
+    EXPECT(stats.step == 1 && stats.pairs == 8 && stats.grad_norm > 0, "step %ld pairs %d norm %g", stats.step,
+           stats.pairs, stats.grad_norm);
+    EXPECT(marlhf_dpo_step(trainer, pairs.pairs, 8, &stats) == 0 && stats.loss < log(2.0) && stats.step == 2,
+           "second step loss %g", stats.loss);
+    EXPECT(!marlhf_dpo_trainer_new(model, &params) && strstr(marlhf_last_error(), "already"), "'%s'",
+           marlhf_last_error());
+    marlhf_trainer_free(trainer);
+    // The adapters stay on the model; a second trainer on it would change the reference.
+    EXPECT(!marlhf_dpo_trainer_new(model, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
+           marlhf_last_error());
+    marlhf_model_free(model);
+    free_pairs(&pairs);
+}
+
+// Preference accuracy on held-out pairs from log-prob differences against the base model.
+static double eval_accuracy(marlhf_model *policy, marlhf_model *reference, const Pairs *eval) {
+    int correct = 0;
+    for (int i = 0; i < eval->count; i++) {
+        double pc, pr, rc, rr;
+        const marlhf_preference *p = &eval->pairs[i];
+        CHECK(marlhf_logprob(policy, p->prompt, p->chosen, &pc, NULL) == 0 &&
+                  marlhf_logprob(policy, p->prompt, p->rejected, &pr, NULL) == 0 &&
+                  marlhf_logprob(reference, p->prompt, p->chosen, &rc, NULL) == 0 &&
+                  marlhf_logprob(reference, p->prompt, p->rejected, &rr, NULL) == 0,
+              "%s", marlhf_last_error());
+        correct += (pc - rc) > (pr - rr);
+    }
+    return (double)correct / eval->count;
+}
+
+static void test_dpo_learns_saves_and_reloads(void) {
+    marlhf_model *model = load_policy(tiny, NULL), *reference = load_policy(tiny, NULL);
+    if (!model || !reference) return test_current_failures++, (void)0;
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl"), eval = read_pairs("tests/fixtures/train/pairs_eval.jsonl");
+    marlhf_dpo_params params = tiny_dpo_params();
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_dpo_stats stats = {0};
+    for (int step = 0; step < 24 && trainer; step++)
+        EXPECT(marlhf_dpo_step(trainer, train.pairs + (step % 6) * 8, 8, &stats) == 0, "%s", marlhf_last_error());
+    double accuracy = eval_accuracy(model, reference, &eval);
+    EXPECT(accuracy >= 0.9, "held-out accuracy %.3f after 24 steps (last train loss %.4f)", accuracy, stats.loss);
+    fprintf(stderr, "  held-out accuracy %.3f, last loss %.4f\n", accuracy, stats.loss);
+
+    // Saved: merged weights + adapter/; both load back to the same log-probs.
+    const char *dir = tmp_path("dpo_saved");
+    fs_remove_tree(dir);
+    EXPECT(marlhf_model_save(model, dir) == 0, "%s", marlhf_last_error());
+    char adapter_file[700];
+    snprintf(adapter_file, sizeof adapter_file, "%s/adapter/adapter_model.safetensors", dir);
+    EXPECT(fs_is_file(adapter_file), "%s", adapter_file);
+    struct stat before, after;
+    char weights[700];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    stat(weights, &before);
+    EXPECT(marlhf_model_save(model, dir) == -1 && strstr(marlhf_last_error(), "already exists"), "'%s'",
+           marlhf_last_error());
+    stat(weights, &after);
+    EXPECT(before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_size == after.st_size, "overwritten");
+    double trained, merged, adapted;
+    const marlhf_preference *p = &eval.pairs[0];
+    marlhf_logprob(model, p->prompt, p->chosen, &trained, NULL);
+    marlhf_model *reloaded = load_policy(dir, NULL), *base_with_adapter = load_policy(tiny, dir);
+    EXPECT(reloaded && marlhf_logprob(reloaded, p->prompt, p->chosen, &merged, NULL) == 0, "%s", marlhf_last_error());
+    EXPECT(base_with_adapter && marlhf_logprob(base_with_adapter, p->prompt, p->chosen, &adapted, NULL) == 0, "%s",
+           marlhf_last_error());
+    EXPECT_CLOSE(merged, trained, 1e-4, 1e-5, "merged model's log-prob");
+    EXPECT_CLOSE(adapted, trained, 1e-5, 1e-6, "base + adapter log-prob");
+    EXPECT(!marlhf_dpo_trainer_new(base_with_adapter, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
+           marlhf_last_error());
+    marlhf_model_free(reloaded), marlhf_model_free(base_with_adapter);
+    marlhf_model_free(model), marlhf_model_free(reference); // frees the trainer too
+    free_pairs(&train), free_pairs(&eval);
+}
+
+// Two runs from the same start, pairs and seed end with the same bits.
+static void test_dpo_deterministic(void) {
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    double result[2];
+    for (int run = 0; run < 2; run++) {
+        marlhf_model *model = load_policy(tiny, NULL);
+        marlhf_dpo_params params = tiny_dpo_params();
+        params.loss = "ipo";
+        params.sft_weight = 0.5;
+        marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+        for (int step = 0; step < 3; step++) marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL);
+        marlhf_logprob(model, train.pairs[0].prompt, train.pairs[0].chosen, &result[run], NULL);
+        marlhf_model_free(model);
+    }
+    EXPECT(result[0] == result[1], "%.17g vs %.17g", result[0], result[1]);
+    free_pairs(&train);
+}
+
+// The same two optimizer steps through `marlhf dpo` (all 48 pairs per step: micro-batch 4,
+// 12 accumulated; constant learning rate, no warmup): the adapters agree up to the order
+// in which the command's shuffled micro-batches add their gradients.
+static void test_dpo_matches_command(void) {
+    const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
+    const char *run = tmp_path("dpo_command");
+    fs_remove_tree(run);
+    char command[2048];
+    snprintf(command, sizeof command,
+             "%s dpo --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 "
+             "--per-device-train-batch-size 4 --gradient-accumulation-steps 12 --num-train-epochs 2 --max-steps 2 "
+             "--lr-scheduler-type constant --num-warmup-steps 0 --learning-rate 1e-2 --lora-rank 4 --seed 1234 "
+             "--threads 2 --quiet 2> %s.log",
+             bin, tiny, run, run);
+    EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
+    char final_dir[700];
+    snprintf(final_dir, sizeof final_dir, "%s/final", run);
+    marlhf_model *from_command = load_policy(tiny, final_dir);
+
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    marlhf_model *model = load_policy(tiny, NULL);
+    marlhf_dpo_params params = tiny_dpo_params();
+    params.seed = 1234;
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    for (int step = 0; step < 2; step++)
+        EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
+    double worst = 0;
+    for (int i = 0; i < 6 && from_command; i++) {
+        double a, b;
+        marlhf_logprob(model, train.pairs[i].prompt, train.pairs[i].rejected, &a, NULL);
+        marlhf_logprob(from_command, train.pairs[i].prompt, train.pairs[i].rejected, &b, NULL);
+        double d = fabs(a - b) / (1e-3 + fabs(b));
+        worst = d > worst ? d : worst;
+    }
+    EXPECT(from_command && worst < 1e-4, "worst relative log-prob difference %.3g", worst);
+    fprintf(stderr, "  API vs command after 2 steps: worst relative log-prob difference %.3g\n", worst);
+    // And the steps moved the model: the base differs.
+    marlhf_model *base = load_policy(tiny, NULL);
+    double trained, start;
+    marlhf_logprob(model, train.pairs[0].prompt, train.pairs[0].rejected, &trained, NULL);
+    marlhf_logprob(base, train.pairs[0].prompt, train.pairs[0].rejected, &start, NULL);
+    EXPECT(fabs(trained - start) > 1e-3, "trained %g, start %g", trained, start);
+    marlhf_model_free(base), marlhf_model_free(model), marlhf_model_free(from_command);
+    free_pairs(&train);
+}
+
+static void test_dpo_bad_arguments(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    marlhf_dpo_params p;
+#define BAD(change, word)                                                                                   \
+    do {                                                                                                    \
+        p = tiny_dpo_params();                                                                              \
+        change;                                                                                             \
+        EXPECT(!marlhf_dpo_trainer_new(model, &p) && strstr(marlhf_last_error(), word), "%s: '%s'", #change, \
+               marlhf_last_error());                                                                        \
+    } while (0)
+    BAD(p.loss = "kto", "loss");
+    BAD(p.loss = NULL, "loss");
+    BAD(p.beta = 0, "beta");
+    BAD(p.beta = NAN, "beta");
+    BAD(p.label_smoothing = 0.5, "label_smoothing");
+    BAD(p.sft_weight = -1, "sft_weight");
+    BAD(p.lora_rank = 0, "lora_rank");
+    BAD(p.lora_modules = "q_proj,foo", "foo");
+    BAD(p.learning_rate = INFINITY, "learning_rate");
+    BAD(p.max_grad_norm = -1, "max_grad_norm");
+    BAD(p.max_seq_len = 1, "max_seq_len");
+    BAD(p.micro_batch = 0, "micro_batch");
+#undef BAD
+    // None of those touched the model: a good trainer still starts at the reference.
+    marlhf_dpo_params good = tiny_dpo_params();
+    good.max_seq_len = 4; // shorter than every prompt: no response token is left
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &good);
+    EXPECT(trainer, "%s", marlhf_last_error());
+    marlhf_preference pair = {"Tell me about the cat.", " The cat is good.", " The cat is bad."};
+    EXPECT(marlhf_dpo_step(trainer, &pair, 1, NULL) == -1 && strstr(marlhf_last_error(), "max_seq_len"), "'%s'",
+           marlhf_last_error());
+    marlhf_preference broken = {"Tell me about the cat.", NULL, " The cat is bad."};
+    EXPECT(marlhf_dpo_step(trainer, &broken, 1, NULL) == -1 && strstr(marlhf_last_error(), "pairs[0]"), "'%s'",
+           marlhf_last_error());
+    EXPECT(marlhf_dpo_step(trainer, &pair, 0, NULL) == -1, "zero pairs");
+    marlhf_model_free(model);
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "%s/api", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
+    fs_remove_tree(tmp);
+    CHECK(fs_mkdir_p(tmp) == 0, "%s", err_msg());
+    marlhf_set_threads(2);
+    RUN(test_load_errors);
+    RUN(test_tokenize);
+    RUN(test_logprob);
+    RUN(test_generate);
+    RUN(test_reward);
+    RUN(test_dpo_first_step_at_reference);
+    RUN(test_dpo_learns_saves_and_reloads);
+    RUN(test_dpo_deterministic);
+    RUN(test_dpo_matches_command);
+    RUN(test_dpo_bad_arguments);
+    TEST_EXIT();
+}
