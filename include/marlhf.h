@@ -157,6 +157,18 @@ MARLHF_API int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference 
 // Frees the optimizer; the adapters stay on the model as trained.
 MARLHF_API void marlhf_trainer_free(marlhf_trainer *trainer);
 
+// Exact resume across process restarts. marlhf_trainer_save writes the trainer's state —
+// adapters, AdamW moments, step — as RUN_DIR/checkpoint-<step> (written aside and renamed:
+// a crash leaves the previous checkpoints whole; the two newest are kept).
+// marlhf_dpo_trainer_resume restores the newest one onto `policy`, which must be loaded
+// from the same base weights as when it was saved (checked) and carry no adapters; `params`
+// as for marlhf_dpo_trainer_new, with the checkpoint's LoRA rank, alpha and modules. The
+// steps that follow are the steps an uninterrupted trainer would have taken, bit for bit.
+// On failure the model is left as it was.
+MARLHF_API int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir);
+MARLHF_API marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo_params *params,
+                                                     const char *run_dir);
+
 #ifdef __cplusplus
 }
 #endif

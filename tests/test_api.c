@@ -415,6 +415,79 @@ static void test_dpo_matches_command(void) {
     free_pairs(&train);
 }
 
+// Three steps, a checkpoint, a "restart" (a fresh process's view: a new model and trainer
+// restored from the folder), two more steps: the same bits as five steps in one go.
+static void test_dpo_resume_exact(void) {
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    marlhf_dpo_params params = tiny_dpo_params();
+    const char *run = tmp_path("resume_run");
+    fs_remove_tree(run);
+    double straight, resumed;
+    marlhf_model *model = load_policy(tiny, NULL);
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    for (int step = 0; step < 5; step++) {
+        EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL) == 0, "%s", marlhf_last_error());
+        if (step == 2) EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
+    }
+    marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &straight, NULL);
+    marlhf_model_free(model);
+
+    model = load_policy(tiny, NULL);
+    trainer = marlhf_dpo_trainer_resume(model, &params, run);
+    EXPECT(trainer, "resume: %s", marlhf_last_error());
+    marlhf_dpo_stats stats = {0};
+    for (int step = 3; step < 5 && trainer; step++)
+        EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, &stats) == 0, "%s", marlhf_last_error());
+    EXPECT(stats.step == 5, "step %ld after resuming at 3 and two steps", stats.step);
+    marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &resumed, NULL);
+    EXPECT(resumed == straight, "resumed %.17g, straight %.17g", resumed, straight);
+    marlhf_model_free(model);
+    free_pairs(&train);
+}
+
+// A resume that cannot be done says why and leaves the model without adapters, ready for
+// a fresh trainer whose first step is at the reference.
+static void test_dpo_resume_errors(void) {
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    marlhf_dpo_params params = tiny_dpo_params();
+    const char *run = tmp_path("resume_errors");
+    fs_remove_tree(run);
+    marlhf_model *model = load_policy(tiny, NULL);
+    EXPECT(!marlhf_dpo_trainer_resume(model, &params, run) && strstr(marlhf_last_error(), "no checkpoint"), "'%s'",
+           marlhf_last_error());
+    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_dpo_step(trainer, train.pairs, 8, NULL);
+    EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
+    marlhf_model_free(model);
+
+    model = load_policy(tiny, NULL);
+    marlhf_dpo_params other = params;
+    other.lora_rank = 8;
+    EXPECT(!marlhf_dpo_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "rank 4"), "'%s'",
+           marlhf_last_error());
+    // Other base weights: the DPO-trained model saved by an earlier test.
+    marlhf_model *other_base = load_policy(tmp_path("dpo_saved"), NULL);
+    EXPECT(other_base && !marlhf_dpo_trainer_resume(other_base, &params, run) &&
+               strstr(marlhf_last_error(), "other base weights"),
+           "'%s'", marlhf_last_error());
+    // Both models are as they were: a new trainer starts at the reference.
+    marlhf_model *models[2] = {model, other_base};
+    for (int i = 0; i < 2 && other_base; i++) {
+        marlhf_trainer *fresh = marlhf_dpo_trainer_new(models[i], &params);
+        marlhf_dpo_stats stats = {0};
+        EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
+        EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first loss after a failed resume");
+    }
+    // A checkpoint folder of the command is not a trainer's.
+    char checkpoint[700];
+    snprintf(checkpoint, sizeof checkpoint, "%s", tmp_path("dpo_command"));
+    marlhf_model *third = load_policy(tiny, NULL);
+    EXPECT(!marlhf_dpo_trainer_resume(third, &params, checkpoint) && strstr(marlhf_last_error(), "marlhf_trainer_save"),
+           "'%s'", marlhf_last_error());
+    marlhf_model_free(third), marlhf_model_free(other_base), marlhf_model_free(model);
+    free_pairs(&train);
+}
+
 static void test_dpo_bad_arguments(void) {
     marlhf_model *model = load_policy(tiny, NULL);
     if (!model) return test_current_failures++, (void)0;
@@ -468,6 +541,8 @@ int main(void) {
     RUN(test_dpo_learns_saves_and_reloads);
     RUN(test_dpo_deterministic);
     RUN(test_dpo_matches_command);
+    RUN(test_dpo_resume_exact);
+    RUN(test_dpo_resume_errors);
     RUN(test_dpo_bad_arguments);
     TEST_EXIT();
 }

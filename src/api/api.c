@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "train/adamw.h"
+#include "train/checkpoint.h"
 #include "train/dpo.h"
 #include "train/rm.h"
 #include "train/sft.h"
@@ -322,39 +323,111 @@ static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, Lo
     return 0;
 }
 
-marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params) {
-    err_clear();
-    if (require_policy(policy, "marlhf_dpo_trainer_new") != 0) return NULL;
-    if (!params) {
-        err_set("marlhf_dpo_trainer_new: params must not be NULL");
-        return NULL;
-    }
-    if (policy->trainer) {
-        err_set("marlhf_dpo_trainer_new: the model already has a trainer (free it first)");
-        return NULL;
-    }
+// The checks before a trainer may be attached to `policy`.
+static int check_trainer_target(const marlhf_model *policy, const marlhf_dpo_params *params, const char *function) {
+    if (require_policy(policy, function) != 0) return -1;
+    if (!params) return err_set("%s: params must not be NULL", function);
+    if (policy->trainer) return err_set("%s: the model already has a trainer (free it first)", function);
+    if (policy->text.model.lora.rank > 0)
+        return err_set("%s: the model already has LoRA adapters; load its base without lora_adapter (its frozen "
+                       "weights are the DPO reference)", function);
+    return 0;
+}
+
+static marlhf_trainer *attach_trainer(marlhf_model *policy, const marlhf_dpo_params *params, const DpoLossOptions *loss) {
     Model *model = &policy->text.model;
-    if (model->lora.rank > 0) {
-        err_set("marlhf_dpo_trainer_new: the model already has LoRA adapters; load its base without lora_adapter "
-                "(its frozen weights are the DPO reference)");
-        return NULL;
-    }
-    DpoLossOptions loss;
-    LoraConfig lora;
-    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
-    // The activations were sized for a model without adapters and gradients.
-    model_release_activations(model);
-    if (model_add_lora(model, &lora, false, params->seed) != 0) return NULL;
     model_enable_grad(model);
     marlhf_trainer *trainer = xcalloc(1, sizeof *trainer);
     trainer->owner = policy;
-    trainer->loss = loss;
+    trainer->loss = *loss;
     trainer->learning_rate = params->learning_rate;
     trainer->max_grad_norm = params->max_grad_norm;
     trainer->max_seq_len = params->max_seq_len;
     trainer->micro_batch = params->micro_batch;
     adamw_init(&trainer->optimizer, model, adamw_default_config((float)params->weight_decay));
     policy->trainer = trainer;
+    return trainer;
+}
+
+marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params) {
+    err_clear();
+    if (check_trainer_target(policy, params, "marlhf_dpo_trainer_new") != 0) return NULL;
+    DpoLossOptions loss;
+    LoraConfig lora;
+    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
+    Model *model = &policy->text.model;
+    // The activations were sized for a model without adapters and gradients.
+    model_release_activations(model);
+    if (model_add_lora(model, &lora, false, params->seed) != 0) return NULL;
+    return attach_trainer(policy, params, &loss);
+}
+
+int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
+    err_clear();
+    if (!trainer || !run_dir || !*run_dir) return err_set("marlhf_trainer_save: a trainer and run_dir must be given");
+    const TextModel *tm = &trainer->owner->text;
+    json_t *state = json_object();
+    json_object_set_new(state, "task", json_string("api-dpo"));
+    json_object_set_new(state, "step", json_integer(trainer->step));
+    json_object_set_new(state, "lora_rank", json_integer(tm->model.lora.rank));
+    CheckpointModel entry = {"", &tm->model, &trainer->optimizer};
+    int rc = checkpoint_save(run_dir, trainer->step, &entry, 1, tm->tokenizer, state, 2);
+    json_decref(state);
+    return rc;
+}
+
+marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo_params *params, const char *run_dir) {
+    err_clear();
+    const char *f = "marlhf_dpo_trainer_resume";
+    if (check_trainer_target(policy, params, f) != 0) return NULL;
+    if (!run_dir) {
+        err_set("%s: run_dir must not be NULL", f);
+        return NULL;
+    }
+    DpoLossOptions loss;
+    LoraConfig lora, saved;
+    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
+    char *checkpoint = checkpoint_latest(run_dir);
+    if (!checkpoint) {
+        err_set("%s: no checkpoint in %s", f, run_dir);
+        return NULL;
+    }
+    json_t *state = NULL;
+    int rc = checkpoint_load_state(checkpoint, &state);
+    const char *task = rc == 0 ? json_string_value(json_object_get(state, "task")) : NULL;
+    if (rc == 0 && (!task || strcmp(task, "api-dpo") != 0))
+        rc = err_set("%s: %s was not written by marlhf_trainer_save", f, checkpoint);
+    const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
+    json_decref(state);
+    if (rc == 0) rc = lora_read_adapter_config(checkpoint, &saved);
+    if (rc == 0 && (saved.rank != lora.rank || saved.alpha != lora.alpha || saved.targets != lora.targets))
+        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g) differ from params' lora_rank %d, lora_alpha %g "
+                     "or lora_modules (%s)", f, saved.rank, saved.alpha, lora.rank, lora.alpha, checkpoint);
+    if (rc != 0) {
+        free(checkpoint);
+        return NULL;
+    }
+    // From here the model changes; a failure takes the adapters off again.
+    Model *model = &policy->text.model;
+    model_release_activations(model);
+    rc = model_add_lora(model, &lora, false, params->seed);
+    if (rc == 0) rc = lora_read_adapter(model, checkpoint);
+    marlhf_trainer *trainer = NULL;
+    if (rc == 0) {
+        trainer = attach_trainer(policy, params, &loss);
+        rc = checkpoint_load_optimizer(checkpoint, "", model, &trainer->optimizer);
+        if (rc == 0 && trainer->optimizer.step != step)
+            rc = err_set("%s: optimizer state at step %ld, trainer state at %ld (%s)", f, trainer->optimizer.step, step,
+                         checkpoint);
+        trainer->step = step;
+    }
+    if (rc != 0) { // the message stays: freeing sets none
+        marlhf_trainer_free(trainer);
+        model_remove_lora(model);
+        free(checkpoint);
+        return NULL;
+    }
+    free(checkpoint);
     return trainer;
 }
 

@@ -138,6 +138,29 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     return 0;
 }
 
+void model_remove_lora(Model *model) {
+    if (model->lora.rank == 0) return;
+    const long base_total = model->table.entries[model->lora_first_entry].offset;
+    float *host = xmalloc((size_t)base_total * sizeof(float));
+    model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+    model_release_activations(model);
+    model->ops->free(model->params);
+    model->params = model->ops->alloc((size_t)base_total * sizeof(float));
+    model->ops->copy_to_device(model->params, host, (size_t)base_total * sizeof(float));
+    free(host);
+    if (model->grads) model->ops->free(model->grads);
+    model->grads = NULL;
+    param_views_free(&model->gradients);
+    model->table.count = model->lora_first_entry;
+    model->table.total = base_total;
+    param_views_bind(&model->weights, &model->table, model->params, model->config.num_layers);
+    model->lora = (LoraConfig){0};
+    model->lora_first_entry = model->table.count;
+    model->lora_enabled = false;
+    model->lora_base_fingerprint = 0;
+    model->trainable_offset = 0;
+}
+
 void lora_describe(const Model *model, char *out, size_t size) {
     char modules[128] = "";
     for (int t = 0; t < LORA_TARGETS; t++)

@@ -39,6 +39,11 @@ int lora_parse_targets(const char *list, unsigned *targets);
 // with err_set() on a bad rank, alpha or target list (e.g. gate_proj on GPT-2).
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed);
 
+// Undoes model_add_lora: drops the adapters (and every gradient), so the model is its base
+// weights alone and trainable in full again. How the embedding API leaves a model as it was
+// when restoring a trainer onto it fails half-way (api/api.c).
+void model_remove_lora(Model *model);
+
 // One line for the log: "rank 8, alpha 8, q_proj,...: 2442240 of 136957248 parameters
 // trained (1.78%)".
 void lora_describe(const Model *model, char *out, size_t size);
