@@ -117,7 +117,7 @@ MARLHF_API int marlhf_reward(marlhf_model *reward_model, const char *prompt, con
 // ---- on-device preference learning (DPO with LoRA) ---------------------------------------
 
 typedef struct {
-    const char *loss;       // "sigmoid" (DPO) | "ipo" | "hinge" | "simpo" (no reference)
+    const char *loss;       // "sigmoid" (DPO) | "ipo" | "hinge" | "simpo" | "orpo" (these two: no reference)
     double beta;            // 0.1
     double label_smoothing; // sigmoid: conservative DPO's epsilon (0)
     double simpo_gamma;     // simpo: target margin (0.5)

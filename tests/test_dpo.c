@@ -126,8 +126,9 @@ static void test_losses_and_gradients_match_pytorch(void) {
         {"ipo", {.loss = DPO_LOSS_IPO, .beta = 0.1}, true},
         {"hinge", {.loss = DPO_LOSS_HINGE, .beta = 0.5}, false},
         {"simpo", {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, true},
-        {"rpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .sft_weight = 0.5}, true}};
-    for (int k = 0; k < 6; k++) {
+        {"rpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .sft_weight = 0.5}, true},
+        {"orpo", {.loss = DPO_LOSS_ORPO, .beta = 1.0}, true}};
+    for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         Model model;
         load_policy(&model);
         DpoTask task;

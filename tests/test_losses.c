@@ -103,9 +103,28 @@ static void test_extreme_scores_are_finite(void) {
     EXPECT(dc == 1.0f && dr == -1.0f, "saturated gradients %g %g", dc, dr);
 }
 
+// The gradient of dpo_pair_loss at x against central differences of the loss in each of
+// the four log-probs (the loss depends on the reference's with the opposite sign).
+static void expect_dpo_gradient(const DpoLossOptions *o, const double x[4], const char *name) {
+    double grad[2];
+    dpo_pair_loss(o, x[0], x[1], x[2], x[3], &grad[0], &grad[1]);
+    for (int i = 0; i < 4; i++) {
+        const double step = 1e-5;
+        double up[4], down[4], unused[2];
+        memcpy(up, x, sizeof up), memcpy(down, x, sizeof down);
+        up[i] += step, down[i] -= step;
+        double numeric = (dpo_pair_loss(o, up[0], up[1], up[2], up[3], &unused[0], &unused[1]) -
+                          dpo_pair_loss(o, down[0], down[1], down[2], down[3], &unused[0], &unused[1])) /
+                         (2 * step);
+        double analytic = i < 2 ? grad[i] : -grad[i - 2];
+        char what[96];
+        snprintf(what, sizeof what, "%s d/dx%d", name, i);
+        EXPECT_CLOSE(analytic, numeric, 1e-7, 1e-6, what);
+    }
+}
+
 // DPO: the loss at h = 0 (log 2 for sigmoid, whatever the smoothing; 1/(4 beta^2) for IPO;
-// 1 for hinge), the gradient against central differences of the loss in each of the four
-// log-probs, and saturation without overflow.
+// 1 for hinge), the gradient against central differences, and saturation without overflow.
 static void test_dpo_loss(void) {
     struct { DpoLossOptions o; const char *name; } cases[] = {
         {{.loss = DPO_LOSS_SIGMOID, .beta = 0.1}, "sigmoid"},
@@ -128,23 +147,24 @@ static void test_dpo_loss(void) {
     const double points[][4] = {{-10.5, -12.25, -11.0, -11.5}, {-3.0, -2.0, -3.5, -1.25}, {-40, -7, -20, -30}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int p = 0; p < 3; p++) {
-            double x[4] = {points[p][0], points[p][1], points[p][2], points[p][3]}, grad[2];
-            dpo_pair_loss(&cases[c].o, x[0], x[1], x[2], x[3], &grad[0], &grad[1]);
-            for (int i = 0; i < 4; i++) {
-                const double step = 1e-5;
-                double up[4], down[4], unused[2];
-                memcpy(up, x, sizeof x), memcpy(down, x, sizeof x);
-                up[i] += step, down[i] -= step;
-                double numeric = (dpo_pair_loss(&cases[c].o, up[0], up[1], up[2], up[3], &unused[0], &unused[1]) -
-                                  dpo_pair_loss(&cases[c].o, down[0], down[1], down[2], down[3], &unused[0], &unused[1])) /
-                                 (2 * step);
-                // The loss depends on the reference log-probs with the opposite sign.
-                double analytic = i < 2 ? grad[i] : -grad[i - 2];
-                char what[64];
-                snprintf(what, sizeof what, "%s point %d d/dx%d", cases[c].name, p, i);
-                EXPECT_CLOSE(analytic, numeric, 1e-7, 1e-6, what);
-            }
+            char name[64];
+            snprintf(name, sizeof name, "%s point %d", cases[c].name, p);
+            expect_dpo_gradient(&cases[c].o, points[p], name);
         }
+    // ORPO takes mean log-probs, which are negative: its own points, one near 0 where the
+    // odds are large, one far below.
+    const DpoLossOptions orpo = {.loss = DPO_LOSS_ORPO, .beta = 0.7};
+    const double orpo_points[][4] = {{-2.5, -1.25, 0, 0}, {-0.02, -4.0, 0, 0}, {-9.0, -0.3, 0, 0}, {-1.0, -1.5, 0.5, -0.25}};
+    for (int p = 0; p < 4; p++) {
+        char name[64];
+        snprintf(name, sizeof name, "orpo point %d", p);
+        expect_dpo_gradient(&orpo, orpo_points[p], name);
+    }
+    // At equal means the odds term is beta log 2: the loss is the NLL plus that.
+    EXPECT_CLOSE(dpo_pair_loss(&orpo, -2, -2, 0, 0, &dc, &dr), 2.0 + 0.7 * log(2.0), 1e-14, 0, "orpo at equal means");
+    // A mean log-prob of 0 (certain tokens) stays finite.
+    double certain = dpo_pair_loss(&orpo, 0.0, -1.0, 0, 0, &dc, &dr);
+    EXPECT(isfinite(certain) && isfinite(dc) && isfinite(dr), "orpo at mean 0: loss %g grads %g %g", certain, dc, dr);
     const DpoLossOptions saturated = {.loss = DPO_LOSS_SIGMOID, .beta = 1.0, .label_smoothing = 0.1};
     double loss = dpo_pair_loss(&saturated, -1, -5000, -5000, -1, &dc, &dr);
     EXPECT(isfinite(loss) && isfinite(dc) && isfinite(dr), "saturated sigmoid: loss %g grads %g %g", loss, dc, dr);

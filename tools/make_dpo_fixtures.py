@@ -15,6 +15,8 @@ token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - 
     hinge    relu(1 - beta h)                                      beta 0.5
     simpo    -log sigmoid(beta (mean_c - mean_r) - gamma), no reference   beta 2, gamma 1
     rpo      sigmoid + 0.5 x the chosen response's mean -log-prob           beta 0.1
+    orpo     -mean_c - beta log sigmoid(odds(mean_c) - odds(mean_r)), odds(m) = m - log(1 - e^m),
+             no reference (TRL's ORPOTrainer with its NLL per pair)          beta 1
 each averaged over the pairs. The reference sums come from a perturbed copy of the model.
 
 tests/fixtures/dpo/llama.safetensors:
@@ -23,8 +25,8 @@ tests/fixtures/dpo/llama.safetensors:
     prompt_lengths  i64 [6]
     ref_logps       f32 [6]     the reference's sums (inputs of the loss)
     policy_logps    f32 [6]     the fixture model's sums
-    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo
-    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo
+    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo, orpo
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo
 """
 import copy
 import os
@@ -39,8 +41,9 @@ import make_model_fixtures as base  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 KINDS = {"sigmoid": ("sigmoid", 0.1, 0.0), "cdpo": ("sigmoid", 0.5, 0.2), "ipo": ("ipo", 0.1, 0.0),
-         "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0), "rpo": ("sigmoid", 0.1, 0.0)}
-GRAD_KINDS = ("cdpo", "ipo", "simpo", "rpo")
+         "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0), "rpo": ("sigmoid", 0.1, 0.0),
+         "orpo": ("orpo", 1.0, 0.0)}
+GRAD_KINDS = ("cdpo", "ipo", "simpo", "rpo", "orpo")
 RPO_WEIGHT = 0.5  # "rpo": sigmoid plus 0.5 x each pair's chosen mean negative log-likelihood
 
 
@@ -75,6 +78,11 @@ def dpo_loss(kind, policy, reference, counts):
         mean = policy / counts
         h = mean[0::2] - mean[1::2]
         return (-torch.nn.functional.logsigmoid(beta * h - eps)).mean()
+    if loss_type == "orpo":  # reference-free, per-token means (Hong et al. 2024; TRL's ORPOTrainer)
+        mean = policy / counts
+        log_odds = mean - torch.log1p(-torch.exp(mean))
+        ratio = torch.nn.functional.logsigmoid(log_odds[0::2] - log_odds[1::2])
+        return (-mean[0::2] - beta * ratio).mean()
     if loss_type == "ipo":
         policy, reference = policy / counts, reference / counts
     h = (policy[0::2] - reference[0::2]) - (policy[1::2] - reference[1::2])

@@ -296,7 +296,7 @@ static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, Lo
     const char *f = "marlhf_dpo_trainer_new";
     memset(loss, 0, sizeof *loss);
     if (!p->loss || dpo_loss_from_name(p->loss, &loss->loss) != 0)
-        return err_set("%s: loss must be sigmoid, ipo, hinge or simpo, got '%s'", f, p->loss ? p->loss : "(null)");
+        return err_set("%s: loss must be sigmoid, ipo, hinge, simpo or orpo, got '%s'", f, p->loss ? p->loss : "(null)");
     if (!(p->beta > 0) || !isfinite(p->beta)) return err_set("%s: beta must be positive, got %g", f, p->beta);
     if (!(p->label_smoothing >= 0 && p->label_smoothing < 0.5))
         return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
@@ -455,7 +455,7 @@ int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int
         return err_set("marlhf_dpo_step: no pair has a response token within max_seq_len %d", trainer->max_seq_len);
     }
     // The reference: the same frozen weights with the adapters switched off.
-    if (trainer->loss.loss != DPO_LOSS_SIMPO) {
+    if (dpo_loss_uses_reference(trainer->loss.loss)) {
         model->lora_enabled = false;
         dpo_task_compute_reference(&task, model);
         model->lora_enabled = true;

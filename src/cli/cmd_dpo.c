@@ -23,7 +23,7 @@ int cmd_dpo(int argc, char **argv) {
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
          "frozen reference (default: the policy's starting weights)", false, false},
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
-        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge | simpo (no reference)", false, false},
+        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge | simpo | orpo (these two: no reference)", false, false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
          "sigmoid: assumed fraction of flipped labels, conservative DPO (DeepSpeed-Chat, OpenRLHF)", false, false},
         {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
@@ -32,16 +32,16 @@ int cmd_dpo(int argc, char **argv) {
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
     };
     int count = 8 + trainer_cli_options(&c, options + 8);
-    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO, IPO, hinge, SimPO).",
+    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO, IPO, hinge, SimPO, ORPO).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
                            .sft_weight = sft_weight};
     if (!(sft_weight >= 0) || !isfinite(sft_weight)) die_user("option --sft-weight must be >= 0, got %g", sft_weight);
     if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
-        die_user("option --loss must be sigmoid, ipo, hinge or simpo, got '%s'", loss_name);
-    if (loss.loss == DPO_LOSS_SIMPO && reference_path)
-        die_user("option --reference-model: --loss simpo has no reference");
+        die_user("option --loss must be sigmoid, ipo, hinge, simpo or orpo, got '%s'", loss_name);
+    if (!dpo_loss_uses_reference(loss.loss) && reference_path)
+        die_user("option --reference-model: --loss %s has no reference", loss_name);
     if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
     if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
     if (!(label_smoothing >= 0 && label_smoothing < 0.5))
@@ -85,11 +85,11 @@ int cmd_dpo(int argc, char **argv) {
     if (reference_path) {
         dpo_task_compute_reference(&task, &reference);
         model_free(&reference);
-    } else if (loss.loss != DPO_LOSS_SIMPO) {
+    } else if (dpo_loss_uses_reference(loss.loss)) {
         dpo_task_compute_reference(&task, &model);
     }
     model_release_activations(&model);
-    if (!c.quiet && loss.loss != DPO_LOSS_SIMPO)
+    if (!c.quiet && dpo_loss_uses_reference(loss.loss))
         fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
 
     TrainTask train_task = dpo_train_task(&task);

@@ -11,6 +11,7 @@ int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     else if (!strcmp(name, "ipo")) *kind = DPO_LOSS_IPO;
     else if (!strcmp(name, "hinge")) *kind = DPO_LOSS_HINGE;
     else if (!strcmp(name, "simpo")) *kind = DPO_LOSS_SIMPO;
+    else if (!strcmp(name, "orpo")) *kind = DPO_LOSS_ORPO;
     else return -1;
     return 0;
 }
@@ -180,11 +181,12 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     for (int e = 0; e < count; e++) {
         long c = which[2 * e], r = which[2 * e + 1];
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
-        CHECK(o->loss == DPO_LOSS_SIMPO || (!isnan(rc) && !isnan(rr)), "DPO reference log-probs were not computed");
+        const bool uses_reference = dpo_loss_uses_reference(o->loss);
+        CHECK(!uses_reference || (!isnan(rc) && !isnan(rr)), "DPO reference log-probs were not computed");
         // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed),
-        // SimPO too, with no reference.
-        const bool means = o->loss == DPO_LOSS_IPO || o->loss == DPO_LOSS_SIMPO;
-        if (o->loss == DPO_LOSS_SIMPO) rc = rr = 0.0;
+        // SimPO and ORPO too, with no reference.
+        const bool means = o->loss == DPO_LOSS_IPO || !uses_reference;
+        if (!uses_reference) rc = rr = 0.0;
         double nc = means ? response_tokens(rows, c) : 1.0;
         double nr = means ? response_tokens(rows, r) : 1.0;
         double dc, dr;
@@ -195,8 +197,9 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
             stats->loss += o->sft_weight * -pc / tokens;
             d_sums[2 * e] += -o->sft_weight / tokens;
         }
-        // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's beta x mean.
-        const double reward_nc = o->loss == DPO_LOSS_SIMPO ? nc : 1.0, reward_nr = o->loss == DPO_LOSS_SIMPO ? nr : 1.0;
+        // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's and ORPO's
+        // beta x mean.
+        const double reward_nc = uses_reference ? 1.0 : nc, reward_nr = uses_reference ? 1.0 : nr;
         double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;
         stats->correct += chosen_reward > rejected_reward;
         stats->margin += chosen_reward - rejected_reward;

@@ -14,7 +14,9 @@
 // --nll_loss_coef).
 //
 // SimPO (--loss simpo) has no reference at all: it compares the per-token mean log-probs of
-// chosen and rejected with a margin gamma, and nothing is computed before training.
+// chosen and rejected with a margin gamma, and nothing is computed before training. ORPO
+// (--loss orpo) neither: the chosen response's mean NLL plus beta times an odds-ratio term
+// (train/losses.h; TRL averages its NLL over the batch's chosen tokens, here per pair).
 //
 // The reference never runs during training: its log-prob sums of every row, train and
 // eval, are computed once before the first step (dpo_task_compute_reference), by the
@@ -42,7 +44,7 @@ typedef struct {
     long truncated; // pairs with a row cut at max_seq_len
 } DpoTask;
 
-// "sigmoid" | "ipo" | "hinge" | "simpo"
+// "sigmoid" | "ipo" | "hinge" | "simpo" | "orpo"
 int dpo_loss_from_name(const char *name, DpoLossKind *kind);
 
 // Tokenizes the pairs: responses[2i] (chosen) and responses[2i + 1] (rejected) after

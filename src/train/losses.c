@@ -134,6 +134,18 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
         d_h = 2.0 * gap;
         break;
     }
+    case DPO_LOSS_ORPO: {
+        // A mean log-prob of exactly 0 (every token certain) has infinite odds; hold it just
+        // below, where the loss and its gradient stay finite.
+        const double a_c = fmin(policy_chosen - ref_chosen, -1e-9), a_r = fmin(policy_rejected - ref_rejected, -1e-9);
+        const double one_minus_c = -expm1(a_c), one_minus_r = -expm1(a_r); // 1 - e^a, accurately near 0
+        const double odds = (a_c - log(one_minus_c)) - (a_r - log(one_minus_r));
+        // d odds(a) / da = 1 + e^a / (1 - e^a) = 1 / (1 - e^a)
+        const double d_odds = beta * -sigmoid(-odds);
+        *d_chosen = -1.0 + d_odds / one_minus_c;
+        *d_rejected = -d_odds / one_minus_r;
+        return -a_c + beta * log_sigmoid_negated(odds);
+    }
     case DPO_LOSS_HINGE:
     default: {
         const double z = beta * h;

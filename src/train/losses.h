@@ -5,6 +5,7 @@
 // All gradients are ACCUMULATED (+=) into the given arrays, scaled by `scale`, so a
 // trainer can sum several micro-batches into one optimizer step with scale = 1/total.
 #pragma once
+#include <stdbool.h>
 
 // ---- SFT ----
 // Causal-LM loss: -sum over counted positions of logp. logp and mask are [n]; mask[i] in
@@ -40,9 +41,16 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
 //   DPO_LOSS_HINGE    max(0, 1 - beta h)  (SLiC; the gradient at the kink is 0)
 //   DPO_LOSS_SIMPO    -log sigmoid(beta h - gamma) with no reference (the caller passes 0;
 //                     Meng et al. 2024, TRL's CPOTrainer loss_type "simpo")
+//   DPO_LOSS_ORPO     -a_c + beta (-log sigmoid(odds(a_c) - odds(a_r))), a = policy - ref with
+//                     no reference (the caller passes 0 and per-token means, so a_c is the
+//                     chosen response's mean log-prob and -a_c its NLL), odds(a) =
+//                     a - log(1 - e^a) the log-odds of the mean probability (Hong et al. 2024,
+//                     TRL's ORPOTrainer, beta its lambda)
 // Returns the pair's loss; *d_chosen and *d_rejected receive d loss / d policy_chosen and
 // d loss / d policy_rejected (not scaled, not accumulated).
-typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE, DPO_LOSS_SIMPO } DpoLossKind;
+typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE, DPO_LOSS_SIMPO, DPO_LOSS_ORPO } DpoLossKind;
+// SimPO and ORPO compare the policy's per-token means and need no reference model.
+static inline bool dpo_loss_uses_reference(DpoLossKind kind) { return kind != DPO_LOSS_SIMPO && kind != DPO_LOSS_ORPO; }
 typedef struct {
     DpoLossKind loss;
     double beta;            // the KL strength (IPO's tau, SimPO's reward scale)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # marlhf dpo end to end on the tiny model (tests/fixtures/models/tiny_chat) and the
-# patterned pairs of tests/fixtures/train: each loss (SimPO too) learns the preference, the first
+# patterned pairs of tests/fixtures/train: each loss (SimPO and ORPO too) learns the preference, the first
 # step sits at the reference (loss log 2, zero margin), the output is a causal LM that
 # generates, a run killed twice and resumed ends bit-identical to one that was not (the
 # reference log-probs are recomputed from the starting weights), --reference-model and
@@ -19,7 +19,7 @@ args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.
       --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 2 --quiet)
 
 # --- each loss learns the preference -----------------------------------------------------
-for loss in sigmoid ipo hinge simpo; do
+for loss in sigmoid ipo hinge simpo orpo; do
     extra=()
     [ "$loss" = sigmoid ] && extra=(--label-smoothing 0.1)
     [ "$loss" = simpo ] && extra=(--beta 2 --simpo-gamma 1)
@@ -82,6 +82,8 @@ expect_error dpo_bad_simpo_gamma "--simpo-gamma" "$bin" dpo --model "$model" --d
     --loss simpo --simpo-gamma nan
 expect_error dpo_simpo_reference "--reference-model" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x7" --loss simpo --reference-model "$model"
+expect_error dpo_orpo_reference "--loss orpo has no reference" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x7" --loss orpo --reference-model "$model"
 expect_error dpo_sft_data "chosen" "$bin" dpo --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5"
 expect_error dpo_missing_reference "$tmp/nowhere" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x6" \
     --reference-model "$tmp/nowhere"
