@@ -19,10 +19,7 @@
 
 #define MAX_PROMPTS 64
 
-static int fail(const char *what) {
-    fprintf(stderr, "preference_loop: %s: %s\n", what, marlhf_last_error());
-    return 2;
-}
+static void report(const char *what) { fprintf(stderr, "preference_loop: %s: %s\n", what, marlhf_last_error()); }
 
 // One prompt per line (at most MAX_PROMPTS); returns how many, or -1.
 static int read_prompts(const char *path, char *prompts[MAX_PROMPTS]) {
@@ -53,26 +50,34 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    int status = 2;
+    marlhf_model *policy = NULL, *judge = NULL;
+    char *texts[MAX_PROMPTS][2] = {{NULL}};
     marlhf_model_params params = marlhf_model_default_params();
-    marlhf_model *policy = marlhf_model_load(argv[1], &params);
-    if (!policy) return fail(argv[1]);
+    if (!(policy = marlhf_model_load(argv[1], &params))) {
+        report(argv[1]);
+        goto done;
+    }
     params.kind = MARLHF_REWARD_MODEL;
-    marlhf_model *judge = marlhf_model_load(argv[2], &params);
-    if (!judge) return fail(argv[2]);
-
-    marlhf_dpo_params dpo = marlhf_dpo_default_params();
+    if (!(judge = marlhf_model_load(argv[2], &params))) {
+        report(argv[2]);
+        goto done;
+    }
+    marlhf_trainer_params dpo = marlhf_trainer_default_params();
     dpo.lora_rank = 4;
-    dpo.learning_rate = 3e-3;
+    dpo.learning_rate = 1e-3;
     dpo.max_seq_len = 64;
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(policy, &dpo);
-    if (!trainer) return fail("trainer");
+    marlhf_trainer *trainer = marlhf_trainer_new(policy, &dpo); // freed with the policy
+    if (!trainer) {
+        report("trainer");
+        goto done;
+    }
 
     marlhf_generate_params sampling = marlhf_generate_default_params();
     sampling.max_new_tokens = 12;
     sampling.temperature = 1.0f;
     sampling.top_k = 0;
     marlhf_preference pairs[MAX_PROMPTS];
-    char *texts[MAX_PROMPTS][2];
     for (int round = 0; round < rounds; round++) {
         int used = 0;
         double reward_sum = 0;
@@ -81,9 +86,14 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 2; k++) {
                 // A fresh seed per prompt, round and sample.
                 sampling.seed = 1000003ull * (unsigned long long)round + 2ull * (unsigned long long)i + (unsigned long long)k;
-                texts[i][k] = marlhf_generate(policy, prompts[i], &sampling);
-                if (!texts[i][k]) return fail("generate");
-                if (marlhf_reward(judge, prompts[i], texts[i][k], &scores[k]) != 0) return fail("reward");
+                if (!(texts[i][k] = marlhf_generate(policy, prompts[i], &sampling))) {
+                    report("generate");
+                    goto done;
+                }
+                if (marlhf_reward(judge, prompts[i], texts[i][k], &scores[k]) != 0) {
+                    report("reward");
+                    goto done;
+                }
                 reward_sum += scores[k];
             }
             if (scores[0] == scores[1]) continue;
@@ -91,17 +101,27 @@ int main(int argc, char **argv) {
             pairs[used++] = (marlhf_preference){prompts[i], texts[i][better], texts[i][1 - better]};
         }
         marlhf_dpo_stats stats = {0};
-        if (used > 0 && marlhf_dpo_step(trainer, pairs, used, &stats) != 0) return fail("dpo step");
+        if (used > 0 && marlhf_dpo_step(trainer, pairs, used, &stats) != 0) {
+            report("dpo step");
+            goto done;
+        }
         printf("round %d: mean reward %.4f, pairs %d, loss %.4f, accuracy %.3f\n", round,
                reward_sum / (2.0 * count), used, stats.loss, stats.accuracy);
         fflush(stdout);
-        for (int i = 0; i < count; i++) marlhf_free(texts[i][0]), marlhf_free(texts[i][1]);
+        for (int i = 0; i < count; i++) {
+            marlhf_free(texts[i][0]), marlhf_free(texts[i][1]);
+            texts[i][0] = texts[i][1] = NULL;
+        }
     }
-    if (marlhf_model_save(policy, argv[4]) != 0) return fail("save");
+    if (marlhf_model_save(policy, argv[4]) != 0) {
+        report("save");
+        goto done;
+    }
     printf("saved %s\n", argv[4]);
-    marlhf_trainer_free(trainer);
+    status = 0;
+done:
+    for (int i = 0; i < count; i++) marlhf_free(texts[i][0]), marlhf_free(texts[i][1]), free(prompts[i]);
     marlhf_model_free(judge);
     marlhf_model_free(policy);
-    for (int i = 0; i < count; i++) free(prompts[i]);
-    return 0;
+    return status;
 }

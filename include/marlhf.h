@@ -3,9 +3,10 @@
 //
 // What it offers: load a Hugging Face folder or a GGUF file; tokenize; generate (with the
 // model's chat template or on plain text); the log-probability of a response; a reward
-// model's score; and on-device preference learning: DPO steps that train LoRA adapters on
-// the loaded model, with the model's own frozen weights (the adapters switched off) as the
-// DPO reference, so no second copy of the model is held. The trained model generates with
+// model's score; and on-device preference learning: DPO steps (on pairs) and KTO steps (on
+// completions marked good or bad) that train LoRA adapters on the loaded model, with the
+// model's own frozen weights (the adapters switched off) as the reference, so no second copy
+// of the model is held. The trained model generates with
 // its adapters at once and saves as a Hugging Face folder (adapters merged, and the PEFT
 // adapter alone in its adapter/ subfolder).
 //
@@ -114,14 +115,22 @@ MARLHF_API int marlhf_logprob(marlhf_model *policy, const char *prompt, const ch
 // token, as `marlhf rm` trains it). Returns 0 or -1.
 MARLHF_API int marlhf_reward(marlhf_model *reward_model, const char *prompt, const char *response, float *score);
 
-// ---- on-device preference learning (DPO with LoRA) ---------------------------------------
+// ---- on-device preference learning (LoRA adapters; DPO on pairs, KTO on thumbs up/down) ----
 
+// A trainer puts fresh LoRA adapters on a policy and keeps an AdamW optimizer for them; the
+// policy's own frozen weights (adapters off) are the reference of every step. Its steps
+// learn from pairs (marlhf_dpo_step) or from single completions marked good or bad
+// (marlhf_kto_step), in any mix; the policy generates with what it learned at once.
 typedef struct {
+    // DPO family (marlhf_dpo_step)
     const char *loss;       // "sigmoid" (DPO) | "ipo" | "hinge" | "simpo" | "orpo" (these two: no reference)
-    double beta;            // 0.1
+    double beta;            // 0.1: the KL strength of DPO and of KTO
     double label_smoothing; // sigmoid: conservative DPO's epsilon (0)
     double simpo_gamma;     // simpo: target margin (0.5)
     double sft_weight;      // > 0: plus this times the chosen response's NLL (RPO) (0)
+    // KTO (marlhf_kto_step)
+    double desirable_weight, undesirable_weight; // 1, 1
+    // the adapters and the optimizer
     int lora_rank;          // 8
     double lora_alpha;      // 0: the rank
     const char *lora_modules; // "all-linear" or a comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
@@ -129,13 +138,18 @@ typedef struct {
     double weight_decay;    // 0
     double max_grad_norm;   // 1 (0: no clipping)
     int max_seq_len;        // 512: longer prompt + response rows are cut
-    int micro_batch;        // 4: pairs per forward/backward (memory, not the result's maths)
+    int micro_batch;        // 4: pairs (or examples) per forward/backward (memory, not the result's maths)
     uint64_t seed;          // 1234: the adapters' initialisation
-} marlhf_dpo_params;
+} marlhf_trainer_params;
 
 typedef struct {
     const char *prompt, *chosen, *rejected;
 } marlhf_preference;
+
+typedef struct {
+    const char *prompt, *completion;
+    int desirable;          // non-zero: a thumbs up; zero: a thumbs down
+} marlhf_feedback;
 
 typedef struct {
     long step;              // optimizer steps taken so far (this one included)
@@ -147,27 +161,40 @@ typedef struct {
     int pairs;              // pairs used (a pair whose prompt fills max_seq_len is skipped)
 } marlhf_dpo_stats;
 
-MARLHF_API marlhf_dpo_params marlhf_dpo_default_params(void);
+typedef struct {
+    long step;              // optimizer steps taken so far (this one included)
+    double loss;            // mean over the step's examples
+    double kl;              // the KL baseline z0 of the step (docs/kto.md)
+    double accuracy;        // fraction of examples on their side of the baseline
+    double grad_norm;       // before clipping
+    int examples;           // examples used
+} marlhf_kto_stats;
+
+MARLHF_API marlhf_trainer_params marlhf_trainer_default_params(void);
 // Adds fresh LoRA adapters to `policy` (which must have none) and an AdamW optimizer for
-// them. The model's frozen weights with the adapters off are the reference. NULL on error.
-MARLHF_API marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params);
+// them. NULL on error.
+MARLHF_API marlhf_trainer *marlhf_trainer_new(marlhf_model *policy, const marlhf_trainer_params *params);
 // One optimizer step on `count` pairs (the mean of their losses). `stats` may be NULL.
 MARLHF_API int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count,
                                marlhf_dpo_stats *stats);
+// One KTO optimizer step on `count` >= 2 labelled completions (the mean of their losses; the
+// KL baseline pairs each prompt with the next example's completion). `stats` may be NULL.
+MARLHF_API int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, int count,
+                               marlhf_kto_stats *stats);
 // Frees the optimizer; the adapters stay on the model as trained.
 MARLHF_API void marlhf_trainer_free(marlhf_trainer *trainer);
 
 // Exact resume across process restarts. marlhf_trainer_save writes the trainer's state —
 // adapters, AdamW moments, step — as RUN_DIR/checkpoint-<step> (written aside and renamed:
 // a crash leaves the previous checkpoints whole; the two newest are kept).
-// marlhf_dpo_trainer_resume restores the newest one onto `policy`, which must be loaded
-// from the same base weights as when it was saved (checked) and carry no adapters; `params`
-// as for marlhf_dpo_trainer_new, with the checkpoint's LoRA rank, alpha and modules. The
-// steps that follow are the steps an uninterrupted trainer would have taken, bit for bit.
-// On failure the model is left as it was.
+// marlhf_trainer_resume restores the newest one onto `policy`, which must be loaded from
+// the same base weights as when it was saved (checked) and carry no adapters; `params` as
+// for marlhf_trainer_new, with the checkpoint's LoRA rank, alpha and modules. The steps
+// that follow are the steps an uninterrupted trainer would have taken, bit for bit. On
+// failure the model is left as it was.
 MARLHF_API int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir);
-MARLHF_API marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo_params *params,
-                                                     const char *run_dir);
+MARLHF_API marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer_params *params,
+                                                 const char *run_dir);
 
 #ifdef __cplusplus
 }

@@ -64,8 +64,8 @@ static void free_pairs(Pairs *p) {
     free(p->pairs);
 }
 
-static marlhf_dpo_params tiny_dpo_params(void) {
-    marlhf_dpo_params params = marlhf_dpo_default_params();
+static marlhf_trainer_params tiny_dpo_params(void) {
+    marlhf_trainer_params params = marlhf_trainer_default_params();
     params.lora_rank = 4;
     params.learning_rate = 1e-2;
     params.max_seq_len = 32;
@@ -257,8 +257,8 @@ static void test_reward(void) {
     marlhf_model *policy = load_policy(tiny, NULL);
     EXPECT(marlhf_reward(policy, "x", "y", &good) == -1 && strstr(marlhf_last_error(), "REWARD_MODEL"), "'%s'",
            marlhf_last_error());
-    marlhf_dpo_params dpo = tiny_dpo_params();
-    EXPECT(!marlhf_dpo_trainer_new(rm, &dpo) && strstr(marlhf_last_error(), "reward model"), "'%s'", marlhf_last_error());
+    marlhf_trainer_params dpo = tiny_dpo_params();
+    EXPECT(!marlhf_trainer_new(rm, &dpo) && strstr(marlhf_last_error(), "reward model"), "'%s'", marlhf_last_error());
     marlhf_model_free(policy);
     marlhf_model_free(rm);
 }
@@ -269,8 +269,8 @@ static void test_dpo_first_step_at_reference(void) {
     marlhf_model *model = load_policy(tiny, NULL);
     if (!model) return test_current_failures++, (void)0;
     Pairs pairs = read_pairs("tests/fixtures/train/pairs.jsonl");
-    marlhf_dpo_params params = tiny_dpo_params();
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_trainer_params params = tiny_dpo_params();
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     EXPECT(trainer, "%s", marlhf_last_error());
     marlhf_dpo_stats stats = {0};
     EXPECT(trainer && marlhf_dpo_step(trainer, pairs.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
@@ -281,11 +281,11 @@ static void test_dpo_first_step_at_reference(void) {
            stats.pairs, stats.grad_norm);
     EXPECT(marlhf_dpo_step(trainer, pairs.pairs, 8, &stats) == 0 && stats.loss < log(2.0) && stats.step == 2,
            "second step loss %g", stats.loss);
-    EXPECT(!marlhf_dpo_trainer_new(model, &params) && strstr(marlhf_last_error(), "already"), "'%s'",
+    EXPECT(!marlhf_trainer_new(model, &params) && strstr(marlhf_last_error(), "already"), "'%s'",
            marlhf_last_error());
     marlhf_trainer_free(trainer);
     // The adapters stay on the model; a second trainer on it would change the reference.
-    EXPECT(!marlhf_dpo_trainer_new(model, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
+    EXPECT(!marlhf_trainer_new(model, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
            marlhf_last_error());
     marlhf_model_free(model);
     free_pairs(&pairs);
@@ -311,8 +311,8 @@ static void test_dpo_learns_saves_and_reloads(void) {
     marlhf_model *model = load_policy(tiny, NULL), *reference = load_policy(tiny, NULL);
     if (!model || !reference) return test_current_failures++, (void)0;
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl"), eval = read_pairs("tests/fixtures/train/pairs_eval.jsonl");
-    marlhf_dpo_params params = tiny_dpo_params();
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_trainer_params params = tiny_dpo_params();
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     marlhf_dpo_stats stats = {0};
     for (int step = 0; step < 24 && trainer; step++)
         EXPECT(marlhf_dpo_step(trainer, train.pairs + (step % 6) * 8, 8, &stats) == 0, "%s", marlhf_last_error());
@@ -344,10 +344,47 @@ static void test_dpo_learns_saves_and_reloads(void) {
            marlhf_last_error());
     EXPECT_CLOSE(merged, trained, 1e-4, 1e-5, "merged model's log-prob");
     EXPECT_CLOSE(adapted, trained, 1e-5, 1e-6, "base + adapter log-prob");
-    EXPECT(!marlhf_dpo_trainer_new(base_with_adapter, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
+    EXPECT(!marlhf_trainer_new(base_with_adapter, &params) && strstr(marlhf_last_error(), "adapters"), "'%s'",
            marlhf_last_error());
     marlhf_model_free(reloaded), marlhf_model_free(base_with_adapter);
     marlhf_model_free(model), marlhf_model_free(reference); // frees the trainer too
+    free_pairs(&train), free_pairs(&eval);
+}
+
+// Thumbs up / down: KTO steps on the examples of the fixture pairs (each pair a good and a
+// bad completion), then the held-out pairs ranked by log-ratio as DPO's are.
+static void test_kto_steps(void) {
+    marlhf_model *model = load_policy(tiny, NULL), *reference = load_policy(tiny, NULL);
+    if (!model || !reference) return test_current_failures++, (void)0;
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl"), eval = read_pairs("tests/fixtures/train/pairs_eval.jsonl");
+    marlhf_feedback *examples = xmalloc((size_t)2 * train.count * sizeof(marlhf_feedback));
+    for (int i = 0; i < train.count; i++) {
+        examples[2 * i] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].chosen, 1};
+        examples[2 * i + 1] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].rejected, 0};
+    }
+    marlhf_trainer_params params = tiny_dpo_params();
+    params.learning_rate = 3e-3;
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
+    marlhf_kto_stats stats = {0};
+    EXPECT(marlhf_kto_step(trainer, examples, 8, &stats) == 0, "%s", marlhf_last_error());
+    EXPECT_CLOSE(stats.loss, 0.5, 1e-6, 0, "first KTO loss (at the reference)");
+    EXPECT_CLOSE(stats.kl, 0.0, 1e-6, 0, "first KL baseline");
+    EXPECT(stats.step == 1 && stats.examples == 8, "step %ld, %d examples", stats.step, stats.examples);
+    for (int step = 1; step < 48; step++)
+        EXPECT(marlhf_kto_step(trainer, examples + (step % 12) * 8, 8, &stats) == 0, "%s", marlhf_last_error());
+    double accuracy = eval_accuracy(model, reference, &eval);
+    EXPECT(accuracy >= 0.9, "held-out accuracy %.3f after 48 KTO steps (last loss %.4f)", accuracy, stats.loss);
+    fprintf(stderr, "  KTO: held-out pair accuracy %.3f, last loss %.4f, kl %.4f\n", accuracy, stats.loss, stats.kl);
+    // The same trainer takes pairs too.
+    marlhf_dpo_stats dpo = {0};
+    EXPECT(marlhf_dpo_step(trainer, train.pairs, 4, &dpo) == 0 && dpo.step == 49, "%s", marlhf_last_error());
+    EXPECT(marlhf_kto_step(trainer, examples, 1, NULL) == -1 && strstr(marlhf_last_error(), "at least two"), "'%s'",
+           marlhf_last_error());
+    marlhf_feedback broken[2] = {{"p", NULL, 1}, {"p", "c", 0}};
+    EXPECT(marlhf_kto_step(trainer, broken, 2, NULL) == -1 && strstr(marlhf_last_error(), "examples[0]"), "'%s'",
+           marlhf_last_error());
+    free(examples);
+    marlhf_model_free(model), marlhf_model_free(reference);
     free_pairs(&train), free_pairs(&eval);
 }
 
@@ -357,10 +394,10 @@ static void test_dpo_deterministic(void) {
     double result[2];
     for (int run = 0; run < 2; run++) {
         marlhf_model *model = load_policy(tiny, NULL);
-        marlhf_dpo_params params = tiny_dpo_params();
+        marlhf_trainer_params params = tiny_dpo_params();
         params.loss = "ipo";
         params.sft_weight = 0.5;
-        marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+        marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
         for (int step = 0; step < 3; step++) marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL);
         marlhf_logprob(model, train.pairs[0].prompt, train.pairs[0].chosen, &result[run], NULL);
         marlhf_model_free(model);
@@ -390,9 +427,9 @@ static void test_dpo_matches_command(void) {
 
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
     marlhf_model *model = load_policy(tiny, NULL);
-    marlhf_dpo_params params = tiny_dpo_params();
+    marlhf_trainer_params params = tiny_dpo_params();
     params.seed = 1234;
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     for (int step = 0; step < 2; step++)
         EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
     double worst = 0;
@@ -419,12 +456,12 @@ static void test_dpo_matches_command(void) {
 // restored from the folder), two more steps: the same bits as five steps in one go.
 static void test_dpo_resume_exact(void) {
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
-    marlhf_dpo_params params = tiny_dpo_params();
+    marlhf_trainer_params params = tiny_dpo_params();
     const char *run = tmp_path("resume_run");
     fs_remove_tree(run);
     double straight, resumed;
     marlhf_model *model = load_policy(tiny, NULL);
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     for (int step = 0; step < 5; step++) {
         EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL) == 0, "%s", marlhf_last_error());
         if (step == 2) EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
@@ -433,7 +470,7 @@ static void test_dpo_resume_exact(void) {
     marlhf_model_free(model);
 
     model = load_policy(tiny, NULL);
-    trainer = marlhf_dpo_trainer_resume(model, &params, run);
+    trainer = marlhf_trainer_resume(model, &params, run);
     EXPECT(trainer, "resume: %s", marlhf_last_error());
     marlhf_dpo_stats stats = {0};
     for (int step = 3; step < 5 && trainer; step++)
@@ -449,31 +486,31 @@ static void test_dpo_resume_exact(void) {
 // a fresh trainer whose first step is at the reference.
 static void test_dpo_resume_errors(void) {
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
-    marlhf_dpo_params params = tiny_dpo_params();
+    marlhf_trainer_params params = tiny_dpo_params();
     const char *run = tmp_path("resume_errors");
     fs_remove_tree(run);
     marlhf_model *model = load_policy(tiny, NULL);
-    EXPECT(!marlhf_dpo_trainer_resume(model, &params, run) && strstr(marlhf_last_error(), "no checkpoint"), "'%s'",
+    EXPECT(!marlhf_trainer_resume(model, &params, run) && strstr(marlhf_last_error(), "no checkpoint"), "'%s'",
            marlhf_last_error());
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &params);
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     marlhf_dpo_step(trainer, train.pairs, 8, NULL);
     EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
     marlhf_model_free(model);
 
     model = load_policy(tiny, NULL);
-    marlhf_dpo_params other = params;
+    marlhf_trainer_params other = params;
     other.lora_rank = 8;
-    EXPECT(!marlhf_dpo_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "rank 4"), "'%s'",
+    EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "rank 4"), "'%s'",
            marlhf_last_error());
     // Other base weights: the DPO-trained model saved by an earlier test.
     marlhf_model *other_base = load_policy(tmp_path("dpo_saved"), NULL);
-    EXPECT(other_base && !marlhf_dpo_trainer_resume(other_base, &params, run) &&
+    EXPECT(other_base && !marlhf_trainer_resume(other_base, &params, run) &&
                strstr(marlhf_last_error(), "other base weights"),
            "'%s'", marlhf_last_error());
     // Both models are as they were: a new trainer starts at the reference.
     marlhf_model *models[2] = {model, other_base};
     for (int i = 0; i < 2 && other_base; i++) {
-        marlhf_trainer *fresh = marlhf_dpo_trainer_new(models[i], &params);
+        marlhf_trainer *fresh = marlhf_trainer_new(models[i], &params);
         marlhf_dpo_stats stats = {0};
         EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
         EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first loss after a failed resume");
@@ -482,21 +519,65 @@ static void test_dpo_resume_errors(void) {
     char checkpoint[700];
     snprintf(checkpoint, sizeof checkpoint, "%s", tmp_path("dpo_command"));
     marlhf_model *third = load_policy(tiny, NULL);
-    EXPECT(!marlhf_dpo_trainer_resume(third, &params, checkpoint) && strstr(marlhf_last_error(), "marlhf_trainer_save"),
+    EXPECT(!marlhf_trainer_resume(third, &params, checkpoint) && strstr(marlhf_last_error(), "marlhf_trainer_save"),
            "'%s'", marlhf_last_error());
     marlhf_model_free(third), marlhf_model_free(other_base), marlhf_model_free(model);
+    free_pairs(&train);
+}
+
+// Two KTO steps over all 96 examples of the pairs file (one micro-batch, so one baseline per
+// step on both sides), through `marlhf kto` and through the API: the same adapters up to the
+// order in which the command's shuffled examples add up.
+static void test_kto_matches_command(void) {
+    const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
+    const char *run = tmp_path("kto_command");
+    fs_remove_tree(run);
+    char command[2048];
+    snprintf(command, sizeof command,
+             "%s kto --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 "
+             "--per-device-train-batch-size 96 --num-train-epochs 2 --max-steps 2 --lr-scheduler-type constant "
+             "--num-warmup-steps 0 --learning-rate 1e-2 --lora-rank 4 --seed 1234 --threads 2 --quiet 2> %s.log",
+             bin, tiny, run, run);
+    EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
+    char final_dir[700];
+    snprintf(final_dir, sizeof final_dir, "%s/final", run);
+    marlhf_model *from_command = load_policy(tiny, final_dir);
+
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    marlhf_feedback *examples = xmalloc((size_t)2 * train.count * sizeof(marlhf_feedback));
+    for (int i = 0; i < train.count; i++) {
+        examples[2 * i] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].chosen, 1};
+        examples[2 * i + 1] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].rejected, 0};
+    }
+    marlhf_model *model = load_policy(tiny, NULL);
+    marlhf_trainer_params params = tiny_dpo_params();
+    params.micro_batch = 96;
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
+    for (int step = 0; step < 2; step++)
+        EXPECT(marlhf_kto_step(trainer, examples, 2 * train.count, NULL) == 0, "%s", marlhf_last_error());
+    double worst = 0;
+    for (int i = 0; i < 6 && from_command; i++) {
+        double a, b;
+        marlhf_logprob(model, train.pairs[i].prompt, train.pairs[i].chosen, &a, NULL);
+        marlhf_logprob(from_command, train.pairs[i].prompt, train.pairs[i].chosen, &b, NULL);
+        worst = fmax(worst, fabs(a - b) / (1e-3 + fabs(b)));
+    }
+    EXPECT(from_command && worst < 1e-4, "worst relative log-prob difference %.3g", worst);
+    fprintf(stderr, "  KTO API vs command after 2 steps: worst relative log-prob difference %.3g\n", worst);
+    free(examples);
+    marlhf_model_free(model), marlhf_model_free(from_command);
     free_pairs(&train);
 }
 
 static void test_dpo_bad_arguments(void) {
     marlhf_model *model = load_policy(tiny, NULL);
     if (!model) return test_current_failures++, (void)0;
-    marlhf_dpo_params p;
+    marlhf_trainer_params p;
 #define BAD(change, word)                                                                                   \
     do {                                                                                                    \
         p = tiny_dpo_params();                                                                              \
         change;                                                                                             \
-        EXPECT(!marlhf_dpo_trainer_new(model, &p) && strstr(marlhf_last_error(), word), "%s: '%s'", #change, \
+        EXPECT(!marlhf_trainer_new(model, &p) && strstr(marlhf_last_error(), word), "%s: '%s'", #change, \
                marlhf_last_error());                                                                        \
     } while (0)
     BAD(p.loss = "kto", "loss");
@@ -511,11 +592,13 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.max_grad_norm = -1, "max_grad_norm");
     BAD(p.max_seq_len = 1, "max_seq_len");
     BAD(p.micro_batch = 0, "micro_batch");
+    BAD(p.desirable_weight = 0, "desirable_weight");
+    BAD(p.undesirable_weight = NAN, "undesirable_weight");
 #undef BAD
     // None of those touched the model: a good trainer still starts at the reference.
-    marlhf_dpo_params good = tiny_dpo_params();
+    marlhf_trainer_params good = tiny_dpo_params();
     good.max_seq_len = 4; // shorter than every prompt: no response token is left
-    marlhf_trainer *trainer = marlhf_dpo_trainer_new(model, &good);
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &good);
     EXPECT(trainer, "%s", marlhf_last_error());
     marlhf_preference pair = {"Tell me about the cat.", " The cat is good.", " The cat is bad."};
     EXPECT(marlhf_dpo_step(trainer, &pair, 1, NULL) == -1 && strstr(marlhf_last_error(), "max_seq_len"), "'%s'",
@@ -540,7 +623,9 @@ int main(void) {
     RUN(test_dpo_first_step_at_reference);
     RUN(test_dpo_learns_saves_and_reloads);
     RUN(test_dpo_deterministic);
+    RUN(test_kto_steps);
     RUN(test_dpo_matches_command);
+    RUN(test_kto_matches_command);
     RUN(test_dpo_resume_exact);
     RUN(test_dpo_resume_errors);
     RUN(test_dpo_bad_arguments);

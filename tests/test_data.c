@@ -260,6 +260,21 @@ static void test_local_formats(void) {
         EXPECT(d.records[0].chosen == NULL, "ranked leaves chosen NULL");
         dataset_free(&d);
     }
+    if (load_or_fail(&d, FIXTURES "/unpaired.jsonl", DATA_FORMAT_AUTO)) {
+        EXPECT(d.format == DATA_FORMAT_UNPAIRED && d.count == 3, "unpaired: %s, %ld", data_format_name(d.format), d.count);
+        EXPECT_STR(d.records[0].chosen, " Paris");
+        EXPECT(d.records[0].rejected == NULL && d.records[1].chosen == NULL, "one side per row");
+        EXPECT_STR(d.records[1].rejected, " Lyon");
+        EXPECT_STR(d.records[2].prompt, "Q: 2 + 2?\nA:");
+        dataset_free(&d);
+    }
+    // TRL's prompt-completion rows are SFT rows.
+    if (load_or_fail(&d, write_text("completions.jsonl", "{\"prompt\": \"p\", \"completion\": \" c\"}\n"),
+                     DATA_FORMAT_AUTO)) {
+        EXPECT(d.format == DATA_FORMAT_SFT && d.count == 1, "completion rows: %s", data_format_name(d.format));
+        EXPECT_STR(d.records[0].chosen, " c");
+        dataset_free(&d);
+    }
     if (load_or_fail(&d, FIXTURES "/prompts.jsonl", DATA_FORMAT_AUTO)) {
         EXPECT(d.format == DATA_FORMAT_PROMPTS && d.count == 3, "prompts: %s, %ld", data_format_name(d.format),
                d.count);
@@ -287,6 +302,7 @@ static void test_forced_formats(void) {
                               {"openai/webgpt_comparisons", "webgpt"},
                               {"codeparrot/apps", "apps"},
                               {"ranked", "ranked"},
+                              {"unpaired", "unpaired"},
                               {"auto", "auto"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         EXPECT(data_format_parse(names[i][0], "--data-format", &format) == 0, "%s: %s", names[i][0], err_msg());
@@ -603,6 +619,16 @@ static void test_bad_rows(void) {
                       DATA_FORMAT_AUTO, 0, 2, "\"responses\" has 1 entry");
     expect_load_error(write_text("response_type.jsonl", "{\"prompt\": \"p\", \"responses\": [\"a\", {\"t\": 1}]}\n"),
                       DATA_FORMAT_AUTO, 0, 1, "\"responses[1]\"");
+    expect_load_error(write_text("completion_missing.jsonl", "{\"prompt\": \"p\", \"completion\": \"a\"}\n"
+                                                             "{\"prompt\": \"p\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 2, "\"response\"");
+    expect_load_error(write_text("label_string.jsonl", "{\"prompt\": \"p\", \"completion\": \"a\", \"label\": \"true\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 1, "\"label\" is a string, expected true or false");
+    expect_load_error(write_text("label_missing.jsonl", "{\"prompt\": \"p\", \"completion\": \"a\", \"label\": true}\n"
+                                                        "{\"prompt\": \"p\", \"completion\": \"b\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 2, "\"label\"");
+    expect_load_error(write_text("completion_type.jsonl", "{\"prompt\": \"p\", \"completion\": 3, \"label\": false}\n"),
+                      DATA_FORMAT_AUTO, 0, 1, "\"completion\"");
     expect_load_error(write_text("responses_type.jsonl", "{\"prompt\": \"p\", \"responses\": \"a\"}\n"),
                       DATA_FORMAT_AUTO, 0, 1, "\"responses\" is a string");
     expect_load_error(write_text("webgpt_score.jsonl",

@@ -13,6 +13,7 @@
 #include "model/weights_io.h"
 #include "test.h"
 #include "train/dpo.h"
+#include "train/response_logps.h"
 
 static const char *FIXTURE = "tests/fixtures/dpo/llama.safetensors";
 
@@ -110,7 +111,7 @@ static void test_response_logps_match_pytorch(void) {
     load_policy(&model);
     const long which[6] = {0, 1, 2, 3, 4, 5};
     double sums[6];
-    dpo_response_logps(&model, &f.rows, which, 6, 0, sums);
+    response_logps(&model, &f.rows, which, 6, 0, sums);
     for (int r = 0; r < 6; r++) EXPECT_CLOSE(sums[r], f.policy_logps[r], 1e-4, 1e-5, "response log-prob sum");
     model_free(&model);
     tokenized_examples_free(&f.rows);

@@ -20,6 +20,8 @@
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/dpo.h"
+#include "train/kto.h"
+#include "train/response_logps.h"
 #include "train/rm.h"
 #include "train/sft.h"
 
@@ -31,7 +33,8 @@ struct marlhf_model {
 
 struct marlhf_trainer {
     marlhf_model *owner;
-    DpoLossOptions loss;
+    DpoLossOptions dpo;
+    KtoLossOptions kto;
     AdamW optimizer;
     double learning_rate, max_grad_norm;
     int max_seq_len, micro_batch;
@@ -266,7 +269,7 @@ int marlhf_logprob(marlhf_model *policy, const char *prompt, const char *respons
     TokenizedExamples rows;
     if (tokenize_scored(&policy->text, "marlhf_logprob", prompt, response, &rows) != 0) return -1;
     const long which = 0;
-    dpo_response_logps(&policy->text.model, &rows, &which, 1, pad_id(policy->text.tokenizer), sum);
+    response_logps(&policy->text.model, &rows, &which, 1, pad_id(policy->text.tokenizer), sum);
     if (tokens) *tokens = rows.lengths[0] - rows.prompt_lengths[0];
     tokenized_examples_free(&rows);
     return 0;
@@ -286,15 +289,24 @@ int marlhf_reward(marlhf_model *reward_model, const char *prompt, const char *re
 
 // ---- on-device preference learning ---------------------------------------------------------
 
-marlhf_dpo_params marlhf_dpo_default_params(void) {
-    return (marlhf_dpo_params){.loss = "sigmoid", .beta = 0.1, .simpo_gamma = 0.5, .lora_rank = 8,
-                               .lora_modules = "all-linear", .learning_rate = 5e-5, .max_grad_norm = 1.0,
-                               .max_seq_len = 512, .micro_batch = 4, .seed = 1234};
+marlhf_trainer_params marlhf_trainer_default_params(void) {
+    return (marlhf_trainer_params){.loss = "sigmoid", .beta = 0.1, .simpo_gamma = 0.5, .desirable_weight = 1.0,
+                                   .undesirable_weight = 1.0, .lora_rank = 8, .lora_modules = "all-linear",
+                                   .learning_rate = 5e-5, .max_grad_norm = 1.0, .max_seq_len = 512, .micro_batch = 4,
+                                   .seed = 1234};
 }
 
-static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, LoraConfig *lora) {
-    const char *f = "marlhf_dpo_trainer_new";
-    memset(loss, 0, sizeof *loss);
+// The losses' and the adapters' settings from checked params.
+typedef struct {
+    DpoLossOptions dpo;
+    KtoLossOptions kto;
+    LoraConfig lora;
+} TrainerSettings;
+
+static int check_trainer_params(const marlhf_trainer_params *p, const char *f, TrainerSettings *out) {
+    memset(out, 0, sizeof *out);
+    DpoLossOptions *loss = &out->dpo;
+    LoraConfig *lora = &out->lora;
     if (!p->loss || dpo_loss_from_name(p->loss, &loss->loss) != 0)
         return err_set("%s: loss must be sigmoid, ipo, hinge, simpo or orpo, got '%s'", f, p->loss ? p->loss : "(null)");
     if (!(p->beta > 0) || !isfinite(p->beta)) return err_set("%s: beta must be positive, got %g", f, p->beta);
@@ -302,6 +314,10 @@ static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, Lo
         return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
     if (!isfinite(p->simpo_gamma)) return err_set("%s: simpo_gamma must be finite, got %g", f, p->simpo_gamma);
     if (!(p->sft_weight >= 0) || !isfinite(p->sft_weight)) return err_set("%s: sft_weight must be >= 0, got %g", f, p->sft_weight);
+    if (!(p->desirable_weight > 0) || !isfinite(p->desirable_weight))
+        return err_set("%s: desirable_weight must be positive, got %g", f, p->desirable_weight);
+    if (!(p->undesirable_weight > 0) || !isfinite(p->undesirable_weight))
+        return err_set("%s: undesirable_weight must be positive, got %g", f, p->undesirable_weight);
     if (p->lora_rank < 1) return err_set("%s: lora_rank must be at least 1, got %d", f, p->lora_rank);
     if (!(p->lora_alpha >= 0) || !isfinite(p->lora_alpha)) return err_set("%s: lora_alpha must be >= 0, got %g", f, p->lora_alpha);
     if (!(p->learning_rate > 0) || !isfinite(p->learning_rate))
@@ -315,7 +331,8 @@ static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, Lo
     loss->label_smoothing = p->label_smoothing;
     loss->simpo_gamma = p->simpo_gamma;
     loss->sft_weight = p->sft_weight;
-    memset(lora, 0, sizeof *lora);
+    out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
+                                .undesirable_weight = p->undesirable_weight};
     lora->rank = p->lora_rank;
     lora->alpha = p->lora_alpha > 0 ? (float)p->lora_alpha : (float)p->lora_rank;
     if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
@@ -324,7 +341,7 @@ static int check_dpo_params(const marlhf_dpo_params *p, DpoLossOptions *loss, Lo
 }
 
 // The checks before a trainer may be attached to `policy`.
-static int check_trainer_target(const marlhf_model *policy, const marlhf_dpo_params *params, const char *function) {
+static int check_trainer_target(const marlhf_model *policy, const marlhf_trainer_params *params, const char *function) {
     if (require_policy(policy, function) != 0) return -1;
     if (!params) return err_set("%s: params must not be NULL", function);
     if (policy->trainer) return err_set("%s: the model already has a trainer (free it first)", function);
@@ -334,12 +351,14 @@ static int check_trainer_target(const marlhf_model *policy, const marlhf_dpo_par
     return 0;
 }
 
-static marlhf_trainer *attach_trainer(marlhf_model *policy, const marlhf_dpo_params *params, const DpoLossOptions *loss) {
+static marlhf_trainer *attach_trainer(marlhf_model *policy, const marlhf_trainer_params *params,
+                                      const TrainerSettings *settings) {
     Model *model = &policy->text.model;
     model_enable_grad(model);
     marlhf_trainer *trainer = xcalloc(1, sizeof *trainer);
     trainer->owner = policy;
-    trainer->loss = *loss;
+    trainer->dpo = settings->dpo;
+    trainer->kto = settings->kto;
     trainer->learning_rate = params->learning_rate;
     trainer->max_grad_norm = params->max_grad_norm;
     trainer->max_seq_len = params->max_seq_len;
@@ -349,17 +368,16 @@ static marlhf_trainer *attach_trainer(marlhf_model *policy, const marlhf_dpo_par
     return trainer;
 }
 
-marlhf_trainer *marlhf_dpo_trainer_new(marlhf_model *policy, const marlhf_dpo_params *params) {
+marlhf_trainer *marlhf_trainer_new(marlhf_model *policy, const marlhf_trainer_params *params) {
     err_clear();
-    if (check_trainer_target(policy, params, "marlhf_dpo_trainer_new") != 0) return NULL;
-    DpoLossOptions loss;
-    LoraConfig lora;
-    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
+    if (check_trainer_target(policy, params, "marlhf_trainer_new") != 0) return NULL;
+    TrainerSettings settings;
+    if (check_trainer_params(params, "marlhf_trainer_new", &settings) != 0) return NULL;
     Model *model = &policy->text.model;
     // The activations were sized for a model without adapters and gradients.
     model_release_activations(model);
-    if (model_add_lora(model, &lora, false, params->seed) != 0) return NULL;
-    return attach_trainer(policy, params, &loss);
+    if (model_add_lora(model, &settings.lora, false, params->seed) != 0) return NULL;
+    return attach_trainer(policy, params, &settings);
 }
 
 int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
@@ -367,7 +385,7 @@ int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
     if (!trainer || !run_dir || !*run_dir) return err_set("marlhf_trainer_save: a trainer and run_dir must be given");
     const TextModel *tm = &trainer->owner->text;
     json_t *state = json_object();
-    json_object_set_new(state, "task", json_string("api-dpo"));
+    json_object_set_new(state, "task", json_string("api-trainer"));
     json_object_set_new(state, "step", json_integer(trainer->step));
     json_object_set_new(state, "lora_rank", json_integer(tm->model.lora.rank));
     CheckpointModel entry = {"", &tm->model, &trainer->optimizer};
@@ -376,17 +394,18 @@ int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
     return rc;
 }
 
-marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo_params *params, const char *run_dir) {
+marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer_params *params, const char *run_dir) {
     err_clear();
-    const char *f = "marlhf_dpo_trainer_resume";
+    const char *f = "marlhf_trainer_resume";
     if (check_trainer_target(policy, params, f) != 0) return NULL;
     if (!run_dir) {
         err_set("%s: run_dir must not be NULL", f);
         return NULL;
     }
-    DpoLossOptions loss;
-    LoraConfig lora, saved;
-    if (check_dpo_params(params, &loss, &lora) != 0) return NULL;
+    TrainerSettings settings;
+    if (check_trainer_params(params, f, &settings) != 0) return NULL;
+    const LoraConfig lora = settings.lora;
+    LoraConfig saved;
     char *checkpoint = checkpoint_latest(run_dir);
     if (!checkpoint) {
         err_set("%s: no checkpoint in %s", f, run_dir);
@@ -395,7 +414,7 @@ marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo
     json_t *state = NULL;
     int rc = checkpoint_load_state(checkpoint, &state);
     const char *task = rc == 0 ? json_string_value(json_object_get(state, "task")) : NULL;
-    if (rc == 0 && (!task || strcmp(task, "api-dpo") != 0))
+    if (rc == 0 && (!task || strcmp(task, "api-trainer") != 0))
         rc = err_set("%s: %s was not written by marlhf_trainer_save", f, checkpoint);
     const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
     json_decref(state);
@@ -414,7 +433,7 @@ marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo
     if (rc == 0) rc = lora_read_adapter(model, checkpoint);
     marlhf_trainer *trainer = NULL;
     if (rc == 0) {
-        trainer = attach_trainer(policy, params, &loss);
+        trainer = attach_trainer(policy, params, &settings);
         rc = checkpoint_load_optimizer(checkpoint, "", model, &trainer->optimizer);
         if (rc == 0 && trainer->optimizer.step != step)
             rc = err_set("%s: optimizer state at step %ld, trainer state at %ld (%s)", f, trainer->optimizer.step, step,
@@ -429,6 +448,37 @@ marlhf_trainer *marlhf_dpo_trainer_resume(marlhf_model *policy, const marlhf_dpo
     }
     free(checkpoint);
     return trainer;
+}
+
+// One optimizer step of `train` over its n examples (micro-batches of trainer->micro_batch,
+// the mean loss): gradients, clipping, AdamW. *loss, metrics[4] (sums) and *norm report it.
+// A non-finite loss or gradient changes nothing.
+static int optimizer_step(marlhf_trainer *trainer, const TrainTask *train, long n, const char *function, double *loss,
+                          double metrics[4], double *norm) {
+    Model *model = &trainer->owner->text.model;
+    model_zero_grad(model);
+    *loss = 0.0;
+    for (int k = 0; k < 4; k++) metrics[k] = 0.0;
+    long *which = xmalloc((size_t)trainer->micro_batch * sizeof(long));
+    for (long first = 0; first < n; first += trainer->micro_batch) {
+        int micro = (int)(n - first < trainer->micro_batch ? n - first : trainer->micro_batch);
+        for (int i = 0; i < micro; i++) which[i] = first + i;
+        MicroStepResult result = {0};
+        train->micro_step(train->context, model, which, micro, 1.0 / (double)n, &result);
+        *loss += result.loss_sum;
+        for (int k = 0; k < 4; k++) metrics[k] += result.metric_sums[k];
+    }
+    free(which);
+    *norm = grad_global_norm(model);
+    if (!isfinite(*loss) || !isfinite(*norm)) {
+        model_zero_grad(model);
+        return err_set("%s: the loss (%g) or gradient norm (%g) is not finite; the adapters were not changed", function,
+                       *loss / (double)n, *norm);
+    }
+    adamw_step(&trainer->optimizer, model, (float)trainer->learning_rate,
+               grad_clip_coefficient(*norm, (float)trainer->max_grad_norm));
+    trainer->step++;
+    return 0;
 }
 
 int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count, marlhf_dpo_stats *stats) {
@@ -448,42 +498,24 @@ int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int
     Model *model = &tm->model;
     DpoTask task;
     int rc = dpo_task_init(&task, tm->tokenizer, prompts, responses, count, NULL, NULL, 0, trainer->max_seq_len,
-                           &trainer->loss);
+                           &trainer->dpo);
     free(prompts), free(responses);
     if (rc != 0) {
         dpo_task_free(&task);
         return err_set("marlhf_dpo_step: no pair has a response token within max_seq_len %d", trainer->max_seq_len);
     }
     // The reference: the same frozen weights with the adapters switched off.
-    if (dpo_loss_uses_reference(trainer->loss.loss)) {
+    if (dpo_loss_uses_reference(trainer->dpo.loss)) {
         model->lora_enabled = false;
         dpo_task_compute_reference(&task, model);
         model->lora_enabled = true;
     }
     TrainTask train = dpo_train_task(&task);
-    model_zero_grad(model);
     const long n = task.train_count;
-    double loss = 0.0, metrics[4] = {0};
-    long *which = xmalloc((size_t)trainer->micro_batch * sizeof(long));
-    for (long first = 0; first < n; first += trainer->micro_batch) {
-        int micro = (int)(n - first < trainer->micro_batch ? n - first : trainer->micro_batch);
-        for (int i = 0; i < micro; i++) which[i] = first + i;
-        MicroStepResult result = {0};
-        train.micro_step(train.context, model, which, micro, 1.0 / (double)n, &result);
-        loss += result.loss_sum;
-        for (int k = 0; k < 4; k++) metrics[k] += result.metric_sums[k];
-    }
-    free(which);
+    double loss, metrics[4], norm;
+    rc = optimizer_step(trainer, &train, n, "marlhf_dpo_step", &loss, metrics, &norm);
     dpo_task_free(&task);
-    const double norm = grad_global_norm(model);
-    if (!isfinite(loss) || !isfinite(norm)) {
-        model_zero_grad(model);
-        return err_set("marlhf_dpo_step: the loss (%g) or gradient norm (%g) is not finite; the adapters were not changed",
-                       loss / (double)n, norm);
-    }
-    adamw_step(&trainer->optimizer, model, (float)trainer->learning_rate,
-               grad_clip_coefficient(norm, (float)trainer->max_grad_norm));
-    trainer->step++;
+    if (rc != 0) return -1;
     if (stats) {
         *stats = (marlhf_dpo_stats){.step = trainer->step,
                                     .loss = loss / (double)n,
@@ -493,6 +525,52 @@ int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int
                                     .rejected_reward = metrics[3] / (double)n,
                                     .grad_norm = norm,
                                     .pairs = (int)n};
+    }
+    return 0;
+}
+
+int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, int count, marlhf_kto_stats *stats) {
+    err_clear();
+    if (!trainer || !examples || count < 2)
+        return err_set("marlhf_kto_step: a trainer and at least two examples are needed (the KL baseline pairs each "
+                       "prompt with another example's completion)");
+    const char **prompts = xmalloc((size_t)count * sizeof(char *)), **completions = xmalloc((size_t)count * sizeof(char *));
+    bool *desirable = xmalloc((size_t)count * sizeof(bool));
+    for (int i = 0; i < count; i++) {
+        if (!examples[i].prompt || !examples[i].completion) {
+            free(prompts), free(completions), free(desirable);
+            return err_set("marlhf_kto_step: examples[%d] has a NULL prompt or completion", i);
+        }
+        prompts[i] = examples[i].prompt, completions[i] = examples[i].completion;
+        desirable[i] = examples[i].desirable != 0;
+    }
+    TextModel *tm = &trainer->owner->text;
+    Model *model = &tm->model;
+    KtoTask task;
+    int rc = kto_task_init(&task, tm->tokenizer, prompts, completions, desirable, count, NULL, NULL, NULL, 0,
+                           trainer->max_seq_len, &trainer->kto);
+    free(prompts), free(completions), free(desirable);
+    if (rc != 0) {
+        kto_task_free(&task);
+        return err_set("marlhf_kto_step: fewer than two examples have a completion token within max_seq_len %d",
+                       trainer->max_seq_len);
+    }
+    model->lora_enabled = false; // the reference: the frozen weights alone
+    kto_task_compute_reference(&task, model);
+    model->lora_enabled = true;
+    TrainTask train = kto_train_task(&task);
+    const long n = task.train.count;
+    double loss, metrics[4], norm;
+    rc = optimizer_step(trainer, &train, n, "marlhf_kto_step", &loss, metrics, &norm);
+    kto_task_free(&task);
+    if (rc != 0) return -1;
+    if (stats) {
+        *stats = (marlhf_kto_stats){.step = trainer->step,
+                                    .loss = loss / (double)n,
+                                    .kl = metrics[0] / (double)n,
+                                    .accuracy = metrics[1] / (double)n,
+                                    .grad_norm = norm,
+                                    .examples = (int)n};
     }
     return 0;
 }

@@ -121,7 +121,7 @@ int cmd_infer(int argc, char **argv) {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
         {"data", "data_path dataset", OPT_STRING, &data_path, "validation prompts (any supported schema)", true, false},
-        {"data-format", "data_format", OPT_STRING, &format_name, "auto, tldr, hh, webgpt, apps, sft, pairs, ranked, prompts", false, false},
+        {"data-format", "data_format", OPT_STRING, &format_name, "auto, tldr, hh, webgpt, apps, sft, pairs, ranked, prompts, unpaired", false, false},
         {"count", "num_samples", OPT_INT, &count, "prompts used (the first after shuffling; 0: all)", false, false},
         {"no-shuffle", "no_shuffle", OPT_BOOL, &no_shuffle, "keep the file order (the released script does for WebGPT)", false, false},
         {"seed", NULL, OPT_INT, &seed, "seed of the shuffle and of sampling", false, false},

@@ -39,7 +39,7 @@ int cmd_ppo(int argc, char **argv) {
         {"prompts", "data data_path", OPT_STRING, &prompts, "prompts (any supported schema; the prompt field is used)", true, false},
         {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder", true, false},
-        {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts", false, false},
+        {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired", false, false},
         {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
         {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
         {"reward", NULL, OPT_STRING, &reward, "model | lexicon (the gold lexicon as reward) | code (APPS execution)", false, false},

@@ -9,6 +9,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_dpo(int argc, char **argv);
+int cmd_kto(int argc, char **argv);
 int cmd_ppo(int argc, char **argv);
 int cmd_pipeline(int argc, char **argv);
 int cmd_infer(int argc, char **argv);

@@ -18,7 +18,8 @@ static const Command commands[] = {
     {"logprobs", cmd_logprobs, "per-token log-probs and top-1 next tokens of given token ids", false},
     {"sft", cmd_sft, "supervised fine-tuning on prompt/response data (step 1)", true},
     {"rm", cmd_rm, "train a reward model on chosen/rejected pairs or ranked responses (step 2)", true},
-    {"dpo", cmd_dpo, "direct preference optimization on chosen/rejected pairs (DPO, IPO, hinge, SimPO)", true},
+    {"dpo", cmd_dpo, "direct preference optimization on chosen/rejected pairs (DPO, IPO, hinge, SimPO, ORPO)", true},
+    {"kto", cmd_kto, "KTO on completions labelled desirable or undesirable (or on pairs)", true},
     {"ppo", cmd_ppo, "PPO / MA-PPO against a reward model with macro actions (step 3)", true},
     {"pipeline", cmd_pipeline, "SFT -> reward model -> PPO from one JSON file, resumable at any stage", false},
     {"infer", cmd_infer, "responses of a policy to validation prompts, scored by a reward model (JSONL)", true},
@@ -53,7 +54,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name)) continue;
         if (dist_init(&argc, &argv) != 0) die_user("%s", err_msg());
         if (dist_world_size() > 1 && !commands[i].data_parallel)
-            die_user("marlhf %s runs as one process; only sft, rm, dpo, ppo, infer and generate run under mpirun with %d processes",
+            die_user("marlhf %s runs as one process; only sft, rm, dpo, kto, ppo, infer and generate run under mpirun with %d processes",
                      commands[i].name, dist_world_size());
         int rc = commands[i].run(argc - 2, argv + 2);
         dist_finalize();

@@ -88,7 +88,7 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
 #define ADD(name, aliases, type, target, help) o[n++] = (Option){name, aliases, type, target, help, false, false}
     ADD("data", "data_path", OPT_STRING, &c->data, "training data (JSONL/JSON in a supported schema)");
     ADD("eval-data", "eval_data", OPT_STRING, &c->eval_data, "held-out data for evaluation");
-    ADD("data-format", "data_format", OPT_STRING, &c->data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts");
+    ADD("data-format", "data_format", OPT_STRING, &c->data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired");
     ADD("data-split", "data_split", OPT_STRING, &c->data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: use all rows)");
     ADD("data-phase", "data_phase", OPT_INT, &c->data_phase, "which part of --data-split this step uses (1 SFT, 2 RM, 3 PPO)");
     ADD("max-rows", "max_rows", OPT_INT, &c->max_rows, "use at most this many training rows (0: all)");

@@ -287,7 +287,9 @@ static int parse_apps(const json_t *row, const DataRowPlace *at, DataRecord *rec
 static int parse_sft(const json_t *row, const DataRowPlace *at, DataRecord *record) {
     const char *prompt = NULL, *response = NULL;
     if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
-    if (get_string(row, "response", "response", at, &response) != 0) return -1;
+    // TRL's prompt-completion rows name the response "completion".
+    const char *key = json_object_get(row, "response") || !json_object_get(row, "completion") ? "response" : "completion";
+    if (get_string(row, key, key, at, &response) != 0) return -1;
     record->prompt = xstrdup(prompt);
     record->chosen = xstrdup(response);
     return 0;
@@ -319,6 +321,19 @@ static int parse_ranked(const json_t *row, const DataRowPlace *at, DataRecord *r
     return 0;
 }
 
+static int parse_unpaired(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    const char *prompt = NULL, *completion = NULL;
+    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    if (get_string(row, "completion", "completion", at, &completion) != 0) return -1;
+    json_t *label = json_object_get(row, "label");
+    if (!label) return missing_field(at, "label");
+    if (!json_is_boolean(label)) return wrong_type(at, "label", label, "true or false");
+    record->prompt = xstrdup(prompt);
+    if (json_is_true(label)) record->chosen = xstrdup(completion);
+    else record->rejected = xstrdup(completion);
+    return 0;
+}
+
 static int parse_prompt_only(const json_t *row, const DataRowPlace *at, DataRecord *record) {
     const char *prompt = NULL;
     if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
@@ -334,11 +349,12 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
     else if (HAS("question") && HAS("answer_0") && HAS("answer_1")) *format = DATA_FORMAT_WEBGPT;
     else if (HAS("problem_id") || (HAS("question") && HAS("input_output"))) *format = DATA_FORMAT_APPS;
     else if (HAS("prompt") && HAS("responses")) *format = DATA_FORMAT_RANKED;
+    else if (HAS("prompt") && HAS("completion") && HAS("label")) *format = DATA_FORMAT_UNPAIRED;
     else if (HAS("prompt") && HAS("chosen") && HAS("rejected")) *format = HAS("response") ? DATA_FORMAT_HH : DATA_FORMAT_PAIRS;
     else if (HAS("prompt") && (HAS("chosen") || HAS("rejected")))
         return err_set("missing field \"%s\": a preference pair needs both \"chosen\" and \"rejected\" (%s:%ld)",
                        HAS("chosen") ? "rejected" : "chosen", at->path, at->line);
-    else if (HAS("prompt")) *format = HAS("response") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
+    else if (HAS("prompt")) *format = HAS("response") || HAS("completion") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
     else {
         // Name the fields seen, so the user can tell which schema the file is close to.
         char seen[200] = "";
@@ -371,6 +387,7 @@ int data_parse_row(DataFormat format, const json_t *row, const DataRowPlace *at,
     case DATA_FORMAT_SFT: rc = parse_sft(row, at, record); break;
     case DATA_FORMAT_RANKED: rc = parse_ranked(row, at, record); break;
     case DATA_FORMAT_PROMPTS: rc = parse_prompt_only(row, at, record); break;
+    case DATA_FORMAT_UNPAIRED: rc = parse_unpaired(row, at, record); break;
     case DATA_FORMAT_AUTO: CHECK(false, "data_parse_row without a format");
     }
     if (rc != 0) data_record_free(record);

@@ -23,6 +23,7 @@ static const struct {
     {"pairs", DATA_FORMAT_PAIRS},
     {"ranked", DATA_FORMAT_RANKED},
     {"prompts", DATA_FORMAT_PROMPTS},
+    {"unpaired", DATA_FORMAT_UNPAIRED},
     {"summarize", DATA_FORMAT_TLDR},
     {"openai/summarize_from_feedback", DATA_FORMAT_TLDR},
     {"Dahoas/full-hh-rlhf", DATA_FORMAT_HH},

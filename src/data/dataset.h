@@ -42,17 +42,23 @@
 //     starter_code, call_based, id = problem_id in decimal.
 //   Local formats, each prompt taken as is (apply a chat template before writing them):
 //     SFT ["sft"]           {prompt, response}              chosen = response
+//                           (or TRL's {prompt, completion}: chosen = completion)
 //     pairs ["pairs"]       {prompt, chosen, rejected}
 //     ranked ["ranked"]     {prompt, responses: [best, ..., worst]}, K >= 2
 //                           responses[], response_count
+//     unpaired ["unpaired"] {prompt, completion, label}: TRL's unpaired preference (KTO),
+//                           label true or false; the completion goes to chosen when the
+//                           label is true, to rejected when it is false (the other stays
+//                           NULL), so a pair reads as two unpaired examples
 //     prompts ["prompts"]   {prompt} (PPO prompts)
 //   Other fields of a row are ignored.
 //
 // Auto-detection (DATA_FORMAT_AUTO) looks at the fields of the first row:
 //   info + summaries -> TL;DR;  question + answer_0 + answer_1 -> WebGPT;
 //   problem_id or question + input_output -> APPS;  prompt + responses -> ranked;
+//   prompt + completion + label -> unpaired;
 //   prompt + chosen + rejected -> HH when there is also `response`, else pairs;
-//   prompt + response -> SFT;  prompt alone -> prompts (but chosen without rejected, or
+//   prompt + response (or completion) -> SFT;  prompt alone -> prompts (but chosen without rejected, or
 //   the reverse, is an error). Every later row must then be of the same format.
 //
 // Errors (a missing field, a wrong JSON type, an empty file, invalid UTF-8, a row over
@@ -75,14 +81,15 @@ typedef enum {
     DATA_FORMAT_PAIRS,
     DATA_FORMAT_RANKED,
     DATA_FORMAT_PROMPTS,
+    DATA_FORMAT_UNPAIRED,
 } DataFormat;
 
 // One example. Every string is owned by the record (xmalloc'd); NULL where the format
 // has no such field (see the table above).
 typedef struct {
     char *prompt;           // formatted, ready to tokenize
-    char *chosen;           // pairs: preferred; SFT: the response; APPS: first solution
-    char *rejected;         // pairs: the other
+    char *chosen;           // pairs: preferred; SFT: the response; APPS: first solution; unpaired: a desirable completion
+    char *rejected;         // pairs: the other; unpaired: an undesirable completion
     char **responses;       // ranked: best first
     int response_count;     // 0 unless ranked (then >= 2)
     long row;               // 0-based index of the row in its file

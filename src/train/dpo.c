@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dist/dist.h"
+#include "train/response_logps.h"
 
 int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     if (!strcmp(name, "sigmoid")) *kind = DPO_LOSS_SIGMOID;
@@ -89,73 +90,9 @@ void dpo_task_free(DpoTask *task) {
     memset(task, 0, sizeof *task);
 }
 
-// A batch of rows right-padded to the longest, with next-token targets on the response
-// tokens only (the LM head runs on those slots alone).
-typedef struct {
-    int B, T;
-    int *tokens, *targets, *row_len;
-} PairBatch;
-
-static void build_batch(const TokenizedExamples *rows, const long *which, int count, int pad_id, PairBatch *batch) {
-    int T = 0;
-    for (int b = 0; b < count; b++)
-        if (rows->lengths[which[b]] > T) T = rows->lengths[which[b]];
-    long N = (long)count * T;
-    batch->B = count, batch->T = T;
-    batch->tokens = xmalloc((size_t)N * sizeof(int));
-    batch->targets = xmalloc((size_t)N * sizeof(int));
-    batch->row_len = xmalloc((size_t)count * sizeof(int));
-    for (int b = 0; b < count; b++) {
-        const int *ids = rows->ids[which[b]];
-        int length = rows->lengths[which[b]], prompt_length = rows->prompt_lengths[which[b]];
-        batch->row_len[b] = length;
-        for (int t = 0; t < T; t++) {
-            long i = (long)b * T + t;
-            batch->tokens[i] = t < length ? ids[t] : pad_id;
-            // slot t predicts token t+1: a response token when prompt_length <= t+1 < length
-            batch->targets[i] = t + 1 < length && t + 1 >= prompt_length ? ids[t + 1] : -1;
-        }
-    }
-}
-
-static void free_batch(PairBatch *batch) { free(batch->tokens), free(batch->targets), free(batch->row_len); }
-
-// Forward over the batch; sums[b] = row b's response log-prob sum, logp the per-slot values.
-static void forward_sums(Model *model, const PairBatch *batch, float *logp, double *sums) {
-    ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
-    model_forward(model, &input);
-    model_logprobs(model, batch->targets, logp, NULL, NULL);
-    for (int b = 0; b < batch->B; b++) {
-        double sum = 0;
-        for (int t = 0; t < batch->T; t++)
-            if (batch->targets[(long)b * batch->T + t] >= 0) sum += logp[(long)b * batch->T + t];
-        sums[b] = sum;
-    }
-}
-
-void dpo_response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
-                        double *sums) {
-    PairBatch batch;
-    build_batch(rows, which, count, pad_id, &batch);
-    float *logp = xmalloc((size_t)batch.B * batch.T * sizeof(float));
-    forward_sums(model, &batch, logp, sums);
-    free(logp);
-    free_batch(&batch);
-}
-
-static void compute_sums(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
-    long which[8];
-    for (long r = 0; r < rows->count; r++) sums[r] = 0.0;
-    // Under mpirun each rank scores its share of the rows; the others' stay 0 for the sum.
-    DistChunks chunks = dist_chunks(rows->count, 8);
-    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;)
-        dpo_response_logps(model, rows, which, n, pad_id, sums + which[0]);
-    dist_sum_doubles(sums, rows->count);
-}
-
 void dpo_task_compute_reference(DpoTask *task, Model *reference) {
-    compute_sums(reference, &task->train, task->pad_id, task->train_reference);
-    compute_sums(reference, &task->eval, task->pad_id, task->eval_reference);
+    response_logps_all(reference, &task->train, task->pad_id, task->train_reference);
+    response_logps_all(reference, &task->eval, task->pad_id, task->eval_reference);
 }
 
 typedef struct {
@@ -172,12 +109,10 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     const DpoLossOptions *o = &task->options;
     long *which = xmalloc((size_t)2 * count * sizeof(long));
     for (int e = 0; e < count; e++) which[2 * e] = 2 * pairs[e], which[2 * e + 1] = 2 * pairs[e] + 1;
-    PairBatch batch;
-    build_batch(rows, which, 2 * count, task->pad_id, &batch);
-    long N = (long)batch.B * batch.T;
-    float *logp = xmalloc((size_t)N * sizeof(float));
+    ResponseBatch batch;
+    response_batch_build(rows, which, 2 * count, task->pad_id, &batch);
     double *sums = xmalloc((size_t)batch.B * sizeof(double)), *d_sums = xmalloc((size_t)batch.B * sizeof(double));
-    forward_sums(model, &batch, logp, sums);
+    response_batch_forward(model, &batch, sums);
     for (int e = 0; e < count; e++) {
         long c = which[2 * e], r = which[2 * e + 1];
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
@@ -206,18 +141,10 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         stats->chosen_reward += chosen_reward;
         stats->rejected_reward += rejected_reward;
     }
-    for (int b = 0; b < batch.B; b++) stats->tokens += batch.row_len[b];
-    if (train) {
-        // d loss / d logp of a response token = d loss / d (its row's sum)
-        float *dlogp = xcalloc((size_t)N, sizeof(float));
-        for (int b = 0; b < batch.B; b++)
-            for (int t = 0; t < batch.T; t++)
-                if (batch.targets[(long)b * batch.T + t] >= 0) dlogp[(long)b * batch.T + t] = (float)(scale * d_sums[b]);
-        model_backward(model, dlogp, NULL, NULL);
-        free(dlogp);
-    }
-    free(logp), free(sums), free(d_sums), free(which);
-    free_batch(&batch);
+    stats->tokens += (double)response_batch_tokens(&batch);
+    if (train) response_batch_backward(model, &batch, d_sums, scale);
+    free(sums), free(d_sums), free(which);
+    response_batch_free(&batch);
 }
 
 static double dpo_weight(void *context, const long *examples, int count) { return count; }

@@ -62,9 +62,4 @@ void dpo_task_free(DpoTask *task);
 // rank scores a share of the rows and the sums are gathered).
 void dpo_task_compute_reference(DpoTask *task, Model *reference);
 
-// sums[i] = the sum of the response tokens' log-probs of row which[i] of `rows`, one
-// forward over the `count` rows.
-void dpo_response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
-                        double *sums);
-
 TrainTask dpo_train_task(DpoTask *task);

@@ -113,6 +113,16 @@ void rm_dschat_span(const int *chosen_ids, const int *rejected_ids, int T, int p
     if (*end <= *divergence) *end = *divergence + 1; // a difference inside the padding of both
 }
 
+double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double kl, double *d_logratio) {
+    const double beta = options->beta;
+    const double z = desirable ? beta * (logratio - kl) : beta * (kl - logratio);
+    const double weight = desirable ? options->desirable_weight : options->undesirable_weight;
+    // d/dz (1 - sigmoid(z)) = -sigmoid(z) sigmoid(-z); dz/dr = +beta (desirable) or -beta
+    const double d_z = -weight * sigmoid(z) * sigmoid(-z);
+    *d_logratio = desirable ? beta * d_z : -beta * d_z;
+    return weight * sigmoid(-z); // 1 - sigmoid(z), without the cancellation for large z
+}
+
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected) {
     const double beta = options->beta;

@@ -61,6 +61,21 @@ typedef struct {
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected);
 
+// ---- KTO: one example's log-ratio against the KL baseline ----
+// With r = policy - reference (the completion's log-prob sums) and z0 the baseline (train/kto.c:
+// the clamped mean of policy - reference over mismatched prompt/completion rows, which
+// carries no gradient, as TRL detaches it):
+//   desirable     w_D (1 - sigmoid(beta (r - z0)))
+//   undesirable   w_U (1 - sigmoid(beta (z0 - r)))
+// (Ethayarajh et al. 2024; TRL's KTOTrainer, loss_type "kto"). Returns the loss; *d_logratio
+// receives d loss / d r.
+typedef struct {
+    double beta;               // 0.1
+    double desirable_weight;   // w_D, 1
+    double undesirable_weight; // w_U, 1
+} KtoLossOptions;
+double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double kl, double *d_logratio);
+
 // -log sigmoid(x), computed without overflow.
 double log_sigmoid_negated(double x);
 

@@ -178,6 +178,15 @@ close "$(json_values "$tmp/dpo_one/metrics.jsonl" train/loss) $(json_values "$tm
       "$(json_values "$tmp/dpo_two/metrics.jsonl" train/loss) $(json_values "$tmp/dpo_two/metrics.jsonl" eval/margin)" 1e-5 &&
     pass dpo_two_ranks_same_training || fail dpo_two_ranks_same_training "$(tail -n 2 "$tmp/dpo_two.err")"
 
+# --- KTO: each micro-batch estimates its own KL baseline, so two ranks = one with accumulation
+kto_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
+          --per-device-train-batch-size 4 --learning-rate 3e-3 --max-steps 6 --eval-every 3 --threads 1 --quiet)
+"$bin" kto "${kto_args[@]}" --gradient-accumulation-steps 2 --output "$tmp/kto_one" 2> /dev/null
+ranks 2 "$bin" kto "${kto_args[@]}" --output "$tmp/kto_two" 2> "$tmp/kto_two.err"
+close "$(json_values "$tmp/kto_one/metrics.jsonl" train/loss) $(json_values "$tmp/kto_one/metrics.jsonl" eval/kl)" \
+      "$(json_values "$tmp/kto_two/metrics.jsonl" train/loss) $(json_values "$tmp/kto_two/metrics.jsonl" eval/kl)" 1e-5 &&
+    pass kto_two_ranks_same_training || fail kto_two_ranks_same_training "$(tail -n 2 "$tmp/kto_two.err")"
+
 # --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/ppo_rm" --quiet --threads 1 2> /dev/null

@@ -1,0 +1,69 @@
+"""The peer of bench/run_kto_step.sh: Hugging Face TRL's KTOTrainer on the same model, examples
+and batch, on the CPU in float32. Prints one JSON line: wall time of train() (which includes
+TRL's reference forward passes — per step by default, all before the first step with
+--precompute-ref — and its KL forward passes), the mean time of the optimizer steps after
+the first, and the process's peak resident memory.
+
+    .venv-tools/bin/python bench/trl_kto_step.py --model DIR --examples FILE.jsonl --steps 8 --batch 8 \
+        --max-length 256 --threads 2 [--precompute-ref]
+"""
+import argparse
+import json
+import resource
+import time
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import KTOConfig, KTOTrainer
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.durations, self.started = [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.durations.append(time.perf_counter() - self.started)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--examples", required=True)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precompute-ref", action="store_true")
+    parser.add_argument("--output", default="/tmp/trl-kto-bench")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [json.loads(line) for line in open(args.examples)][: args.steps * args.batch]
+    dataset = Dataset.from_list(rows)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    config = KTOConfig(output_dir=args.output, per_device_train_batch_size=args.batch, max_steps=args.steps,
+                       learning_rate=1e-6, beta=0.1, max_length=args.max_length, use_cpu=True, bf16=False,
+                       report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
+                       precompute_ref_log_probs=args.precompute_ref, seed=1234)
+    timer = StepTimer()
+    trainer = KTOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                         callbacks=[timer])
+    started = time.perf_counter()
+    trainer.train()
+    total = time.perf_counter() - started
+    later = timer.durations[1:] or timer.durations
+    print(json.dumps({"impl": "trl-kto" + ("-precompute-ref" if args.precompute_ref else ""), "steps": args.steps,
+                      "batch_examples": args.batch, "train_s": round(total, 2),
+                      "step_s": round(sum(later) / len(later), 3),
+                      "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                      "threads": args.threads}))
+
+
+if __name__ == "__main__":
+    main()

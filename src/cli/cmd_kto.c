@@ -1,0 +1,135 @@
+// marlhf kto: preference learning from completions labelled desirable or undesirable
+// (train/kto.h), TRL's KTOTrainer. Reads unpaired rows ({prompt, completion, label}) or any
+// pair format, each pair giving a desirable and an undesirable example.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/train_options.h"
+#include "core/check.h"
+#include "model/weights_io.h"
+#include "train/kto.h"
+
+// The examples of a dataset: a row's chosen completion (desirable) and its rejected one
+// (undesirable), whichever it has. Arrays of count + 1 entries; *count receives how many.
+typedef struct {
+    const char **prompts, **completions;
+    bool *desirable;
+    long count;
+} Examples;
+
+static void examples_of(const Dataset *d, const char *path, Examples *out) {
+    out->prompts = xmalloc((size_t)(2 * d->count + 1) * sizeof(char *));
+    out->completions = xmalloc((size_t)(2 * d->count + 1) * sizeof(char *));
+    out->desirable = xmalloc((size_t)(2 * d->count + 1) * sizeof(bool));
+    out->count = 0;
+    for (long i = 0; i < d->count; i++) {
+        const DataRecord *r = &d->records[i];
+        if (r->response_count > 0 || (!r->chosen && !r->rejected) || (d->format == DATA_FORMAT_SFT))
+            die_user("row at line %ld has no labelled completion or chosen/rejected pair for KTO (%s)", r->line, path);
+        const char *sides[2] = {r->chosen, r->rejected};
+        for (int k = 0; k < 2; k++) {
+            if (!sides[k]) continue;
+            out->prompts[out->count] = r->prompt;
+            out->completions[out->count] = sides[k];
+            out->desirable[out->count++] = k == 0;
+        }
+    }
+}
+
+static void examples_free(Examples *e) { free(e->prompts), free(e->completions), free(e->desirable); }
+
+int cmd_kto(int argc, char **argv) {
+    TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
+                    .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-6,
+                    .warmup_ratio = 0.1, .clip_norm = 1.0, .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                    .device = "cpu", .data_format = "auto", .data_phase = 2};
+    char *model_path = NULL, *output = NULL, *reference_path = NULL;
+    double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
+    Option options[56] = {
+        {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
+        {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
+        {"reference-model", "ref_model", OPT_STRING, &reference_path,
+         "frozen reference (default: the policy's starting weights)", false, false},
+        {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
+        {"desirable-weight", "desirable_weight", OPT_FLOAT, &desirable_weight,
+         "weight of the desirable examples' losses (TRL's KTOConfig)", false, false},
+        {"undesirable-weight", "undesirable_weight", OPT_FLOAT, &undesirable_weight,
+         "weight of the undesirable examples' losses", false, false},
+    };
+    int count = 6 + trainer_cli_options(&c, options + 6);
+    OptionSet set = {"kto", "KTO: learn from completions labelled desirable or undesirable (or from pairs).",
+                     "marlhf kto --model SFT_MODEL --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
+    options_parse(&set, argc, argv);
+    if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
+    if (!(desirable_weight > 0) || !isfinite(desirable_weight))
+        die_user("option --desirable-weight must be positive, got %g", desirable_weight);
+    if (!(undesirable_weight > 0) || !isfinite(undesirable_weight))
+        die_user("option --undesirable-weight must be positive, got %g", undesirable_weight);
+    KtoLossOptions loss = {.beta = beta, .desirable_weight = desirable_weight, .undesirable_weight = undesirable_weight};
+    trainer_cli_finish(&c, output);
+
+    Tokenizer *tokenizer;
+    if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
+    Dataset train, eval;
+    trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    Examples examples, eval_examples;
+    examples_of(&train, c.data, &examples);
+    examples_of(&eval, c.eval_data ? c.eval_data : "", &eval_examples);
+    KtoTask task;
+    if (kto_task_init(&task, tokenizer, examples.prompts, examples.completions, examples.desirable, examples.count,
+                      eval_examples.prompts, eval_examples.completions, eval_examples.desirable, eval_examples.count,
+                      (int)c.max_seq_len, &loss) != 0)
+        die_from_err();
+
+    const OpsBackend *ops = ops_backend_by_name(c.device);
+    if (!ops) die_from_err();
+    Model model;
+    ModelLoadOptions load = {.with_lm_head = true};
+    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
+    lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
+    model.recompute = c.gradient_checkpointing;
+    Model reference;
+    if (reference_path) {
+        if (model_load(&reference, reference_path, ops, &load) != 0) die_from_err();
+        if (reference.config.vocab_size != model.config.vocab_size)
+            die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
+                     reference.config.vocab_size, model.config.vocab_size);
+    }
+    if (!c.quiet) {
+        const long undesirable = task.train.count - task.train_desirable_count;
+        fprintf(stderr, "kto: %ld training examples (%ld desirable, %ld undesirable; %ld dropped, %ld cut at %ld tokens), "
+                        "%ld eval examples, beta %g\n",
+                task.train.count, task.train_desirable_count, undesirable, task.dropped, task.truncated, c.max_seq_len,
+                task.eval.count, beta);
+        // The KTO paper's advice (TRL warns likewise): weighted desirable over undesirable in [1, 4/3].
+        const double ratio = undesirable > 0 ? desirable_weight * (double)task.train_desirable_count /
+                                                   (undesirable_weight * (double)undesirable)
+                                             : INFINITY;
+        if (ratio < 1.0 || ratio > 4.0 / 3.0)
+            fprintf(stderr, "kto: note: desirable_weight x desirable / (undesirable_weight x undesirable) = %.3g; the "
+                            "KTO paper recommends [1, 4/3] (--desirable-weight, --undesirable-weight)\n",
+                    ratio);
+    }
+    // The reference's log-probs of every row and mismatched row, once, before any step (and
+    // again on --resume, from the same starting weights).
+    if (reference_path) {
+        kto_task_compute_reference(&task, &reference);
+        model_free(&reference);
+    } else {
+        kto_task_compute_reference(&task, &model);
+    }
+    model_release_activations(&model);
+
+    TrainTask train_task = kto_train_task(&task);
+    if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
+    if (!c.quiet) fprintf(stderr, "kto: final model in %s/final\n", output);
+    model_free(&model);
+    kto_task_free(&task);
+    examples_free(&examples), examples_free(&eval_examples);
+    dataset_free(&train);
+    dataset_free(&eval);
+    tokenizer_free(tokenizer);
+    return 0;
+}

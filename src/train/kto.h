@@ -1,0 +1,62 @@
+// KTO (Ethayarajh et al. 2024): preference learning from single completions labelled
+// desirable or undesirable (a thumbs up or down), with no pairs — as a task for the shared
+// training loop (train/loop.h). TRL's KTOTrainer (loss_type "kto"); OpenRLHF had train_kto.
+//
+// An example is prompt + completion + EOS, tokenized as in SFT, and scored, like a DPO row,
+// by the sum of its completion tokens' log-probs under the policy and the frozen reference
+// (train/response_logps.h); r = policy - reference. Its loss (train/losses.h) compares r
+// with a baseline z0, an estimate of the KL divergence of the policy from the reference:
+// the mean of policy - reference over mismatched rows — each example's prompt with another
+// example's completion — clamped at 0 and carrying no gradient. Pairs give one desirable
+// and one undesirable example each (TRL's unpair_preference_dataset).
+//
+// The mismatched rows are fixed when the data is read: example i's prompt with example
+// (i + 1) mod n's completion, in file order (TRL pairs them the same way within each chunk
+// of per_device_train_batch_size rows before shuffling). So their reference log-probs, like
+// the examples', are computed once before the first step (kto_task_compute_reference), and
+// a resumed run is the same run. During training, z0 is estimated per micro-batch from its
+// examples' mismatched rows (one extra forward, no backward), as TRL does per batch; under
+// mpirun it is not gathered across ranks, so W processes remain one process with W times
+// the accumulation. Evaluation estimates z0 once over all held-out examples.
+//
+// Reported: kl (z0) and accuracy (the fraction of examples on their side of the baseline:
+// r > z0 when desirable, r < z0 when not); evaluation adds the mean implicit rewards
+// beta r of desirable (chosen_reward) and undesirable (rejected_reward) examples.
+#pragma once
+#include <stdbool.h>
+
+#include "train/losses.h"
+#include "train/sft.h"
+
+typedef struct {
+    TokenizedExamples train, eval;       // one row per example: prompt + completion + EOS
+    TokenizedExamples train_kl, eval_kl; // row i: example i's prompt + example (i + 1) mod n's completion
+    bool *train_desirable, *eval_desirable;
+    long train_desirable_count, eval_desirable_count;
+    // Reference log-prob sums of the rows and of the mismatched rows (NaN until computed).
+    double *train_reference, *eval_reference, *train_kl_reference, *eval_kl_reference;
+    int pad_id;
+    KtoLossOptions options;
+    long dropped;   // examples whose prompt filled max_seq_len (no completion token)
+    long truncated; // examples cut at max_seq_len
+} KtoTask;
+
+// Tokenizes the examples (completions[i] after prompts[i], desirable[i] its label) and builds
+// the mismatched rows. Returns 0, or -1 with err_set() when fewer than two training examples
+// (or exactly one evaluation example) are left: the baseline needs another example's
+// completion.
+int kto_task_init(KtoTask *task, const Tokenizer *tokenizer, const char *const *prompts, const char *const *completions,
+                  const bool *desirable, long count, const char *const *eval_prompts,
+                  const char *const *eval_completions, const bool *eval_desirable, long eval_count, int max_seq_len,
+                  const KtoLossOptions *options);
+// The same from rows already tokenized (one per example; prompt_lengths mark the
+// completion) and their labels, which it takes over; builds the mismatched rows.
+int kto_task_from_rows(KtoTask *task, TokenizedExamples *train, bool *train_desirable, TokenizedExamples *eval,
+                       bool *eval_desirable, int pad_id, int max_seq_len, const KtoLossOptions *options);
+void kto_task_free(KtoTask *task);
+
+// Fills the four reference arrays with `reference`'s sums (under mpirun each rank scores a
+// share of the rows and the sums are gathered).
+void kto_task_compute_reference(KtoTask *task, Model *reference);
+
+TrainTask kto_train_task(KtoTask *task);

@@ -1,0 +1,81 @@
+#include "train/response_logps.h"
+
+#include <string.h>
+
+#include "core/check.h"
+#include "dist/dist.h"
+
+void response_batch_build(const TokenizedExamples *rows, const long *which, int count, int pad_id, ResponseBatch *batch) {
+    int T = 0;
+    for (int b = 0; b < count; b++)
+        if (rows->lengths[which[b]] > T) T = rows->lengths[which[b]];
+    long N = (long)count * T;
+    batch->B = count, batch->T = T;
+    batch->tokens = xmalloc((size_t)N * sizeof(int));
+    batch->targets = xmalloc((size_t)N * sizeof(int));
+    batch->row_len = xmalloc((size_t)count * sizeof(int));
+    for (int b = 0; b < count; b++) {
+        const int *ids = rows->ids[which[b]];
+        int length = rows->lengths[which[b]], prompt_length = rows->prompt_lengths[which[b]];
+        batch->row_len[b] = length;
+        for (int t = 0; t < T; t++) {
+            long i = (long)b * T + t;
+            batch->tokens[i] = t < length ? ids[t] : pad_id;
+            // slot t predicts token t+1: a response token when prompt_length <= t+1 < length
+            batch->targets[i] = t + 1 < length && t + 1 >= prompt_length ? ids[t + 1] : -1;
+        }
+    }
+}
+
+void response_batch_free(ResponseBatch *batch) {
+    free(batch->tokens), free(batch->targets), free(batch->row_len);
+    memset(batch, 0, sizeof *batch);
+}
+
+void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums) {
+    ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
+    model_forward(model, &input);
+    float *logp = xmalloc((size_t)batch->B * batch->T * sizeof(float));
+    model_logprobs(model, batch->targets, logp, NULL, NULL);
+    for (int b = 0; b < batch->B; b++) {
+        double sum = 0;
+        for (int t = 0; t < batch->T; t++)
+            if (batch->targets[(long)b * batch->T + t] >= 0) sum += logp[(long)b * batch->T + t];
+        sums[b] = sum;
+    }
+    free(logp);
+}
+
+void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale) {
+    // d loss / d logp of a response token = d loss / d (its row's sum)
+    const long N = (long)batch->B * batch->T;
+    float *dlogp = xcalloc((size_t)N, sizeof(float));
+    for (int b = 0; b < batch->B; b++)
+        for (int t = 0; t < batch->T; t++)
+            if (batch->targets[(long)b * batch->T + t] >= 0) dlogp[(long)b * batch->T + t] = (float)(scale * d_sums[b]);
+    model_backward(model, dlogp, NULL, NULL);
+    free(dlogp);
+}
+
+long response_batch_tokens(const ResponseBatch *batch) {
+    long tokens = 0;
+    for (int b = 0; b < batch->B; b++) tokens += batch->row_len[b];
+    return tokens;
+}
+
+void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
+                    double *sums) {
+    ResponseBatch batch;
+    response_batch_build(rows, which, count, pad_id, &batch);
+    response_batch_forward(model, &batch, sums);
+    response_batch_free(&batch);
+}
+
+void response_logps_all(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
+    long which[8];
+    for (long r = 0; r < rows->count; r++) sums[r] = 0.0;
+    // Under mpirun each rank scores its share of the rows; the others' stay 0 for the sum.
+    DistChunks chunks = dist_chunks(rows->count, 8);
+    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;) response_logps(model, rows, which, n, pad_id, sums + which[0]);
+    dist_sum_doubles(sums, rows->count);
+}

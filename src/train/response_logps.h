@@ -1,0 +1,34 @@
+// Rows of prompt + response tokens scored by the sum of their response tokens' log-probs
+// (EOS included), and the backward of a loss on those sums: what the preference trainers
+// compare (DPO and its variants, train/dpo.c; KTO, train/kto.c) and what the embedding
+// API's marlhf_logprob returns.
+//
+// A batch is right-padded to its longest row, with next-token targets on the response
+// tokens only, so the LM head runs on those slots alone.
+#pragma once
+#include "model/model.h"
+#include "train/sft.h"
+
+typedef struct {
+    int B, T;
+    int *tokens, *targets, *row_len;
+} ResponseBatch;
+
+// The rows which[0..count) of `rows` (padded with pad_id).
+void response_batch_build(const TokenizedExamples *rows, const long *which, int count, int pad_id, ResponseBatch *batch);
+void response_batch_free(ResponseBatch *batch);
+// Forward over the batch; sums[b] = row b's response log-prob sum.
+void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums);
+// After response_batch_forward on the same batch: accumulates into the model's gradients the
+// backward of scale * (a loss whose derivative in sums[b] is d_sums[b]).
+void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale);
+// Real tokens in the batch (for throughput).
+long response_batch_tokens(const ResponseBatch *batch);
+
+// sums[i] = the response log-prob sum of row which[i] of `rows`, one forward over the
+// `count` rows.
+void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,
+                    double *sums);
+// sums[r] for every row of `rows`, eight rows per forward; under mpirun each rank scores a
+// share and the sums are gathered, so every rank ends with all of them.
+void response_logps_all(Model *model, const TokenizedExamples *rows, int pad_id, double *sums);
