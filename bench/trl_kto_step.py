@@ -9,24 +9,16 @@ the first, and the process's peak resident memory.
 """
 import argparse
 import json
-import resource
-import time
+import os
+import sys
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import KTOConfig, KTOTrainer
 
-
-class StepTimer(TrainerCallback):
-    def __init__(self):
-        self.durations, self.started = [], None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.started = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.durations.append(time.perf_counter() - self.started)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trl_step_timer import StepTimer, train_and_report  # noqa: E402
 
 
 def main():
@@ -54,15 +46,8 @@ def main():
     timer = StepTimer()
     trainer = KTOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=[timer])
-    started = time.perf_counter()
-    trainer.train()
-    total = time.perf_counter() - started
-    later = timer.durations[1:] or timer.durations
-    print(json.dumps({"impl": "trl-kto" + ("-precompute-ref" if args.precompute_ref else ""), "steps": args.steps,
-                      "batch_examples": args.batch, "train_s": round(total, 2),
-                      "step_s": round(sum(later) / len(later), 3),
-                      "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-                      "threads": args.threads}))
+    impl = "trl-kto" + ("-precompute-ref" if args.precompute_ref else "")
+    train_and_report(trainer, timer, impl, {"steps": args.steps, "batch_examples": args.batch, "threads": args.threads})
 
 
 if __name__ == "__main__":

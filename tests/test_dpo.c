@@ -8,10 +8,7 @@
 // the gradient of one.
 #include <string.h>
 
-#include "core/check.h"
-#include "io/safetensors.h"
-#include "model/weights_io.h"
-#include "test.h"
+#include "preference_fixture.h"
 #include "train/dpo.h"
 #include "train/response_logps.h"
 
@@ -23,31 +20,14 @@ typedef struct {
     float ref_logps[6], policy_logps[6];
 } DpoFixture;
 
-static float *read_floats(SafetensorsSet *set, const char *name, long long *count) {
-    const SafetensorsTensor *t = safetensors_find(set, name);
-    CHECK(t, "%s has no tensor %s", FIXTURE, name);
-    float *out = xmalloc((size_t)t->count * sizeof(float));
-    CHECK(safetensors_read_f32(t, out, t->count) == 0, "%s", err_msg());
-    if (count) *count = t->count;
-    return out;
-}
-
-static int64_t *read_ints(SafetensorsSet *set, const char *name) {
-    const SafetensorsTensor *t = safetensors_find(set, name);
-    CHECK(t, "%s has no tensor %s", FIXTURE, name);
-    int64_t *out = xmalloc((size_t)t->count * sizeof(int64_t));
-    CHECK(safetensors_read_i64(t, out, t->count) == 0, "%s", err_msg());
-    return out;
-}
-
 static void fixture_open(DpoFixture *f) {
     memset(f, 0, sizeof *f);
     CHECK(safetensors_open(FIXTURE, &f->set) == 0, "%s", err_msg());
     const SafetensorsTensor *tokens = safetensors_find(f->set, "tokens");
     CHECK(tokens && tokens->shape[0] == 6, "%s: tokens [6, T] expected", FIXTURE);
     const int T = (int)tokens->shape[1];
-    int64_t *ids = read_ints(f->set, "tokens"), *lengths = read_ints(f->set, "lengths");
-    int64_t *prompt_lengths = read_ints(f->set, "prompt_lengths");
+    int64_t *ids = fixture_ints(f->set, FIXTURE, "tokens"), *lengths = fixture_ints(f->set, FIXTURE, "lengths");
+    int64_t *prompt_lengths = fixture_ints(f->set, FIXTURE, "prompt_lengths");
     f->rows.count = 6;
     f->rows.ids = xcalloc(6, sizeof(int *));
     f->rows.lengths = xcalloc(6, sizeof(int));
@@ -58,57 +38,23 @@ static void fixture_open(DpoFixture *f) {
         f->rows.ids[r] = xmalloc((size_t)T * sizeof(int));
         for (int t = 0; t < T; t++) f->rows.ids[r][t] = (int)ids[(long)r * T + t];
     }
-    float *ref = read_floats(f->set, "ref_logps", NULL), *policy = read_floats(f->set, "policy_logps", NULL);
+    float *ref = fixture_floats(f->set, FIXTURE, "ref_logps", NULL), *policy = fixture_floats(f->set, FIXTURE, "policy_logps", NULL);
     memcpy(f->ref_logps, ref, sizeof f->ref_logps), memcpy(f->policy_logps, policy, sizeof f->policy_logps);
     free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy);
 }
 
-// A copy of the fixture's rows (the task takes its rows over).
-static TokenizedExamples copy_rows(const TokenizedExamples *rows) {
-    TokenizedExamples copy = {.count = rows->count};
-    copy.ids = xcalloc((size_t)rows->count, sizeof(int *));
-    copy.lengths = xcalloc((size_t)rows->count, sizeof(int));
-    copy.prompt_lengths = xcalloc((size_t)rows->count, sizeof(int));
-    for (long r = 0; r < rows->count; r++) {
-        copy.lengths[r] = rows->lengths[r], copy.prompt_lengths[r] = rows->prompt_lengths[r];
-        copy.ids[r] = xmalloc((size_t)rows->lengths[r] * sizeof(int));
-        memcpy(copy.ids[r], rows->ids[r], (size_t)rows->lengths[r] * sizeof(int));
-    }
-    return copy;
-}
-
-static void load_policy(Model *model) {
-    ModelLoadOptions options = {.with_lm_head = true};
-    CHECK(model_load(model, "tests/fixtures/models/llama", &ops_cpu, &options) == 0, "%s", err_msg());
-    model_enable_grad(model);
-}
-
 static void make_task(DpoTask *task, const DpoFixture *f, const DpoLossOptions *options) {
-    TokenizedExamples train = copy_rows(&f->rows), eval = {0};
+    TokenizedExamples train = fixture_copy_rows(&f->rows), eval = {0};
     memset(task, 0, sizeof *task);
     CHECK(dpo_task_from_rows(task, &train, &eval, 0, options) == 0, "%s", err_msg());
     for (int r = 0; r < 6; r++) task->train_reference[r] = f->ref_logps[r];
-}
-
-// Every weight's gradient within 1e-3 relative of the tensor's largest (floored at 1e-3 of
-// the whole gradient's largest), as tests/test_model.c checks the causal-LM gradients.
-static void expect_gradients(const Model *model, const float *want, const char *what) {
-    double global = 0;
-    for (long j = 0; j < model->table.total; j++) global = fmax(global, fabs(want[j]));
-    for (int i = 0; i < model->table.count; i++) {
-        const ParamEntry *e = &model->table.entries[i];
-        double scale = 1e-3 * global;
-        for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[e->offset + j]));
-        double ratio = test_worst_ratio(model->grads + e->offset, want + e->offset, e->numel, 1e-4 * scale, 1e-3);
-        EXPECT(ratio <= 1.0, "%s gradient of %s: worst error %.3g x tolerance", what, e->name, ratio);
-    }
 }
 
 static void test_response_logps_match_pytorch(void) {
     DpoFixture f;
     fixture_open(&f);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     const long which[6] = {0, 1, 2, 3, 4, 5};
     double sums[6];
     response_logps(&model, &f.rows, which, 6, 0, sums);
@@ -131,7 +77,7 @@ static void test_losses_and_gradients_match_pytorch(void) {
         {"orpo", {.loss = DPO_LOSS_ORPO, .beta = 1.0}, true}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         Model model;
-        load_policy(&model);
+        fixture_load_policy(&model);
         DpoTask task;
         make_task(&task, &f, &kinds[k].options);
         TrainTask train = dpo_train_task(&task);
@@ -141,14 +87,14 @@ static void test_losses_and_gradients_match_pytorch(void) {
         train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &result);
         char name[64];
         snprintf(name, sizeof name, "loss.%s", kinds[k].name);
-        float *want = read_floats(f.set, name, NULL);
+        float *want = fixture_floats(f.set, FIXTURE, name, NULL);
         EXPECT_CLOSE(result.loss_sum / 3, want[0], 1e-6, 1e-5, name);
         free(want);
         if (kinds[k].gradients) {
             float *want_grads = xcalloc((size_t)model.table.total, sizeof(float));
             snprintf(name, sizeof name, "grad.%s.", kinds[k].name);
             CHECK(model_read_named_tensors(&model, FIXTURE, name, want_grads) == 0, "%s", err_msg());
-            expect_gradients(&model, want_grads, kinds[k].name);
+            fixture_expect_gradients(&model, want_grads, kinds[k].name);
             // The same step as two micro-batches (2 pairs, then 1) adds up to the same gradient.
             float *one_batch = xmalloc((size_t)model.table.total * sizeof(float));
             memcpy(one_batch, model.grads, (size_t)model.table.total * sizeof(float));
@@ -176,7 +122,7 @@ static void test_own_reference_starts_at_log_two(void) {
     DpoFixture f;
     fixture_open(&f);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     DpoTask task;
     const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
     make_task(&task, &f, &sigmoid);

@@ -7,10 +7,7 @@
 // against central differences; the task's errors.
 #include <string.h>
 
-#include "core/check.h"
-#include "io/safetensors.h"
-#include "model/weights_io.h"
-#include "test.h"
+#include "preference_fixture.h"
 #include "train/kto.h"
 #include "train/response_logps.h"
 
@@ -24,26 +21,10 @@ typedef struct {
     float ref_logps[4], ref_kl_logps[4], policy_logps[4], policy_kl_logps[4], kl, loss;
 } KtoFixture;
 
-static float *read_floats(SafetensorsSet *set, const char *name) {
-    const SafetensorsTensor *t = safetensors_find(set, name);
-    CHECK(t, "%s has no tensor %s", FIXTURE, name);
-    float *out = xmalloc((size_t)t->count * sizeof(float));
-    CHECK(safetensors_read_f32(t, out, t->count) == 0, "%s", err_msg());
-    return out;
-}
-
 static void read_floats_into(SafetensorsSet *set, const char *name, float *out, int count) {
-    float *values = read_floats(set, name);
+    float *values = fixture_floats(set, FIXTURE, name, NULL);
     memcpy(out, values, (size_t)count * sizeof(float));
     free(values);
-}
-
-static int64_t *read_ints(SafetensorsSet *set, const char *name) {
-    const SafetensorsTensor *t = safetensors_find(set, name);
-    CHECK(t, "%s has no tensor %s", FIXTURE, name);
-    int64_t *out = xmalloc((size_t)t->count * sizeof(int64_t));
-    CHECK(safetensors_read_i64(t, out, t->count) == 0, "%s", err_msg());
-    return out;
 }
 
 static void read_rows(SafetensorsSet *set, const char *tokens_name, const char *lengths_name, const int64_t *prompt_lengths,
@@ -51,7 +32,7 @@ static void read_rows(SafetensorsSet *set, const char *tokens_name, const char *
     const SafetensorsTensor *tokens = safetensors_find(set, tokens_name);
     CHECK(tokens && tokens->shape[0] == 4, "%s: %s [4, T] expected", FIXTURE, tokens_name);
     const int T = (int)tokens->shape[1];
-    int64_t *ids = read_ints(set, tokens_name), *lengths = read_ints(set, lengths_name);
+    int64_t *ids = fixture_ints(set, FIXTURE, tokens_name), *lengths = fixture_ints(set, FIXTURE, lengths_name);
     rows->count = 4;
     rows->ids = xcalloc(4, sizeof(int *));
     rows->lengths = xcalloc(4, sizeof(int));
@@ -68,7 +49,7 @@ static void read_rows(SafetensorsSet *set, const char *tokens_name, const char *
 static void fixture_open(KtoFixture *f) {
     memset(f, 0, sizeof *f);
     CHECK(safetensors_open(FIXTURE, &f->set) == 0, "%s", err_msg());
-    int64_t *prompt_lengths = read_ints(f->set, "prompt_lengths"), *desirable = read_ints(f->set, "desirable");
+    int64_t *prompt_lengths = fixture_ints(f->set, FIXTURE, "prompt_lengths"), *desirable = fixture_ints(f->set, FIXTURE, "desirable");
     read_rows(f->set, "tokens", "lengths", prompt_lengths, &f->rows);
     read_rows(f->set, "kl_tokens", "kl_lengths", prompt_lengths, &f->kl_rows);
     for (int i = 0; i < 4; i++) f->desirable[i] = desirable[i] != 0;
@@ -86,28 +67,9 @@ static void fixture_close(KtoFixture *f) {
     safetensors_close(f->set);
 }
 
-static TokenizedExamples copy_rows(const TokenizedExamples *rows) {
-    TokenizedExamples copy = {.count = rows->count};
-    copy.ids = xcalloc((size_t)rows->count, sizeof(int *));
-    copy.lengths = xcalloc((size_t)rows->count, sizeof(int));
-    copy.prompt_lengths = xcalloc((size_t)rows->count, sizeof(int));
-    for (long r = 0; r < rows->count; r++) {
-        copy.lengths[r] = rows->lengths[r], copy.prompt_lengths[r] = rows->prompt_lengths[r];
-        copy.ids[r] = xmalloc((size_t)rows->lengths[r] * sizeof(int));
-        memcpy(copy.ids[r], rows->ids[r], (size_t)rows->lengths[r] * sizeof(int));
-    }
-    return copy;
-}
-
-static void load_policy(Model *model) {
-    ModelLoadOptions options = {.with_lm_head = true};
-    CHECK(model_load(model, "tests/fixtures/models/llama", &ops_cpu, &options) == 0, "%s", err_msg());
-    model_enable_grad(model);
-}
-
 // The task from the fixture's rows; with_reference: the fixture's reference sums.
 static void make_task(KtoTask *task, const KtoFixture *f, const KtoLossOptions *options, bool with_reference) {
-    TokenizedExamples train = copy_rows(&f->rows), eval = {0};
+    TokenizedExamples train = fixture_copy_rows(&f->rows), eval = {0};
     bool *labels = xmalloc(4 * sizeof(bool)), *eval_labels = xmalloc(sizeof(bool));
     memcpy(labels, f->desirable, 4 * sizeof(bool));
     memset(task, 0, sizeof *task);
@@ -130,7 +92,7 @@ static void test_mismatched_rows_and_sums(void) {
     }
     EXPECT(task.train_desirable_count == 2, "%ld desirable", task.train_desirable_count);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     const long all[4] = {0, 1, 2, 3};
     double sums[4];
     response_logps(&model, &task.train, all, 4, 0, sums);
@@ -142,26 +104,12 @@ static void test_mismatched_rows_and_sums(void) {
     fixture_close(&f);
 }
 
-// Every weight's gradient within 1e-3 relative of the tensor's largest (floored at 1e-3 of
-// the whole gradient's largest), as tests/test_dpo.c checks them.
-static void expect_gradients(const Model *model, const float *want) {
-    double global = 0;
-    for (long j = 0; j < model->table.total; j++) global = fmax(global, fabs(want[j]));
-    for (int i = 0; i < model->table.count; i++) {
-        const ParamEntry *e = &model->table.entries[i];
-        double scale = 1e-3 * global;
-        for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[e->offset + j]));
-        double ratio = test_worst_ratio(model->grads + e->offset, want + e->offset, e->numel, 1e-4 * scale, 1e-3);
-        EXPECT(ratio <= 1.0, "gradient of %s: worst error %.3g x tolerance", e->name, ratio);
-    }
-}
-
 static void test_loss_and_gradients_match_pytorch(void) {
     KtoFixture f;
     fixture_open(&f);
     EXPECT(f.kl > 0.05f, "the fixture exercises the baseline (kl %g)", f.kl);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     KtoTask task;
     make_task(&task, &f, &FIXTURE_OPTIONS, true);
     TrainTask train = kto_train_task(&task);
@@ -173,7 +121,7 @@ static void test_loss_and_gradients_match_pytorch(void) {
     EXPECT_CLOSE(result.metric_sums[0] / 4, f.kl, 1e-5, 1e-5, "kl baseline");
     float *want = xcalloc((size_t)model.table.total, sizeof(float));
     CHECK(model_read_named_tensors(&model, FIXTURE, "grad.", want) == 0, "%s", err_msg());
-    expect_gradients(&model, want);
+    fixture_expect_gradients(&model, want, "kto");
     free(want);
     kto_task_free(&task);
     model_free(&model);
@@ -187,7 +135,7 @@ static void test_at_the_reference(void) {
     KtoFixture f;
     fixture_open(&f);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     KtoTask task;
     make_task(&task, &f, &FIXTURE_OPTIONS, false);
     kto_task_compute_reference(&task, &model);
@@ -210,7 +158,7 @@ static void test_baseline_clamped_at_zero(void) {
     KtoFixture f;
     fixture_open(&f);
     Model model;
-    load_policy(&model);
+    fixture_load_policy(&model);
     KtoTask task;
     make_task(&task, &f, &FIXTURE_OPTIONS, true);
     for (int r = 0; r < 4; r++) task.train_kl_reference[r] = f.policy_kl_logps[r] + 1.0;
@@ -253,7 +201,7 @@ static void test_task_errors(void) {
     KtoFixture f;
     fixture_open(&f);
     KtoTask task;
-    TokenizedExamples one = copy_rows(&f.rows), eval = {0};
+    TokenizedExamples one = fixture_copy_rows(&f.rows), eval = {0};
     for (long r = 1; r < one.count; r++) free(one.ids[r]);
     one.count = 1;
     bool *labels = xcalloc(4, sizeof(bool)), *eval_labels = xcalloc(1, sizeof(bool));
@@ -262,7 +210,7 @@ static void test_task_errors(void) {
                strstr(err_msg(), "at least 2"),
            "one example: %s", err_msg());
     kto_task_free(&task);
-    TokenizedExamples train = copy_rows(&f.rows), one_eval = copy_rows(&f.rows);
+    TokenizedExamples train = fixture_copy_rows(&f.rows), one_eval = fixture_copy_rows(&f.rows);
     for (long r = 1; r < one_eval.count; r++) free(one_eval.ids[r]);
     one_eval.count = 1;
     labels = xcalloc(4, sizeof(bool)), eval_labels = xcalloc(4, sizeof(bool));

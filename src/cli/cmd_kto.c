@@ -83,20 +83,10 @@ int cmd_kto(int argc, char **argv) {
                       (int)c.max_seq_len, &loss) != 0)
         die_from_err();
 
-    const OpsBackend *ops = ops_backend_by_name(c.device);
-    if (!ops) die_from_err();
-    Model model;
-    ModelLoadOptions load = {.with_lm_head = true};
-    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
-    model.recompute = c.gradient_checkpointing;
-    Model reference;
-    if (reference_path) {
-        if (model_load(&reference, reference_path, ops, &load) != 0) die_from_err();
-        if (reference.config.vocab_size != model.config.vocab_size)
-            die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
-                     reference.config.vocab_size, model.config.vocab_size);
-    }
+    Model model, reference;
+    const ModelLoadOptions load = {.with_lm_head = true};
+    trainer_cli_load_model(&c, model_path, &load, false, &model);
+    if (reference_path) trainer_cli_load_reference(&c, reference_path, &model, &reference);
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;
         fprintf(stderr, "kto: %ld training examples (%ld desirable, %ld undesirable; %ld dropped, %ld cut at %ld tokens), "

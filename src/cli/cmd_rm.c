@@ -48,13 +48,9 @@ int cmd_rm(int argc, char **argv) {
         fprintf(stderr, "rm: %ld training examples of %d responses, %ld eval examples, loss %s\n", task.train_count, K,
                 task.eval_count, loss_name);
 
-    const OpsBackend *ops = ops_backend_by_name(c.device);
-    if (!ops) die_from_err();
     Model model;
-    ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
-    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    lora_cli_apply(&c.lora_cli, &c.lora, &model, true, c.seed, c.quiet);
-    model.recompute = c.gradient_checkpointing;
+    const ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
+    trainer_cli_load_model(&c, model_path, &load, true, &model);
     TrainTask train_task = rm_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
     if (!c.quiet) fprintf(stderr, "rm: final reward model in %s/final\n", output);

@@ -51,13 +51,9 @@ int cmd_sft(int argc, char **argv) {
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld eval examples\n",
                 task.train.count, task.dropped, task.truncated, c.max_seq_len, task.eval.count);
 
-    const OpsBackend *ops = ops_backend_by_name(c.device);
-    if (!ops) die_from_err();
     Model model;
-    ModelLoadOptions load = {.with_lm_head = true};
-    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    lora_cli_apply(&c.lora_cli, &c.lora, &model, false, c.seed, c.quiet);
-    model.recompute = c.gradient_checkpointing;
+    const ModelLoadOptions load = {.with_lm_head = true};
+    trainer_cli_load_model(&c, model_path, &load, false, &model);
     TrainTask train_task = sft_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
     if (!c.quiet) fprintf(stderr, "sft: final model in %s/final\n", output);

@@ -217,6 +217,25 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
         load_one(c, c->data, format, 2, eval); // WebGPT's own 5% eval part
 }
 
+void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
+                            Model *model) {
+    const OpsBackend *ops = ops_backend_by_name(cli->device);
+    if (!ops) die_from_err();
+    if (model_load(model, path, ops, load) != 0) die_from_err();
+    lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet);
+    model->recompute = cli->gradient_checkpointing;
+}
+
+void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Model *policy, Model *reference) {
+    const OpsBackend *ops = ops_backend_by_name(cli->device);
+    if (!ops) die_from_err();
+    ModelLoadOptions load = {.with_lm_head = true};
+    if (model_load(reference, path, ops, &load) != 0) die_from_err();
+    if (reference->config.vocab_size != policy->config.vocab_size)
+        die_user("the reference model's vocabulary (%d) is not the policy's (%d) (--reference-model)",
+                 reference->config.vocab_size, policy->config.vocab_size);
+}
+
 const char **trainer_cli_prompts(const Dataset *d) {
     const char **prompts = xmalloc((d->count + 1) * sizeof(char *));
     for (long i = 0; i < d->count; i++) prompts[i] = d->records[i].prompt;

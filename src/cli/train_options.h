@@ -4,6 +4,7 @@
 #include "cli/options.h"
 #include "data/dataset.h"
 #include "model/model.h"
+#include "model/weights_io.h"
 #include "train/loop.h"
 
 // LoRA options (model/lora.h): --lora-rank, --lora-alpha, --lora-modules, or with PPO's
@@ -47,6 +48,14 @@ void trainer_cli_finish(TrainerCli *cli, const char *run_dir);
 // Loads --data (and --eval-data), applying --data-split / --data-phase when given. Exits 2
 // on error.
 void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, Dataset *eval);
+// The model a trainer trains: `path` on --device with `load`'s heads, the --lora-* adapters
+// (the value head trained too when train_value_head) and --gradient-checkpointing. Exits 2
+// on error.
+void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
+                            Model *model);
+// A frozen causal-LM reference (--reference-model of dpo and kto) on --device, with the
+// vocabulary of `policy`. Exits 2 on error.
+void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Model *policy, Model *reference);
 // The prompts of a dataset's rows (an array of count + 1 pointers into the dataset).
 const char **trainer_cli_prompts(const Dataset *d);
 // The responses of each row, best first, K per row ([i*K + k]): chosen and rejected for
