@@ -67,7 +67,8 @@ static void test_against_reference(void) {
         };
         CHECK(value_function_from_name(json_string_value(json_object_get(cfg, "value_function")), &config.value_function) == 0, "vf");
         CHECK(macro_reward_from_name(json_string_value(json_object_get(cfg, "macro_reward")), &config.macro_reward) == 0, "mr");
-        PpoLossConfig loss = {.clip_ratio = (float)json_number_value(json_object_get(cfg, "clip_ratio")),
+        const float clip_ratio = (float)json_number_value(json_object_get(cfg, "clip_ratio"));
+        PpoLossConfig loss = {.clip_ratio = clip_ratio, .clip_ratio_high = clip_ratio,
                               .value_clip = (float)json_number_value(json_object_get(cfg, "value_clip"))};
         CHECK(ratio_kind_from_name(json_string_value(json_object_get(cfg, "ratio")), &loss.ratio) == 0, "ratio");
         float logp_old[32], logp_ref[32], logp_new[32], values_old[32], values_new[32];
@@ -119,14 +120,15 @@ static void test_single_token_actions_are_token_level(void) {
     EXPECT(memcmp(a1, a2, sizeof a1) == 0 && memcmp(r1, r2, sizeof r1) == 0, "macro GAE with n=1 is token GAE");
     float logp_new[R], logp_old[R], d1[R] = {0}, d2[R] = {0};
     for (int j = 0; j < R; j++) logp_old[j] = -1.0f - 0.1f * j, logp_new[j] = logp_old[j] + 0.05f * (j - 4);
-    PpoLossConfig per_token = {.clip_ratio = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN}, macro = per_token;
+    PpoLossConfig per_token = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN},
+                  macro = per_token;
     macro.ratio = RATIO_MACRO_PRODUCT;
     double l1 = ppo_policy_loss(&per_token, logp_new, logp_old, a1, ones, R, R, 1.0f / R, d1, NULL);
     double l2 = ppo_policy_loss(&macro, logp_new, logp_old, a1, ones, R, R, 1.0f / R, d2, NULL);
     EXPECT(l1 == l2 && memcmp(d1, d2, sizeof d1) == 0, "macro ratio over one token is the token ratio");
 }
 
-// GRPO and RLOO advantages of groups of 1 to 16 rewards (one of them all equal) against
+// GRPO, Dr. GRPO and RLOO advantages of groups of 1 to 16 rewards (one of them all equal) against
 // TRL's formulas (tools/make_group_advantage_fixtures.py, with TRL's own nanstd, whose
 // Bessel factor count / (count - 1) is computed in float32: hence 1e-7, not 1e-12).
 static void test_group_advantages_against_trl(void) {
@@ -140,9 +142,9 @@ static void test_group_advantages_against_trl(void) {
         int G = (int)json_array_size(rewards);
         double r[16], got[16];
         for (int g = 0; g < G; g++) r[g] = json_real_value(json_array_get(rewards, g));
-        const char *names[2] = {"grpo", "rloo"};
-        const AdvantageEstimator kinds[2] = {ESTIMATOR_GRPO, ESTIMATOR_RLOO};
-        for (int k = 0; k < 2; k++) {
+        const char *names[3] = {"grpo", "rloo", "dr_grpo"};
+        const AdvantageEstimator kinds[3] = {ESTIMATOR_GRPO, ESTIMATOR_RLOO, ESTIMATOR_DR_GRPO};
+        for (int k = 0; k < 3; k++) {
             group_advantages(kinds[k], r, G, got);
             json_t *want = json_object_get(c, names[k]);
             for (int g = 0; g < G; g++) {
@@ -153,6 +155,58 @@ static void test_group_advantages_against_trl(void) {
         }
     }
     json_decref(cases);
+}
+
+// DAPO's clip-higher: with eps_low 0.2 and eps_high 0.28, a ratio of 1.25 on a positive
+// advantage is inside the range (gradient -A rho) where the symmetric 0.2 clips it (no
+// gradient); below 1 the lower bound still clips; and the loss against central differences.
+static void test_clip_higher(void) {
+    const PpoLossConfig symmetric = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .ratio = RATIO_PER_TOKEN};
+    const PpoLossConfig higher = {.clip_ratio = 0.2f, .clip_ratio_high = 0.28f, .ratio = RATIO_PER_TOKEN};
+    const int one[1] = {1};
+    const float old_logp[1] = {-2.0f}, advantage[1] = {1.5f};
+    const float up[1] = {(float)(-2.0 + log(1.25))}, down[1] = {(float)(-2.0 + log(0.75))};
+    float d_sym = 0, d_high = 0;
+    double l_sym = ppo_policy_loss(&symmetric, up, old_logp, advantage, one, 1, 1, 1.0f, &d_sym, NULL);
+    double l_high = ppo_policy_loss(&higher, up, old_logp, advantage, one, 1, 1, 1.0f, &d_high, NULL);
+    EXPECT_CLOSE(l_sym, -1.5 * 1.2, 1e-6, 0, "symmetric: clipped at 1.2");
+    EXPECT(d_sym == 0.0f, "symmetric: no gradient when clipped (%g)", d_sym);
+    EXPECT_CLOSE(l_high, -1.5 * 1.25, 1e-5, 0, "clip-higher: ratio 1.25 kept");
+    EXPECT_CLOSE(d_high, -1.5 * 1.25, 1e-5, 0, "clip-higher: d/dlogp = -A rho");
+    // A negative advantage below 1 - eps_low is clipped either way.
+    const float negative[1] = {-1.0f};
+    float d = 0;
+    double l = ppo_policy_loss(&higher, down, old_logp, negative, one, 1, 1, 1.0f, &d, NULL);
+    EXPECT_CLOSE(l, 1.0 * 0.8, 1e-6, 0, "lower bound");
+    EXPECT(d == 0.0f, "lower bound: no gradient (%g)", d);
+    // Central differences over a spread of ratios and advantages.
+    const float logp_old[6] = {-1.0f, -2.0f, -0.5f, -3.0f, -1.5f, -2.5f};
+    const float shift[6] = {0.05f, 0.22f, -0.3f, 0.15f, -0.1f, 0.4f};
+    const float adv[6] = {0.7f, 1.1f, -0.4f, -1.3f, 0.2f, 2.0f};
+    const int segments[6] = {1, 1, 1, 1, 1, 1};
+    float logp[6], grad[6] = {0};
+    for (int t = 0; t < 6; t++) logp[t] = logp_old[t] + shift[t];
+    ppo_policy_loss(&higher, logp, logp_old, adv, segments, 6, 6, 1.0f, grad, NULL);
+    for (int t = 0; t < 6; t++) {
+        float plus[6], minus[6];
+        memcpy(plus, logp, sizeof plus), memcpy(minus, logp, sizeof minus);
+        plus[t] += 1e-3f, minus[t] -= 1e-3f;
+        double numeric = (ppo_policy_loss(&higher, plus, logp_old, adv, segments, 6, 6, 1.0f, NULL, NULL) -
+                          ppo_policy_loss(&higher, minus, logp_old, adv, segments, 6, 6, 1.0f, NULL, NULL)) / 2e-3;
+        char what[48];
+        snprintf(what, sizeof what, "clip-higher d/dlogp[%d]", t);
+        EXPECT_CLOSE(grad[t], numeric, 1e-3, 1e-3, what);
+    }
+}
+
+// DAPO's overlong punishment: free up to max - buffer, then linear down to -factor.
+static void test_overlong_penalty(void) {
+    EXPECT(overlong_penalty(100, 128, 0, 1.0f) == 0.0f, "off without a buffer");
+    EXPECT(overlong_penalty(96, 128, 32, 1.0f) == 0.0f, "free at max - buffer");
+    EXPECT_CLOSE(overlong_penalty(97, 128, 32, 1.0f), -1.0 / 32, 1e-7, 0, "one token in");
+    EXPECT_CLOSE(overlong_penalty(112, 128, 32, 0.5f), -0.25, 1e-7, 0, "halfway, factor 0.5");
+    EXPECT_CLOSE(overlong_penalty(128, 128, 32, 1.0f), -1.0, 1e-7, 0, "at the limit");
+    EXPECT(overlong_penalty(3, 128, 32, 1.0f) == 0.0f, "short");
 }
 
 // REINFORCE++'s returns-to-go: by hand for gamma 1 and 0.5, and an empty response.
@@ -199,6 +253,8 @@ int main(void) {
     RUN(test_against_reference);
     RUN(test_single_token_actions_are_token_level);
     RUN(test_group_advantages_against_trl);
+    RUN(test_clip_higher);
+    RUN(test_overlong_penalty);
     RUN(test_returns_to_go);
     RUN(test_kl_loss);
     TEST_EXIT();

@@ -1,9 +1,10 @@
 """Reference values of the critic-free advantages (rl/advantage.c group_advantages), computed
 the way TRL 1.12 computes them, with TRL's own nanstd (developers only; CI never runs Python):
   GRPO (GRPOTrainer, scale_rewards="group"): (r - group mean) / (nanstd(group) + 1e-4)
+  Dr. GRPO (GRPOTrainer, scale_rewards="none"): r - group mean
   RLOO (RLOOTrainer): r - (group sum - r) / (G - 1)
 with 0 for a group of one (TRL: num_generations 1 gives zeros). Writes
-tests/fixtures/ppo/group_advantages.json: [{"rewards": [...], "grpo": [...], "rloo": [...]}].
+tests/fixtures/ppo/group_advantages.json: [{"rewards": [...], "grpo": [...], "rloo": [...], "dr_grpo": [...]}].
 usage: .venv-tools/bin/python tools/make_group_advantage_fixtures.py
 """
 import json
@@ -24,9 +25,10 @@ for G in [1, 2, 2, 3, 4, 4, 5, 8, 16]:
         mean = grouped.mean(dim=1, keepdim=True)
         grpo = ((grouped - mean) / (nanstd(grouped, dim=1).view(1, 1) + 1e-4)).view(-1)
         rloo = (grouped - (grouped.sum(dim=1, keepdim=True) - grouped) / (G - 1)).view(-1)
+        dr_grpo = (grouped - mean).view(-1)
     else:
-        grpo = rloo = torch.zeros(1, dtype=torch.float64)
-    cases.append({"rewards": rewards.tolist(), "grpo": grpo.tolist(), "rloo": rloo.tolist()})
+        grpo = rloo = dr_grpo = torch.zeros(1, dtype=torch.float64)
+    cases.append({"rewards": rewards.tolist(), "grpo": grpo.tolist(), "rloo": rloo.tolist(), "dr_grpo": dr_grpo.tolist()})
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/group_advantages.json")
 with open(path, "w") as f:
     json.dump(cases, f)

@@ -15,7 +15,7 @@ int cmd_ppo(int argc, char **argv) {
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = "per-token";
-    char *reward = "model", *schedule = "linear", *aggregation = "seq-mean-token-mean";
+    char *reward = "model", *schedule = "linear", *aggregation = NULL;
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
     long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
@@ -28,10 +28,11 @@ int cmd_ppo(int argc, char **argv) {
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
     double lambda = c.advantage.lambda, clip_ratio = c.loss.clip_ratio, value_clip = c.loss.value_clip;
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
-    double kl_loss_coef = 0;
+    double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0;
+    long overlong_buffer = 0;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false;
-    Option options[80] = {
+    Option options[96] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -64,7 +65,9 @@ int cmd_ppo(int argc, char **argv) {
         {"lr-scheduler-type", "lr_scheduler_type", OPT_STRING, &schedule, "constant|linear|cosine", false, false},
         {"warmup-ratio", "warmup_ratio", OPT_FLOAT, &warmup_ratio, "warmup fraction of optimizer steps", false, false},
         {"max-grad-norm", "max_grad_norm", OPT_FLOAT, &clip_norm, "gradient clipping (0: off)", false, false},
-        {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation, "seq-mean-token-mean (released) | token-mean", false, false},
+        {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation,
+         "seq-mean-token-mean (released; the default) | token-mean (DAPO) | seq-mean-token-sum-norm (Dr. GRPO; the default "
+         "with --advantage-estimator dr-grpo)", false, false},
         {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
         {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
          "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
@@ -73,7 +76,14 @@ int cmd_ppo(int argc, char **argv) {
         {"reward-clip", "clip_reward_value", OPT_FLOAT, &reward_clip, "clip the score to [-c, c] (0: off)", false, false},
         {"gamma", NULL, OPT_FLOAT, &gamma, "GAE discount", false, false},
         {"lam", "lambda", OPT_FLOAT, &lambda, "GAE lambda", false, false},
-        {"cliprange", "clip_ratio cliprange", OPT_FLOAT, &clip_ratio, "PPO ratio clip epsilon", false, false},
+        {"cliprange", "clip_ratio cliprange clip_ratio_low", OPT_FLOAT, &clip_ratio, "PPO ratio clip epsilon", false, false},
+        {"cliprange-high", "clip_ratio_high eps_clip_high", OPT_FLOAT, &clip_ratio_high,
+         "upper clip epsilon (DAPO's clip-higher, e.g. 0.28); -1: the same as --cliprange", false,
+         false},
+        {"overlong-buffer", "overlong_buffer_len", OPT_INT, &overlong_buffer,
+         "DAPO's soft overlong punishment: the last N of --max-new-tokens lower the score linearly (0: off)", false, false},
+        {"overlong-penalty", "overlong_penalty_factor", OPT_FLOAT, &overlong_penalty,
+         "the score lost at --max-new-tokens with --overlong-buffer", false, false},
         {"cliprange-value", "cliprange_value value_clip", OPT_FLOAT, &value_clip, "value clip (0: off)", false, false},
         {"entropy-coef", "entropy_coef", OPT_FLOAT, &entropy_coef, "entropy bonus coefficient", false, false},
         {"whiten-advantages", "whiten_advantages", OPT_BOOL, &whiten, "normalise advantages over each rollout", false, false},
@@ -83,9 +93,9 @@ int cmd_ppo(int argc, char **argv) {
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
-         "gae (PPO, with a critic) | grpo | rloo | reinforce++ | reinforce++-baseline (no critic)", false, false},
+         "gae (PPO, with a critic) | grpo | dr-grpo | rloo | reinforce++ | reinforce++-baseline (no critic)", false, false},
         {"samples-per-prompt", "n_samples_per_prompt num_generations", OPT_INT, &samples_per_prompt,
-         "responses generated per prompt (grpo, rloo, reinforce++-baseline: at least 2)", false, false},
+         "responses generated per prompt (grpo, dr-grpo, rloo, reinforce++-baseline: at least 2)", false, false},
         {"termination-condition", "termination_condition", OPT_STRING, &termination, "fixed | randomized | parsing | ppl | token (vanilla PPO)", false, false},
         {"ngram", NULL, OPT_INT, &ngram, "macro-action length for fixed n-gram (1: token-level PPO)", false, false},
         {"repeat-times", "repeat_times", OPT_INT, &repeat_times, "randomized n-gram: repeats of each length", false, false},
@@ -136,9 +146,15 @@ int cmd_ppo(int argc, char **argv) {
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0) die_user("option --ratio must be per-token or macro, got '%s'", ratio);
     LrScheduleKind kind;
     if (lr_schedule_kind_from_name(schedule, &kind) != 0) die_user("option --lr-scheduler-type must be constant, linear or cosine");
+    if (!aggregation) // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo)
+        aggregation = !strcmp(estimator, "dr-grpo") || !strcmp(estimator, "dr_grpo") ? "seq-mean-token-sum-norm"
+                                                                                     : "seq-mean-token-mean";
     if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
     else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
-    else die_user("option --loss-aggregation must be seq-mean-token-mean or token-mean, got '%s'", aggregation);
+    else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
+    else
+        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean or seq-mean-token-sum-norm, got '%s'",
+                 aggregation);
     struct { const char *name; long value, lo, hi; } ranges[] = {
         {"--max-prompt-len", max_prompt_len, 1, 1 << 20}, {"--max-new-tokens", max_new_tokens, 1, 1 << 20},
         {"--rollout-batch-size", rollout_batch, 1, 1 << 20}, {"--generation-batch-size", generation_batch, 1, 4096},
@@ -149,7 +165,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--parser-cutoff", parser_cutoff, 2, 1 << 20}, {"--eval-every", eval_every, 0, 1L << 40},
         {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
         {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
-        {"--samples-per-prompt", samples_per_prompt, 1, 4096},
+        {"--samples-per-prompt", samples_per_prompt, 1, 4096}, {"--overlong-buffer", overlong_buffer, 0, max_new_tokens - 1},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
@@ -159,13 +175,18 @@ int cmd_ppo(int argc, char **argv) {
     if (!(actor_lr > 0) || !(critic_lr > 0)) die_user("options --actor-learning-rate and --critic-learning-rate must be positive");
     if (kl_coef < 0 || clip_ratio <= 0 || value_clip < 0 || reward_clip < 0 || gamma < 0 || gamma > 1 || lambda < 0 || lambda > 1)
         die_user("options --kl-ctl, --cliprange, --cliprange-value, --reward-clip must be >= 0 and --gamma, --lam in [0, 1]");
+    if (clip_ratio_high < 0) clip_ratio_high = clip_ratio;
+    if (!(clip_ratio_high > 0) || !isfinite(clip_ratio_high))
+        die_user("option --cliprange-high must be positive, got %g", clip_ratio_high);
+    if (!(overlong_penalty >= 0) || !isfinite(overlong_penalty))
+        die_user("option --overlong-penalty must be >= 0, got %g", overlong_penalty);
     if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
     if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
     if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
-        die_user("option --advantage-estimator must be gae, grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
+        die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
-    const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_RLOO ||
+    const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     if (needs_group && samples_per_prompt < 2)
         die_user("option --samples-per-prompt must be at least 2 with --advantage-estimator %s (the group is the baseline)",
@@ -188,7 +209,9 @@ int cmd_ppo(int argc, char **argv) {
     c.clip_norm = clip_norm;
     c.advantage.kl_coef = (float)kl_coef, c.advantage.reward_clip = (float)reward_clip;
     c.advantage.gamma = (float)gamma, c.advantage.lambda = (float)lambda;
-    c.loss.clip_ratio = (float)clip_ratio, c.loss.value_clip = (float)value_clip;
+    c.loss.clip_ratio = (float)clip_ratio, c.loss.clip_ratio_high = (float)clip_ratio_high;
+    c.loss.value_clip = (float)value_clip;
+    c.overlong_buffer = (int)overlong_buffer, c.overlong_penalty = overlong_penalty;
     if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
     c.loss.kl_loss_coef = (float)kl_loss_coef;
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;

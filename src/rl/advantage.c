@@ -40,6 +40,7 @@ static const struct {
 } estimator_names[] = {
     {"gae", ESTIMATOR_GAE},
     {"grpo", ESTIMATOR_GRPO},
+    {"dr-grpo", ESTIMATOR_DR_GRPO},
     {"rloo", ESTIMATOR_RLOO},
     {"reinforce++", ESTIMATOR_REINFORCE_PP},
     {"reinforce++-baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
@@ -48,6 +49,7 @@ static const struct {
     {"reinforce_plus_plus", ESTIMATOR_REINFORCE_PP},
     {"reinforce_baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
     {"reinforce_plus_plus_baseline", ESTIMATOR_REINFORCE_PP_BASELINE},
+    {"dr_grpo", ESTIMATOR_DR_GRPO},
 };
 
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out) {
@@ -63,6 +65,13 @@ const char *advantage_estimator_name(AdvantageEstimator estimator) {
     for (size_t i = 0; i < sizeof estimator_names / sizeof estimator_names[0]; i++)
         if (estimator_names[i].estimator == estimator) return estimator_names[i].name;
     return "gae";
+}
+
+float overlong_penalty(int length, int max_new_tokens, int buffer, float factor) {
+    if (buffer <= 0) return 0.0f;
+    const int expected = max_new_tokens - buffer; // lengths up to here are free
+    if (length <= expected) return 0.0f;
+    return -factor * (float)(length - expected) / (float)buffer;
 }
 
 void returns_to_go(const float *rewards, int R, float gamma, float *out) {
@@ -83,6 +92,10 @@ void group_advantages(AdvantageEstimator estimator, const double *rewards, int G
     const double mean = sum / G;
     if (estimator == ESTIMATOR_RLOO) {
         for (int g = 0; g < G; g++) out[g] = rewards[g] - (sum - rewards[g]) / (G - 1);
+        return;
+    }
+    if (estimator == ESTIMATOR_DR_GRPO) {
+        for (int g = 0; g < G; g++) out[g] = rewards[g] - mean;
         return;
     }
     double squares = 0;

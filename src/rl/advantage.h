@@ -41,6 +41,10 @@ int macro_reward_from_name(const char *name, MacroReward *out);
 // answered G times and a response's advantage compares its sequence reward with the
 // group's. For the G rewards of one group, out[g] =
 //   GRPO  (r_g - mean) / (std + 1e-4), std the unbiased standard deviation of the group
+//   Dr. GRPO  r_g - mean: no division by the group's spread (Liu et al. 2025, "Understanding
+//         R1-Zero-Like Training"; TRL's scale_rewards="none", OpenRLHF's dr_grpo), which
+//         weighs easy and hard prompts alike; usually with --loss-aggregation
+//         seq-mean-token-sum-norm, its other half
 //   RLOO  r_g - mean of the other G - 1 rewards
 // and 0 for a group of one (nothing to compare with). Every token of the response gets it.
 //
@@ -53,15 +57,22 @@ typedef enum {
     ESTIMATOR_GRPO,
     ESTIMATOR_RLOO,
     ESTIMATOR_REINFORCE_PP,
-    ESTIMATOR_REINFORCE_PP_BASELINE
+    ESTIMATOR_REINFORCE_PP_BASELINE,
+    ESTIMATOR_DR_GRPO
 } AdvantageEstimator;
 void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
-// "gae" | "grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
+// "gae" | "grpo" | "dr-grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and
 // verl's names); -1 otherwise; and back.
 int advantage_estimator_from_name(const char *name, AdvantageEstimator *out);
 const char *advantage_estimator_name(AdvantageEstimator estimator);
+// DAPO's soft overlong punishment (Yu et al. 2025; verl's reward_manager.overlong_buffer):
+// a response of `length` tokens out of at most max_new_tokens loses
+// factor * (length - (max_new_tokens - buffer)) / buffer when it reaches into the last
+// `buffer` tokens (down to -factor at the limit), and nothing before. buffer <= 0: off.
+float overlong_penalty(int length, int max_new_tokens, int buffer, float factor);
+
 // clip(score) as token_rewards applies it to the last token.
 float clipped_score(const AdvantageConfig *config, float score);
 

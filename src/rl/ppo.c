@@ -58,7 +58,7 @@ PpoConfig ppo_default_config(void) {
         .loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN,
         .advantage = {.kl_coef = 0.05f, .reward_clip = 2.5f, .gamma = 1.0f, .lambda = 0.95f,
                       .value_function = VALUE_EQUAL, .macro_reward = MACRO_REWARD_MEAN},
-        .loss = {.clip_ratio = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN},
+        .loss = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN},
         .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
@@ -398,13 +398,17 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             double std = p->reward_count > 1 ? sqrt(p->reward_m2 / (p->reward_count - 1)) : 1.0;
             score = (float)((raw_score - p->reward_mean) / (std > 1e-6 ? std : 1.0));
         }
-        if (r->local[q]) r->local[q]->score = score;
+        if (r->local[q]) {
+            Sample *s = r->local[q];
+            s->score = score + overlong_penalty(s->response_length, p->c.max_new_tokens, p->c.overlong_buffer,
+                                                (float)p->c.overlong_penalty);
+        }
     }
     free(raw);
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
     const AdvantageEstimator estimator = p->c.estimator;
-    const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_RLOO;
+    const bool group_relative = estimator == ESTIMATOR_GRPO || estimator == ESTIMATOR_DR_GRPO || estimator == ESTIMATOR_RLOO;
     const bool reinforce = estimator == ESTIMATOR_REINFORCE_PP || estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;
     double *score_baseline = estimator == ESTIMATOR_REINFORCE_PP_BASELINE ? group_mean_scores(r, &advantage) : NULL;
@@ -490,8 +494,12 @@ static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions
     for (int i = 0; i < count; i++) {
         Sample *s = r->local[positions[i]];
         if (!s) continue;
-        s->loss_scale = p->c.loss_aggregation == LOSS_TOKEN_MEAN ? (float)(1.0 / tokens)
-                                                                  : (float)(1.0 / ((double)s->response_length * count));
+        switch (p->c.loss_aggregation) {
+        case LOSS_TOKEN_MEAN: s->loss_scale = (float)(1.0 / tokens); break;
+        case LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM: s->loss_scale = (float)(1.0 / ((double)p->c.max_new_tokens * count)); break;
+        case LOSS_SEQUENCE_MEAN_TOKEN_MEAN:
+        default: s->loss_scale = (float)(1.0 / ((double)s->response_length * count)); break;
+        }
     }
 }
 

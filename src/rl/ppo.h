@@ -34,7 +34,12 @@
 #include "rl/ppo_loss.h"
 
 typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE } RewardKind;
-typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN } LossAggregation;
+// How the policy loss's token terms are averaged over a minibatch of S responses:
+//   seq-mean-token-mean      each response's token mean, then the mean over responses (released)
+//   token-mean               the mean over all the minibatch's tokens (DAPO)
+//   seq-mean-token-sum-norm  each response's token sum over max_new_tokens, then the mean over
+//                            responses: no length bias (Dr. GRPO; verl's name)
+typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN, LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM } LossAggregation;
 
 typedef struct {
     // models and data
@@ -81,6 +86,8 @@ typedef struct {
     MacroConfig macro;
     bool token_level; // vanilla PPO through its own code path (--termination-condition token)
     bool whiten_advantages, normalize_reward;
+    int overlong_buffer;      // DAPO's soft overlong punishment (rl/advantage.h overlong_penalty); 0: off
+    double overlong_penalty;  // its factor
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
     double entropy_coef, ptx_coef;
     bool ema;

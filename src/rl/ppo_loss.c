@@ -11,12 +11,14 @@ int ratio_kind_from_name(const char *name, RatioKind *out) {
     return 0;
 }
 
-// One policy term: loss value and d loss / d log rho (= rho * d loss / d rho).
-static double clipped_term(double advantage, double log_ratio, double eps, double *d_log_ratio, int *clipped) {
+// One policy term: loss value and d loss / d log rho (= rho * d loss / d rho), the ratio
+// clipped to [1 - eps_low, 1 + eps_high].
+static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, double *d_log_ratio,
+                           int *clipped) {
     double ratio = exp(log_ratio);
-    double clipped_ratio = ratio < 1 - eps ? 1 - eps : ratio > 1 + eps ? 1 + eps : ratio;
+    double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
     double unclipped_loss = -advantage * ratio, clipped_loss = -advantage * clipped_ratio;
-    *clipped = ratio < 1 - eps || ratio > 1 + eps;
+    *clipped = ratio < 1 - eps_low || ratio > 1 + eps_high;
     if (unclipped_loss >= clipped_loss) {
         *d_log_ratio = -advantage * ratio;
         return unclipped_loss;
@@ -43,7 +45,8 @@ double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const
             double log_ratio = config->ratio == RATIO_MACRO_PRODUCT ? macro_log_ratio : token_log_ratio;
             double d_log_ratio;
             int clipped;
-            loss += clipped_term(advantages[t], log_ratio, config->clip_ratio, &d_log_ratio, &clipped);
+            loss += clipped_term(advantages[t], log_ratio, config->clip_ratio, config->clip_ratio_high, &d_log_ratio,
+                                 &clipped);
             if (config->ratio == RATIO_MACRO_PRODUCT) macro_gradient += d_log_ratio;
             else if (dlogp) dlogp[t] += (float)(d_log_ratio * scale);
             if (stats) {

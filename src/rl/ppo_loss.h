@@ -11,7 +11,8 @@
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT } RatioKind;
 
 typedef struct {
-    float clip_ratio;  // epsilon (released: 0.2)
+    float clip_ratio;  // epsilon (released: 0.2): ratios below 1 - epsilon are clipped
+    float clip_ratio_high; // ratios above 1 + this are clipped (DAPO's clip-higher; usually = clip_ratio)
     float value_clip;  // (released: 0.2); <= 0: no value clipping
     RatioKind ratio;
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)

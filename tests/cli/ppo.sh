@@ -116,6 +116,49 @@ rf_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in 
 [ ! -e "$tmp/reinforce/final/critic" ] &&
     python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$rf_first" "$rf_last" 2>/dev/null &&
     pass "reinforce++_learns (score $rf_first -> $rf_last)" || fail reinforce++_learns "score '$rf_first' -> '$rf_last' $(tail -n 2 "$tmp/reinforce.err")"
+# Dr. GRPO (no division by the group's spread, token sums over --max-new-tokens) learns as
+# well; its loss aggregation is a real change (the explicit released one gives other weights).
+run dr_grpo --advantage-estimator dr-grpo --samples-per-prompt 4 --max-iterations 8 --termination-condition token
+dr_first=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(r[0])" "$tmp/dr_grpo/metrics.jsonl" 2>/dev/null)
+dr_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/dr_grpo/metrics.jsonl" 2>/dev/null)
+[ ! -e "$tmp/dr_grpo/final/critic" ] &&
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$dr_first" "$dr_last" 2>/dev/null &&
+    pass "dr_grpo_learns (score $dr_first -> $dr_last)" || fail dr_grpo_learns "score '$dr_first' -> '$dr_last' $(tail -n 2 "$tmp/dr_grpo.err")"
+run dr_grpo_seq_mean --advantage-estimator dr-grpo --samples-per-prompt 4 --max-iterations 2 --termination-condition token \
+    --loss-aggregation seq-mean-token-mean
+run dr_grpo_short --advantage-estimator dr-grpo --samples-per-prompt 4 --max-iterations 2 --termination-condition token
+[ -f "$tmp/dr_grpo_short/final/actor/model.safetensors" ] && ! cmp -s "$tmp/dr_grpo_short/final/actor/model.safetensors" \
+    "$tmp/dr_grpo_seq_mean/final/actor/model.safetensors" && pass dr_grpo_token_sum_norm ||
+    fail dr_grpo_token_sum_norm "$(tail -n 3 "$tmp/dr_grpo_short.err")"
+# DAPO's clip-higher and soft overlong punishment: both change the run; the punishment
+# lowers the logged score of responses that reach into the buffer.
+# (Several optimizer steps per rollout at a high learning rate, so that ratios leave [0.8, 1.2].)
+clip_args=(--advantage-estimator grpo --samples-per-prompt 4 --max-iterations 2 --termination-condition token --ppo-epochs 4
+           --num-minibatches 2 --actor-learning-rate 1e-2)
+run grpo_clip_higher "${clip_args[@]}" --cliprange-high 0.28
+run grpo_clip_symmetric "${clip_args[@]}"
+python3 - "$tmp/grpo_clip_symmetric/metrics.jsonl" "$tmp/grpo_clip_higher/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+clipped = [sum(json.loads(l)["train/clip_fraction"] for l in open(p) if '"train/clip_fraction"' in l) for p in sys.argv[1:]]
+sys.exit(0 if clipped[0] > 0 and clipped[1] < clipped[0] else 1)
+PYEOF2
+    ! cmp -s "$tmp/grpo_clip_higher/final/actor/model.safetensors" "$tmp/grpo_clip_symmetric/final/actor/model.safetensors" &&
+    pass dapo_clip_higher || fail dapo_clip_higher "$(tail -n 3 "$tmp/grpo_clip_higher.err")"
+run grpo_overlong --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token \
+    --overlong-buffer 8 --overlong-penalty 5
+run grpo_plain --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 1 --termination-condition token
+python3 - "$tmp/grpo_plain/metrics.jsonl" "$tmp/grpo_overlong/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+first = [[json.loads(l) for l in open(p) if '"train/score"' in l][0] for p in sys.argv[1:]]
+# Same first rollout (same seed and weights); only the shaping differs, and it only lowers.
+sys.exit(0 if first[1]["train/raw_score"] == first[0]["train/raw_score"] and first[1]["train/score"] < first[0]["train/score"] else 1)
+PYEOF2
+    pass dapo_overlong_penalty || fail dapo_overlong_penalty "$(tail -n 3 "$tmp/grpo_overlong.err")"
+expect_error bad_cliprange_high "--cliprange-high" "$bin" ppo "${common[@]}" --output "$tmp/x" --cliprange-high 0
+expect_error bad_overlong_buffer "--overlong-buffer" "$bin" ppo "${common[@]}" --output "$tmp/x" --overlong-buffer 1000
+expect_error bad_overlong_penalty "--overlong-penalty" "$bin" ppo "${common[@]}" --output "$tmp/x" --overlong-buffer 4 \
+    --overlong-penalty -1
+expect_error bad_loss_aggregation "--loss-aggregation" "$bin" ppo "${common[@]}" --output "$tmp/x" --loss-aggregation sum
 # The KL as a k3 loss term (TRL's GRPO beta) instead of the reward penalty.
 # It moves the weights (from the second iteration, when the policy has left the reference).
 run grpo_no_kl --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --termination-condition token
