@@ -31,7 +31,7 @@ int cmd_ppo(int argc, char **argv) {
     double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0;
     long overlong_buffer = 0;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
-    bool ema = false, resume = false, quiet = false, checkpointing = false;
+    bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false;
     Option options[96] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -79,6 +79,9 @@ int cmd_ppo(int argc, char **argv) {
         {"cliprange", "clip_ratio cliprange clip_ratio_low", OPT_FLOAT, &clip_ratio, "PPO ratio clip epsilon", false, false},
         {"cliprange-high", "clip_ratio_high eps_clip_high", OPT_FLOAT, &clip_ratio_high,
          "upper clip epsilon (DAPO's clip-higher, e.g. 0.28); -1: the same as --cliprange", false,
+         false},
+        {"filter-groups", "dynamic_filtering filter_groups", OPT_BOOL, &filter_groups,
+         "leave out of training the groups whose responses all scored the same (DAPO's dynamic sampling, no refill)", false,
          false},
         {"overlong-buffer", "overlong_buffer_len", OPT_INT, &overlong_buffer,
          "DAPO's soft overlong punishment: the last N of --max-new-tokens lower the score linearly (0: off)", false, false},
@@ -212,6 +215,10 @@ int cmd_ppo(int argc, char **argv) {
     c.loss.clip_ratio = (float)clip_ratio, c.loss.clip_ratio_high = (float)clip_ratio_high;
     c.loss.value_clip = (float)value_clip;
     c.overlong_buffer = (int)overlong_buffer, c.overlong_penalty = overlong_penalty;
+    if (filter_groups && !needs_group)
+        die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
+                 "reinforce++-baseline");
+    c.filter_groups = filter_groups;
     if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
     c.loss.kl_loss_coef = (float)kl_loss_coef;
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;

@@ -573,6 +573,39 @@ static void sum_train_stats_across_ranks(TrainStats *stats) {
 // PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
 // and runs the micro-steps of the samples it holds; the summed gradients give every rank the
 // same optimizer step.
+// DAPO's dynamic sampling, without generating more to refill the batch: a group whose
+// responses all got the same score teaches nothing (GRPO's advantages are all 0 there) but
+// would still count in the loss's denominators, so its samples are left out of training.
+// Fills `out` with the rest (arrays to free) and returns how many groups were left out.
+// The scores are gathered across ranks first, so every rank leaves out the same samples.
+static int drop_uniform_groups(const Rollout *r, Rollout *out) {
+    double *scores = xcalloc(r->count + 1, sizeof(double));
+    for (int q = 0; q < r->count; q++)
+        if (r->local[q]) scores[q] = r->local[q]->score;
+    dist_sum_doubles(scores, r->count); // one rank holds each sample: 0 + x is x exactly
+    out->lengths = xmalloc((r->count + 1) * sizeof(int));
+    out->groups = xmalloc((r->count + 1) * sizeof(int));
+    out->local = xmalloc((r->count + 1) * sizeof(Sample *));
+    out->count = 0;
+    int dropped = 0;
+    for (int first = 0; first < r->count;) {
+        int last = first;
+        bool uniform = true;
+        while (last < r->count && r->groups[last] == r->groups[first]) uniform &= scores[last++] == scores[first];
+        if (uniform && last - first >= 2) {
+            dropped++;
+        } else {
+            for (int q = first; q < last; q++) {
+                out->lengths[out->count] = r->lengths[q], out->groups[out->count] = r->groups[q];
+                out->local[out->count++] = r->local[q];
+            }
+        }
+        first = last;
+    }
+    free(scores);
+    return dropped;
+}
+
 static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
     const int count = r->count;
     int *order = xmalloc(count * sizeof(int));
@@ -1012,7 +1045,11 @@ int ppo_run(const PpoConfig *config) {
         TrainStats ts = {0};
         if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
-        if (count > 0) train_on_rollout(p, &kept, &ts);
+        Rollout trained = kept;
+        int uniform_groups = 0;
+        if (p->c.filter_groups && count > 0) uniform_groups = drop_uniform_groups(&kept, &trained);
+        if (trained.count > 0) train_on_rollout(p, &trained, &ts);
+        if (trained.lengths != kept.lengths) free(trained.lengths), free(trained.groups), free(trained.local);
         double t3 = now_seconds();
         // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
         double kl = count ? rs.kl_sequence / count : 0;
@@ -1029,7 +1066,7 @@ int ppo_run(const PpoConfig *config) {
                                "approx_kl", "ratio", "advantage", "value", "macro_actions", "macro_action_length",
                                "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
-                               "generation_tokens_per_s"};
+                               "generation_tokens_per_s", "uniform_groups_dropped"};
         double n = count > 0 ? count : 1, steps = ts.steps > 0 ? ts.steps : 1;
         // Generation throughput of the whole job: the ranks generate side by side.
         double generation_rate[1] = {gen.decode_seconds + gen.prefill_seconds > 0
@@ -1044,7 +1081,7 @@ int ppo_run(const PpoConfig *config) {
                            p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, t1 - t0, t2 - t1, t3 - t2,
-                           generation_rate[0]};
+                           generation_rate[0], (double)uniform_groups};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
         for (long k = 0; k < local_rows; k++) sample_free(&samples[k]);
         free(kept.lengths), free(kept.groups), free(kept.local);

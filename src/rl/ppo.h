@@ -86,6 +86,9 @@ typedef struct {
     MacroConfig macro;
     bool token_level; // vanilla PPO through its own code path (--termination-condition token)
     bool whiten_advantages, normalize_reward;
+    // DAPO's dynamic sampling without the refill (grpo, dr-grpo, rloo, reinforce++-baseline):
+    // groups whose responses all got the same score are left out of training.
+    bool filter_groups;
     int overlong_buffer;      // DAPO's soft overlong punishment (rl/advantage.h overlong_penalty); 0: off
     double overlong_penalty;  // its factor
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0

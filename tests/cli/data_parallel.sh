@@ -222,6 +222,14 @@ close "$(json_values "$tmp/grpo_one/metrics.jsonl" train/score) $(json_values "$
       "$(json_values "$tmp/grpo_two/metrics.jsonl" train/score) $(json_values "$tmp/grpo_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
     close "$(logprobs_of "$tmp/grpo_one/final/actor")" "$(logprobs_of "$tmp/grpo_two/final/actor")" 1e-4 &&
     pass grpo_two_ranks_same_training || fail grpo_two_ranks_same_training "$(tail -n 2 "$tmp/grpo_two.err")"
+# DAPO's group filter decides on the gathered scores: the same groups are left out on both.
+filtered=("${grpo[@]}" --reward lexicon --gold-lexicon data/austen/lexicon.tsv --filter-groups)
+"$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_one" 2> "$tmp/filter_one.err"
+ranks 2 "$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_two" 2> "$tmp/filter_two.err"
+close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_dropped) $(json_values "$tmp/filter_one/metrics.jsonl" train/policy_loss)" \
+      "$(json_values "$tmp/filter_two/metrics.jsonl" train/uniform_groups_dropped) $(json_values "$tmp/filter_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
+    close "$(logprobs_of "$tmp/filter_one/final/actor")" "$(logprobs_of "$tmp/filter_two/final/actor")" 1e-4 &&
+    pass grpo_filter_two_ranks_same_training || fail grpo_filter_two_ranks_same_training "$(tail -n 2 "$tmp/filter_two.err")"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda

@@ -154,6 +154,21 @@ first = [[json.loads(l) for l in open(p) if '"train/score"' in l][0] for p in sy
 sys.exit(0 if first[1]["train/raw_score"] == first[0]["train/raw_score"] and first[1]["train/score"] < first[0]["train/score"] else 1)
 PYEOF2
     pass dapo_overlong_penalty || fail dapo_overlong_penalty "$(tail -n 3 "$tmp/grpo_overlong.err")"
+# DAPO's dynamic sampling (the filter): with the gold lexicon as reward, most of the tiny
+# model's groups score 0 throughout; they are left out of training, and that changes it.
+filter_args=(--reward lexicon --gold-lexicon data/austen/lexicon.tsv --advantage-estimator grpo --samples-per-prompt 4
+             --termination-condition token)
+"$bin" ppo "${common[@]}" "${filter_args[@]}" --output "$tmp/filter_off" 2> "$tmp/filter_off.err"
+"$bin" ppo "${common[@]}" "${filter_args[@]}" --filter-groups --output "$tmp/filter_on" 2> "$tmp/filter_on.err"
+python3 - "$tmp/filter_off/metrics.jsonl" "$tmp/filter_on/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+dropped = [sum(json.loads(l)["train/uniform_groups_dropped"] for l in open(p) if '"train/score"' in l) for p in sys.argv[1:]]
+sys.exit(0 if dropped[0] == 0 and dropped[1] > 0 else 1)
+PYEOF2
+    [ -f "$tmp/filter_on/final/actor/model.safetensors" ] &&
+    ! cmp -s "$tmp/filter_on/final/actor/model.safetensors" "$tmp/filter_off/final/actor/model.safetensors" &&
+    pass dapo_filter_groups || fail dapo_filter_groups "$(tail -n 3 "$tmp/filter_on.err")"
+expect_error filter_groups_needs_groups "--filter-groups" "$bin" ppo "${common[@]}" --output "$tmp/x" --filter-groups
 expect_error bad_cliprange_high "--cliprange-high" "$bin" ppo "${common[@]}" --output "$tmp/x" --cliprange-high 0
 expect_error bad_overlong_buffer "--overlong-buffer" "$bin" ppo "${common[@]}" --output "$tmp/x" --overlong-buffer 1000
 expect_error bad_overlong_penalty "--overlong-penalty" "$bin" ppo "${common[@]}" --output "$tmp/x" --overlong-buffer 4 \
