@@ -1,4 +1,4 @@
-// marlhf pipeline: SFT -> reward model -> PPO (or SFT -> DPO) from one config file, like
+// marlhf pipeline: SFT -> reward model -> PPO (or SFT -> DPO, or SFT -> KTO) from one config file, like
 // DeepSpeed-Chat's e2e_rlhf.py, resumable at any step.
 //
 // The file is a JSON object:
@@ -6,12 +6,13 @@
 //    "device": "cpu", "threads": 2, "seed": 1234, "quiet": false,  (optional, given to every stage)
 //    "launcher": ["mpirun", "-np", "4"],                           (optional, see below)
 //    "sft": {...}, "rm": {...}, "ppo": {...}}                      (each stage's own options)
-// or, for DPO instead of the reward model and PPO, "sft": {...}, "dpo": {...}.
-// A stage object holds the options of `marlhf sft|rm|ppo|dpo` under their --long names. The
+// or, for DPO instead of the reward model and PPO, "sft": {...}, "dpo": {...} (KTO: "kto").
+// A stage object holds the options of `marlhf sft|rm|ppo|dpo|kto` under their --long names. The
 // pipeline wires the stages together: sft trains `model` into OUTPUT/sft, rm starts from
 // OUTPUT/sft/final into OUTPUT/rm, ppo takes OUTPUT/sft/final as actor and reference and
 // OUTPUT/rm/final as reward model (and critic) into OUTPUT/ppo; dpo starts from
-// OUTPUT/sft/final (also its reference) into OUTPUT/dpo. A stage object may set "model",
+// OUTPUT/sft/final (also its reference) into OUTPUT/dpo, and kto likewise into OUTPUT/kto.
+// A stage object may set "model",
 // "actor-model", "reward-model" or "output" itself; later stages then follow it.
 //
 // Each stage runs as its own process (this binary, `marlhf <stage> --config
@@ -34,8 +35,9 @@
 #include "core/check.h"
 #include "io/fs.h"
 
-static const char *rlhf_stages[] = {"sft", "rm", "ppo", NULL}, *dpo_stages[] = {"sft", "dpo", NULL};
-static const char *all_stage_names[] = {"sft", "rm", "ppo", "dpo"};
+static const char *rlhf_stages[] = {"sft", "rm", "ppo", NULL}, *dpo_stages[] = {"sft", "dpo", NULL},
+                  *kto_stages[] = {"sft", "kto", NULL};
+static const char *all_stage_names[] = {"sft", "rm", "ppo", "dpo", "kto"};
 static const char *shared_keys[] = {"device", "threads", "seed", "quiet"};
 
 // The string value of `key` in `object`, or `fallback` when absent. A present non-string
@@ -48,7 +50,7 @@ static const char *string_or(json_t *object, const char *key, const char *fallba
     return json_string_value(value);
 }
 
-// Checks the file's keys and returns its stages: sft, rm, ppo, or sft, dpo.
+// Checks the file's keys and returns its stages: sft, rm, ppo, or sft, dpo, or sft, kto.
 static const char *const *check_top_level(json_t *root, const char *file) {
     const char *key;
     json_t *value;
@@ -58,18 +60,20 @@ static const char *const *check_top_level(json_t *root, const char *file) {
             known |= !strcmp(key, all_stage_names[i]);
         for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) known |= !strcmp(key, shared_keys[i]);
         if (!known)
-            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, sft, rm, ppo, dpo)",
+            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, sft, rm, ppo, dpo, kto)",
                      key, file);
     }
-    bool dpo = json_object_get(root, "dpo") != NULL;
-    if (dpo && (json_object_get(root, "rm") || json_object_get(root, "ppo")))
-        die_user("%s has a \"dpo\" stage and \"rm\"/\"ppo\" stages; a pipeline runs sft, rm and ppo, or sft and dpo",
-                 file);
-    const char *const *stages = dpo ? dpo_stages : rlhf_stages;
+    const bool dpo = json_object_get(root, "dpo") != NULL, kto = json_object_get(root, "kto") != NULL;
+    const bool rlhf = json_object_get(root, "rm") || json_object_get(root, "ppo");
+    if (dpo + kto + rlhf > 1)
+        die_user("%s mixes the \"%s\" stage with \"%s\"; a pipeline runs sft, rm and ppo, or sft and dpo, or sft and kto",
+                 file, dpo ? "dpo" : "kto", rlhf ? "rm\"/\"ppo" : "kto");
+    const char *const *stages = dpo ? dpo_stages : kto ? kto_stages : rlhf_stages;
     for (size_t i = 0; stages[i]; i++) {
         json_t *stage = json_object_get(root, stages[i]);
         if (!stage)
-            die_user("%s has no \"%s\" stage (the pipeline runs sft, rm and ppo, or sft and dpo)", file, stages[i]);
+            die_user("%s has no \"%s\" stage (the pipeline runs sft, rm and ppo, or sft and dpo, or sft and kto)", file,
+                     stages[i]);
         if (!json_is_object(stage)) die_user("\"%s\" in %s must be an object of its options", stages[i], file);
     }
     if (!json_object_get(root, "output")) die_user("%s has no \"output\" (the run folder)", file);
@@ -149,7 +153,7 @@ int cmd_pipeline(int argc, char **argv) {
         // The wiring: which model each stage starts from.
         if (!strcmp(name, "sft")) {
             if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(base_model));
-        } else if (!strcmp(name, "rm") || !strcmp(name, "dpo")) {
+        } else if (!strcmp(name, "rm") || !strcmp(name, "dpo") || !strcmp(name, "kto")) {
             if (!json_object_get(stage, "model")) json_object_set_new(stage, "model", json_string(sft_final));
         } else {
             if (!json_object_get(stage, "actor-model")) json_object_set_new(stage, "actor-model", json_string(sft_final));
@@ -190,7 +194,7 @@ int cmd_pipeline(int argc, char **argv) {
         if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);
         if (!strcmp(name, "rm")) rm_final = xstrdup(final_dir);
         if (!strcmp(name, "ppo")) policy = fs_join(stage_out, "final/actor");
-        if (!strcmp(name, "dpo")) policy = xstrdup(final_dir);
+        if (!strcmp(name, "dpo") || !strcmp(name, "kto")) policy = xstrdup(final_dir);
         free(final_config), free(config_path), free(config_name), free(final_dir), free(default_out), free(argv_stage);
         json_decref(stage);
         if (exit_status != 0) break;

@@ -99,6 +99,20 @@ rc=$?
     cmp -s "$tmp/d/dpo/final/model.safetensors" "$tmp/hand/dpo/final/model.safetensors" && pass pipeline_sft_dpo ||
     fail pipeline_sft_dpo "exit $rc: $(tail -n 2 "$tmp/dpo.err")"
 
+# --- SFT -> KTO (the pairs as labelled completions): the same as the two commands by hand ----
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['kto']=c.pop('dpo'); c['output']=sys.argv[3]; json.dump(c, open(sys.argv[2],'w'))" \
+    "$tmp/dpo.json" "$tmp/kto.json" "$tmp/k"
+"$bin" pipeline "$tmp/kto.json" 2> "$tmp/kto.err"
+rc=$?
+"$bin" kto --model "$tmp/hand/sft/final" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 4 \
+    --learning-rate 3e-3 --max-steps 4 --output "$tmp/hand/kto" "${common[@]}" 2> /dev/null
+[ $rc -eq 0 ] && grep -q "the policy is in $tmp/k/kto/final" "$tmp/kto.err" &&
+    cmp -s "$tmp/k/kto/final/model.safetensors" "$tmp/hand/kto/final/model.safetensors" && pass pipeline_sft_kto ||
+    fail pipeline_sft_kto "exit $rc: $(tail -n 2 "$tmp/kto.err")"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['kto']={}; json.dump(c, open(sys.argv[2],'w'))" \
+    "$tmp/dpo.json" "$tmp/dpo_kto.json"
+expect_error pipeline_dpo_and_kto '"kto"' "$bin" pipeline "$tmp/dpo_kto.json"
+
 # --- bad pipeline files ----------------------------------------------------------------------
 expect_error pipeline_missing_file "$tmp/none.json" "$bin" pipeline "$tmp/none.json"
 printf '{"output": "x",\n "model": }\n' > "$tmp/bad.json"
