@@ -1,6 +1,7 @@
 // The embedding API (include/marlhf.h) over the library's own modules: gen/text_model.h
-// for loading and generation, train/dpo.h for the DPO loss and its backward, train/adamw.h
-// for the update, model/lora.h for the adapters. It adds no numerics of its own, so what
+// for loading and generation, train/dpo.h and train/kto.h for the preference losses and
+// their backward, train/adamw.h for the update, model/lora.h for the adapters,
+// train/checkpoint.h for a trainer's exact resume. It adds no numerics of its own, so what
 // a program computes through it is what the command computes; its job is the boundary:
 // validate every argument, turn errors into return codes, own and free what it hands out.
 #include "marlhf.h"
@@ -28,7 +29,7 @@
 struct marlhf_model {
     marlhf_model_kind kind;
     TextModel text;          // a reward model fills only text.model and text.tokenizer
-    marlhf_trainer *trainer; // the DPO trainer attached, if any
+    marlhf_trainer *trainer; // the trainer attached, if any
 };
 
 struct marlhf_trainer {
@@ -67,11 +68,12 @@ static int load_reward_model(TextModel *text, const char *path, const char *devi
     if (!ops) return -1;
     ModelLoadOptions load = {.with_value_head = true, .require_value_head = true};
     if (model_load(&text->model, path, ops, &load) != 0) return -1;
-    if (tokenizer_load(&text->tokenizer, path) != 0) {
-        model_free(&text->model);
-        return -1;
-    }
-    return 0;
+    int rc = tokenizer_load(&text->tokenizer, path);
+    if (rc == 0 && tokenizer_vocab_size(text->tokenizer) > text->model.config.vocab_size)
+        rc = err_set("tokenizer has %d tokens but the model only %d (%s)", tokenizer_vocab_size(text->tokenizer),
+                     text->model.config.vocab_size, path);
+    if (rc != 0) text_model_free(text);
+    return rc;
 }
 
 marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *params) {
