@@ -20,28 +20,11 @@ if [ ! -f "$hf/model.safetensors" ]; then
 fi
 rm -rf "$out" && mkdir -p "$out"
 head -n $((steps * batch)) data/austen/rm_train.jsonl > "$out/pairs.jsonl"
-start=$(date +%s.%N)
-/usr/bin/time -f "%M" -o "$out/rss" build/marlhf dpo --model "$hf" --data "$out/pairs.jsonl" --output "$out/run" \
+. bench/preference_bench.sh
+timed_marlhf "$out" marlhf-dpo "$steps" batch_pairs "$batch" "$threads" \
+    build/marlhf dpo --model "$hf" --data "$out/pairs.jsonl" --output "$out/run" \
     --per-device-train-batch-size "$batch" --max-steps "$steps" --max-seq-len "$max_len" --learning-rate 1e-6 \
-    --beta 0.1 --gradient-checkpointing --threads "$threads" --quiet > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
-end=$(date +%s.%N)
-python3 - "$out/run/metrics.jsonl" "$(tail -n 1 "$out/rss")" "$start" "$end" "$steps" "$batch" "$threads" << 'PY'
-import json, sys
-path, rss_kb, start, end, steps, batch, threads = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), *map(int, sys.argv[5:])
-times = [r["time"] for r in map(json.loads, open(path)) if "train/loss" in r]
-later = [b - a for a, b in zip(times, times[1:])]
-print(json.dumps({"impl": "marlhf-dpo", "steps": steps, "batch_pairs": batch, "train_s": round(times[-1], 2),
-                  "step_s": round(sum(later) / len(later), 3), "max_rss_mb": round(rss_kb / 1024),
-                  "total_s": round(end - start, 2), "threads": threads}))
-PY
-py=.venv-tools/bin/python
-if [ -x "$py" ] && "$py" -c "import trl" 2> /dev/null; then
-    export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
-    for extra in "" --precompute-ref; do
-        "$py" bench/trl_dpo_step.py --model "$hf" --pairs "$out/pairs.jsonl" --steps "$steps" --batch "$batch" \
-            --max-length "$max_len" --threads "$threads" --output "$out/trl" $extra 2> "$out/trl.log" |
-            tail -n 1 || { tail -n 5 "$out/trl.log" >&2; exit 1; }
-    done
-else
-    echo '{"impl": "trl-dpo", "skipped": "run scripts/setup-python first"}'
-fi
+    --beta 0.1 --gradient-checkpointing --threads "$threads" --quiet
+trl_peer "$out" trl-dpo "$threads" \
+    bench/trl_dpo_step.py --model "$hf" --pairs "$out/pairs.jsonl" --steps "$steps" \
+    --batch "$batch" --max-length "$max_len"

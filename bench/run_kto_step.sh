@@ -26,28 +26,11 @@ for line in sys.stdin:
     row = json.loads(line)
     for key, label in (("chosen", True), ("rejected", False)):
         print(json.dumps({"prompt": row["prompt"], "completion": row[key], "label": label}))' > "$out/examples.jsonl"
-start=$(date +%s.%N)
-/usr/bin/time -f "%M" -o "$out/rss" build/marlhf kto --model "$hf" --data "$out/examples.jsonl" --output "$out/run" \
+. bench/preference_bench.sh
+timed_marlhf "$out" marlhf-kto "$steps" batch_examples "$batch" "$threads" \
+    build/marlhf kto --model "$hf" --data "$out/examples.jsonl" --output "$out/run" \
     --per-device-train-batch-size "$batch" --max-steps "$steps" --max-seq-len "$max_len" --learning-rate 1e-6 \
-    --beta 0.1 --gradient-checkpointing --threads "$threads" --quiet > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
-end=$(date +%s.%N)
-python3 - "$out/run/metrics.jsonl" "$(tail -n 1 "$out/rss")" "$start" "$end" "$steps" "$batch" "$threads" << 'PY'
-import json, sys
-path, rss_kb, start, end, steps, batch, threads = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), *map(int, sys.argv[5:])
-times = [r["time"] for r in map(json.loads, open(path)) if "train/loss" in r]
-later = [b - a for a, b in zip(times, times[1:])]
-print(json.dumps({"impl": "marlhf-kto", "steps": steps, "batch_examples": batch, "train_s": round(times[-1], 2),
-                  "step_s": round(sum(later) / len(later), 3), "max_rss_mb": round(rss_kb / 1024),
-                  "total_s": round(end - start, 2), "threads": threads}))
-PY
-py=.venv-tools/bin/python
-if [ -x "$py" ] && "$py" -c "import trl" 2> /dev/null; then
-    export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
-    for extra in "" --precompute-ref; do
-        "$py" bench/trl_kto_step.py --model "$hf" --examples "$out/examples.jsonl" --steps "$steps" --batch "$batch" \
-            --max-length "$max_len" --threads "$threads" --output "$out/trl" $extra 2> "$out/trl.log" |
-            tail -n 1 || { tail -n 5 "$out/trl.log" >&2; exit 1; }
-    done
-else
-    echo '{"impl": "trl-kto", "skipped": "run scripts/setup-python first"}'
-fi
+    --beta 0.1 --gradient-checkpointing --threads "$threads" --quiet
+trl_peer "$out" trl-kto "$threads" \
+    bench/trl_kto_step.py --model "$hf" --examples "$out/examples.jsonl" --steps "$steps" \
+    --batch "$batch" --max-length "$max_len"

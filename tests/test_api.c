@@ -406,25 +406,48 @@ static void test_dpo_deterministic(void) {
     free_pairs(&train);
 }
 
-// The same two optimizer steps through `marlhf dpo` (all 48 pairs per step: micro-batch 4,
-// 12 accumulated; constant learning rate, no warmup): the adapters agree up to the order
-// in which the command's shuffled micro-batches add their gradients.
-static void test_dpo_matches_command(void) {
+// `marlhf COMMAND` on the pairs fixture for two optimizer steps (constant learning rate
+// 1e-2, no warmup, LoRA rank 4 from seed 1234) with `options`, and the tiny base with the
+// run's final adapter.
+static marlhf_model *trained_by_command(const char *command_name, const char *options) {
     const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
-    const char *run = tmp_path("dpo_command");
+    char name[64];
+    snprintf(name, sizeof name, "%s_command", command_name);
+    const char *run = tmp_path(name);
     fs_remove_tree(run);
     char command[2048];
     snprintf(command, sizeof command,
-             "%s dpo --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 "
-             "--per-device-train-batch-size 4 --gradient-accumulation-steps 12 --num-train-epochs 2 --max-steps 2 "
-             "--lr-scheduler-type constant --num-warmup-steps 0 --learning-rate 1e-2 --lora-rank 4 --seed 1234 "
-             "--threads 2 --quiet 2> %s.log",
-             bin, tiny, run, run);
+             "%s %s --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 %s "
+             "--num-train-epochs 2 --max-steps 2 --lr-scheduler-type constant --num-warmup-steps 0 --learning-rate 1e-2 "
+             "--lora-rank 4 --seed 1234 --threads 2 --quiet 2> %s.log",
+             bin, command_name, tiny, run, options, run);
     EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
     char final_dir[700];
     snprintf(final_dir, sizeof final_dir, "%s/final", run);
-    marlhf_model *from_command = load_policy(tiny, final_dir);
+    return load_policy(tiny, final_dir);
+}
 
+// The largest relative difference of two models' log-probs of the first six pairs' chosen
+// (or rejected) responses; infinite when a model is missing.
+static double worst_logprob_difference(marlhf_model *a, marlhf_model *b, const Pairs *pairs, bool chosen) {
+    if (!a || !b) return INFINITY;
+    double worst = 0;
+    for (int i = 0; i < 6; i++) {
+        const char *response = chosen ? pairs->pairs[i].chosen : pairs->pairs[i].rejected;
+        double x, y;
+        marlhf_logprob(a, pairs->pairs[i].prompt, response, &x, NULL);
+        marlhf_logprob(b, pairs->pairs[i].prompt, response, &y, NULL);
+        worst = fmax(worst, fabs(x - y) / (1e-3 + fabs(y)));
+    }
+    return worst;
+}
+
+// The same two optimizer steps through `marlhf dpo` (all 48 pairs per step: micro-batch 4,
+// 12 accumulated): the adapters agree up to the order in which the command's shuffled
+// micro-batches add their gradients.
+static void test_dpo_matches_command(void) {
+    marlhf_model *from_command =
+        trained_by_command("dpo", "--per-device-train-batch-size 4 --gradient-accumulation-steps 12");
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
     marlhf_model *model = load_policy(tiny, NULL);
     marlhf_trainer_params params = tiny_dpo_params();
@@ -432,22 +455,12 @@ static void test_dpo_matches_command(void) {
     marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     for (int step = 0; step < 2; step++)
         EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
-    double worst = 0;
-    for (int i = 0; i < 6 && from_command; i++) {
-        double a, b;
-        marlhf_logprob(model, train.pairs[i].prompt, train.pairs[i].rejected, &a, NULL);
-        marlhf_logprob(from_command, train.pairs[i].prompt, train.pairs[i].rejected, &b, NULL);
-        double d = fabs(a - b) / (1e-3 + fabs(b));
-        worst = d > worst ? d : worst;
-    }
-    EXPECT(from_command && worst < 1e-4, "worst relative log-prob difference %.3g", worst);
+    const double worst = worst_logprob_difference(model, from_command, &train, false);
+    EXPECT(worst < 1e-4, "worst relative log-prob difference %.3g", worst);
     fprintf(stderr, "  API vs command after 2 steps: worst relative log-prob difference %.3g\n", worst);
     // And the steps moved the model: the base differs.
     marlhf_model *base = load_policy(tiny, NULL);
-    double trained, start;
-    marlhf_logprob(model, train.pairs[0].prompt, train.pairs[0].rejected, &trained, NULL);
-    marlhf_logprob(base, train.pairs[0].prompt, train.pairs[0].rejected, &start, NULL);
-    EXPECT(fabs(trained - start) > 1e-3, "trained %g, start %g", trained, start);
+    EXPECT(worst_logprob_difference(model, base, &train, false) > 1e-4, "the trained model is still the base");
     marlhf_model_free(base), marlhf_model_free(model), marlhf_model_free(from_command);
     free_pairs(&train);
 }
@@ -529,20 +542,7 @@ static void test_dpo_resume_errors(void) {
 // step on both sides), through `marlhf kto` and through the API: the same adapters up to the
 // order in which the command's shuffled examples add up.
 static void test_kto_matches_command(void) {
-    const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
-    const char *run = tmp_path("kto_command");
-    fs_remove_tree(run);
-    char command[2048];
-    snprintf(command, sizeof command,
-             "%s kto --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 "
-             "--per-device-train-batch-size 96 --num-train-epochs 2 --max-steps 2 --lr-scheduler-type constant "
-             "--num-warmup-steps 0 --learning-rate 1e-2 --lora-rank 4 --seed 1234 --threads 2 --quiet 2> %s.log",
-             bin, tiny, run, run);
-    EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
-    char final_dir[700];
-    snprintf(final_dir, sizeof final_dir, "%s/final", run);
-    marlhf_model *from_command = load_policy(tiny, final_dir);
-
+    marlhf_model *from_command = trained_by_command("kto", "--per-device-train-batch-size 96");
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
     marlhf_feedback *examples = xmalloc((size_t)2 * train.count * sizeof(marlhf_feedback));
     for (int i = 0; i < train.count; i++) {
@@ -555,14 +555,8 @@ static void test_kto_matches_command(void) {
     marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
     for (int step = 0; step < 2; step++)
         EXPECT(marlhf_kto_step(trainer, examples, 2 * train.count, NULL) == 0, "%s", marlhf_last_error());
-    double worst = 0;
-    for (int i = 0; i < 6 && from_command; i++) {
-        double a, b;
-        marlhf_logprob(model, train.pairs[i].prompt, train.pairs[i].chosen, &a, NULL);
-        marlhf_logprob(from_command, train.pairs[i].prompt, train.pairs[i].chosen, &b, NULL);
-        worst = fmax(worst, fabs(a - b) / (1e-3 + fabs(b)));
-    }
-    EXPECT(from_command && worst < 1e-4, "worst relative log-prob difference %.3g", worst);
+    const double worst = worst_logprob_difference(model, from_command, &train, true);
+    EXPECT(worst < 1e-4, "worst relative log-prob difference %.3g", worst);
     fprintf(stderr, "  KTO API vs command after 2 steps: worst relative log-prob difference %.3g\n", worst);
     free(examples);
     marlhf_model_free(model), marlhf_model_free(from_command);

@@ -41,10 +41,7 @@ static void examples_of(const Dataset *d, const char *path, Examples *out) {
 static void examples_free(Examples *e) { free(e->prompts), free(e->completions), free(e->desirable); }
 
 int cmd_kto(int argc, char **argv) {
-    TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
-                    .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-6,
-                    .warmup_ratio = 0.1, .clip_norm = 1.0, .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                    .device = "cpu", .data_format = "auto", .data_phase = 2};
+    TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL;
     double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
     Option options[56] = {

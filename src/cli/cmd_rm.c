@@ -9,10 +9,7 @@
 #include "train/rm.h"
 
 int cmd_rm(int argc, char **argv) {
-    TrainerCli c = {.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
-                    .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = 1e-5,
-                    .warmup_ratio = 0.05, .clip_norm = 1.0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                    .device = "cpu", .data_format = "auto", .data_phase = 2};
+    TrainerCli c = trainer_cli_defaults(1e-5, 0.05, 0.1, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
     double margin = 0.0;
     Option options[56] = {

@@ -83,6 +83,13 @@ void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bo
     }
 }
 
+TrainerCli trainer_cli_defaults(double learning_rate, double warmup_ratio, double weight_decay, long data_phase) {
+    return (TrainerCli){.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
+                        .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = learning_rate,
+                        .warmup_ratio = warmup_ratio, .clip_norm = 1.0, .weight_decay = weight_decay, .beta1 = 0.9,
+                        .beta2 = 0.95, .eps = 1e-8, .device = "cpu", .data_format = "auto", .data_phase = data_phase};
+}
+
 int trainer_cli_options(TrainerCli *c, Option *o) {
     int n = 0;
 #define ADD(name, aliases, type, target, help) o[n++] = (Option){name, aliases, type, target, help, false, false}

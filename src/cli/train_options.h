@@ -40,6 +40,10 @@ typedef struct {
     long data_phase, max_rows;
 } TrainerCli;
 
+// The defaults every trainer shares (cosine schedule, micro-batch 4, one epoch, AdamW betas
+// (0.9, 0.95), clipping at 1, the two newest checkpoints kept ...) with its own learning
+// rate, warmup ratio, weight decay and DeepSpeed-Chat data phase.
+TrainerCli trainer_cli_defaults(double learning_rate, double warmup_ratio, double weight_decay, long data_phase);
 // Fills `options` (capacity at least 40) with the shared options bound to `cli` (after
 // setting the defaults given in `cli`) and returns how many it added.
 int trainer_cli_options(TrainerCli *cli, Option *options);
