@@ -5,7 +5,7 @@
 //   build/examples/preference_loop POLICY REWARD_MODEL PROMPTS.txt OUT_DIR [ROUNDS]
 //
 // Each round, for every prompt (one per line of PROMPTS.txt): two responses are sampled
-// with different seeds, the reward model scores both, the better becomes "chosen" (a tie
+// (all of them in one batch, marlhf_generate_batch), the reward model scores both, the better becomes "chosen" (a tie
 // is skipped), and the round's pairs make one DPO step. That is online DPO with a reward
 // model as the judge (TRL's OnlineDPOTrainer); on a device the judge would be the user
 // picking one of two answers, and the loop is the same.
@@ -78,18 +78,21 @@ int main(int argc, char **argv) {
     sampling.temperature = 1.0f;
     sampling.top_k = 0;
     marlhf_preference pairs[MAX_PROMPTS];
+    const char *twice[2 * MAX_PROMPTS]; // each prompt twice: two samples of it in one batch
+    for (int i = 0; i < count; i++) twice[2 * i] = twice[2 * i + 1] = prompts[i];
     for (int round = 0; round < rounds; round++) {
         int used = 0;
         double reward_sum = 0;
+        // One batch per round; each row has its own random stream, so the two answers to a
+        // prompt differ.
+        sampling.seed = 1000 + (unsigned long long)round;
+        if (marlhf_generate_batch(policy, twice, 2 * count, &sampling, &texts[0][0]) != 0) {
+            report("generate");
+            goto done;
+        }
         for (int i = 0; i < count; i++) {
             float scores[2];
             for (int k = 0; k < 2; k++) {
-                // A fresh seed per prompt, round and sample.
-                sampling.seed = 1000003ull * (unsigned long long)round + 2ull * (unsigned long long)i + (unsigned long long)k;
-                if (!(texts[i][k] = marlhf_generate(policy, prompts[i], &sampling))) {
-                    report("generate");
-                    goto done;
-                }
                 if (marlhf_reward(judge, prompts[i], texts[i][k], &scores[k]) != 0) {
                     report("reward");
                     goto done;

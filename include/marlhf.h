@@ -101,8 +101,16 @@ typedef struct {
 } marlhf_generate_params;
 
 MARLHF_API marlhf_generate_params marlhf_generate_default_params(void);
-// The response to `prompt` (without its stop token), or NULL.
+// The response to `prompt` (without its stop token), or NULL. A NUL byte the model
+// generates (possible with byte-level tokenizers) ends the returned C string.
 MARLHF_API char *marlhf_generate(marlhf_model *policy, const char *prompt, const marlhf_generate_params *params);
+// Responses to `count` prompts, generated together through the KV cache (faster than one
+// call each): responses[i] (free each with marlhf_free) is what `marlhf generate` gives the
+// i-th of these prompts with the same seed — row i draws from its own random stream, so it
+// does not depend on the other prompts (and responses[0] equals marlhf_generate's answer to
+// prompts[0]). Returns 0, or -1 with nothing allocated.
+MARLHF_API int marlhf_generate_batch(marlhf_model *policy, const char *const *prompts, int count,
+                                     const marlhf_generate_params *params, char **responses);
 
 // ---- scoring ------------------------------------------------------------------------------
 

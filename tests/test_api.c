@@ -205,6 +205,61 @@ static void test_generate(void) {
     marlhf_model_free(model);
 }
 
+// A batch: the i-th response is what `marlhf generate` prints for the i-th of the same
+// prompts (18 of them: the API generates in chunks of 16, the command in batches of 8, and
+// each row keeps its own random stream), and the first is marlhf_generate's answer.
+static void test_generate_batch(void) {
+    marlhf_model *model = load_policy(tiny, NULL);
+    if (!model) return test_current_failures++, (void)0;
+    const char *texts[3] = {"Tell me about the dog.", "Tell me about the cat.", "Tell me about the goat."};
+    const char *prompts[18];
+    for (int i = 0; i < 18; i++) prompts[i] = texts[i % 3];
+    marlhf_generate_params params = marlhf_generate_default_params();
+    params.max_new_tokens = 10;
+    params.temperature = 1.0f;
+    params.seed = 7;
+    char *responses[18] = {NULL};
+    EXPECT(marlhf_generate_batch(model, prompts, 18, &params, responses) == 0, "%s", marlhf_last_error());
+    char *single = marlhf_generate(model, prompts[0], &params);
+    EXPECT(single && responses[0] && !strcmp(single, responses[0]), "first row '%s' vs single '%s'",
+           responses[0] ? responses[0] : "(null)", single ? single : "(null)");
+    // Rows 0 and 3 share a prompt but not a random stream.
+    EXPECT(responses[0] && responses[3] && strcmp(responses[0], responses[3]) != 0, "rows 0 and 3 are the same sample");
+    marlhf_free(single);
+
+    const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
+    const char *out = tmp_path("generate_batch.jsonl");
+    char command[4096];
+    int used = snprintf(command, sizeof command, "%s generate --model %s --max-new-tokens 10 --temperature 1 --seed 7 "
+                        "--threads 2 --output %s", bin, tiny, out);
+    for (int i = 0; i < 18; i++) used += snprintf(command + used, sizeof command - used, " '%s'", prompts[i]);
+    snprintf(command + used, sizeof command - used, " 2> /dev/null");
+    EXPECT(system(command) == 0, "command failed: %s", command);
+    FILE *file = fopen(out, "r");
+    char line[8192];
+    int row = 0;
+    while (file && fgets(line, sizeof line, file) && row < 18) {
+        // The tiny random model can generate a NUL byte: a C string ends there, on both sides.
+        json_t *o = json_loads(line, JSON_ALLOW_NUL, NULL);
+        const char *want = o ? json_string_value(json_object_get(o, "response")) : NULL;
+        EXPECT(want && responses[row] && !strcmp(want, responses[row]), "row %d: api '%s', command '%s'", row,
+               responses[row] ? responses[row] : "(null)", want ? want : "(null)");
+        json_decref(o);
+        row++;
+    }
+    EXPECT(row == 18, "%d rows from the command", row);
+    if (file) fclose(file);
+    for (int i = 0; i < 18; i++) marlhf_free(responses[i]);
+
+    const char *with_null[2] = {"x", NULL};
+    char *two[2] = {NULL, NULL};
+    EXPECT(marlhf_generate_batch(model, with_null, 2, &params, two) == -1 && strstr(marlhf_last_error(), "prompts[1]") &&
+               !two[0],
+           "'%s'", marlhf_last_error());
+    EXPECT(marlhf_generate_batch(model, prompts, 0, &params, two) == -1, "count 0");
+    marlhf_model_free(model);
+}
+
 // A reward model made here: the tiny model with a value head drawn from a seed.
 static const char *make_reward_model(void) {
     const char *dir = tmp_path("reward_model");
@@ -613,6 +668,7 @@ int main(void) {
     RUN(test_tokenize);
     RUN(test_logprob);
     RUN(test_generate);
+    RUN(test_generate_batch);
     RUN(test_reward);
     RUN(test_dpo_first_step_at_reference);
     RUN(test_dpo_learns_saves_and_reloads);

@@ -181,54 +181,83 @@ static int check_generate_params(const marlhf_generate_params *p) {
     return 0;
 }
 
-char *marlhf_generate(marlhf_model *policy, const char *prompt, const marlhf_generate_params *params) {
-    err_clear();
-    if (require_policy(policy, "marlhf_generate") != 0) return NULL;
-    if (!prompt || !params) {
-        err_set("marlhf_generate: prompt and params must not be NULL");
-        return NULL;
-    }
-    const marlhf_generate_params *p = params;
-    if (check_generate_params(p) != 0) return NULL;
-
-    TextModel *tm = &policy->text;
-    int *ids = NULL, length = 0;
+// The token ids of one prompt, as `marlhf generate` makes them (chat template or plain text).
+static int prompt_ids(TextModel *tm, const char *prompt, const marlhf_generate_params *p, int **ids, int *length) {
     if (p->chat) {
-        if (!tm->has_chat) {
-            err_set("marlhf_generate: chat needs a chat template; the model has none (set chat_template when loading)");
-            return NULL;
-        }
+        if (!tm->has_chat)
+            return err_set("marlhf_generate: chat needs a chat template; the model has none (set chat_template when loading)");
         ChatMessage messages[2];
         int n = 0;
         if (p->system) messages[n++] = (ChatMessage){"system", p->system};
         messages[n++] = (ChatMessage){"user", prompt};
-        if (text_model_chat_ids(tm, messages, n, &ids, &length) != 0) return NULL;
-    } else if (text_model_text_ids(tm, prompt, &ids, &length) != 0) {
-        return NULL;
+        if (text_model_chat_ids(tm, messages, n, ids, length) != 0) return -1;
+    } else if (text_model_text_ids(tm, prompt, ids, length) != 0) {
+        return -1;
     }
-    if (length == 0) {
-        free(ids);
-        err_set("marlhf_generate: the prompt is empty after tokenization");
-        return NULL;
+    if (*length == 0) {
+        free(*ids);
+        *ids = NULL;
+        return err_set("marlhf_generate: the prompt is empty after tokenization");
     }
+    return 0;
+}
+
+int marlhf_generate_batch(marlhf_model *policy, const char *const *prompts, int count,
+                          const marlhf_generate_params *params, char **responses) {
+    err_clear();
+    if (require_policy(policy, "marlhf_generate") != 0) return -1;
+    if (!prompts || !params || !responses || count < 1)
+        return err_set("marlhf_generate: prompts, params, responses and a count of at least 1 are needed");
+    for (int i = 0; i < count; i++)
+        if (!prompts[i]) return err_set("marlhf_generate: prompts[%d] is NULL", i);
+    if (check_generate_params(params) != 0) return -1;
+    TextModel *tm = &policy->text;
+    int **ids = xcalloc((size_t)count, sizeof(int *)), *lengths = xcalloc((size_t)count, sizeof(int));
+    for (int i = 0; i < count; i++)
+        if (prompt_ids(tm, prompts[i], params, &ids[i], &lengths[i]) != 0) {
+            const int failed = i;
+            for (int j = 0; j < failed; j++) free(ids[j]);
+            free(ids), free(lengths);
+            return err_set("%s (prompts[%d])", err_msg(), failed);
+        }
     GenerateOptions options = {
-        .sampler = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p},
-        .max_new_tokens = p->max_new_tokens,
-        .min_new_tokens = p->min_new_tokens,
-        .seed = p->seed,
+        .sampler = {.temperature = params->temperature, .top_k = params->top_k, .top_p = params->top_p},
+        .max_new_tokens = params->max_new_tokens,
+        .min_new_tokens = params->min_new_tokens,
+        .seed = params->seed,
         .stop_tokens = tm->stop_tokens,
         .num_stop_tokens = tm->num_stop_tokens,
         .pad_token = tokenizer_pad_id(tm->tokenizer) >= 0 ? tokenizer_pad_id(tm->tokenizer) : 0,
     };
-    const int *prompts[1] = {ids};
-    GeneratedRow row;
-    // Row id 0: the same stream as the first prompt of `marlhf generate --seed S`.
-    generate(&tm->model, prompts, &length, NULL, 1, &options, &row, NULL);
-    int kept = row.stop == STOP_TOKEN && row.length > 0 ? row.length - 1 : row.length;
-    char *text = tokenizer_decode(tm->tokenizer, row.tokens, kept, true);
-    generated_row_free(&row);
-    free(ids);
-    return text;
+    // Rows in chunks of 16 (memory), each keyed by its index: the same stream as the i-th
+    // prompt of `marlhf generate --seed S`, whatever the chunking.
+    enum { CHUNK = 16 };
+    uint64_t row_ids[CHUNK];
+    GeneratedRow rows[CHUNK];
+    for (int first = 0; first < count; first += CHUNK) {
+        const int B = count - first < CHUNK ? count - first : CHUNK;
+        for (int b = 0; b < B; b++) row_ids[b] = (uint64_t)(first + b);
+        generate(&tm->model, (const int *const *)(ids + first), lengths + first, row_ids, B, &options, rows, NULL);
+        for (int b = 0; b < B; b++) {
+            const GeneratedRow *row = &rows[b];
+            const int kept = row->stop == STOP_TOKEN && row->length > 0 ? row->length - 1 : row->length;
+            responses[first + b] = tokenizer_decode(tm->tokenizer, row->tokens, kept, true);
+            generated_row_free(&rows[b]);
+        }
+    }
+    for (int i = 0; i < count; i++) free(ids[i]);
+    free(ids), free(lengths);
+    return 0;
+}
+
+char *marlhf_generate(marlhf_model *policy, const char *prompt, const marlhf_generate_params *params) {
+    char *response = NULL;
+    const char *prompts[1] = {prompt};
+    if (!prompt) {
+        err_set("marlhf_generate: prompt must not be NULL");
+        return NULL;
+    }
+    return marlhf_generate_batch(policy, prompts, 1, params, &response) == 0 ? response : NULL;
 }
 
 // ---- scoring ------------------------------------------------------------------------------
