@@ -6,9 +6,9 @@
 // model's score; and on-device preference learning: DPO steps (on pairs) and KTO steps (on
 // completions marked good or bad) that train LoRA adapters on the loaded model, with the
 // model's own frozen weights (the adapters switched off) as the reference, so no second copy
-// of the model is held. The trained model generates with
-// its adapters at once and saves as a Hugging Face folder (adapters merged, and the PEFT
-// adapter alone in its adapter/ subfolder).
+// of the model is held. The trained model generates with its adapters at once and saves as
+// a Hugging Face folder (adapters merged, and the PEFT adapter alone in its adapter/
+// subfolder).
 //
 // Conventions:
 //  - Functions that can fail return -1 (or NULL) and leave a one-line message for
@@ -55,7 +55,7 @@ MARLHF_API void marlhf_free(void *pointer);
 // ---- models -------------------------------------------------------------------------------
 
 typedef enum {
-    MARLHF_POLICY = 0,       // a causal LM (generation, log-probs, DPO)
+    MARLHF_POLICY = 0,       // a causal LM (generation, log-probs, DPO and KTO)
     MARLHF_REWARD_MODEL = 1, // a reward model: the file must hold a value head ("score.weight")
 } marlhf_model_kind;
 
