@@ -269,9 +269,7 @@ static int tokenize_scored(const TextModel *tm, const char *function, const char
     if (!prompt || !response) return err_set("%s: prompt and response must not be NULL", function);
     const int context = tm->model.config.max_position_embeddings > 0 ? tm->model.config.max_position_embeddings : INT_MAX;
     memset(rows, 0, sizeof *rows);
-    rows->ids = xcalloc(1, sizeof(int *));
-    rows->lengths = xcalloc(1, sizeof(int));
-    rows->prompt_lengths = xcalloc(1, sizeof(int));
+    tokenized_examples_alloc(rows, 1);
     rows->count = 1;
     bool truncated = false;
     tokenize_example(tm->tokenizer, prompt, response, context, &rows->ids[0], &rows->lengths[0], &rows->prompt_lengths[0],
@@ -287,12 +285,6 @@ static int tokenize_scored(const TextModel *tm, const char *function, const char
     return 0;
 }
 
-static int pad_id(const Tokenizer *tokenizer) {
-    int pad = tokenizer_pad_id(tokenizer);
-    if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
-    return pad;
-}
-
 int marlhf_logprob(marlhf_model *policy, const char *prompt, const char *response, double *sum, int *tokens) {
     err_clear();
     if (require_policy(policy, "marlhf_logprob") != 0) return -1;
@@ -300,7 +292,7 @@ int marlhf_logprob(marlhf_model *policy, const char *prompt, const char *respons
     TokenizedExamples rows;
     if (tokenize_scored(&policy->text, "marlhf_logprob", prompt, response, &rows) != 0) return -1;
     const long which = 0;
-    response_logps(&policy->text.model, &rows, &which, 1, pad_id(policy->text.tokenizer), sum);
+    response_logps(&policy->text.model, &rows, &which, 1, training_pad_id(policy->text.tokenizer), sum);
     if (tokens) *tokens = rows.lengths[0] - rows.prompt_lengths[0];
     tokenized_examples_free(&rows);
     return 0;

@@ -149,15 +149,6 @@ int cmd_ppo(int argc, char **argv) {
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0) die_user("option --ratio must be per-token or macro, got '%s'", ratio);
     LrScheduleKind kind;
     if (lr_schedule_kind_from_name(schedule, &kind) != 0) die_user("option --lr-scheduler-type must be constant, linear or cosine");
-    if (!aggregation) // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo)
-        aggregation = !strcmp(estimator, "dr-grpo") || !strcmp(estimator, "dr_grpo") ? "seq-mean-token-sum-norm"
-                                                                                     : "seq-mean-token-mean";
-    if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
-    else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
-    else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
-    else
-        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean or seq-mean-token-sum-norm, got '%s'",
-                 aggregation);
     struct { const char *name; long value, lo, hi; } ranges[] = {
         {"--max-prompt-len", max_prompt_len, 1, 1 << 20}, {"--max-new-tokens", max_new_tokens, 1, 1 << 20},
         {"--rollout-batch-size", rollout_batch, 1, 1 << 20}, {"--generation-batch-size", generation_batch, 1, 4096},
@@ -189,6 +180,14 @@ int cmd_ppo(int argc, char **argv) {
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
+    if (!aggregation) // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo)
+        aggregation = c.estimator == ESTIMATOR_DR_GRPO ? "seq-mean-token-sum-norm" : "seq-mean-token-mean";
+    if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
+    else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
+    else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
+    else
+        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean or seq-mean-token-sum-norm, got '%s'",
+                 aggregation);
     const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     if (needs_group && samples_per_prompt < 2)

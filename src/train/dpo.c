@@ -23,11 +23,7 @@ static bool has_response(const TokenizedExamples *rows, long r) { return rows->l
 // response token within max_seq_len.
 static void tokenize_pairs(DpoTask *task, const Tokenizer *tokenizer, const char *const *prompts,
                            const char *const *responses, long count, int max_seq_len, TokenizedExamples *out) {
-    long capacity = 2 * (count > 0 ? count : 1);
-    out->ids = xcalloc((size_t)capacity, sizeof(int *));
-    out->lengths = xcalloc((size_t)capacity, sizeof(int));
-    out->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
-    out->count = 0;
+    tokenized_examples_alloc(out, 2 * count);
     for (long i = 0; i < count; i++) {
         bool truncated_pair = false;
         for (int k = 0; k < 2; k++) {
@@ -47,12 +43,6 @@ static void tokenize_pairs(DpoTask *task, const Tokenizer *tokenizer, const char
     }
 }
 
-static double *unknown_sums(long rows) {
-    double *sums = xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(double));
-    for (long r = 0; r < rows; r++) sums[r] = NAN;
-    return sums;
-}
-
 int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExamples *eval, int pad_id,
                        const DpoLossOptions *options) {
     long dropped = task->dropped, truncated = task->truncated;
@@ -64,8 +54,8 @@ int dpo_task_from_rows(DpoTask *task, TokenizedExamples *train, TokenizedExample
     task->eval_count = task->eval.count / 2;
     task->pad_id = pad_id;
     task->options = *options;
-    task->train_reference = unknown_sums(task->train.count);
-    task->eval_reference = unknown_sums(task->eval.count);
+    task->train_reference = response_sums_unknown(task->train.count);
+    task->eval_reference = response_sums_unknown(task->eval.count);
     CHECK(task->train.count % 2 == 0 && task->eval.count % 2 == 0, "DPO rows come in pairs");
     if (task->train_count == 0) return err_set("no DPO pair has a response token within --max-seq-len");
     return 0;
@@ -78,9 +68,7 @@ int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *
     TokenizedExamples train, eval;
     tokenize_pairs(task, tokenizer, prompts, responses, count, max_seq_len, &train);
     tokenize_pairs(task, tokenizer, eval_prompts, eval_responses, eval_count, max_seq_len, &eval);
-    int pad = tokenizer_pad_id(tokenizer);
-    if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
-    return dpo_task_from_rows(task, &train, &eval, pad, options);
+    return dpo_task_from_rows(task, &train, &eval, training_pad_id(tokenizer), options);
 }
 
 void dpo_task_free(DpoTask *task) {

@@ -7,26 +7,12 @@
 #include "dist/dist.h"
 #include "train/response_logps.h"
 
-static double *unknown_sums(long rows) {
-    double *sums = xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(double));
-    for (long r = 0; r < rows; r++) sums[r] = NAN;
-    return sums;
-}
-
-static void rows_alloc(TokenizedExamples *rows, long capacity) {
-    capacity = capacity > 0 ? capacity : 1;
-    rows->ids = xcalloc((size_t)capacity, sizeof(int *));
-    rows->lengths = xcalloc((size_t)capacity, sizeof(int));
-    rows->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
-    rows->count = 0;
-}
-
 // Tokenizes the examples that keep at least one completion token within max_seq_len, with
 // their labels (*labels: count entries, the kept ones first).
 static void tokenize_examples(KtoTask *task, const Tokenizer *tokenizer, const char *const *prompts,
                               const char *const *completions, const bool *desirable, long count, int max_seq_len,
                               TokenizedExamples *rows, bool **labels) {
-    rows_alloc(rows, count);
+    tokenized_examples_alloc(rows, count);
     *labels = xcalloc((size_t)(count > 0 ? count : 1), sizeof(bool));
     for (long i = 0; i < count; i++) {
         const long r = rows->count;
@@ -48,7 +34,7 @@ static void tokenize_examples(KtoTask *task, const Tokenizer *tokenizer, const c
 // max_seq_len; at least one completion token is left because example i has one.
 static void build_mismatched_rows(const TokenizedExamples *rows, int max_seq_len, TokenizedExamples *kl_rows) {
     const long n = rows->count;
-    rows_alloc(kl_rows, n);
+    tokenized_examples_alloc(kl_rows, n);
     for (long i = 0; i < n; i++) {
         const long j = (i + 1) % n;
         const int prompt_length = rows->prompt_lengths[i];
@@ -84,10 +70,10 @@ int kto_task_from_rows(KtoTask *task, TokenizedExamples *train, bool *train_desi
     build_mismatched_rows(&task->eval, max_seq_len, &task->eval_kl);
     task->pad_id = pad_id;
     task->options = *options;
-    task->train_reference = unknown_sums(task->train.count);
-    task->eval_reference = unknown_sums(task->eval.count);
-    task->train_kl_reference = unknown_sums(task->train_kl.count);
-    task->eval_kl_reference = unknown_sums(task->eval_kl.count);
+    task->train_reference = response_sums_unknown(task->train.count);
+    task->eval_reference = response_sums_unknown(task->eval.count);
+    task->train_kl_reference = response_sums_unknown(task->train_kl.count);
+    task->eval_kl_reference = response_sums_unknown(task->eval_kl.count);
     if (task->train.count < 2)
         return err_set("KTO needs at least 2 training examples with a completion token within --max-seq-len (it has "
                        "%ld): its KL baseline pairs each prompt with another example's completion",
@@ -108,9 +94,8 @@ int kto_task_init(KtoTask *task, const Tokenizer *tokenizer, const char *const *
     tokenize_examples(task, tokenizer, prompts, completions, desirable, count, max_seq_len, &train, &train_labels);
     tokenize_examples(task, tokenizer, eval_prompts, eval_completions, eval_desirable, eval_count, max_seq_len, &eval,
                       &eval_labels);
-    int pad = tokenizer_pad_id(tokenizer);
-    if (pad < 0) pad = tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
-    return kto_task_from_rows(task, &train, train_labels, &eval, eval_labels, pad, max_seq_len, options);
+    return kto_task_from_rows(task, &train, train_labels, &eval, eval_labels, training_pad_id(tokenizer), max_seq_len,
+                              options);
 }
 
 void kto_task_free(KtoTask *task) {

@@ -1,5 +1,6 @@
 #include "train/response_logps.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -61,6 +62,12 @@ long response_batch_tokens(const ResponseBatch *batch) {
     long tokens = 0;
     for (int b = 0; b < batch->B; b++) tokens += batch->row_len[b];
     return tokens;
+}
+
+double *response_sums_unknown(long rows) {
+    double *sums = xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(double));
+    for (long r = 0; r < rows; r++) sums[r] = NAN;
+    return sums;
 }
 
 void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,

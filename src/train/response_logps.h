@@ -25,6 +25,10 @@ void response_batch_backward(Model *model, const ResponseBatch *batch, const dou
 // Real tokens in the batch (for throughput).
 long response_batch_tokens(const ResponseBatch *batch);
 
+// An array of `rows` sums set to NaN: "not computed yet" (the reference's, before
+// dpo_task_compute_reference / kto_task_compute_reference; using one is an internal error).
+double *response_sums_unknown(long rows);
+
 // sums[i] = the response log-prob sum of row which[i] of `rows`, one forward over the
 // `count` rows.
 void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,

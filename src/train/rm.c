@@ -19,9 +19,7 @@ int rm_loss_from_name(const char *name, RmLossKind *kind) {
 static void tokenize_examples(const Tokenizer *tokenizer, int K, const char *const *prompts,
                               const char *const *responses, long count, int max_seq_len, TokenizedExamples *out) {
     long rows = count * K;
-    out->ids = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int *));
-    out->lengths = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int));
-    out->prompt_lengths = xcalloc((size_t)(rows > 0 ? rows : 1), sizeof(int));
+    tokenized_examples_alloc(out, rows);
     out->count = rows;
     for (long i = 0; i < count; i++)
         for (int k = 0; k < K; k++) {
@@ -45,8 +43,7 @@ int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *co
     task->max_seq_len = max_seq_len;
     task->loss = loss;
     task->margin = margin;
-    int pad = tokenizer_pad_id(tokenizer);
-    task->pad_id = pad >= 0 ? pad : (tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0);
+    task->pad_id = training_pad_id(tokenizer);
     tokenize_examples(tokenizer, K, prompts, responses, count, max_seq_len, &task->train);
     tokenize_examples(tokenizer, K, eval_prompts, eval_responses, eval_count, max_seq_len, &task->eval);
     task->train_count = count;

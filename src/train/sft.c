@@ -33,12 +33,23 @@ void tokenized_examples_free(TokenizedExamples *examples) {
     memset(examples, 0, sizeof *examples);
 }
 
+void tokenized_examples_alloc(TokenizedExamples *examples, long capacity) {
+    if (capacity < 1) capacity = 1;
+    examples->ids = xcalloc((size_t)capacity, sizeof(int *));
+    examples->lengths = xcalloc((size_t)capacity, sizeof(int));
+    examples->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
+    examples->count = 0;
+}
+
+int training_pad_id(const Tokenizer *tokenizer) {
+    const int pad = tokenizer_pad_id(tokenizer);
+    if (pad >= 0) return pad;
+    return tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
+}
+
 static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
                          const char *const *responses, long count, TokenizedExamples *out) {
-    out->ids = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int *));
-    out->lengths = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int));
-    out->prompt_lengths = xcalloc((size_t)(count > 0 ? count : 1), sizeof(int));
-    out->count = 0;
+    tokenized_examples_alloc(out, count);
     for (long i = 0; i < count; i++) {
         int *ids, length, prompt_length;
         bool truncated;
@@ -65,8 +76,7 @@ int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const char *const *
     memset(task, 0, sizeof *task);
     task->max_seq_len = max_seq_len;
     task->train_on_prompt_and_padding = train_on_prompt_and_padding;
-    int pad = tokenizer_pad_id(tokenizer);
-    task->pad_id = pad >= 0 ? pad : (tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0);
+    task->pad_id = training_pad_id(tokenizer);
     tokenize_all(task, tokenizer, prompts, responses, count, &task->train);
     tokenize_all(task, tokenizer, eval_prompts, eval_responses, eval_count, &task->eval);
     if (task->train.count == 0) return err_set("no SFT example has a response token within --max-seq-len %d", max_seq_len);

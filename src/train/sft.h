@@ -43,3 +43,8 @@ TrainTask sft_train_task(SftTask *task);
 void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
                       int **ids, int *length, int *prompt_length, bool *truncated);
 void tokenized_examples_free(TokenizedExamples *examples);
+// Room for `capacity` rows (at least one), none filled yet (count 0).
+void tokenized_examples_alloc(TokenizedExamples *examples, long capacity);
+// The id that fills the padding of training batches: the tokenizer's pad token, else its
+// EOS, else 0 (padding is masked; the id only has to be valid).
+int training_pad_id(const Tokenizer *tokenizer);

@@ -94,6 +94,8 @@ expect_error kto_sft_data "no labelled completion" "$bin" kto --model "$model" -
 head -n 1 "$tmp/unpaired.jsonl" > "$tmp/one.jsonl"
 expect_error kto_one_example "at least 2" "$bin" kto --model "$model" --data "$tmp/one.jsonl" --output "$tmp/x5"
 printf '{"prompt": "p", "completion": "c", "label": "yes"}\n' > "$tmp/bad_label.jsonl"
+expect_error kto_forced_unpaired_on_pairs "\"completion\"" "$bin" kto --model "$model" --data "$data/pairs.jsonl" \
+    --data-format unpaired --output "$tmp/x8"
 expect_error kto_bad_label "\"label\"" "$bin" kto --model "$model" --data "$tmp/bad_label.jsonl" --output "$tmp/x6"
 expect_error kto_missing_reference "$tmp/nowhere" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" \
     --reference-model "$tmp/nowhere"

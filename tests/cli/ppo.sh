@@ -188,6 +188,7 @@ killed_then_resumed grpo 6 --advantage-estimator grpo --samples-per-prompt 2 --m
 expect_error grpo_resume_other_estimator "--advantage-estimator" "$bin" ppo "${common[@]}" --advantage-estimator rloo \
     --samples-per-prompt 2 --max-iterations 12 --num-train-epochs 4 --save-every 1 --output "$tmp/grpo_killed" --resume
 expect_error grpo_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo
+expect_error dr_grpo_one_sample "--samples-per-prompt" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator dr-grpo
 expect_error grpo_critic_model "--critic-model" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
     --samples-per-prompt 2 --critic-model "$model"
 expect_error grpo_critic_lora "--critic-lora-rank" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
