@@ -6,6 +6,8 @@
 //    over every value function, macro reward mean/sum and ratio per-token/macro, with
 //    clipping active. Tolerance 1e-5 absolute + 1e-4 relative (float32 arithmetic here).
 //  - with one-token macro actions, macro GAE equals token-level GAE exactly.
+//  - TRL's GRPO loss forms (grpo, cispo, sapo; per-token and sequence-level ratio) and its
+//    batch scaling against tools/make_grpo_loss_fixtures.py.
 #include <string.h>
 #include <jansson.h>
 
@@ -199,6 +201,134 @@ static void test_clip_higher(void) {
     }
 }
 
+// TRL's GRPO loss forms (tools/make_grpo_loss_fixtures.py, TRL 1.12's formulas in float64
+// autograd): grpo (the clipped ratio with eps_high 0.28), cispo and sapo, each with the ratio
+// per token and per response (GSPO's sequence level), both advantage signs, 1 to 12 tokens.
+// One response, so TRL's per-response token mean is our sum times 1/R.
+static void test_policy_losses_against_trl(void) {
+    json_error_t error;
+    json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
+    CHECK(root, "grpo_losses.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "losses"), index, c) {
+        PpoLossConfig config = {0};
+        const char *type = json_string_value(json_object_get(c, "loss_type"));
+        CHECK(policy_loss_kind_from_name(!strcmp(type, "grpo") ? "ppo" : type, &config.policy_loss) == 0, "%s", type);
+        CHECK(ratio_kind_from_name(json_string_value(json_object_get(c, "level")), &config.ratio) == 0, "level");
+        config.clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low"));
+        config.clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"));
+        config.cispo_max_weight = (float)json_number_value(json_object_get(c, "cispo_max"));
+        config.sapo_temperature_pos = (float)json_number_value(json_object_get(c, "tau_pos"));
+        config.sapo_temperature_neg = (float)json_number_value(json_object_get(c, "tau_neg"));
+        float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
+        int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
+        floats(json_object_get(c, "logp_new"), logp_new);
+        for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, NULL) / R;
+        char what[96];
+        snprintf(what, sizeof what, "case %zu (%s, %s, R=%d) loss", index, type,
+                 json_string_value(json_object_get(c, "level")), R);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-6, 1e-5, what);
+        for (int t = 0; t < R; t++) {
+            snprintf(what, sizeof what, "case %zu (%s, R=%d) d loss / d logp[%d]", index, type, R, t);
+            EXPECT_CLOSE(grad[t], json_number_value(json_array_get(json_object_get(c, "grad"), t)), 1e-6, 1e-4, what);
+        }
+    }
+    // scale_rewards="batch": r - group mean over the rollout's standard deviation.
+    json_array_foreach(json_object_get(root, "batch_scaling"), index, c) {
+        double rewards[32], got[32];
+        int groups[32];
+        json_t *r = json_object_get(c, "rewards");
+        int count = (int)json_array_size(r);
+        for (int q = 0; q < count; q++) {
+            rewards[q] = json_number_value(json_array_get(r, q));
+            groups[q] = (int)json_integer_value(json_array_get(json_object_get(c, "groups"), q));
+        }
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_BATCH, rewards, groups, count, got);
+        for (int q = 0; q < count; q++) {
+            char what[64];
+            snprintf(what, sizeof what, "batch scaling %zu element %d", index, q);
+            // 1e-7 relative: TRL's nanstd takes Bessel's count / (count - 1) in float32.
+            EXPECT_CLOSE(got[q], json_number_value(json_array_get(json_object_get(c, "advantages"), q)), 1e-12, 1e-7, what);
+        }
+        // "none" is Dr. GRPO's r - mean; "group" is group_advantages group by group.
+        double none[32], dr[32], grouped[32], per_group[32];
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_NONE, rewards, groups, count, none);
+        rollout_group_advantages(ESTIMATOR_DR_GRPO, GROUP_SCALE_GROUP, rewards, groups, count, dr);
+        rollout_group_advantages(ESTIMATOR_GRPO, GROUP_SCALE_GROUP, rewards, groups, count, grouped);
+        for (int first = 0; first < count;) {
+            int last = first;
+            while (last < count && groups[last] == groups[first]) last++;
+            group_advantages(ESTIMATOR_GRPO, rewards + first, last - first, per_group + first);
+            first = last;
+        }
+        for (int q = 0; q < count; q++) {
+            EXPECT(none[q] == dr[q], "scale none = dr-grpo at %d", q);
+            EXPECT(grouped[q] == per_group[q], "scale group = per-group GRPO at %d", q);
+        }
+    }
+    json_decref(root);
+}
+
+// By hand: CISPO keeps the gradient of a token whose ratio is above its cap (PPO's clip
+// drops it), with the weight capped; GSPO's ratio is the geometric mean, so opposite moves
+// of two tokens cancel and the gradient is -A / R per token; SAPO at ratio 1 is PPO.
+static void test_policy_loss_forms_by_hand(void) {
+    const int segments[2] = {1, 1};
+    const float old2[2] = {-1.0f, -2.0f}, adv2[2] = {2.0f, 2.0f};
+    const float up2[2] = {(float)(-1.0 + log(1.5)), -2.0f};
+    PpoLossConfig cispo = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .policy_loss = POLICY_LOSS_CISPO,
+                           .cispo_max_weight = 1.25f};
+    PpoLossConfig ppo = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f};
+    float d_cispo[2] = {0}, d_ppo[2] = {0};
+    PpoLossStats stats = {0};
+    double l = ppo_policy_loss(&cispo, up2, old2, adv2, segments, 2, 2, 1.0f, d_cispo, &stats);
+    ppo_policy_loss(&ppo, up2, old2, adv2, segments, 2, 2, 1.0f, d_ppo, NULL);
+    EXPECT_CLOSE(d_cispo[0], -1.25 * 2.0, 1e-6, 0, "cispo: capped weight, gradient kept");
+    EXPECT(d_ppo[0] == 0.0f, "ppo: no gradient above the clip (%g)", d_ppo[0]);
+    EXPECT_CLOSE(d_cispo[1], -1.0 * 2.0, 1e-6, 0, "cispo: ratio 1 weight 1");
+    EXPECT_CLOSE(l, -1.25 * 2.0 * up2[0] - 1.0 * 2.0 * old2[1], 1e-5, 1e-6, "cispo loss -w A logp");
+    EXPECT(stats.clipped == 1, "cispo: one token over the cap (%g)", stats.clipped);
+    PpoLossConfig gspo = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .ratio = RATIO_SEQUENCE_MEAN};
+    const float opposite[2] = {-1.0f + 0.1f, -2.0f - 0.1f};
+    float d_gspo[2] = {0};
+    l = ppo_policy_loss(&gspo, opposite, old2, adv2, segments, 2, 2, 1.0f, d_gspo, NULL);
+    EXPECT_CLOSE(l, -2.0 * 2, 1e-6, 0, "gspo: geometric mean ratio 1");
+    EXPECT_CLOSE(d_gspo[0], -2.0, 1e-6, 0, "gspo: sum of -A rho over 2 tokens, times 1/2");
+    EXPECT_CLOSE(d_gspo[1], -2.0, 1e-6, 0, "gspo: the same for the other token");
+    PpoLossConfig sapo = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .policy_loss = POLICY_LOSS_SAPO,
+                          .sapo_temperature_pos = 1.0f, .sapo_temperature_neg = 1.05f};
+    float d_sapo[2] = {0}, d_plain[2] = {0};
+    ppo_policy_loss(&sapo, old2, old2, adv2, segments, 2, 2, 1.0f, d_sapo, NULL);
+    ppo_policy_loss(&ppo, old2, old2, adv2, segments, 2, 2, 1.0f, d_plain, NULL);
+    for (int t = 0; t < 2; t++) EXPECT_CLOSE(d_sapo[t], d_plain[t], 1e-6, 0, "sapo at ratio 1 = ppo");
+    // GSPO and SAPO losses against central differences (CISPO's stop-gradient has none).
+    const float logp_old[5] = {-1.0f, -2.0f, -0.5f, -3.0f, -1.5f}, shift[5] = {0.05f, 0.12f, -0.3f, 0.15f, -0.1f};
+    const float adv[5] = {0.7f, 0.7f, 0.7f, 0.7f, 0.7f};
+    const int ones[5] = {1, 1, 1, 1, 1};
+    const PpoLossConfig *configs[2] = {&gspo, &sapo};
+    for (int k = 0; k < 2; k++) {
+        float logp[5], grad[5] = {0};
+        for (int t = 0; t < 5; t++) logp[t] = logp_old[t] + shift[t];
+        ppo_policy_loss(configs[k], logp, logp_old, adv, ones, 5, 5, 1.0f, grad, NULL);
+        for (int t = 0; t < 5; t++) {
+            float plus[5], minus[5];
+            memcpy(plus, logp, sizeof plus), memcpy(minus, logp, sizeof minus);
+            plus[t] += 1e-3f, minus[t] -= 1e-3f;
+            double numeric = (ppo_policy_loss(configs[k], plus, logp_old, adv, ones, 5, 5, 1.0f, NULL, NULL) -
+                              ppo_policy_loss(configs[k], minus, logp_old, adv, ones, 5, 5, 1.0f, NULL, NULL)) / 2e-3;
+            char what[48];
+            snprintf(what, sizeof what, "%s d/dlogp[%d]", k == 0 ? "gspo" : "sapo", t);
+            EXPECT_CLOSE(grad[t], numeric, 1e-3, 1e-3, what);
+        }
+    }
+    PolicyLossKind kind;
+    RatioKind ratio;
+    EXPECT(policy_loss_kind_from_name("grpo", &kind) != 0, "unknown policy loss refused");
+    EXPECT(ratio_kind_from_name("gspo", &ratio) == 0 && ratio == RATIO_SEQUENCE_MEAN, "gspo names the sequence ratio");
+}
+
 // DAPO's overlong punishment: free up to max - buffer, then linear down to -factor.
 static void test_overlong_penalty(void) {
     EXPECT(overlong_penalty(100, 128, 0, 1.0f) == 0.0f, "off without a buffer");
@@ -257,5 +387,7 @@ int main(void) {
     RUN(test_overlong_penalty);
     RUN(test_returns_to_go);
     RUN(test_kl_loss);
+    RUN(test_policy_losses_against_trl);
+    RUN(test_policy_loss_forms_by_hand);
     TEST_EXIT();
 }

@@ -15,7 +15,7 @@ int cmd_ppo(int argc, char **argv) {
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = "per-token";
-    char *reward = "model", *schedule = "linear", *aggregation = NULL;
+    char *reward = "model", *schedule = "linear", *aggregation = NULL, *policy_loss = "ppo", *scale_rewards = "group";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
     long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
     long ppo_epochs = c.ppo_epochs, epochs = c.epochs, max_iterations = 0, min_response = c.min_response_tokens, min_new = 0;
@@ -28,10 +28,11 @@ int cmd_ppo(int argc, char **argv) {
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
     double lambda = c.advantage.lambda, clip_ratio = c.loss.clip_ratio, value_clip = c.loss.value_clip;
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
-    double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0;
+    double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0, cispo_max_weight = c.loss.cispo_max_weight;
+    double sapo_temperature_pos = c.loss.sapo_temperature_pos, sapo_temperature_neg = c.loss.sapo_temperature_neg;
     long overlong_buffer = 0;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
-    bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false;
+    bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     Option options[96] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -66,8 +67,22 @@ int cmd_ppo(int argc, char **argv) {
         {"warmup-ratio", "warmup_ratio", OPT_FLOAT, &warmup_ratio, "warmup fraction of optimizer steps", false, false},
         {"max-grad-norm", "max_grad_norm", OPT_FLOAT, &clip_norm, "gradient clipping (0: off)", false, false},
         {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation,
-         "seq-mean-token-mean (released; the default) | token-mean (DAPO) | seq-mean-token-sum-norm (Dr. GRPO; the default "
-         "with --advantage-estimator dr-grpo)", false, false},
+         "seq-mean-token-mean (released; the default) | token-mean (DAPO; the default with --policy-loss cispo) | "
+         "seq-mean-token-sum-norm (Dr. GRPO; the default with --advantage-estimator dr-grpo)", false, false},
+        {"policy-loss", "loss_type policy_loss_type loss_mode", OPT_STRING, &policy_loss,
+         "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate)", false, false},
+        {"cispo-max-weight", "cispo_max_weight", OPT_FLOAT, &cispo_max_weight,
+         "--policy-loss cispo: the token weight's cap (TRL's epsilon_high for cispo)", false, false},
+        {"sapo-temperature-pos", "sapo_temperature_pos", OPT_FLOAT, &sapo_temperature_pos,
+         "--policy-loss sapo: the gate's temperature for positive advantages", false, false},
+        {"sapo-temperature-neg", "sapo_temperature_neg", OPT_FLOAT, &sapo_temperature_neg,
+         "--policy-loss sapo: the gate's temperature for the others", false, false},
+        {"scale-rewards", "scale_rewards", OPT_STRING, &scale_rewards,
+         "--advantage-estimator grpo: divide r - group mean by the group's std (group), the rollout's (batch) or not (none)",
+         false, false},
+        {"recompute-old-logprobs", "recompute_old_logprobs", OPT_BOOL, &recompute_old,
+         "always run the actor over the rollout for the old log-probs (by default skipped when one optimizer step follows "
+         "each rollout and --kl-ctl is 0: they are the training forward's)", false, false},
         {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
         {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
          "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
@@ -105,7 +120,9 @@ int cmd_ppo(int argc, char **argv) {
         {"parser-cutoff", "parser_cutoff parsing_cutoff", OPT_INT, &parser_cutoff, "parsing: constituents under C tokens form macro actions", false, false},
         {"value-function", "value_function", OPT_STRING, &value_function, "equal | position | unit", false, false},
         {"macro-reward", "macro_reward", OPT_STRING, &macro_reward, "mean (released code) | sum (paper)", false, false},
-        {"ratio", NULL, OPT_STRING, &ratio, "per-token (released code) | macro (paper's macro-action product)", false, false},
+        {"ratio", "importance_sampling_level", OPT_STRING, &ratio,
+         "per-token (released code) | macro (paper's macro-action product) | sequence (GSPO: the response's geometric mean)",
+         false, false},
         {"keep-duplicate-boundaries", "keep_duplicate_boundaries", OPT_BOOL, &keep_duplicates,
          "released code's zero-length macro step (then --ngram 1 is not token-level PPO)", false, false},
         {"randomized-paper-lengths", NULL, OPT_BOOL, &paper_randomized, "randomized lengths {2,3,5,10} (paper) instead of {1,2,3,5,10}", false, false},
@@ -146,7 +163,17 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --value-function must be equal, position or unit, got '%s'", value_function);
     if (macro_reward_from_name(macro_reward, &c.advantage.macro_reward) != 0)
         die_user("option --macro-reward must be mean or sum, got '%s'", macro_reward);
-    if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0) die_user("option --ratio must be per-token or macro, got '%s'", ratio);
+    if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0)
+        die_user("option --ratio must be per-token, macro or sequence, got '%s'", ratio);
+    if (policy_loss_kind_from_name(policy_loss, &c.loss.policy_loss) != 0)
+        die_user("option --policy-loss must be ppo, cispo or sapo, got '%s'", policy_loss);
+    if (!(cispo_max_weight > 0) || !isfinite(cispo_max_weight))
+        die_user("option --cispo-max-weight must be positive, got %g", cispo_max_weight);
+    if (!(sapo_temperature_pos > 0) || !isfinite(sapo_temperature_pos) || !(sapo_temperature_neg > 0) ||
+        !isfinite(sapo_temperature_neg))
+        die_user("options --sapo-temperature-pos and --sapo-temperature-neg must be positive");
+    c.loss.cispo_max_weight = (float)cispo_max_weight;
+    c.loss.sapo_temperature_pos = (float)sapo_temperature_pos, c.loss.sapo_temperature_neg = (float)sapo_temperature_neg;
     LrScheduleKind kind;
     if (lr_schedule_kind_from_name(schedule, &kind) != 0) die_user("option --lr-scheduler-type must be constant, linear or cosine");
     struct { const char *name; long value, lo, hi; } ranges[] = {
@@ -180,8 +207,11 @@ int cmd_ppo(int argc, char **argv) {
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
-    if (!aggregation) // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo)
-        aggregation = c.estimator == ESTIMATOR_DR_GRPO ? "seq-mean-token-sum-norm" : "seq-mean-token-mean";
+    // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), and
+    // CISPO's token weights are averaged over the minibatch's tokens (TRL's loss_type "cispo").
+    if (!aggregation)
+        aggregation = c.estimator == ESTIMATOR_DR_GRPO ? "seq-mean-token-sum-norm"
+                      : c.loss.policy_loss == POLICY_LOSS_CISPO ? "token-mean" : "seq-mean-token-mean";
     if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
     else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
     else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
@@ -196,6 +226,13 @@ int cmd_ppo(int argc, char **argv) {
     if (c.estimator != ESTIMATOR_GAE && critic)
         die_user("option --critic-model: --advantage-estimator %s has no critic", estimator);
     c.samples_per_prompt = (int)samples_per_prompt;
+    if (!strcmp(scale_rewards, "group")) c.group_scale = GROUP_SCALE_GROUP;
+    else if (!strcmp(scale_rewards, "batch")) c.group_scale = GROUP_SCALE_BATCH;
+    else if (!strcmp(scale_rewards, "none")) c.group_scale = GROUP_SCALE_NONE;
+    else die_user("option --scale-rewards must be group, batch or none, got '%s'", scale_rewards);
+    if (c.group_scale != GROUP_SCALE_GROUP && c.estimator != ESTIMATOR_GRPO)
+        die_user("option --scale-rewards applies to --advantage-estimator grpo only (got %s)", estimator);
+    c.recompute_old_logprobs = recompute_old;
 
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;

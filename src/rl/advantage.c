@@ -104,6 +104,24 @@ void group_advantages(AdvantageEstimator estimator, const double *rewards, int G
     for (int g = 0; g < G; g++) out[g] = (rewards[g] - mean) / (std + 1e-4);
 }
 
+void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
+                              int count, double *out) {
+    const bool grpo_unscaled = estimator == ESTIMATOR_GRPO && scale != GROUP_SCALE_GROUP;
+    for (int first = 0; first < count;) {
+        int last = first;
+        while (last < count && groups[last] == groups[first]) last++;
+        group_advantages(grpo_unscaled ? ESTIMATOR_DR_GRPO : estimator, rewards + first, last - first, out + first);
+        first = last;
+    }
+    if (estimator != ESTIMATOR_GRPO || scale != GROUP_SCALE_BATCH) return;
+    double sum = 0, squares = 0;
+    for (int q = 0; q < count; q++) sum += rewards[q];
+    const double mean = count > 0 ? sum / count : 0;
+    for (int q = 0; q < count; q++) squares += (rewards[q] - mean) * (rewards[q] - mean);
+    const double std = count > 1 ? sqrt(squares / (count - 1)) : 0.0;
+    for (int q = 0; q < count; q++) out[q] /= std + 1e-4;
+}
+
 void macro_value_weights(ValueFunction value_function, int m, float *weights) {
     switch (value_function) {
     case VALUE_EQUAL:

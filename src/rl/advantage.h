@@ -61,6 +61,17 @@ typedef enum {
     ESTIMATOR_DR_GRPO
 } AdvantageEstimator;
 void group_advantages(AdvantageEstimator estimator, const double *rewards, int G, double *out);
+// GRPO's division of r - group mean: by the group's standard deviation (the paper; TRL's
+// scale_rewards="group"), by the whole rollout's (TRL's "batch", as Liu et al. 2025 propose:
+// a group whose rewards barely differ is not magnified), or by nothing (TRL's "none", the
+// advantages of Dr. GRPO).
+typedef enum { GROUP_SCALE_GROUP, GROUP_SCALE_BATCH, GROUP_SCALE_NONE } GroupScale;
+// The advantages of a whole rollout: rewards[0..count), groups[q] the prompt sample q
+// answers (a group's samples consecutive). GRPO is scaled as `scale` says; the other
+// estimators ignore it. For GROUP_SCALE_BATCH the divisor is the unbiased standard deviation
+// of all `count` rewards plus 1e-4 (TRL: nanstd(rewards) + 1e-4).
+void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
+                              int count, double *out);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
 // "gae" | "grpo" | "dr-grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and

@@ -38,9 +38,11 @@ void experience_values(Model *model, Sample *const *samples, int count, int micr
 void experience_scores(Model *model, Sample *const *samples, int count, int micro_batch, float *scores);
 
 // Actor micro-step: forward over the samples, clipped policy loss (+ entropy bonus), backward
-// (gradients accumulate in the actor). Returns the summed, scaled loss.
+// (gradients accumulate in the actor). Returns the summed, scaled loss. With
+// old_from_this_forward the samples' logp_old and entropy are first set to this forward's
+// (the actor has not moved since the rollout: the ratio is 1).
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
-                        double entropy_coef, PpoLossStats *stats, double *entropy_sum);
+                        double entropy_coef, bool old_from_this_forward, PpoLossStats *stats, double *entropy_sum);
 // Critic micro-step: forward, clipped value loss, backward.
 double critic_micro_step(Model *critic, Sample *const *samples, int count, const PpoLossConfig *loss,
                          PpoLossStats *stats);

@@ -58,7 +58,9 @@ PpoConfig ppo_default_config(void) {
         .loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN,
         .advantage = {.kl_coef = 0.05f, .reward_clip = 2.5f, .gamma = 1.0f, .lambda = 0.95f,
                       .value_function = VALUE_EQUAL, .macro_reward = MACRO_REWARD_MEAN},
-        .loss = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN},
+        .loss = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN,
+                 .policy_loss = POLICY_LOSS_PPO, .cispo_max_weight = 5.0f, .sapo_temperature_pos = 1.0f,
+                 .sapo_temperature_neg = 1.05f},
         .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
@@ -149,6 +151,9 @@ typedef struct {
     long iteration, epoch, cursor, optimizer_steps;
     double kl_coef;
     double reward_count, reward_mean, reward_m2; // running statistics for --normalize-reward
+    // This iteration's old log-probs (and entropies) are the training forward's, not an
+    // experience pass's (PpoConfig.recompute_old_logprobs says when).
+    bool old_logprobs_from_training;
 } Ppo;
 
 // ---------------------------------------------------------------------------------------
@@ -273,10 +278,13 @@ static void segment_sample(Ppo *p, Sample *s) {
 }
 
 typedef struct {
-    double score, raw_score, gold, gold_count, kl_sequence, kl_tokens, entropy, length, macro_actions, fallbacks, tokens;
+    double score, raw_score, gold, gold_count, kl_sequence, kl_tokens, entropy, length, macro_actions, fallbacks;
     double advantage, value, stopped;
+    // The samples and tokens that kl_sequence and entropy sum over: every kept sample, or,
+    // when the old log-probs come from the training forward, the trained ones.
+    double policy_samples, policy_tokens;
 } RolloutStats; // doubles only: summed across ranks as an array
-_Static_assert(sizeof(RolloutStats) == 14 * sizeof(double), "RolloutStats is summed as an array of doubles");
+_Static_assert(sizeof(RolloutStats) == 15 * sizeof(double), "RolloutStats is summed as an array of doubles");
 
 // An iteration's kept samples as every rank sees them. Under mpirun each rank holds the
 // Samples of the rows it generated and only the response lengths of the others (what the
@@ -310,13 +318,7 @@ static double *group_estimates(Ppo *p, const Rollout *r, const AdvantageConfig *
     }
     dist_sum_doubles(rewards, r->count);
     double *out = xcalloc(r->count + 1, sizeof(double));
-    // Kept samples of a group are consecutive in rollout order.
-    for (int first = 0; first < r->count;) {
-        int last = first;
-        while (last < r->count && r->groups[last] == r->groups[first]) last++;
-        group_advantages(p->c.estimator, rewards + first, last - first, out + first);
-        first = last;
-    }
+    rollout_group_advantages(p->c.estimator, p->c.group_scale, rewards, r->groups, r->count, out);
     free(rewards);
     return out;
 }
@@ -362,7 +364,14 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         logp[i] = samples[i]->logp_old, ref[i] = samples[i]->logp_ref;
         values[i] = samples[i]->values_old, entropy[i] = samples[i]->entropy;
     }
-    experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
+    if (p->old_logprobs_from_training) { // filled by the training forward; zeros meanwhile (times kl_coef 0)
+        for (int i = 0; i < count; i++) {
+            memset(logp[i], 0, samples[i]->response_length * sizeof(float));
+            memset(entropy[i], 0, samples[i]->response_length * sizeof(float));
+        }
+    } else {
+        experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
+    }
     if (p->reference_is_actor_base) {
         p->actor.lora_enabled = false;
         experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
@@ -453,9 +462,13 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         stats->score += s->score;
         stats->raw_score += s->raw_score;
         if (!isnan(s->gold)) stats->gold += s->gold, stats->gold_count++;
-        stats->kl_sequence += kl;
+        if (!p->old_logprobs_from_training) {
+            stats->kl_sequence += kl;
+            stats->entropy += entropy_sum;
+            stats->policy_samples += 1;
+            stats->policy_tokens += R;
+        }
         stats->kl_tokens += R;
-        stats->entropy += entropy_sum;
         stats->value += value_sum;
         stats->length += R;
         stats->macro_actions += actions;
@@ -606,6 +619,23 @@ static int drop_uniform_groups(const Rollout *r, Rollout *out) {
     return dropped;
 }
 
+// When the old log-probs came from the training forward: the KL to the reference and the
+// entropy of the trained samples, summed across ranks, into the rollout's statistics.
+static void policy_stats_from_training(const Rollout *r, RolloutStats *stats) {
+    double sums[4] = {0, 0, 0, 0}; // kl, entropy, samples, tokens
+    for (int q = 0; q < r->count; q++) {
+        const Sample *s = r->local[q];
+        if (!s) continue;
+        for (int j = 0; j < s->response_length; j++) {
+            sums[0] += (double)s->logp_old[j] - s->logp_ref[j];
+            sums[1] += s->entropy[j];
+        }
+        sums[2] += 1, sums[3] += s->response_length;
+    }
+    dist_sum_doubles(sums, 4);
+    stats->kl_sequence = sums[0], stats->entropy = sums[1], stats->policy_samples = sums[2], stats->policy_tokens = sums[3];
+}
+
 static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
     const int count = r->count;
     int *order = xmalloc(count * sizeof(int));
@@ -627,7 +657,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             for (int k = 0; k < size; k += p->c.micro_batch) {
                 int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                 stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
-                                                       &stats->actor, &stats->entropy);
+                                                       p->old_logprobs_from_training, &stats->actor, &stats->entropy);
             }
             if (p->ptx.count > 0) ptx_micro_step(p);
             double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
@@ -1043,17 +1073,22 @@ int ppo_run(const PpoConfig *config) {
         int count = kept.count;
         RolloutStats rs = {0};
         TrainStats ts = {0};
+        p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
+                                        p->kl_coef == 0 && !(p->c.kl_target > 0);
         if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
         Rollout trained = kept;
         int uniform_groups = 0;
         if (p->c.filter_groups && count > 0) uniform_groups = drop_uniform_groups(&kept, &trained);
         if (trained.count > 0) train_on_rollout(p, &trained, &ts);
+        if (p->old_logprobs_from_training) policy_stats_from_training(&trained, &rs);
         if (trained.lengths != kept.lengths) free(trained.lengths), free(trained.groups), free(trained.local);
         double t3 = now_seconds();
         // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
-        double kl = count ? rs.kl_sequence / count : 0;
-        if (p->c.kl_target > 0) {
+        // No sample measured (all dropped or filtered): the KL and entropy are unknown (logged
+        // null) and the controller holds.
+        double kl = rs.policy_samples > 0 ? rs.kl_sequence / rs.policy_samples : NAN;
+        if (p->c.kl_target > 0 && rs.policy_samples > 0) {
             double error = kl / p->c.kl_target - 1.0;
             if (error > 0.2) error = 0.2;
             if (error < -0.2) error = -0.2;
@@ -1061,19 +1096,20 @@ int ppo_run(const PpoConfig *config) {
         }
         p->iteration++;
         double tokens = rs.kl_tokens > 0 ? rs.kl_tokens : 1, actor_tokens = ts.actor.tokens > 0 ? ts.actor.tokens : 1;
+        double policy_tokens = rs.policy_tokens > 0 ? rs.policy_tokens : NAN;
         const char *names[] = {"score", "raw_score", "gold", "kl", "kl_per_token", "entropy", "response_length",
                                "stopped_fraction", "dropped", "value_loss", "policy_loss", "clip_fraction",
                                "approx_kl", "ratio", "advantage", "value", "macro_actions", "macro_action_length",
                                "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
-                               "generation_tokens_per_s", "uniform_groups_dropped"};
+                               "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training"};
         double n = count > 0 ? count : 1, steps = ts.steps > 0 ? ts.steps : 1;
         // Generation throughput of the whole job: the ranks generate side by side.
         double generation_rate[1] = {gen.decode_seconds + gen.prefill_seconds > 0
                                          ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
         dist_sum_doubles(generation_rate, 1);
         double values[] = {rs.score / n, rs.raw_score / n, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
-                           rs.kl_sequence / tokens, rs.entropy / tokens, rs.length / n, rs.stopped / n,
+                           rs.kl_sequence / policy_tokens, rs.entropy / policy_tokens, rs.length / n, rs.stopped / n,
                            (double)(per_iteration - count), ts.value_loss / steps, ts.policy_loss / steps,
                            ts.actor.clipped / actor_tokens, ts.actor.approx_kl / actor_tokens,
                            ts.actor.ratio_sum / actor_tokens, rs.advantage / tokens, rs.value / tokens,
@@ -1081,7 +1117,7 @@ int ppo_run(const PpoConfig *config) {
                            p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, t1 - t0, t2 - t1, t3 - t2,
-                           generation_rate[0], (double)uniform_groups};
+                           generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
         for (long k = 0; k < local_rows; k++) sample_free(&samples[k]);
         free(kept.lengths), free(kept.groups), free(kept.local);

@@ -41,6 +41,7 @@ typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE } RewardKind;
 //                            responses: no length bias (Dr. GRPO; verl's name)
 typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN, LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM } LossAggregation;
 
+
 typedef struct {
     // models and data
     const char *actor_path;     // the SFT model
@@ -81,6 +82,7 @@ typedef struct {
     // group's mean).
     AdvantageEstimator estimator;
     int samples_per_prompt; // responses generated per prompt (GRPO/RLOO: at least 2)
+    GroupScale group_scale; // GRPO only
     AdvantageConfig advantage;
     PpoLossConfig loss;
     MacroConfig macro;
@@ -96,6 +98,11 @@ typedef struct {
     bool ema;
     double ema_beta;
     bool gradient_checkpointing;
+    // The old log-probs are those of the training forward, not of an experience pass over the
+    // rollout, when they are needed for the ratio alone and the ratio is 1 by construction: one
+    // optimizer step per rollout (one PPO epoch, one minibatch) and no KL in the reward (kl_coef
+    // 0, no adaptive controller). TRL's GRPOTrainer does the same. This forces the pass.
+    bool recompute_old_logprobs;
     int zero_stage; // under mpirun: 1 shards the actor's and critic's AdamW moments (dist/zero.h)
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;

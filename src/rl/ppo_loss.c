@@ -7,61 +7,111 @@ int ratio_kind_from_name(const char *name, RatioKind *out) {
     if (!strcmp(name, "per-token") || !strcmp(name, "per_token") || !strcmp(name, "token")) *out = RATIO_PER_TOKEN;
     else if (!strcmp(name, "macro") || !strcmp(name, "macro-product") || !strcmp(name, "macro_product"))
         *out = RATIO_MACRO_PRODUCT;
+    else if (!strcmp(name, "sequence") || !strcmp(name, "gspo")) *out = RATIO_SEQUENCE_MEAN;
     else return -1;
     return 0;
 }
 
-// One policy term: loss value and d loss / d log rho (= rho * d loss / d rho), the ratio
-// clipped to [1 - eps_low, 1 + eps_high].
-static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, double *d_log_ratio,
-                           int *clipped) {
+int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
+    if (!strcmp(name, "ppo") || !strcmp(name, "clip") || !strcmp(name, "vanilla")) *out = POLICY_LOSS_PPO;
+    else if (!strcmp(name, "cispo")) *out = POLICY_LOSS_CISPO;
+    else if (!strcmp(name, "sapo")) *out = POLICY_LOSS_SAPO;
+    else return -1;
+    return 0;
+}
+
+// One token's policy term. Returns its loss; *d_log_ratio is d loss / d log rho (to be
+// spread over the log-probs the ratio is made of), *d_logp the part that reaches this
+// token's log-prob directly (CISPO's). *clipped: the token counts as clipped.
+typedef struct {
+    double d_log_ratio, d_logp;
+    int clipped;
+} PolicyTermGradient;
+
+// PPO: the ratio clipped to [1 - eps_low, 1 + eps_high], the pessimistic of the two terms.
+static double clipped_term(double advantage, double log_ratio, double eps_low, double eps_high, PolicyTermGradient *g) {
     double ratio = exp(log_ratio);
     double clipped_ratio = ratio < 1 - eps_low ? 1 - eps_low : ratio > 1 + eps_high ? 1 + eps_high : ratio;
     double unclipped_loss = -advantage * ratio, clipped_loss = -advantage * clipped_ratio;
-    *clipped = ratio < 1 - eps_low || ratio > 1 + eps_high;
+    g->clipped = ratio < 1 - eps_low || ratio > 1 + eps_high;
+    g->d_logp = 0;
     if (unclipped_loss >= clipped_loss) {
-        *d_log_ratio = -advantage * ratio;
+        g->d_log_ratio = -advantage * ratio;
         return unclipped_loss;
     }
     // The clipped branch is active only outside the clip range, where it is constant.
-    *d_log_ratio = 0;
+    g->d_log_ratio = 0;
     return clipped_loss;
 }
 
+// CISPO: -sg(min(rho, w_max)) A logp_new. The weight is a constant to the gradient, which
+// goes to logp_new alone, whatever the ratio's kind.
+static double cispo_term(double advantage, double log_ratio, double logp_new, double max_weight, PolicyTermGradient *g) {
+    double ratio = exp(log_ratio);
+    double weight = ratio > max_weight ? max_weight : ratio;
+    g->clipped = ratio > max_weight;
+    g->d_log_ratio = 0;
+    g->d_logp = -weight * advantage;
+    return -weight * advantage * logp_new;
+}
+
+// SAPO: -(4 / tau) sigmoid(tau (rho - 1)) A; d/d log rho = -4 sigmoid (1 - sigmoid) rho A.
+static double sapo_term(double advantage, double log_ratio, double tau_pos, double tau_neg, double eps_low,
+                        double eps_high, PolicyTermGradient *g) {
+    double ratio = exp(log_ratio), tau = advantage > 0 ? tau_pos : tau_neg;
+    double gate = 1.0 / (1.0 + exp(-tau * (ratio - 1.0)));
+    g->clipped = ratio < 1 - eps_low || ratio > 1 + eps_high; // reported only: nothing is clipped
+    g->d_log_ratio = -4.0 * gate * (1.0 - gate) * ratio * advantage;
+    g->d_logp = 0;
+    return -4.0 / tau * gate * advantage;
+}
+
+static double policy_term(const PpoLossConfig *config, double advantage, double log_ratio, double logp_new,
+                          PolicyTermGradient *g) {
+    switch (config->policy_loss) {
+    case POLICY_LOSS_CISPO: return cispo_term(advantage, log_ratio, logp_new, config->cispo_max_weight, g);
+    case POLICY_LOSS_SAPO:
+        return sapo_term(advantage, log_ratio, config->sapo_temperature_pos, config->sapo_temperature_neg,
+                         config->clip_ratio, config->clip_ratio_high, g);
+    case POLICY_LOSS_PPO:
+    default: return clipped_term(advantage, log_ratio, config->clip_ratio, config->clip_ratio_high, g);
+    }
+}
+
+// The tokens are taken in groups that share one ratio: each token alone (per-token), each
+// macro action (macro: the sum of its log-ratios), or the whole response (sequence: their
+// mean). A group's d loss / d log rho, summed over its tokens, flows back to every token of
+// the group times d log rho / d logp (1 for a sum, 1/R for the mean).
 double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
                        const float *advantages, const int *segment_lengths, int segments, int R, float scale,
                        float *dlogp, PpoLossStats *stats) {
     double loss = 0;
     int first = 0;
-    for (int s = 0; s < segments; s++) {
-        int m = segment_lengths[s];
-        double macro_log_ratio = 0;
-        if (config->ratio == RATIO_MACRO_PRODUCT)
-            for (int i = 0; i < m; i++) macro_log_ratio += (double)logp_new[first + i] - logp_old[first + i];
-        double macro_gradient = 0; // d loss / d macro log-ratio, summed over the action's tokens
+    for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {
+        int m = config->ratio == RATIO_MACRO_PRODUCT ? segment_lengths[s] : config->ratio == RATIO_SEQUENCE_MEAN ? R : 1;
+        double factor = config->ratio == RATIO_SEQUENCE_MEAN ? 1.0 / m : 1.0; // d log rho / d logp_new
+        double group_log_ratio = 0;
+        for (int i = 0; i < m; i++) group_log_ratio += (double)logp_new[first + i] - logp_old[first + i];
+        group_log_ratio *= factor;
+        double group_gradient = 0; // d loss / d group log-ratio, summed over the group's tokens
         for (int i = 0; i < m; i++) {
             int t = first + i;
             double token_log_ratio = (double)logp_new[t] - logp_old[t];
-            double log_ratio = config->ratio == RATIO_MACRO_PRODUCT ? macro_log_ratio : token_log_ratio;
-            double d_log_ratio;
-            int clipped;
-            loss += clipped_term(advantages[t], log_ratio, config->clip_ratio, config->clip_ratio_high, &d_log_ratio,
-                                 &clipped);
-            if (config->ratio == RATIO_MACRO_PRODUCT) macro_gradient += d_log_ratio;
-            else if (dlogp) dlogp[t] += (float)(d_log_ratio * scale);
+            PolicyTermGradient g;
+            loss += policy_term(config, advantages[t], group_log_ratio, logp_new[t], &g);
+            group_gradient += g.d_log_ratio;
+            if (dlogp && g.d_logp != 0) dlogp[t] += (float)(g.d_logp * scale);
             if (stats) {
-                stats->clipped += clipped;
+                stats->clipped += g.clipped;
                 stats->approx_kl += 0.5 * token_log_ratio * token_log_ratio;
-                stats->ratio_sum += exp(log_ratio);
+                stats->ratio_sum += exp(group_log_ratio);
                 stats->tokens += 1;
             }
         }
-        // Every token's log-prob enters the shared macro ratio.
-        if (config->ratio == RATIO_MACRO_PRODUCT && dlogp)
-            for (int i = 0; i < m; i++) dlogp[first + i] += (float)(macro_gradient * scale);
+        if (dlogp && group_gradient != 0)
+            for (int i = 0; i < m; i++) dlogp[first + i] += (float)(group_gradient * factor * scale);
         first += m;
     }
-    (void)R;
     if (stats) stats->policy_loss += loss;
     return loss;
 }

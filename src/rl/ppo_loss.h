@@ -4,23 +4,36 @@
 // Policy:  L = sum_t max(-A_t rho_t, -A_t clip(rho_t, 1-eps, 1+eps)) / N
 //   rho per token (released code):           rho_t = exp(logp_new_t - logp_old_t)
 //   rho per macro action (paper, --ratio macro): rho_t = exp(sum_{t' in tau(t)} (logp_new - logp_old))
+//   rho per response (GSPO, --ratio sequence):   rho_t = exp(mean_{t'} (logp_new - logp_old)),
+//       the geometric mean of the token ratios (Zheng et al. 2025; TRL's
+//       importance_sampling_level="sequence", OpenRLHF's policy_loss_type gspo)
+// Two other policy terms replace the clipped one (TRL GRPOTrainer's loss_type):
+//   CISPO (MiniMax-M1): -sg(min(rho_t, w_max)) A_t logp_new_t — the weight is clipped and
+//       carries no gradient, so no token ever loses its gradient (only its weight is capped)
+//   SAPO (Soft Adaptive Policy Optimization): -(4 / tau) sigmoid(tau (rho_t - 1)) A_t, a
+//       smooth gate in place of the hard clip; tau = tau_pos when A_t > 0, tau_neg otherwise.
+//       At rho = 1 its gradient is PPO's.
 // Value:   L = sum_t 0.5 max((V_t - G_t)^2, (clip(V_t, V_old_t - c, V_old_t + c) - G_t)^2) / N
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
 
-typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT } RatioKind;
+typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
+typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO } PolicyLossKind;
 
 typedef struct {
     float clip_ratio;  // epsilon (released: 0.2): ratios below 1 - epsilon are clipped
     float clip_ratio_high; // ratios above 1 + this are clipped (DAPO's clip-higher; usually = clip_ratio)
     float value_clip;  // (released: 0.2); <= 0: no value clipping
     RatioKind ratio;
+    PolicyLossKind policy_loss;
+    float cispo_max_weight;  // CISPO's w_max (TRL's epsilon_high with loss_type "cispo"; ScaleRL: 5)
+    float sapo_temperature_pos, sapo_temperature_neg; // SAPO's tau (TRL: 1.0 and 1.05)
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
 } PpoLossConfig;
 
 typedef struct {
     double policy_loss, value_loss; // sums over tokens (not yet divided)
-    double clipped;                 // tokens whose ratio left [1-eps, 1+eps]
+    double clipped;                 // tokens whose ratio left [1-eps, 1+eps] (CISPO: above w_max)
     double approx_kl;               // sum of 0.5 (logp_new - logp_old)^2 (k2 estimator)
     double ratio_sum;
     double tokens;
@@ -41,5 +54,7 @@ double ppo_value_loss(const PpoLossConfig *config, const float *values_new, cons
 // NULL). Returns the summed k3 (before coef and scale).
 double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float coef, float scale, float *dlogp);
 
-// "per-token" | "macro"; -1 otherwise.
+// "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
+// "ppo" | "cispo" | "sapo"; -1 otherwise.
+int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

@@ -32,11 +32,12 @@ ranks() { # ranks N COMMAND...: COMMAND as N processes
     mpirun --oversubscribe --bind-to none -np "$n" "$@"
 }
 json_values() { python3 -c "import sys, json; print(' '.join(str(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if sys.argv[2] in json.loads(l)))" "$@"; }
-# close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative).
+# close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative);
+# None (a null metric) matches only None.
 close() { python3 -c "
 import sys
 a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
-ok = len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
+ok = len(a) == len(b) > 0 and all(x == y or abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
 sys.exit(0 if ok else 1)" "$@"; }
 # kill_a_rank WAIT_FOR OUT PAUSES COMMAND...: starts COMMAND (an mpirun job writing to
 # --output OUT) in the background, waits until a path matching WAIT_FOR exists, then
@@ -223,11 +224,17 @@ close "$(json_values "$tmp/grpo_one/metrics.jsonl" train/score) $(json_values "$
     close "$(logprobs_of "$tmp/grpo_one/final/actor")" "$(logprobs_of "$tmp/grpo_two/final/actor")" 1e-4 &&
     pass grpo_two_ranks_same_training || fail grpo_two_ranks_same_training "$(tail -n 2 "$tmp/grpo_two.err")"
 # DAPO's group filter decides on the gathered scores: the same groups are left out on both.
-filtered=("${grpo[@]}" --reward lexicon --gold-lexicon data/austen/lexicon.tsv --filter-groups)
+# With no KL in the reward the old log-probs (and the logged KL and entropy) come from the
+# training forward; GRPO's batch scaling takes the standard deviation of every rank's rewards.
+filtered=("${grpo[@]}" --reward lexicon --gold-lexicon data/austen/lexicon.tsv --filter-groups --kl-ctl 0 --scale-rewards batch)
 "$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_one" 2> "$tmp/filter_one.err"
 ranks 2 "$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_two" 2> "$tmp/filter_two.err"
 close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_dropped) $(json_values "$tmp/filter_one/metrics.jsonl" train/policy_loss)" \
       "$(json_values "$tmp/filter_two/metrics.jsonl" train/uniform_groups_dropped) $(json_values "$tmp/filter_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
+    close "$(json_values "$tmp/filter_one/metrics.jsonl" train/kl) $(json_values "$tmp/filter_one/metrics.jsonl" train/entropy)" \
+          "$(json_values "$tmp/filter_two/metrics.jsonl" train/kl) $(json_values "$tmp/filter_two/metrics.jsonl" train/entropy)" 1e-4 &&
+    [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training)" = "$(json_values "$tmp/filter_one/metrics.jsonl" train/old_logprobs_from_training)" ] &&
+    [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training | tr ' ' '\n' | sort -u)" = 1.0 ] &&
     close "$(logprobs_of "$tmp/filter_one/final/actor")" "$(logprobs_of "$tmp/filter_two/final/actor")" 1e-4 &&
     pass grpo_filter_two_ranks_same_training || fail grpo_filter_two_ranks_same_training "$(tail -n 2 "$tmp/filter_two.err")"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1

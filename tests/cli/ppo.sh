@@ -181,6 +181,54 @@ run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --
 [ -f "$tmp/grpo_kl_loss/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_kl_loss/final/actor/model.safetensors" \
     "$tmp/grpo_no_kl/final/actor/model.safetensors" && pass grpo_kl_loss || fail grpo_kl_loss "$(tail -n 3 "$tmp/grpo_kl_loss.err")"
 expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
+# An on-policy step (one PPO epoch, one minibatch, no KL in the reward) takes its old
+# log-probs from the training forward: the experience pass skips the actor (TRL's GRPO does
+# the same). A row's numbers do not depend on its batch-mates or padding here, so the training
+# is bit for bit the one with the pass; with the KL penalty the pass runs.
+run grpo_recompute --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --termination-condition token \
+    --recompute-old-logprobs
+python3 - "$tmp/grpo_no_kl/metrics.jsonl" "$tmp/grpo_recompute/metrics.jsonl" "$tmp/grpo/metrics.jsonl" << 'PYEOF2' &&
+import json, math, sys
+runs = [[json.loads(l) for l in open(p) if '"train/score"' in l] for p in sys.argv[1:]]
+reused, recomputed, penalised = runs
+ok = len(reused) == 3 and all(r["train/old_logprobs_from_training"] == 1 for r in reused)
+ok &= all(r["train/ratio"] == 1.0 and r["train/approx_kl"] == 0.0 for r in reused)
+ok &= all(math.isfinite(r["train/kl"]) and r["train/entropy"] > 0 for r in reused)
+ok &= all(r["train/old_logprobs_from_training"] == 0 for r in recomputed + penalised)
+ok &= [r["train/kl"] for r in reused] == [r["train/kl"] for r in recomputed]
+ok &= [r["train/entropy"] for r in reused] == [r["train/entropy"] for r in recomputed]
+sys.exit(0 if ok else 1)
+PYEOF2
+    cmp -s "$tmp/grpo_no_kl/final/actor/model.safetensors" "$tmp/grpo_recompute/final/actor/model.safetensors" &&
+    pass old_logprobs_from_training || fail old_logprobs_from_training "$(tail -n 3 "$tmp/grpo_recompute.err")"
+# TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio and batch-scaled
+# advantages. At ratio 1 the first three have PPO's gradient, so they are run with the clip
+# test's several off-policy steps per rollout: each changes that training, and each learns.
+for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch"; do
+    set -- $form
+    name=$1
+    shift
+    run "grpo_$name" "${clip_args[@]}" "$@"
+    [ -f "$tmp/grpo_$name/final/actor/model.safetensors" ] && ! cmp -s "$tmp/grpo_$name/final/actor/model.safetensors" \
+        "$tmp/grpo_clip_symmetric/final/actor/model.safetensors" && pass "grpo_${name}_changes_training" ||
+        fail "grpo_${name}_changes_training" "$(tail -n 3 "$tmp/grpo_$name.err")"
+    run "grpo_${name}_long" --advantage-estimator grpo --samples-per-prompt 4 --max-iterations 8 --termination-condition token \
+        --ppo-epochs 2 "$@"
+    form_last=$(python3 -c "import json,sys; r=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(sum(r[-3:]) / 3)" "$tmp/grpo_${name}_long/metrics.jsonl" 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) + 0.5 else 1)" "$first" "$form_last" 2>/dev/null &&
+        pass "grpo_${name}_learns (score $first -> $form_last)" ||
+        fail "grpo_${name}_learns" "score '$first' -> '$form_last' $(tail -n 2 "$tmp/grpo_${name}_long.err")"
+done
+expect_error bad_policy_loss "--policy-loss" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss reinforce
+expect_error bad_cispo_max_weight "--cispo-max-weight" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss cispo \
+    --cispo-max-weight 0
+expect_error bad_sapo_temperature "--sapo-temperature" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss sapo \
+    --sapo-temperature-neg -1
+expect_error bad_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --ratio geometric
+expect_error bad_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
+    --samples-per-prompt 2 --scale-rewards global
+expect_error scale_rewards_not_grpo "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
+    --samples-per-prompt 2 --scale-rewards batch
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"

@@ -1,0 +1,77 @@
+"""Reference values of the critic-free policy losses of rl/ppo_loss.c and of GRPO's batch
+scaling (rl/advantage.c rollout_group_advantages), computed with the formulas of TRL 1.12's
+GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_trainer.py:
+  _compute_loss: log_ratio = logp - old; "sequence" level: (log_ratio * mask).sum(-1) /
+      mask.sum(-1), one per response; coef_1 = exp(that)
+    grpo: -min(coef_1 A, clamp(coef_1, 1 - eps_low, 1 + eps_high) A)
+    cispo: -clamp(coef_1, max=epsilon_high).detach() * A * logp
+    sapo: -(sigmoid(tau (coef_1 - 1)) * 4 / tau) A, tau = sapo_temperature_pos if A > 0 else _neg
+  per-response token mean of the per-token loss (loss_type "grpo"/"sapo"; one response here)
+  _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
+The gradients d loss / d logp_new come from torch autograd in float64.
+Writes tests/fixtures/ppo/grpo_losses.json: {"losses": [{"loss_type", "level", "epsilon_low",
+"epsilon_high", "cispo_max", "tau_pos", "tau_neg", "logp_old", "logp_new", "advantage", "loss",
+"grad"}], "batch_scaling": [{"rewards", "groups", "advantages"}]}.
+usage: .venv-tools/bin/python tools/make_grpo_loss_fixtures.py
+"""
+import json
+import os
+import random
+
+import torch
+from trl.trainer.utils import nanstd
+
+rng = random.Random(23)
+
+
+def policy_case(loss_type, level, advantage, R, spread):
+    eps_low, eps_high, cispo_max, tau_pos, tau_neg = 0.2, 0.28, 1.1, 1.0, 1.05
+    old = torch.tensor([rng.uniform(-4.0, -0.2) for _ in range(R)], dtype=torch.float64)
+    new = (old + torch.tensor([rng.gauss(0, spread) for _ in range(R)], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(1, R, dtype=torch.float64)
+    per_token_logps, old_per_token_logps = new.view(1, R), old.view(1, R)
+    advantages = torch.tensor([[advantage]], dtype=torch.float64)
+    log_ratio = per_token_logps - old_per_token_logps
+    if level == "token":
+        log_importance_weights = log_ratio
+    else:
+        log_importance_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_importance_weights)
+    if loss_type == "cispo":
+        clamped_ratios = torch.clamp(coef_1, max=cispo_max).detach()
+        per_token_loss = -clamped_ratios * advantages * per_token_logps
+    elif loss_type == "grpo":
+        coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+        per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    else:  # sapo
+        temperatures = torch.where(advantages > 0, torch.tensor(tau_pos), torch.tensor(tau_neg)).to(torch.float64)
+        per_token_loss = -(torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures) * advantages
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    loss.backward()
+    return {"loss_type": loss_type, "level": level, "epsilon_low": eps_low, "epsilon_high": eps_high,
+            "cispo_max": cispo_max, "tau_pos": tau_pos, "tau_neg": tau_neg, "logp_old": old.tolist(),
+            "logp_new": new.detach().tolist(), "advantage": advantage, "loss": loss.item(), "grad": new.grad.tolist()}
+
+
+losses = []
+for loss_type in ["grpo", "cispo", "sapo"]:
+    for level in ["token", "sequence"]:
+        for advantage in [1.3, -0.7]:
+            for R, spread in [(1, 0.05), (5, 0.3), (12, 0.15)]:
+                losses.append(policy_case(loss_type, level, advantage, R, spread))
+
+batch_scaling = []
+for sizes in [[4, 4], [2, 3, 4], [1, 4], [8, 8, 8]]:
+    groups = [g for g, n in enumerate(sizes) for _ in range(n)]
+    rewards = torch.tensor([rng.gauss(0.5, 1.5) for _ in groups], dtype=torch.float64)
+    means = torch.tensor([rewards[[i for i, h in enumerate(groups) if h == g]].mean().item() for g in groups],
+                         dtype=torch.float64)
+    # TRL's group mean of a one-response group is the response's reward: advantage 0.
+    std_rewards = nanstd(rewards).expand_as(rewards)
+    advantages = (rewards - means) / (std_rewards + 1e-4)
+    batch_scaling.append({"rewards": rewards.tolist(), "groups": groups, "advantages": advantages.tolist()})
+
+path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
+with open(path, "w") as f:
+    json.dump({"losses": losses, "batch_scaling": batch_scaling}, f)
+print("wrote", path, len(losses), "loss cases,", len(batch_scaling), "batches")
