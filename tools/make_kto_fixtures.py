@@ -17,6 +17,20 @@ the loss is the mean over the examples of
 with beta 0.5, w_D 1.0, w_U 1.5. The reference is a perturbed copy of the model, chosen
 (through the perturbation's seed) so that z0 > 0 and the baseline is exercised.
 
+The same examples and reference then go through TRL 1.12.0's own code for the two other
+losses of `marlhf kto --loss` (trl.trainer.kto_trainer.KTOTrainer._compute_loss and
+trl.experimental.bco.bco_trainer.BCOTrainer.get_batch_loss_metrics, called on a stand-in for
+the trainer object that holds just the settings they read; the reference log-probs are
+given as precomputed, as TRL's precompute_ref_log_probs does):
+- apo_zero_unpaired (kto_trainer.py 787: calculate_kl False; 1570: kl = 0; 1581:
+  desirable 1 - sigmoid(beta r); 1596: undesirable sigmoid(beta r); 1604: the weights;
+  1671: the mean), the four examples in one batch, w_D 1.0, w_U 1.5.
+- BCO (bco_trainer.py 1271-1275: the batch's rewards beta r first update RunningMoments,
+  whose mean delta then shifts -log sigmoid(+-(beta r - delta)); 141-151: the update), as
+  one optimizer step of two micro-batches, examples {0, 1} then {2, 3} (the gradient
+  accumulated as TRL does: each micro-batch's mean loss / 2), then a third micro-batch
+  {0, 1} against the running mean the first two left (no gradient).
+
 tests/fixtures/kto/llama.safetensors:
     tokens, kl_tokens               i64 [4, T], [4, Tk] (right-padded with 0)
     lengths, prompt_lengths         i64 [4]     (of the rows)
@@ -27,10 +41,18 @@ tests/fixtures/kto/llama.safetensors:
     kl                              f32 [1]     z0
     loss                            f32 [1]
     grad.<weight name>              f32         d loss / d weight
+    apo.loss                        f32 [1]     apo_zero_unpaired, the mean over the four
+    apo.grad.<weight name>          f32
+    bco.delta                       f32 [3]     delta of micro-batches {0,1}, {2,3}, {0,1}
+    bco.loss                        f32 [3]     their mean losses
+    bco.grad.<weight name>          f32         of the step of the first two micro-batches
 """
 import copy
+import functools
 import os
 import sys
+from collections import defaultdict
+from types import SimpleNamespace
 
 import torch
 from safetensors.torch import save_file
@@ -40,6 +62,10 @@ import make_model_fixtures as base  # noqa: E402
 from make_dpo_fixtures import response_sums  # noqa: E402
 
 from transformers import AutoModelForCausalLM  # noqa: E402
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from trl.experimental.bco.bco_trainer import BCOTrainer, RunningMoments  # noqa: E402
+from trl.trainer.kto_trainer import KTOTrainer  # noqa: E402
 
 BETA, DESIRABLE_WEIGHT, UNDESIRABLE_WEIGHT = 0.5, 1.0, 1.5
 DESIRABLE = [1, 0, 1, 0]
@@ -72,6 +98,57 @@ def kto_loss(policy, reference, policy_kl, reference_kl):
         else:
             losses.append(UNDESIRABLE_WEIGHT * (1 - torch.sigmoid(BETA * (kl - logratio[i]))))
     return torch.stack(losses).mean(), kl
+
+
+class SingleProcess:
+    """What TRL's loss code asks of accelerate's Accelerator in one process."""
+    device = torch.device("cpu")
+    use_distributed = False
+    is_main_process = True
+
+    def gather_for_metrics(self, x):
+        return x
+
+
+def trl_apo_zero_unpaired(model, tokens, lengths, prompt_lengths, reference):
+    """The mean apo_zero_unpaired loss of the examples by KTOTrainer._compute_loss."""
+    slots = torch.arange(tokens.shape[1])[None, :]
+    trainer = SimpleNamespace(
+        model=model, accelerator=SingleProcess(), calculate_KL=False, precompute_ref_logps=True,
+        use_liger_kernel=False, aux_loss_enabled=False, loss_type="apo_zero_unpaired", beta=BETA,
+        desirable_weight=DESIRABLE_WEIGHT, undesirable_weight=UNDESIRABLE_WEIGHT,
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)}, _total_train_tokens=0)
+    trainer._compute_kl_logps = functools.partial(KTOTrainer._compute_kl_logps, trainer)
+    batch = {"input_ids": tokens, "attention_mask": (slots < lengths[:, None]).long(),
+             "completion_mask": ((slots >= prompt_lengths[:, None]) & (slots < lengths[:, None])).long(),
+             "label": torch.tensor(DESIRABLE, dtype=torch.bool), "ref_logps": reference}
+    loss = KTOTrainer._compute_loss(trainer, model, batch, return_outputs=False)
+    assert trainer._metrics["eval"]["kl"] == [0.0] or trainer._metrics["train"]["kl"] == [0.0]
+    return loss
+
+
+class BcoStandIn:
+    """The parts of a BCOTrainer its get_batch_loss_metrics reads, with TRL's RunningMoments."""
+
+    def __init__(self):
+        self.accelerator = SingleProcess()
+        self.running = RunningMoments(accelerator=self.accelerator)
+        self.beta, self.is_encoder_decoder, self.aux_loss_enabled = BETA, False, False
+        self.match_underlying_distribution = False
+        self.get_batch_logps = BCOTrainer.get_batch_logps
+        for name in ("forward", "bco_loss", "_get_prompt_embeddings"):
+            setattr(self, name, functools.partial(getattr(BCOTrainer, name), self))
+
+    def micro_batch(self, model, tokens, lengths, prompt_lengths, reference, which):
+        """TRL's mean BCO loss of examples `which` and the delta it used (the running mean updated)."""
+        tokens, lengths, prompt_lengths = tokens[which], lengths[which], prompt_lengths[which]
+        slots = torch.arange(tokens.shape[1])[None, :]
+        completion = (slots >= prompt_lengths[:, None]) & (slots < lengths[:, None])
+        batch = {"completion_input_ids": tokens, "completion_attention_mask": (slots < lengths[:, None]).long(),
+                 "completion_labels": torch.where(completion, tokens, torch.full_like(tokens, -100)),
+                 "label": [bool(DESIRABLE[i]) for i in which], "reference_logps": reference[which]}
+        loss, metrics = BCOTrainer.get_batch_loss_metrics(self, model, batch)
+        return loss, metrics["delta"]
 
 
 def main():
@@ -113,6 +190,34 @@ def main():
                         "policy_kl_logps": policy_kl, "kl": kl.reshape(1), "loss": loss.detach().reshape(1)})
         for name, p in model64.named_parameters():
             tensors[f"grad.{name}"] = p.grad.detach().clone()
+
+        # apo_zero_unpaired by TRL's KTOTrainer: all four examples in one batch.
+        model64.zero_grad(set_to_none=True)
+        apo = trl_apo_zero_unpaired(model64, tokens, lengths, prompt_lengths, reference)
+        apo.backward()
+        tensors["apo.loss"] = apo.detach().reshape(1)
+        for name, p in model64.named_parameters():
+            tensors[f"apo.grad.{name}"] = p.grad.detach().clone()
+        print(f"apo_zero_unpaired loss {apo.item():.6f}")
+
+        # BCO by TRL's BCOTrainer: a step of micro-batches {0, 1} and {2, 3} from a fresh
+        # running mean (Trainer divides each micro-batch's loss by the accumulation, 2), then {0, 1} again.
+        model64.zero_grad(set_to_none=True)
+        bco = BcoStandIn()
+        losses, deltas = [], []
+        for which in ([0, 1], [2, 3]):
+            loss, delta = bco.micro_batch(model64, tokens, lengths, prompt_lengths, reference, which)
+            (loss / 2).backward()
+            losses.append(loss.item()), deltas.append(delta)
+        with torch.no_grad():
+            loss, delta = bco.micro_batch(model64, tokens, lengths, prompt_lengths, reference, [0, 1])
+        losses.append(loss.item()), deltas.append(delta)
+        assert abs(bco.running.count - 6) < 1e-9
+        tensors["bco.delta"] = torch.tensor(deltas, dtype=torch.float64)
+        tensors["bco.loss"] = torch.tensor(losses, dtype=torch.float64)
+        for name, p in model64.named_parameters():
+            tensors[f"bco.grad.{name}"] = p.grad.detach().clone()
+        print("bco deltas", [round(d, 6) for d in deltas], "losses", [round(x, 6) for x in losses])
     tensors = {k: (v.float() if v.dtype == torch.float64 else v).contiguous() for k, v in tensors.items()}
     save_file(tensors, os.path.join(out_dir, "llama.safetensors"))
     print("policy sums", [round(float(x), 4) for x in tensors["policy_logps"]])

@@ -1,6 +1,7 @@
 // marlhf kto: preference learning from completions labelled desirable or undesirable
-// (train/kto.h), TRL's KTOTrainer. Reads unpaired rows ({prompt, completion, label}) or any
-// pair format, each pair giving a desirable and an undesirable example.
+// (train/kto.h), TRL's KTOTrainer (--loss kto, apo-zero-unpaired) and BCOTrainer (--loss bco).
+// Reads unpaired rows ({prompt, completion, label}) or any pair format, each pair giving a
+// desirable and an undesirable example.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,20 +43,22 @@ static void examples_free(Examples *e) { free(e->prompts), free(e->completions),
 
 int cmd_kto(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
-    char *model_path = NULL, *output = NULL, *reference_path = NULL;
+    char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "kto";
     double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
     Option options[56] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
          "frozen reference (default: the policy's starting weights)", false, false},
+        {"loss", "loss_type", OPT_STRING, &loss_name,
+         "kto | apo-zero-unpaired (no KL baseline) | bco (binary classifier with a running reward mean)", false, false},
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
         {"desirable-weight", "desirable_weight", OPT_FLOAT, &desirable_weight,
          "weight of the desirable examples' losses (TRL's KTOConfig)", false, false},
         {"undesirable-weight", "undesirable_weight", OPT_FLOAT, &undesirable_weight,
          "weight of the undesirable examples' losses", false, false},
     };
-    int count = 6 + trainer_cli_options(&c, options + 6);
+    int count = 7 + trainer_cli_options(&c, options + 7);
     OptionSet set = {"kto", "KTO: learn from completions labelled desirable or undesirable (or from pairs).",
                      "marlhf kto --model SFT_MODEL --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
@@ -65,6 +68,12 @@ int cmd_kto(int argc, char **argv) {
     if (!(undesirable_weight > 0) || !isfinite(undesirable_weight))
         die_user("option --undesirable-weight must be positive, got %g", undesirable_weight);
     KtoLossOptions loss = {.beta = beta, .desirable_weight = desirable_weight, .undesirable_weight = undesirable_weight};
+    if (kto_loss_from_name(loss_name, &loss.loss) != 0)
+        die_user("option --loss must be kto, apo-zero-unpaired or bco, got '%s'", loss_name);
+    // TRL's BCOTrainer has no such weights; taking them silently would train something else.
+    if (loss.loss == KTO_LOSS_BCO && (desirable_weight != 1.0 || undesirable_weight != 1.0))
+        die_user("option --%s: --loss bco has no desirable/undesirable weights",
+                 desirable_weight != 1.0 ? "desirable-weight" : "undesirable-weight");
     trainer_cli_finish(&c, output);
 
     Tokenizer *tokenizer;
@@ -87,20 +96,20 @@ int cmd_kto(int argc, char **argv) {
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;
         fprintf(stderr, "kto: %ld training examples (%ld desirable, %ld undesirable; %ld dropped, %ld cut at %ld tokens), "
-                        "%ld eval examples, beta %g\n",
+                        "%ld eval examples, loss %s, beta %g\n",
                 task.train.count, task.train_desirable_count, undesirable, task.dropped, task.truncated, c.max_seq_len,
-                task.eval.count, beta);
+                task.eval.count, loss_name, beta);
         // The KTO paper's advice (TRL warns likewise): weighted desirable over undesirable in [1, 4/3].
         const double ratio = undesirable > 0 ? desirable_weight * (double)task.train_desirable_count /
                                                    (undesirable_weight * (double)undesirable)
                                              : INFINITY;
-        if (ratio < 1.0 || ratio > 4.0 / 3.0)
+        if (loss.loss != KTO_LOSS_BCO && (ratio < 1.0 || ratio > 4.0 / 3.0))
             fprintf(stderr, "kto: note: desirable_weight x desirable / (undesirable_weight x undesirable) = %.3g; the "
                             "KTO paper recommends [1, 4/3] (--desirable-weight, --undesirable-weight)\n",
                     ratio);
     }
-    // The reference's log-probs of every row and mismatched row, once, before any step (and
-    // again on --resume, from the same starting weights).
+    // The reference's log-probs of every row and mismatched row (KTO's loss only), once,
+    // before any step (and again on --resume, from the same starting weights).
     if (reference_path) {
         kto_task_compute_reference(&task, &reference);
         model_free(&reference);
@@ -111,7 +120,11 @@ int cmd_kto(int argc, char **argv) {
 
     TrainTask train_task = kto_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
-    if (!c.quiet) fprintf(stderr, "kto: final model in %s/final\n", output);
+    // How many mismatched rows this process ran (reference, training, evaluation): the cost of
+    // KTO's baseline, and 0 for the losses without one.
+    if (!c.quiet)
+        fprintf(stderr, "kto: final model in %s/final (%ld mismatched rows scored for a KL baseline)\n", output,
+                task.kl_rows_scored);
     model_free(&model);
     kto_task_free(&task);
     examples_free(&examples), examples_free(&eval_examples);

@@ -56,6 +56,26 @@ static long count_true(const bool *values, long n) {
     return count;
 }
 
+int kto_loss_from_name(const char *name, KtoLossKind *kind) {
+    if (!strcmp(name, "kto")) *kind = KTO_LOSS_KTO;
+    else if (!strcmp(name, "apo-zero-unpaired")) *kind = KTO_LOSS_APO_ZERO_UNPAIRED;
+    else if (!strcmp(name, "bco")) *kind = KTO_LOSS_BCO;
+    else return -1;
+    return 0;
+}
+
+const char *kto_loss_name(KtoLossKind kind) {
+    switch (kind) {
+    case KTO_LOSS_APO_ZERO_UNPAIRED: return "apo-zero-unpaired";
+    case KTO_LOSS_BCO: return "bco";
+    case KTO_LOSS_KTO:
+    default: return "kto";
+    }
+}
+
+// Only KTO's loss has the KL baseline, and with it the mismatched rows.
+static bool uses_kl_baseline(const KtoTask *task) { return task->options.loss == KTO_LOSS_KTO; }
+
 int kto_task_from_rows(KtoTask *task, TokenizedExamples *train, bool *train_desirable, TokenizedExamples *eval,
                        bool *eval_desirable, int pad_id, int max_seq_len, const KtoLossOptions *options) {
     long dropped = task->dropped, truncated = task->truncated;
@@ -66,14 +86,22 @@ int kto_task_from_rows(KtoTask *task, TokenizedExamples *train, bool *train_desi
     task->train_desirable = train_desirable, task->eval_desirable = eval_desirable;
     task->train_desirable_count = count_true(train_desirable, task->train.count);
     task->eval_desirable_count = count_true(eval_desirable, task->eval.count);
-    build_mismatched_rows(&task->train, max_seq_len, &task->train_kl);
-    build_mismatched_rows(&task->eval, max_seq_len, &task->eval_kl);
     task->pad_id = pad_id;
     task->options = *options;
+    // Without the baseline (apo-zero-unpaired, bco) there are no mismatched rows at all:
+    // nothing to score with the reference, nothing extra to run per micro-batch.
+    if (uses_kl_baseline(task)) {
+        build_mismatched_rows(&task->train, max_seq_len, &task->train_kl);
+        build_mismatched_rows(&task->eval, max_seq_len, &task->eval_kl);
+    }
     task->train_reference = response_sums_unknown(task->train.count);
     task->eval_reference = response_sums_unknown(task->eval.count);
     task->train_kl_reference = response_sums_unknown(task->train_kl.count);
     task->eval_kl_reference = response_sums_unknown(task->eval_kl.count);
+    if (!uses_kl_baseline(task)) {
+        if (task->train.count < 1) return err_set("no training example has a completion token within --max-seq-len");
+        return 0;
+    }
     if (task->train.count < 2)
         return err_set("KTO needs at least 2 training examples with a completion token within --max-seq-len (it has "
                        "%ld): its KL baseline pairs each prompt with another example's completion",
@@ -104,6 +132,7 @@ void kto_task_free(KtoTask *task) {
     free(task->train_desirable), free(task->eval_desirable);
     free(task->train_reference), free(task->eval_reference);
     free(task->train_kl_reference), free(task->eval_kl_reference);
+    free(task->step_delta);
     memset(task, 0, sizeof *task);
 }
 
@@ -112,6 +141,7 @@ void kto_task_compute_reference(KtoTask *task, Model *reference) {
     response_logps_all(reference, &task->eval, task->pad_id, task->eval_reference);
     response_logps_all(reference, &task->train_kl, task->pad_id, task->train_kl_reference);
     response_logps_all(reference, &task->eval_kl, task->pad_id, task->eval_kl_reference);
+    task->kl_rows_scored += task->train_kl.count + task->eval_kl.count;
 }
 
 // The baseline from the mismatched rows' policy and reference sums: max(0, mean(policy - reference)).
@@ -125,34 +155,59 @@ static double kl_baseline(const double *policy, const double *reference, long co
     return mean > 0.0 ? mean : 0.0;
 }
 
+// The log-ratios r = policy - reference of the examples' rows, from one forward over them
+// (the batch stays built for a backward; the caller frees it).
+static void kto_logratios(const KtoTask *task, Model *model, const TokenizedExamples *rows, const double *reference,
+                          const long *examples, int count, ResponseBatch *batch, double *logratios) {
+    response_batch_build(rows, examples, count, task->pad_id, batch);
+    response_batch_forward(model, batch, logratios);
+    for (int b = 0; b < count; b++) {
+        CHECK(!isnan(reference[examples[b]]), "KTO reference log-probs were not computed");
+        logratios[b] -= reference[examples[b]];
+    }
+}
+
+// The sum of a micro-batch's rewards beta r, in batch order (the same bits wherever it is
+// computed, so the delta of bco_begin_step is the delta of a micro-step on one process).
+static double reward_sum(const KtoTask *task, const double *logratios, int count) {
+    double sum = 0.0;
+    for (int b = 0; b < count; b++) sum += task->options.beta * logratios[b];
+    return sum;
+}
+
+// TRL's RunningMoments.update (trl/experimental/bco/bco_trainer.py), the part BCO reads: the
+// mean of every reward seen so far, after a batch of `count` rewards summing to `sum`.
+// Returns the new mean, the delta of that batch's loss.
+static double bco_running_update(KtoTask *task, double sum, double count) {
+    const double batch_mean = sum / count, total = task->bco_count + count;
+    task->bco_mean += (batch_mean - task->bco_mean) * count / total;
+    task->bco_count = total;
+    return task->bco_mean;
+}
+
 typedef struct {
     double loss, correct, tokens;
     double chosen_reward, chosen_count, rejected_reward, rejected_count;
 } KtoStats;
 
-// One forward over the examples' rows, their losses against the baseline kl, and (when
-// train) the backward of scale * the summed loss.
-static void kto_forward(const KtoTask *task, Model *model, const TokenizedExamples *rows, const double *reference,
-                        const bool *desirable, const long *examples, int count, double kl, double scale, bool train,
-                        KtoStats *stats) {
-    ResponseBatch batch;
-    response_batch_build(rows, examples, count, task->pad_id, &batch);
-    double *sums = xmalloc((size_t)count * sizeof(double)), *d_sums = xmalloc((size_t)count * sizeof(double));
-    response_batch_forward(model, &batch, sums);
+// The examples' losses against `baseline` (KTO's z0, BCO's delta, unused by
+// apo-zero-unpaired), d loss / d r into d_logratios, and the statistics.
+static void kto_losses(const KtoTask *task, const bool *desirable, const long *examples, int count,
+                       const double *logratios, double baseline, double *d_logratios, KtoStats *stats) {
+    const KtoLossOptions *o = &task->options;
     for (int b = 0; b < count; b++) {
-        const long e = examples[b];
-        CHECK(!isnan(reference[e]), "KTO reference log-probs were not computed");
-        const double logratio = sums[b] - reference[e];
-        stats->loss += kto_example_loss(&task->options, desirable[e], logratio, kl, &d_sums[b]);
-        stats->correct += desirable[e] ? logratio > kl : logratio < kl;
+        const bool good = desirable[examples[b]];
+        const double r = logratios[b];
+        stats->loss += kto_example_loss(o, good, r, baseline, &d_logratios[b]);
+        // On its side of the baseline: the sign of the loss's own logit.
+        const double margin = o->loss == KTO_LOSS_BCO ? o->beta * r - baseline
+                              : o->loss == KTO_LOSS_KTO ? r - baseline
+                                                        : r;
+        stats->correct += good ? margin > 0 : margin < 0;
         // TRL's implicit rewards: beta (policy - reference), the baseline not subtracted.
-        if (desirable[e]) stats->chosen_reward += task->options.beta * logratio, stats->chosen_count += 1;
-        else stats->rejected_reward += task->options.beta * logratio, stats->rejected_count += 1;
+        if (good) stats->chosen_reward += o->beta * r, stats->chosen_count += 1;
+        else stats->rejected_reward += o->beta * r, stats->rejected_count += 1;
     }
-    stats->tokens += (double)response_batch_tokens(&batch);
-    if (train) response_batch_backward(model, &batch, d_sums, scale);
-    free(sums), free(d_sums);
-    response_batch_free(&batch);
 }
 
 static double kto_weight(void *context, const long *examples, int count) { return count; }
@@ -160,55 +215,151 @@ static double kto_weight(void *context, const long *examples, int count) { retur
 static void kto_micro_step(void *context, Model *model, const long *examples, int count, double scale,
                            MicroStepResult *result) {
     KtoTask *task = context;
-    // The baseline of this micro-batch: its examples' mismatched rows under the current
-    // policy (no gradient), against their reference sums.
-    double *policy_kl = xmalloc((size_t)count * sizeof(double)), *reference_kl = xmalloc((size_t)count * sizeof(double));
-    response_logps(model, &task->train_kl, examples, count, task->pad_id, policy_kl);
-    for (int b = 0; b < count; b++) reference_kl[b] = task->train_kl_reference[examples[b]];
-    const double kl = kl_baseline(policy_kl, reference_kl, count);
-    free(policy_kl), free(reference_kl);
+    double baseline = 0.0;
+    if (uses_kl_baseline(task)) {
+        // The baseline of this micro-batch: its examples' mismatched rows under the current
+        // policy (no gradient), against their reference sums.
+        double *policy_kl = xmalloc((size_t)count * sizeof(double)), *reference_kl = xmalloc((size_t)count * sizeof(double));
+        response_logps(model, &task->train_kl, examples, count, task->pad_id, policy_kl);
+        for (int b = 0; b < count; b++) reference_kl[b] = task->train_kl_reference[examples[b]];
+        baseline = kl_baseline(policy_kl, reference_kl, count);
+        task->kl_rows_scored += count;
+        free(policy_kl), free(reference_kl);
+    }
+    ResponseBatch batch;
+    double *logratios = xmalloc((size_t)count * sizeof(double)), *d_logratios = xmalloc((size_t)count * sizeof(double));
+    kto_logratios(task, model, &task->train, task->train_reference, examples, count, &batch, logratios);
+    if (task->options.loss == KTO_LOSS_BCO) {
+        // TRL adds the micro-batch's own rewards to the running mean before its loss. Under
+        // mpirun bco_begin_step has done so for the whole step already.
+        baseline = task->step_delta ? task->step_delta[examples[0]]
+                                    : bco_running_update(task, reward_sum(task, logratios, count), count);
+    }
     KtoStats stats = {0};
-    kto_forward(task, model, &task->train, task->train_reference, task->train_desirable, examples, count, kl, scale, true,
-                &stats);
+    kto_losses(task, task->train_desirable, examples, count, logratios, baseline, d_logratios, &stats);
+    // r = policy - reference, so d loss / d (policy sum) = d loss / d r.
+    response_batch_backward(model, &batch, d_logratios, scale);
     result->loss_sum = stats.loss;
     result->weight = count;
-    result->tokens = stats.tokens;
-    result->metric_sums[0] = kl * count;
-    result->metric_sums[1] = stats.correct;
+    result->tokens = (double)response_batch_tokens(&batch);
+    if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) {
+        result->metric_sums[0] = stats.correct;
+    } else {
+        result->metric_sums[0] = baseline * count; // kl or delta
+        result->metric_sums[1] = stats.correct;
+    }
+    free(logratios), free(d_logratios);
+    response_batch_free(&batch);
+}
+
+// bco under mpirun (TrainTask.begin_step): micro-batch m of the step runs on rank m mod W,
+// but its delta depends on the rewards of micro-batches 0..m, wherever they run. So every
+// rank scores its own micro-batches first (one forward each, no backward), the reward sums
+// are gathered, and the running mean is advanced micro-batch by micro-batch in step order,
+// as one process with W times the accumulation advances it: each example gets its
+// micro-batch's delta, and every rank ends the step with the same running mean.
+static void bco_begin_step(void *context, Model *model, const long *examples, long count, long micro_batch) {
+    KtoTask *task = context;
+    const int world = dist_world_size(), rank = dist_rank();
+    if (world == 1) return; // one process: each micro-step advances the mean itself, in order
+    if (!task->step_delta) task->step_delta = response_sums_unknown(task->train.count);
+    const long micro_count = (count + micro_batch - 1) / micro_batch;
+    double *sums = xcalloc((size_t)micro_count, sizeof(double)); // per micro-batch: its reward sum
+    double *logratios = xmalloc((size_t)micro_batch * sizeof(double));
+    for (long m = rank; m < micro_count; m += world) {
+        const long first = m * micro_batch;
+        const int size = (int)(count - first < micro_batch ? count - first : micro_batch);
+        ResponseBatch batch;
+        kto_logratios(task, model, &task->train, task->train_reference, examples + first, size, &batch, logratios);
+        response_batch_free(&batch);
+        sums[m] = reward_sum(task, logratios, size);
+    }
+    dist_sum_doubles(sums, micro_count); // the other ranks' entries are 0 here: x + 0 = x exactly
+    for (long m = 0; m < micro_count; m++) {
+        const long first = m * micro_batch;
+        const long size = count - first < micro_batch ? count - first : micro_batch;
+        const double delta = bco_running_update(task, sums[m], (double)size);
+        for (long i = first; i < first + size; i++) task->step_delta[examples[i]] = delta;
+    }
+    free(sums), free(logratios);
 }
 
 static void kto_evaluate(void *context, Model *model, EvalResult *result) {
     KtoTask *task = context;
     const long n = task->eval.count;
-    double *policy_kl = xmalloc((size_t)n * sizeof(double));
-    response_logps_all(model, &task->eval_kl, task->pad_id, policy_kl);
-    const double kl = kl_baseline(policy_kl, task->eval_kl_reference, n);
-    free(policy_kl);
+    double baseline = 0.0;
+    if (uses_kl_baseline(task)) {
+        double *policy_kl = xmalloc((size_t)n * sizeof(double));
+        response_logps_all(model, &task->eval_kl, task->pad_id, policy_kl);
+        baseline = kl_baseline(policy_kl, task->eval_kl_reference, n);
+        task->kl_rows_scored += n;
+        free(policy_kl);
+    } else if (task->options.loss == KTO_LOSS_BCO) {
+        baseline = task->bco_mean; // TRL evaluates with do_train=False: the mean as it stands
+    }
     KtoStats stats = {0};
     long examples[4];
+    double logratios[4], d_logratios[4];
     // Under mpirun each rank evaluates its share of the examples and the sums are added up.
     DistChunks chunks = dist_chunks(n, 4);
-    for (int count; (count = dist_chunks_next(&chunks, examples)) > 0;)
-        kto_forward(task, model, &task->eval, task->eval_reference, task->eval_desirable, examples, count, kl, 0.0, false,
-                    &stats);
+    for (int count; (count = dist_chunks_next(&chunks, examples)) > 0;) {
+        ResponseBatch batch;
+        kto_logratios(task, model, &task->eval, task->eval_reference, examples, count, &batch, logratios);
+        response_batch_free(&batch);
+        kto_losses(task, task->eval_desirable, examples, count, logratios, baseline, d_logratios, &stats);
+    }
     double sums[6] = {stats.loss, stats.correct, stats.chosen_reward, stats.chosen_count, stats.rejected_reward,
                       stats.rejected_count};
     dist_sum_doubles(sums, 6);
-    const char *names[] = {"loss", "kl", "accuracy", "chosen_reward", "rejected_reward"};
-    const double values[] = {sums[0] / (double)n, kl, sums[1] / (double)n, sums[3] > 0 ? sums[2] / sums[3] : 0.0,
-                             sums[5] > 0 ? sums[4] / sums[5] : 0.0};
-    for (int i = 0; i < 5; i++) result->names[i] = names[i], result->values[i] = values[i];
-    result->count = 5;
+    int k = 0;
+    result->names[k] = "loss", result->values[k++] = sums[0] / (double)n;
+    if (task->options.loss != KTO_LOSS_APO_ZERO_UNPAIRED)
+        result->names[k] = uses_kl_baseline(task) ? "kl" : "delta", result->values[k++] = baseline;
+    result->names[k] = "accuracy", result->values[k++] = sums[1] / (double)n;
+    result->names[k] = "chosen_reward", result->values[k++] = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
+    result->names[k] = "rejected_reward", result->values[k++] = sums[5] > 0 ? sums[4] / sums[5] : 0.0;
+    result->count = k;
+}
+
+// Trainer state: the loss (a checkpoint of one loss does not resume another) and, for bco,
+// the running mean. JSON_REAL_PRECISION(17) in the checkpoint writes doubles exactly.
+static void kto_save_state(void *context, json_t *state) {
+    const KtoTask *task = context;
+    json_object_set_new(state, "kto_loss", json_string(kto_loss_name(task->options.loss)));
+    if (task->options.loss != KTO_LOSS_BCO) return;
+    json_object_set_new(state, "bco_reward_mean", json_real(task->bco_mean));
+    json_object_set_new(state, "bco_reward_count", json_real(task->bco_count));
+}
+
+static int kto_load_state(void *context, const json_t *state, const char *checkpoint) {
+    KtoTask *task = context;
+    const char *saved = json_string_value(json_object_get(state, "kto_loss"));
+    if (!saved) saved = "kto"; // written before there was a choice of loss
+    const char *loss = kto_loss_name(task->options.loss);
+    if (strcmp(saved, loss) != 0)
+        return err_set("checkpoint was made with --loss %s, this run has --loss %s (%s)", saved, loss, checkpoint);
+    if (task->options.loss != KTO_LOSS_BCO) return 0;
+    const json_t *mean = json_object_get(state, "bco_reward_mean"), *seen = json_object_get(state, "bco_reward_count");
+    if (!json_is_number(mean) || !json_is_number(seen) || !(json_number_value(seen) >= 0))
+        return err_set("checkpoint has no BCO running reward mean (bco_reward_mean, bco_reward_count) (%s)", checkpoint);
+    task->bco_mean = json_number_value(mean);
+    task->bco_count = json_number_value(seen);
+    return 0;
 }
 
 TrainTask kto_train_task(KtoTask *task) {
-    return (TrainTask){
+    TrainTask train = {
         .name = "kto",
         .num_examples = task->train.count,
         .metric_names = {"kl", "accuracy", NULL},
         .weight = kto_weight,
         .micro_step = kto_micro_step,
         .evaluate = task->eval.count > 0 ? kto_evaluate : NULL,
+        .save_state = kto_save_state,
+        .load_state = kto_load_state,
         .context = task,
     };
+    if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) train.metric_names[0] = "accuracy", train.metric_names[1] = NULL;
+    if (task->options.loss == KTO_LOSS_BCO) train.metric_names[0] = "delta", train.begin_step = bco_begin_step;
+    return train;
 }

@@ -77,6 +77,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "num_examples", json_integer(task->num_examples));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
+    if (task->save_state) task->save_state(task->context, state);
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
     json_decref(state);
@@ -150,6 +151,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && state_integer(state, "lora_rank", 0) != model->lora.rank)
                 rc = err_set("checkpoint was made with --lora-rank %ld, this run has %d (%s)",
                              state_integer(state, "lora_rank", 0), model->lora.rank, checkpoint);
+            if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
             if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {
@@ -207,6 +209,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             long start = (first_micro + m) * options->micro_batch;
             long count = n - start < options->micro_batch ? n - start : options->micro_batch;
             step_weight += task->weight(task->context, order + start, (int)count);
+        }
+        if (task->begin_step && step_weight > 0) {
+            const long start = first_micro * options->micro_batch;
+            const long end = (first_micro + micro_count) * options->micro_batch;
+            task->begin_step(task->context, model, order + start, (end < n ? end : n) - start, options->micro_batch);
         }
         model_zero_grad(model);
         MicroStepResult total = {0};

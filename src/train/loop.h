@@ -8,10 +8,12 @@
 //
 // Exact resume: the data order of epoch e is a pure function of (seed, e); the state
 // saved with each checkpoint (optimizer step, epoch, micro-batch cursor, AdamW moments,
-// weights) is all the loop carries from one step to the next. A run killed at any moment
-// and resumed from its newest checkpoint ends with weights bit-identical to a run that was
-// never interrupted (same thread count).
+// weights, and the task's own state if it has any: TrainTask.save_state) is all the loop
+// carries from one step to the next. A run killed at any moment and resumed from its
+// newest checkpoint ends with weights bit-identical to a run that was never interrupted
+// (same thread count).
 #pragma once
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -67,6 +69,18 @@ typedef struct {
                        MicroStepResult *result);
     // Evaluation on held-out data (no gradients); may be NULL.
     void (*evaluate)(void *context, Model *model, EvalResult *result);
+    // Optional (NULL when the task has none): called before the micro-steps of every
+    // optimizer step with all the step's examples, on every rank: micro-batch m is
+    // examples[m * micro_batch, ...) (the last one may be shorter) and rank m mod W runs it.
+    // For a task whose micro-batches depend on each other (BCO's running reward mean,
+    // train/kto.c), which under mpirun must see the other ranks' micro-batches of the step.
+    void (*begin_step)(void *context, Model *model, const long *examples, long count, long micro_batch);
+    // Optional: state the task carries from one step to the next (BCO's running reward
+    // mean), written into every checkpoint's trainer state and read back by --resume, so a
+    // resumed run is the same run. load_state returns 0, or -1 with err_set() naming
+    // `checkpoint` (the folder the state was read from).
+    void (*save_state)(void *context, json_t *state);
+    int (*load_state)(void *context, const json_t *state, const char *checkpoint);
     void *context;
 } TrainTask;
 

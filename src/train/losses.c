@@ -113,8 +113,19 @@ void rm_dschat_span(const int *chosen_ids, const int *rejected_ids, int T, int p
     if (*end <= *divergence) *end = *divergence + 1; // a difference inside the padding of both
 }
 
-double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double kl, double *d_logratio) {
+double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double baseline,
+                        double *d_logratio) {
     const double beta = options->beta;
+    if (options->loss == KTO_LOSS_BCO) {
+        // A logistic classifier of desirable vs undesirable with logit beta r - delta.
+        const double z = desirable ? beta * logratio - baseline : baseline - beta * logratio;
+        // d/dz -log sigmoid(z) = -sigmoid(-z); dz/dr = +beta (desirable) or -beta
+        *d_logratio = desirable ? -beta * sigmoid(-z) : beta * sigmoid(-z);
+        return log_sigmoid_negated(z);
+    }
+    // APO-zero (unpaired) is KTO's loss with the baseline held at 0: 1 - sigmoid(-beta r) is
+    // TRL's sigmoid(beta r) for an undesirable example.
+    const double kl = options->loss == KTO_LOSS_APO_ZERO_UNPAIRED ? 0.0 : baseline;
     const double z = desirable ? beta * (logratio - kl) : beta * (kl - logratio);
     const double weight = desirable ? options->desirable_weight : options->undesirable_weight;
     // d/dz (1 - sigmoid(z)) = -sigmoid(z) sigmoid(-z); dz/dr = +beta (desirable) or -beta

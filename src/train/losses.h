@@ -61,20 +61,35 @@ typedef struct {
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected);
 
-// ---- KTO: one example's log-ratio against the KL baseline ----
-// With r = policy - reference (the completion's log-prob sums) and z0 the baseline (train/kto.c:
-// the clamped mean of policy - reference over mismatched prompt/completion rows, which
-// carries no gradient, as TRL detaches it):
-//   desirable     w_D (1 - sigmoid(beta (r - z0)))
-//   undesirable   w_U (1 - sigmoid(beta (z0 - r)))
-// (Ethayarajh et al. 2024; TRL's KTOTrainer, loss_type "kto"). Returns the loss; *d_logratio
-// receives d loss / d r.
+// ---- KTO and its unpaired relatives: one example's log-ratio against a baseline ----
+// With r = policy - reference (the completion's log-prob sums), per loss kind:
+//   KTO_LOSS_KTO   desirable    w_D (1 - sigmoid(beta (r - z0)))
+//                  undesirable  w_U (1 - sigmoid(beta (z0 - r)))
+//                  z0 = `baseline`: the KL estimate (train/kto.c: the clamped mean of
+//                  policy - reference over mismatched prompt/completion rows, which carries
+//                  no gradient, as TRL detaches it). Ethayarajh et al. 2024; TRL's KTOTrainer,
+//                  loss_type "kto".
+//   KTO_LOSS_APO_ZERO_UNPAIRED
+//                  desirable    w_D (1 - sigmoid(beta r))
+//                  undesirable  w_U sigmoid(beta r)
+//                  `baseline` is not used: KTO with z0 fixed at 0 (D'Oosterlinck et al. 2024,
+//                  APO-zero, unpaired; TRL's KTOTrainer, loss_type "apo_zero_unpaired").
+//   KTO_LOSS_BCO   desirable    -log sigmoid(beta r - delta)
+//                  undesirable  -log sigmoid(-(beta r - delta))
+//                  delta = `baseline`: the running mean of the rewards beta r seen in
+//                  training (train/kto.c), a constant here. The weights are not used (TRL's
+//                  BCOTrainer has none besides its density-ratio classifier's). Jung et al.
+//                  2024, "Binary Classifier Optimization"; TRL's experimental BCOTrainer.
+// Returns the loss; *d_logratio receives d loss / d r.
+typedef enum { KTO_LOSS_KTO, KTO_LOSS_APO_ZERO_UNPAIRED, KTO_LOSS_BCO } KtoLossKind;
 typedef struct {
+    KtoLossKind loss;          // KTO_LOSS_KTO (0)
     double beta;               // 0.1
     double desirable_weight;   // w_D, 1
     double undesirable_weight; // w_U, 1
 } KtoLossOptions;
-double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double kl, double *d_logratio);
+double kto_example_loss(const KtoLossOptions *options, bool desirable, double logratio, double baseline,
+                        double *d_logratio);
 
 // -log sigmoid(x), computed without overflow.
 double log_sigmoid_negated(double x);

@@ -5,7 +5,11 @@
 # to put good completions above the KL baseline and bad ones below; the first step sits at
 # the reference (loss 0.5 with unit weights, baseline 0); the output is a causal LM that
 # generates; a run killed twice and resumed ends bit-identical; --reference-model, the
-# weights and LoRA work; bad options and data are one-line errors (exit 2). PASS/FAIL per case.
+# weights and LoRA work; bad options and data are one-line errors (exit 2). The other two
+# losses: apo-zero-unpaired and bco learn the same preference from their own starting points
+# (loss 0.5 and log 2), apo-zero-unpaired scores no mismatched row (and so trains on a single
+# example), bco's running reward mean survives two SIGKILLs (bit-identical resume) and under
+# mpirun two ranks train what one process accumulating two micro-batches does. PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -16,8 +20,9 @@ data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
 
-args=(--model "$model" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
-      --learning-rate 3e-3 --num-train-epochs 2 --threads 2 --quiet)
+loud_args=(--model "$model" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
+           --learning-rate 3e-3 --num-train-epochs 2 --threads 2)
+args=("${loud_args[@]}" --quiet)
 
 # The training pairs as unpaired rows, chosen and rejected in turn.
 python3 - "$data/pairs.jsonl" "$tmp/unpaired.jsonl" << 'PYEOF'
@@ -76,13 +81,97 @@ python3 -c "import sys; a, c, r = map(float, sys.argv[1:]); sys.exit(0 if a >= 0
     fail kto_lora_learns "accuracy '$acc', rewards '$chosen' '$rejected' $(tail -n 2 "$tmp/lora.err")"
 
 # --- exact resume after SIGKILL ------------------------------------------------------------
-resume_args=("${args[@]}" --data "$data/pairs.jsonl" --num-train-epochs 2 --save-every 1 --keep-last 2 --eval-every 0)
+# Six epochs (about 1.5 s): long enough that the kill, at most 0.4 s after the first
+# checkpoint, lands mid-run.
+resume_args=("${args[@]}" --data "$data/pairs.jsonl" --num-train-epochs 6 --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" kto "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 out="$tmp/killed"
 interrupted_run "$out" "$bin" kto "${resume_args[@]}" --output "$out"
 [ "$finished_early" = 1 ] && fail kto_resume_kill_mid_run "the run finished before the kill"
 cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors" && pass kto_resume_bit_identical ||
     fail kto_resume_bit_identical "$(tail -n 2 "$out.err")"
+
+# --- apo-zero-unpaired: no KL baseline, so no mismatched rows -------------------------------
+# Not --quiet: the last line counts the mismatched rows the process scored.
+"$bin" kto "${loud_args[@]}" --loss apo-zero-unpaired --data "$data/pairs.jsonl" --eval-every 6 --output "$tmp/apo" \
+    2> "$tmp/apo.err"
+rc=$?
+acc=$(json_field "$tmp/apo/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+chosen=$(json_field "$tmp/apo/metrics.jsonl" eval/chosen_reward -1 2>/dev/null)
+rejected=$(json_field "$tmp/apo/metrics.jsonl" eval/rejected_reward -1 2>/dev/null)
+first_loss=$(json_field "$tmp/apo/metrics.jsonl" train/loss 0 2>/dev/null)
+last_loss=$(json_field "$tmp/apo/metrics.jsonl" eval/loss -1 2>/dev/null)
+python3 -c "import sys; a, c, r, f, l = map(float, sys.argv[1:]); sys.exit(0 if a >= 0.9 and c > r and abs(f - 0.5) < 1e-6 and l < f else 1)" \
+    "$acc" "$chosen" "$rejected" "$first_loss" "$last_loss" 2>/dev/null && [ $rc -eq 0 ] &&
+    pass "kto_apo_zero_unpaired_learns (eval accuracy $acc, loss $first_loss -> $last_loss, rewards $chosen / $rejected)" ||
+    fail kto_apo_zero_unpaired_learns "exit $rc, accuracy '$acc', loss '$first_loss' -> '$last_loss', rewards '$chosen' '$rejected' $(tail -n 2 "$tmp/apo.err")"
+# The same count from a KTO run shows it counts: there, every step scores its micro-batch's rows.
+"$bin" kto "${loud_args[@]}" --data "$data/pairs.jsonl" --max-steps 2 --output "$tmp/kto_counted" 2> "$tmp/kto_counted.err"
+apo_rows=$(sed -n 's/.*(\([0-9]*\) mismatched rows scored.*/\1/p' "$tmp/apo.err")
+kto_rows=$(sed -n 's/.*(\([0-9]*\) mismatched rows scored.*/\1/p' "$tmp/kto_counted.err")
+# KTO: 96 training + 24 evaluation rows for the reference, 2 steps x 4, and 2 evaluations x 24.
+if [ "$apo_rows" = 0 ] && [ "$kto_rows" = $((96 + 24 + 2 * 4 + 2 * 24)) ] &&
+    ! grep -q '/kl"' "$tmp/apo/metrics.jsonl" && grep -q '"train/kl"' "$tmp/kto_counted/metrics.jsonl"; then
+    pass "kto_apo_zero_unpaired_scores_no_mismatched_rows (kto: $kto_rows)"
+else
+    fail kto_apo_zero_unpaired_scores_no_mismatched_rows "apo '$apo_rows', kto '$kto_rows' $(grep -c '/kl"' "$tmp/apo/metrics.jsonl") lines with kl"
+fi
+head -n 1 "$tmp/unpaired.jsonl" > "$tmp/single.jsonl"
+"$bin" kto "${args[@]}" --loss apo-zero-unpaired --data "$tmp/single.jsonl" --max-steps 2 --output "$tmp/apo_single" \
+    2> "$tmp/apo_single.err" && [ -f "$tmp/apo_single/final/model.safetensors" ] && pass kto_apo_zero_unpaired_one_example ||
+    fail kto_apo_zero_unpaired_one_example "$(tail -n 2 "$tmp/apo_single.err")"
+
+# --- bco: the running reward mean delta ------------------------------------------------------
+"$bin" kto "${args[@]}" --loss bco --data "$data/pairs.jsonl" --eval-every 6 --output "$tmp/bco" 2> "$tmp/bco.err"
+rc=$?
+acc=$(json_field "$tmp/bco/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+chosen=$(json_field "$tmp/bco/metrics.jsonl" eval/chosen_reward -1 2>/dev/null)
+rejected=$(json_field "$tmp/bco/metrics.jsonl" eval/rejected_reward -1 2>/dev/null)
+first_loss=$(json_field "$tmp/bco/metrics.jsonl" train/loss 0 2>/dev/null)
+last_loss=$(json_field "$tmp/bco/metrics.jsonl" eval/loss -1 2>/dev/null)
+first_delta=$(json_field "$tmp/bco/metrics.jsonl" train/delta 0 2>/dev/null)
+last_delta=$(json_field "$tmp/bco/metrics.jsonl" eval/delta -1 2>/dev/null)
+# At the reference every reward is 0, so is delta, and each loss is log 2; the mean then moves.
+python3 -c "
+import math, sys
+a, c, r, f, l, d0, d = map(float, sys.argv[1:])
+sys.exit(0 if a >= 0.9 and c > r and abs(f - math.log(2)) < 1e-6 and l < f and abs(d0) < 1e-6 and abs(d) > 1e-4 else 1)" \
+    "$acc" "$chosen" "$rejected" "$first_loss" "$last_loss" "$first_delta" "$last_delta" 2>/dev/null && [ $rc -eq 0 ] &&
+    pass "kto_bco_learns (eval accuracy $acc, loss $first_loss -> $last_loss, delta $last_delta)" ||
+    fail kto_bco_learns "exit $rc, accuracy '$acc', loss '$first_loss' -> '$last_loss', delta '$first_delta' -> '$last_delta' $(tail -n 2 "$tmp/bco.err")"
+
+bco_resume_args=("${args[@]}" --loss bco --data "$data/pairs.jsonl" --num-train-epochs 6 --save-every 1 --keep-last 2 --eval-every 0)
+"$bin" kto "${bco_resume_args[@]}" --output "$tmp/bco_straight" 2> /dev/null
+out="$tmp/bco_killed"
+interrupted_run "$out" "$bin" kto "${bco_resume_args[@]}" --output "$out"
+[ "$finished_early" = 1 ] && fail kto_bco_resume_kill_mid_run "the run finished before the kill"
+# (The newest finished checkpoint: a kill can leave a checkpoint-N.tmp-PID behind.)
+grep -q '"bco_reward_mean"' "$(ls -d "$out"/checkpoint-* | grep -v '\.tmp-' | sort -t- -k2 -n | tail -n 1)/trainer_state.json" &&
+    cmp -s "$tmp/bco_straight/final/model.safetensors" "$out/final/model.safetensors" && pass kto_bco_resume_bit_identical ||
+    fail kto_bco_resume_bit_identical "$(tail -n 2 "$out.err")"
+# A BCO checkpoint carries its running mean; another loss must not resume it.
+expect_error kto_resume_other_loss "--loss bco" "$bin" kto "${bco_resume_args[@]}" --loss kto --output "$out" --resume
+
+# Under mpirun each rank's micro-batch needs the rewards of the micro-batches before it in
+# the step: two ranks must train what one process accumulating two micro-batches does.
+if command -v mpirun > /dev/null && ldd "$bin" 2> /dev/null | grep -q libmpi; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    bco_args=(--model "$model" --loss bco --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
+              --per-device-train-batch-size 4 --learning-rate 3e-3 --max-steps 6 --eval-every 3 --threads 1 --quiet)
+    "$bin" kto "${bco_args[@]}" --gradient-accumulation-steps 2 --output "$tmp/bco_one" 2> /dev/null
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun --oversubscribe --bind-to none -np 2 \
+        "$bin" kto "${bco_args[@]}" --output "$tmp/bco_two" 2> "$tmp/bco_two.err"
+    values() { python3 -c "import sys, json; print(' '.join(str(json.loads(l)[k]) for l in open(sys.argv[1]) for k in sys.argv[2:] if k in json.loads(l)))" "$@"; }
+    python3 -c "
+import sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+sys.exit(0 if len(a) == len(b) == 6 * 2 + 3 * 2 and all(abs(float(x) - float(y)) <= 1e-5 * max(1.0, abs(float(x))) for x, y in zip(a, b)) else 1)" \
+        "$(values "$tmp/bco_one/metrics.jsonl" train/loss train/delta eval/delta eval/loss)" \
+        "$(values "$tmp/bco_two/metrics.jsonl" train/loss train/delta eval/delta eval/loss)" &&
+        pass kto_bco_two_ranks_same_training || fail kto_bco_two_ranks_same_training "$(tail -n 2 "$tmp/bco_two.err")"
+else
+    echo "SKIP kto_bco_two_ranks_same_training: $bin is not linked with MPI or mpirun is missing"
+fi
 
 # --- bad options and data --------------------------------------------------------------------
 expect_error kto_bad_beta "--beta" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --beta 0
@@ -99,5 +188,9 @@ expect_error kto_forced_unpaired_on_pairs "\"completion\"" "$bin" kto --model "$
 expect_error kto_bad_label "\"label\"" "$bin" kto --model "$model" --data "$tmp/bad_label.jsonl" --output "$tmp/x6"
 expect_error kto_missing_reference "$tmp/nowhere" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" \
     --reference-model "$tmp/nowhere"
-[ ! -e "$tmp/x1/final" ] && [ ! -e "$tmp/x7/final" ] && pass kto_errors_write_no_model || fail kto_errors_write_no_model "a model was written"
+expect_error kto_bad_loss "--loss" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x9" \
+    --loss apo_zero_unpaired
+expect_error kto_bco_weights "--desirable-weight" "$bin" kto --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x10" --loss bco --desirable-weight 1.3
+[ ! -e "$tmp/x1/final" ] && [ ! -e "$tmp/x7/final" ] && [ ! -e "$tmp/x9/final" ] && pass kto_errors_write_no_model || fail kto_errors_write_no_model "a model was written"
 [ "$failures" -eq 0 ]
