@@ -2,8 +2,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "io/fs.h"
@@ -70,6 +73,35 @@ static int list_checkpoints(const char *run_dir, long **steps) {
     return count;
 }
 
+// A run killed while saving leaves its half-written checkpoint-<step>.tmp-<pid> behind (a
+// model's worth of disk). Once a checkpoint has been saved, such folders of processes that
+// no longer exist on this machine are removed. Kept: those of live processes, and a
+// temporary whose process also left a checkpoint-<step>.old-<pid> (fs.h: the rename-aside
+// fallback was interrupted; the two are the recovery material).
+static void remove_stale_temporaries(const char *run_dir) {
+    DIR *dir = opendir(run_dir);
+    if (!dir) return;
+    struct dirent *entry;
+    while ((entry = readdir(dir))) {
+        long step, pid;
+        int consumed = 0;
+        if (sscanf(entry->d_name, "checkpoint-%ld.tmp-%ld%n", &step, &pid, &consumed) != 2 ||
+            entry->d_name[consumed] != '\0' || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive, or not ours to judge
+        char old_name[96];
+        snprintf(old_name, sizeof old_name, "checkpoint-%ld.old-%ld", step, pid);
+        char *old = fs_join(run_dir, old_name);
+        bool recovery = fs_exists(old);
+        free(old);
+        if (recovery) continue;
+        char *stale = fs_join(run_dir, entry->d_name);
+        fs_remove_tree(stale); // a failure only leaves it behind
+        free(stale);
+    }
+    closedir(dir);
+}
+
 int checkpoint_save(const char *run_dir, long step, const CheckpointModel *models, int count,
                     const Tokenizer *tokenizer, json_t *state, int keep_last) {
     char name[64];
@@ -99,6 +131,7 @@ int checkpoint_save(const char *run_dir, long step, const CheckpointModel *model
         return -1;
     }
     if (fs_atomic_dir_commit(&out) != 0) return -1;
+    remove_stale_temporaries(run_dir);
     if (keep_last > 0) {
         long *steps;
         int n = list_checkpoints(run_dir, &steps);

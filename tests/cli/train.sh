@@ -36,6 +36,12 @@ resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2
 "$bin" sft "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 for attempt in 1 2; do
     out="$tmp/killed$attempt"
+    # Half-written checkpoints a killed run would leave: of a process that is gone (removed
+    # at the next save), of a live one (this shell: kept), and one beside the .old- folder of
+    # an interrupted rename-aside (recovery material: kept).
+    mkdir -p "$out/checkpoint-5.tmp-2147483000" "$out/checkpoint-6.tmp-$$" "$out/checkpoint-8.tmp-2147483001" \
+        "$out/checkpoint-8.old-2147483001"
+    echo partial > "$out/checkpoint-5.tmp-2147483000/model.safetensors"
     interrupted_run "$out" "$bin" sft "${resume_args[@]}" --output "$out"
     [ "$finished_early" = 1 ] && fail "resume_kill_mid_run_$attempt" "the run finished before the kill"
     if cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors"; then
@@ -45,7 +51,10 @@ for attempt in 1 2; do
     fi
     lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
     [ "$lines" = 96 ] && pass "resume_metrics_continuous_$attempt" || fail "resume_metrics_continuous_$attempt" "$lines lines"
-    [ -z "$(ls -d "$out"/*.tmp-* 2> /dev/null)" ] || [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && pass "resume_no_half_checkpoint_$attempt"
+    # Every killed process is gone now: only the two kept temporaries remain.
+    left=$(cd "$out" && ls -d *.tmp-* 2> /dev/null | tr '\n' ' ')
+    [ "$left" = "checkpoint-6.tmp-$$ checkpoint-8.tmp-2147483001 " ] && [ -d "$out/checkpoint-8.old-2147483001" ] &&
+        pass "resume_removes_stale_half_checkpoints_$attempt" || fail "resume_removes_stale_half_checkpoints_$attempt" "left: $left"
 done
 
 # --- reward models -------------------------------------------------------------------
