@@ -30,7 +30,7 @@ int cmd_ppo(int argc, char **argv) {
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
     double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0, cispo_max_weight = c.loss.cispo_max_weight;
     double sapo_temperature_pos = c.loss.sapo_temperature_pos, sapo_temperature_neg = c.loss.sapo_temperature_neg;
-    long overlong_buffer = 0;
+    long overlong_buffer = 0, max_generation_rounds = 1;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     Option options[96] = {
@@ -98,6 +98,9 @@ int cmd_ppo(int argc, char **argv) {
         {"filter-groups", "dynamic_filtering filter_groups", OPT_BOOL, &filter_groups,
          "leave out of training the groups whose responses all scored the same (DAPO's dynamic sampling, no refill)", false,
          false},
+        {"max-generation-rounds", "max_num_gen_batches", OPT_INT, &max_generation_rounds,
+         "with --filter-groups: generate up to this many rounds of --rollout-batch-size prompts per iteration to refill "
+         "the batch with groups that were not filtered (DAPO; 1: no refill)", false, false},
         {"overlong-buffer", "overlong_buffer_len", OPT_INT, &overlong_buffer,
          "DAPO's soft overlong punishment: the last N of --max-new-tokens lower the score linearly (0: off)", false, false},
         {"overlong-penalty", "overlong_penalty_factor", OPT_FLOAT, &overlong_penalty,
@@ -187,6 +190,7 @@ int cmd_ppo(int argc, char **argv) {
         {"--save-every", save_every, 0, 1L << 40}, {"--keep-last", keep_last, 0, 1 << 20}, {"--seed", seed, 0, 1L << 62},
         {"--eval-count", eval_count, 0, 1 << 30}, {"--data-phase", data_phase, 1, 16},
         {"--samples-per-prompt", samples_per_prompt, 1, 4096}, {"--overlong-buffer", overlong_buffer, 0, max_new_tokens - 1},
+        {"--max-generation-rounds", max_generation_rounds, 1, PPO_MAX_GENERATION_ROUNDS},
     };
     for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
         if (ranges[i].value < ranges[i].lo || ranges[i].value > ranges[i].hi)
@@ -255,6 +259,9 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --filter-groups needs groups of responses: --advantage-estimator grpo, dr-grpo, rloo or "
                  "reinforce++-baseline");
     c.filter_groups = filter_groups;
+    if (max_generation_rounds > 1 && !filter_groups)
+        die_user("option --max-generation-rounds refills what --filter-groups leaves out; add --filter-groups");
+    c.max_generation_rounds = (int)max_generation_rounds;
     if (!(kl_loss_coef >= 0) || !isfinite(kl_loss_coef)) die_user("option --kl-loss-coef must be >= 0, got %g", kl_loss_coef);
     c.loss.kl_loss_coef = (float)kl_loss_coef;
     c.kl_target = kl_target, c.kl_horizon = kl_horizon, c.entropy_coef = entropy_coef, c.ptx_coef = ptx_coef;

@@ -45,6 +45,7 @@ PpoConfig ppo_default_config(void) {
         .ppo_epochs = 1,
         .epochs = 1,
         .min_response_tokens = 2,
+        .max_generation_rounds = 1,
         .sampler = {.temperature = 0.8f, .top_k = 50, .top_p = 1.0f},
         .actor_lr = 1.5e-5,
         .critic_lr = 1.5e-5,
@@ -277,14 +278,23 @@ static void segment_sample(Ppo *p, Sample *s) {
     s->parse_fallbacks = segmentation.fallbacks;
 }
 
+// An iteration's statistics. The scoring ones (score_rollout) cover every sample scored in
+// any generation round; the experience ones (compute_experience) the samples trained on.
 typedef struct {
-    double score, raw_score, gold, gold_count, kl_sequence, kl_tokens, entropy, length, macro_actions, fallbacks;
-    double advantage, value, stopped;
-    // The samples and tokens that kl_sequence and entropy sum over: every kept sample, or,
+    double scored, score, raw_score, gold, gold_count, length, stopped;      // scoring
+    double experienced, kl_tokens, macro_actions, fallbacks, advantage, value; // experience
+    // The samples and tokens that kl_sequence and entropy sum over: the experienced ones, or,
     // when the old log-probs come from the training forward, the trained ones.
-    double policy_samples, policy_tokens;
+    double kl_sequence, entropy, policy_samples, policy_tokens;
 } RolloutStats; // doubles only: summed across ranks as an array
-_Static_assert(sizeof(RolloutStats) == 15 * sizeof(double), "RolloutStats is summed as an array of doubles");
+_Static_assert(sizeof(RolloutStats) == 17 * sizeof(double), "RolloutStats is summed as an array of doubles");
+
+// to += from, field by field.
+static void rollout_stats_add(RolloutStats *to, const RolloutStats *from) {
+    double *t = (double *)to;
+    const double *f = (const double *)from;
+    for (size_t i = 0; i < sizeof *to / sizeof(double); i++) t[i] += f[i];
+}
 
 // An iteration's kept samples as every rank sees them. Under mpirun each rank holds the
 // Samples of the rows it generated and only the response lengths of the others (what the
@@ -350,40 +360,17 @@ static void token_segments(Sample *s) {
     s->segment_count = s->response_length;
 }
 
-static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
-    const int micro = p->c.micro_batch;
+// The score of each of the rollout's samples on this rank (reward model, lexicon or code
+// execution), then the reward normalisation and DAPO's overlong punishment: s->score.
+// Adds the scoring statistics (summed over the ranks) to `stats`.
+static void score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     int *all = xmalloc((r->count + 1) * sizeof(int));
     for (int q = 0; q < r->count; q++) all[q] = q;
     Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
     const int count = local_samples(r, all, r->count, samples);
     free(all);
-    float **logp = xmalloc(count * sizeof(float *)), **ref = xmalloc(count * sizeof(float *));
-    float **values = xmalloc(count * sizeof(float *)), **entropy = xmalloc(count * sizeof(float *));
-    for (int i = 0; i < count; i++) {
-        allocate_sample_arrays(samples[i]);
-        logp[i] = samples[i]->logp_old, ref[i] = samples[i]->logp_ref;
-        values[i] = samples[i]->values_old, entropy[i] = samples[i]->entropy;
-    }
-    if (p->old_logprobs_from_training) { // filled by the training forward; zeros meanwhile (times kl_coef 0)
-        for (int i = 0; i < count; i++) {
-            memset(logp[i], 0, samples[i]->response_length * sizeof(float));
-            memset(entropy[i], 0, samples[i]->response_length * sizeof(float));
-        }
-    } else {
-        experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
-    }
-    if (p->reference_is_actor_base) {
-        p->actor.lora_enabled = false;
-        experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
-        p->actor.lora_enabled = true;
-    } else {
-        experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
-    }
-    if (p->has_critic) experience_values(&p->critic, samples, count, micro, values);
-    else
-        for (int i = 0; i < count; i++) memset(values[i], 0, samples[i]->response_length * sizeof(float));
-    float *scores = xmalloc(count * sizeof(float));
-    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, micro, scores);
+    float *scores = xmalloc((count + 1) * sizeof(float));
+    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
     for (int i = 0; i < count; i++) {
         Sample *s = samples[i];
         s->gold = response_gold(p, s);
@@ -414,6 +401,56 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         }
     }
     free(raw);
+    RolloutStats local = {0};
+    for (int i = 0; i < count; i++) {
+        const Sample *s = samples[i];
+        local.scored += 1;
+        local.score += s->score;
+        local.raw_score += s->raw_score;
+        if (!isnan(s->gold)) local.gold += s->gold, local.gold_count++;
+        local.length += s->response_length;
+        local.stopped += s->stop == STOP_TOKEN;
+    }
+    dist_sum_doubles((double *)&local, sizeof local / sizeof(double));
+    rollout_stats_add(stats, &local);
+    free(scores), free(samples);
+}
+
+// Experience of the samples to train on (already scored): the actor's (old) and the
+// reference's log-probs, the critic's values, token rewards, macro actions and advantages.
+// Adds the experience statistics (summed over the ranks) to `stats`.
+static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
+    const int micro = p->c.micro_batch;
+    int *all = xmalloc((r->count + 1) * sizeof(int));
+    for (int q = 0; q < r->count; q++) all[q] = q;
+    Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
+    const int count = local_samples(r, all, r->count, samples);
+    free(all);
+    float **logp = xmalloc((count + 1) * sizeof(float *)), **ref = xmalloc((count + 1) * sizeof(float *));
+    float **values = xmalloc((count + 1) * sizeof(float *)), **entropy = xmalloc((count + 1) * sizeof(float *));
+    for (int i = 0; i < count; i++) {
+        allocate_sample_arrays(samples[i]);
+        logp[i] = samples[i]->logp_old, ref[i] = samples[i]->logp_ref;
+        values[i] = samples[i]->values_old, entropy[i] = samples[i]->entropy;
+    }
+    if (p->old_logprobs_from_training) { // filled by the training forward; zeros meanwhile (times kl_coef 0)
+        for (int i = 0; i < count; i++) {
+            memset(logp[i], 0, samples[i]->response_length * sizeof(float));
+            memset(entropy[i], 0, samples[i]->response_length * sizeof(float));
+        }
+    } else {
+        experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
+    }
+    if (p->reference_is_actor_base) {
+        p->actor.lora_enabled = false;
+        experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
+        p->actor.lora_enabled = true;
+    } else {
+        experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
+    }
+    if (p->has_critic) experience_values(&p->critic, samples, count, micro, values);
+    else
+        for (int i = 0; i < count; i++) memset(values[i], 0, samples[i]->response_length * sizeof(float));
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
     const AdvantageEstimator estimator = p->c.estimator;
@@ -422,6 +459,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     double *sequence_advantage = group_relative ? group_estimates(p, r, &advantage) : NULL;
     double *score_baseline = estimator == ESTIMATOR_REINFORCE_PP_BASELINE ? group_mean_scores(r, &advantage) : NULL;
     double advantage_sum = 0, advantage_sq = 0, advantage_n = 0;
+    RolloutStats local = {0};
     for (int i = 0, q = 0; i < count; i++, q++) {
         Sample *s = samples[i];
         while (r->local[q] != s) q++; // the sample's position in the rollout
@@ -459,27 +497,24 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             advantage_n++;
         }
         for (int k = 0; k < s->segment_count; k++) actions += s->segments[k] > 0;
-        stats->score += s->score;
-        stats->raw_score += s->raw_score;
-        if (!isnan(s->gold)) stats->gold += s->gold, stats->gold_count++;
         if (!p->old_logprobs_from_training) {
-            stats->kl_sequence += kl;
-            stats->entropy += entropy_sum;
-            stats->policy_samples += 1;
-            stats->policy_tokens += R;
+            local.kl_sequence += kl;
+            local.entropy += entropy_sum;
+            local.policy_samples += 1;
+            local.policy_tokens += R;
         }
-        stats->kl_tokens += R;
-        stats->value += value_sum;
-        stats->length += R;
-        stats->macro_actions += actions;
-        stats->fallbacks += s->parse_fallbacks;
-        stats->stopped += s->stop == STOP_TOKEN;
+        local.experienced += 1;
+        local.kl_tokens += R;
+        local.value += value_sum;
+        local.macro_actions += actions;
+        local.fallbacks += s->parse_fallbacks;
     }
-    dist_sum_doubles((double *)stats, sizeof *stats / sizeof(double));
+    dist_sum_doubles((double *)&local, sizeof local / sizeof(double));
     double advantage_moments[3] = {advantage_sum, advantage_sq, advantage_n};
     dist_sum_doubles(advantage_moments, 3);
     advantage_sum = advantage_moments[0], advantage_sq = advantage_moments[1], advantage_n = advantage_moments[2];
-    stats->advantage += advantage_sum;
+    local.advantage = advantage_sum;
+    rollout_stats_add(stats, &local);
     free(sequence_advantage), free(score_baseline);
     if (((p->c.whiten_advantages && p->has_critic) || reinforce) && advantage_n > 1) {
         double mean = advantage_sum / advantage_n;
@@ -488,7 +523,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             for (int j = 0; j < samples[i]->response_length; j++)
                 samples[i]->advantages[j] = (float)((samples[i]->advantages[j] - mean) / (std + 1e-8));
     }
-    free(scores), free(logp), free(ref), free(values), free(entropy), free(samples);
+    free(logp), free(ref), free(values), free(entropy), free(samples);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -586,9 +621,9 @@ static void sum_train_stats_across_ranks(TrainStats *stats) {
 // PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
 // and runs the micro-steps of the samples it holds; the summed gradients give every rank the
 // same optimizer step.
-// DAPO's dynamic sampling, without generating more to refill the batch: a group whose
-// responses all got the same score teaches nothing (GRPO's advantages are all 0 there) but
-// would still count in the loss's denominators, so its samples are left out of training.
+// DAPO's dynamic sampling, the filter (the main loop refills): a group whose responses all
+// got the same score teaches nothing (GRPO's advantages are all 0 there) but would still
+// count in the loss's denominators, so its samples are left out of training.
 // Fills `out` with the rest (arrays to free) and returns how many groups were left out.
 // The scores are gathered across ranks first, so every rank leaves out the same samples.
 static int drop_uniform_groups(const Rollout *r, Rollout *out) {
@@ -985,6 +1020,14 @@ static int save_final(Ppo *p) {
     return fs_atomic_dir_commit(&out);
 }
 
+// The row ids (random streams) of generation round `round` of an iteration of `rows` rows:
+// round 0 takes iteration * rows + b, as every run without refills always has; refill
+// rounds take ids from 2^62 up, which round 0 never reaches.
+static uint64_t round_row_id_base(long iteration, int round, long rows) {
+    if (round == 0) return (uint64_t)iteration * (uint64_t)rows;
+    return (1ULL << 62) + ((uint64_t)iteration * PPO_MAX_GENERATION_ROUNDS + (uint64_t)round) * (uint64_t)rows;
+}
+
 int ppo_run(const PpoConfig *config) {
     Ppo *p = xcalloc(1, sizeof(Ppo));
     p->c = *config;
@@ -1035,54 +1078,90 @@ int ppo_run(const PpoConfig *config) {
     progress.done = p->iteration;
     progress.quiet = p->c.quiet;
     const long local_rows = per_iteration / world + (rank < per_iteration % world);
-    Sample *samples = xcalloc(local_rows + 1, sizeof(Sample));
     while (rc == 0 && p->iteration < total_iterations) {
-        double t0 = now_seconds();
-        // The prompts of this iteration: the next ones of the epoch's order.
-        long *chosen = xmalloc(prompts_per_iteration * sizeof(long));
-        for (long b = 0; b < prompts_per_iteration; b++) {
-            if (p->cursor >= p->prompts.count) p->epoch++, p->cursor = 0;
-            if (order_epoch != p->epoch) {
-                train_epoch_order(p->c.seed, p->epoch, p->prompts.count, order);
-                order_epoch = p->epoch;
-            }
-            chosen[b] = order[p->cursor++];
-        }
-        // This rank's rows of the batch: b = rank, rank + W, ...
-        long *mine = xmalloc((local_rows + 1) * sizeof(long));
-        for (long k = 0; k < local_rows; k++) mine[k] = chosen[(rank + k * world) / group];
+        // Generation rounds. Each takes the next rollout_batch prompts of the epoch's order,
+        // answers each samples_per_prompt times, drops the responses too short to learn from
+        // (released: an immediate EOS) and scores the rest. With --filter-groups the groups
+        // whose scores are all equal are left out (DAPO's dynamic sampling), and further rounds
+        // refill the batch until it holds rollout_batch groups (extra groups are discarded, as
+        // in verl) or --max-generation-rounds is reached (then it trains on fewer).
+        double time_generation = 0, time_experience = 0;
         GenerateStats gen = {0};
-        rollout(p, &p->prompts, mine, local_rows, (uint64_t)p->iteration * per_iteration, (uint64_t)rank,
-                (uint64_t)world, samples, &gen);
-        free(chosen), free(mine);
-        double t1 = now_seconds();
-        // Every rank learns every row's response length; responses too short to learn from
-        // are dropped (released: an immediate EOS).
-        double *lengths = xcalloc(per_iteration, sizeof(double));
-        for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
-        dist_sum_doubles(lengths, per_iteration);
-        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .groups = xmalloc(per_iteration * sizeof(int)),
-                        .local = xmalloc(per_iteration * sizeof(Sample *))};
-        for (long b = 0; b < per_iteration; b++) {
-            if (lengths[b] < p->c.min_response_tokens) continue;
-            kept.groups[kept.count] = (int)(b / group);
-            kept.lengths[kept.count] = (int)lengths[b];
-            kept.local[kept.count++] = b % world == rank ? &samples[b / world] : NULL;
-        }
-        free(lengths);
-        int count = kept.count;
         RolloutStats rs = {0};
         TrainStats ts = {0};
+        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .groups = xmalloc(per_iteration * sizeof(int)),
+                        .local = xmalloc(per_iteration * sizeof(Sample *))};
+        Sample **round_samples = xcalloc(p->c.max_generation_rounds, sizeof(Sample *));
+        int rounds = 0, uniform_groups = 0;
+        long kept_groups = 0, dropped_short = 0;
+        for (;;) {
+            double g0 = now_seconds();
+            long *chosen = xmalloc(prompts_per_iteration * sizeof(long));
+            for (long b = 0; b < prompts_per_iteration; b++) {
+                if (p->cursor >= p->prompts.count) p->epoch++, p->cursor = 0;
+                if (order_epoch != p->epoch) {
+                    train_epoch_order(p->c.seed, p->epoch, p->prompts.count, order);
+                    order_epoch = p->epoch;
+                }
+                chosen[b] = order[p->cursor++];
+            }
+            // This rank's rows of the round: b = rank, rank + W, ...
+            long *mine = xmalloc((local_rows + 1) * sizeof(long));
+            for (long k = 0; k < local_rows; k++) mine[k] = chosen[(rank + k * world) / group];
+            Sample *samples = round_samples[rounds] = xcalloc(local_rows + 1, sizeof(Sample));
+            rollout(p, &p->prompts, mine, local_rows, round_row_id_base(p->iteration, rounds, per_iteration),
+                    (uint64_t)rank, (uint64_t)world, samples, &gen);
+            free(chosen), free(mine);
+            double g1 = now_seconds();
+            time_generation += g1 - g0;
+            // Every rank learns every row's response length.
+            double *lengths = xcalloc(per_iteration, sizeof(double));
+            for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
+            dist_sum_doubles(lengths, per_iteration);
+            Rollout fresh = {.lengths = xmalloc(per_iteration * sizeof(int)),
+                             .groups = xmalloc(per_iteration * sizeof(int)),
+                             .local = xmalloc(per_iteration * sizeof(Sample *))};
+            for (long b = 0; b < per_iteration; b++) {
+                if (lengths[b] < p->c.min_response_tokens) {
+                    dropped_short++;
+                    continue;
+                }
+                fresh.groups[fresh.count] = (int)(rounds * prompts_per_iteration + b / group); // distinct across rounds
+                fresh.lengths[fresh.count] = (int)lengths[b];
+                fresh.local[fresh.count++] = b % world == rank ? &samples[b / world] : NULL;
+            }
+            free(lengths);
+            if (fresh.count > 0) score_rollout(p, &fresh, &rs);
+            Rollout passed = fresh;
+            if (p->c.filter_groups && fresh.count > 0) uniform_groups += drop_uniform_groups(&fresh, &passed);
+            // Whole groups, in order, until the batch holds rollout_batch of them.
+            for (int first = 0; first < passed.count;) {
+                int last = first;
+                while (last < passed.count && passed.groups[last] == passed.groups[first]) last++;
+                if (kept_groups < prompts_per_iteration) {
+                    for (int q = first; q < last; q++) {
+                        kept.lengths[kept.count] = passed.lengths[q], kept.groups[kept.count] = passed.groups[q];
+                        kept.local[kept.count++] = passed.local[q];
+                    }
+                    kept_groups++;
+                }
+                first = last;
+            }
+            if (passed.lengths != fresh.lengths) free(passed.lengths), free(passed.groups), free(passed.local);
+            free(fresh.lengths), free(fresh.groups), free(fresh.local);
+            rounds++;
+            time_experience += now_seconds() - g1;
+            if (!p->c.filter_groups || kept_groups >= prompts_per_iteration || rounds >= p->c.max_generation_rounds) break;
+        }
+        const int count = kept.count;
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
                                         p->kl_coef == 0 && !(p->c.kl_target > 0);
+        double e0 = now_seconds();
         if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
-        Rollout trained = kept;
-        int uniform_groups = 0;
-        if (p->c.filter_groups && count > 0) uniform_groups = drop_uniform_groups(&kept, &trained);
-        if (trained.count > 0) train_on_rollout(p, &trained, &ts);
-        if (p->old_logprobs_from_training) policy_stats_from_training(&trained, &rs);
-        if (trained.lengths != kept.lengths) free(trained.lengths), free(trained.groups), free(trained.local);
+        time_experience += t2 - e0;
+        if (count > 0) train_on_rollout(p, &kept, &ts);
+        if (p->old_logprobs_from_training) policy_stats_from_training(&kept, &rs);
         double t3 = now_seconds();
         // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
         // No sample measured (all dropped or filtered): the KL and entropy are unknown (logged
@@ -1102,24 +1181,32 @@ int ppo_run(const PpoConfig *config) {
                                "approx_kl", "ratio", "advantage", "value", "macro_actions", "macro_action_length",
                                "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
-                               "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training"};
-        double n = count > 0 ? count : 1, steps = ts.steps > 0 ? ts.steps : 1;
+                               "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training",
+                               "generation_rounds", "responses_trained"};
+        double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
+        double experienced = rs.experienced > 0 ? rs.experienced : 1;
         // Generation throughput of the whole job: the ranks generate side by side.
         double generation_rate[1] = {gen.decode_seconds + gen.prefill_seconds > 0
                                          ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
         dist_sum_doubles(generation_rate, 1);
-        double values[] = {rs.score / n, rs.raw_score / n, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
-                           rs.kl_sequence / policy_tokens, rs.entropy / policy_tokens, rs.length / n, rs.stopped / n,
-                           (double)(per_iteration - count), ts.value_loss / steps, ts.policy_loss / steps,
+        double values[] = {rs.score / scored, rs.raw_score / scored, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
+                           rs.kl_sequence / policy_tokens, rs.entropy / policy_tokens, rs.length / scored,
+                           rs.stopped / scored, (double)dropped_short, ts.value_loss / steps, ts.policy_loss / steps,
                            ts.actor.clipped / actor_tokens, ts.actor.approx_kl / actor_tokens,
                            ts.actor.ratio_sum / actor_tokens, rs.advantage / tokens, rs.value / tokens,
-                           rs.macro_actions / n, rs.macro_actions > 0 ? rs.length / rs.macro_actions : 0, rs.fallbacks,
+                           rs.macro_actions / experienced, rs.macro_actions > 0 ? rs.kl_tokens / rs.macro_actions : 0,
+                           rs.fallbacks,
                            p->kl_coef, lr_schedule_at(&p->actor_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
-                           ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, t1 - t0, t2 - t1, t3 - t2,
-                           generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training};
+                           ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, time_generation, time_experience,
+                           t3 - t2, generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training,
+                           (double)rounds, (double)count};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
-        for (long k = 0; k < local_rows; k++) sample_free(&samples[k]);
+        for (int round = 0; round < rounds; round++) {
+            for (long k = 0; k < local_rows; k++) sample_free(&round_samples[round][k]);
+            free(round_samples[round]);
+        }
+        free(round_samples);
         free(kept.lengths), free(kept.groups), free(kept.local);
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
@@ -1148,7 +1235,7 @@ int ppo_run(const PpoConfig *config) {
         bool failed = dist_is_main() && save_final(p) != 0;
         if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write %s/final", p->c.run_dir);
     }
-    free(samples), free(order);
+    free(order);
     metrics_close(&p->metrics);
     teardown(p);
     free(p);

@@ -88,9 +88,12 @@ typedef struct {
     MacroConfig macro;
     bool token_level; // vanilla PPO through its own code path (--termination-condition token)
     bool whiten_advantages, normalize_reward;
-    // DAPO's dynamic sampling without the refill (grpo, dr-grpo, rloo, reinforce++-baseline):
-    // groups whose responses all got the same score are left out of training.
+    // DAPO's dynamic sampling (grpo, dr-grpo, rloo, reinforce++-baseline): groups whose
+    // responses all got the same score are left out of training, and up to
+    // max_generation_rounds - 1 further rounds of rollout_batch prompts refill the batch to
+    // rollout_batch groups (verl's max_num_gen_batches; 1: no refill).
     bool filter_groups;
+    int max_generation_rounds;
     int overlong_buffer;      // DAPO's soft overlong punishment (rl/advantage.h overlong_penalty); 0: off
     double overlong_penalty;  // its factor
     double kl_target, kl_horizon; // adaptive KL controller when kl_target > 0
@@ -110,6 +113,8 @@ typedef struct {
     uint64_t seed;
     bool resume, quiet;
 } PpoConfig;
+
+#define PPO_MAX_GENERATION_ROUNDS 1024
 
 PpoConfig ppo_default_config(void);
 // Runs PPO; the final actor (and critic, and actor_ema) go to RUN_DIR/final/. Returns 0,

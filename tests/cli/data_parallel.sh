@@ -226,7 +226,9 @@ close "$(json_values "$tmp/grpo_one/metrics.jsonl" train/score) $(json_values "$
 # DAPO's group filter decides on the gathered scores: the same groups are left out on both.
 # With no KL in the reward the old log-probs (and the logged KL and entropy) come from the
 # training forward; GRPO's batch scaling takes the standard deviation of every rank's rewards.
-filtered=("${grpo[@]}" --reward lexicon --gold-lexicon data/austen/lexicon.tsv --filter-groups --kl-ctl 0 --scale-rewards batch)
+# Refill rounds take the same prompts and row ids on every rank.
+filtered=("${grpo[@]}" --reward lexicon --gold-lexicon data/austen/lexicon.tsv --filter-groups --max-generation-rounds 3
+          --kl-ctl 0 --scale-rewards batch)
 "$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_one" 2> "$tmp/filter_one.err"
 ranks 2 "$bin" ppo "${ppo[@]}" "${filtered[@]}" --output "$tmp/filter_two" 2> "$tmp/filter_two.err"
 close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_dropped) $(json_values "$tmp/filter_one/metrics.jsonl" train/policy_loss)" \
@@ -234,6 +236,8 @@ close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_droppe
     close "$(json_values "$tmp/filter_one/metrics.jsonl" train/kl) $(json_values "$tmp/filter_one/metrics.jsonl" train/entropy)" \
           "$(json_values "$tmp/filter_two/metrics.jsonl" train/kl) $(json_values "$tmp/filter_two/metrics.jsonl" train/entropy)" 1e-4 &&
     [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training)" = "$(json_values "$tmp/filter_one/metrics.jsonl" train/old_logprobs_from_training)" ] &&
+    [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/responses_trained)" = "$(json_values "$tmp/filter_one/metrics.jsonl" train/responses_trained)" ] &&
+    [ "$(json_values "$tmp/filter_one/metrics.jsonl" train/generation_rounds | cut -d' ' -f1)" = 3.0 ] &&
     [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training | tr ' ' '\n' | sort -u)" = 1.0 ] &&
     close "$(logprobs_of "$tmp/filter_one/final/actor")" "$(logprobs_of "$tmp/filter_two/final/actor")" 1e-4 &&
     pass grpo_filter_two_ranks_same_training || fail grpo_filter_two_ranks_same_training "$(tail -n 2 "$tmp/filter_two.err")"

@@ -168,6 +168,27 @@ PYEOF2
     [ -f "$tmp/filter_on/final/actor/model.safetensors" ] &&
     ! cmp -s "$tmp/filter_on/final/actor/model.safetensors" "$tmp/filter_off/final/actor/model.safetensors" &&
     pass dapo_filter_groups || fail dapo_filter_groups "$(tail -n 3 "$tmp/filter_on.err")"
+# ... and its refill: further rounds of prompts until the batch holds --rollout-batch-size
+# groups that were not filtered, at most --max-generation-rounds rounds. The first
+# iteration's first round is the filter-only run's; the refill trains on more responses.
+"$bin" ppo "${common[@]}" "${filter_args[@]}" --filter-groups --max-generation-rounds 4 --output "$tmp/filter_refill" \
+    2> "$tmp/filter_refill.err"
+python3 - "$tmp/filter_on/metrics.jsonl" "$tmp/filter_refill/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+only, refill = ([json.loads(l) for l in open(p) if '"train/score"' in l] for p in sys.argv[1:])
+ok = all(r["train/generation_rounds"] == 1 for r in only)
+ok &= refill[0]["train/generation_rounds"] >= 2 and all(1 <= r["train/generation_rounds"] <= 4 for r in refill)
+ok &= refill[0]["train/responses_trained"] > only[0]["train/responses_trained"]
+ok &= all(r["train/responses_trained"] <= 8 * 4 for r in refill)  # never more than --rollout-batch-size groups
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass dapo_filter_refill || fail dapo_filter_refill "$(tail -n 3 "$tmp/filter_refill.err")"
+killed_then_resumed refill 4 "${filter_args[@]}" --filter-groups --max-generation-rounds 3 --max-iterations 10 \
+    --num-train-epochs 8
+expect_error refill_needs_filter "--max-generation-rounds" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator grpo --samples-per-prompt 2 --max-generation-rounds 3
+expect_error bad_generation_rounds "--max-generation-rounds" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --advantage-estimator grpo --samples-per-prompt 2 --filter-groups --max-generation-rounds 0
 expect_error filter_groups_needs_groups "--filter-groups" "$bin" ppo "${common[@]}" --output "$tmp/x" --filter-groups
 expect_error bad_cliprange_high "--cliprange-high" "$bin" ppo "${common[@]}" --output "$tmp/x" --cliprange-high 0
 expect_error bad_overlong_buffer "--overlong-buffer" "$bin" ppo "${common[@]}" --output "$tmp/x" --overlong-buffer 1000
