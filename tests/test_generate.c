@@ -5,6 +5,7 @@
 //    the sums run in a different order).
 //  - A row generates the same tokens alone as in a batch with other, longer or shorter,
 //    prompts (sampling at temperature 1 with top-k/top-p), and the same with 1 or 2 threads.
+//  - Rows with one prompt share its prefill and generate what they do with a prefill each.
 //  - The sampler's draws follow the distribution it reports: chi-square over 40,000
 //    draws on a 6-token vocabulary, below the 0.999 quantile; excluded tokens never appear.
 //  - SmolLM2-135M-Instruct's greedy continuations of 5 chat prompts equal transformers'
@@ -97,6 +98,40 @@ static void test_batch_composition_invariance(void) {
         generated_row_free(&together[b]);
     }
     model_free(&model);
+}
+
+// Rows that share a prompt (GRPO's answers to one prompt) share one prefill: the same
+// tokens as when every row runs its own, and log-probs within 1e-5 (the prompt's forward
+// runs in a smaller batch, so sgemm sums in another order: about 1e-7 here), for four
+// architectures, with the duplicates scattered among other prompts and one prompt a copy
+// of another in a different buffer.
+static void test_shared_prefill(void) {
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
+                            "tests/fixtures/models/qwen2"};
+    for (int m = 0; m < 4; m++) {
+        Model model;
+        load(&model, models[m]);
+        int p0[] = {5, 9, 17, 3, 44, 2, 8}, p1[] = {60, 61}, p0_copy[] = {5, 9, 17, 3, 44, 2, 8};
+        const int *prompts[] = {p0, p1, p0, p1, p0_copy, p0, p1};
+        int lengths[] = {7, 2, 7, 2, 7, 7, 2};
+        uint64_t ids[] = {10, 11, 12, 13, 14, 15, 16};
+        GenerateOptions options = {.sampler = {.temperature = 1.0f, .top_k = 20}, .max_new_tokens = 10, .seed = 7};
+        GeneratedRow shared[7], separate[7];
+        generate(&model, prompts, lengths, ids, 7, &options, shared, NULL);
+        options.prefill_each_row = true;
+        generate(&model, prompts, lengths, ids, 7, &options, separate, NULL);
+        for (int b = 0; b < 7; b++) {
+            EXPECT(shared[b].length == separate[b].length &&
+                       !memcmp(shared[b].tokens, separate[b].tokens, shared[b].length * sizeof(int)),
+                   "%s row %d: shared prefill gives other tokens", models[m], b);
+            for (int i = 0; i < shared[b].length && i < separate[b].length; i++)
+                EXPECT_CLOSE(shared[b].logprobs[i], separate[b].logprobs[i], 1e-5, 0, "shared prefill log-prob");
+        }
+        // The rows of one prompt still draw their own tokens.
+        EXPECT(memcmp(shared[0].tokens, shared[2].tokens, 10 * sizeof(int)) != 0, "%s: rows 0 and 2 equal", models[m]);
+        for (int b = 0; b < 7; b++) generated_row_free(&shared[b]), generated_row_free(&separate[b]);
+        model_free(&model);
+    }
 }
 
 static void test_stop_tokens_and_lengths(void) {
@@ -254,6 +289,7 @@ static void test_smollm2_greedy_matches_transformers(void) {
 int main(void) {
     RUN(test_kv_cache_matches_full_forward);
     RUN(test_batch_composition_invariance);
+    RUN(test_shared_prefill);
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);

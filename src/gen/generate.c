@@ -32,6 +32,25 @@ static float log_softmax_at(const float *logits, int V, int token) {
     return (float)(logits[token] - max_logit - log(sum));
 }
 
+// Rows whose prompts are equal: source[b] is the index, in order of first appearance, of row
+// b's prompt among the distinct ones (so source[b] <= b), first_row[u] the first row with
+// prompt u. Returns the number of distinct prompts.
+static int distinct_prompts(const int *const *prompts, const int *prompt_lengths, int B, int *source, int *first_row) {
+    int U = 0;
+    for (int b = 0; b < B; b++) {
+        int u = 0;
+        for (; u < U; u++) {
+            const int f = first_row[u];
+            if (prompt_lengths[f] == prompt_lengths[b] &&
+                (prompts[f] == prompts[b] || !memcmp(prompts[f], prompts[b], (size_t)prompt_lengths[b] * sizeof(int))))
+                break;
+        }
+        if (u == U) first_row[U++] = b;
+        source[b] = u;
+    }
+    return U;
+}
+
 static bool is_stop_token(const GenerateOptions *options, int token) {
     for (int i = 0; i < options->num_stop_tokens; i++)
         if (options->stop_tokens[i] == token) return true;
@@ -75,9 +94,29 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
 
     GenerateStats local_stats = {0};
     double t0 = now_seconds();
-    ModelBatch prefill = {.B = B, .T = T0, .tokens = tokens, .row_start = row_start};
-    model_forward_cached(model, &prefill, &cache);
-    model_last_logits(model, logits);
+    // GRPO answers each prompt G times: its G rows share one prefill of the prompt (one
+    // forward of the distinct prompts, then their cache rows and logits are copied).
+    int *source = xmalloc((size_t)B * sizeof(int)), *first_row = xmalloc((size_t)B * sizeof(int));
+    const int U = options->prefill_each_row ? B : distinct_prompts(prompts, prompt_lengths, B, source, first_row);
+    if (U == B) {
+        ModelBatch prefill = {.B = B, .T = T0, .tokens = tokens, .row_start = row_start};
+        model_forward_cached(model, &prefill, &cache);
+        model_last_logits(model, logits);
+    } else {
+        int *unique_tokens = xmalloc((size_t)U * T0 * sizeof(int)), *unique_start = xmalloc((size_t)U * sizeof(int));
+        for (int u = 0; u < U; u++) {
+            memcpy(unique_tokens + (long)u * T0, tokens + (long)first_row[u] * T0, (size_t)T0 * sizeof(int));
+            unique_start[u] = row_start[first_row[u]];
+        }
+        ModelBatch prefill = {.B = U, .T = T0, .tokens = unique_tokens, .row_start = unique_start};
+        model_forward_cached(model, &prefill, &cache);
+        model_last_logits(model, logits); // rows [0, U), spread below from the last row down
+        for (int b = B - 1; b >= 0; b--)
+            if (source[b] != b) memcpy(logits + (long)b * V, logits + (long)source[b] * V, (size_t)V * sizeof(float));
+        kv_cache_expand_rows(&cache, model, source, B);
+        free(unique_tokens), free(unique_start);
+    }
+    free(source), free(first_row);
     local_stats.prefill_seconds = now_seconds() - t0;
     t0 = now_seconds();
     int remaining = B;

@@ -31,6 +31,11 @@ typedef struct {
     // min_new_tokens): a PPO policy cannot learn to answer with an immediate end of text.
     // The reported log-probs stay those of the unmasked model.
     int min_new_tokens;
+    // Rows with the same prompt share one prefill (their first logits and cache slots are
+    // copied from it) unless this is set. The prompt's forward then runs in a smaller batch,
+    // so the numbers differ from a prefill per row by float rounding (about 1e-7 in the
+    // log-probs); a run stays reproducible from its seed either way.
+    bool prefill_each_row;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).

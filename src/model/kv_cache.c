@@ -31,6 +31,29 @@ void kv_cache_free(KvCache *cache, const Model *model) {
     memset(cache, 0, sizeof *cache);
 }
 
+void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source, int B) {
+    const ModelConfig *cfg = &model->config;
+    const int kv_dim = cfg->num_kv_heads * cfg->head_dim;
+    const long row_floats = (long)cache->capacity_T * kv_dim;
+    CHECK(B <= cache->capacity_B, "KV cache of %d rows cannot hold %d", cache->capacity_B, B);
+    int *row_start = xmalloc((size_t)B * sizeof(int));
+    for (int b = B - 1; b >= 0; b--) {
+        const int u = source[b];
+        CHECK(u >= 0 && u <= b && u < cache->B, "row %d cannot copy row %d of a cache of %d", b, u, cache->B);
+        row_start[b] = cache->row_start[u];
+        if (u == b) continue;
+        for (int l = 0; l < cfg->num_layers; l++) {
+            model->ops->copy_rows(cache->k[l] + b * row_floats, kv_dim, cache->k[l] + u * row_floats, kv_dim,
+                                  cache->length, kv_dim);
+            model->ops->copy_rows(cache->v[l] + b * row_floats, kv_dim, cache->v[l] + u * row_floats, kv_dim,
+                                  cache->length, kv_dim);
+        }
+    }
+    memcpy(cache->row_start, row_start, (size_t)B * sizeof(int));
+    free(row_start);
+    cache->B = B;
+}
+
 void kv_cache_reset(KvCache *cache) {
     cache->length = 0;
     cache->B = 0;

@@ -147,6 +147,10 @@ void kv_cache_init(KvCache *cache, const Model *model, int B, int T);
 void kv_cache_free(KvCache *cache, const Model *model);
 // Forgets the cached tokens (the memory stays).
 void kv_cache_reset(KvCache *cache);
+// After a prefill of U rows: row b of B (B <= capacity_B) becomes a copy of row source[b]
+// (its slots and its left padding). source[b] <= b for every b, so the copy can run in
+// place, last row first. For rows that share a prompt (several answers to one prompt).
+void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source, int B);
 
 // Runs the batch's tokens at cache slots [cache->length, cache->length + T) and stores
 // their keys and values: a prefill (empty cache; batch->row_start gives the left padding)
