@@ -26,7 +26,7 @@ static char *default_model_name(const char *path) {
 int cmd_serve(int argc, char **argv) {
     char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
-    long request_timeout_s = 600;
+    long request_timeout_s = 600, parallel = 4;
     char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
@@ -36,6 +36,7 @@ int cmd_serve(int argc, char **argv) {
         {"max-body-bytes", "max_body_bytes", OPT_INT, &max_body_bytes, "larger request bodies get 413", false, false},
         {"max-tokens-limit", "max_tokens_limit", OPT_INT, &max_tokens_limit, "largest max_tokens a request may ask for", false, false},
         {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
+        {"parallel", "n_parallel", OPT_INT, &parallel, "requests generated together in one batch (1: one at a time)", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
@@ -51,6 +52,7 @@ int cmd_serve(int argc, char **argv) {
     if (max_body_bytes < 64 || max_body_bytes > 1L << 30) die_user("--max-body-bytes must be in [64, 1073741824], got %ld", max_body_bytes);
     if (max_tokens_limit < 1 || max_tokens_limit > 1 << 20) die_user("--max-tokens-limit must be in [1, 1048576], got %ld", max_tokens_limit);
     if (max_concurrent < 1 || max_concurrent > 4096) die_user("--max-concurrent must be in [1, 4096], got %ld", max_concurrent);
+    if (parallel < 1 || parallel > 256) die_user("--parallel must be in [1, 256], got %ld", parallel);
     if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
@@ -74,6 +76,7 @@ int cmd_serve(int argc, char **argv) {
         .max_tokens_limit = (int)max_tokens_limit,
         .default_max_tokens = max_tokens_limit < 256 ? (int)max_tokens_limit : 256,
         .max_concurrent = (int)max_concurrent,
+        .parallel = (int)parallel,
         .request_timeout_s = (int)request_timeout_s,
         .threads = (int)threads,
     };

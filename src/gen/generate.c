@@ -63,6 +63,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     const int V = model->config.vocab_size;
     const int max_new = options->max_new_tokens;
     CHECK(B > 0 && max_new > 0, "generate needs rows and a positive max_new_tokens");
+    for (int b = 0; options->row_max_new_tokens && b < B; b++)
+        CHECK(options->row_max_new_tokens[b] > 0 && options->row_max_new_tokens[b] <= max_new,
+              "row %d asks for %d new tokens (1 to %d)", b, options->row_max_new_tokens[b], max_new);
     int T0 = 0;
     for (int b = 0; b < B; b++) {
         CHECK(prompt_lengths[b] > 0, "row %d has an empty prompt", b);
@@ -126,7 +129,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
             uint64_t stream = rng_stream("sample", row_ids ? row_ids[b] : (uint64_t)b, 0);
-            double u = rng_uniform_double(options->seed, stream, (uint64_t)step);
+            const uint64_t seed = options->row_seeds ? options->row_seeds[b] : options->seed;
+            const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
+            double u = rng_uniform_double(seed, stream, (uint64_t)step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
             if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
@@ -134,10 +139,10 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 memcpy(masked, row_logits, (size_t)V * sizeof(float));
                 for (int i = 0; i < options->num_stop_tokens; i++)
                     if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V) masked[options->stop_tokens[i]] = -INFINITY;
-                picked = sampler_pick(masked, V, &options->sampler, u, &scratch[b]);
+                picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
                 picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own
             } else {
-                picked = sampler_pick(row_logits, V, &options->sampler, u, &scratch[b]);
+                picked = sampler_pick(row_logits, V, sampler, u, &scratch[b]);
             }
             GeneratedRow *row = &out[b];
             row->tokens[row->length] = picked.token;
@@ -156,7 +161,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             if (is_stop_token(options, next[b])) row->stop = STOP_TOKEN;
             else if (options->stop_check && options->stop_check(options->stop_context, b, row->tokens, row->length))
                 row->stop = STOP_CHECK;
-            else if (row->length == max_new) row->stop = STOP_LENGTH;
+            else if (row->length == (options->row_max_new_tokens ? options->row_max_new_tokens[b] : max_new))
+                row->stop = STOP_LENGTH;
             if (row->stop != STOP_NONE) {
                 done[b] = true;
                 remaining--;

@@ -36,6 +36,12 @@ typedef struct {
     // so the numbers differ from a prefill per row by float rounding (about 1e-7 in the
     // log-probs); a run stays reproducible from its seed either way.
     bool prefill_each_row;
+    // Optional per-row settings for a batch of independent requests (marlhf serve): row b
+    // samples with row_samplers[b], from seed row_seeds[b], and stops at
+    // row_max_new_tokens[b] (<= max_new_tokens) new tokens. NULL: the settings above.
+    const SamplerConfig *row_samplers;
+    const uint64_t *row_seeds;
+    const int *row_max_new_tokens;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).

@@ -1,6 +1,7 @@
 // The HTTP side of `marlhf serve`: libmicrohttpd in thread-per-connection mode, routing,
 // the request limits (body size, concurrency, timeouts) and one generation worker that
-// runs requests one at a time from a FIFO queue (the model is a single instance). A
+// takes requests from a FIFO queue, up to --parallel of them at a time as one batch (the
+// model is a single instance; a decode step costs little more for 4 rows than for 1). A
 // streaming request's tokens go from the worker into a buffer that MHD's chunked reader
 // hands out as server-sent events. OpenAI request/response JSON is serve/openai.c.
 #include "serve/server.h"
@@ -156,8 +157,14 @@ static void add_text(Job *job, const char *piece, size_t length) {
     find_stop(job);
 }
 
+// The requests generated together: row b of the generate call is jobs[b].
+typedef struct {
+    Job **jobs;
+    int count;
+} Batch;
+
 static void on_token(void *context, int row, int token) {
-    Job *job = context;
+    Job *job = ((Batch *)context)->jobs[row];
     const TextModel *tm = job->server->tm;
     for (int i = 0; i < tm->num_stop_tokens; i++)
         if (tm->stop_tokens[i] == token) return; // the end-of-turn token is not reply text
@@ -170,7 +177,7 @@ static void on_token(void *context, int row, int token) {
 }
 
 static bool should_stop(void *context, int row, const int *tokens, int count) {
-    Job *job = context;
+    Job *job = ((Batch *)context)->jobs[row];
     if (job->stop_hit) return true;
     pthread_mutex_lock(&job->server->lock);
     bool halt = job->cancelled || job->server->stopping;
@@ -192,27 +199,8 @@ static void explain_halt(Job *job, bool cancelled, bool stopping) {
     else fail_job(job, 500, "internal_error", "the generation stopped for no known reason");
 }
 
-static void run_job(Server *s, Job *job) {
-    TextModel *tm = s->tm;
-    job->decoder = tokenizer_stream_new(tm->tokenizer, true);
-    if (job->stream && job->head.kind == OPENAI_CHAT) sse_event(job, openai_chunk_json(&job->head, true, "", 0, NULL));
-    int pad = tokenizer_pad_id(tm->tokenizer);
-    GenerateOptions gen = {
-        .sampler = job->sampler,
-        .max_new_tokens = job->max_new,
-        .seed = job->seed,
-        .stop_tokens = tm->stop_tokens,
-        .num_stop_tokens = tm->num_stop_tokens,
-        .stop_check = should_stop,
-        .stop_context = job,
-        .on_token = on_token,
-        .token_context = job,
-        .pad_token = pad >= 0 ? pad : 0,
-    };
-    const int *prompts[] = {job->ids};
-    uint64_t row_id = 0;
-    GeneratedRow row;
-    generate(&tm->model, prompts, &job->num_ids, &row_id, 1, &gen, &row, NULL);
+// After the generation: the text's tail, and how the request ended.
+static void finish_job(Server *s, Job *job, const GeneratedRow *row) {
     char *rest = NULL;
     size_t length = 0;
     tokenizer_stream_flush_len(job->decoder, &rest, &length);
@@ -220,17 +208,61 @@ static void run_job(Server *s, Job *job) {
     free(rest);
     tokenizer_stream_free(job->decoder);
     job->decoder = NULL;
-    if (row.stop == STOP_CHECK && !job->stop_hit) {
+    if (row->stop == STOP_CHECK && !job->stop_hit) {
         pthread_mutex_lock(&s->lock);
         bool cancelled = job->cancelled, stopping = s->stopping;
         pthread_mutex_unlock(&s->lock);
         explain_halt(job, cancelled, stopping);
     } else {
         emit_settled(job, job->text_len);
-        job->finish_reason = job->stop_hit || row.stop == STOP_TOKEN ? "stop" : "length";
-        job->completion_tokens = row.length;
+        job->finish_reason = job->stop_hit || row->stop == STOP_TOKEN ? "stop" : "length";
+        job->completion_tokens = row->length;
     }
-    generated_row_free(&row);
+}
+
+// Generates the batch's requests together, each row with its own prompt, sampling
+// parameters, seed and max_tokens. Every row uses random stream 0 of its own seed, as a
+// request alone does, so a request's tokens do not depend on its batch-mates (its
+// log-probs only up to float rounding: the batch runs through the same matmuls).
+static void run_batch(Server *s, const Batch *batch) {
+    TextModel *tm = s->tm;
+    const int count = batch->count;
+    const int **prompts = xmalloc((size_t)count * sizeof(int *));
+    int *lengths = xmalloc((size_t)count * sizeof(int)), *max_new = xmalloc((size_t)count * sizeof(int));
+    SamplerConfig *samplers = xmalloc((size_t)count * sizeof(SamplerConfig));
+    uint64_t *seeds = xmalloc((size_t)count * sizeof(uint64_t)), *row_ids = xcalloc((size_t)count, sizeof(uint64_t));
+    int longest = 1;
+    for (int b = 0; b < count; b++) {
+        Job *job = batch->jobs[b];
+        job->decoder = tokenizer_stream_new(tm->tokenizer, true);
+        if (job->stream && job->head.kind == OPENAI_CHAT) sse_event(job, openai_chunk_json(&job->head, true, "", 0, NULL));
+        prompts[b] = job->ids, lengths[b] = job->num_ids, max_new[b] = job->max_new;
+        samplers[b] = job->sampler, seeds[b] = job->seed;
+        if (job->max_new > longest) longest = job->max_new;
+    }
+    int pad = tokenizer_pad_id(tm->tokenizer);
+    GenerateOptions gen = {
+        .sampler = samplers[0],
+        .max_new_tokens = longest,
+        .seed = seeds[0],
+        .stop_tokens = tm->stop_tokens,
+        .num_stop_tokens = tm->num_stop_tokens,
+        .stop_check = should_stop,
+        .stop_context = (void *)batch,
+        .on_token = on_token,
+        .token_context = (void *)batch,
+        .pad_token = pad >= 0 ? pad : 0,
+        .row_samplers = samplers,
+        .row_seeds = seeds,
+        .row_max_new_tokens = max_new,
+    };
+    GeneratedRow *rows = xmalloc((size_t)count * sizeof(GeneratedRow));
+    generate(&tm->model, prompts, lengths, row_ids, count, &gen, rows, NULL);
+    for (int b = 0; b < count; b++) {
+        finish_job(s, batch->jobs[b], &rows[b]);
+        generated_row_free(&rows[b]);
+    }
+    free(rows), free(prompts), free(lengths), free(max_new), free(samplers), free(seeds), free(row_ids);
 }
 
 // The end of a job's stream: the finish chunk (or the error), usage if asked, [DONE].
@@ -245,30 +277,51 @@ static void finish_stream_locked(Job *job) {
     grow_append(&job->out, &job->out_len, &job->out_capacity, "data: [DONE]\n\n", 14);
 }
 
+// Marks a job answered (its stream's last events written) and lets it go. Under the lock.
+static void job_done_locked(Server *s, Job *job) {
+    if (job->stream) finish_stream_locked(job);
+    job->finished = true;
+    s->in_flight--;
+    pthread_cond_broadcast(&s->changed);
+    job_unref_locked(job);
+}
+
+// Takes up to options.parallel queued requests at a time, in arrival order, and generates
+// them as one batch; requests that arrive meanwhile wait for the next batch. A queued
+// request that was cancelled or timed out, or any once the server stops, is answered
+// without generating.
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
     if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    Job **jobs = xmalloc((size_t)s->options.parallel * sizeof(Job *));
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
-        Job *job = s->queue_head;
-        if (!job) break; // stopping, and nothing left to answer
-        s->queue_head = job->next;
-        if (!s->queue_head) s->queue_tail = NULL;
-        bool cancelled = job->cancelled, stopping = s->stopping;
+        if (!s->queue_head) break; // stopping, and nothing left to answer
+        int count = 0;
+        while (s->queue_head && count < s->options.parallel) {
+            Job *job = s->queue_head;
+            s->queue_head = job->next;
+            if (!s->queue_head) s->queue_tail = NULL;
+            if (now_seconds() > job->deadline) job->timed_out = true;
+            if (job->cancelled || s->stopping || job->timed_out) {
+                explain_halt(job, job->cancelled, s->stopping);
+                job_done_locked(s, job);
+            } else {
+                jobs[count++] = job;
+            }
+        }
+        if (count == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        if (now_seconds() > job->deadline) job->timed_out = true;
-        if (cancelled || stopping || job->timed_out) explain_halt(job, cancelled, stopping);
-        else run_job(s, job);
+        if (count > 1) fprintf(stderr, "serve: generating %d requests together\n", count);
+        Batch batch = {jobs, count};
+        run_batch(s, &batch);
         pthread_mutex_lock(&s->lock);
-        if (job->stream) finish_stream_locked(job);
-        job->finished = true;
-        s->in_flight--;
-        pthread_cond_broadcast(&s->changed);
-        job_unref_locked(job);
+        for (int b = 0; b < count; b++) job_done_locked(s, jobs[b]);
     }
     pthread_mutex_unlock(&s->lock);
+    free(jobs);
     return NULL;
 }
 
@@ -608,6 +661,7 @@ int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
     Server *s = xcalloc(1, sizeof(Server));
     s->tm = tm;
     s->options = *options;
+    if (s->options.parallel < 1) s->options.parallel = 1;
     s->model_name = xstrdup(options->model_name);
     s->listen_fd = fd;
     s->port = listener_port(fd);

@@ -10,8 +10,11 @@
 // valid request when max_concurrent requests are already generating or queued is 429; a
 // request still queued or generating after request_timeout_s is 503.
 //
-// One model, one worker thread: requests are queued in arrival order and generated one at a
-// time, so a request's text depends only on its prompt, parameters and seed. Streaming
+// One model, one worker thread: requests are queued in arrival order and generated up to
+// `parallel` at a time in one batch (each row with its own parameters and seed); requests
+// that arrive during a batch wait for the next. A request's tokens depend only on its
+// prompt, parameters and seed — with batch-mates, up to float rounding (a near tie could
+// go the other way). Streaming
 // (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
 // is decoded and MHD's content reader hands it out, ending with `data: [DONE]\n\n`.
 // Text that could be the start of a stop string is held back until it is known not to be,
@@ -27,6 +30,7 @@ typedef struct {
     int max_tokens_limit;
     int default_max_tokens;
     int max_concurrent;
+    int parallel;           // requests generated together (1: one at a time)
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
 } ServerOptions;

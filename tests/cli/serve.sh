@@ -4,7 +4,7 @@
 # non-streamed text, stop strings, every error status with its error JSON, a burst of
 # concurrent good and bad requests against --max-concurrent, a clean exit on SIGTERM; then
 # SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
-# client. Every wait is bounded. Prints PASS/FAIL per case.
+# client, requests generated together (--parallel) answering as they do alone. Every wait is bounded. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -405,5 +405,43 @@ if [ -f "$real_model" ]; then
     else
         fail real_model_server "$(tail -n 3 "$tmp/real.log")"
     fi
+
+    # --parallel 4 (the default): the four requests queued while a long one generates are
+    # generated together in one batch, each with its own temperature, top-p, seed and
+    # max_tokens, and each answer is the one the request gets alone.
+    if start_server "$tmp/parallel.log" --model "$real_model" --max-concurrent 8 --threads 2; then
+        batch_body() { echo '{"messages": [{"role": "user", "content": "Tell me about '"$1"'."}], "temperature": '"$2"', "top_p": '"$3"', "seed": '"$4"', "max_tokens": '"$5"'}'; }
+        batch_bodies=("$(batch_body cats 1 1 11 12)" "$(batch_body rain 0.7 0.9 12 8)" "$(batch_body ships 1.3 1 13 16)"
+                      "$(batch_body cats 0 1 14 10)")
+        blocker_body='{"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "temperature": 0, "max_tokens": 64}'
+        curl -s --max-time 120 -o /dev/null --data-binary "$blocker_body" \
+            "http://127.0.0.1:$port/v1/chat/completions" &
+        blocker=$!
+        wait_in_progress 1 100
+        pids=()
+        for i in 0 1 2 3; do
+            curl -s --max-time 120 -o "$tmp/together_$i.json" --data-binary "${batch_bodies[$i]}" \
+                "http://127.0.0.1:$port/v1/chat/completions" &
+            pids+=($!)
+        done
+        queued=
+        wait_in_progress 5 200 && queued=1
+        wait "${pids[@]}" "$blocker"
+        for i in 0 1 2 3; do
+            curl -s --max-time 120 -o "$tmp/alone_$i.json" --data-binary "${batch_bodies[$i]}" \
+                "http://127.0.0.1:$port/v1/chat/completions"
+        done
+        python3 - "$tmp" <<'PY' && [ -n "$queued" ] && grep -q '^serve: generating 4 requests together$' "$tmp/parallel.log" &&
+import json, sys
+texts = [[json.load(open(f"{sys.argv[1]}/{kind}_{i}.json"))["choices"][0]["message"]["content"] for i in range(4)]
+         for kind in ("together", "alone")]
+sys.exit(0 if texts[0] == texts[1] and len(set(texts[0])) == 4 else 1)
+PY
+            pass parallel_batch_equals_alone || fail parallel_batch_equals_alone "queued=$queued $(grep together "$tmp/parallel.log")"
+        stop_server
+    else
+        fail parallel_server "$(tail -n 3 "$tmp/parallel.log")"
+    fi
 fi
+expect_error serve_bad_parallel "--parallel" "$bin" serve --model "$model" --parallel 0
 [ "$failures" -eq 0 ]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Serving throughput under concurrent clients: REQUESTS chat requests (temperature 1, seed i,
+# MAX_TOKENS new tokens) from CLIENTS clients at once against `marlhf serve` with
+# --parallel 1 (one request at a time) and --parallel CLIENTS (the queued requests generated
+# together), SmolLM2-135M-Instruct Q4_1 GGUF (marlhf computes in f32), THREADS threads; and
+# the same requests through llama.cpp (llama-cpp-python, Q4_1 and the f32 GGUF that
+# bench/run_decode.sh writes), one at a time as llama-cpp-python's own server runs them.
+# Prints one JSON line per configuration.
+#   REQUESTS=16 CLIENTS=4 MAX_TOKENS=48 THREADS=2 bench/run_serve_concurrency.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+requests=${REQUESTS:-16} clients=${CLIENTS:-4} max_tokens=${MAX_TOKENS:-48} threads=${THREADS:-2}
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$model" ] || scripts/fetch-model
+out=$(mktemp -d)
+trap 'kill $server 2> /dev/null || true; rm -rf "$out"' EXIT
+server=
+for parallel in 1 "$clients"; do
+    build/marlhf serve --model "$model" --port 0 --parallel "$parallel" --max-concurrent $((clients * 2)) \
+        --threads "$threads" 2> "$out/serve.log" &
+    server=$!
+    port=
+    for _ in $(seq 600); do
+        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$out/serve.log")
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cat "$out/serve.log" >&2; exit 1; }
+    python3 bench/serve_load.py client "http://127.0.0.1:$port" --impl "marlhf-serve-parallel-$parallel" \
+        --requests "$requests" --clients "$clients" --max-tokens "$max_tokens" --threads "$threads"
+    kill "$server"
+    wait "$server" 2> /dev/null || true
+done
+py=.venv-tools/bin/python
+if [ -x "$py" ] && "$py" -c "import llama_cpp" 2> /dev/null; then
+    for path in "$model" "${model%.Q4_1.gguf}.F32.gguf"; do
+        [ -f "$path" ] || continue
+        label=$(basename "$path" .gguf | sed 's/.*\.//' | tr 'A-Z' 'a-z')
+        "$py" bench/serve_load.py llamacpp "$path" --impl "llama.cpp-sequential-$label" --requests "$requests" \
+            --max-tokens "$max_tokens" --threads "$threads" 2> /dev/null
+    done
+else
+    echo '{"impl": "llama.cpp", "skipped": "pip install llama-cpp-python into .venv-tools first"}'
+fi
