@@ -6,6 +6,7 @@
 //  - A row generates the same tokens alone as in a batch with other, longer or shorter,
 //    prompts (sampling at temperature 1 with top-k/top-p), and the same with 1 or 2 threads.
 //  - Rows with one prompt share its prefill and generate what they do with a prefill each.
+//  - Rows with their own sampler, seed and length limit generate what they do alone.
 //  - The sampler's draws follow the distribution it reports: chi-square over 40,000
 //    draws on a 6-token vocabulary, below the 0.999 quantile; excluded tokens never appear.
 //  - SmolLM2-135M-Instruct's greedy continuations of 5 chat prompts equal transformers'
@@ -132,6 +133,33 @@ static void test_shared_prefill(void) {
         for (int b = 0; b < 7; b++) generated_row_free(&shared[b]), generated_row_free(&separate[b]);
         model_free(&model);
     }
+}
+
+// Per-row settings (marlhf serve's batches): each row of a batch generates what it does
+// alone with its own sampler, seed and length limit.
+static void test_per_row_settings(void) {
+    Model model;
+    load(&model, "tests/fixtures/models/llama");
+    int p0[] = {5, 9, 17, 3}, p1[] = {60, 61}, p2[] = {7, 8, 9};
+    const int *prompts[] = {p0, p1, p2};
+    int lengths[] = {4, 2, 3}, max_new[] = {12, 5, 9};
+    SamplerConfig samplers[] = {{.temperature = 1.0f}, {.temperature = 0.0f}, {.temperature = 1.5f, .top_k = 10, .top_p = 0.9f}};
+    uint64_t seeds[] = {101, 202, 303}, ids[] = {0, 0, 0};
+    GenerateOptions together = {.max_new_tokens = 12, .row_samplers = samplers, .row_seeds = seeds,
+                                .row_max_new_tokens = max_new};
+    GeneratedRow rows[3];
+    generate(&model, prompts, lengths, ids, 3, &together, rows, NULL);
+    for (int b = 0; b < 3; b++) {
+        GenerateOptions alone = {.sampler = samplers[b], .max_new_tokens = max_new[b], .seed = seeds[b]};
+        GeneratedRow row;
+        generate(&model, &prompts[b], &lengths[b], &ids[b], 1, &alone, &row, NULL);
+        EXPECT(rows[b].length == max_new[b] && rows[b].stop == STOP_LENGTH, "row %d: %d tokens", b, rows[b].length);
+        EXPECT(row.length == rows[b].length && !memcmp(row.tokens, rows[b].tokens, row.length * sizeof(int)),
+               "row %d differs from its request alone", b);
+        generated_row_free(&row);
+        generated_row_free(&rows[b]);
+    }
+    model_free(&model);
 }
 
 static void test_stop_tokens_and_lengths(void) {
@@ -290,6 +318,7 @@ int main(void) {
     RUN(test_kv_cache_matches_full_forward);
     RUN(test_batch_composition_invariance);
     RUN(test_shared_prefill);
+    RUN(test_per_row_settings);
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);
