@@ -604,16 +604,17 @@ static void test_lora_models(void) {
 }
 
 // Greedy generation on the GPU (KV cache in GPU memory): the log-probs it reports for its
-// own tokens agree with a CPU forward over the same tokens.
+// own tokens agree with a CPU forward over the same tokens. Row 3 repeats row 0's prompt, so
+// the two share one prefill and row 3's cache rows are copied on the device.
 static void test_generation_on_gpu(void) {
     Model mc, mg;
     load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
-    const int B = 3, new_tokens = 12;
+    const int B = 4, new_tokens = 12;
     int p0[] = {5, 17, 300, 41, 9}, p1[] = {77, 12}, p2[] = {1, 2, 3, 4, 5, 6, 7, 8};
-    const int *prompts[] = {p0, p1, p2};
-    int lengths[] = {5, 2, 8};
+    const int *prompts[] = {p0, p1, p2, p0};
+    int lengths[] = {5, 2, 8, 5};
     GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = new_tokens};
-    GeneratedRow rows[3];
+    GeneratedRow rows[4];
     generate(&mg, prompts, lengths, NULL, B, &gen, rows, NULL);
     double worst = 0;
     for (int b = 0; b < B; b++) {
