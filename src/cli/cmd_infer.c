@@ -4,6 +4,10 @@
 // reward model's score of prompt + response, written as JSONL {prompt, response, reward}.
 // With --ref-scores nothing is generated: the dataset's own chosen and rejected responses
 // are scored ({prompt, response, reward, rejected_response, rejected_reward}).
+// With --best-of N each prompt is answered N times (the N rows share the prompt's prefill)
+// and the row is the best-scored answer, with every candidate's reward (candidate_rewards)
+// and the worst answer (rejected_response, rejected_reward): best-of-N sampling, and data
+// for rejection-sampling fine-tuning (`marlhf sft` reads {prompt, response}) or for DPO.
 //
 // Differences from the released script, on purpose: the output goes to
 // results/<dataset>/temperature=<T>/<model>.jsonl (the script runs "results" and the
@@ -109,10 +113,18 @@ static void gather_responses(int **responses, int *lengths, float *scores, long 
     free(tokens), free(owned);
 }
 
+// A generated response as text, without its stop tokens at the end.
+static char *visible_text(const TextModel *policy, const Tokenizer *tokenizer, const int *tokens, int length) {
+    int visible = length;
+    for (int j = 0; j < policy->num_stop_tokens && visible > 0; j++)
+        if (tokens[visible - 1] == policy->stop_tokens[j]) visible--, j = -1;
+    return tokenizer_decode(tokenizer, tokens, visible, true);
+}
+
 int cmd_infer(int argc, char **argv) {
     char *model_path = NULL, *reward_path = NULL, *data_path = NULL, *output = NULL, *format_name = "auto";
     char *device = "cpu", *lexicon_path = NULL;
-    long count = 2000, batch = 16, max_new = 512, min_new = 0, seed = 1234, max_prompt = 1024, threads = 0;
+    long count = 2000, batch = 16, max_new = 512, min_new = 0, seed = 1234, max_prompt = 1024, threads = 0, best_of = 1;
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
@@ -134,6 +146,8 @@ int cmd_infer(int argc, char **argv) {
         {"max-prompt-tokens", "max_prompt_len", OPT_INT, &max_prompt, "prompts are truncated to their last N tokens", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch, "prompts generated and scored together", false, false},
         {"ref-scores", "ref_scores", OPT_BOOL, &ref_scores, "score the dataset's chosen and rejected responses instead of generating", false, false},
+        {"best-of", "best_of num_return_sequences", OPT_INT, &best_of,
+         "answer each prompt N times and keep the best-scored answer (the worst as rejected_response)", false, false},
         {"gold-lexicon", "gold_lexicon", OPT_STRING, &lexicon_path, "also write the gold lexicon score of each response", false, false},
         {"output", NULL, OPT_STRING, &output, "JSONL file (default results/<dataset>/temperature=<T>/<model>.jsonl)", false, false},
         {"overwrite", NULL, OPT_BOOL, &overwrite, "replace an existing output file", false, false},
@@ -155,6 +169,10 @@ int cmd_infer(int argc, char **argv) {
         die_user("--count must be >= 0; --batch-size, --max-new-tokens and --max-prompt-tokens >= 1");
     if (min_new < 0 || min_new > max_new) die_user("--min-new-tokens must be in [0, --max-new-tokens], got %ld", min_new);
     if (temperature < 0 || top_k < 0 || top_p <= 0 || top_p > 1) die_user("bad sampling options (--temperature, --top-k, --top-p)");
+    if (best_of < 1 || best_of > 1024) die_user("--best-of must be in [1, 1024], got %ld", best_of);
+    if (best_of > 1 && ref_scores) die_user("--best-of generates; --ref-scores scores the dataset's own responses");
+    if (best_of > 1 && temperature == 0)
+        die_user("--best-of %ld with --temperature 0: greedy decoding gives the same answer every time", best_of);
 
     DataFormat format = DATA_FORMAT_AUTO;
     if (strcmp(format_name, "auto") && data_format_parse(format_name, "--data-format", &format) != 0) die_from_err();
@@ -212,9 +230,11 @@ int cmd_infer(int argc, char **argv) {
         prompts[i] = ids, prompt_lengths[i] = length;
     }
 
-    int **responses = xcalloc(n, sizeof(int *)), *response_lengths = xcalloc(n, sizeof(int));
+    // Candidate k of prompt i is entry i * N + k (N = best_of; 1 without --best-of).
+    const long N = best_of, entries = n * N;
+    int **responses = xcalloc(entries, sizeof(int *)), *response_lengths = xcalloc(entries, sizeof(int));
     int **rejected = NULL, *rejected_lengths = NULL;
-    float *scores = xcalloc(n, sizeof(float)), *rejected_scores = NULL; // zeros: gathered by sums
+    float *scores = xcalloc(entries, sizeof(float)), *rejected_scores = NULL; // zeros: gathered by sums
     // This rank's batches: [first, first + batch) for first = (rank + k * W) * batch.
     long mine = 0;
     for (long first = rank * batch; first < n; first += world * batch) mine += first + batch <= n ? batch : n - first;
@@ -250,24 +270,32 @@ int cmd_infer(int argc, char **argv) {
             .pad_token = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0,
         };
         for (long first = rank * batch; first < n; first += world * batch) {
-            int rows = (int)(first + batch <= n ? batch : n - first);
+            const int count_here = (int)(first + batch <= n ? batch : n - first), rows = count_here * (int)N;
             GeneratedRow *out = xcalloc(rows, sizeof(GeneratedRow));
             uint64_t *row_ids = xmalloc(rows * sizeof(uint64_t));
-            for (int b = 0; b < rows; b++) row_ids[b] = (uint64_t)(first + b); // a prompt's stream: its rank
-            generate(&policy.model, (const int *const *)(prompts + first), prompt_lengths + first, row_ids, rows, &gen, out,
-                     NULL);
-            for (int b = 0; b < rows; b++) {
-                responses[first + b] = out[b].tokens;
-                response_lengths[first + b] = out[b].length;
-                out[b].tokens = NULL;
-                generated_row_free(&out[b]);
+            const int **row_prompts = xmalloc(rows * sizeof(int *));
+            int **row_prompt_ids = xmalloc(rows * sizeof(int *)), *row_prompt_lengths = xmalloc(rows * sizeof(int));
+            for (int b = 0; b < count_here; b++)
+                for (int k = 0; k < N; k++) {
+                    const int row = b * (int)N + k;
+                    // A prompt's stream is its index; further candidates' streams lie above 2^40.
+                    row_ids[row] = (uint64_t)(first + b) + ((uint64_t)k << 40);
+                    row_prompts[row] = row_prompt_ids[row] = prompts[first + b];
+                    row_prompt_lengths[row] = prompt_lengths[first + b];
+                }
+            generate(&policy.model, row_prompts, row_prompt_lengths, row_ids, rows, &gen, out, NULL);
+            for (int row = 0; row < rows; row++) {
+                responses[first * N + row] = out[row].tokens;
+                response_lengths[first * N + row] = out[row].length;
+                out[row].tokens = NULL;
+                generated_row_free(&out[row]);
             }
-            score_all(&reward, prompts + first, prompt_lengths + first, responses + first, response_lengths + first, rows,
-                      rows, scores + first);
-            free(out), free(row_ids);
-            progress_update(&progress, rows, NULL);
+            score_all(&reward, row_prompt_ids, row_prompt_lengths, responses + first * N, response_lengths + first * N,
+                      rows, rows, scores + first * N);
+            free(out), free(row_ids), free(row_prompts), free(row_prompt_ids), free(row_prompt_lengths);
+            progress_update(&progress, count_here, NULL);
         }
-        gather_responses(responses, response_lengths, scores, n);
+        gather_responses(responses, response_lengths, scores, entries);
     }
     progress_finish(&progress, NULL);
     // One JSON object per prompt, written atomically (by rank 0 under mpirun).
@@ -275,20 +303,33 @@ int cmd_infer(int argc, char **argv) {
         size_t used = 0;
         char *text_out = NULL;
         FILE *lines = open_memstream(&text_out, &used);
-        double reward_sum = 0;
+        double reward_sum = 0, candidate_sum = 0;
         for (long i = 0; i < n; i++) {
             const DataRecord *r = &data.records[order[i]];
-            int visible = response_lengths[i];
-            for (int j = 0; j < policy.num_stop_tokens && visible > 0 && !ref_scores; j++)
-                if (responses[i][visible - 1] == policy.stop_tokens[j]) visible--, j = -1;
-            char *response = ref_scores ? xstrdup(r->chosen) : tokenizer_decode(tokenizer, responses[i], visible, true);
-            json_t *row = json_pack("{s:s, s:s, s:f}", "prompt", r->prompt, "response", response, "reward", (double)scores[i]);
+            // The best and the worst candidate (the first of equals).
+            long best = i * N, worst = i * N;
+            for (long e = i * N; e < (i + 1) * N; e++) {
+                if (scores[e] > scores[best]) best = e;
+                if (scores[e] < scores[worst]) worst = e;
+                candidate_sum += scores[e];
+            }
+            char *response = ref_scores ? xstrdup(r->chosen) : visible_text(&policy, tokenizer, responses[best], response_lengths[best]);
+            json_t *row = json_pack("{s:s, s:s, s:f}", "prompt", r->prompt, "response", response, "reward", (double)scores[best]);
             if (ref_scores) {
                 json_object_set_new(row, "rejected_response", json_string(r->rejected));
                 json_object_set_new(row, "rejected_reward", json_real(rejected_scores[i]));
             }
+            if (N > 1) {
+                char *worst_text = visible_text(&policy, tokenizer, responses[worst], response_lengths[worst]);
+                json_object_set_new(row, "rejected_response", json_string(worst_text));
+                json_object_set_new(row, "rejected_reward", json_real(scores[worst]));
+                json_t *all = json_array();
+                for (long e = i * N; e < (i + 1) * N; e++) json_array_append_new(all, json_real(scores[e]));
+                json_object_set_new(row, "candidate_rewards", all);
+                free(worst_text);
+            }
             if (lexicon) json_object_set_new(row, "gold", json_real(lexicon_score(lexicon, response)));
-            reward_sum += scores[i];
+            reward_sum += scores[best];
             char *line = json_dumps(row, JSON_COMPACT);
             fprintf(lines, "%s\n", line);
             free(line), free(response);
@@ -297,14 +338,18 @@ int cmd_infer(int argc, char **argv) {
         fclose(lines);
         char *dir = fs_dirname(output);
         if (fs_mkdir_p(dir) != 0 || fs_write_file_atomic(output, text_out, used) != 0) die_from_err();
-        if (!quiet) fprintf(stderr, "infer: %ld responses, mean reward %.4f -> %s\n", n, reward_sum / n, output);
+        if (!quiet && N > 1)
+            fprintf(stderr, "infer: best of %ld for %ld prompts, mean reward %.4f (of all candidates %.4f) -> %s\n", N, n,
+                    reward_sum / n, candidate_sum / entries, output);
+        else if (!quiet) fprintf(stderr, "infer: %ld responses, mean reward %.4f -> %s\n", n, reward_sum / n, output);
         free(dir), free(text_out);
     }
     free(scores), free(rejected_scores);
     for (long i = 0; i < n; i++) {
-        free(prompts[i]), free(responses[i]);
+        free(prompts[i]);
         if (rejected) free(rejected[i]);
     }
+    for (long e = 0; e < entries; e++) free(responses[e]);
     free(prompts), free(prompt_lengths), free(responses), free(response_lengths), free(rejected), free(rejected_lengths);
     free(order), free(default_output);
     if (lexicon) lexicon_free(lexicon);

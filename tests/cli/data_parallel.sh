@@ -284,6 +284,10 @@ expect_error ppo_resume_other_process_count "made by 2 processes, this run has 1
 infer=(--model "$model" --reward-model "$tmp/ppo_rm/final" --data "$data/sft.jsonl" --count 7 --batch-size 2
        --max-new-tokens 8 --threads 1 --quiet)
 same_file_on_ranks infer "${infer[@]}"
+"$bin" infer "${infer[@]}" --best-of 3 --output "$tmp/best_one.jsonl" 2> /dev/null
+ranks 2 "$bin" infer "${infer[@]}" --best-of 3 --output "$tmp/best_two.jsonl" 2> "$tmp/best_two.err"
+[ -s "$tmp/best_one.jsonl" ] && cmp -s "$tmp/best_one.jsonl" "$tmp/best_two.jsonl" && pass infer_best_of_two_ranks_same_file ||
+    fail infer_best_of_two_ranks_same_file "$(tail -n 2 "$tmp/best_two.err")"
 ref=(--reward-model "$tmp/ppo_rm/final" --data "$data/pairs.jsonl" --ref-scores --count 7 --batch-size 2 --threads 1 --quiet)
 "$bin" infer "${ref[@]}" --output "$tmp/ref_one.jsonl" 2> /dev/null
 ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.err"

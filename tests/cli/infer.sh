@@ -70,4 +70,28 @@ expect_error infer_bad_min_new_tokens "--min-new-tokens" "$bin" infer "${args[@]
 expect_error infer_malformed_jsonl "$tmp/bad.jsonl:2" "$bin" infer "${args[@]}" --data "$tmp/bad.jsonl" --output "$tmp/y.jsonl"
 expect_error infer_not_a_reward_model "value head" "$bin" infer "${args[@]}" --reward-model "$model" --output "$tmp/z.jsonl"
 expect_error infer_needs_model "--model" "$bin" infer --reward-model "$tmp/rm/final" --data "$data/sft_eval.jsonl"
+
+# --best-of 4: four answers per prompt, the best-scored kept (the worst as rejected_response).
+# Candidate 0 is the answer without --best-of, so the best is never worse than it; and the
+# file trains `marlhf sft` (rejection-sampling fine-tuning).
+"$bin" infer "${args[@]}" --best-of 4 --output "$tmp/best.jsonl" 2> "$tmp/best.err"
+rc=$?
+python3 - "$tmp/a.jsonl" "$tmp/best.jsonl" <<'PY' && [ $rc -eq 0 ] && pass infer_best_of || fail infer_best_of "exit $rc $(cat "$tmp/best.err")"
+import json, sys
+plain, best = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+ok = len(best) == len(plain) == 6
+for p, b in zip(plain, best):
+    c = b["candidate_rewards"]
+    ok &= b["prompt"] == p["prompt"] and len(c) == 4 and b["reward"] == max(c) and b["rejected_reward"] == min(c)
+    ok &= abs(c[0] - p["reward"]) < 1e-4 and b["reward"] >= p["reward"] - 1e-4
+ok &= any(b["reward"] > p["reward"] + 1e-3 for p, b in zip(plain, best))  # some prompt gained
+sys.exit(0 if ok else 1)
+PY
+"$bin" sft --model "$model" --data "$tmp/best.jsonl" --max-seq-len 48 --max-steps 2 --per-device-train-batch-size 2 \
+    --output "$tmp/rs_sft" --quiet --threads 2 2> "$tmp/rs_sft.err" && [ -f "$tmp/rs_sft/final/model.safetensors" ] &&
+    pass best_of_trains_sft || fail best_of_trains_sft "$(tail -n 2 "$tmp/rs_sft.err")"
+expect_error infer_bad_best_of "--best-of" "$bin" infer "${args[@]}" --best-of 0 --output "$tmp/y.jsonl"
+expect_error infer_best_of_greedy "--best-of" "$bin" infer "${args[@]}" --best-of 2 --temperature 0 --output "$tmp/y.jsonl"
+expect_error infer_best_of_ref_scores "--best-of" "$bin" infer --reward-model "$tmp/rm/final" --data "$data/pairs.jsonl" \
+    --ref-scores --best-of 2 --output "$tmp/y.jsonl"
 exit $((failures > 0))
