@@ -14,6 +14,8 @@ int cmd_ppo(int argc, char **argv) {
     PpoConfig c = ppo_default_config();
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
+    char *reward_command = NULL;
+    double reward_timeout = 60;
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = "per-token";
     char *reward = "model", *schedule = "linear", *aggregation = NULL, *policy_loss = "ppo", *scale_rewards = "group";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
@@ -44,7 +46,13 @@ int cmd_ppo(int argc, char **argv) {
         {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired", false, false},
         {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
         {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
-        {"reward", NULL, OPT_STRING, &reward, "model | lexicon (the gold lexicon as reward) | code (APPS execution)", false, false},
+        {"reward", NULL, OPT_STRING, &reward,
+         "model | lexicon (the gold lexicon as reward) | code (APPS execution) | command (--reward-command)", false, false},
+        {"reward-command", "reward_command", OPT_STRING, &reward_command,
+         "a program scoring responses: one JSON line {prompt, response, row} in, one number out (see docs/grpo.md)",
+         false, false},
+        {"reward-timeout", "reward_timeout", OPT_FLOAT, &reward_timeout, "seconds the reward command may take per answer",
+         false, false},
         {"gold-lexicon", "gold_lexicon", OPT_STRING, &lexicon, "lexicon TSV: gold sentiment score of responses (metrics)", false, false},
         {"max-prompt-len", "max_prompt_seq_len", OPT_INT, &max_prompt_len, "longer prompts are dropped", false, false},
         {"max-new-tokens", "max_answer_seq_len", OPT_INT, &max_new_tokens, "response length limit", false, false},
@@ -157,7 +165,14 @@ int cmd_ppo(int argc, char **argv) {
     if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
     else if (!strcmp(reward, "lexicon")) c.reward = REWARD_LEXICON;
     else if (!strcmp(reward, "code")) c.reward = REWARD_CODE;
-    else die_user("option --reward must be model, lexicon or code, got '%s'", reward);
+    else if (!strcmp(reward, "command")) c.reward = REWARD_COMMAND;
+    else die_user("option --reward must be model, lexicon, code or command, got '%s'", reward);
+    if (c.reward == REWARD_COMMAND && (!reward_command || !*reward_command))
+        die_user("option --reward command needs --reward-command 'PROGRAM ARGS'");
+    if (reward_command && c.reward != REWARD_COMMAND) die_user("option --reward-command needs --reward command");
+    if (!(reward_timeout > 0) || !isfinite(reward_timeout))
+        die_user("option --reward-timeout must be positive, got %g", reward_timeout);
+    c.reward_command = reward_command, c.reward_timeout_seconds = reward_timeout;
     if (c.reward == REWARD_MODEL && !reward_model) die_user("missing option --reward-model (or --reward lexicon|code)");
     if (!strcmp(termination, "token")) c.token_level = true;
     else if (macro_termination_from_name(termination, &c.macro.condition) != 0)

@@ -56,7 +56,7 @@ int data_format_parse(const char *name, const char *option, DataFormat *format) 
 void data_record_free(DataRecord *record) {
     char *owned[] = {record->prompt,    record->chosen,       record->rejected,   record->id,
                      record->subreddit, record->question,     record->solutions,  record->input_output,
-                     record->difficulty, record->url,         record->starter_code};
+                     record->difficulty, record->url,         record->starter_code, record->raw};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     for (int k = 0; k < record->response_count; k++) free(record->responses[k]);
     free(record->responses);
@@ -78,6 +78,7 @@ void data_record_copy(const DataRecord *source, DataRecord *out) {
     out->difficulty = copy_or_null(source->difficulty);
     out->url = copy_or_null(source->url);
     out->starter_code = copy_or_null(source->starter_code);
+    out->raw = copy_or_null(source->raw);
     out->responses = NULL;
     if (source->response_count > 0) {
         out->responses = xmalloc((size_t)source->response_count * sizeof *out->responses);
@@ -92,7 +93,7 @@ void dataset_free(Dataset *dataset) {
     memset(dataset, 0, sizeof *dataset);
 }
 
-int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes) {
+static int load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes, bool keep_raw) {
     memset(dataset, 0, sizeof *dataset);
     DataRowReader reader;
     if (data_rows_open(&reader, path, max_row_bytes ? max_row_bytes : DATA_DEFAULT_MAX_ROW_BYTES) != 0) return -1;
@@ -113,6 +114,7 @@ int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t m
         }
         DataRecord *record = &loaded.records[loaded.count];
         rc = data_parse_row(loaded.format, row, &at, record);
+        if (rc == 0 && keep_raw) record->raw = json_dumps(row, JSON_COMPACT);
         json_decref(row);
         if (rc != 0) break;
         record->row = loaded.count++;
@@ -129,6 +131,14 @@ int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t m
     loaded.records = xrealloc(loaded.records, (size_t)loaded.count * sizeof *loaded.records);
     *dataset = loaded;
     return 0;
+}
+
+int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes) {
+    return load(dataset, path, format, max_row_bytes, false);
+}
+
+int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes) {
+    return load(dataset, path, format, max_row_bytes, true);
 }
 
 void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out) {

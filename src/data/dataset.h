@@ -105,6 +105,7 @@ typedef struct {
     char *url;
     char *starter_code;     // "" when none
     bool call_based;        // input_output names a function (fn_name)
+    char *raw;              // the row as read, compact JSON (dataset_load_keep_raw only; else NULL)
 } DataRecord;
 
 typedef struct {
@@ -120,6 +121,8 @@ typedef struct {
 // Reads `path` in `format` (DATA_FORMAT_AUTO: detect). max_row_bytes: 0 for the default.
 // On error *dataset is left empty (nothing to free).
 int dataset_load(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes);
+// The same, keeping each row's own JSON in record->raw (a reward command is given it).
+int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format, size_t max_row_bytes);
 void dataset_free(Dataset *dataset);
 
 // The canonical name of a format ("tldr", "hh", ...; "auto").

@@ -19,6 +19,7 @@
 #include "model/lora.h"
 #include "model/weights_io.h"
 #include "rl/code_reward.h"
+#include "rl/command_reward.h"
 #include "rl/experience.h"
 #include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
@@ -79,6 +80,7 @@ typedef struct {
     int *lengths;
     char **texts;
     char **input_output; // APPS tests (code reward), else NULL entries
+    char **raw;          // the rows as read (reward command), else NULL entries
     long count, dropped;
 } PromptSet;
 
@@ -88,7 +90,8 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     DataFormat format = DATA_FORMAT_AUTO;
     if (c->data_format && strcmp(c->data_format, "auto") && data_format_parse(c->data_format, "--data-format", &format) != 0)
         return -1;
-    if (dataset_load(&data, path, format, 0) != 0) return -1;
+    const bool keep_raw = c->reward == REWARD_COMMAND; // the command is given each prompt's row
+    if ((keep_raw ? dataset_load_keep_raw : dataset_load)(&data, path, format, 0) != 0) return -1;
     if (apply_split && c->data_split && *c->data_split) {
         long *indices, count;
         if (data_split_indices(data.count, c->data_split, c->data_phase, c->seed, &indices, &count) != 0) {
@@ -105,6 +108,7 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     out->lengths = xcalloc(data.count + 1, sizeof(int));
     out->texts = xcalloc(data.count + 1, sizeof(char *));
     out->input_output = xcalloc(data.count + 1, sizeof(char *));
+    out->raw = xcalloc(data.count + 1, sizeof(char *));
     for (long i = 0; i < data.count; i++) {
         const DataRecord *r = &data.records[i];
         int *ids, n;
@@ -118,6 +122,7 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         out->lengths[out->count] = n;
         out->texts[out->count] = xstrdup(r->prompt);
         out->input_output[out->count] = r->input_output && *r->input_output ? xstrdup(r->input_output) : NULL;
+        out->raw[out->count] = r->raw ? xstrdup(r->raw) : NULL;
         out->count++;
     }
     dataset_free(&data);
@@ -126,8 +131,8 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
 }
 
 static void free_prompts(PromptSet *p) {
-    for (long i = 0; i < p->count; i++) free(p->ids[i]), free(p->texts[i]), free(p->input_output[i]);
-    free(p->ids), free(p->lengths), free(p->texts), free(p->input_output);
+    for (long i = 0; i < p->count; i++) free(p->ids[i]), free(p->texts[i]), free(p->input_output[i]), free(p->raw[i]);
+    free(p->ids), free(p->lengths), free(p->texts), free(p->input_output), free(p->raw);
     memset(p, 0, sizeof *p);
 }
 
@@ -146,6 +151,7 @@ typedef struct {
     TokenizedExamples ptx;
     long ptx_cursor;
     Lexicon *lexicon;
+    CommandReward *reward_command; // --reward command: the user's program, running
     int stop_tokens[8], num_stop_tokens;
     MetricsWriter metrics;
     // state carried across iterations (saved in checkpoints)
@@ -168,8 +174,8 @@ static float response_gold(Ppo *p, const Sample *s) {
     return gold;
 }
 
-static float code_score(Ppo *p, const Sample *s) {
-    const char *tests = p->prompts.input_output[s->prompt_index];
+static float code_score(Ppo *p, const PromptSet *set, const Sample *s) {
+    const char *tests = set->input_output[s->prompt_index];
     if (!tests) return -1.0f;
     char *text = tokenizer_decode(p->tokenizer, s->response, s->response_length, true);
     char *program = code_from_response(text);
@@ -178,6 +184,26 @@ static float code_score(Ppo *p, const Sample *s) {
     float reward = code_reward(program, tests, &limits, &result) == 0 ? (float)result.reward : -1.0f;
     free(program), free(text);
     return reward;
+}
+
+// The reward of one response of `set` by a rule instead of a model: the lexicon, code
+// execution, or the user's command. Returns 0, or -1 with err_set() (the command failed).
+static int rule_score(Ppo *p, const PromptSet *set, const Sample *s, float *out) {
+    if (p->c.reward == REWARD_LEXICON) {
+        *out = s->gold;
+    } else if (p->c.reward == REWARD_CODE) {
+        *out = code_score(p, set, s);
+    } else {
+        int visible = s->response_length - (s->stop == STOP_TOKEN ? 1 : 0);
+        char *text = tokenizer_decode(p->tokenizer, s->response, visible, true);
+        double value;
+        int rc = command_reward_score(p->reward_command, set->texts[s->prompt_index], text, set->raw[s->prompt_index],
+                                      &value);
+        free(text);
+        if (rc != 0) return -1;
+        *out = (float)value;
+    }
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -360,10 +386,11 @@ static void token_segments(Sample *s) {
     s->segment_count = s->response_length;
 }
 
-// The score of each of the rollout's samples on this rank (reward model, lexicon or code
-// execution), then the reward normalisation and DAPO's overlong punishment: s->score.
-// Adds the scoring statistics (summed over the ranks) to `stats`.
-static void score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
+// The score of each of the rollout's samples on this rank (reward model, lexicon, code
+// execution or the user's command), then the reward normalisation and DAPO's overlong
+// punishment: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
+// Returns 0, or -1 with err_set() on every rank when a rank's reward command failed.
+static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     int *all = xmalloc((r->count + 1) * sizeof(int));
     for (int q = 0; q < r->count; q++) all[q] = q;
     Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
@@ -371,12 +398,18 @@ static void score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     free(all);
     float *scores = xmalloc((count + 1) * sizeof(float));
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
-    for (int i = 0; i < count; i++) {
+    bool failed = false;
+    for (int i = 0; i < count && !failed; i++) {
         Sample *s = samples[i];
         s->gold = response_gold(p, s);
-        if (p->c.reward == REWARD_LEXICON) scores[i] = s->gold;
-        else if (p->c.reward == REWARD_CODE) scores[i] = code_score(p, s);
+        if (p->c.reward != REWARD_MODEL) failed = rule_score(p, &p->prompts, s, &scores[i]) != 0;
         s->raw_score = scores[i];
+    }
+    // Agreed before the next collective, so no rank waits for one that stopped.
+    if (dist_any_failed(failed)) {
+        if (!failed) err_set("another rank's reward command failed");
+        free(scores), free(samples);
+        return -1;
     }
     // Reward normalisation: running mean and standard deviation of the raw scores, updated
     // in rollout order over every rank's scores, so the statistics are the same everywhere.
@@ -414,6 +447,7 @@ static void score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     dist_sum_doubles((double *)&local, sizeof local / sizeof(double));
     rollout_stats_add(stats, &local);
     free(scores), free(samples);
+    return 0;
 }
 
 // Experience of the samples to train on (already scored): the actor's (old) and the
@@ -724,9 +758,10 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
 // ---------------------------------------------------------------------------------------
 // Evaluation: the actor's responses to held-out prompts, scored by the reward and gold.
 
-static void evaluate(Ppo *p, bool final) {
+// Returns 0, or -1 with err_set() (the reward command failed).
+static int evaluate(Ppo *p, bool final) {
     const PromptSet *set = p->eval_prompts.count ? &p->eval_prompts : NULL;
-    if (!set) return;
+    if (!set) return 0;
     long count = p->c.eval_prompts > 0 && p->c.eval_prompts < set->count ? p->c.eval_prompts : set->count;
     long *order = xmalloc(count * sizeof(long));
     for (long i = 0; i < count; i++) order[i] = i;
@@ -745,10 +780,15 @@ static void evaluate(Ppo *p, bool final) {
     char *dir = fs_dirname(path);
     fs_mkdir_p(dir);
     FILE *out = fopen(path, "w");
-    for (long i = 0; i < count; i++) {
+    int rc = 0;
+    for (long i = 0; i < count && rc == 0; i++) {
         Sample *s = &samples[i];
         s->gold = response_gold(p, s);
-        float value = p->c.reward == REWARD_MODEL ? scores[i] : p->c.reward == REWARD_LEXICON ? s->gold : code_score(p, s);
+        float value = scores[i];
+        if (p->c.reward != REWARD_MODEL && rule_score(p, set, s, &value) != 0) {
+            rc = -1;
+            break;
+        }
         score += value, length += s->response_length;
         if (!isnan(s->gold)) gold += s->gold, gold_n++;
         if (out) {
@@ -764,6 +804,11 @@ static void evaluate(Ppo *p, bool final) {
         }
     }
     if (out) fclose(out);
+    if (rc != 0) {
+        for (long i = 0; i < count; i++) free(samples[i].response);
+        free(samples), free(pointers), free(scores), free(order), free(path), free(dir);
+        return -1;
+    }
     const char *names[] = {"score", "gold", "response_length"};
     double values[] = {score / count, gold_n ? gold / gold_n : NAN, length / count};
     metrics_log(&p->metrics, "eval", p->iteration, names, values, 3);
@@ -772,6 +817,7 @@ static void evaluate(Ppo *p, bool final) {
                 values[2]);
     for (long i = 0; i < count; i++) free(samples[i].response);
     free(samples), free(pointers), free(scores), free(order), free(path), free(dir);
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -912,6 +958,9 @@ static int setup(Ppo *p) {
         return -1;
     if (c->lexicon_path && lexicon_load(&p->lexicon, c->lexicon_path) != 0) return -1;
     if (c->reward == REWARD_LEXICON && !p->lexicon) return err_set("--reward lexicon needs --gold-lexicon FILE");
+    if (c->reward == REWARD_COMMAND &&
+        command_reward_start(&p->reward_command, c->reward_command, c->reward_timeout_seconds) != 0)
+        return -1;
     if (c->ptx_path) {
         Dataset data;
         if (dataset_load(&data, c->ptx_path, DATA_FORMAT_AUTO, 0) != 0) return -1;
@@ -991,6 +1040,7 @@ static void teardown(Ppo *p) {
     free_prompts(&p->prompts), free_prompts(&p->eval_prompts);
     tokenized_examples_free(&p->ptx);
     if (p->lexicon) lexicon_free(p->lexicon);
+    command_reward_stop(p->reward_command);
     tokenizer_free(p->tokenizer);
 }
 
@@ -1070,7 +1120,11 @@ int ppo_run(const PpoConfig *config) {
                         "termination %s, advantages %s\n", p->prompts.count, p->prompts.dropped, p->c.max_prompt_len,
                 total_iterations, per_iteration, macro_termination_name(p->c.macro.condition),
                 advantage_estimator_name(p->c.estimator));
-    if (p->iteration == 0 && dist_is_main()) evaluate(p, false); // the SFT model's scores, for comparison
+    // The SFT model's scores, for comparison.
+    if (p->iteration == 0) {
+        bool failed = dist_is_main() && evaluate(p, false) != 0;
+        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0's evaluation failed");
+    }
     long *order = xmalloc(p->prompts.count * sizeof(long));
     long order_epoch = -1;
     Progress progress;
@@ -1131,7 +1185,12 @@ int ppo_run(const PpoConfig *config) {
                 fresh.local[fresh.count++] = b % world == rank ? &samples[b / world] : NULL;
             }
             free(lengths);
-            if (fresh.count > 0) score_rollout(p, &fresh, &rs);
+            if (fresh.count > 0 && score_rollout(p, &fresh, &rs) != 0) {
+                rc = -1; // every rank: score_rollout agreed on it
+                free(fresh.lengths), free(fresh.groups), free(fresh.local);
+                rounds++;
+                break;
+            }
             Rollout passed = fresh;
             if (p->c.filter_groups && fresh.count > 0) uniform_groups += drop_uniform_groups(&fresh, &passed);
             // Whole groups, in order, until the batch holds rollout_batch of them.
@@ -1153,6 +1212,7 @@ int ppo_run(const PpoConfig *config) {
             time_experience += now_seconds() - g1;
             if (!p->c.filter_groups || kept_groups >= prompts_per_iteration || rounds >= p->c.max_generation_rounds) break;
         }
+        if (rc != 0) goto end_iteration; // a reward command failed: free the iteration's samples, stop
         const int count = kept.count;
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
                                         p->kl_coef == 0 && !(p->c.kl_target > 0);
@@ -1202,12 +1262,14 @@ int ppo_run(const PpoConfig *config) {
                            t3 - t2, generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training,
                            (double)rounds, (double)count};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
+    end_iteration:
         for (int round = 0; round < rounds; round++) {
             for (long k = 0; k < local_rows; k++) sample_free(&round_samples[round][k]);
             free(round_samples[round]);
         }
         free(round_samples);
         free(kept.lengths), free(kept.groups), free(kept.local);
+        if (rc != 0) break;
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
         progress_update(&progress, 1, status);
@@ -1218,7 +1280,13 @@ int ppo_run(const PpoConfig *config) {
             rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);
             break;
         }
-        if (dist_is_main() && ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last)) evaluate(p, last);
+        if ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last) {
+            failed = dist_is_main() && evaluate(p, last) != 0;
+            if (dist_any_failed(failed)) {
+                rc = failed ? -1 : err_set("rank 0's evaluation failed");
+                break;
+            }
+        }
         if ((p->c.save_every > 0 && p->iteration % p->c.save_every == 0) || last) {
             failed = save(p) != 0;
             if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write in %s", p->c.run_dir);

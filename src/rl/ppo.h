@@ -33,7 +33,7 @@
 #include "rl/macro.h"
 #include "rl/ppo_loss.h"
 
-typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE } RewardKind;
+typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND } RewardKind;
 // How the policy loss's token terms are averaged over a minibatch of S responses:
 //   seq-mean-token-mean      each response's token mean, then the mean over responses (released)
 //   token-mean               the mean over all the minibatch's tokens (DAPO)
@@ -57,6 +57,8 @@ typedef struct {
     const char *run_dir;
     const char *device;
     RewardKind reward;
+    const char *reward_command;     // REWARD_COMMAND: the user's program (rl/command_reward.h)
+    double reward_timeout_seconds;  // its time limit for one answer
     // sizes
     int max_prompt_len, max_new_tokens;
     int rollout_batch;   // prompts per iteration

@@ -241,6 +241,16 @@ close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_droppe
     [ "$(json_values "$tmp/filter_two/metrics.jsonl" train/old_logprobs_from_training | tr ' ' '\n' | sort -u)" = 1.0 ] &&
     close "$(logprobs_of "$tmp/filter_one/final/actor")" "$(logprobs_of "$tmp/filter_two/final/actor")" 1e-4 &&
     pass grpo_filter_two_ranks_same_training || fail grpo_filter_two_ranks_same_training "$(tail -n 2 "$tmp/filter_two.err")"
+# --reward command: each rank runs its own copy of the program for its own responses.
+printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(line)["response"].count("e") / 5, flush=True)' \
+    > "$tmp/count_e.py"
+command=("${grpo[@]}" --reward command --reward-command "python3 $tmp/count_e.py")
+"$bin" ppo "${ppo[@]}" "${command[@]}" --output "$tmp/command_one" 2> "$tmp/command_one.err"
+ranks 2 "$bin" ppo "${ppo[@]}" "${command[@]}" --output "$tmp/command_two" 2> "$tmp/command_two.err"
+close "$(json_values "$tmp/command_one/metrics.jsonl" train/score) $(json_values "$tmp/command_one/metrics.jsonl" train/policy_loss)" \
+      "$(json_values "$tmp/command_two/metrics.jsonl" train/score) $(json_values "$tmp/command_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
+    close "$(logprobs_of "$tmp/command_one/final/actor")" "$(logprobs_of "$tmp/command_two/final/actor")" 1e-4 &&
+    pass command_reward_two_ranks_same_training || fail command_reward_two_ranks_same_training "$(tail -n 2 "$tmp/command_two.err")"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda

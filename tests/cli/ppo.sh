@@ -250,6 +250,50 @@ expect_error bad_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" --out
     --samples-per-prompt 2 --scale-rewards global
 expect_error scale_rewards_not_grpo "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
     --samples-per-prompt 2 --scale-rewards batch
+# --reward command: the user's program scores each response from one JSON line
+# {prompt, response, row} (here: the count of the row's "target" letter in the response).
+# It sees every field of the prompt's row, GRPO learns with it, and a program that answers
+# nonsense, exits or hangs stops training with a one-line error.
+python3 - "$data/sft.jsonl" "$tmp/target_prompts.jsonl" << 'PYEOF2'
+import json, sys
+with open(sys.argv[1]) as rows, open(sys.argv[2], "w") as out:
+    for line in rows:
+        row = json.loads(line)
+        out.write(json.dumps({"prompt": row["prompt"], "target": "e"}) + "\n")
+PYEOF2
+cat > "$tmp/reward.py" << 'PYEOF2'
+import json, sys
+log = open(sys.argv[1], "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    log.write(line)
+    log.flush()
+    print(request["response"].count(request["row"].get("target", "e")) / 5, flush=True)  # eval rows have none
+PYEOF2
+command_args=(--prompts "$tmp/target_prompts.jsonl" --reward command --reward-command "python3 $tmp/reward.py $tmp/requests.jsonl"
+              --advantage-estimator grpo --samples-per-prompt 4 --termination-condition token)
+rm -f "$tmp/requests.jsonl"
+"$bin" ppo "${common[@]}" "${command_args[@]}" --max-iterations 12 --num-train-epochs 2 --output "$tmp/command" \
+    2> "$tmp/command.err"
+python3 - "$tmp/command/metrics.jsonl" "$tmp/requests.jsonl" << 'PYEOF2' &&
+import json, sys
+scores = [json.loads(l)["train/score"] for l in open(sys.argv[1]) if '"train/score"' in l]
+requests = [json.loads(l) for l in open(sys.argv[2])]
+ok = len(scores) == 12 and sum(scores[-3:]) / 3 > sum(scores[:3]) / 3 + 0.3
+train = [r for r in requests if "target" in r["row"]]
+ok &= all(r["row"] == {"prompt": r["prompt"], "target": "e"} and isinstance(r["response"], str) for r in train)
+ok &= len(train) == 12 * 8 * 4  # every training response, with its row (the eval prompts' rows are the eval file's)
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass "command_reward_learns ($(python3 -c "import json,sys; s=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(s[0], '->', s[-1])" "$tmp/command/metrics.jsonl"))" ||
+    fail command_reward_learns "$(tail -n 3 "$tmp/command.err")"
+expect_error command_reward_nonsense "not a finite number" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" \
+    --reward-command "while read line; do echo lots; done"
+expect_error command_reward_exits "exited" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" --reward-command true
+expect_error command_reward_hangs "no answer within 0.5 s" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" \
+    --reward-command "sleep 30" --reward-timeout 0.5
+expect_error command_reward_missing "--reward-command" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward command
+expect_error command_reward_unused "--reward-command" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-command cat
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
