@@ -344,6 +344,25 @@ static void test_take(void) {
     dataset_free(&taken);
 }
 
+// dataset_load_keep_raw keeps each row as read (what --reward command is given): extra
+// fields survive, the copy of dataset_take carries it, and plain dataset_load keeps none.
+static void test_keep_raw(void) {
+    const char *path = write_text("raw.jsonl", "{\"prompt\": \"2+2?\", \"answer\": \"4\"}\n{\"prompt\": \"3+3?\", \"answer\": 6}\n");
+    Dataset d, plain, taken;
+    CHECK(dataset_load_keep_raw(&d, path, DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
+    EXPECT(d.count == 2 && d.format == DATA_FORMAT_PROMPTS, "%ld rows", d.count);
+    EXPECT_STR(d.records[0].raw, "{\"prompt\":\"2+2?\",\"answer\":\"4\"}"); // compact JSON
+    EXPECT_STR(d.records[1].raw, "{\"prompt\":\"3+3?\",\"answer\":6}");
+    long order[1] = {1};
+    dataset_take(&d, order, 1, &taken);
+    dataset_free(&d);
+    EXPECT_STR(taken.records[0].raw, "{\"prompt\":\"3+3?\",\"answer\":6}");
+    dataset_free(&taken);
+    CHECK(dataset_load(&plain, path, DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
+    EXPECT(plain.records[0].raw == NULL, "plain load keeps no raw rows");
+    dataset_free(&plain);
+}
+
 // --- splits ------------------------------------------------------------------------------
 
 static json_t *split_fixture;
@@ -786,6 +805,7 @@ int main(void) {
     RUN(test_local_formats);
     RUN(test_forced_formats);
     RUN(test_take);
+    RUN(test_keep_raw);
     RUN(test_mt19937_matches_numpy);
     RUN(test_splits_match_numpy);
     RUN(test_split_partition_and_determinism);
