@@ -148,6 +148,9 @@ typedef struct {
     int max_seq_len;        // 512: longer prompt + response rows are cut
     int micro_batch;        // 4: pairs (or examples) per forward/backward (memory, not the result's maths)
     uint64_t seed;          // 1234: the adapters' initialisation
+    // KTO (marlhf_kto_step), added last: "kto" (NULL: the same) | "apo-zero-unpaired" (no KL
+    // baseline, so a step may take a single example: one thumbs up or down at a time)
+    const char *kto_loss;
 } marlhf_trainer_params;
 
 typedef struct {
@@ -186,7 +189,8 @@ MARLHF_API marlhf_trainer *marlhf_trainer_new(marlhf_model *policy, const marlhf
 MARLHF_API int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count,
                                marlhf_dpo_stats *stats);
 // One KTO optimizer step on `count` >= 2 labelled completions (the mean of their losses; the
-// KL baseline pairs each prompt with the next example's completion). `stats` may be NULL.
+// KL baseline pairs each prompt with the next example's completion), or on `count` >= 1
+// with kto_loss "apo-zero-unpaired" (then stats->kl is NaN). `stats` may be NULL.
 MARLHF_API int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, int count,
                                marlhf_kto_stats *stats);
 // Frees the optimizer; the adapters stay on the model as trained.

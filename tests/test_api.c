@@ -443,6 +443,40 @@ static void test_kto_steps(void) {
     free_pairs(&train), free_pairs(&eval);
 }
 
+// APO-zero (no KL baseline): one thumbs up or down per step is enough, and it learns;
+// BCO (state the trainer's checkpoints do not carry) and unknown names are refused.
+static void test_kto_apo_zero_single_examples(void) {
+    marlhf_model *model = load_policy(tiny, NULL), *reference = load_policy(tiny, NULL);
+    if (!model || !reference) return test_current_failures++, (void)0;
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl"), eval = read_pairs("tests/fixtures/train/pairs_eval.jsonl");
+    marlhf_trainer_params params = tiny_dpo_params();
+    params.learning_rate = 3e-3;
+    params.kto_loss = "bco";
+    EXPECT(marlhf_trainer_new(model, &params) == NULL && strstr(marlhf_last_error(), "kto_loss"), "'%s'",
+           marlhf_last_error());
+    params.kto_loss = "kto-ish";
+    EXPECT(marlhf_trainer_new(model, &params) == NULL && strstr(marlhf_last_error(), "kto_loss"), "'%s'",
+           marlhf_last_error());
+    params.kto_loss = "apo-zero-unpaired";
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
+    EXPECT(trainer != NULL, "%s", marlhf_last_error());
+    if (!trainer) return;
+    marlhf_kto_stats stats = {0};
+    for (int step = 0; step < 96; step++) {
+        const marlhf_preference *pair = &train.pairs[(step / 2) % train.count];
+        marlhf_feedback one = {pair->prompt, step % 2 ? pair->rejected : pair->chosen, step % 2 == 0};
+        EXPECT(marlhf_kto_step(trainer, &one, 1, &stats) == 0, "%s", marlhf_last_error());
+        if (step == 0) EXPECT_CLOSE(stats.loss, 0.5, 1e-6, 0, "first APO-zero loss (at the reference)");
+    }
+    EXPECT(isnan(stats.kl) && stats.examples == 1 && stats.step == 96, "kl %g, %d examples, step %ld", stats.kl,
+           stats.examples, stats.step);
+    double accuracy = eval_accuracy(model, reference, &eval);
+    EXPECT(accuracy >= 0.8, "held-out accuracy %.3f after 96 single-example APO-zero steps", accuracy);
+    fprintf(stderr, "  APO-zero, one example per step: held-out pair accuracy %.3f\n", accuracy);
+    marlhf_model_free(model), marlhf_model_free(reference);
+    free_pairs(&train), free_pairs(&eval);
+}
+
 // Two runs from the same start, pairs and seed end with the same bits.
 static void test_dpo_deterministic(void) {
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
@@ -674,6 +708,7 @@ int main(void) {
     RUN(test_dpo_learns_saves_and_reloads);
     RUN(test_dpo_deterministic);
     RUN(test_kto_steps);
+    RUN(test_kto_apo_zero_single_examples);
     RUN(test_dpo_matches_command);
     RUN(test_kto_matches_command);
     RUN(test_dpo_resume_exact);

@@ -356,6 +356,9 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     loss->sft_weight = p->sft_weight;
     out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
                                 .undesirable_weight = p->undesirable_weight};
+    // BCO's running reward mean would be trainer state the checkpoints do not carry.
+    if (p->kto_loss && (kto_loss_from_name(p->kto_loss, &out->kto.loss) != 0 || out->kto.loss == KTO_LOSS_BCO))
+        return err_set("%s: kto_loss must be kto or apo-zero-unpaired, got '%s'", f, p->kto_loss);
     lora->rank = p->lora_rank;
     lora->alpha = p->lora_alpha > 0 ? (float)p->lora_alpha : (float)p->lora_rank;
     if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
@@ -554,9 +557,11 @@ int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int
 
 int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, int count, marlhf_kto_stats *stats) {
     err_clear();
-    if (!trainer || !examples || count < 2)
-        return err_set("marlhf_kto_step: a trainer and at least two examples are needed (the KL baseline pairs each "
-                       "prompt with another example's completion)");
+    const bool baseline = !trainer || trainer->kto.loss == KTO_LOSS_KTO; // apo-zero-unpaired has none
+    if (!trainer || !examples || count < (baseline ? 2 : 1))
+        return err_set(baseline ? "marlhf_kto_step: a trainer and at least two examples are needed (the KL baseline "
+                                  "pairs each prompt with another example's completion)"
+                                : "marlhf_kto_step: a trainer and at least one example are needed");
     const char **prompts = xmalloc((size_t)count * sizeof(char *)), **completions = xmalloc((size_t)count * sizeof(char *));
     bool *desirable = xmalloc((size_t)count * sizeof(bool));
     for (int i = 0; i < count; i++) {
@@ -575,7 +580,7 @@ int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, in
     free(prompts), free(completions), free(desirable);
     if (rc != 0) {
         kto_task_free(&task);
-        return err_set("marlhf_kto_step: fewer than two examples have a completion token within max_seq_len %d",
+        return err_set("marlhf_kto_step: too few examples have a completion token within max_seq_len %d",
                        trainer->max_seq_len);
     }
     model->lora_enabled = false; // the reference: the frozen weights alone
@@ -590,8 +595,8 @@ int marlhf_kto_step(marlhf_trainer *trainer, const marlhf_feedback *examples, in
     if (stats) {
         *stats = (marlhf_kto_stats){.step = trainer->step,
                                     .loss = loss / (double)n,
-                                    .kl = metrics[0] / (double)n,
-                                    .accuracy = metrics[1] / (double)n,
+                                    .kl = baseline ? metrics[0] / (double)n : NAN,
+                                    .accuracy = metrics[baseline ? 1 : 0] / (double)n,
                                     .grad_norm = norm,
                                     .examples = (int)n};
     }
