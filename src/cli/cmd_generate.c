@@ -102,7 +102,9 @@ static int parse_prompt_row(TextModel *tm, json_t *value, bool chat, const char 
     return 0;
 }
 
-static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const GeneratedRow *gen, const char *stop_string) {
+// sample >= 0: the answer's index among the prompt's --num-return-sequences answers.
+static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const GeneratedRow *gen, const char *stop_string,
+                         int sample) {
     // The response text, without a trailing stop token, cut at the stop string.
     int length = gen->length;
     if (gen->stop == STOP_TOKEN && length > 0) length--;
@@ -116,6 +118,7 @@ static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const G
     json_t *o = json_object();
     json_object_set_new(o, "prompt", json_string(row->prompt_text));
     json_object_set_new(o, "response", json_stringn(response, response_length));
+    if (sample >= 0) json_object_set_new(o, "sample", json_integer(sample));
     json_object_set_new(o, "prompt_tokens", json_integer(row->length));
     json_object_set_new(o, "response_tokens", json_integer(gen->length));
     json_object_set_new(o, "stop_reason", json_string(stop_reason_name(gen->stop)));
@@ -141,7 +144,7 @@ static void remove_pending_output(void) {
 int cmd_generate(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
     char *system = NULL, *stop_string = NULL;
-    long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0;
+    long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
     double temperature = 0.8, top_p = 1.0;
     bool chat = false, greedy = false;
     char *lora_adapter = NULL;
@@ -160,7 +163,10 @@ int cmd_generate(int argc, char **argv) {
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
-        {"batch-size", "batch_size", OPT_INT, &batch_size, "prompts generated together", false, false},
+        {"batch-size", "batch_size", OPT_INT, &batch_size, "rows (prompts x --num-return-sequences) generated together", false, false},
+        {"num-return-sequences", "num_return_sequences n", OPT_INT, &sequences,
+         "answers per prompt, each on its own random stream (they share the prompt's prefill); rows get \"sample\"", false,
+         false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
@@ -180,6 +186,9 @@ int cmd_generate(int argc, char **argv) {
     if (top_k < 0) die_user("--top-k must be >= 0, got %ld", top_k);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
     if (batch_size < 1 || batch_size > 4096) die_user("--batch-size must be in [1, 4096], got %ld", batch_size);
+    if (sequences < 1 || sequences > 4096) die_user("--num-return-sequences must be in [1, 4096], got %ld", sequences);
+    if (sequences > 1 && (greedy || temperature == 0))
+        die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     cli_set_threads(threads);
 
     TextModel tm;
@@ -232,6 +241,9 @@ int cmd_generate(int argc, char **argv) {
         .stop_context = &stop,
         .pad_token = tokenizer_pad_id(tm.tokenizer) >= 0 ? tokenizer_pad_id(tm.tokenizer) : 0,
     };
+    // Output row v answers prompt v / N (N = --num-return-sequences): its sample v % N.
+    const int N = (int)sequences, prompt_count = count;
+    count = prompt_count * N;
     // With several ranks each writes its rows to memory; batch_bytes[k] is batch k's share.
     const int batches = (int)((count + batch_size - 1) / batch_size);
     double *batch_bytes = xcalloc((size_t)batches, sizeof(double));
@@ -241,7 +253,7 @@ int cmd_generate(int argc, char **argv) {
     long mine_rows = 0;
     for (int k = rank; k < batches; k += world) mine_rows += count - k * batch_size < batch_size ? count - k * batch_size : batch_size;
     Progress progress;
-    progress_start(&progress, "generate", mine_rows, "prompts");
+    progress_start(&progress, "generate", mine_rows, N > 1 ? "answers" : "prompts");
     progress.quiet = rank != 0;
     long generated = 0;
     double decode_seconds = 0;
@@ -251,9 +263,12 @@ int cmd_generate(int argc, char **argv) {
         int *lengths = xmalloc(B * sizeof(int));
         uint64_t *row_ids = xmalloc(B * sizeof(uint64_t));
         for (int b = 0; b < B; b++) {
-            prompts[b] = rows[first + b].ids;
-            lengths[b] = rows[first + b].length;
-            row_ids[b] = (uint64_t)(first + b);
+            const int v = first + b, prompt = v / N, sample = v % N;
+            prompts[b] = rows[prompt].ids;
+            lengths[b] = rows[prompt].length;
+            // Sample 0's stream is the prompt's own (the answer without --num-return-sequences);
+            // the others' lie above 2^40.
+            row_ids[b] = (uint64_t)prompt + ((uint64_t)sample << 40);
         }
         GeneratedRow *results = xmalloc(B * sizeof(GeneratedRow));
         GenerateStats stats;
@@ -262,7 +277,7 @@ int cmd_generate(int argc, char **argv) {
         decode_seconds += stats.prefill_seconds + stats.decode_seconds;
         long before = world > 1 ? ftell(rows_out) : 0;
         for (int b = 0; b < B; b++) {
-            write_result(rows_out, &tm, &rows[first + b], &results[b], stop_string);
+            write_result(rows_out, &tm, &rows[(first + b) / N], &results[b], stop_string, N > 1 ? (first + b) % N : -1);
             generated_row_free(&results[b]);
         }
         fflush(rows_out);
@@ -303,7 +318,7 @@ int cmd_generate(int argc, char **argv) {
         free(pending_output_tmp);
         pending_output_tmp = NULL;
     }
-    for (int i = 0; i < count; i++) free(rows[i].ids), free(rows[i].prompt_text);
+    for (int i = 0; i < prompt_count; i++) free(rows[i].ids), free(rows[i].prompt_text);
     free(rows);
     text_model_free(&tm);
     return 0;

@@ -308,6 +308,10 @@ ranks 2 "$bin" infer "${ref[@]}" --output "$tmp/ref_two.jsonl" 2> "$tmp/ref_two.
 head -n 7 "$data/sft.jsonl" > "$tmp/prompts7.jsonl"
 generate=(--model "$model" --input "$tmp/prompts7.jsonl" --batch-size 2 --max-new-tokens 8 --temperature 0.9 --threads 1)
 same_file_on_ranks generate "${generate[@]}"
+"$bin" generate "${generate[@]}" --num-return-sequences 3 --output "$tmp/n3_one.jsonl" 2> /dev/null
+ranks 2 "$bin" generate "${generate[@]}" --num-return-sequences 3 --output "$tmp/n3_two.jsonl" 2> "$tmp/n3_two.err"
+[ "$(wc -l < "$tmp/n3_one.jsonl")" = 21 ] && cmp -s "$tmp/n3_one.jsonl" "$tmp/n3_two.jsonl" &&
+    pass generate_num_return_sequences_two_ranks || fail generate_num_return_sequences_two_ranks "$(tail -n 2 "$tmp/n3_two.err")"
 ranks 2 "$bin" generate "${generate[@]}" > "$tmp/generate_stdout.jsonl" 2> /dev/null
 cmp -s "$tmp/generate_one.jsonl" "$tmp/generate_stdout.jsonl" && pass generate_two_ranks_stdout ||
     fail generate_two_ranks_stdout "stdout differs from the one-process file"

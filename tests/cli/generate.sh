@@ -64,4 +64,30 @@ python3 -c "import json, sys; a, b = (json.loads(x) for x in sys.argv[1:]); sys.
 expect_error generate_bad_min_new_tokens "--min-new-tokens" "$bin" generate --model "$model" --max-new-tokens 4 \
     --min-new-tokens 5 "hi"
 expect_error generate_unknown_template "chat template" "$bin" generate --model "$model" --chat --chat-template nonsense "hi"
+
+# --num-return-sequences 3: three answers per prompt, in prompt order with "sample" 0, 1, 2;
+# sample 0 is the answer without the option, the others differ, and the batch size changes
+# nothing (the three rows share the prompt's prefill).
+"$bin" generate --model "$model" --input "$tmp/prompts.jsonl" --chat --max-new-tokens 12 --seed 7 --temperature 0.9 \
+    --num-return-sequences 3 --batch-size 4 > "$tmp/n3.jsonl" 2> /dev/null
+"$bin" generate --model "$model" --input "$tmp/prompts.jsonl" --chat --max-new-tokens 12 --seed 7 --temperature 0.9 \
+    --num-return-sequences 3 --batch-size 1 > "$tmp/n3_b1.jsonl" 2> /dev/null
+"$bin" generate --model "$model" --input "$tmp/prompts.jsonl" --chat --max-new-tokens 12 --seed 7 --temperature 0.9 \
+    > "$tmp/n1.jsonl" 2> /dev/null
+python3 - "$tmp/n3.jsonl" "$tmp/n1.jsonl" "$tmp/n3_b1.jsonl" <<'PY' &&
+import json, sys
+n3, n1, n3_b1 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+ok = len(n3) == 9 and [r["sample"] for r in n3] == [0, 1, 2] * 3
+for i, plain in enumerate(n1):
+    group = n3[3 * i:3 * i + 3]
+    ok &= all(r["prompt"] == plain["prompt"] for r in group) and group[0]["ids"] == plain["ids"]
+    ok &= len({tuple(r["ids"]) for r in group}) == 3
+ok &= [r["ids"] for r in n3] == [r["ids"] for r in n3_b1]  # the tokens; log-probs move by float rounding
+sys.exit(0 if ok else 1)
+PY
+    pass num_return_sequences || fail num_return_sequences "$(head -c 300 "$tmp/n3.jsonl")"
+expect_error generate_bad_num_return_sequences "--num-return-sequences" "$bin" generate --model "$model" \
+    --num-return-sequences 0 "hi"
+expect_error generate_num_return_sequences_greedy "--num-return-sequences" "$bin" generate --model "$model" --greedy \
+    --num-return-sequences 2 "hi"
 [ "$failures" -eq 0 ]
