@@ -71,7 +71,7 @@ static char *dataset_name(const char *path) {
 }
 
 // Scores prompt + response token sequences with the reward model, `micro` rows at a time.
-static void score_all(Model *rm, int **prompts, const int *prompt_lengths, int **responses,
+static void score_all(Model *rm, const int *const *prompts, const int *prompt_lengths, int **responses,
                       const int *response_lengths, long count, int micro, float *scores) {
     Sample *samples = xcalloc(count, sizeof(Sample));
     Sample **pointers = xmalloc(count * sizeof(Sample *));
@@ -251,10 +251,10 @@ int cmd_infer(int argc, char **argv) {
         }
         for (long first = rank * batch; first < n; first += world * batch) {
             int rows = (int)(first + batch <= n ? batch : n - first);
-            score_all(&reward, prompts + first, prompt_lengths + first, responses + first, response_lengths + first,
-                      rows, (int)batch, scores + first);
-            score_all(&reward, prompts + first, prompt_lengths + first, rejected + first, rejected_lengths + first,
-                      rows, (int)batch, rejected_scores + first);
+            score_all(&reward, (const int *const *)(prompts + first), prompt_lengths + first, responses + first,
+                      response_lengths + first, rows, (int)batch, scores + first);
+            score_all(&reward, (const int *const *)(prompts + first), prompt_lengths + first, rejected + first,
+                      rejected_lengths + first, rows, (int)batch, rejected_scores + first);
             progress_update(&progress, rows, NULL);
         }
         dist_sum_floats(scores, n); // each score is non-zero on one rank only: the sum gathers them
@@ -274,13 +274,13 @@ int cmd_infer(int argc, char **argv) {
             GeneratedRow *out = xcalloc(rows, sizeof(GeneratedRow));
             uint64_t *row_ids = xmalloc(rows * sizeof(uint64_t));
             const int **row_prompts = xmalloc(rows * sizeof(int *));
-            int **row_prompt_ids = xmalloc(rows * sizeof(int *)), *row_prompt_lengths = xmalloc(rows * sizeof(int));
+            int *row_prompt_lengths = xmalloc(rows * sizeof(int));
             for (int b = 0; b < count_here; b++)
                 for (int k = 0; k < N; k++) {
                     const int row = b * (int)N + k;
                     // A prompt's stream is its index; further candidates' streams lie above 2^40.
                     row_ids[row] = (uint64_t)(first + b) + ((uint64_t)k << 40);
-                    row_prompts[row] = row_prompt_ids[row] = prompts[first + b];
+                    row_prompts[row] = prompts[first + b];
                     row_prompt_lengths[row] = prompt_lengths[first + b];
                 }
             generate(&policy.model, row_prompts, row_prompt_lengths, row_ids, rows, &gen, out, NULL);
@@ -290,9 +290,9 @@ int cmd_infer(int argc, char **argv) {
                 out[row].tokens = NULL;
                 generated_row_free(&out[row]);
             }
-            score_all(&reward, row_prompt_ids, row_prompt_lengths, responses + first * N, response_lengths + first * N,
+            score_all(&reward, row_prompts, row_prompt_lengths, responses + first * N, response_lengths + first * N,
                       rows, rows, scores + first * N);
-            free(out), free(row_ids), free(row_prompts), free(row_prompt_ids), free(row_prompt_lengths);
+            free(out), free(row_ids), free(row_prompts), free(row_prompt_lengths);
             progress_update(&progress, count_here, NULL);
         }
         gather_responses(responses, response_lengths, scores, entries);

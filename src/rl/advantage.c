@@ -104,14 +104,18 @@ void group_advantages(AdvantageEstimator estimator, const double *rewards, int G
     for (int g = 0; g < G; g++) out[g] = (rewards[g] - mean) / (std + 1e-4);
 }
 
+int group_end(const int *groups, int count, int first) {
+    int last = first;
+    while (last < count && groups[last] == groups[first]) last++;
+    return last;
+}
+
 void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
                               int count, double *out) {
     const bool grpo_unscaled = estimator == ESTIMATOR_GRPO && scale != GROUP_SCALE_GROUP;
-    for (int first = 0; first < count;) {
-        int last = first;
-        while (last < count && groups[last] == groups[first]) last++;
+    for (int first = 0, last; first < count; first = last) {
+        last = group_end(groups, count, first);
         group_advantages(grpo_unscaled ? ESTIMATOR_DR_GRPO : estimator, rewards + first, last - first, out + first);
-        first = last;
     }
     if (estimator != ESTIMATOR_GRPO || scale != GROUP_SCALE_BATCH) return;
     double sum = 0, squares = 0;

@@ -72,6 +72,9 @@ typedef enum { GROUP_SCALE_GROUP, GROUP_SCALE_BATCH, GROUP_SCALE_NONE } GroupSca
 // of all `count` rewards plus 1e-4 (TRL: nanstd(rewards) + 1e-4).
 void rollout_group_advantages(AdvantageEstimator estimator, GroupScale scale, const double *rewards, const int *groups,
                               int count, double *out);
+// The end of the group that starts at `first` in groups[0..count) (a group's samples are
+// consecutive): the first index past it.
+int group_end(const int *groups, int count, int first);
 // out[j] = sum_{t >= j} gamma^(t - j) rewards[t].
 void returns_to_go(const float *rewards, int R, float gamma, float *out);
 // "gae" | "grpo" | "dr-grpo" | "rloo" | "reinforce++" | "reinforce++-baseline" (also OpenRLHF's and

@@ -111,15 +111,17 @@ static int read_line(CommandReward *r, char **line) {
 int command_reward_score(CommandReward *r, const char *prompt, const char *response, const char *row_json,
                          double *score) {
     if (r->pid <= 0) return err_set("reward command '%s' is not running (--reward-command)", r->command);
-    json_error_t error;
-    json_t *row = row_json ? json_loads(row_json, 0, &error) : json_object();
-    if (!row) row = json_object();
-    json_t *request = json_pack("{s:s, s:s, s:o}", "prompt", prompt, "response", response, "row", row);
-    char *text = json_dumps(request, JSON_COMPACT | JSON_ENSURE_ASCII);
+    // The row is already compact JSON (the data loader wrote it): it goes in as it is, not
+    // parsed again for each of a prompt's answers.
+    json_t *request = json_pack("{s:s, s:s}", "prompt", prompt, "response", response);
+    char *head = json_dumps(request, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(request);
-    size_t length = strlen(text);
-    text = xrealloc(text, length + 2);
-    text[length] = '\n', text[length + 1] = '\0';
+    const char *row = row_json ? row_json : "{}";
+    size_t head_length = strlen(head) - 1, row_length = strlen(row); // without the head's closing brace
+    size_t length = head_length + strlen(",\"row\":") + row_length + 1;
+    char *text = xmalloc(length + 2);
+    snprintf(text, length + 2, "%.*s,\"row\":%s}\n", (int)head_length, head, row);
+    free(head);
     // A program that has exited makes the write fail with EPIPE, not kill marlhf.
     struct sigaction ignore = {.sa_handler = SIG_IGN}, previous;
     sigaction(SIGPIPE, &ignore, &previous);

@@ -332,11 +332,34 @@ typedef struct {
     Sample **local;  // [count] this rank's Sample, NULL where another rank holds it
 } Rollout;
 
+// An empty rollout with room for `capacity` samples; rollout_append adds sample q of
+// another; rollout_free releases the arrays (not the Samples, which the rounds own).
+static Rollout rollout_new(long capacity) {
+    return (Rollout){.lengths = xmalloc((capacity + 1) * sizeof(int)), .groups = xmalloc((capacity + 1) * sizeof(int)),
+                     .local = xmalloc((capacity + 1) * sizeof(Sample *))};
+}
+
+static void rollout_append(Rollout *to, const Rollout *from, int q) {
+    to->lengths[to->count] = from->lengths[q], to->groups[to->count] = from->groups[q];
+    to->local[to->count++] = from->local[q];
+}
+
+static void rollout_free(Rollout *r) { free(r->lengths), free(r->groups), free(r->local); }
+
 // This rank's samples among positions[0..count) of the rollout, in that order.
 static int local_samples(const Rollout *r, const int *positions, int count, Sample **out) {
     int n = 0;
     for (int i = 0; i < count; i++)
         if (r->local[positions[i]]) out[n++] = r->local[positions[i]];
+    return n;
+}
+
+// All of this rank's samples of the rollout, in rollout order (*out: an array to free).
+static int all_local_samples(const Rollout *r, Sample ***out) {
+    *out = xmalloc((r->count + 1) * sizeof(Sample *));
+    int n = 0;
+    for (int q = 0; q < r->count; q++)
+        if (r->local[q]) (*out)[n++] = r->local[q];
     return n;
 }
 
@@ -367,12 +390,11 @@ static double *group_mean_scores(const Rollout *r, const AdvantageConfig *advant
         if (r->local[q]) scores[q] = clipped_score(advantage, r->local[q]->score);
     dist_sum_doubles(scores, r->count);
     double *out = xcalloc(r->count + 1, sizeof(double));
-    for (int first = 0; first < r->count;) {
-        int last = first;
+    for (int first = 0, last; first < r->count; first = last) {
+        last = group_end(r->groups, r->count, first);
         double sum = 0;
-        while (last < r->count && r->groups[last] == r->groups[first]) sum += scores[last++];
+        for (int q = first; q < last; q++) sum += scores[q];
         for (int q = first; q < last; q++) out[q] = sum / (last - first);
-        first = last;
     }
     free(scores);
     return out;
@@ -391,11 +413,8 @@ static void token_segments(Sample *s) {
 // punishment: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
 // Returns 0, or -1 with err_set() on every rank when a rank's reward command failed.
 static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
-    int *all = xmalloc((r->count + 1) * sizeof(int));
-    for (int q = 0; q < r->count; q++) all[q] = q;
-    Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
-    const int count = local_samples(r, all, r->count, samples);
-    free(all);
+    Sample **samples;
+    const int count = all_local_samples(r, &samples);
     float *scores = xmalloc((count + 1) * sizeof(float));
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
     bool failed = false;
@@ -455,11 +474,8 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
 // Adds the experience statistics (summed over the ranks) to `stats`.
 static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     const int micro = p->c.micro_batch;
-    int *all = xmalloc((r->count + 1) * sizeof(int));
-    for (int q = 0; q < r->count; q++) all[q] = q;
-    Sample **samples = xmalloc((r->count + 1) * sizeof(Sample *));
-    const int count = local_samples(r, all, r->count, samples);
-    free(all);
+    Sample **samples;
+    const int count = all_local_samples(r, &samples);
     float **logp = xmalloc((count + 1) * sizeof(float *)), **ref = xmalloc((count + 1) * sizeof(float *));
     float **values = xmalloc((count + 1) * sizeof(float *)), **entropy = xmalloc((count + 1) * sizeof(float *));
     for (int i = 0; i < count; i++) {
@@ -665,24 +681,15 @@ static int drop_uniform_groups(const Rollout *r, Rollout *out) {
     for (int q = 0; q < r->count; q++)
         if (r->local[q]) scores[q] = r->local[q]->score;
     dist_sum_doubles(scores, r->count); // one rank holds each sample: 0 + x is x exactly
-    out->lengths = xmalloc((r->count + 1) * sizeof(int));
-    out->groups = xmalloc((r->count + 1) * sizeof(int));
-    out->local = xmalloc((r->count + 1) * sizeof(Sample *));
-    out->count = 0;
+    *out = rollout_new(r->count);
     int dropped = 0;
-    for (int first = 0; first < r->count;) {
-        int last = first;
+    for (int first = 0, last; first < r->count; first = last) {
+        last = group_end(r->groups, r->count, first);
         bool uniform = true;
-        while (last < r->count && r->groups[last] == r->groups[first]) uniform &= scores[last++] == scores[first];
-        if (uniform && last - first >= 2) {
-            dropped++;
-        } else {
-            for (int q = first; q < last; q++) {
-                out->lengths[out->count] = r->lengths[q], out->groups[out->count] = r->groups[q];
-                out->local[out->count++] = r->local[q];
-            }
-        }
-        first = last;
+        for (int q = first; q < last; q++) uniform &= scores[q] == scores[first];
+        if (uniform && last - first >= 2) dropped++;
+        else
+            for (int q = first; q < last; q++) rollout_append(out, r, q);
     }
     free(scores);
     return dropped;
@@ -1143,8 +1150,7 @@ int ppo_run(const PpoConfig *config) {
         GenerateStats gen = {0};
         RolloutStats rs = {0};
         TrainStats ts = {0};
-        Rollout kept = {.lengths = xmalloc(per_iteration * sizeof(int)), .groups = xmalloc(per_iteration * sizeof(int)),
-                        .local = xmalloc(per_iteration * sizeof(Sample *))};
+        Rollout kept = rollout_new(per_iteration);
         Sample **round_samples = xcalloc(p->c.max_generation_rounds, sizeof(Sample *));
         int rounds = 0, uniform_groups = 0;
         long kept_groups = 0, dropped_short = 0;
@@ -1172,9 +1178,7 @@ int ppo_run(const PpoConfig *config) {
             double *lengths = xcalloc(per_iteration, sizeof(double));
             for (long k = 0; k < local_rows; k++) lengths[rank + k * world] = samples[k].response_length;
             dist_sum_doubles(lengths, per_iteration);
-            Rollout fresh = {.lengths = xmalloc(per_iteration * sizeof(int)),
-                             .groups = xmalloc(per_iteration * sizeof(int)),
-                             .local = xmalloc(per_iteration * sizeof(Sample *))};
+            Rollout fresh = rollout_new(per_iteration);
             for (long b = 0; b < per_iteration; b++) {
                 if (lengths[b] < p->c.min_response_tokens) {
                     dropped_short++;
@@ -1187,27 +1191,20 @@ int ppo_run(const PpoConfig *config) {
             free(lengths);
             if (fresh.count > 0 && score_rollout(p, &fresh, &rs) != 0) {
                 rc = -1; // every rank: score_rollout agreed on it
-                free(fresh.lengths), free(fresh.groups), free(fresh.local);
+                rollout_free(&fresh);
                 rounds++;
                 break;
             }
             Rollout passed = fresh;
             if (p->c.filter_groups && fresh.count > 0) uniform_groups += drop_uniform_groups(&fresh, &passed);
             // Whole groups, in order, until the batch holds rollout_batch of them.
-            for (int first = 0; first < passed.count;) {
-                int last = first;
-                while (last < passed.count && passed.groups[last] == passed.groups[first]) last++;
-                if (kept_groups < prompts_per_iteration) {
-                    for (int q = first; q < last; q++) {
-                        kept.lengths[kept.count] = passed.lengths[q], kept.groups[kept.count] = passed.groups[q];
-                        kept.local[kept.count++] = passed.local[q];
-                    }
-                    kept_groups++;
-                }
-                first = last;
+            for (int first = 0, last; first < passed.count && kept_groups < prompts_per_iteration; first = last) {
+                last = group_end(passed.groups, passed.count, first);
+                for (int q = first; q < last; q++) rollout_append(&kept, &passed, q);
+                kept_groups++;
             }
-            if (passed.lengths != fresh.lengths) free(passed.lengths), free(passed.groups), free(passed.local);
-            free(fresh.lengths), free(fresh.groups), free(fresh.local);
+            if (passed.lengths != fresh.lengths) rollout_free(&passed);
+            rollout_free(&fresh);
             rounds++;
             time_experience += now_seconds() - g1;
             if (!p->c.filter_groups || kept_groups >= prompts_per_iteration || rounds >= p->c.max_generation_rounds) break;
@@ -1268,7 +1265,7 @@ int ppo_run(const PpoConfig *config) {
             free(round_samples[round]);
         }
         free(round_samples);
-        free(kept.lengths), free(kept.groups), free(kept.local);
+        rollout_free(&kept);
         if (rc != 0) break;
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);

@@ -215,14 +215,22 @@ ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --output "$tmp/ppo_two_again" 2> /
 cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
     pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
+# ppo_one_and_two_ranks NAME ARGS...: a PPO run in one process ($tmp/NAME_one) and on 2 ranks
+# ($tmp/NAME_two); PASS NAME when their scores, policy losses and final actors agree (1e-4).
+ppo_one_and_two_ranks() {
+    local name=$1
+    shift
+    "$bin" ppo "${ppo[@]}" "$@" --output "$tmp/${name}_one" 2> "$tmp/${name}_one.err"
+    ranks 2 "$bin" ppo "${ppo[@]}" "$@" --output "$tmp/${name}_two" 2> "$tmp/${name}_two.err"
+    local one="$tmp/${name}_one/metrics.jsonl" two="$tmp/${name}_two/metrics.jsonl"
+    close "$(json_values "$one" train/score) $(json_values "$one" train/policy_loss)" \
+          "$(json_values "$two" train/score) $(json_values "$two" train/policy_loss)" 1e-4 &&
+        close "$(logprobs_of "$tmp/${name}_one/final/actor")" "$(logprobs_of "$tmp/${name}_two/final/actor")" 1e-4 &&
+        pass "$name" || fail "$name" "$(tail -n 2 "$tmp/${name}_two.err")"
+}
 # GRPO: the two answers to a prompt land on different ranks; the group statistics are gathered.
 grpo=(--advantage-estimator grpo --samples-per-prompt 2 --termination-condition token)
-"$bin" ppo "${ppo[@]}" "${grpo[@]}" --output "$tmp/grpo_one" 2> "$tmp/grpo_one.err"
-ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --output "$tmp/grpo_two" 2> "$tmp/grpo_two.err"
-close "$(json_values "$tmp/grpo_one/metrics.jsonl" train/score) $(json_values "$tmp/grpo_one/metrics.jsonl" train/policy_loss)" \
-      "$(json_values "$tmp/grpo_two/metrics.jsonl" train/score) $(json_values "$tmp/grpo_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
-    close "$(logprobs_of "$tmp/grpo_one/final/actor")" "$(logprobs_of "$tmp/grpo_two/final/actor")" 1e-4 &&
-    pass grpo_two_ranks_same_training || fail grpo_two_ranks_same_training "$(tail -n 2 "$tmp/grpo_two.err")"
+ppo_one_and_two_ranks grpo_two_ranks_same_training "${grpo[@]}"
 # DAPO's group filter decides on the gathered scores: the same groups are left out on both.
 # With no KL in the reward the old log-probs (and the logged KL and entropy) come from the
 # training forward; GRPO's batch scaling takes the standard deviation of every rank's rewards.
@@ -244,13 +252,8 @@ close "$(json_values "$tmp/filter_one/metrics.jsonl" train/uniform_groups_droppe
 # --reward command: each rank runs its own copy of the program for its own responses.
 printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(line)["response"].count("e") / 5, flush=True)' \
     > "$tmp/count_e.py"
-command=("${grpo[@]}" --reward command --reward-command "python3 $tmp/count_e.py")
-"$bin" ppo "${ppo[@]}" "${command[@]}" --output "$tmp/command_one" 2> "$tmp/command_one.err"
-ranks 2 "$bin" ppo "${ppo[@]}" "${command[@]}" --output "$tmp/command_two" 2> "$tmp/command_two.err"
-close "$(json_values "$tmp/command_one/metrics.jsonl" train/score) $(json_values "$tmp/command_one/metrics.jsonl" train/policy_loss)" \
-      "$(json_values "$tmp/command_two/metrics.jsonl" train/score) $(json_values "$tmp/command_two/metrics.jsonl" train/policy_loss)" 1e-4 &&
-    close "$(logprobs_of "$tmp/command_one/final/actor")" "$(logprobs_of "$tmp/command_two/final/actor")" 1e-4 &&
-    pass command_reward_two_ranks_same_training || fail command_reward_two_ranks_same_training "$(tail -n 2 "$tmp/command_two.err")"
+ppo_one_and_two_ranks command_reward_two_ranks_same_training "${grpo[@]}" --reward command \
+    --reward-command "python3 $tmp/count_e.py"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
