@@ -294,6 +294,8 @@ expect_error command_reward_hangs "no answer within 0.5 s" "$bin" ppo "${common[
     --reward-command "sleep 30" --reward-timeout 0.5
 expect_error command_reward_missing "--reward-command" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward command
 expect_error command_reward_unused "--reward-command" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-command cat
+expect_error command_reward_bad_timeout "--reward-timeout" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" \
+    --reward-timeout 0
 # Macro actions still shape the ratio (--ratio macro) without a critic; MA-GRPO runs.
 run grpo_macro --advantage-estimator grpo --samples-per-prompt 2 --termination-condition fixed --ngram 3 --ratio macro
 [ -f "$tmp/grpo_macro/final/actor/model.safetensors" ] && pass grpo_macro_ratio || fail grpo_macro_ratio "$(tail -n 3 "$tmp/grpo_macro.err")"
