@@ -1,7 +1,8 @@
 """The llama.cpp peer of bench/decode.c at batch 1 (llama-cpp-python, built from its PyPI
 source distribution by pip; see bench/run_decode.sh). The Q4_1 GGUF is converted once to
 an all-f32 GGUF with llama.cpp's own quantize tool (ftype ALL_F32), so both programs read
-f32 weights. Greedy decode of --new tokens after a --prompt-token prompt; the prefill is
+f32 weights, and from that to Q8_0 (ftype MOSTLY_Q8_0), the peer of `marlhf --quantize
+q8_0`. Greedy decode of --new tokens after a --prompt-token prompt; the prefill is
 timed apart."""
 import argparse
 import ctypes
@@ -26,7 +27,14 @@ if not os.path.exists(f32_path):
     rc = llama_cpp.llama_model_quantize(args.model.encode(), f32_path.encode(), ctypes.byref(params))
     assert rc == 0, "llama_model_quantize failed"
 
-for label, path in (("f32", f32_path), ("q4_1", args.model)):
+q8_path = args.model.replace(".Q4_1.gguf", ".Q8_0.gguf")
+if not os.path.exists(q8_path):
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    rc = llama_cpp.llama_model_quantize(f32_path.encode(), q8_path.encode(), ctypes.byref(params))
+    assert rc == 0, "llama_model_quantize failed"
+
+for label, path in (("f32", f32_path), ("q8_0", q8_path), ("q4_1", args.model)):
     llm = llama_cpp.Llama(model_path=path, n_ctx=args.prompt + args.new + 8, n_threads=args.threads,
                           n_threads_batch=args.threads, n_batch=512, verbose=False)
     import random

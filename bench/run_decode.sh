@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Decode speed of SmolLM2-135M-Instruct: marlhf beside transformers' generate() (batch 1, 8,
-# 32) and llama.cpp (batch 1, f32 and Q4_1), in one run on this machine. The peers need
+# Decode speed of SmolLM2-135M-Instruct: marlhf (f32 and --quantize q8_0) beside
+# transformers' generate() (batch 1, 8, 32) and llama.cpp (batch 1, f32, Q8_0 and Q4_1), in
+# one run on this machine. The peers need
 # scripts/setup-python; llama.cpp comes from the llama-cpp-python package, which pip builds
 # from source: `.venv-tools/bin/pip install llama-cpp-python`.
 set -euo pipefail
@@ -9,6 +10,7 @@ make --no-print-directory bench > /dev/null
 scripts/fetch-model
 new=${NEW:-64}
 build/bench/decode --new "$new" --batches 1,8,32
+build/bench/decode --new "$new" --batches 1,8,32 --quantize q8_0
 if [ -x .venv-tools/bin/python ]; then
     .venv-tools/bin/python bench/torch_decode.py --new "$new" 2> /dev/null
     if .venv-tools/bin/python -c "import llama_cpp" 2> /dev/null; then

@@ -2,9 +2,10 @@
 # Serving throughput under concurrent clients: REQUESTS chat requests (temperature 1, seed i,
 # MAX_TOKENS new tokens) from CLIENTS clients at once against `marlhf serve` with
 # --parallel 1 (one request at a time) and --parallel CLIENTS (the queued requests generated
-# together), SmolLM2-135M-Instruct Q4_1 GGUF (marlhf computes in f32), THREADS threads; and
-# the same requests through llama.cpp (llama-cpp-python, Q4_1 and the f32 GGUF that
-# bench/run_decode.sh writes), one at a time as llama-cpp-python's own server runs them.
+# together), SmolLM2-135M-Instruct Q4_1 GGUF (marlhf computes in f32, and with --quantize
+# q8_0 in Q8_0), THREADS threads; and the same requests through llama.cpp
+# (llama-cpp-python, Q4_1 and the f32 and Q8_0 GGUFs that bench/run_decode.sh writes), one
+# at a time as llama-cpp-python's own server runs them.
 # Prints one JSON line per configuration.
 #   REQUESTS=16 CLIENTS=4 MAX_TOKENS=48 THREADS=2 bench/run_serve_concurrency.sh
 set -euo pipefail
@@ -15,9 +16,10 @@ model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 out=$(mktemp -d)
 trap 'kill $server 2> /dev/null || true; rm -rf "$out"' EXIT
 server=
-for parallel in 1 "$clients"; do
+for setting in "1 none" "$clients none" "1 q8_0" "$clients q8_0"; do
+    read -r parallel quantize <<< "$setting"
     build/marlhf serve --model "$model" --port 0 --parallel "$parallel" --max-concurrent $((clients * 2)) \
-        --threads "$threads" 2> "$out/serve.log" &
+        --quantize "$quantize" --threads "$threads" 2> "$out/serve.log" &
     server=$!
     port=
     for _ in $(seq 600); do
@@ -26,14 +28,14 @@ for parallel in 1 "$clients"; do
         sleep 0.1
     done
     [ -n "$port" ] || { cat "$out/serve.log" >&2; exit 1; }
-    python3 bench/serve_load.py client "http://127.0.0.1:$port" --impl "marlhf-serve-parallel-$parallel" \
+    python3 bench/serve_load.py client "http://127.0.0.1:$port" --impl "marlhf-serve-parallel-$parallel-$quantize" \
         --requests "$requests" --clients "$clients" --max-tokens "$max_tokens" --threads "$threads"
     kill "$server"
     wait "$server" 2> /dev/null || true
 done
 py=.venv-tools/bin/python
 if [ -x "$py" ] && "$py" -c "import llama_cpp" 2> /dev/null; then
-    for path in "$model" "${model%.Q4_1.gguf}.F32.gguf"; do
+    for path in "$model" "${model%.Q4_1.gguf}.F32.gguf" "${model%.Q4_1.gguf}.Q8_0.gguf"; do
         [ -f "$path" ] || continue
         label=$(basename "$path" .gguf | sed 's/.*\.//' | tr 'A-Z' 'a-z')
         "$py" bench/serve_load.py llamacpp "$path" --impl "llama.cpp-sequential-$label" --requests "$requests" \

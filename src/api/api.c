@@ -98,7 +98,7 @@ marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *par
         }
         rc = load_reward_model(&model->text, path, device);
     } else {
-        rc = text_model_load(&model->text, path, params->lora_adapter, device, params->chat_template, false);
+        rc = text_model_load(&model->text, path, params->lora_adapter, device, NULL, params->chat_template, false);
     }
     if (rc != 0) {
         free(model);

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
 #include "gen/generate.h"
@@ -28,6 +29,7 @@ static void print_token(void *context, int row, int token) {
 }
 
 int cmd_chat(int argc, char **argv) {
+    const char *quantize = "none";
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0;
     double temperature = 0.8, top_p = 1.0;
@@ -44,6 +46,7 @@ int cmd_chat(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: decode with 8-bit copies of the linear weights (CPU; faster, not smaller)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
@@ -52,9 +55,10 @@ int cmd_chat(int argc, char **argv) {
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
+    if (quantize_type_check(quantize) != 0) die_from_err();
     cli_set_threads(threads);
     TextModel tm;
-    if (text_model_load(&tm, model_path, lora_adapter, device, chat_template, true) != 0) die_from_err();
+    if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, true) != 0) die_from_err();
     fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
             chat_template_name(&tm.chat));
 

@@ -18,11 +18,12 @@ typedef struct {
 } TextModel;
 
 // Loads model + tokenizer from `path` (folder or .gguf), and the LoRA adapter saved in
-// `lora_adapter` on top when not NULL (model/lora.h). chat_template_option: NULL to use the
+// `lora_adapter` on top when not NULL (model/lora.h). quantize: NULL or "none" for float32,
+// "q8_0" for 8-bit linear layers (model/quantize.h). chat_template_option: NULL to use the
 // model's own template (an unrecognised one is an error only when needs_chat), or a family
 // name / template file. Returns 0, or -1 with err_set() (and nothing left allocated).
 int text_model_load(TextModel *tm, const char *path, const char *lora_adapter, const char *device,
-                     const char *chat_template_option, bool needs_chat);
+                    const char *quantize, const char *chat_template_option, bool needs_chat);
 void text_model_free(TextModel *tm);
 
 // The chat template applied to messages with the generation prompt, then tokenized

@@ -73,6 +73,7 @@ static float *base_weight(const LayerTensors *w, LoraTarget t) {
 static float lora_scale(const LoraConfig *lora) { return lora->alpha / (float)lora->rank; }
 
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
+    CHECK(!model->quantized, "LoRA adapters go on a model before it is quantized (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(!model->grads, "model_add_lora after model_enable_grad");
     CHECK(model->lora.rank == 0, "the model already has LoRA adapters");

@@ -97,6 +97,8 @@ typedef struct Model {
     ModelTensors gradients;
 
     Activations acts;
+    // Q8_0 copies of the linear weights for inference (model/quantize.h); NULL without.
+    struct ModelQuantized *quantized;
 } Model;
 
 // Allocates a model with zero weights. Fill them with model_load (model/weights_io.h) or

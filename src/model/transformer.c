@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/model.h"
 
 // ---------------------------------------------------------------------------------------
@@ -62,6 +63,7 @@ void model_release_activations(Model *model) { activations_free(model); }
 void model_free(Model *model) {
     if (!model->ops) return;
     activations_free(model);
+    model_quantized_free(model);
     model->ops->free(model->params);
     if (model->grads) model->ops->free(model->grads);
     param_views_free(&model->weights);
@@ -72,6 +74,7 @@ void model_free(Model *model) {
 
 void model_enable_grad(Model *model) {
     if (model->grads) return;
+    CHECK(!model->quantized, "a model with quantized weights (--quantize) cannot be trained");
     // Only the trainable tail of the table gets gradients: frozen views stay NULL, and the
     // ops skip a NULL gradient (a frozen weight still passes gradients to its input).
     model->grads = model->ops->alloc((size_t)model_trainable_floats(model) * sizeof(float));
@@ -195,6 +198,16 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
                                      cfg->hidden_size, cfg->norm_weight_plus_one);
 }
 
+// out = inp . weight^T (+ bias): through the Q8_0 copy of the weight when the model has one
+// (model/quantize.h; its float32 weight is then gone).
+static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
+                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC) {
+    if (quantized && quantized->values)
+        model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC);
+    else
+        model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);
+}
+
 // With a KV cache, the layer stores this batch's keys and values at the cache's next slots;
 // a decode step (cache already filled) attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -202,6 +215,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     const LayerTensors *w = &model->weights.layers[l];
+    const QuantizedLayer *quantized = model->quantized ? &model->quantized->layers[l] : NULL;
     Activations *a = &model->acts;
     const int B = a->B, T = a->T;
     const long N = (long)B * T;
@@ -210,11 +224,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
 
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
-    ops->matmul_forward(la->q, la->attn_norm_out, w->q_w, w->q_b, (int)N, C, q_dim);
+    linear_forward(model, la->q, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim);
     lora_forward(model, l, LORA_Q, la->q, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    ops->matmul_forward(la->k, la->attn_norm_out, w->k_w, w->k_b, (int)N, C, kv_dim);
+    linear_forward(model, la->k, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim);
     lora_forward(model, l, LORA_K, la->k, la->attn_norm_out, la->lora_hidden[LORA_K], N);
-    ops->matmul_forward(la->v, la->attn_norm_out, w->v_w, w->v_b, (int)N, C, kv_dim);
+    linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
@@ -233,22 +247,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
-    ops->matmul_forward(la->x_mid, la->att_out, w->o_w, w->o_b, (int)N, q_dim, C);
+    linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C);
     lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    ops->matmul_forward(la->up, la->mlp_norm_out, w->up_w, w->up_b, (int)N, C, I);
+    linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
         ops->gelu_forward(la->act, la->up, N * I);
     } else {
-        ops->matmul_forward(la->gate, la->mlp_norm_out, w->gate_w, NULL, (int)N, C, I);
+        linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I);
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
-    ops->matmul_forward(x_out, la->act, w->down_w, w->down_b, (int)N, I, C);
+    linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C);
     lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
@@ -331,6 +345,10 @@ static const float *lm_head_weight(const Model *model) {
     return model->weights.lm_head ? model->weights.lm_head : model->weights.tok_emb;
 }
 
+static const Q8Matrix *lm_head_quantized(const Model *model) {
+    return model->quantized ? &model->quantized->lm_head : NULL;
+}
+
 static void compute_logits(Model *model) {
     Activations *a = &model->acts;
     CHECK(model->has_lm_head, "model has no LM head");
@@ -345,8 +363,8 @@ static void compute_logits(Model *model) {
         a->lse = alloc_floats(model->ops, capacity_N);
     }
     const long N = (long)a->B * a->T;
-    model->ops->matmul_forward(a->logits, a->final_out, lm_head_weight(model), NULL, (int)N,
-                               cfg->hidden_size, cfg->vocab_size);
+    linear_forward(model, a->logits, a->final_out, lm_head_weight(model), lm_head_quantized(model), NULL, N,
+                   cfg->hidden_size, cfg->vocab_size);
     a->logits_valid = true;
 }
 
@@ -411,7 +429,8 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
     int *packed_targets = xmalloc((size_t)(M + 1) * sizeof(int));
     move_head_hidden(model, a->head_hidden, a->final_out, true);
     move_head_rows(a, packed_targets, (void *)targets, sizeof(int), true);
-    ops->matmul_forward(a->logits, a->head_hidden, lm_head_weight(model), NULL, (int)M, (int)C, (int)V);
+    linear_forward(model, a->logits, a->head_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, M,
+                   (int)C, (int)V);
     a->logits_valid = true;
     a->head_compact = true;
     ops->copy_to_device(a->targets, packed_targets, (size_t)M * sizeof(int));
@@ -474,7 +493,7 @@ void model_last_logits(Model *model, float *logits) {
         a->lse = alloc_floats(model->ops, capacity_N);
     }
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
-    model->ops->matmul_forward(a->logits, a->last_hidden, lm_head_weight(model), NULL, B, C, V);
+    linear_forward(model, a->logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C, V);
     a->logits_valid = false; // the buffer holds B rows only
     model->ops->copy_to_host(logits, a->logits, (size_t)B * V * sizeof(float));
 }

@@ -1,5 +1,7 @@
 #include "model/weights_io.h"
 
+#include "model/quantize.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/tensor_map.h"
 
 bool path_is_gguf(const char *path) {
@@ -105,6 +108,13 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
     }
 
     model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
+    bool quantize = options->quantize && strcmp(options->quantize, "none") != 0;
+    if (quantize && quantized_begin(model, options->quantize) != 0) {
+        model_free(model);
+        if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
+        else safetensors_close(src.safetensors);
+        return -1;
+    }
     bool on_host = ops == &ops_cpu;
     float *host = on_host ? model->params : xcalloc((size_t)model->table.total, sizeof(float));
     float *staging = NULL;
@@ -143,6 +153,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         long long n = tensor_map_numel(&map);
         if (map.kind == MAP_COPY && n == e->numel) {
             rc = source_read(&src, &map, dst);
+            if (rc == 0 && quantize) quantized_take(model, e);
             continue;
         }
         if (n > staging_size) {
@@ -152,6 +163,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         }
         rc = source_read(&src, &map, staging);
         if (rc == 0) tensor_map_load(&map, e, staging, dst);
+        if (rc == 0 && quantize) quantized_take(model, e);
     }
     free(staging);
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
@@ -196,6 +208,7 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 }
 
 int model_reload_weights(Model *model, const char *path) {
+    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     // A LoRA model's checkpoint: its adapters go back onto the base weights in memory.
     if (model->lora.rank > 0) return lora_read_adapter(model, path);
     Model saved;
@@ -329,6 +342,7 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
 }
 
 int model_write_hf_files(const Model *model, const char *dir) {
+    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     bool classifier = model->has_value_head && !model->has_lm_head;
     const bool lora = model->lora.rank > 0;
@@ -469,6 +483,7 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
 }
 
 int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char *path, GgufOutType out) {
+    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
     float *params = xmalloc((size_t)model->table.total * sizeof(float));

@@ -21,6 +21,7 @@ typedef struct {
     bool with_value_head;    // add a value head (reward model, critic)
     bool require_value_head; // the file must hold one ("score.weight" or "v_head.weight")
     uint64_t seed;           // initialises a value head the file does not have
+    const char *quantize;    // NULL or "none": float32; "q8_0": quantized as read (model/quantize.h)
 } ModelLoadOptions;
 
 // Loads `path` (a folder with config.json + safetensors, or a .gguf file) onto `ops`.

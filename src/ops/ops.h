@@ -20,6 +20,17 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+// A weight matrix [rows, cols] in 8-bit blocks, GGUF's Q8_0 layout split into two arrays:
+// row r's columns [32k, 32k + 32) are values[r*cols + 32k ..] * scales[r*cols/32 + k].
+// cols is a multiple of Q8_BLOCK. Inference only (model/quantize.h); memory of the backend.
+#define Q8_BLOCK 32
+typedef struct {
+    int rows, cols;
+    int8_t *values; // [rows * cols]
+    float *scales;  // [rows * cols / Q8_BLOCK]
+} Q8Matrix;
 
 typedef struct OpsBackend {
     const char *name;
@@ -63,6 +74,11 @@ typedef struct OpsBackend {
                            int N, int IC, int OC);
     // out[N, OC] += inp[N, IC] . weight[OC, IC]^T (a LoRA adapter's term, no temporary)
     void (*matmul_accumulate)(float *out, const float *inp, const float *weight, int N, int IC, int OC);
+    // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a Q8_0 weight [OC, IC]: each row of
+    // inp is quantized to Q8_0 blocks too and each block's integer dot product scaled by
+    // both blocks' scales (llama.cpp's Q8_0 x Q8_0 arithmetic). NULL in a backend without it.
+    void (*matmul_forward_q8)(float *out, const float *inp, const Q8Matrix *weight,
+                              const float *bias, int N, int IC, int OC);
     // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
     // Any of dinp, dweight, dbias may be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,

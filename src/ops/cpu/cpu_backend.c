@@ -92,6 +92,7 @@ const OpsBackend ops_cpu = {
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_accumulate = cpu_matmul_accumulate,
+    .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_backward = cpu_matmul_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

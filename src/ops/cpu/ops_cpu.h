@@ -9,6 +9,8 @@
 #pragma once
 #include <stdbool.h>
 
+#include "ops/ops.h"
+
 void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
                            const float *tok_emb, const float *pos_emb, int N, int C, float scale);
 void cpu_embedding_backward(float *d_tok_emb, float *d_pos_emb, const float *dout,
@@ -28,6 +30,8 @@ void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const 
 void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC);
+void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias,
+                           int N, int IC, int OC);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC);
 

@@ -143,6 +143,8 @@ extern "C" const OpsBackend ops_cuda = {
     .rmsnorm_backward = cuda_rmsnorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_accumulate = cuda_matmul_accumulate,
+    // No Q8_0 kernel on the GPU yet: model_quantize refuses --quantize there.
+    .matmul_forward_q8 = nullptr,
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
