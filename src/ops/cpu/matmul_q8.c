@@ -207,7 +207,8 @@ static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *
         for (int r = 0; r < rows; r++) {
             const int8_t *values = weight->values + (long)(o0 + r) * IC;
             const float *scales = weight->scales + (long)(o0 + r) * blocks;
-            for (int c = 0; c < IC; c++) tile[(long)r * IC + c] = values[c] * scales[c / Q8_BLOCK];
+            for (int b = 0; b < blocks; b++)
+                for (int c = b * Q8_BLOCK; c < (b + 1) * Q8_BLOCK; c++) tile[(long)r * IC + c] = values[c] * scales[b];
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f, out + o0,
                     OC);
