@@ -175,6 +175,34 @@ static void test_logprob(void) {
     marlhf_model_free(model);
 }
 
+// quantize "q8_0": log-probs close to the float32 model's; saving, training and bad names refused.
+static void test_quantized_policy(void) {
+    marlhf_model_params params = marlhf_model_default_params();
+    params.quantize = "q8_0";
+    marlhf_model *model = marlhf_model_load(tiny, &params);
+    if (!model) {
+        fprintf(stderr, "  load %s quantized: %s\n", tiny, marlhf_last_error());
+        test_current_failures++;
+        return;
+    }
+    double sum = 0;
+    int tokens = 0, expected_tokens = 0;
+    EXPECT(marlhf_logprob(model, "Tell me about the cat.", " The cat is good.", &sum, &tokens) == 0, "%s",
+           marlhf_last_error());
+    double expected = logprob_from_logits(tiny, "Tell me about the cat.", " The cat is good.", &expected_tokens);
+    EXPECT(sum != expected && fabs(sum - expected) <= 0.02 * fabs(expected) + 0.05,
+           "quantized log-prob sum %.6f, float32 %.6f", sum, expected);
+    EXPECT(marlhf_model_save(model, tmp_path("quantized_save")) == -1 && strstr(marlhf_last_error(), "quantize"),
+           "saving a quantized model: '%s'", marlhf_last_error());
+    marlhf_trainer_params trainer_params = marlhf_trainer_default_params();
+    EXPECT(!marlhf_trainer_new(model, &trainer_params) && strstr(marlhf_last_error(), "quantize"),
+           "a trainer on a quantized model: '%s'", marlhf_last_error());
+    marlhf_model_free(model);
+    params.quantize = "q4";
+    EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "q4"), "quantize q4: '%s'",
+           marlhf_last_error());
+}
+
 static void test_generate(void) {
     marlhf_model *model = load_policy(tiny, NULL);
     if (!model) return test_current_failures++, (void)0;
@@ -701,6 +729,7 @@ int main(void) {
     RUN(test_load_errors);
     RUN(test_tokenize);
     RUN(test_logprob);
+    RUN(test_quantized_policy);
     RUN(test_generate);
     RUN(test_generate_batch);
     RUN(test_reward);

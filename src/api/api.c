@@ -17,6 +17,7 @@
 #include "gen/text_model.h"
 #include "io/fs.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -91,14 +92,18 @@ marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *par
     model->kind = params->kind;
     int rc;
     if (params->kind == MARLHF_REWARD_MODEL) {
-        if (params->lora_adapter || params->chat_template) {
-            err_set("marlhf_model_load: lora_adapter and chat_template are for a policy, not a reward model (%s)", path);
+        if (params->lora_adapter || params->chat_template || params->quantize) {
+            err_set("marlhf_model_load: lora_adapter, chat_template and quantize are for a policy, not a reward "
+                    "model (%s)", path);
             free(model);
             return NULL;
         }
         rc = load_reward_model(&model->text, path, device);
     } else {
-        rc = text_model_load(&model->text, path, params->lora_adapter, device, NULL, params->chat_template, false);
+        rc = params->quantize ? quantize_type_check(params->quantize) : 0;
+        if (rc == 0)
+            rc = text_model_load(&model->text, path, params->lora_adapter, device, params->quantize,
+                                 params->chat_template, false);
     }
     if (rc != 0) {
         free(model);
@@ -118,6 +123,8 @@ int marlhf_model_save(marlhf_model *model, const char *dir) {
     err_clear();
     if (!model || !dir || !*dir) return err_set("marlhf_model_save: model and dir must be given");
     if (fs_exists(dir)) return err_set("marlhf_model_save: %s already exists (nothing was written)", dir);
+    if (model->text.model.quantized)
+        return err_set("marlhf_model_save: the model was loaded with quantize: its float32 weights are gone");
     FsAtomicDir out;
     if (fs_atomic_dir_begin(&out, dir) != 0) return -1;
     int rc = model_write_hf_files(&model->text.model, out.tmp_path);
@@ -371,6 +378,8 @@ static int check_trainer_target(const marlhf_model *policy, const marlhf_trainer
     if (require_policy(policy, function) != 0) return -1;
     if (!params) return err_set("%s: params must not be NULL", function);
     if (policy->trainer) return err_set("%s: the model already has a trainer (free it first)", function);
+    if (policy->text.model.quantized)
+        return err_set("%s: the model was loaded with quantize (inference only); load it without to train", function);
     if (policy->text.model.lora.rank > 0)
         return err_set("%s: the model already has LoRA adapters; load its base without lora_adapter (its frozen "
                        "weights are the DPO reference)", function);
