@@ -12,6 +12,7 @@
 //    the float32 model's logits (four architectures); quantizing while loading gives the
 //    same model as quantizing after, and gives the float32 copies back (their pages read
 //    as zeros); a model with gradients and unknown names are refused.
+//  - SmolLM2's Q8_0 embedding table (its tied LM head) quantizes to the file's own blocks.
 //  - SmolLM2-135M-Instruct decoded token by token with Q8_0 weights against transformers'
 //    float32 log-probs (tests/fixtures/smollm2/reference.json): top-1 agreement >= 0.92,
 //    mean |log-prob difference| <= 0.1 (llama.cpp's Q8_0: 0.963 and 0.087 on the same
@@ -22,6 +23,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "io/gguf.h"
 #include "io/gguf_dequant.h"
 #include "model/lora.h"
 #include "model/quantize.h"
@@ -286,6 +288,24 @@ static void test_smollm2_quantized_decode(void) {
     }
     CHECK(model_quantize(&model, "q8_0") == 0, "%s", err_msg());
     const int V = model.config.vocab_size;
+
+    // The file stores the embedding table (the tied LM head) as Q8_0: its quantized copy
+    // must be the file's own blocks, bit for bit.
+    GgufFile file;
+    CHECK(gguf_open(&file, "models/SmolLM2-135M-Instruct.Q4_1.gguf") == 0, "%s", err_msg());
+    const GgufTensor *embedding = gguf_find_tensor(&file, "token_embd.weight");
+    CHECK(embedding && embedding->type == GGML_TYPE_Q8_0, "token_embd.weight is not Q8_0 in the test model");
+    const Q8Matrix *head = &model.quantized->lm_head;
+    const long blocks = (long)head->rows * head->cols / Q8_BLOCK;
+    long differing = 0;
+    for (long b = 0; b < blocks; b++) {
+        const uint8_t *block = (const uint8_t *)embedding->data + b * (2 + Q8_BLOCK); // f16 scale, 32 values
+        uint16_t half = (uint16_t)(block[0] | block[1] << 8);
+        differing += gguf_f16_to_f32(half) != head->scales[b] ||
+                     memcmp(block + 2, head->values + b * Q8_BLOCK, Q8_BLOCK) != 0;
+    }
+    gguf_close(&file);
+    EXPECT(differing == 0, "%ld of %ld Q8_0 blocks of the embedding differ from the file's", differing, blocks);
     float *logits = xmalloc((size_t)V * sizeof(float));
     double worst = 0, total = 0;
     int positions = 0, top1_agree = 0;
