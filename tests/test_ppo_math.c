@@ -203,8 +203,9 @@ static void test_clip_higher(void) {
 
 // TRL's GRPO loss forms (tools/make_grpo_loss_fixtures.py, TRL 1.12's formulas in float64
 // autograd): grpo (the clipped ratio with eps_high 0.28), cispo and sapo, each with the ratio
-// per token and per response (GSPO's sequence level), both advantage signs, 1 to 12 tokens.
-// One response, so TRL's per-response token mean is our sum times 1/R.
+// per token and per response (GSPO's sequence level), luspo (grpo summed over the response's
+// tokens) at both levels, and vespo (TRL's own get_gamma_weights), both advantage signs, 1 to
+// 12 tokens. One response, so TRL's per-response token mean is our sum times 1/R (luspo: 1).
 static void test_policy_losses_against_trl(void) {
     json_error_t error;
     json_t *root = json_load_file("tests/fixtures/ppo/grpo_losses.json", 0, &error);
@@ -214,18 +215,27 @@ static void test_policy_losses_against_trl(void) {
     json_array_foreach(json_object_get(root, "losses"), index, c) {
         PpoLossConfig config = {0};
         const char *type = json_string_value(json_object_get(c, "loss_type"));
-        CHECK(policy_loss_kind_from_name(!strcmp(type, "grpo") ? "ppo" : type, &config.policy_loss) == 0, "%s", type);
+        // TRL's grpo and luspo are the clipped loss ("ppo" here); luspo sums a response's tokens.
+        bool token_sum = json_is_true(json_object_get(c, "token_sum"));
+        const char *kind = !strcmp(type, "grpo") || !strcmp(type, "luspo") ? "ppo" : type;
+        CHECK(policy_loss_kind_from_name(kind, &config.policy_loss) == 0, "%s", type);
         CHECK(ratio_kind_from_name(json_string_value(json_object_get(c, "level")), &config.ratio) == 0, "level");
         config.clip_ratio = (float)json_number_value(json_object_get(c, "epsilon_low"));
         config.clip_ratio_high = (float)json_number_value(json_object_get(c, "epsilon_high"));
         config.cispo_max_weight = (float)json_number_value(json_object_get(c, "cispo_max"));
         config.sapo_temperature_pos = (float)json_number_value(json_object_get(c, "tau_pos"));
         config.sapo_temperature_neg = (float)json_number_value(json_object_get(c, "tau_neg"));
+        json_t *vespo = json_object_get(c, "vespo");
+        config.vespo_k_pos = (float)json_number_value(json_array_get(vespo, 0));
+        config.vespo_lambda_pos = (float)json_number_value(json_array_get(vespo, 1));
+        config.vespo_k_neg = (float)json_number_value(json_array_get(vespo, 2));
+        config.vespo_lambda_neg = (float)json_number_value(json_array_get(vespo, 3));
         float logp_old[16], logp_new[16], advantages[16], grad[16] = {0};
         int R = floats(json_object_get(c, "logp_old"), logp_old), segments[16];
         floats(json_object_get(c, "logp_new"), logp_new);
         for (int t = 0; t < R; t++) advantages[t] = (float)json_number_value(json_object_get(c, "advantage")), segments[t] = 1;
-        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, 1.0f / R, grad, NULL) / R;
+        const float scale = token_sum ? 1.0f : 1.0f / R;
+        double loss = ppo_policy_loss(&config, logp_new, logp_old, advantages, segments, R, R, scale, grad, NULL) * scale;
         char what[96];
         snprintf(what, sizeof what, "case %zu (%s, %s, R=%d) loss", index, type,
                  json_string_value(json_object_get(c, "level")), R);

@@ -6,6 +6,10 @@ GRPOTrainer (developers only; CI never runs Python). From trl/trainer/grpo_train
     grpo: -min(coef_1 A, clamp(coef_1, 1 - eps_low, 1 + eps_high) A)
     cispo: -clamp(coef_1, max=epsilon_high).detach() * A * logp
     sapo: -(sigmoid(tau (coef_1 - 1)) * 4 / tau) A, tau = sapo_temperature_pos if A > 0 else _neg
+    luspo: grpo's per-token loss, summed over the response's tokens (not averaged)
+    vespo: -phi A logp averaged over the tokens, phi = GRPOTrainer.get_gamma_weights (called
+      here): w = exp(clamp(sum_t clamp(log_ratio, -20, 20), log 1e-8, 20)), phi = exp(lambda +
+      k log w - lambda w), no gradient, (k, lambda) = (2, 3) if A >= 0 else (3, 2)
   per-response token mean of the per-token loss (loss_type "grpo"/"sapo"; one response here)
   _generate_and_score_completions, scale_rewards="batch": (r - group mean) / (nanstd(r) + 1e-4)
 The gradients d loss / d logp_new come from torch autograd in float64.
@@ -19,13 +23,16 @@ import os
 import random
 
 import torch
+from trl.trainer.grpo_trainer import GRPOTrainer
 from trl.trainer.utils import nanstd
 
 rng = random.Random(23)
 
 
 def policy_case(loss_type, level, advantage, R, spread):
+    """One response of R tokens: TRL's per-token loss and its reduction for `loss_type`."""
     eps_low, eps_high, cispo_max, tau_pos, tau_neg = 0.2, 0.28, 1.1, 1.0, 1.05
+    vespo = (2.0, 3.0, 3.0, 2.0)  # k_pos, lambda_pos, k_neg, lambda_neg (TRL's defaults)
     old = torch.tensor([rng.uniform(-4.0, -0.2) for _ in range(R)], dtype=torch.float64)
     new = (old + torch.tensor([rng.gauss(0, spread) for _ in range(R)], dtype=torch.float64)).requires_grad_()
     mask = torch.ones(1, R, dtype=torch.float64)
@@ -40,16 +47,25 @@ def policy_case(loss_type, level, advantage, R, spread):
     if loss_type == "cispo":
         clamped_ratios = torch.clamp(coef_1, max=cispo_max).detach()
         per_token_loss = -clamped_ratios * advantages * per_token_logps
-    elif loss_type == "grpo":
+    elif loss_type == "vespo":
+        phi = GRPOTrainer.get_gamma_weights(advantages=advantages, log_ratio_per_token=log_ratio, mask=mask,
+                                            importance_sampling_ratio=None, k_pos=vespo[0], lambda_pos=vespo[1],
+                                            k_neg=vespo[2], lambda_neg=vespo[3])
+        per_token_loss = -phi * advantages * per_token_logps
+    elif loss_type in ("grpo", "luspo"):
         coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
         per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
     else:  # sapo
         temperatures = torch.where(advantages > 0, torch.tensor(tau_pos), torch.tensor(tau_neg)).to(torch.float64)
         per_token_loss = -(torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures) * advantages
-    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "luspo":
+        loss = (per_token_loss * mask).sum(-1).mean()
+    else:  # grpo, sapo: the per-response token mean; cispo, vespo: over the batch's tokens (one response)
+        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
     loss.backward()
     return {"loss_type": loss_type, "level": level, "epsilon_low": eps_low, "epsilon_high": eps_high,
-            "cispo_max": cispo_max, "tau_pos": tau_pos, "tau_neg": tau_neg, "logp_old": old.tolist(),
+            "cispo_max": cispo_max, "tau_pos": tau_pos, "tau_neg": tau_neg, "vespo": list(vespo),
+            "token_sum": loss_type == "luspo", "logp_old": old.tolist(),
             "logp_new": new.detach().tolist(), "advantage": advantage, "loss": loss.item(), "grad": new.grad.tolist()}
 
 
@@ -70,6 +86,13 @@ for sizes in [[4, 4], [2, 3, 4], [1, 4], [8, 8, 8]]:
     std_rewards = nanstd(rewards).expand_as(rewards)
     advantages = (rewards - means) / (std_rewards + 1e-4)
     batch_scaling.append({"rewards": rewards.tolist(), "groups": groups, "advantages": advantages.tolist()})
+
+# Drawn after the cases above so that their values stay what they were.
+for loss_type, levels in [("luspo", ["token", "sequence"]), ("vespo", ["token"])]:
+    for level in levels:
+        for advantage in [1.3, -0.7]:
+            for R, spread in [(1, 0.05), (5, 0.3), (12, 0.15)]:
+                losses.append(policy_case(loss_type, level, advantage, R, spread))
 
 path = os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/ppo/grpo_losses.json")
 with open(path, "w") as f:

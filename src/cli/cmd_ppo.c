@@ -16,7 +16,7 @@ int cmd_ppo(int argc, char **argv) {
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
     char *reward_command = NULL;
     double reward_timeout = 60;
-    char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = "per-token";
+    char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = NULL;
     char *reward = "model", *schedule = "linear", *aggregation = NULL, *policy_loss = "ppo", *scale_rewards = "group";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
     long generation_batch = c.generation_batch, micro_batch = c.micro_batch, minibatches = c.minibatches;
@@ -32,10 +32,12 @@ int cmd_ppo(int argc, char **argv) {
     double kl_target = 0, kl_horizon = c.kl_horizon, entropy_coef = 0, ptx_coef = c.ptx_coef, ema_beta = c.ema_beta;
     double kl_loss_coef = 0, clip_ratio_high = -1, overlong_penalty = 1.0, cispo_max_weight = c.loss.cispo_max_weight;
     double sapo_temperature_pos = c.loss.sapo_temperature_pos, sapo_temperature_neg = c.loss.sapo_temperature_neg;
+    double vespo_k_pos = c.loss.vespo_k_pos, vespo_lambda_pos = c.loss.vespo_lambda_pos;
+    double vespo_k_neg = c.loss.vespo_k_neg, vespo_lambda_neg = c.loss.vespo_lambda_neg;
     long overlong_buffer = 0, max_generation_rounds = 1;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
-    Option options[96] = {
+    Option options[128] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
@@ -75,16 +77,27 @@ int cmd_ppo(int argc, char **argv) {
         {"warmup-ratio", "warmup_ratio", OPT_FLOAT, &warmup_ratio, "warmup fraction of optimizer steps", false, false},
         {"max-grad-norm", "max_grad_norm", OPT_FLOAT, &clip_norm, "gradient clipping (0: off)", false, false},
         {"loss-aggregation", "loss_agg_mode", OPT_STRING, &aggregation,
-         "seq-mean-token-mean (released; the default) | token-mean (DAPO; the default with --policy-loss cispo) | "
-         "seq-mean-token-sum-norm (Dr. GRPO; the default with --advantage-estimator dr-grpo)", false, false},
+         "seq-mean-token-mean (released; the default) | token-mean (DAPO; the default with --policy-loss cispo or vespo) | "
+         "seq-mean-token-sum-norm (Dr. GRPO; the default with --advantage-estimator dr-grpo) | seq-mean-token-sum (the "
+         "default with --policy-loss luspo)", false, false},
         {"policy-loss", "loss_type policy_loss_type loss_mode", OPT_STRING, &policy_loss,
-         "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate)", false, false},
+         "ppo (clipped ratio) | cispo (clipped, gradient-free token weights; MiniMax-M1) | sapo (soft gate) | vespo "
+         "(gradient-free gamma weight of the response's ratio) | luspo (ppo with --ratio sequence and "
+         "--loss-aggregation seq-mean-token-sum)", false, false},
         {"cispo-max-weight", "cispo_max_weight", OPT_FLOAT, &cispo_max_weight,
          "--policy-loss cispo: the token weight's cap (TRL's epsilon_high for cispo)", false, false},
         {"sapo-temperature-pos", "sapo_temperature_pos", OPT_FLOAT, &sapo_temperature_pos,
          "--policy-loss sapo: the gate's temperature for positive advantages", false, false},
         {"sapo-temperature-neg", "sapo_temperature_neg", OPT_FLOAT, &sapo_temperature_neg,
          "--policy-loss sapo: the gate's temperature for the others", false, false},
+        {"vespo-k-pos", "vespo_k_pos", OPT_FLOAT, &vespo_k_pos, "--policy-loss vespo: k of the weight for advantages >= 0",
+         false, false},
+        {"vespo-lambda-pos", "vespo_lambda_pos", OPT_FLOAT, &vespo_lambda_pos,
+         "--policy-loss vespo: lambda of the weight for advantages >= 0", false, false},
+        {"vespo-k-neg", "vespo_k_neg", OPT_FLOAT, &vespo_k_neg, "--policy-loss vespo: k for negative advantages", false,
+         false},
+        {"vespo-lambda-neg", "vespo_lambda_neg", OPT_FLOAT, &vespo_lambda_neg,
+         "--policy-loss vespo: lambda for negative advantages", false, false},
         {"scale-rewards", "scale_rewards", OPT_STRING, &scale_rewards,
          "--advantage-estimator grpo: divide r - group mean by the group's std (group), the rollout's (batch) or not (none)",
          false, false},
@@ -132,7 +145,8 @@ int cmd_ppo(int argc, char **argv) {
         {"value-function", "value_function", OPT_STRING, &value_function, "equal | position | unit", false, false},
         {"macro-reward", "macro_reward", OPT_STRING, &macro_reward, "mean (released code) | sum (paper)", false, false},
         {"ratio", "importance_sampling_level", OPT_STRING, &ratio,
-         "per-token (released code) | macro (paper's macro-action product) | sequence (GSPO: the response's geometric mean)",
+         "per-token (released code; the default) | macro (paper's macro-action product) | sequence (GSPO: the response's "
+         "geometric mean; the default with --policy-loss luspo)",
          false, false},
         {"keep-duplicate-boundaries", "keep_duplicate_boundaries", OPT_BOOL, &keep_duplicates,
          "released code's zero-length macro step (then --ngram 1 is not token-level PPO)", false, false},
@@ -181,10 +195,22 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --value-function must be equal, position or unit, got '%s'", value_function);
     if (macro_reward_from_name(macro_reward, &c.advantage.macro_reward) != 0)
         die_user("option --macro-reward must be mean or sum, got '%s'", macro_reward);
+    // LUSPO (TRL's loss_type "luspo") is the clipped loss with the response's ratio, summed
+    // over its tokens: a name for three settings.
+    const bool luspo = !strcmp(policy_loss, "luspo");
+    if (policy_loss_kind_from_name(luspo ? "ppo" : policy_loss, &c.loss.policy_loss) != 0)
+        die_user("option --policy-loss must be ppo, cispo, sapo, vespo or luspo, got '%s'", policy_loss);
+    if (c.loss.policy_loss == POLICY_LOSS_VESPO && ratio && strcmp(ratio, "per-token") != 0)
+        die_user("option --ratio does not apply to --policy-loss vespo (its weight comes from the response's ratio)");
+    if (!ratio) ratio = luspo ? "sequence" : "per-token";
     if (ratio_kind_from_name(ratio, &c.loss.ratio) != 0)
         die_user("option --ratio must be per-token, macro or sequence, got '%s'", ratio);
-    if (policy_loss_kind_from_name(policy_loss, &c.loss.policy_loss) != 0)
-        die_user("option --policy-loss must be ppo, cispo or sapo, got '%s'", policy_loss);
+    const double vespo_settings[4] = {vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg};
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(vespo_settings[i]) || vespo_settings[i] < 0 || (i % 2 == 1 && vespo_settings[i] == 0))
+            die_user("options --vespo-k-pos/neg must be >= 0 and --vespo-lambda-pos/neg > 0, got %g", vespo_settings[i]);
+    c.loss.vespo_k_pos = (float)vespo_k_pos, c.loss.vespo_lambda_pos = (float)vespo_lambda_pos;
+    c.loss.vespo_k_neg = (float)vespo_k_neg, c.loss.vespo_lambda_neg = (float)vespo_lambda_neg;
     if (!(cispo_max_weight > 0) || !isfinite(cispo_max_weight))
         die_user("option --cispo-max-weight must be positive, got %g", cispo_max_weight);
     if (!(sapo_temperature_pos > 0) || !isfinite(sapo_temperature_pos) || !(sapo_temperature_neg > 0) ||
@@ -226,17 +252,21 @@ int cmd_ppo(int argc, char **argv) {
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
-    // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), and
-    // CISPO's token weights are averaged over the minibatch's tokens (TRL's loss_type "cispo").
+    // Dr. GRPO's two halves go together unless told otherwise (as OpenRLHF's dr_grpo), CISPO's
+    // and VESPO's token weights are averaged over the minibatch's tokens (TRL's loss_type
+    // "cispo", "vespo"), and LUSPO sums each response's tokens.
     if (!aggregation)
         aggregation = c.estimator == ESTIMATOR_DR_GRPO ? "seq-mean-token-sum-norm"
-                      : c.loss.policy_loss == POLICY_LOSS_CISPO ? "token-mean" : "seq-mean-token-mean";
+                      : luspo ? "seq-mean-token-sum"
+                      : c.loss.policy_loss == POLICY_LOSS_CISPO || c.loss.policy_loss == POLICY_LOSS_VESPO ? "token-mean"
+                                                                                                          : "seq-mean-token-mean";
     if (!strcmp(aggregation, "seq-mean-token-mean")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_MEAN;
     else if (!strcmp(aggregation, "token-mean")) c.loss_aggregation = LOSS_TOKEN_MEAN;
     else if (!strcmp(aggregation, "seq-mean-token-sum-norm")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM;
+    else if (!strcmp(aggregation, "seq-mean-token-sum")) c.loss_aggregation = LOSS_SEQUENCE_MEAN_TOKEN_SUM;
     else
-        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean or seq-mean-token-sum-norm, got '%s'",
-                 aggregation);
+        die_user("option --loss-aggregation must be seq-mean-token-mean, token-mean, seq-mean-token-sum-norm or "
+                 "seq-mean-token-sum, got '%s'", aggregation);
     const bool needs_group = c.estimator == ESTIMATOR_GRPO || c.estimator == ESTIMATOR_DR_GRPO || c.estimator == ESTIMATOR_RLOO ||
                              c.estimator == ESTIMATOR_REINFORCE_PP_BASELINE;
     if (needs_group && samples_per_prompt < 2)

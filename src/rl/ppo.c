@@ -62,7 +62,8 @@ PpoConfig ppo_default_config(void) {
                       .value_function = VALUE_EQUAL, .macro_reward = MACRO_REWARD_MEAN},
         .loss = {.clip_ratio = 0.2f, .clip_ratio_high = 0.2f, .value_clip = 0.2f, .ratio = RATIO_PER_TOKEN,
                  .policy_loss = POLICY_LOSS_PPO, .cispo_max_weight = 5.0f, .sapo_temperature_pos = 1.0f,
-                 .sapo_temperature_neg = 1.05f},
+                 .sapo_temperature_neg = 1.05f, .vespo_k_pos = 2.0f, .vespo_lambda_pos = 3.0f,
+                 .vespo_k_neg = 3.0f, .vespo_lambda_neg = 2.0f},
         .macro = {.condition = TERMINATION_FIXED, .ngram = 5, .repeat_times = 1, .randomized_include_one = true,
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
@@ -595,6 +596,7 @@ static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions
         switch (p->c.loss_aggregation) {
         case LOSS_TOKEN_MEAN: s->loss_scale = (float)(1.0 / tokens); break;
         case LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM: s->loss_scale = (float)(1.0 / ((double)p->c.max_new_tokens * count)); break;
+        case LOSS_SEQUENCE_MEAN_TOKEN_SUM: s->loss_scale = (float)(1.0 / count); break;
         case LOSS_SEQUENCE_MEAN_TOKEN_MEAN:
         default: s->loss_scale = (float)(1.0 / ((double)s->response_length * count)); break;
         }

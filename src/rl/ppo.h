@@ -39,7 +39,14 @@ typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND } Rewar
 //   token-mean               the mean over all the minibatch's tokens (DAPO)
 //   seq-mean-token-sum-norm  each response's token sum over max_new_tokens, then the mean over
 //                            responses: no length bias (Dr. GRPO; verl's name)
-typedef enum { LOSS_SEQUENCE_MEAN_TOKEN_MEAN, LOSS_TOKEN_MEAN, LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM } LossAggregation;
+//   seq-mean-token-sum       each response's token sum, then the mean over responses (verl's
+//                            name; with the ratio per response, TRL's loss_type "luspo")
+typedef enum {
+    LOSS_SEQUENCE_MEAN_TOKEN_MEAN,
+    LOSS_TOKEN_MEAN,
+    LOSS_SEQUENCE_MEAN_TOKEN_SUM_NORM,
+    LOSS_SEQUENCE_MEAN_TOKEN_SUM
+} LossAggregation;
 
 
 typedef struct {

@@ -1,6 +1,7 @@
 #include "rl/ppo_loss.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 int ratio_kind_from_name(const char *name, RatioKind *out) {
@@ -16,6 +17,7 @@ int policy_loss_kind_from_name(const char *name, PolicyLossKind *out) {
     if (!strcmp(name, "ppo") || !strcmp(name, "clip") || !strcmp(name, "vanilla")) *out = POLICY_LOSS_PPO;
     else if (!strcmp(name, "cispo")) *out = POLICY_LOSS_CISPO;
     else if (!strcmp(name, "sapo")) *out = POLICY_LOSS_SAPO;
+    else if (!strcmp(name, "vespo")) *out = POLICY_LOSS_VESPO;
     else return -1;
     return 0;
 }
@@ -78,6 +80,39 @@ static double policy_term(const PpoLossConfig *config, double advantage, double 
     }
 }
 
+// VESPO over one response: one weight phi(w) per advantage sign from the response's ratio
+// w, then CISPO-like terms -phi A logp whose weight carries no gradient.
+static double vespo_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
+                         const float *advantages, int R, float scale, float *dlogp, PpoLossStats *stats) {
+    double log_w = 0;
+    for (int t = 0; t < R; t++) {
+        double token_log_ratio = (double)logp_new[t] - logp_old[t];
+        log_w += token_log_ratio < -20 ? -20 : token_log_ratio > 20 ? 20 : token_log_ratio;
+    }
+    const double lowest = log(1e-8);
+    log_w = log_w < lowest ? lowest : log_w > 20 ? 20 : log_w;
+    const double w = exp(log_w);
+    double loss = 0;
+    for (int t = 0; t < R; t++) {
+        bool positive = advantages[t] >= 0;
+        double k = positive ? config->vespo_k_pos : config->vespo_k_neg;
+        double lambda = positive ? config->vespo_lambda_pos : config->vespo_lambda_neg;
+        if (lambda < 1e-4) lambda = 1e-4;
+        double phi = exp(lambda + k * log_w - lambda * w);
+        if (!isfinite(phi)) phi = 0; // TRL's nan_to_num(nan=0, posinf=0, neginf=0)
+        loss += -phi * advantages[t] * logp_new[t];
+        if (dlogp) dlogp[t] += (float)(-phi * advantages[t] * scale);
+        if (stats) {
+            double token_log_ratio = (double)logp_new[t] - logp_old[t];
+            stats->approx_kl += 0.5 * token_log_ratio * token_log_ratio;
+            stats->ratio_sum += w;
+            stats->tokens += 1;
+        }
+    }
+    if (stats) stats->policy_loss += loss;
+    return loss;
+}
+
 // The tokens are taken in groups that share one ratio: each token alone (per-token), each
 // macro action (macro: the sum of its log-ratios), or the whole response (sequence: their
 // mean). A group's d loss / d log rho, summed over its tokens, flows back to every token of
@@ -85,6 +120,8 @@ static double policy_term(const PpoLossConfig *config, double advantage, double 
 double ppo_policy_loss(const PpoLossConfig *config, const float *logp_new, const float *logp_old,
                        const float *advantages, const int *segment_lengths, int segments, int R, float scale,
                        float *dlogp, PpoLossStats *stats) {
+    if (config->policy_loss == POLICY_LOSS_VESPO)
+        return vespo_loss(config, logp_new, logp_old, advantages, R, scale, dlogp, stats);
     double loss = 0;
     int first = 0;
     for (int s = 0; config->ratio == RATIO_MACRO_PRODUCT ? s < segments : first < R; s++) {

@@ -13,12 +13,18 @@
 //   SAPO (Soft Adaptive Policy Optimization): -(4 / tau) sigmoid(tau (rho_t - 1)) A_t, a
 //       smooth gate in place of the hard clip; tau = tau_pos when A_t > 0, tau_neg otherwise.
 //       At rho = 1 its gradient is PPO's.
+//   VESPO: -sg(phi(w)) A_t logp_new_t with w the whole response's ratio (the product of its
+//       token ratios, log clamped to [log 1e-8, 20], each token's log-ratio to [-20, 20]) and
+//       phi(w) = exp(lambda + k log w - lambda w), a gamma-shaped weight with phi(1) = 1 that
+//       fades as w leaves 1; (k, lambda) = (k_pos, lambda_pos) when A_t >= 0, else the _neg
+//       pair (TRL's loss_type "vespo", get_gamma_weights). It makes its own ratio: --ratio
+//       does not apply.
 // Value:   L = sum_t 0.5 max((V_t - G_t)^2, (clip(V_t, V_old_t - c, V_old_t + c) - G_t)^2) / N
 // N is the number of response tokens in the optimizer step (scale = 1/N).
 #pragma once
 
 typedef enum { RATIO_PER_TOKEN, RATIO_MACRO_PRODUCT, RATIO_SEQUENCE_MEAN } RatioKind;
-typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO } PolicyLossKind;
+typedef enum { POLICY_LOSS_PPO, POLICY_LOSS_CISPO, POLICY_LOSS_SAPO, POLICY_LOSS_VESPO } PolicyLossKind;
 
 typedef struct {
     float clip_ratio;  // epsilon (released: 0.2): ratios below 1 - epsilon are clipped
@@ -28,6 +34,7 @@ typedef struct {
     PolicyLossKind policy_loss;
     float cispo_max_weight;  // CISPO's w_max (TRL's epsilon_high with loss_type "cispo"; ScaleRL: 5)
     float sapo_temperature_pos, sapo_temperature_neg; // SAPO's tau (TRL: 1.0 and 1.05)
+    float vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg; // VESPO's phi (TRL: 2, 3, 3, 2)
     float kl_loss_coef; // > 0: plus this times ppo_kl_loss per token (verl's use_kl_loss, TRL's GRPO beta)
 } PpoLossConfig;
 
@@ -56,5 +63,5 @@ double ppo_kl_loss(const float *logp_new, const float *logp_ref, int R, float co
 
 // "per-token" | "macro" | "sequence"; -1 otherwise.
 int ratio_kind_from_name(const char *name, RatioKind *out);
-// "ppo" | "cispo" | "sapo"; -1 otherwise.
+// "ppo" | "cispo" | "sapo" | "vespo"; -1 otherwise.
 int policy_loss_kind_from_name(const char *name, PolicyLossKind *out);

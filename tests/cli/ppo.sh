@@ -222,10 +222,12 @@ sys.exit(0 if ok else 1)
 PYEOF2
     cmp -s "$tmp/grpo_no_kl/final/actor/model.safetensors" "$tmp/grpo_recompute/final/actor/model.safetensors" &&
     pass old_logprobs_from_training || fail old_logprobs_from_training "$(tail -n 3 "$tmp/grpo_recompute.err")"
-# TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio and batch-scaled
-# advantages. At ratio 1 the first three have PPO's gradient, so they are run with the clip
-# test's several off-policy steps per rollout: each changes that training, and each learns.
-for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch"; do
+# TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
+# advantages, VESPO and LUSPO. At ratio 1 the first three have PPO's gradient, so they are
+# run with the clip test's several off-policy steps per rollout: each changes that
+# training, and each learns.
+for form in "cispo --policy-loss cispo" "sapo --policy-loss sapo" "gspo --ratio sequence" "batch --scale-rewards batch" \
+    "vespo --policy-loss vespo" "luspo --policy-loss luspo"; do
     set -- $form
     name=$1
     shift
@@ -246,6 +248,9 @@ expect_error bad_cispo_max_weight "--cispo-max-weight" "$bin" ppo "${common[@]}"
 expect_error bad_sapo_temperature "--sapo-temperature" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss sapo \
     --sapo-temperature-neg -1
 expect_error bad_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --ratio geometric
+expect_error vespo_with_ratio "--ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo --ratio sequence
+expect_error bad_vespo_lambda "--vespo-lambda" "$bin" ppo "${common[@]}" --output "$tmp/x" --policy-loss vespo \
+    --vespo-lambda-neg 0
 expect_error bad_scale_rewards "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator grpo \
     --samples-per-prompt 2 --scale-rewards global
 expect_error scale_rewards_not_grpo "--scale-rewards" "$bin" ppo "${common[@]}" --output "$tmp/x" --advantage-estimator rloo \
