@@ -188,7 +188,7 @@ static int parse_ids(json_t *array, OpenAIRequest *req, OpenAIError *err) {
     return 0;
 }
 
-// One prompt per request (n is 1): a string, [string], token ids or [token ids].
+// One prompt per request: a string, [string], token ids or [token ids].
 static int parse_prompt(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     json_t *prompt = get(root, "prompt");
     if (!prompt) return bad_param(err, "prompt", "'prompt' is required");
@@ -242,7 +242,8 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     if (check_unsupported(root, err) != 0) return -1;
 
     long long n = 1, max_tokens = limits->default_max_tokens, top_k = 0, seed = 0;
-    if (get_int(root, "n", 1, 1, &n, err) != 0) return -1;
+    if (get_int(root, "n", 1, OPENAI_MAX_CHOICES, &n, err) != 0) return -1;
+    req->n = (int)n;
     const char *max_key = get(root, "max_tokens") ? "max_tokens" : "max_completion_tokens";
     if (get_int(root, max_key, 1, limits->max_tokens_limit, &max_tokens, err) != 0) return -1;
     req->max_tokens = (int)max_tokens;
@@ -364,32 +365,35 @@ static json_t *text_value(const char *text, size_t len) {
     return s ? s : json_string("\xEF\xBF\xBD");
 }
 
-char *openai_completion_json(const OpenAIResponseHead *head, const char *text, size_t len,
-                             const char *finish_reason, int prompt_tokens, int completion_tokens) {
-    json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
-    if (head->kind == OPENAI_CHAT) {
-        json_t *message = json_object();
-        json_object_set_new(message, "role", json_string("assistant"));
-        json_object_set_new(message, "content", text_value(text, len));
-        json_object_set_new(choice, "message", message);
-    } else {
-        json_object_set_new(choice, "text", text_value(text, len));
+char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice *choices, int num_choices,
+                             int prompt_tokens, int completion_tokens) {
+    json_t *array = json_array();
+    for (int i = 0; i < num_choices; i++) {
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(i));
+        json_t *text = text_value(choices[i].text, choices[i].len);
+        if (head->kind == OPENAI_CHAT) {
+            json_t *message = json_object();
+            json_object_set_new(message, "role", json_string("assistant"));
+            json_object_set_new(message, "content", text);
+            json_object_set_new(choice, "message", message);
+        } else {
+            json_object_set_new(choice, "text", text);
+        }
+        json_object_set_new(choice, "logprobs", json_null());
+        json_object_set_new(choice, "finish_reason", nullable_string(choices[i].finish_reason));
+        json_array_append_new(array, choice);
     }
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", nullable_string(finish_reason));
-    json_t *choices = json_array();
-    json_array_append_new(choices, choice);
     json_t *o = head_object(head, false);
-    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "choices", array);
     json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
     return dump(o);
 }
 
-char *openai_chunk_json(const OpenAIResponseHead *head, bool with_role, const char *text, size_t len,
+char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_role, const char *text, size_t len,
                         const char *finish_reason) {
     json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(index));
     if (head->kind == OPENAI_CHAT) {
         json_t *delta = json_object();
         if (with_role) json_object_set_new(delta, "role", json_string("assistant"));

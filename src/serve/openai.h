@@ -7,7 +7,7 @@
 // user, assistant; content a string or a list of {"type": "text", "text"} parts) or
 // prompt (a string, a list of one string, or token ids), max_tokens (alias
 // max_completion_tokens; 1..limit), temperature [0, 2] (0 = greedy), top_p (0, 1], top_k
-// (extension; 0 or -1 = off), seed, stop (a string or up to 4), n (only 1), stream,
+// (extension; 0 or -1 = off), seed, stop (a string or up to 4), n (choices, 1..16), stream,
 // stream_options.include_usage. Parameters that would change the output in ways marlhf
 // does not implement (penalties, logit_bias, logprobs, echo, best_of > 1, tools) are
 // refused when set to anything but their neutral value; other unknown keys are ignored.
@@ -21,6 +21,7 @@
 typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
 
 #define OPENAI_MAX_STOP 4
+#define OPENAI_MAX_CHOICES 16 // the most `n` a request may ask for
 
 // An error as the API reports it: {"error": {"message", "type", "param", "code"}}.
 typedef struct {
@@ -44,6 +45,7 @@ typedef struct {
     char *prompt;          // completion: the text, or NULL when given as token ids
     int *prompt_ids;       // completion: token ids (range not checked here: no model)
     int num_prompt_ids;
+    int n;                 // choices: answers generated for the prompt (1..OPENAI_MAX_CHOICES)
     int max_tokens;
     double temperature, top_p;
     int top_k;
@@ -77,12 +79,21 @@ typedef struct {
     const char *model;
 } OpenAIResponseHead;
 
-// The whole (non-streamed) response. text: len bytes of UTF-8.
-char *openai_completion_json(const OpenAIResponseHead *head, const char *text, size_t len,
-                             const char *finish_reason, int prompt_tokens, int completion_tokens);
-// One stream chunk: a piece of text (with the assistant role for the first chat chunk), or
-// with text NULL the last chunk, carrying finish_reason.
-char *openai_chunk_json(const OpenAIResponseHead *head, bool with_role, const char *text, size_t len,
+// One answer of a response. text: len bytes of UTF-8.
+typedef struct {
+    const char *text;
+    size_t len;
+    const char *finish_reason;
+} OpenAIChoice;
+
+// The whole (non-streamed) response: choices[i] becomes the choice with "index" i.
+// completion_tokens counts the tokens of every choice (the prompt's are counted once).
+char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice *choices, int num_choices,
+                             int prompt_tokens, int completion_tokens);
+// One stream chunk of choice `index`: a piece of text (with the assistant role for the
+// choice's first chat chunk), or with text NULL the choice's last chunk, carrying
+// finish_reason.
+char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_role, const char *text, size_t len,
                         const char *finish_reason);
-// The chunk stream_options.include_usage asks for: no choices, the usage.
+// The chunk stream_options.include_usage asks for: no choices, the usage (of all choices).
 char *openai_usage_chunk_json(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens);

@@ -1,7 +1,8 @@
 // The HTTP side of `marlhf serve`: libmicrohttpd in thread-per-connection mode, routing,
 // the request limits (body size, concurrency, timeouts) and one generation worker that
-// takes requests from a FIFO queue, up to --parallel of them at a time as one batch (the
-// model is a single instance; a decode step costs little more for 4 rows than for 1). A
+// takes requests from a FIFO queue, as many at a time as fit in --parallel batch rows (a
+// request takes one row per choice, OpenAI's n), as one batch (the model is a single
+// instance; a decode step costs little more for 4 rows than for 1). A
 // streaming request's tokens go from the worker into a buffer that MHD's chunked reader
 // hands out as server-sent events. OpenAI request/response JSON is serve/openai.c.
 #include "serve/server.h"
@@ -46,6 +47,17 @@ struct Server {
     uint64_t requests; // numbers the requests: ids and default seeds
 };
 
+// One answer of a request (a request with n choices has n of them, generated as n rows of
+// the worker's batch). The worker's alone until the job is finished; then read-only.
+typedef struct {
+    TokenizerStream *decoder;
+    char *text; // the answer so far (cut at a stop string once one is seen)
+    size_t text_len, text_capacity, emitted;
+    bool stop_hit;
+    const char *finish_reason;
+    int completion_tokens;
+} Choice;
+
 // One generation request, shared by the HTTP thread that admitted it, the worker, and for
 // a stream the MHD response that reads it.
 struct Job {
@@ -65,13 +77,10 @@ struct Job {
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
-    TokenizerStream *decoder;
-    char *text; // the reply so far (cut at a stop string once one is seen)
-    size_t text_len, text_capacity, emitted;
-    bool stop_hit, timed_out;
-    const char *finish_reason;
-    int completion_tokens;
-    bool failed;
+    Choice *choices;
+    int num_choices; // the request's n: rows of the batch this job takes
+    bool timed_out;
+    bool failed; // for the whole request: one choice that cannot finish fails them all
     OpenAIError error;
 
     // Shared.
@@ -86,7 +95,8 @@ static void job_unref_locked(Job *job) {
     if (--job->refs > 0) return;
     free(job->ids);
     for (int i = 0; i < job->num_stop; i++) free(job->stop[i]);
-    free(job->text);
+    for (int i = 0; i < job->num_choices; i++) free(job->choices[i].text);
+    free(job->choices);
     free(job->out);
     free(job);
 }
@@ -116,69 +126,87 @@ static void sse_event(Job *job, char *json) {
     pthread_mutex_unlock(&job->server->lock);
 }
 
-// Cuts the text at the first stop string in it (as `marlhf generate --stop` does).
-static void find_stop(Job *job) {
-    size_t cut = job->text_len;
+// Cuts the choice's text at the first of the job's stop strings in it (as `marlhf generate
+// --stop` does).
+static void find_stop(const Job *job, Choice *choice) {
+    size_t cut = choice->text_len;
     for (int i = 0; i < job->num_stop; i++) {
-        const char *at = memmem(job->text, job->text_len, job->stop[i], strlen(job->stop[i]));
-        if (at && (size_t)(at - job->text) < cut) cut = (size_t)(at - job->text);
-        job->stop_hit |= at != NULL;
+        const char *at = memmem(choice->text, choice->text_len, job->stop[i], strlen(job->stop[i]));
+        if (at && (size_t)(at - choice->text) < cut) cut = (size_t)(at - choice->text);
+        choice->stop_hit |= at != NULL;
     }
-    job->text_len = cut;
+    choice->text_len = cut;
 }
 
-// How much of the text is final: all but a tail that could still grow into a stop string.
-static size_t settled_length(const Job *job) {
-    if (job->stop_hit) return job->text_len;
+// How much of the choice's text is final: all but a tail that could still grow into a stop
+// string.
+static size_t settled_length(const Job *job, const Choice *choice) {
+    if (choice->stop_hit) return choice->text_len;
     size_t hold = 0;
     for (int i = 0; i < job->num_stop; i++) {
         size_t length = strlen(job->stop[i]);
-        for (size_t k = length - 1 < job->text_len ? length - 1 : job->text_len; k > hold; k--)
-            if (memcmp(job->text + job->text_len - k, job->stop[i], k) == 0) {
+        for (size_t k = length - 1 < choice->text_len ? length - 1 : choice->text_len; k > hold; k--)
+            if (memcmp(choice->text + choice->text_len - k, job->stop[i], k) == 0) {
                 hold = k;
                 break;
             }
     }
-    size_t settled = job->text_len - hold;
-    while (settled > job->emitted && settled < job->text_len && (job->text[settled] & 0xC0) == 0x80) settled--;
-    return settled > job->emitted ? settled : job->emitted;
+    size_t settled = choice->text_len - hold;
+    while (settled > choice->emitted && settled < choice->text_len && (choice->text[settled] & 0xC0) == 0x80)
+        settled--;
+    return settled > choice->emitted ? settled : choice->emitted;
 }
 
-static void emit_settled(Job *job, size_t upto) {
-    if (upto <= job->emitted) return;
+// Streams choice `index`'s text up to `upto` (a stream's chunk carries the choice's index).
+static void emit_settled(Job *job, int index, size_t upto) {
+    Choice *choice = &job->choices[index];
+    if (upto <= choice->emitted) return;
     if (job->stream)
-        sse_event(job, openai_chunk_json(&job->head, false, job->text + job->emitted, upto - job->emitted, NULL));
-    job->emitted = upto;
+        sse_event(job, openai_chunk_json(&job->head, index, false, choice->text + choice->emitted,
+                                         upto - choice->emitted, NULL));
+    choice->emitted = upto;
 }
 
-static void add_text(Job *job, const char *piece, size_t length) {
-    if (job->stop_hit || length == 0) return;
-    grow_append(&job->text, &job->text_len, &job->text_capacity, piece, length);
-    find_stop(job);
+static void add_text(const Job *job, Choice *choice, const char *piece, size_t length) {
+    if (choice->stop_hit || length == 0) return;
+    grow_append(&choice->text, &choice->text_len, &choice->text_capacity, piece, length);
+    find_stop(job, choice);
 }
 
-// The requests generated together: row b of the generate call is jobs[b].
+// Which answer a row of the batch generates: choice `choice` of `job`.
+typedef struct {
+    Job *job;
+    int choice;
+} BatchRow;
+
+// The requests generated together: each job takes as many consecutive rows as it has
+// choices, in choice order.
 typedef struct {
     Job **jobs;
-    int count;
+    int num_jobs;
+    BatchRow *rows;
+    int num_rows;
 } Batch;
 
 static void on_token(void *context, int row, int token) {
-    Job *job = ((Batch *)context)->jobs[row];
+    const BatchRow *owner = &((Batch *)context)->rows[row];
+    Job *job = owner->job;
+    Choice *choice = &job->choices[owner->choice];
     const TextModel *tm = job->server->tm;
     for (int i = 0; i < tm->num_stop_tokens; i++)
         if (tm->stop_tokens[i] == token) return; // the end-of-turn token is not reply text
     char *piece = NULL;
     size_t length = 0;
-    tokenizer_stream_push_len(job->decoder, token, &piece, &length);
-    add_text(job, piece, length);
+    tokenizer_stream_push_len(choice->decoder, token, &piece, &length);
+    add_text(job, choice, piece, length);
     free(piece);
-    emit_settled(job, settled_length(job));
+    emit_settled(job, owner->choice, settled_length(job, choice));
 }
 
 static bool should_stop(void *context, int row, const int *tokens, int count) {
-    Job *job = ((Batch *)context)->jobs[row];
-    if (job->stop_hit) return true;
+    const BatchRow *owner = &((Batch *)context)->rows[row];
+    Job *job = owner->job;
+    if (job->choices[owner->choice].stop_hit) return true;
     pthread_mutex_lock(&job->server->lock);
     bool halt = job->cancelled || job->server->stopping;
     pthread_mutex_unlock(&job->server->lock);
@@ -199,45 +227,60 @@ static void explain_halt(Job *job, bool cancelled, bool stopping) {
     else fail_job(job, 500, "internal_error", "the generation stopped for no known reason");
 }
 
-// After the generation: the text's tail, and how the request ended.
-static void finish_job(Server *s, Job *job, const GeneratedRow *row) {
+// After the generation, a choice's text gets its tail; a choice halted before its end (by
+// the stop check, without a stop string) fails its whole request.
+static void finish_text(Server *s, const BatchRow *owner, const GeneratedRow *row) {
+    Job *job = owner->job;
+    Choice *choice = &job->choices[owner->choice];
     char *rest = NULL;
     size_t length = 0;
-    tokenizer_stream_flush_len(job->decoder, &rest, &length);
-    add_text(job, rest, length);
+    tokenizer_stream_flush_len(choice->decoder, &rest, &length);
+    add_text(job, choice, rest, length);
     free(rest);
-    tokenizer_stream_free(job->decoder);
-    job->decoder = NULL;
-    if (row->stop == STOP_CHECK && !job->stop_hit) {
+    tokenizer_stream_free(choice->decoder);
+    choice->decoder = NULL;
+    if (row->stop == STOP_CHECK && !choice->stop_hit && !job->failed) {
         pthread_mutex_lock(&s->lock);
         bool cancelled = job->cancelled, stopping = s->stopping;
         pthread_mutex_unlock(&s->lock);
         explain_halt(job, cancelled, stopping);
-    } else {
-        emit_settled(job, job->text_len);
-        job->finish_reason = job->stop_hit || row->stop == STOP_TOKEN ? "stop" : "length";
-        job->completion_tokens = row->length;
     }
 }
 
+// How a choice of a request that did not fail ended; its stream gets the text held back.
+static void finish_choice(const BatchRow *owner, const GeneratedRow *row) {
+    Job *job = owner->job;
+    Choice *choice = &job->choices[owner->choice];
+    emit_settled(job, owner->choice, choice->text_len);
+    choice->finish_reason = choice->stop_hit || row->stop == STOP_TOKEN ? "stop" : "length";
+    choice->completion_tokens = row->length;
+}
+
 // Generates the batch's requests together, each row with its own prompt, sampling
-// parameters, seed and max_tokens. Every row uses random stream 0 of its own seed, as a
-// request alone does, so a request's tokens do not depend on its batch-mates (its
-// log-probs only up to float rounding: the batch runs through the same matmuls).
+// parameters, seed and max_tokens. Choice i of a request samples from random stream
+// i << 40 of the request's seed — the stream `marlhf generate --num-return-sequences` gives
+// sample i of a lone prompt — so choice 0 is the answer of the request with n = 1, and a
+// request's tokens do not depend on its batch-mates (its log-probs only up to float
+// rounding: the batch runs through the same matmuls). The choices of a request share its
+// prompt, hence one prefill (generate() shares it between rows with the same prompt).
 static void run_batch(Server *s, const Batch *batch) {
     TextModel *tm = s->tm;
-    const int count = batch->count;
+    const int count = batch->num_rows;
     const int **prompts = xmalloc((size_t)count * sizeof(int *));
     int *lengths = xmalloc((size_t)count * sizeof(int)), *max_new = xmalloc((size_t)count * sizeof(int));
     SamplerConfig *samplers = xmalloc((size_t)count * sizeof(SamplerConfig));
-    uint64_t *seeds = xmalloc((size_t)count * sizeof(uint64_t)), *row_ids = xcalloc((size_t)count, sizeof(uint64_t));
+    uint64_t *seeds = xmalloc((size_t)count * sizeof(uint64_t)), *row_ids = xmalloc((size_t)count * sizeof(uint64_t));
     int longest = 1;
     for (int b = 0; b < count; b++) {
-        Job *job = batch->jobs[b];
-        job->decoder = tokenizer_stream_new(tm->tokenizer, true);
-        if (job->stream && job->head.kind == OPENAI_CHAT) sse_event(job, openai_chunk_json(&job->head, true, "", 0, NULL));
+        Job *job = batch->rows[b].job;
+        const int index = batch->rows[b].choice;
+        job->choices[index].decoder = tokenizer_stream_new(tm->tokenizer, true);
+        // Each chat choice's first chunk carries the role (in choice order: a job's rows are).
+        if (job->stream && job->head.kind == OPENAI_CHAT)
+            sse_event(job, openai_chunk_json(&job->head, index, true, "", 0, NULL));
         prompts[b] = job->ids, lengths[b] = job->num_ids, max_new[b] = job->max_new;
         samplers[b] = job->sampler, seeds[b] = job->seed;
+        row_ids[b] = (uint64_t)index << 40;
         if (job->max_new > longest) longest = job->max_new;
     }
     int pad = tokenizer_pad_id(tm->tokenizer);
@@ -258,21 +301,33 @@ static void run_batch(Server *s, const Batch *batch) {
     };
     GeneratedRow *rows = xmalloc((size_t)count * sizeof(GeneratedRow));
     generate(&tm->model, prompts, lengths, row_ids, count, &gen, rows, NULL);
+    // Every choice's text first, so that a request one of whose choices halted is known to
+    // have failed before any of its choices sends its last text.
+    for (int b = 0; b < count; b++) finish_text(s, &batch->rows[b], &rows[b]);
     for (int b = 0; b < count; b++) {
-        finish_job(s, batch->jobs[b], &rows[b]);
+        if (!batch->rows[b].job->failed) finish_choice(&batch->rows[b], &rows[b]);
         generated_row_free(&rows[b]);
     }
     free(rows), free(prompts), free(lengths), free(max_new), free(samplers), free(seeds), free(row_ids);
 }
 
-// The end of a job's stream: the finish chunk (or the error), usage if asked, [DONE].
+// The tokens of all the request's answers (OpenAI's usage.completion_tokens).
+static int completion_tokens(const Job *job) {
+    int total = 0;
+    for (int i = 0; i < job->num_choices; i++) total += job->choices[i].completion_tokens;
+    return total;
+}
+
+// The end of a job's stream: each choice's finish chunk (or the error), usage if asked,
+// [DONE].
 static void finish_stream_locked(Job *job) {
     if (job->failed) {
         sse_event_locked(job, openai_error_json(&job->error));
     } else {
-        sse_event_locked(job, openai_chunk_json(&job->head, false, NULL, 0, job->finish_reason));
+        for (int i = 0; i < job->num_choices; i++)
+            sse_event_locked(job, openai_chunk_json(&job->head, i, false, NULL, 0, job->choices[i].finish_reason));
         if (job->include_usage)
-            sse_event_locked(job, openai_usage_chunk_json(&job->head, job->num_ids, job->completion_tokens));
+            sse_event_locked(job, openai_usage_chunk_json(&job->head, job->num_ids, completion_tokens(job)));
     }
     grow_append(&job->out, &job->out_len, &job->out_capacity, "data: [DONE]\n\n", 14);
 }
@@ -286,22 +341,28 @@ static void job_done_locked(Server *s, Job *job) {
     job_unref_locked(job);
 }
 
-// Takes up to options.parallel queued requests at a time, in arrival order, and generates
-// them as one batch; requests that arrive meanwhile wait for the next batch. A queued
-// request that was cancelled or timed out, or any once the server stops, is answered
-// without generating.
+// Takes queued requests in arrival order while their choices (one batch row each) fit in
+// options.parallel rows — but always the first, even when its n alone is more — and
+// generates them as one batch; requests that arrive meanwhile wait for the next batch. A
+// queued request that was cancelled or timed out, or any once the server stops, is
+// answered without generating.
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
     if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    // Every job takes at least one row, so a batch has at most `parallel` jobs; it has more
+    // rows than that only when it is one job.
+    const int max_rows = s->options.parallel > OPENAI_MAX_CHOICES ? s->options.parallel : OPENAI_MAX_CHOICES;
     Job **jobs = xmalloc((size_t)s->options.parallel * sizeof(Job *));
+    BatchRow *rows = xmalloc((size_t)max_rows * sizeof(BatchRow));
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
         if (!s->queue_head) break; // stopping, and nothing left to answer
-        int count = 0;
-        while (s->queue_head && count < s->options.parallel) {
+        int count = 0, num_rows = 0;
+        while (s->queue_head) {
             Job *job = s->queue_head;
+            if (count > 0 && num_rows + job->num_choices > s->options.parallel) break;
             s->queue_head = job->next;
             if (!s->queue_head) s->queue_tail = NULL;
             if (now_seconds() > job->deadline) job->timed_out = true;
@@ -310,17 +371,22 @@ static void *worker_main(void *arg) {
                 job_done_locked(s, job);
             } else {
                 jobs[count++] = job;
+                for (int i = 0; i < job->num_choices; i++) rows[num_rows++] = (BatchRow){job, i};
             }
         }
         if (count == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        if (count > 1) fprintf(stderr, "serve: generating %d requests together\n", count);
-        Batch batch = {jobs, count};
+        if (count > 1 && num_rows > count)
+            fprintf(stderr, "serve: generating %d requests together (%d rows)\n", count, num_rows);
+        else if (count > 1)
+            fprintf(stderr, "serve: generating %d requests together\n", count);
+        Batch batch = {jobs, count, rows, num_rows};
         run_batch(s, &batch);
         pthread_mutex_lock(&s->lock);
         for (int b = 0; b < count; b++) job_done_locked(s, jobs[b]);
     }
     pthread_mutex_unlock(&s->lock);
+    free(rows);
     free(jobs);
     return NULL;
 }
@@ -496,6 +562,8 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     job->head = (OpenAIResponseHead){req->kind, job->id, (long)time(NULL), s->model_name};
     job->ids = ids;
     job->num_ids = count;
+    job->num_choices = req->n;
+    job->choices = xcalloc((size_t)req->n, sizeof(Choice));
     int room = s->tm->model.config.max_position_embeddings - count;
     job->max_new = req->max_tokens < room ? req->max_tokens : room;
     // temperature 0 is greedy in the sampler; top_p 1 is no nucleus cut.
@@ -572,11 +640,16 @@ static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
         result = respond_error(ex, &job->error, NULL);
     } else {
         char detail[96];
-        snprintf(detail, sizeof detail, "(%d + %d tokens, %.2f s)", job->num_ids, job->completion_tokens,
+        snprintf(detail, sizeof detail, "(%d + %d tokens, %.2f s)", job->num_ids, completion_tokens(job),
                  now_seconds() - start);
+        OpenAIChoice choices[OPENAI_MAX_CHOICES];
+        for (int i = 0; i < job->num_choices; i++) {
+            const Choice *choice = &job->choices[i];
+            choices[i] = (OpenAIChoice){choice->text ? choice->text : "", choice->text_len, choice->finish_reason};
+        }
         result = respond_json(ex, 200,
-                              openai_completion_json(&job->head, job->text ? job->text : "", job->text_len,
-                                                     job->finish_reason, job->num_ids, job->completion_tokens),
+                              openai_completion_json(&job->head, choices, job->num_choices, job->num_ids,
+                                                     completion_tokens(job)),
                               detail);
     }
     pthread_mutex_lock(&s->lock);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # marlhf serve on the tiny chat model: the OpenAI API's shapes and usage numbers, the same
 # text as `marlhf generate` (greedy and seeded sampling), streaming that adds up to the
-# non-streamed text, stop strings, every error status with its error JSON, a burst of
-# concurrent good and bad requests against --max-concurrent, a clean exit on SIGTERM; then
+# non-streamed text, n choices (generate's --num-return-sequences samples), stop strings,
+# every error status with its error JSON, a burst of concurrent good and bad requests
+# against --max-concurrent, a clean exit on SIGTERM; then
 # SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
-# client, requests generated together (--parallel) answering as they do alone. Every wait is bounded. Prints PASS/FAIL per case.
+# client, requests generated together (--parallel) answering as they do alone, a request's
+# choices (n) taking one batch row each. Every wait is bounded. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -119,12 +121,63 @@ def stream(path, kind):
     if kind == "chat" and chunks[0]["choices"][0]["delta"].get("role") != "assistant": fail("first delta has no role")
     print(json.dumps([text, chunks[-1]["choices"][0]["finish_reason"]]))
 
-def error(path, code):
+def choices(path, kind, n, max_tokens):
+    # a response with n choices: prints [[text, finish_reason] per choice, usage]
+    o = json.load(open(path, encoding="utf-8"))
+    head(o, "chat.completion" if kind == "chat" else "text_completion")
+    cs = o.get("choices", [])
+    if [c.get("index") for c in cs] != list(range(int(n))): fail(f"indexes {[c.get('index') for c in cs]}, wanted 0..{int(n) - 1}")
+    answers = []
+    for c in cs:
+        if kind == "chat" and c["message"]["role"] != "assistant": fail("role")
+        text = c["message"]["content"] if kind == "chat" else c["text"]
+        if not isinstance(text, str): fail("text is not a string")
+        if c["finish_reason"] not in ("stop", "length"): fail(f"finish_reason {c['finish_reason']!r}")
+        answers.append([text, c["finish_reason"]])
+    u = o["usage"]
+    if not (u["prompt_tokens"] > 0 and int(n) <= u["completion_tokens"] <= int(n) * int(max_tokens)
+            and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]):
+        fail(f"usage {u}")
+    print(json.dumps([answers, u]))
+
+def stream_choices(path, kind, n):
+    # a stream of n choices: prints [[text, finish_reason] per choice, usage or None]. Each
+    # choice's chunks carry its index; each ends with one finish chunk after all its text;
+    # then the usage chunk (when asked), then [DONE].
+    raw = open(path, encoding="utf-8").read()
+    if not raw.endswith("\n\n"): fail("stream does not end with a blank line")
+    events = raw[:-2].split("\n\n")
+    if any(not e.startswith("data: ") for e in events): fail("an event is not a data line")
+    payloads = [e[len("data: "):] for e in events]
+    if payloads[-1] != "[DONE]": fail("no [DONE] at the end")
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    usage = None
+    if chunks and chunks[-1]["choices"] == []:
+        usage = chunks.pop()["usage"]
+    texts, finishes, seen = [""] * int(n), [None] * int(n), [0] * int(n)
+    for ch in chunks:
+        head(ch, "chat.completion.chunk" if kind == "chat" else "text_completion")
+        if len(ch["choices"]) != 1: fail("not one choice in a chunk")
+        c = ch["choices"][0]
+        i = c.get("index")
+        if not isinstance(i, int) or not 0 <= i < int(n): fail(f"index {i!r}")
+        if finishes[i] is not None: fail(f"choice {i} has a chunk after its finish chunk")
+        if kind == "chat" and (seen[i] == 0) != (c["delta"].get("role") == "assistant"):
+            fail(f"choice {i}: the role is not on its first chunk alone")
+        seen[i] += 1
+        piece = c["delta"].get("content", "") if kind == "chat" else c["text"]
+        texts[i] += piece or ""
+        finishes[i] = c["finish_reason"]
+    if any(f not in ("stop", "length") for f in finishes): fail(f"finish_reasons {finishes}")
+    print(json.dumps([[list(a) for a in zip(texts, finishes)], usage]))
+
+def error(path, code, param=None):
     o = json.load(open(path, encoding="utf-8"))
     e = o.get("error")
     if not isinstance(e, dict) or set(e) != {"message", "type", "param", "code"}: fail(f"not an error object: {o}")
     if not (isinstance(e["message"], str) and e["message"] and isinstance(e["type"], str)): fail(f"bad error fields: {e}")
     if code and e["code"] != code: fail(f"code {e['code']!r}, wanted {code!r}")
+    if param and (e["param"] != param or e["type"] != "invalid_request_error"): fail(f"param {e['param']!r}, type {e['type']!r}")
 
 def generated(path):
     # `marlhf generate` output (one row): [response, prompt_tokens, response_tokens]
@@ -134,8 +187,15 @@ def generated(path):
 kind = sys.argv[1]
 if kind == "completion": completion(sys.argv[2], sys.argv[3], sys.argv[4])
 elif kind == "stream": stream(sys.argv[2], sys.argv[3])
-elif kind == "error": error(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")
+elif kind == "choices": choices(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+elif kind == "stream_choices": stream_choices(sys.argv[2], sys.argv[3], sys.argv[4])
+elif kind == "error": error(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "", sys.argv[4] if len(sys.argv) > 4 else None)
 elif kind == "generated": generated(sys.argv[2])
+elif kind == "generated_samples":
+    # `marlhf generate --num-return-sequences` output: [[response, response_tokens] per sample], in sample order
+    rows = [json.loads(line) for line in open(sys.argv[2], encoding="utf-8")]
+    if [r.get("sample") for r in rows] != list(range(len(rows))): fail("samples out of order")
+    print(json.dumps([[r["response"], r["response_tokens"]] for r in rows]))
 elif kind == "models":
     o = json.load(open(sys.argv[2]))
     if not (o["object"] == "list" and len(o["data"]) == 1 and o["data"][0]["id"] == "tiny_chat"
@@ -243,6 +303,62 @@ want=$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])[:2]
 status=$(request POST /v1/completions '{"prompt": [5, 6, 7], "max_tokens": 4}')
 check completion "$tmp/body" text 4 > /dev/null && [ "$status" = 200 ] && pass completions_token_ids || fail completions_token_ids "$status"
 
+# n: several answers per request. Choice i samples from the random stream `marlhf generate
+# --num-return-sequences` gives sample i, so choice 0 is the request's answer without n, the
+# choices are generate's samples (texts and token counts: usage sums them), and sampled
+# choices differ.
+n_story() { echo '{"messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 1, "seed": 7, "max_tokens": 12'"$1"'}'; }
+request POST /v1/chat/completions "$(n_story '')" > /dev/null
+n1=$(check completion "$tmp/body" chat 12)
+"$bin" generate --model "$model" --chat --temperature 1 --top-k 0 --top-p 1 --seed 7 --max-new-tokens 12 \
+    --num-return-sequences 3 --threads 1 "Tell me a story." > "$tmp/generate_n3.jsonl" 2> /dev/null
+samples=$(check generated_samples "$tmp/generate_n3.jsonl")
+status=$(request POST /v1/chat/completions "$(n_story ', "n": 3')")
+if ! n3=$(check choices "$tmp/body" chat 3 12) || [ "$status" != 200 ]; then
+    fail chat_n_3 "$status $n3"
+    n3=
+elif [ -z "$n1" ] || [ -z "$samples" ]; then
+    fail chat_n_3 "no answer without n ($n1) or no samples from generate ($samples)"
+else
+    why=$(python3 - "$n3" "$n1" "$samples" <<'PY'
+import json, sys
+(answers, usage), alone, samples = (json.loads(a) for a in sys.argv[1:4])
+texts = [a[0] for a in answers]
+if texts[0] != alone[0]: print(f"choice 0 {texts[0]!r} is not the answer without n {alone[0]!r}")
+elif len(set(texts)) < 2: print(f"every choice is the same: {texts!r}")
+elif texts != [s[0] for s in samples]: print(f"{texts!r} vs generate's samples {[s[0] for s in samples]!r}")
+elif usage["completion_tokens"] != sum(s[1] for s in samples): print(f"usage {usage} vs generate's {[s[1] for s in samples]}")
+elif usage["prompt_tokens"] != alone[2]: print(f"prompt_tokens {usage['prompt_tokens']} vs {alone[2]} without n")
+else: print("ok")
+PY
+)
+    [ "$why" = ok ] && pass chat_n_3 || fail chat_n_3 "$why"
+fi
+# Streamed, the choices' pieces (each index its own, with its own role and finish chunk)
+# add up to the non-streamed choices, and the usage chunk sums them too.
+status=$(request POST /v1/chat/completions "$(n_story ', "n": 3, "stream": true, "stream_options": {"include_usage": true}')" -N)
+got=$(check stream_choices "$tmp/body" chat 3)
+[ "$status" = 200 ] && [ -n "$got" ] && [ "$got" = "$n3" ] && pass chat_n_3_stream || fail chat_n_3_stream "$status $got vs $n3"
+n_text='{"prompt": "Once upon a time", "temperature": 0.7, "seed": 3, "max_tokens": 16, "n": 2'
+status=$(request POST /v1/completions "$n_text}")
+n2=$(check choices "$tmp/body" text 2 16)
+request POST /v1/completions "$n_text"', "stream": true, "stream_options": {"include_usage": true}}' -N > /dev/null
+got=$(check stream_choices "$tmp/body" text 2)
+[ "$status" = 200 ] && [ -n "$n2" ] && [ "$got" = "$n2" ] && pass completions_n_2_stream || fail completions_n_2_stream "$status $got vs $n2"
+# Greedy: every choice is the greedy answer.
+status=$(request POST /v1/chat/completions "$(stream_body "$greedy_chat" '{"n": 2}')")
+got=$(check choices "$tmp/body" chat 2 24 | python3 -c 'import json,sys; a=json.loads(sys.stdin.read())[0]; print(json.dumps(a) if a[0] == a[1] else "")')
+want=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps([r[:2], r[:2]]))' "$chat1")
+[ "$status" = 200 ] && [ -n "$got" ] && [ "$got" = "$want" ] && pass chat_n_2_greedy_identical || fail chat_n_2_greedy_identical "$status $got vs $want"
+# More choices than --parallel (4) rows: the request is generated alone, all 16 rows.
+status=$(request POST /v1/completions '{"prompt": "Once upon a time", "seed": 5, "max_tokens": 4, "n": 16}')
+check choices "$tmp/body" text 16 4 > /dev/null && [ "$status" = 200 ] && pass completions_n_16_over_parallel ||
+    fail completions_n_16_over_parallel "$status $(head -c 300 "$tmp/body")"
+for bad in 0 17 '"2"' 1.5 -1; do
+    status=$(request POST /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": $bad}")
+    if why=$(check error "$tmp/body" "" n) && [ "$status" = 400 ]; then pass "n_refused ($bad)"; else fail "n_refused ($bad)" "$status $why"; fi
+done
+
 # Errors: status and error object.
 head -c 200000 /dev/zero | tr '\0' 'a' > "$tmp/big.json"
 expect_api_error body_too_large 413 request_too_large POST /v1/chat/completions "@$tmp/big.json"
@@ -261,7 +377,6 @@ expect_api_error max_tokens_string 400 "" POST /v1/chat/completions "{$msg, \"ma
 expect_api_error temperature_5 400 "" POST /v1/chat/completions "{$msg, \"temperature\": 5}"
 expect_api_error temperature_negative 400 "" POST /v1/chat/completions "{$msg, \"temperature\": -0.5}"
 expect_api_error top_p_zero 400 "" POST /v1/chat/completions "{$msg, \"top_p\": 0}"
-expect_api_error n_2 400 "" POST /v1/chat/completions "{$msg, \"n\": 2}"
 expect_api_error stop_five 400 "" POST /v1/chat/completions "{$msg, \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}"
 expect_api_error stop_number 400 "" POST /v1/chat/completions "{$msg, \"stop\": 5}"
 expect_api_error stream_not_bool 400 "" POST /v1/chat/completions "{$msg, \"stream\": \"yes\"}"
@@ -438,6 +553,35 @@ texts = [[json.load(open(f"{sys.argv[1]}/{kind}_{i}.json"))["choices"][0]["messa
 sys.exit(0 if texts[0] == texts[1] and len(set(texts[0])) == 4 else 1)
 PY
             pass parallel_batch_equals_alone || fail parallel_batch_equals_alone "queued=$queued $(grep together "$tmp/parallel.log")"
+
+        # A request takes one row per choice: queued behind a long one, two requests with
+        # n = 2 fill the 4 rows and the third (n = 1) waits for the next batch; each answers
+        # as it does alone.
+        n_bodies=("$(batch_body owls 1 1 21 10 | sed 's/}$/, "n": 2}/')" "$(batch_body tea 0.8 0.9 22 8 | sed 's/}$/, "n": 2}/')"
+                  "$(batch_body rain 1 1 23 6)")
+        curl -s --max-time 120 -o /dev/null --data-binary "$blocker_body" "http://127.0.0.1:$port/v1/chat/completions" &
+        blocker=$!
+        queued=
+        wait_in_progress 1 100 && queued=1
+        pids=()
+        for i in 0 1 2; do
+            curl -s --max-time 120 -o "$tmp/n_together_$i.json" --data-binary "${n_bodies[$i]}" \
+                "http://127.0.0.1:$port/v1/chat/completions" &
+            pids+=($!)
+            wait_in_progress $((i + 2)) 200 || queued=
+        done
+        wait "${pids[@]}" "$blocker"
+        for i in 0 1 2; do
+            curl -s --max-time 120 -o "$tmp/n_alone_$i.json" --data-binary "${n_bodies[$i]}" \
+                "http://127.0.0.1:$port/v1/chat/completions"
+        done
+        python3 - "$tmp" <<'PY' && [ -n "$queued" ] && grep -q '^serve: generating 2 requests together (4 rows)$' "$tmp/parallel.log" &&
+import json, sys
+texts = [[[c["message"]["content"] for c in json.load(open(f"{sys.argv[1]}/{kind}_{i}.json"))["choices"]] for i in range(3)]
+         for kind in ("n_together", "n_alone")]
+sys.exit(0 if texts[0] == texts[1] and [len(t) for t in texts[0]] == [2, 2, 1] and len(set(texts[0][0])) == 2 else 1)
+PY
+            pass parallel_batch_rows_are_choices || fail parallel_batch_rows_are_choices "queued=$queued $(grep together "$tmp/parallel.log")"
         stop_server
     else
         fail parallel_server "$(tail -n 3 "$tmp/parallel.log")"
