@@ -27,6 +27,9 @@ void cpu_attention_decode(float *out, const float *q, const float *k_cache, cons
             for (int j = start; j < length; j++) {
                 const float *key = keys + (long)j * kv_width;
                 float dot = 0.0f;
+                // simd: without it the sum is one serial chain of head_dim multiply-adds per
+                // key (the compiler may not reorder float additions); a fixed vector order.
+#pragma omp simd reduction(+ : dot)
                 for (int d = 0; d < head_dim; d++) dot += query[d] * key[d];
                 scores[j] = dot * scale;
                 if (scores[j] > max_score) max_score = scores[j];
