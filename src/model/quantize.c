@@ -19,7 +19,7 @@ static bool wants_quantization(const char *type) { return type && strcmp(type, "
 int quantized_begin(Model *model, const char *type) {
     if (quantize_type_check(type) != 0) return -1;
     const ModelConfig *cfg = &model->config;
-    if (!model->ops->matmul_forward_q8) {
+    if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8) {
         return err_set("--quantize %s runs on the CPU only (this model is on %s)", type, model->ops->name);
     }
     if (model->grads) return err_set("--quantize %s is for inference: this model is being trained", type);
@@ -77,10 +77,8 @@ static Q8Matrix *matrix_for(Model *model, const ParamEntry *entry) {
             if (entry->view_field == linear[i].view_field) return (Q8Matrix *)((char *)q + linear[i].matrix_field);
         return NULL;
     }
-    if (!model->has_lm_head) return NULL;
-    if (entry->view_field == offsetof(ModelTensors, lm_head)) return &quantized->lm_head;
-    // A tied head reads the embedding table, which stays float32 for the lookup.
-    if (entry->view_field == offsetof(ModelTensors, tok_emb) && !model->weights.lm_head) return &quantized->lm_head;
+    if (entry->view_field == offsetof(ModelTensors, tok_emb)) return &quantized->embedding;
+    if (entry->view_field == offsetof(ModelTensors, lm_head) && model->has_lm_head) return &quantized->lm_head;
     return NULL;
 }
 
@@ -89,7 +87,13 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     if (!matrix) return;
     float *weight = model->params + entry->offset;
     quantize_matrix(model->ops, matrix, weight, entry->shape[0], entry->shape[1]);
-    if (entry->view_field != offsetof(ModelTensors, tok_emb)) release_pages(weight, entry->numel);
+    release_pages(weight, entry->numel);
+    // A tied LM head reads the embedding table: the head shares its quantized arrays.
+    ModelQuantized *quantized = model->quantized;
+    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
+        quantized->lm_head = quantized->embedding;
+        quantized->head_is_embedding = true;
+    }
 }
 
 int model_quantize(Model *model, const char *type) {
@@ -113,7 +117,9 @@ void model_quantized_free(Model *model) {
         Q8Matrix *all[] = {&q->q, &q->k, &q->v, &q->o, &q->gate, &q->up, &q->down};
         for (int i = 0; i < 7; i++) free_matrix(model->ops, all[i]);
     }
+    if (quantized->head_is_embedding) memset(&quantized->lm_head, 0, sizeof quantized->lm_head);
     free_matrix(model->ops, &quantized->lm_head);
+    free_matrix(model->ops, &quantized->embedding);
     free(quantized->layers);
     free(quantized);
     model->quantized = NULL;

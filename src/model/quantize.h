@@ -1,9 +1,10 @@
 // Q8_0 weights for inference (`--quantize q8_0` on generate, chat, serve and infer): every
-// linear layer and the LM head compute from 8-bit copies of their weights, as llama.cpp
-// runs a Q8_0 model. The float32 copies of those weights are given back to the system
-// once quantized (their pages read as zeros afterwards), so a quantized model takes about
-// 1.1 bytes per weight plus the float32 embedding table, instead of 4: SmolLM2-135M needs
-// ~270 MB instead of ~540, a 7B Llama ~8 GB instead of 28. Loading with
+// linear layer and the LM head compute from 8-bit copies of their weights, and the token
+// embedding is looked up in an 8-bit table (a row dequantized per token), as llama.cpp runs
+// a Q8_0 model. The float32 copies of those weights are given back to the system once
+// quantized (their pages read as zeros afterwards), so a quantized model takes about 1.1
+// bytes per weight instead of 4 (norms, biases and learned positions stay float32):
+// SmolLM2-135M ~150 MB of weights instead of ~540, a 7B Llama ~7.5 GB instead of 28. Loading with
 // ModelLoadOptions.quantize quantizes each tensor as it is read, so the float32 model
 // never exists in full.
 //
@@ -21,7 +22,9 @@ typedef struct {
 
 typedef struct ModelQuantized {
     QuantizedLayer *layers; // [num_layers]
-    Q8Matrix lm_head;       // the LM head (a copy of the embedding table when tied)
+    Q8Matrix embedding;     // the token table
+    Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
+    bool head_is_embedding;
 } ModelQuantized;
 
 // The names --quantize takes: "none" (float32) or "q8_0". Returns 0, or -1 with err_set()

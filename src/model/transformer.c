@@ -320,8 +320,12 @@ static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) 
     free(row_start);
 
     const long C = cfg->hidden_size;
-    ops->embedding_forward(a->residual, a->tokens, a->positions, model->weights.tok_emb,
-                           model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
+    if (model->quantized)
+        ops->embedding_forward_q8(a->residual, a->tokens, a->positions, &model->quantized->embedding,
+                                  model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
+    else
+        ops->embedding_forward(a->residual, a->tokens, a->positions, model->weights.tok_emb,
+                               model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
     for (int l = 0; l < cfg->num_layers; l++)
         layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
                       a->residual + (l + 1) * N * C, cache);

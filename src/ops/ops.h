@@ -53,6 +53,11 @@ typedef struct OpsBackend {
     void (*embedding_backward)(float *d_tok_emb, float *d_pos_emb, const float *dout,
                                const int *tokens, const int *positions, int N, int C,
                                float scale);
+    // embedding_forward with the token table in Q8_0 (a row dequantized per token; pos_emb
+    // stays float). NULL in a backend without it.
+    void (*embedding_forward_q8)(float *out, const int *tokens, const int *positions,
+                                 const Q8Matrix *tok_emb, const float *pos_emb, int N, int C,
+                                 float scale);
 
     // ---- normalisation ----
     // LayerNorm: out = (x - mean) * rstd * w + b. Saves mean and rstd per row.

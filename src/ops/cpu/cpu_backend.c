@@ -86,6 +86,7 @@ const OpsBackend ops_cpu = {
     .synchronize = cpu_synchronize,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
+    .embedding_forward_q8 = cpu_embedding_forward_q8,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,

@@ -15,6 +15,23 @@ void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
     }
 }
 
+void cpu_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
+                              const float *pos_emb, int N, int C, float scale) {
+    const int blocks = C / Q8_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const int8_t *values = tok_emb->values + (long)tokens[i] * C;
+        const float *block_scales = tok_emb->scales + (long)tokens[i] * blocks;
+        float *out_row = out + (long)i * C;
+        for (int b = 0; b < blocks; b++)
+            for (int c = b * Q8_BLOCK; c < (b + 1) * Q8_BLOCK; c++) out_row[c] = scale * (values[c] * block_scales[b]);
+        if (pos_emb) {
+            const float *pos_row = pos_emb + (long)positions[i] * C;
+            for (int c = 0; c < C; c++) out_row[c] += pos_row[c];
+        }
+    }
+}
+
 // Several rows may share a token, so rows cannot be split between threads without a
 // race; instead each thread owns a block of columns and walks all rows in order.
 void cpu_embedding_backward(float *d_tok_emb, float *d_pos_emb, const float *dout,

@@ -13,6 +13,8 @@
 
 void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
                            const float *tok_emb, const float *pos_emb, int N, int C, float scale);
+void cpu_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
+                              const float *pos_emb, int N, int C, float scale);
 void cpu_embedding_backward(float *d_tok_emb, float *d_pos_emb, const float *dout,
                             const int *tokens, const int *positions, int N, int C, float scale);
 

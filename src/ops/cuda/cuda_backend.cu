@@ -137,6 +137,7 @@ extern "C" const OpsBackend ops_cuda = {
     .synchronize = cuda_synchronize,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
+    .embedding_forward_q8 = nullptr,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .rmsnorm_forward = cuda_rmsnorm_forward,
