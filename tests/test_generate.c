@@ -7,6 +7,9 @@
 //    prompts (sampling at temperature 1 with top-k/top-p), and the same with 1 or 2 threads.
 //  - Rows with one prompt share its prefill and generate what they do with a prefill each.
 //  - Rows with their own sampler, seed and length limit generate what they do alone.
+//  - top_logprobs records each step's most likely tokens: the full forward's log softmax
+//    agrees within 1e-4, most likely first; a greedy token is its first alternative, bit
+//    for bit; the generated tokens and log-probs are bit-identical with and without it.
 //  - The sampler's draws follow the distribution it reports: chi-square over 40,000
 //    draws on a 6-token vocabulary, below the 0.999 quantile; excluded tokens never appear.
 //  - SmolLM2-135M-Instruct's greedy continuations of 5 chat prompts equal transformers'
@@ -159,6 +162,82 @@ static void test_per_row_settings(void) {
         generated_row_free(&row);
         generated_row_free(&rows[b]);
     }
+    model_free(&model);
+}
+
+// For each step, the recorded k alternatives against a full forward over prompt + generated
+// tokens: their log-probs are the k largest of log softmax(logits) (in double) and their
+// own, within 1e-4, in descending order with ties by the lower id. Sampled rows (one with
+// min_new_tokens, which must not mask the alternatives) and a greedy row, in one batch;
+// the same batch without the option generates the same bits.
+static void test_top_logprobs(void) {
+    Model model;
+    load(&model, "tests/fixtures/models/llama");
+    const int V = model.config.vocab_size, k = 4;
+    int p0[] = {5, 9, 17, 3, 44, 2, 8}, p1[] = {60, 61}, p2[] = {7, 8, 9};
+    const int *prompts[] = {p0, p1, p2};
+    int lengths[] = {7, 2, 3};
+    SamplerConfig samplers[] = {{.temperature = 1.0f}, {.temperature = 0.8f, .top_k = 10, .top_p = 0.9f}, {.temperature = 0.0f}};
+    uint64_t seeds[] = {5, 6, 7};
+    int stop_token = 3;
+    GenerateOptions options = {.max_new_tokens = 10, .row_samplers = samplers, .row_seeds = seeds,
+                               .stop_tokens = &stop_token, .num_stop_tokens = 1, .min_new_tokens = 4,
+                               .prefill_each_row = true};
+    GeneratedRow plain[3], recorded[3];
+    generate(&model, prompts, lengths, NULL, 3, &options, plain, NULL);
+    options.top_logprobs = k;
+    generate(&model, prompts, lengths, NULL, 3, &options, recorded, NULL);
+    float *logits = xmalloc(V * sizeof(float));
+    double *logp = xmalloc(V * sizeof(double));
+    bool *taken = xmalloc(V * sizeof(bool));
+    for (int b = 0; b < 3; b++) {
+        const GeneratedRow *row = &recorded[b];
+        EXPECT(plain[b].top_tokens == NULL && plain[b].top_logprobs == NULL && plain[b].top_count == 0,
+               "row %d: alternatives recorded without the option", b);
+        EXPECT(row->top_count == k, "row %d: %d alternatives", b, row->top_count);
+        EXPECT(row->length == plain[b].length && row->stop == plain[b].stop &&
+                   !memcmp(row->tokens, plain[b].tokens, row->length * sizeof(int)) &&
+                   !memcmp(row->logprobs, plain[b].logprobs, row->length * sizeof(float)) &&
+                   !memcmp(row->sampling_logprobs, plain[b].sampling_logprobs, row->length * sizeof(float)),
+               "row %d: other output with top_logprobs", b);
+        int T = lengths[b] + row->length;
+        int *tokens = xmalloc(T * sizeof(int));
+        memcpy(tokens, prompts[b], lengths[b] * sizeof(int));
+        memcpy(tokens + lengths[b], row->tokens, row->length * sizeof(int));
+        ModelBatch batch = {.B = 1, .T = T, .tokens = tokens};
+        model_forward(&model, &batch);
+        for (int t = 0; t < row->length; t++) {
+            model_logits_row(&model, lengths[b] - 1 + t, logits);
+            double max_logit = logits[0], sum = 0;
+            for (int v = 1; v < V; v++) max_logit = logits[v] > max_logit ? logits[v] : max_logit;
+            for (int v = 0; v < V; v++) sum += exp((double)logits[v] - max_logit);
+            for (int v = 0; v < V; v++) logp[v] = (double)logits[v] - max_logit - log(sum);
+            const int *top = row->top_tokens + t * k;
+            const float *top_logp = row->top_logprobs + t * k;
+            // The k largest log-probs, by selection: the j-th is the largest not yet taken.
+            memset(taken, 0, V * sizeof(bool));
+            for (int j = 0; j < k; j++) {
+                int best = -1;
+                for (int v = 0; v < V; v++)
+                    if (!taken[v] && (best < 0 || logp[v] > logp[best])) best = v;
+                taken[best] = true;
+                EXPECT_CLOSE(top_logp[j], logp[best], 1e-4, 0, "the j-th largest log-prob");
+                EXPECT_CLOSE(top_logp[j], logp[top[j]], 1e-4, 0, "an alternative's own log-prob");
+                if (j > 0)
+                    EXPECT(top_logp[j - 1] > top_logp[j] || (top_logp[j - 1] == top_logp[j] && top[j - 1] < top[j]),
+                           "row %d step %d: alternatives %d and %d out of order", b, t, j - 1, j);
+            }
+            // (Below min_new_tokens the greedy token is the best one but the stop token.)
+            if (samplers[b].temperature == 0.0f && t >= options.min_new_tokens)
+                EXPECT(row->tokens[t] == top[0] && row->logprobs[t] == top_logp[0],
+                       "row %d step %d: the greedy token %d (%.9g) is not the first alternative %d (%.9g)", b, t,
+                       row->tokens[t], row->logprobs[t], top[0], top_logp[0]);
+        }
+        free(tokens);
+        generated_row_free(&plain[b]);
+        generated_row_free(&recorded[b]);
+    }
+    free(logits), free(logp), free(taken);
     model_free(&model);
 }
 
@@ -319,6 +398,7 @@ int main(void) {
     RUN(test_batch_composition_invariance);
     RUN(test_shared_prefill);
     RUN(test_per_row_settings);
+    RUN(test_top_logprobs);
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);

@@ -20,6 +20,8 @@ void generated_row_free(GeneratedRow *row) {
     free(row->tokens);
     free(row->logprobs);
     free(row->sampling_logprobs);
+    free(row->top_tokens);
+    free(row->top_logprobs);
     memset(row, 0, sizeof *row);
 }
 
@@ -30,6 +32,33 @@ static float log_softmax_at(const float *logits, int V, int token) {
     double sum = 0;
     for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - max_logit));
     return (float)(logits[token] - max_logit - log(sum));
+}
+
+// The k most likely tokens of a row of logits, most likely first (ties: the lower id first),
+// and their log-probs under the model. The normaliser is computed as sampler_pick computes
+// the chosen token's log-prob, so that a greedy token's log-prob and its first alternative's
+// are the same float.
+static void record_top(const float *logits, int V, int k, int *top_tokens, float *top_logprobs) {
+    float max_logit = logits[0];
+    for (int v = 1; v < V; v++)
+        if (logits[v] > max_logit) max_logit = logits[v];
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - max_logit));
+    const double log_normaliser = max_logit + log(sum);
+    // Insertion into the best k so far, in one pass: a token enters only when it beats the
+    // last kept one strictly (on a tie the kept token has the lower id), and moves up past
+    // the kept tokens it beats strictly.
+    int count = 0;
+    for (int v = 0; v < V; v++) {
+        if (count == k && !(logits[v] > logits[top_tokens[k - 1]])) continue;
+        int at = count < k ? count++ : k - 1;
+        while (at > 0 && logits[v] > logits[top_tokens[at - 1]]) {
+            top_tokens[at] = top_tokens[at - 1];
+            at--;
+        }
+        top_tokens[at] = v;
+    }
+    for (int j = 0; j < k; j++) top_logprobs[j] = (float)(logits[top_tokens[j]] - log_normaliser);
 }
 
 // Rows whose prompts are equal: source[b] is the index, in order of first appearance, of row
@@ -83,6 +112,12 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         out[b].tokens = xmalloc((size_t)max_new * sizeof(int));
         out[b].logprobs = xmalloc((size_t)max_new * sizeof(float));
         out[b].sampling_logprobs = xmalloc((size_t)max_new * sizeof(float));
+    }
+    const int top_count = options->top_logprobs < V ? options->top_logprobs : V;
+    for (int b = 0; b < B && top_count > 0; b++) {
+        out[b].top_count = top_count;
+        out[b].top_tokens = xmalloc((size_t)max_new * top_count * sizeof(int));
+        out[b].top_logprobs = xmalloc((size_t)max_new * top_count * sizeof(float));
     }
 
     KvCache cache;
@@ -148,6 +183,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             row->tokens[row->length] = picked.token;
             row->logprobs[row->length] = picked.logprob;
             row->sampling_logprobs[row->length] = picked.sampling_logprob;
+            if (top_count > 0)
+                record_top(row_logits, V, top_count, row->top_tokens + (long)row->length * top_count,
+                           row->top_logprobs + (long)row->length * top_count);
             row->length++;
             next[b] = picked.token;
         }

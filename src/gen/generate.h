@@ -24,6 +24,8 @@ typedef struct {
     bool (*stop_check)(void *context, int row, const int *tokens, int count);
     void *stop_context;
     // Optional: called with each new token of each row, in row order (streaming output).
+    // out[row] already holds the token then: it is out[row].tokens[out[row].length - 1],
+    // with its log-probs (and top alternatives) at the same index.
     void (*on_token)(void *context, int row, int token);
     void *token_context;
     int pad_token; // fills the left padding of prompts (any valid id)
@@ -42,6 +44,12 @@ typedef struct {
     const SamplerConfig *row_samplers;
     const uint64_t *row_seeds;
     const int *row_max_new_tokens;
+    // When > 0, each row also records, for every generated token, the top_logprobs most
+    // likely tokens of the step and their log-probs under the model (log softmax of the raw
+    // logits: before min_new_tokens' mask and the sampler's temperature, top-k and top-p),
+    // most likely first, ties broken by the lower id (marlhf serve's OpenAI logprobs).
+    // At most the vocabulary size is recorded. 0: nothing recorded, nothing computed.
+    int top_logprobs;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).
@@ -56,6 +64,13 @@ typedef struct {
     int *tokens;             // generated tokens (the stop token included)
     float *logprobs;         // log p under the model (temperature 1, no truncation)
     float *sampling_logprobs;// log p under the distribution sampled from
+    // With options->top_logprobs: the top_count most likely tokens at each step, token t's
+    // at [t * top_count, (t + 1) * top_count), most likely first; NULL (and 0) otherwise.
+    // A greedy token's logprobs[t] equals top_logprobs[t * top_count] bit for bit (without
+    // min_new_tokens, whose masked steps compute the former another way).
+    int *top_tokens;
+    float *top_logprobs;
+    int top_count;
     int length;
     StopReason stop;
 } GeneratedRow;

@@ -84,12 +84,6 @@ static int check_unsupported(json_t *root, OpenAIError *err) {
     json_t *v = get(root, "logit_bias");
     if (v && (!json_is_object(v) || json_object_size(v) > 0))
         return bad_param(err, "logit_bias", "'logit_bias' is not supported");
-    v = get(root, "logprobs");
-    if (v && !(json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0)))
-        return bad_param(err, "logprobs", "'logprobs' is not supported");
-    v = get(root, "top_logprobs");
-    if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return bad_param(err, "top_logprobs", "'top_logprobs' is not supported");
     v = get(root, "echo");
     if (v && !json_is_false(v)) return bad_param(err, "echo", "'echo' is not supported");
     v = get(root, "best_of");
@@ -110,6 +104,30 @@ static int check_unsupported(json_t *root, OpenAIError *err) {
         if (!json_is_object(v) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
             return bad_param(err, "response_format", "only 'response_format' {\"type\": \"text\"} is supported");
     }
+    return 0;
+}
+
+// Chat: logprobs a boolean, top_logprobs 0..20 (more than 0 only with logprobs). Completions:
+// logprobs the number of alternatives, 0..5 (false, null or absent: none); top_logprobs is
+// chat's, and only its neutral 0 is let through there.
+static int parse_logprobs(json_t *root, OpenAIKind kind, OpenAIRequest *req, OpenAIError *err) {
+    long long top = 0;
+    if (kind == OPENAI_CHAT) {
+        if (get_bool(root, "logprobs", &req->logprobs, err) != 0) return -1;
+        if (get_int(root, "top_logprobs", 0, OPENAI_MAX_TOP_LOGPROBS, &top, err) != 0) return -1;
+        if (top > 0 && !req->logprobs)
+            return bad_param(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        req->top_logprobs = (int)top;
+        return 0;
+    }
+    json_t *v = get(root, "top_logprobs");
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad_param(err, "top_logprobs", "'top_logprobs' is a chat parameter: /v1/completions takes 'logprobs': k");
+    v = get(root, "logprobs");
+    if (!v || json_is_false(v)) return 0;
+    if (get_int(root, "logprobs", 0, OPENAI_MAX_LEGACY_LOGPROBS, &top, err) != 0) return -1;
+    req->logprobs = true;
+    req->top_logprobs = (int)top;
     return 0;
 }
 
@@ -259,6 +277,7 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
         req->seed = (uint64_t)seed;
     }
     if (parse_stop(root, req, err) != 0) return -1;
+    if (parse_logprobs(root, kind, req, err) != 0) return -1;
     if (get_bool(root, "stream", &req->stream, err) != 0) return -1;
     json_t *options = get(root, "stream_options");
     if (options) {
@@ -365,6 +384,74 @@ static json_t *text_value(const char *text, size_t len) {
     return s ? s : json_string("\xEF\xBF\xBD");
 }
 
+// JSON has no infinities; -9999.0 is what vLLM reports for them too.
+static json_t *logprob_value(float logprob) { return json_real(isfinite(logprob) ? logprob : -9999.0); }
+
+// Chat's view of a token: {"token", "logprob", "bytes"}.
+static json_t *chat_token_object(const OpenAIToken *token) {
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < token->len; i++) json_array_append_new(bytes, json_integer((unsigned char)token->text[i]));
+    json_t *o = json_object();
+    json_object_set_new(o, "token", text_value(token->text, token->len));
+    json_object_set_new(o, "logprob", logprob_value(token->logprob));
+    json_object_set_new(o, "bytes", bytes);
+    return o;
+}
+
+// {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}
+static json_t *chat_logprobs_object(const OpenAILogprobs *logprobs) {
+    json_t *content = json_array();
+    for (int i = 0; i < logprobs->count; i++) {
+        const OpenAILogprobEntry *entry = &logprobs->entries[i];
+        json_t *o = chat_token_object(&entry->token), *top = json_array();
+        for (int j = 0; j < entry->num_top; j++) json_array_append_new(top, chat_token_object(&entry->top[j]));
+        json_object_set_new(o, "top_logprobs", top);
+        json_array_append_new(content, o);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "content", content);
+    return o;
+}
+
+// A key of a legacy top_logprobs object, unless the object has it already (tokens whose
+// texts are equal: the first, most likely one keeps the key).
+static void set_token_key(json_t *object, const OpenAIToken *token) {
+    if (!json_object_getn(object, token->text, token->len))
+        json_object_setn_new(object, token->text, token->len, logprob_value(token->logprob));
+}
+
+// OpenAI's legacy shape: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, one
+// element per token in each list.
+static json_t *completion_logprobs_object(const OpenAILogprobs *logprobs) {
+    json_t *tokens = json_array(), *token_logprobs = json_array(), *top_logprobs = json_array(),
+           *text_offset = json_array();
+    for (int i = 0; i < logprobs->count; i++) {
+        const OpenAILogprobEntry *entry = &logprobs->entries[i];
+        json_array_append_new(tokens, text_value(entry->token.text, entry->token.len));
+        json_array_append_new(token_logprobs, logprob_value(entry->token.logprob));
+        json_array_append_new(text_offset, json_integer(entry->text_offset));
+        if (entry->num_top == 0) {
+            json_array_append_new(top_logprobs, json_null());
+            continue;
+        }
+        json_t *top = json_object();
+        for (int j = 0; j < entry->num_top; j++) set_token_key(top, &entry->top[j]);
+        set_token_key(top, &entry->token); // the chosen token always has its log-prob there
+        json_array_append_new(top_logprobs, top);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", tokens);
+    json_object_set_new(o, "token_logprobs", token_logprobs);
+    json_object_set_new(o, "top_logprobs", top_logprobs);
+    json_object_set_new(o, "text_offset", text_offset);
+    return o;
+}
+
+static json_t *logprobs_value(OpenAIKind kind, const OpenAILogprobs *logprobs) {
+    if (!logprobs) return json_null();
+    return kind == OPENAI_CHAT ? chat_logprobs_object(logprobs) : completion_logprobs_object(logprobs);
+}
+
 char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice *choices, int num_choices,
                              int prompt_tokens, int completion_tokens) {
     json_t *array = json_array();
@@ -380,7 +467,7 @@ char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice 
         } else {
             json_object_set_new(choice, "text", text);
         }
-        json_object_set_new(choice, "logprobs", json_null());
+        json_object_set_new(choice, "logprobs", logprobs_value(head->kind, choices[i].logprobs));
         json_object_set_new(choice, "finish_reason", nullable_string(choices[i].finish_reason));
         json_array_append_new(array, choice);
     }
@@ -391,7 +478,7 @@ char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice 
 }
 
 char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_role, const char *text, size_t len,
-                        const char *finish_reason) {
+                        const OpenAILogprobs *logprobs, const char *finish_reason) {
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(index));
     if (head->kind == OPENAI_CHAT) {
@@ -402,7 +489,7 @@ char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_rol
     } else {
         json_object_set_new(choice, "text", text ? text_value(text, len) : json_string(""));
     }
-    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "logprobs", logprobs_value(head->kind, logprobs));
     json_object_set_new(choice, "finish_reason", nullable_string(finish_reason));
     json_t *choices = json_array();
     json_array_append_new(choices, choice);

@@ -8,9 +8,50 @@
 // prompt (a string, a list of one string, or token ids), max_tokens (alias
 // max_completion_tokens; 1..limit), temperature [0, 2] (0 = greedy), top_p (0, 1], top_k
 // (extension; 0 or -1 = off), seed, stop (a string or up to 4), n (choices, 1..16), stream,
-// stream_options.include_usage. Parameters that would change the output in ways marlhf
-// does not implement (penalties, logit_bias, logprobs, echo, best_of > 1, tools) are
-// refused when set to anything but their neutral value; other unknown keys are ignored.
+// stream_options.include_usage, and log-probs: chat's logprobs (a boolean) with
+// top_logprobs (0..20; more than 0 only with logprobs true), completions' logprobs (0..5:
+// the alternatives per token; null, false or absent = none; their top_logprobs only 0).
+// Parameters that would change the output in ways marlhf does not implement (penalties,
+// logit_bias, echo, best_of > 1, tools) are refused when set to anything but their neutral
+// value; other unknown keys are ignored.
+//
+// Log-probs are those of the model's own distribution: log softmax of the raw logits,
+// before temperature, top-k and top-p (as vLLM reports them by default), so a sampled token
+// may have a low one, and they do not depend on the sampling parameters. The alternatives
+// are the most likely tokens of that distribution, most likely first, ties broken by the
+// lower token id. A token is shown as its text decoded alone by the tokenizer (as vLLM
+// does): always valid UTF-8, so a token that ends inside a multi-byte character shows the
+// part it holds as U+FFFD (HF's decode does the same), and "bytes" are the UTF-8 bytes of
+// that text, not the token's raw bytes. A non-finite log-prob is reported as -9999.0.
+//
+// Which tokens have log-probs: the generated tokens of the answer, in order, one entry each.
+// The model's stop token that ends it (EOS, <|im_end|>) is not answer text and has none,
+// though usage counts it. When a stop string cuts the answer, the tokens whose text starts
+// before the cut have entries (the one the cut splits included), those after it none. So
+// for plain text the entries' tokens concatenate to the answer.
+// Shapes:
+//   chat: choice.logprobs = {"content": [{"token", "logprob", "bytes": [ints],
+//         "top_logprobs": [{"token", "logprob", "bytes"}, ... top_logprobs of them]}, ...]}
+//   completions (OpenAI's legacy shape): choice.logprobs = {"tokens": [str],
+//         "token_logprobs": [float], "top_logprobs": [one per token: with logprobs k > 0 a
+//         {token text: log-prob} object of the k most likely tokens, plus the chosen one when
+//         it is not among them (OpenAI: up to k + 1; tokens whose texts are equal share the
+//         more likely one's key); with logprobs 0 null], "text_offset": [ints]}, where
+//         text_offset is where each token starts in the choice's text (not counting the
+//         prompt), in characters (code points), as vLLM counts it: 0 for the first token,
+//         then the previous offset plus the previous token's length (so it indexes the
+//         text wherever the tokens' texts concatenate to it).
+// Streamed, a choice's chunk carries the entries of the tokens whose text ends within the
+// text sent so far, that no earlier chunk carried: a token goes with the chunk that carries
+// the end of its text (text held back, because it may grow into a stop string or ends
+// inside a character, takes its tokens' entries along when it goes; a token that adds no
+// text of its own goes with the next chunk). Once a stop string cuts the answer, and at its
+// end, the entries left go out (the token the cut splits included), in a chunk without
+// text if no text is left to send. So a chunk may carry text with an empty list, or entries
+// without text; the first chat chunk (the role) and the finish chunk carry "logprobs":
+// null. The entries of a choice's chunks, in order, are those of the non-streamed choice,
+// text_offset continuing from chunk to chunk. Without log-probs asked, every choice and
+// chunk has "logprobs": null.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,6 +63,8 @@ typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
 
 #define OPENAI_MAX_STOP 4
 #define OPENAI_MAX_CHOICES 16 // the most `n` a request may ask for
+#define OPENAI_MAX_TOP_LOGPROBS 20   // chat's top_logprobs
+#define OPENAI_MAX_LEGACY_LOGPROBS 5 // completions' logprobs (OpenAI's limit)
 
 // An error as the API reports it: {"error": {"message", "type", "param", "code"}}.
 typedef struct {
@@ -54,6 +97,8 @@ typedef struct {
     char *stop[OPENAI_MAX_STOP]; // non-empty strings
     int num_stop;
     bool stream, include_usage;
+    bool logprobs;    // log-probs asked: chat's logprobs true, completions' logprobs not null
+    int top_logprobs; // alternatives per token: chat's top_logprobs, completions' logprobs
 } OpenAIRequest;
 
 // Parses and checks a request body. Returns 0, or -1 with *err filled (400 for bad JSON,
@@ -79,11 +124,34 @@ typedef struct {
     const char *model;
 } OpenAIResponseHead;
 
+// A token as log-probs show it: its text (len bytes of UTF-8; see above) and log-prob.
+typedef struct {
+    const char *text;
+    size_t len;
+    float logprob;
+} OpenAIToken;
+
+// One generated token's log-probs: the token, its alternatives, and (completions) where it
+// starts in its choice's text, in characters.
+typedef struct {
+    OpenAIToken token;
+    const OpenAIToken *top; // the most likely tokens, most likely first
+    int num_top;
+    long text_offset;
+} OpenAILogprobEntry;
+
+// The log-probs of a choice, or of the tokens of one stream chunk.
+typedef struct {
+    const OpenAILogprobEntry *entries;
+    int count;
+} OpenAILogprobs;
+
 // One answer of a response. text: len bytes of UTF-8.
 typedef struct {
     const char *text;
     size_t len;
     const char *finish_reason;
+    const OpenAILogprobs *logprobs; // NULL: none asked ("logprobs": null)
 } OpenAIChoice;
 
 // The whole (non-streamed) response: choices[i] becomes the choice with "index" i.
@@ -91,9 +159,9 @@ typedef struct {
 char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice *choices, int num_choices,
                              int prompt_tokens, int completion_tokens);
 // One stream chunk of choice `index`: a piece of text (with the assistant role for the
-// choice's first chat chunk), or with text NULL the choice's last chunk, carrying
-// finish_reason.
+// choice's first chat chunk) and the log-probs of its tokens (NULL: "logprobs": null), or
+// with text NULL the choice's last chunk, carrying finish_reason.
 char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_role, const char *text, size_t len,
-                        const char *finish_reason);
+                        const OpenAILogprobs *logprobs, const char *finish_reason);
 // The chunk stream_options.include_usage asks for: no choices, the usage (of all choices).
 char *openai_usage_chunk_json(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens);

@@ -47,6 +47,15 @@ struct Server {
     uint64_t requests; // numbers the requests: ids and default seeds
 };
 
+// A reply token kept for the log-probs of its choice: where the text it added lies in the
+// choice's text (before a stop string cut it), and its log-prob; its alternatives are at
+// [i * top_logprobs, (i + 1) * top_logprobs) of the choice's top arrays for the i-th record.
+typedef struct {
+    int token;
+    float logprob;
+    size_t start, end;
+} TokenRecord;
+
 // One answer of a request (a request with n choices has n of them, generated as n rows of
 // the worker's batch). The worker's alone until the job is finished; then read-only.
 typedef struct {
@@ -56,6 +65,15 @@ typedef struct {
     bool stop_hit;
     const char *finish_reason;
     int completion_tokens;
+    // With log-probs asked: the reply's tokens (not the stop token), in order, with room for
+    // the job's max_new. The first records_emitted go with the text emitted so far (streamed
+    // or, at the end, in the response); streamed, chars_emitted is the length of their texts
+    // in characters, where the next chunk's text_offset starts.
+    TokenRecord *records;
+    int *top_tokens;
+    float *top_logprobs;
+    int num_records, records_emitted;
+    long chars_emitted;
 } Choice;
 
 // One generation request, shared by the HTTP thread that admitted it, the worker, and for
@@ -74,6 +92,8 @@ struct Job {
     char *stop[OPENAI_MAX_STOP];
     int num_stop;
     bool stream, include_usage;
+    bool logprobs;    // log-probs asked (openai.h says which tokens have them, and how)
+    int top_logprobs; // alternatives per token
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
@@ -95,7 +115,10 @@ static void job_unref_locked(Job *job) {
     if (--job->refs > 0) return;
     free(job->ids);
     for (int i = 0; i < job->num_stop; i++) free(job->stop[i]);
-    for (int i = 0; i < job->num_choices; i++) free(job->choices[i].text);
+    for (int i = 0; i < job->num_choices; i++) {
+        Choice *choice = &job->choices[i];
+        free(choice->text), free(choice->records), free(choice->top_tokens), free(choice->top_logprobs);
+    }
     free(job->choices);
     free(job->out);
     free(job);
@@ -157,20 +180,112 @@ static size_t settled_length(const Job *job, const Choice *choice) {
     return settled > choice->emitted ? settled : choice->emitted;
 }
 
-// Streams choice `index`'s text up to `upto` (a stream's chunk carries the choice's index).
-static void emit_settled(Job *job, int index, size_t upto) {
+// How many of the choice's token records the text up to `upto` accounts for: the tokens
+// whose text ends there or before; once the text is final (cut at a stop string, or
+// generated to its end), also the one whose text the end cuts. A token whose text starts
+// after a stop string's cut never counts.
+static int records_within(const Choice *choice, size_t upto, bool final) {
+    int count = choice->records_emitted;
+    while (count < choice->num_records) {
+        const TokenRecord *record = &choice->records[count];
+        if (!(record->end <= upto || (final && record->start < upto))) break;
+        count++;
+    }
+    return count;
+}
+
+// Characters (code points) of valid UTF-8: text_offset counts them.
+static long utf8_characters(const char *text, size_t len) {
+    long count = 0;
+    for (size_t i = 0; i < len; i++) count += ((unsigned char)text[i] & 0xC0) != 0x80;
+    return count;
+}
+
+// The log-probs of records [first, last) of a choice as openai.c prints them, each token's
+// text decoded alone, text offsets from `offset` on. Returns the offset after the last one.
+// Free with logprobs_free.
+static long logprobs_build(const Job *job, const Choice *choice, int first, int last, long offset,
+                           OpenAILogprobs *out) {
+    const Tokenizer *tokenizer = job->server->tm->tokenizer;
+    const int k = job->top_logprobs;
+    const int count = last - first;
+    *out = (OpenAILogprobs){NULL, 0};
+    if (count == 0) return offset;
+    OpenAILogprobEntry *entries = xcalloc((size_t)count, sizeof(OpenAILogprobEntry));
+    // One array for every entry's alternatives (logprobs_free finds it at the first entry).
+    OpenAIToken *tops = k > 0 ? xcalloc((size_t)count * k, sizeof(OpenAIToken)) : NULL;
+    for (int i = 0; i < count; i++) {
+        const TokenRecord *record = &choice->records[first + i];
+        OpenAILogprobEntry *entry = &entries[i];
+        entry->token.text = tokenizer_decode_len(tokenizer, &record->token, 1, false, &entry->token.len);
+        entry->token.logprob = record->logprob;
+        entry->text_offset = offset;
+        offset += utf8_characters(entry->token.text, entry->token.len);
+        entry->top = k > 0 ? tops + (long)i * k : NULL;
+        entry->num_top = k;
+        for (int j = 0; j < k; j++) {
+            const long at = (long)(first + i) * k + j;
+            OpenAIToken *top = &tops[(long)i * k + j];
+            top->text = tokenizer_decode_len(tokenizer, &choice->top_tokens[at], 1, false, &top->len);
+            top->logprob = choice->top_logprobs[at];
+        }
+    }
+    *out = (OpenAILogprobs){entries, count};
+    return offset;
+}
+
+static void logprobs_free(OpenAILogprobs *logprobs) {
+    for (int i = 0; i < logprobs->count; i++) {
+        const OpenAILogprobEntry *entry = &logprobs->entries[i];
+        free((char *)entry->token.text);
+        for (int j = 0; j < entry->num_top; j++) free((char *)entry->top[j].text);
+    }
+    if (logprobs->count > 0) free((OpenAIToken *)logprobs->entries[0].top);
+    free((OpenAILogprobEntry *)logprobs->entries);
+    memset(logprobs, 0, sizeof *logprobs);
+}
+
+// Emits choice `index`'s text up to `upto` with the log-probs of the tokens that text
+// accounts for (streamed: as a chunk with the choice's index). `final`: the text is
+// complete, and any record left goes out even without new text.
+static void emit_settled(Job *job, int index, size_t upto, bool final) {
     Choice *choice = &job->choices[index];
-    if (upto <= choice->emitted) return;
-    if (job->stream)
-        sse_event(job, openai_chunk_json(&job->head, index, false, choice->text + choice->emitted,
-                                         upto - choice->emitted, NULL));
-    choice->emitted = upto;
+    final = final || choice->stop_hit;
+    const int records = job->logprobs ? records_within(choice, upto, final) : 0;
+    if (upto <= choice->emitted && !(final && records > choice->records_emitted)) return;
+    if (job->stream) {
+        OpenAILogprobs logprobs = {0};
+        if (job->logprobs)
+            choice->chars_emitted = logprobs_build(job, choice, choice->records_emitted, records,
+                                                   choice->chars_emitted, &logprobs);
+        size_t from = upto > choice->emitted ? choice->emitted : upto;
+        sse_event(job, openai_chunk_json(&job->head, index, false, choice->text + from, upto - from,
+                                         job->logprobs ? &logprobs : NULL, NULL));
+        logprobs_free(&logprobs);
+    }
+    if (upto > choice->emitted) choice->emitted = upto;
+    if (job->logprobs) choice->records_emitted = records;
 }
 
 static void add_text(const Job *job, Choice *choice, const char *piece, size_t length) {
     if (choice->stop_hit || length == 0) return;
     grow_append(&choice->text, &choice->text_len, &choice->text_capacity, piece, length);
     find_stop(job, choice);
+}
+
+// Keeps the log-probs of the token just generated for `choice` (the batch row's latest),
+// whose text went to [start, end) of the choice's text.
+static void record_token(const Job *job, Choice *choice, const GeneratedRow *row, size_t start, size_t end) {
+    const int t = row->length - 1, k = job->top_logprobs;
+    TokenRecord *record = &choice->records[choice->num_records];
+    *record = (TokenRecord){row->tokens[t], row->logprobs[t], start, end};
+    // The batch records as many alternatives as its most demanding request: the first k
+    // of them are this one's (most likely first, so those are the k most likely).
+    for (int j = 0; j < k; j++) {
+        choice->top_tokens[(long)choice->num_records * k + j] = row->top_tokens[(long)t * row->top_count + j];
+        choice->top_logprobs[(long)choice->num_records * k + j] = row->top_logprobs[(long)t * row->top_count + j];
+    }
+    choice->num_records++;
 }
 
 // Which answer a row of the batch generates: choice `choice` of `job`.
@@ -186,10 +301,12 @@ typedef struct {
     int num_jobs;
     BatchRow *rows;
     int num_rows;
+    const GeneratedRow *generated; // generate()'s output, filled as it goes
 } Batch;
 
 static void on_token(void *context, int row, int token) {
-    const BatchRow *owner = &((Batch *)context)->rows[row];
+    const Batch *batch = context;
+    const BatchRow *owner = &batch->rows[row];
     Job *job = owner->job;
     Choice *choice = &job->choices[owner->choice];
     const TextModel *tm = job->server->tm;
@@ -198,9 +315,12 @@ static void on_token(void *context, int row, int token) {
     char *piece = NULL;
     size_t length = 0;
     tokenizer_stream_push_len(choice->decoder, token, &piece, &length);
+    // A token after a stop string adds nothing (the row stops at it anyway).
+    if (job->logprobs && !choice->stop_hit)
+        record_token(job, choice, &batch->generated[row], choice->text_len, choice->text_len + length);
     add_text(job, choice, piece, length);
     free(piece);
-    emit_settled(job, owner->choice, settled_length(job, choice));
+    emit_settled(job, owner->choice, settled_length(job, choice), false);
 }
 
 static bool should_stop(void *context, int row, const int *tokens, int count) {
@@ -251,7 +371,7 @@ static void finish_text(Server *s, const BatchRow *owner, const GeneratedRow *ro
 static void finish_choice(const BatchRow *owner, const GeneratedRow *row) {
     Job *job = owner->job;
     Choice *choice = &job->choices[owner->choice];
-    emit_settled(job, owner->choice, choice->text_len);
+    emit_settled(job, owner->choice, choice->text_len, true);
     choice->finish_reason = choice->stop_hit || row->stop == STOP_TOKEN ? "stop" : "length";
     choice->completion_tokens = row->length;
 }
@@ -263,21 +383,28 @@ static void finish_choice(const BatchRow *owner, const GeneratedRow *row) {
 // request's tokens do not depend on its batch-mates (its log-probs only up to float
 // rounding: the batch runs through the same matmuls). The choices of a request share its
 // prompt, hence one prefill (generate() shares it between rows with the same prompt).
-static void run_batch(Server *s, const Batch *batch) {
+static void run_batch(Server *s, Batch *batch) {
     TextModel *tm = s->tm;
     const int count = batch->num_rows;
     const int **prompts = xmalloc((size_t)count * sizeof(int *));
     int *lengths = xmalloc((size_t)count * sizeof(int)), *max_new = xmalloc((size_t)count * sizeof(int));
     SamplerConfig *samplers = xmalloc((size_t)count * sizeof(SamplerConfig));
     uint64_t *seeds = xmalloc((size_t)count * sizeof(uint64_t)), *row_ids = xmalloc((size_t)count * sizeof(uint64_t));
-    int longest = 1;
+    int longest = 1, top_logprobs = 0;
     for (int b = 0; b < count; b++) {
         Job *job = batch->rows[b].job;
         const int index = batch->rows[b].choice;
-        job->choices[index].decoder = tokenizer_stream_new(tm->tokenizer, true);
+        Choice *choice = &job->choices[index];
+        choice->decoder = tokenizer_stream_new(tm->tokenizer, true);
+        if (job->logprobs) {
+            choice->records = xmalloc((size_t)job->max_new * sizeof(TokenRecord));
+            choice->top_tokens = xmalloc((size_t)job->max_new * job->top_logprobs * sizeof(int));
+            choice->top_logprobs = xmalloc((size_t)job->max_new * job->top_logprobs * sizeof(float));
+            if (job->top_logprobs > top_logprobs) top_logprobs = job->top_logprobs;
+        }
         // Each chat choice's first chunk carries the role (in choice order: a job's rows are).
         if (job->stream && job->head.kind == OPENAI_CHAT)
-            sse_event(job, openai_chunk_json(&job->head, index, true, "", 0, NULL));
+            sse_event(job, openai_chunk_json(&job->head, index, true, "", 0, NULL, NULL));
         prompts[b] = job->ids, lengths[b] = job->num_ids, max_new[b] = job->max_new;
         samplers[b] = job->sampler, seeds[b] = job->seed;
         row_ids[b] = (uint64_t)index << 40;
@@ -298,8 +425,10 @@ static void run_batch(Server *s, const Batch *batch) {
         .row_samplers = samplers,
         .row_seeds = seeds,
         .row_max_new_tokens = max_new,
+        .top_logprobs = top_logprobs,
     };
     GeneratedRow *rows = xmalloc((size_t)count * sizeof(GeneratedRow));
+    batch->generated = rows;
     generate(&tm->model, prompts, lengths, row_ids, count, &gen, rows, NULL);
     // Every choice's text first, so that a request one of whose choices halted is known to
     // have failed before any of its choices sends its last text.
@@ -325,7 +454,7 @@ static void finish_stream_locked(Job *job) {
         sse_event_locked(job, openai_error_json(&job->error));
     } else {
         for (int i = 0; i < job->num_choices; i++)
-            sse_event_locked(job, openai_chunk_json(&job->head, i, false, NULL, 0, job->choices[i].finish_reason));
+            sse_event_locked(job, openai_chunk_json(&job->head, i, false, NULL, 0, NULL, job->choices[i].finish_reason));
         if (job->include_usage)
             sse_event_locked(job, openai_usage_chunk_json(&job->head, job->num_ids, completion_tokens(job)));
     }
@@ -380,7 +509,7 @@ static void *worker_main(void *arg) {
             fprintf(stderr, "serve: generating %d requests together (%d rows)\n", count, num_rows);
         else if (count > 1)
             fprintf(stderr, "serve: generating %d requests together\n", count);
-        Batch batch = {jobs, count, rows, num_rows};
+        Batch batch = {jobs, count, rows, num_rows, NULL};
         run_batch(s, &batch);
         pthread_mutex_lock(&s->lock);
         for (int b = 0; b < count; b++) job_done_locked(s, jobs[b]);
@@ -577,6 +706,10 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     req->num_stop = 0;
     job->stream = req->stream;
     job->include_usage = req->include_usage;
+    job->logprobs = req->logprobs;
+    // generate() records at most the vocabulary.
+    job->top_logprobs = req->top_logprobs < s->tm->model.config.vocab_size ? req->top_logprobs
+                                                                           : s->tm->model.config.vocab_size;
     job->deadline = now_seconds() + s->options.request_timeout_s;
     return job;
 }
@@ -643,14 +776,18 @@ static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
         snprintf(detail, sizeof detail, "(%d + %d tokens, %.2f s)", job->num_ids, completion_tokens(job),
                  now_seconds() - start);
         OpenAIChoice choices[OPENAI_MAX_CHOICES];
+        OpenAILogprobs logprobs[OPENAI_MAX_CHOICES] = {0};
         for (int i = 0; i < job->num_choices; i++) {
             const Choice *choice = &job->choices[i];
-            choices[i] = (OpenAIChoice){choice->text ? choice->text : "", choice->text_len, choice->finish_reason};
+            if (job->logprobs) logprobs_build(job, choice, 0, choice->records_emitted, 0, &logprobs[i]);
+            choices[i] = (OpenAIChoice){choice->text ? choice->text : "", choice->text_len, choice->finish_reason,
+                                        job->logprobs ? &logprobs[i] : NULL};
         }
         result = respond_json(ex, 200,
                               openai_completion_json(&job->head, choices, job->num_choices, job->num_ids,
                                                      completion_tokens(job)),
                               detail);
+        for (int i = 0; i < job->num_choices; i++) logprobs_free(&logprobs[i]);
     }
     pthread_mutex_lock(&s->lock);
     job_unref_locked(job);

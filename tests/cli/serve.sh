@@ -184,8 +184,98 @@ def generated(path):
     row = json.loads(open(path, encoding="utf-8").readline())
     print(json.dumps([row["response"], row["prompt_tokens"], row["response_tokens"]]))
 
+def token_object(t, where):
+    # chat's {"token", "logprob", "bytes"}: a log-prob, and the bytes of the token's text
+    if not isinstance(t.get("token"), str): fail(f"{where}: token {t.get('token')!r}")
+    if not isinstance(t.get("logprob"), (int, float)) or not -9999 <= t["logprob"] <= 0: fail(f"{where}: logprob {t.get('logprob')!r}")
+    if t.get("bytes") != list(t["token"].encode("utf-8")): fail(f"{where}: bytes {t.get('bytes')!r} of {t['token']!r}")
+
+def logprob_entries(kind, lp, k, where):
+    # A choice's (or a chunk's) log-probs checked, in one shape for both APIs:
+    # ([[token, logprob, [[token, logprob] per alternative, most likely first]] per token], text_offset or None)
+    if not isinstance(lp, dict): fail(f"{where}: logprobs {lp!r}")
+    entries = []
+    if kind == "chat":
+        if set(lp) != {"content"} or not isinstance(lp["content"], list): fail(f"{where}: keys {sorted(lp)}")
+        for i, e in enumerate(lp["content"]):
+            token_object(e, f"{where} token {i}")
+            top = e.get("top_logprobs")
+            if not isinstance(top, list) or len(top) != k: fail(f"{where} token {i}: {k} alternatives wanted, got {top!r}")
+            for t in top: token_object(t, f"{where} token {i} alternative")
+            values = [t["logprob"] for t in top]
+            if values != sorted(values, reverse=True): fail(f"{where} token {i}: alternatives not most likely first: {values}")
+            entries.append([e["token"], e["logprob"], [[t["token"], t["logprob"]] for t in top]])
+        return entries, None
+    if set(lp) != {"tokens", "token_logprobs", "top_logprobs", "text_offset"}: fail(f"{where}: keys {sorted(lp)}")
+    n = len(lp["tokens"])
+    if any(len(lp[key]) != n for key in lp): fail(f"{where}: lists of lengths {[len(v) for v in lp.values()]}")
+    for i, (token, value, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
+        if not isinstance(token, str) or not isinstance(value, (int, float)) or not -9999 <= value <= 0:
+            fail(f"{where} token {i}: {token!r} {value!r}")
+        if k == 0:
+            if top is not None: fail(f"{where} token {i}: alternatives {top!r} with logprobs 0")
+            entries.append([token, value, []])
+            continue
+        # the k most likely, plus the chosen token when it is not among them
+        if not isinstance(top, dict) or not 1 <= len(top) <= k + 1 or top.get(token) != value:
+            fail(f"{where} token {i}: alternatives {top!r} for {token!r} {value!r}")
+        if any(not -9999 <= v <= 0 for v in top.values()): fail(f"{where} token {i}: alternatives {top!r}")
+        entries.append([token, value, sorted([list(kv) for kv in top.items()], key=lambda kv: -kv[1])])
+    return entries, lp["text_offset"]
+
+def text_offsets(tokens, offsets, where):
+    # 0, then each token starts where the one before ends (characters)
+    want = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    if offsets != want: fail(f"{where}: text_offset {offsets}, wanted {want} from the tokens' lengths")
+
+def logprobs(path, kind, n, k):
+    # a response asked for log-probs: prints [[text, entries] per choice]
+    o = json.load(open(path, encoding="utf-8"))
+    if len(o.get("choices", [])) != int(n): fail(f"{len(o.get('choices', []))} choices, wanted {n}")
+    out = []
+    for c in o["choices"]:
+        entries, offsets = logprob_entries(kind, c.get("logprobs"), int(k), f"choice {c['index']}")
+        if offsets is not None: text_offsets([e[0] for e in entries], offsets, f"choice {c['index']}")
+        out.append([c["message"]["content"] if kind == "chat" else c["text"], entries])
+    print(json.dumps(out))
+
+def stream_logprobs(path, kind, n, k):
+    # a stream asked for log-probs: prints what logprobs() prints for the answer, from the
+    # chunks: every chunk with text has log-probs (their entries follow each other, text
+    # offsets included), the role and finish chunks have none
+    events = open(path, encoding="utf-8").read().split("\n\n")
+    if events[-2:] != ["data: [DONE]", ""]: fail("no [DONE] at the end")
+    texts, entries, offsets = [""] * int(n), [[] for _ in range(int(n))], [[] for _ in range(int(n))]
+    for e in events[:-2]:
+        c = json.loads(e[len("data: "):])["choices"][0]
+        i = c["index"]
+        piece = c["delta"].get("content") if kind == "chat" else c["text"]
+        role_or_finish = c["finish_reason"] is not None or (kind == "chat" and "role" in c["delta"])
+        if role_or_finish:
+            if c["logprobs"] is not None: fail(f"choice {i}: logprobs on a role or finish chunk: {c}")
+            continue
+        got, got_offsets = logprob_entries(kind, c["logprobs"], int(k), f"choice {i} chunk")
+        texts[i] += piece
+        entries[i] += got
+        offsets[i] += got_offsets or []
+    for i in range(int(n)):
+        if kind != "chat": text_offsets([e[0] for e in entries[i]], offsets[i], f"streamed choice {i}")
+    print(json.dumps([list(a) for a in zip(texts, entries)]))
+
+def chunks_carry_their_tokens(path, kind):
+    # plain text streamed without stop strings: each chunk's tokens are the chunk's text
+    for e in open(path, encoding="utf-8").read().split("\n\n")[:-2]:
+        c = json.loads(e[len("data: "):])["choices"][0]
+        if c["logprobs"] is None: continue
+        piece = c["delta"].get("content") if kind == "chat" else c["text"]
+        tokens = [t["token"] for t in c["logprobs"]["content"]] if kind == "chat" else c["logprobs"]["tokens"]
+        if "".join(tokens) != piece: fail(f"a chunk's text {piece!r} with the tokens {tokens}")
+
 kind = sys.argv[1]
-if kind == "completion": completion(sys.argv[2], sys.argv[3], sys.argv[4])
+if kind == "logprobs": logprobs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+elif kind == "stream_logprobs": stream_logprobs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+elif kind == "chunks_carry_their_tokens": chunks_carry_their_tokens(sys.argv[2], sys.argv[3])
+elif kind == "completion": completion(sys.argv[2], sys.argv[3], sys.argv[4])
 elif kind == "stream": stream(sys.argv[2], sys.argv[3])
 elif kind == "choices": choices(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
 elif kind == "stream_choices": stream_choices(sys.argv[2], sys.argv[3], sys.argv[4])
@@ -391,6 +481,44 @@ expect_api_error prompt_bad_token_id 400 "" POST /v1/completions '{"prompt": [5,
 python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "hello " * 400}]}))' > "$tmp/long.json"
 expect_api_error prompt_too_long 400 context_length_exceeded POST /v1/chat/completions "@$tmp/long.json"
 expect_api_error penalty_unsupported 400 "" POST /v1/chat/completions "{$msg, \"frequency_penalty\": 1}"
+# Log-probs: chat's top_logprobs is 0..20 and needs logprobs true, chat's logprobs is a
+# boolean, completions' logprobs 0..5 (and top_logprobs is chat's): 400 naming the parameter.
+bad_logprobs=("chat top_logprobs {$msg, \"logprobs\": true, \"top_logprobs\": 21}"
+              "chat top_logprobs {$msg, \"top_logprobs\": 2}"
+              "chat top_logprobs {$msg, \"logprobs\": false, \"top_logprobs\": 1}"
+              "chat top_logprobs {$msg, \"logprobs\": true, \"top_logprobs\": -1}"
+              "chat logprobs {$msg, \"logprobs\": \"yes\"}"
+              "chat logprobs {$msg, \"logprobs\": 1}"
+              "completions logprobs {\"prompt\": \"hi\", \"logprobs\": 6}"
+              "completions logprobs {\"prompt\": \"hi\", \"logprobs\": true}"
+              "completions top_logprobs {\"prompt\": \"hi\", \"logprobs\": 2, \"top_logprobs\": 2}")
+for case in "${bad_logprobs[@]}"; do
+    read -r route param body <<< "$case"
+    path=/v1/completions
+    [ "$route" = chat ] && path=/v1/chat/completions
+    status=$(request POST "$path" "$body")
+    if why=$(check error "$tmp/body" invalid_value "$param") && [ "$status" = 400 ]; then
+        pass "logprobs_refused ($body)"
+    else
+        fail "logprobs_refused ($body)" "$status $why"
+    fi
+done
+# Their neutral values change nothing: "logprobs": null on every choice.
+status=$(request POST /v1/chat/completions "$(stream_body "$greedy_chat" '{"logprobs": false, "top_logprobs": 0}')")
+got=$(check completion "$tmp/body" chat 24)
+[ "$status" = 200 ] && [ "$got" = "$chat1" ] && python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["choices"][0]["logprobs"] is not None)' "$tmp/body" &&
+    pass logprobs_off_is_null || fail logprobs_off_is_null "$status $got vs $chat1"
+# Completions' logprobs 0: each token's log-prob without alternatives (null in top_logprobs),
+# the same answer as without log-probs, and one entry per generated token (no stop token
+# here: the text model has none in plain completions unless it draws its EOS).
+status=$(request POST /v1/completions '{"prompt": "Once upon a time", "temperature": 0.7, "seed": 3, "max_tokens": 16, "logprobs": 0}')
+got=$(check logprobs "$tmp/body" text 1 0)
+python3 - "$got" "$text1" <<'PY' && [ "$status" = 200 ] && pass completions_logprobs_0 || fail completions_logprobs_0 "$status $got vs $text1"
+import json, sys
+(text, entries), = json.loads(sys.argv[1])
+plain = json.loads(sys.argv[2])
+sys.exit(0 if text == plain[0] and 1 <= len(entries) <= plain[3] and all(e[2] == [] for e in entries) else 1)
+PY
 expect_api_error unknown_route 404 unknown_url GET /v1/nothing
 expect_api_error unknown_route_post 404 unknown_url POST /completions '{}'
 expect_api_error get_on_post_route 405 method_not_allowed GET /v1/chat/completions
@@ -478,6 +606,95 @@ if [ -f "$real_model" ]; then
         got=$(check text "$real")
         [ "$status" = 200 ] && [ -n "$got" ] && [ "$got" != '""' ] && [ "$got" = "$want" ] &&
             pass real_model_answer || fail real_model_answer "$status $got vs $want"
+
+        # Log-probs, greedy: each token is its own most likely alternative with the same
+        # log-prob, three alternatives most likely first, the tokens make up the answer, and
+        # the log-probs are generate's for the same tokens (its ids end with the stop token,
+        # which has no entry).
+        export SERVED_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf
+        status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "'"$question"'"}], "temperature": 0, "max_tokens": 8, "logprobs": true, "top_logprobs": 3}')
+        got=$(check logprobs "$tmp/body" chat 1 3)
+        why=$(python3 - "$got" "$tmp/real_generate.jsonl" <<'PY'
+import json, sys
+(text, entries), = json.loads(sys.argv[1])
+row = json.loads(open(sys.argv[2]).readline())
+want = row["logprobs"][:len(row["ids"]) - (row["stop_reason"] == "stop_token")]
+if not entries: print("no entries")
+elif any(e[0] != e[2][0][0] or e[1] != e[2][0][1] for e in entries): print(f"a greedy token is not its first alternative: {entries}")
+elif "".join(e[0] for e in entries) != text or text != row["response"]: print(f"tokens {[e[0] for e in entries]} vs {text!r} vs {row['response']!r}")
+elif len(entries) != len(want) or any(abs(e[1] - w) > 1e-5 for e, w in zip(entries, want)):
+    print(f"log-probs {[e[1] for e in entries]} vs generate's {want}")
+else: print("ok")
+PY
+)
+        [ "$status" = 200 ] && [ "$why" = ok ] && pass real_model_logprobs_greedy || fail real_model_logprobs_greedy "$status $why $got"
+
+        # Completions, logprobs 2: lists of one length, offsets from the tokens' lengths, the
+        # tokens make up the text.
+        lp_text='{"prompt": "The best thing about rainy days is", "temperature": 0.8, "seed": 5, "max_tokens": 12, "logprobs": 2}'
+        status=$(request POST /v1/completions "$lp_text")
+        got=$(check logprobs "$tmp/body" text 1 2)
+        python3 -c 'import json,sys; (t, e), = json.loads(sys.argv[1]); sys.exit(0 if e and "".join(x[0] for x in e) == t else 1)' "$got" &&
+            [ "$status" = 200 ] && pass real_model_completions_logprobs || fail real_model_completions_logprobs "$status $got"
+        # Streamed, the chunks' entries add up to the same (text offsets continuing).
+        request POST /v1/completions "$(stream_body "$lp_text" '{"stream": true}')" -N > /dev/null
+        streamed=$(check stream_logprobs "$tmp/body" text 1 2)
+        why=$(check chunks_carry_their_tokens "$tmp/body" text)
+        [ -n "$got" ] && [ "$streamed" = "$got" ] && [ -z "$why" ] && pass real_model_completions_logprobs_stream ||
+            fail real_model_completions_logprobs_stream "$why $streamed vs $got"
+
+        # Chat, sampled, streamed: each chunk carries its own tokens, and the entries of all
+        # the chunks are the non-streamed ones; with a stop string too, where the entries
+        # stop at the token the cut splits.
+        lp_chat='{"messages": [{"role": "user", "content": "Tell me about cats."}], "temperature": 0.8, "seed": 9, "max_tokens": 16, "logprobs": true, "top_logprobs": 2}'
+        request POST /v1/chat/completions "$lp_chat" > /dev/null
+        plain=$(check logprobs "$tmp/body" chat 1 2)
+        request POST /v1/chat/completions "$(stream_body "$lp_chat" '{"stream": true}')" -N > /dev/null
+        streamed=$(check stream_logprobs "$tmp/body" chat 1 2)
+        why=$(check chunks_carry_their_tokens "$tmp/body" chat)
+        python3 -c 'import json,sys; (t, e), = json.loads(sys.argv[1]); sys.exit(0 if len(e) >= 8 and "".join(x[0] for x in e) == t else 1)' "$plain" &&
+            [ "$streamed" = "$plain" ] && [ -z "$why" ] && pass real_model_chat_logprobs_stream ||
+            fail real_model_chat_logprobs_stream "$why $streamed vs $plain"
+        # The stop string: two characters from the middle of the answer, inside a token.
+        stop=$(python3 -c 'import json,sys; (t, e), = json.loads(sys.argv[1]); n = len(t) // 2; print(json.dumps(t[n:n + 2]))' "$plain")
+        request POST /v1/chat/completions "$(stream_body "$lp_chat" '{"stop": '"$stop"'}')" > /dev/null
+        cut=$(check logprobs "$tmp/body" chat 1 2)
+        request POST /v1/chat/completions "$(stream_body "$lp_chat" '{"stop": '"$stop"', "stream": true}')" -N > /dev/null
+        streamed=$(check stream_logprobs "$tmp/body" chat 1 2)
+        why=$(python3 - "$cut" "$plain" "$stop" <<'PY'
+import json, sys
+(text, entries), = json.loads(sys.argv[1])
+(whole, all_entries), = json.loads(sys.argv[2])
+stop = json.loads(sys.argv[3])
+tokens = [e[0] for e in entries]
+if text != whole[:whole.find(stop)]: print(f"text {text!r}, wanted the answer {whole!r} cut at {stop!r}")
+elif entries != all_entries[:len(entries)]: print("the entries are not the answer's first ones")
+# the last entry is the token whose text the cut splits (or ends at the cut)
+elif not ("".join(tokens).startswith(text) and len("".join(tokens[:-1])) < len(text) <= len("".join(tokens))):
+    print(f"tokens {tokens} for {text!r}")
+else: print("ok")
+PY
+)
+        [ "$why" = ok ] && [ "$streamed" = "$cut" ] && pass real_model_logprobs_stop_string ||
+            fail real_model_logprobs_stop_string "$why; streamed $streamed vs $cut"
+
+        # n = 2: each choice its own list, consistent with its own text; choice 0's tokens are
+        # the answer of n = 1 (log-probs within float rounding: 2 rows instead of 1).
+        request POST /v1/chat/completions "$(stream_body "$lp_chat" '{"n": 2}')" > /dev/null
+        two=$(check logprobs "$tmp/body" chat 2 2)
+        why=$(python3 - "$two" "$plain" <<'PY'
+import json, sys
+choices = json.loads(sys.argv[1])
+(alone_text, alone), = json.loads(sys.argv[2])
+if any("".join(e[0] for e in entries) != text or not entries for text, entries in choices): print("tokens vs text")
+elif choices[0][0] == choices[1][0]: print("both choices are the same")
+elif [e[0] for e in choices[0][1]] != [e[0] for e in alone] or any(abs(a[1] - b[1]) > 1e-4 for a, b in zip(choices[0][1], alone)):
+    print("choice 0 is not the answer of n = 1")
+else: print("ok")
+PY
+)
+        [ "$why" = ok ] && pass real_model_logprobs_n_2 || fail real_model_logprobs_n_2 "$why: $two"
+        unset SERVED_MODEL
 
         # While one request generates, a second is over --max-concurrent 1: 429.
         long='{"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "temperature": 0, "max_tokens": 32}'
