@@ -36,7 +36,7 @@ if not os.path.exists(q8_path):
 
 for label, path in (("f32", f32_path), ("q8_0", q8_path), ("q4_1", args.model)):
     llm = llama_cpp.Llama(model_path=path, n_ctx=args.prompt + args.new + 8, n_threads=args.threads,
-                          n_threads_batch=args.threads, n_batch=512, verbose=False)
+                          n_threads_batch=args.threads, n_batch=max(512, args.prompt + args.new + 8), verbose=False)
     import random
     rng = random.Random(5)
     prompt = [rng.randrange(100, 20100) for _ in range(args.prompt)]
