@@ -99,15 +99,19 @@ def completion(path, kind, max_tokens):
         fail(f"usage {u}")
     print(json.dumps([text, c["finish_reason"], u["prompt_tokens"], u["completion_tokens"]]))
 
-def stream(path, kind):
-    # prints [text, finish_reason] from the Server-Sent Events
+def sse_chunks(path):
+    # the JSON chunks of a Server-Sent Events stream, which must end with data: [DONE]
     raw = open(path, encoding="utf-8").read()
     if not raw.endswith("\n\n"): fail("stream does not end with a blank line")
     events = raw[:-2].split("\n\n")
     if any(not e.startswith("data: ") for e in events): fail("an event is not a data line")
     payloads = [e[len("data: "):] for e in events]
     if payloads[-1] != "[DONE]": fail("no [DONE] at the end")
-    chunks = [json.loads(p) for p in payloads[:-1]]
+    return [json.loads(p) for p in payloads[:-1]]
+
+def stream(path, kind):
+    # prints [text, finish_reason] from the Server-Sent Events
+    chunks = sse_chunks(path)
     if not chunks: fail("no chunks")
     text, finishes = "", []
     for i, ch in enumerate(chunks):
@@ -144,13 +148,7 @@ def stream_choices(path, kind, n):
     # a stream of n choices: prints [[text, finish_reason] per choice, usage or None]. Each
     # choice's chunks carry its index; each ends with one finish chunk after all its text;
     # then the usage chunk (when asked), then [DONE].
-    raw = open(path, encoding="utf-8").read()
-    if not raw.endswith("\n\n"): fail("stream does not end with a blank line")
-    events = raw[:-2].split("\n\n")
-    if any(not e.startswith("data: ") for e in events): fail("an event is not a data line")
-    payloads = [e[len("data: "):] for e in events]
-    if payloads[-1] != "[DONE]": fail("no [DONE] at the end")
-    chunks = [json.loads(p) for p in payloads[:-1]]
+    chunks = sse_chunks(path)
     usage = None
     if chunks and chunks[-1]["choices"] == []:
         usage = chunks.pop()["usage"]
