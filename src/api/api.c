@@ -100,7 +100,7 @@ marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *par
         }
         rc = load_reward_model(&model->text, path, device);
     } else {
-        rc = params->quantize ? quantize_type_check(params->quantize) : 0;
+        rc = params->quantize ? quantize_type_check(params->quantize, "marlhf_model_load: quantize") : 0;
         if (rc == 0)
             rc = text_model_load(&model->text, path, params->lora_adapter, device, params->quantize,
                                  params->chat_template, false);

@@ -55,7 +55,7 @@ int cmd_chat(int argc, char **argv) {
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
-    if (quantize_type_check(quantize) != 0) die_from_err();
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     cli_set_threads(threads);
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, true) != 0) die_from_err();

@@ -192,7 +192,7 @@ int cmd_generate(int argc, char **argv) {
     if (sequences < 1 || sequences > 4096) die_user("--num-return-sequences must be in [1, 4096], got %ld", sequences);
     if (sequences > 1 && (greedy || temperature == 0))
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
-    if (quantize_type_check(quantize) != 0) die_from_err();
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     cli_set_threads(threads);
 
     TextModel tm;

@@ -164,7 +164,7 @@ int cmd_infer(int argc, char **argv) {
                      "marlhf infer --model POLICY --reward-model RM --data FILE.jsonl [options]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
-    if (quantize_type_check(quantize) != 0) die_from_err();
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     cli_set_threads(threads);
     const int rank = dist_rank(), world = dist_world_size();
     quiet = quiet || rank != 0;

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "cli/options.h"
+#include "model/quantize.h"
 #include "core/check.h"
 #include "rl/ppo.h"
 #include "train/lr_schedule.h"
@@ -25,6 +26,7 @@ int cmd_ppo(int argc, char **argv) {
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
     long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1;
     char *estimator = "gae";
+    const char *reference_quantize = "none", *reward_quantize = "none";
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
     double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
@@ -42,6 +44,12 @@ int cmd_ppo(int argc, char **argv) {
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
         {"reference-model", "reference_model", OPT_STRING, &reference, "frozen reference (default: the actor's start)", false, false},
+        {"reference-quantize", "reference_quantize", OPT_STRING, &reference_quantize,
+         "none, or q8_0: the reference's weights in 8 bits (CPU; a third of the memory; its log-probs, hence the KL, "
+         "move by the quantization's error)", false, false},
+        {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
+         "none, or q8_0: the reward model's weights in 8 bits (CPU; a third of the memory; scores move by the "
+         "quantization's error)", false, false},
         {"prompts", "data data_path", OPT_STRING, &prompts, "prompts (any supported schema; the prompt field is used)", true, false},
         {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder", true, false},
@@ -176,6 +184,9 @@ int cmd_ppo(int argc, char **argv) {
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
 
+    if (quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
+    if (quantize_type_check(reward_quantize, "--reward-quantize") != 0) die_from_err();
+    c.reference_quantize = reference_quantize, c.reward_quantize = reward_quantize;
     if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
     else if (!strcmp(reward, "lexicon")) c.reward = REWARD_LEXICON;
     else if (!strcmp(reward, "code")) c.reward = REWARD_CODE;

@@ -59,7 +59,7 @@ int cmd_serve(int argc, char **argv) {
     if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
-    if (quantize_type_check(quantize) != 0) die_from_err();
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     cli_set_threads(threads);
 
     TextModel tm;

@@ -9,25 +9,25 @@
 #include "core/check.h"
 #include "ops/q8.h"
 
-int quantize_type_check(const char *type) {
+int quantize_type_check(const char *type, const char *option) {
     if (strcmp(type, "none") == 0 || strcmp(type, "q8_0") == 0) return 0;
-    return err_set("unknown quantization '%s' (--quantize): none or q8_0", type);
+    return err_set("unknown quantization '%s' (%s): none or q8_0", type, option);
 }
 
 static bool wants_quantization(const char *type) { return type && strcmp(type, "none") != 0; }
 
 int quantized_begin(Model *model, const char *type) {
-    if (quantize_type_check(type) != 0) return -1;
+    if (quantize_type_check(type, "--quantize") != 0) return -1;
     const ModelConfig *cfg = &model->config;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8) {
-        return err_set("--quantize %s runs on the CPU only (this model is on %s)", type, model->ops->name);
+        return err_set("8-bit weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
     }
-    if (model->grads) return err_set("--quantize %s is for inference: this model is being trained", type);
-    if (model->quantized) return err_set("the model is already quantized (--quantize)");
+    if (model->grads) return err_set("8-bit weights (%s) are for inference: this model is being trained", type);
+    if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim;
     if (C % Q8_BLOCK || I % Q8_BLOCK || q_dim % Q8_BLOCK)
-        return err_set("--quantize %s needs the model's hidden, intermediate and attention sizes to be "
+        return err_set("8-bit weights (%s) need the model's hidden, intermediate and attention sizes to be "
                        "multiples of %d (they are %d, %d, %d)", type, Q8_BLOCK, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
@@ -97,7 +97,7 @@ void quantized_take(Model *model, const ParamEntry *entry) {
 }
 
 int model_quantize(Model *model, const char *type) {
-    if (!wants_quantization(type)) return type ? quantize_type_check(type) : 0;
+    if (!wants_quantization(type)) return type ? quantize_type_check(type, "--quantize") : 0;
     if (quantized_begin(model, type) != 0) return -1;
     for (int i = 0; i < model_base_entries(model); i++) quantized_take(model, &model->table.entries[i]);
     return 0;

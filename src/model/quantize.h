@@ -28,8 +28,8 @@ typedef struct ModelQuantized {
 } ModelQuantized;
 
 // The names --quantize takes: "none" (float32) or "q8_0". Returns 0, or -1 with err_set()
-// naming the option.
-int quantize_type_check(const char *type);
+// naming `option` (the option or field that gave the name).
+int quantize_type_check(const char *type, const char *option);
 
 // Quantizes a loaded model's linear layers and LM head to `type` and releases their
 // float32 copies; "none" (or NULL) does nothing. The model must be on the CPU and have no

@@ -17,6 +17,7 @@
 #include "eval/lexicon.h"
 #include "io/fs.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "rl/code_reward.h"
 #include "rl/command_reward.h"
@@ -939,6 +940,17 @@ static int load_model(Model *model, const char *path, const OpsBackend *ops, boo
     return model_load(model, path, ops, &options);
 }
 
+// A frozen model (the reference or the reward model), in 8 bits when asked: quantized as
+// it is read, or after its saved adapter is on (the adapter needs the float32 base).
+static int load_frozen_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
+                             const char *quantize, const char *adapter, uint64_t seed) {
+    ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
+                                .require_value_head = value_head, .quantize = adapter ? NULL : quantize};
+    if (model_load(model, path, ops, &options) != 0) return -1;
+    if (adapter && model_load_lora_adapter(model, adapter, false, seed) != 0) return -1;
+    return adapter ? model_quantize(model, quantize) : 0;
+}
+
 // End-of-turn tokens of chat formats stop a response as EOS does.
 static void collect_stop_tokens(Ppo *p) {
     static const char *pieces[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
@@ -992,17 +1004,18 @@ static int setup(Ppo *p) {
     // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
     // saved adapter is part of the starting policy, so the reference carries it too.
     p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path && !c->actor_lora_adapter;
+    if (p->reference_is_actor_base && c->reference_quantize && strcmp(c->reference_quantize, "none") != 0)
+        return err_set("--reference-quantize: the reference is the actor's own base (actor LoRA without "
+                       "--reference-model), whose weights the actor trains on");
     if (!p->reference_is_actor_base &&
-        load_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false, false, 0) != 0)
-        return -1;
-    if (!c->reference_path && c->actor_lora_adapter &&
-        model_load_lora_adapter(&p->reference, c->actor_lora_adapter, false, c->seed) != 0)
+        load_frozen_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false,
+                          c->reference_quantize, c->reference_path ? NULL : c->actor_lora_adapter, c->seed) != 0)
         return -1;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
     p->has_critic = c->estimator == ESTIMATOR_GAE;
     if (c->reward == REWARD_MODEL) {
         if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
-        if (load_model(&p->reward, c->reward_path, ops, false, true, true, 0) != 0) return -1;
+        if (load_frozen_model(&p->reward, c->reward_path, ops, false, true, c->reward_quantize, NULL, 0) != 0) return -1;
         p->has_reward_model = true;
     }
     // The critic starts from the reward model (DeepSpeed-Chat, OpenRLHF); without one, from

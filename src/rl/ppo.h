@@ -57,6 +57,9 @@ typedef struct {
     const char *actor_lora_adapter, *critic_lora_adapter; // start from these saved adapters (or NULL)
     const char *reward_path;    // the reward model (REWARD_MODEL)
     const char *critic_path;    // default: reward_path
+    // "q8_0": the frozen reference / reward model's weights in 8 bits (model/quantize.h,
+    // CPU only; NULL or "none": float32). Not the reference when it is the actor's own base.
+    const char *reference_quantize, *reward_quantize;
     const char *prompts_path, *eval_prompts_path, *data_format, *data_split;
     int data_phase;
     const char *ptx_path;       // SFT data mixed into the actor loss (PPO-ptx)

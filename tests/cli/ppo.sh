@@ -41,6 +41,25 @@ for key in train/kl train/entropy train/clip_fraction train/approx_kl train/macr
 done
 [ -s "$tmp/fixed5/samples/final.jsonl" ] && pass ppo_samples || fail ppo_samples "no samples"
 
+# The frozen reference and reward model in 8 bits: the first rollout is the float32 run's
+# (the actor stays float32), its scores move by the reward model's quantization only, and
+# the KL to a reference that starts as the actor is no longer exactly 0 (measured: score
+# -0.7246 against -0.7296, KL -0.0006 against 0).
+run q8_frozen --termination-condition fixed --ngram 5 --max-iterations 1 --reference-quantize q8_0 --reward-quantize q8_0
+python3 - "$tmp/fixed5/metrics.jsonl" "$tmp/q8_frozen/metrics.jsonl" <<'PY' &&
+import json, sys
+f32, q8 = ([json.loads(l) for l in open(p) if '"train/score"' in l][0] for p in sys.argv[1:])
+ok = 0 < abs(q8["train/score"] - f32["train/score"]) <= 0.05 and f32["train/kl"] == 0.0
+ok &= q8["train/kl"] != 0.0 and abs(q8["train/kl"]) < 0.01
+print(f"  first iteration: score {f32['train/score']} -> {q8['train/score']}, kl {f32['train/kl']} -> {q8['train/kl']}",
+      file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+    pass frozen_models_quantized || fail frozen_models_quantized "$(tail -n 3 "$tmp/q8_frozen.err")"
+expect_error bad_reward_quantize "--reward-quantize" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-quantize q4
+expect_error reference_quantize_actor_base "--reference-quantize" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --actor-lora-rank 4 --reference-quantize q8_0
+
 for condition in randomized ppl parsing; do
     run "$condition" --termination-condition "$condition"
     [ -f "$tmp/$condition/final/actor/model.safetensors" ] && pass "termination_$condition" ||
