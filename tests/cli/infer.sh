@@ -60,6 +60,25 @@ ok = ok and sum(r["reward"] > r["rejected_reward"] for r in rows) > 0.6 * len(ro
 sys.exit(0 if ok else 1)
 PY
 
+# The reward model in 8 bits (--reward-quantize q8_0): the same pairs scored within a few
+# hundredths of the float32 scores (not exactly: the quantization moves them), with the
+# same preference on most pairs.
+"$bin" infer --reward-model "$tmp/rm/final" --data "$data/pairs.jsonl" --ref-scores --count 0 --output "$tmp/ref_q8.jsonl" \
+    --reward-quantize q8_0 --quiet --threads 2 2> /dev/null
+python3 - "$tmp/ref.jsonl" "$tmp/ref_q8.jsonl" <<'PY' && pass infer_reward_quantize || fail infer_reward_quantize "scores"
+import json, sys
+f32, q8 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+pairs = list(zip(f32, q8))
+moved = [abs(a[k] - b[k]) for a, b in pairs for k in ("reward", "rejected_reward")]
+spread = max(abs(a[k]) for a, _ in pairs for k in ("reward", "rejected_reward"))
+same = sum((a["reward"] > a["rejected_reward"]) == (b["reward"] > b["rejected_reward"]) for a, b in pairs)
+print(f"  reward-quantize: scores moved at most {max(moved):.4f} (largest |score| {spread:.3f}); "
+      f"{same}/{len(pairs)} preferences kept", file=sys.stderr)
+sys.exit(0 if len(q8) == len(f32) and 0 < max(moved) <= 0.05 * spread and same >= 0.9 * len(pairs) else 1)
+PY
+expect_error infer_bad_reward_quantize "--reward-quantize" "$bin" infer --reward-model "$tmp/rm/final" \
+    --data "$data/pairs.jsonl" --ref-scores --output "$tmp/x.jsonl" --reward-quantize int8
+
 expect_error infer_existing_output "--overwrite" "$bin" infer "${args[@]}" --output "$tmp/a.jsonl"
 cmp -s "$tmp/a.jsonl" "$tmp/b.jsonl" && pass infer_existing_output_kept || fail infer_existing_output_kept "changed"
 expect_error infer_ref_scores_need_pairs "--ref-scores" "$bin" infer --reward-model "$tmp/rm/final" \
