@@ -156,7 +156,7 @@ int cmd_infer(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the policy's weights in 8 bits (CPU; faster decoding, half the memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the policy's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
          "none, or q8_0: the reward model's weights in 8 bits (CPU; a third of the memory; scores move by the quantization's error)",
          false, false},

@@ -44,7 +44,7 @@ int cmd_serve(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: decode with 8-bit copies of the linear weights (CPU; faster, not smaller)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the model's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     OptionSet set = {"serve", "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models).",
