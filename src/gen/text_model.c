@@ -3,8 +3,6 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "model/lora.h"
-#include "model/quantize.h"
 #include "model/weights_io.h"
 
 // End-of-turn tokens of the chat formats marlhf knows; generation stops on any of them
@@ -16,15 +14,9 @@ int text_model_load(TextModel *tm, const char *path, const char *lora_adapter, c
     memset(tm, 0, sizeof *tm);
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) return -1;
-    // Without an adapter the weights are quantized as they are read (the float32 model never
-    // exists in full); an adapter needs the float32 base it was trained on, so then the whole
-    // model is loaded first and quantized after.
-    ModelLoadOptions load = {.with_lm_head = true, .quantize = lora_adapter ? NULL : quantize};
-    if (model_load(&tm->model, path, ops, &load) != 0) return -1;
-    int rc = 0;
-    if (lora_adapter) rc = model_load_lora_adapter(&tm->model, lora_adapter, false, 0);
-    if (rc == 0 && lora_adapter) rc = model_quantize(&tm->model, quantize);
-    if (rc == 0) rc = tokenizer_load(&tm->tokenizer, path);
+    ModelLoadOptions load = {.with_lm_head = true, .quantize = quantize};
+    if (model_load_with_adapter(&tm->model, path, ops, &load, lora_adapter, 0) != 0) return -1;
+    int rc = tokenizer_load(&tm->tokenizer, path);
     if (rc == 0 && tokenizer_vocab_size(tm->tokenizer) > tm->model.config.vocab_size)
         rc = err_set("tokenizer has %d tokens but the model only %d (%s)", tokenizer_vocab_size(tm->tokenizer),
                      tm->model.config.vocab_size, path);

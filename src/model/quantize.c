@@ -14,7 +14,7 @@ int quantize_type_check(const char *type, const char *option) {
     return err_set("unknown quantization '%s' (%s): none or q8_0", type, option);
 }
 
-static bool wants_quantization(const char *type) { return type && strcmp(type, "none") != 0; }
+bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
 
 int quantized_begin(Model *model, const char *type) {
     if (quantize_type_check(type, "--quantize") != 0) return -1;
@@ -97,7 +97,7 @@ void quantized_take(Model *model, const ParamEntry *entry) {
 }
 
 int model_quantize(Model *model, const char *type) {
-    if (!wants_quantization(type)) return type ? quantize_type_check(type, "--quantize") : 0;
+    if (!quantize_requested(type)) return 0;
     if (quantized_begin(model, type) != 0) return -1;
     for (int i = 0; i < model_base_entries(model); i++) quantized_take(model, &model->table.entries[i]);
     return 0;

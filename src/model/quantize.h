@@ -27,6 +27,9 @@ typedef struct ModelQuantized {
     bool head_is_embedding;
 } ModelQuantized;
 
+// True when `type` asks for quantized weights (not NULL and not "none").
+bool quantize_requested(const char *type);
+
 // The names --quantize takes: "none" (float32) or "q8_0". Returns 0, or -1 with err_set()
 // naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);

@@ -1,7 +1,5 @@
 #include "model/weights_io.h"
 
-#include "model/quantize.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,7 +106,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
     }
 
     model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
-    bool quantize = options->quantize && strcmp(options->quantize, "none") != 0;
+    bool quantize = quantize_requested(options->quantize);
     if (quantize && quantized_begin(model, options->quantize) != 0) {
         model_free(model);
         if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
@@ -174,6 +172,19 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
     }
     if (rc != 0) model_free(model);
     return rc;
+}
+
+int model_load_with_adapter(Model *model, const char *path, const OpsBackend *ops, const ModelLoadOptions *options,
+                            const char *adapter, uint64_t adapter_seed) {
+    if (!adapter) return model_load(model, path, ops, options);
+    ModelLoadOptions float32 = *options;
+    float32.quantize = NULL;
+    if (model_load(model, path, ops, &float32) != 0) return -1;
+    if (model_load_lora_adapter(model, adapter, false, adapter_seed) != 0 || model_quantize(model, options->quantize) != 0) {
+        model_free(model);
+        return -1;
+    }
+    return 0;
 }
 
 int model_read_named_tensors(const Model *model, const char *path, const char *name_prefix, float *dst) {

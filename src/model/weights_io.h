@@ -29,6 +29,14 @@ typedef struct {
 int model_load(Model *model, const char *path, const OpsBackend *ops,
                const ModelLoadOptions *options);
 
+// model_load, then the LoRA adapter saved in `adapter` on top when not NULL (model/lora.h).
+// options->quantize applies either way: without an adapter the weights are quantized as
+// they are read (the float32 model never exists in full); an adapter needs the float32
+// base it was trained on, so then the whole model is loaded first and quantized after.
+// Returns 0, or -1 with err_set() (nothing left allocated).
+int model_load_with_adapter(Model *model, const char *path, const OpsBackend *ops, const ModelLoadOptions *options,
+                            const char *adapter, uint64_t adapter_seed);
+
 // Replaces the weights of an existing model by those saved at `path` (same architecture and
 // heads): how a resumed run restores a checkpoint.
 int model_reload_weights(Model *model, const char *path);

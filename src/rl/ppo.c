@@ -940,15 +940,13 @@ static int load_model(Model *model, const char *path, const OpsBackend *ops, boo
     return model_load(model, path, ops, &options);
 }
 
-// A frozen model (the reference or the reward model), in 8 bits when asked: quantized as
-// it is read, or after its saved adapter is on (the adapter needs the float32 base).
+// A frozen model (the reference or the reward model), in 8 bits when asked, with its saved
+// adapter when given.
 static int load_frozen_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
                              const char *quantize, const char *adapter, uint64_t seed) {
     ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
-                                .require_value_head = value_head, .quantize = adapter ? NULL : quantize};
-    if (model_load(model, path, ops, &options) != 0) return -1;
-    if (adapter && model_load_lora_adapter(model, adapter, false, seed) != 0) return -1;
-    return adapter ? model_quantize(model, quantize) : 0;
+                                .require_value_head = value_head, .quantize = quantize};
+    return model_load_with_adapter(model, path, ops, &options, adapter, seed);
 }
 
 // End-of-turn tokens of chat formats stop a response as EOS does.
@@ -1004,7 +1002,7 @@ static int setup(Ppo *p) {
     // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
     // saved adapter is part of the starting policy, so the reference carries it too.
     p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path && !c->actor_lora_adapter;
-    if (p->reference_is_actor_base && c->reference_quantize && strcmp(c->reference_quantize, "none") != 0)
+    if (p->reference_is_actor_base && quantize_requested(c->reference_quantize))
         return err_set("--reference-quantize: the reference is the actor's own base (actor LoRA without "
                        "--reference-model), whose weights the actor trains on");
     if (!p->reference_is_actor_base &&
