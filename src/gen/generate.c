@@ -25,6 +25,18 @@ void generated_row_free(GeneratedRow *row) {
     memset(row, 0, sizeof *row);
 }
 
+void generated_row_alloc(GeneratedRow *row, int max_new_tokens, int top_count) {
+    memset(row, 0, sizeof *row);
+    row->tokens = xmalloc((size_t)max_new_tokens * sizeof(int));
+    row->logprobs = xmalloc((size_t)max_new_tokens * sizeof(float));
+    row->sampling_logprobs = xmalloc((size_t)max_new_tokens * sizeof(float));
+    if (top_count > 0) {
+        row->top_count = top_count;
+        row->top_tokens = xmalloc((size_t)max_new_tokens * top_count * sizeof(int));
+        row->top_logprobs = xmalloc((size_t)max_new_tokens * top_count * sizeof(float));
+    }
+}
+
 // log softmax(logits)[token], summed in double.
 static float log_softmax_at(const float *logits, int V, int token) {
     float max_logit = logits[0];
@@ -80,6 +92,20 @@ static int distinct_prompts(const int *const *prompts, const int *prompt_lengths
     return U;
 }
 
+void generated_row_append(GeneratedRow *row, const float *logits, int V, SampledToken picked) {
+    row->tokens[row->length] = picked.token;
+    row->logprobs[row->length] = picked.logprob;
+    row->sampling_logprobs[row->length] = picked.sampling_logprob;
+    if (row->top_count > 0)
+        record_top(logits, V, row->top_count, row->top_tokens + (long)row->length * row->top_count,
+                   row->top_logprobs + (long)row->length * row->top_count);
+    row->length++;
+}
+
+double generate_uniform(uint64_t seed, uint64_t row_id, int step) {
+    return rng_uniform_double(seed, rng_stream("sample", row_id, 0), (uint64_t)step);
+}
+
 static bool is_stop_token(const GenerateOptions *options, int token) {
     for (int i = 0; i < options->num_stop_tokens; i++)
         if (options->stop_tokens[i] == token) return true;
@@ -107,18 +133,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         for (int t = 0; t < row_start[b]; t++) tokens[(long)b * T0 + t] = options->pad_token;
         memcpy(tokens + (long)b * T0 + row_start[b], prompts[b], (size_t)prompt_lengths[b] * sizeof(int));
     }
-    for (int b = 0; b < B; b++) {
-        memset(&out[b], 0, sizeof out[b]);
-        out[b].tokens = xmalloc((size_t)max_new * sizeof(int));
-        out[b].logprobs = xmalloc((size_t)max_new * sizeof(float));
-        out[b].sampling_logprobs = xmalloc((size_t)max_new * sizeof(float));
-    }
     const int top_count = options->top_logprobs < V ? options->top_logprobs : V;
-    for (int b = 0; b < B && top_count > 0; b++) {
-        out[b].top_count = top_count;
-        out[b].top_tokens = xmalloc((size_t)max_new * top_count * sizeof(int));
-        out[b].top_logprobs = xmalloc((size_t)max_new * top_count * sizeof(float));
-    }
+    for (int b = 0; b < B; b++) generated_row_alloc(&out[b], max_new, top_count);
 
     KvCache cache;
     kv_cache_init(&cache, model, B, T0 + max_new);
@@ -163,10 +179,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
-            uint64_t stream = rng_stream("sample", row_ids ? row_ids[b] : (uint64_t)b, 0);
             const uint64_t seed = options->row_seeds ? options->row_seeds[b] : options->seed;
             const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
-            double u = rng_uniform_double(seed, stream, (uint64_t)step);
+            const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
             if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
@@ -179,14 +194,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             } else {
                 picked = sampler_pick(row_logits, V, sampler, u, &scratch[b]);
             }
-            GeneratedRow *row = &out[b];
-            row->tokens[row->length] = picked.token;
-            row->logprobs[row->length] = picked.logprob;
-            row->sampling_logprobs[row->length] = picked.sampling_logprob;
-            if (top_count > 0)
-                record_top(row_logits, V, top_count, row->top_tokens + (long)row->length * top_count,
-                           row->top_logprobs + (long)row->length * top_count);
-            row->length++;
+            generated_row_append(&out[b], row_logits, V, picked);
             next[b] = picked.token;
         }
         for (int b = 0; b < B; b++) {

@@ -83,4 +83,13 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
               GenerateStats *stats);
 void generated_row_free(GeneratedRow *row);
 
+// For generators built on the same pieces (gen/continuous.h): a row with room for
+// max_new_tokens tokens (and top_count alternatives per token when > 0), empty.
+void generated_row_alloc(GeneratedRow *row, int max_new_tokens, int top_count);
+// Appends a sampled token with its log-probs, and the step's top alternatives from the
+// raw logits when the row records them.
+void generated_row_append(GeneratedRow *row, const float *logits, int V, SampledToken picked);
+// The uniform number that picks the token at `step` of the row with id row_id.
+double generate_uniform(uint64_t seed, uint64_t row_id, int step);
+
 const char *stop_reason_name(StopReason reason);

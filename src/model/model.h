@@ -59,6 +59,7 @@ typedef struct {
     long *head_run_start, *head_run_len; // host, [N]
     float *head_hidden;                  // [N, C]; allocated on first use
     float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
+    float *last_logits;         // [capacity_B, V]: their logits (with an LM head)
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
     // backward scratch
@@ -153,11 +154,25 @@ void kv_cache_reset(KvCache *cache);
 // (its slots and its left padding). source[b] <= b for every b, so the copy can run in
 // place, last row first. For rows that share a prompt (several answers to one prompt).
 void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source, int B);
+// Row `to` becomes a copy of row `from` (its filled slots [row_start, length), and its
+// row_start); other rows stay as they are.
+void kv_cache_copy_row(KvCache *cache, const Model *model, int to, int from);
+// Moves the filled slots of rows [0, cache->B) by `shift` slots (negative: towards slot 0)
+// into new buffers of capacity_B rows of capacity_T slots (the same sizes or others):
+// row_start and length move with them. Every row's slots must land inside the new sizes.
+void kv_cache_relayout(KvCache *cache, const Model *model, int capacity_B, int capacity_T, int shift);
 
 // Runs the batch's tokens at cache slots [cache->length, cache->length + T) and stores
 // their keys and values: a prefill (empty cache; batch->row_start gives the left padding)
 // or a decode step (T == 1; the rows keep the row_start of their prefill).
 void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache);
+// Continuous batching (gen/continuous.h): prefills the batch's B rows (left-padded by
+// batch->row_start) into rows [first_row, first_row + B) of a cache whose other rows are
+// being decoded, at the slots [cache->length - T, cache->length) that end where the others'
+// next token goes; each row's row_start is set there. cache->length and cache->B stay as
+// they are (the caller adds the rows to the decoded ones). model_last_logits gives the
+// B rows' next-token logits.
+void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row);
 // After a forward: the logits of each row's last slot (T-1), into logits[B * V] (host).
 void model_last_logits(Model *model, float *logits);
 

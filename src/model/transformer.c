@@ -47,6 +47,7 @@ static void activations_free(Model *model) {
     }
     void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
                        a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
+                       a->last_logits,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
@@ -153,6 +154,7 @@ void model_reserve(Model *model, int B, int T) {
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);
     a->last_hidden = alloc_floats(ops, (long)B * C);
+    if (model->has_lm_head) a->last_logits = alloc_floats(ops, (long)B * cfg->vocab_size);
     a->logp_device = alloc_floats(ops, N);
     a->entropy_device = alloc_floats(ops, N);
     a->values_device = alloc_floats(ops, N);
@@ -208,10 +210,19 @@ static void linear_forward(const Model *model, float *out, const float *inp, con
         model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);
 }
 
-// With a KV cache, the layer stores this batch's keys and values at the cache's next slots;
-// a decode step (cache already filled) attends to the cache instead of to the batch.
+// Where a forward with a KV cache puts its keys and values, and what it attends to.
+typedef struct {
+    KvCache *cache;
+    int first_row; // the batch's row b is the cache's row first_row + b
+    int slot;      // the batch's slot t is the cache's slot `slot + t`
+    bool decode;   // one new slot per row (T == 1) attending to the cache's slots
+                   // [row_start, slot] of its row; else the batch attends to itself
+} CacheTarget;
+
+// With a KV cache, the layer stores this batch's keys and values in the target's slots; a
+// decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
-                          float *x_out, KvCache *cache) {
+                          float *x_out, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     const LayerTensors *w = &model->weights.layers[l];
@@ -236,13 +247,15 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
                           cfg->rope_theta);
     }
-    if (cache) {
-        ops->cache_write(cache->k[l], la->k, B, T, cache->capacity_T, cache->length, kv_dim);
-        ops->cache_write(cache->v[l], la->v, B, T, cache->capacity_T, cache->length, kv_dim);
+    if (target) {
+        const KvCache *cache = target->cache;
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim;
+        ops->cache_write(cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot, kv_dim);
+        ops->cache_write(cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot, kv_dim);
     }
-    if (cache && cache->length > 0)
-        ops->attention_decode(la->att_out, la->q, cache->k[l], cache->v[l], a->row_start, B,
-                              cache->capacity_T, cache->length + 1, cfg->num_heads,
+    if (target && target->decode)
+        ops->attention_decode(la->att_out, la->q, target->cache->k[l], target->cache->v[l], a->row_start, B,
+                              target->cache->capacity_T, target->slot + 1, cfg->num_heads,
                               cfg->num_kv_heads, cfg->head_dim);
     else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
@@ -271,7 +284,10 @@ static LayerActivations *layer_activations(Model *model, int l) {
     return &model->acts.layers[model->acts.keep_all_layers ? l : 0];
 }
 
-static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) {
+// A forward with a KV cache target writes the batch's keys and values into the cache; a
+// decode step's positions continue its rows' cached ones, any other batch's count from
+// each row's first real token (batch->row_start) as without a cache.
+static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     const int B = batch->B, T = batch->T;
@@ -284,21 +300,11 @@ static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) 
     // Host-side preparation of ids and positions, then one copy each to the backend.
     int *positions = xmalloc((size_t)N * sizeof(int));
     int *row_start = xmalloc((size_t)B * sizeof(int));
-    // Slot t of this batch is slot `first_slot + t` of the row (a KV cache continues a row).
-    const int first_slot = cache ? cache->length : 0;
-    if (cache) {
-        CHECK(first_slot == 0 || T == 1, "a KV cache takes a prefill, then one token per step");
-        CHECK(first_slot + T <= cache->capacity_T && B <= cache->capacity_B,
-              "KV cache of %d x %d slots is too small for %d x %d", cache->capacity_B,
-              cache->capacity_T, B, first_slot + T);
-        if (first_slot == 0) {
-            cache->B = B;
-            for (int b = 0; b < B; b++) cache->row_start[b] = batch->row_start ? batch->row_start[b] : 0;
-        }
-        CHECK(cache->B == B, "decode step with %d rows on a cache of %d", B, cache->B);
-    }
+    const bool decode = target && target->decode;
     for (int b = 0; b < B; b++) {
-        int start = cache ? cache->row_start[b] : batch->row_start ? batch->row_start[b] : 0;
+        int start = decode ? target->cache->row_start[target->first_row + b]
+                           : batch->row_start ? batch->row_start[b] : 0;
+        const int first_slot = decode ? target->slot : 0;
         CHECK(start >= 0 && start <= first_slot + T, "row %d starts at %d outside [0, %d]", b, start,
               first_slot + T);
         row_start[b] = start;
@@ -311,8 +317,10 @@ static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) 
         CHECK(batch->tokens[i] >= 0 && batch->tokens[i] < cfg->vocab_size,
               "token id %d at slot %ld is outside the vocabulary", batch->tokens[i], i);
     if (cfg->positions == POSITIONS_LEARNED)
-        CHECK(first_slot + T <= cfg->max_position_embeddings, "%d slots exceed the model's %d positions",
-              first_slot + T, cfg->max_position_embeddings);
+        for (int b = 0; b < B; b++)
+            CHECK(positions[(long)b * T + T - 1] < cfg->max_position_embeddings,
+                  "row %d reaches position %d, past the model's %d positions", b, positions[(long)b * T + T - 1],
+                  cfg->max_position_embeddings);
     ops->copy_to_device(a->tokens, batch->tokens, (size_t)N * sizeof(int));
     ops->copy_to_device(a->positions, positions, (size_t)N * sizeof(int));
     ops->copy_to_device(a->row_start, row_start, (size_t)B * sizeof(int));
@@ -328,21 +336,44 @@ static void forward_impl(Model *model, const ModelBatch *batch, KvCache *cache) 
                                model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
     for (int l = 0; l < cfg->num_layers; l++)
         layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
-                      a->residual + (l + 1) * N * C, cache);
+                      a->residual + (l + 1) * N * C, target);
     norm_forward(model, a->final_out, a->final_mean, a->final_rstd,
                  a->residual + cfg->num_layers * N * C, model->weights.final_norm_w,
                  model->weights.final_norm_b, N);
     a->has_forward = true;
     // A decode step's activations cover one slot of a longer row: no backward through it.
-    a->backward_ready = cache == NULL;
+    a->backward_ready = target == NULL;
     a->logits_valid = false;
-    if (cache) cache->length += T;
 }
 
 void model_forward(Model *model, const ModelBatch *batch) { forward_impl(model, batch, NULL); }
 
 void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache) {
-    forward_impl(model, batch, cache);
+    const int B = batch->B, T = batch->T;
+    CHECK(cache->length == 0 || T == 1, "a KV cache takes a prefill, then one token per step");
+    CHECK(cache->length + T <= cache->capacity_T && B <= cache->capacity_B,
+          "KV cache of %d x %d slots is too small for %d x %d", cache->capacity_B, cache->capacity_T, B,
+          cache->length + T);
+    if (cache->length == 0) {
+        cache->B = B;
+        for (int b = 0; b < B; b++) cache->row_start[b] = batch->row_start ? batch->row_start[b] : 0;
+    }
+    CHECK(cache->B == B, "decode step with %d rows on a cache of %d", B, cache->B);
+    CacheTarget target = {cache, 0, cache->length, cache->length > 0};
+    forward_impl(model, batch, &target);
+    cache->length += T;
+}
+
+void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {
+    const int B = batch->B, T = batch->T;
+    CHECK(first_row >= 0 && first_row + B <= cache->capacity_B, "rows [%d, %d) are outside a KV cache of %d rows",
+          first_row, first_row + B, cache->capacity_B);
+    CHECK(T <= cache->length && cache->length <= cache->capacity_T,
+          "a prefill of %d slots must end at the cache's filled length %d", T, cache->length);
+    const int slot = cache->length - T;
+    for (int b = 0; b < B; b++) cache->row_start[first_row + b] = slot + (batch->row_start ? batch->row_start[b] : 0);
+    CacheTarget target = {cache, first_row, slot, false};
+    forward_impl(model, batch, &target);
 }
 
 static const float *lm_head_weight(const Model *model) {
@@ -491,15 +522,12 @@ void model_last_logits(Model *model, float *logits) {
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "model has no LM head");
     const int B = a->B, T = a->T, C = cfg->hidden_size, V = cfg->vocab_size;
-    if (!a->logits) {
-        const long capacity_N = (long)a->capacity_B * a->capacity_T;
-        a->logits = alloc_floats(model->ops, capacity_N * V);
-        a->lse = alloc_floats(model->ops, capacity_N);
-    }
+    // Its own [B, V] buffer: the full logits buffer would be [B * T, V] for a prefill's
+    // shape (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
-    linear_forward(model, a->logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C, V);
-    a->logits_valid = false; // the buffer holds B rows only
-    model->ops->copy_to_host(logits, a->logits, (size_t)B * V * sizeof(float));
+    linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
+                   V);
+    model->ops->copy_to_host(logits, a->last_logits, (size_t)B * V * sizeof(float));
 }
 
 void model_logits_row(Model *model, int i, float *out) {

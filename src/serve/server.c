@@ -1,10 +1,11 @@
 // The HTTP side of `marlhf serve`: libmicrohttpd in thread-per-connection mode, routing,
 // the request limits (body size, concurrency, timeouts) and one generation worker that
-// takes requests from a FIFO queue, as many at a time as fit in --parallel batch rows (a
-// request takes one row per choice, OpenAI's n), as one batch (the model is a single
-// instance; a decode step costs little more for 4 rows than for 1). A
-// streaming request's tokens go from the worker into a buffer that MHD's chunked reader
-// hands out as server-sent events. OpenAI request/response JSON is serve/openai.c.
+// runs a continuous batch (gen/continuous.h) of up to --parallel rows (a request takes one
+// row per choice, OpenAI's n): queued requests join it between decode steps, in arrival
+// order, as rows free up, and each leaves as soon as its choices end (the model is a single
+// instance; a decode step costs little more for 4 rows than for 1). A streaming request's
+// tokens go from the worker into a buffer that MHD's chunked reader hands out as
+// server-sent events. OpenAI request/response JSON is serve/openai.c.
 #include "serve/server.h"
 
 #include <errno.h>
@@ -21,7 +22,7 @@
 
 #include "core/check.h"
 #include "core/timer.h"
-#include "gen/generate.h"
+#include "gen/continuous.h"
 #include "serve/listener.h"
 #include "serve/openai.h"
 
@@ -59,11 +60,14 @@ typedef struct {
 // One answer of a request (a request with n choices has n of them, generated as n rows of
 // the worker's batch). The worker's alone until the job is finished; then read-only.
 typedef struct {
+    Job *job;
+    int index; // in the job's choices
     TokenizerStream *decoder;
     char *text; // the answer so far (cut at a stop string once one is seen)
     size_t text_len, text_capacity, emitted;
     bool stop_hit;
     const char *finish_reason;
+    StopReason stop; // how its row ended
     int completion_tokens;
     // With log-probs asked: the reply's tokens (not the stop token), in order, with room for
     // the job's max_new. The first records_emitted go with the text emitted so far (streamed
@@ -99,6 +103,7 @@ struct Job {
     // The worker's alone until `finished` is set; then read-only.
     Choice *choices;
     int num_choices; // the request's n: rows of the batch this job takes
+    int choices_left; // still generating
     bool timed_out;
     bool failed; // for the whole request: one choice that cannot finish fails them all
     OpenAIError error;
@@ -279,8 +284,6 @@ static void record_token(const Job *job, Choice *choice, const GeneratedRow *row
     const int t = row->length - 1, k = job->top_logprobs;
     TokenRecord *record = &choice->records[choice->num_records];
     *record = (TokenRecord){row->tokens[t], row->logprobs[t], start, end};
-    // The batch records as many alternatives as its most demanding request: the first k
-    // of them are this one's (most likely first, so those are the k most likely).
     for (int j = 0; j < k; j++) {
         choice->top_tokens[(long)choice->num_records * k + j] = row->top_tokens[(long)t * row->top_count + j];
         choice->top_logprobs[(long)choice->num_records * k + j] = row->top_logprobs[(long)t * row->top_count + j];
@@ -288,27 +291,11 @@ static void record_token(const Job *job, Choice *choice, const GeneratedRow *row
     choice->num_records++;
 }
 
-// Which answer a row of the batch generates: choice `choice` of `job`.
-typedef struct {
-    Job *job;
-    int choice;
-} BatchRow;
-
-// The requests generated together: each job takes as many consecutive rows as it has
-// choices, in choice order.
-typedef struct {
-    Job **jobs;
-    int num_jobs;
-    BatchRow *rows;
-    int num_rows;
-    const GeneratedRow *generated; // generate()'s output, filled as it goes
-} Batch;
-
-static void on_token(void *context, int row, int token) {
-    const Batch *batch = context;
-    const BatchRow *owner = &batch->rows[row];
-    Job *job = owner->job;
-    Choice *choice = &job->choices[owner->choice];
+// A new token of a choice (the latest of `row`, its row of the batch).
+static void on_token(void *context, void *owner, const GeneratedRow *row) {
+    Choice *choice = owner;
+    Job *job = choice->job;
+    const int token = row->tokens[row->length - 1];
     const TextModel *tm = job->server->tm;
     for (int i = 0; i < tm->num_stop_tokens; i++)
         if (tm->stop_tokens[i] == token) return; // the end-of-turn token is not reply text
@@ -316,17 +303,17 @@ static void on_token(void *context, int row, int token) {
     size_t length = 0;
     tokenizer_stream_push_len(choice->decoder, token, &piece, &length);
     // A token after a stop string adds nothing (the row stops at it anyway).
-    if (job->logprobs && !choice->stop_hit)
-        record_token(job, choice, &batch->generated[row], choice->text_len, choice->text_len + length);
+    if (job->logprobs && !choice->stop_hit) record_token(job, choice, row, choice->text_len, choice->text_len + length);
     add_text(job, choice, piece, length);
     free(piece);
-    emit_settled(job, owner->choice, settled_length(job, choice), false);
+    emit_settled(job, choice->index, settled_length(job, choice), false);
 }
 
-static bool should_stop(void *context, int row, const int *tokens, int count) {
-    const BatchRow *owner = &((Batch *)context)->rows[row];
-    Job *job = owner->job;
-    if (job->choices[owner->choice].stop_hit) return true;
+static bool should_stop(void *context, void *owner, const GeneratedRow *row) {
+    Choice *choice = owner;
+    Job *job = choice->job;
+    // A request that failed (a sibling choice halted) stops every choice.
+    if (choice->stop_hit || job->failed) return true;
     pthread_mutex_lock(&job->server->lock);
     bool halt = job->cancelled || job->server->stopping;
     pthread_mutex_unlock(&job->server->lock);
@@ -349,9 +336,8 @@ static void explain_halt(Job *job, bool cancelled, bool stopping) {
 
 // After the generation, a choice's text gets its tail; a choice halted before its end (by
 // the stop check, without a stop string) fails its whole request.
-static void finish_text(Server *s, const BatchRow *owner, const GeneratedRow *row) {
-    Job *job = owner->job;
-    Choice *choice = &job->choices[owner->choice];
+static void finish_text(Server *s, Choice *choice, const GeneratedRow *row) {
+    Job *job = choice->job;
     char *rest = NULL;
     size_t length = 0;
     tokenizer_stream_flush_len(choice->decoder, &rest, &length);
@@ -368,76 +354,59 @@ static void finish_text(Server *s, const BatchRow *owner, const GeneratedRow *ro
 }
 
 // How a choice of a request that did not fail ended; its stream gets the text held back.
-static void finish_choice(const BatchRow *owner, const GeneratedRow *row) {
-    Job *job = owner->job;
-    Choice *choice = &job->choices[owner->choice];
-    emit_settled(job, owner->choice, choice->text_len, true);
-    choice->finish_reason = choice->stop_hit || row->stop == STOP_TOKEN ? "stop" : "length";
-    choice->completion_tokens = row->length;
+static void finish_choice(Job *job, Choice *choice) {
+    emit_settled(job, choice->index, choice->text_len, true);
+    choice->finish_reason = choice->stop_hit || choice->stop == STOP_TOKEN ? "stop" : "length";
 }
 
-// Generates the batch's requests together, each row with its own prompt, sampling
-// parameters, seed and max_tokens. Choice i of a request samples from random stream
-// i << 40 of the request's seed — the stream `marlhf generate --num-return-sequences` gives
-// sample i of a lone prompt — so choice 0 is the answer of the request with n = 1, and a
-// request's tokens do not depend on its batch-mates (its log-probs only up to float
-// rounding: the batch runs through the same matmuls). The choices of a request share its
-// prompt, hence one prefill (generate() shares it between rows with the same prompt).
-static void run_batch(Server *s, Batch *batch) {
-    TextModel *tm = s->tm;
-    const int count = batch->num_rows;
-    const int **prompts = xmalloc((size_t)count * sizeof(int *));
-    int *lengths = xmalloc((size_t)count * sizeof(int)), *max_new = xmalloc((size_t)count * sizeof(int));
-    SamplerConfig *samplers = xmalloc((size_t)count * sizeof(SamplerConfig));
-    uint64_t *seeds = xmalloc((size_t)count * sizeof(uint64_t)), *row_ids = xmalloc((size_t)count * sizeof(uint64_t));
-    int longest = 1, top_logprobs = 0;
-    for (int b = 0; b < count; b++) {
-        Job *job = batch->rows[b].job;
-        const int index = batch->rows[b].choice;
-        Choice *choice = &job->choices[index];
-        choice->decoder = tokenizer_stream_new(tm->tokenizer, true);
+static void job_done_locked(Server *s, Job *job);
+
+// A choice's row left the batch. Once every choice of its request has, the request is
+// answered: each choice's text first gets its tail, so that a request one of whose
+// choices halted is known to have failed before any of them sends its last text.
+static void on_finish(void *context, void *owner, GeneratedRow *row) {
+    Server *s = context;
+    Choice *choice = owner;
+    Job *job = choice->job;
+    finish_text(s, choice, row);
+    choice->stop = row->stop;
+    choice->completion_tokens = row->length;
+    generated_row_free(row);
+    if (--job->choices_left > 0) return;
+    for (int i = 0; i < job->num_choices && !job->failed; i++) finish_choice(job, &job->choices[i]);
+    pthread_mutex_lock(&s->lock);
+    job_done_locked(s, job);
+    pthread_mutex_unlock(&s->lock);
+}
+
+// A request joins the batch: its choices get their decoders and log-prob records, a chat
+// stream each choice's first chunk (the role), and `sequences` each choice's settings.
+// Choice i samples from random stream i << 40 of the request's seed — the stream `marlhf
+// generate --num-return-sequences` gives sample i of a lone prompt — so choice 0 is the
+// answer of the request with n = 1, and a request's tokens do not depend on its
+// batch-mates (its log-probs only up to float rounding: the batch runs through the same
+// matmuls). The choices share the prompt's prefill.
+static void prepare_job(Server *s, Job *job, SequenceOptions *sequences) {
+    job->choices_left = job->num_choices;
+    for (int i = 0; i < job->num_choices; i++) {
+        Choice *choice = &job->choices[i];
+        choice->job = job;
+        choice->index = i;
+        choice->decoder = tokenizer_stream_new(s->tm->tokenizer, true);
         if (job->logprobs) {
             choice->records = xmalloc((size_t)job->max_new * sizeof(TokenRecord));
             choice->top_tokens = xmalloc((size_t)job->max_new * job->top_logprobs * sizeof(int));
             choice->top_logprobs = xmalloc((size_t)job->max_new * job->top_logprobs * sizeof(float));
-            if (job->top_logprobs > top_logprobs) top_logprobs = job->top_logprobs;
         }
-        // Each chat choice's first chunk carries the role (in choice order: a job's rows are).
         if (job->stream && job->head.kind == OPENAI_CHAT)
-            sse_event(job, openai_chunk_json(&job->head, index, true, "", 0, NULL, NULL));
-        prompts[b] = job->ids, lengths[b] = job->num_ids, max_new[b] = job->max_new;
-        samplers[b] = job->sampler, seeds[b] = job->seed;
-        row_ids[b] = (uint64_t)index << 40;
-        if (job->max_new > longest) longest = job->max_new;
+            sse_event(job, openai_chunk_json(&job->head, i, true, "", 0, NULL, NULL));
+        sequences[i] = (SequenceOptions){.sampler = job->sampler,
+                                         .seed = job->seed,
+                                         .row_id = (uint64_t)i << 40,
+                                         .max_new_tokens = job->max_new,
+                                         .top_logprobs = job->logprobs ? job->top_logprobs : 0,
+                                         .owner = choice};
     }
-    int pad = tokenizer_pad_id(tm->tokenizer);
-    GenerateOptions gen = {
-        .sampler = samplers[0],
-        .max_new_tokens = longest,
-        .seed = seeds[0],
-        .stop_tokens = tm->stop_tokens,
-        .num_stop_tokens = tm->num_stop_tokens,
-        .stop_check = should_stop,
-        .stop_context = (void *)batch,
-        .on_token = on_token,
-        .token_context = (void *)batch,
-        .pad_token = pad >= 0 ? pad : 0,
-        .row_samplers = samplers,
-        .row_seeds = seeds,
-        .row_max_new_tokens = max_new,
-        .top_logprobs = top_logprobs,
-    };
-    GeneratedRow *rows = xmalloc((size_t)count * sizeof(GeneratedRow));
-    batch->generated = rows;
-    generate(&tm->model, prompts, lengths, row_ids, count, &gen, rows, NULL);
-    // Every choice's text first, so that a request one of whose choices halted is known to
-    // have failed before any of its choices sends its last text.
-    for (int b = 0; b < count; b++) finish_text(s, &batch->rows[b], &rows[b]);
-    for (int b = 0; b < count; b++) {
-        if (!batch->rows[b].job->failed) finish_choice(&batch->rows[b], &rows[b]);
-        generated_row_free(&rows[b]);
-    }
-    free(rows), free(prompts), free(lengths), free(max_new), free(samplers), free(seeds), free(row_ids);
 }
 
 // The tokens of all the request's answers (OpenAI's usage.completion_tokens).
@@ -470,53 +439,73 @@ static void job_done_locked(Server *s, Job *job) {
     job_unref_locked(job);
 }
 
-// Takes queued requests in arrival order while their choices (one batch row each) fit in
-// options.parallel rows — but always the first, even when its n alone is more — and
-// generates them as one batch; requests that arrive meanwhile wait for the next batch. A
-// queued request that was cancelled or timed out, or any once the server stops, is
-// answered without generating.
+// The worker: between decode steps, queued requests join the batch in arrival order while
+// their choices (one row each) fit in options.parallel rows — a request with more choices
+// than that joins a batch without rows, alone — with one prefill for all that join
+// together; a request that cannot join yet holds back the ones behind it. A queued request
+// that was cancelled or timed out, or any once the server stops, is answered without
+// generating; the rows of a running one stop at their next token then.
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
     if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
-    // Every job takes at least one row, so a batch has at most `parallel` jobs; it has more
-    // rows than that only when it is one job.
+    TextModel *tm = s->tm;
     const int max_rows = s->options.parallel > OPENAI_MAX_CHOICES ? s->options.parallel : OPENAI_MAX_CHOICES;
-    Job **jobs = xmalloc((size_t)s->options.parallel * sizeof(Job *));
-    BatchRow *rows = xmalloc((size_t)max_rows * sizeof(BatchRow));
+    const int pad = tokenizer_pad_id(tm->tokenizer);
+    ContinuousOptions options = {.stop_tokens = tm->stop_tokens,
+                                 .num_stop_tokens = tm->num_stop_tokens,
+                                 .pad_token = pad >= 0 ? pad : 0,
+                                 .on_token = on_token,
+                                 .stop_check = should_stop,
+                                 .on_finish = on_finish,
+                                 .context = s};
+    ContinuousBatch *batch = continuous_batch_new(&tm->model, max_rows, &options);
+    Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
+    SequenceRequest *requests = xmalloc((size_t)max_rows * sizeof(SequenceRequest));
+    SequenceOptions *sequences = xmalloc((size_t)max_rows * sizeof(SequenceOptions));
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
-        if (!s->queue_head) break; // stopping, and nothing left to answer
-        int count = 0, num_rows = 0;
+        const int rows = continuous_batch_rows(batch); // only this thread changes it
+        if (rows == 0) {
+            while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
+            if (!s->queue_head) break; // stopping, and nothing left to answer
+        }
+        int count = 0, new_rows = 0;
         while (s->queue_head) {
             Job *job = s->queue_head;
-            if (count > 0 && num_rows + job->num_choices > s->options.parallel) break;
+            if (now_seconds() > job->deadline) job->timed_out = true;
+            const bool halted = job->cancelled || s->stopping || job->timed_out;
+            if (!halted && rows + new_rows > 0 && rows + new_rows + job->num_choices > s->options.parallel) break;
             s->queue_head = job->next;
             if (!s->queue_head) s->queue_tail = NULL;
-            if (now_seconds() > job->deadline) job->timed_out = true;
-            if (job->cancelled || s->stopping || job->timed_out) {
+            if (halted) {
                 explain_halt(job, job->cancelled, s->stopping);
                 job_done_locked(s, job);
             } else {
-                jobs[count++] = job;
-                for (int i = 0; i < job->num_choices; i++) rows[num_rows++] = (BatchRow){job, i};
+                joining[count++] = job;
+                new_rows += job->num_choices;
             }
         }
-        if (count == 0) continue;
+        if (rows + new_rows == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        if (count > 1 && num_rows > count)
-            fprintf(stderr, "serve: generating %d requests together (%d rows)\n", count, num_rows);
-        else if (count > 1)
-            fprintf(stderr, "serve: generating %d requests together\n", count);
-        Batch batch = {jobs, count, rows, num_rows, NULL};
-        run_batch(s, &batch);
+        if (count > 0) {
+            if (rows > 0 || count > 1)
+                fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
+                        count > 1 ? "s" : "", new_rows, new_rows > 1 ? "s" : "", count > 1 ? "" : "s", rows,
+                        rows == 1 ? "" : "s");
+            for (int j = 0, first = 0; j < count; first += joining[j]->num_choices, j++) {
+                prepare_job(s, joining[j], sequences + first);
+                requests[j] = (SequenceRequest){joining[j]->ids, joining[j]->num_ids, sequences + first,
+                                                joining[j]->num_choices};
+            }
+            continuous_batch_add(batch, requests, count);
+        }
+        continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
-        for (int b = 0; b < count; b++) job_done_locked(s, jobs[b]);
     }
     pthread_mutex_unlock(&s->lock);
-    free(rows);
-    free(jobs);
+    continuous_batch_free(batch);
+    free(joining), free(requests), free(sequences);
     return NULL;
 }
 

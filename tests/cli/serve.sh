@@ -5,8 +5,10 @@
 # every error status with its error JSON, a burst of concurrent good and bad requests
 # against --max-concurrent, a clean exit on SIGTERM; then
 # SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
-# client, requests generated together (--parallel) answering as they do alone, a request's
-# choices (n) taking one batch row each. Every wait is bounded. Prints PASS/FAIL per case.
+# client, requests joining a running batch (continuous batching, --parallel rows) and
+# answering as they do alone, a short request answered while a long one still streams, a
+# request's choices (n) taking one batch row each. Every wait is bounded. Prints PASS/FAIL
+# per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -736,9 +738,20 @@ PY
         fail real_model_server "$(tail -n 3 "$tmp/real.log")"
     fi
 
-    # --parallel 4 (the default): the four requests queued while a long one generates are
-    # generated together in one batch, each with its own temperature, top-p, seed and
-    # max_tokens, and each answer is the one the request gets alone.
+    # The worker's "join" lines: every batch fits --parallel 4 rows, and some request joined
+    # rows that were generating (continuous batching). Prints ok or the lines.
+    cat > "$tmp/joins.py" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]) if " join" in l]
+parsed = [re.match(r"serve: (\d+) requests? \((\d+) rows?\) joins? (\d+) generating rows?$", l) for l in lines]
+ok = (lines and all(parsed) and all(int(m[2]) + int(m[3]) <= 4 for m in parsed)
+      and any(int(m[3]) > 0 and int(m[2]) >= int(sys.argv[2]) for m in parsed))
+print("ok" if ok else "".join(lines).replace("\n", "; "))
+PY
+    # --parallel 4 (the default): the four requests sent while a long one generates join
+    # its batch as rows are free (three at once, the fourth when a row frees), each with its
+    # own temperature, top-p, seed and max_tokens, and each answer is the one the request
+    # gets alone.
     if start_server "$tmp/parallel.log" --model "$real_model" --max-concurrent 8 --threads 2; then
         batch_body() { echo '{"messages": [{"role": "user", "content": "Tell me about '"$1"'."}], "temperature": '"$2"', "top_p": '"$3"', "seed": '"$4"', "max_tokens": '"$5"'}'; }
         batch_bodies=("$(batch_body cats 1 1 11 12)" "$(batch_body rain 0.7 0.9 12 8)" "$(batch_body ships 1.3 1 13 16)"
@@ -754,26 +767,53 @@ PY
                 "http://127.0.0.1:$port/v1/chat/completions" &
             pids+=($!)
         done
-        queued=
-        wait_in_progress 5 200 && queued=1
         wait "${pids[@]}" "$blocker"
+        joins=$(python3 "$tmp/joins.py" "$tmp/parallel.log" 1)
         for i in 0 1 2 3; do
             curl -s --max-time 120 -o "$tmp/alone_$i.json" --data-binary "${batch_bodies[$i]}" \
                 "http://127.0.0.1:$port/v1/chat/completions"
         done
-        python3 - "$tmp" <<'PY' && [ -n "$queued" ] && grep -q '^serve: generating 4 requests together$' "$tmp/parallel.log" &&
+        python3 - "$tmp" <<'PY' && [ "$joins" = ok ] &&
 import json, sys
 texts = [[json.load(open(f"{sys.argv[1]}/{kind}_{i}.json"))["choices"][0]["message"]["content"] for i in range(4)]
          for kind in ("together", "alone")]
 sys.exit(0 if texts[0] == texts[1] and len(set(texts[0])) == 4 else 1)
 PY
-            pass parallel_batch_equals_alone || fail parallel_batch_equals_alone "queued=$queued $(grep together "$tmp/parallel.log")"
+            pass parallel_batch_equals_alone || fail parallel_batch_equals_alone "$joins"
 
-        # A request takes one row per choice: queued behind a long one, two requests with
-        # n = 2 fill the 4 rows and the third (n = 1) waits for the next batch; each answers
-        # as it does alone.
+        # Continuous batching: a short request sent while a long one streams is answered
+        # while the long one is still generating (a static batch would hold it back until
+        # the long one ended), and the long one's text is what it is alone.
+        curl -s -N --max-time 120 -o "$tmp/long_stream.sse" \
+            --data-binary "$(stream_body "$blocker_body" '{"stream": true, "max_tokens": 300}')" \
+            "http://127.0.0.1:$port/v1/chat/completions" &
+        long_pid=$!
+        busy=
+        wait_in_progress 1 100 && busy=1
+        short_status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}')
+        short_body=$(cat "$tmp/body")
+        still=
+        request GET /health > /dev/null
+        grep -q '"requests_in_progress":1' "$tmp/body" && ! grep -q '^data: \[DONE\]' "$tmp/long_stream.sse" && still=1
+        wait "$long_pid"
+        curl -s --max-time 120 -o "$tmp/long_alone.json" \
+            --data-binary "$(stream_body "$blocker_body" '{"max_tokens": 300}')" "http://127.0.0.1:$port/v1/chat/completions"
+        python3 - "$tmp" <<'PY' && [ -n "$busy" ] && [ -n "$still" ] && [ "$short_status" = 200 ] &&
+import json, sys
+events = [e[len("data: "):] for e in open(f"{sys.argv[1]}/long_stream.sse").read().split("\n\n") if e.startswith("data: ")]
+streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1] if json.loads(e)["choices"])
+alone = json.load(open(f"{sys.argv[1]}/long_alone.json"))["choices"][0]["message"]["content"]
+sys.exit(0 if events[-1] == "[DONE]" and streamed == alone and len(alone) > 200 else 1)
+PY
+            pass parallel_short_request_overtakes_long || fail parallel_short_request_overtakes_long \
+                "busy=$busy still_generating=$still short=$short_status $short_body"
+
+        # A request takes one row per choice: sent while a long one generates, a request
+        # with n = 2 joins it (3 rows), the next (n = 2) waits until 2 rows are free, the
+        # third (n = 1) waits behind it; each answers as it does alone.
         n_bodies=("$(batch_body owls 1 1 21 10 | sed 's/}$/, "n": 2}/')" "$(batch_body tea 0.8 0.9 22 8 | sed 's/}$/, "n": 2}/')"
                   "$(batch_body rain 1 1 23 6)")
+        log_lines=$(wc -l < "$tmp/parallel.log")
         curl -s --max-time 120 -o /dev/null --data-binary "$blocker_body" "http://127.0.0.1:$port/v1/chat/completions" &
         blocker=$!
         queued=
@@ -783,20 +823,22 @@ PY
             curl -s --max-time 120 -o "$tmp/n_together_$i.json" --data-binary "${n_bodies[$i]}" \
                 "http://127.0.0.1:$port/v1/chat/completions" &
             pids+=($!)
-            wait_in_progress $((i + 2)) 200 || queued=
+            sleep 0.05 # in this order
         done
         wait "${pids[@]}" "$blocker"
+        tail -n +"$((log_lines + 1))" "$tmp/parallel.log" > "$tmp/parallel_n.log"
+        joins=$(python3 "$tmp/joins.py" "$tmp/parallel_n.log" 2)
         for i in 0 1 2; do
             curl -s --max-time 120 -o "$tmp/n_alone_$i.json" --data-binary "${n_bodies[$i]}" \
                 "http://127.0.0.1:$port/v1/chat/completions"
         done
-        python3 - "$tmp" <<'PY' && [ -n "$queued" ] && grep -q '^serve: generating 2 requests together (4 rows)$' "$tmp/parallel.log" &&
+        python3 - "$tmp" <<'PY' && [ -n "$queued" ] && [ "$joins" = ok ] &&
 import json, sys
 texts = [[[c["message"]["content"] for c in json.load(open(f"{sys.argv[1]}/{kind}_{i}.json"))["choices"]] for i in range(3)]
          for kind in ("n_together", "n_alone")]
 sys.exit(0 if texts[0] == texts[1] and [len(t) for t in texts[0]] == [2, 2, 1] and len(set(texts[0][0])) == 2 else 1)
 PY
-            pass parallel_batch_rows_are_choices || fail parallel_batch_rows_are_choices "queued=$queued $(grep together "$tmp/parallel.log")"
+            pass parallel_batch_rows_are_choices || fail parallel_batch_rows_are_choices "queued=$queued $joins"
         stop_server
     else
         fail parallel_server "$(tail -n 3 "$tmp/parallel.log")"

@@ -1,0 +1,82 @@
+// Continuous batching (marlhf serve): sequences join a batch that is already decoding and
+// leave it as soon as they stop, so a short request does not wait for a long one, and a
+// request that arrives mid-generation starts at the next step instead of after the batch.
+//
+// Each step samples one token for every sequence, reports it, retires the sequences that
+// stopped, and runs one decode forward for the rest. New sequences are added between steps
+// with one prefill forward of their prompts (the sequences that answer one prompt share
+// it). Sequence s samples with the same random numbers generate() gives a row with its
+// row_id, seed and sampler, at each of its own steps: its tokens are generate()'s for a
+// lone prompt, whenever it joins — with batch-mates, up to float rounding (the matmuls run
+// on other row counts), so a near tie in the logits could go the other way.
+//
+// The KV cache (model/model.h) keeps the engine's shared slot counter: every sequence's
+// next token goes to the same slot `length`. A joining prompt of P tokens is written to
+// slots [length - P, length) of a free row (when the batch is younger than P, the others
+// are first moved P - length slots on); a sequence that stops frees its row (the rows after
+// it move up one, keeping the order). When the next token would not fit, the rows' slots
+// move back by the oldest row's start (and the buffers grow when that frees too little).
+// Positions count from each row's own start, so none of these moves changes a number.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gen/generate.h"
+
+typedef struct {
+    SamplerConfig sampler;
+    uint64_t seed;
+    uint64_t row_id;    // keys the random stream, as generate()'s row_ids
+    int max_new_tokens; // >= 1
+    int top_logprobs;   // alternatives recorded per token (0: none; at most the vocabulary)
+    void *owner;        // handed back to the callbacks
+} SequenceOptions;
+
+// Sequences answering one prompt.
+typedef struct {
+    const int *prompt;
+    int prompt_length; // >= 1
+    const SequenceOptions *sequences;
+    int num_sequences; // >= 1
+} SequenceRequest;
+
+typedef struct {
+    const int *stop_tokens; // kept in the output, as generate() does
+    int num_stop_tokens;
+    int pad_token;          // fills the left padding of a prefill of several prompts
+    // Called with each new token of each sequence (the row holds it, with its log-probs),
+    // in row order (the order the sequences joined).
+    void (*on_token)(void *context, void *owner, const GeneratedRow *row);
+    // Optional: true stops the sequence after its latest token (stop strings, cancellation).
+    bool (*stop_check)(void *context, void *owner, const GeneratedRow *row);
+    // The sequence stopped (row->stop says why); the row's arrays pass to the callee
+    // (generated_row_free).
+    void (*on_finish)(void *context, void *owner, GeneratedRow *row);
+    void *context;
+} ContinuousOptions;
+
+typedef struct ContinuousBatch ContinuousBatch;
+
+// A batch of at most max_rows sequences on `model` (an LM head; the model's activations are
+// the batch's while it has sequences).
+ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options);
+void continuous_batch_free(ContinuousBatch *batch);
+// Sequences decoding now.
+int continuous_batch_rows(const ContinuousBatch *batch);
+// Adds the requests' sequences (at most max_rows - continuous_batch_rows in all) with one
+// prefill forward; they get their first tokens at the next step.
+void continuous_batch_add(ContinuousBatch *batch, const SequenceRequest *requests, int count);
+// One token for every sequence: sample, report, retire the stopped ones, then the decode
+// forward of the others. Nothing to do without sequences.
+void continuous_batch_step(ContinuousBatch *batch);
+
+// Where the time went, since the batch was made.
+typedef struct {
+    double prefill_seconds, decode_seconds, relayout_seconds;
+    long prefills, decode_steps, generated_tokens;
+    long relayouts;     // the cache's slots moved or its buffers grew, in all
+    long moves_on;      // ... for a prompt longer than the batch so far
+    long moves_back;    // ... for the next token's slot past the buffers' end
+    int capacity_slots; // the KV cache's slots per row now
+} ContinuousStats;
+void continuous_batch_stats(const ContinuousBatch *batch, ContinuousStats *stats);

@@ -1,0 +1,251 @@
+// Continuous batching (gen/continuous.h): sequences that join a running batch at any step,
+// and leave it when they stop, generate what generate() gives each of them alone.
+//
+//  - A schedule of 60 requests (1 to 3 sequences each, prompts of 1 to 30 tokens, 1 to 60
+//    new tokens, greedy and sampled, some recording top alternatives) joining a batch of at
+//    most 5 rows at pseudo-random steps, on four model families (learned positions
+//    included): every sequence's tokens equal generate()'s for its prompt alone with the
+//    same seed, row id and sampler, and its log-probs and alternatives agree within 1e-4
+//    (the batch runs the matmuls on other row counts than a lone prompt does).
+//  - The run moves the cache's slots every way it can: prompts longer than the batch so far
+//    (the rows move on), stopped rows leaving from the middle (the rows after move up),
+//    the next token's slot past the buffers (the rows move back); the buffers stay bounded
+//    (they would grow without end if moving back did not work).
+//  - Stop tokens and a stop check end sequences as they end generate()'s rows.
+//  - A KV-cache relayout (grow, shift) keeps every cached number; the decode after it
+//    matches the one before to the bit.
+#include "core/check.h"
+#include "core/rng.h"
+#include "gen/continuous.h"
+#include "model/weights_io.h"
+#include "test.h"
+
+static void load(Model *model, const char *path) {
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(model, path, &ops_cpu, &options) == 0, "%s", err_msg());
+}
+
+enum { MAX_SEQUENCES = 3, NUM_REQUESTS = 60, MAX_PROMPT = 30 };
+
+typedef struct {
+    int prompt[MAX_PROMPT];
+    int prompt_length;
+    int join_step; // the earliest step the request may join at
+    SequenceOptions sequences[MAX_SEQUENCES];
+    int num_sequences;
+    GeneratedRow results[MAX_SEQUENCES];
+    int tokens_seen[MAX_SEQUENCES]; // on_token calls
+    bool finished[MAX_SEQUENCES];
+    int stop_after; // the stop check stops a sequence at this many tokens (0: never)
+    bool needs_empty_batch;   // joins a batch without sequences only
+    int steps_after_previous; // joins at least this many steps after the request before it
+} Request;
+
+// The owner of sequence j of request r is &owners[r * MAX_SEQUENCES + j].
+typedef struct {
+    Request *request;
+    int sequence;
+} Owner;
+
+static void on_token(void *context, void *owner_ptr, const GeneratedRow *row) {
+    Owner *owner = owner_ptr;
+    owner->request->tokens_seen[owner->sequence]++;
+    EXPECT(row->length == owner->request->tokens_seen[owner->sequence], "a token reported twice or skipped");
+}
+
+static bool stop_check(void *context, void *owner_ptr, const GeneratedRow *row) {
+    Owner *owner = owner_ptr;
+    return owner->request->stop_after > 0 && row->length >= owner->request->stop_after;
+}
+
+static void on_finish(void *context, void *owner_ptr, GeneratedRow *row) {
+    Owner *owner = owner_ptr;
+    EXPECT(!owner->request->finished[owner->sequence], "a sequence finished twice");
+    owner->request->finished[owner->sequence] = true;
+    owner->request->results[owner->sequence] = *row;
+}
+
+// The model's requests: their prompts, settings and join steps from a fixed random stream.
+static void make_requests(Request *requests, Owner *owners, int vocab_size, int max_total) {
+    uint64_t stream = rng_stream("test-continuous", 0, 0), counter = 0;
+#define DRAW(n) ((int)(rng_uniform_double(99, stream, counter++) * (n)))
+    int step = 0;
+    for (int r = 0; r < NUM_REQUESTS; r++) {
+        Request *request = &requests[r];
+        memset(request, 0, sizeof *request);
+        // Requests come faster than the batch answers them, so it stays busy long enough for
+        // the slots to pass the buffers' end; then, three times, it empties, starts again
+        // with a short prompt and is joined a step later by a long one, so the rows move on.
+        const bool restart = r == 48 || r == 52 || r == 56, long_prompt = r == 49 || r == 53 || r == 57;
+        request->prompt_length = 1 + (long_prompt || r % 7 == 3 ? MAX_PROMPT - 1 : DRAW(12));
+        if (restart) request->prompt_length = 2;
+        for (int t = 0; t < request->prompt_length; t++) request->prompt[t] = 1 + DRAW(vocab_size - 1);
+        step += DRAW(2);
+        request->join_step = step;
+        request->needs_empty_batch = restart;
+        request->steps_after_previous = long_prompt ? 1 : 0;
+        request->num_sequences = 1 + (r % 5 == 1 ? DRAW(MAX_SEQUENCES) : 0);
+        request->stop_after = r % 6 == 4 ? 1 + DRAW(10) : 0;
+        int longest = max_total - request->prompt_length;
+        for (int j = 0; j < request->num_sequences; j++) {
+            SequenceOptions *sequence = &request->sequences[j];
+            const int kind = DRAW(3);
+            sequence->sampler = kind == 0   ? (SamplerConfig){.temperature = 0.0f}
+                                : kind == 1 ? (SamplerConfig){.temperature = 1.0f}
+                                            : (SamplerConfig){.temperature = 1.3f, .top_k = 12, .top_p = 0.9f};
+            sequence->seed = 1000 + r;
+            sequence->row_id = (uint64_t)j << 40;
+            sequence->max_new_tokens = 1 + DRAW(60);
+            if (sequence->max_new_tokens > longest) sequence->max_new_tokens = longest;
+            sequence->top_logprobs = r % 4 == 2 ? 3 : 0;
+            owners[r * MAX_SEQUENCES + j] = (Owner){request, j};
+            sequence->owner = &owners[r * MAX_SEQUENCES + j];
+        }
+    }
+#undef DRAW
+}
+
+static void check_against_generate(Model *model, const char *name, Request *requests, const int *stop_tokens,
+                                   int num_stop_tokens) {
+    double worst = 0;
+    for (int r = 0; r < NUM_REQUESTS; r++) {
+        Request *request = &requests[r];
+        for (int j = 0; j < request->num_sequences; j++) {
+            const SequenceOptions *sequence = &request->sequences[j];
+            GeneratedRow *got = &request->results[j];
+            EXPECT(request->finished[j], "%s request %d sequence %d never finished", name, r, j);
+            if (!request->finished[j]) continue;
+            EXPECT(request->tokens_seen[j] == got->length, "%s request %d: %d tokens reported, %d generated", name, r,
+                   request->tokens_seen[j], got->length);
+            GenerateOptions alone = {.sampler = sequence->sampler,
+                                     .max_new_tokens = sequence->max_new_tokens,
+                                     .seed = sequence->seed,
+                                     .stop_tokens = stop_tokens,
+                                     .num_stop_tokens = num_stop_tokens,
+                                     .top_logprobs = sequence->top_logprobs};
+            const int *prompt = request->prompt;
+            GeneratedRow want;
+            generate(model, &prompt, &request->prompt_length, &sequence->row_id, 1, &alone, &want, NULL);
+            // The stop check is the caller's: generate() without it stops later or equally.
+            int length = want.length;
+            StopReason stop = want.stop;
+            if (request->stop_after > 0 && request->stop_after < length) length = request->stop_after, stop = STOP_CHECK;
+            else if (request->stop_after > 0 && request->stop_after == length && stop == STOP_LENGTH) stop = STOP_CHECK;
+            EXPECT(got->length == length && got->stop == stop &&
+                       !memcmp(got->tokens, want.tokens, (size_t)length * sizeof(int)),
+                   "%s request %d sequence %d: %d tokens (stop %s), alone %d (stop %s)", name, r, j, got->length,
+                   stop_reason_name(got->stop), length, stop_reason_name(stop));
+            for (int t = 0; t < got->length && t < length; t++) {
+                double d = fabs(got->logprobs[t] - want.logprobs[t]);
+                if (d > worst) worst = d;
+                EXPECT(got->top_count == want.top_count, "top counts differ");
+                for (int k = 0; k < got->top_count && k < want.top_count; k++) {
+                    EXPECT(got->top_tokens[t * got->top_count + k] == want.top_tokens[t * want.top_count + k],
+                           "%s request %d: alternative %d of token %d differs", name, r, k, t);
+                    d = fabs(got->top_logprobs[t * got->top_count + k] - want.top_logprobs[t * want.top_count + k]);
+                    if (d > worst) worst = d;
+                }
+            }
+            generated_row_free(&want);
+            generated_row_free(got);
+        }
+    }
+    EXPECT(worst <= 1e-4, "%s: log-probs differ from generate() alone by %.3g", name, worst);
+}
+
+static void test_joining_sequences_match_generate(void) {
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
+                            "tests/fixtures/models/qwen2"};
+    for (int m = 0; m < 4; m++) {
+        Model model;
+        load(&model, models[m]);
+        static Request requests[NUM_REQUESTS];
+        static Owner owners[NUM_REQUESTS * MAX_SEQUENCES];
+        // Learned positions bound a sequence's prompt and tokens (GPT-2's fixture has 64).
+        const int max_total = model.config.max_position_embeddings < 80 ? model.config.max_position_embeddings : 80;
+        make_requests(requests, owners, model.config.vocab_size, max_total);
+        const int stop_tokens[] = {model.config.vocab_size - 1, 3};
+        ContinuousOptions options = {.stop_tokens = stop_tokens,
+                                     .num_stop_tokens = 2,
+                                     .pad_token = 0,
+                                     .on_token = on_token,
+                                     .stop_check = stop_check,
+                                     .on_finish = on_finish};
+        const int max_rows = 5;
+        ContinuousBatch *batch = continuous_batch_new(&model, max_rows, &options);
+        int next_request = 0, joined_late = 0, last_join = 0;
+        for (int step = 0; next_request < NUM_REQUESTS || continuous_batch_rows(batch) > 0; step++) {
+            // Requests join in order, as many as fit; up to two in one prefill.
+            SequenceRequest joining[2];
+            int count = 0, rows = continuous_batch_rows(batch);
+            while (count < 2 && next_request < NUM_REQUESTS && requests[next_request].join_step <= step &&
+                   rows + requests[next_request].num_sequences <= max_rows &&
+                   (!requests[next_request].needs_empty_batch || rows == 0) &&
+                   step >= last_join + requests[next_request].steps_after_previous) {
+                Request *request = &requests[next_request++];
+                last_join = step;
+                joining[count++] = (SequenceRequest){request->prompt, request->prompt_length, request->sequences,
+                                                     request->num_sequences};
+                rows += request->num_sequences;
+            }
+            if (count > 0 && continuous_batch_rows(batch) > 0) joined_late++;
+            continuous_batch_add(batch, joining, count);
+            continuous_batch_step(batch);
+            CHECK(step < 100000, "the schedule does not end");
+        }
+        ContinuousStats stats;
+        continuous_batch_stats(batch, &stats);
+        EXPECT(joined_late > 10, "%s: only %d requests joined a running batch", models[m], joined_late);
+        EXPECT(stats.moves_on >= 3 && stats.moves_back >= 1, "%s: the slots moved on %ld times, back %ld times",
+               models[m], stats.moves_on, stats.moves_back);
+        EXPECT(stats.capacity_slots <= 512, "%s: the cache grew to %d slots per row", models[m], stats.capacity_slots);
+        if (getenv("TEST_VERBOSE"))
+            printf("%s: %ld steps, %ld prefills, moved on %ld, back %ld, %d slots\n", models[m], stats.decode_steps,
+                   stats.prefills, stats.moves_on, stats.moves_back, stats.capacity_slots);
+        continuous_batch_free(batch);
+        check_against_generate(&model, models[m], requests, stop_tokens, 2);
+        model_free(&model);
+    }
+}
+
+// The relayout keeps every number: the same decode step on a cache before and after a move
+// (grown, shifted on, then back) gives the same logits, bit for bit.
+static void test_relayout_keeps_the_cache(void) {
+    Model model;
+    load(&model, "tests/fixtures/models/llama");
+    const int V = model.config.vocab_size;
+    int tokens[2 * 6] = {0, 0, 5, 9, 17, 3, 60, 61, 62, 63, 64, 65};
+    int row_start[2] = {2, 0};
+    KvCache cache;
+    kv_cache_init(&cache, &model, 2, 8);
+    ModelBatch prefill = {.B = 2, .T = 6, .tokens = tokens, .row_start = row_start};
+    model_forward_cached(&model, &prefill, &cache);
+    int next[2] = {7, 8};
+    float *before = xmalloc((size_t)2 * V * sizeof(float)), *after = xmalloc((size_t)2 * V * sizeof(float));
+    KvCache copy;
+    kv_cache_init(&copy, &model, 2, 8);
+    // The same prefill into a second cache, then moves: 5 slots on into 3 rows of 20, back 4.
+    model_forward_cached(&model, &prefill, &copy);
+    kv_cache_relayout(&copy, &model, 3, 20, 5);
+    EXPECT(copy.length == 11 && copy.row_start[0] == 7 && copy.row_start[1] == 5, "moved to %d, rows from %d and %d",
+           copy.length, copy.row_start[0], copy.row_start[1]);
+    kv_cache_relayout(&copy, &model, 3, 20, -4);
+    ModelBatch decode = {.B = 2, .T = 1, .tokens = next};
+    model_forward_cached(&model, &decode, &cache);
+    model_last_logits(&model, before);
+    model_forward_cached(&model, &decode, &copy);
+    model_last_logits(&model, after);
+    EXPECT(!memcmp(before, after, (size_t)2 * V * sizeof(float)), "the decode after a relayout differs");
+    // A relayout that would push a row before slot 0 is refused.
+    EXPECT(copy.row_start[1] == 1, "row 1 starts at %d", copy.row_start[1]);
+    kv_cache_free(&cache, &model);
+    kv_cache_free(&copy, &model);
+    free(before), free(after);
+    model_free(&model);
+}
+
+int main(void) {
+    RUN(test_relayout_keeps_the_cache);
+    RUN(test_joining_sequences_match_generate);
+    TEST_EXIT();
+}
