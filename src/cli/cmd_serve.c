@@ -38,7 +38,7 @@ int cmd_serve(int argc, char **argv) {
         {"max-body-bytes", "max_body_bytes", OPT_INT, &max_body_bytes, "larger request bodies get 413", false, false},
         {"max-tokens-limit", "max_tokens_limit", OPT_INT, &max_tokens_limit, "largest max_tokens a request may ask for", false, false},
         {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
-        {"parallel", "n_parallel", OPT_INT, &parallel, "batch rows generated together: queued requests' choices (OpenAI n), one row each (1: one at a time)", false, false},
+        {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time)", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,

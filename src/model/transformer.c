@@ -522,8 +522,9 @@ void model_last_logits(Model *model, float *logits) {
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "model has no LM head");
     const int B = a->B, T = a->T, C = cfg->hidden_size, V = cfg->vocab_size;
-    // Its own [B, V] buffer: the full logits buffer would be [B * T, V] for a prefill's
-    // shape (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows.
+    // Its own [B, V] buffer: the full logits buffer is [B * T, V] for a prefill's shape
+    // (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows. On the CPU only
+    // the pages written count, but a GPU allocation is all real memory.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
     linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
                    V);

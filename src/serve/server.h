@@ -10,10 +10,11 @@
 // valid request when max_concurrent requests are already generating or queued is 429; a
 // request still queued or generating after request_timeout_s is 503.
 //
-// One model, one worker thread: requests are queued in arrival order and generated together
-// in one batch of up to `parallel` rows, a row per choice (OpenAI's n; each row with its own
-// parameters and seed; a request with more choices than that is generated alone); requests
-// that arrive during a batch wait for the next. A request's tokens depend only on its
+// One model, one worker thread running a continuous batch (gen/continuous.h) of up to
+// `parallel` rows, a row per choice (OpenAI's n; each row with its own parameters and
+// seed): requests are queued in arrival order and join the batch between decode steps as
+// rows free up (a request with more choices than that joins an empty batch, alone), and
+// each is answered as soon as its choices end. A request's tokens depend only on its
 // prompt, parameters and seed — with batch-mates, up to float rounding (a near tie could
 // go the other way). Streaming
 // (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
@@ -31,7 +32,7 @@ typedef struct {
     int max_tokens_limit;
     int default_max_tokens;
     int max_concurrent;
-    int parallel;           // batch rows generated together, one per choice (1: one answer at a time)
+    int parallel;           // rows of the continuous batch, one per choice (1: one answer at a time)
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
 } ServerOptions;
