@@ -4,7 +4,7 @@
 #
 #   1. build/tests/gpu/test_cuda: every op forward and backward against the CPU op on
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
-#      gradients, generation with the KV cache on the GPU.
+#      gradients, generation with the KV cache on the GPU (also serve's continuous batch).
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, again
 #      on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma), and 20 DPO steps.

@@ -17,6 +17,7 @@
 
 #include "../test.h"
 #include "core/check.h"
+#include "gen/continuous.h"
 #include "gen/generate.h"
 #include "model/model.h"
 #include "model/lora.h"
@@ -640,6 +641,86 @@ static void test_generation_on_gpu(void) {
     model_free(&mg);
 }
 
+// Continuous batching on the GPU (serve's path): sequences join a decoding batch at other
+// steps, one with a prompt longer than the batch so far (the cached rows move on in GPU
+// memory), rows leave from the middle (the rows after move up), and the run passes the
+// cache's first 256 slots (the rows move back). Each sequence's greedy log-probs agree
+// with a CPU forward over its prompt and tokens.
+typedef struct {
+    int prompt[24];
+    int prompt_length;
+    GeneratedRow result;
+    bool finished;
+} GpuSequence;
+
+static void gpu_sequence_finished(void *context, void *owner, GeneratedRow *row) {
+    GpuSequence *sequence = owner;
+    sequence->result = *row;
+    sequence->finished = true;
+}
+
+static void test_continuous_batch_on_gpu(void) {
+    Model mc, mg;
+    load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
+    enum { SEQUENCES = 24 };
+    static GpuSequence sequences[SEQUENCES];
+    SequenceOptions options[SEQUENCES];
+    for (int i = 0; i < SEQUENCES; i++) {
+        GpuSequence *sequence = &sequences[i];
+        memset(sequence, 0, sizeof *sequence);
+        sequence->prompt_length = i % 6 == 2 ? 24 : 1 + (i * 7) % 9;
+        for (int t = 0; t < sequence->prompt_length; t++) sequence->prompt[t] = 3 + (i * 31 + t * 17) % 400;
+        options[i] = (SequenceOptions){.sampler = {.temperature = 0.0f},
+                                       .max_new_tokens = 20 + (i * 13) % 60,
+                                       .owner = sequence};
+    }
+    ContinuousOptions batch_options = {.on_finish = gpu_sequence_finished};
+    ContinuousBatch *batch = continuous_batch_new(&mg, 4, &batch_options);
+    int next = 0;
+    for (int step = 0; next < SEQUENCES || continuous_batch_rows(batch) > 0; step++) {
+        // One sequence joins every third step while a row is free; the long prompts join
+        // right after a short one started a batch.
+        if (next < SEQUENCES && step % 3 == 0 && continuous_batch_rows(batch) < 4) {
+            SequenceRequest request = {sequences[next].prompt, sequences[next].prompt_length, &options[next], 1};
+            continuous_batch_add(batch, &request, 1);
+            next++;
+        }
+        continuous_batch_step(batch);
+    }
+    ContinuousStats stats;
+    continuous_batch_stats(batch, &stats);
+    continuous_batch_free(batch);
+    double worst = 0;
+    for (int i = 0; i < SEQUENCES; i++) {
+        GpuSequence *sequence = &sequences[i];
+        EXPECT(sequence->finished, "sequence %d never finished", i);
+        if (!sequence->finished) continue;
+        const GeneratedRow *row = &sequence->result;
+        int T = sequence->prompt_length + row->length;
+        int *tokens = xmalloc(T * 4), *targets = xmalloc(T * 4);
+        memcpy(tokens, sequence->prompt, sequence->prompt_length * 4);
+        memcpy(tokens + sequence->prompt_length, row->tokens, row->length * 4);
+        for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? tokens[t + 1] : -1;
+        float *logp = xmalloc(T * 4);
+        ModelBatch one = {.B = 1, .T = T, .tokens = tokens};
+        model_forward(&mc, &one);
+        model_logprobs(&mc, targets, logp, NULL, NULL);
+        for (int j = 0; j < row->length; j++) {
+            double d = fabs(logp[sequence->prompt_length - 1 + j] - row->logprobs[j]);
+            if (d > worst) worst = d;
+        }
+        free(tokens), free(targets), free(logp);
+        generated_row_free(&sequence->result);
+    }
+    printf("# %-34s %.3e (tolerance 5e-2 abs; %ld steps, moved on %ld, back %ld)\n",
+           "continuous batch vs CPU forward", worst, stats.decode_steps, stats.moves_on, stats.moves_back);
+    EXPECT(worst <= 5e-2, "continuous-batch log-probs differ from the CPU forward by %.3e", worst);
+    EXPECT(stats.moves_on >= 1 && stats.moves_back >= 1, "the cache moved on %ld times, back %ld times",
+           stats.moves_on, stats.moves_back);
+    model_free(&mc);
+    model_free(&mg);
+}
+
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
 static void test_fixture_models_mma_attention(void) {
     const char *previous = ops_cuda_attention_kernels();
@@ -669,6 +750,7 @@ int main(void) {
     RUN(test_fixture_models_mma_attention);
     RUN(test_lora_models);
     RUN(test_generation_on_gpu);
+    RUN(test_continuous_batch_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }
