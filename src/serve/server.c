@@ -46,6 +46,11 @@ struct Server {
     int open_posts; // POST requests between their headers and the end of their answer
     bool stopping;
     uint64_t requests; // numbers the requests: ids and default seeds
+    // For GET /metrics: generation requests answered (any outcome) and failed of them; the
+    // usage of the others; the batch as the worker left it after its last step.
+    uint64_t answered, failed, prompt_tokens, completion_tokens;
+    int rows_generating;
+    ContinuousStats batch_stats;
 };
 
 // A reply token kept for the log-probs of its choice: where the text it added lies in the
@@ -435,6 +440,13 @@ static void job_done_locked(Server *s, Job *job) {
     if (job->stream) finish_stream_locked(job);
     job->finished = true;
     s->in_flight--;
+    s->answered++;
+    if (job->failed) {
+        s->failed++;
+    } else {
+        s->prompt_tokens += (uint64_t)job->num_ids;
+        s->completion_tokens += (uint64_t)completion_tokens(job);
+    }
     pthread_cond_broadcast(&s->changed);
     job_unref_locked(job);
 }
@@ -502,6 +514,8 @@ static void *worker_main(void *arg) {
         }
         continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
+        continuous_batch_stats(batch, &s->batch_stats);
+        s->rows_generating = continuous_batch_rows(batch);
     }
     pthread_mutex_unlock(&s->lock);
     continuous_batch_free(batch);
@@ -511,7 +525,7 @@ static void *worker_main(void *arg) {
 
 // --- HTTP ------------------------------------------------------------------------------
 
-typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_MODELS, ROUTE_MODEL, ROUTE_CHAT, ROUTE_COMPLETIONS } Route;
+typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_MODELS, ROUTE_MODEL, ROUTE_CHAT, ROUTE_COMPLETIONS } Route;
 
 // What one call of the access handler answers with.
 typedef struct {
@@ -584,6 +598,7 @@ static enum MHD_Result respond_new_error(const Exchange *ex, int status, const c
 static Route find_route(const char *url) {
     static const char model_prefix[] = "/v1/models/";
     if (strcmp(url, "/health") == 0) return ROUTE_HEALTH;
+    if (strcmp(url, "/metrics") == 0) return ROUTE_METRICS;
     if (strcmp(url, "/v1/models") == 0) return ROUTE_MODELS;
     if (strncmp(url, model_prefix, sizeof model_prefix - 1) == 0 && url[sizeof model_prefix - 1]) return ROUTE_MODEL;
     if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
@@ -591,8 +606,57 @@ static Route find_route(const char *url) {
     return ROUTE_NONE;
 }
 
+// Prometheus' text format: "# HELP", "# TYPE" and one sample per metric.
+static void metric(char **text, size_t *length, size_t *capacity, const char *name, const char *type,
+                   const char *help, double value) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "# HELP marlhf_%s %s\n# TYPE marlhf_%s %s\nmarlhf_%s %.17g\n", name, help, name,
+                     type, name, value);
+    grow_append(text, length, capacity, line, (size_t)n);
+}
+
+static char *metrics_text(Server *s) {
+    pthread_mutex_lock(&s->lock);
+    int queued = 0;
+    for (const Job *job = s->queue_head; job; job = job->next) queued++;
+    const int in_flight = s->in_flight, rows = s->rows_generating;
+    const uint64_t answered = s->answered, failed = s->failed, prompt = s->prompt_tokens,
+                   completion = s->completion_tokens;
+    const ContinuousStats stats = s->batch_stats;
+    pthread_mutex_unlock(&s->lock);
+    char *text = NULL;
+    size_t length = 0, capacity = 0;
+    metric(&text, &length, &capacity, "requests_in_progress", "gauge",
+           "Generation requests admitted and not yet answered (queued included).", in_flight);
+    metric(&text, &length, &capacity, "requests_queued", "gauge", "Generation requests waiting to join the batch.",
+           queued);
+    metric(&text, &length, &capacity, "rows_generating", "gauge",
+           "Rows of the continuous batch after its last step (one per choice).", rows);
+    metric(&text, &length, &capacity, "requests_answered_total", "counter",
+           "Generation requests answered, whatever the outcome.", (double)answered);
+    metric(&text, &length, &capacity, "requests_failed_total", "counter",
+           "Generation requests that failed (timed out, cancelled, server stopping).", (double)failed);
+    metric(&text, &length, &capacity, "prompt_tokens_total", "counter", "Prompt tokens of the requests that did not fail.",
+           (double)prompt);
+    metric(&text, &length, &capacity, "completion_tokens_total", "counter",
+           "Generated tokens of the requests that did not fail (their usage).", (double)completion);
+    metric(&text, &length, &capacity, "generated_tokens_total", "counter",
+           "Tokens the batch generated, failed requests included.", (double)stats.generated_tokens);
+    metric(&text, &length, &capacity, "prefills_total", "counter", "Prefill forwards (requests joining together share one).",
+           (double)stats.prefills);
+    metric(&text, &length, &capacity, "decode_steps_total", "counter", "Decode steps of the batch.",
+           (double)stats.decode_steps);
+    metric(&text, &length, &capacity, "prefill_seconds_total", "counter", "Time in prefills.", stats.prefill_seconds);
+    metric(&text, &length, &capacity, "decode_seconds_total", "counter", "Time in decode steps, sampling included.",
+           stats.decode_seconds);
+    metric(&text, &length, &capacity, "kv_cache_slots", "gauge", "Slots per row of the batch's KV cache.",
+           stats.capacity_slots);
+    return text;
+}
+
 static enum MHD_Result handle_get(const Exchange *ex, Route route) {
     Server *s = ex->server;
+    if (route == ROUTE_METRICS) return respond(ex, 200, metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
     if (route == ROUTE_HEALTH) {
         pthread_mutex_lock(&s->lock);
         int in_flight = s->in_flight;

@@ -1,9 +1,11 @@
 // The HTTP server of `marlhf serve`: libmicrohttpd (one thread per connection), the routes
 // of the OpenAI API (serve/openai.h for the schema), the limits, and one generation worker.
 //
-// Routes: GET /health ({"status", "requests_in_progress", "max_concurrent"}), GET /v1/models,
-// GET /v1/models/<name>, POST /v1/chat/completions, POST /v1/completions. Anything else is
-// 404; a known path with another method is 405.
+// Routes: GET /health ({"status", "requests_in_progress", "max_concurrent"}), GET /metrics
+// (Prometheus text: requests in progress and queued, rows generating, requests answered and
+// failed, prompt and completion tokens, prefills, decode steps and their seconds, the KV
+// cache's slots), GET /v1/models, GET /v1/models/<name>, POST /v1/chat/completions, POST
+// /v1/completions. Anything else is 404; a known path with another method is 405.
 //
 // Limits, each answered with an OpenAI-style error: a body over max_body_bytes is 413 (from
 // its Content-Length, before the body is read; a chunked body is counted and dropped); a

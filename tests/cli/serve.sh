@@ -596,6 +596,49 @@ expect_error serve_bad_template "chat template" "$bin" serve --model "$model" --
 stop_server
 [ "$stop_rc" = 0 ] && grep -q '^serve: stopped$' "$tmp/server.log" && pass sigterm_exits_0 || fail sigterm_exits_0 "exit $stop_rc: $(tail -n 2 "$tmp/server.log")"
 
+# GET /metrics on a fresh server: Prometheus text whose counters add up to the answers'
+# usage (two requests answered, one with n = 2; a rejected one is not a generation).
+if start_server "$tmp/metrics.log" --model "$model" --threads 1; then
+    request POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0}' > /dev/null
+    cp "$tmp/body" "$tmp/metrics_a.json"
+    request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "n": 2, "seed": 3}' > /dev/null
+    cp "$tmp/body" "$tmp/metrics_b.json"
+    request POST /v1/completions '{"prompt": "x", "max_tokens": -1}' > /dev/null
+    status=$(curl -s -D "$tmp/metrics.headers" -o "$tmp/metrics.txt" -w '%{http_code}' "http://127.0.0.1:$port/metrics")
+    why=$(python3 - "$tmp" <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+usage = [json.load(open(f"{tmp}/metrics_{k}.json"))["usage"] for k in "ab"]
+lines = open(f"{tmp}/metrics.txt").read().splitlines()
+samples = {}
+for line in lines:
+    if line.startswith("#"):
+        if not re.match(r"# (HELP marlhf_\w+ .+|TYPE marlhf_\w+ (gauge|counter))$", line): print(f"bad comment {line!r}"); sys.exit()
+        continue
+    m = re.match(r"(marlhf_\w+) (\S+)$", line)
+    if not m: print(f"bad sample {line!r}"); sys.exit()
+    samples[m[1]] = float(m[2])
+want = {"marlhf_requests_answered_total": 2, "marlhf_requests_failed_total": 0, "marlhf_requests_in_progress": 0,
+        "marlhf_requests_queued": 0, "marlhf_rows_generating": 0,
+        "marlhf_prompt_tokens_total": sum(u["prompt_tokens"] for u in usage),
+        "marlhf_completion_tokens_total": sum(u["completion_tokens"] for u in usage)}
+wrong = {k: (samples.get(k), v) for k, v in want.items() if samples.get(k) != v}
+if wrong: print(f"got (metric, want): {wrong}")
+elif samples["marlhf_generated_tokens_total"] < want["marlhf_completion_tokens_total"] or samples["marlhf_decode_steps_total"] < 1 \
+        or samples["marlhf_prefills_total"] != 2 or samples["marlhf_kv_cache_slots"] < 1:
+    print(f"batch counters {samples}")
+else: print("ok")
+PY
+)
+    [ "$status" = 200 ] && grep -qi '^content-type: text/plain; version=0.0.4' "$tmp/metrics.headers" && [ "$why" = ok ] &&
+        pass metrics_add_up || fail metrics_add_up "status $status: $why"
+    status=$(request POST /metrics '{}')
+    [ "$status" = 405 ] && pass metrics_post_405 || fail metrics_post_405 "status $status"
+    stop_server
+else
+    fail metrics_server "$(tail -n 3 "$tmp/metrics.log")"
+fi
+
 # SmolLM2 (fetched by scripts/fetch-model): a real answer, equal to `marlhf generate`.
 if [ -f "$real_model" ]; then
     if start_server "$tmp/real.log" --model "$real_model" --max-concurrent 1 --threads 2; then
