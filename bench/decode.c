@@ -9,8 +9,9 @@
 //
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
-//                           [--quantize none|q8_0]
-// --quantize q8_0 decodes with Q8_0 copies of the linear weights (model/quantize.h).
+//                           [--quantize none|q8_0] [--kv-cache f32|f16]
+// --quantize q8_0 decodes with Q8_0 copies of the linear weights (model/quantize.h);
+// --kv-cache f16 keeps the KV cache in half floats.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
     const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int new_tokens = 64, prompt_length = 32;
     char batches[64] = "1,8,32";
-    const char *device = "cpu", *shape = NULL, *quantize = "none";
+    const char *device = "cpu", *shape = NULL, *quantize = "none", *kv_cache = "f32";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) new_tokens = atoi(argv[++i]);
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "--quantize") && i + 1 < argc) quantize = argv[++i];
+        else if (!strcmp(argv[i], "--kv-cache") && i + 1 < argc) kv_cache = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) snprintf(batches, sizeof batches, "%s", argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/decode.c)", argv[i]);
     }
@@ -50,6 +52,7 @@ int main(int argc, char **argv) {
         if (model_load(&model, path, ops, &options) != 0) die_from_err();
     }
     if (model_quantize(&model, quantize) != 0) die_from_err();
+    if (kv_cache_type_set(&model, kv_cache, "--kv-cache") != 0) die_from_err();
     // Warm up (page in the weights, start the thread pool) before timing anything.
     {
         int warm[4] = {100, 200, 300, 400}, length = 4;
@@ -73,9 +76,9 @@ int main(int argc, char **argv) {
         GenerateStats stats;
         generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
         double decode_tokens = (double)B * stats.decode_steps;
-        printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
+        printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"new_tokens\": %d, \"prompt\": %d, \"threads\": %d}\n",
-               ops->name, quantize, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds, new_tokens,
+               ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds, new_tokens,
                prompt_length, omp_get_max_threads());
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);

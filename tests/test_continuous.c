@@ -12,6 +12,7 @@
 //    the next token's slot past the buffers (the rows move back); the buffers stay bounded
 //    (they would grow without end if moving back did not work).
 //  - Stop tokens and a stop check end sequences as they end generate()'s rows.
+//  - The same with the KV cache in half floats (one model).
 //  - A KV-cache relayout (grow, shift) keeps every cached number; the decode after it
 //    matches the one before to the bit.
 #include "core/check.h"
@@ -154,11 +155,14 @@ static void check_against_generate(Model *model, const char *name, Request *requ
 }
 
 static void test_joining_sequences_match_generate(void) {
+    // The last run keeps the KV cache in half floats (--kv-cache f16): the slots moved are
+    // halves, and generate() alone uses the same cache.
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
-                            "tests/fixtures/models/qwen2"};
-    for (int m = 0; m < 4; m++) {
+                            "tests/fixtures/models/qwen2", "tests/fixtures/models/llama"};
+    for (int m = 0; m < 5; m++) {
         Model model;
         load(&model, models[m]);
+        if (m == 4) CHECK(kv_cache_type_set(&model, "f16", "--kv-cache") == 0, "%s", err_msg());
         static Request requests[NUM_REQUESTS];
         static Owner owners[NUM_REQUESTS * MAX_SEQUENCES];
         // Learned positions bound a sequence's prompt and tokens (GPT-2's fixture has 64).

@@ -8,9 +8,11 @@
 // 2e-3 absolute + 2e-2 relative: enough to catch any wrong term (those are O(1) errors),
 // with margin for float32 rounding in L. tests/test_ops_f64.c runs the same checks in
 // double precision on the same kernel sources, to 1e-6.
+#include <immintrin.h>
 #include <stdint.h>
 
 #include "core/check.h"
+#include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
 #include "test.h"
 
@@ -230,6 +232,91 @@ static void test_attention_decode(void) {
     EXPECT(worst <= 2e-5, "decode attention differs from the double reference by %.3g", worst);
 }
 
+// ---- the half-float KV cache ----
+// Conversions: values whose halves are known (1, -2, 65504, the smallest normal and
+// subnormal, ties to even at 1 + 2^-11 and 1 + 3 * 2^-11, 65520 and up to infinity, a
+// subnormal tie), the round trip of every half, and (where the compiler has F16C) the
+// hardware's conversion of 200,000 random floats, NaN only as NaN.
+static void test_half_conversion(void) {
+    const struct { float value; uint16_t half; } known[] = {
+        {1.0f, 0x3C00}, {-2.0f, 0xC000}, {65504.0f, 0x7BFF}, {65519.0f, 0x7BFF}, {65520.0f, 0x7C00},
+        {1e30f, 0x7C00}, {-INFINITY, 0xFC00}, {6.103515625e-05f, 0x0400}, {5.9604644775390625e-08f, 0x0001},
+        {2.98023223876953125e-08f, 0x0000}, {8.940696716308594e-08f, 0x0002}, {1.00048828125f, 0x3C00},
+        {1.00146484375f, 0x3C02}, {-0.0f, 0x8000}, {0.1f, 0x2E66}, {1e-10f, 0x0000},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        EXPECT(cpu_float_to_half(known[i].value) == known[i].half, "%.9g -> 0x%04x, want 0x%04x", (double)known[i].value,
+               cpu_float_to_half(known[i].value), known[i].half);
+    EXPECT((cpu_float_to_half(NAN) & 0x7C00) == 0x7C00 && (cpu_float_to_half(NAN) & 0x3FF), "NaN is not NaN");
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        const float value = cpu_half_to_float((uint16_t)h);
+        if (isnan(value)) EXPECT((h & 0x7C00) == 0x7C00 && (h & 0x3FF), "0x%04x widened to NaN", h);
+        else EXPECT(cpu_float_to_half(value) == h, "0x%04x -> %.9g -> 0x%04x", h, (double)value, cpu_float_to_half(value));
+    }
+#if defined(__F16C__)
+    int mismatches = 0;
+    for (int i = 0; i < 200000; i++) {
+        rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t bits = (uint32_t)(rng_state >> 32);
+        float value;
+        memcpy(&value, &bits, sizeof value);
+        const uint16_t hardware = _cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT), portable = cpu_float_to_half(value);
+        if (isnan(value) ? !((portable & 0x7C00) == 0x7C00 && (portable & 0x3FF)) : hardware != portable) mismatches++;
+        if (!isnan(value)) EXPECT(cpu_half_to_float(hardware) == _cvtsh_ss(hardware), "widening 0x%04x", hardware);
+    }
+    EXPECT(mismatches == 0, "%d of 200000 conversions differ from F16C's", mismatches);
+#endif
+}
+
+// cache_write_f16 stores each element's half; attention_decode_f16 equals the double
+// reference over the halves' values (the cases of test_attention_decode).
+static void test_attention_decode_f16(void) {
+    const int head_dims[] = {64, 128, 80, 8};
+    double worst = 0;
+    for (int hd_i = 0; hd_i < 4; hd_i++) {
+        const int B = 2, n_heads = 4, n_kv_heads = 2, D = head_dims[hd_i], length = 300, capacity = 310;
+        const int kv_width = n_kv_heads * D, q_width = n_heads * D;
+        int row_start[2] = {0, 123};
+        float *q = random_floats((long)B * q_width, -6, 6);
+        float *keys = random_floats((long)B * length * kv_width, -1.5f, 1.5f);
+        float *values = random_floats((long)B * length * kv_width, -1, 1);
+        uint16_t *k = xcalloc((size_t)B * capacity * kv_width, sizeof(uint16_t));
+        uint16_t *v = xcalloc((size_t)B * capacity * kv_width, sizeof(uint16_t));
+        ops_cpu.cache_write_f16(k, keys, B, length, capacity, 0, kv_width);
+        ops_cpu.cache_write_f16(v, values, B, length, capacity, 0, kv_width);
+        for (int b = 0; b < B; b++)
+            for (long i = 0; i < (long)length * kv_width; i++)
+                EXPECT(k[(long)b * capacity * kv_width + i] == cpu_float_to_half(keys[(long)b * length * kv_width + i]),
+                       "cache_write_f16 row %d element %ld", b, i);
+        float *out = xcalloc((size_t)B * q_width, sizeof(float));
+        ops_cpu.attention_decode_f16(out, q, k, v, row_start, B, capacity, length, n_heads, n_kv_heads, D);
+        double *scores = xmalloc((size_t)length * sizeof(double));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < n_heads; h++) {
+                const int kv_head = h / (n_heads / n_kv_heads);
+                double max_score = -INFINITY, sum = 0;
+                for (int j = row_start[b]; j < length; j++) {
+                    double dot_qk = 0;
+                    for (int d = 0; d < D; d++)
+                        dot_qk += (double)q[(long)b * q_width + h * D + d] *
+                                  cpu_half_to_float(k[((long)b * capacity + j) * kv_width + kv_head * D + d]);
+                    scores[j] = dot_qk / sqrt(D);
+                    if (scores[j] > max_score) max_score = scores[j];
+                }
+                for (int j = row_start[b]; j < length; j++) sum += scores[j] = exp(scores[j] - max_score);
+                for (int d = 0; d < D; d++) {
+                    double want = 0;
+                    for (int j = row_start[b]; j < length; j++)
+                        want += scores[j] / sum * cpu_half_to_float(v[((long)b * capacity + j) * kv_width + kv_head * D + d]);
+                    double error = fabs(want - out[(long)b * q_width + h * D + d]);
+                    if (error > worst) worst = error;
+                }
+            }
+        free(q), free(keys), free(values), free(k), free(v), free(out), free(scores);
+    }
+    EXPECT(worst <= 2e-5, "half-cache decode attention differs from the double reference by %.3g", worst);
+}
+
 // ---- activations ----
 typedef struct { long n; int kind; float *a, *b, *out, *R; } ActCase; // kind 0 gelu, 1 swiglu, 2 geglu
 static double activation_loss(void *p) {
@@ -335,6 +422,8 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_decode);
+    RUN(test_half_conversion);
+    RUN(test_attention_decode_f16);
     RUN(test_gelu);
     RUN(test_swiglu);
     RUN(test_geglu);

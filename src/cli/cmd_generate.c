@@ -144,6 +144,7 @@ static void remove_pending_output(void) {
 
 int cmd_generate(int argc, char **argv) {
     const char *quantize = "none";
+    const char *kv_cache = "f32";
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
     char *system = NULL, *stop_string = NULL;
     long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
@@ -173,6 +174,7 @@ int cmd_generate(int argc, char **argv) {
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the model's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
+        {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, or f16: the KV cache in half floats (CPU; half its memory, faster decoding of long contexts; the prompt itself is attended in f32)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     const char *positional[64];
@@ -193,10 +195,12 @@ int cmd_generate(int argc, char **argv) {
     if (sequences > 1 && (greedy || temperature == 0))
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
+    if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     cli_set_threads(threads);
 
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat) != 0) die_from_err();
+    if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
     // Read all prompts first: a bad row is reported before any generation work.
     PromptRow *rows = NULL;
     int count = 0, capacity = 0;

@@ -26,6 +26,7 @@ static char *default_model_name(const char *path) {
 
 int cmd_serve(int argc, char **argv) {
     const char *quantize = "none";
+    const char *kv_cache = "f32";
     char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
     long request_timeout_s = 600, parallel = 4;
@@ -45,6 +46,7 @@ int cmd_serve(int argc, char **argv) {
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the model's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
+        {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, or f16: the KV cache in half floats (CPU; half its memory, faster decoding of long contexts; the prompt itself is attended in f32)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     OptionSet set = {"serve", "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models).",
@@ -60,10 +62,12 @@ int cmd_serve(int argc, char **argv) {
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
+    if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     cli_set_threads(threads);
 
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat_template != NULL) != 0) die_from_err();
+    if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
     char *name = model_name ? xstrdup(model_name) : default_model_name(model_path);
     if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
 

@@ -5,14 +5,22 @@
 #include "core/check.h"
 #include "model/model.h"
 
+// A slot's width in floats, the unit of ops->copy_rows: a half cache's slot of kv_dim
+// halves is kv_dim / 2 floats (kv_cache_type_set checks kv_dim is even).
+static int slot_floats(const KvCache *cache, const Model *model) {
+    const int kv_dim = model->config.num_kv_heads * model->config.head_dim;
+    return cache->half ? kv_dim / 2 : kv_dim;
+}
+
 void kv_cache_init(KvCache *cache, const Model *model, int B, int T) {
     const ModelConfig *cfg = &model->config;
     memset(cache, 0, sizeof *cache);
     cache->capacity_B = B;
     cache->capacity_T = T;
-    const size_t bytes = (size_t)B * T * cfg->num_kv_heads * cfg->head_dim * sizeof(float);
-    cache->k = xcalloc((size_t)cfg->num_layers, sizeof(float *));
-    cache->v = xcalloc((size_t)cfg->num_layers, sizeof(float *));
+    cache->half = model->kv_cache_f16;
+    const size_t bytes = (size_t)B * T * slot_floats(cache, model) * sizeof(float);
+    cache->k = xcalloc((size_t)cfg->num_layers, sizeof(void *));
+    cache->v = xcalloc((size_t)cfg->num_layers, sizeof(void *));
     for (int l = 0; l < cfg->num_layers; l++) {
         cache->k[l] = model->ops->alloc(bytes);
         cache->v[l] = model->ops->alloc(bytes);
@@ -31,23 +39,34 @@ void kv_cache_free(KvCache *cache, const Model *model) {
     memset(cache, 0, sizeof *cache);
 }
 
+// Copies `count` slots of one layer's buffer: from slot `from_slot` of row `from` of
+// `source` (a buffer of the cache's shape) to slot `to_slot` of row `to` of `target` (rows
+// of target_capacity slots).
+static void copy_slots(const KvCache *cache, const Model *model, void *target, int target_capacity, int to,
+                       int to_slot, const void *source, int from, int from_slot, int count) {
+    if (count <= 0) return;
+    const int width = slot_floats(cache, model);
+    model->ops->copy_rows((float *)target + ((long)to * target_capacity + to_slot) * width, width,
+                          (const float *)source + ((long)from * cache->capacity_T + from_slot) * width, width, count,
+                          width);
+}
+
+// The same slots of every layer's keys and values, within the cache.
+static void copy_row_slots(const KvCache *cache, const Model *model, int to, int from, int first_slot, int count) {
+    for (int l = 0; l < model->config.num_layers; l++) {
+        copy_slots(cache, model, cache->k[l], cache->capacity_T, to, first_slot, cache->k[l], from, first_slot, count);
+        copy_slots(cache, model, cache->v[l], cache->capacity_T, to, first_slot, cache->v[l], from, first_slot, count);
+    }
+}
+
 void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source, int B) {
-    const ModelConfig *cfg = &model->config;
-    const int kv_dim = cfg->num_kv_heads * cfg->head_dim;
-    const long row_floats = (long)cache->capacity_T * kv_dim;
     CHECK(B <= cache->capacity_B, "KV cache of %d rows cannot hold %d", cache->capacity_B, B);
     int *row_start = xmalloc((size_t)B * sizeof(int));
     for (int b = B - 1; b >= 0; b--) {
         const int u = source[b];
         CHECK(u >= 0 && u <= b && u < cache->B, "row %d cannot copy row %d of a cache of %d", b, u, cache->B);
         row_start[b] = cache->row_start[u];
-        if (u == b) continue;
-        for (int l = 0; l < cfg->num_layers; l++) {
-            model->ops->copy_rows(cache->k[l] + b * row_floats, kv_dim, cache->k[l] + u * row_floats, kv_dim,
-                                  cache->length, kv_dim);
-            model->ops->copy_rows(cache->v[l] + b * row_floats, kv_dim, cache->v[l] + u * row_floats, kv_dim,
-                                  cache->length, kv_dim);
-        }
+        if (u != b) copy_row_slots(cache, model, b, u, 0, cache->length);
     }
     memcpy(cache->row_start, row_start, (size_t)B * sizeof(int));
     free(row_start);
@@ -55,47 +74,31 @@ void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source,
 }
 
 void kv_cache_copy_row(KvCache *cache, const Model *model, int to, int from) {
-    const ModelConfig *cfg = &model->config;
-    const int kv_dim = cfg->num_kv_heads * cfg->head_dim;
     CHECK(to >= 0 && to < cache->capacity_B && from >= 0 && from < cache->capacity_B,
           "cannot copy row %d to row %d of a cache of %d rows", from, to, cache->capacity_B);
     if (to == from) return;
     const int start = cache->row_start[from];
     cache->row_start[to] = start;
-    if (start >= cache->length) return;
-    const long row_floats = (long)cache->capacity_T * kv_dim;
-    for (int l = 0; l < cfg->num_layers; l++) {
-        float *buffers[2] = {cache->k[l], cache->v[l]};
-        for (int i = 0; i < 2; i++)
-            model->ops->copy_rows(buffers[i] + to * row_floats + (long)start * kv_dim, kv_dim,
-                                  buffers[i] + from * row_floats + (long)start * kv_dim, kv_dim,
-                                  cache->length - start, kv_dim);
-    }
+    copy_row_slots(cache, model, to, from, start, cache->length - start);
 }
 
 void kv_cache_relayout(KvCache *cache, const Model *model, int capacity_B, int capacity_T, int shift) {
-    const ModelConfig *cfg = &model->config;
-    const int kv_dim = cfg->num_kv_heads * cfg->head_dim;
     CHECK(cache->B <= capacity_B, "a KV cache of %d rows cannot hold %d", capacity_B, cache->B);
     CHECK(cache->length + shift >= 0 && cache->length + shift <= capacity_T,
           "a KV cache of %d slots cannot hold %d", capacity_T, cache->length + shift);
     for (int b = 0; b < cache->B; b++)
         CHECK(cache->row_start[b] + shift >= 0, "row %d (from slot %d) cannot move %d slots", b,
               cache->row_start[b], shift);
-    const long old_row_floats = (long)cache->capacity_T * kv_dim, new_row_floats = (long)capacity_T * kv_dim;
-    const size_t bytes = (size_t)capacity_B * new_row_floats * sizeof(float);
-    // Into fresh buffers, a layer at a time: no copy overlaps its source, and the memory
-    // in use exceeds the cache by one layer's buffer at most.
-    for (int l = 0; l < cfg->num_layers; l++) {
-        float **buffers[2] = {&cache->k[l], &cache->v[l]};
+    const size_t bytes = (size_t)capacity_B * capacity_T * slot_floats(cache, model) * sizeof(float);
+    // Into fresh buffers, one at a time: no copy overlaps its source, and the memory in use
+    // exceeds the cache by one buffer at most.
+    for (int l = 0; l < model->config.num_layers; l++) {
+        void **buffers[2] = {&cache->k[l], &cache->v[l]};
         for (int i = 0; i < 2; i++) {
-            float *moved = model->ops->alloc(bytes);
+            void *moved = model->ops->alloc(bytes);
             for (int b = 0; b < cache->B; b++) {
                 const int start = cache->row_start[b];
-                if (start >= cache->length) continue;
-                model->ops->copy_rows(moved + b * new_row_floats + (long)(start + shift) * kv_dim, kv_dim,
-                                      *buffers[i] + b * old_row_floats + (long)start * kv_dim, kv_dim,
-                                      cache->length - start, kv_dim);
+                copy_slots(cache, model, moved, capacity_T, b, start + shift, *buffers[i], b, start, cache->length - start);
             }
             model->ops->free(*buffers[i]);
             *buffers[i] = moved;
@@ -106,6 +109,21 @@ void kv_cache_relayout(KvCache *cache, const Model *model, int capacity_B, int c
     cache->length += shift;
     cache->capacity_B = capacity_B;
     cache->capacity_T = capacity_T;
+}
+
+int kv_cache_type_set(Model *model, const char *type, const char *option) {
+    const bool half = type && strcmp(type, "f16") == 0;
+    if (type && !half && strcmp(type, "f32") != 0) return err_set("%s must be f32 or f16, got '%s'", option, type);
+    if (!model) return 0;
+    model->kv_cache_f16 = false;
+    if (!half) return 0;
+    if (!model->ops->cache_write_f16 || !model->ops->attention_decode_f16)
+        return err_set("%s f16 needs --device cpu (this backend has no half-float KV cache yet)", option);
+    if ((model->config.num_kv_heads * model->config.head_dim) % 2 != 0)
+        return err_set("%s f16 needs an even key width (this model's is %d)", option,
+                       model->config.num_kv_heads * model->config.head_dim);
+    model->kv_cache_f16 = true;
+    return 0;
 }
 
 void kv_cache_reset(KvCache *cache) {

@@ -90,6 +90,8 @@ typedef struct Model {
     // Weights before this offset are frozen: gradients and optimizer state cover only
     // params[trainable_offset, table.total) (0 unless LoRA froze the base).
     long trainable_offset;
+    // Inference: the KV caches made for this model hold IEEE half floats (kv_cache_type_set).
+    bool kv_cache_f16;
 
     ParamTable table;
     float *params; // table.total floats, backend memory
@@ -142,11 +144,18 @@ typedef struct {
     int capacity_B, capacity_T;
     int B;          // rows in use (set by the prefill)
     int length;     // slots filled
-    float **k, **v; // [num_layers], each [capacity_B, capacity_T, n_kv_heads * head_dim]
+    bool half;      // IEEE half floats (the model's kv_cache_f16 when made), else float
+    void **k, **v;  // [num_layers], each [capacity_B, capacity_T, n_kv_heads * head_dim] of them
     int *row_start; // [capacity_B], host
 } KvCache;
 
+// A cache of float32, or of IEEE half floats when the model's kv_cache_f16 is set.
 void kv_cache_init(KvCache *cache, const Model *model, int B, int T);
+// --kv-cache: "f32" (or NULL) or "f16" (inference: the caches made from then on hold half
+// floats, half the memory, read at half the bytes per decode step; the prompt's own
+// attention stays float32). Refused (-1, err_set naming `option`) on a backend without the
+// half-float ops, or for another value. model NULL: the value is checked, nothing set.
+int kv_cache_type_set(Model *model, const char *type, const char *option);
 void kv_cache_free(KvCache *cache, const Model *model);
 // Forgets the cached tokens (the memory stays).
 void kv_cache_reset(KvCache *cache);

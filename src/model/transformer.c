@@ -249,11 +249,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     }
     if (target) {
         const KvCache *cache = target->cache;
-        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim;
-        ops->cache_write(cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot, kv_dim);
-        ops->cache_write(cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot, kv_dim);
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim; // elements
+        if (cache->half) {
+            ops->cache_write_f16((uint16_t *)cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot,
+                                 kv_dim);
+            ops->cache_write_f16((uint16_t *)cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot,
+                                 kv_dim);
+        } else {
+            ops->cache_write((float *)cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot, kv_dim);
+            ops->cache_write((float *)cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot, kv_dim);
+        }
     }
-    if (target && target->decode)
+    if (target && target->decode && target->cache->half)
+        ops->attention_decode_f16(la->att_out, la->q, target->cache->k[l], target->cache->v[l], a->row_start, B,
+                                  target->cache->capacity_T, target->slot + 1, cfg->num_heads, cfg->num_kv_heads,
+                                  cfg->head_dim);
+    else if (target && target->decode)
         ops->attention_decode(la->att_out, la->q, target->cache->k[l], target->cache->v[l], a->row_start, B,
                               target->cache->capacity_T, target->slot + 1, cfg->num_heads,
                               cfg->num_kv_heads, cfg->head_dim);

@@ -122,6 +122,15 @@ typedef struct OpsBackend {
     // [slot, slot+T) of a cache [B, capacity, width].
     void (*cache_write)(float *cache, const float *x, int B, int T, int capacity, int slot,
                         int width);
+    // The same two for a cache of IEEE half floats (--kv-cache f16, inference only):
+    // cache_write_f16 rounds to the nearest half (ties to even; beyond 65504 is infinity),
+    // attention_decode_f16 widens the keys and values back to float as it reads them.
+    // NULL on a backend without them (kv_cache_type_set refuses f16 there).
+    void (*cache_write_f16)(uint16_t *cache, const float *x, int B, int T, int capacity, int slot,
+                            int width);
+    void (*attention_decode_f16)(float *out, const float *q, const uint16_t *k_cache,
+                                 const uint16_t *v_cache, const int *row_start, int B, int capacity,
+                                 int length, int n_heads, int n_kv_heads, int head_dim);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,

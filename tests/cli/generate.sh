@@ -125,4 +125,15 @@ expect_error chat_bad_quantize "--quantize" "$bin" chat --model "$model" --quant
 expect_error serve_bad_quantize "--quantize" "$bin" serve --model "$model" --port 0 --quantize int8
 expect_error infer_bad_quantize "--quantize" "$bin" infer --model "$model" --reward-model "$model" \
     --data "$tmp/prompts.jsonl" --output "$tmp/infer.jsonl" --quantize q8
+# --kv-cache f16: the KV cache in half floats. The same greedy answer; its log-probs move
+# by the halves' rounding only (< 1e-2 from float32's), and do move (the half cache ran).
+# A bad value is one line on every command that takes the option.
+f16=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --kv-cache f16 "$question" 2>/dev/null)
+python3 -c "import json, sys; a, b = (json.loads(x) for x in sys.argv[1:]); sys.exit(0 if a['ids'] == b['ids'] and a['response'] == 'The capital of France is Paris.' and a['logprobs'] != b['logprobs'] and max(abs(x - y) for x, y in zip(a['logprobs'], b['logprobs'])) < 1e-2 else 1)" \
+    "$f16" "$f32" 2> /dev/null && pass generate_kv_cache_f16 || fail generate_kv_cache_f16 "$f16"
+expect_error generate_bad_kv_cache "--kv-cache" "$bin" generate --model "$model" --kv-cache f8 "hi"
+expect_error chat_bad_kv_cache "--kv-cache" "$bin" chat --model "$model" --kv-cache F16 < /dev/null
+expect_error serve_bad_kv_cache "--kv-cache" "$bin" serve --model "$model" --port 0 --kv-cache half
+expect_error infer_bad_kv_cache "--kv-cache" "$bin" infer --model "$model" --reward-model "$model" \
+    --data "$tmp/prompts.jsonl" --output "$tmp/infer.jsonl" --kv-cache bf16
 [ "$failures" -eq 0 ]

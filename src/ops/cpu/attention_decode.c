@@ -9,8 +9,14 @@
 //  - the exponentials by a polynomial the compiler vectorises (within 2 ulp of expf).
 // Without AVX-512 the first two are plain loops. Each (row, head) is one thread's, in a
 // fixed order, so the result depends neither on the threads nor on the other rows.
+//
+// The KV cache is float32, or IEEE half (--kv-cache f16: half the memory to read each
+// step): the same kernel, widening each key and value as it reads them (F16C's
+// conversions where the compiler has them, else the portable cpu_half_to_float).
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -57,6 +63,58 @@ static inline float dot_product(const float *a, const float *b, int n) {
     return sum;
 }
 
+uint16_t cpu_float_to_half(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
+    const uint32_t magnitude = bits & 0x7FFFFFFFu;
+    if (magnitude > 0x7F800000u) return sign | 0x7E00;   // NaN (quiet)
+    if (magnitude >= 0x477FF000u) return sign | 0x7C00;  // 65520 and up round to infinity
+    if (magnitude < 0x38800000u) {                       // below 2^-14: a subnormal half
+        float scaled;
+        memcpy(&scaled, &magnitude, sizeof scaled);
+        // In units of 2^-24, rounded to nearest even (rintf's default mode); 1024 is 2^-14,
+        // whose bits are those of the smallest normal half.
+        return sign | (uint16_t)rintf(scaled * 16777216.0f);
+    }
+    // Rebias the exponent (127 -> 15) and round the mantissa to 10 bits, ties to even; a
+    // carry out of the mantissa correctly moves the exponent up.
+    const uint32_t rounded = magnitude + 0xFFFu + ((magnitude >> 13) & 1u);
+    return sign | (uint16_t)((rounded - 0x38000000u) >> 13);
+}
+
+float cpu_half_to_float(uint16_t half) {
+    const uint32_t sign = (uint32_t)(half & 0x8000) << 16, exponent = (half >> 10) & 0x1F, mantissa = half & 0x3FF;
+    uint32_t bits;
+    if (exponent == 0) { // zero or subnormal: mantissa * 2^-24
+        const float magnitude = (float)mantissa * 5.9604644775390625e-8f;
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 0x1F) bits = sign | 0x7F800000u | (mantissa << 13); // infinity, NaN
+    else bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static inline float dot_product_f16(const float *a, const uint16_t *b, int n) {
+    int d = 0;
+    float sum = 0.0f;
+#if defined(__AVX512F__)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; d + 32 <= n; d += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d))), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d + 16))), acc1);
+    }
+    for (; d + 16 <= n; d += 16)
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d))), acc0);
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#endif
+    for (int e = d; e < n; e++) sum += a[e] * cpu_half_to_float(b[e]);
+    return sum;
+}
+
 // out[d] = scale * sum_j weights[j] * values[j * stride + d], d < head_dim.
 static void weighted_sum(float *out, const float *weights, const float *values, long stride, int n, int head_dim,
                          float scale) {
@@ -88,9 +146,40 @@ static void weighted_sum(float *out, const float *weights, const float *values, 
     for (int e = d; e < head_dim; e++) out[e] *= scale;
 }
 
-void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
-                          const int *row_start, int B, int capacity, int length, int n_heads,
-                          int n_kv_heads, int head_dim) {
+static void weighted_sum_f16(float *out, const float *weights, const uint16_t *values, long stride, int n,
+                             int head_dim, float scale) {
+    int d = 0;
+#if defined(__AVX512F__)
+    for (; d + 64 <= head_dim; d += 64) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (int j = 0; j < n; j++) {
+            const uint16_t *value = values + (long)j * stride + d;
+            const __m512 weight = _mm512_set1_ps(weights[j]);
+            acc0 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)value)), acc0);
+            acc1 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 16))), acc1);
+            acc2 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 32))), acc2);
+            acc3 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 48))), acc3);
+        }
+        const __m512 factor = _mm512_set1_ps(scale);
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(acc0, factor));
+        _mm512_storeu_ps(out + d + 16, _mm512_mul_ps(acc1, factor));
+        _mm512_storeu_ps(out + d + 32, _mm512_mul_ps(acc2, factor));
+        _mm512_storeu_ps(out + d + 48, _mm512_mul_ps(acc3, factor));
+    }
+#endif
+    if (d == head_dim) return;
+    memset(out + d, 0, (size_t)(head_dim - d) * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint16_t *value = values + (long)j * stride;
+        for (int e = d; e < head_dim; e++) out[e] += weights[j] * cpu_half_to_float(value[e]);
+    }
+    for (int e = d; e < head_dim; e++) out[e] *= scale;
+}
+
+// The kernel for both caches: `half` says whether k_cache and v_cache hold floats or halves.
+static void attention_decode(float *out, const float *q, const void *k_cache, const void *v_cache, bool half,
+                             const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                             int head_dim) {
     const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -102,21 +191,50 @@ void cpu_attention_decode(float *out, const float *q, const float *k_cache, cons
             const int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
             const int start = row_start ? row_start[b] : 0, n = length - start;
             const float *query = q + (long)b * q_width + h * head_dim;
-            const float *keys = k_cache + ((long)b * capacity + start) * kv_width + kv_head * head_dim;
-            const float *values = v_cache + ((long)b * capacity + start) * kv_width + kv_head * head_dim;
+            const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
             float max_score = -INFINITY;
             for (int j = 0; j < n; j++) {
-                scores[j] = dot_product(query, keys + (long)j * kv_width, head_dim) * scale;
+                const long at = first + (long)j * kv_width;
+                scores[j] = scale * (half ? dot_product_f16(query, (const uint16_t *)k_cache + at, head_dim)
+                                          : dot_product(query, (const float *)k_cache + at, head_dim));
                 if (scores[j] > max_score) max_score = scores[j];
             }
             for (int j = 0; j < n; j++) scores[j] -= max_score;
             exp_nonpositive(scores, n);
             double sum = 0;
             for (int j = 0; j < n; j++) sum += scores[j];
-            weighted_sum(out + (long)b * q_width + h * head_dim, scores, values, kv_width, n, head_dim,
-                         (float)(1.0 / sum));
+            float *o = out + (long)b * q_width + h * head_dim;
+            if (half) weighted_sum_f16(o, scores, (const uint16_t *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
+            else weighted_sum(o, scores, (const float *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
         }
         free(scores);
+    }
+}
+
+void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
+                          const int *row_start, int B, int capacity, int length, int n_heads,
+                          int n_kv_heads, int head_dim) {
+    attention_decode(out, q, k_cache, v_cache, false, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+}
+
+void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                              int head_dim) {
+    attention_decode(out, q, k_cache, v_cache, true, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+}
+
+void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {
+    const long count = (long)T * width; // row b's T slots are contiguous in both
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
+        uint16_t *dst = cache + ((long)b * capacity + slot) * width;
+        const float *src = x + (long)b * count;
+        long i = 0;
+#if defined(__AVX512F__)
+        for (; i + 16 <= count; i += 16)
+            _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < count; i++) dst[i] = cpu_float_to_half(src[i]);
     }
 }
 
