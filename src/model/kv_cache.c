@@ -118,7 +118,7 @@ int kv_cache_type_set(Model *model, const char *type, const char *option) {
     model->kv_cache_f16 = false;
     if (!half) return 0;
     if (!model->ops->cache_write_f16 || !model->ops->attention_decode_f16)
-        return err_set("%s f16 needs --device cpu (this backend has no half-float KV cache yet)", option);
+        return err_set("%s f16: the %s backend has no half-float KV cache", option, model->ops->name);
     if ((model->config.num_kv_heads * model->config.head_dim) % 2 != 0)
         return err_set("%s f16 needs an even key width (this model's is %d)", option,
                        model->config.num_kv_heads * model->config.head_dim);

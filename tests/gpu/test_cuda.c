@@ -335,6 +335,39 @@ static void test_attention_decode_and_cache(void) {
     free(kc), free(vc), free(q), free(out), free(x), free(rows), free(rows_dst);
 }
 
+// The half-float KV cache (--kv-cache f16): the GPU writes the CPU's halves bit for bit
+// (both round to nearest even), and decodes from them as the CPU does.
+static void test_attention_decode_f16(void) {
+    const int B = 3, capacity = 300, length = 290, H = 8, KV = 2, D = 64;
+    const int row_start[3] = {0, 100, 289};
+    const long cache_n = (long)B * capacity * KV * D, x_n = (long)B * length * KV * D;
+    float *keys = random_host(x_n, 1), *values = random_host(x_n, 1), *q = random_host((long)B * H * D, 2);
+    uint16_t *kc = xcalloc((size_t)cache_n, 2), *vc = xcalloc((size_t)cache_n, 2);
+    cpu->cache_write_f16(kc, keys, B, length, capacity, 0, KV * D);
+    cpu->cache_write_f16(vc, values, B, length, capacity, 0, KV * D);
+    uint16_t *d_kc = gpu->alloc((size_t)cache_n * 2), *d_vc = gpu->alloc((size_t)cache_n * 2);
+    gpu->fill_zero((float *)d_kc, cache_n / 2);
+    gpu->fill_zero((float *)d_vc, cache_n / 2);
+    float *d_keys = gpu_floats(keys, x_n), *d_values = gpu_floats(values, x_n);
+    gpu->cache_write_f16(d_kc, d_keys, B, length, capacity, 0, KV * D);
+    gpu->cache_write_f16(d_vc, d_values, B, length, capacity, 0, KV * D);
+    uint16_t *written = xmalloc((size_t)cache_n * 2);
+    gpu->copy_to_host(written, d_kc, (size_t)cache_n * 2);
+    long differ = 0;
+    for (long i = 0; i < cache_n; i++) differ += written[i] != kc[i];
+    printf("# %-34s %ld of %ld halves differ (tolerance 0)\n", "cache_write_f16", differ, cache_n);
+    EXPECT(differ == 0, "cache_write_f16: %ld halves differ from the CPU's", differ);
+    float *out = xmalloc((size_t)B * H * D * 4);
+    cpu->attention_decode_f16(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+    float *d_q = gpu_floats(q, (long)B * H * D);
+    int *d_rs = gpu_ints(row_start, B);
+    float *d_out = gpu->alloc((size_t)B * H * D * 4);
+    gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+    expect_match("attention_decode_f16", d_out, out, (long)B * H * D, TOL_FP32);
+    gpu->free(d_kc), gpu->free(d_vc), gpu->free(d_keys), gpu->free(d_values), gpu->free(d_q), gpu->free(d_rs);
+    free(keys), free(values), free(q), free(kc), free(vc), free(written), free(out);
+}
+
 static void test_activations_and_elementwise(void) {
     const long n = 100003;
     float *x = random_host(n, 4), *y = random_host(n, 4), *dy = random_host(n, 1);
@@ -645,7 +678,7 @@ static void test_generation_on_gpu(void) {
 // steps, one with a prompt longer than the batch so far (the cached rows move on in GPU
 // memory), rows leave from the middle (the rows after move up), and the run passes the
 // cache's first 256 slots (the rows move back). Each sequence's greedy log-probs agree
-// with a CPU forward over its prompt and tokens.
+// with a CPU forward over its prompt and tokens. Again with the KV cache in half floats.
 typedef struct {
     int prompt[24];
     int prompt_length;
@@ -659,9 +692,10 @@ static void gpu_sequence_finished(void *context, void *owner, GeneratedRow *row)
     sequence->finished = true;
 }
 
-static void test_continuous_batch_on_gpu(void) {
+static void run_continuous_batch_on_gpu(const char *kv_cache) {
     Model mc, mg;
     load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
+    CHECK(kv_cache_type_set(&mg, kv_cache, "--kv-cache") == 0, "%s", err_msg());
     enum { SEQUENCES = 24 };
     static GpuSequence sequences[SEQUENCES];
     SequenceOptions options[SEQUENCES];
@@ -712,14 +746,17 @@ static void test_continuous_batch_on_gpu(void) {
         free(tokens), free(targets), free(logp);
         generated_row_free(&sequence->result);
     }
-    printf("# %-34s %.3e (tolerance 5e-2 abs; %ld steps, moved on %ld, back %ld)\n",
-           "continuous batch vs CPU forward", worst, stats.decode_steps, stats.moves_on, stats.moves_back);
+    printf("# continuous batch (%s cache) vs CPU forward %.3e (tolerance 5e-2 abs; %ld steps, moved on %ld, back %ld)\n",
+           kv_cache, worst, stats.decode_steps, stats.moves_on, stats.moves_back);
     EXPECT(worst <= 5e-2, "continuous-batch log-probs differ from the CPU forward by %.3e", worst);
     EXPECT(stats.moves_on >= 1 && stats.moves_back >= 1, "the cache moved on %ld times, back %ld times",
            stats.moves_on, stats.moves_back);
     model_free(&mc);
     model_free(&mg);
 }
+
+static void test_continuous_batch_on_gpu(void) { run_continuous_batch_on_gpu("f32"); }
+static void test_continuous_batch_on_gpu_half_cache(void) { run_continuous_batch_on_gpu("f16"); }
 
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
 static void test_fixture_models_mma_attention(void) {
@@ -743,6 +780,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_decode_and_cache);
+    RUN(test_attention_decode_f16);
     RUN(test_activations_and_elementwise);
     RUN(test_logprob_and_value_head);
     RUN(test_adamw);
@@ -751,6 +789,7 @@ int main(void) {
     RUN(test_lora_models);
     RUN(test_generation_on_gpu);
     RUN(test_continuous_batch_on_gpu);
+    RUN(test_continuous_batch_on_gpu_half_cache);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }

@@ -20,6 +20,7 @@
 // Per-head gradients of K and V are then added over the heads of each group in a fixed
 // order (no atomics). The saved probabilities are fp32 [B, H, T, T], as on the CPU; the
 // products read bf16 copies. The upper triangle is computed and masked, not skipped.
+#include <cuda_fp16.h>
 #include <math.h>
 #include <string.h>
 
@@ -253,9 +254,15 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     scatter_heads(dk, heads, B, T, H, group, hd, true);
 }
 
+// A cached key or value element as a float: the cache holds floats, or IEEE halves
+// (--kv-cache f16) widened here.
+__device__ static inline float cache_element(const float *p) { return *p; }
+__device__ static inline float cache_element(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
+
 // One block per (row, head): scores against the cached keys, softmax, weighted values.
-__global__ static void attention_decode_kernel(float *out, const float *q, const float *k_cache,
-                                               const float *v_cache, const int *row_start,
+template <typename Element>
+__global__ static void attention_decode_kernel(float *out, const float *q, const Element *k_cache,
+                                               const Element *v_cache, const int *row_start,
                                                int capacity, int length, int n_heads,
                                                int n_kv_heads, int head_dim, float scale) {
     extern __shared__ float scores[];
@@ -264,13 +271,13 @@ __global__ static void attention_decode_kernel(float *out, const float *q, const
     int kv_width = n_kv_heads * head_dim;
     int start = row_start ? row_start[b] : 0;
     const float *query = q + ((long)b * n_heads + h) * head_dim;
-    const float *keys = k_cache + (long)b * capacity * kv_width + kv_head * head_dim;
-    const float *values = v_cache + (long)b * capacity * kv_width + kv_head * head_dim;
+    const Element *keys = k_cache + (long)b * capacity * kv_width + kv_head * head_dim;
+    const Element *values = v_cache + (long)b * capacity * kv_width + kv_head * head_dim;
     float max_score = -INFINITY;
     for (int j = start + threadIdx.x; j < length; j += blockDim.x) {
-        const float *key = keys + (long)j * kv_width;
+        const Element *key = keys + (long)j * kv_width;
         float dot = 0.0f;
-        for (int d = 0; d < head_dim; d++) dot += query[d] * key[d];
+        for (int d = 0; d < head_dim; d++) dot += query[d] * cache_element(key + d);
         scores[j] = dot * scale;
         max_score = fmaxf(max_score, scores[j]);
     }
@@ -284,21 +291,53 @@ __global__ static void attention_decode_kernel(float *out, const float *q, const
     float *o = out + ((long)b * n_heads + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float acc = 0.0f;
-        for (int j = start; j < length; j++) acc += scores[j] * inv_sum * values[(long)j * kv_width + d];
+        for (int j = start; j < length; j++)
+            acc += scores[j] * inv_sum * cache_element(values + (long)j * kv_width + d);
         o[d] = acc;
     }
+}
+
+template <typename Element>
+static void launch_attention_decode(float *out, const float *q, const Element *k_cache, const Element *v_cache,
+                                    const int *row_start, int B, int capacity, int length, int n_heads,
+                                    int n_kv_heads, int head_dim) {
+    if (B == 0) return;
+    size_t shared = (size_t)length * sizeof(float);
+    if (shared > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<Element>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    attention_decode_kernel<Element><<<B * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start, capacity,
+                                                                   length, n_heads, n_kv_heads, head_dim,
+                                                                   1.0f / sqrtf((float)head_dim));
+    CUDA_CHECK_LAUNCH();
 }
 
 void cuda_attention_decode(float *out, const float *q, const float *k_cache,
                            const float *v_cache, const int *row_start, int B, int capacity,
                            int length, int n_heads, int n_kv_heads, int head_dim) {
-    if (B == 0) return;
-    size_t shared = (size_t)length * sizeof(float);
-    if (shared > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-    attention_decode_kernel<<<B * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start,
-                                                          capacity, length, n_heads, n_kv_heads,
-                                                          head_dim, 1.0f / sqrtf((float)head_dim));
+    launch_attention_decode(out, q, k_cache, v_cache, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+}
+
+void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                               int head_dim) {
+    launch_attention_decode(out, q, k_cache, v_cache, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+}
+
+// Row b's T slots of x ([B, T, width] floats) into slots [slot, slot + T) of a half cache,
+// rounded to nearest even: one thread per element, blockIdx.y the row.
+__global__ static void cache_write_f16_kernel(uint16_t *cache, const float *x, int capacity, int slot, int width,
+                                              long row_elements) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int b = blockIdx.y;
+    if (i >= row_elements) return;
+    cache[((long)b * capacity + slot) * width + i] = __half_as_ushort(__float2half_rn(x[(long)b * row_elements + i]));
+}
+
+void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {
+    const long row_elements = (long)T * width;
+    if (B == 0 || row_elements == 0) return;
+    dim3 grid((unsigned)((row_elements + 255) / 256), (unsigned)B);
+    cache_write_f16_kernel<<<grid, 256>>>(cache, x, capacity, slot, width, row_elements);
     CUDA_CHECK_LAUNCH();
 }

@@ -154,9 +154,8 @@ extern "C" const OpsBackend ops_cuda = {
     .attention_backward = cuda_attention_backward,
     .attention_decode = cuda_attention_decode,
     .cache_write = cuda_cache_write,
-    // No half-float KV cache on the GPU yet: kv_cache_type_set refuses --kv-cache f16 there.
-    .cache_write_f16 = nullptr,
-    .attention_decode_f16 = nullptr,
+    .cache_write_f16 = cuda_cache_write_f16,
+    .attention_decode_f16 = cuda_attention_decode_f16,
     .copy_rows = cuda_copy_rows,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,

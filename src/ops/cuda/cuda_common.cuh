@@ -175,6 +175,10 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
 void cuda_attention_decode(float *out, const float *q, const float *k_cache,
                            const float *v_cache, const int *row_start, int B, int capacity,
                            int length, int n_heads, int n_kv_heads, int head_dim);
+void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                               int head_dim);
+void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width);
 
 // ---- activation.cu ----
 void cuda_gelu_forward(float *out, const float *inp, long n);
