@@ -13,6 +13,9 @@
 //    (they would grow without end if moving back did not work).
 //  - Stop tokens and a stop check end sequences as they end generate()'s rows.
 //  - The same with the KV cache in half floats (one model).
+//  - A prompt prefilled in two parts (model_extend_rows) gives the logits of one prefill.
+//  - The prompt cache: multi-turn conversations whose later turns continue stored earlier
+//    ones generate what generate() gives their prompts alone, and report the cached tokens.
 //  - A KV-cache relayout (grow, shift) keeps every cached number; the decode after it
 //    matches the one before to the bit.
 #include "core/check.h"
@@ -189,7 +192,7 @@ static void test_joining_sequences_match_generate(void) {
                 Request *request = &requests[next_request++];
                 last_join = step;
                 joining[count++] = (SequenceRequest){request->prompt, request->prompt_length, request->sequences,
-                                                     request->num_sequences};
+                                                     request->num_sequences, 0};
                 rows += request->num_sequences;
             }
             if (count > 0 && continuous_batch_rows(batch) > 0) joined_late++;
@@ -248,8 +251,153 @@ static void test_relayout_keeps_the_cache(void) {
     model_free(&model);
 }
 
+// model_extend_rows: a prompt prefilled in two parts (the first 9 tokens, then the other
+// 8 extending them) gives the next-token logits of the whole prompt prefilled at once.
+static void test_extend_matches_prefill(void) {
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2"};
+    for (int m = 0; m < 2; m++) {
+        Model model;
+        load(&model, models[m]);
+        const int V = model.config.vocab_size;
+        int prompt[17];
+        for (int t = 0; t < 17; t++) prompt[t] = 1 + (t * 37 + 5) % (V - 1);
+        float *whole = xmalloc((size_t)V * sizeof(float)), *parts = xmalloc((size_t)V * sizeof(float));
+        KvCache cache;
+        kv_cache_init(&cache, &model, 1, 32);
+        ModelBatch all = {.B = 1, .T = 17, .tokens = prompt};
+        model_forward_cached(&model, &all, &cache);
+        model_last_logits(&model, whole);
+        kv_cache_reset(&cache);
+        // The prompt will end at slot 20: its first 9 tokens at slots [3, 12).
+        ModelBatch head = {.B = 1, .T = 9, .tokens = prompt};
+        cache.length = 12;
+        model_prefill_rows(&model, &head, &cache, 0);
+        cache.B = 1;
+        cache.length = 20;
+        ModelBatch rest = {.B = 1, .T = 8, .tokens = prompt + 9};
+        model_extend_rows(&model, &rest, &cache, 0); // slots [12, 20)
+        model_last_logits(&model, parts);
+        double worst = 0;
+        for (int v = 0; v < V; v++)
+            if (fabs(whole[v] - parts[v]) > worst) worst = fabs(whole[v] - parts[v]);
+        EXPECT(worst <= 1e-4, "%s: the extended prompt's logits differ by %.3g", models[m], worst);
+        kv_cache_free(&cache, &model);
+        free(whole), free(parts);
+        model_free(&model);
+    }
+}
+
+// The prompt cache: 6 conversations of 3 turns, each turn's prompt the previous turn's
+// prompt and answer and 3 new tokens, sent as the previous turn ends (so the turns of
+// other conversations are running); a store of 3 rows (so older conversations are
+// evicted). Each turn generates what generate() gives its prompt alone; the turns that
+// found their conversation's last turn in the store report every token of it as cached.
+enum { CONVERSATIONS = 6, TURNS = 3, TURN_PROMPT_MAX = 200 };
+typedef struct {
+    int prompt[TURN_PROMPT_MAX];
+    int prompt_length, turn;
+    bool running;
+    SequenceOptions sequence;
+    GeneratedRow result;
+    bool finished;
+    int cached_tokens[TURNS];
+    int stored_tokens; // the previous turn's prompt and answer but its last token
+} Conversation;
+
+static void conversation_finished(void *context, void *owner, GeneratedRow *row) {
+    Conversation *conversation = owner;
+    conversation->result = *row;
+    conversation->finished = true;
+}
+
+static void test_prompt_cache_turns(void) {
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/llama"};
+    for (int m = 0; m < 3; m++) {
+        Model model;
+        load(&model, models[m]);
+        if (m == 2) CHECK(kv_cache_type_set(&model, "f16", "--kv-cache") == 0, "%s", err_msg());
+        const int V = model.config.vocab_size;
+        static Conversation conversations[CONVERSATIONS];
+        for (int c = 0; c < CONVERSATIONS; c++) {
+            Conversation *conversation = &conversations[c];
+            memset(conversation, 0, sizeof *conversation);
+            conversation->prompt_length = 4 + c;
+            for (int t = 0; t < conversation->prompt_length; t++) conversation->prompt[t] = 1 + (c * 13 + t * 7) % (V - 1);
+            conversation->sequence = (SequenceOptions){.sampler = {.temperature = c % 2 ? 1.0f : 0.0f},
+                                                       .seed = 50 + c,
+                                                       .max_new_tokens = 6 + c,
+                                                       .owner = conversation};
+        }
+        ContinuousOptions options = {.on_finish = conversation_finished, .prompt_cache_rows = 3};
+        ContinuousBatch *batch = continuous_batch_new(&model, 4, &options);
+        long checked = 0, reported = 0;
+        double worst = 0;
+        for (int step = 0; step < 10000; step++) {
+            bool all_done = true;
+            for (int c = 0; c < CONVERSATIONS; c++) {
+                Conversation *conversation = &conversations[c];
+                if (conversation->running && conversation->finished) {
+                    // This turn against generate() alone, then the next turn's prompt.
+                    GenerateOptions alone = {.sampler = conversation->sequence.sampler,
+                                             .max_new_tokens = conversation->sequence.max_new_tokens,
+                                             .seed = conversation->sequence.seed};
+                    const int *prompt = conversation->prompt;
+                    GeneratedRow want;
+                    generate(&model, &prompt, &conversation->prompt_length, &conversation->sequence.row_id, 1, &alone,
+                             &want, NULL);
+                    const GeneratedRow *got = &conversation->result;
+                    EXPECT(got->length == want.length && !memcmp(got->tokens, want.tokens, (size_t)got->length * sizeof(int)),
+                           "%s conversation %d turn %d differs from generate() alone", models[m], c, conversation->turn);
+                    for (int t = 0; t < got->length && t < want.length; t++)
+                        if (fabs(got->logprobs[t] - want.logprobs[t]) > worst) worst = fabs(got->logprobs[t] - want.logprobs[t]);
+                    checked++;
+                    conversation->stored_tokens = conversation->prompt_length + got->length - 1;
+                    memcpy(conversation->prompt + conversation->prompt_length, got->tokens, (size_t)got->length * sizeof(int));
+                    conversation->prompt_length += got->length;
+                    for (int t = 0; t < 3; t++) conversation->prompt[conversation->prompt_length++] = 2 + (c + t * 11) % (V - 2);
+                    generated_row_free(&want);
+                    generated_row_free(&conversation->result);
+                    conversation->running = conversation->finished = false;
+                    conversation->turn++;
+                }
+                if (conversation->turn < TURNS) all_done = false;
+                if (!conversation->running && conversation->turn < TURNS && continuous_batch_rows(batch) < 4 &&
+                    (step + c) % 3 == 0) {
+                    SequenceRequest request = {conversation->prompt, conversation->prompt_length, &conversation->sequence, 1, 0};
+                    continuous_batch_add(batch, &request, 1);
+                    conversation->cached_tokens[conversation->turn] = request.cached_tokens;
+                    // Found, a turn's prefix is the whole previous turn that the cache held.
+                    EXPECT(request.cached_tokens == 0 || request.cached_tokens == conversation->stored_tokens,
+                           "%s conversation %d turn %d: %d tokens cached, the previous turn left %d", models[m], c,
+                           conversation->turn, request.cached_tokens, conversation->stored_tokens);
+                    reported += request.cached_tokens;
+                    conversation->running = true;
+                }
+            }
+            if (all_done) break;
+            continuous_batch_step(batch);
+        }
+        ContinuousStats stats;
+        continuous_batch_stats(batch, &stats);
+        continuous_batch_free(batch);
+        EXPECT(checked == CONVERSATIONS * TURNS, "%s: %ld turns answered", models[m], checked);
+        // With a half cache the stored prefix is read through halves where generate() alone
+        // attends to its prompt in float32 during the prefill.
+        EXPECT(worst <= (m == 2 ? 2e-3 : 1e-4), "%s: log-probs differ from generate() alone by %.3g", models[m], worst);
+        EXPECT(stats.prompt_cache_hits >= 4 && stats.prompt_tokens_reused == reported,
+               "%s: %ld hits, %ld tokens reused (%ld reported)", models[m], stats.prompt_cache_hits,
+               stats.prompt_tokens_reused, reported);
+        if (getenv("TEST_VERBOSE"))
+            printf("%s: %ld turns, %ld prompt-cache hits, %ld tokens reused\n", models[m], checked,
+                   stats.prompt_cache_hits, stats.prompt_tokens_reused);
+        model_free(&model);
+    }
+}
+
 int main(void) {
     RUN(test_relayout_keeps_the_cache);
+    RUN(test_extend_matches_prefill);
+    RUN(test_prompt_cache_turns);
     RUN(test_joining_sequences_match_generate);
     TEST_EXIT();
 }

@@ -232,6 +232,68 @@ static void test_attention_decode(void) {
     EXPECT(worst <= 2e-5, "decode attention differs from the double reference by %.3g", worst);
 }
 
+// attention_extend (a prompt continuing a cached prefix): query t of a row at slot
+// first_slot + t attends to its row's slots [row_start, first_slot + t], float and half
+// caches, against a double reference; T = 1 is attention_decode's answer bit for bit.
+static void test_attention_extend(void) {
+    const int B = 2, T = 5, n_heads = 4, n_kv_heads = 2, D = 64, capacity = 120, first_slot = 90;
+    const int kv_width = n_kv_heads * D, q_width = n_heads * D;
+    int row_start[2] = {3, 60};
+    float *q = random_floats((long)B * T * q_width, -6, 6);
+    float *k = random_floats((long)B * capacity * kv_width, -1.5f, 1.5f), *v = random_floats((long)B * capacity * kv_width, -1, 1);
+    uint16_t *k16 = xmalloc((size_t)B * capacity * kv_width * 2), *v16 = xmalloc((size_t)B * capacity * kv_width * 2);
+    for (long i = 0; i < (long)B * capacity * kv_width; i++) {
+        k16[i] = cpu_float_to_half(k[i]), v16[i] = cpu_float_to_half(v[i]);
+    }
+    float *out = xcalloc((size_t)B * T * q_width, sizeof(float)), *out16 = xcalloc((size_t)B * T * q_width, sizeof(float));
+    ops_cpu.attention_extend(out, q, k, v, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D);
+    ops_cpu.attention_extend_f16(out16, q, k16, v16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D);
+    double worst = 0, worst16 = 0, scores[128], scores16[128];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                const int kv_head = h / (n_heads / n_kv_heads), last = first_slot + t;
+                const float *query = q + ((long)b * T + t) * q_width + h * D;
+                double max_score = -INFINITY, max16 = -INFINITY, sum = 0, sum16 = 0;
+                for (int j = row_start[b]; j <= last; j++) {
+                    const long at = ((long)b * capacity + j) * kv_width + kv_head * D;
+                    double dot_qk = 0, dot16 = 0;
+                    for (int d = 0; d < D; d++) {
+                        dot_qk += (double)query[d] * k[at + d];
+                        dot16 += (double)query[d] * cpu_half_to_float(k16[at + d]);
+                    }
+                    scores[j - row_start[b]] = dot_qk / sqrt(D), scores16[j - row_start[b]] = dot16 / sqrt(D);
+                    if (scores[j - row_start[b]] > max_score) max_score = scores[j - row_start[b]];
+                    if (scores16[j - row_start[b]] > max16) max16 = scores16[j - row_start[b]];
+                }
+                for (int j = 0; j <= last - row_start[b]; j++) {
+                    sum += scores[j] = exp(scores[j] - max_score);
+                    sum16 += scores16[j] = exp(scores16[j] - max16);
+                }
+                for (int d = 0; d < D; d++) {
+                    double want = 0, want16 = 0;
+                    for (int j = row_start[b]; j <= last; j++) {
+                        const long at = ((long)b * capacity + j) * kv_width + kv_head * D + d;
+                        want += scores[j - row_start[b]] / sum * v[at];
+                        want16 += scores16[j - row_start[b]] / sum16 * cpu_half_to_float(v16[at]);
+                    }
+                    const long o = ((long)b * T + t) * q_width + h * D + d;
+                    if (fabs(want - out[o]) > worst) worst = fabs(want - out[o]);
+                    if (fabs(want16 - out16[o]) > worst16) worst16 = fabs(want16 - out16[o]);
+                }
+            }
+    EXPECT(worst <= 2e-5 && worst16 <= 2e-5, "attention_extend differs from the double reference by %.3g (half %.3g)",
+           worst, worst16);
+    // The last query of each row is a decode step with length first_slot + T.
+    float *q_last = xmalloc((size_t)B * q_width * sizeof(float)), *decoded = xcalloc((size_t)B * q_width, sizeof(float));
+    for (int b = 0; b < B; b++) memcpy(q_last + (long)b * q_width, q + ((long)b * T + T - 1) * q_width, (size_t)q_width * 4);
+    ops_cpu.attention_decode(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, n_heads, n_kv_heads, D);
+    for (int b = 0; b < B; b++)
+        EXPECT(!memcmp(decoded + (long)b * q_width, out + ((long)b * T + T - 1) * q_width, (size_t)q_width * 4),
+               "row %d: the extension's last query differs from a decode step", b);
+    free(q), free(k), free(v), free(k16), free(v16), free(out), free(out16), free(q_last), free(decoded);
+}
+
 // ---- the half-float KV cache ----
 // Conversions: values whose halves are known (1, -2, 65504, the smallest normal and
 // subnormal, ties to even at 1 + 2^-11 and 1 + 3 * 2^-11, 65520 and up to infinity, a
@@ -422,6 +484,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_decode);
+    RUN(test_attention_extend);
     RUN(test_half_conversion);
     RUN(test_attention_decode_f16);
     RUN(test_gelu);

@@ -29,7 +29,7 @@ int cmd_serve(int argc, char **argv) {
     const char *kv_cache = "f32";
     char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
-    long request_timeout_s = 600, parallel = 4;
+    long request_timeout_s = 600, parallel = 4, prompt_cache = 0;
     char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
@@ -39,6 +39,10 @@ int cmd_serve(int argc, char **argv) {
         {"max-body-bytes", "max_body_bytes", OPT_INT, &max_body_bytes, "larger request bodies get 413", false, false},
         {"max-tokens-limit", "max_tokens_limit", OPT_INT, &max_tokens_limit, "largest max_tokens a request may ask for", false, false},
         {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
+        {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
+         "finished answers kept for prompts that continue them: a chat's next turn computes only its new tokens "
+         "(answers then depend on earlier requests up to float rounding; 0: off)",
+         false, false},
         {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time)", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
@@ -58,6 +62,7 @@ int cmd_serve(int argc, char **argv) {
     if (max_tokens_limit < 1 || max_tokens_limit > 1 << 20) die_user("--max-tokens-limit must be in [1, 1048576], got %ld", max_tokens_limit);
     if (max_concurrent < 1 || max_concurrent > 4096) die_user("--max-concurrent must be in [1, 4096], got %ld", max_concurrent);
     if (parallel < 1 || parallel > 256) die_user("--parallel must be in [1, 256], got %ld", parallel);
+    if (prompt_cache < 0 || prompt_cache > 256) die_user("--prompt-cache must be in [0, 256], got %ld", prompt_cache);
     if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
@@ -85,6 +90,7 @@ int cmd_serve(int argc, char **argv) {
         .default_max_tokens = max_tokens_limit < 256 ? (int)max_tokens_limit : 256,
         .max_concurrent = (int)max_concurrent,
         .parallel = (int)parallel,
+        .prompt_cache_rows = (int)prompt_cache,
         .request_timeout_s = (int)request_timeout_s,
         .threads = (int)threads,
     };

@@ -9,7 +9,17 @@ typedef struct {
     SequenceOptions options;
     GeneratedRow out;
     SamplerScratch scratch;
+    int *prompt; // a copy, for the prompt cache (NULL without one)
+    int prompt_length;
 } Sequence;
+
+// A prompt-cache entry: row `index` of the store holds these tokens' keys and values at
+// slots [0, count).
+typedef struct {
+    int *tokens;
+    int count;
+    uint64_t last_used;
+} StoredPrefix;
 
 struct ContinuousBatch {
     Model *model;
@@ -22,6 +32,12 @@ struct ContinuousBatch {
     KvCache cache;       // allocated by the first add, then grown as needed
     bool has_cache;
     ContinuousStats stats;
+    // The prompt cache: options.prompt_cache_rows entries, their slots in `store` (every
+    // row starting at slot 0; store.length the longest entry), allocated on first use.
+    StoredPrefix *stored;
+    KvCache store;
+    bool has_store;
+    uint64_t clock; // orders the entries' uses
 };
 
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options) {
@@ -34,6 +50,10 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->sequences = xcalloc((size_t)max_rows, sizeof(Sequence));
     batch->logits = xmalloc((size_t)max_rows * model->config.vocab_size * sizeof(float));
     batch->next = xmalloc((size_t)max_rows * sizeof(int));
+    const bool can_extend = model->ops->attention_extend && (!model->kv_cache_f16 || model->ops->attention_extend_f16);
+    if (!can_extend) batch->options.prompt_cache_rows = 0;
+    if (batch->options.prompt_cache_rows > 0)
+        batch->stored = xcalloc((size_t)batch->options.prompt_cache_rows, sizeof(StoredPrefix));
     return batch;
 }
 
@@ -42,8 +62,12 @@ void continuous_batch_free(ContinuousBatch *batch) {
     for (int r = 0; r < batch->rows; r++) {
         generated_row_free(&batch->sequences[r].out);
         sampler_scratch_free(&batch->sequences[r].scratch);
+        free(batch->sequences[r].prompt);
     }
     if (batch->has_cache) kv_cache_free(&batch->cache, batch->model);
+    for (int e = 0; e < batch->options.prompt_cache_rows; e++) free(batch->stored[e].tokens);
+    free(batch->stored);
+    if (batch->has_store) kv_cache_free(&batch->store, batch->model);
     free(batch->sequences), free(batch->logits), free(batch->next);
     free(batch);
 }
@@ -80,7 +104,56 @@ static void reshape_cache(ContinuousBatch *batch, int rows, int slots, int shift
     batch->stats.moves_back += shift < 0;
 }
 
-void continuous_batch_add(ContinuousBatch *batch, const SequenceRequest *requests, int count) {
+// The stored entry whose tokens begin the prompt for longest (at most prompt_length - 1:
+// the prompt's last token must run to give its logits); -1 when none reaches
+// PROMPT_CACHE_MIN_TOKENS.
+static int find_prefix(const ContinuousBatch *batch, const int *prompt, int prompt_length, int *common) {
+    int best = -1, best_common = 0;
+    for (int e = 0; e < batch->options.prompt_cache_rows; e++) {
+        const StoredPrefix *entry = &batch->stored[e];
+        int n = 0;
+        const int limit = entry->count < prompt_length - 1 ? entry->count : prompt_length - 1;
+        while (n < limit && entry->tokens[n] == prompt[n]) n++;
+        if (n > best_common) best = e, best_common = n;
+    }
+    *common = best_common;
+    return best_common >= PROMPT_CACHE_MIN_TOKENS ? best : -1;
+}
+
+// Keeps a finished sequence's cached slots (row `row` of the batch) in the store, in place
+// of the least recently used entry.
+static void store_prefix(ContinuousBatch *batch, int row) {
+    const Sequence *sequence = &batch->sequences[row];
+    const KvCache *cache = &batch->cache;
+    // The cache holds the prompt and every token fed back: all but the last one sampled.
+    const int count = sequence->prompt_length + sequence->out.length - 1;
+    if (count < PROMPT_CACHE_MIN_TOKENS) return;
+    CHECK(cache->length - cache->row_start[row] == count, "row %d holds %d slots, its sequence %d tokens", row,
+          cache->length - cache->row_start[row], count);
+    const int rows = batch->options.prompt_cache_rows;
+    int entry = 0;
+    for (int e = 1; e < rows; e++)
+        if (batch->stored[e].last_used < batch->stored[entry].last_used) entry = e;
+    KvCache *store = &batch->store;
+    if (!batch->has_store) {
+        kv_cache_init(store, batch->model, rows, count > 256 ? count : 256);
+        store->B = rows; // every row starts at slot 0 (kv_cache_init zeroes row_start)
+        batch->has_store = true;
+    } else if (count > store->capacity_T) {
+        kv_cache_relayout(store, batch->model, rows, count > 2 * store->capacity_T ? count : 2 * store->capacity_T, 0);
+    }
+    kv_cache_copy_slots(store, entry, 0, cache, row, cache->row_start[row], count, batch->model);
+    if (count > store->length) store->length = count;
+    StoredPrefix *stored = &batch->stored[entry];
+    stored->tokens = xrealloc(stored->tokens, (size_t)count * sizeof(int));
+    memcpy(stored->tokens, sequence->prompt, (size_t)sequence->prompt_length * sizeof(int));
+    memcpy(stored->tokens + sequence->prompt_length, sequence->out.tokens,
+           (size_t)(sequence->out.length - 1) * sizeof(int));
+    stored->count = count;
+    stored->last_used = ++batch->clock;
+}
+
+void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int count) {
     Model *model = batch->model;
     const int V = model->config.vocab_size;
     int total = 0, longest = 0;
@@ -109,35 +182,73 @@ void continuous_batch_add(ContinuousBatch *batch, const SequenceRequest *request
     }
     cache->B = batch->rows;
 
-    // One prefill of the prompts, left-padded to the longest, into the rows after the
-    // batch's; the further sequences of a prompt copy its row.
-    int *tokens = xmalloc((size_t)count * longest * sizeof(int)), *row_start = xmalloc((size_t)count * sizeof(int));
-    for (int u = 0; u < count; u++) {
-        row_start[u] = longest - requests[u].prompt_length;
-        for (int t = 0; t < row_start[u]; t++) tokens[(long)u * longest + t] = batch->options.pad_token;
-        memcpy(tokens + (long)u * longest + row_start[u], requests[u].prompt,
-               (size_t)requests[u].prompt_length * sizeof(int));
-    }
+    // Each request's first sequence gets a row after the batch's: the prompts that continue
+    // a stored sequence first, each extending a copy of it, then the others, in one
+    // prefill left-padded to the longest; the further sequences of a prompt copy its row.
     const int first = batch->rows;
-    ModelBatch prefill = {.B = count, .T = longest, .tokens = tokens, .row_start = row_start};
-    model_prefill_rows(model, &prefill, cache, first);
-    model_last_logits(model, batch->logits + (long)first * V);
-    free(tokens), free(row_start);
-    int row = first + count;
+    int *base_row = xmalloc((size_t)count * sizeof(int)), *entry_of = xmalloc((size_t)count * sizeof(int));
+    int row = first, plain = 0, plain_longest = 0;
+    for (int u = 0; u < count; u++) {
+        requests[u].cached_tokens = 0;
+        entry_of[u] = batch->options.prompt_cache_rows > 0
+                          ? find_prefix(batch, requests[u].prompt, requests[u].prompt_length, &requests[u].cached_tokens)
+                          : -1;
+        if (entry_of[u] < 0) requests[u].cached_tokens = 0;
+    }
+    for (int u = 0; u < count; u++) {
+        if (entry_of[u] < 0) continue;
+        const int P = requests[u].prompt_length, common = requests[u].cached_tokens;
+        base_row[u] = row++;
+        cache->row_start[base_row[u]] = cache->length - P;
+        kv_cache_copy_slots(cache, base_row[u], cache->length - P, &batch->store, entry_of[u], 0, common, model);
+        ModelBatch rest = {.B = 1, .T = P - common, .tokens = requests[u].prompt + common};
+        model_extend_rows(model, &rest, cache, base_row[u]);
+        model_last_logits(model, batch->logits + (long)base_row[u] * V);
+        batch->stored[entry_of[u]].last_used = ++batch->clock;
+        batch->stats.prompt_cache_hits++;
+        batch->stats.prompt_tokens_reused += common;
+    }
+    for (int u = 0; u < count; u++)
+        if (entry_of[u] < 0) {
+            base_row[u] = row + plain++;
+            if (requests[u].prompt_length > plain_longest) plain_longest = requests[u].prompt_length;
+        }
+    if (plain > 0) {
+        int *tokens = xmalloc((size_t)plain * plain_longest * sizeof(int)), *row_start = xmalloc((size_t)plain * sizeof(int));
+        for (int u = 0, i = 0; u < count; u++) {
+            if (entry_of[u] >= 0) continue;
+            row_start[i] = plain_longest - requests[u].prompt_length;
+            for (int t = 0; t < row_start[i]; t++) tokens[(long)i * plain_longest + t] = batch->options.pad_token;
+            memcpy(tokens + (long)i * plain_longest + row_start[i], requests[u].prompt,
+                   (size_t)requests[u].prompt_length * sizeof(int));
+            i++;
+        }
+        ModelBatch prefill = {.B = plain, .T = plain_longest, .tokens = tokens, .row_start = row_start};
+        model_prefill_rows(model, &prefill, cache, row);
+        model_last_logits(model, batch->logits + (long)row * V);
+        free(tokens), free(row_start);
+        row += plain;
+    }
     for (int u = 0; u < count; u++) {
         for (int j = 0; j < requests[u].num_sequences; j++) {
-            const int at = j == 0 ? first + u : row++;
-            if (at != first + u) {
-                kv_cache_copy_row(cache, model, at, first + u);
-                memcpy(batch->logits + (long)at * V, batch->logits + (long)(first + u) * V, (size_t)V * sizeof(float));
+            const int at = j == 0 ? base_row[u] : row++;
+            if (at != base_row[u]) {
+                kv_cache_copy_row(cache, model, at, base_row[u]);
+                memcpy(batch->logits + (long)at * V, batch->logits + (long)base_row[u] * V, (size_t)V * sizeof(float));
             }
             Sequence *sequence = &batch->sequences[at];
             sequence->options = requests[u].sequences[j];
             const int top = sequence->options.top_logprobs < V ? sequence->options.top_logprobs : V;
             generated_row_alloc(&sequence->out, sequence->options.max_new_tokens, top);
             sampler_scratch_init(&sequence->scratch, V);
+            if (batch->options.prompt_cache_rows > 0) {
+                sequence->prompt_length = requests[u].prompt_length;
+                sequence->prompt = xmalloc((size_t)sequence->prompt_length * sizeof(int));
+                memcpy(sequence->prompt, requests[u].prompt, (size_t)sequence->prompt_length * sizeof(int));
+            }
         }
     }
+    free(base_row), free(entry_of);
     batch->rows += total;
     cache->B = batch->rows;
     batch->stats.prefill_seconds += now_seconds() - start;
@@ -181,6 +292,8 @@ void continuous_batch_step(ContinuousBatch *batch) {
     for (int r = 0; r < rows; r++) {
         Sequence *sequence = &batch->sequences[r];
         if (sequence->out.stop != STOP_NONE) {
+            if (options->prompt_cache_rows > 0) store_prefix(batch, r);
+            free(sequence->prompt);
             sampler_scratch_free(&sequence->scratch);
             GeneratedRow out = sequence->out;
             void *owner = sequence->options.owner;

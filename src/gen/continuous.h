@@ -17,6 +17,15 @@
 // it move up one, keeping the order). When the next token would not fit, the rows' slots
 // move back by the oldest row's start (and the buffers grow when that frees too little).
 // Positions count from each row's own start, so none of these moves changes a number.
+//
+// The prompt cache (options.prompt_cache_rows > 0; llama.cpp's cache_prompt, vLLM's prefix
+// caching): a sequence that ends leaves its cached slots (its prompt and the tokens it fed
+// back) in a store of that many rows, least recently used out first. A prompt that begins
+// with one of them (a chat's next turn: the conversation so far, then the new message)
+// copies the longest such prefix (at least PROMPT_CACHE_MIN_TOKENS, and never its last
+// token, whose logits it needs) and runs only the rest of itself (model_extend_rows).
+// Its tokens are then computed in another order than a full prefill's, so they match it
+// up to float rounding, like a sequence's with batch-mates.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,12 +41,15 @@ typedef struct {
     void *owner;        // handed back to the callbacks
 } SequenceOptions;
 
+enum { PROMPT_CACHE_MIN_TOKENS = 8 };
+
 // Sequences answering one prompt.
 typedef struct {
     const int *prompt;
     int prompt_length; // >= 1
     const SequenceOptions *sequences;
     int num_sequences; // >= 1
+    int cached_tokens; // out: the prompt's tokens taken from the prompt cache (OpenAI's cached_tokens)
 } SequenceRequest;
 
 typedef struct {
@@ -53,6 +65,7 @@ typedef struct {
     // (generated_row_free).
     void (*on_finish)(void *context, void *owner, GeneratedRow *row);
     void *context;
+    int prompt_cache_rows; // finished sequences kept for prompts that continue them (0: none)
 } ContinuousOptions;
 
 typedef struct ContinuousBatch ContinuousBatch;
@@ -65,7 +78,7 @@ void continuous_batch_free(ContinuousBatch *batch);
 int continuous_batch_rows(const ContinuousBatch *batch);
 // Adds the requests' sequences (at most max_rows - continuous_batch_rows in all) with one
 // prefill forward; they get their first tokens at the next step.
-void continuous_batch_add(ContinuousBatch *batch, const SequenceRequest *requests, int count);
+void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int count);
 // One token for every sequence: sample, report, retire the stopped ones, then the decode
 // forward of the others. Nothing to do without sequences.
 void continuous_batch_step(ContinuousBatch *batch);
@@ -77,6 +90,8 @@ typedef struct {
     long relayouts;     // the cache's slots moved or its buffers grew, in all
     long moves_on;      // ... for a prompt longer than the batch so far
     long moves_back;    // ... for the next token's slot past the buffers' end
+    long prompt_cache_hits;      // prompts that continued a stored sequence
+    long prompt_tokens_reused;   // their tokens taken from the store (not computed)
     int capacity_slots; // the KV cache's slots per row now
 } ContinuousStats;
 void continuous_batch_stats(const ContinuousBatch *batch, ContinuousStats *stats);

@@ -73,6 +73,18 @@ void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source,
     cache->B = B;
 }
 
+void kv_cache_copy_slots(KvCache *to, int to_row, int to_slot, const KvCache *from, int from_row, int from_slot,
+                         int count, const Model *model) {
+    CHECK(to->half == from->half, "a KV cache of halves and one of floats cannot exchange slots");
+    CHECK(to_row < to->capacity_B && from_row < from->capacity_B && to_slot + count <= to->capacity_T &&
+              from_slot + count <= from->capacity_T,
+          "%d slots do not fit the caches (rows %d, %d; slots %d, %d)", count, to_row, from_row, to_slot, from_slot);
+    for (int l = 0; l < model->config.num_layers; l++) {
+        copy_slots(from, model, to->k[l], to->capacity_T, to_row, to_slot, from->k[l], from_row, from_slot, count);
+        copy_slots(from, model, to->v[l], to->capacity_T, to_row, to_slot, from->v[l], from_row, from_slot, count);
+    }
+}
+
 void kv_cache_copy_row(KvCache *cache, const Model *model, int to, int from) {
     CHECK(to >= 0 && to < cache->capacity_B && from >= 0 && from < cache->capacity_B,
           "cannot copy row %d to row %d of a cache of %d rows", from, to, cache->capacity_B);

@@ -166,6 +166,10 @@ void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source,
 // Row `to` becomes a copy of row `from` (its filled slots [row_start, length), and its
 // row_start); other rows stay as they are.
 void kv_cache_copy_row(KvCache *cache, const Model *model, int to, int from);
+// Copies `count` slots from slot from_slot of row from_row of one cache to slot to_slot of
+// row to_row of another (or the same: then the rows must differ) of the same element type.
+void kv_cache_copy_slots(KvCache *to, int to_row, int to_slot, const KvCache *from, int from_row, int from_slot,
+                         int count, const Model *model);
 // Moves the filled slots of rows [0, cache->B) by `shift` slots (negative: towards slot 0)
 // into new buffers of capacity_B rows of capacity_T slots (the same sizes or others):
 // row_start and length move with them. Every row's slots must land inside the new sizes.
@@ -182,6 +186,12 @@ void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache)
 // they are (the caller adds the rows to the decoded ones). model_last_logits gives the
 // B rows' next-token logits.
 void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row);
+// The same for rows that already hold a cached prefix (marlhf serve's prompt cache): the
+// batch's T tokens per row (no padding) go to slots [cache->length - T, cache->length) of
+// rows [first_row, first_row + B), whose row_start and earlier slots the caller has set;
+// they attend to those slots and to each other. model_last_logits gives each row's
+// next-token logits.
+void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row);
 // After a forward: the logits of each row's last slot (T-1), into logits[B * V] (host).
 void model_last_logits(Model *model, float *logits);
 

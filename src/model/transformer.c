@@ -215,8 +215,9 @@ typedef struct {
     KvCache *cache;
     int first_row; // the batch's row b is the cache's row first_row + b
     int slot;      // the batch's slot t is the cache's slot `slot + t`
-    bool decode;   // one new slot per row (T == 1) attending to the cache's slots
-                   // [row_start, slot] of its row; else the batch attends to itself
+    bool decode;   // the batch continues its rows' cached slots and attends to them: slot
+                   // slot + t to [row_start, slot + t] (a decode step, T == 1, or a prompt
+                   // that extends a cached prefix); else the batch attends to itself
 } CacheTarget;
 
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
@@ -260,15 +261,20 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             ops->cache_write((float *)cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot, kv_dim);
         }
     }
-    if (target && target->decode && target->cache->half)
-        ops->attention_decode_f16(la->att_out, la->q, target->cache->k[l], target->cache->v[l], a->row_start, B,
-                                  target->cache->capacity_T, target->slot + 1, cfg->num_heads, cfg->num_kv_heads,
-                                  cfg->head_dim);
-    else if (target && target->decode)
-        ops->attention_decode(la->att_out, la->q, target->cache->k[l], target->cache->v[l], a->row_start, B,
-                              target->cache->capacity_T, target->slot + 1, cfg->num_heads,
-                              cfg->num_kv_heads, cfg->head_dim);
-    else
+    if (target && target->decode) {
+        const KvCache *cache = target->cache;
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim; // elements
+        const int H = cfg->num_heads, KV = cfg->num_kv_heads, D = cfg->head_dim, capacity = cache->capacity_T;
+        if (cache->half) {
+            const uint16_t *keys = (const uint16_t *)cache->k[l] + row_offset, *values = (const uint16_t *)cache->v[l] + row_offset;
+            if (T == 1) ops->attention_decode_f16(la->att_out, la->q, keys, values, a->row_start, B, capacity, target->slot + 1, H, KV, D);
+            else ops->attention_extend_f16(la->att_out, la->q, keys, values, a->row_start, B, T, capacity, target->slot, H, KV, D);
+        } else {
+            const float *keys = (const float *)cache->k[l] + row_offset, *values = (const float *)cache->v[l] + row_offset;
+            if (T == 1) ops->attention_decode(la->att_out, la->q, keys, values, a->row_start, B, capacity, target->slot + 1, H, KV, D);
+            else ops->attention_extend(la->att_out, la->q, keys, values, a->row_start, B, T, capacity, target->slot, H, KV, D);
+        }
+    } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C);
@@ -373,6 +379,19 @@ void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache)
     CacheTarget target = {cache, 0, cache->length, cache->length > 0};
     forward_impl(model, batch, &target);
     cache->length += T;
+}
+
+void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {
+    const int B = batch->B, T = batch->T;
+    CHECK(first_row >= 0 && first_row + B <= cache->capacity_B, "rows [%d, %d) are outside a KV cache of %d rows",
+          first_row, first_row + B, cache->capacity_B);
+    CHECK(T <= cache->length && cache->length <= cache->capacity_T,
+          "an extension of %d slots must end at the cache's filled length %d", T, cache->length);
+    CHECK(T == 1 || (cache->half ? model->ops->attention_extend_f16 != NULL : model->ops->attention_extend != NULL),
+          "the %s backend cannot extend cached rows", model->ops->name);
+    CHECK(!batch->row_start, "an extension continues its rows: no padding");
+    CacheTarget target = {cache, first_row, cache->length - T, true};
+    forward_impl(model, batch, &target);
 }
 
 void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {

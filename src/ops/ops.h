@@ -131,6 +131,17 @@ typedef struct OpsBackend {
     void (*attention_decode_f16)(float *out, const float *q, const uint16_t *k_cache,
                                  const uint16_t *v_cache, const int *row_start, int B, int capacity,
                                  int length, int n_heads, int n_kv_heads, int head_dim);
+    // Several new slots per row against the cache (a prompt that continues a cached
+    // prefix, marlhf serve's prompt cache): the B x T queries (q, out: [B*T, n_heads*hd])
+    // sit at slots [first_slot, first_slot + T) of their rows, whose keys and values are
+    // already written there; query t attends to slots [row_start[b], first_slot + t].
+    // attention_decode is the case T = 1. NULL on a backend without it (no prompt cache).
+    void (*attention_extend)(float *out, const float *q, const float *k_cache, const float *v_cache,
+                             const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                             int n_kv_heads, int head_dim);
+    void (*attention_extend_f16)(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                                 const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                                 int n_kv_heads, int head_dim);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,

@@ -369,11 +369,14 @@ static json_t *head_object(const OpenAIResponseHead *head, bool chunk) {
     return o;
 }
 
-static json_t *usage_object(int prompt_tokens, int completion_tokens) {
+static json_t *usage_object(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens) {
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(completion_tokens));
     json_object_set_new(u, "total_tokens", json_integer(prompt_tokens + completion_tokens));
+    json_t *details = json_object();
+    json_object_set_new(details, "cached_tokens", json_integer(head->cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details", details);
     return u;
 }
 
@@ -473,7 +476,7 @@ char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice 
     }
     json_t *o = head_object(head, false);
     json_object_set_new(o, "choices", array);
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
+    json_object_set_new(o, "usage", usage_object(head, prompt_tokens, completion_tokens));
     return dump(o);
 }
 
@@ -501,6 +504,6 @@ char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_rol
 char *openai_usage_chunk_json(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens) {
     json_t *o = head_object(head, true);
     json_object_set_new(o, "choices", json_array());
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
+    json_object_set_new(o, "usage", usage_object(head, prompt_tokens, completion_tokens));
     return dump(o);
 }

@@ -122,6 +122,7 @@ typedef struct {
     const char *id; // "chatcmpl-..." / "cmpl-..."
     long created;   // Unix seconds
     const char *model;
+    int cached_tokens; // usage.prompt_tokens_details.cached_tokens: the prompt's tokens from the prompt cache
 } OpenAIResponseHead;
 
 // A token as log-probs show it: its text (len bytes of UTF-8; see above) and log-prob.

@@ -470,7 +470,8 @@ static void *worker_main(void *arg) {
                                  .on_token = on_token,
                                  .stop_check = should_stop,
                                  .on_finish = on_finish,
-                                 .context = s};
+                                 .context = s,
+                                 .prompt_cache_rows = s->options.prompt_cache_rows};
     ContinuousBatch *batch = continuous_batch_new(&tm->model, max_rows, &options);
     Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
     SequenceRequest *requests = xmalloc((size_t)max_rows * sizeof(SequenceRequest));
@@ -507,10 +508,13 @@ static void *worker_main(void *arg) {
                         rows == 1 ? "" : "s");
             for (int j = 0, first = 0; j < count; first += joining[j]->num_choices, j++) {
                 prepare_job(s, joining[j], sequences + first);
-                requests[j] = (SequenceRequest){joining[j]->ids, joining[j]->num_ids, sequences + first,
-                                                joining[j]->num_choices};
+                requests[j] = (SequenceRequest){.prompt = joining[j]->ids,
+                                                .prompt_length = joining[j]->num_ids,
+                                                .sequences = sequences + first,
+                                                .num_sequences = joining[j]->num_choices};
             }
             continuous_batch_add(batch, requests, count);
+            for (int j = 0; j < count; j++) joining[j]->head.cached_tokens = requests[j].cached_tokens;
         }
         continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
@@ -651,6 +655,10 @@ static char *metrics_text(Server *s) {
            stats.decode_seconds);
     metric(&text, &length, &capacity, "kv_cache_slots", "gauge", "Slots per row of the batch's KV cache.",
            stats.capacity_slots);
+    metric(&text, &length, &capacity, "prompt_cache_hits_total", "counter",
+           "Prompts that continued a finished answer kept by --prompt-cache.", (double)stats.prompt_cache_hits);
+    metric(&text, &length, &capacity, "prompt_tokens_cached_total", "counter",
+           "Prompt tokens taken from the prompt cache instead of computed.", (double)stats.prompt_tokens_reused);
     return text;
 }
 
@@ -741,7 +749,7 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     job->refs = 2; // the HTTP side and the worker
     snprintf(job->id, sizeof job->id, "%s-%lx%06llx", req->kind == OPENAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)s->created, (unsigned long long)number);
-    job->head = (OpenAIResponseHead){req->kind, job->id, (long)time(NULL), s->model_name};
+    job->head = (OpenAIResponseHead){req->kind, job->id, (long)time(NULL), s->model_name, 0};
     job->ids = ids;
     job->num_ids = count;
     job->num_choices = req->n;

@@ -18,7 +18,11 @@
 // rows free up (a request with more choices than that joins an empty batch, alone), and
 // each is answered as soon as its choices end. A request's tokens depend only on its
 // prompt, parameters and seed — with batch-mates, up to float rounding (a near tie could
-// go the other way). Streaming
+// go the other way). With prompt_cache_rows > 0 (--prompt-cache) finished answers stay in
+// a store, and a prompt that continues one (a chat's next turn) computes only its new
+// tokens (gen/continuous.h; usage.prompt_tokens_details.cached_tokens counts the others);
+// its answer then depends on earlier requests up to float rounding, so the store is off
+// by default. Streaming
 // (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
 // is decoded and MHD's content reader hands it out, ending with `data: [DONE]\n\n`.
 // Text that could be the start of a stop string is held back until it is known not to be,
@@ -35,6 +39,7 @@ typedef struct {
     int default_max_tokens;
     int max_concurrent;
     int parallel;           // rows of the continuous batch, one per choice (1: one answer at a time)
+    int prompt_cache_rows;  // finished answers kept for prompts that continue them (0: none)
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
 } ServerOptions;

@@ -5,7 +5,8 @@
 # every error status with its error JSON, a burst of concurrent good and bad requests
 # against --max-concurrent, a clean exit on SIGTERM; then
 # SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
-# client, requests joining a running batch (continuous batching, --parallel rows) and
+# client, /metrics, the prompt cache (a chat's second turn), requests joining a running
+# batch (continuous batching, --parallel rows) and
 # answering as they do alone, a short request answered while a long one still streams, a
 # request's choices (n) taking one batch row each. Every wait is bounded. Prints PASS/FAIL
 # per case.
@@ -638,6 +639,43 @@ PY
 else
     fail metrics_server "$(tail -n 3 "$tmp/metrics.log")"
 fi
+
+# --prompt-cache: a chat's second turn (the first turn, its answer, a new message) takes
+# the first turn's tokens from the cache: usage.prompt_tokens_details.cached_tokens counts
+# at least the first turn's prompt but its last token and at most that prompt and the
+# answer's tokens but the last (the tiny model answers in newlines, which the chat
+# template trims, so the answer's own tokens do not come back), and /metrics counts the
+# same; the answers are a server's without the cache. The first turn reports none.
+turn1='{"messages": [{"role": "user", "content": "Tell me a story about a cat."}], "max_tokens": 12, "temperature": 0}'
+turn2() { python3 -c 'import json, sys; a = json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]; print(json.dumps({"messages": [{"role": "user", "content": "Tell me a story about a cat."}, {"role": "assistant", "content": a}, {"role": "user", "content": "And then?"}], "max_tokens": 12, "temperature": 0}))' "$1"; }
+for cache in 4 0; do
+    if start_server "$tmp/prompt_cache_$cache.log" --model "$model" --threads 1 --prompt-cache "$cache"; then
+        request POST /v1/chat/completions "$turn1" > /dev/null
+        cp "$tmp/body" "$tmp/turn1_$cache.json"
+        request POST /v1/chat/completions "$(turn2 "$tmp/turn1_$cache.json")" > /dev/null
+        cp "$tmp/body" "$tmp/turn2_$cache.json"
+        curl -s -o "$tmp/prompt_cache_metrics_$cache.txt" "http://127.0.0.1:$port/metrics"
+        stop_server
+    fi
+done
+why=$(python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+t1, t2, t1_off, t2_off = (json.load(open(f"{tmp}/{name}.json")) for name in ("turn1_4", "turn2_4", "turn1_0", "turn2_0"))
+metrics = dict(l.split() for l in open(f"{tmp}/prompt_cache_metrics_4.txt") if not l.startswith("#"))
+cached1 = t1["usage"]["prompt_tokens_details"]["cached_tokens"]
+cached2 = t2["usage"]["prompt_tokens_details"]["cached_tokens"]
+low, high = t1["usage"]["prompt_tokens"] - 1, t1["usage"]["prompt_tokens"] + t1["usage"]["completion_tokens"] - 1
+text = lambda r: r["choices"][0]["message"]["content"]
+if cached1 != 0 or not low <= cached2 <= high: print(f"cached tokens {cached1}, {cached2} (want 0, {low} to {high})")
+elif t2_off["usage"]["prompt_tokens_details"]["cached_tokens"] != 0: print("cached tokens without the cache")
+elif text(t1) != text(t1_off) or text(t2) != text(t2_off): print(f"answers {text(t2)!r} vs {text(t2_off)!r} without the cache")
+elif float(metrics["marlhf_prompt_cache_hits_total"]) != 1 or float(metrics["marlhf_prompt_tokens_cached_total"]) != cached2: print(f"metrics {metrics}")
+else: print("ok")
+PY
+)
+[ "$why" = ok ] && pass prompt_cache_second_turn || fail prompt_cache_second_turn "$why"
+expect_error serve_bad_prompt_cache "--prompt-cache" "$bin" serve --model "$model" --prompt-cache -1
 
 # SmolLM2 (fetched by scripts/fetch-model): a real answer, equal to `marlhf generate`.
 if [ -f "$real_model" ]; then

@@ -715,7 +715,7 @@ static void run_continuous_batch_on_gpu(const char *kv_cache) {
         // One sequence joins every third step while a row is free; the long prompts join
         // right after a short one started a batch.
         if (next < SEQUENCES && step % 3 == 0 && continuous_batch_rows(batch) < 4) {
-            SequenceRequest request = {sequences[next].prompt, sequences[next].prompt_length, &options[next], 1};
+            SequenceRequest request = {sequences[next].prompt, sequences[next].prompt_length, &options[next], 1, 0};
             continuous_batch_add(batch, &request, 1);
             next++;
         }

@@ -177,20 +177,23 @@ static void weighted_sum_f16(float *out, const float *weights, const uint16_t *v
 }
 
 // The kernel for both caches: `half` says whether k_cache and v_cache hold floats or halves.
-static void attention_decode(float *out, const float *q, const void *k_cache, const void *v_cache, bool half,
-                             const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                             int head_dim) {
+// Query t of row b (q and out: [B * T, n_heads * head_dim]) sits at slot first_slot + t
+// and attends to the row's slots [row_start[b], first_slot + t]: a decode step is T = 1.
+static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache, bool half,
+                             const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                             int n_kv_heads, int head_dim) {
     const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
 #pragma omp parallel
     {
-        float *scores = xmalloc((size_t)length * sizeof(float));
+        float *scores = xmalloc((size_t)(first_slot + T) * sizeof(float));
 #pragma omp for schedule(static)
-        for (int bh = 0; bh < B * n_heads; bh++) {
-            const int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
-            const int start = row_start ? row_start[b] : 0, n = length - start;
-            const float *query = q + (long)b * q_width + h * head_dim;
+        for (long item = 0; item < (long)B * T * n_heads; item++) {
+            const int h = (int)(item % n_heads), t = (int)(item / n_heads % T), b = (int)(item / n_heads / T);
+            const int kv_head = h / group;
+            const int start = row_start ? row_start[b] : 0, n = first_slot + t + 1 - start;
+            const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
             const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
             float max_score = -INFINITY;
             for (int j = 0; j < n; j++) {
@@ -203,7 +206,7 @@ static void attention_decode(float *out, const float *q, const void *k_cache, co
             exp_nonpositive(scores, n);
             double sum = 0;
             for (int j = 0; j < n; j++) sum += scores[j];
-            float *o = out + (long)b * q_width + h * head_dim;
+            float *o = out + ((long)b * T + t) * q_width + h * head_dim;
             if (half) weighted_sum_f16(o, scores, (const uint16_t *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
             else weighted_sum(o, scores, (const float *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
         }
@@ -214,13 +217,29 @@ static void attention_decode(float *out, const float *q, const void *k_cache, co
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
                           int n_kv_heads, int head_dim) {
-    attention_decode(out, q, k_cache, v_cache, false, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+    attention_cached(out, q, k_cache, v_cache, false, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+                     head_dim);
 }
 
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                               int head_dim) {
-    attention_decode(out, q, k_cache, v_cache, true, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+    attention_cached(out, q, k_cache, v_cache, true, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+                     head_dim);
+}
+
+void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
+                          const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
+                          int head_dim) {
+    attention_cached(out, q, k_cache, v_cache, false, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+                     head_dim);
+}
+
+void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                              int n_kv_heads, int head_dim) {
+    attention_cached(out, q, k_cache, v_cache, true, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+                     head_dim);
 }
 
 void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {

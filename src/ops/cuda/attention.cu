@@ -259,18 +259,21 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
 __device__ static inline float cache_element(const float *p) { return *p; }
 __device__ static inline float cache_element(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
 
-// One block per (row, head): scores against the cached keys, softmax, weighted values.
+// One block per (row, query, head): scores against the cached keys, softmax, weighted
+// values. Query t of row b (q, out: [B * T, n_heads * head_dim]) sits at slot
+// first_slot + t and attends to slots [row_start[b], first_slot + t]; a decode step is
+// T = 1.
 template <typename Element>
-__global__ static void attention_decode_kernel(float *out, const float *q, const Element *k_cache,
-                                               const Element *v_cache, const int *row_start,
-                                               int capacity, int length, int n_heads,
+__global__ static void attention_cached_kernel(float *out, const float *q, const Element *k_cache,
+                                               const Element *v_cache, const int *row_start, int T,
+                                               int capacity, int first_slot, int n_heads,
                                                int n_kv_heads, int head_dim, float scale) {
     extern __shared__ float scores[];
-    int b = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+    int h = blockIdx.x % n_heads, t = blockIdx.x / n_heads % T, b = blockIdx.x / n_heads / T;
     int kv_head = h / (n_heads / n_kv_heads);
     int kv_width = n_kv_heads * head_dim;
-    int start = row_start ? row_start[b] : 0;
-    const float *query = q + ((long)b * n_heads + h) * head_dim;
+    int start = row_start ? row_start[b] : 0, length = first_slot + t + 1;
+    const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
     const Element *keys = k_cache + (long)b * capacity * kv_width + kv_head * head_dim;
     const Element *values = v_cache + (long)b * capacity * kv_width + kv_head * head_dim;
     float max_score = -INFINITY;
@@ -288,7 +291,7 @@ __global__ static void attention_decode_kernel(float *out, const float *q, const
         sum += scores[j];
     }
     float inv_sum = (float)(1.0 / block_sum(sum)); // block_sum's barrier publishes scores[]
-    float *o = out + ((long)b * n_heads + h) * head_dim;
+    float *o = out + (((long)b * T + t) * n_heads + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float acc = 0.0f;
         for (int j = start; j < length; j++)
@@ -298,30 +301,46 @@ __global__ static void attention_decode_kernel(float *out, const float *q, const
 }
 
 template <typename Element>
-static void launch_attention_decode(float *out, const float *q, const Element *k_cache, const Element *v_cache,
-                                    const int *row_start, int B, int capacity, int length, int n_heads,
+static void launch_attention_cached(float *out, const float *q, const Element *k_cache, const Element *v_cache,
+                                    const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                     int n_kv_heads, int head_dim) {
-    if (B == 0) return;
-    size_t shared = (size_t)length * sizeof(float);
+    if (B == 0 || T == 0) return;
+    size_t shared = (size_t)(first_slot + T) * sizeof(float);
     if (shared > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<Element>,
+        CUDA_CHECK(cudaFuncSetAttribute(attention_cached_kernel<Element>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-    attention_decode_kernel<Element><<<B * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start, capacity,
-                                                                   length, n_heads, n_kv_heads, head_dim,
-                                                                   1.0f / sqrtf((float)head_dim));
+    attention_cached_kernel<Element><<<B * T * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start, T,
+                                                                       capacity, first_slot, n_heads, n_kv_heads,
+                                                                       head_dim, 1.0f / sqrtf((float)head_dim));
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_attention_decode(float *out, const float *q, const float *k_cache,
                            const float *v_cache, const int *row_start, int B, int capacity,
                            int length, int n_heads, int n_kv_heads, int head_dim) {
-    launch_attention_decode(out, q, k_cache, v_cache, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+                            head_dim);
 }
 
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                                int head_dim) {
-    launch_attention_decode(out, q, k_cache, v_cache, row_start, B, capacity, length, n_heads, n_kv_heads, head_dim);
+    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+                            head_dim);
+}
+
+void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                           int n_kv_heads, int head_dim) {
+    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+                            head_dim);
+}
+
+void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                               int n_kv_heads, int head_dim) {
+    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+                            head_dim);
 }
 
 // Row b's T slots of x ([B, T, width] floats) into slots [slot, slot + T) of a half cache,

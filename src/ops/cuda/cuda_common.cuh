@@ -179,6 +179,12 @@ void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cac
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                                int head_dim);
 void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width);
+void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                           int n_kv_heads, int head_dim);
+void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                               int n_kv_heads, int head_dim);
 
 // ---- activation.cu ----
 void cuda_gelu_forward(float *out, const float *inp, long n);
