@@ -364,6 +364,25 @@ static void test_attention_decode_f16(void) {
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
     gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
     expect_match("attention_decode_f16", d_out, out, (long)B * H * D, TOL_FP32);
+    // attention_extend (serve's prompt cache): 7 queries per row at slots [250, 257) of both
+    // caches, against the CPU's.
+    const int T = 7, first_slot = 250;
+    const int extend_start[3] = {0, 100, 240};
+    float *q_ext = random_host((long)B * T * H * D, 2), *out_ext = xmalloc((size_t)B * T * H * D * 4);
+    float *d_q_ext = gpu_floats(q_ext, (long)B * T * H * D);
+    int *d_es = gpu_ints(extend_start, B);
+    float *d_kf = gpu_floats(keys, x_n), *d_vf = gpu_floats(values, x_n);
+    // The float cache here is the keys and values as written ([B, length] rows, capacity = length).
+    cpu->attention_extend(out_ext, q_ext, keys, values, extend_start, B, T, length, first_slot, H, KV, D);
+    float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
+    gpu->attention_extend(d_out_ext, d_q_ext, d_kf, d_vf, d_es, B, T, length, first_slot, H, KV, D);
+    expect_match("attention_extend", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
+    cpu->attention_extend_f16(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D);
+    d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
+    gpu->attention_extend_f16(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D);
+    expect_match("attention_extend_f16", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
+    gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kf), gpu->free(d_vf);
+    free(q_ext), free(out_ext);
     gpu->free(d_kc), gpu->free(d_vc), gpu->free(d_keys), gpu->free(d_values), gpu->free(d_q), gpu->free(d_rs);
     free(keys), free(values), free(q), free(kc), free(vc), free(written), free(out);
 }
