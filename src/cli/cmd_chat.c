@@ -1,6 +1,12 @@
 // marlhf chat: an interactive conversation with a model through its chat template, the
 // reply streamed token by token as it is generated. Type /reset to start over, /quit or
 // end of input (Ctrl-D) to leave.
+//
+// Each turn's prompt is the whole conversation. The replies run through a continuous batch
+// (gen/continuous.h) with a one-entry prompt cache, so a turn computes only the tokens
+// after the previous reply (the new message and the template's markers) instead of the
+// whole conversation again; --prompt-cache 0 recomputes it. A session replays to the same
+// bits from the same input and seed either way; the two differ by float rounding.
 #include <stdio.h>
 #include <string.h>
 
@@ -9,30 +15,39 @@
 #include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
-#include "gen/generate.h"
+#include "gen/continuous.h"
 
 typedef struct {
     TokenizerStream *stream;
     const int *stop_tokens;
     int num_stop_tokens;
-} StreamContext;
+    GeneratedRow reply;
+    bool finished;
+} ChatTurn;
 
-static void print_token(void *context, int row, int token) {
-    StreamContext *c = context;
-    for (int i = 0; i < c->num_stop_tokens; i++)
-        if (c->stop_tokens[i] == token) return; // the end-of-turn token is not part of the reply
+static void print_token(void *context, void *owner, const GeneratedRow *row) {
+    ChatTurn *turn = owner;
+    const int token = row->tokens[row->length - 1];
+    for (int i = 0; i < turn->num_stop_tokens; i++)
+        if (turn->stop_tokens[i] == token) return; // the end-of-turn token is not part of the reply
     char *piece = NULL;
-    tokenizer_stream_push(c->stream, token, &piece);
+    tokenizer_stream_push(turn->stream, token, &piece);
     fputs(piece, stdout);
     fflush(stdout);
     free(piece);
+}
+
+static void reply_finished(void *context, void *owner, GeneratedRow *row) {
+    ChatTurn *turn = owner;
+    turn->reply = *row;
+    turn->finished = true;
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
-    long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0;
+    long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0, prompt_cache = 1;
     double temperature = 0.8, top_p = 1.0;
     char *lora_adapter = NULL;
     Option options[] = {
@@ -49,12 +64,15 @@ int cmd_chat(int argc, char **argv) {
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the model's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, or f16: the KV cache in half floats (half its memory, faster decoding of long contexts; the prompt itself is attended in f32)", false, false},
+        {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
+         "1: a turn computes only what follows the previous reply; 0: the whole conversation again", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
+    if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
@@ -66,6 +84,12 @@ int cmd_chat(int argc, char **argv) {
     fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
             chat_template_name(&tm.chat));
 
+    ContinuousOptions batch_options = {.stop_tokens = tm.stop_tokens,
+                                       .num_stop_tokens = tm.num_stop_tokens,
+                                       .on_token = print_token,
+                                       .on_finish = reply_finished,
+                                       .prompt_cache_rows = (int)prompt_cache};
+    ContinuousBatch *batch = continuous_batch_new(&tm.model, 1, &batch_options);
     ChatMessage *history = NULL;
     char **owned = NULL;
     int count = 0, capacity = 0, turn = 0;
@@ -104,35 +128,35 @@ int cmd_chat(int argc, char **argv) {
             free(owned[--count]);
             continue;
         }
-        StreamContext stream = {tokenizer_stream_new(tm.tokenizer, true), tm.stop_tokens, tm.num_stop_tokens};
-        GenerateOptions gen = {
+        // The turn's reply samples from stream `turn` of the seed, as generate() row `turn`.
+        ChatTurn chat_turn = {tokenizer_stream_new(tm.tokenizer, true), tm.stop_tokens, tm.num_stop_tokens, {0}, false};
+        SequenceOptions sequence = {
             .sampler = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
-            .max_new_tokens = (int)max_new_tokens,
             .seed = (uint64_t)seed,
-            .stop_tokens = tm.stop_tokens,
-            .num_stop_tokens = tm.num_stop_tokens,
-            .on_token = print_token,
-            .token_context = &stream,
+            .row_id = (uint64_t)turn++,
+            .max_new_tokens = (int)max_new_tokens,
+            .owner = &chat_turn,
         };
-        const int *prompts[] = {ids};
-        uint64_t row_id = (uint64_t)turn++;
-        GeneratedRow reply;
-        generate(&tm.model, prompts, &length, &row_id, 1, &gen, &reply, NULL);
+        SequenceRequest request = {ids, length, &sequence, 1, 0};
+        continuous_batch_add(batch, &request, 1);
+        while (!chat_turn.finished) continuous_batch_step(batch);
         char *rest = NULL;
-        tokenizer_stream_flush(stream.stream, &rest);
+        tokenizer_stream_flush(chat_turn.stream, &rest);
         fputs(rest, stdout);
         fputs("\n", stdout);
         free(rest);
-        tokenizer_stream_free(stream.stream);
-        int reply_length = reply.length - (reply.stop == STOP_TOKEN ? 1 : 0);
-        owned[count] = tokenizer_decode(tm.tokenizer, reply.tokens, reply_length, true);
+        tokenizer_stream_free(chat_turn.stream);
+        const GeneratedRow *reply = &chat_turn.reply;
+        int reply_length = reply->length - (reply->stop == STOP_TOKEN ? 1 : 0);
+        owned[count] = tokenizer_decode(tm.tokenizer, reply->tokens, reply_length, true);
         history[count] = (ChatMessage){"assistant", owned[count]};
         count++;
-        generated_row_free(&reply);
+        generated_row_free(&chat_turn.reply);
         free(ids);
     }
     for (int i = 0; i < count; i++) free(owned[i]);
     free(owned), free(history), free(line);
+    continuous_batch_free(batch);
     text_model_free(&tm);
     return 0;
 }

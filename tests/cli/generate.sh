@@ -46,6 +46,14 @@ fi
 # Chat: two turns from standard input, the replies streamed to standard output.
 chat=$(printf 'What is the capital of France?\n/reset\nWhat is 2+2?\n' | "$bin" chat --model "$model" --temperature 0 --max-new-tokens 40 2>/dev/null)
 if echo "$chat" | grep -q "The capital of France is Paris." && echo "$chat" | grep -q "4"; then pass chat_turns; else fail chat_turns "$chat"; fi
+# chat's prompt cache (each turn computes only what follows the previous reply) gives the
+# replies of recomputing the whole conversation every turn (greedy, three turns).
+turns='Tell me about cats.\nWhat do they eat?\nHow long do they live?\n'
+cached=$(printf "$turns" | "$bin" chat --model "$model" --temperature 0 --max-new-tokens 24 2>/dev/null)
+recomputed=$(printf "$turns" | "$bin" chat --model "$model" --temperature 0 --max-new-tokens 24 --prompt-cache 0 2>/dev/null)
+[ -n "$cached" ] && [ "$cached" = "$recomputed" ] && [ "$(echo "$cached" | grep -c '^> ')" -ge 3 ] && pass chat_prompt_cache ||
+    fail chat_prompt_cache "$cached vs $recomputed"
+expect_error chat_bad_prompt_cache "--prompt-cache" "$bin" chat --model "$model" --prompt-cache 2 < /dev/null
 
 # Bad input: exit 2, one line naming the problem.
 printf '{"prompt": "ok"}\n{"prompt": 5}\n' > "$tmp/bad.jsonl"
