@@ -265,14 +265,17 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         const KvCache *cache = target->cache;
         const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim; // elements
         const int H = cfg->num_heads, KV = cfg->num_kv_heads, D = cfg->head_dim, capacity = cache->capacity_T;
+        const int slot = target->slot;
+        float *out = la->att_out;
         if (cache->half) {
-            const uint16_t *keys = (const uint16_t *)cache->k[l] + row_offset, *values = (const uint16_t *)cache->v[l] + row_offset;
-            if (T == 1) ops->attention_decode_f16(la->att_out, la->q, keys, values, a->row_start, B, capacity, target->slot + 1, H, KV, D);
-            else ops->attention_extend_f16(la->att_out, la->q, keys, values, a->row_start, B, T, capacity, target->slot, H, KV, D);
+            const uint16_t *keys = (const uint16_t *)cache->k[l] + row_offset;
+            const uint16_t *values = (const uint16_t *)cache->v[l] + row_offset;
+            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
+            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
         } else {
             const float *keys = (const float *)cache->k[l] + row_offset, *values = (const float *)cache->v[l] + row_offset;
-            if (T == 1) ops->attention_decode(la->att_out, la->q, keys, values, a->row_start, B, capacity, target->slot + 1, H, KV, D);
-            else ops->attention_extend(la->att_out, la->q, keys, values, a->row_start, B, T, capacity, target->slot, H, KV, D);
+            if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
+            else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
         }
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
