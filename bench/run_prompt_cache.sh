@@ -11,24 +11,14 @@ turns=${TURNS:-6} max_tokens=${MAX_TOKENS:-32} threads=${THREADS:-2}
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || scripts/fetch-model
 out=$(mktemp -d)
+. bench/serve_helpers.sh
 trap 'kill $server 2> /dev/null || true; rm -rf "$out"' EXIT
-server=
 for setting in "0 none" "4 none" "0 q8_0" "4 q8_0"; do
     read -r cache quantize <<< "$setting"
-    build/marlhf serve --model "$model" --port 0 --prompt-cache "$cache" --quantize "$quantize" --threads "$threads" \
-        2> "$out/serve.log" &
-    server=$!
-    port=
-    for _ in $(seq 600); do
-        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$out/serve.log")
-        [ -n "$port" ] && break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { cat "$out/serve.log" >&2; exit 1; }
+    start_server "$out/serve.log" --model "$model" --prompt-cache "$cache" --quantize "$quantize" --threads "$threads"
     python3 bench/prompt_cache.py client "http://127.0.0.1:$port" --impl "marlhf-serve-prompt-cache-$cache-$quantize" \
         --turns "$turns" --max-tokens "$max_tokens" --threads "$threads"
-    kill "$server"
-    wait "$server" 2> /dev/null || true
+    stop_server
 done
 py=.venv-tools/bin/python q8=${model%.Q4_1.gguf}.Q8_0.gguf
 if [ -x "$py" ] && "$py" -c "import llama_cpp" 2> /dev/null && [ -f "$q8" ]; then

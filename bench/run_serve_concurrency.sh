@@ -14,28 +14,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${REQUESTS:-16} clients=${CLIENTS:-4} max_tokens=${MAX_TOKENS:-48} threads=${THREADS:-2}
-mix=${MIX:-} marlhf=${MARLHF:-build/marlhf} label=${LABEL:-marlhf-serve} peers=${PEERS:-1}
+mix=${MIX:-} label=${LABEL:-marlhf-serve} peers=${PEERS:-1}
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || scripts/fetch-model
 out=$(mktemp -d)
+. bench/serve_helpers.sh
 trap 'kill $server 2> /dev/null || true; rm -rf "$out"' EXIT
-server=
 for setting in "1 none" "$clients none" "1 q8_0" "$clients q8_0"; do
     read -r parallel quantize <<< "$setting"
-    "$marlhf" serve --model "$model" --port 0 --parallel "$parallel" --max-concurrent $((clients * 2)) \
-        --quantize "$quantize" --threads "$threads" 2> "$out/serve.log" &
-    server=$!
-    port=
-    for _ in $(seq 600); do
-        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$out/serve.log")
-        [ -n "$port" ] && break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { cat "$out/serve.log" >&2; exit 1; }
+    start_server "$out/serve.log" --model "$model" --parallel "$parallel" --max-concurrent $((clients * 2)) \
+        --quantize "$quantize" --threads "$threads"
     python3 bench/serve_load.py client "http://127.0.0.1:$port" --impl "$label-parallel-$parallel-$quantize" \
         --requests "$requests" --clients "$clients" --max-tokens "$max_tokens" --max-tokens-mix "$mix" --threads "$threads"
-    kill "$server"
-    wait "$server" 2> /dev/null || true
+    stop_server
 done
 py=.venv-tools/bin/python
 if [ "$peers" = 0 ]; then

@@ -46,23 +46,6 @@ static void exp_nonpositive(float *x, int n) {
     }
 }
 
-static inline float dot_product(const float *a, const float *b, int n) {
-    int d = 0;
-    float sum = 0.0f;
-#if defined(__AVX512F__)
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (; d + 32 <= n; d += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16), _mm512_loadu_ps(b + d + 16), acc1);
-    }
-    for (; d + 16 <= n; d += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), acc0);
-    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#endif
-#pragma omp simd reduction(+ : sum)
-    for (int e = d; e < n; e++) sum += a[e] * b[e];
-    return sum;
-}
-
 uint16_t cpu_float_to_half(float value) {
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
@@ -97,38 +80,56 @@ float cpu_half_to_float(uint16_t half) {
     return value;
 }
 
-static inline float dot_product_f16(const float *a, const uint16_t *b, int n) {
+// A KV cache's elements: floats, or halves widened to float as they are read. The kernels
+// below take `half` as a loop-invariant flag, which the compiler moves out of the loops.
+typedef struct {
+    const void *base;
+    bool half;
+} CacheElements;
+
+static inline float cache_element(CacheElements cache, long at) {
+    return cache.half ? cpu_half_to_float(((const uint16_t *)cache.base)[at]) : ((const float *)cache.base)[at];
+}
+
+#if defined(__AVX512F__)
+static inline __m512 cache_lanes(CacheElements cache, long at) { // elements [at, at + 16)
+    return cache.half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)cache.base + at)))
+                      : _mm512_loadu_ps((const float *)cache.base + at);
+}
+#endif
+
+// sum_d a[d] * keys[at + d], d < n.
+static inline float dot_product(const float *a, CacheElements keys, long at, int n) {
     int d = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__)
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     for (; d + 32 <= n; d += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d))), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16),
-                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d + 16))), acc1);
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), cache_lanes(keys, at + d), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16), cache_lanes(keys, at + d + 16), acc1);
     }
-    for (; d + 16 <= n; d += 16)
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + d))), acc0);
+    for (; d + 16 <= n; d += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), cache_lanes(keys, at + d), acc0);
     sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 #endif
-    for (int e = d; e < n; e++) sum += a[e] * cpu_half_to_float(b[e]);
+#pragma omp simd reduction(+ : sum)
+    for (int e = d; e < n; e++) sum += a[e] * cache_element(keys, at + e);
     return sum;
 }
 
-// out[d] = scale * sum_j weights[j] * values[j * stride + d], d < head_dim.
-static void weighted_sum(float *out, const float *weights, const float *values, long stride, int n, int head_dim,
-                         float scale) {
+// out[d] = scale * sum_j weights[j] * values[first + j * stride + d], d < head_dim.
+static void weighted_sum(float *out, const float *weights, CacheElements values, long first, long stride, int n,
+                         int head_dim, float scale) {
     int d = 0;
 #if defined(__AVX512F__)
     for (; d + 64 <= head_dim; d += 64) {
         __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
         for (int j = 0; j < n; j++) {
-            const float *value = values + (long)j * stride + d;
+            const long at = first + (long)j * stride + d;
             const __m512 weight = _mm512_set1_ps(weights[j]);
-            acc0 = _mm512_fmadd_ps(weight, _mm512_loadu_ps(value), acc0);
-            acc1 = _mm512_fmadd_ps(weight, _mm512_loadu_ps(value + 16), acc1);
-            acc2 = _mm512_fmadd_ps(weight, _mm512_loadu_ps(value + 32), acc2);
-            acc3 = _mm512_fmadd_ps(weight, _mm512_loadu_ps(value + 48), acc3);
+            acc0 = _mm512_fmadd_ps(weight, cache_lanes(values, at), acc0);
+            acc1 = _mm512_fmadd_ps(weight, cache_lanes(values, at + 16), acc1);
+            acc2 = _mm512_fmadd_ps(weight, cache_lanes(values, at + 32), acc2);
+            acc3 = _mm512_fmadd_ps(weight, cache_lanes(values, at + 48), acc3);
         }
         const __m512 factor = _mm512_set1_ps(scale);
         _mm512_storeu_ps(out + d, _mm512_mul_ps(acc0, factor));
@@ -140,38 +141,8 @@ static void weighted_sum(float *out, const float *weights, const float *values, 
     if (d == head_dim) return;
     memset(out + d, 0, (size_t)(head_dim - d) * sizeof(float));
     for (int j = 0; j < n; j++) {
-        const float *value = values + (long)j * stride;
-        for (int e = d; e < head_dim; e++) out[e] += weights[j] * value[e];
-    }
-    for (int e = d; e < head_dim; e++) out[e] *= scale;
-}
-
-static void weighted_sum_f16(float *out, const float *weights, const uint16_t *values, long stride, int n,
-                             int head_dim, float scale) {
-    int d = 0;
-#if defined(__AVX512F__)
-    for (; d + 64 <= head_dim; d += 64) {
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-        for (int j = 0; j < n; j++) {
-            const uint16_t *value = values + (long)j * stride + d;
-            const __m512 weight = _mm512_set1_ps(weights[j]);
-            acc0 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)value)), acc0);
-            acc1 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 16))), acc1);
-            acc2 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 32))), acc2);
-            acc3 = _mm512_fmadd_ps(weight, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(value + 48))), acc3);
-        }
-        const __m512 factor = _mm512_set1_ps(scale);
-        _mm512_storeu_ps(out + d, _mm512_mul_ps(acc0, factor));
-        _mm512_storeu_ps(out + d + 16, _mm512_mul_ps(acc1, factor));
-        _mm512_storeu_ps(out + d + 32, _mm512_mul_ps(acc2, factor));
-        _mm512_storeu_ps(out + d + 48, _mm512_mul_ps(acc3, factor));
-    }
-#endif
-    if (d == head_dim) return;
-    memset(out + d, 0, (size_t)(head_dim - d) * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        const uint16_t *value = values + (long)j * stride;
-        for (int e = d; e < head_dim; e++) out[e] += weights[j] * cpu_half_to_float(value[e]);
+        const long at = first + (long)j * stride;
+        for (int e = d; e < head_dim; e++) out[e] += weights[j] * cache_element(values, at + e);
     }
     for (int e = d; e < head_dim; e++) out[e] *= scale;
 }
@@ -185,6 +156,7 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
     const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
+    const CacheElements keys = {k_cache, half}, values = {v_cache, half};
 #pragma omp parallel
     {
         float *scores = xmalloc((size_t)(first_slot + T) * sizeof(float));
@@ -197,18 +169,15 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
             const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
             float max_score = -INFINITY;
             for (int j = 0; j < n; j++) {
-                const long at = first + (long)j * kv_width;
-                scores[j] = scale * (half ? dot_product_f16(query, (const uint16_t *)k_cache + at, head_dim)
-                                          : dot_product(query, (const float *)k_cache + at, head_dim));
+                scores[j] = scale * dot_product(query, keys, first + (long)j * kv_width, head_dim);
                 if (scores[j] > max_score) max_score = scores[j];
             }
             for (int j = 0; j < n; j++) scores[j] -= max_score;
             exp_nonpositive(scores, n);
             double sum = 0;
             for (int j = 0; j < n; j++) sum += scores[j];
-            float *o = out + ((long)b * T + t) * q_width + h * head_dim;
-            if (half) weighted_sum_f16(o, scores, (const uint16_t *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
-            else weighted_sum(o, scores, (const float *)v_cache + first, kv_width, n, head_dim, (float)(1.0 / sum));
+            weighted_sum(out + ((long)b * T + t) * q_width + h * head_dim, scores, values, first, kv_width, n, head_dim,
+                         (float)(1.0 / sum));
         }
         free(scores);
     }
