@@ -866,7 +866,7 @@ PY
         # while the long one is still generating (a static batch would hold it back until
         # the long one ended), and the long one's text is what it is alone.
         curl -s -N --max-time 120 -o "$tmp/long_stream.sse" \
-            --data-binary "$(stream_body "$blocker_body" '{"stream": true, "max_tokens": 300}')" \
+            --data-binary "$(stream_body "$blocker_body" '{"stream": true, "max_tokens": 120}')" \
             "http://127.0.0.1:$port/v1/chat/completions" &
         long_pid=$!
         busy=
@@ -878,7 +878,7 @@ PY
         grep -q '"requests_in_progress":1' "$tmp/body" && ! grep -q '^data: \[DONE\]' "$tmp/long_stream.sse" && still=1
         wait "$long_pid"
         curl -s --max-time 120 -o "$tmp/long_alone.json" \
-            --data-binary "$(stream_body "$blocker_body" '{"max_tokens": 300}')" "http://127.0.0.1:$port/v1/chat/completions"
+            --data-binary "$(stream_body "$blocker_body" '{"max_tokens": 120}')" "http://127.0.0.1:$port/v1/chat/completions"
         python3 - "$tmp" <<'PY' && [ -n "$busy" ] && [ -n "$still" ] && [ "$short_status" = 200 ] &&
 import json, sys
 events = [e[len("data: "):] for e in open(f"{sys.argv[1]}/long_stream.sse").read().split("\n\n") if e.startswith("data: ")]
