@@ -105,8 +105,8 @@ static void reshape_cache(ContinuousBatch *batch, int rows, int slots, int shift
 }
 
 // The stored entry whose tokens begin the prompt for longest (at most prompt_length - 1:
-// the prompt's last token must run to give its logits); -1 when none reaches
-// PROMPT_CACHE_MIN_TOKENS.
+// the prompt's last token must run to give its logits), and in *common how many; -1 (and
+// 0) when none reaches PROMPT_CACHE_MIN_TOKENS.
 static int find_prefix(const ContinuousBatch *batch, const int *prompt, int prompt_length, int *common) {
     int best = -1, best_common = 0;
     for (int e = 0; e < batch->options.prompt_cache_rows; e++) {
@@ -116,8 +116,9 @@ static int find_prefix(const ContinuousBatch *batch, const int *prompt, int prom
         while (n < limit && entry->tokens[n] == prompt[n]) n++;
         if (n > best_common) best = e, best_common = n;
     }
+    if (best_common < PROMPT_CACHE_MIN_TOKENS) best = -1, best_common = 0;
     *common = best_common;
-    return best_common >= PROMPT_CACHE_MIN_TOKENS ? best : -1;
+    return best;
 }
 
 // Keeps a finished sequence's cached slots (row `row` of the batch) in the store, in place
@@ -193,7 +194,6 @@ void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int
         entry_of[u] = batch->options.prompt_cache_rows > 0
                           ? find_prefix(batch, requests[u].prompt, requests[u].prompt_length, &requests[u].cached_tokens)
                           : -1;
-        if (entry_of[u] < 0) requests[u].cached_tokens = 0;
     }
     for (int u = 0; u < count; u++) {
         if (entry_of[u] < 0) continue;

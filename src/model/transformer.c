@@ -384,12 +384,18 @@ void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache)
     cache->length += T;
 }
 
+// A batch of B rows of T slots written to rows [first_row, first_row + B) of the cache,
+// ending at its filled length (model_prefill_rows, model_extend_rows).
+static void check_rows_fit(const KvCache *cache, const ModelBatch *batch, int first_row) {
+    CHECK(first_row >= 0 && first_row + batch->B <= cache->capacity_B, "rows [%d, %d) are outside a KV cache of %d rows",
+          first_row, first_row + batch->B, cache->capacity_B);
+    CHECK(batch->T <= cache->length && cache->length <= cache->capacity_T,
+          "%d new slots must end at the cache's filled length %d", batch->T, cache->length);
+}
+
 void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {
-    const int B = batch->B, T = batch->T;
-    CHECK(first_row >= 0 && first_row + B <= cache->capacity_B, "rows [%d, %d) are outside a KV cache of %d rows",
-          first_row, first_row + B, cache->capacity_B);
-    CHECK(T <= cache->length && cache->length <= cache->capacity_T,
-          "an extension of %d slots must end at the cache's filled length %d", T, cache->length);
+    const int T = batch->T;
+    check_rows_fit(cache, batch, first_row);
     CHECK(T == 1 || (cache->half ? model->ops->attention_extend_f16 != NULL : model->ops->attention_extend != NULL),
           "the %s backend cannot extend cached rows", model->ops->name);
     CHECK(!batch->row_start, "an extension continues its rows: no padding");
@@ -399,10 +405,7 @@ void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, in
 
 void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {
     const int B = batch->B, T = batch->T;
-    CHECK(first_row >= 0 && first_row + B <= cache->capacity_B, "rows [%d, %d) are outside a KV cache of %d rows",
-          first_row, first_row + B, cache->capacity_B);
-    CHECK(T <= cache->length && cache->length <= cache->capacity_T,
-          "a prefill of %d slots must end at the cache's filled length %d", T, cache->length);
+    check_rows_fit(cache, batch, first_row);
     const int slot = cache->length - T;
     for (int b = 0; b < B; b++) cache->row_start[first_row + b] = slot + (batch->row_start ? batch->row_start[b] : 0);
     CacheTarget target = {cache, first_row, slot, false};
