@@ -87,6 +87,17 @@ static void score_all(Model *rm, const int *const *prompts, const int *prompt_le
     free(pointers), free(samples); // the token arrays belong to the caller
 }
 
+// A dataset's own response as the reward model trained on it (train/sft.h's
+// tokenize_example): its tokens, then EOS, where the score is read; a generated response
+// that ended ends with EOS the same way.
+static void reference_response_ids(const Tokenizer *tokenizer, const char *text, int **ids, int *length) {
+    tokenizer_encode(tokenizer, text, strlen(text), false, ids, length);
+    const int eos = tokenizer_eos_id(tokenizer);
+    if (eos < 0) return;
+    *ids = xrealloc(*ids, (size_t)(*length + 1) * sizeof(int));
+    (*ids)[(*length)++] = eos;
+}
+
 // Under mpirun: every rank ends with every response and score (each was made by one rank;
 // the others hold NULL / 0 there). Lengths, scores and tokens are summed with zeros.
 static void gather_responses(int **responses, int *lengths, float *scores, long n) {
@@ -258,8 +269,8 @@ int cmd_infer(int argc, char **argv) {
         rejected_scores = xcalloc(n, sizeof(float));
         for (long i = 0; i < n; i++) {
             const DataRecord *r = &data.records[order[i]];
-            tokenizer_encode(tokenizer, r->chosen, strlen(r->chosen), false, &responses[i], &response_lengths[i]);
-            tokenizer_encode(tokenizer, r->rejected, strlen(r->rejected), false, &rejected[i], &rejected_lengths[i]);
+            reference_response_ids(tokenizer, r->chosen, &responses[i], &response_lengths[i]);
+            reference_response_ids(tokenizer, r->rejected, &rejected[i], &rejected_lengths[i]);
         }
         for (long first = rank * batch; first < n; first += world * batch) {
             int rows = (int)(first + batch <= n ? batch : n - first);

@@ -15,8 +15,9 @@ int cmd_ppo(int argc, char **argv) {
     PpoConfig c = ppo_default_config();
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
-    char *reward_command = NULL;
+    char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label";
     double reward_timeout = 60;
+    long reward_retries = 3;
     char *termination = "fixed", *value_function = "equal", *macro_reward = "mean", *ratio = NULL;
     char *reward = "model", *schedule = "linear", *aggregation = NULL, *policy_loss = "ppo", *scale_rewards = "group";
     long max_prompt_len = c.max_prompt_len, max_new_tokens = c.max_new_tokens, rollout_batch = c.rollout_batch;
@@ -57,12 +58,22 @@ int cmd_ppo(int argc, char **argv) {
         {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
         {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
         {"reward", NULL, OPT_STRING, &reward,
-         "model | lexicon (the gold lexicon as reward) | code (APPS execution) | command (--reward-command)", false, false},
+         "model | lexicon (the gold lexicon as reward) | code (APPS execution) | command (--reward-command) | "
+         "remote (--reward-url)",
+         false, false},
         {"reward-command", "reward_command", OPT_STRING, &reward_command,
          "a program scoring responses: one JSON line {prompt, response, row} in, one number out (see docs/grpo.md)",
          false, false},
-        {"reward-timeout", "reward_timeout", OPT_FLOAT, &reward_timeout, "seconds the reward command may take per answer",
+        {"reward-timeout", "reward_timeout", OPT_FLOAT, &reward_timeout,
+         "seconds the reward command may take per answer (remote: per request of up to 64 responses)", false, false},
+        {"reward-url", "remote_rm_url", OPT_STRING, &reward_url,
+         "a reward server's endpoint, e.g. http://host:5000/get_reward (OpenRLHF's protocol; marlhf serve "
+         "--reward-model serves one)",
          false, false},
+        {"reward-retries", NULL, OPT_INT, &reward_retries,
+         "further attempts when the reward server times out or answers 429/5xx (waits 1, 2, 4... s)", false, false},
+        {"reward-label-key", "label_key", OPT_STRING, &reward_label_key,
+         "the prompt row's field sent to the reward server as each response's label (null when absent)", false, false},
         {"gold-lexicon", "gold_lexicon", OPT_STRING, &lexicon, "lexicon TSV: gold sentiment score of responses (metrics)", false, false},
         {"max-prompt-len", "max_prompt_seq_len", OPT_INT, &max_prompt_len, "longer prompts are dropped", false, false},
         {"max-new-tokens", "max_answer_seq_len", OPT_INT, &max_new_tokens, "response length limit", false, false},
@@ -191,13 +202,19 @@ int cmd_ppo(int argc, char **argv) {
     else if (!strcmp(reward, "lexicon")) c.reward = REWARD_LEXICON;
     else if (!strcmp(reward, "code")) c.reward = REWARD_CODE;
     else if (!strcmp(reward, "command")) c.reward = REWARD_COMMAND;
-    else die_user("option --reward must be model, lexicon, code or command, got '%s'", reward);
+    else if (!strcmp(reward, "remote")) c.reward = REWARD_REMOTE;
+    else die_user("option --reward must be model, lexicon, code, command or remote, got '%s'", reward);
     if (c.reward == REWARD_COMMAND && (!reward_command || !*reward_command))
         die_user("option --reward command needs --reward-command 'PROGRAM ARGS'");
     if (reward_command && c.reward != REWARD_COMMAND) die_user("option --reward-command needs --reward command");
     if (!(reward_timeout > 0) || !isfinite(reward_timeout))
         die_user("option --reward-timeout must be positive, got %g", reward_timeout);
+    if (c.reward == REWARD_REMOTE && (!reward_url || !*reward_url))
+        die_user("option --reward remote needs --reward-url http://HOST:PORT/get_reward");
+    if (reward_url && c.reward != REWARD_REMOTE) die_user("option --reward-url needs --reward remote");
     c.reward_command = reward_command, c.reward_timeout_seconds = reward_timeout;
+    if (reward_retries < 0 || reward_retries > 100) die_user("option --reward-retries must be in 0..100, got %ld", reward_retries);
+    c.reward_url = reward_url, c.reward_label_key = reward_label_key, c.reward_retries = (int)reward_retries;
     if (c.reward == REWARD_MODEL && !reward_model) die_user("missing option --reward-model (or --reward lexicon|code)");
     if (!strcmp(termination, "token")) c.token_level = true;
     else if (macro_termination_from_name(termination, &c.macro.condition) != 0)

@@ -1,5 +1,6 @@
 // marlhf serve: an OpenAI-compatible HTTP server for one model (serve/server.h has the
-// routes and limits, serve/openai.h the schema). Runs until SIGINT or SIGTERM, then
+// routes and limits, serve/openai.h the schema), or with --reward-model a reward model
+// behind OpenRLHF's /get_reward (serve/reward_api.h). Runs until SIGINT or SIGTERM, then
 // answers what it can, closes every connection and exits 0.
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/quantize.h"
+#include "model/weights_io.h"
 #include "gen/text_model.h"
 #include "core/check.h"
 #include "serve/listener.h"
@@ -27,12 +29,16 @@ static char *default_model_name(const char *path) {
 int cmd_serve(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
-    char *model_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
+    char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
     long request_timeout_s = 600, parallel = 4, prompt_cache = 0;
     char *lora_adapter = NULL;
     Option options[] = {
-        {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
+        {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", false, false},
+        {"reward-model", "reward_pretrain", OPT_STRING, &reward_path,
+         "serve this reward model instead (value head): POST /get_reward scores texts (OpenRLHF's remote reward "
+         "protocol; --parallel sequences per forward)",
+         false, false},
         {"host", NULL, OPT_STRING, &host, "address to listen on", false, false},
         {"port", NULL, OPT_INT, &port, "TCP port (0 = any free port, printed when ready)", false, false},
         {"model-name", "model_name", OPT_STRING, &model_name, "name in the API (default: the model path's last component)", false, false},
@@ -53,8 +59,10 @@ int cmd_serve(int argc, char **argv) {
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, or f16: the KV cache in half floats (half its memory, faster decoding of long contexts; the prompt itself is attended in f32)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
-    OptionSet set = {"serve", "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models).",
-                     "marlhf serve --model PATH [--host 127.0.0.1] [--port 8080]", options,
+    OptionSet set = {"serve",
+                     "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), "
+                     "or a reward model with /get_reward.",
+                     "marlhf serve --model PATH | --reward-model PATH [--host 127.0.0.1] [--port 8080]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
     if (port < 0 || port > 65535) die_user("--port must be in [0, 65535], got %ld", port);
@@ -68,13 +76,34 @@ int cmd_serve(int argc, char **argv) {
     if (model_name && !*model_name) die_user("--model-name must not be empty");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
+    if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
+    if (reward_path) {
+        static const char *const generation_only[] = {"chat-template", "lora-adapter", "kv-cache", "prompt-cache",
+                                                      "max-tokens-limit"};
+        for (size_t i = 0; i < sizeof generation_only / sizeof generation_only[0]; i++)
+            for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
+                if (options[j].seen && !strcmp(options[j].name, generation_only[i]))
+                    die_user("option --%s does not apply to --reward-model (it is for generation)", generation_only[i]);
+    }
     cli_set_threads(threads);
 
-    TextModel tm;
-    if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat_template != NULL) != 0) die_from_err();
-    if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
-    char *name = model_name ? xstrdup(model_name) : default_model_name(model_path);
-    if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
+    // The model: generative (TextModel) or a reward model with its tokenizer.
+    TextModel tm = {0};
+    Model reward_model;
+    Tokenizer *reward_tokenizer = NULL;
+    if (reward_path) {
+        const OpsBackend *ops = ops_backend_by_name(device);
+        if (!ops) die_from_err();
+        ModelLoadOptions load = {.with_value_head = true, .require_value_head = true, .quantize = quantize};
+        if (tokenizer_load(&reward_tokenizer, reward_path) != 0 || model_load(&reward_model, reward_path, ops, &load) != 0)
+            die_from_err();
+    } else {
+        if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat_template != NULL) != 0)
+            die_from_err();
+        if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
+        if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
+    }
+    char *name = model_name ? xstrdup(model_name) : default_model_name(reward_path ? reward_path : model_path);
 
     // Every thread started from here on inherits the blocked signals, so only sigwait below
     // sees them and shutdown happens on this thread, in order.
@@ -95,10 +124,12 @@ int cmd_serve(int argc, char **argv) {
         .threads = (int)threads,
     };
     Server *server;
-    if (server_start(&server, &tm, &server_options) != 0) die_from_err();
+    if ((reward_path ? server_start_reward(&server, &reward_model, reward_tokenizer, &server_options)
+                     : server_start(&server, &tm, &server_options)) != 0)
+        die_from_err();
     bool ipv6_literal = strchr(host, ':') != NULL;
-    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model %s)\n", ipv6_literal ? "[" : "", host,
-            ipv6_literal ? "]" : "", server_port(server), name);
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d (%s %s)\n", ipv6_literal ? "[" : "", host,
+            ipv6_literal ? "]" : "", server_port(server), reward_path ? "reward model" : "model", name);
     fflush(stderr);
 
     int signal_number = 0;
@@ -107,6 +138,11 @@ int cmd_serve(int argc, char **argv) {
     server_stop(server);
     fprintf(stderr, "serve: stopped\n");
     free(name);
-    text_model_free(&tm);
+    if (reward_path) {
+        model_free(&reward_model);
+        tokenizer_free(reward_tokenizer);
+    } else {
+        text_model_free(&tm);
+    }
     return 0;
 }

@@ -21,6 +21,7 @@
 #include "model/weights_io.h"
 #include "rl/code_reward.h"
 #include "rl/command_reward.h"
+#include "rl/remote_reward.h"
 #include "rl/experience.h"
 #include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
@@ -36,6 +37,9 @@ PpoConfig ppo_default_config(void) {
         .data_phase = 3,
         .device = "cpu",
         .reward = REWARD_MODEL,
+        .reward_timeout_seconds = 60,
+        .reward_label_key = "label",
+        .reward_retries = 3,
         .max_prompt_len = 512,
         .max_new_tokens = 512,
         .estimator = ESTIMATOR_GAE,
@@ -92,7 +96,8 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     DataFormat format = DATA_FORMAT_AUTO;
     if (c->data_format && strcmp(c->data_format, "auto") && data_format_parse(c->data_format, "--data-format", &format) != 0)
         return -1;
-    const bool keep_raw = c->reward == REWARD_COMMAND; // the command is given each prompt's row
+    // The command is given each prompt's row, a reward server its label.
+    const bool keep_raw = c->reward == REWARD_COMMAND || c->reward == REWARD_REMOTE;
     if ((keep_raw ? dataset_load_keep_raw : dataset_load)(&data, path, format, 0) != 0) return -1;
     if (apply_split && c->data_split && *c->data_split) {
         long *indices, count;
@@ -154,6 +159,7 @@ typedef struct {
     long ptx_cursor;
     Lexicon *lexicon;
     CommandReward *reward_command; // --reward command: the user's program, running
+    RemoteReward *reward_remote;   // --reward remote: the reward server's client
     int stop_tokens[8], num_stop_tokens;
     MetricsWriter metrics;
     // state carried across iterations (saved in checkpoints)
@@ -186,6 +192,34 @@ static float code_score(Ppo *p, const PromptSet *set, const Sample *s) {
     float reward = code_reward(program, tests, &limits, &result) == 0 ? (float)result.reward : -1.0f;
     free(program), free(text);
     return reward;
+}
+
+// Whether the rewards of a batch of responses come in one call (a reward model, local or
+// remote) rather than one response at a time (rule_score).
+static bool scores_in_batches(const Ppo *p) { return p->c.reward == REWARD_MODEL || p->c.reward == REWARD_REMOTE; }
+
+// The rewards of `count` responses of `set` from the reward server: each prompt's text,
+// the response decoded without its end token, and the prompt row's label. Returns 0, or
+// -1 with err_set() naming the server.
+static int remote_scores(Ppo *p, const PromptSet *set, Sample *const *samples, int count, float *scores) {
+    const char **prompts = xmalloc((count + 1) * sizeof(char *));
+    char **responses = xmalloc((count + 1) * sizeof(char *)), **labels = xmalloc((count + 1) * sizeof(char *));
+    for (int i = 0; i < count; i++) {
+        const Sample *s = samples[i];
+        int visible = s->response_length - (s->stop == STOP_TOKEN ? 1 : 0);
+        prompts[i] = set->texts[s->prompt_index];
+        responses[i] = tokenizer_decode(p->tokenizer, s->response, visible, true);
+        labels[i] = remote_reward_label(set->raw[s->prompt_index], p->c.reward_label_key);
+    }
+    double *values = xmalloc((count + 1) * sizeof(double));
+    int rc = remote_reward_score(p->reward_remote, count, prompts, (const char *const *)responses,
+                                 (const char *const *)labels, values);
+    for (int i = 0; i < count; i++) {
+        if (rc == 0) scores[i] = (float)values[i];
+        free(responses[i]), free(labels[i]);
+    }
+    free(prompts), free(responses), free(labels), free(values);
+    return rc;
 }
 
 // The reward of one response of `set` by a rule instead of a model: the lexicon, code
@@ -411,24 +445,25 @@ static void token_segments(Sample *s) {
 }
 
 // The score of each of the rollout's samples on this rank (reward model, lexicon, code
-// execution or the user's command), then the reward normalisation and DAPO's overlong
+// execution, the user's command or a reward server), then the reward normalisation and DAPO's overlong
 // punishment: s->score. Adds the scoring statistics (summed over the ranks) to `stats`.
-// Returns 0, or -1 with err_set() on every rank when a rank's reward command failed.
+// Returns 0, or -1 with err_set() on every rank when a rank's reward command or server failed.
 static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     Sample **samples;
     const int count = all_local_samples(r, &samples);
     float *scores = xmalloc((count + 1) * sizeof(float));
-    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
     bool failed = false;
+    if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
+    if (p->c.reward == REWARD_REMOTE && count > 0) failed = remote_scores(p, &p->prompts, samples, count, scores) != 0;
     for (int i = 0; i < count && !failed; i++) {
         Sample *s = samples[i];
         s->gold = response_gold(p, s);
-        if (p->c.reward != REWARD_MODEL) failed = rule_score(p, &p->prompts, s, &scores[i]) != 0;
+        if (!scores_in_batches(p)) failed = rule_score(p, &p->prompts, s, &scores[i]) != 0;
         s->raw_score = scores[i];
     }
     // Agreed before the next collective, so no rank waits for one that stopped.
     if (dist_any_failed(failed)) {
-        if (!failed) err_set("another rank's reward command failed");
+        if (!failed) err_set("another rank's reward %s failed", p->c.reward == REWARD_REMOTE ? "server" : "command");
         free(scores), free(samples);
         return -1;
     }
@@ -768,7 +803,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
 // ---------------------------------------------------------------------------------------
 // Evaluation: the actor's responses to held-out prompts, scored by the reward and gold.
 
-// Returns 0, or -1 with err_set() (the reward command failed).
+// Returns 0, or -1 with err_set() (the reward command or server failed).
 static int evaluate(Ppo *p, bool final) {
     const PromptSet *set = p->eval_prompts.count ? &p->eval_prompts : NULL;
     if (!set) return 0;
@@ -783,19 +818,20 @@ static int evaluate(Ppo *p, bool final) {
     for (long i = 0; i < count; i++) pointers[i] = &samples[i];
     float *scores = xmalloc(count * sizeof(float));
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, pointers, (int)count, p->c.micro_batch, scores);
+    int rc = 0;
+    if (p->c.reward == REWARD_REMOTE) rc = remote_scores(p, set, pointers, (int)count, scores);
     double score = 0, gold = 0, gold_n = 0, length = 0;
     char name[64];
     snprintf(name, sizeof name, final ? "samples/final.jsonl" : "samples/eval-%06ld.jsonl", p->iteration);
     char *path = fs_join(p->c.run_dir, name);
     char *dir = fs_dirname(path);
     fs_mkdir_p(dir);
-    FILE *out = fopen(path, "w");
-    int rc = 0;
+    FILE *out = rc == 0 ? fopen(path, "w") : NULL;
     for (long i = 0; i < count && rc == 0; i++) {
         Sample *s = &samples[i];
         s->gold = response_gold(p, s);
         float value = scores[i];
-        if (p->c.reward != REWARD_MODEL && rule_score(p, set, s, &value) != 0) {
+        if (!scores_in_batches(p) && rule_score(p, set, s, &value) != 0) {
             rc = -1;
             break;
         }
@@ -980,6 +1016,10 @@ static int setup(Ppo *p) {
     if (c->reward == REWARD_COMMAND &&
         command_reward_start(&p->reward_command, c->reward_command, c->reward_timeout_seconds) != 0)
         return -1;
+    if (c->reward == REWARD_REMOTE) {
+        if (!c->reward_url) return err_set("--reward remote needs --reward-url URL");
+        if (remote_reward_open(&p->reward_remote, c->reward_url, c->reward_timeout_seconds, c->reward_retries) != 0) return -1;
+    }
     if (c->ptx_path) {
         Dataset data;
         if (dataset_load(&data, c->ptx_path, DATA_FORMAT_AUTO, 0) != 0) return -1;
@@ -1061,6 +1101,7 @@ static void teardown(Ppo *p) {
     tokenized_examples_free(&p->ptx);
     if (p->lexicon) lexicon_free(p->lexicon);
     command_reward_stop(p->reward_command);
+    remote_reward_close(p->reward_remote);
     tokenizer_free(p->tokenizer);
 }
 

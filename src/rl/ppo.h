@@ -33,7 +33,7 @@
 #include "rl/macro.h"
 #include "rl/ppo_loss.h"
 
-typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND } RewardKind;
+typedef enum { REWARD_MODEL, REWARD_LEXICON, REWARD_CODE, REWARD_COMMAND, REWARD_REMOTE } RewardKind;
 // How the policy loss's token terms are averaged over a minibatch of S responses:
 //   seq-mean-token-mean      each response's token mean, then the mean over responses (released)
 //   token-mean               the mean over all the minibatch's tokens (DAPO)
@@ -68,7 +68,10 @@ typedef struct {
     const char *device;
     RewardKind reward;
     const char *reward_command;     // REWARD_COMMAND: the user's program (rl/command_reward.h)
-    double reward_timeout_seconds;  // its time limit for one answer
+    double reward_timeout_seconds;  // its time limit for one answer (REWARD_REMOTE: one request)
+    const char *reward_url;         // REWARD_REMOTE: the server's /get_reward (rl/remote_reward.h)
+    const char *reward_label_key;   // REWARD_REMOTE: the prompt row's field sent as the label
+    int reward_retries;             // REWARD_REMOTE: further attempts after a timeout, 429 or 5xx
     // sizes
     int max_prompt_len, max_new_tokens;
     int rollout_batch;   // prompts per iteration

@@ -25,11 +25,16 @@
 #include "gen/continuous.h"
 #include "serve/listener.h"
 #include "serve/openai.h"
+#include "serve/reward_api.h"
 
 typedef struct Job Job;
 
 struct Server {
-    TextModel *tm;
+    TextModel *tm;          // the generative model, or NULL when serving a reward model
+    Model *reward_model;    // the reward model (value head), or NULL
+    const Tokenizer *reward_tokenizer;
+    pthread_mutex_t score_lock; // one reward request scores at a time (shared activation memory)
+    bool worker_started;
     ServerOptions options;
     char *model_name;
     struct MHD_Daemon *daemon;
@@ -51,6 +56,10 @@ struct Server {
     uint64_t answered, failed, prompt_tokens, completion_tokens;
     int rows_generating;
     ContinuousStats batch_stats;
+    // For GET /metrics of a reward server: /get_reward requests scored, their sequences,
+    // tokens, and the seconds spent scoring.
+    uint64_t reward_requests, reward_sequences, reward_tokens;
+    double reward_seconds;
 };
 
 // A reply token kept for the log-probs of its choice: where the text it added lies in the
@@ -529,7 +538,16 @@ static void *worker_main(void *arg) {
 
 // --- HTTP ------------------------------------------------------------------------------
 
-typedef enum { ROUTE_NONE, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_MODELS, ROUTE_MODEL, ROUTE_CHAT, ROUTE_COMPLETIONS } Route;
+typedef enum {
+    ROUTE_NONE,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_MODELS,
+    ROUTE_MODEL,
+    ROUTE_CHAT,
+    ROUTE_COMPLETIONS,
+    ROUTE_REWARD
+} Route;
 
 // What one call of the access handler answers with.
 typedef struct {
@@ -607,6 +625,7 @@ static Route find_route(const char *url) {
     if (strncmp(url, model_prefix, sizeof model_prefix - 1) == 0 && url[sizeof model_prefix - 1]) return ROUTE_MODEL;
     if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
     if (strcmp(url, "/v1/completions") == 0) return ROUTE_COMPLETIONS;
+    if (strcmp(url, "/get_reward") == 0) return ROUTE_REWARD;
     return ROUTE_NONE;
 }
 
@@ -619,7 +638,26 @@ static void metric(char **text, size_t *length, size_t *capacity, const char *na
     grow_append(text, length, capacity, line, (size_t)n);
 }
 
+// The metrics of a reward server: its requests and what scoring them cost.
+static char *reward_metrics_text(Server *s) {
+    pthread_mutex_lock(&s->lock);
+    const int in_flight = s->in_flight;
+    const uint64_t requests = s->reward_requests, sequences = s->reward_sequences, tokens = s->reward_tokens;
+    const double seconds = s->reward_seconds;
+    pthread_mutex_unlock(&s->lock);
+    char *text = NULL;
+    size_t length = 0, capacity = 0;
+    metric(&text, &length, &capacity, "requests_in_progress", "gauge",
+           "Reward requests admitted and not yet answered (waiting to score included).", in_flight);
+    metric(&text, &length, &capacity, "reward_requests_total", "counter", "Reward requests scored.", (double)requests);
+    metric(&text, &length, &capacity, "reward_sequences_total", "counter", "Sequences scored.", (double)sequences);
+    metric(&text, &length, &capacity, "reward_tokens_total", "counter", "Tokens of the sequences scored.", (double)tokens);
+    metric(&text, &length, &capacity, "reward_seconds_total", "counter", "Time in reward-model forwards.", seconds);
+    return text;
+}
+
 static char *metrics_text(Server *s) {
+    if (s->reward_model) return reward_metrics_text(s);
     pthread_mutex_lock(&s->lock);
     int queued = 0;
     for (const Job *job = s->queue_head; job; job = job->next) queued++;
@@ -775,6 +813,55 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     return job;
 }
 
+// POST /get_reward on a reward server (serve/reward_api.h). Requests score one at a
+// time; a request waiting for the model counts against --max-concurrent.
+static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
+    Server *s = ex->server;
+    RewardRequest req;
+    OpenAIError err;
+    if (reward_request_parse(upload->body ? upload->body : "", upload->size, &req, &err) != 0)
+        return respond_error(ex, &err, NULL);
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        reward_request_free(&req);
+        if (stopping)
+            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
+        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
+                                 "the server is busy: %d requests are scoring or waiting (--max-concurrent); "
+                                 "retry later", s->options.max_concurrent);
+    }
+    s->in_flight++;
+    pthread_mutex_unlock(&s->lock);
+
+    float *scores = xmalloc((size_t)req.count * sizeof(float));
+    long tokens = 0;
+    pthread_mutex_lock(&s->score_lock);
+    // OpenMP settings are per thread, and each connection is a thread of its own.
+    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    double start = now_seconds();
+    reward_request_score(s->reward_model, s->reward_tokenizer, &req, s->options.parallel, scores, &tokens);
+    double seconds = now_seconds() - start;
+    pthread_mutex_unlock(&s->score_lock);
+
+    pthread_mutex_lock(&s->lock);
+    s->in_flight--;
+    s->reward_requests++;
+    s->reward_sequences += (uint64_t)req.count;
+    s->reward_tokens += (uint64_t)tokens;
+    s->reward_seconds += seconds;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    char detail[96];
+    snprintf(detail, sizeof detail, "(%d sequence%s, %ld tokens, %.2f s)", req.count, req.count == 1 ? "" : "s",
+             tokens, seconds);
+    enum MHD_Result result = respond_json(ex, 200, reward_response_json(scores, req.count), detail);
+    free(scores);
+    reward_request_free(&req);
+    return result;
+}
+
 static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
     OpenAILimits limits = {s->model_name, s->options.max_tokens_limit, s->options.default_max_tokens};
@@ -871,11 +958,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         if (route == ROUTE_NONE)
             return respond_new_error(&ex, 404, "invalid_request_error", "unknown_url", NULL, "Unknown request URL: %.16s %s",
                                      method, shown);
-        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS;
+        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_REWARD;
         if (post_route ? !is_post : !is_get)
             return respond_new_error(&ex, 405, "invalid_request_error", "method_not_allowed", post_route ? "POST" : "GET, HEAD",
                                      "%.16s is not allowed on %s (use %s)", method, shown, post_route ? "POST" : "GET");
         if (!post_route) return handle_get(&ex, route);
+        // One kind of model per server: a reward model scores, a generative model answers.
+        if (route == ROUTE_REWARD && !s->reward_model)
+            return respond_new_error(&ex, 400, "invalid_request_error", "not_a_reward_model", NULL,
+                                     "this server serves a generative model; /get_reward needs a reward model "
+                                     "(marlhf serve --reward-model PATH)");
+        if (route != ROUTE_REWARD && s->reward_model)
+            return respond_new_error(&ex, 400, "invalid_request_error", "not_a_generative_model", NULL,
+                                     "this server serves a reward model: POST /get_reward {\"query\": [...]} "
+                                     "(%s needs marlhf serve --model PATH)", shown);
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (length && strtoull(length, NULL, 10) > (unsigned long long)s->options.max_body_bytes)
             return respond_new_error(&ex, 413, "invalid_request_error", "request_too_large", NULL,
@@ -905,7 +1001,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         return respond_new_error(&ex, 413, "invalid_request_error", "request_too_large", NULL,
                                  "the request body is over this server's limit of %ld bytes (--max-body-bytes)",
                                  s->options.max_body_bytes);
-    return handle_generation(&ex, upload);
+    return upload->route == ROUTE_REWARD ? handle_reward(&ex, upload) : handle_generation(&ex, upload);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *connection, void **request_state,
@@ -924,13 +1020,18 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **re
 
 // --- start and stop --------------------------------------------------------------------
 
-int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
+// Starts a server for `tm` (generation) or `reward_model` (scoring): exactly one is set.
+static int start(Server **out, TextModel *tm, Model *reward_model, const Tokenizer *reward_tokenizer,
+                 const ServerOptions *options) {
     *out = NULL;
     int fd = -1;
     bool ipv6 = false;
     if (listener_open(options->host, options->port, 128, &fd, &ipv6) != 0) return -1;
     Server *s = xcalloc(1, sizeof(Server));
     s->tm = tm;
+    s->reward_model = reward_model;
+    s->reward_tokenizer = reward_tokenizer;
+    pthread_mutex_init(&s->score_lock, NULL);
     s->options = *options;
     if (s->options.parallel < 1) s->options.parallel = 1;
     s->model_name = xstrdup(options->model_name);
@@ -939,7 +1040,10 @@ int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
-    CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
+    if (tm) {
+        CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
+        s->worker_started = true;
+    }
     // A connection is one thread; the bound keeps a flood of clients from exhausting them,
     // and is far above what --max-concurrent admits, so busy clients still get their 429.
     unsigned int connections = 256 + 4 * (unsigned int)options->max_concurrent;
@@ -963,6 +1067,14 @@ int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
     return 0;
 }
 
+int server_start(Server **out, TextModel *tm, const ServerOptions *options) {
+    return start(out, tm, NULL, NULL, options);
+}
+
+int server_start_reward(Server **out, Model *reward_model, const Tokenizer *tokenizer, const ServerOptions *options) {
+    return start(out, NULL, reward_model, tokenizer, options);
+}
+
 int server_port(const Server *server) { return server->port; }
 
 void server_stop(Server *s) {
@@ -981,7 +1093,8 @@ void server_stop(Server *s) {
     pthread_mutex_unlock(&s->lock);
     if (s->daemon) MHD_stop_daemon(s->daemon);
     if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
-    pthread_join(s->worker, NULL);
+    if (s->worker_started) pthread_join(s->worker, NULL);
+    pthread_mutex_destroy(&s->score_lock);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->changed);
     free(s->model_name);

@@ -1,6 +1,11 @@
 // The HTTP server of `marlhf serve`: libmicrohttpd (one thread per connection), the routes
 // of the OpenAI API (serve/openai.h for the schema), the limits, and one generation worker.
 //
+// A server serves one model: a generative one (the routes below) or a reward model
+// (server_start_reward: POST /get_reward, OpenRLHF's remote reward-model protocol, see
+// serve/reward_api.h; with /health, /metrics and /v1/models; the generation routes answer
+// 400, as /get_reward does on a generative server).
+//
 // Routes: GET /health ({"status", "requests_in_progress", "max_concurrent"}), GET /metrics
 // (Prometheus text: requests in progress and queued, rows generating, requests answered and
 // failed, prompt and completion tokens, prefills, decode steps and their seconds, the KV
@@ -49,6 +54,10 @@ typedef struct Server Server;
 // Binds, starts the worker and the HTTP threads. The model must outlive the server.
 // Returns 0, or -1 with err_set() (address in use, unknown host, ...).
 int server_start(Server **out, TextModel *tm, const ServerOptions *options);
+// A reward server: /get_reward scores with `reward_model` (value head) and `tokenizer`,
+// options.parallel sequences per forward, one request at a time (the others wait, counted
+// against max_concurrent; no request timeout: a request scores to its end).
+int server_start_reward(Server **out, Model *reward_model, const Tokenizer *tokenizer, const ServerOptions *options);
 int server_port(const Server *server);
 // Stops accepting connections, halts the running generation and fails the queued ones
 // (their clients get 503, or a stream's error event), gives those answers up to 5 s to go

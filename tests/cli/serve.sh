@@ -457,6 +457,7 @@ expect_api_error body_too_large_chunked 413 request_too_large POST /v1/chat/comp
 expect_api_error bad_json 400 invalid_json POST /v1/chat/completions '{"messages": ['
 expect_api_error empty_body 400 invalid_json POST /v1/completions ''
 expect_api_error body_not_object 400 "" POST /v1/completions '[1, 2]'
+expect_api_error reward_route_on_generator 400 not_a_reward_model POST /get_reward '{"query": ["hi"]}'
 expect_api_error unknown_model 404 model_not_found POST /v1/chat/completions '{"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}'
 expect_api_error unknown_model_get 404 model_not_found GET /v1/models/gpt-4
 msg='"messages": [{"role": "user", "content": "hi"}]'
