@@ -80,3 +80,32 @@ interrupted_run() {
 # json_field FILE KEY INDEX: the INDEX-th (a Python index, -1 the last) value of KEY among the
 # rows of the JSON Lines FILE that have it.
 json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
+# weights_close A.safetensors B.safetensors TOLERANCE: every float32 tensor of the two files
+# within TOLERANCE of each other, relative to the tensor's largest magnitude; prints the
+# worst such difference. For runs that agree up to float rounding: where a BLAS's kernels
+# round a row differently by its place in the batch (OpenBLAS's on AMD Zen), results that
+# are bit for bit equal elsewhere differ in the last bits.
+weights_close() {
+    python3 - "$@" << 'PYEOF'
+import array, json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header, data = json.loads(f.read(size)), f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        values = array.array("f")
+        values.frombytes(data[info["data_offsets"][0]:info["data_offsets"][1]])
+        out[name] = values
+    return out
+a, b, tolerance = tensors(sys.argv[1]), tensors(sys.argv[2]), float(sys.argv[3])
+worst = 0.0 if a.keys() == b.keys() and a else float("inf")
+for name in a.keys() & b.keys():
+    scale = max(max(abs(x) for x in b[name]), 1e-30)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[name], b[name])) / scale)
+print(f"{worst:.3g}")
+sys.exit(0 if worst <= tolerance else 1)
+PYEOF
+}

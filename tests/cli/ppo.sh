@@ -223,8 +223,10 @@ run grpo_kl_loss --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --
 expect_error bad_kl_loss_coef "--kl-loss-coef" "$bin" ppo "${common[@]}" --output "$tmp/x" --kl-loss-coef -1
 # An on-policy step (one PPO epoch, one minibatch, no KL in the reward) takes its old
 # log-probs from the training forward: the experience pass skips the actor (TRL's GRPO does
-# the same). A row's numbers do not depend on its batch-mates or padding here, so the training
-# is bit for bit the one with the pass; with the KL penalty the pass runs.
+# the same). Where the BLAS rounds a row the same whatever its batch-mates and padding, the
+# training is bit for bit the one with the pass; OpenBLAS's AMD Zen kernels do not, so the
+# check allows float rounding (the weights within 1e-5: a real change, such as the KL loss
+# term above, moves them by 4e-3). With the KL penalty the pass runs.
 run grpo_recompute --advantage-estimator grpo --samples-per-prompt 2 --kl-ctl 0 --termination-condition token \
     --recompute-old-logprobs
 python3 - "$tmp/grpo_no_kl/metrics.jsonl" "$tmp/grpo_recompute/metrics.jsonl" "$tmp/grpo/metrics.jsonl" << 'PYEOF2' &&
@@ -235,12 +237,14 @@ ok = len(reused) == 3 and all(r["train/old_logprobs_from_training"] == 1 for r i
 ok &= all(r["train/ratio"] == 1.0 and r["train/approx_kl"] == 0.0 for r in reused)
 ok &= all(math.isfinite(r["train/kl"]) and r["train/entropy"] > 0 for r in reused)
 ok &= all(r["train/old_logprobs_from_training"] == 0 for r in recomputed + penalised)
-ok &= [r["train/kl"] for r in reused] == [r["train/kl"] for r in recomputed]
-ok &= [r["train/entropy"] for r in reused] == [r["train/entropy"] for r in recomputed]
+ok &= all(abs(a["train/kl"] - b["train/kl"]) < 1e-6 for a, b in zip(reused, recomputed))
+ok &= all(abs(a["train/entropy"] - b["train/entropy"]) < 1e-6 * b["train/entropy"] for a, b in zip(reused, recomputed))
 sys.exit(0 if ok else 1)
 PYEOF2
-    cmp -s "$tmp/grpo_no_kl/final/actor/model.safetensors" "$tmp/grpo_recompute/final/actor/model.safetensors" &&
-    pass old_logprobs_from_training || fail old_logprobs_from_training "$(tail -n 3 "$tmp/grpo_recompute.err")"
+    difference=$(weights_close "$tmp/grpo_no_kl/final/actor/model.safetensors" \
+        "$tmp/grpo_recompute/final/actor/model.safetensors" 1e-5) &&
+    pass "old_logprobs_from_training (weights within $difference)" ||
+    fail old_logprobs_from_training "weights differ by $difference $(tail -n 3 "$tmp/grpo_recompute.err")"
 # TRL's other GRPO loss forms: CISPO, SAPO, GSPO's sequence-level ratio, batch-scaled
 # advantages, VESPO and LUSPO. At ratio 1 the first three have PPO's gradient, so they are
 # run with the clip test's several off-policy steps per rollout: each changes that
