@@ -134,9 +134,11 @@ MARLHF_API int marlhf_reward(marlhf_model *reward_model, const char *prompt, con
 // (marlhf_kto_step), in any mix; the policy generates with what it learned at once.
 typedef struct {
     // DPO family (marlhf_dpo_step)
-    const char *loss;       // "sigmoid" (DPO) | "ipo" | "hinge" | "simpo" | "orpo" (these two: no reference)
+    const char *loss;       // "sigmoid" (DPO) | "sigmoid-norm" | "robust" | "exo" | "ipo" | "hinge" | "nca" | "bco" |
+                            // "sppo-hard" | "apo-zero" | "apo-down" | "discopop" | "simpo" | "orpo" (these two: no
+                            // reference); docs/dpo.md
     double beta;            // 0.1: the KL strength of DPO and of KTO
-    double label_smoothing; // sigmoid: conservative DPO's epsilon (0)
+    double label_smoothing; // sigmoid: conservative DPO's epsilon; robust, exo (> 0): theirs (0)
     double simpo_gamma;     // simpo: target margin (0.5)
     double sft_weight;      // > 0: plus this times the chosen response's NLL (RPO) (0)
     // KTO (marlhf_kto_step)
@@ -154,6 +156,12 @@ typedef struct {
     // KTO (marlhf_kto_step), added last: "kto" (NULL: the same) | "apo-zero-unpaired" (no KL
     // baseline, so a step may take a single example: one thumbs up or down at a time)
     const char *kto_loss;
+    // DPO, added last: discopop's temperature (0: TRL's 0.05); the f-divergence to the
+    // reference, "reverse-kl" (NULL: the same, plain DPO) | "forward-kl" | "js" | "alpha",
+    // and alpha's coefficient (0.5 in the defaults)
+    double discopop_tau;
+    const char *f_divergence;
+    double f_alpha;
 } marlhf_trainer_params;
 
 typedef struct {

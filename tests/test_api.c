@@ -563,23 +563,34 @@ static double worst_logprob_difference(marlhf_model *a, marlhf_model *b, const P
 // 12 accumulated): the adapters agree up to the order in which the command's shuffled
 // micro-batches add their gradients.
 static void test_dpo_matches_command(void) {
-    marlhf_model *from_command =
-        trained_by_command("dpo", "--per-device-train-batch-size 4 --gradient-accumulation-steps 12");
-    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
-    marlhf_model *model = load_policy(tiny, NULL);
-    marlhf_trainer_params params = tiny_dpo_params();
-    params.seed = 1234;
-    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
-    for (int step = 0; step < 2; step++)
-        EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
-    const double worst = worst_logprob_difference(model, from_command, &train, false);
-    EXPECT(worst < 1e-4, "worst relative log-prob difference %.3g", worst);
-    fprintf(stderr, "  API vs command after 2 steps: worst relative log-prob difference %.3g\n", worst);
-    // And the steps moved the model: the base differs.
-    marlhf_model *base = load_policy(tiny, NULL);
-    EXPECT(worst_logprob_difference(model, base, &train, false) > 1e-4, "the trained model is still the base");
-    marlhf_model_free(base), marlhf_model_free(model), marlhf_model_free(from_command);
-    free_pairs(&train);
+    // The default loss, and one with a setting of its own (DiscoPOP's temperature).
+    const struct {
+        const char *options, *loss;
+        double discopop_tau;
+    } settings[] = {{"", "sigmoid", 0}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1}};
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        char options[160];
+        snprintf(options, sizeof options, "--per-device-train-batch-size 4 --gradient-accumulation-steps 12%s",
+                 settings[s].options);
+        marlhf_model *from_command = trained_by_command("dpo", options);
+        Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+        marlhf_model *model = load_policy(tiny, NULL);
+        marlhf_trainer_params params = tiny_dpo_params();
+        params.seed = 1234;
+        params.loss = settings[s].loss, params.discopop_tau = settings[s].discopop_tau;
+        marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
+        for (int step = 0; step < 2; step++)
+            EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
+        const double worst = worst_logprob_difference(model, from_command, &train, false);
+        EXPECT(worst < 1e-4, "%s: worst relative log-prob difference %.3g", settings[s].loss, worst);
+        fprintf(stderr, "  API vs command after 2 %s steps: worst relative log-prob difference %.3g\n", settings[s].loss,
+                worst);
+        // And the steps moved the model: the base differs.
+        marlhf_model *base = load_policy(tiny, NULL);
+        EXPECT(worst_logprob_difference(model, base, &train, false) > 1e-4, "the trained model is still the base");
+        marlhf_model_free(base), marlhf_model_free(model), marlhf_model_free(from_command);
+        free_pairs(&train);
+    }
 }
 
 // Three steps, a checkpoint, a "restart" (a fresh process's view: a new model and trainer
@@ -696,6 +707,11 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.beta = 0, "beta");
     BAD(p.beta = NAN, "beta");
     BAD(p.label_smoothing = 0.5, "label_smoothing");
+    BAD((p.loss = "ipo", p.label_smoothing = 0.1), "label_smoothing");
+    BAD(p.loss = "exo", "label_smoothing");
+    BAD((p.loss = "discopop", p.discopop_tau = -1), "discopop_tau");
+    BAD(p.f_divergence = "chi2", "f_divergence");
+    BAD((p.loss = "nca", p.f_divergence = "js"), "f-divergence");
     BAD(p.sft_weight = -1, "sft_weight");
     BAD(p.lora_rank = 0, "lora_rank");
     BAD(p.lora_modules = "q_proj,foo", "foo");

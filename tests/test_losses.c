@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "test.h"
+#include "train/dpo.h"
 #include "train/losses.h"
 
 static json_t *fixtures;
@@ -171,6 +172,62 @@ static void test_dpo_loss(void) {
     EXPECT_CLOSE(loss, 0.1 * 9998, 1e-6, 1e-9, "saturated cdpo loss is eps * beta * h");
 }
 
+// TRL 1.12's DPO loss types and f-divergences (tools/make_dpo_loss_fixtures.py: its
+// formulas in float64 autograd, from the rows' sums and token counts): every case's loss and
+// both gradients, and the gradients against central differences.
+static void test_dpo_loss_types(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/dpo/loss_types.json", 0, &error);
+    CHECK(cases, "loss_types.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    int checked[DPO_LOSS_DISCOPOP + 1] = {0}, divergences[F_DIVERGENCE_ALPHA + 1] = {0};
+    json_array_foreach(cases, index, c) {
+        const char *type = json_string_value(json_object_get(c, "loss_type"));
+        const char *divergence = json_string_value(json_object_get(c, "f_divergence"));
+        DpoLossOptions o = {.beta = json_number_value(json_object_get(c, "beta")),
+                            .label_smoothing = json_number_value(json_object_get(c, "label_smoothing")),
+                            .discopop_tau = json_number_value(json_object_get(c, "discopop_tau")),
+                            .f_alpha = json_number_value(json_object_get(c, "f_alpha"))};
+        CHECK(dpo_loss_from_name(type, &o.loss) == 0, "unknown loss type %s", type);
+        CHECK(f_divergence_from_name(divergence, &o.f_divergence) == 0, "unknown divergence %s", divergence);
+        json_t *logps = json_object_get(c, "logps"), *grad = json_object_get(c, "grad");
+        json_t *tokens = json_object_get(c, "tokens");
+        double x[4];
+        for (int i = 0; i < 4; i++) x[i] = json_number_value(json_array_get(logps, (size_t)i));
+        const int nc = (int)json_integer_value(json_array_get(tokens, 0));
+        const int nr = (int)json_integer_value(json_array_get(tokens, 1));
+        double dc, dr, loss = dpo_pair_loss_from_sums(&o, x[0], x[1], x[2], x[3], nc, nr, &dc, &dr);
+        char what[128];
+        snprintf(what, sizeof what, "case %zu (%s, %s, beta %g) loss", index, type, divergence, o.beta);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-12, 1e-10, what);
+        snprintf(what, sizeof what, "case %zu (%s, %s, beta %g) d chosen", index, type, divergence, o.beta);
+        EXPECT_CLOSE(dc, json_number_value(json_array_get(grad, 0)), 1e-12, 1e-9, what);
+        snprintf(what, sizeof what, "case %zu (%s, %s, beta %g) d rejected", index, type, divergence, o.beta);
+        EXPECT_CLOSE(dr, json_number_value(json_array_get(grad, 1)), 1e-12, 1e-9, what);
+        // Central differences in the policy's two sums (no point sits on hinge's kink).
+        const double analytic[2] = {dc, dr};
+        for (int i = 0; i < 2; i++) {
+            const double step = 1e-5;
+            double up[4], down[4], unused[2];
+            memcpy(up, x, sizeof up), memcpy(down, x, sizeof down);
+            up[i] += step, down[i] -= step;
+            const double numeric = (dpo_pair_loss_from_sums(&o, up[0], up[1], up[2], up[3], nc, nr, &unused[0], &unused[1]) -
+                                    dpo_pair_loss_from_sums(&o, down[0], down[1], down[2], down[3], nc, nr, &unused[0],
+                                                            &unused[1])) /
+                                   (2 * step);
+            snprintf(what, sizeof what, "case %zu (%s, %s) d/dx%d by central differences", index, type, divergence, i);
+            EXPECT_CLOSE(analytic[i], numeric, 1e-7, 1e-6, what);
+        }
+        checked[o.loss]++, divergences[o.f_divergence]++;
+    }
+    for (int kind = 0; kind <= DPO_LOSS_DISCOPOP; kind++)
+        EXPECT(checked[kind] > 0 || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ORPO, "loss kind %d has no fixture case", kind);
+    for (int kind = 0; kind <= F_DIVERGENCE_ALPHA; kind++)
+        EXPECT(divergences[kind] > 0, "divergence %d has no fixture case", kind);
+    json_decref(cases);
+}
+
 int main(void) {
     json_error_t error;
     fixtures = json_load_file("tests/fixtures/losses/losses.json", 0, &error);
@@ -182,6 +239,7 @@ int main(void) {
     RUN(test_dschat_loss);
     RUN(test_extreme_scores_are_finite);
     RUN(test_dpo_loss);
+    RUN(test_dpo_loss_types);
     json_decref(fixtures);
     TEST_EXIT();
 }

@@ -323,7 +323,7 @@ marlhf_trainer_params marlhf_trainer_default_params(void) {
     return (marlhf_trainer_params){.loss = "sigmoid", .beta = 0.1, .simpo_gamma = 0.5, .desirable_weight = 1.0,
                                    .undesirable_weight = 1.0, .lora_rank = 8, .lora_modules = "all-linear",
                                    .learning_rate = 5e-5, .max_grad_norm = 1.0, .max_seq_len = 512, .micro_batch = 4,
-                                   .seed = 1234};
+                                   .seed = 1234, .f_alpha = 0.5};
 }
 
 // The losses' and the adapters' settings from checked params.
@@ -338,10 +338,21 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     DpoLossOptions *loss = &out->dpo;
     LoraConfig *lora = &out->lora;
     if (!p->loss || dpo_loss_from_name(p->loss, &loss->loss) != 0)
-        return err_set("%s: loss must be sigmoid, ipo, hinge, simpo or orpo, got '%s'", f, p->loss ? p->loss : "(null)");
+        return err_set("%s: loss must be one of " DPO_LOSS_NAMES ", got '%s'", f, p->loss ? p->loss : "(null)");
     if (!(p->beta > 0) || !isfinite(p->beta)) return err_set("%s: beta must be positive, got %g", f, p->beta);
     if (!(p->label_smoothing >= 0 && p->label_smoothing < 0.5))
         return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
+    if (p->label_smoothing > 0 && !dpo_loss_uses_label_smoothing(loss->loss))
+        return err_set("%s: label_smoothing applies to loss sigmoid, robust and exo only", f);
+    if (loss->loss == DPO_LOSS_EXO && !(p->label_smoothing > 0))
+        return err_set("%s: loss exo needs label_smoothing above 0", f);
+    if (p->f_divergence && f_divergence_from_name(p->f_divergence, &loss->f_divergence) != 0)
+        return err_set("%s: f_divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", f, p->f_divergence);
+    if (loss->f_divergence != F_DIVERGENCE_REVERSE_KL && !dpo_loss_takes_f_divergence(loss->loss))
+        return err_set("%s: loss %s has no f-divergence form", f, p->loss);
+    if (!isfinite(p->f_alpha)) return err_set("%s: f_alpha must be finite, got %g", f, p->f_alpha);
+    if (!(p->discopop_tau >= 0) || !isfinite(p->discopop_tau))
+        return err_set("%s: discopop_tau must be >= 0 (0: 0.05), got %g", f, p->discopop_tau);
     if (!isfinite(p->simpo_gamma)) return err_set("%s: simpo_gamma must be finite, got %g", f, p->simpo_gamma);
     if (!(p->sft_weight >= 0) || !isfinite(p->sft_weight)) return err_set("%s: sft_weight must be >= 0, got %g", f, p->sft_weight);
     if (!(p->desirable_weight > 0) || !isfinite(p->desirable_weight))
@@ -360,6 +371,8 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     loss->beta = p->beta;
     loss->label_smoothing = p->label_smoothing;
     loss->simpo_gamma = p->simpo_gamma;
+    loss->discopop_tau = p->discopop_tau > 0 ? p->discopop_tau : 0.05;
+    loss->f_alpha = p->f_alpha;
     loss->sft_weight = p->sft_weight;
     out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
                                 .undesirable_weight = p->undesirable_weight};

@@ -13,38 +13,60 @@
 int cmd_dpo(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
-    double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, sft_weight = 0.0;
-    Option options[56] = {
+    char *divergence_name = "reverse-kl";
+    double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
+    Option options[59] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
          "frozen reference (default: the policy's starting weights)", false, false},
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
-        {"loss", "loss_type", OPT_STRING, &loss_name, "sigmoid (DPO) | ipo | hinge | simpo | orpo (these two: no reference)", false, false},
+        {"loss", "loss_type", OPT_STRING, &loss_name,
+         "sigmoid (DPO) | sigmoid-norm | robust | exo | ipo | hinge | nca | bco | sppo-hard | apo-zero | apo-down | "
+         "discopop | simpo | orpo (these two: no reference); see docs/dpo.md",
+         false, false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
-         "sigmoid: assumed fraction of flipped labels, conservative DPO (DeepSpeed-Chat, OpenRLHF)", false, false},
+         "sigmoid, robust, exo: assumed fraction of flipped labels (sigmoid: conservative DPO, DeepSpeed-Chat, "
+         "OpenRLHF; exo needs it > 0)",
+         false, false},
         {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
          false},
+        {"discopop-tau", "discopop_tau", OPT_FLOAT, &discopop_tau, "discopop: the temperature of its blend (TRL's)",
+         false, false},
+        {"f-divergence", "f_divergence_type", OPT_STRING, &divergence_name,
+         "the divergence to the reference: reverse-kl (DPO) | forward-kl | js | alpha (f-DPO)", false, false},
+        {"f-alpha", "f_alpha_divergence_coef", OPT_FLOAT, &f_alpha, "--f-divergence alpha: its alpha", false, false},
         {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
     };
-    int count = 8 + trainer_cli_options(&c, options + 8);
-    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO, IPO, hinge, SimPO, ORPO).",
+    int count = 11 + trainer_cli_options(&c, options + 11);
+    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, SimPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
-                           .sft_weight = sft_weight};
+                           .discopop_tau = discopop_tau, .f_alpha = f_alpha, .sft_weight = sft_weight};
     if (!(sft_weight >= 0) || !isfinite(sft_weight)) die_user("option --sft-weight must be >= 0, got %g", sft_weight);
     if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
-        die_user("option --loss must be sigmoid, ipo, hinge, simpo or orpo, got '%s'", loss_name);
+        die_user("option --loss must be one of " DPO_LOSS_NAMES ", got '%s'", loss_name);
     if (!dpo_loss_uses_reference(loss.loss) && reference_path)
         die_user("option --reference-model: --loss %s has no reference", loss_name);
     if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
     if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
     if (!(label_smoothing >= 0 && label_smoothing < 0.5))
         die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
-    if (label_smoothing > 0 && loss.loss != DPO_LOSS_SIGMOID)
-        die_user("option --label-smoothing applies to --loss sigmoid only");
+    if (label_smoothing > 0 && !dpo_loss_uses_label_smoothing(loss.loss))
+        die_user("option --label-smoothing applies to --loss sigmoid, robust and exo only");
+    if (loss.loss == DPO_LOSS_EXO && !(label_smoothing > 0))
+        die_user("option --label-smoothing: --loss exo needs it above 0 (the EXO paper uses 1e-3)");
+    if (f_divergence_from_name(divergence_name, &loss.f_divergence) != 0)
+        die_user("option --f-divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", divergence_name);
+    if (loss.f_divergence != F_DIVERGENCE_REVERSE_KL && !dpo_loss_takes_f_divergence(loss.loss))
+        die_user("option --f-divergence: --loss %s has no f-divergence form (only sigmoid, sigmoid-norm, hinge, ipo, "
+                 "exo, robust and discopop)",
+                 loss_name);
+    if (!isfinite(f_alpha)) die_user("option --f-alpha must be a number, got %g", f_alpha);
+    if (!(discopop_tau > 0) || !isfinite(discopop_tau))
+        die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);
 
     Tokenizer *tokenizer;

@@ -13,6 +13,24 @@ int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     else if (!strcmp(name, "hinge")) *kind = DPO_LOSS_HINGE;
     else if (!strcmp(name, "simpo")) *kind = DPO_LOSS_SIMPO;
     else if (!strcmp(name, "orpo")) *kind = DPO_LOSS_ORPO;
+    else if (!strcmp(name, "sigmoid-norm") || !strcmp(name, "sigmoid_norm")) *kind = DPO_LOSS_SIGMOID_NORM;
+    else if (!strcmp(name, "robust")) *kind = DPO_LOSS_ROBUST;
+    else if (!strcmp(name, "exo") || !strcmp(name, "exo_pair")) *kind = DPO_LOSS_EXO;
+    else if (!strcmp(name, "nca") || !strcmp(name, "nca_pair")) *kind = DPO_LOSS_NCA;
+    else if (!strcmp(name, "bco") || !strcmp(name, "bco_pair")) *kind = DPO_LOSS_BCO;
+    else if (!strcmp(name, "sppo-hard") || !strcmp(name, "sppo_hard")) *kind = DPO_LOSS_SPPO;
+    else if (!strcmp(name, "apo-zero") || !strcmp(name, "apo_zero")) *kind = DPO_LOSS_APO_ZERO;
+    else if (!strcmp(name, "apo-down") || !strcmp(name, "apo_down")) *kind = DPO_LOSS_APO_DOWN;
+    else if (!strcmp(name, "discopop")) *kind = DPO_LOSS_DISCOPOP;
+    else return -1;
+    return 0;
+}
+
+int f_divergence_from_name(const char *name, FDivergence *kind) {
+    if (!strcmp(name, "reverse-kl") || !strcmp(name, "reverse_kl")) *kind = F_DIVERGENCE_REVERSE_KL;
+    else if (!strcmp(name, "forward-kl") || !strcmp(name, "forward_kl")) *kind = F_DIVERGENCE_FORWARD_KL;
+    else if (!strcmp(name, "js") || !strcmp(name, "js_divergence")) *kind = F_DIVERGENCE_JS;
+    else if (!strcmp(name, "alpha") || !strcmp(name, "alpha_divergence")) *kind = F_DIVERGENCE_ALPHA;
     else return -1;
     return 0;
 }
@@ -106,15 +124,11 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
         const bool uses_reference = dpo_loss_uses_reference(o->loss);
         CHECK(!uses_reference || (!isnan(rc) && !isnan(rr)), "DPO reference log-probs were not computed");
-        // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed),
-        // SimPO and ORPO too, with no reference.
-        const bool means = o->loss == DPO_LOSS_IPO || !uses_reference;
         if (!uses_reference) rc = rr = 0.0;
-        double nc = means ? response_tokens(rows, c) : 1.0;
-        double nr = means ? response_tokens(rows, r) : 1.0;
-        double dc, dr;
-        stats->loss += dpo_pair_loss(o, pc / nc, pr / nr, rc / nc, rr / nr, &dc, &dr);
-        d_sums[2 * e] = dc / nc, d_sums[2 * e + 1] = dr / nr;
+        // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed),
+        // sigmoid-norm too, and SimPO and ORPO with no reference: dpo_pair_loss_from_sums.
+        const int nc = response_tokens(rows, c), nr = response_tokens(rows, r);
+        stats->loss += dpo_pair_loss_from_sums(o, pc, pr, rc, rr, nc, nr, &d_sums[2 * e], &d_sums[2 * e + 1]);
         if (o->sft_weight > 0) { // RPO: the chosen response's mean negative log-likelihood
             const double tokens = response_tokens(rows, c);
             stats->loss += o->sft_weight * -pc / tokens;

@@ -44,8 +44,11 @@ typedef struct {
     long truncated; // pairs with a row cut at max_seq_len
 } DpoTask;
 
-// "sigmoid" | "ipo" | "hinge" | "simpo" | "orpo"
+// DPO_LOSS_NAMES (train/losses.h); TRL's names of the same losses (nca_pair, apo_zero...) too
 int dpo_loss_from_name(const char *name, DpoLossKind *kind);
+// "reverse-kl" | "forward-kl" | "js" | "alpha" (TRL's reverse_kl, forward_kl, js_divergence,
+// alpha_divergence too)
+int f_divergence_from_name(const char *name, FDivergence *kind);
 
 // Tokenizes the pairs: responses[2i] (chosen) and responses[2i + 1] (rejected) after
 // prompts[i], as rm_task_init takes them. Returns 0, or -1 with err_set() when no training

@@ -136,17 +136,32 @@ double kto_example_loss(const KtoLossOptions *options, bool desirable, double lo
 
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected) {
-    const double beta = options->beta;
-    const double h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected);
-    double loss, d_h; // d loss / d h
+    const double beta = options->beta, eps = options->label_smoothing;
+    const double a = policy_chosen - ref_chosen, b = policy_rejected - ref_rejected, h = a - b, z = beta * h;
+    // Losses of the two log-ratios apart set d_a and d_b and return; losses of h alone set
+    // d_h (d loss / d h), and d_a = d_h, d_b = -d_h below.
+    double loss, d_h;
     switch (options->loss) {
     case DPO_LOSS_SIGMOID:
+    case DPO_LOSS_SIGMOID_NORM:
     case DPO_LOSS_SIMPO: {
-        const double eps = options->loss == DPO_LOSS_SIGMOID ? options->label_smoothing : 0.0;
-        const double z = beta * h - (options->loss == DPO_LOSS_SIMPO ? options->simpo_gamma : 0.0);
-        loss = (1 - eps) * log_sigmoid_negated(z) + eps * log_sigmoid_negated(-z);
-        // d/dz -log sigmoid(z) = -sigmoid(-z); d/dz -log sigmoid(-z) = sigmoid(z)
-        d_h = beta * (-(1 - eps) * sigmoid(-z) + eps * sigmoid(z));
+        const double smoothing = options->loss == DPO_LOSS_SIGMOID ? eps : 0.0;
+        const double x = z - (options->loss == DPO_LOSS_SIMPO ? options->simpo_gamma : 0.0);
+        loss = (1 - smoothing) * log_sigmoid_negated(x) + smoothing * log_sigmoid_negated(-x);
+        // d/dx -log sigmoid(x) = -sigmoid(-x); d/dx -log sigmoid(-x) = sigmoid(x)
+        d_h = beta * (-(1 - smoothing) * sigmoid(-x) + smoothing * sigmoid(x));
+        break;
+    }
+    case DPO_LOSS_ROBUST:
+        loss = ((1 - eps) * log_sigmoid_negated(z) - eps * log_sigmoid_negated(-z)) / (1 - 2 * eps);
+        d_h = beta * (-(1 - eps) * sigmoid(-z) - eps * sigmoid(z)) / (1 - 2 * eps);
+        break;
+    case DPO_LOSS_EXO: {
+        // q_w log(q_w / (1 - eps)) + q_l log(q_l / eps) with q_w = sigma(z), q_l = sigma(-z);
+        // since log q_w - log q_l = z, its derivative is q_w q_l (z - log((1 - eps) / eps)).
+        const double q_w = sigmoid(z), q_l = sigmoid(-z);
+        loss = q_w * (-log_sigmoid_negated(z) - log1p(-eps)) + q_l * (-log_sigmoid_negated(-z) - log(eps));
+        d_h = beta * q_w * q_l * (z - (log1p(-eps) - log(eps)));
         break;
     }
     case DPO_LOSS_IPO: {
@@ -155,10 +170,47 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
         d_h = 2.0 * gap;
         break;
     }
+    case DPO_LOSS_NCA: {
+        const double za = beta * a, zb = beta * b;
+        *d_chosen = beta * (-sigmoid(-za) + 0.5 * sigmoid(za));
+        *d_rejected = beta * 0.5 * sigmoid(zb);
+        return log_sigmoid_negated(za) + 0.5 * log_sigmoid_negated(-za) + 0.5 * log_sigmoid_negated(-zb);
+    }
+    case DPO_LOSS_BCO: {
+        const double za = beta * a, zb = beta * b;
+        *d_chosen = -beta * sigmoid(-za);
+        *d_rejected = beta * sigmoid(zb);
+        return log_sigmoid_negated(za) + log_sigmoid_negated(-zb);
+    }
+    case DPO_LOSS_SPPO: {
+        const double gap_chosen = a - 0.5 / beta, gap_rejected = b + 0.5 / beta;
+        *d_chosen = 2.0 * gap_chosen;
+        *d_rejected = 2.0 * gap_rejected;
+        return gap_chosen * gap_chosen + gap_rejected * gap_rejected;
+    }
+    case DPO_LOSS_APO_ZERO: {
+        const double za = beta * a, zb = beta * b;
+        *d_chosen = -beta * sigmoid(za) * sigmoid(-za);
+        *d_rejected = beta * sigmoid(zb) * sigmoid(-zb);
+        return sigmoid(-za) + sigmoid(zb); // 1 - sigmoid(za) without cancellation
+    }
+    case DPO_LOSS_APO_DOWN: {
+        const double za = beta * a, slope_h = beta * sigmoid(z) * sigmoid(-z);
+        *d_chosen = beta * sigmoid(za) * sigmoid(-za) - slope_h;
+        *d_rejected = slope_h;
+        return sigmoid(za) + sigmoid(-z);
+    }
+    case DPO_LOSS_DISCOPOP: {
+        const double tau = options->discopop_tau, m = sigmoid(z / tau), d_m = m * (1 - m) / tau;
+        const double logistic = log_sigmoid_negated(z), exponential = exp(-z);
+        loss = logistic * (1 - m) + exponential * m;
+        d_h = beta * (-sigmoid(-z) * (1 - m) - logistic * d_m - exponential * m + exponential * d_m);
+        break;
+    }
     case DPO_LOSS_ORPO: {
         // A mean log-prob of exactly 0 (every token certain) has infinite odds; hold it just
         // below, where the loss and its gradient stay finite.
-        const double a_c = fmin(policy_chosen - ref_chosen, -1e-9), a_r = fmin(policy_rejected - ref_rejected, -1e-9);
+        const double a_c = fmin(a, -1e-9), a_r = fmin(b, -1e-9);
         const double one_minus_c = -expm1(a_c), one_minus_r = -expm1(a_r); // 1 - e^a, accurately near 0
         const double odds = (a_c - log(one_minus_c)) - (a_r - log(one_minus_r));
         // d odds(a) / da = 1 + e^a / (1 - e^a) = 1 / (1 - e^a)
@@ -168,14 +220,59 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
         return -a_c + beta * log_sigmoid_negated(odds);
     }
     case DPO_LOSS_HINGE:
-    default: {
-        const double z = beta * h;
+    default:
         loss = z < 1.0 ? 1.0 - z : 0.0;
         d_h = z < 1.0 ? -beta : 0.0;
         break;
     }
-    }
     *d_chosen = d_h;
     *d_rejected = -d_h;
+    return loss;
+}
+
+double f_divergence_score(FDivergence kind, double alpha, double u, double *d_score) {
+    switch (kind) {
+    case F_DIVERGENCE_FORWARD_KL:
+        *d_score = exp(-u);
+        return -expm1(-u);
+    case F_DIVERGENCE_JS:
+        *d_score = sigmoid(-u); // d/du log sigma(u)
+        return log(2.0) - log_sigmoid_negated(u);
+    case F_DIVERGENCE_ALPHA: {
+        if (fabs(alpha - 1.0) < 1e-6) break; // the limit is reverse KL
+        const double t = (alpha - 1.0) * u;
+        // TRL holds t at most 80 so that exp(t) stays finite in float32; held, it is flat.
+        *d_score = t > 80.0 ? 0.0 : exp(t);
+        return expm1(fmin(t, 80.0)) / (alpha - 1.0);
+    }
+    case F_DIVERGENCE_REVERSE_KL:
+    default:
+        break;
+    }
+    *d_score = 1.0;
+    return u;
+}
+
+double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
+                               double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
+                               double *d_chosen, double *d_rejected) {
+    const DpoLossKind kind = options->loss;
+    const bool means = kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || !dpo_loss_uses_reference(kind);
+    const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
+    double loss, dc, dr;
+    if (options->f_divergence == F_DIVERGENCE_REVERSE_KL) {
+        loss = dpo_pair_loss(options, policy_chosen / nc, policy_rejected / nr, ref_chosen / nc, ref_rejected / nr, &dc,
+                             &dr);
+        *d_chosen = dc / nc, *d_rejected = dr / nr;
+        return loss;
+    }
+    // The scores of the whole log-ratios, then their means (TRL divides the scores).
+    double slope_chosen, slope_rejected;
+    const double score_chosen = f_divergence_score(options->f_divergence, options->f_alpha,
+                                                   policy_chosen - ref_chosen, &slope_chosen);
+    const double score_rejected = f_divergence_score(options->f_divergence, options->f_alpha,
+                                                     policy_rejected - ref_rejected, &slope_rejected);
+    loss = dpo_pair_loss(options, score_chosen / nc, score_rejected / nr, 0.0, 0.0, &dc, &dr);
+    *d_chosen = dc / nc * slope_chosen, *d_rejected = dr / nr * slope_rejected;
     return loss;
 }

@@ -31,15 +31,32 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
                            int end, float scale, float *d_chosen_values, float *d_rejected_values);
 
 // ---- DPO: one pair's log-probabilities under the policy and the frozen reference ----
-// h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected), each a sum of the
-// response tokens' log-probs (for IPO and SimPO the caller passes per-token means, as TRL
-// does):
-//   DPO_LOSS_SIGMOID  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
+// a = policy_chosen - ref_chosen and b = policy_rejected - ref_rejected (each a sum of the
+// response tokens' log-probs; for IPO, sigmoid-norm and SimPO the caller passes per-token
+// means, as TRL does), h = a - b, z = beta h, sigma the logistic function:
+//   DPO_LOSS_SIGMOID  -(1 - eps) log sigma(z) - eps log sigma(-z)
 //                     (eps = label_smoothing: DeepSpeed-Chat's / OpenRLHF's conservative
 //                     DPO; eps = 0 is the DPO paper's and TRL's "sigmoid")
+//   DPO_LOSS_SIGMOID_NORM  -log sigma(z) on per-token means (TRL "sigmoid_norm")
+//   DPO_LOSS_ROBUST   (-(1 - eps) log sigma(z) + eps log sigma(-z)) / (1 - 2 eps), unbiased
+//                     under a fraction eps of flipped labels (Chowdhury et al. 2024; TRL "robust")
+//   DPO_LOSS_EXO      KL(q || p) over {chosen, rejected}: q = (sigma(z), sigma(-z)),
+//                     p = (1 - eps, eps), eps > 0 (Ji et al. 2024, EXO; TRL "exo_pair")
 //   DPO_LOSS_IPO      (h - 1 / (2 beta))^2
-//   DPO_LOSS_HINGE    max(0, 1 - beta h)  (SLiC; the gradient at the kink is 0)
-//   DPO_LOSS_SIMPO    -log sigmoid(beta h - gamma) with no reference (the caller passes 0;
+//   DPO_LOSS_HINGE    max(0, 1 - z)  (SLiC; the gradient at the kink is 0)
+//   DPO_LOSS_NCA      -log sigma(beta a) - 0.5 log sigma(-beta a) - 0.5 log sigma(-beta b)
+//                     (Chen et al. 2024, NCA; TRL "nca_pair")
+//   DPO_LOSS_BCO      -log sigma(beta a) - log sigma(-beta b)  (binary classifier
+//                     optimisation on pairs, with no running reward shift: TRL 1.12 "bco_pair")
+//   DPO_LOSS_SPPO     (a - 1 / (2 beta))^2 + (b + 1 / (2 beta))^2  (SPPO with hard win
+//                     probabilities, Wu et al. 2024; TRL "sppo_hard")
+//   DPO_LOSS_APO_ZERO 1 - sigma(beta a) + sigma(beta b)  (anchored: chosen up, rejected down;
+//                     D'Oosterlinck et al. 2024; TRL "apo_zero")
+//   DPO_LOSS_APO_DOWN sigma(beta a) + 1 - sigma(z)  (both down, rejected more; TRL "apo_down")
+//   DPO_LOSS_DISCOPOP -log sigma(z) (1 - m) + e^(-z) m, m = sigma(z / tau)  (a discovered
+//                     blend of the logistic and exponential losses, Chris Lu et al. 2024;
+//                     TRL "discopop", tau = discopop_tau)
+//   DPO_LOSS_SIMPO    -log sigma(z - gamma) with no reference (the caller passes 0;
 //                     Meng et al. 2024, TRL's CPOTrainer loss_type "simpo")
 //   DPO_LOSS_ORPO     -a_c + beta (-log sigmoid(odds(a_c) - odds(a_r))), a = policy - ref with
 //                     no reference (the caller passes 0 and per-token means, so a_c is the
@@ -48,18 +65,70 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
 //                     TRL's ORPOTrainer, beta its lambda)
 // Returns the pair's loss; *d_chosen and *d_rejected receive d loss / d policy_chosen and
 // d loss / d policy_rejected (not scaled, not accumulated).
-typedef enum { DPO_LOSS_SIGMOID, DPO_LOSS_IPO, DPO_LOSS_HINGE, DPO_LOSS_SIMPO, DPO_LOSS_ORPO } DpoLossKind;
+typedef enum {
+    DPO_LOSS_SIGMOID,
+    DPO_LOSS_IPO,
+    DPO_LOSS_HINGE,
+    DPO_LOSS_SIMPO,
+    DPO_LOSS_ORPO,
+    DPO_LOSS_SIGMOID_NORM,
+    DPO_LOSS_ROBUST,
+    DPO_LOSS_EXO,
+    DPO_LOSS_NCA,
+    DPO_LOSS_BCO,
+    DPO_LOSS_SPPO,
+    DPO_LOSS_APO_ZERO,
+    DPO_LOSS_APO_DOWN,
+    DPO_LOSS_DISCOPOP,
+} DpoLossKind;
+// The names dpo_loss_from_name takes (train/dpo.c), for help texts and errors.
+#define DPO_LOSS_NAMES                                                                                                 \
+    "sigmoid, sigmoid-norm, robust, exo, ipo, hinge, nca, bco, sppo-hard, apo-zero, apo-down, discopop, simpo, orpo"
 // SimPO and ORPO compare the policy's per-token means and need no reference model.
 static inline bool dpo_loss_uses_reference(DpoLossKind kind) { return kind != DPO_LOSS_SIMPO && kind != DPO_LOSS_ORPO; }
+// Losses that take label_smoothing's eps (the others refuse it).
+static inline bool dpo_loss_uses_label_smoothing(DpoLossKind kind) {
+    return kind == DPO_LOSS_SIGMOID || kind == DPO_LOSS_ROBUST || kind == DPO_LOSS_EXO;
+}
+// The f-divergence between policy and reference that DPO regularises with (Wang et al.
+// 2023, f-DPO; TRL's f_divergence_type): it replaces each log-ratio u = policy - reference
+// by the score s(u) = f'(e^u) before the chosen - rejected difference:
+//   F_DIVERGENCE_REVERSE_KL  s = u (DPO itself)
+//   F_DIVERGENCE_FORWARD_KL  s = 1 - e^(-u)
+//   F_DIVERGENCE_JS          s = log 2 + log sigma(u)  (Jensen-Shannon)
+//   F_DIVERGENCE_ALPHA       s = (e^((alpha - 1) u) - 1) / (alpha - 1), (alpha - 1) u held
+//                            at most 80 as TRL does; alpha within 1e-6 of 1 is reverse KL
+// Only the losses of the difference alone have an f-divergence form
+// (dpo_loss_takes_f_divergence).
+typedef enum { F_DIVERGENCE_REVERSE_KL, F_DIVERGENCE_FORWARD_KL, F_DIVERGENCE_JS, F_DIVERGENCE_ALPHA } FDivergence;
+static inline bool dpo_loss_takes_f_divergence(DpoLossKind kind) {
+    return kind == DPO_LOSS_SIGMOID || kind == DPO_LOSS_SIGMOID_NORM || kind == DPO_LOSS_HINGE ||
+           kind == DPO_LOSS_IPO || kind == DPO_LOSS_EXO || kind == DPO_LOSS_ROBUST || kind == DPO_LOSS_DISCOPOP;
+}
+// s(u) of the divergence above; *d_score receives ds/du.
+double f_divergence_score(FDivergence kind, double alpha, double u, double *d_score);
+
 typedef struct {
     DpoLossKind loss;
+    FDivergence f_divergence; // F_DIVERGENCE_REVERSE_KL (0): plain DPO
+    double f_alpha;           // F_DIVERGENCE_ALPHA's alpha
     double beta;            // the KL strength (IPO's tau, SimPO's reward scale)
-    double label_smoothing; // sigmoid only: the assumed fraction of flipped labels (cDPO)
+    double label_smoothing; // sigmoid, robust, exo: the assumed fraction of flipped labels
     double simpo_gamma;     // SimPO only: the target reward margin
+    double discopop_tau;    // DiscoPOP only: the temperature of its blend (TRL's 0.05)
     double sft_weight;      // > 0: plus this times the chosen response's mean -log-prob (RPO; train/dpo.c)
 } DpoLossOptions;
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected);
+
+// A pair's loss from its two rows' response log-prob sums (policy and reference; 0 for the
+// reference where the loss has none) and response token counts, as train/dpo.c and TRL
+// compute it: the f-divergence's scores of the log-ratio sums, divided by the token counts
+// where the loss compares per-token means (IPO, sigmoid-norm; SimPO and ORPO, which have no
+// reference), then dpo_pair_loss. *d_chosen and *d_rejected receive d loss / d policy sum.
+double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
+                               double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
+                               double *d_chosen, double *d_rejected);
 
 // ---- KTO and its unpaired relatives: one example's log-ratio against a baseline ----
 // With r = policy - reference (the completion's log-prob sums), per loss kind:

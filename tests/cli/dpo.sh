@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # marlhf dpo end to end on the tiny model (tests/fixtures/models/tiny_chat) and the
-# patterned pairs of tests/fixtures/train: each loss (SimPO and ORPO too) learns the preference, the first
+# patterned pairs of tests/fixtures/train: each of the 14 losses learns the preference, the first
 # step sits at the reference (loss log 2, zero margin), the output is a causal LM that
 # generates, a run killed twice and resumed ends bit-identical to one that was not (the
 # reference log-probs are recomputed from the starting weights), --reference-model and
@@ -19,9 +19,12 @@ args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.
       --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 2 --quiet)
 
 # --- each loss learns the preference -----------------------------------------------------
-for loss in sigmoid ipo hinge simpo orpo; do
+for loss in sigmoid ipo hinge simpo orpo sigmoid-norm robust exo nca bco sppo-hard apo-zero apo-down discopop; do
     extra=()
     [ "$loss" = sigmoid ] && extra=(--label-smoothing 0.1)
+    [ "$loss" = robust ] && extra=(--label-smoothing 0.1)
+    [ "$loss" = exo ] && extra=(--label-smoothing 1e-3)
+    [ "$loss" = discopop ] && extra=(--discopop-tau 0.5)
     [ "$loss" = simpo ] && extra=(--beta 2 --simpo-gamma 1)
     "$bin" dpo "${args[@]}" --loss "$loss" "${extra[@]}" --eval-every 6 --output "$tmp/$loss" 2> "$tmp/$loss.err"
     rc=$?
@@ -31,6 +34,32 @@ for loss in sigmoid ipo hinge simpo orpo; do
         [ $rc -eq 0 ] && pass "dpo_${loss}_learns (eval accuracy $acc, margin $margin)" ||
         fail "dpo_${loss}_learns" "exit $rc, accuracy '$acc', margin '$margin' $(tail -n 2 "$tmp/$loss.err")"
 done
+# f-DPO: the other divergences learn it too, and train otherwise than reverse KL (DPO), which
+# alpha-divergence at alpha 1 is, bit for bit.
+for divergence in reverse-kl forward-kl js alpha; do
+    "$bin" dpo "${args[@]}" --f-divergence "$divergence" --eval-every 6 --output "$tmp/f_$divergence" 2> "$tmp/f_$divergence.err"
+    acc=$(json_field "$tmp/f_$divergence/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+    margin=$(json_field "$tmp/f_$divergence/metrics.jsonl" eval/margin -1 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 and float(sys.argv[2]) > 0 else 1)" "$acc" "$margin" 2>/dev/null &&
+        pass "dpo_f_divergence_${divergence}_learns (eval accuracy $acc, margin $margin)" ||
+        fail "dpo_f_divergence_${divergence}_learns" "accuracy '$acc', margin '$margin' $(tail -n 2 "$tmp/f_$divergence.err")"
+done
+for divergence in forward-kl js alpha; do
+    cmp -s "$tmp/f_$divergence/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" &&
+        fail "dpo_f_divergence_${divergence}_changes_training" "the same weights as reverse KL" ||
+        pass "dpo_f_divergence_${divergence}_changes_training"
+done
+"$bin" dpo "${args[@]}" --f-divergence alpha --f-alpha 1 --eval-every 6 --output "$tmp/f_alpha_1" 2> "$tmp/f_alpha_1.err"
+cmp -s "$tmp/f_alpha_1/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" &&
+    pass dpo_f_alpha_1_is_reverse_kl || fail dpo_f_alpha_1_is_reverse_kl "$(tail -n 2 "$tmp/f_alpha_1.err")"
+# DiscoPOP with TRL's tau 0.05 has a local minimum at beta h = -0.12 and a maximum at +0.08:
+# from the reference (h = 0) its gradient points down, and training settles below 0 (with
+# tau above 0.1023 the slope at 0 is the right way, as in the loop above).
+"$bin" dpo "${args[@]}" --loss discopop --eval-every 6 --output "$tmp/discopop_005" 2> "$tmp/discopop_005.err"
+margin=$(json_field "$tmp/discopop_005/metrics.jsonl" eval/margin -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if -0.3 < float(sys.argv[1]) < 0 else 1)" "$margin" 2>/dev/null &&
+    pass "dpo_discopop_tau_005_settles_below_zero (eval margin $margin)" ||
+    fail dpo_discopop_tau_005_settles_below_zero "margin '$margin' $(tail -n 2 "$tmp/discopop_005.err")"
 first_loss=$(json_field "$tmp/sigmoid/metrics.jsonl" train/loss 0 2>/dev/null)
 first_margin=$(json_field "$tmp/sigmoid/metrics.jsonl" train/margin 0 2>/dev/null)
 python3 -c "import sys, math; sys.exit(0 if abs(float(sys.argv[1]) - math.log(2)) < 1e-6 and abs(float(sys.argv[2])) < 1e-6 else 1)" \
@@ -65,12 +94,22 @@ lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
 [ "$lines" = 96 ] && pass dpo_resume_metrics_continuous || fail dpo_resume_metrics_continuous "$lines lines"
 
 # --- bad options and data --------------------------------------------------------------------
-expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss robust
+expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss aot
 expect_error dpo_bad_beta "--beta" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x2" --beta 0
 expect_error dpo_bad_smoothing "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x3" \
     --label-smoothing 0.5
 expect_error dpo_smoothing_needs_sigmoid "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss ipo --label-smoothing 0.1
+expect_error dpo_smoothing_not_nca "--label-smoothing applies to --loss sigmoid, robust and exo" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --label-smoothing 0.1
+expect_error dpo_exo_needs_smoothing "--loss exo needs it above 0" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss exo
+expect_error dpo_bad_f_divergence "--f-divergence must be" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --f-divergence chi2
+expect_error dpo_f_divergence_not_nca "--loss nca has no f-divergence form" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --f-divergence js
+expect_error dpo_bad_discopop_tau "--discopop-tau" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" \
+    --loss discopop --discopop-tau 0
 "$bin" dpo "${args[@]}" --max-steps 3 --sft-weight 0.5 --output "$tmp/rpo" 2> "$tmp/rpo.err"
 loss0=$(json_field "$tmp/rpo/metrics.jsonl" train/loss 0 2>/dev/null)
 # At the reference the DPO term is log 2; the SFT term adds half the chosen rows' mean NLL.
