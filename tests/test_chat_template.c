@@ -353,6 +353,18 @@ static void test_template_files(void) {
     EXPECT(text && strcmp(text, "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nhi [/INST]") == 0, "%s", text ? text : "");
     free(text);
     chat_template_free(&t);
+    // transformers' "no limit" model_max_length, past 64-bit integers, in the same file.
+    FILE *file = fopen(config_path, "w");
+    CHECK(file, "cannot write %s", config_path);
+    fprintf(file, "{\"model_max_length\": 1000000000000000019884624838656, \"eos_token\": \"</s>\", "
+                  "\"bos_token\": \"<s>\", \"chat_template\": ");
+    char *source = json_dumps(json_object_get(template_by_id("llama2"), "source"), JSON_ENCODE_ANY);
+    fprintf(file, "%s}", source);
+    free(source);
+    fclose(file);
+    EXPECT(chat_template_from_file(&t, config_path, NULL, NULL) == 0, "huge model_max_length: %s", err_msg());
+    EXPECT(t.exact && strcmp(chat_template_name(&t), "llama2") == 0, "as %s", chat_template_name(&t));
+    chat_template_free(&t);
     // A list of named templates: the "default" one.
     json_t *list = json_pack("[{s:s, s:s}, {s:s, s:s}]", "name", "tool_use", "template", "Hello {{ x }}", "name",
                              "default", "template",

@@ -338,8 +338,9 @@ int chat_template_from_file(ChatTemplate *t, const char *path, const char *bos_t
         free(data);
         return err_set("chat template file %s contains a NUL byte", path);
     }
-    // A Jinja source never parses as a JSON object; a tokenizer_config.json does.
-    json_t *config = json_loads(data, 0, NULL);
+    // A Jinja source never parses as a JSON object; a tokenizer_config.json does (integers
+    // as reals: its "model_max_length" may be past jansson's integers, see tokenizer/load_hf.c).
+    json_t *config = json_loads(data, JSON_DECODE_INT_AS_REAL, NULL);
     if (!json_is_object(config)) {
         json_decref(config);
         int rc = chat_template_from_source(t, data, bos_token, eos_token, path);

@@ -442,7 +442,10 @@ static int load_config(const char *dir, Tokenizer *tok) {
     int rc = 0;
     if (fs_is_file(path)) {
         json_error_t error;
-        config = json_load_file(path, 0, &error);
+        // Integers as reals: transformers writes "model_max_length": 1000000000000000019884624838656
+        // for a tokenizer without a limit (many published models carry it), past jansson's
+        // integers; nothing read here is an integer.
+        config = json_load_file(path, JSON_DECODE_INT_AS_REAL, &error);
         if (!config) rc = err_set("invalid JSON: %s (%s:%d:%d)", error.text, path, error.line, error.column);
         else if (!json_is_object(config)) rc = err_set("tokenizer_config.json must hold an object (%s)", path);
     }

@@ -61,6 +61,14 @@ bad_tokenizer added_type "{\"model\": {\"type\": \"BPE\", $vocab, \"merges\": []
 expect_error tokenizer_json_added_token_wrong_type "added_tokens[0]" "$bin" tokenize --model "$tmp/added_type" --input "$text"
 cp -r "$spm" "$tmp/bad_config" && echo '{"bos_token": 1}' > "$tmp/bad_config/tokenizer_config.json"
 expect_error tokenizer_config_wrong_type "bos_token" "$bin" tokenize --model "$tmp/bad_config" --input "$text"
+# Not bad input: transformers writes "model_max_length": 1000000000000000019884624838656 for a
+# tokenizer without a limit (many published models carry it), past 64-bit integers.
+cp -r "$spm" "$tmp/huge_int" &&
+    sed -i 's/^{/{\n  "model_max_length": 1000000000000000019884624838656,/' "$tmp/huge_int/tokenizer_config.json"
+"$bin" tokenize --model "$spm" --input "$text" > "$tmp/plain.out" 2>&1
+"$bin" tokenize --model "$tmp/huge_int" --input "$text" > "$tmp/huge_int.out" 2>&1 &&
+    grep -q 1000000000000000019884624838656 "$tmp/huge_int/tokenizer_config.json" && cmp -s "$tmp/plain.out" "$tmp/huge_int.out" &&
+    pass tokenizer_config_huge_integer || fail tokenizer_config_huge_integer "$(head -c 300 "$tmp/huge_int.out")"
 mkdir -p "$tmp/empty_folder"
 expect_error tokenizer_json_missing "$tmp/empty_folder/tokenizer.json" "$bin" tokenize --model "$tmp/empty_folder" --input "$text"
 
