@@ -10,7 +10,7 @@ start_server() {
     server=$!
     port=
     for _ in $(seq 600); do
-        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' "$log")
+        port=$(sed -n 's|^serve: listening on http://.*:\([0-9][0-9]*\) (\(reward \)\{0,1\}model .*)$|\1|p' "$log")
         [ -n "$port" ] && return 0
         sleep 0.1
     done

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -111,6 +112,17 @@ void reward_sequence_ids(const Tokenizer *tokenizer, const char *query, const ch
     free(text);
 }
 
+typedef struct {
+    int length, index;
+} ScoreOrder;
+
+// Shortest first; equal lengths in request order, so the batches are the same every time.
+static int by_length(const void *a, const void *b) {
+    const ScoreOrder *x = a, *y = b;
+    if (x->length != y->length) return x->length < y->length ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
 void reward_request_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *req, int batch_size,
                           float *scores, long *tokens) {
     const int max_length = model->config.max_position_embeddings;
@@ -127,22 +139,33 @@ void reward_request_score(Model *model, const Tokenizer *tokenizer, const Reward
         *tokens += lengths[i];
     }
     if (batch_size < 1) batch_size = 1;
+    // Batches of sequences of about the same length: every row computes the batch's longest
+    // length, so sorting spends less on padding (a row's score does not depend on its
+    // batch-mates beyond float rounding).
+    ScoreOrder *order = xmalloc((size_t)req->count * sizeof(ScoreOrder));
+    for (int i = 0; i < req->count; i++) order[i] = (ScoreOrder){lengths[i], i};
+    qsort(order, (size_t)req->count, sizeof(ScoreOrder), by_length);
+    int *batch_lengths = xmalloc((size_t)batch_size * sizeof(int));
     for (int first = 0; first < req->count; first += batch_size) {
         const int B = req->count - first < batch_size ? req->count - first : batch_size;
         int T = 0;
-        for (int b = 0; b < B; b++) T = lengths[first + b] > T ? lengths[first + b] : T;
+        for (int b = 0; b < B; b++) {
+            batch_lengths[b] = order[first + b].length;
+            T = batch_lengths[b] > T ? batch_lengths[b] : T;
+        }
         // Right-padded rows: the causal mask keeps the padding out of every score.
         int *batch_tokens = xcalloc((size_t)B * T, sizeof(int));
-        for (int b = 0; b < B; b++) memcpy(batch_tokens + (size_t)b * T, ids[first + b], lengths[first + b] * sizeof(int));
-        ModelBatch batch = {.B = B, .T = T, .tokens = batch_tokens, .row_len = lengths + first};
+        for (int b = 0; b < B; b++)
+            memcpy(batch_tokens + (size_t)b * T, ids[order[first + b].index], batch_lengths[b] * sizeof(int));
+        ModelBatch batch = {.B = B, .T = T, .tokens = batch_tokens, .row_len = batch_lengths};
         model_forward(model, &batch);
         float *values = xmalloc((size_t)B * T * sizeof(float));
         model_values(model, values);
-        for (int b = 0; b < B; b++) scores[first + b] = values[(size_t)b * T + lengths[first + b] - 1];
+        for (int b = 0; b < B; b++) scores[order[first + b].index] = values[(size_t)b * T + batch_lengths[b] - 1];
         free(values), free(batch_tokens);
     }
     for (int i = 0; i < req->count; i++) free(ids[i]);
-    free(ids), free(lengths);
+    free(ids), free(lengths), free(batch_lengths), free(order);
 }
 
 char *reward_response_json(const float *scores, int count) {
