@@ -162,6 +162,9 @@ typedef struct {
     double discopop_tau;
     const char *f_divergence;
     double f_alpha;
+    // the adapters, added last: non-zero scales them by lora_alpha / sqrt(lora_rank) (rsLoRA,
+    // PEFT's use_rslora) instead of lora_alpha / lora_rank
+    int lora_rslora;
 } marlhf_trainer_params;
 
 typedef struct {

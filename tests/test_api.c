@@ -563,11 +563,13 @@ static double worst_logprob_difference(marlhf_model *a, marlhf_model *b, const P
 // 12 accumulated): the adapters agree up to the order in which the command's shuffled
 // micro-batches add their gradients.
 static void test_dpo_matches_command(void) {
-    // The default loss, and one with a setting of its own (DiscoPOP's temperature).
+    // The default loss, one with a setting of its own (DiscoPOP's temperature), and rsLoRA.
     const struct {
         const char *options, *loss;
         double discopop_tau;
-    } settings[] = {{"", "sigmoid", 0}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1}};
+        int rslora;
+    } settings[] = {{"", "sigmoid", 0, 0}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1, 0},
+                    {" --lora-rslora", "sigmoid", 0, 1}};
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         char options[160];
         snprintf(options, sizeof options, "--per-device-train-batch-size 4 --gradient-accumulation-steps 12%s",
@@ -578,13 +580,14 @@ static void test_dpo_matches_command(void) {
         marlhf_trainer_params params = tiny_dpo_params();
         params.seed = 1234;
         params.loss = settings[s].loss, params.discopop_tau = settings[s].discopop_tau;
+        params.lora_rslora = settings[s].rslora;
         marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
         for (int step = 0; step < 2; step++)
             EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
         const double worst = worst_logprob_difference(model, from_command, &train, false);
         EXPECT(worst < 1e-4, "%s: worst relative log-prob difference %.3g", settings[s].loss, worst);
-        fprintf(stderr, "  API vs command after 2 %s steps: worst relative log-prob difference %.3g\n", settings[s].loss,
-                worst);
+        fprintf(stderr, "  API vs command after 2 %s%s steps: worst relative log-prob difference %.3g\n", settings[s].loss,
+                settings[s].rslora ? " rsLoRA" : "", worst);
         // And the steps moved the model: the base differs.
         marlhf_model *base = load_policy(tiny, NULL);
         EXPECT(worst_logprob_difference(model, base, &train, false) > 1e-4, "the trained model is still the base");

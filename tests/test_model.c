@@ -482,15 +482,15 @@ static void test_gguf_model_matches_hf(void) {
     fixture_close(&f);
 }
 
-static const char *lora_fixture_names[] = {"llama", "qwen2", "gemma"};
-
-static Model lora_model(const Fixture *f, int rank, float alpha) {
+static Model lora_model_scaled(const Fixture *f, int rank, float alpha, bool rslora) {
     Model model;
     load_model(&model, f, false);
-    LoraConfig lora = {.rank = rank, .alpha = alpha, .targets = (1u << LORA_TARGETS) - 1};
+    LoraConfig lora = {.rank = rank, .alpha = alpha, .targets = (1u << LORA_TARGETS) - 1, .rslora = rslora};
     CHECK(model_add_lora(&model, &lora, false, 11) == 0, "%s", err_msg());
     return model;
 }
+
+static Model lora_model(const Fixture *f, int rank, float alpha) { return lora_model_scaled(f, rank, alpha, false); }
 
 // The PEFT adapter fixture on the tiny Llama (B non-zero, so merging changes weights).
 static Model lora_model_for_export(const Fixture *f) {
@@ -499,16 +499,30 @@ static Model lora_model_for_export(const Fixture *f) {
     return model;
 }
 
-// PEFT's adapters on the tiny models: logits, loss and every adapter gradient.
+// PEFT's adapters on the tiny models: logits, loss and every adapter gradient; and on the
+// tiny Llama with rsLoRA (scale alpha / sqrt(rank) = 4), which a model with plain LoRA's
+// scale refuses to read.
 static void test_lora_against_peft(void) {
-    for (size_t k = 0; k < sizeof lora_fixture_names / sizeof lora_fixture_names[0]; k++) {
+    const struct {
+        const char *model, *adapter;
+        bool rslora;
+    } cases[] = {{"llama", "lora", false}, {"qwen2", "lora", false}, {"gemma", "lora", false},
+                 {"llama", "lora_rslora", true}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         Fixture f;
-        fixture_open(&f, lora_fixture_names[k]);
+        fixture_open(&f, cases[k].model);
+        const char *name = cases[k].rslora ? "llama rsLoRA" : cases[k].model;
         char dir[300], reference[340];
-        snprintf(dir, sizeof dir, "%s/lora", f.dir);
+        snprintf(dir, sizeof dir, "%s/%s", f.dir, cases[k].adapter);
         snprintf(reference, sizeof reference, "%s/reference.safetensors", dir);
-        Model model = lora_model(&f, 4, 8.0f);
-        EXPECT(lora_read_adapter(&model, dir) == 0, "%s: %s", lora_fixture_names[k], err_msg());
+        Model model = lora_model_scaled(&f, 4, 8.0f, cases[k].rslora);
+        EXPECT(lora_read_adapter(&model, dir) == 0, "%s: %s", name, err_msg());
+        if (cases[k].rslora) {
+            Model plain = lora_model(&f, 4, 8.0f);
+            EXPECT(lora_read_adapter(&plain, dir) != 0 && strstr(err_msg(), "rsLoRA"), "plain LoRA read an rsLoRA "
+                   "adapter: '%s'", err_msg());
+            model_free(&plain);
+        }
         model_enable_grad(&model);
         ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
         model_forward(&model, &batch);
@@ -519,13 +533,13 @@ static void test_lora_against_peft(void) {
         float *want_logits = xmalloc((size_t)logits->count * sizeof(float));
         CHECK(safetensors_read_f32(logits, want_logits, logits->count) == 0, "%s", err_msg());
         double worst = worst_logits_ratio(&model, &f, want_logits);
-        EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", lora_fixture_names[k], worst);
+        EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", name, worst);
 
         long N = (long)f.B * f.T;
         float *dlogp = xmalloc(N * sizeof(float)), want_loss;
         double loss = causal_lm_loss(&model, &f, dlogp);
         CHECK(safetensors_read_f32(safetensors_find(ref, "loss"), &want_loss, 1) == 0, "%s", err_msg());
-        EXPECT_CLOSE(loss, want_loss, 0, 1e-5, lora_fixture_names[k]);
+        EXPECT_CLOSE(loss, want_loss, 0, 1e-5, name);
 
         model_zero_grad(&model);
         model_backward(&model, dlogp, NULL, NULL);
@@ -533,10 +547,10 @@ static void test_lora_against_peft(void) {
         for (int i = 0; i < model.table.count; i++) {
             const ParamEntry *e = &model.table.entries[i];
             if (e->offset < model.trainable_offset) continue;
-            char name[160];
-            snprintf(name, sizeof name, "grad.base_model.model.%s", e->name);
-            const SafetensorsTensor *t = safetensors_find(ref, name);
-            EXPECT(t && t->count == e->numel, "%s: reference has no %s", lora_fixture_names[k], name);
+            char tensor[160];
+            snprintf(tensor, sizeof tensor, "grad.base_model.model.%s", e->name);
+            const SafetensorsTensor *t = safetensors_find(ref, tensor);
+            EXPECT(t && t->count == e->numel, "%s: reference has no %s", name, tensor);
             if (!t || t->count != e->numel) continue;
             float *want = xmalloc((size_t)e->numel * sizeof(float));
             CHECK(safetensors_read_f32(t, want, e->numel) == 0, "%s", err_msg());
@@ -544,11 +558,11 @@ static void test_lora_against_peft(void) {
             for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[j]));
             double r = test_worst_ratio(model.grads + (e->offset - model.trainable_offset), want, e->numel,
                                         1e-5 * scale, 1e-3);
-            EXPECT(r <= 1.0, "%s %s: worst error %.3g x tolerance", lora_fixture_names[k], e->name, r);
+            EXPECT(r <= 1.0, "%s %s: worst error %.3g x tolerance", name, e->name, r);
             free(want);
             adapters++;
         }
-        EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", lora_fixture_names[k], adapters);
+        EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", name, adapters);
         free(want_logits), free(dlogp);
         safetensors_close(ref);
         model_free(&model);
@@ -795,6 +809,15 @@ static void test_gguf_export_lora_adapter(void) {
         EXPECT(!memcmp(stored, model.params + a->offset, (size_t)a->numel * sizeof(float)), "A as is");
         free(stored), free(back);
     }
+    gguf_close(&file);
+    remove(path);
+    model_free(&model);
+    // rsLoRA: llama.cpp scales by alpha / rank, so the file says alpha sqrt(rank) = 8 x 2.
+    model = lora_model_scaled(&f, 4, 8.0f, true);
+    CHECK(lora_read_adapter(&model, "tests/fixtures/models/llama/lora_rslora") == 0, "%s", err_msg());
+    EXPECT(model_write_gguf_adapter(&model, path, GGUF_OUT_F32) == 0, "%s", err_msg());
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    EXPECT(gguf_get_f32(&file, "adapter.lora.alpha", &alpha) == 0 && alpha == 16.0f, "rsLoRA alpha %g", alpha);
     gguf_close(&file);
     remove(path);
     model_free(&model);

@@ -21,7 +21,8 @@ into <model>/lora/reference.safetensors:
                            (base_model.model.model.layers.L.<module>.lora_A.weight ...)
 
 It checks that the base weights get no gradient and that merging the adapter
-(merge_and_unload) gives the same logits.
+(merge_and_unload) gives the same logits. Then the same for llama with rsLoRA
+(use_rslora=True: the scale is alpha / sqrt(r) = 4) into llama/lora_rslora/.
 """
 import argparse
 import copy
@@ -41,9 +42,9 @@ MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 RANK, ALPHA = 4, 8
 
 
-def make_one(models_dir, name, seed):
+def make_one(models_dir, name, seed, rslora=False):
     folder = os.path.join(models_dir, name)
-    out = os.path.join(folder, "lora")
+    out = os.path.join(folder, "lora_rslora" if rslora else "lora")
     os.makedirs(out, exist_ok=True)
     ref = load_file(os.path.join(folder, "reference.safetensors"))
     ids, lengths = ref["input_ids"], ref["lengths"]
@@ -51,7 +52,7 @@ def make_one(models_dir, name, seed):
 
     model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
     config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=MODULES,
-                             task_type="CAUSAL_LM")
+                             task_type="CAUSAL_LM", use_rslora=rslora)
     lora32 = peft.get_peft_model(model32, config)
     g = torch.Generator().manual_seed(5000 + seed)
     with torch.no_grad():
@@ -96,6 +97,7 @@ def main():
     args = parser.parse_args()
     for seed, name in enumerate(["llama", "qwen2", "gemma"]):
         make_one(args.models, name, seed)
+    make_one(args.models, "llama", 3, rslora=True)
 
 
 if __name__ == "__main__":

@@ -381,6 +381,7 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
         return err_set("%s: kto_loss must be kto or apo-zero-unpaired, got '%s'", f, p->kto_loss);
     lora->rank = p->lora_rank;
     lora->alpha = p->lora_alpha > 0 ? (float)p->lora_alpha : (float)p->lora_rank;
+    lora->rslora = p->lora_rslora != 0;
     if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
         return err_set("%s: lora_modules: %s", f, err_msg());
     return 0;
@@ -467,9 +468,11 @@ marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer
     const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
     json_decref(state);
     if (rc == 0) rc = lora_read_adapter_config(checkpoint, &saved);
-    if (rc == 0 && (saved.rank != lora.rank || saved.alpha != lora.alpha || saved.targets != lora.targets))
-        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g) differ from params' lora_rank %d, lora_alpha %g "
-                     "or lora_modules (%s)", f, saved.rank, saved.alpha, lora.rank, lora.alpha, checkpoint);
+    if (rc == 0 && (saved.rank != lora.rank || saved.alpha != lora.alpha || saved.targets != lora.targets ||
+                    saved.rslora != lora.rslora))
+        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g%s) differ from params' lora_rank %d, lora_alpha "
+                     "%g, lora_rslora %d or lora_modules (%s)", f, saved.rank, saved.alpha, saved.rslora ? ", rsLoRA" : "",
+                     lora.rank, lora.alpha, (int)lora.rslora, checkpoint);
     if (rc != 0) {
         free(checkpoint);
         return NULL;

@@ -70,7 +70,9 @@ static float *base_weight(const LayerTensors *w, LoraTarget t) {
     return weights[t];
 }
 
-static float lora_scale(const LoraConfig *lora) { return lora->alpha / (float)lora->rank; }
+static float lora_scale(const LoraConfig *lora) {
+    return lora->rslora ? lora->alpha / sqrtf((float)lora->rank) : lora->alpha / (float)lora->rank;
+}
 
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
     CHECK(!model->quantized, "LoRA adapters go on a model before it is quantized (model/quantize.h)");
@@ -172,8 +174,9 @@ void lora_describe(const Model *model, char *out, size_t size) {
     for (int i = 0; i < model->table.count; i++)
         if (model->table.entries[i].offset >= model->trainable_offset) trainable += model->table.entries[i].numel;
     const long total = model_num_params(model);
-    snprintf(out, size, "rank %d, alpha %g, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
-             model->lora.alpha, modules, trainable, total, 100.0 * trainable / total);
+    snprintf(out, size, "rank %d, alpha %g%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
+             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", modules, trainable, total,
+             100.0 * trainable / total);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -282,6 +285,7 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     json_object_set_new(config, "r", json_integer(model->lora.rank));
     json_object_set_new(config, "lora_alpha", json_real(model->lora.alpha));
     json_object_set_new(config, "lora_dropout", json_real(0.0));
+    json_object_set_new(config, "use_rslora", json_boolean(model->lora.rslora));
     json_object_set_new(config, "bias", json_string("none"));
     json_object_set_new(config, "fan_in_fan_out", json_false());
     json_object_set_new(config, "inference_mode", json_true());
@@ -339,9 +343,11 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||
              !json_is_number(alpha) || !(json_number_value(alpha) > 0))
         rc = err_set("%s: needs \"r\" (1 to 4096) and a positive \"lora_alpha\"", path);
-    else if (json_is_true(json_object_get(config, "use_dora")) || json_is_true(json_object_get(config, "use_rslora")) ||
-             json_object_size(json_object_get(config, "rank_pattern")) || json_object_size(json_object_get(config, "alpha_pattern")))
-        rc = err_set("%s: DoRA, rsLoRA and per-module ranks are not supported", path);
+    else if (json_is_true(json_object_get(config, "use_dora")) || json_object_size(json_object_get(config, "rank_pattern")) ||
+             json_object_size(json_object_get(config, "alpha_pattern")))
+        rc = err_set("%s: DoRA and per-module ranks are not supported", path);
+    else if (json_object_get(config, "use_rslora") && !json_is_boolean(json_object_get(config, "use_rslora")))
+        rc = err_set("%s: \"use_rslora\" must be true or false", path);
     else if (json_is_string(modules) && !strcmp(json_string_value(modules), "all-linear"))
         out->lora.targets = (1u << LORA_TARGETS) - 1;
     else if (!json_is_array(modules))
@@ -364,6 +370,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     if (rc == 0) {
         out->lora.rank = (int)json_integer_value(rank);
         out->lora.alpha = (float)json_number_value(alpha);
+        out->lora.rslora = json_is_true(json_object_get(config, "use_rslora"));
         if (json_is_array(saved))
             json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
         if (json_is_string(fingerprint)) {
@@ -383,10 +390,11 @@ static int check_adapter_config(const Model *model, const char *dir) {
     char want[32];
     snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
     if (config.lora.rank != model->lora.rank || config.lora.alpha != model->lora.alpha ||
-        config.lora.targets != model->lora.targets)
-        return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g does not match this run's LoRA options "
-                       "(rank %d, alpha %g) or modules", dir, config.lora.rank, config.lora.alpha, model->lora.rank,
-                       model->lora.alpha);
+        config.lora.targets != model->lora.targets || config.lora.rslora != model->lora.rslora)
+        return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g%s does not match this run's LoRA options "
+                       "(rank %d, alpha %g%s) or modules", dir, config.lora.rank, config.lora.alpha,
+                       config.lora.rslora ? ", rsLoRA" : "", model->lora.rank, model->lora.alpha,
+                       model->lora.rslora ? ", rsLoRA" : "");
     // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
     if (config.has_fingerprint && strcmp(config.fingerprint, want))
         return err_set("%s/adapter_config.json: the adapters were trained on other base weights than the model this "

@@ -1,10 +1,10 @@
 // LoRA: low-rank adapters on a model's linear layers (Hu et al. 2021), trained the way
 // PEFT and DeepSpeed-Chat train them.
 //
-// An adapted layer computes  W x + b + (alpha / rank) * B (A x)  with the base weight W
-// frozen, A [rank, in] initialised uniform in +-1/sqrt(in) (PyTorch's kaiming_uniform with
-// a = sqrt(5), as PEFT does) and B [out, rank] zero, so a fresh adapter leaves the model's
-// output unchanged. No dropout (DeepSpeed-Chat's default; PEFT's lora_dropout = 0).
+// An adapted layer computes  W x + b + (alpha / rank) * B (A x)  (rsLoRA: alpha / sqrt(rank))
+// with the base weight W frozen, A [rank, in] initialised uniform in +-1/sqrt(in)
+// (PyTorch's kaiming_uniform with a = sqrt(5), as PEFT does) and B [out, rank] zero, so a
+// fresh adapter leaves the model's output unchanged. No dropout (DeepSpeed-Chat's default; PEFT's lora_dropout = 0).
 //
 // The adapters are ordinary entries at the end of the parameter table (names
 // "model.layers.L.self_attn.q_proj.lora_A.weight" ...), so the optimizer, gradient sums,
@@ -74,7 +74,7 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
 int lora_read_adapter(Model *model, const char *model_dir);
 // The rank, alpha and modules of the adapter saved in MODEL_DIR/adapter (or in MODEL_DIR,
 // a PEFT adapter folder). Returns -1 with err_set() naming the file when it is missing,
-// malformed, or uses what marlhf does not (DoRA, rsLoRA, per-module ranks, module patterns
+// malformed, or uses what marlhf does not (DoRA, per-module ranks, module patterns
 // or modules other than the seven).
 int lora_read_adapter_config(const char *model_dir, LoraConfig *lora);
 // model_add_lora with the adapter's own configuration, then lora_read_adapter: the saved

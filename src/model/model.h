@@ -72,6 +72,7 @@ typedef struct {
 typedef struct {
     int rank;          // 0: no adapters
     float alpha;       // the adapter's output is scaled by alpha / rank
+    bool rslora;       // rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): by alpha / sqrt(rank)
     unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
 } LoraConfig;
 

@@ -559,8 +559,11 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
     gguf_writer_add_string(w, "general.type", "adapter");
     gguf_writer_add_string(w, "general.name", "marlhf LoRA adapter");
     gguf_writer_add_string(w, "adapter.type", "lora");
-    gguf_writer_add_f32(w, "adapter.lora.alpha", model->lora.alpha);
     const int rank = model->lora.rank;
+    // llama.cpp scales an adapter by alpha / rank; rsLoRA's alpha / sqrt(rank) is that with
+    // alpha sqrt(rank).
+    gguf_writer_add_f32(w, "adapter.lora.alpha",
+                        model->lora.rslora ? model->lora.alpha * sqrtf((float)rank) : model->lora.alpha);
     for (int i = model->lora_first_entry; i + 1 < model->table.count; i += 2) { // A, B pairs
         const ParamEntry *a = &model->table.entries[i], *b = &model->table.entries[i + 1];
         // "model.layers.L.self_attn.q_proj.lora_A.weight" adapts "model.layers.L.self_attn.q_proj.weight".

@@ -87,6 +87,29 @@ head -c 3000 "$final/adapter/adapter_model.safetensors" > "$tmp/bad_truncated/ad
 expect_error lora_adapter_truncated_weights "bad_truncated/adapter_model.safetensors" \
     "$bin" logprobs --model "$model" --lora-adapter "$tmp/bad_truncated" --input "$tmp/ids.jsonl"
 
+# rsLoRA (--lora-rslora: scale alpha / sqrt(rank)): the adapter says so, applied to the base it
+# computes what the merged model does, and it trains otherwise than alpha / rank; PEFT's own
+# rsLoRA folder loads.
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --max-steps 2 --output "$tmp/plain2" 2> /dev/null
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --lora-rslora --max-steps 2 \
+    --output "$tmp/rslora" 2> "$tmp/rslora.err"
+"$bin" logprobs --model "$tmp/rslora/final" --input "$tmp/ids.jsonl" > "$tmp/rslora_merged.jsonl" 2> /dev/null
+"$bin" logprobs --model "$model" --lora-adapter "$tmp/rslora/final" --input "$tmp/ids.jsonl" > "$tmp/rslora_adapter.jsonl" \
+    2> "$tmp/rslora_adapter.err"
+python3 - "$tmp/rslora/final/adapter/adapter_config.json" "$tmp/rslora_merged.jsonl" "$tmp/rslora_adapter.jsonl" << 'EOF' &&
+import json, sys
+assert json.load(open(sys.argv[1]))["use_rslora"] is True
+a, b = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[2:])
+assert len(a) == len(b) == 4 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5, (a, b)
+EOF
+    ! cmp -s "$tmp/rslora/final/model.safetensors" "$tmp/plain2/final/model.safetensors" && pass sft_rslora ||
+    fail sft_rslora "$(tail -n 2 "$tmp/rslora.err") $(tail -n 1 "$tmp/rslora_adapter.err")"
+"$bin" logprobs --model tests/fixtures/models/llama --lora-adapter tests/fixtures/models/llama/lora_rslora \
+    --input "$tmp/ids.jsonl" > /dev/null 2> "$tmp/peft_rslora.err" && pass logprobs_peft_rslora_adapter ||
+    fail logprobs_peft_rslora_adapter "$(cat "$tmp/peft_rslora.err")"
+expect_error lora_rslora_with_adapter "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-adapter "$final" --lora-rslora \
+    --output "$tmp/x"
+expect_error lora_rslora_without_rank "--lora-rslora needs --lora-rank" "$bin" sft "${sft[@]}" --lora-rslora --output "$tmp/x"
 expect_error lora_adapter_with_rank "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-adapter "$final" --lora-rank 4 --output "$tmp/x"
 # Training continues from the adapter: its first eval loss is the saved model's, not the base's.
 "$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-adapter "$final" --max-steps 2 --output "$tmp/continued" 2> "$tmp/continued.err"
