@@ -84,6 +84,9 @@ int main(int argc, char **argv) {
     int *tokens = ops->alloc(N * sizeof(int)), *positions = ops->alloc(N * sizeof(int));
     ops->copy_to_device(tokens, tokens_host, N * sizeof(int));
     ops->copy_to_device(positions, positions_host, N * sizeof(int));
+    float *inv_freq_host = xmalloc((size_t)(hd / 2) * sizeof(float)), *inv_freq = ops->alloc((size_t)(hd / 2) * sizeof(float));
+    rope_inverse_frequencies(&cfg, inv_freq_host);
+    ops->copy_to_device(inv_freq, inv_freq_host, (size_t)(hd / 2) * sizeof(float));
     int *row_start = ops->alloc((size_t)B * sizeof(int));
     float *q = buffer(N * qd), *k = buffer(N * kvd), *v = buffer(N * kvd), *att = buffer(N * qd);
     float *saved = buffer(ops->attention_saved_size(B, T, H, hd));
@@ -110,11 +113,11 @@ int main(int argc, char **argv) {
     TIME_OP("attention backward", L, 2 * att_flops, 0,
             ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd));
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
-            (ops->rope_forward(q, positions, (int)N, H, hd, cfg.rope_theta),
-             ops->rope_forward(k, positions, (int)N, KV, hd, cfg.rope_theta)));
+            (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
+             ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));
     TIME_OP("rope backward q+k", L, 0, 8.0 * N * (qd + kvd),
-            (ops->rope_backward(dq, positions, (int)N, H, hd, cfg.rope_theta),
-             ops->rope_backward(dk, positions, (int)N, KV, hd, cfg.rope_theta)));
+            (ops->rope_backward(dq, positions, (int)N, H, hd, inv_freq),
+             ops->rope_backward(dk, positions, (int)N, KV, hd, inv_freq)));
     TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));

@@ -64,6 +64,11 @@ static void expect_same_config(const ModelConfig *a, const ModelConfig *b, const
     SAME(eos_token_id);
     SAME(pad_token_id);
     if (a->positions == POSITIONS_ROPE) SAME(rope_theta);
+    SAME(rope_scaling);
+    SAME(rope_factor);
+    SAME(rope_low_freq_factor);
+    SAME(rope_high_freq_factor);
+    SAME(rope_original_max_positions);
 #undef SAME
     EXPECT(strcmp(a->model_type, b->model_type) == 0, "%s: model_type %s vs %s", what, a->model_type, b->model_type);
 }
@@ -130,8 +135,13 @@ static void test_transformers_configs(void) {
     EXPECT(config_from_hf_json(&cfg, CONFIGS "/gemma") == 0, "a folder: %s", err_msg());
     EXPECT(cfg.mlp == MLP_GEGLU && cfg.norm_weight_plus_one && cfg.embedding_multiplier == sqrtf(48.0f), "gemma");
     EXPECT(config_from_hf_json(&cfg, CONFIGS "/qwen2") == 0 && cfg.qkv_bias && !cfg.o_bias, "qwen2 biases");
-    EXPECT_ERROR(config_from_hf_json(&cfg, CONFIGS "/llama_rope_scaling"), "unsupported rope_scaling", "'llama3'",
-                 CONFIGS "/llama_rope_scaling/config.json");
+    // Llama 3.1's RoPE scaling, as transformers 5 writes it.
+    EXPECT(config_from_hf_json(&cfg, CONFIGS "/llama_rope_scaling") == 0, "%s", err_msg());
+    EXPECT(cfg.rope_scaling == ROPE_SCALING_LLAMA3 && cfg.rope_factor == 8.0f && cfg.rope_low_freq_factor == 1.0f &&
+               cfg.rope_high_freq_factor == 4.0f && cfg.rope_original_max_positions == 128 &&
+               cfg.rope_theta == 500000.0f,
+           "llama3 scaling read as %d, %g, %g, %g, %d", (int)cfg.rope_scaling, (double)cfg.rope_factor,
+           (double)cfg.rope_low_freq_factor, (double)cfg.rope_high_freq_factor, cfg.rope_original_max_positions);
     EXPECT_ERROR(config_from_hf_json(&cfg, CONFIGS "/gpt2_erf_gelu"), "'activation_function'", "'gelu'",
                  CONFIGS "/gpt2_erf_gelu/config.json");
 }
@@ -225,8 +235,16 @@ static void test_bad_configs(void) {
         {"act.json", "\"hidden_size\": 64, \"hidden_act\": \"relu\"", {"'hidden_act'", "'relu'"}},
         {"act_type.json", "\"hidden_size\": 64, \"hidden_act\": 3", {"'hidden_act'", "string"}},
         {"mlp_bias.json", "\"hidden_size\": 64, \"mlp_bias\": true", {"'mlp_bias'", "not implemented"}},
-        {"rope.json", "\"hidden_size\": 64, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
-         {"unsupported rope_scaling", "'linear'"}},
+        {"rope.json", "\"hidden_size\": 64, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 2.0}",
+         {"unsupported rope_scaling", "'yarn'"}},
+        {"rope_linear.json", "\"hidden_size\": 64, \"rope_scaling\": {\"type\": \"linear\"}",
+         {"'rope_scaling.factor'", "no field"}},
+        {"rope_llama3.json",
+         "\"hidden_size\": 64, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"high_freq_factor\": 4, "
+         "\"original_max_position_embeddings\": 8192}",
+         {"'rope_scaling.low_freq_factor'", "no field"}},
+        {"rope_factor.json", "\"hidden_size\": 64, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0.5}",
+         {"RoPE scaling factor", "at least 1"}},
         {"rope_type.json", "\"hidden_size\": 64, \"rope_scaling\": 2", {"'rope_scaling'", "object"}},
         {"rope_theta.json", "\"hidden_size\": 64, \"rope_parameters\": {\"rope_theta\": \"big\"}",
          {"'rope_parameters.rope_theta'", "number"}},
@@ -289,6 +307,18 @@ static void test_write_roundtrip(void) {
         EXPECT(strcmp(json_string_value(json_object_get(root, "dtype")), "float32") == 0, "dtype");
         EXPECT(json_object_get(root, "num_labels") == NULL, "no num_labels for a causal LM");
         json_decref(root);
+    }
+    // RoPE scaling, linear and Llama 3's, survives the round trip.
+    for (int kind = 0; kind < 2; kind++) {
+        ModelConfig scaled = expected_config("llama"), back;
+        scaled.rope_scaling = kind == 0 ? ROPE_SCALING_LINEAR : ROPE_SCALING_LLAMA3;
+        scaled.rope_factor = kind == 0 ? 2.0f : 32.0f;
+        if (kind == 1)
+            scaled.rope_low_freq_factor = 1.0f, scaled.rope_high_freq_factor = 4.0f, scaled.rope_original_max_positions = 8192;
+        const char *scaled_path = tmp_path(kind == 0 ? "written_linear.json" : "written_llama3.json");
+        EXPECT(config_write_hf_json(&scaled, scaled_path, "LlamaForCausalLM") == 0, "%s", err_msg());
+        EXPECT(config_from_hf_json(&back, scaled_path) == 0, "%s", err_msg());
+        expect_same_config(&back, &scaled, scaled_path);
     }
     // Floats are written as their shortest decimal.
     ModelConfig cfg = expected_config("qwen2");

@@ -535,6 +535,63 @@ static void test_config_variants(void) {
     free(path);
 }
 
+// RoPE scaling as llama.cpp stores it. A tiny llama config (head_dim 16, theta 5e5: the
+// wavelengths 6.3 .. 6e5 cross Llama 3's 2048 and 8192 thresholds) with `type` in
+// rope.scaling.type (NULL: none) and, unless NULL, `factors` as rope_freqs.weight.
+static int rope_config(ModelConfig *c, const char *path, const char *type, const float *factors) {
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_add_string(w, "general.architecture", "llama");
+    gguf_writer_add_u32(w, "llama.embedding_length", 64);
+    gguf_writer_add_u32(w, "llama.block_count", 1);
+    gguf_writer_add_u32(w, "llama.attention.head_count", 4);
+    gguf_writer_add_u32(w, "llama.feed_forward_length", 128);
+    gguf_writer_add_u32(w, "llama.context_length", 256);
+    gguf_writer_add_u32(w, "llama.vocab_size", 100);
+    gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_add_f32(w, "llama.rope.freq_base", 500000.0f);
+    if (type) {
+        gguf_writer_add_string(w, "llama.rope.scaling.type", type);
+        gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
+    }
+    const int64_t ne[1] = {8};
+    if (factors) gguf_writer_add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, factors);
+    CHECK(gguf_writer_write(w, path) == 0, "%s", err_msg());
+    gguf_writer_free(w);
+    GgufFile f;
+    CHECK(gguf_open(&f, path) == 0, "%s", err_msg());
+    int rc = config_from_gguf(c, &f, path);
+    gguf_close(&f);
+    return rc;
+}
+
+static void test_config_rope_scaling(void) {
+    char *path = tmp_path("rope.gguf");
+    ModelConfig c, meta = {.head_dim = 16, .rope_theta = 500000.0f, .rope_scaling = ROPE_SCALING_LLAMA3,
+                           .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                           .rope_original_max_positions = 8192};
+    float factors[8];
+    rope_frequency_factors(&meta, factors);
+    EXPECT(factors[0] == 1.0f && factors[7] == 8.0f && factors[4] > 1.0f && factors[4] < 8.0f,
+           "Llama 3's divisors: kept, blended, divided (%g %g %g)", factors[0], factors[4], factors[7]);
+    // A Llama 3.1 GGUF: the divisors alone, recognised as Meta's settings.
+    EXPECT(rope_config(&c, path, NULL, factors) == 0, "%s", err_msg());
+    EXPECT(c.rope_scaling == ROPE_SCALING_LLAMA3 && c.rope_factor == 8.0f && c.rope_low_freq_factor == 1.0f &&
+               c.rope_high_freq_factor == 4.0f && c.rope_original_max_positions == 8192,
+           "read as %d factor %g", (int)c.rope_scaling, (double)c.rope_factor);
+    // Divisors of another scaling are refused, not run as plain RoPE.
+    factors[4] *= 1.01f;
+    EXPECT(rope_config(&c, path, NULL, factors) == -1 && contains(err_msg(), "rope_freqs.weight") &&
+               contains(err_msg(), "not Llama 3") && contains(err_msg(), path),
+           "other divisors: %s", err_msg());
+    EXPECT(rope_config(&c, path, "linear", NULL) == 0 && c.rope_scaling == ROPE_SCALING_LINEAR && c.rope_factor == 4.0f,
+           "linear: %s", err_msg());
+    EXPECT(rope_config(&c, path, "none", NULL) == 0 && c.rope_scaling == ROPE_SCALING_NONE, "none: %s", err_msg());
+    EXPECT(rope_config(&c, path, "yarn", NULL) == -1 && contains(err_msg(), "'yarn'") && contains(err_msg(), path),
+           "yarn: %s", err_msg());
+    unlink(path);
+    free(path);
+}
+
 // --- Damaged files ----------------------------------------------------------------
 
 // Every prefix of the file must fail cleanly, until the end of the last tensor's data.
@@ -937,6 +994,7 @@ int main(void) {
     RUN(test_metadata_roundtrip);
     RUN(test_config_from_gguf);
     RUN(test_config_variants);
+    RUN(test_config_rope_scaling);
     RUN(test_truncations);
     RUN(test_bad_header);
     RUN(test_bad_tensors);

@@ -156,23 +156,25 @@ static void test_rmsnorm(void) { run_norm_case(true, false); }
 static void test_rmsnorm_plus_one(void) { run_norm_case(true, true); }
 
 // ---- rope ----
-typedef struct { int N, heads, hd; int *pos; double *x, *work, *R; } RopeCase;
+typedef struct { int N, heads, hd; int *pos; double *x, *work, *R, *inv_freq; } RopeCase;
 static double rope_loss(void *p) {
     RopeCase *c = p;
     long n = (long)c->N * c->heads * c->hd;
     memcpy(c->work, c->x, n * sizeof(double));
-    f64_rope_forward(c->work, c->pos, c->N, c->heads, c->hd, 10000.0f);
+    f64_rope_forward(c->work, c->pos, c->N, c->heads, c->hd, c->inv_freq);
     return dot(c->work, c->R, n);
 }
 static void test_rope(void) {
     RopeCase c = {.N = 6, .heads = 2, .hd = 8};
     long n = (long)c.N * c.heads * c.hd;
     int pos[6] = {0, 1, 2, 7, 30, 500};
-    c.pos = pos;
+    double inv_freq[4];
+    for (int i = 0; i < 4; i++) inv_freq[i] = 1.0 / pow(10000.0, (double)(2 * i) / 8.0);
+    c.pos = pos, c.inv_freq = inv_freq;
     c.x = random_doubles(n, -1, 1), c.work = xcalloc(n, sizeof(double)), c.R = random_doubles(n, -1, 1);
     double *dx = xmalloc(n * sizeof(double));
     memcpy(dx, c.R, n * sizeof(double));
-    f64_rope_backward(dx, c.pos, c.N, c.heads, c.hd, 10000.0f);
+    f64_rope_backward(dx, c.pos, c.N, c.heads, c.hd, c.inv_freq);
     check_gradient("rope dx", rope_loss, &c, c.x, n, dx, 200);
     free(c.x), free(c.work), free(c.R), free(dx);
 }

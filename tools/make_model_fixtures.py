@@ -78,6 +78,13 @@ def model_specs():
         "llama_tied": (3, LlamaForCausalLM, LlamaConfig(
             **LLAMA_SIZES, num_key_value_heads=1, rms_norm_eps=1e-5, tie_word_embeddings=True,
             **COMMON)),
+        # Llama 3.1/3.2's RoPE scaling: with head_dim 16 the wavelengths 6.3 .. 19869 cover
+        # every branch (kept below 64 / 4, divided by 8 above 64, blended between).
+        "llama3_rope": (6, LlamaForCausalLM, LlamaConfig(
+            **{**LLAMA_SIZES, "max_position_embeddings": 128}, num_key_value_heads=2, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+            **COMMON)),
         "qwen2": (4, Qwen2ForCausalLM, Qwen2Config(
             **LLAMA_SIZES, num_key_value_heads=2, rms_norm_eps=1e-6, tie_word_embeddings=False,
             **COMMON)),
@@ -143,6 +150,16 @@ def exact_rope(model):
             dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
             theta = cfg.rope_parameters["rope_theta"]
             inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+            if cfg.rope_parameters.get("rope_type") == "llama3":  # transformers' formula, in float64
+                p = cfg.rope_parameters
+                old = p["original_max_position_embeddings"]
+                low, high, factor = p["low_freq_factor"], p["high_freq_factor"], p["factor"]
+                wavelen = 2 * math.pi / inv
+                scaled = torch.where(wavelen > old / low, inv / factor, inv)
+                smooth = (old / wavelen - low) / (high - low)
+                smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+                medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+                inv = torch.where(medium, smoothed, scaled)
             mod.inv_freq = inv
             mod.original_inv_freq = inv.clone()
 
@@ -415,11 +432,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(here, "tests", "fixtures", "models"))
+    ap.add_argument("--only", help="write this model's folder alone (README.md is not rewritten)")
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)  # reproducible reductions
     rows = []
     for name, (seed, cls, config) in model_specs().items():
+        if args.only and name != args.only:
+            continue
         s, *_ = make_one(name, seed, cls, config, args.out)
         rows.append(
             f"| {name} | {s['params']} | {s['max_abs_logit']:.4f} | {s['loss']:.6f} | "
@@ -427,6 +447,9 @@ def main():
             f"{s['f32_value_abs_err']:.1e} | {s['f32_loss_abs_err']:.1e} | "
             f"{s['f32_grad_rel_err']:.1e} | {s['f32_vgrad_rel_err']:.1e} | "
             f"{s['f32_adamw_final_abs_err']:.1e} |")
+    if args.only:
+        print("\n".join(rows))
+        return 0
     with open(os.path.join(args.out, "README.md"), "w") as f:
         f.write(README_HEAD.format(torch=torch.__version__, tf=transformers.__version__))
         f.write("\n".join(rows) + "\n")

@@ -95,7 +95,50 @@ int config_finish(ModelConfig *cfg, const char *source) {
         return err_set("config norm epsilon %g is out of range (%s)", (double)cfg->norm_eps, source);
     if (cfg->positions == POSITIONS_ROPE && !(cfg->rope_theta > 0.0f))
         return err_set("config rope_theta %g must be positive (%s)", (double)cfg->rope_theta, source);
+    if (cfg->rope_scaling != ROPE_SCALING_NONE && !(cfg->rope_factor >= 1.0f && isfinite(cfg->rope_factor)))
+        return err_set("RoPE scaling factor %g must be at least 1 (%s)", (double)cfg->rope_factor, source);
+    if (cfg->rope_scaling == ROPE_SCALING_LLAMA3 &&
+        (!(cfg->rope_low_freq_factor > 0.0f) || !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) ||
+         cfg->rope_original_max_positions < 1))
+        return err_set("llama3 RoPE scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g) and a positive "
+                       "original_max_position_embeddings (%d) (%s)",
+                       (double)cfg->rope_low_freq_factor, (double)cfg->rope_high_freq_factor,
+                       cfg->rope_original_max_positions, source);
     return 0;
+}
+
+void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq) {
+    const int half = cfg->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float freq = 1.0f / powf(cfg->rope_theta, (float)(2 * i) / (float)cfg->head_dim);
+        if (cfg->rope_scaling == ROPE_SCALING_LINEAR) {
+            freq = freq / cfg->rope_factor;
+        } else if (cfg->rope_scaling == ROPE_SCALING_LLAMA3) {
+            // transformers' _compute_llama3_parameters, in float32 as it computes.
+            const float old_context = (float)cfg->rope_original_max_positions;
+            const float low_freq_wavelen = old_context / cfg->rope_low_freq_factor;
+            const float high_freq_wavelen = old_context / cfg->rope_high_freq_factor;
+            const float wavelen = (float)(2.0 * M_PI) / freq;
+            if (wavelen > low_freq_wavelen) {
+                freq = freq / cfg->rope_factor;
+            } else if (!(wavelen < high_freq_wavelen)) {
+                const float smooth = (old_context / wavelen - cfg->rope_low_freq_factor) /
+                                     (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+                freq = (1.0f - smooth) * freq / cfg->rope_factor + smooth * freq;
+            }
+        }
+        inv_freq[i] = freq;
+    }
+}
+
+void rope_frequency_factors(const ModelConfig *cfg, float *factors) {
+    ModelConfig plain = *cfg;
+    plain.rope_scaling = ROPE_SCALING_NONE;
+    const int half = cfg->head_dim / 2;
+    float scaled[half];
+    rope_inverse_frequencies(&plain, factors);
+    rope_inverse_frequencies(cfg, scaled);
+    for (int i = 0; i < half; i++) factors[i] /= scaled[i];
 }
 
 long long config_num_params(const ModelConfig *cfg) {

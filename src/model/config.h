@@ -13,6 +13,15 @@ typedef enum { POSITIONS_LEARNED, POSITIONS_ROPE } PositionKind;
 // MLP_GEGLU:  down(gelu_tanh(gate(x)) * up(x))       (Gemma, "gelu_pytorch_tanh")
 typedef enum { MLP_GELU, MLP_SWIGLU, MLP_GEGLU } MlpKind;
 
+// How RoPE's frequencies are stretched for a longer context (rope_inverse_frequencies):
+//   ROPE_SCALING_NONE    inv_freq_i = theta^(-2i/d)
+//   ROPE_SCALING_LINEAR  inv_freq_i / factor (positions interpolated; transformers' "linear")
+//   ROPE_SCALING_LLAMA3  Llama 3.1/3.2's: wavelengths above original_max_positions /
+//                        low_freq_factor divided by factor, below original_max_positions /
+//                        high_freq_factor kept, a smooth blend between (transformers'
+//                        "llama3"; llama.cpp stores the same as a rope_freqs tensor)
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3 } RopeScalingKind;
+
 typedef enum {
     FAMILY_GPT2,
     FAMILY_LLAMA, // also SmolLM2, TinyLlama
@@ -40,6 +49,11 @@ typedef struct {
 
     PositionKind positions;
     float rope_theta;
+    RopeScalingKind rope_scaling;
+    float rope_factor;                // LINEAR, LLAMA3
+    float rope_low_freq_factor;       // LLAMA3
+    float rope_high_freq_factor;      // LLAMA3
+    int rope_original_max_positions;  // LLAMA3: the context the model was pretrained on
 
     MlpKind mlp;
 
@@ -64,6 +78,13 @@ int config_finish(ModelConfig *cfg, const char *source);
 // "gpt2" -> FAMILY_GPT2 ...; returns -1 for an unknown model_type.
 int config_family_from_name(const char *model_type, ModelFamily *family);
 const char *config_family_name(ModelFamily family);
+
+// RoPE's inverse frequencies, head_dim / 2 of them, in float32 as transformers computes
+// them (so that long positions round the same way): theta^(-2i/d) with cfg->rope_scaling.
+void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq);
+// llama.cpp's per-dimension divisors of the plain frequencies (its rope_freqs tensor):
+// plain / scaled, 1 where the scaling keeps a frequency.
+void rope_frequency_factors(const ModelConfig *cfg, float *factors);
 
 // Number of parameters of the transformer (without value head).
 long long config_num_params(const ModelConfig *cfg);

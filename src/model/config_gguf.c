@@ -1,9 +1,12 @@
 #include "model/config_gguf.h"
 
 #include <limits.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
+#include "io/gguf_dequant.h"
 
 // "<arch>.<suffix>", the way llama.cpp names per-architecture keys.
 static void arch_key(char *key, size_t size, const char *arch, const char *suffix) {
@@ -61,6 +64,59 @@ static int read_norm_eps(const GgufFile *f, const char *arch, float *out) {
     return err_set("GGUF metadata key '%s' (or '%s') is missing (%s)", rms_key, ln_key, f->path);
 }
 
+// RoPE scaling as llama.cpp stores it: "<arch>.rope.scaling.type" linear with its factor,
+// or (Llama 3.1/3.2) a rope_freqs.weight tensor of per-dimension divisors, which no key
+// describes. Those divisors are recognised as Llama 3's scaling with Meta's settings (low
+// and high frequency factors 1 and 4, an original context of 8192 or the file's
+// rope.scaling.original_context_length) so that the model saves as a transformers config;
+// other divisors are refused rather than run as plain RoPE.
+static int read_rope_scaling(const GgufFile *f, const char *arch, ModelConfig *cfg, const char *path) {
+    char key[128];
+    arch_key(key, sizeof key, arch, "rope.scaling.type");
+    if (gguf_find(f, key)) {
+        char *type;
+        if (gguf_get_string(f, key, &type) < 0) return -1;
+        int rc = 0;
+        if (!strcmp(type, "linear")) {
+            cfg->rope_scaling = ROPE_SCALING_LINEAR;
+            arch_key(key, sizeof key, arch, "rope.scaling.factor");
+            rc = gguf_get_f32(f, key, &cfg->rope_factor);
+        } else if (strcmp(type, "none") != 0) {
+            rc = err_set("unsupported RoPE scaling '%.32s' in GGUF key %s.rope.scaling.type: plain RoPE, linear and "
+                         "Llama 3's are implemented (%s)", type, arch, path);
+        }
+        free(type);
+        if (rc != 0) return -1;
+    }
+    const GgufTensor *tensor = gguf_find_tensor(f, "rope_freqs.weight");
+    if (!tensor) return 0;
+    const int half = cfg->head_dim / 2;
+    if (cfg->rope_scaling != ROPE_SCALING_NONE || tensor->n_elements != half)
+        return err_set("GGUF tensor rope_freqs.weight has %lld values for head_dim %d, or comes with another RoPE "
+                       "scaling (%s)", (long long)tensor->n_elements, cfg->head_dim, path);
+    float *stored = xmalloc((size_t)half * sizeof(float)), *expected = xmalloc((size_t)half * sizeof(float));
+    int rc = gguf_tensor_to_f32(f, tensor, stored);
+    float factor = 1.0f;
+    for (int i = 0; rc == 0 && i < half; i++) factor = fmaxf(factor, stored[i]);
+    int original = 8192;
+    arch_key(key, sizeof key, arch, "rope.scaling.original_context_length");
+    if (rc == 0 && gguf_find(f, key)) rc = get_int(f, key, &original);
+    if (rc == 0) {
+        cfg->rope_scaling = ROPE_SCALING_LLAMA3;
+        cfg->rope_factor = factor, cfg->rope_low_freq_factor = 1.0f, cfg->rope_high_freq_factor = 4.0f;
+        cfg->rope_original_max_positions = original;
+        rope_frequency_factors(cfg, expected);
+        double worst = 0;
+        for (int i = 0; i < half; i++) worst = fmax(worst, fabs((double)stored[i] - expected[i]) / expected[i]);
+        if (!(worst <= 1e-4))
+            rc = err_set("GGUF tensor rope_freqs.weight is not Llama 3's RoPE scaling (factor %g, low and high "
+                         "frequency factors 1 and 4, original context %d; off by %.3g): unsupported (%s)",
+                         (double)factor, original, worst, path);
+    }
+    free(stored), free(expected);
+    return rc;
+}
+
 int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     memset(cfg, 0, sizeof *cfg);
     char *arch;
@@ -93,6 +149,8 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     // llama.cpp's converters leave out output.weight when the head shares the embedding.
     cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
     if (config_finish(cfg, path) < 0) goto done;
+    if (cfg->positions == POSITIONS_ROPE && read_rope_scaling(f, arch, cfg, path) < 0) goto done;
+    if (config_finish(cfg, path) < 0) goto done; // checks the scaling too
     // llama.cpp's Gemma converter stores RMSNorm weights as (1 + weight). The config keeps
     // Hugging Face's convention (scale by 1 + w); model/weights_io.c subtracts the 1 when it
     // loads those tensors, so a converted model matches transformers.

@@ -122,8 +122,18 @@ static int token_id(const Json *json, const char *field, int *out) {
     return int_value(json, field, value, out);
 }
 
-// Checks one RoPE dict ("rope_scaling" or "rope_parameters"); takes its rope_theta.
-static int check_rope_dict(const Json *json, const char *field, float *theta, bool *has_theta) {
+// A number of a RoPE dict, "<field>.<key>" in errors; required.
+static int rope_number(const Json *json, json_t *dict, const char *field, const char *key, float *out) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", field, key);
+    json_t *value = json_object_get(dict, key);
+    if (!value || json_is_null(value)) return err_set("config.json has no field '%s' (%s)", name, json->path);
+    return number_value(json, name, value, out);
+}
+
+// Reads one RoPE dict ("rope_scaling" or "rope_parameters"): its scaling into cfg, and its
+// rope_theta.
+static int check_rope_dict(const Json *json, const char *field, ModelConfig *cfg, float *theta, bool *has_theta) {
     json_t *dict = field_value(json, field);
     if (!dict) return 0;
     if (!json_is_object(dict))
@@ -133,10 +143,23 @@ static int check_rope_dict(const Json *json, const char *field, float *theta, bo
     const char *type_name = json_is_string(type) ? json_string_value(type) : "default";
     if (type && !json_is_string(type) && !json_is_null(type))
         return err_set("config.json field '%s' has a rope_type that is not a string (%s)", field, json->path);
-    if (strcmp(type_name, "default") != 0)
-        return err_set("unsupported rope_scaling: config.json field '%s' has rope_type '%s'; only plain RoPE is "
-                       "implemented (%s)",
+    if (!strcmp(type_name, "linear")) {
+        cfg->rope_scaling = ROPE_SCALING_LINEAR;
+        if (rope_number(json, dict, field, "factor", &cfg->rope_factor) != 0) return -1;
+    } else if (!strcmp(type_name, "llama3")) {
+        cfg->rope_scaling = ROPE_SCALING_LLAMA3;
+        float original = 0;
+        if (rope_number(json, dict, field, "factor", &cfg->rope_factor) != 0 ||
+            rope_number(json, dict, field, "low_freq_factor", &cfg->rope_low_freq_factor) != 0 ||
+            rope_number(json, dict, field, "high_freq_factor", &cfg->rope_high_freq_factor) != 0 ||
+            rope_number(json, dict, field, "original_max_position_embeddings", &original) != 0)
+            return -1;
+        cfg->rope_original_max_positions = (int)original;
+    } else if (strcmp(type_name, "default") != 0) {
+        return err_set("unsupported rope_scaling: config.json field '%s' has rope_type '%s'; plain RoPE, linear and "
+                       "llama3 scaling are implemented (%s)",
                        field, type_name, json->path);
+    }
     const char *key;
     json_t *value;
     json_object_foreach(dict, key, value) {
@@ -161,8 +184,8 @@ static int check_rope_dict(const Json *json, const char *field, float *theta, bo
 static int read_rope(const Json *json, ModelConfig *cfg) {
     float theta = 0;
     bool has_theta = false;
-    if (check_rope_dict(json, "rope_scaling", &theta, &has_theta) != 0) return -1;
-    if (check_rope_dict(json, "rope_parameters", &theta, &has_theta) != 0) return -1;
+    if (check_rope_dict(json, "rope_scaling", cfg, &theta, &has_theta) != 0) return -1;
+    if (check_rope_dict(json, "rope_parameters", cfg, &theta, &has_theta) != 0) return -1;
     json_t *factor = field_value(json, "partial_rotary_factor");
     if (factor && !(json_is_number(factor) && json_number_value(factor) == 1.0))
         return err_set("unsupported rope_scaling: config.json field 'partial_rotary_factor' is not 1 (%s)",
@@ -390,11 +413,30 @@ static int check_expressible(const ModelConfig *cfg, const char *path) {
     return 0;
 }
 
+// The RoPE settings the 4.x way (rope_theta, rope_scaling) and the 5.x way
+// (rope_parameters), so that either version of transformers reads them.
+static json_t *rope_dict(const ModelConfig *cfg, bool with_theta) {
+    json_t *dict = json_object();
+    if (cfg->rope_scaling == ROPE_SCALING_NONE) {
+        json_object_set_new(dict, "rope_type", json_string("default"));
+    } else if (cfg->rope_scaling == ROPE_SCALING_LINEAR) {
+        json_object_set_new(dict, "rope_type", json_string("linear"));
+        json_object_set_new(dict, "factor", json_float(cfg->rope_factor));
+    } else {
+        json_object_set_new(dict, "rope_type", json_string("llama3"));
+        json_object_set_new(dict, "factor", json_float(cfg->rope_factor));
+        json_object_set_new(dict, "low_freq_factor", json_float(cfg->rope_low_freq_factor));
+        json_object_set_new(dict, "high_freq_factor", json_float(cfg->rope_high_freq_factor));
+        json_object_set_new(dict, "original_max_position_embeddings", json_integer(cfg->rope_original_max_positions));
+    }
+    if (with_theta) json_object_set_new(dict, "rope_theta", json_float(cfg->rope_theta));
+    return dict;
+}
+
 static void add_rope_fields(json_t *root, const ModelConfig *cfg) {
     json_object_set_new(root, "rope_theta", json_float(cfg->rope_theta));
-    json_object_set_new(root, "rope_scaling", json_null());
-    json_object_set_new(root, "rope_parameters",
-                        json_pack("{s:s, s:o}", "rope_type", "default", "rope_theta", json_float(cfg->rope_theta)));
+    json_object_set_new(root, "rope_scaling", cfg->rope_scaling == ROPE_SCALING_NONE ? json_null() : rope_dict(cfg, false));
+    json_object_set_new(root, "rope_parameters", rope_dict(cfg, true));
 }
 
 int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *architecture) {

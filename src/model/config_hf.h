@@ -21,9 +21,11 @@
 //    transformers maps to the tanh approximation; a non-null "hidden_activation"
 //    (transformers 4.x) takes precedence and must be a tanh form.
 //  - RoPE: rope_theta is read from "rope_parameters" (transformers 5.x), else from
-//    the top level (4.x). Only plain RoPE is implemented: "rope_scaling" and
-//    "rope_parameters" must be absent, null, or of rope_type "default"; anything else
-//    is "unsupported rope_scaling". partial_rotary_factor must be absent or 1.
+//    the top level (4.x). "rope_scaling" / "rope_parameters" may be absent, null, or
+//    of rope_type "default", "linear" (factor) or "llama3" (factor, low_freq_factor,
+//    high_freq_factor, original_max_position_embeddings: Llama 3.1/3.2); anything else
+//    (yarn, dynamic, longrope...) is "unsupported rope_scaling". partial_rotary_factor
+//    must be absent or 1.
 //  - attention_bias (llama, gemma) turns on the q/k/v and output biases; qwen2
 //    always has q/k/v biases; llama's mlp_bias = true is refused (not implemented).
 //  - Sliding-window attention (mistral "sliding_window", default 4096 as in

@@ -96,6 +96,7 @@ typedef struct Model {
 
     ParamTable table;
     float *params; // table.total floats, backend memory
+    float *rope_inv_freq; // RoPE models: head_dim / 2 frequencies (config.h), backend memory
     ModelTensors weights;
     float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
     ModelTensors gradients;

@@ -25,6 +25,14 @@ void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, boo
     param_table_build(&model->table, cfg, with_lm_head, with_value_head);
     model->params = ops->alloc((size_t)model->table.total * sizeof(float));
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
+    if (cfg->positions == POSITIONS_ROPE) {
+        const size_t size = (size_t)(cfg->head_dim / 2) * sizeof(float);
+        float *inv_freq = xmalloc(size);
+        rope_inverse_frequencies(cfg, inv_freq);
+        model->rope_inv_freq = ops->alloc(size);
+        ops->copy_to_device(model->rope_inv_freq, inv_freq, size);
+        free(inv_freq);
+    }
 }
 
 static void activations_free(Model *model) {
@@ -66,6 +74,7 @@ void model_free(Model *model) {
     activations_free(model);
     model_quantized_free(model);
     model->ops->free(model->params);
+    if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
     if (model->grads) model->ops->free(model->grads);
     param_views_free(&model->weights);
     param_views_free(&model->gradients);
@@ -243,10 +252,8 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
-        ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
-                          cfg->rope_theta);
-        ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
-                          cfg->rope_theta);
+        ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
+        ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
     }
     if (target) {
         const KvCache *cache = target->cache;
@@ -635,10 +642,8 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim);
     if (cfg->positions == POSITIONS_ROPE) {
-        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim,
-                           cfg->rope_theta);
-        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim,
-                           cfg->rope_theta);
+        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
+        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
     }
     ops->fill_zero(a->d_norm_out, N * C);
     ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, a->dq, la->attn_norm_out, w->q_w,

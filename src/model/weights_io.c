@@ -489,6 +489,16 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
     if (cfg->positions == POSITIONS_ROPE) {
         gguf_writer_add_f32(w, ARCH_KEY("rope.freq_base"), cfg->rope_theta);
         gguf_writer_add_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)cfg->head_dim);
+        // llama.cpp's own keys for linear scaling; Llama 3's goes in the rope_freqs tensor.
+        if (cfg->rope_scaling == ROPE_SCALING_LINEAR) {
+            gguf_writer_add_string(w, ARCH_KEY("rope.scaling.type"), "linear");
+            gguf_writer_add_f32(w, ARCH_KEY("rope.scaling.factor"), cfg->rope_factor);
+        } else if (cfg->rope_scaling == ROPE_SCALING_LLAMA3) {
+            // Which context the rope_freqs divisors were made for (llama.cpp reads it for
+            // YaRN only; model/config_gguf.c reads it back).
+            gguf_writer_add_u32(w, ARCH_KEY("rope.scaling.original_context_length"),
+                                (uint32_t)cfg->rope_original_max_positions);
+        }
     }
 #undef ARCH_KEY
 }
@@ -540,6 +550,13 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
         if (slot >= 0) pending[slot].values = NULL;
     }
     for (int k = 0; k < 4; k++) free(pending[k].values);
+    if (rc == 0 && cfg->rope_scaling == ROPE_SCALING_LLAMA3) { // as llama.cpp's converter writes it
+        float *factors = xmalloc((size_t)(cfg->head_dim / 2) * sizeof(float));
+        rope_frequency_factors(cfg, factors);
+        const int64_t ne[1] = {cfg->head_dim / 2};
+        gguf_writer_add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, factors);
+        free(factors);
+    }
     if (rc == 0) rc = gguf_writer_write(w, path);
     gguf_writer_free(w);
     free(params);

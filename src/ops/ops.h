@@ -90,12 +90,14 @@ typedef struct OpsBackend {
                             const float *inp, const float *weight, int N, int IC, int OC);
 
     // ---- rotary positions (Hugging Face "rotate half" convention) ----
-    // x is [N, n_heads * head_dim]; rotated in place by the angle of positions[i].
+    // x is [N, n_heads * head_dim]; pair i of each head rotated in place by the angle
+    // positions[row] * inv_freq[i] (head_dim / 2 frequencies in backend memory: the model's
+    // table, model/config.h rope_inverse_frequencies).
     void (*rope_forward)(float *x, const int *positions, int N, int n_heads, int head_dim,
-                         float theta);
+                         const float *inv_freq);
     // The backward of a rotation is the inverse rotation, applied in place to dx.
     void (*rope_backward)(float *dx, const int *positions, int N, int n_heads, int head_dim,
-                          float theta);
+                          const float *inv_freq);
 
     // ---- attention (causal, padding-aware, GQA) ----
     // q: [B*T, n_heads*hd]; k, v: [B*T, n_kv_heads*hd]; out: [B*T, n_heads*hd].

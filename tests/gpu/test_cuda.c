@@ -197,15 +197,22 @@ static void test_rope(void) {
     float *x = random_host((long)N * H * D, 1);
     float *d_x = gpu_floats(x, (long)N * H * D);
     int *d_pos = gpu_ints(positions, N);
-    cpu->rope_forward(x, positions, N, H, D, 10000.0f);
-    gpu->rope_forward(d_x, d_pos, N, H, D, 10000.0f);
+    // Llama 3's scaled frequencies: every branch of the table (kept, divided, blended).
+    ModelConfig cfg = {.head_dim = D, .rope_theta = 10000.0f, .rope_scaling = ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
+                       .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                       .rope_original_max_positions = 256};
+    float inv_freq[32];
+    rope_inverse_frequencies(&cfg, inv_freq);
+    float *d_inv_freq = gpu_floats(inv_freq, D / 2);
+    cpu->rope_forward(x, positions, N, H, D, inv_freq);
+    gpu->rope_forward(d_x, d_pos, N, H, D, d_inv_freq);
     expect_match("rope_forward", d_x, x, (long)N * H * D, TOL_FP32);
     float *dx = random_host((long)N * H * D, 1);
     float *d_dx = gpu_floats(dx, (long)N * H * D);
-    cpu->rope_backward(dx, positions, N, H, D, 10000.0f);
-    gpu->rope_backward(d_dx, d_pos, N, H, D, 10000.0f);
+    cpu->rope_backward(dx, positions, N, H, D, inv_freq);
+    gpu->rope_backward(d_dx, d_pos, N, H, D, d_inv_freq);
     expect_match("rope_backward", d_dx, dx, (long)N * H * D, TOL_FP32);
-    gpu->free(d_pos);
+    gpu->free(d_pos), gpu->free(d_inv_freq);
     free(x), free(dx);
 }
 

@@ -38,9 +38,9 @@ void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float 
                          const float *inp, const float *weight, int N, int IC, int OC);
 
 void cpu_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
-                      float theta);
+                      const float *inv_freq);
 void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
-                       float theta);
+                       const float *inv_freq);
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,

@@ -1,17 +1,15 @@
 // Rotary position embedding in the Hugging Face "rotate half" layout: dimension i of a
-// head pairs with dimension i + head_dim/2. Angles are computed in float32 exactly as
-// transformers computes them (inv_freq = 1 / theta^(2i/d), angle = position * inv_freq),
-// so that long positions round the same way.
+// head pairs with dimension i + head_dim/2, rotated by position * inv_freq[i]. The
+// frequencies come from the model (model/config.c rope_inverse_frequencies, float32 as
+// transformers computes them, with the config's RoPE scaling), so long positions round the
+// same way as in transformers.
 #include <math.h>
 
 #include "ops/cpu/ops_cpu.h"
 
 static void rope_rotate(float *x, const int *positions, int N, int n_heads, int head_dim,
-                        float theta, float direction) {
+                        const float *inv_freq, float direction) {
     int half = head_dim / 2;
-    float inv_freq[half];
-    for (int i = 0; i < half; i++)
-        inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < N; row++) {
         float position = (float)positions[row];
@@ -29,11 +27,11 @@ static void rope_rotate(float *x, const int *positions, int N, int n_heads, int 
 }
 
 void cpu_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
-                      float theta) {
-    rope_rotate(x, positions, N, n_heads, head_dim, theta, 1.0f);
+                      const float *inv_freq) {
+    rope_rotate(x, positions, N, n_heads, head_dim, inv_freq, 1.0f);
 }
 
 void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
-                       float theta) {
-    rope_rotate(dx, positions, N, n_heads, head_dim, theta, -1.0f);
+                       const float *inv_freq) {
+    rope_rotate(dx, positions, N, n_heads, head_dim, inv_freq, -1.0f);
 }

@@ -159,9 +159,9 @@ void cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
 
 // ---- rope.cu ----
 void cuda_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
-                       float theta);
+                       const float *inv_freq);
 void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
-                        float theta);
+                        const float *inv_freq);
 
 // ---- attention.cu ----
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
