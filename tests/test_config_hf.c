@@ -58,6 +58,7 @@ static void expect_same_config(const ModelConfig *a, const ModelConfig *b, const
     SAME(o_bias);
     SAME(mlp_bias);
     SAME(norm_bias);
+    SAME(qk_norm);
     SAME(tie_word_embeddings);
     SAME(embedding_multiplier);
     SAME(bos_token_id);
@@ -307,6 +308,20 @@ static void test_write_roundtrip(void) {
         EXPECT(strcmp(json_string_value(json_object_get(root, "dtype")), "float32") == 0, "dtype");
         EXPECT(json_object_get(root, "num_labels") == NULL, "no num_labels for a causal LM");
         json_decref(root);
+    }
+    // Qwen3 (q/k norms, no biases; with attention_bias, biases on q/k/v and o): the file
+    // transformers wrote for the tiny model, and round trips.
+    ModelConfig qwen3;
+    EXPECT(config_from_hf_json(&qwen3, "tests/fixtures/models/qwen3") == 0, "%s", err_msg());
+    EXPECT(qwen3.family == FAMILY_QWEN3 && qwen3.qk_norm && !qwen3.qkv_bias && !qwen3.o_bias && qwen3.head_dim == 24,
+           "qwen3 read as family %d qk_norm %d head_dim %d", (int)qwen3.family, qwen3.qk_norm, qwen3.head_dim);
+    for (int biased = 0; biased < 2; biased++) {
+        ModelConfig back;
+        qwen3.qkv_bias = qwen3.o_bias = biased;
+        const char *qwen3_path = tmp_path(biased ? "written_qwen3_bias.json" : "written_qwen3.json");
+        EXPECT(config_write_hf_json(&qwen3, qwen3_path, "Qwen3ForCausalLM") == 0, "%s", err_msg());
+        EXPECT(config_from_hf_json(&back, qwen3_path) == 0, "%s", err_msg());
+        expect_same_config(&back, &qwen3, qwen3_path);
     }
     // RoPE scaling, linear and Llama 3's, survives the round trip.
     for (int kind = 0; kind < 2; kind++) {

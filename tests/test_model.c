@@ -33,7 +33,7 @@
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
-static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "gemma"};
+static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma"};
 
 typedef struct {
     char dir[256], reference[300];

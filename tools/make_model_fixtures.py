@@ -49,7 +49,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import transformers
 from transformers import (AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
-                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config, Qwen3ForCausalLM,
                           Qwen2ForCausalLM, get_cosine_schedule_with_warmup)
 
 B, T = 3, 16
@@ -87,6 +87,11 @@ def model_specs():
             **COMMON)),
         "qwen2": (4, Qwen2ForCausalLM, Qwen2Config(
             **LLAMA_SIZES, num_key_value_heads=2, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            **COMMON)),
+        # Qwen3: RMSNorm of each head's q and k before RoPE; head_dim 24, so q is wider
+        # (96) than the hidden size (64), as in Qwen3's own shapes.
+        "qwen3": (7, Qwen3ForCausalLM, Qwen3Config(
+            **LLAMA_SIZES, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6, tie_word_embeddings=False,
             **COMMON)),
         "gemma": (5, GemmaForCausalLM, GemmaConfig(
             **LLAMA_SIZES, num_key_value_heads=2, head_dim=32,

@@ -10,7 +10,7 @@ static const struct {
     ModelFamily family;
 } family_names[] = {
     {"gpt2", FAMILY_GPT2},     {"llama", FAMILY_LLAMA}, {"mistral", FAMILY_MISTRAL},
-    {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA},
+    {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA}, {"qwen3", FAMILY_QWEN3},
 };
 
 int config_family_from_name(const char *model_type, ModelFamily *family) {
@@ -44,6 +44,7 @@ int config_finish(ModelConfig *cfg, const char *source) {
     case FAMILY_LLAMA:
     case FAMILY_MISTRAL:
     case FAMILY_QWEN2:
+    case FAMILY_QWEN3:
         cfg->norm = NORM_RMSNORM;
         cfg->norm_bias = false;
         cfg->norm_weight_plus_one = false;
@@ -51,6 +52,7 @@ int config_finish(ModelConfig *cfg, const char *source) {
         cfg->mlp = MLP_SWIGLU;
         cfg->qkv_bias = cfg->family == FAMILY_QWEN2;
         cfg->o_bias = cfg->mlp_bias = false;
+        cfg->qk_norm = cfg->family == FAMILY_QWEN3;
         cfg->embedding_multiplier = 1.0f;
         break;
     case FAMILY_GEMMA:

@@ -1,7 +1,7 @@
 // The shape of a decoder-only transformer, for every family marlhf runs.
 //
 // One implementation (model/transformer.c) covers GPT-2, Llama (SmolLM2, TinyLlama),
-// Mistral, Qwen2 and Gemma through the switches below. A config comes from a Hugging
+// Mistral, Qwen2, Qwen3 and Gemma through the switches below. A config comes from a Hugging
 // Face config.json (model/config_hf.c) or from GGUF metadata (model/config_gguf.c).
 #pragma once
 #include <stdbool.h>
@@ -28,11 +28,12 @@ typedef enum {
     FAMILY_MISTRAL,
     FAMILY_QWEN2,
     FAMILY_GEMMA,
+    FAMILY_QWEN3, // Qwen2's layout without q/k/v biases, with q/k norms
 } ModelFamily;
 
 typedef struct {
     ModelFamily family;
-    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma"
+    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma", "qwen3"
 
     int vocab_size;
     int hidden_size;
@@ -61,6 +62,7 @@ typedef struct {
     bool o_bias;    // GPT-2
     bool mlp_bias;  // GPT-2
     bool norm_bias; // LayerNorm has a bias (GPT-2)
+    bool qk_norm;   // Qwen3: RMSNorm over each head's query and key (weights [head_dim]) before RoPE
 
     bool tie_word_embeddings;
     float embedding_multiplier; // Gemma: sqrt(hidden_size); 1 elsewhere

@@ -122,7 +122,7 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     char *arch;
     if (gguf_get_string(f, "general.architecture", &arch) < 0) return -1;
     if (strlen(arch) > 64 || config_family_from_name(arch, &cfg->family) < 0) {
-        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, gemma or gpt2 (%s)", arch,
+        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, qwen3, gemma or gpt2 (%s)", arch,
                 path);
         free(arch);
         return -1;

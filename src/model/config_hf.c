@@ -254,7 +254,7 @@ static int read_sliding_window(const Json *json, ModelConfig *cfg) {
         json_t *value = json_object_get(json->root, "sliding_window");
         if (!value) window = 4096; // the transformers default
         else if (optional_int(json, "sliding_window", -1, &window) != 0) return -1;
-    } else if (cfg->family == FAMILY_QWEN2) {
+    } else if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) {
         bool used = false;
         if (optional_bool(json, "use_sliding_window", false, &used) != 0) return -1;
         if (used && optional_int(json, "sliding_window", -1, &window) != 0) return -1;
@@ -312,8 +312,8 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
         if (rc == 0 && !model_type) rc = missing_field(&json, "model_type");
     }
     if (rc == 0 && config_family_from_name(model_type, &cfg->family) != 0)
-        rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2 and gemma "
-                     "(%s)",
+        rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2, qwen3 and "
+                     "gemma (%s)",
                      model_type, file_path);
     if (rc == 0) {
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", model_type);
@@ -325,7 +325,7 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
                  ? -1
                  : 0;
     bool attention_bias = false;
-    if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA))
+    if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_QWEN3))
         rc = optional_bool(&json, "attention_bias", false, &attention_bias);
     // config_finish sets the family's default switches; the file's own come after.
     if (rc == 0) rc = config_finish(cfg, file_path);
@@ -347,6 +347,7 @@ static const struct {
     {FAMILY_MISTRAL, "Mistral", "MistralForCausalLM"},
     {FAMILY_QWEN2, "Qwen2", "Qwen2ForCausalLM"},
     {FAMILY_GEMMA, "Gemma", "GemmaForCausalLM"},
+    {FAMILY_QWEN3, "Qwen3", "Qwen3ForCausalLM"},
 };
 
 static int family_index(ModelFamily family) {
@@ -364,7 +365,7 @@ const char *config_hf_sequence_classification_architecture(ModelFamily family) {
     static const char *const names[] = {
         [FAMILY_GPT2] = "GPT2ForSequenceClassification",     [FAMILY_LLAMA] = "LlamaForSequenceClassification",
         [FAMILY_MISTRAL] = "MistralForSequenceClassification", [FAMILY_QWEN2] = "Qwen2ForSequenceClassification",
-        [FAMILY_GEMMA] = "GemmaForSequenceClassification",
+        [FAMILY_GEMMA] = "GemmaForSequenceClassification",     [FAMILY_QWEN3] = "Qwen3ForSequenceClassification",
     };
     CHECK((unsigned)family < sizeof names / sizeof names[0] && names[family], "unknown family %d", (int)family);
     return names[family];
@@ -405,6 +406,10 @@ static int check_expressible(const ModelConfig *cfg, const char *path) {
         break;
     case FAMILY_QWEN2:
         if (!cfg->qkv_bias || cfg->o_bias || cfg->mlp_bias) problem = "biases other than on q/k/v";
+        break;
+    case FAMILY_QWEN3:
+        if (cfg->qkv_bias != cfg->o_bias) problem = "q/k/v biases without an output bias (or the reverse)";
+        else if (cfg->mlp_bias) problem = "MLP biases";
         break;
     }
     if (problem)
@@ -474,12 +479,13 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
         add_rope_fields(root, cfg);
         json_object_set_new(root, "hidden_act",
                             json_string(cfg->family == FAMILY_GEMMA ? "gelu_pytorch_tanh" : "silu"));
-        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA)
+        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "attention_bias", json_boolean(cfg->qkv_bias));
         if (cfg->family == FAMILY_LLAMA) json_object_set_new(root, "mlp_bias", json_false());
-        if (cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_QWEN2)
+        if (cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "sliding_window", json_null());
-        if (cfg->family == FAMILY_QWEN2) json_object_set_new(root, "use_sliding_window", json_false());
+        if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3)
+            json_object_set_new(root, "use_sliding_window", json_false());
     }
     json_object_set_new(root, "tie_word_embeddings", json_boolean(cfg->tie_word_embeddings));
     json_object_set_new(root, "bos_token_id", json_token(cfg->bos_token_id));

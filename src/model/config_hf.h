@@ -1,6 +1,6 @@
 // Hugging Face config.json <-> ModelConfig.
 //
-// Reads the config.json of GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2 and
+// Reads the config.json of GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3 and
 // Gemma checkpoints, as transformers 4.x and 5.x write them, and writes config.json
 // files that transformers loads into the same model.
 //
@@ -11,7 +11,7 @@
 //    which the kernels do not implement); scale_attn_weights must be true and
 //    scale_attn_by_inverse_layer_idx false (other attention scalings are not
 //    implemented); tie_word_embeddings defaults to true.
-//  - llama, mistral, qwen2, gemma: hidden_size, num_hidden_layers,
+//  - llama, mistral, qwen2, qwen3, gemma: hidden_size, num_hidden_layers,
 //    num_attention_heads, intermediate_size, max_position_embeddings, vocab_size are
 //    required; num_key_value_heads defaults to the head count, head_dim to
 //    hidden_size / heads, rms_norm_eps to 1e-6, rope_theta to 10000.
@@ -26,7 +26,7 @@
 //    high_freq_factor, original_max_position_embeddings: Llama 3.1/3.2); anything else
 //    (yarn, dynamic, longrope...) is "unsupported rope_scaling". partial_rotary_factor
 //    must be absent or 1.
-//  - attention_bias (llama, gemma) turns on the q/k/v and output biases; qwen2
+//  - attention_bias (llama, gemma, qwen3) turns on the q/k/v and output biases; qwen2
 //    always has q/k/v biases; llama's mlp_bias = true is refused (not implemented).
 //  - Sliding-window attention (mistral "sliding_window", default 4096 as in
 //    transformers; qwen2 only when "use_sliding_window" is true) is not implemented.

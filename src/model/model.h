@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
     float *attn_norm_out, *attn_norm_mean, *attn_norm_rstd;
     float *q, *k, *v; // after the rotary embedding
+    float *q_raw, *k_raw, *q_norm_rstd, *k_norm_rstd; // qk_norm: projections before the norm, its 1/rms per head
     float *attention_saved; // the attention backward's saved state (ops.h)
     float *att_out;   // attention output before o_proj
     float *x_mid;     // residual stream after the attention block
@@ -65,6 +66,7 @@ typedef struct {
     // backward scratch
     float *d_resid, *d_norm_out, *d_hidden;
     float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
+    float *dq_raw, *dk_raw; // qk_norm: gradients of the projections before the q/k norms
     float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
 } Activations;
 

@@ -61,6 +61,8 @@ void param_table_build(ParamTable *table, const ModelConfig *cfg, bool with_lm_h
         if (cfg->qkv_bias) ADD("self_attn.k_proj.bias", k_b, kv_dim, 0);
         ADD("self_attn.v_proj.weight", v_w, kv_dim, C);
         if (cfg->qkv_bias) ADD("self_attn.v_proj.bias", v_b, kv_dim, 0);
+        if (cfg->qk_norm) ADD("self_attn.q_norm.weight", q_norm_w, cfg->head_dim, 0);
+        if (cfg->qk_norm) ADD("self_attn.k_norm.weight", k_norm_w, cfg->head_dim, 0);
         ADD("self_attn.o_proj.weight", o_w, C, q_dim);
         if (cfg->o_bias) ADD("self_attn.o_proj.bias", o_b, C, 0);
         ADD("post_attention_layernorm.weight", mlp_norm_w, C, 0);

@@ -19,6 +19,7 @@ typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LO
 typedef struct {
     float *attn_norm_w, *attn_norm_b;
     float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+    float *q_norm_w, *k_norm_w; // Qwen3's per-head q/k RMSNorm weights [head_dim]
     float *mlp_norm_w, *mlp_norm_b;
     float *gate_w; // gated MLPs only
     float *up_w, *up_b, *down_w, *down_b;

@@ -103,6 +103,8 @@ static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, con
         {"self_attn.q_proj.bias", "attn_q.bias"},
         {"self_attn.k_proj.bias", "attn_k.bias"},
         {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
         {"self_attn.o_proj.weight", "attn_output.weight"},
         {"self_attn.o_proj.bias", "attn_output.bias"},
         {"post_attention_layernorm.weight", "ffn_norm.weight"},

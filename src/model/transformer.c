@@ -43,7 +43,8 @@ static void activations_free(Model *model) {
         for (int s = 0; s < sets; s++) {
             LayerActivations *la = &a->layers[s];
             float *buffers[] = {la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd,
-                                la->q, la->k, la->v, la->attention_saved, la->att_out, la->x_mid,
+                                la->q, la->k, la->v, la->q_raw, la->k_raw, la->q_norm_rstd, la->k_norm_rstd,
+                                la->attention_saved, la->att_out, la->x_mid,
                                 la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd,
                                 la->gate, la->up, la->act};
             for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
@@ -60,7 +61,7 @@ static void activations_free(Model *model) {
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
-                       a->d_head,     a->head_hidden,    a->d_lora_hidden};
+                       a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
@@ -146,6 +147,12 @@ void model_reserve(Model *model, int B, int T) {
         la->q = alloc_floats(ops, N * q_dim);
         la->k = alloc_floats(ops, N * kv_dim);
         la->v = alloc_floats(ops, N * kv_dim);
+        if (cfg->qk_norm) {
+            la->q_raw = alloc_floats(ops, N * q_dim);
+            la->k_raw = alloc_floats(ops, N * kv_dim);
+            la->q_norm_rstd = alloc_floats(ops, N * cfg->num_heads);
+            la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
+        }
         la->attention_saved = alloc_floats(ops, ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim));
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
@@ -176,6 +183,7 @@ void model_reserve(Model *model, int B, int T) {
         a->dk = alloc_floats(ops, N * kv_dim);
         a->dv = alloc_floats(ops, N * kv_dim);
         a->d_att_out = alloc_floats(ops, N * q_dim);
+        if (cfg->qk_norm) a->dq_raw = alloc_floats(ops, N * q_dim), a->dk_raw = alloc_floats(ops, N * kv_dim);
         a->d_act = alloc_floats(ops, N * I);
         a->d_gate = alloc_floats(ops, N * I);
         a->d_up = alloc_floats(ops, N * I);
@@ -245,10 +253,20 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
 
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
-    linear_forward(model, la->q, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim);
-    lora_forward(model, l, LORA_Q, la->q, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    linear_forward(model, la->k, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim);
-    lora_forward(model, l, LORA_K, la->k, la->attn_norm_out, la->lora_hidden[LORA_K], N);
+    // Qwen3 normalises each head's query and key (RMSNorm over head_dim, one weight for all
+    // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
+    // the backward.
+    float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
+    linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim);
+    lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
+    linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim);
+    lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], N);
+    if (cfg->qk_norm) {
+        ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
+                             cfg->norm_eps, false);
+        ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
+                             cfg->head_dim, cfg->norm_eps, false);
+    }
     linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
@@ -645,13 +663,21 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
         ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
     }
+    float *dq = a->dq, *dk = a->dk; // d loss / d the q and k projections
+    if (cfg->qk_norm) {
+        ops->fill_zero(a->dq_raw, N * q_dim);
+        ops->fill_zero(a->dk_raw, N * kv_dim);
+        ops->rmsnorm_backward(a->dq_raw, g->q_norm_w, a->dq, la->q_raw, w->q_norm_w, la->q_norm_rstd,
+                              (int)(N * cfg->num_heads), cfg->head_dim, false);
+        ops->rmsnorm_backward(a->dk_raw, g->k_norm_w, a->dk, la->k_raw, w->k_norm_w, la->k_norm_rstd,
+                              (int)(N * cfg->num_kv_heads), cfg->head_dim, false);
+        dq = a->dq_raw, dk = a->dk_raw;
+    }
     ops->fill_zero(a->d_norm_out, N * C);
-    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, a->dq, la->attn_norm_out, w->q_w,
-                         (int)N, C, q_dim);
-    lora_backward(model, l, LORA_Q, a->d_norm_out, a->dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, a->dk, la->attn_norm_out, w->k_w,
-                         (int)N, C, kv_dim);
-    lora_backward(model, l, LORA_K, a->d_norm_out, a->dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
+    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, dq, la->attn_norm_out, w->q_w, (int)N, C, q_dim);
+    lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
+    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, dk, la->attn_norm_out, w->k_w, (int)N, C, kv_dim);
+    lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
     ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b, a->dv, la->attn_norm_out, w->v_w,
                          (int)N, C, kv_dim);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);

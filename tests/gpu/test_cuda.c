@@ -512,7 +512,7 @@ static void test_adamw(void) {
 // ---------------------------------------------------------------------------------------
 // Whole models
 
-static const char *fixture_models[] = {"gpt2", "llama", "llama_tied", "qwen2", "gemma", "random-hd64"};
+static const char *fixture_models[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma", "random-hd64"};
 
 // A Llama with the head size of real models (64), GQA, random weights.
 static void random_llama_pair(Model *on_cpu, Model *on_gpu, bool value_head) {
