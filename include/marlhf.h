@@ -165,6 +165,9 @@ typedef struct {
     // the adapters, added last: non-zero scales them by lora_alpha / sqrt(lora_rank) (rsLoRA,
     // PEFT's use_rslora) instead of lora_alpha / lora_rank
     int lora_rslora;
+    // DPO, added last: LD-DPO's weight of the longer response's tokens past the shorter
+    // one's length, in (0, 1] (0: plain DPO, as 1)
+    double ld_alpha;
 } marlhf_trainer_params;
 
 typedef struct {

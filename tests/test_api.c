@@ -714,6 +714,8 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.loss = "exo", "label_smoothing");
     BAD((p.loss = "discopop", p.discopop_tau = -1), "discopop_tau");
     BAD(p.f_divergence = "chi2", "f_divergence");
+    BAD(p.ld_alpha = 1.5, "ld_alpha");
+    BAD((p.ld_alpha = 0.5, p.sft_weight = 0.5), "ld_alpha");
     BAD((p.loss = "nca", p.f_divergence = "js"), "f-divergence");
     BAD(p.sft_weight = -1, "sft_weight");
     BAD(p.lora_rank = 0, "lora_rank");

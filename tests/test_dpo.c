@@ -18,6 +18,7 @@ typedef struct {
     SafetensorsSet *set;
     TokenizedExamples rows;
     float ref_logps[6], policy_logps[6];
+    float ref_logps_ld[6]; // the reference's LD-DPO sums (ld_alpha 0.5)
 } DpoFixture;
 
 static void fixture_open(DpoFixture *f) {
@@ -40,14 +41,17 @@ static void fixture_open(DpoFixture *f) {
     }
     float *ref = fixture_floats(f->set, FIXTURE, "ref_logps", NULL), *policy = fixture_floats(f->set, FIXTURE, "policy_logps", NULL);
     memcpy(f->ref_logps, ref, sizeof f->ref_logps), memcpy(f->policy_logps, policy, sizeof f->policy_logps);
-    free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy);
+    float *ref_ld = fixture_floats(f->set, FIXTURE, "ref_logps_ld", NULL);
+    memcpy(f->ref_logps_ld, ref_ld, sizeof f->ref_logps_ld);
+    free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy), free(ref_ld);
 }
 
 static void make_task(DpoTask *task, const DpoFixture *f, const DpoLossOptions *options) {
     TokenizedExamples train = fixture_copy_rows(&f->rows), eval = {0};
     memset(task, 0, sizeof *task);
     CHECK(dpo_task_from_rows(task, &train, &eval, 0, options) == 0, "%s", err_msg());
-    for (int r = 0; r < 6; r++) task->train_reference[r] = f->ref_logps[r];
+    const bool ld = options->ld_alpha > 0 && options->ld_alpha != 1.0;
+    for (int r = 0; r < 6; r++) task->train_reference[r] = ld ? f->ref_logps_ld[r] : f->ref_logps[r];
 }
 
 static void test_response_logps_match_pytorch(void) {
@@ -74,7 +78,8 @@ static void test_losses_and_gradients_match_pytorch(void) {
         {"hinge", {.loss = DPO_LOSS_HINGE, .beta = 0.5}, false},
         {"simpo", {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, true},
         {"rpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .sft_weight = 0.5}, true},
-        {"orpo", {.loss = DPO_LOSS_ORPO, .beta = 1.0}, true}};
+        {"orpo", {.loss = DPO_LOSS_ORPO, .beta = 1.0}, true},
+        {"ld", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .ld_alpha = 0.5}, true}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         Model model;
         fixture_load_policy(&model);
@@ -118,23 +123,34 @@ static void test_losses_and_gradients_match_pytorch(void) {
 
 // With the model as its own reference, the first step sees h = 0: loss log 2, no margin,
 // and the implicit rewards are all zero.
+// With LD-DPO too: the reference's sums are weighted as the policy's (else h would not be 0).
 static void test_own_reference_starts_at_log_two(void) {
     DpoFixture f;
     fixture_open(&f);
     Model model;
     fixture_load_policy(&model);
-    DpoTask task;
-    const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
-    make_task(&task, &f, &sigmoid);
-    dpo_task_compute_reference(&task, &model);
-    for (int r = 0; r < 6; r++) EXPECT_CLOSE(task.train_reference[r], f.policy_logps[r], 1e-4, 1e-5, "reference sum");
-    TrainTask train = dpo_train_task(&task);
-    const long pairs[3] = {0, 1, 2};
-    MicroStepResult result = {0};
-    train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &result);
-    EXPECT_CLOSE(result.loss_sum / 3, log(2.0), 1e-6, 0, "loss at the reference");
-    EXPECT_CLOSE(result.metric_sums[1], 0.0, 1e-6, 0, "margin at the reference");
-    dpo_task_free(&task);
+    for (int ld = 0; ld < 2; ld++) {
+        DpoTask task;
+        const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .ld_alpha = ld ? 0.5 : 0.0};
+        make_task(&task, &f, &sigmoid);
+        dpo_task_compute_reference(&task, &model);
+        if (!ld)
+            for (int r = 0; r < 6; r++)
+                EXPECT_CLOSE(task.train_reference[r], f.policy_logps[r], 1e-4, 1e-5, "reference sum");
+        else { // pair 1's longer row (4 tokens past its partner's 3) counts those half; equal rows as they are
+            EXPECT(task.train_reference[2] > f.policy_logps[2] + 1.0, "LD reference %g vs plain %g",
+                   task.train_reference[2], f.policy_logps[2]);
+            EXPECT_CLOSE(task.train_reference[0], f.policy_logps[0], 1e-4, 1e-5, "LD reference of an equal-length pair");
+            EXPECT_CLOSE(task.train_reference[3], f.policy_logps[3], 1e-4, 1e-5, "LD reference of the shorter row");
+        }
+        TrainTask train = dpo_train_task(&task);
+        const long pairs[3] = {0, 1, 2};
+        MicroStepResult result = {0};
+        train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &result);
+        EXPECT_CLOSE(result.loss_sum / 3, log(2.0), 1e-6, 0, ld ? "LD loss at the reference" : "loss at the reference");
+        EXPECT_CLOSE(result.metric_sums[1], 0.0, 1e-6, 0, "margin at the reference");
+        dpo_task_free(&task);
+    }
     model_free(&model);
     tokenized_examples_free(&f.rows);
     safetensors_close(f.set);

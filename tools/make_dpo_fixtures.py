@@ -17,6 +17,9 @@ token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - 
     rpo      sigmoid + 0.5 x the chosen response's mean -log-prob           beta 0.1
     orpo     -mean_c - beta log sigmoid(odds(mean_c) - odds(mean_r)), odds(m) = m - log(1 - e^m),
              no reference (TRL's ORPOTrainer with its NLL per pair)          beta 1
+    ld       sigmoid on LD-DPO's sums (TRL's ld_alpha 0.5): in both rows of a pair the
+             response tokens past the shorter response's length count 0.5 times, for the
+             policy and the reference alike                                 beta 0.1
 each averaged over the pairs. The reference sums come from a perturbed copy of the model.
 
 tests/fixtures/dpo/llama.safetensors:
@@ -24,9 +27,10 @@ tests/fixtures/dpo/llama.safetensors:
     lengths         i64 [6]
     prompt_lengths  i64 [6]
     ref_logps       f32 [6]     the reference's sums (inputs of the loss)
+    ref_logps_ld    f32 [6]     the reference's LD-DPO sums (the input of "ld")
     policy_logps    f32 [6]     the fixture model's sums
     loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo, orpo
-    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo, ld
 """
 import copy
 import os
@@ -42,8 +46,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 KINDS = {"sigmoid": ("sigmoid", 0.1, 0.0), "cdpo": ("sigmoid", 0.5, 0.2), "ipo": ("ipo", 0.1, 0.0),
          "hinge": ("hinge", 0.5, 0.0), "simpo": ("simpo", 2.0, 1.0), "rpo": ("sigmoid", 0.1, 0.0),
-         "orpo": ("orpo", 1.0, 0.0)}
-GRAD_KINDS = ("cdpo", "ipo", "simpo", "rpo", "orpo")
+         "orpo": ("orpo", 1.0, 0.0), "ld": ("sigmoid", 0.1, 0.0)}
+GRAD_KINDS = ("cdpo", "ipo", "simpo", "rpo", "orpo", "ld")
+LD_ALPHA = 0.5
 RPO_WEIGHT = 0.5  # "rpo": sigmoid plus 0.5 x each pair's chosen mean negative log-likelihood
 
 
@@ -63,12 +68,18 @@ def make_pairs(g):
     return tokens, torch.tensor([len(r) for r in rows]), torch.tensor(prompt_lengths)
 
 
-def response_sums(model, tokens, lengths, prompt_lengths):
+def response_sums(model, tokens, lengths, prompt_lengths, ld_alpha=None):
     mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
     logits = model(input_ids=tokens, attention_mask=mask).logits
     logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
     slots = torch.arange(tokens.shape[1] - 1)[None, :]
     counted = (slots + 1 >= prompt_lengths[:, None]) & (slots + 1 < lengths[:, None])
+    if ld_alpha is not None:  # TRL's ld_alpha: the shared length of the pair counts fully
+        position = counted.long().cumsum(dim=1)
+        count = counted.sum(dim=1)
+        shared = torch.minimum(count[0::2], count[1::2]).repeat_interleave(2)
+        weight = torch.where(position <= shared[:, None], 1.0, ld_alpha).to(logp.dtype)
+        return (logp * weight * counted).sum(dim=1), count
     return (logp * counted).sum(dim=1), counted.sum(dim=1)
 
 
@@ -116,6 +127,9 @@ def main():
     with base.float64_everywhere():
         with torch.no_grad():
             reference, counts = response_sums(reference64, tokens, lengths, prompt_lengths)
+            reference_ld, _ = response_sums(reference64, tokens, lengths, prompt_lengths, LD_ALPHA)
+        reference_ld = reference_ld.float().double()
+        tensors["ref_logps_ld"] = reference_ld
         # The C side reads the reference sums as float32: use exactly those values here too.
         reference = reference.float().double()
         tensors["ref_logps"] = reference
@@ -123,8 +137,9 @@ def main():
         tensors["policy_logps"] = policy.detach()
         for kind in KINDS:
             model64.zero_grad(set_to_none=True)
-            policy, _ = response_sums(model64, tokens, lengths, prompt_lengths)
-            loss = dpo_loss(kind, policy, reference, counts.double())
+            ld = LD_ALPHA if kind == "ld" else None
+            policy, _ = response_sums(model64, tokens, lengths, prompt_lengths, ld)
+            loss = dpo_loss(kind, policy, reference_ld if ld else reference, counts.double())
             tensors[f"loss.{kind}"] = loss.detach().reshape(1)
             print(f"{kind}: loss {loss.item():.6f}")
             if kind in GRAD_KINDS:

@@ -346,6 +346,9 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
         return err_set("%s: label_smoothing applies to loss sigmoid, robust and exo only", f);
     if (loss->loss == DPO_LOSS_EXO && !(p->label_smoothing > 0))
         return err_set("%s: loss exo needs label_smoothing above 0", f);
+    if (!(p->ld_alpha >= 0 && p->ld_alpha <= 1)) return err_set("%s: ld_alpha must be in [0, 1], got %g", f, p->ld_alpha);
+    if (p->ld_alpha > 0 && p->ld_alpha < 1 && p->sft_weight > 0)
+        return err_set("%s: ld_alpha with sft_weight is not supported", f);
     if (p->f_divergence && f_divergence_from_name(p->f_divergence, &loss->f_divergence) != 0)
         return err_set("%s: f_divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", f, p->f_divergence);
     if (loss->f_divergence != F_DIVERGENCE_REVERSE_KL && !dpo_loss_takes_f_divergence(loss->loss))
@@ -373,6 +376,7 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     loss->simpo_gamma = p->simpo_gamma;
     loss->discopop_tau = p->discopop_tau > 0 ? p->discopop_tau : 0.05;
     loss->f_alpha = p->f_alpha;
+    loss->ld_alpha = p->ld_alpha;
     loss->sft_weight = p->sft_weight;
     out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
                                 .undesirable_weight = p->undesirable_weight};

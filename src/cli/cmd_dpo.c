@@ -15,7 +15,8 @@ int cmd_dpo(int argc, char **argv) {
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
     char *divergence_name = "reverse-kl";
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
-    Option options[59] = {
+    double ld_alpha = 1.0;
+    Option options[60] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
@@ -36,15 +37,19 @@ int cmd_dpo(int argc, char **argv) {
         {"f-divergence", "f_divergence_type", OPT_STRING, &divergence_name,
          "the divergence to the reference: reverse-kl (DPO) | forward-kl | js | alpha (f-DPO)", false, false},
         {"f-alpha", "f_alpha_divergence_coef", OPT_FLOAT, &f_alpha, "--f-divergence alpha: its alpha", false, false},
+        {"ld-alpha", "ld_alpha", OPT_FLOAT, &ld_alpha,
+         "LD-DPO: the weight of the longer response's tokens past the shorter one's length, in (0, 1] (1: plain DPO)",
+         false, false},
         {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
     };
-    int count = 11 + trainer_cli_options(&c, options + 11);
+    int count = 12 + trainer_cli_options(&c, options + 12);
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, SimPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
-                           .discopop_tau = discopop_tau, .f_alpha = f_alpha, .sft_weight = sft_weight};
+                           .discopop_tau = discopop_tau, .f_alpha = f_alpha, .ld_alpha = ld_alpha,
+                           .sft_weight = sft_weight};
     if (!(sft_weight >= 0) || !isfinite(sft_weight)) die_user("option --sft-weight must be >= 0, got %g", sft_weight);
     if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
         die_user("option --loss must be one of " DPO_LOSS_NAMES ", got '%s'", loss_name);
@@ -65,6 +70,9 @@ int cmd_dpo(int argc, char **argv) {
                  "exo, robust and discopop)",
                  loss_name);
     if (!isfinite(f_alpha)) die_user("option --f-alpha must be a number, got %g", f_alpha);
+    if (!(ld_alpha > 0 && ld_alpha <= 1)) die_user("option --ld-alpha must be in (0, 1], got %g", ld_alpha);
+    if (ld_alpha != 1 && sft_weight > 0)
+        die_user("option --ld-alpha: with --sft-weight the SFT term would see the weighted sums (not supported)");
     if (!(discopop_tau > 0) || !isfinite(discopop_tau))
         die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);

@@ -96,17 +96,41 @@ void dpo_task_free(DpoTask *task) {
     memset(task, 0, sizeof *task);
 }
 
+// Response tokens of row r (the count IPO averages over).
+static int response_tokens(const TokenizedExamples *rows, long r) { return rows->lengths[r] - rows->prompt_lengths[r]; }
+
+// LD-DPO (Liu et al. 2024, "length desensitization"; TRL's ld_alpha): in both rows of a
+// pair the response tokens past the shorter response's length count alpha times, in the
+// policy's sums and the reference's alike.
+static bool length_desensitised(const DpoLossOptions *o) { return o->ld_alpha > 0 && o->ld_alpha != 1.0; }
+
+static void fill_tail_weights(const void *context, const TokenizedExamples *rows, const long *which,
+                              ResponseBatch *batch) {
+    const double alpha = *(const double *)context;
+    batch->weights = xmalloc((size_t)batch->B * batch->T * sizeof(float));
+    for (int b = 0; b < batch->B; b++) {
+        const long r = which[b], partner = r ^ 1; // rows 2i and 2i+1 are a pair
+        const int shared = response_tokens(rows, r) < response_tokens(rows, partner) ? response_tokens(rows, r)
+                                                                                        : response_tokens(rows, partner);
+        int k = 0; // response tokens so far in this row
+        for (int t = 0; t < batch->T; t++) {
+            const long i = (long)b * batch->T + t;
+            batch->weights[i] = batch->targets[i] >= 0 && k++ >= shared ? (float)alpha : 1.0f;
+        }
+    }
+}
+
 void dpo_task_compute_reference(DpoTask *task, Model *reference) {
-    response_logps_all(reference, &task->train, task->pad_id, task->train_reference);
-    response_logps_all(reference, &task->eval, task->pad_id, task->eval_reference);
+    const ResponseWeighting tails = {fill_tail_weights, &task->options.ld_alpha};
+    const ResponseWeighting *weighting = length_desensitised(&task->options) ? &tails : NULL;
+    response_logps_all_weighted(reference, &task->train, task->pad_id, weighting, task->train_reference);
+    response_logps_all_weighted(reference, &task->eval, task->pad_id, weighting, task->eval_reference);
 }
 
 typedef struct {
     double loss, correct, margin, chosen_reward, rejected_reward, tokens;
 } DpoStats;
 
-// Response tokens of row r (the count IPO averages over).
-static int response_tokens(const TokenizedExamples *rows, long r) { return rows->lengths[r] - rows->prompt_lengths[r]; }
 
 // One forward over the pairs' rows, the losses, and (when train) the backward of
 // scale * the summed loss.
@@ -117,6 +141,7 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     for (int e = 0; e < count; e++) which[2 * e] = 2 * pairs[e], which[2 * e + 1] = 2 * pairs[e] + 1;
     ResponseBatch batch;
     response_batch_build(rows, which, 2 * count, task->pad_id, &batch);
+    if (length_desensitised(o)) fill_tail_weights(&o->ld_alpha, rows, which, &batch);
     double *sums = xmalloc((size_t)batch.B * sizeof(double)), *d_sums = xmalloc((size_t)batch.B * sizeof(double));
     response_batch_forward(model, &batch, sums);
     for (int e = 0; e < count; e++) {

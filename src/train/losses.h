@@ -116,6 +116,8 @@ typedef struct {
     double label_smoothing; // sigmoid, robust, exo: the assumed fraction of flipped labels
     double simpo_gamma;     // SimPO only: the target reward margin
     double discopop_tau;    // DiscoPOP only: the temperature of its blend (TRL's 0.05)
+    double ld_alpha;        // train/dpo.c: the weight of the longer response's tokens past the shorter one's
+                            // length in both rows' sums (LD-DPO, TRL's ld_alpha); 1 (or 0 when unset): plain
     double sft_weight;      // > 0: plus this times the chosen response's mean -log-prob (RPO; train/dpo.c)
 } DpoLossOptions;
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,

@@ -15,6 +15,7 @@ void response_batch_build(const TokenizedExamples *rows, const long *which, int 
     batch->tokens = xmalloc((size_t)N * sizeof(int));
     batch->targets = xmalloc((size_t)N * sizeof(int));
     batch->row_len = xmalloc((size_t)count * sizeof(int));
+    batch->weights = NULL;
     for (int b = 0; b < count; b++) {
         const int *ids = rows->ids[which[b]];
         int length = rows->lengths[which[b]], prompt_length = rows->prompt_lengths[which[b]];
@@ -29,7 +30,7 @@ void response_batch_build(const TokenizedExamples *rows, const long *which, int 
 }
 
 void response_batch_free(ResponseBatch *batch) {
-    free(batch->tokens), free(batch->targets), free(batch->row_len);
+    free(batch->tokens), free(batch->targets), free(batch->row_len), free(batch->weights);
     memset(batch, 0, sizeof *batch);
 }
 
@@ -40,20 +41,24 @@ void response_batch_forward(Model *model, const ResponseBatch *batch, double *su
     model_logprobs(model, batch->targets, logp, NULL, NULL);
     for (int b = 0; b < batch->B; b++) {
         double sum = 0;
-        for (int t = 0; t < batch->T; t++)
-            if (batch->targets[(long)b * batch->T + t] >= 0) sum += logp[(long)b * batch->T + t];
+        for (int t = 0; t < batch->T; t++) {
+            const long i = (long)b * batch->T + t;
+            if (batch->targets[i] >= 0) sum += batch->weights ? (double)batch->weights[i] * logp[i] : logp[i];
+        }
         sums[b] = sum;
     }
     free(logp);
 }
 
 void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale) {
-    // d loss / d logp of a response token = d loss / d (its row's sum)
+    // d loss / d logp of a response token = d loss / d (its row's sum), times its weight
     const long N = (long)batch->B * batch->T;
     float *dlogp = xcalloc((size_t)N, sizeof(float));
     for (int b = 0; b < batch->B; b++)
-        for (int t = 0; t < batch->T; t++)
-            if (batch->targets[(long)b * batch->T + t] >= 0) dlogp[(long)b * batch->T + t] = (float)(scale * d_sums[b]);
+        for (int t = 0; t < batch->T; t++) {
+            const long i = (long)b * batch->T + t;
+            if (batch->targets[i] >= 0) dlogp[i] = (float)(scale * d_sums[b] * (batch->weights ? batch->weights[i] : 1.0));
+        }
     model_backward(model, dlogp, NULL, NULL);
     free(dlogp);
 }
@@ -78,11 +83,22 @@ void response_logps(Model *model, const TokenizedExamples *rows, const long *whi
     response_batch_free(&batch);
 }
 
-void response_logps_all(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
+void response_logps_all_weighted(Model *model, const TokenizedExamples *rows, int pad_id,
+                                 const ResponseWeighting *weighting, double *sums) {
     long which[8];
     for (long r = 0; r < rows->count; r++) sums[r] = 0.0;
     // Under mpirun each rank scores its share of the rows; the others' stay 0 for the sum.
     DistChunks chunks = dist_chunks(rows->count, 8);
-    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;) response_logps(model, rows, which, n, pad_id, sums + which[0]);
+    for (int n; (n = dist_chunks_next(&chunks, which)) > 0;) {
+        ResponseBatch batch;
+        response_batch_build(rows, which, n, pad_id, &batch);
+        if (weighting) weighting->fill(weighting->context, rows, which, &batch);
+        response_batch_forward(model, &batch, sums + which[0]);
+        response_batch_free(&batch);
+    }
     dist_sum_doubles(sums, rows->count);
+}
+
+void response_logps_all(Model *model, const TokenizedExamples *rows, int pad_id, double *sums) {
+    response_logps_all_weighted(model, rows, pad_id, NULL, sums);
 }

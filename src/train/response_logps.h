@@ -12,12 +12,22 @@
 typedef struct {
     int B, T;
     int *tokens, *targets, *row_len;
+    float *weights; // [B*T] per response slot, or NULL: every response token counts 1
 } ResponseBatch;
+
+// Per-token weights for a built batch (the rows which[0..B) of `rows`): fills
+// batch->weights (xmalloc'd; response_batch_free frees it). LD-DPO's tail weighting
+// (train/dpo.c) is one.
+typedef struct {
+    void (*fill)(const void *context, const TokenizedExamples *rows, const long *which, ResponseBatch *batch);
+    const void *context;
+} ResponseWeighting;
 
 // The rows which[0..count) of `rows` (padded with pad_id).
 void response_batch_build(const TokenizedExamples *rows, const long *which, int count, int pad_id, ResponseBatch *batch);
 void response_batch_free(ResponseBatch *batch);
-// Forward over the batch; sums[b] = row b's response log-prob sum.
+// Forward over the batch; sums[b] = row b's response log-prob sum (weighted by
+// batch->weights when set).
 void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums);
 // After response_batch_forward on the same batch: accumulates into the model's gradients the
 // backward of scale * (a loss whose derivative in sums[b] is d_sums[b]).
@@ -36,3 +46,6 @@ void response_logps(Model *model, const TokenizedExamples *rows, const long *whi
 // sums[r] for every row of `rows`, eight rows per forward; under mpirun each rank scores a
 // share and the sums are gathered, so every rank ends with all of them.
 void response_logps_all(Model *model, const TokenizedExamples *rows, int pad_id, double *sums);
+// The same with each batch weighted by `weighting` (NULL: unweighted).
+void response_logps_all_weighted(Model *model, const TokenizedExamples *rows, int pad_id,
+                                 const ResponseWeighting *weighting, double *sums);

@@ -52,6 +52,18 @@ done
 "$bin" dpo "${args[@]}" --f-divergence alpha --f-alpha 1 --eval-every 6 --output "$tmp/f_alpha_1" 2> "$tmp/f_alpha_1.err"
 cmp -s "$tmp/f_alpha_1/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" &&
     pass dpo_f_alpha_1_is_reverse_kl || fail dpo_f_alpha_1_is_reverse_kl "$(tail -n 2 "$tmp/f_alpha_1.err")"
+# LD-DPO (--ld-alpha): learns too; trains otherwise than plain DPO on pairs of unequal
+# lengths; --ld-alpha 1 is plain DPO bit for bit.
+"$bin" dpo "${args[@]}" --ld-alpha 0.5 --eval-every 6 --output "$tmp/ld" 2> "$tmp/ld.err"
+acc=$(json_field "$tmp/ld/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+margin=$(json_field "$tmp/ld/metrics.jsonl" eval/margin -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 and float(sys.argv[2]) > 0 else 1)" "$acc" "$margin" 2>/dev/null &&
+    ! cmp -s "$tmp/ld/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" &&
+    pass "dpo_ld_alpha_learns (eval accuracy $acc, margin $margin)" ||
+    fail dpo_ld_alpha_learns "accuracy '$acc', margin '$margin' $(tail -n 2 "$tmp/ld.err")"
+"$bin" dpo "${args[@]}" --ld-alpha 1 --eval-every 6 --output "$tmp/ld_1" 2> "$tmp/ld_1.err"
+cmp -s "$tmp/ld_1/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" && pass dpo_ld_alpha_1_is_dpo ||
+    fail dpo_ld_alpha_1_is_dpo "$(tail -n 2 "$tmp/ld_1.err")"
 # DiscoPOP with TRL's tau 0.05 has a local minimum at beta h = -0.12 and a maximum at +0.08:
 # from the reference (h = 0) its gradient points down, and training settles below 0 (with
 # tau above 0.1023 the slope at 0 is the right way, as in the loop above).
@@ -108,6 +120,10 @@ expect_error dpo_bad_f_divergence "--f-divergence must be" "$bin" dpo --model "$
     --output "$tmp/x4" --f-divergence chi2
 expect_error dpo_f_divergence_not_nca "--loss nca has no f-divergence form" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --f-divergence js
+expect_error dpo_bad_ld_alpha "--ld-alpha must be in (0, 1]" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --ld-alpha 1.5
+expect_error dpo_ld_alpha_with_sft_weight "--ld-alpha" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --ld-alpha 0.5 --sft-weight 0.5
 expect_error dpo_bad_discopop_tau "--discopop-tau" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" \
     --loss discopop --discopop-tau 0
 "$bin" dpo "${args[@]}" --max-steps 3 --sft-weight 0.5 --output "$tmp/rpo" 2> "$tmp/rpo.err"
