@@ -20,13 +20,7 @@ batch=${BATCH:-16} micro=${MICRO:-8} gen_batch=${GEN_BATCH:-16} new_tokens=${NEW
 threads=${THREADS:-2}
 hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm} out=${OUT_DIR:-/tmp/ppo-bench}
 py=.venv-tools/bin/python
-[ -x build/marlhf ] || { echo "build/marlhf missing: run make" >&2; exit 1; }
-[ -x "$py" ] || { echo "$py missing: run scripts/setup-python" >&2; exit 1; }
-export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
-[ -f "$hf/model.safetensors" ] ||
-    build/marlhf convert models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf" --threads "$threads" --overwrite >&2
-[ -f "$rm/model.safetensors" ] ||
-    "$py" bench/trl_ppo_iteration.py --actor "$hf" --make-reward-model "$rm" 2>&1 | grep '^wrote' >&2
+. bench/smollm2_models.sh
 rm -rf "$out" && mkdir -p "$out"
 load() { echo "load average $1: $(cut -d' ' -f1-3 /proc/loadavg) (on $(nproc) cores; >0.5 = shared machine)" >&2; }
 head -n "$batch" data/austen/ppo_prompts.jsonl >"$out/prompts.jsonl"

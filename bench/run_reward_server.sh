@@ -16,13 +16,7 @@ cd "$(dirname "$0")/.."
 requests=${REQUESTS:-8} queries=${QUERIES:-64} batch=${BATCH:-4} threads=${THREADS:-2}
 hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm}
 py=.venv-tools/bin/python
-[ -x build/marlhf ] || { echo "build/marlhf missing: run make" >&2; exit 1; }
-[ -x "$py" ] || { echo "$py missing: run scripts/setup-python" >&2; exit 1; }
-export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
-[ -f "$hf/model.safetensors" ] ||
-    build/marlhf convert models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf" --threads "$threads" --overwrite >&2
-[ -f "$rm/model.safetensors" ] ||
-    "$py" bench/trl_ppo_iteration.py --actor "$hf" --make-reward-model "$rm" 2>&1 | grep '^wrote' >&2
+. bench/smollm2_models.sh
 out=$(mktemp -d)
 . bench/serve_helpers.sh
 peer=

@@ -9,18 +9,8 @@
 #include "core/check.h"
 #include "train/sft.h"
 
-static int bad_value(OpenAIError *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad_value(OpenAIError *err, const char *param, const char *fmt, ...) {
-    err->status = 400;
-    err->type = "invalid_request_error";
-    err->param = param;
-    err->code = "invalid_value";
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, args);
-    va_end(args);
-    return -1;
-}
+// A 400 naming the body's field, as the OpenAI routes answer one (serve/openai.h).
+#define bad_value(err, param, ...) openai_error_set(err, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
 
 void reward_request_free(RewardRequest *req) {
     for (int i = 0; i < req->count; i++) {
