@@ -120,6 +120,8 @@ expect_error dpo_bad_f_divergence "--f-divergence must be" "$bin" dpo --model "$
     --output "$tmp/x4" --f-divergence chi2
 expect_error dpo_f_divergence_not_nca "--loss nca has no f-divergence form" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --f-divergence js
+expect_error dpo_bad_f_alpha "option --f-alpha expects a number" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --f-divergence alpha --f-alpha nan
 expect_error dpo_bad_ld_alpha "--ld-alpha must be in (0, 1]" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --ld-alpha 1.5
 expect_error dpo_ld_alpha_with_sft_weight "--ld-alpha" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
