@@ -3,6 +3,11 @@
 
 CC      ?= gcc
 SANITIZE ?= 0
+# Compile on every core unless the command line says how many jobs (-j N); each target's
+# messages stay together (--output-sync). On CI's two cores this halves the build.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc) --output-sync=target
+endif
 # FUZZ=1 (used by `make fuzz`): clang with libFuzzer's coverage, ASan and UBSan, in
 # build-fuzz/, without CUDA and MPI; see docs/fuzzing.md.
 FUZZ ?= 0

@@ -28,24 +28,28 @@ for bin in "$BUILD"/tests/test_*; do
     name=$(basename "$bin")
     echo "== $name"
     out="$MARLHF_TEST_TMP/$name.out"
+    started=$SECONDS
     "$bin" > "$out" 2> "$MARLHF_TEST_TMP/$name.err"
     rc=$?
     grep -E '^(PASS|FAIL) ' "$out"
     [ -s "$MARLHF_TEST_TMP/$name.err" ] && grep -E '^  ' "$MARLHF_TEST_TMP/$name.err" | head -n 20
     [ "$rc" -ne 0 ] && tail -n 5 "$MARLHF_TEST_TMP/$name.err"
     count "$name" "$out" "$rc"
+    echo "   $((SECONDS - started)) s"
 done
 for script in tests/cli/*.sh; do
     [ -f "$script" ] || continue
     name=$(basename "$script")
     echo "== $name"
     out="$MARLHF_TEST_TMP/$name.out"
+    started=$SECONDS
     bash "$script" > "$out" 2>&1
     rc=$?
     grep -E '^(PASS|FAIL|SKIP) ' "$out"
     skipped=$((skipped + $(grep -c '^SKIP ' "$out")))
     [ "$rc" -ne 0 ] && tail -n 5 "$out"
     count "$name" "$out" "$rc"
+    echo "   $((SECONDS - started)) s"
 done
 [ "$skipped" -gt 0 ] && echo "$skipped skipped (see the SKIP lines above)"
 echo "$passed passed, $failed failed"

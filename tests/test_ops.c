@@ -10,6 +10,8 @@
 // double precision on the same kernel sources, to 1e-6.
 #include <immintrin.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "ops/cpu/ops_cpu.h"
@@ -477,8 +479,57 @@ static void test_adamw_update(void) {
     EXPECT_CLOSE(ops_cpu.sum_squares(x, 3), 169.0, 0, 0, "sum of squares");
 }
 
-int main(void) {
+#if defined(__SANITIZE_ADDRESS__)
+// The sanitizer build does not check the few-row matmul's loads one by one
+// (core/sanitizer.h): it checks the ranges it reads before the loop. A weight buffer one
+// float short must still be reported: this program runs itself with
+// --short-weight-matmul (a fresh process: OpenMP's threads do not survive a bare fork),
+// which must die with AddressSanitizer's heap-buffer-overflow report.
+static int short_weight_matmul(void) {
+    const int N = 2, IC = 16, OC = 8;
+    float *weight = malloc(sizeof(float) * (OC * IC - 1));
+    float inp[2 * 16] = {0}, out[2 * 8];
+    for (int i = 0; i < OC * IC - 1; i++) weight[i] = 1;
+    ops_cpu.matmul_forward(out, inp, weight, NULL, N, IC, OC);
+    free(weight);
+    return 0; // not reported: the parent fails the test
+}
+
+static const char *test_program;
+static void test_matmul_short_weight_is_reported(void) {
+    char report[] = "/tmp/marlhf_test_asan_XXXXXX";
+    int fd = mkstemp(report);
+    EXPECT(fd >= 0, "temporary file");
+    if (fd < 0) return;
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(fd, 2);
+        execl(test_program, test_program, "--short-weight-matmul", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    char text[4096] = {0};
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(report);
+    EXPECT(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child finished without a report");
+    EXPECT(got > 0 && strstr(text, "heap-buffer-overflow"), "no heap-buffer-overflow report: %s", text);
+}
+#endif
+
+int main(int argc, char **argv) {
+#if defined(__SANITIZE_ADDRESS__)
+    test_program = argv[0];
+    if (argc == 2 && !strcmp(argv[1], "--short-weight-matmul")) return short_weight_matmul();
+#else
+    (void)argc, (void)argv;
+#endif
     RUN(test_matmul);
+#if defined(__SANITIZE_ADDRESS__)
+    RUN(test_matmul_short_weight_is_reported);
+#endif
     RUN(test_matmul_accumulate_and_scale);
     RUN(test_layernorm);
     RUN(test_rmsnorm);

@@ -10,15 +10,6 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 failures=0
 . tests/cli_helpers.sh
-# Under AddressSanitizer SmolLM2's decoding runs about ten times slower (its matrix-vector
-# loop unvectorised: this file took 5 minutes of a 2-core AMD EPYC, a sixth of CI), and
-# every check here is a decoding of the real model or an option error the plain pass
-# checks the same way; the sanitized pass leaves it to the plain one.
-if nm "$bin" 2> /dev/null | grep -q '__asan_init'; then
-    echo "SKIP generate_sh: $bin is built with AddressSanitizer (the plain build runs these checks)"
-    exit 0
-fi
-
 # Greedy chat answer: the same text transformers' greedy decoding gives (greedy.json).
 out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 "What is the capital of France?" 2>/dev/null)
 if echo "$out" | grep -q '"response":"The capital of France is Paris."' && echo "$out" | grep -q '"stop_reason":"stop_token"'; then

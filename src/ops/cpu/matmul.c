@@ -3,25 +3,35 @@
 #include <cblas.h>
 #include <stdbool.h>
 
+#include "core/sanitizer.h"
 #include "ops/cpu/ops_cpu.h"
+
+// One weight row against n input rows, which are `width` apart: out[i * out_stride] =
+// w . x_i (+ its old value when `accumulate`). The simd reduction fixes the summation
+// order for a given build. Exempt from the sanitizers' per-access checks: matmul
+// checks the whole ranges first (core/sanitizer.h).
+SANITIZER_UNCHECKED static void dot_rows(float *out, long out_stride, const float *w,
+                                         const float *inp, int n, int width, bool accumulate) {
+    for (int i = 0; i < n; i++) {
+        const float *x = inp + (long)i * width;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < width; c++) sum += w[c] * x[c];
+        out[i * out_stride] = accumulate ? out[i * out_stride] + sum : sum;
+    }
+}
 
 // out = inp . weight^T, or out += it when `accumulate`.
 static void matmul(float *out, const float *inp, const float *weight, int N, int IC, int OC, bool accumulate) {
     // A few rows (decode steps at small batch) are matrix-vector products: streaming each
     // weight row once for all N inputs beats sgemm's packing, which costs more than the
-    // arithmetic here. The simd reduction fixes the summation order for a given build.
+    // arithmetic here.
     if (N <= 4) {
+        SANITIZER_CHECK_RANGE(weight, (size_t)OC * IC * sizeof(float));
+        SANITIZER_CHECK_RANGE(inp, (size_t)N * IC * sizeof(float));
+        SANITIZER_CHECK_RANGE(out, (size_t)N * OC * sizeof(float));
 #pragma omp parallel for schedule(static)
-        for (int o = 0; o < OC; o++) {
-            const float *w = weight + (long)o * IC;
-            for (int i = 0; i < N; i++) {
-                const float *x = inp + (long)i * IC;
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int c = 0; c < IC; c++) sum += w[c] * x[c];
-                out[(long)i * OC + o] = accumulate ? out[(long)i * OC + o] + sum : sum;
-            }
-        }
+        for (int o = 0; o < OC; o++) dot_rows(out + o, OC, weight + (long)o * IC, inp, N, IC, accumulate);
     } else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight,
                     IC, accumulate ? 1.0f : 0.0f, out, OC);
