@@ -3,10 +3,11 @@
 
 CC      ?= gcc
 SANITIZE ?= 0
-# Compile on every core unless the command line says how many jobs (-j N); each target's
-# messages stay together (--output-sync). On CI's two cores this halves the build.
+# Compile on every core unless the command line says how many jobs (-j N). On CI's two
+# cores this halves the build. (No --output-sync: it would hold back the test runner's
+# lines until the whole suite ends.)
 ifeq ($(filter -j%,$(MAKEFLAGS)),)
-MAKEFLAGS += -j$(shell nproc) --output-sync=target
+MAKEFLAGS += -j$(shell nproc)
 endif
 # FUZZ=1 (used by `make fuzz`): clang with libFuzzer's coverage, ASan and UBSan, in
 # build-fuzz/, without CUDA and MPI; see docs/fuzzing.md.
