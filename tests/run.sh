@@ -10,7 +10,7 @@ rm -rf "$MARLHF_TEST_TMP" && mkdir -p "$MARLHF_TEST_TMP"
 passed=0
 failed=0
 skipped=0 # a test that cannot run on this machine says SKIP and why (not counted as passed)
-count() {  # count PASS/FAIL lines of one program's output; a crash is one more failure
+count() {  # count PASS/FAIL lines of one program's output (a crash is one more failure); print its wall time
     local name=$1 out=$2 rc=$3
     local p f
     p=$(grep -c '^PASS ' "$out")
@@ -21,6 +21,7 @@ count() {  # count PASS/FAIL lines of one program's output; a crash is one more 
     fi
     passed=$((passed + p))
     failed=$((failed + f))
+    echo "   $((SECONDS - started)) s"
 }
 for bin in "$BUILD"/tests/test_*; do
     [ -x "$bin" ] || continue
@@ -35,7 +36,6 @@ for bin in "$BUILD"/tests/test_*; do
     [ -s "$MARLHF_TEST_TMP/$name.err" ] && grep -E '^  ' "$MARLHF_TEST_TMP/$name.err" | head -n 20
     [ "$rc" -ne 0 ] && tail -n 5 "$MARLHF_TEST_TMP/$name.err"
     count "$name" "$out" "$rc"
-    echo "   $((SECONDS - started)) s"
 done
 for script in tests/cli/*.sh; do
     [ -f "$script" ] || continue
@@ -49,7 +49,6 @@ for script in tests/cli/*.sh; do
     skipped=$((skipped + $(grep -c '^SKIP ' "$out")))
     [ "$rc" -ne 0 ] && tail -n 5 "$out"
     count "$name" "$out" "$rc"
-    echo "   $((SECONDS - started)) s"
 done
 [ "$skipped" -gt 0 ] && echo "$skipped skipped (see the SKIP lines above)"
 echo "$passed passed, $failed failed"

@@ -497,7 +497,9 @@ static int short_weight_matmul(void) {
 
 static const char *test_program;
 static void test_matmul_short_weight_is_reported(void) {
-    char report[] = "/tmp/marlhf_test_asan_XXXXXX";
+    char report[1024];
+    snprintf(report, sizeof report, "%s/test_ops_asan_XXXXXX",
+             getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
     int fd = mkstemp(report);
     EXPECT(fd >= 0, "temporary file");
     if (fd < 0) return;
