@@ -499,6 +499,60 @@ static Model lora_model_for_export(const Fixture *f) {
     return model;
 }
 
+static void logprobs_of(Model *model, const Fixture *f, float *logp) {
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+    model_logprobs(model, f->targets, logp, NULL, NULL);
+}
+
+// Runs the fixture's batch through `model` (an adapted model with gradients) and compares
+// the logits, the loss and every adapter gradient with PEFT's, in DIR/reference.safetensors.
+static void compare_with_peft_reference(Model *model, const Fixture *f, const char *dir, const char *name) {
+    char reference[340];
+    snprintf(reference, sizeof reference, "%s/reference.safetensors", dir);
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+
+    SafetensorsSet *ref;
+    CHECK(safetensors_open(reference, &ref) == 0, "%s", err_msg());
+    const SafetensorsTensor *logits = safetensors_find(ref, "logits");
+    float *want_logits = xmalloc((size_t)logits->count * sizeof(float));
+    CHECK(safetensors_read_f32(logits, want_logits, logits->count) == 0, "%s", err_msg());
+    double worst = worst_logits_ratio(model, f, want_logits);
+    EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", name, worst);
+
+    long N = (long)f->B * f->T;
+    float *dlogp = xmalloc(N * sizeof(float)), want_loss;
+    double loss = causal_lm_loss(model, f, dlogp);
+    CHECK(safetensors_read_f32(safetensors_find(ref, "loss"), &want_loss, 1) == 0, "%s", err_msg());
+    EXPECT_CLOSE(loss, want_loss, 0, 1e-5, name);
+
+    model_zero_grad(model);
+    model_backward(model, dlogp, NULL, NULL);
+    int adapters = 0;
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset) continue;
+        char tensor[160];
+        snprintf(tensor, sizeof tensor, "grad.base_model.model.%s", e->name);
+        const SafetensorsTensor *t = safetensors_find(ref, tensor);
+        EXPECT(t && t->count == e->numel, "%s: reference has no %s", name, tensor);
+        if (!t || t->count != e->numel) continue;
+        float *want = xmalloc((size_t)e->numel * sizeof(float));
+        CHECK(safetensors_read_f32(t, want, e->numel) == 0, "%s", err_msg());
+        double scale = 0;
+        for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[j]));
+        double r = test_worst_ratio(model->grads + (e->offset - model->trainable_offset), want, e->numel,
+                                    1e-5 * scale, 1e-3);
+        EXPECT(r <= 1.0, "%s %s: worst error %.3g x tolerance", name, e->name, r);
+        free(want);
+        adapters++;
+    }
+    EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", name, adapters);
+    free(want_logits), free(dlogp);
+    safetensors_close(ref);
+}
+
 // PEFT's adapters on the tiny models: logits, loss and every adapter gradient; and on the
 // tiny Llama with rsLoRA (scale alpha / sqrt(rank) = 4), which a model with plain LoRA's
 // scale refuses to read.
@@ -512,9 +566,8 @@ static void test_lora_against_peft(void) {
         Fixture f;
         fixture_open(&f, cases[k].model);
         const char *name = cases[k].rslora ? "llama rsLoRA" : cases[k].model;
-        char dir[300], reference[340];
+        char dir[300];
         snprintf(dir, sizeof dir, "%s/%s", f.dir, cases[k].adapter);
-        snprintf(reference, sizeof reference, "%s/reference.safetensors", dir);
         Model model = lora_model_scaled(&f, 4, 8.0f, cases[k].rslora);
         EXPECT(lora_read_adapter(&model, dir) == 0, "%s: %s", name, err_msg());
         if (cases[k].rslora) {
@@ -524,56 +577,56 @@ static void test_lora_against_peft(void) {
             model_free(&plain);
         }
         model_enable_grad(&model);
-        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
-        model_forward(&model, &batch);
-
-        SafetensorsSet *ref;
-        CHECK(safetensors_open(reference, &ref) == 0, "%s", err_msg());
-        const SafetensorsTensor *logits = safetensors_find(ref, "logits");
-        float *want_logits = xmalloc((size_t)logits->count * sizeof(float));
-        CHECK(safetensors_read_f32(logits, want_logits, logits->count) == 0, "%s", err_msg());
-        double worst = worst_logits_ratio(&model, &f, want_logits);
-        EXPECT(worst <= 1.0, "%s LoRA logits: worst error %.3g x tolerance", name, worst);
-
-        long N = (long)f.B * f.T;
-        float *dlogp = xmalloc(N * sizeof(float)), want_loss;
-        double loss = causal_lm_loss(&model, &f, dlogp);
-        CHECK(safetensors_read_f32(safetensors_find(ref, "loss"), &want_loss, 1) == 0, "%s", err_msg());
-        EXPECT_CLOSE(loss, want_loss, 0, 1e-5, name);
-
-        model_zero_grad(&model);
-        model_backward(&model, dlogp, NULL, NULL);
-        int adapters = 0;
-        for (int i = 0; i < model.table.count; i++) {
-            const ParamEntry *e = &model.table.entries[i];
-            if (e->offset < model.trainable_offset) continue;
-            char tensor[160];
-            snprintf(tensor, sizeof tensor, "grad.base_model.model.%s", e->name);
-            const SafetensorsTensor *t = safetensors_find(ref, tensor);
-            EXPECT(t && t->count == e->numel, "%s: reference has no %s", name, tensor);
-            if (!t || t->count != e->numel) continue;
-            float *want = xmalloc((size_t)e->numel * sizeof(float));
-            CHECK(safetensors_read_f32(t, want, e->numel) == 0, "%s", err_msg());
-            double scale = 0;
-            for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(want[j]));
-            double r = test_worst_ratio(model.grads + (e->offset - model.trainable_offset), want, e->numel,
-                                        1e-5 * scale, 1e-3);
-            EXPECT(r <= 1.0, "%s %s: worst error %.3g x tolerance", name, e->name, r);
-            free(want);
-            adapters++;
-        }
-        EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", name, adapters);
-        free(want_logits), free(dlogp);
-        safetensors_close(ref);
+        compare_with_peft_reference(&model, &f, dir, name);
         model_free(&model);
         fixture_close(&f);
     }
 }
 
-static void logprobs_of(Model *model, const Fixture *f, float *logp) {
-    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
-    model_forward(model, &batch);
-    model_logprobs(model, f->targets, logp, NULL, NULL);
+// LoRA dropout against PEFT in training mode with marlhf's masks (tools/make_lora_fixtures.py
+// make_dropout: seed 1234, epoch 2, micro-batch 5, the first pass). The adapter is PEFT's
+// folder with lora_dropout 0.25, read as --lora-adapter reads it. Then: the same masks
+// under gradient checkpointing (bit-identical gradients); a second pass of the micro-batch
+// draws other masks; after lora_dropout_end the model is the no-dropout model bit for bit.
+static void test_lora_dropout_against_peft(void) {
+    Fixture f;
+    fixture_open(&f, "llama");
+    const char *dir = "tests/fixtures/models/llama/lora_dropout";
+    Model model, recomputed, plain;
+    load_model(&model, &f, false), load_model(&recomputed, &f, false), load_model(&plain, &f, false);
+    EXPECT(model_load_lora_adapter(&model, dir, false, 11) == 0, "%s", err_msg());
+    EXPECT(model.lora.dropout == 0.25, "lora_dropout read as %g", model.lora.dropout);
+    CHECK(model_load_lora_adapter(&recomputed, dir, false, 11) == 0, "%s", err_msg());
+    CHECK(model_load_lora_adapter(&plain, dir, false, 11) == 0, "%s", err_msg());
+    recomputed.recompute = true;
+    model_enable_grad(&model), model_enable_grad(&recomputed), model_enable_grad(&plain);
+
+    lora_dropout_begin(&model, 1234, 2, 5);
+    compare_with_peft_reference(&model, &f, dir, "llama lora_dropout 0.25");
+    lora_dropout_end(&model);
+
+    const long N = (long)f.B * f.T;
+    float *dlogp = xmalloc(N * sizeof(float));
+    lora_dropout_begin(&recomputed, 1234, 2, 5);
+    run_gradients(&recomputed, &f, dlogp);
+    EXPECT(memcmp(model.grads, recomputed.grads, (size_t)model_trainable_floats(&model) * sizeof(float)) == 0,
+           "gradient checkpointing changed the adapter gradients under dropout");
+    float *first = xmalloc(N * sizeof(float)), *second = xmalloc(N * sizeof(float));
+    logprobs_of(&recomputed, &f, second); // the micro-batch's second pass
+    lora_dropout_end(&recomputed);
+    lora_dropout_begin(&model, 1234, 2, 5);
+    logprobs_of(&model, &f, first);
+    lora_dropout_end(&model);
+    EXPECT(test_max_abs_diff(first, second, N) > 1e-4, "a second pass drew the first pass's masks");
+
+    float *without = xmalloc(N * sizeof(float)), *never = xmalloc(N * sizeof(float));
+    logprobs_of(&model, &f, without);
+    plain.lora.dropout = 0;
+    logprobs_of(&plain, &f, never);
+    EXPECT(!memcmp(without, never, (size_t)N * sizeof(float)), "a pass after lora_dropout_end still dropped inputs");
+    free(dlogp), free(first), free(second), free(without), free(never);
+    model_free(&model), model_free(&recomputed), model_free(&plain);
+    fixture_close(&f);
 }
 
 // A fresh adapter (B = 0) and a disabled one leave the base model's log-probs bit for bit;
@@ -910,6 +963,7 @@ int main(void) {
     RUN(test_gguf_export_lora_adapter);
     RUN(test_lora_options);
     RUN(test_lora_against_peft);
+    RUN(test_lora_dropout_against_peft);
     RUN(test_lora_frozen_base_and_merge);
     RUN(test_lora_recompute_is_exact);
     TEST_EXIT();

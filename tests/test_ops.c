@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
 #include "test.h"
@@ -479,6 +480,54 @@ static void test_adamw_update(void) {
     EXPECT_CLOSE(ops_cpu.sum_squares(x, 3), 169.0, 0, 0, "sum of squares");
 }
 
+// Inverted dropout: the documented mask (element i kept where word i % 4 of Philox block
+// i / 4 reaches the threshold), kept values scaled by exactly 1 / (1 - p), a keep rate and
+// mean within four standard deviations of 1 - p and 1, the same mask for the same key and
+// another for another stream, and a backward that adds through the same mask.
+static void test_dropout(void) {
+    const long n = (1L << 20) + 3; // a partial last block
+    const float p = 0.25f, keep_scale = 1.0f / (1.0f - p);
+    const uint64_t seed = 1234, stream = 77;
+    float *inp = random_floats(n, 0.5f, 1.5f), *out = xmalloc((size_t)n * sizeof(float));
+    float *again = xmalloc((size_t)n * sizeof(float)), *other = xmalloc((size_t)n * sizeof(float));
+    ops_cpu.dropout_forward(out, inp, n, p, seed, stream);
+    ops_cpu.dropout_forward(again, inp, n, p, seed, stream);
+    ops_cpu.dropout_forward(other, inp, n, p, seed, stream + 1);
+    const uint32_t threshold = (uint32_t)(0.25 * 4294967296.0);
+    long kept = 0, wrong_mask = 0, wrong_value = 0, differ = 0;
+    double sum_ratio = 0;
+    for (long i = 0; i < n; i++) {
+        const bool keep = philox4x32(seed, stream, (uint64_t)(i / 4)).v[i % 4] >= threshold;
+        wrong_mask += keep != (out[i] != 0.0f);
+        wrong_value += keep && out[i] != inp[i] * keep_scale;
+        kept += keep;
+        sum_ratio += out[i] / inp[i];
+        differ += (other[i] != 0.0f) != (out[i] != 0.0f);
+    }
+    EXPECT(wrong_mask == 0, "%ld elements off the documented mask", wrong_mask);
+    EXPECT(wrong_value == 0, "%ld kept elements not scaled by 1 / (1 - p)", wrong_value);
+    EXPECT(!memcmp(out, again, (size_t)n * sizeof(float)), "the same key gave another mask");
+    const double sigma = sqrt(p * (1 - p) / n);
+    EXPECT_CLOSE((double)kept / n, 1 - p, 4 * sigma, 0, "keep rate");
+    EXPECT_CLOSE(sum_ratio / n, 1.0, 4 * sigma * keep_scale, 0, "mean of out / inp (inverted dropout is unbiased)");
+    EXPECT_CLOSE((double)differ / n, 2 * p * (1 - p), 4 * sqrt(2 * p * (1 - p) / n), 0,
+                 "masks of two streams disagree as independent masks do");
+
+    // Backward: dinp += dout / (1 - p) through the same mask.
+    float *dout = random_floats(n, -1, 1), *dinp = random_floats(n, -1, 1);
+    float *dinp_before = xmalloc((size_t)n * sizeof(float)), *dropped_dout = xmalloc((size_t)n * sizeof(float));
+    memcpy(dinp_before, dinp, (size_t)n * sizeof(float));
+    ops_cpu.dropout_backward(dinp, dout, n, p, seed, stream);
+    ops_cpu.dropout_forward(dropped_dout, dout, n, p, seed, stream);
+    for (long i = 0; i < n; i++) dinp_before[i] += dropped_dout[i];
+    EXPECT(test_max_abs_diff(dinp, dinp_before, n) <= 1e-6, "backward is not dinp + dropout(dout)");
+
+    // p = 0 keeps everything as it is.
+    ops_cpu.dropout_forward(out, inp, n, 0.0f, seed, stream);
+    EXPECT(!memcmp(out, inp, (size_t)n * sizeof(float)), "p = 0 changed the input");
+    free(inp), free(out), free(again), free(other), free(dout), free(dinp), free(dinp_before), free(dropped_dout);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 // The sanitizer build does not check the few-row matmul's loads one by one
 // (core/sanitizer.h): it checks the ranges it reads before the loop. A weight buffer one
@@ -549,5 +598,6 @@ int main(int argc, char **argv) {
     RUN(test_logprob);
     RUN(test_value_head);
     RUN(test_adamw_update);
+    RUN(test_dropout);
     TEST_EXIT();
 }

@@ -23,6 +23,15 @@ into <model>/lora/reference.safetensors:
 It checks that the base weights get no gradient and that merging the adapter
 (merge_and_unload) gives the same logits. Then the same for llama with rsLoRA
 (use_rslora=True: the scale is alpha / sqrt(r) = 4) into llama/lora_rslora/.
+
+Last, LoRA dropout into llama/lora_dropout/: llama's adapter saved again with
+lora_dropout = 0.25, and the same reference tensors with PEFT's dropout modules (in
+training mode PEFT computes lora_B(lora_A(dropout(x)))) replaced by marlhf's masks: those
+of the first training pass of micro-batch DROPOUT_MICRO_BATCH of epoch DROPOUT_EPOCH with
+seed DROPOUT_SEED (src/model/lora.c lora_dropout_begin and dropout_stream, drawn as
+src/ops/cpu/dropout.c draws them). Philox and rng_stream are written again below from
+their definitions (src/core/philox.h, src/core/rng.c) and checked on Philox's known
+answers, so the fixture holds PEFT's arithmetic on masks marlhf's C code has to reproduce.
 """
 import argparse
 import copy
@@ -91,6 +100,108 @@ def make_one(models_dir, name, seed, rslora=False):
     print(f"{name}: {len(saved)} adapter tensors, loss {float(result.loss):.6f}, merged logits within {err:.1e}")
 
 
+MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+DROPOUT, DROPOUT_SEED, DROPOUT_EPOCH, DROPOUT_MICRO_BATCH = 0.25, 1234, 2, 5
+
+
+def philox4x32(seed, stream, counter):
+    c = [counter & MASK32, counter >> 32, stream & MASK32, stream >> 32]
+    k0, k1 = seed & MASK32, seed >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & MASK32, (p0 >> 32) ^ c[3] ^ k1, p0 & MASK32]
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c
+
+
+def rng_stream(name, a, b):
+    h = 0xCBF29CE484222325
+    for byte in name.encode():
+        h = ((h ^ byte) * 0x100000001B3) & MASK64
+    h ^= (a * 0x9E3779B97F4A7C15) & MASK64
+    h = ((h ^ (h >> 31)) * 0xBF58476D1CE4E5B9) & MASK64
+    h ^= (b * 0xC2B2AE3D27D4EB4F) & MASK64
+    h = ((h ^ (h >> 29)) * 0x94D049BB133111EB) & MASK64
+    return h ^ (h >> 32)
+
+
+def dropout_mask(shape, p, seed, stream):
+    """marlhf's mask over a tensor of `shape`, flattened row-major: element i is kept where
+    word i % 4 of block i / 4 is at least p * 2^32."""
+    n = 1
+    for d in shape:
+        n *= d
+    threshold = int(p * 4294967296.0)
+    keep = []
+    for block in range((n + 3) // 4):
+        keep.extend(word >= threshold for word in philox4x32(seed, stream, block))
+    return torch.tensor(keep[:n], dtype=torch.float64).reshape(shape)
+
+
+class FixedMaskDropout(torch.nn.Module):
+    """nn.Dropout(p) with a given mask: x * mask / (1 - p)."""
+
+    def __init__(self, mask, p):
+        super().__init__()
+        self.mask, self.p = mask, p
+
+    def forward(self, x):
+        assert x.shape == self.mask.shape, (x.shape, self.mask.shape)
+        return x * self.mask.to(x.dtype) / (1 - self.p)
+
+
+def make_dropout(models_dir):
+    assert philox4x32(0, 0, 0) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert philox4x32(MASK64, MASK64, MASK64) == [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
+    folder = os.path.join(models_dir, "llama")
+    out = os.path.join(folder, "lora_dropout")
+    os.makedirs(out, exist_ok=True)
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    ids, lengths = ref["input_ids"], ref["lengths"]
+    mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+
+    model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float()
+    config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=DROPOUT, target_modules=MODULES,
+                             task_type="CAUSAL_LM")
+    lora32 = peft.get_peft_model(model32, config)
+    adapter = load_file(os.path.join(folder, "lora", "adapter_model.safetensors"))
+    peft.set_peft_model_state_dict(lora32, adapter)
+    lora32.save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "README.md"))
+    assert load_file(os.path.join(out, "adapter_model.safetensors")).keys() == adapter.keys()
+
+    lora64 = copy.deepcopy(lora32).double().train()
+    base.exact_rope(lora64)
+    micro_batch = rng_stream("lora_dropout_micro_batch", DROPOUT_EPOCH, DROPOUT_MICRO_BATCH)
+    first_pass = 1
+    hidden, inter = lora64.config.hidden_size, lora64.config.intermediate_size
+    q_dim = lora64.config.num_attention_heads * lora64.config.head_dim
+    inputs = {"q_proj": hidden, "k_proj": hidden, "v_proj": hidden, "o_proj": q_dim, "gate_proj": hidden,
+              "up_proj": hidden, "down_proj": inter}
+    replaced = 0
+    for layer_index, layer in enumerate(lora64.base_model.model.model.layers):
+        for target, module_name in enumerate(MODULES):
+            parent = layer.self_attn if module_name in ("q_proj", "k_proj", "v_proj", "o_proj") else layer.mlp
+            module = getattr(parent, module_name)
+            stream = rng_stream("lora_dropout", micro_batch, (first_pass << 20) | (layer_index * len(MODULES) + target))
+            shape = (ids.shape[0], ids.shape[1], inputs[module_name])
+            module.lora_dropout["default"] = FixedMaskDropout(dropout_mask(shape, DROPOUT, DROPOUT_SEED, stream), DROPOUT)
+            replaced += 1
+    assert replaced == len(MODULES) * len(lora64.base_model.model.model.layers)
+    with base.float64_everywhere():
+        lora64.zero_grad(set_to_none=True)
+        result = lora64(input_ids=ids, attention_mask=mask, labels=base.labels_of(ids, mask))
+        result.loss.backward()
+    grads = {pname.replace(".default", ""): p.grad.detach().clone()
+             for pname, p in lora64.named_parameters() if "lora_" in pname}
+    assert set(grads) == set(adapter), set(grads) ^ set(adapter)
+    tensors = {"logits": result.logits, "loss": result.loss.reshape(1)}
+    tensors.update({f"grad.{n}": v for n, v in grads.items()})
+    tensors = {k: v.float().contiguous() for k, v in tensors.items()}
+    save_file(tensors, os.path.join(out, "reference.safetensors"))
+    print(f"llama with lora_dropout {DROPOUT}: loss {float(result.loss):.6f}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tests/fixtures/models")
@@ -98,6 +209,7 @@ def main():
     for seed, name in enumerate(["llama", "qwen2", "gemma"]):
         make_one(args.models, name, seed)
     make_one(args.models, "llama", 3, rslora=True)
+    make_dropout(args.models)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 
 int cmd_sft(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(5e-5, 0.1, 0.01, 1); // learning rate, warmup ratio, weight decay, data phase
+    c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false;
     Option options[56] = {

@@ -1,6 +1,7 @@
 #include "cli/train_options.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -82,6 +83,9 @@ void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bo
     int rc = cli->adapter ? model_load_lora_adapter(model, cli->adapter, train_value_head, (uint64_t)seed)
                           : model_add_lora(model, lora, train_value_head, (uint64_t)seed);
     if (rc != 0) die_user("%s", err_msg());
+    // An adapter read from a folder comes with its file's lora_dropout; the run's choice
+    // (lora_cli_finish's caller) decides. Set before the first forward sizes the buffers.
+    model->lora.dropout = lora->dropout;
     if (!quiet) {
         char line[256];
         lora_describe(model, line, sizeof line);
@@ -135,6 +139,15 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
 #undef ADD
     n += lora_cli_options(&c->lora_cli, "", o + n);
+    // TRL's trainers: SFTTrainer keeps PEFT's lora_dropout, the reward, DPO and KTO trainers
+    // turn dropout off (disable_dropout=True) unless told otherwise.
+    o[n++] = (Option){"lora-dropout", "lora_dropout", OPT_STRING, &c->lora_dropout,
+                      c->adapter_dropout_applies
+                          ? "drop each adapter's input with this probability while training (PEFT's lora_dropout; "
+                            "default 0, or the --lora-adapter's own)"
+                          : "drop each adapter's input with this probability while training (PEFT's lora_dropout; "
+                            "default 0, as TRL's disable_dropout)",
+                      false, false};
     return n;
 }
 
@@ -163,6 +176,16 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->zero_stage == 1 && c->device && strcmp(c->device, "cpu"))
         die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
+    if (c->lora_dropout) {
+        char *end;
+        double p = strtod(c->lora_dropout, &end);
+        if (end == c->lora_dropout || *end || !(p >= 0 && p < 1))
+            die_user("option --lora-dropout must be a number in [0, 1), got '%s'", c->lora_dropout);
+        if (c->lora.rank == 0 && p > 0) die_user("option --lora-dropout needs --lora-rank or --lora-adapter");
+        c->lora.dropout = p;
+    } else if (!c->adapter_dropout_applies) {
+        c->lora.dropout = 0;
+    }
     t->learning_rate = c->learning_rate;
     t->warmup_ratio = c->warmup_ratio;
     t->warmup_steps = c->warmup_steps;

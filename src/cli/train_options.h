@@ -35,6 +35,8 @@ typedef struct {
     bool resume, gradient_checkpointing, quiet;
     char *device;
     LoraCli lora_cli;
+    char *lora_dropout;           // --lora-dropout as given (NULL: the command's default)
+    bool adapter_dropout_applies; // sft: by default a --lora-adapter trains with its own lora_dropout
     LoraConfig lora;
     // data
     char *data, *eval_data, *data_format, *data_split;

@@ -6,9 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-typedef struct {
-    uint32_t v[4];
-} Philox4x32;
+#include "core/philox.h"
 
 // The raw block for key (seed) and 128-bit counter (stream, counter).
 Philox4x32 philox4x32(uint64_t seed, uint64_t stream, uint64_t counter);

@@ -81,6 +81,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     CHECK(model->lora.rank == 0, "the model already has LoRA adapters");
     if (lora->rank < 1) return err_set("--lora-rank must be at least 1 (got %d)", lora->rank);
     if (!(lora->alpha > 0) || !isfinite(lora->alpha)) return err_set("--lora-alpha must be positive (got %g)", lora->alpha);
+    if (!(lora->dropout >= 0 && lora->dropout < 1)) return err_set("--lora-dropout must be in [0, 1) (got %g)", lora->dropout);
     unsigned targets = lora->targets;
     if (cfg->mlp == MLP_GELU && (targets & (1u << LORA_GATE))) {
         if (targets == (1u << LORA_GATE))
@@ -174,13 +175,25 @@ void lora_describe(const Model *model, char *out, size_t size) {
     for (int i = 0; i < model->table.count; i++)
         if (model->table.entries[i].offset >= model->trainable_offset) trainable += model->table.entries[i].numel;
     const long total = model_num_params(model);
-    snprintf(out, size, "rank %d, alpha %g%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
-             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", modules, trainable, total,
+    char dropout[48] = "";
+    if (model->lora.dropout > 0) snprintf(dropout, sizeof dropout, ", dropout %g", model->lora.dropout);
+    snprintf(out, size, "rank %d, alpha %g%s%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
+             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", dropout, modules, trainable, total,
              100.0 * trainable / total);
 }
 
 // ---------------------------------------------------------------------------------------
 // Forward and backward of the adapter term
+
+static bool dropout_applies(const Model *model) {
+    return model->lora_dropout.active && model->lora_enabled;
+}
+
+// The mask of one adapter in the current pass: its own stream per (pass, layer, target).
+static uint64_t dropout_stream(const Model *model, int layer, LoraTarget target) {
+    const uint64_t adapter = (uint64_t)layer * LORA_TARGETS + (uint64_t)target;
+    return rng_stream("lora_dropout", model->lora_dropout.micro_batch, (model->lora_dropout.passes << 20) | adapter);
+}
 
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
                   float *hidden, long N) {
@@ -190,6 +203,13 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     const int rank = model->lora.rank;
     long in, out_features;
     target_shape(&model->config, target, &in, &out_features);
+    // PEFT's lora_B(lora_A(dropout(x))): only the adapter's input is dropped, with a mask of
+    // its own; the base layer sees x whole.
+    if (dropout_applies(model)) {
+        ops->dropout_forward(model->acts.lora_dropped, inp, N * in, (float)model->lora.dropout, model->lora_dropout.seed,
+                             dropout_stream(model, layer, target));
+        inp = model->acts.lora_dropped;
+    }
     ops->matmul_forward(hidden, inp, w->lora_a[target], NULL, (int)N, (int)in, rank);
     ops->scale(hidden, lora_scale(&model->lora), N * rank);
     ops->matmul_accumulate(out, hidden, w->lora_b[target], (int)N, rank, (int)out_features);
@@ -210,8 +230,31 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     ops->matmul_backward(d_hidden, g->lora_b[target], NULL, dout, hidden, w->lora_b[target], (int)N, rank,
                          (int)out_features);
     ops->scale(d_hidden, lora_scale(&model->lora), N * rank);
-    ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank);
+    if (!dropout_applies(model)) {
+        ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank);
+        return;
+    }
+    // With dropout A saw the dropped input: regenerate it (later adapters reused the buffer),
+    // and send d(dropped x) back through the same mask.
+    const uint64_t stream = dropout_stream(model, layer, target);
+    const float p = (float)model->lora.dropout;
+    float *dropped = model->acts.lora_dropped, *d_dropped = model->acts.d_lora_dropped;
+    ops->dropout_forward(dropped, inp, N * in, p, model->lora_dropout.seed, stream);
+    ops->fill_zero(d_dropped, N * in);
+    ops->matmul_backward(d_dropped, g->lora_a[target], NULL, d_hidden, dropped, w->lora_a[target], (int)N, (int)in,
+                         rank);
+    ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }
+
+void lora_dropout_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch) {
+    if (model->lora.rank == 0 || !(model->lora.dropout > 0) || !model->grads) return;
+    model->lora_dropout.active = true;
+    model->lora_dropout.seed = seed;
+    model->lora_dropout.micro_batch = rng_stream("lora_dropout_micro_batch", epoch, micro_batch);
+    model->lora_dropout.passes = 0;
+}
+
+void lora_dropout_end(Model *model) { model->lora_dropout.active = false; }
 
 // ---------------------------------------------------------------------------------------
 // Merging and files
@@ -284,7 +327,7 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     json_object_set_new(config, "task_type", json_string(model->has_lm_head ? "CAUSAL_LM" : "SEQ_CLS"));
     json_object_set_new(config, "r", json_integer(model->lora.rank));
     json_object_set_new(config, "lora_alpha", json_real(model->lora.alpha));
-    json_object_set_new(config, "lora_dropout", json_real(0.0));
+    json_object_set_new(config, "lora_dropout", json_real(model->lora.dropout));
     json_object_set_new(config, "use_rslora", json_boolean(model->lora.rslora));
     json_object_set_new(config, "bias", json_string("none"));
     json_object_set_new(config, "fan_in_fan_out", json_false());
@@ -346,6 +389,11 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (json_is_true(json_object_get(config, "use_dora")) || json_object_size(json_object_get(config, "rank_pattern")) ||
              json_object_size(json_object_get(config, "alpha_pattern")))
         rc = err_set("%s: DoRA and per-module ranks are not supported", path);
+    else if (json_object_get(config, "lora_dropout") && !json_is_null(json_object_get(config, "lora_dropout")) &&
+             !(json_is_number(json_object_get(config, "lora_dropout")) &&
+               json_number_value(json_object_get(config, "lora_dropout")) >= 0 &&
+               json_number_value(json_object_get(config, "lora_dropout")) < 1))
+        rc = err_set("%s: \"lora_dropout\" must be a number in [0, 1)", path);
     else if (json_object_get(config, "use_rslora") && !json_is_boolean(json_object_get(config, "use_rslora")))
         rc = err_set("%s: \"use_rslora\" must be true or false", path);
     else if (json_is_string(modules) && !strcmp(json_string_value(modules), "all-linear"))
@@ -371,6 +419,8 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
         out->lora.rank = (int)json_integer_value(rank);
         out->lora.alpha = (float)json_number_value(alpha);
         out->lora.rslora = json_is_true(json_object_get(config, "use_rslora"));
+        if (json_is_number(json_object_get(config, "lora_dropout")))
+            out->lora.dropout = json_number_value(json_object_get(config, "lora_dropout"));
         if (json_is_array(saved))
             json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
         if (json_is_string(fingerprint)) {

@@ -4,7 +4,14 @@
 // An adapted layer computes  W x + b + (alpha / rank) * B (A x)  (rsLoRA: alpha / sqrt(rank))
 // with the base weight W frozen, A [rank, in] initialised uniform in +-1/sqrt(in)
 // (PyTorch's kaiming_uniform with a = sqrt(5), as PEFT does) and B [out, rank] zero, so a
-// fresh adapter leaves the model's output unchanged. No dropout (DeepSpeed-Chat's default; PEFT's lora_dropout = 0).
+// fresh adapter leaves the model's output unchanged.
+//
+// LoRA dropout (PEFT's lora_dropout, LoraConfig.dropout): in a training pass each adapter's
+// input is dropped, B (A dropout(x)), the base layer seeing x whole. The masks are never
+// stored: each is a pure function of (the run's seed, the micro-batch's epoch and index,
+// the pass, the layer, the module) drawn by the dropout op (ops.h), so a gradient-
+// checkpointing recomputation, a resumed run and another number of ranks or threads draw
+// the same masks. Inference and evaluation passes have no dropout.
 //
 // The adapters are ordinary entries at the end of the parameter table (names
 // "model.layers.L.self_attn.q_proj.lora_A.weight" ...), so the optimizer, gradient sums,
@@ -56,6 +63,13 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
 // Its backward: gradients of A and B (accumulated), and dinp += the adapter's share.
 void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
                    const float *inp, const float *hidden, long N);
+
+// LoRA dropout for the training passes of one micro-batch: between these two calls every
+// model_forward (and the backward after it) drops the adapters' inputs with probability
+// model->lora.dropout. Micro-batch `micro_batch` of epoch `epoch` gets the same masks on
+// any rank. Nothing happens without adapters, without dropout or without gradients.
+void lora_dropout_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t micro_batch);
+void lora_dropout_end(Model *model);
 
 // Adds scale * B A into every adapted weight of `params`, a host copy of the model's flat
 // buffer, so that the plain model computes what the adapted one does (up to rounding).

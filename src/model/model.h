@@ -68,6 +68,8 @@ typedef struct {
     float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
     float *dq_raw, *dk_raw; // qk_norm: gradients of the projections before the q/k norms
     float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
+    // LoRA dropout: an adapter's dropped input, and its gradient, [N, widest adapted input]
+    float *lora_dropped, *d_lora_dropped;
 } Activations;
 
 // LoRA adapters on a model's linear layers (model/lora.h).
@@ -76,6 +78,8 @@ typedef struct {
     float alpha;       // the adapter's output is scaled by alpha / rank
     bool rslora;       // rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): by alpha / sqrt(rank)
     unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
+    double dropout;    // PEFT's lora_dropout: an adapter's input is dropped with this probability
+                       // in training passes (between lora_dropout_begin and _end), never at inference
 } LoraConfig;
 
 typedef struct Model {
@@ -90,6 +94,12 @@ typedef struct Model {
     int lora_first_entry; // table entries from here on are adapters: A, B pairs (table.count without LoRA)
     bool lora_enabled;
     unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
+    // LoRA dropout in progress (model/lora.h lora_dropout_begin): the masks of one micro-batch.
+    struct {
+        bool active;
+        uint64_t seed, micro_batch; // the run's seed; the micro-batch's key
+        uint64_t passes;            // forward passes since lora_dropout_begin (each has its own masks)
+    } lora_dropout;
     // Weights before this offset are frozen: gradients and optimizer state cover only
     // params[trainable_offset, table.total) (0 unless LoRA froze the base).
     long trainable_offset;

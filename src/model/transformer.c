@@ -61,7 +61,8 @@ static void activations_free(Model *model) {
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
-                       a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw};
+                       a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw,
+                       a->lora_dropped, a->d_lora_dropped};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
@@ -166,6 +167,14 @@ void model_reserve(Model *model, int B, int T) {
             if (model->lora.targets & (1u << t)) la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
     }
     if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
+    if (model->lora.rank && model->grads && model->lora.dropout > 0) {
+        // Wide enough for any adapted layer's input: the hidden size, q_proj's output (o_proj's
+        // input) or the MLP's width (down_proj's input).
+        long widest = C > q_dim ? C : q_dim;
+        if (I > widest) widest = I;
+        a->lora_dropped = alloc_floats(ops, N * widest);
+        a->d_lora_dropped = alloc_floats(ops, N * widest);
+    }
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);
@@ -345,6 +354,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     // Host-side preparation of ids and positions, then one copy each to the backend.
     int *positions = xmalloc((size_t)N * sizeof(int));
     int *row_start = xmalloc((size_t)B * sizeof(int));
+    CHECK(!(target && model->lora_dropout.active), "a KV-cache forward inside a LoRA dropout pass");
     const bool decode = target && target->decode;
     for (int b = 0; b < B; b++) {
         int start = decode ? target->cache->row_start[target->first_row + b]
@@ -391,7 +401,12 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     a->logits_valid = false;
 }
 
-void model_forward(Model *model, const ModelBatch *batch) { forward_impl(model, batch, NULL); }
+void model_forward(Model *model, const ModelBatch *batch) {
+    // Each training pass of a micro-batch draws its own LoRA dropout masks; a backward's
+    // recomputation (gradient checkpointing) runs inside the pass and redraws the same ones.
+    if (model->lora_dropout.active) model->lora_dropout.passes++;
+    forward_impl(model, batch, NULL);
+}
 
 void model_forward_cached(Model *model, const ModelBatch *batch, KvCache *cache) {
     const int B = batch->B, T = batch->T;

@@ -161,6 +161,13 @@ typedef struct OpsBackend {
     void (*add)(float *out, const float *a, const float *b, long n); // out = a + b
     void (*accumulate)(float *acc, const float *x, long n);         // acc += x
     void (*scale)(float *x, float factor, long n);                  // x *= factor
+    // Inverted dropout, for training: out[i] = inp[i] / (1 - p) where element i of the mask
+    // keyed by (seed, stream) is kept, else 0 (core/philox.h: a pure function of i, the same
+    // on every backend, so a backward or a recomputation regenerates the forward's mask
+    // instead of storing it). 0 <= p < 1.
+    void (*dropout_forward)(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
+    // Its backward through the same mask: dinp[i] += dout[i] / (1 - p) where kept.
+    void (*dropout_backward)(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
 
     // ---- heads ----
     // For each row i: lse[i] = logsumexp(logits[i]); logp[i] = logits[i][targets[i]] - lse

@@ -999,7 +999,11 @@ static void collect_stop_tokens(Ppo *p) {
 // Fresh adapters of `lora`, or the saved ones of `adapter`; nothing when lora->rank is 0.
 static int add_adapters(Model *model, const LoraConfig *lora, const char *adapter, bool value_head, uint64_t seed) {
     if (lora->rank == 0) return 0;
-    return adapter ? model_load_lora_adapter(model, adapter, value_head, seed) : model_add_lora(model, lora, value_head, seed);
+    int rc = adapter ? model_load_lora_adapter(model, adapter, value_head, seed) : model_add_lora(model, lora, value_head, seed);
+    // PPO trains without LoRA dropout (docs/lora.md), whatever a loaded adapter's file says;
+    // the adapters it saves say so.
+    model->lora.dropout = 0;
+    return rc;
 }
 
 static int setup(Ppo *p) {

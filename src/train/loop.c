@@ -11,6 +11,7 @@
 #include "dist/model_sync.h"
 #include "dist/zero.h"
 #include "io/fs.h"
+#include "model/lora.h"
 #include "model/weights_io.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -77,6 +78,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "num_examples", json_integer(task->num_examples));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
+    json_object_set_new(state, "lora_dropout", json_real(model->lora.dropout));
     if (task->save_state) task->save_state(task->context, state);
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
@@ -151,6 +153,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && state_integer(state, "lora_rank", 0) != model->lora.rank)
                 rc = err_set("checkpoint was made with --lora-rank %ld, this run has %d (%s)",
                              state_integer(state, "lora_rank", 0), model->lora.rank, checkpoint);
+            // Masks are drawn from the micro-batch's place in the run, so the same dropout
+            // continues the same run; another would not be the run that was saved.
+            if (rc == 0 && fabs(json_number_value(json_object_get(state, "lora_dropout")) - model->lora.dropout) > 1e-9)
+                rc = err_set("checkpoint was made with --lora-dropout %g, this run has %g (%s)",
+                             json_number_value(json_object_get(state, "lora_dropout")), model->lora.dropout, checkpoint);
             if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
             if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
@@ -221,7 +228,9 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             long start = (first_micro + m) * options->micro_batch;
             long count = n - start < options->micro_batch ? n - start : options->micro_batch;
             MicroStepResult r = {0};
+            lora_dropout_begin(model, options->seed, (uint64_t)s.epoch, (uint64_t)(first_micro + m));
             task->micro_step(task->context, model, order + start, (int)count, 1.0 / step_weight, &r);
+            lora_dropout_end(model);
             total.loss_sum += r.loss_sum;
             total.weight += r.weight;
             total.tokens += r.tokens;

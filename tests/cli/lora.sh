@@ -137,6 +137,53 @@ long_other_base[1]=$tmp/full/final
 expect_error sft_lora_resume_other_base "other base weights" "$bin" sft "${long_other_base[@]}" --output "$tmp/straight" --resume
 [ "$(ls -R "$tmp/straight" | md5sum)" = "$before" ] && pass sft_lora_refused_resume_keeps_run || fail sft_lora_refused_resume_keeps_run "files changed"
 
+# --- LoRA dropout (--lora-dropout, PEFT's lora_dropout) ----------------------------------------
+# Training with it differs from training without; the evaluation at step 0 does not (no
+# dropout outside training passes); the adapter file says so; a kill and resume is
+# bit-identical (the masks come from the micro-batch's place in the run); a resume with
+# another dropout is refused.
+"$bin" sft "${long[@]}" --lora-dropout 0.2 --eval-every 4 --output "$tmp/dropout" 2> "$tmp/dropout.err"
+"$bin" sft "${long[@]}" --eval-every 4 --output "$tmp/no_dropout" 2> /dev/null
+first_eval() { json_values "$1/metrics.jsonl" eval/loss | cut -d' ' -f1; }
+[ -n "$(first_eval "$tmp/dropout")" ] && [ "$(first_eval "$tmp/dropout")" = "$(first_eval "$tmp/no_dropout")" ] &&
+    ! cmp -s "$tmp/dropout/final/adapter/adapter_model.safetensors" "$tmp/no_dropout/final/adapter/adapter_model.safetensors" &&
+    python3 -c "import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))['lora_dropout'] == 0.2 else 1)" \
+        "$tmp/dropout/final/adapter/adapter_config.json" 2> /dev/null &&
+    pass sft_lora_dropout_trains_otherwise || fail sft_lora_dropout_trains_otherwise "$(tail -n 2 "$tmp/dropout.err")"
+interrupted_run "$tmp/dropout_killed" "$bin" sft "${long[@]}" --lora-dropout 0.2 --eval-every 4 --output "$tmp/dropout_killed"
+[ "$finished_early" = 1 ] && fail sft_lora_dropout_kill_mid_run "the run finished before the kill"
+cmp -s "$tmp/dropout/final/adapter/adapter_model.safetensors" "$tmp/dropout_killed/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_dropout_resume_bit_identical || fail sft_lora_dropout_resume_bit_identical "$(tail -n 2 "$tmp/dropout_killed.err")"
+"$bin" sft "${long[@]}" --lora-dropout 0.2 --eval-every 4 --gradient-checkpointing --output "$tmp/dropout_recomputed" 2> /dev/null
+cmp -s "$tmp/dropout/final/adapter/adapter_model.safetensors" "$tmp/dropout_recomputed/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_dropout_gradient_checkpointing_same || fail sft_lora_dropout_gradient_checkpointing_same "adapters differ"
+expect_error sft_lora_dropout_resume_other "--lora-dropout 0.2, this run has 0.1" \
+    "$bin" sft "${long[@]}" --lora-dropout 0.1 --output "$tmp/dropout" --resume
+# A saved adapter's lora_dropout: sft trains with it unless told otherwise (TRL's SFTTrainer
+# keeps PEFT's dropout); rm, dpo and kto do not (TRL's disable_dropout=True): dpo here.
+describe() { grep '^lora:' "$1" | head -n 1; }
+sft_once=()
+for arg in "${sft[@]}"; do [ "$arg" = --quiet ] || sft_once+=("$arg"); done
+"$bin" sft "${sft_once[@]}" --lora-adapter "$tmp/dropout/final" --max-steps 1 --output "$tmp/dropout_sft" 2> "$tmp/dropout_sft.err"
+"$bin" sft "${sft_once[@]}" --lora-adapter "$tmp/dropout/final" --lora-dropout 0 --max-steps 1 --output "$tmp/dropout_sft0" \
+    2> "$tmp/dropout_sft0.err"
+"$bin" dpo --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --threads 2 --max-steps 1 \
+    --lora-adapter "$tmp/dropout/final" --output "$tmp/dropout_dpo" 2> "$tmp/dropout_dpo.err"
+describe "$tmp/dropout_sft.err" | grep -q "dropout 0.2," && ! describe "$tmp/dropout_sft0.err" | grep -q dropout &&
+    describe "$tmp/dropout_dpo.err" | grep -q "rank 4" && ! describe "$tmp/dropout_dpo.err" | grep -q dropout &&
+    pass lora_adapter_dropout_defaults ||
+    fail lora_adapter_dropout_defaults "sft '$(describe "$tmp/dropout_sft.err")', sft 0 '$(describe "$tmp/dropout_sft0.err")', dpo '$(describe "$tmp/dropout_dpo.err")'"
+bad_adapter dropout_out_of_range "\"lora_dropout\" must be a number in [0, 1)" "{$good, \"lora_dropout\": 1.5, $all}"
+bad_adapter dropout_not_number "\"lora_dropout\" must be a number in [0, 1)" "{$good, \"lora_dropout\": \"0.1\", $all}"
+expect_error lora_dropout_one "option --lora-dropout must be a number in [0, 1), got '1'" \
+    "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-dropout 1
+expect_error lora_dropout_not_number "got 'half'" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-dropout half
+expect_error lora_dropout_negative "got '-0.1'" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-dropout -0.1
+expect_error lora_dropout_without_rank "--lora-dropout needs --lora-rank" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x" --lora-dropout 0.1
+expect_error ppo_has_no_lora_dropout "--lora-dropout" "$bin" ppo --actor-model "$model" --reward-model "$model" \
+    --prompts "$data/sft.jsonl" --output "$tmp/x" --actor-lora-rank 4 --lora-dropout 0.1
+
 # --- bad options ------------------------------------------------------------------------
 expect_error lora_bad_rank "--lora-rank" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank -1
 expect_error lora_bad_alpha "--lora-alpha" "$bin" sft "${sft[@]}" --output "$tmp/x" --lora-rank 4 --lora-alpha -2

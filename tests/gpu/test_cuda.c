@@ -432,6 +432,19 @@ static void test_activations_and_elementwise(void) {
     cpu->scale(acc, 0.37f, n);
     gpu->scale(d_acc, 0.37f, n);
     expect_match("scale", d_acc, acc, n, 0.0);
+    // Dropout: the same Philox mask on both (core/philox.h), so the forward matches bit for
+    // bit; the backward adds through it (an add the GPU may order differently: fp32 bound).
+    float *dropped = xmalloc(n * 4), *d_dropped = gpu->alloc(n * 4);
+    cpu->dropout_forward(dropped, x, n, 0.25f, 1234, 77);
+    gpu->dropout_forward(d_dropped, d_x, n, 0.25f, 1234, 77);
+    expect_match("dropout_forward", d_dropped, dropped, n, 0.0);
+    float *d_from = copy_host(y, n);
+    float *d_d_from = gpu_floats(d_from, n);
+    cpu->dropout_backward(d_from, x, n, 0.25f, 1234, 78);
+    gpu->dropout_backward(d_d_from, d_x, n, 0.25f, 1234, 78);
+    expect_match("dropout_backward", d_d_from, d_from, n, TOL_FP32);
+    free(dropped), free(d_from);
+    gpu->free(d_dropped), gpu->free(d_d_from);
     float *avg = copy_host(y, n);
     float *d_avg = gpu_floats(avg, n);
     cpu->moving_average(avg, x, 0.9f, n);

@@ -90,3 +90,6 @@ void cpu_adamw_update(float *params, const float *grads, float *m, float *v, lon
                       float beta1, float beta2, float eps, float weight_decay,
                       float bias_correction1, float bias_correction2, float grad_scale);
 double cpu_sum_squares(const float *x, long n);
+
+void cpu_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
+void cpu_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);

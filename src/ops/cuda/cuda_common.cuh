@@ -193,6 +193,10 @@ void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bo
 void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                        const float *up, long n, bool use_gelu);
 
+// ---- dropout.cu ----
+void cuda_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
+void cuda_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
+
 // ---- logprob.cu ----
 void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                           const float *logits, const int *targets, int N, int V);
