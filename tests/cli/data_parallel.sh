@@ -150,14 +150,23 @@ expect_error zero_stage_bad "--zero-stage must be 0 or 1" "$bin" sft "${sft[@]}"
 expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 
 # --- LoRA: the adapters' gradients summed, their moments sharded by ZeRO-1 ----------------------
+# With LoRA dropout too: a micro-batch's masks depend on its place in the run, not on the
+# rank that runs it, so 2 ranks train what one process does with accumulation.
 "$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --output "$tmp/lora_one" --quiet 2> /dev/null
+"$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_dropout_one" \
+    --quiet 2> /dev/null
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --output "$tmp/lora_two" --quiet 2> "$tmp/lora_two.err"
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --zero-stage 1 --output "$tmp/lora_zero1" --quiet 2> "$tmp/lora_zero1.err"
-for run in lora_two lora_zero1; do
-    close "$(json_values "$tmp/lora_one/metrics.jsonl" train/loss)" "$(json_values "$tmp/$run/metrics.jsonl" train/loss)" 1e-5 &&
-        close "$(logprobs_of "$tmp/lora_one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_dropout_two" --quiet \
+    2> "$tmp/lora_dropout_two.err"
+for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_two; do
+    one=${pair%%:*} run=${pair#*:}
+    close "$(json_values "$tmp/$one/metrics.jsonl" train/loss)" "$(json_values "$tmp/$run/metrics.jsonl" train/loss)" 1e-5 &&
+        close "$(logprobs_of "$tmp/$one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
         pass "sft_${run}_ranks_same_training" || fail "sft_${run}_ranks_same_training" "$(tail -n 2 "$tmp/$run.err")"
 done
+! cmp -s "$tmp/lora_one/final/adapter/adapter_model.safetensors" "$tmp/lora_dropout_one/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_dropout_changes_training || fail sft_lora_dropout_changes_training "the same adapters with and without dropout"
 
 # --- reward model ------------------------------------------------------------------------
 rm_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
