@@ -10,6 +10,7 @@
 //            [--attention wmma|mma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
+//            [--lora-dropout P] (with --lora-rank: PEFT's lora_dropout on the adapters' inputs)
 // The CPU line also gives the process's peak resident memory (max_rss_mb).
 #include <cblas.h>
 #include <omp.h>
@@ -57,6 +58,7 @@ static double mean_loss(const float *logp, const int *targets, long N) {
 
 static const char *attention_label = "";
 static int lora_rank = 0;
+static double lora_dropout = 0;
 
 static double max_rss_mb(void) {
     struct rusage usage;
@@ -72,7 +74,8 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     model.recompute = recompute;
     bench_random_weights(&model);
     if (lora_rank > 0) {
-        LoraConfig lora = {.rank = lora_rank, .alpha = (float)lora_rank, .targets = (1u << LORA_TARGETS) - 1};
+        LoraConfig lora = {.rank = lora_rank, .alpha = (float)lora_rank, .targets = (1u << LORA_TARGETS) - 1,
+                           .dropout = lora_dropout};
         CHECK(model_add_lora(&model, &lora, false, 5) == 0, "%s", err_msg());
     }
     model_enable_grad(&model);
@@ -89,11 +92,13 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     double forward_s = 0, backward_s = 0, optimizer_s = 0, loss_first = 0, loss_last = 0;
     for (int step = -1; step < steps; step++) { // step -1 warms up
         double t0 = now_seconds();
+        lora_dropout_begin(&model, 5, 0, (uint64_t)(step + 1)); // a training pass, as train/loop.c makes it
         model_forward(&model, &batch);
         model_logprobs(&model, targets, logp, NULL, NULL);
         double t1 = now_seconds();
         model_zero_grad(&model);
         model_backward(&model, dlogp, NULL, NULL);
+        lora_dropout_end(&model);
         ops->synchronize();
         double t2 = now_seconds();
         double norm = grad_global_norm(&model);
@@ -126,10 +131,11 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"gflops\": %.2f, "
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
-           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"trainable_params\": %ld, \"max_rss_mb\": %.0f}\n",
+           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"trainable_params\": %ld, "
+           "\"max_rss_mb\": %.0f}\n",
            name, N / step_s, step_s, gflops, sgemm_rate, gflops / sgemm_rate, forward_s / steps, backward_s / steps,
            optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token, lora_rank,
-           model_trainable_floats(&model), max_rss_mb());
+           lora_dropout, model_trainable_floats(&model), max_rss_mb());
     fflush(stdout);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
@@ -152,6 +158,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) peak_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
         else if (!strcmp(argv[i], "--lora-rank") && i + 1 < argc) lora_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--lora-dropout") && i + 1 < argc) lora_dropout = atof(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");

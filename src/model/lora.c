@@ -379,6 +379,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     json_t *rank = json_object_get(config, "r"), *alpha = json_object_get(config, "lora_alpha");
     json_t *modules = json_object_get(config, "target_modules"), *saved = json_object_get(config, "modules_to_save");
     json_t *fingerprint = json_object_get(config, "marlhf_base_fingerprint");
+    json_t *dropout = json_object_get(config, "lora_dropout"); // PEFT writes it; null or absent means 0
     int rc = 0;
     if (!json_is_string(json_object_get(config, "peft_type")) ||
         strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
@@ -389,10 +390,8 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (json_is_true(json_object_get(config, "use_dora")) || json_object_size(json_object_get(config, "rank_pattern")) ||
              json_object_size(json_object_get(config, "alpha_pattern")))
         rc = err_set("%s: DoRA and per-module ranks are not supported", path);
-    else if (json_object_get(config, "lora_dropout") && !json_is_null(json_object_get(config, "lora_dropout")) &&
-             !(json_is_number(json_object_get(config, "lora_dropout")) &&
-               json_number_value(json_object_get(config, "lora_dropout")) >= 0 &&
-               json_number_value(json_object_get(config, "lora_dropout")) < 1))
+    else if (dropout && !json_is_null(dropout) &&
+             !(json_is_number(dropout) && json_number_value(dropout) >= 0 && json_number_value(dropout) < 1))
         rc = err_set("%s: \"lora_dropout\" must be a number in [0, 1)", path);
     else if (json_object_get(config, "use_rslora") && !json_is_boolean(json_object_get(config, "use_rslora")))
         rc = err_set("%s: \"use_rslora\" must be true or false", path);
@@ -419,8 +418,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
         out->lora.rank = (int)json_integer_value(rank);
         out->lora.alpha = (float)json_number_value(alpha);
         out->lora.rslora = json_is_true(json_object_get(config, "use_rslora"));
-        if (json_is_number(json_object_get(config, "lora_dropout")))
-            out->lora.dropout = json_number_value(json_object_get(config, "lora_dropout"));
+        if (json_is_number(dropout)) out->lora.dropout = json_number_value(dropout);
         if (json_is_array(saved))
             json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
         if (json_is_string(fingerprint)) {
