@@ -1,9 +1,10 @@
 // Tests of src/chat/: chat templates rendered exactly as transformers'
 // apply_chat_template renders them (tests/fixtures/chat_templates/cases.json, from
 // tools/make_chat_template_fixtures.py: every published template string of each family on
-// a set of conversations, with and without the generation prompt, expected errors
-// included), recognition (exact, by markers, and refusal), forcing a family by name,
-// template files, bad conversations, and the paper's plain prompt formats.
+// a set of conversations, with and without the generation prompt, Qwen3's with
+// enable_thinking undefined, true and false, expected errors included), recognition
+// (exact, by markers, and refusal), forcing a family by name, template files, bad
+// conversations, the thinking switch, and the paper's plain prompt formats.
 #include <jansson.h>
 #include <stdint.h>
 
@@ -34,6 +35,13 @@ static json_t *template_by_id(const char *id) {
     }
     CHECK(false, "no template %s in %s", id, CASES);
     return NULL;
+}
+
+// The name marlhf gives a fixture template: its "variant" where two published sources are
+// one variant (Qwen3's first and revised templates), else its id.
+static const char *variant_of(json_t *entry) {
+    json_t *variant = json_object_get(entry, "variant");
+    return json_is_string(variant) ? json_string_value(variant) : json_string_value(json_object_get(entry, "id"));
 }
 
 // A conversation of the fixture as ChatMessages pointing into the JSON (free() the array).
@@ -69,7 +77,9 @@ static void print_difference(const char *got, const char *expected) {
     }
 }
 
-// Renders every case of template `id` with `t` and compares; returns the failures.
+// Renders every case of template `id` with `t` and compares; returns the failures. A case
+// with "enable_thinking" renders with the template's switch set so (as the Jinja variable
+// passed to apply_chat_template); one without, with the default.
 static int check_cases_of(const ChatTemplate *t, const char *id, int *checked) {
     int failures = 0;
     size_t index;
@@ -82,15 +92,19 @@ static int check_cases_of(const ChatTemplate *t, const char *id, int *checked) {
         bool generation = json_is_true(json_object_get(item, "add_generation_prompt"));
         const char *expected = string_or_null(json_object_get(item, "expected"));
         const char *error = string_or_null(json_object_get(item, "error"));
+        json_t *thinking = json_object_get(item, "enable_thinking");
+        ChatTemplate rendering = *t;
+        rendering.enable_thinking = thinking ? json_is_true(thinking) : true;
         char *got = NULL;
         err_clear();
-        int rc = chat_template_render(t, messages, count, generation, &got);
+        int rc = chat_template_render(&rendering, messages, count, generation, &got);
         bool ok = expected ? rc == 0 && strcmp(got, expected) == 0
                            : rc == -1 && got == NULL && error && strstr(err_msg(), error) != NULL;
         if (!ok) {
             if (failures < 3) {
-                fprintf(stderr, "  %s (as %s): conversation %zu, add_generation_prompt %d: ", id,
-                        chat_template_name(t), conversation_index, generation);
+                fprintf(stderr, "  %s (as %s): conversation %zu, add_generation_prompt %d%s: ", id,
+                        chat_template_name(t), conversation_index, generation,
+                        !thinking ? "" : json_is_true(thinking) ? ", enable_thinking true" : ", enable_thinking false");
                 if (expected && rc == 0) {
                     fputs("wrong text\n", stderr);
                     print_difference(got, expected);
@@ -153,7 +167,8 @@ static void test_published_templates_recognised_exactly(void) {
         ChatTemplate t;
         EXPECT(from_fixture_source(&t, entry, source) == 0, "%s: %s", id, err_msg());
         EXPECT(t.exact, "%s recognised only by markers", id);
-        EXPECT(strcmp(chat_template_name(&t), id) == 0, "%s recognised as %s", id, chat_template_name(&t));
+        EXPECT(strcmp(chat_template_name(&t), variant_of(entry)) == 0, "%s recognised as %s", id,
+               chat_template_name(&t));
         EXPECT(strcmp(chat_family_name(t.family), json_string_value(json_object_get(entry, "family"))) == 0,
                "%s: family %s", id, chat_family_name(t.family));
         chat_template_free(&t);
@@ -213,7 +228,7 @@ static void test_marker_fallback_renders_the_same(void) {
         EXPECT(rc == 0, "%s: %s", id, err_msg());
         if (rc == 0) {
             EXPECT(!t.exact, "%s: edited template still an exact match", id);
-            EXPECT(strcmp(chat_template_name(&t), id) == 0, "%s recognised by markers as %s", id,
+            EXPECT(strcmp(chat_template_name(&t), variant_of(entry)) == 0, "%s recognised by markers as %s", id,
                    chat_template_name(&t));
             int checked = 0;
             EXPECT(check_cases_of(&t, id, &checked) == 0, "%s: cases differ when recognised by markers", id);
@@ -255,9 +270,16 @@ static void test_marker_details(void) {
     EXPECT(strlen(t.date_string) == 11 && t.date_string[2] == ' ' && t.date_string[6] == ' ', "today %s",
            t.date_string);
     chat_template_free(&t);
-    // Reasoning ChatML (Qwen3-style), Mistral's [INST] without <<SYS>>, Phi-3's <|end|>.
+    // Reasoning ChatML that is not Qwen3's: a bare think block, QwQ's / Qwen3-*-Thinking-2507's
+    // (the generation prompt always opens "<think>\n", no enable_thinking), one that trims
+    // the reasoning instead of stripping newlines; then Mistral's [INST] without <<SYS>>,
+    // Phi-3's <|end|>.
     const char *refused[] = {
         "<|im_start|>{{ message.content }}<|im_end|>{{ '<think>\\n\\n</think>' }}",
+        "<|im_start|>{{ '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' }}<|im_end|>"
+        "{{ '<|im_start|>assistant\\n<think>\\n' }}",
+        "<|im_start|>{%- set reasoning_content = reasoning_content|trim %}<think><|im_end|>"
+        "{%- if enable_thinking is defined and enable_thinking is false %}",
         "{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}",
         "{% for message in messages %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% endfor %}<|assistant|>",
         "Hello {{ name }}",
@@ -271,6 +293,43 @@ static void test_marker_details(void) {
                "message: %s", err_msg());
         if (rc == 0) chat_template_free(&t);
     }
+}
+
+// The switch behind --no-thinking: Qwen3's only, off by default as in transformers, and
+// refused by templates without it.
+static void test_thinking_switch(void) {
+    ChatTemplate t;
+    ChatMessage question = {"user", "Why?"};
+    char *text = NULL;
+    CHECK(chat_template_from_source(&t, json_string_value(json_object_get(template_by_id("qwen3"), "source")), NULL,
+                                    "<|im_end|>", "tokenizer_config.json") == 0,
+          "%s", err_msg());
+    EXPECT(t.enable_thinking, "qwen3 starts with thinking switched off");
+    EXPECT(chat_template_render(&t, &question, 1, true, &text) == 0, "%s", err_msg());
+    EXPECT(text && strcmp(text, "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n") == 0, "%s",
+           text ? text : "(null)");
+    free(text);
+    EXPECT(chat_template_disable_thinking(&t) == 0, "%s", err_msg());
+    EXPECT(chat_template_render(&t, &question, 1, true, &text) == 0, "%s", err_msg());
+    EXPECT(text && strcmp(text, "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n"
+                                "<think>\n\n</think>\n\n") == 0,
+           "%s", text ? text : "(null)");
+    free(text);
+    // Without the generation prompt the switch changes nothing.
+    EXPECT(chat_template_render(&t, &question, 1, false, &text) == 0, "%s", err_msg());
+    EXPECT(text && strcmp(text, "<|im_start|>user\nWhy?<|im_end|>\n") == 0, "%s", text ? text : "(null)");
+    free(text);
+    chat_template_free(&t);
+    const char *without_switch[] = {"chatml", "qwen2.5", "llama3.1", "gemma3", "hh"};
+    for (size_t i = 0; i < sizeof without_switch / sizeof without_switch[0]; i++) {
+        CHECK(chat_template_from_name(&t, without_switch[i], NULL, NULL) == 0, "%s", err_msg());
+        EXPECT(chat_template_disable_thinking(&t) == -1, "%s accepted --no-thinking", without_switch[i]);
+        EXPECT(strstr(err_msg(), "has no thinking switch") && strstr(err_msg(), without_switch[i]), "%s", err_msg());
+        chat_template_free(&t);
+    }
+    CHECK(chat_template_from_option(&t, "qwen3", NULL, NULL) == 0, "%s", err_msg());
+    EXPECT(t.family == CHAT_FAMILY_QWEN3 && t.enable_thinking && t.default_system == NULL, "qwen3 by name");
+    chat_template_free(&t);
 }
 
 // SmolLM2's template as the real GGUF stores it (the model of `make test`).
@@ -305,7 +364,7 @@ static void test_forced_by_name(void) {
     json_array_foreach(fixture_get("templates"), index, entry) {
         const char *id = json_string_value(json_object_get(entry, "id"));
         ChatTemplate t;
-        EXPECT(chat_template_from_name(&t, id, string_or_null(json_object_get(entry, "bos_token")),
+        EXPECT(chat_template_from_name(&t, variant_of(entry), string_or_null(json_object_get(entry, "bos_token")),
                                        string_or_null(json_object_get(entry, "eos_token"))) == 0,
                "%s: %s", id, err_msg());
         int checked = 0;
@@ -492,6 +551,7 @@ int main(void) {
     RUN(test_whitespace_normalisation);
     RUN(test_marker_fallback_renders_the_same);
     RUN(test_marker_details);
+    RUN(test_thinking_switch);
     RUN(test_smollm2_gguf_template);
     RUN(test_forced_by_name);
     RUN(test_template_files);

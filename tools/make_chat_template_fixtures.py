@@ -17,15 +17,18 @@ GGUF `tokenizer.chat_template`), written down here as the decoded strings; SmolL
 also checked against the GGUF in models/ when that file is present.
 
 cases.json:
-  templates      id (the name marlhf gives the variant), family, models that publish it,
+  templates      id (the name marlhf gives the variant, unless "variant" gives it: two
+                 published sources of one variant), family, models that publish it,
                  source, bos_token/eos_token (null: the tokenizer has none, so the template
                  sees an undefined name, which renders as ""), and normalized_fnv1a64: the
                  64-bit FNV-1a hash of the source after the whitespace normalisation that
                  src/chat/chat_template.c uses for recognition (see normalize_source below),
                  so the C test checks both sides normalise alike.
-  conversations  lists of {role, content}.
+  conversations  lists of {role, content}; the last ones (THINKING_CONVERSATIONS) are
+                 rendered by the templates with a thinking switch (Qwen3) only.
   cases          {template, conversation (index), add_generation_prompt, expected} or
-                 {..., error} with the template's exception message.
+                 {..., error} with the template's exception message; for Qwen3 also with
+                 "enable_thinking": true or false (absent: not passed, undefined in Jinja).
   prompt_formats the paper's plain dataset prompts (DeepSpeed-Chat raw_datasets.py rules,
                  spec section 3.2), computed here by the same concatenation:
                    tldr:            {subreddit (or null), post, is_article, expected}
@@ -350,6 +353,191 @@ HH = (PLAIN_TURNS.replace("'USER'", r"'\n\nHuman: '").replace("'ASSISTANT'", r"'
 WEBGPT = (PLAIN_TURNS.replace("'USER'", "' Human: '").replace("'ASSISTANT'", "' Assistant: '")
           .replace("'PROMPT'", "' Assistant:'"))
 
+# Qwen3 (the hybrid-thinking models: Qwen/Qwen3-0.6B ... Qwen3-32B, Qwen3-30B-A3B,
+# Qwen3-235B-A22B). Two published versions; the tool branches are never taken here.
+#
+# QWEN3_INITIAL: the template of the first release (April 2025), as llama.cpp keeps it in
+# models/templates/Qwen-Qwen3-0.6B.jinja (also the string optimum-intel matches against).
+QWEN3_INITIAL = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set content = message.content %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in message.content %}
+                {%- set content = message.content.split('</think>')[-1].lstrip('\n') %}
+                {%- set reasoning_content = message.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
+
+# QWEN3: the revised template of the Qwen3 repositories' later tokenizer_config.json (it
+# tolerates non-string contents: `message.content is string`, `reasoning_content is
+# string`), transcribed from copies of that file's "chat_template" quoted in public code.
+# For string contents and no tools it renders as QWEN3_INITIAL does.
+QWEN3 = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
+
 TEMPLATES = [
     # id, family, models, source, bos_token, eos_token
     ("smollm2", "chatml", ["HuggingFaceTB/SmolLM2-135M-Instruct"], SMOLLM2, "<|im_start|>", "<|im_end|>"),
@@ -364,7 +552,15 @@ TEMPLATES = [
     ("zephyr", "zephyr", ["HuggingFaceH4/zephyr-7b-beta", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"], ZEPHYR, "<s>", "</s>"),
     ("hh", "hh", ["marlhf: Anthropic HH-RLHF transcript (Dahoas/full-hh-rlhf prompts)"], HH, None, None),
     ("webgpt", "webgpt", ["marlhf: DeepSpeed-Chat WebGPT prompt"], WEBGPT, None, None),
+    ("qwen3", "qwen3", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"], QWEN3, None, "<|im_end|>"),
+    ("qwen3-initial", "qwen3", ["Qwen/Qwen3-0.6B (first release)"], QWEN3_INITIAL, None, "<|im_end|>"),
 ]
+# Fixture ids whose variant (the name marlhf gives the template) is not the id itself:
+# two published sources that render alike are one variant.
+VARIANT_OF_ID = {"qwen3-initial": "qwen3"}
+# Families whose templates read the `enable_thinking` variable: their cases are rendered
+# with it undefined (the template's default), true and false.
+THINKING_FAMILIES = {"qwen3"}
 
 
 def conv(*turns):
@@ -394,6 +590,30 @@ CONVERSATIONS = [
     conv((S, "one"), (S, "two"), (U, "q")),
     conv((U, "q"), (A, "r"), (S, "mid"), (U, "q2")),
     conv((U, "{{ not jinja }} {% raw %} <|im_end|> [/INST] \\n {# x #}")),
+]
+
+# Rendered by the thinking templates only (after CONVERSATIONS in the fixture): reasoning
+# in assistant turns, which Qwen3 keeps after the last user query and drops before it
+# (content.split('</think>'), the "\n" stripping), and user turns that are tool responses
+# (`<tool_response>...</tool_response>`), which do not count as that query.
+THINKING_CONVERSATIONS = [
+    conv((U, "What is 2+2?"), (A, "<think>\nAdd them.\n</think>\n\n4"), (U, "And 3+3?")),
+    conv((S, "Be brief."), (U, "q"), (A, "<think>\nreason\n</think>\n\nanswer")),
+    conv((U, "q"), (A, "<think>\n\n</think>\n\nfirst"), (A, "second"), (A, "<think>r3</think>third"),
+         (A, "last")),
+    conv((U, "q"), (A, "<think>one</think>middle<think>two</think>\n\nfinal"), (U, "q2"),
+         (A, "pre<think>\n\nr\n\n</think>\n\n\ncontent\n")),
+    conv((U, "q"), (A, "no opening tag</think>answer"), (A, "<think>one</think>middle<think>two</think>\n\nfinal"),
+         (A, "<think>never closed")),
+    conv((U, "q"), (A, "<think> </think>spaces count"), (A, "<think>\n</think>\n")),
+    conv((S, "\u3000sys\u00a0"), (U, "\u2028 q \n"),
+         (A, "\n\u00a0<think>\u3000r\u3000</think>\u00a0\nans\n"), (A, "<think>\r\nr\r\n</think>\r\n\r\nans")),
+    conv((U, "q"), (A, "<think>r</think>a"), (U, "<tool_response>\nresult\n</tool_response>")),
+    conv((U, "<tool_response>x</tool_response>"), (A, "<think>r</think>a")),
+    conv((U, "<tool_response>"), (A, "<think>r</think>a"), (U, "ok </tool_response>")),
+    conv((S, "<think>system</think>"), (U, "<think>user</think>"), (A, "</think>")),
+    conv((A, "<think>r</think>alone")),
+    conv((U, "q"), (A, "\n\nno reasoning, newlines first\n")),
 ]
 
 
@@ -527,31 +747,43 @@ def main():
     else:
         print(f"note: {SMOLLM2_GGUF} not found; SmolLM2's template is not re-checked", file=sys.stderr)
 
+    conversations = CONVERSATIONS + THINKING_CONVERSATIONS
     templates, cases = [], []
     for template_id, family, model_names, source, bos, eos in TEMPLATES:
-        templates.append({
-            "id": template_id, "family": family, "models": model_names, "source": source,
+        entry = {"id": template_id}
+        if template_id in VARIANT_OF_ID:
+            entry["variant"] = VARIANT_OF_ID[template_id]
+        entry.update({
+            "family": family, "models": model_names, "source": source,
             "bos_token": bos, "eos_token": eos,
             "normalized_fnv1a64": "%016x" % fnv1a64(normalize_source(source).encode("utf-8")),
         })
+        templates.append(entry)
         tokenizer = make_tokenizer(bos, eos)
         tokenizer.chat_template = source
-        for index, conversation in enumerate(CONVERSATIONS):
+        thinking = family in THINKING_FAMILIES
+        # None: enable_thinking not passed (undefined in the template).
+        thinking_values = (None, True, False) if thinking else (None,)
+        for index, conversation in enumerate(conversations if thinking else CONVERSATIONS):
             for add_generation_prompt in (False, True):
-                case = {"template": template_id, "conversation": index,
-                        "add_generation_prompt": add_generation_prompt}
-                try:
-                    case["expected"] = tokenizer.apply_chat_template(
-                        conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
-                except jinja2.exceptions.TemplateError as error:
-                    case["error"] = str(error)
-                cases.append(case)
+                for enable_thinking in thinking_values:
+                    case = {"template": template_id, "conversation": index,
+                            "add_generation_prompt": add_generation_prompt}
+                    extra = {}
+                    if enable_thinking is not None:
+                        case["enable_thinking"] = extra["enable_thinking"] = enable_thinking
+                    try:
+                        case["expected"] = tokenizer.apply_chat_template(
+                            conversation, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
+                    except jinja2.exceptions.TemplateError as error:
+                        case["error"] = str(error)
+                    cases.append(case)
 
     # The plain formats as templates must agree with DeepSpeed-Chat's own concatenation.
     for template_id, render_prompt in (("hh", lambda q: "\n\nHuman: " + q + "\n\nAssistant:"),
                                        ("webgpt", webgpt_prompt)):
         for case in cases:
-            conversation = CONVERSATIONS[case["conversation"]]
+            conversation = conversations[case["conversation"]]
             if case["template"] == template_id and case["add_generation_prompt"] and len(conversation) == 1 \
                     and conversation[0]["role"] == "user":
                 assert case["expected"] == render_prompt(conversation[0]["content"]), case
@@ -567,7 +799,7 @@ def main():
         "transformers": transformers.__version__,
         "jinja2": jinja2.__version__,
         "templates": templates,
-        "conversations": CONVERSATIONS,
+        "conversations": conversations,
         "cases": cases,
         "prompt_formats": prompt_formats,
     }
@@ -575,7 +807,7 @@ def main():
     text = json.dumps(document, ensure_ascii=False, indent=1) + "\n"
     OUT.write_text(text, encoding="utf-8")
     errors = sum("error" in case for case in cases)
-    print(f"{OUT.relative_to(REPO)}: {len(templates)} templates, {len(CONVERSATIONS)} conversations, "
+    print(f"{OUT.relative_to(REPO)}: {len(templates)} templates, {len(conversations)} conversations, "
           f"{len(cases)} cases ({errors} expected errors), {len(text.encode())} bytes")
 
 

@@ -27,6 +27,7 @@ enum {
     VARIANT_SMOLLM2,
     VARIANT_QWEN2,
     VARIANT_QWEN2_5,
+    VARIANT_QWEN3,
     VARIANT_LLAMA2,
     VARIANT_LLAMA3,
     VARIANT_LLAMA3_1,
@@ -44,6 +45,7 @@ static const ChatVariant variants[] = {
     [VARIANT_QWEN2] = {"qwen2", CHAT_FAMILY_CHATML, "You are a helpful assistant.", false, false},
     [VARIANT_QWEN2_5] = {"qwen2.5", CHAT_FAMILY_CHATML,
                          "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false, false},
+    [VARIANT_QWEN3] = {"qwen3", CHAT_FAMILY_QWEN3, NULL, false, false},
     [VARIANT_LLAMA2] = {"llama2", CHAT_FAMILY_LLAMA2, NULL, false, false},
     [VARIANT_LLAMA3] = {"llama3", CHAT_FAMILY_LLAMA3, NULL, false, false},
     [VARIANT_LLAMA3_1] = {"llama3.1", CHAT_FAMILY_LLAMA3, NULL, true, false},
@@ -54,7 +56,8 @@ static const ChatVariant variants[] = {
     [VARIANT_WEBGPT] = {"webgpt", CHAT_FAMILY_WEBGPT, NULL, false, false},
 };
 enum { VARIANT_COUNT = sizeof variants / sizeof variants[0] };
-#define VARIANT_NAMES "chatml, smollm2, qwen2, qwen2.5, llama2, llama3, llama3.1, gemma, gemma3, zephyr, hh, webgpt"
+#define VARIANT_NAMES \
+    "chatml, smollm2, qwen2, qwen2.5, qwen3, llama2, llama3, llama3.1, gemma, gemma3, zephyr, hh, webgpt"
 
 // The published templates, by chat_template_source_hash() of their source. The sources
 // themselves are in tools/make_chat_template_fixtures.py (and so in the test fixture,
@@ -66,6 +69,8 @@ static const struct {
     {0x22d5b3fe02f79526ull, VARIANT_SMOLLM2},  // HuggingFaceTB/SmolLM2-*-Instruct
     {0xc2b73317b40dbe6full, VARIANT_QWEN2},    // Qwen/Qwen2-*-Instruct
     {0x4c6623162d6dcf8dull, VARIANT_QWEN2_5},  // Qwen/Qwen2.5-*-Instruct
+    {0x94fe4bdabdbc8179ull, VARIANT_QWEN3},    // Qwen/Qwen3-* (the revised template)
+    {0x2c6f3580b1bc3912ull, VARIANT_QWEN3},    // Qwen/Qwen3-* (the first release's)
     {0xab0cd8c757618b60ull, VARIANT_CHATML},   // teknium/OpenHermes-2.5-Mistral-7B
     {0xe65cbea35ee4780bull, VARIANT_LLAMA2},   // meta-llama/Llama-2-*-chat-hf
     {0xad5d213b054f43b8ull, VARIANT_LLAMA3},   // meta-llama/Meta-Llama-3-*-Instruct
@@ -91,6 +96,9 @@ static void template_init(ChatTemplate *t, const ChatVariant *variant, const cha
     t->default_system = variant->default_system ? xstrdup(variant->default_system) : NULL;
     t->llama31_system_header = variant->llama31_system_header;
     t->fold_system_into_user = variant->fold_system_into_user;
+    // Qwen3's template tests `enable_thinking is defined and enable_thinking is false`:
+    // left undefined, as transformers leaves it unless asked, thinking is on.
+    t->enable_thinking = true;
     // Llama-3.1's template: {%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}
     snprintf(t->date_string, sizeof t->date_string, "%s", "26 Jul 2024");
     // A token the tokenizer lacks is an undefined name to Jinja, which prints as "".
@@ -112,6 +120,7 @@ const char *chat_template_name(const ChatTemplate *t) { return t->name; }
 const char *chat_family_name(ChatFamily family) {
     switch (family) {
     case CHAT_FAMILY_CHATML: return "chatml";
+    case CHAT_FAMILY_QWEN3: return "qwen3";
     case CHAT_FAMILY_LLAMA2: return "llama2";
     case CHAT_FAMILY_LLAMA3: return "llama3";
     case CHAT_FAMILY_GEMMA: return "gemma";
@@ -282,6 +291,11 @@ static void llama3_date_from_source(ChatTemplate *t, const char *source) {
 }
 
 static const ChatVariant *variant_from_markers(const char *source) {
+    // Qwen3's think block is written with "reasoning_content.strip('\n')" and switched off
+    // by enable_thinking; reasoning templates without both render otherwise.
+    if (contains(source, "<|im_start|>") && contains(source, "<|im_end|>") && contains(source, "<think>") &&
+        contains(source, "enable_thinking") && contains(source, "reasoning_content.strip("))
+        return &variants[VARIANT_QWEN3];
     if (contains(source, "<|im_start|>") && contains(source, "<|im_end|>") && !contains(source, "<think>"))
         return &variants[VARIANT_CHATML];
     if (contains(source, "<|start_header_id|>") && contains(source, "<|eot_id|>"))
@@ -378,6 +392,13 @@ int chat_template_from_option(ChatTemplate *t, const char *name_or_path, const c
                    VARIANT_NAMES);
 }
 
+int chat_template_disable_thinking(ChatTemplate *t) {
+    if (t->family != CHAT_FAMILY_QWEN3)
+        return err_set("chat template %s has no thinking switch (only qwen3's enable_thinking)", t->name);
+    t->enable_thinking = false;
+    return 0;
+}
+
 // --- rendering ----------------------------------------------------------------------------------
 
 int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int count, bool add_generation_prompt,
@@ -397,6 +418,7 @@ int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int
     int rc = 0;
     switch (t->family) {
     case CHAT_FAMILY_CHATML: rc = render_chatml(t, messages, count, add_generation_prompt, &text); break;
+    case CHAT_FAMILY_QWEN3: rc = render_qwen3(t, messages, count, add_generation_prompt, &text); break;
     case CHAT_FAMILY_LLAMA2: rc = render_llama2(t, messages, count, add_generation_prompt, &text); break;
     case CHAT_FAMILY_LLAMA3: rc = render_llama3(t, messages, count, add_generation_prompt, &text); break;
     case CHAT_FAMILY_GEMMA: rc = render_gemma(t, messages, count, add_generation_prompt, &text); break;

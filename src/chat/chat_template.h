@@ -17,6 +17,11 @@
 //     both ends of the source is dropped. So `{{'x'}}` and `{{ 'x' }}` match, and so do
 //     a "\n" escape and a real newline inside a string; `'a  b'` and `'a b'` do not.
 //  2. Markers (fallback), tried in this order, for templates edited or republished:
+//       qwen3     "<|im_start|>", "<|im_end|>", "<think>", "enable_thinking" and
+//                 "reasoning_content.strip(" (how Qwen3's writes its think block). Other
+//                 reasoning templates stay unrecognised: QwQ's and Qwen3-*-Thinking-2507's
+//                 (no enable_thinking; their generation prompt always opens "<think>\n")
+//                 and ones that trim the reasoning ("reasoning_content|trim") instead.
 //       chatml    "<|im_start|>" and "<|im_end|>", and no "<think>" (reasoning templates
 //                 render differently). Default system turn: the literal text of a
 //                 '<|im_start|>system\n...<|im_end|>' string in the source, if any.
@@ -41,6 +46,21 @@
 //   qwen2     ChatML, default system "You are a helpful assistant." (Qwen2-*-Instruct)
 //   qwen2.5   ChatML, default system "You are Qwen, created by Alibaba Cloud. You are a
 //             helpful assistant." (Qwen2.5-*-Instruct; tool calling not supported)
+//   qwen3     Qwen3's hybrid-thinking ChatML (Qwen3-0.6B ... Qwen3-235B-A22B). Two published
+//             sources are known exactly and render alike for text contents: the first
+//             release's (April 2025; llama.cpp keeps it as models/templates/Qwen-Qwen3-0.6B.jinja)
+//             and the revised one of the later tokenizer_config.json. No default system turn.
+//             Assistant turns are split as the template splits them: the reasoning is the
+//             text before the first "</think>" (after its last "<think>"), the answer the
+//             text after the last "</think>"; newlines (no other whitespace) are taken off
+//             both ends of the reasoning and the start of the answer. Before
+//             the last user query (the last user turn that is not one whole
+//             "<tool_response>...</tool_response>") only the answer is kept; after it a turn
+//             is "<think>\n" reasoning "\n</think>\n\n" answer when its reasoning is not
+//             empty or it is the last turn. enable_thinking (the Jinja variable; undefined
+//             means on) off ends the generation prompt with "<think>\n\n</think>\n\n"
+//             (chat_template_disable_thinking, `--no-thinking`). Tool calls, tool turns and
+//             a separate reasoning_content field are not supported.
 //   llama2    [INST] <<SYS>> ... with bos/eos per turn (Llama-2-*-chat)
 //   llama3    <|start_header_id|>role<|end_header_id|>, bos first (Meta-Llama-3-*-Instruct)
 //   llama3.1  llama3 plus the system header "Cutting Knowledge Date: December 2023" /
@@ -69,6 +89,7 @@ typedef struct {
 
 typedef enum {
     CHAT_FAMILY_CHATML,
+    CHAT_FAMILY_QWEN3,
     CHAT_FAMILY_LLAMA2,
     CHAT_FAMILY_LLAMA3,
     CHAT_FAMILY_GEMMA,
@@ -85,6 +106,8 @@ typedef struct {
     bool llama31_system_header;  // llama3: the 3.1 "Cutting Knowledge Date" system header
     char date_string[32];        // llama3.1 header date; the caller may overwrite it
     bool fold_system_into_user;  // gemma: Gemma 3's behaviour (else a system turn is an error)
+    bool enable_thinking;        // qwen3: the template's enable_thinking (true, its default, unless
+                                 // chat_template_disable_thinking); other families ignore it
     char *bos_token;             // "" if the tokenizer has none
     char *eos_token;
     char *source_path;           // where the template came from, for messages (NULL: by name)
@@ -109,6 +132,11 @@ int chat_template_from_file(ChatTemplate *t, const char *path, const char *bos_t
 // What `--chat-template X` means: a name from the list above, else a template file.
 int chat_template_from_option(ChatTemplate *t, const char *name_or_path, const char *bos_token,
                               const char *eos_token);
+
+// Renders as transformers does with apply_chat_template(..., enable_thinking=False) (what
+// `--no-thinking` asks for). Only a template that reads that variable (qwen3) has the
+// switch: for any other, -1 with err_set() rather than a flag that silently does nothing.
+int chat_template_disable_thinking(ChatTemplate *t);
 
 // The conversation as text, in a new xmalloc'd string (free() it). 0, or -1 with err_set()
 // when the template refuses the conversation (out is then NULL).

@@ -120,6 +120,123 @@ int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, bool g
     return 0;
 }
 
+// --- Qwen3: ChatML with reasoning -------------------------------------------------------
+
+// A run of bytes inside a message.
+typedef struct {
+    const char *start;
+    const char *end;
+} TextSpan;
+
+static void text_append_span(TextBuffer *text, TextSpan span) {
+    text_append_bytes(text, span.start, (size_t)(span.end - span.start));
+}
+
+// Where the last `needle` in `span` starts, or NULL. (Neither "<think>" nor "</think>" can
+// overlap itself, so the last match is where Python's split() makes its last cut.)
+static const char *last_occurrence(TextSpan span, const char *needle) {
+    size_t length = strlen(needle);
+    if ((size_t)(span.end - span.start) < length) return NULL;
+    for (const char *at = span.end - length;; at--) {
+        if (memcmp(at, needle, length) == 0) return at;
+        if (at == span.start) return NULL;
+    }
+}
+
+// Python's str.lstrip('\n') / rstrip('\n'): newlines only, not other whitespace.
+static TextSpan lstrip_newlines(TextSpan span) {
+    while (span.start < span.end && *span.start == '\n') span.start++;
+    return span;
+}
+
+static TextSpan rstrip_newlines(TextSpan span) {
+    while (span.end > span.start && span.end[-1] == '\n') span.end--;
+    return span;
+}
+
+static bool starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t length = strlen(s), suffix_length = strlen(suffix);
+    return length >= suffix_length && memcmp(s + length - suffix_length, suffix, suffix_length) == 0;
+}
+
+// An assistant message's reasoning and answer, as the template takes them apart when the
+// content has a '</think>':
+//   content           = content.split('</think>')[-1].lstrip('\n')
+//   reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+// and otherwise content whole, reasoning_content ''.
+static void qwen3_split_reasoning(const char *message, TextSpan *content, TextSpan *reasoning) {
+    TextSpan whole = {message, message + strlen(message)};
+    const char *first_close = strstr(message, "</think>");
+    if (!first_close) {
+        *content = whole;
+        *reasoning = (TextSpan){message, message};
+        return;
+    }
+    const char *last_close = last_occurrence(whole, "</think>");
+    *content = lstrip_newlines((TextSpan){last_close + strlen("</think>"), whole.end});
+    TextSpan before = rstrip_newlines((TextSpan){message, first_close});
+    const char *open = last_occurrence(before, "<think>");
+    if (open) before.start = open + strlen("<think>");
+    *reasoning = lstrip_newlines(before);
+}
+
+int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+    // {%- if messages[0].role == 'system' %}'<|im_start|>system\n' + content + '<|im_end|>\n'
+    // (the loop below skips that first system message).
+    if (is_role(&m[0], "system")) {
+        text_append(text, "<|im_start|>system\n");
+        text_append(text, m[0].content);
+        text_append(text, "<|im_end|>\n");
+    }
+    // ns.last_query_index: the last user message that is not a tool's answer
+    // (startswith('<tool_response>') and endswith('</tool_response>')); the last index if none.
+    int last_query = count - 1;
+    for (int i = count - 1; i >= 0; i--) {
+        if (is_role(&m[i], "user") &&
+            !(starts_with(m[i].content, "<tool_response>") && ends_with(m[i].content, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        if (is_role(&m[i], "user") || (is_role(&m[i], "system") && i > 0)) {
+            // '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n'
+            text_append(text, "<|im_start|>");
+            text_append(text, m[i].role);
+            text_append(text, "\n");
+            text_append(text, m[i].content);
+            text_append(text, "<|im_end|>\n");
+        } else if (is_role(&m[i], "assistant")) {
+            TextSpan content, reasoning;
+            qwen3_split_reasoning(m[i].content, &content, &reasoning);
+            // {%- if loop.index0 > ns.last_query_index %}{%- if loop.last or (not loop.last and reasoning_content) %}
+            //   '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') +
+            //   '\n</think>\n\n' + content.lstrip('\n')
+            // and otherwise '<|im_start|>' + message.role + '\n' + content: before the last query
+            // the reasoning is gone, and so is an empty one in between (an empty string is false).
+            text_append(text, "<|im_start|>assistant\n");
+            if (i > last_query && (i == count - 1 || reasoning.end > reasoning.start)) {
+                text_append(text, "<think>\n");
+                text_append_span(text, rstrip_newlines(lstrip_newlines(reasoning)));
+                text_append(text, "\n</think>\n\n");
+                text_append_span(text, lstrip_newlines(content));
+            } else {
+                text_append_span(text, content);
+            }
+            text_append(text, "<|im_end|>\n");
+        }
+    }
+    if (generation) {
+        // {%- if enable_thinking is defined and enable_thinking is false %}: an empty think
+        // block, so that the model answers without reasoning.
+        text_append(text, "<|im_start|>assistant\n");
+        if (!t->enable_thinking) text_append(text, "<think>\n\n</think>\n\n");
+    }
+    return 0;
+}
+
 // --- Llama-2 chat -----------------------------------------------------------------------
 
 int render_llama2(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {

@@ -25,6 +25,7 @@ void python_strip_bounds(const char *s, size_t length, size_t *start, size_t *en
 // Each appends the rendering of messages[0..count) to `text`, or returns -1 with
 // err_set() (the caller frees `text`). Roles and contents are already checked.
 int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
+int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
 int render_llama2(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
 int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
 int render_gemma(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);

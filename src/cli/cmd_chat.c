@@ -50,6 +50,7 @@ int cmd_chat(int argc, char **argv) {
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0, prompt_cache = 1;
     double temperature = 0.8, top_p = 1.0;
     char *lora_adapter = NULL;
+    bool no_thinking = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"system", NULL, OPT_STRING, &system, "system message", false, false},
@@ -59,6 +60,7 @@ int cmd_chat(int argc, char **argv) {
         {"top-p", "top_p", OPT_FLOAT, &top_p, "nucleus sampling mass (1 = off)", false, false},
         {"seed", NULL, OPT_INT, &seed, "random seed", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"no-thinking", NULL, OPT_BOOL, &no_thinking, "render chat prompts with enable_thinking=False (Qwen3: the answer starts after an empty think block)", false, false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
@@ -80,9 +82,10 @@ int cmd_chat(int argc, char **argv) {
     cli_set_threads(threads);
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, true) != 0) die_from_err();
+    if (no_thinking && text_model_disable_thinking(&tm) != 0) die_user("--no-thinking: %s", err_msg());
     if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
-    fprintf(stderr, "marlhf chat: %s (%s template). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
-            chat_template_name(&tm.chat));
+    fprintf(stderr, "marlhf chat: %s (%s template%s). /reset starts over, /quit or Ctrl-D leaves.\n", model_path,
+            chat_template_name(&tm.chat), no_thinking ? ", thinking off" : "");
 
     ContinuousOptions batch_options = {.stop_tokens = tm.stop_tokens,
                                        .num_stop_tokens = tm.num_stop_tokens,

@@ -149,7 +149,7 @@ int cmd_generate(int argc, char **argv) {
     char *system = NULL, *stop_string = NULL;
     long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
     double temperature = 0.8, top_p = 1.0;
-    bool chat = false, greedy = false;
+    bool chat = false, greedy = false, no_thinking = false;
     char *lora_adapter = NULL;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
@@ -166,6 +166,7 @@ int cmd_generate(int argc, char **argv) {
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"no-thinking", NULL, OPT_BOOL, &no_thinking, "render chat prompts with enable_thinking=False (Qwen3: the answer starts after an empty think block)", false, false},
         {"batch-size", "batch_size", OPT_INT, &batch_size, "rows (prompts x --num-return-sequences) generated together", false, false},
         {"num-return-sequences", "num_return_sequences n", OPT_INT, &sequences,
          "answers per prompt, each on its own random stream (they share the prompt's prefill); rows get \"sample\"", false,
@@ -199,7 +200,9 @@ int cmd_generate(int argc, char **argv) {
     cli_set_threads(threads);
 
     TextModel tm;
-    if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat) != 0) die_from_err();
+    if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat || no_thinking) != 0)
+        die_from_err();
+    if (no_thinking && text_model_disable_thinking(&tm) != 0) die_user("--no-thinking: %s", err_msg());
     if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
     // Read all prompts first: a bad row is reported before any generation work.
     PromptRow *rows = NULL;

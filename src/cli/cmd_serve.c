@@ -33,6 +33,7 @@ int cmd_serve(int argc, char **argv) {
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
     long request_timeout_s = 600, parallel = 4, prompt_cache = 0;
     char *lora_adapter = NULL;
+    bool no_thinking = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", false, false},
         {"reward-model", "reward_pretrain", OPT_STRING, &reward_path,
@@ -52,6 +53,9 @@ int cmd_serve(int argc, char **argv) {
         {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time)", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
+        {"no-thinking", NULL, OPT_BOOL, &no_thinking,
+         "render chat requests with enable_thinking=False (Qwen3: answers start after an empty think block)", false,
+         false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
@@ -78,8 +82,8 @@ int cmd_serve(int argc, char **argv) {
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
     if (reward_path) {
-        static const char *const generation_only[] = {"chat-template", "lora-adapter", "kv-cache", "prompt-cache",
-                                                      "max-tokens-limit"};
+        static const char *const generation_only[] = {"chat-template", "no-thinking", "lora-adapter", "kv-cache",
+                                                      "prompt-cache", "max-tokens-limit"};
         for (size_t i = 0; i < sizeof generation_only / sizeof generation_only[0]; i++)
             for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
                 if (options[j].seen && !strcmp(options[j].name, generation_only[i]))
@@ -98,8 +102,10 @@ int cmd_serve(int argc, char **argv) {
         if (tokenizer_load(&reward_tokenizer, reward_path) != 0 || model_load(&reward_model, reward_path, ops, &load) != 0)
             die_from_err();
     } else {
-        if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, chat_template != NULL) != 0)
+        if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template,
+                            chat_template != NULL || no_thinking) != 0)
             die_from_err();
+        if (no_thinking && text_model_disable_thinking(&tm) != 0) die_user("--no-thinking: %s", err_msg());
         if (kv_cache_type_set(&tm.model, kv_cache, "--kv-cache") != 0) die_from_err();
         if (!tm.has_chat) fprintf(stderr, "serve: %s; /v1/chat/completions will answer 400\n", err_msg());
     }

@@ -55,6 +55,11 @@ void text_model_free(TextModel *tm) {
     memset(tm, 0, sizeof *tm);
 }
 
+int text_model_disable_thinking(TextModel *tm) {
+    if (!tm->has_chat) return err_set("the model has no chat template to switch thinking off in");
+    return chat_template_disable_thinking(&tm->chat);
+}
+
 int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, int **ids, int *length) {
     CHECK(tm->has_chat, "chat ids without a chat template");
     char *text = NULL;

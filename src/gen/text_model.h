@@ -26,6 +26,11 @@ int text_model_load(TextModel *tm, const char *path, const char *lora_adapter, c
                     const char *quantize, const char *chat_template_option, bool needs_chat);
 void text_model_free(TextModel *tm);
 
+// `--no-thinking`: the chat template renders as with enable_thinking=False (Qwen3's switch,
+// chat_template_disable_thinking). -1 with err_set() when the model has no chat template or
+// its template has no such switch.
+int text_model_disable_thinking(TextModel *tm);
+
 // The chat template applied to messages with the generation prompt, then tokenized
 // (special tokens in the rendered text are recognised). Returns 0 or -1 (err_set).
 int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, int **ids, int *length);

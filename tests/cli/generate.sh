@@ -72,6 +72,40 @@ expect_error generate_bad_min_new_tokens "--min-new-tokens" "$bin" generate --mo
     --min-new-tokens 5 "hi"
 expect_error generate_unknown_template "chat template" "$bin" generate --model "$model" --chat --chat-template nonsense "hi"
 
+# --no-thinking: Qwen3's template (forced here on SmolLM2's vocabulary) drops the earlier
+# turn's reasoning and ends the prompt with an empty think block: the row's prompt is that
+# text, and it has as many tokens as the text tokenized alone. Without the switch there is
+# no think block. Templates without the switch refuse the option.
+printf '%s\n' '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>r</think>A"}, {"role": "user", "content": "q2"}]}' \
+    > "$tmp/thinking.jsonl"
+thinking_prompt='<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n'
+python3 -c 'import json, sys; print(json.dumps({"text": sys.argv[1].replace("\\n", "\n") + "<think>\n\n</think>\n\n"}))' \
+    "$thinking_prompt" > "$tmp/thinking_text.jsonl"
+"$bin" tokenize --model "$model" --input "$tmp/thinking_text.jsonl" > "$tmp/thinking_ids.jsonl" 2> /dev/null
+for mode in off on; do
+    flag=$([ "$mode" = off ] && echo --no-thinking)
+    "$bin" generate --model "$model" --input "$tmp/thinking.jsonl" --chat-template qwen3 --greedy --max-new-tokens 1 \
+        $flag > "$tmp/thinking_$mode.jsonl" 2> /dev/null
+done
+python3 - "$tmp" "$thinking_prompt" <<'PY' && pass generate_no_thinking || fail generate_no_thinking "see $tmp/thinking_*.jsonl"
+import json, sys
+tmp, prompt = sys.argv[1], sys.argv[2].replace("\\n", "\n")
+off = json.loads(open(f"{tmp}/thinking_off.jsonl").readline())
+on = json.loads(open(f"{tmp}/thinking_on.jsonl").readline())
+ids = json.loads(open(f"{tmp}/thinking_ids.jsonl").readline())["ids"]
+assert off["prompt"] == prompt + "<think>\n\n</think>\n\n", off["prompt"]
+assert off["prompt_tokens"] == len(ids), (off["prompt_tokens"], len(ids))
+assert on["prompt"] == prompt, on["prompt"]
+PY
+"$bin" chat --model "$model" --chat-template qwen3 --no-thinking < /dev/null > /dev/null 2> "$tmp/chat_no_thinking.err"
+grep -q "(qwen3 template, thinking off)" "$tmp/chat_no_thinking.err" && pass chat_no_thinking ||
+    fail chat_no_thinking "$(head -n 3 "$tmp/chat_no_thinking.err")"
+expect_error generate_no_thinking_unsupported "--no-thinking: chat template smollm2 has no thinking switch" \
+    "$bin" generate --model "$model" --chat --no-thinking "hi"
+expect_error generate_bad_no_thinking "--no-thinking" "$bin" generate --model "$model" --chat --no-thinking=maybe "hi"
+expect_error chat_no_thinking_unsupported "--no-thinking: chat template chatml has no thinking switch" \
+    "$bin" chat --model "$model" --chat-template chatml --no-thinking < /dev/null
+
 # --num-return-sequences 3: three answers per prompt, in prompt order with "sample" 0, 1, 2;
 # sample 0 is the answer without the option, the others differ, and the batch size changes
 # nothing (the three rows share the prompt's prefill).

@@ -594,6 +594,9 @@ expect_error serve_port_in_use "cannot listen" "$bin" serve --model "$model" --p
 expect_error serve_bad_port "--port" "$bin" serve --model "$model" --port 70000
 expect_error serve_bad_max_concurrent "--max-concurrent" "$bin" serve --model "$model" --max-concurrent 0
 expect_error serve_bad_template "chat template" "$bin" serve --model "$model" --chat-template nonsense
+expect_error serve_no_thinking_unsupported "--no-thinking: chat template" "$bin" serve --model "$model" --no-thinking
+expect_error serve_reward_model_no_thinking "option --no-thinking does not apply to --reward-model" \
+    "$bin" serve --reward-model "$model" --no-thinking
 
 stop_server
 [ "$stop_rc" = 0 ] && grep -q '^serve: stopped$' "$tmp/server.log" && pass sigterm_exits_0 || fail sigterm_exits_0 "exit $stop_rc: $(tail -n 2 "$tmp/server.log")"
