@@ -3,6 +3,9 @@
 // losses of DPO, conservative DPO, IPO, hinge, SimPO and DPO + SFT (RPO), and every
 // weight's gradient for conservative DPO, IPO, SimPO and RPO (per-token means, SimPO
 // without a reference, RPO's term on the chosen rows only).
+// TRL 1.12's combined losses (the MPO recipe: sigmoid 0.8, bco_pair 0.2, sft 1, the sft term
+// a mean over the batch's chosen tokens) and WPO weighting, with LD-DPO too: losses and every
+// weight's gradient, and each row's WPO log-weight.
 // Also: the reference computed by the task from the model itself equals the policy at
 // step 0 (loss log 2, zero margin), and splitting the pairs over two micro-batches gives
 // the gradient of one.
@@ -19,6 +22,7 @@ typedef struct {
     TokenizedExamples rows;
     float ref_logps[6], policy_logps[6];
     float ref_logps_ld[6]; // the reference's LD-DPO sums (ld_alpha 0.5)
+    float wpo_log_weights[6]; // each row's log WPO weight under the policy
 } DpoFixture;
 
 static void fixture_open(DpoFixture *f) {
@@ -43,7 +47,9 @@ static void fixture_open(DpoFixture *f) {
     memcpy(f->ref_logps, ref, sizeof f->ref_logps), memcpy(f->policy_logps, policy, sizeof f->policy_logps);
     float *ref_ld = fixture_floats(f->set, FIXTURE, "ref_logps_ld", NULL);
     memcpy(f->ref_logps_ld, ref_ld, sizeof f->ref_logps_ld);
-    free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy), free(ref_ld);
+    float *wpo = fixture_floats(f->set, FIXTURE, "wpo_log_weights", NULL);
+    memcpy(f->wpo_log_weights, wpo, sizeof f->wpo_log_weights);
+    free(ids), free(lengths), free(prompt_lengths), free(ref), free(policy), free(ref_ld), free(wpo);
 }
 
 static void make_task(DpoTask *task, const DpoFixture *f, const DpoLossOptions *options) {
@@ -63,6 +69,19 @@ static void test_response_logps_match_pytorch(void) {
     double sums[6];
     response_logps(&model, &f.rows, which, 6, 0, sums);
     for (int r = 0; r < 6; r++) EXPECT_CLOSE(sums[r], f.policy_logps[r], 1e-4, 1e-5, "response log-prob sum");
+    // WPO's log-weights (the model's collision entropy per token), and the plain sums with
+    // them, which are the sums when no token weights are set.
+    ResponseBatch batch;
+    response_batch_build(&f.rows, which, 6, 0, &batch);
+    double more_sums[6], plain[6], log_weights[6];
+    const ResponseRowExtras extras = {.plain_sums = plain, .wpo_log_weights = log_weights};
+    response_batch_forward_more(&model, &batch, more_sums, &extras);
+    for (int r = 0; r < 6; r++) {
+        EXPECT_CLOSE(log_weights[r], f.wpo_log_weights[r], 1e-5, 1e-5, "WPO log-weight");
+        EXPECT(more_sums[r] == sums[r] && plain[r] == sums[r], "row %d: sums %g %g %g", r, more_sums[r], plain[r],
+               sums[r]);
+    }
+    response_batch_free(&batch);
     model_free(&model);
     tokenized_examples_free(&f.rows);
     safetensors_close(f.set);
@@ -71,6 +90,12 @@ static void test_response_logps_match_pytorch(void) {
 static void test_losses_and_gradients_match_pytorch(void) {
     DpoFixture f;
     fixture_open(&f);
+    // TRL's MPO recipe: sigmoid 0.8 + bco_pair 0.2 per pair, plus the sft term (weight 1).
+    const DpoLossOptions mpo = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .term_count = 2,
+                                .terms = {DPO_LOSS_SIGMOID, DPO_LOSS_BCO}, .term_weights = {0.8, 0.2},
+                                .sft_term = true, .sft_term_weight = 1.0};
+    DpoLossOptions mpo_wpo_ld = mpo;
+    mpo_wpo_ld.use_weighting = true, mpo_wpo_ld.ld_alpha = 0.5;
     struct { const char *name; DpoLossOptions options; bool gradients; } kinds[] = {
         {"sigmoid", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1}, false},
         {"cdpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.2}, true},
@@ -79,7 +104,10 @@ static void test_losses_and_gradients_match_pytorch(void) {
         {"simpo", {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, true},
         {"rpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .sft_weight = 0.5}, true},
         {"orpo", {.loss = DPO_LOSS_ORPO, .beta = 1.0}, true},
-        {"ld", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .ld_alpha = 0.5}, true}};
+        {"ld", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .ld_alpha = 0.5}, true},
+        {"mpo", mpo, true},
+        {"wpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .use_weighting = true}, true},
+        {"mpo_wpo_ld", mpo_wpo_ld, true}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         Model model;
         fixture_load_policy(&model);
@@ -100,7 +128,11 @@ static void test_losses_and_gradients_match_pytorch(void) {
             snprintf(name, sizeof name, "grad.%s.", kinds[k].name);
             CHECK(model_read_named_tensors(&model, FIXTURE, name, want_grads) == 0, "%s", err_msg());
             fixture_expect_gradients(&model, want_grads, kinds[k].name);
-            // The same step as two micro-batches (2 pairs, then 1) adds up to the same gradient.
+            free(want_grads);
+        }
+        // The same step as two micro-batches (2 pairs, then 1) adds up to the same gradient
+        // (not with the sft term, a mean over each micro-batch's chosen tokens as TRL's).
+        if (kinds[k].gradients && !kinds[k].options.sft_term) {
             float *one_batch = xmalloc((size_t)model.table.total * sizeof(float));
             memcpy(one_batch, model.grads, (size_t)model.table.total * sizeof(float));
             model_zero_grad(&model);
@@ -112,7 +144,7 @@ static void test_losses_and_gradients_match_pytorch(void) {
             for (long j = 0; j < model.table.total; j++) largest = fmax(largest, fabs(one_batch[j]));
             double ratio = test_worst_ratio(model.grads, one_batch, model.table.total, 1e-5 * largest, 1e-4);
             EXPECT(ratio <= 1.0, "%s: two micro-batches differ from one (%.3g x tolerance)", kinds[k].name, ratio);
-            free(want_grads), free(one_batch);
+            free(one_batch);
         }
         dpo_task_free(&task);
         model_free(&model);

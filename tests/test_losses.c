@@ -228,6 +228,62 @@ static void test_dpo_loss_types(void) {
     json_decref(cases);
 }
 
+// Several TRL loss types at once (tools/make_dpo_loss_fixtures.py's loss_combinations.json:
+// TRL 1.12's sum over loss_type of loss_weights times each per-pair loss): the loss and both
+// gradients of dpo_pair_loss_from_sums with terms.
+static void test_dpo_loss_combinations(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/dpo/loss_combinations.json", 0, &error);
+    CHECK(cases, "loss_combinations.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    int checked = 0;
+    json_array_foreach(cases, index, c) {
+        DpoLossOptions o = {.beta = json_number_value(json_object_get(c, "beta")),
+                            .label_smoothing = json_number_value(json_object_get(c, "label_smoothing")),
+                            .discopop_tau = json_number_value(json_object_get(c, "discopop_tau")),
+                            .f_alpha = json_number_value(json_object_get(c, "f_alpha"))};
+        const char *divergence = json_string_value(json_object_get(c, "f_divergence"));
+        CHECK(f_divergence_from_name(divergence, &o.f_divergence) == 0, "unknown divergence %s", divergence);
+        json_t *types = json_object_get(c, "loss_type"), *weights = json_object_get(c, "loss_weights");
+        o.term_count = (int)json_array_size(types);
+        CHECK(o.term_count >= 2 && o.term_count <= DPO_MAX_LOSS_TERMS &&
+                  json_array_size(weights) == json_array_size(types),
+              "case %zu: bad loss_type list", index);
+        for (int k = 0; k < o.term_count; k++) {
+            const char *type = json_string_value(json_array_get(types, (size_t)k));
+            CHECK(dpo_loss_from_name(type, &o.terms[k]) == 0, "unknown loss type %s", type);
+            o.term_weights[k] = json_number_value(json_array_get(weights, (size_t)k));
+        }
+        o.loss = o.terms[0];
+        json_t *logps = json_object_get(c, "logps"), *grad = json_object_get(c, "grad");
+        json_t *tokens = json_object_get(c, "tokens");
+        double x[4];
+        for (int i = 0; i < 4; i++) x[i] = json_number_value(json_array_get(logps, (size_t)i));
+        const int nc = (int)json_integer_value(json_array_get(tokens, 0));
+        const int nr = (int)json_integer_value(json_array_get(tokens, 1));
+        double dc, dr, loss = dpo_pair_loss_from_sums(&o, x[0], x[1], x[2], x[3], nc, nr, &dc, &dr);
+        char what[96];
+        snprintf(what, sizeof what, "combination %zu (%d losses, beta %g) loss", index, o.term_count, o.beta);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-12, 1e-10, what);
+        snprintf(what, sizeof what, "combination %zu d chosen", index);
+        EXPECT_CLOSE(dc, json_number_value(json_array_get(grad, 0)), 1e-12, 1e-9, what);
+        snprintf(what, sizeof what, "combination %zu d rejected", index);
+        EXPECT_CLOSE(dr, json_number_value(json_array_get(grad, 1)), 1e-12, 1e-9, what);
+        checked++;
+    }
+    EXPECT(checked >= 20, "only %d combination cases", checked);
+    json_decref(cases);
+    // One term of weight 1 is the loss alone, bit for bit (what --loss with one name runs).
+    const DpoLossOptions alone = {.loss = DPO_LOSS_IPO, .beta = 0.3};
+    const DpoLossOptions one_term = {.loss = DPO_LOSS_IPO, .beta = 0.3, .term_count = 1, .terms = {DPO_LOSS_IPO},
+                                     .term_weights = {1.0}};
+    double dc1, dr1, dc2, dr2;
+    const double l1 = dpo_pair_loss_from_sums(&alone, -12.5, -20.25, -13.0, -19.0, 7, 9, &dc1, &dr1);
+    const double l2 = dpo_pair_loss_from_sums(&one_term, -12.5, -20.25, -13.0, -19.0, 7, 9, &dc2, &dr2);
+    EXPECT(l1 == l2 && dc1 == dc2 && dr1 == dr2, "one term of weight 1: %.17g vs %.17g", l1, l2);
+}
+
 int main(void) {
     json_error_t error;
     fixtures = json_load_file("tests/fixtures/losses/losses.json", 0, &error);
@@ -240,6 +296,7 @@ int main(void) {
     RUN(test_extreme_scores_are_finite);
     RUN(test_dpo_loss);
     RUN(test_dpo_loss_types);
+    RUN(test_dpo_loss_combinations);
     json_decref(fixtures);
     TEST_EXIT();
 }

@@ -450,6 +450,27 @@ static void test_logprob(void) {
     free(c.logits), free(c.logp), free(c.lse), free(c.entropy), free(c.Rl), free(c.Re), free(grad);
 }
 
+// ---- collision entropy (WPO's weights): -log sum_v p_v^2, against the softmax itself ----
+static void test_collision_entropy(void) {
+    enum { N = 5, V = 13 };
+    float *logits = random_floats(N * V, -4, 4), collision[N];
+    for (int v = 0; v < V; v++) logits[3 * V + v] = 0.0f;           // uniform: log V
+    for (int v = 0; v < V; v++) logits[4 * V + v] += 3000.0f;       // far from 0: no overflow, the same as row 4 - 3000
+    ops_cpu.collision_entropy_forward(collision, logits, N, V);
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (long)i * V;
+        double largest = z[0], sum = 0, sum_squares = 0;
+        for (int v = 1; v < V; v++) largest = fmax(largest, z[v]);
+        for (int v = 0; v < V; v++) sum += exp(z[v] - largest);
+        for (int v = 0; v < V; v++) sum_squares += (exp(z[v] - largest) / sum) * (exp(z[v] - largest) / sum);
+        EXPECT_CLOSE(collision[i], -log(sum_squares), 1e-6, 1e-6, "collision entropy");
+        EXPECT(collision[i] >= 0 && collision[i] <= log((double)V) + 1e-6, "row %d: %g outside [0, log V]", i,
+               collision[i]);
+    }
+    EXPECT_CLOSE(collision[3], log((double)V), 1e-6, 0, "collision entropy of the uniform distribution");
+    free(logits);
+}
+
 // ---- value head ----
 typedef struct { int N, C; float *h, *w, *values, *R; } ValueCase;
 static double value_loss(void *p) {
@@ -596,6 +617,7 @@ int main(int argc, char **argv) {
     RUN(test_geglu);
     RUN(test_embedding);
     RUN(test_logprob);
+    RUN(test_collision_entropy);
     RUN(test_value_head);
     RUN(test_adamw_update);
     RUN(test_dropout);

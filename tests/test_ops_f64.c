@@ -47,6 +47,7 @@
 #define cpu_glu_backward f64_glu_backward
 #define cpu_logprob_forward f64_logprob_forward
 #define cpu_logprob_backward f64_logprob_backward
+#define cpu_collision_entropy_forward f64_collision_entropy_forward
 #define cpu_value_head_forward f64_value_head_forward
 #define cpu_value_head_backward f64_value_head_backward
 #define cpu_adamw_update f64_adamw_update

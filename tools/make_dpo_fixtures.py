@@ -21,6 +21,16 @@ token t+1, response tokens are slots prompt_length .. length-1). With h = (pc - 
              response tokens past the shorter response's length count 0.5 times, for the
              policy and the reference alike                                 beta 0.1
 each averaged over the pairs. The reference sums come from a perturbed copy of the model.
+Then, as TRL 1.12's DPOTrainer._compute_loss computes them from the logits (all three pairs one
+batch; beta 0.1):
+    mpo      loss_type ["sigmoid", "bco_pair", "sft"], loss_weights [0.8, 0.2, 1.0]: per pair
+             0.8 sigmoid + 0.2 bco_pair, averaged, plus the cross-entropy over all the batch's
+             chosen response tokens (one mean, not per pair)
+    wpo      sigmoid with use_weighting: each pair's loss times w_c w_r, w a row's
+             exp(mean over its response tokens of log p(token) - log sum_v p_v^2), under
+             no_grad (WPO, Zhou et al. 2024)
+    mpo_wpo_ld  mpo with use_weighting and ld_alpha 0.5 (the sft term and WPO's weights
+             read the unweighted log-probs, the pair losses LD-DPO's sums)
 
 tests/fixtures/dpo/llama.safetensors:
     tokens          i64 [6, T]  row 2i chosen, 2i+1 rejected of pair i (right-padded with 0)
@@ -29,8 +39,11 @@ tests/fixtures/dpo/llama.safetensors:
     ref_logps       f32 [6]     the reference's sums (inputs of the loss)
     ref_logps_ld    f32 [6]     the reference's LD-DPO sums (the input of "ld")
     policy_logps    f32 [6]     the fixture model's sums
-    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo, orpo
-    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo, ld
+    loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo, orpo, ld, mpo,
+                                wpo, mpo_wpo_ld
+    grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo, ld,
+                                mpo, wpo, mpo_wpo_ld
+    wpo_log_weights f32 [6]     each row's log w under the fixture model (WPO)
 """
 import copy
 import os
@@ -108,6 +121,58 @@ def dpo_loss(kind, policy, reference, counts):
     return losses.mean()
 
 
+# TRL 1.12's combined losses and WPO weighting (the "trl" kinds): loss types, weights, use_weighting, ld_alpha.
+TRL_KINDS = {"mpo": (["sigmoid", "bco_pair", "sft"], [0.8, 0.2, 1.0], False, None),
+             "wpo": (["sigmoid"], [1.0], True, None),
+             "mpo_wpo_ld": (["sigmoid", "bco_pair", "sft"], [0.8, 0.2, 1.0], True, LD_ALPHA)}
+TRL_BETA = 0.1
+
+
+def trl_loss(model, tokens, lengths, prompt_lengths, reference, loss_types, loss_weights, use_weighting, ld_alpha):
+    """The loss as TRL's _compute_loss computes it (its variable names), for the loss types used here."""
+    F = torch.nn.functional
+    mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    shift_logits = model(input_ids=tokens, attention_mask=mask).logits[:, :-1]
+    shift_labels = tokens[:, 1:]
+    slots = torch.arange(tokens.shape[1] - 1)[None, :]
+    shift_completion_mask = ((slots + 1 >= prompt_lengths[:, None]) & (slots + 1 < lengths[:, None])).long()
+    per_token_logps = torch.log_softmax(shift_logits, dim=-1).gather(-1, shift_labels[..., None])[..., 0]
+    per_token_logps = per_token_logps * shift_completion_mask
+    logps, _ = response_sums(model, tokens, lengths, prompt_lengths, ld_alpha)
+    chosen_logratios = logps[0::2] - reference[0::2]
+    rejected_logratios = logps[1::2] - reference[1::2]
+    delta_score = chosen_logratios - rejected_logratios
+    beta = TRL_BETA
+    loss = 0.0
+    for loss_type, loss_weight in zip(loss_types, loss_weights, strict=True):
+        if loss_type == "sigmoid":
+            per_sequence_loss = -F.logsigmoid(beta * delta_score)
+        elif loss_type == "bco_pair":
+            per_sequence_loss = -F.logsigmoid(beta * chosen_logratios) - F.logsigmoid(-beta * rejected_logratios)
+        elif loss_type == "sft":
+            chosen_logits, chosen_labels = shift_logits[0::2], shift_labels[0::2]
+            chosen_mask = shift_completion_mask[0::2].bool()
+            batch_loss = F.cross_entropy(chosen_logits[chosen_mask], chosen_labels[chosen_mask])
+            per_sequence_loss = batch_loss.expand(chosen_logits.size(0))
+        else:
+            raise ValueError(loss_type)
+        if use_weighting:
+            completion_lengths = shift_completion_mask.sum(dim=1).clamp_min(1)
+            with torch.no_grad():
+                lse1 = torch.logsumexp(shift_logits, dim=-1)
+                lse2 = torch.logsumexp(2.0 * shift_logits, dim=-1)
+                aligned_logps = (per_token_logps - (lse2 - 2.0 * lse1)) * shift_completion_mask
+            weights = torch.exp(aligned_logps.sum(dim=1) / completion_lengths)
+            per_sequence_loss = per_sequence_loss * weights[0::2] * weights[1::2]
+        loss = loss + per_sequence_loss.mean() * loss_weight
+    with torch.no_grad():
+        lse1 = torch.logsumexp(shift_logits, dim=-1)
+        lse2 = torch.logsumexp(2.0 * shift_logits, dim=-1)
+        log_weights = ((per_token_logps - (lse2 - 2.0 * lse1)) * shift_completion_mask).sum(dim=1) / \
+            shift_completion_mask.sum(dim=1)
+    return loss, log_weights
+
+
 def main():
     folder = "tests/fixtures/models/llama"
     out_dir = "tests/fixtures/dpo"
@@ -146,6 +211,16 @@ def main():
                 loss.backward()
                 for name, p in model64.named_parameters():
                     tensors[f"grad.{kind}.{name}"] = p.grad.detach().clone()
+        for kind, (loss_types, loss_weights, use_weighting, ld_alpha) in TRL_KINDS.items():
+            model64.zero_grad(set_to_none=True)
+            loss, log_weights = trl_loss(model64, tokens, lengths, prompt_lengths, reference_ld if ld_alpha else reference,
+                                         loss_types, loss_weights, use_weighting, ld_alpha)
+            tensors[f"loss.{kind}"] = loss.detach().reshape(1)
+            tensors["wpo_log_weights"] = log_weights
+            print(f"{kind}: loss {loss.item():.6f}")
+            loss.backward()
+            for name, p in model64.named_parameters():
+                tensors[f"grad.{kind}.{name}"] = p.grad.detach().clone()
     tensors = {k: (v.float() if v.dtype == torch.float64 else v).contiguous() for k, v in tensors.items()}
     save_file(tensors, os.path.join(out_dir, "llama.safetensors"))
     print("policy sums", [round(float(x), 4) for x in tensors["policy_logps"]])

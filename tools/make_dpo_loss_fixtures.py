@@ -27,6 +27,10 @@ The other losses use a and b themselves (TRL allows them reverse_kl only).
 Writes tests/fixtures/dpo/loss_types.json: [{"loss_type", "f_divergence", "f_alpha", "beta",
 "label_smoothing", "discopop_tau", "logps": [chosen, rejected, ref_chosen, ref_rejected],
 "tokens": [chosen, rejected], "loss", "grad": [d chosen, d rejected]}].
+And tests/fixtures/dpo/loss_combinations.json, several loss types at once as TRL 1.12 sums them
+(loss_type a list, loss_weights: the sum over k of weight_k times loss type k's per-pair loss;
+TRL's "sft" term needs the tokens, tests/test_dpo.c checks it): the same fields with
+"loss_type" a list and "loss_weights".
 usage: .venv-tools/bin/python tools/make_dpo_loss_fixtures.py
 """
 import json
@@ -104,6 +108,26 @@ def case(loss_type, beta, eps, tau, logps, tokens, divergence="reverse_kl", alph
             "grad": policy.grad.tolist()}
 
 
+def combined_case(loss_types, weights, beta, eps, logps, tokens, divergence="reverse_kl", alpha=0.5):
+    policy = torch.tensor(logps[:2], dtype=torch.float64, requires_grad=True)
+    reference = torch.tensor(logps[2:], dtype=torch.float64)
+    loss = 0.0
+    for loss_type, weight in zip(loss_types, weights, strict=True):
+        loss = loss + weight * trl_loss(loss_type, divergence, alpha, beta, eps, 0.05, tokens, policy[0], policy[1],
+                                        reference[0], reference[1])
+    loss.backward()
+    return {"loss_type": loss_types, "loss_weights": weights, "f_divergence": divergence, "f_alpha": alpha,
+            "beta": beta, "label_smoothing": eps, "discopop_tau": 0.05, "logps": logps, "tokens": tokens,
+            "loss": loss.item(), "grad": policy.grad.tolist()}
+
+
+def write_cases(name, cases):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "dpo", name)
+    with open(path, "w") as out:
+        out.write("[\n" + ",\n".join(json.dumps(c) for c in cases) + "\n]\n")  # a case per line
+    print(f"wrote {os.path.relpath(path)}: {len(cases)} cases")
+
+
 def random_pair():
     """Sums of a few dozen tokens' log-probs, the reference near the policy, and the counts."""
     chosen, rejected = rng.uniform(-60, -5), rng.uniform(-60, -5)
@@ -136,10 +160,23 @@ def main():
                 cases.append(case(loss_type, beta, eps, 0.05, logps, tokens, divergence, alpha))
     # alpha's exponent held at 80 (a flat score): (alpha - 1) u = 3 x 40.
     cases.append(case("sigmoid", 0.1, 0.0, 0.05, [-5.0, -30.0, -45.0, -31.0], [5, 7], "alpha_divergence", 4.0))
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "dpo", "loss_types.json")
-    with open(path, "w") as out:
-        out.write("[\n" + ",\n".join(json.dumps(c) for c in cases) + "\n]\n")  # a case per line
-    print(f"wrote {os.path.relpath(path)}: {len(cases)} cases")
+    write_cases("loss_types.json", cases)
+    # Combinations (drawn after the single types, so loss_types.json does not change): the MPO
+    # recipe's pair losses, a per-token-mean loss with per-sum ones, a repeated type, weights
+    # of 0, and a divergence with the losses that take one.
+    combinations = []
+    for loss_types, weights, eps, divergence in [
+            (["sigmoid", "bco_pair"], [0.8, 0.2], 0.0, "reverse_kl"),
+            (["ipo", "sigmoid", "nca_pair"], [0.5, 1.0, 2.0], 0.0, "reverse_kl"),
+            (["robust", "exo_pair", "apo_zero", "sppo_hard"], [1.0, 0.3, 0.7, 0.05], 0.2, "reverse_kl"),
+            (["sigmoid", "sigmoid"], [0.25, 0.5], 0.0, "reverse_kl"),
+            (["hinge", "discopop", "apo_down"], [0.0, 1.5, 1.0], 0.0, "reverse_kl"),
+            (["sigmoid", "sigmoid_norm", "ipo"], [1.0, 0.5, 0.25], 0.0, "js_divergence"),
+            (["robust", "hinge"], [0.6, 0.4], 0.1, "forward_kl")]:
+        for beta in (0.1, 1.0):
+            for _ in range(2):
+                combinations.append(combined_case(loss_types, weights, beta, eps, *random_pair(), divergence))
+    write_cases("loss_combinations.json", combinations)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,67 @@
 #include "model/weights_io.h"
 #include "train/dpo.h"
 
+// The next comma-separated item of *cursor (cut out in place, spaces around it trimmed), or
+// NULL at the end; an empty item is "".
+static char *next_item(char **cursor) {
+    if (!*cursor) return NULL;
+    char *item = *cursor, *comma = strchr(item, ',');
+    if (comma) *comma = '\0';
+    *cursor = comma ? comma + 1 : NULL;
+    while (*item == ' ') item++;
+    for (char *end = item + strlen(item); end > item && end[-1] == ' ';) *--end = '\0';
+    return item;
+}
+
+// One entry of --loss: a pair loss, or TRL's "sft" term (a batch mean, not a pair loss).
+typedef struct {
+    bool sft;
+    DpoLossKind kind;
+    char name[32];
+} LossEntry;
+
+// Splits a comma-separated list ("sigmoid,bco,sft") into entries; exits 2 on a name it does
+// not know. Returns the count.
+static int parse_loss_list(const char *list, LossEntry *entries) {
+    char *copy = xstrdup(list), *cursor = copy;
+    int count = 0;
+    for (char *name; (name = next_item(&cursor));) {
+        if (count == DPO_MAX_LOSS_TERMS)
+            die_user("option --loss: at most %d losses combine, got '%s'", DPO_MAX_LOSS_TERMS, list);
+        LossEntry *entry = &entries[count++];
+        snprintf(entry->name, sizeof entry->name, "%s", name);
+        entry->sft = !strcmp(name, "sft");
+        if (!entry->sft && dpo_loss_from_name(name, &entry->kind) != 0)
+            die_user("option --loss must be one of " DPO_LOSS_NAMES
+                     ", or several of them and sft with commas, got '%s'",
+                     name);
+    }
+    free(copy);
+    return count;
+}
+
+// --loss-weights: as many numbers >= 0 as --loss has entries, with commas (all 1 when not given).
+static void parse_loss_weights(const char *list, int count, double *weights) {
+    for (int k = 0; k < count; k++) weights[k] = 1.0;
+    if (!list) return;
+    char *copy = xstrdup(list), *cursor = copy;
+    int given = 0;
+    for (char *item; (item = next_item(&cursor)); given++) {
+        char *end;
+        const double weight = strtod(item, &end);
+        if (end == item || *end != '\0' || !(weight >= 0) || !isfinite(weight))
+            die_user("option --loss-weights must be numbers >= 0 separated by commas, got '%s'", item);
+        if (given < count) weights[given] = weight;
+    }
+    free(copy);
+    if (given != count) die_user("option --loss-weights: %d weights for %d losses in --loss", given, count);
+}
+
 int cmd_dpo(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
-    char *divergence_name = "reverse-kl";
+    char *divergence_name = "reverse-kl", *loss_weights = NULL;
+    bool use_weighting = false;
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
     double ld_alpha = 1.0;
     Option options[60] = {
@@ -24,8 +81,14 @@ int cmd_dpo(int argc, char **argv) {
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
         {"loss", "loss_type", OPT_STRING, &loss_name,
          "sigmoid (DPO) | sigmoid-norm | robust | exo | ipo | hinge | nca | bco | sppo-hard | apo-zero | apo-down | "
-         "discopop | simpo | orpo (these two: no reference); see docs/dpo.md",
+         "discopop | simpo | orpo (these two: no reference); or several with commas, sft among them "
+         "(e.g. sigmoid,bco,sft), their losses added; see docs/dpo.md",
          false, false},
+        {"loss-weights", "loss_weights", OPT_STRING, &loss_weights,
+         "with several --loss: each one's weight, with commas (default: all 1)", false, false},
+        {"use-weighting", "use_weighting", OPT_BOOL, &use_weighting,
+         "WPO: weight each pair's loss by the policy's own probability of its two responses (Zhou et al. 2024)", false,
+         false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
          "sigmoid, robust, exo: assumed fraction of flipped labels (sigmoid: conservative DPO, DeepSpeed-Chat, "
          "OpenRLHF; exo needs it > 0)",
@@ -43,32 +106,64 @@ int cmd_dpo(int argc, char **argv) {
         {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
     };
-    int count = 12 + trainer_cli_options(&c, options + 12);
+    int count = 14 + trainer_cli_options(&c, options + 14);
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, SimPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
                            .discopop_tau = discopop_tau, .f_alpha = f_alpha, .ld_alpha = ld_alpha,
-                           .sft_weight = sft_weight};
+                           .sft_weight = sft_weight, .use_weighting = use_weighting};
     if (!(sft_weight >= 0) || !isfinite(sft_weight)) die_user("option --sft-weight must be >= 0, got %g", sft_weight);
-    if (dpo_loss_from_name(loss_name, &loss.loss) != 0)
-        die_user("option --loss must be one of " DPO_LOSS_NAMES ", got '%s'", loss_name);
+    LossEntry entries[DPO_MAX_LOSS_TERMS];
+    double weights[DPO_MAX_LOSS_TERMS];
+    const int entry_count = parse_loss_list(loss_name, entries);
+    parse_loss_weights(loss_weights, entry_count, weights);
+    bool any_smoothing = false;
+    for (int k = 0; k < entry_count; k++) {
+        const LossEntry *entry = &entries[k];
+        if (entry->sft) {
+            if (loss.sft_term) die_user("option --loss: sft appears twice in '%s'", loss_name);
+            loss.sft_term = true, loss.sft_term_weight = weights[k];
+            continue;
+        }
+        // SimPO and ORPO are TRL's CPOTrainer and ORPOTrainer, which take one loss.
+        if (!dpo_loss_uses_reference(entry->kind) && entry_count > 1)
+            die_user("option --loss: %s combines with no other loss (TRL's %s)", entry->name,
+                     entry->kind == DPO_LOSS_SIMPO ? "CPOTrainer" : "ORPOTrainer");
+        loss.terms[loss.term_count] = entry->kind, loss.term_weights[loss.term_count++] = weights[k];
+        any_smoothing |= dpo_loss_uses_label_smoothing(entry->kind);
+    }
+    if (loss.term_count == 0) die_user("option --loss: sft alone has no preference term (that is marlhf sft)");
+    loss.loss = loss.terms[0];
+    // One loss of weight 1 is the plain loss (the same arithmetic as before losses combined).
+    if (entry_count == 1 && weights[0] == 1.0) loss.term_count = 0;
+    if (loss.sft_term && sft_weight > 0)
+        die_user("option --sft-weight: --loss has an sft term already (--sft-weight is per pair, sft the "
+                 "batch's mean)");
+    if (use_weighting && !dpo_loss_uses_reference(loss.loss))
+        die_user("option --use-weighting: --loss %s has no WPO weighting (TRL's %s has none)", loss_name,
+                 loss.loss == DPO_LOSS_SIMPO ? "CPOTrainer" : "ORPOTrainer");
     if (!dpo_loss_uses_reference(loss.loss) && reference_path)
         die_user("option --reference-model: --loss %s has no reference", loss_name);
     if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
     if (!(beta > 0) || !isfinite(beta)) die_user("option --beta must be positive, got %g", beta);
     if (!(label_smoothing >= 0 && label_smoothing < 0.5))
         die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
-    if (label_smoothing > 0 && !dpo_loss_uses_label_smoothing(loss.loss))
+    // With several losses, the smoothing goes to those that take it.
+    if (label_smoothing > 0 && !any_smoothing)
         die_user("option --label-smoothing applies to --loss sigmoid, robust and exo only");
-    if (loss.loss == DPO_LOSS_EXO && !(label_smoothing > 0))
-        die_user("option --label-smoothing: --loss exo needs it above 0 (the EXO paper uses 1e-3)");
     if (f_divergence_from_name(divergence_name, &loss.f_divergence) != 0)
         die_user("option --f-divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", divergence_name);
-    if (loss.f_divergence != F_DIVERGENCE_REVERSE_KL && !dpo_loss_takes_f_divergence(loss.loss))
-        die_user("option --f-divergence: --loss %s has no f-divergence form (only sigmoid, sigmoid-norm, hinge, ipo, "
-                 "exo, robust and discopop)",
-                 loss_name);
+    for (int k = 0; k < entry_count; k++) {
+        const LossEntry *entry = &entries[k];
+        if (entry->sft) continue; // TRL's sft term reads the log-probs themselves, whatever the divergence
+        if (entry->kind == DPO_LOSS_EXO && !(label_smoothing > 0))
+            die_user("option --label-smoothing: --loss exo needs it above 0 (the EXO paper uses 1e-3)");
+        if (loss.f_divergence != F_DIVERGENCE_REVERSE_KL && !dpo_loss_takes_f_divergence(entry->kind))
+            die_user("option --f-divergence: --loss %s has no f-divergence form (only sigmoid, sigmoid-norm, hinge, "
+                     "ipo, exo, robust and discopop)",
+                     entry->name);
+    }
     if (!isfinite(f_alpha)) die_user("option --f-alpha must be a number, got %g", f_alpha);
     if (!(ld_alpha > 0 && ld_alpha <= 1)) die_user("option --ld-alpha must be in (0, 1], got %g", ld_alpha);
     if (ld_alpha != 1 && sft_weight > 0)

@@ -99,6 +99,26 @@ static void apply_config_file(OptionSet *set, const char *path, bool *given_on_c
             set_value(set, o, keep_config_string(json_string_value(value)));
             continue;
         }
+        // A list for an option that takes a comma-separated one (TRL's configs write
+        // "loss_type": ["sigmoid", "sft"], "loss_weights": [0.8, 1.0]).
+        if (json_is_array(value) && o->type == OPT_STRING) {
+            char *joined = xstrdup("");
+            size_t i;
+            json_t *item;
+            json_array_foreach(value, i, item) {
+                if (json_is_string(item)) snprintf(text, sizeof text, "%s", json_string_value(item));
+                else if (json_is_integer(item))
+                    snprintf(text, sizeof text, "%lld", (long long)json_integer_value(item));
+                else if (json_is_real(item)) snprintf(text, sizeof text, "%.17g", json_real_value(item));
+                else die_user("config key '%s': a list of strings or numbers expected (%s)", key, path);
+                joined = xrealloc(joined, strlen(joined) + strlen(text) + 2);
+                if (i > 0) strcat(joined, ",");
+                strcat(joined, text);
+            }
+            set_value(set, o, keep_config_string(joined));
+            free(joined);
+            continue;
+        }
         if (json_is_integer(value)) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(value));
         else if (json_is_real(value)) snprintf(text, sizeof text, "%.17g", json_real_value(value));
         else if (json_is_boolean(value)) snprintf(text, sizeof text, "%s", json_is_true(value) ? "true" : "false");

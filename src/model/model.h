@@ -139,6 +139,11 @@ void model_forward(Model *model, const ModelBatch *batch);
 // the LM head runs on the slots with a target only (entropy is 0 at the others): prompt and
 // padding slots cost nothing.
 void model_logprobs(Model *model, const int *targets, float *logp, int *top1, float *entropy);
+// After model_logprobs on the same forward: collision[b*T+t] = -log sum_v p_v^2, the Renyi
+// entropy of order 2 of the next-token distribution at slot t (WPO's weights, train/dpo.c),
+// at every slot model_logprobs ran the head on (those with a target, or all) and 0 at the
+// others. Not differentiable (no backward).
+void model_collision_entropy(Model *model, float *collision);
 // After model_forward: the raw logits of row i (i = b*T + t), host copy into out[V].
 void model_logits_row(Model *model, int i, float *out);
 // After model_forward: values[b*T+t] = value head at slot t.

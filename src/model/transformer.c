@@ -593,6 +593,25 @@ void model_logprobs(Model *model, const int *targets, float *logp, int *top1, fl
     a->logprobs_ready = true;
 }
 
+void model_collision_entropy(Model *model, float *collision) {
+    Activations *a = &model->acts;
+    const OpsBackend *ops = model->ops;
+    const long N = (long)a->B * a->T;
+    CHECK(a->logits_valid && a->logprobs_ready, "collision entropy requested without model_logprobs on this forward");
+    // The head's rows: every slot, or the gathered slots with a target.
+    const long rows = a->head_compact ? a->head_rows : N;
+    ops->collision_entropy_forward(a->entropy_device, a->logits, (int)rows, model->config.vocab_size);
+    if (!a->head_compact) {
+        ops->copy_to_host(collision, a->entropy_device, (size_t)N * sizeof(float));
+        return;
+    }
+    float *packed = xmalloc((size_t)(rows + 1) * sizeof(float));
+    ops->copy_to_host(packed, a->entropy_device, (size_t)rows * sizeof(float));
+    memset(collision, 0, (size_t)N * sizeof(float));
+    move_head_rows(a, packed, collision, sizeof(float), false);
+    free(packed);
+}
+
 void model_last_logits(Model *model, float *logits) {
     Activations *a = &model->acts;
     const ModelConfig *cfg = &model->config;

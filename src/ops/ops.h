@@ -179,6 +179,11 @@ typedef struct OpsBackend {
     void (*logprob_backward)(float *logits_to_dlogits, const float *dlogp,
                              const float *dentropy, const int *targets, const float *lse,
                              int N, int V);
+    // For each row i: collision[i] = -log sum_v p_v^2 with p = softmax(logits[i]), the Renyi
+    // entropy of order 2 (= 2 logsumexp(z) - logsumexp(2 z)). WPO's per-pair weight
+    // (train/dpo.c) divides each token's probability by sum_v p_v^2. No backward: WPO
+    // detaches it.
+    void (*collision_entropy_forward)(float *collision, const float *logits, int N, int V);
     // values[i] = hidden[i] . weight (value head: Linear(C, 1), no bias)
     void (*value_head_forward)(float *values, const float *hidden, const float *weight, int N,
                                int C);

@@ -143,7 +143,15 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     response_batch_build(rows, which, 2 * count, task->pad_id, &batch);
     if (length_desensitised(o)) fill_tail_weights(&o->ld_alpha, rows, which, &batch);
     double *sums = xmalloc((size_t)batch.B * sizeof(double)), *d_sums = xmalloc((size_t)batch.B * sizeof(double));
-    response_batch_forward(model, &batch, sums);
+    // The sft term reads the rows' unweighted sums (TRL's cross-entropy on the logits, which
+    // LD-DPO's weights do not touch); WPO the rows' log-weights.
+    ResponseRowExtras extras = {
+        .plain_sums = o->sft_term ? xmalloc((size_t)batch.B * sizeof(double)) : NULL,
+        .wpo_log_weights = o->use_weighting ? xmalloc((size_t)batch.B * sizeof(double)) : NULL,
+    };
+    double *d_plain_sums = o->sft_term ? xcalloc((size_t)batch.B, sizeof(double)) : NULL;
+    response_batch_forward_more(model, &batch, sums, &extras);
+    double pair_weight_sum = 0; // WPO: the sum of the pairs' weights (else the pair count)
     for (int e = 0; e < count; e++) {
         long c = which[2 * e], r = which[2 * e + 1];
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
@@ -153,11 +161,19 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         // IPO compares per-token means (TRL's normalisation, which the IPO authors confirmed),
         // sigmoid-norm too, and SimPO and ORPO with no reference: dpo_pair_loss_from_sums.
         const int nc = response_tokens(rows, c), nr = response_tokens(rows, r);
-        stats->loss += dpo_pair_loss_from_sums(o, pc, pr, rc, rr, nc, nr, &d_sums[2 * e], &d_sums[2 * e + 1]);
+        // WPO (Zhou et al. 2024, Eq. 2; TRL's use_weighting): the pair's loss times
+        // w_c w_r, each w = exp(mean over the row's tokens of log p - log sum_v p_v^2) under
+        // the policy, a constant for the gradient. 1 without.
+        const double pair_weight =
+            o->use_weighting ? exp(extras.wpo_log_weights[2 * e] + extras.wpo_log_weights[2 * e + 1]) : 1.0;
+        pair_weight_sum += pair_weight;
+        double d_chosen, d_rejected;
+        stats->loss += pair_weight * dpo_pair_loss_from_sums(o, pc, pr, rc, rr, nc, nr, &d_chosen, &d_rejected);
+        d_sums[2 * e] = pair_weight * d_chosen, d_sums[2 * e + 1] = pair_weight * d_rejected;
         if (o->sft_weight > 0) { // RPO: the chosen response's mean negative log-likelihood
             const double tokens = response_tokens(rows, c);
-            stats->loss += o->sft_weight * -pc / tokens;
-            d_sums[2 * e] += -o->sft_weight / tokens;
+            stats->loss += pair_weight * (o->sft_weight * -pc / tokens);
+            d_sums[2 * e] += pair_weight * (-o->sft_weight / tokens);
         }
         // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's and ORPO's
         // beta x mean.
@@ -168,9 +184,22 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         stats->chosen_reward += chosen_reward;
         stats->rejected_reward += rejected_reward;
     }
+    if (o->sft_term) {
+        // TRL's "sft" term: the mean -log-prob over all the micro-batch's chosen response
+        // tokens, which TRL gives every pair (times its WPO weight) before the mean over
+        // pairs; here the loop divides the sum over pairs by the pair count instead.
+        double chosen_tokens = 0, chosen_sum = 0;
+        for (int e = 0; e < count; e++) {
+            chosen_tokens += response_tokens(rows, which[2 * e]);
+            chosen_sum += extras.plain_sums[2 * e];
+        }
+        const double share = o->sft_term_weight * pair_weight_sum;
+        stats->loss += share * (-chosen_sum / chosen_tokens);
+        for (int e = 0; e < count; e++) d_plain_sums[2 * e] = -share / chosen_tokens;
+    }
     stats->tokens += (double)response_batch_tokens(&batch);
-    if (train) response_batch_backward(model, &batch, d_sums, scale);
-    free(sums), free(d_sums), free(which);
+    if (train) response_batch_backward_more(model, &batch, d_sums, d_plain_sums, scale);
+    free(sums), free(d_sums), free(which), free(extras.plain_sums), free(extras.wpo_log_weights), free(d_plain_sums);
     response_batch_free(&batch);
 }
 

@@ -13,6 +13,13 @@
 // [1, w], which averages over the batch's chosen tokens instead of per pair; OpenRLHF's
 // --nll_loss_coef).
 //
+// Several losses combine (TRL's loss_type list and loss_weights, e.g. the MPO recipe
+// sigmoid 0.8 + bco_pair 0.2 + sft 1): each pair's loss is the weighted sum, and TRL's "sft"
+// term is the mean -log-prob over all the micro-batch's chosen response tokens, which TRL
+// gives every pair. --use-weighting (WPO, Zhou et al. 2024; TRL's use_weighting) multiplies
+// each pair's loss, the sft term's share too, by w_c w_r, a row's w the exp of the mean over
+// its response tokens of log p(token) - log sum_v p_v^2 under the policy, detached.
+//
 // SimPO (--loss simpo) has no reference at all: it compares the per-token mean log-probs of
 // chosen and rejected with a margin gamma, and nothing is computed before training. ORPO
 // (--loss orpo) neither: the chosen response's mean NLL plus beta times an odds-ratio term

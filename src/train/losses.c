@@ -253,9 +253,10 @@ double f_divergence_score(FDivergence kind, double alpha, double u, double *d_sc
     return u;
 }
 
-double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
-                               double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
-                               double *d_chosen, double *d_rejected) {
+// One loss kind of dpo_pair_loss_from_sums.
+static double pair_term_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
+                                  double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
+                                  double *d_chosen, double *d_rejected) {
     const DpoLossKind kind = options->loss;
     const bool means = kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || !dpo_loss_uses_reference(kind);
     const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
@@ -274,5 +275,26 @@ double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chos
                                                      policy_rejected - ref_rejected, &slope_rejected);
     loss = dpo_pair_loss(options, score_chosen / nc, score_rejected / nr, 0.0, 0.0, &dc, &dr);
     *d_chosen = dc / nc * slope_chosen, *d_rejected = dr / nr * slope_rejected;
+    return loss;
+}
+
+double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
+                               double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
+                               double *d_chosen, double *d_rejected) {
+    if (options->term_count == 0)
+        return pair_term_from_sums(options, policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_tokens,
+                                   rejected_tokens, d_chosen, d_rejected);
+    double loss = 0.0;
+    *d_chosen = *d_rejected = 0.0;
+    for (int k = 0; k < options->term_count; k++) {
+        DpoLossOptions term = *options;
+        term.loss = options->terms[k];
+        double dc, dr;
+        const double term_loss = pair_term_from_sums(&term, policy_chosen, policy_rejected, ref_chosen, ref_rejected,
+                                                     chosen_tokens, rejected_tokens, &dc, &dr);
+        const double weight = options->term_weights[k];
+        loss += weight * term_loss;
+        *d_chosen += weight * dc, *d_rejected += weight * dr;
+    }
     return loss;
 }

@@ -108,8 +108,25 @@ static inline bool dpo_loss_takes_f_divergence(DpoLossKind kind) {
 // s(u) of the divergence above; *d_score receives ds/du.
 double f_divergence_score(FDivergence kind, double alpha, double u, double *d_score);
 
+// Several losses combined, each a pair's loss times its weight, summed (TRL's loss_type list
+// with loss_weights; the MPO recipe is sigmoid 0.8, bco_pair 0.2, sft 1).
+#define DPO_MAX_LOSS_TERMS 8
+
 typedef struct {
-    DpoLossKind loss;
+    DpoLossKind loss; // the loss; with terms, the first of them (it decides the reference and the rewards)
+    // term_count 0: `loss` alone, weight 1. Else the pair loss is the sum over k < term_count
+    // of term_weights[k] times the loss terms[k] (SimPO and ORPO, TRL's other trainers, do
+    // not combine: cli/cmd_dpo.c refuses them).
+    int term_count;
+    DpoLossKind terms[DPO_MAX_LOSS_TERMS];
+    double term_weights[DPO_MAX_LOSS_TERMS];
+    // TRL's "sft" term (train/dpo.c): plus sft_term_weight times the mean -log-prob over the
+    // micro-batch's chosen response tokens (TRL's batch mean, unlike --sft-weight's per pair).
+    bool sft_term;
+    double sft_term_weight;
+    // WPO (train/dpo.c): each pair's loss, the sft term's too, times the detached weight
+    // w_chosen w_rejected, w a row's exp(mean over its tokens of log p - log sum_v p_v^2).
+    bool use_weighting;
     FDivergence f_divergence; // F_DIVERGENCE_REVERSE_KL (0): plain DPO
     double f_alpha;           // F_DIVERGENCE_ALPHA's alpha
     double beta;            // the KL strength (IPO's tau, SimPO's reward scale)
@@ -127,7 +144,9 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
 // reference where the loss has none) and response token counts, as train/dpo.c and TRL
 // compute it: the f-divergence's scores of the log-ratio sums, divided by the token counts
 // where the loss compares per-token means (IPO, sigmoid-norm; SimPO and ORPO, which have no
-// reference), then dpo_pair_loss. *d_chosen and *d_rejected receive d loss / d policy sum.
+// reference), then dpo_pair_loss; with terms, their weighted sum (each term divides by the
+// counts or not as it would alone). The sft term and WPO's weight are train/dpo.c's, not
+// here. *d_chosen and *d_rejected receive d loss / d policy sum.
 double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
                                double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
                                double *d_chosen, double *d_rejected);

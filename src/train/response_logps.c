@@ -34,33 +34,60 @@ void response_batch_free(ResponseBatch *batch) {
     memset(batch, 0, sizeof *batch);
 }
 
-void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums) {
+void response_batch_forward_more(Model *model, const ResponseBatch *batch, double *sums,
+                                 const ResponseRowExtras *extras) {
     ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
     model_forward(model, &input);
-    float *logp = xmalloc((size_t)batch->B * batch->T * sizeof(float));
+    const long N = (long)batch->B * batch->T;
+    float *logp = xmalloc((size_t)N * sizeof(float)), *collision = NULL;
     model_logprobs(model, batch->targets, logp, NULL, NULL);
+    if (extras && extras->wpo_log_weights) {
+        collision = xmalloc((size_t)N * sizeof(float));
+        model_collision_entropy(model, collision);
+    }
     for (int b = 0; b < batch->B; b++) {
-        double sum = 0;
+        double sum = 0, plain = 0, aligned = 0;
+        int tokens = 0;
         for (int t = 0; t < batch->T; t++) {
             const long i = (long)b * batch->T + t;
-            if (batch->targets[i] >= 0) sum += batch->weights ? (double)batch->weights[i] * logp[i] : logp[i];
+            if (batch->targets[i] < 0) continue;
+            sum += batch->weights ? (double)batch->weights[i] * logp[i] : logp[i];
+            plain += logp[i];
+            // log (p(token) / sum_v p_v^2) = log p(token) + the collision entropy
+            if (collision) aligned += (double)logp[i] + collision[i];
+            tokens++;
         }
         sums[b] = sum;
+        if (extras && extras->plain_sums) extras->plain_sums[b] = plain;
+        if (collision) extras->wpo_log_weights[b] = tokens > 0 ? aligned / tokens : 0.0;
     }
-    free(logp);
+    free(logp), free(collision);
 }
 
-void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale) {
-    // d loss / d logp of a response token = d loss / d (its row's sum), times its weight
+void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums) {
+    response_batch_forward_more(model, batch, sums, NULL);
+}
+
+void response_batch_backward_more(Model *model, const ResponseBatch *batch, const double *d_sums,
+                                  const double *d_plain_sums, double scale) {
+    // d loss / d logp of a response token = d loss / d (its row's sum) times its weight, plus
+    // d loss / d (its row's unweighted sum)
     const long N = (long)batch->B * batch->T;
     float *dlogp = xcalloc((size_t)N, sizeof(float));
     for (int b = 0; b < batch->B; b++)
         for (int t = 0; t < batch->T; t++) {
             const long i = (long)b * batch->T + t;
-            if (batch->targets[i] >= 0) dlogp[i] = (float)(scale * d_sums[b] * (batch->weights ? batch->weights[i] : 1.0));
+            if (batch->targets[i] < 0) continue;
+            double d = scale * d_sums[b] * (batch->weights ? batch->weights[i] : 1.0);
+            if (d_plain_sums) d += scale * d_plain_sums[b];
+            dlogp[i] = (float)d;
         }
     model_backward(model, dlogp, NULL, NULL);
     free(dlogp);
+}
+
+void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale) {
+    response_batch_backward_more(model, batch, d_sums, NULL, scale);
 }
 
 long response_batch_tokens(const ResponseBatch *batch) {

@@ -29,9 +29,25 @@ void response_batch_free(ResponseBatch *batch);
 // Forward over the batch; sums[b] = row b's response log-prob sum (weighted by
 // batch->weights when set).
 void response_batch_forward(Model *model, const ResponseBatch *batch, double *sums);
+// Per-row results besides the sums, for response_batch_forward_more (each NULL when not wanted):
+//   plain_sums       the response log-prob sum without batch->weights (TRL's "sft" loss term
+//                    reads the tokens unweighted under LD-DPO)
+//   wpo_log_weights  the mean over the response tokens of log p(token) - log sum_v p_v^2:
+//                    the log of a row's WPO weight (Zhou et al. 2024, Eq. 2; train/dpo.c),
+//                    from the unweighted log-probs. A value only: it carries no gradient.
+typedef struct {
+    double *plain_sums;
+    double *wpo_log_weights;
+} ResponseRowExtras;
+void response_batch_forward_more(Model *model, const ResponseBatch *batch, double *sums,
+                                 const ResponseRowExtras *extras);
 // After response_batch_forward on the same batch: accumulates into the model's gradients the
 // backward of scale * (a loss whose derivative in sums[b] is d_sums[b]).
 void response_batch_backward(Model *model, const ResponseBatch *batch, const double *d_sums, double scale);
+// The same for a loss of both the weighted sums and the plain ones (d_plain_sums[b]: its
+// derivative in row b's unweighted sum; NULL: none).
+void response_batch_backward_more(Model *model, const ResponseBatch *batch, const double *d_sums,
+                                  const double *d_plain_sums, double scale);
 // Real tokens in the batch (for throughput).
 long response_batch_tokens(const ResponseBatch *batch);
 

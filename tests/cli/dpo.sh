@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # marlhf dpo end to end on the tiny model (tests/fixtures/models/tiny_chat) and the
-# patterned pairs of tests/fixtures/train: each of the 14 losses learns the preference, the first
+# patterned pairs of tests/fixtures/train: each of the 14 losses, a combination of losses
+# (the MPO recipe) and WPO weighting learn the preference, the first
 # step sits at the reference (loss log 2, zero margin), the output is a causal LM that
 # generates, a run killed twice and resumed ends bit-identical to one that was not (the
 # reference log-probs are recomputed from the starting weights), --reference-model and
@@ -81,6 +82,31 @@ grep -q '"LlamaForCausalLM"' "$tmp/sigmoid/final/config.json" && pass dpo_saved_
 "$bin" generate --model "$tmp/sigmoid/final" --max-new-tokens 4 "Tell me about the cat." > "$tmp/gen.out" 2> "$tmp/gen.err" &&
     [ -s "$tmp/gen.out" ] && pass dpo_final_generates || fail dpo_final_generates "$(tail -n 2 "$tmp/gen.err")"
 
+# --- several losses combined (TRL's loss_type list: the MPO recipe) and WPO weighting ------
+# (--use-weighting) learn it; two halves of sigmoid are sigmoid bit for bit.
+for variant in mpo wpo; do
+    extra=(--loss sigmoid,bco,sft --loss-weights 0.8,0.2,1.0)
+    [ "$variant" = wpo ] && extra=(--use-weighting)
+    "$bin" dpo "${args[@]}" "${extra[@]}" --eval-every 6 --output "$tmp/$variant" 2> "$tmp/$variant.err"
+    acc=$(json_field "$tmp/$variant/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+    margin=$(json_field "$tmp/$variant/metrics.jsonl" eval/margin -1 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 and float(sys.argv[2]) > 0 else 1)" "$acc" "$margin" 2>/dev/null &&
+        ! cmp -s "$tmp/$variant/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" &&
+        pass "dpo_${variant}_learns (eval accuracy $acc, margin $margin)" ||
+        fail "dpo_${variant}_learns" "accuracy '$acc', margin '$margin' $(tail -n 2 "$tmp/$variant.err")"
+done
+"$bin" dpo "${args[@]}" --loss sigmoid,sigmoid --loss-weights 0.5,0.5 --eval-every 6 --output "$tmp/halves" 2> "$tmp/halves.err"
+cmp -s "$tmp/halves/final/model.safetensors" "$tmp/f_reverse-kl/final/model.safetensors" && pass dpo_two_halves_of_sigmoid_are_sigmoid ||
+    fail dpo_two_halves_of_sigmoid_are_sigmoid "$(tail -n 2 "$tmp/halves.err")"
+# A config file in TRL's spelling (lists) is the same run as the command line's commas.
+printf '{"loss_type": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1], "use_weighting": true}\n' > "$tmp/trl.json"
+"$bin" dpo "${args[@]}" --max-steps 2 --config "$tmp/trl.json" --output "$tmp/trl_config" 2> "$tmp/trl_config.err"
+"$bin" dpo "${args[@]}" --max-steps 2 --loss sigmoid,bco,sft --loss-weights 0.8,0.2,1 --use-weighting \
+    --output "$tmp/trl_cli" 2> "$tmp/trl_cli.err"
+[ -f "$tmp/trl_config/final/model.safetensors" ] &&
+    cmp -s "$tmp/trl_config/final/model.safetensors" "$tmp/trl_cli/final/model.safetensors" && pass dpo_config_lists ||
+    fail dpo_config_lists "$(tail -n 2 "$tmp/trl_config.err" "$tmp/trl_cli.err")"
+
 # --- a reference other than the starting weights: the first step is no longer at log 2 ---
 "$bin" dpo "${args[@]}" --max-steps 2 --reference-model "$tmp/ipo/final" --output "$tmp/other_ref" 2> "$tmp/other_ref.err"
 loss0=$(json_field "$tmp/other_ref/metrics.jsonl" train/loss 0 2>/dev/null)
@@ -128,6 +154,24 @@ expect_error dpo_ld_alpha_with_sft_weight "--ld-alpha" "$bin" dpo --model "$mode
     --output "$tmp/x4" --ld-alpha 0.5 --sft-weight 0.5
 expect_error dpo_bad_discopop_tau "--discopop-tau" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" \
     --loss discopop --discopop-tau 0
+expect_error dpo_loss_weights_count "--loss-weights: 1 weights for 2 losses" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco --loss-weights 1
+expect_error dpo_loss_weights_negative "--loss-weights must be numbers >= 0" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco --loss-weights 1,-0.5
+expect_error dpo_loss_weights_nan "--loss-weights must be numbers >= 0" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco --loss-weights nan,1
+expect_error dpo_loss_unknown_component "got 'aot'" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss sigmoid,aot
+expect_error dpo_simpo_combined "--loss: simpo combines with no other loss" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,simpo
+expect_error dpo_sft_alone "--loss: sft alone" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" \
+    --loss sft
+expect_error dpo_sft_term_and_sft_weight "--sft-weight" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss sigmoid,sft --sft-weight 0.5
+expect_error dpo_combined_f_divergence "--loss bco has no f-divergence form" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco,sft --f-divergence js
+expect_error dpo_use_weighting_orpo "--use-weighting" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss orpo --use-weighting
 "$bin" dpo "${args[@]}" --max-steps 3 --sft-weight 0.5 --output "$tmp/rpo" 2> "$tmp/rpo.err"
 loss0=$(json_field "$tmp/rpo/metrics.jsonl" train/loss 0 2>/dev/null)
 # At the reference the DPO term is log 2; the SFT term adds half the chosen rows' mean NLL.

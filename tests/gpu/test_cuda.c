@@ -478,6 +478,12 @@ static void test_logprob_and_value_head(void) {
     EXPECT(memcmp(top1, top1_gpu, N * 4) == 0, "argmax differs");
     expect_match("logprob_forward logp", d_logp, logp, N, TOL_FP32);
     expect_match("logprob_forward entropy", d_entropy, entropy, N, TOL_FP32);
+    // WPO's collision entropy (-log sum_v p_v^2) of the same rows; d_entropy as its output.
+    float *collision = xmalloc(N * 4);
+    cpu->collision_entropy_forward(collision, logits, N, V);
+    gpu->collision_entropy_forward(d_entropy, d_logits, N, V);
+    expect_match("collision_entropy_forward", d_entropy, collision, N, TOL_FP32);
+    free(collision);
     float *lse_gpu = xmalloc(N * 4);
     gpu->copy_to_host(lse_gpu, d_lse, N * 4);
     double error = relative_error(lse_gpu, lse, N);

@@ -118,6 +118,7 @@ const OpsBackend ops_cpu = {
     .dropout_backward = cpu_dropout_backward,
     .logprob_forward = cpu_logprob_forward,
     .logprob_backward = cpu_logprob_backward,
+    .collision_entropy_forward = cpu_collision_entropy_forward,
     .value_head_forward = cpu_value_head_forward,
     .value_head_backward = cpu_value_head_backward,
     .adamw_update = cpu_adamw_update,

@@ -32,6 +32,25 @@ void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
     }
 }
 
+// -log sum_v p_v^2 = 2 log sum_v e^(z_v - m) - log sum_v e^(2 (z_v - m)): the max m cancels,
+// and both sums are at least 1, so neither underflows.
+void cpu_collision_entropy_forward(float *collision, const float *logits, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (long)i * V;
+        float max_logit = z[0];
+        for (int v = 1; v < V; v++)
+            if (z[v] > max_logit) max_logit = z[v];
+        double sum = 0, sum_squares = 0;
+        for (int v = 0; v < V; v++) {
+            const double e = exp((double)(z[v] - max_logit));
+            sum += e;
+            sum_squares += e * e;
+        }
+        collision[i] = (float)(2.0 * log(sum) - log(sum_squares));
+    }
+}
+
 // d logp / d z_v = [v == target] - p_v
 // d H / d z_v    = -p_v (z_v - lse + H)
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,

@@ -79,6 +79,7 @@ void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *
 
 void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                          const float *logits, const int *targets, int N, int V);
+void cpu_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                           const int *targets, const float *lse, int N, int V);
 void cpu_value_head_forward(float *values, const float *hidden, const float *weight, int N,

@@ -170,6 +170,7 @@ extern "C" const OpsBackend ops_cuda = {
     .dropout_backward = cuda_dropout_backward,
     .logprob_forward = cuda_logprob_forward,
     .logprob_backward = cuda_logprob_backward,
+    .collision_entropy_forward = cuda_collision_entropy_forward,
     .value_head_forward = cuda_value_head_forward,
     .value_head_backward = cuda_value_head_backward,
     .adamw_update = cuda_adamw_update,

@@ -200,6 +200,7 @@ void cuda_dropout_backward(float *dinp, const float *dout, long n, float p, uint
 // ---- logprob.cu ----
 void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                           const float *logits, const int *targets, int N, int V);
+void cuda_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                            const int *targets, const float *lse, int N, int V);
 void cuda_value_head_forward(float *values, const float *hidden, const float *weight, int N,

@@ -62,6 +62,30 @@ void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
     CUDA_CHECK_LAUNCH();
 }
 
+// -log sum_v p_v^2 = 2 log sum_v e^(z_v - m) - log sum_v e^(2 (z_v - m)) (ops/cpu/logprob.c).
+__global__ static void collision_entropy_kernel(float *collision, const float *logits, int V) {
+    long row = blockIdx.x;
+    const float *z = logits + row * V;
+    float max_logit = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, z[v]);
+    max_logit = block_max(max_logit);
+    double sum = 0, sum_squares = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        double e = exp((double)(z[v] - max_logit));
+        sum += e;
+        sum_squares += e * e;
+    }
+    sum = block_sum(sum);
+    sum_squares = block_sum(sum_squares);
+    if (threadIdx.x == 0) collision[row] = (float)(2.0 * log(sum) - log(sum_squares));
+}
+
+void cuda_collision_entropy_forward(float *collision, const float *logits, int N, int V) {
+    if (N == 0) return;
+    collision_entropy_kernel<<<N, ROW_THREADS>>>(collision, logits, V);
+    CUDA_CHECK_LAUNCH();
+}
+
 // d logp / d z_v = [v == target] - p_v;  d H / d z_v = -p_v (z_v - lse + H)
 __global__ static void logprob_backward_kernel(float *z_to_dz, const float *dlogp,
                                                const float *dentropy, const int *targets,
