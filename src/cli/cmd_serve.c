@@ -29,6 +29,7 @@ static char *default_model_name(const char *path) {
 int cmd_serve(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
+    const char *pooling_option = "mean";
     char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
     long request_timeout_s = 600, parallel = 4, prompt_cache = 0;
@@ -45,12 +46,12 @@ int cmd_serve(int argc, char **argv) {
         {"model-name", "model_name", OPT_STRING, &model_name, "name in the API (default: the model path's last component)", false, false},
         {"max-body-bytes", "max_body_bytes", OPT_INT, &max_body_bytes, "larger request bodies get 413", false, false},
         {"max-tokens-limit", "max_tokens_limit", OPT_INT, &max_tokens_limit, "largest max_tokens a request may ask for", false, false},
-        {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests generating or queued at once; more get 429", false, false},
+        {"max-concurrent", "max_concurrent", OPT_INT, &max_concurrent, "requests in progress or queued at once (generation and embeddings); more get 429", false, false},
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "finished answers kept for prompts that continue them: a chat's next turn computes only its new tokens "
          "(answers then depend on earlier requests up to float rounding; 0: off)",
          false, false},
-        {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time)", false, false},
+        {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time); also the /v1/embeddings inputs run per forward", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
         {"no-thinking", NULL, OPT_BOOL, &no_thinking,
@@ -61,10 +62,15 @@ int cmd_serve(int argc, char **argv) {
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the model's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, or f16: the KV cache in half floats (half its memory, faster decoding of long contexts; the prompt itself is attended in f32)", false, false},
+        {"pooling", NULL, OPT_STRING, &pooling_option,
+         "how /v1/embeddings pools a text's final hidden states: mean, last (the last token's) or cls (the first "
+         "token's); the vector is then L2-normalised",
+         false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
     OptionSet set = {"serve",
-                     "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models), "
+                     "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/embeddings, "
+                     "/v1/models), "
                      "or a reward model with /get_reward.",
                      "marlhf serve --model PATH | --reward-model PATH [--host 127.0.0.1] [--port 8080]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
@@ -80,14 +86,17 @@ int cmd_serve(int argc, char **argv) {
     if (model_name && !*model_name) die_user("--model-name must not be empty");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
+    Pooling pooling;
+    if (pooling_parse(pooling_option, "--pooling", &pooling) != 0) die_from_err();
     if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
     if (reward_path) {
         static const char *const generation_only[] = {"chat-template", "no-thinking", "lora-adapter", "kv-cache",
-                                                      "prompt-cache", "max-tokens-limit"};
+                                                      "prompt-cache", "max-tokens-limit", "pooling"};
         for (size_t i = 0; i < sizeof generation_only / sizeof generation_only[0]; i++)
             for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
                 if (options[j].seen && !strcmp(options[j].name, generation_only[i]))
-                    die_user("option --%s does not apply to --reward-model (it is for generation)", generation_only[i]);
+                    die_user("option --%s does not apply to --reward-model (it is for a generative model's routes)",
+                             generation_only[i]);
     }
     cli_set_threads(threads);
 
@@ -128,6 +137,7 @@ int cmd_serve(int argc, char **argv) {
         .prompt_cache_rows = (int)prompt_cache,
         .request_timeout_s = (int)request_timeout_s,
         .threads = (int)threads,
+        .pooling = pooling,
     };
     Server *server;
     if ((reward_path ? server_start_reward(&server, &reward_model, reward_tokenizer, &server_options)

@@ -70,8 +70,10 @@ typedef struct {
 
 typedef struct ContinuousBatch ContinuousBatch;
 
-// A batch of at most max_rows sequences on `model` (an LM head; the model's activations are
-// the batch's while it has sequences).
+// A batch of at most max_rows sequences on `model` (an LM head). The batch keeps its state
+// in its own KV cache and logits: the model's activations hold nothing it needs between two
+// calls, so other forwards of the same model may run between them on the same thread
+// (marlhf serve's embeddings do).
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options);
 void continuous_batch_free(ContinuousBatch *batch);
 // Sequences decoding now.

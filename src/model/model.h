@@ -148,6 +148,10 @@ void model_collision_entropy(Model *model, float *collision);
 void model_logits_row(Model *model, int i, float *out);
 // After model_forward: values[b*T+t] = value head at slot t.
 void model_values(Model *model, float *values);
+// After model_forward: the final hidden states (the final norm's output, the heads' input)
+// of row b's slots [first, first + count), host copy into out[count * hidden_size]
+// (sentence embeddings, model/pooling.h).
+void model_hidden_slots(Model *model, int b, int first, int count, float *out);
 // Backward of loss = sum dlogp*logp + sum dentropy*entropy + sum dvalue*value, into the
 // gradients (accumulated). dlogp/dentropy need a model_logprobs call first (same targets);
 // dvalue needs model_values. Any of the three may be NULL.

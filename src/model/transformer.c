@@ -642,6 +642,15 @@ void model_values(Model *model, float *values) {
     model->ops->copy_to_host(values, a->values_device, (size_t)N * sizeof(float));
 }
 
+void model_hidden_slots(Model *model, int b, int first, int count, float *out) {
+    const Activations *a = &model->acts;
+    CHECK(a->has_forward, "hidden states requested before a forward pass");
+    CHECK(b >= 0 && b < a->B && first >= 0 && count >= 0 && first + count <= a->T,
+          "slots [%d, %d) of row %d are outside the last forward's %d x %d", first, first + count, b, a->B, a->T);
+    const long C = model->config.hidden_size;
+    model->ops->copy_to_host(out, a->final_out + ((long)b * a->T + first) * C, (size_t)count * C * sizeof(float));
+}
+
 // ---------------------------------------------------------------------------------------
 // Backward
 

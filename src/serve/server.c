@@ -5,10 +5,14 @@
 // order, as rows free up, and each leaves as soon as its choices end (the model is a single
 // instance; a decode step costs little more for 4 rows than for 1). A streaming request's
 // tokens go from the worker into a buffer that MHD's chunked reader hands out as
-// server-sent events. OpenAI request/response JSON is serve/openai.c.
+// server-sent events. OpenAI request/response JSON is serve/openai.c. The same worker runs
+// /v1/embeddings requests (serve/embeddings_api.h, model/pooling.h): one forward of up to
+// --parallel inputs between two decode steps, so that embeddings and generation share the
+// model without a lock and neither holds the other back for more than a forward.
 #include "serve/server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <omp.h>
@@ -23,11 +27,13 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "gen/continuous.h"
+#include "serve/embeddings_api.h"
 #include "serve/listener.h"
 #include "serve/openai.h"
 #include "serve/reward_api.h"
 
 typedef struct Job Job;
+typedef struct EmbedJob EmbedJob;
 
 struct Server {
     TextModel *tm;          // the generative model, or NULL when serving a reward model
@@ -47,7 +53,8 @@ struct Server {
     pthread_mutex_t lock;
     pthread_cond_t changed;
     Job *queue_head, *queue_tail;
-    int in_flight; // admitted requests whose generation has not finished (queued included)
+    EmbedJob *embed_head, *embed_tail; // /v1/embeddings requests, in arrival order
+    int in_flight; // admitted requests not yet answered (generation and embeddings, queued included)
     int open_posts; // POST requests between their headers and the end of their answer
     bool stopping;
     uint64_t requests; // numbers the requests: ids and default seeds
@@ -60,6 +67,10 @@ struct Server {
     // tokens, and the seconds spent scoring.
     uint64_t reward_requests, reward_sequences, reward_tokens;
     double reward_seconds;
+    // For GET /metrics: /v1/embeddings requests answered with their vectors, their inputs
+    // and tokens, and the seconds of every embedding forward.
+    uint64_t embedding_requests, embedding_inputs, embedding_tokens;
+    double embedding_seconds;
 };
 
 // A reply token kept for the log-probs of its choice: where the text it added lies in the
@@ -126,6 +137,27 @@ struct Job {
     char *out; // the event stream not yet handed to MHD
     size_t out_len, out_capacity, out_read;
     bool finished, cancelled;
+};
+
+// One /v1/embeddings request. The HTTP thread that admitted it owns it; the worker runs
+// it, a forward of up to --parallel inputs per turn of its loop (between decode steps, so
+// generation goes on), and touches it no more once it has set `finished` (under the lock).
+struct EmbedJob {
+    EmbedJob *next; // in the queue
+    int **ids;      // [count] token ids per input
+    int *lengths;
+    int count;
+    int *order;     // the inputs in the order they run: shortest first, so that a forward
+                    // pads its rows to about their own length
+    long tokens;    // of every input
+    double deadline;
+    // The worker's until `finished`.
+    int done;       // inputs embedded (order[0, done))
+    float *vectors; // [count * hidden_size], input i's at i * hidden_size
+    double seconds; // in forwards
+    bool failed;
+    OpenAIError error;
+    bool finished;  // shared
 };
 
 // --- jobs ------------------------------------------------------------------------------
@@ -460,12 +492,87 @@ static void job_done_locked(Server *s, Job *job) {
     job_unref_locked(job);
 }
 
+// --- embeddings (the worker's side) ------------------------------------------------------
+
+// An embedding request answered (its vectors, or its error): its HTTP thread takes over.
+// Under the lock.
+static void embed_done_locked(Server *s, EmbedJob *job) {
+    s->embed_head = job->next;
+    if (!s->embed_head) s->embed_tail = NULL;
+    s->in_flight--;
+    s->embedding_seconds += job->seconds;
+    if (!job->failed) {
+        s->embedding_requests++;
+        s->embedding_inputs += (uint64_t)job->count;
+        s->embedding_tokens += (uint64_t)job->tokens;
+    }
+    job->finished = true;
+    pthread_cond_broadcast(&s->changed);
+}
+
+// The embedding request to run next, or NULL: queued ones that can no longer run (past
+// their deadline, or the server stopping) are answered 503 first. Under the lock.
+static EmbedJob *next_embed_job_locked(Server *s) {
+    while (s->embed_head) {
+        EmbedJob *job = s->embed_head;
+        if (!s->stopping && now_seconds() <= job->deadline) return job;
+        job->failed = true;
+        if (s->stopping)
+            openai_error_set(&job->error, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
+        else
+            openai_error_set(&job->error, 503, "server_error", NULL, "timeout",
+                             "the request did not finish within the server's --request-timeout-s");
+        embed_done_locked(s, job);
+    }
+    return NULL;
+}
+
+// One forward of the request's next inputs: up to --parallel of them, and no more rows
+// than fit the model's context when padded to the longest (the inputs run shortest
+// first, so that is the last one), so that a forward never needs more activation memory
+// than one prompt of the full context (attention keeps rows x length^2 probabilities).
+// Outside the lock; returns true when the request is done (every input embedded, or failed).
+static bool embed_step(Server *s, EmbedJob *job) {
+    Model *model = &s->tm->model;
+    const int C = model->config.hidden_size, context = model->config.max_position_embeddings;
+    int B = 1;
+    while (B < s->options.parallel && job->done + B < job->count &&
+           (long)(B + 1) * job->lengths[job->order[job->done + B]] <= context)
+        B++;
+    const int **rows = xmalloc((size_t)B * sizeof(int *));
+    int *lengths = xmalloc((size_t)B * sizeof(int));
+    float *vectors = xmalloc((size_t)B * C * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        rows[b] = job->ids[job->order[job->done + b]];
+        lengths[b] = job->lengths[job->order[job->done + b]];
+    }
+    const double start = now_seconds();
+    pooled_embeddings(model, rows, lengths, B, s->options.pooling, vectors);
+    job->seconds += now_seconds() - start;
+    for (int b = 0; b < B && !job->failed; b++) {
+        const int input = job->order[job->done + b];
+        for (int c = 0; c < C; c++)
+            if (!isfinite(vectors[(size_t)b * C + c])) {
+                job->failed = true;
+                openai_error_set(&job->error, 500, "server_error", NULL, "internal_error",
+                                 "the model's hidden states for input[%d] are not finite", input);
+                break;
+            }
+        memcpy(job->vectors + (size_t)input * C, vectors + (size_t)b * C, (size_t)C * sizeof(float));
+    }
+    job->done += B;
+    free(rows), free(lengths), free(vectors);
+    return job->failed || job->done == job->count;
+}
+
 // The worker: between decode steps, queued requests join the batch in arrival order while
 // their choices (one row each) fit in options.parallel rows — a request with more choices
 // than that joins a batch without rows, alone — with one prefill for all that join
 // together; a request that cannot join yet holds back the ones behind it. A queued request
 // that was cancelled or timed out, or any once the server stops, is answered without
-// generating; the rows of a running one stop at their next token then.
+// generating; the rows of a running one stop at their next token then. An embedding
+// request runs alongside: one forward of its inputs per turn, before the decode step, the
+// first request in arrival order to its end, then the next.
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
@@ -489,9 +596,10 @@ static void *worker_main(void *arg) {
     for (;;) {
         const int rows = continuous_batch_rows(batch); // only this thread changes it
         if (rows == 0) {
-            while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
-            if (!s->queue_head) break; // stopping, and nothing left to answer
+            while (!s->queue_head && !s->embed_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
+            if (!s->queue_head && !s->embed_head) break; // stopping, and nothing left to answer
         }
+        EmbedJob *embedding = next_embed_job_locked(s);
         int count = 0, new_rows = 0;
         while (s->queue_head) {
             Job *job = s->queue_head;
@@ -508,8 +616,9 @@ static void *worker_main(void *arg) {
                 new_rows += job->num_choices;
             }
         }
-        if (rows + new_rows == 0) continue;
+        if (rows + new_rows == 0 && !embedding) continue;
         pthread_mutex_unlock(&s->lock);
+        const bool embedding_done = embedding && embed_step(s, embedding);
         if (count > 0) {
             if (rows > 0 || count > 1)
                 fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
@@ -525,8 +634,9 @@ static void *worker_main(void *arg) {
             continuous_batch_add(batch, requests, count);
             for (int j = 0; j < count; j++) joining[j]->head.cached_tokens = requests[j].cached_tokens;
         }
-        continuous_batch_step(batch);
+        if (rows + new_rows > 0) continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
+        if (embedding_done) embed_done_locked(s, embedding); // still the queue's head: only this thread takes one off
         continuous_batch_stats(batch, &s->batch_stats);
         s->rows_generating = continuous_batch_rows(batch);
     }
@@ -546,6 +656,7 @@ typedef enum {
     ROUTE_MODEL,
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
+    ROUTE_EMBEDDINGS,
     ROUTE_REWARD
 } Route;
 
@@ -625,6 +736,7 @@ static Route find_route(const char *url) {
     if (strncmp(url, model_prefix, sizeof model_prefix - 1) == 0 && url[sizeof model_prefix - 1]) return ROUTE_MODEL;
     if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
     if (strcmp(url, "/v1/completions") == 0) return ROUTE_COMPLETIONS;
+    if (strcmp(url, "/v1/embeddings") == 0) return ROUTE_EMBEDDINGS;
     if (strcmp(url, "/get_reward") == 0) return ROUTE_REWARD;
     return ROUTE_NONE;
 }
@@ -665,11 +777,14 @@ static char *metrics_text(Server *s) {
     const uint64_t answered = s->answered, failed = s->failed, prompt = s->prompt_tokens,
                    completion = s->completion_tokens;
     const ContinuousStats stats = s->batch_stats;
+    const uint64_t embedding_requests = s->embedding_requests, embedding_inputs = s->embedding_inputs,
+                   embedding_tokens = s->embedding_tokens;
+    const double embedding_seconds = s->embedding_seconds;
     pthread_mutex_unlock(&s->lock);
     char *text = NULL;
     size_t length = 0, capacity = 0;
     metric(&text, &length, &capacity, "requests_in_progress", "gauge",
-           "Generation requests admitted and not yet answered (queued included).", in_flight);
+           "Generation and embedding requests admitted and not yet answered (queued included).", in_flight);
     metric(&text, &length, &capacity, "requests_queued", "gauge", "Generation requests waiting to join the batch.",
            queued);
     metric(&text, &length, &capacity, "rows_generating", "gauge",
@@ -697,6 +812,14 @@ static char *metrics_text(Server *s) {
            "Prompts that continued a finished answer kept by --prompt-cache.", (double)stats.prompt_cache_hits);
     metric(&text, &length, &capacity, "prompt_tokens_cached_total", "counter",
            "Prompt tokens taken from the prompt cache instead of computed.", (double)stats.prompt_tokens_reused);
+    metric(&text, &length, &capacity, "embedding_requests_total", "counter",
+           "Embedding requests answered with their vectors.", (double)embedding_requests);
+    metric(&text, &length, &capacity, "embedding_inputs_total", "counter", "Inputs (texts) of those requests.",
+           (double)embedding_inputs);
+    metric(&text, &length, &capacity, "embedding_tokens_total", "counter", "Tokens of those inputs.",
+           (double)embedding_tokens);
+    metric(&text, &length, &capacity, "embedding_seconds_total", "counter", "Time in embedding forwards.",
+           embedding_seconds);
     return text;
 }
 
@@ -862,6 +985,121 @@ static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
     return result;
 }
 
+static void embed_job_free(EmbedJob *job) {
+    for (int i = 0; i < job->count; i++) free(job->ids[i]);
+    free(job->ids), free(job->lengths), free(job->order), free(job->vectors);
+    free(job);
+}
+
+typedef struct {
+    int length, index;
+} InputOrder;
+
+// Shortest first; equal lengths in request order, so the forwards are the same every time.
+static int shortest_first(const void *a, const void *b) {
+    const InputOrder *x = a, *y = b;
+    if (x->length != y->length) return x->length < y->length ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+// An embedding request's inputs as token ids (texts tokenized as /v1/completions tokenizes
+// a text prompt: with the BOS the tokenizer adds), checked against the vocabulary and the
+// context, and the order they run in. Returns the job, or NULL with *err (400).
+static EmbedJob *embed_job_new(Server *s, EmbeddingsRequest *req, OpenAIError *err) {
+    TextModel *tm = s->tm;
+    const int vocab = tm->model.config.vocab_size, context = tm->model.config.max_position_embeddings;
+    EmbedJob *job = xcalloc(1, sizeof(EmbedJob));
+    job->ids = xcalloc((size_t)req->count, sizeof(int *));
+    job->lengths = xcalloc((size_t)req->count, sizeof(int));
+    job->count = req->count;
+    for (int i = 0; i < req->count; i++) {
+        EmbeddingInput *input = &req->inputs[i];
+        if (input->text) {
+            text_model_text_ids(tm, input->text, &job->ids[i], &job->lengths[i]);
+        } else {
+            for (int t = 0; t < input->num_ids; t++)
+                if (input->ids[t] >= vocab) {
+                    openai_error_set(err, 400, "invalid_request_error", "input", "invalid_value",
+                                     "input[%d][%d] = %d is not a token id of this model (vocabulary %d)", i, t,
+                                     input->ids[t], vocab);
+                    embed_job_free(job);
+                    return NULL;
+                }
+            job->ids[i] = input->ids; // the request's array passes to the job
+            job->lengths[i] = input->num_ids;
+            input->ids = NULL;
+        }
+        job->tokens += job->lengths[i];
+        if (job->lengths[i] == 0 || job->lengths[i] > context) {
+            if (job->lengths[i] == 0)
+                openai_error_set(err, 400, "invalid_request_error", "input", "invalid_value", "input[%d] has no tokens", i);
+            else
+                openai_error_set(err, 400, "invalid_request_error", "input", "context_length_exceeded",
+                                 "This model's maximum context length is %d tokens, but input[%d] has %d tokens", context,
+                                 i, job->lengths[i]);
+            embed_job_free(job);
+            return NULL;
+        }
+    }
+    InputOrder *order = xmalloc((size_t)job->count * sizeof(InputOrder));
+    for (int i = 0; i < job->count; i++) order[i] = (InputOrder){job->lengths[i], i};
+    qsort(order, (size_t)job->count, sizeof(InputOrder), shortest_first);
+    job->order = xmalloc((size_t)job->count * sizeof(int));
+    for (int i = 0; i < job->count; i++) job->order[i] = order[i].index;
+    free(order);
+    job->vectors = xmalloc((size_t)job->count * tm->model.config.hidden_size * sizeof(float));
+    return job;
+}
+
+// POST /v1/embeddings: the request waits in the worker's embedding queue (counted against
+// --max-concurrent) and the worker runs it between decode steps; this thread answers.
+static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
+    Server *s = ex->server;
+    const int hidden = s->tm->model.config.hidden_size;
+    EmbeddingsRequest req;
+    OpenAIError err;
+    if (embeddings_request_parse(upload->body ? upload->body : "", upload->size, s->model_name, hidden, &req, &err) != 0)
+        return respond_error(ex, &err, NULL);
+    const bool base64 = req.base64;
+    EmbedJob *job = embed_job_new(s, &req, &err);
+    embeddings_request_free(&req);
+    if (!job) return respond_error(ex, &err, NULL);
+
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        embed_job_free(job);
+        if (stopping)
+            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
+        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
+                                 "the server is busy: %d requests are in progress or queued (--max-concurrent); "
+                                 "retry later", s->options.max_concurrent);
+    }
+    s->in_flight++;
+    job->deadline = now_seconds() + s->options.request_timeout_s;
+    if (s->embed_tail) s->embed_tail->next = job;
+    else s->embed_head = job;
+    s->embed_tail = job;
+    pthread_cond_broadcast(&s->changed);
+    while (!job->finished) pthread_cond_wait(&s->changed, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+
+    enum MHD_Result result;
+    if (job->failed) {
+        result = respond_error(ex, &job->error, NULL);
+    } else {
+        char detail[96];
+        snprintf(detail, sizeof detail, "(%d input%s, %ld tokens, %.2f s)", job->count, job->count == 1 ? "" : "s",
+                 job->tokens, job->seconds);
+        result = respond_json(ex, 200,
+                              embeddings_response_json(job->vectors, job->count, hidden, base64, s->model_name, job->tokens),
+                              detail);
+    }
+    embed_job_free(job);
+    return result;
+}
+
 static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
     OpenAILimits limits = {s->model_name, s->options.max_tokens_limit, s->options.default_max_tokens};
@@ -958,7 +1196,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         if (route == ROUTE_NONE)
             return respond_new_error(&ex, 404, "invalid_request_error", "unknown_url", NULL, "Unknown request URL: %.16s %s",
                                      method, shown);
-        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_REWARD;
+        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_EMBEDDINGS || route == ROUTE_REWARD;
         if (post_route ? !is_post : !is_get)
             return respond_new_error(&ex, 405, "invalid_request_error", "method_not_allowed", post_route ? "POST" : "GET, HEAD",
                                      "%.16s is not allowed on %s (use %s)", method, shown, post_route ? "POST" : "GET");
@@ -1001,7 +1239,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         return respond_new_error(&ex, 413, "invalid_request_error", "request_too_large", NULL,
                                  "the request body is over this server's limit of %ld bytes (--max-body-bytes)",
                                  s->options.max_body_bytes);
-    return upload->route == ROUTE_REWARD ? handle_reward(&ex, upload) : handle_generation(&ex, upload);
+    if (upload->route == ROUTE_REWARD) return handle_reward(&ex, upload);
+    if (upload->route == ROUTE_EMBEDDINGS) return handle_embeddings(&ex, upload);
+    return handle_generation(&ex, upload);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *connection, void **request_state,

@@ -9,13 +9,17 @@
 // Routes: GET /health ({"status", "requests_in_progress", "max_concurrent"}), GET /metrics
 // (Prometheus text: requests in progress and queued, rows generating, requests answered and
 // failed, prompt and completion tokens, prefills, decode steps and their seconds, the KV
-// cache's slots), GET /v1/models, GET /v1/models/<name>, POST /v1/chat/completions, POST
-// /v1/completions. Anything else is 404; a known path with another method is 405.
+// cache's slots; the embedding requests, inputs, tokens and seconds), GET /v1/models, GET
+// /v1/models/<name>, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings
+// (serve/embeddings_api.h: the final hidden states pooled by options.pooling and
+// L2-normalised, model/pooling.h). Anything else is 404; a known path with another method
+// is 405.
 //
 // Limits, each answered with an OpenAI-style error: a body over max_body_bytes is 413 (from
 // its Content-Length, before the body is read; a chunked body is counted and dropped); a
-// valid request when max_concurrent requests are already generating or queued is 429; a
-// request still queued or generating after request_timeout_s is 503.
+// valid request when max_concurrent requests (generation and embeddings) are already in
+// progress or queued is 429; a request still queued or running after request_timeout_s is
+// 503 (an embedding request is checked before each of its forwards).
 //
 // One model, one worker thread running a continuous batch (gen/continuous.h) of up to
 // `parallel` rows, a row per choice (OpenAI's n; each row with its own parameters and
@@ -27,13 +31,18 @@
 // a store, and a prompt that continues one (a chat's next turn) computes only its new
 // tokens (gen/continuous.h; usage.prompt_tokens_details.cached_tokens counts the others);
 // its answer then depends on earlier requests up to float rounding, so the store is off
-// by default. Streaming
+// by default. An embedding request waits in a queue of its own and the same worker runs
+// it, one forward of up to `parallel` of its inputs between two decode steps (fewer when
+// padded to the longest they would pass the context; requests in arrival order, a
+// request's inputs shortest first), so the two share the model without a
+// lock and neither holds the other back for more than a forward. Streaming
 // (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
 // is decoded and MHD's content reader hands it out, ending with `data: [DONE]\n\n`.
 // Text that could be the start of a stop string is held back until it is known not to be,
 // so the streamed pieces always add up to the non-streamed text.
 #pragma once
 #include "gen/text_model.h"
+#include "model/pooling.h"
 
 typedef struct {
     const char *host;       // address to bind (name or numeric)
@@ -47,6 +56,7 @@ typedef struct {
     int prompt_cache_rows;  // finished answers kept for prompts that continue them (0: none)
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
+    Pooling pooling;        // how /v1/embeddings pools a text's final hidden states
 } ServerOptions;
 
 typedef struct Server Server;

@@ -94,6 +94,7 @@ bad_request reward_prompts_length 400 '"param":"prompts"' POST /get_reward '{"qu
 bad_request reward_get 405 method_not_allowed GET /get_reward ''
 bad_request reward_server_no_chat 400 not_a_generative_model POST /v1/chat/completions \
     '{"messages": [{"role": "user", "content": "hi"}]}'
+bad_request reward_server_no_embeddings 400 not_a_generative_model POST /v1/embeddings '{"input": "hi"}'
 curl -s "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
 # 96 + 8 + 8 + 4 texts were scored above (bad requests score nothing).
 grep -qx 'marlhf_reward_sequences_total 116' "$tmp/metrics.txt" && grep -q '^marlhf_reward_tokens_total [1-9]' "$tmp/metrics.txt" &&
@@ -102,6 +103,7 @@ grep -qx 'marlhf_reward_sequences_total 116' "$tmp/metrics.txt" && grep -q '^mar
 expect_error serve_model_and_reward_model "--reward-model" "$bin" serve --model "$model" --reward-model "$tmp/rm/final"
 expect_error serve_no_model "--model" "$bin" serve
 expect_error serve_reward_model_kv_cache "--kv-cache" "$bin" serve --reward-model "$tmp/rm/final" --kv-cache f16
+expect_error serve_reward_model_pooling "--pooling" "$bin" serve --reward-model "$tmp/rm/final" --pooling last
 expect_error serve_reward_model_not_rm "value head" "$bin" serve --reward-model "$model" --port 0
 
 # --- marlhf ppo --reward remote ----------------------------------------------------------

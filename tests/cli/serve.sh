@@ -7,9 +7,9 @@
 # SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
 # client, /metrics, the prompt cache (a chat's second turn), requests joining a running
 # batch (continuous batching, --parallel rows) and
-# answering as they do alone, a short request answered while a long one still streams, a
-# request's choices (n) taking one batch row each. Every wait is bounded. Prints PASS/FAIL
-# per case.
+# answering as they do alone, a short request answered while a long one still streams (and
+# an embedding request), a request's choices (n) taking one batch row each. Every wait is
+# bounded. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -892,6 +892,46 @@ sys.exit(0 if events[-1] == "[DONE]" and streamed == alone and len(alone) > 200 
 PY
             pass parallel_short_request_overtakes_long || fail parallel_short_request_overtakes_long \
                 "busy=$busy still_generating=$still short=$short_status $short_body"
+
+        # Embeddings beside generation: while the long answer streams again, a request of 8
+        # texts is answered before the stream ends (its forwards run between decode steps),
+        # with the vectors it gets from an idle server, and the stream's text is the answer
+        # alone (the two share the model's activations, one after the other).
+        python3 -c 'import json; print(json.dumps({"input": [f"Text number {i}: " + "the cat sat on the mat. " * (1 + i % 3) for i in range(8)]}))' \
+            > "$tmp/embed_body.json"
+        idle_start=$(date +%s.%N)
+        request POST /v1/embeddings "@$tmp/embed_body.json" > /dev/null
+        idle_seconds=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$idle_start" "$(date +%s.%N)")
+        cp "$tmp/body" "$tmp/embed_idle.json"
+        curl -s -N --max-time 120 -o "$tmp/long_stream_embed.sse" \
+            --data-binary "$(stream_body "$blocker_body" '{"stream": true, "max_tokens": 120}')" \
+            "http://127.0.0.1:$port/v1/chat/completions" &
+        long_pid=$!
+        busy=
+        wait_in_progress 1 100 && busy=1
+        busy_start=$(date +%s.%N)
+        embed_status=$(request POST /v1/embeddings "@$tmp/embed_body.json")
+        cp "$tmp/body" "$tmp/embed_busy.json"
+        busy_seconds=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$busy_start" "$(date +%s.%N)")
+        still=
+        grep -q '^data: \[DONE\]' "$tmp/long_stream_embed.sse" || still=1
+        wait "$long_pid"
+        why=$(python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+events = [e[len("data: "):] for e in open(f"{tmp}/long_stream_embed.sse").read().split("\n\n") if e.startswith("data: ")]
+streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1] if json.loads(e)["choices"])
+alone = json.load(open(f"{tmp}/long_alone.json"))["choices"][0]["message"]["content"]
+idle, busy = (json.load(open(f"{tmp}/embed_{kind}.json")) for kind in ("idle", "busy"))
+worst = max(abs(a - b) for x, y in zip(idle["data"], busy["data"]) for a, b in zip(x["embedding"], y["embedding"]))
+if events[-1] != "[DONE]" or streamed != alone: print(f"streamed {streamed[:80]!r} vs alone {alone[:80]!r}")
+elif len(busy["data"]) != 8 or busy["usage"] != idle["usage"] or worst > 1e-6: print(f"vectors {worst:.3g} from the idle ones")
+else: print("ok")
+PY
+)
+        [ -n "$busy" ] && [ -n "$still" ] && [ "$embed_status" = 200 ] && [ "$why" = ok ] &&
+            pass "parallel_embeddings_beside_generation (8 texts: ${busy_seconds} s while generating, ${idle_seconds} s idle)" ||
+            fail parallel_embeddings_beside_generation "busy=$busy still_generating=$still status $embed_status: $why"
 
         # A request takes one row per choice: sent while a long one generates, a request
         # with n = 2 joins it (3 rows), the next (n = 2) waits until 2 rows are free, the
