@@ -9,9 +9,11 @@
 //
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
-//                           [--quantize none|q8_0] [--kv-cache f32|f16]
+//                           [--quantize none|q8_0] [--kv-cache f32|f16|q8_0]
 // --quantize q8_0 decodes with Q8_0 copies of the linear weights (model/quantize.h);
-// --kv-cache f16 keeps the KV cache in half floats.
+// --kv-cache f16 keeps the KV cache in half floats, q8_0 in 8-bit blocks. Each line
+// reports the cache's bytes per token (keys and values of every layer). A long --prompt
+// (bench/run_decode.sh with LONG_PROMPT=2048) is where the cache type matters.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +78,11 @@ int main(int argc, char **argv) {
         GenerateStats stats;
         generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
         double decode_tokens = (double)B * stats.decode_steps;
+        const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
-               "\"decode_s\": %.3f, \"new_tokens\": %d, \"prompt\": %d, \"threads\": %d}\n",
+               "\"decode_s\": %.3f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, \"threads\": %d}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds, new_tokens,
-               prompt_length, omp_get_max_threads());
+               prompt_length, kv_bytes_per_token, omp_get_max_threads());
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode speed of SmolLM2-135M-Instruct: marlhf (f32 and --quantize q8_0) beside
 # transformers' generate() (batch 1, 8, 32) and llama.cpp (batch 1, f32, Q8_0 and Q4_1), in
-# one run on this machine. The peers need
+# one run on this machine (LONG_PROMPT=N: the KV cache types after N-token prompts, below). The peers need
 # scripts/setup-python; llama.cpp comes from the llama-cpp-python package, which pip builds
 # from source: `.venv-tools/bin/pip install llama-cpp-python`.
 set -euo pipefail
@@ -9,6 +9,14 @@ cd "$(dirname "$0")/.."
 make --no-print-directory bench > /dev/null
 scripts/fetch-model
 new=${NEW:-64}
+# LONG_PROMPT=2048: instead, decoding after prompts of that many tokens (Q8_0 weights,
+# batch 1 and 8) with each KV cache type, where reading the cache is much of a step.
+if [ -n "${LONG_PROMPT:-}" ]; then
+    for kv in f32 f16 q8_0; do
+        build/bench/decode --prompt "$LONG_PROMPT" --new "$new" --batches 1,8 --quantize q8_0 --kv-cache "$kv"
+    done
+    exit 0
+fi
 build/bench/decode --new "$new" --batches 1,8,32
 build/bench/decode --new "$new" --batches 1,8,32 --quantize q8_0
 if [ -x .venv-tools/bin/python ]; then

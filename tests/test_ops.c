@@ -384,6 +384,200 @@ static void test_attention_decode_f16(void) {
     EXPECT(worst <= 2e-5, "half-cache decode attention differs from the double reference by %.3g", worst);
 }
 
+// ---- the Q8_0 KV cache ----
+// Head sizes that take the vector paths whole (64, 128), with a 16-lane tail (80) or a
+// shorter last block (40, 24: Qwen3's fixture, 8), a half-block head (16), and 3 heads of
+// 10 (30 values: 2 bytes of padding before the scales).
+static const struct { int n_kv_heads, head_dim; } q8_cache_shapes[] = {{2, 64}, {2, 128}, {2, 80}, {2, 40},
+                                                                        {2, 24}, {2, 16}, {2, 8},   {3, 10}};
+enum { Q8_CACHE_SHAPES = sizeof q8_cache_shapes / sizeof q8_cache_shapes[0] };
+
+// The values of a Q8_0 cache of `slots` slots, dequantized (value times its block's scale).
+static float *dequantize_q8_cache(const void *cache, long slots, int n_kv_heads, int head_dim) {
+    const long record = kv_q8_slot_bytes(n_kv_heads, head_dim), values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
+    const int width = n_kv_heads * head_dim, blocks = kv_q8_blocks_per_head(head_dim);
+    float *out = xmalloc((size_t)slots * width * sizeof(float));
+    for (long s = 0; s < slots; s++) {
+        const int8_t *values = (const int8_t *)((const char *)cache + s * record);
+        const float *scales = (const float *)((const char *)cache + s * record + values_bytes);
+        for (int h = 0; h < n_kv_heads; h++)
+            for (int d = 0; d < head_dim; d++)
+                out[s * width + h * head_dim + d] = values[h * head_dim + d] * scales[h * blocks + d / Q8_BLOCK];
+    }
+    return out;
+}
+
+// cache_write_q8 into slots [5, 5 + T) of rows of 20: each block's scale is its largest
+// magnitude / 127, every value within half a step (scale / 2) of its float, the padding
+// zero, and the slots before and after untouched.
+static void test_cache_write_q8(void) {
+    for (int s = 0; s < Q8_CACHE_SHAPES; s++) {
+        const int KV = q8_cache_shapes[s].n_kv_heads, D = q8_cache_shapes[s].head_dim, B = 2, T = 7, capacity = 20;
+        const int width = KV * D, blocks = kv_q8_blocks_per_head(D), first = 5;
+        const long record = kv_q8_slot_bytes(KV, D), values_bytes = kv_q8_values_bytes(KV, D);
+        float *x = random_floats((long)B * T * width, -2, 2);
+        for (int d = 0; d < D; d++) x[d] = 0.0f; // an all-zero head: scale 0, values 0
+        char *cache = xmalloc((size_t)B * capacity * record);
+        memset(cache, 0x5A, (size_t)B * capacity * record);
+        ops_cpu.cache_write_q8(cache, x, B, T, capacity, first, KV, D);
+        double worst_step = 0; // the largest error in units of the block's scale
+        for (int b = 0; b < B; b++)
+            for (int slot = 0; slot < capacity; slot++) {
+                const char *rec = cache + ((long)b * capacity + slot) * record;
+                if (slot < first || slot >= first + T) {
+                    bool untouched = true;
+                    for (long i = 0; i < record; i++) untouched &= rec[i] == 0x5A;
+                    EXPECT(untouched, "shape %d: row %d slot %d outside the written ones changed", s, b, slot);
+                    continue;
+                }
+                const int8_t *values = (const int8_t *)rec;
+                const float *scales = (const float *)(rec + values_bytes);
+                const float *source = x + ((long)b * T + slot - first) * width;
+                for (long i = width; i < values_bytes; i++) EXPECT(rec[i] == 0, "shape %d: padding byte %ld", s, i);
+                for (int h = 0; h < KV; h++)
+                    for (int k = 0; k < blocks; k++) {
+                        const int d0 = k * Q8_BLOCK, d1 = d0 + Q8_BLOCK < D ? d0 + Q8_BLOCK : D;
+                        float largest = 0;
+                        for (int d = d0; d < d1; d++) largest = fmaxf(largest, fabsf(source[h * D + d]));
+                        const float scale = scales[h * blocks + k];
+                        EXPECT(scale == largest / 127.0f, "shape %d: scale %.9g, want %.9g", s, scale, largest / 127.0f);
+                        for (int d = d0; d < d1; d++) {
+                            const double error = fabs((double)values[h * D + d] * scale - source[h * D + d]);
+                            if (scale == 0) EXPECT(values[h * D + d] == 0, "shape %d: a zero block's value", s);
+                            else if (error / scale > worst_step) worst_step = error / scale;
+                        }
+                    }
+            }
+        EXPECT(worst_step <= 0.5 + 1e-5, "shape %d (%d heads of %d): a value is %.4g steps from its float", s, KV, D,
+               worst_step);
+        free(x), free(cache);
+    }
+}
+
+// A double-precision decode or extension for query rows q ([B * T, n_heads * D]) against
+// float caches k, v ([B, capacity, n_kv_heads * D]), query t of row b at slot first_slot + t.
+static void attention_reference(double *out, const float *q, const float *k, const float *v, const int *row_start,
+                                int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads, int D) {
+    const int kv_width = n_kv_heads * D, q_width = n_heads * D;
+    double *scores = xmalloc((size_t)(first_slot + T) * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                const int kv_head = h / (n_heads / n_kv_heads), last = first_slot + t;
+                const float *query = q + ((long)b * T + t) * q_width + h * D;
+                double max_score = -INFINITY, sum = 0;
+                for (int j = row_start[b]; j <= last; j++) {
+                    scores[j] = dot(query, k + ((long)b * capacity + j) * kv_width + kv_head * D, D) / sqrt(D);
+                    if (scores[j] > max_score) max_score = scores[j];
+                }
+                for (int j = row_start[b]; j <= last; j++) sum += scores[j] = exp(scores[j] - max_score);
+                for (int d = 0; d < D; d++) {
+                    double want = 0;
+                    for (int j = row_start[b]; j <= last; j++)
+                        want += scores[j] / sum * v[((long)b * capacity + j) * kv_width + kv_head * D + d];
+                    out[((long)b * T + t) * q_width + h * D + d] = want;
+                }
+            }
+    free(scores);
+}
+
+// A bound on how far attention over the quantized cache can be from attention over the
+// floats it was made from, for one (row, query, head): with every score off by at most
+// e = sum_d |q_d| * (its key's scale / 2) / sqrt(D), each softmax weight is off by a factor
+// within [exp(-2e), exp(2e)], so the weights move by at most exp(2e) - 1 in all; and each
+// value by at most half its block's step.
+static double q8_attention_bound(const float *query, const float *k_scales_max, const float *v_steps_max, int D) {
+    double e = 0;
+    for (int d = 0; d < D; d++) e += fabs(query[d]) * k_scales_max[d] / 2;
+    e /= sqrt(D);
+    double value_error = 0;
+    for (int d = 0; d < D; d++) value_error = fmax(value_error, v_steps_max[d] / 2);
+    const double largest_value = 127 * 2 * value_error; // a value is at most 127 steps
+    return (exp(2 * e) - 1) * largest_value + value_error;
+}
+
+// attention_decode_q8 and attention_extend_q8, for the shapes above, rows starting at other
+// slots: against the double reference over the dequantized cache (2e-5, as the float
+// kernels), and against the same reference over the floats the cache was made from,
+// within q8_attention_bound (the queries spread to +-6 and the keys to +-1.5: sharp
+// softmaxes, where key errors matter most). The extension's last query is the decode step
+// bit for bit.
+static void test_attention_q8(void) {
+    double worst_dequantized = 0, worst_over_bound = 0, worst_float = 0;
+    for (int s = 0; s < Q8_CACHE_SHAPES; s++) {
+        const int KV = q8_cache_shapes[s].n_kv_heads, D = q8_cache_shapes[s].head_dim, H = 2 * KV, B = 2, T = 4;
+        const int length = 150, capacity = 160, first_slot = length - T;
+        const int kv_width = KV * D, q_width = H * D;
+        const long record = kv_q8_slot_bytes(KV, D);
+        int row_start[2] = {0, 77};
+        float *q = random_floats((long)B * T * q_width, -6, 6);
+        float *keys = random_floats((long)B * capacity * kv_width, -1.5f, 1.5f);
+        float *values = random_floats((long)B * capacity * kv_width, -1, 1);
+        char *k = xcalloc((size_t)B * capacity, (size_t)record), *v = xcalloc((size_t)B * capacity, (size_t)record);
+        // Written as one slot per row at a time (decode steps) and as several (a prefill) alike.
+        ops_cpu.cache_write_q8(k, keys, B, capacity, capacity, 0, KV, D);
+        for (int b = 0; b < B; b++)
+            for (int slot = 0; slot < capacity; slot++)
+                ops_cpu.cache_write_q8(v + ((long)b * capacity + slot) * record,
+                                       values + ((long)b * capacity + slot) * kv_width, 1, 1, 1, 0, KV, D);
+        float *k_deq = dequantize_q8_cache(k, (long)B * capacity, KV, D);
+        float *v_deq = dequantize_q8_cache(v, (long)B * capacity, KV, D);
+        float *out = xcalloc((size_t)B * T * q_width, sizeof(float));
+        double *want = xmalloc((size_t)B * T * q_width * sizeof(double));
+        double *want_float = xmalloc((size_t)B * T * q_width * sizeof(double));
+        ops_cpu.attention_extend_q8(out, q, k, v, row_start, B, T, capacity, first_slot, H, KV, D);
+        attention_reference(want, q, k_deq, v_deq, row_start, B, T, capacity, first_slot, H, KV, D);
+        attention_reference(want_float, q, keys, values, row_start, B, T, capacity, first_slot, H, KV, D);
+        // Each head's largest block scale of keys and of values over its row's slots, per element.
+        float *k_scale_max = xcalloc((size_t)B * kv_width, sizeof(float)), *v_step_max = xcalloc((size_t)B * kv_width, sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int slot = row_start[b]; slot < length; slot++)
+                for (int h = 0; h < KV; h++)
+                    for (int k0 = 0; k0 < D; k0 += Q8_BLOCK) {
+                        const int k1 = k0 + Q8_BLOCK < D ? k0 + Q8_BLOCK : D;
+                        float key_largest = 0, value_largest = 0;
+                        const long at = ((long)b * capacity + slot) * kv_width + h * D;
+                        for (int d = k0; d < k1; d++) {
+                            key_largest = fmaxf(key_largest, fabsf(keys[at + d]));
+                            value_largest = fmaxf(value_largest, fabsf(values[at + d]));
+                        }
+                        for (int d = k0; d < k1; d++) {
+                            float *ks = &k_scale_max[(long)b * kv_width + h * D + d], *vs = &v_step_max[(long)b * kv_width + h * D + d];
+                            *ks = fmaxf(*ks, key_largest / 127), *vs = fmaxf(*vs, value_largest / 127);
+                        }
+                    }
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++) {
+                    const long o = ((long)b * T + t) * q_width + h * D;
+                    const int kv_head = h / (H / KV);
+                    const double bound = q8_attention_bound(q + o, k_scale_max + (long)b * kv_width + kv_head * D,
+                                                            v_step_max + (long)b * kv_width + kv_head * D, D);
+                    for (int d = 0; d < D; d++) {
+                        worst_dequantized = fmax(worst_dequantized, fabs(want[o + d] - out[o + d]));
+                        worst_float = fmax(worst_float, fabs(want_float[o + d] - out[o + d]));
+                        worst_over_bound = fmax(worst_over_bound, fabs(want_float[o + d] - out[o + d]) / bound);
+                    }
+                }
+        // The last query of each row is a decode step of length first_slot + T.
+        float *q_last = xmalloc((size_t)B * q_width * sizeof(float)), *decoded = xcalloc((size_t)B * q_width, sizeof(float));
+        for (int b = 0; b < B; b++)
+            memcpy(q_last + (long)b * q_width, q + ((long)b * T + T - 1) * q_width, (size_t)q_width * sizeof(float));
+        ops_cpu.attention_decode_q8(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, H, KV, D);
+        for (int b = 0; b < B; b++)
+            EXPECT(!memcmp(decoded + (long)b * q_width, out + ((long)b * T + T - 1) * q_width, (size_t)q_width * sizeof(float)),
+                   "shape %d row %d: the extension's last query differs from a decode step", s, b);
+        free(q), free(keys), free(values), free(k), free(v), free(k_deq), free(v_deq), free(out), free(want);
+        free(want_float), free(k_scale_max), free(v_step_max), free(q_last), free(decoded);
+    }
+    printf("# q8_0 cache attention: %.3g from the dequantized cache, %.3g from the floats (%.2f of the bound)\n",
+           worst_dequantized, worst_float, worst_over_bound);
+    EXPECT(worst_dequantized <= 2e-5, "q8_0-cache attention differs from the double reference over its values by %.3g",
+           worst_dequantized);
+    EXPECT(worst_over_bound <= 1.0, "q8_0-cache attention is %.3g times its error bound from the float cache's",
+           worst_over_bound);
+}
+
 // ---- activations ----
 typedef struct { long n; int kind; float *a, *b, *out, *R; } ActCase; // kind 0 gelu, 1 swiglu, 2 geglu
 static double activation_loss(void *p) {
@@ -612,6 +806,8 @@ int main(int argc, char **argv) {
     RUN(test_attention_extend);
     RUN(test_half_conversion);
     RUN(test_attention_decode_f16);
+    RUN(test_cache_write_q8);
+    RUN(test_attention_q8);
     RUN(test_gelu);
     RUN(test_swiglu);
     RUN(test_geglu);

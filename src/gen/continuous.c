@@ -50,8 +50,7 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->sequences = xcalloc((size_t)max_rows, sizeof(Sequence));
     batch->logits = xmalloc((size_t)max_rows * model->config.vocab_size * sizeof(float));
     batch->next = xmalloc((size_t)max_rows * sizeof(int));
-    const bool can_extend = model->ops->attention_extend && (!model->kv_cache_f16 || model->ops->attention_extend_f16);
-    if (!can_extend) batch->options.prompt_cache_rows = 0;
+    if (!kv_cache_can_extend(model)) batch->options.prompt_cache_rows = 0;
     if (batch->options.prompt_cache_rows > 0)
         batch->stored = xcalloc((size_t)batch->options.prompt_cache_rows, sizeof(StoredPrefix));
     return batch;

@@ -5,11 +5,21 @@
 #include "core/check.h"
 #include "model/model.h"
 
-// A slot's width in floats, the unit of ops->copy_rows: a half cache's slot of kv_dim
-// halves is kv_dim / 2 floats (kv_cache_type_set checks kv_dim is even).
+long kv_cache_slot_bytes(const Model *model, KvCacheType type) {
+    const int kv_heads = model->config.num_kv_heads, head_dim = model->config.head_dim;
+    switch (type) {
+    case KV_CACHE_F16: return (long)kv_heads * head_dim * 2;
+    case KV_CACHE_Q8_0: return kv_q8_slot_bytes(kv_heads, head_dim);
+    case KV_CACHE_F32: break;
+    }
+    return (long)kv_heads * head_dim * (long)sizeof(float);
+}
+
+// A slot's width in floats, the unit of ops->copy_rows: a slot of halves or a Q8_0 record
+// is a whole number of floats (kv_cache_type_set checks a half cache's kv_dim is even;
+// kv_q8_slot_bytes is a multiple of 4).
 static int slot_floats(const KvCache *cache, const Model *model) {
-    const int kv_dim = model->config.num_kv_heads * model->config.head_dim;
-    return cache->half ? kv_dim / 2 : kv_dim;
+    return (int)(kv_cache_slot_bytes(model, cache->type) / (long)sizeof(float));
 }
 
 void kv_cache_init(KvCache *cache, const Model *model, int B, int T) {
@@ -17,7 +27,7 @@ void kv_cache_init(KvCache *cache, const Model *model, int B, int T) {
     memset(cache, 0, sizeof *cache);
     cache->capacity_B = B;
     cache->capacity_T = T;
-    cache->half = model->kv_cache_f16;
+    cache->type = model->kv_cache_type;
     const size_t bytes = (size_t)B * T * slot_floats(cache, model) * sizeof(float);
     cache->k = xcalloc((size_t)cfg->num_layers, sizeof(void *));
     cache->v = xcalloc((size_t)cfg->num_layers, sizeof(void *));
@@ -75,7 +85,8 @@ void kv_cache_expand_rows(KvCache *cache, const Model *model, const int *source,
 
 void kv_cache_copy_slots(KvCache *to, int to_row, int to_slot, const KvCache *from, int from_row, int from_slot,
                          int count, const Model *model) {
-    CHECK(to->half == from->half, "a KV cache of halves and one of floats cannot exchange slots");
+    CHECK(to->type == from->type, "a KV cache of %s and one of %s cannot exchange slots", kv_cache_type_name(to->type),
+          kv_cache_type_name(from->type));
     CHECK(to_row < to->capacity_B && from_row < from->capacity_B && to_slot + count <= to->capacity_T &&
               from_slot + count <= from->capacity_T,
           "%d slots do not fit the caches (rows %d, %d; slots %d, %d)", count, to_row, from_row, to_slot, from_slot);
@@ -123,19 +134,43 @@ void kv_cache_relayout(KvCache *cache, const Model *model, int capacity_B, int c
     cache->capacity_T = capacity_T;
 }
 
+const char *kv_cache_type_name(KvCacheType type) {
+    switch (type) {
+    case KV_CACHE_F16: return "f16";
+    case KV_CACHE_Q8_0: return "q8_0";
+    case KV_CACHE_F32: break;
+    }
+    return "f32";
+}
+
 int kv_cache_type_set(Model *model, const char *type, const char *option) {
-    const bool half = type && strcmp(type, "f16") == 0;
-    if (type && !half && strcmp(type, "f32") != 0) return err_set("%s must be f32 or f16, got '%s'", option, type);
+    KvCacheType chosen = KV_CACHE_F32;
+    if (type && strcmp(type, "f16") == 0) chosen = KV_CACHE_F16;
+    else if (type && strcmp(type, "q8_0") == 0) chosen = KV_CACHE_Q8_0;
+    else if (type && strcmp(type, "f32") != 0) return err_set("%s must be f32, f16 or q8_0, got '%s'", option, type);
     if (!model) return 0;
-    model->kv_cache_f16 = false;
-    if (!half) return 0;
-    if (!model->ops->cache_write_f16 || !model->ops->attention_decode_f16)
-        return err_set("%s f16: the %s backend has no half-float KV cache", option, model->ops->name);
-    if ((model->config.num_kv_heads * model->config.head_dim) % 2 != 0)
-        return err_set("%s f16 needs an even key width (this model's is %d)", option,
-                       model->config.num_kv_heads * model->config.head_dim);
-    model->kv_cache_f16 = true;
+    const OpsBackend *ops = model->ops;
+    const int kv_dim = model->config.num_kv_heads * model->config.head_dim;
+    if (chosen == KV_CACHE_F16) {
+        if (!ops->cache_write_f16 || !ops->attention_decode_f16)
+            return err_set("%s f16: the %s backend has no half-float KV cache", option, ops->name);
+        if (kv_dim % 2 != 0) return err_set("%s f16 needs an even key width (this model's is %d)", option, kv_dim);
+    }
+    // Any head_dim: a head whose head_dim is not a multiple of Q8_BLOCK ends in a shorter block.
+    if (chosen == KV_CACHE_Q8_0 && (!ops->cache_write_q8 || !ops->attention_decode_q8))
+        return err_set("%s q8_0: the %s backend has no 8-bit KV cache", option, ops->name);
+    model->kv_cache_type = chosen;
     return 0;
+}
+
+bool kv_cache_can_extend(const Model *model) {
+    const OpsBackend *ops = model->ops;
+    switch (model->kv_cache_type) {
+    case KV_CACHE_F16: return ops->attention_extend_f16 != NULL;
+    case KV_CACHE_Q8_0: return ops->attention_extend_q8 != NULL;
+    case KV_CACHE_F32: break;
+    }
+    return ops->attention_extend != NULL;
 }
 
 void kv_cache_reset(KvCache *cache) {

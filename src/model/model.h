@@ -82,6 +82,9 @@ typedef struct {
                        // in training passes (between lora_dropout_begin and _end), never at inference
 } LoraConfig;
 
+// What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
+typedef enum { KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0 } KvCacheType;
+
 typedef struct Model {
     ModelConfig config;
     const OpsBackend *ops;
@@ -103,8 +106,8 @@ typedef struct Model {
     // Weights before this offset are frozen: gradients and optimizer state cover only
     // params[trainable_offset, table.total) (0 unless LoRA froze the base).
     long trainable_offset;
-    // Inference: the KV caches made for this model hold IEEE half floats (kv_cache_type_set).
-    bool kv_cache_f16;
+    // Inference: the element type of the KV caches made for this model (kv_cache_type_set).
+    KvCacheType kv_cache_type;
 
     ParamTable table;
     float *params; // table.total floats, backend memory
@@ -167,18 +170,28 @@ typedef struct {
     int capacity_B, capacity_T;
     int B;          // rows in use (set by the prefill)
     int length;     // slots filled
-    bool half;      // IEEE half floats (the model's kv_cache_f16 when made), else float
-    void **k, **v;  // [num_layers], each [capacity_B, capacity_T, n_kv_heads * head_dim] of them
+    KvCacheType type; // the model's kv_cache_type when made
+    // [num_layers], each [capacity_B, capacity_T] slots of n_kv_heads * head_dim floats or
+    // halves, or of one Q8_0 record (ops/ops.h kv_q8_slot_bytes)
+    void **k, **v;
     int *row_start; // [capacity_B], host
 } KvCache;
 
-// A cache of float32, or of IEEE half floats when the model's kv_cache_f16 is set.
+// A cache of the model's kv_cache_type.
 void kv_cache_init(KvCache *cache, const Model *model, int B, int T);
-// --kv-cache: "f32" (or NULL) or "f16" (inference: the caches made from then on hold half
-// floats, half the memory, read at half the bytes per decode step; the prompt's own
+// --kv-cache: "f32" (or NULL), "f16" or "q8_0" (inference: the caches made from then on
+// hold half floats, or Q8_0 blocks of each head's keys and values -- half, or a little over
+// a quarter, of the memory and of the bytes each decode step reads; the prompt's own
 // attention stays float32). Refused (-1, err_set naming `option`) on a backend without the
-// half-float ops, or for another value. model NULL: the value is checked, nothing set.
+// type's ops, or for another value. model NULL: the value is checked, nothing set.
 int kv_cache_type_set(Model *model, const char *type, const char *option);
+// The name --kv-cache gives a type ("f32", "f16", "q8_0").
+const char *kv_cache_type_name(KvCacheType type);
+// Bytes of one slot (one token's keys, or its values, in one layer) of a cache of `type`.
+long kv_cache_slot_bytes(const Model *model, KvCacheType type);
+// Whether the model's backend can attend from several new slots per row to a cache of the
+// model's type (model_extend_rows: the prompt cache).
+bool kv_cache_can_extend(const Model *model);
 void kv_cache_free(KvCache *cache, const Model *model);
 // Forgets the cached tokens (the memory stays).
 void kv_cache_reset(KvCache *cache);

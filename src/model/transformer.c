@@ -284,32 +284,45 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     }
     if (target) {
         const KvCache *cache = target->cache;
-        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim; // elements
-        if (cache->half) {
-            ops->cache_write_f16((uint16_t *)cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot,
-                                 kv_dim);
-            ops->cache_write_f16((uint16_t *)cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot,
-                                 kv_dim);
-        } else {
-            ops->cache_write((float *)cache->k[l] + row_offset, la->k, B, T, cache->capacity_T, target->slot, kv_dim);
-            ops->cache_write((float *)cache->v[l] + row_offset, la->v, B, T, cache->capacity_T, target->slot, kv_dim);
+        // The target rows' first slot, in bytes: every element type has fixed-size slots.
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_cache_slot_bytes(model, cache->type);
+        char *keys = (char *)cache->k[l] + row_offset, *values = (char *)cache->v[l] + row_offset;
+        const int capacity = cache->capacity_T, slot = target->slot;
+        switch (cache->type) {
+        case KV_CACHE_F32:
+            ops->cache_write((float *)keys, la->k, B, T, capacity, slot, kv_dim);
+            ops->cache_write((float *)values, la->v, B, T, capacity, slot, kv_dim);
+            break;
+        case KV_CACHE_F16:
+            ops->cache_write_f16((uint16_t *)keys, la->k, B, T, capacity, slot, kv_dim);
+            ops->cache_write_f16((uint16_t *)values, la->v, B, T, capacity, slot, kv_dim);
+            break;
+        case KV_CACHE_Q8_0:
+            ops->cache_write_q8(keys, la->k, B, T, capacity, slot, cfg->num_kv_heads, cfg->head_dim);
+            ops->cache_write_q8(values, la->v, B, T, capacity, slot, cfg->num_kv_heads, cfg->head_dim);
+            break;
         }
     }
     if (target && target->decode) {
         const KvCache *cache = target->cache;
-        const long row_offset = (long)target->first_row * cache->capacity_T * kv_dim; // elements
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_cache_slot_bytes(model, cache->type);
+        const void *keys = (const char *)cache->k[l] + row_offset, *values = (const char *)cache->v[l] + row_offset;
         const int H = cfg->num_heads, KV = cfg->num_kv_heads, D = cfg->head_dim, capacity = cache->capacity_T;
         const int slot = target->slot;
         float *out = la->att_out;
-        if (cache->half) {
-            const uint16_t *keys = (const uint16_t *)cache->k[l] + row_offset;
-            const uint16_t *values = (const uint16_t *)cache->v[l] + row_offset;
-            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
-            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
-        } else {
-            const float *keys = (const float *)cache->k[l] + row_offset, *values = (const float *)cache->v[l] + row_offset;
+        switch (cache->type) {
+        case KV_CACHE_F32:
             if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
             else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            break;
+        case KV_CACHE_F16:
+            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
+            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            break;
+        case KV_CACHE_Q8_0:
+            if (T == 1) ops->attention_decode_q8(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
+            else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            break;
         }
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
@@ -436,8 +449,8 @@ static void check_rows_fit(const KvCache *cache, const ModelBatch *batch, int fi
 void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row) {
     const int T = batch->T;
     check_rows_fit(cache, batch, first_row);
-    CHECK(T == 1 || (cache->half ? model->ops->attention_extend_f16 != NULL : model->ops->attention_extend != NULL),
-          "the %s backend cannot extend cached rows", model->ops->name);
+    CHECK(T == 1 || (cache->type == model->kv_cache_type && kv_cache_can_extend(model)),
+          "the %s backend cannot extend cached rows of %s", model->ops->name, kv_cache_type_name(cache->type));
     CHECK(!batch->row_start, "an extension continues its rows: no padding");
     CacheTarget target = {cache, first_row, cache->length - T, true};
     forward_impl(model, batch, &target);

@@ -32,6 +32,24 @@ typedef struct {
     float *scales;  // [rows * cols / Q8_BLOCK]
 } Q8Matrix;
 
+// A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *
+// head_dim keys, or values -- as one record of bytes: the int8 values, head after head,
+// padded to a multiple of 4 bytes, then one float scale per block, head after head. Each
+// head's head_dim values are blocks of Q8_BLOCK (the last one shorter when head_dim is not
+// a multiple of it), so a block never spans two heads and a decode step reads one head's
+// values and scales without the others'. A slot's values and scales in one record move
+// together (copy_rows moves whole slots) and a key's are a few cache lines apart.
+// A value is values[i] * its block's scale; the scale is max|x| / 127 over the block.
+static inline int kv_q8_blocks_per_head(int head_dim) { return (head_dim + Q8_BLOCK - 1) / Q8_BLOCK; }
+// Bytes from a slot's start to its scales.
+static inline long kv_q8_values_bytes(int n_kv_heads, int head_dim) {
+    return ((long)n_kv_heads * head_dim + 3) / 4 * 4;
+}
+// Bytes of one slot, a multiple of 4 (so a slot is a whole number of floats to copy_rows).
+static inline long kv_q8_slot_bytes(int n_kv_heads, int head_dim) {
+    return kv_q8_values_bytes(n_kv_heads, head_dim) + (long)n_kv_heads * kv_q8_blocks_per_head(head_dim) * 4;
+}
+
 typedef struct OpsBackend {
     const char *name;
 
@@ -144,6 +162,21 @@ typedef struct OpsBackend {
     void (*attention_extend_f16)(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                  const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                  int n_kv_heads, int head_dim);
+
+    // The same three for a cache of Q8_0 blocks (--kv-cache q8_0, inference only; slots laid
+    // out as kv_q8_slot_bytes above, `capacity` slots per row): cache_write_q8 quantizes each
+    // head's blocks of the B x T new rows of x ([B*T, n_kv_heads*head_dim]) into slots
+    // [slot, slot+T); the attention ops read each key and value as its int8 values times its
+    // block's scale, against float queries. NULL on a backend without them
+    // (kv_cache_type_set refuses q8_0 there).
+    void (*cache_write_q8)(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
+                           int head_dim);
+    void (*attention_decode_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
+                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                                int head_dim);
+    void (*attention_extend_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
+                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                                int n_kv_heads, int head_dim);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,

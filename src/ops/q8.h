@@ -10,6 +10,9 @@
 // so a block's largest value maps to +-127 and a dequantized Q8_0 block quantizes back to
 // the same values and scale.
 void q8_quantize_row(const float *x, long n, int8_t *values, float *scales);
+// One block of n <= Q8_BLOCK floats, the same way (a KV cache's last block of a head
+// whose head_dim is not a multiple of Q8_BLOCK is shorter).
+void q8_quantize_block(const float *x, int n, int8_t *values, float *scale);
 
 // A matmul_forward_q8 with at least this many input rows multiplies the float inputs by
 // dequantized weights (sgemm); with fewer, quantized inputs by the 8-bit weights (integer

@@ -803,6 +803,18 @@ static void run_continuous_batch_on_gpu(const char *kv_cache) {
 static void test_continuous_batch_on_gpu(void) { run_continuous_batch_on_gpu("f32"); }
 static void test_continuous_batch_on_gpu_half_cache(void) { run_continuous_batch_on_gpu("f16"); }
 
+// The GPU has no 8-bit KV cache: --kv-cache q8_0 is refused with the option's name, and
+// the model keeps its float cache.
+static void test_q8_cache_refused_on_gpu(void) {
+    Model mc, mg;
+    load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
+    EXPECT(kv_cache_type_set(&mg, "q8_0", "--kv-cache") != 0 && strstr(err_msg(), "--kv-cache q8_0"),
+           "--kv-cache q8_0 accepted on the GPU");
+    EXPECT(mg.kv_cache_type == KV_CACHE_F32, "the refused type was set");
+    model_free(&mc);
+    model_free(&mg);
+}
+
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
 static void test_fixture_models_mma_attention(void) {
     const char *previous = ops_cuda_attention_kernels();
@@ -835,6 +847,7 @@ int main(void) {
     RUN(test_generation_on_gpu);
     RUN(test_continuous_batch_on_gpu);
     RUN(test_continuous_batch_on_gpu_half_cache);
+    RUN(test_q8_cache_refused_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }

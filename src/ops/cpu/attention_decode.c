@@ -12,7 +12,12 @@
 //
 // The KV cache is float32, or IEEE half (--kv-cache f16: half the memory to read each
 // step): the same kernel, widening each key and value as it reads them (F16C's
-// conversions where the compiler has them, else the portable cpu_half_to_float).
+// conversions where the compiler has them, else the portable cpu_half_to_float). Or Q8_0
+// blocks (--kv-cache q8_0: a little over a quarter of float32's bytes; ops/ops.h gives the
+// slot layout): the same loops again, each block's int8 values widened to float and
+// multiplied by its scale. The query stays float (llama.cpp quantizes it to Q8_0 too and
+// takes integer dot products): one more rounding saved, and widening 16 bytes is not what
+// limits a step that reads the whole cache from memory.
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -21,6 +26,7 @@
 
 #include "core/check.h"
 #include "ops/cpu/ops_cpu.h"
+#include "ops/q8.h"
 
 // exp(x) in place, for x <= 0 (scores minus their maximum): 2^k * e^r with k = round(x /
 // ln 2) and |r| <= ln 2 / 2, e^r by Cephes' expf polynomial; within 2 ulp of expf. Below
@@ -147,16 +153,127 @@ static void weighted_sum(float *out, const float *weights, CacheElements values,
     for (int e = d; e < head_dim; e++) out[e] *= scale;
 }
 
-// The kernel for both caches: `half` says whether k_cache and v_cache hold floats or halves.
-// Query t of row b (q and out: [B * T, n_heads * head_dim]) sits at slot first_slot + t
-// and attends to the row's slots [row_start[b], first_slot + t]: a decode step is T = 1.
-static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache, bool half,
-                             const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim) {
+// ---- the Q8_0 cache ----
+
+// One head's keys or values in consecutive slots of a Q8_0 cache: slot j's int8 values and
+// its block scales.
+typedef struct {
+    const char *first; // the first slot's record
+    long stride;       // bytes from one slot's record to the next
+    long values_at, scales_at; // the head's values and scales, in bytes from a record's start
+} Q8Slots;
+
+static inline const int8_t *q8_slot_values(Q8Slots slots, int j) {
+    return (const int8_t *)(slots.first + (long)j * slots.stride + slots.values_at);
+}
+static inline const float *q8_slot_scales(Q8Slots slots, int j) {
+    return (const float *)(slots.first + (long)j * slots.stride + slots.scales_at);
+}
+
+static inline int block_end(int d, int n) { // the end of the block holding element d of n
+    const int end = (d / Q8_BLOCK + 1) * Q8_BLOCK;
+    return end < n ? end : n;
+}
+
+#if defined(__AVX512F__)
+static inline __m512 widen_int8(const int8_t *x) { // x[0, 16) as floats
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x)));
+}
+#endif
+
+// sum_d a[d] * x[d] * scales[d / Q8_BLOCK], d < n: each block's products summed, then
+// scaled once.
+static inline float q8_dot_product(const float *a, const int8_t *x, const float *scales, int n) {
+    int d = 0;
+    float sum = 0.0f;
+#if defined(__AVX512F__)
+    // Alternate blocks go to two accumulators, so consecutive blocks do not wait on each other.
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (; d + Q8_BLOCK <= n; d += Q8_BLOCK) {
+        __m512 block = _mm512_mul_ps(_mm512_loadu_ps(a + d), widen_int8(x + d));
+        block = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16), widen_int8(x + d + 16), block);
+        acc[(d / Q8_BLOCK) & 1] = _mm512_fmadd_ps(block, _mm512_set1_ps(scales[d / Q8_BLOCK]), acc[(d / Q8_BLOCK) & 1]);
+    }
+    if (d + 16 <= n) { // a last block of 16 to 31
+        acc[0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(a + d), widen_int8(x + d)),
+                                 _mm512_set1_ps(scales[d / Q8_BLOCK]), acc[0]);
+        d += 16;
+    }
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+#endif
+    while (d < n) {
+        const int end = block_end(d, n);
+        float block = 0.0f;
+#pragma omp simd reduction(+ : block)
+        for (int e = d; e < end; e++) block += a[e] * (float)x[e];
+        sum += block * scales[d / Q8_BLOCK];
+        d = end;
+    }
+    return sum;
+}
+
+// out[d] = scale * sum_j weights[j] * value_j[d], d < head_dim, value_j[d] the int8 value of
+// slot j times its block's scale: weights[j] times the block's scale multiplies a block.
+static void q8_weighted_sum(float *out, const float *weights, Q8Slots values, int n, int head_dim, float scale) {
+    int d = 0;
+#if defined(__AVX512F__)
+    const __m512 factor = _mm512_set1_ps(scale);
+    for (; d + 64 <= head_dim; d += 64) { // two whole blocks, 64 lanes held in registers
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (int j = 0; j < n; j++) {
+            const int8_t *x = q8_slot_values(values, j) + d;
+            const float *block_scales = q8_slot_scales(values, j) + d / Q8_BLOCK;
+            const __m512 first = _mm512_set1_ps(weights[j] * block_scales[0]);
+            const __m512 second = _mm512_set1_ps(weights[j] * block_scales[1]);
+            acc0 = _mm512_fmadd_ps(first, widen_int8(x), acc0);
+            acc1 = _mm512_fmadd_ps(first, widen_int8(x + 16), acc1);
+            acc2 = _mm512_fmadd_ps(second, widen_int8(x + 32), acc2);
+            acc3 = _mm512_fmadd_ps(second, widen_int8(x + 48), acc3);
+        }
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(acc0, factor));
+        _mm512_storeu_ps(out + d + 16, _mm512_mul_ps(acc1, factor));
+        _mm512_storeu_ps(out + d + 32, _mm512_mul_ps(acc2, factor));
+        _mm512_storeu_ps(out + d + 48, _mm512_mul_ps(acc3, factor));
+    }
+    for (; d + 16 <= head_dim; d += 16) { // 16 lanes (d is a multiple of 16: one block's)
+        __m512 acc = _mm512_setzero_ps();
+        for (int j = 0; j < n; j++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(weights[j] * q8_slot_scales(values, j)[d / Q8_BLOCK]),
+                                  widen_int8(q8_slot_values(values, j) + d), acc);
+        _mm512_storeu_ps(out + d, _mm512_mul_ps(acc, factor));
+    }
+#endif
+    if (d == head_dim) return;
+    memset(out + d, 0, (size_t)(head_dim - d) * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const int8_t *x = q8_slot_values(values, j);
+        const float *block_scales = q8_slot_scales(values, j);
+        for (int e = d; e < head_dim;) {
+            const int end = block_end(e, head_dim);
+            const float weight = weights[j] * block_scales[e / Q8_BLOCK];
+#pragma omp simd
+            for (int i = e; i < end; i++) out[i] += weight * (float)x[i];
+            e = end;
+        }
+    }
+    for (int e = d; e < head_dim; e++) out[e] *= scale;
+}
+
+typedef enum { ELEMENTS_F32, ELEMENTS_F16, ELEMENTS_Q8 } CacheElementType;
+
+// The kernel for every cache: `type` says whether k_cache and v_cache hold floats, halves
+// or Q8_0 slot records. Query t of row b (q and out: [B * T, n_heads * head_dim]) sits at
+// slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]: a
+// decode step is T = 1.
+static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
+                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
+                             int n_heads, int n_kv_heads, int head_dim) {
     const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
+    const bool half = type == ELEMENTS_F16, q8 = type == ELEMENTS_Q8;
     const CacheElements keys = {k_cache, half}, values = {v_cache, half};
+    const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values = kv_q8_values_bytes(n_kv_heads, head_dim);
 #pragma omp parallel
     {
         float *scores = xmalloc((size_t)(first_slot + T) * sizeof(float));
@@ -167,17 +284,26 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
             const int start = row_start ? row_start[b] : 0, n = first_slot + t + 1 - start;
             const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
             const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
+            // A Q8_0 cache's slots of this head: records from the row's first slot on.
+            const long first_record = ((long)b * capacity + start) * q8_slot;
+            const long values_at = (long)kv_head * head_dim;
+            const long scales_at = q8_values + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
+            const Q8Slots q8_keys = {(const char *)k_cache + first_record, q8_slot, values_at, scales_at};
+            const Q8Slots q8_vals = {(const char *)v_cache + first_record, q8_slot, values_at, scales_at};
             float max_score = -INFINITY;
             for (int j = 0; j < n; j++) {
-                scores[j] = scale * dot_product(query, keys, first + (long)j * kv_width, head_dim);
+                scores[j] = scale * (q8 ? q8_dot_product(query, q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j),
+                                                         head_dim)
+                                        : dot_product(query, keys, first + (long)j * kv_width, head_dim));
                 if (scores[j] > max_score) max_score = scores[j];
             }
             for (int j = 0; j < n; j++) scores[j] -= max_score;
             exp_nonpositive(scores, n);
             double sum = 0;
             for (int j = 0; j < n; j++) sum += scores[j];
-            weighted_sum(out + ((long)b * T + t) * q_width + h * head_dim, scores, values, first, kv_width, n, head_dim,
-                         (float)(1.0 / sum));
+            float *result = out + ((long)b * T + t) * q_width + h * head_dim;
+            if (q8) q8_weighted_sum(result, scores, q8_vals, n, head_dim, (float)(1.0 / sum));
+            else weighted_sum(result, scores, values, first, kv_width, n, head_dim, (float)(1.0 / sum));
         }
         free(scores);
     }
@@ -186,28 +312,28 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
                           int n_kv_heads, int head_dim) {
-    attention_cached(out, q, k_cache, v_cache, false, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
                      head_dim);
 }
 
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                               int head_dim) {
-    attention_cached(out, q, k_cache, v_cache, true, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
                      head_dim);
 }
 
 void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
                           int head_dim) {
-    attention_cached(out, q, k_cache, v_cache, false, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
                      head_dim);
 }
 
 void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                               int n_kv_heads, int head_dim) {
-    attention_cached(out, q, k_cache, v_cache, true, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
                      head_dim);
 }
 
@@ -223,6 +349,41 @@ void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capa
             _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
         for (; i < count; i++) dst[i] = cpu_float_to_half(src[i]);
+    }
+}
+
+void cpu_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                             const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                             int head_dim) {
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
+                     head_dim);
+}
+
+void cpu_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                             const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                             int n_kv_heads, int head_dim) {
+    attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
+                     head_dim);
+}
+
+void cpu_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
+                        int head_dim) {
+    const int width = n_kv_heads * head_dim, blocks = kv_q8_blocks_per_head(head_dim);
+    const long record_bytes = kv_q8_slot_bytes(n_kv_heads, head_dim);
+    const long values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)B * T; i++) { // row i / T's slot slot + i % T
+        char *record = (char *)cache + ((i / T) * capacity + slot + i % T) * record_bytes;
+        int8_t *values = (int8_t *)record;
+        float *scales = (float *)(record + values_bytes);
+        const float *source = x + i * width;
+        for (int h = 0; h < n_kv_heads; h++)
+            for (int k = 0; k < blocks; k++) {
+                const int d = k * Q8_BLOCK, n = head_dim - d < Q8_BLOCK ? head_dim - d : Q8_BLOCK;
+                q8_quantize_block(source + h * head_dim + d, n, values + h * head_dim + d, scales + h * blocks + k);
+            }
+        // The padding before the scales is zero, so equal caches are equal byte for byte.
+        memset(values + width, 0, (size_t)(values_bytes - width));
     }
 }
 
