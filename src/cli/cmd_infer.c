@@ -169,7 +169,7 @@ int cmd_infer(int argc, char **argv) {
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, "none, or q8_0: the policy's weights in 8 bits (CPU; faster decoding, about half the memory)", false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache,
-         "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory, faster decoding of long contexts) or in 8-bit blocks (CPU; about 0.28 of its memory)", false, false},
+         "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
          "none, or q8_0: the reward model's weights in 8 bits (CPU; a third of the memory; scores move by the quantization's error)",
          false, false},
