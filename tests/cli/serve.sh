@@ -19,43 +19,7 @@ model=tests/fixtures/models/tiny_chat
 real_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 failures=0
 . tests/cli_helpers.sh
-
-server_pid=
-port=
-cleanup() { [ -n "$server_pid" ] && kill -9 "$server_pid" 2> /dev/null; }
-trap cleanup EXIT
-
-# start_server LOG ARGS...: the server on a free port (--port 0), waiting at most 60 s for
-# its ready line; sets server_pid and port.
-start_server() {
-    local log=$1
-    shift
-    "$bin" serve --port 0 "$@" 2> "$log" &
-    server_pid=$!
-    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600
-}
-
-# stop_server: SIGTERM, then at most 20 s for the exit; sets stop_rc (124: hung, killed).
-stop_server() {
-    kill -TERM "$server_pid" 2> /dev/null
-    wait_exit "$server_pid" 20
-    stop_rc=$exit_rc
-    server_pid=
-}
-
-# request METHOD PATH [BODY [CURL ARGS...]]: the body of the answer in $tmp/body, the
-# status on stdout (000: no answer within 60 s).
-request() {
-    local method=$1 path=$2
-    shift 2
-    local data=()
-    if [ $# -gt 0 ]; then
-        data=(--data-binary "$1")
-        shift
-    fi
-    curl -s --max-time 60 -X "$method" -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' \
-        "${data[@]}" "$@" "http://127.0.0.1:$port$path"
-}
+. tests/serve_helpers.sh
 
 # wait_in_progress N TRIES: polls /health every 0.05 s, at most TRIES times, until N requests
 # are in progress; returns 0 when they are.

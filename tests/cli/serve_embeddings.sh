@@ -16,40 +16,7 @@ model=tests/fixtures/models/tiny_chat
 fixture=tests/fixtures/embeddings/tiny_chat.json
 failures=0
 . tests/cli_helpers.sh
-
-server_pid=
-port=
-cleanup() { [ -n "$server_pid" ] && kill -9 "$server_pid" 2> /dev/null; }
-trap cleanup EXIT
-
-# start_server LOG ARGS...: the server on a free port, at most 60 s for its ready line.
-start_server() {
-    local log=$1
-    shift
-    "$bin" serve --port 0 "$@" 2> "$log" &
-    server_pid=$!
-    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600
-}
-
-stop_server() {
-    kill -TERM "$server_pid" 2> /dev/null
-    wait_exit "$server_pid" 20
-    stop_rc=$exit_rc
-    server_pid=
-}
-
-# request METHOD PATH [BODY [CURL ARGS...]]: the answer's body in $tmp/body, the status on stdout.
-request() {
-    local method=$1 path=$2
-    shift 2
-    local data=()
-    if [ $# -gt 0 ]; then
-        data=(--data-binary "$1")
-        shift
-    fi
-    curl -s --max-time 60 -X "$method" -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' \
-        "${data[@]}" "$@" "http://127.0.0.1:$port$path"
-}
+. tests/serve_helpers.sh
 
 # `emb.py KIND ...`, one place for the JSON: exits non-zero with a reason.
 #   vectors FILE N: checks a response of N embeddings; prints {"vectors", "prompt_tokens"}
