@@ -16,15 +16,21 @@
 
 static const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+// Loads the GGUF with its LM head; on failure counts a test failure and says why.
+static bool load_smollm2(Model *model) {
+    ModelLoadOptions options = {.with_lm_head = true};
+    if (model_load(model, model_path, &ops_cpu, &options) == 0) return true;
+    fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+    test_current_failures++;
+    return false;
+}
+
 static void test_smollm2_matches_transformers(void) {
     json_error_t error;
     json_t *reference = json_load_file("tests/fixtures/smollm2/reference.json", 0, &error);
     CHECK(reference, "reference.json: %s", error.text);
     Model model;
-    ModelLoadOptions options = {.with_lm_head = true};
-    if (model_load(&model, model_path, &ops_cpu, &options) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
+    if (!load_smollm2(&model)) {
         json_decref(reference);
         return;
     }
@@ -62,10 +68,7 @@ static void test_smollm2_embeddings_match_transformers(void) {
     json_t *reference = json_load_file("tests/fixtures/embeddings/smollm2.json", 0, &error);
     CHECK(reference, "smollm2.json: %s", error.text);
     Model model;
-    ModelLoadOptions options = {.with_lm_head = true};
-    if (model_load(&model, model_path, &ops_cpu, &options) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
+    if (!load_smollm2(&model)) {
         json_decref(reference);
         return;
     }

@@ -115,12 +115,8 @@ static int parse_fields(json_t *root, const char *model_name, int hidden_size, E
 int embeddings_request_parse(const char *body, size_t size, const char *model_name, int hidden_size,
                              EmbeddingsRequest *req, OpenAIError *err) {
     memset(req, 0, sizeof *req);
-    json_error_t json_error;
-    json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &json_error);
-    if (!root)
-        return openai_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-                                "invalid JSON in the request body: %s (line %d, column %d)", json_error.text,
-                                json_error.line, json_error.column);
+    json_t *root = openai_parse_json_body(body, size, err);
+    if (!root) return -1;
     int rc = parse_fields(root, model_name, hidden_size, req, err);
     json_decref(root);
     if (rc != 0) embeddings_request_free(req);

@@ -287,16 +287,22 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     return kind == OPENAI_CHAT ? parse_messages(root, req, err) : parse_prompt(root, req, err);
 }
 
+json_t *openai_parse_json_body(const char *body, size_t size, OpenAIError *err) {
+    json_error_t json_error;
+    json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &json_error);
+    if (!root)
+        openai_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+                         "invalid JSON in the request body: %s (line %d, column %d)", json_error.text, json_error.line,
+                         json_error.column);
+    return root;
+}
+
 int openai_parse_request(OpenAIKind kind, const char *body, size_t size, const OpenAILimits *limits,
                          OpenAIRequest *req, OpenAIError *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
-    json_error_t json_error;
-    json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &json_error);
-    if (!root)
-        return openai_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-                                "invalid JSON in the request body: %s (line %d, column %d)", json_error.text,
-                                json_error.line, json_error.column);
+    json_t *root = openai_parse_json_body(body, size, err);
+    if (!root) return -1;
     int rc = parse_fields(root, kind, limits, req, err);
     json_decref(root);
     if (rc != 0) {

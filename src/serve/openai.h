@@ -57,6 +57,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "chat/chat_template.h"
 
 typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
@@ -106,6 +108,10 @@ typedef struct {
 int openai_parse_request(OpenAIKind kind, const char *body, size_t size, const OpenAILimits *limits,
                          OpenAIRequest *req, OpenAIError *err);
 void openai_request_free(OpenAIRequest *req);
+
+// A request body as a JSON value (duplicate keys refused), or NULL with *err filled: a 400
+// invalid_json naming the line and column. Shared by every OpenAI-style route's parser.
+json_t *openai_parse_json_body(const char *body, size_t size, OpenAIError *err);
 
 // Fills *err (printf-style message); returns -1.
 int openai_error_set(OpenAIError *err, int status, const char *type, const char *param, const char *code,
