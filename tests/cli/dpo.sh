@@ -106,6 +106,9 @@ printf '{"loss_type": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2,
 [ -f "$tmp/trl_config/final/model.safetensors" ] &&
     cmp -s "$tmp/trl_config/final/model.safetensors" "$tmp/trl_cli/final/model.safetensors" && pass dpo_config_lists ||
     fail dpo_config_lists "$(tail -n 2 "$tmp/trl_config.err" "$tmp/trl_cli.err")"
+echo '{"loss_type": ["sigmoid", {"name": "bco_pair"}]}' > "$tmp/bad_list.json"
+expect_error dpo_config_list_of_objects "config key 'loss_type': a list of strings or numbers expected" \
+    "$bin" dpo "${args[@]}" --config "$tmp/bad_list.json" --output "$tmp/x"
 
 # --- a reference other than the starting weights: the first step is no longer at log 2 ---
 "$bin" dpo "${args[@]}" --max-steps 2 --reference-model "$tmp/ipo/final" --output "$tmp/other_ref" 2> "$tmp/other_ref.err"
