@@ -4,7 +4,10 @@
 // a set of conversations, with and without the generation prompt, Qwen3's with
 // enable_thinking undefined, true and false, expected errors included), recognition
 // (exact, by markers, and refusal), forcing a family by name, template files, bad
-// conversations, the thinking switch, and the paper's plain prompt formats.
+// conversations, the thinking switch, and the paper's plain prompt formats. Tool calling:
+// the fixture's tool cases (OpenAI-style tools, assistant tool calls, tool turns) for the
+// Qwen2.5, Qwen3 and Llama 3.1 templates, refused when a template is recognised only by
+// its markers and by every template without tool calling.
 #include <jansson.h>
 #include <stdint.h>
 
@@ -58,6 +61,54 @@ static ChatMessage *conversation(size_t index, int *count) {
     return messages;
 }
 
+// A tool conversation of the fixture ({"tools", "messages"}): ChatMessages pointing into the
+// JSON, their tool calls' arguments and the tools as JSON text (*tools_json NULL when the
+// case passes none). Free with free_tool_conversation.
+typedef struct {
+    ChatMessage *messages;
+    ChatToolCall *calls;
+    char **arguments;
+    int num_calls;
+    char *tools_json;
+} ToolConversation;
+
+static ToolConversation tool_conversation(size_t index, int *count) {
+    json_t *item = json_array_get(fixture_get("tool_conversations"), index);
+    json_t *turns = json_object_get(item, "messages"), *tools = json_object_get(item, "tools");
+    CHECK(json_is_array(turns), "tool conversation %zu", index);
+    ToolConversation c = {0};
+    *count = (int)json_array_size(turns);
+    c.messages = xcalloc(*count, sizeof *c.messages);
+    int total = 0;
+    for (int i = 0; i < *count; i++) total += (int)json_array_size(json_object_get(json_array_get(turns, i), "tool_calls"));
+    c.calls = xcalloc(total ? total : 1, sizeof *c.calls);
+    c.arguments = xcalloc(total ? total : 1, sizeof *c.arguments);
+    for (int i = 0; i < *count; i++) {
+        json_t *turn = json_array_get(turns, i), *calls = json_object_get(turn, "tool_calls");
+        c.messages[i].role = json_string_value(json_object_get(turn, "role"));
+        c.messages[i].content = json_string_value(json_object_get(turn, "content"));
+        c.messages[i].tool_calls = c.calls + c.num_calls;
+        c.messages[i].num_tool_calls = (int)json_array_size(calls);
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            json_t *function = json_object_get(json_array_get(calls, j), "function");
+            c.arguments[c.num_calls] = json_dumps(json_object_get(function, "arguments"), JSON_ENCODE_ANY);
+            c.calls[c.num_calls] = (ChatToolCall){json_string_value(json_object_get(function, "name")),
+                                                  c.arguments[c.num_calls]};
+            c.num_calls++;
+        }
+    }
+    c.tools_json = json_is_array(tools) ? json_dumps(tools, 0) : NULL;
+    return c;
+}
+
+static void free_tool_conversation(ToolConversation *c) {
+    for (int i = 0; i < c->num_calls; i++) free(c->arguments[i]);
+    free(c->arguments);
+    free(c->calls);
+    free(c->messages);
+    free(c->tools_json);
+}
+
 // Where two texts first differ, shown with C escapes, so a failure says what is wrong.
 static void print_difference(const char *got, const char *expected) {
     size_t at = 0;
@@ -87,23 +138,33 @@ static int check_cases_of(const ChatTemplate *t, const char *id, int *checked) {
     json_array_foreach(fixture_get("cases"), index, item) {
         if (strcmp(json_string_value(json_object_get(item, "template")), id) != 0) continue;
         int count;
-        size_t conversation_index = (size_t)json_integer_value(json_object_get(item, "conversation"));
-        ChatMessage *messages = conversation(conversation_index, &count);
+        // A tool case: its tools and messages with tool calls and tool turns. A template
+        // recognised by its markers refuses them all.
+        json_t *tool_index = json_object_get(item, "tool_conversation");
+        size_t conversation_index = (size_t)json_integer_value(
+            tool_index ? tool_index : json_object_get(item, "conversation"));
+        ToolConversation tools = {0};
+        ChatMessage *messages = tool_index ? (tools = tool_conversation(conversation_index, &count)).messages
+                                           : conversation(conversation_index, &count);
         bool generation = json_is_true(json_object_get(item, "add_generation_prompt"));
         const char *expected = string_or_null(json_object_get(item, "expected"));
         const char *error = string_or_null(json_object_get(item, "error"));
+        if (tool_index && !t->exact) {
+            expected = NULL;
+            error = "was recognised by its markers, not as the published template";
+        }
         json_t *thinking = json_object_get(item, "enable_thinking");
         ChatTemplate rendering = *t;
         rendering.enable_thinking = thinking ? json_is_true(thinking) : true;
         char *got = NULL;
         err_clear();
-        int rc = chat_template_render(&rendering, messages, count, generation, &got);
+        int rc = chat_template_render_tools(&rendering, messages, count, tools.tools_json, generation, &got);
         bool ok = expected ? rc == 0 && strcmp(got, expected) == 0
                            : rc == -1 && got == NULL && error && strstr(err_msg(), error) != NULL;
         if (!ok) {
             if (failures < 3) {
-                fprintf(stderr, "  %s (as %s): conversation %zu, add_generation_prompt %d%s: ", id,
-                        chat_template_name(t), conversation_index, generation,
+                fprintf(stderr, "  %s (as %s): %sconversation %zu, add_generation_prompt %d%s: ", id,
+                        chat_template_name(t), tool_index ? "tool " : "", conversation_index, generation,
                         !thinking ? "" : json_is_true(thinking) ? ", enable_thinking true" : ", enable_thinking false");
                 if (expected && rc == 0) {
                     fputs("wrong text\n", stderr);
@@ -119,7 +180,8 @@ static int check_cases_of(const ChatTemplate *t, const char *id, int *checked) {
         }
         (*checked)++;
         free(got);
-        free(messages);
+        if (tool_index) free_tool_conversation(&tools);
+        else free(messages);
     }
     return failures;
 }
@@ -254,7 +316,7 @@ static void test_marker_details(void) {
     const char *dated = "{%- set date_string = \"01 Jan 2025\" %}<|start_header_id|><|eot_id|>Cutting Knowledge Date";
     EXPECT(chat_template_from_source(&t, dated, "<B>", NULL, "dated.jinja") == 0, "%s", err_msg());
     EXPECT(strcmp(t.date_string, "01 Jan 2025") == 0, "date %s", t.date_string);
-    ChatMessage hello = {"user", " hi "};
+    ChatMessage hello = {.role = "user", .content = " hi "};
     char *text = NULL;
     EXPECT(chat_template_render(&t, &hello, 1, false, &text) == 0, "%s", err_msg());
     EXPECT(text && strcmp(text, "<B><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
@@ -299,7 +361,7 @@ static void test_marker_details(void) {
 // refused by templates without it.
 static void test_thinking_switch(void) {
     ChatTemplate t;
-    ChatMessage question = {"user", "Why?"};
+    ChatMessage question = {.role = "user", .content = "Why?"};
     char *text = NULL;
     CHECK(chat_template_from_source(&t, json_string_value(json_object_get(template_by_id("qwen3"), "source")), NULL,
                                     "<|im_end|>", "tokenizer_config.json") == 0,
@@ -396,7 +458,7 @@ static void write_text(const char *path, const char *text) {
 
 static void test_template_files(void) {
     ChatTemplate t;
-    ChatMessage messages[2] = {{"system", "sys"}, {"user", "hi"}};
+    ChatMessage messages[2] = {{.role = "system", .content = "sys"}, {.role = "user", .content = "hi"}};
     char *text = NULL;
     // tokenizer_config.json: template and AddedToken-style tokens.
     json_t *config = json_object();
@@ -464,18 +526,70 @@ static void test_bad_conversations(void) {
     char *text = (char *)"untouched";
     EXPECT(chat_template_render(&t, NULL, 0, true, &text) == -1 && text == NULL, "empty conversation accepted");
     EXPECT(strstr(err_msg(), "empty conversation"), "%s", err_msg());
-    ChatMessage tool[2] = {{"user", "q"}, {"tool", "r"}};
+    ChatMessage tool[2] = {{.role = "user", .content = "q"}, {.role = "tool", .content = "r"}};
     EXPECT(chat_template_render(&t, tool, 2, false, &text) == -1, "tool role accepted");
     EXPECT(strstr(err_msg(), "message 1 has role 'tool'"), "%s", err_msg());
-    ChatMessage no_content = {"user", NULL};
+    ChatMessage no_content = {.role = "user", .content = NULL};
     EXPECT(chat_template_render(&t, &no_content, 1, false, &text) == -1, "NULL content accepted");
     EXPECT(strstr(err_msg(), "message 0 has no content"), "%s", err_msg());
-    ChatMessage assistant_first[2] = {{"assistant", "a"}, {"user", "q"}};
+    ChatMessage assistant_first[2] = {{.role = "assistant", .content = "a"}, {.role = "user", .content = "q"}};
     EXPECT(chat_template_render(&t, assistant_first, 2, false, &text) == -1, "assistant first accepted");
     EXPECT(strcmp(err_msg(), "Conversation roles must alternate user/assistant/user/assistant/... (chat template "
                              "llama2)") == 0,
            "%s", err_msg());
     chat_template_free(&t);
+}
+
+// Templates without tool calling refuse tools, tool calls and tool messages with a message
+// saying so (rather than rendering a prompt without them); the tool-calling ones by name
+// say which syntax their model writes.
+static void test_tools_refused_without_tool_calling(void) {
+    const char *names[] = {"chatml", "smollm2", "qwen2", "llama3", "llama2", "gemma3", "zephyr", "hh"};
+    ChatToolCall call = {"get_time", "{}"};
+    ChatMessage hello = {.role = "user", .content = "hi"};
+    ChatMessage calls[2] = {{.role = "user", .content = "q"},
+                            {.role = "assistant", .content = "", .tool_calls = &call, .num_tool_calls = 1}};
+    ChatMessage tool_turn[2] = {{.role = "user", .content = "q"}, {.role = "tool", .content = "12:00"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ChatTemplate t;
+        CHECK(chat_template_from_name(&t, names[i], "<s>", "</s>") == 0, "%s", err_msg());
+        EXPECT(chat_template_tool_syntax(&t) == CHAT_TOOLS_NONE, "%s has a tool syntax", names[i]);
+        char *text = (char *)"untouched";
+        EXPECT(chat_template_render_tools(&t, &hello, 1, "[]", true, &text) == -1 && text == NULL, "%s: tools", names[i]);
+        EXPECT(strstr(err_msg(), "does not render tools (tool calling: the qwen2.5, qwen3 and llama3.1 templates)"),
+               "%s: %s", names[i], err_msg());
+        EXPECT(chat_template_render_tools(&t, calls, 2, NULL, true, &text) == -1, "%s: tool calls", names[i]);
+        EXPECT(strstr(err_msg(), "message 1: chat template") && strstr(err_msg(), "does not render tool calls"),
+               "%s: %s", names[i], err_msg());
+        EXPECT(chat_template_render_tools(&t, tool_turn, 2, NULL, true, &text) == -1, "%s: tool turn", names[i]);
+        EXPECT(strstr(err_msg(), "message 1 has role 'tool': chat template"), "%s: %s", names[i], err_msg());
+        chat_template_free(&t);
+    }
+    const struct {
+        const char *name;
+        ChatToolSyntax syntax;
+    } tool_templates[] = {{"qwen2.5", CHAT_TOOLS_HERMES}, {"qwen3", CHAT_TOOLS_HERMES}, {"llama3.1", CHAT_TOOLS_LLAMA3_JSON}};
+    for (size_t i = 0; i < 3; i++) {
+        ChatTemplate t;
+        CHECK(chat_template_from_name(&t, tool_templates[i].name, "<s>", "</s>") == 0, "%s", err_msg());
+        EXPECT(chat_template_tool_syntax(&t) == tool_templates[i].syntax, "%s", tool_templates[i].name);
+        char *text = NULL;
+        // Arguments that are not JSON, a call on a user message, tools that are not a list.
+        ChatToolCall bad = {"f", "{not json"};
+        ChatMessage bad_call[2] = {{.role = "user", .content = "q"},
+                                   {.role = "assistant", .content = "", .tool_calls = &bad, .num_tool_calls = 1}};
+        EXPECT(chat_template_render_tools(&t, bad_call, 2, NULL, true, &text) == -1 &&
+                   strstr(err_msg(), "message 1, tool call 0: the arguments are not JSON"),
+               "%s: %s", tool_templates[i].name, err_msg());
+        ChatMessage user_call = {.role = "user", .content = "q", .tool_calls = &call, .num_tool_calls = 1};
+        EXPECT(chat_template_render_tools(&t, &user_call, 1, NULL, true, &text) == -1 &&
+                   strstr(err_msg(), "message 0 has tool calls but role 'user'"),
+               "%s: %s", tool_templates[i].name, err_msg());
+        EXPECT(chat_template_render_tools(&t, &hello, 1, "{}", true, &text) == -1 &&
+                   strstr(err_msg(), "the tools are not a JSON array"),
+               "%s: %s", tool_templates[i].name, err_msg());
+        chat_template_free(&t);
+    }
 }
 
 // --- the paper's plain formats ---------------------------------------------------------------------
@@ -525,10 +639,10 @@ static void test_prompt_formats(void) {
 static void test_hh_transcript(void) {
     ChatTemplate t;
     CHECK(chat_template_from_name(&t, "hh", NULL, NULL) == 0, "%s", err_msg());
-    ChatMessage turns[4] = {{"user", "What are some cuss words in english?"},
-                            {"assistant", "Here's an incomplete list."},
-                            {"user", "What's your favorite one?"},
-                            {"assistant", "I haven't even thought about it."}};
+    ChatMessage turns[4] = {{.role = "user", .content = "What are some cuss words in english?"},
+                            {.role = "assistant", .content = "Here's an incomplete list."},
+                            {.role = "user", .content = "What's your favorite one?"},
+                            {.role = "assistant", .content = "I haven't even thought about it."}};
     char *prompt, *full;
     EXPECT(chat_template_render(&t, turns, 3, true, &prompt) == 0, "%s", err_msg());
     EXPECT(strcmp(prompt, "\n\nHuman: What are some cuss words in english?\n\nAssistant: Here's an incomplete list."
@@ -556,6 +670,7 @@ int main(void) {
     RUN(test_forced_by_name);
     RUN(test_template_files);
     RUN(test_bad_conversations);
+    RUN(test_tools_refused_without_tool_calling);
     RUN(test_prompt_formats);
     RUN(test_hh_transcript);
     json_decref(fixture);

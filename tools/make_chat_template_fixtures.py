@@ -617,6 +617,109 @@ THINKING_CONVERSATIONS = [
 ]
 
 
+# --- tool calling ------------------------------------------------------------------------
+# Templates that render OpenAI-style tools (the `tools` argument of apply_chat_template),
+# assistant messages with tool_calls and messages of role "tool": their cases are rendered
+# on TOOL_CONVERSATIONS too. A tool call's arguments are a dict here, as vLLM hands them to
+# the template (it json.loads the OpenAI API's arguments string first) and as transformers
+# documents them; marlhf's server does the same.
+TOOL_TEMPLATES = {"qwen2.5", "qwen3", "qwen3-initial", "llama3.1"}
+
+
+def tool(name, description=None, parameters=None, **extra):
+    function = {"name": name}
+    if description is not None:
+        function["description"] = description
+    if parameters is not None:
+        function["parameters"] = parameters
+    function.update(extra)
+    return {"type": "function", "function": function}
+
+
+def call(name, arguments, call_id=None):
+    entry = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    if call_id is not None:
+        entry = {"id": call_id, **entry}
+    return entry
+
+
+def assistant_calls(content, *calls):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def tool_result(content, call_id="call_1"):
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+WEATHER = tool("get_weather", "Get the current weather in a given city.", {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "The city, e.g. \"Paris\" or \"São Paulo\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+    },
+    "required": ["city"],
+})
+# Numbers of every shape Python's json.dumps writes (floats by repr), nested containers,
+# empty ones, escapes and non-ASCII text, keys in a non-sorted order.
+ODD = tool("odd_numbers", "Escapes: \" \\ / \t\n\r\b\f \u0001 \u001f \u007f \u2028 — <tool_call> ü 🌍", {
+    "zeta": 1, "alpha": -0.0, "numbers": [0.1, 1e-07, 1e16, 1e15, 100.0, 2.5e-05, 123456789.125, -3, 0, 1e300,
+                                           5e-324, 0.0001, 12345678901234567],
+    "empty_object": {}, "empty_list": [], "flags": [True, False, None], "nested": {"a": [{"b": {}}, []]},
+})
+NO_PARAMETERS = tool("get_time")
+SEARCH = tool("search", "Search the web.", {"type": "object", "properties": {"query": {"type": "string"}}},
+              strict=True)
+
+TOOL_CONVERSATIONS = [
+    {"tools": [WEATHER], "messages": conv((U, "What's the weather in Paris?"))},
+    {"tools": [WEATHER, SEARCH, NO_PARAMETERS], "messages": conv((S, "Be brief."), (U, "  Weather in Oslo?\n"))},
+    {"tools": [ODD], "messages": conv((U, "q"))},
+    {"tools": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        assistant_calls("", call("get_weather", {"city": "Paris"}, "call_1")),
+        tool_result("{\"temperature\": 22, \"unit\": \"celsius\"}"),
+    ]},
+    {"tools": [WEATHER, SEARCH], "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Weather in Paris and Oslo?"},
+        assistant_calls("I will look both up.", call("get_weather", {"city": "Paris", "unit": "celsius"}, "a"),
+                        call("get_weather", {"city": "Oslo"}, "b")),
+        tool_result("22", "a"),
+        tool_result("-3", "b"),
+        {"role": "assistant", "content": "Paris 22, Oslo -3."},
+        {"role": "user", "content": "Thanks"},
+    ]},
+    # No tools in this request, but a history that used them.
+    {"tools": None, "messages": [
+        {"role": "user", "content": "Time?"},
+        assistant_calls("", call("get_time", {})),
+        tool_result("12:00"),
+        {"role": "assistant", "content": "It is noon."},
+        {"role": "user", "content": "And now?"},
+    ]},
+    {"tools": [ODD], "messages": [
+        {"role": "user", "content": "odd"},
+        assistant_calls("", call("odd_numbers", {"s": "quote \" back \\ nl \n tab \t ü </tool_call>", "x": 1.5,
+                                                 "list": [1, 2.0, None, True], "nested": {"k": {}}})),
+        tool_result("  padded result  \n"),
+    ]},
+    # Qwen3 reasoning before a call, after the last query: kept.
+    {"tools": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Rome?"},
+        assistant_calls("<think>\nI should call the tool.\n</think>\n\n", call("get_weather", {"city": "Rome"})),
+        tool_result("30"),
+        assistant_calls("<think>\nAnother check.\n</think>\n\nChecking again.", call("get_weather", {"city": "Rome"})),
+        tool_result("31"),
+    ]},
+    # A tool message first; a tool message followed by a user turn.
+    {"tools": None, "messages": [tool_result("orphan"), {"role": "user", "content": "q"}]},
+    # Only a system message: Llama 3.1 has no user message to put the tools in.
+    {"tools": [WEATHER], "messages": conv((S, "sys only"))},
+    # Empty tools list: no tools (falsy in the templates, though "is not none" in Llama 3.1's).
+    {"tools": [], "messages": conv((U, "hi"))},
+]
+
+
 def make_tokenizer(bos, eos):
     vocab = {"<unk>": 0}
     for token in (bos, eos):
@@ -779,10 +882,25 @@ def main():
                         case["error"] = str(error)
                     cases.append(case)
 
+        if template_id in TOOL_TEMPLATES:
+            for index, item in enumerate(TOOL_CONVERSATIONS):
+                for add_generation_prompt in (False, True):
+                    case = {"template": template_id, "tool_conversation": index,
+                            "add_generation_prompt": add_generation_prompt}
+                    try:
+                        case["expected"] = tokenizer.apply_chat_template(
+                            item["messages"], tools=item["tools"], tokenize=False,
+                            add_generation_prompt=add_generation_prompt)
+                    except jinja2.exceptions.TemplateError as error:
+                        case["error"] = str(error)
+                    cases.append(case)
+
     # The plain formats as templates must agree with DeepSpeed-Chat's own concatenation.
     for template_id, render_prompt in (("hh", lambda q: "\n\nHuman: " + q + "\n\nAssistant:"),
                                        ("webgpt", webgpt_prompt)):
         for case in cases:
+            if "conversation" not in case:
+                continue
             conversation = conversations[case["conversation"]]
             if case["template"] == template_id and case["add_generation_prompt"] and len(conversation) == 1 \
                     and conversation[0]["role"] == "user":
@@ -800,6 +918,7 @@ def main():
         "jinja2": jinja2.__version__,
         "templates": templates,
         "conversations": conversations,
+        "tool_conversations": TOOL_CONVERSATIONS,
         "cases": cases,
         "prompt_formats": prompt_formats,
     }

@@ -195,8 +195,8 @@ static int prompt_ids(TextModel *tm, const char *prompt, const marlhf_generate_p
             return err_set("marlhf_generate: chat needs a chat template; the model has none (set chat_template when loading)");
         ChatMessage messages[2];
         int n = 0;
-        if (p->system) messages[n++] = (ChatMessage){"system", p->system};
-        messages[n++] = (ChatMessage){"user", prompt};
+        if (p->system) messages[n++] = (ChatMessage){.role = "system", .content = p->system};
+        messages[n++] = (ChatMessage){.role = "user", .content = prompt};
         if (text_model_chat_ids(tm, messages, n, ids, length) != 0) return -1;
     } else if (text_model_text_ids(tm, prompt, ids, length) != 0) {
         return -1;

@@ -20,6 +20,7 @@ typedef struct {
     const char *default_system; // chatml only
     bool llama31_system_header;
     bool fold_system_into_user;
+    ChatToolSyntax tool_syntax; // the published template's tool calling (CHAT_TOOLS_NONE: none)
 } ChatVariant;
 
 enum {
@@ -44,11 +45,12 @@ static const ChatVariant variants[] = {
                          "You are a helpful AI assistant named SmolLM, trained by Hugging Face", false, false},
     [VARIANT_QWEN2] = {"qwen2", CHAT_FAMILY_CHATML, "You are a helpful assistant.", false, false},
     [VARIANT_QWEN2_5] = {"qwen2.5", CHAT_FAMILY_CHATML,
-                         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false, false},
-    [VARIANT_QWEN3] = {"qwen3", CHAT_FAMILY_QWEN3, NULL, false, false},
+                         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", false, false,
+                         CHAT_TOOLS_HERMES},
+    [VARIANT_QWEN3] = {"qwen3", CHAT_FAMILY_QWEN3, NULL, false, false, CHAT_TOOLS_HERMES},
     [VARIANT_LLAMA2] = {"llama2", CHAT_FAMILY_LLAMA2, NULL, false, false},
     [VARIANT_LLAMA3] = {"llama3", CHAT_FAMILY_LLAMA3, NULL, false, false},
-    [VARIANT_LLAMA3_1] = {"llama3.1", CHAT_FAMILY_LLAMA3, NULL, true, false},
+    [VARIANT_LLAMA3_1] = {"llama3.1", CHAT_FAMILY_LLAMA3, NULL, true, false, CHAT_TOOLS_LLAMA3_JSON},
     [VARIANT_GEMMA] = {"gemma", CHAT_FAMILY_GEMMA, NULL, false, false},
     [VARIANT_GEMMA3] = {"gemma3", CHAT_FAMILY_GEMMA, NULL, false, true},
     [VARIANT_ZEPHYR] = {"zephyr", CHAT_FAMILY_ZEPHYR, NULL, false, false},
@@ -96,6 +98,7 @@ static void template_init(ChatTemplate *t, const ChatVariant *variant, const cha
     t->default_system = variant->default_system ? xstrdup(variant->default_system) : NULL;
     t->llama31_system_header = variant->llama31_system_header;
     t->fold_system_into_user = variant->fold_system_into_user;
+    t->tool_syntax = variant->tool_syntax;
     // Qwen3's template tests `enable_thinking is defined and enable_thinking is false`:
     // left undefined, as transformers leaves it unless asked, thinking is on.
     t->enable_thinking = true;
@@ -328,8 +331,10 @@ int chat_template_from_source(ChatTemplate *t, const char *jinja_source, const c
         // Name it after the published variant whose default system turn it has, if any.
         t->default_system = chatml_default_system(jinja_source);
         for (int i = 0; i < VARIANT_COUNT && t->default_system; i++)
-            if (variants[i].default_system && strcmp(variants[i].default_system, t->default_system) == 0)
+            if (variants[i].default_system && strcmp(variants[i].default_system, t->default_system) == 0) {
                 t->name = variants[i].name;
+                t->tool_syntax = variants[i].tool_syntax; // in effect only when exact: never here
+            }
     }
     if (t->llama31_system_header) llama3_date_from_source(t, jinja_source);
     return 0;
@@ -401,36 +406,88 @@ int chat_template_disable_thinking(ChatTemplate *t) {
 
 // --- rendering ----------------------------------------------------------------------------------
 
-int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int count, bool add_generation_prompt,
-                         char **out) {
+ChatToolSyntax chat_template_tool_syntax(const ChatTemplate *t) { return t->exact ? t->tool_syntax : CHAT_TOOLS_NONE; }
+
+// Why a template takes no tools, tool calls or tool messages (`what`), as an error.
+static int tools_refused(const ChatTemplate *t, const char *what) {
+    if (t->tool_syntax != CHAT_TOOLS_NONE)
+        return err_set("chat template %s%s%s was recognised by its markers, not as the published template: "
+                       "%s need the template known exactly (pass --chat-template %s)",
+                       t->name, t->source_path ? " from " : "", t->source_path ? t->source_path : "", what, t->name);
+    return err_set("chat template %s does not render %s (tool calling: the qwen2.5, qwen3 and llama3.1 templates)",
+                   t->name, what);
+}
+
+int chat_template_render_tools(const ChatTemplate *t, const ChatMessage *messages, int count, const char *tools_json,
+                               bool add_generation_prompt, char **out) {
     *out = NULL;
     // transformers refuses an empty conversation before the template runs.
     if (count <= 0) return chat_template_error(t, "cannot apply a chat template to an empty conversation");
+    bool tools_ok = chat_template_tool_syntax(t) != CHAT_TOOLS_NONE;
     for (int i = 0; i < count; i++) {
         const char *role = messages[i].role;
-        if (!role || (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
+        bool tool = role && strcmp(role, "tool") == 0;
+        if (!role || (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0 &&
+                      !tool))
             return err_set("message %d has role '%s'; chat templates take system, user and assistant "
                            "(chat template %s)", i, role ? role : "(none)", t->name);
+        if (tool && !tools_ok) {
+            tools_refused(t, "tool messages");
+            return err_set("message %d has role 'tool': %s", i, err_msg());
+        }
         if (!messages[i].content) return err_set("message %d has no content (chat template %s)", i, t->name);
+        if (messages[i].num_tool_calls > 0) {
+            if (strcmp(role, "assistant") != 0)
+                return err_set("message %d has tool calls but role '%s' (only assistant messages make them)", i,
+                               role);
+            if (!tools_ok) {
+                tools_refused(t, "tool calls");
+                return err_set("message %d: %s", i, err_msg());
+            }
+            for (int j = 0; j < messages[i].num_tool_calls; j++) {
+                const ChatToolCall *call = &messages[i].tool_calls[j];
+                if (!call->name || !call->arguments)
+                    return err_set("message %d, tool call %d: no name or arguments", i, j);
+                json_t *arguments = json_loads(call->arguments, JSON_DECODE_ANY, NULL);
+                if (!arguments) return err_set("message %d, tool call %d: the arguments are not JSON", i, j);
+                json_decref(arguments);
+            }
+        }
+    }
+    json_t *tools = NULL;
+    if (tools_json) {
+        if (!tools_ok) return tools_refused(t, "tools");
+        json_error_t error;
+        tools = json_loads(tools_json, 0, &error);
+        if (!json_is_array(tools)) {
+            json_decref(tools);
+            return err_set("the tools are not a JSON array (chat template %s)", t->name);
+        }
     }
     TextBuffer text = {0};
     text_append(&text, "");
     int rc = 0;
     switch (t->family) {
-    case CHAT_FAMILY_CHATML: rc = render_chatml(t, messages, count, add_generation_prompt, &text); break;
-    case CHAT_FAMILY_QWEN3: rc = render_qwen3(t, messages, count, add_generation_prompt, &text); break;
+    case CHAT_FAMILY_CHATML: rc = render_chatml(t, messages, count, tools, add_generation_prompt, &text); break;
+    case CHAT_FAMILY_QWEN3: rc = render_qwen3(t, messages, count, tools, add_generation_prompt, &text); break;
     case CHAT_FAMILY_LLAMA2: rc = render_llama2(t, messages, count, add_generation_prompt, &text); break;
-    case CHAT_FAMILY_LLAMA3: rc = render_llama3(t, messages, count, add_generation_prompt, &text); break;
+    case CHAT_FAMILY_LLAMA3: rc = render_llama3(t, messages, count, tools, add_generation_prompt, &text); break;
     case CHAT_FAMILY_GEMMA: rc = render_gemma(t, messages, count, add_generation_prompt, &text); break;
     case CHAT_FAMILY_ZEPHYR: rc = render_zephyr(t, messages, count, add_generation_prompt, &text); break;
     case CHAT_FAMILY_HH:
     case CHAT_FAMILY_WEBGPT: rc = render_plain_turns(t, messages, count, add_generation_prompt, &text); break;
     default: CHECK(false, "chat template with family %d", (int)t->family);
     }
+    json_decref(tools);
     if (rc != 0) {
         free(text.data);
         return -1;
     }
     *out = text.data;
     return 0;
+}
+
+int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int count, bool add_generation_prompt,
+                         char **out) {
+    return chat_template_render_tools(t, messages, count, NULL, add_generation_prompt, out);
 }

@@ -45,7 +45,7 @@
 //             trained by Hugging Face" (SmolLM2-*-Instruct)
 //   qwen2     ChatML, default system "You are a helpful assistant." (Qwen2-*-Instruct)
 //   qwen2.5   ChatML, default system "You are Qwen, created by Alibaba Cloud. You are a
-//             helpful assistant." (Qwen2.5-*-Instruct; tool calling not supported)
+//             helpful assistant." (Qwen2.5-*-Instruct), with its tools (see below)
 //   qwen3     Qwen3's hybrid-thinking ChatML (Qwen3-0.6B ... Qwen3-235B-A22B). Two published
 //             sources are known exactly and render alike for text contents: the first
 //             release's (April 2025; llama.cpp keeps it as models/templates/Qwen-Qwen3-0.6B.jinja)
@@ -59,8 +59,8 @@
 //             is "<think>\n" reasoning "\n</think>\n\n" answer when its reasoning is not
 //             empty or it is the last turn. enable_thinking (the Jinja variable; undefined
 //             means on) off ends the generation prompt with "<think>\n\n</think>\n\n"
-//             (chat_template_disable_thinking, `--no-thinking`). Tool calls, tool turns and
-//             a separate reasoning_content field are not supported.
+//             (chat_template_disable_thinking, `--no-thinking`). Tools as below; a separate
+//             reasoning_content field is not supported.
 //   llama2    [INST] <<SYS>> ... with bos/eos per turn (Llama-2-*-chat)
 //   llama3    <|start_header_id|>role<|end_header_id|>, bos first (Meta-Llama-3-*-Instruct)
 //   llama3.1  llama3 plus the system header "Cutting Knowledge Date: December 2023" /
@@ -73,6 +73,22 @@
 //   webgpt    the paper's WebGPT prompt: " Human: " q " Assistant: " a ..., generation
 //             prompt " Assistant:" (no system role; turns alternate)
 //
+// Tools (chat_template_render_tools): three published templates render OpenAI-style tools
+// (the `tools` argument of apply_chat_template), assistant messages with tool_calls and
+// messages of role "tool", and are known exactly (by their source's hash or by name; one
+// recognised by its markers may have changed the tool branches, so it is refused tools):
+//   qwen2.5, qwen3  Hermes style: the tools as one JSON line each (tojson) inside <tools>
+//                   in the system turn, calls as <tool_call>\n{"name": ..., "arguments":
+//                   ...}\n</tool_call>, tool turns as <tool_response> blocks in a user turn
+//                   (CHAT_TOOLS_HERMES).
+//   llama3.1        the tools as tojson(indent=4) in the first user turn, "Environment:
+//                   ipython" in the system header, a call as {"name": ..., "parameters": ...}
+//                   (one per assistant turn: the template raises on more), tool turns as
+//                   ipython turns whose text is tojson'd, quotes included
+//                   (CHAT_TOOLS_LLAMA3_JSON).
+// JSON is written as transformers' tojson writes it (python_json.h). Any other template
+// given tools, a tool call or a tool message is an error saying so.
+//
 // Rendering follows the template's own rules, errors included: Llama-2, Gemma, hh and
 // webgpt raise "Conversation roles must alternate user/assistant/user/assistant/..." and
 // Gemma 1/2, hh and webgpt "System role not supported" where the template would. Roles
@@ -82,10 +98,27 @@
 #pragma once
 #include <stdbool.h>
 
+// A call an assistant message made (OpenAI's tool_calls[i].function).
 typedef struct {
-    const char *role;    // "system", "user" or "assistant"
+    const char *name;
+    const char *arguments; // JSON text (the API's arguments string), rendered as the parsed
+                           // value, as vLLM hands templates a dict
+} ChatToolCall;
+
+typedef struct {
+    const char *role;    // "system", "user", "assistant" or (tool-calling templates) "tool"
     const char *content; // UTF-8 text
+    const ChatToolCall *tool_calls; // assistant: the calls it made (num_tool_calls of them; 0: none)
+    int num_tool_calls;
 } ChatMessage;
+
+// How a template's model writes tool calls, which is how the server parses them
+// (serve/tool_calls.h).
+typedef enum {
+    CHAT_TOOLS_NONE,        // the template renders no tools
+    CHAT_TOOLS_HERMES,      // <tool_call>{"name", "arguments"}</tool_call> (Qwen2.5, Qwen3)
+    CHAT_TOOLS_LLAMA3_JSON, // a bare {"name", "parameters"} object (Llama 3.1)
+} ChatToolSyntax;
 
 typedef enum {
     CHAT_FAMILY_CHATML,
@@ -111,6 +144,7 @@ typedef struct {
     char *bos_token;             // "" if the tokenizer has none
     char *eos_token;
     char *source_path;           // where the template came from, for messages (NULL: by name)
+    ChatToolSyntax tool_syntax;  // the variant's; in effect only when `exact` (chat_template_tool_syntax)
 } ChatTemplate;
 
 // Recognises `jinja_source` (see the rule above). `bos_token`/`eos_token` are the
@@ -142,6 +176,18 @@ int chat_template_disable_thinking(ChatTemplate *t);
 // when the template refuses the conversation (out is then NULL).
 int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int count,
                          bool add_generation_prompt, char **out);
+
+// The same with OpenAI-style tools: `tools_json` a JSON array of tool objects ({"type":
+// "function", "function": {"name", "description", "parameters"}}), rendered as the client
+// sent them, or NULL for no tools (an empty array is passed to the template as one: Llama
+// 3.1's tests `tools is not none`). Tools, tool calls or tool messages on a template whose
+// chat_template_tool_syntax is CHAT_TOOLS_NONE are an error.
+int chat_template_render_tools(const ChatTemplate *t, const ChatMessage *messages, int count, const char *tools_json,
+                               bool add_generation_prompt, char **out);
+
+// The tool-call syntax of the template: its variant's when it is known exactly, else
+// CHAT_TOOLS_NONE.
+ChatToolSyntax chat_template_tool_syntax(const ChatTemplate *t);
 
 const char *chat_template_name(const ChatTemplate *t);        // "qwen2.5", "llama3.1", ...
 const char *chat_family_name(ChatFamily family);               // "chatml", "llama3", ...

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "chat/python_json.h"
 #include "core/check.h"
 
 // --- text helpers --------------------------------------------------------------------
@@ -98,23 +99,107 @@ static bool breaks_alternation(const ChatMessage *message, int index) {
     return is_role(message, "user") != (index % 2 == 0);
 }
 
+// --- Hermes-style tools: Qwen2.5 and Qwen3 ----------------------------------------------
+
+// The text both Qwen templates put around the tools in the system turn.
+#define HERMES_TOOLS_INTRO                                                                          \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "      \
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>"
+#define HERMES_TOOLS_OUTRO                                                                          \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments " \
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "            \
+    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+
+// {%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %} and the text after.
+static void hermes_tools(const json_t *tools, TextBuffer *text) {
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        text_append(text, "\n");
+        python_json_append(text, json_array_get(tools, i), -1);
+    }
+    text_append(text, HERMES_TOOLS_OUTRO);
+}
+
+// A call's arguments as the template's `tool_call.arguments | tojson` writes them (already
+// checked to parse by chat_template_render_tools).
+static void append_arguments(TextBuffer *text, const ChatToolCall *call, int indent) {
+    json_t *arguments = json_loads(call->arguments, JSON_DECODE_ANY, NULL);
+    CHECK(arguments, "tool call arguments that do not parse: %s", call->arguments);
+    python_json_append(text, arguments, indent);
+    json_decref(arguments);
+}
+
+// '<tool_call>\n{"name": "' + name + '", "arguments": ' + arguments | tojson + '}\n</tool_call>'
+static void hermes_call(const ChatToolCall *call, TextBuffer *text) {
+    text_append(text, "<tool_call>\n{\"name\": \"");
+    text_append(text, call->name);
+    text_append(text, "\", \"arguments\": ");
+    append_arguments(text, call, -1);
+    text_append(text, "}\n</tool_call>");
+}
+
+// A message of role "tool": consecutive ones share one user turn.
+//   {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}'<|im_start|>user'
+//   '\n<tool_response>\n' + content + '\n</tool_response>'
+//   {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}'<|im_end|>\n'
+static void hermes_tool_response(const ChatMessage *m, int count, int i, TextBuffer *text) {
+    if (i == 0 || !is_role(&m[i - 1], "tool")) text_append(text, "<|im_start|>user");
+    text_append(text, "\n<tool_response>\n");
+    text_append(text, m[i].content);
+    text_append(text, "\n</tool_response>");
+    if (i == count - 1 || !is_role(&m[i + 1], "tool")) text_append(text, "<|im_end|>\n");
+}
+
 // --- ChatML: SmolLM2, Qwen2, Qwen2.5, OpenHermes ---------------------------------------
 
-int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
-    for (int i = 0; i < count; i++) {
+int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                  TextBuffer *text) {
+    // {%- if tools %}: an empty list is false.
+    if (tools && json_array_size(tools) == 0) tools = NULL;
+    int first = 0;
+    if (tools) {
+        // Qwen2.5: '<|im_start|>system\n' + (messages[0]['content'] if it is a system message,
+        // else the default) + "\n\n" + the tools; the loop skips that first system message.
+        text_append(text, "<|im_start|>system\n");
+        if (is_role(&m[0], "system")) {
+            text_append(text, m[0].content);
+            first = 1;
+        } else if (t->default_system) {
+            text_append(text, t->default_system);
+        }
+        text_append(text, "\n\n" HERMES_TOOLS_INTRO);
+        hermes_tools(tools, text);
+    }
+    for (int i = first; i < count; i++) {
         // {% if loop.first and messages[0]['role'] != 'system' %}<default system turn>
         // (Qwen2.5 writes the same turn before its loop and skips a first system message in it.)
-        if (i == 0 && t->default_system && !is_role(&m[0], "system")) {
+        if (i == 0 && !tools && t->default_system && !is_role(&m[0], "system")) {
             text_append(text, "<|im_start|>system\n");
             text_append(text, t->default_system);
             text_append(text, "<|im_end|>\n");
         }
-        // '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'
-        text_append(text, "<|im_start|>");
-        text_append(text, m[i].role);
-        text_append(text, "\n");
-        text_append(text, m[i].content);
-        text_append(text, "<|im_end|>\n");
+        if (is_role(&m[i], "tool")) {
+            hermes_tool_response(m, count, i, text);
+        } else if (is_role(&m[i], "assistant") && m[i].num_tool_calls > 0) {
+            // Qwen2.5: '<|im_start|>' + role, '\n' + content if content, then per call
+            // '\n<tool_call>...</tool_call>', then '<|im_end|>\n'.
+            text_append(text, "<|im_start|>assistant");
+            if (m[i].content[0]) {
+                text_append(text, "\n");
+                text_append(text, m[i].content);
+            }
+            for (int j = 0; j < m[i].num_tool_calls; j++) {
+                text_append(text, "\n");
+                hermes_call(&m[i].tool_calls[j], text);
+            }
+            text_append(text, "<|im_end|>\n");
+        } else {
+            // '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'
+            text_append(text, "<|im_start|>");
+            text_append(text, m[i].role);
+            text_append(text, "\n");
+            text_append(text, m[i].content);
+            text_append(text, "<|im_end|>\n");
+        }
     }
     if (generation) text_append(text, "<|im_start|>assistant\n");
     return 0;
@@ -182,10 +267,22 @@ static void qwen3_split_reasoning(const char *message, TextSpan *content, TextSp
     *reasoning = lstrip_newlines(before);
 }
 
-int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                 TextBuffer *text) {
     // {%- if messages[0].role == 'system' %}'<|im_start|>system\n' + content + '<|im_end|>\n'
-    // (the loop below skips that first system message).
-    if (is_role(&m[0], "system")) {
+    // (the loop below skips that first system message). With tools: '<|im_start|>system\n',
+    // the system message's content + '\n\n' if there is one, then the tools ({%- if tools %}:
+    // an empty list is false).
+    if (tools && json_array_size(tools) == 0) tools = NULL;
+    if (tools) {
+        text_append(text, "<|im_start|>system\n");
+        if (is_role(&m[0], "system")) {
+            text_append(text, m[0].content);
+            text_append(text, "\n\n");
+        }
+        text_append(text, HERMES_TOOLS_INTRO);
+        hermes_tools(tools, text);
+    } else if (is_role(&m[0], "system")) {
         text_append(text, "<|im_start|>system\n");
         text_append(text, m[0].content);
         text_append(text, "<|im_end|>\n");
@@ -225,7 +322,15 @@ int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, bool ge
             } else {
                 text_append_span(text, content);
             }
+            // {%- for tool_call in message.tool_calls %}{%- if (loop.first and content) or
+            // (not loop.first) %}'\n'{%- endif %}<tool_call>...{%- endfor %}
+            for (int j = 0; j < m[i].num_tool_calls; j++) {
+                if (j > 0 || content.end > content.start) text_append(text, "\n");
+                hermes_call(&m[i].tool_calls[j], text);
+            }
             text_append(text, "<|im_end|>\n");
+        } else if (is_role(&m[i], "tool")) {
+            hermes_tool_response(m, count, i, text);
         }
     }
     if (generation) {
@@ -285,7 +390,8 @@ int render_llama2(const ChatTemplate *t, const ChatMessage *m, int count, bool g
 
 // --- Llama 3 and 3.1 ----------------------------------------------------------------------
 
-int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text) {
+int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                  TextBuffer *text) {
     int first = 0;
     if (t->llama31_system_header) {
         // {{- bos_token }}; a first system message is taken out (|trim) and always written
@@ -297,16 +403,57 @@ int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, bool g
             first = 1;
         }
         text_append(text, "<|start_header_id|>system<|end_header_id|>\n\n");
+        // {%- if builtin_tools is defined or tools is not none %}"Environment: ipython\n"
+        if (tools) text_append(text, "Environment: ipython\n");
         text_append(text, "Cutting Knowledge Date: December 2023\n");
         text_append(text, "Today Date: ");
         text_append(text, t->date_string);
         text_append(text, "\n\n");
         text_append_stripped(text, system_message);
         text_append(text, "<|eot_id|>");
+        if (tools) {
+            // tools_in_user_message (true unless the caller sets it): the tools go before the
+            // first remaining message's content (|trim), whatever its role, in a user turn.
+            if (first >= count)
+                return chat_template_error(t, "Cannot put tools in the first user message when there's no first "
+                                              "user message!");
+            text_append(text, "<|start_header_id|>user<|end_header_id|>\n\n"
+                              "Given the following functions, please respond with a JSON for a function call "
+                              "with its proper arguments that best answers the given prompt.\n\n"
+                              "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+                              "argument name and its value}.Do not use variables.\n\n");
+            for (size_t k = 0; k < json_array_size(tools); k++) {
+                python_json_append(text, json_array_get(tools, k), 4);
+                text_append(text, "\n\n");
+            }
+            text_append_stripped(text, m[first].content);
+            text_append(text, "<|eot_id|>");
+            first++;
+        }
     }
     for (int i = first; i < count; i++) {
         // Llama 3: {% if loop.index0 == 0 %}{% set content = bos_token + content %}
         if (i == 0 && !t->llama31_system_header) text_append(text, t->bos_token);
+        if (is_role(&m[i], "tool")) {
+            // "<|start_header_id|>ipython<|end_header_id|>\n\n", then the content | tojson
+            // (a string "is iterable" to Jinja, so it is written as a JSON string).
+            text_append(text, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            python_json_append_string(text, m[i].content, strlen(m[i].content));
+            text_append(text, "<|eot_id|>");
+            continue;
+        }
+        if (m[i].num_tool_calls > 0) {
+            // {%- if not message.tool_calls|length == 1 %}raise; then
+            // '{"name": "' + name + '", ' + '"parameters": ' + arguments | tojson + "}"
+            if (m[i].num_tool_calls != 1)
+                return chat_template_error(t, "This model only supports single tool-calls at once!");
+            text_append(text, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            text_append(text, m[i].tool_calls[0].name);
+            text_append(text, "\", \"parameters\": ");
+            append_arguments(text, &m[i].tool_calls[0], -1);
+            text_append(text, "}<|eot_id|>");
+            continue;
+        }
         // '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim + '<|eot_id|>'
         text_append(text, "<|start_header_id|>");
         text_append(text, m[i].role);

@@ -4,6 +4,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "chat/chat_template.h"
 
 // A growing NUL-terminated byte string.
@@ -24,10 +26,15 @@ void python_strip_bounds(const char *s, size_t length, size_t *start, size_t *en
 
 // Each appends the rendering of messages[0..count) to `text`, or returns -1 with
 // err_set() (the caller frees `text`). Roles and contents are already checked.
-int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
-int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
+// `tools`: the parsed tools array, or NULL (no tools; only the families with a tool syntax
+// get one, and their messages may have tool calls and the role "tool").
+int render_chatml(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                  TextBuffer *text);
+int render_qwen3(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                 TextBuffer *text);
 int render_llama2(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
-int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
+int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, const json_t *tools, bool generation,
+                  TextBuffer *text);
 int render_gemma(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
 int render_zephyr(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);
 int render_plain_turns(const ChatTemplate *t, const ChatMessage *m, int count, bool generation, TextBuffer *text);

@@ -119,11 +119,11 @@ int cmd_chat(int argc, char **argv) {
         }
         if (count == 0 && system) {
             owned[count] = xstrdup(system);
-            history[count] = (ChatMessage){"system", owned[count]};
+            history[count] = (ChatMessage){.role = "system", .content = owned[count]};
             count++;
         }
         owned[count] = xstrdup(line);
-        history[count] = (ChatMessage){"user", owned[count]};
+        history[count] = (ChatMessage){.role = "user", .content = owned[count]};
         count++;
         int *ids = NULL, length = 0;
         if (text_model_chat_ids(&tm, history, count, &ids, &length) != 0) {
@@ -152,7 +152,7 @@ int cmd_chat(int argc, char **argv) {
         const GeneratedRow *reply = &chat_turn.reply;
         int reply_length = reply->length - (reply->stop == STOP_TOKEN ? 1 : 0);
         owned[count] = tokenizer_decode(tm.tokenizer, reply->tokens, reply_length, true);
-        history[count] = (ChatMessage){"assistant", owned[count]};
+        history[count] = (ChatMessage){.role = "assistant", .content = owned[count]};
         count++;
         generated_row_free(&chat_turn.reply);
         free(ids);

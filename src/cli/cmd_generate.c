@@ -78,7 +78,7 @@ static int parse_prompt_row(TextModel *tm, json_t *value, bool chat, const char 
                 free(list);
                 return err_set("messages[%zu] needs string \"role\" and \"content\" (%s:%ld)", i, path, line);
             }
-            list[i] = (ChatMessage){json_string_value(role), json_string_value(content)};
+            list[i] = (ChatMessage){.role = json_string_value(role), .content = json_string_value(content)};
         }
         int rc = text_model_chat_ids(tm, list, (int)n, &row->ids, &row->length);
         free(list);
@@ -92,8 +92,8 @@ static int parse_prompt_row(TextModel *tm, json_t *value, bool chat, const char 
     if (chat) {
         ChatMessage list[2];
         int n = 0;
-        if (system) list[n++] = (ChatMessage){"system", system};
-        list[n++] = (ChatMessage){"user", text};
+        if (system) list[n++] = (ChatMessage){.role = "system", .content = system};
+        list[n++] = (ChatMessage){.role = "user", .content = text};
         if (text_model_chat_ids(tm, list, n, &row->ids, &row->length) != 0)
             return err_set("%s (%s:%ld)", err_msg(), path, line);
     } else {

@@ -186,7 +186,7 @@ static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
         if (!content) return bad_param(err, "messages", "messages[%zu].content is required", i);
         char *text = message_content(content, i, err);
         if (!text) return -1;
-        req->messages[req->num_messages++] = (ChatMessage){known, text};
+        req->messages[req->num_messages++] = (ChatMessage){.role = known, .content = text};
     }
     return 0;
 }

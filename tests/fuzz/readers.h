@@ -82,7 +82,7 @@ static inline int read_config(const char *path) {
 static inline int read_chat_template(const char *path) {
     ChatTemplate t;
     if (chat_template_from_file(&t, path, NULL, NULL) != 0) return -1;
-    ChatMessage messages[3] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}};
+    ChatMessage messages[3] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "Hi"}, {.role = "assistant", .content = "Hello."}};
     char *out = NULL;
     int rc = chat_template_render(&t, messages, 3, true, &out);
     free(out);
