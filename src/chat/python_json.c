@@ -145,3 +145,10 @@ static void append_value(TextBuffer *text, const json_t *value, int indent, int 
 }
 
 void python_json_append(TextBuffer *text, const json_t *value, int indent) { append_value(text, value, indent, 0); }
+
+char *python_json_dumps(const json_t *value, int indent) {
+    TextBuffer text = {0};
+    text_append(&text, "");
+    python_json_append(&text, value, indent);
+    return text.data;
+}
