@@ -418,6 +418,10 @@ static int tools_refused(const ChatTemplate *t, const char *what) {
                    t->name, what);
 }
 
+int chat_template_check_tools(const ChatTemplate *t) {
+    return chat_template_tool_syntax(t) != CHAT_TOOLS_NONE ? 0 : tools_refused(t, "tools");
+}
+
 int chat_template_render_tools(const ChatTemplate *t, const ChatMessage *messages, int count, const char *tools_json,
                                bool add_generation_prompt, char **out) {
     *out = NULL;

@@ -188,6 +188,9 @@ int chat_template_render_tools(const ChatTemplate *t, const ChatMessage *message
 // The tool-call syntax of the template: its variant's when it is known exactly, else
 // CHAT_TOOLS_NONE.
 ChatToolSyntax chat_template_tool_syntax(const ChatTemplate *t);
+// 0 when the template renders tools (chat_template_tool_syntax is not CHAT_TOOLS_NONE), else
+// -1 with err_set() saying why (no tool calling, or recognised only by its markers).
+int chat_template_check_tools(const ChatTemplate *t);
 
 const char *chat_template_name(const ChatTemplate *t);        // "qwen2.5", "llama3.1", ...
 const char *chat_family_name(ChatFamily family);               // "chatml", "llama3", ...

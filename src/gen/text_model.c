@@ -61,9 +61,14 @@ int text_model_disable_thinking(TextModel *tm) {
 }
 
 int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, int **ids, int *length) {
+    return text_model_chat_ids_tools(tm, messages, count, NULL, ids, length);
+}
+
+int text_model_chat_ids_tools(TextModel *tm, const ChatMessage *messages, int count, const char *tools_json, int **ids,
+                              int *length) {
     CHECK(tm->has_chat, "chat ids without a chat template");
     char *text = NULL;
-    if (chat_template_render(&tm->chat, messages, count, true, &text) != 0) return -1;
+    if (chat_template_render_tools(&tm->chat, messages, count, tools_json, true, &text) != 0) return -1;
     // The template writes BOS itself where the family wants one.
     int rc = tokenizer_encode(tm->tokenizer, text, strlen(text), false, ids, length);
     free(text);

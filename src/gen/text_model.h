@@ -34,6 +34,9 @@ int text_model_disable_thinking(TextModel *tm);
 // The chat template applied to messages with the generation prompt, then tokenized
 // (special tokens in the rendered text are recognised). Returns 0 or -1 (err_set).
 int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, int **ids, int *length);
+// The same with OpenAI-style tools (a JSON array's text, or NULL): chat_template_render_tools.
+int text_model_chat_ids_tools(TextModel *tm, const ChatMessage *messages, int count, const char *tools_json, int **ids,
+                              int *length);
 // Plain text tokenized as transformers does with add_special_tokens=True (BOS where the
 // tokenizer adds one).
 int text_model_text_ids(TextModel *tm, const char *text, int **ids, int *length);

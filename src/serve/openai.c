@@ -74,7 +74,7 @@ static int get_bool(json_t *root, const char *key, bool *out, OpenAIError *err) 
 
 // Parameters marlhf does not implement are refused rather than silently ignored, unless
 // they hold the value that changes nothing.
-static int check_unsupported(json_t *root, OpenAIError *err) {
+static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
     static const char *zero_numbers[] = {"presence_penalty", "frequency_penalty"};
     for (size_t i = 0; i < sizeof zero_numbers / sizeof zero_numbers[0]; i++) {
         json_t *v = get(root, zero_numbers[i]);
@@ -92,12 +92,17 @@ static int check_unsupported(json_t *root, OpenAIError *err) {
     v = get(root, "suffix");
     if (v && !(json_is_string(v) && json_string_length(v) == 0))
         return bad_param(err, "suffix", "'suffix' is not supported");
-    static const char *empty_lists[] = {"tools", "functions"};
-    for (size_t i = 0; i < sizeof empty_lists / sizeof empty_lists[0]; i++) {
-        v = get(root, empty_lists[i]);
-        if (v && !(json_is_array(v) && json_array_size(v) == 0))
-            return bad_param(err, empty_lists[i], "'%s' (tool calling) is not supported", empty_lists[i]);
+    // The deprecated function-calling parameters; tools are chat's (parse_tools).
+    static const char *legacy[] = {"functions", "function_call"};
+    for (size_t i = 0; i < sizeof legacy / sizeof legacy[0]; i++) {
+        v = get(root, legacy[i]);
+        if (v && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+            return bad_param(err, legacy[i], "'%s' (the deprecated function calling) is not supported: use 'tools'",
+                             legacy[i]);
     }
+    v = get(root, "tools");
+    if (kind == OPENAI_COMPLETION && v && !(json_is_array(v) && json_array_size(v) == 0))
+        return bad_param(err, "tools", "'tools' is a chat parameter: /v1/completions has no tool calling");
     v = get(root, "response_format");
     if (v) {
         json_t *type = json_object_get(v, "type");
@@ -132,7 +137,7 @@ static int parse_logprobs(json_t *root, OpenAIKind kind, OpenAIRequest *req, Ope
 }
 
 static const char *static_role(const char *role) {
-    static const char *roles[] = {"system", "user", "assistant"};
+    static const char *roles[] = {"system", "user", "assistant", "tool"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (strcmp(role, roles[i]) == 0) return roles[i];
     return NULL;
@@ -166,6 +171,51 @@ static char *message_content(json_t *content, size_t index, OpenAIError *err) {
     return out;
 }
 
+// A non-empty string (names of tools and calls).
+static bool is_name(json_t *v) { return json_is_string(v) && json_string_length(v) > 0; }
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": a JSON string (or the value itself)}}]. The arguments are kept as JSON text
+// that parses (the template renders the parsed value, as vLLM hands it a dict).
+static int parse_tool_calls(json_t *calls, size_t index, ChatMessage *message, OpenAIError *err) {
+    if (!json_is_array(calls))
+        return bad_param(err, "messages", "messages[%zu].tool_calls must be a list", index);
+    size_t n = json_array_size(calls);
+    if (n == 0) return 0;
+    if (n > 1000) return bad_param(err, "messages", "messages[%zu].tool_calls: too many calls (%zu)", index, n);
+    ChatToolCall *parsed = xcalloc(n, sizeof *parsed);
+    message->tool_calls = parsed;
+    for (size_t j = 0; j < n; j++) {
+        json_t *call = json_array_get(calls, j), *function = json_object_get(call, "function");
+        if (!json_is_object(call) || !json_is_object(function))
+            return bad_param(err, "messages", "messages[%zu].tool_calls[%zu] must be {\"type\": \"function\", "
+                             "\"function\": {\"name\", \"arguments\"}}", index, j);
+        json_t *type = get(call, "type"), *id = get(call, "id");
+        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
+            return bad_param(err, "messages", "messages[%zu].tool_calls[%zu].type must be \"function\"", index, j);
+        if (id && !json_is_string(id))
+            return bad_param(err, "messages", "messages[%zu].tool_calls[%zu].id must be a string", index, j);
+        json_t *name = json_object_get(function, "name"), *arguments = json_object_get(function, "arguments");
+        if (!is_name(name))
+            return bad_param(err, "messages", "messages[%zu].tool_calls[%zu].function.name must be a non-empty string",
+                             index, j);
+        char *text = NULL;
+        if (json_is_string(arguments)) {
+            json_t *value = json_loads(json_string_value(arguments), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+            if (value) text = xstrdup(json_string_value(arguments));
+            json_decref(value);
+        } else if (json_is_object(arguments)) {
+            text = json_dumps(arguments, JSON_COMPACT);
+        }
+        if (!text)
+            return bad_param(err, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a string "
+                             "holding JSON", index, j);
+        parsed[j] = (ChatToolCall){xstrdup(json_string_value(name)), text};
+        message->num_tool_calls = (int)j + 1;
+    }
+    return 0;
+}
+
 static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     json_t *messages = get(root, "messages");
     if (!messages) return bad_param(err, "messages", "'messages' is required");
@@ -181,14 +231,73 @@ static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
         if (!json_is_string(role)) return bad_param(err, "messages", "messages[%zu].role must be a string", i);
         const char *known = static_role(json_string_value(role));
         if (!known)
-            return bad_param(err, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant", i,
-                             json_string_value(role));
+            return bad_param(err, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant, tool",
+                             i, json_string_value(role));
+        ChatMessage *message = &req->messages[req->num_messages++];
+        message->role = known;
+        json_t *calls = get(m, "tool_calls"), *call_id = get(m, "tool_call_id");
+        if (calls && strcmp(known, "assistant") != 0)
+            return bad_param(err, "messages", "messages[%zu] has tool_calls but role '%s' (only assistant messages "
+                             "make calls)", i, known);
+        if (calls && parse_tool_calls(calls, i, message, err) != 0) return -1;
+        if (call_id && !json_is_string(call_id))
+            return bad_param(err, "messages", "messages[%zu].tool_call_id must be a string", i);
+        // An assistant message that makes calls may have no content (null), as the API allows.
+        if (message->num_tool_calls > 0 && (!content || json_is_null(content))) {
+            message->content = xstrdup("");
+            continue;
+        }
         if (!content) return bad_param(err, "messages", "messages[%zu].content is required", i);
         char *text = message_content(content, i, err);
         if (!text) return -1;
-        req->messages[req->num_messages++] = (ChatMessage){.role = known, .content = text};
+        message->content = text;
     }
     return 0;
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters"}}], kept as
+// JSON text for the template, which renders each as the client sent it; an empty list is
+// none. tool_choice: "auto" (the default) or "none"; "required" and a named function would
+// need constrained decoding. parallel_tool_calls: a boolean (accepted; see openai.h).
+static int parse_tools(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *tools = get(root, "tools");
+    if (tools && !json_is_array(tools)) return bad_param(err, "tools", "'tools' must be a list");
+    size_t n = tools ? json_array_size(tools) : 0;
+    if (n > 1000) return bad_param(err, "tools", "too many tools (%zu)", n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *tool = json_array_get(tools, i), *type = json_object_get(tool, "type");
+        json_t *function = json_object_get(tool, "function");
+        if (!json_is_object(tool)) return bad_param(err, "tools", "tools[%zu] must be an object", i);
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
+            return bad_param(err, "tools", "tools[%zu].type must be \"function\"", i);
+        if (!json_is_object(function)) return bad_param(err, "tools", "tools[%zu].function must be an object", i);
+        if (!is_name(json_object_get(function, "name")))
+            return bad_param(err, "tools", "tools[%zu].function.name must be a non-empty string", i);
+        json_t *description = get(function, "description"), *parameters = get(function, "parameters");
+        json_t *strict = get(function, "strict");
+        if (description && !json_is_string(description))
+            return bad_param(err, "tools", "tools[%zu].function.description must be a string", i);
+        if (parameters && !json_is_object(parameters))
+            return bad_param(err, "tools", "tools[%zu].function.parameters must be an object (a JSON Schema)", i);
+        if (strict && !json_is_boolean(strict))
+            return bad_param(err, "tools", "tools[%zu].function.strict must be a boolean", i);
+    }
+    if (n > 0) req->tools_json = json_dumps(tools, JSON_COMPACT);
+    json_t *choice = get(root, "tool_choice");
+    if (json_is_string(choice) && strcmp(json_string_value(choice), "none") == 0) {
+        req->tool_choice_none = true;
+    } else if (json_is_string(choice) && strcmp(json_string_value(choice), "required") == 0) {
+        return bad_param(err, "tool_choice", "'tool_choice': \"required\" needs constrained decoding, which marlhf "
+                         "does not have (use \"auto\" or \"none\")");
+    } else if (json_is_object(choice)) {
+        return bad_param(err, "tool_choice", "a named 'tool_choice' (one function forced) needs constrained decoding, "
+                         "which marlhf does not have (use \"auto\" or \"none\")");
+    } else if (choice && !(json_is_string(choice) && strcmp(json_string_value(choice), "auto") == 0)) {
+        return bad_param(err, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                         "{\"type\": \"function\", \"function\": {\"name\"}}");
+    }
+    req->parallel_tool_calls = true;
+    return get_bool(root, "parallel_tool_calls", &req->parallel_tool_calls, err);
 }
 
 static int parse_ids(json_t *array, OpenAIRequest *req, OpenAIError *err) {
@@ -257,7 +366,7 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
         return openai_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
                                 "The model '%.200s' does not exist (this server serves '%.200s')",
                                 json_string_value(model), limits->model_name);
-    if (check_unsupported(root, err) != 0) return -1;
+    if (check_unsupported(root, kind, err) != 0) return -1;
 
     long long n = 1, max_tokens = limits->default_max_tokens, top_k = 0, seed = 0;
     if (get_int(root, "n", 1, OPENAI_MAX_CHOICES, &n, err) != 0) return -1;
@@ -284,7 +393,9 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
         if (!json_is_object(options)) return bad_param(err, "stream_options", "'stream_options' must be an object");
         if (get_bool(options, "include_usage", &req->include_usage, err) != 0) return -1;
     }
-    return kind == OPENAI_CHAT ? parse_messages(root, req, err) : parse_prompt(root, req, err);
+    if (kind == OPENAI_COMPLETION) return parse_prompt(root, req, err);
+    if (parse_tools(root, req, err) != 0) return -1;
+    return parse_messages(root, req, err);
 }
 
 json_t *openai_parse_json_body(const char *body, size_t size, OpenAIError *err) {
@@ -313,7 +424,16 @@ int openai_parse_request(OpenAIKind kind, const char *body, size_t size, const O
 }
 
 void openai_request_free(OpenAIRequest *req) {
-    for (int i = 0; i < req->num_messages; i++) free((char *)req->messages[i].content);
+    for (int i = 0; i < req->num_messages; i++) {
+        ChatMessage *message = &req->messages[i];
+        free((char *)message->content);
+        for (int j = 0; j < message->num_tool_calls; j++) {
+            free((char *)message->tool_calls[j].name);
+            free((char *)message->tool_calls[j].arguments);
+        }
+        free((ChatToolCall *)message->tool_calls);
+    }
+    free(req->tools_json);
     free(req->messages);
     free(req->prompt);
     free(req->prompt_ids);
@@ -461,17 +581,37 @@ static json_t *logprobs_value(OpenAIKind kind, const OpenAILogprobs *logprobs) {
     return kind == OPENAI_CHAT ? chat_logprobs_object(logprobs) : completion_logprobs_object(logprobs);
 }
 
+// {"id", "type": "function", "function": {"name", "arguments"}}, with "index" first when
+// index >= 0 (a stream's delta).
+static json_t *tool_call_object(const OpenAIToolCall *call, int index) {
+    json_t *function = json_object();
+    json_object_set_new(function, "name", text_value(call->name, strlen(call->name)));
+    json_object_set_new(function, "arguments", text_value(call->arguments, strlen(call->arguments)));
+    json_t *o = json_object();
+    if (index >= 0) json_object_set_new(o, "index", json_integer(index));
+    json_object_set_new(o, "id", json_string(call->id));
+    json_object_set_new(o, "type", json_string("function"));
+    json_object_set_new(o, "function", function);
+    return o;
+}
+
 char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice *choices, int num_choices,
                              int prompt_tokens, int completion_tokens) {
     json_t *array = json_array();
     for (int i = 0; i < num_choices; i++) {
         json_t *choice = json_object();
         json_object_set_new(choice, "index", json_integer(i));
-        json_t *text = text_value(choices[i].text, choices[i].len);
+        json_t *text = choices[i].text ? text_value(choices[i].text, choices[i].len) : json_null();
         if (head->kind == OPENAI_CHAT) {
             json_t *message = json_object();
             json_object_set_new(message, "role", json_string("assistant"));
             json_object_set_new(message, "content", text);
+            if (choices[i].num_tool_calls > 0) {
+                json_t *calls = json_array();
+                for (int k = 0; k < choices[i].num_tool_calls; k++)
+                    json_array_append_new(calls, tool_call_object(&choices[i].tool_calls[k], -1));
+                json_object_set_new(message, "tool_calls", calls);
+            }
             json_object_set_new(choice, "message", message);
         } else {
             json_object_set_new(choice, "text", text);
@@ -500,6 +640,24 @@ char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_rol
     }
     json_object_set_new(choice, "logprobs", logprobs_value(head->kind, logprobs));
     json_object_set_new(choice, "finish_reason", nullable_string(finish_reason));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_t *o = head_object(head, true);
+    json_object_set_new(o, "choices", choices);
+    return dump(o);
+}
+
+char *openai_tool_call_chunk_json(const OpenAIResponseHead *head, int index, int call_index,
+                                  const OpenAIToolCall *call, const OpenAILogprobs *logprobs) {
+    json_t *calls = json_array();
+    json_array_append_new(calls, tool_call_object(call, call_index));
+    json_t *delta = json_object();
+    json_object_set_new(delta, "tool_calls", calls);
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(index));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs", logprobs_value(head->kind, logprobs));
+    json_object_set_new(choice, "finish_reason", json_null());
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_t *o = head_object(head, true);

@@ -12,8 +12,26 @@
 // top_logprobs (0..20; more than 0 only with logprobs true), completions' logprobs (0..5:
 // the alternatives per token; null, false or absent = none; their top_logprobs only 0).
 // Parameters that would change the output in ways marlhf does not implement (penalties,
-// logit_bias, echo, best_of > 1, tools) are refused when set to anything but their neutral
-// value; other unknown keys are ignored.
+// logit_bias, echo, best_of > 1, the deprecated functions / function_call) are refused when
+// set to anything but their neutral value; other unknown keys are ignored.
+//
+// Tool calling (chat): tools ([{"type": "function", "function": {"name", "description",
+// "parameters"}}]; name a non-empty string, description a string, parameters an object,
+// strict a boolean; other keys pass to the template as sent; an empty list is none),
+// tool_choice ("auto", the default, or "none": the tools are still rendered into the
+// prompt, as vLLM does, and the answer is not parsed for calls; "required" and a named
+// function need constrained decoding and are refused), parallel_tool_calls (a boolean,
+// accepted; it does not limit the calls the model writes). Messages: role "tool" (content,
+// tool_call_id a string if given), assistant tool_calls ([{"id", "type": "function",
+// "function": {"name", "arguments": a string holding JSON, or an object}}]; content may be
+// null then). Whether the template renders them is the server's question (a 400 if not).
+//
+// A response with calls (the server parses them, serve/tool_calls.h): the choice's message
+// has "tool_calls": [{"id": "call_...", "type": "function", "function": {"name",
+// "arguments": a JSON string}}] and its content is null when no text is left,
+// finish_reason "tool_calls". Streamed, each call is one chunk whose delta is {"tool_calls":
+// [{"index": k, "id", "type": "function", "function": {"name", "arguments"}}]} (k counts
+// the choice's calls from 0), sent when its block is complete.
 //
 // Log-probs are those of the model's own distribution: log softmax of the raw logits,
 // before temperature, top-k and top-p (as vLLM reports them by default), so a sampled token
@@ -101,6 +119,9 @@ typedef struct {
     bool stream, include_usage;
     bool logprobs;    // log-probs asked: chat's logprobs true, completions' logprobs not null
     int top_logprobs; // alternatives per token: chat's top_logprobs, completions' logprobs
+    char *tools_json;         // chat: the tools as a JSON array's text (NULL: none)
+    bool tool_choice_none;    // tool_choice "none": tools rendered, the answer not parsed for calls
+    bool parallel_tool_calls; // as given (default true); accepted, not acted on
 } OpenAIRequest;
 
 // Parses and checks a request body. Returns 0, or -1 with *err filled (400 for bad JSON,
@@ -153,12 +174,21 @@ typedef struct {
     int count;
 } OpenAILogprobs;
 
-// One answer of a response. text: len bytes of UTF-8.
+// A tool call of an answer: "arguments" is JSON text.
+typedef struct {
+    const char *id;
+    const char *name;
+    const char *arguments;
+} OpenAIToolCall;
+
+// One answer of a response. text: len bytes of UTF-8 (NULL: chat's "content": null).
 typedef struct {
     const char *text;
     size_t len;
     const char *finish_reason;
     const OpenAILogprobs *logprobs; // NULL: none asked ("logprobs": null)
+    const OpenAIToolCall *tool_calls; // chat: the calls parsed out of the answer
+    int num_tool_calls;
 } OpenAIChoice;
 
 // The whole (non-streamed) response: choices[i] becomes the choice with "index" i.
@@ -170,5 +200,9 @@ char *openai_completion_json(const OpenAIResponseHead *head, const OpenAIChoice 
 // with text NULL the choice's last chunk, carrying finish_reason.
 char *openai_chunk_json(const OpenAIResponseHead *head, int index, bool with_role, const char *text, size_t len,
                         const OpenAILogprobs *logprobs, const char *finish_reason);
+// A stream chunk of choice `index` carrying its call number `call_index` whole, with the
+// log-probs of the tokens that wrote it (NULL: "logprobs": null).
+char *openai_tool_call_chunk_json(const OpenAIResponseHead *head, int index, int call_index,
+                                  const OpenAIToolCall *call, const OpenAILogprobs *logprobs);
 // The chunk stream_options.include_usage asks for: no choices, the usage (of all choices).
 char *openai_usage_chunk_json(const OpenAIResponseHead *head, int prompt_tokens, int completion_tokens);

@@ -29,6 +29,7 @@
 #include "gen/continuous.h"
 #include "serve/embeddings_api.h"
 #include "serve/listener.h"
+#include "serve/tool_calls.h"
 #include "serve/openai.h"
 #include "serve/reward_api.h"
 
@@ -103,6 +104,14 @@ typedef struct {
     float *top_logprobs;
     int num_records, records_emitted;
     long chars_emitted;
+    // With tools (the job's tool_syntax): the scanner that takes calls out of the text, the
+    // content shown so far (the text outside the calls), and the calls with their ids.
+    ToolScanner scanner;
+    char *content;
+    size_t content_len, content_capacity;
+    ToolCall *calls;
+    char (*call_ids)[64];
+    int num_calls, calls_capacity;
 } Choice;
 
 // One generation request, shared by the HTTP thread that admitted it, the worker, and for
@@ -123,6 +132,7 @@ struct Job {
     bool stream, include_usage;
     bool logprobs;    // log-probs asked (openai.h says which tokens have them, and how)
     int top_logprobs; // alternatives per token
+    ChatToolSyntax tool_syntax; // how calls are parsed out of the answers (NONE: no tools, or tool_choice none)
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
@@ -169,6 +179,9 @@ static void job_unref_locked(Job *job) {
     for (int i = 0; i < job->num_choices; i++) {
         Choice *choice = &job->choices[i];
         free(choice->text), free(choice->records), free(choice->top_tokens), free(choice->top_logprobs);
+        tool_scanner_free(&choice->scanner);
+        for (int k = 0; k < choice->num_calls; k++) tool_call_free(&choice->calls[k]);
+        free(choice->content), free(choice->calls), free(choice->call_ids);
     }
     free(job->choices);
     free(job->out);
@@ -318,6 +331,50 @@ static void emit_settled(Job *job, int index, size_t upto, bool final) {
     if (job->logprobs) choice->records_emitted = records;
 }
 
+// With tools: hands the choice's text up to `upto` to its scanner, and sends (streamed) or
+// keeps what comes out: text outside the calls as content, each call whole, with the
+// log-probs of the tokens whose text ends within what the piece accounts for. At the end
+// (`final`), the records left go out too, in a chunk without text.
+static void emit_tools(Job *job, int index, size_t upto, bool final) {
+    Choice *choice = &job->choices[index];
+    final = final || choice->stop_hit;
+    ToolEvent event;
+    while (tool_scanner_next(&choice->scanner, choice->text ? choice->text : "", upto, final, &event)) {
+        const int records = job->logprobs ? records_within(choice, event.end, false) : 0;
+        OpenAILogprobs logprobs = {0};
+        if (job->stream && job->logprobs)
+            choice->chars_emitted = logprobs_build(job, choice, choice->records_emitted, records,
+                                                   choice->chars_emitted, &logprobs);
+        if (event.kind == TOOL_EVENT_TEXT) {
+            grow_append(&choice->content, &choice->content_len, &choice->content_capacity, event.text, event.length);
+            if (job->stream && (event.length > 0 || records > choice->records_emitted))
+                sse_event(job, openai_chunk_json(&job->head, index, false, event.text, event.length,
+                                                 job->logprobs ? &logprobs : NULL, NULL));
+        } else {
+            if (choice->num_calls == choice->calls_capacity) {
+                choice->calls_capacity = choice->calls_capacity ? 2 * choice->calls_capacity : 4;
+                choice->calls = xrealloc(choice->calls, (size_t)choice->calls_capacity * sizeof *choice->calls);
+                choice->call_ids = xrealloc(choice->call_ids, (size_t)choice->calls_capacity * sizeof *choice->call_ids);
+            }
+            int k = choice->num_calls++;
+            choice->calls[k] = event.call;
+            // Unique per server run: the request's id, the choice and the call's number.
+            snprintf(choice->call_ids[k], sizeof choice->call_ids[k], "call_%s%02x%02x",
+                     job->id + strlen("chatcmpl-"), index & 0xff, k & 0xff);
+            if (job->stream) {
+                OpenAIToolCall call = {choice->call_ids[k], event.call.name, event.call.arguments};
+                sse_event(job, openai_tool_call_chunk_json(&job->head, index, k, &call,
+                                                           job->logprobs ? &logprobs : NULL));
+            }
+        }
+        logprobs_free(&logprobs);
+        if (event.end > choice->emitted) choice->emitted = event.end;
+        if (job->logprobs) choice->records_emitted = records;
+    }
+    // The records the text's end cuts (or a stop string's), in a chunk without text.
+    if (final) emit_settled(job, index, choice->emitted, true);
+}
+
 static void add_text(const Job *job, Choice *choice, const char *piece, size_t length) {
     if (choice->stop_hit || length == 0) return;
     grow_append(&choice->text, &choice->text_len, &choice->text_capacity, piece, length);
@@ -352,7 +409,8 @@ static void on_token(void *context, void *owner, const GeneratedRow *row) {
     if (job->logprobs && !choice->stop_hit) record_token(job, choice, row, choice->text_len, choice->text_len + length);
     add_text(job, choice, piece, length);
     free(piece);
-    emit_settled(job, choice->index, settled_length(job, choice), false);
+    if (job->tool_syntax != CHAT_TOOLS_NONE) emit_tools(job, choice->index, settled_length(job, choice), false);
+    else emit_settled(job, choice->index, settled_length(job, choice), false);
 }
 
 static bool should_stop(void *context, void *owner, const GeneratedRow *row) {
@@ -401,8 +459,12 @@ static void finish_text(Server *s, Choice *choice, const GeneratedRow *row) {
 
 // How a choice of a request that did not fail ended; its stream gets the text held back.
 static void finish_choice(Job *job, Choice *choice) {
-    emit_settled(job, choice->index, choice->text_len, true);
-    choice->finish_reason = choice->stop_hit || choice->stop == STOP_TOKEN ? "stop" : "length";
+    if (job->tool_syntax != CHAT_TOOLS_NONE) emit_tools(job, choice->index, choice->text_len, true);
+    else emit_settled(job, choice->index, choice->text_len, true);
+    // An answer with calls ends for them (as vLLM reports it, whatever stopped the row).
+    choice->finish_reason = choice->num_calls > 0                                   ? "tool_calls"
+                            : choice->stop_hit || choice->stop == STOP_TOKEN ? "stop"
+                                                                             : "length";
 }
 
 static void job_done_locked(Server *s, Job *job);
@@ -439,6 +501,7 @@ static void prepare_job(Server *s, Job *job, SequenceOptions *sequences) {
         choice->job = job;
         choice->index = i;
         choice->decoder = tokenizer_stream_new(s->tm->tokenizer, true);
+        tool_scanner_init(&choice->scanner, job->tool_syntax);
         if (job->logprobs) {
             choice->records = xmalloc((size_t)job->max_new * sizeof(TokenRecord));
             choice->top_tokens = xmalloc((size_t)job->max_new * job->top_logprobs * sizeof(int));
@@ -857,7 +920,11 @@ static int prompt_ids(Server *s, const OpenAIRequest *req, int **ids, int *count
             return openai_error_set(err, 400, "invalid_request_error", "messages", "no_chat_template",
                                     "this model has no chat template; start the server with --chat-template NAME "
                                     "or use /v1/completions");
-        if (text_model_chat_ids(tm, req->messages, req->num_messages, ids, count) != 0)
+        // Tools for a template that has none are refused under their own name.
+        if (req->tools_json && chat_template_check_tools(&tm->chat) != 0)
+            return openai_error_set(err, 400, "invalid_request_error", "tools", "tools_not_supported", "%s",
+                                    err_msg());
+        if (text_model_chat_ids_tools(tm, req->messages, req->num_messages, req->tools_json, ids, count) != 0)
             return openai_error_set(err, 400, "invalid_request_error", "messages", "invalid_value", "%s", err_msg());
     } else if (req->prompt) {
         text_model_text_ids(tm, req->prompt, ids, count);
@@ -929,6 +996,10 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     job->stream = req->stream;
     job->include_usage = req->include_usage;
     job->logprobs = req->logprobs;
+    // Calls are parsed out of the answers when tools were given and not switched off.
+    job->tool_syntax = req->kind == OPENAI_CHAT && req->tools_json && !req->tool_choice_none
+                           ? chat_template_tool_syntax(&s->tm->chat)
+                           : CHAT_TOOLS_NONE;
     // generate() records at most the vocabulary.
     job->top_logprobs = req->top_logprobs < s->tm->model.config.vocab_size ? req->top_logprobs
                                                                            : s->tm->model.config.vocab_size;
@@ -1163,17 +1234,32 @@ static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
                  now_seconds() - start);
         OpenAIChoice choices[OPENAI_MAX_CHOICES];
         OpenAILogprobs logprobs[OPENAI_MAX_CHOICES] = {0};
+        OpenAIToolCall *calls[OPENAI_MAX_CHOICES] = {0};
         for (int i = 0; i < job->num_choices; i++) {
             const Choice *choice = &job->choices[i];
             if (job->logprobs) logprobs_build(job, choice, 0, choice->records_emitted, 0, &logprobs[i]);
-            choices[i] = (OpenAIChoice){choice->text ? choice->text : "", choice->text_len, choice->finish_reason,
-                                        job->logprobs ? &logprobs[i] : NULL};
+            choices[i] = (OpenAIChoice){.text = choice->text ? choice->text : "",
+                                        .len = choice->text_len,
+                                        .finish_reason = choice->finish_reason,
+                                        .logprobs = job->logprobs ? &logprobs[i] : NULL};
+            if (job->tool_syntax != CHAT_TOOLS_NONE) {
+                // The content is the text outside the calls: null when calls left none.
+                bool none = choice->num_calls > 0 && choice->content_len == 0;
+                choices[i].text = none ? NULL : choice->content ? choice->content : "";
+                choices[i].len = choice->content_len;
+                calls[i] = xcalloc(choice->num_calls ? choice->num_calls : 1, sizeof(OpenAIToolCall));
+                for (int k = 0; k < choice->num_calls; k++)
+                    calls[i][k] = (OpenAIToolCall){choice->call_ids[k], choice->calls[k].name,
+                                                   choice->calls[k].arguments};
+                choices[i].tool_calls = calls[i];
+                choices[i].num_tool_calls = choice->num_calls;
+            }
         }
         result = respond_json(ex, 200,
                               openai_completion_json(&job->head, choices, job->num_choices, job->num_ids,
                                                      completion_tokens(job)),
                               detail);
-        for (int i = 0; i < job->num_choices; i++) logprobs_free(&logprobs[i]);
+        for (int i = 0; i < job->num_choices; i++) logprobs_free(&logprobs[i]), free(calls[i]);
     }
     pthread_mutex_lock(&s->lock);
     job_unref_locked(job);
