@@ -256,8 +256,8 @@ static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
 }
 
 // tools: [{"type": "function", "function": {"name", "description", "parameters"}}], kept as
-// JSON text for the template, which renders each as the client sent it; an empty list is
-// none. tool_choice: "auto" (the default) or "none"; "required" and a named function would
+// JSON text for the template, which renders each as the client sent it (an empty list
+// too: the templates tell it from none as transformers does). tool_choice: "auto" (the default) or "none"; "required" and a named function would
 // need constrained decoding. parallel_tool_calls: a boolean (accepted; see openai.h).
 static int parse_tools(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     json_t *tools = get(root, "tools");
@@ -282,7 +282,9 @@ static int parse_tools(json_t *root, OpenAIRequest *req, OpenAIError *err) {
         if (strict && !json_is_boolean(strict))
             return bad_param(err, "tools", "tools[%zu].function.strict must be a boolean", i);
     }
-    if (n > 0) req->tools_json = json_dumps(tools, JSON_COMPACT);
+    // An empty list reaches the template too (Llama 3.1's tests `tools is not none`).
+    if (tools) req->tools_json = json_dumps(tools, JSON_COMPACT);
+    req->num_tools = (int)n;
     json_t *choice = get(root, "tool_choice");
     if (json_is_string(choice) && strcmp(json_string_value(choice), "none") == 0) {
         req->tool_choice_none = true;

@@ -17,7 +17,8 @@
 //
 // Tool calling (chat): tools ([{"type": "function", "function": {"name", "description",
 // "parameters"}}]; name a non-empty string, description a string, parameters an object,
-// strict a boolean; other keys pass to the template as sent; an empty list is none),
+// strict a boolean; other keys pass to the template as sent; an empty list goes to a
+// tool-calling template as one, as vLLM passes it, and is neutral for any other),
 // tool_choice ("auto", the default, or "none": the tools are still rendered into the
 // prompt, as vLLM does, and the answer is not parsed for calls; "required" and a named
 // function need constrained decoding and are refused), parallel_tool_calls (a boolean,
@@ -119,7 +120,8 @@ typedef struct {
     bool stream, include_usage;
     bool logprobs;    // log-probs asked: chat's logprobs true, completions' logprobs not null
     int top_logprobs; // alternatives per token: chat's top_logprobs, completions' logprobs
-    char *tools_json;         // chat: the tools as a JSON array's text (NULL: none)
+    char *tools_json;         // chat: the tools as a JSON array's text (NULL: none given)
+    int num_tools;            // its length (0: an empty list, or none)
     bool tool_choice_none;    // tool_choice "none": tools rendered, the answer not parsed for calls
     bool parallel_tool_calls; // as given (default true); accepted, not acted on
 } OpenAIRequest;

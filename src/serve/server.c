@@ -920,11 +920,16 @@ static int prompt_ids(Server *s, const OpenAIRequest *req, int **ids, int *count
             return openai_error_set(err, 400, "invalid_request_error", "messages", "no_chat_template",
                                     "this model has no chat template; start the server with --chat-template NAME "
                                     "or use /v1/completions");
-        // Tools for a template that has none are refused under their own name.
-        if (req->tools_json && chat_template_check_tools(&tm->chat) != 0)
-            return openai_error_set(err, 400, "invalid_request_error", "tools", "tools_not_supported", "%s",
-                                    err_msg());
-        if (text_model_chat_ids_tools(tm, req->messages, req->num_messages, req->tools_json, ids, count) != 0)
+        // Tools for a template that has none are refused under their own name; an empty list
+        // is nothing to refuse.
+        const char *tools = req->tools_json;
+        if (tools && chat_template_check_tools(&tm->chat) != 0) {
+            if (req->num_tools > 0)
+                return openai_error_set(err, 400, "invalid_request_error", "tools", "tools_not_supported", "%s",
+                                        err_msg());
+            tools = NULL;
+        }
+        if (text_model_chat_ids_tools(tm, req->messages, req->num_messages, tools, ids, count) != 0)
             return openai_error_set(err, 400, "invalid_request_error", "messages", "invalid_value", "%s", err_msg());
     } else if (req->prompt) {
         text_model_text_ids(tm, req->prompt, ids, count);
@@ -997,7 +1002,7 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     job->include_usage = req->include_usage;
     job->logprobs = req->logprobs;
     // Calls are parsed out of the answers when tools were given and not switched off.
-    job->tool_syntax = req->kind == OPENAI_CHAT && req->tools_json && !req->tool_choice_none
+    job->tool_syntax = req->kind == OPENAI_CHAT && req->num_tools > 0 && !req->tool_choice_none
                            ? chat_template_tool_syntax(&s->tm->chat)
                            : CHAT_TOOLS_NONE;
     // generate() records at most the vocabulary.
