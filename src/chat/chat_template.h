@@ -92,7 +92,8 @@
 // Rendering follows the template's own rules, errors included: Llama-2, Gemma, hh and
 // webgpt raise "Conversation roles must alternate user/assistant/user/assistant/..." and
 // Gemma 1/2, hh and webgpt "System role not supported" where the template would. Roles
-// other than system/user/assistant, NULL content and an empty conversation are errors.
+// other than system/user/assistant (and "tool" for the tool-calling templates), NULL content
+// and an empty conversation are errors.
 // Contents are bytes (UTF-8); where a template trims ("| trim", ".strip()"), the
 // characters Python's str.strip() removes are removed (Unicode whitespace included).
 #pragma once

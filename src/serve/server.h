@@ -39,7 +39,10 @@
 // (stream: true) sends Server-Sent Events: the worker appends `data: {chunk}\n\n` as text
 // is decoded and MHD's content reader hands it out, ending with `data: [DONE]\n\n`.
 // Text that could be the start of a stop string is held back until it is known not to be,
-// so the streamed pieces always add up to the non-streamed text.
+// so the streamed pieces always add up to the non-streamed text. With tools (and
+// tool_choice "auto") each choice's text also goes through a tool-call scanner
+// (serve/tool_calls.h): calls become message.tool_calls, or whole delta.tool_calls chunks
+// when streamed, and the rest is the content.
 #pragma once
 #include "gen/text_model.h"
 #include "model/pooling.h"
