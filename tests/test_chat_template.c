@@ -10,6 +10,7 @@
 // its markers and by every template without tool calling.
 #include <jansson.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "chat/chat_template.h"
 #include "chat/prompt_format.h"
@@ -156,6 +157,10 @@ static int check_cases_of(const ChatTemplate *t, const char *id, int *checked) {
         json_t *thinking = json_object_get(item, "enable_thinking");
         ChatTemplate rendering = *t;
         rendering.enable_thinking = thinking ? json_is_true(thinking) : true;
+        // Llama 3.2's date is today's unless the caller passes one, as the fixture does.
+        json_t *date = json_object_get(item, "date_string");
+        if (json_is_string(date))
+            snprintf(rendering.date_string, sizeof rendering.date_string, "%s", json_string_value(date));
         char *got = NULL;
         err_clear();
         int rc = chat_template_render_tools(&rendering, messages, count, tools.tools_json, generation, &got);
@@ -331,6 +336,16 @@ static void test_marker_details(void) {
     EXPECT(chat_template_from_source(&t, today, NULL, NULL, NULL) == 0, "%s", err_msg());
     EXPECT(strlen(t.date_string) == 11 && t.date_string[2] == ' ' && t.date_string[6] == ' ', "today %s",
            t.date_string);
+    EXPECT(strcmp(chat_template_name(&t), "llama3.2") == 0, "strftime template named %s", chat_template_name(&t));
+    chat_template_free(&t);
+    // The published Llama 3.2 template (by name here) has today's date too.
+    char today_date[32];
+    time_t now = time(NULL);
+    struct tm local;
+    localtime_r(&now, &local);
+    strftime(today_date, sizeof today_date, "%d %b %Y", &local);
+    EXPECT(chat_template_from_name(&t, "llama3.2", NULL, NULL) == 0, "%s", err_msg());
+    EXPECT(strcmp(t.date_string, today_date) == 0, "llama3.2 date %s, today %s", t.date_string, today_date);
     chat_template_free(&t);
     // Reasoning ChatML that is not Qwen3's: a bare think block, QwQ's / Qwen3-*-Thinking-2507's
     // (the generation prompt always opens "<think>\n", no enable_thinking), one that trims
@@ -556,7 +571,7 @@ static void test_tools_refused_without_tool_calling(void) {
         EXPECT(chat_template_tool_syntax(&t) == CHAT_TOOLS_NONE, "%s has a tool syntax", names[i]);
         char *text = (char *)"untouched";
         EXPECT(chat_template_render_tools(&t, &hello, 1, "[]", true, &text) == -1 && text == NULL, "%s: tools", names[i]);
-        EXPECT(strstr(err_msg(), "does not render tools (tool calling: the qwen2.5, qwen3 and llama3.1 templates)"),
+        EXPECT(strstr(err_msg(), "does not render tools (tool calling: the qwen2.5, qwen3, llama3.1 and llama3.2 templates)"),
                "%s: %s", names[i], err_msg());
         EXPECT(chat_template_render_tools(&t, calls, 2, NULL, true, &text) == -1, "%s: tool calls", names[i]);
         EXPECT(strstr(err_msg(), "message 1: chat template") && strstr(err_msg(), "does not render tool calls"),
@@ -568,8 +583,11 @@ static void test_tools_refused_without_tool_calling(void) {
     const struct {
         const char *name;
         ChatToolSyntax syntax;
-    } tool_templates[] = {{"qwen2.5", CHAT_TOOLS_HERMES}, {"qwen3", CHAT_TOOLS_HERMES}, {"llama3.1", CHAT_TOOLS_LLAMA3_JSON}};
-    for (size_t i = 0; i < 3; i++) {
+    } tool_templates[] = {{"qwen2.5", CHAT_TOOLS_HERMES},
+                          {"qwen3", CHAT_TOOLS_HERMES},
+                          {"llama3.1", CHAT_TOOLS_LLAMA3_JSON},
+                          {"llama3.2", CHAT_TOOLS_LLAMA3_JSON}};
+    for (size_t i = 0; i < sizeof tool_templates / sizeof tool_templates[0]; i++) {
         ChatTemplate t;
         CHECK(chat_template_from_name(&t, tool_templates[i].name, "<s>", "</s>") == 0, "%s", err_msg());
         EXPECT(chat_template_tool_syntax(&t) == tool_templates[i].syntax, "%s", tool_templates[i].name);

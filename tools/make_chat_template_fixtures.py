@@ -28,7 +28,11 @@ cases.json:
                  rendered by the templates with a thinking switch (Qwen3) only.
   cases          {template, conversation (index), add_generation_prompt, expected} or
                  {..., error} with the template's exception message; for Qwen3 also with
-                 "enable_thinking": true or false (absent: not passed, undefined in Jinja).
+                 "enable_thinking": true or false (absent: not passed, undefined in Jinja);
+                 for Llama 3.2 with "date_string" (passed, so the date is not today's). A
+                 tool case has "tool_conversation" (an index into tool_conversations) instead.
+  tool_conversations  {tools (a list, or null: not passed), messages (with tool_calls whose
+                 arguments are dicts, and role "tool")}, rendered by TOOL_TEMPLATES.
   prompt_formats the paper's plain dataset prompts (DeepSpeed-Chat raw_datasets.py rules,
                  spec section 3.2), computed here by the same concatenation:
                    tldr:            {subreddit (or null), post, is_article, expected}
@@ -254,6 +258,105 @@ LLAMA3_1 = r"""{{- bos_token }}
         {%- else %}
             {{- "<|eot_id|>" }}
         {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+
+# meta-llama/Llama-3.2-1B-Instruct and -3B-Instruct, as llama.cpp keeps it in
+# models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja: Llama 3.1's without the builtin
+# tools, the date from transformers' strftime_now (today). Its cases pass date_string
+# "26 Jul 2024" so that the fixture does not depend on the day it was written.
+LLAMA3_2 = r"""{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- if strftime_now is defined %}
+        {%- set date_string = strftime_now("%d %b %Y") %}
+    {%- else %}
+        {%- set date_string = "26 Jul 2024" %}
+    {%- endif %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+        {{- '{"name": "' + tool_call.name + '", ' }}
+        {{- '"parameters": ' }}
+        {{- tool_call.arguments | tojson }}
+        {{- "}" }}
+        {{- "<|eot_id|>" }}
     {%- elif message.role == "tool" or message.role == "ipython" %}
         {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
         {%- if message.content is mapping or message.content is iterable %}
@@ -547,6 +650,8 @@ TEMPLATES = [
     ("llama2", "llama2", ["meta-llama/Llama-2-7b-chat-hf"], LLAMA2, "<s>", "</s>"),
     ("llama3", "llama3", ["meta-llama/Meta-Llama-3-8B-Instruct"], LLAMA3, "<|begin_of_text|>", "<|eot_id|>"),
     ("llama3.1", "llama3", ["meta-llama/Llama-3.1-8B-Instruct"], LLAMA3_1, "<|begin_of_text|>", "<|eot_id|>"),
+    ("llama3.2", "llama3", ["meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"], LLAMA3_2,
+     "<|begin_of_text|>", "<|eot_id|>"),
     ("gemma", "gemma", ["google/gemma-2b-it", "google/gemma-7b-it", "google/gemma-2-2b-it"], GEMMA, "<bos>", "<eos>"),
     ("gemma3", "gemma", ["google/gemma-3-1b-it"], GEMMA3, "<bos>", "<eos>"),
     ("zephyr", "zephyr", ["HuggingFaceH4/zephyr-7b-beta", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"], ZEPHYR, "<s>", "</s>"),
@@ -623,7 +728,9 @@ THINKING_CONVERSATIONS = [
 # on TOOL_CONVERSATIONS too. A tool call's arguments are a dict here, as vLLM hands them to
 # the template (it json.loads the OpenAI API's arguments string first) and as transformers
 # documents them; marlhf's server does the same.
-TOOL_TEMPLATES = {"qwen2.5", "qwen3", "qwen3-initial", "llama3.1"}
+TOOL_TEMPLATES = {"qwen2.5", "qwen3", "qwen3-initial", "llama3.1", "llama3.2"}
+# Templates whose date is today's (strftime_now): their cases pass this date_string.
+FIXED_DATE = {"llama3.2": "26 Jul 2024"}
 
 
 def tool(name, description=None, parameters=None, **extra):
@@ -875,6 +982,8 @@ def main():
                     extra = {}
                     if enable_thinking is not None:
                         case["enable_thinking"] = extra["enable_thinking"] = enable_thinking
+                    if template_id in FIXED_DATE:
+                        case["date_string"] = extra["date_string"] = FIXED_DATE[template_id]
                     try:
                         case["expected"] = tokenizer.apply_chat_template(
                             conversation, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
@@ -887,10 +996,13 @@ def main():
                 for add_generation_prompt in (False, True):
                     case = {"template": template_id, "tool_conversation": index,
                             "add_generation_prompt": add_generation_prompt}
+                    extra = {}
+                    if template_id in FIXED_DATE:
+                        case["date_string"] = extra["date_string"] = FIXED_DATE[template_id]
                     try:
                         case["expected"] = tokenizer.apply_chat_template(
                             item["messages"], tools=item["tools"], tokenize=False,
-                            add_generation_prompt=add_generation_prompt)
+                            add_generation_prompt=add_generation_prompt, **extra)
                     except jinja2.exceptions.TemplateError as error:
                         case["error"] = str(error)
                     cases.append(case)

@@ -32,6 +32,7 @@ enum {
     VARIANT_LLAMA2,
     VARIANT_LLAMA3,
     VARIANT_LLAMA3_1,
+    VARIANT_LLAMA3_2,
     VARIANT_GEMMA,
     VARIANT_GEMMA3,
     VARIANT_ZEPHYR,
@@ -51,6 +52,7 @@ static const ChatVariant variants[] = {
     [VARIANT_LLAMA2] = {"llama2", CHAT_FAMILY_LLAMA2, NULL, false, false},
     [VARIANT_LLAMA3] = {"llama3", CHAT_FAMILY_LLAMA3, NULL, false, false},
     [VARIANT_LLAMA3_1] = {"llama3.1", CHAT_FAMILY_LLAMA3, NULL, true, false, CHAT_TOOLS_LLAMA3_JSON},
+    [VARIANT_LLAMA3_2] = {"llama3.2", CHAT_FAMILY_LLAMA3, NULL, true, false, CHAT_TOOLS_LLAMA3_JSON},
     [VARIANT_GEMMA] = {"gemma", CHAT_FAMILY_GEMMA, NULL, false, false},
     [VARIANT_GEMMA3] = {"gemma3", CHAT_FAMILY_GEMMA, NULL, false, true},
     [VARIANT_ZEPHYR] = {"zephyr", CHAT_FAMILY_ZEPHYR, NULL, false, false},
@@ -59,7 +61,7 @@ static const ChatVariant variants[] = {
 };
 enum { VARIANT_COUNT = sizeof variants / sizeof variants[0] };
 #define VARIANT_NAMES \
-    "chatml, smollm2, qwen2, qwen2.5, qwen3, llama2, llama3, llama3.1, gemma, gemma3, zephyr, hh, webgpt"
+    "chatml, smollm2, qwen2, qwen2.5, qwen3, llama2, llama3, llama3.1, llama3.2, gemma, gemma3, zephyr, hh, webgpt"
 
 // The published templates, by chat_template_source_hash() of their source. The sources
 // themselves are in tools/make_chat_template_fixtures.py (and so in the test fixture,
@@ -77,6 +79,7 @@ static const struct {
     {0xe65cbea35ee4780bull, VARIANT_LLAMA2},   // meta-llama/Llama-2-*-chat-hf
     {0xad5d213b054f43b8ull, VARIANT_LLAMA3},   // meta-llama/Meta-Llama-3-*-Instruct
     {0xa9657dcbc686f040ull, VARIANT_LLAMA3_1}, // meta-llama/Llama-3.1-*-Instruct
+    {0x97bbf1436837c1daull, VARIANT_LLAMA3_2}, // meta-llama/Llama-3.2-{1B,3B}-Instruct
     {0xbf0c23c2b819e555ull, VARIANT_GEMMA},    // google/gemma-{2b,7b}-it, gemma-2-*-it
     {0xf4ce96a0f1928177ull, VARIANT_GEMMA3},   // google/gemma-3-*-it
     {0x11e5896ba204217aull, VARIANT_ZEPHYR},   // HuggingFaceH4/zephyr-7b-beta, TinyLlama-1.1B-Chat-v1.0
@@ -88,6 +91,15 @@ static const ChatVariant *find_variant(const char *name) {
     for (int i = 0; i < VARIANT_COUNT; i++)
         if (strcmp(variants[i].name, name) == 0) return &variants[i];
     return NULL;
+}
+
+// The local date in `format` as the template's date_string (strftime_now's). False if it
+// does not fit.
+static bool set_today(ChatTemplate *t, const char *format) {
+    time_t now = time(NULL);
+    struct tm local;
+    localtime_r(&now, &local);
+    return strftime(t->date_string, sizeof t->date_string, format, &local) > 0;
 }
 
 static void template_init(ChatTemplate *t, const ChatVariant *variant, const char *bos, const char *eos,
@@ -104,6 +116,8 @@ static void template_init(ChatTemplate *t, const ChatVariant *variant, const cha
     t->enable_thinking = true;
     // Llama-3.1's template: {%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}
     snprintf(t->date_string, sizeof t->date_string, "%s", "26 Jul 2024");
+    // Llama 3.2's: strftime_now("%d %b %Y"), which transformers defines: today.
+    if (variant == &variants[VARIANT_LLAMA3_2]) set_today(t, "%d %b %Y");
     // A token the tokenizer lacks is an undefined name to Jinja, which prints as "".
     t->bos_token = xstrdup(bos ? bos : "");
     t->eos_token = xstrdup(eos ? eos : "");
@@ -283,10 +297,7 @@ static void llama3_date_from_source(ChatTemplate *t, const char *source) {
     if (contains(source, "strftime_now")) {
         if (!literal_after(source, "strftime_now(", format, sizeof format))
             snprintf(format, sizeof format, "%%d %%b %%Y");
-        time_t now = time(NULL);
-        struct tm local;
-        localtime_r(&now, &local);
-        if (strftime(t->date_string, sizeof t->date_string, format, &local) > 0) return;
+        if (set_today(t, format)) return;
     }
     char date[sizeof t->date_string];
     if (literal_after(source, "set date_string =", date, sizeof date))
@@ -302,7 +313,9 @@ static const ChatVariant *variant_from_markers(const char *source) {
     if (contains(source, "<|im_start|>") && contains(source, "<|im_end|>") && !contains(source, "<think>"))
         return &variants[VARIANT_CHATML];
     if (contains(source, "<|start_header_id|>") && contains(source, "<|eot_id|>"))
-        return &variants[contains(source, "Cutting Knowledge Date") ? VARIANT_LLAMA3_1 : VARIANT_LLAMA3];
+        return &variants[!contains(source, "Cutting Knowledge Date") ? VARIANT_LLAMA3
+                         : contains(source, "strftime_now")          ? VARIANT_LLAMA3_2
+                                                                     : VARIANT_LLAMA3_1];
     if (contains(source, "<start_of_turn>") && contains(source, "<end_of_turn>"))
         return &variants[contains(source, "System role not supported") ? VARIANT_GEMMA : VARIANT_GEMMA3];
     if (contains(source, "[INST]") && contains(source, "<<SYS>>")) return &variants[VARIANT_LLAMA2];
@@ -414,7 +427,7 @@ static int tools_refused(const ChatTemplate *t, const char *what) {
         return err_set("chat template %s%s%s was recognised by its markers, not as the published template: "
                        "%s need the template known exactly (pass --chat-template %s)",
                        t->name, t->source_path ? " from " : "", t->source_path ? t->source_path : "", what, t->name);
-    return err_set("chat template %s does not render %s (tool calling: the qwen2.5, qwen3 and llama3.1 templates)",
+    return err_set("chat template %s does not render %s (tool calling: the qwen2.5, qwen3, llama3.1 and llama3.2 templates)",
                    t->name, what);
 }
 

@@ -28,7 +28,8 @@
 //       llama3    "<|start_header_id|>" and "<|eot_id|>"; the 3.1 system header if the
 //                 source has "Cutting Knowledge Date" (date: `set date_string = "..."`
 //                 if present; today's date if the template calls strftime_now, as
-//                 transformers provides it; otherwise "26 Jul 2024").
+//                 transformers provides it, and then the variant is llama3.2; otherwise
+//                 "26 Jul 2024").
 //       gemma     "<start_of_turn>" and "<end_of_turn>"; a system turn is refused if the
 //                 source says "System role not supported", else folded into the first
 //                 user turn (Gemma 3).
@@ -64,7 +65,9 @@
 //   llama2    [INST] <<SYS>> ... with bos/eos per turn (Llama-2-*-chat)
 //   llama3    <|start_header_id|>role<|end_header_id|>, bos first (Meta-Llama-3-*-Instruct)
 //   llama3.1  llama3 plus the system header "Cutting Knowledge Date: December 2023" /
-//             "Today Date: <date_string>" (Llama-3.1-*-Instruct)
+//             "Today Date: <date_string>" (Llama-3.1-*-Instruct), with its tools (see below)
+//   llama3.2  the same with today's date, strftime_now("%d %b %Y") (Llama-3.2-1B/3B-Instruct;
+//             Llama 3.3's template is recognised as this one by its markers)
 //   gemma     <start_of_turn>user ... model; a system message is an error (Gemma 1, 2)
 //   gemma3    the same, the system message folded into the first user turn (Gemma 3)
 //   zephyr    <|system|> <|user|> <|assistant|>, eos after each (zephyr-7b-beta, TinyLlama-Chat)
@@ -73,7 +76,7 @@
 //   webgpt    the paper's WebGPT prompt: " Human: " q " Assistant: " a ..., generation
 //             prompt " Assistant:" (no system role; turns alternate)
 //
-// Tools (chat_template_render_tools): three published templates render OpenAI-style tools
+// Tools (chat_template_render_tools): four published templates render OpenAI-style tools
 // (the `tools` argument of apply_chat_template), assistant messages with tool_calls and
 // messages of role "tool", and are known exactly (by their source's hash or by name; one
 // recognised by its markers may have changed the tool branches, so it is refused tools):
@@ -81,7 +84,7 @@
 //                   in the system turn, calls as <tool_call>\n{"name": ..., "arguments":
 //                   ...}\n</tool_call>, tool turns as <tool_response> blocks in a user turn
 //                   (CHAT_TOOLS_HERMES).
-//   llama3.1        the tools as tojson(indent=4) in the first user turn, "Environment:
+//   llama3.1, 3.2   the tools as tojson(indent=4) in the first user turn, "Environment:
 //                   ipython" in the system header, a call as {"name": ..., "parameters": ...}
 //                   (one per assistant turn: the template raises on more), tool turns as
 //                   ipython turns whose text is tojson'd, quotes included
