@@ -252,28 +252,30 @@ else
         python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": "Repeat exactly this text and nothing else:\n" + sys.argv[1]}],
             "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a given city.",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
-            "max_tokens": 80, "temperature": 0, "tool_choice": sys.argv[2], "stream": sys.argv[3] == "stream"}))' "$@"
+            "max_tokens": 48, "temperature": 0, "tool_choice": sys.argv[2], "stream": sys.argv[3] == "stream"}))' "$@"
     }
+    # SmolLM2's prompts are ~350 tokens: on a loaded machine an answer may take longer than
+    # request's default wait, so these wait as long as a request may run.
     good=$'<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    request POST /v1/chat/completions "$(repeat "$good" none plain)" > /dev/null
+    request POST /v1/chat/completions "$(repeat "$good" none plain)" --max-time 600 > /dev/null
     cp "$tmp/body" "$tmp/raw.json"
     parsed=$(check parse "$tmp/raw.json")
-    status=$(request POST /v1/chat/completions "$(repeat "$good" auto plain)")
+    status=$(request POST /v1/chat/completions "$(repeat "$good" auto plain)" --max-time 600)
     got=$(check calls "$tmp/body")
     want='[null, [["get_weather", "{\"city\": \"Paris\"}"]], "tool_calls"]'
     if [ "$status" = 200 ] && [ "$got" = "$want" ] && [ "$parsed" = "$want" ]; then pass smollm2_tool_call_parsed
     else fail smollm2_tool_call_parsed "status $status: $got; raw text parsed here: $parsed"; fi
-    request POST /v1/chat/completions "$(repeat "$good" auto stream)" > /dev/null
+    request POST /v1/chat/completions "$(repeat "$good" auto stream)" --max-time 600 > /dev/null
     streamed=$(check stream "$tmp/body")
     [ "$streamed" = "$want" ] && pass smollm2_tool_call_streamed || fail smollm2_tool_call_streamed "$streamed"
     bad=$'<tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}}\n</tool_call>'
-    request POST /v1/chat/completions "$(repeat "$bad" none plain)" > /dev/null
+    request POST /v1/chat/completions "$(repeat "$bad" none plain)" --max-time 600 > /dev/null
     raw=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]))' "$tmp/body")
-    request POST /v1/chat/completions "$(repeat "$bad" auto plain)" > /dev/null
+    request POST /v1/chat/completions "$(repeat "$bad" auto plain)" --max-time 600 > /dev/null
     got=$(check calls "$tmp/body")
     if [ "$got" = "[$raw, [], \"stop\"]" ] && grep -q '<tool_call>' <<< "$raw"; then pass smollm2_malformed_call_stays_content
     else fail smollm2_malformed_call_stays_content "$got vs raw $raw"; fi
-    request POST /v1/chat/completions "$(repeat "$bad" auto stream)" > /dev/null
+    request POST /v1/chat/completions "$(repeat "$bad" auto stream)" --max-time 600 > /dev/null
     streamed=$(check stream "$tmp/body")
     [ "$streamed" = "[$raw, [], \"stop\"]" ] && pass smollm2_malformed_call_streamed_as_content ||
         fail smollm2_malformed_call_streamed_as_content "$streamed vs $raw"
