@@ -13,6 +13,13 @@
 // checkpointing recomputation, a resumed run and another number of ranks or threads draw
 // the same masks. Inference and evaluation passes have no dropout.
 //
+// DoRA (Liu et al. 2024, PEFT's use_dora, LoraConfig.dora): each adapted layer also has a
+// magnitude m [out] and computes (m / n) (W + scale B A) x + b, n = ||W + scale B A|| per
+// output row, detached from the gradient as PEFT detaches it; m starts at ||W||. With
+// dropout the base term is recomputed on the dropped input, as PEFT does. Merged as PEFT
+// merges: each row of W + scale B A times m / n. Its entries ("...q_proj.lora_magnitude_vector",
+// PEFT's name) follow each module's A and B.
+//
 // The adapters are ordinary entries at the end of the parameter table (names
 // "model.layers.L.self_attn.q_proj.lora_A.weight" ...), so the optimizer, gradient sums,
 // ZeRO-1 shards, the EMA and checkpoints handle them like any weight. Everything before
