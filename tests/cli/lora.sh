@@ -150,6 +150,19 @@ assert len(a) == len(b) == 4 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5, (
 assert max(abs(x - y) for x, y in zip(a, lora)) > 1e-4, (a, lora)
 EOF
     pass sft_dora_adapter_equals_merged || fail sft_dora_adapter_equals_merged "$(tail -n 1 "$tmp/dora_adapter.err")"
+# Greedy generation with the adapter applied unmerged (the KV cache's decode steps keep the
+# prefill's weight norms) writes what the merged model writes.
+"$bin" generate --model "$model" --lora-adapter "$tmp/dora/final" --input "$data/sft_eval.jsonl" --max-new-tokens 8 \
+    --min-new-tokens 8 --temperature 0 --output "$tmp/dora_generated.jsonl" 2> "$tmp/dora_generate.err"
+"$bin" generate --model "$tmp/dora/final" --input "$data/sft_eval.jsonl" --max-new-tokens 8 --min-new-tokens 8 \
+    --temperature 0 --output "$tmp/dora_merged_generated.jsonl" 2> /dev/null
+python3 - "$tmp/dora_generated.jsonl" "$tmp/dora_merged_generated.jsonl" << 'EOF' &&
+import json, sys
+a, b = ([json.loads(line) for line in open(p)] for p in sys.argv[1:])
+assert len(a) == len(b) > 0 and all(len(x["ids"]) == 8 and x["ids"] == y["ids"] for x, y in zip(a, b)), (a, b)
+assert max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x["logprobs"], y["logprobs"])) < 1e-4
+EOF
+    pass generate_dora_adapter_equals_merged || fail generate_dora_adapter_equals_merged "$(tail -n 1 "$tmp/dora_generate.err")"
 "$bin" logprobs --model tests/fixtures/models/llama --lora-adapter tests/fixtures/models/llama/dora --input "$tmp/ids.jsonl" \
     > /dev/null 2> "$tmp/peft_dora.err" && pass logprobs_peft_dora_adapter || fail logprobs_peft_dora_adapter "$(cat "$tmp/peft_dora.err")"
 dora_long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
