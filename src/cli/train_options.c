@@ -24,8 +24,8 @@ static const struct {
            "start from this saved adapter (a marlhf model folder or a PEFT adapter folder), its rank, alpha and modules"},
           {"lora-rslora", "use_rslora", "rank-stabilised LoRA: scale the adapters by alpha / sqrt(rank) (PEFT's use_rslora)"},
           {"use-dora", "use_dora lora-dora",
-           "DoRA (PEFT's use_dora): a trained magnitude per output row rescales each adapted weight W + scale B A "
-           "to m / ||W + scale B A||"}}},
+           "DoRA (PEFT's use_dora): each output row of an adapted weight W + scale B A is rescaled to a trained "
+           "magnitude m (needs --lora-rank)"}}},
     {"actor-", {{"actor-lora-rank", "actor_lora_dim",
                  "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the "
                  "actor's frozen base, not a second copy"},
