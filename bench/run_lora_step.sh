@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A LoRA training step (rank 8 on every linear layer, base frozen; and with lora_dropout
-# $DROPOUT, default 0.05) beside full fine-tuning,
+# A LoRA training step (rank 8 on every linear layer, base frozen; with lora_dropout
+# $DROPOUT, default 0.05; and DoRA, PEFT's use_dora) beside full fine-tuning,
 # for marlhf and for PyTorch + PEFT, SmolLM2-135M shape from random weights, in the same
 # run. Each configuration runs in its own process so that max_rss_mb is its own peak
 # memory. Needs scripts/setup-python (and peft) for the PyTorch side. Prints JSON lines.
@@ -19,6 +19,8 @@ for r in 0 "$rank"; do
 done
 OMP_NUM_THREADS=$threads build/bench/train_step --model smollm2-135m --batch "$batch" --seq "$seq" --steps "$steps" \
     --lora-rank "$rank" --lora-dropout "$dropout" | grep '"impl": "marlhf"'
+OMP_NUM_THREADS=$threads build/bench/train_step --model smollm2-135m --batch "$batch" --seq "$seq" --steps "$steps" \
+    --lora-rank "$rank" --use-dora | grep '"impl": "marlhf"'
 if [ -x .venv-tools/bin/python ] && .venv-tools/bin/python -c "import peft" 2> /dev/null; then
     for r in 0 "$rank"; do
         .venv-tools/bin/python bench/torch_train_step.py --model smollm2-135m --batch "$batch" --seq "$seq" \
@@ -26,6 +28,8 @@ if [ -x .venv-tools/bin/python ] && .venv-tools/bin/python -c "import peft" 2> /
     done
     .venv-tools/bin/python bench/torch_train_step.py --model smollm2-135m --batch "$batch" --seq "$seq" \
         --steps "$steps" --threads "$threads" --lora-rank "$rank" --lora-dropout "$dropout" 2> /dev/null
+    .venv-tools/bin/python bench/torch_train_step.py --model smollm2-135m --batch "$batch" --seq "$seq" \
+        --steps "$steps" --threads "$threads" --lora-rank "$rank" --use-dora 2> /dev/null
 else
     echo '{"impl": "pytorch", "skipped": "run scripts/setup-python first"}'
 fi

@@ -9,6 +9,7 @@ After --warmup untimed steps, --steps steps are timed; step_s is their mean.
         [--warmup 2] [--threads N] [--attn eager|sdpa] [--model gpt2-124m|smollm2-135m|all]
         [--lora-rank R]    (PEFT LoRA of rank R on every linear layer of the blocks, base frozen)
         [--lora-dropout P] (PEFT's lora_dropout, the model in training mode)
+        [--use-dora]       (PEFT's use_dora: DoRA adapters)
 
 Prints one JSON line per model on stdout:
   {"impl": "pytorch", "model": ..., "tokens_per_s": ..., "step_s": ..., "gflops": ...,
@@ -75,7 +76,7 @@ def bench(name, args):
     if args.lora_rank > 0:
         import peft
         config = peft.LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, lora_dropout=args.lora_dropout,
-                                 target_modules=LORA_MODULES, task_type="CAUSAL_LM")
+                                 target_modules=LORA_MODULES, task_type="CAUSAL_LM", use_dora=args.use_dora)
         model = peft.get_peft_model(model, config)
     model.train()  # PEFT applies lora_dropout in training mode only
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -104,7 +105,7 @@ def bench(name, args):
         "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
         "attn": args.attn, "flops_per_token": fpt, "params_nonemb": p_nonemb,
         "loss": round(float(loss.detach()), 4), "torch": torch.__version__,
-        "lora_rank": args.lora_rank, "lora_dropout": args.lora_dropout, "trainable_params": sum(p.numel() for p in trainable),
+        "lora_rank": args.lora_rank, "lora_dropout": args.lora_dropout, "dora": args.use_dora, "trainable_params": sum(p.numel() for p in trainable),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}), flush=True)
 
 
@@ -119,6 +120,7 @@ def main():
     ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "all"), default="all")
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--lora-dropout", type=float, default=0.0)
+    ap.add_argument("--use-dora", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {FORMULA}  (see docstring)", file=sys.stderr)

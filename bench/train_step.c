@@ -11,6 +11,7 @@
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
 //            [--lora-dropout P] (with --lora-rank: PEFT's lora_dropout on the adapters' inputs)
+//            [--use-dora]       (with --lora-rank: DoRA adapters, PEFT's use_dora)
 // The CPU line also gives the process's peak resident memory (max_rss_mb).
 #include <cblas.h>
 #include <omp.h>
@@ -59,6 +60,7 @@ static double mean_loss(const float *logp, const int *targets, long N) {
 static const char *attention_label = "";
 static int lora_rank = 0;
 static double lora_dropout = 0;
+static bool use_dora = false;
 
 static double max_rss_mb(void) {
     struct rusage usage;
@@ -75,7 +77,7 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     bench_random_weights(&model);
     if (lora_rank > 0) {
         LoraConfig lora = {.rank = lora_rank, .alpha = (float)lora_rank, .targets = (1u << LORA_TARGETS) - 1,
-                           .dropout = lora_dropout};
+                           .dropout = lora_dropout, .dora = use_dora};
         CHECK(model_add_lora(&model, &lora, false, 5) == 0, "%s", err_msg());
     }
     model_enable_grad(&model);
@@ -131,11 +133,11 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"gflops\": %.2f, "
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
-           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"trainable_params\": %ld, "
-           "\"max_rss_mb\": %.0f}\n",
+           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"dora\": %s, "
+           "\"trainable_params\": %ld, \"max_rss_mb\": %.0f}\n",
            name, N / step_s, step_s, gflops, sgemm_rate, gflops / sgemm_rate, forward_s / steps, backward_s / steps,
            optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token, lora_rank,
-           lora_dropout, model_trainable_floats(&model), max_rss_mb());
+           lora_dropout, use_dora ? "true" : "false", model_trainable_floats(&model), max_rss_mb());
     fflush(stdout);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
@@ -159,6 +161,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention") && i + 1 < argc) attention = argv[++i];
         else if (!strcmp(argv[i], "--lora-rank") && i + 1 < argc) lora_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lora-dropout") && i + 1 < argc) lora_dropout = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--use-dora")) use_dora = true;
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");

@@ -548,7 +548,9 @@ static void compare_with_peft_reference(Model *model, const Fixture *f, const ch
         free(want);
         adapters++;
     }
-    EXPECT(adapters == 28, "%s: %d adapter tensors, want 2 x 7 modules x 2 layers", name, adapters);
+    const int per_module = model->lora.dora ? 3 : 2; // A, B (DoRA: and the magnitude)
+    EXPECT(adapters == per_module * 14, "%s: %d adapter tensors, want %d x 7 modules x 2 layers", name, adapters,
+           per_module);
     free(want_logits), free(dlogp);
     safetensors_close(ref);
 }
@@ -626,6 +628,81 @@ static void test_lora_dropout_against_peft(void) {
     EXPECT(!memcmp(without, never, (size_t)N * sizeof(float)), "a pass after lora_dropout_end still dropped inputs");
     free(dlogp), free(first), free(second), free(without), free(never);
     model_free(&model), model_free(&recomputed), model_free(&plain);
+    fixture_close(&f);
+}
+
+// DoRA against PEFT (tools/make_lora_fixtures.py make_dora: random A, B and magnitudes on
+// the tiny Llama, PEFT's own folders read as --lora-adapter reads them): logits, loss and
+// the gradients of A, B and m, without and with lora_dropout 0.25 (marlhf's masks, PEFT's
+// base term on the dropped input). Then: a plain-LoRA model refuses the DoRA adapter; a
+// fresh DoRA adapter (B = 0, m = ||W||) leaves the log-probs bit for bit; gradient
+// checkpointing gives bit-identical gradients; the saved model, the adapter merged
+// (m / ||W + s B A|| (W + s B A) row by row), computes what the adapted model does.
+static void test_dora_against_peft(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    Fixture f;
+    fixture_open(&f, "llama");
+    const long N = (long)f.B * f.T;
+    Model model, recomputed, dropped;
+    load_model(&model, &f, false), load_model(&recomputed, &f, false), load_model(&dropped, &f, false);
+    EXPECT(model_load_lora_adapter(&model, "tests/fixtures/models/llama/dora", false, 11) == 0, "%s", err_msg());
+    EXPECT(model.lora.dora && model.lora.rank == 4 && model.lora.alpha == 8.0f, "DoRA adapter read as rank %d, "
+           "alpha %g, dora %d", model.lora.rank, model.lora.alpha, (int)model.lora.dora);
+    CHECK(model_load_lora_adapter(&recomputed, "tests/fixtures/models/llama/dora", false, 11) == 0, "%s", err_msg());
+    model_enable_grad(&model);
+    compare_with_peft_reference(&model, &f, "tests/fixtures/models/llama/dora", "llama DoRA");
+
+    recomputed.recompute = true;
+    model_enable_grad(&recomputed);
+    float *dlogp = xmalloc(N * sizeof(float));
+    run_gradients(&recomputed, &f, dlogp);
+    EXPECT(memcmp(model.grads, recomputed.grads, (size_t)model_trainable_floats(&model) * sizeof(float)) == 0,
+           "gradient checkpointing changed the DoRA gradients");
+
+    CHECK(model_load_lora_adapter(&dropped, "tests/fixtures/models/llama/dora_dropout", false, 11) == 0, "%s",
+          err_msg());
+    EXPECT(dropped.lora.dora && dropped.lora.dropout == 0.25, "DoRA dropout adapter read as dora %d, dropout %g",
+           (int)dropped.lora.dora, dropped.lora.dropout);
+    model_enable_grad(&dropped);
+    lora_dropout_begin(&dropped, 1234, 2, 5);
+    compare_with_peft_reference(&dropped, &f, "tests/fixtures/models/llama/dora_dropout", "llama DoRA lora_dropout 0.25");
+    lora_dropout_end(&dropped);
+
+    Model plain = lora_model(&f, 4, 8.0f);
+    EXPECT(lora_read_adapter(&plain, "tests/fixtures/models/llama/dora") != 0 && strstr(err_msg(), "DoRA"),
+           "plain LoRA read a DoRA adapter: '%s'", err_msg());
+    model_free(&plain);
+
+    Model base, fresh;
+    load_model(&base, &f, false), load_model(&fresh, &f, false);
+    LoraConfig lora = {.rank = 3, .alpha = 6.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
+    CHECK(model_add_lora(&fresh, &lora, false, 11) == 0, "%s", err_msg());
+    float *want = xmalloc(N * sizeof(float)), *got = xmalloc(N * sizeof(float));
+    logprobs_of(&base, &f, want);
+    logprobs_of(&fresh, &f, got);
+    EXPECT(memcmp(want, got, N * sizeof(float)) == 0, "a fresh DoRA adapter changed the log-probs");
+
+    char out[512];
+    snprintf(out, sizeof out, "%s/dora-merged", tmp);
+    EXPECT(model_save_hf(&model, out, f.dir) == 0, "save: %s", err_msg());
+    Model merged;
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(&merged, out, &ops_cpu, &options) == 0, "%s", err_msg());
+    EXPECT(merged.table.total == base.table.total, "the merged DoRA model has the base's tensors only");
+    logprobs_of(&model, &f, want);
+    logprobs_of(&merged, &f, got);
+    double d = test_max_abs_diff(want, got, N);
+    EXPECT(d <= 1e-5, "merged DoRA model's log-probs differ by %.3g", d);
+    Model reread;
+    load_model(&reread, &f, false);
+    EXPECT(model_load_lora_adapter(&reread, out, false, 11) == 0, "%s", err_msg());
+    EXPECT(reread.table.total == model.table.total &&
+               memcmp(reread.params, model.params, (size_t)model.table.total * sizeof(float)) == 0,
+           "the DoRA adapter file did not read back bit-identically");
+
+    free(dlogp), free(want), free(got);
+    model_free(&model), model_free(&recomputed), model_free(&dropped), model_free(&base), model_free(&fresh);
+    model_free(&merged), model_free(&reread);
     fixture_close(&f);
 }
 
@@ -966,5 +1043,6 @@ int main(void) {
     RUN(test_lora_dropout_against_peft);
     RUN(test_lora_frozen_base_and_merge);
     RUN(test_lora_recompute_is_exact);
+    RUN(test_dora_against_peft);
     TEST_EXIT();
 }

@@ -8,8 +8,14 @@ and computes what the merged model.safetensors beside it computes.
   2. transformers on RUN/final (the merged weights marlhf wrote);
   3. both on a few random sequences: prints the largest |logit difference| and fails
      above --tolerance.
+
+A DoRA adapter (use_dora, --use-dora) must come back as DoRA: the check fails unless PEFT
+built a magnitude vector for every adapted module and read marlhf's values into them (a
+PEFT that ignored them would start each at the row norm of W + s B A, and the merged
+weights, m / ||W + s B A|| (W + s B A), would not match).
 """
 import argparse
+import json
 import sys
 
 import peft
@@ -25,6 +31,12 @@ def main():
     args = parser.parse_args()
     base = transformers.AutoModelForCausalLM.from_pretrained(args.base, attn_implementation="eager").float().eval()
     adapted = peft.PeftModel.from_pretrained(base, args.run + "/adapter").eval()
+    dora = json.load(open(args.run + "/adapter/adapter_config.json")).get("use_dora", False)
+    magnitudes = [n for n, _ in adapted.named_parameters() if "lora_magnitude_vector" in n]
+    adapted_modules = [n for n, _ in adapted.named_parameters() if ".lora_A." in n]
+    if dora and len(magnitudes) != len(adapted_modules):
+        sys.exit(f"{args.run}: use_dora, but PEFT built {len(magnitudes)} magnitude vectors for "
+                 f"{len(adapted_modules)} adapted modules")
     merged = transformers.AutoModelForCausalLM.from_pretrained(args.run, attn_implementation="eager").float().eval()
     vocab = merged.config.vocab_size
     ids = torch.randint(0, vocab, (3, 24), generator=torch.Generator().manual_seed(0))
@@ -35,7 +47,7 @@ def main():
         plain = adapted(input_ids=ids).logits
     diff = float((a - m).abs().max())
     moved = float((a - plain).abs().max())
-    print(f"{args.run}: PEFT adapter vs merged weights: max |logit diff| {diff:.2e}; "
+    print(f"{args.run}: PEFT {'DoRA ' if dora else ''}adapter vs merged weights: max |logit diff| {diff:.2e}; "
           f"the adapter moves logits by up to {moved:.2e}")
     if diff > args.tolerance or moved <= 10 * args.tolerance:
         sys.exit(1)

@@ -32,6 +32,15 @@ seed DROPOUT_SEED (src/model/lora.c lora_dropout_begin and dropout_stream, drawn
 src/ops/cpu/dropout.c draws them). Philox and rng_stream are written again below from
 their definitions (src/core/philox.h, src/core/rng.c) and checked on Philox's known
 answers, so the fixture holds PEFT's arithmetic on masks marlhf's C code has to reproduce.
+
+Then DoRA (use_dora=True, Liu et al. 2024) on llama into llama/dora/: the rank-4 adapter on
+every linear module with seeded random A, B and magnitude vectors (PEFT starts m at the row
+norms of W, and m / ||W + s B A|| = 1 would hide the magnitude's use: each m is that norm
+times 1 + 0.2 * a normal draw), the same reference tensors, the magnitudes' gradients
+included (grad.<...>.lora_magnitude_vector), and the check that merge_and_unload gives the
+same logits. And llama/dora_dropout/: that adapter with lora_dropout = 0.25 and marlhf's
+masks, where PEFT computes the base term on the dropped input (DoraLinearVariant.forward
+with base_result None: (m / ||W + s B A|| - 1) W dropout(x) + ...).
 """
 import argparse
 import copy
@@ -202,6 +211,80 @@ def make_dropout(models_dir):
     print(f"llama with lora_dropout {DROPOUT}: loss {float(result.loss):.6f}")
 
 
+def make_dora(models_dir, dropout):
+    folder = os.path.join(models_dir, "llama")
+    out = os.path.join(folder, "dora_dropout" if dropout else "dora")
+    os.makedirs(out, exist_ok=True)
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    ids, lengths = ref["input_ids"], ref["lengths"]
+    mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+
+    model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=DROPOUT if dropout else 0.0,
+                             target_modules=MODULES, task_type="CAUSAL_LM", use_dora=True)
+    dora32 = peft.get_peft_model(model32, config)
+    if dropout:  # the adapter of llama/dora/, read back as PEFT reads it
+        adapter = load_file(os.path.join(folder, "dora", "adapter_model.safetensors"))
+        peft.set_peft_model_state_dict(dora32, adapter)
+    else:
+        g = torch.Generator().manual_seed(6000)
+        with torch.no_grad():
+            for pname, p in dora32.named_parameters():
+                if "lora_magnitude_vector" in pname:
+                    p.mul_(1 + 0.2 * torch.randn(p.shape, generator=g))
+                elif "lora_" in pname:
+                    p.copy_(0.2 * torch.randn(p.shape, generator=g))
+    dora32.save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "README.md"))
+    saved = load_file(os.path.join(out, "adapter_model.safetensors"))
+    assert sum("lora_magnitude_vector" in k for k in saved) == len(MODULES) * 2, sorted(saved)
+
+    dora64 = copy.deepcopy(dora32).double()
+    base.exact_rope(dora64)
+    if dropout:
+        dora64.train()
+        micro_batch = rng_stream("lora_dropout_micro_batch", DROPOUT_EPOCH, DROPOUT_MICRO_BATCH)
+        hidden, inter = dora64.config.hidden_size, dora64.config.intermediate_size
+        q_dim = dora64.config.num_attention_heads * dora64.config.head_dim
+        inputs = {"q_proj": hidden, "k_proj": hidden, "v_proj": hidden, "o_proj": q_dim, "gate_proj": hidden,
+                  "up_proj": hidden, "down_proj": inter}
+        for layer_index, layer in enumerate(dora64.base_model.model.model.layers):
+            for target, module_name in enumerate(MODULES):
+                parent = layer.self_attn if module_name in ("q_proj", "k_proj", "v_proj", "o_proj") else layer.mlp
+                module = getattr(parent, module_name)
+                stream = rng_stream("lora_dropout", micro_batch, (1 << 20) | (layer_index * len(MODULES) + target))
+                shape = (ids.shape[0], ids.shape[1], inputs[module_name])
+                module.lora_dropout["default"] = FixedMaskDropout(dropout_mask(shape, DROPOUT, DROPOUT_SEED, stream),
+                                                                  DROPOUT)
+    with base.float64_everywhere():
+        dora64.zero_grad(set_to_none=True)
+        result = dora64(input_ids=ids, attention_mask=mask, labels=base.labels_of(ids, mask))
+        result.loss.backward()
+    grads = {}
+    for pname, p in dora64.named_parameters():
+        if "lora_" in pname:
+            # save_pretrained drops the adapter's name, and ".weight" after the magnitude
+            name = pname.replace(".default", "").replace("lora_magnitude_vector.weight", "lora_magnitude_vector")
+            grads[name] = p.grad.detach().clone()
+        else:
+            assert p.grad is None, f"dora: frozen {pname} got a gradient"
+    assert set(grads) == set(saved), set(grads) ^ set(saved)
+
+    err = 0.0
+    if not dropout:
+        merged = copy.deepcopy(dora32).merge_and_unload()
+        merged_logits = merged(input_ids=ids, attention_mask=mask).logits
+        err = float((merged_logits.double() - result.logits)[mask.bool()].abs().max().detach())
+        assert err < 1e-4, f"dora: merged logits differ by {err}"
+
+    tensors = {"logits": result.logits, "loss": result.loss.reshape(1)}
+    tensors.update({f"grad.{n}": v for n, v in grads.items()})
+    tensors = {k: v.float().contiguous() for k, v in tensors.items()}
+    save_file(tensors, os.path.join(out, "reference.safetensors"))
+    print(f"llama DoRA{' with lora_dropout' if dropout else ''}: {len(saved)} adapter tensors, "
+          f"loss {float(result.loss):.6f}, merged logits within {err:.1e}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tests/fixtures/models")
@@ -210,6 +293,8 @@ def main():
         make_one(args.models, name, seed)
     make_one(args.models, "llama", 3, rslora=True)
     make_dropout(args.models)
+    make_dora(args.models, dropout=False)
+    make_dora(args.models, dropout=True)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@
 #include "dist/dist.h"
 #include "model/lora.h"
 
-// The five LoRA options of each prefix: name, aliases, help. Names are literals because an
+// The six LoRA options of each prefix: name, aliases, help. Names are literals because an
 // Option holds pointers, not copies.
 static const struct {
     const char *prefix;
-    const char *text[5][3];
+    const char *text[6][3];
 } lora_option_texts[] = {
     {"", {{"lora-rank", "lora_dim lora_r", "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)"},
           {"lora-alpha", "lora_alpha", "adapters' alpha; their output is scaled by alpha / rank (0: the rank)"},
@@ -22,7 +22,10 @@ static const struct {
            "modules with adapters: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or all-linear"},
           {"lora-adapter", "lora_path",
            "start from this saved adapter (a marlhf model folder or a PEFT adapter folder), its rank, alpha and modules"},
-          {"lora-rslora", "use_rslora", "rank-stabilised LoRA: scale the adapters by alpha / sqrt(rank) (PEFT's use_rslora)"}}},
+          {"lora-rslora", "use_rslora", "rank-stabilised LoRA: scale the adapters by alpha / sqrt(rank) (PEFT's use_rslora)"},
+          {"use-dora", "use_dora lora-dora",
+           "DoRA (PEFT's use_dora): each output row of an adapted weight W + scale B A is rescaled to a trained "
+           "magnitude m (needs --lora-rank)"}}},
     {"actor-", {{"actor-lora-rank", "actor_lora_dim",
                  "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the "
                  "actor's frozen base, not a second copy"},
@@ -32,26 +35,28 @@ static const struct {
                 {"actor-lora-adapter", "actor_lora_path",
                  "start the actor's adapters from this saved adapter (a marlhf model folder or a PEFT adapter folder); "
                  "the reference is then the base with this adapter"},
-                {"actor-lora-rslora", "actor_use_rslora", "actor adapters scaled by alpha / sqrt(rank) (rsLoRA)"}}},
+                {"actor-lora-rslora", "actor_use_rslora", "actor adapters scaled by alpha / sqrt(rank) (rsLoRA)"},
+                {"actor-use-dora", "actor_use_dora actor-lora-dora", "DoRA adapters on the actor (as --use-dora)"}}},
     {"critic-", {{"critic-lora-rank", "critic_lora_dim",
                   "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)"},
                  {"critic-lora-alpha", "critic_lora_alpha", "critic adapters' alpha (0: the rank)"},
                  {"critic-lora-modules", "critic_lora_modules", "critic modules with adapters (as --actor-lora-modules)"},
                  {"critic-lora-adapter", "critic_lora_path", "start the critic's adapters from this saved adapter"},
-                 {"critic-lora-rslora", "critic_use_rslora", "critic adapters scaled by alpha / sqrt(rank) (rsLoRA)"}}},
+                 {"critic-lora-rslora", "critic_use_rslora", "critic adapters scaled by alpha / sqrt(rank) (rsLoRA)"},
+                 {"critic-use-dora", "critic_use_dora critic-lora-dora", "DoRA adapters on the critic (as --use-dora)"}}},
 };
 
 int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
     if (!c->modules) c->modules = "all-linear";
-    const OptionType types[5] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING, OPT_BOOL};
-    void *targets[5] = {&c->rank, &c->alpha, &c->modules, &c->adapter, &c->rslora};
+    const OptionType types[6] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING, OPT_BOOL, OPT_BOOL};
+    void *targets[6] = {&c->rank, &c->alpha, &c->modules, &c->adapter, &c->rslora, &c->dora};
     for (size_t p = 0; p < sizeof lora_option_texts / sizeof lora_option_texts[0]; p++) {
         if (strcmp(prefix, lora_option_texts[p].prefix)) continue;
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < 6; i++) {
             const char *const *text = lora_option_texts[p].text[i];
             o[i] = (Option){text[0], text[1], types[i], targets[i], text[2], false, false};
         }
-        return 5;
+        return 6;
     }
     CHECK(0, "no LoRA options for prefix '%s'", prefix);
     return 0;
@@ -60,10 +65,10 @@ int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
 void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     memset(lora, 0, sizeof *lora);
     if (c->adapter) {
-        if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear") || c->rslora)
-            die_user("option --%slora-adapter takes the adapter's own rank, alpha, modules and scaling: drop "
-                     "--%slora-rank, --%slora-alpha, --%slora-modules and --%slora-rslora",
-                     prefix, prefix, prefix, prefix, prefix);
+        if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear") || c->rslora || c->dora)
+            die_user("option --%slora-adapter takes the adapter's own rank, alpha, modules, scaling and DoRA: drop "
+                     "--%slora-rank, --%slora-alpha, --%slora-modules, --%slora-rslora and --%suse-dora",
+                     prefix, prefix, prefix, prefix, prefix, prefix);
         if (lora_read_adapter_config(c->adapter, lora) != 0) die_user("option --%slora-adapter: %s", prefix, err_msg());
         return;
     }
@@ -73,7 +78,9 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     lora->rank = (int)c->rank;
     lora->alpha = c->alpha > 0 ? (float)c->alpha : (float)c->rank;
     lora->rslora = c->rslora;
+    lora->dora = c->dora;
     if (lora->rank == 0 && c->rslora) die_user("option --%slora-rslora needs --%slora-rank", prefix, prefix);
+    if (lora->rank == 0 && c->dora) die_user("option --%suse-dora needs --%slora-rank", prefix, prefix);
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 

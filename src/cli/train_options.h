@@ -15,9 +15,10 @@ typedef struct {
     char *modules; // comma-separated PEFT module names, or all-linear
     char *adapter; // start from this saved adapter (its own rank, alpha and modules)
     bool rslora;   // scale by alpha / sqrt(rank)
+    bool dora;     // DoRA: a trained magnitude per output row (PEFT's use_dora)
 } LoraCli;
 
-// Adds the five options for `prefix` ("", "actor-" or "critic-") and returns how many.
+// Adds the six options for `prefix` ("", "actor-" or "critic-") and returns how many.
 int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);

@@ -65,9 +65,39 @@ static void target_shape(const ModelConfig *cfg, LoraTarget t, long *in, long *o
     }
 }
 
+long lora_in_features(const ModelConfig *cfg, LoraTarget target) {
+    long in, out;
+    target_shape(cfg, target, &in, &out);
+    return in;
+}
+
+long lora_out_features(const ModelConfig *cfg, LoraTarget target) {
+    long in, out;
+    target_shape(cfg, target, &in, &out);
+    return out;
+}
+
 static float *base_weight(const LayerTensors *w, LoraTarget t) {
     float *const weights[LORA_TARGETS] = {w->q_w, w->k_w, w->v_w, w->o_w, w->gate_w, w->up_w, w->down_w};
     return weights[t];
+}
+
+static const float *base_bias(const LayerTensors *w, LoraTarget t) {
+    const float *const biases[LORA_TARGETS] = {w->q_b, w->k_b, w->v_b, w->o_b, NULL, w->up_b, w->down_b};
+    return biases[t];
+}
+
+// DoRA: where a module's row norms start in Model.dora_norms (layer after layer, each layer's
+// adapted modules in LoraTarget order), and how many floats all of them take.
+static long dora_norm_offset(const Model *model, int layer, LoraTarget target) {
+    long per_layer = 0, before = 0, in, out;
+    for (int t = 0; t < LORA_TARGETS; t++) {
+        if (!(model->lora.targets & (1u << t))) continue;
+        target_shape(&model->config, (LoraTarget)t, &in, &out);
+        if (t < (int)target) before += out;
+        per_layer += out;
+    }
+    return layer * per_layer + before;
 }
 
 static float lora_scale(const LoraConfig *lora) {
@@ -107,20 +137,45 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, target_paths[t]);
             param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_b) + (size_t)t * sizeof(float *),
                                out, lora->rank);
+            if (!lora->dora) continue;
+            // PEFT's name for DoRA's magnitude vector (no ".weight").
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_magnitude_vector", l, target_paths[t]);
+            param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_m) + (size_t)t * sizeof(float *),
+                               out, 0);
         }
     // Adapters decay like the weights they adapt (PEFT puts them in the decayed group).
     for (int i = first_adapter; i < model->table.count; i++) model->table.entries[i].decay = true;
     if (first_trainable == base_total) first_trainable = model->table.entries[first_adapter].offset;
 
-    // The new buffer, built on the host: the old weights, A random, B zero.
+    // The new buffer, built on the host: the old weights, A random, B zero, and DoRA's
+    // magnitude the row norms of W + scale * B A = W (PEFT's initialisation).
     float *host = xcalloc((size_t)model->table.total, sizeof(float));
     model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
-    for (int i = first_adapter; i < model->table.count; i += 2) { // A, B pairs
+    for (int i = first_adapter; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
+        if (!strstr(e->name, ".lora_A.")) continue;
         const float bound = 1.0f / sqrtf((float)e->shape[1]);
         const uint64_t stream = rng_stream(e->name, (uint64_t)e->layer, 0);
         for (long j = 0; j < e->numel; j++)
             host[e->offset + j] = bound * (2.0f * rng_uniform(seed, stream, (uint64_t)j) - 1.0f);
+    }
+    if (lora->dora) {
+        ModelTensors views = {0};
+        param_views_bind(&views, &model->table, host, cfg->num_layers);
+        for (int l = 0; l < cfg->num_layers; l++)
+            for (int t = 0; t < LORA_TARGETS; t++) {
+                const LayerTensors *w = &views.layers[l];
+                if (!w->lora_m[t]) continue;
+                long in, out;
+                target_shape(cfg, (LoraTarget)t, &in, &out);
+                const float *weight = base_weight(w, (LoraTarget)t);
+                for (long o = 0; o < out; o++) {
+                    double sum = 0;
+                    for (long i = 0; i < in; i++) sum += (double)weight[o * in + i] * weight[o * in + i];
+                    w->lora_m[t][o] = (float)sqrt(sum);
+                }
+            }
+        param_views_free(&views);
     }
     model->ops->free(model->params);
     model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
@@ -130,6 +185,8 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
     model->lora.targets = targets;
+    if (lora->dora)
+        model->dora_norms = model->ops->alloc((size_t)dora_norm_offset(model, cfg->num_layers, LORA_Q) * sizeof(float));
     model->lora_first_entry = first_adapter;
     model->lora_enabled = true;
     model->trainable_offset = first_trainable;
@@ -152,6 +209,8 @@ void model_remove_lora(Model *model) {
     model->params = model->ops->alloc((size_t)base_total * sizeof(float));
     model->ops->copy_to_device(model->params, host, (size_t)base_total * sizeof(float));
     free(host);
+    if (model->dora_norms) model->ops->free(model->dora_norms);
+    model->dora_norms = NULL;
     if (model->grads) model->ops->free(model->grads);
     model->grads = NULL;
     param_views_free(&model->gradients);
@@ -177,8 +236,9 @@ void lora_describe(const Model *model, char *out, size_t size) {
     const long total = model_num_params(model);
     char dropout[48] = "";
     if (model->lora.dropout > 0) snprintf(dropout, sizeof dropout, ", dropout %g", model->lora.dropout);
-    snprintf(out, size, "rank %d, alpha %g%s%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
-             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", dropout, modules, trainable, total,
+    snprintf(out, size, "rank %d, alpha %g%s%s%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
+             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", model->lora.dora ? ", DoRA" : "", dropout,
+             modules, trainable, total,
              100.0 * trainable / total);
 }
 
@@ -195,8 +255,31 @@ static uint64_t dropout_stream(const Model *model, int layer, LoraTarget target)
     return rng_stream("lora_dropout", model->lora_dropout.micro_batch, (model->lora_dropout.passes << 20) | adapter);
 }
 
+void lora_dora_norms(Model *model) {
+    if (!model->lora.dora || !model->lora_enabled) return;
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const float scale = lora_scale(&model->lora);
+    float *delta = model->acts.dora_delta;
+    CHECK(delta, "DoRA norms without activations (model_reserve)");
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            const LayerTensors *w = &model->weights.layers[l];
+            if (!w->lora_m[t]) continue;
+            long in, out;
+            target_shape(cfg, (LoraTarget)t, &in, &out);
+            // delta[out, in] = B[out, rank] . A[rank, in]: matmul_backward's input gradient
+            // (dinp += dout . weight) with B as dout and A as the weight.
+            ops->fill_zero(delta, out * in);
+            ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
+                                 model->lora.rank);
+            ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t),
+                                  base_weight(w, (LoraTarget)t), delta, scale, (int)out, (int)in);
+        }
+}
+
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
-                  float *hidden, long N) {
+                  float *hidden, float *z, long N) {
     const LayerTensors *w = &model->weights.layers[layer];
     if (!model->lora_enabled || !w->lora_a[target]) return;
     const OpsBackend *ops = model->ops;
@@ -205,14 +288,46 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     target_shape(&model->config, target, &in, &out_features);
     // PEFT's lora_B(lora_A(dropout(x))): only the adapter's input is dropped, with a mask of
     // its own; the base layer sees x whole.
-    if (dropout_applies(model)) {
+    const bool dropout = dropout_applies(model);
+    if (dropout) {
         ops->dropout_forward(model->acts.lora_dropped, inp, N * in, (float)model->lora.dropout, model->lora_dropout.seed,
                              dropout_stream(model, layer, target));
         inp = model->acts.lora_dropped;
     }
     ops->matmul_forward(hidden, inp, w->lora_a[target], NULL, (int)N, (int)in, rank);
     ops->scale(hidden, lora_scale(&model->lora), N * rank);
-    ops->matmul_accumulate(out, hidden, w->lora_b[target], (int)N, rank, (int)out_features);
+    if (!w->lora_m[target]) {
+        ops->matmul_accumulate(out, hidden, w->lora_b[target], (int)N, rank, (int)out_features);
+        return;
+    }
+    // DoRA, as PEFT computes it: with s = m / ||W + scale B A|| (the norm detached),
+    // out += (s - 1) base + s * scale * B A x. The base result is out less its bias, or with
+    // dropout W applied to the dropped input (PEFT recomputes it so).
+    ops->matmul_forward(z, hidden, w->lora_b[target], NULL, (int)N, rank, (int)out_features);
+    const float *base = NULL;
+    if (dropout) {
+        ops->matmul_forward(model->acts.dora_scratch, inp, base_weight(w, target), NULL, (int)N, (int)in,
+                            (int)out_features);
+        base = model->acts.dora_scratch;
+    }
+    ops->dora_forward(out, z, base, base_bias(w, target), w->lora_m[target],
+                      model->dora_norms + dora_norm_offset(model, layer, target), (int)N, (int)out_features);
+}
+
+const float *lora_dora_dout(Model *model, int layer, LoraTarget target, const float *dout, const float *z, long N) {
+    const LayerTensors *w = &model->weights.layers[layer];
+    if (!model->lora_enabled || !w->lora_m[target]) return dout;
+    long in, out_features;
+    target_shape(&model->config, target, &in, &out_features);
+    // The base layer's backward takes s * dout: right for its input, wrong for a bias (which
+    // PEFT leaves outside the rescaling), so the bias must be frozen, as LoRA leaves it.
+    CHECK(!base_bias(&model->gradients.layers[layer], target), "DoRA with a trainable bias");
+    // d out / d base = s everywhere without dropout (the base layer's own term plus (s - 1)
+    // times it); the adapter's term takes s * dout as well.
+    model->ops->dora_backward(model->gradients.layers[layer].lora_m[target], model->acts.dora_scratch, dout, z,
+                              w->lora_m[target], model->dora_norms + dora_norm_offset(model, layer, target), 0.0f,
+                              (int)N, (int)out_features);
+    return dropout_applies(model) ? dout : model->acts.dora_scratch;
 }
 
 void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
@@ -225,9 +340,11 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     long in, out_features;
     target_shape(&model->config, target, &in, &out_features);
     float *d_hidden = model->acts.d_lora_hidden;
+    const bool dora = w->lora_m[target] != NULL;
+    const float *d_lora = dora ? model->acts.dora_scratch : dout; // DoRA: s * dout (lora_dora_dout)
     // hidden = scale * A x and out += B hidden, so dB += dout^T hidden, d(A x) = scale * dout B.
     ops->fill_zero(d_hidden, N * rank);
-    ops->matmul_backward(d_hidden, g->lora_b[target], NULL, dout, hidden, w->lora_b[target], (int)N, rank,
+    ops->matmul_backward(d_hidden, g->lora_b[target], NULL, d_lora, hidden, w->lora_b[target], (int)N, rank,
                          (int)out_features);
     ops->scale(d_hidden, lora_scale(&model->lora), N * rank);
     if (!dropout_applies(model)) {
@@ -243,6 +360,13 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     ops->fill_zero(d_dropped, N * in);
     ops->matmul_backward(d_dropped, g->lora_a[target], NULL, d_hidden, dropped, w->lora_a[target], (int)N, (int)in,
                          rank);
+    if (dora) { // the (s - 1) W dropout(x) term: d(dropped x) += W^T ((s - 1) dout)
+        ops->dora_backward(NULL, model->acts.dora_scratch, dout, NULL, w->lora_m[target],
+                           model->dora_norms + dora_norm_offset(model, layer, target), -1.0f, (int)N,
+                           (int)out_features);
+        ops->matmul_backward(d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target), (int)N,
+                             (int)in, (int)out_features);
+    }
     ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }
 
@@ -281,6 +405,13 @@ void lora_merge(const Model *model, float *params) {
             ops_cpu.matmul_forward(delta, w->lora_b[t], a_transposed, NULL, (int)out, rank, (int)in);
             float *weight = base_weight(w, (LoraTarget)t);
             for (long j = 0; j < out * in; j++) weight[j] += scale * delta[j];
+            if (w->lora_m[t]) // DoRA (PEFT's merge): each row of W + scale B A times m / its norm
+                for (long o = 0; o < out; o++) {
+                    double sum = 0;
+                    for (long i = 0; i < in; i++) sum += (double)weight[o * in + i] * weight[o * in + i];
+                    const float factor = w->lora_m[t][o] / (float)sqrt(sum);
+                    for (long i = 0; i < in; i++) weight[o * in + i] *= factor;
+                }
             free(a_transposed), free(delta);
         }
     param_views_free(&views);
@@ -329,6 +460,7 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     json_object_set_new(config, "lora_alpha", json_real(model->lora.alpha));
     json_object_set_new(config, "lora_dropout", json_real(model->lora.dropout));
     json_object_set_new(config, "use_rslora", json_boolean(model->lora.rslora));
+    json_object_set_new(config, "use_dora", json_boolean(model->lora.dora));
     json_object_set_new(config, "bias", json_string("none"));
     json_object_set_new(config, "fan_in_fan_out", json_false());
     json_object_set_new(config, "inference_mode", json_true());
@@ -387,9 +519,11 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||
              !json_is_number(alpha) || !(json_number_value(alpha) > 0))
         rc = err_set("%s: needs \"r\" (1 to 4096) and a positive \"lora_alpha\"", path);
-    else if (json_is_true(json_object_get(config, "use_dora")) || json_object_size(json_object_get(config, "rank_pattern")) ||
+    else if (json_object_size(json_object_get(config, "rank_pattern")) ||
              json_object_size(json_object_get(config, "alpha_pattern")))
-        rc = err_set("%s: DoRA and per-module ranks are not supported", path);
+        rc = err_set("%s: per-module ranks and alphas (rank_pattern, alpha_pattern) are not supported", path);
+    else if (json_object_get(config, "use_dora") && !json_is_boolean(json_object_get(config, "use_dora")))
+        rc = err_set("%s: \"use_dora\" must be true or false", path);
     else if (dropout && !json_is_null(dropout) &&
              !(json_is_number(dropout) && json_number_value(dropout) >= 0 && json_number_value(dropout) < 1))
         rc = err_set("%s: \"lora_dropout\" must be a number in [0, 1)", path);
@@ -418,6 +552,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
         out->lora.rank = (int)json_integer_value(rank);
         out->lora.alpha = (float)json_number_value(alpha);
         out->lora.rslora = json_is_true(json_object_get(config, "use_rslora"));
+        out->lora.dora = json_is_true(json_object_get(config, "use_dora"));
         if (json_is_number(dropout)) out->lora.dropout = json_number_value(dropout);
         if (json_is_array(saved))
             json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
@@ -438,11 +573,12 @@ static int check_adapter_config(const Model *model, const char *dir) {
     char want[32];
     snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
     if (config.lora.rank != model->lora.rank || config.lora.alpha != model->lora.alpha ||
-        config.lora.targets != model->lora.targets || config.lora.rslora != model->lora.rslora)
-        return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g%s does not match this run's LoRA options "
-                       "(rank %d, alpha %g%s) or modules", dir, config.lora.rank, config.lora.alpha,
-                       config.lora.rslora ? ", rsLoRA" : "", model->lora.rank, model->lora.alpha,
-                       model->lora.rslora ? ", rsLoRA" : "");
+        config.lora.targets != model->lora.targets || config.lora.rslora != model->lora.rslora ||
+        config.lora.dora != model->lora.dora)
+        return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g%s%s does not match this run's LoRA options "
+                       "(rank %d, alpha %g%s%s) or modules", dir, config.lora.rank, config.lora.alpha,
+                       config.lora.rslora ? ", rsLoRA" : "", config.lora.dora ? ", DoRA" : "", model->lora.rank,
+                       model->lora.alpha, model->lora.rslora ? ", rsLoRA" : "", model->lora.dora ? ", DoRA" : "");
     // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
     if (config.has_fingerprint && strcmp(config.fingerprint, want))
         return err_set("%s/adapter_config.json: the adapters were trained on other base weights than the model this "

@@ -13,6 +13,13 @@
 // checkpointing recomputation, a resumed run and another number of ranks or threads draw
 // the same masks. Inference and evaluation passes have no dropout.
 //
+// DoRA (Liu et al. 2024, PEFT's use_dora, LoraConfig.dora): each adapted layer also has a
+// magnitude m [out] and computes (m / n) (W + scale B A) x + b, n = ||W + scale B A|| per
+// output row, detached from the gradient as PEFT detaches it; m starts at ||W||. With
+// dropout the base term is recomputed on the dropped input, as PEFT does. Merged as PEFT
+// merges: each row of W + scale B A times m / n. Its entries ("...q_proj.lora_magnitude_vector",
+// PEFT's name) follow each module's A and B.
+//
 // The adapters are ordinary entries at the end of the parameter table (names
 // "model.layers.L.self_attn.q_proj.lora_A.weight" ...), so the optimizer, gradient sums,
 // ZeRO-1 shards, the EMA and checkpoints handle them like any weight. Everything before
@@ -40,6 +47,10 @@ const char *lora_target_name(LoraTarget target);
 // mask. Returns -1 with err_set() naming the unknown module.
 int lora_parse_targets(const char *list, unsigned *targets);
 
+// in_features and out_features of a target's linear layer in a model of this shape.
+long lora_in_features(const ModelConfig *cfg, LoraTarget target);
+long lora_out_features(const ModelConfig *cfg, LoraTarget target);
+
 // Adds adapters to the model's layers (after its weights are loaded, before
 // model_enable_grad) and freezes every weight before them; with train_value_head the value
 // head stays trainable too. A is drawn from the counter-based RNG keyed by seed. Returns -1
@@ -57,9 +68,21 @@ void lora_describe(const Model *model, char *out, size_t size);
 
 // An adapted linear layer's extra term, called by the transformer after the base matmul:
 // out[N, out] += scale * B (A inp); `hidden` [N, rank] keeps scale * A inp for the backward.
-// Nothing happens when the layer has no adapter or model->lora_enabled is false.
+// With DoRA out becomes s * (W x + scale B A x) + b, s = m / ||W + scale B A|| per output row
+// (lora_dora_norms), and `z` [N, out] keeps W x + scale B A x for the backward (unused
+// without DoRA). Nothing happens when the layer has no adapter or model->lora_enabled is false.
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
-                  float *hidden, long N);
+                  float *hidden, float *z, long N);
+// DoRA's weight norms ||W + scale B A|| of every adapted row into model->dora_norms; each
+// forward pass that does not continue a KV cache calls it first (a KV-cache continuation
+// keeps the norms the cache was filled with). Nothing without DoRA.
+void lora_dora_norms(Model *model);
+// DoRA's backward, called before the base layer's: accumulates the magnitude's gradient
+// (sum over tokens of dout * z / norm) and returns the gradient the base layer's backward
+// takes, s * dout (dout itself without DoRA, or with dropout, whose base term
+// lora_backward adds). lora_backward for the same module must follow (it uses the scratch
+// buffer this fills).
+const float *lora_dora_dout(Model *model, int layer, LoraTarget target, const float *dout, const float *z, long N);
 // Its backward: gradients of A and B (accumulated), and dinp += the adapter's share.
 void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, const float *dout,
                    const float *inp, const float *hidden, long N);
@@ -72,7 +95,8 @@ void lora_dropout_begin(Model *model, uint64_t seed, uint64_t epoch, uint64_t mi
 void lora_dropout_end(Model *model);
 
 // Adds scale * B A into every adapted weight of `params`, a host copy of the model's flat
-// buffer, so that the plain model computes what the adapted one does (up to rounding).
+// buffer, so that the plain model computes what the adapted one does (up to rounding); with
+// DoRA each row of W + scale B A is then scaled by m / its norm (PEFT's merge; biases stay).
 void lora_merge(const Model *model, float *params);
 
 // The subfolder of a saved model that holds its adapters.

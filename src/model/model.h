@@ -36,6 +36,7 @@ typedef struct {
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;
     float *gate, *up, *act; // MLP pre-activations and activation output
     float *lora_hidden[LORA_TARGETS]; // LoRA: scale * A x per adapter, [N, rank]
+    float *dora_z[LORA_TARGETS];      // DoRA: the base result (no bias) + scale * B A x, [N, out]
 } LayerActivations;
 
 typedef struct {
@@ -70,6 +71,10 @@ typedef struct {
     float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
     // LoRA dropout: an adapter's dropped input, and its gradient, [N, widest adapted input]
     float *lora_dropped, *d_lora_dropped;
+    // DoRA: m / ||W + s B A|| times an adapted layer's output gradient (and, with dropout, the
+    // forward's base result on the dropped input), [N, widest adapted output]; B A of one
+    // adapter for its weight norms, [widest out * in].
+    float *dora_scratch, *dora_delta;
 } Activations;
 
 // LoRA adapters on a model's linear layers (model/lora.h).
@@ -80,6 +85,7 @@ typedef struct {
     unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
     double dropout;    // PEFT's lora_dropout: an adapter's input is dropped with this probability
                        // in training passes (between lora_dropout_begin and _end), never at inference
+    bool dora;         // DoRA (Liu et al. 2024, PEFT's use_dora): a trained magnitude per output row
 } LoraConfig;
 
 // What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
@@ -94,7 +100,12 @@ typedef struct Model {
     // LoRA (model/lora.h): the adapters are the table's last entries. lora_enabled false
     // runs the base model alone (PPO's reference model shares the actor's weights this way).
     LoraConfig lora;
-    int lora_first_entry; // table entries from here on are adapters: A, B pairs (table.count without LoRA)
+    int lora_first_entry; // table entries from here on are adapters: A, B (DoRA: A, B, m) per module
+                          // (table.count without LoRA)
+    // DoRA: ||W + s B A|| of each adapted weight's output rows, layer after layer, module after
+    // module (model/lora.c dora_norm_offset); device memory. Recomputed by every forward
+    // that does not continue a KV cache (lora_dora_norms).
+    float *dora_norms;
     bool lora_enabled;
     unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
     // LoRA dropout in progress (model/lora.h lora_dropout_begin): the masks of one micro-batch.

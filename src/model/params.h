@@ -23,8 +23,9 @@ typedef struct {
     float *mlp_norm_w, *mlp_norm_b;
     float *gate_w; // gated MLPs only
     float *up_w, *up_b, *down_w, *down_b;
-    // LoRA adapters, NULL where none: A [rank, in_features], B [out_features, rank].
-    float *lora_a[LORA_TARGETS], *lora_b[LORA_TARGETS];
+    // LoRA adapters, NULL where none: A [rank, in_features], B [out_features, rank]; with
+    // DoRA the magnitude m [out_features] too (model/lora.h).
+    float *lora_a[LORA_TARGETS], *lora_b[LORA_TARGETS], *lora_m[LORA_TARGETS];
 } LayerTensors;
 
 // Named views into one flat buffer (weights, gradients, or a moment buffer).

@@ -98,6 +98,10 @@ void quantized_take(Model *model, const ParamEntry *entry) {
 
 int model_quantize(Model *model, const char *type) {
     if (!quantize_requested(type)) return 0;
+    // DoRA's row norms ||W + scale B A|| need the float32 weights the quantization frees.
+    if (model->lora.dora)
+        return err_set("--quantize %s: a DoRA adapter needs the float32 weights; merge it into the model instead "
+                       "(its saved final/ folder)", type);
     if (quantized_begin(model, type) != 0) return -1;
     for (int i = 0; i < model_base_entries(model); i++) quantized_take(model, &model->table.entries[i]);
     return 0;

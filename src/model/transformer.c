@@ -49,8 +49,10 @@ static void activations_free(Model *model) {
                                 la->gate, la->up, la->act};
             for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
                 if (buffers[i]) ops->free(buffers[i]);
-            for (int t = 0; t < LORA_TARGETS; t++)
+            for (int t = 0; t < LORA_TARGETS; t++) {
                 if (la->lora_hidden[t]) ops->free(la->lora_hidden[t]);
+                if (la->dora_z[t]) ops->free(la->dora_z[t]);
+            }
         }
         free(a->layers);
     }
@@ -62,7 +64,7 @@ static void activations_free(Model *model) {
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
                        a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw,
-                       a->lora_dropped, a->d_lora_dropped};
+                       a->lora_dropped, a->d_lora_dropped, a->dora_scratch, a->dora_delta};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
@@ -78,6 +80,7 @@ void model_free(Model *model) {
     model->ops->free(model->params);
     if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
     if (model->grads) model->ops->free(model->grads);
+    if (model->dora_norms) model->ops->free(model->dora_norms);
     param_views_free(&model->weights);
     param_views_free(&model->gradients);
     param_table_free(&model->table);
@@ -164,7 +167,10 @@ void model_reserve(Model *model, int B, int T) {
         la->up = alloc_floats(ops, N * I);
         la->act = alloc_floats(ops, N * I);
         for (int t = 0; t < LORA_TARGETS; t++)
-            if (model->lora.targets & (1u << t)) la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
+            if (model->lora.targets & (1u << t)) {
+                la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
+                if (model->lora.dora) la->dora_z[t] = alloc_floats(ops, N * lora_out_features(cfg, (LoraTarget)t));
+            }
     }
     if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
     if (model->lora.rank && model->grads && model->lora.dropout > 0) {
@@ -174,6 +180,18 @@ void model_reserve(Model *model, int B, int T) {
         if (I > widest) widest = I;
         a->lora_dropped = alloc_floats(ops, N * widest);
         a->d_lora_dropped = alloc_floats(ops, N * widest);
+    }
+    if (model->lora.dora) {
+        // The widest adapted output, and the largest adapted weight.
+        long widest = 0, largest = 0;
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            if (!(model->lora.targets & (1u << t))) continue;
+            const long out = lora_out_features(cfg, (LoraTarget)t), in = lora_in_features(cfg, (LoraTarget)t);
+            if (out > widest) widest = out;
+            if (out * in > largest) largest = out * in;
+        }
+        a->dora_delta = alloc_floats(ops, largest);
+        if (model->grads) a->dora_scratch = alloc_floats(ops, N * widest);
     }
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
@@ -267,9 +285,9 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
     linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim);
-    lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
+    lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
     linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim);
-    lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], N);
+    lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
     if (cfg->qk_norm) {
         ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
                              cfg->norm_eps, false);
@@ -277,7 +295,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
                              cfg->head_dim, cfg->norm_eps, false);
     }
     linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim);
-    lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], N);
+    lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
@@ -328,22 +346,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C);
-    lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], N);
+    lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
     linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I);
-    lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
+    lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
         ops->gelu_forward(la->act, la->up, N * I);
     } else {
         linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I);
-        lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], N);
+        lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
     linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C);
-    lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], N);
+    lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
 
@@ -389,6 +407,8 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
             CHECK(positions[(long)b * T + T - 1] < cfg->max_position_embeddings,
                   "row %d reaches position %d, past the model's %d positions", b, positions[(long)b * T + T - 1],
                   cfg->max_position_embeddings);
+    // DoRA's weight norms follow the adapters; a KV-cache continuation keeps its cache's.
+    if (!decode) lora_dora_norms(model);
     ops->copy_to_device(a->tokens, batch->tokens, (size_t)N * sizeof(int));
     ops->copy_to_device(a->positions, positions, (size_t)N * sizeof(int));
     ops->copy_to_device(a->row_start, row_start, (size_t)B * sizeof(int));
@@ -681,7 +701,8 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // MLP block: x_{l+1} = x_mid + down(act)
     ops->fill_zero(a->d_act, N * I);
-    ops->matmul_backward(a->d_act, g->down_w, g->down_b, a->d_resid, la->act, w->down_w,
+    ops->matmul_backward(a->d_act, g->down_w, g->down_b,
+                         lora_dora_dout(model, l, LORA_DOWN, a->d_resid, la->dora_z[LORA_DOWN], N), la->act, w->down_w,
                          (int)N, I, C);
     lora_backward(model, l, LORA_DOWN, a->d_act, a->d_resid, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->fill_zero(a->d_up, N * I);
@@ -692,12 +713,14 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->fill_zero(a->d_gate, N * I);
         ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
                           cfg->mlp == MLP_GEGLU);
-        ops->matmul_backward(a->d_norm_out, g->gate_w, NULL, a->d_gate, la->mlp_norm_out,
-                             w->gate_w, (int)N, C, I);
+        ops->matmul_backward(a->d_norm_out, g->gate_w, NULL,
+                             lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N),
+                             la->mlp_norm_out, w->gate_w, (int)N, C, I);
         lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
                       la->lora_hidden[LORA_GATE], N);
     }
-    ops->matmul_backward(a->d_norm_out, g->up_w, g->up_b, a->d_up, la->mlp_norm_out, w->up_w,
+    ops->matmul_backward(a->d_norm_out, g->up_w, g->up_b,
+                         lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out, w->up_w,
                          (int)N, C, I);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     // d_resid already carries the residual path into x_mid; add the norm's branch.
@@ -706,8 +729,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // Attention block: x_mid = x_l + o_proj(att_out)
     ops->fill_zero(a->d_att_out, N * q_dim);
-    ops->matmul_backward(a->d_att_out, g->o_w, g->o_b, a->d_resid, la->att_out, w->o_w, (int)N,
-                         q_dim, C);
+    ops->matmul_backward(a->d_att_out, g->o_w, g->o_b,
+                         lora_dora_dout(model, l, LORA_O, a->d_resid, la->dora_z[LORA_O], N), la->att_out, w->o_w,
+                         (int)N, q_dim, C);
     lora_backward(model, l, LORA_O, a->d_att_out, a->d_resid, la->att_out, la->lora_hidden[LORA_O], N);
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
@@ -730,11 +754,14 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         dq = a->dq_raw, dk = a->dk_raw;
     }
     ops->fill_zero(a->d_norm_out, N * C);
-    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, dq, la->attn_norm_out, w->q_w, (int)N, C, q_dim);
+    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N),
+                         la->attn_norm_out, w->q_w, (int)N, C, q_dim);
     lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, dk, la->attn_norm_out, w->k_w, (int)N, C, kv_dim);
+    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N),
+                         la->attn_norm_out, w->k_w, (int)N, C, kv_dim);
     lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
-    ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b, a->dv, la->attn_norm_out, w->v_w,
+    ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b,
+                         lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out, w->v_w,
                          (int)N, C, kv_dim);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,

@@ -569,6 +569,9 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
     if (model->lora.rank == 0) return err_set("the model has no LoRA adapter to write (%s)", path);
     if (cfg->family == FAMILY_GPT2)
         return err_set("GPT-2's GGUF fuses q, k and v: its LoRA adapters cannot be written for llama.cpp (%s)", path);
+    if (model->lora.dora)
+        return err_set("llama.cpp's LoRA files have no DoRA magnitude: write the merged model instead of "
+                       "--adapter-only (%s)", path);
     float *params = xmalloc((size_t)model->table.total * sizeof(float));
     model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
     GgufWriter *w = gguf_writer_new();

@@ -202,6 +202,22 @@ typedef struct OpsBackend {
     // Its backward through the same mask: dinp[i] += dout[i] / (1 - p) where kept.
     void (*dropout_backward)(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
 
+    // ---- DoRA (Liu et al. 2024, PEFT's use_dora; model/lora.h) ----
+    // norm[r] = || weight[r] + scale * delta[r] ||_2 over each of `rows` rows of `cols`
+    // (delta = B A, the adapter's unscaled update): the row norms of the adapted weight.
+    void (*dora_weight_norm)(float *norm, const float *weight, const float *delta, float scale, int rows,
+                             int cols);
+    // With s[o] = magnitude[o] / norm[o] and base[t, o] the base layer's result without its
+    // bias (base, or when base is NULL out - bias, bias NULL meaning none):
+    // out += (s - 1) * base + s * z, then z = base + z. On entry z holds the adapter's
+    // scaled result (scale * B A x); on exit base + that, what the backward needs.
+    void (*dora_forward)(float *out, float *z, const float *base, const float *bias, const float *magnitude,
+                         const float *norm, int N, int OC);
+    // dscaled[t, o] = (s[o] + shift) * dout[t, o]; dmagnitude[o] += sum_t dout[t, o] * z[t, o]
+    // / norm[o] (skipped when dmagnitude is NULL). z as dora_forward left it.
+    void (*dora_backward)(float *dmagnitude, float *dscaled, const float *dout, const float *z,
+                          const float *magnitude, const float *norm, float shift, int N, int OC);
+
     // ---- heads ----
     // For each row i: lse[i] = logsumexp(logits[i]); logp[i] = logits[i][targets[i]] - lse
     // (0 when targets[i] < 0); top1[i] = argmax (optional); entropy[i] (optional).

@@ -151,7 +151,8 @@ expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" s
 
 # --- LoRA: the adapters' gradients summed, their moments sharded by ZeRO-1 ----------------------
 # With LoRA dropout too: a micro-batch's masks depend on its place in the run, not on the
-# rank that runs it, so 2 ranks train what one process does with accumulation.
+# rank that runs it, so 2 ranks train what one process does with accumulation. And DoRA: its
+# magnitudes are summed and sharded with the adapters.
 "$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --output "$tmp/lora_one" --quiet 2> /dev/null
 "$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_dropout_one" \
     --quiet 2> /dev/null
@@ -159,7 +160,11 @@ ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --output "$tmp/lora_two" --quiet 2>
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --zero-stage 1 --output "$tmp/lora_zero1" --quiet 2> "$tmp/lora_zero1.err"
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_dropout_two" --quiet \
     2> "$tmp/lora_dropout_two.err"
-for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_two; do
+"$bin" sft "${sft[@]}" --gradient-accumulation-steps 2 --lora-rank 4 --use-dora --output "$tmp/dora_one" --quiet 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --output "$tmp/dora_two" --quiet 2> "$tmp/dora_two.err"
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --zero-stage 1 --output "$tmp/dora_zero1" --quiet \
+    2> "$tmp/dora_zero1.err"
+for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_two dora_one:dora_two dora_one:dora_zero1; do
     one=${pair%%:*} run=${pair#*:}
     close "$(json_values "$tmp/$one/metrics.jsonl" train/loss)" "$(json_values "$tmp/$run/metrics.jsonl" train/loss)" 1e-5 &&
         close "$(logprobs_of "$tmp/$one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&

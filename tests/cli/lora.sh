@@ -78,7 +78,9 @@ all='"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 bad_adapter malformed_json "adapter_config.json:1" '{"peft_type": "LORA", "r": 8,'
 bad_adapter not_lora "not a LoRA adapter" "{\"peft_type\": \"PROMPT_TUNING\", \"r\": 8, \"lora_alpha\": 16, $all}"
 bad_adapter zero_rank "needs \"r\"" "{\"peft_type\": \"LORA\", \"r\": 0, \"lora_alpha\": 16, $all}"
-bad_adapter dora "DoRA" "{$good, \"use_dora\": true, $all}"
+bad_adapter dora_without_magnitudes "lora_magnitude_vector" "{$good, \"use_dora\": true, $all}"
+bad_adapter dora_not_boolean "\"use_dora\" must be true or false" "{$good, \"use_dora\": \"yes\", $all}"
+bad_adapter rank_pattern "rank_pattern" "{$good, \"rank_pattern\": {\"q_proj\": 4}, $all}"
 bad_adapter pattern "patterns are not supported" "{$good, \"target_modules\": \".*proj\"}"
 bad_adapter unknown_module "c_attn" "{$good, \"target_modules\": [\"q_proj\", \"c_attn\"]}"
 bad_adapter other_rank "but the model expects [4, 64]" "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, $all}"
@@ -118,6 +120,88 @@ fresh=$(json_values "$tmp/sft/metrics.jsonl" eval/loss | cut -d' ' -f1)
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) - 0.1 else 1)" "$continued" "$fresh" 2> /dev/null &&
     pass "sft_continues_from_adapter (first eval loss $continued, fresh $fresh)" ||
     fail sft_continues_from_adapter "$continued vs $fresh: $(tail -n 2 "$tmp/continued.err")"
+
+# --- DoRA (--use-dora, PEFT's use_dora) --------------------------------------------------
+# It learns; the adapter says use_dora and holds a magnitude vector per module; applied to the
+# base it computes what the merged model does; PEFT's own DoRA folder loads; a kill and resume
+# and gradient checkpointing are bit-identical; it trains otherwise than plain LoRA; a resume
+# without --use-dora is refused; dpo, kto and rm carry it (ppo below).
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --use-dora --eval-every 6 \
+    --output "$tmp/dora" 2> "$tmp/dora.err"
+rc=$?
+losses=$(json_values "$tmp/dora/metrics.jsonl" eval/loss)
+[ $rc -eq 0 ] && python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if v[-1] < 0.95 * v[0] else 1)" \
+    "$losses" 2> /dev/null && pass "sft_dora_learns (eval loss $losses)" ||
+    fail sft_dora_learns "exit $rc, eval losses $losses: $(tail -n 2 "$tmp/dora.err")"
+"$bin" logprobs --model "$tmp/dora/final" --input "$tmp/ids.jsonl" > "$tmp/dora_merged.jsonl" 2> /dev/null
+"$bin" logprobs --model "$model" --lora-adapter "$tmp/dora/final" --input "$tmp/ids.jsonl" > "$tmp/dora_adapter.jsonl" \
+    2> "$tmp/dora_adapter.err"
+python3 - "$tmp/dora/final/adapter" "$tmp/dora_merged.jsonl" "$tmp/dora_adapter.jsonl" "$tmp/merged.jsonl" << 'EOF' &&
+import json, struct, sys
+config = json.load(open(sys.argv[1] + "/adapter_config.json"))
+assert config["use_dora"] is True and config["r"] == 8, config
+with open(sys.argv[1] + "/adapter_model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+magnitudes = [k for k in header if k.endswith(".lora_magnitude_vector")]
+assert len(magnitudes) == 7 * int(json.load(open(sys.argv[1] + "/../config.json"))["num_hidden_layers"]), magnitudes
+assert all(len(header[k]["shape"]) == 1 for k in magnitudes), header
+a, b, lora = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[2:])
+assert len(a) == len(b) == 4 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5, (a, b)
+assert max(abs(x - y) for x, y in zip(a, lora)) > 1e-4, (a, lora)
+EOF
+    pass sft_dora_adapter_equals_merged || fail sft_dora_adapter_equals_merged "$(tail -n 1 "$tmp/dora_adapter.err")"
+# Greedy generation with the adapter applied unmerged (the KV cache's decode steps keep the
+# prefill's weight norms) writes what the merged model writes.
+"$bin" generate --model "$model" --lora-adapter "$tmp/dora/final" --input "$data/sft_eval.jsonl" --max-new-tokens 8 \
+    --min-new-tokens 8 --temperature 0 --output "$tmp/dora_generated.jsonl" 2> "$tmp/dora_generate.err"
+"$bin" generate --model "$tmp/dora/final" --input "$data/sft_eval.jsonl" --max-new-tokens 8 --min-new-tokens 8 \
+    --temperature 0 --output "$tmp/dora_merged_generated.jsonl" 2> /dev/null
+python3 - "$tmp/dora_generated.jsonl" "$tmp/dora_merged_generated.jsonl" << 'EOF' &&
+import json, sys
+a, b = ([json.loads(line) for line in open(p)] for p in sys.argv[1:])
+assert len(a) == len(b) > 0 and all(len(x["ids"]) == 8 and x["ids"] == y["ids"] for x, y in zip(a, b)), (a, b)
+assert max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x["logprobs"], y["logprobs"])) < 1e-4
+EOF
+    pass generate_dora_adapter_equals_merged || fail generate_dora_adapter_equals_merged "$(tail -n 1 "$tmp/dora_generate.err")"
+"$bin" logprobs --model tests/fixtures/models/llama --lora-adapter tests/fixtures/models/llama/dora --input "$tmp/ids.jsonl" \
+    > /dev/null 2> "$tmp/peft_dora.err" && pass logprobs_peft_dora_adapter || fail logprobs_peft_dora_adapter "$(cat "$tmp/peft_dora.err")"
+dora_long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
+"$bin" sft "${dora_long[@]}" --use-dora --output "$tmp/dora_straight" 2> /dev/null
+interrupted_run "$tmp/dora_killed" "$bin" sft "${dora_long[@]}" --use-dora --output "$tmp/dora_killed"
+[ "$finished_early" = 1 ] && fail sft_dora_kill_mid_run "the run finished before the kill"
+cmp -s "$tmp/dora_straight/final/model.safetensors" "$tmp/dora_killed/final/model.safetensors" &&
+    cmp -s "$tmp/dora_straight/final/adapter/adapter_model.safetensors" "$tmp/dora_killed/final/adapter/adapter_model.safetensors" &&
+    pass sft_dora_resume_bit_identical || fail sft_dora_resume_bit_identical "$(tail -n 2 "$tmp/dora_killed.err")"
+"$bin" sft "${dora_long[@]}" --use-dora --gradient-checkpointing --output "$tmp/dora_recomputed" 2> /dev/null
+cmp -s "$tmp/dora_straight/final/adapter/adapter_model.safetensors" "$tmp/dora_recomputed/final/adapter/adapter_model.safetensors" &&
+    pass sft_dora_gradient_checkpointing_same || fail sft_dora_gradient_checkpointing_same "adapters differ"
+"$bin" sft "${dora_long[@]}" --output "$tmp/lora_straight" 2> /dev/null
+[ -f "$tmp/lora_straight/final/model.safetensors" ] &&
+    ! cmp -s "$tmp/dora_straight/final/model.safetensors" "$tmp/lora_straight/final/model.safetensors" &&
+    pass sft_dora_trains_otherwise_than_lora || fail sft_dora_trains_otherwise_than_lora "the same model as plain LoRA"
+before=$(ls -R "$tmp/dora_straight" | md5sum)
+expect_error sft_dora_resume_without_dora "DoRA" "$bin" sft "${dora_long[@]}" --output "$tmp/dora_straight" --resume
+[ "$(ls -R "$tmp/dora_straight" | md5sum)" = "$before" ] && pass sft_dora_refused_resume_keeps_run ||
+    fail sft_dora_refused_resume_keeps_run "files changed"
+"$bin" dpo --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --threads 2 --max-steps 1 --lora-rank 4 --use-dora \
+    --output "$tmp/dora_dpo" 2> "$tmp/dora_dpo.err" &&
+    "$bin" kto --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --threads 2 --max-steps 1 --lora-rank 4 \
+        --use-dora --output "$tmp/dora_kto" 2> "$tmp/dora_kto.err" &&
+    "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --threads 2 --max-steps 1 --lora-rank 4 \
+        --use-dora --output "$tmp/dora_rm" 2> "$tmp/dora_rm.err" &&
+    grep -q '"use_dora": true' "$tmp/dora_dpo/final/adapter/adapter_config.json" &&
+    grep -q '"use_dora": true' "$tmp/dora_kto/final/adapter/adapter_config.json" &&
+    grep -q '"use_dora": true' "$tmp/dora_rm/final/adapter/adapter_config.json" && pass dpo_kto_rm_dora ||
+    fail dpo_kto_rm_dora "$(tail -n 1 "$tmp/dora_dpo.err") $(tail -n 1 "$tmp/dora_kto.err") $(tail -n 1 "$tmp/dora_rm.err")"
+expect_error dora_without_rank "option --use-dora needs --lora-rank" "$bin" sft "${sft[@]}" --use-dora --output "$tmp/x"
+expect_error dora_with_adapter "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-adapter "$tmp/dora/final" --use-dora \
+    --output "$tmp/x"
+expect_error ppo_dora_without_rank "option --actor-use-dora needs --actor-lora-rank" "$bin" ppo --actor-model "$model" \
+    --reward-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x" --actor-use-dora
+expect_error dora_quantized "DoRA" "$bin" generate --model "$model" --lora-adapter "$tmp/dora/final" --quantize q8_0 \
+    --input "$data/sft_eval.jsonl" --output "$tmp/x.jsonl"
+expect_error dora_gguf_adapter_only "DoRA" "$bin" convert "$model" "$tmp/dora.gguf" --lora-adapter "$tmp/dora/final" \
+    --adapter-only
 
 # --- exact resume ---------------------------------------------------------------------
 long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
@@ -230,6 +314,12 @@ cmp -s "$tmp/ppo_straight/final/actor/adapter/adapter_model.safetensors" "$tmp/p
 kl=$(json_values "$tmp/ppo_from_adapter/metrics.jsonl" train/kl)
 python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if len(v) == 4 and v[0] == 0 and v[-1] != 0 else 1)" "$kl" 2> /dev/null &&
     pass "ppo_from_actor_adapter (KL $kl)" || fail ppo_from_actor_adapter "KL $kl: $(tail -n 2 "$tmp/ppo_from_adapter.err")"
+# DoRA on the actor and the critic: it runs and both adapters say use_dora.
+"$bin" ppo "${ppo_base[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --actor-use-dora --critic-use-dora --max-iterations 2 \
+    --output "$tmp/ppo_dora" 2> "$tmp/ppo_dora.err" &&
+    grep -q '"use_dora": true' "$tmp/ppo_dora/final/actor/adapter/adapter_config.json" &&
+    grep -q '"use_dora": true' "$tmp/ppo_dora/final/critic/adapter/adapter_config.json" && pass ppo_dora_runs ||
+    fail ppo_dora_runs "$(tail -n 2 "$tmp/ppo_dora.err")"
 expect_error ppo_lora_resume_other_rank "--actor-lora-rank 4 --critic-lora-rank 4, this run has 2 and 4" \
     "$bin" ppo "${ppo[@]}" --max-iterations 24 --num-train-epochs 4 --output "$tmp/ppo_killed" --resume --actor-lora-rank 2
 

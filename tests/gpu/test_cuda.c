@@ -663,7 +663,53 @@ static void test_fixture_models(void) {
     }
 }
 
-// LoRA adapters (PEFT's, tools/make_lora_fixtures.py) on a frozen base, value head trained.
+// DoRA's ops (ops.h dora_*): the weight's row norms, the rescaled output with the base
+// result taken from out less its bias and given apart (dropout), the backward with and
+// without the magnitude gradient. Elementwise results within fp32 rounding (the GPU may
+// fuse a multiply-add); the norms and the magnitude gradient are sums in another order.
+static void test_dora_ops(void) {
+    const int rows = 150, cols = 200, N = 70, OC = 150;
+    float *weight = random_host((long)rows * cols, 1), *delta = random_host((long)rows * cols, 1);
+    float *norm = xmalloc(rows * sizeof(float)), *d_norm = gpu->alloc(rows * sizeof(float));
+    cpu->dora_weight_norm(norm, weight, delta, 0.7f, rows, cols);
+    gpu->dora_weight_norm(d_norm, gpu_floats(weight, (long)rows * cols), gpu_floats(delta, (long)rows * cols), 0.7f,
+                          rows, cols);
+    expect_match("dora_weight_norm", d_norm, norm, rows, TOL_FP32);
+
+    float *magnitude = random_host(OC, 1), *bias = random_host(OC, 1);
+    for (int o = 0; o < OC; o++) magnitude[o] = norm[o] * (1.0f + 0.5f * magnitude[o]);
+    float *d_m = gpu_floats(magnitude, OC), *d_n = gpu_floats(norm, OC), *d_bias = gpu_floats(bias, OC);
+    for (int with_base = 0; with_base < 2; with_base++) {
+        float *out = random_host((long)N * OC, 1), *z = random_host((long)N * OC, 1), *base = random_host((long)N * OC, 1);
+        float *d_out = gpu_floats(out, (long)N * OC), *d_z = gpu_floats(z, (long)N * OC);
+        float *d_base = gpu_floats(base, (long)N * OC);
+        cpu->dora_forward(out, z, with_base ? base : NULL, bias, magnitude, norm, N, OC);
+        gpu->dora_forward(d_out, d_z, with_base ? d_base : NULL, d_bias, d_m, d_n, N, OC);
+        expect_match(with_base ? "dora_forward out (base given)" : "dora_forward out (out - bias)", d_out, out,
+                     (long)N * OC, TOL_FP32);
+        expect_match(with_base ? "dora_forward z (base given)" : "dora_forward z (out - bias)", d_z, z, (long)N * OC,
+                     TOL_FP32);
+        gpu->free(d_base);
+        free(out), free(z), free(base);
+    }
+    float *dout = random_host((long)N * OC, 1), *z = random_host((long)N * OC, 1);
+    float *dm = random_host(OC, 1), *scaled = xmalloc((size_t)N * OC * sizeof(float));
+    float *d_dout = gpu_floats(dout, (long)N * OC), *d_z = gpu_floats(z, (long)N * OC), *d_dm = gpu_floats(dm, OC);
+    float *d_scaled = gpu->alloc((size_t)N * OC * sizeof(float));
+    cpu->dora_backward(dm, scaled, dout, z, magnitude, norm, 0.0f, N, OC);
+    gpu->dora_backward(d_dm, d_scaled, d_dout, d_z, d_m, d_n, 0.0f, N, OC);
+    expect_match("dora_backward dmagnitude", d_dm, dm, OC, TOL_FP32);
+    expect_match("dora_backward s * dout", d_scaled, scaled, (long)N * OC, TOL_FP32);
+    d_scaled = gpu->alloc((size_t)N * OC * sizeof(float));
+    cpu->dora_backward(NULL, scaled, dout, NULL, magnitude, norm, -1.0f, N, OC);
+    gpu->dora_backward(NULL, d_scaled, d_dout, NULL, d_m, d_n, -1.0f, N, OC);
+    expect_match("dora_backward (s - 1) * dout", d_scaled, scaled, (long)N * OC, TOL_FP32);
+    gpu->free(d_dout), gpu->free(d_z), gpu->free(d_m), gpu->free(d_n), gpu->free(d_bias);
+    free(weight), free(delta), free(norm), free(magnitude), free(bias), free(dout), free(z), free(dm), free(scaled);
+}
+
+// LoRA adapters (PEFT's, tools/make_lora_fixtures.py) on a frozen base, value head trained;
+// and PEFT's DoRA adapter on the tiny Llama.
 static void test_lora_models(void) {
     static const char *names[] = {"llama", "qwen2", "gemma"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
@@ -680,6 +726,16 @@ static void test_lora_models(void) {
         model_free(&mc);
         model_free(&mg);
     }
+    Model mc, mg;
+    load_pair(&mc, &mg, "tests/fixtures/models/llama", true);
+    LoraConfig dora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
+    CHECK(model_add_lora(&mc, &dora, true, 3) == 0 && model_add_lora(&mg, &dora, true, 3) == 0, "%s", err_msg());
+    CHECK(lora_read_adapter(&mc, "tests/fixtures/models/llama/dora") == 0 &&
+              lora_read_adapter(&mg, "tests/fixtures/models/llama/dora") == 0,
+          "%s", err_msg());
+    compare_pair("llama+dora", &mc, &mg);
+    model_free(&mc);
+    model_free(&mg);
 }
 
 // Greedy generation on the GPU (KV cache in GPU memory): the log-probs it reports for its
@@ -841,6 +897,7 @@ int main(void) {
     RUN(test_activations_and_elementwise);
     RUN(test_logprob_and_value_head);
     RUN(test_adamw);
+    RUN(test_dora_ops);
     RUN(test_fixture_models);
     RUN(test_fixture_models_mma_attention);
     RUN(test_lora_models);

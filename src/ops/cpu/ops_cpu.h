@@ -102,3 +102,10 @@ double cpu_sum_squares(const float *x, long n);
 
 void cpu_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
 void cpu_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
+
+// dora.c
+void cpu_dora_weight_norm(float *norm, const float *weight, const float *delta, float scale, int rows, int cols);
+void cpu_dora_forward(float *out, float *z, const float *base, const float *bias, const float *magnitude,
+                      const float *norm, int N, int OC);
+void cpu_dora_backward(float *dmagnitude, float *dscaled, const float *dout, const float *z, const float *magnitude,
+                       const float *norm, float shift, int N, int OC);

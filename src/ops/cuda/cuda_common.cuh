@@ -197,6 +197,13 @@ void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float 
 void cuda_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
 void cuda_dropout_backward(float *dinp, const float *dout, long n, float p, uint64_t seed, uint64_t stream);
 
+// ---- dora.cu ----
+void cuda_dora_weight_norm(float *norm, const float *weight, const float *delta, float scale, int rows, int cols);
+void cuda_dora_forward(float *out, float *z, const float *base, const float *bias, const float *magnitude,
+                       const float *norm, int N, int OC);
+void cuda_dora_backward(float *dmagnitude, float *dscaled, const float *dout, const float *z, const float *magnitude,
+                        const float *norm, float shift, int N, int OC);
+
 // ---- logprob.cu ----
 void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                           const float *logits, const int *targets, int N, int V);
