@@ -510,17 +510,18 @@ static void test_q8_cache_row_operations(void) {
 }
 
 // Chunked prefill (ContinuousOptions.prefill_chunk): a companion sequence is decoding when
-// a request with a 40-token prompt and two sequences (greedy, and sampled) arrives. Against
-// the same schedule with whole prompts (prefill_chunk 0):
+// a request with a 40-token prompt (72 with Q8_0 weights, past the 64 rows from which a
+// whole prefill multiplies by the dequantized weights) and two sequences (greedy, and
+// sampled) arrives. Against the same schedule with whole prompts (prefill_chunk 0):
 //  - chunks of 1, 7 and 13 tokens: the same tokens, and every log-prob of the vocabulary at
 //    every step within 1e-5 (float32 cache, float32 or Q8_0 weights; the later chunks
 //    attend to the earlier ones through the cache and the matmuls run on other row counts:
 //    2.4e-6 seen), 2e-3 with a half cache (the earlier chunks are read through their
-//    halves) and 3e-2 with a Q8_0 cache (through their 8-bit records);
-//  - chunks of 40 (the prompt's length) and 64: bit for bit (the same prefill).
+//    halves: 7e-4 seen) and 1e-2 with a Q8_0 cache (through their 8-bit records: 4.5e-3);
+//  - chunks of the prompt's length and longer: bit for bit (the same prefill).
 //  - While the long prompt is prefilled the companion gets a token at every step, and the
-//    prompt takes ceil(40 / chunk) chunk forwards.
-enum { LONG_PROMPT = 40, COMPANION_TOKENS = 30, LONG_TOKENS = 12 };
+//    prompt takes ceil(length / chunk) chunk forwards.
+enum { MAX_LONG_PROMPT = 80, COMPANION_TOKENS = 30, LONG_TOKENS = 12 };
 typedef struct {
     GeneratedRow row;
     bool finished;
@@ -552,11 +553,12 @@ typedef struct {
     int companion_gaps;      // steps of that wait in which the companion got no token
 } ChunkRun;
 
-static void run_chunk_schedule(Model *model, int chunk, int cancel_at, ChunkRun *run) {
+static void run_chunk_schedule(Model *model, int prompt_length, int chunk, int cancel_at, ChunkRun *run) {
     const int V = model->config.vocab_size;
     memset(run, 0, sizeof *run);
-    int companion_prompt[5] = {3, 17, 42, 9, 100}, long_prompt[LONG_PROMPT];
-    for (int t = 0; t < LONG_PROMPT; t++) long_prompt[t] = 1 + (t * 37 + 11) % (V - 1);
+    int companion_prompt[5] = {3, 17, 42, 9, 100}, long_prompt[MAX_LONG_PROMPT];
+    CHECK(prompt_length <= MAX_LONG_PROMPT, "a prompt of %d tokens", prompt_length);
+    for (int t = 0; t < prompt_length; t++) long_prompt[t] = 1 + (t * 37 + 11) % (V - 1);
     SequenceOptions companion = {.sampler = {.temperature = 0.0f}, .seed = 7, .max_new_tokens = COMPANION_TOKENS,
                                  .owner = &run->companion};
     SequenceOptions answers[2] = {
@@ -576,7 +578,7 @@ static void run_chunk_schedule(Model *model, int chunk, int cancel_at, ChunkRun 
     int added_at = -1;
     for (int step = 0; !run->companion.finished || !run->answers[0].finished || !run->answers[1].finished; step++) {
         if (step == 8) {
-            SequenceRequest second = {long_prompt, LONG_PROMPT, answers, 2, 0};
+            SequenceRequest second = {long_prompt, prompt_length, answers, 2, 0};
             continuous_batch_add(batch, &second, 1);
             added_at = step;
         }
@@ -646,35 +648,37 @@ static void test_chunked_prefill_matches_whole(void) {
     const char *kv_cache[] = {"f32", "f32", "f16", "q8_0", "f32"};
     const char *labels[] = {"llama", "gpt2", "llama --kv-cache f16", "gemma --kv-cache q8_0", "llama --quantize q8_0"};
     const double tolerance[] = {1e-5, 1e-5, 2e-3, 1e-2, 1e-5};
+    const int prompt_lengths[] = {40, 40, 40, 40, 72};
     for (int m = 0; m < 5; m++) {
         Model model;
         load(&model, models[m]);
         CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());
         if (m == 4) CHECK(model_quantize(&model, "q8_0") == 0, "%s", err_msg());
+        const int P = prompt_lengths[m];
         static ChunkRun whole, chunked;
-        run_chunk_schedule(&model, 0, 0, &whole);
+        run_chunk_schedule(&model, P, 0, 0, &whole);
         EXPECT(whole.prefill_chunks == 0 && whole.answers[0].row.length == LONG_TOKENS, "%s: %ld chunks, %d tokens",
                labels[m], whole.prefill_chunks, whole.answers[0].row.length);
-        const int chunks[] = {1, 7, 13, LONG_PROMPT, 64};
+        const int chunks[] = {1, 7, 13, P, P + 24};
         for (int c = 0; c < 5; c++) {
-            run_chunk_schedule(&model, chunks[c], 0, &chunked);
+            run_chunk_schedule(&model, P, chunks[c], 0, &chunked);
             bool bitwise;
             const double d = chunk_run_difference(&chunked, &whole, &bitwise);
-            const bool one_chunk = chunks[c] >= LONG_PROMPT;
+            const bool one_chunk = chunks[c] >= P;
             if (one_chunk) EXPECT(bitwise, "%s: a chunk of %d differs from the whole prefill by %.3g", labels[m], chunks[c], d);
             else EXPECT(d <= tolerance[m], "%s: chunks of %d differ from the whole prefill by %.3g", labels[m], chunks[c], d);
             // The companion's 5-token prompt is chunked too by chunks of 1.
-            const int want_chunks = one_chunk ? 0 : (LONG_PROMPT + chunks[c] - 1) / chunks[c];
-            EXPECT(chunked.prefill_chunks == want_chunks + (chunks[c] < 5 ? 5 : 0), "%s: %ld chunk forwards for chunks of %d, not %d", labels[m],
-                   chunked.prefill_chunks, chunks[c], want_chunks);
+            const int want_chunks = one_chunk ? 0 : (P + chunks[c] - 1) / chunks[c];
+            EXPECT(chunked.prefill_chunks == want_chunks + (chunks[c] < 5 ? 5 : 0),
+                   "%s: %ld chunk forwards for chunks of %d, not %d", labels[m], chunked.prefill_chunks, chunks[c],
+                   want_chunks);
             // Added before step 8, the prompt's last chunk runs at step 8 + chunks - 1 and
             // its first token comes a step later; the companion never waits.
             EXPECT(chunked.waited_steps == (want_chunks > 0 ? want_chunks : 1) && chunked.companion_gaps == 0,
                    "%s: chunks of %d: the first token after %d steps, the companion without a token in %d",
                    labels[m], chunks[c], chunked.waited_steps, chunked.companion_gaps);
             if (getenv("TEST_VERBOSE"))
-                printf("%s chunk %d: max difference %.3g%s\n", labels[m], chunks[c], d,
-                       bitwise ? " (bitwise)" : "");
+                printf("%s chunk %d: max difference %.3g%s\n", labels[m], chunks[c], d, bitwise ? " (bitwise)" : "");
             free_chunk_run(&chunked);
         }
         free_chunk_run(&whole);
@@ -690,7 +694,7 @@ static void test_chunked_prefill_cancelled(void) {
     load(&model, "tests/fixtures/models/llama");
     static ChunkRun alone, cancelled;
     // The request is stopped at its third check: after two chunks of 7.
-    run_chunk_schedule(&model, 7, 3, &cancelled);
+    run_chunk_schedule(&model, 40, 7, 3, &cancelled);
     for (int j = 0; j < 2; j++)
         EXPECT(cancelled.answers[j].finished && cancelled.answers[j].row.length == 0 &&
                    cancelled.answers[j].row.stop == STOP_CHECK && cancelled.answers[j].tokens == 0,
@@ -698,7 +702,7 @@ static void test_chunked_prefill_cancelled(void) {
                stop_reason_name(cancelled.answers[j].row.stop));
     EXPECT(cancelled.prefill_chunks == 2, "%ld chunks ran", cancelled.prefill_chunks);
     // The companion alone: the long request cancelled at its first check.
-    run_chunk_schedule(&model, 7, 1, &alone);
+    run_chunk_schedule(&model, 40, 7, 1, &alone);
     EXPECT(alone.prefill_chunks == 0, "%ld chunks ran", alone.prefill_chunks);
     bool bitwise;
     const double d = chunk_run_difference(&cancelled, &alone, &bitwise);

@@ -403,7 +403,9 @@ static void prefill_head_chunk(ContinuousBatch *batch, int count) {
         }
         head->started = true;
     }
-    ModelBatch chunk = {.B = 1, .T = count, .tokens = head->prompt + head->done};
+    // The kernels of the prompt's whole prefill (all but the stored prefix in one forward).
+    ModelBatch chunk = {.B = 1, .T = count, .tokens = head->prompt + head->done,
+                        .kernel_rows = head->prompt_length - head->cached};
     staging->length = head->done + count;
     if (head->done == 0) model_prefill_rows(model, &chunk, staging, 0);
     else model_extend_rows(model, &chunk, staging, 0);
