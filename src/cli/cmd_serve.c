@@ -32,7 +32,7 @@ int cmd_serve(int argc, char **argv) {
     const char *pooling_option = "mean";
     char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
-    long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 512;
+    long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 256;
     char *lora_adapter = NULL;
     bool no_thinking = false;
     Option options[] = {
