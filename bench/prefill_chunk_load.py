@@ -10,12 +10,13 @@ its first token):
     was waiting for its first token (the stall a whole prefill puts on A);
   - B's time to first token (from its request being sent).
 A must still be streaming when B's first token comes (`a_outlived_b`), or its gaps miss
-part of B's prefill.
+part of B's prefill. The 1-minute load average before the run says how busy the machine was.
 
 Prints one JSON line."""
 import argparse
 import http.client
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -64,6 +65,7 @@ ap.add_argument("--threads", type=int, default=2)
 args = ap.parse_args()
 
 # About 33 tokens per sentence with SmolLM2's tokenizer: the server's usage says exactly.
+load_before = os.getloadavg()[0]  # the machine's other work, before this run's own
 long_prompt = SENTENCE * max(1, round(args.prompt_tokens / 33)) + "Tell the story of the keeper:"
 a_times, a_texts, a_usage = [], [], {}
 b_times, b_texts, b_usage = [], [], {}
@@ -95,4 +97,4 @@ print(json.dumps({
     "a_tokens_during_b_prefill": len(during),
     "b_prompt_tokens": b_usage.get("prompt_tokens"), "b_ttft_ms": ms(None if b_first is None else b_first - b_sent),
     "a_outlived_b": bool(a_times and b_first is not None and a_times[-1] > b_first),
-    "under_load": True}))
+    "load_average_1m": round(load_before, 2), "cpus": os.cpu_count()}))
