@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
                 double start = omp_get_wtime();
                 ops_cpu.matmul_forward(out, inp, weight, NULL, N, IC, OC);
                 double middle = omp_get_wtime();
-                ops_cpu.matmul_forward_q8(out, inp, &matrix, NULL, N, IC, OC);
+                ops_cpu.matmul_forward_q8(out, inp, &matrix, NULL, N, IC, OC, N);
                 double end = omp_get_wtime();
                 if (middle - start < best_f32) best_f32 = middle - start;
                 if (end - middle < best_q8) best_q8 = end - middle;

@@ -21,9 +21,14 @@
 //    ones generate what generate() gives their prompts alone, and report the cached tokens.
 //  - A KV-cache relayout (grow, shift) keeps every cached number; the decode after it
 //    matches the one before to the bit.
+//  - Chunked prefill (prefill_chunk): the schedule above and the prompt-cache turns with
+//    prompts prefilled a chunk per step; a 40-token prompt joining a decoding batch in
+//    chunks of 1, 7, 13, 40 and 64 tokens against whole (float32, half and Q8_0 caches,
+//    Q8_0 weights); a request stopped in the middle of its prefill.
 #include "core/check.h"
 #include "core/rng.h"
 #include "gen/continuous.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "test.h"
 
@@ -167,12 +172,19 @@ static void test_joining_sequences_match_generate(void) {
     // The last two runs keep the KV cache in half floats (--kv-cache f16) and in Q8_0 blocks
     // (--kv-cache q8_0): the slots moved are halves or 8-bit records, and generate() alone
     // uses the same cache.
+    // The three after them prefill in chunks (prefill_chunk 7, 1 and 5): the prompts longer
+    // than a chunk wait in the queue, rows reserved, while the others decode. (With a half
+    // cache the later chunks read the earlier ones through halves, which may turn a sampled
+    // token here: test_chunked_prefill_matches_whole bounds that effect instead.)
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
-                            "tests/fixtures/models/qwen2", "tests/fixtures/models/llama", "tests/fixtures/models/gemma"};
-    for (int m = 0; m < 6; m++) {
+                            "tests/fixtures/models/qwen2", "tests/fixtures/models/llama", "tests/fixtures/models/gemma",
+                            "tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/qwen2"};
+    const char *kv_cache[] = {"f32", "f32", "f32", "f32", "f16", "q8_0", "f32", "f32", "f32"};
+    const int prefill_chunk[] = {0, 0, 0, 0, 0, 0, 7, 1, 5};
+    for (int m = 0; m < 9; m++) {
         Model model;
         load(&model, models[m]);
-        if (m >= 4) CHECK(kv_cache_type_set(&model, m == 4 ? "f16" : "q8_0", "--kv-cache") == 0, "%s", err_msg());
+        CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());
         static Request requests[NUM_REQUESTS];
         static Owner owners[NUM_REQUESTS * MAX_SEQUENCES];
         // Learned positions bound a sequence's prompt and tokens (GPT-2's fixture has 64).
@@ -184,7 +196,8 @@ static void test_joining_sequences_match_generate(void) {
                                      .pad_token = 0,
                                      .on_token = on_token,
                                      .stop_check = stop_check,
-                                     .on_finish = on_finish};
+                                     .on_finish = on_finish,
+                                     .prefill_chunk = prefill_chunk[m]};
         const int max_rows = 5;
         ContinuousBatch *batch = continuous_batch_new(&model, max_rows, &options);
         int next_request = 0, joined_late = 0, last_join = 0;
@@ -210,12 +223,18 @@ static void test_joining_sequences_match_generate(void) {
         ContinuousStats stats;
         continuous_batch_stats(batch, &stats);
         EXPECT(joined_late > 10, "%s: only %d requests joined a running batch", models[m], joined_late);
-        EXPECT(stats.moves_on >= 3 && stats.moves_back >= 1, "%s: the slots moved on %ld times, back %ld times",
+        // A prompt prefilled in chunks joins a batch older by the steps it took, so the rows
+        // move on less often (never with chunks of 1 token here).
+        const long moves_on = prefill_chunk[m] == 0 ? 3 : prefill_chunk[m] > 1 ? 1 : 0;
+        EXPECT(stats.moves_on >= moves_on && stats.moves_back >= 1, "%s: the slots moved on %ld times, back %ld times",
                models[m], stats.moves_on, stats.moves_back);
         EXPECT(stats.capacity_slots <= 512, "%s: the cache grew to %d slots per row", models[m], stats.capacity_slots);
         if (getenv("TEST_VERBOSE"))
-            printf("%s: %ld steps, %ld prefills, moved on %ld, back %ld, %d slots\n", models[m], stats.decode_steps,
-                   stats.prefills, stats.moves_on, stats.moves_back, stats.capacity_slots);
+            printf("%s %s chunk %d: %ld steps, %ld prefills, %ld chunks, moved on %ld, back %ld, %d slots\n", models[m],
+                   kv_cache[m], prefill_chunk[m], stats.decode_steps, stats.prefills, stats.prefill_chunks,
+                   stats.moves_on, stats.moves_back, stats.capacity_slots);
+        EXPECT((stats.prefill_chunks > 0) == (prefill_chunk[m] > 0), "%s: %ld chunk forwards", models[m],
+               stats.prefill_chunks);
         continuous_batch_free(batch);
         check_against_generate(&model, models[m], requests, stop_tokens, 2);
         model_free(&model);
@@ -322,11 +341,18 @@ static void conversation_finished(void *context, void *owner, GeneratedRow *row)
 }
 
 static void test_prompt_cache_turns(void) {
-    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/llama"};
-    for (int m = 0; m < 3; m++) {
+    // The last two prefill in chunks of 5 tokens: a turn's stored prefix is copied in, the
+    // rest extends it a chunk per step (and the entries queued turns will copy stay). Not
+    // with a half cache: conversation 2's first prompt has a near tie (3e-4 apart) between
+    // two tokens, which the halves of its first chunk turn.
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/llama",
+                            "tests/fixtures/models/llama", "tests/fixtures/models/gpt2"};
+    const bool half_cache[] = {false, false, true, false, false};
+    const int prefill_chunk[] = {0, 0, 0, 5, 5};
+    for (int m = 0; m < 5; m++) {
         Model model;
         load(&model, models[m]);
-        if (m == 2) CHECK(kv_cache_type_set(&model, "f16", "--kv-cache") == 0, "%s", err_msg());
+        if (half_cache[m]) CHECK(kv_cache_type_set(&model, "f16", "--kv-cache") == 0, "%s", err_msg());
         const int V = model.config.vocab_size;
         static Conversation conversations[CONVERSATIONS];
         for (int c = 0; c < CONVERSATIONS; c++) {
@@ -339,7 +365,8 @@ static void test_prompt_cache_turns(void) {
                                                        .max_new_tokens = 6 + c,
                                                        .owner = conversation};
         }
-        ContinuousOptions options = {.on_finish = conversation_finished, .prompt_cache_rows = 3};
+        ContinuousOptions options = {
+            .on_finish = conversation_finished, .prompt_cache_rows = 3, .prefill_chunk = prefill_chunk[m]};
         ContinuousBatch *batch = continuous_batch_new(&model, 4, &options);
         long checked = 0, reported = 0;
         double worst = 0;
@@ -394,13 +421,15 @@ static void test_prompt_cache_turns(void) {
         EXPECT(checked == CONVERSATIONS * TURNS, "%s: %ld turns answered", models[m], checked);
         // With a half cache the stored prefix is read through halves where generate() alone
         // attends to its prompt in float32 during the prefill.
-        EXPECT(worst <= (m == 2 ? 2e-3 : 1e-4), "%s: log-probs differ from generate() alone by %.3g", models[m], worst);
+        EXPECT(worst <= (half_cache[m] ? 2e-3 : 1e-4), "%s: log-probs differ from generate() alone by %.3g", models[m],
+               worst);
         EXPECT(stats.prompt_cache_hits >= 4 && stats.prompt_tokens_reused == reported,
                "%s: %ld hits, %ld tokens reused (%ld reported)", models[m], stats.prompt_cache_hits,
                stats.prompt_tokens_reused, reported);
         if (getenv("TEST_VERBOSE"))
-            printf("%s: %ld turns, %ld prompt-cache hits, %ld tokens reused\n", models[m], checked,
-                   stats.prompt_cache_hits, stats.prompt_tokens_reused);
+            printf("%s%s chunk %d: %ld turns, %ld prompt-cache hits, %ld tokens reused, %ld chunks\n", models[m],
+                   half_cache[m] ? " f16" : "", prefill_chunk[m], checked, stats.prompt_cache_hits,
+                   stats.prompt_tokens_reused, stats.prefill_chunks);
         model_free(&model);
     }
 }
@@ -480,11 +509,210 @@ static void test_q8_cache_row_operations(void) {
     }
 }
 
+// Chunked prefill (ContinuousOptions.prefill_chunk): a companion sequence is decoding when
+// a request with a 40-token prompt (72 with Q8_0 weights, past the 64 rows from which a
+// whole prefill multiplies by the dequantized weights) and two sequences (greedy, and
+// sampled) arrives. Against the same schedule with whole prompts (prefill_chunk 0):
+//  - chunks of 1, 7 and 13 tokens: the same tokens, and every log-prob of the vocabulary at
+//    every step within 1e-5 (float32 cache, float32 or Q8_0 weights; the later chunks
+//    attend to the earlier ones through the cache and the matmuls run on other row counts:
+//    2.4e-6 seen), 2e-3 with a half cache (the earlier chunks are read through their
+//    halves: 7e-4 seen) and 1e-2 with a Q8_0 cache (through their 8-bit records: 4.5e-3);
+//  - chunks of the prompt's length and longer: bit for bit (the same prefill).
+//  - While the long prompt is prefilled the companion gets a token at every step, and the
+//    prompt takes ceil(length / chunk) chunk forwards.
+enum { MAX_LONG_PROMPT = 80, COMPANION_TOKENS = 30, LONG_TOKENS = 12 };
+typedef struct {
+    GeneratedRow row;
+    bool finished;
+    int tokens;        // on_token calls
+    int empty_checks;  // stop checks before its first token (queued for its prefill)
+    int cancel_at;     // the stop check stops it at this empty check (0: never)
+} ChunkSequence;
+
+static void chunk_on_token(void *context, void *owner, const GeneratedRow *row) { ((ChunkSequence *)owner)->tokens++; }
+
+static bool chunk_stop_check(void *context, void *owner, const GeneratedRow *row) {
+    ChunkSequence *sequence = owner;
+    if (row->length > 0) return false;
+    sequence->empty_checks++;
+    return sequence->cancel_at > 0 && sequence->empty_checks >= sequence->cancel_at;
+}
+
+static void chunk_on_finish(void *context, void *owner, GeneratedRow *row) {
+    ChunkSequence *sequence = owner;
+    EXPECT(!sequence->finished, "a sequence finished twice");
+    sequence->finished = true;
+    sequence->row = *row;
+}
+
+typedef struct {
+    ChunkSequence companion, answers[2];
+    long prefill_chunks;
+    int waited_steps;        // steps between the long request's add and its first token
+    int companion_gaps;      // steps of that wait in which the companion got no token
+} ChunkRun;
+
+static void run_chunk_schedule(Model *model, int prompt_length, int chunk, int cancel_at, ChunkRun *run) {
+    const int V = model->config.vocab_size;
+    memset(run, 0, sizeof *run);
+    int companion_prompt[5] = {3, 17, 42, 9, 100}, long_prompt[MAX_LONG_PROMPT];
+    CHECK(prompt_length <= MAX_LONG_PROMPT, "a prompt of %d tokens", prompt_length);
+    for (int t = 0; t < prompt_length; t++) long_prompt[t] = 1 + (t * 37 + 11) % (V - 1);
+    SequenceOptions companion = {.sampler = {.temperature = 0.0f}, .seed = 7, .max_new_tokens = COMPANION_TOKENS,
+                                 .owner = &run->companion};
+    SequenceOptions answers[2] = {
+        {.sampler = {.temperature = 0.0f}, .seed = 11, .max_new_tokens = LONG_TOKENS, .top_logprobs = V,
+         .owner = &run->answers[0]},
+        {.sampler = {.temperature = 1.0f}, .seed = 11, .row_id = 1ull << 40, .max_new_tokens = LONG_TOKENS,
+         .top_logprobs = V, .owner = &run->answers[1]}};
+    run->answers[0].cancel_at = run->answers[1].cancel_at = cancel_at;
+    ContinuousOptions options = {.pad_token = 0,
+                                 .on_token = chunk_on_token,
+                                 .stop_check = chunk_stop_check,
+                                 .on_finish = chunk_on_finish,
+                                 .prefill_chunk = chunk};
+    ContinuousBatch *batch = continuous_batch_new(model, 4, &options);
+    SequenceRequest first = {companion_prompt, 5, &companion, 1, 0};
+    continuous_batch_add(batch, &first, 1);
+    int added_at = -1;
+    for (int step = 0; !run->companion.finished || !run->answers[0].finished || !run->answers[1].finished; step++) {
+        if (step == 8) {
+            SequenceRequest second = {long_prompt, prompt_length, answers, 2, 0};
+            continuous_batch_add(batch, &second, 1);
+            added_at = step;
+        }
+        const int before = run->companion.tokens;
+        continuous_batch_step(batch);
+        if (added_at >= 0 && run->answers[0].tokens == 0 && !run->answers[0].finished) {
+            run->waited_steps++;
+            if (run->companion.tokens == before && !run->companion.finished) run->companion_gaps++;
+        }
+        CHECK(step < 1000, "the schedule does not end");
+    }
+    ContinuousStats stats;
+    continuous_batch_stats(batch, &stats);
+    run->prefill_chunks = stats.prefill_chunks;
+    EXPECT(continuous_batch_rows(batch) == 0 && stats.prefilling_rows == 0, "rows left: %d (%d prefilling)",
+           continuous_batch_rows(batch), stats.prefilling_rows);
+    continuous_batch_free(batch);
+}
+
+static void free_chunk_run(ChunkRun *run) {
+    generated_row_free(&run->companion.row);
+    for (int j = 0; j < 2; j++) generated_row_free(&run->answers[j].row);
+}
+
+// Largest difference between two runs' log-probs (every token of the vocabulary at every
+// step of both answers, and the companion's), or INFINITY when their tokens differ.
+static double chunk_run_difference(const ChunkRun *a, const ChunkRun *b, bool *bitwise) {
+    double worst = 0;
+    *bitwise = true;
+    const ChunkSequence *pairs[3][2] = {{&a->companion, &b->companion}, {&a->answers[0], &b->answers[0]},
+                                        {&a->answers[1], &b->answers[1]}};
+    for (int i = 0; i < 3; i++) {
+        const GeneratedRow *x = &pairs[i][0]->row, *y = &pairs[i][1]->row;
+        if (x->length != y->length || x->stop != y->stop) return INFINITY;
+        if (x->length == 0) continue; // stopped before its first token (no arrays)
+        if (memcmp(x->tokens, y->tokens, (size_t)x->length * sizeof(int))) return INFINITY;
+        if (memcmp(x->logprobs, y->logprobs, (size_t)x->length * sizeof(float))) *bitwise = false;
+        double d = test_max_abs_diff(x->logprobs, y->logprobs, x->length);
+        if (d > worst) worst = d;
+        // The alternatives (the whole vocabulary) by token: near ties may swap places.
+        if (x->top_count != y->top_count) return INFINITY;
+        for (int t = 0; t < x->length; t++)
+            for (int k = 0; k < x->top_count; k++) {
+                const long at = (long)t * x->top_count + k;
+                int l = 0;
+                while (l < y->top_count && y->top_tokens[(long)t * y->top_count + l] != x->top_tokens[at]) l++;
+                if (l == y->top_count) return INFINITY;
+                const float other = y->top_logprobs[(long)t * y->top_count + l];
+                if (other != x->top_logprobs[at] || l != k) *bitwise = false;
+                d = fabs((double)other - x->top_logprobs[at]);
+                if (d > worst) worst = d;
+            }
+    }
+    return worst;
+}
+
+static void test_chunked_prefill_matches_whole(void) {
+    // llama, gpt2 (learned positions), llama with a half cache, gemma with a Q8_0 cache,
+    // llama with Q8_0 weights.
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/llama",
+                            "tests/fixtures/models/gemma", "tests/fixtures/models/llama"};
+    const char *kv_cache[] = {"f32", "f32", "f16", "q8_0", "f32"};
+    const char *labels[] = {"llama", "gpt2", "llama --kv-cache f16", "gemma --kv-cache q8_0", "llama --quantize q8_0"};
+    const double tolerance[] = {1e-5, 1e-5, 2e-3, 1e-2, 1e-5};
+    const int prompt_lengths[] = {40, 40, 40, 40, 72};
+    for (int m = 0; m < 5; m++) {
+        Model model;
+        load(&model, models[m]);
+        CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());
+        if (m == 4) CHECK(model_quantize(&model, "q8_0") == 0, "%s", err_msg());
+        const int P = prompt_lengths[m];
+        static ChunkRun whole, chunked;
+        run_chunk_schedule(&model, P, 0, 0, &whole);
+        EXPECT(whole.prefill_chunks == 0 && whole.answers[0].row.length == LONG_TOKENS, "%s: %ld chunks, %d tokens",
+               labels[m], whole.prefill_chunks, whole.answers[0].row.length);
+        const int chunks[] = {1, 7, 13, P, P + 24};
+        for (int c = 0; c < 5; c++) {
+            run_chunk_schedule(&model, P, chunks[c], 0, &chunked);
+            bool bitwise;
+            const double d = chunk_run_difference(&chunked, &whole, &bitwise);
+            const bool one_chunk = chunks[c] >= P;
+            if (one_chunk) EXPECT(bitwise, "%s: a chunk of %d differs from the whole prefill by %.3g", labels[m], chunks[c], d);
+            else EXPECT(d <= tolerance[m], "%s: chunks of %d differ from the whole prefill by %.3g", labels[m], chunks[c], d);
+            // The companion's 5-token prompt is chunked too by chunks of 1.
+            const int want_chunks = one_chunk ? 0 : (P + chunks[c] - 1) / chunks[c];
+            EXPECT(chunked.prefill_chunks == want_chunks + (chunks[c] < 5 ? 5 : 0),
+                   "%s: %ld chunk forwards for chunks of %d, not %d", labels[m], chunked.prefill_chunks, chunks[c],
+                   want_chunks);
+            // Added before step 8, the prompt's last chunk runs at step 8 + chunks - 1 and
+            // its first token comes a step later; the companion never waits.
+            EXPECT(chunked.waited_steps == (want_chunks > 0 ? want_chunks : 1) && chunked.companion_gaps == 0,
+                   "%s: chunks of %d: the first token after %d steps, the companion without a token in %d",
+                   labels[m], chunks[c], chunked.waited_steps, chunked.companion_gaps);
+            if (getenv("TEST_VERBOSE"))
+                printf("%s chunk %d: max difference %.3g%s\n", labels[m], chunks[c], d, bitwise ? " (bitwise)" : "");
+            free_chunk_run(&chunked);
+        }
+        free_chunk_run(&whole);
+        model_free(&model);
+    }
+}
+
+// A request stopped while its prompt is being prefilled in chunks (its client gone) leaves
+// at once: its sequences finish with no tokens (stop check), its rows are free, no more of
+// its chunks run, and the companion's answer is the one it gives without it.
+static void test_chunked_prefill_cancelled(void) {
+    Model model;
+    load(&model, "tests/fixtures/models/llama");
+    static ChunkRun alone, cancelled;
+    // The request is stopped at its third check: after two chunks of 7.
+    run_chunk_schedule(&model, 40, 7, 3, &cancelled);
+    for (int j = 0; j < 2; j++)
+        EXPECT(cancelled.answers[j].finished && cancelled.answers[j].row.length == 0 &&
+                   cancelled.answers[j].row.stop == STOP_CHECK && cancelled.answers[j].tokens == 0,
+               "answer %d: %d tokens, stop %s", j, cancelled.answers[j].row.length,
+               stop_reason_name(cancelled.answers[j].row.stop));
+    EXPECT(cancelled.prefill_chunks == 2, "%ld chunks ran", cancelled.prefill_chunks);
+    // The companion alone: the long request cancelled at its first check.
+    run_chunk_schedule(&model, 40, 7, 1, &alone);
+    EXPECT(alone.prefill_chunks == 0, "%ld chunks ran", alone.prefill_chunks);
+    bool bitwise;
+    const double d = chunk_run_difference(&cancelled, &alone, &bitwise);
+    EXPECT(bitwise, "the companion's answer differs by %.3g", d);
+    free_chunk_run(&cancelled), free_chunk_run(&alone);
+    model_free(&model);
+}
+
 int main(void) {
     RUN(test_q8_cache_row_operations);
     RUN(test_relayout_keeps_the_cache);
     RUN(test_extend_matches_prefill);
     RUN(test_prompt_cache_turns);
     RUN(test_joining_sequences_match_generate);
+    RUN(test_chunked_prefill_matches_whole);
+    RUN(test_chunked_prefill_cancelled);
     TEST_EXIT();
 }

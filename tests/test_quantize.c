@@ -86,7 +86,7 @@ static void run_kernel(const Shape *s, const float *inp, const float *weight, co
     for (int o = 0; o < s->OC; o++)
         q8_quantize_row(weight + (long)o * s->IC, s->IC, matrix->values + (long)o * s->IC,
                         matrix->scales + (long)o * (s->IC / Q8_BLOCK));
-    ops_cpu.matmul_forward_q8(out, inp, matrix, bias, s->N, s->IC, s->OC);
+    ops_cpu.matmul_forward_q8(out, inp, matrix, bias, s->N, s->IC, s->OC, s->N);
 }
 
 static void test_q8_matmul_arithmetic(void) {

@@ -32,7 +32,7 @@ int cmd_serve(int argc, char **argv) {
     const char *pooling_option = "mean";
     char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
-    long request_timeout_s = 600, parallel = 4, prompt_cache = 0;
+    long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 256;
     char *lora_adapter = NULL;
     bool no_thinking = false;
     Option options[] = {
@@ -50,6 +50,10 @@ int cmd_serve(int argc, char **argv) {
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "finished answers kept for prompts that continue them: a chat's next turn computes only its new tokens "
          "(answers then depend on earlier requests up to float rounding; 0: off)",
+         false, false},
+        {"prefill-chunk", NULL, OPT_INT, &prefill_chunk,
+         "prompt tokens prefilled per decode step: a long prompt joins over several steps while the running answers "
+         "go on (0: a prompt's whole prefill at once, the others waiting)",
          false, false},
         {"parallel", "n_parallel", OPT_INT, &parallel, "rows of the continuous batch: requests' choices (OpenAI n), one row each, join it between decode steps and leave when they end (1: one at a time); also the /v1/embeddings inputs run per forward", false, false},
         {"request-timeout-s", "request_timeout_s", OPT_INT, &request_timeout_s, "seconds a request may wait and generate; then it is answered 503", false, false},
@@ -81,6 +85,8 @@ int cmd_serve(int argc, char **argv) {
     if (max_concurrent < 1 || max_concurrent > 4096) die_user("--max-concurrent must be in [1, 4096], got %ld", max_concurrent);
     if (parallel < 1 || parallel > 256) die_user("--parallel must be in [1, 256], got %ld", parallel);
     if (prompt_cache < 0 || prompt_cache > 256) die_user("--prompt-cache must be in [0, 256], got %ld", prompt_cache);
+    if (prefill_chunk < 0 || prefill_chunk > 1 << 20)
+        die_user("--prefill-chunk must be in [0, 1048576] (0: whole prompts), got %ld", prefill_chunk);
     if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
@@ -91,7 +97,8 @@ int cmd_serve(int argc, char **argv) {
     if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
     if (reward_path) {
         static const char *const generation_only[] = {"chat-template", "no-thinking", "lora-adapter", "kv-cache",
-                                                      "prompt-cache", "max-tokens-limit", "pooling"};
+                                                      "prompt-cache", "max-tokens-limit", "pooling",
+                                                      "prefill-chunk"};
         for (size_t i = 0; i < sizeof generation_only / sizeof generation_only[0]; i++)
             for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
                 if (options[j].seen && !strcmp(options[j].name, generation_only[i]))
@@ -135,6 +142,7 @@ int cmd_serve(int argc, char **argv) {
         .max_concurrent = (int)max_concurrent,
         .parallel = (int)parallel,
         .prompt_cache_rows = (int)prompt_cache,
+        .prefill_chunk = (int)prefill_chunk,
         .request_timeout_s = (int)request_timeout_s,
         .threads = (int)threads,
         .pooling = pooling,

@@ -19,7 +19,21 @@ typedef struct {
     int *tokens;
     int count;
     uint64_t last_used;
+    int pins; // queued prompts that will copy it (chunked prefill): not replaced until they have
 } StoredPrefix;
+
+// A request queued for its prompt's prefill (options.prefill_chunk > 0): the queue's head
+// is prefilled a chunk at a time into the staging cache, then joins the batch.
+typedef struct {
+    int *prompt; // a copy
+    int prompt_length;
+    SequenceOptions *sequences; // a copy; the ones dropped before their first token leave it
+    int num_sequences;
+    int entry;   // the prompt-cache entry it continues (pinned until copied), or -1
+    int cached;  // that entry's tokens it takes
+    bool started; // the staging cache holds its first `done` tokens (the queue's head only)
+    int done;
+} PendingPrompt;
 
 struct ContinuousBatch {
     Model *model;
@@ -38,6 +52,13 @@ struct ContinuousBatch {
     KvCache store;
     bool has_store;
     uint64_t clock; // orders the entries' uses
+    // Chunked prefill (options.prefill_chunk > 0): requests added wait here, in order, with
+    // their rows reserved; the head's prompt goes into `staging` (one row from slot 0) a
+    // chunk per step and is copied into the batch's cache when complete.
+    PendingPrompt *pending; // [max_rows]
+    int num_pending, pending_rows;
+    KvCache staging;
+    bool has_staging;
 };
 
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options) {
@@ -50,7 +71,10 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->sequences = xcalloc((size_t)max_rows, sizeof(Sequence));
     batch->logits = xmalloc((size_t)max_rows * model->config.vocab_size * sizeof(float));
     batch->next = xmalloc((size_t)max_rows * sizeof(int));
-    if (!kv_cache_can_extend(model)) batch->options.prompt_cache_rows = 0;
+    // Both extend cached rows: the backend must attend from new slots to the cache's type.
+    if (!kv_cache_can_extend(model)) batch->options.prompt_cache_rows = 0, batch->options.prefill_chunk = 0;
+    CHECK(batch->options.prefill_chunk >= 0, "a prefill chunk of %d tokens", batch->options.prefill_chunk);
+    if (batch->options.prefill_chunk > 0) batch->pending = xcalloc((size_t)max_rows, sizeof(PendingPrompt));
     if (batch->options.prompt_cache_rows > 0)
         batch->stored = xcalloc((size_t)batch->options.prompt_cache_rows, sizeof(StoredPrefix));
     return batch;
@@ -67,14 +91,18 @@ void continuous_batch_free(ContinuousBatch *batch) {
     for (int e = 0; e < batch->options.prompt_cache_rows; e++) free(batch->stored[e].tokens);
     free(batch->stored);
     if (batch->has_store) kv_cache_free(&batch->store, batch->model);
+    for (int p = 0; p < batch->num_pending; p++) free(batch->pending[p].prompt), free(batch->pending[p].sequences);
+    free(batch->pending);
+    if (batch->has_staging) kv_cache_free(&batch->staging, batch->model);
     free(batch->sequences), free(batch->logits), free(batch->next);
     free(batch);
 }
 
-int continuous_batch_rows(const ContinuousBatch *batch) { return batch->rows; }
+int continuous_batch_rows(const ContinuousBatch *batch) { return batch->rows + batch->pending_rows; }
 
 void continuous_batch_stats(const ContinuousBatch *batch, ContinuousStats *stats) {
     *stats = batch->stats;
+    stats->prefilling_rows = batch->pending_rows;
     stats->capacity_slots = batch->has_cache ? batch->cache.capacity_T : 0;
 }
 
@@ -131,9 +159,11 @@ static void store_prefix(ContinuousBatch *batch, int row) {
     CHECK(cache->length - cache->row_start[row] == count, "row %d holds %d slots, its sequence %d tokens", row,
           cache->length - cache->row_start[row], count);
     const int rows = batch->options.prompt_cache_rows;
-    int entry = 0;
-    for (int e = 1; e < rows; e++)
-        if (batch->stored[e].last_used < batch->stored[entry].last_used) entry = e;
+    int entry = -1; // the least recently used of the entries no queued prompt waits for
+    for (int e = 0; e < rows; e++)
+        if (batch->stored[e].pins == 0 && (entry < 0 || batch->stored[e].last_used < batch->stored[entry].last_used))
+            entry = e;
+    if (entry < 0) return;
     KvCache *store = &batch->store;
     if (!batch->has_store) {
         kv_cache_init(store, batch->model, rows, count > 256 ? count : 256);
@@ -153,24 +183,10 @@ static void store_prefix(ContinuousBatch *batch, int row) {
     stored->last_used = ++batch->clock;
 }
 
-void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int count) {
-    Model *model = batch->model;
-    const int V = model->config.vocab_size;
-    int total = 0, longest = 0;
-    for (int u = 0; u < count; u++) {
-        CHECK(requests[u].prompt_length >= 1 && requests[u].num_sequences >= 1,
-              "request %d has an empty prompt or no sequences", u);
-        for (int j = 0; j < requests[u].num_sequences; j++)
-            CHECK(requests[u].sequences[j].max_new_tokens >= 1, "request %d asks for no new tokens", u);
-        total += requests[u].num_sequences;
-        if (requests[u].prompt_length > longest) longest = requests[u].prompt_length;
-    }
-    if (count == 0) return;
-    CHECK(batch->rows + total <= batch->max_rows, "%d sequences do not fit the %d free rows of %d", total,
-          batch->max_rows - batch->rows, batch->max_rows);
-    double start = now_seconds();
-    // The prompts end at the slot the batch's next token goes to; a batch younger than the
-    // longest prompt moves on first. The slot after it must exist for the first decode.
+// Room for `total` more rows after batch->rows, for prompts of up to `longest` tokens that
+// end at the slot the batch's next token goes to: a batch younger than the longest prompt
+// moves on first. The slot after them must exist for the first decode.
+static void make_room(ContinuousBatch *batch, int total, int longest) {
     KvCache *cache = &batch->cache;
     if (batch->rows == 0) {
         if (batch->has_cache) kv_cache_reset(cache);
@@ -181,19 +197,42 @@ void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int
         reshape_cache(batch, batch->rows + total, cache->length + shift + 1, shift);
     }
     cache->B = batch->rows;
+}
 
-    // Each request's first sequence gets a row after the batch's: the prompts that continue
-    // a stored sequence first, each extending a copy of it, then the others, in one
-    // prefill left-padded to the longest; the further sequences of a prompt copy its row.
-    const int first = batch->rows;
-    int *base_row = xmalloc((size_t)count * sizeof(int)), *entry_of = xmalloc((size_t)count * sizeof(int));
-    int row = first, plain = 0, plain_longest = 0;
-    for (int u = 0; u < count; u++) {
-        requests[u].cached_tokens = 0;
-        entry_of[u] = batch->options.prompt_cache_rows > 0
-                          ? find_prefix(batch, requests[u].prompt, requests[u].prompt_length, &requests[u].cached_tokens)
-                          : -1;
+// Row `at`, whose cache slots and logits hold its prompt's, becomes a sequence.
+static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions *options, const int *prompt,
+                           int prompt_length) {
+    const int V = batch->model->config.vocab_size;
+    Sequence *sequence = &batch->sequences[at];
+    sequence->options = *options;
+    const int top = sequence->options.top_logprobs < V ? sequence->options.top_logprobs : V;
+    generated_row_alloc(&sequence->out, sequence->options.max_new_tokens, top);
+    sampler_scratch_init(&sequence->scratch, V);
+    if (batch->options.prompt_cache_rows > 0) {
+        sequence->prompt_length = prompt_length;
+        sequence->prompt = xmalloc((size_t)prompt_length * sizeof(int));
+        memcpy(sequence->prompt, prompt, (size_t)prompt_length * sizeof(int));
     }
+}
+
+// The requests' sequences join the batch with their whole prompts. Each request's first
+// sequence gets a row after the batch's: the prompts that continue stored entry
+// entry_of[u] (its requests[u].cached_tokens tokens) first, each extending a copy of it,
+// then the others, in one prefill left-padded to the longest; the further sequences of a
+// prompt copy its row.
+static void join_whole(ContinuousBatch *batch, SequenceRequest *requests, int count, const int *entry_of) {
+    Model *model = batch->model;
+    const int V = model->config.vocab_size;
+    int total = 0, longest = 0;
+    for (int u = 0; u < count; u++) {
+        total += requests[u].num_sequences;
+        if (requests[u].prompt_length > longest) longest = requests[u].prompt_length;
+    }
+    make_room(batch, total, longest);
+    KvCache *cache = &batch->cache;
+    const int first = batch->rows;
+    int *base_row = xmalloc((size_t)count * sizeof(int));
+    int row = first, plain = 0, plain_longest = 0;
     for (int u = 0; u < count; u++) {
         if (entry_of[u] < 0) continue;
         const int P = requests[u].prompt_length, common = requests[u].cached_tokens;
@@ -235,23 +274,213 @@ void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int
                 kv_cache_copy_row(cache, model, at, base_row[u]);
                 memcpy(batch->logits + (long)at * V, batch->logits + (long)base_row[u] * V, (size_t)V * sizeof(float));
             }
-            Sequence *sequence = &batch->sequences[at];
-            sequence->options = requests[u].sequences[j];
-            const int top = sequence->options.top_logprobs < V ? sequence->options.top_logprobs : V;
-            generated_row_alloc(&sequence->out, sequence->options.max_new_tokens, top);
-            sampler_scratch_init(&sequence->scratch, V);
-            if (batch->options.prompt_cache_rows > 0) {
-                sequence->prompt_length = requests[u].prompt_length;
-                sequence->prompt = xmalloc((size_t)sequence->prompt_length * sizeof(int));
-                memcpy(sequence->prompt, requests[u].prompt, (size_t)sequence->prompt_length * sizeof(int));
-            }
+            start_sequence(batch, at, &requests[u].sequences[j], requests[u].prompt, requests[u].prompt_length);
         }
     }
-    free(base_row), free(entry_of);
+    free(base_row);
     batch->rows += total;
     cache->B = batch->rows;
-    batch->stats.prefill_seconds += now_seconds() - start;
     batch->stats.prefills++;
+}
+
+// Chunked prefill: the requests wait in the queue, their rows reserved; a prompt that
+// continues a stored entry pins it, so that the entry is still there when its prefill starts.
+static void queue_requests(ContinuousBatch *batch, SequenceRequest *requests, int count) {
+    for (int u = 0; u < count; u++) {
+        PendingPrompt *pending = &batch->pending[batch->num_pending++];
+        const int P = requests[u].prompt_length, n = requests[u].num_sequences;
+        *pending = (PendingPrompt){.prompt = xmalloc((size_t)P * sizeof(int)),
+                                   .prompt_length = P,
+                                   .sequences = xmalloc((size_t)n * sizeof(SequenceOptions)),
+                                   .num_sequences = n,
+                                   .entry = -1};
+        memcpy(pending->prompt, requests[u].prompt, (size_t)P * sizeof(int));
+        memcpy(pending->sequences, requests[u].sequences, (size_t)n * sizeof(SequenceOptions));
+        if (batch->options.prompt_cache_rows > 0)
+            pending->entry = find_prefix(batch, pending->prompt, P, &pending->cached);
+        if (pending->entry >= 0) batch->stored[pending->entry].pins++;
+        requests[u].cached_tokens = pending->cached;
+        batch->pending_rows += n;
+    }
+}
+
+void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int count) {
+    int total = 0;
+    for (int u = 0; u < count; u++) {
+        CHECK(requests[u].prompt_length >= 1 && requests[u].num_sequences >= 1,
+              "request %d has an empty prompt or no sequences", u);
+        for (int j = 0; j < requests[u].num_sequences; j++)
+            CHECK(requests[u].sequences[j].max_new_tokens >= 1, "request %d asks for no new tokens", u);
+        total += requests[u].num_sequences;
+    }
+    if (count == 0) return;
+    const int taken = continuous_batch_rows(batch);
+    CHECK(taken + total <= batch->max_rows, "%d sequences do not fit the %d free rows of %d", total,
+          batch->max_rows - taken, batch->max_rows);
+    if (batch->options.prefill_chunk > 0) {
+        queue_requests(batch, requests, count);
+        return;
+    }
+    double start = now_seconds();
+    int *entry_of = xmalloc((size_t)count * sizeof(int));
+    for (int u = 0; u < count; u++) {
+        requests[u].cached_tokens = 0;
+        entry_of[u] = batch->options.prompt_cache_rows > 0
+                          ? find_prefix(batch, requests[u].prompt, requests[u].prompt_length, &requests[u].cached_tokens)
+                          : -1;
+    }
+    join_whole(batch, requests, count, entry_of);
+    free(entry_of);
+    batch->stats.prefill_seconds += now_seconds() - start;
+}
+
+// Takes queued request p off the queue (and its pin off the entry it has not copied yet).
+static void remove_pending(ContinuousBatch *batch, int p) {
+    PendingPrompt *pending = &batch->pending[p];
+    if (pending->entry >= 0) batch->stored[pending->entry].pins--;
+    batch->pending_rows -= pending->num_sequences;
+    free(pending->prompt), free(pending->sequences);
+    memmove(pending, pending + 1, (size_t)(batch->num_pending - p - 1) * sizeof(PendingPrompt));
+    batch->num_pending--;
+}
+
+// A queued sequence that the stop check stops (a client gone, a timeout) leaves before its
+// first token: on_finish gets an empty row. A request left without sequences leaves the
+// queue, mid-prefill or not.
+static void drop_stopped_pending(ContinuousBatch *batch) {
+    const ContinuousOptions *options = &batch->options;
+    if (!options->stop_check) return;
+    for (int p = 0; p < batch->num_pending;) {
+        PendingPrompt *pending = &batch->pending[p];
+        int kept = 0;
+        for (int j = 0; j < pending->num_sequences; j++) {
+            const SequenceOptions sequence = pending->sequences[j];
+            GeneratedRow empty = {0};
+            if (options->stop_check(options->context, sequence.owner, &empty)) {
+                empty.stop = STOP_CHECK;
+                batch->pending_rows--;
+                options->on_finish(options->context, sequence.owner, &empty);
+            } else {
+                pending->sequences[kept++] = sequence;
+            }
+        }
+        pending->num_sequences = kept;
+        if (kept == 0) remove_pending(batch, p);
+        else p++;
+    }
+}
+
+// The next `count` tokens of the queue head's prompt go into the staging cache: its first
+// chunk as a prefill (after the stored prefix it continues, copied in, if any), the others
+// extending the slots before them.
+static void prefill_head_chunk(ContinuousBatch *batch, int count) {
+    Model *model = batch->model;
+    PendingPrompt *head = &batch->pending[0];
+    KvCache *staging = &batch->staging;
+    if (!head->started) {
+        const int P = head->prompt_length;
+        if (batch->has_staging && P > staging->capacity_T) {
+            const int slots = P > 2 * staging->capacity_T ? P : 2 * staging->capacity_T;
+            kv_cache_free(staging, model);
+            kv_cache_init(staging, model, 1, slots);
+        } else if (!batch->has_staging) {
+            kv_cache_init(staging, model, 1, P > 256 ? P : 256);
+            batch->has_staging = true;
+        }
+        kv_cache_reset(staging);
+        staging->B = 1;
+        staging->row_start[0] = 0;
+        head->done = 0;
+        if (head->entry >= 0) {
+            StoredPrefix *stored = &batch->stored[head->entry];
+            kv_cache_copy_slots(staging, 0, 0, &batch->store, head->entry, 0, head->cached, model);
+            stored->pins--;
+            stored->last_used = ++batch->clock;
+            batch->stats.prompt_cache_hits++;
+            batch->stats.prompt_tokens_reused += head->cached;
+            head->done = head->cached;
+            head->entry = -1;
+        }
+        head->started = true;
+    }
+    // The kernels of the prompt's whole prefill (all but the stored prefix in one forward).
+    ModelBatch chunk = {.B = 1, .T = count, .tokens = head->prompt + head->done,
+                        .kernel_rows = head->prompt_length - head->cached};
+    staging->length = head->done + count;
+    if (head->done == 0) model_prefill_rows(model, &chunk, staging, 0);
+    else model_extend_rows(model, &chunk, staging, 0);
+    head->done += count;
+    batch->stats.prefill_chunks++;
+}
+
+// The queue's head, its whole prompt in the staging cache and its next-token logits in row
+// batch->rows of the logits, joins the batch: its slots are copied to end at the slot the
+// batch's next token goes to, and its further sequences copy its row.
+static void join_staged(ContinuousBatch *batch) {
+    Model *model = batch->model;
+    const int V = model->config.vocab_size;
+    const PendingPrompt *head = &batch->pending[0];
+    const int P = head->prompt_length, first = batch->rows;
+    make_room(batch, head->num_sequences, P);
+    KvCache *cache = &batch->cache;
+    cache->row_start[first] = cache->length - P;
+    kv_cache_copy_slots(cache, first, cache->length - P, &batch->staging, 0, 0, P, model);
+    for (int j = 0; j < head->num_sequences; j++) {
+        if (j > 0) {
+            kv_cache_copy_row(cache, model, first + j, first);
+            memcpy(batch->logits + (long)(first + j) * V, batch->logits + (long)first * V, (size_t)V * sizeof(float));
+        }
+        start_sequence(batch, first + j, &head->sequences[j], head->prompt, P);
+    }
+    batch->rows += head->num_sequences;
+    cache->B = batch->rows;
+    batch->stats.prefills++;
+    remove_pending(batch, 0);
+}
+
+// A step's prefill (chunked): at most prefill_chunk prompt tokens of the queued requests,
+// in order. Whole prompts that fit go together into one prefill left-padded to the longest
+// (their padded slots counted), as continuous_batch_add's; a prompt that does not (or that
+// continues a stored entry) goes into the staging cache as much as fits, and joins when
+// its last chunk is in.
+static void prefill_step(ContinuousBatch *batch) {
+    const int V = batch->model->config.vocab_size;
+    drop_stopped_pending(batch);
+    int budget = batch->options.prefill_chunk;
+    while (budget > 0 && batch->num_pending > 0) {
+        PendingPrompt *head = &batch->pending[0];
+        if (!head->started && head->entry < 0 && head->prompt_length <= budget) {
+            int count = 0, longest = 0;
+            while (count < batch->num_pending) {
+                const PendingPrompt *next = &batch->pending[count];
+                const int padded = next->prompt_length > longest ? next->prompt_length : longest;
+                if (next->entry >= 0 || (long)padded * (count + 1) > budget) break;
+                longest = padded;
+                count++;
+            }
+            SequenceRequest *requests = xmalloc((size_t)count * sizeof(SequenceRequest));
+            int *entry_of = xmalloc((size_t)count * sizeof(int));
+            for (int u = 0; u < count; u++) {
+                const PendingPrompt *pending = &batch->pending[u];
+                requests[u] = (SequenceRequest){pending->prompt, pending->prompt_length, pending->sequences,
+                                                pending->num_sequences, 0};
+                entry_of[u] = -1;
+            }
+            join_whole(batch, requests, count, entry_of);
+            free(requests), free(entry_of);
+            for (int u = 0; u < count; u++) remove_pending(batch, 0);
+            budget -= longest * count;
+            continue;
+        }
+        const int left = head->prompt_length - (head->started ? head->done : head->cached);
+        const int count = left < budget ? left : budget;
+        prefill_head_chunk(batch, count);
+        budget -= count;
+        if (head->done == head->prompt_length) {
+            model_last_logits(batch->model, batch->logits + (long)batch->rows * V);
+            join_staged(batch);
+        }
+    }
 }
 
 static bool is_stop_token(const ContinuousOptions *options, int token) {
@@ -260,9 +489,9 @@ static bool is_stop_token(const ContinuousOptions *options, int token) {
     return false;
 }
 
-void continuous_batch_step(ContinuousBatch *batch) {
+// Sample, report, retire, then the decode forward of the rows left.
+static void decode_step(ContinuousBatch *batch) {
     const int rows = batch->rows;
-    if (rows == 0) return;
     Model *model = batch->model;
     const ContinuousOptions *options = &batch->options;
     const int V = model->config.vocab_size;
@@ -329,4 +558,13 @@ void continuous_batch_step(ContinuousBatch *batch) {
     }
     batch->stats.decode_seconds += now_seconds() - start;
     batch->stats.decode_steps++;
+}
+
+void continuous_batch_step(ContinuousBatch *batch) {
+    if (batch->rows > 0) decode_step(batch);
+    if (batch->num_pending > 0) {
+        double start = now_seconds();
+        prefill_step(batch);
+        batch->stats.prefill_seconds += now_seconds() - start;
+    }
 }

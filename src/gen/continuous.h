@@ -26,6 +26,21 @@
 // token, whose logits it needs) and runs only the rest of itself (model_extend_rows).
 // Its tokens are then computed in another order than a full prefill's, so they match it
 // up to float rounding, like a sequence's with batch-mates.
+//
+// Chunked prefill (options.prefill_chunk = N > 0; vLLM's max_num_batched_tokens, llama.cpp
+// server's n_batch): continuous_batch_add only queues the requests, their rows reserved,
+// and each step, after its decode forward, runs at most N tokens of the queued prompts, in
+// order. Prompts that fit whole in what is left of the N join as add joins them (one
+// prefill, left-padded, its padding counted); a longer one (or one that continues a stored
+// prefix: copied in first, not counted) is prefilled into a staging cache of one row, a
+// chunk per step -- the first chunk a prefill, the others extending it -- and when its last
+// chunk is in, its slots are copied into the batch's cache to end at the next token's slot
+// and it joins. So a long prompt costs the running rows at most N tokens of prefill per
+// step instead of its whole prefill at once. Its keys and values are the same numbers a
+// whole prefill writes up to float rounding (the later chunks attend to the earlier ones
+// through the cache, and the matmuls run on other row counts); with a half or Q8_0 cache,
+// through its rounded or 8-bit keys and values, as a decode step does. A queued sequence
+// the stop check stops before its first token leaves then (on_finish gets an empty row).
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,12 +75,17 @@ typedef struct {
     // in row order (the order the sequences joined).
     void (*on_token)(void *context, void *owner, const GeneratedRow *row);
     // Optional: true stops the sequence after its latest token (stop strings, cancellation).
+    // With prefill_chunk > 0 it is also asked, with an empty row (length 0), each step that
+    // the sequence's request waits for or is in its prefill: true drops it before its first
+    // token.
     bool (*stop_check)(void *context, void *owner, const GeneratedRow *row);
     // The sequence stopped (row->stop says why); the row's arrays pass to the callee
     // (generated_row_free).
     void (*on_finish)(void *context, void *owner, GeneratedRow *row);
     void *context;
     int prompt_cache_rows; // finished sequences kept for prompts that continue them (0: none)
+    int prefill_chunk;     // prompt tokens prefilled per step, between decode steps (0: whole
+                           // prompts, in continuous_batch_add)
 } ContinuousOptions;
 
 typedef struct ContinuousBatch ContinuousBatch;
@@ -76,19 +96,25 @@ typedef struct ContinuousBatch ContinuousBatch;
 // (marlhf serve's embeddings do).
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options);
 void continuous_batch_free(ContinuousBatch *batch);
-// Sequences decoding now.
+// Rows taken: sequences decoding, and those queued for their prompt's prefill (chunked).
 int continuous_batch_rows(const ContinuousBatch *batch);
 // Adds the requests' sequences (at most max_rows - continuous_batch_rows in all) with one
-// prefill forward; they get their first tokens at the next step.
+// prefill forward; they get their first tokens at the next step. With prefill_chunk > 0
+// they are queued (the prompts and sequence options copied) and the steps prefill them.
+// Each request's cached_tokens is set now.
 void continuous_batch_add(ContinuousBatch *batch, SequenceRequest *requests, int count);
 // One token for every sequence: sample, report, retire the stopped ones, then the decode
-// forward of the others. Nothing to do without sequences.
+// forward of the others; with prefill_chunk > 0, then up to that many tokens of the queued
+// prompts (the sequences whose prompts are complete get their first tokens at the next
+// step). Nothing to do without sequences.
 void continuous_batch_step(ContinuousBatch *batch);
 
 // Where the time went, since the batch was made.
 typedef struct {
     double prefill_seconds, decode_seconds, relayout_seconds;
-    long prefills, decode_steps, generated_tokens;
+    long prefills, decode_steps, generated_tokens; // prefills: joins (prompts joining together count once)
+    long prefill_chunks; // forwards of part of a prompt into the staging cache (chunked prefill)
+    int prefilling_rows; // rows reserved now by requests queued for their prefill
     long relayouts;     // the cache's slots moved or its buffers grew, in all
     long moves_on;      // ... for a prompt longer than the batch so far
     long moves_back;    // ... for the next token's slot past the buffers' end

@@ -24,6 +24,10 @@ typedef struct {
     const int *tokens;    // [B*T], host memory
     const int *row_start; // [B]; NULL means every row starts at 0 (right padding)
     const int *row_len;   // [B]; NULL means every row runs to T
+    // 0: B * T. Else the linear layers pick their kernels (Q8_0 weights: ops.h's
+    // matmul_forward_q8) as for this many rows: a chunk of a prompt (chunked prefill) gives
+    // the rows of the prompt's whole prefill, so that it runs the same kernels.
+    int kernel_rows;
 } ModelBatch;
 
 typedef struct {
@@ -42,6 +46,7 @@ typedef struct {
 typedef struct {
     int capacity_B, capacity_T; // sizes the buffers were allocated for
     int B, T;                   // sizes of the last forward
+    long kernel_rows;           // its ModelBatch.kernel_rows (B * T when 0)
     bool has_forward;           // a forward ran since the last backward
     bool backward_ready;        // ... and it was not a KV-cache forward
     bool keep_all_layers;       // saved per layer (else one scratch set + recompute)

@@ -246,10 +246,11 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
 
 // out = inp . weight^T (+ bias): through the Q8_0 copy of the weight when the model has one
 // (model/quantize.h; its float32 weight is then gone).
+// kernel_rows: the rows the kernel is chosen for (ModelBatch.kernel_rows), N but in a chunk.
 static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
-                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC) {
+                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
     if (quantized && quantized->values)
-        model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC);
+        model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
     else
         model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);
 }
@@ -284,9 +285,9 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
-    linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim);
+    linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
-    linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim);
+    linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
     if (cfg->qk_norm) {
         ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
@@ -294,7 +295,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
                              cfg->head_dim, cfg->norm_eps, false);
     }
-    linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim);
+    linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
@@ -345,22 +346,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
-    linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C);
+    linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I);
+    linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
         ops->gelu_forward(la->act, la->up, N * I);
     } else {
-        linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I);
+        linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
-    linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C);
+    linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
@@ -381,6 +382,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     Activations *a = &model->acts;
     a->B = B;
     a->T = T;
+    a->kernel_rows = batch->kernel_rows > 0 ? batch->kernel_rows : N;
 
     // Host-side preparation of ids and positions, then one copy each to the backend.
     int *positions = xmalloc((size_t)N * sizeof(int));
@@ -508,7 +510,7 @@ static void compute_logits(Model *model) {
     }
     const long N = (long)a->B * a->T;
     linear_forward(model, a->logits, a->final_out, lm_head_weight(model), lm_head_quantized(model), NULL, N,
-                   cfg->hidden_size, cfg->vocab_size);
+                   cfg->hidden_size, cfg->vocab_size, N);
     a->logits_valid = true;
 }
 
@@ -574,7 +576,7 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
     move_head_hidden(model, a->head_hidden, a->final_out, true);
     move_head_rows(a, packed_targets, (void *)targets, sizeof(int), true);
     linear_forward(model, a->logits, a->head_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, M,
-                   (int)C, (int)V);
+                   (int)C, (int)V, M);
     a->logits_valid = true;
     a->head_compact = true;
     ops->copy_to_device(a->targets, packed_targets, (size_t)M * sizeof(int));
@@ -655,7 +657,7 @@ void model_last_logits(Model *model, float *logits) {
     // the pages written count, but a GPU allocation is all real memory.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
     linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
-                   V);
+                   V, B);
     model->ops->copy_to_host(logits, a->last_logits, (size_t)B * V * sizeof(float));
 }
 

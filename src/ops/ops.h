@@ -99,9 +99,13 @@ typedef struct OpsBackend {
     void (*matmul_accumulate)(float *out, const float *inp, const float *weight, int N, int IC, int OC);
     // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a Q8_0 weight [OC, IC]: each row of
     // inp is quantized to Q8_0 blocks too and each block's integer dot product scaled by
-    // both blocks' scales (llama.cpp's Q8_0 x Q8_0 arithmetic). NULL in a backend without it.
+    // both blocks' scales (llama.cpp's Q8_0 x Q8_0 arithmetic) -- or, when kernel_rows is
+    // at least Q8_SGEMM_MIN_ROWS (ops/q8.h), the float inputs by the dequantized weights.
+    // kernel_rows is N, or a whole prompt's rows for a chunk of it (chunked prefill), so that
+    // the chunks go through the kernel of the prompt's whole prefill. NULL in a backend
+    // without it.
     void (*matmul_forward_q8)(float *out, const float *inp, const Q8Matrix *weight,
-                              const float *bias, int N, int IC, int OC);
+                              const float *bias, int N, int IC, int OC, int kernel_rows);
     // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
     // Any of dinp, dweight, dbias may be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -650,7 +650,8 @@ static void *worker_main(void *arg) {
                                  .stop_check = should_stop,
                                  .on_finish = on_finish,
                                  .context = s,
-                                 .prompt_cache_rows = s->options.prompt_cache_rows};
+                                 .prompt_cache_rows = s->options.prompt_cache_rows,
+                                 .prefill_chunk = s->options.prefill_chunk};
     ContinuousBatch *batch = continuous_batch_new(&tm->model, max_rows, &options);
     Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
     SequenceRequest *requests = xmalloc((size_t)max_rows * sizeof(SequenceRequest));
@@ -701,7 +702,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_lock(&s->lock);
         if (embedding_done) embed_done_locked(s, embedding); // still the queue's head: only this thread takes one off
         continuous_batch_stats(batch, &s->batch_stats);
-        s->rows_generating = continuous_batch_rows(batch);
+        s->rows_generating = continuous_batch_rows(batch) - s->batch_stats.prefilling_rows;
     }
     pthread_mutex_unlock(&s->lock);
     continuous_batch_free(batch);
@@ -851,7 +852,10 @@ static char *metrics_text(Server *s) {
     metric(&text, &length, &capacity, "requests_queued", "gauge", "Generation requests waiting to join the batch.",
            queued);
     metric(&text, &length, &capacity, "rows_generating", "gauge",
-           "Rows of the continuous batch after its last step (one per choice).", rows);
+           "Rows of the continuous batch decoding after its last step (one per choice).", rows);
+    metric(&text, &length, &capacity, "rows_prefilling", "gauge",
+           "Rows reserved after the last step by requests whose prompts are being prefilled in chunks.",
+           stats.prefilling_rows);
     metric(&text, &length, &capacity, "requests_answered_total", "counter",
            "Generation requests answered, whatever the outcome.", (double)answered);
     metric(&text, &length, &capacity, "requests_failed_total", "counter",
@@ -862,11 +866,15 @@ static char *metrics_text(Server *s) {
            "Generated tokens of the requests that did not fail (their usage).", (double)completion);
     metric(&text, &length, &capacity, "generated_tokens_total", "counter",
            "Tokens the batch generated, failed requests included.", (double)stats.generated_tokens);
-    metric(&text, &length, &capacity, "prefills_total", "counter", "Prefill forwards (requests joining together share one).",
-           (double)stats.prefills);
+    metric(&text, &length, &capacity, "prefills_total", "counter",
+           "Prompts joining the batch (requests joining together in one prefill count once).", (double)stats.prefills);
+    metric(&text, &length, &capacity, "prefill_chunks_total", "counter",
+           "Forwards of part of a long prompt (--prefill-chunk tokens at most per decode step).",
+           (double)stats.prefill_chunks);
     metric(&text, &length, &capacity, "decode_steps_total", "counter", "Decode steps of the batch.",
            (double)stats.decode_steps);
-    metric(&text, &length, &capacity, "prefill_seconds_total", "counter", "Time in prefills.", stats.prefill_seconds);
+    metric(&text, &length, &capacity, "prefill_seconds_total", "counter", "Time in prefills (chunks included).",
+           stats.prefill_seconds);
     metric(&text, &length, &capacity, "decode_seconds_total", "counter", "Time in decode steps, sampling included.",
            stats.decode_seconds);
     metric(&text, &length, &capacity, "kv_cache_slots", "gauge", "Slots per row of the batch's KV cache.",

@@ -31,7 +31,9 @@
 // a store, and a prompt that continues one (a chat's next turn) computes only its new
 // tokens (gen/continuous.h; usage.prompt_tokens_details.cached_tokens counts the others);
 // its answer then depends on earlier requests up to float rounding, so the store is off
-// by default. An embedding request waits in a queue of its own and the same worker runs
+// by default. With prefill_chunk > 0 (--prefill-chunk) a joining request's prompt is
+// prefilled at most that many tokens per decode step, so a long prompt does not stop the
+// running answers for its whole prefill (gen/continuous.h). An embedding request waits in a queue of its own and the same worker runs
 // it, one forward of up to `parallel` of its inputs between two decode steps (fewer when
 // padded to the longest they would pass the context; requests in arrival order, a
 // request's inputs shortest first), so the two share the model without a
@@ -57,6 +59,7 @@ typedef struct {
     int max_concurrent;
     int parallel;           // rows of the continuous batch, one per choice (1: one answer at a time)
     int prompt_cache_rows;  // finished answers kept for prompts that continue them (0: none)
+    int prefill_chunk;      // prompt tokens prefilled per decode step (0: a prompt's whole prefill at once)
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
     Pooling pooling;        // how /v1/embeddings pools a text's final hidden states

@@ -8,8 +8,9 @@
 # client, /metrics, the prompt cache (a chat's second turn), requests joining a running
 # batch (continuous batching, --parallel rows) and
 # answering as they do alone, a short request answered while a long one still streams (and
-# an embedding request), a request's choices (n) taking one batch row each. Every wait is
-# bounded. Prints PASS/FAIL per case.
+# an embedding request), a request's choices (n) taking one batch row each, a long prompt
+# prefilled in chunks (--prefill-chunk) answering as prefilled whole, and stopped mid-prefill
+# by its timeout. Every wait is bounded. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -934,4 +935,100 @@ PY
     fi
 fi
 expect_error serve_bad_parallel "--parallel" "$bin" serve --model "$model" --parallel 0
+expect_error serve_bad_prefill_chunk "--prefill-chunk must be in [0, 1048576]" "$bin" serve --model "$model" --prefill-chunk -1
+expect_error serve_bad_prefill_chunk_value "--prefill-chunk" "$bin" serve --model "$model" --prefill-chunk 7x
+expect_error serve_reward_model_prefill_chunk "option --prefill-chunk does not apply to --reward-model" \
+    "$bin" serve --reward-model "$model" --prefill-chunk 16
+
+# --prefill-chunk on SmolLM2: a ~390-token prompt prefilled in chunks of 7 tokens while
+# another answer streams gives the greedy answer of the prompt prefilled whole
+# (--prefill-chunk 0), its log-probs and top-5 alternatives within 1e-4 (6.7e-6 seen: the
+# chunks attend to each other through the cache); /metrics counts the chunk forwards of
+# both prompts. Then, at one token per step past --request-timeout-s 1, a prompt stops in
+# the middle of its prefill: 503, fewer chunks run than it has tokens, no row left held,
+# and the next request is answered.
+if [ -f "$real_model" ]; then
+    python3 -c '
+import json
+s = "The keeper of the lighthouse climbed the narrow stairs each evening, trimmed the wick, wound the clockwork and watched the ships pass the reef in the failing light. "
+print(json.dumps({"prompt": s * 12 + "Tell the story of the keeper:", "max_tokens": 12, "temperature": 0, "logprobs": 5}))' \
+        > "$tmp/chunk_body.json"
+    chunk_stream='{"prompt": "Once upon a time, in a town by the sea,", "max_tokens": 120, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}'
+    whole_status= chunked_status= still=
+    if start_server "$tmp/chunk_whole.log" --model "$real_model" --threads 1 --prefill-chunk 0; then
+        whole_status=$(request POST /v1/completions "@$tmp/chunk_body.json")
+        cp "$tmp/body" "$tmp/chunk_whole.json"
+        stop_server
+    fi
+    if start_server "$tmp/chunk_7.log" --model "$real_model" --threads 1 --prefill-chunk 7; then
+        curl -s -N --max-time 300 -o "$tmp/chunk_stream.sse" --data-binary "$chunk_stream" \
+            "http://127.0.0.1:$port/v1/completions" &
+        stream_pid=$!
+        # Its prompt prefilled (its first token out), so that the chunks of the next are whole.
+        for _ in $(seq 600); do
+            grep -q '"text"' "$tmp/chunk_stream.sse" 2> /dev/null && break
+            sleep 0.1
+        done
+        chunked_status=$(request POST /v1/completions "@$tmp/chunk_body.json")
+        cp "$tmp/body" "$tmp/chunk_7.json"
+        grep -q '^data: \[DONE\]' "$tmp/chunk_stream.sse" || still=1
+        wait "$stream_pid"
+        request GET /metrics > /dev/null
+        cp "$tmp/body" "$tmp/chunk_metrics.txt"
+        stop_server
+    fi
+    why=$(python3 - "$tmp" <<'PY'
+import json, math, sys
+tmp = sys.argv[1]
+whole, chunked = (json.load(open(f"{tmp}/chunk_{k}.json")) for k in ("whole", "7"))
+lw, lc = whole["choices"][0]["logprobs"], chunked["choices"][0]["logprobs"]
+events = [e[6:] for e in open(f"{tmp}/chunk_stream.sse").read().split("\n\n") if e.startswith("data: ")]
+stream_usage = [json.loads(e)["usage"] for e in events if e != "[DONE]" and json.loads(e).get("usage")]
+metrics = dict(l.split() for l in open(f"{tmp}/chunk_metrics.txt").read().splitlines() if not l.startswith("#"))
+prompts = [whole["usage"]["prompt_tokens"], stream_usage[0]["prompt_tokens"] if stream_usage else 0]
+want_chunks = sum(math.ceil(p / 7) for p in prompts if p > 7)
+worst = max([abs(a - b) for a, b in zip(lw["token_logprobs"], lc["token_logprobs"])] +
+            [abs(x[k] - y[k]) for x, y in zip(lw["top_logprobs"], lc["top_logprobs"]) for k in x if k in y])
+if prompts[0] < 300 or chunked["usage"] != whole["usage"]: print(f"usage {chunked['usage']} vs {whole['usage']}")
+elif chunked["choices"][0]["text"] != whole["choices"][0]["text"] or lc["tokens"] != lw["tokens"]:
+    print(f"text {chunked['choices'][0]['text']!r} vs {whole['choices'][0]['text']!r}")
+elif any(set(x) != set(y) for x, y in zip(lw["top_logprobs"], lc["top_logprobs"])) or worst > 1e-4:
+    print(f"log-probs differ by {worst:.3g}")
+elif float(metrics["marlhf_prefill_chunks_total"]) != want_chunks or float(metrics["marlhf_rows_prefilling"]) != 0:
+    print(f"{metrics['marlhf_prefill_chunks_total']} chunks, want {want_chunks} (prompts {prompts})")
+else: print("ok")
+PY
+)
+    [ "$whole_status" = 200 ] && [ "$chunked_status" = 200 ] && [ -n "$still" ] && [ "$why" = ok ] &&
+        pass serve_prefill_chunk_equals_whole ||
+        fail serve_prefill_chunk_equals_whole "status $whole_status/$chunked_status, streaming=$still: $why"
+
+    if start_server "$tmp/chunk_1.log" --model "$real_model" --threads 1 --prefill-chunk 1 --request-timeout-s 1; then
+        timeout_status=$(request POST /v1/completions "@$tmp/chunk_body.json")
+        cp "$tmp/body" "$tmp/chunk_timeout.json"
+        wait_in_progress 0 40
+        request GET /metrics > /dev/null
+        cp "$tmp/body" "$tmp/chunk_timeout_metrics.txt"
+        after_status=$(request POST /v1/completions '{"prompt": "Hello", "max_tokens": 2}')
+        why=$(python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+error = json.load(open(f"{tmp}/chunk_timeout.json"))["error"]
+metrics = dict(l.split() for l in open(f"{tmp}/chunk_timeout_metrics.txt").read().splitlines() if not l.startswith("#"))
+chunks = float(metrics["marlhf_prefill_chunks_total"])
+if error["code"] != "timeout": print(f"error {error}")
+elif not 1 <= chunks < 300: print(f"{chunks} chunks ran")
+elif any(float(metrics[k]) != 0 for k in ("marlhf_rows_prefilling", "marlhf_rows_generating", "marlhf_requests_in_progress")):
+    print(f"metrics {metrics}")
+else: print("ok")
+PY
+)
+        stop_server
+        [ "$timeout_status" = 503 ] && [ "$after_status" = 200 ] && [ "$why" = ok ] &&
+            pass serve_prefill_chunk_timeout_mid_prefill ||
+            fail serve_prefill_chunk_timeout_mid_prefill "status $timeout_status, then $after_status: $why"
+    else
+        fail serve_prefill_chunk_timeout_mid_prefill "$(tail -n 3 "$tmp/chunk_1.log")"
+    fi
+fi
 [ "$failures" -eq 0 ]

@@ -222,9 +222,9 @@ static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *
 }
 
 void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
-                           int OC) {
+                           int OC, int kernel_rows) {
     CHECK(weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
           "Q8_0 weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
-    if (N >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
+    if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }

@@ -33,7 +33,7 @@ void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, in
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC);
 void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias,
-                           int N, int IC, int OC);
+                           int N, int IC, int OC, int kernel_rows);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC);
 
