@@ -94,10 +94,15 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
     float *weight = model->params + entry->offset;
-    quantize_matrix(model->ops, matrix, model->quantized->type, weight, entry->shape[0], entry->shape[1]);
+    // The token table and the LM head stay Q8_0 under q4_0, as llama.cpp keeps its output
+    // tensor above 4 bits in a Q4_0 model: on SmolLM2 (tied) a 4-bit head costs most of the
+    // accuracy (docs/quantization.md).
+    ModelQuantized *q = model->quantized;
+    const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+    quantize_matrix(model->ops, matrix, type, weight, entry->shape[0], entry->shape[1]);
     release_pages(weight, entry->numel);
     // A tied LM head reads the embedding table: the head shares its quantized arrays.
-    ModelQuantized *quantized = model->quantized;
+    ModelQuantized *quantized = q;
     if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
         quantized->lm_head = quantized->embedding;
         quantized->head_is_embedding = true;
