@@ -57,12 +57,12 @@ assert c["peft_type"] == "LORA" and c["r"] == 8 and c["marlhf_base_quantize"] ==
         fail sft_${q}_adapter_records_base "$(cat "$final/adapter/adapter_config.json")"
     # final/ is float32 (dequantized base + adapters): the base's size, loads without --quantize
     # and equals the adapter on the quantized base (here decoded by the inference kernels,
-    # which also quantize the activations: within 0.05).
+    # which also quantize the activations: measured 0.002-0.003, limit 0.01).
     "$bin" logprobs --model "$final" --input "$tmp/ids.jsonl" > "$tmp/merged_$q.jsonl" 2> "$tmp/merged_$q.err"
     "$bin" logprobs --model "$model" --quantize $q --lora-adapter "$final" --input "$tmp/ids.jsonl" \
         > "$tmp/adapter_$q.jsonl" 2> "$tmp/adapter_$q.err"
     [ "$(stat -c %s "$final/model.safetensors")" -le "$(($(stat -c %s "$model/model.safetensors") + 4096))" ] &&
-        logprobs_close "$tmp/merged_$q.jsonl" "$tmp/adapter_$q.jsonl" 0.05 &&
+        logprobs_close "$tmp/merged_$q.jsonl" "$tmp/adapter_$q.jsonl" 0.01 &&
         pass sft_${q}_merged_equals_adapter_on_quantized_base ||
         fail sft_${q}_merged_equals_adapter_on_quantized_base "$(tail -n 1 "$tmp/merged_$q.err") $(tail -n 1 "$tmp/adapter_$q.err")"
     expect_error ${q}_adapter_without_quantize "was trained on a base quantized as $q: load it with --quantize $q" \
@@ -81,12 +81,21 @@ expect_error q8_0_adapter_on_q4_0_base "quantized as q8_0" \
 
 # --- exact resume -------------------------------------------------------------------------
 long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
-"$bin" sft "${long[@]}" --quantize q4_0 --output "$tmp/straight" 2> /dev/null
+"$bin" sft "${long[@]}" --keep-last 0 --quantize q4_0 --output "$tmp/straight" 2> /dev/null
 interrupted_run "$tmp/killed" "$bin" sft "${long[@]}" --quantize q4_0 --output "$tmp/killed"
 [ "$finished_early" = 1 ] && fail qlora_kill_mid_run "the run finished before the kill"
 cmp -s "$tmp/straight/final/model.safetensors" "$tmp/killed/final/model.safetensors" &&
     cmp -s "$tmp/straight/final/adapter/adapter_model.safetensors" "$tmp/killed/final/adapter/adapter_model.safetensors" &&
     pass qlora_resume_bit_identical || fail qlora_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
+# The same from a chosen checkpoint (the kill above may land before the first checkpoint is
+# whole): the run cut back to step 5 and resumed ends bit for bit where it ended.
+mkdir -p "$tmp/cut" && cp -r "$tmp/straight/." "$tmp/cut/" && rm -rf "$tmp/cut/final"
+for d in "$tmp"/cut/checkpoint-*; do [ "${d##*-}" -gt 5 ] && rm -rf "$d"; done
+"$bin" sft "${long[@]}" --keep-last 0 --quantize q4_0 --output "$tmp/cut" --resume 2> "$tmp/cut.err"
+[ -d "$tmp/cut/checkpoint-5" ] && ls -d "$tmp"/cut/checkpoint-* | grep -q -- '-6$' &&
+    cmp -s "$tmp/straight/final/adapter/adapter_model.safetensors" "$tmp/cut/final/adapter/adapter_model.safetensors" &&
+    cmp -s "$tmp/straight/final/model.safetensors" "$tmp/cut/final/model.safetensors" &&
+    pass qlora_resume_from_step_5_bit_identical || fail qlora_resume_from_step_5_bit_identical "$(tail -n 2 "$tmp/cut.err")"
 before=$(ls -R "$tmp/straight" | md5sum)
 expect_error qlora_resume_without_quantize "quantized as q4_0, and this run's base is none" \
     "$bin" sft "${long[@]}" --output "$tmp/straight" --resume
