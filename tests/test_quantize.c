@@ -98,6 +98,7 @@ static void run_kernel(const Shape *s, const float *inp, const float *weight, co
     matrix->cols = s->IC;
     matrix->values = xmalloc((size_t)s->OC * s->IC);
     matrix->scales = xmalloc((size_t)s->OC * (s->IC / Q8_BLOCK) * sizeof(float));
+    matrix->type = QUANT_Q8_0;
     for (int o = 0; o < s->OC; o++)
         q8_quantize_row(weight + (long)o * s->IC, s->IC, matrix->values + (long)o * s->IC,
                         matrix->scales + (long)o * (s->IC / Q8_BLOCK));
