@@ -7,7 +7,8 @@
 //    back to its own bytes (also every block the GGUF writer makes of the tiny Llama's
 //    weights), so a Q4_0 GGUF runs with its own bits.
 //  - QLoRA: LoRA over a Q8_0 or Q4_0 base computes the log-probs and adapter gradients of
-//    LoRA over a float32 base holding the dequantized values (same fingerprint too); its saved
+//    LoRA over a float32 base holding the dequantized values (same fingerprint too; gradient
+//    checkpointing gives the same bits); its saved
 //    merged model computes what it does; its adapter reloads onto the quantized base and is
 //    refused on the float32 one.
 //
@@ -418,6 +419,17 @@ static void test_qlora_matches_dequantized_float(void) {
             grads[m] = xmalloc((size_t)G * sizeof(float));
             qlora_step(models[m], logp[m], grads[m]);
         }
+        // Gradient checkpointing recomputes each quantized layer to the same bits.
+        float recomputed_logp[QB * QT];
+        float *recomputed = xmalloc((size_t)G * sizeof(float));
+        quantized.recompute = true;
+        qlora_step(&quantized, recomputed_logp, recomputed);
+        EXPECT(!quantized.acts.keep_all_layers, "%s: the layers' activations were kept, not recomputed", types[k]);
+        quantized.recompute = false;
+        EXPECT(memcmp(recomputed, grads[0], (size_t)G * sizeof(float)) == 0,
+               "%s: gradient checkpointing changed the adapter gradients by %.3g", types[k],
+               test_max_abs_diff(recomputed, grads[0], G));
+        free(recomputed);
         double grad_scale = 0;
         for (long i = 0; i < G; i++) grad_scale = fmax(grad_scale, fabs(grads[1][i]));
         const double logp_error = test_max_abs_diff(logp[0], logp[1], QB * QT);
