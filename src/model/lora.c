@@ -121,6 +121,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     float *host;
     if (quantized) {
         host = model->ops->alloc((size_t)model->table.total * sizeof(float));
+        quantized_small_pages(host, base_total);
         for (int i = 0; i < first_adapter; i++) {
             const ParamEntry *e = &model->table.entries[i];
             if (!quantized_matrix(model, e))
@@ -409,8 +410,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     if (base_quantize && (!json_is_string(base_quantize) ||
                           quantize_type_check(json_string_value(base_quantize), "marlhf_base_quantize") != 0))
         rc = err_set("%s: \"marlhf_base_quantize\" must be \"none\", \"q8_0\" or \"q4_0\"", path);
-    else
-    if (!json_is_string(json_object_get(config, "peft_type")) ||
+    else if (!json_is_string(json_object_get(config, "peft_type")) ||
         strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
         rc = err_set("%s: not a LoRA adapter (\"peft_type\" is not \"LORA\")", path);
     else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||

@@ -32,6 +32,7 @@ int quantized_begin(Model *model, const char *type) {
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
                        "multiples of %d (they are %d, %d, %d)", type, Q8_BLOCK, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
+    quantized_small_pages(model->params, model->table.total);
     model->quantized->type = strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
     return 0;
@@ -45,6 +46,13 @@ static void release_pages(float *start, long count) {
     uintptr_t first = ((uintptr_t)start + page - 1) / page * page;
     uintptr_t end = ((uintptr_t)(start + count)) / page * page;
     if (end > first) madvise((void *)first, end - first, MADV_DONTNEED);
+}
+
+void quantized_small_pages(float *params, long count) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = ((uintptr_t)params + page - 1) / page * page;
+    uintptr_t end = ((uintptr_t)(params + count)) / page * page;
+    if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
 }
 
 static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, const float *weight, long rows,

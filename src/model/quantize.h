@@ -67,5 +67,12 @@ void model_dequantize_into(const Model *model, float *params);
 // LoRA adapter's base fingerprint; streamed a chunk at a time (no float32 copy of the base).
 uint64_t model_base_hash(const Model *model, const float *params, long n);
 
+// Asks for small pages over a quantized model's float32 buffer params[0, count) (CPU): it
+// keeps only small tensors (norms, biases) between the given-back ones, and the CPU backend
+// maps large buffers with transparent huge pages, where writing one norm would bring in 2 MB
+// (SmolLM2's 61 norms: ~120 MB). quantized_begin calls it before the weights are read, and
+// model_add_lora on the buffer it makes for a quantized base.
+void quantized_small_pages(float *params, long count);
+
 // Frees the quantized copies (model_free calls it).
 void model_quantized_free(Model *model);

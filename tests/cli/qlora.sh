@@ -78,6 +78,11 @@ done
     pass qlora_adapters_differ_by_base || fail qlora_adapters_differ_by_base "identical adapters"
 expect_error q8_0_adapter_on_q4_0_base "quantized as q8_0" \
     "$bin" logprobs --model "$model" --quantize q4_0 --lora-adapter "$tmp/sft_q8_0/final" --input "$tmp/ids.jsonl"
+mkdir -p "$tmp/bad_base" && cp "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/bad_base/"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["marlhf_base_quantize"] = "q3"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$tmp/sft_q8_0/final/adapter/adapter_config.json" "$tmp/bad_base/adapter_config.json"
+expect_error adapter_bad_base_quantize "bad_base/adapter_config.json: \"marlhf_base_quantize\" must be" \
+    "$bin" logprobs --model "$model" --quantize q8_0 --lora-adapter "$tmp/bad_base" --input "$tmp/ids.jsonl"
 
 # --- exact resume -------------------------------------------------------------------------
 long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
