@@ -457,8 +457,9 @@ static void test_qlora_matches_dequantized_float(void) {
 
         // Saved: the dequantized base with the adapters merged, a plain float32 model that
         // computes what the adapted quantized one does; the adapter says which base it needs.
-        char dir[] = "/tmp/marlhf_qlora_XXXXXX";
-        CHECK(mkdtemp(dir), "mkdtemp failed");
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/marlhf_qlora_XXXXXX", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
+        CHECK(mkdtemp(dir), "mkdtemp in %s failed", dir);
         CHECK(model_write_hf_files(&quantized, dir) == 0, "%s", err_msg());
         Model merged;
         load(&merged, dir);
@@ -477,8 +478,8 @@ static void test_qlora_matches_dequantized_float(void) {
                "%s: the adapter accepted on the float32 base (%s)", types[k], err_msg());
         model_free(&again);
         model_free(&merged);
-        char command[128];
-        snprintf(command, sizeof command, "rm -rf %s", dir);
+        char command[600];
+        snprintf(command, sizeof command, "rm -rf '%s'", dir);
         CHECK(system(command) == 0, "%s failed", command);
         for (int m = 0; m < 3; m++) {
             free(grads[m]);
