@@ -76,6 +76,8 @@ done
 ! cmp -s "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/sft_q4_0/final/adapter/adapter_model.safetensors" &&
     ! cmp -s "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/sft_f32/final/adapter/adapter_model.safetensors" &&
     pass qlora_adapters_differ_by_base || fail qlora_adapters_differ_by_base "identical adapters"
+expect_error sft_float_adapter_on_quantized_base "trained on a base quantized as none, and this run's base is q8_0" \
+    "$bin" sft "${sft[@]}" --lora-adapter "$tmp/sft_f32/final" --quantize q8_0 --output "$tmp/x"
 expect_error q8_0_adapter_on_q4_0_base "quantized as q8_0" \
     "$bin" logprobs --model "$model" --quantize q4_0 --lora-adapter "$tmp/sft_q8_0/final" --input "$tmp/ids.jsonl"
 mkdir -p "$tmp/bad_base" && cp "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/bad_base/"
