@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
         float *out = xmalloc((size_t)max_rows * OC * sizeof(float));
         for (long i = 0; i < (long)IC * OC; i++) weight[i] = rng_uniform(1, 0, (uint64_t)i) - 0.5f;
         for (long i = 0; i < (long)max_rows * IC; i++) inp[i] = rng_uniform(2, 0, (uint64_t)i) - 0.5f;
-        Q8Matrix matrix = {OC, IC, xmalloc((size_t)IC * OC), xmalloc((size_t)OC * (IC / Q8_BLOCK) * sizeof(float))};
+        Q8Matrix matrix = {.rows = OC, .cols = IC, .values = xmalloc((size_t)IC * OC),
+                           .scales = xmalloc((size_t)OC * (IC / Q8_BLOCK) * sizeof(float)), .type = QUANT_Q8_0};
         for (int o = 0; o < OC; o++)
             q8_quantize_row(weight + (long)o * IC, IC, matrix.values + (long)o * IC, matrix.scales + (long)o * (IC / Q8_BLOCK));
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {

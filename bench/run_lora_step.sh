@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A LoRA training step (rank 8 on every linear layer, base frozen; with lora_dropout
-# $DROPOUT, default 0.05; and DoRA, PEFT's use_dora) beside full fine-tuning,
+# $DROPOUT, default 0.05; DoRA, PEFT's use_dora; and QLoRA, the frozen base quantized to each
+# of $QUANTIZE, default "q8_0 q4_0") beside full fine-tuning,
 # for marlhf and for PyTorch + PEFT, SmolLM2-135M shape from random weights, in the same
 # run. Each configuration runs in its own process so that max_rss_mb is its own peak
 # memory. Needs scripts/setup-python (and peft) for the PyTorch side. Prints JSON lines.
@@ -21,6 +22,10 @@ OMP_NUM_THREADS=$threads build/bench/train_step --model smollm2-135m --batch "$b
     --lora-rank "$rank" --lora-dropout "$dropout" | grep '"impl": "marlhf"'
 OMP_NUM_THREADS=$threads build/bench/train_step --model smollm2-135m --batch "$batch" --seq "$seq" --steps "$steps" \
     --lora-rank "$rank" --use-dora | grep '"impl": "marlhf"'
+for q in ${QUANTIZE-q8_0 q4_0}; do
+    OMP_NUM_THREADS=$threads build/bench/train_step --model smollm2-135m --batch "$batch" --seq "$seq" --steps "$steps" \
+        --lora-rank "$rank" --quantize "$q" | grep '"impl": "marlhf"'
+done
 if [ -x .venv-tools/bin/python ] && .venv-tools/bin/python -c "import peft" 2> /dev/null; then
     for r in 0 "$rank"; do
         .venv-tools/bin/python bench/torch_train_step.py --model smollm2-135m --batch "$batch" --seq "$seq" \

@@ -12,6 +12,9 @@
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
 //            [--lora-dropout P] (with --lora-rank: PEFT's lora_dropout on the adapters' inputs)
 //            [--use-dora]       (with --lora-rank: DoRA adapters, PEFT's use_dora)
+//            [--quantize q8_0|q4_0] (with --lora-rank, CPU: the frozen base quantized, QLoRA; the
+//                               random float32 weights are made first, then quantized and given
+//                               back, as `marlhf sft --quantize` never holds them all)
 // The CPU line also gives the process's peak resident memory (max_rss_mb).
 #include <cblas.h>
 #include <omp.h>
@@ -25,6 +28,7 @@
 #include "core/rng.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "train/adamw.h"
 #include "bench_shapes.h"
 
@@ -61,6 +65,7 @@ static const char *attention_label = "";
 static int lora_rank = 0;
 static double lora_dropout = 0;
 static bool use_dora = false;
+static const char *quantize = "none";
 
 static double max_rss_mb(void) {
     struct rusage usage;
@@ -75,6 +80,7 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     model_init(&model, &cfg, ops, true, false);
     model.recompute = recompute;
     bench_random_weights(&model);
+    if (model_quantize(&model, quantize) != 0) die_from_err();
     if (lora_rank > 0) {
         LoraConfig lora = {.rank = lora_rank, .alpha = (float)lora_rank, .targets = (1u << LORA_TARGETS) - 1,
                            .dropout = lora_dropout, .dora = use_dora};
@@ -133,11 +139,11 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     printf("{\"impl\": \"marlhf\", \"model\": \"%s\", \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"gflops\": %.2f, "
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
-           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"dora\": %s, "
+           "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"dora\": %s, \"quantize\": \"%s\", "
            "\"trainable_params\": %ld, \"max_rss_mb\": %.0f}\n",
            name, N / step_s, step_s, gflops, sgemm_rate, gflops / sgemm_rate, forward_s / steps, backward_s / steps,
            optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token, lora_rank,
-           lora_dropout, use_dora ? "true" : "false", model_trainable_floats(&model), max_rss_mb());
+           lora_dropout, use_dora ? "true" : "false", quantize, model_trainable_floats(&model), max_rss_mb());
     fflush(stdout);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
@@ -162,9 +168,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lora-rank") && i + 1 < argc) lora_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lora-dropout") && i + 1 < argc) lora_dropout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--use-dora")) use_dora = true;
+        else if (!strcmp(argv[i], "--quantize") && i + 1 < argc) quantize = argv[++i];
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
+    if (quantize_requested(quantize) && lora_rank < 1) die_user("--quantize needs --lora-rank (a quantized base is frozen)");
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
 #ifdef MARLHF_CUDA

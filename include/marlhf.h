@@ -65,9 +65,10 @@ typedef struct {
     const char *lora_adapter;  // policy: a saved adapter applied on load (a marlhf model folder
                                // with adapter/, or a PEFT adapter folder); NULL for none
     const char *chat_template; // policy: a family name or template file; NULL: the model's own
-    const char *quantize;      // policy: NULL or "none" (float32), or "q8_0": 8-bit linear layers
-                               // for generation and log-probs (CPU, docs/quantization.md); such a
-                               // model cannot be saved or given a trainer
+    const char *quantize;      // policy: NULL or "none" (float32), "q8_0" or "q4_0": 8- or 4-bit
+                               // linear layers for generation and log-probs (CPU,
+                               // docs/quantization.md); such a model cannot be saved or given a
+                               // trainer (QLoRA is the command line's, not this API's)
 } marlhf_model_params;
 
 MARLHF_API marlhf_model_params marlhf_model_default_params(void);

@@ -17,6 +17,8 @@
 #include "core/rng.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
+#include "ops/q4.h"
+#include "ops/q8.h"
 #include "test.h"
 
 static uint64_t rng_state = 12345;
@@ -101,6 +103,92 @@ static void test_matmul_accumulate_and_scale(void) {
         for (int i = 0; i < N * OC; i++) EXPECT(acc[i] == -0.5f * product[i], "scale: %g vs %g", acc[i], -0.5f * product[i]);
         free(inp), free(w), free(acc), free(want), free(product);
     }
+}
+
+// ---- quantized weights (Q8_0, Q4_0): the LoRA base's matmuls ----
+// A random [OC, IC] weight quantized to `type`, and its dequantized floats.
+static Q8Matrix random_quantized(QuantType type, int OC, int IC, float **dequantized) {
+    float *w = random_floats((long)OC * IC, -0.3f, 0.3f);
+    Q8Matrix m = {.rows = OC, .cols = IC, .type = type};
+    m.scales = xmalloc((size_t)OC * (IC / Q8_BLOCK) * sizeof(float));
+    m.values = xmalloc(type == QUANT_Q4_0 ? (size_t)OC * IC / 2 : (size_t)OC * IC);
+    for (int o = 0; o < OC; o++) {
+        float *scales = m.scales + (long)o * (IC / Q8_BLOCK);
+        if (type == QUANT_Q4_0) q4_quantize_row(w + (long)o * IC, IC, m.nibbles + (long)o * IC / 2, scales);
+        else q8_quantize_row(w + (long)o * IC, IC, m.values + (long)o * IC, scales);
+    }
+    *dequantized = xmalloc((size_t)OC * IC * sizeof(float));
+    quant_dequantize_rows(&m, 0, OC, *dequantized);
+    // The dequantized weights are the quantization of w: within half a step of each value for
+    // Q8_0; for Q4_0 a step (code 15, 7 steps, is the most a value on the side opposite the
+    // block's extreme can get, for values up to 8 steps), the step rounded to a half (8 steps
+    // of 2^-11).
+    double worst = 0;
+    for (long i = 0; i < (long)OC * IC; i++) {
+        const float step = fabsf(m.scales[i / Q8_BLOCK]);
+        worst = fmax(worst, fabs((*dequantized)[i] - w[i]) / (step * (type == QUANT_Q4_0 ? 1.0 : 0.5) + 1e-30));
+    }
+    EXPECT(worst <= (type == QUANT_Q4_0 ? 1.0 + 8.0 / 2048 : 1.0 + 1e-5), "type %d: a dequantized weight %.3g bounds from its value",
+           (int)type, worst);
+    free(w);
+    return m;
+}
+
+// matmul_backward_input_q8 (dinp += dout . W) and matmul_forward_dequantized against the
+// float32 ops on the dequantized weights: row counts on both sides of Q8_SGEMM_MIN_ROWS,
+// outputs over one and several of the kernels' 256-row tiles (with a partial last one), an
+// accumulating dinp. The summation order differs (a tile at a time), so relative 1e-5 of the
+// products' magnitude. The inference kernel (matmul_forward_q8, Q4_0 included) stays within
+// the input's Q8_0 rounding of the same product.
+static void test_matmul_quantized(void) {
+    const int shapes[][3] = {{5, 64, 37}, {70, 96, 300}, {13, 160, 600}, {64, 32, 257}};
+    const QuantType types[] = {QUANT_Q8_0, QUANT_Q4_0};
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 4; k++) {
+            const int N = shapes[k][0], IC = shapes[k][1], OC = shapes[k][2];
+            float *w;
+            Q8Matrix m = random_quantized(types[t], OC, IC, &w);
+            float *inp = random_floats((long)N * IC, -1, 1), *dout = random_floats((long)N * OC, -1, 1);
+            float *bias = random_floats(OC, -1, 1);
+            float *dinp = random_floats((long)N * IC, -1, 1), *want = xmalloc((size_t)N * IC * sizeof(float));
+            memcpy(want, dinp, (size_t)N * IC * sizeof(float));
+            ops_cpu.matmul_backward_input_q8(dinp, dout, &m, N, IC, OC);
+            ops_cpu.matmul_backward(want, NULL, NULL, dout, inp, w, N, IC, OC);
+            double worst = 0;
+            for (int i = 0; i < N; i++)
+                for (int c = 0; c < IC; c++) {
+                    double magnitude = 1;
+                    for (int o = 0; o < OC; o++) magnitude += fabs((double)dout[(long)i * OC + o] * w[(long)o * IC + c]);
+                    worst = fmax(worst, fabs(dinp[(long)i * IC + c] - want[(long)i * IC + c]) / (1e-5 * magnitude));
+                }
+            EXPECT(worst <= 1.0, "type %d, N %d IC %d OC %d: backward input %.3g x the tolerance from float32", (int)types[t],
+                   N, IC, OC, worst);
+
+            float *out = xmalloc((size_t)N * OC * sizeof(float)), *expected = xmalloc((size_t)N * OC * sizeof(float));
+            ops_cpu.matmul_forward(expected, inp, w, bias, N, IC, OC);
+            ops_cpu.matmul_forward_dequantized(out, inp, &m, bias, N, IC, OC);
+            double worst_forward = 0, worst_inference = 0;
+            float *inference = xmalloc((size_t)N * OC * sizeof(float));
+            ops_cpu.matmul_forward_q8(inference, inp, &m, bias, N, IC, OC, N);
+            for (int i = 0; i < N; i++)
+                for (int o = 0; o < OC; o++) {
+                    double magnitude = 1 + fabs(bias[o]), rounding = 0;
+                    for (int c = 0; c < IC; c++) {
+                        magnitude += fabs((double)inp[(long)i * IC + c] * w[(long)o * IC + c]);
+                        // the input's Q8_0 step is at most max|x| / 127 <= 1/127 per value
+                        rounding += fabs(w[(long)o * IC + c]) / 127.0 / 2;
+                    }
+                    const long at = (long)i * OC + o;
+                    worst_forward = fmax(worst_forward, fabs(out[at] - expected[at]) / (1e-5 * magnitude));
+                    worst_inference = fmax(worst_inference, fabs(inference[at] - expected[at]) / (rounding + 1e-5 * magnitude));
+                }
+            EXPECT(worst_forward <= 1.0, "type %d, N %d IC %d OC %d: forward %.3g x the tolerance from float32", (int)types[t],
+                   N, IC, OC, worst_forward);
+            EXPECT(worst_inference <= 1.0, "type %d, N %d IC %d OC %d: inference kernel %.3g x its rounding bound",
+                   (int)types[t], N, IC, OC, worst_inference);
+            free(inp), free(dout), free(bias), free(dinp), free(want), free(out), free(expected), free(inference), free(w);
+            free(m.values), free(m.scales);
+        }
 }
 
 // ---- layernorm / rmsnorm ----
@@ -797,6 +885,7 @@ int main(int argc, char **argv) {
     RUN(test_matmul_short_weight_is_reported);
 #endif
     RUN(test_matmul_accumulate_and_scale);
+    RUN(test_matmul_quantized);
     RUN(test_layernorm);
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_plus_one);

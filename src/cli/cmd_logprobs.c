@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "io/jsonl.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -129,7 +130,7 @@ static void remove_pending_output(void) {
 int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
     long batch_size = 8, threads = 0;
-    char *lora_adapter = NULL;
+    char *lora_adapter = NULL, *quantize = "none";
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} or {\"text\": ...} rows ('-' = stdin)", true,
@@ -139,6 +140,9 @@ int cmd_logprobs(int argc, char **argv) {
         {"batch-size", "batch_size", OPT_INT, &batch_size, "rows per forward pass", false, false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize,
+         "none, q8_0 or q4_0: the model's weights in 8 or 4 bits (CPU; the base a QLoRA adapter was trained on)",
+         false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -152,9 +156,9 @@ int cmd_logprobs(int argc, char **argv) {
     cli_set_threads(threads);
 
     Model model;
-    ModelLoadOptions load = {.with_lm_head = true};
-    if (model_load(&model, model_path, ops, &load) != 0) die_from_err();
-    if (lora_adapter && model_load_lora_adapter(&model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
+    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
+    ModelLoadOptions load = {.with_lm_head = true, .quantize = quantize};
+    if (model_load_with_adapter(&model, model_path, ops, &load, lora_adapter, 0) != 0) die_from_err();
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();
     FILE *out = stdout;

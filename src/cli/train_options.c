@@ -9,6 +9,7 @@
 #include "data/split.h"
 #include "dist/dist.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 
 // The six LoRA options of each prefix: name, aliases, help. Names are literals because an
 // Option holds pointers, not copies.
@@ -104,7 +105,7 @@ TrainerCli trainer_cli_defaults(double learning_rate, double warmup_ratio, doubl
     return (TrainerCli){.schedule_name = "cosine", .micro_batch = 4, .grad_accum = 1, .epochs = 1, .warmup_steps = -1,
                         .keep_last = 2, .log_every = 1, .seed = 1234, .max_seq_len = 512, .learning_rate = learning_rate,
                         .warmup_ratio = warmup_ratio, .clip_norm = 1.0, .weight_decay = weight_decay, .beta1 = 0.9,
-                        .beta2 = 0.95, .eps = 1e-8, .device = "cpu", .data_format = "auto", .data_phase = data_phase};
+                        .beta2 = 0.95, .eps = 1e-8, .device = "cpu", .quantize = "none", .data_format = "auto", .data_phase = data_phase};
 }
 
 int trainer_cli_options(TrainerCli *c, Option *o) {
@@ -144,6 +145,9 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
     ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
+    ADD("quantize", NULL, OPT_STRING, &c->quantize,
+        "none, q8_0 or q4_0: the frozen base in 8 or 4 bits under LoRA adapters (QLoRA; needs --lora-rank or "
+        "--lora-adapter; CPU)");
 #undef ADD
     n += lora_cli_options(&c->lora_cli, "", o + n);
     // TRL's trainers: SFTTrainer keeps PEFT's lora_dropout, the reward, DPO and KTO trainers
@@ -183,6 +187,13 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->zero_stage == 1 && c->device && strcmp(c->device, "cpu"))
         die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
+    if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
+    if (quantize_requested(c->quantize) && c->lora.rank == 0)
+        die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "
+                 "trained in full", c->quantize);
+    if (quantize_requested(c->quantize) && c->device && strcmp(c->device, "cpu"))
+        die_user("option --quantize %s runs on --device cpu only (the %s backend has no quantized matmul)", c->quantize,
+                 c->device);
     if (c->lora_dropout) {
         char *end;
         double p = strtod(c->lora_dropout, &end);
@@ -264,7 +275,9 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
                             Model *model) {
     const OpsBackend *ops = ops_backend_by_name(cli->device);
     if (!ops) die_from_err();
-    if (model_load(model, path, ops, load) != 0) die_from_err();
+    ModelLoadOptions options = *load;
+    options.quantize = cli->quantize; // quantized as each tensor is read, before the adapters
+    if (model_load(model, path, ops, &options) != 0) die_from_err();
     lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet);
     model->recompute = cli->gradient_checkpointing;
 }

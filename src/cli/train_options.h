@@ -35,6 +35,7 @@ typedef struct {
     double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
     bool resume, gradient_checkpointing, quiet;
     char *device;
+    char *quantize; // --quantize: the frozen base's weights quantized under LoRA (QLoRA), or "none"
     LoraCli lora_cli;
     char *lora_dropout;           // --lora-dropout as given (NULL: the command's default)
     bool adapter_dropout_applies; // sft: by default a --lora-adapter trains with its own lora_dropout
@@ -56,9 +57,9 @@ void trainer_cli_finish(TrainerCli *cli, const char *run_dir);
 // Loads --data (and --eval-data), applying --data-split / --data-phase when given. Exits 2
 // on error.
 void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, Dataset *eval);
-// The model a trainer trains: `path` on --device with `load`'s heads, the --lora-* adapters
-// (the value head trained too when train_value_head) and --gradient-checkpointing. Exits 2
-// on error.
+// The model a trainer trains: `path` on --device with `load`'s heads, quantized as
+// --quantize asks (then frozen under the adapters), the --lora-* adapters (the value head
+// trained too when train_value_head) and --gradient-checkpointing. Exits 2 on error.
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
                             Model *model);
 // A frozen causal-LM reference (--reference-model of dpo and kto) on --device, with the

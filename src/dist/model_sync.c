@@ -48,7 +48,10 @@ void dist_sum_gradients(Model *model) {
 
 void dist_broadcast_weights(Model *model) {
     if (dist_world_size() <= 1) return;
-    on_host(model, model->params, model->table.total, broadcast_pass, NULL, true);
+    // A quantized base (QLoRA) is frozen and quantized alike on every rank from the same
+    // file; its float32 pages were given back, and a broadcast would fill them again.
+    const long first = model->quantized ? model->trainable_offset : 0;
+    on_host(model, model->params + first, model->table.total - first, broadcast_pass, NULL, true);
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {

@@ -12,6 +12,7 @@
 #include "io/fs.h"
 #include "io/jsonl.h"
 #include "io/safetensors.h"
+#include "model/quantize.h"
 
 static const char *const target_names[LORA_TARGETS] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -105,7 +106,6 @@ static float lora_scale(const LoraConfig *lora) {
 }
 
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
-    CHECK(!model->quantized, "LoRA adapters go on a model before it is quantized (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(!model->grads, "model_add_lora after model_enable_grad");
     CHECK(model->lora.rank == 0, "the model already has LoRA adapters");
@@ -119,6 +119,10 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         targets &= ~(1u << LORA_GATE); // "all-linear" on GPT-2: every linear layer it has
     }
     if (!targets) return err_set("no LoRA module chosen");
+    // DoRA's magnitudes and weight norms are made from the float32 base weights, which a
+    // quantized base (QLoRA) has given back.
+    if (lora->dora && model->quantized)
+        return err_set("--use-dora needs the float32 base weights: it cannot train over a quantized base (--quantize)");
 
     // Appending entries leaves every existing offset where it was.
     const long base_total = model->table.total;
@@ -148,9 +152,26 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     if (first_trainable == base_total) first_trainable = model->table.entries[first_adapter].offset;
 
     // The new buffer, built on the host: the old weights, A random, B zero, and DoRA's
-    // magnitude the row norms of W + scale * B A = W (PEFT's initialisation).
-    float *host = xcalloc((size_t)model->table.total, sizeof(float));
-    model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+    // magnitude the row norms of W + scale * B A = W (PEFT's initialisation). Over a quantized
+    // base (QLoRA, CPU only) the buffer is the new params itself and only the float32 entries
+    // are copied: the quantized ones' pages were given back and stay untouched (zeros, no
+    // memory), and the fingerprint is of the base's dequantized values.
+    const bool quantized = model->quantized != NULL;
+    CHECK(!quantized || model->ops == &ops_cpu, "a quantized model is on the CPU");
+    float *host;
+    if (quantized) {
+        host = model->ops->alloc((size_t)model->table.total * sizeof(float));
+        quantized_small_pages(host, base_total);
+        for (int i = 0; i < first_adapter; i++) {
+            const ParamEntry *e = &model->table.entries[i];
+            if (!quantized_matrix(model, e))
+                memcpy(host + e->offset, model->params + e->offset, (size_t)e->numel * sizeof(float));
+        }
+        model->lora_base_fingerprint = model_base_hash(model, model->params, first_trainable);
+    } else {
+        host = xcalloc((size_t)model->table.total, sizeof(float));
+        model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+    }
     for (int i = first_adapter; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
         if (!strstr(e->name, ".lora_A.")) continue;
@@ -178,10 +199,14 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         param_views_free(&views);
     }
     model->ops->free(model->params);
-    model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
-    model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
-    model->lora_base_fingerprint = hash_floats(HASH_FNV1A_START, host, first_trainable);
-    free(host);
+    if (quantized) {
+        model->params = host;
+    } else {
+        model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
+        model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
+        model->lora_base_fingerprint = hash_floats(HASH_FNV1A_START, host, first_trainable);
+        free(host);
+    }
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
     model->lora.targets = targets;
@@ -473,6 +498,8 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     snprintf(fingerprint, sizeof fingerprint, "%016llx", model->lora_base_fingerprint);
     // Not PEFT's: which base weights the adapters belong to, checked when they are read back.
     json_object_set_new(config, "marlhf_base_fingerprint", json_string(fingerprint));
+    // Also not PEFT's: a quantized base (QLoRA), whose dequantized values the fingerprint is of.
+    if (model->quantized) json_object_set_new(config, "marlhf_base_quantize", json_string(model_quantize_name(model)));
     char *config_path = fs_join(dir, "adapter_config.json");
     rc = json_write_file(config_path, config, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_SORT_KEYS);
     json_decref(config);
@@ -487,6 +514,7 @@ typedef struct {
     bool value_head;         // modules_to_save holds "score"
     bool has_fingerprint;    // written by marlhf: the base weights it belongs to
     char fingerprint[32];
+    char base_quantize[8];   // "none", or the base's quantization ("q8_0", "q4_0")
 } AdapterConfig;
 
 // The folder holding a model's adapter: MODEL_DIR/adapter, or MODEL_DIR itself (PEFT's).
@@ -512,8 +540,13 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     json_t *modules = json_object_get(config, "target_modules"), *saved = json_object_get(config, "modules_to_save");
     json_t *fingerprint = json_object_get(config, "marlhf_base_fingerprint");
     json_t *dropout = json_object_get(config, "lora_dropout"); // PEFT writes it; null or absent means 0
+    json_t *base_quantize = json_object_get(config, "marlhf_base_quantize");
+    snprintf(out->base_quantize, sizeof out->base_quantize, "none");
     int rc = 0;
-    if (!json_is_string(json_object_get(config, "peft_type")) ||
+    if (base_quantize && (!json_is_string(base_quantize) ||
+                          quantize_type_check(json_string_value(base_quantize), "marlhf_base_quantize") != 0))
+        rc = err_set("%s: \"marlhf_base_quantize\" must be \"none\", \"q8_0\" or \"q4_0\"", path);
+    else if (!json_is_string(json_object_get(config, "peft_type")) ||
         strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
         rc = err_set("%s: not a LoRA adapter (\"peft_type\" is not \"LORA\")", path);
     else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||
@@ -556,6 +589,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
         if (json_is_number(dropout)) out->lora.dropout = json_number_value(dropout);
         if (json_is_array(saved))
             json_array_foreach(saved, i, module) out->value_head |= json_is_string(module) && !strcmp(json_string_value(module), "score");
+        if (base_quantize) snprintf(out->base_quantize, sizeof out->base_quantize, "%s", json_string_value(base_quantize));
         if (json_is_string(fingerprint)) {
             out->has_fingerprint = true;
             snprintf(out->fingerprint, sizeof out->fingerprint, "%s", json_string_value(fingerprint));
@@ -580,10 +614,24 @@ static int check_adapter_config(const Model *model, const char *dir) {
                        config.lora.rslora ? ", rsLoRA" : "", config.lora.dora ? ", DoRA" : "", model->lora.rank,
                        model->lora.alpha, model->lora.rslora ? ", rsLoRA" : "", model->lora.dora ? ", DoRA" : "");
     // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.
+    if (config.has_fingerprint && strcmp(config.fingerprint, want) &&
+        strcmp(config.base_quantize, model_quantize_name(model)))
+        return err_set("%s/adapter_config.json: the adapters were trained on a base quantized as %s, and this run's "
+                       "base is %s (--quantize %s)", dir, config.base_quantize, model_quantize_name(model),
+                       config.base_quantize);
     if (config.has_fingerprint && strcmp(config.fingerprint, want))
         return err_set("%s/adapter_config.json: the adapters were trained on other base weights than the model this "
                        "run loaded", dir);
     return 0;
+}
+
+int lora_read_adapter_base_quantize(const char *model_dir, char quantize[8]) {
+    char *dir = adapter_dir(model_dir);
+    AdapterConfig config;
+    int rc = read_adapter_config(dir, &config);
+    free(dir);
+    if (rc == 0) snprintf(quantize, 8, "%s", config.base_quantize);
+    return rc;
 }
 
 int lora_read_adapter_config(const char *model_dir, LoraConfig *lora) {

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/hash.h"
+#include "ops/q4.h"
 #include "ops/q8.h"
 
 int quantize_type_check(const char *type, const char *option) {
-    if (strcmp(type, "none") == 0 || strcmp(type, "q8_0") == 0) return 0;
-    return err_set("unknown quantization '%s' (%s): none or q8_0", type, option);
+    if (strcmp(type, "none") == 0 || strcmp(type, "q8_0") == 0 || strcmp(type, "q4_0") == 0) return 0;
+    return err_set("unknown quantization '%s' (%s): none, q8_0 or q4_0", type, option);
 }
 
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
@@ -20,16 +22,18 @@ int quantized_begin(Model *model, const char *type) {
     if (quantize_type_check(type, "--quantize") != 0) return -1;
     const ModelConfig *cfg = &model->config;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8) {
-        return err_set("8-bit weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
+        return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
     }
-    if (model->grads) return err_set("8-bit weights (%s) are for inference: this model is being trained", type);
+    if (model->grads) return err_set("quantized weights (%s) go on a model before it trains", type);
     if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim;
     if (C % Q8_BLOCK || I % Q8_BLOCK || q_dim % Q8_BLOCK)
-        return err_set("8-bit weights (%s) need the model's hidden, intermediate and attention sizes to be "
+        return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
                        "multiples of %d (they are %d, %d, %d)", type, Q8_BLOCK, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
+    quantized_small_pages(model->params, model->table.total);
+    model->quantized->type = strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
     return 0;
 }
@@ -44,21 +48,33 @@ static void release_pages(float *start, long count) {
     if (end > first) madvise((void *)first, end - first, MADV_DONTNEED);
 }
 
-static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, const float *weight, long rows, long cols) {
+void quantized_small_pages(float *params, long count) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = ((uintptr_t)params + page - 1) / page * page;
+    uintptr_t end = ((uintptr_t)(params + count)) / page * page;
+    if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
+}
+
+static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, const float *weight, long rows,
+                            long cols) {
     matrix->rows = (int)rows;
     matrix->cols = (int)cols;
-    matrix->values = ops->alloc((size_t)(rows * cols));
+    matrix->type = type;
+    matrix->values = ops->alloc((size_t)(type == QUANT_Q4_0 ? rows * cols / 2 : rows * cols));
     matrix->scales = ops->alloc((size_t)(rows * (cols / Q8_BLOCK)) * sizeof(float));
     // One thread (about 60 ms for SmolLM2): an OpenMP team started here, on the loading
     // thread, would make libgomp count more threads than cores once `serve` runs its own
     // team on its generation thread, and its workers would then sleep between regions
     // instead of spinning (measured: serve at half speed).
-    for (long r = 0; r < rows; r++)
-        q8_quantize_row(weight + r * cols, cols, matrix->values + r * cols, matrix->scales + r * (cols / Q8_BLOCK));
+    for (long r = 0; r < rows; r++) {
+        float *scales = matrix->scales + r * (cols / Q8_BLOCK);
+        if (type == QUANT_Q4_0) q4_quantize_row(weight + r * cols, cols, matrix->nibbles + r * cols / 2, scales);
+        else q8_quantize_row(weight + r * cols, cols, matrix->values + r * cols, scales);
+    }
 }
 
 // The quantized copy a table entry goes to, or NULL if the entry stays float32.
-static Q8Matrix *matrix_for(Model *model, const ParamEntry *entry) {
+static Q8Matrix *matrix_for(const Model *model, const ParamEntry *entry) {
     ModelQuantized *quantized = model->quantized;
     if (entry->layer >= 0) {
         QuantizedLayer *q = &quantized->layers[entry->layer];
@@ -86,10 +102,15 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
     float *weight = model->params + entry->offset;
-    quantize_matrix(model->ops, matrix, weight, entry->shape[0], entry->shape[1]);
+    // The token table and the LM head stay Q8_0 under q4_0, as llama.cpp keeps its output
+    // tensor above 4 bits in a Q4_0 model: on SmolLM2 (tied) a 4-bit head costs most of the
+    // accuracy (docs/quantization.md).
+    ModelQuantized *q = model->quantized;
+    const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+    quantize_matrix(model->ops, matrix, type, weight, entry->shape[0], entry->shape[1]);
     release_pages(weight, entry->numel);
     // A tied LM head reads the embedding table: the head shares its quantized arrays.
-    ModelQuantized *quantized = model->quantized;
+    ModelQuantized *quantized = q;
     if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
         quantized->lm_head = quantized->embedding;
         quantized->head_is_embedding = true;
@@ -105,6 +126,61 @@ int model_quantize(Model *model, const char *type) {
     if (quantized_begin(model, type) != 0) return -1;
     for (int i = 0; i < model_base_entries(model); i++) quantized_take(model, &model->table.entries[i]);
     return 0;
+}
+
+const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry) {
+    if (!model->quantized) return NULL;
+    const Q8Matrix *matrix = matrix_for(model, entry);
+    return matrix && matrix->scales ? matrix : NULL;
+}
+
+const char *model_quantize_name(const Model *model) {
+    if (!model->quantized) return "none";
+    return model->quantized->type == QUANT_Q4_0 ? "q4_0" : "q8_0";
+}
+
+void model_dequantize_into(const Model *model, float *params) {
+    for (int i = 0; i < model_base_entries(model); i++) {
+        const ParamEntry *entry = &model->table.entries[i];
+        const Q8Matrix *matrix = quantized_matrix(model, entry);
+        if (matrix) quant_dequantize_rows(matrix, 0, matrix->rows, params + entry->offset);
+    }
+}
+
+uint64_t model_base_hash(const Model *model, const float *params, long n) {
+    // Chunks of an even length, so hashing them one after another hashes the whole.
+    enum { CHUNK = 1 << 20 };
+    float *chunk = xmalloc((size_t)CHUNK * sizeof(float));
+    float *row = NULL;
+    long row_capacity = 0;
+    uint64_t hash = HASH_FNV1A_START;
+    for (long start = 0; start < n; start += CHUNK) {
+        const long length = n - start < CHUNK ? n - start : CHUNK, end = start + length;
+        memcpy(chunk, params + start, (size_t)length * sizeof(float));
+        for (int i = 0; i < model_base_entries(model); i++) {
+            const ParamEntry *entry = &model->table.entries[i];
+            const Q8Matrix *matrix = quantized_matrix(model, entry);
+            if (!matrix || entry->offset >= end || entry->offset + entry->numel <= start) continue;
+            // The entry's rows that overlap the chunk, each dequantized and its overlap copied.
+            const long cols = matrix->cols;
+            if (cols > row_capacity) {
+                row = xrealloc(row, (size_t)cols * sizeof(float));
+                row_capacity = cols;
+            }
+            const long from = start > entry->offset ? start : entry->offset;
+            const long to = end < entry->offset + entry->numel ? end : entry->offset + entry->numel;
+            for (long r = (from - entry->offset) / cols; r <= (to - 1 - entry->offset) / cols; r++) {
+                quant_dequantize_rows(matrix, r, 1, row);
+                const long row_start = entry->offset + r * cols;
+                const long a = row_start > from ? row_start : from, b = row_start + cols < to ? row_start + cols : to;
+                memcpy(chunk + (a - start), row + (a - row_start), (size_t)(b - a) * sizeof(float));
+            }
+        }
+        hash = hash_floats(hash, chunk, length);
+    }
+    free(chunk);
+    free(row);
+    return hash;
 }
 
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix) {

@@ -1,16 +1,22 @@
-// Q8_0 weights for inference (`--quantize q8_0` on generate, chat, serve and infer): every
-// linear layer and the LM head compute from 8-bit copies of their weights, and the token
-// embedding is looked up in an 8-bit table (a row dequantized per token), as llama.cpp runs
-// a Q8_0 model. The float32 copies of those weights are given back to the system once
-// quantized (their pages read as zeros afterwards), so a quantized model takes about 1.1
-// bytes per weight instead of 4 (norms, biases and learned positions stay float32):
-// SmolLM2-135M ~150 MB of weights instead of ~540, a 7B Llama ~7.5 GB instead of 28. Loading with
-// ModelLoadOptions.quantize quantizes each tensor as it is read, so the float32 model
-// never exists in full.
+// Quantized weights: Q8_0 (`--quantize q8_0`) or Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
+// blocks) on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto).
+// Every linear layer and the LM head compute from quantized copies of their weights, and the
+// token embedding is looked up in a quantized table (a row dequantized per token), as
+// llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to
+// the system once quantized (their pages read as zeros afterwards), so a quantized model
+// takes about 1.1 (Q8_0) or 0.6 (Q4_0) bytes per weight instead of 4 (norms, biases, learned
+// positions and a value head stay float32): SmolLM2-135M ~150 MB (Q8_0) of weights instead of
+// ~540. Loading with ModelLoadOptions.quantize quantizes each tensor as it is read, so the
+// float32 model never exists in full.
 //
-// A quantized model is for inference only: it cannot be trained, saved, converted or given
-// a LoRA adapter afterwards (a LoRA adapter loaded before quantizing keeps working; its
-// float32 term is added to the 8-bit layer's output).
+// Training (QLoRA, Dettmers et al. 2023): the quantized base is frozen and LoRA adapters
+// train on top of it (model_add_lora after the quantized load). A model with gradients
+// computes each quantized layer as the float32 matmul of its dequantized weights (weights-only
+// quantization, ops.h matmul_forward_dequantized) and carries the input gradient through
+// them (matmul_backward_input_q8), so training over a quantized base is training over a
+// float32 base holding the dequantized values. Saving writes those dequantized values with
+// the adapters merged (model_dequantize_into). Without LoRA a quantized model cannot be
+// trained; nor converted to GGUF.
 #pragma once
 #include <stdbool.h>
 
@@ -21,6 +27,7 @@ typedef struct {
 } QuantizedLayer;
 
 typedef struct ModelQuantized {
+    QuantType type;         // of every matrix below
     QuantizedLayer *layers; // [num_layers]
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
@@ -30,7 +37,7 @@ typedef struct ModelQuantized {
 // True when `type` asks for quantized weights (not NULL and not "none").
 bool quantize_requested(const char *type);
 
-// The names --quantize takes: "none" (float32) or "q8_0". Returns 0, or -1 with err_set()
+// The names --quantize takes: "none" (float32), "q8_0" or "q4_0". Returns 0, or -1 with err_set()
 // naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 
@@ -45,6 +52,27 @@ int model_quantize(Model *model, const char *type);
 // values are in model->params, and releases them.
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry);
+
+// The quantized copy of table entry `entry`, or NULL when it stays float32 (or the model is
+// not quantized).
+const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry);
+// "q8_0" or "q4_0": the model's quantization; "none" when it has none.
+const char *model_quantize_name(const Model *model);
+// Writes the dequantized values of every quantized entry into `params`, a host copy of the
+// model's flat buffer (the merged weights a quantized LoRA model saves).
+void model_dequantize_into(const Model *model, float *params);
+// FNV-1a (core/hash.h) of params[0, n) -- the model's flat buffer on the host -- with each
+// quantized entry's dequantized values in place of its released floats: what
+// hash_floats(HASH_FNV1A_START, ...) gives over a float32 model holding those values. A
+// LoRA adapter's base fingerprint; streamed a chunk at a time (no float32 copy of the base).
+uint64_t model_base_hash(const Model *model, const float *params, long n);
+
+// Asks for small pages over a quantized model's float32 buffer params[0, count) (CPU): it
+// keeps only small tensors (norms, biases) between the given-back ones, and the CPU backend
+// maps large buffers with transparent huge pages, where writing one norm would bring in 2 MB
+// (SmolLM2's 61 norms: ~120 MB). quantized_begin calls it before the weights are read, and
+// model_add_lora on the buffer it makes for a quantized base.
+void quantized_small_pages(float *params, long count);
 
 // Frees the quantized copies (model_free calls it).
 void model_quantized_free(Model *model);

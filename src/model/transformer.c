@@ -89,7 +89,8 @@ void model_free(Model *model) {
 
 void model_enable_grad(Model *model) {
     if (model->grads) return;
-    CHECK(!model->quantized, "a model with quantized weights (--quantize) cannot be trained");
+    CHECK(!model->quantized || model->lora.rank > 0,
+          "a model with quantized weights (--quantize) trains only LoRA adapters on its frozen base");
     // Only the trainable tail of the table gets gradients: frozen views stay NULL, and the
     // ops skip a NULL gradient (a frozen weight still passes gradients to its input).
     model->grads = model->ops->alloc((size_t)model_trainable_floats(model) * sizeof(float));
@@ -244,15 +245,33 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
                                      cfg->hidden_size, cfg->norm_weight_plus_one);
 }
 
-// out = inp . weight^T (+ bias): through the Q8_0 copy of the weight when the model has one
-// (model/quantize.h; its float32 weight is then gone).
-// kernel_rows: the rows the kernel is chosen for (ModelBatch.kernel_rows), N but in a chunk.
+// out = inp . weight^T (+ bias): through the quantized copy of the weight when the model has
+// one (model/quantize.h; its float32 weight is then gone). A model being trained (a LoRA
+// over a quantized base) multiplies by the dequantized weights, so that linear_backward is
+// the gradient of what it computed.
+// kernel_rows: the rows the inference kernel is chosen for (ModelBatch.kernel_rows), N but
+// in a chunk of a prompt.
 static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
                            const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
-    if (quantized && quantized->values)
-        model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
-    else
+    if (quantized && quantized->values) {
+        if (model->grads) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
+        else model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
+    } else {
         model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);
+    }
+}
+
+// linear_forward's backward: a quantized weight is frozen (model_enable_grad), so only the
+// input gradient flows, through its dequantized values.
+static void linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC,
+                            int OC) {
+    if (quantized && quantized->values) {
+        CHECK(!dweight && !dbias, "a quantized weight is frozen: it has no gradient");
+        if (dinp) model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, IC, OC);
+    } else {
+        model->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, (int)N, IC, OC);
+    }
 }
 
 // Where a forward with a KV cache puts its keys and values, and what it attends to.
@@ -695,6 +714,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const OpsBackend *ops = model->ops;
     const LayerTensors *w = &model->weights.layers[l];
     const LayerTensors *g = &model->gradients.layers[l];
+    const QuantizedLayer *qz = model->quantized ? &model->quantized->layers[l] : NULL;
     Activations *a = &model->acts;
     const int B = a->B, T = a->T;
     const long N = (long)B * T;
@@ -703,9 +723,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // MLP block: x_{l+1} = x_mid + down(act)
     ops->fill_zero(a->d_act, N * I);
-    ops->matmul_backward(a->d_act, g->down_w, g->down_b,
-                         lora_dora_dout(model, l, LORA_DOWN, a->d_resid, la->dora_z[LORA_DOWN], N), la->act, w->down_w,
-                         (int)N, I, C);
+    linear_backward(model, a->d_act, g->down_w, g->down_b,
+                    lora_dora_dout(model, l, LORA_DOWN, a->d_resid, la->dora_z[LORA_DOWN], N), la->act,
+                    w->down_w, qz ? &qz->down : NULL, N, I, C);
     lora_backward(model, l, LORA_DOWN, a->d_act, a->d_resid, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->fill_zero(a->d_up, N * I);
     ops->fill_zero(a->d_norm_out, N * C);
@@ -715,15 +735,15 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->fill_zero(a->d_gate, N * I);
         ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
                           cfg->mlp == MLP_GEGLU);
-        ops->matmul_backward(a->d_norm_out, g->gate_w, NULL,
-                             lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N),
-                             la->mlp_norm_out, w->gate_w, (int)N, C, I);
+        linear_backward(model, a->d_norm_out, g->gate_w, NULL,
+                        lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N), la->mlp_norm_out,
+                        w->gate_w, qz ? &qz->gate : NULL, N, C, I);
         lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
                       la->lora_hidden[LORA_GATE], N);
     }
-    ops->matmul_backward(a->d_norm_out, g->up_w, g->up_b,
-                         lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out, w->up_w,
-                         (int)N, C, I);
+    linear_backward(model, a->d_norm_out, g->up_w, g->up_b,
+                    lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out,
+                    w->up_w, qz ? &qz->up : NULL, N, C, I);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     // d_resid already carries the residual path into x_mid; add the norm's branch.
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
@@ -731,9 +751,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // Attention block: x_mid = x_l + o_proj(att_out)
     ops->fill_zero(a->d_att_out, N * q_dim);
-    ops->matmul_backward(a->d_att_out, g->o_w, g->o_b,
-                         lora_dora_dout(model, l, LORA_O, a->d_resid, la->dora_z[LORA_O], N), la->att_out, w->o_w,
-                         (int)N, q_dim, C);
+    linear_backward(model, a->d_att_out, g->o_w, g->o_b,
+                    lora_dora_dout(model, l, LORA_O, a->d_resid, la->dora_z[LORA_O], N), la->att_out,
+                    w->o_w, qz ? &qz->o : NULL, N, q_dim, C);
     lora_backward(model, l, LORA_O, a->d_att_out, a->d_resid, la->att_out, la->lora_hidden[LORA_O], N);
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
@@ -756,15 +776,17 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         dq = a->dq_raw, dk = a->dk_raw;
     }
     ops->fill_zero(a->d_norm_out, N * C);
-    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N),
-                         la->attn_norm_out, w->q_w, (int)N, C, q_dim);
+    linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
+                    lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
+                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim);
     lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    ops->matmul_backward(a->d_norm_out, g->k_w, g->k_b, lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N),
-                         la->attn_norm_out, w->k_w, (int)N, C, kv_dim);
+    linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
+                    lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
+                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim);
     lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
-    ops->matmul_backward(a->d_norm_out, g->v_w, g->v_b,
-                         lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out, w->v_w,
-                         (int)N, C, kv_dim);
+    linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
+                    lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
+                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
                   w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
@@ -805,14 +827,14 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         float *d_lm_head = model->gradients.lm_head ? model->gradients.lm_head
                                                     : model->gradients.tok_emb;
         if (!a->head_compact) {
-            ops->matmul_backward(a->d_hidden, d_lm_head, NULL, a->logits, a->final_out,
-                                 lm_head_weight(model), (int)N, (int)C, cfg->vocab_size);
+            linear_backward(model, a->d_hidden, d_lm_head, NULL, a->logits, a->final_out, lm_head_weight(model),
+                            lm_head_quantized(model), N, (int)C, cfg->vocab_size);
         } else {
             // d_norm_out is free until the layers' backward: the gathered rows' gradient,
             // then scattered to their slots (the others stay 0).
             ops->fill_zero(a->d_norm_out, M * C);
-            ops->matmul_backward(a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden,
-                                 lm_head_weight(model), (int)M, (int)C, cfg->vocab_size);
+            linear_backward(model, a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden, lm_head_weight(model),
+                            lm_head_quantized(model), M, (int)C, cfg->vocab_size);
             move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
     }

@@ -177,6 +177,22 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
 int model_load_with_adapter(Model *model, const char *path, const OpsBackend *ops, const ModelLoadOptions *options,
                             const char *adapter, uint64_t adapter_seed) {
     if (!adapter) return model_load(model, path, ops, options);
+    // An adapter trained on a quantized base (QLoRA) goes on that quantized base: the model is
+    // loaded quantized as it was, and the adapter checked against its dequantized values.
+    char base_quantize[8];
+    if (lora_read_adapter_base_quantize(adapter, base_quantize) != 0) return -1;
+    if (quantize_requested(base_quantize)) {
+        const char *asked = options->quantize ? options->quantize : "none";
+        if (strcmp(asked, base_quantize))
+            return err_set("the LoRA adapter %s was trained on a base quantized as %s: load it with --quantize %s "
+                           "(this run asks for %s)", adapter, base_quantize, base_quantize, asked);
+        if (model_load(model, path, ops, options) != 0) return -1;
+        if (model_load_lora_adapter(model, adapter, false, adapter_seed) != 0) {
+            model_free(model);
+            return -1;
+        }
+        return 0;
+    }
     ModelLoadOptions float32 = *options;
     float32.quantize = NULL;
     if (model_load(model, path, ops, &float32) != 0) return -1;
@@ -219,9 +235,9 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 }
 
 int model_reload_weights(Model *model, const char *path) {
-    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     // A LoRA model's checkpoint: its adapters go back onto the base weights in memory.
     if (model->lora.rank > 0) return lora_read_adapter(model, path);
+    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     Model saved;
     ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
                                 .require_value_head = model->has_value_head};
@@ -353,7 +369,9 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
 }
 
 int model_write_hf_files(const Model *model, const char *dir) {
-    CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
+    // A quantized base (QLoRA) is saved as its dequantized values with the adapters merged in
+    // (what PEFT's merge_and_unload does on a 4-bit model), the adapters in adapter/.
+    CHECK(!model->quantized || model->lora.rank > 0, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     bool classifier = model->has_value_head && !model->has_lm_head;
     const bool lora = model->lora.rank > 0;
@@ -365,6 +383,7 @@ int model_write_hf_files(const Model *model, const char *dir) {
         model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
     }
     int rc = lora ? lora_write_adapter(model, params, dir) : 0;
+    if (model->quantized) model_dequantize_into(model, params);
     if (lora) lora_merge(model, params);
     SaveList list = {0};
     if (cfg->family == FAMILY_GPT2) {

@@ -22,14 +22,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// A weight matrix [rows, cols] in 8-bit blocks, GGUF's Q8_0 layout split into two arrays:
-// row r's columns [32k, 32k + 32) are values[r*cols + 32k ..] * scales[r*cols/32 + k].
-// cols is a multiple of Q8_BLOCK. Inference only (model/quantize.h); memory of the backend.
+// A weight matrix [rows, cols] in blocks of Q8_BLOCK values along a row, for inference and
+// for a LoRA base (model/quantize.h); memory of the backend. cols is a multiple of Q8_BLOCK.
+// `type` says how a block is stored (the zero value is Q8_0, the type this struct began with):
+//  - QUANT_Q8_0: GGUF's Q8_0 split into two arrays: row r's columns [32k, 32k + 32) are
+//    values[r*cols + 32k ..] * scales[r*cols/32 + k].
+//  - QUANT_Q4_0: GGUF's Q4_0, its nibbles and scales split likewise: block k of row r is the
+//    16 bytes nibbles[(r*cols + 32k) / 2 ..], byte j holding value j in its low nibble and
+//    value j + 16 in its high one, each value (nibble - 8) * scales[r*cols/32 + k]. The
+//    scales are half floats held as floats (ops/q4.h).
 #define Q8_BLOCK 32
+typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0 } QuantType;
 typedef struct {
     int rows, cols;
-    int8_t *values; // [rows * cols]
+    union {
+        int8_t *values;    // QUANT_Q8_0: [rows * cols]
+        uint8_t *nibbles;  // QUANT_Q4_0: [rows * cols / 2]
+    };
     float *scales;  // [rows * cols / Q8_BLOCK]
+    QuantType type;
 } Q8Matrix;
 
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *
@@ -71,8 +82,8 @@ typedef struct OpsBackend {
     void (*embedding_backward)(float *d_tok_emb, float *d_pos_emb, const float *dout,
                                const int *tokens, const int *positions, int N, int C,
                                float scale);
-    // embedding_forward with the token table in Q8_0 (a row dequantized per token; pos_emb
-    // stays float). NULL in a backend without it.
+    // embedding_forward with the token table quantized, Q8_0 or Q4_0 (a row dequantized per
+    // token; pos_emb stays float). NULL in a backend without it.
     void (*embedding_forward_q8)(float *out, const int *tokens, const int *positions,
                                  const Q8Matrix *tok_emb, const float *pos_emb, int N, int C,
                                  float scale);
@@ -97,15 +108,26 @@ typedef struct OpsBackend {
                            int N, int IC, int OC);
     // out[N, OC] += inp[N, IC] . weight[OC, IC]^T (a LoRA adapter's term, no temporary)
     void (*matmul_accumulate)(float *out, const float *inp, const float *weight, int N, int IC, int OC);
-    // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a Q8_0 weight [OC, IC]: each row of
-    // inp is quantized to Q8_0 blocks too and each block's integer dot product scaled by
-    // both blocks' scales (llama.cpp's Q8_0 x Q8_0 arithmetic) -- or, when kernel_rows is
-    // at least Q8_SGEMM_MIN_ROWS (ops/q8.h), the float inputs by the dequantized weights.
-    // kernel_rows is N, or a whole prompt's rows for a chunk of it (chunked prefill), so that
-    // the chunks go through the kernel of the prompt's whole prefill. NULL in a backend
-    // without it.
+    // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a quantized weight [OC, IC] (Q8_0 or
+    // Q4_0): below Q8_SGEMM_MIN_ROWS rows each row of inp is quantized to Q8_0 blocks too and
+    // each block's integer dot product scaled by both blocks' scales (llama.cpp's Q8_0 x Q8_0
+    // and Q4_0 x Q8_0 arithmetic); from there on, matmul_forward_dequantized. Inference.
+    // The kernel is chosen by kernel_rows, N or a whole prompt's rows for a chunk of it
+    // (chunked prefill), so that the chunks go through the kernel of the prompt's whole
+    // prefill. NULL in a backend without it.
     void (*matmul_forward_q8)(float *out, const float *inp, const Q8Matrix *weight,
                               const float *bias, int N, int IC, int OC, int kernel_rows);
+    // out[N, OC] = inp[N, IC] . dequantized(weight)^T (+ bias), any type of Q8Matrix: the
+    // weights alone are quantized, the inputs stay float (tiles of weight rows dequantized and
+    // multiplied with sgemm). What a model being trained with a quantized base (QLoRA)
+    // computes, for any N, so that matmul_backward_input_q8 is its exact gradient. NULL in a
+    // backend without it.
+    void (*matmul_forward_dequantized)(float *out, const float *inp, const Q8Matrix *weight,
+                                       const float *bias, int N, int IC, int OC);
+    // dinp[N, IC] += dout[N, OC] . dequantized(weight) [OC, IC]: the input gradient through a
+    // frozen quantized weight (the weight itself gets none). NULL in a backend without it.
+    void (*matmul_backward_input_q8)(float *dinp, const float *dout, const Q8Matrix *weight, int N,
+                                     int IC, int OC);
     // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
     // Any of dinp, dweight, dbias may be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -21,6 +21,7 @@
 #include "gen/generate.h"
 #include "model/model.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "ops/ops.h"
 
@@ -879,6 +880,26 @@ static void test_q8_cache_refused_on_gpu(void) {
     model_free(&mg);
 }
 
+// The GPU has no quantized matmul: quantized weights (--quantize q8_0 / q4_0, for inference
+// or as a QLoRA base) are refused there, at load and afterwards, naming the CPU, and the
+// training ops a quantized base would need are absent rather than wrong.
+static void test_quantized_base_refused_on_gpu(void) {
+    const char *types[] = {"q8_0", "q4_0"};
+    for (int k = 0; k < 2; k++) {
+        Model model;
+        ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
+        EXPECT(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &options) != 0 && strstr(err_msg(), "CPU only"),
+               "%s weights loaded on the GPU (%s)", types[k], err_msg());
+        ModelLoadOptions plain = {.with_lm_head = true};
+        CHECK(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &plain) == 0, "%s", err_msg());
+        EXPECT(model_quantize(&model, types[k]) != 0 && strstr(err_msg(), "CPU only") && !model.quantized,
+               "%s: a GPU model quantized (%s)", types[k], err_msg());
+        model_free(&model);
+    }
+    EXPECT(!gpu->matmul_forward_q8 && !gpu->matmul_forward_dequantized && !gpu->matmul_backward_input_q8,
+           "the GPU table has quantized matmuls this test does not check");
+}
+
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
 static void test_fixture_models_mma_attention(void) {
     const char *previous = ops_cuda_attention_kernels();
@@ -915,6 +936,7 @@ int main(void) {
     RUN(test_continuous_batch_on_gpu_chunked_prefill);
     RUN(test_continuous_batch_on_gpu_chunked_prefill_half_cache);
     RUN(test_q8_cache_refused_on_gpu);
+    RUN(test_quantized_base_refused_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }

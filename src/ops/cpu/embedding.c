@@ -1,4 +1,5 @@
 #include "ops/cpu/ops_cpu.h"
+#include "ops/q4.h"
 
 void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
                            const float *tok_emb, const float *pos_emb, int N, int C,
@@ -17,14 +18,11 @@ void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
 
 void cpu_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
                               const float *pos_emb, int N, int C, float scale) {
-    const int blocks = C / Q8_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const int8_t *values = tok_emb->values + (long)tokens[i] * C;
-        const float *block_scales = tok_emb->scales + (long)tokens[i] * blocks;
         float *out_row = out + (long)i * C;
-        for (int b = 0; b < blocks; b++)
-            for (int c = b * Q8_BLOCK; c < (b + 1) * Q8_BLOCK; c++) out_row[c] = scale * (values[c] * block_scales[b]);
+        quant_dequantize_rows(tok_emb, tokens[i], 1, out_row); // Q8_0 or Q4_0
+        for (int c = 0; c < C; c++) out_row[c] *= scale;
         if (pos_emb) {
             const float *pos_row = pos_emb + (long)positions[i] * C;
             for (int c = 0; c < C; c++) out_row[c] += pos_row[c];

@@ -1,10 +1,17 @@
-// Linear layers with Q8_0 weights (model/quantize.h).
+// Linear layers with quantized weights, Q8_0 or Q4_0 (model/quantize.h, ops/ops.h Q8Matrix).
 //
 // Fewer than Q8_SGEMM_MIN_ROWS input rows (decode steps): the input rows are quantized to
 // Q8_0 blocks as well, and each pair of blocks contributes its integer dot product times
 // the two scales, which is llama.cpp's arithmetic for Q8_0 weights. Decoding reads every
 // weight once per step, so reading one byte per weight instead of four is what makes it
 // faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm.
+// Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
+// first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step.
+//
+// Training over a quantized frozen base (QLoRA) uses only the dequantized tiles, for the
+// forward (matmul_forward_dequantized: weights-only quantization at any N) and for the
+// input gradient (matmul_backward_input_q8), so the backward is the exact gradient of the
+// forward: both are the float32 matmuls of the dequantized weights, up to summation order.
 //
 // Each output element of the integer path is one thread's sum over the blocks in order, so
 // results do not depend on the thread count. Its vector paths (AVX-512 VNNI, AVX2) and
@@ -16,6 +23,7 @@
 
 #include "core/check.h"
 #include "ops/cpu/ops_cpu.h"
+#include "ops/q4.h"
 #include "ops/q8.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -94,13 +102,20 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     // Tiles of OUT_TILE weight rows by ROW_TILE input rows: the input rows of a tile stay in
     // L1 while the tile's weight rows pass over them, so a long prefill does not stream all
     // its rows from L2 once per weight row. Each output is still one sum in block order.
-#pragma omp parallel for schedule(static)
+    const bool q4 = weight->type == QUANT_Q4_0;
+#pragma omp parallel
+    {
+    // A Q4_0 tile's weight rows, widened to int8 once for all its input rows.
+    int8_t *unpacked = q4 ? xmalloc((size_t)OUT_TILE * IC) : NULL;
+#pragma omp for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += OUT_TILE) {
         const int o1 = o0 + OUT_TILE < OC ? o0 + OUT_TILE : OC;
+        if (q4)
+            for (int o = o0; o < o1; o++) q4_unpack_row(weight, o, unpacked + (long)(o - o0) * IC);
         for (int i0 = 0; i0 < N; i0 += ROW_TILE) {
             const int i1 = i0 + ROW_TILE < N ? i0 + ROW_TILE : N;
             for (int o = o0; o < o1; o++) {
-                const int8_t *w = weight->values + (long)o * IC;
+                const int8_t *w = q4 ? unpacked + (long)(o - o0) * IC : weight->values + (long)o * IC;
                 const float *w_scales = weight->scales + (long)o * (IC / Q8_BLOCK);
                 for (int i = i0; i < i1; i += ROWS_AT_ONCE) {
                     QuantizedInput rows = input;
@@ -113,6 +128,8 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
                 }
             }
         }
+    }
+    free(unpacked);
     }
     free(input.values);
     free(input.scale_vectors);
@@ -178,14 +195,24 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     float *x_scales = xmalloc((size_t)N * blocks * sizeof(float));
     for (int i = 0; i < N; i++)
         q8_quantize_row(inp + (long)i * IC, IC, x_values + (long)i * IC, x_scales + (long)i * blocks);
-#pragma omp parallel for schedule(static)
+    const bool q4 = weight->type == QUANT_Q4_0;
+#pragma omp parallel
+    {
+    int8_t *unpacked = q4 ? xmalloc((size_t)IC) : NULL; // a Q4_0 row widened to int8
+#pragma omp for schedule(static)
     for (int o = 0; o < OC; o++) {
         const int8_t *w = weight->values + (long)o * IC;
+        if (q4) {
+            q4_unpack_row(weight, o, unpacked);
+            w = unpacked;
+        }
         const float *w_scales = weight->scales + (long)o * blocks;
         for (int i = 0; i < N; i++) {
             float sum = row_dot(x_values + (long)i * IC, x_scales + (long)i * blocks, w, w_scales, blocks);
             out[(long)i * OC + o] = bias ? sum + bias[o] : sum;
         }
+    }
+    free(unpacked);
     }
     free(x_values);
     free(x_scales);
@@ -197,19 +224,23 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
 // than the integer kernel once each weight serves this many rows, and more exact.
 #define DEQUANTIZED_TILE 256
 
+// Weight rows [first, first + rows) as floats, one thread per row.
+static void dequantize_tile(float *tile, const Q8Matrix *weight, int first, int rows) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) quant_dequantize_rows(weight, first + r, 1, tile + (long)r * weight->cols);
+}
+
+static void check_shape(const Q8Matrix *weight, int IC, int OC) {
+    CHECK(weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
+          "quantized weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+}
+
 static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
                                   int IC, int OC) {
-    const int blocks = IC / Q8_BLOCK;
     float *tile = xmalloc((size_t)DEQUANTIZED_TILE * IC * sizeof(float));
     for (int o0 = 0; o0 < OC; o0 += DEQUANTIZED_TILE) {
         const int rows = OC - o0 < DEQUANTIZED_TILE ? OC - o0 : DEQUANTIZED_TILE;
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++) {
-            const int8_t *values = weight->values + (long)(o0 + r) * IC;
-            const float *scales = weight->scales + (long)(o0 + r) * blocks;
-            for (int b = 0; b < blocks; b++)
-                for (int c = b * Q8_BLOCK; c < (b + 1) * Q8_BLOCK; c++) tile[(long)r * IC + c] = values[c] * scales[b];
-        }
+        dequantize_tile(tile, weight, o0, rows);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f, out + o0,
                     OC);
     }
@@ -223,8 +254,27 @@ static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *
 
 void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
                            int OC, int kernel_rows) {
-    CHECK(weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
-          "Q8_0 weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+    check_shape(weight, IC, OC);
     if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
+}
+
+void cpu_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
+                                    int IC, int OC) {
+    check_shape(weight, IC, OC);
+    matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
+}
+
+// dinp[N, IC] += dout[N, OC] . W[OC, IC], W a tile of DEQUANTIZED_TILE rows at a time: each
+// tile's rows are a slice of dout's columns, and sgemm adds that slice's product into dinp.
+void cpu_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC) {
+    check_shape(weight, IC, OC);
+    float *tile = xmalloc((size_t)DEQUANTIZED_TILE * IC * sizeof(float));
+    for (int o0 = 0; o0 < OC; o0 += DEQUANTIZED_TILE) {
+        const int rows = OC - o0 < DEQUANTIZED_TILE ? OC - o0 : DEQUANTIZED_TILE;
+        dequantize_tile(tile, weight, o0, rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, rows, 1.0f, dout + o0, OC, tile, IC, 1.0f, dinp,
+                    IC);
+    }
+    free(tile);
 }

@@ -146,6 +146,9 @@ extern "C" const OpsBackend ops_cuda = {
     .matmul_accumulate = cuda_matmul_accumulate,
     // No Q8_0 kernel on the GPU yet: model_quantize refuses --quantize there.
     .matmul_forward_q8 = nullptr,
+    // Nor a quantized base for LoRA training: model_quantize refuses it here too.
+    .matmul_forward_dequantized = nullptr,
+    .matmul_backward_input_q8 = nullptr,
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
