@@ -3,6 +3,10 @@
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 
+# json_values FILE KEY: the KEY values of the JSON lines of FILE that have it, space-separated
+# (a run's metrics.jsonl, say).
+json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
+
 # expect_error NAME EXPECTED_SUBSTRING COMMAND...: the command must exit 2 and print exactly
 # one line on stderr, "marlhf: error: ...", containing EXPECTED_SUBSTRING.
 expect_error() {

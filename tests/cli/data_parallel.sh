@@ -31,7 +31,6 @@ ranks() { # ranks N COMMAND...: COMMAND as N processes
     shift
     mpirun --oversubscribe --bind-to none -np "$n" "$@"
 }
-json_values() { python3 -c "import sys, json; print(' '.join(str(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if sys.argv[2] in json.loads(l)))" "$@"; }
 # close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative);
 # None (a null metric) matches only None.
 close() { python3 -c "

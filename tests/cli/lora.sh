@@ -13,7 +13,6 @@ model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
-json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
 file_size() { stat -c %s "$1" 2> /dev/null || echo 0; }
 
 sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32

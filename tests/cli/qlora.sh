@@ -16,7 +16,6 @@ model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
-json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
 # logprobs_close A B LIMIT: the first rows' log-probs of two logprobs outputs within LIMIT
 logprobs_close() {
     python3 -c '
