@@ -105,6 +105,16 @@ static float lora_scale(const LoraConfig *lora) {
     return lora->rslora ? lora->alpha / sqrtf((float)lora->rank) : lora->alpha / (float)lora->rank;
 }
 
+// norms[o] = the Euclidean norm of row o of weight [rows, cols], summed in double: DoRA's
+// initial magnitudes and its merge (the training passes' norms are the dora_weight_norm op).
+static void row_norms(float *norms, const float *weight, long rows, long cols) {
+    for (long o = 0; o < rows; o++) {
+        double sum = 0;
+        for (long i = 0; i < cols; i++) sum += (double)weight[o * cols + i] * weight[o * cols + i];
+        norms[o] = (float)sqrt(sum);
+    }
+}
+
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
     const ModelConfig *cfg = &model->config;
     CHECK(!model->grads, "model_add_lora after model_enable_grad");
@@ -189,12 +199,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
                 if (!w->lora_m[t]) continue;
                 long in, out;
                 target_shape(cfg, (LoraTarget)t, &in, &out);
-                const float *weight = base_weight(w, (LoraTarget)t);
-                for (long o = 0; o < out; o++) {
-                    double sum = 0;
-                    for (long i = 0; i < in; i++) sum += (double)weight[o * in + i] * weight[o * in + i];
-                    w->lora_m[t][o] = (float)sqrt(sum);
-                }
+                row_norms(w->lora_m[t], base_weight(w, (LoraTarget)t), out, in);
             }
         param_views_free(&views);
     }
@@ -430,13 +435,15 @@ void lora_merge(const Model *model, float *params) {
             ops_cpu.matmul_forward(delta, w->lora_b[t], a_transposed, NULL, (int)out, rank, (int)in);
             float *weight = base_weight(w, (LoraTarget)t);
             for (long j = 0; j < out * in; j++) weight[j] += scale * delta[j];
-            if (w->lora_m[t]) // DoRA (PEFT's merge): each row of W + scale B A times m / its norm
+            if (w->lora_m[t]) { // DoRA (PEFT's merge): each row of W + scale B A times m / its norm
+                float *norms = xmalloc((size_t)out * sizeof(float));
+                row_norms(norms, weight, out, in);
                 for (long o = 0; o < out; o++) {
-                    double sum = 0;
-                    for (long i = 0; i < in; i++) sum += (double)weight[o * in + i] * weight[o * in + i];
-                    const float factor = w->lora_m[t][o] / (float)sqrt(sum);
+                    const float factor = w->lora_m[t][o] / norms[o];
                     for (long i = 0; i < in; i++) weight[o * in + i] *= factor;
                 }
+                free(norms);
+            }
             free(a_transposed), free(delta);
         }
     param_views_free(&views);
