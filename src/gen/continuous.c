@@ -11,7 +11,19 @@ typedef struct {
     SamplerScratch scratch;
     int *prompt; // a copy, for the prompt cache (NULL without one)
     int prompt_length;
+    // With options.constraint: the text's state, the masking's memory, the masked logits.
+    JsonState *json;
+    TokenMaskScratch mask;
+    float *masked;
 } Sequence;
+
+static void sequence_free(Sequence *sequence) {
+    sampler_scratch_free(&sequence->scratch);
+    free(sequence->prompt);
+    if (sequence->json) token_mask_scratch_free(&sequence->mask);
+    free(sequence->json), free(sequence->masked);
+    sequence->json = NULL, sequence->masked = NULL, sequence->prompt = NULL;
+}
 
 // A prompt-cache entry: row `index` of the store holds these tokens' keys and values at
 // slots [0, count).
@@ -84,8 +96,7 @@ void continuous_batch_free(ContinuousBatch *batch) {
     if (!batch) return;
     for (int r = 0; r < batch->rows; r++) {
         generated_row_free(&batch->sequences[r].out);
-        sampler_scratch_free(&batch->sequences[r].scratch);
-        free(batch->sequences[r].prompt);
+        sequence_free(&batch->sequences[r]);
     }
     if (batch->has_cache) kv_cache_free(&batch->cache, batch->model);
     for (int e = 0; e < batch->options.prompt_cache_rows; e++) free(batch->stored[e].tokens);
@@ -208,6 +219,13 @@ static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions
     const int top = sequence->options.top_logprobs < V ? sequence->options.top_logprobs : V;
     generated_row_alloc(&sequence->out, sequence->options.max_new_tokens, top);
     sampler_scratch_init(&sequence->scratch, V);
+    if (options->constraint) {
+        CHECK(batch->options.token_trie, "a constrained sequence needs the vocabulary's token trie");
+        sequence->json = xmalloc(sizeof(JsonState));
+        json_state_init(options->constraint, sequence->json);
+        token_mask_scratch_init(&sequence->mask, batch->options.token_trie);
+        sequence->masked = xmalloc((size_t)V * sizeof(float));
+    }
     if (batch->options.prompt_cache_rows > 0) {
         sequence->prompt_length = prompt_length;
         sequence->prompt = xmalloc((size_t)prompt_length * sizeof(int));
@@ -501,7 +519,22 @@ static void decode_step(ContinuousBatch *batch) {
         Sequence *sequence = &batch->sequences[r];
         const float *logits = batch->logits + (long)r * V;
         const double u = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
-        SampledToken picked = sampler_pick(logits, V, &sequence->options.sampler, u, &sequence->scratch);
+        SampledToken picked;
+        if (sequence->json) {
+            const JsonConstraint *constraint = sequence->options.constraint;
+            const int allowed = token_mask_apply(options->token_trie, constraint, sequence->json, options->stop_tokens,
+                                                 options->num_stop_tokens, logits, sequence->masked, V, &sequence->mask);
+            if (allowed > 0) {
+                picked = sampler_pick(sequence->masked, V, &sequence->options.sampler, u, &sequence->scratch);
+            } else { // nothing fits (a compiled constraint never gets here): the row ends
+                CHECK(options->num_stop_tokens > 0, "a constrained row without stop tokens");
+                picked = (SampledToken){.token = options->stop_tokens[0]};
+            }
+            picked.logprob = sampler_logprob(logits, V, picked.token); // the model's own
+            token_mask_advance(options->token_trie, constraint, sequence->json, picked.token);
+        } else {
+            picked = sampler_pick(logits, V, &sequence->options.sampler, u, &sequence->scratch);
+        }
         generated_row_append(&sequence->out, logits, V, picked);
         batch->next[r] = picked.token;
     }
@@ -521,8 +554,7 @@ static void decode_step(ContinuousBatch *batch) {
         Sequence *sequence = &batch->sequences[r];
         if (sequence->out.stop != STOP_NONE) {
             if (options->prompt_cache_rows > 0) store_prefix(batch, r);
-            free(sequence->prompt);
-            sampler_scratch_free(&sequence->scratch);
+            sequence_free(sequence);
             GeneratedRow out = sequence->out;
             void *owner = sequence->options.owner;
             memset(sequence, 0, sizeof *sequence);

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "gen/generate.h"
+#include "gen/token_mask.h"
 
 typedef struct {
     SamplerConfig sampler;
@@ -54,6 +55,11 @@ typedef struct {
     int max_new_tokens; // >= 1
     int top_logprobs;   // alternatives recorded per token (0: none; at most the vocabulary)
     void *owner;        // handed back to the callbacks
+    // Optional: the sequence's text must be accepted by this constraint (structured
+    // outputs): each step samples from the logits masked by it (gen/token_mask.h), the stop
+    // tokens only once the text is complete. The caller keeps it alive until on_finish.
+    // Needs ContinuousOptions.token_trie. Log-probs stay the model's own (unmasked).
+    const JsonConstraint *constraint;
 } SequenceOptions;
 
 enum { PROMPT_CACHE_MIN_TOKENS = 8 };
@@ -84,6 +90,7 @@ typedef struct {
     void (*on_finish)(void *context, void *owner, GeneratedRow *row);
     void *context;
     int prompt_cache_rows; // finished sequences kept for prompts that continue them (0: none)
+    const TokenTrie *token_trie; // the vocabulary's trie, for sequences with a constraint
     int prefill_chunk;     // prompt tokens prefilled per step, between decode steps (0: whole
                            // prompts, in continuous_batch_add)
 } ContinuousOptions;

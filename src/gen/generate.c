@@ -141,7 +141,18 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     model_reserve(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
-    float *masked_logits = options->min_new_tokens > 0 ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
+    float *masked_logits = options->min_new_tokens > 0 || options->constraint ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
+    JsonState *json = NULL;
+    TokenMaskScratch *mask = NULL;
+    if (options->constraint) {
+        CHECK(options->token_trie, "constrained generation needs the vocabulary's token trie");
+        json = xmalloc((size_t)B * sizeof(JsonState));
+        mask = xmalloc((size_t)B * sizeof(TokenMaskScratch));
+        for (int b = 0; b < B; b++) {
+            json_state_init(options->constraint, &json[b]);
+            token_mask_scratch_init(&mask[b], options->token_trie);
+        }
+    }
     bool *done = xcalloc((size_t)B, sizeof(bool));
     SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
     for (int b = 0; b < B; b++) sampler_scratch_init(&scratch[b], V);
@@ -184,7 +195,23 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
-            if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
+            if (options->constraint) {
+                float *masked = masked_logits + (long)b * V;
+                int allowed = token_mask_apply(options->token_trie, options->constraint, &json[b], options->stop_tokens,
+                                               options->num_stop_tokens, row_logits, masked, V, &mask[b]);
+                if (step < options->min_new_tokens)
+                    for (int i = 0; i < options->num_stop_tokens; i++)
+                        if (options->stop_tokens[i] >= 0 && options->stop_tokens[i] < V && masked[options->stop_tokens[i]] > -INFINITY)
+                            masked[options->stop_tokens[i]] = -INFINITY, allowed--;
+                if (allowed > 0) {
+                    picked = sampler_pick(masked, V, sampler, u, &scratch[b]);
+                } else { // nothing fits (a compiled constraint never gets here): the row ends
+                    CHECK(options->num_stop_tokens > 0, "a constrained row without stop tokens");
+                    picked = (SampledToken){.token = options->stop_tokens[0]};
+                }
+                picked.logprob = log_softmax_at(row_logits, V, picked.token); // the model's own
+                token_mask_advance(options->token_trie, options->constraint, &json[b], picked.token);
+            } else if (step < options->min_new_tokens && options->num_stop_tokens > 0) {
                 float *masked = masked_logits + (long)b * V;
                 memcpy(masked, row_logits, (size_t)V * sizeof(float));
                 for (int i = 0; i < options->num_stop_tokens; i++)
@@ -225,6 +252,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) local_stats.generated_tokens += out[b].length;
     if (stats) *stats = local_stats;
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
+    for (int b = 0; json && b < B; b++) token_mask_scratch_free(&mask[b]);
+    free(json), free(mask);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits);
     kv_cache_free(&cache, model);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gen/sampler.h"
+#include "gen/token_mask.h"
 #include "model/model.h"
 
 typedef enum { STOP_NONE, STOP_TOKEN, STOP_CHECK, STOP_LENGTH } StopReason;
@@ -50,6 +51,12 @@ typedef struct {
     // most likely first, ties broken by the lower id (marlhf serve's OpenAI logprobs).
     // At most the vocabulary size is recorded. 0: nothing recorded, nothing computed.
     int top_logprobs;
+    // Optional: every row's text must be accepted by this constraint (structured outputs,
+    // gen/json_constraint.h): each step samples from the logits masked by it, the stop
+    // tokens only once the text is complete (gen/token_mask.h; token_trie is the
+    // vocabulary's). The reported log-probs stay the model's own.
+    const JsonConstraint *constraint;
+    const TokenTrie *token_trie;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).

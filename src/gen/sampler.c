@@ -142,6 +142,14 @@ SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *confi
     return out;
 }
 
+float sampler_logprob(const float *logits, int V, int token) {
+    float max_logit = logits[0];
+    for (int v = 1; v < V; v++) max_logit = logits[v] > max_logit ? logits[v] : max_logit;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - max_logit));
+    return (float)(logits[token] - max_logit - log(sum));
+}
+
 void sampler_distribution(const float *logits, int V, const SamplerConfig *config, float *probs,
                           SamplerScratch *scratch) {
     memset(probs, 0, (size_t)V * sizeof(float));

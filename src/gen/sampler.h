@@ -33,6 +33,10 @@ void sampler_scratch_free(SamplerScratch *scratch);
 SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
                           SamplerScratch *scratch);
 
+// log softmax(logits)[token] (the model's own log-prob of a token sampled from a masked
+// copy of the logits), summed in double.
+float sampler_logprob(const float *logits, int V, int token);
+
 // The probabilities the sampler draws from (after temperature, top-k, top-p), into
 // probs[0..V): zero outside the kept set. For tests and for --explain style tools.
 void sampler_distribution(const float *logits, int V, const SamplerConfig *config, float *probs,

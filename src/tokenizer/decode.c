@@ -376,3 +376,65 @@ void tokenizer_stream_free(TokenizerStream *s) {
     free(s->held.data);
     free(s);
 }
+
+// The bytes a token adds in the middle of a text: the decoder's steps on the token alone,
+// with no start-of-text rule (Metaspace's and Strip's leading space) and no U+FFFD for a
+// partial character. NULL for special added tokens and ids without a token.
+char *tokenizer_token_bytes(const Tokenizer *tok, int id, size_t *len) {
+    size_t n;
+    const char *s = decode_string(tok, id, &n);
+    if (!s || skipped_as_special(tok, s, n)) return NULL;
+    if (tok->added_index && tok->added_index[id] >= 0) {
+        TokBuf out = {0};
+        tokbuf_append(&out, s, n);
+        return tokbuf_take(&out, len);
+    }
+    TokBuf cur = {0};
+    tokbuf_append(&cur, s, n);
+    for (int k = 0; k < tok->n_dec; k++) {
+        const DecStep *step = &tok->dec[k];
+        TokBuf next = {0};
+        switch (step->kind) {
+        case DEC_BYTE_LEVEL: {
+            bool all_in_alphabet = true;
+            for (size_t i = 0; i < cur.len;) {
+                int clen;
+                if (!utf8_char_len((const uint8_t *)cur.data + i, cur.len - i)) { all_in_alphabet = false; break; }
+                int b = byte_level_byte(utf8_decode(cur.data + i, &clen));
+                if (b < 0) { all_in_alphabet = false; break; }
+                tokbuf_putc(&next, (char)b);
+                i += (size_t)clen;
+            }
+            if (!all_in_alphabet) next.len = 0, tokbuf_append(&next, cur.data, cur.len);
+            break;
+        }
+        case DEC_METASPACE:
+        case DEC_REPLACE: {
+            const char *from = step->kind == DEC_METASPACE ? step->replacement : step->pattern;
+            const char *to = step->kind == DEC_METASPACE ? " " : step->content;
+            size_t from_len = strlen(from), to_len = strlen(to);
+            for (size_t i = 0; i < cur.len;) {
+                if (from_len && i + from_len <= cur.len && memcmp(cur.data + i, from, from_len) == 0) {
+                    tokbuf_append(&next, to, to_len);
+                    i += from_len;
+                } else {
+                    tokbuf_putc(&next, cur.data[i++]);
+                }
+            }
+            break;
+        }
+        case DEC_BYTE_FALLBACK: {
+            int b = byte_token_value(cur.data, cur.len);
+            if (b >= 0) tokbuf_putc(&next, (char)b);
+            else tokbuf_append(&next, cur.data, cur.len);
+            break;
+        }
+        case DEC_FUSE:
+        case DEC_STRIP: tokbuf_append(&next, cur.data, cur.len); break;
+        }
+        free(cur.data);
+        cur = next;
+    }
+    if (!cur.data) tokbuf_append(&cur, "", 0);
+    return tokbuf_take(&cur, len);
+}

@@ -74,6 +74,11 @@ int tokenizer_unk_id(const Tokenizer *tok);
 const char *tokenizer_id_to_piece(const Tokenizer *tok, int id);
 // The id of the vocabulary (or added) token spelled `piece`, or -1.
 int tokenizer_piece_to_id(const Tokenizer *tok, const char *piece);
+// The raw bytes a token adds to a text in the middle of it (byte-level tokens' bytes,
+// "▁" as a space, <0xNN> as its byte, an added token's content; possibly not UTF-8), for
+// constrained decoding (gen/token_mask.h); *len their count. NULL for special added
+// tokens (they are no text) and ids without a token. xmalloc'd: free() it.
+char *tokenizer_token_bytes(const Tokenizer *tok, int id, size_t *len);
 // True for the added tokens marked special (skipped by decode with skip_special).
 bool tokenizer_is_special(const Tokenizer *tok, int id);
 // The raw chat template (Jinja) of tokenizer_config.json / tokenizer.chat_template, or NULL.

@@ -1,0 +1,1024 @@
+// The JSON constraint: a schema compiled into a graph of nodes, and a recogniser that runs
+// the text's bytes through it (see json_constraint.h).
+//
+// A path is a stack of frames, one per value being written (the root frame at the
+// bottom); a frame's node says what kind of value it is and its phase where in it the text
+// is. A value's frame is pushed by its first byte. Values that end with a closing byte
+// (objects, arrays, strings) pop themselves there; those that may go on (numbers, enum
+// literals that are a prefix of another, a repetition of tool calls) pop when a byte comes
+// that they cannot take, which then goes to the frame below: in JSON such a byte is never
+// one the value could have taken, so this greedy choice loses nothing. Alternatives (anyOf,
+// type lists, any value) fork the path at their first byte, into the branches that can
+// start with it.
+#include "gen/json_constraint.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+
+typedef enum { K_ROOT, K_ALT, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_LITERALS, K_SEQ, K_REPEAT } Kind;
+
+typedef struct {
+    Kind kind;
+    bool first[256]; // the bytes that can start the value
+    // OBJECT: the properties (names as JSON spells them inside the quotes), which are
+    // required, the schema of other keys (-1: none allowed).
+    int num_props;
+    char **names;
+    size_t *name_lengths;
+    int *prop_nodes;
+    uint64_t required;
+    int extra;
+    // ARRAY: items, their bounds (max -1: none). STRING: the length bounds (code points).
+    int item, min_count, max_count;
+    // LITERALS: the texts.
+    int num_literals;
+    char **literals;
+    size_t *literal_lengths;
+    // ALT, SEQ: the children. ROOT, REPEAT: children[0]; REPEAT's separator.
+    int num_children;
+    int *children;
+    char *separator;
+    size_t separator_length;
+} Node;
+
+struct JsonConstraint {
+    Node *nodes;
+    int num_nodes, capacity;
+    int root;
+    int any; // the any-value node, made on first use (-1)
+    // While compiling a schema: its root (for $ref) and the references being expanded.
+    const json_t *schema_root;
+    const char *refs[JSON_MAX_DEPTH];
+    int num_refs;
+};
+
+// Phases.
+enum { ROOT_START, ROOT_DONE };
+enum { O_OPEN, O_KEY_START, O_COMMA_SPACE, O_COLON, O_VALUE_SPACE, O_VALUE, O_AFTER_VALUE, O_KEY };
+enum { A_OPEN, A_AFTER_VALUE, A_COMMA_SPACE, A_VALUE };
+enum { NUM_SIGN, NUM_ZERO, NUM_INT, NUM_FRAC0, NUM_FRAC, NUM_EXP0, NUM_EXP_SIGN, NUM_EXP };
+enum { R_AFTER_ITEM, R_SEPARATOR, R_ITEM };
+
+// --- building ---------------------------------------------------------------------------
+
+static int new_node(JsonConstraint *c, Kind kind) {
+    if (c->num_nodes == c->capacity) {
+        c->capacity = c->capacity ? 2 * c->capacity : 32;
+        c->nodes = xrealloc(c->nodes, (size_t)c->capacity * sizeof(Node));
+    }
+    Node *n = &c->nodes[c->num_nodes];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->extra = -1;
+    n->max_count = -1;
+    return c->num_nodes++;
+}
+
+static JsonConstraint *constraint_new(void) {
+    JsonConstraint *c = xcalloc(1, sizeof *c);
+    c->any = -1;
+    c->root = -1;
+    return c;
+}
+
+void json_constraint_free(JsonConstraint *c) {
+    if (!c) return;
+    for (int i = 0; i < c->num_nodes; i++) {
+        Node *n = &c->nodes[i];
+        for (int k = 0; k < n->num_props; k++) free(n->names[k]);
+        for (int k = 0; k < n->num_literals; k++) free(n->literals[k]);
+        free(n->names), free(n->name_lengths), free(n->prop_nodes);
+        free(n->literals), free(n->literal_lengths), free(n->children), free(n->separator);
+    }
+    free(c->nodes);
+    free(c);
+}
+
+static void set_first_range(Node *n, const char *bytes) {
+    for (const char *b = bytes; *b; b++) n->first[(uint8_t)*b] = true;
+}
+
+static void add_child(JsonConstraint *c, int node, int child) {
+    Node *n = &c->nodes[node];
+    n->children = xrealloc(n->children, (size_t)(n->num_children + 1) * sizeof(int));
+    n->children[n->num_children++] = child;
+}
+
+// Bytes that start any of the children (ALT), the first child (SEQ, REPEAT, ROOT).
+static void derive_first(JsonConstraint *c, int node) {
+    Node *n = &c->nodes[node];
+    memset(n->first, 0, sizeof n->first);
+    const int count = n->kind == K_ALT ? n->num_children : 1;
+    for (int k = 0; k < count; k++)
+        for (int b = 0; b < 256; b++) n->first[b] |= c->nodes[n->children[k]].first[b];
+}
+
+static int literals_node(JsonConstraint *c, char **texts, size_t *lengths, int count) {
+    int node = new_node(c, K_LITERALS);
+    Node *n = &c->nodes[node];
+    n->literals = texts;
+    n->literal_lengths = lengths;
+    n->num_literals = count;
+    for (int k = 0; k < count; k++) n->first[(uint8_t)texts[k][0]] = true;
+    return node;
+}
+
+static int literal_node(JsonConstraint *c, const char *text) {
+    char **texts = xmalloc(sizeof(char *));
+    size_t *lengths = xmalloc(sizeof(size_t));
+    texts[0] = xstrdup(text);
+    lengths[0] = strlen(text);
+    return literals_node(c, texts, lengths, 1);
+}
+
+static int string_node(JsonConstraint *c, int min_length, int max_length) {
+    int node = new_node(c, K_STRING);
+    c->nodes[node].min_count = min_length;
+    c->nodes[node].max_count = max_length;
+    set_first_range(&c->nodes[node], "\"");
+    return node;
+}
+
+static int number_node(JsonConstraint *c, bool integer) {
+    int node = new_node(c, integer ? K_INTEGER : K_NUMBER);
+    set_first_range(&c->nodes[node], "-0123456789");
+    return node;
+}
+
+// An object with the given properties (none yet) and other keys' schema.
+static int object_node(JsonConstraint *c, int extra) {
+    int node = new_node(c, K_OBJECT);
+    c->nodes[node].extra = extra;
+    set_first_range(&c->nodes[node], "{");
+    return node;
+}
+
+static void add_property(JsonConstraint *c, int node, const char *name, int value, bool required) {
+    Node *n = &c->nodes[node];
+    // The name as JSON writes it between its quotes.
+    json_t *string = json_string(name);
+    char *quoted = json_dumps(string, JSON_ENCODE_ANY);
+    json_decref(string);
+    size_t length = strlen(quoted);
+    n->names = xrealloc(n->names, (size_t)(n->num_props + 1) * sizeof(char *));
+    n->name_lengths = xrealloc(n->name_lengths, (size_t)(n->num_props + 1) * sizeof(size_t));
+    n->prop_nodes = xrealloc(n->prop_nodes, (size_t)(n->num_props + 1) * sizeof(int));
+    n->names[n->num_props] = xmalloc(length - 1);
+    memcpy(n->names[n->num_props], quoted + 1, length - 2);
+    n->names[n->num_props][length - 2] = '\0';
+    n->name_lengths[n->num_props] = length - 2;
+    n->prop_nodes[n->num_props] = value;
+    if (required) n->required |= (uint64_t)1 << n->num_props;
+    n->num_props++;
+    free(quoted);
+}
+
+// Any JSON value (objects' keys any strings, each value any JSON).
+static int any_node(JsonConstraint *c) {
+    if (c->any >= 0) return c->any;
+    const int any = new_node(c, K_ALT);
+    c->any = any;
+    const int object = object_node(c, any);
+    const int array = new_node(c, K_ARRAY);
+    c->nodes[array].item = any;
+    c->nodes[array].min_count = 0;
+    set_first_range(&c->nodes[array], "[");
+    char **texts = xmalloc(3 * sizeof(char *));
+    size_t *lengths = xmalloc(3 * sizeof(size_t));
+    const char *words[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) texts[k] = xstrdup(words[k]), lengths[k] = strlen(words[k]);
+    const int children[] = {object, array, string_node(c, 0, -1), number_node(c, false), literals_node(c, texts, lengths, 3)};
+    for (int k = 0; k < 5; k++) add_child(c, any, children[k]);
+    derive_first(c, any);
+    return any;
+}
+
+static int root_node(JsonConstraint *c, int child) {
+    int root = new_node(c, K_ROOT);
+    add_child(c, root, child);
+    derive_first(c, root);
+    c->root = root;
+    return root;
+}
+
+JsonConstraint *json_constraint_object(void) {
+    JsonConstraint *c = constraint_new();
+    root_node(c, object_node(c, any_node(c)));
+    return c;
+}
+
+// --- schemas ----------------------------------------------------------------------------
+
+static int schema_error(const char *what, const char *at, const char *fmt, const char *detail) {
+    char message[400];
+    snprintf(message, sizeof message, fmt, detail);
+    return err_set("%s: %s (at %s)", what, message, at[0] ? at : "the schema's root");
+}
+
+static const char *const annotations[] = {"title", "description", "$schema", "$id", "$comment", "default",
+                                          "examples", "strict", "$defs", "definitions"};
+static const char *const keywords[] = {"type", "properties", "required", "additionalProperties", "items",
+                                       "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
+                                       "minLength", "maxLength"};
+
+static bool in_list(const char *key, const char *const *list, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (!strcmp(key, list[i])) return true;
+    return false;
+}
+
+// A non-negative integer keyword, or -1 when absent; -2 (error set) when not one.
+static long long count_keyword(const json_t *schema, const char *key, const char *what, const char *at) {
+    json_t *v = json_object_get(schema, key);
+    if (!v) return -1;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000) {
+        schema_error(what, at, "'%s' must be a non-negative integer", key);
+        return -2;
+    }
+    return json_integer_value(v);
+}
+
+typedef enum { T_OBJECT = 1, T_ARRAY = 2, T_STRING = 4, T_NUMBER = 8, T_INTEGER = 16, T_BOOLEAN = 32, T_NULL = 64 } TypeBit;
+
+static int type_bit(const char *name) {
+    static const char *const names[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(name, names[i])) return 1 << i;
+    return 0;
+}
+
+static bool value_has_type(const json_t *v, int types) {
+    return ((types & T_OBJECT) && json_is_object(v)) || ((types & T_ARRAY) && json_is_array(v)) ||
+           ((types & T_STRING) && json_is_string(v)) || ((types & T_NUMBER) && json_is_number(v)) ||
+           ((types & T_INTEGER) && json_is_integer(v)) || ((types & T_BOOLEAN) && json_is_boolean(v)) ||
+           ((types & T_NULL) && json_is_null(v));
+}
+
+static int compile(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth);
+
+static int compile_child(JsonConstraint *c, const json_t *schema, const char *what, const char *at, const char *key,
+                         int depth) {
+    char child_at[512];
+    snprintf(child_at, sizeof child_at, "%.250s%s%.250s", at, at[0] ? "." : "", key);
+    return compile(c, schema, what, child_at, depth + 1);
+}
+
+static int compile_ref(JsonConstraint *c, const char *ref, const char *what, const char *at, int depth) {
+    const char *name = NULL, *container = NULL;
+    if (!strncmp(ref, "#/$defs/", 8)) container = "$defs", name = ref + 8;
+    else if (!strncmp(ref, "#/definitions/", 14)) container = "definitions", name = ref + 14;
+    if (!name || !*name || strchr(name, '/') || strchr(name, '~'))
+        return schema_error(what, at, "'$ref' '%.200s' is not supported (only #/$defs/NAME and #/definitions/NAME)", ref);
+    json_t *defs = json_object_get(c->schema_root, container);
+    json_t *target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
+    if (!target) return schema_error(what, at, "'$ref' '%.200s' names no definition of the schema", ref);
+    for (int i = 0; i < c->num_refs; i++)
+        if (!strcmp(c->refs[i], ref))
+            return schema_error(what, at, "'$ref' '%.200s' is recursive, which is not supported", ref);
+    if (c->num_refs == JSON_MAX_DEPTH) return schema_error(what, at, "%s", "'$ref' chains are too long");
+    c->refs[c->num_refs++] = ref;
+    char ref_at[512];
+    snprintf(ref_at, sizeof ref_at, "%s", ref + 2);
+    int node = compile(c, target, what, ref_at, depth);
+    c->num_refs--;
+    return node;
+}
+
+// enum / const: the allowed values as compact JSON texts, of the given types.
+static int compile_literals(JsonConstraint *c, const json_t *schema, int types, const char *what, const char *at) {
+    json_t *values = json_object_get(schema, "enum"), *constant = json_object_get(schema, "const");
+    if (values && constant) return schema_error(what, at, "%s", "'enum' and 'const' together are not supported");
+    if (values && (!json_is_array(values) || json_array_size(values) == 0))
+        return schema_error(what, at, "%s", "'enum' must be a non-empty list");
+    if (values && json_array_size(values) > JSON_MAX_ENUM)
+        return schema_error(what, at, "'enum' has more than %s values", "64");
+    const size_t count = values ? json_array_size(values) : 1;
+    char **texts = xmalloc(count * sizeof(char *));
+    size_t *lengths = xmalloc(count * sizeof(size_t));
+    int kept = 0;
+    for (size_t i = 0; i < count; i++) {
+        json_t *v = values ? json_array_get(values, i) : constant;
+        if (types && !value_has_type(v, types)) continue;
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        bool duplicate = false;
+        for (int k = 0; k < kept && !duplicate; k++) duplicate = !strcmp(texts[k], text);
+        if (duplicate) {
+            free(text);
+            continue;
+        }
+        texts[kept] = text;
+        lengths[kept++] = strlen(text);
+    }
+    if (kept == 0) {
+        free(texts), free(lengths);
+        return schema_error(what, at, "%s", "no value of 'enum' / 'const' has the schema's 'type'");
+    }
+    return literals_node(c, texts, lengths, kept);
+}
+
+static int compile_object(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth) {
+    json_t *properties = json_object_get(schema, "properties"), *required = json_object_get(schema, "required");
+    json_t *additional = json_object_get(schema, "additionalProperties");
+    if (properties && !json_is_object(properties)) return schema_error(what, at, "%s", "'properties' must be an object");
+    if (properties && json_object_size(properties) > JSON_MAX_PROPERTIES)
+        return schema_error(what, at, "more than %s properties are not supported", "64");
+    if (required && !json_is_array(required)) return schema_error(what, at, "%s", "'required' must be a list of strings");
+    int extra = -1;
+    if (json_is_true(additional) || (json_is_object(additional) && json_object_size(additional) == 0)) {
+        extra = any_node(c);
+    } else if (json_is_object(additional)) {
+        extra = compile_child(c, additional, what, at, "additionalProperties", depth);
+        if (extra < 0) return -1;
+    } else if (additional && !json_is_false(additional)) {
+        return schema_error(what, at, "%s", "'additionalProperties' must be a boolean or a schema");
+    }
+    // The property schemas first (compiling adds nodes: the object's index is taken after).
+    const size_t n = properties ? json_object_size(properties) : 0;
+    int *values = xmalloc((n ? n : 1) * sizeof(int));
+    const char **names = xmalloc((n ? n : 1) * sizeof(char *));
+    size_t i = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)properties, key, value) {
+        char child_at[512];
+        snprintf(child_at, sizeof child_at, "properties.%s", key);
+        names[i] = key;
+        values[i] = compile_child(c, value, what, at, child_at, depth);
+        if (values[i] < 0) {
+            free(values), free(names);
+            return -1;
+        }
+        i++;
+    }
+    uint64_t required_bits = 0;
+    for (size_t r = 0; required && r < json_array_size(required); r++) {
+        json_t *name = json_array_get(required, r);
+        if (!json_is_string(name)) {
+            free(values), free(names);
+            return schema_error(what, at, "%s", "'required' must be a list of strings");
+        }
+        size_t k = 0;
+        while (k < n && strcmp(names[k], json_string_value(name)) != 0) k++;
+        if (k == n && extra < 0) {
+            free(values), free(names);
+            return schema_error(what, at, "'required' names '%.200s', which is not a property, and no other keys are "
+                                "allowed ('additionalProperties')", json_string_value(name));
+        }
+        if (k == n) {
+            free(values), free(names);
+            return schema_error(what, at, "'required' names '%.200s', which is not among 'properties' (not supported)",
+                                json_string_value(name));
+        }
+        required_bits |= (uint64_t)1 << k;
+    }
+    const int node = object_node(c, extra);
+    for (size_t k = 0; k < n; k++) add_property(c, node, names[k], values[k], (required_bits >> k) & 1);
+    free(values), free(names);
+    return node;
+}
+
+static int compile_array(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth) {
+    json_t *items = json_object_get(schema, "items");
+    long long min_items = count_keyword(schema, "minItems", what, at), max_items = count_keyword(schema, "maxItems", what, at);
+    if (min_items == -2 || max_items == -2) return -1;
+    if (max_items >= 0 && min_items > max_items) return schema_error(what, at, "%s", "'minItems' is above 'maxItems'");
+    if (items && !json_is_object(items) && !json_is_boolean(items))
+        return schema_error(what, at, "%s", "'items' must be a schema (a list of schemas is not supported)");
+    if (json_is_false(items) && min_items > 0)
+        return schema_error(what, at, "%s", "'items': false with 'minItems' above 0 matches nothing");
+    int item = items ? compile_child(c, items, what, at, "items", depth) : any_node(c);
+    if (json_is_false(items)) max_items = 0, item = any_node(c);
+    else if (item < 0) return -1;
+    const int node = new_node(c, K_ARRAY);
+    Node *n = &c->nodes[node];
+    n->item = item;
+    n->min_count = min_items < 0 ? 0 : (int)min_items;
+    n->max_count = (int)max_items;
+    set_first_range(n, "[");
+    return node;
+}
+
+static int compile_type(JsonConstraint *c, const json_t *schema, int type, const char *what, const char *at, int depth) {
+    switch (type) {
+    case T_OBJECT: return compile_object(c, schema, what, at, depth);
+    case T_ARRAY: return compile_array(c, schema, what, at, depth);
+    case T_STRING: {
+        long long min_length = count_keyword(schema, "minLength", what, at), max_length = count_keyword(schema, "maxLength", what, at);
+        if (min_length == -2 || max_length == -2) return -1;
+        if (max_length >= 0 && min_length > max_length)
+            return schema_error(what, at, "%s", "'minLength' is above 'maxLength'");
+        return string_node(c, min_length < 0 ? 0 : (int)min_length, (int)max_length);
+    }
+    case T_NUMBER: return number_node(c, false);
+    case T_INTEGER: return number_node(c, true);
+    case T_BOOLEAN: {
+        char **texts = xmalloc(2 * sizeof(char *));
+        size_t *lengths = xmalloc(2 * sizeof(size_t));
+        texts[0] = xstrdup("true"), texts[1] = xstrdup("false");
+        lengths[0] = 4, lengths[1] = 5;
+        return literals_node(c, texts, lengths, 2);
+    }
+    default: return literal_node(c, "null");
+    }
+}
+
+static int compile(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth) {
+    if (depth > JSON_MAX_DEPTH - 2)
+        return schema_error(what, at, "the schema nests more than %s levels", "30");
+    if (json_is_true(schema)) return any_node(c);
+    if (json_is_false(schema)) return schema_error(what, at, "%s", "the schema false matches nothing");
+    if (!json_is_object(schema)) return schema_error(what, at, "%s", "a schema must be an object or a boolean");
+    const char *key;
+    json_t *value;
+    int constraining = 0;
+    json_object_foreach((json_t *)schema, key, value) {
+        if (in_list(key, annotations, sizeof annotations / sizeof annotations[0])) continue;
+        if (!in_list(key, keywords, sizeof keywords / sizeof keywords[0]))
+            return schema_error(what, at, "'%.100s' is not supported", key);
+        constraining++;
+    }
+    if (constraining == 0) return any_node(c);
+    json_t *ref = json_object_get(schema, "$ref");
+    json_t *alternatives = json_object_get(schema, "anyOf");
+    const char *alt_key = "anyOf";
+    if (!alternatives) alternatives = json_object_get(schema, "oneOf"), alt_key = "oneOf";
+    if (ref || alternatives) {
+        if (constraining > 1)
+            return schema_error(what, at, "%s", "'$ref', 'anyOf' and 'oneOf' beside other keywords are not supported");
+        if (ref) {
+            if (!json_is_string(ref)) return schema_error(what, at, "%s", "'$ref' must be a string");
+            return compile_ref(c, json_string_value(ref), what, at, depth);
+        }
+        if (!json_is_array(alternatives) || json_array_size(alternatives) == 0)
+            return schema_error(what, at, "'%s' must be a non-empty list of schemas", alt_key);
+        const size_t n = json_array_size(alternatives);
+        int *children = xmalloc(n * sizeof(int));
+        for (size_t i = 0; i < n; i++) {
+            char child_at[64];
+            snprintf(child_at, sizeof child_at, "%s[%zu]", alt_key, i);
+            children[i] = compile_child(c, json_array_get(alternatives, i), what, at, child_at, depth);
+            if (children[i] < 0) {
+                free(children);
+                return -1;
+            }
+        }
+        const int node = new_node(c, K_ALT);
+        for (size_t i = 0; i < n; i++) add_child(c, node, children[i]);
+        free(children);
+        derive_first(c, node);
+        return node;
+    }
+    // type: a name or a list of names (absent: from the keywords present, else any).
+    json_t *type = json_object_get(schema, "type");
+    int types = 0;
+    if (json_is_string(type)) {
+        types = type_bit(json_string_value(type));
+        if (!types) return schema_error(what, at, "'type' '%.100s' is not a JSON Schema type", json_string_value(type));
+    } else if (json_is_array(type)) {
+        for (size_t i = 0; i < json_array_size(type); i++) {
+            json_t *name = json_array_get(type, i);
+            int bit = json_is_string(name) ? type_bit(json_string_value(name)) : 0;
+            if (!bit) return schema_error(what, at, "%s", "'type' lists something that is not a JSON Schema type");
+            types |= bit;
+        }
+        if (!types) return schema_error(what, at, "%s", "'type' is an empty list: nothing matches");
+    } else if (type) {
+        return schema_error(what, at, "%s", "'type' must be a string or a list of strings");
+    }
+    if (json_object_get(schema, "enum") || json_object_get(schema, "const")) {
+        json_object_foreach((json_t *)schema, key, value) {
+            if (!in_list(key, annotations, sizeof annotations / sizeof annotations[0]) && strcmp(key, "type") != 0 &&
+                strcmp(key, "enum") != 0 && strcmp(key, "const") != 0)
+                return schema_error(what, at, "'%.100s' beside 'enum' / 'const' is not supported", key);
+        }
+        return compile_literals(c, schema, types, what, at);
+    }
+    if (!types) {
+        if (json_object_get(schema, "properties") || json_object_get(schema, "required") ||
+            json_object_get(schema, "additionalProperties"))
+            types |= T_OBJECT;
+        if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
+            types |= T_ARRAY;
+        if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength")) types |= T_STRING;
+    }
+    // integer beside number: number covers it.
+    if ((types & T_NUMBER) && (types & T_INTEGER)) types &= ~T_INTEGER;
+    int children[7], count = 0;
+    for (int bit = 1; bit <= T_NULL; bit <<= 1) {
+        if (!(types & bit)) continue;
+        children[count] = compile_type(c, schema, bit, what, at, depth);
+        if (children[count] < 0) return -1;
+        count++;
+    }
+    if (count == 1) return children[0];
+    const int node = new_node(c, K_ALT);
+    for (int i = 0; i < count; i++) add_child(c, node, children[i]);
+    derive_first(c, node);
+    return node;
+}
+
+int json_constraint_schema(JsonConstraint **out, const json_t *schema, const char *what) {
+    *out = NULL;
+    JsonConstraint *c = constraint_new();
+    c->schema_root = schema;
+    int node = compile(c, schema, what, "", 0);
+    if (node < 0) {
+        json_constraint_free(c);
+        return -1;
+    }
+    c->schema_root = NULL;
+    root_node(c, node);
+    *out = c;
+    return 0;
+}
+
+int json_constraint_tool_calls(JsonConstraint **out, const json_t *tools, const char *only, const char *open,
+                               const char *close, const char *separator, const char *arguments_key, int max_calls) {
+    *out = NULL;
+    JsonConstraint *c = constraint_new();
+    const int calls = new_node(c, K_ALT);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *function = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(function, "name"));
+        if (!name || (only && strcmp(name, only) != 0)) continue;
+        json_t *parameters = json_object_get(function, "parameters");
+        char what[96];
+        snprintf(what, sizeof what, "tools[%zu].function.parameters", i);
+        c->schema_root = parameters;
+        int arguments = parameters ? compile(c, parameters, what, "", 1) : object_node(c, any_node(c));
+        if (arguments < 0) {
+            json_constraint_free(c);
+            return -1;
+        }
+        json_t *name_value = json_string(name);
+        char *name_text = json_dumps(name_value, JSON_ENCODE_ANY);
+        json_decref(name_value);
+        const int name_node = literal_node(c, name_text);
+        free(name_text);
+        const int call = object_node(c, -1);
+        add_property(c, call, "name", name_node, true);
+        add_property(c, call, arguments_key, arguments, true);
+        add_child(c, calls, call);
+    }
+    CHECK(c->nodes[calls].num_children > 0, "no tool to call (the caller checks the name)");
+    derive_first(c, calls);
+    int item = calls;
+    if (open[0] || close[0]) {
+        item = new_node(c, K_SEQ);
+        if (open[0]) add_child(c, item, literal_node(c, open));
+        add_child(c, item, calls);
+        if (close[0]) add_child(c, item, literal_node(c, close));
+        derive_first(c, item);
+    }
+    const int repeat = new_node(c, K_REPEAT);
+    add_child(c, repeat, item);
+    c->nodes[repeat].separator = xstrdup(separator);
+    c->nodes[repeat].separator_length = strlen(separator);
+    c->nodes[repeat].min_count = 1;
+    c->nodes[repeat].max_count = max_calls > 0 ? max_calls : -1;
+    CHECK(separator[0], "tool calls need a separator");
+    derive_first(c, repeat);
+    c->schema_root = NULL;
+    root_node(c, repeat);
+    *out = c;
+    return 0;
+}
+
+// --- recognising ------------------------------------------------------------------------
+
+static void path_copy(JsonPath *dst, const JsonPath *src) {
+    dst->depth = src->depth;
+    memcpy(dst->frames, src->frames, (size_t)src->depth * sizeof(JsonFrame));
+}
+
+void json_state_copy(JsonState *dst, const JsonState *src) {
+    dst->num_paths = src->num_paths;
+    for (int i = 0; i < src->num_paths; i++) path_copy(&dst->paths[i], &src->paths[i]);
+}
+
+void json_state_init(const JsonConstraint *c, JsonState *state) {
+    state->num_paths = 1;
+    state->paths[0].depth = 1;
+    state->paths[0].frames[0] = (JsonFrame){.node = c->root, .phase = ROOT_START};
+}
+
+// Adds a path to the state (unless an equal one is there, or the state is full).
+static void emit(JsonState *out, const JsonPath *p) {
+    for (int i = 0; i < out->num_paths; i++)
+        if (out->paths[i].depth == p->depth && !memcmp(out->paths[i].frames, p->frames, (size_t)p->depth * sizeof(JsonFrame)))
+            return;
+    if (out->num_paths == JSON_MAX_PATHS) return;
+    path_copy(&out->paths[out->num_paths++], p);
+}
+
+static JsonFrame *top(JsonPath *p) { return &p->frames[p->depth - 1]; }
+
+// The frame on top finished its value and was popped: the frame below takes note.
+static void child_done(const JsonConstraint *c, JsonPath *p) {
+    for (;;) {
+        JsonFrame *f = top(p);
+        const Node *n = &c->nodes[f->node];
+        switch (n->kind) {
+        case K_ROOT: f->phase = ROOT_DONE; return;
+        case K_OBJECT: f->phase = O_AFTER_VALUE; return;
+        case K_ARRAY: f->count++, f->phase = A_AFTER_VALUE; return;
+        case K_REPEAT: f->count++, f->phase = R_AFTER_ITEM, f->aux = 0; return;
+        case K_SEQ:
+            if (++f->count < n->num_children) return;
+            p->depth--; // the sequence is complete too
+            continue;
+        default: CHECK(false, "a value inside a scalar");
+        }
+    }
+}
+
+static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t byte, JsonState *out);
+
+static bool push(JsonPath *p, JsonFrame frame) {
+    if (p->depth >= JSON_MAX_DEPTH + 1) return false; // the root frame and JSON_MAX_DEPTH values
+    p->frames[p->depth++] = frame;
+    return true;
+}
+
+// A value of `node` starts with `byte` on path p (modified; forks copy it).
+static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t byte, JsonState *out) {
+    const Node *n = &c->nodes[node];
+    if (!n->first[byte]) return;
+    switch (n->kind) {
+    case K_ALT: {
+        int last = -1;
+        for (int k = 0; k < n->num_children; k++)
+            if (c->nodes[n->children[k]].first[byte]) last = k;
+        for (int k = 0; k < n->num_children; k++) {
+            if (!c->nodes[n->children[k]].first[byte]) continue;
+            if (k == last) {
+                start_value(c, p, n->children[k], byte, out);
+            } else {
+                JsonPath fork;
+                path_copy(&fork, p);
+                start_value(c, &fork, n->children[k], byte, out);
+            }
+        }
+        return;
+    }
+    case K_SEQ:
+    case K_REPEAT:
+        if (!push(p, (JsonFrame){.node = node, .phase = R_ITEM})) return;
+        start_value(c, p, n->children[0], byte, out);
+        return;
+    case K_OBJECT:
+        if (push(p, (JsonFrame){.node = node, .phase = O_OPEN})) emit(out, p);
+        return;
+    case K_ARRAY:
+        if (push(p, (JsonFrame){.node = node, .phase = A_OPEN})) emit(out, p);
+        return;
+    case K_STRING:
+        if (push(p, (JsonFrame){.node = node})) emit(out, p);
+        return;
+    case K_NUMBER:
+    case K_INTEGER: {
+        const int phase = byte == '-' ? NUM_SIGN : byte == '0' ? NUM_ZERO : NUM_INT;
+        if (push(p, (JsonFrame){.node = node, .phase = (int16_t)phase, .count = 1, .aux = byte != '-'})) emit(out, p);
+        return;
+    }
+    case K_LITERALS: {
+        uint64_t alive = 0;
+        for (int k = 0; k < n->num_literals; k++)
+            if ((uint8_t)n->literals[k][0] == byte) alive |= (uint64_t)1 << k;
+        if (push(p, (JsonFrame){.node = node, .count = 1, .a = alive})) emit(out, p);
+        return;
+    }
+    case K_ROOT: CHECK(false, "the root inside a value");
+    }
+}
+
+// String contents, one byte: aux is 0 (plain), 1 (after '\'), 2..5 (expecting the k-1'th
+// hex digit of \u, its value so far in str's high half); str's low byte the UTF-8
+// continuation bytes still due, its second byte the allowed range of the next one.
+// Returns 1 (taken), 2 (the closing quote), 0 (refused). *starts_char: a character began.
+enum { RANGE_ANY, RANGE_A0, RANGE_9F, RANGE_90, RANGE_8F };
+static int string_byte(JsonFrame *f, uint8_t b, bool *starts_char) {
+    *starts_char = false;
+    int pending = f->str & 0xff, range = (f->str >> 8) & 0xff;
+    if (pending > 0) {
+        uint8_t low = 0x80, high = 0xbf;
+        if (range == RANGE_A0) low = 0xa0;
+        else if (range == RANGE_9F) high = 0x9f;
+        else if (range == RANGE_90) low = 0x90;
+        else if (range == RANGE_8F) high = 0x8f;
+        if (b < low || b > high) return 0;
+        f->str = pending - 1; // the range applies to the first continuation byte only
+        return 1;
+    }
+    if (f->aux == 1) {
+        if (b == 'u') {
+            f->aux = 2;
+            f->str = 0;
+            return 1;
+        }
+        if (!strchr("\"\\/bfnrt", b) || b == 0) return 0;
+        f->aux = 0;
+        return 1;
+    }
+    if (f->aux >= 2) {
+        int digit = b >= '0' && b <= '9' ? b - '0' : b >= 'a' && b <= 'f' ? b - 'a' + 10 : b >= 'A' && b <= 'F' ? b - 'A' + 10 : -1;
+        if (digit < 0) return 0;
+        unsigned value = ((unsigned)f->str >> 16) * 16 + (unsigned)digit;
+        // \u0000 and the surrogates are refused as soon as their digits say so.
+        const int k = f->aux - 1; // digits now read
+        if (k == 2 && value >= 0xd8 && value <= 0xdf) return 0;
+        if (k == 4 && value == 0) return 0;
+        f->str = (int32_t)(value << 16);
+        f->aux = k == 4 ? 0 : (int16_t)(f->aux + 1);
+        if (k == 4) f->str = 0;
+        return 1;
+    }
+    if (b == '"') return 2;
+    if (b < 0x20) return 0;
+    *starts_char = true;
+    if (b == '\\') {
+        f->aux = 1;
+        return 1;
+    }
+    if (b < 0x80) return 1;
+    if (b >= 0xc2 && b <= 0xdf) f->str = 1;
+    else if (b == 0xe0) f->str = 2 | RANGE_A0 << 8;
+    else if (b == 0xed) f->str = 2 | RANGE_9F << 8;
+    else if (b >= 0xe1 && b <= 0xef) f->str = 2;
+    else if (b == 0xf0) f->str = 3 | RANGE_90 << 8;
+    else if (b >= 0xf1 && b <= 0xf3) f->str = 3;
+    else if (b == 0xf4) f->str = 3 | RANGE_8F << 8;
+    else return 0;
+    return 1;
+}
+
+static bool number_can_end(const JsonFrame *f) {
+    return f->phase == NUM_ZERO || f->phase == NUM_INT || f->phase == NUM_FRAC || f->phase == NUM_EXP;
+}
+
+static bool number_byte(JsonFrame *f, bool integer, uint8_t b) {
+    const bool digit = b >= '0' && b <= '9';
+    if (f->count >= JSON_MAX_NUMBER_BYTES) return false;
+    int next = -1;
+    // aux counts the digits of the integer part, then of the exponent: at most
+    // JSON_MAX_INTEGER_DIGITS and 2, so that every number fits an int64 or a finite double.
+    switch (f->phase) {
+    case NUM_SIGN: next = b == '0' ? NUM_ZERO : digit ? NUM_INT : -1; break;
+    case NUM_ZERO:
+    case NUM_INT:
+        if (digit && f->phase == NUM_INT && f->aux < JSON_MAX_INTEGER_DIGITS) next = NUM_INT;
+        else if (!integer && b == '.') next = NUM_FRAC0;
+        else if (!integer && (b == 'e' || b == 'E')) next = NUM_EXP0;
+        break;
+    case NUM_FRAC0: next = digit ? NUM_FRAC : -1; break;
+    case NUM_FRAC: next = digit ? NUM_FRAC : (b == 'e' || b == 'E') ? NUM_EXP0 : -1; break;
+    case NUM_EXP0: next = digit ? NUM_EXP : (b == '+' || b == '-') ? NUM_EXP_SIGN : -1; break;
+    case NUM_EXP_SIGN:
+    case NUM_EXP: next = digit && !(f->phase == NUM_EXP && f->aux >= 2) ? NUM_EXP : -1; break;
+    }
+    if (next < 0) return false;
+    if (next == NUM_EXP0) f->aux = 0;
+    else if (digit && (next == NUM_INT || next == NUM_ZERO || next == NUM_EXP)) f->aux++;
+    f->phase = (int16_t)next;
+    f->count++;
+    return true;
+}
+
+static bool literals_can_end(const Node *n, const JsonFrame *f) {
+    for (int k = 0; k < n->num_literals; k++)
+        if (((f->a >> k) & 1) && n->literal_lengths[k] == (size_t)f->count) return true;
+    return false;
+}
+
+// Whether the object at frame f may take another key / close now.
+static uint64_t all_props(const Node *n) { return n->num_props == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n->num_props) - 1); }
+static bool object_more_keys(const Node *n, const JsonFrame *f) { return n->extra >= 0 || (all_props(n) & ~f->a) != 0; }
+static bool object_can_close(const Node *n, const JsonFrame *f) { return (n->required & ~f->a) == 0; }
+
+// A key of object frame f starts (its opening quote): a key frame goes on top.
+static void start_key(const Node *n, JsonPath *p, int node, JsonState *out) {
+    const JsonFrame *object = top(p);
+    uint64_t candidates = all_props(n);
+    if (n->extra < 0) candidates &= ~object->a;
+    if (!candidates && n->extra < 0) return;
+    if (push(p, (JsonFrame){.node = node, .phase = O_KEY, .b = candidates})) emit(out, p);
+}
+
+static void key_byte(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonState *out) {
+    JsonFrame *f = top(p);
+    const Node *n = &c->nodes[f->node];
+    bool starts_char;
+    const int r = string_byte(f, byte, &starts_char);
+    if (r == 0) return;
+    if (r == 2) {
+        JsonFrame *object = &p->frames[p->depth - 2];
+        int exact = -1;
+        for (int k = 0; k < n->num_props; k++)
+            if (((f->b >> k) & 1) && n->name_lengths[k] == (size_t)f->count) exact = k;
+        int value;
+        if (exact >= 0) {
+            if ((object->a >> exact) & 1) return; // a key given twice
+            object->a |= (uint64_t)1 << exact;
+            value = n->prop_nodes[exact];
+        } else if (n->extra >= 0) {
+            value = n->extra;
+        } else {
+            return;
+        }
+        p->depth--;
+        object->phase = O_COLON;
+        object->count = value;
+        emit(out, p);
+        return;
+    }
+    uint64_t candidates = 0;
+    for (int k = 0; k < n->num_props; k++)
+        if (((f->b >> k) & 1) && (size_t)f->count < n->name_lengths[k] && (uint8_t)n->names[k][f->count] == byte)
+            candidates |= (uint64_t)1 << k;
+    if (!candidates && n->extra < 0) return;
+    f->b = candidates;
+    f->count++;
+    emit(out, p);
+}
+
+// One byte on one path (p is the caller's copy, modified); what survives goes to out.
+static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonState *out) {
+    for (;;) {
+        JsonFrame *f = top(p);
+        const Node *n = &c->nodes[f->node];
+        switch (n->kind) {
+        case K_ROOT:
+            if (f->phase == ROOT_START) start_value(c, p, n->children[0], byte, out);
+            return;
+        case K_OBJECT:
+            switch (f->phase) {
+            case O_KEY: key_byte(c, p, byte, out); return;
+            case O_OPEN:
+                if (byte == '"') start_key(n, p, f->node, out);
+                else if (byte == '}' && object_can_close(n, f)) p->depth--, child_done(c, p), emit(out, p);
+                return;
+            case O_COMMA_SPACE:
+                if (byte == ' ') f->phase = O_KEY_START, emit(out, p);
+                else if (byte == '"') start_key(n, p, f->node, out);
+                return;
+            case O_KEY_START:
+                if (byte == '"') start_key(n, p, f->node, out);
+                return;
+            case O_COLON:
+                if (byte == ':') f->phase = O_VALUE_SPACE, emit(out, p);
+                return;
+            case O_VALUE_SPACE:
+                if (byte == ' ') {
+                    f->phase = O_VALUE, emit(out, p);
+                    return;
+                }
+                start_value(c, p, f->count, byte, out);
+                return;
+            case O_VALUE: start_value(c, p, f->count, byte, out); return;
+            case O_AFTER_VALUE:
+                if (byte == ',' && object_more_keys(n, f)) f->phase = O_COMMA_SPACE, emit(out, p);
+                else if (byte == '}' && object_can_close(n, f)) p->depth--, child_done(c, p), emit(out, p);
+                return;
+            }
+            return;
+        case K_ARRAY:
+            switch (f->phase) {
+            case A_OPEN:
+                if (byte == ']') {
+                    if (n->min_count == 0) p->depth--, child_done(c, p), emit(out, p);
+                    return;
+                }
+                if (n->max_count != 0) start_value(c, p, n->item, byte, out);
+                return;
+            case A_AFTER_VALUE:
+                if (byte == ',' && (n->max_count < 0 || f->count < n->max_count)) f->phase = A_COMMA_SPACE, emit(out, p);
+                else if (byte == ']' && f->count >= n->min_count) p->depth--, child_done(c, p), emit(out, p);
+                return;
+            case A_COMMA_SPACE:
+                if (byte == ' ') {
+                    f->phase = A_VALUE, emit(out, p);
+                    return;
+                }
+                start_value(c, p, n->item, byte, out);
+                return;
+            case A_VALUE: start_value(c, p, n->item, byte, out); return;
+            }
+            return;
+        case K_STRING: {
+            bool starts_char;
+            const int r = string_byte(f, byte, &starts_char);
+            if (r == 0) return;
+            if (r == 2) {
+                if (f->count < n->min_count) return;
+                p->depth--, child_done(c, p), emit(out, p);
+                return;
+            }
+            if (starts_char) {
+                if (n->max_count >= 0 && f->count >= n->max_count) return;
+                f->count++;
+            }
+            emit(out, p);
+            return;
+        }
+        case K_NUMBER:
+        case K_INTEGER:
+            if (number_byte(f, n->kind == K_INTEGER, byte)) {
+                emit(out, p);
+                return;
+            }
+            if (!number_can_end(f)) return;
+            p->depth--, child_done(c, p);
+            continue;
+        case K_LITERALS: {
+            uint64_t alive = 0;
+            for (int k = 0; k < n->num_literals; k++)
+                if (((f->a >> k) & 1) && (size_t)f->count < n->literal_lengths[k] && (uint8_t)n->literals[k][f->count] == byte)
+                    alive |= (uint64_t)1 << k;
+            if (alive) {
+                f->a = alive, f->count++;
+                emit(out, p);
+                return;
+            }
+            if (!literals_can_end(n, f)) return;
+            p->depth--, child_done(c, p);
+            continue;
+        }
+        case K_SEQ: start_value(c, p, n->children[f->count], byte, out); return;
+        case K_REPEAT:
+            if (f->phase == R_ITEM) {
+                start_value(c, p, n->children[0], byte, out);
+                return;
+            }
+            if (f->phase == R_SEPARATOR) {
+                if ((uint8_t)n->separator[f->aux] != byte) return;
+                if (++f->aux == (int)n->separator_length) f->phase = R_ITEM;
+                emit(out, p);
+                return;
+            }
+            if ((n->max_count < 0 || f->count < n->max_count) && (uint8_t)n->separator[0] == byte) {
+                f->aux = 1;
+                f->phase = n->separator_length == 1 ? R_ITEM : R_SEPARATOR;
+                emit(out, p);
+                return;
+            }
+            if (f->count < n->min_count) return;
+            p->depth--, child_done(c, p);
+            continue;
+        case K_ALT: CHECK(false, "an alternative as a frame");
+        }
+    }
+}
+
+bool json_state_feed(const JsonConstraint *c, const JsonState *state, uint8_t byte, JsonState *out) {
+    if (out == state) {
+        JsonState tmp;
+        json_state_copy(&tmp, state);
+        return json_state_feed(c, &tmp, byte, out);
+    }
+    out->num_paths = 0;
+    for (int i = 0; i < state->num_paths; i++) {
+        JsonPath p;
+        path_copy(&p, &state->paths[i]);
+        feed_path(c, &p, byte, out);
+    }
+    return out->num_paths > 0;
+}
+
+bool json_state_feed_bytes(const JsonConstraint *c, JsonState *state, const char *bytes, size_t length) {
+    for (size_t i = 0; i < length; i++)
+        if (!json_state_feed(c, state, (uint8_t)bytes[i], state)) return false;
+    return state->num_paths > 0;
+}
+
+bool json_state_accepts(const JsonConstraint *c, const JsonState *state) {
+    for (int i = 0; i < state->num_paths; i++) {
+        JsonPath p;
+        path_copy(&p, &state->paths[i]);
+        for (;;) {
+            JsonFrame *f = top(&p);
+            const Node *n = &c->nodes[f->node];
+            bool can_end = false;
+            if (n->kind == K_ROOT) {
+                if (f->phase == ROOT_DONE) return true;
+                break;
+            }
+            if (n->kind == K_NUMBER || n->kind == K_INTEGER) can_end = number_can_end(f);
+            else if (n->kind == K_LITERALS) can_end = literals_can_end(n, f);
+            else if (n->kind == K_REPEAT) can_end = f->phase == R_AFTER_ITEM && f->count >= n->min_count;
+            if (!can_end) break;
+            p.depth--;
+            child_done(c, &p);
+        }
+    }
+    return false;
+}
+
+bool json_constraint_matches(const JsonConstraint *c, const char *text, size_t length) {
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(c, state);
+    bool ok = json_state_feed_bytes(c, state, text, length) && json_state_accepts(c, state);
+    free(state);
+    return ok;
+}

@@ -1,0 +1,40 @@
+// Constrained decoding over a vocabulary: which tokens keep a JSON constraint's text
+// acceptable (gen/json_constraint.h), as a mask on a row of logits before sampling.
+//
+// The vocabulary's token byte strings (tokenizer_token_bytes) go into a trie, built once per
+// tokenizer and shared by every sequence. Masking walks the trie depth first with the
+// recogniser's state, one byte per trie edge, and skips a whole subtree as soon as its
+// prefix is refused, so each distinct prefix of the vocabulary is tried at most once and
+// most of the vocabulary is cut at its first byte outside strings. Every allowed token
+// keeps its logit, every other one gets -inf: the sampler (greedy, or temperature, top-k,
+// top-p) then draws from the masked distribution exactly. The stop tokens are allowed
+// only where the text is complete; special tokens and tokens without bytes never are.
+#pragma once
+#include <stdbool.h>
+
+#include "gen/json_constraint.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct TokenTrie TokenTrie;
+
+// The trie of ids [0, vocab_size) (the model's vocabulary: ids past the tokenizer's have no
+// token and are never allowed).
+TokenTrie *token_trie_new(const Tokenizer *tok, int vocab_size);
+void token_trie_free(TokenTrie *trie);
+
+// Working memory for one sequence's masking (one state per trie level).
+typedef struct {
+    JsonState *levels;
+    int num_levels;
+} TokenMaskScratch;
+void token_mask_scratch_init(TokenMaskScratch *scratch, const TokenTrie *trie);
+void token_mask_scratch_free(TokenMaskScratch *scratch);
+
+// masked[v] = logits[v] for the allowed tokens, -inf for the others; returns how many are
+// allowed (0 only for a constraint that allows nothing, which a compiled one never does).
+int token_mask_apply(const TokenTrie *trie, const JsonConstraint *constraint, const JsonState *state,
+                     const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
+                     TokenMaskScratch *scratch);
+// The state after `token`'s bytes (a stop token or a token without bytes: unchanged).
+// False when they are refused.
+bool token_mask_advance(const TokenTrie *trie, const JsonConstraint *constraint, JsonState *state, int token);

@@ -1,0 +1,467 @@
+// Tests of gen/json_constraint.c and gen/token_mask.c (structured outputs):
+//  - the recogniser on many texts per keyword, accepted or refused, and every prefix of an
+//    accepted text alive (so a sampler that follows it is never stuck);
+//  - every refusal of a schema names its keyword;
+//  - the token mask over SmolLM2's real vocabulary (49,152 tokens) equals the brute force
+//    (each token's bytes fed to a copy of the state) at many states, and its cost per step;
+//  - generation with SmolLM2-135M-Instruct under several schemas, greedy and sampled with
+//    top-k / top-p, several seeds: every answer parses with jansson and validates against
+//    its schema by a small validator written here on the parsed value (independent of the
+//    recogniser), and the constrained answers' log-probs are the model's own.
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "gen/generate.h"
+#include "gen/json_constraint.h"
+#include "gen/token_mask.h"
+#include "gen/text_model.h"
+#include "test.h"
+
+static const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+static JsonConstraint *compile_text(const char *schema_text) {
+    json_error_t error;
+    json_t *schema = json_loads(schema_text, JSON_DECODE_ANY, &error);
+    CHECK(schema, "test schema %s: %s", schema_text, error.text);
+    JsonConstraint *c = NULL;
+    int rc = json_constraint_schema(&c, schema, "schema");
+    json_decref(schema);
+    if (rc != 0) fprintf(stderr, "  schema %s refused: %s\n", schema_text, err_msg());
+    return c;
+}
+
+// Every prefix of an accepted text keeps a live state.
+static bool prefixes_alive(const JsonConstraint *c, const char *text) {
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(c, state);
+    bool ok = true;
+    for (size_t i = 0; text[i] && ok; i++) ok = json_state_feed(c, state, (uint8_t)text[i], state);
+    free(state);
+    return ok;
+}
+
+typedef struct {
+    const char *schema;
+    const char *accept[10];
+    const char *reject[14];
+} Case;
+
+static const Case cases[] = {
+    {"{\"type\": \"string\"}",
+     {"\"\"", "\"abc\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "\"a\\\"b\\\\c\\/\\n\\t\\u00e9\\uFFFF\"", "\"<tool_call>\""},
+     {"", "abc", "\"abc", "\"a\"b\"", "\"\\x\"", "\"\\u12G4\"", "\"\\u0000\"", "\"\\ud83d\\ude00\"", "\"a\nb\"",
+      "\"\xc3\"", "\"\xe0\x80\x80\"", "\"\xed\xa0\x80\"", "\"\xf5\x80\x80\x80\"", " \"a\""}},
+    {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
+     {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\u0041x\""},
+     {"\"a\"", "\"abcd\"", "\"\"", "\"\\n\\n\\n\\n\""}},
+    {"{\"type\": \"integer\"}",
+     {"0", "-0", "7", "-123", "1234567890"},
+     {"01", "1.5", "1e3", "-", "+1", "--1", "1 ", "\"1\"", "1234567890123456789", "-1234567890123456789"}},
+    {"{\"type\": \"number\"}",
+     {"0", "-1.5", "3.25e10", "1E-7", "2e+3", "0.0", "-12345678901234567.5e-99"},
+     {"1.", ".5", "1e", "1e+", "00", "-.1", "NaN", "Infinity", "1.5.2", "1e100", "1.00000000000000000000001"}},
+    {"{\"type\": \"boolean\"}", {"true", "false"}, {"True", "tru", "truee", "null", "0"}},
+    {"{\"type\": \"null\"}", {"null"}, {"nul", "none", "\"null\""}},
+    {"{\"type\": [\"string\", \"null\"]}", {"\"x\"", "null"}, {"1", "true", "nulll"}},
+    {"{\"enum\": [\"red\", \"green\", 1, 12, null, {\"a\": [1, 2]}]}",
+     {"\"red\"", "\"green\"", "1", "12", "null", "{\"a\":[1,2]}"},
+     {"\"blue\"", "\"re\"", "2", "123", "\"red \"", "{\"a\": [1, 2]}"}},
+    {"{\"type\": \"string\", \"enum\": [\"a\", 1, \"b\"]}", {"\"a\"", "\"b\""}, {"1"}},
+    {"{\"const\": \"fixed\"}", {"\"fixed\""}, {"\"fixe\"", "\"fixed2\""}},
+    {"{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1, \"maxItems\": 3}",
+     {"[1]", "[1,2]", "[1, 2, 3]", "[-5,0]"},
+     {"[]", "[1,2,3,4]", "[1,]", "[ 1]", "[1 ,2]", "[1,  2]", "[\"1\"]", "[1.5]"}},
+    {"{\"type\": \"array\"}", {"[]", "[1, \"a\", null, [true], {\"k\": {}}]"}, {"[", "[1,]", "{}"}},
+    {"{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": {\"type\": \"integer\"}}, "
+     "\"required\": [\"name\", \"age\"], \"additionalProperties\": false}",
+     {"{\"name\": \"Ann\", \"age\": 31}", "{\"age\":31,\"name\":\"Ann\"}"},
+     {"{}", "{\"name\": \"Ann\"}", "{\"name\": \"Ann\", \"age\": 31, \"x\": 1}", "{\"name\": \"Ann\", \"name\": \"B\", \"age\": 1}",
+      "{\"name\": 1, \"age\": 31}", "{\"nam\": \"Ann\", \"age\": 31}", "{ \"name\": \"Ann\", \"age\": 31}",
+      "{\"name\" : \"Ann\", \"age\": 31}", "{\"name\": \"Ann\", \"age\": 31 }", "{\"name\":  \"Ann\", \"age\": 31}"}},
+    {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"ab\": {\"type\": \"boolean\"}}}",
+     {"{}", "{\"a\": 1}", "{\"ab\": true}", "{\"ab\": false, \"a\": 2}"},
+     {"{\"abc\": 1}", "{\"a\": true}", "{\"ab\": 1}", "{\"a\": 1,}", "{\"b\": 1}"}},
+    {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": [\"a\"], "
+     "\"additionalProperties\": true}",
+     {"{\"a\": 1}", "{\"a\": 1, \"zz\": [1, {\"q\": null}]}", "{\"ab\": \"x\", \"a\": 2}", "{\"\\u0061b\": 0, \"a\": 1}"},
+     {"{\"zz\": 1}", "{\"a\": 1, \"a\": 2}", "{\"a\": \"1\"}"}},
+    {"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"number\"}}",
+     {"{}", "{\"x\": 1.5, \"y\": 2}"}, {"{\"x\": \"1\"}"}},
+    {"{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"a\"}, \"x\": {\"type\": \"integer\"}}, "
+     "\"required\": [\"kind\", \"x\"]}, {\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"b\"}, "
+     "\"y\": {\"type\": \"string\"}}, \"required\": [\"kind\", \"y\"]}]}",
+     {"{\"kind\": \"a\", \"x\": 1}", "{\"kind\": \"b\", \"y\": \"s\"}", "{\"x\": 1, \"kind\": \"a\"}"},
+     {"{\"kind\": \"a\", \"y\": \"s\"}", "{\"kind\": \"b\", \"x\": 1}", "{\"kind\": \"c\"}"}},
+    {"{\"oneOf\": [{\"type\": \"integer\"}, {\"type\": \"string\", \"maxLength\": 1}]}", {"5", "\"x\""}, {"\"xy\"", "1.5"}},
+    {"{\"$defs\": {\"point\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}, \"required\": [\"x\"]}}, "
+     "\"type\": \"object\", \"properties\": {\"p\": {\"$ref\": \"#/$defs/point\"}, \"q\": {\"$ref\": \"#/definitions/flag\"}}, "
+     "\"definitions\": {\"flag\": {\"type\": \"boolean\"}}, \"required\": [\"p\"]}",
+     {"{\"p\": {\"x\": 1}}", "{\"q\": true, \"p\": {\"x\": -2.5}}"}, {"{\"p\": {}}", "{\"p\": {\"x\": 1}, \"q\": 1}"}},
+    {"{}", {"1", "\"s\"", "{\"a\": [1, {\"b\": null}]}", "[]", "true"}, {"", "tru", "{\"a\" 1}", "[1 2]", "{'a': 1}"}},
+    {"{\"type\": \"object\", \"properties\": {\"k\\\"q\": {\"type\": \"integer\"}, \"caf\xc3\xa9\": {\"type\": \"integer\"}}}",
+     {"{\"k\\\"q\": 1}", "{\"caf\xc3\xa9\": 2}"}, {"{\"k\\u0022q\": 1}", "{\"caf\\u00e9\": 2}"}},
+};
+
+static void test_accept_and_reject(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        JsonConstraint *c = compile_text(cases[i].schema);
+        EXPECT(c != NULL, "schema %zu compiles", i);
+        if (!c) continue;
+        for (int k = 0; k < 10 && cases[i].accept[k]; k++) {
+            const char *text = cases[i].accept[k];
+            EXPECT(json_constraint_matches(c, text, strlen(text)), "schema %zu accepts %s", i, text);
+            EXPECT(prefixes_alive(c, text), "schema %zu: every prefix of %s is alive", i, text);
+        }
+        for (int k = 0; k < 14 && cases[i].reject[k]; k++) {
+            const char *text = cases[i].reject[k];
+            EXPECT(!json_constraint_matches(c, text, strlen(text)), "schema %zu refuses %s", i, text);
+        }
+        json_constraint_free(c);
+    }
+}
+
+static void test_json_object_mode(void) {
+    JsonConstraint *c = json_constraint_object();
+    const char *good[] = {"{}", "{\"a\": 1}", "{\"a\": {\"b\": [1, 2.5, \"x\", true, false, null]}, \"c\": \"\"}"};
+    const char *bad[] = {"[]", "1", "\"s\"", "{\"a\"}", "{\"a\": }", "{} ", "{\"a\": 1}}", "{a: 1}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        EXPECT(json_constraint_matches(c, good[i], strlen(good[i])), "json_object accepts %s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        EXPECT(!json_constraint_matches(c, bad[i], strlen(bad[i])), "json_object refuses %s", bad[i]);
+    // Nesting is bounded: JSON_MAX_DEPTH open arrays inside the object, not one more.
+    char deep[200];
+    size_t n = 0;
+    deep[n++] = '{', deep[n++] = '"', deep[n++] = 'a', deep[n++] = '"', deep[n++] = ':';
+    for (int i = 0; i < JSON_MAX_DEPTH; i++) deep[n++] = '[';
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(c, state);
+    EXPECT(json_state_feed_bytes(c, state, deep, n - 1), "nesting below the limit is allowed");
+    EXPECT(!json_state_feed_bytes(c, state, "[", 1), "nesting past JSON_MAX_DEPTH is refused");
+    free(state);
+    json_constraint_free(c);
+}
+
+static void test_tool_call_syntax(void) {
+    json_error_t error;
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}},"
+        " {\"type\": \"function\", \"function\": {\"name\": \"now\"}}]", 0, &error);
+    JsonConstraint *hermes = NULL, *one = NULL, *llama = NULL;
+    EXPECT(json_constraint_tool_calls(&hermes, tools, NULL, "<tool_call>\n", "\n</tool_call>", "\n", "arguments", 0) == 0, "hermes");
+    EXPECT(json_constraint_tool_calls(&one, tools, "get_weather", "<tool_call>\n", "\n</tool_call>", "\n", "arguments", 1) == 0, "named");
+    EXPECT(json_constraint_tool_calls(&llama, tools, NULL, "", "", "; ", "parameters", 0) == 0, "llama");
+    const char *call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const char *two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                      "<tool_call>\n{\"arguments\": {\"x\": [1]}, \"name\": \"now\"}\n</tool_call>";
+    EXPECT(json_constraint_matches(hermes, call, strlen(call)), "one hermes call");
+    EXPECT(json_constraint_matches(hermes, two, strlen(two)), "two hermes calls");
+    EXPECT(json_constraint_matches(one, call, strlen(call)), "the named call");
+    EXPECT(!json_constraint_matches(one, two, strlen(two)), "parallel_tool_calls false: one call only");
+    const char *wrong[] = {"<tool_call>\n{\"name\": \"get_weathe\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
+                           "<tool_call>\n{\"name\": \"get_weather\"}\n</tool_call>", "Sure. " "<tool_call>", ""};
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++)
+        EXPECT(!json_constraint_matches(hermes, wrong[i], strlen(wrong[i])), "hermes refuses %s", wrong[i]);
+    const char *now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    EXPECT(!json_constraint_matches(one, now, strlen(now)), "a named tool_choice refuses the other tool");
+    const char *l2 = "{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"x\"}}";
+    EXPECT(json_constraint_matches(llama, l2, strlen(l2)), "llama 3 calls separated by '; '");
+    json_constraint_free(hermes), json_constraint_free(one), json_constraint_free(llama);
+    json_decref(tools);
+}
+
+static void test_refusals(void) {
+    static const struct {
+        const char *schema, *names;
+    } refused[] = {
+        {"{\"type\": \"string\", \"pattern\": \"^a\"}", "'pattern'"},
+        {"{\"type\": \"string\", \"format\": \"date\"}", "'format'"},
+        {"{\"type\": \"number\", \"minimum\": 0}", "'minimum'"},
+        {"{\"type\": \"integer\", \"exclusiveMaximum\": 5}", "'exclusiveMaximum'"},
+        {"{\"type\": \"number\", \"multipleOf\": 2}", "'multipleOf'"},
+        {"{\"allOf\": [{}]}", "'allOf'"},
+        {"{\"not\": {}}", "'not'"},
+        {"{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems'"},
+        {"{\"type\": \"array\", \"prefixItems\": [{}]}", "'prefixItems'"},
+        {"{\"type\": \"object\", \"patternProperties\": {}}", "'patternProperties'"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"format\": \"email\"}}}", "properties.a"},
+        {"{\"type\": \"strin\"}", "'type'"},
+        {"{\"type\": []}", "'type'"},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "'minItems'"},
+        {"{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 2}", "'minLength'"},
+        {"{\"type\": \"string\", \"maxLength\": -1}", "'maxLength'"},
+        {"{\"type\": \"integer\", \"enum\": [\"a\"]}", "'enum'"},
+        {"{\"enum\": []}", "'enum'"},
+        {"{\"type\": \"string\", \"enum\": [\"a\"], \"maxLength\": 3}", "'maxLength'"},
+        {"{\"type\": \"object\", \"properties\": {}, \"required\": [\"x\"]}", "'required'"},
+        {"{\"$ref\": \"#/$defs/missing\"}", "'$ref'"},
+        {"{\"$ref\": \"http://example.com/s.json\"}", "'$ref'"},
+        {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}}}, \"$ref\": \"#/$defs/n\"}",
+         "recursive"},
+        {"{\"anyOf\": []}", "'anyOf'"},
+        {"{\"type\": \"string\", \"anyOf\": [{}]}", "'anyOf'"},
+        {"{\"type\": \"array\", \"items\": [{}]}", "'items'"},
+        {"false", "false"},
+        {"3", "schema must be"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        json_t *schema = json_loads(refused[i].schema, JSON_DECODE_ANY, NULL);
+        CHECK(schema, "refusal case %zu", i);
+        JsonConstraint *c = NULL;
+        EXPECT(json_constraint_schema(&c, schema, "response_format.json_schema.schema") == -1, "%s is refused",
+               refused[i].schema);
+        EXPECT(strstr(err_msg(), refused[i].names) != NULL && strstr(err_msg(), "response_format.json_schema.schema"),
+               "the error for %s names %s: %s", refused[i].schema, refused[i].names, err_msg());
+        json_constraint_free(c);
+        json_decref(schema);
+    }
+}
+
+// --- the vocabulary ---------------------------------------------------------------------
+
+// The mask by brute force: each token's bytes through a copy of the state.
+static int brute_force_mask(const JsonConstraint *c, const JsonState *state, const Tokenizer *tok, int V, bool *allowed) {
+    int count = 0;
+    JsonState *copy = xmalloc(sizeof *copy);
+    for (int v = 0; v < V; v++) {
+        size_t length;
+        char *bytes = tokenizer_token_bytes(tok, v, &length);
+        allowed[v] = false;
+        if (bytes && length > 0) {
+            json_state_copy(copy, state);
+            allowed[v] = json_state_feed_bytes(c, copy, bytes, length);
+        }
+        count += allowed[v];
+        free(bytes);
+    }
+    free(copy);
+    return count;
+}
+
+static void test_mask_equals_brute_force(void) {
+    Tokenizer *tok = NULL;
+    if (tokenizer_load(&tok, model_path) != 0) {
+        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+        test_current_failures++;
+        return;
+    }
+    const int V = tokenizer_vocab_size(tok);
+    TokenTrie *trie = token_trie_new(tok, V);
+    const int eos = tokenizer_eos_id(tok);
+    JsonConstraint *c = compile_text(
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"n\": {\"type\": "
+        "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}}, \"required\": [\"name\"]}");
+    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"]}";
+    float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
+    for (int v = 0; v < V; v++) logits[v] = (float)(v % 97) * 0.01f;
+    bool *allowed = xmalloc((size_t)V);
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(c, state);
+    TokenMaskScratch scratch;
+    token_mask_scratch_init(&scratch, trie);
+    double trie_seconds = 0, brute_seconds = 0;
+    int steps = 0, mismatches = 0;
+    for (size_t i = 0; i <= strlen(text); i++) {
+        double t0 = now_seconds();
+        const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
+        trie_seconds += now_seconds() - t0;
+        t0 = now_seconds();
+        int expected = brute_force_mask(c, state, tok, V, allowed);
+        brute_seconds += now_seconds() - t0;
+        if (json_state_accepts(c, state)) allowed[eos] = true, expected++;
+        for (int v = 0; v < V; v++)
+            if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
+        EXPECT(count == expected, "after %zu bytes: %d tokens allowed, the brute force allows %d", i, count, expected);
+        steps++;
+        if (i < strlen(text)) EXPECT(json_state_feed(c, state, (uint8_t)text[i], state), "the text is accepted");
+    }
+    EXPECT(mismatches == 0, "%d tokens masked differently from the brute force", mismatches);
+    EXPECT(json_state_accepts(c, state), "the whole text is accepted");
+    printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
+           1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
+    token_mask_scratch_free(&scratch);
+    free(state), free(allowed), free(logits), free(masked);
+    json_constraint_free(c);
+    token_trie_free(trie);
+    tokenizer_free(tok);
+}
+
+// --- generation with the real model -------------------------------------------------------
+
+// A JSON Schema validator of the subset, on parsed values (independent of the recogniser).
+static bool validate(const json_t *v, const json_t *schema, const json_t *root);
+
+static bool type_matches(const json_t *v, const char *type) {
+    if (!strcmp(type, "object")) return json_is_object(v);
+    if (!strcmp(type, "array")) return json_is_array(v);
+    if (!strcmp(type, "string")) return json_is_string(v);
+    if (!strcmp(type, "integer")) return json_is_integer(v);
+    if (!strcmp(type, "number")) return json_is_number(v);
+    if (!strcmp(type, "boolean")) return json_is_boolean(v);
+    if (!strcmp(type, "null")) return json_is_null(v);
+    return false;
+}
+
+static long utf8_length(const char *s) {
+    long n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static bool validate(const json_t *v, const json_t *schema, const json_t *root) {
+    json_t *ref = json_object_get(schema, "$ref");
+    if (ref) return validate(v, json_object_get(json_object_get(root, "$defs"), json_string_value(ref) + 8), root);
+    json_t *any = json_object_get(schema, "anyOf");
+    if (any) {
+        for (size_t i = 0; i < json_array_size(any); i++)
+            if (validate(v, json_array_get(any, i), root)) return true;
+        return false;
+    }
+    json_t *type = json_object_get(schema, "type");
+    if (json_is_string(type) && !type_matches(v, json_string_value(type))) return false;
+    if (json_is_array(type)) {
+        bool ok = false;
+        for (size_t i = 0; i < json_array_size(type); i++) ok |= type_matches(v, json_string_value(json_array_get(type, i)));
+        if (!ok) return false;
+    }
+    json_t *values = json_object_get(schema, "enum");
+    if (values) {
+        bool found = false;
+        for (size_t i = 0; i < json_array_size(values); i++) found |= json_equal(v, json_array_get(values, i));
+        if (!found) return false;
+    }
+    if (json_is_string(v)) {
+        json_t *min = json_object_get(schema, "minLength"), *max = json_object_get(schema, "maxLength");
+        if (min && utf8_length(json_string_value(v)) < json_integer_value(min)) return false;
+        if (max && utf8_length(json_string_value(v)) > json_integer_value(max)) return false;
+    }
+    if (json_is_array(v)) {
+        json_t *min = json_object_get(schema, "minItems"), *max = json_object_get(schema, "maxItems");
+        if (min && (json_int_t)json_array_size(v) < json_integer_value(min)) return false;
+        if (max && (json_int_t)json_array_size(v) > json_integer_value(max)) return false;
+        json_t *items = json_object_get(schema, "items");
+        for (size_t i = 0; items && i < json_array_size(v); i++)
+            if (!validate(json_array_get(v, i), items, root)) return false;
+    }
+    if (json_is_object(v)) {
+        json_t *properties = json_object_get(schema, "properties"), *required = json_object_get(schema, "required");
+        json_t *additional = json_object_get(schema, "additionalProperties");
+        for (size_t i = 0; i < json_array_size(required); i++)
+            if (!json_object_get(v, json_string_value(json_array_get(required, i)))) return false;
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)v, key, value) {
+            json_t *property = json_object_get(properties, key);
+            if (property) {
+                if (!validate(value, property, root)) return false;
+            } else if (!json_is_true(additional)) {
+                return false; // absent or false: no other keys (as the constraint documents)
+            }
+        }
+    }
+    return true;
+}
+
+static const char *const generation_schemas[] = {
+    "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 20}, \"age\": {\"type\": "
+    "\"integer\"}, \"city\": {\"type\": \"string\"}}, \"required\": [\"name\", \"age\", \"city\"], \"additionalProperties\": false}",
+    "{\"type\": \"object\", \"properties\": {\"colors\": {\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"green\", "
+    "\"blue\"]}, \"minItems\": 1, \"maxItems\": 3}, \"ok\": {\"type\": \"boolean\"}}, \"required\": [\"colors\", \"ok\"]}",
+    "{\"$defs\": {\"step\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"number\"}, \"note\": {\"type\": "
+    "[\"string\", \"null\"]}}, \"required\": [\"n\", \"note\"]}}, \"type\": \"array\", \"items\": {\"$ref\": "
+    "\"#/$defs/step\"}, \"minItems\": 2, \"maxItems\": 2}",
+    "{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"object\", \"properties\": {\"answer\": {\"type\": \"string\", "
+    "\"minLength\": 1, \"maxLength\": 8}}, \"required\": [\"answer\"]}]}",
+};
+
+static void test_generation_validates(void) {
+    TextModel tm;
+    if (text_model_load(&tm, model_path, NULL, "cpu", NULL, NULL, false) != 0) {
+        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+        test_current_failures++;
+        return;
+    }
+    const int V = tm.model.config.vocab_size;
+    TokenTrie *trie = token_trie_new(tm.tokenizer, V);
+    const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
+    int *prompt, length;
+    tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
+    enum { ROWS = 4, MAX_NEW = 48 };
+    const int *prompts[ROWS];
+    int lengths[ROWS];
+    uint64_t row_ids[ROWS];
+    for (int b = 0; b < ROWS; b++) prompts[b] = prompt, lengths[b] = length, row_ids[b] = (uint64_t)b << 40;
+    // Row 0 greedy; the others sample (temperature 0.7; 1 with top-k 40 and top-p 0.95; 1).
+    SamplerConfig samplers[ROWS] = {{0, 0, 0}, {0.7f, 0, 0}, {1.0f, 40, 0.95f}, {1.0f, 0, 0}};
+    int complete = 0, valid = 0, total = 0;
+    double constrained_seconds = 0;
+    long constrained_tokens = 0;
+    for (size_t s = 0; s < sizeof generation_schemas / sizeof generation_schemas[0]; s++) {
+        json_t *schema = json_loads(generation_schemas[s], 0, NULL);
+        JsonConstraint *c = NULL;
+        EXPECT(json_constraint_schema(&c, schema, "schema") == 0, "generation schema %zu: %s", s, err_msg());
+        for (uint64_t seed = 1 + s; c && seed <= 1 + s; seed++) {
+            GenerateOptions options = {.max_new_tokens = MAX_NEW,
+                                       .seed = seed,
+                                       .stop_tokens = tm.stop_tokens,
+                                       .num_stop_tokens = tm.num_stop_tokens,
+                                       .pad_token = 0,
+                                       .row_samplers = samplers,
+                                       .constraint = c,
+                                       .token_trie = trie};
+            GeneratedRow out[ROWS];
+            GenerateStats stats;
+            generate(&tm.model, prompts, lengths, row_ids, ROWS, &options, out, &stats);
+            constrained_seconds += stats.decode_seconds;
+            constrained_tokens += stats.generated_tokens;
+            for (int b = 0; b < ROWS; b++) {
+                total++;
+                size_t n;
+                int count = out[b].length - (out[b].stop == STOP_TOKEN);
+                char *text = tokenizer_decode_len(tm.tokenizer, out[b].tokens, count, true, &n);
+                if (out[b].stop == STOP_TOKEN) {
+                    complete++;
+                    json_error_t error;
+                    json_t *value = json_loadb(text, n, JSON_DECODE_ANY, &error);
+                    bool ok = value && validate(value, schema, schema);
+                    valid += ok;
+                    EXPECT(ok, "schema %zu seed %llu row %d: %s does not validate (%s)", s, (unsigned long long)seed, b,
+                           text, value ? "schema" : error.text);
+                    json_decref(value);
+                } else {
+                    // Cut by max_new_tokens: still a prefix the constraint keeps alive.
+                    EXPECT(prefixes_alive(c, text), "schema %zu row %d: the unfinished %s is a live prefix", s, b, text);
+                }
+                // The log-probs are the model's own: never +inf/NaN, and <= 0.
+                for (int t = 0; t < out[b].length; t++)
+                    EXPECT(out[b].logprobs[t] <= 0 && out[b].logprobs[t] > -INFINITY, "a finite log-prob");
+                if (b < 2) printf("schema %zu row %d: %s\n", s, b, text);
+                free(text);
+                generated_row_free(&out[b]);
+            }
+        }
+        json_constraint_free(c);
+        json_decref(schema);
+    }
+    printf("constrained generation: %d of %d answers complete, %d valid; decode %.1f tokens/s (4 rows, under load)\n",
+           complete, total, valid, constrained_tokens / constrained_seconds);
+    EXPECT(complete >= total / 2, "most answers end within %d tokens (%d of %d)", MAX_NEW, complete, total);
+    EXPECT(valid == complete, "every complete answer validates");
+    free(prompt);
+    token_trie_free(trie);
+    text_model_free(&tm);
+}
+
+int main(void) {
+    RUN(test_accept_and_reject);
+    RUN(test_json_object_mode);
+    RUN(test_tool_call_syntax);
+    RUN(test_refusals);
+    RUN(test_mask_equals_brute_force);
+    RUN(test_generation_validates);
+    TEST_EXIT();
+}
