@@ -5,6 +5,8 @@
 // Output rows: {"prompt", "response", "prompt_tokens", "response_tokens", "stop_reason",
 // "ids", "logprobs"} — logprobs are the model's (temperature 1) for each response token.
 //
+// --json / --json-schema FILE: every answer is constrained to a JSON object / a value of the
+// schema (gen/json_constraint.h); an answer cut by --max-new-tokens has stop_reason "length".
 // Under mpirun (dist/dist.h) rank r generates batches r, r + W, ... (the batches one
 // process forms, so the same rows) and rank 0 writes every row, in order, at the end.
 #include <errno.h>
@@ -146,7 +148,8 @@ int cmd_generate(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
-    char *system = NULL, *stop_string = NULL;
+    char *system = NULL, *stop_string = NULL, *json_schema = NULL;
+    bool json_object = false;
     long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
     double temperature = 0.8, top_p = 1.0;
     bool chat = false, greedy = false, no_thinking = false;
@@ -163,6 +166,9 @@ int cmd_generate(int argc, char **argv) {
         {"greedy", NULL, OPT_BOOL, &greedy, "greedy decoding (same as --temperature 0)", false, false},
         {"seed", NULL, OPT_INT, &seed, "random seed (a row's output depends only on it, its prompt and its index)", false, false},
         {"stop", NULL, OPT_STRING, &stop_string, "stop a row when its text contains this string", false, false},
+        {"json", NULL, OPT_BOOL, &json_object, "constrain every answer to a JSON object (structured outputs: docs/serving.md)", false, false},
+        {"json-schema", "json_schema", OPT_STRING, &json_schema,
+         "a JSON Schema file: constrain every answer to a value matching it (the subset of docs/serving.md)", false, false},
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
@@ -197,6 +203,17 @@ int cmd_generate(int argc, char **argv) {
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
+    if (json_object && json_schema) die_user("give --json or --json-schema, not both");
+    JsonConstraint *constraint = json_object ? json_constraint_object() : NULL;
+    if (json_schema) {
+        json_error_t error;
+        json_t *schema = json_load_file(json_schema, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
+        if (!schema) die_user("--json-schema %s: not JSON: %s (line %d, column %d)", json_schema, error.text, error.line, error.column);
+        char what[600];
+        snprintf(what, sizeof what, "--json-schema %.500s", json_schema);
+        if (json_constraint_schema(&constraint, schema, what) != 0) die_from_err();
+        json_decref(schema);
+    }
     cli_set_threads(threads);
 
     TextModel tm;
@@ -251,6 +268,8 @@ int cmd_generate(int argc, char **argv) {
         .stop_check = stop_string ? contains_stop_string : NULL,
         .stop_context = &stop,
         .pad_token = tokenizer_pad_id(tm.tokenizer) >= 0 ? tokenizer_pad_id(tm.tokenizer) : 0,
+        .constraint = constraint,
+        .token_trie = constraint ? token_trie_new(tm.tokenizer, tm.model.config.vocab_size) : NULL,
     };
     // Output row v answers prompt v / N (N = --num-return-sequences): its sample v % N.
     const int N = (int)sequences, prompt_count = count;
@@ -331,6 +350,8 @@ int cmd_generate(int argc, char **argv) {
     }
     for (int i = 0; i < prompt_count; i++) free(rows[i].ids), free(rows[i].prompt_text);
     free(rows);
+    token_trie_free((TokenTrie *)gen.token_trie);
+    json_constraint_free(constraint);
     text_model_free(&tm);
     return 0;
 }

@@ -103,12 +103,41 @@ static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
     v = get(root, "tools");
     if (kind == OPENAI_COMPLETION && v && !(json_is_array(v) && json_array_size(v) == 0))
         return bad_param(err, "tools", "'tools' is a chat parameter: /v1/completions has no tool calling");
-    v = get(root, "response_format");
-    if (v) {
-        json_t *type = json_object_get(v, "type");
-        if (!json_is_object(v) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
-            return bad_param(err, "response_format", "only 'response_format' {\"type\": \"text\"} is supported");
+    return 0;
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name": string, "schema": object, "strict": boolean, "description": string}}
+// compiled into the answer's constraint.
+static int parse_response_format(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *v = get(root, "response_format");
+    if (!v) return 0;
+    if (!json_is_object(v)) return bad_param(err, "response_format", "'response_format' must be an object");
+    json_t *type = json_object_get(v, "type");
+    const char *name = json_string_value(type);
+    if (name && !strcmp(name, "text")) return 0;
+    if (name && !strcmp(name, "json_object")) {
+        req->constraint = json_constraint_object();
+        return 0;
     }
+    if (!name || strcmp(name, "json_schema") != 0)
+        return bad_param(err, "response_format", "'response_format.type' must be \"text\", \"json_object\" or "
+                         "\"json_schema\"");
+    json_t *spec = json_object_get(v, "json_schema");
+    if (!json_is_object(spec))
+        return bad_param(err, "response_format", "'response_format.json_schema' must be an object {\"name\", \"schema\"}");
+    json_t *schema_name = json_object_get(spec, "name"), *schema = json_object_get(spec, "schema");
+    json_t *strict = json_object_get(spec, "strict"), *description = json_object_get(spec, "description");
+    if (!json_is_string(schema_name) || json_string_length(schema_name) == 0 || json_string_length(schema_name) > 64)
+        return bad_param(err, "response_format", "'response_format.json_schema.name' must be a string of 1 to 64 "
+                         "characters");
+    if (strict && !json_is_boolean(strict))
+        return bad_param(err, "response_format", "'response_format.json_schema.strict' must be a boolean");
+    if (description && !json_is_string(description))
+        return bad_param(err, "response_format", "'response_format.json_schema.description' must be a string");
+    if (!schema) return bad_param(err, "response_format", "'response_format.json_schema.schema' is required");
+    if (json_constraint_schema(&req->constraint, schema, "response_format.json_schema.schema") != 0)
+        return bad_param(err, "response_format", "%s", err_msg());
     return 0;
 }
 
@@ -257,8 +286,9 @@ static int parse_messages(json_t *root, OpenAIRequest *req, OpenAIError *err) {
 
 // tools: [{"type": "function", "function": {"name", "description", "parameters"}}], kept as
 // JSON text for the template, which renders each as the client sent it (an empty list
-// too: the templates tell it from none as transformers does). tool_choice: "auto" (the default) or "none"; "required" and a named function would
-// need constrained decoding. parallel_tool_calls: a boolean (accepted; see openai.h).
+// too: the templates tell it from none as transformers does). tool_choice: "auto" (the
+// default), "none", "required" or a named function of `tools` (the server constrains the
+// answer to calls). parallel_tool_calls: a boolean (see openai.h).
 static int parse_tools(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     json_t *tools = get(root, "tools");
     if (tools && !json_is_array(tools)) return bad_param(err, "tools", "'tools' must be a list");
@@ -289,11 +319,21 @@ static int parse_tools(json_t *root, OpenAIRequest *req, OpenAIError *err) {
     if (json_is_string(choice) && strcmp(json_string_value(choice), "none") == 0) {
         req->tool_choice_none = true;
     } else if (json_is_string(choice) && strcmp(json_string_value(choice), "required") == 0) {
-        return bad_param(err, "tool_choice", "'tool_choice': \"required\" needs constrained decoding, which marlhf "
-                         "does not have (use \"auto\" or \"none\")");
+        if (n == 0) return bad_param(err, "tool_choice", "'tool_choice': \"required\" needs a non-empty 'tools'");
+        req->tool_choice_required = true;
     } else if (json_is_object(choice)) {
-        return bad_param(err, "tool_choice", "a named 'tool_choice' (one function forced) needs constrained decoding, "
-                         "which marlhf does not have (use \"auto\" or \"none\")");
+        json_t *type = json_object_get(choice, "type"), *function = json_object_get(choice, "function");
+        json_t *name = json_object_get(function, "name");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0 || !is_name(name))
+            return bad_param(err, "tool_choice", "a named 'tool_choice' must be {\"type\": \"function\", \"function\": "
+                             "{\"name\": string}}");
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found = json_equal(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"), name);
+        if (!found)
+            return bad_param(err, "tool_choice", "'tool_choice' names the function '%.100s', which is not in 'tools'",
+                             json_string_value(name));
+        req->tool_choice_name = xstrdup(json_string_value(name));
     } else if (choice && !(json_is_string(choice) && strcmp(json_string_value(choice), "auto") == 0)) {
         return bad_param(err, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
                          "{\"type\": \"function\", \"function\": {\"name\"}}");
@@ -395,8 +435,12 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
         if (!json_is_object(options)) return bad_param(err, "stream_options", "'stream_options' must be an object");
         if (get_bool(options, "include_usage", &req->include_usage, err) != 0) return -1;
     }
+    if (parse_response_format(root, req, err) != 0) return -1;
     if (kind == OPENAI_COMPLETION) return parse_prompt(root, req, err);
     if (parse_tools(root, req, err) != 0) return -1;
+    if (req->constraint && (req->tool_choice_required || req->tool_choice_name))
+        return bad_param(err, "response_format", "'response_format' %s beside a 'tool_choice' that forces calls is not "
+                         "supported (the answer cannot be both)", "json_object / json_schema");
     return parse_messages(root, req, err);
 }
 
@@ -436,6 +480,8 @@ void openai_request_free(OpenAIRequest *req) {
         free((ChatToolCall *)message->tool_calls);
     }
     free(req->tools_json);
+    free(req->tool_choice_name);
+    json_constraint_free(req->constraint);
     free(req->messages);
     free(req->prompt);
     free(req->prompt_ids);

@@ -19,10 +19,16 @@
 // "parameters"}}]; name a non-empty string, description a string, parameters an object,
 // strict a boolean; other keys pass to the template as sent; an empty list goes to a
 // tool-calling template as one, as vLLM passes it, and is neutral for any other),
-// tool_choice ("auto", the default, or "none": the tools are still rendered into the
-// prompt, as vLLM does, and the answer is not parsed for calls; "required" and a named
-// function need constrained decoding and are refused), parallel_tool_calls (a boolean,
-// accepted; it does not limit the calls the model writes). Messages: role "tool" (content,
+// tool_choice ("auto", the default; "none": the tools are still rendered into the prompt,
+// as vLLM does, and the answer is not parsed for calls; "required": the answer is
+// constrained to calls of the tools; {"type": "function", "function": {"name"}}: to calls
+// of that tool, which must be in tools), parallel_tool_calls (a boolean; false: the answer
+// has one call at most).
+//
+// Structured outputs (both routes): response_format {"type": "text"} (the default),
+// {"type": "json_object"} (the answer is a JSON object) or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}} (a value matching the schema:
+// gen/json_constraint.h has the subset; an unsupported keyword is a 400 naming it). Messages: role "tool" (content,
 // tool_call_id a string if given), assistant tool_calls ([{"id", "type": "function",
 // "function": {"name", "arguments": a string holding JSON, or an object}}]; content may be
 // null then). Whether the template renders them is the server's question (a 400 if not).
@@ -79,6 +85,7 @@
 #include <jansson.h>
 
 #include "chat/chat_template.h"
+#include "gen/json_constraint.h"
 
 typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
 
@@ -123,7 +130,11 @@ typedef struct {
     char *tools_json;         // chat: the tools as a JSON array's text (NULL: none given)
     int num_tools;            // its length (0: an empty list, or none)
     bool tool_choice_none;    // tool_choice "none": tools rendered, the answer not parsed for calls
-    bool parallel_tool_calls; // as given (default true); accepted, not acted on
+    bool tool_choice_required; // tool_choice "required": the answer is calls of the tools (constrained)
+    char *tool_choice_name;   // a named tool_choice: the answer is calls of that tool (constrained)
+    bool parallel_tool_calls; // as given (default true); false: one call at most
+    // response_format json_object / json_schema: the answer's constraint (NULL: text).
+    JsonConstraint *constraint;
 } OpenAIRequest;
 
 // Parses and checks a request body. Returns 0, or -1 with *err filled (400 for bad JSON,

@@ -38,6 +38,7 @@ typedef struct EmbedJob EmbedJob;
 
 struct Server {
     TextModel *tm;          // the generative model, or NULL when serving a reward model
+    TokenTrie *trie;        // its vocabulary's bytes, for constrained answers (structured outputs)
     Model *reward_model;    // the reward model (value head), or NULL
     const Tokenizer *reward_tokenizer;
     pthread_mutex_t score_lock; // one reward request scores at a time (shared activation memory)
@@ -133,6 +134,8 @@ struct Job {
     bool logprobs;    // log-probs asked (openai.h says which tokens have them, and how)
     int top_logprobs; // alternatives per token
     ChatToolSyntax tool_syntax; // how calls are parsed out of the answers (NONE: no tools, or tool_choice none)
+    bool parallel_tool_calls;   // false: one call per answer at most
+    JsonConstraint *constraint; // the answers' (response_format, or tool_choice forcing calls), or NULL
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
@@ -184,6 +187,7 @@ static void job_unref_locked(Job *job) {
         free(choice->content), free(choice->calls), free(choice->call_ids);
     }
     free(job->choices);
+    json_constraint_free(job->constraint);
     free(job->out);
     free(job);
 }
@@ -350,6 +354,8 @@ static void emit_tools(Job *job, int index, size_t upto, bool final) {
             if (job->stream && (event.length > 0 || records > choice->records_emitted))
                 sse_event(job, openai_chunk_json(&job->head, index, false, event.text, event.length,
                                                  job->logprobs ? &logprobs : NULL, NULL));
+        } else if (!job->parallel_tool_calls && choice->num_calls > 0) {
+            tool_call_free(&event.call); // parallel_tool_calls false: the first call only
         } else {
             if (choice->num_calls == choice->calls_capacity) {
                 choice->calls_capacity = choice->calls_capacity ? 2 * choice->calls_capacity : 4;
@@ -409,8 +415,14 @@ static void on_token(void *context, void *owner, const GeneratedRow *row) {
     if (job->logprobs && !choice->stop_hit) record_token(job, choice, row, choice->text_len, choice->text_len + length);
     add_text(job, choice, piece, length);
     free(piece);
-    if (job->tool_syntax != CHAT_TOOLS_NONE) emit_tools(job, choice->index, settled_length(job, choice), false);
-    else emit_settled(job, choice->index, settled_length(job, choice), false);
+    if (job->tool_syntax != CHAT_TOOLS_NONE) {
+        emit_tools(job, choice->index, settled_length(job, choice), false);
+        // parallel_tool_calls false: the answer ends with its first call (the text after it
+        // is not generated).
+        if (!job->parallel_tool_calls && choice->num_calls > 0) choice->stop_hit = true;
+    } else {
+        emit_settled(job, choice->index, settled_length(job, choice), false);
+    }
 }
 
 static bool should_stop(void *context, void *owner, const GeneratedRow *row) {
@@ -514,7 +526,8 @@ static void prepare_job(Server *s, Job *job, SequenceOptions *sequences) {
                                          .row_id = (uint64_t)i << 40,
                                          .max_new_tokens = job->max_new,
                                          .top_logprobs = job->logprobs ? job->top_logprobs : 0,
-                                         .owner = choice};
+                                         .owner = choice,
+                                         .constraint = job->constraint};
     }
 }
 
@@ -651,6 +664,7 @@ static void *worker_main(void *arg) {
                                  .on_finish = on_finish,
                                  .context = s,
                                  .prompt_cache_rows = s->options.prompt_cache_rows,
+                                 .token_trie = s->trie,
                                  .prefill_chunk = s->options.prefill_chunk};
     ContinuousBatch *batch = continuous_batch_new(&tm->model, max_rows, &options);
     Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
@@ -1013,6 +1027,9 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     job->tool_syntax = req->kind == OPENAI_CHAT && req->num_tools > 0 && !req->tool_choice_none
                            ? chat_template_tool_syntax(&s->tm->chat)
                            : CHAT_TOOLS_NONE;
+    job->parallel_tool_calls = req->parallel_tool_calls || req->kind != OPENAI_CHAT;
+    job->constraint = req->constraint; // the job's from here
+    req->constraint = NULL;
     // generate() records at most the vocabulary.
     job->top_logprobs = req->top_logprobs < s->tm->model.config.vocab_size ? req->top_logprobs
                                                                            : s->tm->model.config.vocab_size;
@@ -1184,6 +1201,28 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
     return result;
 }
 
+// tool_choice "required" or a named function: the answers are constrained to calls in the
+// template's syntax (what serve/tool_calls.c parses): Hermes "<tool_call>\n" OBJECT
+// "\n</tool_call>" blocks separated by "\n", Llama 3 JSON objects separated by "; ", each
+// {"name": NAME, "arguments" / "parameters": a value of the tool's parameters schema};
+// parallel_tool_calls false: one. 0, or -1 with *err (a schema the constraint refuses).
+static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *err) {
+    if (req->kind != OPENAI_CHAT || !(req->tool_choice_required || req->tool_choice_name)) return 0;
+    const ChatToolSyntax syntax = chat_template_tool_syntax(&s->tm->chat);
+    if (syntax == CHAT_TOOLS_NONE) // prompt_ids refused the tools before
+        return openai_error_set(err, 400, "invalid_request_error", "tool_choice", "tools_not_supported",
+                                "this model's chat template has no tool calls to force");
+    json_t *tools = json_loads(req->tools_json, 0, NULL);
+    CHECK(tools, "the request's tools do not parse again");
+    const bool hermes = syntax == CHAT_TOOLS_HERMES;
+    int rc = json_constraint_tool_calls(&req->constraint, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
+                                        hermes ? "\n</tool_call>" : "", hermes ? "\n" : "; ",
+                                        hermes ? "arguments" : "parameters", req->parallel_tool_calls ? 0 : 1);
+    json_decref(tools);
+    if (rc != 0) return openai_error_set(err, 400, "invalid_request_error", "tools", "invalid_value", "%s", err_msg());
+    return 0;
+}
+
 static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
     OpenAILimits limits = {s->model_name, s->options.max_tokens_limit, s->options.default_max_tokens};
@@ -1193,7 +1232,7 @@ static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
     if (openai_parse_request(kind, upload->body ? upload->body : "", upload->size, &limits, &req, &err) != 0)
         return respond_error(ex, &err, NULL);
     int *ids = NULL, count = 0;
-    if (prompt_ids(s, &req, &ids, &count, &err) != 0) {
+    if (prompt_ids(s, &req, &ids, &count, &err) != 0 || tool_choice_constraint(s, &req, &err) != 0) {
         free(ids);
         openai_request_free(&req);
         return respond_error(ex, &err, NULL);
@@ -1380,6 +1419,7 @@ static int start(Server **out, TextModel *tm, Model *reward_model, const Tokeniz
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     if (tm) {
+        s->trie = token_trie_new(tm->tokenizer, tm->model.config.vocab_size);
         CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
         s->worker_started = true;
     }
@@ -1436,6 +1476,7 @@ void server_stop(Server *s) {
     pthread_mutex_destroy(&s->score_lock);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->changed);
+    token_trie_free(s->trie);
     free(s->model_name);
     free(s);
 }
