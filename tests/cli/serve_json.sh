@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# marlhf serve's structured outputs (docs/serving.md "Structured outputs"), through HTTP.
+# Refusals on the tiny chat model: response_format of a wrong type or shape, a json_schema
+# without its schema, with an unsupported keyword or malformed, beside a tool_choice that
+# forces calls; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
+# Qwen2.5 template: json_object and json_schema answers (n = 2, sampled) parse and validate
+# against their schema (a validator of the subset written here, stdlib only), streamed
+# answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
+# max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
+# the declared tools whose arguments validate against their parameters, parallel_tool_calls
+# false exactly one, streamed as delta.tool_calls. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_serve_json
+rm -rf "$tmp" && mkdir -p "$tmp"
+tiny=tests/fixtures/models/tiny_chat
+real_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+failures=0
+. tests/cli_helpers.sh
+. tests/serve_helpers.sh
+
+cat > "$tmp/check.py" <<'PY'
+import json, sys
+
+def fail(why):
+    print(why)
+    sys.exit(1)
+
+def valid(v, s):
+    """A JSON Schema validator of the subset the server takes (no other keys when
+    additionalProperties is absent, as the server documents)."""
+    if "anyOf" in s: return any(valid(v, a) for a in s["anyOf"])
+    if "enum" in s and v not in s["enum"]: return False
+    t = s.get("type")
+    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if t == "integer" and not (isinstance(v, int) and not isinstance(v, bool)): return False
+    if t == "number" and not (isinstance(v, (int, float)) and not isinstance(v, bool)): return False
+    if t in kinds and not isinstance(v, kinds[t]): return False
+    if isinstance(v, str):
+        if len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", 10**9): return False
+    if isinstance(v, list):
+        if len(v) < s.get("minItems", 0) or len(v) > s.get("maxItems", 10**9): return False
+        if "items" in s and not all(valid(x, s["items"]) for x in v): return False
+    if isinstance(v, dict):
+        props = s.get("properties", {})
+        if any(k not in v for k in s.get("required", [])): return False
+        for k, x in v.items():
+            if k in props:
+                if not valid(x, props[k]): return False
+            elif s.get("additionalProperties") is not True:
+                return False
+    return True
+
+kind = sys.argv[1]
+if kind == "error":  # FILE PARAM SUBSTRING
+    e = json.load(open(sys.argv[2])).get("error") or fail("not an error")
+    if e.get("param") != sys.argv[3]: fail(f"param {e.get('param')!r}: {e}")
+    if sys.argv[4] not in e["message"]: fail(f"message {e['message']!r} lacks {sys.argv[4]!r}")
+elif kind == "answers":  # FILE SCHEMA|object [chat|completion]: each choice's text parses and validates
+    o = json.load(open(sys.argv[2]))
+    schema = None if sys.argv[3] == "object" else json.loads(sys.argv[3])
+    texts = []
+    for c in o["choices"]:
+        text = c["message"]["content"] if "message" in c else c["text"]
+        if c["finish_reason"] != "stop": fail(f"finish_reason {c['finish_reason']}: {text!r}")
+        try:
+            v = json.loads(text)
+        except ValueError as e:
+            fail(f"not JSON: {text!r} ({e})")
+        if schema is None and not isinstance(v, dict): fail(f"not an object: {text!r}")
+        if schema is not None and not valid(v, schema): fail(f"does not validate: {text!r}")
+        texts.append(text)
+    print(json.dumps(texts))
+elif kind == "stream":  # FILE: the choices' streamed contents, as "answers" prints them
+    parts, reasons = {}, {}
+    for line in open(sys.argv[2]):
+        if not line.startswith("data: ") or line.strip() == "data: [DONE]": continue
+        for c in json.loads(line[6:])["choices"]:
+            d = c.get("delta", {})
+            parts[c["index"]] = parts.get(c["index"], "") + (d.get("content") or c.get("text") or "")
+            if c.get("finish_reason"): reasons[c["index"]] = c["finish_reason"]
+    if any(r != "stop" for r in reasons.values()): fail(f"finish reasons {reasons}")
+    print(json.dumps([parts[i] for i in sorted(parts)]))
+elif kind == "finish":  # FILE: the first choice's finish_reason
+    print(json.load(open(sys.argv[2]))["choices"][0]["finish_reason"])
+elif kind == "calls":  # FILE TOOLS [NAME] [ONE]: tool calls of the tools, arguments valid
+    o = json.load(open(sys.argv[2]))
+    tools = {t["function"]["name"]: t["function"].get("parameters", {"type": "object"}) for t in json.loads(sys.argv[3])}
+    out = []
+    for c in o["choices"]:
+        m = c["message"]
+        if c["finish_reason"] != "tool_calls": fail(f"finish_reason {c['finish_reason']}: {m}")
+        calls = m.get("tool_calls") or fail(f"no calls: {m}")
+        if m.get("content") is not None: fail(f"content beside forced calls: {m['content']!r}")
+        for call in calls:
+            f = call["function"]
+            if f["name"] not in tools: fail(f"call of an undeclared tool {f['name']}")
+            if len(sys.argv) > 4 and sys.argv[4] and f["name"] != sys.argv[4]: fail(f"call of {f['name']}, not {sys.argv[4]}")
+            if not valid(json.loads(f["arguments"]), tools[f["name"]]): fail(f"arguments do not validate: {f}")
+        if len(sys.argv) > 5 and len(calls) != 1: fail(f"{len(calls)} calls with parallel_tool_calls false")
+        out.append([[x["function"]["name"], x["function"]["arguments"]] for x in calls])
+    print(json.dumps(out))
+elif kind == "stream_calls":  # FILE: the calls of a streamed answer
+    calls, reason = [], None
+    for line in open(sys.argv[2]):
+        if not line.startswith("data: ") or line.strip() == "data: [DONE]": continue
+        for c in json.loads(line[6:])["choices"]:
+            for t in c.get("delta", {}).get("tool_calls", []):
+                calls.append([t["function"]["name"], t["function"]["arguments"]])
+            if c.get("delta", {}).get("content"): fail(f"content streamed: {c['delta']['content']!r}")
+            reason = c.get("finish_reason") or reason
+    if reason != "tool_calls": fail(f"finish_reason {reason}")
+    print(json.dumps([calls]))
+PY
+check() { python3 "$tmp/check.py" "$@"; }
+
+# expect_api_error NAME PARAM SUBSTRING BODY [ROUTE]: a 400 naming PARAM, its message containing SUBSTRING.
+expect_api_error() {
+    local name=$1 param=$2 substring=$3 body=$4 route=${5:-/v1/chat/completions}
+    local status why
+    status=$(request POST "$route" "$body")
+    if [ "$status" = 400 ] && why=$(check error "$tmp/body" "$param" "$substring"); then
+        pass "$name"
+    else
+        fail "$name" "status $status ${why:-}: $(head -c 300 "$tmp/body")"
+    fi
+}
+
+start_server "$tmp/server_errors.log" --model "$tiny" --chat-template qwen2.5 --threads 1 ||
+    fail server_starts "$(tail -n 3 "$tmp/server_errors.log")"
+msg='"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1'
+rf() { echo "{$msg, \"response_format\": $1}"; }
+expect_api_error response_format_not_object response_format "'response_format' must be an object" "$(rf '"json"')"
+expect_api_error response_format_type response_format "'response_format.type' must be" "$(rf '{"type": "xml"}')"
+expect_api_error json_schema_missing response_format "'response_format.json_schema' must be an object" "$(rf '{"type": "json_schema"}')"
+expect_api_error json_schema_no_name response_format "'response_format.json_schema.name' must be" \
+    "$(rf '{"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}')"
+expect_api_error json_schema_no_schema response_format "'response_format.json_schema.schema' is required" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x"}}')"
+expect_api_error json_schema_strict_not_bool response_format "strict' must be a boolean" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "strict": "yes", "schema": {}}}')"
+expect_api_error json_schema_unsupported_keyword response_format \
+    "response_format.json_schema.schema: 'format' is not supported (at properties.when)" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}}}}')"
+expect_api_error json_schema_malformed response_format "'type' must be a string or a list of strings" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}')"
+expect_api_error json_schema_not_a_schema response_format "a schema must be an object or a boolean" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}')"
+expect_api_error json_schema_recursive_ref response_format "is recursive" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}}}')"
+expect_api_error json_schema_completions response_format "'pattern' is not supported" \
+    '{"prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a"}}}}' \
+    /v1/completions
+weather='{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}'
+expect_api_error response_format_with_forced_calls response_format "beside a 'tool_choice' that forces calls" \
+    "{$msg, \"tools\": [$weather], \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}"
+status=$(request POST /v1/chat/completions "$(rf '{"type": "text"}')")
+[ "$status" = 200 ] && pass response_format_text_accepted || fail response_format_text_accepted "status $status"
+stop_server
+
+if [ ! -f "$real_model" ]; then
+    echo "SKIP smollm2 structured outputs ($real_model not fetched)"
+    [ "$failures" = 0 ]
+    exit
+fi
+start_server "$tmp/server_smollm2.log" --model "$real_model" --chat-template qwen2.5 --threads 2 --parallel 4 ||
+    fail server_starts_smollm2 "$(tail -n 3 "$tmp/server_smollm2.log")"
+person='{"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}, "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 16}, "minItems": 1, "maxItems": 2}}, "required": ["name", "age", "hobbies"], "additionalProperties": false}'
+body() { # CONTENT RESPONSE_FORMAT STREAM [N] [MAX_TOKENS]
+    python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}],
+        "response_format": json.loads(sys.argv[2]), "stream": sys.argv[3] == "stream", "n": int(sys.argv[4]),
+        "max_tokens": int(sys.argv[5]), "temperature": 0.8, "top_p": 0.95, "seed": 7}))' "$1" "$2" "$3" "${4:-1}" "${5:-80}"
+}
+# Long answers on a loaded machine: wait as long as a request may run.
+status=$(request POST /v1/chat/completions "$(body "Describe a person in JSON." '{"type": "json_object"}' plain)" --max-time 600)
+got=$(check answers "$tmp/body" object) && [ "$status" = 200 ] && pass "json_object_answer $got" || fail json_object_answer "status $status: $got"
+
+format="{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", \"strict\": true, \"schema\": $person}}"
+status=$(request POST /v1/chat/completions "$(body "Describe a person." "$format" plain 2)" --max-time 600)
+plain=$(check answers "$tmp/body" "$person") && [ "$status" = 200 ] && pass "json_schema_answers_n2 $plain" ||
+    fail json_schema_answers_n2 "status $status: $plain"
+request POST /v1/chat/completions "$(body "Describe a person." "$format" stream 2)" --max-time 600 > /dev/null
+streamed=$(check stream "$tmp/body")
+[ -n "$plain" ] && [ "$streamed" = "$plain" ] && pass json_schema_streamed_same || fail json_schema_streamed_same "$streamed vs $plain"
+
+completion=$(python3 -c 'import json,sys; print(json.dumps({"prompt": "A person, as JSON: ", "max_tokens": 80, "seed": 3,
+    "response_format": json.loads(sys.argv[1])}))' "$format")
+status=$(request POST /v1/completions "$completion" --max-time 600)
+got=$(check answers "$tmp/body" "$person") && [ "$status" = 200 ] && pass "completions_json_schema $got" ||
+    fail completions_json_schema "status $status: $got"
+
+request POST /v1/chat/completions "$(body "Describe a person." "$format" plain 1 4)" --max-time 600 > /dev/null
+reason=$(check finish "$tmp/body")
+[ "$reason" = length ] && pass max_tokens_before_the_end_is_length || fail max_tokens_before_the_end_is_length "$reason"
+
+tools='[{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
+ {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone.", "parameters": {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 30}}, "required": ["timezone"]}}}]'
+calls() { # TOOL_CHOICE PARALLEL STREAM
+    python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": "What is the weather in Paris and the time in Tokyo?"}],
+        "tools": json.loads(sys.argv[1]), "tool_choice": json.loads(sys.argv[2]), "parallel_tool_calls": sys.argv[3] == "true",
+        "stream": sys.argv[4] == "stream", "max_tokens": 120, "temperature": 0}))' "$tools" "$@"
+}
+status=$(request POST /v1/chat/completions "$(calls '"required"' true plain)" --max-time 600)
+got=$(check calls "$tmp/body" "$tools") && [ "$status" = 200 ] && pass "tool_choice_required $got" || fail tool_choice_required "status $status: $got"
+named='{"type": "function", "function": {"name": "get_time"}}'
+status=$(request POST /v1/chat/completions "$(calls "$named" true plain)" --max-time 600)
+named_plain=$(check calls "$tmp/body" "$tools" get_time) && [ "$status" = 200 ] && pass "tool_choice_named $named_plain" ||
+    fail tool_choice_named "status $status: $named_plain"
+request POST /v1/chat/completions "$(calls "$named" true stream)" --max-time 600 > /dev/null
+streamed=$(check stream_calls "$tmp/body")
+[ -n "$named_plain" ] && [ "$streamed" = "$named_plain" ] && pass tool_choice_named_streamed ||
+    fail tool_choice_named_streamed "$streamed vs $named_plain"
+status=$(request POST /v1/chat/completions "$(calls '"required"' false plain)" --max-time 600)
+got=$(check calls "$tmp/body" "$tools" "" one) && [ "$status" = 200 ] && pass "parallel_tool_calls_false_one_call $got" ||
+    fail parallel_tool_calls_false_one_call "status $status: $got"
+stop_server
+[ "$failures" = 0 ]
