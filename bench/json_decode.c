@@ -1,0 +1,94 @@
+// Constrained (structured outputs) against unconstrained decoding at batch 1, greedy, with
+// SmolLM2-135M-Instruct: the decode steps' time per token with and without a JSON Schema
+// constraint (the runs alternate, --repeats times each), and the masking's own cost per
+// token (gen/token_mask.h: the trie walk over the vocabulary) at every state of the
+// constrained answer. One JSON line per run, then a summary line.
+//
+// usage: build/bench/json_decode [--model PATH] [--tokens 48] [--repeats 3] [--threads N]
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "gen/generate.h"
+#include "gen/json_constraint.h"
+#include "gen/text_model.h"
+#include "gen/token_mask.h"
+
+int main(int argc, char **argv) {
+    const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    int tokens = 48, repeats = 3, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens")) tokens = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else die_user("unknown option %s", argv[i]);
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    TextModel tm;
+    if (text_model_load(&tm, model_path, NULL, "cpu", NULL, NULL, false) != 0) die_from_err();
+    const int V = tm.model.config.vocab_size;
+    double start = now_seconds();
+    TokenTrie *trie = token_trie_new(tm.tokenizer, V);
+    const double trie_seconds = now_seconds() - start;
+    json_t *schema = json_loads("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": "
+                                "{\"type\": \"integer\"}, \"city\": {\"type\": \"string\"}, \"hobbies\": {\"type\": "
+                                "\"array\", \"items\": {\"type\": \"string\"}}}, \"required\": [\"name\", \"age\", "
+                                "\"city\", \"hobbies\"]}", 0, NULL);
+    JsonConstraint *constraint = NULL;
+    if (json_constraint_schema(&constraint, schema, "schema") != 0) die_from_err();
+    const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
+    int *prompt, length;
+    tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
+    const int *prompts[1] = {prompt};
+    double per_token[2] = {0, 0};
+    GeneratedRow kept = {0};
+    for (int r = 0; r < repeats; r++) {
+        for (int constrained = 0; constrained < 2; constrained++) {
+            GenerateOptions options = {.max_new_tokens = tokens,
+                                       .stop_tokens = tm.stop_tokens,
+                                       .num_stop_tokens = tm.num_stop_tokens,
+                                       .constraint = constrained ? constraint : NULL,
+                                       .token_trie = trie};
+            GeneratedRow out;
+            GenerateStats stats;
+            generate(&tm.model, prompts, &length, NULL, 1, &options, &out, &stats);
+            // decode_seconds covers every step's sampling (and masking) and the decode forwards.
+            const double seconds = stats.decode_seconds / (out.length > 0 ? out.length : 1);
+            per_token[constrained] += seconds / repeats;
+            printf("{\"constrained\": %s, \"tokens\": %d, \"decode_ms_per_token\": %.2f}\n", constrained ? "true" : "false",
+                   out.length, 1e3 * seconds);
+            if (constrained && r == 0) kept = out;
+            else generated_row_free(&out);
+        }
+    }
+    // The mask alone at every state of the constrained answer.
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(constraint, state);
+    TokenMaskScratch scratch;
+    token_mask_scratch_init(&scratch, trie);
+    float *logits = xcalloc((size_t)V, sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
+    double mask_seconds = 0;
+    int allowed_total = 0;
+    for (int t = 0; t < kept.length; t++) {
+        start = now_seconds();
+        allowed_total += token_mask_apply(trie, constraint, state, tm.stop_tokens, tm.num_stop_tokens, logits, masked, V, &scratch);
+        mask_seconds += now_seconds() - start;
+        token_mask_advance(trie, constraint, state, kept.tokens[t]);
+    }
+    printf("{\"summary\": true, \"vocabulary\": %d, \"trie_build_ms\": %.1f, \"unconstrained_ms_per_token\": %.2f, "
+           "\"constrained_ms_per_token\": %.2f, \"mask_ms_per_token\": %.3f, \"mean_allowed_tokens\": %.0f}\n",
+           V, 1e3 * trie_seconds, 1e3 * per_token[0], 1e3 * per_token[1], 1e3 * mask_seconds / kept.length,
+           (double)allowed_total / kept.length);
+    token_mask_scratch_free(&scratch);
+    free(state), free(logits), free(masked), free(prompt);
+    generated_row_free(&kept);
+    json_constraint_free(constraint);
+    json_decref(schema);
+    token_trie_free(trie);
+    text_model_free(&tm);
+    return 0;
+}
