@@ -61,6 +61,39 @@ printf '{"messages": [{"role": "user"}]}\n' > "$tmp/bad_messages.jsonl"
 expect_error generate_bad_messages "$tmp/bad_messages.jsonl:1" "$bin" generate --model "$model" --input "$tmp/bad_messages.jsonl"
 expect_error generate_bad_temperature "--temperature" "$bin" generate --model "$model" --temperature -1 "hi"
 expect_error generate_bad_top_p "--top-p" "$bin" generate --model "$model" --top-p 1.5 "hi"
+# Structured outputs: --json-schema / --json (docs/serving.md "Structured outputs").
+printf '{"type": "string", "pattern": "^a"}' > "$tmp/pattern.schema.json"
+printf '{"type": "object", ' > "$tmp/broken.schema.json"
+printf '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer"}}, "required": ["city", "population"]}' > "$tmp/city.schema.json"
+echo kept > "$tmp/kept.jsonl"
+expect_error generate_json_schema_missing "--json-schema $tmp/none.json" "$bin" generate --model "$model" --json-schema "$tmp/none.json" "hi"
+expect_error generate_json_schema_not_json "--json-schema $tmp/broken.schema.json: not JSON" "$bin" generate --model "$model" --json-schema "$tmp/broken.schema.json" "hi"
+expect_error generate_json_schema_unsupported "--json-schema $tmp/pattern.schema.json: 'pattern' is not supported" \
+    "$bin" generate --model "$model" --json-schema "$tmp/pattern.schema.json" --output "$tmp/kept.jsonl" "hi"
+[ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_json_schema_error_keeps_output || fail generate_json_schema_error_keeps_output "overwritten"
+expect_error generate_json_and_schema "give --json or --json-schema" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"
+out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --json-schema "$tmp/city.schema.json" \
+    "Give the largest city of France and its population as JSON." 2>/dev/null)
+if why=$(python3 -c 'import json, sys
+r = json.loads(sys.argv[1]); v = json.loads(r["response"])
+assert r["stop_reason"] == "stop_token", r
+assert set(v) == {"city", "population"} and isinstance(v["city"], str) and len(v["city"]) <= 20, v
+assert isinstance(v["population"], int) and not isinstance(v["population"], bool), v' "$out" 2>&1); then
+    pass generate_json_schema_answer
+else
+    fail generate_json_schema_answer "$out $why"
+fi
+out=$("$bin" generate --model "$model" --chat --max-new-tokens 40 --json --num-return-sequences 2 --seed 3 "Describe a cat." 2>/dev/null)
+if why=$(python3 -c 'import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(rows) == 2, rows
+for r in rows:
+    if r["stop_reason"] == "stop_token": assert isinstance(json.loads(r["response"]), dict), r
+    else: assert r["stop_reason"] == "length" and r["response"].startswith("{"), r' "$out" 2>&1); then
+    pass generate_json_object_samples
+else
+    fail generate_json_object_samples "$out $why"
+fi
 expect_error generate_no_prompt "--input" "$bin" generate --model "$model"
 # --min-new-tokens: the end of turn that greedy decoding picks after 3 tokens waits until 20.
 short=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --output - "Reply with one word: yes or no?" 2> /dev/null)
