@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/timer.h"
+#include "gen/continuous.h"
 #include "gen/generate.h"
 #include "gen/json_constraint.h"
 #include "gen/token_mask.h"
@@ -456,12 +457,97 @@ static void test_generation_validates(void) {
     text_model_free(&tm);
 }
 
+// Continuous batching with a different constraint per sequence (json_object, a schema,
+// none), the constrained ones beside an unconstrained one and two choices of one request:
+// each sequence's tokens are those generate() gives it alone with its constraint.
+typedef struct {
+    GeneratedRow row;
+    bool finished;
+} Finished;
+
+static void batch_finish(void *context, void *owner, GeneratedRow *row) {
+    Finished *f = owner;
+    f->row = *row;
+    f->finished = true;
+}
+
+static void test_continuous_batch_per_sequence_constraints(void) {
+    TextModel tm;
+    if (text_model_load(&tm, model_path, NULL, "cpu", NULL, NULL, false) != 0) {
+        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+        test_current_failures++;
+        return;
+    }
+    const int V = tm.model.config.vocab_size;
+    TokenTrie *trie = token_trie_new(tm.tokenizer, V);
+    JsonConstraint *object = json_constraint_object();
+    JsonConstraint *schema = compile_text("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", "
+                                          "\"maxLength\": 12}, \"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"age\"]}");
+    const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
+    int *prompt, length;
+    tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
+    enum { MAX_NEW = 20, N = 4 };
+    Finished finished[N] = {0};
+    const JsonConstraint *constraints[N] = {object, NULL, schema, schema};
+    SequenceOptions sequences[N];
+    for (int j = 0; j < N; j++)
+        sequences[j] = (SequenceOptions){.sampler = {0.8f, 40, 0.95f},
+                                         .seed = 11,
+                                         .row_id = (uint64_t)j << 40,
+                                         .max_new_tokens = MAX_NEW,
+                                         .owner = &finished[j],
+                                         .constraint = constraints[j]};
+    ContinuousOptions options = {.stop_tokens = tm.stop_tokens,
+                                 .num_stop_tokens = tm.num_stop_tokens,
+                                 .on_finish = batch_finish,
+                                 .token_trie = trie};
+    ContinuousBatch *batch = continuous_batch_new(&tm.model, N, &options);
+    // Request 0 (sequences 0, 1) joins first; request 1 (sequences 2, 3: two choices) a step later.
+    SequenceRequest first = {.prompt = prompt, .prompt_length = length, .sequences = sequences, .num_sequences = 2};
+    continuous_batch_add(batch, &first, 1);
+    continuous_batch_step(batch);
+    SequenceRequest second = {.prompt = prompt, .prompt_length = length, .sequences = sequences + 2, .num_sequences = 2};
+    continuous_batch_add(batch, &second, 1);
+    while (continuous_batch_rows(batch) > 0) continuous_batch_step(batch);
+    continuous_batch_free(batch);
+    for (int j = 0; j < N; j++) {
+        EXPECT(finished[j].finished, "sequence %d finished", j);
+        GenerateOptions alone = {.sampler = sequences[j].sampler,
+                                 .max_new_tokens = MAX_NEW,
+                                 .seed = sequences[j].seed,
+                                 .stop_tokens = tm.stop_tokens,
+                                 .num_stop_tokens = tm.num_stop_tokens,
+                                 .constraint = constraints[j],
+                                 .token_trie = trie};
+        const int *prompts[1] = {prompt};
+        GeneratedRow want;
+        generate(&tm.model, prompts, &length, &sequences[j].row_id, 1, &alone, &want, NULL);
+        const GeneratedRow *got = &finished[j].row;
+        EXPECT(got->length == want.length && !memcmp(got->tokens, want.tokens, (size_t)want.length * sizeof(int)),
+               "sequence %d: the batch's %d tokens are generate()'s %d alone", j, got->length, want.length);
+        size_t n;
+        char *text = tokenizer_decode_len(tm.tokenizer, got->tokens, got->length - (got->stop == STOP_TOKEN), true, &n);
+        if (constraints[j]) EXPECT(prefixes_alive(constraints[j], text), "sequence %d: %s is a live prefix", j, text);
+        if (constraints[j] && got->stop == STOP_TOKEN)
+            EXPECT(json_constraint_matches(constraints[j], text, n), "sequence %d: %s is complete", j, text);
+        printf("continuous sequence %d (%s): %s\n", j, constraints[j] == object ? "json_object" : constraints[j] ? "schema" : "none", text);
+        free(text);
+        generated_row_free(&want);
+        generated_row_free(&finished[j].row);
+    }
+    free(prompt);
+    json_constraint_free(object), json_constraint_free(schema);
+    token_trie_free(trie);
+    text_model_free(&tm);
+}
+
 int main(void) {
     RUN(test_accept_and_reject);
     RUN(test_json_object_mode);
     RUN(test_tool_call_syntax);
     RUN(test_refusals);
     RUN(test_mask_equals_brute_force);
+    RUN(test_continuous_batch_per_sequence_constraints);
     RUN(test_generation_validates);
     TEST_EXIT();
 }
