@@ -21,8 +21,8 @@
 // tool-calling template as one, as vLLM passes it, and is neutral for any other),
 // tool_choice ("auto", the default; "none": the tools are still rendered into the prompt,
 // as vLLM does, and the answer is not parsed for calls; "required": the answer is
-// constrained to calls of the tools; {"type": "function", "function": {"name"}}: to calls
-// of that tool, which must be in tools), parallel_tool_calls (a boolean; false: the answer
+// constrained to calls of the tools; {"type": "function", "function": {"name"}}: to one
+// call of that tool, which must be in tools), parallel_tool_calls (a boolean; false: the answer
 // has one call at most).
 //
 // Structured outputs (both routes): response_format {"type": "text"} (the default),

@@ -1205,7 +1205,8 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
 // template's syntax (what serve/tool_calls.c parses): Hermes "<tool_call>\n" OBJECT
 // "\n</tool_call>" blocks separated by "\n", Llama 3 JSON objects separated by "; ", each
 // {"name": NAME, "arguments" / "parameters": a value of the tool's parameters schema};
-// parallel_tool_calls false: one. 0, or -1 with *err (a schema the constraint refuses).
+// a named function or parallel_tool_calls false: one call (as vLLM decodes a named choice:
+// one call). 0, or -1 with *err (a schema the constraint refuses).
 static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *err) {
     if (req->kind != OPENAI_CHAT || !(req->tool_choice_required || req->tool_choice_name)) return 0;
     const ChatToolSyntax syntax = chat_template_tool_syntax(&s->tm->chat);
@@ -1217,7 +1218,8 @@ static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *er
     const bool hermes = syntax == CHAT_TOOLS_HERMES;
     int rc = json_constraint_tool_calls(&req->constraint, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
                                         hermes ? "\n</tool_call>" : "", hermes ? "\n" : "; ",
-                                        hermes ? "arguments" : "parameters", req->parallel_tool_calls ? 0 : 1);
+                                        hermes ? "arguments" : "parameters",
+                                        req->parallel_tool_calls && !req->tool_choice_name ? 0 : 1);
     json_decref(tools);
     if (rc != 0) return openai_error_set(err, 400, "invalid_request_error", "tools", "invalid_value", "%s", err_msg());
     return 0;

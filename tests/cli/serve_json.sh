@@ -7,8 +7,8 @@
 # against their schema (a validator of the subset written here, stdlib only), streamed
 # answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
 # max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
-# the declared tools whose arguments validate against their parameters, parallel_tool_calls
-# false exactly one, streamed as delta.tool_calls. Prints PASS/FAIL per case.
+# the declared tools whose arguments validate against their parameters (a named function
+# and parallel_tool_calls false exactly one), streamed as delta.tool_calls. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -205,7 +205,7 @@ status=$(request POST /v1/chat/completions "$(calls '"required"' true plain)" --
 got=$(check calls "$tmp/body" "$tools") && [ "$status" = 200 ] && pass "tool_choice_required $got" || fail tool_choice_required "status $status: $got"
 named='{"type": "function", "function": {"name": "get_time"}}'
 status=$(request POST /v1/chat/completions "$(calls "$named" true plain)" --max-time 600)
-named_plain=$(check calls "$tmp/body" "$tools" get_time) && [ "$status" = 200 ] && pass "tool_choice_named $named_plain" ||
+named_plain=$(check calls "$tmp/body" "$tools" get_time one) && [ "$status" = 200 ] && pass "tool_choice_named $named_plain" ||
     fail tool_choice_named "status $status: $named_plain"
 request POST /v1/chat/completions "$(calls "$named" true stream)" --max-time 600 > /dev/null
 streamed=$(check stream_calls "$tmp/body")
