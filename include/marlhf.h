@@ -136,10 +136,10 @@ MARLHF_API int marlhf_reward(marlhf_model *reward_model, const char *prompt, con
 typedef struct {
     // DPO family (marlhf_dpo_step)
     const char *loss;       // "sigmoid" (DPO) | "sigmoid-norm" | "robust" | "exo" | "ipo" | "hinge" | "nca" | "bco" |
-                            // "sppo-hard" | "apo-zero" | "apo-down" | "discopop" | "simpo" | "orpo" (these two: no
-                            // reference); docs/dpo.md
+                            // "sppo-hard" | "apo-zero" | "apo-down" | "discopop" | "cpo" | "simpo" | "orpo" (these
+                            // three: no reference); docs/dpo.md
     double beta;            // 0.1: the KL strength of DPO and of KTO
-    double label_smoothing; // sigmoid: conservative DPO's epsilon; robust, exo (> 0): theirs (0)
+    double label_smoothing; // sigmoid: conservative DPO's epsilon; robust, exo (> 0), cpo, simpo: theirs (0)
     double simpo_gamma;     // simpo: target margin (0.5)
     double sft_weight;      // > 0: plus this times the chosen response's NLL (RPO) (0)
     // KTO (marlhf_kto_step)
@@ -169,6 +169,10 @@ typedef struct {
     // DPO, added last: LD-DPO's weight of the longer response's tokens past the shorter
     // one's length, in (0, 1] (0: plain DPO, as 1)
     double ld_alpha;
+    // DPO, added last: loss "cpo" and "simpo" (TRL's CPOTrainer): plus this times the mean
+    // negative log-likelihood of the step's chosen tokens, CPO's behaviour cloning (TRL's
+    // cpo_alpha); negative (the defaults' -1): the loss's own default, 1 for cpo, 0 for simpo
+    double cpo_alpha;
 } marlhf_trainer_params;
 
 typedef struct {

@@ -563,24 +563,27 @@ static double worst_logprob_difference(marlhf_model *a, marlhf_model *b, const P
 // 12 accumulated): the adapters agree up to the order in which the command's shuffled
 // micro-batches add their gradients.
 static void test_dpo_matches_command(void) {
-    // The default loss, one with a setting of its own (DiscoPOP's temperature), and rsLoRA.
+    // The default loss, one with a setting of its own (DiscoPOP's temperature), rsLoRA, and
+    // CPO with its behaviour cloning: a mean over each micro-batch's chosen tokens, so the
+    // command's shuffled micro-batches would hold other pairs than the API's; one micro-batch
+    // of all 48 pairs on both sides.
     const struct {
         const char *options, *loss;
         double discopop_tau;
-        int rslora;
-    } settings[] = {{"", "sigmoid", 0, 0}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1, 0},
-                    {" --lora-rslora", "sigmoid", 0, 1}};
+        int rslora, micro_batch;
+    } settings[] = {{"", "sigmoid", 0, 0, 4}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1, 0, 4},
+                    {" --lora-rslora", "sigmoid", 0, 1, 4}, {" --loss cpo", "cpo", 0, 0, 48}};
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         char options[160];
-        snprintf(options, sizeof options, "--per-device-train-batch-size 4 --gradient-accumulation-steps 12%s",
-                 settings[s].options);
+        snprintf(options, sizeof options, "--per-device-train-batch-size %d --gradient-accumulation-steps %d%s",
+                 settings[s].micro_batch, 48 / settings[s].micro_batch, settings[s].options);
         marlhf_model *from_command = trained_by_command("dpo", options);
         Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
         marlhf_model *model = load_policy(tiny, NULL);
         marlhf_trainer_params params = tiny_dpo_params();
         params.seed = 1234;
         params.loss = settings[s].loss, params.discopop_tau = settings[s].discopop_tau;
-        params.lora_rslora = settings[s].rslora;
+        params.lora_rslora = settings[s].rslora, params.micro_batch = settings[s].micro_batch;
         marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
         for (int step = 0; step < 2; step++)
             EXPECT(marlhf_dpo_step(trainer, train.pairs, train.count, NULL) == 0, "%s", marlhf_last_error());
@@ -717,6 +720,9 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.ld_alpha = 1.5, "ld_alpha");
     BAD((p.ld_alpha = 0.5, p.sft_weight = 0.5), "ld_alpha");
     BAD((p.loss = "nca", p.f_divergence = "js"), "f-divergence");
+    BAD(p.cpo_alpha = 1, "cpo_alpha");
+    BAD((p.loss = "cpo", p.sft_weight = 0.5), "sft_weight");
+    BAD((p.loss = "cpo", p.cpo_alpha = NAN), "cpo_alpha");
     BAD(p.sft_weight = -1, "sft_weight");
     BAD(p.lora_rank = 0, "lora_rank");
     BAD(p.lora_modules = "q_proj,foo", "foo");

@@ -107,7 +107,14 @@ static void test_losses_and_gradients_match_pytorch(void) {
         {"ld", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .ld_alpha = 0.5}, true},
         {"mpo", mpo, true},
         {"wpo", {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .use_weighting = true}, true},
-        {"mpo_wpo_ld", mpo_wpo_ld, true}};
+        {"mpo_wpo_ld", mpo_wpo_ld, true},
+        // TRL's CPOTrainer: CPO and CPO-SimPO with label smoothing and cpo_alpha (the sft term).
+        {"cpo", {.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1, .sft_term = true, .sft_term_weight = 1.0},
+         true},
+        {"cpo_simpo",
+         {.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0, .label_smoothing = 0.1, .sft_term = true,
+          .sft_term_weight = 0.5},
+         true}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         Model model;
         fixture_load_policy(&model);

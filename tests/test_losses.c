@@ -131,7 +131,9 @@ static void test_dpo_loss(void) {
         {{.loss = DPO_LOSS_SIGMOID, .beta = 0.1}, "sigmoid"},
         {{.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.2}, "sigmoid eps 0.2"},
         {{.loss = DPO_LOSS_IPO, .beta = 0.1}, "ipo"}, {{.loss = DPO_LOSS_HINGE, .beta = 0.5}, "hinge"},
-        {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, "simpo"}};
+        {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, "simpo"},
+        {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0, .label_smoothing = 0.2}, "simpo eps 0.2"},
+        {{.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1}, "cpo eps 0.1"}};
     const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
     const DpoLossOptions cdpo = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .label_smoothing = 0.3};
     const DpoLossOptions ipo = {.loss = DPO_LOSS_IPO, .beta = 0.1}, hinge = {.loss = DPO_LOSS_HINGE, .beta = 0.5};
@@ -145,6 +147,10 @@ static void test_dpo_loss(void) {
     EXPECT_CLOSE(dpo_pair_loss(&hinge, -3, -4, -3, -4, &dc, &dr), 1.0, 1e-15, 0, "hinge at 0");
     // SimPO at equal means: -log sigmoid(-gamma).
     EXPECT_CLOSE(dpo_pair_loss(&simpo, -2, -2, 0, 0, &dc, &dr), log1p(exp(1.0)), 1e-15, 0, "simpo at equal means");
+    // CPO at equal sums: log 2 whatever the smoothing (no reference: the caller passes 0).
+    const DpoLossOptions cpo = {.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1};
+    EXPECT_CLOSE(dpo_pair_loss(&cpo, -7, -7, 0, 0, &dc, &dr), log(2.0), 1e-15, 0, "cpo at equal sums");
+    EXPECT_CLOSE(dc, -0.5 * (0.9 * 0.5 - 0.1 * 0.5), 1e-15, 0, "cpo d chosen at 0");
     const double points[][4] = {{-10.5, -12.25, -11.0, -11.5}, {-3.0, -2.0, -3.5, -1.25}, {-40, -7, -20, -30}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int p = 0; p < 3; p++) {
@@ -181,7 +187,7 @@ static void test_dpo_loss_types(void) {
     CHECK(cases, "loss_types.json: %s", error.text);
     size_t index;
     json_t *c;
-    int checked[DPO_LOSS_DISCOPOP + 1] = {0}, divergences[F_DIVERGENCE_ALPHA + 1] = {0};
+    int checked[DPO_LOSS_CPO + 1] = {0}, divergences[F_DIVERGENCE_ALPHA + 1] = {0};
     json_array_foreach(cases, index, c) {
         const char *type = json_string_value(json_object_get(c, "loss_type"));
         const char *divergence = json_string_value(json_object_get(c, "f_divergence"));
@@ -221,8 +227,10 @@ static void test_dpo_loss_types(void) {
         }
         checked[o.loss]++, divergences[o.f_divergence]++;
     }
-    for (int kind = 0; kind <= DPO_LOSS_DISCOPOP; kind++)
-        EXPECT(checked[kind] > 0 || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ORPO, "loss kind %d has no fixture case", kind);
+    // CPO, SimPO and ORPO are not DPOTrainer's: tests/test_dpo.c checks them against TRL's
+    // CPOTrainer and the ORPO definition.
+    for (int kind = 0; kind <= DPO_LOSS_CPO; kind++)
+        EXPECT(checked[kind] > 0 || !dpo_loss_uses_reference(kind), "loss kind %d has no fixture case", kind);
     for (int kind = 0; kind <= F_DIVERGENCE_ALPHA; kind++)
         EXPECT(divergences[kind] > 0, "divergence %d has no fixture case", kind);
     json_decref(cases);

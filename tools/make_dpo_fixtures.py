@@ -31,6 +31,11 @@ batch; beta 0.1):
              no_grad (WPO, Zhou et al. 2024)
     mpo_wpo_ld  mpo with use_weighting and ld_alpha 0.5 (the sft term and WPO's weights
              read the unweighted log-probs, the pair losses LD-DPO's sums)
+And as TRL 1.12's CPOTrainer computes them (its own cpo_loss, called on the sums or means,
+plus cpo_alpha times the cross-entropy over all the batch's chosen response tokens, as its
+concatenated_forward computes it; no reference):
+    cpo      loss_type "sigmoid", beta 0.5, label_smoothing 0.1, cpo_alpha 1 (CPO, Xu et al. 2024)
+    cpo_simpo  loss_type "simpo", beta 2, simpo_gamma 1, label_smoothing 0.1, cpo_alpha 0.5
 
 tests/fixtures/dpo/llama.safetensors:
     tokens          i64 [6, T]  row 2i chosen, 2i+1 rejected of pair i (right-padded with 0)
@@ -40,14 +45,15 @@ tests/fixtures/dpo/llama.safetensors:
     ref_logps_ld    f32 [6]     the reference's LD-DPO sums (the input of "ld")
     policy_logps    f32 [6]     the fixture model's sums
     loss.<kind>     f32 [1]     for kind in sigmoid, cdpo, ipo, hinge, simpo, rpo, orpo, ld, mpo,
-                                wpo, mpo_wpo_ld
+                                wpo, mpo_wpo_ld, cpo, cpo_simpo
     grad.<kind>.<weight name>   f32, d loss / d weight for kind in cdpo, ipo, simpo, rpo, orpo, ld,
-                                mpo, wpo, mpo_wpo_ld
+                                mpo, wpo, mpo_wpo_ld, cpo, cpo_simpo
     wpo_log_weights f32 [6]     each row's log w under the fixture model (WPO)
 """
 import copy
 import os
 import sys
+import types
 
 import torch
 from safetensors.torch import save_file
@@ -173,6 +179,33 @@ def trl_loss(model, tokens, lengths, prompt_lengths, reference, loss_types, loss
     return loss, log_weights
 
 
+# TRL 1.12's CPOTrainer (trl.experimental.cpo): loss_type, beta, simpo_gamma, label_smoothing, cpo_alpha.
+CPO_KINDS = {"cpo": ("sigmoid", 0.5, 0.5, 0.1, 1.0), "cpo_simpo": ("simpo", 2.0, 1.0, 0.1, 0.5)}
+
+
+def cpo_trainer_loss(model, tokens, lengths, prompt_lengths, loss_type, beta, simpo_gamma, label_smoothing, cpo_alpha):
+    """The loss as TRL's CPOTrainer.get_batch_loss_metrics computes it: its own cpo_loss (called
+    with a stand-in for the trainer holding the config's values) on the rows' log-prob sums, or
+    per-token means for simpo, plus cpo_alpha times nn.CrossEntropyLoss over the chosen rows'
+    labels (the prompt and the padding are -100, as its collator sets them)."""
+    from trl.experimental.cpo.cpo_trainer import CPOTrainer
+
+    trainer = types.SimpleNamespace(loss_type=loss_type, beta=beta, simpo_gamma=simpo_gamma,
+                                    label_smoothing=label_smoothing, alpha=0.0,
+                                    accelerator=types.SimpleNamespace(device=torch.device("cpu")))
+    sums, counts = response_sums(model, tokens, lengths, prompt_lengths)
+    logps = sums / counts if loss_type == "simpo" else sums
+    losses, _, _ = CPOTrainer.cpo_loss(trainer, logps[0::2], logps[1::2])
+    mask = (torch.arange(tokens.shape[1])[None, :] < lengths[:, None]).long()
+    logits = model(input_ids=tokens, attention_mask=mask).logits
+    labels = tokens.clone()
+    slots = torch.arange(tokens.shape[1])[None, :]
+    labels[(slots < prompt_lengths[:, None]) | (slots >= lengths[:, None])] = -100
+    chosen_logits, chosen_labels = logits[0::2, :-1], labels[0::2, 1:]
+    nll = torch.nn.CrossEntropyLoss()(chosen_logits.reshape(-1, chosen_logits.shape[-1]), chosen_labels.reshape(-1))
+    return losses.mean() + cpo_alpha * nll
+
+
 def main():
     folder = "tests/fixtures/models/llama"
     out_dir = "tests/fixtures/dpo"
@@ -217,6 +250,14 @@ def main():
                                          loss_types, loss_weights, use_weighting, ld_alpha)
             tensors[f"loss.{kind}"] = loss.detach().reshape(1)
             tensors["wpo_log_weights"] = log_weights
+            print(f"{kind}: loss {loss.item():.6f}")
+            loss.backward()
+            for name, p in model64.named_parameters():
+                tensors[f"grad.{kind}.{name}"] = p.grad.detach().clone()
+        for kind, config in CPO_KINDS.items():
+            model64.zero_grad(set_to_none=True)
+            loss = cpo_trainer_loss(model64, tokens, lengths, prompt_lengths, *config)
+            tensors[f"loss.{kind}"] = loss.detach().reshape(1)
             print(f"{kind}: loss {loss.item():.6f}")
             loss.backward()
             for name, p in model64.named_parameters():

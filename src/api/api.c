@@ -323,7 +323,7 @@ marlhf_trainer_params marlhf_trainer_default_params(void) {
     return (marlhf_trainer_params){.loss = "sigmoid", .beta = 0.1, .simpo_gamma = 0.5, .desirable_weight = 1.0,
                                    .undesirable_weight = 1.0, .lora_rank = 8, .lora_modules = "all-linear",
                                    .learning_rate = 5e-5, .max_grad_norm = 1.0, .max_seq_len = 512, .micro_batch = 4,
-                                   .seed = 1234, .f_alpha = 0.5};
+                                   .seed = 1234, .f_alpha = 0.5, .cpo_alpha = -1};
 }
 
 // The losses' and the adapters' settings from checked params.
@@ -343,7 +343,7 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     if (!(p->label_smoothing >= 0 && p->label_smoothing < 0.5))
         return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
     if (p->label_smoothing > 0 && !dpo_loss_uses_label_smoothing(loss->loss))
-        return err_set("%s: label_smoothing applies to loss sigmoid, robust and exo only", f);
+        return err_set("%s: label_smoothing applies to loss sigmoid, robust, exo, cpo and simpo only", f);
     if (loss->loss == DPO_LOSS_EXO && !(p->label_smoothing > 0))
         return err_set("%s: loss exo needs label_smoothing above 0", f);
     if (!(p->ld_alpha >= 0 && p->ld_alpha <= 1)) return err_set("%s: ld_alpha must be in [0, 1], got %g", f, p->ld_alpha);
@@ -378,6 +378,15 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     loss->f_alpha = p->f_alpha;
     loss->ld_alpha = p->ld_alpha;
     loss->sft_weight = p->sft_weight;
+    if (!isfinite(p->cpo_alpha)) return err_set("%s: cpo_alpha must be finite, got %g", f, p->cpo_alpha);
+    if (p->cpo_alpha > 0 && !dpo_loss_is_cpo_trainer(loss->loss))
+        return err_set("%s: cpo_alpha applies to loss cpo and simpo only", f);
+    if (dpo_loss_is_cpo_trainer(loss->loss)) {
+        if (p->sft_weight > 0) return err_set("%s: loss %s takes cpo_alpha, not sft_weight", f, p->loss);
+        // TRL's cpo_alpha: the sft term, the mean -log-prob over the step's chosen tokens.
+        const double weight = p->cpo_alpha >= 0 ? p->cpo_alpha : (loss->loss == DPO_LOSS_CPO ? 1.0 : 0.0);
+        if (weight > 0) loss->sft_term = true, loss->sft_term_weight = weight;
+    }
     out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
                                 .undesirable_weight = p->undesirable_weight};
     // BCO's running reward mean would be trainer state the checkpoints do not carry.

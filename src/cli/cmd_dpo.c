@@ -72,7 +72,7 @@ int cmd_dpo(int argc, char **argv) {
     char *divergence_name = "reverse-kl", *loss_weights = NULL;
     bool use_weighting = false;
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
-    double ld_alpha = 1.0;
+    double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (1 for cpo, 0 for simpo)
     Option options[60] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -81,7 +81,7 @@ int cmd_dpo(int argc, char **argv) {
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
         {"loss", "loss_type", OPT_STRING, &loss_name,
          "sigmoid (DPO) | sigmoid-norm | robust | exo | ipo | hinge | nca | bco | sppo-hard | apo-zero | apo-down | "
-         "discopop | simpo | orpo (these two: no reference); or several with commas, sft among them "
+         "discopop | cpo | simpo | orpo (these three: no reference); or several with commas, sft among them "
          "(e.g. sigmoid,bco,sft), their losses added; see docs/dpo.md",
          false, false},
         {"loss-weights", "loss_weights", OPT_STRING, &loss_weights,
@@ -90,8 +90,8 @@ int cmd_dpo(int argc, char **argv) {
          "WPO: weight each pair's loss by the policy's own probability of its two responses (Zhou et al. 2024)", false,
          false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
-         "sigmoid, robust, exo: assumed fraction of flipped labels (sigmoid: conservative DPO, DeepSpeed-Chat, "
-         "OpenRLHF; exo needs it > 0)",
+         "sigmoid, robust, exo, cpo, simpo: assumed fraction of flipped labels (sigmoid: conservative DPO, "
+         "DeepSpeed-Chat, OpenRLHF; exo needs it > 0)",
          false, false},
         {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
          false},
@@ -105,8 +105,12 @@ int cmd_dpo(int argc, char **argv) {
          false, false},
         {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
+        {"cpo-alpha", "cpo_alpha", OPT_FLOAT, &cpo_alpha,
+         "cpo, simpo: plus this times the mean negative log-likelihood of the batch's chosen tokens, CPO's "
+         "behaviour cloning (TRL's CPOConfig; default 1 for cpo, 0 for simpo)",
+         false, false},
     };
-    int count = 14 + trainer_cli_options(&c, options + 14);
+    int count = 15 + trainer_cli_options(&c, options + 15);
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, SimPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
@@ -126,10 +130,10 @@ int cmd_dpo(int argc, char **argv) {
             loss.sft_term = true, loss.sft_term_weight = weights[k];
             continue;
         }
-        // SimPO and ORPO are TRL's CPOTrainer and ORPOTrainer, which take one loss.
+        // CPO, SimPO and ORPO are TRL's CPOTrainer and ORPOTrainer, which take one loss.
         if (!dpo_loss_uses_reference(entry->kind) && entry_count > 1)
             die_user("option --loss: %s combines with no other loss (TRL's %s)", entry->name,
-                     entry->kind == DPO_LOSS_SIMPO ? "CPOTrainer" : "ORPOTrainer");
+                     dpo_loss_is_cpo_trainer(entry->kind) ? "CPOTrainer" : "ORPOTrainer");
         loss.terms[loss.term_count] = entry->kind, loss.term_weights[loss.term_count++] = weights[k];
         any_smoothing |= dpo_loss_uses_label_smoothing(entry->kind);
     }
@@ -142,7 +146,20 @@ int cmd_dpo(int argc, char **argv) {
                  "batch's mean)");
     if (use_weighting && !dpo_loss_uses_reference(loss.loss))
         die_user("option --use-weighting: --loss %s has no WPO weighting (TRL's %s has none)", loss_name,
-                 loss.loss == DPO_LOSS_SIMPO ? "CPOTrainer" : "ORPOTrainer");
+                 dpo_loss_is_cpo_trainer(loss.loss) ? "CPOTrainer" : "ORPOTrainer");
+    // CPO's behaviour cloning (TRL's cpo_alpha) is TRL's sft term: the mean -log-prob over the
+    // micro-batch's chosen response tokens, the cross-entropy CPOTrainer adds.
+    if (!isnan(cpo_alpha) && !dpo_loss_is_cpo_trainer(loss.loss))
+        die_user("option --cpo-alpha applies to --loss cpo and simpo only (TRL's CPOTrainer; DPO's is --sft-weight "
+                 "or the sft term of --loss)");
+    if (!isnan(cpo_alpha) && !(cpo_alpha >= 0 && isfinite(cpo_alpha)))
+        die_user("option --cpo-alpha must be >= 0, got %g", cpo_alpha);
+    if (dpo_loss_is_cpo_trainer(loss.loss)) {
+        if (sft_weight > 0)
+            die_user("option --sft-weight: --loss %s is TRL's CPOTrainer, whose chosen NLL is --cpo-alpha", loss_name);
+        const double weight = isnan(cpo_alpha) ? (loss.loss == DPO_LOSS_CPO ? 1.0 : 0.0) : cpo_alpha;
+        if (weight > 0) loss.sft_term = true, loss.sft_term_weight = weight;
+    }
     if (!dpo_loss_uses_reference(loss.loss) && reference_path)
         die_user("option --reference-model: --loss %s has no reference", loss_name);
     if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
@@ -151,7 +168,7 @@ int cmd_dpo(int argc, char **argv) {
         die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
     // With several losses, the smoothing goes to those that take it.
     if (label_smoothing > 0 && !any_smoothing)
-        die_user("option --label-smoothing applies to --loss sigmoid, robust and exo only");
+        die_user("option --label-smoothing applies to --loss sigmoid, robust, exo, cpo and simpo only");
     if (f_divergence_from_name(divergence_name, &loss.f_divergence) != 0)
         die_user("option --f-divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", divergence_name);
     for (int k = 0; k < entry_count; k++) {

@@ -13,6 +13,7 @@ int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     else if (!strcmp(name, "hinge")) *kind = DPO_LOSS_HINGE;
     else if (!strcmp(name, "simpo")) *kind = DPO_LOSS_SIMPO;
     else if (!strcmp(name, "orpo")) *kind = DPO_LOSS_ORPO;
+    else if (!strcmp(name, "cpo")) *kind = DPO_LOSS_CPO;
     else if (!strcmp(name, "sigmoid-norm") || !strcmp(name, "sigmoid_norm")) *kind = DPO_LOSS_SIGMOID_NORM;
     else if (!strcmp(name, "robust")) *kind = DPO_LOSS_ROBUST;
     else if (!strcmp(name, "exo") || !strcmp(name, "exo_pair")) *kind = DPO_LOSS_EXO;
@@ -175,9 +176,10 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
             stats->loss += pair_weight * (o->sft_weight * -pc / tokens);
             d_sums[2 * e] += pair_weight * (-o->sft_weight / tokens);
         }
-        // TRL's implicit rewards: beta (policy - reference) over the sums; SimPO's and ORPO's
-        // beta x mean.
-        const double reward_nc = uses_reference ? 1.0 : nc, reward_nr = uses_reference ? 1.0 : nr;
+        // TRL's implicit rewards: beta (policy - reference) over the sums; CPO's beta x sum,
+        // SimPO's and ORPO's beta x mean.
+        const bool mean_rewards = o->loss == DPO_LOSS_SIMPO || o->loss == DPO_LOSS_ORPO;
+        const double reward_nc = mean_rewards ? nc : 1.0, reward_nr = mean_rewards ? nr : 1.0;
         double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;
         stats->correct += chosen_reward > rejected_reward;
         stats->margin += chosen_reward - rejected_reward;

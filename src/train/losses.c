@@ -144,8 +144,9 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
     switch (options->loss) {
     case DPO_LOSS_SIGMOID:
     case DPO_LOSS_SIGMOID_NORM:
-    case DPO_LOSS_SIMPO: {
-        const double smoothing = options->loss == DPO_LOSS_SIGMOID ? eps : 0.0;
+    case DPO_LOSS_SIMPO:
+    case DPO_LOSS_CPO: {
+        const double smoothing = options->loss == DPO_LOSS_SIGMOID_NORM ? 0.0 : eps;
         const double x = z - (options->loss == DPO_LOSS_SIMPO ? options->simpo_gamma : 0.0);
         loss = (1 - smoothing) * log_sigmoid_negated(x) + smoothing * log_sigmoid_negated(-x);
         // d/dx -log sigmoid(x) = -sigmoid(-x); d/dx -log sigmoid(-x) = sigmoid(x)
@@ -258,7 +259,7 @@ static double pair_term_from_sums(const DpoLossOptions *options, double policy_c
                                   double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
                                   double *d_chosen, double *d_rejected) {
     const DpoLossKind kind = options->loss;
-    const bool means = kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || !dpo_loss_uses_reference(kind);
+    const bool means = dpo_loss_compares_means(kind);
     const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
     double loss, dc, dr;
     if (options->f_divergence == F_DIVERGENCE_REVERSE_KL) {

@@ -56,8 +56,12 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
 //   DPO_LOSS_DISCOPOP -log sigma(z) (1 - m) + e^(-z) m, m = sigma(z / tau)  (a discovered
 //                     blend of the logistic and exponential losses, Chris Lu et al. 2024;
 //                     TRL "discopop", tau = discopop_tau)
-//   DPO_LOSS_SIMPO    -log sigma(z - gamma) with no reference (the caller passes 0;
-//                     Meng et al. 2024, TRL's CPOTrainer loss_type "simpo")
+//   DPO_LOSS_SIMPO    -(1-eps) log sigma(z - gamma) - eps log sigma(gamma - z) with no
+//                     reference (the caller passes 0 and per-token means; Meng et al. 2024,
+//                     TRL's CPOTrainer loss_type "simpo", eps its label_smoothing)
+//   DPO_LOSS_CPO      -(1-eps) log sigma(z) - eps log sigma(-z) with no reference (the caller
+//                     passes 0 and the sums; Xu et al. 2024, TRL's CPOTrainer loss_type
+//                     "sigmoid"; its behaviour-cloning term is train/dpo.c's sft term)
 //   DPO_LOSS_ORPO     -a_c + beta (-log sigmoid(odds(a_c) - odds(a_r))), a = policy - ref with
 //                     no reference (the caller passes 0 and per-token means, so a_c is the
 //                     chosen response's mean log-prob and -a_c its NLL), odds(a) =
@@ -80,16 +84,28 @@ typedef enum {
     DPO_LOSS_APO_ZERO,
     DPO_LOSS_APO_DOWN,
     DPO_LOSS_DISCOPOP,
+    DPO_LOSS_CPO,
 } DpoLossKind;
 // The names dpo_loss_from_name takes (train/dpo.c), for help texts and errors.
 #define DPO_LOSS_NAMES                                                                                                 \
-    "sigmoid, sigmoid-norm, robust, exo, ipo, hinge, nca, bco, sppo-hard, apo-zero, apo-down, discopop, simpo, orpo"
-// SimPO and ORPO compare the policy's per-token means and need no reference model.
-static inline bool dpo_loss_uses_reference(DpoLossKind kind) { return kind != DPO_LOSS_SIMPO && kind != DPO_LOSS_ORPO; }
+    "sigmoid, sigmoid-norm, robust, exo, ipo, hinge, nca, bco, sppo-hard, apo-zero, apo-down, discopop, simpo, orpo, " \
+    "cpo"
+// CPO, SimPO and ORPO (TRL's CPOTrainer and ORPOTrainer) need no reference model.
+static inline bool dpo_loss_uses_reference(DpoLossKind kind) {
+    return kind != DPO_LOSS_SIMPO && kind != DPO_LOSS_ORPO && kind != DPO_LOSS_CPO;
+}
+// Losses that compare per-token means of the log-probs rather than their sums (TRL's
+// normalisations: IPO and sigmoid-norm in DPOTrainer, SimPO in CPOTrainer, ORPO).
+static inline bool dpo_loss_compares_means(DpoLossKind kind) {
+    return kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ORPO;
+}
 // Losses that take label_smoothing's eps (the others refuse it).
 static inline bool dpo_loss_uses_label_smoothing(DpoLossKind kind) {
-    return kind == DPO_LOSS_SIGMOID || kind == DPO_LOSS_ROBUST || kind == DPO_LOSS_EXO;
+    return kind == DPO_LOSS_SIGMOID || kind == DPO_LOSS_ROBUST || kind == DPO_LOSS_EXO || kind == DPO_LOSS_CPO ||
+           kind == DPO_LOSS_SIMPO;
 }
+// The losses of TRL's CPOTrainer, which alone take its behaviour-cloning weight cpo_alpha.
+static inline bool dpo_loss_is_cpo_trainer(DpoLossKind kind) { return kind == DPO_LOSS_CPO || kind == DPO_LOSS_SIMPO; }
 // The f-divergence between policy and reference that DPO regularises with (Wang et al.
 // 2023, f-DPO; TRL's f_divergence_type): it replaces each log-ratio u = policy - reference
 // by the score s(u) = f'(e^u) before the chosen - rejected difference:
