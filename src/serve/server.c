@@ -35,13 +35,13 @@
 
 typedef struct Job Job;
 typedef struct EmbedJob EmbedJob;
+typedef struct RewardJob RewardJob;
 
 struct Server {
     TextModel *tm;          // the generative model, or NULL when serving a reward model
     Model *reward_model;    // the reward model (value head), or NULL
     const Tokenizer *reward_tokenizer;
-    pthread_mutex_t score_lock; // one reward request scores at a time (shared activation memory)
-    bool worker_started;
+    bool worker_started; // the worker: generation and embeddings, or a reward server's scoring
     ServerOptions options;
     char *model_name;
     struct MHD_Daemon *daemon;
@@ -55,6 +55,7 @@ struct Server {
     pthread_cond_t changed;
     Job *queue_head, *queue_tail;
     EmbedJob *embed_head, *embed_tail; // /v1/embeddings requests, in arrival order
+    RewardJob *reward_head, *reward_tail; // /get_reward requests waiting to be scored, in arrival order
     int in_flight; // admitted requests not yet answered (generation and embeddings, queued included)
     int open_posts; // POST requests between their headers and the end of their answer
     bool stopping;
@@ -65,8 +66,9 @@ struct Server {
     int rows_generating;
     ContinuousStats batch_stats;
     // For GET /metrics of a reward server: /get_reward requests scored, their sequences,
-    // tokens, and the seconds spent scoring.
-    uint64_t reward_requests, reward_sequences, reward_tokens;
+    // tokens, the scoring rounds (requests scored together count once) and their forwards,
+    // and the seconds spent scoring.
+    uint64_t reward_requests, reward_sequences, reward_tokens, reward_rounds, reward_forwards;
     double reward_seconds;
     // For GET /metrics: /v1/embeddings requests answered with their vectors, their inputs
     // and tokens, and the seconds of every embedding forward.
@@ -168,6 +170,23 @@ struct EmbedJob {
     bool failed;
     OpenAIError error;
     bool finished;  // shared
+};
+
+// One /get_reward request. The HTTP thread that admitted it owns it; the reward worker
+// scores it together with the others waiting at the time (up to --reward-batch requests)
+// and touches it no more once it has set `finished` (under the lock).
+struct RewardJob {
+    RewardJob *next; // in the queue
+    RewardRequest req;
+    double deadline;
+    // The worker's until `finished`.
+    float *scores; // [req.count]
+    long tokens;
+    double seconds; // of the round it was scored in
+    int batch_mates; // the other requests of that round
+    bool failed;
+    OpenAIError error;
+    bool finished; // shared
 };
 
 // --- jobs ------------------------------------------------------------------------------
@@ -710,6 +729,81 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+// --- reward scoring (a reward server's worker) -------------------------------------------
+
+// A reward request answered (its scores, or its error): its HTTP thread takes over. Under
+// the lock; the job is off the queue.
+static void reward_done_locked(Server *s, RewardJob *job) {
+    s->in_flight--;
+    if (!job->failed) {
+        s->reward_requests++;
+        s->reward_sequences += (uint64_t)job->req.count;
+        s->reward_tokens += (uint64_t)job->tokens;
+    }
+    job->finished = true;
+    pthread_cond_broadcast(&s->changed);
+}
+
+// The reward worker: whenever the model is free, the requests that arrived meanwhile (up
+// to --reward-batch of them, in arrival order) are scored together — their sequences
+// sorted by length into forwards of --parallel rows (serve/reward_api.h) — so concurrent
+// clients share forwards instead of queueing for the model one by one. A queued request
+// past its deadline, or any once the server stops, is answered 503 without scoring; a
+// round that has started scores to its end.
+static void *reward_worker_main(void *arg) {
+    Server *s = arg;
+    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    const int cap = s->options.reward_batch > 0 ? s->options.reward_batch : 1;
+    RewardJob **round = xmalloc((size_t)cap * sizeof(RewardJob *));
+    const RewardRequest **reqs = xmalloc((size_t)cap * sizeof(RewardRequest *));
+    float **scores = xmalloc((size_t)cap * sizeof(float *));
+    long *tokens = xmalloc((size_t)cap * sizeof(long));
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->reward_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
+        if (!s->reward_head) break; // stopping, and nothing left to answer
+        int count = 0;
+        while (s->reward_head && count < cap) {
+            RewardJob *job = s->reward_head;
+            s->reward_head = job->next;
+            if (!s->reward_head) s->reward_tail = NULL;
+            if (s->stopping || now_seconds() > job->deadline) {
+                job->failed = true;
+                if (s->stopping)
+                    openai_error_set(&job->error, 503, "server_error", NULL, "server_shutting_down",
+                                     "the server is shutting down");
+                else
+                    openai_error_set(&job->error, 503, "server_error", NULL, "timeout",
+                                     "the request waited for the model past the server's --request-timeout-s");
+                reward_done_locked(s, job);
+                continue;
+            }
+            round[count++] = job;
+        }
+        if (count == 0) continue;
+        pthread_mutex_unlock(&s->lock);
+        for (int r = 0; r < count; r++) reqs[r] = &round[r]->req, scores[r] = round[r]->scores;
+        const double start = now_seconds();
+        const int forwards =
+            reward_requests_score(s->reward_model, s->reward_tokenizer, reqs, count, s->options.parallel, scores, tokens);
+        const double seconds = now_seconds() - start;
+        if (count > 1) fprintf(stderr, "serve: %d reward requests scored together (%d forwards)\n", count, forwards);
+        pthread_mutex_lock(&s->lock);
+        s->reward_rounds++;
+        s->reward_forwards += (uint64_t)forwards;
+        s->reward_seconds += seconds;
+        for (int r = 0; r < count; r++) {
+            round[r]->tokens = tokens[r];
+            round[r]->seconds = seconds;
+            round[r]->batch_mates = count - 1;
+            reward_done_locked(s, round[r]);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(round), free(reqs), free(scores), free(tokens);
+    return NULL;
+}
+
 // --- HTTP ------------------------------------------------------------------------------
 
 typedef enum {
@@ -818,7 +912,8 @@ static void metric(char **text, size_t *length, size_t *capacity, const char *na
 static char *reward_metrics_text(Server *s) {
     pthread_mutex_lock(&s->lock);
     const int in_flight = s->in_flight;
-    const uint64_t requests = s->reward_requests, sequences = s->reward_sequences, tokens = s->reward_tokens;
+    const uint64_t requests = s->reward_requests, sequences = s->reward_sequences, tokens = s->reward_tokens,
+                   rounds = s->reward_rounds, forwards = s->reward_forwards;
     const double seconds = s->reward_seconds;
     pthread_mutex_unlock(&s->lock);
     char *text = NULL;
@@ -828,6 +923,10 @@ static char *reward_metrics_text(Server *s) {
     metric(&text, &length, &capacity, "reward_requests_total", "counter", "Reward requests scored.", (double)requests);
     metric(&text, &length, &capacity, "reward_sequences_total", "counter", "Sequences scored.", (double)sequences);
     metric(&text, &length, &capacity, "reward_tokens_total", "counter", "Tokens of the sequences scored.", (double)tokens);
+    metric(&text, &length, &capacity, "reward_rounds_total", "counter",
+           "Scoring rounds: the requests waiting for the model scored together (--reward-batch) count once.",
+           (double)rounds);
+    metric(&text, &length, &capacity, "reward_forwards_total", "counter", "Reward-model forwards.", (double)forwards);
     metric(&text, &length, &capacity, "reward_seconds_total", "counter", "Time in reward-model forwards.", seconds);
     return text;
 }
@@ -1020,19 +1119,24 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     return job;
 }
 
-// POST /get_reward on a reward server (serve/reward_api.h). Requests score one at a
-// time; a request waiting for the model counts against --max-concurrent.
+// POST /get_reward on a reward server (serve/reward_api.h). The request waits in the
+// reward worker's queue (counted against --max-concurrent) and is scored with the others
+// waiting at the same time; this thread answers.
 static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
-    RewardRequest req;
+    RewardJob *job = xcalloc(1, sizeof(RewardJob));
     OpenAIError err;
-    if (reward_request_parse(upload->body ? upload->body : "", upload->size, &req, &err) != 0)
+    if (reward_request_parse(upload->body ? upload->body : "", upload->size, &job->req, &err) != 0) {
+        free(job);
         return respond_error(ex, &err, NULL);
+    }
+    job->scores = xmalloc((size_t)job->req.count * sizeof(float));
     pthread_mutex_lock(&s->lock);
     if (s->stopping || s->in_flight >= s->options.max_concurrent) {
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->lock);
-        reward_request_free(&req);
+        reward_request_free(&job->req);
+        free(job->scores), free(job);
         if (stopping)
             return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
         return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
@@ -1040,32 +1144,26 @@ static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
                                  "retry later", s->options.max_concurrent);
     }
     s->in_flight++;
-    pthread_mutex_unlock(&s->lock);
-
-    float *scores = xmalloc((size_t)req.count * sizeof(float));
-    long tokens = 0;
-    pthread_mutex_lock(&s->score_lock);
-    // OpenMP settings are per thread, and each connection is a thread of its own.
-    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
-    double start = now_seconds();
-    reward_request_score(s->reward_model, s->reward_tokenizer, &req, s->options.parallel, scores, &tokens);
-    double seconds = now_seconds() - start;
-    pthread_mutex_unlock(&s->score_lock);
-
-    pthread_mutex_lock(&s->lock);
-    s->in_flight--;
-    s->reward_requests++;
-    s->reward_sequences += (uint64_t)req.count;
-    s->reward_tokens += (uint64_t)tokens;
-    s->reward_seconds += seconds;
+    job->deadline = now_seconds() + s->options.request_timeout_s;
+    if (s->reward_tail) s->reward_tail->next = job;
+    else s->reward_head = job;
+    s->reward_tail = job;
     pthread_cond_broadcast(&s->changed);
+    while (!job->finished) pthread_cond_wait(&s->changed, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    char detail[96];
-    snprintf(detail, sizeof detail, "(%d sequence%s, %ld tokens, %.2f s)", req.count, req.count == 1 ? "" : "s",
-             tokens, seconds);
-    enum MHD_Result result = respond_json(ex, 200, reward_response_json(scores, req.count), detail);
-    free(scores);
-    reward_request_free(&req);
+
+    enum MHD_Result result;
+    if (job->failed) {
+        result = respond_error(ex, &job->error, NULL);
+    } else {
+        char detail[128];
+        snprintf(detail, sizeof detail, "(%d sequence%s, %ld tokens, %.2f s, %d batch-mate%s)", job->req.count,
+                 job->req.count == 1 ? "" : "s", job->tokens, job->seconds, job->batch_mates,
+                 job->batch_mates == 1 ? "" : "s");
+        result = respond_json(ex, 200, reward_response_json(job->scores, job->req.count), detail);
+    }
+    reward_request_free(&job->req);
+    free(job->scores), free(job);
     return result;
 }
 
@@ -1370,7 +1468,6 @@ static int start(Server **out, TextModel *tm, Model *reward_model, const Tokeniz
     s->tm = tm;
     s->reward_model = reward_model;
     s->reward_tokenizer = reward_tokenizer;
-    pthread_mutex_init(&s->score_lock, NULL);
     s->options = *options;
     if (s->options.parallel < 1) s->options.parallel = 1;
     s->model_name = xstrdup(options->model_name);
@@ -1379,10 +1476,9 @@ static int start(Server **out, TextModel *tm, Model *reward_model, const Tokeniz
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
-    if (tm) {
-        CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
-        s->worker_started = true;
-    }
+    CHECK(pthread_create(&s->worker, NULL, tm ? worker_main : reward_worker_main, s) == 0,
+          "cannot start the %s thread", tm ? "generation" : "scoring");
+    s->worker_started = true;
     // A connection is one thread; the bound keeps a flood of clients from exhausting them,
     // and is far above what --max-concurrent admits, so busy clients still get their 429.
     unsigned int connections = 256 + 4 * (unsigned int)options->max_concurrent;
@@ -1433,7 +1529,6 @@ void server_stop(Server *s) {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
     if (s->worker_started) pthread_join(s->worker, NULL);
-    pthread_mutex_destroy(&s->score_lock);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->changed);
     free(s->model_name);

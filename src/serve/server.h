@@ -63,6 +63,7 @@ typedef struct {
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
     Pooling pooling;        // how /v1/embeddings pools a text's final hidden states
+    int reward_batch;       // a reward server: the most waiting /get_reward requests scored together (1: one at a time)
 } ServerOptions;
 
 typedef struct Server Server;
@@ -71,8 +72,10 @@ typedef struct Server Server;
 // Returns 0, or -1 with err_set() (address in use, unknown host, ...).
 int server_start(Server **out, TextModel *tm, const ServerOptions *options);
 // A reward server: /get_reward scores with `reward_model` (value head) and `tokenizer`,
-// options.parallel sequences per forward, one request at a time (the others wait, counted
-// against max_concurrent; no request timeout: a request scores to its end).
+// options.parallel sequences per forward, on one worker thread: the requests that arrive
+// while it scores wait (counted against max_concurrent) and are then scored together, up
+// to options.reward_batch of them, their sequences sorted by length across requests. A
+// request still waiting after request_timeout_s is 503; a round that started scores to its end.
 int server_start_reward(Server **out, Model *reward_model, const Tokenizer *tokenizer, const ServerOptions *options);
 int server_port(const Server *server);
 // Stops accepting connections, halts the running generation and fails the queued ones
