@@ -72,7 +72,8 @@ int cmd_serve(int argc, char **argv) {
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"pooling", NULL, OPT_STRING, &pooling_option,
          "how /v1/embeddings pools a text's final hidden states: mean, last (the last token's) or cls (the first "
-         "token's); the vector is then L2-normalised",
+         "token's); the vector is then L2-normalised. none: no pooling, POST /embeddings (llama.cpp's route) answers "
+         "every token's states unnormalised and /v1/embeddings refuses",
          false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };

@@ -163,9 +163,11 @@ struct EmbedJob {
                     // pads its rows to about their own length
     long tokens;    // of every input
     double deadline;
+    bool per_token; // --pooling none: a vector per token (POST /embeddings)
+    long *offsets;  // [count]: input i's first vector is vectors[offsets[i] * hidden_size]
     // The worker's until `finished`.
     int done;       // inputs embedded (order[0, done))
-    float *vectors; // [count * hidden_size], input i's at i * hidden_size
+    float *vectors; // [count * hidden_size], or one vector per token with per_token
     double seconds; // in forwards
     bool failed;
     OpenAIError error;
@@ -579,8 +581,11 @@ static void job_done_locked(Server *s, Job *job) {
 // An embedding request answered (its vectors, or its error): its HTTP thread takes over.
 // Under the lock.
 static void embed_done_locked(Server *s, EmbedJob *job) {
-    s->embed_head = job->next;
-    if (!s->embed_head) s->embed_tail = NULL;
+    EmbedJob *before = NULL;
+    for (EmbedJob *at = s->embed_head; at != job; at = at->next) before = at;
+    if (before) before->next = job->next;
+    else s->embed_head = job->next;
+    if (s->embed_tail == job) s->embed_tail = before;
     s->in_flight--;
     s->embedding_seconds += job->seconds;
     if (!job->failed) {
@@ -592,12 +597,18 @@ static void embed_done_locked(Server *s, EmbedJob *job) {
     pthread_cond_broadcast(&s->changed);
 }
 
-// The embedding request to run next, or NULL: queued ones that can no longer run (past
-// their deadline, or the server stopping) are answered 503 first. Under the lock.
-static EmbedJob *next_embed_job_locked(Server *s) {
-    while (s->embed_head) {
-        EmbedJob *job = s->embed_head;
-        if (!s->stopping && now_seconds() <= job->deadline) return job;
+// The embedding requests whose inputs fill the next forward (up to `max` of them, in
+// arrival order): queued ones that can no longer run (past their deadline, or the server
+// stopping) are answered 503 first. Under the lock.
+static int next_embed_jobs_locked(Server *s, EmbedJob **jobs, int max) {
+    int count = 0, inputs = 0;
+    for (EmbedJob *job = s->embed_head, *next; job && inputs < max; job = next) {
+        next = job->next;
+        if (!s->stopping && now_seconds() <= job->deadline) {
+            jobs[count++] = job;
+            inputs += job->count - job->done;
+            continue;
+        }
         job->failed = true;
         if (s->stopping)
             openai_error_set(&job->error, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
@@ -606,45 +617,65 @@ static EmbedJob *next_embed_job_locked(Server *s) {
                              "the request did not finish within the server's --request-timeout-s");
         embed_done_locked(s, job);
     }
-    return NULL;
+    return count;
 }
 
-// One forward of the request's next inputs: up to --parallel of them, and no more rows
-// than fit the model's context when padded to the longest (the inputs run shortest
-// first, so that is the last one), so that a forward never needs more activation memory
-// than one prompt of the full context (attention keeps rows x length^2 probabilities).
-// Outside the lock; returns true when the request is done (every input embedded, or failed).
-static bool embed_step(Server *s, EmbedJob *job) {
+// One forward of the next inputs of the waiting embedding requests: up to --parallel of
+// them, the first request's next ones (its inputs run shortest first) and then, while
+// rows are left, the next requests' — so concurrent requests share forwards — and no more
+// rows than fit the model's context when padded to the longest, so that a forward never
+// needs more activation memory than one prompt of the full context (attention keeps rows
+// x length^2 probabilities). Outside the lock; afterwards a request is done when every
+// input is embedded or it failed.
+static void embed_step(Server *s, EmbedJob **jobs, int num_jobs) {
     Model *model = &s->tm->model;
     const int C = model->config.hidden_size, context = model->config.max_position_embeddings;
-    int B = 1;
-    while (B < s->options.parallel && job->done + B < job->count &&
-           (long)(B + 1) * job->lengths[job->order[job->done + B]] <= context)
-        B++;
-    const int **rows = xmalloc((size_t)B * sizeof(int *));
-    int *lengths = xmalloc((size_t)B * sizeof(int));
-    float *vectors = xmalloc((size_t)B * C * sizeof(float));
-    for (int b = 0; b < B; b++) {
-        rows[b] = job->ids[job->order[job->done + b]];
-        lengths[b] = job->lengths[job->order[job->done + b]];
+    const int P = s->options.parallel;
+    const int **rows = xmalloc((size_t)P * sizeof(int *));
+    int *lengths = xmalloc((size_t)P * sizeof(int)), *row_job = xmalloc((size_t)P * sizeof(int));
+    int *row_input = xmalloc((size_t)P * sizeof(int));
+    int B = 0, longest = 0;
+    long vectors_needed = 0;
+    for (int j = 0; j < num_jobs && B < P; j++) {
+        const EmbedJob *job = jobs[j];
+        bool full = false;
+        for (int k = job->done; k < job->count && B < P; k++) {
+            const int input = job->order[k], length = job->lengths[input];
+            const int padded = length > longest ? length : longest;
+            if (B > 0 && (long)(B + 1) * padded > context) {
+                full = true;
+                break;
+            }
+            rows[B] = job->ids[input], lengths[B] = length, row_job[B] = j, row_input[B] = input;
+            longest = padded;
+            vectors_needed += s->options.pooling == POOLING_NONE ? length : 1;
+            B++;
+        }
+        if (full) break;
     }
+    float *vectors = xmalloc((size_t)vectors_needed * C * sizeof(float));
     const double start = now_seconds();
-    pooled_embeddings(model, rows, lengths, B, s->options.pooling, vectors);
-    job->seconds += now_seconds() - start;
-    for (int b = 0; b < B && !job->failed; b++) {
-        const int input = job->order[job->done + b];
-        for (int c = 0; c < C; c++)
-            if (!isfinite(vectors[(size_t)b * C + c])) {
+    if (s->options.pooling == POOLING_NONE) token_embeddings(model, rows, lengths, B, vectors);
+    else pooled_embeddings(model, rows, lengths, B, s->options.pooling, vectors);
+    const double seconds = now_seconds() - start;
+    for (int j = 0; j < num_jobs; j++)
+        if (j <= row_job[B - 1]) jobs[j]->seconds += seconds;
+    const float *from = vectors;
+    for (int b = 0; b < B; b++) {
+        EmbedJob *job = jobs[row_job[b]];
+        const int input = row_input[b];
+        const size_t floats = (size_t)(job->per_token ? lengths[b] : 1) * C;
+        for (size_t c = 0; c < floats && !job->failed; c++)
+            if (!isfinite(from[c])) {
                 job->failed = true;
                 openai_error_set(&job->error, 500, "server_error", NULL, "internal_error",
                                  "the model's hidden states for input[%d] are not finite", input);
-                break;
             }
-        memcpy(job->vectors + (size_t)input * C, vectors + (size_t)b * C, (size_t)C * sizeof(float));
+        memcpy(job->vectors + (size_t)job->offsets[input] * C, from, floats * sizeof(float));
+        from += floats;
+        job->done++;
     }
-    job->done += B;
-    free(rows), free(lengths), free(vectors);
-    return job->failed || job->done == job->count;
+    free(rows), free(lengths), free(row_job), free(row_input), free(vectors);
 }
 
 // The worker: between decode steps, queued requests join the batch in arrival order while
@@ -652,9 +683,9 @@ static bool embed_step(Server *s, EmbedJob *job) {
 // than that joins a batch without rows, alone — with one prefill for all that join
 // together; a request that cannot join yet holds back the ones behind it. A queued request
 // that was cancelled or timed out, or any once the server stops, is answered without
-// generating; the rows of a running one stop at their next token then. An embedding
-// request runs alongside: one forward of its inputs per turn, before the decode step, the
-// first request in arrival order to its end, then the next.
+// generating; the rows of a running one stop at their next token then. Embedding
+// requests run alongside: one forward of up to --parallel inputs per turn, before the
+// decode step, the first request's in arrival order and then the next ones' (embed_step).
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
@@ -675,6 +706,7 @@ static void *worker_main(void *arg) {
     Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
     SequenceRequest *requests = xmalloc((size_t)max_rows * sizeof(SequenceRequest));
     SequenceOptions *sequences = xmalloc((size_t)max_rows * sizeof(SequenceOptions));
+    EmbedJob **embedding = xmalloc((size_t)s->options.parallel * sizeof(EmbedJob *));
     pthread_mutex_lock(&s->lock);
     for (;;) {
         const int rows = continuous_batch_rows(batch); // only this thread changes it
@@ -682,7 +714,7 @@ static void *worker_main(void *arg) {
             while (!s->queue_head && !s->embed_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
             if (!s->queue_head && !s->embed_head) break; // stopping, and nothing left to answer
         }
-        EmbedJob *embedding = next_embed_job_locked(s);
+        const int num_embedding = next_embed_jobs_locked(s, embedding, s->options.parallel);
         int count = 0, new_rows = 0;
         while (s->queue_head) {
             Job *job = s->queue_head;
@@ -699,9 +731,9 @@ static void *worker_main(void *arg) {
                 new_rows += job->num_choices;
             }
         }
-        if (rows + new_rows == 0 && !embedding) continue;
+        if (rows + new_rows == 0 && num_embedding == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        const bool embedding_done = embedding && embed_step(s, embedding);
+        if (num_embedding > 0) embed_step(s, embedding, num_embedding);
         if (count > 0) {
             if (rows > 0 || count > 1)
                 fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
@@ -719,13 +751,14 @@ static void *worker_main(void *arg) {
         }
         if (rows + new_rows > 0) continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
-        if (embedding_done) embed_done_locked(s, embedding); // still the queue's head: only this thread takes one off
+        for (int e = 0; e < num_embedding; e++) // still queued: only this thread takes one off
+            if (embedding[e]->failed || embedding[e]->done == embedding[e]->count) embed_done_locked(s, embedding[e]);
         continuous_batch_stats(batch, &s->batch_stats);
         s->rows_generating = continuous_batch_rows(batch) - s->batch_stats.prefilling_rows;
     }
     pthread_mutex_unlock(&s->lock);
     continuous_batch_free(batch);
-    free(joining), free(requests), free(sequences);
+    free(joining), free(requests), free(sequences), free(embedding);
     return NULL;
 }
 
@@ -815,6 +848,7 @@ typedef enum {
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
     ROUTE_EMBEDDINGS,
+    ROUTE_EMBEDDINGS_NATIVE, // llama.cpp's /embeddings: a list of vectors per input (--pooling none: per token)
     ROUTE_REWARD
 } Route;
 
@@ -895,6 +929,7 @@ static Route find_route(const char *url) {
     if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
     if (strcmp(url, "/v1/completions") == 0) return ROUTE_COMPLETIONS;
     if (strcmp(url, "/v1/embeddings") == 0) return ROUTE_EMBEDDINGS;
+    if (strcmp(url, "/embeddings") == 0 || strcmp(url, "/embedding") == 0) return ROUTE_EMBEDDINGS_NATIVE;
     if (strcmp(url, "/get_reward") == 0) return ROUTE_REWARD;
     return ROUTE_NONE;
 }
@@ -1169,7 +1204,7 @@ static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
 
 static void embed_job_free(EmbedJob *job) {
     for (int i = 0; i < job->count; i++) free(job->ids[i]);
-    free(job->ids), free(job->lengths), free(job->order), free(job->vectors);
+    free(job->ids), free(job->lengths), free(job->order), free(job->offsets), free(job->vectors);
     free(job);
 }
 
@@ -1229,18 +1264,34 @@ static EmbedJob *embed_job_new(Server *s, EmbeddingsRequest *req, OpenAIError *e
     job->order = xmalloc((size_t)job->count * sizeof(int));
     for (int i = 0; i < job->count; i++) job->order[i] = order[i].index;
     free(order);
-    job->vectors = xmalloc((size_t)job->count * tm->model.config.hidden_size * sizeof(float));
+    // A vector per input, or with --pooling none one per token, inputs in request order.
+    job->per_token = s->options.pooling == POOLING_NONE;
+    job->offsets = xmalloc((size_t)job->count * sizeof(long));
+    for (int i = 0, at = 0; i < job->count; at += job->per_token ? job->lengths[i] : 1, i++) job->offsets[i] = at;
+    const long vectors = job->per_token ? job->tokens : job->count;
+    job->vectors = xmalloc((size_t)vectors * tm->model.config.hidden_size * sizeof(float));
     return job;
 }
 
-// POST /v1/embeddings: the request waits in the worker's embedding queue (counted against
-// --max-concurrent) and the worker runs it between decode steps; this thread answers.
+// POST /v1/embeddings and POST /embeddings: the request waits in the worker's embedding
+// queue (counted against --max-concurrent) and the worker runs it between decode steps;
+// this thread answers. With --pooling none there is no vector per text, the only shape the
+// OpenAI API has: /v1/embeddings refuses, as llama.cpp's server does, and /embeddings
+// answers the vectors of every token.
 static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
     const int hidden = s->tm->model.config.hidden_size;
+    const bool native = upload->route == ROUTE_EMBEDDINGS_NATIVE;
+    if (!native && s->options.pooling == POOLING_NONE)
+        return respond_new_error(ex, 400, "invalid_request_error", "pooling_not_supported", NULL,
+                                 "this server runs --pooling none (a vector per token), which the OpenAI embeddings "
+                                 "API cannot return: POST /embeddings answers the per-token vectors; for one vector "
+                                 "per text start the server with --pooling mean, last or cls");
     EmbeddingsRequest req;
     OpenAIError err;
-    if (embeddings_request_parse(upload->body ? upload->body : "", upload->size, s->model_name, hidden, &req, &err) != 0)
+    if ((native ? embeddings_native_request_parse : embeddings_request_parse)(upload->body ? upload->body : "",
+                                                                              upload->size, s->model_name, hidden,
+                                                                              &req, &err) != 0)
         return respond_error(ex, &err, NULL);
     const bool base64 = req.base64;
     EmbedJob *job = embed_job_new(s, &req, &err);
@@ -1274,9 +1325,16 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
         char detail[96];
         snprintf(detail, sizeof detail, "(%d input%s, %ld tokens, %.2f s)", job->count, job->count == 1 ? "" : "s",
                  job->tokens, job->seconds);
-        result = respond_json(ex, 200,
-                              embeddings_response_json(job->vectors, job->count, hidden, base64, s->model_name, job->tokens),
-                              detail);
+        char *json;
+        if (native) {
+            int *per_input = xmalloc((size_t)job->count * sizeof(int));
+            for (int i = 0; i < job->count; i++) per_input[i] = job->per_token ? job->lengths[i] : 1;
+            json = embeddings_native_response_json(job->vectors, per_input, job->count, hidden);
+            free(per_input);
+        } else {
+            json = embeddings_response_json(job->vectors, job->count, hidden, base64, s->model_name, job->tokens);
+        }
+        result = respond_json(ex, 200, json, detail);
     }
     embed_job_free(job);
     return result;
@@ -1393,7 +1451,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         if (route == ROUTE_NONE)
             return respond_new_error(&ex, 404, "invalid_request_error", "unknown_url", NULL, "Unknown request URL: %.16s %s",
                                      method, shown);
-        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_EMBEDDINGS || route == ROUTE_REWARD;
+        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_EMBEDDINGS ||
+                          route == ROUTE_EMBEDDINGS_NATIVE || route == ROUTE_REWARD;
         if (post_route ? !is_post : !is_get)
             return respond_new_error(&ex, 405, "invalid_request_error", "method_not_allowed", post_route ? "POST" : "GET, HEAD",
                                      "%.16s is not allowed on %s (use %s)", method, shown, post_route ? "POST" : "GET");
@@ -1437,7 +1496,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
                                  "the request body is over this server's limit of %ld bytes (--max-body-bytes)",
                                  s->options.max_body_bytes);
     if (upload->route == ROUTE_REWARD) return handle_reward(&ex, upload);
-    if (upload->route == ROUTE_EMBEDDINGS) return handle_embeddings(&ex, upload);
+    if (upload->route == ROUTE_EMBEDDINGS || upload->route == ROUTE_EMBEDDINGS_NATIVE) return handle_embeddings(&ex, upload);
     return handle_generation(&ex, upload);
 }
 
