@@ -71,8 +71,8 @@ struct Server {
     uint64_t reward_requests, reward_sequences, reward_tokens, reward_rounds, reward_forwards;
     double reward_seconds;
     // For GET /metrics: /v1/embeddings requests answered with their vectors, their inputs
-    // and tokens, and the seconds of every embedding forward.
-    uint64_t embedding_requests, embedding_inputs, embedding_tokens;
+    // and tokens, the embedding forwards (concurrent requests share them) and their seconds.
+    uint64_t embedding_requests, embedding_inputs, embedding_tokens, embedding_forwards;
     double embedding_seconds;
 };
 
@@ -734,6 +734,7 @@ static void *worker_main(void *arg) {
         if (rows + new_rows == 0 && num_embedding == 0) continue;
         pthread_mutex_unlock(&s->lock);
         if (num_embedding > 0) embed_step(s, embedding, num_embedding);
+        const bool embedded = num_embedding > 0;
         if (count > 0) {
             if (rows > 0 || count > 1)
                 fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
@@ -751,6 +752,7 @@ static void *worker_main(void *arg) {
         }
         if (rows + new_rows > 0) continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
+        s->embedding_forwards += embedded;
         for (int e = 0; e < num_embedding; e++) // still queued: only this thread takes one off
             if (embedding[e]->failed || embedding[e]->done == embedding[e]->count) embed_done_locked(s, embedding[e]);
         continuous_batch_stats(batch, &s->batch_stats);
@@ -976,7 +978,7 @@ static char *metrics_text(Server *s) {
                    completion = s->completion_tokens;
     const ContinuousStats stats = s->batch_stats;
     const uint64_t embedding_requests = s->embedding_requests, embedding_inputs = s->embedding_inputs,
-                   embedding_tokens = s->embedding_tokens;
+                   embedding_tokens = s->embedding_tokens, embedding_forwards = s->embedding_forwards;
     const double embedding_seconds = s->embedding_seconds;
     pthread_mutex_unlock(&s->lock);
     char *text = NULL;
@@ -1023,6 +1025,8 @@ static char *metrics_text(Server *s) {
            (double)embedding_inputs);
     metric(&text, &length, &capacity, "embedding_tokens_total", "counter", "Tokens of those inputs.",
            (double)embedding_tokens);
+    metric(&text, &length, &capacity, "embedding_forwards_total", "counter",
+           "Embedding forwards (up to --parallel inputs each, of one request or of several).", (double)embedding_forwards);
     metric(&text, &length, &capacity, "embedding_seconds_total", "counter", "Time in embedding forwards.",
            embedding_seconds);
     return text;
