@@ -12,7 +12,9 @@
 // cache's slots; the embedding requests, inputs, tokens and seconds), GET /v1/models, GET
 // /v1/models/<name>, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings
 // (serve/embeddings_api.h: the final hidden states pooled by options.pooling and
-// L2-normalised, model/pooling.h). Anything else is 404; a known path with another method
+// L2-normalised, model/pooling.h; refused with --pooling none), POST /embeddings and
+// /embedding (llama.cpp's route: a list of vectors per input, one per token with
+// --pooling none). Anything else is 404; a known path with another method
 // is 405.
 //
 // Limits, each answered with an OpenAI-style error: a body over max_body_bytes is 413 (from
