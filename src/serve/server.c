@@ -1262,6 +1262,15 @@ static EmbedJob *embed_job_new(Server *s, EmbeddingsRequest *req, OpenAIError *e
             return NULL;
         }
     }
+    // A vector per token: the answer grows with the tokens (SmolLM2: 576 floats, ~6 KB of
+    // JSON, each), so a request holds one context's worth of them at most.
+    if (s->options.pooling == POOLING_NONE && job->tokens > context) {
+        openai_error_set(err, 400, "invalid_request_error", "input", "context_length_exceeded",
+                         "with --pooling none (a vector per token) a request's inputs hold at most the model's context, "
+                         "%d tokens, in all; these have %ld", context, job->tokens);
+        embed_job_free(job);
+        return NULL;
+    }
     InputOrder *order = xmalloc((size_t)job->count * sizeof(InputOrder));
     for (int i = 0; i < job->count; i++) order[i] = (InputOrder){job->lengths[i], i};
     qsort(order, (size_t)job->count, sizeof(InputOrder), shortest_first);
@@ -1271,7 +1280,8 @@ static EmbedJob *embed_job_new(Server *s, EmbeddingsRequest *req, OpenAIError *e
     // A vector per input, or with --pooling none one per token, inputs in request order.
     job->per_token = s->options.pooling == POOLING_NONE;
     job->offsets = xmalloc((size_t)job->count * sizeof(long));
-    for (int i = 0, at = 0; i < job->count; at += job->per_token ? job->lengths[i] : 1, i++) job->offsets[i] = at;
+    long at = 0;
+    for (int i = 0; i < job->count; at += job->per_token ? job->lengths[i] : 1, i++) job->offsets[i] = at;
     const long vectors = job->per_token ? job->tokens : job->count;
     job->vectors = xmalloc((size_t)vectors * tm->model.config.hidden_size * sizeof(float));
     return job;

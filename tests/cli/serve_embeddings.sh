@@ -359,6 +359,10 @@ if start_server "$tmp/server_none.log" --model "$model" --threads 1 --pooling no
         pass "embeddings_pooling_none_concurrent (largest difference $why; $why1)" ||
         fail embeddings_pooling_none_concurrent "$(echo "$why ${why1:-}" | head -c 300)"
     expect_refused embeddings_pooling_none_not_oai 400 "" '{"input": "a"}' "--pooling none"
+    # At most one context (256 tokens) of per-token vectors per request.
+    status=$(request POST /embeddings "{\"input\": [$(python3 -c 'print(list(range(1, 200)))'), $(python3 -c 'print(list(range(1, 60)))')]}")
+    [ "$status" = 400 ] && emb error "$tmp/body" input > /dev/null && grep -q "at most the model's context, 256 tokens" "$tmp/body" &&
+        pass embeddings_pooling_none_total_tokens || fail embeddings_pooling_none_total_tokens "status $status: $(head -c 200 "$tmp/body")"
     stop_server
 else
     fail embeddings_pooling_none "$(tail -n 3 "$tmp/server_none.log")"
