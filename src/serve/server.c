@@ -587,7 +587,6 @@ static void embed_done_locked(Server *s, EmbedJob *job) {
     else s->embed_head = job->next;
     if (s->embed_tail == job) s->embed_tail = before;
     s->in_flight--;
-    s->embedding_seconds += job->seconds;
     if (!job->failed) {
         s->embedding_requests++;
         s->embedding_inputs += (uint64_t)job->count;
@@ -626,8 +625,9 @@ static int next_embed_jobs_locked(Server *s, EmbedJob **jobs, int max) {
 // rows than fit the model's context when padded to the longest, so that a forward never
 // needs more activation memory than one prompt of the full context (attention keeps rows
 // x length^2 probabilities). Outside the lock; afterwards a request is done when every
-// input is embedded or it failed.
-static void embed_step(Server *s, EmbedJob **jobs, int num_jobs) {
+// input is embedded or it failed. Returns the forward's seconds (each request in it counts
+// them in its own time too).
+static double embed_step(Server *s, EmbedJob **jobs, int num_jobs) {
     Model *model = &s->tm->model;
     const int C = model->config.hidden_size, context = model->config.max_position_embeddings;
     const int P = s->options.parallel;
@@ -676,6 +676,7 @@ static void embed_step(Server *s, EmbedJob **jobs, int num_jobs) {
         job->done++;
     }
     free(rows), free(lengths), free(row_job), free(row_input), free(vectors);
+    return seconds;
 }
 
 // The worker: between decode steps, queued requests join the batch in arrival order while
@@ -733,8 +734,7 @@ static void *worker_main(void *arg) {
         }
         if (rows + new_rows == 0 && num_embedding == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        if (num_embedding > 0) embed_step(s, embedding, num_embedding);
-        const bool embedded = num_embedding > 0;
+        const double embedding_seconds = num_embedding > 0 ? embed_step(s, embedding, num_embedding) : 0;
         if (count > 0) {
             if (rows > 0 || count > 1)
                 fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
@@ -752,7 +752,8 @@ static void *worker_main(void *arg) {
         }
         if (rows + new_rows > 0) continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
-        s->embedding_forwards += embedded;
+        s->embedding_forwards += num_embedding > 0;
+        s->embedding_seconds += embedding_seconds;
         for (int e = 0; e < num_embedding; e++) // still queued: only this thread takes one off
             if (embedding[e]->failed || embedding[e]->done == embedding[e]->count) embed_done_locked(s, embedding[e]);
         continuous_batch_stats(batch, &s->batch_stats);
