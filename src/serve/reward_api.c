@@ -116,7 +116,7 @@ static int by_length(const void *a, const void *b) {
 }
 
 int reward_requests_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *const *reqs, int count,
-                          int batch_size, float *const *scores, long *tokens) {
+                          int batch_size, float *const *scores, long *tokens, bool (*stop)(void *), void *context) {
     const int max_length = model->config.max_position_embeddings;
     int total = 0;
     for (int r = 0; r < count; r++) total += reqs[r]->count;
@@ -145,6 +145,10 @@ int reward_requests_score(Model *model, const Tokenizer *tokenizer, const Reward
     qsort(order, (size_t)total, sizeof(ScoreOrder), by_length);
     int *batch_lengths = xmalloc((size_t)batch_size * sizeof(int)), forwards = 0;
     for (int start = 0; start < total; start += batch_size, forwards++) {
+        if (stop && stop(context)) {
+            forwards = -1;
+            break;
+        }
         const int B = total - start < batch_size ? total - start : batch_size;
         int T = 0;
         for (int b = 0; b < B; b++) {

@@ -48,10 +48,12 @@ void reward_sequence_ids(const Tokenizer *tokenizer, const char *query, const ch
 // arrival order), so that a forward pads its rows to about their own length. scores[r][i]
 // is request r's i-th score; tokens[r] counts request r's tokens scored. A sequence's score
 // is the one it gets scored alone up to float rounding (its row's matmuls run with other
-// row counts). Returns the number of forwards. The caller serialises calls: the model's
-// activation memory is not shared between threads.
+// row counts). stop (may be NULL) is asked before each forward: when it returns true the
+// scoring ends there and -1 is returned (the scores are then incomplete). Returns the
+// number of forwards. The caller serialises calls: the model's activation memory is not
+// shared between threads.
 int reward_requests_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *const *reqs, int count,
-                          int batch_size, float *const *scores, long *tokens);
+                          int batch_size, float *const *scores, long *tokens, bool (*stop)(void *), void *context);
 
 // {"rewards": [...], "scores": [...]} (the same numbers under both of OpenRLHF's keys).
 char *reward_response_json(const float *scores, int count);

@@ -780,12 +780,22 @@ static void reward_done_locked(Server *s, RewardJob *job) {
     pthread_cond_broadcast(&s->changed);
 }
 
+// Asked before each forward of a scoring round: the server is stopping.
+static bool reward_round_stops(void *context) {
+    Server *s = context;
+    pthread_mutex_lock(&s->lock);
+    const bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    return stopping;
+}
+
 // The reward worker: whenever the model is free, the requests that arrived meanwhile (up
 // to --reward-batch of them, in arrival order) are scored together — their sequences
 // sorted by length into forwards of --parallel rows (serve/reward_api.h) — so concurrent
 // clients share forwards instead of queueing for the model one by one. A queued request
 // past its deadline, or any once the server stops, is answered 503 without scoring; a
-// round that has started scores to its end.
+// round that has started scores to its end, unless the server stops (503 at its next
+// forward).
 static void *reward_worker_main(void *arg) {
     Server *s = arg;
     if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
@@ -820,15 +830,20 @@ static void *reward_worker_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         for (int r = 0; r < count; r++) reqs[r] = &round[r]->req, scores[r] = round[r]->scores;
         const double start = now_seconds();
-        const int forwards =
-            reward_requests_score(s->reward_model, s->reward_tokenizer, reqs, count, s->options.parallel, scores, tokens);
+        const int forwards = reward_requests_score(s->reward_model, s->reward_tokenizer, reqs, count, s->options.parallel,
+                                                   scores, tokens, reward_round_stops, s);
         const double seconds = now_seconds() - start;
         if (count > 1) fprintf(stderr, "serve: %d reward requests scored together (%d forwards)\n", count, forwards);
         pthread_mutex_lock(&s->lock);
         s->reward_rounds++;
-        s->reward_forwards += (uint64_t)forwards;
+        s->reward_forwards += forwards > 0 ? (uint64_t)forwards : 0;
         s->reward_seconds += seconds;
         for (int r = 0; r < count; r++) {
+            if (forwards < 0) {
+                round[r]->failed = true;
+                openai_error_set(&round[r]->error, 503, "server_error", NULL, "server_shutting_down",
+                                 "the server is shutting down");
+            }
             round[r]->tokens = tokens[r];
             round[r]->seconds = seconds;
             round[r]->batch_mates = count - 1;

@@ -77,7 +77,8 @@ int server_start(Server **out, TextModel *tm, const ServerOptions *options);
 // options.parallel sequences per forward, on one worker thread: the requests that arrive
 // while it scores wait (counted against max_concurrent) and are then scored together, up
 // to options.reward_batch of them, their sequences sorted by length across requests. A
-// request still waiting after request_timeout_s is 503; a round that started scores to its end.
+// request still waiting after request_timeout_s is 503; a round that started scores to its
+// end, unless the server stops (503 before its next forward).
 int server_start_reward(Server **out, Model *reward_model, const Tokenizer *tokenizer, const ServerOptions *options);
 int server_port(const Server *server);
 // Stops accepting connections, halts the running generation and fails the queued ones

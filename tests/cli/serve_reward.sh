@@ -5,7 +5,7 @@
 # prompts, and two malformed bodies), and every well-formed request gets the scores it gets
 # alone, the malformed ones their 400 naming the field, while /metrics shows the waiting
 # requests scored in one round. --reward-batch 1 scores them one at a time (a round each,
-# the solo scores bit for bit). Bad --reward-batch values. (remote_reward.sh checks the
+# the solo scores bit for bit); stopping with requests waiting. Bad --reward-batch values. (remote_reward.sh checks the
 # scores against `marlhf infer --ref-scores` and PPO against the server.) Prints PASS/FAIL
 # per case.
 set -u
@@ -137,7 +137,50 @@ start_reward_server "$tmp/serve1.log" --reward-model "$tmp/rm/final" --parallel 
 python3 "$tmp/concurrent.py" "http://127.0.0.1:$port" > "$tmp/one.json" &&
     python3 "$tmp/compare.py" "$tmp/one.json" bitwise && ! grep -q 'scored together' "$tmp/serve1.log" &&
     pass reward_batch_1_one_at_a_time || fail reward_batch_1_one_at_a_time "$(tail -n 3 "$tmp/serve1.log")"
+
+# SIGTERM while a large request scores and four wait: the waiting ones are answered 503
+# (server_shutting_down) without scoring, the running one 200 or 503, and the server exits 0.
+cat > "$tmp/stop.py" << 'PY'
+import json, sys, threading, time, urllib.error, urllib.request
+url = sys.argv[1]
+def metric(name):
+    for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+answers = {}
+def post(name, body):
+    request = urllib.request.Request(url + "/get_reward", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request) as answer:
+            answers[name] = (answer.status, json.load(answer))
+    except urllib.error.HTTPError as e:
+        answers[name] = (e.code, json.load(e))
+    except Exception as e:
+        answers[name] = (0, str(e))
+threads = [threading.Thread(target=post, args=("large", {"query": ["The goat is good. " * 12] * 2000}))]
+threads[0].start()
+while threads[0].is_alive() and metric("marlhf_requests_in_progress") < 1:
+    time.sleep(0.01)
+threads += [threading.Thread(target=post, args=(f"waiting{i}", {"query": [f"text {i}"]})) for i in range(4)]
+for t in threads[1:]: t.start()
+while threads[0].is_alive() and metric("marlhf_requests_in_progress") < 5:
+    time.sleep(0.01)
+print("ready", flush=True)
+for t in threads: t.join()
+print(json.dumps({k: [v[0], str(v[1])[:300]] for k, v in sorted(answers.items())}))
+PY
+python3 "$tmp/stop.py" "http://127.0.0.1:$port" > "$tmp/stop.out" &
+client=$!
+until grep -q ready "$tmp/stop.out" 2> /dev/null || ! kill -0 "$client" 2> /dev/null; do sleep 0.05; done
 stop_server
+wait "$client"
+python3 - "$tmp/stop.out" "$stop_rc" << 'PY' && pass reward_stop_answers_waiting || fail reward_stop_answers_waiting "$(tail -n 1 "$tmp/stop.out")"
+import json, sys
+answers = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+ok = sys.argv[2] == "0" and answers["large"][0] in (200, 503)
+ok &= all(answers[f"waiting{i}"][0] == 503 and "server_shutting_down" in answers[f"waiting{i}"][1] for i in range(4))
+sys.exit(0 if ok else 1)
+PY
 
 expect_error serve_reward_batch_zero "--reward-batch must be in [1, 4096]" "$bin" serve --reward-model "$tmp/rm/final" \
     --reward-batch 0
