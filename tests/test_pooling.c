@@ -4,7 +4,8 @@
 // within 1e-5 of the reference (transformers itself in float32 is 8e-8 from it; a vector
 // pooled another way, or not normalised, is off by more than 1e-2). Also: a batch of
 // rows of different lengths (right-padded) gives each row's vector alone, the batch's
-// order does not matter, and --pooling's names.
+// order does not matter, and --pooling's names. --pooling none: every token's state,
+// unnormalised, against the fixture's per-token states, in a batch and alone.
 #include <jansson.h>
 
 #include "core/check.h"
@@ -130,16 +131,64 @@ static void test_pooling_batch_equals_alone(void) {
     reference_close(&r);
 }
 
+// --pooling none: the per-token final hidden states of a right-padded batch of every
+// fixture text (token_embeddings) against transformers' hidden_states[-1] (float64), and
+// each row alone against the same row in the batch.
+static void test_token_embeddings_match_transformers(void) {
+    Reference r;
+    reference_open(&r, "tests/fixtures/embeddings/tiny_chat.json");
+    Model model;
+    load_tiny_chat(&model);
+    const int C = r.hidden;
+    long tokens = 0;
+    for (int i = 0; i < r.count; i++) tokens += r.lengths[i];
+    float *got = xmalloc((size_t)tokens * C * sizeof(float)), *alone = xmalloc((size_t)tokens * C * sizeof(float));
+    token_embeddings(&model, (const int *const *)r.ids, r.lengths, r.count, got);
+    json_t *inputs = json_object_get(r.root, "inputs");
+    double worst = 0, worst_alone = 0, largest = 0;
+    long at = 0;
+    for (int i = 0; i < r.count; i++) {
+        json_t *want = json_object_get(json_array_get(inputs, i), "none");
+        CHECK(json_array_size(want) == (size_t)r.lengths[i], "input %d has no per-token states", i);
+        token_embeddings(&model, (const int *const *)&r.ids[i], &r.lengths[i], 1, alone);
+        for (int t = 0; t < r.lengths[i]; t++, at++) {
+            json_t *state = json_array_get(want, t);
+            CHECK(json_array_size(state) == (size_t)C, "input %d token %d: %zu components", i, t, json_array_size(state));
+            for (int c = 0; c < C; c++) {
+                const double w = json_number_value(json_array_get(state, c)), g = got[(size_t)at * C + c];
+                const double d = fabs(g - w);
+                if (!(d <= worst)) worst = d;
+                largest = fmax(largest, fabs(w));
+                worst_alone = fmax(worst_alone, fabs(g - alone[(size_t)t * C + c]));
+            }
+        }
+    }
+    printf("tiny_chat pooling none: %ld tokens, largest difference from transformers %.3g (largest component %.3g), "
+           "batched vs alone %.3g\n", tokens, worst, largest, worst_alone);
+    EXPECT(worst <= TOLERANCE, "per-token states are %.3g from transformers", worst);
+    // Float rounding relative to the states' size (up to ~4 here: not unit vectors).
+    EXPECT(worst_alone <= 1e-6 * fmax(1, largest), "a row's per-token states in a batch differ from the row alone by %.3g",
+           worst_alone);
+    // Not normalised: the states' lengths are those of the final norm's output, far from 1.
+    double squares = 0;
+    for (int c = 0; c < C; c++) squares += (double)got[c] * got[c];
+    EXPECT(fabs(sqrt(squares) - 1) > 0.1, "the first token's state has length %.3g: normalised?", sqrt(squares));
+    free(got), free(alone);
+    model_free(&model);
+    reference_close(&r);
+}
+
 static void test_pooling_names(void) {
     Pooling pooling = POOLING_CLS;
     EXPECT(pooling_parse("mean", "--pooling", &pooling) == 0 && pooling == POOLING_MEAN, "mean");
     EXPECT(pooling_parse("last", "--pooling", &pooling) == 0 && pooling == POOLING_LAST, "last");
     EXPECT(pooling_parse("cls", "--pooling", &pooling) == 0 && pooling == POOLING_CLS, "cls");
+    EXPECT(pooling_parse("none", "--pooling", &pooling) == 0 && pooling == POOLING_NONE, "none");
     EXPECT(pooling_parse("max", "--pooling", &pooling) == -1, "max is not a pooling");
     EXPECT(strstr(err_msg(), "--pooling") && strstr(err_msg(), "'max'"), "the error names the option and value: %s",
            err_msg());
     EXPECT(pooling_parse("", "--pooling", &pooling) == -1, "an empty name");
-    for (Pooling p = POOLING_MEAN; p <= POOLING_CLS; p++) {
+    for (Pooling p = POOLING_MEAN; p <= POOLING_NONE; p++) {
         Pooling back;
         EXPECT(pooling_parse(pooling_name(p), "--pooling", &back) == 0 && back == p, "%s", pooling_name(p));
     }
@@ -148,6 +197,7 @@ static void test_pooling_names(void) {
 int main(void) {
     RUN(test_pooling_matches_transformers);
     RUN(test_pooling_batch_equals_alone);
+    RUN(test_token_embeddings_match_transformers);
     RUN(test_pooling_names);
     TEST_EXIT();
 }

@@ -15,6 +15,8 @@ there -- and each text below:
   mean    the final hidden states averaged over the tokens, then L2-normalised
   last    the last token's final hidden state, L2-normalised
   cls     the first token's final hidden state, L2-normalised
+  none    (tiny model only) every token's final hidden state, not normalised: what
+          `serve --pooling none` answers on POST /embeddings (llama.cpp returns them so)
 
 "Final hidden state" is model(..., output_hidden_states=True).hidden_states[-1] of the
 causal-LM model, which for Llama is the output of the final RMSNorm (the LM head's
@@ -30,7 +32,7 @@ against by much). The script prints how far a plain float32 run of the tiny mode
 from its float64 reference: a guide for the tests' tolerance.
 
 Output: tests/fixtures/embeddings/<name>.json, {"model", "hidden_size", "context",
-"inputs": [{"text", "ids", "mean", "last", "cls"}, ...]}.
+"inputs": [{"text", "ids", "mean", "last", "cls"[, "none"]}, ...]}.
 """
 import argparse
 import json
@@ -104,17 +106,22 @@ def tiny_chat(out_dir):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
     model64 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
     model64.double()
-    rows, worst32 = [], 0.0
+    rows, worst32, worst_none = [], 0.0, 0.0
     with torch.no_grad():
         for text in TEXTS:
             ids = tok(text)["input_ids"]
             with float64_everywhere():
-                reference = pooled(final_hidden_states(model64, ids))
-            plain = pooled(final_hidden_states(model, ids))
+                hidden = final_hidden_states(model64, ids)
+            reference = pooled(hidden)
+            plain32 = final_hidden_states(model, ids)
+            plain = pooled(plain32)
             worst32 = max(worst32, max((plain[k].double() - reference[k]).abs().max().item() for k in reference))
-            rows.append({"text": text, "ids": ids, **{k: rounded(v) for k, v in reference.items()}})
+            worst_none = max(worst_none, (plain32.double() - hidden).abs().max().item())
+            rows.append({"text": text, "ids": ids, **{k: rounded(v) for k, v in reference.items()},
+                         "none": [rounded(h) for h in hidden]})
             print(f"tiny_chat {len(ids):3d} tokens  {text[:40]!r}")
     print(f"tiny_chat: transformers in float32 is {worst32:.2e} (largest component) from the float64 reference")
+    print(f"tiny_chat: its per-token states (pooling none) are {worst_none:.2e} from the float64 reference")
     cfg = model.config
     write(os.path.join(out_dir, "tiny_chat.json"), "tests/fixtures/models/tiny_chat", cfg.hidden_size,
           cfg.max_position_embeddings, rows)

@@ -32,7 +32,7 @@ int cmd_serve(int argc, char **argv) {
     const char *pooling_option = "mean";
     char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
     long port = 8080, threads = 0, max_body_bytes = 1048576, max_tokens_limit = 2048, max_concurrent = 4;
-    long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 256;
+    long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 256, reward_batch = 16;
     char *lora_adapter = NULL;
     bool no_thinking = false;
     Option options[] = {
@@ -40,6 +40,10 @@ int cmd_serve(int argc, char **argv) {
         {"reward-model", "reward_pretrain", OPT_STRING, &reward_path,
          "serve this reward model instead (value head): POST /get_reward scores texts (OpenRLHF's remote reward "
          "protocol; --parallel sequences per forward)",
+         false, false},
+        {"reward-batch", NULL, OPT_INT, &reward_batch,
+         "with --reward-model: the most /get_reward requests that arrived while the model was busy scored together, "
+         "their texts sorted by length into forwards of --parallel rows (1: one request at a time)",
          false, false},
         {"host", NULL, OPT_STRING, &host, "address to listen on", false, false},
         {"port", NULL, OPT_INT, &port, "TCP port (0 = any free port, printed when ready)", false, false},
@@ -68,7 +72,8 @@ int cmd_serve(int argc, char **argv) {
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"pooling", NULL, OPT_STRING, &pooling_option,
          "how /v1/embeddings pools a text's final hidden states: mean, last (the last token's) or cls (the first "
-         "token's); the vector is then L2-normalised",
+         "token's); the vector is then L2-normalised. none: no pooling, POST /embeddings (llama.cpp's route) answers "
+         "every token's states unnormalised and /v1/embeddings refuses",
          false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -88,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
     if (prefill_chunk < 0 || prefill_chunk > 1 << 20)
         die_user("--prefill-chunk must be in [0, 1048576] (0: whole prompts), got %ld", prefill_chunk);
     if (request_timeout_s < 1 || request_timeout_s > 86400) die_user("--request-timeout-s must be in [1, 86400], got %ld", request_timeout_s);
+    if (reward_batch < 1 || reward_batch > 4096) die_user("--reward-batch must be in [1, 4096], got %ld", reward_batch);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
@@ -95,6 +101,10 @@ int cmd_serve(int argc, char **argv) {
     Pooling pooling;
     if (pooling_parse(pooling_option, "--pooling", &pooling) != 0) die_from_err();
     if (!model_path == !reward_path) die_user("give one of --model (a generative model) and --reward-model");
+    if (!reward_path)
+        for (size_t j = 0; j < sizeof options / sizeof options[0]; j++)
+            if (options[j].seen && !strcmp(options[j].name, "reward-batch"))
+                die_user("option --reward-batch applies to --reward-model only (a generative server batches by --parallel)");
     if (reward_path) {
         static const char *const generation_only[] = {"chat-template", "no-thinking", "lora-adapter", "kv-cache",
                                                       "prompt-cache", "max-tokens-limit", "pooling",
@@ -146,6 +156,7 @@ int cmd_serve(int argc, char **argv) {
         .request_timeout_s = (int)request_timeout_s,
         .threads = (int)threads,
         .pooling = pooling,
+        .reward_batch = (int)reward_batch,
     };
     Server *server;
     if ((reward_path ? server_start_reward(&server, &reward_model, reward_tokenizer, &server_options)

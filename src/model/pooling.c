@@ -5,7 +5,8 @@
 
 #include "core/check.h"
 
-static const char *const pooling_names[] = {[POOLING_MEAN] = "mean", [POOLING_LAST] = "last", [POOLING_CLS] = "cls"};
+static const char *const pooling_names[] = {[POOLING_MEAN] = "mean", [POOLING_LAST] = "last", [POOLING_CLS] = "cls",
+                                            [POOLING_NONE] = "none"};
 
 int pooling_parse(const char *name, const char *option, Pooling *out) {
     for (size_t i = 0; i < sizeof pooling_names / sizeof pooling_names[0]; i++)
@@ -13,7 +14,7 @@ int pooling_parse(const char *name, const char *option, Pooling *out) {
             *out = (Pooling)i;
             return 0;
         }
-    return err_set("%s must be mean, last or cls, got '%s'", option, name);
+    return err_set("%s must be mean, last, cls or none, got '%s'", option, name);
 }
 
 const char *pooling_name(Pooling pooling) { return pooling_names[pooling]; }
@@ -26,9 +27,8 @@ static void l2_normalise(const double *in, float *out, int n) {
     for (int i = 0; i < n; i++) out[i] = (float)(in[i] * scale);
 }
 
-void pooled_embeddings(Model *model, const int *const *rows, const int *lengths, int count, Pooling pooling,
-                       float *out) {
-    const int C = model->config.hidden_size;
+// One forward of the rows, right-padded to the longest.
+static void forward_rows(Model *model, const int *const *rows, const int *lengths, int count) {
     int T = 0;
     for (int b = 0; b < count; b++) {
         CHECK(lengths[b] >= 1 && lengths[b] <= model->config.max_position_embeddings,
@@ -40,6 +40,25 @@ void pooled_embeddings(Model *model, const int *const *rows, const int *lengths,
     for (int b = 0; b < count; b++) memcpy(tokens + (size_t)b * T, rows[b], (size_t)lengths[b] * sizeof(int));
     ModelBatch batch = {.B = count, .T = T, .tokens = tokens, .row_len = lengths};
     model_forward(model, &batch);
+    free(tokens);
+}
+
+void token_embeddings(Model *model, const int *const *rows, const int *lengths, int count, float *out) {
+    forward_rows(model, rows, lengths, count);
+    size_t at = 0;
+    for (int b = 0; b < count; b++) {
+        model_hidden_slots(model, b, 0, lengths[b], out + at);
+        at += (size_t)lengths[b] * model->config.hidden_size;
+    }
+}
+
+void pooled_embeddings(Model *model, const int *const *rows, const int *lengths, int count, Pooling pooling,
+                       float *out) {
+    CHECK(pooling != POOLING_NONE, "pooled_embeddings: --pooling none has no pooled vector (token_embeddings)");
+    const int C = model->config.hidden_size;
+    int T = 0;
+    for (int b = 0; b < count; b++) T = lengths[b] > T ? lengths[b] : T;
+    forward_rows(model, rows, lengths, count);
 
     // The states are summed in double: a long text's mean is then as exact as its terms.
     float *states = xmalloc((size_t)T * C * sizeof(float));
@@ -54,5 +73,5 @@ void pooled_embeddings(Model *model, const int *const *rows, const int *lengths,
         for (int c = 0; c < C; c++) pooled[c] /= slots;
         l2_normalise(pooled, out + (size_t)b * C, C);
     }
-    free(pooled), free(states), free(tokens);
+    free(pooled), free(states);
 }

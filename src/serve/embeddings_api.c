@@ -82,7 +82,7 @@ static int parse_input(json_t *input, EmbeddingsRequest *req, OpenAIError *err) 
     return 0;
 }
 
-static int parse_fields(json_t *root, const char *model_name, int hidden_size, EmbeddingsRequest *req,
+static int parse_fields(json_t *root, const char *model_name, int hidden_size, bool native, EmbeddingsRequest *req,
                         OpenAIError *err) {
     if (!json_is_object(root)) return bad_value(err, NULL, "the request body must be a JSON object");
     json_t *model = json_object_get(root, "model");
@@ -109,7 +109,12 @@ static int parse_fields(json_t *root, const char *model_name, int hidden_size, E
                              "'dimensions' must be %d or absent, got %lld",
                              hidden_size, hidden_size, (long long)json_integer_value(dimensions));
     }
-    return parse_input(json_object_get(root, "input"), req, err);
+    if (native && req->base64)
+        return bad_value(err, "encoding_format",
+                         "'encoding_format' \"base64\" is for /v1/embeddings; /embeddings answers floats");
+    json_t *input = json_object_get(root, "input");
+    if (native && (!input || json_is_null(input))) input = json_object_get(root, "content");
+    return parse_input(input, req, err);
 }
 
 int embeddings_request_parse(const char *body, size_t size, const char *model_name, int hidden_size,
@@ -117,7 +122,18 @@ int embeddings_request_parse(const char *body, size_t size, const char *model_na
     memset(req, 0, sizeof *req);
     json_t *root = openai_parse_json_body(body, size, err);
     if (!root) return -1;
-    int rc = parse_fields(root, model_name, hidden_size, req, err);
+    int rc = parse_fields(root, model_name, hidden_size, false, req, err);
+    json_decref(root);
+    if (rc != 0) embeddings_request_free(req);
+    return rc;
+}
+
+int embeddings_native_request_parse(const char *body, size_t size, const char *model_name, int hidden_size,
+                                    EmbeddingsRequest *req, OpenAIError *err) {
+    memset(req, 0, sizeof *req);
+    json_t *root = openai_parse_json_body(body, size, err);
+    if (!root) return -1;
+    int rc = parse_fields(root, model_name, hidden_size, true, req, err);
     json_decref(root);
     if (rc != 0) embeddings_request_free(req);
     return rc;
@@ -177,6 +193,33 @@ static void append_base64(Text *t, const float *vector, int count) {
     free(raw);
 }
 
+// A vector's floats as a JSON list: 9 significant digits read back as the same float32
+// (the server answers 500 instead of a vector that is not finite, which JSON cannot hold).
+static void append_floats(Text *t, const float *vector, int dimensions) {
+    text_append(t, "[");
+    for (int c = 0; c < dimensions; c++) {
+        text_reserve(t, 24); // ",-1.23456789e-38" and the like
+        t->length += (size_t)snprintf(t->text + t->length, 24, "%s%.9g", c > 0 ? "," : "", (double)vector[c]);
+    }
+    text_append(t, "]");
+}
+
+char *embeddings_native_response_json(const float *vectors, const int *vectors_per_input, int count, int dimensions) {
+    Text t = {0};
+    text_append(&t, "[");
+    const float *vector = vectors;
+    for (int i = 0; i < count; i++) {
+        text_append(&t, "%s{\"index\":%d,\"embedding\":[", i > 0 ? "," : "", i);
+        for (int k = 0; k < vectors_per_input[i]; k++, vector += dimensions) {
+            if (k > 0) text_append(&t, ",");
+            append_floats(&t, vector, dimensions);
+        }
+        text_append(&t, "]}");
+    }
+    text_append(&t, "]");
+    return t.text;
+}
+
 char *embeddings_response_json(const float *vectors, int count, int dimensions, bool base64, const char *model_name,
                                long prompt_tokens) {
     Text t = {0};
@@ -187,14 +230,7 @@ char *embeddings_response_json(const float *vectors, int count, int dimensions, 
         if (base64) {
             append_base64(&t, vector, dimensions);
         } else {
-            // 9 significant digits read back as the same float32 (the server answers 500
-            // instead of a vector that is not finite, which JSON cannot hold).
-            text_append(&t, "[");
-            for (int c = 0; c < dimensions; c++) {
-                text_reserve(&t, 24); // ",-1.23456789e-38" and the like
-                t.length += (size_t)snprintf(t.text + t.length, 24, "%s%.9g", c > 0 ? "," : "", (double)vector[c]);
-            }
-            text_append(&t, "]");
+            append_floats(&t, vector, dimensions);
         }
         text_append(&t, "}");
     }

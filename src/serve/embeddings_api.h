@@ -51,6 +51,18 @@ int embeddings_request_parse(const char *body, size_t size, const char *model_na
                              EmbeddingsRequest *req, OpenAIError *err);
 void embeddings_request_free(EmbeddingsRequest *req);
 
+// POST /embeddings, llama.cpp's own embeddings route: the same fields, except that the
+// texts may come as 'content' (llama.cpp's name) when 'input' is absent, and
+// encoding_format "base64" is refused (400: the answer is floats).
+int embeddings_native_request_parse(const char *body, size_t size, const char *model_name, int hidden_size,
+                                    EmbeddingsRequest *req, OpenAIError *err);
+
+// Its answer, as llama.cpp's server gives it: [{"index": i, "embedding": [[floats], ...]},
+// ...], input i's vectors_per_input[i] vectors (one pooled vector, or with --pooling none
+// one per token) of `dimensions` floats each, all inputs' vectors one after another in
+// `vectors`. malloc'd.
+char *embeddings_native_response_json(const float *vectors, const int *vectors_per_input, int count, int dimensions);
+
 // The response: count vectors of `dimensions` floats each, vectors[i * dimensions ...] the
 // one of input i; prompt_tokens counts the tokens of every input. malloc'd (free() it).
 char *embeddings_response_json(const float *vectors, int count, int dimensions, bool base64, const char *model_name,

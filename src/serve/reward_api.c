@@ -103,59 +103,75 @@ void reward_sequence_ids(const Tokenizer *tokenizer, const char *query, const ch
 }
 
 typedef struct {
-    int length, index;
+    int length, request, index; // index: in its request
 } ScoreOrder;
 
-// Shortest first; equal lengths in request order, so the batches are the same every time.
+// Shortest first; equal lengths in arrival order (request, then text), so the forwards are
+// the same every time.
 static int by_length(const void *a, const void *b) {
     const ScoreOrder *x = a, *y = b;
     if (x->length != y->length) return x->length < y->length ? -1 : 1;
+    if (x->request != y->request) return x->request < y->request ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);
 }
 
-void reward_request_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *req, int batch_size,
-                          float *scores, long *tokens) {
+int reward_requests_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *const *reqs, int count,
+                          int batch_size, float *const *scores, long *tokens, bool (*stop)(void *), void *context) {
     const int max_length = model->config.max_position_embeddings;
-    int **ids = xcalloc(req->count, sizeof(int *)), *lengths = xcalloc(req->count, sizeof(int));
-    *tokens = 0;
-    for (int i = 0; i < req->count; i++) {
-        int prompt_length;
-        reward_sequence_ids(tokenizer, req->queries[i], req->prompts[i], max_length, &ids[i], &lengths[i],
-                            &prompt_length);
-        if (lengths[i] == 0) { // an empty text without BOS or EOS: score one pad token
-            ids[i][0] = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0;
-            lengths[i] = 1;
+    int total = 0;
+    for (int r = 0; r < count; r++) total += reqs[r]->count;
+    // Every sequence of every request, in arrival order: ids[first[r] + i] is request r's i-th.
+    int **ids = xcalloc((size_t)total, sizeof(int *)), *first = xmalloc((size_t)count * sizeof(int));
+    ScoreOrder *order = xmalloc((size_t)total * sizeof(ScoreOrder));
+    for (int r = 0, at = 0; r < count; r++) {
+        first[r] = at;
+        tokens[r] = 0;
+        for (int i = 0; i < reqs[r]->count; i++, at++) {
+            int length, prompt_length;
+            reward_sequence_ids(tokenizer, reqs[r]->queries[i], reqs[r]->prompts[i], max_length, &ids[at], &length,
+                                &prompt_length);
+            if (length == 0) { // an empty text without BOS or EOS: score one pad token
+                ids[at][0] = tokenizer_pad_id(tokenizer) >= 0 ? tokenizer_pad_id(tokenizer) : 0;
+                length = 1;
+            }
+            tokens[r] += length;
+            order[at] = (ScoreOrder){length, r, i};
         }
-        *tokens += lengths[i];
     }
     if (batch_size < 1) batch_size = 1;
-    // Batches of sequences of about the same length: every row computes the batch's longest
-    // length, so sorting spends less on padding (a row's score does not depend on its
-    // batch-mates beyond float rounding).
-    ScoreOrder *order = xmalloc((size_t)req->count * sizeof(ScoreOrder));
-    for (int i = 0; i < req->count; i++) order[i] = (ScoreOrder){lengths[i], i};
-    qsort(order, (size_t)req->count, sizeof(ScoreOrder), by_length);
-    int *batch_lengths = xmalloc((size_t)batch_size * sizeof(int));
-    for (int first = 0; first < req->count; first += batch_size) {
-        const int B = req->count - first < batch_size ? req->count - first : batch_size;
+    // Batches of sequences of about the same length, whichever request they come from:
+    // every row computes the batch's longest length, so sorting spends less on padding (a
+    // row's score does not depend on its batch-mates beyond float rounding).
+    qsort(order, (size_t)total, sizeof(ScoreOrder), by_length);
+    int *batch_lengths = xmalloc((size_t)batch_size * sizeof(int)), forwards = 0;
+    for (int start = 0; start < total; start += batch_size, forwards++) {
+        if (stop && stop(context)) {
+            forwards = -1;
+            break;
+        }
+        const int B = total - start < batch_size ? total - start : batch_size;
         int T = 0;
         for (int b = 0; b < B; b++) {
-            batch_lengths[b] = order[first + b].length;
+            batch_lengths[b] = order[start + b].length;
             T = batch_lengths[b] > T ? batch_lengths[b] : T;
         }
         // Right-padded rows: the causal mask keeps the padding out of every score.
         int *batch_tokens = xcalloc((size_t)B * T, sizeof(int));
-        for (int b = 0; b < B; b++)
-            memcpy(batch_tokens + (size_t)b * T, ids[order[first + b].index], batch_lengths[b] * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            const ScoreOrder *o = &order[start + b];
+            memcpy(batch_tokens + (size_t)b * T, ids[first[o->request] + o->index], batch_lengths[b] * sizeof(int));
+        }
         ModelBatch batch = {.B = B, .T = T, .tokens = batch_tokens, .row_len = batch_lengths};
         model_forward(model, &batch);
         float *values = xmalloc((size_t)B * T * sizeof(float));
         model_values(model, values);
-        for (int b = 0; b < B; b++) scores[order[first + b].index] = values[(size_t)b * T + batch_lengths[b] - 1];
+        for (int b = 0; b < B; b++)
+            scores[order[start + b].request][order[start + b].index] = values[(size_t)b * T + batch_lengths[b] - 1];
         free(values), free(batch_tokens);
     }
-    for (int i = 0; i < req->count; i++) free(ids[i]);
-    free(ids), free(lengths), free(batch_lengths), free(order);
+    for (int i = 0; i < total; i++) free(ids[i]);
+    free(ids), free(first), free(batch_lengths), free(order);
+    return forwards;
 }
 
 char *reward_response_json(const float *scores, int count) {

@@ -42,11 +42,18 @@ void reward_request_free(RewardRequest *req);
 void reward_sequence_ids(const Tokenizer *tokenizer, const char *query, const char *prompt, int max_length,
                          int **ids, int *length, int *prompt_length);
 
-// Scores every sequence of the request with `model` (a reward model: value head),
-// batch_size rows per forward. *tokens counts the tokens scored. The caller serialises
-// calls: the model's activation memory is not shared between threads.
-void reward_request_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *req, int batch_size,
-                          float *scores, long *tokens);
+// Scores every sequence of `count` requests together (requests that waited for the model
+// at the same time: serve --reward-batch) with `model` (a reward model: value head), in
+// forwards of batch_size rows: the sequences of all of them sorted by length (ties in
+// arrival order), so that a forward pads its rows to about their own length. scores[r][i]
+// is request r's i-th score; tokens[r] counts request r's tokens scored. A sequence's score
+// is the one it gets scored alone up to float rounding (its row's matmuls run with other
+// row counts). stop (may be NULL) is asked before each forward: when it returns true the
+// scoring ends there and -1 is returned (the scores are then incomplete). Returns the
+// number of forwards. The caller serialises calls: the model's activation memory is not
+// shared between threads.
+int reward_requests_score(Model *model, const Tokenizer *tokenizer, const RewardRequest *const *reqs, int count,
+                          int batch_size, float *const *scores, long *tokens, bool (*stop)(void *), void *context);
 
 // {"rewards": [...], "scores": [...]} (the same numbers under both of OpenRLHF's keys).
 char *reward_response_json(const float *scores, int count);

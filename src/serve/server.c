@@ -35,14 +35,14 @@
 
 typedef struct Job Job;
 typedef struct EmbedJob EmbedJob;
+typedef struct RewardJob RewardJob;
 
 struct Server {
     TextModel *tm;          // the generative model, or NULL when serving a reward model
     TokenTrie *trie;        // its vocabulary's bytes, for constrained answers (structured outputs)
     Model *reward_model;    // the reward model (value head), or NULL
     const Tokenizer *reward_tokenizer;
-    pthread_mutex_t score_lock; // one reward request scores at a time (shared activation memory)
-    bool worker_started;
+    bool worker_started; // the worker: generation and embeddings, or a reward server's scoring
     ServerOptions options;
     char *model_name;
     struct MHD_Daemon *daemon;
@@ -56,6 +56,7 @@ struct Server {
     pthread_cond_t changed;
     Job *queue_head, *queue_tail;
     EmbedJob *embed_head, *embed_tail; // /v1/embeddings requests, in arrival order
+    RewardJob *reward_head, *reward_tail; // /get_reward requests waiting to be scored, in arrival order
     int in_flight; // admitted requests not yet answered (generation and embeddings, queued included)
     int open_posts; // POST requests between their headers and the end of their answer
     bool stopping;
@@ -66,12 +67,13 @@ struct Server {
     int rows_generating;
     ContinuousStats batch_stats;
     // For GET /metrics of a reward server: /get_reward requests scored, their sequences,
-    // tokens, and the seconds spent scoring.
-    uint64_t reward_requests, reward_sequences, reward_tokens;
+    // tokens, the scoring rounds (requests scored together count once) and their forwards,
+    // and the seconds spent scoring.
+    uint64_t reward_requests, reward_sequences, reward_tokens, reward_rounds, reward_forwards;
     double reward_seconds;
     // For GET /metrics: /v1/embeddings requests answered with their vectors, their inputs
-    // and tokens, and the seconds of every embedding forward.
-    uint64_t embedding_requests, embedding_inputs, embedding_tokens;
+    // and tokens, the embedding forwards (concurrent requests share them) and their seconds.
+    uint64_t embedding_requests, embedding_inputs, embedding_tokens, embedding_forwards;
     double embedding_seconds;
 };
 
@@ -164,13 +166,32 @@ struct EmbedJob {
                     // pads its rows to about their own length
     long tokens;    // of every input
     double deadline;
+    bool per_token; // --pooling none: a vector per token (POST /embeddings)
+    long *offsets;  // [count]: input i's first vector is vectors[offsets[i] * hidden_size]
     // The worker's until `finished`.
     int done;       // inputs embedded (order[0, done))
-    float *vectors; // [count * hidden_size], input i's at i * hidden_size
+    float *vectors; // [count * hidden_size], or one vector per token with per_token
     double seconds; // in forwards
     bool failed;
     OpenAIError error;
     bool finished;  // shared
+};
+
+// One /get_reward request. The HTTP thread that admitted it owns it; the reward worker
+// scores it together with the others waiting at the time (up to --reward-batch requests)
+// and touches it no more once it has set `finished` (under the lock).
+struct RewardJob {
+    RewardJob *next; // in the queue
+    RewardRequest req;
+    double deadline;
+    // The worker's until `finished`.
+    float *scores; // [req.count]
+    long tokens;
+    double seconds; // of the round it was scored in
+    int batch_mates; // the other requests of that round
+    bool failed;
+    OpenAIError error;
+    bool finished; // shared
 };
 
 // --- jobs ------------------------------------------------------------------------------
@@ -573,10 +594,12 @@ static void job_done_locked(Server *s, Job *job) {
 // An embedding request answered (its vectors, or its error): its HTTP thread takes over.
 // Under the lock.
 static void embed_done_locked(Server *s, EmbedJob *job) {
-    s->embed_head = job->next;
-    if (!s->embed_head) s->embed_tail = NULL;
+    EmbedJob *before = NULL;
+    for (EmbedJob *at = s->embed_head; at != job; at = at->next) before = at;
+    if (before) before->next = job->next;
+    else s->embed_head = job->next;
+    if (s->embed_tail == job) s->embed_tail = before;
     s->in_flight--;
-    s->embedding_seconds += job->seconds;
     if (!job->failed) {
         s->embedding_requests++;
         s->embedding_inputs += (uint64_t)job->count;
@@ -586,12 +609,18 @@ static void embed_done_locked(Server *s, EmbedJob *job) {
     pthread_cond_broadcast(&s->changed);
 }
 
-// The embedding request to run next, or NULL: queued ones that can no longer run (past
-// their deadline, or the server stopping) are answered 503 first. Under the lock.
-static EmbedJob *next_embed_job_locked(Server *s) {
-    while (s->embed_head) {
-        EmbedJob *job = s->embed_head;
-        if (!s->stopping && now_seconds() <= job->deadline) return job;
+// The embedding requests whose inputs fill the next forward (up to `max` of them, in
+// arrival order): queued ones that can no longer run (past their deadline, or the server
+// stopping) are answered 503 first. Under the lock.
+static int next_embed_jobs_locked(Server *s, EmbedJob **jobs, int max) {
+    int count = 0, inputs = 0;
+    for (EmbedJob *job = s->embed_head, *next; job && inputs < max; job = next) {
+        next = job->next;
+        if (!s->stopping && now_seconds() <= job->deadline) {
+            jobs[count++] = job;
+            inputs += job->count - job->done;
+            continue;
+        }
         job->failed = true;
         if (s->stopping)
             openai_error_set(&job->error, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
@@ -600,45 +629,67 @@ static EmbedJob *next_embed_job_locked(Server *s) {
                              "the request did not finish within the server's --request-timeout-s");
         embed_done_locked(s, job);
     }
-    return NULL;
+    return count;
 }
 
-// One forward of the request's next inputs: up to --parallel of them, and no more rows
-// than fit the model's context when padded to the longest (the inputs run shortest
-// first, so that is the last one), so that a forward never needs more activation memory
-// than one prompt of the full context (attention keeps rows x length^2 probabilities).
-// Outside the lock; returns true when the request is done (every input embedded, or failed).
-static bool embed_step(Server *s, EmbedJob *job) {
+// One forward of the next inputs of the waiting embedding requests: up to --parallel of
+// them, the first request's next ones (its inputs run shortest first) and then, while
+// rows are left, the next requests' — so concurrent requests share forwards — and no more
+// rows than fit the model's context when padded to the longest, so that a forward never
+// needs more activation memory than one prompt of the full context (attention keeps rows
+// x length^2 probabilities). Outside the lock; afterwards a request is done when every
+// input is embedded or it failed. Returns the forward's seconds (each request in it counts
+// them in its own time too).
+static double embed_step(Server *s, EmbedJob **jobs, int num_jobs) {
     Model *model = &s->tm->model;
     const int C = model->config.hidden_size, context = model->config.max_position_embeddings;
-    int B = 1;
-    while (B < s->options.parallel && job->done + B < job->count &&
-           (long)(B + 1) * job->lengths[job->order[job->done + B]] <= context)
-        B++;
-    const int **rows = xmalloc((size_t)B * sizeof(int *));
-    int *lengths = xmalloc((size_t)B * sizeof(int));
-    float *vectors = xmalloc((size_t)B * C * sizeof(float));
-    for (int b = 0; b < B; b++) {
-        rows[b] = job->ids[job->order[job->done + b]];
-        lengths[b] = job->lengths[job->order[job->done + b]];
+    const int P = s->options.parallel;
+    const int **rows = xmalloc((size_t)P * sizeof(int *));
+    int *lengths = xmalloc((size_t)P * sizeof(int)), *row_job = xmalloc((size_t)P * sizeof(int));
+    int *row_input = xmalloc((size_t)P * sizeof(int));
+    int B = 0, longest = 0;
+    long vectors_needed = 0;
+    for (int j = 0; j < num_jobs && B < P; j++) {
+        const EmbedJob *job = jobs[j];
+        bool full = false;
+        for (int k = job->done; k < job->count && B < P; k++) {
+            const int input = job->order[k], length = job->lengths[input];
+            const int padded = length > longest ? length : longest;
+            if (B > 0 && (long)(B + 1) * padded > context) {
+                full = true;
+                break;
+            }
+            rows[B] = job->ids[input], lengths[B] = length, row_job[B] = j, row_input[B] = input;
+            longest = padded;
+            vectors_needed += s->options.pooling == POOLING_NONE ? length : 1;
+            B++;
+        }
+        if (full) break;
     }
+    float *vectors = xmalloc((size_t)vectors_needed * C * sizeof(float));
     const double start = now_seconds();
-    pooled_embeddings(model, rows, lengths, B, s->options.pooling, vectors);
-    job->seconds += now_seconds() - start;
-    for (int b = 0; b < B && !job->failed; b++) {
-        const int input = job->order[job->done + b];
-        for (int c = 0; c < C; c++)
-            if (!isfinite(vectors[(size_t)b * C + c])) {
+    if (s->options.pooling == POOLING_NONE) token_embeddings(model, rows, lengths, B, vectors);
+    else pooled_embeddings(model, rows, lengths, B, s->options.pooling, vectors);
+    const double seconds = now_seconds() - start;
+    for (int j = 0; j < num_jobs; j++)
+        if (j <= row_job[B - 1]) jobs[j]->seconds += seconds;
+    const float *from = vectors;
+    for (int b = 0; b < B; b++) {
+        EmbedJob *job = jobs[row_job[b]];
+        const int input = row_input[b];
+        const size_t floats = (size_t)(job->per_token ? lengths[b] : 1) * C;
+        for (size_t c = 0; c < floats && !job->failed; c++)
+            if (!isfinite(from[c])) {
                 job->failed = true;
                 openai_error_set(&job->error, 500, "server_error", NULL, "internal_error",
                                  "the model's hidden states for input[%d] are not finite", input);
-                break;
             }
-        memcpy(job->vectors + (size_t)input * C, vectors + (size_t)b * C, (size_t)C * sizeof(float));
+        memcpy(job->vectors + (size_t)job->offsets[input] * C, from, floats * sizeof(float));
+        from += floats;
+        job->done++;
     }
-    job->done += B;
-    free(rows), free(lengths), free(vectors);
-    return job->failed || job->done == job->count;
+    free(rows), free(lengths), free(row_job), free(row_input), free(vectors);
+    return seconds;
 }
 
 // The worker: between decode steps, queued requests join the batch in arrival order while
@@ -646,9 +697,9 @@ static bool embed_step(Server *s, EmbedJob *job) {
 // than that joins a batch without rows, alone — with one prefill for all that join
 // together; a request that cannot join yet holds back the ones behind it. A queued request
 // that was cancelled or timed out, or any once the server stops, is answered without
-// generating; the rows of a running one stop at their next token then. An embedding
-// request runs alongside: one forward of its inputs per turn, before the decode step, the
-// first request in arrival order to its end, then the next.
+// generating; the rows of a running one stop at their next token then. Embedding
+// requests run alongside: one forward of up to --parallel inputs per turn, before the
+// decode step, the first request's in arrival order and then the next ones' (embed_step).
 static void *worker_main(void *arg) {
     Server *s = arg;
     // OpenMP settings are per thread: this one runs every forward pass.
@@ -670,6 +721,7 @@ static void *worker_main(void *arg) {
     Job **joining = xmalloc((size_t)max_rows * sizeof(Job *));
     SequenceRequest *requests = xmalloc((size_t)max_rows * sizeof(SequenceRequest));
     SequenceOptions *sequences = xmalloc((size_t)max_rows * sizeof(SequenceOptions));
+    EmbedJob **embedding = xmalloc((size_t)s->options.parallel * sizeof(EmbedJob *));
     pthread_mutex_lock(&s->lock);
     for (;;) {
         const int rows = continuous_batch_rows(batch); // only this thread changes it
@@ -677,7 +729,7 @@ static void *worker_main(void *arg) {
             while (!s->queue_head && !s->embed_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
             if (!s->queue_head && !s->embed_head) break; // stopping, and nothing left to answer
         }
-        EmbedJob *embedding = next_embed_job_locked(s);
+        const int num_embedding = next_embed_jobs_locked(s, embedding, s->options.parallel);
         int count = 0, new_rows = 0;
         while (s->queue_head) {
             Job *job = s->queue_head;
@@ -694,9 +746,9 @@ static void *worker_main(void *arg) {
                 new_rows += job->num_choices;
             }
         }
-        if (rows + new_rows == 0 && !embedding) continue;
+        if (rows + new_rows == 0 && num_embedding == 0) continue;
         pthread_mutex_unlock(&s->lock);
-        const bool embedding_done = embedding && embed_step(s, embedding);
+        const double embedding_seconds = num_embedding > 0 ? embed_step(s, embedding, num_embedding) : 0;
         if (count > 0) {
             if (rows > 0 || count > 1)
                 fprintf(stderr, "serve: %d request%s (%d row%s) join%s %d generating row%s\n", count,
@@ -714,13 +766,106 @@ static void *worker_main(void *arg) {
         }
         if (rows + new_rows > 0) continuous_batch_step(batch);
         pthread_mutex_lock(&s->lock);
-        if (embedding_done) embed_done_locked(s, embedding); // still the queue's head: only this thread takes one off
+        s->embedding_forwards += num_embedding > 0;
+        s->embedding_seconds += embedding_seconds;
+        for (int e = 0; e < num_embedding; e++) // still queued: only this thread takes one off
+            if (embedding[e]->failed || embedding[e]->done == embedding[e]->count) embed_done_locked(s, embedding[e]);
         continuous_batch_stats(batch, &s->batch_stats);
         s->rows_generating = continuous_batch_rows(batch) - s->batch_stats.prefilling_rows;
     }
     pthread_mutex_unlock(&s->lock);
     continuous_batch_free(batch);
-    free(joining), free(requests), free(sequences);
+    free(joining), free(requests), free(sequences), free(embedding);
+    return NULL;
+}
+
+// --- reward scoring (a reward server's worker) -------------------------------------------
+
+// A reward request answered (its scores, or its error): its HTTP thread takes over. Under
+// the lock; the job is off the queue.
+static void reward_done_locked(Server *s, RewardJob *job) {
+    s->in_flight--;
+    if (!job->failed) {
+        s->reward_requests++;
+        s->reward_sequences += (uint64_t)job->req.count;
+        s->reward_tokens += (uint64_t)job->tokens;
+    }
+    job->finished = true;
+    pthread_cond_broadcast(&s->changed);
+}
+
+// Asked before each forward of a scoring round: the server is stopping.
+static bool reward_round_stops(void *context) {
+    Server *s = context;
+    pthread_mutex_lock(&s->lock);
+    const bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    return stopping;
+}
+
+// The reward worker: whenever the model is free, the requests that arrived meanwhile (up
+// to --reward-batch of them, in arrival order) are scored together — their sequences
+// sorted by length into forwards of --parallel rows (serve/reward_api.h) — so concurrent
+// clients share forwards instead of queueing for the model one by one. A queued request
+// past its deadline, or any once the server stops, is answered 503 without scoring; a
+// round that has started scores to its end, unless the server stops (503 at its next
+// forward).
+static void *reward_worker_main(void *arg) {
+    Server *s = arg;
+    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
+    const int cap = s->options.reward_batch > 0 ? s->options.reward_batch : 1;
+    RewardJob **round = xmalloc((size_t)cap * sizeof(RewardJob *));
+    const RewardRequest **reqs = xmalloc((size_t)cap * sizeof(RewardRequest *));
+    float **scores = xmalloc((size_t)cap * sizeof(float *));
+    long *tokens = xmalloc((size_t)cap * sizeof(long));
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->reward_head && !s->stopping) pthread_cond_wait(&s->changed, &s->lock);
+        if (!s->reward_head) break; // stopping, and nothing left to answer
+        int count = 0;
+        while (s->reward_head && count < cap) {
+            RewardJob *job = s->reward_head;
+            s->reward_head = job->next;
+            if (!s->reward_head) s->reward_tail = NULL;
+            if (s->stopping || now_seconds() > job->deadline) {
+                job->failed = true;
+                if (s->stopping)
+                    openai_error_set(&job->error, 503, "server_error", NULL, "server_shutting_down",
+                                     "the server is shutting down");
+                else
+                    openai_error_set(&job->error, 503, "server_error", NULL, "timeout",
+                                     "the request waited for the model past the server's --request-timeout-s");
+                reward_done_locked(s, job);
+                continue;
+            }
+            round[count++] = job;
+        }
+        if (count == 0) continue;
+        pthread_mutex_unlock(&s->lock);
+        for (int r = 0; r < count; r++) reqs[r] = &round[r]->req, scores[r] = round[r]->scores;
+        const double start = now_seconds();
+        const int forwards = reward_requests_score(s->reward_model, s->reward_tokenizer, reqs, count, s->options.parallel,
+                                                   scores, tokens, reward_round_stops, s);
+        const double seconds = now_seconds() - start;
+        if (count > 1) fprintf(stderr, "serve: %d reward requests scored together (%d forwards)\n", count, forwards);
+        pthread_mutex_lock(&s->lock);
+        s->reward_rounds++;
+        s->reward_forwards += forwards > 0 ? (uint64_t)forwards : 0;
+        s->reward_seconds += seconds;
+        for (int r = 0; r < count; r++) {
+            if (forwards < 0) {
+                round[r]->failed = true;
+                openai_error_set(&round[r]->error, 503, "server_error", NULL, "server_shutting_down",
+                                 "the server is shutting down");
+            }
+            round[r]->tokens = tokens[r];
+            round[r]->seconds = seconds;
+            round[r]->batch_mates = count - 1;
+            reward_done_locked(s, round[r]);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(round), free(reqs), free(scores), free(tokens);
     return NULL;
 }
 
@@ -735,6 +880,7 @@ typedef enum {
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
     ROUTE_EMBEDDINGS,
+    ROUTE_EMBEDDINGS_NATIVE, // llama.cpp's /embeddings: a list of vectors per input (--pooling none: per token)
     ROUTE_REWARD
 } Route;
 
@@ -815,6 +961,7 @@ static Route find_route(const char *url) {
     if (strcmp(url, "/v1/chat/completions") == 0) return ROUTE_CHAT;
     if (strcmp(url, "/v1/completions") == 0) return ROUTE_COMPLETIONS;
     if (strcmp(url, "/v1/embeddings") == 0) return ROUTE_EMBEDDINGS;
+    if (strcmp(url, "/embeddings") == 0 || strcmp(url, "/embedding") == 0) return ROUTE_EMBEDDINGS_NATIVE;
     if (strcmp(url, "/get_reward") == 0) return ROUTE_REWARD;
     return ROUTE_NONE;
 }
@@ -832,7 +979,8 @@ static void metric(char **text, size_t *length, size_t *capacity, const char *na
 static char *reward_metrics_text(Server *s) {
     pthread_mutex_lock(&s->lock);
     const int in_flight = s->in_flight;
-    const uint64_t requests = s->reward_requests, sequences = s->reward_sequences, tokens = s->reward_tokens;
+    const uint64_t requests = s->reward_requests, sequences = s->reward_sequences, tokens = s->reward_tokens,
+                   rounds = s->reward_rounds, forwards = s->reward_forwards;
     const double seconds = s->reward_seconds;
     pthread_mutex_unlock(&s->lock);
     char *text = NULL;
@@ -842,6 +990,10 @@ static char *reward_metrics_text(Server *s) {
     metric(&text, &length, &capacity, "reward_requests_total", "counter", "Reward requests scored.", (double)requests);
     metric(&text, &length, &capacity, "reward_sequences_total", "counter", "Sequences scored.", (double)sequences);
     metric(&text, &length, &capacity, "reward_tokens_total", "counter", "Tokens of the sequences scored.", (double)tokens);
+    metric(&text, &length, &capacity, "reward_rounds_total", "counter",
+           "Scoring rounds: the requests waiting for the model scored together (--reward-batch) count once.",
+           (double)rounds);
+    metric(&text, &length, &capacity, "reward_forwards_total", "counter", "Reward-model forwards.", (double)forwards);
     metric(&text, &length, &capacity, "reward_seconds_total", "counter", "Time in reward-model forwards.", seconds);
     return text;
 }
@@ -856,7 +1008,7 @@ static char *metrics_text(Server *s) {
                    completion = s->completion_tokens;
     const ContinuousStats stats = s->batch_stats;
     const uint64_t embedding_requests = s->embedding_requests, embedding_inputs = s->embedding_inputs,
-                   embedding_tokens = s->embedding_tokens;
+                   embedding_tokens = s->embedding_tokens, embedding_forwards = s->embedding_forwards;
     const double embedding_seconds = s->embedding_seconds;
     pthread_mutex_unlock(&s->lock);
     char *text = NULL;
@@ -903,6 +1055,8 @@ static char *metrics_text(Server *s) {
            (double)embedding_inputs);
     metric(&text, &length, &capacity, "embedding_tokens_total", "counter", "Tokens of those inputs.",
            (double)embedding_tokens);
+    metric(&text, &length, &capacity, "embedding_forwards_total", "counter",
+           "Embedding forwards (up to --parallel inputs each, of one request or of several).", (double)embedding_forwards);
     metric(&text, &length, &capacity, "embedding_seconds_total", "counter", "Time in embedding forwards.",
            embedding_seconds);
     return text;
@@ -1037,19 +1191,24 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     return job;
 }
 
-// POST /get_reward on a reward server (serve/reward_api.h). Requests score one at a
-// time; a request waiting for the model counts against --max-concurrent.
+// POST /get_reward on a reward server (serve/reward_api.h). The request waits in the
+// reward worker's queue (counted against --max-concurrent) and is scored with the others
+// waiting at the same time; this thread answers.
 static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
-    RewardRequest req;
+    RewardJob *job = xcalloc(1, sizeof(RewardJob));
     OpenAIError err;
-    if (reward_request_parse(upload->body ? upload->body : "", upload->size, &req, &err) != 0)
+    if (reward_request_parse(upload->body ? upload->body : "", upload->size, &job->req, &err) != 0) {
+        free(job);
         return respond_error(ex, &err, NULL);
+    }
+    job->scores = xmalloc((size_t)job->req.count * sizeof(float));
     pthread_mutex_lock(&s->lock);
     if (s->stopping || s->in_flight >= s->options.max_concurrent) {
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->lock);
-        reward_request_free(&req);
+        reward_request_free(&job->req);
+        free(job->scores), free(job);
         if (stopping)
             return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
         return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
@@ -1057,38 +1216,32 @@ static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
                                  "retry later", s->options.max_concurrent);
     }
     s->in_flight++;
-    pthread_mutex_unlock(&s->lock);
-
-    float *scores = xmalloc((size_t)req.count * sizeof(float));
-    long tokens = 0;
-    pthread_mutex_lock(&s->score_lock);
-    // OpenMP settings are per thread, and each connection is a thread of its own.
-    if (s->options.threads > 0) omp_set_num_threads(s->options.threads);
-    double start = now_seconds();
-    reward_request_score(s->reward_model, s->reward_tokenizer, &req, s->options.parallel, scores, &tokens);
-    double seconds = now_seconds() - start;
-    pthread_mutex_unlock(&s->score_lock);
-
-    pthread_mutex_lock(&s->lock);
-    s->in_flight--;
-    s->reward_requests++;
-    s->reward_sequences += (uint64_t)req.count;
-    s->reward_tokens += (uint64_t)tokens;
-    s->reward_seconds += seconds;
+    job->deadline = now_seconds() + s->options.request_timeout_s;
+    if (s->reward_tail) s->reward_tail->next = job;
+    else s->reward_head = job;
+    s->reward_tail = job;
     pthread_cond_broadcast(&s->changed);
+    while (!job->finished) pthread_cond_wait(&s->changed, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    char detail[96];
-    snprintf(detail, sizeof detail, "(%d sequence%s, %ld tokens, %.2f s)", req.count, req.count == 1 ? "" : "s",
-             tokens, seconds);
-    enum MHD_Result result = respond_json(ex, 200, reward_response_json(scores, req.count), detail);
-    free(scores);
-    reward_request_free(&req);
+
+    enum MHD_Result result;
+    if (job->failed) {
+        result = respond_error(ex, &job->error, NULL);
+    } else {
+        char detail[128];
+        snprintf(detail, sizeof detail, "(%d sequence%s, %ld tokens, %.2f s, %d batch-mate%s)", job->req.count,
+                 job->req.count == 1 ? "" : "s", job->tokens, job->seconds, job->batch_mates,
+                 job->batch_mates == 1 ? "" : "s");
+        result = respond_json(ex, 200, reward_response_json(job->scores, job->req.count), detail);
+    }
+    reward_request_free(&job->req);
+    free(job->scores), free(job);
     return result;
 }
 
 static void embed_job_free(EmbedJob *job) {
     for (int i = 0; i < job->count; i++) free(job->ids[i]);
-    free(job->ids), free(job->lengths), free(job->order), free(job->vectors);
+    free(job->ids), free(job->lengths), free(job->order), free(job->offsets), free(job->vectors);
     free(job);
 }
 
@@ -1142,24 +1295,50 @@ static EmbedJob *embed_job_new(Server *s, EmbeddingsRequest *req, OpenAIError *e
             return NULL;
         }
     }
+    // A vector per token: the answer grows with the tokens (SmolLM2: 576 floats, ~6 KB of
+    // JSON, each), so a request holds one context's worth of them at most.
+    if (s->options.pooling == POOLING_NONE && job->tokens > context) {
+        openai_error_set(err, 400, "invalid_request_error", "input", "context_length_exceeded",
+                         "with --pooling none (a vector per token) a request's inputs hold at most the model's context, "
+                         "%d tokens, in all; these have %ld", context, job->tokens);
+        embed_job_free(job);
+        return NULL;
+    }
     InputOrder *order = xmalloc((size_t)job->count * sizeof(InputOrder));
     for (int i = 0; i < job->count; i++) order[i] = (InputOrder){job->lengths[i], i};
     qsort(order, (size_t)job->count, sizeof(InputOrder), shortest_first);
     job->order = xmalloc((size_t)job->count * sizeof(int));
     for (int i = 0; i < job->count; i++) job->order[i] = order[i].index;
     free(order);
-    job->vectors = xmalloc((size_t)job->count * tm->model.config.hidden_size * sizeof(float));
+    // A vector per input, or with --pooling none one per token, inputs in request order.
+    job->per_token = s->options.pooling == POOLING_NONE;
+    job->offsets = xmalloc((size_t)job->count * sizeof(long));
+    long at = 0;
+    for (int i = 0; i < job->count; at += job->per_token ? job->lengths[i] : 1, i++) job->offsets[i] = at;
+    const long vectors = job->per_token ? job->tokens : job->count;
+    job->vectors = xmalloc((size_t)vectors * tm->model.config.hidden_size * sizeof(float));
     return job;
 }
 
-// POST /v1/embeddings: the request waits in the worker's embedding queue (counted against
-// --max-concurrent) and the worker runs it between decode steps; this thread answers.
+// POST /v1/embeddings and POST /embeddings: the request waits in the worker's embedding
+// queue (counted against --max-concurrent) and the worker runs it between decode steps;
+// this thread answers. With --pooling none there is no vector per text, the only shape the
+// OpenAI API has: /v1/embeddings refuses, as llama.cpp's server does, and /embeddings
+// answers the vectors of every token.
 static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
     Server *s = ex->server;
     const int hidden = s->tm->model.config.hidden_size;
+    const bool native = upload->route == ROUTE_EMBEDDINGS_NATIVE;
+    if (!native && s->options.pooling == POOLING_NONE)
+        return respond_new_error(ex, 400, "invalid_request_error", "pooling_not_supported", NULL,
+                                 "this server runs --pooling none (a vector per token), which the OpenAI embeddings "
+                                 "API cannot return: POST /embeddings answers the per-token vectors; for one vector "
+                                 "per text start the server with --pooling mean, last or cls");
     EmbeddingsRequest req;
     OpenAIError err;
-    if (embeddings_request_parse(upload->body ? upload->body : "", upload->size, s->model_name, hidden, &req, &err) != 0)
+    if ((native ? embeddings_native_request_parse : embeddings_request_parse)(upload->body ? upload->body : "",
+                                                                              upload->size, s->model_name, hidden,
+                                                                              &req, &err) != 0)
         return respond_error(ex, &err, NULL);
     const bool base64 = req.base64;
     EmbedJob *job = embed_job_new(s, &req, &err);
@@ -1193,9 +1372,16 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
         char detail[96];
         snprintf(detail, sizeof detail, "(%d input%s, %ld tokens, %.2f s)", job->count, job->count == 1 ? "" : "s",
                  job->tokens, job->seconds);
-        result = respond_json(ex, 200,
-                              embeddings_response_json(job->vectors, job->count, hidden, base64, s->model_name, job->tokens),
-                              detail);
+        char *json;
+        if (native) {
+            int *per_input = xmalloc((size_t)job->count * sizeof(int));
+            for (int i = 0; i < job->count; i++) per_input[i] = job->per_token ? job->lengths[i] : 1;
+            json = embeddings_native_response_json(job->vectors, per_input, job->count, hidden);
+            free(per_input);
+        } else {
+            json = embeddings_response_json(job->vectors, job->count, hidden, base64, s->model_name, job->tokens);
+        }
+        result = respond_json(ex, 200, json, detail);
     }
     embed_job_free(job);
     return result;
@@ -1336,7 +1522,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         if (route == ROUTE_NONE)
             return respond_new_error(&ex, 404, "invalid_request_error", "unknown_url", NULL, "Unknown request URL: %.16s %s",
                                      method, shown);
-        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_EMBEDDINGS || route == ROUTE_REWARD;
+        bool post_route = route == ROUTE_CHAT || route == ROUTE_COMPLETIONS || route == ROUTE_EMBEDDINGS ||
+                          route == ROUTE_EMBEDDINGS_NATIVE || route == ROUTE_REWARD;
         if (post_route ? !is_post : !is_get)
             return respond_new_error(&ex, 405, "invalid_request_error", "method_not_allowed", post_route ? "POST" : "GET, HEAD",
                                      "%.16s is not allowed on %s (use %s)", method, shown, post_route ? "POST" : "GET");
@@ -1380,7 +1567,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
                                  "the request body is over this server's limit of %ld bytes (--max-body-bytes)",
                                  s->options.max_body_bytes);
     if (upload->route == ROUTE_REWARD) return handle_reward(&ex, upload);
-    if (upload->route == ROUTE_EMBEDDINGS) return handle_embeddings(&ex, upload);
+    if (upload->route == ROUTE_EMBEDDINGS || upload->route == ROUTE_EMBEDDINGS_NATIVE) return handle_embeddings(&ex, upload);
     return handle_generation(&ex, upload);
 }
 
@@ -1411,7 +1598,6 @@ static int start(Server **out, TextModel *tm, Model *reward_model, const Tokeniz
     s->tm = tm;
     s->reward_model = reward_model;
     s->reward_tokenizer = reward_tokenizer;
-    pthread_mutex_init(&s->score_lock, NULL);
     s->options = *options;
     if (s->options.parallel < 1) s->options.parallel = 1;
     s->model_name = xstrdup(options->model_name);
@@ -1420,11 +1606,10 @@ static int start(Server **out, TextModel *tm, Model *reward_model, const Tokeniz
     s->created = (long)time(NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
-    if (tm) {
-        s->trie = token_trie_new(tm->tokenizer, tm->model.config.vocab_size);
-        CHECK(pthread_create(&s->worker, NULL, worker_main, s) == 0, "cannot start the generation thread");
-        s->worker_started = true;
-    }
+    if (tm) s->trie = token_trie_new(tm->tokenizer, tm->model.config.vocab_size);
+    CHECK(pthread_create(&s->worker, NULL, tm ? worker_main : reward_worker_main, s) == 0,
+          "cannot start the %s thread", tm ? "generation" : "scoring");
+    s->worker_started = true;
     // A connection is one thread; the bound keeps a flood of clients from exhausting them,
     // and is far above what --max-concurrent admits, so busy clients still get their 429.
     unsigned int connections = 256 + 4 * (unsigned int)options->max_concurrent;
@@ -1475,7 +1660,6 @@ void server_stop(Server *s) {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
     if (s->worker_started) pthread_join(s->worker, NULL);
-    pthread_mutex_destroy(&s->score_lock);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->changed);
     token_trie_free(s->trie);

@@ -12,7 +12,9 @@
 // cache's slots; the embedding requests, inputs, tokens and seconds), GET /v1/models, GET
 // /v1/models/<name>, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings
 // (serve/embeddings_api.h: the final hidden states pooled by options.pooling and
-// L2-normalised, model/pooling.h). Anything else is 404; a known path with another method
+// L2-normalised, model/pooling.h; refused with --pooling none), POST /embeddings and
+// /embedding (llama.cpp's route: a list of vectors per input, one per token with
+// --pooling none). Anything else is 404; a known path with another method
 // is 405.
 //
 // Limits, each answered with an OpenAI-style error: a body over max_body_bytes is 413 (from
@@ -63,6 +65,7 @@ typedef struct {
     int request_timeout_s;
     int threads;            // OpenMP threads of the worker (0: the default)
     Pooling pooling;        // how /v1/embeddings pools a text's final hidden states
+    int reward_batch;       // a reward server: the most waiting /get_reward requests scored together (1: one at a time)
 } ServerOptions;
 
 typedef struct Server Server;
@@ -71,8 +74,11 @@ typedef struct Server Server;
 // Returns 0, or -1 with err_set() (address in use, unknown host, ...).
 int server_start(Server **out, TextModel *tm, const ServerOptions *options);
 // A reward server: /get_reward scores with `reward_model` (value head) and `tokenizer`,
-// options.parallel sequences per forward, one request at a time (the others wait, counted
-// against max_concurrent; no request timeout: a request scores to its end).
+// options.parallel sequences per forward, on one worker thread: the requests that arrive
+// while it scores wait (counted against max_concurrent) and are then scored together, up
+// to options.reward_batch of them, their sequences sorted by length across requests. A
+// request still waiting after request_timeout_s is 503; a round that started scores to its
+// end, unless the server stops (503 before its next forward).
 int server_start_reward(Server **out, Model *reward_model, const Tokenizer *tokenizer, const ServerOptions *options);
 int server_port(const Server *server);
 // Stops accepting connections, halts the running generation and fails the queued ones

@@ -5,7 +5,10 @@
 # usage counts, base64 decoding to the float list, a batch equal to its texts alone,
 # concurrent embedding and chat requests answered as they are alone, --pooling last and
 # cls, the /metrics counters, every bad request with its error JSON, and bad --pooling at
-# startup. (test_pooling checks the numbers closer, test_smollm2 on SmolLM2, serve.sh
+# startup. Concurrent embedding requests sharing forwards, each answered its vectors alone.
+# llama.cpp's POST /embeddings: the same vector as a list of one; with --pooling none every
+# token's state (transformers' per-token hidden_states[-1], unnormalised), and /v1/embeddings
+# refused. (test_pooling checks the numbers closer, test_smollm2 on SmolLM2, serve.sh
 # embeddings beside a long generation on SmolLM2.) Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
@@ -84,12 +87,40 @@ def error(path, param):
     if not isinstance(e, dict) or set(e) != {"message", "type", "param", "code"} or not e["message"]: fail(f"not an error: {o}")
     if e["param"] != (param or None): fail(f"param {e['param']!r}, wanted {param!r}: {e['message']}")
 
+def tokens(path, per_token):
+    """llama.cpp's /embeddings answer: [{"index", "embedding": [[floats], ...]}, ...]; prints
+    {"vectors": [[token vectors] per input]} (as float32), one vector per input unless per_token."""
+    o = json.load(open(path, encoding="utf-8"))
+    if not isinstance(o, list) or not o: fail(f"not a list: {str(o)[:200]}")
+    out = []
+    for i, d in enumerate(o):
+        if not isinstance(d, dict) or set(d) != {"index", "embedding"} or d["index"] != i: fail(f"[{i}]: {str(d)[:200]}")
+        e = d["embedding"]
+        if not isinstance(e, list) or not e or (not per_token and len(e) != 1): fail(f"[{i}]: {len(e)} vectors")
+        for v in e:
+            if not isinstance(v, list) or len(v) != HIDDEN or not all(isinstance(x, float) for x in v): fail(f"[{i}]: {str(v)[:100]}")
+        out.append([list(struct.unpack(f"<{HIDDEN}f", struct.pack(f"<{HIDDEN}f", *v))) for v in e])
+    print(json.dumps({"vectors": out}))
+
+def tokens_close(got, want, tolerance):
+    """Every component within tolerance times max(1, the largest |component| of WANT) (files)."""
+    got, want = json.load(open(got))["vectors"], json.load(open(want))["vectors"]
+    if [len(g) for g in got] != [len(w) for w in want]: fail(f"shapes {[len(g) for g in got]} and {[len(w) for w in want]}")
+    scale = max(1.0, max(abs(x) for w in want for v in w for x in v))
+    worst = max(abs(a - b) for g, w in zip(got, want) for u, v in zip(g, w) for a, b in zip(u, v))
+    same = sum(u == v for g, w in zip(got, want) for u, v in zip(g, w))
+    print(f"{worst:.2g} ({same} of {sum(len(w) for w in want)} vectors bit for bit)")
+    if not worst <= float(tolerance) * scale: sys.exit(1)
+
 kind = sys.argv[1]
 if kind == "vectors": vectors(sys.argv[2], int(sys.argv[3]))
 elif kind == "fixture": fixture(sys.argv[2])
 elif kind == "close": close(sys.argv[2], sys.argv[3], sys.argv[4])
 elif kind == "body": body(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "{}")
 elif kind == "error": error(sys.argv[2], sys.argv[3])
+elif kind == "tokens": tokens(sys.argv[2], sys.argv[3] == "per_token")
+elif kind == "tokens_fixture": print(json.dumps({"vectors": [t["none"] for t in FIXTURE["inputs"]]}))
+elif kind == "tokens_close": tokens_close(sys.argv[2], sys.argv[3], sys.argv[4])
 PY
 emb() { python3 "$tmp/emb.py" "$@"; }
 count=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["inputs"]))' "$fixture")
@@ -184,6 +215,58 @@ for i in 0 1 2 3; do
 done
 [ "$why" = ok ] && pass embeddings_concurrent_with_chat || fail embeddings_concurrent_with_chat "$why"
 
+# Seven clients post a text each while a request of 2,048 inputs is being embedded:
+# the waiting requests share forwards (fewer forwards than their requests alone would run,
+# /metrics' marlhf_embedding_forwards_total), and each gets the vectors it gets alone.
+forwards() { curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^marlhf_embedding_forwards_total //p'; }
+python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["inputs"][3]["text"]; print(json.dumps({"input": [t] * 2048}))' \
+    "$fixture" > "$tmp/blocker.json"
+# The forwards of each alone.
+before=$(forwards)
+request POST /v1/embeddings "@$tmp/blocker.json" > /dev/null
+middle=$(forwards)
+emb body string > "$tmp/string.json"
+request POST /v1/embeddings "@$tmp/string.json" > /dev/null
+emb vectors "$tmp/body" 1 > "$tmp/string_alone.json" || echo '{"vectors": [], "prompt_tokens": 0}' > "$tmp/string_alone.json"
+alone_forwards=$((middle - before + 7 * ($(forwards) - middle)))
+before=$(forwards)
+curl -s -o "$tmp/blocker_answer.json" --data-binary "@$tmp/blocker.json" "http://127.0.0.1:$port/v1/embeddings" &
+blocker=$!
+until [ "$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^marlhf_requests_in_progress //p')" != 0 ] ||
+    ! kill -0 "$blocker" 2> /dev/null; do sleep 0.01; done
+pids=()
+for i in 0 1 2 3 4 5 6; do
+    curl -s -o "$tmp/shared_$i.json" --data-binary "@$tmp/string.json" "http://127.0.0.1:$port/v1/embeddings" &
+    pids+=($!)
+done
+wait "$blocker" "${pids[@]}"
+after=$(forwards)
+why=ok
+emb vectors "$tmp/blocker_answer.json" 2048 > /dev/null || why="the large request: $(head -c 200 "$tmp/blocker_answer.json")"
+for i in 0 1 2 3 4 5 6; do
+    got=$(emb vectors "$tmp/shared_$i.json" 1) && emb close "$got" "$(cat "$tmp/string_alone.json")" 1e-6 > /dev/null ||
+        why="request $i: $(echo "$got" | head -c 200)"
+done
+[ "$why" = ok ] && [ -n "$before" ] && [ $((after - before)) -lt "$alone_forwards" ] &&
+    pass "embeddings_concurrent_requests_share_forwards ($((after - before)) forwards, $alone_forwards alone)" ||
+    fail embeddings_concurrent_requests_share_forwards "$why; forwards $before -> $after"
+
+# llama.cpp's POST /embeddings: each input's vector as a list of one, the /v1/embeddings
+# vector bit for bit; its 'content' key; base64 refused there.
+status=$(request POST /embeddings "$(emb body strings)")
+got=$(emb tokens "$tmp/body" pooled) && python3 -c 'import json, sys; a = json.loads(sys.argv[1]); b = json.load(open(sys.argv[2]))
+sys.exit(0 if [v[0] for v in a["vectors"]] == b["vectors"] else 1)' "$got" "$tmp/batched.json" &&
+    pass embeddings_native_route || fail embeddings_native_route "status $status: $(head -c 200 "$tmp/body")"
+status=$(request POST /embedding "$(emb body strings | sed 's/"input"/"content"/')")
+[ "$status" = 200 ] && [ "$(emb tokens "$tmp/body" pooled)" = "$got" ] && pass embeddings_native_content ||
+    fail embeddings_native_content "status $status: $(head -c 200 "$tmp/body")"
+status=$(request POST /embeddings '{"input": "a", "encoding_format": "base64"}')
+[ "$status" = 400 ] && emb error "$tmp/body" encoding_format > /dev/null && pass embeddings_native_no_base64 ||
+    fail embeddings_native_no_base64 "status $status: $(head -c 200 "$tmp/body")"
+status=$(request POST /embeddings '{"content": []}')
+[ "$status" = 400 ] && emb error "$tmp/body" input > /dev/null && pass embeddings_native_empty ||
+    fail embeddings_native_empty "status $status: $(head -c 200 "$tmp/body")"
+
 # Bad requests: an OpenAI error naming the parameter.
 expect_refused embeddings_bad_json 400 "" '{"input": ["a"' "invalid_json"
 expect_refused embeddings_empty_body 400 "" '' "invalid_json"
@@ -246,6 +329,44 @@ for pooling in last cls; do
         fail "embeddings_pooling_$pooling" "$(tail -n 3 "$tmp/server_$pooling.log")"
     fi
 done
+
+# --pooling none: POST /embeddings answers every token's final hidden state, unnormalised,
+# transformers' per-token hidden_states[-1] (float32 against float64: 1e-5 times the
+# largest component); two concurrent requests get what they get alone; /v1/embeddings is
+# refused (llama.cpp: "Pooling type 'none' is not OAI compatible").
+if start_server "$tmp/server_none.log" --model "$model" --threads 1 --pooling none; then
+    status=$(request POST /embeddings "$(emb body strings)")
+    emb tokens_fixture > "$tmp/tokens_fixture.json"
+    if emb tokens "$tmp/body" per_token > "$tmp/tokens_alone.json" &&
+        why=$(emb tokens_close "$tmp/tokens_alone.json" "$tmp/tokens_fixture.json" 1e-5); then
+        pass "embeddings_pooling_none (largest difference $why)"
+    else
+        fail embeddings_pooling_none "status $status: $(head -c 300 "$tmp/tokens_alone.json") ${why:-}"
+        echo '{"vectors": []}' > "$tmp/tokens_alone.json"
+    fi
+    python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["inputs"]; print(json.dumps({"content": [x["text"] for x in t[::-1]]}))' \
+        "$fixture" > "$tmp/reversed.json"
+    curl -s -o "$tmp/none_0.json" --data-binary "$(emb body id_lists)" "http://127.0.0.1:$port/embeddings" &
+    a=$!
+    curl -s -o "$tmp/none_1.json" --data-binary "@$tmp/reversed.json" "http://127.0.0.1:$port/embeddings" &
+    b=$!
+    wait "$a" "$b"
+    python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["vectors"]; print(json.dumps({"vectors": v[::-1]}))' \
+        "$tmp/tokens_alone.json" > "$tmp/tokens_reversed.json"
+    emb tokens "$tmp/none_0.json" per_token > "$tmp/got0.json" && emb tokens "$tmp/none_1.json" per_token > "$tmp/got1.json" &&
+        why=$(emb tokens_close "$tmp/got0.json" "$tmp/tokens_alone.json" 1e-6) &&
+        why1=$(emb tokens_close "$tmp/got1.json" "$tmp/tokens_reversed.json" 1e-6) &&
+        pass "embeddings_pooling_none_concurrent (largest difference $why; $why1)" ||
+        fail embeddings_pooling_none_concurrent "$(echo "$why ${why1:-}" | head -c 300)"
+    expect_refused embeddings_pooling_none_not_oai 400 "" '{"input": "a"}' "--pooling none"
+    # At most one context (256 tokens) of per-token vectors per request.
+    status=$(request POST /embeddings "{\"input\": [$(python3 -c 'print(list(range(1, 200)))'), $(python3 -c 'print(list(range(1, 60)))')]}")
+    [ "$status" = 400 ] && emb error "$tmp/body" input > /dev/null && grep -q "at most the model's context, 256 tokens" "$tmp/body" &&
+        pass embeddings_pooling_none_total_tokens || fail embeddings_pooling_none_total_tokens "status $status: $(head -c 200 "$tmp/body")"
+    stop_server
+else
+    fail embeddings_pooling_none "$(tail -n 3 "$tmp/server_none.log")"
+fi
 
 # A pooling that does not exist, or one with a reward model: a one-line error, exit 2.
 expect_error serve_bad_pooling "--pooling" "$bin" serve --model "$model" --pooling max
