@@ -632,12 +632,12 @@ static int check_adapter_config(const Model *model, const char *dir) {
     return 0;
 }
 
-int lora_read_adapter_base_quantize(const char *model_dir, char quantize[8]) {
+int lora_read_adapter_base_quantize(const char *model_dir, char quantize[16]) {
     char *dir = adapter_dir(model_dir);
     AdapterConfig config;
     int rc = read_adapter_config(dir, &config);
     free(dir);
-    if (rc == 0) snprintf(quantize, 8, "%s", config.base_quantize);
+    if (rc == 0) snprintf(quantize, 16, "%s", config.base_quantize);
     return rc;
 }
 
