@@ -530,7 +530,7 @@ static void test_nf4_matches_bitsandbytes(void) {
     }
     printf("nf4: %d cases; marlhf's offset vs torch's float32 mean: at most %.0f ulp; the scales with marlhf's own "
            "offset vs bitsandbytes': at most %.2g of the offset\n", cases, worst_offset_ulps, worst_own_offset_scale);
-    EXPECT(cases == 5 && whole_rows == 4, "%d cases, %d of whole blocks per row", cases, whole_rows);
+    EXPECT(cases == 6 && whole_rows == 4, "%d cases, %d of whole blocks per row", cases, whole_rows);
     EXPECT(worst_offset_ulps <= 2, "the offset is %.0f ulp from torch's mean", worst_offset_ulps);
     EXPECT(worst_own_offset_scale <= 1e-6, "the scales move by %.3g with marlhf's own offset", worst_own_offset_scale);
     json_decref(fixture);

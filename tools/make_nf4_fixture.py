@@ -10,7 +10,8 @@ and with compress_statistics (double quantization): the packed 4-bit codes, the 
 values (or their 8-bit codes, second-level absmax values and offset), and dequantize_4bit's
 floats. The matrices: weights of a typical magnitude; a row of zeros beside rows of huge, tiny
 and subnormal values; a size that is not a multiple of 64 (an odd count: the last block is
-short, the last byte padded); values exactly on the midpoints between levels; and a
+short, the last byte padded); values exactly on the midpoints between levels; values whose code depends on multiplying by
+the reciprocal of the absmax (a whole block) or dividing by it (a shorter last one); and a
 [64, 576] matrix (576 blocks: three blocks of scales for the double quantization) whose values
 follow a formula the C test recomputes exactly (x is not stored; its dequantized values are,
 for rows 0 and 63, and all its scales are).
@@ -98,6 +99,15 @@ def main():
     ties[0, 63] = 1.0
     ties[1] = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
     cases.append(case("midpoints", ties))
+    # A whole block multiplies by the reciprocal of its absmax, a shorter last one divides: with
+    # absmax 3 these values fall on different sides of a midpoint under the two rules.
+    near = [-1.83189857006073, -1.019038200378418, -0.41373518109321594, 0.11937045305967331,
+            1.1679376363754272, 1.9283608198165894]
+    reciprocal = rng.uniform(-1.0, 1.0, 74).astype(np.float32)
+    reciprocal[0], reciprocal[64] = 3.0, -3.0
+    reciprocal[1:7] = near
+    reciprocal[65:71] = near
+    cases.append(case("reciprocal_and_division", reciprocal.reshape(1, 74)))
     cases.append(case("formula_64x576", formula_matrix(64, 576), store_x=False, dequantized_rows=[0, 63]))
     fixture = {
         "source": "bitsandbytes %s functional.quantize_4bit / dequantize_4bit (nf4, blocksize 64, CPU), "
