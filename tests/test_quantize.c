@@ -1,12 +1,18 @@
-// Quantized weights, Q8_0 and Q4_0, for inference and under LoRA training (model/quantize.h,
-// ops/q4.c, ops/cpu/matmul_q8.c).
+// Quantized weights, Q8_0, Q4_0 and NF4, for inference and under LoRA training (model/quantize.h,
+// ops/q4.c, ops/nf4.c, ops/cpu/matmul_q8.c, ops/cpu/matmul_nf4.c).
 //
+//  - NF4 against bitsandbytes 0.50.2 (tests/fixtures/quant/nf4.json, tools/make_nf4_fixture.py):
+//    the 16 levels, the 256-value dynamic map, the 4-bit codes and absmax values, and, given
+//    bitsandbytes' offset, the 8-bit scale codes, second-level absmax values, scales and every
+//    dequantized value, bit for bit; marlhf's own offset within 1 ulp of torch's float32 mean;
+//    a whole matrix (single and double-quantized scales) dequantizes as the flat functions do.
+//    On SmolLM2, NF4 decoding against transformers' float32 (agreement >= 0.65, mean <= 1.2).
 //  - Q4_0 blocks: marlhf's quantizer writes the bytes gguf-py's gguf.quants.Q4_0 writes for the
 //    same floats (tests/fixtures/quant/q4_0.json, tools/make_quant_fixtures.py), its
 //    dequantization gives gguf-py's floats bit for bit, and a dequantized block quantizes
 //    back to its own bytes (also every block the GGUF writer makes of the tiny Llama's
 //    weights), so a Q4_0 GGUF runs with its own bits.
-//  - QLoRA: LoRA over a Q8_0 or Q4_0 base computes the log-probs and adapter gradients of
+//  - QLoRA: LoRA over a Q8_0, Q4_0 or NF4 (with and without double quantization) base computes the log-probs and adapter gradients of
 //    LoRA over a float32 base holding the dequantized values (same fingerprint too; gradient
 //    checkpointing gives the same bits); its saved
 //    merged model computes what it does; its adapter reloads onto the quantized base and is
