@@ -16,8 +16,10 @@
 // their mean (the offset), are quantized in blocks of NF4_SCALE_BLOCK to 8-bit codes of
 // bitsandbytes' signed dynamic map (create_dynamic_map(): 256 values in [-1, 1], finer near
 // 0) with a float absmax per block of scales (nearest map value to s / absmax, ties to the
-// lower); a block's scale is then map[code] * absmax2 + offset, in float (0.127 bits a
-// weight for the scales instead of 0.5).
+// lower, as bitsandbytes' torch kernel rounds; its CPU C kernel, which quantize_4bit calls on
+// the CPU, misses the nearest value for some inputs, mostly tiny ones: docs/quantization.md);
+// a block's scale is then map[code] * absmax2 + offset, in float (0.127 bits a weight for the
+// scales instead of 0.5).
 //
 // The offset: bitsandbytes takes torch's float32 mean, whose summation order is torch's
 // (vector width, threads; CUDA's on a GPU), so its last bit is the platform's; marlhf sums
