@@ -119,9 +119,10 @@ float nf4_scales_offset(const float *absmax, long count) {
 
 // The code of v (= s / absmax2) in the dynamic map: the nearest map value, ties to the lower
 // (the rule of bitsandbytes' pure-torch kernel, up to the last bit of its midpoints). Found as
-// bitsandbytes' CPU quantize_block means to: the last map value at or below v (the map's -0.99297 read as -1 there, so that every v in
-// [-1, 1] has one), then the next one if strictly nearer; its compiled search does not always
-// land there (docs/quantization.md measures how often). NaN (a block of scales all equal to
+// bitsandbytes' CPU quantize_block means to: the last map value at or below v (the map's
+// -0.99297 read as -1 there, so that every v in [-1, 1] has one), then the next one if
+// strictly nearer; its compiled search does not always land there (docs/quantization.md
+// measures how often). NaN (a block of scales all equal to
 // the offset: 0 / 0) takes code 0, as bitsandbytes gives it.
 static int dynamic_code(const float *map, float v) {
     int low = 0, high = 255; // map[low] <= v (with map[0] = -1), map[high + 1] > v
