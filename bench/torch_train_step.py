@@ -10,6 +10,9 @@ After --warmup untimed steps, --steps steps are timed; step_s is their mean.
         [--lora-rank R]    (PEFT LoRA of rank R on every linear layer of the blocks, base frozen)
         [--lora-dropout P] (PEFT's lora_dropout, the model in training mode)
         [--use-dora]       (PEFT's use_dora: DoRA adapters)
+        [--quantize nf4|nf4-single] (with --lora-rank: QLoRA, the blocks' linear layers as
+                           bitsandbytes' Linear4bit, NF4 with (nf4) or without double quantization,
+                           float32 compute, its CPU backend; PEFT's LoRA on top)
 
 Prints one JSON line per model on stdout:
   {"impl": "pytorch", "model": ..., "tokens_per_s": ..., "step_s": ..., "gflops": ...,
@@ -71,8 +74,28 @@ def flops_per_token(cfg, p_nonemb, T):
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def quantize_nf4(model, double_quant):
+    """Every linear layer of the blocks as bitsandbytes' Linear4bit (NF4, blocks of 64), its
+    weights quantized from the float32 ones (Params4bit quantizes as it moves to the device)."""
+    import bitsandbytes as bnb
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for child, linear in list(parent.named_children()):
+                if not isinstance(linear, torch.nn.Linear):
+                    continue
+                q = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                      compute_dtype=torch.float32, compress_statistics=double_quant, quant_type="nf4")
+                q.weight = bnb.nn.Params4bit(linear.weight.data, requires_grad=False, compress_statistics=double_quant,
+                                             quant_type="nf4").to("cpu")
+                setattr(parent, child, q)
+
+
 def bench(name, args):
     model, cfg, p_nonemb = build(name, args.attn)
+    if args.quantize != "none":
+        if args.lora_rank < 1:
+            raise SystemExit("--quantize needs --lora-rank (a quantized base is frozen)")
+        quantize_nf4(model, args.quantize == "nf4")
     if args.lora_rank > 0:
         import peft
         config = peft.LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, lora_dropout=args.lora_dropout,
@@ -100,7 +123,8 @@ def bench(name, args):
     tokens = args.batch * args.seq
     fpt = flops_per_token(cfg, p_nonemb, args.seq)
     print(json.dumps({
-        "impl": "pytorch+peft" if args.lora_rank else "pytorch", "model": name, "tokens_per_s": round(tokens / step_s, 1),
+        "impl": ("pytorch+peft+bitsandbytes" if args.quantize != "none" else "pytorch+peft") if args.lora_rank else "pytorch",
+        "model": name, "quantize": args.quantize, "tokens_per_s": round(tokens / step_s, 1),
         "step_s": round(step_s, 4), "gflops": round(fpt * tokens / step_s / 1e9, 2),
         "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
         "attn": args.attn, "flops_per_token": fpt, "params_nonemb": p_nonemb,
@@ -121,6 +145,7 @@ def main():
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--lora-dropout", type=float, default=0.0)
     ap.add_argument("--use-dora", action="store_true")
+    ap.add_argument("--quantize", choices=("none", "nf4", "nf4-single"), default="none")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {FORMULA}  (see docstring)", file=sys.stderr)

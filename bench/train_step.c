@@ -12,7 +12,7 @@
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
 //            [--lora-dropout P] (with --lora-rank: PEFT's lora_dropout on the adapters' inputs)
 //            [--use-dora]       (with --lora-rank: DoRA adapters, PEFT's use_dora)
-//            [--quantize q8_0|q4_0] (with --lora-rank, CPU: the frozen base quantized, QLoRA; the
+//            [--quantize q8_0|q4_0|nf4|nf4-single] (with --lora-rank, CPU: the frozen base quantized, QLoRA; the
 //                               random float32 weights are made first, then quantized and given
 //                               back, as `marlhf sft --quantize` never holds them all)
 // The CPU line also gives the process's peak resident memory (max_rss_mb).

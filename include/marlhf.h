@@ -65,7 +65,7 @@ typedef struct {
     const char *lora_adapter;  // policy: a saved adapter applied on load (a marlhf model folder
                                // with adapter/, or a PEFT adapter folder); NULL for none
     const char *chat_template; // policy: a family name or template file; NULL: the model's own
-    const char *quantize;      // policy: NULL or "none" (float32), "q8_0" or "q4_0": 8- or 4-bit
+    const char *quantize;      // policy: NULL or "none" (float32), "q8_0", "q4_0", "nf4" or "nf4-single": 8- or 4-bit
                                // linear layers for generation and log-probs (CPU,
                                // docs/quantization.md); such a model cannot be saved or given a
                                // trainer (QLoRA is the command line's, not this API's)

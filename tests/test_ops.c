@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/ops.h"
+#include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
 #include "test.h"
@@ -105,9 +106,39 @@ static void test_matmul_accumulate_and_scale(void) {
     }
 }
 
-// ---- quantized weights (Q8_0, Q4_0): the LoRA base's matmuls ----
+// ---- quantized weights (Q8_0, Q4_0, NF4): the LoRA base's matmuls ----
+static void *zeroed(size_t bytes) { return xcalloc(1, bytes); }
+
+// A random [OC, IC] weight quantized to NF4 (double_quant: its scales too), and its dequantized
+// floats, each within |scale - absmax| + 0.1386 absmax of its value (half the widest gap between
+// NF4 levels, 0.7230 to 1, of the block's absmax, and how far the stored scale is from it).
+static Q8Matrix random_nf4(int OC, int IC, bool double_quant, float **dequantized) {
+    float *w = random_floats((long)OC * IC, -0.3f, 0.3f);
+    for (long i = 0; i < (long)OC * IC; i += 7 * NF4_BLOCK + 5) w[i] *= 8.0f; // blocks of other scales
+    Q8Matrix m = {0};
+    nf4_quantize_matrix(&m, w, OC, IC, double_quant, zeroed);
+    *dequantized = xmalloc((size_t)OC * IC * sizeof(float));
+    quant_dequantize_rows(&m, 0, OC, *dequantized);
+    float *scales = xmalloc((size_t)OC * (IC / NF4_BLOCK) * sizeof(float));
+    nf4_row_scales(&m, 0, OC, scales);
+    double worst = 0;
+    for (long b = 0; b < (long)OC * IC / NF4_BLOCK; b++) {
+        float absmax = 0;
+        for (long i = b * NF4_BLOCK; i < (b + 1) * NF4_BLOCK; i++) absmax = fmaxf(absmax, fabsf(w[i]));
+        const double bound = fabs((double)scales[b] - absmax) + 0.15191 * absmax;
+        for (long i = b * NF4_BLOCK; i < (b + 1) * NF4_BLOCK; i++)
+            worst = fmax(worst, fabs((*dequantized)[i] - w[i]) / (bound * (1 + 1e-5) + 1e-30));
+    }
+    EXPECT(worst <= 1.0, "nf4 (double quantization %d): a dequantized weight %.3g bounds from its value", double_quant,
+           worst);
+    free(scales);
+    free(w);
+    return m;
+}
+
 // A random [OC, IC] weight quantized to `type`, and its dequantized floats.
 static Q8Matrix random_quantized(QuantType type, int OC, int IC, float **dequantized) {
+    if (type == QUANT_NF4) return random_nf4(OC, IC, IC % 128 == 0, dequantized); // both kinds of scales
     float *w = random_floats((long)OC * IC, -0.3f, 0.3f);
     Q8Matrix m = {.rows = OC, .cols = IC, .type = type};
     m.scales = xmalloc((size_t)OC * (IC / Q8_BLOCK) * sizeof(float));
@@ -139,13 +170,17 @@ static Q8Matrix random_quantized(QuantType type, int OC, int IC, float **dequant
 // outputs over one and several of the kernels' 256-row tiles (with a partial last one), an
 // accumulating dinp. The summation order differs (a tile at a time), so relative 1e-5 of the
 // products' magnitude. The inference kernel (matmul_forward_q8, Q4_0 included) stays within
-// the input's Q8_0 rounding of the same product.
+// the input's Q8_0 rounding of the same product; NF4's (ops/cpu/matmul_nf4.c below 64 rows)
+// does not quantize the input: within relative 1e-5 too. NF4's shapes have rows of whole
+// blocks of 64 (single and double-quantized scales, 1 to 1800 blocks of them).
 static void test_matmul_quantized(void) {
     const int shapes[][3] = {{5, 64, 37}, {70, 96, 300}, {13, 160, 600}, {64, 32, 257}};
-    const QuantType types[] = {QUANT_Q8_0, QUANT_Q4_0};
-    for (int t = 0; t < 2; t++)
-        for (int k = 0; k < 4; k++) {
-            const int N = shapes[k][0], IC = shapes[k][1], OC = shapes[k][2];
+    const int nf4_shapes[][3] = {{5, 64, 37}, {70, 128, 300}, {13, 192, 600}, {64, 64, 257}, {1, 576, 40}, {4, 256, 9}};
+    const QuantType types[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_NF4};
+    for (int t = 0; t < 3; t++)
+        for (int k = 0; k < (types[t] == QUANT_NF4 ? 6 : 4); k++) {
+            const int *shape = types[t] == QUANT_NF4 ? nf4_shapes[k] : shapes[k];
+            const int N = shape[0], IC = shape[1], OC = shape[2];
             float *w;
             Q8Matrix m = random_quantized(types[t], OC, IC, &w);
             float *inp = random_floats((long)N * IC, -1, 1), *dout = random_floats((long)N * OC, -1, 1);
@@ -175,8 +210,8 @@ static void test_matmul_quantized(void) {
                     double magnitude = 1 + fabs(bias[o]), rounding = 0;
                     for (int c = 0; c < IC; c++) {
                         magnitude += fabs((double)inp[(long)i * IC + c] * w[(long)o * IC + c]);
-                        // the input's Q8_0 step is at most max|x| / 127 <= 1/127 per value
-                        rounding += fabs(w[(long)o * IC + c]) / 127.0 / 2;
+                        // the input's Q8_0 step is at most max|x| / 127 <= 1/127 per value (NF4: float inputs)
+                        if (types[t] != QUANT_NF4) rounding += fabs(w[(long)o * IC + c]) / 127.0 / 2;
                     }
                     const long at = (long)i * OC + o;
                     worst_forward = fmax(worst_forward, fabs(out[at] - expected[at]) / (1e-5 * magnitude));
@@ -187,7 +222,7 @@ static void test_matmul_quantized(void) {
             EXPECT(worst_inference <= 1.0, "type %d, N %d IC %d OC %d: inference kernel %.3g x its rounding bound",
                    (int)types[t], N, IC, OC, worst_inference);
             free(inp), free(dout), free(bias), free(dinp), free(want), free(out), free(expected), free(inference), free(w);
-            free(m.values), free(m.scales);
+            free(m.values), free(m.scales), free(m.scale_codes), free(m.scale_absmax);
         }
 }
 

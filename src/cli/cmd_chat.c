@@ -64,7 +64,7 @@ int cmd_chat(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, "none, q8_0 or q4_0: the model's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "1: a turn computes only what follows the previous reply; 0: the whole conversation again", false, false},

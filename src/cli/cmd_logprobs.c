@@ -141,7 +141,7 @@ int cmd_logprobs(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize,
-         "none, q8_0 or q4_0: the model's weights in 8 or 4 bits (CPU; the base a QLoRA adapter was trained on)",
+         QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; the base a QLoRA adapter was trained on)",
          false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},

@@ -46,10 +46,10 @@ int cmd_ppo(int argc, char **argv) {
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
         {"reference-model", "reference_model", OPT_STRING, &reference, "frozen reference (default: the actor's start)", false, false},
         {"reference-quantize", "reference_quantize", OPT_STRING, &reference_quantize,
-         "none, q8_0 or q4_0: the reference's weights in 8 or 4 bits (CPU; a third of the memory; its log-probs, hence the KL, "
+         QUANTIZE_TYPES ": the reference's weights in 8 or 4 bits (CPU; a third of the memory; its log-probs, hence the KL, "
          "move by the quantization's error)", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
-         "none, q8_0 or q4_0: the reward model's weights in 8 or 4 bits (CPU; a third of the memory; scores move by the "
+         QUANTIZE_TYPES ": the reward model's weights in 8 or 4 bits (CPU; a third of the memory; scores move by the "
          "quantization's error)", false, false},
         {"prompts", "data data_path", OPT_STRING, &prompts, "prompts (any supported schema; the prompt field is used)", true, false},
         {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},

@@ -146,8 +146,9 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
     ADD("quantize", NULL, OPT_STRING, &c->quantize,
-        "none, q8_0 or q4_0: the frozen base in 8 or 4 bits under LoRA adapters (QLoRA; needs --lora-rank or "
-        "--lora-adapter; CPU)");
+        QUANTIZE_TYPES ": the frozen base in 8 or 4 bits under LoRA adapters (QLoRA; needs --lora-rank or "
+        "--lora-adapter; CPU); nf4 is bitsandbytes' NF4 with double quantization (bnb_4bit_use_double_quant), "
+        "nf4-single without");
 #undef ADD
     n += lora_cli_options(&c->lora_cli, "", o + n);
     // TRL's trainers: SFTTrainer keeps PEFT's lora_dropout, the reward, DPO and KTO trainers

@@ -521,7 +521,7 @@ typedef struct {
     bool value_head;         // modules_to_save holds "score"
     bool has_fingerprint;    // written by marlhf: the base weights it belongs to
     char fingerprint[32];
-    char base_quantize[8];   // "none", or the base's quantization ("q8_0", "q4_0")
+    char base_quantize[16];  // "none", or the base's quantization (quantize_type_check's names)
 } AdapterConfig;
 
 // The folder holding a model's adapter: MODEL_DIR/adapter, or MODEL_DIR itself (PEFT's).
@@ -552,7 +552,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     int rc = 0;
     if (base_quantize && (!json_is_string(base_quantize) ||
                           quantize_type_check(json_string_value(base_quantize), "marlhf_base_quantize") != 0))
-        rc = err_set("%s: \"marlhf_base_quantize\" must be \"none\", \"q8_0\" or \"q4_0\"", path);
+        rc = err_set("%s: \"marlhf_base_quantize\" must be one of %s", path, QUANTIZE_TYPES);
     else if (!json_is_string(json_object_get(config, "peft_type")) ||
         strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
         rc = err_set("%s: not a LoRA adapter (\"peft_type\" is not \"LORA\")", path);
@@ -632,12 +632,12 @@ static int check_adapter_config(const Model *model, const char *dir) {
     return 0;
 }
 
-int lora_read_adapter_base_quantize(const char *model_dir, char quantize[8]) {
+int lora_read_adapter_base_quantize(const char *model_dir, char quantize[16]) {
     char *dir = adapter_dir(model_dir);
     AdapterConfig config;
     int rc = read_adapter_config(dir, &config);
     free(dir);
-    if (rc == 0) snprintf(quantize, 8, "%s", config.base_quantize);
+    if (rc == 0) snprintf(quantize, 16, "%s", config.base_quantize);
     return rc;
 }
 

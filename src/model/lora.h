@@ -116,8 +116,8 @@ int lora_read_adapter(Model *model, const char *model_dir);
 // or modules other than the seven).
 int lora_read_adapter_config(const char *model_dir, LoraConfig *lora);
 // The quantization of the base an adapter saved in MODEL_DIR was trained on: "none", or
-// "q8_0" / "q4_0" (a QLoRA run's "marlhf_base_quantize"). Same errors as above.
-int lora_read_adapter_base_quantize(const char *model_dir, char quantize[8]);
+// one of QUANTIZE_TYPES (a QLoRA run's "marlhf_base_quantize"). Same errors as above.
+int lora_read_adapter_base_quantize(const char *model_dir, char quantize[16]);
 // model_add_lora with the adapter's own configuration, then lora_read_adapter: the saved
 // adapter on a loaded base model (--lora-adapter).
 int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed);

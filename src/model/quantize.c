@@ -8,12 +8,17 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
 
+// Every name --quantize (and each option or field that names a quantization) takes.
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single"};
+
 int quantize_type_check(const char *type, const char *option) {
-    if (strcmp(type, "none") == 0 || strcmp(type, "q8_0") == 0 || strcmp(type, "q4_0") == 0) return 0;
-    return err_set("unknown quantization '%s' (%s): none, q8_0 or q4_0", type, option);
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (strcmp(type, type_names[i]) == 0) return 0;
+    return err_set("unknown quantization '%s' (%s): %s", type, option, QUANTIZE_TYPES);
 }
 
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
@@ -28,12 +33,17 @@ int quantized_begin(Model *model, const char *type) {
     if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim;
-    if (C % Q8_BLOCK || I % Q8_BLOCK || q_dim % Q8_BLOCK)
+    // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
+    // with rows a multiple of 64 long they are the same blocks).
+    const bool nf4 = strncmp(type, "nf4", 3) == 0;
+    const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
+    if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
-                       "multiples of %d (they are %d, %d, %d)", type, Q8_BLOCK, C, I, q_dim);
+                       "multiples of %d (they are %d, %d, %d)", type, block, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
     quantized_small_pages(model->params, model->table.total);
-    model->quantized->type = strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    model->quantized->type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    model->quantized->double_quant = strcmp(type, "nf4") == 0;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
     return 0;
 }
@@ -55,8 +65,12 @@ void quantized_small_pages(float *params, long count) {
     if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
 }
 
-static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, const float *weight, long rows,
-                            long cols) {
+static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant,
+                            const float *weight, long rows, long cols) {
+    if (type == QUANT_NF4) {
+        nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops->alloc);
+        return;
+    }
     matrix->rows = (int)rows;
     matrix->cols = (int)cols;
     matrix->type = type;
@@ -102,12 +116,13 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
     float *weight = model->params + entry->offset;
-    // The token table and the LM head stay Q8_0 under q4_0, as llama.cpp keeps its output
-    // tensor above 4 bits in a Q4_0 model: on SmolLM2 (tied) a 4-bit head costs most of the
-    // accuracy (docs/quantization.md).
+    // The token table and the LM head stay Q8_0 under q4_0 and nf4, as llama.cpp keeps its
+    // output tensor above 4 bits in a Q4_0 model (and bitsandbytes' Linear4bit leaves the
+    // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
+    // costs most of the accuracy (docs/quantization.md).
     ModelQuantized *q = model->quantized;
     const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
-    quantize_matrix(model->ops, matrix, type, weight, entry->shape[0], entry->shape[1]);
+    quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
     release_pages(weight, entry->numel);
     // A tied LM head reads the embedding table: the head shares its quantized arrays.
     ModelQuantized *quantized = q;
@@ -131,12 +146,16 @@ int model_quantize(Model *model, const char *type) {
 const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry) {
     if (!model->quantized) return NULL;
     const Q8Matrix *matrix = matrix_for(model, entry);
-    return matrix && matrix->scales ? matrix : NULL;
+    return matrix && matrix->values ? matrix : NULL;
 }
 
 const char *model_quantize_name(const Model *model) {
     if (!model->quantized) return "none";
-    return model->quantized->type == QUANT_Q4_0 ? "q4_0" : "q8_0";
+    switch (model->quantized->type) {
+    case QUANT_Q4_0: return "q4_0";
+    case QUANT_NF4: return model->quantized->double_quant ? "nf4" : "nf4-single";
+    default: return "q8_0";
+    }
 }
 
 void model_dequantize_into(const Model *model, float *params) {
@@ -186,6 +205,8 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix) {
     if (matrix->values) ops->free(matrix->values);
     if (matrix->scales) ops->free(matrix->scales);
+    if (matrix->scale_codes) ops->free(matrix->scale_codes);
+    if (matrix->scale_absmax) ops->free(matrix->scale_absmax);
     memset(matrix, 0, sizeof *matrix);
 }
 

@@ -1,5 +1,6 @@
-// Quantized weights: Q8_0 (`--quantize q8_0`) or Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
-// blocks) on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto).
+// Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
+// blocks) or NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
+// on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
 // token embedding is looked up in a quantized table (a row dequantized per token), as
 // llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to
@@ -26,8 +27,12 @@ typedef struct {
     Q8Matrix q, k, v, o, gate, up, down; // gate: gated MLPs only
 } QuantizedLayer;
 
+// The names --quantize takes (quantize_type_check), for option help and errors.
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4 or nf4-single"
+
 typedef struct ModelQuantized {
-    QuantType type;         // of every matrix below
+    QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4)
+    bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     QuantizedLayer *layers; // [num_layers]
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
@@ -37,7 +42,9 @@ typedef struct ModelQuantized {
 // True when `type` asks for quantized weights (not NULL and not "none").
 bool quantize_requested(const char *type);
 
-// The names --quantize takes: "none" (float32), "q8_0" or "q4_0". Returns 0, or -1 with err_set()
+// The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
+// double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True) or "nf4-single" (NF4,
+// float scales: bnb_4bit_use_double_quant=False). Returns 0, or -1 with err_set()
 // naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 
@@ -56,7 +63,7 @@ void quantized_take(Model *model, const ParamEntry *entry);
 // The quantized copy of table entry `entry`, or NULL when it stays float32 (or the model is
 // not quantized).
 const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry);
-// "q8_0" or "q4_0": the model's quantization; "none" when it has none.
+// "q8_0", "q4_0", "nf4" or "nf4-single": the model's quantization; "none" when it has none.
 const char *model_quantize_name(const Model *model);
 // Writes the dequantized values of every quantized entry into `params`, a host copy of the
 // model's flat buffer (the merged weights a quantized LoRA model saves).

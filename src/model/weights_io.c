@@ -179,7 +179,7 @@ int model_load_with_adapter(Model *model, const char *path, const OpsBackend *op
     if (!adapter) return model_load(model, path, ops, options);
     // An adapter trained on a quantized base (QLoRA) goes on that quantized base: the model is
     // loaded quantized as it was, and the adapter checked against its dequantized values.
-    char base_quantize[8];
+    char base_quantize[16];
     if (lora_read_adapter_base_quantize(adapter, base_quantize) != 0) return -1;
     if (quantize_requested(base_quantize)) {
         const char *asked = options->quantize ? options->quantize : "none";

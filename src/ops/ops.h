@@ -31,16 +31,25 @@
 //    16 bytes nibbles[(r*cols + 32k) / 2 ..], byte j holding value j in its low nibble and
 //    value j + 16 in its high one, each value (nibble - 8) * scales[r*cols/32 + k]. The
 //    scales are half floats held as floats (ops/q4.h).
+//  - QUANT_NF4: bitsandbytes' NF4 (ops/nf4.h), blocks of NF4_BLOCK (64) values along a row
+//    (cols a multiple of 64): nibbles[(r*cols + c) / 2] holds value c of row r, an even c in
+//    the high nibble; each value nf4_levels[code] times its block's scale, which is
+//    scales[(r*cols + c) / 64], or, with double quantization (scales NULL),
+//    map[scale_codes[k]] * scale_absmax[k / 256] + scale_offset for block k.
 #define Q8_BLOCK 32
-typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0 } QuantType;
+typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4 } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
-        uint8_t *nibbles;  // QUANT_Q4_0: [rows * cols / 2]
+        uint8_t *nibbles;  // QUANT_Q4_0, QUANT_NF4: [rows * cols / 2]
     };
-    float *scales;  // [rows * cols / Q8_BLOCK]
+    float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
     QuantType type;
+    // QUANT_NF4 with double quantization only: a code per block of 64, an absmax per 256 blocks.
+    uint8_t *scale_codes;
+    float *scale_absmax;
+    float scale_offset;
 } Q8Matrix;
 
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *

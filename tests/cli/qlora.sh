@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # QLoRA end to end on the tiny model (tests/fixtures/models/tiny_chat): LoRA adapters trained
-# on a quantized frozen base (--quantize q8_0 | q4_0) with sft, rm, dpo and kto. The runs learn;
+# on a quantized frozen base (--quantize q8_0 | q4_0 | nf4 | nf4-single) with sft, rm, dpo and kto. The runs learn;
 # the saved final/ holds the dequantized base with the adapters merged (a plain float32 model
 # computing what the adapted quantized model computes) and the adapter, which records its
 # quantized base; the adapter goes back on that base with --quantize and is refused without;
@@ -39,9 +39,20 @@ expect_error qlora_cuda_refused "--quantize q4_0 runs on --device cpu only" \
     "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --quantize q4_0 --lora-rank 4 --device cuda --output "$tmp/x"
 expect_error qlora_dora_refused "--use-dora needs the float32 base weights: it cannot train over a quantized base" \
     "$bin" sft "${sft[@]}" --quantize q8_0 --lora-rank 4 --use-dora --output "$tmp/x"
+expect_error qlora_nf4_needs_lora "--quantize nf4 needs --lora-rank or --lora-adapter" \
+    "$bin" sft "${sft[@]}" --quantize nf4 --output "$tmp/x"
+expect_error qlora_nf4_cuda_refused "--quantize nf4 runs on --device cpu only" \
+    "$bin" kto --model "$model" --data "$data/pairs.jsonl" --quantize nf4 --lora-rank 4 --device cuda --output "$tmp/x"
+expect_error qlora_nf4_single_cuda_refused "--quantize nf4-single runs on --device cpu only" \
+    "$bin" sft "${sft[@]}" --quantize nf4-single --lora-rank 4 --device cuda --output "$tmp/x"
+expect_error qlora_nf4_dora_refused "--use-dora needs the float32 base weights: it cannot train over a quantized base" \
+    "$bin" sft "${sft[@]}" --quantize nf4 --lora-rank 4 --use-dora --output "$tmp/x"
+# NF4's blocks of 64 go along a row: the Qwen3 fixture's attention rows of 96 are refused (Q4_0's 32 fit).
+expect_error qlora_nf4_rows_of_96 "quantized weights (nf4) need the model's hidden, intermediate and attention sizes to be multiples of 64" \
+    "$bin" logprobs --model tests/fixtures/models/qwen3 --quantize nf4 --input "$tmp/ids.jsonl"
 [ ! -e "$tmp/x" ] && pass qlora_refusals_write_nothing || fail qlora_refusals_write_nothing "$tmp/x exists"
 
-for q in q8_0 q4_0; do
+for q in q8_0 q4_0 nf4 nf4-single; do
     # --- SFT on the quantized base: learns, saves merged weights and the adapter ------------
     "$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --quantize $q --eval-every 6 \
         --output "$tmp/sft_$q" 2> "$tmp/sft_$q.err"
@@ -81,6 +92,12 @@ expect_error sft_float_adapter_on_quantized_base "trained on a base quantized as
     "$bin" sft "${sft[@]}" --lora-adapter "$tmp/sft_f32/final" --quantize q8_0 --output "$tmp/x"
 expect_error q8_0_adapter_on_q4_0_base "quantized as q8_0" \
     "$bin" logprobs --model "$model" --quantize q4_0 --lora-adapter "$tmp/sft_q8_0/final" --input "$tmp/ids.jsonl"
+expect_error nf4_adapter_on_nf4_single_base "quantized as nf4" \
+    "$bin" logprobs --model "$model" --quantize nf4-single --lora-adapter "$tmp/sft_nf4/final" --input "$tmp/ids.jsonl"
+# NF4 with and without double quantization are other bases (other scales), and not Q4_0.
+! cmp -s "$tmp/sft_nf4/final/adapter/adapter_model.safetensors" "$tmp/sft_nf4-single/final/adapter/adapter_model.safetensors" &&
+    ! cmp -s "$tmp/sft_nf4/final/adapter/adapter_model.safetensors" "$tmp/sft_q4_0/final/adapter/adapter_model.safetensors" &&
+    pass qlora_nf4_adapters_differ_by_base || fail qlora_nf4_adapters_differ_by_base "identical adapters"
 mkdir -p "$tmp/bad_base" && cp "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/bad_base/"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["marlhf_base_quantize"] = "q3"; json.dump(c, open(sys.argv[2], "w"))' \
     "$tmp/sft_q8_0/final/adapter/adapter_config.json" "$tmp/bad_base/adapter_config.json"
@@ -89,27 +106,29 @@ expect_error adapter_bad_base_quantize "bad_base/adapter_config.json: \"marlhf_b
 
 # --- exact resume -------------------------------------------------------------------------
 long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
-"$bin" sft "${long[@]}" --keep-last 0 --quantize q4_0 --output "$tmp/straight" 2> /dev/null
-interrupted_run "$tmp/killed" "$bin" sft "${long[@]}" --quantize q4_0 --output "$tmp/killed"
-[ "$finished_early" = 1 ] && fail qlora_kill_mid_run "the run finished before the kill"
-cmp -s "$tmp/straight/final/model.safetensors" "$tmp/killed/final/model.safetensors" &&
-    cmp -s "$tmp/straight/final/adapter/adapter_model.safetensors" "$tmp/killed/final/adapter/adapter_model.safetensors" &&
-    pass qlora_resume_bit_identical || fail qlora_resume_bit_identical "$(tail -n 2 "$tmp/killed.err")"
-# The same from a chosen checkpoint (the kill above may land before the first checkpoint is
-# whole): the run cut back to step 5 and resumed ends bit for bit where it ended.
-mkdir -p "$tmp/cut" && cp -r "$tmp/straight/." "$tmp/cut/" && rm -rf "$tmp/cut/final"
-for d in "$tmp"/cut/checkpoint-*; do [ "${d##*-}" -gt 5 ] && rm -rf "$d"; done
-"$bin" sft "${long[@]}" --keep-last 0 --quantize q4_0 --output "$tmp/cut" --resume 2> "$tmp/cut.err"
-[ -d "$tmp/cut/checkpoint-5" ] && ls -d "$tmp"/cut/checkpoint-* | grep -q -- '-6$' &&
-    cmp -s "$tmp/straight/final/adapter/adapter_model.safetensors" "$tmp/cut/final/adapter/adapter_model.safetensors" &&
-    cmp -s "$tmp/straight/final/model.safetensors" "$tmp/cut/final/model.safetensors" &&
-    pass qlora_resume_from_step_5_bit_identical || fail qlora_resume_from_step_5_bit_identical "$(tail -n 2 "$tmp/cut.err")"
-before=$(ls -R "$tmp/straight" | md5sum)
-expect_error qlora_resume_without_quantize "quantized as q4_0, and this run's base is none" \
-    "$bin" sft "${long[@]}" --output "$tmp/straight" --resume
-expect_error qlora_resume_other_quantize "quantized as q4_0, and this run's base is q8_0" \
-    "$bin" sft "${long[@]}" --quantize q8_0 --output "$tmp/straight" --resume
-[ "$(ls -R "$tmp/straight" | md5sum)" = "$before" ] && pass qlora_refused_resume_keeps_run || fail qlora_refused_resume_keeps_run "files changed"
+for q in q4_0 nf4; do
+    "$bin" sft "${long[@]}" --keep-last 0 --quantize $q --output "$tmp/straight_$q" 2> /dev/null
+    interrupted_run "$tmp/killed_$q" "$bin" sft "${long[@]}" --quantize $q --output "$tmp/killed_$q"
+    [ "$finished_early" = 1 ] && fail qlora_${q}_kill_mid_run "the run finished before the kill"
+    cmp -s "$tmp/straight_$q/final/model.safetensors" "$tmp/killed_$q/final/model.safetensors" &&
+        cmp -s "$tmp/straight_$q/final/adapter/adapter_model.safetensors" "$tmp/killed_$q/final/adapter/adapter_model.safetensors" &&
+        pass qlora_${q}_resume_bit_identical || fail qlora_${q}_resume_bit_identical "$(tail -n 2 "$tmp/killed_$q.err")"
+    # The same from a chosen checkpoint (the kill above may land before the first checkpoint is
+    # whole): the run cut back to step 5 and resumed ends bit for bit where it ended.
+    mkdir -p "$tmp/cut_$q" && cp -r "$tmp/straight_$q/." "$tmp/cut_$q/" && rm -rf "$tmp/cut_$q/final"
+    for d in "$tmp"/cut_$q/checkpoint-*; do [ "${d##*-}" -gt 5 ] && rm -rf "$d"; done
+    "$bin" sft "${long[@]}" --keep-last 0 --quantize $q --output "$tmp/cut_$q" --resume 2> "$tmp/cut_$q.err"
+    [ -d "$tmp/cut_$q/checkpoint-5" ] && ls -d "$tmp"/cut_$q/checkpoint-* | grep -q -- '-6$' &&
+        cmp -s "$tmp/straight_$q/final/adapter/adapter_model.safetensors" "$tmp/cut_$q/final/adapter/adapter_model.safetensors" &&
+        cmp -s "$tmp/straight_$q/final/model.safetensors" "$tmp/cut_$q/final/model.safetensors" &&
+        pass qlora_${q}_resume_from_step_5_bit_identical || fail qlora_${q}_resume_from_step_5_bit_identical "$(tail -n 2 "$tmp/cut_$q.err")"
+    before=$(ls -R "$tmp/straight_$q" | md5sum)
+    expect_error qlora_${q}_resume_without_quantize "quantized as $q, and this run's base is none" \
+        "$bin" sft "${long[@]}" --output "$tmp/straight_$q" --resume
+    expect_error qlora_${q}_resume_other_quantize "quantized as $q, and this run's base is q8_0" \
+        "$bin" sft "${long[@]}" --quantize q8_0 --output "$tmp/straight_$q" --resume
+    [ "$(ls -R "$tmp/straight_$q" | md5sum)" = "$before" ] && pass qlora_${q}_refused_resume_keeps_run || fail qlora_${q}_refused_resume_keeps_run "files changed"
+done
 
 # --- rm, dpo, kto on a quantized base --------------------------------------------------------
 small=(--max-seq-len 32 --per-device-train-batch-size 4 --threads 2 --quiet --lora-rank 4 --max-steps 2)
@@ -122,5 +141,14 @@ small=(--max-seq-len 32 --per-device-train-batch-size 4 --threads 2 --quiet --lo
 "$bin" kto --model "$model" --data "$data/pairs.jsonl" "${small[@]}" --learning-rate 1e-3 --quantize q8_0 --output "$tmp/kto" \
     2> "$tmp/kto.err" && [ -f "$tmp/kto/final/adapter/adapter_model.safetensors" ] && pass kto_q8_0 ||
     fail kto_q8_0 "$(tail -n 2 "$tmp/kto.err")"
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" "${small[@]}" --quantize nf4 --output "$tmp/rm_nf4" 2> "$tmp/rm_nf4.err" &&
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['marlhf_base_quantize']=='nf4' and c['modules_to_save']==['score']" \
+        "$tmp/rm_nf4/final/adapter/adapter_config.json" && pass rm_nf4 || fail rm_nf4 "$(tail -n 2 "$tmp/rm_nf4.err")"
+"$bin" dpo --model "$model" --data "$data/pairs.jsonl" "${small[@]}" --learning-rate 1e-3 --quantize nf4 --output "$tmp/dpo_nf4" \
+    2> "$tmp/dpo_nf4.err" && [ -f "$tmp/dpo_nf4/final/adapter/adapter_model.safetensors" ] && pass dpo_nf4 ||
+    fail dpo_nf4 "$(tail -n 2 "$tmp/dpo_nf4.err")"
+"$bin" kto --model "$model" --data "$data/pairs.jsonl" "${small[@]}" --learning-rate 1e-3 --quantize nf4-single --output "$tmp/kto_nf4" \
+    2> "$tmp/kto_nf4.err" && [ -f "$tmp/kto_nf4/final/adapter/adapter_model.safetensors" ] && pass kto_nf4-single ||
+    fail kto_nf4-single "$(tail -n 2 "$tmp/kto_nf4.err")"
 
 [ $failures -eq 0 ]

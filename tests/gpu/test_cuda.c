@@ -880,12 +880,12 @@ static void test_q8_cache_refused_on_gpu(void) {
     model_free(&mg);
 }
 
-// The GPU has no quantized matmul: quantized weights (--quantize q8_0 / q4_0, for inference
-// or as a QLoRA base) are refused there, at load and afterwards, naming the CPU, and the
+// The GPU has no quantized matmul: quantized weights (--quantize q8_0 / q4_0 / nf4 /
+// nf4-single, for inference or as a QLoRA base) are refused there, at load and afterwards, naming the CPU, and the
 // training ops a quantized base would need are absent rather than wrong.
 static void test_quantized_base_refused_on_gpu(void) {
-    const char *types[] = {"q8_0", "q4_0"};
-    for (int k = 0; k < 2; k++) {
+    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    for (int k = 0; k < 4; k++) {
         Model model;
         ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
         EXPECT(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &options) != 0 && strstr(err_msg(), "CPU only"),

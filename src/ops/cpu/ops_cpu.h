@@ -36,6 +36,8 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
                            int N, int IC, int OC, int kernel_rows);
 void cpu_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
                                     int IC, int OC);
+// Decode steps (N < Q8_SGEMM_MIN_ROWS) over NF4 weights: float inputs times the dequantized weights.
+void cpu_matmul_nf4(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);
 void cpu_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC);
