@@ -102,6 +102,11 @@ typedef struct Model {
     bool has_lm_head;
     bool has_value_head;
     bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
+    // Quantized weights (model/quantize.h) multiplied as float32 values at any row count, as
+    // a model with gradients does, instead of the inference kernels (which quantize the
+    // activations below Q8_SGEMM_MIN_ROWS rows): a frozen copy that must compute exactly what
+    // the trained model computes (PPO's reference made from a quantized actor's start).
+    bool dequantized_matmuls;
     // LoRA (model/lora.h): the adapters are the table's last entries. lora_enabled false
     // runs the base model alone (PPO's reference model shares the actor's weights this way).
     LoraConfig lora;

@@ -1,5 +1,6 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`) or Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
-// blocks) on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto).
+// blocks) on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
+// --actor-quantize / --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
 // token embedding is looked up in a quantized table (a row dequantized per token), as
 // llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to

@@ -248,13 +248,13 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
 // out = inp . weight^T (+ bias): through the quantized copy of the weight when the model has
 // one (model/quantize.h; its float32 weight is then gone). A model being trained (a LoRA
 // over a quantized base) multiplies by the dequantized weights, so that linear_backward is
-// the gradient of what it computed.
+// the gradient of what it computed; so does a model asked to (Model.dequantized_matmuls).
 // kernel_rows: the rows the inference kernel is chosen for (ModelBatch.kernel_rows), N but
 // in a chunk of a prompt.
 static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
                            const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
     if (quantized && quantized->values) {
-        if (model->grads) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
+        if (model->grads || model->dequantized_matmuls) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
         else model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
     } else {
         model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);
