@@ -81,6 +81,7 @@ void model_free(Model *model) {
     if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
     if (model->grads) model->ops->free(model->grads);
     if (model->dora_norms) model->ops->free(model->dora_norms);
+    free(model->lora_ranks), free(model->lora_scales);
     param_views_free(&model->weights);
     param_views_free(&model->gradients);
     param_table_free(&model->table);
@@ -169,11 +170,11 @@ void model_reserve(Model *model, int B, int T) {
         la->act = alloc_floats(ops, N * I);
         for (int t = 0; t < LORA_TARGETS; t++)
             if (model->lora.targets & (1u << t)) {
-                la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
+                la->lora_hidden[t] = alloc_floats(ops, N * model->lora_max_rank);
                 if (model->lora.dora) la->dora_z[t] = alloc_floats(ops, N * lora_out_features(cfg, (LoraTarget)t));
             }
     }
-    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
+    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora_max_rank);
     if (model->lora.rank && model->grads && model->lora.dropout > 0) {
         // Wide enough for any adapted layer's input: the hidden size, q_proj's output (o_proj's
         // input) or the MLP's width (down_proj's input).
