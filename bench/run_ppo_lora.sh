@@ -8,7 +8,11 @@
 # bases. Same setup as bench/run_ppo_iteration.sh (SmolLM2-135M-Instruct weights, its
 # reward folder, the first BATCH Austen prompts, vanilla token-level PPO); run that script
 # once first to build the folders, and `make`. Prints one JSON line per configuration.
+# CONFIGS picks marlhf's configurations (default: full actor actor+critic); qlora-q8_0 and
+# qlora-q4_0 are actor+critic LoRA over quantized bases (--actor-quantize, --critic-quantize;
+# the reference is the actor's quantized base). TRL=0 skips TRL.
 #   BATCH=16 MICRO=8 NEW_TOKENS=48 RANK=8 THREADS=2 bench/run_ppo_lora.sh
+#   CONFIGS="actor+critic qlora-q8_0 qlora-q4_0" TRL=0 bench/run_ppo_lora.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 batch=${BATCH:-16} micro=${MICRO:-8} new_tokens=${NEW_TOKENS:-48} rank=${RANK:-8} threads=${THREADS:-2}
@@ -16,11 +20,16 @@ hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm} out=${OUT_DIR:-/tmp/
 [ -f "$hf/model.safetensors" ] && [ -f "$rm/model.safetensors" ] || { echo "run bench/run_ppo_iteration.sh first" >&2; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 head -n "$batch" data/austen/ppo_prompts.jsonl > "$out/prompts.jsonl"
-for config in full actor actor+critic; do
+for config in ${CONFIGS:-full actor actor+critic}; do
     lora=() r=0
     [ "$config" = full ] || r=$rank
     [ "$config" = full ] || lora=(--actor-lora-rank "$r")
-    [ "$config" = actor+critic ] && lora+=(--critic-lora-rank "$r")
+    [ "$config" = actor ] || [ "$config" = full ] || lora+=(--critic-lora-rank "$r")
+    case $config in
+        full | actor | actor+critic) ;;
+        qlora-*) lora+=(--actor-quantize "${config#qlora-}" --critic-quantize "${config#qlora-}") ;;
+        *) echo "unknown configuration $config" >&2; exit 1 ;;
+    esac
     /usr/bin/time -f "%M" -o "$out/rss_$config" build/marlhf ppo --actor-model "$hf" --reward-model "$rm" \
         --prompts "$out/prompts.jsonl" --output "$out/run_$config" --rollout-batch-size "$batch" \
         --generation-batch-size "$batch" --micro-batch-size "$micro" --num-minibatches 1 --ppo-epochs 1 \
@@ -39,7 +48,9 @@ print(json.dumps({"impl": "marlhf", "lora": config, "lora_rank": rank, "generati
 PY
 done
 py=.venv-tools/bin/python
-if [ -x "$py" ] && "$py" -c "import trl, peft" 2> /dev/null; then
+if [ "${TRL:-1}" = 0 ]; then
+    :
+elif [ -x "$py" ] && "$py" -c "import trl, peft" 2> /dev/null; then
     export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
     for r in 0 "$rank"; do
         "$py" bench/trl_ppo_iteration.py --actor "$hf" --reward "$rm" --prompts "$out/prompts.jsonl" --batch "$batch" \

@@ -585,6 +585,48 @@ static void test_lora_against_peft(void) {
     }
 }
 
+// PEFT's per-module ranks and alphas (rank_pattern, alpha_pattern; tools/make_lora_fixtures.py
+// RANK_PATTERN, ALPHA_PATTERN), plain and with rsLoRA, read from PEFT's folders as
+// --lora-adapter reads them: each module's A and B have the rank the patterns give it, and the
+// logits, loss and every adapter gradient are PEFT's. A model built without the patterns
+// refuses the folder.
+static void test_lora_patterns_against_peft(void) {
+    const char *adapters[2] = {"lora_pattern", "lora_pattern_rslora"};
+    for (int k = 0; k < 2; k++) {
+        Fixture f;
+        fixture_open(&f, "llama");
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/%s", f.dir, adapters[k]);
+        Model model;
+        load_model(&model, &f, false);
+        EXPECT(model_load_lora_adapter(&model, dir, false, 11) == 0, "%s: %s", adapters[k], err_msg());
+        EXPECT(model.lora.rank_patterns == 4 && model.lora.alpha_patterns == 3 && model.lora.rslora == (k == 1),
+               "%s: %d rank and %d alpha patterns read", adapters[k], model.lora.rank_patterns,
+               model.lora.alpha_patterns);
+        // layer 0's q_proj: rank 5 (its full name, before "q_proj"); layer 1's q_proj: 2;
+        // layer 1's up_proj and down_proj: 6; the rest: r = 4 ("proj" matches no module).
+        const struct {
+            const char *name;
+            int rank;
+        } want[] = {{"model.layers.0.self_attn.q_proj.lora_A.weight", 5}, {"model.layers.1.self_attn.q_proj.lora_A.weight", 2},
+                    {"model.layers.1.mlp.up_proj.lora_A.weight", 6},       {"model.layers.1.mlp.down_proj.lora_B.weight", 6},
+                    {"model.layers.0.mlp.up_proj.lora_A.weight", 4},       {"model.layers.0.self_attn.o_proj.lora_B.weight", 4}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const ParamEntry *e = param_table_find(&model.table, want[i].name);
+            const int rank = e ? (strstr(want[i].name, "lora_A") ? (int)e->shape[0] : (int)e->shape[1]) : -1;
+            EXPECT(rank == want[i].rank, "%s: %s has rank %d, want %d", adapters[k], want[i].name, rank, want[i].rank);
+        }
+        Model plain = lora_model_scaled(&f, 4, 8.0f, k == 1);
+        EXPECT(lora_read_adapter(&plain, dir) != 0 && strstr(err_msg(), "per-module"),
+               "a model without the patterns read %s: '%s'", adapters[k], err_msg());
+        model_free(&plain);
+        model_enable_grad(&model);
+        compare_with_peft_reference(&model, &f, dir, adapters[k]);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
 // LoRA dropout against PEFT in training mode with marlhf's masks (tools/make_lora_fixtures.py
 // make_dropout: seed 1234, epoch 2, micro-batch 5, the first pass). The adapter is PEFT's
 // folder with lora_dropout 0.25, read as --lora-adapter reads it. Then: the same masks
@@ -951,6 +993,47 @@ static void test_gguf_export_lora_adapter(void) {
     gguf_close(&file);
     remove(path);
     model_free(&model);
+    // Per-module ranks and alphas with rsLoRA (PEFT's lora_pattern_rslora fixture): each pair
+    // has its module's rank in its shape, and llama.cpp's scale, the file's alpha over that
+    // rank, times the stored B is the module's scale times B (the ratio is folded into B).
+    // Checked on the modules whose rows GGUF keeps in order (all but q and k).
+    load_model(&model, &f, false);
+    CHECK(model_load_lora_adapter(&model, "tests/fixtures/models/llama/lora_pattern_rslora", false, 11) == 0, "%s",
+          err_msg());
+    EXPECT(model_write_gguf_adapter(&model, path, GGUF_OUT_F32) == 0, "%s", err_msg());
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    CHECK(gguf_get_f32(&file, "adapter.lora.alpha", &alpha) == 0, "%s", err_msg());
+    int checked = 0, ranks_seen[8] = {0};
+    for (int i = model.lora_first_entry; i + 1 < model.table.count; i += 2) {
+        const ParamEntry *ea = &model.table.entries[i], *eb = &model.table.entries[i + 1];
+        const LoraTarget t = lora_entry_target(ea);
+        TensorMap map;
+        char name[sizeof map.source + 16], base_name[128];
+        snprintf(base_name, sizeof base_name, "%.*s.weight", (int)(strstr(ea->name, ".lora_A") - ea->name), ea->name);
+        tensor_map_gguf(&model.config, param_table_find(&model.table, base_name), &map);
+        snprintf(name, sizeof name, "%s.lora_b", map.source);
+        const GgufTensor *tb2 = gguf_find_tensor(&file, name);
+        EXPECT(tb2 && tb2->ne[0] == ea->shape[0], "%s: stored rank %lld, want %ld", name,
+               tb2 ? (long long)tb2->ne[0] : -1LL, ea->shape[0]);
+        if (!tb2 || t == LORA_Q || t == LORA_K) continue;
+        ranks_seen[ea->shape[0] < 8 ? ea->shape[0] : 7] = 1;
+        float *stored = xmalloc((size_t)eb->numel * sizeof(float));
+        CHECK(gguf_tensor_to_f32(&file, tb2, stored) == 0, "%s", err_msg());
+        const float llama_scale = alpha / (float)ea->shape[0];
+        const float want_scale = model.lora_scales[(long)ea->layer * LORA_TARGETS + t];
+        double worst = 0;
+        for (long j = 0; j < eb->numel; j++) {
+            const double want = (double)want_scale * model.params[eb->offset + j];
+            worst = fmax(worst, fabs(llama_scale * stored[j] - want) / (1e-6 * fabs(want) + 1e-7));
+        }
+        EXPECT(worst <= 1.0, "%s: llama.cpp's scaled B off by %.3g x tolerance", name, worst);
+        free(stored);
+        checked++;
+    }
+    EXPECT(checked == 10 && ranks_seen[4] && ranks_seen[6], "%d modules checked", checked);
+    gguf_close(&file);
+    remove(path);
+    model_free(&model);
     Model plain;
     load_model(&plain, &f, false);
     EXPECT(model_write_gguf_adapter(&plain, path, GGUF_OUT_F32) != 0 && strstr(err_msg(), "no LoRA adapter"),
@@ -1040,6 +1123,7 @@ int main(void) {
     RUN(test_gguf_export_lora_adapter);
     RUN(test_lora_options);
     RUN(test_lora_against_peft);
+    RUN(test_lora_patterns_against_peft);
     RUN(test_lora_dropout_against_peft);
     RUN(test_lora_frozen_base_and_merge);
     RUN(test_lora_recompute_is_exact);

@@ -9,6 +9,9 @@ and computes what the merged model.safetensors beside it computes.
   3. both on a few random sequences: prints the largest |logit difference| and fails
      above --tolerance.
 
+An adapter with per-module ranks or alphas (rank_pattern, alpha_pattern) must give PEFT at
+least two (rank, alpha) pairs; the logits check then covers each module's scale.
+
 A DoRA adapter (use_dora, --use-dora) must come back as DoRA: the check fails unless PEFT
 built a magnitude vector for every adapted module and read marlhf's values into them (a
 PEFT that ignored them would start each at the row norm of W + s B A, and the merged
@@ -37,6 +40,19 @@ def main():
     if dora and len(magnitudes) != len(adapted_modules):
         sys.exit(f"{args.run}: use_dora, but PEFT built {len(magnitudes)} magnitude vectors for "
                  f"{len(adapted_modules)} adapted modules")
+    # Per-module ranks and alphas (rank_pattern, alpha_pattern): PEFT resolved them itself from
+    # the saved config; each module's A must have that rank (PEFT refuses a shape mismatch
+    # when loading, so this lists what it built).
+    config = json.load(open(args.run + "/adapter/adapter_config.json"))
+    if config.get("rank_pattern") or config.get("alpha_pattern"):
+        ranks = {}
+        for name, module in adapted.named_modules():
+            if hasattr(module, "r") and "default" in getattr(module, "r", {}):
+                ranks[(module.r["default"], module.lora_alpha["default"])] = ranks.get(
+                    (module.r["default"], module.lora_alpha["default"]), 0) + 1
+        if len(ranks) < 2:
+            sys.exit(f"{args.run}: rank_pattern / alpha_pattern given, but PEFT built one (rank, alpha): {ranks}")
+        print(f"{args.run}: PEFT's modules by (rank, alpha): {dict(sorted(ranks.items()))}")
     merged = transformers.AutoModelForCausalLM.from_pretrained(args.run, attn_implementation="eager").float().eval()
     vocab = merged.config.vocab_size
     ids = torch.randint(0, vocab, (3, 24), generator=torch.Generator().manual_seed(0))

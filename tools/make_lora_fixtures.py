@@ -22,7 +22,10 @@ into <model>/lora/reference.safetensors:
 
 It checks that the base weights get no gradient and that merging the adapter
 (merge_and_unload) gives the same logits. Then the same for llama with rsLoRA
-(use_rslora=True: the scale is alpha / sqrt(r) = 4) into llama/lora_rslora/.
+(use_rslora=True: the scale is alpha / sqrt(r) = 4) into llama/lora_rslora/. Then llama with
+per-module ranks and alphas (rank_pattern, alpha_pattern: RANK_PATTERN, ALPHA_PATTERN below)
+into llama/lora_pattern/, and with rsLoRA too into llama/lora_pattern_rslora/; each of these
+also checks that PEFT gave every module the rank and alpha the patterns resolve to.
 
 Last, LoRA dropout into llama/lora_dropout/: llama's adapter saved again with
 lora_dropout = 0.25, and the same reference tensors with PEFT's dropout modules (in
@@ -60,9 +63,19 @@ MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 RANK, ALPHA = 4, 8
 
 
-def make_one(models_dir, name, seed, rslora=False):
+# Per-module ranks and alphas (PEFT's rank_pattern / alpha_pattern): PEFT gives a module the
+# value of the first key k (in the dict's order) for which re.match(rf"(.*\.)?({k})$",
+# module name) matches (peft/utils/other.py get_pattern_key), the default r / lora_alpha
+# otherwise. The keys exercise that: a plain suffix, a regex, a full name that comes before a
+# suffix also matching it, and one key matching a module's name only as a whole suffix
+# ("proj" matches no module: "(.*\.)?(proj)$" needs a dot before it).
+RANK_PATTERN = {"model.layers.0.self_attn.q_proj": 5, "q_proj": 2, "layers\\.1\\.mlp\\.(up|down)_proj": 6, "proj": 7}
+ALPHA_PATTERN = {"o_proj": 3, "model\\.layers\\.0\\.mlp\\.up_proj": 12, "k_proj": 5.5}
+
+
+def make_one(models_dir, name, seed, rslora=False, patterns=False):
     folder = os.path.join(models_dir, name)
-    out = os.path.join(folder, "lora_rslora" if rslora else "lora")
+    out = os.path.join(folder, ("lora_pattern" if patterns else "lora") + ("_rslora" if rslora else ""))
     os.makedirs(out, exist_ok=True)
     ref = load_file(os.path.join(folder, "reference.safetensors"))
     ids, lengths = ref["input_ids"], ref["lengths"]
@@ -70,8 +83,20 @@ def make_one(models_dir, name, seed, rslora=False):
 
     model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
     config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=MODULES,
-                             task_type="CAUSAL_LM", use_rslora=rslora)
+                             task_type="CAUSAL_LM", use_rslora=rslora,
+                             rank_pattern=dict(RANK_PATTERN) if patterns else {},
+                             alpha_pattern=dict(ALPHA_PATTERN) if patterns else {})
     lora32 = peft.get_peft_model(model32, config)
+    if patterns:  # what PEFT resolved, against the rule written out here
+        import re
+        for mname, module in lora32.base_model.model.named_modules():
+            if not hasattr(module, "lora_A") or "default" not in module.lora_A:
+                continue
+            want_r = next((v for k, v in RANK_PATTERN.items() if re.match(rf"(.*\.)?({k})$", mname)), RANK)
+            want_a = next((v for k, v in ALPHA_PATTERN.items() if re.match(rf"(.*\.)?({k})$", mname)), ALPHA)
+            assert module.r["default"] == want_r and module.lora_alpha["default"] == want_a, (mname, module.r)
+            scale = want_a / (want_r ** 0.5 if rslora else want_r)
+            assert abs(module.scaling["default"] - scale) < 1e-12, (mname, module.scaling)
     g = torch.Generator().manual_seed(5000 + seed)
     with torch.no_grad():
         for pname, p in lora32.named_parameters():
@@ -292,6 +317,8 @@ def main():
     for seed, name in enumerate(["llama", "qwen2", "gemma"]):
         make_one(args.models, name, seed)
     make_one(args.models, "llama", 3, rslora=True)
+    make_one(args.models, "llama", 4, patterns=True)
+    make_one(args.models, "llama", 5, rslora=True, patterns=True)
     make_dropout(args.models)
     make_dora(args.models, dropout=False)
     make_dora(args.models, dropout=True)

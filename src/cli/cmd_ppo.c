@@ -27,7 +27,7 @@ int cmd_ppo(int argc, char **argv) {
     long parser_cutoff = c.macro.parser_cutoff, eval_every = 0, save_every = 0, keep_last = c.keep_last, seed = 1234;
     long eval_count = 0, data_phase = 3, threads = 0, zero_stage = 0, samples_per_prompt = 1;
     char *estimator = "gae";
-    const char *reference_quantize = "none", *reward_quantize = "none";
+    const char *reference_quantize = NULL, *reward_quantize = "none", *actor_quantize = "none", *critic_quantize = "none";
     double temperature = c.sampler.temperature, top_p = c.sampler.top_p, actor_lr = c.actor_lr, critic_lr = c.critic_lr;
     double weight_decay = c.weight_decay, warmup_ratio = c.warmup_ratio, clip_norm = c.clip_norm;
     double kl_coef = c.advantage.kl_coef, reward_clip = c.advantage.reward_clip, gamma = c.advantage.gamma;
@@ -47,7 +47,15 @@ int cmd_ppo(int argc, char **argv) {
         {"reference-model", "reference_model", OPT_STRING, &reference, "frozen reference (default: the actor's start)", false, false},
         {"reference-quantize", "reference_quantize", OPT_STRING, &reference_quantize,
          QUANTIZE_TYPES ": the reference's weights in 8 or 4 bits (CPU; a third of the memory; its log-probs, hence the KL, "
-         "move by the quantization's error)", false, false},
+         "move by the quantization's error; default: none, or --actor-quantize's type for a reference made from "
+         "--actor-model)", false, false},
+        {"actor-quantize", "actor_quantize", OPT_STRING, &actor_quantize,
+         QUANTIZE_TYPES ": the actor's frozen base in 8 or 4 bits under its LoRA adapters (QLoRA; needs "
+         "--actor-lora-rank or --actor-lora-adapter; CPU); rollouts, old log-probs and training all use it", false,
+         false},
+        {"critic-quantize", "critic_quantize", OPT_STRING, &critic_quantize,
+         QUANTIZE_TYPES ": the critic's frozen base in 8 or 4 bits under its LoRA adapters (QLoRA; needs "
+         "--critic-lora-rank or --critic-lora-adapter; CPU); the value head stays float32", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
          QUANTIZE_TYPES ": the reward model's weights in 8 or 4 bits (CPU; a third of the memory; scores move by the "
          "quantization's error)", false, false},
@@ -195,7 +203,9 @@ int cmd_ppo(int argc, char **argv) {
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
 
-    if (quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
+    if (reference_quantize && quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
+    if (quantize_type_check(actor_quantize, "--actor-quantize") != 0) die_from_err();
+    if (quantize_type_check(critic_quantize, "--critic-quantize") != 0) die_from_err();
     if (quantize_type_check(reward_quantize, "--reward-quantize") != 0) die_from_err();
     c.reference_quantize = reference_quantize, c.reward_quantize = reward_quantize;
     if (!strcmp(reward, "model")) c.reward = REWARD_MODEL;
@@ -353,6 +363,28 @@ int cmd_ppo(int argc, char **argv) {
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
+    // QLoRA for the actor and the critic (as sft's --quantize): a quantized base is frozen, so
+    // the model needs adapters; no DoRA (its norms need the float32 weights); CPU only.
+    const struct {
+        const char *model, *quantize;
+        const LoraConfig *lora;
+    } qlora[2] = {{"actor", actor_quantize, &c.actor_lora}, {"critic", critic_quantize, &c.critic_lora}};
+    for (int i = 0; i < 2; i++) {
+        const char *m = qlora[i].model, *q = qlora[i].quantize;
+        if (!quantize_requested(q)) continue;
+        if (i == 1 && c.estimator != ESTIMATOR_GAE)
+            die_user("option --critic-quantize: --advantage-estimator %s has no critic", estimator);
+        if (qlora[i].lora->rank == 0)
+            die_user("option --%s-quantize %s needs --%s-lora-rank or --%s-lora-adapter: a quantized base is frozen, it "
+                     "cannot be trained in full", m, q, m, m);
+        if (qlora[i].lora->dora)
+            die_user("option --%s-quantize %s: DoRA needs the float32 base weights (its row norms); drop --%s-use-dora "
+                     "or the quantization", m, q, m);
+        if (strcmp(device, "cpu"))
+            die_user("option --%s-quantize %s runs on --device cpu only (the %s backend has no quantized matmul)", m, q,
+                     device);
+    }
+    c.actor_quantize = actor_quantize, c.critic_quantize = critic_quantize;
     cli_set_threads(threads);
     if (ppo_run(&c) != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);

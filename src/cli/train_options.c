@@ -15,7 +15,7 @@
 // Option holds pointers, not copies.
 static const struct {
     const char *prefix;
-    const char *text[6][3];
+    const char *text[8][3];
 } lora_option_texts[] = {
     {"", {{"lora-rank", "lora_dim lora_r", "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)"},
           {"lora-alpha", "lora_alpha", "adapters' alpha; their output is scaled by alpha / rank (0: the rank)"},
@@ -26,7 +26,13 @@ static const struct {
           {"lora-rslora", "use_rslora", "rank-stabilised LoRA: scale the adapters by alpha / sqrt(rank) (PEFT's use_rslora)"},
           {"use-dora", "use_dora lora-dora",
            "DoRA (PEFT's use_dora): each output row of an adapted weight W + scale B A is rescaled to a trained "
-           "magnitude m (needs --lora-rank)"}}},
+           "magnitude m (needs --lora-rank)"},
+          {"lora-rank-pattern", "rank_pattern lora_rank_pattern",
+           "per-module ranks, PEFT's rank_pattern: KEY=RANK,... or a JSON object; a module takes the first key (in "
+           "sorted order) whose regex matches the end of its name after a dot, e.g. 'q_proj=16,layers\\.0\\..*=4' "
+           "(needs --lora-rank, the default)"},
+          {"lora-alpha-pattern", "alpha_pattern lora_alpha_pattern",
+           "per-module alphas, PEFT's alpha_pattern: KEY=ALPHA,... or a JSON object, matched as --lora-rank-pattern"}}},
     {"actor-", {{"actor-lora-rank", "actor_lora_dim",
                  "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the "
                  "actor's frozen base, not a second copy"},
@@ -37,27 +43,35 @@ static const struct {
                  "start the actor's adapters from this saved adapter (a marlhf model folder or a PEFT adapter folder); "
                  "the reference is then the base with this adapter"},
                 {"actor-lora-rslora", "actor_use_rslora", "actor adapters scaled by alpha / sqrt(rank) (rsLoRA)"},
-                {"actor-use-dora", "actor_use_dora actor-lora-dora", "DoRA adapters on the actor (as --use-dora)"}}},
+                {"actor-use-dora", "actor_use_dora actor-lora-dora", "DoRA adapters on the actor (as --use-dora)"},
+                {"actor-lora-rank-pattern", "actor_rank_pattern", "per-module ranks of the actor (as --lora-rank-pattern)"},
+                {"actor-lora-alpha-pattern", "actor_alpha_pattern",
+                 "per-module alphas of the actor (as --lora-alpha-pattern)"}}},
     {"critic-", {{"critic-lora-rank", "critic_lora_dim",
                   "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)"},
                  {"critic-lora-alpha", "critic_lora_alpha", "critic adapters' alpha (0: the rank)"},
                  {"critic-lora-modules", "critic_lora_modules", "critic modules with adapters (as --actor-lora-modules)"},
                  {"critic-lora-adapter", "critic_lora_path", "start the critic's adapters from this saved adapter"},
                  {"critic-lora-rslora", "critic_use_rslora", "critic adapters scaled by alpha / sqrt(rank) (rsLoRA)"},
-                 {"critic-use-dora", "critic_use_dora critic-lora-dora", "DoRA adapters on the critic (as --use-dora)"}}},
+                 {"critic-use-dora", "critic_use_dora critic-lora-dora", "DoRA adapters on the critic (as --use-dora)"},
+                 {"critic-lora-rank-pattern", "critic_rank_pattern",
+                  "per-module ranks of the critic (as --lora-rank-pattern)"},
+                 {"critic-lora-alpha-pattern", "critic_alpha_pattern",
+                  "per-module alphas of the critic (as --lora-alpha-pattern)"}}},
 };
 
 int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
     if (!c->modules) c->modules = "all-linear";
-    const OptionType types[6] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING, OPT_BOOL, OPT_BOOL};
-    void *targets[6] = {&c->rank, &c->alpha, &c->modules, &c->adapter, &c->rslora, &c->dora};
+    const OptionType types[8] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING, OPT_BOOL, OPT_BOOL, OPT_STRING, OPT_STRING};
+    void *targets[8] = {&c->rank, &c->alpha, &c->modules, &c->adapter, &c->rslora, &c->dora, &c->rank_pattern,
+                        &c->alpha_pattern};
     for (size_t p = 0; p < sizeof lora_option_texts / sizeof lora_option_texts[0]; p++) {
         if (strcmp(prefix, lora_option_texts[p].prefix)) continue;
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < 8; i++) {
             const char *const *text = lora_option_texts[p].text[i];
             o[i] = (Option){text[0], text[1], types[i], targets[i], text[2], false, false};
         }
-        return 6;
+        return 8;
     }
     CHECK(0, "no LoRA options for prefix '%s'", prefix);
     return 0;
@@ -66,10 +80,12 @@ int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
 void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     memset(lora, 0, sizeof *lora);
     if (c->adapter) {
-        if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear") || c->rslora || c->dora)
-            die_user("option --%slora-adapter takes the adapter's own rank, alpha, modules, scaling and DoRA: drop "
-                     "--%slora-rank, --%slora-alpha, --%slora-modules, --%slora-rslora and --%suse-dora",
-                     prefix, prefix, prefix, prefix, prefix, prefix);
+        if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear") || c->rslora || c->dora ||
+            c->rank_pattern || c->alpha_pattern)
+            die_user("option --%slora-adapter takes the adapter's own rank, alpha, modules, scaling, DoRA and "
+                     "patterns: drop --%slora-rank, --%slora-alpha, --%slora-modules, --%slora-rslora, --%suse-dora, "
+                     "--%slora-rank-pattern and --%slora-alpha-pattern",
+                     prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix);
         if (lora_read_adapter_config(c->adapter, lora) != 0) die_user("option --%slora-adapter: %s", prefix, err_msg());
         return;
     }
@@ -82,6 +98,18 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     lora->dora = c->dora;
     if (lora->rank == 0 && c->rslora) die_user("option --%slora-rslora needs --%slora-rank", prefix, prefix);
     if (lora->rank == 0 && c->dora) die_user("option --%suse-dora needs --%slora-rank", prefix, prefix);
+    const char *pattern_text[2] = {c->rank_pattern, c->alpha_pattern};
+    for (int k = 0; k < 2; k++) {
+        if (!pattern_text[k]) continue;
+        char option[64];
+        snprintf(option, sizeof option, "option --%slora-%s-pattern", prefix, k == 0 ? "rank" : "alpha");
+        if (lora->rank == 0) die_user("%s needs --%slora-rank (the rank of the modules no key selects)", option, prefix);
+        if (lora_parse_patterns(pattern_text[k], option, k == 0 ? lora->rank_pattern : lora->alpha_pattern,
+                                k == 0 ? &lora->rank_patterns : &lora->alpha_patterns) != 0)
+            die_user("%s", err_msg());
+    }
+    if (lora_check_patterns(lora) != 0) die_user("option --%slora-rank-pattern / --%slora-alpha-pattern: %s", prefix,
+                                                 prefix, err_msg());
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 

@@ -16,9 +16,10 @@ typedef struct {
     char *adapter; // start from this saved adapter (its own rank, alpha and modules)
     bool rslora;   // scale by alpha / sqrt(rank)
     bool dora;     // DoRA: a trained magnitude per output row (PEFT's use_dora)
+    char *rank_pattern, *alpha_pattern; // PEFT's rank_pattern / alpha_pattern (model/lora.h), or NULL
 } LoraCli;
 
-// Adds the six options for `prefix` ("", "actor-" or "critic-") and returns how many.
+// Adds the eight options for `prefix` ("", "actor-" or "critic-") and returns how many.
 int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);

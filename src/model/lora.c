@@ -1,6 +1,9 @@
 #include "model/lora.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
+#include <pcre2.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -26,6 +29,17 @@ static const char *const target_paths[LORA_TARGETS] = {
 static const char peft_prefix[] = "base_model.model.";
 
 const char *lora_target_name(LoraTarget target) { return target_names[target]; }
+
+LoraTarget lora_entry_target(const ParamEntry *entry) {
+    for (int t = 0; t < LORA_TARGETS; t++) {
+        const size_t a = offsetof(LayerTensors, lora_a) + (size_t)t * sizeof(float *);
+        const size_t b = offsetof(LayerTensors, lora_b) + (size_t)t * sizeof(float *);
+        const size_t m = offsetof(LayerTensors, lora_m) + (size_t)t * sizeof(float *);
+        if (entry->view_field == a || entry->view_field == b || entry->view_field == m) return (LoraTarget)t;
+    }
+    CHECK(0, "%s is not a LoRA entry", entry->name);
+    return LORA_Q;
+}
 
 int lora_parse_targets(const char *list, unsigned *targets) {
     *targets = 0;
@@ -101,8 +115,194 @@ static long dora_norm_offset(const Model *model, int layer, LoraTarget target) {
     return layer * per_layer + before;
 }
 
-static float lora_scale(const LoraConfig *lora) {
-    return lora->rslora ? lora->alpha / sqrtf((float)lora->rank) : lora->alpha / (float)lora->rank;
+static float scale_of(float alpha, int rank, bool rslora) {
+    return rslora ? alpha / sqrtf((float)rank) : alpha / (float)rank;
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-module ranks and alphas (PEFT's rank_pattern / alpha_pattern)
+
+// Whether `key` selects the module `name` as PEFT's get_pattern_key decides:
+// re.match(rf"(.*\.)?({key})$", name). Returns 1 or 0, or -1 with err_set() on a bad regex.
+static int pattern_matches(const char *key, const char *name, const char *what) {
+    char regex[sizeof ((LoraPattern *)0)->key + 16];
+    snprintf(regex, sizeof regex, "^(.*\\.)?(%s)$", key);
+    int code;
+    PCRE2_SIZE offset;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, 0, &code, &offset, NULL);
+    if (!re) {
+        PCRE2_UCHAR message[128];
+        pcre2_get_error_message(code, message, sizeof message);
+        return err_set("%s key '%s' is not a regular expression: %s", what, key, (const char *)message);
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    const int rc = pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0;
+}
+
+// The value of the first of `patterns` (in the given order) selecting `name`, or `fallback`.
+static int resolve(const LoraPattern *patterns, int count, const int *order, const char *name, float fallback,
+                   const char *what, float *value) {
+    *value = fallback;
+    for (int i = 0; i < count; i++) {
+        const LoraPattern *p = &patterns[order ? order[i] : i];
+        const int m = pattern_matches(p->key, name, what);
+        if (m < 0) return -1;
+        if (m) {
+            *value = p->value;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static int compare_keys(const void *a, const void *b, void *patterns) {
+    const LoraPattern *p = patterns;
+    return strcmp(p[*(const int *)a].key, p[*(const int *)b].key);
+}
+
+// A module's rank and alpha. PEFT writes adapter_config.json with its keys sorted, so a
+// pattern list whose order decides something the sorted order would decide otherwise would
+// not come back the same from a saved adapter: refused.
+static int module_rank_alpha(const LoraConfig *lora, int layer, LoraTarget t, int *rank, float *alpha) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.%s", layer, target_paths[t]);
+    const struct {
+        const LoraPattern *patterns;
+        int count;
+        float fallback;
+        const char *what;
+    } lists[2] = {{lora->rank_pattern, lora->rank_patterns, (float)lora->rank, "rank_pattern"},
+                  {lora->alpha_pattern, lora->alpha_patterns, lora->alpha, "alpha_pattern"}};
+    float values[2];
+    for (int k = 0; k < 2; k++) {
+        if (resolve(lists[k].patterns, lists[k].count, NULL, name, lists[k].fallback, lists[k].what, &values[k]) != 0)
+            return -1;
+        int order[LORA_MAX_PATTERNS];
+        for (int i = 0; i < lists[k].count; i++) order[i] = i;
+        qsort_r(order, (size_t)lists[k].count, sizeof order[0], compare_keys, (void *)lists[k].patterns);
+        float sorted;
+        if (resolve(lists[k].patterns, lists[k].count, order, name, lists[k].fallback, lists[k].what, &sorted) != 0)
+            return -1;
+        if (sorted != values[k])
+            return err_set("%s: two keys select module %s with different values (%g in the order given, %g in the "
+                           "sorted order PEFT saves them in): make them select different modules", lists[k].what,
+                           name, values[k], sorted);
+    }
+    *rank = (int)values[0];
+    *alpha = values[1];
+    return 0;
+}
+
+int lora_check_patterns(const LoraConfig *lora) {
+    for (int k = 0; k < 2; k++) {
+        const LoraPattern *list = k == 0 ? lora->rank_pattern : lora->alpha_pattern;
+        const int count = k == 0 ? lora->rank_patterns : lora->alpha_patterns;
+        const char *what = k == 0 ? "rank_pattern" : "alpha_pattern";
+        if (count < 0 || count > LORA_MAX_PATTERNS) return err_set("%s: at most %d keys", what, LORA_MAX_PATTERNS);
+        for (int i = 0; i < count; i++) {
+            const float v = list[i].value;
+            if (!*list[i].key) return err_set("%s: an empty key", what);
+            for (int j = 0; j < i; j++)
+                if (!strcmp(list[j].key, list[i].key)) return err_set("%s: key '%s' given twice", what, list[i].key);
+            if (k == 0 && !(v >= 1 && v <= 4096 && v == floorf(v)))
+                return err_set("%s: the rank of '%s' must be a whole number in [1, 4096], got %g", what, list[i].key, v);
+            if (k == 1 && !(v > 0 && isfinite(v)))
+                return err_set("%s: the alpha of '%s' must be positive, got %g", what, list[i].key, v);
+            if (pattern_matches(list[i].key, "", what) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+bool lora_patterns_equal(const LoraConfig *a, const LoraConfig *b) {
+    if (a->rank_patterns != b->rank_patterns || a->alpha_patterns != b->alpha_patterns) return false;
+    for (int i = 0; i < a->rank_patterns; i++)
+        if (strcmp(a->rank_pattern[i].key, b->rank_pattern[i].key) || a->rank_pattern[i].value != b->rank_pattern[i].value)
+            return false;
+    for (int i = 0; i < a->alpha_patterns; i++)
+        if (strcmp(a->alpha_pattern[i].key, b->alpha_pattern[i].key) ||
+            a->alpha_pattern[i].value != b->alpha_pattern[i].value)
+            return false;
+    return true;
+}
+
+static int compare_patterns(const void *a, const void *b) {
+    return strcmp(((const LoraPattern *)a)->key, ((const LoraPattern *)b)->key);
+}
+
+int lora_parse_patterns(const char *text, const char *what, LoraPattern *patterns, int *count) {
+    *count = 0;
+    json_error_t error;
+    json_t *object = NULL;
+    if (*text == '{') { // PEFT's own form, a JSON object
+        object = json_loads(text, JSON_REJECT_DUPLICATES, &error);
+        if (!object || !json_is_object(object)) {
+            json_decref(object);
+            return err_set("%s must be KEY=VALUE,... or a JSON object of numbers: %s", what,
+                           object ? "not an object" : error.text);
+        }
+        const char *key;
+        json_t *value;
+        int rc = 0;
+        json_object_foreach(object, key, value) {
+            if (*count == LORA_MAX_PATTERNS || strlen(key) >= sizeof patterns->key || !json_is_number(value)) {
+                rc = err_set("%s: '%s' (at most %d keys of fewer than %zu characters, each with a number)", what, key,
+                             LORA_MAX_PATTERNS, sizeof patterns->key);
+                break;
+            }
+            snprintf(patterns[*count].key, sizeof patterns->key, "%s", key);
+            patterns[(*count)++].value = (float)json_number_value(value);
+        }
+        json_decref(object);
+        if (rc != 0) return rc;
+    } else {
+        // KEY=VALUE items split at the commas outside brackets (a key is a regex: "{1,2}"),
+        // each at its last '='.
+        const char *p = text;
+        while (*p) {
+            const char *end = p;
+            int depth = 0;
+            for (; *end && !(*end == ',' && depth == 0); end++) {
+                if (*end == '\\' && end[1]) {
+                    end++;
+                    continue;
+                }
+                depth += (*end == '(' || *end == '[' || *end == '{') - (*end == ')' || *end == ']' || *end == '}');
+            }
+            const char *eq = NULL;
+            for (const char *q = p; q < end; q++)
+                if (*q == '=') eq = q;
+            if (!eq || eq == p || eq + 1 == end)
+                return err_set("%s: '%.*s' is not KEY=VALUE", what, (int)(end - p), p);
+            if (*count == LORA_MAX_PATTERNS) return err_set("%s: at most %d keys", what, LORA_MAX_PATTERNS);
+            if ((size_t)(eq - p) >= sizeof patterns->key) return err_set("%s: key '%.*s' is too long", what, (int)(eq - p), p);
+            char number[32];
+            snprintf(number, sizeof number, "%.*s", (int)(end - eq - 1 < 31 ? end - eq - 1 : 31), eq + 1);
+            char *stop;
+            const double v = strtod(number, &stop);
+            if (stop == number || *stop) return err_set("%s: '%.*s' is not a number", what, (int)(end - eq - 1), eq + 1);
+            snprintf(patterns[*count].key, sizeof patterns->key, "%.*s", (int)(eq - p), p);
+            patterns[(*count)++].value = (float)v;
+            p = *end ? end + 1 : end;
+        }
+    }
+    // In the sorted order PEFT writes adapter_config.json in, so a saved adapter resolves as trained.
+    qsort(patterns, (size_t)*count, sizeof *patterns, compare_patterns);
+    return 0;
+}
+
+static long module_index(int layer, LoraTarget t) { return (long)layer * LORA_TARGETS + t; }
+
+// The scale of one adapted module.
+static float module_scale(const Model *model, int layer, LoraTarget t) {
+    return model->lora_scales[module_index(layer, t)];
+}
+
+static int module_rank(const Model *model, int layer, LoraTarget t) {
+    return model->lora_ranks[module_index(layer, t)];
 }
 
 // norms[o] = the Euclidean norm of row o of weight [rows, cols], summed in double: DoRA's
@@ -129,10 +329,28 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         targets &= ~(1u << LORA_GATE); // "all-linear" on GPT-2: every linear layer it has
     }
     if (!targets) return err_set("no LoRA module chosen");
+    if (lora_check_patterns(lora) != 0) return -1;
+    int *ranks = xcalloc((size_t)cfg->num_layers * LORA_TARGETS, sizeof(int));
+    float *scales = xcalloc((size_t)cfg->num_layers * LORA_TARGETS, sizeof(float));
+    int max_rank = 0;
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            if (!(targets & (1u << t))) continue;
+            float alpha = 0;
+            if (module_rank_alpha(lora, l, (LoraTarget)t, &ranks[module_index(l, (LoraTarget)t)], &alpha) != 0) {
+                free(ranks), free(scales);
+                return -1;
+            }
+            const int r = ranks[module_index(l, (LoraTarget)t)];
+            scales[module_index(l, (LoraTarget)t)] = scale_of(alpha, r, lora->rslora);
+            if (r > max_rank) max_rank = r;
+        }
     // DoRA's magnitudes and weight norms are made from the float32 base weights, which a
     // quantized base (QLoRA) has given back.
-    if (lora->dora && model->quantized)
+    if (lora->dora && model->quantized) {
+        free(ranks), free(scales);
         return err_set("--use-dora needs the float32 base weights: it cannot train over a quantized base (--quantize)");
+    }
 
     // Appending entries leaves every existing offset where it was.
     const long base_total = model->table.total;
@@ -146,11 +364,12 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
             long in, out;
             target_shape(cfg, (LoraTarget)t, &in, &out);
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, target_paths[t]);
+            const int r = ranks[module_index(l, (LoraTarget)t)];
             param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_a) + (size_t)t * sizeof(float *),
-                               lora->rank, in);
+                               r, in);
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, target_paths[t]);
             param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_b) + (size_t)t * sizeof(float *),
-                               out, lora->rank);
+                               out, r);
             if (!lora->dora) continue;
             // PEFT's name for DoRA's magnitude vector (no ".weight").
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_magnitude_vector", l, target_paths[t]);
@@ -215,6 +434,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
     model->lora.targets = targets;
+    model->lora_ranks = ranks, model->lora_scales = scales, model->lora_max_rank = max_rank;
     if (lora->dora)
         model->dora_norms = model->ops->alloc((size_t)dora_norm_offset(model, cfg->num_layers, LORA_Q) * sizeof(float));
     model->lora_first_entry = first_adapter;
@@ -241,6 +461,8 @@ void model_remove_lora(Model *model) {
     free(host);
     if (model->dora_norms) model->ops->free(model->dora_norms);
     model->dora_norms = NULL;
+    free(model->lora_ranks), free(model->lora_scales);
+    model->lora_ranks = NULL, model->lora_scales = NULL, model->lora_max_rank = 0;
     if (model->grads) model->ops->free(model->grads);
     model->grads = NULL;
     param_views_free(&model->gradients);
@@ -266,10 +488,13 @@ void lora_describe(const Model *model, char *out, size_t size) {
     const long total = model_num_params(model);
     char dropout[48] = "";
     if (model->lora.dropout > 0) snprintf(dropout, sizeof dropout, ", dropout %g", model->lora.dropout);
-    snprintf(out, size, "rank %d, alpha %g%s%s%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
-             model->lora.alpha, model->lora.rslora ? " (rsLoRA)" : "", model->lora.dora ? ", DoRA" : "", dropout,
-             modules, trainable, total,
-             100.0 * trainable / total);
+    char patterns[64] = "";
+    if (model->lora.rank_patterns || model->lora.alpha_patterns)
+        snprintf(patterns, sizeof patterns, " (per module: %d rank, %d alpha patterns; largest rank %d)",
+                 model->lora.rank_patterns, model->lora.alpha_patterns, model->lora_max_rank);
+    snprintf(out, size, "rank %d, alpha %g%s%s%s%s, %s: %ld of %ld parameters trained (%.2f%%)", model->lora.rank,
+             model->lora.alpha, patterns, model->lora.rslora ? " (rsLoRA)" : "", model->lora.dora ? ", DoRA" : "",
+             dropout, modules, trainable, total, 100.0 * trainable / total);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -289,7 +514,6 @@ void lora_dora_norms(Model *model) {
     if (!model->lora.dora || !model->lora_enabled) return;
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
-    const float scale = lora_scale(&model->lora);
     float *delta = model->acts.dora_delta;
     CHECK(delta, "DoRA norms without activations (model_reserve)");
     for (int l = 0; l < cfg->num_layers; l++)
@@ -302,9 +526,10 @@ void lora_dora_norms(Model *model) {
             // (dinp += dout . weight) with B as dout and A as the weight.
             ops->fill_zero(delta, out * in);
             ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
-                                 model->lora.rank);
+                                 module_rank(model, l, (LoraTarget)t));
             ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t),
-                                  base_weight(w, (LoraTarget)t), delta, scale, (int)out, (int)in);
+                                  base_weight(w, (LoraTarget)t), delta, module_scale(model, l, (LoraTarget)t),
+                                  (int)out, (int)in);
         }
 }
 
@@ -313,7 +538,7 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     const LayerTensors *w = &model->weights.layers[layer];
     if (!model->lora_enabled || !w->lora_a[target]) return;
     const OpsBackend *ops = model->ops;
-    const int rank = model->lora.rank;
+    const int rank = module_rank(model, layer, target);
     long in, out_features;
     target_shape(&model->config, target, &in, &out_features);
     // PEFT's lora_B(lora_A(dropout(x))): only the adapter's input is dropped, with a mask of
@@ -325,7 +550,7 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
         inp = model->acts.lora_dropped;
     }
     ops->matmul_forward(hidden, inp, w->lora_a[target], NULL, (int)N, (int)in, rank);
-    ops->scale(hidden, lora_scale(&model->lora), N * rank);
+    ops->scale(hidden, module_scale(model, layer, target), N * rank);
     if (!w->lora_m[target]) {
         ops->matmul_accumulate(out, hidden, w->lora_b[target], (int)N, rank, (int)out_features);
         return;
@@ -366,7 +591,7 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     if (!model->lora_enabled || !w->lora_a[target]) return;
     const LayerTensors *g = &model->gradients.layers[layer];
     const OpsBackend *ops = model->ops;
-    const int rank = model->lora.rank;
+    const int rank = module_rank(model, layer, target);
     long in, out_features;
     target_shape(&model->config, target, &in, &out_features);
     float *d_hidden = model->acts.d_lora_hidden;
@@ -376,7 +601,7 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     ops->fill_zero(d_hidden, N * rank);
     ops->matmul_backward(d_hidden, g->lora_b[target], NULL, d_lora, hidden, w->lora_b[target], (int)N, rank,
                          (int)out_features);
-    ops->scale(d_hidden, lora_scale(&model->lora), N * rank);
+    ops->scale(d_hidden, module_scale(model, layer, target), N * rank);
     if (!dropout_applies(model)) {
         ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank);
         return;
@@ -416,14 +641,14 @@ void lora_dropout_end(Model *model) { model->lora_dropout.active = false; }
 void lora_merge(const Model *model, float *params) {
     if (model->lora.rank == 0) return;
     const ModelConfig *cfg = &model->config;
-    const int rank = model->lora.rank;
-    const float scale = lora_scale(&model->lora);
     ModelTensors views = {0};
     param_views_bind(&views, &model->table, params, cfg->num_layers);
     for (int l = 0; l < cfg->num_layers; l++)
         for (int t = 0; t < LORA_TARGETS; t++) {
             const LayerTensors *w = &views.layers[l];
             if (!w->lora_a[t]) continue;
+            const int rank = module_rank(model, l, (LoraTarget)t);
+            const float scale = module_scale(model, l, (LoraTarget)t);
             long in, out;
             target_shape(cfg, (LoraTarget)t, &in, &out);
             // delta[out, in] = B[out, rank] . A[rank, in]: matmul_forward takes its weight as
@@ -500,6 +725,15 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     for (int t = 0; t < LORA_TARGETS; t++)
         if (model->lora.targets & (1u << t)) json_array_append_new(modules, json_string(target_names[t]));
     json_object_set_new(config, "target_modules", modules);
+    // PEFT's per-module ranks and alphas ({} when none, as PEFT writes them).
+    json_t *rank_pattern = json_object(), *alpha_pattern = json_object();
+    for (int i = 0; i < model->lora.rank_patterns; i++)
+        json_object_set_new(rank_pattern, model->lora.rank_pattern[i].key,
+                            json_integer((json_int_t)model->lora.rank_pattern[i].value));
+    for (int i = 0; i < model->lora.alpha_patterns; i++)
+        json_object_set_new(alpha_pattern, model->lora.alpha_pattern[i].key, json_real(model->lora.alpha_pattern[i].value));
+    json_object_set_new(config, "rank_pattern", rank_pattern);
+    json_object_set_new(config, "alpha_pattern", alpha_pattern);
     if (trains_value_head(model)) json_object_set_new(config, "modules_to_save", json_pack("[s]", "score"));
     char fingerprint[32];
     snprintf(fingerprint, sizeof fingerprint, "%016llx", model->lora_base_fingerprint);
@@ -532,6 +766,26 @@ static char *adapter_dir(const char *model_dir) {
     return xstrdup(model_dir);
 }
 
+// PEFT's rank_pattern or alpha_pattern (absent, null or an object of numbers), in the file's
+// order, which is the order PEFT matches them in when it loads the file.
+static int read_patterns(json_t *config, const char *field, const char *path, LoraPattern *patterns, int *count) {
+    json_t *object = json_object_get(config, field);
+    *count = 0;
+    if (!object || json_is_null(object)) return 0;
+    if (!json_is_object(object)) return err_set("%s: \"%s\" must be an object of module patterns", path, field);
+    const char *key;
+    json_t *value;
+    json_object_foreach(object, key, value) {
+        if (*count == LORA_MAX_PATTERNS) return err_set("%s: \"%s\" has more than %d keys", path, field, LORA_MAX_PATTERNS);
+        if (strlen(key) >= sizeof patterns->key) return err_set("%s: \"%s\" key '%.40s...' is too long", path, field, key);
+        if (!json_is_number(value)) return err_set("%s: \"%s\" value of '%s' is not a number", path, field, key);
+        snprintf(patterns[*count].key, sizeof patterns->key, "%s", key);
+        patterns[*count].value = (float)json_number_value(value);
+        (*count)++;
+    }
+    return 0;
+}
+
 static int read_adapter_config(const char *dir, AdapterConfig *out) {
     memset(out, 0, sizeof *out);
     char *path = fs_join(dir, "adapter_config.json");
@@ -559,9 +813,11 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (!json_is_integer(rank) || json_integer_value(rank) < 1 || json_integer_value(rank) > 4096 ||
              !json_is_number(alpha) || !(json_number_value(alpha) > 0))
         rc = err_set("%s: needs \"r\" (1 to 4096) and a positive \"lora_alpha\"", path);
-    else if (json_object_size(json_object_get(config, "rank_pattern")) ||
-             json_object_size(json_object_get(config, "alpha_pattern")))
-        rc = err_set("%s: per-module ranks and alphas (rank_pattern, alpha_pattern) are not supported", path);
+    else if (read_patterns(config, "rank_pattern", path, out->lora.rank_pattern, &out->lora.rank_patterns) != 0 ||
+             read_patterns(config, "alpha_pattern", path, out->lora.alpha_pattern, &out->lora.alpha_patterns) != 0)
+        rc = -1;
+    else if (json_object_get(config, "layers_to_transform") && !json_is_null(json_object_get(config, "layers_to_transform")))
+        rc = err_set("%s: adapters on some layers only (\"layers_to_transform\") are not supported", path);
     else if (json_object_get(config, "use_dora") && !json_is_boolean(json_object_get(config, "use_dora")))
         rc = err_set("%s: \"use_dora\" must be true or false", path);
     else if (dropout && !json_is_null(dropout) &&
@@ -588,6 +844,7 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
             out->lora.targets |= 1u << found;
         }
     if (rc == 0 && !out->lora.targets) rc = err_set("%s: \"target_modules\" is empty", path);
+    if (rc == 0 && lora_check_patterns(&out->lora) != 0) rc = err_set("%s: %s", path, err_msg());
     if (rc == 0) {
         out->lora.rank = (int)json_integer_value(rank);
         out->lora.alpha = (float)json_number_value(alpha);
@@ -615,9 +872,9 @@ static int check_adapter_config(const Model *model, const char *dir) {
     snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
     if (config.lora.rank != model->lora.rank || config.lora.alpha != model->lora.alpha ||
         config.lora.targets != model->lora.targets || config.lora.rslora != model->lora.rslora ||
-        config.lora.dora != model->lora.dora)
+        config.lora.dora != model->lora.dora || !lora_patterns_equal(&config.lora, &model->lora))
         return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g%s%s does not match this run's LoRA options "
-                       "(rank %d, alpha %g%s%s) or modules", dir, config.lora.rank, config.lora.alpha,
+                       "(rank %d, alpha %g%s%s) or modules or per-module ranks and alphas", dir, config.lora.rank, config.lora.alpha,
                        config.lora.rslora ? ", rsLoRA" : "", config.lora.dora ? ", DoRA" : "", model->lora.rank,
                        model->lora.alpha, model->lora.rslora ? ", rsLoRA" : "", model->lora.dora ? ", DoRA" : "");
     // PEFT's own files carry no fingerprint; marlhf's must match the base in memory.

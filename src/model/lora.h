@@ -1,7 +1,9 @@
 // LoRA: low-rank adapters on a model's linear layers (Hu et al. 2021), trained the way
 // PEFT and DeepSpeed-Chat train them.
 //
-// An adapted layer computes  W x + b + (alpha / rank) * B (A x)  (rsLoRA: alpha / sqrt(rank))
+// An adapted layer computes  W x + b + (alpha / rank) * B (A x)  (rsLoRA: alpha / sqrt(rank)),
+// each module with its own rank and alpha under PEFT's rank_pattern / alpha_pattern
+// (LoraConfig.rank_pattern: regex keys resolved as PEFT resolves them, Model.lora_ranks),
 // with the base weight W frozen, A [rank, in] initialised uniform in +-1/sqrt(in)
 // (PyTorch's kaiming_uniform with a = sqrt(5), as PEFT does) and B [out, rank] zero, so a
 // fresh adapter leaves the model's output unchanged.
@@ -43,9 +45,23 @@
 
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char *lora_target_name(LoraTarget target);
+// Which module a LoRA table entry (A, B or a DoRA magnitude) adapts.
+LoraTarget lora_entry_target(const ParamEntry *entry);
 // Parses a comma-separated list of those names, or "all-linear" (all seven), into a bit
 // mask. Returns -1 with err_set() naming the unknown module.
 int lora_parse_targets(const char *list, unsigned *targets);
+
+// Checks a LoraConfig's rank_pattern and alpha_pattern: at most LORA_MAX_PATTERNS keys each,
+// distinct, regular expressions (PCRE2, which reads Python's re syntax for these), whole ranks
+// in [1, 4096], positive alphas. Returns -1 with err_set() naming the key otherwise.
+int lora_check_patterns(const LoraConfig *lora);
+// Parses a --lora-rank-pattern / --lora-alpha-pattern value, "KEY=VALUE,KEY=VALUE" (split at
+// commas outside brackets, each item at its last '=') or a JSON object (PEFT's form), into
+// `patterns` sorted by key, the order PEFT saves them in. `what` names the option in errors.
+// lora_check_patterns checks the values. Returns -1 with err_set() on a malformed value.
+int lora_parse_patterns(const char *text, const char *what, LoraPattern *patterns, int *count);
+// Whether two configurations have the same patterns, in the same order.
+bool lora_patterns_equal(const LoraConfig *a, const LoraConfig *b);
 
 // in_features and out_features of a target's linear layer in a model of this shape.
 long lora_in_features(const ModelConfig *cfg, LoraTarget target);
@@ -112,8 +128,8 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
 int lora_read_adapter(Model *model, const char *model_dir);
 // The rank, alpha and modules of the adapter saved in MODEL_DIR/adapter (or in MODEL_DIR,
 // a PEFT adapter folder). Returns -1 with err_set() naming the file when it is missing,
-// malformed, or uses what marlhf does not (DoRA, per-module ranks, module patterns
-// or modules other than the seven).
+// malformed, or uses what marlhf does not (module patterns in target_modules or modules
+// other than the seven). rank_pattern and alpha_pattern are read in the file's order.
 int lora_read_adapter_config(const char *model_dir, LoraConfig *lora);
 // The quantization of the base an adapter saved in MODEL_DIR was trained on: "none", or
 // one of QUANTIZE_TYPES (a QLoRA run's "marlhf_base_quantize"). Same errors as above.

@@ -82,15 +82,26 @@ typedef struct {
     float *dora_scratch, *dora_delta;
 } Activations;
 
+// Per-module ranks or alphas (PEFT's rank_pattern / alpha_pattern): a module takes the value of
+// the first key k for which the regex (.*\.)?(k)$ matches its whole name
+// ("model.layers.L.self_attn.q_proj"), as PEFT's get_pattern_key does.
+#define LORA_MAX_PATTERNS 16
+typedef struct {
+    char key[128];
+    float value; // a rank (a whole number) or an alpha
+} LoraPattern;
+
 // LoRA adapters on a model's linear layers (model/lora.h).
 typedef struct {
-    int rank;          // 0: no adapters
+    int rank;          // 0: no adapters; with rank_pattern the default rank (PEFT's r)
     float alpha;       // the adapter's output is scaled by alpha / rank
     bool rslora;       // rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): by alpha / sqrt(rank)
     unsigned targets;  // bit (1 << t) for each LoraTarget t that has an adapter
     double dropout;    // PEFT's lora_dropout: an adapter's input is dropped with this probability
                        // in training passes (between lora_dropout_begin and _end), never at inference
     bool dora;         // DoRA (Liu et al. 2024, PEFT's use_dora): a trained magnitude per output row
+    int rank_patterns, alpha_patterns; // how many entries of the two lists below are used
+    LoraPattern rank_pattern[LORA_MAX_PATTERNS], alpha_pattern[LORA_MAX_PATTERNS];
 } LoraConfig;
 
 // What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
@@ -102,6 +113,11 @@ typedef struct Model {
     bool has_lm_head;
     bool has_value_head;
     bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
+    // Quantized weights (model/quantize.h) multiplied as float32 values at any row count, as
+    // a model with gradients does, instead of the inference kernels (which quantize the
+    // activations below Q8_SGEMM_MIN_ROWS rows): a frozen copy that must compute exactly what
+    // the trained model computes (PPO's reference made from a quantized actor's start).
+    bool dequantized_matmuls;
     // LoRA (model/lora.h): the adapters are the table's last entries. lora_enabled false
     // runs the base model alone (PPO's reference model shares the actor's weights this way).
     LoraConfig lora;
@@ -111,6 +127,12 @@ typedef struct Model {
     // module (model/lora.c dora_norm_offset); device memory. Recomputed by every forward
     // that does not continue a KV cache (lora_dora_norms).
     float *dora_norms;
+    // Each adapted module's rank and scale (alpha / rank, rsLoRA alpha / sqrt(rank)), at
+    // [layer * LORA_TARGETS + target] (host memory; rank 0 where no adapter), and the largest
+    // rank (the activations' adapter buffers are that wide).
+    int *lora_ranks;
+    float *lora_scales;
+    int lora_max_rank;
     bool lora_enabled;
     unsigned long long lora_base_fingerprint; // FNV-1a of the frozen weights the adapters sit on
     // LoRA dropout in progress (model/lora.h lora_dropout_begin): the masks of one micro-batch.

@@ -1,6 +1,7 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
 // blocks) or NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
-// on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto).
+// on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
+// --actor-quantize / --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
 // token embedding is looked up in a quantized table (a row dequantized per token), as
 // llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to

@@ -81,6 +81,7 @@ void model_free(Model *model) {
     if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
     if (model->grads) model->ops->free(model->grads);
     if (model->dora_norms) model->ops->free(model->dora_norms);
+    free(model->lora_ranks), free(model->lora_scales);
     param_views_free(&model->weights);
     param_views_free(&model->gradients);
     param_table_free(&model->table);
@@ -169,11 +170,11 @@ void model_reserve(Model *model, int B, int T) {
         la->act = alloc_floats(ops, N * I);
         for (int t = 0; t < LORA_TARGETS; t++)
             if (model->lora.targets & (1u << t)) {
-                la->lora_hidden[t] = alloc_floats(ops, N * model->lora.rank);
+                la->lora_hidden[t] = alloc_floats(ops, N * model->lora_max_rank);
                 if (model->lora.dora) la->dora_z[t] = alloc_floats(ops, N * lora_out_features(cfg, (LoraTarget)t));
             }
     }
-    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora.rank);
+    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora_max_rank);
     if (model->lora.rank && model->grads && model->lora.dropout > 0) {
         // Wide enough for any adapted layer's input: the hidden size, q_proj's output (o_proj's
         // input) or the MLP's width (down_proj's input).
@@ -248,13 +249,13 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
 // out = inp . weight^T (+ bias): through the quantized copy of the weight when the model has
 // one (model/quantize.h; its float32 weight is then gone). A model being trained (a LoRA
 // over a quantized base) multiplies by the dequantized weights, so that linear_backward is
-// the gradient of what it computed.
+// the gradient of what it computed; so does a model asked to (Model.dequantized_matmuls).
 // kernel_rows: the rows the inference kernel is chosen for (ModelBatch.kernel_rows), N but
 // in a chunk of a prompt.
 static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
                            const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
     if (quantized && quantized->values) {
-        if (model->grads) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
+        if (model->grads || model->dequantized_matmuls) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
         else model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
     } else {
         model->ops->matmul_forward(out, inp, weight, bias, (int)N, IC, OC);

@@ -598,13 +598,19 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
     gguf_writer_add_string(w, "general.type", "adapter");
     gguf_writer_add_string(w, "general.name", "marlhf LoRA adapter");
     gguf_writer_add_string(w, "adapter.type", "lora");
-    const int rank = model->lora.rank;
-    // llama.cpp scales an adapter by alpha / rank; rsLoRA's alpha / sqrt(rank) is that with
-    // alpha sqrt(rank).
-    gguf_writer_add_f32(w, "adapter.lora.alpha",
-                        model->lora.rslora ? model->lora.alpha * sqrtf((float)rank) : model->lora.alpha);
+    // llama.cpp scales each tensor pair by alpha / rank, one alpha for the file and the rank
+    // read from the pair's shape (so per-module ranks carry over); rsLoRA's alpha / sqrt(rank)
+    // is that with alpha sqrt(rank). A module whose scale differs from the file's alpha over
+    // its rank (rsLoRA or an alpha_pattern with per-module ranks) has the ratio multiplied
+    // into its B.
+    const float file_alpha =
+        model->lora.rslora ? model->lora.alpha * sqrtf((float)model->lora.rank) : model->lora.alpha;
+    gguf_writer_add_f32(w, "adapter.lora.alpha", file_alpha);
     for (int i = model->lora_first_entry; i + 1 < model->table.count; i += 2) { // A, B pairs
         const ParamEntry *a = &model->table.entries[i], *b = &model->table.entries[i + 1];
+        const int rank = (int)a->shape[0];
+        const float factor = model->lora_scales[(long)a->layer * LORA_TARGETS + lora_entry_target(a)] /
+                             (file_alpha / (float)rank);
         // "model.layers.L.self_attn.q_proj.lora_A.weight" adapts "model.layers.L.self_attn.q_proj.weight".
         const char *marker = strstr(a->name, ".lora_A.weight");
         CHECK(marker, "LoRA entry %s is not an A matrix", a->name);
@@ -629,6 +635,8 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
         } else {
             memcpy(rows, params + b->offset, (size_t)b->numel * sizeof(float));
         }
+        if (factor != 1.0f)
+            for (long j = 0; j < b->numel; j++) rows[j] *= factor;
         snprintf(name, sizeof name, "%s.lora_b", map.source);
         const int64_t ne_b[2] = {rank, b->shape[0]};
         stored = type == GGML_TYPE_Q8_0 && rank % 32 ? GGML_TYPE_F16 : type;

@@ -886,6 +886,8 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "actor_lora_rank", json_integer(p->actor.lora.rank));
     json_object_set_new(state, "critic_lora_rank", json_integer(p->has_critic ? p->critic.lora.rank : 0));
+    json_object_set_new(state, "actor_quantize", json_string(model_quantize_name(&p->actor)));
+    json_object_set_new(state, "critic_quantize", json_string(p->has_critic ? model_quantize_name(&p->critic) : "none"));
     json_object_set_new(state, "advantage_estimator", json_string(advantage_estimator_name(p->c.estimator)));
     json_object_set_new(state, "samples_per_prompt", json_integer(p->c.samples_per_prompt));
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
@@ -942,6 +944,18 @@ static int resume(Ppo *p) {
         rc = err_set("checkpoint was made with --actor-lora-rank %ld --critic-lora-rank %ld, this run has %d and %d (%s)",
                      (long)number(state, "actor_lora_rank"), (long)number(state, "critic_lora_rank"), p->actor.lora.rank,
                      p->has_critic ? p->critic.lora.rank : 0, checkpoint);
+    // The adapters belong to the base they were trained on (checkpoints from before QLoRA in
+    // PPO have float32 bases).
+    const char *saved_quantize[2];
+    for (int i = 0; i < 2; i++) {
+        json_t *q = json_object_get(state, i == 0 ? "actor_quantize" : "critic_quantize");
+        saved_quantize[i] = json_is_string(q) ? json_string_value(q) : "none";
+    }
+    const char *this_quantize[2] = {model_quantize_name(&p->actor),
+                                    p->has_critic ? model_quantize_name(&p->critic) : "none"};
+    if (rc == 0 && (strcmp(saved_quantize[0], this_quantize[0]) || strcmp(saved_quantize[1], this_quantize[1])))
+        rc = err_set("checkpoint was made with --actor-quantize %s --critic-quantize %s, this run has %s and %s (%s)",
+                     saved_quantize[0], saved_quantize[1], this_quantize[0], this_quantize[1], checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
@@ -969,10 +983,12 @@ static int resume(Ppo *p) {
 // ---------------------------------------------------------------------------------------
 // The run
 
+// A model that trains (the actor, the critic, the EMA), its base quantized as each tensor is
+// read when `quantize` asks (QLoRA: adapters follow).
 static int load_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
-                      bool require_value_head, uint64_t seed) {
+                      bool require_value_head, uint64_t seed, const char *quantize) {
     ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
-                                .require_value_head = require_value_head, .seed = seed};
+                                .require_value_head = require_value_head, .seed = seed, .quantize = quantize};
     return model_load(model, path, ops, &options);
 }
 
@@ -1041,18 +1057,39 @@ static int setup(Ppo *p) {
         p->ptx = sft.train; // keep the tokenized examples, drop the (empty) rest
         tokenized_examples_free(&sft.eval);
     }
-    if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0) != 0) return -1;
+    // QLoRA needs the model's adapters (a quantized base cannot train in full); checked here
+    // too for callers other than the command line.
+    if (quantize_requested(c->actor_quantize) && c->actor_lora.rank == 0)
+        return err_set("--actor-quantize %s needs --actor-lora-rank or --actor-lora-adapter: a quantized base is "
+                       "frozen", c->actor_quantize);
+    if (quantize_requested(c->critic_quantize) && (c->critic_lora.rank == 0 || c->estimator != ESTIMATOR_GAE))
+        return err_set("--critic-quantize %s needs a critic with --critic-lora-rank or --critic-lora-adapter",
+                       c->critic_quantize);
+    const char *actor_quantize = quantize_requested(c->actor_quantize) ? c->actor_quantize : "none";
+    if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0, actor_quantize) != 0) return -1;
     if (add_adapters(&p->actor, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
-    // saved adapter is part of the starting policy, so the reference carries it too.
+    // saved adapter is part of the starting policy, so the reference carries it too. Over a
+    // quantized base (--actor-quantize) the reference is that quantized base with the
+    // adapters off, as PEFT's disable_adapter() gives TRL's QLoRA PPO.
     p->reference_is_actor_base = c->actor_lora.rank > 0 && !c->reference_path && !c->actor_lora_adapter;
-    if (p->reference_is_actor_base && quantize_requested(c->reference_quantize))
-        return err_set("--reference-quantize: the reference is the actor's own base (actor LoRA without "
-                       "--reference-model), whose weights the actor trains on");
+    // A reference made from the actor's start takes the actor's quantization unless told
+    // otherwise: its first KL is then 0, as with float32 weights.
+    const char *reference_quantize = c->reference_quantize ? c->reference_quantize
+                                     : c->reference_path   ? "none"
+                                                           : actor_quantize;
+    if (p->reference_is_actor_base && c->reference_quantize && strcmp(reference_quantize, actor_quantize))
+        return err_set("--reference-quantize %s: the reference is the actor's own base (actor LoRA without "
+                       "--reference-model), whose weights are %s (--actor-quantize)", reference_quantize,
+                       actor_quantize);
     if (!p->reference_is_actor_base &&
         load_frozen_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false,
-                          c->reference_quantize, c->reference_path ? NULL : c->actor_lora_adapter, c->seed) != 0)
+                          reference_quantize, c->reference_path ? NULL : c->actor_lora_adapter, c->seed) != 0)
         return -1;
+    // A quantized reference multiplies as the trained actor does (the dequantized weights at
+    // any micro-batch size): made from the actor's start over the same quantized base, its
+    // log-probs are then the actor's own before the first step (KL 0).
+    if (!p->reference_is_actor_base) p->reference.dequantized_matmuls = true;
     const char *critic_path = c->critic_path ? c->critic_path : c->reward_path;
     p->has_critic = c->estimator == ESTIMATOR_GAE;
     if (c->reward == REWARD_MODEL) {
@@ -1064,24 +1101,25 @@ static int setup(Ppo *p) {
     // the actor with a fresh value head.
     if (!p->has_critic) {
         // nothing: the group of responses is the baseline
-    } else if (critic_path) {
-        if (load_model(&p->critic, critic_path, ops, false, true, false, c->seed) != 0) return -1;
-    } else if (load_model(&p->critic, c->actor_path, ops, false, true, false, c->seed) != 0) {
+    } else if (load_model(&p->critic, critic_path ? critic_path : c->actor_path, ops, false, true, false, c->seed,
+                          c->critic_quantize) != 0) {
         return -1;
     }
     if (p->has_critic && add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0)
         return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
-    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0) != 0) return -1;
-    // The EMA starts as the actor: same base, same initial adapters.
+    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize) != 0) return -1;
+    // The EMA starts as the actor: same (quantized) base, same initial adapters.
     if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     for (int i = 0; i < 1 + p->has_critic && !c->quiet; i++) {
         const Model *model = i == 0 ? &p->actor : &p->critic;
         if (model->lora.rank == 0) continue;
         char line[256];
         lora_describe(model, line, sizeof line);
-        fprintf(stderr, "ppo: %s LoRA %s%s\n", i == 0 ? "actor" : "critic", line,
+        const char *quantize = model_quantize_name(model);
+        fprintf(stderr, "ppo: %s LoRA %s%s%s%s\n", i == 0 ? "actor" : "critic", line,
+                strcmp(quantize, "none") ? " over a base quantized as " : "", strcmp(quantize, "none") ? quantize : "",
                 i == 0 && p->reference_is_actor_base ? "; the reference is the actor's base" : "");
     }
     p->actor.recompute = p->critic.recompute = c->gradient_checkpointing;

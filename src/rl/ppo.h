@@ -59,7 +59,15 @@ typedef struct {
     const char *critic_path;    // default: reward_path
     // "q8_0": the frozen reference / reward model's weights in 8 bits (model/quantize.h,
     // CPU only; NULL or "none": float32). Not the reference when it is the actor's own base.
+    // A reference built from the actor's start (no reference_path) with reference_quantize
+    // NULL takes actor_quantize.
     const char *reference_quantize, *reward_quantize;
+    // QLoRA: the actor's / critic's frozen base under its LoRA adapters quantized (CPU; NULL or
+    // "none": float32). Needs that model's adapters (actor_lora / critic_lora rank > 0). The
+    // actor generates the rollouts, computes the old log-probs and trains on the same
+    // quantized base; with fresh actor adapters the reference is that quantized base with the
+    // adapters switched off; the EMA shares the actor's quantization; the value head stays float32.
+    const char *actor_quantize, *critic_quantize;
     const char *prompts_path, *eval_prompts_path, *data_format, *data_split;
     int data_phase;
     const char *ptx_path;       // SFT data mixed into the actor loss (PPO-ptx)

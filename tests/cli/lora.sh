@@ -79,7 +79,10 @@ bad_adapter not_lora "not a LoRA adapter" "{\"peft_type\": \"PROMPT_TUNING\", \"
 bad_adapter zero_rank "needs \"r\"" "{\"peft_type\": \"LORA\", \"r\": 0, \"lora_alpha\": 16, $all}"
 bad_adapter dora_without_magnitudes "lora_magnitude_vector" "{$good, \"use_dora\": true, $all}"
 bad_adapter dora_not_boolean "\"use_dora\" must be true or false" "{$good, \"use_dora\": \"yes\", $all}"
-bad_adapter rank_pattern "rank_pattern" "{$good, \"rank_pattern\": {\"q_proj\": 4}, $all}"
+bad_adapter rank_pattern_zero "rank_pattern: the rank of 'q_proj' must be a whole number" "{$good, \"rank_pattern\": {\"q_proj\": 0}, $all}"
+bad_adapter rank_pattern_not_object "\"rank_pattern\" must be an object" "{$good, \"rank_pattern\": [4], $all}"
+bad_adapter alpha_pattern_bad_regex "alpha_pattern key 'q_(' is not a regular expression" "{$good, \"alpha_pattern\": {\"q_(\": 4}, $all}"
+bad_adapter rank_pattern_other_shape "but the model expects [4, 64]" "{$good, \"rank_pattern\": {\"q_proj\": 4}, $all}"
 bad_adapter pattern "patterns are not supported" "{$good, \"target_modules\": \".*proj\"}"
 bad_adapter unknown_module "c_attn" "{$good, \"target_modules\": [\"q_proj\", \"c_attn\"]}"
 bad_adapter other_rank "but the model expects [4, 64]" "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, $all}"
@@ -87,6 +90,69 @@ mkdir -p "$tmp/bad_truncated" && cp "$final/adapter/adapter_config.json" "$tmp/b
 head -c 3000 "$final/adapter/adapter_model.safetensors" > "$tmp/bad_truncated/adapter_model.safetensors"
 expect_error lora_adapter_truncated_weights "bad_truncated/adapter_model.safetensors" \
     "$bin" logprobs --model "$model" --lora-adapter "$tmp/bad_truncated" --input "$tmp/ids.jsonl"
+
+# Per-module ranks and alphas (--lora-rank-pattern, --lora-alpha-pattern: PEFT's rank_pattern
+# and alpha_pattern, KEY=VALUE or a JSON object): each module's A and B have the rank its
+# first matching key gives it, the adapter_config.json says so (PEFT reads it back:
+# tools/check_lora_export.py), the adapter on the base computes the merged model, and a run
+# cut back to a checkpoint resumes to the same adapter.
+pattern=(--lora-rank 4 --lora-rank-pattern 'q_proj=8,layers\.1\.mlp\.(up|down)_proj=2'
+         --lora-alpha-pattern '{"v_proj": 16, "o_proj": 2.5}')
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 "${pattern[@]}" --max-steps 4 --save-every 2 --keep-last 0 \
+    --output "$tmp/pattern" 2> "$tmp/pattern.err"
+"$bin" logprobs --model "$tmp/pattern/final" --input "$tmp/ids.jsonl" > "$tmp/pattern_merged.jsonl" 2> /dev/null
+"$bin" logprobs --model "$model" --lora-adapter "$tmp/pattern/final" --input "$tmp/ids.jsonl" \
+    > "$tmp/pattern_adapter.jsonl" 2> "$tmp/pattern_adapter.err"
+python3 - "$tmp/pattern/final/adapter" "$tmp/pattern_merged.jsonl" "$tmp/pattern_adapter.jsonl" << 'PY' &&
+import json, struct, sys
+folder, merged, adapter = sys.argv[1:]
+c = json.load(open(folder + "/adapter_config.json"))
+assert c["r"] == 4 and c["rank_pattern"] == {"q_proj": 8, "layers\\.1\\.mlp\\.(up|down)_proj": 2}, c
+assert c["alpha_pattern"] == {"v_proj": 16, "o_proj": 2.5}, c
+with open(folder + "/adapter_model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+def rank(layer, module):
+    return header[f"base_model.model.model.layers.{layer}.{module}.lora_A.weight"]["shape"][0]
+want = {(0, "self_attn.q_proj"): 8, (1, "self_attn.q_proj"): 8, (1, "mlp.up_proj"): 2, (1, "mlp.down_proj"): 2,
+        (0, "mlp.down_proj"): 4, (1, "self_attn.v_proj"): 4, (0, "mlp.gate_proj"): 4}
+assert all(rank(l, m) == r for (l, m), r in want.items()), {k: rank(*k) for k in want}
+a, b = (json.loads(open(p).readline())["logprobs"] for p in (merged, adapter))
+assert len(a) == len(b) > 0 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5, (a, b)
+PY
+    pass lora_patterns_saved_and_applied ||
+    fail lora_patterns_saved_and_applied "$(tail -n 2 "$tmp/pattern.err") $(tail -n 1 "$tmp/pattern_adapter.err")"
+mkdir -p "$tmp/pattern_cut" && cp -r "$tmp/pattern/." "$tmp/pattern_cut/" &&
+    rm -rf "$tmp/pattern_cut/final" "$tmp/pattern_cut/checkpoint-4"
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 "${pattern[@]}" --max-steps 4 --save-every 2 --keep-last 0 \
+    --output "$tmp/pattern_cut" --resume 2> "$tmp/pattern_cut.err"
+cmp -s "$tmp/pattern/final/adapter/adapter_model.safetensors" "$tmp/pattern_cut/final/adapter/adapter_model.safetensors" &&
+    pass lora_patterns_resume_bit_identical || fail lora_patterns_resume_bit_identical "$(tail -n 2 "$tmp/pattern_cut.err")"
+# Without the alpha pattern the same ranks train otherwise (the per-module scales are used).
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --lora-rank-pattern 'q_proj=8,layers\.1\.mlp\.(up|down)_proj=2' \
+    --max-steps 4 --output "$tmp/pattern_no_alpha" 2> /dev/null
+[ -f "$tmp/pattern_no_alpha/final/model.safetensors" ] &&
+    ! cmp -s "$tmp/pattern/final/model.safetensors" "$tmp/pattern_no_alpha/final/model.safetensors" &&
+    pass lora_alpha_pattern_matters || fail lora_alpha_pattern_matters "same weights"
+expect_error lora_pattern_resume_other "per-module ranks and alphas" "$bin" sft "${sft[@]}" --learning-rate 1e-2 \
+    --lora-rank 4 --lora-rank-pattern 'q_proj=8' --max-steps 4 --save-every 2 --output "$tmp/pattern_cut" --resume
+expect_error lora_pattern_needs_rank "--lora-rank-pattern needs --lora-rank" "$bin" sft "${sft[@]}" \
+    --lora-rank-pattern 'q_proj=8' --output "$tmp/x"
+expect_error lora_pattern_syntax "option --lora-rank-pattern: 'q_proj' is not KEY=VALUE" "$bin" sft "${sft[@]}" \
+    --lora-rank 4 --lora-rank-pattern 'q_proj' --output "$tmp/x"
+expect_error lora_pattern_not_number "'eight' is not a number" "$bin" sft "${sft[@]}" --lora-rank 4 \
+    --lora-rank-pattern 'q_proj=eight' --output "$tmp/x"
+expect_error lora_pattern_fraction "the rank of 'q_proj' must be a whole number" "$bin" sft "${sft[@]}" --lora-rank 4 \
+    --lora-rank-pattern 'q_proj=2.5' --output "$tmp/x"
+expect_error lora_alpha_pattern_negative "the alpha of 'v_proj' must be positive" "$bin" sft "${sft[@]}" --lora-rank 4 \
+    --lora-alpha-pattern 'v_proj=-1' --output "$tmp/x"
+expect_error lora_pattern_bad_regex "key 'q_(' is not a regular expression" "$bin" sft "${sft[@]}" --lora-rank 4 \
+    --lora-rank-pattern 'q_(=3' --output "$tmp/x"
+expect_error lora_pattern_with_adapter "--lora-rank-pattern and --lora-alpha-pattern" "$bin" sft "${sft[@]}" \
+    --lora-adapter "$tmp/pattern/final" --lora-rank-pattern 'q_proj=8' --output "$tmp/x"
+expect_error ppo_actor_pattern_needs_rank "--actor-lora-rank-pattern needs --actor-lora-rank" "$bin" ppo \
+    --actor-model "$model" --reward-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x" \
+    --actor-lora-rank-pattern 'q_proj=2'
+[ ! -e "$tmp/x" ] && pass lora_pattern_refusals_write_nothing || fail lora_pattern_refusals_write_nothing "$tmp/x exists"
 
 # rsLoRA (--lora-rslora: scale alpha / sqrt(rank)): the adapter says so, applied to the base it
 # computes what the merged model does, and it trains otherwise than alpha / rank; PEFT's own
