@@ -146,7 +146,7 @@ expect_error dpo_bad_smoothing "--label-smoothing" "$bin" dpo --model "$model" -
     --label-smoothing 0.5
 expect_error dpo_smoothing_needs_sigmoid "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss ipo --label-smoothing 0.1
-expect_error dpo_smoothing_not_nca "--label-smoothing applies to --loss sigmoid, robust and exo" "$bin" dpo --model "$model" \
+expect_error dpo_smoothing_not_nca "--label-smoothing applies to --loss sigmoid, robust, exo, cpo and simpo" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --label-smoothing 0.1
 expect_error dpo_exo_needs_smoothing "--loss exo needs it above 0" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss exo
