@@ -15,15 +15,7 @@ import threading
 import time
 import urllib.request
 
-
-def texts(path, count):
-    out = []
-    for line in open(path):
-        row = json.loads(line)
-        out += [row["prompt"] + row["chosen"], row["prompt"] + row["rejected"]]
-        if len(out) >= count:
-            return out[:count]
-    raise SystemExit(f"{path} has only {len(out)} texts, {count} wanted")
+from reward_load import texts  # the same texts as bench/run_reward_server.sh's load (bench/ is on sys.path)
 
 
 def main():

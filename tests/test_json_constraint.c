@@ -293,6 +293,15 @@ static void test_mask_equals_brute_force(void) {
 
 // --- generation with the real model -------------------------------------------------------
 
+// SmolLM2 for the tests that generate; false (a failure counted) when it is missing.
+static bool load_real_model(TextModel *tm) {
+    if (text_model_load(tm, model_path, NULL, "cpu", NULL, NULL, false) == 0) return true;
+    fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+    test_current_failures++;
+    return false;
+}
+
+
 // A JSON Schema validator of the subset, on parsed values (independent of the recogniser).
 static bool validate(const json_t *v, const json_t *schema, const json_t *root);
 
@@ -381,11 +390,7 @@ static const char *const generation_schemas[] = {
 
 static void test_generation_validates(void) {
     TextModel tm;
-    if (text_model_load(&tm, model_path, NULL, "cpu", NULL, NULL, false) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
+    if (!load_real_model(&tm)) return;
     const int V = tm.model.config.vocab_size;
     TokenTrie *trie = token_trie_new(tm.tokenizer, V);
     const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
@@ -473,11 +478,7 @@ static void batch_finish(void *context, void *owner, GeneratedRow *row) {
 
 static void test_continuous_batch_per_sequence_constraints(void) {
     TextModel tm;
-    if (text_model_load(&tm, model_path, NULL, "cpu", NULL, NULL, false) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
+    if (!load_real_model(&tm)) return;
     const int V = tm.model.config.vocab_size;
     TokenTrie *trie = token_trie_new(tm.tokenizer, V);
     JsonConstraint *object = json_constraint_object();
