@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "core/check.h"
+#include "core/sanitizer.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/nf4.h"
 
@@ -60,8 +61,10 @@ static void row_dot(float *out, long out_stride, const float *split, long IC, in
     for (int r = 0; r < R; r++) out[r * out_stride] = _mm512_reduce_add_ps(acc[r]);
 }
 #else
-static void row_dot(float *out, long out_stride, const float *split, long IC, int R, const uint8_t *codes,
-                    const float *scales) {
+// Exempt from the sanitizers' per-access checks, as matmul.c's dot_rows: cpu_matmul_nf4
+// checks the whole ranges first (core/sanitizer.h). The sanitizer build takes this loop.
+SANITIZER_UNCHECKED static void row_dot(float *out, long out_stride, const float *split, long IC, int R,
+                                        const uint8_t *codes, const float *scales) {
     for (int r = 0; r < R; r++) {
         const float *x = split + r * IC;
         float sum = 0.0f;
@@ -82,9 +85,13 @@ void cpu_matmul_nf4(float *out, const float *inp, const Q8Matrix *weight, const 
     CHECK(weight->type == QUANT_NF4 && weight->rows == OC && weight->cols == IC && IC % NF4_BLOCK == 0,
           "NF4 weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
     float *split = split_inputs(inp, N, IC);
+    SANITIZER_CHECK_RANGE(split, (size_t)N * IC * sizeof(float));
+    SANITIZER_CHECK_RANGE(weight->nibbles, (size_t)OC * IC / 2);
+    SANITIZER_CHECK_RANGE(out, (size_t)N * OC * sizeof(float));
 #pragma omp parallel
     {
     float *scales = xmalloc((size_t)(IC / NF4_BLOCK) * sizeof(float));
+    SANITIZER_CHECK_RANGE(scales, (size_t)(IC / NF4_BLOCK) * sizeof(float));
 #pragma omp for schedule(static)
     for (int o = 0; o < OC; o++) {
         nf4_row_scales(weight, o, 1, scales);
