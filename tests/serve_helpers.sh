@@ -6,14 +6,14 @@ port=
 cleanup() { [ -n "$server_pid" ] && kill -9 "$server_pid" 2> /dev/null; }
 trap cleanup EXIT
 
-# start_server LOG ARGS...: the server on a free port (--port 0), waiting at most 60 s for
-# its ready line; sets server_pid and port.
+# start_server LOG ARGS...: the server on a free port (--port 0), waiting for its ready
+# line (a generative model's or a reward model's); sets server_pid and port.
 start_server() {
     local log=$1
     shift
     "$bin" serve --port 0 "$@" 2> "$log" &
     server_pid=$!
-    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600
+    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (\(reward \)\{0,1\}model .*)$|\1|p' 600
 }
 
 # stop_server: SIGTERM, then at most 20 s for the exit; sets stop_rc (124: hung, killed).

@@ -18,14 +18,6 @@ data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
 . tests/serve_helpers.sh
-# start_reward_server LOG ARGS...: start_server for a reward model (its ready line says so).
-start_reward_server() {
-    local log=$1
-    shift
-    "$bin" serve --port 0 "$@" 2> "$log" &
-    server_pid=$!
-    wait_port "$server_pid" "$log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (reward model .*)$|\1|p' 600
-}
 
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 64 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 2 --output "$tmp/rm" --quiet --threads 1 2> "$tmp/rm.err" ||
@@ -124,7 +116,7 @@ if not ok: print("  bad requests", r["bad"], file=sys.stderr)
 sys.exit(0 if ok else 1)
 PY
 
-start_reward_server "$tmp/serve.log" --reward-model "$tmp/rm/final" --parallel 4 --threads 1 --max-concurrent 64 --max-body-bytes 8000000 ||
+start_server "$tmp/serve.log" --reward-model "$tmp/rm/final" --parallel 4 --threads 1 --max-concurrent 64 --max-body-bytes 8000000 ||
     fail reward_server_starts "$(tail -n 3 "$tmp/serve.log")"
 python3 "$tmp/concurrent.py" "http://127.0.0.1:$port" > "$tmp/batched.json" &&
     python3 "$tmp/compare.py" "$tmp/batched.json" close && grep -q 'reward requests scored together' "$tmp/serve.log" &&
@@ -132,7 +124,7 @@ python3 "$tmp/concurrent.py" "http://127.0.0.1:$port" > "$tmp/batched.json" &&
 stop_server
 [ "$stop_rc" = 0 ] || fail reward_server_stops "exit $stop_rc"
 
-start_reward_server "$tmp/serve1.log" --reward-model "$tmp/rm/final" --parallel 4 --threads 1 --max-concurrent 64 --max-body-bytes 8000000 \
+start_server "$tmp/serve1.log" --reward-model "$tmp/rm/final" --parallel 4 --threads 1 --max-concurrent 64 --max-body-bytes 8000000 \
     --reward-batch 1 || fail reward_server_batch1_starts "$(tail -n 3 "$tmp/serve1.log")"
 python3 "$tmp/concurrent.py" "http://127.0.0.1:$port" > "$tmp/one.json" &&
     python3 "$tmp/compare.py" "$tmp/one.json" bitwise && ! grep -q 'scored together' "$tmp/serve1.log" &&
