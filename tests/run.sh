@@ -1,54 +1,117 @@
 #!/usr/bin/env bash
 # Runs every test binary in $BUILD/tests (default build/) and the shell tests in
 # tests/cli/, then prints "N passed, N failed". Exits non-zero if anything failed.
+#
+# MARLHF_TEST_JOBS programs run at once (default 1: one after another). With more than
+# one, each program's OpenMP / OpenBLAS threads are capped at cores / jobs (at least 1)
+# and OpenMP waits passively: several programs that each spin one thread per core on the
+# same cores are many times slower than the same programs one after another. A command a
+# test runs with an explicit --threads keeps its threads. Each program gets a directory of
+# its own under tests/tmp/$BUILD/, so programs running together never share a file, and
+# each one's report is printed whole when it ends (the blocks come in the order they end).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export MARLHF_BIN="$BUILD/marlhf"
-export MARLHF_TEST_TMP="tests/tmp/$BUILD"
-rm -rf "$MARLHF_TEST_TMP" && mkdir -p "$MARLHF_TEST_TMP"
-passed=0
-failed=0
-skipped=0 # a test that cannot run on this machine says SKIP and why (not counted as passed)
-count() {  # count PASS/FAIL lines of one program's output (a crash is one more failure); print its wall time
-    local name=$1 out=$2 rc=$3
-    local p f
-    p=$(grep -c '^PASS ' "$out")
-    f=$(grep -c '^FAIL ' "$out")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "FAIL $name (exit status $rc)"
-        f=1
-    fi
-    passed=$((passed + p))
-    failed=$((failed + f))
-    echo "   $((SECONDS - started)) s"
+tmp_root="tests/tmp/$BUILD"
+rm -rf "$tmp_root" && mkdir -p "$tmp_root/reports"
+jobs=${MARLHF_TEST_JOBS:-1}
+case "$jobs" in
+    ''|*[!0-9]*|0) echo "tests/run.sh: MARLHF_TEST_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;;
+esac
+if [ "$jobs" -gt 1 ]; then
+    cores=$(nproc 2> /dev/null || echo 1)
+    threads=$((cores / jobs))
+    [ "$threads" -lt 1 ] && threads=1
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
+    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}
+    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+    echo "running $jobs test programs at a time, $OMP_NUM_THREADS thread(s) each"
+fi
+
+# run_one KIND PATH: runs one test program in its own directory and writes its report
+# (the PASS/FAIL/SKIP lines, the tail of a failure, its wall time) to reports/NAME.
+run_one() {
+    local kind=$1 path=$2
+    local name started rc
+    name=$(basename "$path")
+    export MARLHF_TEST_TMP="$tmp_root/$name"
+    mkdir -p "$MARLHF_TEST_TMP"
+    local out="$MARLHF_TEST_TMP/$name.out" report="$tmp_root/reports/$name"
+    started=$SECONDS
+    {
+        echo "== $name"
+        if [ "$kind" = binary ]; then
+            "$path" > "$out" 2> "$MARLHF_TEST_TMP/$name.err"
+            rc=$?
+            grep -E '^(PASS|FAIL) ' "$out"
+            [ -s "$MARLHF_TEST_TMP/$name.err" ] && grep -E '^  ' "$MARLHF_TEST_TMP/$name.err" | head -n 20
+            [ "$rc" -ne 0 ] && tail -n 5 "$MARLHF_TEST_TMP/$name.err"
+        else
+            bash "$path" > "$out" 2>&1
+            rc=$?
+            grep -E '^(PASS|FAIL|SKIP) ' "$out"
+            [ "$rc" -ne 0 ] && tail -n 5 "$out"
+        fi
+        # A crash, or a non-zero exit with no FAIL line, is one more failure.
+        if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+            echo "FAIL $name (exit status $rc)"
+        fi
+        echo "   $((SECONDS - started)) s"
+    } > "$report.tmp"
+    mv "$report.tmp" "$report"
 }
+
+# print_finished: prints the reports of the programs that have ended since the last call.
+print_finished() {
+    local report
+    for report in "$tmp_root"/reports/*; do
+        case "$report" in *.tmp|*.done|*/'*') continue ;; esac
+        cat "$report" && mv "$report" "$report.done"
+    done
+}
+
+# The shell tests first, the largest (which run longest) first, then the C programs:
+# with several jobs, a long program started last would leave the other slots idle.
+programs=()
+while read -r _ script; do
+    programs+=("script $script")
+done < <(wc -c tests/cli/*.sh | grep -v ' total$' | sort -n -r)
 for bin in "$BUILD"/tests/test_*; do
     [ -x "$bin" ] || continue
     case "$bin" in *.o|*.d) continue ;; esac
-    name=$(basename "$bin")
-    echo "== $name"
-    out="$MARLHF_TEST_TMP/$name.out"
-    started=$SECONDS
-    "$bin" > "$out" 2> "$MARLHF_TEST_TMP/$name.err"
-    rc=$?
-    grep -E '^(PASS|FAIL) ' "$out"
-    [ -s "$MARLHF_TEST_TMP/$name.err" ] && grep -E '^  ' "$MARLHF_TEST_TMP/$name.err" | head -n 20
-    [ "$rc" -ne 0 ] && tail -n 5 "$MARLHF_TEST_TMP/$name.err"
-    count "$name" "$out" "$rc"
+    programs+=("binary $bin")
 done
-for script in tests/cli/*.sh; do
-    [ -f "$script" ] || continue
-    name=$(basename "$script")
-    echo "== $name"
-    out="$MARLHF_TEST_TMP/$name.out"
-    started=$SECONDS
-    bash "$script" > "$out" 2>&1
-    rc=$?
-    grep -E '^(PASS|FAIL|SKIP) ' "$out"
-    skipped=$((skipped + $(grep -c '^SKIP ' "$out")))
-    [ "$rc" -ne 0 ] && tail -n 5 "$out"
-    count "$name" "$out" "$rc"
+
+running=0
+for entry in "${programs[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    run_one $entry &
+    running=$((running + 1))
+    print_finished
+done
+wait
+print_finished
+
+passed=0
+failed=0
+skipped=0 # a test that cannot run on this machine says SKIP and why (not counted as passed)
+for report in "$tmp_root"/reports/*.done; do
+    [ -f "$report" ] || continue
+    passed=$((passed + $(grep -c '^PASS ' "$report")))
+    failed=$((failed + $(grep -c '^FAIL ' "$report")))
+    skipped=$((skipped + $(grep -c '^SKIP ' "$report")))
+done
+# A program that left no report (its runner was killed) counts as a failure.
+for entry in "${programs[@]}"; do
+    name=$(basename "${entry#* }")
+    if [ ! -f "$tmp_root/reports/$name.done" ]; then
+        echo "FAIL $name (no report: its runner did not finish)"
+        failed=$((failed + 1))
+    fi
 done
 [ "$skipped" -gt 0 ] && echo "$skipped skipped (see the SKIP lines above)"
 echo "$passed passed, $failed failed"
