@@ -133,6 +133,22 @@ void dpo_task_compute_reference(DpoTask *task, Model *reference) {
     response_logps_all_weighted(reference, &task->eval, task->pad_id, weighting, task->eval_reference);
 }
 
+void dpo_pair_rewards(const DpoLossOptions *o, double policy_chosen, double policy_rejected, double ref_chosen,
+                      double ref_rejected, int chosen_tokens, int rejected_tokens, double *chosen_reward,
+                      double *rejected_reward) {
+    if (!dpo_loss_uses_reference(o->loss)) ref_chosen = ref_rejected = 0.0;
+    const bool means = !dpo_loss_uses_reference(o->loss) && dpo_loss_compares_means(o->loss);
+    const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
+    if (dpo_loss_is_cpo_trainer(o->loss) && o->alphapo_alpha != 0.0) {
+        double slope;
+        *chosen_reward = o->beta * alphapo_reward(o->alphapo_alpha, policy_chosen / nc, &slope);
+        *rejected_reward = o->beta * alphapo_reward(o->alphapo_alpha, policy_rejected / nr, &slope);
+        return;
+    }
+    *chosen_reward = o->beta * (policy_chosen - ref_chosen) / nc;
+    *rejected_reward = o->beta * (policy_rejected - ref_rejected) / nr;
+}
+
 typedef struct {
     double loss, correct, margin, chosen_reward, rejected_reward, tokens;
 } DpoStats;
@@ -194,17 +210,8 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
             stats->loss += pair_weight * (o->sft_weight * -pc / tokens);
             d_sums[2 * e] += pair_weight * (-o->sft_weight / tokens);
         }
-        // TRL's implicit rewards: beta (policy - reference) over the sums; with no reference
-        // beta x the log-prob TRL's loss reads (CPO, cpo-hinge: the sum; SimPO, cpo-ipo,
-        // AlphaPO and ORPO: the mean), through AlphaPO's shape where alpha is set.
-        const bool mean_rewards = !uses_reference && dpo_loss_compares_means(o->loss);
-        const double reward_nc = mean_rewards ? nc : 1.0, reward_nr = mean_rewards ? nr : 1.0;
-        double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;
-        if (dpo_loss_is_cpo_trainer(o->loss) && o->alphapo_alpha != 0.0) {
-            double slope;
-            chosen_reward = o->beta * alphapo_reward(o->alphapo_alpha, pc / reward_nc, &slope);
-            rejected_reward = o->beta * alphapo_reward(o->alphapo_alpha, pr / reward_nr, &slope);
-        }
+        double chosen_reward, rejected_reward;
+        dpo_pair_rewards(o, pc, pr, rc, rr, nc, nr, &chosen_reward, &rejected_reward);
         stats->correct += chosen_reward > rejected_reward;
         stats->margin += chosen_reward - rejected_reward;
         stats->chosen_reward += chosen_reward;
