@@ -156,8 +156,8 @@ int cmd_dpo(int argc, char **argv) {
     // CPO's behaviour cloning (TRL's cpo_alpha) is TRL's sft term: the mean -log-prob over the
     // micro-batch's chosen response tokens, the cross-entropy CPOTrainer adds.
     if (!isnan(cpo_alpha) && !dpo_loss_is_cpo_trainer(loss.loss))
-        die_user("option --cpo-alpha applies to --loss cpo and simpo only (TRL's CPOTrainer; DPO's is --sft-weight "
-                 "or the sft term of --loss)");
+        die_user("option --cpo-alpha applies to --loss cpo, cpo-hinge, cpo-ipo and simpo only (TRL's CPOTrainer; "
+                 "DPO's is --sft-weight or the sft term of --loss)");
     if (!isnan(cpo_alpha) && !(cpo_alpha >= 0 && isfinite(cpo_alpha)))
         die_user("option --cpo-alpha must be >= 0, got %g", cpo_alpha);
     // TRL's loss_type "alphapo" is "simpo" with cpo_alpha set to 0 whatever was given.
