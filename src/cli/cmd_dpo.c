@@ -178,7 +178,7 @@ int cmd_dpo(int argc, char **argv) {
                  "CPOTrainer)");
     if (!isnan(alphapo_alpha) && !isfinite(alphapo_alpha))
         die_user("option --alphapo-alpha must be a number, got %g", alphapo_alpha);
-    if (loss.loss == DPO_LOSS_ALPHAPO && !(alphapo_alpha != 0))
+    if (loss.loss == DPO_LOSS_ALPHAPO && (isnan(alphapo_alpha) || alphapo_alpha == 0))
         die_user("option --alphapo-alpha: --loss alphapo needs it non-zero (with alpha 0 it is --loss simpo)");
     loss.alphapo_alpha = isnan(alphapo_alpha) ? 0.0 : alphapo_alpha;
     // AOT (TRL 1.12): a pair's loss sorts the log-ratios of its micro-batch; WPO's per-pair

@@ -196,8 +196,8 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
             o->use_weighting ? exp(extras.wpo_log_weights[2 * e] + extras.wpo_log_weights[2 * e + 1]) : 1.0;
         pair_weight_sum += pair_weight;
         if (sorted) {
-            double *column = batch_sums;
-            column[e] = pc, column[count + e] = pr, column[2 * count + e] = rc, column[3 * count + e] = rr;
+            batch_sums[e] = pc, batch_sums[count + e] = pr; // four columns: pc, pr, rc, rr
+            batch_sums[2 * count + e] = rc, batch_sums[3 * count + e] = rr;
             batch_tokens[e] = nc, batch_tokens[count + e] = nr;
             d_sums[2 * e] = d_sums[2 * e + 1] = 0.0;
         } else {
