@@ -6,9 +6,15 @@
 // TRL 1.12's combined losses (the MPO recipe: sigmoid 0.8, bco_pair 0.2, sft 1, the sft term
 // a mean over the batch's chosen tokens) and WPO weighting, with LD-DPO too: losses and every
 // weight's gradient, and each row's WPO log-weight.
+// TRL 1.12's own code on fixed log-prob sums (tests/fixtures/dpo/trl_losses.json):
+// DPOTrainer._compute_loss for aot and aot_unpaired (sorted across the batch), alone and in
+// lists, and CPOTrainer.cpo_loss for hinge, ipo, simpo and sigmoid with and without AlphaPO's
+// alpha: the batch loss, the logged rewards and the gradient w.r.t. each sum, and that
+// gradient against central differences; on the model, AOT's sorted path.
 // Also: the reference computed by the task from the model itself equals the policy at
 // step 0 (loss log 2, zero margin), and splitting the pairs over two micro-batches gives
 // the gradient of one.
+#include <jansson.h>
 #include <string.h>
 
 #include "preference_fixture.h"
@@ -195,7 +201,168 @@ static void test_own_reference_starts_at_log_two(void) {
     safetensors_close(f.set);
 }
 
+static double json_number_at(json_t *array, size_t i) { return json_number_value(json_array_get(array, i)); }
+
+// The options of a trl_losses.json case, as cmd_dpo.c sets them from TRL's names.
+static void trl_case_options(json_t *c, DpoLossOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->beta = json_number_value(json_object_get(c, "beta"));
+    o->label_smoothing = json_number_value(json_object_get(c, "label_smoothing"));
+    const char *trainer = json_string_value(json_object_get(c, "trainer"));
+    json_t *type = json_object_get(c, "loss_type");
+    if (!strcmp(trainer, "cpo")) {
+        const char *name = json_string_value(type);
+        o->simpo_gamma = json_number_value(json_object_get(c, "simpo_gamma"));
+        o->alphapo_alpha = json_number_value(json_object_get(c, "alpha"));
+        if (!strcmp(name, "hinge")) o->loss = DPO_LOSS_CPO_HINGE;
+        else if (!strcmp(name, "ipo")) o->loss = DPO_LOSS_CPO_IPO;
+        else if (!strcmp(name, "sigmoid")) o->loss = DPO_LOSS_CPO;
+        else o->loss = o->alphapo_alpha != 0 ? DPO_LOSS_ALPHAPO : DPO_LOSS_SIMPO; // TRL's alphapo is simpo + alpha
+        return;
+    }
+    json_t *weights = json_object_get(c, "loss_weights");
+    const int count = (int)json_array_size(type);
+    for (int k = 0; k < count; k++) {
+        CHECK(dpo_loss_from_name(json_string_value(json_array_get(type, k)), &o->terms[k]) == 0, "loss type %d", k);
+        o->term_weights[k] = json_number_at(weights, k);
+    }
+    o->loss = o->terms[0];
+    o->term_count = count == 1 && o->term_weights[0] == 1.0 ? 0 : count; // one of weight 1: the loss alone
+}
+
+static void test_trl_batch_losses_match_trl(void) {
+    json_error_t error;
+    json_t *cases = json_load_file("tests/fixtures/dpo/trl_losses.json", 0, &error);
+    CHECK(cases, "trl_losses.json: %s", error.text);
+    size_t index;
+    json_t *c;
+    int sorted_cases = 0, alpha_cases = 0;
+    json_array_foreach(cases, index, c) {
+        DpoLossOptions o;
+        trl_case_options(c, &o);
+        const int n = (int)json_array_size(json_object_get(c, "chosen"));
+        CHECK(n >= 1 && n <= 8, "case %zu: %d pairs", index, n);
+        double pc[8], pr[8], rc[8] = {0}, rr[8] = {0}, dc[8], dr[8];
+        int nc[8], nr[8];
+        const bool reference = json_object_get(c, "ref_chosen") != NULL;
+        for (int i = 0; i < n; i++) {
+            pc[i] = json_number_at(json_object_get(c, "chosen"), i);
+            pr[i] = json_number_at(json_object_get(c, "rejected"), i);
+            if (reference) {
+                rc[i] = json_number_at(json_object_get(c, "ref_chosen"), i);
+                rr[i] = json_number_at(json_object_get(c, "ref_rejected"), i);
+            }
+            nc[i] = (int)json_number_at(json_object_get(c, "chosen_tokens"), i);
+            nr[i] = (int)json_number_at(json_object_get(c, "rejected_tokens"), i);
+        }
+        char what[96];
+        const char *type = json_is_string(json_object_get(c, "loss_type"))
+                               ? json_string_value(json_object_get(c, "loss_type"))
+                               : json_string_value(json_array_get(json_object_get(c, "loss_type"), 0));
+        sorted_cases += dpo_options_sort_batch(&o);
+        alpha_cases += o.alphapo_alpha != 0;
+        const double loss = dpo_batch_loss_from_sums(&o, n, pc, pr, rc, rr, nc, nr, dc, dr) / n;
+        snprintf(what, sizeof what, "case %zu (%s) loss", index, type);
+        EXPECT_CLOSE(loss, json_number_value(json_object_get(c, "loss")), 1e-12, 1e-10, what);
+        // The logged rewards: TRL's batch means of chosen, rejected, margin and accuracy.
+        double rewards[4] = {0};
+        for (int i = 0; i < n; i++) {
+            double chosen, rejected;
+            dpo_pair_rewards(&o, pc[i], pr[i], rc[i], rr[i], nc[i], nr[i], &chosen, &rejected);
+            rewards[0] += chosen / n, rewards[1] += rejected / n, rewards[2] += (chosen - rejected) / n;
+            rewards[3] += (chosen > rejected) / (double)n;
+        }
+        for (int k = 0; k < 4; k++) {
+            snprintf(what, sizeof what, "case %zu (%s) reward %d", index, type, k);
+            EXPECT_CLOSE(rewards[k], json_number_at(json_object_get(c, "rewards"), k), 1e-7, 1e-9, what);
+        }
+        for (int i = 0; i < n; i++) {
+            for (int side = 0; side < 2; side++) {
+                const double got = (side ? dr[i] : dc[i]) / n;
+                snprintf(what, sizeof what, "case %zu (%s) d %s %d", index, type, side ? "rejected" : "chosen", i);
+                EXPECT_CLOSE(got, json_number_at(json_object_get(c, side ? "d_rejected" : "d_chosen"), i), 1e-12,
+                             1e-9, what);
+                // Central differences of the batch loss in this sum (no pair is near a tie or a kink).
+                double *x = side ? pr : pc, d_unused[2][8];
+                const double saved = x[i], step = 1e-5;
+                x[i] = saved + step;
+                const double up = dpo_batch_loss_from_sums(&o, n, pc, pr, rc, rr, nc, nr, d_unused[0], d_unused[1]);
+                x[i] = saved - step;
+                const double down = dpo_batch_loss_from_sums(&o, n, pc, pr, rc, rr, nc, nr, d_unused[0], d_unused[1]);
+                x[i] = saved;
+                snprintf(what, sizeof what, "case %zu (%s) d %s %d by central differences", index, type,
+                         side ? "rejected" : "chosen", i);
+                EXPECT_CLOSE((up - down) / (2 * step), side ? dr[i] : dc[i], 1e-6, 1e-5, what);
+            }
+        }
+    }
+    EXPECT(sorted_cases == 6 && alpha_cases == 5, "trl_losses.json: %d AOT cases, %d AlphaPO cases", sorted_cases,
+           alpha_cases);
+    json_decref(cases);
+}
+
+// On the model: AOT's sorted path in the task (the loss and rewards of dpo_batch_loss_from_sums
+// on the rows' sums), a batch of one pair is sigmoid's, and its loss depends on the split.
+static void test_aot_sorts_the_micro_batch(void) {
+    DpoFixture f;
+    fixture_open(&f);
+    Model model;
+    fixture_load_policy(&model);
+    for (int unpaired = 0; unpaired < 2; unpaired++) {
+        const DpoLossOptions aot = {.loss = unpaired ? DPO_LOSS_AOT_UNPAIRED : DPO_LOSS_AOT, .beta = 0.5,
+                                    .label_smoothing = 0.1};
+        DpoTask task;
+        make_task(&task, &f, &aot);
+        // The reference's sums of the next pair (and its rejected row's of the pair after):
+        // orders under the policy and the reference differ, so the sorts pair them otherwise.
+        for (int i = 0; i < 3; i++) {
+            task.train_reference[2 * i] = f.ref_logps[2 * ((i + 1) % 3)];
+            task.train_reference[2 * i + 1] = f.ref_logps[2 * ((i + 2) % 3) + 1];
+        }
+        TrainTask train = dpo_train_task(&task);
+        const long pairs[3] = {0, 1, 2};
+        MicroStepResult whole = {0}, first = {0}, second = {0};
+        model_zero_grad(&model);
+        train.micro_step(train.context, &model, pairs, 3, 1.0 / 3, &whole);
+        double pc[3], pr[3], rc[3], rr[3], dc[3], dr[3];
+        int nc[3], nr[3];
+        for (int i = 0; i < 3; i++) {
+            pc[i] = f.policy_logps[2 * i], pr[i] = f.policy_logps[2 * i + 1];
+            rc[i] = task.train_reference[2 * i], rr[i] = task.train_reference[2 * i + 1];
+            nc[i] = f.rows.lengths[2 * i] - f.rows.prompt_lengths[2 * i];
+            nr[i] = f.rows.lengths[2 * i + 1] - f.rows.prompt_lengths[2 * i + 1];
+        }
+        const double want = dpo_batch_loss_from_sums(&aot, 3, pc, pr, rc, rr, nc, nr, dc, dr);
+        EXPECT_CLOSE(whole.loss_sum, want, 1e-5, 1e-5, "AOT loss of the micro-batch");
+        // The sorts matter here (else this test would not see a missing sort).
+        const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.1};
+        const double unsorted = dpo_batch_loss_from_sums(&sigmoid, 3, pc, pr, rc, rr, nc, nr, dc, dr);
+        EXPECT(fabs(want - unsorted) > 1e-3, "AOT %g vs sigmoid %g on the fixture", want, unsorted);
+        double chosen_reward = 0;
+        for (int i = 0; i < 3; i++) chosen_reward += 0.5 * (pc[i] - rc[i]);
+        EXPECT_CLOSE(whole.metric_sums[2], chosen_reward, 1e-5, 1e-5, "AOT chosen reward");
+        // Split into pairs 1, 2 and pair 0: each micro-batch sorts its own pairs; the lone
+        // pair's loss is sigmoid's.
+        const long rest[2] = {1, 2};
+        train.micro_step(train.context, &model, rest, 2, 1.0 / 3, &first);
+        train.micro_step(train.context, &model, pairs, 1, 1.0 / 3, &second);
+        double d_one, d_two;
+        const DpoLossOptions lone = {.loss = DPO_LOSS_SIGMOID, .beta = 0.5, .label_smoothing = 0.1};
+        const double lone_loss = dpo_pair_loss_from_sums(&lone, pc[0], pr[0], rc[0], rr[0], nc[0], nr[0], &d_one, &d_two);
+        EXPECT_CLOSE(second.loss_sum, lone_loss, 1e-5, 1e-5, "AOT of a one-pair micro-batch");
+        EXPECT(fabs(first.loss_sum + second.loss_sum - whole.loss_sum) > 1e-4,
+               "AOT split 2 + 1 (%g) should differ from one micro-batch (%g)", first.loss_sum + second.loss_sum,
+               whole.loss_sum);
+        dpo_task_free(&task);
+    }
+    model_free(&model);
+    tokenized_examples_free(&f.rows);
+    safetensors_close(f.set);
+}
+
 int main(void) {
+    RUN(test_trl_batch_losses_match_trl);
+    RUN(test_aot_sorts_the_micro_batch);
     RUN(test_response_logps_match_pytorch);
     RUN(test_losses_and_gradients_match_pytorch);
     RUN(test_own_reference_starts_at_log_two);

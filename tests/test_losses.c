@@ -133,7 +133,11 @@ static void test_dpo_loss(void) {
         {{.loss = DPO_LOSS_IPO, .beta = 0.1}, "ipo"}, {{.loss = DPO_LOSS_HINGE, .beta = 0.5}, "hinge"},
         {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0}, "simpo"},
         {{.loss = DPO_LOSS_SIMPO, .beta = 2.0, .simpo_gamma = 1.0, .label_smoothing = 0.2}, "simpo eps 0.2"},
-        {{.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1}, "cpo eps 0.1"}};
+        {{.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1}, "cpo eps 0.1"},
+        {{.loss = DPO_LOSS_CPO_HINGE, .beta = 0.5}, "cpo-hinge"}, {{.loss = DPO_LOSS_CPO_IPO, .beta = 0.1}, "cpo-ipo"},
+        {{.loss = DPO_LOSS_ALPHAPO, .beta = 2.0, .simpo_gamma = 1.0, .label_smoothing = 0.1}, "alphapo eps 0.1"},
+        {{.loss = DPO_LOSS_AOT, .beta = 0.5, .label_smoothing = 0.1}, "aot of one pair, eps 0.1"},
+        {{.loss = DPO_LOSS_AOT_UNPAIRED, .beta = 0.5}, "aot-unpaired of one pair"}};
     const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
     const DpoLossOptions cdpo = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1, .label_smoothing = 0.3};
     const DpoLossOptions ipo = {.loss = DPO_LOSS_IPO, .beta = 0.1}, hinge = {.loss = DPO_LOSS_HINGE, .beta = 0.5};
@@ -151,6 +155,18 @@ static void test_dpo_loss(void) {
     const DpoLossOptions cpo = {.loss = DPO_LOSS_CPO, .beta = 0.5, .label_smoothing = 0.1};
     EXPECT_CLOSE(dpo_pair_loss(&cpo, -7, -7, 0, 0, &dc, &dr), log(2.0), 1e-15, 0, "cpo at equal sums");
     EXPECT_CLOSE(dc, -0.5 * (0.9 * 0.5 - 0.1 * 0.5), 1e-15, 0, "cpo d chosen at 0");
+    // AOT of a batch of one pair sorts nothing: it is cDPO's loss and gradient.
+    for (int unpaired = 0; unpaired < 2; unpaired++) {
+        const DpoLossOptions aot = {.loss = unpaired ? DPO_LOSS_AOT_UNPAIRED : DPO_LOSS_AOT, .beta = 0.3,
+                                    .label_smoothing = 0.2};
+        const DpoLossOptions smoothed = {.loss = DPO_LOSS_SIGMOID, .beta = 0.3, .label_smoothing = 0.2};
+        const double pc = -12, pr = -9, rc = -14, rr = -8;
+        const int tokens = 5;
+        double bc, br;
+        const double batch = dpo_batch_loss_from_sums(&aot, 1, &pc, &pr, &rc, &rr, &tokens, &tokens, &bc, &br);
+        EXPECT(batch == dpo_pair_loss(&smoothed, pc, pr, rc, rr, &dc, &dr) && bc == dc && br == dr,
+               "aot (unpaired %d) of one pair %g vs cdpo %g", unpaired, batch, dpo_pair_loss(&smoothed, pc, pr, rc, rr, &dc, &dr));
+    }
     const double points[][4] = {{-10.5, -12.25, -11.0, -11.5}, {-3.0, -2.0, -3.5, -1.25}, {-40, -7, -20, -30}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int p = 0; p < 3; p++) {

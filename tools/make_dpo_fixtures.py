@@ -3,7 +3,7 @@
 chosen/rejected pairs on the tiny Llama fixture, and their gradients, computed by PyTorch in
 float64 from the definitions (developers only; CI never runs Python).
 
-    .venv-tools/bin/python tools/make_dpo_fixtures.py
+    .venv-tools/bin/python tools/make_dpo_fixtures.py [--losses-only]
 
 Written from the papers' and TRL's definitions (DPOTrainer, loss_type sigmoid / ipo /
 hinge; DeepSpeed-Chat's label smoothing), not from marlhf's C code. A row is prompt +
@@ -37,6 +37,16 @@ concatenated_forward computes it; no reference):
     cpo      loss_type "sigmoid", beta 0.5, label_smoothing 0.1, cpo_alpha 1 (CPO, Xu et al. 2024)
     cpo_simpo  loss_type "simpo", beta 2, simpo_gamma 1, label_smoothing 0.1, cpo_alpha 0.5
 
+And tests/fixtures/dpo/trl_losses.json (`--losses-only` writes just it), TRL 1.12's own code
+called on fixed log-prob sums of a batch of pairs (no model): DPOTrainer._compute_loss, run
+with a stand-in for the trainer and for the model, selective_log_softmax replaced by the given
+per-token log-probs (one completion token per row carrying the row's sum), for loss_type
+aot and aot_unpaired (they sort the batch's log-ratios) alone and in a list with sigmoid;
+CPOTrainer.cpo_loss for loss_type hinge, ipo (per-token means), simpo and sigmoid, with and
+without the AlphaPO reward shape alpha ("alphapo" is simpo with alpha). Each case: the options,
+the sums, token counts, the loss (the batch mean), the logged rewards (TRL's rewards/chosen,
+rejected, margins, accuracies, batch means) and d loss / d each sum.
+
 tests/fixtures/dpo/llama.safetensors:
     tokens          i64 [6, T]  row 2i chosen, 2i+1 rejected of pair i (right-padded with 0)
     lengths         i64 [6]
@@ -50,7 +60,9 @@ tests/fixtures/dpo/llama.safetensors:
                                 mpo, wpo, mpo_wpo_ld, cpo, cpo_simpo
     wpo_log_weights f32 [6]     each row's log w under the fixture model (WPO)
 """
+import collections
 import copy
+import json
 import os
 import sys
 import types
@@ -206,7 +218,100 @@ def cpo_trainer_loss(model, tokens, lengths, prompt_lengths, loss_type, beta, si
     return losses.mean() + cpo_alpha * nll
 
 
+def dpo_trainer_case(loss_types, loss_weights, beta, label_smoothing, chosen, rejected, ref_chosen, ref_rejected):
+    """TRL's DPOTrainer._compute_loss on given log-prob sums (precomputed reference)."""
+    import trl.trainer.dpo_trainer as dpo_module
+    from trl import DPOTrainer
+
+    n = len(chosen)
+    sums = torch.tensor(chosen + rejected, dtype=torch.float64, requires_grad=True)
+    # Two slots per row: a prompt token, then one completion token whose log-prob (the one shifted
+    # slot) is the row's sum.
+    completion_mask = torch.tensor([[0, 1]] * (2 * n))
+    inputs = {"input_ids": torch.zeros(2 * n, 2, dtype=torch.long), "attention_mask": torch.ones(2 * n, 2, dtype=torch.long),
+              "completion_mask": completion_mask, "ref_chosen_logps": torch.tensor(ref_chosen, dtype=torch.float64),
+              "ref_rejected_logps": torch.tensor(ref_rejected, dtype=torch.float64)}
+    model = lambda **kwargs: types.SimpleNamespace(logits=torch.zeros(2 * n, 2, 3, dtype=torch.float64))
+    accelerator = types.SimpleNamespace(device=torch.device("cpu"), gather=lambda x: x, gather_for_metrics=lambda x: x)
+    trainer = types.SimpleNamespace(
+        model=types.SimpleNamespace(training=True), accelerator=accelerator, aux_loss_enabled=False, ld_alpha=None,
+        precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=loss_types, loss_weights=loss_weights,
+        beta=beta, label_smoothing=label_smoothing, use_weighting=False, args=types.SimpleNamespace(discopop_tau=0.05),
+        _metrics=collections.defaultdict(lambda: collections.defaultdict(list)), _total_train_tokens=0)
+    saved = dpo_module.selective_log_softmax
+    dpo_module.selective_log_softmax = lambda logits, labels: sums[:, None].clone()
+    try:
+        loss = DPOTrainer._compute_loss(trainer, model, inputs, return_outputs=False)
+    finally:
+        dpo_module.selective_log_softmax = saved
+    loss.backward()
+    logged = trainer._metrics["train"]
+    return {"trainer": "dpo", "loss_type": loss_types, "loss_weights": loss_weights, "beta": beta,
+            "label_smoothing": label_smoothing, "chosen": chosen, "rejected": rejected, "ref_chosen": ref_chosen,
+            "ref_rejected": ref_rejected, "chosen_tokens": [1] * n, "rejected_tokens": [1] * n, "loss": loss.item(),
+            "rewards": [logged["rewards/chosen"][0], logged["rewards/rejected"][0], logged["rewards/margins"][0],
+                        logged["rewards/accuracies"][0]],
+            "d_chosen": sums.grad[:n].tolist(), "d_rejected": sums.grad[n:].tolist()}
+
+
+def cpo_trainer_case(loss_type, beta, label_smoothing, simpo_gamma, alpha, chosen, rejected, chosen_tokens, rejected_tokens):
+    """TRL's CPOTrainer.cpo_loss on given log-prob sums (per-token means for ipo and simpo, as its
+    concatenated_forward gives them), the batch mean as get_batch_loss_metrics takes it."""
+    from trl.experimental.cpo.cpo_trainer import CPOTrainer
+
+    n = len(chosen)
+    sums = torch.tensor(chosen + rejected, dtype=torch.float64, requires_grad=True)
+    counts = torch.tensor(chosen_tokens + rejected_tokens, dtype=torch.float64)
+    logps = sums / counts if loss_type in ("ipo", "simpo") else sums
+    trainer = types.SimpleNamespace(loss_type=loss_type, beta=beta, simpo_gamma=simpo_gamma, label_smoothing=label_smoothing,
+                                    alpha=alpha, accelerator=types.SimpleNamespace(device=torch.device("cpu")))
+    losses, chosen_rewards, rejected_rewards = CPOTrainer.cpo_loss(trainer, logps[:n], logps[n:])
+    loss = losses.mean()
+    loss.backward()
+    return {"trainer": "cpo", "loss_type": loss_type, "beta": beta, "label_smoothing": label_smoothing,
+            "simpo_gamma": simpo_gamma, "alpha": alpha, "chosen": chosen, "rejected": rejected,
+            "chosen_tokens": chosen_tokens, "rejected_tokens": rejected_tokens, "loss": loss.item(),
+            "rewards": [chosen_rewards.mean().item(), rejected_rewards.mean().item(),
+                        (chosen_rewards - rejected_rewards).mean().item(),
+                        (chosen_rewards > rejected_rewards).double().mean().item()],
+            "d_chosen": sums.grad[:n].tolist(), "d_rejected": sums.grad[n:].tolist()}
+
+
+def write_trl_losses(out_dir):
+    g = torch.Generator().manual_seed(53)
+
+    def draws(n, low, high):
+        return [round(low + (high - low) * float(x), 6) for x in torch.rand(n, generator=g, dtype=torch.float64)]
+
+    cases = []
+    # Five pairs whose policy and reference orders differ, so the sorts pair them otherwise.
+    for loss_types, weights, beta, eps in ((["aot"], [1.0], 0.1, 0.0), (["aot"], [1.0], 0.5, 0.2),
+                                           (["aot_unpaired"], [1.0], 0.1, 0.0), (["aot_unpaired"], [1.0], 0.3, 0.1),
+                                           (["sigmoid", "aot"], [0.5, 1.5], 0.2, 0.0),
+                                           (["aot_unpaired", "aot", "bco_pair"], [1.0, 0.5, 0.25], 0.2, 0.0)):
+        chosen, rejected = draws(5, -40, -10), draws(5, -40, -10)
+        ref_chosen, ref_rejected = draws(5, -40, -10), draws(5, -40, -10)
+        cases.append(dpo_trainer_case(loss_types, weights, beta, eps, chosen, rejected, ref_chosen, ref_rejected))
+    # CPOTrainer: hinge (some pairs past the kink), ipo, simpo and sigmoid, with AlphaPO's alpha.
+    for loss_type, beta, eps, gamma, alpha in (("hinge", 0.5, 0.0, 0.5, 0.0), ("ipo", 0.1, 0.0, 0.5, 0.0),
+                                               ("simpo", 2.5, 0.0, 1.0, 0.25), ("simpo", 2.0, 0.1, 0.5, -0.5),
+                                               ("sigmoid", 0.5, 0.1, 0.5, 0.05), ("hinge", 0.5, 0.0, 0.5, 0.1),
+                                               ("ipo", 0.2, 0.0, 0.5, 0.5)):
+        chosen_tokens = [int(x) for x in torch.randint(2, 12, (4,), generator=g)]
+        rejected_tokens = [int(x) for x in torch.randint(2, 12, (4,), generator=g)]
+        chosen = [round(-k * t, 6) for k, t in zip(draws(4, 0.3, 3.0), chosen_tokens)]
+        rejected = [round(-k * t, 6) for k, t in zip(draws(4, 0.3, 3.0), rejected_tokens)]
+        cases.append(cpo_trainer_case(loss_type, beta, eps, gamma, alpha, chosen, rejected, chosen_tokens, rejected_tokens))
+    with open(os.path.join(out_dir, "trl_losses.json"), "w") as out:
+        out.write("[\n" + ",\n".join(json.dumps(c) for c in cases) + "\n]\n")  # a case per line
+    for c in cases:
+        print(c["trainer"], c["loss_type"], "loss", round(c["loss"], 6))
+
+
 def main():
+    if "--losses-only" in sys.argv:
+        write_trl_losses("tests/fixtures/dpo")
+        return
     folder = "tests/fixtures/models/llama"
     out_dir = "tests/fixtures/dpo"
     os.makedirs(out_dir, exist_ok=True)
@@ -266,6 +371,7 @@ def main():
     save_file(tensors, os.path.join(out_dir, "llama.safetensors"))
     print("policy sums", [round(float(x), 4) for x in tensors["policy_logps"]])
     print("reference sums", [round(float(x), 4) for x in tensors["ref_logps"]])
+    write_trl_losses(out_dir)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ int cmd_dpo(int argc, char **argv) {
     char *divergence_name = "reverse-kl", *loss_weights = NULL;
     bool use_weighting = false;
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
-    double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (1 for cpo, 0 for simpo)
+    double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (0 for simpo and alphapo, else 1)
+    double alphapo_alpha = NAN;             // NAN: --alphapo-alpha not given (0: the log-probs themselves)
     Option options[60] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -81,7 +82,8 @@ int cmd_dpo(int argc, char **argv) {
         {"beta", NULL, OPT_FLOAT, &beta, "KL strength: the implicit reward is beta log(policy / reference)", false, false},
         {"loss", "loss_type", OPT_STRING, &loss_name,
          "sigmoid (DPO) | sigmoid-norm | robust | exo | ipo | hinge | nca | bco | sppo-hard | apo-zero | apo-down | "
-         "discopop | cpo | simpo | orpo (these three: no reference); or several with commas, sft among them "
+         "discopop | aot | aot-unpaired (these two sort the micro-batch's log-ratios) | cpo | cpo-hinge | cpo-ipo | "
+         "simpo | alphapo | orpo (these six: no reference); or several with commas, sft among them "
          "(e.g. sigmoid,bco,sft), their losses added; see docs/dpo.md",
          false, false},
         {"loss-weights", "loss_weights", OPT_STRING, &loss_weights,
@@ -90,11 +92,11 @@ int cmd_dpo(int argc, char **argv) {
          "WPO: weight each pair's loss by the policy's own probability of its two responses (Zhou et al. 2024)", false,
          false},
         {"label-smoothing", "label_smoothing", OPT_FLOAT, &label_smoothing,
-         "sigmoid, robust, exo, cpo, simpo: assumed fraction of flipped labels (sigmoid: conservative DPO, "
-         "DeepSpeed-Chat, OpenRLHF; exo needs it > 0)",
+         "sigmoid, robust, exo, aot, aot-unpaired, cpo, simpo, alphapo: assumed fraction of flipped labels "
+         "(sigmoid: conservative DPO, DeepSpeed-Chat, OpenRLHF; exo needs it > 0)",
          false, false},
-        {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo: the target reward margin (TRL's CPOConfig)", false,
-         false},
+        {"simpo-gamma", "simpo_gamma", OPT_FLOAT, &simpo_gamma, "simpo, alphapo: the target reward margin (TRL's CPOConfig)",
+         false, false},
         {"discopop-tau", "discopop_tau", OPT_FLOAT, &discopop_tau, "discopop: the temperature of its blend (TRL's)",
          false, false},
         {"f-divergence", "f_divergence_type", OPT_STRING, &divergence_name,
@@ -106,12 +108,16 @@ int cmd_dpo(int argc, char **argv) {
         {"sft-weight", "rpo_alpha nll_loss_coef", OPT_FLOAT, &sft_weight,
          "plus this times the chosen response's mean negative log-likelihood (RPO)", false, false},
         {"cpo-alpha", "cpo_alpha", OPT_FLOAT, &cpo_alpha,
-         "cpo, simpo: plus this times the mean negative log-likelihood of the batch's chosen tokens, CPO's "
-         "behaviour cloning (TRL's CPOConfig; default 1 for cpo, 0 for simpo)",
+         "cpo, cpo-hinge, cpo-ipo, simpo: plus this times the mean negative log-likelihood of the batch's chosen "
+         "tokens, CPO's behaviour cloning (TRL's CPOConfig; default 1, 0 for simpo)",
+         false, false},
+        {"alphapo-alpha", "alpha", OPT_FLOAT, &alphapo_alpha,
+         "alphapo (needs it non-zero), cpo, cpo-hinge, cpo-ipo, simpo: AlphaPO's reward shape, (1 - p^-alpha) / alpha "
+         "of each response's probability (TRL's CPOConfig alpha; 0: log p)",
          false, false},
     };
-    int count = 15 + trainer_cli_options(&c, options + 15);
-    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, SimPO, ORPO...).",
+    int count = 16 + trainer_cli_options(&c, options + 16);
+    OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, AOT, CPO, SimPO, AlphaPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     DpoLossOptions loss = {.beta = beta, .label_smoothing = label_smoothing, .simpo_gamma = simpo_gamma,
@@ -150,16 +156,36 @@ int cmd_dpo(int argc, char **argv) {
     // CPO's behaviour cloning (TRL's cpo_alpha) is TRL's sft term: the mean -log-prob over the
     // micro-batch's chosen response tokens, the cross-entropy CPOTrainer adds.
     if (!isnan(cpo_alpha) && !dpo_loss_is_cpo_trainer(loss.loss))
-        die_user("option --cpo-alpha applies to --loss cpo and simpo only (TRL's CPOTrainer; DPO's is --sft-weight "
-                 "or the sft term of --loss)");
+        die_user("option --cpo-alpha applies to --loss cpo, cpo-hinge, cpo-ipo and simpo only (TRL's CPOTrainer; "
+                 "DPO's is --sft-weight or the sft term of --loss)");
     if (!isnan(cpo_alpha) && !(cpo_alpha >= 0 && isfinite(cpo_alpha)))
         die_user("option --cpo-alpha must be >= 0, got %g", cpo_alpha);
+    // TRL's loss_type "alphapo" is "simpo" with cpo_alpha set to 0 whatever was given.
+    if (loss.loss == DPO_LOSS_ALPHAPO && !isnan(cpo_alpha) && cpo_alpha != 0)
+        die_user("option --cpo-alpha: --loss alphapo is SimPO with cpo_alpha 0 (TRL sets it so); for AlphaPO with "
+                 "behaviour cloning use --loss simpo --alphapo-alpha A --cpo-alpha %g",
+                 cpo_alpha);
     if (dpo_loss_is_cpo_trainer(loss.loss)) {
         if (sft_weight > 0)
             die_user("option --sft-weight: --loss %s is TRL's CPOTrainer, whose chosen NLL is --cpo-alpha", loss_name);
-        const double weight = isnan(cpo_alpha) ? (loss.loss == DPO_LOSS_CPO ? 1.0 : 0.0) : cpo_alpha;
+        const bool simpo_like = loss.loss == DPO_LOSS_SIMPO || loss.loss == DPO_LOSS_ALPHAPO;
+        const double weight = isnan(cpo_alpha) ? (simpo_like ? 0.0 : 1.0) : cpo_alpha;
         if (weight > 0) loss.sft_term = true, loss.sft_term_weight = weight;
     }
+    // AlphaPO's reward shape (TRL's CPOConfig alpha, "works with all loss types" of CPOTrainer).
+    if (!isnan(alphapo_alpha) && !dpo_loss_is_cpo_trainer(loss.loss))
+        die_user("option --alphapo-alpha applies to --loss alphapo, cpo, cpo-hinge, cpo-ipo and simpo only (TRL's "
+                 "CPOTrainer)");
+    if (!isnan(alphapo_alpha) && !isfinite(alphapo_alpha))
+        die_user("option --alphapo-alpha must be a number, got %g", alphapo_alpha);
+    if (loss.loss == DPO_LOSS_ALPHAPO && (isnan(alphapo_alpha) || alphapo_alpha == 0))
+        die_user("option --alphapo-alpha: --loss alphapo needs it non-zero (with alpha 0 it is --loss simpo)");
+    loss.alphapo_alpha = isnan(alphapo_alpha) ? 0.0 : alphapo_alpha;
+    // AOT (TRL 1.12): a pair's loss sorts the log-ratios of its micro-batch; WPO's per-pair
+    // weights would fall on the wrong pairs, and TRL refuses them.
+    if (use_weighting && dpo_options_sort_batch(&loss))
+        die_user("option --use-weighting: --loss aot and aot-unpaired sort the pairs, so WPO's per-pair weights do not "
+                 "apply (TRL refuses it too)");
     if (!dpo_loss_uses_reference(loss.loss) && reference_path)
         die_user("option --reference-model: --loss %s has no reference", loss_name);
     if (!isfinite(simpo_gamma)) die_user("option --simpo-gamma must be a number, got %g", simpo_gamma);
@@ -168,7 +194,8 @@ int cmd_dpo(int argc, char **argv) {
         die_user("option --label-smoothing must be in [0, 0.5), got %g", label_smoothing);
     // With several losses, the smoothing goes to those that take it.
     if (label_smoothing > 0 && !any_smoothing)
-        die_user("option --label-smoothing applies to --loss sigmoid, robust, exo, cpo and simpo only");
+        die_user("option --label-smoothing applies to --loss sigmoid, robust, exo, aot, aot-unpaired, cpo, simpo and "
+                 "alphapo only");
     if (f_divergence_from_name(divergence_name, &loss.f_divergence) != 0)
         die_user("option --f-divergence must be reverse-kl, forward-kl, js or alpha, got '%s'", divergence_name);
     for (int k = 0; k < entry_count; k++) {
@@ -188,6 +215,9 @@ int cmd_dpo(int argc, char **argv) {
     if (!(discopop_tau > 0) || !isfinite(discopop_tau))
         die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);
+    if (dpo_options_sort_batch(&loss) && c.micro_batch == 1 && !c.quiet)
+        fprintf(stderr, "dpo: warning: --loss %s with --per-device-train-batch-size 1 has nothing to sort: each pair's "
+                        "loss is sigmoid's (with --label-smoothing)\n", loss_name);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();

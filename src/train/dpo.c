@@ -14,6 +14,11 @@ int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
     else if (!strcmp(name, "simpo")) *kind = DPO_LOSS_SIMPO;
     else if (!strcmp(name, "orpo")) *kind = DPO_LOSS_ORPO;
     else if (!strcmp(name, "cpo")) *kind = DPO_LOSS_CPO;
+    else if (!strcmp(name, "cpo-hinge") || !strcmp(name, "cpo_hinge")) *kind = DPO_LOSS_CPO_HINGE;
+    else if (!strcmp(name, "cpo-ipo") || !strcmp(name, "cpo_ipo")) *kind = DPO_LOSS_CPO_IPO;
+    else if (!strcmp(name, "alphapo")) *kind = DPO_LOSS_ALPHAPO;
+    else if (!strcmp(name, "aot")) *kind = DPO_LOSS_AOT;
+    else if (!strcmp(name, "aot-unpaired") || !strcmp(name, "aot_unpaired")) *kind = DPO_LOSS_AOT_UNPAIRED;
     else if (!strcmp(name, "sigmoid-norm") || !strcmp(name, "sigmoid_norm")) *kind = DPO_LOSS_SIGMOID_NORM;
     else if (!strcmp(name, "robust")) *kind = DPO_LOSS_ROBUST;
     else if (!strcmp(name, "exo") || !strcmp(name, "exo_pair")) *kind = DPO_LOSS_EXO;
@@ -128,6 +133,22 @@ void dpo_task_compute_reference(DpoTask *task, Model *reference) {
     response_logps_all_weighted(reference, &task->eval, task->pad_id, weighting, task->eval_reference);
 }
 
+void dpo_pair_rewards(const DpoLossOptions *o, double policy_chosen, double policy_rejected, double ref_chosen,
+                      double ref_rejected, int chosen_tokens, int rejected_tokens, double *chosen_reward,
+                      double *rejected_reward) {
+    if (!dpo_loss_uses_reference(o->loss)) ref_chosen = ref_rejected = 0.0;
+    const bool means = !dpo_loss_uses_reference(o->loss) && dpo_loss_compares_means(o->loss);
+    const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
+    if (dpo_loss_is_cpo_trainer(o->loss) && o->alphapo_alpha != 0.0) {
+        double slope;
+        *chosen_reward = o->beta * alphapo_reward(o->alphapo_alpha, policy_chosen / nc, &slope);
+        *rejected_reward = o->beta * alphapo_reward(o->alphapo_alpha, policy_rejected / nr, &slope);
+        return;
+    }
+    *chosen_reward = o->beta * (policy_chosen - ref_chosen) / nc;
+    *rejected_reward = o->beta * (policy_rejected - ref_rejected) / nr;
+}
+
 typedef struct {
     double loss, correct, margin, chosen_reward, rejected_reward, tokens;
 } DpoStats;
@@ -153,6 +174,12 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
     double *d_plain_sums = o->sft_term ? xcalloc((size_t)batch.B, sizeof(double)) : NULL;
     response_batch_forward_more(model, &batch, sums, &extras);
     double pair_weight_sum = 0; // WPO: the sum of the pairs' weights (else the pair count)
+    // AOT sorts across the pairs of this forward (TRL: of the micro-batch on one device): the
+    // loop gathers the pairs' sums and dpo_batch_loss_from_sums takes them all at once.
+    const bool sorted = dpo_options_sort_batch(o);
+    CHECK(!sorted || !o->use_weighting, "WPO with AOT (refused by the command)");
+    double *batch_sums = sorted ? xmalloc((size_t)4 * count * sizeof(double)) : NULL;
+    int *batch_tokens = sorted ? xmalloc((size_t)2 * count * sizeof(int)) : NULL;
     for (int e = 0; e < count; e++) {
         long c = which[2 * e], r = which[2 * e + 1];
         double pc = sums[2 * e], pr = sums[2 * e + 1], rc = reference[c], rr = reference[r];
@@ -168,23 +195,35 @@ static void dpo_forward(DpoTask *task, Model *model, const TokenizedExamples *ro
         const double pair_weight =
             o->use_weighting ? exp(extras.wpo_log_weights[2 * e] + extras.wpo_log_weights[2 * e + 1]) : 1.0;
         pair_weight_sum += pair_weight;
-        double d_chosen, d_rejected;
-        stats->loss += pair_weight * dpo_pair_loss_from_sums(o, pc, pr, rc, rr, nc, nr, &d_chosen, &d_rejected);
-        d_sums[2 * e] = pair_weight * d_chosen, d_sums[2 * e + 1] = pair_weight * d_rejected;
+        if (sorted) {
+            batch_sums[e] = pc, batch_sums[count + e] = pr; // four columns: pc, pr, rc, rr
+            batch_sums[2 * count + e] = rc, batch_sums[3 * count + e] = rr;
+            batch_tokens[e] = nc, batch_tokens[count + e] = nr;
+            d_sums[2 * e] = d_sums[2 * e + 1] = 0.0;
+        } else {
+            double d_chosen, d_rejected;
+            stats->loss += pair_weight * dpo_pair_loss_from_sums(o, pc, pr, rc, rr, nc, nr, &d_chosen, &d_rejected);
+            d_sums[2 * e] = pair_weight * d_chosen, d_sums[2 * e + 1] = pair_weight * d_rejected;
+        }
         if (o->sft_weight > 0) { // RPO: the chosen response's mean negative log-likelihood
             const double tokens = response_tokens(rows, c);
             stats->loss += pair_weight * (o->sft_weight * -pc / tokens);
             d_sums[2 * e] += pair_weight * (-o->sft_weight / tokens);
         }
-        // TRL's implicit rewards: beta (policy - reference) over the sums; CPO's beta x sum,
-        // SimPO's and ORPO's beta x mean.
-        const bool mean_rewards = o->loss == DPO_LOSS_SIMPO || o->loss == DPO_LOSS_ORPO;
-        const double reward_nc = mean_rewards ? nc : 1.0, reward_nr = mean_rewards ? nr : 1.0;
-        double chosen_reward = o->beta * (pc - rc) / reward_nc, rejected_reward = o->beta * (pr - rr) / reward_nr;
+        double chosen_reward, rejected_reward;
+        dpo_pair_rewards(o, pc, pr, rc, rr, nc, nr, &chosen_reward, &rejected_reward);
         stats->correct += chosen_reward > rejected_reward;
         stats->margin += chosen_reward - rejected_reward;
         stats->chosen_reward += chosen_reward;
         stats->rejected_reward += rejected_reward;
+    }
+    if (sorted) {
+        double *d_chosen = xmalloc((size_t)2 * count * sizeof(double)), *d_rejected = d_chosen + count;
+        stats->loss += dpo_batch_loss_from_sums(o, count, batch_sums, batch_sums + count, batch_sums + 2 * count,
+                                                batch_sums + 3 * count, batch_tokens, batch_tokens + count, d_chosen,
+                                                d_rejected);
+        for (int e = 0; e < count; e++) d_sums[2 * e] += d_chosen[e], d_sums[2 * e + 1] += d_rejected[e];
+        free(d_chosen), free(batch_sums), free(batch_tokens);
     }
     if (o->sft_term) {
         // TRL's "sft" term: the mean -log-prob over all the micro-batch's chosen response

@@ -20,6 +20,10 @@
 // each pair's loss, the sft term's share too, by w_c w_r, a row's w the exp of the mean over
 // its response tokens of log p(token) - log sum_v p_v^2 under the policy, detached.
 //
+// AOT (--loss aot, aot-unpaired; TRL 1.12) sorts the log-ratios across the pairs of one
+// forward: the micro-batch in training (the same pairs whatever the rank count, since ranks
+// take whole micro-batches), chunks of 4 pairs in evaluation (dpo_batch_loss_from_sums).
+//
 // SimPO (--loss simpo) has no reference at all: it compares the per-token mean log-probs of
 // chosen and rejected with a margin gamma, and nothing is computed before training. ORPO
 // (--loss orpo) neither: the chosen response's mean NLL plus beta times an odds-ratio term
@@ -71,5 +75,13 @@ void dpo_task_free(DpoTask *task);
 // Fills train_reference and eval_reference with `reference`'s sums (under mpirun each
 // rank scores a share of the rows and the sums are gathered).
 void dpo_task_compute_reference(DpoTask *task, Model *reference);
+
+// TRL's implicit rewards of a pair (logged as chosen_reward, rejected_reward; accuracy and
+// margin compare them): beta (policy - reference) over the sums; with no reference, beta x
+// the log-prob TRL's loss reads (CPO, cpo-hinge: the sum; SimPO, cpo-ipo, AlphaPO, ORPO: the
+// per-token mean), through AlphaPO's reward shape where options->alphapo_alpha is set.
+void dpo_pair_rewards(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
+                      double ref_rejected, int chosen_tokens, int rejected_tokens, double *chosen_reward,
+                      double *rejected_reward);
 
 TrainTask dpo_train_task(DpoTask *task);

@@ -1,6 +1,7 @@
 #include "train/losses.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/check.h"
 
@@ -145,9 +146,13 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
     case DPO_LOSS_SIGMOID:
     case DPO_LOSS_SIGMOID_NORM:
     case DPO_LOSS_SIMPO:
-    case DPO_LOSS_CPO: {
+    case DPO_LOSS_ALPHAPO:
+    case DPO_LOSS_CPO:
+    case DPO_LOSS_AOT: // a batch of one pair: the sorts change nothing, delta = h
+    case DPO_LOSS_AOT_UNPAIRED: {
         const double smoothing = options->loss == DPO_LOSS_SIGMOID_NORM ? 0.0 : eps;
-        const double x = z - (options->loss == DPO_LOSS_SIMPO ? options->simpo_gamma : 0.0);
+        const bool margin = options->loss == DPO_LOSS_SIMPO || options->loss == DPO_LOSS_ALPHAPO;
+        const double x = z - (margin ? options->simpo_gamma : 0.0);
         loss = (1 - smoothing) * log_sigmoid_negated(x) + smoothing * log_sigmoid_negated(-x);
         // d/dx -log sigmoid(x) = -sigmoid(-x); d/dx -log sigmoid(-x) = sigmoid(x)
         d_h = beta * (-(1 - smoothing) * sigmoid(-x) + smoothing * sigmoid(x));
@@ -165,7 +170,8 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
         d_h = beta * q_w * q_l * (z - (log1p(-eps) - log(eps)));
         break;
     }
-    case DPO_LOSS_IPO: {
+    case DPO_LOSS_IPO:
+    case DPO_LOSS_CPO_IPO: {
         const double gap = h - 1.0 / (2.0 * beta);
         loss = gap * gap;
         d_h = 2.0 * gap;
@@ -221,6 +227,7 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
         return -a_c + beta * log_sigmoid_negated(odds);
     }
     case DPO_LOSS_HINGE:
+    case DPO_LOSS_CPO_HINGE:
     default:
         loss = z < 1.0 ? 1.0 - z : 0.0;
         d_h = z < 1.0 ? -beta : 0.0;
@@ -254,6 +261,15 @@ double f_divergence_score(FDivergence kind, double alpha, double u, double *d_sc
     return u;
 }
 
+double alphapo_reward(double alpha, double x, double *slope) {
+    if (alpha == 0.0) {
+        *slope = 1.0;
+        return x;
+    }
+    *slope = exp(-alpha * x);
+    return -expm1(-alpha * x) / alpha;
+}
+
 // One loss kind of dpo_pair_loss_from_sums.
 static double pair_term_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
                                   double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
@@ -262,6 +278,16 @@ static double pair_term_from_sums(const DpoLossOptions *options, double policy_c
     const bool means = dpo_loss_compares_means(kind);
     const double nc = means ? chosen_tokens : 1.0, nr = means ? rejected_tokens : 1.0;
     double loss, dc, dr;
+    if (dpo_loss_is_cpo_trainer(kind) && options->alphapo_alpha != 0.0) {
+        // AlphaPO: the rewards of the rows' log-probs (means or sums as the loss compares
+        // them, as TRL's CPOTrainer computes them) take the log-probs' place.
+        double slope_chosen, slope_rejected;
+        const double reward_chosen = alphapo_reward(options->alphapo_alpha, policy_chosen / nc, &slope_chosen);
+        const double reward_rejected = alphapo_reward(options->alphapo_alpha, policy_rejected / nr, &slope_rejected);
+        loss = dpo_pair_loss(options, reward_chosen, reward_rejected, 0.0, 0.0, &dc, &dr);
+        *d_chosen = dc * slope_chosen / nc, *d_rejected = dr * slope_rejected / nr;
+        return loss;
+    }
     if (options->f_divergence == F_DIVERGENCE_REVERSE_KL) {
         loss = dpo_pair_loss(options, policy_chosen / nc, policy_rejected / nr, ref_chosen / nc, ref_rejected / nr, &dc,
                              &dr);
@@ -296,6 +322,83 @@ double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chos
         const double weight = options->term_weights[k];
         loss += weight * term_loss;
         *d_chosen += weight * dc, *d_rejected += weight * dr;
+    }
+    return loss;
+}
+
+bool dpo_options_sort_batch(const DpoLossOptions *options) {
+    if (options->term_count == 0) return dpo_loss_sorts_batch(options->loss);
+    for (int k = 0; k < options->term_count; k++)
+        if (dpo_loss_sorts_batch(options->terms[k])) return true;
+    return false;
+}
+
+// Sorting pairs by a value, ties by index (qsort is not stable).
+typedef struct {
+    double value;
+    int index;
+} Ranked;
+
+static int ranked_compare(const void *x, const void *y) {
+    const Ranked *a = x, *b = y;
+    if (a->value != b->value) return a->value < b->value ? -1 : 1;
+    return a->index - b->index;
+}
+
+static Ranked *ranked_sort(int n, const double *plus, const double *minus) {
+    Ranked *ranked = xmalloc((size_t)n * sizeof *ranked);
+    for (int i = 0; i < n; i++) ranked[i] = (Ranked){plus[i] - minus[i], i};
+    qsort(ranked, (size_t)n, sizeof *ranked, ranked_compare);
+    return ranked;
+}
+
+// One AOT term over the batch: the sum of its n sorted terms; the gradients are ADDED, times weight.
+static double sorted_term(const DpoLossOptions *options, DpoLossKind kind, double weight, int n,
+                          const double *policy_chosen, const double *policy_rejected, const double *ref_chosen,
+                          const double *ref_rejected, double *d_chosen, double *d_rejected) {
+    // aot: the policy's chosen - rejected against the reference's, each sorted; aot_unpaired:
+    // the chosen log-ratios against the rejected ones, each sorted.
+    const bool paired = kind == DPO_LOSS_AOT;
+    Ranked *first = paired ? ranked_sort(n, policy_chosen, policy_rejected) : ranked_sort(n, policy_chosen, ref_chosen);
+    Ranked *second = paired ? ranked_sort(n, ref_chosen, ref_rejected) : ranked_sort(n, policy_rejected, ref_rejected);
+    DpoLossOptions term = *options;
+    term.loss = kind;
+    double loss = 0.0;
+    for (int k = 0; k < n; k++) {
+        double d_delta, d_unused;
+        loss += dpo_pair_loss(&term, first[k].value - second[k].value, 0.0, 0.0, 0.0, &d_delta, &d_unused);
+        // aot: delta_k moves with the policy's x of the pair first[k] names (+ chosen, - rejected);
+        // aot_unpaired: + with the chosen log-ratio of first[k], - with the rejected one of second[k].
+        d_chosen[first[k].index] += weight * d_delta;
+        d_rejected[paired ? first[k].index : second[k].index] -= weight * d_delta;
+    }
+    free(first), free(second);
+    return loss;
+}
+
+double dpo_batch_loss_from_sums(const DpoLossOptions *options, int n, const double *policy_chosen,
+                                const double *policy_rejected, const double *ref_chosen, const double *ref_rejected,
+                                const int *chosen_tokens, const int *rejected_tokens, double *d_chosen,
+                                double *d_rejected) {
+    const int terms = options->term_count == 0 ? 1 : options->term_count;
+    for (int i = 0; i < n; i++) d_chosen[i] = d_rejected[i] = 0.0;
+    double loss = 0.0;
+    for (int k = 0; k < terms; k++) {
+        DpoLossOptions term = *options;
+        term.term_count = 0;
+        if (options->term_count > 0) term.loss = options->terms[k];
+        const double weight = options->term_count > 0 ? options->term_weights[k] : 1.0;
+        if (dpo_loss_sorts_batch(term.loss)) {
+            loss += weight * sorted_term(&term, term.loss, weight, n, policy_chosen, policy_rejected, ref_chosen,
+                                         ref_rejected, d_chosen, d_rejected);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            double dc, dr;
+            loss += weight * pair_term_from_sums(&term, policy_chosen[i], policy_rejected[i], ref_chosen[i],
+                                                 ref_rejected[i], chosen_tokens[i], rejected_tokens[i], &dc, &dr);
+            d_chosen[i] += weight * dc, d_rejected[i] += weight * dr;
+        }
     }
     return loss;
 }

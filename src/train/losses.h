@@ -62,6 +62,18 @@ double rm_dschat_pair_loss(const float *chosen_values, const float *rejected_val
 //   DPO_LOSS_CPO      -(1-eps) log sigma(z) - eps log sigma(-z) with no reference (the caller
 //                     passes 0 and the sums; Xu et al. 2024, TRL's CPOTrainer loss_type
 //                     "sigmoid"; its behaviour-cloning term is train/dpo.c's sft term)
+//   DPO_LOSS_CPO_HINGE max(0, 1 - z) with no reference, over the sums (TRL's CPOTrainer
+//                     loss_type "hinge")
+//   DPO_LOSS_CPO_IPO  (h - 1 / (2 beta))^2 with no reference, the caller passing per-token
+//                     means (TRL's CPOTrainer loss_type "ipo")
+//   DPO_LOSS_ALPHAPO  SimPO's loss; dpo_pair_loss_from_sums gives it AlphaPO's rewards
+//                     (Gupta et al. 2025; TRL's CPOTrainer loss_type "alphapo", which is "simpo"
+//                     with cpo_alpha 0). Any CPOTrainer loss takes options->alphapo_alpha.
+//   DPO_LOSS_AOT, DPO_LOSS_AOT_UNPAIRED  alignment via optimal transport (Melnyk et al. 2024;
+//                     TRL "aot", "aot_unpaired"): -(1-eps) log sigma(z) - eps log sigma(-z) of
+//                     a delta that sorts the log-ratios ACROSS the micro-batch
+//                     (dpo_batch_loss_from_sums); for one pair alone delta = h, which is what
+//                     dpo_pair_loss computes for them.
 //   DPO_LOSS_ORPO     -a_c + beta (-log sigmoid(odds(a_c) - odds(a_r))), a = policy - ref with
 //                     no reference (the caller passes 0 and per-token means, so a_c is the
 //                     chosen response's mean log-prob and -a_c its NLL), odds(a) =
@@ -85,27 +97,41 @@ typedef enum {
     DPO_LOSS_APO_DOWN,
     DPO_LOSS_DISCOPOP,
     DPO_LOSS_CPO,
+    DPO_LOSS_CPO_HINGE,
+    DPO_LOSS_CPO_IPO,
+    DPO_LOSS_ALPHAPO,
+    DPO_LOSS_AOT,
+    DPO_LOSS_AOT_UNPAIRED,
 } DpoLossKind;
 // The names dpo_loss_from_name takes (train/dpo.c), for help texts and errors.
 #define DPO_LOSS_NAMES                                                                                                 \
-    "sigmoid, sigmoid-norm, robust, exo, ipo, hinge, nca, bco, sppo-hard, apo-zero, apo-down, discopop, simpo, orpo, " \
-    "cpo"
-// CPO, SimPO and ORPO (TRL's CPOTrainer and ORPOTrainer) need no reference model.
+    "sigmoid, sigmoid-norm, robust, exo, ipo, hinge, nca, bco, sppo-hard, apo-zero, apo-down, discopop, aot, "    \
+    "aot-unpaired, simpo, orpo, cpo, cpo-hinge, cpo-ipo, alphapo"
+// The losses of TRL's CPOTrainer (cpo, cpo-hinge, cpo-ipo, simpo, alphapo), which alone take
+// its behaviour-cloning weight cpo_alpha and AlphaPO's reward shape alpha.
+static inline bool dpo_loss_is_cpo_trainer(DpoLossKind kind) {
+    return kind == DPO_LOSS_CPO || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_CPO_HINGE || kind == DPO_LOSS_CPO_IPO ||
+           kind == DPO_LOSS_ALPHAPO;
+}
+// CPOTrainer's losses and ORPO (TRL's CPOTrainer and ORPOTrainer) need no reference model.
 static inline bool dpo_loss_uses_reference(DpoLossKind kind) {
-    return kind != DPO_LOSS_SIMPO && kind != DPO_LOSS_ORPO && kind != DPO_LOSS_CPO;
+    return kind != DPO_LOSS_ORPO && !dpo_loss_is_cpo_trainer(kind);
+}
+// AOT's losses: a pair's loss depends on the micro-batch's other pairs (dpo_batch_loss_from_sums).
+static inline bool dpo_loss_sorts_batch(DpoLossKind kind) {
+    return kind == DPO_LOSS_AOT || kind == DPO_LOSS_AOT_UNPAIRED;
 }
 // Losses that compare per-token means of the log-probs rather than their sums (TRL's
 // normalisations: IPO and sigmoid-norm in DPOTrainer, SimPO in CPOTrainer, ORPO).
 static inline bool dpo_loss_compares_means(DpoLossKind kind) {
-    return kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ORPO;
+    return kind == DPO_LOSS_IPO || kind == DPO_LOSS_SIGMOID_NORM || kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ORPO ||
+           kind == DPO_LOSS_CPO_IPO || kind == DPO_LOSS_ALPHAPO;
 }
 // Losses that take label_smoothing's eps (the others refuse it).
 static inline bool dpo_loss_uses_label_smoothing(DpoLossKind kind) {
     return kind == DPO_LOSS_SIGMOID || kind == DPO_LOSS_ROBUST || kind == DPO_LOSS_EXO || kind == DPO_LOSS_CPO ||
-           kind == DPO_LOSS_SIMPO;
+           kind == DPO_LOSS_SIMPO || kind == DPO_LOSS_ALPHAPO || dpo_loss_sorts_batch(kind);
 }
-// The losses of TRL's CPOTrainer, which alone take its behaviour-cloning weight cpo_alpha.
-static inline bool dpo_loss_is_cpo_trainer(DpoLossKind kind) { return kind == DPO_LOSS_CPO || kind == DPO_LOSS_SIMPO; }
 // The f-divergence between policy and reference that DPO regularises with (Wang et al.
 // 2023, f-DPO; TRL's f_divergence_type): it replaces each log-ratio u = policy - reference
 // by the score s(u) = f'(e^u) before the chosen - rejected difference:
@@ -152,6 +178,9 @@ typedef struct {
     double ld_alpha;        // train/dpo.c: the weight of the longer response's tokens past the shorter one's
                             // length in both rows' sums (LD-DPO, TRL's ld_alpha); 1 (or 0 when unset): plain
     double sft_weight;      // > 0: plus this times the chosen response's mean -log-prob (RPO; train/dpo.c)
+    // CPOTrainer's losses: TRL's alpha, AlphaPO's reward shape (alphapo_reward) of each row's
+    // log-prob (the sum, or the per-token mean where the loss compares means); 0: the log-prob
+    double alphapo_alpha;
 } DpoLossOptions;
 double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double *d_chosen, double *d_rejected);
@@ -166,6 +195,29 @@ double dpo_pair_loss(const DpoLossOptions *options, double policy_chosen, double
 double dpo_pair_loss_from_sums(const DpoLossOptions *options, double policy_chosen, double policy_rejected,
                                double ref_chosen, double ref_rejected, int chosen_tokens, int rejected_tokens,
                                double *d_chosen, double *d_rejected);
+
+// The micro-batch's loss over its n pairs (arrays of n; ref 0 where the loss has none): the
+// sum over the pairs of dpo_pair_loss_from_sums, except that AOT's terms sort (TRL 1.12's
+// DPOTrainer, within the batch it is given, as TRL sorts a device's micro-batch):
+//   aot           x_i = policy_chosen_i - policy_rejected_i and y_i = ref_chosen_i -
+//                 ref_rejected_i are sorted apart, ascending; delta_k = x_(k) - y_(k)
+//   aot_unpaired  a_i = policy_chosen_i - ref_chosen_i and b_i = policy_rejected_i -
+//                 ref_rejected_i sorted apart; delta_k = a_(k) - b_(k)
+// and the k-th term is -(1-eps) log sigma(beta delta_k) - eps log sigma(-beta delta_k); its
+// gradient goes to the pairs the sorts put at place k (ties: the lower index first).
+// No WPO weights: TRL refuses use_weighting with AOT, whose terms belong to no one pair.
+// Returns the sum; d_chosen and d_rejected receive d sum / d policy sum of each pair (set, not accumulated).
+double dpo_batch_loss_from_sums(const DpoLossOptions *options, int n, const double *policy_chosen,
+                                const double *policy_rejected, const double *ref_chosen, const double *ref_rejected,
+                                const int *chosen_tokens, const int *rejected_tokens, double *d_chosen,
+                                double *d_rejected);
+// True when the loss, or any of its terms, is AOT's.
+bool dpo_options_sort_batch(const DpoLossOptions *options);
+
+// AlphaPO's reward of a log-prob x (Gupta et al. 2025; TRL CPOTrainer's alpha):
+// (1 - p^(-alpha)) / alpha with p = e^x, i.e. -expm1(-alpha x) / alpha (x itself at
+// alpha 0); *slope receives dr/dx = e^(-alpha x).
+double alphapo_reward(double alpha, double x, double *slope);
 
 // ---- KTO and its unpaired relatives: one example's log-ratio against a baseline ----
 // With r = policy - reference (the completion's log-prob sums), per loss kind:

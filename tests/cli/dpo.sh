@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # marlhf dpo end to end on the tiny model (tests/fixtures/models/tiny_chat) and the
-# patterned pairs of tests/fixtures/train: each of the 15 losses, a combination of losses
+# patterned pairs of tests/fixtures/train: each of the 20 losses, a combination of losses
 # (the MPO recipe) and WPO weighting learn the preference, the first
 # step sits at the reference (loss log 2, zero margin), the output is a causal LM that
 # generates, a run killed twice and resumed ends bit-identical to one that was not (the
@@ -20,17 +20,20 @@ args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.
       --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 2 --quiet)
 
 # --- each loss learns the preference -----------------------------------------------------
-for loss in sigmoid ipo hinge simpo orpo cpo sigmoid-norm robust exo nca bco sppo-hard apo-zero apo-down discopop; do
+for loss in sigmoid ipo hinge simpo orpo cpo sigmoid-norm robust exo nca bco sppo-hard apo-zero apo-down discopop \
+    aot aot-unpaired cpo-hinge cpo-ipo alphapo; do
     extra=()
     [ "$loss" = sigmoid ] && extra=(--label-smoothing 0.1)
     [ "$loss" = robust ] && extra=(--label-smoothing 0.1)
     [ "$loss" = exo ] && extra=(--label-smoothing 1e-3)
     [ "$loss" = discopop ] && extra=(--discopop-tau 0.5)
     [ "$loss" = simpo ] && extra=(--beta 2 --simpo-gamma 1)
-    # CPO compares the raw sums with no reference to cancel the responses' lengths: after the
-    # two epochs 10 of the 12 eval pairs are right (the others: all 12).
+    [ "$loss" = alphapo ] && extra=(--beta 2 --simpo-gamma 1 --alphapo-alpha 0.25)
+    [ "$loss" = aot ] && extra=(--label-smoothing 0.1)
+    # CPO (and its hinge) compares the raw sums with no reference to cancel the responses'
+    # lengths: after the two epochs 10 of the 12 eval pairs are right (the others: all 12).
     bar=0.9
-    [ "$loss" = cpo ] && bar=0.8
+    [ "$loss" = cpo ] || [ "$loss" = cpo-hinge ] && bar=0.8
     "$bin" dpo "${args[@]}" --loss "$loss" "${extra[@]}" --eval-every 6 --output "$tmp/$loss" 2> "$tmp/$loss.err"
     rc=$?
     acc=$(json_field "$tmp/$loss/metrics.jsonl" eval/accuracy -1 2>/dev/null)
@@ -140,13 +143,13 @@ lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
 [ "$lines" = 96 ] && pass dpo_resume_metrics_continuous || fail dpo_resume_metrics_continuous "$lines lines"
 
 # --- bad options and data --------------------------------------------------------------------
-expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss aot
+expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair
 expect_error dpo_bad_beta "--beta" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x2" --beta 0
 expect_error dpo_bad_smoothing "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x3" \
     --label-smoothing 0.5
 expect_error dpo_smoothing_needs_sigmoid "--label-smoothing" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss ipo --label-smoothing 0.1
-expect_error dpo_smoothing_not_nca "--label-smoothing applies to --loss sigmoid, robust, exo, cpo and simpo" "$bin" dpo --model "$model" \
+expect_error dpo_smoothing_not_nca "--label-smoothing applies to --loss sigmoid, robust, exo, aot, aot-unpaired, cpo, simpo and alphapo" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss nca --label-smoothing 0.1
 expect_error dpo_exo_needs_smoothing "--loss exo needs it above 0" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss exo
@@ -168,13 +171,13 @@ expect_error dpo_loss_weights_negative "--loss-weights must be numbers >= 0" "$b
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco --loss-weights 1,-0.5
 expect_error dpo_loss_weights_nan "--loss-weights must be numbers >= 0" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,bco --loss-weights nan,1
-expect_error dpo_loss_unknown_component "got 'aot'" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
-    --output "$tmp/x4" --loss sigmoid,aot
+expect_error dpo_loss_unknown_component "got 'kto_pair'" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss sigmoid,kto_pair
 expect_error dpo_simpo_combined "--loss: simpo combines with no other loss" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid,simpo
 expect_error dpo_cpo_combined "--loss: cpo combines with no other loss" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --loss cpo,sft
-expect_error dpo_cpo_alpha_not_cpo "--cpo-alpha applies to --loss cpo and simpo only" "$bin" dpo --model "$model" \
+expect_error dpo_cpo_alpha_not_cpo "--cpo-alpha applies to --loss cpo, cpo-hinge, cpo-ipo and simpo only" "$bin" dpo --model "$model" \
     --data "$data/pairs.jsonl" --output "$tmp/x4" --cpo-alpha 1
 expect_error dpo_cpo_alpha_negative "--cpo-alpha must be >= 0" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
     --output "$tmp/x4" --loss cpo --cpo-alpha -1
@@ -198,6 +201,31 @@ plain=$(json_field "$tmp/simpo_plain/metrics.jsonl" train/loss 0 2>/dev/null)
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) + 1 else 1)" "$with_bc" "$plain" 2>/dev/null &&
     pass "dpo_simpo_cpo_alpha_adds_nll (first loss $plain -> $with_bc)" ||
     fail dpo_simpo_cpo_alpha_adds_nll "first losses '$plain' '$with_bc' $(tail -n 2 "$tmp/simpo_a1.err")"
+# AOT: with one pair per micro-batch there is nothing to sort, and it is sigmoid bit for bit.
+"$bin" dpo "${args[@]}" --max-steps 2 --per-device-train-batch-size 1 --loss aot --output "$tmp/aot_1" 2> "$tmp/aot_1.err"
+"$bin" dpo "${args[@]}" --max-steps 2 --per-device-train-batch-size 1 --output "$tmp/sigmoid_1" 2> "$tmp/sigmoid_1.err"
+[ -f "$tmp/aot_1/final/model.safetensors" ] &&
+    cmp -s "$tmp/aot_1/final/model.safetensors" "$tmp/sigmoid_1/final/model.safetensors" && pass dpo_aot_one_pair_is_sigmoid ||
+    fail dpo_aot_one_pair_is_sigmoid "$(tail -n 2 "$tmp/aot_1.err" "$tmp/sigmoid_1.err")"
+# ... and with four it trains otherwise than sigmoid (the loop's aot run, smoothing 0.1).
+cmp -s "$tmp/aot/final/model.safetensors" "$tmp/sigmoid/final/model.safetensors" &&
+    fail dpo_aot_sorts "the same weights as sigmoid with the same smoothing" || pass dpo_aot_sorts
+expect_error dpo_aot_use_weighting "--use-weighting: --loss aot and aot-unpaired sort the pairs" "$bin" dpo \
+    --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" --loss aot --use-weighting
+expect_error dpo_aot_f_divergence "--loss aot-unpaired has no f-divergence form" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss aot-unpaired --f-divergence js
+expect_error dpo_cpo_hinge_smoothing "--label-smoothing applies to" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x4" --loss cpo-hinge --label-smoothing 0.1
+expect_error dpo_cpo_ipo_reference "--loss cpo-ipo has no reference" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
+    --output "$tmp/x7" --loss cpo-ipo --reference-model "$model"
+expect_error dpo_alphapo_needs_alpha "--alphapo-alpha: --loss alphapo needs it non-zero" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss alphapo
+expect_error dpo_alphapo_alpha_not_cpo "--alphapo-alpha applies to --loss alphapo, cpo, cpo-hinge, cpo-ipo and simpo" \
+    "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" --loss sigmoid --alphapo-alpha 0.25
+expect_error dpo_bad_alphapo_alpha "option --alphapo-alpha expects a number" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss alphapo --alphapo-alpha nan
+expect_error dpo_alphapo_cpo_alpha "--cpo-alpha: --loss alphapo is SimPO with cpo_alpha 0" "$bin" dpo --model "$model" \
+    --data "$data/pairs.jsonl" --output "$tmp/x4" --loss alphapo --alphapo-alpha 0.25 --cpo-alpha 1
 expect_error dpo_sft_alone "--loss: sft alone" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x4" \
     --loss sft
 expect_error dpo_sft_term_and_sft_weight "--sft-weight" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" \
