@@ -756,6 +756,8 @@ static void test_dpo_resume_exact(void) {
         if (settings[s].dropout > 0) { // another dropout, DoRA setting or pattern is refused
             marlhf_model_free(model);
             model = marlhf_model_load(tiny, &load);
+            double as_loaded = 0, after = 1;
+            marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &as_loaded, NULL);
             marlhf_trainer_params other = params;
             other.lora_dropout = 0.1;
             EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "lora_dropout"), "'%s'",
@@ -767,13 +769,29 @@ static void test_dpo_resume_exact(void) {
                 other = params, other.use_dora = 0;
                 EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "use_dora"), "'%s'",
                        marlhf_last_error());
-            } else { // the checkpoint's base is NF4: a float32 policy is another base
-                marlhf_model *float_base = load_policy(tiny, NULL);
-                EXPECT(!marlhf_trainer_resume(float_base, &params, run) && strstr(marlhf_last_error(), "nf4"), "'%s'",
+            } else { // the checkpoint's base is NF4: a Q4_0 policy is another base, found once its
+                     // adapters are on, which come off again over its quantized base
+                marlhf_model_params q4 = load;
+                q4.quantize = "q4_0";
+                marlhf_model *other_base = marlhf_model_load(tiny, &q4);
+                double before_q4 = 0, after_q4 = 1;
+                marlhf_logprob(other_base, train.pairs[1].prompt, train.pairs[1].chosen, &before_q4, NULL);
+                EXPECT(!marlhf_trainer_resume(other_base, &params, run) && strstr(marlhf_last_error(), "nf4"), "'%s'",
                        marlhf_last_error());
-                marlhf_model_free(float_base);
+                marlhf_logprob(other_base, train.pairs[1].prompt, train.pairs[1].chosen, &after_q4, NULL);
+                EXPECT(after_q4 == before_q4, "Q4_0 log-prob %.17g after a refused resume, %.17g as loaded", after_q4,
+                       before_q4);
+                marlhf_trainer *fresh = marlhf_trainer_new(other_base, &params);
+                marlhf_dpo_stats first = {0};
+                EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &first) == 0, "%s", marlhf_last_error());
+                EXPECT_CLOSE(first.loss, log(2.0), 1e-6, 0, "first loss on the Q4_0 base after a refused resume");
+                marlhf_model_free(other_base);
             }
-            // The refusals left the model as loaded: a fresh trainer's first step is at the reference.
+            // The refusals left the model as loaded: the same log-prob, and a fresh trainer's first
+            // step is at the reference.
+            marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &after, NULL);
+            EXPECT(after == as_loaded, "setting %zu: log-prob %.17g after refused resumes, %.17g as loaded", s, after,
+                   as_loaded);
             marlhf_trainer *fresh = marlhf_trainer_new(model, &params);
             EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
             EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first loss after refused resumes");
