@@ -639,11 +639,10 @@ static bool same_bytes(const char *a, const char *b) {
 // the first 8 fixture pairs, two epochs of one optimizer step (micro-batches of 4, 2
 // accumulated), and two API steps on the pairs in each epoch's shuffled order (the command's
 // train_epoch_order): the same micro-batches, so the same sums and the same dropout masks
-// (the API keys them by step, the command by epoch, one step each here). The loss is SimPO's,
-// which has no reference: the command computes its reference before its model has
-// gradients, and over a quantized base that runs the inference kernels, not the dequantized
-// matmuls of the API's reference (docs/embedding.md). The saved folders agree bit for bit:
-// merged weights, adapter weights (A, B and DoRA's magnitudes) and adapter_config.json.
+// (the API keys them by step, the command by epoch, one step each here). The loss is DPO's
+// (sigmoid), whose reference the command computes once before training and the API at each
+// step with the adapters off. The saved folders agree bit for bit: merged weights, adapter
+// weights (A, B and DoRA's magnitudes) and adapter_config.json.
 static void test_adapter_settings_match_command(void) {
     const char *ranks = "q_proj=8,layers\\.1\\.mlp\\.(up|down)_proj=2", *alphas = "{\"v_proj\": 16}";
     const struct {
@@ -654,7 +653,7 @@ static void test_adapter_settings_match_command(void) {
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         char options[512], name[32];
         snprintf(options, sizeof options,
-                 "--loss simpo --max-rows 8 --per-device-train-batch-size 4 --gradient-accumulation-steps 2 "
+                 "--max-rows 8 --per-device-train-batch-size 4 --gradient-accumulation-steps 2 "
                  "--lora-dropout 0.25 --lora-rank-pattern '%s' --lora-alpha-pattern '%s' %s",
                  ranks, alphas, settings[s].options);
         snprintf(name, sizeof name, "settings_command%zu", s);
@@ -664,7 +663,7 @@ static void test_adapter_settings_match_command(void) {
         load.quantize = settings[s].quantize;
         marlhf_model *model = marlhf_model_load(tiny, &load);
         marlhf_trainer_params params = tiny_dpo_params();
-        params.loss = "simpo", params.lora_alpha = 8, params.lora_rslora = settings[s].rslora;
+        params.lora_alpha = 8, params.lora_rslora = settings[s].rslora;
         params.use_dora = settings[s].dora, params.lora_dropout = 0.25;
         params.lora_rank_pattern = ranks, params.lora_alpha_pattern = alphas;
         marlhf_trainer *trainer = model ? marlhf_trainer_new(model, &params) : NULL;
