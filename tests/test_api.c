@@ -211,6 +211,12 @@ static void test_quantized_policy(void) {
     marlhf_dpo_stats stats = {0};
     EXPECT(trainer && marlhf_dpo_step(trainer, &pair, 1, &stats) == 0, "%s", marlhf_last_error());
     EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first QLoRA DPO loss");
+    // It generates with what it learned (the dequantized matmuls of a model with gradients).
+    marlhf_generate_params gen = marlhf_generate_default_params();
+    gen.max_new_tokens = 4;
+    char *text = marlhf_generate(model, "Tell me about the cat.", &gen);
+    EXPECT(text, "generating after a QLoRA step: %s", marlhf_last_error());
+    marlhf_free(text);
     marlhf_model_free(model);
     params.quantize = "q4";
     EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "q4"), "quantize q4: '%s'",

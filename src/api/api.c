@@ -504,14 +504,20 @@ marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer
     const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
     json_decref(state);
     if (rc == 0) rc = lora_read_adapter_config(checkpoint, &saved);
-    if (rc == 0 && (saved.rank != lora.rank || saved.alpha != lora.alpha || saved.targets != lora.targets ||
-                    saved.rslora != lora.rslora || saved.dora != lora.dora || !lora_patterns_equal(&saved, &lora) ||
-                    fabs(saved.dropout - lora.dropout) > 1e-9))
-        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g%s%s, dropout %g) differ from params' lora_rank %d, "
-                     "lora_alpha %g, lora_rslora %d, use_dora %d, lora_dropout %g, lora_modules or "
-                     "lora_rank_pattern / lora_alpha_pattern (%s)", f, saved.rank, saved.alpha,
-                     saved.rslora ? ", rsLoRA" : "", saved.dora ? ", DoRA" : "", saved.dropout, lora.rank, lora.alpha,
-                     (int)lora.rslora, (int)lora.dora, lora.dropout, checkpoint);
+    // The first field of params whose adapters differ from the checkpoint's, if any.
+    const char *differs = rc != 0                                     ? NULL
+                          : saved.rank != lora.rank                   ? "lora_rank"
+                          : saved.alpha != lora.alpha                 ? "lora_alpha"
+                          : saved.targets != lora.targets             ? "lora_modules"
+                          : saved.rslora != lora.rslora               ? "lora_rslora"
+                          : saved.dora != lora.dora                   ? "use_dora"
+                          : !lora_patterns_equal(&saved, &lora)       ? "lora_rank_pattern or lora_alpha_pattern"
+                          : fabs(saved.dropout - lora.dropout) > 1e-9 ? "lora_dropout"
+                                                                      : NULL;
+    if (differs)
+        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g%s%s, dropout %g) differ from params' %s (%s)", f,
+                     saved.rank, saved.alpha, saved.rslora ? ", rsLoRA" : "", saved.dora ? ", DoRA" : "", saved.dropout,
+                     differs, checkpoint);
     if (rc != 0) {
         free(checkpoint);
         return NULL;
