@@ -647,23 +647,28 @@ static bool same_bytes(const char *a, const char *b) {
 // train_epoch_order): the same micro-batches, so the same sums and the same dropout masks
 // (the API keys them by step, the command by epoch, one step each here). The loss is DPO's
 // (sigmoid), whose reference the command computes once before training and the API at each
-// step with the adapters off. The saved folders agree bit for bit: merged weights, adapter
+// step with the adapters off. The same for KTO steps (`marlhf kto` on the 8 examples of 4
+// pairs) with APO-zero, whose examples have no KL baseline: KTO's baseline pairs each
+// example with the next one in the data's order, which the shuffle does not keep. The saved folders agree bit for bit: merged weights, adapter
 // weights (A, B and DoRA's magnitudes) and adapter_config.json.
 static void test_adapter_settings_match_command(void) {
     const char *ranks = "q_proj=8,layers\\.1\\.mlp\\.(up|down)_proj=2", *alphas = "{\"v_proj\": 16}";
     const struct {
-        const char *options, *quantize;
-        int rslora, dora;
-    } settings[] = {{"--lora-alpha 8 --lora-rslora --use-dora", NULL, 1, 1}, {"--lora-alpha 8 --quantize nf4", "nf4", 0, 0}};
+        const char *command, *options, *quantize;
+        int rslora, dora, rows;
+    } settings[] = {{"dpo", "--lora-alpha 8 --lora-rslora --use-dora", NULL, 1, 1, 8},
+                    {"dpo", "--lora-alpha 8 --quantize nf4", "nf4", 0, 0, 8},
+                    {"kto", "--loss apo-zero-unpaired --lora-alpha 8 --use-dora", NULL, 0, 1, 4}};
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        const bool kto = !strcmp(settings[s].command, "kto");
         char options[512], name[32];
         snprintf(options, sizeof options,
-                 "--max-rows 8 --per-device-train-batch-size 4 --gradient-accumulation-steps 2 "
+                 "--max-rows %d --per-device-train-batch-size 4 --gradient-accumulation-steps 2 "
                  "--lora-dropout 0.25 --lora-rank-pattern '%s' --lora-alpha-pattern '%s' %s",
-                 ranks, alphas, settings[s].options);
+                 settings[s].rows, ranks, alphas, settings[s].options);
         snprintf(name, sizeof name, "settings_command%zu", s);
-        const char *run = run_command("dpo", name, options);
+        const char *run = run_command(settings[s].command, name, options);
 
         marlhf_model_params load = marlhf_model_default_params();
         load.quantize = settings[s].quantize;
@@ -672,14 +677,23 @@ static void test_adapter_settings_match_command(void) {
         params.lora_alpha = 8, params.lora_rslora = settings[s].rslora;
         params.use_dora = settings[s].dora, params.lora_dropout = 0.25;
         params.lora_rank_pattern = ranks, params.lora_alpha_pattern = alphas;
+        if (kto) params.kto_loss = "apo-zero-unpaired";
         marlhf_trainer *trainer = model ? marlhf_trainer_new(model, &params) : NULL;
         EXPECT(trainer, "setting %zu: %s", s, marlhf_last_error());
+        // kto: the command's examples of the pairs, each pair's chosen (a thumbs up) then its rejected.
+        marlhf_feedback examples[8];
+        for (int i = 0; i < 4; i++) {
+            examples[2 * i] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].chosen, 1};
+            examples[2 * i + 1] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].rejected, 0};
+        }
         for (long epoch = 0; epoch < 2 && trainer; epoch++) {
             long order[8];
             marlhf_preference pairs[8];
+            marlhf_feedback shuffled[8];
             train_epoch_order(1234, epoch, 8, order);
-            for (int i = 0; i < 8; i++) pairs[i] = train.pairs[order[i]];
-            EXPECT(marlhf_dpo_step(trainer, pairs, 8, NULL) == 0, "%s", marlhf_last_error());
+            for (int i = 0; i < 8; i++) pairs[i] = train.pairs[order[i]], shuffled[i] = examples[order[i]];
+            EXPECT((kto ? marlhf_kto_step(trainer, shuffled, 8, NULL) : marlhf_dpo_step(trainer, pairs, 8, NULL)) == 0,
+                   "%s", marlhf_last_error());
         }
         snprintf(name, sizeof name, "settings_api%zu", s);
         const char *saved = tmp_path(name);
