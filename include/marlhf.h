@@ -30,7 +30,10 @@
 extern "C" {
 #endif
 
-#define MARLHF_API_VERSION 1
+// Grows with every change of a struct's layout (fields are only ever added at the end; the
+// *_default_params() functions return structs by value): a program must link the library
+// of its own header's version.
+#define MARLHF_API_VERSION 2
 
 #if defined(__GNUC__)
 #define MARLHF_API __attribute__((visibility("default")))
@@ -67,8 +70,11 @@ typedef struct {
     const char *chat_template; // policy: a family name or template file; NULL: the model's own
     const char *quantize;      // policy: NULL or "none" (float32), "q8_0", "q4_0", "nf4" or "nf4-single": 8- or 4-bit
                                // linear layers for generation and log-probs (CPU,
-                               // docs/quantization.md); such a model cannot be saved or given a
-                               // trainer (QLoRA is the command line's, not this API's)
+                               // docs/quantization.md). Such a policy may take a trainer: its
+                               // LoRA adapters then train over the frozen quantized base (QLoRA,
+                               // the command's --quantize; not with use_dora), and it saves once it
+                               // has them (the dequantized base with the adapters merged, and
+                               // adapter/); without adapters it cannot be saved
 } marlhf_model_params;
 
 MARLHF_API marlhf_model_params marlhf_model_default_params(void);
@@ -153,7 +159,7 @@ typedef struct {
     double max_grad_norm;   // 1 (0: no clipping)
     int max_seq_len;        // 512: longer prompt + response rows are cut
     int micro_batch;        // 4: pairs (or examples) per forward/backward (memory, not the result's maths)
-    uint64_t seed;          // 1234: the adapters' initialisation
+    uint64_t seed;          // 1234: the adapters' initialisation (and lora_dropout's masks)
     // KTO (marlhf_kto_step), added last: "kto" (NULL: the same) | "apo-zero-unpaired" (no KL
     // baseline, so a step may take a single example: one thumbs up or down at a time)
     const char *kto_loss;
@@ -173,6 +179,21 @@ typedef struct {
     // negative log-likelihood of the step's chosen tokens, CPO's behaviour cloning (TRL's
     // cpo_alpha); negative (the defaults' -1): the loss's own default, 1 for cpo, 0 for simpo
     double cpo_alpha;
+    // the adapters, added last (API version 2; the command's --lora-rank-pattern,
+    // --lora-alpha-pattern, --use-dora and --lora-dropout, docs/lora.md), zero for none:
+    // per-module ranks and alphas, PEFT's rank_pattern / alpha_pattern: "KEY=VALUE,KEY=VALUE"
+    // or a JSON object, each key a regular expression matched against the module names as
+    // PEFT matches it; modules no key selects keep lora_rank and lora_alpha (NULL: none)
+    const char *lora_rank_pattern;
+    const char *lora_alpha_pattern;
+    // non-zero: DoRA (PEFT's use_dora), a trained magnitude per output row of each adapted
+    // weight; refused on a policy loaded with quantize (it needs the float32 base)
+    int use_dora;
+    // PEFT's lora_dropout, in [0, 1): each adapter's input is dropped with this probability in
+    // the steps' training passes (0: none, as the command's dpo and kto); the masks are drawn
+    // from `seed`, the trainer's step count before the step and the micro-batch's index in
+    // it, as the command draws them from --seed, the epoch and the micro-batch's index in it
+    double lora_dropout;
 } marlhf_trainer_params;
 
 typedef struct {
@@ -205,7 +226,8 @@ typedef struct {
 
 MARLHF_API marlhf_trainer_params marlhf_trainer_default_params(void);
 // Adds fresh LoRA adapters to `policy` (which must have none) and an AdamW optimizer for
-// them. NULL on error.
+// them; on a policy loaded with quantize, over its quantized base (QLoRA). NULL on error,
+// the model unchanged.
 MARLHF_API marlhf_trainer *marlhf_trainer_new(marlhf_model *policy, const marlhf_trainer_params *params);
 // One optimizer step on `count` pairs (the mean of their losses). `stats` may be NULL.
 MARLHF_API int marlhf_dpo_step(marlhf_trainer *trainer, const marlhf_preference *pairs, int count,
@@ -222,8 +244,9 @@ MARLHF_API void marlhf_trainer_free(marlhf_trainer *trainer);
 // adapters, AdamW moments, step — as RUN_DIR/checkpoint-<step> (written aside and renamed:
 // a crash leaves the previous checkpoints whole; the two newest are kept).
 // marlhf_trainer_resume restores the newest one onto `policy`, which must be loaded from
-// the same base weights as when it was saved (checked) and carry no adapters; `params` as
-// for marlhf_trainer_new, with the checkpoint's LoRA rank, alpha and modules. The steps
+// the same base weights (and quantize) as when it was saved (checked) and carry no
+// adapters; `params` as for marlhf_trainer_new, with the checkpoint's LoRA rank, alpha,
+// modules, scaling, patterns, DoRA and dropout (checked). The steps
 // that follow are the steps an uninterrupted trainer would have taken, bit for bit. On
 // failure the model is left as it was.
 MARLHF_API int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir);

@@ -1,8 +1,10 @@
 // The embedding API (include/marlhf.h) on the tiny model of tests/fixtures/models/tiny_chat:
 // its answers checked against computations made here through the engine directly (log-probs
 // from the logits, a reward model's score from the value head), DPO steps against the
-// `marlhf dpo` command on the same pairs, saving and reloading, determinism, and an error
-// (never an exit) for each bad argument.
+// `marlhf dpo` command on the same pairs (with the command's adapter settings: per-module
+// ranks and alphas, DoRA, LoRA dropout, rsLoRA, a quantized base: the same adapter files bit
+// for bit), saving and reloading, determinism, exact resume, and an error (never an exit)
+// for each bad argument.
 #include "marlhf.h"
 
 #include <jansson.h>
@@ -12,6 +14,7 @@
 #include "io/fs.h"
 #include "model/weights_io.h"
 #include "test.h"
+#include "train/loop.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *tiny = "tests/fixtures/models/tiny_chat";
@@ -194,9 +197,26 @@ static void test_quantized_policy(void) {
            "quantized log-prob sum %.6f, float32 %.6f", sum, expected);
     EXPECT(marlhf_model_save(model, tmp_path("quantized_save")) == -1 && strstr(marlhf_last_error(), "quantize"),
            "saving a quantized model: '%s'", marlhf_last_error());
-    marlhf_trainer_params trainer_params = marlhf_trainer_default_params();
-    EXPECT(!marlhf_trainer_new(model, &trainer_params) && strstr(marlhf_last_error(), "quantize"),
-           "a trainer on a quantized model: '%s'", marlhf_last_error());
+    // QLoRA as the command allows it: not with DoRA (named with the quantization), but LoRA is.
+    marlhf_trainer_params trainer_params = tiny_dpo_params();
+    trainer_params.use_dora = 1;
+    EXPECT(!marlhf_trainer_new(model, &trainer_params) && strstr(marlhf_last_error(), "use_dora") &&
+               strstr(marlhf_last_error(), "quantize q8_0"),
+           "DoRA on a quantized model: '%s'", marlhf_last_error());
+    trainer_params.use_dora = 0;
+    marlhf_trainer *trainer = marlhf_trainer_new(model, &trainer_params);
+    EXPECT(trainer, "a trainer on a quantized model: %s", marlhf_last_error());
+    // Its reference is the same dequantized base its adapters train over: the first step is at it.
+    marlhf_preference pair = {"Tell me about the cat.", " The cat is good.", " The cat is bad."};
+    marlhf_dpo_stats stats = {0};
+    EXPECT(trainer && marlhf_dpo_step(trainer, &pair, 1, &stats) == 0, "%s", marlhf_last_error());
+    EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first QLoRA DPO loss");
+    // It generates with what it learned (the dequantized matmuls of a model with gradients).
+    marlhf_generate_params gen = marlhf_generate_default_params();
+    gen.max_new_tokens = 4;
+    char *text = marlhf_generate(model, "Tell me about the cat.", &gen);
+    EXPECT(text, "generating after a QLoRA step: %s", marlhf_last_error());
+    marlhf_free(text);
     marlhf_model_free(model);
     params.quantize = "q4";
     EXPECT(!marlhf_model_load(tiny, &params) && strstr(marlhf_last_error(), "q4"), "quantize q4: '%s'",
@@ -524,13 +544,11 @@ static void test_dpo_deterministic(void) {
 }
 
 // `marlhf COMMAND` on the pairs fixture for two optimizer steps (constant learning rate
-// 1e-2, no warmup, LoRA rank 4 from seed 1234) with `options`, and the tiny base with the
-// run's final adapter.
-static marlhf_model *trained_by_command(const char *command_name, const char *options) {
+// 1e-2, no warmup, LoRA rank 4 from seed 1234) with `options`, into the folder it returns
+// (run_name under the test's folder).
+static const char *run_command(const char *command_name, const char *run_name, const char *options) {
     const char *bin = getenv("MARLHF_BIN") ? getenv("MARLHF_BIN") : "build/marlhf";
-    char name[64];
-    snprintf(name, sizeof name, "%s_command", command_name);
-    const char *run = tmp_path(name);
+    const char *run = tmp_path(run_name);
     fs_remove_tree(run);
     char command[2048];
     snprintf(command, sizeof command,
@@ -539,6 +557,14 @@ static marlhf_model *trained_by_command(const char *command_name, const char *op
              "--lora-rank 4 --seed 1234 --threads 2 --quiet 2> %s.log",
              bin, command_name, tiny, run, options, run);
     EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
+    return run;
+}
+
+// run_command, and the tiny base with the run's final adapter.
+static marlhf_model *trained_by_command(const char *command_name, const char *options) {
+    char name[64];
+    snprintf(name, sizeof name, "%s_command", command_name);
+    const char *run = run_command(command_name, name, options);
     char final_dir[700];
     snprintf(final_dir, sizeof final_dir, "%s/final", run);
     return load_policy(tiny, final_dir);
@@ -599,33 +625,198 @@ static void test_dpo_matches_command(void) {
     }
 }
 
+// Whether two files hold the same bytes (false when either is missing).
+static bool same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        const int ca = fgetc(fa), cb = fgetc(fb);
+        same = ca == cb;
+        if (ca == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+// The command's adapter settings through the API: per-module ranks and alphas (the
+// command's pattern syntax, regex keys and a JSON object), rsLoRA, DoRA and LoRA dropout on
+// the float32 base, and the patterns with dropout over an NF4 base (QLoRA). `marlhf dpo` on
+// the first 8 fixture pairs, two epochs of one optimizer step (micro-batches of 4, 2
+// accumulated), and two API steps on the pairs in each epoch's shuffled order (the command's
+// train_epoch_order): the same micro-batches, so the same sums and the same dropout masks
+// (the API keys them by step, the command by epoch, one step each here). The loss is DPO's
+// (sigmoid), whose reference the command computes once before training and the API at each
+// step with the adapters off. The same for KTO steps (`marlhf kto` on the 8 examples of 4
+// pairs) with APO-zero, whose examples have no KL baseline: KTO's baseline pairs each
+// example with the next one in the data's order, which the shuffle does not keep. The saved folders agree bit for bit: merged weights, adapter
+// weights (A, B and DoRA's magnitudes) and adapter_config.json.
+static void test_adapter_settings_match_command(void) {
+    const char *ranks = "q_proj=8,layers\\.1\\.mlp\\.(up|down)_proj=2", *alphas = "{\"v_proj\": 16}";
+    const struct {
+        const char *command, *options, *quantize;
+        int rslora, dora, rows;
+    } settings[] = {{"dpo", "--lora-alpha 8 --lora-rslora --use-dora", NULL, 1, 1, 8},
+                    {"dpo", "--lora-alpha 8 --quantize nf4", "nf4", 0, 0, 8},
+                    {"kto", "--loss apo-zero-unpaired --lora-alpha 8 --use-dora", NULL, 0, 1, 4}};
+    Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        const bool kto = !strcmp(settings[s].command, "kto");
+        char options[512], name[32];
+        snprintf(options, sizeof options,
+                 "--max-rows %d --per-device-train-batch-size 4 --gradient-accumulation-steps 2 "
+                 "--lora-dropout 0.25 --lora-rank-pattern '%s' --lora-alpha-pattern '%s' %s",
+                 settings[s].rows, ranks, alphas, settings[s].options);
+        snprintf(name, sizeof name, "settings_command%zu", s);
+        const char *run = run_command(settings[s].command, name, options);
+
+        marlhf_model_params load = marlhf_model_default_params();
+        load.quantize = settings[s].quantize;
+        marlhf_model *model = marlhf_model_load(tiny, &load);
+        marlhf_trainer_params params = tiny_dpo_params();
+        params.lora_alpha = 8, params.lora_rslora = settings[s].rslora;
+        params.use_dora = settings[s].dora, params.lora_dropout = 0.25;
+        params.lora_rank_pattern = ranks, params.lora_alpha_pattern = alphas;
+        if (kto) params.kto_loss = "apo-zero-unpaired";
+        marlhf_trainer *trainer = model ? marlhf_trainer_new(model, &params) : NULL;
+        EXPECT(trainer, "setting %zu: %s", s, marlhf_last_error());
+        // kto: the command's examples of the pairs, each pair's chosen (a thumbs up) then its rejected.
+        marlhf_feedback examples[8];
+        for (int i = 0; i < 4; i++) {
+            examples[2 * i] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].chosen, 1};
+            examples[2 * i + 1] = (marlhf_feedback){train.pairs[i].prompt, train.pairs[i].rejected, 0};
+        }
+        for (long epoch = 0; epoch < 2 && trainer; epoch++) {
+            long order[8];
+            marlhf_preference pairs[8];
+            marlhf_feedback shuffled[8];
+            train_epoch_order(1234, epoch, 8, order);
+            for (int i = 0; i < 8; i++) pairs[i] = train.pairs[order[i]], shuffled[i] = examples[order[i]];
+            EXPECT((kto ? marlhf_kto_step(trainer, shuffled, 8, NULL) : marlhf_dpo_step(trainer, pairs, 8, NULL)) == 0,
+                   "%s", marlhf_last_error());
+        }
+        snprintf(name, sizeof name, "settings_api%zu", s);
+        const char *saved = tmp_path(name);
+        fs_remove_tree(saved);
+        EXPECT(marlhf_model_save(model, saved) == 0, "setting %zu: save: %s", s, marlhf_last_error());
+        const char *files[3] = {"model.safetensors", "adapter/adapter_model.safetensors", "adapter/adapter_config.json"};
+        for (int f = 0; f < 3; f++) {
+            char api_file[800], command_file[800];
+            snprintf(api_file, sizeof api_file, "%s/%s", saved, files[f]);
+            snprintf(command_file, sizeof command_file, "%s/final/%s", run, files[f]);
+            EXPECT(same_bytes(api_file, command_file), "setting %zu: %s differs from the command's %s", s, api_file,
+                   command_file);
+        }
+        // The fields PEFT reads (and marlhf's quantized base).
+        char config_path[800];
+        snprintf(config_path, sizeof config_path, "%s/adapter/adapter_config.json", saved);
+        json_t *config = json_load_file(config_path, 0, NULL);
+        json_t *want_ranks = json_pack("{s:i, s:i}", "layers\\.1\\.mlp\\.(up|down)_proj", 2, "q_proj", 8);
+        json_t *want_alphas = json_pack("{s:f}", "v_proj", 16.0);
+        const char *base = json_string_value(json_object_get(config, "marlhf_base_quantize"));
+        EXPECT(config && json_integer_value(json_object_get(config, "r")) == 4 &&
+                   json_number_value(json_object_get(config, "lora_alpha")) == 8 &&
+                   json_equal(json_object_get(config, "rank_pattern"), want_ranks) &&
+                   json_equal(json_object_get(config, "alpha_pattern"), want_alphas) &&
+                   json_is_true(json_object_get(config, "use_dora")) == settings[s].dora &&
+                   json_is_true(json_object_get(config, "use_rslora")) == settings[s].rslora &&
+                   fabs(json_number_value(json_object_get(config, "lora_dropout")) - 0.25) < 1e-9 &&
+                   (settings[s].quantize ? base && !strcmp(base, settings[s].quantize) : !base),
+               "setting %zu: %s", s, config_path);
+        json_decref(config), json_decref(want_ranks), json_decref(want_alphas);
+        marlhf_model_free(model);
+    }
+    free_pairs(&train);
+}
+
 // Three steps, a checkpoint, a "restart" (a fresh process's view: a new model and trainer
-// restored from the folder), two more steps: the same bits as five steps in one go.
+// restored from the folder), two more steps: the same bits as five steps in one go. Plain
+// LoRA; per-module ranks and alphas with DoRA and dropout (whose masks follow the restored
+// step count); and the same over an NF4 base (QLoRA, no DoRA).
 static void test_dpo_resume_exact(void) {
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
-    marlhf_trainer_params params = tiny_dpo_params();
-    const char *run = tmp_path("resume_run");
-    fs_remove_tree(run);
-    double straight, resumed;
-    marlhf_model *model = load_policy(tiny, NULL);
-    marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
-    for (int step = 0; step < 5; step++) {
-        EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL) == 0, "%s", marlhf_last_error());
-        if (step == 2) EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
-    }
-    marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &straight, NULL);
-    marlhf_model_free(model);
+    const struct {
+        const char *quantize, *rank_pattern, *alpha_pattern;
+        int use_dora;
+        double dropout;
+    } settings[] = {{NULL, NULL, NULL, 0, 0},
+                    {NULL, "q_proj=8,layers\\.1\\.mlp\\.down_proj=2", "{\"v_proj\": 16}", 1, 0.25},
+                    {"nf4", "q_proj=8,layers\\.1\\.mlp\\.down_proj=2", "{\"v_proj\": 16}", 0, 0.25}};
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        marlhf_trainer_params params = tiny_dpo_params();
+        params.lora_rank_pattern = settings[s].rank_pattern, params.lora_alpha_pattern = settings[s].alpha_pattern;
+        params.use_dora = settings[s].use_dora, params.lora_dropout = settings[s].dropout;
+        marlhf_model_params load = marlhf_model_default_params();
+        load.quantize = settings[s].quantize;
+        char name[32];
+        snprintf(name, sizeof name, "resume_run%zu", s);
+        const char *run = tmp_path(name);
+        fs_remove_tree(run);
+        double straight = 0, resumed = 1;
+        marlhf_model *model = marlhf_model_load(tiny, &load);
+        marlhf_trainer *trainer = model ? marlhf_trainer_new(model, &params) : NULL;
+        EXPECT(trainer, "setting %zu: %s", s, marlhf_last_error());
+        for (int step = 0; step < 5 && trainer; step++) {
+            EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, NULL) == 0, "%s", marlhf_last_error());
+            if (step == 2) EXPECT(marlhf_trainer_save(trainer, run) == 0, "%s", marlhf_last_error());
+        }
+        marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &straight, NULL);
+        marlhf_model_free(model);
 
-    model = load_policy(tiny, NULL);
-    trainer = marlhf_trainer_resume(model, &params, run);
-    EXPECT(trainer, "resume: %s", marlhf_last_error());
-    marlhf_dpo_stats stats = {0};
-    for (int step = 3; step < 5 && trainer; step++)
-        EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, &stats) == 0, "%s", marlhf_last_error());
-    EXPECT(stats.step == 5, "step %ld after resuming at 3 and two steps", stats.step);
-    marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &resumed, NULL);
-    EXPECT(resumed == straight, "resumed %.17g, straight %.17g", resumed, straight);
-    marlhf_model_free(model);
+        model = marlhf_model_load(tiny, &load);
+        trainer = model ? marlhf_trainer_resume(model, &params, run) : NULL;
+        EXPECT(trainer, "setting %zu: resume: %s", s, marlhf_last_error());
+        marlhf_dpo_stats stats = {0};
+        for (int step = 3; step < 5 && trainer; step++)
+            EXPECT(marlhf_dpo_step(trainer, train.pairs + 8 * step, 8, &stats) == 0, "%s", marlhf_last_error());
+        EXPECT(stats.step == 5, "step %ld after resuming at 3 and two steps", stats.step);
+        marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &resumed, NULL);
+        EXPECT(resumed == straight, "setting %zu: resumed %.17g, straight %.17g", s, resumed, straight);
+        if (settings[s].dropout > 0) { // another dropout, DoRA setting or pattern is refused
+            marlhf_model_free(model);
+            model = marlhf_model_load(tiny, &load);
+            double as_loaded = 0, after = 1;
+            marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &as_loaded, NULL);
+            marlhf_trainer_params other = params;
+            other.lora_dropout = 0.1;
+            EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "lora_dropout"), "'%s'",
+                   marlhf_last_error());
+            other = params, other.lora_rank_pattern = "q_proj=8";
+            EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "lora_rank_pattern"), "'%s'",
+                   marlhf_last_error());
+            if (!settings[s].quantize) {
+                other = params, other.use_dora = 0;
+                EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "use_dora"), "'%s'",
+                       marlhf_last_error());
+            } else { // the checkpoint's base is NF4: a Q4_0 policy is another base, found once its
+                     // adapters are on, which come off again over its quantized base
+                marlhf_model_params q4 = load;
+                q4.quantize = "q4_0";
+                marlhf_model *other_base = marlhf_model_load(tiny, &q4);
+                double before_q4 = 0, after_q4 = 1;
+                marlhf_logprob(other_base, train.pairs[1].prompt, train.pairs[1].chosen, &before_q4, NULL);
+                EXPECT(!marlhf_trainer_resume(other_base, &params, run) && strstr(marlhf_last_error(), "nf4"), "'%s'",
+                       marlhf_last_error());
+                marlhf_logprob(other_base, train.pairs[1].prompt, train.pairs[1].chosen, &after_q4, NULL);
+                EXPECT(after_q4 == before_q4, "Q4_0 log-prob %.17g after a refused resume, %.17g as loaded", after_q4,
+                       before_q4);
+                marlhf_trainer *fresh = marlhf_trainer_new(other_base, &params);
+                marlhf_dpo_stats first = {0};
+                EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &first) == 0, "%s", marlhf_last_error());
+                EXPECT_CLOSE(first.loss, log(2.0), 1e-6, 0, "first loss on the Q4_0 base after a refused resume");
+                marlhf_model_free(other_base);
+            }
+            // The refusals left the model as loaded: the same log-prob, and a fresh trainer's first
+            // step is at the reference.
+            marlhf_logprob(model, train.pairs[1].prompt, train.pairs[1].chosen, &after, NULL);
+            EXPECT(after == as_loaded, "setting %zu: log-prob %.17g after refused resumes, %.17g as loaded", s, after,
+                   as_loaded);
+            marlhf_trainer *fresh = marlhf_trainer_new(model, &params);
+            EXPECT(fresh && marlhf_dpo_step(fresh, train.pairs, 8, &stats) == 0, "%s", marlhf_last_error());
+            EXPECT_CLOSE(stats.loss, log(2.0), 1e-6, 0, "first loss after refused resumes");
+        }
+        marlhf_model_free(model);
+    }
     free_pairs(&train);
 }
 
@@ -732,6 +923,13 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.micro_batch = 0, "micro_batch");
     BAD(p.desirable_weight = 0, "desirable_weight");
     BAD(p.undesirable_weight = NAN, "undesirable_weight");
+    BAD(p.lora_rank_pattern = "q_proj(=8", "lora_rank_pattern");   // not a regular expression
+    BAD(p.lora_rank_pattern = "q_proj=2.5", "lora_rank_pattern");  // not a whole rank
+    BAD(p.lora_rank_pattern = "{\"q_proj\": 8", "lora_rank_pattern"); // broken JSON
+    BAD(p.lora_alpha_pattern = "v_proj", "lora_alpha_pattern");   // not KEY=VALUE
+    BAD(p.lora_alpha_pattern = "{\"v_proj\": -1}", "lora_alpha_pattern");
+    BAD(p.lora_dropout = 1, "lora_dropout");
+    BAD(p.lora_dropout = NAN, "lora_dropout");
 #undef BAD
     // None of those touched the model: a good trainer still starts at the reference.
     marlhf_trainer_params good = tiny_dpo_params();
@@ -767,6 +965,7 @@ int main(void) {
     RUN(test_kto_apo_zero_single_examples);
     RUN(test_dpo_matches_command);
     RUN(test_kto_matches_command);
+    RUN(test_adapter_settings_match_command);
     RUN(test_dpo_resume_exact);
     RUN(test_dpo_resume_errors);
     RUN(test_dpo_bad_arguments);

@@ -40,6 +40,7 @@ struct marlhf_trainer {
     AdamW optimizer;
     double learning_rate, max_grad_norm;
     int max_seq_len, micro_batch;
+    uint64_t seed; // LoRA dropout's masks
     long step;
 };
 
@@ -123,8 +124,10 @@ int marlhf_model_save(marlhf_model *model, const char *dir) {
     err_clear();
     if (!model || !dir || !*dir) return err_set("marlhf_model_save: model and dir must be given");
     if (fs_exists(dir)) return err_set("marlhf_model_save: %s already exists (nothing was written)", dir);
-    if (model->text.model.quantized)
-        return err_set("marlhf_model_save: the model was loaded with quantize: its float32 weights are gone");
+    // A quantized base under LoRA (QLoRA) is saved as its dequantized values with the adapters merged.
+    if (model->text.model.quantized && model->text.model.lora.rank == 0)
+        return err_set("marlhf_model_save: the model was loaded with quantize and has no adapters: its float32 weights "
+                       "are gone");
     FsAtomicDir out;
     if (fs_atomic_dir_begin(&out, dir) != 0) return -1;
     int rc = model_write_hf_files(&model->text.model, out.tmp_path);
@@ -395,8 +398,24 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     lora->rank = p->lora_rank;
     lora->alpha = p->lora_alpha > 0 ? (float)p->lora_alpha : (float)p->lora_rank;
     lora->rslora = p->lora_rslora != 0;
+    lora->dora = p->use_dora != 0;
     if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
         return err_set("%s: lora_modules: %s", f, err_msg());
+    // The command's parsing and checks (lora_cli_finish): "KEY=VALUE,..." or a JSON object.
+    const char *pattern_text[2] = {p->lora_rank_pattern, p->lora_alpha_pattern};
+    for (int k = 0; k < 2; k++) {
+        if (!pattern_text[k]) continue;
+        char what[96];
+        snprintf(what, sizeof what, "%s: lora_%s_pattern", f, k == 0 ? "rank" : "alpha");
+        if (lora_parse_patterns(pattern_text[k], what, k == 0 ? lora->rank_pattern : lora->alpha_pattern,
+                                k == 0 ? &lora->rank_patterns : &lora->alpha_patterns) != 0)
+            return -1;
+    }
+    // Its messages begin "rank_pattern: " or "alpha_pattern: ".
+    if (lora_check_patterns(lora) != 0) return err_set("%s: lora_%s", f, err_msg());
+    if (!(p->lora_dropout >= 0 && p->lora_dropout < 1))
+        return err_set("%s: lora_dropout must be in [0, 1), got %g", f, p->lora_dropout);
+    lora->dropout = p->lora_dropout;
     return 0;
 }
 
@@ -405,8 +424,11 @@ static int check_trainer_target(const marlhf_model *policy, const marlhf_trainer
     if (require_policy(policy, function) != 0) return -1;
     if (!params) return err_set("%s: params must not be NULL", function);
     if (policy->trainer) return err_set("%s: the model already has a trainer (free it first)", function);
-    if (policy->text.model.quantized)
-        return err_set("%s: the model was loaded with quantize (inference only); load it without to train", function);
+    // QLoRA as the command allows it (--quantize with LoRA, not with --use-dora).
+    if (policy->text.model.quantized && params->use_dora)
+        return err_set("%s: use_dora needs the float32 base weights (its row norms); the model was loaded with quantize "
+                       "%s: load it without quantize, or leave use_dora 0", function,
+                       model_quantize_name(&policy->text.model));
     if (policy->text.model.lora.rank > 0)
         return err_set("%s: the model already has LoRA adapters; load its base without lora_adapter (its frozen "
                        "weights are the DPO reference)", function);
@@ -425,6 +447,7 @@ static marlhf_trainer *attach_trainer(marlhf_model *policy, const marlhf_trainer
     trainer->max_grad_norm = params->max_grad_norm;
     trainer->max_seq_len = params->max_seq_len;
     trainer->micro_batch = params->micro_batch;
+    trainer->seed = params->seed;
     adamw_init(&trainer->optimizer, model, adamw_default_config((float)params->weight_decay));
     policy->trainer = trainer;
     return trainer;
@@ -481,11 +504,20 @@ marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer
     const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
     json_decref(state);
     if (rc == 0) rc = lora_read_adapter_config(checkpoint, &saved);
-    if (rc == 0 && (saved.rank != lora.rank || saved.alpha != lora.alpha || saved.targets != lora.targets ||
-                    saved.rslora != lora.rslora))
-        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g%s) differ from params' lora_rank %d, lora_alpha "
-                     "%g, lora_rslora %d or lora_modules (%s)", f, saved.rank, saved.alpha, saved.rslora ? ", rsLoRA" : "",
-                     lora.rank, lora.alpha, (int)lora.rslora, checkpoint);
+    // The first field of params whose adapters differ from the checkpoint's, if any.
+    const char *differs = rc != 0                                     ? NULL
+                          : saved.rank != lora.rank                   ? "lora_rank"
+                          : saved.alpha != lora.alpha                 ? "lora_alpha"
+                          : saved.targets != lora.targets             ? "lora_modules"
+                          : saved.rslora != lora.rslora               ? "lora_rslora"
+                          : saved.dora != lora.dora                   ? "use_dora"
+                          : !lora_patterns_equal(&saved, &lora)       ? "lora_rank_pattern or lora_alpha_pattern"
+                          : fabs(saved.dropout - lora.dropout) > 1e-9 ? "lora_dropout"
+                                                                      : NULL;
+    if (differs)
+        rc = err_set("%s: the checkpoint's adapters (rank %d, alpha %g%s%s, dropout %g) differ from params' %s (%s)", f,
+                     saved.rank, saved.alpha, saved.rslora ? ", rsLoRA" : "", saved.dora ? ", DoRA" : "", saved.dropout,
+                     differs, checkpoint);
     if (rc != 0) {
         free(checkpoint);
         return NULL;
@@ -528,7 +560,10 @@ static int optimizer_step(marlhf_trainer *trainer, const TrainTask *train, long 
         int micro = (int)(n - first < trainer->micro_batch ? n - first : trainer->micro_batch);
         for (int i = 0; i < micro; i++) which[i] = first + i;
         MicroStepResult result = {0};
+        // LoRA dropout's masks: the trainer's steps are the command's epochs (train/loop.c).
+        lora_dropout_begin(model, trainer->seed, (uint64_t)trainer->step, (uint64_t)(first / trainer->micro_batch));
         train->micro_step(train->context, model, which, micro, 1.0 / (double)n, &result);
+        lora_dropout_end(model);
         *loss += result.loss_sum;
         for (int k = 0; k < 4; k++) metrics[k] += result.metric_sums[k];
     }

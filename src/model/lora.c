@@ -452,13 +452,25 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
 void model_remove_lora(Model *model) {
     if (model->lora.rank == 0) return;
     const long base_total = model->table.entries[model->lora_first_entry].offset;
-    float *host = xmalloc((size_t)base_total * sizeof(float));
-    model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
     model_release_activations(model);
-    model->ops->free(model->params);
-    model->params = model->ops->alloc((size_t)base_total * sizeof(float));
-    model->ops->copy_to_device(model->params, host, (size_t)base_total * sizeof(float));
-    free(host);
+    if (model->quantized) { // as model_add_lora built it: only the float32 entries, no given-back pages touched
+        float *params = model->ops->alloc((size_t)base_total * sizeof(float));
+        quantized_small_pages(params, base_total);
+        for (int i = 0; i < model->lora_first_entry; i++) {
+            const ParamEntry *e = &model->table.entries[i];
+            if (!quantized_matrix(model, e))
+                memcpy(params + e->offset, model->params + e->offset, (size_t)e->numel * sizeof(float));
+        }
+        model->ops->free(model->params);
+        model->params = params;
+    } else {
+        float *host = xmalloc((size_t)base_total * sizeof(float));
+        model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+        model->ops->free(model->params);
+        model->params = model->ops->alloc((size_t)base_total * sizeof(float));
+        model->ops->copy_to_device(model->params, host, (size_t)base_total * sizeof(float));
+        free(host);
+    }
     if (model->dora_norms) model->ops->free(model->dora_norms);
     model->dora_norms = NULL;
     free(model->lora_ranks), free(model->lora_scales);

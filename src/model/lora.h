@@ -74,7 +74,8 @@ long lora_out_features(const ModelConfig *cfg, LoraTarget target);
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed);
 
 // Undoes model_add_lora: drops the adapters (and every gradient), so the model is its base
-// weights alone and trainable in full again. How the embedding API leaves a model as it was
+// weights alone and trainable in full again (a quantized base: frozen, its float32 entries
+// kept as model_add_lora keeps them, the given-back pages untouched). How the embedding API leaves a model as it was
 // when restoring a trainer onto it fails half-way (api/api.c).
 void model_remove_lora(Model *model);
 

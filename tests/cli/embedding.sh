@@ -63,7 +63,8 @@ import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 class ModelParams(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("device", ctypes.c_char_p), ("lora_adapter", ctypes.c_char_p),
-                ("chat_template", ctypes.c_char_p)]
+                ("chat_template", ctypes.c_char_p), ("quantize", ctypes.c_char_p)]  # all of marlhf_model_params:
+                # the library returns the whole struct by value
 lib.marlhf_model_default_params.restype = ModelParams
 lib.marlhf_model_load.restype = ctypes.c_void_p
 lib.marlhf_model_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ModelParams)]
