@@ -23,8 +23,8 @@ Each folder's reference.json holds, for the token ids it lists:
   - "bnb_forward_logits": transformers' own forward of the quantized model (Linear4bit /
     Linear8bitLt on the CPU), which rounds more (bfloat16 dequantized weights and, on a CPU with
     AVX512-BF16, a bfloat16 kernel; LLM.int8 quantizes the activations too): for the docs;
-  - for model.layers.0.self_attn.k_proj.weight, the FNV-1a hash (64-bit, over the float32
-    bytes, as core/hash.h hash_floats) and the first 16 values of bitsandbytes' dequantization.
+  - for model.layers.0.self_attn.k_proj.weight, the FNV-1a hash (core/hash.h's hash_floats:
+    64-bit words of two float32 values) and the first 16 values of bitsandbytes' dequantization.
 """
 import copy
 import json
@@ -55,10 +55,12 @@ def floats(t):
 
 
 def fnv1a(t):
-    """FNV-1a 64 over the float32 bytes (little-endian), as core/hash.h hash_floats."""
+    """core/hash.h's hash_floats: FNV-1a 64 over the float32 values two at a time (one
+    little-endian 64-bit word each; the count here is even)."""
+    words = np.ascontiguousarray(t.detach().float().numpy().reshape(-1)).astype("<f4").view("<u8")
     h = 0xcbf29ce484222325
-    for b in np.ascontiguousarray(t.detach().float().numpy().reshape(-1)).astype("<f4").tobytes():
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    for w in words.tolist():
+        h = ((h ^ w) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
 
 
