@@ -303,8 +303,6 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
 
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
                             Model *model) {
-    const OpsBackend *ops = ops_backend_by_name(cli->device);
-    if (!ops) die_from_err();
     // A bitsandbytes 4-bit checkpoint (model/bnb_checkpoint.h) is a quantized base as --quantize
     // makes one: frozen under adapters, on the CPU.
     ModelConfig cfg;
@@ -314,6 +312,8 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
                  "(--lora-rank or --lora-adapter: QLoRA)", path, bnb);
     if (bnb && cli->device && strcmp(cli->device, "cpu"))
         die_user("%s is a bitsandbytes %s checkpoint: its 4-bit weights run on --device cpu only", path, bnb);
+    const OpsBackend *ops = ops_backend_by_name(cli->device);
+    if (!ops) die_from_err();
     ModelLoadOptions options = *load;
     options.quantize = cli->quantize; // quantized as each tensor is read, before the adapters
     if (model_load(model, path, ops, &options) != 0) die_from_err();
