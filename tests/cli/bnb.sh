@@ -4,7 +4,7 @@
 # BitsAndBytesConfig(load_in_4bit, nf4, double quantization); tools/make_bnb_fixtures.py):
 # generate runs on it; QLoRA sft on it saves an adapter that records its nf4 base and a float32
 # final/ (dequantized + merged) that computes what the adapter on the bnb base computes;
-# convert writes its dequantized floats; and the refusals: training it without LoRA, --quantize
+# convert writes its dequantized floats; rm and GRPO train adapters on it; and the refusals: training it without LoRA, --quantize
 # with another type, ppo without actor adapters, a missing absmax and a malformed quant_state
 # (exit 2, the tensor named). Prints PASS/FAIL per case.
 set -u
@@ -56,6 +56,23 @@ logprobs_close "$tmp/merged.jsonl" "$tmp/adapter.jsonl" 1e-4 && ! logprobs_close
     "$bin" logprobs --model "$tmp/converted" --input "$tmp/ids.jsonl" --threads 1 > "$tmp/converted.jsonl" &&
     logprobs_close "$tmp/converted.jsonl" "$tmp/base.jsonl" 1e-5 && ! grep -q quantization_config "$tmp/converted/config.json" &&
     pass bnb_convert_dequantizes || fail bnb_convert_dequantizes "$(tail -n 2 "$tmp/convert.err")"
+
+# A QLoRA reward model on it (rm), then GRPO with the actor's adapters on it: both record the
+# nf4 base, and GRPO's first iteration is on-policy (KL 0, ratio 1).
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 --max-steps 2 \
+    --learning-rate 3e-3 --lora-rank 4 --quiet --threads 1 --output "$tmp/rm" 2> "$tmp/rm.err" &&
+    "$bin" ppo --actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" --rollout-batch-size 4 \
+        --generation-batch-size 4 --micro-batch-size 4 --max-new-tokens 6 --max-iterations 2 --min-response-tokens 1 \
+        --termination-condition token --advantage-estimator grpo --samples-per-prompt 2 --actor-lora-rank 4 --quiet \
+        --threads 1 --output "$tmp/grpo" 2> "$tmp/grpo.err" &&
+    python3 -c '
+import json, sys
+for d in (sys.argv[1] + "/rm/final", sys.argv[1] + "/grpo/final/actor"):
+    a = json.load(open(d + "/adapter/adapter_config.json"))
+    assert a["marlhf_base_quantize"] == "nf4", (d, a)
+first = json.loads(open(sys.argv[1] + "/grpo/metrics.jsonl").readline())
+assert first["train/kl"] == 0 and first["train/ratio"] == 1, first
+' "$tmp" && pass bnb_qlora_rm_and_grpo || fail bnb_qlora_rm_and_grpo "$(cat "$tmp/rm.err" "$tmp/grpo.err" | tail -n 2)"
 
 # --- refusals -----------------------------------------------------------------------------
 expect_error bnb_full_training_refused "tests/fixtures/bnb/nf4 is a bitsandbytes nf4 checkpoint: its 4-bit base is frozen" \
