@@ -11,7 +11,8 @@
 //    float32 base holding its dequantized values (same fingerprint);
 //  - refusals, each naming the tensor or field: a missing absmax, SCB or quant_state, a
 //    malformed quant_state, blocks of 128, a changed code book, a config that disagrees with the
-//    tensors (fp4 / nf4, double quantization), another quant_method, and a --quantize that would
+//    tensors (fp4 / nf4, double quantization), rows that are not whole blocks of 64, another
+//    quant_method, and a --quantize that would
 //    requantize the 4-bit weights.
 #include <jansson.h>
 #include <math.h>
@@ -384,6 +385,8 @@ static void test_bnb_refusals(void) {
          "config.json says bnb_4bit_use_double_quant true, its quant_state has no nested_offset"},
         {"fp4", "gptq", {.from = "\"quant_method\": \"bitsandbytes\"", .to = "\"quant_method\": \"gptq\""},
          "'quantization_config.quant_method' is 'gptq'; marlhf reads bitsandbytes checkpoints only"},
+        {"fp4", "rows_of_96", {.from = "\"hidden_size\": 64", .to = "\"hidden_size\": 96"},
+         "bitsandbytes tensor 'model.layers.0.self_attn.q_proj.weight' has rows of 96 values: its blocks of 64 span rows"},
         {"int8", "no_scb", {.drop = "model.layers.0.self_attn.q_proj.SCB"},
          "bitsandbytes tensor 'model.layers.0.self_attn.q_proj.weight' has no 'model.layers.0.self_attn.q_proj.SCB'"},
     };

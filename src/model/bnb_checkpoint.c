@@ -28,6 +28,17 @@ int bnb_resolve_quantize(const ModelConfig *cfg, const char *source, const char 
     return 0;
 }
 
+int bnb_check_rows(const Model *model, const char *path) {
+    if (model->config.bnb_bits != 4) return 0;
+    for (int i = 0; i < model_base_entries(model); i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->layer >= 0 && e->ndim == 2 && e->shape[1] % NF4_BLOCK)
+            return err_set("bitsandbytes tensor '%s' has rows of %lld values: its blocks of %d span rows, which "
+                           "marlhf's kernels do not read (%s)", e->name, (long long)e->shape[1], NF4_BLOCK, path);
+    }
+    return 0;
+}
+
 // "NAME.suffix" of the file, or NULL.
 static const SafetensorsTensor *part(const SafetensorsSet *set, const char *name, const char *suffix) {
     char key[1024];

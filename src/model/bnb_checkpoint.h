@@ -44,6 +44,11 @@ const char *bnb_quantize_name(const ModelConfig *cfg);
 int bnb_resolve_quantize(const ModelConfig *cfg, const char *source, const char *asked, const char *option,
                          const char **resolved);
 
+// For a 4-bit checkpoint: every linear layer's rows must be whole blocks of 64 (bitsandbytes'
+// blocks run over the flattened matrix; marlhf's kernels take a row's blocks as its own).
+// Returns 0, or -1 with err_set() naming the first tensor whose rows are not (and `path`).
+int bnb_check_rows(const Model *model, const char *path);
+
 // Reads 4-bit weight `name` ("model.layers.0.self_attn.q_proj.weight") of shape [rows, cols]
 // into `matrix` (arrays from `alloc`). Returns 1 when the tensor is bitsandbytes-quantized and
 // was read, 0 when the file holds it as floats (a skipped module: the caller reads it), -1 with

@@ -116,7 +116,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
     }
     model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
     bool quantize = quantize_requested(quantize_type);
-    if (quantize && quantized_begin(model, quantize_type) != 0) {
+    if ((bnb4 && bnb_check_rows(model, path) != 0) || (quantize && quantized_begin(model, quantize_type) != 0)) {
         model_free(model);
         if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
         else safetensors_close(src.safetensors);
