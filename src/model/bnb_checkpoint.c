@@ -22,8 +22,8 @@ int bnb_resolve_quantize(const ModelConfig *cfg, const char *source, const char 
     if (!own) return 0;
     if (quantize_requested(asked) && strcmp(asked, own))
         return err_set("%s is a bitsandbytes %s checkpoint, run with its own 4-bit weights: %s %s would quantize "
-                       "them a second time (leave %s out, or give %s) (%s)",
-                       source, own, option, asked, option, own, source);
+                       "them a second time (leave %s out, or give %s)",
+                       source, own, option, asked, option, own);
     *resolved = own;
     return 0;
 }
