@@ -1,6 +1,7 @@
 // Mutation fuzzing of every reader of files a user hands marlhf: safetensors, GGUF (header,
 // metadata, tensors, the model config and the tokenizer it carries), tokenizer.json,
-// config.json, tokenizer_config.json chat templates, and JSONL datasets. Each seed file
+// config.json, tokenizer_config.json chat templates, JSONL datasets, and checkpoints that
+// bitsandbytes quantized (their weights and quant states, loaded as a model). Each seed file
 // (a valid fixture) is mutated a few hundred times with a fixed seed: bit flips, bytes set
 // to boundary values, 4- and 8-byte integers overwritten (where length and offset fields
 // live), truncation, deleted and duplicated chunks, and numbers in text replaced by
@@ -202,6 +203,19 @@ static void test_fuzz_config_and_chat_template(void) {
          true, read_chat_template, 2000, 7);
 }
 
+// Checkpoints bitsandbytes quantized: the FP4 and LLM.int8 folders' weights (binary
+// mutations, the header's quant-state tensors included) under their own config.json, and the
+// NF4 folder's config.json (its quantization_config) read alone.
+static void test_fuzz_bnb(void) {
+    const char *const fp4_config[] = {"tests/fixtures/bnb/fp4/config.json", NULL};
+    const char *const int8_config[] = {"tests/fixtures/bnb/int8/config.json", NULL};
+    fuzz("bnb_fp4", "tests/fixtures/bnb/fp4/model.safetensors", "model.safetensors", fp4_config, true, false, read_model,
+         400, 11);
+    fuzz("bnb_int8", "tests/fixtures/bnb/int8/model.safetensors", "model.safetensors", int8_config, true, false,
+         read_model, 200, 12);
+    fuzz("bnb_config", "tests/fixtures/bnb/nf4/config.json", "config.json", NULL, false, true, read_config, 600, 13);
+}
+
 static void test_fuzz_datasets(void) {
     fuzz("pairs_jsonl", "tests/fixtures/train/pairs_eval.jsonl", "x.jsonl", NULL, false, true, read_dataset, 1500, 8);
     fuzz("ranked_jsonl", "tests/fixtures/train/ranked_eval.jsonl", "x.jsonl", NULL, false, true, read_dataset, 1500, 9);
@@ -215,5 +229,6 @@ int main(void) {
     RUN(test_fuzz_tokenizer_json);
     RUN(test_fuzz_config_and_chat_template);
     RUN(test_fuzz_datasets);
+    RUN(test_fuzz_bnb);
     TEST_EXIT();
 }

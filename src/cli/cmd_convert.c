@@ -9,6 +9,7 @@
 #include "io/fs.h"
 #include "io/gguf.h"
 #include "model/lora.h"
+#include "model/quantize.h"
 #include "model/weights_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -56,6 +57,9 @@ int cmd_convert(int argc, char **argv) {
     if (adapter_only && (!lora_adapter || !to_gguf))
         die_user("option --adapter-only needs --lora-adapter DIR and an OUT ending in .gguf");
     if (model_load(&model, in, &ops_cpu, &load) != 0) die_from_err();
+    // A bitsandbytes 4-bit checkpoint loads with its own codes: written as its dequantized
+    // floats (what PEFT's merge_and_unload on a 4-bit model saves).
+    model_dequantize(&model);
     if (lora_adapter && model_load_lora_adapter(&model, lora_adapter, false, 0) != 0) die_user("%s", err_msg());
     if (adapter_only) {
         if (model_write_gguf_adapter(&model, out, type) != 0) die_from_err();

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "cli/options.h"
+#include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
 #include "core/check.h"
 #include "rl/ppo.h"
@@ -363,6 +364,16 @@ int cmd_ppo(int argc, char **argv) {
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
+    // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
+    // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.
+    for (int i = 0; i < 2; i++) {
+        const char *path = i == 0 ? actor : critic ? critic : reward_model;
+        ModelConfig cfg;
+        if (!path || (i == 1 && c.estimator != ESTIMATOR_GAE) || model_read_config(&cfg, path) != 0) continue;
+        const char **q = i == 0 ? &actor_quantize : &critic_quantize;
+        if (bnb_resolve_quantize(&cfg, path, *q, i == 0 ? "--actor-quantize" : "--critic-quantize", q) != 0)
+            die_from_err();
+    }
     // QLoRA for the actor and the critic (as sft's --quantize): a quantized base is frozen, so
     // the model needs adapters; no DoRA (its norms need the float32 weights); CPU only.
     const struct {

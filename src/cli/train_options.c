@@ -9,6 +9,7 @@
 #include "data/split.h"
 #include "dist/dist.h"
 #include "model/lora.h"
+#include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
 
 // The six LoRA options of each prefix: name, aliases, help. Names are literals because an
@@ -302,6 +303,15 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
 
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
                             Model *model) {
+    // A bitsandbytes 4-bit checkpoint (model/bnb_checkpoint.h) is a quantized base as --quantize
+    // makes one: frozen under adapters, on the CPU.
+    ModelConfig cfg;
+    const char *bnb = model_read_config(&cfg, path) == 0 ? bnb_quantize_name(&cfg) : NULL;
+    if (bnb && cli->lora.rank == 0)
+        die_user("%s is a bitsandbytes %s checkpoint: its 4-bit base is frozen, it trains LoRA adapters only "
+                 "(--lora-rank or --lora-adapter: QLoRA)", path, bnb);
+    if (bnb && cli->device && strcmp(cli->device, "cpu"))
+        die_user("%s is a bitsandbytes %s checkpoint: its 4-bit weights run on --device cpu only", path, bnb);
     const OpsBackend *ops = ops_backend_by_name(cli->device);
     if (!ops) die_from_err();
     ModelLoadOptions options = *load;

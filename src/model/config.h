@@ -70,6 +70,12 @@ typedef struct {
     int bos_token_id; // -1 when unknown
     int eos_token_id;
     int pad_token_id;
+
+    // A checkpoint bitsandbytes quantized (config.json "quantization_config", quant_method
+    // "bitsandbytes"; model/bnb_checkpoint.h): 4 (load_in_4bit) or 8 (load_in_8bit), else 0.
+    int bnb_bits;
+    bool bnb_fp4;          // 4-bit: bnb_4bit_quant_type "fp4" (else "nf4")
+    bool bnb_double_quant; // 4-bit: bnb_4bit_use_double_quant
 } ModelConfig;
 
 // Fills the family-specific switches (norm, positions, MLP, biases, multiplier) from

@@ -288,6 +288,47 @@ static int read_llama_like(const Json *json, ModelConfig *cfg) {
     return 0;
 }
 
+// "quantization_config": absent or null, or bitsandbytes' (transformers' BitsAndBytesConfig as
+// save_pretrained writes it): load_in_4bit with bnb_4bit_quant_type "nf4" or "fp4",
+// bnb_4bit_use_double_quant and bnb_4bit_quant_storage "uint8" (the codes as bytes), or
+// load_in_8bit. Other methods (GPTQ, AWQ, ...) are refused: their tensors are not float weights.
+static int read_quantization(const Json *json, ModelConfig *cfg) {
+    json_t *q = field_value(json, "quantization_config");
+    if (!q) return 0;
+    if (!json_is_object(q))
+        return err_set("config.json field 'quantization_config' must be an object, not %s (%s)", json_kind(q),
+                       json->path);
+    Json inner = {q, json->path};
+    const char *method = NULL, *quant_type = NULL, *storage = NULL;
+    bool four = false, eight = false;
+    if (optional_string(&inner, "quant_method", NULL, &method) != 0) return -1;
+    if (!method || strcmp(method, "bitsandbytes"))
+        return err_set("config.json field 'quantization_config.quant_method' is '%s'; marlhf reads bitsandbytes "
+                       "checkpoints only (%s)", method ? method : "missing", json->path);
+    if (optional_bool(&inner, "load_in_4bit", false, &four) != 0 || optional_bool(&inner, "load_in_8bit", false, &eight) != 0 ||
+        optional_string(&inner, "bnb_4bit_quant_type", "fp4", &quant_type) != 0 ||
+        optional_bool(&inner, "bnb_4bit_use_double_quant", false, &cfg->bnb_double_quant) != 0 ||
+        optional_string(&inner, "bnb_4bit_quant_storage", "uint8", &storage) != 0)
+        return -1;
+    if (four == eight)
+        return err_set("config.json field 'quantization_config' must set exactly one of load_in_4bit and "
+                       "load_in_8bit (%s)", json->path);
+    if (eight) {
+        cfg->bnb_bits = 8;
+        cfg->bnb_double_quant = false;
+        return 0;
+    }
+    if (strcmp(quant_type, "nf4") && strcmp(quant_type, "fp4"))
+        return err_set("config.json field 'quantization_config.bnb_4bit_quant_type' is '%s'; marlhf reads nf4 and "
+                       "fp4 (%s)", quant_type, json->path);
+    if (strcmp(storage, "uint8"))
+        return err_set("config.json field 'quantization_config.bnb_4bit_quant_storage' is '%s'; marlhf reads uint8 "
+                       "(%s)", storage, json->path);
+    cfg->bnb_bits = 4;
+    cfg->bnb_fp4 = !strcmp(quant_type, "fp4");
+    return 0;
+}
+
 int config_from_hf_json(ModelConfig *cfg, const char *path) {
     memset(cfg, 0, sizeof *cfg);
     char *file_path = fs_is_dir(path) ? fs_join(path, "config.json") : xstrdup(path);
@@ -330,6 +371,10 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
     // config_finish sets the family's default switches; the file's own come after.
     if (rc == 0) rc = config_finish(cfg, file_path);
     if (rc == 0 && attention_bias) cfg->qkv_bias = cfg->o_bias = true;
+    if (rc == 0) rc = read_quantization(&json, cfg);
+    if (rc == 0 && cfg->bnb_bits && cfg->family == FAMILY_GPT2)
+        rc = err_set("config.json: a bitsandbytes-quantized GPT-2 (fused, transposed Conv1D weights) is not supported "
+                     "(%s)", file_path);
     json_decref(json.root);
     free(file_path);
     return rc;

@@ -817,8 +817,11 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     snprintf(out->base_quantize, sizeof out->base_quantize, "none");
     int rc = 0;
     if (base_quantize && (!json_is_string(base_quantize) ||
-                          quantize_type_check(json_string_value(base_quantize), "marlhf_base_quantize") != 0))
-        rc = err_set("%s: \"marlhf_base_quantize\" must be one of %s", path, QUANTIZE_TYPES);
+                          (quantize_type_check(json_string_value(base_quantize), "marlhf_base_quantize") != 0 &&
+                           strcmp(json_string_value(base_quantize), "fp4") &&
+                           strcmp(json_string_value(base_quantize), "fp4-single"))))
+        rc = err_set("%s: \"marlhf_base_quantize\" must be one of %s, or fp4 / fp4-single (a bitsandbytes FP4 base)",
+                     path, QUANTIZE_TYPES);
     else if (!json_is_string(json_object_get(config, "peft_type")) ||
         strcmp(json_string_value(json_object_get(config, "peft_type")), "LORA"))
         rc = err_set("%s: not a LoRA adapter (\"peft_type\" is not \"LORA\")", path);

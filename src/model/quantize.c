@@ -24,8 +24,13 @@ int quantize_type_check(const char *type, const char *option) {
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
 
 int quantized_begin(Model *model, const char *type) {
-    if (quantize_type_check(type, "--quantize") != 0) return -1;
     const ModelConfig *cfg = &model->config;
+    // FP4 is only what a bitsandbytes FP4 checkpoint runs with (its own codes): marlhf does not
+    // quantize to it.
+    const bool fp4 = !strncmp(type, "fp4", 3);
+    if (fp4 && !(cfg->bnb_bits == 4 && cfg->bnb_fp4 && (!strcmp(type, "fp4") || !strcmp(type, "fp4-single"))))
+        return err_set("quantization '%s' is only that of a bitsandbytes FP4 checkpoint: %s", type, QUANTIZE_TYPES);
+    if (!fp4 && quantize_type_check(type, "--quantize") != 0) return -1;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8) {
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
     }
@@ -35,7 +40,7 @@ int quantized_begin(Model *model, const char *type) {
     const int q_dim = cfg->num_heads * cfg->head_dim;
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
-    const bool nf4 = strncmp(type, "nf4", 3) == 0;
+    const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
@@ -43,7 +48,8 @@ int quantized_begin(Model *model, const char *type) {
     model->quantized = xcalloc(1, sizeof *model->quantized);
     quantized_small_pages(model->params, model->table.total);
     model->quantized->type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
-    model->quantized->double_quant = strcmp(type, "nf4") == 0;
+    model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
+    model->quantized->fp4 = fp4;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
     return 0;
 }
@@ -112,6 +118,17 @@ static Q8Matrix *matrix_for(const Model *model, const ParamEntry *entry) {
     return NULL;
 }
 
+Q8Matrix *quantized_slot(const Model *model, const ParamEntry *entry) {
+    return model->quantized ? matrix_for(model, entry) : NULL;
+}
+
+void model_dequantize(Model *model) {
+    if (!model->quantized) return;
+    CHECK(model->ops == &ops_cpu, "model_dequantize runs on the CPU");
+    model_dequantize_into(model, model->params);
+    model_quantized_free(model);
+}
+
 void quantized_take(Model *model, const ParamEntry *entry) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
@@ -153,7 +170,9 @@ const char *model_quantize_name(const Model *model) {
     if (!model->quantized) return "none";
     switch (model->quantized->type) {
     case QUANT_Q4_0: return "q4_0";
-    case QUANT_NF4: return model->quantized->double_quant ? "nf4" : "nf4-single";
+    case QUANT_NF4:
+        if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
+        return model->quantized->double_quant ? "nf4" : "nf4-single";
     default: return "q8_0";
     }
 }

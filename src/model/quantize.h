@@ -34,6 +34,7 @@ typedef struct {
 typedef struct ModelQuantized {
     QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4)
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
+    bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
     QuantizedLayer *layers; // [num_layers]
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
@@ -61,10 +62,19 @@ int model_quantize(Model *model, const char *type);
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry);
 
+// Where table entry `entry`'s quantized copy goes (a linear layer's weight, the token table,
+// the LM head), or NULL: for model/bnb_checkpoint.h, which fills it from the file's own bits.
+Q8Matrix *quantized_slot(const Model *model, const ParamEntry *entry);
+// Writes every quantized entry's dequantized values into the model's float32 buffer and frees
+// the quantized copies: the model is a float32 model from then on (CPU; `convert` of a
+// bitsandbytes 4-bit checkpoint).
+void model_dequantize(Model *model);
+
 // The quantized copy of table entry `entry`, or NULL when it stays float32 (or the model is
 // not quantized).
 const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry);
-// "q8_0", "q4_0", "nf4" or "nf4-single": the model's quantization; "none" when it has none.
+// "q8_0", "q4_0", "nf4" or "nf4-single" (or "fp4", "fp4-single": a bitsandbytes FP4
+// checkpoint): the model's quantization; "none" when it has none.
 const char *model_quantize_name(const Model *model);
 // Writes the dequantized values of every quantized entry into `params`, a host copy of the
 // model's flat buffer (the merged weights a quantized LoRA model saves).

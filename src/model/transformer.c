@@ -438,7 +438,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     free(row_start);
 
     const long C = cfg->hidden_size;
-    if (model->quantized)
+    if (model->quantized && model->quantized->embedding.values) // a bitsandbytes checkpoint's stays float32
         ops->embedding_forward_q8(a->residual, a->tokens, a->positions, &model->quantized->embedding,
                                   model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
     else

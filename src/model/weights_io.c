@@ -11,6 +11,7 @@
 #include "io/gguf_dequant.h"
 #include "io/gguf_write.h"
 #include "io/safetensors.h"
+#include "model/bnb_checkpoint.h"
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
 #include "model/lora.h"
@@ -105,9 +106,17 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             src.gpt2_prefix = "transformer.";
     }
 
+    // A bitsandbytes 4-bit checkpoint runs with its own codes (model/bnb_checkpoint.h).
+    const char *quantize_type = options->quantize;
+    const bool bnb4 = cfg.bnb_bits == 4, bnb8 = cfg.bnb_bits == 8;
+    if (bnb_resolve_quantize(&cfg, path, options->quantize, "--quantize", &quantize_type) != 0) {
+        if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
+        else safetensors_close(src.safetensors);
+        return -1;
+    }
     model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
-    bool quantize = quantize_requested(options->quantize);
-    if (quantize && quantized_begin(model, options->quantize) != 0) {
+    bool quantize = quantize_requested(quantize_type);
+    if ((bnb4 && bnb_check_rows(model, path) != 0) || (quantize && quantized_begin(model, quantize_type) != 0)) {
         model_free(model);
         if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
         else safetensors_close(src.safetensors);
@@ -149,9 +158,24 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             break;
         }
         long long n = tensor_map_numel(&map);
+        // A linear layer's weight that bitsandbytes quantized: 4-bit codes taken as they are,
+        // int8 dequantized; one it left in floats reads as usual (and stays float32 in a
+        // 4-bit checkpoint, as bitsandbytes left it).
+        const bool linear = e->layer >= 0 && e->ndim == 2 && map.kind == MAP_COPY;
+        if (linear && bnb4) {
+            int got = bnb_read_4bit(src.safetensors, path, map.source, e->shape[0], e->shape[1], cfg.bnb_fp4,
+                                    cfg.bnb_double_quant, quantized_slot(model, e), ops->alloc);
+            rc = got < 0 ? -1 : 0;
+            if (got != 0) continue;
+        } else if (linear && bnb8) {
+            int got = bnb_read_int8(src.safetensors, path, map.source, e->shape[0], e->shape[1], dst);
+            rc = got < 0 ? -1 : 0;
+            if (got == 1 && quantize) quantized_take(model, e);
+            if (got != 0) continue;
+        }
         if (map.kind == MAP_COPY && n == e->numel) {
             rc = source_read(&src, &map, dst);
-            if (rc == 0 && quantize) quantized_take(model, e);
+            if (rc == 0 && quantize && !bnb4) quantized_take(model, e);
             continue;
         }
         if (n > staging_size) {
@@ -161,7 +185,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         }
         rc = source_read(&src, &map, staging);
         if (rc == 0) tensor_map_load(&map, e, staging, dst);
-        if (rc == 0 && quantize) quantized_take(model, e);
+        if (rc == 0 && quantize && !bnb4) quantized_take(model, e);
     }
     free(staging);
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
@@ -181,8 +205,13 @@ int model_load_with_adapter(Model *model, const char *path, const OpsBackend *op
     // loaded quantized as it was, and the adapter checked against its dequantized values.
     char base_quantize[16];
     if (lora_read_adapter_base_quantize(adapter, base_quantize) != 0) return -1;
-    if (quantize_requested(base_quantize)) {
-        const char *asked = options->quantize ? options->quantize : "none";
+    // A bitsandbytes 4-bit base is quantized as its file says (model/bnb_checkpoint.h).
+    ModelConfig cfg;
+    const char *resolved = options->quantize;
+    if (model_read_config(&cfg, path) != 0 || bnb_resolve_quantize(&cfg, path, options->quantize, "--quantize", &resolved) != 0)
+        return -1;
+    if (quantize_requested(base_quantize) || bnb_quantize_name(&cfg)) {
+        const char *asked = resolved ? resolved : "none";
         if (strcmp(asked, base_quantize))
             return err_set("the LoRA adapter %s was trained on a base quantized as %s: load it with --quantize %s "
                            "(this run asks for %s)", adapter, base_quantize, base_quantize, asked);

@@ -28,6 +28,13 @@ const float nf4_levels[16] = {
     1.0f,
 };
 
+// Each one a float32 division by 12, as torch divides the float32 table by its max |value|.
+// Code 8 (sign bit, zero) is +0: bitsandbytes lists it as the Python integer -0.
+const float fp4_levels[16] = {
+    0.0f / 12.0f, 0.0625f / 12.0f,  8.0f / 12.0f,  12.0f / 12.0f,  4.0f / 12.0f,  6.0f / 12.0f,  2.0f / 12.0f,  3.0f / 12.0f,
+    0.0f / 12.0f, -0.0625f / 12.0f, -8.0f / 12.0f, -12.0f / 12.0f, -4.0f / 12.0f, -6.0f / 12.0f, -2.0f / 12.0f, -3.0f / 12.0f,
+};
+
 int nf4_code(float v) {
     // bitsandbytes (CPU) buckets v by the float32 midpoints of neighbouring levels: the code
     // is the number of midpoints below v, so a value on a midpoint takes the lower level.
@@ -198,6 +205,7 @@ void nf4_row_scales(const Q8Matrix *matrix, long first, long count, float *scale
 
 void nf4_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out) {
     const long cols = matrix->cols, per_row = cols / NF4_BLOCK;
+    const float *levels = quant_levels(matrix);
     float scales[per_row];
     for (long i = 0; i < count; i++) {
         const uint8_t *codes = matrix->nibbles + (first + i) * cols / 2;
@@ -205,8 +213,8 @@ void nf4_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *
         nf4_row_scales(matrix, first + i, 1, scales);
         for (long b = 0; b < per_row; b++)
             for (long j = b * NF4_BLOCK / 2; j < (b + 1) * NF4_BLOCK / 2; j++) {
-                row[2 * j] = nf4_levels[codes[j] >> 4] * scales[b];
-                row[2 * j + 1] = nf4_levels[codes[j] & 0x0F] * scales[b];
+                row[2 * j] = levels[codes[j] >> 4] * scales[b];
+                row[2 * j + 1] = levels[codes[j] & 0x0F] * scales[b];
             }
     }
 }

@@ -35,6 +35,13 @@
 
 // The 16 NF4 levels, ascending (bitsandbytes' get_4bit_type("nf4")): index 7 is 0.0.
 extern const float nf4_levels[16];
+// bitsandbytes' FP4 code book (get_4bit_type("fp4")): 1 sign bit, 2 exponent bits, 1 mantissa
+// bit, in bit-pattern order (not ascending), divided by its largest magnitude 12 in float32.
+// Matrices of a bitsandbytes FP4 checkpoint (model/bnb_checkpoint.h) take it as their
+// `levels`; the kernels look a code up in it as in nf4_levels. marlhf does not quantize to it.
+extern const float fp4_levels[16];
+// A QUANT_NF4 matrix's code book: its `levels`, or nf4_levels.
+static inline const float *quant_levels(const Q8Matrix *matrix) { return matrix->levels ? matrix->levels : nf4_levels; }
 
 // bitsandbytes' create_dynamic_map() (signed, 7 exponent bits, 8 bits): 256 ascending floats,
 // built here as bitsandbytes builds them (torch's float32 linspace and products).

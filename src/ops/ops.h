@@ -33,7 +33,8 @@
 //    scales are half floats held as floats (ops/q4.h).
 //  - QUANT_NF4: bitsandbytes' NF4 (ops/nf4.h), blocks of NF4_BLOCK (64) values along a row
 //    (cols a multiple of 64): nibbles[(r*cols + c) / 2] holds value c of row r, an even c in
-//    the high nibble; each value nf4_levels[code] times its block's scale, which is
+//    the high nibble; each value levels[code] (nf4_levels when `levels` is NULL; fp4_levels
+//    for a bitsandbytes FP4 checkpoint, model/bnb_checkpoint.h) times its block's scale, which is
 //    scales[(r*cols + c) / 64], or, with double quantization (scales NULL),
 //    map[scale_codes[k]] * scale_absmax[k / 256] + scale_offset for block k.
 #define Q8_BLOCK 32
@@ -50,6 +51,8 @@ typedef struct {
     uint8_t *scale_codes;
     float *scale_absmax;
     float scale_offset;
+    // QUANT_NF4: the 16 values the codes stand for (static, not freed); NULL: nf4_levels.
+    const float *levels;
 } Q8Matrix;
 
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *

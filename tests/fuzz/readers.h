@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
+#include "model/weights_io.h"
 #include "tokenizer/tokenizer.h"
 
 static inline int read_safetensors(const char *path) {
@@ -77,6 +78,16 @@ static inline int read_tokenizer(const char *path) {
 static inline int read_config(const char *path) {
     ModelConfig cfg;
     return config_from_hf_json(&cfg, path);
+}
+
+// A model folder (config.json + model.safetensors) loaded on the CPU: for a bitsandbytes
+// checkpoint (model/bnb_checkpoint.h) its quant states, code books, absmax and SCB tensors.
+static inline int read_model(const char *path) {
+    Model model;
+    ModelLoadOptions options = {.with_lm_head = true};
+    if (model_load(&model, path, &ops_cpu, &options) != 0) return -1;
+    model_free(&model);
+    return 0;
 }
 
 static inline int read_chat_template(const char *path) {

@@ -40,8 +40,8 @@ static float *split_inputs(const float *inp, int N, int IC) {
 #if defined(__AVX512F__)
 // Rows [0, R) of the split inputs (R <= ROWS_AT_ONCE) against one weight row.
 static void row_dot(float *out, long out_stride, const float *split, long IC, int R, const uint8_t *codes,
-                    const float *scales) {
-    const __m512 levels = _mm512_loadu_ps(nf4_levels);
+                    const float *scales, const float *code_book) {
+    const __m512 levels = _mm512_loadu_ps(code_book);
     const __m512i low_mask = _mm512_set1_epi32(0x0F);
     __m512 acc[ROWS_AT_ONCE];
     for (int r = 0; r < ROWS_AT_ONCE; r++) acc[r] = _mm512_setzero_ps();
@@ -64,13 +64,13 @@ static void row_dot(float *out, long out_stride, const float *split, long IC, in
 // Exempt from the sanitizers' per-access checks, as matmul.c's dot_rows: cpu_matmul_nf4
 // checks the whole ranges first (core/sanitizer.h). The sanitizer build takes this loop.
 SANITIZER_UNCHECKED static void row_dot(float *out, long out_stride, const float *split, long IC, int R,
-                                        const uint8_t *codes, const float *scales) {
+                                        const uint8_t *codes, const float *scales, const float *code_book) {
     for (int r = 0; r < R; r++) {
         const float *x = split + r * IC;
         float sum = 0.0f;
         for (long b = 0; b < IC / NF4_BLOCK; b++) {
             float table[16];
-            for (int q = 0; q < 16; q++) table[q] = nf4_levels[q] * scales[b];
+            for (int q = 0; q < 16; q++) table[q] = code_book[q] * scales[b];
             for (int j = 0; j < HALF; j++) {
                 const uint8_t byte = codes[b * HALF + j];
                 sum += table[byte >> 4] * x[b * NF4_BLOCK + j] + table[byte & 0x0F] * x[b * NF4_BLOCK + HALF + j];
@@ -98,7 +98,7 @@ void cpu_matmul_nf4(float *out, const float *inp, const Q8Matrix *weight, const 
         const uint8_t *codes = weight->nibbles + (long)o * IC / 2;
         for (int i = 0; i < N; i += ROWS_AT_ONCE) {
             const int R = N - i < ROWS_AT_ONCE ? N - i : ROWS_AT_ONCE;
-            row_dot(out + (long)i * OC + o, OC, split + (long)i * IC, IC, R, codes, scales);
+            row_dot(out + (long)i * OC + o, OC, split + (long)i * IC, IC, R, codes, scales, quant_levels(weight));
             if (bias)
                 for (int r = 0; r < R; r++) out[(long)(i + r) * OC + o] += bias[o];
         }
