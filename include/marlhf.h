@@ -175,9 +175,10 @@ typedef struct {
     // DPO, added last: LD-DPO's weight of the longer response's tokens past the shorter
     // one's length, in (0, 1] (0: plain DPO, as 1)
     double ld_alpha;
-    // DPO, added last: loss "cpo" and "simpo" (TRL's CPOTrainer): plus this times the mean
-    // negative log-likelihood of the step's chosen tokens, CPO's behaviour cloning (TRL's
-    // cpo_alpha); negative (the defaults' -1): the loss's own default, 1 for cpo, 0 for simpo
+    // DPO, added last: loss "cpo", "cpo-hinge", "cpo-ipo" and "simpo" (TRL's CPOTrainer): plus
+    // this times the mean negative log-likelihood of the step's chosen tokens, CPO's behaviour
+    // cloning (TRL's cpo_alpha); negative (the defaults' -1): the loss's own default, 0 for
+    // simpo and alphapo, 1 for the others
     double cpo_alpha;
     // the adapters, added last (API version 2; the command's --lora-rank-pattern,
     // --lora-alpha-pattern, --use-dora and --lora-dropout, docs/lora.md), zero for none:
@@ -194,6 +195,11 @@ typedef struct {
     // from `seed`, the trainer's step count before the step and the micro-batch's index in
     // it, as the command draws them from --seed, the epoch and the micro-batch's index in it
     double lora_dropout;
+    // DPO, added last (API version 2): AlphaPO's reward shape for TRL's CPOTrainer losses
+    // (cpo, cpo-hinge, cpo-ipo, simpo, alphapo; the command's --alphapo-alpha, TRL's alpha):
+    // each response's reward is (1 - p^-alpha) / alpha of its probability instead of log p.
+    // 0: log p; loss "alphapo" needs it non-zero
+    double alphapo_alpha;
 } marlhf_trainer_params;
 
 typedef struct {

@@ -590,15 +590,17 @@ static double worst_logprob_difference(marlhf_model *a, marlhf_model *b, const P
 // micro-batches add their gradients.
 static void test_dpo_matches_command(void) {
     // The default loss, one with a setting of its own (DiscoPOP's temperature), rsLoRA, and
-    // CPO with its behaviour cloning: a mean over each micro-batch's chosen tokens, so the
-    // command's shuffled micro-batches would hold other pairs than the API's; one micro-batch
-    // of all 48 pairs on both sides.
+    // CPOTrainer's IPO with AlphaPO's reward shape and its default behaviour cloning (1): a
+    // mean over each micro-batch's chosen tokens, so the command's shuffled micro-batches
+    // would hold other pairs than the API's; one micro-batch of all 48 pairs on both sides.
     const struct {
         const char *options, *loss;
-        double discopop_tau;
+        double discopop_tau, alphapo_alpha;
         int rslora, micro_batch;
-    } settings[] = {{"", "sigmoid", 0, 0, 4}, {" --loss discopop --discopop-tau 0.1", "discopop", 0.1, 0, 4},
-                    {" --lora-rslora", "sigmoid", 0, 1, 4}, {" --loss cpo", "cpo", 0, 0, 48}};
+    } settings[] = {{"", "sigmoid", 0, 0, 0, 4},
+                    {" --loss discopop --discopop-tau 0.1", "discopop", 0.1, 0, 0, 4},
+                    {" --lora-rslora", "sigmoid", 0, 0, 1, 4},
+                    {" --loss cpo-ipo --alphapo-alpha 0.5", "cpo-ipo", 0, 0.5, 0, 48}};
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         char options[160];
         snprintf(options, sizeof options, "--per-device-train-batch-size %d --gradient-accumulation-steps %d%s",
@@ -609,6 +611,7 @@ static void test_dpo_matches_command(void) {
         marlhf_trainer_params params = tiny_dpo_params();
         params.seed = 1234;
         params.loss = settings[s].loss, params.discopop_tau = settings[s].discopop_tau;
+        params.alphapo_alpha = settings[s].alphapo_alpha;
         params.lora_rslora = settings[s].rslora, params.micro_batch = settings[s].micro_batch;
         marlhf_trainer *trainer = marlhf_trainer_new(model, &params);
         for (int step = 0; step < 2; step++)
@@ -914,6 +917,11 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.cpo_alpha = 1, "cpo_alpha");
     BAD((p.loss = "cpo", p.sft_weight = 0.5), "sft_weight");
     BAD((p.loss = "cpo", p.cpo_alpha = NAN), "cpo_alpha");
+    BAD(p.loss = "alphapo", "alphapo_alpha");                       // needs a non-zero alpha
+    BAD((p.loss = "alphapo", p.alphapo_alpha = 1, p.cpo_alpha = 1), "cpo_alpha");
+    BAD(p.alphapo_alpha = 1, "alphapo_alpha");                      // sigmoid is not CPOTrainer's
+    BAD((p.loss = "simpo", p.alphapo_alpha = NAN), "alphapo_alpha");
+    BAD((p.loss = "cpo-hinge", p.label_smoothing = 0.1), "label_smoothing");
     BAD(p.sft_weight = -1, "sft_weight");
     BAD(p.lora_rank = 0, "lora_rank");
     BAD(p.lora_modules = "q_proj,foo", "foo");

@@ -346,7 +346,9 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     if (!(p->label_smoothing >= 0 && p->label_smoothing < 0.5))
         return err_set("%s: label_smoothing must be in [0, 0.5), got %g", f, p->label_smoothing);
     if (p->label_smoothing > 0 && !dpo_loss_uses_label_smoothing(loss->loss))
-        return err_set("%s: label_smoothing applies to loss sigmoid, robust, exo, cpo and simpo only", f);
+        return err_set("%s: label_smoothing applies to loss sigmoid, robust, exo, aot, aot-unpaired, cpo, simpo and "
+                       "alphapo only",
+                       f);
     if (loss->loss == DPO_LOSS_EXO && !(p->label_smoothing > 0))
         return err_set("%s: loss exo needs label_smoothing above 0", f);
     if (!(p->ld_alpha >= 0 && p->ld_alpha <= 1)) return err_set("%s: ld_alpha must be in [0, 1], got %g", f, p->ld_alpha);
@@ -383,13 +385,25 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     loss->sft_weight = p->sft_weight;
     if (!isfinite(p->cpo_alpha)) return err_set("%s: cpo_alpha must be finite, got %g", f, p->cpo_alpha);
     if (p->cpo_alpha > 0 && !dpo_loss_is_cpo_trainer(loss->loss))
-        return err_set("%s: cpo_alpha applies to loss cpo and simpo only", f);
+        return err_set("%s: cpo_alpha applies to loss cpo, cpo-hinge, cpo-ipo and simpo only", f);
+    // TRL's loss_type "alphapo" is "simpo" with cpo_alpha set to 0 whatever was given.
+    if (loss->loss == DPO_LOSS_ALPHAPO && p->cpo_alpha > 0)
+        return err_set("%s: cpo_alpha: loss alphapo is SimPO with cpo_alpha 0 (for AlphaPO with behaviour cloning: loss "
+                       "simpo, alphapo_alpha and cpo_alpha)",
+                       f);
     if (dpo_loss_is_cpo_trainer(loss->loss)) {
         if (p->sft_weight > 0) return err_set("%s: loss %s takes cpo_alpha, not sft_weight", f, p->loss);
         // TRL's cpo_alpha: the sft term, the mean -log-prob over the step's chosen tokens.
-        const double weight = p->cpo_alpha >= 0 ? p->cpo_alpha : (loss->loss == DPO_LOSS_CPO ? 1.0 : 0.0);
+        const bool simpo_like = loss->loss == DPO_LOSS_SIMPO || loss->loss == DPO_LOSS_ALPHAPO;
+        const double weight = p->cpo_alpha >= 0 ? p->cpo_alpha : (simpo_like ? 0.0 : 1.0);
         if (weight > 0) loss->sft_term = true, loss->sft_term_weight = weight;
     }
+    if (!isfinite(p->alphapo_alpha)) return err_set("%s: alphapo_alpha must be finite, got %g", f, p->alphapo_alpha);
+    if (p->alphapo_alpha != 0 && !dpo_loss_is_cpo_trainer(loss->loss))
+        return err_set("%s: alphapo_alpha applies to loss alphapo, cpo, cpo-hinge, cpo-ipo and simpo only", f);
+    if (loss->loss == DPO_LOSS_ALPHAPO && p->alphapo_alpha == 0)
+        return err_set("%s: loss alphapo needs alphapo_alpha non-zero (with 0 it is loss simpo)", f);
+    loss->alphapo_alpha = p->alphapo_alpha;
     out->kto = (KtoLossOptions){.beta = p->beta, .desirable_weight = p->desirable_weight,
                                 .undesirable_weight = p->undesirable_weight};
     // BCO's running reward mean would be trainer state the checkpoints do not carry.
