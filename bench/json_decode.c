@@ -38,8 +38,9 @@ int main(int argc, char **argv) {
                                 "{\"type\": \"integer\"}, \"city\": {\"type\": \"string\"}, \"hobbies\": {\"type\": "
                                 "\"array\", \"items\": {\"type\": \"string\"}}}, \"required\": [\"name\", \"age\", "
                                 "\"city\", \"hobbies\"]}", 0, NULL);
-    JsonConstraint *constraint = NULL;
-    if (json_constraint_schema(&constraint, schema, "schema") != 0) die_from_err();
+    JsonConstraint *json = NULL;
+    if (json_constraint_schema(&json, schema, "schema") != 0) die_from_err();
+    Constraint *constraint = constraint_from_json(json);
     const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
     int *prompt, length;
     tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
@@ -66,8 +67,8 @@ int main(int argc, char **argv) {
         }
     }
     // The mask alone at every state of the constrained answer.
-    JsonState *state = xmalloc(sizeof *state);
-    json_state_init(constraint, state);
+    ConstraintState *state = xmalloc(sizeof *state);
+    constraint_state_init(constraint, state);
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
     float *logits = xcalloc((size_t)V, sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
@@ -86,7 +87,7 @@ int main(int argc, char **argv) {
     token_mask_scratch_free(&scratch);
     free(state), free(logits), free(masked), free(prompt);
     generated_row_free(&kept);
-    json_constraint_free(constraint);
+    constraint_free(constraint);
     json_decref(schema);
     token_trie_free(trie);
     text_model_free(&tm);

@@ -260,7 +260,9 @@ static void test_mask_equals_brute_force(void) {
     float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
     for (int v = 0; v < V; v++) logits[v] = (float)(v % 97) * 0.01f;
     bool *allowed = xmalloc((size_t)V);
-    JsonState *state = xmalloc(sizeof *state);
+    Constraint *wrapped = constraint_from_json(c);
+    ConstraintState *both = xmalloc(sizeof *both);
+    JsonState *state = &both->json;
     json_state_init(c, state);
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
@@ -268,7 +270,7 @@ static void test_mask_equals_brute_force(void) {
     int steps = 0, mismatches = 0;
     for (size_t i = 0; i <= strlen(text); i++) {
         double t0 = now_seconds();
-        const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
+        const int count = token_mask_apply(trie, wrapped, both, &eos, 1, logits, masked, V, &scratch);
         trie_seconds += now_seconds() - t0;
         t0 = now_seconds();
         int expected = brute_force_mask(c, state, tok, V, allowed);
@@ -285,8 +287,8 @@ static void test_mask_equals_brute_force(void) {
     printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
            1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
     token_mask_scratch_free(&scratch);
-    free(state), free(allowed), free(logits), free(masked);
-    json_constraint_free(c);
+    free(both), free(allowed), free(logits), free(masked);
+    constraint_free(wrapped);
     token_trie_free(trie);
     tokenizer_free(tok);
 }
@@ -410,6 +412,7 @@ static void test_generation_validates(void) {
         json_t *schema = json_loads(generation_schemas[s], 0, NULL);
         JsonConstraint *c = NULL;
         EXPECT(json_constraint_schema(&c, schema, "schema") == 0, "generation schema %zu: %s", s, err_msg());
+        Constraint *wrapped = constraint_from_json(c);
         for (uint64_t seed = 1 + s; c && seed <= 1 + s; seed++) {
             GenerateOptions options = {.max_new_tokens = MAX_NEW,
                                        .seed = seed,
@@ -417,7 +420,7 @@ static void test_generation_validates(void) {
                                        .num_stop_tokens = tm.num_stop_tokens,
                                        .pad_token = 0,
                                        .row_samplers = samplers,
-                                       .constraint = c,
+                                       .constraint = wrapped,
                                        .token_trie = trie};
             GeneratedRow out[ROWS];
             GenerateStats stats;
@@ -450,7 +453,7 @@ static void test_generation_validates(void) {
                 generated_row_free(&out[b]);
             }
         }
-        json_constraint_free(c);
+        constraint_free(wrapped);
         json_decref(schema);
     }
     printf("constrained generation: %d of %d answers complete, %d valid; decode %.1f tokens/s (4 rows, under load)\n",
@@ -490,6 +493,8 @@ static void test_continuous_batch_per_sequence_constraints(void) {
     enum { MAX_NEW = 20, N = 4 };
     Finished finished[N] = {0};
     const JsonConstraint *constraints[N] = {object, NULL, schema, schema};
+    Constraint *object_wrapped = constraint_from_json(object), *schema_wrapped = constraint_from_json(schema);
+    const Constraint *wrapped[N] = {object_wrapped, NULL, schema_wrapped, schema_wrapped};
     SequenceOptions sequences[N];
     for (int j = 0; j < N; j++)
         sequences[j] = (SequenceOptions){.sampler = {0.8f, 40, 0.95f},
@@ -497,7 +502,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
                                          .row_id = (uint64_t)j << 40,
                                          .max_new_tokens = MAX_NEW,
                                          .owner = &finished[j],
-                                         .constraint = constraints[j]};
+                                         .constraint = wrapped[j]};
     ContinuousOptions options = {.stop_tokens = tm.stop_tokens,
                                  .num_stop_tokens = tm.num_stop_tokens,
                                  .on_finish = batch_finish,
@@ -518,7 +523,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
                                  .seed = sequences[j].seed,
                                  .stop_tokens = tm.stop_tokens,
                                  .num_stop_tokens = tm.num_stop_tokens,
-                                 .constraint = constraints[j],
+                                 .constraint = wrapped[j],
                                  .token_trie = trie};
         const int *prompts[1] = {prompt};
         GeneratedRow want;
@@ -537,7 +542,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
         generated_row_free(&finished[j].row);
     }
     free(prompt);
-    json_constraint_free(object), json_constraint_free(schema);
+    constraint_free(object_wrapped), constraint_free(schema_wrapped);
     token_trie_free(trie);
     text_model_free(&tm);
 }
