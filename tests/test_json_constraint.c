@@ -55,6 +55,14 @@ static const Case cases[] = {
      {"\"\"", "\"abc\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "\"a\\\"b\\\\c\\/\\n\\t\\u00e9\\uFFFF\"", "\"<tool_call>\""},
      {"", "abc", "\"abc", "\"a\"b\"", "\"\\x\"", "\"\\u12G4\"", "\"\\u0000\"", "\"\\ud83d\\ude00\"", "\"a\nb\"",
       "\"\xc3\"", "\"\xe0\x80\x80\"", "\"\xed\xa0\x80\"", "\"\xf5\x80\x80\x80\"", " \"a\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}\\\\d{3}$\"}",
+     {"\"AB123\""}, {"\"AB1234\"", "\"ab123\"", "\"AB12\"", "\"xAB123\"", "\"AB\\u0031\"", "AB123"}},
+    {"{\"pattern\": \"ab\"}", {"\"ab\"", "\"xxaby\"", "\"\xc3\xa9" "ab\\n\""}, {"\"a\"", "\"ba\"", "1", "\"a\\u0062\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^a\\\"b\\\\\\\\c\\\\n/$\"}",
+     {"\"a\\\"b\\\\c\\n/\"", "\"a\\\"b\\\\c\\n\\/\""},
+     {"\"a\\u0022b\\\\c\\n/\"", "\"a\\\"b\\\\c\\t/\"", "\"a\"b\\\\c\\n/\"", "\"a\\\"b\\\\c\n/\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[a-z\xc3\xa9]*$\", \"minLength\": 2, \"maxLength\": 3}",
+     {"\"ab\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""}, {"\"a\"", "\"abcd\"", "\"aB\"", "\"\""}},
     {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
      {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\u0041x\""},
      {"\"a\"", "\"abcd\"", "\"\"", "\"\\n\\n\\n\\n\""}},
@@ -179,7 +187,11 @@ static void test_refusals(void) {
     static const struct {
         const char *schema, *names;
     } refused[] = {
-        {"{\"type\": \"string\", \"pattern\": \"^a\"}", "'pattern'"},
+        {"{\"type\": \"object\", \"properties\": {\"c\": {\"type\": \"string\", \"pattern\": \"(?=a)\"}}}",
+         "'pattern' (at properties.c): lookahead and lookbehind are not supported (at position 0)"},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\\x01$\"}", "'pattern' (at the schema's root): the pattern matches nothing that a JSON string can hold"},
+        {"{\"type\": \"string\", \"pattern\": 3}", "'pattern' must be a string"},
+        {"{\"type\": \"string\", \"pattern\": \"^a$\", \"minLength\": 2}", "matches nothing"},
         {"{\"type\": \"string\", \"format\": \"date\"}", "'format'"},
         {"{\"type\": \"number\", \"minimum\": 0}", "'minimum'"},
         {"{\"type\": \"integer\", \"exclusiveMaximum\": 5}", "'exclusiveMaximum'"},
@@ -255,8 +267,9 @@ static void test_mask_equals_brute_force(void) {
     const int eos = tokenizer_eos_id(tok);
     JsonConstraint *c = compile_text(
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"n\": {\"type\": "
-        "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}}, \"required\": [\"name\"]}");
-    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"]}";
+        "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}, \"code\": {\"pattern\": "
+        "\"^[A-Z]\\\\d{1,3}(\\\\n|\xc3\xa9)?$\"}}, \"required\": [\"name\"]}");
+    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"], \"code\": \"X42\\n\"}";
     float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
     for (int v = 0; v < V; v++) logits[v] = (float)(v % 97) * 0.01f;
     bool *allowed = xmalloc((size_t)V);
