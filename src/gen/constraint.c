@@ -56,6 +56,8 @@ bool constraint_state_accepts(const Constraint *c, const ConstraintState *state)
     return c->regex ? regex_state_accepts(c->regex, state->regex) : json_state_accepts(c->json, &state->json);
 }
 
+const RegexConstraint *constraint_regex(const Constraint *c) { return c->regex; }
+
 bool constraint_matches(const Constraint *c, const char *text, size_t length) {
     return c->regex ? regex_constraint_matches(c->regex, text, length) : json_constraint_matches(c->json, text, length);
 }

@@ -35,5 +35,8 @@ bool constraint_state_feed_bytes(const Constraint *constraint, ConstraintState *
                                  size_t length);
 // The text fed so far is complete (the end of text may come now).
 bool constraint_state_accepts(const Constraint *constraint, const ConstraintState *state);
+// The regular expression of a regex constraint (NULL for JSON): the token mask steps its
+// DFA inline.
+const RegexConstraint *constraint_regex(const Constraint *constraint);
 // The whole text: accepted or not (for tests and checks).
 bool constraint_matches(const Constraint *constraint, const char *text, size_t length);

@@ -955,3 +955,7 @@ bool regex_constraint_matches(const RegexConstraint *r, const char *text, size_t
 }
 
 int regex_constraint_num_states(const RegexConstraint *r) { return r->num_states; }
+
+RegexTable regex_constraint_table(const RegexConstraint *r) {
+    return (RegexTable){.table = r->next, .classes = r->classes, .num_classes = r->num_classes};
+}

@@ -64,6 +64,15 @@ int32_t regex_state_start(const RegexConstraint *regex);
 int32_t regex_state_feed(const RegexConstraint *regex, int32_t state, uint8_t byte);
 bool regex_state_accepts(const RegexConstraint *regex, int32_t state);
 
+// The DFA's transitions, for a caller that steps it inline (gen/token_mask.c): the state
+// after `byte` is table[state * num_classes + classes[byte]] (-1: dead).
+typedef struct {
+    const int32_t *table;
+    const uint8_t *classes;
+    int num_classes;
+} RegexTable;
+RegexTable regex_constraint_table(const RegexConstraint *regex);
+
 // The whole text: accepted or not (for tests and checks).
 bool regex_constraint_matches(const RegexConstraint *regex, const char *text, size_t length);
 // The DFA's number of states (for tests and measurements).

@@ -116,9 +116,20 @@ int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const 
     for (int v = 0; v < V; v++) masked[v] = -INFINITY;
     int allowed = 0;
     constraint_state_copy(constraint, &scratch->levels[0], state);
+    // A regular expression's DFA is stepped here (a table lookup); JSON through its feed.
+    const RegexConstraint *regex = constraint_regex(constraint);
+    const RegexTable dfa = regex ? regex_constraint_table(regex) : (RegexTable){0};
     for (int i = 1; i < trie->num_nodes;) {
         const int d = trie->depth[i];
-        if (!constraint_state_feed(constraint, &scratch->levels[d - 1], trie->byte[i], &scratch->levels[d])) {
+        bool alive;
+        if (regex) {
+            const int32_t from = scratch->levels[d - 1].regex;
+            scratch->levels[d].regex = dfa.table[(size_t)from * (size_t)dfa.num_classes + dfa.classes[trie->byte[i]]];
+            alive = scratch->levels[d].regex >= 0;
+        } else {
+            alive = constraint_state_feed(constraint, &scratch->levels[d - 1], trie->byte[i], &scratch->levels[d]);
+        }
+        if (!alive) {
             i = trie->end[i];
             continue;
         }
