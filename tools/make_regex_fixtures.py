@@ -72,6 +72,7 @@ FULLMATCH = [
     r"\x41\x7a\u4e2d",
     r"(a|ab)(c|bcd)(d*)",
     r"[\b]\a",
+    r"[Ā-ą]+|[\u4e00-\u4e05]",
     r"[^\W\d]+",
     r"",
 ]
@@ -92,7 +93,8 @@ REFUSED = [r"(", r"a)", r"[a", r"a**", r"*a", r"a{2}{3}", r"a{3,2}", r"\q", r"[z
            "a\\", "(?:a"]
 
 POOL = list("abcxyzABZ019 -_.@\n\t") + ["é", "ü", "ï", "中", "文", "😀", "😁", "😂", "\x7f", "\x80", "\u07ff", "\u0800",
-                                         "\uffff", "\U00010000", "\U0010ffff", "\ud7ff", "\ue000", "\x00", "\x0b"]
+                                         "\uffff", "\U00010000", "\U0010ffff", "\ud7ff", "\ue000", "\x00", "\x0b",
+                                         "\u0106", "\u0100", "\u4e00", "\u4e06", "\u4e3f"]
 
 
 def literal_chars(pattern):
