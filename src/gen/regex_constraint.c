@@ -694,7 +694,7 @@ static int keys_find(KeyTable *t, const int *items, int length, int count, bool 
     for (; t->slots[s] >= 0; s = (s + 1) & (t->num_slots - 1)) {
         const int k = t->slots[s];
         if (t->length[k] == length && t->count[k] == count &&
-            !memcmp(t->items + t->offset[k], items, (size_t)length * sizeof(int)))
+            (length == 0 || !memcmp(t->items + t->offset[k], items, (size_t)length * sizeof(int))))
             return *added = false, k;
     }
     if (t->num_keys == t->key_capacity) {
@@ -709,7 +709,7 @@ static int keys_find(KeyTable *t, const int *items, int length, int count, bool 
     }
     const int k = t->num_keys++;
     t->offset[k] = t->num_items, t->length[k] = length, t->count[k] = count;
-    memcpy(t->items + t->num_items, items, (size_t)length * sizeof(int));
+    if (length > 0) memcpy(t->items + t->num_items, items, (size_t)length * sizeof(int));
     t->num_items += (size_t)length;
     t->slots[s] = k;
     *added = true;
@@ -770,7 +770,8 @@ static int determinize(RegexConstraint *r, const Nfa *nfa, int start, int match,
     c.stack = xmalloc((size_t)nfa->num_states * sizeof(int));
     c.set = xmalloc((size_t)nfa->num_states * sizeof(int));
     int *seeds = xmalloc(((size_t)nfa->num_edges + 1) * sizeof(int));
-    KeyTable keys = {0};
+    KeyTable keys = {.item_capacity = 1024};
+    keys.items = xmalloc(keys.item_capacity * sizeof(int));
     size_t table_capacity = 0;
     int rc = 0;
     bool added;
