@@ -81,7 +81,7 @@ typedef struct {
 // Any JSON object (response_format {"type": "json_object"}).
 JsonConstraint *json_constraint_object(void);
 // A value matching `schema` (an object, or true). Returns 0, or -1 with err_set(): the
-// message names the keyword and where it is ("'pattern' is not supported (at
+// message names the keyword and where it is ("'format' is not supported (at
 // properties.name)"), prefixed with `what` (e.g. "response_format.json_schema.schema").
 int json_constraint_schema(JsonConstraint **out, const json_t *schema, const char *what);
 // Tool calls: one or more (at most max_calls; 0: no limit) of `open` OBJECT `close`,
