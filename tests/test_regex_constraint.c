@@ -228,6 +228,47 @@ static void test_choice_and_options(void) {
            "a pattern no text of the length matches is refused");
 }
 
+// Random patterns from the dialect's characters (most of them malformed): each compiles or
+// is refused naming the field, never crashes (the sanitizer build checks the memory), and
+// a text a compiled one accepts has every prefix alive.
+static void test_random_patterns(void) {
+    static const char *const pieces[] = {"a", "b", "\xc3\xa9", "(", ")", "(?:", "[", "]", "[^", "{", "}", "{2}", "{1,3}", "{,2}",
+                                         "|", "*", "+", "?", "^", "$", ".", "\\", "\\d", "\\w", "\\s", "\\S", "-", ",",
+                                         "1", "\\x4", "\\n", "(?P<n>", "(?=", "\\1", "*?", "\xf0\x9f\x98\x80"};
+    const int num_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    uint64_t rng = 20261201;
+    int compiled = 0, refused = 0, checked = 0;
+    for (int k = 0; k < 3000; k++) {
+        char pattern[256] = "";
+        const int n = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60);
+        for (int i = 0; i < n; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            strcat(pattern, pieces[(rng >> 33) % (uint64_t)num_pieces]);
+        }
+        RegexConstraint *r = NULL;
+        if (regex_constraint_compile(&r, pattern, strlen(pattern), NULL, "regex") != 0) {
+            refused++;
+            EXPECT(!r && strstr(err_msg(), "regex: ") == err_msg(), "/%s/: a refusal names the field: %s", pattern, err_msg());
+            continue;
+        }
+        compiled++;
+        for (int t = 0; t < 20; t++) {
+            char text[16];
+            const int length = (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 61);
+            for (int i = 0; i < length; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                text[i] = "ab\xc3\xa9-1 \n"[(rng >> 33) % 8];
+            }
+            const bool match = regex_constraint_matches(r, text, (size_t)length);
+            if (match) EXPECT(prefixes_alive(r, text, (size_t)length), "/%s/: a match with a dead prefix", pattern);
+            checked += match;
+        }
+        regex_constraint_free(r);
+    }
+    printf("random patterns: %d compiled, %d refused, %d matches checked\n", compiled, refused, checked);
+    EXPECT(compiled > 300 && refused > 300, "both kinds occur (%d compiled, %d refused)", compiled, refused);
+}
+
 // --- the token mask over the real vocabulary ----------------------------------------------
 
 static int brute_force_mask(const Constraint *c, const ConstraintState *state, const Tokenizer *tok, int V, bool *allowed) {
@@ -313,6 +354,7 @@ int main(void) {
     RUN(test_prefix_viability);
     RUN(test_refusals);
     RUN(test_choice_and_options);
+    RUN(test_random_patterns);
     RUN(test_mask_equals_brute_force);
     TEST_EXIT();
 }
