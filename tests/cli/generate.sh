@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # marlhf generate and chat on SmolLM2-135M-Instruct (fetched by `make test`): greedy output
 # as transformers gives it, reproducible sampling independent of batch size, streaming chat,
-# and bad input. Prints PASS/FAIL per case.
+# structured outputs (--json-schema with a pattern, --json, --regex answers that Python's
+# re.fullmatch accepts, --choice), and bad input. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}

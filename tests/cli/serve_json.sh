@@ -2,13 +2,16 @@
 # marlhf serve's structured outputs (docs/serving.md "Structured outputs"), through HTTP.
 # Refusals on the tiny chat model: response_format of a wrong type or shape, a json_schema
 # without its schema, with an unsupported keyword or malformed, beside a tool_choice that
-# forces calls; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
+# forces calls; vLLM's structured_outputs / guided_* malformed, combined or with a bad
+# pattern; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
 # Qwen2.5 template: json_object and json_schema answers (n = 2, sampled) parse and validate
 # against their schema (a validator of the subset written here, stdlib only), streamed
 # answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
 # max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
 # the declared tools whose arguments validate against their parameters (a named function
-# and parallel_tool_calls false exactly one), streamed as delta.tool_calls. Prints PASS/FAIL per case.
+# and parallel_tool_calls false exactly one), streamed as delta.tool_calls;
+# structured_outputs.regex answers (n = 2) that Python's re.fullmatch accepts, streamed the
+# same, and guided_choice on /v1/completions. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
