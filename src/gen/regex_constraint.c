@@ -687,7 +687,7 @@ static void keys_grow(KeyTable *t) {
     t->slots = fresh, t->num_slots = slots;
 }
 
-// The key's id, adding it when new (*added).
+// The key's id, adding it when new (*added); -1 past REGEX_MAX_SET_ITEMS.
 static int keys_find(KeyTable *t, const int *items, int length, int count, bool *added) {
     if ((size_t)(t->num_keys + 1) * 2 > t->num_slots) keys_grow(t);
     size_t s = key_hash(items, length, count) & (t->num_slots - 1);
@@ -697,6 +697,7 @@ static int keys_find(KeyTable *t, const int *items, int length, int count, bool 
             (length == 0 || !memcmp(t->items + t->offset[k], items, (size_t)length * sizeof(int))))
             return *added = false, k;
     }
+    if (t->num_items + (size_t)length > REGEX_MAX_SET_ITEMS) return -1;
     if (t->num_keys == t->key_capacity) {
         t->key_capacity = t->key_capacity ? 2 * t->key_capacity : 256;
         t->offset = xrealloc(t->offset, (size_t)t->key_capacity * sizeof(size_t));
@@ -808,6 +809,11 @@ static int determinize(RegexConstraint *r, const Nfa *nfa, int start, int match,
             if (n == 0) continue;
             // the key table may move its arrays: nothing of it is held across this call
             const int target = keys_find(&keys, c.set, n, next_count, &added);
+            if (target < 0) {
+                rc = err_set("%s: the pattern's automaton needs more than %d NFA states in its DFA states' sets (a cap "
+                             "of this implementation; smaller repetition bounds help)", what, REGEX_MAX_SET_ITEMS);
+                goto done;
+            }
             if (added && keys.num_keys > REGEX_MAX_DFA_STATES) {
                 rc = err_set("%s: the pattern needs more than %d automaton states (a cap of this implementation; "
                              "smaller repetition bounds help)", what, REGEX_MAX_DFA_STATES);

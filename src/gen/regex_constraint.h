@@ -37,6 +37,7 @@
 #define REGEX_MAX_REPEAT 1000       // the largest bound of {m,n}
 #define REGEX_MAX_NFA_STATES 200000 // after expanding the bounded repetitions
 #define REGEX_MAX_DFA_STATES 30000
+#define REGEX_MAX_SET_ITEMS 8000000 // NFA states in all the DFA states' sets together (memory)
 #define REGEX_MAX_NESTING 100 // groups inside groups
 
 typedef struct RegexConstraint RegexConstraint;
