@@ -21,8 +21,9 @@
 // class) is compiled to the byte sequences of its characters' UTF-8 encodings, so a text
 // is accepted only as whole, well-formed UTF-8 characters (no surrogates). The pattern
 // becomes a Thompson NFA (bounded repetitions expanded: at most REGEX_MAX_NFA_STATES
-// states), then a DFA by subset construction (at most REGEX_MAX_DFA_STATES states; a
-// pattern past either cap is refused, naming the cap). States from which no accepted text
+// states), then a DFA by subset construction (at most REGEX_MAX_DFA_STATES states, their
+// sets at most REGEX_MAX_SET_ITEMS NFA states in all; a pattern past a cap is refused,
+// naming it). States from which no accepted text
 // can be reached are removed, so a state is alive iff the text so far is a prefix of an
 // accepted one, and a pattern that matches nothing is refused.
 //

@@ -232,10 +232,11 @@ reason=$(check finish "$tmp/body")
 [ "$reason" = length ] && pass max_tokens_before_the_end_is_length || fail max_tokens_before_the_end_is_length "$reason"
 
 # structured_outputs.regex: n = 2 sampled, every answer fullmatches; streamed the same; guided_choice on /v1/completions.
-regex='[A-Z][a-z]+ (is|was) born in (19|20)\d{2}\.'
+# (bounded: at most 31 characters, so every answer ends within max_tokens)
+regex='[A-Z][a-z]{1,12} (is|was) born in (19|20)\d{2}\.'
 regex_body() { # STREAM
     python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": "When was Marie Curie born? One sentence."}],
-        "structured_outputs": {"regex": sys.argv[1]}, "stream": sys.argv[2] == "stream", "n": 2, "max_tokens": 24,
+        "structured_outputs": {"regex": sys.argv[1]}, "stream": sys.argv[2] == "stream", "n": 2, "max_tokens": 40,
         "temperature": 0.8, "seed": 11}))' "$regex" "$1"
 }
 status=$(request POST /v1/chat/completions "$(regex_body plain)" --max-time 600)
