@@ -2,9 +2,12 @@
 // SmolLM2-135M-Instruct: the decode steps' time per token with and without a JSON Schema
 // constraint (the runs alternate, --repeats times each), and the masking's own cost per
 // token (gen/token_mask.h: the trie walk over the vocabulary) at every state of the
-// constrained answer. One JSON line per run, then a summary line.
+// constrained answer. One JSON line per run, then a summary line. --regex PATTERN: the
+// constraint is that regular expression (gen/regex_constraint.h) instead of the schema,
+// and --question the user's message.
 //
 // usage: build/bench/json_decode [--model PATH] [--tokens 48] [--repeats 3] [--threads N]
+//                                [--regex PATTERN] [--question TEXT]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +23,14 @@
 int main(int argc, char **argv) {
     const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int tokens = 48, repeats = 3, threads = 0;
+    const char *regex = NULL, *question_text = "Describe a person as JSON.";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "--tokens")) tokens = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--regex")) regex = argv[i + 1];
+        else if (!strcmp(argv[i], "--question")) question_text = argv[i + 1];
         else die_user("unknown option %s", argv[i]);
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -38,9 +44,21 @@ int main(int argc, char **argv) {
                                 "{\"type\": \"integer\"}, \"city\": {\"type\": \"string\"}, \"hobbies\": {\"type\": "
                                 "\"array\", \"items\": {\"type\": \"string\"}}}, \"required\": [\"name\", \"age\", "
                                 "\"city\", \"hobbies\"]}", 0, NULL);
-    JsonConstraint *constraint = NULL;
-    if (json_constraint_schema(&constraint, schema, "schema") != 0) die_from_err();
-    const char *question = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n";
+    Constraint *constraint = NULL;
+    if (regex) {
+        RegexConstraint *compiled = NULL;
+        start = now_seconds();
+        if (regex_constraint_compile(&compiled, regex, strlen(regex), NULL, "--regex") != 0) die_from_err();
+        printf("{\"regex_compile_ms\": %.2f, \"dfa_states\": %d}\n", 1e3 * (now_seconds() - start),
+               regex_constraint_num_states(compiled));
+        constraint = constraint_from_regex(compiled);
+    } else {
+        JsonConstraint *json = NULL;
+        if (json_constraint_schema(&json, schema, "schema") != 0) die_from_err();
+        constraint = constraint_from_json(json);
+    }
+    char question[2048];
+    snprintf(question, sizeof question, "<|im_start|>user\n%.1900s<|im_end|>\n<|im_start|>assistant\n", question_text);
     int *prompt, length;
     tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
     const int *prompts[1] = {prompt};
@@ -66,8 +84,8 @@ int main(int argc, char **argv) {
         }
     }
     // The mask alone at every state of the constrained answer.
-    JsonState *state = xmalloc(sizeof *state);
-    json_state_init(constraint, state);
+    ConstraintState *state = xmalloc(sizeof *state);
+    constraint_state_init(constraint, state);
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
     float *logits = xcalloc((size_t)V, sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
@@ -86,7 +104,7 @@ int main(int argc, char **argv) {
     token_mask_scratch_free(&scratch);
     free(state), free(logits), free(masked), free(prompt);
     generated_row_free(&kept);
-    json_constraint_free(constraint);
+    constraint_free(constraint);
     json_decref(schema);
     token_trie_free(trie);
     text_model_free(&tm);

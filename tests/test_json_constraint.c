@@ -55,6 +55,14 @@ static const Case cases[] = {
      {"\"\"", "\"abc\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "\"a\\\"b\\\\c\\/\\n\\t\\u00e9\\uFFFF\"", "\"<tool_call>\""},
      {"", "abc", "\"abc", "\"a\"b\"", "\"\\x\"", "\"\\u12G4\"", "\"\\u0000\"", "\"\\ud83d\\ude00\"", "\"a\nb\"",
       "\"\xc3\"", "\"\xe0\x80\x80\"", "\"\xed\xa0\x80\"", "\"\xf5\x80\x80\x80\"", " \"a\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}\\\\d{3}$\"}",
+     {"\"AB123\""}, {"\"AB1234\"", "\"ab123\"", "\"AB12\"", "\"xAB123\"", "\"AB\\u0031\"", "AB123"}},
+    {"{\"pattern\": \"ab\"}", {"\"ab\"", "\"xxaby\"", "\"\xc3\xa9" "ab\\n\""}, {"\"a\"", "\"ba\"", "1", "\"a\\u0062\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^a\\\"b\\\\\\\\c\\\\n/$\"}",
+     {"\"a\\\"b\\\\c\\n/\"", "\"a\\\"b\\\\c\\n\\/\""},
+     {"\"a\\u0022b\\\\c\\n/\"", "\"a\\\"b\\\\c\\t/\"", "\"a\"b\\\\c\\n/\"", "\"a\\\"b\\\\c\n/\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[a-z\xc3\xa9]*$\", \"minLength\": 2, \"maxLength\": 3}",
+     {"\"ab\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""}, {"\"a\"", "\"abcd\"", "\"aB\"", "\"\""}},
     {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
      {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\u0041x\""},
      {"\"a\"", "\"abcd\"", "\"\"", "\"\\n\\n\\n\\n\""}},
@@ -179,7 +187,11 @@ static void test_refusals(void) {
     static const struct {
         const char *schema, *names;
     } refused[] = {
-        {"{\"type\": \"string\", \"pattern\": \"^a\"}", "'pattern'"},
+        {"{\"type\": \"object\", \"properties\": {\"c\": {\"type\": \"string\", \"pattern\": \"(?=a)\"}}}",
+         "'pattern' (at properties.c): lookahead and lookbehind are not supported (at position 0)"},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\\x01$\"}", "'pattern' (at the schema's root): the pattern matches nothing that a JSON string can hold"},
+        {"{\"type\": \"string\", \"pattern\": 3}", "'pattern' must be a string"},
+        {"{\"type\": \"string\", \"pattern\": \"^a$\", \"minLength\": 2}", "matches nothing"},
         {"{\"type\": \"string\", \"format\": \"date\"}", "'format'"},
         {"{\"type\": \"number\", \"minimum\": 0}", "'minimum'"},
         {"{\"type\": \"integer\", \"exclusiveMaximum\": 5}", "'exclusiveMaximum'"},
@@ -255,12 +267,15 @@ static void test_mask_equals_brute_force(void) {
     const int eos = tokenizer_eos_id(tok);
     JsonConstraint *c = compile_text(
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"n\": {\"type\": "
-        "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}}, \"required\": [\"name\"]}");
-    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"]}";
+        "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}, \"code\": {\"pattern\": "
+        "\"^[A-Z]\\\\d{1,3}(\\\\n|\xc3\xa9)?$\"}}, \"required\": [\"name\"]}");
+    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"], \"code\": \"X42\\n\"}";
     float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
     for (int v = 0; v < V; v++) logits[v] = (float)(v % 97) * 0.01f;
     bool *allowed = xmalloc((size_t)V);
-    JsonState *state = xmalloc(sizeof *state);
+    Constraint *wrapped = constraint_from_json(c);
+    ConstraintState *both = xmalloc(sizeof *both);
+    JsonState *state = &both->json;
     json_state_init(c, state);
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
@@ -268,7 +283,7 @@ static void test_mask_equals_brute_force(void) {
     int steps = 0, mismatches = 0;
     for (size_t i = 0; i <= strlen(text); i++) {
         double t0 = now_seconds();
-        const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
+        const int count = token_mask_apply(trie, wrapped, both, &eos, 1, logits, masked, V, &scratch);
         trie_seconds += now_seconds() - t0;
         t0 = now_seconds();
         int expected = brute_force_mask(c, state, tok, V, allowed);
@@ -285,8 +300,8 @@ static void test_mask_equals_brute_force(void) {
     printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
            1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
     token_mask_scratch_free(&scratch);
-    free(state), free(allowed), free(logits), free(masked);
-    json_constraint_free(c);
+    free(both), free(allowed), free(logits), free(masked);
+    constraint_free(wrapped);
     token_trie_free(trie);
     tokenizer_free(tok);
 }
@@ -410,6 +425,7 @@ static void test_generation_validates(void) {
         json_t *schema = json_loads(generation_schemas[s], 0, NULL);
         JsonConstraint *c = NULL;
         EXPECT(json_constraint_schema(&c, schema, "schema") == 0, "generation schema %zu: %s", s, err_msg());
+        Constraint *wrapped = constraint_from_json(c);
         for (uint64_t seed = 1 + s; c && seed <= 1 + s; seed++) {
             GenerateOptions options = {.max_new_tokens = MAX_NEW,
                                        .seed = seed,
@@ -417,7 +433,7 @@ static void test_generation_validates(void) {
                                        .num_stop_tokens = tm.num_stop_tokens,
                                        .pad_token = 0,
                                        .row_samplers = samplers,
-                                       .constraint = c,
+                                       .constraint = wrapped,
                                        .token_trie = trie};
             GeneratedRow out[ROWS];
             GenerateStats stats;
@@ -450,7 +466,7 @@ static void test_generation_validates(void) {
                 generated_row_free(&out[b]);
             }
         }
-        json_constraint_free(c);
+        constraint_free(wrapped);
         json_decref(schema);
     }
     printf("constrained generation: %d of %d answers complete, %d valid; decode %.1f tokens/s (4 rows, under load)\n",
@@ -490,6 +506,8 @@ static void test_continuous_batch_per_sequence_constraints(void) {
     enum { MAX_NEW = 20, N = 4 };
     Finished finished[N] = {0};
     const JsonConstraint *constraints[N] = {object, NULL, schema, schema};
+    Constraint *object_wrapped = constraint_from_json(object), *schema_wrapped = constraint_from_json(schema);
+    const Constraint *wrapped[N] = {object_wrapped, NULL, schema_wrapped, schema_wrapped};
     SequenceOptions sequences[N];
     for (int j = 0; j < N; j++)
         sequences[j] = (SequenceOptions){.sampler = {0.8f, 40, 0.95f},
@@ -497,7 +515,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
                                          .row_id = (uint64_t)j << 40,
                                          .max_new_tokens = MAX_NEW,
                                          .owner = &finished[j],
-                                         .constraint = constraints[j]};
+                                         .constraint = wrapped[j]};
     ContinuousOptions options = {.stop_tokens = tm.stop_tokens,
                                  .num_stop_tokens = tm.num_stop_tokens,
                                  .on_finish = batch_finish,
@@ -518,7 +536,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
                                  .seed = sequences[j].seed,
                                  .stop_tokens = tm.stop_tokens,
                                  .num_stop_tokens = tm.num_stop_tokens,
-                                 .constraint = constraints[j],
+                                 .constraint = wrapped[j],
                                  .token_trie = trie};
         const int *prompts[1] = {prompt};
         GeneratedRow want;
@@ -537,7 +555,7 @@ static void test_continuous_batch_per_sequence_constraints(void) {
         generated_row_free(&finished[j].row);
     }
     free(prompt);
-    json_constraint_free(object), json_constraint_free(schema);
+    constraint_free(object_wrapped), constraint_free(schema_wrapped);
     token_trie_free(trie);
     text_model_free(&tm);
 }

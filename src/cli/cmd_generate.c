@@ -6,7 +6,9 @@
 // "ids", "logprobs"} — logprobs are the model's (temperature 1) for each response token.
 //
 // --json / --json-schema FILE: every answer is constrained to a JSON object / a value of the
-// schema (gen/json_constraint.h); an answer cut by --max-new-tokens has stop_reason "length".
+// schema (gen/json_constraint.h); --regex RE: the whole answer matches the regular expression
+// (gen/regex_constraint.h); --choice A,B,... (or a JSON list of strings): the answer is one of
+// them. An answer cut by --max-new-tokens has stop_reason "length".
 // Under mpirun (dist/dist.h) rank r generates batches r, r + W, ... (the batches one
 // process forms, so the same rows) and rank 0 writes every row, in order, at the end.
 #include <errno.h>
@@ -139,6 +141,45 @@ static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const G
     free(response);
 }
 
+// --choice: "A,B,..." or a JSON list of strings ("[...]").
+static Constraint *choice_constraint(const char *text) {
+    const char **texts = NULL;
+    size_t *lengths = NULL;
+    int count = 0;
+    json_t *list = NULL;
+    char *copy = NULL;
+    if (text[0] == '[') {
+        json_error_t error;
+        list = json_loads(text, 0, &error);
+        if (!json_is_array(list) || json_array_size(list) == 0)
+            die_user("--choice: a list given as JSON must be a non-empty list of strings%s%s", list ? "" : ": ",
+                     list ? "" : error.text);
+        count = (int)json_array_size(list);
+        texts = xmalloc((size_t)count * sizeof(char *)), lengths = xmalloc((size_t)count * sizeof(size_t));
+        for (int i = 0; i < count; i++) {
+            json_t *item = json_array_get(list, (size_t)i);
+            if (!json_is_string(item)) die_user("--choice: item %d of the JSON list is not a string", i);
+            texts[i] = json_string_value(item), lengths[i] = json_string_length(item);
+        }
+    } else {
+        copy = xstrdup(text);
+        for (char *p = copy;; p++) {
+            texts = xrealloc(texts, (size_t)(count + 1) * sizeof(char *));
+            lengths = xrealloc(lengths, (size_t)(count + 1) * sizeof(size_t));
+            char *comma = strchr(p, ',');
+            texts[count] = p, lengths[count] = comma ? (size_t)(comma - p) : strlen(p);
+            count++;
+            if (!comma) break;
+            p = comma;
+        }
+    }
+    RegexConstraint *regex = NULL;
+    if (regex_constraint_choice(&regex, texts, lengths, count, "--choice") != 0) die_from_err();
+    free(texts), free(lengths), free(copy);
+    json_decref(list);
+    return constraint_from_regex(regex);
+}
+
 static char *pending_output_tmp;
 static void remove_pending_output(void) {
     if (pending_output_tmp) unlink(pending_output_tmp);
@@ -148,7 +189,7 @@ int cmd_generate(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
-    char *system = NULL, *stop_string = NULL, *json_schema = NULL;
+    char *system = NULL, *stop_string = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL;
     bool json_object = false;
     long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
     double temperature = 0.8, top_p = 1.0;
@@ -169,6 +210,11 @@ int cmd_generate(int argc, char **argv) {
         {"json", NULL, OPT_BOOL, &json_object, "constrain every answer to a JSON object (structured outputs: docs/serving.md)", false, false},
         {"json-schema", "json_schema", OPT_STRING, &json_schema,
          "a JSON Schema file: constrain every answer to a value matching it (the subset of docs/serving.md)", false, false},
+        {"regex", NULL, OPT_STRING, &regex,
+         "a regular expression: constrain every whole answer to match it (the dialect of docs/serving.md)", false, false},
+        {"choice", NULL, OPT_STRING, &choice,
+         "A,B,...: every answer is exactly one of these strings (commas separate them; give a JSON list of strings, "
+         "'[\"a, b\", \"c\"]', for choices with commas)", false, false},
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
@@ -203,15 +249,24 @@ int cmd_generate(int argc, char **argv) {
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
-    if (json_object && json_schema) die_user("give --json or --json-schema, not both");
-    JsonConstraint *constraint = json_object ? json_constraint_object() : NULL;
+    if ((json_object != 0) + (json_schema != NULL) + (regex != NULL) + (choice != NULL) > 1)
+        die_user("give one of --json, --json-schema, --regex and --choice");
+    Constraint *constraint = json_object ? constraint_from_json(json_constraint_object()) : NULL;
+    if (regex) {
+        RegexConstraint *compiled = NULL;
+        if (regex_constraint_compile(&compiled, regex, strlen(regex), NULL, "--regex") != 0) die_from_err();
+        constraint = constraint_from_regex(compiled);
+    }
+    if (choice) constraint = choice_constraint(choice);
     if (json_schema) {
         json_error_t error;
         json_t *schema = json_load_file(json_schema, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
         if (!schema) die_user("--json-schema %s: not JSON: %s (line %d, column %d)", json_schema, error.text, error.line, error.column);
         char what[600];
         snprintf(what, sizeof what, "--json-schema %.500s", json_schema);
-        if (json_constraint_schema(&constraint, schema, what) != 0) die_from_err();
+        JsonConstraint *compiled = NULL;
+        if (json_constraint_schema(&compiled, schema, what) != 0) die_from_err();
+        constraint = constraint_from_json(compiled);
         json_decref(schema);
     }
     cli_set_threads(threads);
@@ -351,7 +406,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 0; i < prompt_count; i++) free(rows[i].ids), free(rows[i].prompt_text);
     free(rows);
     token_trie_free((TokenTrie *)gen.token_trie);
-    json_constraint_free(constraint);
+    constraint_free(constraint);
     text_model_free(&tm);
     return 0;
 }

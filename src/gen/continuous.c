@@ -12,7 +12,7 @@ typedef struct {
     int *prompt; // a copy, for the prompt cache (NULL without one)
     int prompt_length;
     // With options.constraint: the text's state, the masking's memory, the masked logits.
-    JsonState *json;
+    ConstraintState *json;
     TokenMaskScratch mask;
     float *masked;
 } Sequence;
@@ -221,8 +221,8 @@ static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions
     sampler_scratch_init(&sequence->scratch, V);
     if (options->constraint) {
         CHECK(batch->options.token_trie, "a constrained sequence needs the vocabulary's token trie");
-        sequence->json = xmalloc(sizeof(JsonState));
-        json_state_init(options->constraint, sequence->json);
+        sequence->json = xmalloc(sizeof(ConstraintState));
+        constraint_state_init(options->constraint, sequence->json);
         token_mask_scratch_init(&sequence->mask, batch->options.token_trie);
         sequence->masked = xmalloc((size_t)V * sizeof(float));
     }
@@ -521,7 +521,7 @@ static void decode_step(ContinuousBatch *batch) {
         const double u = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
         SampledToken picked;
         if (sequence->json) {
-            const JsonConstraint *constraint = sequence->options.constraint;
+            const Constraint *constraint = sequence->options.constraint;
             const int allowed = token_mask_apply(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                                  options->num_stop_tokens, logits, sequence->masked, V, &sequence->mask);
             if (allowed > 0) {

@@ -59,7 +59,7 @@ typedef struct {
     // outputs): each step samples from the logits masked by it (gen/token_mask.h), the stop
     // tokens only once the text is complete. The caller keeps it alive until on_finish.
     // Needs ContinuousOptions.token_trie. Log-probs stay the model's own (unmasked).
-    const JsonConstraint *constraint;
+    const Constraint *constraint;
 } SequenceOptions;
 
 enum { PROMPT_CACHE_MIN_TOKENS = 8 };

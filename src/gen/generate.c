@@ -142,14 +142,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
     float *masked_logits = options->min_new_tokens > 0 || options->constraint ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
-    JsonState *json = NULL;
+    ConstraintState *json = NULL;
     TokenMaskScratch *mask = NULL;
     if (options->constraint) {
         CHECK(options->token_trie, "constrained generation needs the vocabulary's token trie");
-        json = xmalloc((size_t)B * sizeof(JsonState));
+        json = xmalloc((size_t)B * sizeof(ConstraintState));
         mask = xmalloc((size_t)B * sizeof(TokenMaskScratch));
         for (int b = 0; b < B; b++) {
-            json_state_init(options->constraint, &json[b]);
+            constraint_state_init(options->constraint, &json[b]);
             token_mask_scratch_init(&mask[b], options->token_trie);
         }
     }

@@ -52,10 +52,10 @@ typedef struct {
     // At most the vocabulary size is recorded. 0: nothing recorded, nothing computed.
     int top_logprobs;
     // Optional: every row's text must be accepted by this constraint (structured outputs,
-    // gen/json_constraint.h): each step samples from the logits masked by it, the stop
+    // gen/constraint.h: JSON or a regular expression): each step samples from the logits masked by it, the stop
     // tokens only once the text is complete (gen/token_mask.h; token_trie is the
     // vocabulary's). The reported log-probs stay the model's own.
-    const JsonConstraint *constraint;
+    const Constraint *constraint;
     const TokenTrie *token_trie;
 } GenerateOptions;
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "gen/regex_constraint.h"
 
 typedef enum { K_ROOT, K_ALT, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_LITERALS, K_SEQ, K_REPEAT } Kind;
 
@@ -41,6 +42,8 @@ typedef struct {
     int *children;
     char *separator;
     size_t separator_length;
+    // STRING with a `pattern`: the decoded content's automaton (the length bounds in it).
+    RegexConstraint *regex;
 } Node;
 
 struct JsonConstraint {
@@ -91,6 +94,7 @@ void json_constraint_free(JsonConstraint *c) {
         for (int k = 0; k < n->num_literals; k++) free(n->literals[k]);
         free(n->names), free(n->name_lengths), free(n->prop_nodes);
         free(n->literals), free(n->literal_lengths), free(n->children), free(n->separator);
+        regex_constraint_free(n->regex);
     }
     free(c->nodes);
     free(c);
@@ -221,7 +225,7 @@ static const char *const annotations[] = {"title", "description", "$schema", "$i
                                           "examples", "strict", "$defs", "definitions"};
 static const char *const keywords[] = {"type", "properties", "required", "additionalProperties", "items",
                                        "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
-                                       "minLength", "maxLength"};
+                                       "minLength", "maxLength", "pattern"};
 
 static bool in_list(const char *key, const char *const *list, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -409,7 +413,21 @@ static int compile_type(JsonConstraint *c, const json_t *schema, int type, const
         if (min_length == -2 || max_length == -2) return -1;
         if (max_length >= 0 && min_length > max_length)
             return schema_error(what, at, "%s", "'minLength' is above 'maxLength'");
-        return string_node(c, min_length < 0 ? 0 : (int)min_length, (int)max_length);
+        json_t *pattern = json_object_get(schema, "pattern");
+        if (!pattern) return string_node(c, min_length < 0 ? 0 : (int)min_length, (int)max_length);
+        if (!json_is_string(pattern)) return schema_error(what, at, "%s", "'pattern' must be a string");
+        // JSON Schema's pattern: a match anywhere unless anchored, on the decoded content,
+        // the length bounds folded into the automaton.
+        RegexOptions options = {.search = true, .json_string = true, .min_chars = min_length < 0 ? 0 : (int)min_length,
+                                .max_chars = (int)max_length};
+        char where[700];
+        snprintf(where, sizeof where, "%s: 'pattern' (at %s)", what, at[0] ? at : "the schema's root");
+        RegexConstraint *regex = NULL;
+        if (regex_constraint_compile(&regex, json_string_value(pattern), json_string_length(pattern), &options, where) != 0)
+            return -1;
+        const int node = string_node(c, 0, -1);
+        c->nodes[node].regex = regex;
+        return node;
     }
     case T_NUMBER: return number_node(c, false);
     case T_INTEGER: return number_node(c, true);
@@ -501,7 +519,8 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
             types |= T_OBJECT;
         if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
             types |= T_ARRAY;
-        if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength")) types |= T_STRING;
+        if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") || json_object_get(schema, "pattern"))
+            types |= T_STRING;
     }
     // integer beside number: number covers it.
     if ((types & T_NUMBER) && (types & T_INTEGER)) types &= ~T_INTEGER;
@@ -674,8 +693,8 @@ static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t 
     case K_ARRAY:
         if (push(p, (JsonFrame){.node = node, .phase = A_OPEN})) emit(out, p);
         return;
-    case K_STRING:
-        if (push(p, (JsonFrame){.node = node})) emit(out, p);
+    case K_STRING: // a pattern's automaton state in a
+        if (push(p, (JsonFrame){.node = node, .a = n->regex ? (uint64_t)regex_state_start(n->regex) : 0})) emit(out, p);
         return;
     case K_NUMBER:
     case K_INTEGER: {
@@ -752,6 +771,30 @@ static int string_byte(JsonFrame *f, uint8_t b, bool *starts_char) {
     else if (b == 0xf4) f->str = 3 | RANGE_8F << 8;
     else return 0;
     return 1;
+}
+
+// A string with a pattern: its decoded content goes through the pattern's automaton (state
+// in f->a). Plain bytes go as they are; an escape's character when its letter comes (a
+// backslash only where some escape keeps the content alive); \uXXXX is refused (write the
+// character itself; the control characters it alone can write are outside the automaton's
+// alphabet, so nothing the pattern allows needs it).
+static const char short_escapes[] = "\"\\/bfnrt", short_escape_bytes[] = "\"\\/\b\f\n\r\t";
+static bool pattern_byte(const RegexConstraint *regex, JsonFrame *f, uint8_t byte, int16_t escape) {
+    const int32_t state = (int32_t)f->a;
+    if (escape == 0 && byte == '\\') {
+        for (int k = 0; k < 8; k++)
+            if (regex_state_feed(regex, state, (uint8_t)short_escape_bytes[k]) >= 0) return true;
+        return false;
+    }
+    if (escape == 1) {
+        const char *letter = byte ? strchr(short_escapes, byte) : NULL;
+        if (!letter) return false;
+        byte = (uint8_t)short_escape_bytes[letter - short_escapes];
+    }
+    const int32_t next = regex_state_feed(regex, state, byte);
+    if (next < 0) return false;
+    f->a = (uint64_t)next;
+    return true;
 }
 
 static bool number_can_end(const JsonFrame *f) {
@@ -908,13 +951,16 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
             return;
         case K_STRING: {
             bool starts_char;
+            const int16_t escape = f->aux; // 1: this byte follows a backslash
             const int r = string_byte(f, byte, &starts_char);
             if (r == 0) return;
             if (r == 2) {
                 if (f->count < n->min_count) return;
+                if (n->regex && !regex_state_accepts(n->regex, (int32_t)f->a)) return;
                 p->depth--, child_done(c, p), emit(out, p);
                 return;
             }
+            if (n->regex && !pattern_byte(n->regex, f, byte, escape)) return;
             if (starts_char) {
                 if (n->max_count >= 0 && f->count >= n->max_count) return;
                 f->count++;

@@ -13,8 +13,12 @@
 // `minItems` / `maxItems`, `enum`, `const`, `anyOf` / `oneOf` (as alternatives: oneOf's
 // "exactly one" is not checked), `$ref` to `#/$defs/NAME` or `#/definitions/NAME` of the
 // root schema (non-recursive: a reference cycle is refused), `minLength` / `maxLength` of
-// strings (in code points), and the annotations `title`, `description`, `$schema`, `$id`,
-// `$comment`, `default`, `examples`, `strict`. Any other keyword (`pattern`, `format`,
+// strings (in code points), `pattern` of strings (gen/regex_constraint.h's dialect, with
+// JSON Schema's meaning: the decoded content contains a match, unless the pattern is
+// anchored by ^ / $; the length bounds are folded into its automaton; inside such a string
+// the short escapes \" \\ \/ \b \f \n \r \t decode into the match but \uXXXX is refused:
+// write the character itself), and the annotations `title`, `description`, `$schema`, `$id`,
+// `$comment`, `default`, `examples`, `strict`. Any other keyword (`format`,
 // `minimum`, `allOf`, `not`, `if`, `prefixItems`, `uniqueItems`, ...) is refused with an
 // error naming it and where it is. So are schemas that no value satisfies as far as the
 // recogniser can tell (an empty `type` list, minItems > maxItems, an enum none of whose
@@ -77,7 +81,7 @@ typedef struct {
 // Any JSON object (response_format {"type": "json_object"}).
 JsonConstraint *json_constraint_object(void);
 // A value matching `schema` (an object, or true). Returns 0, or -1 with err_set(): the
-// message names the keyword and where it is ("'pattern' is not supported (at
+// message names the keyword and where it is ("'format' is not supported (at
 // properties.name)"), prefixed with `what` (e.g. "response_format.json_schema.schema").
 int json_constraint_schema(JsonConstraint **out, const json_t *schema, const char *what);
 // Tool calls: one or more (at most max_calls; 0: no limit) of `open` OBJECT `close`,

@@ -1,4 +1,4 @@
-// Token masks from a JSON constraint over a byte trie of the vocabulary (token_mask.h).
+// Token masks from a constraint over a byte trie of the vocabulary (token_mask.h).
 #include "gen/token_mask.h"
 
 #include <math.h>
@@ -101,7 +101,7 @@ void token_trie_free(TokenTrie *trie) {
 
 void token_mask_scratch_init(TokenMaskScratch *scratch, const TokenTrie *trie) {
     scratch->num_levels = trie->max_depth + 1;
-    scratch->levels = xmalloc((size_t)scratch->num_levels * sizeof(JsonState));
+    scratch->levels = xmalloc((size_t)scratch->num_levels * sizeof(ConstraintState));
 }
 
 void token_mask_scratch_free(TokenMaskScratch *scratch) {
@@ -109,16 +109,27 @@ void token_mask_scratch_free(TokenMaskScratch *scratch) {
     memset(scratch, 0, sizeof *scratch);
 }
 
-int token_mask_apply(const TokenTrie *trie, const JsonConstraint *constraint, const JsonState *state,
+int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                      const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
                      TokenMaskScratch *scratch) {
     CHECK(V <= trie->vocab_size, "a vocabulary of %d tokens, a trie of %d", V, trie->vocab_size);
     for (int v = 0; v < V; v++) masked[v] = -INFINITY;
     int allowed = 0;
-    json_state_copy(&scratch->levels[0], state);
+    constraint_state_copy(constraint, &scratch->levels[0], state);
+    // A regular expression's DFA is stepped here (a table lookup); JSON through its feed.
+    const RegexConstraint *regex = constraint_regex(constraint);
+    const RegexTable dfa = regex ? regex_constraint_table(regex) : (RegexTable){0};
     for (int i = 1; i < trie->num_nodes;) {
         const int d = trie->depth[i];
-        if (!json_state_feed(constraint, &scratch->levels[d - 1], trie->byte[i], &scratch->levels[d])) {
+        bool alive;
+        if (regex) {
+            const int32_t from = scratch->levels[d - 1].regex;
+            scratch->levels[d].regex = dfa.table[(size_t)from * (size_t)dfa.num_classes + dfa.classes[trie->byte[i]]];
+            alive = scratch->levels[d].regex >= 0;
+        } else {
+            alive = constraint_state_feed(constraint, &scratch->levels[d - 1], trie->byte[i], &scratch->levels[d]);
+        }
+        if (!alive) {
             i = trie->end[i];
             continue;
         }
@@ -128,14 +139,14 @@ int token_mask_apply(const TokenTrie *trie, const JsonConstraint *constraint, co
         }
         i++;
     }
-    if (json_state_accepts(constraint, state))
+    if (constraint_state_accepts(constraint, state))
         for (int s = 0; s < num_stop_tokens; s++)
             if (stop_tokens[s] >= 0 && stop_tokens[s] < V && masked[stop_tokens[s]] == -INFINITY)
                 masked[stop_tokens[s]] = logits[stop_tokens[s]], allowed++;
     return allowed;
 }
 
-bool token_mask_advance(const TokenTrie *trie, const JsonConstraint *constraint, JsonState *state, int token) {
+bool token_mask_advance(const TokenTrie *trie, const Constraint *constraint, ConstraintState *state, int token) {
     if (token < 0 || token >= trie->vocab_size || !trie->bytes[token]) return true;
-    return json_state_feed_bytes(constraint, state, trie->bytes[token], trie->lengths[token]);
+    return constraint_state_feed_bytes(constraint, state, trie->bytes[token], trie->lengths[token]);
 }

@@ -1,5 +1,6 @@
-// Constrained decoding over a vocabulary: which tokens keep a JSON constraint's text
-// acceptable (gen/json_constraint.h), as a mask on a row of logits before sampling.
+// Constrained decoding over a vocabulary: which tokens keep a constraint's text acceptable
+// (gen/constraint.h: JSON, or a regular expression), as a mask on a row of logits before
+// sampling.
 //
 // The vocabulary's token byte strings (tokenizer_token_bytes) go into a trie, built once per
 // tokenizer and shared by every sequence. Masking walks the trie depth first with the
@@ -12,7 +13,7 @@
 #pragma once
 #include <stdbool.h>
 
-#include "gen/json_constraint.h"
+#include "gen/constraint.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct TokenTrie TokenTrie;
@@ -24,7 +25,7 @@ void token_trie_free(TokenTrie *trie);
 
 // Working memory for one sequence's masking (one state per trie level).
 typedef struct {
-    JsonState *levels;
+    ConstraintState *levels;
     int num_levels;
 } TokenMaskScratch;
 void token_mask_scratch_init(TokenMaskScratch *scratch, const TokenTrie *trie);
@@ -32,9 +33,9 @@ void token_mask_scratch_free(TokenMaskScratch *scratch);
 
 // masked[v] = logits[v] for the allowed tokens, -inf for the others; returns how many are
 // allowed (0 only for a constraint that allows nothing, which a compiled one never does).
-int token_mask_apply(const TokenTrie *trie, const JsonConstraint *constraint, const JsonState *state,
+int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                      const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
                      TokenMaskScratch *scratch);
 // The state after `token`'s bytes (a stop token or a token without bytes: unchanged).
 // False when they are refused.
-bool token_mask_advance(const TokenTrie *trie, const JsonConstraint *constraint, JsonState *state, int token);
+bool token_mask_advance(const TokenTrie *trie, const Constraint *constraint, ConstraintState *state, int token);

@@ -117,7 +117,7 @@ static int parse_response_format(json_t *root, OpenAIRequest *req, OpenAIError *
     const char *name = json_string_value(type);
     if (name && !strcmp(name, "text")) return 0;
     if (name && !strcmp(name, "json_object")) {
-        req->constraint = json_constraint_object();
+        req->constraint = constraint_from_json(json_constraint_object());
         return 0;
     }
     if (!name || strcmp(name, "json_schema") != 0)
@@ -136,8 +136,116 @@ static int parse_response_format(json_t *root, OpenAIRequest *req, OpenAIError *
     if (description && !json_is_string(description))
         return bad_param(err, "response_format", "'response_format.json_schema.description' must be a string");
     if (!schema) return bad_param(err, "response_format", "'response_format.json_schema.schema' is required");
-    if (json_constraint_schema(&req->constraint, schema, "response_format.json_schema.schema") != 0)
+    JsonConstraint *json = NULL;
+    if (json_constraint_schema(&json, schema, "response_format.json_schema.schema") != 0)
         return bad_param(err, "response_format", "%s", err_msg());
+    req->constraint = constraint_from_json(json);
+    return 0;
+}
+
+// A JSON Schema given as an object or as a string holding one (vLLM's `json`).
+static int compile_json_field(json_t *v, const char *param, OpenAIRequest *req, OpenAIError *err) {
+    json_t *schema = v;
+    if (json_is_string(v)) {
+        json_error_t error;
+        schema = json_loads(json_string_value(v), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
+        if (!schema) return bad_param(err, param, "'%s' holds no JSON: %s", param, error.text);
+    } else if (!json_is_object(v) && !json_is_boolean(v)) {
+        return bad_param(err, param, "'%s' must be a JSON Schema (an object, or a string holding one)", param);
+    }
+    JsonConstraint *json = NULL;
+    const int rc = json_constraint_schema(&json, schema, param);
+    if (schema != v) json_decref(schema);
+    if (rc != 0) return bad_param(err, param, "%s", err_msg());
+    req->constraint = constraint_from_json(json);
+    return 0;
+}
+
+static int compile_regex_field(json_t *v, const char *param, OpenAIRequest *req, OpenAIError *err) {
+    if (!json_is_string(v)) return bad_param(err, param, "'%s' must be a string (a regular expression)", param);
+    RegexConstraint *regex = NULL;
+    if (regex_constraint_compile(&regex, json_string_value(v), json_string_length(v), NULL, param) != 0)
+        return bad_param(err, param, "%s", err_msg());
+    req->constraint = constraint_from_regex(regex);
+    return 0;
+}
+
+static int compile_choice_field(json_t *v, const char *param, OpenAIRequest *req, OpenAIError *err) {
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 4096)
+        return bad_param(err, param, "'%s' must be a list of 1 to 4096 strings", param);
+    const size_t n = json_array_size(v);
+    const char **texts = xmalloc(n * sizeof(char *));
+    size_t *lengths = xmalloc(n * sizeof(size_t));
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(v, i);
+        if (!json_is_string(s)) {
+            free(texts), free(lengths);
+            return bad_param(err, param, "'%s' must be a list of strings (item %zu is not one)", param, i);
+        }
+        texts[i] = json_string_value(s), lengths[i] = json_string_length(s);
+    }
+    RegexConstraint *regex = NULL;
+    const int rc = regex_constraint_choice(&regex, texts, lengths, (int)n, param);
+    free(texts), free(lengths);
+    if (rc != 0) return bad_param(err, param, "%s", err_msg());
+    req->constraint = constraint_from_regex(regex);
+    return 0;
+}
+
+// vLLM's structured outputs: structured_outputs {"regex" | "choice" | "json" | "json_object"}
+// (one of them), or the fields vLLM took before 0.12: guided_regex, guided_choice,
+// guided_json. Never beside response_format (json_object / json_schema).
+static int parse_structured_outputs(json_t *root, OpenAIRequest *req, const char **param, OpenAIError *err) {
+    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_json"};
+    json_t *so = get(root, "structured_outputs");
+    const char *given = NULL;
+    for (int i = 0; i < 3; i++)
+        if (get(root, guided[i])) {
+            if (given || so)
+                return bad_param(err, guided[i], "give one of 'structured_outputs', 'guided_regex', 'guided_choice' "
+                                 "and 'guided_json'");
+            given = guided[i];
+        }
+    static const char *const unsupported[] = {"guided_grammar", "guided_whitespace_pattern", "structural_tag"};
+    for (int i = 0; i < 3; i++)
+        if (get(root, unsupported[i]))
+            return bad_param(err, unsupported[i], "'%s' is not supported", unsupported[i]);
+    if (!so && !given) return 0;
+    if (req->constraint)
+        return bad_param(err, so ? "structured_outputs" : given, "'%s' beside 'response_format' %s is not supported "
+                         "(the answer cannot follow both)", so ? "structured_outputs" : given, "json_object / json_schema");
+    *param = so ? "structured_outputs" : given;
+    if (given) {
+        json_t *v = get(root, given);
+        if (!strcmp(given, "guided_regex")) return compile_regex_field(v, "guided_regex", req, err);
+        if (!strcmp(given, "guided_choice")) return compile_choice_field(v, "guided_choice", req, err);
+        return compile_json_field(v, "guided_json", req, err);
+    }
+    if (!json_is_object(so)) return bad_param(err, "structured_outputs", "'structured_outputs' must be an object");
+    const char *key;
+    json_t *v, *chosen = NULL;
+    const char *chosen_key = NULL;
+    json_object_foreach(so, key, v) {
+        if (json_is_null(v)) continue;
+        if (!strcmp(key, "regex") || !strcmp(key, "choice") || !strcmp(key, "json") || !strcmp(key, "json_object")) {
+            if (chosen)
+                return bad_param(err, "structured_outputs", "'structured_outputs' takes one of 'regex', 'choice', "
+                                 "'json' and 'json_object', not both '%s' and '%s'", chosen_key, key);
+            chosen = v, chosen_key = key;
+        } else {
+            return bad_param(err, "structured_outputs", "'structured_outputs.%.100s' is not supported (only 'regex', "
+                             "'choice', 'json' and 'json_object')", key);
+        }
+    }
+    if (!chosen)
+        return bad_param(err, "structured_outputs", "'structured_outputs' needs one of 'regex', 'choice', 'json' and "
+                         "'json_object'");
+    if (!strcmp(chosen_key, "regex")) return compile_regex_field(chosen, "structured_outputs.regex", req, err);
+    if (!strcmp(chosen_key, "choice")) return compile_choice_field(chosen, "structured_outputs.choice", req, err);
+    if (!strcmp(chosen_key, "json")) return compile_json_field(chosen, "structured_outputs.json", req, err);
+    if (!json_is_true(chosen))
+        return bad_param(err, "structured_outputs.json_object", "'structured_outputs.json_object' must be true");
+    req->constraint = constraint_from_json(json_constraint_object());
     return 0;
 }
 
@@ -436,11 +544,13 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
         if (get_bool(options, "include_usage", &req->include_usage, err) != 0) return -1;
     }
     if (parse_response_format(root, req, err) != 0) return -1;
+    const char *constraint_param = "response_format"; // the field that set req->constraint
+    if (parse_structured_outputs(root, req, &constraint_param, err) != 0) return -1;
     if (kind == OPENAI_COMPLETION) return parse_prompt(root, req, err);
     if (parse_tools(root, req, err) != 0) return -1;
     if (req->constraint && (req->tool_choice_required || req->tool_choice_name))
-        return bad_param(err, "response_format", "'response_format' %s beside a 'tool_choice' that forces calls is not "
-                         "supported (the answer cannot be both)", "json_object / json_schema");
+        return bad_param(err, constraint_param, "'%s' beside a 'tool_choice' that forces calls is not supported (the "
+                         "answer cannot be both)", constraint_param);
     return parse_messages(root, req, err);
 }
 
@@ -481,7 +591,7 @@ void openai_request_free(OpenAIRequest *req) {
     }
     free(req->tools_json);
     free(req->tool_choice_name);
-    json_constraint_free(req->constraint);
+    constraint_free(req->constraint);
     free(req->messages);
     free(req->prompt);
     free(req->prompt_ids);

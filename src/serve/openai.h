@@ -28,7 +28,12 @@
 // Structured outputs (both routes): response_format {"type": "text"} (the default),
 // {"type": "json_object"} (the answer is a JSON object) or {"type": "json_schema",
 // "json_schema": {"name", "schema", "strict", "description"}} (a value matching the schema:
-// gen/json_constraint.h has the subset; an unsupported keyword is a 400 naming it). Messages: role "tool" (content,
+// gen/json_constraint.h has the subset; an unsupported keyword is a 400 naming it);
+// vLLM's structured_outputs {"regex": PATTERN} (gen/regex_constraint.h: the whole answer
+// matches), {"choice": [strings]} (the answer is one of them), {"json": SCHEMA (an object
+// or a JSON string)} or {"json_object": true}, one of them, not beside response_format,
+// and the fields vLLM had before 0.12 (guided_regex, guided_choice, guided_json), not beside
+// structured_outputs; grammar, structural_tag and the other fields are a 400. Messages: role "tool" (content,
 // tool_call_id a string if given), assistant tool_calls ([{"id", "type": "function",
 // "function": {"name", "arguments": a string holding JSON, or an object}}]; content may be
 // null then). Whether the template renders them is the server's question (a 400 if not).
@@ -85,7 +90,7 @@
 #include <jansson.h>
 
 #include "chat/chat_template.h"
-#include "gen/json_constraint.h"
+#include "gen/constraint.h"
 
 typedef enum { OPENAI_CHAT, OPENAI_COMPLETION } OpenAIKind;
 
@@ -133,8 +138,9 @@ typedef struct {
     bool tool_choice_required; // tool_choice "required": the answer is calls of the tools (constrained)
     char *tool_choice_name;   // a named tool_choice: the answer is calls of that tool (constrained)
     bool parallel_tool_calls; // as given (default true); false: one call at most
-    // response_format json_object / json_schema: the answer's constraint (NULL: text).
-    JsonConstraint *constraint;
+    // response_format json_object / json_schema, structured_outputs (or guided_*): the
+    // answer's constraint (NULL: text).
+    Constraint *constraint;
 } OpenAIRequest;
 
 // Parses and checks a request body. Returns 0, or -1 with *err filled (400 for bad JSON,

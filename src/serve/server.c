@@ -137,7 +137,7 @@ struct Job {
     int top_logprobs; // alternatives per token
     ChatToolSyntax tool_syntax; // how calls are parsed out of the answers (NONE: no tools, or tool_choice none)
     bool parallel_tool_calls;   // false: one call per answer at most
-    JsonConstraint *constraint; // the answers' (response_format, or tool_choice forcing calls), or NULL
+    Constraint *constraint; // the answers' (response_format, or tool_choice forcing calls), or NULL
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
@@ -208,7 +208,7 @@ static void job_unref_locked(Job *job) {
         free(choice->content), free(choice->calls), free(choice->call_ids);
     }
     free(job->choices);
-    json_constraint_free(job->constraint);
+    constraint_free(job->constraint);
     free(job->out);
     free(job);
 }
@@ -1402,12 +1402,14 @@ static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *er
     json_t *tools = json_loads(req->tools_json, 0, NULL);
     CHECK(tools, "the request's tools do not parse again");
     const bool hermes = syntax == CHAT_TOOLS_HERMES;
-    int rc = json_constraint_tool_calls(&req->constraint, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
+    JsonConstraint *calls = NULL;
+    int rc = json_constraint_tool_calls(&calls, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
                                         hermes ? "\n</tool_call>" : "", hermes ? "\n" : "; ",
                                         hermes ? "arguments" : "parameters",
                                         req->parallel_tool_calls && !req->tool_choice_name ? 0 : 1);
     json_decref(tools);
     if (rc != 0) return openai_error_set(err, 400, "invalid_request_error", "tools", "invalid_value", "%s", err_msg());
+    req->constraint = constraint_from_json(calls);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # marlhf generate and chat on SmolLM2-135M-Instruct (fetched by `make test`): greedy output
 # as transformers gives it, reproducible sampling independent of batch size, streaming chat,
-# and bad input. Prints PASS/FAIL per case.
+# structured outputs (--json-schema with a pattern, --json, --regex answers that Python's
+# re.fullmatch accepts, --choice), and bad input. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -62,22 +63,29 @@ expect_error generate_bad_messages "$tmp/bad_messages.jsonl:1" "$bin" generate -
 expect_error generate_bad_temperature "--temperature" "$bin" generate --model "$model" --temperature -1 "hi"
 expect_error generate_bad_top_p "--top-p" "$bin" generate --model "$model" --top-p 1.5 "hi"
 # Structured outputs: --json-schema / --json (docs/serving.md "Structured outputs").
-printf '{"type": "string", "pattern": "^a"}' > "$tmp/pattern.schema.json"
+printf '{"type": "string", "format": "date"}' > "$tmp/format.schema.json"
 printf '{"type": "object", ' > "$tmp/broken.schema.json"
-printf '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer"}}, "required": ["city", "population"]}' > "$tmp/city.schema.json"
+printf '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20, "pattern": "^[A-Z][a-z]"}, "population": {"type": "integer"}}, "required": ["city", "population"]}' > "$tmp/city.schema.json"
 echo kept > "$tmp/kept.jsonl"
 expect_error generate_json_schema_missing "--json-schema $tmp/none.json" "$bin" generate --model "$model" --json-schema "$tmp/none.json" "hi"
 expect_error generate_json_schema_not_json "--json-schema $tmp/broken.schema.json: not JSON" "$bin" generate --model "$model" --json-schema "$tmp/broken.schema.json" "hi"
-expect_error generate_json_schema_unsupported "--json-schema $tmp/pattern.schema.json: 'pattern' is not supported" \
-    "$bin" generate --model "$model" --json-schema "$tmp/pattern.schema.json" --output "$tmp/kept.jsonl" "hi"
+expect_error generate_json_schema_unsupported "--json-schema $tmp/format.schema.json: 'format' is not supported" \
+    "$bin" generate --model "$model" --json-schema "$tmp/format.schema.json" --output "$tmp/kept.jsonl" "hi"
 [ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_json_schema_error_keeps_output || fail generate_json_schema_error_keeps_output "overwritten"
-expect_error generate_json_and_schema "give --json or --json-schema" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"
+expect_error generate_json_and_schema "give one of --json, --json-schema, --regex and --choice" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"
+expect_error generate_regex_and_choice "give one of --json, --json-schema, --regex and --choice" "$bin" generate --model "$model" --regex a --choice a,b "hi"
+expect_error generate_regex_bad "--regex: lookahead and lookbehind are not supported (at position 1)" \
+    "$bin" generate --model "$model" --regex 'a(?=b)' --output "$tmp/kept.jsonl" "hi"
+expect_error generate_regex_cap "--regex: a repetition bound above 1000 is not supported (at position 1)" "$bin" generate --model "$model" --regex 'a{2000}' "hi"
+expect_error generate_choice_bad_json "--choice: item 1 of the JSON list is not a string" "$bin" generate --model "$model" --choice '["a", 2]' "hi"
+[ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_regex_error_keeps_output || fail generate_regex_error_keeps_output "overwritten"
 out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --json-schema "$tmp/city.schema.json" \
     "Give the largest city of France and its population as JSON." 2>/dev/null)
-if why=$(python3 -c 'import json, sys
+if why=$(python3 -c 'import json, re, sys
 r = json.loads(sys.argv[1]); v = json.loads(r["response"])
 assert r["stop_reason"] == "stop_token", r
 assert set(v) == {"city", "population"} and isinstance(v["city"], str) and len(v["city"]) <= 20, v
+assert re.search("^[A-Z][a-z]", v["city"]), v
 assert isinstance(v["population"], int) and not isinstance(v["population"], bool), v' "$out" 2>&1); then
     pass generate_json_schema_answer
 else
@@ -93,6 +101,29 @@ for r in rows:
     pass generate_json_object_samples
 else
     fail generate_json_object_samples "$out $why"
+fi
+# --regex: the whole answer matches (Python's re.fullmatch); --choice: the answer is one of them.
+regex='(19|20)\d{2}-(0[1-9]|1[0-2])-[0-3]\d'
+out=$("$bin" generate --model "$model" --chat --max-new-tokens 16 --regex "$regex" --num-return-sequences 2 --seed 5 \
+    --temperature 0.8 "When did the first man walk on the Moon? Answer with the date." 2>/dev/null)
+if why=$(python3 -c 'import json, re, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(rows) == 2, rows
+for r in rows: assert r["stop_reason"] == "stop_token" and re.fullmatch(sys.argv[2], r["response"]), r
+print(" ".join(r["response"] for r in rows))' "$out" "$regex" 2>&1); then
+    pass "generate_regex_answers $why"
+else
+    fail generate_regex_answers "$out $why"
+fi
+out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 8 --choice '["positive", "negative", "mixed, unclear"]' \
+    "Is this review positive or negative? \"The food was wonderful.\"" 2>/dev/null)
+if why=$(python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+assert r["stop_reason"] == "stop_token" and r["response"] in ("positive", "negative", "mixed, unclear"), r
+print(r["response"])' "$out" 2>&1); then
+    pass "generate_choice_answer $why"
+else
+    fail generate_choice_answer "$out $why"
 fi
 expect_error generate_no_prompt "--input" "$bin" generate --model "$model"
 # --min-new-tokens: the end of turn that greedy decoding picks after 3 tokens waits until 20.

@@ -2,13 +2,16 @@
 # marlhf serve's structured outputs (docs/serving.md "Structured outputs"), through HTTP.
 # Refusals on the tiny chat model: response_format of a wrong type or shape, a json_schema
 # without its schema, with an unsupported keyword or malformed, beside a tool_choice that
-# forces calls; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
+# forces calls; vLLM's structured_outputs / guided_* malformed, combined or with a bad
+# pattern; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
 # Qwen2.5 template: json_object and json_schema answers (n = 2, sampled) parse and validate
 # against their schema (a validator of the subset written here, stdlib only), streamed
 # answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
 # max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
 # the declared tools whose arguments validate against their parameters (a named function
-# and parallel_tool_calls false exactly one), streamed as delta.tool_calls. Prints PASS/FAIL per case.
+# and parallel_tool_calls false exactly one), streamed as delta.tool_calls;
+# structured_outputs.regex answers (n = 2) that Python's re.fullmatch accepts, streamed the
+# same, and guided_choice on /v1/completions. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -21,7 +24,7 @@ failures=0
 . tests/serve_helpers.sh
 
 cat > "$tmp/check.py" <<'PY'
-import json, sys
+import json, re, sys
 
 def fail(why):
     print(why)
@@ -82,6 +85,18 @@ elif kind == "stream":  # FILE: the choices' streamed contents, as "answers" pri
             if c.get("finish_reason"): reasons[c["index"]] = c["finish_reason"]
     if any(r != "stop" for r in reasons.values()): fail(f"finish reasons {reasons}")
     print(json.dumps([parts[i] for i in sorted(parts)]))
+elif kind == "regex":  # FILE PATTERN: each choice's text fullmatches (Python's re), finish_reason stop
+    o = json.load(open(sys.argv[2]))
+    texts = [c["message"]["content"] if "message" in c else c["text"] for c in o["choices"]]
+    for c, t in zip(o["choices"], texts):
+        if c["finish_reason"] != "stop": fail(f"finish_reason {c['finish_reason']}: {t!r}")
+        if not re.fullmatch(sys.argv[3], t): fail(f"{t!r} does not match {sys.argv[3]!r}")
+    print(json.dumps(texts))
+elif kind == "choice":  # FILE CHOICES: each choice's text is one of them
+    o = json.load(open(sys.argv[2]))
+    texts = [c["message"]["content"] if "message" in c else c["text"] for c in o["choices"]]
+    if any(t not in json.loads(sys.argv[3]) for t in texts): fail(f"{texts} not among {sys.argv[3]}")
+    print(json.dumps(texts))
 elif kind == "finish":  # FILE: the first choice's finish_reason
     print(json.load(open(sys.argv[2]))["choices"][0]["finish_reason"])
 elif kind == "calls":  # FILE TOOLS [NAME] [ONE]: tool calls of the tools, arguments valid
@@ -149,12 +164,34 @@ expect_api_error json_schema_not_a_schema response_format "a schema must be an o
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}')"
 expect_api_error json_schema_recursive_ref response_format "is recursive" \
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}}}')"
-expect_api_error json_schema_completions response_format "'pattern' is not supported" \
-    '{"prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a"}}}}' \
+expect_api_error json_schema_completions response_format "'format' is not supported" \
+    '{"prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "date"}}}}' \
     /v1/completions
+expect_api_error json_schema_bad_pattern response_format "'pattern' (at properties.code): nothing to repeat (at position 0)" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"code": {"type": "string", "pattern": "*a"}}}}}')"
+# vLLM's structured_outputs and the guided_* fields of vLLM before 0.12.
+so() { echo "{$msg, \"structured_outputs\": $1}"; }
+expect_api_error regex_bad structured_outputs.regex "structured_outputs.regex: lookahead and lookbehind are not supported (at position 2)" \
+    "$(so '{"regex": "ab(?=c)"}')"
+expect_api_error regex_not_string structured_outputs.regex "must be a string" "$(so '{"regex": 5}')"
+expect_api_error regex_completions structured_outputs.regex "nothing to repeat (at position 0)" \
+    '{"prompt": "hi", "max_tokens": 1, "structured_outputs": {"regex": "+"}}' /v1/completions
+expect_api_error choice_empty structured_outputs.choice "must be a list of 1 to 4096 strings" "$(so '{"choice": []}')"
+expect_api_error choice_not_strings guided_choice "item 1 is not one" "{$msg, \"guided_choice\": [\"a\", 1]}"
+expect_api_error guided_regex_bad guided_regex "guided_regex: backreferences" "{$msg, \"guided_regex\": \"(a)\\\\1\"}"
+expect_api_error structured_two_kinds structured_outputs "not both 'regex' and 'choice'" "$(so '{"regex": "a", "choice": ["a"]}')"
+expect_api_error structured_grammar structured_outputs "'structured_outputs.grammar' is not supported" "$(so '{"grammar": "root ::= x"}')"
+expect_api_error structured_and_guided guided_regex "give one of 'structured_outputs'" \
+    "{$msg, \"structured_outputs\": {\"regex\": \"a\"}, \"guided_regex\": \"a\"}"
+expect_api_error structured_and_response_format structured_outputs "beside 'response_format'" \
+    "{$msg, \"structured_outputs\": {\"regex\": \"a\"}, \"response_format\": {\"type\": \"json_object\"}}"
+expect_api_error structured_json_bad structured_outputs.json "'format' is not supported" \
+    "$(so '{"json": "{\"type\": \"string\", \"format\": \"date\"}"}')"
 weather='{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}'
 expect_api_error response_format_with_forced_calls response_format "beside a 'tool_choice' that forces calls" \
     "{$msg, \"tools\": [$weather], \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}"
+expect_api_error guided_choice_with_forced_calls guided_choice "beside a 'tool_choice' that forces calls" \
+    "{$msg, \"tools\": [$weather], \"tool_choice\": \"required\", \"guided_choice\": [\"a\"]}"
 status=$(request POST /v1/chat/completions "$(rf '{"type": "text"}')")
 [ "$status" = 200 ] && pass response_format_text_accepted || fail response_format_text_accepted "status $status"
 stop_server
@@ -193,6 +230,24 @@ got=$(check answers "$tmp/body" "$person") && [ "$status" = 200 ] && pass "compl
 request POST /v1/chat/completions "$(body "Describe a person." "$format" plain 1 4)" --max-time 600 > /dev/null
 reason=$(check finish "$tmp/body")
 [ "$reason" = length ] && pass max_tokens_before_the_end_is_length || fail max_tokens_before_the_end_is_length "$reason"
+
+# structured_outputs.regex: n = 2 sampled, every answer fullmatches; streamed the same; guided_choice on /v1/completions.
+# (bounded: at most 31 characters, so every answer ends within max_tokens)
+regex='[A-Z][a-z]{1,12} (is|was) born in (19|20)\d{2}\.'
+regex_body() { # STREAM
+    python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": "When was Marie Curie born? One sentence."}],
+        "structured_outputs": {"regex": sys.argv[1]}, "stream": sys.argv[2] == "stream", "n": 2, "max_tokens": 40,
+        "temperature": 0.8, "seed": 11}))' "$regex" "$1"
+}
+status=$(request POST /v1/chat/completions "$(regex_body plain)" --max-time 600)
+plain=$(check regex "$tmp/body" "$regex") && [ "$status" = 200 ] && pass "structured_outputs_regex_n2 $plain" ||
+    fail structured_outputs_regex_n2 "status $status: $plain"
+request POST /v1/chat/completions "$(regex_body stream)" --max-time 600 > /dev/null
+streamed=$(check stream "$tmp/body")
+[ -n "$plain" ] && [ "$streamed" = "$plain" ] && pass structured_outputs_regex_streamed_same || fail structured_outputs_regex_streamed_same "$streamed vs $plain"
+choices='["Paris", "Lyon", "Marseille, France"]'
+status=$(request POST /v1/completions "{\"prompt\": \"The capital of France is the city of\", \"max_tokens\": 8, \"guided_choice\": $choices}" --max-time 600)
+got=$(check choice "$tmp/body" "$choices") && [ "$status" = 200 ] && pass "completions_guided_choice $got" || fail completions_guided_choice "status $status: $got"
 
 tools='[{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
  {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone.", "parameters": {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 30}}, "required": ["timezone"]}}}]'

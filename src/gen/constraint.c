@@ -1,0 +1,63 @@
+// The constraint interface over the JSON and regular-expression recognisers (constraint.h).
+#include "gen/constraint.h"
+
+#include <stdlib.h>
+
+#include "core/check.h"
+
+struct Constraint {
+    JsonConstraint *json; // one of the two
+    RegexConstraint *regex;
+};
+
+Constraint *constraint_from_json(JsonConstraint *json) {
+    if (!json) return NULL;
+    Constraint *c = xcalloc(1, sizeof *c);
+    c->json = json;
+    return c;
+}
+
+Constraint *constraint_from_regex(RegexConstraint *regex) {
+    if (!regex) return NULL;
+    Constraint *c = xcalloc(1, sizeof *c);
+    c->regex = regex;
+    return c;
+}
+
+void constraint_free(Constraint *c) {
+    if (!c) return;
+    json_constraint_free(c->json);
+    regex_constraint_free(c->regex);
+    free(c);
+}
+
+void constraint_state_init(const Constraint *c, ConstraintState *state) {
+    if (c->regex) state->regex = regex_state_start(c->regex);
+    else json_state_init(c->json, &state->json);
+}
+
+void constraint_state_copy(const Constraint *c, ConstraintState *dst, const ConstraintState *src) {
+    if (c->regex) dst->regex = src->regex;
+    else json_state_copy(&dst->json, &src->json);
+}
+
+bool constraint_state_feed(const Constraint *c, const ConstraintState *state, uint8_t byte, ConstraintState *out) {
+    if (c->regex) return (out->regex = regex_state_feed(c->regex, state->regex, byte)) >= 0;
+    return json_state_feed(c->json, &state->json, byte, &out->json);
+}
+
+bool constraint_state_feed_bytes(const Constraint *c, ConstraintState *state, const char *bytes, size_t length) {
+    if (!c->regex) return json_state_feed_bytes(c->json, &state->json, bytes, length);
+    for (size_t i = 0; i < length && state->regex >= 0; i++) state->regex = regex_state_feed(c->regex, state->regex, (uint8_t)bytes[i]);
+    return state->regex >= 0;
+}
+
+bool constraint_state_accepts(const Constraint *c, const ConstraintState *state) {
+    return c->regex ? regex_state_accepts(c->regex, state->regex) : json_state_accepts(c->json, &state->json);
+}
+
+const RegexConstraint *constraint_regex(const Constraint *c) { return c->regex; }
+
+bool constraint_matches(const Constraint *c, const char *text, size_t length) {
+    return c->regex ? regex_constraint_matches(c->regex, text, length) : json_constraint_matches(c->json, text, length);
+}

@@ -1,0 +1,42 @@
+// A decoding constraint for structured outputs, behind one interface: a JSON / JSON Schema
+// recogniser (gen/json_constraint.h) or a regular expression (gen/regex_constraint.h:
+// vLLM's `regex` and `choice`). The token mask (gen/token_mask.h), generation and the
+// server drive either through these calls: a state per generated sequence, fed byte by
+// byte, alive while the text is a prefix of an accepted one, accepting where it may end.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gen/json_constraint.h"
+#include "gen/regex_constraint.h"
+
+typedef struct Constraint Constraint;
+
+// One sequence's state (copy it with constraint_state_copy: only its used part is copied).
+typedef union {
+    JsonState json;
+    int32_t regex; // -1: dead
+} ConstraintState;
+
+// These take ownership of the compiled recogniser (NULL in, NULL out).
+Constraint *constraint_from_json(JsonConstraint *json);
+Constraint *constraint_from_regex(RegexConstraint *regex);
+void constraint_free(Constraint *constraint);
+
+void constraint_state_init(const Constraint *constraint, ConstraintState *state);
+void constraint_state_copy(const Constraint *constraint, ConstraintState *dst, const ConstraintState *src);
+// Feeds one byte: *out (may be *state) becomes the state after it; false when no accepted
+// text has this prefix.
+bool constraint_state_feed(const Constraint *constraint, const ConstraintState *state, uint8_t byte,
+                           ConstraintState *out);
+// Feeds `length` bytes in place; false as soon as the text cannot be accepted.
+bool constraint_state_feed_bytes(const Constraint *constraint, ConstraintState *state, const char *bytes,
+                                 size_t length);
+// The text fed so far is complete (the end of text may come now).
+bool constraint_state_accepts(const Constraint *constraint, const ConstraintState *state);
+// The regular expression of a regex constraint (NULL for JSON): the token mask steps its
+// DFA inline.
+const RegexConstraint *constraint_regex(const Constraint *constraint);
+// The whole text: accepted or not (for tests and checks).
+bool constraint_matches(const Constraint *constraint, const char *text, size_t length);
