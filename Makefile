@@ -20,7 +20,7 @@ CUDA    ?= 0
 MPI     ?= 0
 else ifeq ($(SANITIZE),1)
 BUILD   ?= build-asan
-OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O2 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else
 BUILD   ?= build
 OPT     := -O3 -march=native -g

@@ -2,25 +2,29 @@
 # Runs every test binary in $BUILD/tests (default build/) and the shell tests in
 # tests/cli/, then prints "N passed, N failed". Exits non-zero if anything failed.
 #
-# MARLHF_TEST_JOBS programs run at once (default 1: one after another). With more than
-# one, each program's OpenMP / OpenBLAS threads are capped at cores / jobs (at least 1)
-# and OpenMP waits passively: several programs that each spin one thread per core on the
-# same cores are many times slower than the same programs one after another. A command a
-# test runs with an explicit --threads keeps its threads. Each program gets a directory of
-# its own under tests/tmp/$BUILD/, so programs running together never share a file, and
-# each one's report is printed whole when it ends (the blocks come in the order they end).
+# MARLHF_TEST_JOBS programs run at once (default 2, or 1 on a one-core machine; 1 runs
+# them one after another). Most programs leave a core idle much of the time (process
+# start-up, model loading, servers waiting for clients, Python checks), so on CI's two
+# cores two at a time finish the suite sooner. With more than one, each program's OpenMP /
+# OpenBLAS threads are capped at cores / jobs (at least 1) and OpenMP waits passively:
+# programs that each spin one thread per core on the same cores run many times slower than
+# one after another (measured: lora.sh 33 -> 351 s). Commands a test runs with an explicit
+# --threads keep their threads, so the multi-threaded paths are still exercised there.
+# Each program gets a directory of its own under tests/tmp/$BUILD/, so programs running
+# together never share a file, and each one's report is printed whole when it ends (the
+# blocks come in the order they end).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export MARLHF_BIN="$BUILD/marlhf"
 tmp_root="tests/tmp/$BUILD"
 rm -rf "$tmp_root" && mkdir -p "$tmp_root/reports"
-jobs=${MARLHF_TEST_JOBS:-1}
+cores=$(nproc 2> /dev/null || echo 1)
+jobs=${MARLHF_TEST_JOBS:-$((cores >= 2 ? 2 : 1))}
 case "$jobs" in
     ''|*[!0-9]*|0) echo "tests/run.sh: MARLHF_TEST_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;;
 esac
 if [ "$jobs" -gt 1 ]; then
-    cores=$(nproc 2> /dev/null || echo 1)
     threads=$((cores / jobs))
     [ "$threads" -lt 1 ] && threads=1
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 
 #include "core/check.h"
+#include "core/sanitizer.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
@@ -178,8 +179,11 @@ static float row_dot(const int8_t *x, const float *x_scales, const int8_t *w, co
     return horizontal_sum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 #else
-static float row_dot(const int8_t *x, const float *x_scales, const int8_t *w, const float *w_scales,
-                     int blocks) {
+// The portable loop (no AVX2: among others, the sanitizer build) is unchecked access by
+// access: matmul_q8_integer checks the whole ranges it reads once per call
+// (core/sanitizer.h). Checked, it made the sanitized SmolLM2 decode tests several times slower.
+SANITIZER_UNCHECKED static float row_dot(const int8_t *x, const float *x_scales, const int8_t *w, const float *w_scales,
+                                         int blocks) {
     float sum = 0.0f;
     for (int b = 0; b < blocks; b++) {
         int dot = 0;
@@ -198,6 +202,16 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     for (int i = 0; i < N; i++)
         q8_quantize_row(inp + (long)i * IC, IC, x_values + (long)i * IC, x_scales + (long)i * blocks);
     const bool q4 = weight->type == QUANT_Q4_0;
+    // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
+    SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
+    SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
+    if (!q4) SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
+    SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
+    // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
+    SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
+    SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
+    if (!q4) SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
+    SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
 #pragma omp parallel
     {
     int8_t *unpacked = q4 ? xmalloc((size_t)IC) : NULL; // a Q4_0 row widened to int8
