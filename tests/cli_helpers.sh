@@ -113,3 +113,13 @@ print(f"{worst:.3g}")
 sys.exit(0 if worst <= tolerance else 1)
 PYEOF
 }
+
+# logprobs_close A B LIMIT: the first rows' log-probs of two logprobs outputs within LIMIT
+logprobs_close() {
+    python3 -c '
+import json, sys
+a, b = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[1:3])
+d = max(abs(x - y) for x, y in zip(a, b))
+assert len(a) == len(b) > 0 and d < float(sys.argv[3]), (d, a, b)
+' "$@"
+}

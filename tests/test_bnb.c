@@ -29,6 +29,7 @@
 #include "model/weights_io.h"
 #include "ops/nf4.h"
 #include "ops/q4.h"
+#include "qlora_step.h"
 #include "test.h"
 
 #define FIXTURES "tests/fixtures/bnb"
@@ -219,21 +220,7 @@ static void test_bnb_bits(void) {
 
 enum { QB = 2, QT = 9 };
 
-static void qlora_step(Model *model, float *logp, float *grads) {
-    const int V = model->config.vocab_size;
-    int tokens[QB * QT], targets[QB * QT], row_len[QB] = {QT, QT - 3};
-    for (int i = 0; i < QB * QT; i++) tokens[i] = (7 * i + 3) % V;
-    for (int b = 0; b < QB; b++)
-        for (int t = 0; t < QT; t++) targets[b * QT + t] = t + 1 < row_len[b] ? tokens[b * QT + t + 1] : -1;
-    ModelBatch batch = {.B = QB, .T = QT, .tokens = tokens, .row_len = row_len};
-    model_forward(model, &batch);
-    model_logprobs(model, targets, logp, NULL, NULL);
-    float dlogp[QB * QT];
-    for (int i = 0; i < QB * QT; i++) dlogp[i] = targets[i] >= 0 ? -1.0f / (QB * QT) : 0.0f;
-    model_zero_grad(model);
-    model_backward(model, dlogp, NULL, NULL);
-    memcpy(grads, model->grads, (size_t)model_trainable_floats(model) * sizeof(float));
-}
+static const int qlora_row_len[QB] = {QT, QT - 3};
 
 static void test_bnb_qlora(void) {
     Model quantized, dequantized;
@@ -260,7 +247,7 @@ static void test_bnb_qlora(void) {
     double scale = 0;
     for (int m = 0; m < 2; m++) {
         grads[m] = xmalloc((size_t)G * sizeof(float));
-        qlora_step(models[m], logp[m], grads[m]);
+        qlora_step(models[m], QB, QT, qlora_row_len, logp[m], grads[m]);
     }
     for (long i = 0; i < G; i++) scale = fmax(scale, fabs(grads[1][i]));
     const double logp_error = test_max_abs_diff(logp[0], logp[1], QB * QT), grad_error = test_max_abs_diff(grads[0], grads[1], G);

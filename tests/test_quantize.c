@@ -54,6 +54,7 @@
 #include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
+#include "qlora_step.h"
 #include "test.h"
 
 // Uniform in [0, 1) from a seed and a running counter.
@@ -556,23 +557,8 @@ static void fill_lora_b(Model *model, uint64_t seed) {
 
 enum { QB = 2, QT = 21 }; // 42 token rows: fewer than Q8_SGEMM_MIN_ROWS (the integer kernel's range)
 
-// Log-probs of a fixed ragged batch and the adapter gradients of their weighted sum.
-static void qlora_step(Model *model, float *logp, float *grads) {
-    const int V = model->config.vocab_size;
-    int tokens[QB * QT], targets[QB * QT], row_len[QB] = {QT, QT - 6};
-    for (int i = 0; i < QB * QT; i++) tokens[i] = (7 * i + 3) % V;
-    for (int b = 0; b < QB; b++)
-        for (int t = 0; t < QT; t++) targets[b * QT + t] = t + 1 < row_len[b] ? tokens[b * QT + t + 1] : -1;
-    ModelBatch batch = {.B = QB, .T = QT, .tokens = tokens, .row_len = row_len};
-    model_forward(model, &batch);
-    model_logprobs(model, targets, logp, NULL, NULL);
-    float dlogp[QB * QT];
-    for (int i = 0; i < QB * QT; i++) dlogp[i] = targets[i] >= 0 ? -1.0f / (QB * QT) : 0.0f;
-    if (!grads) return;
-    model_zero_grad(model);
-    model_backward(model, dlogp, NULL, NULL);
-    memcpy(grads, model->grads, (size_t)model_trainable_floats(model) * sizeof(float));
-}
+// The lengths of the rows of qlora_step's fixed ragged batch (tests/qlora_step.h).
+static const int qlora_row_len[QB] = {QT, QT - 6};
 
 static void test_qlora_matches_dequantized_float(void) {
     const char *path = "tests/fixtures/models/llama";
@@ -601,13 +587,13 @@ static void test_qlora_matches_dequantized_float(void) {
         float *grads[3];
         for (int m = 0; m < 3; m++) {
             grads[m] = xmalloc((size_t)G * sizeof(float));
-            qlora_step(models[m], logp[m], grads[m]);
+            qlora_step(models[m], QB, QT, qlora_row_len, logp[m], grads[m]);
         }
         // Gradient checkpointing recomputes each quantized layer to the same bits.
         float recomputed_logp[QB * QT];
         float *recomputed = xmalloc((size_t)G * sizeof(float));
         quantized.recompute = true;
-        qlora_step(&quantized, recomputed_logp, recomputed);
+        qlora_step(&quantized, QB, QT, qlora_row_len, recomputed_logp, recomputed);
         EXPECT(!quantized.acts.keep_all_layers, "%s: the layers' activations were kept, not recomputed", types[k]);
         quantized.recompute = false;
         EXPECT(memcmp(recomputed, grads[0], (size_t)G * sizeof(float)) == 0,
@@ -648,7 +634,7 @@ static void test_qlora_matches_dequantized_float(void) {
         Model merged;
         load(&merged, dir);
         float merged_logp[QB * QT];
-        qlora_step(&merged, merged_logp, NULL);
+        qlora_step(&merged, QB, QT, qlora_row_len, merged_logp, NULL);
         const double merged_error = test_max_abs_diff(merged_logp, logp[0], QB * QT);
         EXPECT(merged_error <= 2e-5, "%s: the merged model's log-probs %.3g from the adapted model's", types[k],
                merged_error);

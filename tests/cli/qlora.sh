@@ -19,15 +19,6 @@ model=tests/fixtures/models/tiny_chat
 data=tests/fixtures/train
 failures=0
 . tests/cli_helpers.sh
-# logprobs_close A B LIMIT: the first rows' log-probs of two logprobs outputs within LIMIT
-logprobs_close() {
-    python3 -c '
-import json, sys
-a, b = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[1:3])
-d = max(abs(x - y) for x, y in zip(a, b))
-assert len(a) == len(b) > 0 and d < float(sys.argv[3]), (d, a, b)
-' "$@"
-}
 
 sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
      --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --num-train-epochs 4 --threads 2 --quiet)
