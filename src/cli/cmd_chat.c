@@ -7,15 +7,20 @@
 // after the previous reply (the new message and the template's markers) instead of the
 // whole conversation again; --prompt-cache 0 recomputes it. A session replays to the same
 // bits from the same input and seed either way; the two differ by float rounding.
+//
+// --json, --json-schema, --regex and --choice constrain every reply as they constrain
+// `generate`'s answers (cli/constraint_options.h, docs/serving.md).
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/constraint_options.h"
 #include "cli/options.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
 #include "gen/continuous.h"
+#include "gen/token_mask.h"
 
 typedef struct {
     TokenizerStream *stream;
@@ -49,8 +54,8 @@ int cmd_chat(int argc, char **argv) {
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0, prompt_cache = 1;
     double temperature = 0.8, top_p = 1.0;
-    char *lora_adapter = NULL;
-    bool no_thinking = false;
+    char *lora_adapter = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL;
+    bool no_thinking = false, json_object = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"system", NULL, OPT_STRING, &system, "system message", false, false},
@@ -69,6 +74,10 @@ int cmd_chat(int argc, char **argv) {
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "1: a turn computes only what follows the previous reply; 0: the whole conversation again", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        {"json", NULL, OPT_BOOL, &json_object, CONSTRAINT_HELP_JSON, false, false},
+        {"json-schema", "json_schema", OPT_STRING, &json_schema, CONSTRAINT_HELP_JSON_SCHEMA, false, false},
+        {"regex", NULL, OPT_STRING, &regex, CONSTRAINT_HELP_REGEX, false, false},
+        {"choice", NULL, OPT_STRING, &choice, CONSTRAINT_HELP_CHOICE, false, false},
     };
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
@@ -79,6 +88,8 @@ int cmd_chat(int argc, char **argv) {
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
+    // Every reply of the conversation is constrained alike (generate's options).
+    Constraint *constraint = cli_constraint_from_options(json_object, json_schema, regex, choice);
     cli_set_threads(threads);
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, true) != 0) die_from_err();
@@ -91,7 +102,9 @@ int cmd_chat(int argc, char **argv) {
                                        .num_stop_tokens = tm.num_stop_tokens,
                                        .on_token = print_token,
                                        .on_finish = reply_finished,
-                                       .prompt_cache_rows = (int)prompt_cache};
+                                       .prompt_cache_rows = (int)prompt_cache,
+                                       .token_trie = constraint ? token_trie_new(tm.tokenizer, tm.model.config.vocab_size)
+                                                                : NULL};
     ContinuousBatch *batch = continuous_batch_new(&tm.model, 1, &batch_options);
     ChatMessage *history = NULL;
     char **owned = NULL;
@@ -139,6 +152,7 @@ int cmd_chat(int argc, char **argv) {
             .row_id = (uint64_t)turn++,
             .max_new_tokens = (int)max_new_tokens,
             .owner = &chat_turn,
+            .constraint = constraint,
         };
         SequenceRequest request = {ids, length, &sequence, 1, 0};
         continuous_batch_add(batch, &request, 1);
@@ -160,6 +174,8 @@ int cmd_chat(int argc, char **argv) {
     for (int i = 0; i < count; i++) free(owned[i]);
     free(owned), free(history), free(line);
     continuous_batch_free(batch);
+    token_trie_free((TokenTrie *)batch_options.token_trie);
+    constraint_free(constraint);
     text_model_free(&tm);
     return 0;
 }

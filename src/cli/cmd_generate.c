@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/constraint_options.h"
 #include "cli/options.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
@@ -141,45 +142,6 @@ static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const G
     free(response);
 }
 
-// --choice: "A,B,..." or a JSON list of strings ("[...]").
-static Constraint *choice_constraint(const char *text) {
-    const char **texts = NULL;
-    size_t *lengths = NULL;
-    int count = 0;
-    json_t *list = NULL;
-    char *copy = NULL;
-    if (text[0] == '[') {
-        json_error_t error;
-        list = json_loads(text, 0, &error);
-        if (!json_is_array(list) || json_array_size(list) == 0)
-            die_user("--choice: a list given as JSON must be a non-empty list of strings%s%s", list ? "" : ": ",
-                     list ? "" : error.text);
-        count = (int)json_array_size(list);
-        texts = xmalloc((size_t)count * sizeof(char *)), lengths = xmalloc((size_t)count * sizeof(size_t));
-        for (int i = 0; i < count; i++) {
-            json_t *item = json_array_get(list, (size_t)i);
-            if (!json_is_string(item)) die_user("--choice: item %d of the JSON list is not a string", i);
-            texts[i] = json_string_value(item), lengths[i] = json_string_length(item);
-        }
-    } else {
-        copy = xstrdup(text);
-        for (char *p = copy;; p++) {
-            texts = xrealloc(texts, (size_t)(count + 1) * sizeof(char *));
-            lengths = xrealloc(lengths, (size_t)(count + 1) * sizeof(size_t));
-            char *comma = strchr(p, ',');
-            texts[count] = p, lengths[count] = comma ? (size_t)(comma - p) : strlen(p);
-            count++;
-            if (!comma) break;
-            p = comma;
-        }
-    }
-    RegexConstraint *regex = NULL;
-    if (regex_constraint_choice(&regex, texts, lengths, count, "--choice") != 0) die_from_err();
-    free(texts), free(lengths), free(copy);
-    json_decref(list);
-    return constraint_from_regex(regex);
-}
-
 static char *pending_output_tmp;
 static void remove_pending_output(void) {
     if (pending_output_tmp) unlink(pending_output_tmp);
@@ -207,14 +169,10 @@ int cmd_generate(int argc, char **argv) {
         {"greedy", NULL, OPT_BOOL, &greedy, "greedy decoding (same as --temperature 0)", false, false},
         {"seed", NULL, OPT_INT, &seed, "random seed (a row's output depends only on it, its prompt and its index)", false, false},
         {"stop", NULL, OPT_STRING, &stop_string, "stop a row when its text contains this string", false, false},
-        {"json", NULL, OPT_BOOL, &json_object, "constrain every answer to a JSON object (structured outputs: docs/serving.md)", false, false},
-        {"json-schema", "json_schema", OPT_STRING, &json_schema,
-         "a JSON Schema file: constrain every answer to a value matching it (the subset of docs/serving.md)", false, false},
-        {"regex", NULL, OPT_STRING, &regex,
-         "a regular expression: constrain every whole answer to match it (the dialect of docs/serving.md)", false, false},
-        {"choice", NULL, OPT_STRING, &choice,
-         "A,B,...: every answer is exactly one of these strings (commas separate them; give a JSON list of strings, "
-         "'[\"a, b\", \"c\"]', for choices with commas)", false, false},
+        {"json", NULL, OPT_BOOL, &json_object, CONSTRAINT_HELP_JSON, false, false},
+        {"json-schema", "json_schema", OPT_STRING, &json_schema, CONSTRAINT_HELP_JSON_SCHEMA, false, false},
+        {"regex", NULL, OPT_STRING, &regex, CONSTRAINT_HELP_REGEX, false, false},
+        {"choice", NULL, OPT_STRING, &choice, CONSTRAINT_HELP_CHOICE, false, false},
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
@@ -249,26 +207,7 @@ int cmd_generate(int argc, char **argv) {
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
-    if ((json_object != 0) + (json_schema != NULL) + (regex != NULL) + (choice != NULL) > 1)
-        die_user("give one of --json, --json-schema, --regex and --choice");
-    Constraint *constraint = json_object ? constraint_from_json(json_constraint_object()) : NULL;
-    if (regex) {
-        RegexConstraint *compiled = NULL;
-        if (regex_constraint_compile(&compiled, regex, strlen(regex), NULL, "--regex") != 0) die_from_err();
-        constraint = constraint_from_regex(compiled);
-    }
-    if (choice) constraint = choice_constraint(choice);
-    if (json_schema) {
-        json_error_t error;
-        json_t *schema = json_load_file(json_schema, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
-        if (!schema) die_user("--json-schema %s: not JSON: %s (line %d, column %d)", json_schema, error.text, error.line, error.column);
-        char what[600];
-        snprintf(what, sizeof what, "--json-schema %.500s", json_schema);
-        JsonConstraint *compiled = NULL;
-        if (json_constraint_schema(&compiled, schema, what) != 0) die_from_err();
-        constraint = constraint_from_json(compiled);
-        json_decref(schema);
-    }
+    Constraint *constraint = cli_constraint_from_options(json_object != 0, json_schema, regex, choice);
     cli_set_threads(threads);
 
     TextModel tm;

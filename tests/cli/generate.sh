@@ -54,6 +54,17 @@ recomputed=$(printf "$turns" | "$bin" chat --model "$model" --temperature 0 --ma
 [ -n "$cached" ] && [ "$cached" = "$recomputed" ] && [ "$(echo "$cached" | grep -c '^> ')" -ge 3 ] && pass chat_prompt_cache ||
     fail chat_prompt_cache "$cached vs $recomputed"
 expect_error chat_bad_prompt_cache "--prompt-cache" "$bin" chat --model "$model" --prompt-cache 2 < /dev/null
+# chat's structured outputs (generate's options): every reply of the conversation is one of
+# the choices, or matches the pattern whole.
+chat=$(printf 'Pick a colour.\nAnd another one?\n' | "$bin" chat --model "$model" --temperature 0 --max-new-tokens 16 \
+    --choice "red,green,blue" 2>/dev/null)
+replies=$(echo "$chat" | sed -n 's/^> \(..*\)$/\1/p')
+[ "$(echo "$replies" | wc -l)" -eq 2 ] && ! echo "$replies" | grep -qvxE 'red|green|blue' && pass chat_choice ||
+    fail chat_choice "$chat"
+chat=$(printf 'When was Marie Curie born? Give the year.\n' | "$bin" chat --model "$model" --temperature 0 \
+    --max-new-tokens 16 --regex '1[0-9]{3}' 2>/dev/null)
+echo "$chat" | grep -qxE '> 1[0-9]{3}' && pass chat_regex || fail chat_regex "$chat"
+expect_error chat_two_constraints "give one of" "$bin" chat --model "$model" --json --regex a < /dev/null
 
 # Bad input: exit 2, one line naming the problem.
 printf '{"prompt": "ok"}\n{"prompt": 5}\n' > "$tmp/bad.jsonl"
