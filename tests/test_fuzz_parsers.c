@@ -221,6 +221,15 @@ static void test_fuzz_datasets(void) {
     fuzz("ranked_jsonl", "tests/fixtures/train/ranked_eval.jsonl", "x.jsonl", NULL, false, true, read_dataset, 1500, 9);
 }
 
+// The structured-output constraints a user hands `generate` / `chat` / `serve`: a JSON
+// Schema (text mutations: names, numbers, keywords) and a regular expression (byte
+// mutations: any byte in any place of the pattern).
+static void test_fuzz_constraints(void) {
+    fuzz("json_schema", "tests/fixtures/constraints/person.schema.json", "x.schema.json", NULL, false, true,
+         read_json_schema, 1000, 14);
+    fuzz("regex", "tests/fixtures/constraints/date.regex", "x.regex", NULL, false, false, read_regex, 2000, 15);
+}
+
 int main(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP");
     snprintf(scratch_dir, sizeof scratch_dir, "%s/fuzz_parsers", tmp && *tmp ? tmp : "/tmp");
@@ -230,5 +239,6 @@ int main(void) {
     RUN(test_fuzz_config_and_chat_template);
     RUN(test_fuzz_datasets);
     RUN(test_fuzz_bnb);
+    RUN(test_fuzz_constraints);
     TEST_EXIT();
 }

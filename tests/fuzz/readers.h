@@ -11,6 +11,8 @@
 #include "chat/chat_template.h"
 #include "core/check.h"
 #include "data/dataset.h"
+#include "gen/constraint.h"
+#include "io/fs.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
 #include "io/safetensors.h"
@@ -105,5 +107,37 @@ static inline int read_dataset(const char *path) {
     Dataset d;
     if (dataset_load(&d, path, DATA_FORMAT_AUTO, 0) != 0) return -1;
     dataset_free(&d);
+    return 0;
+}
+
+// A JSON Schema file (`generate --json-schema FILE`): compiled to the constraint of
+// gen/json_constraint.h, then run over a short text.
+static inline int read_json_schema(const char *path) {
+    json_error_t error;
+    json_t *schema = json_load_file(path, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);
+    if (!schema) return err_set("%s: not JSON: %s", path, error.text);
+    JsonConstraint *compiled = NULL;
+    const int rc = json_constraint_schema(&compiled, schema, path);
+    json_decref(schema);
+    if (rc != 0) return -1;
+    Constraint *constraint = constraint_from_json(compiled);
+    (void)constraint_matches(constraint, "{\"name\": \"Ada\"}", 15);
+    constraint_free(constraint);
+    return 0;
+}
+
+// A regular expression (`generate --regex`, a file holding the pattern's bytes): compiled
+// by gen/regex_constraint.h, then run over a short text.
+static inline int read_regex(const char *path) {
+    char *pattern;
+    size_t length;
+    if (fs_read_file(path, 1 << 16, &pattern, &length) != 0) return -1;
+    RegexConstraint *compiled = NULL;
+    const int rc = regex_constraint_compile(&compiled, pattern, length, NULL, path);
+    free(pattern);
+    if (rc != 0) return -1;
+    Constraint *constraint = constraint_from_regex(compiled);
+    (void)constraint_matches(constraint, "2024-05-17 Paris, ok", 20);
+    constraint_free(constraint);
     return 0;
 }

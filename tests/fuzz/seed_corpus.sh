@@ -18,4 +18,6 @@ seed config_json tests/fixtures/models/*/config.json
 seed chat_template tests/fixtures/models/tiny_chat/tokenizer_config.json \
     tests/fixtures/tokenizers/bytelevel_small/tokenizer_config.json
 seed jsonl tests/fixtures/train/pairs_eval.jsonl tests/fixtures/train/ranked_eval.jsonl tests/fixtures/train/sft_eval.jsonl
+seed json_schema tests/fixtures/constraints/person.schema.json
+seed regex tests/fixtures/constraints/date.regex
 echo "corpora in $out: $(ls "$out" | tr '\n' ' ')"
