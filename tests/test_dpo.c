@@ -282,7 +282,10 @@ static void test_trl_batch_losses_match_trl(void) {
                 snprintf(what, sizeof what, "case %zu (%s) d %s %d", index, type, side ? "rejected" : "chosen", i);
                 EXPECT_CLOSE(got, json_number_at(json_object_get(c, side ? "d_rejected" : "d_chosen"), i), 1e-12,
                              1e-9, what);
-                // Central differences of the batch loss in this sum (no pair is near a tie or a kink).
+                // Central differences of the batch loss in this sum, except in the cases built with
+                // tied log-ratios: there the sort's order picks one side of a kink, which TRL's
+                // gradient (checked above) fixes and a central difference averages away.
+                if (json_is_true(json_object_get(c, "ties"))) continue;
                 double *x = side ? pr : pc, d_unused[2][8];
                 const double saved = x[i], step = 1e-5;
                 x[i] = saved + step;
@@ -296,7 +299,7 @@ static void test_trl_batch_losses_match_trl(void) {
             }
         }
     }
-    EXPECT(sorted_cases == 6 && alpha_cases == 5, "trl_losses.json: %d AOT cases, %d AlphaPO cases", sorted_cases,
+    EXPECT(sorted_cases == 8 && alpha_cases == 5, "trl_losses.json: %d AOT cases, %d AlphaPO cases", sorted_cases,
            alpha_cases);
     json_decref(cases);
 }

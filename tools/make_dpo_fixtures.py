@@ -302,6 +302,15 @@ def write_trl_losses(out_dir):
         chosen = [round(-k * t, 6) for k, t in zip(draws(4, 0.3, 3.0), chosen_tokens)]
         rejected = [round(-k * t, 6) for k, t in zip(draws(4, 0.3, 3.0), rejected_tokens)]
         cases.append(cpo_trainer_case(loss_type, beta, eps, gamma, alpha, chosen, rejected, chosen_tokens, rejected_tokens))
+    # Ties: pairs 0 and 2 have the same chosen and the same rejected log-ratio (pair 3 ties with
+    # neither), so where torch.sort puts equal values decides which pair gets which sorted
+    # place's gradient (marlhf keeps tied values in their micro-batch order).
+    for loss_types in (["aot"], ["aot_unpaired"]):
+        chosen, rejected = [-20.0, -31.5, -18.0, -25.0], [-30.0, -22.25, -28.0, -26.0]
+        ref_chosen, ref_rejected = [-22.0, -30.0, -20.0, -24.0], [-27.0, -24.0, -25.0, -23.5]
+        case = dpo_trainer_case(loss_types, [1.0], 0.3, 0.0, chosen, rejected, ref_chosen, ref_rejected)
+        case["ties"] = True  # the sorted loss has a kink here: no central differences
+        cases.append(case)
     with open(os.path.join(out_dir, "trl_losses.json"), "w") as out:
         out.write("[\n" + ",\n".join(json.dumps(c) for c in cases) + "\n]\n")  # a case per line
     for c in cases:
