@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "io/fs.h"
+#include "io/safetensors.h"
 #include "model/weights_io.h"
 #include "test.h"
 #include "train/loop.h"
@@ -642,6 +643,39 @@ static bool same_bytes(const char *a, const char *b) {
     return same;
 }
 
+// The largest difference between two safetensors files' tensors, relative to each tensor's
+// largest magnitude; infinite when either file is missing or their names or shapes differ.
+static double worst_tensor_difference(const char *a_path, const char *b_path) {
+    SafetensorsSet *a = NULL, *b = NULL;
+    double worst = INFINITY;
+    if (safetensors_open(a_path, &a) == 0 && safetensors_open(b_path, &b) == 0 &&
+        safetensors_tensor_count(a) == safetensors_tensor_count(b)) {
+        worst = 0;
+        for (int i = 0; i < safetensors_tensor_count(a) && worst < INFINITY; i++) {
+            const SafetensorsTensor *ta = safetensors_tensor_at(a, i), *tb = safetensors_find(b, ta->name);
+            const long long n = tb && tb->ndim == ta->ndim ? ta->count : -1;
+            if (n < 0 || n != tb->count) {
+                worst = INFINITY;
+                break;
+            }
+            float *va = xmalloc((size_t)n * sizeof(float)), *vb = xmalloc((size_t)n * sizeof(float));
+            double largest = 0, difference = 0;
+            if (safetensors_read_f32(ta, va, n) == 0 && safetensors_read_f32(tb, vb, n) == 0) {
+                for (long long j = 0; j < n; j++) {
+                    largest = fmax(largest, fabs(vb[j]));
+                    difference = fmax(difference, fabs((double)va[j] - vb[j]));
+                }
+                if (difference > 0) worst = fmax(worst, difference / fmax(largest, 1e-30));
+            } else {
+                worst = INFINITY;
+            }
+            free(va), free(vb);
+        }
+    }
+    safetensors_close(a), safetensors_close(b);
+    return worst;
+}
+
 // The command's adapter settings through the API: per-module ranks and alphas (the
 // command's pattern syntax, regex keys and a JSON object), rsLoRA, DoRA and LoRA dropout on
 // the float32 base, and the patterns with dropout over an NF4 base (QLoRA). `marlhf dpo` on
@@ -652,8 +686,13 @@ static bool same_bytes(const char *a, const char *b) {
 // (sigmoid), whose reference the command computes once before training and the API at each
 // step with the adapters off. The same for KTO steps (`marlhf kto` on the 8 examples of 4
 // pairs) with APO-zero, whose examples have no KL baseline: KTO's baseline pairs each
-// example with the next one in the data's order, which the shuffle does not keep. The saved folders agree bit for bit: merged weights, adapter
-// weights (A, B and DoRA's magnitudes) and adapter_config.json.
+// example with the next one in the data's order, which the shuffle does not keep. The saved
+// adapter_config.json files are the same bytes; the merged weights and the adapter weights
+// (A, B and DoRA's magnitudes) agree to rounding, within 1e-4 of each tensor's largest
+// value. Not bit for bit: the reference's rows are batched otherwise by the command (once,
+// before training) than by the API (each step), and OpenBLAS's Haswell/Zen kernels give a
+// row other last bits in another batch (measured 3.3e-5 here after Adam's two steps; on
+// its SkylakeX kernels the files were the same bytes). A wrong setting moves them by far more.
 static void test_adapter_settings_match_command(void) {
     const char *ranks = "q_proj=8,layers\\.1\\.mlp\\.(up|down)_proj=2", *alphas = "{\"v_proj\": 16}";
     const struct {
@@ -707,8 +746,16 @@ static void test_adapter_settings_match_command(void) {
             char api_file[800], command_file[800];
             snprintf(api_file, sizeof api_file, "%s/%s", saved, files[f]);
             snprintf(command_file, sizeof command_file, "%s/final/%s", run, files[f]);
-            EXPECT(same_bytes(api_file, command_file), "setting %zu: %s differs from the command's %s", s, api_file,
-                   command_file);
+            if (f == 2) {
+                EXPECT(same_bytes(api_file, command_file), "setting %zu: %s differs from the command's %s", s,
+                       api_file, command_file);
+                continue;
+            }
+            const double worst = worst_tensor_difference(api_file, command_file);
+            EXPECT(worst <= 1e-4, "setting %zu: %s differs from the command's %s by %.3g of a tensor's largest value",
+                   s, api_file, command_file, worst);
+            fprintf(stderr, "  setting %zu: %s against the command's: worst relative difference %.3g\n", s, files[f],
+                    worst);
         }
         // The fields PEFT reads (and marlhf's quantized base).
         char config_path[800];

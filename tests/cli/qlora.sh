@@ -167,17 +167,20 @@ for part, q in (("actor", "q8_0"), ("critic", "q4_0"), ("actor_ema", "q8_0")):
 PY
 # The first iteration: the reference is the actor's quantized base with the adapters off, so
 # the KL is exactly 0; the old log-probs (the experience pass over the rollout) equal the
-# first PPO epoch's recomputed ones: ratio exactly 1, approx KL exactly 0.
-python3 - "$tmp/ppo_q/metrics.jsonl" << 'PY' && pass ppo_qlora_first_iteration_on_policy ||
+# first PPO epoch's recomputed ones to rounding: ratio 1 within 1e-6, approx KL within 1e-10.
+# (Not exactly: the epoch's micro-batches hold other rows, padded to other lengths, than the
+# experience pass's, and OpenBLAS's Haswell/Zen sgemm kernels give a row other last bits
+# then: measured ratio 1 - 1.2e-8. Generating with the integer decode kernels instead of
+# the dequantized weights moves it by ~1e-3.)
+on_policy=$(python3 - "$tmp/ppo_q/metrics.jsonl" << 'PY'
 import json, sys
 first = [json.loads(l) for l in open(sys.argv[1]) if '"train/score"' in l][0]
 ok = first["train/old_logprobs_from_training"] == 0 and first["train/kl"] == 0.0
-ok &= first["train/ratio"] == 1.0 and first["train/approx_kl"] == 0.0
-print(f"  first iteration: kl {first['train/kl']}, ratio {first['train/ratio']}, approx kl {first['train/approx_kl']}",
-      file=sys.stderr)
+ok &= abs(first["train/ratio"] - 1.0) <= 1e-6 and abs(first["train/approx_kl"]) <= 1e-10
+print(f"first iteration: kl {first['train/kl']}, ratio {first['train/ratio']}, approx kl {first['train/approx_kl']}")
 sys.exit(0 if ok else 1)
 PY
-    fail ppo_qlora_first_iteration_on_policy "$(tail -n 3 "$tmp/ppo_q.err")"
+) && pass "ppo_qlora_first_iteration_on_policy ($on_policy)" || fail ppo_qlora_first_iteration_on_policy "$on_policy"
 # Reproducible bit for bit from the seed.
 "$bin" ppo "${qppo[@]}" --enable-ema --output "$tmp/ppo_q_again" 2> /dev/null
 cmp -s "$tmp/ppo_q/final/actor/adapter/adapter_model.safetensors" "$tmp/ppo_q_again/final/actor/adapter/adapter_model.safetensors" &&
