@@ -68,6 +68,10 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight);
 // Moves a matrix whose arrays are host memory from ops_cpu.alloc into `ops`' memory (nothing
 // on the CPU): for model/bnb_checkpoint.h, which reads a file's blocks on the host.
 void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
+// A float32 [rows, cols] matrix in host memory quantized to `type` (NF4: double_quant says
+// whether its scales are double-quantized) into `matrix`, its arrays in `ops`' memory.
+void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
+                     long rows, long cols);
 // Whether a backend other than the CPU has kernels for `type` (ops/cuda/dequantize.cuh:
 // Q8_0, Q4_0, NF4); quantized_begin refuses the others there.
 bool quant_type_off_cpu(QuantType type);

@@ -23,10 +23,7 @@
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
-#include "ops/nf4.h"
 #include "ops/ops.h"
-#include "ops/q4.h"
-#include "ops/q8.h"
 
 #define TOL_FP32 1e-5
 #define TOL_BF16 1e-2
@@ -886,33 +883,18 @@ static void test_q8_cache_refused_on_gpu(void) {
 // ---------------------------------------------------------------------------------------
 // Quantized weights (ops/cuda/matmul_quantized.cu, dequantize.cuh)
 
-// A random [rows, cols] weight quantized to `type` by the CPU code (model/quantize.c's
-// quantizers), in host memory (ops_cpu's): "q8_0", "q4_0", "nf4" (double-quantized scales) or
-// "nf4-single". Twice the same call gives the same blocks.
-static Q8Matrix host_quantized(const char *type, const float *weights, int rows, int cols) {
+// A random [rows, cols] weight quantized to `type` ("q8_0", "q4_0", "nf4": double-quantized
+// scales, "nf4-single") in `ops`' memory by model/quantize.c; the same call on the other
+// backend gives the same blocks.
+static Q8Matrix quantized_on(const OpsBackend *ops, const char *type, const float *weights, int rows, int cols) {
+    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4 : !strcmp(type, "q4_0") ? QUANT_Q4_0 : QUANT_Q8_0;
     Q8Matrix m = {0};
-    if (!strncmp(type, "nf4", 3)) {
-        nf4_quantize_matrix(&m, weights, rows, cols, !strcmp(type, "nf4"), ops_cpu.alloc);
-        return m;
-    }
-    const bool q4 = !strcmp(type, "q4_0");
-    m.rows = rows, m.cols = cols, m.type = q4 ? QUANT_Q4_0 : QUANT_Q8_0;
-    m.values = ops_cpu.alloc((size_t)rows * cols / (q4 ? 2 : 1));
-    m.scales = ops_cpu.alloc((size_t)rows * cols / Q8_BLOCK * sizeof(float));
-    for (long r = 0; r < rows; r++) {
-        float *scales = m.scales + r * (cols / Q8_BLOCK);
-        if (q4) q4_quantize_row(weights + r * cols, cols, m.nibbles + r * cols / 2, scales);
-        else q8_quantize_row(weights + r * cols, cols, m.values + r * cols, scales);
-    }
+    quantize_matrix(ops, &m, quant_type, !strcmp(type, "nf4"), weights, rows, cols);
     return m;
 }
 
-static void free_host_quantized(Q8Matrix *m) {
-    ops_cpu.free(m->values), ops_cpu.free(m->scales), ops_cpu.free(m->scale_codes), ops_cpu.free(m->scale_absmax);
-}
-
-static void free_gpu_quantized(Q8Matrix *m) {
-    gpu->free(m->values), gpu->free(m->scales), gpu->free(m->scale_codes), gpu->free(m->scale_absmax);
+static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
+    ops->free(m->values), ops->free(m->scales), ops->free(m->scale_codes), ops->free(m->scale_absmax);
 }
 
 // The three quantized linear ops and the quantized token table, each type, against the CPU's
@@ -927,8 +909,7 @@ static void test_quantized_ops(void) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
             float *w = random_host((long)OC * IC, 0.2f), *x = random_host((long)N * IC, 1), *bias = random_host(OC, 1);
-            Q8Matrix on_cpu = host_quantized(types[k], w, OC, IC), on_gpu = host_quantized(types[k], w, OC, IC);
-            quantized_to_backend(gpu, &on_gpu);
+            Q8Matrix on_cpu = quantized_on(cpu, types[k], w, OC, IC), on_gpu = quantized_on(gpu, types[k], w, OC, IC);
             float *d_x = gpu_floats(x, (long)N * IC), *d_bias = gpu_floats(bias, OC);
             float *out = xmalloc((size_t)N * OC * sizeof(float));
             cpu->matmul_forward_dequantized(out, x, &on_cpu, bias, N, IC, OC);
@@ -949,7 +930,7 @@ static void test_quantized_ops(void) {
             snprintf(what, sizeof what, "%s backward_input %dx%dx%d", types[k], N, IC, OC);
             expect_match(what, d_dinp, dinp, (long)N * IC, TOL_BF16);
             gpu->free(d_x), gpu->free(d_bias), gpu->free(d_dout);
-            free_host_quantized(&on_cpu), free_gpu_quantized(&on_gpu);
+            free_quantized(cpu, &on_cpu), free_quantized(gpu, &on_gpu);
             free(w), free(x), free(bias), free(out), free(dout), free(dinp);
         }
     // The token table: the GPU's floats are the CPU's, bit for bit (dequantize.cuh rounds each
@@ -959,8 +940,7 @@ static void test_quantized_ops(void) {
         int tokens[77], positions[77];
         for (int i = 0; i < N; i++) tokens[i] = (i * 13) % V, positions[i] = i % P;
         float *table = random_host((long)V * C, 0.5f), *pos = random_host((long)P * C, 0.3f);
-        Q8Matrix on_cpu = host_quantized(types[k], table, V, C), on_gpu = host_quantized(types[k], table, V, C);
-        quantized_to_backend(gpu, &on_gpu);
+        Q8Matrix on_cpu = quantized_on(cpu, types[k], table, V, C), on_gpu = quantized_on(gpu, types[k], table, V, C);
         float *out = xmalloc((size_t)N * C * sizeof(float)), *d_out = gpu->alloc((size_t)N * C * sizeof(float));
         int *d_tokens = gpu_ints(tokens, N), *d_positions = gpu_ints(positions, N);
         float *d_pos = gpu_floats(pos, (long)P * C);
@@ -970,7 +950,7 @@ static void test_quantized_ops(void) {
         snprintf(what, sizeof what, "%s embedding_forward_q8", types[k]);
         expect_match(what, d_out, out, (long)N * C, 0.0);
         gpu->free(d_tokens), gpu->free(d_positions), gpu->free(d_pos);
-        free_host_quantized(&on_cpu), free_gpu_quantized(&on_gpu);
+        free_quantized(cpu, &on_cpu), free_quantized(gpu, &on_gpu);
         free(table), free(pos), free(out);
     }
 }
