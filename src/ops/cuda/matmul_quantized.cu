@@ -56,19 +56,25 @@ static const __nv_bfloat16 *dequantized_tile(const dequantize::Weights &w, int f
     return tile;
 }
 
+// Calls product(tile, o0, rows) for each tile of the weight's rows [o0, o0 + rows), in order.
+template <typename Product> static void for_each_tile(const Q8Matrix *weight, int IC, int OC, Product product) {
+    const dequantize::Weights w = weights_of(weight);
+    const int step = tile_rows(IC, OC);
+    for (int o0 = 0; o0 < OC; o0 += step) {
+        const int rows = OC - o0 < step ? OC - o0 : step;
+        product(dequantized_tile(w, o0, rows), o0, rows);
+    }
+}
+
 void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
                                      int IC, int OC) {
     check_shape(weight, IC, OC);
     if (N == 0) return;
-    const dequantize::Weights w = weights_of(weight);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
-    const int step = tile_rows(IC, OC);
     // out[:, o0 : o0 + rows] = x . tile^T:  D(rows x N, ldd OC) = op_T(tile stored IC x rows) * x stored (IC x N)
-    for (int o0 = 0; o0 < OC; o0 += step) {
-        const int rows = OC - o0 < step ? OC - o0 : step;
-        const __nv_bfloat16 *tile = dequantized_tile(w, o0, rows);
+    for_each_tile(weight, IC, OC, [&](const __nv_bfloat16 *tile, int o0, int rows) {
         cuda_gemm_bf16(true, false, rows, N, IC, 1.0f, tile, IC, x, IC, 0.0f, out + o0, OC, 1, 0, 0, 0);
-    }
+    });
     if (bias) cuda_add_bias(out, bias, N, OC);
 }
 
@@ -81,15 +87,11 @@ void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight
 void cuda_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC) {
     check_shape(weight, IC, OC);
     if (N == 0) return;
-    const dequantize::Weights w = weights_of(weight);
     const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
-    const int step = tile_rows(IC, OC);
     // dinp[N, IC] += dout[:, o0 : o0 + rows] . tile:  D(IC x N) += tile stored (IC x rows) * dout slice stored (rows x N, ld OC)
-    for (int o0 = 0; o0 < OC; o0 += step) {
-        const int rows = OC - o0 < step ? OC - o0 : step;
-        const __nv_bfloat16 *tile = dequantized_tile(w, o0, rows);
+    for_each_tile(weight, IC, OC, [&](const __nv_bfloat16 *tile, int o0, int rows) {
         cuda_gemm_bf16(false, false, IC, N, rows, 1.0f, tile, IC, g + o0, OC, 1.0f, dinp, IC, 1, 0, 0, 0);
-    }
+    });
 }
 
 void cuda_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
