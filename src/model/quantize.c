@@ -125,8 +125,8 @@ static Q8Matrix host_copy(const OpsBackend *ops, const Q8Matrix *matrix) {
 }
 
 // Quantizes in host memory, then moves the blocks to the backend's (quantized_to_backend).
-void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant,
-                            const float *weight, long rows, long cols) {
+void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
+                     long rows, long cols) {
     if (type == QUANT_NF4) {
         nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops_cpu.alloc);
         quantized_to_backend(ops, matrix);

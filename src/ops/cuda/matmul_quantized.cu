@@ -1,8 +1,9 @@
 // Linear layers and the token table with quantized weights (Q8_0, Q4_0, NF4; ops/ops.h
 // Q8Matrix) on the GPU. The blocks stay quantized in device memory; each product dequantizes
 // the weight into a bf16 scratch tile of rows (dequantize.cuh) and multiplies it with
-// cuBLASLt as a float weight's bf16 copy is multiplied (matmul.cu). Nothing is cached, so a
-// quantized model keeps its quantized size on the GPU (QLoRA's point); the price is one
+// cuBLASLt as a float weight's bf16 copy is multiplied (matmul.cu). Nothing is cached: no
+// bf16 copy of a quantized weight outlives its product (the model's float32 table still has
+// a zeroed slot per quantized weight: docs/quantization.md, Not done). The price is one
 // dequantization per product, a pass over the weight that is small beside the product
 // itself for a training batch or a prefill.
 //
@@ -39,8 +40,8 @@ static void check_shape(const Q8Matrix *weight, int IC, int OC) {
           "quantized weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
 }
 
-// Rows per tile: a multiple of 64 (so each tile's slice of the output and of dout starts
-// 256-byte aligned for cuBLASLt), at least 64.
+// Rows per tile: a multiple of 64 (so each tile's slice of the output and of the bf16 dout
+// starts at least 128-byte aligned for cuBLASLt), at least 64.
 static int tile_rows(int IC, int OC) {
     long rows = TILE_VALUES / IC / 64 * 64;
     if (rows < 64) rows = 64;
