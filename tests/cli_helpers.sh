@@ -25,6 +25,19 @@ expect_error() {
     fi
 }
 
+# expect_runs_on_cuda NAME COMMAND...: a command with --device cuda that the options allow.
+# Where a GPU is present it must succeed; without one (or in a build without nvcc) its only
+# complaint is the device: expect_error's one line naming --device cuda.
+expect_runs_on_cuda() {
+    local name=$1
+    shift
+    if "$@" > "$tmp/stdout" 2> "$tmp/stderr"; then
+        echo "PASS $name"
+    else
+        expect_error "$name" "(--device cuda)" "$@"
+    fi
+}
+
 # wait_exit PID SECONDS: waits for a background process to end, at most SECONDS; kills it
 # (-9) if it is still there. Sets exit_rc to its status, or 124 when it had to be killed.
 wait_exit() {

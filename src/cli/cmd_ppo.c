@@ -375,7 +375,7 @@ int cmd_ppo(int argc, char **argv) {
             die_from_err();
     }
     // QLoRA for the actor and the critic (as sft's --quantize): a quantized base is frozen, so
-    // the model needs adapters; no DoRA (its norms need the float32 weights); CPU only.
+    // the model needs adapters; no DoRA (its norms need the float32 weights).
     const struct {
         const char *model, *quantize;
         const LoraConfig *lora;
@@ -391,9 +391,6 @@ int cmd_ppo(int argc, char **argv) {
         if (qlora[i].lora->dora)
             die_user("option --%s-quantize %s: DoRA needs the float32 base weights (its row norms); drop --%s-use-dora "
                      "or the quantization", m, q, m);
-        if (strcmp(device, "cpu"))
-            die_user("option --%s-quantize %s runs on --device cpu only (the %s backend has no quantized matmul)", m, q,
-                     device);
     }
     c.actor_quantize = actor_quantize, c.critic_quantize = critic_quantize;
     cli_set_threads(threads);

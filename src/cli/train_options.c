@@ -221,9 +221,6 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (quantize_requested(c->quantize) && c->lora.rank == 0)
         die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "
                  "trained in full", c->quantize);
-    if (quantize_requested(c->quantize) && c->device && strcmp(c->device, "cpu"))
-        die_user("option --quantize %s runs on --device cpu only (the %s backend has no quantized matmul)", c->quantize,
-                 c->device);
     if (c->lora_dropout) {
         char *end;
         double p = strtod(c->lora_dropout, &end);
@@ -304,14 +301,12 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
                             Model *model) {
     // A bitsandbytes 4-bit checkpoint (model/bnb_checkpoint.h) is a quantized base as --quantize
-    // makes one: frozen under adapters, on the CPU.
+    // makes one: frozen under adapters.
     ModelConfig cfg;
     const char *bnb = model_read_config(&cfg, path) == 0 ? bnb_quantize_name(&cfg) : NULL;
     if (bnb && cli->lora.rank == 0)
         die_user("%s is a bitsandbytes %s checkpoint: its 4-bit base is frozen, it trains LoRA adapters only "
                  "(--lora-rank or --lora-adapter: QLoRA)", path, bnb);
-    if (bnb && cli->device && strcmp(cli->device, "cpu"))
-        die_user("%s is a bitsandbytes %s checkpoint: its 4-bit weights run on --device cpu only", path, bnb);
     const OpsBackend *ops = ops_backend_by_name(cli->device);
     if (!ops) die_from_err();
     ModelLoadOptions options = *load;

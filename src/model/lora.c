@@ -382,13 +382,14 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
 
     // The new buffer, built on the host: the old weights, A random, B zero, and DoRA's
     // magnitude the row norms of W + scale * B A = W (PEFT's initialisation). Over a quantized
-    // base (QLoRA, CPU only) the buffer is the new params itself and only the float32 entries
+    // base (QLoRA) on the CPU the buffer is the new params itself and only the float32 entries
     // are copied: the quantized ones' pages were given back and stay untouched (zeros, no
-    // memory), and the fingerprint is of the base's dequantized values.
-    const bool quantized = model->quantized != NULL;
-    CHECK(!quantized || model->ops == &ops_cpu, "a quantized model is on the CPU");
+    // memory). Over a quantized base on the GPU the whole base goes through the host as a
+    // float32 one does (its quantized entries are zeros there). Either way the fingerprint is
+    // of the base's dequantized values.
+    const bool quantized_on_cpu = model->quantized != NULL && model->ops == &ops_cpu;
     float *host;
-    if (quantized) {
+    if (quantized_on_cpu) {
         host = model->ops->alloc((size_t)model->table.total * sizeof(float));
         quantized_small_pages(host, base_total);
         for (int i = 0; i < first_adapter; i++) {
@@ -423,12 +424,13 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         param_views_free(&views);
     }
     model->ops->free(model->params);
-    if (quantized) {
+    if (quantized_on_cpu) {
         model->params = host;
     } else {
         model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
         model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
-        model->lora_base_fingerprint = hash_floats(HASH_FNV1A_START, host, first_trainable);
+        model->lora_base_fingerprint = model->quantized ? model_base_hash(model, host, first_trainable)
+                                                        : hash_floats(HASH_FNV1A_START, host, first_trainable);
         free(host);
     }
     param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
@@ -453,7 +455,7 @@ void model_remove_lora(Model *model) {
     if (model->lora.rank == 0) return;
     const long base_total = model->table.entries[model->lora_first_entry].offset;
     model_release_activations(model);
-    if (model->quantized) { // as model_add_lora built it: only the float32 entries, no given-back pages touched
+    if (model->quantized && model->ops == &ops_cpu) { // as model_add_lora built it: only the float32 entries, no given-back pages touched
         float *params = model->ops->alloc((size_t)base_total * sizeof(float));
         quantized_small_pages(params, base_total);
         for (int i = 0; i < model->lora_first_entry; i++) {

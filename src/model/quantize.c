@@ -31,23 +31,26 @@ int quantized_begin(Model *model, const char *type) {
     if (fp4 && !(cfg->bnb_bits == 4 && cfg->bnb_fp4 && (!strcmp(type, "fp4") || !strcmp(type, "fp4-single"))))
         return err_set("quantization '%s' is only that of a bitsandbytes FP4 checkpoint: %s", type, QUANTIZE_TYPES);
     if (!fp4 && quantize_type_check(type, "--quantize") != 0) return -1;
-    if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8) {
+    const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
+    const QuantType quant_type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
-    }
+    if (model->ops != &ops_cpu && !quant_type_off_cpu(quant_type))
+        return err_set("quantized weights (%s) run on the CPU only: the %s backend has no kernels for them", type,
+                       model->ops->name);
     if (model->grads) return err_set("quantized weights (%s) go on a model before it trains", type);
     if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim;
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
-    const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
                        "multiples of %d (they are %d, %d, %d)", type, block, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
-    quantized_small_pages(model->params, model->table.total);
-    model->quantized->type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    if (model->ops == &ops_cpu) quantized_small_pages(model->params, model->table.total);
+    model->quantized->type = quant_type;
     model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
     model->quantized->fp4 = fp4;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
@@ -71,17 +74,69 @@ void quantized_small_pages(float *params, long count) {
     if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
 }
 
-static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant,
-                            const float *weight, long rows, long cols) {
+bool quant_type_off_cpu(QuantType type) { return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4; }
+
+// The byte sizes of a matrix's four arrays (values or nibbles, scales, scale codes, scale
+// absmax values), 0 for those it does not have.
+static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[4]) {
+    const size_t n = (size_t)m->rows * (size_t)m->cols;
+    const size_t blocks = n / (m->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK);
+    bytes[0] = m->type == QUANT_Q8_0 ? n : n / 2;
+    bytes[1] = m->scales ? blocks * sizeof(float) : 0;
+    bytes[2] = m->scale_codes ? blocks : 0;
+    bytes[3] = m->scale_absmax ? (blocks + NF4_SCALE_BLOCK - 1) / NF4_SCALE_BLOCK * sizeof(float) : 0;
+}
+
+static void matrix_arrays(Q8Matrix *m, void **arrays[4]) {
+    arrays[0] = (void **)&m->values, arrays[1] = (void **)&m->scales;
+    arrays[2] = (void **)&m->scale_codes, arrays[3] = (void **)&m->scale_absmax;
+}
+
+void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix) {
+    if (ops == &ops_cpu) return;
+    size_t bytes[4];
+    void **arrays[4];
+    matrix_array_bytes(matrix, bytes);
+    matrix_arrays(matrix, arrays);
+    for (int i = 0; i < 4; i++) {
+        if (!*arrays[i]) continue;
+        void *device = ops->alloc(bytes[i]);
+        ops->copy_to_device(device, *arrays[i], bytes[i]);
+        ops_cpu.free(*arrays[i]);
+        *arrays[i] = device;
+    }
+}
+
+// A copy of a matrix of the model's backend in host memory (ops_cpu's), for the host code
+// that reads one (saving, the base fingerprint); free_matrix(&ops_cpu, ...) releases it.
+static Q8Matrix host_copy(const OpsBackend *ops, const Q8Matrix *matrix) {
+    Q8Matrix copy = *matrix;
+    size_t bytes[4];
+    void **arrays[4];
+    matrix_array_bytes(matrix, bytes);
+    matrix_arrays(&copy, arrays);
+    for (int i = 0; i < 4; i++) {
+        if (!*arrays[i]) continue;
+        void *host = ops_cpu.alloc(bytes[i]);
+        ops->copy_to_host(host, *arrays[i], bytes[i]);
+        *arrays[i] = host;
+    }
+    return copy;
+}
+
+// Quantizes in host memory, then moves the blocks to the backend's (quantized_to_backend).
+void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
+                     long rows, long cols) {
     if (type == QUANT_NF4) {
-        nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops->alloc);
+        nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops_cpu.alloc);
+        quantized_to_backend(ops, matrix);
         return;
     }
     matrix->rows = (int)rows;
     matrix->cols = (int)cols;
     matrix->type = type;
-    matrix->values = ops->alloc((size_t)(type == QUANT_Q4_0 ? rows * cols / 2 : rows * cols));
-    matrix->scales = ops->alloc((size_t)(rows * (cols / Q8_BLOCK)) * sizeof(float));
+    matrix->values = ops_cpu.alloc((size_t)(type == QUANT_Q4_0 ? rows * cols / 2 : rows * cols));
+    matrix->scales = ops_cpu.alloc((size_t)(rows * (cols / Q8_BLOCK)) * sizeof(float));
     // One thread (about 60 ms for SmolLM2): an OpenMP team started here, on the loading
     // thread, would make libgomp count more threads than cores once `serve` runs its own
     // team on its generation thread, and its workers would then sleep between regions
@@ -91,6 +146,7 @@ static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType t
         if (type == QUANT_Q4_0) q4_quantize_row(weight + r * cols, cols, matrix->nibbles + r * cols / 2, scales);
         else q8_quantize_row(weight + r * cols, cols, matrix->values + r * cols, scales);
     }
+    quantized_to_backend(ops, matrix);
 }
 
 // The quantized copy a table entry goes to, or NULL if the entry stays float32.
@@ -129,10 +185,9 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
-void quantized_take(Model *model, const ParamEntry *entry) {
+void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
-    float *weight = model->params + entry->offset;
     // The token table and the LM head stay Q8_0 under q4_0 and nf4, as llama.cpp keeps its
     // output tensor above 4 bits in a Q4_0 model (and bitsandbytes' Linear4bit leaves the
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
@@ -156,7 +211,20 @@ int model_quantize(Model *model, const char *type) {
         return err_set("--quantize %s: a DoRA adapter needs the float32 weights; merge it into the model instead "
                        "(its saved final/ folder)", type);
     if (quantized_begin(model, type) != 0) return -1;
-    for (int i = 0; i < model_base_entries(model); i++) quantized_take(model, &model->table.entries[i]);
+    for (int i = 0; i < model_base_entries(model); i++) {
+        const ParamEntry *entry = &model->table.entries[i];
+        if (model->ops == &ops_cpu) {
+            quantized_take(model, entry, model->params + entry->offset);
+        } else if (matrix_for(model, entry)) {
+            // Another backend's weights are quantized from a host copy; the float32 copy in
+            // its memory is then zeroed, as the CPU's given-back pages read.
+            float *host = xmalloc((size_t)entry->numel * sizeof(float));
+            model->ops->copy_to_host(host, model->params + entry->offset, (size_t)entry->numel * sizeof(float));
+            quantized_take(model, entry, host);
+            free(host);
+            model->ops->fill_zero(model->params + entry->offset, entry->numel);
+        }
+    }
     return 0;
 }
 
@@ -177,12 +245,51 @@ const char *model_quantize_name(const Model *model) {
     }
 }
 
+static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix);
+
+// The quantized matrices of the base's entries as the host can read them: the model's own
+// on the CPU, host copies of another backend's (the tied head's copied once). NULL where an
+// entry is not quantized. Release with host_matrices_free.
+static Q8Matrix **host_matrices(const Model *model) {
+    const int count = model_base_entries(model);
+    Q8Matrix **matrices = xcalloc((size_t)count, sizeof *matrices);
+    for (int i = 0; i < count; i++) {
+        const Q8Matrix *matrix = quantized_matrix(model, &model->table.entries[i]);
+        if (!matrix) continue;
+        if (model->ops == &ops_cpu) {
+            matrices[i] = (Q8Matrix *)matrix;
+            continue;
+        }
+        for (int j = 0; j < i; j++)
+            if (matrices[j] && quantized_matrix(model, &model->table.entries[j])->values == matrix->values)
+                matrices[i] = matrices[j];
+        if (matrices[i]) continue;
+        matrices[i] = xmalloc(sizeof **matrices);
+        *matrices[i] = host_copy(model->ops, matrix);
+    }
+    return matrices;
+}
+
+static void host_matrices_free(const Model *model, Q8Matrix **matrices) {
+    const int count = model_base_entries(model);
+    for (int i = 0; model->ops != &ops_cpu && i < count; i++) {
+        if (!matrices[i]) continue;
+        for (int j = i + 1; j < count; j++)
+            if (matrices[j] == matrices[i]) matrices[j] = NULL; // a shared (tied) copy
+        free_matrix(&ops_cpu, matrices[i]);
+        free(matrices[i]);
+    }
+    free(matrices);
+}
+
 void model_dequantize_into(const Model *model, float *params) {
+    Q8Matrix **matrices = host_matrices(model);
     for (int i = 0; i < model_base_entries(model); i++) {
         const ParamEntry *entry = &model->table.entries[i];
-        const Q8Matrix *matrix = quantized_matrix(model, entry);
+        const Q8Matrix *matrix = matrices[i];
         if (matrix) quant_dequantize_rows(matrix, 0, matrix->rows, params + entry->offset);
     }
+    host_matrices_free(model, matrices);
 }
 
 uint64_t model_base_hash(const Model *model, const float *params, long n) {
@@ -192,12 +299,13 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
     float *row = NULL;
     long row_capacity = 0;
     uint64_t hash = HASH_FNV1A_START;
+    Q8Matrix **matrices = host_matrices(model);
     for (long start = 0; start < n; start += CHUNK) {
         const long length = n - start < CHUNK ? n - start : CHUNK, end = start + length;
         memcpy(chunk, params + start, (size_t)length * sizeof(float));
         for (int i = 0; i < model_base_entries(model); i++) {
             const ParamEntry *entry = &model->table.entries[i];
-            const Q8Matrix *matrix = quantized_matrix(model, entry);
+            const Q8Matrix *matrix = matrices[i];
             if (!matrix || entry->offset >= end || entry->offset + entry->numel <= start) continue;
             // The entry's rows that overlap the chunk, each dequantized and its overlap copied.
             const long cols = matrix->cols;
@@ -216,6 +324,7 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
         }
         hash = hash_floats(hash, chunk, length);
     }
+    host_matrices_free(model, matrices);
     free(chunk);
     free(row);
     return hash;

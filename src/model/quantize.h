@@ -51,16 +51,30 @@ bool quantize_requested(const char *type);
 int quantize_type_check(const char *type, const char *option);
 
 // Quantizes a loaded model's linear layers and LM head to `type` and releases their
-// float32 copies; "none" (or NULL) does nothing. The model must be on the CPU and have no
-// gradients. Returns 0, or -1 with err_set() (the model unchanged).
+// float32 copies; "none" (or NULL) does nothing. The model must have no gradients. On the
+// CPU the float32 pages are given back; on the GPU (ops/cuda) each weight is quantized from
+// a host copy, its blocks go to device memory and its float32 copy there is zeroed (the
+// buffer keeps its size: not yet released). Returns 0, or -1 with err_set() (the model
+// unchanged).
 int model_quantize(Model *model, const char *type);
 
 // For model_load (model/weights_io.c): quantized_begin checks and sets up the quantized
 // copies before any weight is read (same errors as model_quantize); quantized_take then
-// quantizes table entry `entry` if it is one of the quantized tensors, once its float32
-// values are in model->params, and releases them.
+// quantizes table entry `entry` if it is one of the quantized tensors from its float32
+// values `weight` (host memory: the loader's copy of the entry), gives those pages back,
+// and puts the blocks in the model's backend memory.
 int quantized_begin(Model *model, const char *type);
-void quantized_take(Model *model, const ParamEntry *entry);
+void quantized_take(Model *model, const ParamEntry *entry, float *weight);
+// Moves a matrix whose arrays are host memory from ops_cpu.alloc into `ops`' memory (nothing
+// on the CPU): for model/bnb_checkpoint.h, which reads a file's blocks on the host.
+void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
+// A float32 [rows, cols] matrix in host memory quantized to `type` (NF4: double_quant says
+// whether its scales are double-quantized) into `matrix`, its arrays in `ops`' memory.
+void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
+                     long rows, long cols);
+// Whether a backend other than the CPU has kernels for `type` (ops/cuda/dequantize.cuh:
+// Q8_0, Q4_0, NF4); quantized_begin refuses the others there.
+bool quant_type_off_cpu(QuantType type);
 
 // Where table entry `entry`'s quantized copy goes (a linear layer's weight, the token table,
 // the LM head), or NULL: for model/bnb_checkpoint.h, which fills it from the file's own bits.

@@ -163,19 +163,21 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         // 4-bit checkpoint, as bitsandbytes left it).
         const bool linear = e->layer >= 0 && e->ndim == 2 && map.kind == MAP_COPY;
         if (linear && bnb4) {
+            // Read into host memory, then moved to the backend's (a GPU's).
             int got = bnb_read_4bit(src.safetensors, path, map.source, e->shape[0], e->shape[1], cfg.bnb_fp4,
-                                    cfg.bnb_double_quant, quantized_slot(model, e), ops->alloc);
+                                    cfg.bnb_double_quant, quantized_slot(model, e), ops_cpu.alloc);
+            if (got != 0) quantized_to_backend(ops, quantized_slot(model, e)); // a failed read's arrays too: model_free frees them
             rc = got < 0 ? -1 : 0;
             if (got != 0) continue;
         } else if (linear && bnb8) {
             int got = bnb_read_int8(src.safetensors, path, map.source, e->shape[0], e->shape[1], dst);
             rc = got < 0 ? -1 : 0;
-            if (got == 1 && quantize) quantized_take(model, e);
+            if (got == 1 && quantize) quantized_take(model, e, dst);
             if (got != 0) continue;
         }
         if (map.kind == MAP_COPY && n == e->numel) {
             rc = source_read(&src, &map, dst);
-            if (rc == 0 && quantize && !bnb4) quantized_take(model, e);
+            if (rc == 0 && quantize && !bnb4) quantized_take(model, e, dst);
             continue;
         }
         if (n > staging_size) {
@@ -185,7 +187,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         }
         rc = source_read(&src, &map, staging);
         if (rc == 0) tensor_map_load(&map, e, staging, dst);
-        if (rc == 0 && quantize && !bnb4) quantized_take(model, e);
+        if (rc == 0 && quantize && !bnb4) quantized_take(model, e, dst);
     }
     free(staging);
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);

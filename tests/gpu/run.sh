@@ -6,10 +6,12 @@
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
 #      gradients, generation with the KV cache on the GPU (also serve's continuous batch).
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
-#      losses must track (relative difference <= 2e-2); again with LoRA adapters, again
-#      on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma), and 20 DPO steps.
+#      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
+#      QLoRA (adapters over an NF4 and a Q4_0 base), on the mma attention kernels
+#      (MARLHF_CUDA_ATTENTION=mma), and 20 DPO steps.
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
-#      with LoRA adapters, with GRPO (no critic), and on the mma attention kernels.
+#      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
+#      GRPO (no critic), and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
@@ -105,6 +107,10 @@ PY
 }
 sft_tracks_cpu sft --learning-rate 3e-3
 sft_tracks_cpu sft_lora --learning-rate 1e-2 --lora-rank 8
+# QLoRA: the adapters over a quantized frozen base (the GPU's dequantized bf16 tiles,
+# ops/cuda/matmul_quantized.cu, against the CPU's float32 dequantized products)
+sft_tracks_cpu sft_qlora_nf4 --learning-rate 1e-2 --lora-rank 8 --quantize nf4
+sft_tracks_cpu sft_qlora_q4_0 --learning-rate 1e-2 --lora-rank 8 --quantize q4_0
 # DPO: 20 steps of the same pairs on both devices (reference log-probs included)
 sft=(dpo --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
      --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
@@ -144,6 +150,7 @@ PY
 }
 ppo_on_gpu ppo_on_gpu
 ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
+ppo_on_gpu ppo_qlora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8 --actor-quantize nf4 --critic-quantize q8_0
 ppo_on_gpu grpo_on_gpu --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
 export MARLHF_CUDA_ATTENTION=mma
 ppo_on_gpu ppo_mma_attention_on_gpu

@@ -880,24 +880,163 @@ static void test_q8_cache_refused_on_gpu(void) {
     model_free(&mg);
 }
 
-// The GPU has no quantized matmul: quantized weights (--quantize q8_0 / q4_0 / nf4 /
-// nf4-single, for inference or as a QLoRA base) are refused there, at load and afterwards, naming the CPU, and the
-// training ops a quantized base would need are absent rather than wrong.
-static void test_quantized_base_refused_on_gpu(void) {
-    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
-    for (int k = 0; k < 4; k++) {
-        Model model;
-        ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
-        EXPECT(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &options) != 0 && strstr(err_msg(), "CPU only"),
-               "%s weights loaded on the GPU (%s)", types[k], err_msg());
-        ModelLoadOptions plain = {.with_lm_head = true};
-        CHECK(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &plain) == 0, "%s", err_msg());
-        EXPECT(model_quantize(&model, types[k]) != 0 && strstr(err_msg(), "CPU only") && !model.quantized,
-               "%s: a GPU model quantized (%s)", types[k], err_msg());
-        model_free(&model);
+// ---------------------------------------------------------------------------------------
+// Quantized weights (ops/cuda/matmul_quantized.cu, dequantize.cuh)
+
+// A random [rows, cols] weight quantized to `type` ("q8_0", "q4_0", "nf4": double-quantized
+// scales, "nf4-single") in `ops`' memory by model/quantize.c; the same call on the other
+// backend gives the same blocks.
+static Q8Matrix quantized_on(const OpsBackend *ops, const char *type, const float *weights, int rows, int cols) {
+    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4 : !strcmp(type, "q4_0") ? QUANT_Q4_0 : QUANT_Q8_0;
+    Q8Matrix m = {0};
+    quantize_matrix(ops, &m, quant_type, !strcmp(type, "nf4"), weights, rows, cols);
+    return m;
+}
+
+static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
+    ops->free(m->values), ops->free(m->scales), ops->free(m->scale_codes), ops->free(m->scale_absmax);
+}
+
+// The three quantized linear ops and the quantized token table, each type, against the CPU's
+// ops on the same blocks: forward (matmul_forward_dequantized, and matmul_forward_q8, which on
+// the GPU computes the same dequantized product at any kernel_rows) and the input gradient
+// added onto nonzero values. The last shape's weight is larger than one tile (2,048 rows of
+// 8,192: TILE_VALUES), so its product is two tiles.
+static void test_quantized_ops(void) {
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    const int shapes[][3] = {{257, 192, 200}, {3, 64, 1000}, {1, 576, 49}, {5, 8192, 2100}};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+            float *w = random_host((long)OC * IC, 0.2f), *x = random_host((long)N * IC, 1), *bias = random_host(OC, 1);
+            Q8Matrix on_cpu = quantized_on(cpu, types[k], w, OC, IC), on_gpu = quantized_on(gpu, types[k], w, OC, IC);
+            float *d_x = gpu_floats(x, (long)N * IC), *d_bias = gpu_floats(bias, OC);
+            float *out = xmalloc((size_t)N * OC * sizeof(float));
+            cpu->matmul_forward_dequantized(out, x, &on_cpu, bias, N, IC, OC);
+            char what[96];
+            float *d_out = gpu->alloc((size_t)N * OC * sizeof(float));
+            gpu->matmul_forward_dequantized(d_out, d_x, &on_gpu, d_bias, N, IC, OC);
+            snprintf(what, sizeof what, "%s forward_dequantized %dx%dx%d", types[k], N, IC, OC);
+            expect_match(what, d_out, out, (long)N * OC, TOL_BF16);
+            d_out = gpu->alloc((size_t)N * OC * sizeof(float));
+            gpu->matmul_forward_q8(d_out, d_x, &on_gpu, d_bias, N, IC, OC, N);
+            snprintf(what, sizeof what, "%s forward_q8 %dx%dx%d", types[k], N, IC, OC);
+            expect_match(what, d_out, out, (long)N * OC, TOL_BF16);
+
+            float *dout = random_host((long)N * OC, 1), *dinp = random_host((long)N * IC, 1);
+            float *d_dout = gpu_floats(dout, (long)N * OC), *d_dinp = gpu_floats(dinp, (long)N * IC);
+            cpu->matmul_backward_input_q8(dinp, dout, &on_cpu, N, IC, OC);
+            gpu->matmul_backward_input_q8(d_dinp, d_dout, &on_gpu, N, IC, OC);
+            snprintf(what, sizeof what, "%s backward_input %dx%dx%d", types[k], N, IC, OC);
+            expect_match(what, d_dinp, dinp, (long)N * IC, TOL_BF16);
+            gpu->free(d_x), gpu->free(d_bias), gpu->free(d_dout);
+            free_quantized(cpu, &on_cpu), free_quantized(gpu, &on_gpu);
+            free(w), free(x), free(bias), free(out), free(dout), free(dinp);
+        }
+    // The token table: the GPU's floats are the CPU's, bit for bit (dequantize.cuh rounds each
+    // product and sum as the CPU does).
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int V = 50, C = 128, N = 77, P = 40;
+        int tokens[77], positions[77];
+        for (int i = 0; i < N; i++) tokens[i] = (i * 13) % V, positions[i] = i % P;
+        float *table = random_host((long)V * C, 0.5f), *pos = random_host((long)P * C, 0.3f);
+        Q8Matrix on_cpu = quantized_on(cpu, types[k], table, V, C), on_gpu = quantized_on(gpu, types[k], table, V, C);
+        float *out = xmalloc((size_t)N * C * sizeof(float)), *d_out = gpu->alloc((size_t)N * C * sizeof(float));
+        int *d_tokens = gpu_ints(tokens, N), *d_positions = gpu_ints(positions, N);
+        float *d_pos = gpu_floats(pos, (long)P * C);
+        cpu->embedding_forward_q8(out, tokens, positions, &on_cpu, pos, N, C, 1.5f);
+        gpu->embedding_forward_q8(d_out, d_tokens, d_positions, &on_gpu, d_pos, N, C, 1.5f);
+        char what[64];
+        snprintf(what, sizeof what, "%s embedding_forward_q8", types[k]);
+        expect_match(what, d_out, out, (long)N * C, 0.0);
+        gpu->free(d_tokens), gpu->free(d_positions), gpu->free(d_pos);
+        free_quantized(cpu, &on_cpu), free_quantized(gpu, &on_gpu);
+        free(table), free(pos), free(out);
     }
-    EXPECT(!gpu->matmul_forward_q8 && !gpu->matmul_forward_dequantized && !gpu->matmul_backward_input_q8,
-           "the GPU table has quantized matmuls this test does not check");
+}
+
+// Random values for every LoRA B matrix (zero at initialisation, which would leave the
+// adapters out of the forward), the same on both models.
+static void randomize_lora_b(Model *mc, Model *mg) {
+    for (int i = 0; i < mc->table.count; i++) {
+        const ParamEntry *e = &mc->table.entries[i];
+        if (!strstr(e->name, ".lora_B.")) continue;
+        float *b = random_host(e->numel, 0.05f);
+        memcpy(mc->params + e->offset, b, (size_t)e->numel * sizeof(float));
+        gpu->copy_to_device(mg->params + e->offset, b, (size_t)e->numel * sizeof(float));
+        free(b);
+    }
+}
+
+// A quantized tiny model, each type: inference log-probs on the GPU against the CPU's
+// dequantized products (Model.dequantized_matmuls: the CPU's integer decode kernel is
+// another arithmetic); the GPU model quantized after loading (model_quantize) and the CPU's
+// while loading give the same blocks (the LoRA base fingerprints, which hash the
+// dequantized base, agree); then QLoRA: adapters on both, a forward and every trainable
+// gradient (adapters, value head) compared, one AdamW step on each, and the forward again.
+static void test_quantized_models(void) {
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    const char *dir = "tests/fixtures/models/tiny_chat";
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        Model mc, mg;
+        ModelLoadOptions quantized = {.with_lm_head = true, .with_value_head = true, .quantize = types[k]};
+        ModelLoadOptions plain = {.with_lm_head = true, .with_value_head = true};
+        CHECK(model_load(&mc, dir, cpu, &quantized) == 0, "%s", err_msg());
+        CHECK(model_load(&mg, dir, gpu, &plain) == 0, "%s", err_msg());
+        EXPECT(model_quantize(&mg, types[k]) == 0, "%s on the GPU: %s", types[k], err_msg());
+        EXPECT(!strcmp(model_quantize_name(&mg), types[k]), "the GPU model is %s", model_quantize_name(&mg));
+        mc.dequantized_matmuls = true;
+
+        const int B = 2, T = 40;
+        const long N = (long)B * T;
+        int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
+        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc.config.vocab_size - 1));
+        for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
+        float *logp_c = xmalloc(N * sizeof(float)), *logp_g = xmalloc(N * sizeof(float));
+        ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+        model_forward(&mc, &batch);
+        model_logprobs(&mc, targets, logp_c, NULL, NULL);
+        model_forward(&mg, &batch);
+        model_logprobs(&mg, targets, logp_g, NULL, NULL);
+        double error = relative_error(logp_g, logp_c, N);
+        printf("# %-10s quantized inference logp %.3e (tolerance %.0e)\n", types[k], error, TOL_MODEL);
+        EXPECT(error <= TOL_MODEL, "%s quantized inference log-probs: %.3e", types[k], error);
+        free(tokens), free(targets), free(logp_c), free(logp_g);
+
+        LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+        CHECK(model_add_lora(&mc, &lora, true, 3) == 0 && model_add_lora(&mg, &lora, true, 3) == 0, "%s", err_msg());
+        EXPECT(mc.lora_base_fingerprint == mg.lora_base_fingerprint,
+               "%s: base fingerprints differ (CPU %016llx, GPU %016llx)", types[k],
+               (unsigned long long)mc.lora_base_fingerprint, (unsigned long long)mg.lora_base_fingerprint);
+        randomize_lora_b(&mc, &mg);
+        char label[64];
+        snprintf(label, sizeof label, "qlora %s", types[k]);
+        compare_pair(label, &mc, &mg); // forward, loss and every trainable gradient
+        // One AdamW step on the gradients just compared, then the forward again.
+        const long n = model_trainable_floats(&mc), first = mc.trainable_offset;
+        float *m = xcalloc((size_t)n, sizeof(float)), *v = xcalloc((size_t)n, sizeof(float));
+        float *d_m = gpu_floats(m, n), *d_v = gpu_floats(v, n);
+        cpu->adamw_update(mc.params + first, mc.grads, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
+        gpu->adamw_update(mg.params + first, mg.grads, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
+        snprintf(label, sizeof label, "qlora %s step", types[k]);
+        compare_pair(label, &mc, &mg);
+        gpu->free(d_m), gpu->free(d_v);
+        free(m), free(v);
+        model_free(&mc);
+        model_free(&mg);
+    }
+}
+
+// What still cannot run on the GPU over quantized weights: DoRA (its row norms need the
+// float32 base), and an 8-bit KV cache (test_q8_cache_refused_on_gpu).
+static void test_quantized_refusals_on_gpu(void) {
+    Model model;
+    ModelLoadOptions options = {.with_lm_head = true, .quantize = "nf4"};
+    CHECK(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &options) == 0, "%s", err_msg());
+    LoraConfig dora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
+    EXPECT(model_add_lora(&model, &dora, false, 3) != 0 && strstr(err_msg(), "--use-dora"),
+           "DoRA over a quantized base accepted on the GPU (%s)", err_msg());
+    model_free(&model);
 }
 
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
@@ -936,7 +1075,9 @@ int main(void) {
     RUN(test_continuous_batch_on_gpu_chunked_prefill);
     RUN(test_continuous_batch_on_gpu_chunked_prefill_half_cache);
     RUN(test_q8_cache_refused_on_gpu);
-    RUN(test_quantized_base_refused_on_gpu);
+    RUN(test_quantized_ops);
+    RUN(test_quantized_models);
+    RUN(test_quantized_refusals_on_gpu);
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }

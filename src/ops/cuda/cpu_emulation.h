@@ -1,6 +1,6 @@
-// A CPU emulation of the few CUDA features the mma attention kernels use, so that the
-// kernels' source (attention_mma.cuh) runs in CI on machines without a GPU
-// (tests/test_attention_emulated.cpp). Included by device_primitives.cuh when the
+// A CPU emulation of the few CUDA features the mma attention kernels and the dequantization
+// kernels use, so that their source (attention_mma.cuh, dequantize.cuh) runs in CI on machines
+// without a GPU (tests/test_attention_emulated.cpp, tests/test_dequantize_emulated.cpp). Included by device_primitives.cuh when the
 // compiler is not nvcc; never part of the marlhf binary.
 //
 // emulation::launch runs a grid one block at a time; a block is one OS thread per CUDA
@@ -47,6 +47,7 @@ static inline float bf16_to_float(bf16 h) {
 }
 
 #define DEVICE_INLINE static inline
+#define HOST_DEVICE_INLINE static inline
 #define __global__
 #define __launch_bounds__(threads)
 
@@ -136,6 +137,17 @@ static inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
 
 DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
     return (uint32_t)float_to_bf16(low).bits | (uint32_t)float_to_bf16(high).bits << 16;
+}
+
+// Each result rounded to float before it is used (a volatile store: a compiler allowed to
+// contract a * b + c into an FMA cannot do it across one), as __fmul_rn / __fadd_rn.
+DEVICE_INLINE float mul_rn(float a, float b) {
+    volatile float product = a * b;
+    return product;
+}
+DEVICE_INLINE float add_rn(float a, float b) {
+    volatile float sum = a + b;
+    return sum;
 }
 
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) {

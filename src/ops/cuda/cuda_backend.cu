@@ -137,18 +137,18 @@ extern "C" const OpsBackend ops_cuda = {
     .synchronize = cuda_synchronize,
     .embedding_forward = cuda_embedding_forward,
     .embedding_backward = cuda_embedding_backward,
-    .embedding_forward_q8 = nullptr,
+    .embedding_forward_q8 = cuda_embedding_forward_q8,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
     .rmsnorm_forward = cuda_rmsnorm_forward,
     .rmsnorm_backward = cuda_rmsnorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_accumulate = cuda_matmul_accumulate,
-    // No Q8_0 kernel on the GPU yet: model_quantize refuses --quantize there.
-    .matmul_forward_q8 = nullptr,
-    // Nor a quantized base for LoRA training: model_quantize refuses it here too.
-    .matmul_forward_dequantized = nullptr,
-    .matmul_backward_input_q8 = nullptr,
+    // Quantized weights (matmul_quantized.cu): dequantized tile by tile into bf16, then
+    // cuBLASLt; forward_q8 has no integer decode kernel and computes what forward_dequantized does.
+    .matmul_forward_q8 = cuda_matmul_forward_q8,
+    .matmul_forward_dequantized = cuda_matmul_forward_dequantized,
+    .matmul_backward_input_q8 = cuda_matmul_backward_input_q8,
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,

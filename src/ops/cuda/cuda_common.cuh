@@ -54,6 +54,7 @@ enum {
     SCRATCH_PARTIAL,                                       // column-sum partials
     SCRATCH_REDUCE,                                        // sum_squares partials
     SCRATCH_INDEX,                                         // embedding backward groups
+    SCRATCH_DEQUANTIZED,                                   // bf16 tile of a quantized weight (matmul_quantized.cu)
     SCRATCH_SLOTS
 };
 void *cuda_scratch(int slot, size_t bytes);
@@ -131,6 +132,10 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
 // The bf16 copy of a weight matrix, converted on first use and kept until a write through
 // the backend touches the fp32 weights (cuda_weights_written) or their memory is freed.
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
+// x [n] as bf16 in scratch buffer `slot` (an activation operand, converted on every call).
+const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
+// out[i, o] += bias[o] for N rows of OC.
+void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
 void cuda_weight_cache_release(const void *ptr, size_t bytes);
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
@@ -138,6 +143,15 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
                          int N, int IC, int OC);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int IC, int OC);
+
+// ---- matmul_quantized.cu ----
+void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
+                            int OC, int kernel_rows);
+void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
+                                     int IC, int OC);
+void cuda_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC);
+void cuda_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
+                               const float *pos_emb, int N, int C, float scale);
 
 // ---- embedding.cu ----
 void cuda_embedding_forward(float *out, const int *tokens, const int *positions,

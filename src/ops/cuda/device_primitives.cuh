@@ -1,5 +1,6 @@
 // The warp-level building blocks of the mma attention kernels (attention_mma.cuh): bf16
-// packing, the m16n8k16 tensor-core product, ldmatrix and cp.async.
+// packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; and the separately
+// rounded float products and sums of the dequantization kernels (dequantize.cuh).
 //
 // Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
 // (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
@@ -21,6 +22,8 @@
 
 typedef __nv_bfloat16 bf16;
 #define DEVICE_INLINE __device__ __forceinline__
+// For the small index helpers that both a kernel and its launcher call.
+#define HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 // The block's dynamic shared memory as bytes.
 #define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 
@@ -28,6 +31,11 @@ DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
     __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
     return *reinterpret_cast<uint32_t *>(&pair);
 }
+
+// a * b and a + b, each rounded on its own: nvcc contracts a product followed by a sum into
+// one FMA (one rounding), which changes last bits against the CPU (dequantize.cuh).
+DEVICE_INLINE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 
 // Two adjacent bf16 (4-byte aligned) as one register.
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }

@@ -164,10 +164,15 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
     if (i < N * OC) out[i] += bias[i % OC];
 }
 
-static __nv_bfloat16 *activation_bf16(int slot, const float *x, long n) {
+const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
     __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
     cuda_to_bf16(out, x, n);
     return out;
+}
+
+void cuda_add_bias(float *out, const float *bias, long N, int OC) {
+    add_bias_kernel<<<grid_for(N * OC, 256), 256>>>(out, bias, N, OC);
+    CUDA_CHECK_LAUNCH();
 }
 
 // out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major
@@ -175,17 +180,14 @@ static __nv_bfloat16 *activation_bf16(int slot, const float *x, long n) {
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC) {
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-    const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, out, OC, 1, 0, 0, 0);
-    if (bias) {
-        add_bias_kernel<<<grid_for((long)N * OC, 256), 256>>>(out, bias, N, OC);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (bias) cuda_add_bias(out, bias, N, OC);
 }
 
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-    const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
 }
 
@@ -197,7 +199,7 @@ struct DoutColumn {
 
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int IC, int OC) {
-    const __nv_bfloat16 *g = activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
+    const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
     if (dinp) {
         // dinp[N, IC] += dout[N, OC] . W[OC, IC]:  D(IC x N) += W stored (IC x OC) * dout stored (OC x N)
         const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
@@ -205,7 +207,7 @@ void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float
     }
     if (dweight) {
         // dW[OC, IC] += dout^T . inp:  D(IC x OC) += inp stored (IC x N) * op_T(dout stored OC x N)
-        const __nv_bfloat16 *x = activation_bf16(SCRATCH_MATMUL_B, inp, (long)N * IC);
+        const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_B, inp, (long)N * IC);
         cuda_gemm_bf16(false, true, IC, OC, N, 1.0f, x, IC, g, OC, 1.0f, dweight, IC, 1, 0, 0, 0);
     }
     if (dbias) column_reduce(dbias, N, OC, DoutColumn{dout, OC});

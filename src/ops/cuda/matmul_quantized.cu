@@ -1,0 +1,107 @@
+// Linear layers and the token table with quantized weights (Q8_0, Q4_0, NF4; ops/ops.h
+// Q8Matrix) on the GPU. The blocks stay quantized in device memory; each product dequantizes
+// the weight into a bf16 scratch tile of rows (dequantize.cuh) and multiplies it with
+// cuBLASLt as a float weight's bf16 copy is multiplied (matmul.cu). Nothing is cached: no
+// bf16 copy of a quantized weight outlives its product (the model's float32 table still has
+// a zeroed slot per quantized weight: docs/quantization.md, Not done). The price is one
+// dequantization per product, a pass over the weight that is small beside the product
+// itself for a training batch or a prefill.
+//
+// matmul_forward_q8 (inference) is the same path: the GPU has no integer Q8_0 x Q8_0 decode
+// kernel like the CPU's (ops/cpu/matmul_q8.c), so a decode step reads each quantized weight
+// once and writes and reads its bf16 tile once more; its results are the dequantized
+// weights' products, those of matmul_forward_dequantized, whatever kernel_rows says.
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/dequantize.cuh"
+
+// A tile holds at most this many weights (32 MiB of bf16): the LM head of a large vocabulary
+// is dequantized in pieces instead of in one buffer the size of its float copy.
+static const long TILE_VALUES = 1l << 24;
+
+// bitsandbytes' dynamic map of the double-quantized NF4 scales, copied to the device once.
+static const float *device_dynamic_map(void) {
+    static float *map = NULL;
+    if (!map) {
+        CUDA_CHECK(cudaMalloc(&map, 256 * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(map, nf4_dynamic_map(), 256 * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    return map;
+}
+
+static dequantize::Weights weights_of(const Q8Matrix *matrix) {
+    CHECK(matrix->type == QUANT_Q8_0 || matrix->type == QUANT_Q4_0 || matrix->type == QUANT_NF4,
+          "quantized type %d has no GPU kernel", (int)matrix->type);
+    return dequantize::weights_for(matrix, matrix->type == QUANT_NF4 && !matrix->scales ? device_dynamic_map() : NULL);
+}
+
+static void check_shape(const Q8Matrix *weight, int IC, int OC) {
+    const int block = weight->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK;
+    CHECK(weight->rows == OC && weight->cols == IC && IC % block == 0,
+          "quantized weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+}
+
+// Rows per tile: a multiple of 64 (so each tile's slice of the output and of the bf16 dout
+// starts at least 128-byte aligned for cuBLASLt), at least 64.
+static int tile_rows(int IC, int OC) {
+    long rows = TILE_VALUES / IC / 64 * 64;
+    if (rows < 64) rows = 64;
+    return rows < OC ? (int)rows : OC;
+}
+
+// Rows [first, first + rows) of the weight as bf16 [rows, IC] in scratch.
+static const __nv_bfloat16 *dequantized_tile(const dequantize::Weights &w, int first, int rows) {
+    __nv_bfloat16 *tile = (__nv_bfloat16 *)cuda_scratch(SCRATCH_DEQUANTIZED, (size_t)rows * w.matrix.cols * 2);
+    dequantize::rows_kernel<<<dequantize::rows_blocks(rows, w.matrix.cols), dequantize::THREADS>>>(tile, w, first,
+                                                                                                     rows);
+    CUDA_CHECK_LAUNCH();
+    return tile;
+}
+
+// Calls product(tile, o0, rows) for each tile of the weight's rows [o0, o0 + rows), in order.
+template <typename Product> static void for_each_tile(const Q8Matrix *weight, int IC, int OC, Product product) {
+    const dequantize::Weights w = weights_of(weight);
+    const int step = tile_rows(IC, OC);
+    for (int o0 = 0; o0 < OC; o0 += step) {
+        const int rows = OC - o0 < step ? OC - o0 : step;
+        product(dequantized_tile(w, o0, rows), o0, rows);
+    }
+}
+
+void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
+                                     int IC, int OC) {
+    check_shape(weight, IC, OC);
+    if (N == 0) return;
+    const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    // out[:, o0 : o0 + rows] = x . tile^T:  D(rows x N, ldd OC) = op_T(tile stored IC x rows) * x stored (IC x N)
+    for_each_tile(weight, IC, OC, [&](const __nv_bfloat16 *tile, int o0, int rows) {
+        cuda_gemm_bf16(true, false, rows, N, IC, 1.0f, tile, IC, x, IC, 0.0f, out + o0, OC, 1, 0, 0, 0);
+    });
+    if (bias) cuda_add_bias(out, bias, N, OC);
+}
+
+void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
+                            int OC, int kernel_rows) {
+    (void)kernel_rows; // one kernel for every row count (above)
+    cuda_matmul_forward_dequantized(out, inp, weight, bias, N, IC, OC);
+}
+
+void cuda_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC) {
+    check_shape(weight, IC, OC);
+    if (N == 0) return;
+    const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
+    // dinp[N, IC] += dout[:, o0 : o0 + rows] . tile:  D(IC x N) += tile stored (IC x rows) * dout slice stored (rows x N, ld OC)
+    for_each_tile(weight, IC, OC, [&](const __nv_bfloat16 *tile, int o0, int rows) {
+        cuda_gemm_bf16(false, false, IC, N, rows, 1.0f, tile, IC, g + o0, OC, 1.0f, dinp, IC, 1, 0, 0, 0);
+    });
+}
+
+void cuda_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
+                               const float *pos_emb, int N, int C, float scale) {
+    CHECK(tok_emb->cols == C && C % dequantize::VALUES_PER_THREAD == 0, "quantized token table [%d, %d] used with C = %d",
+          tok_emb->rows, tok_emb->cols, C);
+    if (N == 0) return;
+    const dequantize::Weights table = weights_of(tok_emb);
+    dequantize::embedding_kernel<<<dequantize::rows_blocks(N, C), dequantize::THREADS>>>(out, tokens, positions, table,
+                                                                                          pos_emb, N, scale);
+    CUDA_CHECK_LAUNCH();
+}

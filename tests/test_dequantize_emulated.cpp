@@ -1,0 +1,150 @@
+// The CUDA dequantization kernels (src/ops/cuda/dequantize.cuh) run on CPU threads through
+// src/ops/cuda/cpu_emulation.h, against the CPU's dequantization (ops/q8.c, ops/q4.c,
+// ops/nf4.c through quant_dequantize_rows): every value of a bf16 tile must be the bf16 of
+// the CPU's float, bit for bit, and the quantized token lookup must equal the CPU op's floats
+// bit for bit. Q8_0, Q4_0, NF4 with float scales and with double-quantized scales (several
+// second-level blocks), bitsandbytes' FP4 code book; ragged row counts, tiles that start
+// past row 0, one to ten blocks a row. tests/gpu/test_cuda.c checks the same kernels on a GPU.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+extern "C" {
+#include "ops/nf4.h"
+#include "ops/ops.h"
+#include "ops/q4.h"
+#include "ops/q8.h"
+}
+#include "ops/cuda/dequantize.cuh"
+#include "test.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+// Uniform in [-scale, scale) from a fixed sequence (xorshift64*).
+static float random_float(float scale) {
+    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+    return scale * (2.0f * (float)((r >> 40) * (1.0 / 16777216.0)) - 1.0f);
+}
+
+enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE };
+static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book"};
+
+// A [rows, cols] matrix of weights of varied magnitude per row (so block scales differ, and
+// double quantization has scales spread over its map), quantized by the CPU code.
+static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
+    std::vector<float> weights((size_t)rows * cols);
+    for (int r = 0; r < rows; r++) {
+        const float magnitude = 0.01f + 0.05f * (float)(r % 7);
+        for (int c = 0; c < cols; c++) weights[(size_t)r * cols + c] = random_float(magnitude);
+    }
+    Q8Matrix m = {};
+    if (kind == Q8_0 || kind == Q4_0) {
+        m.rows = rows, m.cols = cols, m.type = kind == Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0;
+        m.values = (int8_t *)calloc((size_t)rows * cols, 1);
+        m.scales = (float *)calloc((size_t)rows * cols / Q8_BLOCK, sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            const float *x = weights.data() + (size_t)r * cols;
+            float *scales = m.scales + (size_t)r * (cols / Q8_BLOCK);
+            if (kind == Q8_0) q8_quantize_row(x, cols, m.values + (size_t)r * cols, scales);
+            else q4_quantize_row(x, cols, m.nibbles + (size_t)r * cols / 2, scales);
+        }
+        return m;
+    }
+    nf4_quantize_matrix(&m, weights.data(), rows, cols, kind != NF4_SINGLE, malloc);
+    if (kind == FP4_DOUBLE) m.levels = fp4_levels; // the same codes read through the other book
+    return m;
+}
+
+static void free_matrix(Q8Matrix *m) {
+    free(m->values), free(m->scales), free(m->scale_codes), free(m->scale_absmax);
+}
+
+static uint16_t bits(bf16 x) { return x.bits; }
+
+// Rows [first, first + count) of m dequantized by the kernel into a bf16 tile, against the
+// bf16 of the CPU's floats.
+static void check_tile(Kind kind, const Q8Matrix &m, int first, int count) {
+    const dequantize::Weights w = dequantize::weights_for(&m, nf4_dynamic_map());
+    const long n = (long)count * m.cols;
+    std::vector<bf16> tile((size_t)n, bf16{0xFFFF}); // NaN: an element never written shows
+    emulation::launch({dequantize::rows_blocks(count, m.cols), 1, 1}, dequantize::THREADS, 0,
+                      [&] { dequantize::rows_kernel(tile.data(), w, first, count); });
+    std::vector<float> want((size_t)n);
+    quant_dequantize_rows(&m, first, count, want.data());
+    long wrong = 0, first_wrong = -1;
+    for (long i = 0; i < n; i++)
+        if (bits(tile[(size_t)i]) != bits(float_to_bf16(want[(size_t)i]))) {
+            if (first_wrong < 0) first_wrong = i;
+            wrong++;
+        }
+    printf("# %-14s [%3d, %3d] rows %3d..%-3d %ld of %ld values differ\n", kind_names[kind], m.rows, m.cols, first,
+           first + count, wrong, n);
+    EXPECT(wrong == 0, "%s [%d, %d] rows %d..%d: %ld values differ, the first at %ld (%g, want %g)", kind_names[kind],
+           m.rows, m.cols, first, first + count, wrong, first_wrong,
+           first_wrong >= 0 ? bf16_to_float(tile[(size_t)first_wrong]) : 0.0,
+           first_wrong >= 0 ? want[(size_t)first_wrong] : 0.0);
+}
+
+static void check_kind(Kind kind, const std::vector<std::pair<int, int>> &shapes) {
+    for (const auto &shape : shapes) {
+        Q8Matrix m = quantized_matrix(kind, shape.first, shape.second);
+        check_tile(kind, m, 0, m.rows);                             // the whole matrix
+        if (m.rows > 3) check_tile(kind, m, m.rows / 3, m.rows / 2); // a tile that starts inside it
+        check_tile(kind, m, m.rows - 1, 1);                         // its last row alone
+        free_matrix(&m);
+    }
+}
+
+// Rows of 1, 3 and 10 blocks; odd row counts; NF4 double quantization over 1 to 4
+// second-level blocks of 256 scales (70 x 320: 350 scales, 101 x 640: 1010).
+static void test_q8_0_tiles(void) { check_kind(Q8_0, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_q4_0_tiles(void) { check_kind(Q4_0, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_nf4_single_tiles(void) { check_kind(NF4_SINGLE, {{1, 64}, {37, 192}, {70, 640}}); }
+static void test_nf4_double_tiles(void) { check_kind(NF4_DOUBLE, {{1, 64}, {70, 320}, {101, 640}}); }
+static void test_fp4_code_book_tiles(void) { check_kind(FP4_DOUBLE, {{37, 192}}); }
+
+// The quantized token table: the kernel's floats against ops_cpu's embedding_forward_q8
+// (repeated tokens, a scale, with and without learned positions).
+static void check_embedding(Kind kind, int V, int C) {
+    Q8Matrix table = quantized_matrix(kind, V, C);
+    const dequantize::Weights w = dequantize::weights_for(&table, nf4_dynamic_map());
+    const int N = 45, P = 20;
+    std::vector<int> tokens(N), positions(N);
+    for (int i = 0; i < N; i++) tokens[(size_t)i] = (i * 7 + 3) % V, positions[(size_t)i] = i % P;
+    std::vector<float> pos_emb((size_t)P * C);
+    for (float &x : pos_emb) x = random_float(0.3f);
+    for (int with_positions = 0; with_positions < 2; with_positions++) {
+        const float *pos = with_positions ? pos_emb.data() : NULL;
+        std::vector<float> got((size_t)N * C, NAN), want((size_t)N * C);
+        ops_cpu.embedding_forward_q8(want.data(), tokens.data(), positions.data(), &table, pos, N, C, 1.7f);
+        emulation::launch({dequantize::rows_blocks(N, C), 1, 1}, dequantize::THREADS, 0, [&] {
+            dequantize::embedding_kernel(got.data(), tokens.data(), positions.data(), w, pos, N, 1.7f);
+        });
+        long wrong = 0;
+        for (size_t i = 0; i < got.size(); i++) wrong += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        printf("# embedding %-10s V %d C %d%s: %ld of %zu values differ\n", kind_names[kind], V, C,
+               pos ? " + positions" : "", wrong, got.size());
+        EXPECT(wrong == 0, "embedding %s%s: %ld values differ from the CPU op", kind_names[kind],
+               pos ? " + positions" : "", wrong);
+    }
+    free_matrix(&table);
+}
+
+static void test_quantized_embedding(void) {
+    check_embedding(Q8_0, 50, 96);
+    check_embedding(Q4_0, 50, 96);
+    check_embedding(NF4_DOUBLE, 50, 128);
+}
+
+int main(void) {
+    RUN(test_q8_0_tiles);
+    RUN(test_q4_0_tiles);
+    RUN(test_nf4_single_tiles);
+    RUN(test_nf4_double_tiles);
+    RUN(test_fp4_code_book_tiles);
+    RUN(test_quantized_embedding);
+    TEST_EXIT();
+}
