@@ -1,0 +1,936 @@
+// The GBNF grammar constraint (grammar_constraint.h): text -> rules of elements (groups and
+// repetitions become rules of their own) -> checks (undefined rules, left recursion, rules
+// that cannot finish) -> one flat element array that the recogniser's stacks index.
+#include "gen/grammar_constraint.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+
+#define MAX_CODE_POINT 0x10FFFFu
+
+enum { ELEMENT_CHARS, ELEMENT_REF, ELEMENT_END }; // a class of characters, a rule, an alternative's end
+
+typedef struct {
+    int32_t kind;
+    int32_t value; // CHARS: the class; REF: the rule
+} Element;
+
+typedef struct {
+    uint32_t lo, hi;
+} Range;
+
+// --- the parser's rules ------------------------------------------------------------------
+
+typedef struct {
+    Element *items;
+    int count, capacity;
+} ElementList;
+
+typedef struct {
+    char *name;     // as written; NULL for a rule made for a group or a repetition
+    int owner;      // the written rule it was made inside (itself for a written one)
+    bool defined;
+    size_t at;      // where it is defined, or first referenced while undefined
+    ElementList *alts;
+    int num_alts;
+} Rule;
+
+typedef struct {
+    const char *text;
+    size_t length, pos;
+    const char *what;
+    Rule *rules;
+    int num_rules;
+    int current; // the written rule being parsed
+    int *named; // the written rules' indices (the lookup of names)
+    int num_named;
+    Range *ranges; // every class's ranges, one class after another
+    int num_ranges, ranges_capacity;
+    int *class_first; // class k: ranges [class_first[k], class_first[k + 1])
+    int num_classes, classes_capacity;
+    int any_class;        // `.`
+    int ascii_class[128]; // the class of one ASCII character, made once (-1: not yet)
+    long num_elements;
+} Parser;
+
+// "line L, column C" of a byte offset (the column counts characters, from 1).
+static void line_column(const char *text, size_t at, int *line, int *column) {
+    *line = 1, *column = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (text[i] == '\n') (*line)++, *column = 1;
+        else if (((uint8_t)text[i] & 0xC0) != 0x80) (*column)++;
+    }
+}
+
+static int fail(const Parser *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(const Parser *p, size_t at, const char *fmt, ...) {
+    char message[512];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    int line, column;
+    line_column(p->text, at, &line, &column);
+    return err_set("%s: %s (at line %d, column %d)", p->what, message, line, column);
+}
+
+static void list_add(ElementList *list, Element e) {
+    if (list->count == list->capacity) {
+        list->capacity = list->capacity ? 2 * list->capacity : 8;
+        list->items = xrealloc(list->items, (size_t)list->capacity * sizeof(Element));
+    }
+    list->items[list->count++] = e;
+}
+
+static int new_rule(Parser *p, const char *name, size_t name_length, size_t at) {
+    p->rules = xrealloc(p->rules, (size_t)(p->num_rules + 1) * sizeof(Rule));
+    Rule *r = &p->rules[p->num_rules];
+    memset(r, 0, sizeof *r);
+    if (name) {
+        r->name = xmalloc(name_length + 1);
+        memcpy(r->name, name, name_length);
+        r->name[name_length] = '\0';
+        p->named = xrealloc(p->named, (size_t)(p->num_named + 1) * sizeof(int));
+        p->named[p->num_named++] = p->num_rules;
+    }
+    r->owner = name ? p->num_rules : p->current;
+    r->at = at;
+    return p->num_rules++;
+}
+
+static int new_alt(Parser *p, int rule) {
+    Rule *r = &p->rules[rule];
+    r->alts = xrealloc(r->alts, (size_t)(r->num_alts + 1) * sizeof(ElementList));
+    memset(&r->alts[r->num_alts], 0, sizeof(ElementList));
+    return r->num_alts++;
+}
+
+// Appends to rule's alternative alt, counting against the cap.
+static int add_element(Parser *p, int rule, int alt, Element e) {
+    if (++p->num_elements > GRAMMAR_MAX_ELEMENTS)
+        return fail(p, p->pos, "the grammar needs more than %d elements once its repetitions are expanded (a cap "
+                    "of this implementation)", GRAMMAR_MAX_ELEMENTS);
+    list_add(&p->rules[rule].alts[alt], e);
+    return 0;
+}
+
+static const char *rule_label(const Parser *p, int rule) {
+    return p->rules[p->rules[rule].owner].name;
+}
+
+// --- characters and classes ----------------------------------------------------------------
+
+static bool is_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+// One UTF-8 character of the grammar text at p->pos (well-formed, no surrogates).
+static int decode_utf8(Parser *p, uint32_t *cp) {
+    const uint8_t *s = (const uint8_t *)p->text + p->pos;
+    const size_t left = p->length - p->pos;
+    int n;
+    uint32_t value, min;
+    if (s[0] < 0x80) n = 1, value = s[0], min = 0;
+    else if ((s[0] & 0xE0) == 0xC0) n = 2, value = s[0] & 0x1F, min = 0x80;
+    else if ((s[0] & 0xF0) == 0xE0) n = 3, value = s[0] & 0x0F, min = 0x800;
+    else if ((s[0] & 0xF8) == 0xF0) n = 4, value = s[0] & 0x07, min = 0x10000;
+    else return fail(p, p->pos, "malformed UTF-8 (byte 0x%02X)", s[0]);
+    if ((size_t)n > left) return fail(p, p->pos, "malformed UTF-8 (a character cut short)");
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return fail(p, p->pos, "malformed UTF-8 (byte 0x%02X)", s[i]);
+        value = value << 6 | (s[i] & 0x3F);
+    }
+    if (value < min || value > MAX_CODE_POINT || (value >= 0xD800 && value <= 0xDFFF))
+        return fail(p, p->pos, "malformed UTF-8 (an overlong form, a surrogate or past U+10FFFF)");
+    p->pos += (size_t)n;
+    *cp = value;
+    return 0;
+}
+
+static int parse_hex(Parser *p, int digits, uint32_t *cp) {
+    const size_t start = p->pos - 2; // the backslash
+    uint32_t value = 0;
+    for (int i = 0; i < digits; i++) {
+        const char c = p->pos < p->length ? p->text[p->pos] : '\0';
+        int d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return fail(p, start, "the escape \\%c needs %d hex digits", p->text[start + 1], digits);
+        value = value * 16 + (uint32_t)d;
+        p->pos++;
+    }
+    if (value > MAX_CODE_POINT || (value >= 0xD800 && value <= 0xDFFF))
+        return fail(p, start, "the escape names U+%X, which is not a character", value);
+    *cp = value;
+    return 0;
+}
+
+// One character of a literal or a class: an escape or a UTF-8 character.
+static int parse_char(Parser *p, uint32_t *cp) {
+    if (p->text[p->pos] != '\\') return decode_utf8(p, cp);
+    const size_t start = p->pos;
+    if (p->pos + 1 >= p->length) return fail(p, start, "a backslash at the end of the grammar");
+    const char c = p->text[p->pos + 1];
+    p->pos += 2;
+    switch (c) {
+    case 'n': *cp = '\n'; return 0;
+    case 't': *cp = '\t'; return 0;
+    case 'r': *cp = '\r'; return 0;
+    case '\\': case '"': case '[': case ']': *cp = (uint8_t)c; return 0;
+    case 'x': return parse_hex(p, 2, cp);
+    case 'u': return parse_hex(p, 4, cp);
+    case 'U': return parse_hex(p, 8, cp);
+    default:
+        if ((uint8_t)c >= 0x20 && (uint8_t)c < 0x7F) return fail(p, start, "unknown escape \\%c", c);
+        return fail(p, start, "unknown escape (a backslash before byte 0x%02X)", (uint8_t)c);
+    }
+}
+
+static int by_lo(const void *a, const void *b) {
+    const Range *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+// Adds a class from `count` ranges (sorted, merged, complemented if `negate`, without the
+// surrogates); -1 when it holds no character.
+static int add_class(Parser *p, Range *ranges, int count, bool negate) {
+    qsort(ranges, (size_t)count, sizeof(Range), by_lo);
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        if (n > 0 && ranges[i].lo <= ranges[n - 1].hi + 1) {
+            if (ranges[i].hi > ranges[n - 1].hi) ranges[n - 1].hi = ranges[i].hi;
+        } else {
+            ranges[n++] = ranges[i];
+        }
+    }
+    // The complement (or the set itself) over the characters, the surrogates cut out: at
+    // most n + 2 ranges.
+    Range *out = xmalloc((size_t)(n + 3) * sizeof(Range));
+    int m = 0;
+    if (negate) {
+        uint32_t next = 0;
+        for (int i = 0; i < n; i++) {
+            if (ranges[i].lo > next) out[m++] = (Range){next, ranges[i].lo - 1};
+            next = ranges[i].hi + 1;
+        }
+        if (next <= MAX_CODE_POINT) out[m++] = (Range){next, MAX_CODE_POINT};
+    } else {
+        memcpy(out, ranges, (size_t)n * sizeof(Range));
+        m = n;
+    }
+    int k = 0;
+    Range *final = xmalloc((size_t)(m + 2) * sizeof(Range));
+    for (int i = 0; i < m; i++) {
+        Range r = out[i];
+        if (r.hi < 0xD800 || r.lo > 0xDFFF) final[k++] = r;
+        else {
+            if (r.lo < 0xD800) final[k++] = (Range){r.lo, 0xD7FF};
+            if (r.hi > 0xDFFF) final[k++] = (Range){0xE000, r.hi};
+        }
+    }
+    free(out);
+    if (k == 0) {
+        free(final);
+        return -1;
+    }
+    while (p->num_ranges + k > p->ranges_capacity) {
+        p->ranges_capacity = p->ranges_capacity ? 2 * p->ranges_capacity : 64;
+        p->ranges = xrealloc(p->ranges, (size_t)p->ranges_capacity * sizeof(Range));
+    }
+    memcpy(p->ranges + p->num_ranges, final, (size_t)k * sizeof(Range));
+    free(final);
+    if (p->num_classes + 2 > p->classes_capacity) {
+        p->classes_capacity = 2 * (p->num_classes + 2);
+        p->class_first = xrealloc(p->class_first, (size_t)p->classes_capacity * sizeof(int));
+    }
+    p->class_first[p->num_classes] = p->num_ranges;
+    p->num_ranges += k;
+    p->class_first[p->num_classes + 1] = p->num_ranges;
+    return p->num_classes++;
+}
+
+static int parse_literal(Parser *p, int rule, int alt) {
+    const size_t start = p->pos++;
+    for (;;) {
+        if (p->pos >= p->length) return fail(p, start, "unterminated string literal");
+        if (p->text[p->pos] == '"') {
+            p->pos++;
+            return 0;
+        }
+        uint32_t cp;
+        if (parse_char(p, &cp) != 0) return -1;
+        Range r = {cp, cp};
+        int k = cp < 128 ? p->ascii_class[cp] : -1;
+        if (k < 0) k = add_class(p, &r, 1, false);
+        if (cp < 128) p->ascii_class[cp] = k;
+        if (add_element(p, rule, alt, (Element){ELEMENT_CHARS, k}) != 0) return -1;
+    }
+}
+
+static int parse_class(Parser *p, int rule, int alt) {
+    const size_t start = p->pos++;
+    bool negate = false;
+    if (p->pos < p->length && p->text[p->pos] == '^') negate = true, p->pos++;
+    Range *ranges = NULL;
+    int count = 0;
+    for (;;) {
+        if (p->pos >= p->length) {
+            free(ranges);
+            return fail(p, start, "unterminated character class");
+        }
+        if (p->text[p->pos] == ']') {
+            p->pos++;
+            break;
+        }
+        uint32_t lo = 0, hi;
+        const size_t at = p->pos;
+        if (parse_char(p, &lo) != 0) return free(ranges), -1;
+        hi = lo;
+        if (p->pos + 1 < p->length && p->text[p->pos] == '-' && p->text[p->pos + 1] != ']') {
+            p->pos++;
+            if (parse_char(p, &hi) != 0) return free(ranges), -1;
+            if (hi < lo) {
+                free(ranges);
+                return fail(p, at, "the range's end U+%04X comes before its start U+%04X", hi, lo);
+            }
+        }
+        ranges = xrealloc(ranges, (size_t)(count + 1) * sizeof(Range));
+        ranges[count++] = (Range){lo, hi};
+    }
+    const int k = add_class(p, ranges, count, negate);
+    free(ranges);
+    if (k < 0) return fail(p, start, "the character class matches no character");
+    return add_element(p, rule, alt, (Element){ELEMENT_CHARS, k});
+}
+
+// Spaces, tabs, newlines and # comments.
+static void skip_space(Parser *p) {
+    while (p->pos < p->length) {
+        const char c = p->text[p->pos];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') p->pos++;
+        else if (c == '#')
+            while (p->pos < p->length && p->text[p->pos] != '\n') p->pos++;
+        else break;
+    }
+}
+
+static size_t name_end(const Parser *p, size_t at) {
+    while (at < p->length && is_name_char(p->text[at])) at++;
+    return at;
+}
+
+// At `name ::=` (the next rule's start)?
+static bool at_rule_start(Parser *p) {
+    const size_t saved = p->pos, end = name_end(p, p->pos);
+    if (end == saved) return false;
+    p->pos = end;
+    skip_space(p);
+    const bool yes = p->length - p->pos >= 3 && !memcmp(p->text + p->pos, "::=", 3);
+    p->pos = saved;
+    return yes;
+}
+
+static int find_rule(const Parser *p, const char *name, size_t length) {
+    for (int i = 0; i < p->num_named; i++) {
+        const char *other = p->rules[p->named[i]].name;
+        if (strlen(other) == length && !memcmp(other, name, length)) return p->named[i];
+    }
+    return -1;
+}
+
+static int parse_alternatives(Parser *p, int rule, int nesting);
+
+// Replaces the item at [atom, end) of rule's alternative alt by its repetition {min, max}
+// (max -1: unbounded): min copies, then a rule R ::= ITEM R | "" (unbounded) or a chain of
+// max - min nested optional rules R_k ::= ITEM R_(k-1) | "" (each a tail reference, so a
+// stack does not deepen).
+static int repeat(Parser *p, int rule, int alt, int atom, int min, int max, size_t at) {
+    ElementList *list = &p->rules[rule].alts[alt];
+    const int n = list->count - atom;
+    if (n == 0) return fail(p, at, "nothing to repeat (an empty literal)");
+    Element *item = xmalloc((size_t)n * sizeof(Element));
+    memcpy(item, list->items + atom, (size_t)n * sizeof(Element));
+    list->count = atom;
+    p->num_elements -= n;
+    int rc = 0;
+    for (int i = 0; i < min && rc == 0; i++)
+        for (int j = 0; j < n && rc == 0; j++) rc = add_element(p, rule, alt, item[j]);
+    if (rc == 0 && max == -1) {
+        const int r = new_rule(p, NULL, 0, at);
+        const int a = new_alt(p, r);
+        new_alt(p, r);
+        for (int j = 0; j < n && rc == 0; j++) rc = add_element(p, r, a, item[j]);
+        if (rc == 0) rc = add_element(p, r, a, (Element){ELEMENT_REF, r});
+        if (rc == 0) rc = add_element(p, rule, alt, (Element){ELEMENT_REF, r});
+    } else if (rc == 0 && max > min) {
+        int previous = -1;
+        for (int k = 0; k < max - min && rc == 0; k++) {
+            const int r = new_rule(p, NULL, 0, at);
+            const int a = new_alt(p, r);
+            new_alt(p, r);
+            for (int j = 0; j < n && rc == 0; j++) rc = add_element(p, r, a, item[j]);
+            if (rc == 0 && previous >= 0) rc = add_element(p, r, a, (Element){ELEMENT_REF, previous});
+            previous = r;
+        }
+        if (rc == 0) rc = add_element(p, rule, alt, (Element){ELEMENT_REF, previous});
+    }
+    free(item);
+    return rc;
+}
+
+static int parse_count(Parser *p, int *value) {
+    const size_t start = p->pos;
+    if (p->pos >= p->length || p->text[p->pos] < '0' || p->text[p->pos] > '9')
+        return fail(p, p->pos, "expected a number in the repetition { }");
+    long v = 0;
+    while (p->pos < p->length && p->text[p->pos] >= '0' && p->text[p->pos] <= '9') {
+        v = v * 10 + (p->text[p->pos++] - '0');
+        if (v > GRAMMAR_MAX_REPEAT)
+            return fail(p, start, "a repetition bound above %d (a cap of this implementation)", GRAMMAR_MAX_REPEAT);
+    }
+    *value = (int)v;
+    return 0;
+}
+
+// {m}, {m,} or {m,n} after an item; p->pos at '{'.
+static int parse_bounds(Parser *p, int *min, int *max) {
+    const size_t start = p->pos++;
+    skip_space(p);
+    if (parse_count(p, min) != 0) return -1;
+    skip_space(p);
+    if (p->pos < p->length && p->text[p->pos] == '}') {
+        *max = *min;
+    } else if (p->pos < p->length && p->text[p->pos] == ',') {
+        p->pos++;
+        skip_space(p);
+        *max = -1;
+        if (p->pos < p->length && p->text[p->pos] >= '0' && p->text[p->pos] <= '9' && parse_count(p, max) != 0)
+            return -1;
+        skip_space(p);
+    } else {
+        return fail(p, p->pos, "expected ',' or '}' in the repetition { }");
+    }
+    if (p->pos >= p->length || p->text[p->pos] != '}') return fail(p, p->pos, "expected '}' to close the repetition");
+    p->pos++;
+    if (*max >= 0 && *max < *min) return fail(p, start, "the repetition {%d,%d} has its bounds reversed", *min, *max);
+    return 0;
+}
+
+// One alternative: items, each with its repetitions, up to '|', ')', the next rule or the end.
+static int parse_sequence(Parser *p, int rule, int alt, int nesting) {
+    for (;;) {
+        skip_space(p);
+        if (p->pos >= p->length) return 0;
+        const char c = p->text[p->pos];
+        if (c == '|' || c == ')') return 0;
+        if (at_rule_start(p)) {
+            if (nesting > 0) return fail(p, p->pos, "a rule definition inside parentheses (a ')' is missing)");
+            return 0;
+        }
+        const int atom = p->rules[rule].alts[alt].count;
+        const size_t at = p->pos;
+        if (c == '"') {
+            if (parse_literal(p, rule, alt) != 0) return -1;
+        } else if (c == '[') {
+            if (parse_class(p, rule, alt) != 0) return -1;
+        } else if (c == '.') {
+            p->pos++;
+            if (add_element(p, rule, alt, (Element){ELEMENT_CHARS, p->any_class}) != 0) return -1;
+        } else if (c == '(') {
+            if (nesting + 1 > GRAMMAR_MAX_NESTING)
+                return fail(p, at, "groups nested more than %d deep (a cap of this implementation)", GRAMMAR_MAX_NESTING);
+            p->pos++;
+            const int group = new_rule(p, NULL, 0, at);
+            if (parse_alternatives(p, group, nesting + 1) != 0) return -1;
+            skip_space(p);
+            if (p->pos >= p->length || p->text[p->pos] != ')') return fail(p, at, "the group '(' is never closed");
+            p->pos++;
+            if (add_element(p, rule, alt, (Element){ELEMENT_REF, group}) != 0) return -1;
+        } else if (is_name_char(c)) {
+            const size_t end = name_end(p, p->pos);
+            int target = find_rule(p, p->text + p->pos, end - p->pos);
+            if (target < 0) target = new_rule(p, p->text + p->pos, end - p->pos, p->pos);
+            p->pos = end;
+            if (add_element(p, rule, alt, (Element){ELEMENT_REF, target}) != 0) return -1;
+        } else if (c == '<') {
+            return fail(p, at, "token references <...> are not supported");
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            return fail(p, at, "'%c' has nothing to repeat", c);
+        } else if ((uint8_t)c >= 0x20 && (uint8_t)c < 0x7F) {
+            return fail(p, at, "unexpected '%c'", c);
+        } else {
+            return fail(p, at, "unexpected byte 0x%02X", (uint8_t)c);
+        }
+        for (;;) { // repetitions, each applying to what came before it
+            skip_space(p);
+            if (p->pos >= p->length) break;
+            const char op = p->text[p->pos];
+            const size_t op_at = p->pos;
+            int min, max;
+            if (op == '*') min = 0, max = -1, p->pos++;
+            else if (op == '+') min = 1, max = -1, p->pos++;
+            else if (op == '?') min = 0, max = 1, p->pos++;
+            else if (op == '{') {
+                if (parse_bounds(p, &min, &max) != 0) return -1;
+            } else break;
+            if (repeat(p, rule, alt, atom, min, max, op_at) != 0) return -1;
+        }
+    }
+}
+
+static int parse_alternatives(Parser *p, int rule, int nesting) {
+    if (parse_sequence(p, rule, new_alt(p, rule), nesting) != 0) return -1;
+    while (p->pos < p->length && p->text[p->pos] == '|') {
+        p->pos++;
+        if (parse_sequence(p, rule, new_alt(p, rule), nesting) != 0) return -1;
+    }
+    return 0;
+}
+
+static int parse_grammar(Parser *p) {
+    skip_space(p);
+    if (p->pos >= p->length) return fail(p, p->pos, "the grammar is empty (it needs a 'root' rule)");
+    while (p->pos < p->length) {
+        const size_t at = p->pos, end = name_end(p, p->pos);
+        if (end == at) {
+            const char c = p->text[at];
+            if ((uint8_t)c >= 0x20 && (uint8_t)c < 0x7F) return fail(p, at, "expected a rule name, not '%c'", c);
+            return fail(p, at, "expected a rule name, not byte 0x%02X", (uint8_t)c);
+        }
+        int rule = find_rule(p, p->text + at, end - at);
+        if (rule >= 0 && p->rules[rule].defined)
+            return fail(p, at, "the rule '%s' is defined twice", p->rules[rule].name);
+        if (rule < 0) rule = new_rule(p, p->text + at, end - at, at);
+        p->rules[rule].defined = true, p->rules[rule].at = at;
+        p->current = rule;
+        p->pos = end;
+        skip_space(p);
+        if (p->length - p->pos < 3 || memcmp(p->text + p->pos, "::=", 3) != 0)
+            return fail(p, p->pos, "expected '::=' after the rule name '%s'", p->rules[rule].name);
+        p->pos += 3;
+        if (parse_alternatives(p, rule, 0) != 0) return -1;
+        if (p->pos < p->length && p->text[p->pos] == ')') return fail(p, p->pos, "a ')' that closes no group");
+        skip_space(p);
+    }
+    return 0;
+}
+
+// --- checks ------------------------------------------------------------------------------------
+
+static bool element_nullable(const Element *e, const bool *nullable) {
+    return e->kind == ELEMENT_REF && nullable[e->value];
+}
+
+// Undefined rules, no root, left recursion, rules that cannot finish. Returns the root's index.
+static int check_rules(Parser *p) {
+    const int n = p->num_rules;
+    for (int r = 0; r < n; r++)
+        if (p->rules[r].name && !p->rules[r].defined)
+            return fail(p, p->rules[r].at, "the rule '%s' is used but never defined", p->rules[r].name);
+    const int root = find_rule(p, "root", 4);
+    if (root < 0) return fail(p, 0, "no rule is named 'root' (the start)");
+
+    // Nullable rules (those that can match the empty text), to a fixed point.
+    bool *nullable = xcalloc((size_t)n, sizeof(bool));
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < n; r++) {
+            if (nullable[r]) continue;
+            for (int a = 0; a < p->rules[r].num_alts && !nullable[r]; a++) {
+                const ElementList *alt = &p->rules[r].alts[a];
+                bool all = true;
+                for (int i = 0; i < alt->count && all; i++) all = element_nullable(&alt->items[i], nullable);
+                if (all) nullable[r] = changed = true;
+            }
+        }
+    }
+    // Left recursion: a cycle among "r can begin with s" (s referenced after only nullable
+    // elements), found by an iterative depth-first search.
+    int *edge_first = xcalloc((size_t)n + 1, sizeof(int)), *edges = NULL, num_edges = 0;
+    for (int r = 0; r < n; r++) {
+        edge_first[r] = num_edges;
+        for (int a = 0; a < p->rules[r].num_alts; a++) {
+            const ElementList *alt = &p->rules[r].alts[a];
+            for (int i = 0; i < alt->count && alt->items[i].kind == ELEMENT_REF; i++) {
+                edges = xrealloc(edges, (size_t)(num_edges + 1) * sizeof(int));
+                edges[num_edges++] = alt->items[i].value;
+                if (!nullable[alt->items[i].value]) break;
+            }
+        }
+    }
+    edge_first[n] = num_edges;
+    int *color = xcalloc((size_t)n, sizeof(int)); // 0 unvisited, 1 on the path, 2 done
+    int *path = xmalloc((size_t)n * sizeof(int)), *next_edge = xmalloc((size_t)n * sizeof(int));
+    int rc = 0;
+    for (int start = 0; start < n && rc == 0; start++) {
+        if (color[start]) continue;
+        int depth = 0;
+        path[depth] = start, next_edge[depth] = edge_first[start], color[start] = 1, depth++;
+        while (depth > 0 && rc == 0) {
+            const int r = path[depth - 1];
+            if (next_edge[depth - 1] == edge_first[r + 1]) {
+                color[r] = 2, depth--;
+                continue;
+            }
+            const int s = edges[next_edge[depth - 1]++];
+            if (color[s] == 1) { // a cycle: name a written rule on it
+                int named = s;
+                for (int k = depth - 1; k >= 0 && path[k] != s; k--)
+                    if (p->rules[path[k]].name) named = path[k];
+                if (p->rules[s].name) named = s;
+                rc = fail(p, p->rules[p->rules[named].owner].at, "the rule '%s' is left-recursive (it can begin with "
+                          "itself): write the repetition with * or + or as right recursion", rule_label(p, named));
+            } else if (color[s] == 0) {
+                path[depth] = s, next_edge[depth] = edge_first[s], color[s] = 1, depth++;
+            }
+        }
+    }
+    free(edge_first), free(edges), free(color), free(path), free(next_edge), free(nullable);
+    if (rc != 0) return -1;
+
+    // Rules reachable from root, and those that can finish (match some finite text).
+    bool *reachable = xcalloc((size_t)n, sizeof(bool)), *finite = xcalloc((size_t)n, sizeof(bool));
+    int *todo = xmalloc((size_t)n * sizeof(int)), count = 0;
+    reachable[root] = true, todo[count++] = root;
+    while (count > 0) {
+        const Rule *r = &p->rules[todo[--count]];
+        for (int a = 0; a < r->num_alts; a++)
+            for (int i = 0; i < r->alts[a].count; i++) {
+                const Element *e = &r->alts[a].items[i];
+                if (e->kind == ELEMENT_REF && !reachable[e->value]) reachable[e->value] = true, todo[count++] = e->value;
+            }
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < n; r++) {
+            if (finite[r]) continue;
+            for (int a = 0; a < p->rules[r].num_alts && !finite[r]; a++) {
+                const ElementList *alt = &p->rules[r].alts[a];
+                bool all = true;
+                for (int i = 0; i < alt->count && all; i++) all = alt->items[i].kind != ELEMENT_REF || finite[alt->items[i].value];
+                if (all) finite[r] = changed = true;
+            }
+        }
+    }
+    // A written rule first, so that the message names what the user wrote.
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int r = 0; r < n && rc == 0; r++)
+            if (reachable[r] && !finite[r] && (pass == 1 || p->rules[r].name))
+                rc = fail(p, p->rules[p->rules[r].owner].at, "the rule '%s' matches no finite text (every alternative "
+                          "needs itself again)%s", rule_label(p, r), p->rules[r].name ? "" : " in a group or repetition");
+    free(reachable), free(finite), free(todo);
+    return rc != 0 ? -1 : root;
+}
+
+// --- the compiled grammar and its recogniser ----------------------------------------------
+
+struct GrammarConstraint {
+    Element *elements; // [REF root, END], then every rule's alternatives, each ended by END
+    int num_elements;
+    int *alt_start;    // rule r's alternatives: alt_start[rule_alt[r] .. rule_alt[r + 1])
+    int *rule_alt;
+    int num_rules;
+    Range *ranges;
+    int *class_first;
+    uint64_t (*ascii)[2]; // per class: its characters below 128, as bits
+    int num_classes;
+    GrammarState start;
+};
+
+static bool class_contains(const GrammarConstraint *g, int k, uint32_t cp) {
+    if (cp < 128) return (g->ascii[k][cp >> 6] >> (cp & 63)) & 1;
+    int lo = g->class_first[k], hi = g->class_first[k + 1] - 1;
+    while (lo <= hi) { // the range whose span could hold cp
+        const int mid = (lo + hi) / 2;
+        if (g->ranges[mid].hi < cp) lo = mid + 1;
+        else if (g->ranges[mid].lo > cp) hi = mid - 1;
+        else return true;
+    }
+    return false;
+}
+
+// Does class k hold a character in [lo, hi]?
+static bool class_meets(const GrammarConstraint *g, int k, uint32_t lo, uint32_t hi) {
+    int a = g->class_first[k], b = g->class_first[k + 1];
+    while (a < b) { // the first range that ends at or after lo
+        const int mid = (a + b) / 2;
+        if (g->ranges[mid].hi < lo) a = mid + 1;
+        else b = mid;
+    }
+    return a < g->class_first[k + 1] && g->ranges[a].lo <= hi;
+}
+
+// Adds a stack to the state unless an equal one is there; past a bound it is dropped.
+static void emit(GrammarState *out, const int32_t *items, int length) {
+    for (int i = 0, at = 0; i < out->num_stacks; i++) {
+        const int n = out->pool[at];
+        if (n == length && !memcmp(out->pool + at + 1, items, (size_t)length * sizeof(int32_t))) return;
+        at += n + 1;
+    }
+    if (out->num_stacks == GRAMMAR_MAX_STACKS || out->used + length + 1 > GRAMMAR_MAX_ITEMS) {
+        out->overflow = 1;
+        return;
+    }
+    out->pool[out->used] = length;
+    memcpy(out->pool + out->used + 1, items, (size_t)length * sizeof(int32_t));
+    out->used += length + 1;
+    out->num_stacks++;
+}
+
+// Stacks waiting to be expanded, last in first out; each is its elements, then its length.
+#define WORK_ITEMS (4 * GRAMMAR_MAX_ITEMS)
+static _Thread_local int32_t work[WORK_ITEMS];
+
+// Expands the stacks in work[0, used) until each has a character class on top (or is
+// empty: the text may end), adding those to *out.
+static void expand(const GrammarConstraint *g, int used, GrammarState *out) {
+    while (used > 0) {
+        int length = work[used - 1];
+        const int base = used - 1 - length;
+        int32_t *stack = work + base;
+        if (length == 0) {
+            emit(out, stack, 0);
+            used = base;
+            continue;
+        }
+        const int position = stack[length - 1];
+        const Element *e = &g->elements[position];
+        if (e->kind == ELEMENT_CHARS) {
+            emit(out, stack, length);
+            used = base;
+            continue;
+        }
+        if (e->kind == ELEMENT_END) { // the alternative is done: back to the rule that called it
+            stack[length - 1] = length - 1;
+            used--;
+            continue;
+        }
+        // A rule: what follows it stays below (nothing when it ends the alternative: a tail
+        // call), and each alternative goes on top of a copy.
+        if (g->elements[position + 1].kind == ELEMENT_END) length--;
+        else stack[length - 1] = position + 1;
+        const int first = g->rule_alt[e->value], count = g->rule_alt[e->value + 1] - first;
+        int fit = count;
+        if (base + (long)count * (length + 2) > WORK_ITEMS) {
+            fit = (WORK_ITEMS - base) / (length + 2);
+            out->overflow = 1;
+        }
+        for (int k = fit - 1; k >= 0; k--) {
+            int32_t *copy = work + base + k * (length + 2);
+            if (k > 0) memcpy(copy, stack, (size_t)length * sizeof(int32_t));
+            copy[length] = g->alt_start[first + k];
+            copy[length + 1] = length + 1;
+        }
+        used = base + fit * (length + 2);
+    }
+}
+
+void grammar_state_copy(GrammarState *dst, const GrammarState *src) {
+    dst->num_stacks = src->num_stacks;
+    dst->used = src->used;
+    dst->utf8_value = src->utf8_value;
+    dst->utf8_need = src->utf8_need;
+    dst->utf8_next_lo = src->utf8_next_lo, dst->utf8_next_hi = src->utf8_next_hi;
+    dst->overflow = src->overflow;
+    memcpy(dst->pool, src->pool, (size_t)src->used * sizeof(int32_t));
+}
+
+void grammar_state_init(const GrammarConstraint *g, GrammarState *state) { grammar_state_copy(state, &g->start); }
+
+static void clear(GrammarState *out, const GrammarState *from) {
+    out->num_stacks = 0, out->used = 0;
+    out->utf8_value = 0, out->utf8_need = 0, out->utf8_next_lo = 0, out->utf8_next_hi = 0;
+    out->overflow = from->overflow;
+}
+
+// The stacks whose top class holds a character in [lo, hi] (a character partly fed).
+static void keep_meeting(const GrammarConstraint *g, const GrammarState *state, uint32_t lo, uint32_t hi,
+                         GrammarState *out) {
+    for (int i = 0, at = 0; i < state->num_stacks; i++) {
+        const int n = state->pool[at];
+        if (n > 0 && class_meets(g, g->elements[state->pool[at + n]].value, lo, hi)) {
+            memcpy(out->pool + out->used, state->pool + at, (size_t)(n + 1) * sizeof(int32_t));
+            out->used += n + 1;
+            out->num_stacks++;
+        }
+        at += n + 1;
+    }
+}
+
+// The stacks after character cp: each whose top holds it moves past it and is expanded.
+static void advance(const GrammarConstraint *g, const GrammarState *state, uint32_t cp, GrammarState *out) {
+    for (int i = 0, at = 0; i < state->num_stacks; i++) {
+        const int n = state->pool[at];
+        if (n > 0) {
+            const int position = state->pool[at + n];
+            if (class_contains(g, g->elements[position].value, cp)) {
+                memcpy(work, state->pool + at + 1, (size_t)n * sizeof(int32_t));
+                work[n - 1] = position + 1;
+                work[n] = n;
+                expand(g, n + 1, out);
+            }
+        }
+        at += n + 1;
+    }
+}
+
+static _Thread_local GrammarState in_place;
+
+bool grammar_state_feed(const GrammarConstraint *g, const GrammarState *state, uint8_t byte, GrammarState *out) {
+    if (out == state) {
+        grammar_state_copy(&in_place, state);
+        state = &in_place;
+    }
+    clear(out, state);
+    if (state->num_stacks == 0) return false;
+    uint32_t value;
+    int need;
+    uint8_t next_lo = 0x80, next_hi = 0xBF;
+    if (state->utf8_need == 0) { // a character's first byte
+        if (byte < 0x80) {
+            advance(g, state, byte, out);
+            return out->num_stacks > 0;
+        }
+        if (byte >= 0xC2 && byte <= 0xDF) need = 1, value = byte & 0x1F;
+        else if (byte >= 0xE0 && byte <= 0xEF) need = 2, value = byte & 0x0F;
+        else if (byte >= 0xF0 && byte <= 0xF4) need = 3, value = byte & 0x07;
+        else return false;
+        // The second byte's range keeps out overlong forms, surrogates and past U+10FFFF.
+        if (byte == 0xE0) next_lo = 0xA0;
+        else if (byte == 0xED) next_hi = 0x9F;
+        else if (byte == 0xF0) next_lo = 0x90;
+        else if (byte == 0xF4) next_hi = 0x8F;
+    } else {
+        if (byte < state->utf8_next_lo || byte > state->utf8_next_hi) return false;
+        value = state->utf8_value << 6 | (byte & 0x3F);
+        need = state->utf8_need - 1;
+        if (need == 0) {
+            advance(g, state, value, out);
+            return out->num_stacks > 0;
+        }
+    }
+    // The characters this prefix can still become: from the lowest next byte and zeros to
+    // the highest next byte and ones.
+    const int rest = 6 * (need - 1);
+    const uint32_t lo = (value << 6 | (next_lo & 0x3F)) << rest;
+    const uint32_t hi = (value << 6 | (next_hi & 0x3F)) << rest | ((1u << rest) - 1);
+    keep_meeting(g, state, lo, hi, out);
+    if (out->num_stacks == 0) return false;
+    out->utf8_value = value, out->utf8_need = (uint8_t)need;
+    out->utf8_next_lo = next_lo, out->utf8_next_hi = next_hi;
+    return true;
+}
+
+bool grammar_state_feed_bytes(const GrammarConstraint *g, GrammarState *state, const char *bytes, size_t length) {
+    for (size_t i = 0; i < length; i++)
+        if (!grammar_state_feed(g, state, (uint8_t)bytes[i], state)) return false;
+    return state->num_stacks > 0;
+}
+
+bool grammar_state_accepts(const GrammarConstraint *g, const GrammarState *state) {
+    (void)g;
+    if (state->utf8_need) return false;
+    for (int i = 0, at = 0; i < state->num_stacks; i++) {
+        if (state->pool[at] == 0) return true;
+        at += state->pool[at] + 1;
+    }
+    return false;
+}
+
+bool grammar_constraint_matches(const GrammarConstraint *g, const char *text, size_t length) {
+    GrammarState *state = xmalloc(sizeof *state);
+    grammar_state_init(g, state);
+    const bool ok = grammar_state_feed_bytes(g, state, text, length) && grammar_state_accepts(g, state);
+    free(state);
+    return ok;
+}
+
+int grammar_constraint_num_rules(const GrammarConstraint *g) { return g->num_rules; }
+
+static void parser_free(Parser *p) {
+    for (int r = 0; r < p->num_rules; r++) {
+        for (int a = 0; a < p->rules[r].num_alts; a++) free(p->rules[r].alts[a].items);
+        free(p->rules[r].alts);
+        free(p->rules[r].name);
+    }
+    free(p->rules);
+    free(p->named);
+    free(p->ranges);
+    free(p->class_first);
+}
+
+int grammar_constraint_compile(GrammarConstraint **out, const char *text, size_t length, const char *what) {
+    *out = NULL;
+    Parser p = {.text = text, .length = length, .what = what};
+    for (int c = 0; c < 128; c++) p.ascii_class[c] = -1;
+    Range any = {0, MAX_CODE_POINT};
+    p.any_class = add_class(&p, &any, 1, false);
+    int root = -1;
+    if (memchr(text, '\0', length)) {
+        fail(&p, (size_t)((const char *)memchr(text, '\0', length) - text), "a NUL byte in the grammar");
+    } else if (parse_grammar(&p) == 0) {
+        root = check_rules(&p);
+    }
+    if (root < 0) {
+        parser_free(&p);
+        return -1;
+    }
+    // Flatten: [REF root, END], then each rule's alternatives, each followed by END.
+    GrammarConstraint *g = xcalloc(1, sizeof *g);
+    g->num_rules = p.num_rules;
+    int num_alts = 0;
+    long num_elements = 2;
+    for (int r = 0; r < p.num_rules; r++) {
+        num_alts += p.rules[r].num_alts;
+        for (int a = 0; a < p.rules[r].num_alts; a++) num_elements += p.rules[r].alts[a].count + 1;
+    }
+    g->elements = xmalloc((size_t)num_elements * sizeof(Element));
+    g->alt_start = xmalloc((size_t)(num_alts ? num_alts : 1) * sizeof(int));
+    g->rule_alt = xmalloc((size_t)(p.num_rules + 1) * sizeof(int));
+    int e = 0, alt = 0;
+    g->elements[e++] = (Element){ELEMENT_REF, root};
+    g->elements[e++] = (Element){ELEMENT_END, 0};
+    for (int r = 0; r < p.num_rules; r++) {
+        g->rule_alt[r] = alt;
+        for (int a = 0; a < p.rules[r].num_alts; a++) {
+            g->alt_start[alt++] = e;
+            memcpy(g->elements + e, p.rules[r].alts[a].items, (size_t)p.rules[r].alts[a].count * sizeof(Element));
+            e += p.rules[r].alts[a].count;
+            g->elements[e++] = (Element){ELEMENT_END, 0};
+        }
+    }
+    g->rule_alt[p.num_rules] = alt;
+    g->num_elements = e;
+    g->ranges = p.ranges, g->class_first = p.class_first, g->num_classes = p.num_classes;
+    p.ranges = NULL, p.class_first = NULL;
+    g->ascii = xcalloc((size_t)g->num_classes, sizeof *g->ascii);
+    for (int k = 0; k < g->num_classes; k++)
+        for (int i = g->class_first[k]; i < g->class_first[k + 1]; i++)
+            for (uint32_t cp = g->ranges[i].lo; cp <= g->ranges[i].hi && cp < 128; cp++)
+                g->ascii[k][cp >> 6] |= 1ull << (cp & 63);
+    parser_free(&p);
+    // The start: the root expanded.
+    clear(&g->start, &g->start);
+    g->start.overflow = 0;
+    work[0] = 0, work[1] = 1;
+    expand(g, 2, &g->start);
+    if (g->start.overflow) {
+        grammar_constraint_free(g);
+        return err_set("%s: the grammar can begin in more ways than the recogniser holds (%d parse stacks of %d "
+                       "entries in all; a cap of this implementation)", what, GRAMMAR_MAX_STACKS, GRAMMAR_MAX_ITEMS);
+    }
+    *out = g;
+    return 0;
+}
+
+void grammar_constraint_free(GrammarConstraint *g) {
+    if (!g) return;
+    free(g->elements), free(g->alt_start), free(g->rule_alt);
+    free(g->ranges), free(g->class_first), free(g->ascii);
+    free(g);
+}
