@@ -48,6 +48,9 @@ static void test_refusals(void) {
     for (int i = 0; i < 101; i++) strcat(deep, "(");
     strcat(deep, "\"a\"");
     for (int i = 0; i < 101; i++) strcat(deep, ")");
+    char ambiguous[2000] = "root ::= r0\n";
+    for (int i = 0; i < 40; i++) sprintf(ambiguous + strlen(ambiguous), "r%d ::= r%d | r%d\n", i, i + 1, i + 1);
+    strcat(ambiguous, "r40 ::= \"a\"\n");
     const struct {
         const char *grammar, *problem;
         int line, column;
@@ -93,7 +96,10 @@ static void test_refusals(void) {
         {deep, "groups nested more than 100 deep", 1, 110},
         {"root ::= \"ab\"{1000}{1000}", "more than 200000 elements", 1, 26},
         // x? is nullable: x?{0,200} can begin 200 ways at once.
-        {"root ::= (\"a\"?){0,200} \"y\"", "can begin in more ways than the recogniser holds", 0, 0},
+        {"root ::= (\"a\"?){0,200} \"y\"", "the rule 'root' can continue in more than 128 ways at once", 1, 1},
+        {"root ::= x \"y\"\nx ::= (\"a\"?){0,200}", "the rule 'x' can continue in more than 128 ways at once", 2, 1},
+        // r1 ::= r2 | r2, r2 ::= r3 | r3, ...: 2^40 ways to the same place.
+        {ambiguous, "expanding the rules takes more than 20000000 steps", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         GrammarConstraint *g = NULL;

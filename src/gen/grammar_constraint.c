@@ -639,6 +639,13 @@ struct GrammarConstraint {
     int *class_first;
     uint64_t (*ascii)[2]; // per class: its characters below 128, as bits
     int num_classes;
+    // The expansion of each position x, computed once: a stack B x (B below) expands to B F
+    // for every fragment F of x, and, where x's frame can finish (ends[x]), to the
+    // expansion of B as well. Position x's fragments are at fragments[fragment_first[x] ..
+    // fragment_first[x + 1]), each its length, then its elements bottom to top.
+    int32_t *fragment_first;
+    int32_t *fragments;
+    uint8_t *ends;
     GrammarState start;
 };
 
@@ -665,68 +672,51 @@ static bool class_meets(const GrammarConstraint *g, int k, uint32_t lo, uint32_t
     return a < g->class_first[k + 1] && g->ranges[a].lo <= hi;
 }
 
-// Adds a stack to the state unless an equal one is there; past a bound it is dropped.
-static void emit(GrammarState *out, const int32_t *items, int length) {
-    for (int i = 0, at = 0; i < out->num_stacks; i++) {
+static bool same(const int32_t *a, const int32_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+// Adds the stack below + fragment to the state unless an equal one is among its first
+// `earlier` stacks (the expansion of one stack never repeats itself: only what other stacks
+// expanded to can be equal); past a bound it is dropped.
+static void emit(GrammarState *out, int earlier, const int32_t *below, int below_length, const int32_t *fragment,
+                 int fragment_length) {
+    const int length = below_length + fragment_length;
+    for (int i = 0, at = 0; i < earlier; i++) {
+        const int32_t *stack = out->pool + at + 1;
         const int n = out->pool[at];
-        if (n == length && !memcmp(out->pool + at + 1, items, (size_t)length * sizeof(int32_t))) return;
+        if (n == length && same(stack, below, below_length) && same(stack + below_length, fragment, fragment_length)) return;
         at += n + 1;
     }
     if (out->num_stacks == GRAMMAR_MAX_STACKS || out->used + length + 1 > GRAMMAR_MAX_ITEMS) {
         out->overflow = 1;
         return;
     }
-    out->pool[out->used] = length;
-    memcpy(out->pool + out->used + 1, items, (size_t)length * sizeof(int32_t));
+    int32_t *stack = out->pool + out->used;
+    stack[0] = length;
+    memcpy(stack + 1, below, (size_t)below_length * sizeof(int32_t));
+    memcpy(stack + 1 + below_length, fragment, (size_t)fragment_length * sizeof(int32_t));
     out->used += length + 1;
     out->num_stacks++;
 }
 
-// Stacks waiting to be expanded, last in first out; each is its elements, then its length.
-#define WORK_ITEMS (4 * GRAMMAR_MAX_ITEMS)
-static _Thread_local int32_t work[WORK_ITEMS];
+static const int32_t no_elements[1] = {0}; // an empty stack's (non-NULL) elements
 
-// Expands the stacks in work[0, used) until each has a character class on top (or is
-// empty: the text may end), adding those to *out.
-static void expand(const GrammarConstraint *g, int used, GrammarState *out) {
-    while (used > 0) {
-        int length = work[used - 1];
-        const int base = used - 1 - length;
-        int32_t *stack = work + base;
-        if (length == 0) {
-            emit(out, stack, 0);
-            used = base;
-            continue;
+// Adds to *out the expansion of the stack below + [x]: x's fragments on top of below, then,
+// while the frame on top can finish, the same for the frame under it.
+static void expand(const GrammarConstraint *g, const int32_t *below, int length, int32_t x, GrammarState *out) {
+    const int earlier = out->num_stacks;
+    for (;;) {
+        for (int at = g->fragment_first[x]; at < g->fragment_first[x + 1]; at += g->fragments[at] + 1)
+            emit(out, earlier, below, length, g->fragments + at + 1, g->fragments[at]);
+        if (!g->ends[x]) return;
+        if (length == 0) { // the text may end here
+            emit(out, earlier, no_elements, 0, no_elements, 0);
+            return;
         }
-        const int position = stack[length - 1];
-        const Element *e = &g->elements[position];
-        if (e->kind == ELEMENT_CHARS) {
-            emit(out, stack, length);
-            used = base;
-            continue;
-        }
-        if (e->kind == ELEMENT_END) { // the alternative is done: back to the rule that called it
-            stack[length - 1] = length - 1;
-            used--;
-            continue;
-        }
-        // A rule: what follows it stays below (nothing when it ends the alternative: a tail
-        // call), and each alternative goes on top of a copy.
-        if (g->elements[position + 1].kind == ELEMENT_END) length--;
-        else stack[length - 1] = position + 1;
-        const int first = g->rule_alt[e->value], count = g->rule_alt[e->value + 1] - first;
-        int fit = count;
-        if (base + (long)count * (length + 2) > WORK_ITEMS) {
-            fit = (WORK_ITEMS - base) / (length + 2);
-            out->overflow = 1;
-        }
-        for (int k = fit - 1; k >= 0; k--) {
-            int32_t *copy = work + base + k * (length + 2);
-            if (k > 0) memcpy(copy, stack, (size_t)length * sizeof(int32_t));
-            copy[length] = g->alt_start[first + k];
-            copy[length + 1] = length + 1;
-        }
-        used = base + fit * (length + 2);
+        x = below[--length];
     }
 }
 
@@ -768,12 +758,7 @@ static void advance(const GrammarConstraint *g, const GrammarState *state, uint3
         const int n = state->pool[at];
         if (n > 0) {
             const int position = state->pool[at + n];
-            if (class_contains(g, g->elements[position].value, cp)) {
-                memcpy(work, state->pool + at + 1, (size_t)n * sizeof(int32_t));
-                work[n - 1] = position + 1;
-                work[n] = n;
-                expand(g, n + 1, out);
-            }
+            if (class_contains(g, g->elements[position].value, cp)) expand(g, state->pool + at + 1, n - 1, position + 1, out);
         }
         at += n + 1;
     }
@@ -852,6 +837,93 @@ bool grammar_constraint_matches(const GrammarConstraint *g, const char *text, si
 
 int grammar_constraint_num_rules(const GrammarConstraint *g) { return g->num_rules; }
 
+// The fragments of every position (grammar_constraint.c's struct): a depth-first expansion
+// of the stack [x] alone, where reaching the empty stack means x's frame can finish.
+// Positions with more fragments than a state holds stacks (a state reaching them would
+// overflow) are refused, naming the rule; so is a grammar whose expansion takes more than
+// MAX_EXPANSION_STEPS (alternatives that lead to the same place in exponentially many ways).
+#define MAX_EXPANSION_STEPS 20000000L
+#define MAX_FRAGMENT_ITEMS 8000000L
+static int build_fragments(const Parser *p, GrammarConstraint *g, const int *position_rule) {
+    const int n = g->num_elements;
+    g->fragment_first = xmalloc((size_t)(n + 1) * sizeof(int32_t));
+    g->ends = xcalloc((size_t)n, 1);
+    long used = 0, capacity = 1024, work_capacity = 1024, steps = 0;
+    g->fragments = xmalloc((size_t)capacity * sizeof(int32_t));
+    int32_t *work = xmalloc((size_t)work_capacity * sizeof(int32_t)); // stacks, each its elements then its length
+    int rc = 0;
+    for (int x = 0; x < n && rc == 0; x++) {
+        g->fragment_first[x] = (int32_t)used;
+        int count = 0;
+        long top = 0;
+        work[top++] = x, work[top++] = 1;
+        while (top > 0 && rc == 0) {
+            if (++steps > MAX_EXPANSION_STEPS) {
+                rc = fail(p, p->rules[p->rules[position_rule[x]].owner].at, "expanding the rules takes more than %ld "
+                          "steps (a cap of this implementation: alternatives that lead to the same place in too many "
+                          "ways, near the rule '%s')", MAX_EXPANSION_STEPS, rule_label(p, position_rule[x]));
+                break;
+            }
+            int length = work[top - 1];
+            const long base = top - 1 - length;
+            if (length == 0) { // x's frame is done: the stack under it continues
+                g->ends[x] = 1;
+                top = base;
+                continue;
+            }
+            const int position = work[base + length - 1];
+            const Element *e = &g->elements[position];
+            if (e->kind == ELEMENT_CHARS) {
+                bool seen = false;
+                for (long at = g->fragment_first[x]; at < used && !seen; at += g->fragments[at] + 1)
+                    seen = g->fragments[at] == length && !memcmp(g->fragments + at + 1, work + base, (size_t)length * sizeof(int32_t));
+                if (!seen && ++count > GRAMMAR_MAX_STACKS) { // named by the rule of the character reached
+                    const int r = position_rule[position];
+                    rc = fail(p, p->rules[p->rules[r].owner].at, "the rule '%s' can continue in more than %d ways at "
+                              "once (the parse stacks a state holds; a cap of this implementation)", rule_label(p, r),
+                              GRAMMAR_MAX_STACKS);
+                } else if (!seen && used + length + 1 > MAX_FRAGMENT_ITEMS) {
+                    rc = fail(p, p->rules[p->rules[position_rule[x]].owner].at, "the grammar's expansions need more than "
+                              "%ld entries (a cap of this implementation)", MAX_FRAGMENT_ITEMS);
+                } else if (!seen) {
+                    while (used + length + 1 > capacity) capacity *= 2;
+                    g->fragments = xrealloc(g->fragments, (size_t)capacity * sizeof(int32_t));
+                    g->fragments[used] = length;
+                    memcpy(g->fragments + used + 1, work + base, (size_t)length * sizeof(int32_t));
+                    used += length + 1;
+                }
+                top = base;
+                continue;
+            }
+            if (e->kind == ELEMENT_END) { // the alternative is done: back to the rule that called it
+                work[base + length - 1] = length - 1;
+                top--;
+                continue;
+            }
+            // A rule: what follows it stays below (nothing when it ends the alternative: a tail
+            // call), and each alternative goes on top of a copy.
+            if (g->elements[position + 1].kind == ELEMENT_END) length--;
+            else work[base + length - 1] = position + 1;
+            const int first = g->rule_alt[e->value], alts = g->rule_alt[e->value + 1] - first;
+            const long needed = base + (long)alts * (length + 2);
+            if (needed > work_capacity) {
+                while (needed > work_capacity) work_capacity *= 2;
+                work = xrealloc(work, (size_t)work_capacity * sizeof(int32_t));
+            }
+            for (int k = alts - 1; k >= 0; k--) {
+                int32_t *copy = work + base + (long)k * (length + 2);
+                if (k > 0) memcpy(copy, work + base, (size_t)length * sizeof(int32_t));
+                copy[length] = g->alt_start[first + k];
+                copy[length + 1] = length + 1;
+            }
+            top = needed;
+        }
+    }
+    g->fragment_first[n] = (int32_t)used;
+    free(work);
+    return rc;
+}
+
 static void parser_free(Parser *p) {
     for (int r = 0; r < p->num_rules; r++) {
         for (int a = 0; a < p->rules[r].num_alts; a++) free(p->rules[r].alts[a].items);
@@ -892,7 +964,9 @@ int grammar_constraint_compile(GrammarConstraint **out, const char *text, size_t
     g->elements = xmalloc((size_t)num_elements * sizeof(Element));
     g->alt_start = xmalloc((size_t)(num_alts ? num_alts : 1) * sizeof(int));
     g->rule_alt = xmalloc((size_t)(p.num_rules + 1) * sizeof(int));
+    int *position_rule = xmalloc((size_t)num_elements * sizeof(int)); // for messages
     int e = 0, alt = 0;
+    position_rule[0] = position_rule[1] = root;
     g->elements[e++] = (Element){ELEMENT_REF, root};
     g->elements[e++] = (Element){ELEMENT_END, 0};
     for (int r = 0; r < p.num_rules; r++) {
@@ -900,6 +974,7 @@ int grammar_constraint_compile(GrammarConstraint **out, const char *text, size_t
         for (int a = 0; a < p.rules[r].num_alts; a++) {
             g->alt_start[alt++] = e;
             memcpy(g->elements + e, p.rules[r].alts[a].items, (size_t)p.rules[r].alts[a].count * sizeof(Element));
+            for (int i = 0; i <= p.rules[r].alts[a].count; i++) position_rule[e + i] = r;
             e += p.rules[r].alts[a].count;
             g->elements[e++] = (Element){ELEMENT_END, 0};
         }
@@ -913,12 +988,17 @@ int grammar_constraint_compile(GrammarConstraint **out, const char *text, size_t
         for (int i = g->class_first[k]; i < g->class_first[k + 1]; i++)
             for (uint32_t cp = g->ranges[i].lo; cp <= g->ranges[i].hi && cp < 128; cp++)
                 g->ascii[k][cp >> 6] |= 1ull << (cp & 63);
+    const int rc = build_fragments(&p, g, position_rule);
+    free(position_rule);
     parser_free(&p);
+    if (rc != 0) {
+        grammar_constraint_free(g);
+        return -1;
+    }
     // The start: the root expanded.
     clear(&g->start, &g->start);
     g->start.overflow = 0;
-    work[0] = 0, work[1] = 1;
-    expand(g, 2, &g->start);
+    expand(g, no_elements, 0, 0, &g->start);
     if (g->start.overflow) {
         grammar_constraint_free(g);
         return err_set("%s: the grammar can begin in more ways than the recogniser holds (%d parse stacks of %d "
@@ -932,5 +1012,6 @@ void grammar_constraint_free(GrammarConstraint *g) {
     if (!g) return;
     free(g->elements), free(g->alt_start), free(g->rule_alt);
     free(g->ranges), free(g->class_first), free(g->ascii);
+    free(g->fragment_first), free(g->fragments), free(g->ends);
     free(g);
 }
