@@ -4,12 +4,13 @@
 // (the states decoding meets), --repeats times; the fastest repeat's mean is reported per
 // constraint (the machine is shared: the load average is printed with it).
 //   json:        one JSON object under a JSON Schema (gen/json_constraint.h), under a JSON
-//                grammar in GBNF, and under a regular expression of its shape;
-//   arithmetic:  an expression with nested parentheses under an arithmetic grammar (no
-//                regex or schema can express it).
+//                grammar in GBNF (tests/fixtures/constraints/json.gbnf), and under a regular
+//                expression of its shape;
+//   arithmetic:  an expression with nested parentheses under an arithmetic grammar
+//                (tests/fixtures/constraints/arithmetic.gbnf; no regex or schema can express it).
 // One JSON line per constraint.
 //
-// usage: build/bench/grammar_mask [--model PATH] [--repeats 5]
+// usage (from the repository root): build/bench/grammar_mask [--model PATH] [--repeats 5]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "core/timer.h"
 #include "gen/constraint.h"
 #include "gen/token_mask.h"
+#include "io/fs.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *json_text =
@@ -31,24 +33,7 @@ static const char *json_schema =
 static const char *json_regex =
     "\\{\"name\": \"[^\"\\\\]*\", \"age\": \\d+, \"city\": \"[^\"\\\\]*\", \"hobbies\": \\[(\"[^\"\\\\]*\"(, )?)*\\]\\}";
 
-static const char *json_grammar =
-    "root   ::= object\n"
-    "value  ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
-    "object ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"
-    "member ::= string \":\" ws value ws\n"
-    "array  ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
-    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
-    "ws     ::= [ \\t\\n]{0,20}\n";
-
 static const char *arithmetic_text = "(12+3.5)*(7-(2/4))+-6*((1+2)*(30-4.25))/9";
-
-static const char *arithmetic_grammar =
-    "root   ::= expr\n"
-    "expr   ::= term ((\"+\" | \"-\") term)*\n"
-    "term   ::= factor ((\"*\" | \"/\") factor)*\n"
-    "factor ::= number | \"(\" expr \")\" | \"-\" factor\n"
-    "number ::= [0-9]+ (\".\" [0-9]+)?\n";
 
 static void measure(const char *name, Constraint *c, const char *text, const Tokenizer *tok, const TokenTrie *trie,
                     int repeats, const char *load) {
@@ -81,9 +66,15 @@ static void measure(const char *name, Constraint *c, const char *text, const Tok
     constraint_free(c);
 }
 
-static Constraint *grammar(const char *text) {
+// A grammar of tests/fixtures/constraints/.
+static Constraint *grammar(const char *path) {
+    char *text;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &text, &length) != 0) die_from_err();
     GrammarConstraint *g = NULL;
-    return grammar_constraint_compile(&g, text, strlen(text), "grammar") == 0 ? constraint_from_grammar(g) : NULL;
+    if (grammar_constraint_compile(&g, text, length, path) != 0) die_from_err();
+    free(text);
+    return constraint_from_grammar(g);
 }
 
 int main(int argc, char **argv) {
@@ -112,8 +103,9 @@ int main(int argc, char **argv) {
     RegexConstraint *regex = NULL;
     if (regex_constraint_compile(&regex, json_regex, strlen(json_regex), NULL, "regex") != 0) die_from_err();
     measure("json_regex", constraint_from_regex(regex), json_text, tok, trie, repeats, load);
-    measure("json_gbnf", grammar(json_grammar), json_text, tok, trie, repeats, load);
-    measure("arithmetic_gbnf", grammar(arithmetic_grammar), arithmetic_text, tok, trie, repeats, load);
+    measure("json_gbnf", grammar("tests/fixtures/constraints/json.gbnf"), json_text, tok, trie, repeats, load);
+    measure("arithmetic_gbnf", grammar("tests/fixtures/constraints/arithmetic.gbnf"), arithmetic_text, tok, trie, repeats,
+            load);
     token_trie_free(trie);
     tokenizer_free(tok);
     return 0;

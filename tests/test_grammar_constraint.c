@@ -23,10 +23,11 @@
 #include "gen/grammar_constraint.h"
 #include "gen/regex_constraint.h"
 #include "gen/token_mask.h"
+#include "io/fs.h"
 #include "tokenizer/tokenizer.h"
 #include "test.h"
+#include "constraint_check.h"
 
-static const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 static GrammarConstraint *compile(const char *text) {
     GrammarConstraint *g = NULL;
@@ -123,23 +124,9 @@ static void test_refusals(void) {
 
 // --- acceptance --------------------------------------------------------------------------
 
-static const char *json_grammar =
-    "# JSON values, with optional spaces after separators\n"
-    "root   ::= object\n"
-    "value  ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
-    "object ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"
-    "member ::= string \":\" ws value ws\n"
-    "array  ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
-    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
-    "ws     ::= [ \\t\\n]{0,20}\n";
-
-static const char *arithmetic_grammar =
-    "root   ::= expr\n"
-    "expr   ::= term ((\"+\" | \"-\") term)*\n"
-    "term   ::= factor ((\"*\" | \"/\") factor)*\n"
-    "factor ::= number | \"(\" expr \")\" | \"-\" factor\n"
-    "number ::= [0-9]+ (\".\" [0-9]+)?\n";
+// tests/fixtures/constraints/: json.gbnf (a JSON object; also the fuzz seed) and
+// arithmetic.gbnf (expressions with nested parentheses), read by main().
+static char *json_grammar, *arithmetic_grammar;
 
 typedef struct {
     const char *name, *grammar;
@@ -244,12 +231,10 @@ static void test_regular_grammars_match_regex(void) {
         int wrong = 0;
         for (int k = 0; k < 4000; k++) {
             char text[64] = "";
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            const int n = (int)(rng >> 61) + (int)((rng >> 40) & 3);
+            const int n = (int)(random_next(&rng) >> 61) + (int)((rng >> 40) & 3);
             for (int i = 0; i < n; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 // Mostly the grammar's own characters, so that many texts match.
-                const int pick = (int)((rng >> 33) % (uint64_t)num_pieces);
+                const int pick = (int)((random_next(&rng) >> 33) % (uint64_t)num_pieces);
                 strcat(text, pieces[(rng >> 20) & 1 ? pick : pick % 6]);
             }
             const size_t length = strlen(text);
@@ -344,11 +329,7 @@ static void test_random_grammars(void) {
     int compiled = 0, refused = 0, matched = 0;
     for (int k = 0; k < 4000; k++) {
         char grammar[512] = "root ::= ";
-        const int n = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60);
-        for (int i = 0; i < n; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            strcat(grammar, pieces[(rng >> 33) % (uint64_t)num_pieces]);
-        }
+        append_random_pieces(grammar, pieces, num_pieces, &rng);
         strcat(grammar, "\na ::= \"y\" | [b-c] a?\n");
         GrammarConstraint *g = NULL;
         if (grammar_constraint_compile(&g, grammar, strlen(grammar), "grammar") != 0) {
@@ -360,11 +341,7 @@ static void test_random_grammars(void) {
         compiled++;
         for (int t = 0; t < 30; t++) {
             char text[16];
-            const int length = (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 61);
-            for (int i = 0; i < length; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                text[i] = "xabc\xc3\xa9\n"[(rng >> 33) % 7];
-            }
+            const int length = random_bytes(text, "xabc\xc3\xa9\n", 7, &rng);
             if (grammar_constraint_matches(g, text, (size_t)length)) {
                 matched++;
                 EXPECT(prefixes_alive(g, text, (size_t)length), "%s: a match with a dead prefix", grammar);
@@ -423,64 +400,9 @@ static void test_bounds_and_copies(void) {
 
 // --- the token mask over the real vocabulary ----------------------------------------------
 
-static int brute_force_mask(const Constraint *c, const ConstraintState *state, const Tokenizer *tok, int V, bool *allowed) {
-    int count = 0;
-    ConstraintState *copy = xmalloc(sizeof *copy);
-    for (int v = 0; v < V; v++) {
-        size_t length;
-        char *bytes = tokenizer_token_bytes(tok, v, &length);
-        allowed[v] = false;
-        if (bytes && length > 0) {
-            constraint_state_copy(c, copy, state);
-            allowed[v] = constraint_state_feed_bytes(c, copy, bytes, length);
-        }
-        count += allowed[v];
-        free(bytes);
-    }
-    free(copy);
-    return count;
-}
-
-static void check_mask(const TokenTrie *trie, const Tokenizer *tok, Constraint *c, const char *text, const char *what,
-                       double *mask_ms, int *steps_out) {
-    const int V = tokenizer_vocab_size(tok);
-    const int eos = tokenizer_eos_id(tok);
-    float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
-    for (int v = 0; v < V; v++) logits[v] = (float)(v % 89) * 0.01f;
-    bool *allowed = xmalloc((size_t)V);
-    ConstraintState *state = xmalloc(sizeof *state);
-    constraint_state_init(c, state);
-    TokenMaskScratch scratch;
-    token_mask_scratch_init(&scratch, trie);
-    int steps = 0, mismatches = 0;
-    double seconds = 0;
-    for (size_t i = 0; i <= strlen(text); i++) {
-        const double t0 = now_seconds();
-        const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
-        seconds += now_seconds() - t0;
-        int expected = brute_force_mask(c, state, tok, V, allowed);
-        if (constraint_state_accepts(c, state)) allowed[eos] = true, expected++;
-        for (int v = 0; v < V; v++)
-            if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
-        EXPECT(count == expected && count > 0, "%s after %zu bytes: %d tokens allowed, the brute force allows %d", what, i,
-               count, expected);
-        steps++;
-        if (i < strlen(text)) EXPECT(constraint_state_feed(c, state, (uint8_t)text[i], state), "%s: the text is accepted", what);
-    }
-    EXPECT(mismatches == 0, "%s: %d tokens masked differently from the brute force", what, mismatches);
-    EXPECT(constraint_state_accepts(c, state), "%s: the whole text is accepted", what);
-    *mask_ms += 1e3 * seconds, *steps_out += steps;
-    token_mask_scratch_free(&scratch);
-    free(state), free(allowed), free(logits), free(masked);
-}
-
 static void test_mask_equals_brute_force(void) {
-    Tokenizer *tok = NULL;
-    if (tokenizer_load(&tok, model_path) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
+    Tokenizer *tok = mask_check_tokenizer();
+    if (!tok) return;
     TokenTrie *trie = token_trie_new(tok, tokenizer_vocab_size(tok));
     double ms = 0;
     int steps = 0;
@@ -499,7 +421,16 @@ static void test_mask_equals_brute_force(void) {
     tokenizer_free(tok);
 }
 
+static char *read_fixture(const char *path) {
+    char *text;
+    size_t length;
+    CHECK(fs_read_file(path, 1 << 20, &text, &length) == 0, "%s", err_msg());
+    return text;
+}
+
 int main(void) {
+    json_grammar = read_fixture("tests/fixtures/constraints/json.gbnf");
+    arithmetic_grammar = read_fixture("tests/fixtures/constraints/arithmetic.gbnf");
     RUN(test_refusals);
     RUN(test_acceptance);
     RUN(test_regular_grammars_match_regex);
@@ -507,5 +438,6 @@ int main(void) {
     RUN(test_random_grammars);
     RUN(test_bounds_and_copies);
     RUN(test_mask_equals_brute_force);
+    free(json_grammar), free(arithmetic_grammar);
     TEST_EXIT();
 }

@@ -522,8 +522,23 @@ static int parse_grammar(Parser *p) {
 
 // --- checks ------------------------------------------------------------------------------------
 
-static bool element_nullable(const Element *e, const bool *nullable) {
-    return e->kind == ELEMENT_REF && nullable[e->value];
+// Marks, to a fixed point, the rules with an alternative whose every element is marked or,
+// if `characters`, a character class: the rules that can match the empty text (characters
+// false) or some finite text (characters true).
+static void mark_rules(const Parser *p, bool characters, bool *marked) {
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < p->num_rules; r++) {
+            if (marked[r]) continue;
+            for (int a = 0; a < p->rules[r].num_alts && !marked[r]; a++) {
+                const ElementList *alt = &p->rules[r].alts[a];
+                bool all = true;
+                for (int i = 0; i < alt->count && all; i++)
+                    all = alt->items[i].kind == ELEMENT_REF ? marked[alt->items[i].value] : characters;
+                if (all) marked[r] = changed = true;
+            }
+        }
+    }
 }
 
 // Undefined rules, no root, left recursion, rules that cannot finish. Returns the root's index.
@@ -535,20 +550,8 @@ static int check_rules(Parser *p) {
     const int root = find_rule(p, "root", 4);
     if (root < 0) return fail(p, 0, "no rule is named 'root' (the start)");
 
-    // Nullable rules (those that can match the empty text), to a fixed point.
     bool *nullable = xcalloc((size_t)n, sizeof(bool));
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < n; r++) {
-            if (nullable[r]) continue;
-            for (int a = 0; a < p->rules[r].num_alts && !nullable[r]; a++) {
-                const ElementList *alt = &p->rules[r].alts[a];
-                bool all = true;
-                for (int i = 0; i < alt->count && all; i++) all = element_nullable(&alt->items[i], nullable);
-                if (all) nullable[r] = changed = true;
-            }
-        }
-    }
+    mark_rules(p, false, nullable);
     // Left recursion: a cycle among "r can begin with s" (s referenced after only nullable
     // elements), found by an iterative depth-first search.
     int *edge_first = xcalloc((size_t)n + 1, sizeof(int)), *edges = NULL, num_edges = 0;
@@ -605,18 +608,7 @@ static int check_rules(Parser *p) {
                 if (e->kind == ELEMENT_REF && !reachable[e->value]) reachable[e->value] = true, todo[count++] = e->value;
             }
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < n; r++) {
-            if (finite[r]) continue;
-            for (int a = 0; a < p->rules[r].num_alts && !finite[r]; a++) {
-                const ElementList *alt = &p->rules[r].alts[a];
-                bool all = true;
-                for (int i = 0; i < alt->count && all; i++) all = alt->items[i].kind != ELEMENT_REF || finite[alt->items[i].value];
-                if (all) finite[r] = changed = true;
-            }
-        }
-    }
+    mark_rules(p, true, finite);
     // A written rule first, so that the message names what the user wrote.
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int r = 0; r < n && rc == 0; r++)
