@@ -199,7 +199,7 @@ static int by_lo(const void *a, const void *b) {
 // Adds a class from `count` ranges (sorted, merged, complemented if `negate`, without the
 // surrogates); -1 when it holds no character.
 static int add_class(Parser *p, Range *ranges, int count, bool negate) {
-    qsort(ranges, (size_t)count, sizeof(Range), by_lo);
+    if (count > 0) qsort(ranges, (size_t)count, sizeof(Range), by_lo);
     int n = 0;
     for (int i = 0; i < count; i++) {
         if (n > 0 && ranges[i].lo <= ranges[n - 1].hi + 1) {
@@ -219,7 +219,7 @@ static int add_class(Parser *p, Range *ranges, int count, bool negate) {
             next = ranges[i].hi + 1;
         }
         if (next <= MAX_CODE_POINT) out[m++] = (Range){next, MAX_CODE_POINT};
-    } else {
+    } else if (n > 0) {
         memcpy(out, ranges, (size_t)n * sizeof(Range));
         m = n;
     }
@@ -965,7 +965,8 @@ int grammar_constraint_compile(GrammarConstraint **out, const char *text, size_t
         g->rule_alt[r] = alt;
         for (int a = 0; a < p.rules[r].num_alts; a++) {
             g->alt_start[alt++] = e;
-            memcpy(g->elements + e, p.rules[r].alts[a].items, (size_t)p.rules[r].alts[a].count * sizeof(Element));
+            if (p.rules[r].alts[a].count > 0)
+                memcpy(g->elements + e, p.rules[r].alts[a].items, (size_t)p.rules[r].alts[a].count * sizeof(Element));
             for (int i = 0; i <= p.rules[r].alts[a].count; i++) position_rule[e + i] = r;
             e += p.rules[r].alts[a].count;
             g->elements[e++] = (Element){ELEMENT_END, 0};
