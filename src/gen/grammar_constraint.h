@@ -21,15 +21,18 @@
 // stacks (llama.cpp's method): each stack holds, for every rule being matched, the element
 // that comes next, the innermost on top, always a character class (or nothing: the text
 // may end). A character pops the tops it matches and expands what follows until
-// characters are on top again; a rule reference at the end of an alternative replaces its
-// frame (so right recursion and repetitions do not deepen a stack). A character's bytes
+// characters are on top again (each position's expansion is computed once, when
+// compiling); a rule reference at the end of an alternative replaces its frame (so right
+// recursion and repetitions do not deepen a stack). A character's bytes
 // are fed one at a time: between them a stack stays only while its top class holds some
 // character that starts with those bytes, so, every rule being able to finish, a state is
 // alive exactly when the text so far is a prefix of an accepted one. Equal stacks are kept
-// once. Bounds: at most GRAMMAR_MAX_STACKS stacks and GRAMMAR_MAX_ITEMS entries in all;
-// a grammar whose start needs more is refused, and a stack past a bound later (a very
-// ambiguous grammar, or nesting deeper than the room left) is dropped and `overflow` set:
-// that can forbid a text the grammar allows, never allow one it forbids.
+// once. Bounds: at most GRAMMAR_MAX_STACKS stacks and GRAMMAR_MAX_ITEMS entries in all. A
+// grammar with a point that can continue in more ways than a state holds stacks is refused
+// when compiling (naming the rule), and so is one whose start needs more entries; a stack
+// past a bound later (nesting deeper than the room left, or several ambiguous parses
+// together) is dropped and `overflow` set: that can forbid a text the grammar allows, never
+// allow one it forbids.
 //
 // The state (GrammarState) is a fixed-size value; grammar_state_copy copies only its used
 // part (the mask copies one per trie level). One per generated sequence.
