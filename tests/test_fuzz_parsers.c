@@ -222,12 +222,13 @@ static void test_fuzz_datasets(void) {
 }
 
 // The structured-output constraints a user hands `generate` / `chat` / `serve`: a JSON
-// Schema (text mutations: names, numbers, keywords) and a regular expression (byte
-// mutations: any byte in any place of the pattern).
+// Schema (text mutations: names, numbers, keywords), a regular expression and a GBNF
+// grammar (byte mutations: any byte in any place of the text).
 static void test_fuzz_constraints(void) {
     fuzz("json_schema", "tests/fixtures/constraints/person.schema.json", "x.schema.json", NULL, false, true,
          read_json_schema, 1000, 14);
     fuzz("regex", "tests/fixtures/constraints/date.regex", "x.regex", NULL, false, false, read_regex, 2000, 15);
+    fuzz("gbnf", "tests/fixtures/constraints/json.gbnf", "x.gbnf", NULL, false, false, read_gbnf, 2000, 16);
 }
 
 int main(void) {

@@ -20,8 +20,8 @@
 #include "gen/token_mask.h"
 #include "tokenizer/tokenizer.h"
 #include "test.h"
+#include "constraint_check.h"
 
-static const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 static const char *fixture_path = "tests/fixtures/regex/cases.json";
 
 static RegexConstraint *compile(const char *pattern, const RegexOptions *options) {
@@ -240,11 +240,7 @@ static void test_random_patterns(void) {
     int compiled = 0, refused = 0, checked = 0;
     for (int k = 0; k < 3000; k++) {
         char pattern[256] = "";
-        const int n = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60);
-        for (int i = 0; i < n; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            strcat(pattern, pieces[(rng >> 33) % (uint64_t)num_pieces]);
-        }
+        append_random_pieces(pattern, pieces, num_pieces, &rng);
         RegexConstraint *r = NULL;
         if (regex_constraint_compile(&r, pattern, strlen(pattern), NULL, "regex") != 0) {
             refused++;
@@ -254,11 +250,7 @@ static void test_random_patterns(void) {
         compiled++;
         for (int t = 0; t < 20; t++) {
             char text[16];
-            const int length = (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 61);
-            for (int i = 0; i < length; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                text[i] = "ab\xc3\xa9-1 \n"[(rng >> 33) % 8];
-            }
+            const int length = random_bytes(text, "ab\xc3\xa9-1 \n", 8, &rng);
             const bool match = regex_constraint_matches(r, text, (size_t)length);
             if (match) EXPECT(prefixes_alive(r, text, (size_t)length), "/%s/: a match with a dead prefix", pattern);
             checked += match;
@@ -271,64 +263,9 @@ static void test_random_patterns(void) {
 
 // --- the token mask over the real vocabulary ----------------------------------------------
 
-static int brute_force_mask(const Constraint *c, const ConstraintState *state, const Tokenizer *tok, int V, bool *allowed) {
-    int count = 0;
-    ConstraintState copy;
-    for (int v = 0; v < V; v++) {
-        size_t length;
-        char *bytes = tokenizer_token_bytes(tok, v, &length);
-        allowed[v] = false;
-        if (bytes && length > 0) {
-            constraint_state_copy(c, &copy, state);
-            allowed[v] = constraint_state_feed_bytes(c, &copy, bytes, length);
-        }
-        count += allowed[v];
-        free(bytes);
-    }
-    return count;
-}
-
-// The mask at every state of `text` (which the constraint accepts) against the brute force.
-static void check_mask(const TokenTrie *trie, const Tokenizer *tok, Constraint *c, const char *text, const char *what,
-                       double *mask_ms, int *steps_out) {
-    const int V = tokenizer_vocab_size(tok);
-    const int eos = tokenizer_eos_id(tok);
-    float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
-    for (int v = 0; v < V; v++) logits[v] = (float)(v % 89) * 0.01f;
-    bool *allowed = xmalloc((size_t)V);
-    ConstraintState *state = xmalloc(sizeof *state);
-    constraint_state_init(c, state);
-    TokenMaskScratch scratch;
-    token_mask_scratch_init(&scratch, trie);
-    int steps = 0, mismatches = 0;
-    double seconds = 0;
-    for (size_t i = 0; i <= strlen(text); i++) {
-        const double t0 = now_seconds();
-        const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
-        seconds += now_seconds() - t0;
-        int expected = brute_force_mask(c, state, tok, V, allowed);
-        if (constraint_state_accepts(c, state)) allowed[eos] = true, expected++;
-        for (int v = 0; v < V; v++)
-            if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
-        EXPECT(count == expected && count > 0, "%s after %zu bytes: %d tokens allowed, the brute force allows %d", what, i,
-               count, expected);
-        steps++;
-        if (i < strlen(text)) EXPECT(constraint_state_feed(c, state, (uint8_t)text[i], state), "%s: the text is accepted", what);
-    }
-    EXPECT(mismatches == 0, "%s: %d tokens masked differently from the brute force", what, mismatches);
-    EXPECT(constraint_state_accepts(c, state), "%s: the whole text is accepted", what);
-    *mask_ms += 1e3 * seconds, *steps_out += steps;
-    token_mask_scratch_free(&scratch);
-    free(state), free(allowed), free(logits), free(masked);
-}
-
 static void test_mask_equals_brute_force(void) {
-    Tokenizer *tok = NULL;
-    if (tokenizer_load(&tok, model_path) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
+    Tokenizer *tok = mask_check_tokenizer();
+    if (!tok) return;
     TokenTrie *trie = token_trie_new(tok, tokenizer_vocab_size(tok));
     double ms = 0;
     int steps = 0;

@@ -54,7 +54,8 @@ int cmd_chat(int argc, char **argv) {
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0, prompt_cache = 1;
     double temperature = 0.8, top_p = 1.0;
-    char *lora_adapter = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL;
+    char *lora_adapter = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL, *grammar = NULL,
+         *grammar_file = NULL;
     bool no_thinking = false, json_object = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
@@ -78,6 +79,8 @@ int cmd_chat(int argc, char **argv) {
         {"json-schema", "json_schema", OPT_STRING, &json_schema, CONSTRAINT_HELP_JSON_SCHEMA, false, false},
         {"regex", NULL, OPT_STRING, &regex, CONSTRAINT_HELP_REGEX, false, false},
         {"choice", NULL, OPT_STRING, &choice, CONSTRAINT_HELP_CHOICE, false, false},
+        {"grammar", NULL, OPT_STRING, &grammar, CONSTRAINT_HELP_GRAMMAR, false, false},
+        {"grammar-file", "grammar_file", OPT_STRING, &grammar_file, CONSTRAINT_HELP_GRAMMAR_FILE, false, false},
     };
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
@@ -89,7 +92,7 @@ int cmd_chat(int argc, char **argv) {
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     // Every reply of the conversation is constrained alike (generate's options).
-    Constraint *constraint = cli_constraint_from_options(json_object, json_schema, regex, choice);
+    Constraint *constraint = cli_constraint_from_options(json_object, json_schema, regex, choice, grammar, grammar_file);
     cli_set_threads(threads);
     TextModel tm;
     if (text_model_load(&tm, model_path, lora_adapter, device, quantize, chat_template, true) != 0) die_from_err();

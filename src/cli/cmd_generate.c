@@ -151,7 +151,8 @@ int cmd_generate(int argc, char **argv) {
     const char *quantize = "none";
     const char *kv_cache = "f32";
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
-    char *system = NULL, *stop_string = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL;
+    char *system = NULL, *stop_string = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL, *grammar = NULL,
+         *grammar_file = NULL;
     bool json_object = false;
     long max_new_tokens = 256, min_new_tokens = 0, top_k = 50, batch_size = 8, seed = 1234, threads = 0, sequences = 1;
     double temperature = 0.8, top_p = 1.0;
@@ -173,6 +174,8 @@ int cmd_generate(int argc, char **argv) {
         {"json-schema", "json_schema", OPT_STRING, &json_schema, CONSTRAINT_HELP_JSON_SCHEMA, false, false},
         {"regex", NULL, OPT_STRING, &regex, CONSTRAINT_HELP_REGEX, false, false},
         {"choice", NULL, OPT_STRING, &choice, CONSTRAINT_HELP_CHOICE, false, false},
+        {"grammar", NULL, OPT_STRING, &grammar, CONSTRAINT_HELP_GRAMMAR, false, false},
+        {"grammar-file", "grammar_file", OPT_STRING, &grammar_file, CONSTRAINT_HELP_GRAMMAR_FILE, false, false},
         {"chat", NULL, OPT_BOOL, &chat, "send each prompt as a user message through the chat template", false, false},
         {"system", NULL, OPT_STRING, &system, "system message for --chat", false, false},
         {"chat-template", "chat_template", OPT_STRING, &chat_template, "chat template name or file (default: the model's own)", false, false},
@@ -207,7 +210,7 @@ int cmd_generate(int argc, char **argv) {
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
-    Constraint *constraint = cli_constraint_from_options(json_object != 0, json_schema, regex, choice);
+    Constraint *constraint = cli_constraint_from_options(json_object != 0, json_schema, regex, choice, grammar, grammar_file);
     cli_set_threads(threads);
 
     TextModel tm;

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "io/fs.h"
 
 // --choice: "A,B,..." or a JSON list of strings ("[...]"): a regular expression of the alternatives.
 static Constraint *choice_constraint(const char *text) {
@@ -46,10 +47,28 @@ static Constraint *choice_constraint(const char *text) {
     return constraint_from_regex(regex);
 }
 
+// --grammar TEXT or --grammar-file FILE: a GBNF grammar (gen/grammar_constraint.h).
+static Constraint *grammar_constraint(const char *text, const char *file) {
+    char *data = NULL, what[600];
+    size_t size = strlen(text ? text : "");
+    if (file) {
+        if (fs_read_file(file, (size_t)64 << 20, &data, &size) != 0) die_user("--grammar-file: %s", err_msg());
+        text = data;
+        snprintf(what, sizeof what, "--grammar-file %.500s", file);
+    } else {
+        snprintf(what, sizeof what, "--grammar");
+    }
+    GrammarConstraint *compiled = NULL;
+    if (grammar_constraint_compile(&compiled, text, size, what) != 0) die_from_err();
+    free(data);
+    return constraint_from_grammar(compiled);
+}
+
 Constraint *cli_constraint_from_options(bool json_object, const char *json_schema, const char *regex,
-                                        const char *choice) {
-    if ((json_object ? 1 : 0) + (json_schema != NULL) + (regex != NULL) + (choice != NULL) > 1)
-        die_user("give one of --json, --json-schema, --regex and --choice");
+                                        const char *choice, const char *grammar, const char *grammar_file) {
+    if ((json_object ? 1 : 0) + (json_schema != NULL) + (regex != NULL) + (choice != NULL) + (grammar != NULL) +
+            (grammar_file != NULL) > 1)
+        die_user("give one of --json, --json-schema, --regex, --choice, --grammar and --grammar-file");
     Constraint *constraint = json_object ? constraint_from_json(json_constraint_object()) : NULL;
     if (regex) {
         RegexConstraint *compiled = NULL;
@@ -57,6 +76,7 @@ Constraint *cli_constraint_from_options(bool json_object, const char *json_schem
         constraint = constraint_from_regex(compiled);
     }
     if (choice) constraint = choice_constraint(choice);
+    if (grammar || grammar_file) constraint = grammar_constraint(grammar, grammar_file);
     if (json_schema) {
         json_error_t error;
         json_t *schema = json_load_file(json_schema, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &error);

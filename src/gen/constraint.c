@@ -1,4 +1,4 @@
-// The constraint interface over the JSON and regular-expression recognisers (constraint.h).
+// The constraint interface over the JSON, regular-expression and grammar recognisers (constraint.h).
 #include "gen/constraint.h"
 
 #include <stdlib.h>
@@ -6,8 +6,9 @@
 #include "core/check.h"
 
 struct Constraint {
-    JsonConstraint *json; // one of the two
+    JsonConstraint *json; // one of the three
     RegexConstraint *regex;
+    GrammarConstraint *grammar;
 };
 
 Constraint *constraint_from_json(JsonConstraint *json) {
@@ -24,40 +25,54 @@ Constraint *constraint_from_regex(RegexConstraint *regex) {
     return c;
 }
 
+Constraint *constraint_from_grammar(GrammarConstraint *grammar) {
+    if (!grammar) return NULL;
+    Constraint *c = xcalloc(1, sizeof *c);
+    c->grammar = grammar;
+    return c;
+}
+
 void constraint_free(Constraint *c) {
     if (!c) return;
     json_constraint_free(c->json);
     regex_constraint_free(c->regex);
+    grammar_constraint_free(c->grammar);
     free(c);
 }
 
 void constraint_state_init(const Constraint *c, ConstraintState *state) {
     if (c->regex) state->regex = regex_state_start(c->regex);
+    else if (c->grammar) grammar_state_init(c->grammar, &state->grammar);
     else json_state_init(c->json, &state->json);
 }
 
 void constraint_state_copy(const Constraint *c, ConstraintState *dst, const ConstraintState *src) {
     if (c->regex) dst->regex = src->regex;
+    else if (c->grammar) grammar_state_copy(&dst->grammar, &src->grammar);
     else json_state_copy(&dst->json, &src->json);
 }
 
 bool constraint_state_feed(const Constraint *c, const ConstraintState *state, uint8_t byte, ConstraintState *out) {
     if (c->regex) return (out->regex = regex_state_feed(c->regex, state->regex, byte)) >= 0;
+    if (c->grammar) return grammar_state_feed(c->grammar, &state->grammar, byte, &out->grammar);
     return json_state_feed(c->json, &state->json, byte, &out->json);
 }
 
 bool constraint_state_feed_bytes(const Constraint *c, ConstraintState *state, const char *bytes, size_t length) {
+    if (c->grammar) return grammar_state_feed_bytes(c->grammar, &state->grammar, bytes, length);
     if (!c->regex) return json_state_feed_bytes(c->json, &state->json, bytes, length);
     for (size_t i = 0; i < length && state->regex >= 0; i++) state->regex = regex_state_feed(c->regex, state->regex, (uint8_t)bytes[i]);
     return state->regex >= 0;
 }
 
 bool constraint_state_accepts(const Constraint *c, const ConstraintState *state) {
+    if (c->grammar) return grammar_state_accepts(c->grammar, &state->grammar);
     return c->regex ? regex_state_accepts(c->regex, state->regex) : json_state_accepts(c->json, &state->json);
 }
 
 const RegexConstraint *constraint_regex(const Constraint *c) { return c->regex; }
 
 bool constraint_matches(const Constraint *c, const char *text, size_t length) {
+    if (c->grammar) return grammar_constraint_matches(c->grammar, text, length);
     return c->regex ? regex_constraint_matches(c->regex, text, length) : json_constraint_matches(c->json, text, length);
 }

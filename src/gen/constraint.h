@@ -1,13 +1,15 @@
 // A decoding constraint for structured outputs, behind one interface: a JSON / JSON Schema
-// recogniser (gen/json_constraint.h) or a regular expression (gen/regex_constraint.h:
-// vLLM's `regex` and `choice`). The token mask (gen/token_mask.h), generation and the
-// server drive either through these calls: a state per generated sequence, fed byte by
+// recogniser (gen/json_constraint.h), a regular expression (gen/regex_constraint.h:
+// vLLM's `regex` and `choice`) or a GBNF grammar (gen/grammar_constraint.h: llama.cpp's
+// `--grammar`, vLLM's `grammar`). The token mask (gen/token_mask.h), generation and the
+// server drive each through these calls: a state per generated sequence, fed byte by
 // byte, alive while the text is a prefix of an accepted one, accepting where it may end.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gen/grammar_constraint.h"
 #include "gen/json_constraint.h"
 #include "gen/regex_constraint.h"
 
@@ -17,11 +19,13 @@ typedef struct Constraint Constraint;
 typedef union {
     JsonState json;
     int32_t regex; // -1: dead
+    GrammarState grammar;
 } ConstraintState;
 
 // These take ownership of the compiled recogniser (NULL in, NULL out).
 Constraint *constraint_from_json(JsonConstraint *json);
 Constraint *constraint_from_regex(RegexConstraint *regex);
+Constraint *constraint_from_grammar(GrammarConstraint *grammar);
 void constraint_free(Constraint *constraint);
 
 void constraint_state_init(const Constraint *constraint, ConstraintState *state);
@@ -35,7 +39,7 @@ bool constraint_state_feed_bytes(const Constraint *constraint, ConstraintState *
                                  size_t length);
 // The text fed so far is complete (the end of text may come now).
 bool constraint_state_accepts(const Constraint *constraint, const ConstraintState *state);
-// The regular expression of a regex constraint (NULL for JSON): the token mask steps its
+// The regular expression of a regex constraint (NULL for JSON and grammars): the token mask steps its
 // DFA inline.
 const RegexConstraint *constraint_regex(const Constraint *constraint);
 // The whole text: accepted or not (for tests and checks).

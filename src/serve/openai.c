@@ -192,22 +192,34 @@ static int compile_choice_field(json_t *v, const char *param, OpenAIRequest *req
     return 0;
 }
 
-// vLLM's structured outputs: structured_outputs {"regex" | "choice" | "json" | "json_object"}
-// (one of them), or the fields vLLM took before 0.12: guided_regex, guided_choice,
-// guided_json. Never beside response_format (json_object / json_schema).
+static int compile_grammar_field(json_t *v, const char *param, OpenAIRequest *req, OpenAIError *err) {
+    if (!json_is_string(v)) return bad_param(err, param, "'%s' must be a string (a GBNF grammar)", param);
+    GrammarConstraint *grammar = NULL;
+    if (grammar_constraint_compile(&grammar, json_string_value(v), json_string_length(v), param) != 0)
+        return bad_param(err, param, "%s", err_msg());
+    req->constraint = constraint_from_grammar(grammar);
+    return 0;
+}
+
+// vLLM's structured outputs: structured_outputs {"regex" | "choice" | "json" | "json_object" |
+// "grammar"} (one of them), or the fields vLLM took before 0.12: guided_regex, guided_choice,
+// guided_json, guided_grammar, or llama.cpp's `grammar` (a GBNF text; "" is none, as
+// llama.cpp's server takes it). Never beside response_format (json_object / json_schema).
 static int parse_structured_outputs(json_t *root, OpenAIRequest *req, const char **param, OpenAIError *err) {
-    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_json"};
+    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_json", "guided_grammar", "grammar"};
+    const int num_guided = (int)(sizeof guided / sizeof guided[0]);
     json_t *so = get(root, "structured_outputs");
     const char *given = NULL;
-    for (int i = 0; i < 3; i++)
-        if (get(root, guided[i])) {
-            if (given || so)
-                return bad_param(err, guided[i], "give one of 'structured_outputs', 'guided_regex', 'guided_choice' "
-                                 "and 'guided_json'");
-            given = guided[i];
-        }
-    static const char *const unsupported[] = {"guided_grammar", "guided_whitespace_pattern", "structural_tag"};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < num_guided; i++) {
+        json_t *v = get(root, guided[i]);
+        if (!v || (!strcmp(guided[i], "grammar") && json_is_string(v) && json_string_length(v) == 0)) continue;
+        if (given || so)
+            return bad_param(err, guided[i], "give one of 'structured_outputs', 'guided_regex', 'guided_choice', "
+                             "'guided_json', 'guided_grammar' and 'grammar'");
+        given = guided[i];
+    }
+    static const char *const unsupported[] = {"guided_whitespace_pattern", "structural_tag"};
+    for (int i = 0; i < 2; i++)
         if (get(root, unsupported[i]))
             return bad_param(err, unsupported[i], "'%s' is not supported", unsupported[i]);
     if (!so && !given) return 0;
@@ -219,30 +231,35 @@ static int parse_structured_outputs(json_t *root, OpenAIRequest *req, const char
         json_t *v = get(root, given);
         if (!strcmp(given, "guided_regex")) return compile_regex_field(v, "guided_regex", req, err);
         if (!strcmp(given, "guided_choice")) return compile_choice_field(v, "guided_choice", req, err);
-        return compile_json_field(v, "guided_json", req, err);
+        if (!strcmp(given, "guided_json")) return compile_json_field(v, "guided_json", req, err);
+        return compile_grammar_field(v, given, req, err);
     }
     if (!json_is_object(so)) return bad_param(err, "structured_outputs", "'structured_outputs' must be an object");
+    static const char *const kinds[] = {"regex", "choice", "json", "json_object", "grammar"};
     const char *key;
     json_t *v, *chosen = NULL;
     const char *chosen_key = NULL;
     json_object_foreach(so, key, v) {
         if (json_is_null(v)) continue;
-        if (!strcmp(key, "regex") || !strcmp(key, "choice") || !strcmp(key, "json") || !strcmp(key, "json_object")) {
+        bool known = false;
+        for (int i = 0; i < 5; i++) known |= !strcmp(key, kinds[i]);
+        if (known) {
             if (chosen)
                 return bad_param(err, "structured_outputs", "'structured_outputs' takes one of 'regex', 'choice', "
-                                 "'json' and 'json_object', not both '%s' and '%s'", chosen_key, key);
+                                 "'json', 'json_object' and 'grammar', not both '%s' and '%s'", chosen_key, key);
             chosen = v, chosen_key = key;
         } else {
             return bad_param(err, "structured_outputs", "'structured_outputs.%.100s' is not supported (only 'regex', "
-                             "'choice', 'json' and 'json_object')", key);
+                             "'choice', 'json', 'json_object' and 'grammar')", key);
         }
     }
     if (!chosen)
-        return bad_param(err, "structured_outputs", "'structured_outputs' needs one of 'regex', 'choice', 'json' and "
-                         "'json_object'");
+        return bad_param(err, "structured_outputs", "'structured_outputs' needs one of 'regex', 'choice', 'json', "
+                         "'json_object' and 'grammar'");
     if (!strcmp(chosen_key, "regex")) return compile_regex_field(chosen, "structured_outputs.regex", req, err);
     if (!strcmp(chosen_key, "choice")) return compile_choice_field(chosen, "structured_outputs.choice", req, err);
     if (!strcmp(chosen_key, "json")) return compile_json_field(chosen, "structured_outputs.json", req, err);
+    if (!strcmp(chosen_key, "grammar")) return compile_grammar_field(chosen, "structured_outputs.grammar", req, err);
     if (!json_is_true(chosen))
         return bad_param(err, "structured_outputs.json_object", "'structured_outputs.json_object' must be true");
     req->constraint = constraint_from_json(json_constraint_object());

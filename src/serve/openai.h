@@ -31,9 +31,11 @@
 // gen/json_constraint.h has the subset; an unsupported keyword is a 400 naming it);
 // vLLM's structured_outputs {"regex": PATTERN} (gen/regex_constraint.h: the whole answer
 // matches), {"choice": [strings]} (the answer is one of them), {"json": SCHEMA (an object
-// or a JSON string)} or {"json_object": true}, one of them, not beside response_format,
-// and the fields vLLM had before 0.12 (guided_regex, guided_choice, guided_json), not beside
-// structured_outputs; grammar, structural_tag and the other fields are a 400. Messages: role "tool" (content,
+// or a JSON string)}, {"json_object": true} or {"grammar": GBNF} (gen/grammar_constraint.h),
+// one of them, not beside response_format, and the fields vLLM had before 0.12
+// (guided_regex, guided_choice, guided_json, guided_grammar) or llama.cpp's `grammar` (a
+// GBNF text; "" is none), not beside structured_outputs; structural_tag and the other
+// fields are a 400. Messages: role "tool" (content,
 // tool_call_id a string if given), assistant tool_calls ([{"id", "type": "function",
 // "function": {"name", "arguments": a string holding JSON, or an object}}]; content may be
 // null then). Whether the template renders them is the server's question (a 400 if not).

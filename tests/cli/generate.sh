@@ -2,7 +2,7 @@
 # marlhf generate and chat on SmolLM2-135M-Instruct (fetched by `make test`): greedy output
 # as transformers gives it, reproducible sampling independent of batch size, streaming chat,
 # structured outputs (--json-schema with a pattern, --json, --regex answers that Python's
-# re.fullmatch accepts, --choice), and bad input. Prints PASS/FAIL per case.
+# re.fullmatch accepts, --choice, --grammar / --grammar-file answers), and bad input. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -83,8 +83,8 @@ expect_error generate_json_schema_not_json "--json-schema $tmp/broken.schema.jso
 expect_error generate_json_schema_unsupported "--json-schema $tmp/format.schema.json: 'format' is not supported" \
     "$bin" generate --model "$model" --json-schema "$tmp/format.schema.json" --output "$tmp/kept.jsonl" "hi"
 [ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_json_schema_error_keeps_output || fail generate_json_schema_error_keeps_output "overwritten"
-expect_error generate_json_and_schema "give one of --json, --json-schema, --regex and --choice" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"
-expect_error generate_regex_and_choice "give one of --json, --json-schema, --regex and --choice" "$bin" generate --model "$model" --regex a --choice a,b "hi"
+expect_error generate_json_and_schema "give one of --json, --json-schema, --regex, --choice, --grammar and --grammar-file" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"
+expect_error generate_regex_and_choice "give one of --json, --json-schema, --regex, --choice, --grammar and --grammar-file" "$bin" generate --model "$model" --regex a --choice a,b "hi"
 expect_error generate_regex_bad "--regex: lookahead and lookbehind are not supported (at position 1)" \
     "$bin" generate --model "$model" --regex 'a(?=b)' --output "$tmp/kept.jsonl" "hi"
 expect_error generate_regex_cap "--regex: a repetition bound above 1000 is not supported (at position 1)" "$bin" generate --model "$model" --regex 'a{2000}' "hi"
@@ -136,6 +136,43 @@ print(r["response"])' "$out" 2>&1); then
 else
     fail generate_choice_answer "$out $why"
 fi
+# --grammar / --grammar-file (GBNF): greedy and sampled answers parse under the grammar (checked
+# by Python's re.fullmatch on the equivalent regular expression); malformed grammars refused
+# naming the option, the file, the line and the column, the output file kept.
+cat > "$tmp/list.gbnf" <<'GBNF'
+# a list of numbers, or of lists of numbers
+root ::= "[" item ("," " "? item){0,3} "]"
+item ::= number | "[" number ("," " "? number){0,2} "]"
+number ::= "-"? [0-9]{1,3}
+GBNF
+list_regex='\[(-?\d{1,3}|\[-?\d{1,3}(, ?-?\d{1,3}){0,2}\])(, ?(-?\d{1,3}|\[-?\d{1,3}(, ?-?\d{1,3}){0,2}\])){0,3}\]'
+check_grammar_rows() { # OUT COUNT REGEX
+    python3 -c 'import json, re, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(rows) == int(sys.argv[2]), rows
+for r in rows: assert r["stop_reason"] == "stop_token" and re.fullmatch(sys.argv[3], r["response"]), r
+print(" ".join(r["response"] for r in rows))' "$@" 2>&1
+}
+out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --grammar-file "$tmp/list.gbnf" \
+    "Give a list of three small numbers." 2>/dev/null)
+why=$(check_grammar_rows "$out" 1 "$list_regex") && pass "generate_grammar_file_greedy $why" || fail generate_grammar_file_greedy "$out $why"
+out=$("$bin" generate --model "$model" --chat --max-new-tokens 40 --grammar "$(cat "$tmp/list.gbnf")" --num-return-sequences 2 \
+    --seed 5 --temperature 0.8 "Give a list of two lists of numbers." 2>/dev/null)
+why=$(check_grammar_rows "$out" 2 "$list_regex") && pass "generate_grammar_sampled $why" || fail generate_grammar_sampled "$out $why"
+chat=$(printf 'Is the sky blue?\nIs grass red?\n' | "$bin" chat --model "$model" --temperature 0 --max-new-tokens 8 \
+    --grammar 'root ::= ("yes" | "no") "."' 2>/dev/null)
+[ "$(echo "$chat" | grep -cxE '> (yes|no)\.')" -eq 2 ] && pass chat_grammar || fail chat_grammar "$chat"
+printf 'root ::= item\nitem ::= "a" |\n  [b-' > "$tmp/bad.gbnf"
+echo kept > "$tmp/kept.jsonl"
+expect_error generate_grammar_file_bad "--grammar-file $tmp/bad.gbnf: unterminated character class (at line 3, column 3)" \
+    "$bin" generate --model "$model" --grammar-file "$tmp/bad.gbnf" --output "$tmp/kept.jsonl" "hi"
+expect_error generate_grammar_left_recursive "--grammar: the rule 'expr' is left-recursive" \
+    "$bin" generate --model "$model" --grammar $'root ::= expr\nexpr ::= expr "+" "1" | "1"' --output "$tmp/kept.jsonl" "hi"
+[ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_grammar_error_keeps_output || fail generate_grammar_error_keeps_output "overwritten"
+expect_error generate_grammar_file_missing "--grammar-file: cannot open file" "$bin" generate --model "$model" --grammar-file "$tmp/none.gbnf" "hi"
+expect_error generate_grammar_and_regex "give one of --json, --json-schema, --regex, --choice, --grammar and --grammar-file" \
+    "$bin" generate --model "$model" --grammar 'root ::= "a"' --regex a "hi"
+expect_error chat_grammar_bad "--grammar: unknown escape \\q (at line 1, column 11)" "$bin" chat --model "$model" --grammar 'root ::= "\q"' < /dev/null
 expect_error generate_no_prompt "--input" "$bin" generate --model "$model"
 # --min-new-tokens: the end of turn that greedy decoding picks after 3 tokens waits until 20.
 short=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --output - "Reply with one word: yes or no?" 2> /dev/null)

@@ -11,7 +11,9 @@
 # the declared tools whose arguments validate against their parameters (a named function
 # and parallel_tool_calls false exactly one), streamed as delta.tool_calls;
 # structured_outputs.regex answers (n = 2) that Python's re.fullmatch accepts, streamed the
-# same, and guided_choice on /v1/completions. Prints PASS/FAIL per case.
+# same, and guided_choice on /v1/completions; GBNF grammars (structured_outputs.grammar,
+# guided_grammar, llama.cpp's grammar): refused malformed with the line and column, and
+# SmolLM2's answers under one parse. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -180,7 +182,26 @@ expect_api_error choice_empty structured_outputs.choice "must be a list of 1 to 
 expect_api_error choice_not_strings guided_choice "item 1 is not one" "{$msg, \"guided_choice\": [\"a\", 1]}"
 expect_api_error guided_regex_bad guided_regex "guided_regex: backreferences" "{$msg, \"guided_regex\": \"(a)\\\\1\"}"
 expect_api_error structured_two_kinds structured_outputs "not both 'regex' and 'choice'" "$(so '{"regex": "a", "choice": ["a"]}')"
-expect_api_error structured_grammar structured_outputs "'structured_outputs.grammar' is not supported" "$(so '{"grammar": "root ::= x"}')"
+# GBNF grammars: structured_outputs.grammar, guided_grammar and llama.cpp's grammar.
+expect_api_error structured_grammar_bad structured_outputs.grammar \
+    "structured_outputs.grammar: the rule 'x' is used but never defined (at line 1, column 10)" "$(so '{"grammar": "root ::= x"}')"
+expect_api_error guided_grammar_left_recursive guided_grammar "guided_grammar: the rule 'a' is left-recursive (it can begin with itself)" \
+    "{$msg, \"guided_grammar\": \"root ::= a\\na ::= a \\\"x\\\" | \\\"y\\\"\"}"
+expect_api_error grammar_completions grammar "grammar: the group '(' is never closed (at line 2, column 7)" \
+    '{"prompt": "hi", "max_tokens": 1, "grammar": "root ::= a\na ::= (\"x\""}' /v1/completions
+expect_api_error grammar_not_string grammar "'grammar' must be a string (a GBNF grammar)" "{$msg, \"grammar\": 5}"
+expect_api_error grammar_and_guided grammar "give one of 'structured_outputs'" \
+    "{$msg, \"grammar\": \"root ::= \\\"a\\\"\", \"guided_grammar\": \"root ::= \\\"a\\\"\"}"
+expect_api_error structured_grammar_and_choice structured_outputs "not both 'grammar' and 'choice'" \
+    "$(so '{"grammar": "root ::= \"a\"", "choice": ["a"]}')"
+expect_api_error structural_tag structural_tag "'structural_tag' is not supported" "{$msg, \"structural_tag\": {}}"
+status=$(request POST /v1/chat/completions "{$msg, \"grammar\": \"\"}")
+[ "$status" = 200 ] && pass grammar_empty_is_none || fail grammar_empty_is_none "status $status: $(head -c 300 "$tmp/body")"
+# The field is parsed and drives the answer (the tiny model, 6 tokens at most: a prefix).
+status=$(request POST /v1/completions '{"prompt": "hi", "max_tokens": 6, "temperature": 1, "seed": 3, "grammar": "root ::= \"yes\" | \"no\""}')
+got=$(python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["choices"][0]["text"]
+assert any(w.startswith(t) for w in ("yes", "no")), t; print(repr(t))' "$tmp/body" 2>&1) && [ "$status" = 200 ] &&
+    pass "grammar_drives_tiny_model $got" || fail grammar_drives_tiny_model "status $status: $got"
 expect_api_error structured_and_guided guided_regex "give one of 'structured_outputs'" \
     "{$msg, \"structured_outputs\": {\"regex\": \"a\"}, \"guided_regex\": \"a\"}"
 expect_api_error structured_and_response_format structured_outputs "beside 'response_format'" \
@@ -245,6 +266,21 @@ plain=$(check regex "$tmp/body" "$regex") && [ "$status" = 200 ] && pass "struct
 request POST /v1/chat/completions "$(regex_body stream)" --max-time 600 > /dev/null
 streamed=$(check stream "$tmp/body")
 [ -n "$plain" ] && [ "$streamed" = "$plain" ] && pass structured_outputs_regex_streamed_same || fail structured_outputs_regex_streamed_same "$streamed vs $plain"
+# A GBNF grammar (structured_outputs.grammar, n = 2 sampled; llama.cpp's grammar on
+# /v1/completions, greedy): every answer parses (re.fullmatch of the equivalent pattern).
+list_grammar='root ::= "[" item ("," " "? item){0,3} "]"
+item ::= number | "[" number ("," " "? number){0,2} "]"
+number ::= "-"? [0-9]{1,3}'
+list_regex='\[(-?\d{1,3}|\[-?\d{1,3}(, ?-?\d{1,3}){0,2}\])(, ?(-?\d{1,3}|\[-?\d{1,3}(, ?-?\d{1,3}){0,2}\])){0,3}\]'
+status=$(request POST /v1/chat/completions "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user",
+    "content": "Give a list of three small numbers."}], "structured_outputs": {"grammar": sys.argv[1]}, "n": 2, "max_tokens": 40,
+    "temperature": 0.8, "seed": 11}))' "$list_grammar")" --max-time 600)
+got=$(check regex "$tmp/body" "$list_regex") && [ "$status" = 200 ] && pass "structured_outputs_grammar_n2 $got" ||
+    fail structured_outputs_grammar_n2 "status $status: $got"
+status=$(request POST /v1/completions "$(python3 -c 'import json,sys; print(json.dumps({"prompt": "Three numbers in a list:",
+    "grammar": sys.argv[1], "max_tokens": 40, "temperature": 0}))' "$list_grammar")" --max-time 600)
+got=$(check regex "$tmp/body" "$list_regex") && [ "$status" = 200 ] && pass "completions_grammar_greedy $got" ||
+    fail completions_grammar_greedy "status $status: $got"
 choices='["Paris", "Lyon", "Marseille, France"]'
 status=$(request POST /v1/completions "{\"prompt\": \"The capital of France is the city of\", \"max_tokens\": 8, \"guided_choice\": $choices}" --max-time 600)
 got=$(check choice "$tmp/body" "$choices") && [ "$status" = 200 ] && pass "completions_guided_choice $got" || fail completions_guided_choice "status $status: $got"

@@ -126,6 +126,24 @@ static inline int read_json_schema(const char *path) {
     return 0;
 }
 
+// A GBNF grammar (`generate --grammar-file`): compiled by gen/grammar_constraint.h, then
+// run over two short texts (one the seed's grammar accepts).
+static inline int read_gbnf(const char *path) {
+    char *text;
+    size_t length;
+    if (fs_read_file(path, 1 << 16, &text, &length) != 0) return -1;
+    GrammarConstraint *compiled = NULL;
+    const int rc = grammar_constraint_compile(&compiled, text, length, path);
+    free(text);
+    if (rc != 0) return -1;
+    Constraint *constraint = constraint_from_grammar(compiled);
+    const char *accepted = "{\"name\": \"Ad\xc3\xa1\", \"tags\": [1, -2.5e3, true]}", *other = "(a)\xc3\xa9[\xff";
+    (void)constraint_matches(constraint, accepted, strlen(accepted));
+    (void)constraint_matches(constraint, other, strlen(other));
+    constraint_free(constraint);
+    return 0;
+}
+
 // A regular expression (`generate --regex`, a file holding the pattern's bytes): compiled
 // by gen/regex_constraint.h, then run over a short text.
 static inline int read_regex(const char *path) {

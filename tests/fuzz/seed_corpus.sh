@@ -20,4 +20,5 @@ seed chat_template tests/fixtures/models/tiny_chat/tokenizer_config.json \
 seed jsonl tests/fixtures/train/pairs_eval.jsonl tests/fixtures/train/ranked_eval.jsonl tests/fixtures/train/sft_eval.jsonl
 seed json_schema tests/fixtures/constraints/person.schema.json
 seed regex tests/fixtures/constraints/date.regex
+seed gbnf tests/fixtures/constraints/json.gbnf
 echo "corpora in $out: $(ls "$out" | tr '\n' ' ')"
