@@ -8,12 +8,16 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "io/gguf.h"
+#include "model/tensor_map.h"
+#include "model/weights_io.h"
+#include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
 
 // Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single"};
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m"};
 
 int quantize_type_check(const char *type, const char *option) {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
@@ -41,13 +45,17 @@ int quantized_begin(Model *model, const char *type) {
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
     const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
+    // q4_k_m: a matrix whose rows are not whole super-blocks of 256 falls back to Q8_0.
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
                        "multiples of %d (they are %d, %d, %d)", type, block, C, I, q_dim);
     model->quantized = xcalloc(1, sizeof *model->quantized);
     quantized_small_pages(model->params, model->table.total);
-    model->quantized->type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    model->quantized->type = nf4                          ? QUANT_NF4
+                             : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
+                             : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
+                                                           : QUANT_Q8_0;
     model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
     model->quantized->fp4 = fp4;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
@@ -75,6 +83,10 @@ static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType t
                             const float *weight, long rows, long cols) {
     if (type == QUANT_NF4) {
         nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops->alloc);
+        return;
+    }
+    if (quant_is_kquant(type)) {
+        kquant_quantize_matrix(matrix, type, weight, rows, cols, ops->alloc);
         return;
     }
     matrix->rows = (int)rows;
@@ -129,6 +141,49 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
+// The type a matrix takes under q4_k_m: llama.cpp's Q4_K_M choice for its GGUF name
+// (model/weights_io.h), with Q8_0 where that is not a K-quant (rows that super-blocks of 256
+// do not divide: llama.cpp's Q5_0 and Q8_0 fallbacks).
+static QuantType q4_k_m_type(const Model *model, const ParamEntry *entry) {
+    TensorMap map;
+    tensor_map_gguf(&model->config, entry, &map);
+    const GgmlType type = gguf_q4_k_m_matrix_type(&model->config, map.source, entry->shape[1]);
+    return type == GGML_TYPE_Q4_K ? QUANT_Q4_K : type == GGML_TYPE_Q6_K ? QUANT_Q6_K : QUANT_Q8_0;
+}
+
+// A tied LM head reads the embedding table: the head shares its quantized arrays.
+static void share_tied_head(Model *model, const Q8Matrix *matrix) {
+    ModelQuantized *quantized = model->quantized;
+    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
+        quantized->lm_head = quantized->embedding;
+        quantized->head_is_embedding = true;
+    }
+}
+
+int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
+    Q8Matrix *matrix = matrix_for(model, entry);
+    if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
+    const GgufTensor *t = gguf_find_tensor(file, map->source);
+    if (!t || (t->type != GGML_TYPE_Q4_K && t->type != GGML_TYPE_Q6_K)) return 0;
+    const long rows = entry->shape[0], cols = entry->shape[1];
+    if (tensor_map_file_row(map, entry, 0) < 0) return 0; // a transposed layout: read as floats
+    const long file_rows = t->n_dims == 2 ? (long)t->ne[1] : 0;
+    if (t->n_dims != 2 || t->ne[0] != cols || file_rows < rows || cols % KQ_BLOCK)
+        return err_set("tensor '%s' has shape [%ld, %lld] but the model expects [%ld, %ld] (%s)", map->source,
+                       file_rows, (long long)t->ne[0], rows, cols, file->path);
+    const QuantType type = t->type == GGML_TYPE_Q4_K ? QUANT_Q4_K : QUANT_Q6_K;
+    const long row_bytes = kquant_row_bytes(type, cols);
+    *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = type};
+    matrix->blocks = model->ops->alloc((size_t)(rows * row_bytes));
+    for (long r = 0; r < rows; r++) {
+        const long from = tensor_map_file_row(map, entry, r);
+        CHECK(from >= 0 && from < file_rows, "row %ld of '%s' maps outside the file tensor", r, map->source);
+        memcpy(matrix->blocks + r * row_bytes, (const uint8_t *)t->data + from * row_bytes, (size_t)row_bytes);
+    }
+    share_tied_head(model, matrix);
+    return 1;
+}
+
 void quantized_take(Model *model, const ParamEntry *entry) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
@@ -138,15 +193,12 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
     // costs most of the accuracy (docs/quantization.md).
     ModelQuantized *q = model->quantized;
-    const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+    const QuantType type = q->type == QUANT_Q4_K                              ? q4_k_m_type(model, entry)
+                           : matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0
+                                                                              : q->type;
     quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
     release_pages(weight, entry->numel);
-    // A tied LM head reads the embedding table: the head shares its quantized arrays.
-    ModelQuantized *quantized = q;
-    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
-        quantized->lm_head = quantized->embedding;
-        quantized->head_is_embedding = true;
-    }
+    share_tied_head(model, matrix);
 }
 
 int model_quantize(Model *model, const char *type) {
@@ -170,6 +222,7 @@ const char *model_quantize_name(const Model *model) {
     if (!model->quantized) return "none";
     switch (model->quantized->type) {
     case QUANT_Q4_0: return "q4_0";
+    case QUANT_Q4_K: return "q4_k_m";
     case QUANT_NF4:
         if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
         return model->quantized->double_quant ? "nf4" : "nf4-single";

@@ -1,5 +1,7 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
-// blocks) or NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
+// blocks), NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
+// or llama.cpp's Q4_K_M mix of K-quants (`--quantize q4_k_m`, ops/kquant.h: a Q4_K / Q6_K
+// GGUF tensor keeps the file's own bytes, any other matrix is quantized by the mix's rule)
 // on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
 // --actor-quantize / --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
@@ -22,17 +24,20 @@
 #pragma once
 #include <stdbool.h>
 
+#include "io/gguf.h"
 #include "model/model.h"
+#include "model/tensor_map.h"
 
 typedef struct {
     Q8Matrix q, k, v, o, gate, up, down; // gate: gated MLPs only
 } QuantizedLayer;
 
 // The names --quantize takes (quantize_type_check), for option help and errors.
-#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4 or nf4-single"
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single or q4_k_m"
 
 typedef struct ModelQuantized {
-    QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4)
+    QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4);
+                            // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c)
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
     QuantizedLayer *layers; // [num_layers]
@@ -61,6 +66,13 @@ int model_quantize(Model *model, const char *type);
 // values are in model->params, and releases them.
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry);
+// Under q4_k_m, a GGUF tensor stored as Q4_K or Q6_K is taken as the file's own bytes (its
+// rows moved as `map` moves them: llama.cpp's q/k row order undone, GPT-2's fused qkv
+// sliced), in place of reading it as floats: returns 1. Returns 0 when the entry is not a
+// quantized one, the type is not q4_k_m, or the file's tensor is of another type (or a
+// transposed layout): then the caller reads floats and calls quantized_take. -1 with
+// err_set() on a shape that does not match.
+int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
 // Where table entry `entry`'s quantized copy goes (a linear layer's weight, the token table,
 // the LM head), or NULL: for model/bnb_checkpoint.h, which fills it from the file's own bits.

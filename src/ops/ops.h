@@ -37,13 +37,18 @@
 //    for a bitsandbytes FP4 checkpoint, model/bnb_checkpoint.h) times its block's scale, which is
 //    scales[(r*cols + c) / 64], or, with double quantization (scales NULL),
 //    map[scale_codes[k]] * scale_absmax[k / 256] + scale_offset for block k.
+//  - QUANT_Q4_K, QUANT_Q6_K: llama.cpp's K-quants, the GGUF file's own bytes: row r is
+//    cols / 256 super-blocks of 144 (Q4_K) or 210 (Q6_K) bytes at blocks + r * kquant_row_bytes
+//    (ops/kquant.h, which gives both layouts); cols a multiple of KQ_BLOCK (256); `scales`
+//    is NULL (the scales are inside the blocks).
 #define Q8_BLOCK 32
-typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4 } QuantType;
+typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
         uint8_t *nibbles;  // QUANT_Q4_0, QUANT_NF4: [rows * cols / 2]
+        uint8_t *blocks;   // QUANT_Q4_K, QUANT_Q6_K: [rows * kquant_row_bytes(type, cols)]
     };
     float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
     QuantType type;

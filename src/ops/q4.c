@@ -7,6 +7,7 @@
 
 #include "io/gguf_write.h"
 #include "io/gguf_dequant.h"
+#include "ops/kquant.h"
 #include "ops/nf4.h"
 
 void q4_quantize_block(const float *x, uint8_t *nibbles, float *scale) {
@@ -56,6 +57,10 @@ void q4_unpack_row(const Q8Matrix *matrix, long r, int8_t *values) {
 void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out) {
     if (matrix->type == QUANT_NF4) {
         nf4_dequantize_rows(matrix, first, count, out);
+        return;
+    }
+    if (quant_is_kquant(matrix->type)) {
+        kquant_dequantize_rows(matrix, first, count, out);
         return;
     }
     const long cols = matrix->cols, blocks = cols / Q8_BLOCK;

@@ -1,6 +1,7 @@
-// Linear layers with quantized weights, Q8_0, Q4_0 or NF4 (model/quantize.h, ops/ops.h Q8Matrix);
-// NF4's decode steps have their own float kernel (ops/cpu/matmul_nf4.c), its prefills and
-// training the dequantized tiles below.
+// Linear layers with quantized weights, Q8_0, Q4_0, NF4, Q4_K or Q6_K (model/quantize.h, ops/ops.h
+// Q8Matrix); NF4's decode steps have their own float kernel (ops/cpu/matmul_nf4.c), the
+// K-quants' their own integer one (ops/cpu/matmul_kquant.c); their prefills and training take
+// the dequantized tiles below.
 //
 // Fewer than Q8_SGEMM_MIN_ROWS input rows (decode steps): the input rows are quantized to
 // Q8_0 blocks as well, and each pair of blocks contributes its integer dot product times
@@ -25,6 +26,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/cpu/matmul_kquant.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
@@ -273,6 +275,7 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     check_shape(weight, IC, OC);
     if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
+    else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }
 
