@@ -130,6 +130,12 @@ static void test_row_dot_paths(void) {
                     EXPECT(fabsf(input.values[i] * scale - x[i]) <= 0.5f * scale * (1 + 1e-6f) + 1e-30f,
                            "input value %ld: %d * %g for %g", i, input.values[i], scale, x[i]);
                 }
+                // ... and each block's largest magnitude on +-127 (the whole int8 range used).
+                for (long b = 0; b < cols / KQ_BLOCK; b++) {
+                    int largest = 0;
+                    for (long i = b * KQ_BLOCK; i < (b + 1) * KQ_BLOCK; i++) largest = abs(input.values[i]) > largest ? abs(input.values[i]) : largest;
+                    EXPECT(largest == (input.scales[b] > 0 ? 127 : 0), "input block %ld: largest value %d", b, largest);
+                }
                 for (long r = 0; r < rows; r++) {
                     const uint8_t *row = m.blocks + r * kquant_row_bytes(types[t], cols);
                     double exact = 0, magnitude = 0;
