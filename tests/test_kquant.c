@@ -30,6 +30,7 @@
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
 #include "io/gguf_quantize.h"
+#include "model/lora.h"
 #include "model/quantize.h"
 #include "model/tensor_map.h"
 #include "model/weights_io.h"
@@ -37,6 +38,7 @@
 #include "ops/kquant.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
+#include "qlora_step.h"
 #include "test.h"
 
 static void *zeroed(size_t bytes) { return xcalloc(1, bytes); }
@@ -353,9 +355,86 @@ static void test_q4_k_m_model(void) {
     }
 }
 
+// QLoRA over a q4_k_m base: the log-probs and adapter gradients of LoRA over the float32
+// model holding the base's dequantized values (the forward and the input gradient both run on
+// the dequantized tiles, as for the other types; tests/test_quantize.c).
+static void test_qlora_over_kquant(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/kquant-qlora.gguf", tmp);
+    Model original;
+    random_llama(&original, true);
+    CHECK(model_write_gguf(&original, NULL, path, GGUF_OUT_Q4_K_M) == 0, "%s", err_msg());
+    model_free(&original);
+    Model quantized, twin;
+    load_gguf(&quantized, path, "q4_k_m");
+    load_gguf(&twin, path, NULL);
+    model_dequantize_into(&quantized, twin.params);
+    LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+    Model *models[2] = {&quantized, &twin};
+    enum { B = 2, T = 21 };
+    const int row_len[B] = {T, T - 6};
+    float logp[2][B * T];
+    float *grads[2];
+    for (int m = 0; m < 2; m++) {
+        CHECK(model_add_lora(models[m], &lora, false, 5) == 0, "%s", err_msg());
+        for (int i = models[m]->lora_first_entry; i < models[m]->table.count; i++) { // B != 0: the adapters act
+            const ParamEntry *e = &models[m]->table.entries[i];
+            if (strstr(e->name, "lora_B"))
+                for (long j = 0; j < e->numel; j++) models[m]->params[e->offset + j] = 0.05f * uniform(77, (uint64_t)j);
+        }
+        model_enable_grad(models[m]);
+        grads[m] = xmalloc((size_t)model_trainable_floats(models[m]) * sizeof(float));
+        qlora_step(models[m], B, T, row_len, logp[m], grads[m]);
+    }
+    const long G = model_trainable_floats(&quantized);
+    double grad_scale = 0;
+    for (long i = 0; i < G; i++) grad_scale = fmax(grad_scale, fabs(grads[1][i]));
+    const double logp_error = test_max_abs_diff(logp[0], logp[1], B * T), grad_error = test_max_abs_diff(grads[0], grads[1], G);
+    EXPECT(grad_scale > 0 && logp_error <= 2e-5 && grad_error <= 1e-4 * grad_scale,
+           "log-probs %.3g, adapter gradients %.3g (largest %.3g) from LoRA on the dequantized float32 base", logp_error,
+           grad_error, grad_scale);
+    EXPECT(quantized.lora_base_fingerprint == twin.lora_base_fingerprint, "base fingerprints differ");
+    printf("QLoRA q4_k_m: log-probs within %.3g, adapter gradients within %.3g (largest %.3g) of the float twin's\n",
+           logp_error, grad_error, grad_scale);
+    for (int m = 0; m < 2; m++) free(grads[m]), model_free(models[m]);
+    remove(path);
+}
+
+// The inference commands' default (quantize_default): a GGUF holding K-quant tensors runs with
+// its own bits when --quantize is left out; a float or Q8_0 file, a folder, another device, or
+// an explicit --quantize keep what they had.
+static void test_default_rule(void) {
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    char kquant[512], q8[512];
+    snprintf(kquant, sizeof kquant, "%s/kquant-default.gguf", tmp);
+    snprintf(q8, sizeof q8, "%s/kquant-default-q8.gguf", tmp);
+    Model model;
+    random_llama(&model, false);
+    CHECK(model_write_gguf(&model, NULL, kquant, GGUF_OUT_Q4_K_M) == 0 && model_write_gguf(&model, NULL, q8, GGUF_OUT_Q8_0) == 0,
+          "%s", err_msg());
+    model_free(&model);
+    EXPECT(!strcmp(quantize_default(NULL, kquant, "cpu"), "q4_k_m"), "a Q4_K_M file: %s", quantize_default(NULL, kquant, "cpu"));
+    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "none"), "a Q8_0 file: %s", quantize_default(NULL, q8, "cpu"));
+    EXPECT(!strcmp(quantize_default(NULL, "tests/fixtures/models/llama", "cpu"), "none"), "a folder");
+    EXPECT(!strcmp(quantize_default(NULL, kquant, "cuda"), "none"), "on cuda");
+    EXPECT(!strcmp(quantize_default("none", kquant, "cpu"), "none") && !strcmp(quantize_default("q8_0", kquant, "cpu"), "q8_0"),
+           "an explicit --quantize");
+    // The tiny fixtures' rows (64 values) take no K-quant: their Q4_K_M file stays float by default.
+    Model tiny;
+    ModelLoadOptions options = {.with_lm_head = true};
+    CHECK(model_load(&tiny, "tests/fixtures/models/llama", &ops_cpu, &options) == 0, "%s", err_msg());
+    CHECK(model_write_gguf(&tiny, NULL, q8, GGUF_OUT_Q4_K_M) == 0, "%s", err_msg());
+    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "none"), "a Q4_K_M file without K-quant tensors");
+    model_free(&tiny);
+    remove(kquant), remove(q8);
+}
+
 int main(void) {
     RUN(test_row_dot_paths);
     RUN(test_matmul);
     RUN(test_q4_k_m_model);
+    RUN(test_qlora_over_kquant);
+    RUN(test_default_rule);
     TEST_EXIT();
 }

@@ -27,6 +27,21 @@ int quantize_type_check(const char *type, const char *option) {
 
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
 
+const char *quantize_default(const char *asked, const char *model_path, const char *device) {
+    if (asked) return asked;
+    if (!model_path || !path_is_gguf(model_path) || (device && strcmp(device, "cpu"))) return "none";
+    GgufFile file;
+    if (gguf_open(&file, model_path) != 0) { // the load reports the file's fault
+        err_clear();
+        return "none";
+    }
+    bool kquant = false;
+    for (uint64_t i = 0; i < file.n_tensors && !kquant; i++)
+        kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q6_K;
+    gguf_close(&file);
+    return kquant ? "q4_k_m" : "none";
+}
+
 int quantized_begin(Model *model, const char *type) {
     const ModelConfig *cfg = &model->config;
     // FP4 is only what a bitsandbytes FP4 checkpoint runs with (its own codes): marlhf does not
