@@ -402,8 +402,9 @@ static void test_qlora_over_kquant(void) {
 }
 
 // The inference commands' default (quantize_default): a GGUF holding K-quant tensors runs with
-// its own bits when --quantize is left out; a float or Q8_0 file, a folder, another device, or
-// an explicit --quantize keep what they had.
+// its own bits when --quantize is left out (a Q4_0 file with a Q6_K output included: Q4_0 and
+// Q6_K kept); a float or Q8_0 file, a folder, another device, or an explicit --quantize keep
+// what they had.
 static void test_default_rule(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
     char kquant[512], q8[512];
@@ -420,6 +421,29 @@ static void test_default_rule(void) {
     EXPECT(!strcmp(quantize_default(NULL, kquant, "cuda"), "none"), "on cuda");
     EXPECT(!strcmp(quantize_default("none", kquant, "cpu"), "none") && !strcmp(quantize_default("q8_0", kquant, "cpu"), "q8_0"),
            "an explicit --quantize");
+    // A Q4_0 file (marlhf's, as llama.cpp's, stores its output as Q6_K) runs with its own bits too:
+    // Q4_0 layers that dequantize to the file's values bit for bit, and the Q6_K head's bytes.
+    Model q4, own;
+    random_llama(&q4, false);
+    CHECK(model_write_gguf(&q4, NULL, q8, GGUF_OUT_Q4_0) == 0, "%s", err_msg());
+    model_free(&q4);
+    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "q4_k_m"), "a Q4_0 file with a Q6_K output");
+    load_gguf(&q4, q8, NULL);
+    load_gguf(&own, q8, "q4_k_m");
+    int q4_0 = 0, q6_k = 0;
+    for (int i = 0; i < own.table.count; i++) {
+        const ParamEntry *e = &own.table.entries[i];
+        const Q8Matrix *m = quantized_matrix(&own, e);
+        if (!m) continue;
+        q4_0 += m->type == QUANT_Q4_0, q6_k += m->type == QUANT_Q6_K;
+        float *values = xmalloc((size_t)e->numel * sizeof(float));
+        quant_dequantize_rows(m, 0, m->rows, values);
+        EXPECT(memcmp(values, q4.params + e->offset, (size_t)e->numel * sizeof(float)) == 0, "%s: not the Q4_0 file's values",
+               e->name);
+        free(values);
+    }
+    EXPECT(q6_k == 1 && q4_0 == 7 * own.config.num_layers + 1, "a Q4_0 file held as %d Q4_0 and %d Q6_K matrices", q4_0, q6_k);
+    model_free(&q4), model_free(&own);
     // The tiny fixtures' rows (64 values) take no K-quant: their Q4_K_M file stays float by default.
     Model tiny;
     ModelLoadOptions options = {.with_lm_head = true};

@@ -71,6 +71,7 @@ int quantized_begin(Model *model, const char *type) {
                              : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
                              : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
                                                            : QUANT_Q8_0;
+    model->quantized->source_type = -1;
     model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
     model->quantized->fp4 = fp4;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
@@ -156,10 +157,20 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
-// The type a matrix takes under q4_k_m: llama.cpp's Q4_K_M choice for its GGUF name
+// The type a matrix read as floats takes under q4_k_m. From a GGUF tensor (source_type, set by
+// quantized_take_gguf), the file's own type where marlhf holds it: Q8_0 and Q4_0, whose
+// dequantized blocks quantize back to their own bytes (ops/q8.h, ops/q4.h), so that a file's
+// Q8_0 fallbacks, or a llama.cpp Q4_0 file with its Q6_K output, run with their own bits; Q8_0
+// for the other quantized types (Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q5_K: 8 bits of a coarser grid).
+// From floats (a float tensor or model): llama.cpp's Q4_K_M choice for its GGUF name
 // (model/weights_io.h), with Q8_0 where that is not a K-quant (rows that super-blocks of 256
 // do not divide: llama.cpp's Q5_0 and Q8_0 fallbacks).
 static QuantType q4_k_m_type(const Model *model, const ParamEntry *entry) {
+    const int source = model->quantized->source_type;
+    if (source == GGML_TYPE_Q8_0 || source == GGML_TYPE_Q4_0) return source == GGML_TYPE_Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0;
+    if (source >= 0 && source != GGML_TYPE_F32 && source != GGML_TYPE_F16 && source != GGML_TYPE_BF16 &&
+        source != GGML_TYPE_Q4_K && source != GGML_TYPE_Q6_K)
+        return QUANT_Q8_0;
     TensorMap map;
     tensor_map_gguf(&model->config, entry, &map);
     const GgmlType type = gguf_q4_k_m_matrix_type(&model->config, map.source, entry->shape[1]);
@@ -179,6 +190,8 @@ int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *f
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
     const GgufTensor *t = gguf_find_tensor(file, map->source);
+    // Read as floats: quantized_take then follows the file's type (q4_k_m_type).
+    model->quantized->source_type = t ? (int)t->type : -1;
     if (!t || (t->type != GGML_TYPE_Q4_K && t->type != GGML_TYPE_Q6_K)) return 0;
     const long rows = entry->shape[0], cols = entry->shape[1];
     if (tensor_map_file_row(map, entry, 0) < 0) return 0; // a transposed layout: read as floats
@@ -211,6 +224,7 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     const QuantType type = q->type == QUANT_Q4_K                              ? q4_k_m_type(model, entry)
                            : matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0
                                                                               : q->type;
+    q->source_type = -1;
     quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
     release_pages(weight, entry->numel);
     share_tied_head(model, matrix);

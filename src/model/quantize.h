@@ -44,6 +44,7 @@ typedef struct ModelQuantized {
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
     bool head_is_embedding;
+    int source_type;        // q4_k_m: the GGUF type of the tensor being read (quantized_take_gguf), or -1
 } ModelQuantized;
 
 // True when `type` asks for quantized weights (not NULL and not "none").
@@ -80,7 +81,8 @@ void quantized_take(Model *model, const ParamEntry *entry);
 // rows moved as `map` moves them: llama.cpp's q/k row order undone, GPT-2's fused qkv
 // sliced), in place of reading it as floats: returns 1. Returns 0 when the entry is not a
 // quantized one, the type is not q4_k_m, or the file's tensor is of another type (or a
-// transposed layout): then the caller reads floats and calls quantized_take. -1 with
+// transposed layout): then the caller reads floats and calls quantized_take, which keeps a
+// Q8_0 or Q4_0 tensor in its own type (their blocks come back exactly). -1 with
 // err_set() on a shape that does not match.
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
