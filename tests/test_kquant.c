@@ -17,7 +17,10 @@
 //    --quantize q4_k_m: every Q4_K / Q6_K tensor holds the file's bytes (its rows in
 //    the model's order: dequantized, they are the float load of the same file bit for bit),
 //    the bytes held by the K-quant matrices equal the file's K-quant tensor bytes, the
-//    fallback matrices are Q8_0 (two tensors of the file are overwritten with random
+//    fallback matrices are Q5_0 / Q8_0 held from the file's blocks too (all dequantize to the
+//    float load bit for bit; memory: the file's bytes, + 2 a block of 32 for their float
+//    scales), each matrix's decode kernel is within the input quantization's bound of the
+//    float matmul of its values (two tensors of the file are overwritten with random
 //    super-blocks first, bytes that no re-quantization of their values would give back), decode and prefill logits stay close to the float model
 //    of the file's dequantized weights (prefill: of the held matrices' dequantized weights, to
 //    sgemm's rounding), and --quantize q4_k_m on the float model quantizes
@@ -203,6 +206,33 @@ static void test_matmul(void) {
     }
 }
 
+// The decode kernel of a held matrix (any type: Q4_K / Q6_K's own, Q5_0 / Q8_0 through the
+// Q8_0 integer kernel) on 3 input rows against the float matmul of its dequantized values
+// `w`, within what the input's quantization allows: sum |w| * (the input block's scale) / 2,
+// the blocks 256 values for the K-quants (Q8_K) and 32 for the others (Q8_0).
+static void check_decode_matmul(const Q8Matrix *m, const float *w, const char *name) {
+    const int N = 3, IC = m->cols, OC = m->rows, block = quant_is_kquant(m->type) ? KQ_BLOCK : Q8_BLOCK;
+    float *x = xmalloc((size_t)N * IC * sizeof(float)), *got = xmalloc((size_t)N * OC * sizeof(float));
+    float *expected = xmalloc((size_t)N * OC * sizeof(float));
+    for (long i = 0; i < (long)N * IC; i++) x[i] = uniform(600, (uint64_t)i);
+    ops_cpu.matmul_forward_q8(got, x, m, NULL, N, IC, OC, N);
+    ops_cpu.matmul_forward(expected, x, w, NULL, N, IC, OC);
+    double worst = 0;
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double bound = 1e-5 * (fabs(expected[(long)i * OC + o]) + 1);
+            for (long c0 = 0; c0 < IC; c0 += block) {
+                double largest = 0, weights = 0;
+                for (long c = c0; c < c0 + block; c++)
+                    largest = fmax(largest, fabs(x[(long)i * IC + c])), weights += fabs(w[(long)o * IC + c]);
+                bound += weights * largest / 127 / 2;
+            }
+            worst = fmax(worst, fabs(got[(long)i * OC + o] - expected[(long)i * OC + o]) / bound);
+        }
+    EXPECT(worst <= 1.0, "%s (type %d): decode error %.3g of its bound", name, (int)m->type, worst);
+    free(x), free(got), free(expected);
+}
+
 // A random Llama whose rows are 256 (hidden, attention) and 384 (intermediate) values long:
 // q, k, v, o, gate and up are K-quants in a Q4_K_M file, down falls back (Q5_0 or Q8_0).
 static void random_llama(Model *model, bool tied) {
@@ -263,8 +293,8 @@ static void test_q4_k_m_model(void) {
         EXPECT(!strcmp(model_quantize_name(&own), "q4_k_m"), "name %s", model_quantize_name(&own));
         GgufFile file;
         CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
-        long file_kquant_bytes = 0, held_kquant_bytes = 0;
-        int counts[5] = {0};
+        long file_kquant_bytes = 0, held_kquant_bytes = 0, file_bytes = 0, held_bytes = 0, blocks_of_32 = 0;
+        int counts[QUANT_Q5_0 + 1] = {0};
         for (int i = 0; i < own.table.count; i++) {
             const ParamEntry *e = &own.table.entries[i];
             const Q8Matrix *m = quantized_matrix(&own, e);
@@ -274,37 +304,43 @@ static void test_q4_k_m_model(void) {
             const GgufTensor *t = gguf_find_tensor(&file, map.source);
             CHECK(t, "no tensor %s", map.source);
             const bool file_kquant = t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q6_K;
-            const QuantType expected = t->type == GGML_TYPE_Q4_K ? QUANT_Q4_K : t->type == GGML_TYPE_Q6_K ? QUANT_Q6_K : QUANT_Q8_0;
+            const QuantType expected = t->type == GGML_TYPE_Q4_K   ? QUANT_Q4_K
+                                       : t->type == GGML_TYPE_Q6_K ? QUANT_Q6_K
+                                       : t->type == GGML_TYPE_Q5_0 ? QUANT_Q5_0
+                                                                   : QUANT_Q8_0;
             EXPECT(m->type == expected, "%s: type %d for the file's %s", e->name, (int)m->type, gguf_type_name(t->type));
             counts[m->type]++;
             float *values = xmalloc((size_t)e->numel * sizeof(float));
             quant_dequantize_rows(m, 0, m->rows, values);
             const float *file_values = dequantized.params + e->offset;
+            EXPECT(memcmp(values, file_values, (size_t)e->numel * sizeof(float)) == 0,
+                   "%s: the held blocks are not the file's rows", e->name);
+            check_decode_matmul(m, values, e->name);
+            file_bytes += (long)gguf_quantized_size(t->type, t->n_elements);
+            held_bytes += quant_matrix_bytes(m);
             if (file_kquant) {
                 file_kquant_bytes += (long)gguf_quantized_size(t->type, t->n_elements);
-                held_kquant_bytes += m->rows * kquant_row_bytes(m->type, m->cols);
-                EXPECT(memcmp(values, file_values, (size_t)e->numel * sizeof(float)) == 0,
-                       "%s: the held blocks are not the file's rows", e->name);
-            } else { // Q8_0 of the file's (Q5_0 / Q8_0) values: within half a Q8_0 step
-                double largest = 0;
-                for (long j = 0; j < e->numel; j++) largest = fmax(largest, fabs(file_values[j]));
-                const double d = test_max_abs_diff(values, file_values, e->numel);
-                EXPECT(d <= largest / 127 / 2 * 1.001, "%s: Q8_0 fallback off by %.3g", e->name, d);
-            }
+                held_kquant_bytes += quant_matrix_bytes(m);
+            } else blocks_of_32 += e->numel / 32;
             free(values);
         }
         gguf_close(&file);
-        // Per layer: q, k, v, o, gate, up K-quants, down the fallback; the token table too
-        // (rows of 256) and an untied output.
+        // Per layer: q, k, v, o, gate, up K-quants, down the fallback (Q5_0 for Q4_K, Q8_0 for
+        // Q6_K); the token table too (rows of 256) and an untied output.
         const int layers = own.config.num_layers;
-        EXPECT(counts[QUANT_Q4_K] + counts[QUANT_Q6_K] == 6 * layers + 1 + (tied ? 0 : 1) && counts[QUANT_Q8_0] == layers,
-               "tied %d: %d Q4_K, %d Q6_K, %d Q8_0 matrices", tied, counts[QUANT_Q4_K], counts[QUANT_Q6_K],
-               counts[QUANT_Q8_0]);
+        EXPECT(counts[QUANT_Q4_K] + counts[QUANT_Q6_K] == 6 * layers + 1 + (tied ? 0 : 1) &&
+                   counts[QUANT_Q5_0] + counts[QUANT_Q8_0] == layers && counts[QUANT_Q5_0] >= 1 && counts[QUANT_Q8_0] >= 1,
+               "tied %d: %d Q4_K, %d Q6_K, %d Q5_0, %d Q8_0 matrices", tied, counts[QUANT_Q4_K], counts[QUANT_Q6_K],
+               counts[QUANT_Q5_0], counts[QUANT_Q8_0]);
         EXPECT(counts[QUANT_Q6_K] >= 2, "tied %d: %d Q6_K matrices (output, some attn_v)", tied, counts[QUANT_Q6_K]);
+        // Memory: the file's bytes, and for the blocks of 32 a float scale where the file has a half.
         EXPECT(held_kquant_bytes == file_kquant_bytes && held_kquant_bytes > 0, "K-quant bytes held %ld, in the file %ld",
                held_kquant_bytes, file_kquant_bytes);
-        printf("tied %d: %d Q4_K, %d Q6_K, %d Q8_0 matrices; K-quant bytes held %ld = the file's\n", tied,
-               counts[QUANT_Q4_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0], held_kquant_bytes);
+        EXPECT(held_bytes == file_bytes + 2 * blocks_of_32, "bytes held %ld, in the file %ld (+ 2 x %ld blocks of 32)",
+               held_bytes, file_bytes, blocks_of_32);
+        printf("tied %d: %d Q4_K, %d Q6_K, %d Q5_0, %d Q8_0 matrices; K-quant bytes held %ld = the file's; all %ld = the "
+               "file's %ld + 2 a block of 32\n", tied, counts[QUANT_Q4_K], counts[QUANT_Q6_K], counts[QUANT_Q5_0],
+               counts[QUANT_Q8_0], held_kquant_bytes, held_bytes, file_bytes);
 
         // Logits against the float model of the file's dequantized weights.
         const int V = own.config.vocab_size, steps = 5;

@@ -9,7 +9,6 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "io/gguf.h"
-#include "model/tensor_map.h"
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
@@ -101,10 +100,6 @@ static void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType t
         nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops->alloc);
         return;
     }
-    if (quant_is_kquant(type)) {
-        kquant_quantize_matrix(matrix, type, weight, rows, cols, ops->alloc);
-        return;
-    }
     matrix->rows = (int)rows;
     matrix->cols = (int)cols;
     matrix->type = type;
@@ -157,59 +152,13 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
-// The type a matrix read as floats takes under q4_k_m. From a GGUF tensor (source_type, set by
-// quantized_take_gguf), the file's own type where marlhf holds it: Q8_0 and Q4_0, whose
-// dequantized blocks quantize back to their own bytes (ops/q8.h, ops/q4.h), so that a file's
-// Q8_0 fallbacks, or a llama.cpp Q4_0 file with its Q6_K output, run with their own bits; Q8_0
-// for the other quantized types (Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q5_K: 8 bits of a coarser grid).
-// From floats (a float tensor or model): llama.cpp's Q4_K_M choice for its GGUF name
-// (model/weights_io.h), with Q8_0 where that is not a K-quant (rows that super-blocks of 256
-// do not divide: llama.cpp's Q5_0 and Q8_0 fallbacks).
-static QuantType q4_k_m_type(const Model *model, const ParamEntry *entry) {
-    const int source = model->quantized->source_type;
-    if (source == GGML_TYPE_Q8_0 || source == GGML_TYPE_Q4_0) return source == GGML_TYPE_Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0;
-    if (source >= 0 && source != GGML_TYPE_F32 && source != GGML_TYPE_F16 && source != GGML_TYPE_BF16 &&
-        source != GGML_TYPE_Q4_K && source != GGML_TYPE_Q6_K)
-        return QUANT_Q8_0;
-    TensorMap map;
-    tensor_map_gguf(&model->config, entry, &map);
-    const GgmlType type = gguf_q4_k_m_matrix_type(&model->config, map.source, entry->shape[1]);
-    return type == GGML_TYPE_Q4_K ? QUANT_Q4_K : type == GGML_TYPE_Q6_K ? QUANT_Q6_K : QUANT_Q8_0;
-}
-
 // A tied LM head reads the embedding table: the head shares its quantized arrays.
-static void share_tied_head(Model *model, const Q8Matrix *matrix) {
+void quantized_share_tied_head(Model *model, const Q8Matrix *matrix) {
     ModelQuantized *quantized = model->quantized;
     if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
         quantized->lm_head = quantized->embedding;
         quantized->head_is_embedding = true;
     }
-}
-
-int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
-    Q8Matrix *matrix = matrix_for(model, entry);
-    if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
-    const GgufTensor *t = gguf_find_tensor(file, map->source);
-    // Read as floats: quantized_take then follows the file's type (q4_k_m_type).
-    model->quantized->source_type = t ? (int)t->type : -1;
-    if (!t || (t->type != GGML_TYPE_Q4_K && t->type != GGML_TYPE_Q6_K)) return 0;
-    const long rows = entry->shape[0], cols = entry->shape[1];
-    if (tensor_map_file_row(map, entry, 0) < 0) return 0; // a transposed layout: read as floats
-    const long file_rows = t->n_dims == 2 ? (long)t->ne[1] : 0;
-    if (t->n_dims != 2 || t->ne[0] != cols || file_rows < rows || cols % KQ_BLOCK)
-        return err_set("tensor '%s' has shape [%ld, %lld] but the model expects [%ld, %ld] (%s)", map->source,
-                       file_rows, (long long)t->ne[0], rows, cols, file->path);
-    const QuantType type = t->type == GGML_TYPE_Q4_K ? QUANT_Q4_K : QUANT_Q6_K;
-    const long row_bytes = kquant_row_bytes(type, cols);
-    *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = type};
-    matrix->blocks = model->ops->alloc((size_t)(rows * row_bytes));
-    for (long r = 0; r < rows; r++) {
-        const long from = tensor_map_file_row(map, entry, r);
-        CHECK(from >= 0 && from < file_rows, "row %ld of '%s' maps outside the file tensor", r, map->source);
-        memcpy(matrix->blocks + r * row_bytes, (const uint8_t *)t->data + from * row_bytes, (size_t)row_bytes);
-    }
-    share_tied_head(model, matrix);
-    return 1;
 }
 
 void quantized_take(Model *model, const ParamEntry *entry) {
@@ -221,13 +170,13 @@ void quantized_take(Model *model, const ParamEntry *entry) {
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
     // costs most of the accuracy (docs/quantization.md).
     ModelQuantized *q = model->quantized;
-    const QuantType type = q->type == QUANT_Q4_K                              ? q4_k_m_type(model, entry)
-                           : matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0
-                                                                              : q->type;
-    q->source_type = -1;
-    quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
+    if (q->type == QUANT_Q4_K) q4_k_m_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
+    else {
+        const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+        quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
+    }
     release_pages(weight, entry->numel);
-    share_tied_head(model, matrix);
+    quantized_share_tied_head(model, matrix);
 }
 
 int model_quantize(Model *model, const char *type) {
@@ -305,6 +254,7 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
 
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix) {
     if (matrix->values) ops->free(matrix->values);
+    if (matrix->high_bits) ops->free(matrix->high_bits);
     if (matrix->scales) ops->free(matrix->scales);
     if (matrix->scale_codes) ops->free(matrix->scale_codes);
     if (matrix->scale_absmax) ops->free(matrix->scale_absmax);

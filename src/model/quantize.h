@@ -44,7 +44,7 @@ typedef struct ModelQuantized {
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
     bool head_is_embedding;
-    int source_type;        // q4_k_m: the GGUF type of the tensor being read (quantized_take_gguf), or -1
+    int source_type;        // q4_k_m: the GGUF type of the tensor being read as floats (quantized_take_gguf), or -1
 } ModelQuantized;
 
 // True when `type` asks for quantized weights (not NULL and not "none").
@@ -77,14 +77,20 @@ int model_quantize(Model *model, const char *type);
 // values are in model->params, and releases them.
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry);
-// Under q4_k_m, a GGUF tensor stored as Q4_K or Q6_K is taken as the file's own bytes (its
-// rows moved as `map` moves them: llama.cpp's q/k row order undone, GPT-2's fused qkv
-// sliced), in place of reading it as floats: returns 1. Returns 0 when the entry is not a
-// quantized one, the type is not q4_k_m, or the file's tensor is of another type (or a
-// transposed layout): then the caller reads floats and calls quantized_take, which keeps a
-// Q8_0 or Q4_0 tensor in its own type (their blocks come back exactly). -1 with
-// err_set() on a shape that does not match.
+// Under q4_k_m, a GGUF tensor stored as Q4_K, Q6_K, Q5_0, Q4_0 or Q8_0 is taken as the file's
+// own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
+// order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
+// Returns 0 when the entry is not a quantized one, the type is not q4_k_m, or the file's
+// tensor is of another type (or a transposed layout): then the caller reads floats and calls
+// quantized_take. -1 with err_set() on a shape that does not match.
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
+
+// Under q4_k_m, quantized_take's work for a matrix read as floats (model/quantize_q4_k_m.c):
+// the type a Q4_K_M file of them would hold (a GGUF tensor of another quantized type: Q8_0),
+// quantized with the GGUF writer's block code and held as under quantized_take_gguf.
+void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
+// A tied LM head shares the embedding table's quantized arrays, once `matrix` is filled.
+void quantized_share_tied_head(Model *model, const Q8Matrix *matrix);
 
 // Where table entry `entry`'s quantized copy goes (a linear layer's weight, the token table,
 // the LM head), or NULL: for model/bnb_checkpoint.h, which fills it from the file's own bits.

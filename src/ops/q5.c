@@ -1,0 +1,29 @@
+#include "ops/q5.h"
+
+void q5_0_unpack_row(const Q8Matrix *matrix, long r, int8_t *values) {
+    const long blocks = matrix->cols / Q8_BLOCK;
+    for (long b = 0; b < blocks; b++) {
+        const uint8_t *nibbles = matrix->nibbles + (r * blocks + b) * (Q8_BLOCK / 2);
+        const uint32_t high = matrix->high_bits[r * blocks + b];
+        int8_t *out = values + b * Q8_BLOCK;
+        // A plain loop: the compiler vectorizes it (a decode step widens every row this way).
+        for (int j = 0; j < Q8_BLOCK / 2; j++) {
+            out[j] = (int8_t)(((nibbles[j] & 0x0F) | (int)((high >> j) & 1) << 4) - 16);
+            out[j + Q8_BLOCK / 2] = (int8_t)(((nibbles[j] >> 4) | (int)((high >> (j + 16)) & 1) << 4) - 16);
+        }
+    }
+}
+
+void q5_0_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out) {
+    const long blocks = matrix->cols / Q8_BLOCK;
+    for (long k = first * blocks; k < (first + count) * blocks; k++) { // the rows' blocks, in order
+        const uint8_t *nibbles = matrix->nibbles + k * (Q8_BLOCK / 2);
+        const uint32_t high = matrix->high_bits[k];
+        const float scale = matrix->scales[k];
+        float *y = out + (k - first * blocks) * Q8_BLOCK;
+        for (int j = 0; j < Q8_BLOCK / 2; j++) {
+            y[j] = (float)(((nibbles[j] & 0x0F) | (int)((high >> j) & 1) << 4) - 16) * scale;
+            y[j + Q8_BLOCK / 2] = (float)(((nibbles[j] >> 4) | (int)((high >> (j + 16)) & 1) << 4) - 16) * scale;
+        }
+    }
+}
