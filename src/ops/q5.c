@@ -10,10 +10,17 @@ void q5_0_unpack_row(const Q8Matrix *matrix, long r, int8_t *values) {
         const uint8_t *nibbles = matrix->nibbles + (r * blocks + b) * (Q8_BLOCK / 2);
         const uint32_t high = matrix->high_bits[r * blocks + b];
         int8_t *out = values + b * Q8_BLOCK;
-#if defined(__AVX2__)
-        // A decode step widens every weight row: the block's 32 values at once (a byte-at-a-time
-        // loop took longer than the integer products it feeds, as Q4_0's did). Byte j of
-        // `spread` is byte j / 8 of the fifth bits; it keeps bit j % 8 as 0x10.
+        // A decode step widens every weight row, so the block's 32 values go at once (a
+        // byte-at-a-time loop took longer than the integer products it feeds, as Q4_0's did).
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        // The fifth bits are a 32-bit mask as they are: where set, 16 is added back.
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)nibbles), nibble = _mm_set1_epi8(0x0F);
+        const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
+        const __m256i sixteen = _mm256_set1_epi8(16), low = _mm256_sub_epi8(codes, sixteen);
+        _mm256_storeu_si256((__m256i *)out, _mm256_mask_add_epi8(low, (__mmask32)high, low, sixteen));
+        continue;
+#elif defined(__AVX2__)
+        // Byte j of `spread` is byte j / 8 of the fifth bits; it keeps bit j % 8 as 0x10.
         const __m128i bytes = _mm_loadu_si128((const __m128i *)nibbles), nibble = _mm_set1_epi8(0x0F);
         const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
         const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)high),
