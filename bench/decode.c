@@ -26,6 +26,7 @@
 #include "gen/generate.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
+#include "ops/q4.h"
 #include "bench_shapes.h"
 
 // The process's peak resident memory (VmHWM), in MB; 0 where /proc is not there.
@@ -38,6 +39,16 @@ static double peak_rss_mb(void) {
         if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
     fclose(f);
     return kb / 1024.0;
+}
+
+// The bytes the quantized matrices hold (0 for a float model), in MB.
+static double quantized_mb(const Model *model) {
+    long bytes = 0;
+    for (int i = 0; i < model->table.count; i++) {
+        const Q8Matrix *matrix = quantized_matrix(model, &model->table.entries[i]);
+        if (matrix) bytes += quant_matrix_bytes(matrix);
+    }
+    return bytes / 1e6;
 }
 
 int main(int argc, char **argv) {
@@ -97,10 +108,10 @@ int main(int argc, char **argv) {
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
-               "\"threads\": %d, \"peak_rss_mb\": %.1f}\n",
+               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
-               omp_get_max_threads(), peak_rss_mb());
+               omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model));
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);
