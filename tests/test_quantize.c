@@ -55,6 +55,7 @@
 #include "ops/q4.h"
 #include "ops/q8.h"
 #include "qlora_step.h"
+#include "smollm2_agreement.h"
 #include "test.h"
 
 // Uniform in [0, 1) from a seed and a running counter.
@@ -677,46 +678,6 @@ static void test_quantize_refusals(void) {
 
 // SmolLM2 decoded token by token over the reference's positions: top-1 agreement with
 // transformers' float32 and the mean and largest |log-prob difference|.
-static void smollm2_decode_agreement(Model *model, json_t *reference, double *agreement_out, double *mean_out,
-                                     double *worst_out) {
-    const int V = model->config.vocab_size;
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    double worst = 0, total = 0;
-    int positions = 0, top1_agree = 0;
-    size_t index;
-    json_t *item;
-    json_array_foreach(reference, index, item) {
-        json_t *ids = json_object_get(item, "ids"), *logprobs = json_object_get(item, "logprobs");
-        json_t *top1 = json_object_get(item, "top1");
-        int T = (int)json_array_size(ids);
-        KvCache cache;
-        kv_cache_init(&cache, model, 1, T);
-        for (int t = 0; t + 1 < T; t++) {
-            int token = (int)json_integer_value(json_array_get(ids, t));
-            ModelBatch one = {.B = 1, .T = 1, .tokens = &token};
-            model_forward_cached(model, &one, &cache);
-            model_last_logits(model, logits);
-            double largest = -INFINITY, sum = 0;
-            int best = 0;
-            for (int v = 0; v < V; v++)
-                if (logits[v] > largest) largest = logits[v], best = v;
-            for (int v = 0; v < V; v++) sum += exp(logits[v] - largest);
-            int next = (int)json_integer_value(json_array_get(ids, t + 1));
-            double logp = logits[next] - largest - log(sum);
-            double d = fabs(logp - json_real_value(json_array_get(logprobs, t)));
-            worst = fmax(worst, d);
-            total += d;
-            positions++;
-            top1_agree += best == (int)json_integer_value(json_array_get(top1, t));
-        }
-        kv_cache_free(&cache, model);
-    }
-    *agreement_out = (double)top1_agree / positions;
-    *mean_out = total / positions;
-    *worst_out = worst;
-    free(logits);
-}
-
 // SmolLM2 token by token (one-row decode steps, the Q8_0 path) against transformers' float32.
 static void test_smollm2_quantized_decode(void) {
     json_error_t error;
