@@ -46,8 +46,8 @@
 #include "ops/q4.h"
 #include "ops/q8.h"
 #include "qlora_step.h"
-#include "smollm2_agreement.h"
 #include "test.h"
+#include "quantized_decode.h"
 
 static void *zeroed(size_t bytes) { return xcalloc(1, bytes); }
 
@@ -260,24 +260,6 @@ static void random_llama(Model *model, bool tied) {
 static void load_gguf(Model *model, const char *path, const char *quantize) {
     ModelLoadOptions options = {.with_lm_head = true, .quantize = quantize};
     CHECK(model_load(model, path, &ops_cpu, &options) == 0, "%s", err_msg());
-}
-
-// Decode: a prefill of 2 rows of 5 tokens, then steps; the logits of each step.
-static void decode_logits(Model *model, float *logits, int steps) {
-    const int V = model->config.vocab_size, T = 5;
-    int prompt[2 * T], start[2] = {0, 1};
-    for (int i = 0; i < 2 * T; i++) prompt[i] = (7 * i + 3) % V;
-    KvCache cache;
-    kv_cache_init(&cache, model, 2, T + steps);
-    ModelBatch batch = {.B = 2, .T = T, .tokens = prompt, .row_start = start};
-    model_forward_cached(model, &batch, &cache);
-    for (int step = 0; step < steps; step++) {
-        model_last_logits(model, logits + (long)step * 2 * V);
-        int next[2] = {(11 * step + 1) % V, (13 * step + 5) % V};
-        ModelBatch one = {.B = 2, .T = 1, .tokens = next};
-        model_forward_cached(model, &one, &cache);
-    }
-    kv_cache_free(&cache, model);
 }
 
 static void test_q4_k_m_model(void) {
@@ -499,14 +481,9 @@ static void test_default_rule(void) {
 // --quantize q4_k_m, the blocks marlhf convert --outtype q4_k_m writes and the default then
 // holds), token by token against transformers' float32.
 static void test_smollm2_q4_k_m_decode(void) {
-    json_error_t error;
-    json_t *reference = json_load_file("tests/fixtures/smollm2/reference.json", 0, &error);
-    CHECK(reference, "reference.json: %s", error.text);
+    json_t *reference = smollm2_reference();
     Model model;
-    ModelLoadOptions options = {.with_lm_head = true};
-    if (model_load(&model, "models/SmolLM2-135M-Instruct.Q4_1.gguf", &ops_cpu, &options) != 0) {
-        fprintf(stderr, "  cannot load SmolLM2: %s (run scripts/fetch-model)\n", err_msg());
-        test_current_failures++;
+    if (smollm2_load(&model, NULL) != 0) {
         json_decref(reference);
         return;
     }
