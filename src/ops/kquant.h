@@ -33,7 +33,7 @@ static inline int quant_is_kquant(QuantType type) { return type == QUANT_Q4_K ||
 
 // A K-quant matrix [rows, cols] of `type` from floats (rows contiguous, cols a multiple of
 // KQ_BLOCK), with the GGUF writer's block code (io/gguf_quantize.c): the bytes
-// `marlhf convert --gguf-type q4_k_m` writes for the same floats. Arrays from `alloc`.
+// `marlhf convert --outtype q4_k_m` writes for the same floats. Arrays from `alloc`.
 void kquant_quantize_matrix(Q8Matrix *matrix, QuantType type, const float *weight, long rows, long cols,
                             void *(*alloc)(size_t));
 // Rows [first, first + count) as floats [count, cols]: gguf-py's dequantization.
