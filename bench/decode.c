@@ -9,11 +9,13 @@
 //
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
-//                           [--quantize none|q8_0|q4_0|nf4|nf4-single] [--kv-cache f32|f16|q8_0]
+//                           [--quantize none|q8_0|q4_0|nf4|nf4-single|q4_k_m] [--kv-cache f32|f16|q8_0]
 // --quantize q8_0 (q4_0, nf4) decodes with Q8_0 (Q4_0, NF4) copies of the linear weights (model/quantize.h);
 // --kv-cache f16 keeps the KV cache in half floats, q8_0 in 8-bit blocks. Each line
 // reports the cache's bytes per token (keys and values of every layer). A long --prompt
-// (bench/run_decode.sh with LONG_PROMPT=2048) is where the cache type matters.
+// (bench/run_decode.sh with LONG_PROMPT=2048) is where the cache type matters. Each line also
+// gives the decode milliseconds per step and the process's peak resident memory so far
+// (bench/run_kquant_decode.sh: a Q4_K_M file with its own bits against Q8_0 and llama.cpp).
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,30 @@
 #include "gen/generate.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
+#include "ops/q4.h"
 #include "bench_shapes.h"
+
+// The process's peak resident memory (VmHWM), in MB; 0 where /proc is not there.
+static double peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb / 1024.0;
+}
+
+// The bytes the quantized matrices hold (0 for a float model), in MB.
+static double quantized_mb(const Model *model) {
+    long bytes = 0;
+    for (int i = 0; i < model->table.count; i++) {
+        const Q8Matrix *matrix = quantized_matrix(model, &model->table.entries[i]);
+        if (matrix) bytes += quant_matrix_bytes(matrix);
+    }
+    return bytes / 1e6;
+}
 
 int main(int argc, char **argv) {
     const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -49,11 +74,13 @@ int main(int argc, char **argv) {
         ModelConfig cfg = bench_shape(shape);
         model_init(&model, &cfg, ops, true, false);
         bench_random_weights(&model);
+        if (model_quantize(&model, quantize) != 0) die_from_err();
     } else {
-        ModelLoadOptions options = {.with_lm_head = true};
+        // Quantized as it is read, as the commands load it: the float32 model never exists in
+        // full (peak_rss_mb), and a K-quant file's tensors keep their own bytes (q4_k_m).
+        ModelLoadOptions options = {.with_lm_head = true, .quantize = quantize};
         if (model_load(&model, path, ops, &options) != 0) die_from_err();
     }
-    if (model_quantize(&model, quantize) != 0) die_from_err();
     if (kv_cache_type_set(&model, kv_cache, "--kv-cache") != 0) die_from_err();
     // Warm up (page in the weights, start the thread pool) before timing anything.
     {
@@ -80,9 +107,11 @@ int main(int argc, char **argv) {
         double decode_tokens = (double)B * stats.decode_steps;
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
-               "\"decode_s\": %.3f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, \"threads\": %d}\n",
-               ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds, new_tokens,
-               prompt_length, kv_bytes_per_token, omp_get_max_threads());
+               "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
+               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f}\n",
+               ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
+               1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
+               omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model));
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

@@ -3,11 +3,14 @@ source distribution by pip; see bench/run_decode.sh). The Q4_1 GGUF is converted
 an all-f32 GGUF with llama.cpp's own quantize tool (ftype ALL_F32), so both programs read
 f32 weights, and from that to Q8_0 (ftype MOSTLY_Q8_0), the peer of `marlhf --quantize
 q8_0`. Greedy decode of --new tokens after a --prompt-token prompt; the prefill is
-timed apart."""
+timed apart. --files PATH... benches those GGUF files as they are instead (bench/run_kquant_decode.sh:
+a Q4_K_M file), each line with the milliseconds per token and the process's peak resident memory
+(ru_maxrss: the Python interpreter's own, about `rss_baseline_mb`, included)."""
 import argparse
 import ctypes
 import json
 import os
+import resource
 import time
 
 import llama_cpp
@@ -17,24 +20,39 @@ ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
 ap.add_argument("--new", type=int, default=64)
 ap.add_argument("--prompt", type=int, default=32)
 ap.add_argument("--threads", type=int, default=os.cpu_count())
+ap.add_argument("--files", nargs="*", help="bench these GGUF files (none: only --make-q4-k-m) instead of the f32 / "
+                "Q8_0 / Q4_1 trio")
+ap.add_argument("--make-q4-k-m", metavar="PATH", help="first write llama.cpp's own Q4_K_M of --model's weights to PATH "
+                "(from an F32 file beside it), if PATH is not there")
 args = ap.parse_args()
+rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def quantize(source, out, ftype):
+    """llama.cpp's quantize tool: `source` to `out` as llama_ftype `ftype`, once."""
+    if os.path.exists(out):
+        return
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(source.encode(), out.encode(), ctypes.byref(params))
+    assert rc == 0, "llama_model_quantize failed"
+
+
+if args.make_q4_k_m:
+    f32_beside = os.path.join(os.path.dirname(args.make_q4_k_m), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
+    quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
+    quantize(f32_beside, args.make_q4_k_m, 15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
 
 f32_path = args.model.replace(".Q4_1.gguf", ".F32.gguf")
-if not os.path.exists(f32_path):
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = 0  # LLAMA_FTYPE_ALL_F32
-    params.allow_requantize = True
-    rc = llama_cpp.llama_model_quantize(args.model.encode(), f32_path.encode(), ctypes.byref(params))
-    assert rc == 0, "llama_model_quantize failed"
-
 q8_path = args.model.replace(".Q4_1.gguf", ".Q8_0.gguf")
-if not os.path.exists(q8_path):
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = 7  # LLAMA_FTYPE_MOSTLY_Q8_0
-    rc = llama_cpp.llama_model_quantize(f32_path.encode(), q8_path.encode(), ctypes.byref(params))
-    assert rc == 0, "llama_model_quantize failed"
+if args.files is None:
+    quantize(args.model, f32_path, 0)  # LLAMA_FTYPE_ALL_F32
+    quantize(f32_path, q8_path, 7)  # LLAMA_FTYPE_MOSTLY_Q8_0
 
-for label, path in (("f32", f32_path), ("q8_0", q8_path), ("q4_1", args.model)):
+files = [(os.path.basename(p), p) for p in args.files] if args.files is not None else \
+    (("f32", f32_path), ("q8_0", q8_path), ("q4_1", args.model))
+for label, path in files:
     llm = llama_cpp.Llama(model_path=path, n_ctx=args.prompt + args.new + 8, n_threads=args.threads,
                           n_threads_batch=args.threads, n_batch=max(512, args.prompt + args.new + 8), verbose=False)
     import random
@@ -53,4 +71,6 @@ for label, path in (("f32", f32_path), ("q8_0", q8_path), ("q4_1", args.model)):
         decode = time.perf_counter() - start
     print(json.dumps({"impl": f"llama.cpp-{label}", "batch": 1, "decode_tokens_per_s": round((args.new - 1) / decode, 1),
                       "prefill_s": round(prefill, 3), "decode_s": round(decode, 3), "new_tokens": args.new,
-                      "prompt": args.prompt, "threads": args.threads}), flush=True)
+                      "prompt": args.prompt, "threads": args.threads, "ms_per_token": round(1000 * decode / (args.new - 1), 2),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "rss_baseline_mb": round(rss_baseline_mb, 1)}), flush=True)

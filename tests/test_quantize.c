@@ -56,6 +56,7 @@
 #include "ops/q8.h"
 #include "qlora_step.h"
 #include "test.h"
+#include "quantized_decode.h"
 
 // Uniform in [0, 1) from a seed and a running counter.
 typedef struct {
@@ -176,24 +177,6 @@ static void test_q8_matmul_arithmetic(void) {
 static void load(Model *model, const char *path) {
     ModelLoadOptions options = {.with_lm_head = true};
     CHECK(model_load(model, path, &ops_cpu, &options) == 0, "%s", err_msg());
-}
-
-// Prefill of 2 rows, then decode steps; the logits after each step from both models.
-static void decode_logits(Model *model, float *logits, int steps) {
-    const int V = model->config.vocab_size, T = 5;
-    int prompt[2 * T], start[2] = {0, 2};
-    for (int i = 0; i < 2 * T; i++) prompt[i] = (7 * i + 3) % V;
-    KvCache cache;
-    kv_cache_init(&cache, model, 2, T + steps);
-    ModelBatch batch = {.B = 2, .T = T, .tokens = prompt, .row_start = start};
-    model_forward_cached(model, &batch, &cache);
-    for (int step = 0; step < steps; step++) {
-        model_last_logits(model, logits + (long)step * 2 * V);
-        int next[2] = {(11 * step + 1) % V, (13 * step + 5) % V};
-        ModelBatch one = {.B = 2, .T = 1, .tokens = next};
-        model_forward_cached(model, &one, &cache);
-    }
-    kv_cache_free(&cache, model);
 }
 
 static void test_quantized_model(void) {
@@ -677,56 +660,11 @@ static void test_quantize_refusals(void) {
 
 // SmolLM2 decoded token by token over the reference's positions: top-1 agreement with
 // transformers' float32 and the mean and largest |log-prob difference|.
-static void smollm2_decode_agreement(Model *model, json_t *reference, double *agreement_out, double *mean_out,
-                                     double *worst_out) {
-    const int V = model->config.vocab_size;
-    float *logits = xmalloc((size_t)V * sizeof(float));
-    double worst = 0, total = 0;
-    int positions = 0, top1_agree = 0;
-    size_t index;
-    json_t *item;
-    json_array_foreach(reference, index, item) {
-        json_t *ids = json_object_get(item, "ids"), *logprobs = json_object_get(item, "logprobs");
-        json_t *top1 = json_object_get(item, "top1");
-        int T = (int)json_array_size(ids);
-        KvCache cache;
-        kv_cache_init(&cache, model, 1, T);
-        for (int t = 0; t + 1 < T; t++) {
-            int token = (int)json_integer_value(json_array_get(ids, t));
-            ModelBatch one = {.B = 1, .T = 1, .tokens = &token};
-            model_forward_cached(model, &one, &cache);
-            model_last_logits(model, logits);
-            double largest = -INFINITY, sum = 0;
-            int best = 0;
-            for (int v = 0; v < V; v++)
-                if (logits[v] > largest) largest = logits[v], best = v;
-            for (int v = 0; v < V; v++) sum += exp(logits[v] - largest);
-            int next = (int)json_integer_value(json_array_get(ids, t + 1));
-            double logp = logits[next] - largest - log(sum);
-            double d = fabs(logp - json_real_value(json_array_get(logprobs, t)));
-            worst = fmax(worst, d);
-            total += d;
-            positions++;
-            top1_agree += best == (int)json_integer_value(json_array_get(top1, t));
-        }
-        kv_cache_free(&cache, model);
-    }
-    *agreement_out = (double)top1_agree / positions;
-    *mean_out = total / positions;
-    *worst_out = worst;
-    free(logits);
-}
-
 // SmolLM2 token by token (one-row decode steps, the Q8_0 path) against transformers' float32.
 static void test_smollm2_quantized_decode(void) {
-    json_error_t error;
-    json_t *reference = json_load_file("tests/fixtures/smollm2/reference.json", 0, &error);
-    CHECK(reference, "reference.json: %s", error.text);
+    json_t *reference = smollm2_reference();
     Model model;
-    ModelLoadOptions options = {.with_lm_head = true};
-    if (model_load(&model, "models/SmolLM2-135M-Instruct.Q4_1.gguf", &ops_cpu, &options) != 0) {
-        fprintf(stderr, "  cannot load SmolLM2: %s (run scripts/fetch-model)\n", err_msg());
-        test_current_failures++;
+    if (smollm2_load(&model, NULL) != 0) {
         json_decref(reference);
         return;
     }
@@ -765,14 +703,9 @@ static void test_smollm2_quantized_decode(void) {
 // The same with Q4_0 weights (the file's Q4_1 blocks re-quantized to Q4_0's 16 levels
 // without a minimum: the coarsest of the three).
 static void test_smollm2_q4_0_decode(void) {
-    json_error_t error;
-    json_t *reference = json_load_file("tests/fixtures/smollm2/reference.json", 0, &error);
-    CHECK(reference, "reference.json: %s", error.text);
+    json_t *reference = smollm2_reference();
     Model model;
-    ModelLoadOptions options = {.with_lm_head = true, .quantize = "q4_0"};
-    if (model_load(&model, "models/SmolLM2-135M-Instruct.Q4_1.gguf", &ops_cpu, &options) != 0) {
-        fprintf(stderr, "  cannot load SmolLM2: %s (run scripts/fetch-model)\n", err_msg());
-        test_current_failures++;
+    if (smollm2_load(&model, "q4_0") != 0) {
         json_decref(reference);
         return;
     }
@@ -789,18 +722,11 @@ static void test_smollm2_q4_0_decode(void) {
 
 // The same with NF4 weights (double-quantized scales, QLoRA's recipe) and NF4 with float scales.
 static void test_smollm2_nf4_decode(void) {
-    json_error_t error;
-    json_t *reference = json_load_file("tests/fixtures/smollm2/reference.json", 0, &error);
-    CHECK(reference, "reference.json: %s", error.text);
+    json_t *reference = smollm2_reference();
     const char *types[] = {"nf4", "nf4-single"};
     for (int k = 0; k < 2; k++) {
         Model model;
-        ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
-        if (model_load(&model, "models/SmolLM2-135M-Instruct.Q4_1.gguf", &ops_cpu, &options) != 0) {
-            fprintf(stderr, "  cannot load SmolLM2: %s (run scripts/fetch-model)\n", err_msg());
-            test_current_failures++;
-            break;
-        }
+        if (smollm2_load(&model, types[k]) != 0) break;
         EXPECT(strcmp(model_quantize_name(&model), types[k]) == 0, "%s loaded as %s", types[k],
                model_quantize_name(&model));
         double agreement, mean, worst;

@@ -49,7 +49,7 @@ static void reply_finished(void *context, void *owner, GeneratedRow *row) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *quantize = "none";
+    const char *quantize = NULL; // quantize_default
     const char *kv_cache = "f32";
     char *model_path = NULL, *device = "cpu", *chat_template = NULL, *system = NULL;
     long max_new_tokens = 512, top_k = 50, seed = 1234, threads = 0, prompt_cache = 1;
@@ -70,7 +70,7 @@ int cmd_chat(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "1: a turn computes only what follows the previous reply; 0: the whole conversation again", false, false},
@@ -89,6 +89,7 @@ int cmd_chat(int argc, char **argv) {
     if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
+    quantize = quantize_default(quantize, model_path, device);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     // Every reply of the conversation is constrained alike (generate's options).

@@ -148,7 +148,7 @@ static void remove_pending_output(void) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *quantize = "none";
+    const char *quantize = NULL; // quantize_default
     const char *kv_cache = "f32";
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu", *chat_template = NULL;
     char *system = NULL, *stop_string = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL, *grammar = NULL,
@@ -187,7 +187,7 @@ int cmd_generate(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
     };
@@ -208,6 +208,7 @@ int cmd_generate(int argc, char **argv) {
     if (sequences < 1 || sequences > 4096) die_user("--num-return-sequences must be in [1, 4096], got %ld", sequences);
     if (sequences > 1 && (greedy || temperature == 0))
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
+    quantize = quantize_default(quantize, model_path, device);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     Constraint *constraint = cli_constraint_from_options(json_object != 0, json_schema, regex, choice, grammar, grammar_file);

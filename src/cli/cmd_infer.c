@@ -136,7 +136,7 @@ static char *visible_text(const TextModel *policy, const Tokenizer *tokenizer, c
 int cmd_infer(int argc, char **argv) {
     char *model_path = NULL, *reward_path = NULL, *data_path = NULL, *output = NULL, *format_name = "auto";
     char *device = "cpu", *lexicon_path = NULL;
-    const char *quantize = "none", *reward_quantize = "none", *kv_cache = "f32";
+    const char *quantize = NULL /* quantize_default */, *reward_quantize = "none", *kv_cache = "f32";
     long count = 2000, batch = 16, max_new = 512, min_new = 0, seed = 1234, max_prompt = 1024, threads = 0, best_of = 1;
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
@@ -167,7 +167,7 @@ int cmd_infer(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_TYPES ": the policy's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache,
          "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
@@ -180,6 +180,7 @@ int cmd_infer(int argc, char **argv) {
                      "marlhf infer --model POLICY --reward-model RM --data FILE.jsonl [options]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    quantize = quantize_default(quantize, model_path, device);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     if (quantize_type_check(reward_quantize, "--reward-quantize") != 0) die_from_err();

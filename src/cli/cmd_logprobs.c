@@ -130,7 +130,7 @@ static void remove_pending_output(void) {
 int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
     long batch_size = 8, threads = 0;
-    char *lora_adapter = NULL, *quantize = "none";
+    char *lora_adapter = NULL, *quantize = NULL; // quantize_default
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} or {\"text\": ...} rows ('-' = stdin)", true,
@@ -141,7 +141,8 @@ int cmd_logprobs(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize,
-         QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; the base a QLoRA adapter was trained on)",
+         QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; the base a QLoRA adapter was trained on; left "
+                        "out, a GGUF of Q4_K / Q6_K tensors runs with its own bits, q4_k_m, anything else as none)",
          false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
@@ -156,8 +157,9 @@ int cmd_logprobs(int argc, char **argv) {
     cli_set_threads(threads);
 
     Model model;
-    if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
-    ModelLoadOptions load = {.with_lm_head = true, .quantize = quantize};
+    const char *quantize_type = quantize_default(quantize, model_path, device);
+    if (quantize_type_check(quantize_type, "--quantize") != 0) die_from_err();
+    ModelLoadOptions load = {.with_lm_head = true, .quantize = quantize_type};
     if (model_load_with_adapter(&model, model_path, ops, &load, lora_adapter, 0) != 0) die_from_err();
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();

@@ -27,7 +27,7 @@ static char *default_model_name(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *quantize = "none";
+    const char *quantize = NULL; // quantize_default
     const char *kv_cache = "f32";
     const char *pooling_option = "mean";
     char *model_path = NULL, *reward_path = NULL, *host = "127.0.0.1", *model_name = NULL, *device = "cpu", *chat_template = NULL;
@@ -68,7 +68,7 @@ int cmd_serve(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
-        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; faster decoding in less memory)", false, false},
+        {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"pooling", NULL, OPT_STRING, &pooling_option,
          "how /v1/embeddings pools a text's final hidden states: mean, last (the last token's) or cls (the first "
@@ -96,6 +96,7 @@ int cmd_serve(int argc, char **argv) {
     if (reward_batch < 1 || reward_batch > 4096) die_user("--reward-batch must be in [1, 4096], got %ld", reward_batch);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
+    quantize = quantize_default(quantize, model_path, device);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     Pooling pooling;

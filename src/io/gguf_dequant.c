@@ -205,10 +205,11 @@ static void block_q3_k(const uint8_t *block, float *y) {
     }
 }
 
-// The eight 6-bit scales and minimums of Q4_K and Q5_K, packed in 12 bytes: sub-blocks
+// The eight 6-bit scales and minimums of Q4_K and Q5_K, packed in 12 bytes (also read by
+// ops/cpu/matmul_kquant.c): sub-blocks
 // 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums); sub-blocks 4-7 in the
 // nibbles of bytes 8-11 plus the top 2 bits of bytes 0-7.
-static void unpack_k_scales(const uint8_t *packed, int scale[8], int min[8]) {
+void gguf_unpack_k_scales(const uint8_t *packed, int scale[8], int min[8]) {
     for (int j = 0; j < 4; j++) {
         scale[j] = packed[j] & 0x3f;
         min[j] = packed[j + 4] & 0x3f;
@@ -220,7 +221,7 @@ static void unpack_k_scales(const uint8_t *packed, int scale[8], int min[8]) {
 static void block_q4_k(const uint8_t *block, float *y) {
     float d = load_f16(block), dmin = load_f16(block + 2);
     int scale[8], min[8];
-    unpack_k_scales(block + 4, scale, min);
+    gguf_unpack_k_scales(block + 4, scale, min);
     const uint8_t *qs = block + 16; // 128 bytes of 4-bit values
     for (int i = 0; i < QK_K; i++) {
         int sub = i / 32, shift = 4 * (sub % 2), l = i % 32;
@@ -234,7 +235,7 @@ static void block_q4_k(const uint8_t *block, float *y) {
 static void block_q5_k(const uint8_t *block, float *y) {
     float d = load_f16(block), dmin = load_f16(block + 2);
     int scale[8], min[8];
-    unpack_k_scales(block + 4, scale, min);
+    gguf_unpack_k_scales(block + 4, scale, min);
     const uint8_t *qh = block + 16; // 32 bytes: bit b of byte l is the fifth bit of element 32b + l
     const uint8_t *qs = block + 48; // 128 bytes of low 4-bit values
     for (int i = 0; i < QK_K; i++) {

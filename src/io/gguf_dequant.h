@@ -35,6 +35,9 @@ float gguf_bf16_to_f32(uint16_t h);
 // (n / block_size * type_size bytes; no alignment needed) into dst[0..n).
 // The type must have can_dequantize set (CHECK()ed).
 void gguf_dequantize(GgmlType type, const void *src, float *dst, int64_t n);
+// The eight 6-bit scales and minimums of a Q4_K (or Q5_K) super-block from its 12 packed
+// bytes (the block's bytes 4-15).
+void gguf_unpack_k_scales(const uint8_t *packed, int scale[8], int min[8]);
 
 // The whole tensor into dst[0 .. t->n_elements). Returns 0, or -1 with err_set()
 // naming the tensor, its type and the file if the type cannot be converted.

@@ -8,12 +8,15 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "io/gguf.h"
+#include "model/weights_io.h"
+#include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
 
 // Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single"};
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m"};
 
 int quantize_type_check(const char *type, const char *option) {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
@@ -22,6 +25,21 @@ int quantize_type_check(const char *type, const char *option) {
 }
 
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
+
+const char *quantize_default(const char *asked, const char *model_path, const char *device) {
+    if (asked) return asked;
+    if (!model_path || !path_is_gguf(model_path) || (device && strcmp(device, "cpu"))) return "none";
+    GgufFile file;
+    if (gguf_open(&file, model_path) != 0) { // the load reports the file's fault
+        err_clear();
+        return "none";
+    }
+    bool kquant = false;
+    for (uint64_t i = 0; i < file.n_tensors && !kquant; i++)
+        kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q6_K;
+    gguf_close(&file);
+    return kquant ? "q4_k_m" : "none";
+}
 
 int quantized_begin(Model *model, const char *type) {
     const ModelConfig *cfg = &model->config;
@@ -32,7 +50,10 @@ int quantized_begin(Model *model, const char *type) {
         return err_set("quantization '%s' is only that of a bitsandbytes FP4 checkpoint: %s", type, QUANTIZE_TYPES);
     if (!fp4 && quantize_type_check(type, "--quantize") != 0) return -1;
     const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
-    const QuantType quant_type = nf4 ? QUANT_NF4 : strcmp(type, "q4_0") == 0 ? QUANT_Q4_0 : QUANT_Q8_0;
+    const QuantType quant_type = nf4                          ? QUANT_NF4
+                                 : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
+                                 : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
+                                                               : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
     if (model->ops != &ops_cpu && !quant_type_off_cpu(quant_type))
@@ -44,6 +65,7 @@ int quantized_begin(Model *model, const char *type) {
     const int q_dim = cfg->num_heads * cfg->head_dim;
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
+    // q4_k_m: a matrix whose rows are not whole super-blocks of 256 falls back to Q8_0.
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
@@ -51,6 +73,7 @@ int quantized_begin(Model *model, const char *type) {
     model->quantized = xcalloc(1, sizeof *model->quantized);
     if (model->ops == &ops_cpu) quantized_small_pages(model->params, model->table.total);
     model->quantized->type = quant_type;
+    model->quantized->source_type = -1;
     model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
     model->quantized->fp4 = fp4;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
@@ -185,6 +208,15 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
+// A tied LM head reads the embedding table: the head shares its quantized arrays.
+void quantized_share_tied_head(Model *model, const Q8Matrix *matrix) {
+    ModelQuantized *quantized = model->quantized;
+    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
+        quantized->lm_head = quantized->embedding;
+        quantized->head_is_embedding = true;
+    }
+}
+
 void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     Q8Matrix *matrix = matrix_for(model, entry);
     if (!matrix) return;
@@ -193,15 +225,13 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
     // costs most of the accuracy (docs/quantization.md).
     ModelQuantized *q = model->quantized;
-    const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
-    quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
-    release_pages(weight, entry->numel);
-    // A tied LM head reads the embedding table: the head shares its quantized arrays.
-    ModelQuantized *quantized = q;
-    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
-        quantized->lm_head = quantized->embedding;
-        quantized->head_is_embedding = true;
+    if (q->type == QUANT_Q4_K) q4_k_m_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
+    else {
+        const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+        quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
     }
+    release_pages(weight, entry->numel);
+    quantized_share_tied_head(model, matrix);
 }
 
 int model_quantize(Model *model, const char *type) {
@@ -238,6 +268,7 @@ const char *model_quantize_name(const Model *model) {
     if (!model->quantized) return "none";
     switch (model->quantized->type) {
     case QUANT_Q4_0: return "q4_0";
+    case QUANT_Q4_K: return "q4_k_m";
     case QUANT_NF4:
         if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
         return model->quantized->double_quant ? "nf4" : "nf4-single";
@@ -332,6 +363,7 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
 
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix) {
     if (matrix->values) ops->free(matrix->values);
+    if (matrix->high_bits) ops->free(matrix->high_bits);
     if (matrix->scales) ops->free(matrix->scales);
     if (matrix->scale_codes) ops->free(matrix->scale_codes);
     if (matrix->scale_absmax) ops->free(matrix->scale_absmax);

@@ -192,6 +192,20 @@ void tensor_map_store(const TensorMap *map, const ParamEntry *e, const float *in
     transfer(map, e, out, (float *)in, false); // `in` is only read
 }
 
+long tensor_map_file_row(const TensorMap *map, const ParamEntry *e, long r) {
+    if (e->ndim != 2) return -1;
+    switch (map->kind) {
+    case MAP_COPY: return r;
+    case MAP_ROW_SLICE: return (long)map->part * e->shape[0] + r;
+    case MAP_UNPERMUTE_ROPE: { // the inverse of transfer()'s row formula
+        const long head_dim = e->shape[0] / map->heads, half = head_dim / 2;
+        const long h = r / head_dim, s = r % head_dim / half, i = r % head_dim % half;
+        return h * head_dim + 2 * i + s;
+    }
+    default: return -1;
+    }
+}
+
 long long tensor_map_numel(const TensorMap *map) {
     return map->ndim == 2 ? map->shape[0] * map->shape[1] : map->shape[0];
 }

@@ -33,6 +33,10 @@ void tensor_map_gguf(const ModelConfig *cfg, const ParamEntry *e, TensorMap *map
 void tensor_map_hf(const ModelConfig *cfg, const ParamEntry *e, const char *gpt2_prefix, TensorMap *map);
 // Elements of the file's tensor.
 long long tensor_map_numel(const TensorMap *map);
+// The row of the file tensor that holds row r of entry `e` (a 2-D entry), for the maps that
+// move whole rows (copy, a slice of rows, the q/k row permutation); -1 for the others. How a
+// quantized matrix takes the file's own row bytes (model/quantize.c).
+long tensor_map_file_row(const TensorMap *map, const ParamEntry *e, long r);
 // File layout -> table layout: `in` is the whole file tensor, `out` the entry's e->numel floats.
 void tensor_map_load(const TensorMap *map, const ParamEntry *e, const float *in, float *out);
 // Table layout -> file layout, the inverse of tensor_map_load: writes the entry's part of

@@ -175,6 +175,12 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             if (got == 1 && quantize) quantized_take(model, e, dst);
             if (got != 0) continue;
         }
+        // q4_k_m: a Q4_K / Q6_K tensor of a GGUF file keeps its own bytes (no float read).
+        if (quantize && src.format == FORMAT_GGUF) {
+            int got = quantized_take_gguf(model, e, &src.gguf, &map);
+            rc = got < 0 ? -1 : 0;
+            if (got != 0) continue;
+        }
         if (map.kind == MAP_COPY && n == e->numel) {
             rc = source_read(&src, &map, dst);
             if (rc == 0 && quantize && !bnb4) quantized_take(model, e, dst);
@@ -511,6 +517,10 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     }
     if (row % 32) type = GGML_TYPE_F16;
     return type;
+}
+
+GgmlType gguf_q4_k_m_matrix_type(const ModelConfig *cfg, const char *name, int64_t row) {
+    return matrix_type(GGUF_OUT_Q4_K_M, cfg, name, row);
 }
 
 static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const char *arch, GgufOutType out) {

@@ -37,13 +37,21 @@
 //    for a bitsandbytes FP4 checkpoint, model/bnb_checkpoint.h) times its block's scale, which is
 //    scales[(r*cols + c) / 64], or, with double quantization (scales NULL),
 //    map[scale_codes[k]] * scale_absmax[k / 256] + scale_offset for block k.
+//  - QUANT_Q5_0: GGUF's Q5_0 split likewise (ops/q5.h): Q4_0's nibbles and float scales, and
+//    each block's 32 fifth bits as one word, high_bits[r*cols/32 + k] (bit j: value j's);
+//    value j is ((nibble | fifth bit << 4) - 16) * scale.
+//  - QUANT_Q4_K, QUANT_Q6_K: llama.cpp's K-quants, the GGUF file's own bytes: row r is
+//    cols / 256 super-blocks of 144 (Q4_K) or 210 (Q6_K) bytes at blocks + r * kquant_row_bytes
+//    (ops/kquant.h, which gives both layouts); cols a multiple of KQ_BLOCK (256); `scales`
+//    is NULL (the scales are inside the blocks).
 #define Q8_BLOCK 32
-typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4 } QuantType;
+typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0 } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
-        uint8_t *nibbles;  // QUANT_Q4_0, QUANT_NF4: [rows * cols / 2]
+        uint8_t *nibbles;  // QUANT_Q4_0, QUANT_Q5_0, QUANT_NF4: [rows * cols / 2]
+        uint8_t *blocks;   // QUANT_Q4_K, QUANT_Q6_K: [rows * kquant_row_bytes(type, cols)]
     };
     float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
     QuantType type;
@@ -53,6 +61,7 @@ typedef struct {
     float scale_offset;
     // QUANT_NF4: the 16 values the codes stand for (static, not freed); NULL: nf4_levels.
     const float *levels;
+    uint32_t *high_bits; // QUANT_Q5_0: [rows * cols / Q8_BLOCK], GGUF's qh word of each block
 } Q8Matrix;
 
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *

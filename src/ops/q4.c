@@ -7,7 +7,9 @@
 
 #include "io/gguf_write.h"
 #include "io/gguf_dequant.h"
+#include "ops/kquant.h"
 #include "ops/nf4.h"
+#include "ops/q5.h"
 
 void q4_quantize_block(const float *x, uint8_t *nibbles, float *scale) {
     float extreme = 0.0f;
@@ -58,6 +60,14 @@ void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float
         nf4_dequantize_rows(matrix, first, count, out);
         return;
     }
+    if (quant_is_kquant(matrix->type)) {
+        kquant_dequantize_rows(matrix, first, count, out);
+        return;
+    }
+    if (matrix->type == QUANT_Q5_0) {
+        q5_0_dequantize_rows(matrix, first, count, out);
+        return;
+    }
     const long cols = matrix->cols, blocks = cols / Q8_BLOCK;
     for (long i = 0; i < count; i++) {
         const long r = first + i;
@@ -79,4 +89,21 @@ void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float
             }
         }
     }
+}
+
+long quant_matrix_bytes(const Q8Matrix *matrix) {
+    const long n = (long)matrix->rows * matrix->cols, blocks = n / Q8_BLOCK;
+    switch (matrix->type) {
+    case QUANT_Q8_0: return n + blocks * (long)sizeof(float);
+    case QUANT_Q4_0: return n / 2 + blocks * (long)sizeof(float);
+    case QUANT_Q5_0: return n / 2 + blocks * (long)(sizeof(float) + sizeof(uint32_t));
+    case QUANT_Q4_K:
+    case QUANT_Q6_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);
+    case QUANT_NF4: {
+        const long nf4_blocks = n / NF4_BLOCK;
+        return n / 2 + (matrix->scales ? nf4_blocks * (long)sizeof(float)
+                                       : nf4_blocks + (nf4_blocks + 255) / 256 * (long)sizeof(float));
+    }
+    }
+    return 0;
 }

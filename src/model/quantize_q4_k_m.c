@@ -1,0 +1,116 @@
+// `--quantize q4_k_m` (model/quantize.h): llama.cpp's Q4_K_M mix, each matrix in the type a
+// Q4_K_M file holds it in, computed from that type's own bits.
+//
+// From a GGUF file, a tensor stored as Q4_K or Q6_K (ops/kquant.h) keeps the file's bytes as
+// they are, and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
+// not divide, or a Q4_0 / Q8_0 file's layers) keeps its blocks split into marlhf's layouts
+// (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
+// more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
+// matrix included), the model computes from its bits, not from a re-quantization of their
+// dequantized values.
+//
+// A matrix read as floats -- a float model, or a GGUF tensor of a type marlhf does not hold
+// -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
+// convert --outtype q4_k_m` would write for it (llama.cpp's per-tensor rule: Q6_K for the
+// output and some attn_v / ffn_down, Q4_K otherwise, Q5_0 / Q8_0 for rows that 256 does not
+// divide), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K, Q5_K), to
+// Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "io/gguf_dequant.h"
+#include "io/gguf_quantize.h"
+#include "model/quantize.h"
+#include "model/weights_io.h"
+#include "ops/kquant.h"
+
+// The QuantType that holds GGUF type `type` as it is, or -1.
+static int held_type(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: return QUANT_Q4_K;
+    case GGML_TYPE_Q6_K: return QUANT_Q6_K;
+    case GGML_TYPE_Q5_0: return QUANT_Q5_0;
+    case GGML_TYPE_Q4_0: return QUANT_Q4_0;
+    case GGML_TYPE_Q8_0: return QUANT_Q8_0;
+    default: return -1;
+    }
+}
+
+static float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return gguf_f16_to_f32(h);
+}
+
+// Fills `matrix` [rows, cols] from GGUF blocks of `type` (a held type): row r from the row of
+// `data` that tensor_map_file_row gives (`map` NULL: row r).
+static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
+                        long cols, const TensorMap *map, const ParamEntry *entry) {
+    const QuantType held = (QuantType)held_type(type);
+    const long file_row_bytes = (long)gguf_quantized_size(type, cols), block_bytes = gguf_type_info(type)->type_size;
+    *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = held};
+    const long blocks = cols / Q8_BLOCK; // of 32, for the types split into marlhf's layouts
+    if (quant_is_kquant(held)) matrix->blocks = ops->alloc((size_t)(rows * file_row_bytes));
+    else {
+        matrix->values = ops->alloc((size_t)(held == QUANT_Q8_0 ? rows * cols : rows * cols / 2));
+        matrix->scales = ops->alloc((size_t)(rows * blocks) * sizeof(float));
+        if (held == QUANT_Q5_0) matrix->high_bits = ops->alloc((size_t)(rows * blocks) * sizeof(uint32_t));
+    }
+    for (long r = 0; r < rows; r++) {
+        const uint8_t *row = data + (map ? tensor_map_file_row(map, entry, r) : r) * file_row_bytes;
+        if (quant_is_kquant(held)) {
+            memcpy(matrix->blocks + r * file_row_bytes, row, (size_t)file_row_bytes);
+            continue;
+        }
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *block = row + b * block_bytes;
+            matrix->scales[r * blocks + b] = half_at(block);
+            if (held == QUANT_Q8_0) memcpy(matrix->values + r * cols + b * Q8_BLOCK, block + 2, Q8_BLOCK);
+            else if (held == QUANT_Q4_0) memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 2, Q8_BLOCK / 2);
+            else {
+                memcpy(&matrix->high_bits[r * blocks + b], block + 2, 4);
+                memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 6, Q8_BLOCK / 2);
+            }
+        }
+    }
+}
+
+int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
+    Q8Matrix *matrix = quantized_slot(model, entry);
+    if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
+    const GgufTensor *t = gguf_find_tensor(file, map->source);
+    // Read as floats, quantized_take goes by the file's type (q4_k_m_take_floats).
+    model->quantized->source_type = t ? (int)t->type : -1;
+    if (!t || held_type(t->type) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
+    const long rows = entry->shape[0], cols = entry->shape[1];
+    const long file_rows = t->n_dims == 2 ? (long)t->ne[1] : 0;
+    if (t->n_dims != 2 || t->ne[0] != cols || file_rows < rows)
+        return err_set("tensor '%s' has shape [%ld, %lld] but the model expects [%ld, %ld] (%s)", map->source,
+                       file_rows, (long long)t->ne[0], rows, cols, file->path);
+    for (long r = 0; r < rows; r++)
+        CHECK(tensor_map_file_row(map, entry, r) < file_rows, "row %ld of '%s' maps outside the file tensor", r,
+              map->source);
+    hold_blocks(model->ops, matrix, t->type, t->data, rows, cols, map, entry);
+    quantized_share_tied_head(model, matrix);
+    return 1;
+}
+
+void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight) {
+    const int source = model->quantized->source_type;
+    model->quantized->source_type = -1;
+    const long rows = entry->shape[0], cols = entry->shape[1];
+    GgmlType type = GGML_TYPE_Q8_0;
+    if (source < 0 || source == GGML_TYPE_F32 || source == GGML_TYPE_F16 || source == GGML_TYPE_BF16 ||
+        held_type((uint32_t)source) >= 0) { // floats (a held type gets here only from a transposed layout)
+        TensorMap map;
+        tensor_map_gguf(&model->config, entry, &map);
+        type = gguf_q4_k_m_matrix_type(&model->config, map.source, cols);
+    }
+    CHECK(held_type(type) >= 0, "q4_k_m: '%s' would be %s, which marlhf does not hold", entry->name,
+          gguf_type_name(type));
+    uint8_t *blocks = xmalloc(gguf_quantized_size(type, rows * cols));
+    gguf_quantize(type, weight, blocks, rows * cols);
+    hold_blocks(model->ops, matrix, type, blocks, rows, cols, NULL, NULL);
+    free(blocks);
+}

@@ -1,0 +1,286 @@
+// Decode steps over Q4_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
+// llama.cpp's K-quant x Q8_K arithmetic. Each input row is quantized per block of 256 to
+// int8 values, a float scale and the sums of each 16 values; each pair of super-blocks then
+// gives exact integer sums,
+//   Q4_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
+//   Q6_K: products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
+// and the pair adds x_scale * (d * products - dmin * minimums) (Q6_K: x_scale * d * products)
+// to the output, super-blocks in order. Reading 4.5 (Q4_K) or 6.6 (Q6_K) bits a weight is
+// what makes a decode step faster than Q8_0's 8.5.
+//
+// Only the integer sums differ between the paths (AVX2 and AVX-512 multiply-adds, a portable
+// loop for the sanitizer build and other CPUs), and integer sums are exact: the float
+// arithmetic around them is the same scalar code in every path, so every path gives the
+// same bits (tests/test_kquant.c). Prefills (Q8_SGEMM_MIN_ROWS rows or more) and training
+// go through the dequantized tiles of matmul_q8.c instead.
+#include "ops/cpu/matmul_kquant.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/sanitizer.h"
+#include "io/gguf_dequant.h"
+#include "ops/cpu/ops_cpu.h"
+
+static inline float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return gguf_f16_to_f32(h);
+}
+
+// The integer sums of one weight super-block against one input block (x: 256 values, sums:
+// its 16 group sums); `minimums` is 0 for Q6_K.
+typedef void (*BlockSums)(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
+                          int32_t *minimums);
+
+// Q4_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
+static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
+    int32_t total = 0;
+    for (int j = 0; j < 8; j++) total += min[j] * (sums[2 * j] + sums[2 * j + 1]);
+    return total;
+}
+
+// The loop over a row's super-blocks, shared by every path (inlined into each with its own
+// block sums, so the float arithmetic is the same code).
+static inline __attribute__((always_inline)) float row_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
+                                                                const uint8_t *row, const KQuantInput *x,
+                                                                long cols) {
+    float sum = 0.0f;
+    const long blocks = cols / KQ_BLOCK;
+    if (type == QUANT_Q4_K) {
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *block = row + b * KQ_Q4_K_BYTES;
+            int32_t products, minimums;
+            q4k(block, x->values + b * KQ_BLOCK, x->sums + b * 16, &products, &minimums);
+            sum += x->scales[b] * (half_at(block) * (float)products - half_at(block + 2) * (float)minimums);
+        }
+    } else {
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *block = row + b * KQ_Q6_K_BYTES;
+            int32_t products, unused;
+            q6k(block, x->values + b * KQ_BLOCK, x->sums + b * 16, &products, &unused);
+            sum += x->scales[b] * (half_at(block + 208) * (float)products);
+        }
+    }
+    return sum;
+}
+
+// ---- the portable loop ----
+// Unchecked by the sanitizers access by access: cpu_matmul_kquant checks the whole ranges
+// once per call (core/sanitizer.h), as matmul_q8.c's portable loop does.
+
+SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *x, const int16_t *sums,
+                                                  int32_t *products, int32_t *minimums) {
+    int scale[8], min[8];
+    gguf_unpack_k_scales(block + 4, scale, min);
+    const uint8_t *codes = block + 16;
+    int32_t total = 0;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *bytes = codes + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        int32_t dot = 0;
+        for (int l = 0; l < 32; l++) dot += ((bytes[l] >> shift) & 0x0F) * x[32 * j + l];
+        total += scale[j] * dot;
+    }
+    *products = total;
+    *minimums = q4k_minimums(min, sums);
+}
+
+SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const int8_t *x, const int16_t *sums,
+                                                  int32_t *products, int32_t *minimums) {
+    const uint8_t *low_bits = block, *high_bits = block + 128;
+    const int8_t *scales = (const int8_t *)(block + 192);
+    int32_t total = 0;
+    for (int g = 0; g < 16; g++) {
+        int32_t dot = 0;
+        for (int i = 16 * g; i < 16 * g + 16; i++) {
+            const int half = i / 128, r = i % 128;
+            const int low = (low_bits[half * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
+            const int high = (high_bits[half * 32 + r % 32] >> (2 * (r / 32))) & 3;
+            dot += (low | high << 4) * x[i];
+        }
+        total += scales[g] * (dot - 32 * sums[g]);
+    }
+    *products = total;
+    *minimums = 0;
+}
+
+float kquant_row_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
+    return row_dot_with(q4k_sums_portable, q6k_sums_portable, type, row, x, cols);
+}
+
+// ---- AVX2 ----
+#if defined(__AVX2__)
+static inline int32_t horizontal_sum_i32(__m256i v) {
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(1, 0, 3, 2)));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(sum);
+}
+
+// 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
+// Q6_K: 2 * 63 * 127, both below 32767), then multiplied by the scales in `scale` (one int16
+// per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32 lanes.
+static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) {
+    const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256((const __m256i *)x));
+    return _mm256_madd_epi16(pairs, scale);
+}
+
+static void q4k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
+                          int32_t *minimums) {
+    int scale[8], min[8];
+    gguf_unpack_k_scales(block + 4, scale, min);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    __m256i total = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
+        const __m256i low = _mm256_and_si256(bytes, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        total = _mm256_add_epi32(total, scaled_dot(low, x + 64 * k, _mm256_set1_epi16((int16_t)scale[2 * k])));
+        total = _mm256_add_epi32(total, scaled_dot(high, x + 64 * k + 32, _mm256_set1_epi16((int16_t)scale[2 * k + 1])));
+    }
+    *products = horizontal_sum_i32(total);
+    *minimums = q4k_minimums(min, sums);
+}
+
+static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
+                          int32_t *minimums) {
+    const int8_t *scales = (const int8_t *)(block + 192);
+    const __m256i nibble = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(3);
+    __m256i total = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+        // Values 128 * half + r: r in [0, 32) low nibbles of low0 with bits 0-1 of high,
+        // [32, 64) low nibbles of low1 with bits 2-3, [64, 96) high nibbles of low0 with bits
+        // 4-5, [96, 128) high nibbles of low1 with bits 6-7.
+        const __m256i low0 = _mm256_loadu_si256((const __m256i *)(block + 64 * half));
+        const __m256i low1 = _mm256_loadu_si256((const __m256i *)(block + 64 * half + 32));
+        const __m256i high = _mm256_loadu_si256((const __m256i *)(block + 128 + 32 * half));
+        const __m256i low_parts[4] = {_mm256_and_si256(low0, nibble), _mm256_and_si256(low1, nibble),
+                                      _mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble),
+                                      _mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble)};
+        for (int s = 0; s < 4; s++) {
+            const __m256i top = _mm256_and_si256(_mm256_srli_epi16(high, 2 * s), two_bits);
+            const __m256i codes = _mm256_or_si256(low_parts[s], _mm256_slli_epi16(top, 4));
+            // Groups g and g + 1: the first 16 values' pairs sit in the low 128 bits.
+            const int g = 8 * half + 2 * s;
+            const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(scales[g + 1]), _mm_set1_epi16(scales[g]));
+            total = _mm256_add_epi32(total, scaled_dot(codes, x + 128 * half + 32 * s, scale));
+        }
+    }
+    int32_t offset = 0; // the codes' offset of 32, folded in through the group sums
+    for (int g = 0; g < 16; g++) offset += scales[g] * sums[g];
+    *products = horizontal_sum_i32(total) - 32 * offset;
+    *minimums = 0;
+}
+
+static float row_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
+    return row_dot_with(q4k_sums_avx2, q6k_sums_avx2, type, row, x, cols);
+}
+const KQuantRowDot kquant_row_dot_avx2 = row_dot_avx2;
+#else
+const KQuantRowDot kquant_row_dot_avx2 = NULL;
+#endif
+
+// ---- AVX-512 (BW for the byte and word multiply-adds, VNNI for vpdpwssd) ----
+// 64 values a step: the AVX2 path's products twice as wide, the scaled pairs added straight
+// into the int32 lanes (vpdpwssd).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+static void q4k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
+                            int32_t *minimums) {
+    int scale[8], min[8];
+    gguf_unpack_k_scales(block + 4, scale, min);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    __m512i total = _mm512_setzero_si512();
+    for (int k = 0; k < 4; k++) { // sub-blocks 2k (low nibbles) and 2k + 1 (high): values [64k, 64k + 64)
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
+        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
+                                                 _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
+        const __m256i first = _mm256_set1_epi16((int16_t)scale[2 * k]), second = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
+        const __m512i scales = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+        const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x + 64 * k));
+        total = _mm512_dpwssd_epi32(total, pairs, scales);
+    }
+    *products = _mm512_reduce_add_epi32(total);
+    *minimums = q4k_minimums(min, sums);
+}
+
+static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
+                            int32_t *minimums) {
+    const int8_t *scales = (const int8_t *)(block + 192);
+    const __m512i nibble = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(3);
+    // Each 128-bit lane of int16 pairs is one group of 16 values: lane i takes group g + i's scale.
+    const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            0, 0, 0, 0, 0, 0, 0, 0);
+    // The high bits of values r (r / 32 = 0..3) sit at bits 2 * (r / 32) of qh's byte r % 32.
+    const __m512i first_shifts = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    const __m512i second_shifts = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+    __m512i total = _mm512_setzero_si512();
+    for (int half = 0; half < 2; half++) {
+        const __m512i low = _mm512_loadu_si512(block + 64 * half); // low nibbles: values 0-63, high: 64-127
+        const __m512i high = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 128 + 32 * half)));
+        const __m512i codes[2] = {
+            _mm512_or_si512(_mm512_and_si512(low, nibble),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(high, first_shifts), two_bits), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), nibble),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(high, second_shifts), two_bits), 4))};
+        for (int s = 0; s < 2; s++) {
+            const int g = 8 * half + 4 * s;
+            const __m512i group_scales =
+                _mm512_permutexvar_epi16(spread, _mm512_castsi128_si512(_mm_set_epi16(0, 0, 0, 0, scales[g + 3], scales[g + 2],
+                                                                                      scales[g + 1], scales[g])));
+            const __m512i pairs = _mm512_maddubs_epi16(codes[s], _mm512_loadu_si512(x + 128 * half + 64 * s));
+            total = _mm512_dpwssd_epi32(total, pairs, group_scales);
+        }
+    }
+    int32_t offset = 0;
+    for (int g = 0; g < 16; g++) offset += scales[g] * sums[g];
+    *products = _mm512_reduce_add_epi32(total) - 32 * offset;
+    *minimums = 0;
+}
+
+static float row_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
+    return row_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, cols);
+}
+const KQuantRowDot kquant_row_dot_avx512 = row_dot_avx512;
+const KQuantRowDot kquant_row_dot_best = row_dot_avx512;
+const char *const kquant_best_path_name = "avx512";
+#else
+const KQuantRowDot kquant_row_dot_avx512 = NULL;
+#if defined(__AVX2__)
+const KQuantRowDot kquant_row_dot_best = row_dot_avx2;
+const char *const kquant_best_path_name = "avx2";
+#else
+const KQuantRowDot kquant_row_dot_best = kquant_row_dot_portable;
+const char *const kquant_best_path_name = "portable";
+#endif
+#endif
+
+void cpu_matmul_kquant(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
+                       int OC) {
+    CHECK(quant_is_kquant(weight->type) && weight->rows == OC && weight->cols == IC && IC % KQ_BLOCK == 0,
+          "K-quant weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+    const long blocks = IC / KQ_BLOCK, row_bytes = kquant_row_bytes(weight->type, IC);
+    int8_t *values = xmalloc((size_t)N * IC);
+    float *scales = xmalloc((size_t)N * blocks * sizeof(float));
+    int16_t *sums = xmalloc((size_t)N * blocks * 16 * sizeof(int16_t));
+    KQuantInput *inputs = xmalloc((size_t)N * sizeof(KQuantInput));
+    for (int i = 0; i < N; i++) {
+        inputs[i] = (KQuantInput){values + (long)i * IC, scales + i * blocks, sums + i * blocks * 16};
+        kquant_quantize_input(inp + (long)i * IC, IC, &inputs[i]);
+    }
+    // The ranges the row dots read (the portable loop runs unchecked).
+    SANITIZER_CHECK_RANGE(values, (size_t)N * IC);
+    SANITIZER_CHECK_RANGE(sums, (size_t)N * blocks * 16 * sizeof(int16_t));
+    SANITIZER_CHECK_RANGE(weight->blocks, (size_t)OC * row_bytes);
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        const uint8_t *row = weight->blocks + (long)o * row_bytes;
+        for (int i = 0; i < N; i++) {
+            const float sum = kquant_row_dot_best(weight->type, row, &inputs[i], IC);
+            out[(long)i * OC + o] = bias ? sum + bias[o] : sum;
+        }
+    }
+    free(values), free(scales), free(sums), free(inputs);
+}

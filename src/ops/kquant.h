@@ -1,0 +1,52 @@
+// llama.cpp's K-quants Q4_K and Q6_K as weights (`--quantize q4_k_m`, model/quantize.h): a
+// matrix keeps the GGUF file's own super-blocks, and the decode kernels
+// (ops/cpu/matmul_kquant.c) multiply them by input rows quantized the way llama.cpp's Q8_K
+// quantizes activations.
+//
+// Weight layouts (gguf-py's, checked bit for bit in tests/test_gguf.c through
+// io/gguf_dequant.c): a row is cols / 256 super-blocks of 256 values.
+//  - Q4_K, 144 bytes: half-float d and dmin, 12 bytes packing eight 6-bit scales sc[j] and
+//    minimums m[j] (one per sub-block of 32), then 128 bytes of 4-bit codes q: bytes
+//    [32k, 32k + 32) hold sub-block 2k in their low nibbles and 2k + 1 in their high ones.
+//    Value i of sub-block j is d * sc[j] * q - dmin * m[j].
+//  - Q6_K, 210 bytes: 128 bytes of low 4 bits, 64 bytes of high 2 bits, sixteen signed 8-bit
+//    scales sc[g] (one per group of 16), half-float d. Value i is d * sc[i / 16] * (q - 32),
+//    q in [0, 63]; gguf_dequant.c's block_q6_k says where q's bits sit.
+//
+// The input side (KQuantInput), llama.cpp's Q8_K idea: each row's blocks of 256 get one float
+// scale max|x| / 127 and 256 int8 values x / scale rounded to nearest, plus the sum of each
+// 16 of those values, which folds Q4_K's minimums (and Q6_K's offset of 32) into one integer
+// product per sub-block instead of one per value.
+#pragma once
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+#define KQ_BLOCK 256
+#define KQ_Q4_K_BYTES 144
+#define KQ_Q6_K_BYTES 210
+
+// Bytes of one row of `cols` values (a multiple of KQ_BLOCK) of a K-quant type.
+long kquant_row_bytes(QuantType type, long cols);
+// Whether `type` is QUANT_Q4_K or QUANT_Q6_K.
+static inline int quant_is_kquant(QuantType type) { return type == QUANT_Q4_K || type == QUANT_Q6_K; }
+
+// A K-quant matrix [rows, cols] of `type` from floats (rows contiguous, cols a multiple of
+// KQ_BLOCK), with the GGUF writer's block code (io/gguf_quantize.c): the bytes
+// `marlhf convert --outtype q4_k_m` writes for the same floats. Arrays from `alloc`.
+void kquant_quantize_matrix(Q8Matrix *matrix, QuantType type, const float *weight, long rows, long cols,
+                            void *(*alloc)(size_t));
+// Rows [first, first + count) as floats [count, cols]: gguf-py's dequantization.
+void kquant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out);
+
+// One input row quantized to Q8_K blocks: values[cols], scales[cols / 256], and
+// sums[cols / 16], sums[g] = values[16g] + ... + values[16g + 15].
+typedef struct {
+    int8_t *values;
+    float *scales;
+    int16_t *sums;
+} KQuantInput;
+// Quantizes x[0, cols) (cols a multiple of KQ_BLOCK) into `input`, whose arrays hold cols,
+// cols / 256 and cols / 16 entries. A block's largest magnitude maps to +-127; an all-zero
+// block gets scale 0 and values 0.
+void kquant_quantize_input(const float *x, long cols, KQuantInput *input);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A Q4_K_M GGUF on the inference commands (docs/quantization.md, "K-quants"): SmolLM2-135M-Instruct
+# written as Q4_K_M by marlhf convert runs with its own bits when --quantize is left out (the
+# log-probs of --quantize q4_k_m, bit for bit, not those of the float32 weights), --quantize
+# none still runs it in float32, the Q4_1 file it came from stays float32 by default, and
+# generate answers from it; an unknown --quantize is a one-line error. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_kquant
+rm -rf "$tmp" && mkdir -p "$tmp"
+source_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+model=$tmp/SmolLM2-135M-Instruct.Q4_K_M.gguf
+failures=0
+. tests/cli_helpers.sh
+echo '{"ids": [1, 504, 3158, 282, 260, 1345, 30, 216, 1121, 1379, 314, 4042, 30]}' > "$tmp/ids.jsonl"
+logprobs_line() { "$bin" logprobs --model "$1" --input "$tmp/ids.jsonl" "${@:2}" 2> "$tmp/logprobs.err" | head -n 1; }
+
+"$bin" convert "$source_model" "$model" --outtype q4_k_m > /dev/null 2> "$tmp/convert.err" ||
+    fail kquant_convert "$(tail -n 1 "$tmp/convert.err")"
+default=$(logprobs_line "$model")
+own=$(logprobs_line "$model" --quantize q4_k_m)
+float=$(logprobs_line "$model" --quantize none)
+[ -n "$default" ] && [ "$default" = "$own" ] && pass kquant_default_is_own_bits ||
+    fail kquant_default_is_own_bits "default: $default; --quantize q4_k_m: $own $(tail -n 1 "$tmp/logprobs.err")"
+# The own bits move the log-probs (the inputs are quantized too), but not far.
+python3 - "$own" "$float" << 'EOF' && pass kquant_close_to_float32 || fail kquant_close_to_float32 "$own / $float"
+import json, sys
+a, b = (json.loads(x)["logprobs"] for x in sys.argv[1:3])
+difference = max(abs(x - y) for x, y in zip(a, b))
+assert len(a) == len(b) and 0 < difference < 1.0, difference
+EOF
+[ "$(logprobs_line "$source_model")" = "$(logprobs_line "$source_model" --quantize none)" ] &&
+    pass kquant_q4_1_file_stays_float32 || fail kquant_q4_1_file_stays_float32 "a Q4_1 file was quantized by default"
+# A greedy answer of 12 tokens (SmolLM2's first words are close calls: "The" against "L"
+# in float32, docs/quantization.md, so the text itself is not checked).
+out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 12 "What is the capital of France?" 2> "$tmp/generate.err")
+python3 - "$out" << 'EOF' && pass kquant_generate || fail kquant_generate "answer '$out' $(tail -n 1 "$tmp/generate.err")"
+import json, math, sys
+row = json.loads(sys.argv[1])
+assert row["response_tokens"] == 12 and row["response"].strip() and all(math.isfinite(x) for x in row["logprobs"]), row
+EOF
+expect_error kquant_bad_quantize "q4_k_s" "$bin" generate --model "$model" --quantize q4_k_s "Hello"
+
+[ $failures -eq 0 ]
