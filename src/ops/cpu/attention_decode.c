@@ -22,35 +22,11 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
-#include "ops/cpu/ops_cpu.h"
-#include "ops/q8.h"
-
-// exp(x) in place, for x <= 0 (scores minus their maximum): 2^k * e^r with k = round(x /
-// ln 2) and |r| <= ln 2 / 2, e^r by Cephes' expf polynomial; within 2 ulp of expf. Below
-// -87.3 (where expf reaches float's smallest normal numbers) it returns about 1.2e-38.
-static void exp_nonpositive(float *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) {
-        const float v = x[i] < -87.3f ? -87.3f : x[i];
-        // Adding 1.5 * 2^23 rounds v / ln 2 to an integer in the low mantissa bits.
-        const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-        const float r = v - k * 0.693359375f + k * 2.12194440e-4f; // ln 2 in two parts
-        float p = 1.9875691500e-4f;
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * r * r + r + 1.0f;
-        const int bits = ((int)k + 127) << 23; // 2^k
-        float power;
-        memcpy(&power, &bits, sizeof power);
-        x[i] = p * power;
-    }
-}
+#include "ops/cpu/attention_cache.h"
 
 uint16_t cpu_float_to_half(float value) {
     uint32_t bits;
@@ -259,15 +235,13 @@ static void q8_weighted_sum(float *out, const float *weights, Q8Slots values, in
     for (int e = d; e < head_dim; e++) out[e] *= scale;
 }
 
-typedef enum { ELEMENTS_F32, ELEMENTS_F16, ELEMENTS_Q8 } CacheElementType;
-
-// The kernel for every cache: `type` says whether k_cache and v_cache hold floats, halves
-// or Q8_0 slot records. Query t of row b (q and out: [B * T, n_heads * head_dim]) sits at
-// slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]: a
-// decode step is T = 1.
-static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
-                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                             int n_heads, int n_kv_heads, int head_dim) {
+// The previous kernel, for every cache: `type` says whether k_cache and v_cache hold floats,
+// halves or Q8_0 slot records. Query t of row b (q and out: [B * T, n_heads * head_dim])
+// sits at slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]:
+// a decode step is T = 1. Each (row, query, head) reads its keys and values itself.
+void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
+                            CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
+                            int n_heads, int n_kv_heads, int head_dim) {
     const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -307,6 +281,214 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
         }
         free(scores);
     }
+}
+
+// ---- a decode step, the query heads of a GQA group together ----
+// The n_heads / n_kv_heads query heads that share a KV head take their scores from the
+// same keys and their sums from the same values, so they are computed together: each
+// cached key and value comes from memory once for the whole group (the group's other heads
+// find it in the L1 cache). Each head's arithmetic is the per-head kernel's above, in the
+// same order, so the results are the same bit for bit. Three parallel loops share the work
+// between the threads even when there are fewer (row, KV head) pairs than threads (batch
+// 1 of SmolLM2: 3): the scores by blocks of keys, the softmax of each (row, head), and the
+// weighted sums by blocks of 16 output lanes.
+
+enum { DECODE_KEY_BLOCK = 256, HEADS_IN_REGISTERS = 8 };
+
+#if defined(__AVX512F__)
+// Lanes [d, d + 16) of the weighted sums of `heads` query heads (a compile-time constant
+// once inlined, so the accumulators stay in registers), over the n slots of values:
+// out_h[d + i] = inverse_sums[h] * sum_j weights[h * weights_stride + j] * value_j[d + i],
+// each lane one fused multiply-add per slot in slot order, as weighted_sum and
+// q8_weighted_sum do.
+static inline __attribute__((always_inline)) void group_lanes_fma(int heads, float *out, int head_dim,
+                                                                   const float *weights, long weights_stride,
+                                                                   const float *inverse_sums, CacheElements values,
+                                                                   long first, long stride, Q8Slots q8_values, bool q8,
+                                                                   int n, int d) {
+    __m512 acc[HEADS_IN_REGISTERS];
+    for (int h = 0; h < heads; h++) acc[h] = _mm512_setzero_ps();
+    if (q8) {
+        for (int j = 0; j < n; j++) {
+            const __m512 lanes = widen_int8(q8_slot_values(q8_values, j) + d);
+            const float block_scale = q8_slot_scales(q8_values, j)[d / Q8_BLOCK];
+            for (int h = 0; h < heads; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(weights[h * weights_stride + j] * block_scale), lanes, acc[h]);
+        }
+    } else {
+        for (int j = 0; j < n; j++) {
+            const __m512 lanes = cache_lanes(values, first + (long)j * stride + d);
+            for (int h = 0; h < heads; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(weights[h * weights_stride + j]), lanes, acc[h]);
+        }
+    }
+    for (int h = 0; h < heads; h++)
+        _mm512_storeu_ps(out + (long)h * head_dim + d, _mm512_mul_ps(acc[h], _mm512_set1_ps(inverse_sums[h])));
+}
+
+static void group_lanes_fma_any(int heads, float *out, int head_dim, const float *weights, long weights_stride,
+                                const float *inverse_sums, CacheElements values, long first, long stride,
+                                Q8Slots q8_values, bool q8, int n, int d) {
+#define GROUP_LANES(H)                                                                                                 \
+    case H:                                                                                                            \
+        group_lanes_fma(H, out, head_dim, weights, weights_stride, inverse_sums, values, first, stride, q8_values, q8, \
+                        n, d);                                                                                         \
+        break;
+    switch (heads) {
+        GROUP_LANES(1) GROUP_LANES(2) GROUP_LANES(3) GROUP_LANES(4)
+        GROUP_LANES(5) GROUP_LANES(6) GROUP_LANES(7) GROUP_LANES(8)
+    }
+#undef GROUP_LANES
+}
+#endif
+
+// The lanes [d, head_dim) that the per-head kernels leave to plain loops (a multiply, then
+// an add), for `heads` query heads: each value row is read once for all of them.
+static void group_lanes_plain(int heads, float *out, int head_dim, const float *weights, long weights_stride,
+                              const float *inverse_sums, CacheElements values, long first, long stride,
+                              Q8Slots q8_values, bool q8, int n, int d) {
+    for (int h = 0; h < heads; h++) memset(out + (long)h * head_dim + d, 0, (size_t)(head_dim - d) * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        for (int h = 0; h < heads; h++) {
+            float *result = out + (long)h * head_dim;
+            const float weight = weights[h * weights_stride + j];
+            if (q8) {
+                const int8_t *x = q8_slot_values(q8_values, j);
+                const float *block_scales = q8_slot_scales(q8_values, j);
+                for (int e = d; e < head_dim;) {
+                    const int end = block_end(e, head_dim);
+                    const float block_weight = weight * block_scales[e / Q8_BLOCK];
+#pragma omp simd
+                    for (int i = e; i < end; i++) result[i] += block_weight * (float)x[i];
+                    e = end;
+                }
+            } else {
+                const long at = first + (long)j * stride;
+                for (int e = d; e < head_dim; e++) result[e] += weight * cache_element(values, at + e);
+            }
+        }
+    }
+    for (int h = 0; h < heads; h++)
+        for (int e = d; e < head_dim; e++) out[(long)h * head_dim + e] *= inverse_sums[h];
+}
+
+// The decode step (T = 1) of every cache type: query b at slot length - 1 of row b attends
+// to slots [row_start[b], length).
+static void attention_decode_grouped(float *out, const float *q, const void *k_cache, const void *v_cache,
+                                     CacheElementType type, const int *row_start, int B, int capacity, int length,
+                                     int n_heads, int n_kv_heads, int head_dim) {
+    const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
+    const int group = n_heads / n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const bool half = type == ELEMENTS_F16, q8 = type == ELEMENTS_Q8;
+    const CacheElements keys = {k_cache, half}, values = {v_cache, half};
+    const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
+    // The lanes the per-head kernels give to fused multiply-adds: whole blocks of 64 lanes
+    // for float and half caches, of 16 for Q8_0; the rest go to plain loops.
+#if defined(__AVX512F__)
+    const int fma_lanes = q8 ? head_dim / 16 * 16 : head_dim / 64 * 64;
+#else
+    const int fma_lanes = 0;
+#endif
+    const int lane_blocks = fma_lanes / 16 + (fma_lanes < head_dim ? 1 : 0); // the last: the plain lanes
+    const int key_blocks = (length + DECODE_KEY_BLOCK - 1) / DECODE_KEY_BLOCK;
+    // scores[(b * n_heads + h) * length + j]: head h of row b's score of the row's j-th
+    // visible slot (slot row_start[b] + j); then its unnormalised softmax weight.
+    float *scores = xmalloc((size_t)B * n_heads * length * sizeof(float));
+    float *inverse_sums = xmalloc((size_t)B * n_heads * sizeof(float));
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long item = 0; item < (long)B * n_kv_heads * key_blocks; item++) {
+            const int block = (int)(item % key_blocks), kv_head = (int)(item / key_blocks % n_kv_heads);
+            const int b = (int)(item / key_blocks / n_kv_heads);
+            const int start = row_start ? row_start[b] : 0, n = length - start;
+            const int j_end = (block + 1) * DECODE_KEY_BLOCK < n ? (block + 1) * DECODE_KEY_BLOCK : n;
+            const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim;
+            const long values_at = (long)kv_head * head_dim;
+            const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
+            const Q8Slots q8_keys = {(const char *)k_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
+                                     scales_at};
+            for (int j = block * DECODE_KEY_BLOCK; j < j_end; j++)
+                for (int g = 0; g < group; g++) {
+                    const int h = kv_head * group + g;
+                    const float *query = q + (long)b * q_width + h * head_dim;
+                    scores[((long)b * n_heads + h) * length + j] =
+                        scale * (q8 ? q8_dot_product(query, q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j),
+                                                     head_dim)
+                                    : dot_product(query, keys, first + (long)j * kv_width, head_dim));
+                }
+        }
+#pragma omp for schedule(static)
+        for (long item = 0; item < (long)B * n_heads; item++) {
+            const int b = (int)(item / n_heads), n = length - (row_start ? row_start[b] : 0);
+            float *row = scores + item * length;
+            float max_score = -INFINITY;
+            for (int j = 0; j < n; j++)
+                if (row[j] > max_score) max_score = row[j];
+            for (int j = 0; j < n; j++) row[j] -= max_score;
+            exp_nonpositive(row, n);
+            double sum = 0;
+            for (int j = 0; j < n; j++) sum += row[j];
+            inverse_sums[item] = (float)(1.0 / sum);
+        }
+#pragma omp for schedule(static)
+        for (long item = 0; item < (long)B * n_kv_heads * lane_blocks; item++) {
+            const int lane_block = (int)(item % lane_blocks), kv_head = (int)(item / lane_blocks % n_kv_heads);
+            const int b = (int)(item / lane_blocks / n_kv_heads);
+            const int start = row_start ? row_start[b] : 0, n = length - start;
+            const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim;
+            const long values_at = (long)kv_head * head_dim;
+            const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
+            const Q8Slots q8_vals = {(const char *)v_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
+                                     scales_at};
+            const int d = lane_block * 16;
+            for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 8 heads at a time
+                const int h = kv_head * group + g, heads = group - g < HEADS_IN_REGISTERS ? group - g : HEADS_IN_REGISTERS;
+                float *result = out + (long)b * q_width + h * head_dim;
+                const float *weights = scores + ((long)b * n_heads + h) * length;
+                const float *inverses = inverse_sums + (long)b * n_heads + h;
+#if defined(__AVX512F__)
+                if (d < fma_lanes) {
+                    group_lanes_fma_any(heads, result, head_dim, weights, length, inverses, values, first, kv_width,
+                                        q8_vals, q8, n, d);
+                    continue;
+                }
+#endif
+                group_lanes_plain(heads, result, head_dim, weights, length, inverses, values, first, kv_width, q8_vals,
+                                  q8, n, d);
+            }
+        }
+    }
+    free(scores);
+    free(inverse_sums);
+}
+
+bool cpu_attention_use_per_head(void) {
+    static int chosen = -1; // read once, by the thread that calls the ops
+    if (chosen < 0) {
+        const char *setting = getenv("MARLHF_CPU_ATTENTION");
+        if (setting && strcmp(setting, "per-head") && strcmp(setting, "grouped"))
+            die_user("MARLHF_CPU_ATTENTION=%s: expected per-head or grouped", setting);
+        chosen = setting && !strcmp(setting, "per-head");
+    }
+    return chosen;
+}
+
+// Every decode and extend entry: the per-head kernel if asked for, else a decode step
+// (T = 1, also an extension of one query) grouped, or longer extensions tiled.
+static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
+                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
+                             int n_heads, int n_kv_heads, int head_dim) {
+    if (cpu_attention_use_per_head())
+        cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
+                               n_kv_heads, head_dim);
+    else if (T == 1)
+        attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
+                                 n_kv_heads, head_dim);
+    else
+        cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
+                                   n_kv_heads, head_dim);
 }
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
