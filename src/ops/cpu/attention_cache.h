@@ -59,7 +59,14 @@ static inline void cache_head_to_floats(float *dst, const void *cache, CacheElem
         const int8_t *values = (const int8_t *)record + (long)kv_head * head_dim;
         const float *scales = (const float *)(record + kv_q8_values_bytes(n_kv_heads, head_dim)) +
                               (long)kv_head * kv_q8_blocks_per_head(head_dim);
-        for (int d = 0; d < head_dim; d++) dst[d] = (float)values[d] * scales[d / Q8_BLOCK];
+        int d = 0;
+#if defined(__AVX512F__)
+        for (; d + 16 <= head_dim; d += 16) {
+            const __m512 widened = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(values + d))));
+            _mm512_storeu_ps(dst + d, _mm512_mul_ps(widened, _mm512_set1_ps(scales[d / Q8_BLOCK])));
+        }
+#endif
+        for (; d < head_dim; d++) dst[d] = (float)values[d] * scales[d / Q8_BLOCK];
     }
 }
 

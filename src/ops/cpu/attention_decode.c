@@ -28,6 +28,11 @@
 #include "core/check.h"
 #include "ops/cpu/attention_cache.h"
 
+// The grouped decode: keys per block of the score loop; query heads that share a pass over
+// the keys or the values (4 heads x 4 vectors of 16 lanes are 16 accumulators, half the AVX-512 registers).
+// PREFETCH_SLOTS: how many slots ahead the cached rows are asked for.
+enum { DECODE_KEY_BLOCK = 256, HEADS_IN_REGISTERS = 4, PREFETCH_SLOTS = 16 };
+
 uint16_t cpu_float_to_half(float value) {
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
@@ -80,8 +85,17 @@ static inline __m512 cache_lanes(CacheElements cache, long at) { // elements [at
 }
 #endif
 
+// sum + sum_e a[e] * keys[at + e], d <= e < n: the elements after the vectors. One
+// function, never inlined, so that the per-head and grouped kernels run the same code for
+// it (a vectorised reduction's order is the compiler's choice at each place it is inlined).
+static __attribute__((noinline)) float dot_tail(float sum, const float *a, CacheElements keys, long at, int d, int n) {
+#pragma omp simd reduction(+ : sum)
+    for (int e = d; e < n; e++) sum += a[e] * cache_element(keys, at + e);
+    return sum;
+}
+
 // sum_d a[d] * keys[at + d], d < n.
-static inline float dot_product(const float *a, CacheElements keys, long at, int n) {
+static inline __attribute__((always_inline)) float dot_product(const float *a, CacheElements keys, long at, int n) {
     int d = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__)
@@ -93,9 +107,7 @@ static inline float dot_product(const float *a, CacheElements keys, long at, int
     for (; d + 16 <= n; d += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), cache_lanes(keys, at + d), acc0);
     sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 #endif
-#pragma omp simd reduction(+ : sum)
-    for (int e = d; e < n; e++) sum += a[e] * cache_element(keys, at + e);
-    return sum;
+    return d < n ? dot_tail(sum, a, keys, at, d, n) : sum;
 }
 
 // out[d] = scale * sum_j weights[j] * values[first + j * stride + d], d < head_dim.
@@ -146,6 +158,13 @@ static inline const float *q8_slot_scales(Q8Slots slots, int j) {
     return (const float *)(slots.first + (long)j * slots.stride + slots.scales_at);
 }
 
+// Asks for the cache lines of bytes [at, at + bytes) ahead of their use. The grouped loops
+// do several heads' work per cached row, so fewer rows' loads are in flight at once than in
+// a loop of one head; without this a step waits on memory's latency, not its bandwidth.
+static inline void prefetch_bytes(const void *at, long bytes) {
+    for (long offset = 0; offset < bytes; offset += 64) _mm_prefetch((const char *)at + offset, _MM_HINT_T0);
+}
+
 static inline int block_end(int d, int n) { // the end of the block holding element d of n
     const int end = (d / Q8_BLOCK + 1) * Q8_BLOCK;
     return end < n ? end : n;
@@ -157,9 +176,24 @@ static inline __m512 widen_int8(const int8_t *x) { // x[0, 16) as floats
 }
 #endif
 
+// sum + the blocks' products from element d on (q8_dot_product's elements after the
+// vectors; never inlined, as dot_tail).
+static __attribute__((noinline)) float q8_dot_tail(float sum, const float *a, const int8_t *x, const float *scales,
+                                                   int d, int n) {
+    while (d < n) {
+        const int end = block_end(d, n);
+        float block = 0.0f;
+#pragma omp simd reduction(+ : block)
+        for (int e = d; e < end; e++) block += a[e] * (float)x[e];
+        sum += block * scales[d / Q8_BLOCK];
+        d = end;
+    }
+    return sum;
+}
+
 // sum_d a[d] * x[d] * scales[d / Q8_BLOCK], d < n: each block's products summed, then
 // scaled once.
-static inline float q8_dot_product(const float *a, const int8_t *x, const float *scales, int n) {
+static inline __attribute__((always_inline)) float q8_dot_product(const float *a, const int8_t *x, const float *scales, int n) {
     int d = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__)
@@ -177,16 +211,92 @@ static inline float q8_dot_product(const float *a, const int8_t *x, const float 
     }
     sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 #endif
-    while (d < n) {
-        const int end = block_end(d, n);
-        float block = 0.0f;
-#pragma omp simd reduction(+ : block)
-        for (int e = d; e < end; e++) block += a[e] * (float)x[e];
-        sum += block * scales[d / Q8_BLOCK];
-        d = end;
-    }
-    return sum;
+    return d < n ? q8_dot_tail(sum, a, x, scales, d, n) : sum;
 }
+
+#if defined(__AVX512F__)
+// The scores of `heads` query heads (queries: consecutive rows of head_dim; a compile-time
+// constant once inlined) against one key: scores[h * scores_stride] = scale * dot_product
+// (or q8_dot_product) of query h, the same operations in the same order, each vector of the
+// key widened once for all the heads.
+static inline __attribute__((always_inline)) void group_dot_products(int heads, float *scores, long scores_stride,
+                                                                      const float *queries, int head_dim, float scale,
+                                                                      CacheElements keys, long at, const int8_t *x,
+                                                                      const float *block_scales, bool q8) {
+    __m512 acc[HEADS_IN_REGISTERS][2];
+    for (int h = 0; h < heads; h++) acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+    int d = 0;
+    if (q8) {
+        // Blocks 2k and 2k + 1 to the two accumulators, as q8_dot_product alternates them.
+        for (; d + 2 * Q8_BLOCK <= head_dim; d += 2 * Q8_BLOCK) {
+            const __m512 x0 = widen_int8(x + d), x1 = widen_int8(x + d + 16), x2 = widen_int8(x + d + 32),
+                         x3 = widen_int8(x + d + 48);
+            const __m512 scale0 = _mm512_set1_ps(block_scales[d / Q8_BLOCK]),
+                         scale1 = _mm512_set1_ps(block_scales[d / Q8_BLOCK + 1]);
+            for (int h = 0; h < heads; h++) {
+                const float *a = queries + (long)h * head_dim + d;
+                __m512 block = _mm512_mul_ps(_mm512_loadu_ps(a), x0);
+                block = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16), x1, block);
+                acc[h][0] = _mm512_fmadd_ps(block, scale0, acc[h][0]);
+                block = _mm512_mul_ps(_mm512_loadu_ps(a + 32), x2);
+                block = _mm512_fmadd_ps(_mm512_loadu_ps(a + 48), x3, block);
+                acc[h][1] = _mm512_fmadd_ps(block, scale1, acc[h][1]);
+            }
+        }
+        if (d + Q8_BLOCK <= head_dim) { // an even block left
+            const __m512 x0 = widen_int8(x + d), x1 = widen_int8(x + d + 16);
+            const __m512 scale0 = _mm512_set1_ps(block_scales[d / Q8_BLOCK]);
+            for (int h = 0; h < heads; h++) {
+                const float *a = queries + (long)h * head_dim + d;
+                __m512 block = _mm512_mul_ps(_mm512_loadu_ps(a), x0);
+                block = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16), x1, block);
+                acc[h][0] = _mm512_fmadd_ps(block, scale0, acc[h][0]);
+            }
+            d += Q8_BLOCK;
+        }
+        if (d + 16 <= head_dim) { // a last block of 16 to 31
+            const __m512 x0 = widen_int8(x + d), scale0 = _mm512_set1_ps(block_scales[d / Q8_BLOCK]);
+            for (int h = 0; h < heads; h++)
+                acc[h][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(queries + (long)h * head_dim + d), x0), scale0,
+                                            acc[h][0]);
+            d += 16;
+        }
+    } else {
+        for (; d + 32 <= head_dim; d += 32) {
+            const __m512 k0 = cache_lanes(keys, at + d), k1 = cache_lanes(keys, at + d + 16);
+            for (int h = 0; h < heads; h++) {
+                const float *a = queries + (long)h * head_dim + d;
+                acc[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(a), k0, acc[h][0]);
+                acc[h][1] = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16), k1, acc[h][1]);
+            }
+        }
+        for (; d + 16 <= head_dim; d += 16) {
+            const __m512 k0 = cache_lanes(keys, at + d);
+            for (int h = 0; h < heads; h++)
+                acc[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(queries + (long)h * head_dim + d), k0, acc[h][0]);
+        }
+    }
+    for (int h = 0; h < heads; h++) {
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]));
+        const float *a = queries + (long)h * head_dim;
+        if (d < head_dim)
+            sum = q8 ? q8_dot_tail(sum, a, x, block_scales, d, head_dim) : dot_tail(sum, a, keys, at, d, head_dim);
+        scores[h * scores_stride] = scale * sum;
+    }
+}
+
+static void group_dot_products_any(int heads, float *scores, long scores_stride, const float *queries, int head_dim,
+                                   float scale, CacheElements keys, long at, const int8_t *x, const float *block_scales,
+                                   bool q8) {
+#define GROUP_DOTS(H)                                                                                                  \
+    case H:                                                                                                            \
+        if (q8) group_dot_products(H, scores, scores_stride, queries, head_dim, scale, keys, at, x, block_scales, true); \
+        else group_dot_products(H, scores, scores_stride, queries, head_dim, scale, keys, at, x, block_scales, false);  \
+        break;
+    switch (heads) { GROUP_DOTS(1) GROUP_DOTS(2) GROUP_DOTS(3) GROUP_DOTS(4) }
+#undef GROUP_DOTS
+}
+#endif
 
 // out[d] = scale * sum_j weights[j] * value_j[d], d < head_dim, value_j[d] the int8 value of
 // slot j times its block's scale: weights[j] times the block's scale multiplies a block.
@@ -293,50 +403,73 @@ void cpu_attention_per_head(float *out, const float *q, const void *k_cache, con
 // 1 of SmolLM2: 3): the scores by blocks of keys, the softmax of each (row, head), and the
 // weighted sums by blocks of 16 output lanes.
 
-enum { DECODE_KEY_BLOCK = 256, HEADS_IN_REGISTERS = 8 };
 
 #if defined(__AVX512F__)
-// Lanes [d, d + 16) of the weighted sums of `heads` query heads (a compile-time constant
-// once inlined, so the accumulators stay in registers), over the n slots of values:
-// out_h[d + i] = inverse_sums[h] * sum_j weights[h * weights_stride + j] * value_j[d + i],
-// each lane one fused multiply-add per slot in slot order, as weighted_sum and
-// q8_weighted_sum do.
-static inline __attribute__((always_inline)) void group_lanes_fma(int heads, float *out, int head_dim,
+// Lanes [d, d + 16 * vectors) of the weighted sums of `heads` query heads (`heads` and
+// `vectors` compile-time constants once inlined, so the accumulators stay in registers),
+// over the n slots of values: out_h[e] = inverse_sums[h] * sum_j weights[h * weights_stride
+// + j] * value_j[e], each lane one fused multiply-add per slot in slot order, as
+// weighted_sum and q8_weighted_sum do.
+static inline __attribute__((always_inline)) void group_lanes_fma(int heads, int vectors, float *out, int head_dim,
                                                                    const float *weights, long weights_stride,
                                                                    const float *inverse_sums, CacheElements values,
                                                                    long first, long stride, Q8Slots q8_values, bool q8,
                                                                    int n, int d) {
-    __m512 acc[HEADS_IN_REGISTERS];
-    for (int h = 0; h < heads; h++) acc[h] = _mm512_setzero_ps();
-    if (q8) {
-        for (int j = 0; j < n; j++) {
-            const __m512 lanes = widen_int8(q8_slot_values(q8_values, j) + d);
-            const float block_scale = q8_slot_scales(q8_values, j)[d / Q8_BLOCK];
-            for (int h = 0; h < heads; h++)
-                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(weights[h * weights_stride + j] * block_scale), lanes, acc[h]);
+    __m512 acc[HEADS_IN_REGISTERS][4];
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < vectors; i++) acc[h][i] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        if (j + PREFETCH_SLOTS < n) {
+            if (q8) {
+                prefetch_bytes(q8_slot_values(q8_values, j + PREFETCH_SLOTS) + d, 16 * vectors);
+                prefetch_bytes(q8_slot_scales(q8_values, j + PREFETCH_SLOTS) + d / Q8_BLOCK, 4);
+            } else {
+                prefetch_bytes((const char *)values.base + (first + (long)(j + PREFETCH_SLOTS) * stride + d) * (values.half ? 2 : 4),
+                               16L * vectors * (values.half ? 2 : 4));
+            }
         }
-    } else {
-        for (int j = 0; j < n; j++) {
-            const __m512 lanes = cache_lanes(values, first + (long)j * stride + d);
-            for (int h = 0; h < heads; h++)
-                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(weights[h * weights_stride + j]), lanes, acc[h]);
+        __m512 lanes[4];
+        float block_scales[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        for (int i = 0; i < vectors; i++) {
+            if (q8) {
+                lanes[i] = widen_int8(q8_slot_values(q8_values, j) + d + 16 * i);
+                if (i % 2 == 0) block_scales[i] = q8_slot_scales(q8_values, j)[(d + 16 * i) / Q8_BLOCK];
+            } else {
+                lanes[i] = cache_lanes(values, first + (long)j * stride + d + 16 * i);
+            }
+        }
+        for (int h = 0; h < heads; h++) {
+            const float weight = weights[h * weights_stride + j];
+            __m512 factor = _mm512_set1_ps(weight);
+            for (int i = 0; i < vectors; i++) {
+                // A Q8_0 block's factor: the weight times its scale (d is a multiple of 64, so
+                // vectors 2k and 2k + 1 are one block's).
+                if (q8 && i % 2 == 0) factor = _mm512_set1_ps(weight * block_scales[i]);
+                acc[h][i] = _mm512_fmadd_ps(factor, lanes[i], acc[h][i]);
+            }
         }
     }
     for (int h = 0; h < heads; h++)
-        _mm512_storeu_ps(out + (long)h * head_dim + d, _mm512_mul_ps(acc[h], _mm512_set1_ps(inverse_sums[h])));
+        for (int i = 0; i < vectors; i++)
+            _mm512_storeu_ps(out + (long)h * head_dim + d + 16 * i,
+                             _mm512_mul_ps(acc[h][i], _mm512_set1_ps(inverse_sums[h])));
 }
 
-static void group_lanes_fma_any(int heads, float *out, int head_dim, const float *weights, long weights_stride,
-                                const float *inverse_sums, CacheElements values, long first, long stride,
-                                Q8Slots q8_values, bool q8, int n, int d) {
-#define GROUP_LANES(H)                                                                                                 \
-    case H:                                                                                                            \
-        group_lanes_fma(H, out, head_dim, weights, weights_stride, inverse_sums, values, first, stride, q8_values, q8, \
-                        n, d);                                                                                         \
+static void group_lanes_fma_any(int heads, int vectors, float *out, int head_dim, const float *weights,
+                                long weights_stride, const float *inverse_sums, CacheElements values, long first,
+                                long stride, Q8Slots q8_values, bool q8, int n, int d) {
+#define GROUP_LANES(H, V)                                                                                              \
+    case H * 8 + V:                                                                                                    \
+        if (q8) group_lanes_fma(H, V, out, head_dim, weights, weights_stride, inverse_sums, values, first, stride,     \
+                                q8_values, true, n, d);                                                                \
+        else group_lanes_fma(H, V, out, head_dim, weights, weights_stride, inverse_sums, values, first, stride,        \
+                             q8_values, false, n, d);                                                                  \
         break;
-    switch (heads) {
-        GROUP_LANES(1) GROUP_LANES(2) GROUP_LANES(3) GROUP_LANES(4)
-        GROUP_LANES(5) GROUP_LANES(6) GROUP_LANES(7) GROUP_LANES(8)
+    switch (heads * 8 + vectors) {
+        GROUP_LANES(1, 1) GROUP_LANES(1, 2) GROUP_LANES(1, 3) GROUP_LANES(1, 4)
+        GROUP_LANES(2, 1) GROUP_LANES(2, 2) GROUP_LANES(2, 3) GROUP_LANES(2, 4)
+        GROUP_LANES(3, 1) GROUP_LANES(3, 2) GROUP_LANES(3, 3) GROUP_LANES(3, 4)
+        GROUP_LANES(4, 1) GROUP_LANES(4, 2) GROUP_LANES(4, 3) GROUP_LANES(4, 4)
     }
 #undef GROUP_LANES
 }
@@ -390,7 +523,11 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
 #else
     const int fma_lanes = 0;
 #endif
-    const int lane_blocks = fma_lanes / 16 + (fma_lanes < head_dim ? 1 : 0); // the last: the plain lanes
+    // The values' lanes are shared out in tiles of 128 bytes of each cached row (32 float
+    // lanes, 64 half or 8-bit ones: the pair of cache lines the memory brings in together),
+    // and the last tile holds the plain lanes.
+    const int tile_lanes = type == ELEMENTS_F32 ? 32 : 64;
+    const int lane_blocks = (fma_lanes + tile_lanes - 1) / tile_lanes + (fma_lanes < head_dim ? 1 : 0);
     const int key_blocks = (length + DECODE_KEY_BLOCK - 1) / DECODE_KEY_BLOCK;
     // scores[(b * n_heads + h) * length + j]: head h of row b's score of the row's j-th
     // visible slot (slot row_start[b] + j); then its unnormalised softmax weight.
@@ -409,15 +546,33 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
             const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
             const Q8Slots q8_keys = {(const char *)k_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
                                      scales_at};
-            for (int j = block * DECODE_KEY_BLOCK; j < j_end; j++)
-                for (int g = 0; g < group; g++) {
+            for (int j = block * DECODE_KEY_BLOCK; j < j_end; j++) {
+                if (j + PREFETCH_SLOTS < n) {
+                    if (q8) {
+                        prefetch_bytes(q8_slot_values(q8_keys, j + PREFETCH_SLOTS), head_dim);
+                        prefetch_bytes(q8_slot_scales(q8_keys, j + PREFETCH_SLOTS), 4);
+                    } else {
+                        prefetch_bytes((const char *)k_cache + (first + (long)(j + PREFETCH_SLOTS) * kv_width) * (half ? 2 : 4),
+                                       (long)head_dim * (half ? 2 : 4));
+                    }
+                }
+                for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
                     const int h = kv_head * group + g;
                     const float *query = q + (long)b * q_width + h * head_dim;
-                    scores[((long)b * n_heads + h) * length + j] =
-                        scale * (q8 ? q8_dot_product(query, q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j),
-                                                     head_dim)
-                                    : dot_product(query, keys, first + (long)j * kv_width, head_dim));
+                    float *score = scores + ((long)b * n_heads + h) * length + j;
+#if defined(__AVX512F__)
+                    const int heads = group - g < HEADS_IN_REGISTERS ? group - g : HEADS_IN_REGISTERS;
+                    group_dot_products_any(heads, score, length, query, head_dim, scale, keys, first + (long)j * kv_width,
+                                           q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j), q8);
+#else
+                    for (int i = 0; i < HEADS_IN_REGISTERS && g + i < group; i++)
+                        score[(long)i * length] =
+                            scale * (q8 ? q8_dot_product(query + (long)i * head_dim, q8_slot_values(q8_keys, j),
+                                                         q8_slot_scales(q8_keys, j), head_dim)
+                                        : dot_product(query + (long)i * head_dim, keys, first + (long)j * kv_width, head_dim));
+#endif
                 }
+            }
         }
 #pragma omp for schedule(static)
         for (long item = 0; item < (long)B * n_heads; item++) {
@@ -442,16 +597,17 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
             const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
             const Q8Slots q8_vals = {(const char *)v_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
                                      scales_at};
-            const int d = lane_block * 16;
-            for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 8 heads at a time
+            const int d = lane_block * tile_lanes < fma_lanes ? lane_block * tile_lanes : fma_lanes; // the plain tile: fma_lanes
+            const int vectors = (fma_lanes - d < tile_lanes ? fma_lanes - d : tile_lanes) / 16;
+            for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
                 const int h = kv_head * group + g, heads = group - g < HEADS_IN_REGISTERS ? group - g : HEADS_IN_REGISTERS;
                 float *result = out + (long)b * q_width + h * head_dim;
                 const float *weights = scores + ((long)b * n_heads + h) * length;
                 const float *inverses = inverse_sums + (long)b * n_heads + h;
 #if defined(__AVX512F__)
                 if (d < fma_lanes) {
-                    group_lanes_fma_any(heads, result, head_dim, weights, length, inverses, values, first, kv_width,
-                                        q8_vals, q8, n, d);
+                    group_lanes_fma_any(heads, vectors, result, head_dim, weights, length, inverses, values, first,
+                                        kv_width, q8_vals, q8, n, d);
                     continue;
                 }
 #endif

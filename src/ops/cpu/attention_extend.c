@@ -23,7 +23,9 @@
 #include "core/check.h"
 #include "ops/cpu/attention_cache.h"
 
-enum { KEY_TILE = 32, QUERY_TILE = 16, ROW_BLOCK = 4 };
+// ROW_BLOCK rows meet the 32 keys in 16 accumulators (8 rows x 2 vectors of 16 keys): each
+// key vector loaded serves 8 rows.
+enum { KEY_TILE = 32, QUERY_TILE = 64, ROW_BLOCK = 8 };
 
 // One thread's tiles. Rows are (query, head of the group) pairs, query-major; padded to a
 // multiple of ROW_BLOCK with zero queries whose results are dropped.
@@ -37,7 +39,7 @@ typedef struct {
 } ExtendTiles;
 
 // scores[r][k] = sum_d queries[r][d] * keys_t[d][k] for the rows' block of ROW_BLOCK.
-static void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
+static __attribute__((noinline)) void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
     for (int r = 0; r < rows; r += ROW_BLOCK) {
 #if defined(__AVX512F__)
         __m512 acc[ROW_BLOCK][2];
@@ -68,50 +70,46 @@ static void tile_scores(float *scores, const float *queries, const float *keys_t
     }
 }
 
-// acc[r][e] += sum_k probs[r][k] * values[k][e], e < lanes (a multiple of 16).
-static void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
-    for (int r = 0; r < rows; r += ROW_BLOCK) {
 #if defined(__AVX512F__)
-        int e = 0;
-        for (; e + 32 <= lanes; e += 32) { // 4 rows x 32 lanes in 8 registers
-            __m512 sums[ROW_BLOCK][2];
-            for (int i = 0; i < ROW_BLOCK; i++) {
-                sums[i][0] = _mm512_loadu_ps(acc + (long)(r + i) * lanes + e);
-                sums[i][1] = _mm512_loadu_ps(acc + (long)(r + i) * lanes + e + 16);
-            }
-            for (int k = 0; k < KEY_TILE; k++) {
-                const __m512 v0 = _mm512_loadu_ps(values + k * lanes + e), v1 = _mm512_loadu_ps(values + k * lanes + e + 16);
-                for (int i = 0; i < ROW_BLOCK; i++) {
-                    const __m512 p = _mm512_set1_ps(probs[(r + i) * KEY_TILE + k]);
-                    sums[i][0] = _mm512_fmadd_ps(p, v0, sums[i][0]);
-                    sums[i][1] = _mm512_fmadd_ps(p, v1, sums[i][1]);
-                }
-            }
-            for (int i = 0; i < ROW_BLOCK; i++) {
-                _mm512_storeu_ps(acc + (long)(r + i) * lanes + e, sums[i][0]);
-                _mm512_storeu_ps(acc + (long)(r + i) * lanes + e + 16, sums[i][1]);
-            }
+// Rows [r, r + 4) of acc += probs times values, lanes [e, e + 16 * vectors): 4 x vectors
+// accumulators, each value vector loaded once for the 4 rows (`vectors` a constant once
+// inlined).
+static inline __attribute__((always_inline)) void weighted_sums_block(int vectors, float *acc, const float *probs,
+                                                                       const float *values, int r, int lanes, int e) {
+    __m512 sums[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < vectors; v++) sums[i][v] = _mm512_loadu_ps(acc + (long)(r + i) * lanes + e + 16 * v);
+    for (int k = 0; k < KEY_TILE; k++) {
+        __m512 value[4];
+        for (int v = 0; v < vectors; v++) value[v] = _mm512_loadu_ps(values + k * lanes + e + 16 * v);
+        for (int i = 0; i < 4; i++) {
+            const __m512 p = _mm512_set1_ps(probs[(r + i) * KEY_TILE + k]);
+            for (int v = 0; v < vectors; v++) sums[i][v] = _mm512_fmadd_ps(p, value[v], sums[i][v]);
         }
-        for (; e < lanes; e += 16) {
-            __m512 sums[ROW_BLOCK];
-            for (int i = 0; i < ROW_BLOCK; i++) sums[i] = _mm512_loadu_ps(acc + (long)(r + i) * lanes + e);
-            for (int k = 0; k < KEY_TILE; k++) {
-                const __m512 v = _mm512_loadu_ps(values + k * lanes + e);
-                for (int i = 0; i < ROW_BLOCK; i++)
-                    sums[i] = _mm512_fmadd_ps(_mm512_set1_ps(probs[(r + i) * KEY_TILE + k]), v, sums[i]);
-            }
-            for (int i = 0; i < ROW_BLOCK; i++) _mm512_storeu_ps(acc + (long)(r + i) * lanes + e, sums[i]);
-        }
-#else
-        for (int i = r; i < r + ROW_BLOCK; i++)
-            for (int k = 0; k < KEY_TILE; k++) {
-                const float p = probs[i * KEY_TILE + k];
-                float *row = acc + (long)i * lanes;
-#pragma omp simd
-                for (int e = 0; e < lanes; e++) row[e] = fmaf(p, values[k * lanes + e], row[e]);
-            }
-#endif
     }
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < vectors; v++) _mm512_storeu_ps(acc + (long)(r + i) * lanes + e + 16 * v, sums[i][v]);
+}
+#endif
+
+// acc[r][e] += sum_k probs[r][k] * values[k][e], e < lanes (a multiple of 16).
+static __attribute__((noinline)) void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
+#if defined(__AVX512F__)
+    for (int r = 0; r < rows; r += 4) {
+        int e = 0;
+        for (; e + 64 <= lanes; e += 64) weighted_sums_block(4, acc, probs, values, r, lanes, e);
+        for (; e + 32 <= lanes; e += 32) weighted_sums_block(2, acc, probs, values, r, lanes, e);
+        for (; e < lanes; e += 16) weighted_sums_block(1, acc, probs, values, r, lanes, e);
+    }
+#else
+    for (int i = 0; i < rows; i++)
+        for (int k = 0; k < KEY_TILE; k++) {
+            const float p = probs[i * KEY_TILE + k];
+            float *row = acc + (long)i * lanes;
+#pragma omp simd
+            for (int e = 0; e < lanes; e++) row[e] = fmaf(p, values[k * lanes + e], row[e]);
+        }
+#endif
 }
 
 // Queries [t0, t0 + count) of row b, the heads of KV head kv_head's group.
@@ -159,9 +157,10 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
                 continue;
             }
             float tile_max = -INFINITY;
+#pragma omp simd reduction(max : tile_max)
             for (int k = 0; k < visible; k++) {
                 row[k] *= scale;
-                if (row[k] > tile_max) tile_max = row[k];
+                tile_max = fmaxf(tile_max, row[k]);
             }
             if (tile_max > tiles->row_max[r]) { // rescale what the earlier tiles summed
                 const float factor = expf(tiles->row_max[r] - tile_max); // 0 on the first tile
@@ -169,9 +168,12 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
                 tiles->row_sum[r] *= factor;
                 tiles->row_max[r] = tile_max;
             }
-            for (int k = 0; k < visible; k++) row[k] -= tiles->row_max[r];
+            const float row_max = tiles->row_max[r];
+#pragma omp simd
+            for (int k = 0; k < visible; k++) row[k] -= row_max;
             exp_nonpositive(row, visible);
             float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
             for (int k = 0; k < visible; k++) sum += row[k];
             tiles->row_sum[r] += sum;
             for (int k = visible; k < KEY_TILE; k++) row[k] = 0.0f;
