@@ -140,49 +140,42 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
     free(out), free(per_head), free(want);
 }
 
-static void test_decode_grouped(void) {
+// Every shape above, for each cache type, with T new queries per row for each T of
+// `lengths` that the context holds: within 2e-5 of the reference; the outputs of T = 1
+// equal to the per-head kernel's bit for bit, the others within 2e-5 of them.
+static void check_all_shapes(bool extend, const char *op, const int *lengths, int n_lengths) {
     for (int type = 0; type < TYPES; type++) {
         double worst_reference = 0, worst_per_head = 0;
         long mismatches = 0;
         for (int r = 0; r < RATIOS; r++)
             for (int d = 0; d < HEAD_DIMS; d++)
                 for (int c = 0; c < CONTEXTS; c++)
-                    check_shape(false, 1, gqa_ratios[r], head_dims[d], contexts[c], (CacheElementType)type,
-                                &worst_reference, &worst_per_head, &mismatches);
-        printf("# decode %s: %.3g from the double reference, %.3g from the per-head kernel\n", type_names[type],
+                    for (int l = 0; l < n_lengths; l++)
+                        if (lengths[l] <= contexts[c])
+                            check_shape(extend, lengths[l], gqa_ratios[r], head_dims[d], contexts[c],
+                                        (CacheElementType)type, &worst_reference, &worst_per_head, &mismatches);
+        printf("# %s %s: %.3g from the double reference, %.3g from the per-head kernel\n", op, type_names[type],
                worst_reference, worst_per_head);
-        EXPECT(worst_reference <= 2e-5, "%s decode differs from the double reference by %.3g", type_names[type],
+        EXPECT(worst_reference <= 2e-5, "%s %s differs from the double reference by %.3g", type_names[type], op,
                worst_reference);
-        EXPECT(mismatches == 0, "%s decode: %ld outputs differ from the per-head kernel's", type_names[type],
-               mismatches);
+        EXPECT(worst_per_head <= 2e-5, "%s %s differs from the per-head kernel by %.3g", type_names[type], op,
+               worst_per_head);
+        EXPECT(mismatches == 0, "%s %s: %ld outputs of one query differ from the per-head kernel's", type_names[type],
+               op, mismatches);
     }
 }
 
-// Extensions of 2, 17 and 40 queries (part of a query tile of 16; one and a part; two and a part), each
-// ending at the contexts above that hold them; and T = 1 through the extend entry, which
-// is the decode step bit for bit.
+static void test_decode_grouped(void) {
+    const int one[] = {1};
+    check_all_shapes(false, "decode", one, 1);
+}
+
+// Extensions of 2, 33 and 70 queries (within one query tile of 64; past a key tile of 32;
+// two query tiles), each ending at the contexts above that hold them; and T = 1 through
+// the extend entry, which is the decode step bit for bit.
 static void test_extend_tiled(void) {
-    const int lengths[] = {2, 17, 40};
-    for (int type = 0; type < TYPES; type++) {
-        double worst_reference = 0, worst_per_head = 0;
-        long mismatches = 0;
-        for (int r = 0; r < RATIOS; r++)
-            for (int d = 0; d < HEAD_DIMS; d++)
-                for (int c = 0; c < CONTEXTS; c++) {
-                    for (int l = 0; l < 3; l++)
-                        if (lengths[l] <= contexts[c])
-                            check_shape(true, lengths[l], gqa_ratios[r], head_dims[d], contexts[c],
-                                        (CacheElementType)type, &worst_reference, &worst_per_head, &mismatches);
-                    check_shape(true, 1, gqa_ratios[r], head_dims[d], contexts[c], (CacheElementType)type,
-                                &worst_reference, &worst_per_head, &mismatches);
-                }
-        printf("# extend %s: %.3g from the double reference, %.3g from the per-head kernel\n", type_names[type],
-               worst_reference, worst_per_head);
-        EXPECT(worst_reference <= 2e-5, "%s extend differs from the double reference by %.3g", type_names[type],
-               worst_reference);
-        EXPECT(worst_per_head <= 2e-5, "%s extend differs from the per-head kernel by %.3g", type_names[type],
-               worst_per_head);
-    }
+    const int lengths[] = {1, 2, 33, 70};
+    check_all_shapes(true, "extend", lengths, 4);
 }
 
 int main(void) {

@@ -345,6 +345,22 @@ static void q8_weighted_sum(float *out, const float *weights, Q8Slots values, in
     for (int e = d; e < head_dim; e++) out[e] *= scale;
 }
 
+// What both decode kernels derive from the shapes: row widths, the group size, the score
+// scale, how the cache's elements read.
+typedef struct {
+    int kv_width, q_width, group;
+    float scale;
+    bool half, q8;
+    CacheElements keys, values;
+} CacheShape;
+
+static CacheShape cache_shape(const void *k_cache, const void *v_cache, CacheElementType type, int n_heads,
+                              int n_kv_heads, int head_dim) {
+    const bool half = type == ELEMENTS_F16;
+    return (CacheShape){n_kv_heads * head_dim, n_heads * head_dim, n_heads / n_kv_heads, 1.0f / sqrtf((float)head_dim),
+                        half, type == ELEMENTS_Q8, {k_cache, half}, {v_cache, half}};
+}
+
 // The previous kernel, for every cache: `type` says whether k_cache and v_cache hold floats,
 // halves or Q8_0 slot records. Query t of row b (q and out: [B * T, n_heads * head_dim])
 // sits at slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]:
@@ -352,11 +368,11 @@ static void q8_weighted_sum(float *out, const float *weights, Q8Slots values, in
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
                             int n_heads, int n_kv_heads, int head_dim) {
-    const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
-    const int group = n_heads / n_kv_heads;
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    const bool half = type == ELEMENTS_F16, q8 = type == ELEMENTS_Q8;
-    const CacheElements keys = {k_cache, half}, values = {v_cache, half};
+    const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
+    const int kv_width = shape.kv_width, q_width = shape.q_width, group = shape.group;
+    const float scale = shape.scale;
+    const bool q8 = shape.q8;
+    const CacheElements keys = shape.keys, values = shape.values;
     const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values = kv_q8_values_bytes(n_kv_heads, head_dim);
 #pragma omp parallel
     {
@@ -510,16 +526,12 @@ static void group_lanes_plain(int heads, float *out, int head_dim, const float *
 static void attention_decode_grouped(float *out, const float *q, const void *k_cache, const void *v_cache,
                                      CacheElementType type, const int *row_start, int B, int capacity, int length,
                                      int n_heads, int n_kv_heads, int head_dim) {
-    const int kv_width = n_kv_heads * head_dim, q_width = n_heads * head_dim;
-    const int group = n_heads / n_kv_heads;
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    const bool half = type == ELEMENTS_F16, q8 = type == ELEMENTS_Q8;
-    const CacheElements keys = {k_cache, half}, values = {v_cache, half};
+    const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
     const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
     // The lanes the per-head kernels give to fused multiply-adds: whole blocks of 64 lanes
     // for float and half caches, of 16 for Q8_0; the rest go to plain loops.
 #if defined(__AVX512F__)
-    const int fma_lanes = q8 ? head_dim / 16 * 16 : head_dim / 64 * 64;
+    const int fma_lanes = shape.q8 ? head_dim / 16 * 16 : head_dim / 64 * 64;
 #else
     const int fma_lanes = 0;
 #endif
@@ -541,35 +553,35 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
             const int b = (int)(item / key_blocks / n_kv_heads);
             const int start = row_start ? row_start[b] : 0, n = length - start;
             const int j_end = (block + 1) * DECODE_KEY_BLOCK < n ? (block + 1) * DECODE_KEY_BLOCK : n;
-            const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim;
+            const long first = ((long)b * capacity + start) * shape.kv_width + kv_head * head_dim;
             const long values_at = (long)kv_head * head_dim;
             const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
             const Q8Slots q8_keys = {(const char *)k_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
                                      scales_at};
             for (int j = block * DECODE_KEY_BLOCK; j < j_end; j++) {
                 if (j + PREFETCH_SLOTS < n) {
-                    if (q8) {
+                    if (shape.q8) {
                         prefetch_bytes(q8_slot_values(q8_keys, j + PREFETCH_SLOTS), head_dim);
                         prefetch_bytes(q8_slot_scales(q8_keys, j + PREFETCH_SLOTS), 4);
                     } else {
-                        prefetch_bytes((const char *)k_cache + (first + (long)(j + PREFETCH_SLOTS) * kv_width) * (half ? 2 : 4),
-                                       (long)head_dim * (half ? 2 : 4));
+                        prefetch_bytes((const char *)k_cache + (first + (long)(j + PREFETCH_SLOTS) * shape.kv_width) * (shape.half ? 2 : 4),
+                                       (long)head_dim * (shape.half ? 2 : 4));
                     }
                 }
-                for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
-                    const int h = kv_head * group + g;
-                    const float *query = q + (long)b * q_width + h * head_dim;
+                for (int g = 0; g < shape.group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
+                    const int h = kv_head * shape.group + g;
+                    const float *query = q + (long)b * shape.q_width + h * head_dim;
                     float *score = scores + ((long)b * n_heads + h) * length + j;
 #if defined(__AVX512F__)
-                    const int heads = group - g < HEADS_IN_REGISTERS ? group - g : HEADS_IN_REGISTERS;
-                    group_dot_products_any(heads, score, length, query, head_dim, scale, keys, first + (long)j * kv_width,
-                                           q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j), q8);
+                    const int heads = shape.group - g < HEADS_IN_REGISTERS ? shape.group - g : HEADS_IN_REGISTERS;
+                    group_dot_products_any(heads, score, length, query, head_dim, shape.scale, shape.keys, first + (long)j * shape.kv_width,
+                                           q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j), shape.q8);
 #else
-                    for (int i = 0; i < HEADS_IN_REGISTERS && g + i < group; i++)
+                    for (int i = 0; i < HEADS_IN_REGISTERS && g + i < shape.group; i++)
                         score[(long)i * length] =
-                            scale * (q8 ? q8_dot_product(query + (long)i * head_dim, q8_slot_values(q8_keys, j),
+                            shape.scale * (shape.q8 ? q8_dot_product(query + (long)i * head_dim, q8_slot_values(q8_keys, j),
                                                          q8_slot_scales(q8_keys, j), head_dim)
-                                        : dot_product(query + (long)i * head_dim, keys, first + (long)j * kv_width, head_dim));
+                                        : dot_product(query + (long)i * head_dim, shape.keys, first + (long)j * shape.kv_width, head_dim));
 #endif
                 }
             }
@@ -592,27 +604,27 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
             const int lane_block = (int)(item % lane_blocks), kv_head = (int)(item / lane_blocks % n_kv_heads);
             const int b = (int)(item / lane_blocks / n_kv_heads);
             const int start = row_start ? row_start[b] : 0, n = length - start;
-            const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim;
+            const long first = ((long)b * capacity + start) * shape.kv_width + kv_head * head_dim;
             const long values_at = (long)kv_head * head_dim;
             const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
             const Q8Slots q8_vals = {(const char *)v_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
                                      scales_at};
             const int d = lane_block * tile_lanes < fma_lanes ? lane_block * tile_lanes : fma_lanes; // the plain tile: fma_lanes
             const int vectors = (fma_lanes - d < tile_lanes ? fma_lanes - d : tile_lanes) / 16;
-            for (int g = 0; g < group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
-                const int h = kv_head * group + g, heads = group - g < HEADS_IN_REGISTERS ? group - g : HEADS_IN_REGISTERS;
-                float *result = out + (long)b * q_width + h * head_dim;
+            for (int g = 0; g < shape.group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
+                const int h = kv_head * shape.group + g, heads = shape.group - g < HEADS_IN_REGISTERS ? shape.group - g : HEADS_IN_REGISTERS;
+                float *result = out + (long)b * shape.q_width + h * head_dim;
                 const float *weights = scores + ((long)b * n_heads + h) * length;
                 const float *inverses = inverse_sums + (long)b * n_heads + h;
 #if defined(__AVX512F__)
                 if (d < fma_lanes) {
-                    group_lanes_fma_any(heads, vectors, result, head_dim, weights, length, inverses, values, first,
-                                        kv_width, q8_vals, q8, n, d);
+                    group_lanes_fma_any(heads, vectors, result, head_dim, weights, length, inverses, shape.values, first,
+                                        shape.kv_width, q8_vals, shape.q8, n, d);
                     continue;
                 }
 #endif
-                group_lanes_plain(heads, result, head_dim, weights, length, inverses, values, first, kv_width, q8_vals,
-                                  q8, n, d);
+                group_lanes_plain(heads, result, head_dim, weights, length, inverses, shape.values, first, shape.kv_width, q8_vals,
+                                  shape.q8, n, d);
             }
         }
     }

@@ -5,7 +5,7 @@
 //
 // A query per (row, head) against every cached key, as a decode step does it, reads the
 // whole prefix once per query and takes one horizontal sum per score. Here the work is
-// tiled instead: a tile of up to 16 queries times the query heads of one GQA group (48
+// tiled instead: a tile of up to 64 queries times the query heads of one GQA group (192
 // rows for SmolLM2's groups of 3) meets the cached slots 32 at a time. The 32 keys are
 // widened to floats and transposed (d-major), so that a tile's scores are a small matrix
 // product with the keys along the vector lanes (no horizontal sums); the 32 values are
