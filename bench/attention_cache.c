@@ -126,6 +126,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else die_user("unknown argument %s (see the comment at the top of bench/attention_cache.c)", argv[i]);
     }
+    setenv("MARLHF_CPU_ATTENTION", "grouped", 1); // the grouped decode step for every cache type
     if (repeats < 1 || chunk < 2 || prompt < 2 * chunk)
         die_user("--repeats must be positive, --chunk at least 2 and --prompt at least two chunks");
     for (char *save_t = NULL, *type_name = strtok_r(types, ",", &save_t); type_name;

@@ -14,6 +14,7 @@
 // to +-1.5, so the softmaxes are sharp.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -179,6 +180,8 @@ static void test_extend_tiled(void) {
 }
 
 int main(void) {
+    // The grouped decode step for every cache type (by default only float32 caches take it).
+    setenv("MARLHF_CPU_ATTENTION", "grouped", 1);
     RUN(test_decode_grouped);
     RUN(test_extend_tiled);
     TEST_EXIT();

@@ -72,14 +72,18 @@ static inline void cache_head_to_floats(float *dst, const void *cache, CacheElem
 
 // The attention of the previous implementation, one (row, query, head) at a time, each head
 // reading its keys and values itself (ops/cpu/attention_decode.c). Kept as the baseline the
-// grouped and tiled kernels are tested and measured against: MARLHF_CPU_ATTENTION=per-head
-// in the environment makes the decode and extend ops use it.
+// grouped and tiled kernels are tested and measured against, and as the decode step of
+// half and Q8_0 caches (below).
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
                             int n_heads, int n_kv_heads, int head_dim);
-// Whether MARLHF_CPU_ATTENTION=per-head asks for it (read once; any value but "per-head" and
-// "grouped" is refused).
-bool cpu_attention_use_per_head(void);
+// Which kernels the decode and extend ops run, from MARLHF_CPU_ATTENTION (read once, at the
+// first attention; any other value is refused): auto (or unset) runs the grouped decode
+// step for float32 caches, the per-head one for half and Q8_0 caches (measured no faster
+// grouped; the same bits either way), and tiled extensions; grouped runs the grouped step
+// for every cache; per-head runs the per-head kernel for everything (the previous code).
+typedef enum { CPU_ATTENTION_AUTO, CPU_ATTENTION_PER_HEAD, CPU_ATTENTION_GROUPED } CpuAttentionKernel;
+CpuAttentionKernel cpu_attention_kernel(void);
 
 // The tiled extension (ops/cpu/attention_extend.c): query t of row b at slot first_slot + t
 // attends to slots [row_start[b], first_slot + t]; T > 1.

@@ -632,28 +632,36 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
     free(inverse_sums);
 }
 
-bool cpu_attention_use_per_head(void) {
+CpuAttentionKernel cpu_attention_kernel(void) {
     static int chosen = -1; // read once, by the thread that calls the ops
     if (chosen < 0) {
         const char *setting = getenv("MARLHF_CPU_ATTENTION");
-        if (setting && strcmp(setting, "per-head") && strcmp(setting, "grouped"))
-            die_user("MARLHF_CPU_ATTENTION=%s: expected per-head or grouped", setting);
-        chosen = setting && !strcmp(setting, "per-head");
+        if (!setting || !strcmp(setting, "auto")) chosen = CPU_ATTENTION_AUTO;
+        else if (!strcmp(setting, "per-head")) chosen = CPU_ATTENTION_PER_HEAD;
+        else if (!strcmp(setting, "grouped")) chosen = CPU_ATTENTION_GROUPED;
+        else die_user("MARLHF_CPU_ATTENTION=%s: expected auto, per-head or grouped", setting);
     }
-    return chosen;
+    return (CpuAttentionKernel)chosen;
 }
 
-// Every decode and extend entry: the per-head kernel if asked for, else a decode step
-// (T = 1, also an extension of one query) grouped, or longer extensions tiled.
+// Every decode and extend entry. A decode step (T = 1, also an extension of one query)
+// runs grouped where that measured faster: float32 caches. For half and Q8_0 caches, whose
+// steps are bound by the arithmetic of their scores more than by memory, sharing the
+// reads gained nothing measurable (Q8_0: 0.84-1.0x; docs/quantization.md), so they keep
+// the per-head kernel unless MARLHF_CPU_ATTENTION=grouped; the two give the same bits.
+// Longer extensions are tiled unless MARLHF_CPU_ATTENTION=per-head.
 static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
                              CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
                              int n_heads, int n_kv_heads, int head_dim) {
-    if (cpu_attention_use_per_head())
-        cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
-                               n_kv_heads, head_dim);
-    else if (T == 1)
+    const CpuAttentionKernel kernel = cpu_attention_kernel();
+    const bool grouped =
+        kernel == CPU_ATTENTION_GROUPED || (kernel == CPU_ATTENTION_AUTO && type == ELEMENTS_F32);
+    if (T == 1 && grouped)
         attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
                                  n_kv_heads, head_dim);
+    else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD)
+        cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
+                               n_kv_heads, head_dim);
     else
         cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
                                    n_kv_heads, head_dim);
