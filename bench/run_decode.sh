@@ -11,6 +11,27 @@ scripts/fetch-model
 new=${NEW:-64}
 # LONG_PROMPT=2048: instead, decoding after prompts of that many tokens (Q8_0 weights,
 # batch 1 and 8) with each KV cache type, where reading the cache is much of a step.
+# ATTENTION=1: instead, decode ms per token at contexts CONTEXTS (default "128 1024 4096":
+# prompts of that many tokens, NEW new tokens, batch 1, Q8_0 weights, KV cache KV (default
+# q8_0)) with the previous per-head attention kernel and the grouped one
+# (MARLHF_CPU_ATTENTION=per-head / grouped, one binary), taking turns, and llama.cpp Q8_0
+# after the same prompts. Each line gets the load average (1 minute) taken before it.
+if [ -n "${ATTENTION:-}" ]; then
+    kv=${KV:-q8_0}
+    for context in ${CONTEXTS:-128 1024 4096}; do
+        for kernel in per-head grouped; do
+            load=$(cut -d' ' -f1 /proc/loadavg)
+            MARLHF_CPU_ATTENTION=$kernel build/bench/decode --prompt "$context" --new "$new" --batches 1 \
+                --quantize q8_0 --kv-cache "$kv" | sed "s/}\$/, \"attention\": \"$kernel\", \"load_average\": $load}/"
+        done
+        if [ -n "${LLAMA_PYTHON:-}" ] || .venv-tools/bin/python -c "import llama_cpp" 2> /dev/null; then
+            load=$(cut -d' ' -f1 /proc/loadavg)
+            "${LLAMA_PYTHON:-.venv-tools/bin/python}" bench/llamacpp_decode.py --prompt "$context" --new "$new" \
+                2> /dev/null | grep impl | sed "s/}\$/, \"load_average\": $load}/"
+        fi
+    done
+    exit 0
+fi
 if [ -n "${LONG_PROMPT:-}" ]; then
     for kv in f32 f16 q8_0; do
         build/bench/decode --prompt "$LONG_PROMPT" --new "$new" --batches 1,8 --quantize q8_0 --kv-cache "$kv"

@@ -1,0 +1,188 @@
+// Attention against the KV cache, the grouped decode step and the tiled extension
+// (ops/cpu/attention_decode.c, ops/cpu/attention_extend.c), for the three cache types
+// (float, half, Q8_0), against
+//  - a double-precision reference over the cache's own values (halves widened, Q8_0
+//    values times their scales): within 2e-5 absolute;
+//  - the previous kernel, one (row, query, head) at a time (cpu_attention_per_head, kept
+//    for this and for the benchmarks): the decode step bit for bit (each head's sums in the
+//    same order), the extension within 2e-5 absolute (its sums run in another order).
+// GQA ratios 1, 3, 4, 8 and 10 (over 8: the group is taken 8 heads at a time); head
+// sizes 64 and 128, 80 (a tail of 16 past the 64-lane blocks) and 24 (Qwen3's fixture: one
+// short Q8_0 block, no whole vector of 64); contexts 1, 31, 32, 33 and 1000 (around the
+// extension's key tiles of 32); three rows, left-padded as the batch decode pads them
+// (rows starting at slot 0, halfway and at the last slot). Queries spread to +-6 and keys
+// to +-1.5, so the softmaxes are sharp.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "ops/cpu/attention_cache.h"
+#include "ops/ops.h"
+#include "test.h"
+
+static uint64_t rng_state = 2026;
+static float *random_floats(long n, float lo, float hi) {
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) {
+        rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = lo + (hi - lo) * (float)((rng_state >> 40) / (double)(1ULL << 24));
+    }
+    return x;
+}
+
+static const int gqa_ratios[] = {1, 3, 4, 8, 10};
+static const int head_dims[] = {64, 128, 80, 24};
+static const int contexts[] = {1, 31, 32, 33, 1000};
+enum { RATIOS = 5, HEAD_DIMS = 4, CONTEXTS = 5, TYPES = 3, KV_HEADS = 2, ROWS = 3 };
+static const char *type_names[] = {"f32", "f16", "q8_0"};
+
+// A cache of `type` holding keys or values x ([ROWS * capacity, kv_width] floats), and the
+// floats it holds (the halves or Q8_0 values as read back).
+typedef struct {
+    void *cache;
+    float *held;
+} Cache;
+
+static Cache make_cache(const float *x, CacheElementType type, int capacity, int head_dim) {
+    const int kv_width = KV_HEADS * head_dim;
+    const long slots = (long)ROWS * capacity;
+    Cache c = {NULL, xmalloc((size_t)slots * kv_width * sizeof(float))};
+    if (type == ELEMENTS_F32) {
+        c.cache = xmalloc((size_t)slots * kv_width * sizeof(float));
+        ops_cpu.cache_write(c.cache, x, ROWS, capacity, capacity, 0, kv_width);
+    } else if (type == ELEMENTS_F16) {
+        c.cache = xmalloc((size_t)slots * kv_width * sizeof(uint16_t));
+        ops_cpu.cache_write_f16(c.cache, x, ROWS, capacity, capacity, 0, kv_width);
+    } else {
+        c.cache = xmalloc((size_t)slots * kv_q8_slot_bytes(KV_HEADS, head_dim));
+        ops_cpu.cache_write_q8(c.cache, x, ROWS, capacity, capacity, 0, KV_HEADS, head_dim);
+    }
+    for (long s = 0; s < slots; s++)
+        for (int h = 0; h < KV_HEADS; h++)
+            cache_head_to_floats(c.held + s * kv_width + h * head_dim, c.cache, type, s, h, KV_HEADS, head_dim);
+    return c;
+}
+
+// Double precision: query t of row b at slot first_slot + t against slots
+// [row_start[b], first_slot + t] of the float caches k, v.
+static void reference(double *out, const float *q, const float *k, const float *v, const int *row_start, int T,
+                      int capacity, int first_slot, int n_heads, int head_dim) {
+    const int kv_width = KV_HEADS * head_dim, q_width = n_heads * head_dim, group = n_heads / KV_HEADS;
+    double *scores = xmalloc((size_t)(first_slot + T) * sizeof(double));
+    for (int b = 0; b < ROWS; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
+                const long head_at = (long)(h / group) * head_dim;
+                double max_score = -INFINITY, sum = 0;
+                for (int j = row_start[b]; j <= first_slot + t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < head_dim; d++)
+                        dot += (double)query[d] * k[((long)b * capacity + j) * kv_width + head_at + d];
+                    scores[j] = dot / sqrt(head_dim);
+                    if (scores[j] > max_score) max_score = scores[j];
+                }
+                for (int j = row_start[b]; j <= first_slot + t; j++) sum += scores[j] = exp(scores[j] - max_score);
+                for (int d = 0; d < head_dim; d++) {
+                    double want = 0;
+                    for (int j = row_start[b]; j <= first_slot + t; j++)
+                        want += scores[j] / sum * v[((long)b * capacity + j) * kv_width + head_at + d];
+                    out[((long)b * T + t) * q_width + h * head_dim + d] = want;
+                }
+            }
+    free(scores);
+}
+
+static void attention_op(bool extend, float *out, const float *q, Cache k, Cache v, CacheElementType type,
+                         const int *row_start, int T, int capacity, int first_slot, int n_heads, int head_dim) {
+    const int H = n_heads, KV = KV_HEADS, D = head_dim, length = first_slot + 1;
+    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
+    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
+    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
+    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
+    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
+    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
+}
+
+// One shape: T new queries per row ending at slot context - 1 (T = 1: a decode step).
+// Returns the largest differences from the reference and from the per-head kernel, and
+// counts the decode outputs that differ from the per-head kernel's in any bit.
+static void check_shape(bool extend, int T, int ratio, int head_dim, int context, CacheElementType type,
+                        double *worst_reference, double *worst_per_head, long *decode_mismatches) {
+    const int n_heads = ratio * KV_HEADS, kv_width = KV_HEADS * head_dim, q_width = n_heads * head_dim;
+    const int capacity = context + 3, first_slot = context - T;
+    // Left padding: row 1 starts halfway; row 2 at the first new query's slot (a decode
+    // step: the only slot; an extension: its own queries only).
+    int row_start[ROWS] = {0, first_slot / 2, first_slot};
+    float *q = random_floats((long)ROWS * T * q_width, -6, 6);
+    float *keys = random_floats((long)ROWS * capacity * kv_width, -1.5f, 1.5f);
+    float *values = random_floats((long)ROWS * capacity * kv_width, -1, 1);
+    Cache k = make_cache(keys, type, capacity, head_dim), v = make_cache(values, type, capacity, head_dim);
+    const long n_out = (long)ROWS * T * q_width;
+    float *out = xcalloc((size_t)n_out, sizeof(float)), *per_head = xcalloc((size_t)n_out, sizeof(float));
+    double *want = xmalloc((size_t)n_out * sizeof(double));
+    attention_op(extend, out, q, k, v, type, row_start, T, capacity, first_slot, n_heads, head_dim);
+    cpu_attention_per_head(per_head, q, k.cache, v.cache, type, row_start, ROWS, T, capacity, first_slot, n_heads,
+                           KV_HEADS, head_dim);
+    reference(want, q, k.held, v.held, row_start, T, capacity, first_slot, n_heads, head_dim);
+    for (long i = 0; i < n_out; i++) {
+        *worst_reference = fmax(*worst_reference, fabs(want[i] - out[i]));
+        *worst_per_head = fmax(*worst_per_head, fabs((double)per_head[i] - out[i]));
+        if (!isfinite(out[i])) *worst_reference = INFINITY;
+    }
+    if (T == 1 && memcmp(out, per_head, (size_t)n_out * sizeof(float)) != 0) {
+        for (long i = 0; i < n_out; i++) *decode_mismatches += memcmp(&out[i], &per_head[i], sizeof(float)) != 0;
+        fprintf(stderr, "  T = 1 %s ratio %d head_dim %d context %d: differs from the per-head kernel\n",
+                type_names[type], ratio, head_dim, context);
+    }
+    free(q), free(keys), free(values), free(k.cache), free(k.held), free(v.cache), free(v.held);
+    free(out), free(per_head), free(want);
+}
+
+// Every shape above, for each cache type, with T new queries per row for each T of
+// `lengths` that the context holds: within 2e-5 of the reference; the outputs of T = 1
+// equal to the per-head kernel's bit for bit, the others within 2e-5 of them.
+static void check_all_shapes(bool extend, const char *op, const int *lengths, int n_lengths) {
+    for (int type = 0; type < TYPES; type++) {
+        double worst_reference = 0, worst_per_head = 0;
+        long mismatches = 0;
+        for (int r = 0; r < RATIOS; r++)
+            for (int d = 0; d < HEAD_DIMS; d++)
+                for (int c = 0; c < CONTEXTS; c++)
+                    for (int l = 0; l < n_lengths; l++)
+                        if (lengths[l] <= contexts[c])
+                            check_shape(extend, lengths[l], gqa_ratios[r], head_dims[d], contexts[c],
+                                        (CacheElementType)type, &worst_reference, &worst_per_head, &mismatches);
+        printf("# %s %s: %.3g from the double reference, %.3g from the per-head kernel\n", op, type_names[type],
+               worst_reference, worst_per_head);
+        EXPECT(worst_reference <= 2e-5, "%s %s differs from the double reference by %.3g", type_names[type], op,
+               worst_reference);
+        EXPECT(worst_per_head <= 2e-5, "%s %s differs from the per-head kernel by %.3g", type_names[type], op,
+               worst_per_head);
+        EXPECT(mismatches == 0, "%s %s: %ld outputs of one query differ from the per-head kernel's", type_names[type],
+               op, mismatches);
+    }
+}
+
+static void test_decode_grouped(void) {
+    const int one[] = {1};
+    check_all_shapes(false, "decode", one, 1);
+}
+
+// Extensions of 2, 33 and 70 queries (within one query tile of 64; past a key tile of 32;
+// two query tiles), each ending at the contexts above that hold them; and T = 1 through
+// the extend entry, which is the decode step bit for bit.
+static void test_extend_tiled(void) {
+    const int lengths[] = {1, 2, 33, 70};
+    check_all_shapes(true, "extend", lengths, 4);
+}
+
+int main(void) {
+    // The grouped decode step for every cache type (by default only float32 caches take it).
+    setenv("MARLHF_CPU_ATTENTION", "grouped", 1);
+    RUN(test_decode_grouped);
+    RUN(test_extend_tiled);
+    TEST_EXIT();
+}
