@@ -51,8 +51,13 @@ two_hosts() { # two_hosts COMMAND...: one rank on each host, TCP over the veth o
 }
 one_host() { mpirun --oversubscribe --bind-to none -np 2 "$@"; }
 
-where=$(two_hosts sh -c 'echo "$OMPI_COMM_WORLD_RANK $(ip -o -4 addr show | grep -o "10\.77\.0\.[12]")"' 2>&1 | sort | tr '\n' ' ')
-[ "$where" = "0 10.77.0.1 1 10.77.0.2 " ] && pass "two_hosts_one_rank_each ($where)" || fail two_hosts_one_rank_each "$where"
+# The ranks' lines alone: mpirun's own warnings (Open MPI's rsh launcher sometimes prints a
+# harmless "setpgid ... Permission denied" when the launched child has already exec'd) go to
+# stderr, shown only if the check fails.
+where=$(two_hosts sh -c 'echo "$OMPI_COMM_WORLD_RANK $(ip -o -4 addr show | grep -o "10\.77\.0\.[12]")"' \
+    2> "$tmp/where.err" | sort | tr '\n' ' ')
+[ "$where" = "0 10.77.0.1 1 10.77.0.2 " ] && pass "two_hosts_one_rank_each ($where)" ||
+    fail two_hosts_one_rank_each "$where $(tail -n 2 "$tmp/where.err" | tr '\n' ' ')"
 
 sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
      --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 1 --quiet)
