@@ -295,4 +295,8 @@ expect_error chat_bad_kv_cache "--kv-cache" "$bin" chat --model "$model" --kv-ca
 expect_error serve_bad_kv_cache "--kv-cache" "$bin" serve --model "$model" --port 0 --kv-cache half
 expect_error infer_bad_kv_cache "--kv-cache" "$bin" infer --model "$model" --reward-model "$model" \
     --data "$tmp/prompts.jsonl" --output "$tmp/infer.jsonl" --kv-cache bf16
+# The CPU attention kernel's environment switch (ops/cpu/attention_decode.c): a bad value is
+# one line naming the variable, exit 2, at the first attention.
+MARLHF_CPU_ATTENTION=bogus expect_error bad_cpu_attention_choice "MARLHF_CPU_ATTENTION=bogus" \
+    "$bin" generate --model tests/fixtures/models/tiny_chat --max-new-tokens 2 "Hi"
 [ "$failures" -eq 0 ]
