@@ -1,13 +1,16 @@
 // Constrained (structured outputs) against unconstrained decoding at batch 1, greedy, with
-// SmolLM2-135M-Instruct: the decode steps' time per token with and without a JSON Schema
-// constraint (the runs alternate, --repeats times each), and the masking's own cost per
-// token (gen/token_mask.h: the trie walk over the vocabulary) at every state of the
-// constrained answer. One JSON line per run, then a summary line. --regex PATTERN: the
-// constraint is that regular expression (gen/regex_constraint.h) instead of the schema,
-// and --question the user's message.
+// SmolLM2-135M-Instruct: the decode steps' time per token without a constraint, with a JSON
+// Schema constraint masking the vocabulary at every step, and with the same constraint
+// where each step first checks the raw argmax (token_mask_pick_greedy, the default: the
+// mask only when that token is refused). The runs alternate, --repeats times each; the
+// two constrained runs must give the same tokens. Then the masking's own cost per token
+// (gen/token_mask.h: the trie walk over the vocabulary) at every state of the constrained
+// answer. One JSON line per run, then a summary line. --regex PATTERN or --grammar-file
+// PATH: the constraint is that regular expression (gen/regex_constraint.h) or GBNF grammar
+// (gen/grammar_constraint.h) instead of the schema, and --question the user's message.
 //
 // usage: build/bench/json_decode [--model PATH] [--tokens 48] [--repeats 3] [--threads N]
-//                                [--regex PATTERN] [--question TEXT]
+//                                [--regex PATTERN | --grammar-file PATH] [--question TEXT]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,20 +19,23 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "gen/generate.h"
+#include "gen/grammar_constraint.h"
 #include "gen/json_constraint.h"
 #include "gen/text_model.h"
 #include "gen/token_mask.h"
+#include "io/fs.h"
 
 int main(int argc, char **argv) {
     const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int tokens = 48, repeats = 3, threads = 0;
-    const char *regex = NULL, *question_text = "Describe a person as JSON.";
+    const char *regex = NULL, *grammar_file = NULL, *question_text = "Describe a person as JSON.";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "--tokens")) tokens = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--regex")) regex = argv[i + 1];
+        else if (!strcmp(argv[i], "--grammar-file")) grammar_file = argv[i + 1];
         else if (!strcmp(argv[i], "--question")) question_text = argv[i + 1];
         else die_user("unknown option %s", argv[i]);
     }
@@ -45,7 +51,15 @@ int main(int argc, char **argv) {
                                 "\"array\", \"items\": {\"type\": \"string\"}}}, \"required\": [\"name\", \"age\", "
                                 "\"city\", \"hobbies\"]}", 0, NULL);
     Constraint *constraint = NULL;
-    if (regex) {
+    if (grammar_file) {
+        size_t size;
+        char *text = NULL;
+        if (fs_read_file(grammar_file, 1 << 20, &text, &size) != 0) die_from_err();
+        GrammarConstraint *compiled = NULL;
+        if (grammar_constraint_compile(&compiled, text, size, grammar_file) != 0) die_from_err();
+        free(text);
+        constraint = constraint_from_grammar(compiled);
+    } else if (regex) {
         RegexConstraint *compiled = NULL;
         start = now_seconds();
         if (regex_constraint_compile(&compiled, regex, strlen(regex), NULL, "--regex") != 0) die_from_err();
@@ -62,24 +76,30 @@ int main(int argc, char **argv) {
     int *prompt, length;
     tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
     const int *prompts[1] = {prompt};
-    double per_token[2] = {0, 0};
+    // Modes: 0 unconstrained, 1 constrained masking every step, 2 constrained with the
+    // greedy short cut.
+    static const char *mode_names[3] = {"none", "mask_every_token", "greedy_short_cut"};
+    double per_token[3] = {0, 0, 0};
     GeneratedRow kept = {0};
     for (int r = 0; r < repeats; r++) {
-        for (int constrained = 0; constrained < 2; constrained++) {
+        for (int mode = 0; mode < 3; mode++) {
             GenerateOptions options = {.max_new_tokens = tokens,
                                        .stop_tokens = tm.stop_tokens,
                                        .num_stop_tokens = tm.num_stop_tokens,
-                                       .constraint = constrained ? constraint : NULL,
-                                       .token_trie = trie};
+                                       .constraint = mode > 0 ? constraint : NULL,
+                                       .token_trie = trie,
+                                       .mask_every_token = mode == 1};
             GeneratedRow out;
             GenerateStats stats;
             generate(&tm.model, prompts, &length, NULL, 1, &options, &out, &stats);
             // decode_seconds covers every step's sampling (and masking) and the decode forwards.
             const double seconds = stats.decode_seconds / (out.length > 0 ? out.length : 1);
-            per_token[constrained] += seconds / repeats;
-            printf("{\"constrained\": %s, \"tokens\": %d, \"decode_ms_per_token\": %.2f}\n", constrained ? "true" : "false",
-                   out.length, 1e3 * seconds);
-            if (constrained && r == 0) kept = out;
+            per_token[mode] += seconds / repeats;
+            printf("{\"constraint\": \"%s\", \"tokens\": %d, \"decode_ms_per_token\": %.2f}\n", mode_names[mode], out.length,
+                   1e3 * seconds);
+            if (mode == 2 && (out.length != kept.length || memcmp(out.tokens, kept.tokens, (size_t)out.length * sizeof(int))))
+                die_user("the greedy short cut's tokens differ from masking every step's");
+            if (mode == 1 && r == 0) kept = out;
             else generated_row_free(&out);
         }
     }
@@ -98,8 +118,9 @@ int main(int argc, char **argv) {
         token_mask_advance(trie, constraint, state, kept.tokens[t]);
     }
     printf("{\"summary\": true, \"vocabulary\": %d, \"trie_build_ms\": %.1f, \"unconstrained_ms_per_token\": %.2f, "
-           "\"constrained_ms_per_token\": %.2f, \"mask_ms_per_token\": %.3f, \"mean_allowed_tokens\": %.0f}\n",
-           V, 1e3 * trie_seconds, 1e3 * per_token[0], 1e3 * per_token[1], 1e3 * mask_seconds / kept.length,
+           "\"constrained_ms_per_token\": %.2f, \"short_cut_ms_per_token\": %.2f, \"mask_ms_per_token\": %.3f, "
+           "\"mean_allowed_tokens\": %.0f}\n",
+           V, 1e3 * trie_seconds, 1e3 * per_token[0], 1e3 * per_token[1], 1e3 * per_token[2], 1e3 * mask_seconds / kept.length,
            (double)allowed_total / kept.length);
     token_mask_scratch_free(&scratch);
     free(state), free(logits), free(masked), free(prompt);

@@ -16,7 +16,9 @@
 #include "core/timer.h"
 #include "gen/continuous.h"
 #include "gen/generate.h"
+#include "gen/grammar_constraint.h"
 #include "gen/json_constraint.h"
+#include "gen/regex_constraint.h"
 #include "gen/token_mask.h"
 #include "gen/text_model.h"
 #include "test.h"
@@ -280,7 +282,7 @@ static void test_mask_equals_brute_force(void) {
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
     double trie_seconds = 0, brute_seconds = 0;
-    int steps = 0, mismatches = 0;
+    int steps = 0, mismatches = 0, allows_mismatches = 0;
     for (size_t i = 0; i <= strlen(text); i++) {
         double t0 = now_seconds();
         const int count = token_mask_apply(trie, wrapped, both, &eos, 1, logits, masked, V, &scratch);
@@ -291,11 +293,18 @@ static void test_mask_equals_brute_force(void) {
         if (json_state_accepts(c, state)) allowed[eos] = true, expected++;
         for (int v = 0; v < V; v++)
             if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
+        // Greedy decoding's one-token check decides as the mask (every allowed token, every
+        // fifth of the others).
+        for (int v = 0; v < V; v++)
+            if ((allowed[v] || v % 5 == 0) &&
+                token_mask_allows(trie, wrapped, both, &eos, 1, v, &scratch) != (masked[v] > -INFINITY))
+                allows_mismatches++;
         EXPECT(count == expected, "after %zu bytes: %d tokens allowed, the brute force allows %d", i, count, expected);
         steps++;
         if (i < strlen(text)) EXPECT(json_state_feed(c, state, (uint8_t)text[i], state), "the text is accepted");
     }
     EXPECT(mismatches == 0, "%d tokens masked differently from the brute force", mismatches);
+    EXPECT(allows_mismatches == 0, "token_mask_allows differs from the mask for %d tokens", allows_mismatches);
     EXPECT(json_state_accepts(c, state), "the whole text is accepted");
     printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
            1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
@@ -478,6 +487,155 @@ static void test_generation_validates(void) {
     text_model_free(&tm);
 }
 
+// token_mask_pick_greedy on chosen logits under a regular expression: an allowed argmax is
+// taken, a refused one (or a tie whose first token is refused) sends the step to the mask,
+// a stop token only where the text is complete and stops are allowed, never a sampling row;
+// whenever it picks, its token is the masked logits' argmax.
+static int single_token(const Tokenizer *tok, const char *text) {
+    int *ids, n;
+    tokenizer_encode(tok, text, strlen(text), false, &ids, &n);
+    const int id = n == 1 ? ids[0] : -1;
+    free(ids);
+    return id;
+}
+
+static void test_pick_greedy_cases(void) {
+    Tokenizer *tok = NULL;
+    if (tokenizer_load(&tok, model_path) != 0) {
+        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
+        test_current_failures++;
+        return;
+    }
+    const int V = tokenizer_vocab_size(tok), eos = tokenizer_eos_id(tok);
+    const int yes = single_token(tok, "Yes"), no = single_token(tok, "No"), comma = single_token(tok, ",");
+    EXPECT(yes >= 0 && no >= 0 && comma >= 0, "Yes, No and , are single tokens");
+    TokenTrie *trie = token_trie_new(tok, V);
+    RegexConstraint *regex = NULL;
+    const char *pattern = "(Yes|No)(, [a-z]+)?";
+    EXPECT(regex_constraint_compile(&regex, pattern, strlen(pattern), NULL, "regex") == 0, "regex: %s", err_msg());
+    Constraint *c = constraint_from_regex(regex);
+    ConstraintState start, after_yes;
+    constraint_state_init(c, &start);
+    constraint_state_copy(c, &after_yes, &start);
+    EXPECT(constraint_state_feed_bytes(c, &after_yes, "Yes", 3), "Yes is a prefix");
+    float *logits = xcalloc((size_t)V, sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
+    TokenMaskScratch mask;
+    token_mask_scratch_init(&mask, trie);
+    SamplerScratch sampler_scratch;
+    sampler_scratch_init(&sampler_scratch, V);
+    const SamplerConfig greedy = {0, 0, 0}, sampling = {0.7f, 0, 0};
+    struct {
+        const ConstraintState *state;
+        int high[2]; // tokens given the highest logit (-1: none)
+        bool stops_allowed;
+        const SamplerConfig *sampler;
+        int want; // the token picked, or -1: the mask is needed
+    } picks[] = {
+        {&start, {yes, -1}, true, &greedy, yes},
+        {&start, {comma, -1}, true, &greedy, -1},                        // refused
+        {&start, {yes, -1}, true, &sampling, -1},                        // not greedy
+        {&start, {comma, no}, true, &greedy, comma < no ? -1 : no},      // a tie: the first maximum decides
+        {&after_yes, {eos, -1}, true, &greedy, eos},                     // complete: the stop token
+        {&after_yes, {eos, -1}, false, &greedy, -1},                     // min_new_tokens holds it back
+        {&after_yes, {comma, -1}, false, &greedy, comma},
+        {&start, {eos, -1}, true, &greedy, -1},                          // not complete yet
+    };
+    for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++) {
+        memset(logits, 0, (size_t)V * sizeof(float));
+        for (int h = 0; h < 2; h++)
+            if (picks[i].high[h] >= 0) logits[picks[i].high[h]] = 5.0f;
+        SampledToken picked = {.token = -7};
+        const bool took = token_mask_pick_greedy(trie, c, picks[i].state, &eos, 1, picks[i].stops_allowed, logits, V,
+                                                 picks[i].sampler, &sampler_scratch, &mask, &picked);
+        EXPECT(took == (picks[i].want >= 0) && (!took || picked.token == picks[i].want),
+               "case %zu: %s token %d, want %d", i, took ? "picked" : "no", picked.token, picks[i].want);
+        if (took) { // the masked argmax, stops held back as the caller would
+            token_mask_apply(trie, c, picks[i].state, &eos, picks[i].stops_allowed ? 1 : 0, logits, masked, V, &mask);
+            const SampledToken best = sampler_pick(masked, V, &greedy, 0.0, &sampler_scratch);
+            EXPECT(best.token == picked.token, "case %zu: picked %d, the masked argmax is %d", i, picked.token, best.token);
+        }
+    }
+    sampler_scratch_free(&sampler_scratch);
+    token_mask_scratch_free(&mask);
+    free(logits), free(masked);
+    constraint_free(c);
+    token_trie_free(trie);
+    tokenizer_free(tok);
+}
+
+// Greedy rows check their raw argmax against the constraint before masking the vocabulary
+// (token_mask_pick_greedy): their tokens, log-probs and top alternatives must be those of
+// masking every step, under a JSON Schema, a regular expression and a GBNF grammar, with
+// min_new_tokens (the stop tokens held back) and a sampling row in the same batch.
+static bool rows_equal(const GeneratedRow *a, const GeneratedRow *b) {
+    const size_t n = (size_t)a->length, top = (size_t)a->length * (size_t)a->top_count;
+    return a->length == b->length && a->stop == b->stop && a->top_count == b->top_count &&
+           !memcmp(a->tokens, b->tokens, n * sizeof(int)) && !memcmp(a->logprobs, b->logprobs, n * sizeof(float)) &&
+           !memcmp(a->sampling_logprobs, b->sampling_logprobs, n * sizeof(float)) &&
+           !memcmp(a->top_tokens, b->top_tokens, top * sizeof(int)) &&
+           !memcmp(a->top_logprobs, b->top_logprobs, top * sizeof(float));
+}
+
+static void test_greedy_short_cut_is_the_masked_argmax(void) {
+    TextModel tm;
+    if (!load_real_model(&tm)) return;
+    const int V = tm.model.config.vocab_size;
+    TokenTrie *trie = token_trie_new(tm.tokenizer, V);
+    const char *question = "<|im_start|>user\nDescribe a person in one line.<|im_end|>\n<|im_start|>assistant\n";
+    int *prompt, length;
+    tokenizer_encode(tm.tokenizer, question, strlen(question), false, &prompt, &length);
+    RegexConstraint *regex = NULL;
+    const char *pattern = "[A-Z][a-z]+ is [0-9]{1,2} years old(, and [a-z ]+)?\\.";
+    EXPECT(regex_constraint_compile(&regex, pattern, strlen(pattern), NULL, "regex") == 0, "regex: %s", err_msg());
+    GrammarConstraint *grammar = NULL;
+    const char *gbnf = "root ::= \"Name: \" [A-Z] [a-z]+ \"\\nTraits:\" (\" \" [a-z]+ \",\")+ \" done.\"\n";
+    EXPECT(grammar_constraint_compile(&grammar, gbnf, strlen(gbnf), "grammar") == 0, "grammar: %s", err_msg());
+    Constraint *constraints[3] = {
+        constraint_from_json(compile_text("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+                                          "\"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"age\"]}")),
+        constraint_from_regex(regex), constraint_from_grammar(grammar)};
+    const char *names[3] = {"schema", "regex", "grammar"};
+    enum { ROWS = 3, MAX_NEW = 24 };
+    const int *prompts[ROWS] = {prompt, prompt, prompt};
+    int lengths[ROWS] = {length, length, length};
+    // Rows 0 and 2 greedy, row 1 sampling.
+    SamplerConfig samplers[ROWS] = {{0, 0, 0}, {0.9f, 40, 0.95f}, {0, 0, 0}};
+    for (int c = 0; c < 3; c++) {
+        for (int min_new = 0; min_new <= 12 && constraints[c]; min_new += 12) {
+            GeneratedRow short_cut[ROWS], masked[ROWS];
+            for (int mask_every_token = 0; mask_every_token <= 1; mask_every_token++) {
+                GenerateOptions options = {.max_new_tokens = MAX_NEW,
+                                           .min_new_tokens = min_new,
+                                           .seed = 5,
+                                           .stop_tokens = tm.stop_tokens,
+                                           .num_stop_tokens = tm.num_stop_tokens,
+                                           .row_samplers = samplers,
+                                           .top_logprobs = 3,
+                                           .constraint = constraints[c],
+                                           .token_trie = trie,
+                                           .mask_every_token = mask_every_token};
+                generate(&tm.model, prompts, lengths, NULL, ROWS, &options, mask_every_token ? masked : short_cut, NULL);
+            }
+            for (int b = 0; b < ROWS; b++) {
+                EXPECT(rows_equal(&short_cut[b], &masked[b]),
+                       "%s, min_new_tokens %d, row %d: the short cut's %d tokens differ from masking every step's %d",
+                       names[c], min_new, b, short_cut[b].length, masked[b].length);
+                if (b == 0 && min_new == 0) {
+                    size_t n;
+                    char *text = tokenizer_decode_len(tm.tokenizer, short_cut[b].tokens, short_cut[b].length, true, &n);
+                    printf("greedy under the %s: %s\n", names[c], text);
+                    free(text);
+                }
+                generated_row_free(&short_cut[b]), generated_row_free(&masked[b]);
+            }
+        }
+        constraint_free(constraints[c]);
+    }
+    free(prompt);
+    token_trie_free(trie);
+    text_model_free(&tm);
+}
+
 // Continuous batching with a different constraint per sequence (json_object, a schema,
 // none), the constrained ones beside an unconstrained one and two choices of one request:
 // each sequence's tokens are those generate() gives it alone with its constraint.
@@ -509,8 +667,10 @@ static void test_continuous_batch_per_sequence_constraints(void) {
     Constraint *object_wrapped = constraint_from_json(object), *schema_wrapped = constraint_from_json(schema);
     const Constraint *wrapped[N] = {object_wrapped, NULL, schema_wrapped, schema_wrapped};
     SequenceOptions sequences[N];
+    // Sequence 3 is greedy: its steps take the short cut (token_mask_pick_greedy), which
+    // generate() below, masking every step, must agree with.
     for (int j = 0; j < N; j++)
-        sequences[j] = (SequenceOptions){.sampler = {0.8f, 40, 0.95f},
+        sequences[j] = (SequenceOptions){.sampler = {j == 3 ? 0.0f : 0.8f, 40, 0.95f},
                                          .seed = 11,
                                          .row_id = (uint64_t)j << 40,
                                          .max_new_tokens = MAX_NEW,
@@ -537,7 +697,8 @@ static void test_continuous_batch_per_sequence_constraints(void) {
                                  .stop_tokens = tm.stop_tokens,
                                  .num_stop_tokens = tm.num_stop_tokens,
                                  .constraint = wrapped[j],
-                                 .token_trie = trie};
+                                 .token_trie = trie,
+                                 .mask_every_token = true};
         const int *prompts[1] = {prompt};
         GeneratedRow want;
         generate(&tm.model, prompts, &length, &sequences[j].row_id, 1, &alone, &want, NULL);
@@ -566,6 +727,8 @@ int main(void) {
     RUN(test_tool_call_syntax);
     RUN(test_refusals);
     RUN(test_mask_equals_brute_force);
+    RUN(test_pick_greedy_cases);
+    RUN(test_greedy_short_cut_is_the_masked_argmax);
     RUN(test_continuous_batch_per_sequence_constraints);
     RUN(test_generation_validates);
     TEST_EXIT();

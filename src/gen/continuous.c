@@ -520,8 +520,14 @@ static void decode_step(ContinuousBatch *batch) {
         const float *logits = batch->logits + (long)r * V;
         const double u = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
         SampledToken picked;
-        if (sequence->json) {
-            const Constraint *constraint = sequence->options.constraint;
+        const Constraint *constraint = sequence->options.constraint;
+        if (sequence->json &&
+            token_mask_pick_greedy(options->token_trie, constraint, sequence->json, options->stop_tokens,
+                                   options->num_stop_tokens, true, logits, V, &sequence->options.sampler,
+                                   &sequence->scratch, &sequence->mask, &picked)) {
+            picked.logprob = sampler_logprob(logits, V, picked.token); // as on the masked path
+            token_mask_advance(options->token_trie, constraint, sequence->json, picked.token);
+        } else if (sequence->json) {
             const int allowed = token_mask_apply(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                                  options->num_stop_tokens, logits, sequence->masked, V, &sequence->mask);
             if (allowed > 0) {

@@ -195,7 +195,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
-            if (options->constraint) {
+            if (options->constraint &&
+                !options->mask_every_token &&
+                token_mask_pick_greedy(options->token_trie, options->constraint, &json[b], options->stop_tokens,
+                                       options->num_stop_tokens, step >= options->min_new_tokens, row_logits, V,
+                                       sampler, &scratch[b], &mask[b], &picked)) {
+                picked.logprob = log_softmax_at(row_logits, V, picked.token); // as on the masked path
+                token_mask_advance(options->token_trie, options->constraint, &json[b], picked.token);
+            } else if (options->constraint) {
                 float *masked = masked_logits + (long)b * V;
                 int allowed = token_mask_apply(options->token_trie, options->constraint, &json[b], options->stop_tokens,
                                                options->num_stop_tokens, row_logits, masked, V, &mask[b]);

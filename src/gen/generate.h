@@ -57,6 +57,10 @@ typedef struct {
     // vocabulary's). The reported log-probs stay the model's own.
     const Constraint *constraint;
     const TokenTrie *token_trie;
+    // A greedy row's step first checks its raw argmax against the constraint and masks the
+    // whole vocabulary only when that token is refused (token_mask_pick_greedy: the same
+    // token either way). true: mask every step, for the tests and benchmarks that compare.
+    bool mask_every_token;
 } GenerateOptions;
 
 // Where the time went (optional output of generate).

@@ -146,6 +146,35 @@ int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const 
     return allowed;
 }
 
+bool token_mask_allows(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
+                       const int *stop_tokens, int num_stop_tokens, int token, TokenMaskScratch *scratch) {
+    if (token < 0 || token >= trie->vocab_size) return false;
+    if (trie->bytes[token]) {
+        // The trie walk keeps a token when every prefix of its bytes is alive: feeding them
+        // one by one from the same state decides the same.
+        ConstraintState *after = &scratch->levels[0];
+        constraint_state_copy(constraint, after, state);
+        if (constraint_state_feed_bytes(constraint, after, trie->bytes[token], trie->lengths[token])) return true;
+    }
+    for (int s = 0; s < num_stop_tokens; s++)
+        if (stop_tokens[s] == token) return constraint_state_accepts(constraint, state);
+    return false;
+}
+
+bool token_mask_pick_greedy(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
+                            const int *stop_tokens, int num_stop_tokens, bool stops_allowed, const float *logits,
+                            int V, const SamplerConfig *sampler, SamplerScratch *sampler_scratch,
+                            TokenMaskScratch *scratch, SampledToken *picked) {
+    if (sampler->temperature > 0.0f) return false;
+    const SampledToken best = sampler_pick(logits, V, sampler, 0.0, sampler_scratch);
+    if (!stops_allowed)
+        for (int s = 0; s < num_stop_tokens; s++)
+            if (stop_tokens[s] == best.token) return false;
+    if (!token_mask_allows(trie, constraint, state, stop_tokens, num_stop_tokens, best.token, scratch)) return false;
+    *picked = best;
+    return true;
+}
+
 bool token_mask_advance(const TokenTrie *trie, const Constraint *constraint, ConstraintState *state, int token) {
     if (token < 0 || token >= trie->vocab_size || !trie->bytes[token]) return true;
     return constraint_state_feed_bytes(constraint, state, trie->bytes[token], trie->lengths[token]);

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "gen/constraint.h"
+#include "gen/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct TokenTrie TokenTrie;
@@ -36,6 +37,22 @@ void token_mask_scratch_free(TokenMaskScratch *scratch);
 int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                      const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
                      TokenMaskScratch *scratch);
+// Whether token_mask_apply would keep `token` (the same rule for one token: its bytes are
+// a live continuation, or it is a stop token where the text is complete), without walking
+// the vocabulary. Greedy decoding checks its raw argmax with this first: when that token
+// is allowed it is also the masked argmax, and the whole mask is not needed.
+bool token_mask_allows(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
+                       const int *stop_tokens, int num_stop_tokens, int token, TokenMaskScratch *scratch);
+// A greedy row's token without the whole mask: the raw logits' argmax (sampler_pick's first
+// maximum) when the constraint allows it, for then it is also the masked logits' argmax,
+// ties included. False, with *picked unset, when the mask is needed after all: a sampling
+// row (temperature > 0), a refused argmax, or a stop token while !stops_allowed (the
+// caller's min_new_tokens). *picked's logprob is sampler_pick's; callers overwrite it
+// with the model's own as on the masked path.
+bool token_mask_pick_greedy(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
+                            const int *stop_tokens, int num_stop_tokens, bool stops_allowed, const float *logits,
+                            int V, const SamplerConfig *sampler, SamplerScratch *sampler_scratch,
+                            TokenMaskScratch *scratch, SampledToken *picked);
 // The state after `token`'s bytes (a stop token or a token without bytes: unchanged).
 // False when they are refused.
 bool token_mask_advance(const TokenTrie *trie, const Constraint *constraint, ConstraintState *state, int token);
