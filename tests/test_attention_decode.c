@@ -8,8 +8,8 @@
 //    same order), the extension within 2e-5 absolute (its sums run in another order).
 // GQA ratios 1, 3, 4, 8 and 10 (over 8: the group is taken 8 heads at a time); head
 // sizes 64 and 128, 80 (a tail of 16 past the 64-lane blocks) and 24 (Qwen3's fixture: one
-// short Q8_0 block, no whole vector of 64); contexts 1, 31, 32, 33 and 1000 (around the
-// extension's key tiles of 32); three rows, left-padded as the batch decode pads them
+// short Q8_0 block, no whole vector of 64); contexts 1, 31, 32, 33, 100 and 1000 (around
+// the extension's key tiles of 32, past the decode step's key blocks of 256); three rows, left-padded as the batch decode pads them
 // (rows starting at slot 0, halfway and at the last slot). Queries spread to +-6 and keys
 // to +-1.5, so the softmaxes are sharp.
 #include <math.h>
@@ -34,8 +34,8 @@ static float *random_floats(long n, float lo, float hi) {
 
 static const int gqa_ratios[] = {1, 3, 4, 8, 10};
 static const int head_dims[] = {64, 128, 80, 24};
-static const int contexts[] = {1, 31, 32, 33, 1000};
-enum { RATIOS = 5, HEAD_DIMS = 4, CONTEXTS = 5, TYPES = 3, KV_HEADS = 2, ROWS = 3 };
+static const int contexts[] = {1, 31, 32, 33, 100, 1000};
+enum { RATIOS = 5, HEAD_DIMS = 4, CONTEXTS = 6, TYPES = 3, KV_HEADS = 2, ROWS = 3 };
 static const char *type_names[] = {"f32", "f16", "q8_0"};
 
 // A cache of `type` holding keys or values x ([ROWS * capacity, kv_width] floats), and the
@@ -141,6 +141,16 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
     free(out), free(per_head), free(want);
 }
 
+// Whether a shape is checked: every one whose context holds its T queries, except that the
+// longest context takes extensions of more than 2 queries at the GQA ratio 3 only (an odd
+// group). Those extensions cost T x 1000 per head in the double reference, nearly all of
+// the test's time (most of it under the sanitizers); context 100 already takes them at
+// every ratio, the groups over 8 included, across four key tiles.
+static bool shape_is_checked(int T, int ratio, int context) {
+    if (T > context) return false;
+    return !(context == 1000 && T > 2 && ratio != 3);
+}
+
 // Every shape above, for each cache type, with T new queries per row for each T of
 // `lengths` that the context holds: within 2e-5 of the reference; the outputs of T = 1
 // equal to the per-head kernel's bit for bit, the others within 2e-5 of them.
@@ -152,7 +162,7 @@ static void check_all_shapes(bool extend, const char *op, const int *lengths, in
             for (int d = 0; d < HEAD_DIMS; d++)
                 for (int c = 0; c < CONTEXTS; c++)
                     for (int l = 0; l < n_lengths; l++)
-                        if (lengths[l] <= contexts[c])
+                        if (shape_is_checked(lengths[l], gqa_ratios[r], contexts[c]))
                             check_shape(extend, lengths[l], gqa_ratios[r], head_dims[d], contexts[c],
                                         (CacheElementType)type, &worst_reference, &worst_per_head, &mismatches);
         printf("# %s %s: %.3g from the double reference, %.3g from the per-head kernel\n", op, type_names[type],
