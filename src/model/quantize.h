@@ -69,8 +69,8 @@ int quantize_type_check(const char *type, const char *option);
 // Quantizes a loaded model's linear layers and LM head to `type` and releases their
 // float32 copies; "none" (or NULL) does nothing. The model must have no gradients. On the
 // CPU the float32 pages are given back; on the GPU (ops/cuda) each weight is quantized from
-// a host copy, its blocks go to device memory and its float32 copy there is zeroed (the
-// buffer keeps its size: not yet released). Returns 0, or -1 with err_set() (the model
+// a host copy of the buffer, its blocks go to device memory and the buffer is made again
+// without its float32 slot (quantized_unstore). Returns 0, or -1 with err_set() (the model
 // unchanged).
 int model_quantize(Model *model, const char *type);
 
@@ -81,6 +81,15 @@ int model_quantize(Model *model, const char *type);
 // and puts the blocks in the model's backend memory.
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry, float *weight);
+// On a backend other than the CPU, once every quantized entry has its blocks: marks those
+// entries stored nowhere (ParamEntry.stored = -1) and replaces model->params by a buffer of the
+// remaining entries only (table.stored_total floats, zeros; the caller fills it with
+// model_params_to_device), so a quantized weight takes no float32 memory there, as on the CPU,
+// whose given-back pages keep the table's layout. Gradients and AdamW moments cover the
+// trainable tail only (LoRA adapters, a value head), so they never had slots for the quantized
+// base, and the CUDA backend's bf16 weight cache holds only weights that a float matmul read.
+// Nothing on the CPU.
+void quantized_unstore(Model *model);
 // Moves a matrix whose arrays are host memory from ops_cpu.alloc into `ops`' memory (nothing
 // on the CPU): for model/bnb_checkpoint.h, which reads a file's blocks on the host.
 void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
