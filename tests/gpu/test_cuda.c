@@ -969,6 +969,24 @@ static void test_quantized_ops(void) {
     }
 }
 
+// The relative error of mg's log-probs against mc's over B rows of T random tokens (inference:
+// each model's forward stays for model_last_logits).
+static double logprobs_error(Model *mc, Model *mg, int B, int T) {
+    const long N = (long)B * T;
+    int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
+    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc->config.vocab_size - 1));
+    for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
+    float *logp_c = xmalloc(N * sizeof(float)), *logp_g = xmalloc(N * sizeof(float));
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+    model_forward(mc, &batch);
+    model_logprobs(mc, targets, logp_c, NULL, NULL);
+    model_forward(mg, &batch);
+    model_logprobs(mg, targets, logp_g, NULL, NULL);
+    const double error = relative_error(logp_g, logp_c, N);
+    free(tokens), free(targets), free(logp_c), free(logp_g);
+    return error;
+}
+
 // Random values for every LoRA B matrix (zero at initialisation, which would leave the
 // adapters out of the forward), the same on both models.
 static void randomize_lora_b(Model *mc, Model *mg) {
@@ -1001,21 +1019,9 @@ static void test_quantized_models(void) {
         EXPECT(!strcmp(model_quantize_name(&mg), types[k]), "the GPU model is %s", model_quantize_name(&mg));
         mc.dequantized_matmuls = true;
 
-        const int B = 2, T = 40;
-        const long N = (long)B * T;
-        int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
-        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc.config.vocab_size - 1));
-        for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
-        float *logp_c = xmalloc(N * sizeof(float)), *logp_g = xmalloc(N * sizeof(float));
-        ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
-        model_forward(&mc, &batch);
-        model_logprobs(&mc, targets, logp_c, NULL, NULL);
-        model_forward(&mg, &batch);
-        model_logprobs(&mg, targets, logp_g, NULL, NULL);
-        double error = relative_error(logp_g, logp_c, N);
+        const double error = logprobs_error(&mc, &mg, 2, 40);
         printf("# %-10s quantized inference logp %.3e (tolerance %.0e)\n", types[k], error, TOL_MODEL);
         EXPECT(error <= TOL_MODEL, "%s quantized inference log-probs: %.3e", types[k], error);
-        free(tokens), free(targets), free(logp_c), free(logp_g);
 
         LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
         CHECK(model_add_lora(&mc, &lora, true, 3) == 0 && model_add_lora(&mg, &lora, true, 3) == 0, "%s", err_msg());
@@ -1066,18 +1072,8 @@ static void test_q4_k_m_model(void) {
     // The CPU's dequantized products: the GPU's forward_q8 is that product at any row count
     // (so is a CPU standing in, asked to be).
     mc.dequantized_matmuls = mg.dequantized_matmuls = true;
-    const int B = 2, T = 33;
-    const long N = (long)B * T;
-    int tokens[66], targets[66];
-    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc.config.vocab_size - 1));
-    for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
-    float logp_c[66], logp_g[66];
-    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
-    model_forward(&mc, &batch);
-    model_logprobs(&mc, targets, logp_c, NULL, NULL);
-    model_forward(&mg, &batch);
-    model_logprobs(&mg, targets, logp_g, NULL, NULL);
-    double error = relative_error(logp_g, logp_c, N);
+    const int B = 2;
+    double error = logprobs_error(&mc, &mg, B, 33); // the forward that model_last_logits reads
     printf("# q4_k_m logp %.3e (tolerance %.0e)\n", error, TOL_MODEL);
     EXPECT(error <= TOL_MODEL, "q4_k_m log-probs: %.3e", error);
     const long V = mc.config.vocab_size;
@@ -1115,6 +1111,13 @@ static void test_fixture_models_mma_attention(void) {
     ops_cuda_select_attention(previous);
 }
 
+static void run_quantized_weight_tests(void) {
+    RUN(test_quantized_ops);
+    RUN(test_quantized_models);
+    RUN(test_q4_k_m_model);
+    RUN(test_quantized_refusals_on_gpu);
+}
+
 int main(void) {
     // MARLHF_GPU_TEST_DEVICE=cpu (tests/gpu/run.sh's check of itself, on a machine without a
     // GPU): the CPU's table under another name stands in for the GPU, so the model code takes
@@ -1127,10 +1130,7 @@ int main(void) {
         standing_in.name = "cpu-standing-in-for-cuda";
         gpu = &standing_in;
         printf("# device: none (MARLHF_GPU_TEST_DEVICE=cpu: the CPU's ops standing in)\n");
-        RUN(test_quantized_ops);
-        RUN(test_quantized_models);
-        RUN(test_q4_k_m_model);
-        RUN(test_quantized_refusals_on_gpu);
+        run_quantized_weight_tests();
         printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
         TEST_EXIT();
     }
@@ -1161,10 +1161,7 @@ int main(void) {
     RUN(test_continuous_batch_on_gpu_chunked_prefill);
     RUN(test_continuous_batch_on_gpu_chunked_prefill_half_cache);
     RUN(test_q8_cache_refused_on_gpu);
-    RUN(test_quantized_ops);
-    RUN(test_quantized_models);
-    RUN(test_q4_k_m_model);
-    RUN(test_quantized_refusals_on_gpu);
+    run_quantized_weight_tests();
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }
