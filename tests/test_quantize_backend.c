@@ -31,7 +31,7 @@ static struct {
     size_t bytes;
 } live[MAX_BLOCKS];
 static int live_count;
-static size_t live_bytes;
+static size_t live_bytes, peak_bytes; // peak_bytes: the most live at once since a test reset it
 
 static void *counted_alloc(size_t bytes) {
     CHECK(live_count < MAX_BLOCKS, "more than %d live blocks", MAX_BLOCKS);
@@ -39,6 +39,7 @@ static void *counted_alloc(size_t bytes) {
     live[live_count].ptr = ptr, live[live_count].bytes = bytes;
     live_count++;
     live_bytes += bytes;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
     return ptr;
 }
 
@@ -240,16 +241,27 @@ static void check_memory(const char *path, bool assert_exact) {
     printf("# %s: the float32 model takes %zu bytes in the backend's memory\n", path, float_bytes);
     for (int k = 0; k < 4; k++) {
         for (int after = 0; after < 2; after++) {
+            peak_bytes = live_bytes;
             if (after) {
                 load(&model, path, &other, NULL);
                 CHECK(model_quantize(&model, weighed[k]) == 0, "%s", err_msg());
+                // The float model's buffer was given back before the blocks were made.
+                if (assert_exact)
+                    EXPECT(peak_bytes == float_bytes, "%s after loading: %zu bytes at the peak, the float model %zu",
+                           weighed[k], peak_bytes, float_bytes);
             } else {
                 load(&model, path, &other, weighed[k]);
+                // Quantized while loading, the float32 model never exists there: nothing more
+                // was held at any moment than the model holds at the end.
+                if (assert_exact)
+                    EXPECT(peak_bytes == live_bytes, "%s while loading: %zu bytes at the peak, %zu at the end", weighed[k],
+                           peak_bytes, live_bytes);
             }
             const long want = (long)float_bytes + expected_change(&model);
-            printf("# %s %-10s (%s): %zu bytes (%.3f of the float model's), expected %ld; %ld of %ld floats stored\n",
+            printf("# %s %-10s (%s): %zu bytes (%.3f of the float model's), expected %ld, peak %zu; %ld of %ld "
+                   "floats stored\n",
                    path, weighed[k], after ? "model_quantize" : "quantized while loading", live_bytes,
-                   (double)live_bytes / (double)float_bytes, want, model.table.stored_total, model.table.total);
+                   (double)live_bytes / (double)float_bytes, want, peak_bytes, model.table.stored_total, model.table.total);
             if (assert_exact)
                 EXPECT((long)live_bytes == want && live_bytes < float_bytes, "%s %s: %zu bytes, expected %ld",
                        weighed[k], after ? "after loading" : "while loading", live_bytes, want);

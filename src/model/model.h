@@ -167,6 +167,11 @@ typedef struct Model {
 // by writing model->params directly.
 void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                 bool with_value_head);
+// model_init without the weight buffer (model->params NULL, the weight views NULL): for a model
+// whose buffer is made once its layout is known (model_load of a quantized model off the CPU,
+// model/quantize.h quantized_unstore).
+void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                               bool with_value_head);
 void model_free(Model *model);
 // Makes the model trainable: allocates gradients (zeroed).
 void model_enable_grad(Model *model);

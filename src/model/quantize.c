@@ -218,10 +218,11 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
-// A tied LM head reads the embedding table: the head shares its quantized arrays.
+// A tied LM head reads the embedding table: the head shares its quantized arrays. (The table
+// says whether the head is tied: the weight views may not be bound yet, model_load off the CPU.)
 void quantized_share_tied_head(Model *model, const Q8Matrix *matrix) {
     ModelQuantized *quantized = model->quantized;
-    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
+    if (matrix == &quantized->embedding && model->has_lm_head && !param_table_find(&model->table, "lm_head.weight")) {
         quantized->lm_head = quantized->embedding;
         quantized->head_is_embedding = true;
     }
@@ -275,10 +276,13 @@ int model_quantize(Model *model, const char *type) {
             quantized_take(model, &model->table.entries[i], model->params + model->table.entries[i].offset);
         return 0;
     }
-    // Another backend's weights are quantized from a host copy of the buffer; the buffer is then
-    // made again without the quantized weights' float32 slots.
+    // Another backend's weights are quantized from a host copy of the buffer, which is then made
+    // again without the quantized weights' float32 slots. The old one goes first, so the float
+    // model and the blocks are never in the backend's memory together.
     float *host = xmalloc((size_t)model->table.total * sizeof(float));
     model_params_to_host(model, host, model->table.total);
+    model->ops->free(model->params);
+    model->params = NULL;
     for (int i = 0; i < model_base_entries(model); i++)
         quantized_take(model, &model->table.entries[i], host + model->table.entries[i].offset);
     quantized_unstore(model);

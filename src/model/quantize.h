@@ -83,9 +83,9 @@ int model_quantize(Model *model, const char *type);
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry, float *weight);
 // On a backend other than the CPU, once every quantized entry has its blocks: marks those
-// entries stored nowhere (ParamEntry.stored = -1) and replaces model->params by a buffer of the
-// remaining entries only (table.stored_total floats, zeros; the caller fills it with
-// model_params_to_device), so a quantized weight takes no float32 memory there, as on the CPU,
+// entries stored nowhere (ParamEntry.stored = -1) and replaces model->params (or NULL: a model
+// made by model_init_without_params) by a buffer of the remaining entries only
+// (table.stored_total floats, zeros; the caller fills it with model_params_to_device), so a quantized weight takes no float32 memory there, as on the CPU,
 // whose given-back pages keep the table's layout. Gradients and AdamW moments cover the
 // trainable tail only (LoRA adapters, a value head), so they never had slots for the quantized
 // base, and the CUDA backend's bf16 weight cache holds only weights that a float matmul read.

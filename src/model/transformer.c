@@ -17,14 +17,19 @@
 
 void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                 bool with_value_head) {
+    model_init_without_params(model, cfg, ops, with_lm_head, with_value_head);
+    model->params = ops->alloc((size_t)model->table.stored_total * sizeof(float));
+    param_views_bind_stored(&model->weights, &model->table, model->params, cfg->num_layers);
+}
+
+void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                               bool with_value_head) {
     memset(model, 0, sizeof *model);
     model->config = *cfg;
     model->ops = ops;
     model->has_lm_head = with_lm_head;
     model->has_value_head = with_value_head;
     param_table_build(&model->table, cfg, with_lm_head, with_value_head);
-    model->params = ops->alloc((size_t)model->table.stored_total * sizeof(float));
-    param_views_bind_stored(&model->weights, &model->table, model->params, cfg->num_layers);
     if (cfg->positions == POSITIONS_ROPE) {
         const size_t size = (size_t)(cfg->head_dim / 2) * sizeof(float);
         float *inv_freq = xmalloc(size);

@@ -114,8 +114,11 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         else safetensors_close(src.safetensors);
         return -1;
     }
-    model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
     bool quantize = quantize_requested(quantize_type);
+    // Off the CPU a quantized model's float32 buffer is made at the end, without the quantized
+    // weights (quantized_unstore): the float32 model never exists in the device's memory.
+    if (quantize && ops != &ops_cpu) model_init_without_params(model, &cfg, ops, options->with_lm_head, options->with_value_head);
+    else model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
     if ((bnb4 && bnb_check_rows(model, path) != 0) || (quantize && quantized_begin(model, quantize_type) != 0)) {
         model_free(model);
         if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
