@@ -108,10 +108,12 @@ int main(int argc, char **argv) {
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
-               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f}\n",
+               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
-               omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model));
+               omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
+               // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU
+               (double)model.table.stored_total * sizeof(float) / 1e6);
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

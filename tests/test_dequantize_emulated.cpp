@@ -3,8 +3,15 @@
 // ops/nf4.c through quant_dequantize_rows): every value of a bf16 tile must be the bf16 of
 // the CPU's float, bit for bit, and the quantized token lookup must equal the CPU op's floats
 // bit for bit. Q8_0, Q4_0, NF4 with float scales and with double-quantized scales (several
-// second-level blocks), bitsandbytes' FP4 code book; ragged row counts, tiles that start
-// past row 0, one to ten blocks a row. tests/gpu/test_cuda.c checks the same kernels on a GPU.
+// second-level blocks), bitsandbytes' FP4 code book; the Q4_K_M mix's Q4_K and Q6_K (the GGUF
+// writer's blocks, and rows of random bytes under random half-float scales, subnormal ones
+// included: every code and scale bit pattern) and Q5_0 (random codes, fifth bits and scales),
+// against io/gguf_dequant.c and ops/q5.c; ragged row counts, tiles that start past row 0, one to
+// ten blocks a row. And the decode product (matvec_quantized.cuh, 1 to 8 input rows) of each type
+// against the CPU's float product of the dequantized weights (ops_cpu.matmul_forward_dequantized),
+// within 1e-5 of sum |x| |w| per output: only the order of the fp32 sums differs.
+// tests/gpu/test_cuda.c checks the same kernels on a GPU.
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +19,14 @@
 #include <vector>
 
 extern "C" {
+#include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/ops.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
 }
 #include "ops/cuda/dequantize.cuh"
+#include "ops/cuda/matvec_quantized.cuh"
 #include "test.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -29,8 +38,19 @@ static float random_float(float scale) {
     return scale * (2.0f * (float)((r >> 40) * (1.0 / 16777216.0)) - 1.0f);
 }
 
-enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE };
-static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book"};
+enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE, Q4_K, Q6_K, Q5_0 };
+static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book", "q4_k", "q6_k", "q5_0"};
+
+static uint32_t random_bits(void) { return (uint32_t)((random_float(1.0f) + 1.0f) * 2147483647.0f); }
+
+// A random finite half float (any sign and exponent but the all-ones one), every fourth one
+// subnormal (exponent 0: gguf_f16_to_f32's other branch).
+static void random_half(uint8_t *p) {
+    static int calls;
+    const uint32_t bits = random_bits();
+    const uint32_t exponent = calls++ % 4 == 0 ? 0 : bits % 31, h = (bits >> 8 & 0x8000u) | exponent << 10 | (bits >> 12 & 0x3ffu);
+    p[0] = (uint8_t)(h & 0xff), p[1] = (uint8_t)(h >> 8);
+}
 
 // A [rows, cols] matrix of weights of varied magnitude per row (so block scales differ, and
 // double quantization has scales spread over its map), quantized by the CPU code.
@@ -41,6 +61,30 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
         for (int c = 0; c < cols; c++) weights[(size_t)r * cols + c] = random_float(magnitude);
     }
     Q8Matrix m = {};
+    if (kind == Q4_K || kind == Q6_K) {
+        // The GGUF writer's blocks; every third row then random bytes under random scales.
+        const QuantType type = kind == Q4_K ? QUANT_Q4_K : QUANT_Q6_K;
+        kquant_quantize_matrix(&m, type, weights.data(), rows, cols, malloc);
+        const long row_bytes = kquant_row_bytes(type, cols), block_bytes = kind == Q4_K ? KQ_Q4_K_BYTES : KQ_Q6_K_BYTES;
+        for (int r = 1; r < rows; r += 3)
+            for (long b = 0; b < cols / KQ_BLOCK; b++) {
+                uint8_t *block = m.blocks + r * row_bytes + b * block_bytes;
+                for (long i = 0; i < block_bytes; i++) block[i] = (uint8_t)random_bits();
+                if (kind == Q4_K) random_half(block), random_half(block + 2); // d, dmin
+                else random_half(block + 208);                                // d
+            }
+        return m;
+    }
+    if (kind == Q5_0) {
+        m.rows = rows, m.cols = cols, m.type = QUANT_Q5_0;
+        const long blocks = (long)rows * cols / Q8_BLOCK;
+        m.nibbles = (uint8_t *)malloc((size_t)rows * cols / 2);
+        m.scales = (float *)malloc((size_t)blocks * sizeof(float));
+        m.high_bits = (uint32_t *)malloc((size_t)blocks * sizeof(uint32_t));
+        for (long i = 0; i < (long)rows * cols / 2; i++) m.nibbles[i] = (uint8_t)random_bits();
+        for (long k = 0; k < blocks; k++) m.scales[k] = random_float(0.01f), m.high_bits[k] = random_bits();
+        return m;
+    }
     if (kind == Q8_0 || kind == Q4_0) {
         m.rows = rows, m.cols = cols, m.type = kind == Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0;
         m.values = (int8_t *)calloc((size_t)rows * cols, 1);
@@ -59,7 +103,7 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
 }
 
 static void free_matrix(Q8Matrix *m) {
-    free(m->values), free(m->scales), free(m->scale_codes), free(m->scale_absmax);
+    free(m->values), free(m->scales), free(m->scale_codes), free(m->scale_absmax), free(m->high_bits);
 }
 
 static uint16_t bits(bf16 x) { return x.bits; }
@@ -105,6 +149,10 @@ static void test_q4_0_tiles(void) { check_kind(Q4_0, {{1, 32}, {37, 96}, {70, 32
 static void test_nf4_single_tiles(void) { check_kind(NF4_SINGLE, {{1, 64}, {37, 192}, {70, 640}}); }
 static void test_nf4_double_tiles(void) { check_kind(NF4_DOUBLE, {{1, 64}, {70, 320}, {101, 640}}); }
 static void test_fp4_code_book_tiles(void) { check_kind(FP4_DOUBLE, {{37, 192}}); }
+// K-quants: one, two and three super-blocks a row.
+static void test_q4_k_tiles(void) { check_kind(Q4_K, {{1, 256}, {37, 512}, {20, 768}}); }
+static void test_q6_k_tiles(void) { check_kind(Q6_K, {{1, 256}, {37, 512}, {20, 768}}); }
+static void test_q5_0_tiles(void) { check_kind(Q5_0, {{1, 32}, {37, 96}, {70, 320}}); }
 
 // The quantized token table: the kernel's floats against ops_cpu's embedding_forward_q8
 // (repeated tokens, a scale, with and without learned positions).
@@ -137,6 +185,48 @@ static void test_quantized_embedding(void) {
     check_embedding(Q8_0, 50, 96);
     check_embedding(Q4_0, 50, 96);
     check_embedding(NF4_DOUBLE, 50, 128);
+    check_embedding(Q4_K, 50, 512);
+    check_embedding(Q6_K, 50, 256);
+    check_embedding(Q5_0, 50, 96);
+}
+
+// out[M, OC] = x . W^T + bias by the decode kernel, against the CPU op on the same blocks.
+static void check_matvec(Kind kind, int M, int IC, int OC, bool with_bias) {
+    Q8Matrix m = quantized_matrix(kind, OC, IC);
+    const dequantize::Weights w = dequantize::weights_for(&m, nf4_dynamic_map());
+    std::vector<float> x((size_t)M * IC), bias((size_t)OC), got((size_t)M * OC, NAN), want((size_t)M * OC);
+    for (float &v : x) v = random_float(1.0f);
+    for (float &v : bias) v = random_float(0.5f);
+    const float *b = with_bias ? bias.data() : NULL;
+    emulation::launch({matvec::blocks_for(OC), 1, 1}, matvec::THREADS, 0,
+                      [&] { matvec::kernel(got.data(), x.data(), w, b, M, IC, OC); });
+    ops_cpu.matmul_forward_dequantized(want.data(), x.data(), &m, b, M, IC, OC);
+    std::vector<float> dequantized((size_t)OC * IC);
+    quant_dequantize_rows(&m, 0, OC, dequantized.data());
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int o = 0; o < OC; o++) {
+            double magnitude = 0; // sum |x| |w|: the scale of the sum's rounding
+            for (int c = 0; c < IC; c++) magnitude += fabs((double)x[(size_t)i * IC + c] * dequantized[(size_t)o * IC + c]);
+            const double error = fabs((double)got[(size_t)i * OC + o] - want[(size_t)i * OC + o]);
+            worst = fmax(worst, error / (1e-5 * magnitude + 1e-30));
+        }
+    printf("# matvec %-14s M %d IC %4d OC %3d%s: worst error %.3g of the 1e-5 bound\n", kind_names[kind], M, IC, OC,
+           with_bias ? " + bias" : "", worst);
+    EXPECT(worst <= 1.0, "matvec %s M %d IC %d OC %d: error %.3g of the bound", kind_names[kind], M, IC, OC, worst);
+    free_matrix(&m);
+}
+
+// Every type; one, three and eight input rows; rows of one block to many (the lanes' 256-value
+// strides: IC below, at and above it); a column count the 4 warps of a block do not divide.
+static void test_matvec(void) {
+    for (int kind = Q8_0; kind <= Q5_0; kind++) {
+        const bool kquant = kind == Q4_K || kind == Q6_K, nf4 = kind == NF4_SINGLE || kind == NF4_DOUBLE || kind == FP4_DOUBLE;
+        const int small = kquant ? 256 : nf4 ? 64 : 32, large = kquant ? 768 : nf4 ? 640 : 320;
+        check_matvec((Kind)kind, 1, small, 5, true);
+        check_matvec((Kind)kind, 3, large, 6, false);
+        check_matvec((Kind)kind, 8, large, 9, true);
+    }
 }
 
 int main(void) {
@@ -145,6 +235,10 @@ int main(void) {
     RUN(test_nf4_single_tiles);
     RUN(test_nf4_double_tiles);
     RUN(test_fp4_code_book_tiles);
+    RUN(test_q4_k_tiles);
+    RUN(test_q6_k_tiles);
+    RUN(test_q5_0_tiles);
     RUN(test_quantized_embedding);
+    RUN(test_matvec);
     TEST_EXIT();
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "io/fs.h"
@@ -17,9 +18,40 @@
 #include "model/quantize.h"
 #include "model/weights_io.h"
 #include "ops/q4.h"
+#include "q4_k_m_model.h"
 #include "test.h"
 
 static OpsBackend other;
+
+// The bytes `other` holds: its alloc and free keep a list of live blocks (the CPU's memory under
+// another name), so a test can weigh what a model takes in a backend's memory.
+enum { MAX_BLOCKS = 8192 };
+static struct {
+    void *ptr;
+    size_t bytes;
+} live[MAX_BLOCKS];
+static int live_count;
+static size_t live_bytes, peak_bytes; // peak_bytes: the most live at once since a test reset it
+
+static void *counted_alloc(size_t bytes) {
+    CHECK(live_count < MAX_BLOCKS, "more than %d live blocks", MAX_BLOCKS);
+    void *ptr = ops_cpu.alloc(bytes);
+    live[live_count].ptr = ptr, live[live_count].bytes = bytes;
+    live_count++;
+    live_bytes += bytes;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+    return ptr;
+}
+
+static void counted_free(void *ptr) {
+    if (!ptr) return;
+    int i = 0;
+    while (i < live_count && live[i].ptr != ptr) i++;
+    CHECK(i < live_count, "host-as-device free of %p, which it did not allocate", ptr);
+    live_bytes -= live[i].bytes;
+    live[i] = live[--live_count];
+    ops_cpu.free(ptr);
+}
 static const char *const types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
 static const char *const tiny = "tests/fixtures/models/tiny_chat";
 
@@ -122,9 +154,15 @@ static void test_qlora_adapters_and_save(void) {
         for (int i = 0; i < mc.table.count; i++) {
             const ParamEntry *e = &mc.table.entries[i];
             if (!strstr(e->name, ".lora_B.")) continue;
-            for (long j = 0; j < e->numel; j++) mc.params[e->offset + j] = mo.params[e->offset + j] = 1e-3f * (float)(j % 7);
+            const long stored = mo.table.entries[i].stored; // its place in the other backend's smaller buffer
+            for (long j = 0; j < e->numel; j++) mc.params[e->offset + j] = mo.params[stored + j] = 1e-3f * (float)(j % 7);
         }
         expect_same_logprobs(types[k], &mc, &mo);
+        // The trainable tail (what AdamW updates, where a saved adapter is read back) is the
+        // adapters in the smaller buffer too.
+        EXPECT(model_trainable_params(&mo) == mo.weights.layers[0].lora_a[LORA_Q] &&
+                   model_trainable_params(&mc) == mc.weights.layers[0].lora_a[LORA_Q],
+               "%s: the trainable tail is not where the first adapter is", types[k]);
         char dir_c[256], dir_o[256], file_c[300], file_o[300];
         snprintf(dir_c, sizeof dir_c, "%s/marlhf_qbackend_XXXXXX", root);
         snprintf(dir_o, sizeof dir_o, "%s/marlhf_qbackend_XXXXXX", root);
@@ -156,12 +194,151 @@ static void test_bitsandbytes_checkpoint(void) {
     model_free(&mo);
 }
 
+// The bytes of a quantized matrix's arrays, from its type's block layout (ops/ops.h).
+static size_t block_bytes(const Q8Matrix *m) {
+    const size_t n = (size_t)m->rows * (size_t)m->cols;
+    if (m->type == QUANT_Q8_0) return n + n / 32 * sizeof(float);                  // int8 values, a scale per 32
+    if (m->type == QUANT_Q4_0) return n / 2 + n / 32 * sizeof(float);              // nibbles, a scale per 32
+    if (m->type == QUANT_Q5_0) return n / 2 + n / 32 * (sizeof(float) + 4);        // and a word of fifth bits per 32
+    if (m->type == QUANT_Q4_K) return n / 256 * 144;                                // the file's super-blocks
+    if (m->type == QUANT_Q6_K) return n / 256 * 210;
+    CHECK(m->type == QUANT_NF4, "type %d not weighed here", (int)m->type);
+    if (m->scales) return n / 2 + n / 64 * sizeof(float);                          // nibbles, a scale per 64
+    return n / 2 + n / 64 + (n / 64 + 255) / 256 * sizeof(float);                  // a code per 64, an absmax per 256 codes
+}
+
+// What `model` holds beyond the float model: -4 bytes per float of every quantized weight (no
+// float32 slot), plus its blocks (a tied head's shared ones once).
+static long expected_change(const Model *model) {
+    long change = 0;
+    const void *counted[2] = {NULL, NULL};
+    for (int i = 0; i < model_base_entries(model); i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        const Q8Matrix *m = quantized_matrix(model, e);
+        if (!m) continue;
+        change -= e->numel * (long)sizeof(float);
+        if (m->values == counted[0] || m->values == counted[1]) continue;
+        change += (long)block_bytes(m);
+        if (!counted[0]) counted[0] = m->values;
+        else counted[1] = m->values;
+    }
+    return change;
+}
+
+// A quantized model in another backend's memory takes its blocks and its float32 tensors only:
+// the bytes allocated through the backend after loading are the float model's, less 4 per
+// quantized weight, plus the blocks -- when quantized while loading, after loading
+// (model_quantize), and under QLoRA adapters (the adapters' floats more). On the CPU the table
+// keeps its layout (stored_total == total; the pages are given back instead).
+// MARLHF_QBACKEND_MODEL=path also reports that model's figures (SmolLM2, for the docs).
+static void check_memory(const char *path, bool assert_exact) {
+    const char *weighed[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    Model model;
+    load(&model, path, &other, NULL);
+    const size_t float_bytes = live_bytes;
+    model_free(&model);
+    EXPECT(live_bytes == 0 && live_count == 0, "%zu bytes left in %d blocks after model_free", live_bytes, live_count);
+    printf("# %s: the float32 model takes %zu bytes in the backend's memory\n", path, float_bytes);
+    for (int k = 0; k < 4; k++) {
+        for (int after = 0; after < 2; after++) {
+            peak_bytes = live_bytes;
+            if (after) {
+                load(&model, path, &other, NULL);
+                CHECK(model_quantize(&model, weighed[k]) == 0, "%s", err_msg());
+                // The float model's buffer was given back before the blocks were made.
+                if (assert_exact)
+                    EXPECT(peak_bytes == float_bytes, "%s after loading: %zu bytes at the peak, the float model %zu",
+                           weighed[k], peak_bytes, float_bytes);
+            } else {
+                load(&model, path, &other, weighed[k]);
+                // Quantized while loading, the float32 model never exists there: nothing more
+                // was held at any moment than the model holds at the end.
+                if (assert_exact)
+                    EXPECT(peak_bytes == live_bytes, "%s while loading: %zu bytes at the peak, %zu at the end", weighed[k],
+                           peak_bytes, live_bytes);
+            }
+            const long want = (long)float_bytes + expected_change(&model);
+            printf("# %s %-10s (%s): %zu bytes (%.3f of the float model's), expected %ld, peak %zu; %ld of %ld "
+                   "floats stored\n",
+                   path, weighed[k], after ? "model_quantize" : "quantized while loading", live_bytes,
+                   (double)live_bytes / (double)float_bytes, want, peak_bytes, model.table.stored_total, model.table.total);
+            if (assert_exact)
+                EXPECT((long)live_bytes == want && live_bytes < float_bytes, "%s %s: %zu bytes, expected %ld",
+                       weighed[k], after ? "after loading" : "while loading", live_bytes, want);
+            if (!after && assert_exact) {
+                // QLoRA: the adapters' floats (and their stored slots) come on top.
+                LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+                CHECK(model_add_lora(&model, &lora, false, 7) == 0, "%s", err_msg());
+                long adapter_floats = 0;
+                for (int i = model.lora_first_entry; i < model.table.count; i++)
+                    adapter_floats += (model.table.entries[i].numel + 15) / 16 * 16;
+                EXPECT((long)live_bytes == want + adapter_floats * (long)sizeof(float),
+                       "%s with adapters: %zu bytes, expected %ld", weighed[k], live_bytes,
+                       want + adapter_floats * (long)sizeof(float));
+                model_remove_lora(&model);
+                EXPECT((long)live_bytes == want, "%s, adapters removed: %zu bytes, expected %ld", weighed[k],
+                       live_bytes, want);
+            }
+            model_free(&model);
+        }
+        Model on_cpu;
+        load(&on_cpu, path, &ops_cpu, weighed[k]);
+        EXPECT(on_cpu.table.stored_total == on_cpu.table.total, "%s on the CPU: the table's layout changed", weighed[k]);
+        model_free(&on_cpu);
+    }
+}
+
+// A llama.cpp Q4_K_M file with its own bits (--quantize q4_k_m): its Q4_K, Q6_K, Q5_0 and Q8_0
+// blocks moved to the other backend (model/quantize_q4_k_m.c builds them on the host), the same
+// as the CPU's, the same log-probs, and only the blocks and the norms in its memory; the same
+// mix made from the float model after loading (model_quantize).
+static void test_q4_k_m_file(void) {
+    const char *root = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    char path[300];
+    snprintf(path, sizeof path, "%s/qbackend_q4_k_m_%d.gguf", root, (int)getpid());
+    write_q4_k_m_llama(path, 0x9e37);
+    Model floats;
+    load(&floats, path, &other, NULL);
+    const size_t float_bytes = live_bytes;
+    model_free(&floats);
+    for (int after = 0; after < 2; after++) {
+        Model mc, mo;
+        load(&mc, path, &ops_cpu, "q4_k_m");
+        if (after) {
+            load(&mo, path, &other, NULL);
+            CHECK(model_quantize(&mo, "q4_k_m") == 0, "%s", err_msg());
+        } else {
+            load(&mo, path, &other, "q4_k_m");
+        }
+        if (after) mc.dequantized_matmuls = mo.dequantized_matmuls = true; // the float model's q4_k_m need not be the file's bytes
+        const char *label = after ? "q4_k_m after loading" : "q4_k_m";
+        const long want = (long)float_bytes + expected_change(&mo); // weighed before a forward allocates activations
+        printf("# %-28s %zu bytes in the backend's memory (float model %zu), expected %ld\n", label, live_bytes,
+               float_bytes, want);
+        EXPECT((long)live_bytes == want, "%s: %zu bytes, expected %ld", label, live_bytes, want);
+        if (!after) expect_same_blocks(label, &mc, &mo);
+        expect_same_logprobs(label, &mc, &mo);
+        model_free(&mc);
+        model_free(&mo);
+    }
+    remove(path);
+}
+
+static void test_quantized_memory(void) {
+    check_memory(tiny, true);
+    if (getenv("MARLHF_QBACKEND_MODEL")) check_memory(getenv("MARLHF_QBACKEND_MODEL"), false);
+}
+
 int main(void) {
     other = ops_cpu;
     other.name = "host-as-device";
+    other.alloc = counted_alloc;
+    other.free = counted_free;
     RUN(test_quantized_load);
     RUN(test_quantize_after_load);
     RUN(test_qlora_adapters_and_save);
     RUN(test_bitsandbytes_checkpoint);
+    RUN(test_quantized_memory);
+    RUN(test_q4_k_m_file);
     TEST_EXIT();
 }

@@ -50,12 +50,12 @@ void dist_broadcast_weights(Model *model) {
     if (dist_world_size() <= 1) return;
     // A quantized base (QLoRA) is frozen and quantized alike on every rank from the same
     // file; its float32 pages were given back, and a broadcast would fill them again.
-    const long first = model->quantized ? model->trainable_offset : 0;
-    on_host(model, model->params + first, model->table.total - first, broadcast_pass, NULL, true);
+    const long first = model->quantized ? model_trainable_stored(model) : 0;
+    on_host(model, model->params + first, model->table.stored_total - first, broadcast_pass, NULL, true);
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {
     uint64_t hash = HASH_FNV1A_START;
-    on_host(model, model->params, model->table.total, hash_pass, &hash, false);
+    on_host(model, model->params, model->table.stored_total, hash_pass, &hash, false);
     return hash;
 }

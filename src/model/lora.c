@@ -400,7 +400,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         model->lora_base_fingerprint = model_base_hash(model, model->params, first_trainable);
     } else {
         host = xcalloc((size_t)model->table.total, sizeof(float));
-        model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+        model_params_to_host(model, host, base_total);
     }
     for (int i = first_adapter; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
@@ -427,13 +427,13 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     if (quantized_on_cpu) {
         model->params = host;
     } else {
-        model->params = model->ops->alloc((size_t)model->table.total * sizeof(float));
-        model->ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
+        model->params = model->ops->alloc((size_t)model->table.stored_total * sizeof(float));
+        model_params_to_device(model, host, model->table.total);
         model->lora_base_fingerprint = model->quantized ? model_base_hash(model, host, first_trainable)
                                                         : hash_floats(HASH_FNV1A_START, host, first_trainable);
         free(host);
     }
-    param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
+    param_views_bind_stored(&model->weights, &model->table, model->params, cfg->num_layers);
     model->lora = *lora;
     model->lora.targets = targets;
     model->lora_ranks = ranks, model->lora_scales = scales, model->lora_max_rank = max_rank;
@@ -454,6 +454,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
 void model_remove_lora(Model *model) {
     if (model->lora.rank == 0) return;
     const long base_total = model->table.entries[model->lora_first_entry].offset;
+    const long base_stored = model->table.entries[model->lora_first_entry].stored;
     model_release_activations(model);
     if (model->quantized && model->ops == &ops_cpu) { // as model_add_lora built it: only the float32 entries, no given-back pages touched
         float *params = model->ops->alloc((size_t)base_total * sizeof(float));
@@ -467,10 +468,10 @@ void model_remove_lora(Model *model) {
         model->params = params;
     } else {
         float *host = xmalloc((size_t)base_total * sizeof(float));
-        model->ops->copy_to_host(host, model->params, (size_t)base_total * sizeof(float));
+        model_params_to_host(model, host, base_total);
         model->ops->free(model->params);
-        model->params = model->ops->alloc((size_t)base_total * sizeof(float));
-        model->ops->copy_to_device(model->params, host, (size_t)base_total * sizeof(float));
+        model->params = model->ops->alloc((size_t)base_stored * sizeof(float));
+        model_params_to_device(model, host, base_total);
         free(host);
     }
     if (model->dora_norms) model->ops->free(model->dora_norms);
@@ -482,7 +483,8 @@ void model_remove_lora(Model *model) {
     param_views_free(&model->gradients);
     model->table.count = model->lora_first_entry;
     model->table.total = base_total;
-    param_views_bind(&model->weights, &model->table, model->params, model->config.num_layers);
+    model->table.stored_total = base_stored;
+    param_views_bind_stored(&model->weights, &model->table, model->params, model->config.num_layers);
     model->lora = (LoraConfig){0};
     model->lora_first_entry = model->table.count;
     model->lora_enabled = false;

@@ -148,7 +148,11 @@ typedef struct Model {
     KvCacheType kv_cache_type;
 
     ParamTable table;
-    float *params; // table.total floats, backend memory
+    // Backend memory: table.stored_total floats, each entry at its `stored` offset -- the table's
+    // own layout, except that a quantized weight on a backend other than the CPU has no float32
+    // slot (model/quantize.h quantized_unstore). Host code reads and writes it in the table's
+    // layout through model_params_to_host / model_params_to_device.
+    float *params;
     float *rope_inv_freq; // RoPE models: head_dim / 2 frequencies (config.h), backend memory
     ModelTensors weights;
     float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
@@ -163,6 +167,11 @@ typedef struct Model {
 // by writing model->params directly.
 void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                 bool with_value_head);
+// model_init without the weight buffer (model->params NULL, the weight views NULL): for a model
+// whose buffer is made once its layout is known (model_load of a quantized model off the CPU,
+// model/quantize.h quantized_unstore).
+void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                               bool with_value_head);
 void model_free(Model *model);
 // Makes the model trainable: allocates gradients (zeroed).
 void model_enable_grad(Model *model);
@@ -277,7 +286,19 @@ long model_num_params(const Model *model);
 static inline long model_trainable_floats(const Model *model) {
     return model->table.total - model->trainable_offset;
 }
-static inline float *model_trainable_params(const Model *model) { return model->params + model->trainable_offset; }
+// Where params[trainable_offset] of the table's layout lives in the backend buffer. Only entries
+// of the frozen base are ever unstored, so the trainable tail is laid out in model->params as in
+// the table, shifted by what was left out before it (table.total - table.stored_total).
+static inline long model_trainable_stored(const Model *model) {
+    return model->trainable_offset ? model->trainable_offset - (model->table.total - model->table.stored_total) : 0;
+}
+static inline float *model_trainable_params(const Model *model) { return model->params + model_trainable_stored(model); }
+// Copies the floats [0, count) of the table's layout between the backend buffer and `host` (a host
+// buffer in the table's layout; count an entry's offset or table.total): entry by entry where
+// entries are unstored (their floats in `host` read as zeros, and are not written), in one copy
+// where none is. model_params_to_device also binds model->weights to the buffer.
+void model_params_to_host(const Model *model, float *host, long count);
+void model_params_to_device(Model *model, const float *host, long count);
 // Entries [0, model_base_entries) of the table are the model's own tensors, the rest LoRA adapters.
 static inline int model_base_entries(const Model *model) {
     return model->lora.rank > 0 ? model->lora_first_entry : model->table.count;

@@ -26,6 +26,9 @@ static void add_entry(ParamTable *table, int *capacity, const char *name, int la
     // Keep every tensor 16-float aligned (64 bytes) for vector loads.
     e->offset = (table->total + 15) / 16 * 16;
     table->total = e->offset + e->numel;
+    // The backend buffer by the same rule: `offset` itself until a quantized entry is unstored.
+    e->stored = (table->stored_total + 15) / 16 * 16;
+    table->stored_total = e->stored + e->numel;
     e->decay = param_name_decays(name);
     e->layer = layer;
     e->view_field = view_field;
@@ -82,6 +85,7 @@ void param_table_build(ParamTable *table, const ModelConfig *cfg, bool with_lm_h
     if (with_value_head)
         add_entry(table, &capacity, "score.weight", -1, GLOBAL(value_head), 1, C);
     table->total = (table->total + 15) / 16 * 16;
+    table->stored_total = (table->stored_total + 15) / 16 * 16;
 }
 
 void param_table_append(ParamTable *table, const char *name, int layer, size_t view_field, long rows,
@@ -89,6 +93,7 @@ void param_table_append(ParamTable *table, const char *name, int layer, size_t v
     int capacity = table->capacity;
     add_entry(table, &capacity, name, layer, view_field, rows, cols);
     table->total = (table->total + 15) / 16 * 16;
+    table->stored_total = (table->stored_total + 15) / 16 * 16;
 }
 
 void param_table_free(ParamTable *table) {
@@ -123,6 +128,16 @@ void param_views_bind_tail(ModelTensors *views, const ParamTable *table, float *
         char *owner = e->layer < 0 ? (char *)views : (char *)&layers[e->layer];
         float **slot = (float **)(owner + e->view_field);
         *slot = base + (e->offset - first);
+    }
+}
+
+void param_views_bind_stored(ModelTensors *views, const ParamTable *table, float *base, int num_layers) {
+    param_views_bind(views, table, base, num_layers);
+    for (int i = 0; i < table->count; i++) {
+        const ParamEntry *e = &table->entries[i];
+        char *owner = e->layer < 0 ? (char *)views : (char *)&views->layers[e->layer];
+        float **slot = (float **)(owner + e->view_field);
+        *slot = e->stored >= 0 ? base + e->stored : NULL;
     }
 }
 

@@ -43,7 +43,13 @@ typedef struct {
     char name[96];
     int ndim;
     long shape[2];
-    long offset; // in floats, into the flat buffer
+    long offset; // in floats, into the flat buffer (the table's layout: files, host copies, gradients)
+    // Where the tensor lives in the model's backend buffer (Model.params): `offset`, or -1 for a
+    // weight held only quantized on a backend other than the CPU, which keeps no float32 slot for
+    // it (model/quantize.c quantized_unstore). The entries stored are in table order, each
+    // 16-float aligned, so every stretch of entries between two unstored ones is laid out as in
+    // the table, shifted.
+    long stored;
     long numel;
     bool decay;  // receives weight decay (see param_name_decays)
     int layer;   // layer index, or -1 for a global tensor
@@ -54,6 +60,7 @@ typedef struct {
     ParamEntry *entries;
     int count;
     long total; // floats in the flat buffer
+    long stored_total; // floats in the backend buffer: `total` less the entries stored nowhere
     int capacity; // entries allocated
 } ParamTable;
 
@@ -67,6 +74,9 @@ const ParamEntry *param_table_find(const ParamTable *table, const char *name);
 // Points every view of `views` into `base` (a buffer of table->total floats).
 void param_views_bind(ModelTensors *views, const ParamTable *table, float *base,
                       int num_layers);
+// The same for the model's backend buffer (Model.params), by each entry's `stored`: the views of
+// entries stored nowhere are NULL.
+void param_views_bind_stored(ModelTensors *views, const ParamTable *table, float *base, int num_layers);
 // The same for a buffer that holds only the table's tail [first, table->total), as the
 // gradients of a partly frozen model do: views of tensors before `first` are NULL.
 void param_views_bind_tail(ModelTensors *views, const ParamTable *table, float *base, long first,

@@ -97,31 +97,41 @@ void quantized_small_pages(float *params, long count) {
     if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
 }
 
-bool quant_type_off_cpu(QuantType type) { return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4; }
+// Every type has GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
+// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0.
+bool quant_type_off_cpu(QuantType type) {
+    return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4 || type == QUANT_Q4_K;
+}
 
-// The byte sizes of a matrix's four arrays (values or nibbles, scales, scale codes, scale
-// absmax values), 0 for those it does not have.
-static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[4]) {
+enum { MATRIX_ARRAYS = 5 };
+
+// The byte sizes of a matrix's arrays (values, nibbles or K-quant super-blocks; scales; scale
+// codes; scale absmax values; Q5_0's fifth bits), 0 for those it does not have.
+static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[MATRIX_ARRAYS]) {
     const size_t n = (size_t)m->rows * (size_t)m->cols;
     const size_t blocks = n / (m->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK);
-    bytes[0] = m->type == QUANT_Q8_0 ? n : n / 2;
+    bytes[0] = quant_is_kquant(m->type) ? (size_t)m->rows * (size_t)kquant_row_bytes(m->type, m->cols)
+               : m->type == QUANT_Q8_0  ? n
+                                        : n / 2;
     bytes[1] = m->scales ? blocks * sizeof(float) : 0;
     bytes[2] = m->scale_codes ? blocks : 0;
     bytes[3] = m->scale_absmax ? (blocks + NF4_SCALE_BLOCK - 1) / NF4_SCALE_BLOCK * sizeof(float) : 0;
+    bytes[4] = m->high_bits ? blocks * sizeof(uint32_t) : 0;
 }
 
-static void matrix_arrays(Q8Matrix *m, void **arrays[4]) {
+static void matrix_arrays(Q8Matrix *m, void **arrays[MATRIX_ARRAYS]) {
     arrays[0] = (void **)&m->values, arrays[1] = (void **)&m->scales;
     arrays[2] = (void **)&m->scale_codes, arrays[3] = (void **)&m->scale_absmax;
+    arrays[4] = (void **)&m->high_bits;
 }
 
 void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix) {
     if (ops == &ops_cpu) return;
-    size_t bytes[4];
-    void **arrays[4];
+    size_t bytes[MATRIX_ARRAYS];
+    void **arrays[MATRIX_ARRAYS];
     matrix_array_bytes(matrix, bytes);
     matrix_arrays(matrix, arrays);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MATRIX_ARRAYS; i++) {
         if (!*arrays[i]) continue;
         void *device = ops->alloc(bytes[i]);
         ops->copy_to_device(device, *arrays[i], bytes[i]);
@@ -134,11 +144,11 @@ void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix) {
 // that reads one (saving, the base fingerprint); free_matrix(&ops_cpu, ...) releases it.
 static Q8Matrix host_copy(const OpsBackend *ops, const Q8Matrix *matrix) {
     Q8Matrix copy = *matrix;
-    size_t bytes[4];
-    void **arrays[4];
+    size_t bytes[MATRIX_ARRAYS];
+    void **arrays[MATRIX_ARRAYS];
     matrix_array_bytes(matrix, bytes);
     matrix_arrays(&copy, arrays);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MATRIX_ARRAYS; i++) {
         if (!*arrays[i]) continue;
         void *host = ops_cpu.alloc(bytes[i]);
         ops->copy_to_host(host, *arrays[i], bytes[i]);
@@ -208,10 +218,11 @@ void model_dequantize(Model *model) {
     model_quantized_free(model);
 }
 
-// A tied LM head reads the embedding table: the head shares its quantized arrays.
+// A tied LM head reads the embedding table: the head shares its quantized arrays. (The table
+// says whether the head is tied: the weight views may not be bound yet, model_load off the CPU.)
 void quantized_share_tied_head(Model *model, const Q8Matrix *matrix) {
     ModelQuantized *quantized = model->quantized;
-    if (matrix == &quantized->embedding && model->has_lm_head && !model->weights.lm_head) {
+    if (matrix == &quantized->embedding && model->has_lm_head && !param_table_find(&model->table, "lm_head.weight")) {
         quantized->lm_head = quantized->embedding;
         quantized->head_is_embedding = true;
     }
@@ -234,6 +245,25 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     quantized_share_tied_head(model, matrix);
 }
 
+void quantized_unstore(Model *model) {
+    if (model->ops == &ops_cpu || !model->quantized) return;
+    ParamTable *table = &model->table;
+    table->stored_total = 0;
+    for (int i = 0; i < table->count; i++) {
+        ParamEntry *e = &table->entries[i];
+        if (i < model_base_entries(model) && quantized_matrix(model, e)) {
+            e->stored = -1;
+            continue;
+        }
+        e->stored = (table->stored_total + 15) / 16 * 16;
+        table->stored_total = e->stored + e->numel;
+    }
+    table->stored_total = (table->stored_total + 15) / 16 * 16;
+    model->ops->free(model->params);
+    model->params = model->ops->alloc((size_t)table->stored_total * sizeof(float));
+    param_views_bind_stored(&model->weights, table, model->params, model->config.num_layers);
+}
+
 int model_quantize(Model *model, const char *type) {
     if (!quantize_requested(type)) return 0;
     // DoRA's row norms ||W + scale B A|| need the float32 weights the quantization frees.
@@ -241,20 +271,23 @@ int model_quantize(Model *model, const char *type) {
         return err_set("--quantize %s: a DoRA adapter needs the float32 weights; merge it into the model instead "
                        "(its saved final/ folder)", type);
     if (quantized_begin(model, type) != 0) return -1;
-    for (int i = 0; i < model_base_entries(model); i++) {
-        const ParamEntry *entry = &model->table.entries[i];
-        if (model->ops == &ops_cpu) {
-            quantized_take(model, entry, model->params + entry->offset);
-        } else if (matrix_for(model, entry)) {
-            // Another backend's weights are quantized from a host copy; the float32 copy in
-            // its memory is then zeroed, as the CPU's given-back pages read.
-            float *host = xmalloc((size_t)entry->numel * sizeof(float));
-            model->ops->copy_to_host(host, model->params + entry->offset, (size_t)entry->numel * sizeof(float));
-            quantized_take(model, entry, host);
-            free(host);
-            model->ops->fill_zero(model->params + entry->offset, entry->numel);
-        }
+    if (model->ops == &ops_cpu) {
+        for (int i = 0; i < model_base_entries(model); i++)
+            quantized_take(model, &model->table.entries[i], model->params + model->table.entries[i].offset);
+        return 0;
     }
+    // Another backend's weights are quantized from a host copy of the buffer, which is then made
+    // again without the quantized weights' float32 slots. The old one goes first, so the float
+    // model and the blocks are never in the backend's memory together.
+    float *host = xmalloc((size_t)model->table.total * sizeof(float));
+    model_params_to_host(model, host, model->table.total);
+    model->ops->free(model->params);
+    model->params = NULL;
+    for (int i = 0; i < model_base_entries(model); i++)
+        quantized_take(model, &model->table.entries[i], host + model->table.entries[i].offset);
+    quantized_unstore(model);
+    model_params_to_device(model, host, model->table.total);
+    free(host);
     return 0;
 }
 

@@ -7,7 +7,8 @@
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
 // token embedding is looked up in a quantized table (a row dequantized per token), as
 // llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to
-// the system once quantized (their pages read as zeros afterwards), so a quantized model
+// the system once quantized (their pages read as zeros afterwards; on a GPU the buffer is made
+// again without them, quantized_unstore), so a quantized model
 // takes about 1.1 (Q8_0) or 0.6 (Q4_0) bytes per weight instead of 4 (norms, biases, learned
 // positions and a value head stay float32): SmolLM2-135M ~150 MB (Q8_0) of weights instead of
 // ~540. Loading with ModelLoadOptions.quantize quantizes each tensor as it is read, so the
@@ -57,8 +58,8 @@ bool quantize_requested(const char *type);
 const char *quantize_default(const char *asked, const char *model_path, const char *device);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
-    QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (CPU; faster decoding in less memory; left out, a "   \
-                   "GGUF of Q4_K / Q6_K tensors runs with its own bits, q4_k_m, anything else as none)"
+    QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
+                   "a GGUF of Q4_K / Q6_K tensors runs with its own bits on the CPU, q4_k_m, anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True) or "nf4-single" (NF4,
@@ -69,8 +70,8 @@ int quantize_type_check(const char *type, const char *option);
 // Quantizes a loaded model's linear layers and LM head to `type` and releases their
 // float32 copies; "none" (or NULL) does nothing. The model must have no gradients. On the
 // CPU the float32 pages are given back; on the GPU (ops/cuda) each weight is quantized from
-// a host copy, its blocks go to device memory and its float32 copy there is zeroed (the
-// buffer keeps its size: not yet released). Returns 0, or -1 with err_set() (the model
+// a host copy of the buffer, its blocks go to device memory and the buffer is made again
+// without its float32 slot (quantized_unstore). Returns 0, or -1 with err_set() (the model
 // unchanged).
 int model_quantize(Model *model, const char *type);
 
@@ -81,6 +82,15 @@ int model_quantize(Model *model, const char *type);
 // and puts the blocks in the model's backend memory.
 int quantized_begin(Model *model, const char *type);
 void quantized_take(Model *model, const ParamEntry *entry, float *weight);
+// On a backend other than the CPU, once every quantized entry has its blocks: marks those
+// entries stored nowhere (ParamEntry.stored = -1) and replaces model->params (or NULL: a model
+// made by model_init_without_params) by a buffer of the remaining entries only
+// (table.stored_total floats, zeros; the caller fills it with model_params_to_device), so a quantized weight takes no float32 memory there, as on the CPU,
+// whose given-back pages keep the table's layout. Gradients and AdamW moments cover the
+// trainable tail only (LoRA adapters, a value head), so they never had slots for the quantized
+// base, and the CUDA backend's bf16 weight cache holds only weights that a float matmul read.
+// Nothing on the CPU.
+void quantized_unstore(Model *model);
 // Moves a matrix whose arrays are host memory from ops_cpu.alloc into `ops`' memory (nothing
 // on the CPU): for model/bnb_checkpoint.h, which reads a file's blocks on the host.
 void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
@@ -88,8 +98,9 @@ void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
 // whether its scales are double-quantized) into `matrix`, its arrays in `ops`' memory.
 void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
                      long rows, long cols);
-// Whether a backend other than the CPU has kernels for `type` (ops/cuda/dequantize.cuh:
-// Q8_0, Q4_0, NF4); quantized_begin refuses the others there.
+// Whether a backend other than the CPU has kernels for `type` (ops/cuda/dequantize.cuh: Q8_0,
+// Q4_0, NF4, and QUANT_Q4_K for the q4_k_m mix: its Q4_K, Q6_K, Q5_0, Q4_0 and Q8_0 matrices);
+// quantized_begin refuses the others there.
 bool quant_type_off_cpu(QuantType type);
 // Under q4_k_m, a GGUF tensor stored as Q4_K, Q6_K, Q5_0, Q4_0 or Q8_0 is taken as the file's
 // own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row

@@ -44,18 +44,19 @@ static float half_at(const uint8_t *p) {
 }
 
 // Fills `matrix` [rows, cols] from GGUF blocks of `type` (a held type): row r from the row of
-// `data` that tensor_map_file_row gives (`map` NULL: row r).
+// `data` that tensor_map_file_row gives (`map` NULL: row r). Built in host memory, then moved
+// to the backend's (quantized_to_backend: a GPU's; nothing on the CPU).
 static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                         long cols, const TensorMap *map, const ParamEntry *entry) {
     const QuantType held = (QuantType)held_type(type);
     const long file_row_bytes = (long)gguf_quantized_size(type, cols), block_bytes = gguf_type_info(type)->type_size;
     *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = held};
     const long blocks = cols / Q8_BLOCK; // of 32, for the types split into marlhf's layouts
-    if (quant_is_kquant(held)) matrix->blocks = ops->alloc((size_t)(rows * file_row_bytes));
+    if (quant_is_kquant(held)) matrix->blocks = ops_cpu.alloc((size_t)(rows * file_row_bytes));
     else {
-        matrix->values = ops->alloc((size_t)(held == QUANT_Q8_0 ? rows * cols : rows * cols / 2));
-        matrix->scales = ops->alloc((size_t)(rows * blocks) * sizeof(float));
-        if (held == QUANT_Q5_0) matrix->high_bits = ops->alloc((size_t)(rows * blocks) * sizeof(uint32_t));
+        matrix->values = ops_cpu.alloc((size_t)(held == QUANT_Q8_0 ? rows * cols : rows * cols / 2));
+        matrix->scales = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(float));
+        if (held == QUANT_Q5_0) matrix->high_bits = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(uint32_t));
     }
     for (long r = 0; r < rows; r++) {
         const uint8_t *row = data + (map ? tensor_map_file_row(map, entry, r) : r) * file_row_bytes;
@@ -74,6 +75,7 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
             }
         }
     }
+    quantized_to_backend(ops, matrix);
 }
 
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {

@@ -17,14 +17,19 @@
 
 void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                 bool with_value_head) {
+    model_init_without_params(model, cfg, ops, with_lm_head, with_value_head);
+    model->params = ops->alloc((size_t)model->table.stored_total * sizeof(float));
+    param_views_bind_stored(&model->weights, &model->table, model->params, cfg->num_layers);
+}
+
+void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
+                               bool with_value_head) {
     memset(model, 0, sizeof *model);
     model->config = *cfg;
     model->ops = ops;
     model->has_lm_head = with_lm_head;
     model->has_value_head = with_value_head;
     param_table_build(&model->table, cfg, with_lm_head, with_value_head);
-    model->params = ops->alloc((size_t)model->table.total * sizeof(float));
-    param_views_bind(&model->weights, &model->table, model->params, cfg->num_layers);
     if (cfg->positions == POSITIONS_ROPE) {
         const size_t size = (size_t)(cfg->head_dim / 2) * sizeof(float);
         float *inv_freq = xmalloc(size);
@@ -33,6 +38,58 @@ void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, boo
         ops->copy_to_device(model->rope_inv_freq, inv_freq, size);
         free(inv_freq);
     }
+}
+
+// Calls copy(table_offset, stored_offset, floats) for each run of stored entries below `count`
+// between unstored ones (one run when none is unstored): inside a run the backend buffer is laid
+// out as the table, shifted (param_table_append's and quantized_unstore's one alignment rule).
+static void for_each_stored_run(const ParamTable *table, long count,
+                                void (*copy)(void *context, long at, long stored, long n), void *context) {
+    int i = 0;
+    while (i < table->count) {
+        const ParamEntry *first = &table->entries[i];
+        if (first->offset >= count) break;
+        if (first->stored < 0) {
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < table->count && table->entries[j].offset < count && table->entries[j].stored >= 0) j++;
+        // The run takes the padding after its last entry (to a multiple of 16 floats, in the
+        // backend buffer as in the table), up to the next entry or `count`.
+        long end = j < table->count ? table->entries[j].offset : table->total;
+        if (end > count) end = count;
+        copy(context, first->offset, first->stored, end - first->offset);
+        i = j;
+    }
+}
+
+typedef struct {
+    const Model *model;
+    float *host;
+    const float *source;
+} ParamsCopy;
+
+static void copy_run_to_host(void *context, long at, long stored, long n) {
+    const ParamsCopy *c = context;
+    c->model->ops->copy_to_host(c->host + at, c->model->params + stored, (size_t)n * sizeof(float));
+}
+
+static void copy_run_to_device(void *context, long at, long stored, long n) {
+    const ParamsCopy *c = context;
+    c->model->ops->copy_to_device(c->model->params + stored, c->source + at, (size_t)n * sizeof(float));
+}
+
+void model_params_to_host(const Model *model, float *host, long count) {
+    if (model->table.stored_total != model->table.total) memset(host, 0, (size_t)count * sizeof(float));
+    ParamsCopy c = {.model = model, .host = host};
+    for_each_stored_run(&model->table, count, copy_run_to_host, &c);
+}
+
+void model_params_to_device(Model *model, const float *host, long count) {
+    ParamsCopy c = {.model = model, .source = host};
+    for_each_stored_run(&model->table, count, copy_run_to_device, &c);
+    param_views_bind_stored(&model->weights, &model->table, model->params, model->config.num_layers);
 }
 
 static void activations_free(Model *model) {

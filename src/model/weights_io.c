@@ -114,8 +114,11 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         else safetensors_close(src.safetensors);
         return -1;
     }
-    model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
     bool quantize = quantize_requested(quantize_type);
+    // Off the CPU a quantized model's float32 buffer is made at the end, without the quantized
+    // weights (quantized_unstore): the float32 model never exists in the device's memory.
+    if (quantize && ops != &ops_cpu) model_init_without_params(model, &cfg, ops, options->with_lm_head, options->with_value_head);
+    else model_init(model, &cfg, ops, options->with_lm_head, options->with_value_head);
     if ((bnb4 && bnb_check_rows(model, path) != 0) || (quantize && quantized_begin(model, quantize_type) != 0)) {
         model_free(model);
         if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
@@ -199,7 +202,10 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
     else safetensors_close(src.safetensors);
     if (!on_host) {
-        if (rc == 0) ops->copy_to_device(model->params, host, (size_t)model->table.total * sizeof(float));
+        if (rc == 0) {
+            quantized_unstore(model); // the quantized weights' float32 slots left out of the device buffer
+            model_params_to_device(model, host, model->table.total);
+        }
         free(host);
     }
     if (rc != 0) model_free(model);
@@ -283,7 +289,7 @@ int model_reload_weights(Model *model, const char *path) {
         model_free(&saved);
         return err_set("saved model does not match this model's shape (%s)", path);
     }
-    model->ops->copy_to_device(model->params, saved.params, (size_t)model->table.total * sizeof(float));
+    model_params_to_device(model, saved.params, model->table.total);
     model_free(&saved);
     return 0;
 }
@@ -417,7 +423,7 @@ int model_write_hf_files(const Model *model, const char *dir) {
     float *params = model->params;
     if (copy) {
         params = xmalloc((size_t)model->table.total * sizeof(float));
-        model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+        model_params_to_host(model, params, model->table.total);
     }
     int rc = lora ? lora_write_adapter(model, params, dir) : 0;
     if (model->quantized) model_dequantize_into(model, params);
@@ -568,7 +574,7 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
     float *params = xmalloc((size_t)model->table.total * sizeof(float));
-    model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+    model_params_to_host(model, params, model->table.total);
     lora_merge(model, params);
     GgufWriter *w = gguf_writer_new();
     add_architecture_keys(w, cfg, gguf_architecture(cfg->family), out);
@@ -633,7 +639,7 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
         return err_set("llama.cpp's LoRA files have no DoRA magnitude: write the merged model instead of "
                        "--adapter-only (%s)", path);
     float *params = xmalloc((size_t)model->table.total * sizeof(float));
-    model->ops->copy_to_host(params, model->params, (size_t)model->table.total * sizeof(float));
+    model_params_to_host(model, params, model->table.total);
     GgufWriter *w = gguf_writer_new();
     gguf_writer_add_string(w, "general.architecture", gguf_architecture(cfg->family));
     gguf_writer_add_string(w, "general.type", "adapter");

@@ -4,7 +4,10 @@
 #
 #   1. build/tests/gpu/test_cuda: every op forward and backward against the CPU op on
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
-#      gradients, generation with the KV cache on the GPU (also serve's continuous batch).
+#      gradients, generation with the KV cache on the GPU (also serve's continuous batch),
+#      quantized weights (Q8_0, Q4_0, NF4, Q4_K, Q6_K ops; quantized models, a Q4_K_M file's
+#      log-probs and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs its quantized-weight
+#      tests with the CPU's ops standing in for the GPU.
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
 #      QLoRA (adapters over an NF4 and a Q4_0 base), on the mma attention kernels
@@ -13,7 +16,8 @@
 #      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
 #      GRPO (no critic), and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
-#      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64, each beside
+#      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0 and
+#      Q4_K_M weights, no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
 #      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
 #      the default; mma; unfused).
@@ -173,6 +177,12 @@ if [ "$bench" = 1 ]; then
             --device cuda >> "$results" 2>> "$log"
     done
     [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
+    # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
+    # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
+    for quantize in q8_0 q4_k_m; do
+        [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --quantize $quantize --batches 1,8,64 \
+            --new 128 --prompt 32 >> "$results" 2>> "$log"
+    done
     for batch in 1 64; do
         [ "$quick" = 1 ] || timeout 200 python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch --prompt-len 32 --new-tokens 128 \
             --device cuda >> "$results" 2>> "$log"
@@ -205,8 +215,10 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
                  f"unfused {u.get('tokens_per_s', 0):.0f}) "
                  f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
 for batch in (1, 64):
-    m, t = find("marlhf-cuda", batch=batch), find("transformers-generate", batch=batch)
-    parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s")
+    m, t = find("marlhf-cuda", batch=batch, quantize="none"), find("transformers-generate", batch=batch)
+    q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
+    parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s "
+                 f"(q8_0 {q8.get('decode_tokens_per_s', 0):.0f}, q4_k_m {qk.get('decode_tokens_per_s', 0):.0f})")
 print("; ".join(parts))
 PY
 )

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../q4_k_m_model.h"
 #include "../test.h"
 #include "core/check.h"
 #include "gen/continuous.h"
@@ -23,6 +25,7 @@
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
+#include "ops/kquant.h"
 #include "ops/ops.h"
 
 #define TOL_FP32 1e-5
@@ -886,15 +889,23 @@ static void test_q8_cache_refused_on_gpu(void) {
 // A random [rows, cols] weight quantized to `type` ("q8_0", "q4_0", "nf4": double-quantized
 // scales, "nf4-single") in `ops`' memory by model/quantize.c; the same call on the other
 // backend gives the same blocks.
+// "q4_k" and "q6_k": the GGUF writer's super-blocks (ops/kquant.h), built on the host and
+// moved as a Q4_K_M file's are.
 static Q8Matrix quantized_on(const OpsBackend *ops, const char *type, const float *weights, int rows, int cols) {
-    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4 : !strcmp(type, "q4_0") ? QUANT_Q4_0 : QUANT_Q8_0;
     Q8Matrix m = {0};
+    if (!strcmp(type, "q4_k") || !strcmp(type, "q6_k")) {
+        kquant_quantize_matrix(&m, !strcmp(type, "q4_k") ? QUANT_Q4_K : QUANT_Q6_K, weights, rows, cols, ops_cpu.alloc);
+        quantized_to_backend(ops, &m);
+        return m;
+    }
+    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4 : !strcmp(type, "q4_0") ? QUANT_Q4_0 : QUANT_Q8_0;
     quantize_matrix(ops, &m, quant_type, !strcmp(type, "nf4"), weights, rows, cols);
     return m;
 }
 
 static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
     ops->free(m->values), ops->free(m->scales), ops->free(m->scale_codes), ops->free(m->scale_absmax);
+    ops->free(m->high_bits);
 }
 
 // The three quantized linear ops and the quantized token table, each type, against the CPU's
@@ -902,12 +913,15 @@ static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
 // the GPU computes the same dequantized product at any kernel_rows) and the input gradient
 // added onto nonzero values. The last shape's weight is larger than one tile (2,048 rows of
 // 8,192: TILE_VALUES), so its product is two tiles.
+// The K-quants take rows of whole super-blocks (256): their shapes' IC are 256, 512, 768, 8192.
 static void test_quantized_ops(void) {
-    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_k", "q6_k"};
     const int shapes[][3] = {{257, 192, 200}, {3, 64, 1000}, {1, 576, 49}, {5, 8192, 2100}};
+    const int kquant_ic[] = {256, 512, 768, 8192};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            const int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+            const bool kquant = !strcmp(types[k], "q4_k") || !strcmp(types[k], "q6_k");
+            const int N = shapes[s][0], IC = kquant ? kquant_ic[s] : shapes[s][1], OC = shapes[s][2];
             float *w = random_host((long)OC * IC, 0.2f), *x = random_host((long)N * IC, 1), *bias = random_host(OC, 1);
             Q8Matrix on_cpu = quantized_on(cpu, types[k], w, OC, IC), on_gpu = quantized_on(gpu, types[k], w, OC, IC);
             float *d_x = gpu_floats(x, (long)N * IC), *d_bias = gpu_floats(bias, OC);
@@ -936,7 +950,7 @@ static void test_quantized_ops(void) {
     // The token table: the GPU's floats are the CPU's, bit for bit (dequantize.cuh rounds each
     // product and sum as the CPU does).
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        const int V = 50, C = 128, N = 77, P = 40;
+        const int V = 50, C = !strcmp(types[k], "q4_k") || !strcmp(types[k], "q6_k") ? 256 : 128, N = 77, P = 40;
         int tokens[77], positions[77];
         for (int i = 0; i < N; i++) tokens[i] = (i * 13) % V, positions[i] = i % P;
         float *table = random_host((long)V * C, 0.5f), *pos = random_host((long)P * C, 0.3f);
@@ -955,6 +969,24 @@ static void test_quantized_ops(void) {
     }
 }
 
+// The relative error of mg's log-probs against mc's over B rows of T random tokens (inference:
+// each model's forward stays for model_last_logits).
+static double logprobs_error(Model *mc, Model *mg, int B, int T) {
+    const long N = (long)B * T;
+    int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
+    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc->config.vocab_size - 1));
+    for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
+    float *logp_c = xmalloc(N * sizeof(float)), *logp_g = xmalloc(N * sizeof(float));
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+    model_forward(mc, &batch);
+    model_logprobs(mc, targets, logp_c, NULL, NULL);
+    model_forward(mg, &batch);
+    model_logprobs(mg, targets, logp_g, NULL, NULL);
+    const double error = relative_error(logp_g, logp_c, N);
+    free(tokens), free(targets), free(logp_c), free(logp_g);
+    return error;
+}
+
 // Random values for every LoRA B matrix (zero at initialisation, which would leave the
 // adapters out of the forward), the same on both models.
 static void randomize_lora_b(Model *mc, Model *mg) {
@@ -963,7 +995,7 @@ static void randomize_lora_b(Model *mc, Model *mg) {
         if (!strstr(e->name, ".lora_B.")) continue;
         float *b = random_host(e->numel, 0.05f);
         memcpy(mc->params + e->offset, b, (size_t)e->numel * sizeof(float));
-        gpu->copy_to_device(mg->params + e->offset, b, (size_t)e->numel * sizeof(float));
+        gpu->copy_to_device(mg->params + mg->table.entries[i].stored, b, (size_t)e->numel * sizeof(float));
         free(b);
     }
 }
@@ -987,21 +1019,9 @@ static void test_quantized_models(void) {
         EXPECT(!strcmp(model_quantize_name(&mg), types[k]), "the GPU model is %s", model_quantize_name(&mg));
         mc.dequantized_matmuls = true;
 
-        const int B = 2, T = 40;
-        const long N = (long)B * T;
-        int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
-        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * (mc.config.vocab_size - 1));
-        for (long i = 0; i < N; i++) targets[i] = i % T + 1 < T ? tokens[i + 1] : -1;
-        float *logp_c = xmalloc(N * sizeof(float)), *logp_g = xmalloc(N * sizeof(float));
-        ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
-        model_forward(&mc, &batch);
-        model_logprobs(&mc, targets, logp_c, NULL, NULL);
-        model_forward(&mg, &batch);
-        model_logprobs(&mg, targets, logp_g, NULL, NULL);
-        double error = relative_error(logp_g, logp_c, N);
+        const double error = logprobs_error(&mc, &mg, 2, 40);
         printf("# %-10s quantized inference logp %.3e (tolerance %.0e)\n", types[k], error, TOL_MODEL);
         EXPECT(error <= TOL_MODEL, "%s quantized inference log-probs: %.3e", types[k], error);
-        free(tokens), free(targets), free(logp_c), free(logp_g);
 
         LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
         CHECK(model_add_lora(&mc, &lora, true, 3) == 0 && model_add_lora(&mg, &lora, true, 3) == 0, "%s", err_msg());
@@ -1017,7 +1037,7 @@ static void test_quantized_models(void) {
         float *m = xcalloc((size_t)n, sizeof(float)), *v = xcalloc((size_t)n, sizeof(float));
         float *d_m = gpu_floats(m, n), *d_v = gpu_floats(v, n);
         cpu->adamw_update(mc.params + first, mc.grads, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
-        gpu->adamw_update(mg.params + first, mg.grads, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
+        gpu->adamw_update(model_trainable_params(&mg), mg.grads, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
         snprintf(label, sizeof label, "qlora %s step", types[k]);
         compare_pair(label, &mc, &mg);
         gpu->free(d_m), gpu->free(d_v);
@@ -1025,6 +1045,50 @@ static void test_quantized_models(void) {
         model_free(&mc);
         model_free(&mg);
     }
+}
+
+// A Q4_K_M model with its own bits (--quantize q4_k_m: Q4_K, Q6_K and Q5_0 matrices) on the
+// GPU: log-probs and the last position's logits against the CPU's dequantized products, and
+// the same blocks on both (the LoRA base fingerprint hashes the dequantized base).
+static void test_q4_k_m_model(void) {
+    char path[512];
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    snprintf(path, sizeof path, "%s/test_cuda_q4_k_m_%d.gguf", tmp, (int)getpid());
+    write_q4_k_m_llama(path, 0x51ab);
+    Model mc, mg;
+    ModelLoadOptions options = {.with_lm_head = true, .quantize = "q4_k_m"};
+    CHECK(model_load(&mc, path, cpu, &options) == 0, "%s", err_msg());
+    EXPECT(model_load(&mg, path, gpu, &options) == 0, "q4_k_m on the GPU: %s", err_msg());
+    remove(path);
+    int types[QUANT_Q5_0 + 1] = {0};
+    for (int i = 0; i < mg.table.count; i++) {
+        const Q8Matrix *m = quantized_matrix(&mg, &mg.table.entries[i]);
+        if (m) types[m->type]++;
+    }
+    printf("# q4_k_m on %s: %d Q4_K, %d Q6_K, %d Q5_0, %d Q8_0 matrices; %ld of %ld floats stored\n", gpu->name,
+           types[QUANT_Q4_K], types[QUANT_Q6_K], types[QUANT_Q5_0], types[QUANT_Q8_0], mg.table.stored_total,
+           mg.table.total);
+    EXPECT(types[QUANT_Q4_K] > 0 && types[QUANT_Q6_K] > 0 && types[QUANT_Q5_0] > 0, "the model lacks a K-quant type");
+    // The CPU's dequantized products: the GPU's forward_q8 is that product at any row count
+    // (so is a CPU standing in, asked to be).
+    mc.dequantized_matmuls = mg.dequantized_matmuls = true;
+    const int B = 2;
+    double error = logprobs_error(&mc, &mg, B, 33); // the forward that model_last_logits reads
+    printf("# q4_k_m logp %.3e (tolerance %.0e)\n", error, TOL_MODEL);
+    EXPECT(error <= TOL_MODEL, "q4_k_m log-probs: %.3e", error);
+    const long V = mc.config.vocab_size;
+    float *logits_c = xmalloc((size_t)(B * V) * sizeof(float)), *logits_g = xmalloc((size_t)(B * V) * sizeof(float));
+    model_last_logits(&mc, logits_c);
+    model_last_logits(&mg, logits_g);
+    error = relative_error(logits_g, logits_c, B * V);
+    printf("# q4_k_m last logits %.3e (tolerance %.0e)\n", error, TOL_MODEL);
+    EXPECT(error <= TOL_MODEL, "q4_k_m last logits: %.3e", error);
+    free(logits_c), free(logits_g);
+    LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+    CHECK(model_add_lora(&mc, &lora, false, 3) == 0 && model_add_lora(&mg, &lora, false, 3) == 0, "%s", err_msg());
+    EXPECT(mc.lora_base_fingerprint == mg.lora_base_fingerprint, "q4_k_m: base fingerprints differ");
+    model_free(&mc);
+    model_free(&mg);
 }
 
 // What still cannot run on the GPU over quantized weights: DoRA (its row norms need the
@@ -1047,7 +1111,29 @@ static void test_fixture_models_mma_attention(void) {
     ops_cuda_select_attention(previous);
 }
 
+static void run_quantized_weight_tests(void) {
+    RUN(test_quantized_ops);
+    RUN(test_quantized_models);
+    RUN(test_q4_k_m_model);
+    RUN(test_quantized_refusals_on_gpu);
+}
+
 int main(void) {
+    // MARLHF_GPU_TEST_DEVICE=cpu (tests/gpu/run.sh's check of itself, on a machine without a
+    // GPU): the CPU's table under another name stands in for the GPU, so the model code takes
+    // every path it takes for a GPU (host copies, blocks moved, the float32 buffer without the
+    // quantized weights' slots), and the quantized-weight tests run; the others need the device.
+    const char *device = getenv("MARLHF_GPU_TEST_DEVICE");
+    if (device && !strcmp(device, "cpu")) {
+        static OpsBackend standing_in;
+        standing_in = ops_cpu;
+        standing_in.name = "cpu-standing-in-for-cuda";
+        gpu = &standing_in;
+        printf("# device: none (MARLHF_GPU_TEST_DEVICE=cpu: the CPU's ops standing in)\n");
+        run_quantized_weight_tests();
+        printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
+        TEST_EXIT();
+    }
     gpu = ops_backend_by_name("cuda");
     if (!gpu) {
         fprintf(stderr, "test_cuda: %s\n", err_msg());
@@ -1075,9 +1161,7 @@ int main(void) {
     RUN(test_continuous_batch_on_gpu_chunked_prefill);
     RUN(test_continuous_batch_on_gpu_chunked_prefill_half_cache);
     RUN(test_q8_cache_refused_on_gpu);
-    RUN(test_quantized_ops);
-    RUN(test_quantized_models);
-    RUN(test_quantized_refusals_on_gpu);
+    run_quantized_weight_tests();
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();
 }

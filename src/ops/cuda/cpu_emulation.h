@@ -150,6 +150,12 @@ DEVICE_INLINE float add_rn(float a, float b) {
     return sum;
 }
 
+DEVICE_INLINE float float_from_bits(uint32_t bits) {
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
+
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) {
     uint32_t value;
     memcpy(&value, p, 4);

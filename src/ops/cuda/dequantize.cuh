@@ -1,24 +1,30 @@
 // Quantized weights (ops/ops.h Q8Matrix: Q8_0, Q4_0, NF4 with float or double-quantized
-// scales, and a bitsandbytes FP4 code book) turned back into numbers on the GPU: rows of a
-// matrix into a bf16 tile for cuBLASLt (matmul_quantized.cu), and the quantized token table's
-// rows into fp32 embeddings. The GPU keeps the weights quantized in its memory and has no
-// integer dot-product kernels: every product with a quantized weight dequantizes it a tile at
-// a time and multiplies in bf16 as the float model does.
+// scales, a bitsandbytes FP4 code book, and the llama.cpp Q4_K_M mix's Q4_K, Q6_K and Q5_0)
+// turned back into numbers on the GPU: rows of a matrix into a bf16 tile for cuBLASLt
+// (matmul_quantized.cu), and the quantized token table's rows into fp32 embeddings. The GPU
+// keeps the weights quantized in its memory; a product with a quantized weight dequantizes it
+// a tile at a time and multiplies in bf16 as the float model does (a decode step of a few rows
+// reads the blocks directly instead: matvec_quantized.cuh).
 //
-// Each value is the CPU's (ops/q4.c quant_dequantize_rows, ops/nf4.c) to the bit before the
-// bf16 rounding: the same float products in the same order, and the double-quantized NF4
-// scale map[code] * absmax2 + offset with two roundings (mul_rn / add_rn: nvcc would fuse
-// them into one FMA). tests/test_dequantize_emulated.cpp checks that on CPU threads
-// (device_primitives.cuh, cpu_emulation.h); tests/gpu/test_cuda.c on the device.
+// Each value is the CPU's (ops/q4.c quant_dequantize_rows, ops/nf4.c, ops/q5.c, and for the
+// K-quants io/gguf_dequant.c, gguf-py's order) to the bit before the bf16 rounding: the same
+// float products in the same order, each rounded on its own (mul_rn / add_rn: nvcc would fuse
+// a product and a sum into one FMA) -- the double-quantized NF4 scale map[code] * absmax2 +
+// offset, Q4_K's (d * scale) * q - dmin * min. tests/test_dequantize_emulated.cpp checks that
+// on CPU threads (device_primitives.cuh, cpu_emulation.h); tests/gpu/test_cuda.c on the device.
 //
 // A thread decodes 8 consecutive values of the flattened matrix (its row r, columns
-// [c, c + 8), c a multiple of 8): they lie in one block (32 or 64 values) and in 8 (Q8_0)
-// or 4 (Q4_0, NF4) bytes, so every thread does one block's scale and a few loads.
+// [c, c + 8), c a multiple of 8): they lie in one block (32 or 64 values; for the K-quants
+// one sub-block of 16 or 32 of a super-block of 256) and in 8 (Q8_0) or 4 (the 4-bit codes)
+// bytes, so every thread does one block's scale and a few loads. A K-quant matrix's rows are
+// whole super-blocks one after another, so value i of the flattened matrix is in super-block
+// i / 256.
 #pragma once
 #include <stdint.h>
 
 #include "ops/cuda/device_primitives.cuh"
 extern "C" {
+#include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/ops.h"
 }
@@ -62,10 +68,74 @@ DEVICE_INLINE float block_scale(const Weights &w, long k) {
     return add_rn(scaled, w.matrix.scale_offset);
 }
 
+// A little-endian half float at p (any alignment) as a float, exactly: io/gguf_dequant.c's
+// gguf_f16_to_f32 (a subnormal is its mantissa times 2^-24, exact in float).
+DEVICE_INLINE float half_at(const uint8_t *p) {
+    const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    if (exponent == 0x1f) return float_from_bits(sign | 0x7f800000u | mantissa << 13);
+    if (exponent != 0) return float_from_bits(sign | (exponent + (127 - 15)) << 23 | mantissa << 13);
+    const float magnitude = (float)mantissa * 5.9604644775390625e-8f; // 2^-24
+    return sign ? -magnitude : magnitude;
+}
+
+// Q4_K (ops/kquant.h): values [i, i + 8) of the super-block at `block`, i a multiple of 8.
+// Sub-block j = i / 32 has a 6-bit scale and minimum (gguf_unpack_k_scales' packing: j < 4 in
+// the low 6 bits of bytes j and j + 4, j >= 4 in the nibbles of byte j + 4 and the top 2 bits
+// of bytes j - 4 and j); its codes are nibble j % 2 of bytes [32 (j / 2), 32 (j / 2) + 32).
+DEVICE_INLINE void decode8_q4_k(const uint8_t *block, int i, float out[VALUES_PER_THREAD]) {
+    const float d = half_at(block), dmin = half_at(block + 2);
+    const uint8_t *packed = block + 4;
+    const int sub = i / 32;
+    int scale, min;
+    if (sub < 4) {
+        scale = packed[sub] & 0x3f;
+        min = packed[sub + 4] & 0x3f;
+    } else {
+        scale = (packed[sub + 4] & 0x0f) | ((packed[sub - 4] >> 2) & 0x30);
+        min = (packed[sub + 4] >> 4) | ((packed[sub] >> 2) & 0x30);
+    }
+    const float dl = mul_rn(d, (float)scale), ml = mul_rn(dmin, (float)min);
+    const uint8_t *codes = block + 16 + (sub / 2) * 32 + i % 32;
+    const int shift = 4 * (sub % 2);
+    for (int k = 0; k < VALUES_PER_THREAD; k++) out[k] = add_rn(mul_rn(dl, (float)((codes[k] >> shift) & 0x0f)), -ml);
+}
+
+// Q6_K: values [i, i + 8) of the super-block at `block`: in half h = i / 128 (r = i % 128) the
+// low 4 bits are nibble r / 64 of byte 64 h + r % 64, the high 2 bits bits 2 (r / 32) of byte
+// 128 + 32 h + r % 32; each 16 values have a signed 8-bit scale, the block a half-float d.
+DEVICE_INLINE void decode8_q6_k(const uint8_t *block, int i, float out[VALUES_PER_THREAD]) {
+    const int half = i / 128, r = i % 128;
+    const float dl = mul_rn(half_at(block + 208), (float)(int8_t)block[192 + i / 16]);
+    const uint8_t *low = block + half * 64 + r % 64, *high = block + 128 + half * 32 + r % 32;
+    const int low_shift = 4 * (r / 64), high_shift = 2 * (r / 32);
+    for (int k = 0; k < VALUES_PER_THREAD; k++) {
+        const int q = ((low[k] >> low_shift) & 0x0f) | ((high[k] >> high_shift) & 3) << 4;
+        out[k] = mul_rn(dl, (float)(q - 32));
+    }
+}
+
 // Values [index, index + 8) of the flattened matrix, index a multiple of 8.
 DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_THREAD]) {
     const Q8Matrix &m = w.matrix;
-    if (m.type == QUANT_Q8_0) {
+    if (m.type == QUANT_Q4_K) {
+        decode8_q4_k(m.blocks + index / KQ_BLOCK * KQ_Q4_K_BYTES, (int)(index % KQ_BLOCK), out);
+    } else if (m.type == QUANT_Q6_K) {
+        decode8_q6_k(m.blocks + index / KQ_BLOCK * KQ_Q6_K_BYTES, (int)(index % KQ_BLOCK), out);
+    } else if (m.type == QUANT_Q5_0) {
+        // Q4_0's nibbles (byte j: value j low, value j + 16 high) and a fifth bit per value in
+        // the block's word (bit j for value j): value = (code - 16) * scale.
+        const long block = index / Q8_BLOCK;
+        const int within = (int)(index % Q8_BLOCK);
+        const float scale = m.scales[block];
+        const uint8_t *bytes = m.nibbles + block * (Q8_BLOCK / 2) + within % (Q8_BLOCK / 2);
+        const int shift = within >= Q8_BLOCK / 2 ? 4 : 0;
+        const uint32_t fifth = m.high_bits[block] >> within;
+        for (int i = 0; i < VALUES_PER_THREAD; i++) {
+            const int code = ((bytes[i] >> shift) & 0x0f) | (int)((fifth >> i) & 1) << 4;
+            out[i] = mul_rn((float)(code - 16), scale);
+        }
+    } else if (m.type == QUANT_Q8_0) {
         const float scale = block_scale(w, index / Q8_BLOCK);
         const int8_t *values = m.values + index;
         for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)values[i] * scale;

@@ -1,6 +1,7 @@
 // The warp-level building blocks of the mma attention kernels (attention_mma.cuh): bf16
 // packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; and the separately
-// rounded float products and sums of the dequantization kernels (dequantize.cuh).
+// rounded float products and sums and the float-from-bits of the dequantization kernels
+// (dequantize.cuh).
 //
 // Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
 // (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
@@ -36,6 +37,9 @@ DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
 // one FMA (one rounding), which changes last bits against the CPU (dequantize.cuh).
 DEVICE_INLINE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
+
+// The float whose IEEE bits are `bits` (the K-quants' half-float scales, dequantize.cuh).
+DEVICE_INLINE float float_from_bits(uint32_t bits) { return __uint_as_float(bits); }
 
 // Two adjacent bf16 (4-byte aligned) as one register.
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }

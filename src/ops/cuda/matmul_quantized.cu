@@ -1,18 +1,20 @@
-// Linear layers and the token table with quantized weights (Q8_0, Q4_0, NF4; ops/ops.h
-// Q8Matrix) on the GPU. The blocks stay quantized in device memory; each product dequantizes
+// Linear layers and the token table with quantized weights (Q8_0, Q4_0, NF4, and Q4_K_M's
+// Q4_K, Q6_K, Q5_0; ops/ops.h Q8Matrix) on the GPU. The blocks stay quantized in device memory; each product dequantizes
 // the weight into a bf16 scratch tile of rows (dequantize.cuh) and multiplies it with
 // cuBLASLt as a float weight's bf16 copy is multiplied (matmul.cu). Nothing is cached: no
-// bf16 copy of a quantized weight outlives its product (the model's float32 table still has
-// a zeroed slot per quantized weight: docs/quantization.md, Not done). The price is one
+// bf16 copy of a quantized weight outlives its product, and the model's float32 buffer has no
+// slot for it (model/quantize.h quantized_unstore). The price is one
 // dequantization per product, a pass over the weight that is small beside the product
 // itself for a training batch or a prefill.
 //
-// matmul_forward_q8 (inference) is the same path: the GPU has no integer Q8_0 x Q8_0 decode
-// kernel like the CPU's (ops/cpu/matmul_q8.c), so a decode step reads each quantized weight
-// once and writes and reads its bf16 tile once more; its results are the dequantized
-// weights' products, those of matmul_forward_dequantized, whatever kernel_rows says.
+// Up to 8 input rows (a decode step, or a short training micro-batch's product alike) skip the
+// tile: matvec_quantized.cuh reads the blocks directly and accumulates in fp32, inputs unrounded.
+// matmul_forward_q8 (inference) is the same path as matmul_forward_dequantized: the GPU has no
+// integer Q8_0 x Q8_0 kernel like the CPU's (ops/cpu/matmul_q8.c); its results are the
+// dequantized weights' products whatever kernel_rows says.
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/dequantize.cuh"
+#include "ops/cuda/matvec_quantized.cuh"
 
 // A tile holds at most this many weights (32 MiB of bf16): the LM head of a large vocabulary
 // is dequantized in pieces instead of in one buffer the size of its float copy.
@@ -29,13 +31,14 @@ static const float *device_dynamic_map(void) {
 }
 
 static dequantize::Weights weights_of(const Q8Matrix *matrix) {
-    CHECK(matrix->type == QUANT_Q8_0 || matrix->type == QUANT_Q4_0 || matrix->type == QUANT_NF4,
+    CHECK(matrix->type == QUANT_Q8_0 || matrix->type == QUANT_Q4_0 || matrix->type == QUANT_NF4 ||
+              matrix->type == QUANT_Q4_K || matrix->type == QUANT_Q6_K || matrix->type == QUANT_Q5_0,
           "quantized type %d has no GPU kernel", (int)matrix->type);
     return dequantize::weights_for(matrix, matrix->type == QUANT_NF4 && !matrix->scales ? device_dynamic_map() : NULL);
 }
 
 static void check_shape(const Q8Matrix *weight, int IC, int OC) {
-    const int block = weight->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK;
+    const int block = weight->type == QUANT_NF4 ? NF4_BLOCK : quant_is_kquant(weight->type) ? KQ_BLOCK : Q8_BLOCK;
     CHECK(weight->rows == OC && weight->cols == IC && IC % block == 0,
           "quantized weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
 }
@@ -71,6 +74,11 @@ void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matri
                                      int IC, int OC) {
     check_shape(weight, IC, OC);
     if (N == 0) return;
+    if (N <= matvec::MAX_ROWS) { // a decode step: the blocks read directly (matvec_quantized.cuh)
+        matvec::kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, inp, weights_of(weight), bias, N, IC, OC);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     // out[:, o0 : o0 + rows] = x . tile^T:  D(rows x N, ldd OC) = op_T(tile stored IC x rows) * x stored (IC x N)
     for_each_tile(weight, IC, OC, [&](const __nv_bfloat16 *tile, int o0, int rows) {
