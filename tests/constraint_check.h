@@ -41,8 +41,10 @@ static void check_mask(const TokenTrie *trie, const Tokenizer *tok, Constraint *
     constraint_state_init(c, state);
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
-    int steps = 0, mismatches = 0, allows_mismatches = 0;
+    int steps = 0, mismatches = 0, allows_mismatches = 0, cache_mismatches = 0;
     double seconds = 0;
+    float *other_logits = xmalloc((size_t)V * sizeof(float)), *other_masked = xmalloc((size_t)V * sizeof(float));
+    for (int v = 0; v < V; v++) other_logits[v] = (float)(v % 13) * -0.5f;
     for (size_t i = 0; i <= strlen(text); i++) {
         const double t0 = now_seconds();
         const int count = token_mask_apply(trie, c, state, &eos, 1, logits, masked, V, &scratch);
@@ -51,6 +53,13 @@ static void check_mask(const TokenTrie *trie, const Tokenizer *tok, Constraint *
         if (constraint_state_accepts(c, state)) allowed[eos] = true, expected++;
         for (int v = 0; v < V; v++)
             if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
+        // The same state again is read from the mask cache: the same tokens, with the new
+        // call's logits.
+        const long hits = scratch.cache_hits;
+        const int again = token_mask_apply(trie, c, state, &eos, 1, other_logits, other_masked, V, &scratch);
+        if (scratch.cache_hits != hits + 1 || again != count) cache_mismatches++;
+        for (int v = 0; v < V; v++)
+            if (other_masked[v] != (masked[v] > -INFINITY ? other_logits[v] : -INFINITY)) cache_mismatches++;
         // One token at a time (greedy decoding's short cut) decides as the mask: every
         // allowed token and every fifth of the others (all of them would double the test).
         for (int v = 0; v < V; v++)
@@ -63,11 +72,13 @@ static void check_mask(const TokenTrie *trie, const Tokenizer *tok, Constraint *
         if (i < strlen(text)) EXPECT(constraint_state_feed(c, state, (uint8_t)text[i], state), "%s: the text is accepted", what);
     }
     EXPECT(mismatches == 0, "%s: %d tokens masked differently from the brute force", what, mismatches);
+    EXPECT(cache_mismatches == 0, "%s: the cached masks differ from the walked ones %d times", what, cache_mismatches);
     EXPECT(allows_mismatches == 0, "%s: token_mask_allows differs from the mask for %d tokens", what, allows_mismatches);
     EXPECT(constraint_state_accepts(c, state), "%s: the whole text is accepted", what);
+    printf("%s: %d states, %ld masks read from the cache\n", what, steps, scratch.cache_hits - steps);
     *mask_ms += 1e3 * seconds, *steps_out += steps;
     token_mask_scratch_free(&scratch);
-    free(state), free(allowed), free(logits), free(masked);
+    free(state), free(allowed), free(logits), free(masked), free(other_logits), free(other_masked);
 }
 
 // SmolLM2's tokenizer (models/, fetched by `make test`), or NULL with the test failed.

@@ -282,7 +282,9 @@ static void test_mask_equals_brute_force(void) {
     TokenMaskScratch scratch;
     token_mask_scratch_init(&scratch, trie);
     double trie_seconds = 0, brute_seconds = 0;
-    int steps = 0, mismatches = 0, allows_mismatches = 0;
+    int steps = 0, mismatches = 0, allows_mismatches = 0, cache_mismatches = 0;
+    float *other_logits = xmalloc((size_t)V * sizeof(float)), *other_masked = xmalloc((size_t)V * sizeof(float));
+    for (int v = 0; v < V; v++) other_logits[v] = (float)(v % 13) * -0.5f;
     for (size_t i = 0; i <= strlen(text); i++) {
         double t0 = now_seconds();
         const int count = token_mask_apply(trie, wrapped, both, &eos, 1, logits, masked, V, &scratch);
@@ -293,6 +295,13 @@ static void test_mask_equals_brute_force(void) {
         if (json_state_accepts(c, state)) allowed[eos] = true, expected++;
         for (int v = 0; v < V; v++)
             if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
+        // The same state again is read from the mask cache: the same tokens, with the new
+        // call's logits.
+        const long hits = scratch.cache_hits;
+        const int again = token_mask_apply(trie, wrapped, both, &eos, 1, other_logits, other_masked, V, &scratch);
+        if (scratch.cache_hits != hits + 1 || again != count) cache_mismatches++;
+        for (int v = 0; v < V; v++)
+            if (other_masked[v] != (masked[v] > -INFINITY ? other_logits[v] : -INFINITY)) cache_mismatches++;
         // Greedy decoding's one-token check decides as the mask (every allowed token, every
         // fifth of the others).
         for (int v = 0; v < V; v++)
@@ -304,12 +313,13 @@ static void test_mask_equals_brute_force(void) {
         if (i < strlen(text)) EXPECT(json_state_feed(c, state, (uint8_t)text[i], state), "the text is accepted");
     }
     EXPECT(mismatches == 0, "%d tokens masked differently from the brute force", mismatches);
+    EXPECT(cache_mismatches == 0, "the cached masks differ from the walked ones %d times", cache_mismatches);
     EXPECT(allows_mismatches == 0, "token_mask_allows differs from the mask for %d tokens", allows_mismatches);
     EXPECT(json_state_accepts(c, state), "the whole text is accepted");
     printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
            1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
     token_mask_scratch_free(&scratch);
-    free(both), free(allowed), free(logits), free(masked);
+    free(both), free(allowed), free(logits), free(masked), free(other_logits), free(other_masked);
     constraint_free(wrapped);
     token_trie_free(trie);
     tokenizer_free(tok);

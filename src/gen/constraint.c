@@ -2,6 +2,7 @@
 #include "gen/constraint.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/check.h"
 
@@ -68,6 +69,29 @@ bool constraint_state_feed_bytes(const Constraint *c, ConstraintState *state, co
 bool constraint_state_accepts(const Constraint *c, const ConstraintState *state) {
     if (c->grammar) return grammar_state_accepts(c->grammar, &state->grammar);
     return c->regex ? regex_state_accepts(c->regex, state->regex) : json_state_accepts(c->json, &state->json);
+}
+
+// Appends `size` bytes of `value` to the key.
+static size_t put(uint8_t *key, size_t at, const void *value, size_t size) {
+    memcpy(key + at, value, size);
+    return at + size;
+}
+
+size_t constraint_state_key(const Constraint *c, const ConstraintState *state, uint8_t *key) {
+    size_t n = 0;
+    if (c->regex) return put(key, n, &state->regex, sizeof state->regex);
+    if (c->grammar) {
+        const GrammarState *g = &state->grammar;
+        n = put(key, n, &g->num_stacks, sizeof g->num_stacks);
+        n = put(key, n, &g->used, sizeof g->used);
+        n = put(key, n, &g->utf8_value, sizeof g->utf8_value);
+        n = put(key, n, &g->utf8_need, sizeof g->utf8_need);
+        n = put(key, n, &g->utf8_next_lo, sizeof g->utf8_next_lo);
+        n = put(key, n, &g->utf8_next_hi, sizeof g->utf8_next_hi);
+        n = put(key, n, &g->overflow, sizeof g->overflow);
+        return put(key, n, g->pool, (size_t)g->used * sizeof g->pool[0]);
+    }
+    return json_state_key(c->json, &state->json, key);
 }
 
 const RegexConstraint *constraint_regex(const Constraint *c) { return c->regex; }

@@ -39,6 +39,11 @@ bool constraint_state_feed_bytes(const Constraint *constraint, ConstraintState *
                                  size_t length);
 // The text fed so far is complete (the end of text may come now).
 bool constraint_state_accepts(const Constraint *constraint, const ConstraintState *state);
+// The state's used part as bytes, field by field (no padding, nothing past the used
+// part), into `key` (room for sizeof(ConstraintState) bytes); returns the length. Two
+// states with equal keys are the same state, so whatever follows from one (the token mask)
+// holds at the other; equal states may still have different keys (paths in another order).
+size_t constraint_state_key(const Constraint *constraint, const ConstraintState *state, uint8_t *key);
 // The regular expression of a regex constraint (NULL for JSON and grammars): the token mask steps its
 // DFA inline.
 const RegexConstraint *constraint_regex(const Constraint *constraint);

@@ -617,6 +617,35 @@ void json_state_copy(JsonState *dst, const JsonState *src) {
     for (int i = 0; i < src->num_paths; i++) path_copy(&dst->paths[i], &src->paths[i]);
 }
 
+// Appends `size` bytes of `value` to the key.
+static size_t key_put(uint8_t *key, size_t at, const void *value, size_t size) {
+    memcpy(key + at, value, size);
+    return at + size;
+}
+
+size_t json_state_key(const JsonConstraint *c, const JsonState *state, uint8_t *key) {
+    size_t n = key_put(key, 0, &state->num_paths, sizeof state->num_paths);
+    for (int p = 0; p < state->num_paths; p++) {
+        const JsonPath *path = &state->paths[p];
+        n = key_put(key, n, &path->depth, sizeof path->depth);
+        for (int d = 0; d < path->depth; d++) { // field by field: a frame has padding
+            const JsonFrame *f = &path->frames[d];
+            const Node *node = &c->nodes[f->node];
+            // A string's count is only compared with its bounds (feed_path's K_STRING).
+            int32_t count = f->count;
+            if (node->kind == K_STRING && node->max_count < 0 && count > node->min_count) count = node->min_count;
+            n = key_put(key, n, &f->node, sizeof f->node);
+            n = key_put(key, n, &f->phase, sizeof f->phase);
+            n = key_put(key, n, &f->aux, sizeof f->aux);
+            n = key_put(key, n, &count, sizeof count);
+            n = key_put(key, n, &f->str, sizeof f->str);
+            n = key_put(key, n, &f->a, sizeof f->a);
+            n = key_put(key, n, &f->b, sizeof f->b);
+        }
+    }
+    return n;
+}
+
 void json_state_init(const JsonConstraint *c, JsonState *state) {
     state->num_paths = 1;
     state->paths[0].depth = 1;

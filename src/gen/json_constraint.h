@@ -96,6 +96,11 @@ void json_constraint_free(JsonConstraint *constraint);
 // The state before any byte.
 void json_state_init(const JsonConstraint *constraint, JsonState *state);
 void json_state_copy(JsonState *dst, const JsonState *src);
+// The state's used part as bytes into `key` (room for sizeof(JsonState)); returns the
+// length (gen/constraint.h constraint_state_key). Equal keys: the same state. A string's
+// character count is written as its minLength once it has passed it where no maxLength
+// bounds it (it decides nothing more), so the states inside a long string share a key.
+size_t json_state_key(const JsonConstraint *constraint, const JsonState *state, uint8_t *key);
 // Feeds one byte: *out (may be *state) becomes the state after it; false when the byte
 // takes every path to a dead end (then out->num_paths is 0).
 bool json_state_feed(const JsonConstraint *constraint, const JsonState *state, uint8_t byte, JsonState *out);

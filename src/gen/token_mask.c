@@ -100,21 +100,46 @@ void token_trie_free(TokenTrie *trie) {
 }
 
 void token_mask_scratch_init(TokenMaskScratch *scratch, const TokenTrie *trie) {
+    memset(scratch, 0, sizeof *scratch);
     scratch->num_levels = trie->max_depth + 1;
     scratch->levels = xmalloc((size_t)scratch->num_levels * sizeof(ConstraintState));
+    scratch->key = xmalloc(sizeof(ConstraintState));
 }
 
 void token_mask_scratch_free(TokenMaskScratch *scratch) {
-    free(scratch->levels);
+    for (int i = 0; i < TOKEN_MASK_CACHE_ENTRIES; i++) free(scratch->cache[i].key), free(scratch->cache[i].allowed);
+    free(scratch->levels), free(scratch->key);
     memset(scratch, 0, sizeof *scratch);
 }
 
-int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
-                     const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
-                     TokenMaskScratch *scratch) {
-    CHECK(V <= trie->vocab_size, "a vocabulary of %d tokens, a trie of %d", V, trie->vocab_size);
-    for (int v = 0; v < V; v++) masked[v] = -INFINITY;
-    int allowed = 0;
+// The cached mask of the state whose key is scratch->key (key_length bytes), or NULL.
+static const TokenMaskCacheEntry *cache_find(const TokenMaskScratch *scratch, size_t key_length, int V) {
+    for (int i = 0; i < TOKEN_MASK_CACHE_ENTRIES; i++) {
+        const TokenMaskCacheEntry *e = &scratch->cache[i];
+        if (e->key && e->V == V && e->key_length == key_length && !memcmp(e->key, scratch->key, key_length)) return e;
+    }
+    return NULL;
+}
+
+// The entry the walk about to run fills: the oldest, emptied, its key the current one.
+static TokenMaskCacheEntry *cache_take(TokenMaskScratch *scratch, size_t key_length, int V) {
+    TokenMaskCacheEntry *e = &scratch->cache[scratch->cache_next];
+    scratch->cache_next = (scratch->cache_next + 1) % TOKEN_MASK_CACHE_ENTRIES;
+    const size_t words = ((size_t)V + 63) / 64;
+    if (!e->allowed || e->V != V) free(e->allowed), e->allowed = xmalloc(words * sizeof(uint64_t));
+    memset(e->allowed, 0, words * sizeof(uint64_t));
+    free(e->key);
+    e->key = xmalloc(key_length ? key_length : 1);
+    memcpy(e->key, scratch->key, key_length);
+    e->key_length = key_length, e->V = V, e->count = 0;
+    return e;
+}
+
+// The depth-first walk: the tokens whose bytes keep `state` alive, as bits of `allowed`
+// (cleared by the caller); returns how many.
+static int walk_trie(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state, int V,
+                     TokenMaskScratch *scratch, uint64_t *allowed) {
+    int count = 0;
     constraint_state_copy(constraint, &scratch->levels[0], state);
     // A regular expression's DFA is stepped here (a table lookup); JSON through its feed.
     const RegexConstraint *regex = constraint_regex(constraint);
@@ -135,10 +160,31 @@ int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const 
         }
         for (int k = trie->first[i]; k < trie->first[i + 1]; k++) {
             const int id = trie->ids[k];
-            if (id < V) masked[id] = logits[id], allowed++;
+            if (id < V) allowed[id / 64] |= 1ull << (id % 64), count++;
         }
         i++;
     }
+    return count;
+}
+
+int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
+                     const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
+                     TokenMaskScratch *scratch) {
+    CHECK(V <= trie->vocab_size, "a vocabulary of %d tokens, a trie of %d", V, trie->vocab_size);
+    if (!scratch->constraint) scratch->constraint = constraint;
+    CHECK(scratch->constraint == constraint, "a token mask scratch serves one constraint");
+    const size_t key_length = constraint_state_key(constraint, state, scratch->key);
+    const TokenMaskCacheEntry *entry = scratch->walk_always ? NULL : cache_find(scratch, key_length, V);
+    if (entry) {
+        scratch->cache_hits++;
+    } else {
+        scratch->cache_misses++;
+        TokenMaskCacheEntry *fresh = cache_take(scratch, key_length, V);
+        fresh->count = walk_trie(trie, constraint, state, V, scratch, fresh->allowed);
+        entry = fresh;
+    }
+    int allowed = entry->count;
+    for (int v = 0; v < V; v++) masked[v] = entry->allowed[v / 64] >> (v % 64) & 1 ? logits[v] : -INFINITY;
     if (constraint_state_accepts(constraint, state))
         for (int s = 0; s < num_stop_tokens; s++)
             if (stop_tokens[s] >= 0 && stop_tokens[s] < V && masked[stop_tokens[s]] == -INFINITY)

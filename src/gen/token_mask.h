@@ -24,16 +24,38 @@ typedef struct TokenTrie TokenTrie;
 TokenTrie *token_trie_new(const Tokenizer *tok, int vocab_size);
 void token_trie_free(TokenTrie *trie);
 
-// Working memory for one sequence's masking (one state per trie level).
+// The masks of the last TOKEN_MASK_CACHE_ENTRIES states a sequence met, by the state's key
+// (constraint_state_key): decoding meets the same state again and again (inside a string a
+// grammar's stacks, a DFA's state, a JSON value's frames before its count moves), and then
+// the allowed tokens are read back instead of walked. Exact: a mask depends only on the
+// state (and the vocabulary).
+enum { TOKEN_MASK_CACHE_ENTRIES = 8 };
+typedef struct {
+    uint8_t *key; // NULL: empty
+    size_t key_length;
+    uint64_t *allowed; // a bit per token id < V, set for the tokens the walk allowed
+    int V;
+    int count; // how many
+} TokenMaskCacheEntry;
+
+// Working memory for one sequence's masking (one state per trie level, the mask cache). It
+// serves one constraint: the first token_mask_apply binds it.
 typedef struct {
     ConstraintState *levels;
     int num_levels;
+    const Constraint *constraint;
+    TokenMaskCacheEntry cache[TOKEN_MASK_CACHE_ENTRIES];
+    int cache_next; // the entry replaced next (round robin)
+    uint8_t *key;   // the current state's key (room for sizeof(ConstraintState))
+    long cache_hits, cache_misses;
+    bool walk_always; // no cache (for the benchmark that compares)
 } TokenMaskScratch;
 void token_mask_scratch_init(TokenMaskScratch *scratch, const TokenTrie *trie);
 void token_mask_scratch_free(TokenMaskScratch *scratch);
 
 // masked[v] = logits[v] for the allowed tokens, -inf for the others; returns how many are
 // allowed (0 only for a constraint that allows nothing, which a compiled one never does).
+// A state met before (scratch's cache) skips the walk, with the same result.
 int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                      const int *stop_tokens, int num_stop_tokens, const float *logits, float *masked, int V,
                      TokenMaskScratch *scratch);
