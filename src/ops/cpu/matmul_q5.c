@@ -125,8 +125,19 @@ static inline void store_rows(float *out, int count, __m256 sums) {
         out = _mm##bits##_add_epi32(_mm##bits##_unpacklo_epi64(ab, cd), _mm##bits##_unpackhi_epi64(ab, cd)); \
     } while (0)
 
-// ---- AVX2: one block of 8 rows a step (the rows read side by side; not reordered into
-// row-after-row passes as the AVX-512 path is, which no AVX2-only machine here could measure) ----
+// Blocks per pass: each row's codes for the pass are read in one run (rows one after the
+// other, so the weights stream from memory in address order, which the hardware prefetcher
+// follows; 8 rows read side by side, block by block, ran at half the bandwidth), their
+// integer sums kept (8 KB), then reduced and added block by block.
+#define PASS_BLOCKS 32 // a multiple of SCALE_CHUNK, so a chunk of scales never spans two passes
+
+// Each row's codes and fifth bits are also asked for this far ahead (rows follow one
+// another in memory, so this reaches into the next rows): on SmolLM2's decode step it took
+// the kernel from 2.7 to 2.5 times the Q8_0 kernel's time (on 2.6 times its weights); the
+// scales too took it to about 0.8 of the Q8_0 kernel's time a weight in bench/quant_kernels.
+#define PREFETCH_BYTES 4096
+
+// ---- AVX2: one block a step ----
 // A block's 32 codes: values 0-15 are the 16 bytes' low nibbles, 16-31 their high ones, and
 // bit j of the fifth bits is value j's bit 4.
 static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bits) {
@@ -146,22 +157,30 @@ static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
-    for (long b = 0; b < blocks; b++) {
-        if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->values + b * Q8_BLOCK));
-        __m256i dots[Q5_ROWS]; // row k's 8 int32 partial sums of q * x
-        for (int k = 0; k < Q5_ROWS; k++) {
-            const __m256i codes = block_codes_avx2(group.nibbles[k] + b * (Q8_BLOCK / 2), group.fifth_bits[k][b]);
-            // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
-            dots[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+    __m256i dots[PASS_BLOCKS][Q5_ROWS]; // row k's 8 int32 partial sums of q * x in block b
+    for (long b0 = 0; b0 < blocks; b0 += PASS_BLOCKS) {
+        const long b1 = b0 + PASS_BLOCKS < blocks ? b0 + PASS_BLOCKS : blocks;
+        for (int k = 0; k < Q5_ROWS; k++)
+            for (long b = b0; b < b1; b++) {
+                const uint8_t *nibbles = group.nibbles[k] + b * (Q8_BLOCK / 2);
+                _mm_prefetch((const char *)nibbles + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                const __m256i codes = block_codes_avx2(nibbles, group.fifth_bits[k][b]);
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->values + b * Q8_BLOCK));
+                // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
+                dots[b - b0][k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+            }
+        for (long b = b0; b < b1; b++) {
+            if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
+            __m256i low_rows, high_rows;
+            REDUCE_FOUR_ROWS(256, dots[b - b0], low_rows);
+            REDUCE_FOUR_ROWS(256, (dots[b - b0] + 4), high_rows);
+            // The two 128-bit lanes of each hold halves of the block: add them across.
+            const __m256i rows = _mm256_add_epi32(_mm256_permute2x128_si256(low_rows, high_rows, 0x20),
+                                                  _mm256_permute2x128_si256(low_rows, high_rows, 0x31));
+            sums = add_block(sums, rows, w_scales[b % SCALE_CHUNK], x, b);
         }
-        __m256i low_rows, high_rows;
-        REDUCE_FOUR_ROWS(256, dots, low_rows);
-        REDUCE_FOUR_ROWS(256, (dots + 4), high_rows);
-        // The two 128-bit lanes of each hold halves of the block: add them across.
-        const __m256i rows = _mm256_add_epi32(_mm256_permute2x128_si256(low_rows, high_rows, 0x20),
-                                              _mm256_permute2x128_si256(low_rows, high_rows, 0x31));
-        sums = add_block(sums, rows, w_scales[b % SCALE_CHUNK], x, b);
     }
     store_rows(out, count, sums);
 }
@@ -197,22 +216,12 @@ static inline __m512i reduce_pair(const __m512i dots[Q5_ROWS]) {
     return _mm512_shuffle_i64x2(added, added, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-// Pairs of blocks per pass: each row's codes for the pass are read in one run (rows one after
-// the other, so the weights stream from memory in address order, which the hardware
-// prefetcher follows; 8 rows read side by side, block by block, ran at half the bandwidth),
-// their integer sums kept, then reduced and added pair by pair.
-#define PASS_PAIRS 16 // a multiple of SCALE_CHUNK / 2, so a chunk of scales never spans two passes
-
-// Each row's codes and fifth bits are also asked for this far ahead (rows follow one
-// another in memory, so this reaches into the next rows): on SmolLM2's decode step it took
-// the kernel from 2.7 to 2.5 times the Q8_0 kernel's time (on 2.6 times its weights).
-#define PREFETCH_BYTES 4096
-
 static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out) {
     const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2;
     const RowGroup group = row_group(weight, first, count);
     __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
-    __m512i dots[PASS_PAIRS][Q5_ROWS]; // 8 KB
+    enum { PASS_PAIRS = PASS_BLOCKS / 2 };
+    __m512i dots[PASS_PAIRS][Q5_ROWS];
     for (long p0 = 0; p0 < pairs; p0 += PASS_PAIRS) {
         const long p1 = p0 + PASS_PAIRS < pairs ? p0 + PASS_PAIRS : pairs;
         for (int k = 0; k < Q5_ROWS; k++)
@@ -224,6 +233,7 @@ static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const
                     memcpy(&fifth_bits, group.fifth_bits[k] + b, sizeof fifth_bits);
                     _mm_prefetch((const char *)(group.nibbles[k] + b * (Q8_BLOCK / 2)) + PREFETCH_BYTES, _MM_HINT_T0);
                     _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                     xv = _mm512_loadu_si512(x->values + b * Q8_BLOCK);
                     codes = pair_codes_avx512(_mm256_loadu_si256((const __m256i *)(group.nibbles[k] + b * (Q8_BLOCK / 2))),
                                               fifth_bits);
