@@ -14,7 +14,7 @@
 #
 # REPEATS=n (default 3) runs every configuration n times, the configurations taking turns
 # within each round so that a busy moment of a shared machine does not land on one of them
-# only; take the best of each (the load average is printed before and after every round).
+# only; take the best of each (a JSON line with the load average opens every round).
 # BASE=path adds that build's build/bench/decode on the file's own bits (a checkout of an
 # earlier commit, built: the before of a change, measured in the same run).
 set -euo pipefail
@@ -35,7 +35,7 @@ if [ -n "${LLAMACPP_FILE:-}" ] && "$python" -c "import llama_cpp" 2> /dev/null; 
     [ -f "$llama_file" ] && files+=("$llama_file")
 fi
 for round in $(seq "${REPEATS:-3}"); do
-    echo "# round $round: $(uptime)"
+    echo "{\"round\": $round, \"uptime\": \"$(uptime | sed 's/^ *//')\"}"
     for f in "${files[@]}"; do
         for threads in 1 2; do
             for quantize in q4_k_m q8_0; do
@@ -53,4 +53,4 @@ for round in $(seq "${REPEATS:-3}"); do
         done
     done
 done
-echo "# end: $(uptime)"
+echo "{\"end\": true, \"uptime\": \"$(uptime | sed 's/^ *//')\"}"
