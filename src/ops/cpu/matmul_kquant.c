@@ -21,6 +21,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/cpu/simd_paths.h"
 #include "io/gguf_dequant.h"
 #include "ops/cpu/ops_cpu.h"
 
@@ -216,7 +217,7 @@ const KQuantRowDot kquant_row_dot_avx2 = NULL;
 // ---- AVX-512 (BW for the byte and word multiply-adds, VNNI for vpdpwssd) ----
 // 64 values a step: the AVX2 path's products twice as wide, the scaled pairs added straight
 // into the int32 lanes (vpdpwssd).
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if SIMD_HAS_AVX512
 static void q4k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
                             int32_t *minimums) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
@@ -281,18 +282,12 @@ static float row_dot_avx512(QuantType type, const uint8_t *row, const KQuantInpu
     return row_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, cols);
 }
 const KQuantRowDot kquant_row_dot_avx512 = row_dot_avx512;
-const KQuantRowDot kquant_row_dot_best = row_dot_avx512;
-const char *const kquant_best_path_name = "avx512";
 #else
 const KQuantRowDot kquant_row_dot_avx512 = NULL;
-#if defined(__AVX2__)
-const KQuantRowDot kquant_row_dot_best = row_dot_avx2;
-const char *const kquant_best_path_name = "avx2";
-#else
-const KQuantRowDot kquant_row_dot_best = kquant_row_dot_portable;
-const char *const kquant_best_path_name = "portable";
 #endif
-#endif
+
+const KQuantRowDot kquant_row_dot_best = SIMD_BEST(row_dot_avx512, row_dot_avx2, kquant_row_dot_portable);
+const char *const kquant_best_path_name = SIMD_BEST_NAME;
 
 void cpu_matmul_kquant(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
                        int OC) {

@@ -23,6 +23,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/cpu/simd_paths.h"
 #include "ops/q8.h"
 
 // ---- the portable loop (the reference; the sanitizer build runs it) ----
@@ -190,7 +191,7 @@ const Q5RowsDot q5_0_rows_dot_avx2 = NULL;
 #endif
 
 // ---- AVX-512 (BW for the byte masks and shifts, VNNI for vpdpbusd): two blocks a step ----
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if SIMD_HAS_AVX512
 // Two consecutive blocks' 64 codes from their 32 nibble bytes and 64 fifth bits: 128-bit
 // lane 2i + h holds block i's values 16h .. 16h + 15, so byte n is value n % 32 of block
 // n / 32 and the two fifth-bit words are that byte order's mask as they are.
@@ -255,18 +256,12 @@ static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const
     store_rows(out, count, sums);
 }
 const Q5RowsDot q5_0_rows_dot_avx512 = rows_dot_avx512;
-const Q5RowsDot q5_0_rows_dot_best = rows_dot_avx512;
-const char *const q5_0_best_path_name = "avx512";
 #else
 const Q5RowsDot q5_0_rows_dot_avx512 = NULL;
-#if defined(__AVX2__)
-const Q5RowsDot q5_0_rows_dot_best = rows_dot_avx2;
-const char *const q5_0_best_path_name = "avx2";
-#else
-const Q5RowsDot q5_0_rows_dot_best = q5_0_rows_dot_portable;
-const char *const q5_0_best_path_name = "portable";
 #endif
-#endif
+
+const Q5RowsDot q5_0_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, q5_0_rows_dot_portable);
+const char *const q5_0_best_path_name = SIMD_BEST_NAME;
 
 void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
     CHECK(weight->type == QUANT_Q5_0 && weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
