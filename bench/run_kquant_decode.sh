@@ -11,6 +11,12 @@
 # (bench/llamacpp_decode.py --make-q4-k-m: llama_model_quantize through an F32 file), whose
 # blocks come from llama.cpp's quantizer. PYTHON=path picks the interpreter that has llama_cpp
 # (default .venv-tools/bin/python).
+#
+# REPEATS=n (default 3) runs every configuration n times, the configurations taking turns
+# within each round so that a busy moment of a shared machine does not land on one of them
+# only; take the best of each (a JSON line with the load average opens every round).
+# BASE=path adds that build's build/bench/decode on the file's own bits (a checkout of an
+# earlier commit, built: the before of a change, measured in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make --no-print-directory bench > /dev/null
@@ -28,17 +34,23 @@ if [ -n "${LLAMACPP_FILE:-}" ] && "$python" -c "import llama_cpp" 2> /dev/null; 
     "$python" bench/llamacpp_decode.py --model "$source_model" --make-q4-k-m "$llama_file" --files 2> /dev/null || true
     [ -f "$llama_file" ] && files+=("$llama_file")
 fi
-uptime
-for f in "${files[@]}"; do
-    for threads in 1 2; do
-        for quantize in q4_k_m q8_0; do
-            OMP_NUM_THREADS=$threads build/bench/decode --model "$f" --new "$new" --batches 1 --quantize "$quantize"
+for round in $(seq "${REPEATS:-3}"); do
+    echo "{\"round\": $round, \"uptime\": \"$(uptime | sed 's/^ *//')\"}"
+    for f in "${files[@]}"; do
+        for threads in 1 2; do
+            for quantize in q4_k_m q8_0; do
+                OMP_NUM_THREADS=$threads build/bench/decode --model "$f" --new "$new" --batches 1 --quantize "$quantize"
+            done
+            if [ -n "${BASE:-}" ]; then
+                OMP_NUM_THREADS=$threads "$BASE/build/bench/decode" --model "$f" --new "$new" --batches 1 --quantize q4_k_m |
+                    sed 's/"impl": "marlhf-cpu"/"impl": "marlhf-cpu-base"/'
+            fi
+            if "$python" -c "import llama_cpp" 2> /dev/null; then
+                "$python" bench/llamacpp_decode.py --new "$new" --threads "$threads" --files "$f" 2> /dev/null | grep impl
+            else
+                echo '{"impl": "llama.cpp", "skipped": "pip install llama-cpp-python (PYTHON=...)"}'
+            fi
         done
-        if "$python" -c "import llama_cpp" 2> /dev/null; then
-            "$python" bench/llamacpp_decode.py --new "$new" --threads "$threads" --files "$f" 2> /dev/null | grep impl
-        else
-            echo '{"impl": "llama.cpp", "skipped": "pip install llama-cpp-python (PYTHON=...)"}'
-        fi
     done
 done
-uptime
+echo "{\"end\": true, \"uptime\": \"$(uptime | sed 's/^ *//')\"}"

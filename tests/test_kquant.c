@@ -29,6 +29,7 @@
 //    commands' default (quantize_default); SmolLM2 in the Q4_K_M mix decoded token by token
 //    against transformers' float32 log-probs (top-1 agreement >= 0.88, mean <= 0.4).
 #include <jansson.h>
+#include <omp.h>
 #include <math.h>
 #include <string.h>
 
@@ -42,8 +43,10 @@
 #include "model/tensor_map.h"
 #include "model/weights_io.h"
 #include "ops/cpu/matmul_kquant.h"
+#include "ops/cpu/matmul_q5.h"
 #include "ops/kquant.h"
 #include "ops/q4.h"
+#include "ops/q5.h"
 #include "ops/q8.h"
 #include "qlora_step.h"
 #include "test.h"
@@ -171,6 +174,143 @@ static void test_row_dot_paths(void) {
     printf("vector paths compared with the portable loop: %d row dots (avx2 %s, avx512 %s; the kernel runs %s)\n",
            compared, kquant_row_dot_avx2 ? "built" : "not built", kquant_row_dot_avx512 ? "built" : "not built",
            kquant_best_path_name);
+}
+
+// A [rows, cols] Q5_0 matrix of random codes, fifth bits and scales of either sign (any bytes
+// are a valid Q5_0 block).
+static Q8Matrix random_q5_0(long rows, long cols, uint64_t seed) {
+    const long blocks = rows * cols / Q8_BLOCK;
+    Q8Matrix m = {.rows = (int)rows, .cols = (int)cols, .type = QUANT_Q5_0};
+    m.nibbles = xmalloc((size_t)(rows * cols / 2));
+    m.high_bits = xmalloc((size_t)blocks * sizeof(uint32_t));
+    m.scales = xmalloc((size_t)blocks * sizeof(float));
+    for (long i = 0; i < rows * cols / 2; i++) m.nibbles[i] = (uint8_t)(rng_uniform(seed, 0, (uint64_t)i) * 256);
+    for (long b = 0; b < blocks; b++) {
+        m.high_bits[b] = (uint32_t)(rng_uniform(seed, 1, (uint64_t)b) * 4294967296.0);
+        m.scales[b] = 0.01f * uniform(seed + 2, (uint64_t)b) * (1.0f + (float)(b % 5));
+    }
+    return m;
+}
+
+// One input row quantized as the Q5_0 kernel takes it (Q8_0 blocks and their sums).
+typedef struct {
+    int8_t *values;
+    float *scales;
+    int32_t *sums;
+} Q5TestInput;
+
+static Q5TestInput q5_test_input(const float *x, long cols) {
+    Q5TestInput in = {xmalloc((size_t)cols), xmalloc((size_t)(cols / Q8_BLOCK) * sizeof(float)),
+                      xmalloc((size_t)(cols / Q8_BLOCK) * sizeof(int32_t))};
+    q8_quantize_row(x, cols, in.values, in.scales);
+    for (long b = 0; b < cols / Q8_BLOCK; b++) {
+        in.sums[b] = 0;
+        for (int j = 0; j < Q8_BLOCK; j++) in.sums[b] += in.values[b * Q8_BLOCK + j];
+    }
+    return in;
+}
+
+static void free_q5(Q8Matrix *m, Q5TestInput *in) {
+    free(m->nibbles), free(m->high_bits), free(m->scales);
+    free(in->values), free(in->scales), free(in->sums);
+}
+
+// The Q5_0 kernel's paths (ops/cpu/matmul_q5.c): the portable loop equals the exact sum
+// of the dequantized weights (q5_0_dequantize_rows, another code path) times the int8
+// inputs and their scales, to 1e-6 of sum |terms|; every vector path gives its bits for
+// every call shape: 1 to 8 rows from any first row, rows of 1, 2, 3, 18 (SmolLM2), 19 and
+// 33 blocks (odd counts leave a block without a pair; 33 spans two passes of the AVX-512
+// path and five chunks of scales), an all-zero input block among them.
+static void test_q5_0_paths(void) {
+    const long cols_list[] = {32, 64, 96, 576, 608, 1056};
+    const struct {
+        const char *name;
+        Q5RowsDot dot;
+    } paths[] = {{"avx2", q5_0_rows_dot_avx2}, {"avx512", q5_0_rows_dot_avx512}};
+    int compared = 0;
+    for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; c++) {
+        const long cols = cols_list[c], rows = 13, blocks = cols / Q8_BLOCK;
+        Q8Matrix m = random_q5_0(rows, cols, 700 + c);
+        float *w = xmalloc((size_t)(rows * cols) * sizeof(float)), *x = xmalloc((size_t)cols * sizeof(float));
+        q5_0_dequantize_rows(&m, 0, rows, w);
+        for (long i = 0; i < cols; i++) x[i] = i >= 32 && i < 64 ? 0.0f : 2.0f * uniform(800 + c, (uint64_t)i);
+        Q5TestInput in = q5_test_input(x, cols);
+        const Q5Input input = {in.values, in.scales, in.sums};
+        float portable[Q5_ROWS], got[Q5_ROWS];
+        for (long first = 0; first < rows; first++)
+            for (int count = 1; count <= Q5_ROWS && first + count <= rows; count++) {
+                q5_0_rows_dot_portable(&m, first, count, &input, portable);
+                if (count == 1) { // each row once: against the exact sum
+                    double exact = 0, magnitude = 0;
+                    for (long i = 0; i < cols; i++) {
+                        const double term = (double)w[first * cols + i] * in.values[i] * in.scales[i / Q8_BLOCK];
+                        exact += term, magnitude += fabs(term);
+                    }
+                    EXPECT(fabs(portable[0] - exact) <= 1e-6 * magnitude + 1e-30,
+                           "Q5_0 cols %ld row %ld: portable %.9g, exact %.9g (sum |terms| %.3g)", cols, first,
+                           portable[0], exact, magnitude);
+                }
+                for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+                    if (!paths[p].dot) continue;
+                    for (int k = 0; k < Q5_ROWS; k++) got[k] = -12345.0f; // lanes past count stay untouched
+                    paths[p].dot(&m, first, count, &input, got);
+                    for (int k = 0; k < count; k++)
+                        EXPECT(memcmp(&got[k], &portable[k], sizeof got[k]) == 0,
+                               "Q5_0 %s, cols %ld (%ld blocks), rows %ld + %d of %d: %.9g, portable %.9g", paths[p].name,
+                               cols, blocks, first, k, count, got[k], portable[k]);
+                    for (int k = count; k < Q5_ROWS; k++)
+                        EXPECT(got[k] == -12345.0f, "Q5_0 %s wrote lane %d of a call of %d rows", paths[p].name, k, count);
+                    compared += count;
+                }
+            }
+        free_q5(&m, &in);
+        free(w), free(x);
+    }
+    printf("Q5_0 vector paths compared with the portable loop: %d row dots (avx2 %s, avx512 %s; the kernel runs %s)\n",
+           compared, q5_0_rows_dot_avx2 ? "built" : "not built", q5_0_rows_dot_avx512 ? "built" : "not built",
+           q5_0_best_path_name);
+}
+
+// The Q5_0 decode op (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows): each output is the
+// portable loop's row dot of its input row (plus the bias), bit for bit, for 1, 3 and 63 input
+// rows and 1, 2 and 4 threads (the threads take whole groups of 8 rows; 37 rows leave a
+// group of 5).
+static void test_q5_0_matmul(void) {
+    const struct {
+        int N, IC, OC;
+        bool bias;
+    } shapes[] = {{1, 576, 37, false}, {3, 608, 37, true}, {63, 96, 20, true}};
+    const int threads_before = omp_get_max_threads();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s].N, IC = shapes[s].IC, OC = shapes[s].OC;
+        Q8Matrix m = random_q5_0(OC, IC, 900 + s);
+        float *x = xmalloc((size_t)N * IC * sizeof(float)), *got = xmalloc((size_t)N * OC * sizeof(float));
+        float *bias = shapes[s].bias ? xmalloc((size_t)OC * sizeof(float)) : NULL;
+        for (long i = 0; i < (long)N * IC; i++) x[i] = uniform(910 + s, (uint64_t)i);
+        for (int o = 0; bias && o < OC; o++) bias[o] = uniform(920 + s, (uint64_t)o);
+        const int thread_counts[] = {1, 2, 4};
+        for (int t = 0; t < 3; t++) {
+            omp_set_num_threads(thread_counts[t]);
+            ops_cpu.matmul_forward_q8(got, x, &m, bias, N, IC, OC, N);
+            int mismatches = 0;
+            for (int i = 0; i < N; i++) {
+                Q5TestInput in = q5_test_input(x + (long)i * IC, IC);
+                const Q5Input input = {in.values, in.scales, in.sums};
+                for (int o = 0; o < OC; o++) {
+                    float expected;
+                    q5_0_rows_dot_portable(&m, o, 1, &input, &expected);
+                    if (bias) expected += bias[o];
+                    mismatches += memcmp(&expected, &got[(long)i * OC + o], sizeof expected) != 0;
+                }
+                free(in.values), free(in.scales), free(in.sums);
+            }
+            EXPECT(mismatches == 0, "Q5_0 matmul N %d IC %d OC %d, %d threads: %d outputs differ from the portable loop", N,
+                   IC, OC, thread_counts[t], mismatches);
+        }
+        free(m.nibbles), free(m.high_bits), free(m.scales);
+        free(x), free(got), free(bias);
+    }
+    omp_set_num_threads(threads_before);
 }
 
 static void test_matmul(void) {
@@ -510,6 +650,8 @@ static void test_smollm2_q4_k_m_decode(void) {
 
 int main(void) {
     RUN(test_row_dot_paths);
+    RUN(test_q5_0_paths);
+    RUN(test_q5_0_matmul);
     RUN(test_matmul);
     RUN(test_q4_k_m_model);
     RUN(test_qlora_over_kquant);

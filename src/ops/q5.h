@@ -3,14 +3,12 @@
 // 576), run with the file's own bits under --quantize q4_k_m (model/quantize.c). A block is 32
 // values (q - 16) * d, q in [0, 31]: its low 4 bits as Q4_0's nibbles (value j in byte j's low
 // nibble, j + 16 in its high one), its fifth bits in a 32-bit word (bit j for value j), d a
-// half float held as a float.
+// half float held as a float. Decode steps multiply the codes where they are
+// (ops/cpu/matmul_q5.c); prefills and training take the dequantized rows below.
 #pragma once
 #include <stdint.h>
 
 #include "ops/ops.h"
 
-// Row r of a Q5_0 matrix widened to int8 (q - 16) into values[cols]: the Q8_0 integer
-// kernel's view of it (ops/cpu/matmul_q8.c), each value times its block's scale.
-void q5_0_unpack_row(const Q8Matrix *matrix, long r, int8_t *values);
 // Rows [first, first + count) as floats [count, cols].
 void q5_0_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out);

@@ -21,13 +21,21 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/cpu/simd_paths.h"
 #include "io/gguf_dequant.h"
 #include "ops/cpu/ops_cpu.h"
 
+// A block's half-float factor. With F16C (every path of a -march=native build on this
+// machine, the portable loop included, so the paths still agree) one instruction; it and
+// gguf_f16_to_f32 give the same float for every half but a signalling NaN, which F16C quiets.
 static inline float half_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
     return gguf_f16_to_f32(h);
+#endif
 }
 
 // The integer sums of one weight super-block against one input block (x: 256 values, sums:
@@ -113,11 +121,28 @@ float kquant_row_dot_portable(QuantType type, const uint8_t *row, const KQuantIn
 
 // ---- AVX2 ----
 #if defined(__AVX2__)
-static inline int32_t horizontal_sum_i32(__m256i v) {
-    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(1, 0, 3, 2)));
-    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(sum);
+// The 12 bytes of a Q4_K block's six-bit scales and minimums unpacked as 16 bytes, scales
+// 0-7 then minimums 0-7 (the layout gguf_unpack_k_scales reads a byte at a time), as three
+// 32-bit words: bytes 0-3 hold scales 0-3 in their low 6 bits and the top 2 bits of scales
+// 4-7, bytes 4-7 minimums 0-3 and the top bits of minimums 4-7, bytes 8-11 the low 4 bits of
+// scales 4-7 (low nibbles) and of minimums 4-7 (high nibbles).
+static inline __m128i unpack_k_scales_vector(const uint8_t *packed) {
+    uint32_t word[3];
+    memcpy(word, packed, sizeof word);
+    const uint32_t six_bits = 0x3F3F3F3F, low_nibbles = 0x0F0F0F0F, two_bits = 0x03030303;
+    const uint32_t scales_0_3 = word[0] & six_bits, mins_0_3 = word[1] & six_bits;
+    const uint32_t scales_4_7 = (word[2] & low_nibbles) | ((word[0] >> 6) & two_bits) << 4;
+    const uint32_t mins_4_7 = ((word[2] >> 4) & low_nibbles) | ((word[1] >> 6) & two_bits) << 4;
+    return _mm_set_epi32((int)mins_4_7, (int)mins_0_3, (int)scales_4_7, (int)scales_0_3);
+}
+
+// The sums of 8 int32 `products` and of 8 int32 `minimums` at once.
+static inline void horizontal_sums_pair(__m256i products, __m256i minimums, int32_t *product_sum, int32_t *minimum_sum) {
+    const __m256i pairs = _mm256_hadd_epi32(products, minimums); // p01 p23 m01 m23 | p45 p67 m45 m67
+    const __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    const __m128i totals = _mm_hadd_epi32(quads, quads); // P M P M
+    *product_sum = _mm_cvtsi128_si32(totals);
+    *minimum_sum = _mm_extract_epi32(totals, 1);
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
@@ -130,8 +155,9 @@ static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) 
 
 static void q4k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
                           int32_t *minimums) {
-    int scale[8], min[8];
-    gguf_unpack_k_scales(block + 4, scale, min);
+    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
+    uint8_t scale[16];
+    _mm_storeu_si128((__m128i *)scale, scale_bytes);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     __m256i total = _mm256_setzero_si256();
     for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
@@ -141,8 +167,10 @@ static void q4k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *
         total = _mm256_add_epi32(total, scaled_dot(low, x + 64 * k, _mm256_set1_epi16((int16_t)scale[2 * k])));
         total = _mm256_add_epi32(total, scaled_dot(high, x + 64 * k + 32, _mm256_set1_epi16((int16_t)scale[2 * k + 1])));
     }
-    *products = horizontal_sum_i32(total);
-    *minimums = q4k_minimums(min, sums);
+    // Minimums: minimum j (twice, as int16) times the sums of 16 inputs 2j and 2j + 1.
+    const __m256i min_terms = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scale_bytes, scale_bytes)),
+                                                _mm256_loadu_si256((const __m256i *)sums));
+    horizontal_sums_pair(total, min_terms, products, minimums);
 }
 
 static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
@@ -169,9 +197,12 @@ static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *
             total = _mm256_add_epi32(total, scaled_dot(codes, x + 128 * half + 32 * s, scale));
         }
     }
-    int32_t offset = 0; // the codes' offset of 32, folded in through the group sums
-    for (int g = 0; g < 16; g++) offset += scales[g] * sums[g];
-    *products = horizontal_sum_i32(total) - 32 * offset;
+    // The codes' offset of 32, folded in through the group sums: sum_g sc[g] * sums[g].
+    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
+                                                   _mm256_loadu_si256((const __m256i *)sums));
+    int32_t product_sum, offset;
+    horizontal_sums_pair(total, offset_terms, &product_sum, &offset);
+    *products = product_sum - 32 * offset;
     *minimums = 0;
 }
 
@@ -186,30 +217,35 @@ const KQuantRowDot kquant_row_dot_avx2 = NULL;
 // ---- AVX-512 (BW for the byte and word multiply-adds, VNNI for vpdpwssd) ----
 // 64 values a step: the AVX2 path's products twice as wide, the scaled pairs added straight
 // into the int32 lanes (vpdpwssd).
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if SIMD_HAS_AVX512
 static void q4k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
                             int32_t *minimums) {
-    int scale[8], min[8];
-    gguf_unpack_k_scales(block + 4, scale, min);
+    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
+    // Each sub-block scale as int16, picked for a step's two sub-blocks by vpermw: step k's
+    // low 256 bits take scale 2k, its high 256 scale 2k + 1.
+    const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     __m512i total = _mm512_setzero_si512();
     for (int k = 0; k < 4; k++) { // sub-blocks 2k (low nibbles) and 2k + 1 (high): values [64k, 64k + 64)
         const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
         const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
                                                  _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
-        const __m256i first = _mm256_set1_epi16((int16_t)scale[2 * k]), second = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
-        const __m512i scales = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+        const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
         const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x + 64 * k));
-        total = _mm512_dpwssd_epi32(total, pairs, scales);
+        total = _mm512_dpwssd_epi32(total, pairs, _mm512_permutexvar_epi16(pick, scales16));
     }
-    *products = _mm512_reduce_add_epi32(total);
-    *minimums = q4k_minimums(min, sums);
+    // Minimums: minimum j (twice, as int16) times the sums of 16 inputs 2j and 2j + 1.
+    const __m128i min_bytes = _mm_unpackhi_epi8(scale_bytes, scale_bytes);
+    const __m256i min_terms = _mm256_madd_epi16(_mm256_cvtepu8_epi16(min_bytes), _mm256_loadu_si256((const __m256i *)sums));
+    const __m256i halves = _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
+    horizontal_sums_pair(halves, min_terms, products, minimums);
 }
 
 static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
                             int32_t *minimums) {
     const int8_t *scales = (const int8_t *)(block + 192);
     const __m512i nibble = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(3);
+    const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)));
     // Each 128-bit lane of int16 pairs is one group of 16 values: lane i takes group g + i's scale.
     const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
                                             0, 0, 0, 0, 0, 0, 0, 0);
@@ -227,16 +263,18 @@ static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t
                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(high, second_shifts), two_bits), 4))};
         for (int s = 0; s < 2; s++) {
             const int g = 8 * half + 4 * s;
-            const __m512i group_scales =
-                _mm512_permutexvar_epi16(spread, _mm512_castsi128_si512(_mm_set_epi16(0, 0, 0, 0, scales[g + 3], scales[g + 2],
-                                                                                      scales[g + 1], scales[g])));
+            const __m512i group_scales = _mm512_permutexvar_epi16(_mm512_add_epi16(spread, _mm512_set1_epi16((short)g)), scales16);
             const __m512i pairs = _mm512_maddubs_epi16(codes[s], _mm512_loadu_si512(x + 128 * half + 64 * s));
             total = _mm512_dpwssd_epi32(total, pairs, group_scales);
         }
     }
-    int32_t offset = 0;
-    for (int g = 0; g < 16; g++) offset += scales[g] * sums[g];
-    *products = _mm512_reduce_add_epi32(total) - 32 * offset;
+    // The codes' offset of 32, folded in through the group sums: sum_g sc[g] * sums[g].
+    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
+                                                   _mm256_loadu_si256((const __m256i *)sums));
+    const __m256i halves = _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
+    int32_t product_sum, offset;
+    horizontal_sums_pair(halves, offset_terms, &product_sum, &offset);
+    *products = product_sum - 32 * offset;
     *minimums = 0;
 }
 
@@ -244,18 +282,12 @@ static float row_dot_avx512(QuantType type, const uint8_t *row, const KQuantInpu
     return row_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, cols);
 }
 const KQuantRowDot kquant_row_dot_avx512 = row_dot_avx512;
-const KQuantRowDot kquant_row_dot_best = row_dot_avx512;
-const char *const kquant_best_path_name = "avx512";
 #else
 const KQuantRowDot kquant_row_dot_avx512 = NULL;
-#if defined(__AVX2__)
-const KQuantRowDot kquant_row_dot_best = row_dot_avx2;
-const char *const kquant_best_path_name = "avx2";
-#else
-const KQuantRowDot kquant_row_dot_best = kquant_row_dot_portable;
-const char *const kquant_best_path_name = "portable";
 #endif
-#endif
+
+const KQuantRowDot kquant_row_dot_best = SIMD_BEST(row_dot_avx512, row_dot_avx2, kquant_row_dot_portable);
+const char *const kquant_best_path_name = SIMD_BEST_NAME;
 
 void cpu_matmul_kquant(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
                        int OC) {

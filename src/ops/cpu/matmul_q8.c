@@ -9,8 +9,9 @@
 // weight once per step, so reading one byte per weight instead of four is what makes it
 // faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm.
 // Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
-// first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step; Q5_0
-// weights (a Q4_K_M file's fallback rows, ops/q5.h) likewise, their 5-bit codes widened.
+// first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step. Q5_0
+// weights (a Q4_K_M file's fallback rows, ops/q5.h) have their own kernel, which decodes the
+// codes in registers instead (ops/cpu/matmul_q5.c).
 //
 // Training over a quantized frozen base (QLoRA) uses only the dequantized tiles, for the
 // forward (matmul_forward_dequantized: weights-only quantization at any N) and for the
@@ -28,16 +29,11 @@
 #include "core/check.h"
 #include "core/sanitizer.h"
 #include "ops/cpu/matmul_kquant.h"
+#include "ops/cpu/matmul_q5.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/q4.h"
-#include "ops/q5.h"
 #include "ops/q8.h"
 
-// A Q4_0 or Q5_0 weight row widened to int8, the values the Q8_0 arithmetic multiplies.
-static void unpack_row(const Q8Matrix *weight, long r, int8_t *values) {
-    if (weight->type == QUANT_Q5_0) q5_0_unpack_row(weight, r, values);
-    else q4_unpack_row(weight, r, values);
-}
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // AVX-512 VNNI: one vpdpbusd multiplies 64 unsigned bytes by 64 signed ones and adds each
@@ -115,7 +111,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     // Tiles of OUT_TILE weight rows by ROW_TILE input rows: the input rows of a tile stay in
     // L1 while the tile's weight rows pass over them, so a long prefill does not stream all
     // its rows from L2 once per weight row. Each output is still one sum in block order.
-    const bool q4 = weight->type == QUANT_Q4_0 || weight->type == QUANT_Q5_0; // codes widened to int8 first
+    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
 #pragma omp parallel
     {
     // A Q4_0 tile's weight rows, widened to int8 once for all its input rows.
@@ -124,7 +120,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     for (int o0 = 0; o0 < OC; o0 += OUT_TILE) {
         const int o1 = o0 + OUT_TILE < OC ? o0 + OUT_TILE : OC;
         if (q4)
-            for (int o = o0; o < o1; o++) unpack_row(weight, o, unpacked + (long)(o - o0) * IC);
+            for (int o = o0; o < o1; o++) q4_unpack_row(weight, o, unpacked + (long)(o - o0) * IC);
         for (int i0 = 0; i0 < N; i0 += ROW_TILE) {
             const int i1 = i0 + ROW_TILE < N ? i0 + ROW_TILE : N;
             for (int o = o0; o < o1; o++) {
@@ -211,7 +207,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     float *x_scales = xmalloc((size_t)N * blocks * sizeof(float));
     for (int i = 0; i < N; i++)
         q8_quantize_row(inp + (long)i * IC, IC, x_values + (long)i * IC, x_scales + (long)i * blocks);
-    const bool q4 = weight->type == QUANT_Q4_0 || weight->type == QUANT_Q5_0; // codes widened to int8 first
+    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
     // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
     SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
     SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
@@ -229,7 +225,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     for (int o = 0; o < OC; o++) {
         const int8_t *w = weight->values + (long)o * IC;
         if (q4) {
-            unpack_row(weight, o, unpacked);
+            q4_unpack_row(weight, o, unpacked);
             w = unpacked;
         }
         const float *w_scales = weight->scales + (long)o * blocks;
@@ -284,6 +280,7 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
     else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
+    else if (weight->type == QUANT_Q5_0) cpu_matmul_q5_0(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }
 

@@ -1,0 +1,302 @@
+// Decode steps over Q5_0 weights (ops/q5.h) with Q8_0 inputs: llama.cpp's Q5_0 x Q8_0
+// arithmetic, each block's 32 codes decoded in registers and multiplied at once.
+//
+// The work is a matrix-vector product that reads every weight once per step, so what it
+// costs is reading the weights (0.69 bytes each) and turning them into products. The 5-bit
+// codes q = nibble | fifth bit << 4 are in [0, 31], unsigned, which is what the byte
+// multiply-adds (vpdpbusd, vpmaddubsw) take as their unsigned operand with the int8 inputs as
+// the signed one; the offset of 16 is folded in afterwards through the input block's sum:
+//     sum_j (q_j - 16) x_j = sum_j q_j x_j - 16 sum_j x_j.
+// So no code is widened to a signed int8 copy in memory first (the previous path wrote each
+// row's codes out as int8 and read them back, a quarter of a SmolLM2 decode step).
+//
+// Each block b of a row gives one exact integer dot_b, and the row's float sum adds
+// dot_b * (x_scale * w_scale) block after block. The block sums of 8 rows are reduced
+// together (their vectors transposed and added, no horizontal sum per row), and the 8 float
+// sums then run in the 8 lanes of one vector: lane k does row k's scalar operations in the
+// scalar order, so the vector paths give the portable loop's bits.
+#include "ops/cpu/matmul_q5.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/sanitizer.h"
+#include "ops/cpu/simd_paths.h"
+#include "ops/q8.h"
+
+// ---- the portable loop (the reference; the sanitizer build runs it) ----
+// Unchecked access by access: cpu_matmul_q5_0 checks the whole ranges once per call.
+SANITIZER_UNCHECKED void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x,
+                                                float *out) {
+    const long blocks = weight->cols / Q8_BLOCK;
+    for (int k = 0; k < count; k++) {
+        const long r = first + k;
+        float sum = 0.0f;
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *nibbles = weight->nibbles + (r * blocks + b) * (Q8_BLOCK / 2);
+            const uint32_t fifth_bits = weight->high_bits[r * blocks + b];
+            const int8_t *xb = x->values + b * Q8_BLOCK;
+            int32_t dot = 0;
+            for (int j = 0; j < Q8_BLOCK / 2; j++) {
+                const int low_code = (nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4;
+                const int high_code = (nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4;
+                dot += (low_code - 16) * xb[j] + (high_code - 16) * xb[j + Q8_BLOCK / 2];
+            }
+            sum += (float)dot * (x->scales[b] * weight->scales[r * blocks + b]);
+        }
+        out[k] = sum;
+    }
+}
+
+#if defined(__AVX2__)
+// The rows of one kernel call: a call of fewer than Q5_ROWS rows repeats its last row in
+// the spare lanes (computed, not stored), so every step has the same shape.
+typedef struct {
+    const uint8_t *nibbles[Q5_ROWS];
+    const uint32_t *fifth_bits[Q5_ROWS];
+    const float *w_scales[Q5_ROWS];
+} RowGroup;
+
+static inline RowGroup row_group(const Q8Matrix *weight, long first, int count) {
+    const long blocks = weight->cols / Q8_BLOCK;
+    RowGroup group;
+    for (int k = 0; k < Q5_ROWS; k++) {
+        const long r = first + (k < count ? k : count - 1);
+        group.nibbles[k] = weight->nibbles + r * blocks * (Q8_BLOCK / 2);
+        group.fifth_bits[k] = weight->high_bits + r * blocks;
+        group.w_scales[k] = weight->scales + r * blocks;
+    }
+    return group;
+}
+
+// The weight scales of blocks [b0, b0 + SCALE_CHUNK) (fewer at a row's end) turned to one
+// vector per block, lane k row k's: an 8 x 8 transpose of the rows' scales, which a gather
+// per block (microcoded, it took a third of the kernel) would do slower.
+#define SCALE_CHUNK 8
+static inline void chunk_scales(const RowGroup *group, long b0, int chunk, __m256 scales[SCALE_CHUNK]) {
+    if (chunk < SCALE_CHUNK) {
+        float lanes[SCALE_CHUNK][Q5_ROWS];
+        for (int j = 0; j < chunk; j++)
+            for (int k = 0; k < Q5_ROWS; k++) lanes[j][k] = group->w_scales[k][b0 + j];
+        for (int j = 0; j < chunk; j++) scales[j] = _mm256_loadu_ps(lanes[j]);
+        return;
+    }
+    __m256 t[8], u[8];
+    for (int k = 0; k < 8; k += 2) { // rows k, k + 1 interleaved: blocks 0, 1 | 4, 5 and 2, 3 | 6, 7
+        const __m256 a = _mm256_loadu_ps(group->w_scales[k] + b0), b = _mm256_loadu_ps(group->w_scales[k + 1] + b0);
+        t[k] = _mm256_unpacklo_ps(a, b), t[k + 1] = _mm256_unpackhi_ps(a, b);
+    }
+    for (int h = 0; h < 8; h += 4) { // rows h .. h + 3 of blocks 0 | 4, 1 | 5, 2 | 6, 3 | 7
+        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44), u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44), u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        scales[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+        scales[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+    }
+}
+
+// The 8 rows' float sums (lane k: row k) after block b, whose integer sums of q * x are
+// `dots` (lane k: row k) and weight scales `w_scales`: dot_b = dots - 16 * x's block sum,
+// then the scalar loop's steps.
+static inline __m256 add_block(__m256 sums, __m256i dots, __m256 w_scales, const Q5Input *x, long b) {
+    const __m256i dot = _mm256_sub_epi32(dots, _mm256_set1_epi32(16 * x->sums[b]));
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x->scales[b]), w_scales);
+    return _mm256_add_ps(sums, _mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale));
+}
+
+static inline void store_rows(float *out, int count, __m256 sums) {
+    float lanes[Q5_ROWS];
+    _mm256_storeu_ps(lanes, sums);
+    memcpy(out, lanes, (size_t)count * sizeof(float));
+}
+
+// Eight vectors of int32 partial sums -> in each 128-bit lane, the four sums of that lane's
+// four int32s for rows 0-3 (first) and 4-7 (second): the first half of a transpose-and-add.
+// unpacklo/hi of two rows and an add leave [a0+a2, b0+b2, a1+a3, b1+b3] per 128-bit lane;
+// the 64-bit unpacks of two such results and an add leave [a, b, c, d].
+#define REDUCE_FOUR_ROWS(bits, v, out)                                                                      \
+    do {                                                                                                    \
+        const __m##bits##i ab = _mm##bits##_add_epi32(_mm##bits##_unpacklo_epi32(v[0], v[1]),              \
+                                                      _mm##bits##_unpackhi_epi32(v[0], v[1]));             \
+        const __m##bits##i cd = _mm##bits##_add_epi32(_mm##bits##_unpacklo_epi32(v[2], v[3]),              \
+                                                      _mm##bits##_unpackhi_epi32(v[2], v[3]));             \
+        out = _mm##bits##_add_epi32(_mm##bits##_unpacklo_epi64(ab, cd), _mm##bits##_unpackhi_epi64(ab, cd)); \
+    } while (0)
+
+// Blocks per pass: each row's codes for the pass are read in one run (rows one after the
+// other, so the weights stream from memory in address order, which the hardware prefetcher
+// follows; 8 rows read side by side, block by block, ran at half the bandwidth), their
+// integer sums kept (8 KB), then reduced and added block by block.
+#define PASS_BLOCKS 32 // a multiple of SCALE_CHUNK, so a chunk of scales never spans two passes
+
+// Each row's codes and fifth bits are also asked for this far ahead (rows follow one
+// another in memory, so this reaches into the next rows): on SmolLM2's decode step it took
+// the kernel from 2.7 to 2.5 times the Q8_0 kernel's time (on 2.6 times its weights); the
+// scales too took it to about 0.8 of the Q8_0 kernel's time a weight in bench/quant_kernels.
+#define PREFETCH_BYTES 4096
+
+// ---- AVX2: one block a step ----
+// A block's 32 codes: values 0-15 are the 16 bytes' low nibbles, 16-31 their high ones, and
+// bit j of the fifth bits is value j's bit 4.
+static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bits) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)nibbles), nibble = _mm_set1_epi8(0x0F);
+    const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
+    // Byte j of `spread` is byte j / 8 of the fifth bits; `bit` keeps its bit j % 8.
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)fifth_bits),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201);
+    const __m256i is_set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_or_si256(codes, _mm256_and_si256(is_set, _mm256_set1_epi8(0x10)));
+}
+
+static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out) {
+    const long blocks = weight->cols / Q8_BLOCK;
+    const RowGroup group = row_group(weight, first, count);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
+    __m256i dots[PASS_BLOCKS][Q5_ROWS]; // row k's 8 int32 partial sums of q * x in block b
+    for (long b0 = 0; b0 < blocks; b0 += PASS_BLOCKS) {
+        const long b1 = b0 + PASS_BLOCKS < blocks ? b0 + PASS_BLOCKS : blocks;
+        for (int k = 0; k < Q5_ROWS; k++)
+            for (long b = b0; b < b1; b++) {
+                const uint8_t *nibbles = group.nibbles[k] + b * (Q8_BLOCK / 2);
+                _mm_prefetch((const char *)nibbles + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                const __m256i codes = block_codes_avx2(nibbles, group.fifth_bits[k][b]);
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->values + b * Q8_BLOCK));
+                // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
+                dots[b - b0][k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+            }
+        for (long b = b0; b < b1; b++) {
+            if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
+            __m256i low_rows, high_rows;
+            REDUCE_FOUR_ROWS(256, dots[b - b0], low_rows);
+            REDUCE_FOUR_ROWS(256, (dots[b - b0] + 4), high_rows);
+            // The two 128-bit lanes of each hold halves of the block: add them across.
+            const __m256i rows = _mm256_add_epi32(_mm256_permute2x128_si256(low_rows, high_rows, 0x20),
+                                                  _mm256_permute2x128_si256(low_rows, high_rows, 0x31));
+            sums = add_block(sums, rows, w_scales[b % SCALE_CHUNK], x, b);
+        }
+    }
+    store_rows(out, count, sums);
+}
+const Q5RowsDot q5_0_rows_dot_avx2 = rows_dot_avx2;
+#else
+const Q5RowsDot q5_0_rows_dot_avx2 = NULL;
+#endif
+
+// ---- AVX-512 (BW for the byte masks and shifts, VNNI for vpdpbusd): two blocks a step ----
+#if SIMD_HAS_AVX512
+// Two consecutive blocks' 64 codes from their 32 nibble bytes and 64 fifth bits: 128-bit
+// lane 2i + h holds block i's values 16h .. 16h + 15, so byte n is value n % 32 of block
+// n / 32 and the two fifth-bit words are that byte order's mask as they are.
+static inline __m512i pair_codes_avx512(__m256i nibble_bytes, uint64_t fifth_bits) {
+    const __m512i bytes = _mm512_castsi256_si512(nibble_bytes);
+    const __m512i spread = _mm512_shuffle_i64x2(bytes, bytes, _MM_SHUFFLE(1, 1, 0, 0)); // lanes 0, 0, 1, 1
+    const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);                   // high nibbles in lanes 1, 3
+    const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(spread, shifts), _mm512_set1_epi8(0x0F));
+    // Where the fifth bit is set, 16 is added to the nibble (no byte-masked OR exists).
+    return _mm512_mask_add_epi8(codes, (__mmask64)fifth_bits, codes, _mm512_set1_epi8(0x10));
+}
+
+// The 8 rows' integer sums of q * x for two blocks, 16 int32 each in `dots` (lanes 0-7 the
+// first block's, 8-15 the second's) -> rows 0-7 of the first block, rows 0-7 of the second.
+static inline __m512i reduce_pair(const __m512i dots[Q5_ROWS]) {
+    __m512i low_rows, high_rows;
+    REDUCE_FOUR_ROWS(512, dots, low_rows);
+    REDUCE_FOUR_ROWS(512, (dots + 4), high_rows);
+    // Lanes [first block: two halves, second block: two halves] of rows 0-3, then 4-7:
+    // add each block's halves -> [0-3 first, 0-3 second, 4-7 first, 4-7 second], then reorder.
+    const __m512i added = _mm512_add_epi32(_mm512_shuffle_i64x2(low_rows, high_rows, _MM_SHUFFLE(2, 0, 2, 0)),
+                                           _mm512_shuffle_i64x2(low_rows, high_rows, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_shuffle_i64x2(added, added, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out) {
+    const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2;
+    const RowGroup group = row_group(weight, first, count);
+    __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
+    enum { PASS_PAIRS = PASS_BLOCKS / 2 };
+    __m512i dots[PASS_PAIRS][Q5_ROWS];
+    for (long p0 = 0; p0 < pairs; p0 += PASS_PAIRS) {
+        const long p1 = p0 + PASS_PAIRS < pairs ? p0 + PASS_PAIRS : pairs;
+        for (int k = 0; k < Q5_ROWS; k++)
+            for (long p = p0; p < p1; p++) {
+                const long b = 2 * p;
+                __m512i xv, codes;
+                if (b + 1 < blocks) {
+                    uint64_t fifth_bits;
+                    memcpy(&fifth_bits, group.fifth_bits[k] + b, sizeof fifth_bits);
+                    _mm_prefetch((const char *)(group.nibbles[k] + b * (Q8_BLOCK / 2)) + PREFETCH_BYTES, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                    xv = _mm512_loadu_si512(x->values + b * Q8_BLOCK);
+                    codes = pair_codes_avx512(_mm256_loadu_si256((const __m256i *)(group.nibbles[k] + b * (Q8_BLOCK / 2))),
+                                              fifth_bits);
+                } else { // an odd last block: the pair's second block reads as zero codes and inputs
+                    xv = _mm512_maskz_loadu_epi8(0xFFFFFFFFULL, x->values + b * Q8_BLOCK);
+                    const __m128i nibble_bytes = _mm_loadu_si128((const __m128i *)(group.nibbles[k] + b * (Q8_BLOCK / 2)));
+                    codes = pair_codes_avx512(_mm256_zextsi128_si256(nibble_bytes), group.fifth_bits[k][b]);
+                }
+                dots[p - p0][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
+            }
+        for (long p = p0; p < p1; p++) {
+            const long b = 2 * p;
+            if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
+            const __m512i rows = reduce_pair(dots[p - p0]);
+            sums = add_block(sums, _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK], x, b);
+            if (b + 1 < blocks) sums = add_block(sums, _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK], x, b + 1);
+        }
+    }
+    store_rows(out, count, sums);
+}
+const Q5RowsDot q5_0_rows_dot_avx512 = rows_dot_avx512;
+#else
+const Q5RowsDot q5_0_rows_dot_avx512 = NULL;
+#endif
+
+const Q5RowsDot q5_0_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, q5_0_rows_dot_portable);
+const char *const q5_0_best_path_name = SIMD_BEST_NAME;
+
+void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
+    CHECK(weight->type == QUANT_Q5_0 && weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
+          "Q5_0 weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+    const long blocks = IC / Q8_BLOCK;
+    int8_t *values = xmalloc((size_t)N * IC);
+    float *scales = xmalloc((size_t)N * blocks * sizeof(float));
+    int32_t *sums = xmalloc((size_t)N * blocks * sizeof(int32_t));
+    for (int i = 0; i < N; i++) {
+        q8_quantize_row(inp + (long)i * IC, IC, values + (long)i * IC, scales + i * blocks);
+        for (long b = 0; b < blocks; b++) {
+            int32_t sum = 0;
+            for (int j = 0; j < Q8_BLOCK; j++) sum += values[(long)i * IC + b * Q8_BLOCK + j];
+            sums[i * blocks + b] = sum;
+        }
+    }
+    // The ranges the row dots read (the portable loop runs unchecked).
+    SANITIZER_CHECK_RANGE(values, (size_t)N * IC);
+    SANITIZER_CHECK_RANGE(scales, (size_t)N * blocks * sizeof(float));
+    SANITIZER_CHECK_RANGE(weight->nibbles, (size_t)OC * IC / 2);
+    SANITIZER_CHECK_RANGE(weight->high_bits, (size_t)OC * blocks * sizeof(uint32_t));
+    SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
+    // Whole groups of Q5_ROWS rows to each thread, the static schedule's even split (for one
+    // input row, a decode step, the work is the groups): each output is one lane's sum in
+    // block order, so the results do not depend on the thread count.
+    const int groups = (OC + Q5_ROWS - 1) / Q5_ROWS;
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < groups; g++) {
+        const int o = g * Q5_ROWS, count = OC - o < Q5_ROWS ? OC - o : Q5_ROWS;
+        for (int i = 0; i < N; i++) {
+            const Q5Input x = {values + (long)i * IC, scales + i * blocks, sums + i * blocks};
+            float *y = out + (long)i * OC + o;
+            q5_0_rows_dot_best(weight, o, count, &x, y);
+            for (int k = 0; bias && k < count; k++) y[k] += bias[o + k];
+        }
+    }
+    free(values), free(scales), free(sums);
+}

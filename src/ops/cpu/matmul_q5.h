@@ -1,0 +1,40 @@
+// Decode steps over Q5_0 weights (ops/q5.h: a Q4_K_M file's rows that 256 does not divide):
+// the weight rows' 5-bit codes times Q8_0-quantized input rows, without widening the codes to
+// an int8 copy first. Each vector path is named so that tests/test_kquant.c can hold every
+// one to the portable loop; a path a build was not compiled for is NULL.
+#pragma once
+#include <stdint.h>
+
+#include "ops/ops.h"
+
+// A kernel call covers up to Q5_ROWS weight rows against one input row: the rows' integer
+// block sums are reduced together, and their float sums run side by side in vector lanes.
+#define Q5_ROWS 8
+
+// One input row quantized as Q8_0 (ops/q8.h: values[cols], scales[cols / 32]), plus each
+// block's sum of values, sums[cols / 32] (the codes' offset of 16 is folded in through it).
+typedef struct {
+    const int8_t *values;
+    const float *scales;
+    const int32_t *sums;
+} Q5Input;
+
+// out[k] for k < count (1 <= count <= Q5_ROWS) = weight row first + k times x, the sum over
+// the blocks b in order of
+//     (float)dot_b * (x->scales[b] * weight scale of block b),  dot_b = sum_j (q_j - 16) * x_j,
+// one float addition after another (the portable loop of matmul_q8.c's Q8_0 kernel). dot_b
+// is exact in every path and the float steps are the same operations in the same order, so
+// every path gives the same bits.
+typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out);
+
+void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out);
+extern const Q5RowsDot q5_0_rows_dot_avx2;   // NULL without AVX2
+extern const Q5RowsDot q5_0_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
+// The path cpu_matmul_q5_0 uses: the widest one compiled.
+extern const Q5RowsDot q5_0_rows_dot_best;
+extern const char *const q5_0_best_path_name;
+
+// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0 W [OC, IC], each input row quantized to
+// Q8_0 blocks first (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows). The threads take whole
+// groups of Q5_ROWS output rows, as evenly as they divide.
+void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);
