@@ -267,8 +267,9 @@ static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *
     for (int o0 = 0; o0 < OC; o0 += DEQUANTIZED_TILE) {
         const int rows = OC - o0 < DEQUANTIZED_TILE ? OC - o0 : DEQUANTIZED_TILE;
         dequantize_tile(tile, weight, o0, rows);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f, out + o0,
-                    OC);
+        if (cpu_matmul_batch_invariant()) cpu_matmul_fixed_order(out + o0, OC, inp, tile, N, IC, rows, false);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f,
+                         out + o0, OC);
     }
     free(tile);
     if (bias) {
