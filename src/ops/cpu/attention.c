@@ -64,37 +64,48 @@ static void attend_one_head(float *O, float *P, const float *Q, const float *K, 
         float *p_row = P + (long)t * T;
         float *p = p_row + start; // probabilities of keys start..t, then zeros
         const int n = t - start + 1;
-        // Scores, LANES keys at a time; each key's dot product runs over c in order.
-        float block[LANES];
-        for (int j0 = 0; j0 < n; j0 += LANES) {
+        // Scores: each key's dot product runs over c in order, one chain per key; four
+        // vectors of keys at a time while they last (independent chains keep the FMA units
+        // busy), then one.
+        int j0 = 0;
+        for (; j0 + 4 * LANES <= round_up(n, LANES); j0 += 4 * LANES) {
+            float acc[4 * LANES] = {0};
+            for (int c = 0; c < head_dim; c++) {
+                const float qc = q[c], *kc = keys_t + (long)c * width + j0;
+                for (int l = 0; l < 4 * LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
+            }
+            const int valid = n - j0 < 4 * LANES ? n - j0 : 4 * LANES;
+            for (int l = 0; l < valid; l++) p[j0 + l] = acc[l] * scale;
+        }
+        for (; j0 < n; j0 += LANES) {
             float acc[LANES] = {0};
             for (int c = 0; c < head_dim; c++) {
                 const float qc = q[c], *kc = keys_t + (long)c * width + j0;
                 for (int l = 0; l < LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
             }
             const int valid = n - j0 < LANES ? n - j0 : LANES;
-            for (int l = 0; l < LANES; l++) block[l] = acc[l] * scale;
-            memcpy(p + j0, block, (size_t)valid * sizeof(float));
+            for (int l = 0; l < valid; l++) p[j0 + l] = acc[l] * scale;
         }
         softmax_in_place(p, n);
         memset(p_row, 0, (size_t)start * sizeof(float));
         memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
-        // Output: each element sums p[j] * V[start + j][c] over j in order.
+        // Output: each element sums p[j] * V[start + j][c] over j in order; four vectors of
+        // dimensions at a time (four independent chains), then the rest one by one.
         float *o = O + (long)t * q_stride;
-        for (int c0 = 0; c0 < head_dim; c0 += LANES) {
-            const float *v = V + (long)start * kv_stride + c0;
-            if (head_dim - c0 >= LANES) {
-                float acc[LANES] = {0};
-                for (int j = 0; j < n; j++)
-                    for (int l = 0; l < LANES; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + l], acc[l]);
-                memcpy(o + c0, acc, sizeof acc);
-            } else {
-                const int w = head_dim - c0;
-                float acc[LANES] = {0};
-                for (int j = 0; j < n; j++)
-                    for (int l = 0; l < w; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + l], acc[l]);
-                memcpy(o + c0, acc, (size_t)w * sizeof(float));
-            }
+        const float *v = V + (long)start * kv_stride;
+        int c0 = 0;
+        for (; c0 + 4 * LANES <= head_dim; c0 += 4 * LANES) {
+            float acc[4 * LANES] = {0};
+            for (int j = 0; j < n; j++)
+                for (int l = 0; l < 4 * LANES; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + c0 + l], acc[l]);
+            memcpy(o + c0, acc, sizeof acc);
+        }
+        for (; c0 < head_dim; c0 += LANES) {
+            const int w = head_dim - c0 < LANES ? head_dim - c0 : LANES;
+            float acc[LANES] = {0};
+            for (int j = 0; j < n; j++)
+                for (int l = 0; l < w; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + c0 + l], acc[l]);
+            memcpy(o + c0, acc, (size_t)w * sizeof(float));
         }
     }
 }

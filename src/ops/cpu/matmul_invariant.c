@@ -146,11 +146,15 @@ void cpu_matmul_fixed_order(float *out, long out_stride, const float *inp, const
     SANITIZER_CHECK_RANGE(inp, (size_t)N * IC * sizeof(float));
     SANITIZER_CHECK_RANGE(out, ((size_t)(N - 1) * out_stride + OC) * sizeof(float));
     const int row_tiles = (N + TILE_ROWS - 1) / TILE_ROWS, weight_tiles = (OC + TILE_WEIGHTS - 1) / TILE_WEIGHTS;
-    // Weight tiles vary fastest, so the threads share a tile of input rows while each
-    // streams its own weights.
+    // The larger operand is read once from memory: its tiles are the outer loop, and the
+    // smaller one (more likely to stay in the caches) is read again for each of them. With
+    // a static schedule each thread takes a contiguous run of outer tiles.
+    const bool weights_outer = OC > N;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < (long)row_tiles * weight_tiles; t++) {
-        const int i0 = (int)(t / weight_tiles) * TILE_ROWS, o0 = (int)(t % weight_tiles) * TILE_WEIGHTS;
+        const long row_tile = weights_outer ? t % row_tiles : t / weight_tiles;
+        const long weight_tile = weights_outer ? t / row_tiles : t % weight_tiles;
+        const int i0 = (int)row_tile * TILE_ROWS, o0 = (int)weight_tile * TILE_WEIGHTS;
         const int i1 = i0 + TILE_ROWS < N ? i0 + TILE_ROWS : N, o1 = o0 + TILE_WEIGHTS < OC ? o0 + TILE_WEIGHTS : OC;
         tile(out, out_stride, inp, weight, i0, i1, o0, o1, IC, accumulate);
     }
