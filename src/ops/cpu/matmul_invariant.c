@@ -49,10 +49,14 @@ bool cpu_matmul_batch_invariant(void) {
 }
 
 // The portable form of the sequence: one output element.
+// Whole groups of LANES first, without a bound check inside, so that the compiler can
+// keep s in vector registers; then the partial group.
 static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
     float s[LANES] = {0};
-    for (int k0 = 0; k0 < IC; k0 += LANES)
-        for (int l = 0; l < LANES && k0 + l < IC; l++) s[l] = fmaf(x[k0 + l], w[k0 + l], s[l]);
+    int k0 = 0;
+    for (; k0 + LANES <= IC; k0 += LANES)
+        for (int l = 0; l < LANES; l++) s[l] = fmaf(x[k0 + l], w[k0 + l], s[l]);
+    for (int l = 0; k0 + l < IC; l++) s[l] = fmaf(x[k0 + l], w[k0 + l], s[l]);
     for (int half = LANES / 2; half >= 1; half /= 2)
         for (int l = 0; l < half; l++) s[l] += s[l + half];
     return s[0];
