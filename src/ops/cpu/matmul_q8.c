@@ -7,7 +7,8 @@
 // Q8_0 blocks as well, and each pair of blocks contributes its integer dot product times
 // the two scales, which is llama.cpp's arithmetic for Q8_0 weights. Decoding reads every
 // weight once per step, so reading one byte per weight instead of four is what makes it
-// faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm.
+// faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm
+// (or, with MARLHF_CPU_MATMUL=batch-invariant, the fixed-order kernel of matmul_invariant.c).
 // Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
 // first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step; Q5_0
 // weights (a Q4_K_M file's fallback rows, ops/q5.h) likewise, their 5-bit codes widened.
