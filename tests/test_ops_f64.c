@@ -25,6 +25,7 @@
 #define sinf sin
 #define cblas_sgemm cblas_dgemm
 #define cblas_sgemv cblas_dgemv
+#define fmaf fma
 #define cpu_embedding_forward f64_embedding_forward
 #define cpu_embedding_backward f64_embedding_backward
 #define cpu_layernorm_forward f64_layernorm_forward
@@ -57,6 +58,10 @@
 #include "../src/ops/cpu/attention.c"
 #include "../src/ops/cpu/embedding.c"
 #include "../src/ops/cpu/logprob.c"
+// The batch-invariant matmul has no double form: the float64 checks take sgemm's path.
+// (Defined here, after ops_cpu.h's declarations, which the includes above brought in.)
+#define cpu_matmul_batch_invariant() false
+#define cpu_matmul_fixed_order(out, out_stride, inp, weight, N, IC, OC, accumulate) ((void)0)
 #include "../src/ops/cpu/matmul.c"
 #include "../src/ops/cpu/norm.c"
 #include "../src/ops/cpu/rope.c"

@@ -1,37 +1,112 @@
 // Causal, padding-aware multi-head attention with grouped K/V heads.
 //
-// Each (row, head) pair is one independent problem solved with sgemm on its T x T score
-// matrix; those problems are spread over OpenMP threads (OpenBLAS runs single-threaded
-// inside a parallel region). The full T x T product wastes the upper triangle, but at the
-// sequence lengths RLHF trains on here it keeps attention a small share of a step.
+// Forward: each (row, head) pair is one independent problem, spread over OpenMP threads.
+// Query t of a row whose real tokens start at row_start sees keys row_start..t only, and
+// every number it gets is computed over those keys alone, in an order fixed by the key's
+// place in the sequence (its distance from row_start), never by the padded length T, the
+// row's place in the batch or the thread count. So a sequence gets the same bits alone,
+// left-padded, right-padded or in any batch (tests/test_row_invariance.c): PPO's experience
+// pass and its training forward, which batch the same rows differently, agree exactly.
+// (The previous forward multiplied the whole T x T score matrix with sgemm, whose kernels
+// round a row differently for another T.) Each score is one sequential chain of fused
+// multiply-adds over the head's dimensions, and each output element one chain over the
+// keys; the vector loops below run many such chains side by side, one per lane, which
+// changes no chain's order.
+//
+// Backward: sgemm on the saved T x T probabilities (zero outside each query's keys), per
+// (row, K/V head); it needs to be exact, not row-invariant.
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/check.h"
 #include "ops/cpu/ops_cpu.h"
 
-// Turns scaled scores into probabilities over the keys a query may see:
-// row_start <= j <= t. A query before row_start (left padding) sees nothing: zeros.
-static void masked_softmax_rows(float *P, int T, int row_start) {
-    for (int t = 0; t < T; t++) {
-        float *p = P + (long)t * T;
-        if (t < row_start) {
-            for (int j = 0; j < T; j++) p[j] = 0.0f;
-            continue;
+// Scores and outputs are computed this many lanes at a time: one 512-bit vector of floats.
+#define LANES 16
+
+static int round_up(int n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Turns query t's scaled scores s[0..n) (keys row_start..t) into probabilities, in place.
+static void softmax_in_place(float *s, int n) {
+    float max_score = -INFINITY;
+    for (int j = 0; j < n; j++)
+        if (s[j] > max_score) max_score = s[j];
+    double sum = 0;
+    for (int j = 0; j < n; j++) {
+        s[j] = expf(s[j] - max_score);
+        sum += s[j];
+    }
+    float inv_sum = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) s[j] *= inv_sum;
+}
+
+// One (row, head): Q, K, V, O point at the row's slot 0 of that head; P is its T x T
+// probabilities. keys_t is scratch for the keys transposed, [head_dim][round_up(T, LANES)],
+// so that LANES consecutive keys' scores are one vector chain per dimension.
+static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
+                            int q_stride, int kv_stride, int head_dim, float scale, float *keys_t) {
+    const int n_keys = T - start, width = round_up(n_keys, LANES);
+    // keys_t[c][j] = K[start + j][c]; zero past the last key, so a block that runs over the
+    // end computes scores nobody reads from zeros.
+    for (int c = 0; c < head_dim; c++) {
+        float *row = keys_t + (long)c * width;
+        for (int j = 0; j < n_keys; j++) row[j] = K[(long)(start + j) * kv_stride + c];
+        for (int j = n_keys; j < width; j++) row[j] = 0.0f;
+    }
+    for (int t = 0; t < start; t++) {
+        memset(P + (long)t * T, 0, (size_t)T * sizeof(float));
+        for (int c = 0; c < head_dim; c++) O[(long)t * q_stride + c] = 0.0f;
+    }
+    for (int t = start; t < T; t++) {
+        const float *q = Q + (long)t * q_stride;
+        float *p_row = P + (long)t * T;
+        float *p = p_row + start; // probabilities of keys start..t, then zeros
+        const int n = t - start + 1;
+        // Scores: each key's dot product runs over c in order, one chain per key; four
+        // vectors of keys at a time while they last (independent chains keep the FMA units
+        // busy), then one.
+        int j0 = 0;
+        for (; j0 + 4 * LANES <= round_up(n, LANES); j0 += 4 * LANES) {
+            float acc[4 * LANES] = {0};
+            for (int c = 0; c < head_dim; c++) {
+                const float qc = q[c], *kc = keys_t + (long)c * width + j0;
+                for (int l = 0; l < 4 * LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
+            }
+            const int valid = n - j0 < 4 * LANES ? n - j0 : 4 * LANES;
+            for (int l = 0; l < valid; l++) p[j0 + l] = acc[l] * scale;
         }
-        float max_score = -INFINITY;
-        for (int j = row_start; j <= t; j++)
-            if (p[j] > max_score) max_score = p[j];
-        double sum = 0;
-        for (int j = row_start; j <= t; j++) {
-            p[j] = expf(p[j] - max_score);
-            sum += p[j];
+        for (; j0 < n; j0 += LANES) {
+            float acc[LANES] = {0};
+            for (int c = 0; c < head_dim; c++) {
+                const float qc = q[c], *kc = keys_t + (long)c * width + j0;
+                for (int l = 0; l < LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
+            }
+            const int valid = n - j0 < LANES ? n - j0 : LANES;
+            for (int l = 0; l < valid; l++) p[j0 + l] = acc[l] * scale;
         }
-        float inv_sum = (float)(1.0 / sum);
-        for (int j = 0; j < row_start; j++) p[j] = 0.0f;
-        for (int j = row_start; j <= t; j++) p[j] *= inv_sum;
-        for (int j = t + 1; j < T; j++) p[j] = 0.0f;
+        softmax_in_place(p, n);
+        memset(p_row, 0, (size_t)start * sizeof(float));
+        memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
+        // Output: each element sums p[j] * V[start + j][c] over j in order; four vectors of
+        // dimensions at a time (four independent chains), then the rest one by one.
+        float *o = O + (long)t * q_stride;
+        const float *v = V + (long)start * kv_stride;
+        int c0 = 0;
+        for (; c0 + 4 * LANES <= head_dim; c0 += 4 * LANES) {
+            float acc[4 * LANES] = {0};
+            for (int j = 0; j < n; j++)
+                for (int l = 0; l < 4 * LANES; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + c0 + l], acc[l]);
+            memcpy(o + c0, acc, sizeof acc);
+        }
+        for (; c0 < head_dim; c0 += LANES) {
+            const int w = head_dim - c0 < LANES ? head_dim - c0 : LANES;
+            float acc[LANES] = {0};
+            for (int j = 0; j < n; j++)
+                for (int l = 0; l < w; l++) acc[l] = fmaf(p[j], v[(long)j * kv_stride + c0 + l], acc[l]);
+            memcpy(o + c0, acc, (size_t)w * sizeof(float));
+        }
     }
 }
 
@@ -41,20 +116,19 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * n_heads; bh++) {
-        int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
-        int start = row_start ? row_start[b] : 0;
-        const float *Q = q + (long)b * T * q_stride + h * head_dim;
-        const float *K = k + (long)b * T * kv_stride + kv_head * head_dim;
-        const float *V = v + (long)b * T * kv_stride + kv_head * head_dim;
-        float *P = probs + (long)bh * T * T;
-        float *O = out + (long)b * T * q_stride + h * head_dim;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, scale, Q, q_stride,
-                    K, kv_stride, 0.0f, P, T);
-        masked_softmax_rows(P, T, start);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, head_dim, T, 1.0f, P, T, V,
-                    kv_stride, 0.0f, O, q_stride);
+#pragma omp parallel
+    {
+        float *keys_t = xaligned_alloc((size_t)head_dim * round_up(T, LANES) * sizeof(float));
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * n_heads; bh++) {
+            int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
+            int start = row_start ? row_start[b] : 0;
+            attend_one_head(out + (long)b * T * q_stride + h * head_dim, probs + (long)bh * T * T,
+                            q + (long)b * T * q_stride + h * head_dim, k + (long)b * T * kv_stride + kv_head * head_dim,
+                            v + (long)b * T * kv_stride + kv_head * head_dim, start, T, q_stride, kv_stride, head_dim,
+                            scale, keys_t);
+        }
+        free(keys_t);
     }
 }
 

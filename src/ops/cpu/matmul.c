@@ -22,7 +22,13 @@ SANITIZER_UNCHECKED static void dot_rows(float *out, long out_stride, const floa
 }
 
 // out = inp . weight^T, or out += it when `accumulate`.
+// With MARLHF_CPU_MATMUL=batch-invariant every N takes the fixed-order kernel
+// (ops/cpu/matmul_invariant.c), so a row's bits do not depend on the batch around it.
 static void matmul(float *out, const float *inp, const float *weight, int N, int IC, int OC, bool accumulate) {
+    if (cpu_matmul_batch_invariant()) {
+        cpu_matmul_fixed_order(out, OC, inp, weight, N, IC, OC, accumulate);
+        return;
+    }
     // A few rows (decode steps at small batch) are matrix-vector products: streaming each
     // weight row once for all N inputs beats sgemm's packing, which costs more than the
     // arithmetic here.

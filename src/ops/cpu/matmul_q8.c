@@ -7,7 +7,8 @@
 // Q8_0 blocks as well, and each pair of blocks contributes its integer dot product times
 // the two scales, which is llama.cpp's arithmetic for Q8_0 weights. Decoding reads every
 // weight once per step, so reading one byte per weight instead of four is what makes it
-// faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm.
+// faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm
+// (or, with MARLHF_CPU_MATMUL=batch-invariant, the fixed-order kernel of matmul_invariant.c).
 // Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
 // first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step. Q5_0
 // weights (a Q4_K_M file's fallback rows, ops/q5.h) have their own kernel, which decodes the
@@ -263,8 +264,9 @@ static void matmul_q8_dequantized(float *out, const float *inp, const Q8Matrix *
     for (int o0 = 0; o0 < OC; o0 += DEQUANTIZED_TILE) {
         const int rows = OC - o0 < DEQUANTIZED_TILE ? OC - o0 : DEQUANTIZED_TILE;
         dequantize_tile(tile, weight, o0, rows);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f, out + o0,
-                    OC);
+        if (cpu_matmul_batch_invariant()) cpu_matmul_fixed_order(out + o0, OC, inp, tile, N, IC, rows, false);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IC, 1.0f, inp, IC, tile, IC, 0.0f,
+                         out + o0, OC);
     }
     free(tile);
     if (bias) {

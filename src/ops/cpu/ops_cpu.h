@@ -29,6 +29,17 @@ void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const 
                           const float *weight, const float *rstd, int N, int C,
                           bool weight_plus_one);
 
+// The batch-invariant matmul (ops/cpu/matmul_invariant.c): out[i * out_stride + o] = (or +=)
+// inp row i . weight row o, each element by one fixed sequence of operations that depends on
+// IC only (not on N, the row's place, the tiling or the thread count). The portable form
+// gives the same bits as the vector kernel. cpu_matmul_batch_invariant(): whether
+// MARLHF_CPU_MATMUL=batch-invariant asks the linear layers to use it (read once; a bad
+// value is a user error).
+bool cpu_matmul_batch_invariant(void);
+void cpu_matmul_fixed_order(float *out, long out_stride, const float *inp, const float *weight, int N, int IC, int OC,
+                            bool accumulate);
+void cpu_matmul_fixed_order_portable(float *out, long out_stride, const float *inp, const float *weight, int N,
+                                     int IC, int OC, bool accumulate);
 void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC);
