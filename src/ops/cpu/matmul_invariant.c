@@ -51,7 +51,15 @@ bool cpu_matmul_batch_invariant(void) {
 // The portable form of the sequence: one output element.
 // Whole groups of LANES first, without a bound check inside, so that the compiler can
 // keep s in vector registers; then the partial group.
-static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
+// A build without -march (the sanitizer build) would call libm's software fmaf for every
+// term; on x86-64 a second copy compiled for FMA is chosen at load time where the CPU has
+// the instruction. fmaf is exactly rounded either way, and the function has no separate
+// product and sum the compiler could fuse, so both copies give the same bits. Unchecked
+// access by access: the caller checks the whole ranges (core/sanitizer.h).
+#if defined(__x86_64__) && !defined(__FMA__)
+__attribute__((target_clones("fma", "default")))
+#endif
+SANITIZER_UNCHECKED static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
     float s[LANES] = {0};
     int k0 = 0;
     for (; k0 + LANES <= IC; k0 += LANES)
@@ -64,6 +72,9 @@ static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
 
 void cpu_matmul_fixed_order_portable(float *out, long out_stride, const float *inp, const float *weight, int N,
                                      int IC, int OC, bool accumulate) {
+    if (N <= 0 || OC <= 0) return;
+    SANITIZER_CHECK_RANGE(weight, (size_t)OC * IC * sizeof(float));
+    SANITIZER_CHECK_RANGE(inp, (size_t)N * IC * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; o++)
         for (int i = 0; i < N; i++) {
