@@ -1,4 +1,4 @@
-// Shared by the constraint tests (test_regex_constraint.c, test_grammar_constraint.c): the
+// Shared by the constraint tests (test_json_constraint.c, test_regex_constraint.c, test_grammar_constraint.c): the
 // token mask under a constraint (gen/token_mask.h) against the brute force (every token's
 // bytes fed to a copy of the state), and random texts made of pieces. Include after test.h.
 #pragma once
@@ -93,19 +93,19 @@ static Tokenizer *mask_check_tokenizer(void) {
     return tok;
 }
 
-static uint64_t random_next(uint64_t *rng) {
+static inline uint64_t random_next(uint64_t *rng) {
     *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
     return *rng;
 }
 
 // Appends 1 to 16 pieces drawn at random.
-static void append_random_pieces(char *text, const char *const *pieces, int num_pieces, uint64_t *rng) {
+static inline void append_random_pieces(char *text, const char *const *pieces, int num_pieces, uint64_t *rng) {
     const int n = 1 + (int)(random_next(rng) >> 60);
     for (int i = 0; i < n; i++) strcat(text, pieces[(random_next(rng) >> 33) % (uint64_t)num_pieces]);
 }
 
 // 0 to 7 bytes drawn from `alphabet` (its first `size` bytes); returns the length.
-static int random_bytes(char *text, const char *alphabet, int size, uint64_t *rng) {
+static inline int random_bytes(char *text, const char *alphabet, int size, uint64_t *rng) {
     const int length = (int)(random_next(rng) >> 61);
     for (int i = 0; i < length; i++) text[i] = alphabet[(random_next(rng) >> 33) % (uint64_t)size];
     return length;

@@ -23,6 +23,8 @@
 #include "gen/text_model.h"
 #include "test.h"
 
+#include "constraint_check.h"
+
 static const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 static JsonConstraint *compile_text(const char *schema_text) {
@@ -238,89 +240,23 @@ static void test_refusals(void) {
 
 // --- the vocabulary ---------------------------------------------------------------------
 
-// The mask by brute force: each token's bytes through a copy of the state.
-static int brute_force_mask(const JsonConstraint *c, const JsonState *state, const Tokenizer *tok, int V, bool *allowed) {
-    int count = 0;
-    JsonState *copy = xmalloc(sizeof *copy);
-    for (int v = 0; v < V; v++) {
-        size_t length;
-        char *bytes = tokenizer_token_bytes(tok, v, &length);
-        allowed[v] = false;
-        if (bytes && length > 0) {
-            json_state_copy(copy, state);
-            allowed[v] = json_state_feed_bytes(c, copy, bytes, length);
-        }
-        count += allowed[v];
-        free(bytes);
-    }
-    free(copy);
-    return count;
-}
-
+// The trie's mask equals the brute force (each token's bytes through a copy of the state)
+// at every state of a text through strings with escapes and multi-byte characters, numbers,
+// enums and arrays (constraint_check.h: also the cache and the one-token check).
 static void test_mask_equals_brute_force(void) {
-    Tokenizer *tok = NULL;
-    if (tokenizer_load(&tok, model_path) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
-    const int V = tokenizer_vocab_size(tok);
-    TokenTrie *trie = token_trie_new(tok, V);
-    const int eos = tokenizer_eos_id(tok);
-    JsonConstraint *c = compile_text(
+    Tokenizer *tok = mask_check_tokenizer();
+    if (!tok) return;
+    TokenTrie *trie = token_trie_new(tok, tokenizer_vocab_size(tok));
+    Constraint *c = constraint_from_json(compile_text(
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"n\": {\"type\": "
         "\"number\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"yz\"]}}, \"code\": {\"pattern\": "
-        "\"^[A-Z]\\\\d{1,3}(\\\\n|\xc3\xa9)?$\"}}, \"required\": [\"name\"]}");
-    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"], \"code\": \"X42\\n\"}";
-    float *logits = xmalloc((size_t)V * sizeof(float)), *masked = xmalloc((size_t)V * sizeof(float));
-    for (int v = 0; v < V; v++) logits[v] = (float)(v % 97) * 0.01f;
-    bool *allowed = xmalloc((size_t)V);
-    Constraint *wrapped = constraint_from_json(c);
-    ConstraintState *both = xmalloc(sizeof *both);
-    JsonState *state = &both->json;
-    json_state_init(c, state);
-    TokenMaskScratch scratch;
-    token_mask_scratch_init(&scratch, trie);
-    double trie_seconds = 0, brute_seconds = 0;
-    int steps = 0, mismatches = 0, allows_mismatches = 0, cache_mismatches = 0;
-    float *other_logits = xmalloc((size_t)V * sizeof(float)), *other_masked = xmalloc((size_t)V * sizeof(float));
-    for (int v = 0; v < V; v++) other_logits[v] = (float)(v % 13) * -0.5f;
-    for (size_t i = 0; i <= strlen(text); i++) {
-        double t0 = now_seconds();
-        const int count = token_mask_apply(trie, wrapped, both, &eos, 1, logits, masked, V, &scratch);
-        trie_seconds += now_seconds() - t0;
-        t0 = now_seconds();
-        int expected = brute_force_mask(c, state, tok, V, allowed);
-        brute_seconds += now_seconds() - t0;
-        if (json_state_accepts(c, state)) allowed[eos] = true, expected++;
-        for (int v = 0; v < V; v++)
-            if ((masked[v] > -INFINITY) != allowed[v] || (allowed[v] && masked[v] != logits[v])) mismatches++;
-        // The same state again is read from the mask cache: the same tokens, with the new
-        // call's logits.
-        const long hits = scratch.cache_hits;
-        const int again = token_mask_apply(trie, wrapped, both, &eos, 1, other_logits, other_masked, V, &scratch);
-        if (scratch.cache_hits != hits + 1 || again != count) cache_mismatches++;
-        for (int v = 0; v < V; v++)
-            if (other_masked[v] != (masked[v] > -INFINITY ? other_logits[v] : -INFINITY)) cache_mismatches++;
-        // Greedy decoding's one-token check decides as the mask (every allowed token, every
-        // fifth of the others).
-        for (int v = 0; v < V; v++)
-            if ((allowed[v] || v % 5 == 0) &&
-                token_mask_allows(trie, wrapped, both, &eos, 1, v, &scratch) != (masked[v] > -INFINITY))
-                allows_mismatches++;
-        EXPECT(count == expected, "after %zu bytes: %d tokens allowed, the brute force allows %d", i, count, expected);
-        steps++;
-        if (i < strlen(text)) EXPECT(json_state_feed(c, state, (uint8_t)text[i], state), "the text is accepted");
-    }
-    EXPECT(mismatches == 0, "%d tokens masked differently from the brute force", mismatches);
-    EXPECT(cache_mismatches == 0, "the cached masks differ from the walked ones %d times", cache_mismatches);
-    EXPECT(allows_mismatches == 0, "token_mask_allows differs from the mask for %d tokens", allows_mismatches);
-    EXPECT(json_state_accepts(c, state), "the whole text is accepted");
-    printf("token mask over %d tokens (under load): trie %.2f ms per step, brute force %.2f ms, %d states\n", V,
-           1e3 * trie_seconds / steps, 1e3 * brute_seconds / steps, steps);
-    token_mask_scratch_free(&scratch);
-    free(both), free(allowed), free(logits), free(masked), free(other_logits), free(other_masked);
-    constraint_free(wrapped);
+        "\"^[A-Z]\\\\d{1,3}(\\\\n|\xc3\xa9)?$\"}}, \"required\": [\"name\"]}"));
+    double ms = 0;
+    int steps = 0;
+    if (c) check_mask(trie, tok, c, "{\"name\": \"Caf\xc3\xa9 \\\"o\\u00e9\", \"n\": -12.5e3, \"tags\": [\"yz\", \"x\"], \"code\": \"X42\\n\"}", "json schema", &ms, &steps);
+    printf("token mask over %d tokens (under load): trie %.2f ms per step, %d states\n", tokenizer_vocab_size(tok),
+           steps ? ms / steps : 0.0, steps);
+    constraint_free(c);
     token_trie_free(trie);
     tokenizer_free(tok);
 }
@@ -510,12 +446,8 @@ static int single_token(const Tokenizer *tok, const char *text) {
 }
 
 static void test_pick_greedy_cases(void) {
-    Tokenizer *tok = NULL;
-    if (tokenizer_load(&tok, model_path) != 0) {
-        fprintf(stderr, "  cannot load %s: %s (run scripts/fetch-model)\n", model_path, err_msg());
-        test_current_failures++;
-        return;
-    }
+    Tokenizer *tok = mask_check_tokenizer();
+    if (!tok) return;
     const int V = tokenizer_vocab_size(tok), eos = tokenizer_eos_id(tok);
     const int yes = single_token(tok, "Yes"), no = single_token(tok, "No"), comma = single_token(tok, ",");
     EXPECT(yes >= 0 && no >= 0 && comma >= 0, "Yes, No and , are single tokens");
@@ -556,7 +488,7 @@ static void test_pick_greedy_cases(void) {
             if (picks[i].high[h] >= 0) logits[picks[i].high[h]] = 5.0f;
         SampledToken picked = {.token = -7};
         const bool took = token_mask_pick_greedy(trie, c, picks[i].state, &eos, 1, picks[i].stops_allowed, logits, V,
-                                                 picks[i].sampler, &sampler_scratch, &mask, &picked);
+                                                 picks[i].sampler, &mask, &picked);
         EXPECT(took == (picks[i].want >= 0) && (!took || picked.token == picks[i].want),
                "case %zu: %s token %d, want %d", i, took ? "picked" : "no", picked.token, picks[i].want);
         if (took) { // the masked argmax, stops held back as the caller would

@@ -524,7 +524,7 @@ static void decode_step(ContinuousBatch *batch) {
         if (sequence->json &&
             token_mask_pick_greedy(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                    options->num_stop_tokens, true, logits, V, &sequence->options.sampler,
-                                   &sequence->scratch, &sequence->mask, &picked)) {
+                                   &sequence->mask, &picked)) {
             picked.logprob = sampler_logprob(logits, V, picked.token); // as on the masked path
             token_mask_advance(options->token_trie, constraint, sequence->json, picked.token);
         } else if (sequence->json) {

@@ -199,7 +199,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                 !options->mask_every_token &&
                 token_mask_pick_greedy(options->token_trie, options->constraint, &json[b], options->stop_tokens,
                                        options->num_stop_tokens, step >= options->min_new_tokens, row_logits, V,
-                                       sampler, &scratch[b], &mask[b], &picked)) {
+                                       sampler, &mask[b], &picked)) {
                 picked.logprob = log_softmax_at(row_logits, V, picked.token); // as on the masked path
                 token_mask_advance(options->token_trie, options->constraint, &json[b], picked.token);
             } else if (options->constraint) {

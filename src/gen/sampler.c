@@ -109,15 +109,20 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     return count;
 }
 
+int sampler_argmax(const float *logits, int V) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    return best;
+}
+
 SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
                           SamplerScratch *scratch) {
     CHECK(scratch->vocab_size >= V, "sampler scratch too small");
     SampledToken out = {0};
     double lse = log_sum_exp(logits, V);
     if (config->temperature <= 0.0f) {
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[best]) best = v;
+        const int best = sampler_argmax(logits, V);
         out.token = best;
         out.logprob = (float)(logits[best] - lse);
         out.sampling_logprob = 0.0f;

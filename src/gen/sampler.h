@@ -29,6 +29,9 @@ typedef struct {
 void sampler_scratch_init(SamplerScratch *scratch, int vocab_size);
 void sampler_scratch_free(SamplerScratch *scratch);
 
+// Greedy decoding's token: the first of the largest logits.
+int sampler_argmax(const float *logits, int V);
+
 // Picks a token from logits[0..V). `uniform` is a number in [0, 1).
 SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
                           SamplerScratch *scratch);

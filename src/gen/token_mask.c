@@ -128,8 +128,7 @@ static TokenMaskCacheEntry *cache_take(TokenMaskScratch *scratch, size_t key_len
     const size_t words = ((size_t)V + 63) / 64;
     if (!e->allowed || e->V != V) free(e->allowed), e->allowed = xmalloc(words * sizeof(uint64_t));
     memset(e->allowed, 0, words * sizeof(uint64_t));
-    free(e->key);
-    e->key = xmalloc(key_length ? key_length : 1);
+    e->key = xrealloc(e->key, key_length ? key_length : 1);
     memcpy(e->key, scratch->key, key_length);
     e->key_length = key_length, e->V = V, e->count = 0;
     return e;
@@ -209,15 +208,15 @@ bool token_mask_allows(const TokenTrie *trie, const Constraint *constraint, cons
 
 bool token_mask_pick_greedy(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                             const int *stop_tokens, int num_stop_tokens, bool stops_allowed, const float *logits,
-                            int V, const SamplerConfig *sampler, SamplerScratch *sampler_scratch,
-                            TokenMaskScratch *scratch, SampledToken *picked) {
+                            int V, const SamplerConfig *sampler, TokenMaskScratch *scratch, SampledToken *picked) {
     if (sampler->temperature > 0.0f) return false;
-    const SampledToken best = sampler_pick(logits, V, sampler, 0.0, sampler_scratch);
+    // The argmax alone: the log-probs are the caller's to compute, as on the masked path.
+    const int best = sampler_argmax(logits, V);
     if (!stops_allowed)
         for (int s = 0; s < num_stop_tokens; s++)
-            if (stop_tokens[s] == best.token) return false;
-    if (!token_mask_allows(trie, constraint, state, stop_tokens, num_stop_tokens, best.token, scratch)) return false;
-    *picked = best;
+            if (stop_tokens[s] == best) return false;
+    if (!token_mask_allows(trie, constraint, state, stop_tokens, num_stop_tokens, best, scratch)) return false;
+    *picked = (SampledToken){.token = best}; // greedy: sampling_logprob 0
     return true;
 }
 

@@ -65,16 +65,15 @@ int token_mask_apply(const TokenTrie *trie, const Constraint *constraint, const 
 // is allowed it is also the masked argmax, and the whole mask is not needed.
 bool token_mask_allows(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                        const int *stop_tokens, int num_stop_tokens, int token, TokenMaskScratch *scratch);
-// A greedy row's token without the whole mask: the raw logits' argmax (sampler_pick's first
+// A greedy row's token without the whole mask: the raw logits' argmax (sampler_argmax, the first
 // maximum) when the constraint allows it, for then it is also the masked logits' argmax,
 // ties included. False, with *picked unset, when the mask is needed after all: a sampling
 // row (temperature > 0), a refused argmax, or a stop token while !stops_allowed (the
-// caller's min_new_tokens). *picked's logprob is sampler_pick's; callers overwrite it
-// with the model's own as on the masked path.
+// caller's min_new_tokens). *picked holds the token only: callers set its logprob as on
+// the masked path.
 bool token_mask_pick_greedy(const TokenTrie *trie, const Constraint *constraint, const ConstraintState *state,
                             const int *stop_tokens, int num_stop_tokens, bool stops_allowed, const float *logits,
-                            int V, const SamplerConfig *sampler, SamplerScratch *sampler_scratch,
-                            TokenMaskScratch *scratch, SampledToken *picked);
+                            int V, const SamplerConfig *sampler, TokenMaskScratch *scratch, SampledToken *picked);
 // The state after `token`'s bytes (a stop token or a token without bytes: unchanged).
 // False when they are refused.
 bool token_mask_advance(const TokenTrie *trie, const Constraint *constraint, ConstraintState *state, int token);

@@ -145,6 +145,19 @@ static inline void horizontal_sums_pair(__m256i products, __m256i minimums, int3
     *minimum_sum = _mm_extract_epi32(totals, 1);
 }
 
+// Q6_K's super-block sum from the scaled code products in `total` (8 int32 lanes): their
+// sum less the codes' offset of 32, folded in through the group sums,
+// sum_g sc[g] * sums[g]. (Q6_K has no minimums.)
+static inline void q6k_finish(__m256i total, const int8_t *scales, const int16_t *sums, int32_t *products,
+                              int32_t *minimums) {
+    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
+                                                   _mm256_loadu_si256((const __m256i *)sums));
+    int32_t product_sum, offset;
+    horizontal_sums_pair(total, offset_terms, &product_sum, &offset);
+    *products = product_sum - 32 * offset;
+    *minimums = 0;
+}
+
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
 // Q6_K: 2 * 63 * 127, both below 32767), then multiplied by the scales in `scale` (one int16
 // per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32 lanes.
@@ -197,13 +210,7 @@ static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *
             total = _mm256_add_epi32(total, scaled_dot(codes, x + 128 * half + 32 * s, scale));
         }
     }
-    // The codes' offset of 32, folded in through the group sums: sum_g sc[g] * sums[g].
-    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
-                                                   _mm256_loadu_si256((const __m256i *)sums));
-    int32_t product_sum, offset;
-    horizontal_sums_pair(total, offset_terms, &product_sum, &offset);
-    *products = product_sum - 32 * offset;
-    *minimums = 0;
+    q6k_finish(total, scales, sums, products, minimums);
 }
 
 static float row_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
@@ -268,14 +275,8 @@ static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t
             total = _mm512_dpwssd_epi32(total, pairs, group_scales);
         }
     }
-    // The codes' offset of 32, folded in through the group sums: sum_g sc[g] * sums[g].
-    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
-                                                   _mm256_loadu_si256((const __m256i *)sums));
-    const __m256i halves = _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
-    int32_t product_sum, offset;
-    horizontal_sums_pair(halves, offset_terms, &product_sum, &offset);
-    *products = product_sum - 32 * offset;
-    *minimums = 0;
+    q6k_finish(_mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1)), scales, sums,
+               products, minimums);
 }
 
 static float row_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
