@@ -16,7 +16,8 @@ Files:
                                       (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0);
                           random.<T>  blocks of random bytes whose f16 scale fields are
                                       random finite halves (all the above block types and
-                                      Q2_K..Q6_K, which gguf-py cannot quantize: random
+                                      Q2_K..Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 and
+                                      MXFP4, most of which gguf-py cannot quantize: random
                                       blocks also reach bit patterns quantization never
                                       produces);
                           special.F16, special.BF16  zeros, infinities, quiet NaNs,
@@ -44,6 +45,9 @@ SEED = 20240611
 F16_FIELDS = {
     QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q8_0: [0],
     QT.Q2_K: [80, 82], QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208],
+    # Appended after the others so that their random bytes stay as they were.
+    QT.IQ4_NL: [0], QT.IQ4_XS: [0], QT.TQ1_0: [52], QT.TQ2_0: [64],
+    QT.MXFP4: [],  # its scale is an exponent byte: every value of it is finite or +inf by design
 }
 QUANTIZABLE = [QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
 
@@ -100,7 +104,10 @@ def write_types(path):
         block_size, _ = gguf.GGML_QUANT_SIZES[qtype]
         n_blocks = 16 if block_size == 32 else 6
         rows = 2
-        blocks = random_blocks(rng, qtype, n_blocks).reshape(rows, -1)
+        blocks = random_blocks(rng, qtype, n_blocks)
+        if qtype == QT.MXFP4:  # the subnormal scales (exponents 0, 1) and the largest ones
+            blocks[:4, 0] = [0, 1, 254, 255]
+        blocks = blocks.reshape(rows, -1)
         writer.add_tensor(f"random.{qtype.name}", blocks, raw_dtype=qtype)
     writer.add_tensor("special.F16", special_f16())
     writer.add_tensor("special.BF16", special_bf16(), raw_dtype=QT.BF16)

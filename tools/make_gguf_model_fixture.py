@@ -6,7 +6,8 @@ F16 and Q8_0 matrices). tests/test_model_gguf.c loads it and checks the logits a
 the Hugging Face fixture, which exercises the name mapping and the un-permutation.
 
 Also writes tiny_llama_model_bad_type.gguf, identical except that one tensor is
-declared as IQ4_NL (a type marlhf does not dequantize), for the bad-input tests.
+declared as Q8_1 (a type marlhf does not dequantize: ggml keeps activations in it,
+never weights), for the bad-input tests.
 
 usage: .venv-tools/bin/python tools/make_gguf_model_fixture.py
 """
@@ -63,9 +64,9 @@ def write(path, bad_type):
         if w.ndim == 1:
             writer.add_tensor(target, w)
         elif bad_type and target == "blk.0.ffn_up.weight":
-            # IQ4_NL: 18 bytes per 32 values; the payload is never read.
-            raw = np.zeros((w.shape[0], w.shape[1] // 32 * 18), dtype=np.uint8)
-            writer.add_tensor(target, raw, raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+            # Q8_1: 40 bytes per 32 values; the payload is never read.
+            raw = np.zeros((w.shape[0], w.shape[1] // 32 * 40), dtype=np.uint8)
+            writer.add_tensor(target, raw, raw_dtype=gguf.GGMLQuantizationType.Q8_1)
         elif index % 2 == 0:
             writer.add_tensor(target, w.astype(np.float16))
         else:

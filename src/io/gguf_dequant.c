@@ -31,10 +31,10 @@ static const GgmlTypeInfo type_table[] = {
     [GGML_TYPE_IQ2_XS] = {"IQ2_XS", QK_K, 74, false},
     [GGML_TYPE_IQ3_XXS] = {"IQ3_XXS", QK_K, 98, false},
     [GGML_TYPE_IQ1_S] = {"IQ1_S", QK_K, 50, false},
-    [GGML_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, false},
+    [GGML_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, true},
     [GGML_TYPE_IQ3_S] = {"IQ3_S", QK_K, 110, false},
     [GGML_TYPE_IQ2_S] = {"IQ2_S", QK_K, 82, false},
-    [GGML_TYPE_IQ4_XS] = {"IQ4_XS", QK_K, 136, false},
+    [GGML_TYPE_IQ4_XS] = {"IQ4_XS", QK_K, 136, true},
     [GGML_TYPE_I8] = {"I8", 1, 1, false},
     [GGML_TYPE_I16] = {"I16", 1, 2, false},
     [GGML_TYPE_I32] = {"I32", 1, 4, false},
@@ -42,9 +42,9 @@ static const GgmlTypeInfo type_table[] = {
     [GGML_TYPE_F64] = {"F64", 1, 8, false},
     [GGML_TYPE_IQ1_M] = {"IQ1_M", QK_K, 56, false},
     [GGML_TYPE_BF16] = {"BF16", 1, 2, true},
-    [GGML_TYPE_TQ1_0] = {"TQ1_0", QK_K, 54, false},
-    [GGML_TYPE_TQ2_0] = {"TQ2_0", QK_K, 66, false},
-    [GGML_TYPE_MXFP4] = {"MXFP4", 32, 17, false},
+    [GGML_TYPE_TQ1_0] = {"TQ1_0", QK_K, 54, true},
+    [GGML_TYPE_TQ2_0] = {"TQ2_0", QK_K, 66, true},
+    [GGML_TYPE_MXFP4] = {"MXFP4", 32, 17, true},
     [GGML_TYPE_NVFP4] = {"NVFP4", 64, 36, false},
     [GGML_TYPE_Q1_0] = {"Q1_0", 128, 18, false},
 };
@@ -261,6 +261,100 @@ static void block_q6_k(const uint8_t *block, float *y) {
     }
 }
 
+// --- Non-linear 4-bit, microscaling and ternary types ------------------------------
+
+// IQ4_NL's and IQ4_XS's 16 levels: a 4-bit code indexes this table (non-uniform steps,
+// closer together near zero where weights are dense) instead of being the value itself.
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_NL, 32 elements: a half scale d, then 16 bytes of codes (element j in the low
+// nibble of byte j, element j + 16 in its high nibble, as Q4_0).
+static void block_iq4_nl(const uint8_t *block, float *y) {
+    float d = load_f16(block);
+    const uint8_t *qs = block + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4_levels[qs[j] & 0x0f];
+        y[j + 16] = d * (float)iq4_levels[qs[j] >> 4];
+    }
+}
+
+// IQ4_XS, 256 elements: a half scale d, eight 6-bit sub-block scales offset by 32 (low 4
+// bits in the nibbles of 4 bytes, high 2 bits in a 16-bit word), then each sub-block's 32
+// codes laid out as IQ4_NL's.
+static void block_iq4_xs(const uint8_t *block, float *y) {
+    float d = load_f16(block);
+    uint16_t scales_high;
+    memcpy(&scales_high, block + 2, 2);
+    const uint8_t *scales_low = block + 4;
+    const uint8_t *qs = block + 8;
+    for (int sub = 0; sub < 8; sub++) {
+        int low = (scales_low[sub / 2] >> (4 * (sub % 2))) & 0x0f;
+        int high = (scales_high >> (2 * sub)) & 3;
+        float dl = d * (float)((low | high << 4) - 32);
+        const uint8_t *codes = qs + 16 * sub;
+        for (int j = 0; j < 16; j++) {
+            y[32 * sub + j] = dl * (float)iq4_levels[codes[j] & 0x0f];
+            y[32 * sub + j + 16] = dl * (float)iq4_levels[codes[j] >> 4];
+        }
+    }
+}
+
+// MXFP4 (the OCP microscaling format), 32 elements: a shared power-of-two scale as an
+// E8M0 exponent byte, then 16 bytes of FP4 (E2M1) codes laid out as IQ4_NL's. The table
+// holds the E2M1 values doubled, so the scale is taken halved: 2^(e - 128), built from its
+// bits (below e = 2 that is a float32 subnormal).
+static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static float e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void block_mxfp4(const uint8_t *block, float *y) {
+    float d = e8m0_half(block[0]);
+    const uint8_t *qs = block + 1;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)e2m1_doubled[qs[j] & 0x0f];
+        y[j + 16] = d * (float)e2m1_doubled[qs[j] >> 4];
+    }
+}
+
+// TQ2_0 (ternary), 256 elements: 64 bytes of 2-bit codes c (value c - 1: -1, 0, 1; code 3
+// gives 2, as ggml's decoder does), then a half scale. Each half of 128 elements takes 32
+// bytes, element 32s + l in bits 2s..2s+1 of byte l.
+static void block_tq2_0(const uint8_t *block, float *y) {
+    float d = load_f16(block + 64);
+    for (int i = 0; i < QK_K; i++) {
+        int half = i / 128, shift = 2 * ((i % 128) / 32), l = i % 32;
+        int q = ((block[32 * half + l] >> shift) & 3) - 1;
+        y[i] = d * (float)q;
+    }
+}
+
+// TQ1_0 (ternary, 1.6 bits), 256 elements: 48 bytes holding five base-3 digits each and
+// 4 bytes holding four, then a half scale. A byte stores its digits as a fixed-point
+// fraction of 243 (3^5), so multiplying it by 3^k (mod 256) brings digit k to the top and
+// (byte * 3) >> 8 reads it. Elements 0-159 come from bytes 0-31 (digit k of byte l is
+// element 32k + l), 160-239 from bytes 32-47 (160 + 16k + l), 240-255 from bytes 48-51
+// (240 + 4k + l).
+static int tq1_digit(uint8_t byte, int k) {
+    static const uint8_t powers_of_3[5] = {1, 3, 9, 27, 81};
+    uint8_t shifted = (uint8_t)(byte * powers_of_3[k]);
+    return (((uint16_t)shifted * 3) >> 8) - 1;
+}
+
+static void block_tq1_0(const uint8_t *block, float *y) {
+    float d = load_f16(block + 52);
+    for (int k = 0; k < 5; k++)
+        for (int l = 0; l < 32; l++) y[32 * k + l] = d * (float)tq1_digit(block[l], k);
+    for (int k = 0; k < 5; k++)
+        for (int l = 0; l < 16; l++) y[160 + 16 * k + l] = d * (float)tq1_digit(block[32 + l], k);
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 4; l++) y[240 + 4 * k + l] = d * (float)tq1_digit(block[48 + l], k);
+}
+
 void gguf_dequantize(GgmlType type, const void *src, float *dst, int64_t n) {
     const GgmlTypeInfo *info = gguf_type_info(type);
     CHECK(info && info->can_dequantize, "gguf_dequantize: type %s cannot be converted", gguf_type_name(type));
@@ -282,6 +376,11 @@ void gguf_dequantize(GgmlType type, const void *src, float *dst, int64_t n) {
     case GGML_TYPE_Q4_K: block_fn = block_q4_k; break;
     case GGML_TYPE_Q5_K: block_fn = block_q5_k; break;
     case GGML_TYPE_Q6_K: block_fn = block_q6_k; break;
+    case GGML_TYPE_IQ4_NL: block_fn = block_iq4_nl; break;
+    case GGML_TYPE_IQ4_XS: block_fn = block_iq4_xs; break;
+    case GGML_TYPE_MXFP4: block_fn = block_mxfp4; break;
+    case GGML_TYPE_TQ1_0: block_fn = block_tq1_0; break;
+    case GGML_TYPE_TQ2_0: block_fn = block_tq2_0; break;
     default: CHECK(false, "gguf_dequantize: no converter for %s", info->name);
     }
     int64_t n_blocks = n / info->block_size;
