@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/constraint_options.h"
 #include "cli/options.h"
+#include "cli/output_file.h"
 #include "model/quantize.h"
 #include "gen/text_model.h"
 #include "core/check.h"
@@ -142,10 +143,6 @@ static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const G
     free(response);
 }
 
-static char *pending_output_tmp;
-static void remove_pending_output(void) {
-    if (pending_output_tmp) unlink(pending_output_tmp);
-}
 
 int cmd_generate(int argc, char **argv) {
     const char *quantize = NULL; // quantize_default
@@ -248,13 +245,7 @@ int cmd_generate(int argc, char **argv) {
     }
 
     const int rank = dist_rank(), world = dist_world_size();
-    FILE *out = stdout;
-    if (strcmp(output, "-") != 0 && rank == 0) {
-        pending_output_tmp = xmalloc(strlen(output) + 32);
-        sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
-        cleanup_register(remove_pending_output);
-        if (!(out = fopen(pending_output_tmp, "w"))) die_user("cannot write %s: %s", output, strerror(errno));
-    }
+    FILE *out = rank == 0 ? cli_output_open(output) : stdout; // only rank 0 writes
     StopContext stop = {tm.tokenizer, stop_string};
     GenerateOptions gen = {
         .sampler = {.temperature = greedy ? 0.0f : (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
@@ -341,11 +332,7 @@ int cmd_generate(int argc, char **argv) {
         free(all), free(mine);
     }
     free(batch_bytes);
-    if (out != stdout) {
-        if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0) die_user("cannot write %s: %s", output, strerror(errno));
-        free(pending_output_tmp);
-        pending_output_tmp = NULL;
-    }
+    cli_output_commit(out, output);
     for (int i = 0; i < prompt_count; i++) free(rows[i].ids), free(rows[i].prompt_text);
     free(rows);
     token_trie_free((TokenTrie *)gen.token_trie);

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/output_file.h"
 #include "core/check.h"
 #include "io/jsonl.h"
 #include "model/lora.h"
@@ -122,10 +123,6 @@ static void run_batch(Model *model, InputRow *rows, int count, FILE *out) {
 
 // The output is written to a temporary file renamed into place at the end, so a run that
 // fails half-way (bad input line) leaves an existing output file untouched.
-static char *pending_output_tmp;
-static void remove_pending_output(void) {
-    if (pending_output_tmp) unlink(pending_output_tmp);
-}
 
 int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
@@ -163,14 +160,7 @@ int cmd_logprobs(int argc, char **argv) {
     if (model_load_with_adapter(&model, model_path, ops, &load, lora_adapter, 0) != 0) die_from_err();
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();
-    FILE *out = stdout;
-    if (strcmp(output, "-") != 0) {
-        pending_output_tmp = xmalloc(strlen(output) + 32);
-        sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
-        cleanup_register(remove_pending_output);
-        out = fopen(pending_output_tmp, "w");
-        if (!out) die_user("cannot write %s: %s", output, strerror(errno));
-    }
+    FILE *out = cli_output_open(output);
 
     InputRow *rows = xcalloc((size_t)batch_size, sizeof(InputRow));
     int count = 0;
@@ -197,12 +187,7 @@ int cmd_logprobs(int argc, char **argv) {
     }
     free(rows);
     jsonl_close(&reader);
-    if (out != stdout) {
-        if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0)
-            die_user("cannot write %s: %s", output, strerror(errno));
-        free(pending_output_tmp);
-        pending_output_tmp = NULL;
-    }
+    cli_output_commit(out, output);
     model_free(&model);
     return 0;
 }

@@ -11,16 +11,13 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/output_file.h"
 #include "core/check.h"
 #include "io/jsonl.h"
 #include "tokenizer/tokenizer.h"
 
 // The output goes to a temporary file renamed into place at the end, so a run that fails
 // half-way (a bad input line) leaves an existing output file untouched.
-static char *pending_output_tmp;
-static void remove_pending_output(void) {
-    if (pending_output_tmp) unlink(pending_output_tmp);
-}
 
 static int encode_row(const Tokenizer *tok, json_t *row, const char *path, long line, bool add_bos, FILE *out) {
     json_t *text = json_is_object(row) ? json_object_get(row, "text") : NULL;
@@ -96,14 +93,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (tokenizer_load(&tok, model_path) != 0) die_from_err();
     JsonlReader reader;
     if (jsonl_open(&reader, input, 0) != 0) die_from_err();
-    FILE *out = stdout;
-    if (strcmp(output, "-") != 0) {
-        pending_output_tmp = xmalloc(strlen(output) + 32);
-        sprintf(pending_output_tmp, "%s.tmp-%d", output, (int)getpid());
-        cleanup_register(remove_pending_output);
-        out = fopen(pending_output_tmp, "w");
-        if (!out) die_user("cannot write %s: %s", output, strerror(errno));
-    }
+    FILE *out = cli_output_open(output);
     for (;;) {
         json_t *row = NULL;
         int got = jsonl_next(&reader, &row);
@@ -115,12 +105,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (rc != 0) die_from_err();
     }
     jsonl_close(&reader);
-    if (out != stdout) {
-        if (fclose(out) != 0 || rename(pending_output_tmp, output) != 0)
-            die_user("cannot write %s: %s", output, strerror(errno));
-        free(pending_output_tmp);
-        pending_output_tmp = NULL;
-    }
+    cli_output_commit(out, output);
     tokenizer_free(tok);
     return 0;
 }
