@@ -610,7 +610,6 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
             const Q8Slots q8_vals = {(const char *)v_cache + ((long)b * capacity + start) * q8_slot, q8_slot, values_at,
                                      scales_at};
             const int d = lane_block * tile_lanes < fma_lanes ? lane_block * tile_lanes : fma_lanes; // the plain tile: fma_lanes
-            const int vectors = (fma_lanes - d < tile_lanes ? fma_lanes - d : tile_lanes) / 16;
             for (int g = 0; g < shape.group; g += HEADS_IN_REGISTERS) { // the group, 4 heads at a time
                 const int h = kv_head * shape.group + g, heads = shape.group - g < HEADS_IN_REGISTERS ? shape.group - g : HEADS_IN_REGISTERS;
                 float *result = out + (long)b * shape.q_width + h * head_dim;
@@ -618,6 +617,7 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
                 const float *inverses = inverse_sums + (long)b * n_heads + h;
 #if defined(__AVX512F__)
                 if (d < fma_lanes) {
+                    const int vectors = (fma_lanes - d < tile_lanes ? fma_lanes - d : tile_lanes) / 16;
                     group_lanes_fma_any(heads, vectors, result, head_dim, weights, length, inverses, shape.values, first,
                                         shape.kv_width, q8_vals, shape.q8, n, d);
                     continue;
