@@ -194,7 +194,8 @@ static void test_dequant_matches_gguf_py(void) {
     const GgmlType supported[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
                                   GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
                                   GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
-                                  GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0};
+                                  GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_NVFP4, GGML_TYPE_TQ1_0,
+                                  GGML_TYPE_TQ2_0};
     for (size_t k = 0; k < sizeof supported / sizeof supported[0]; k++) {
         EXPECT(type_seen[supported[k]], "fixture has no %s tensor", gguf_type_name(supported[k]));
         EXPECT(gguf_type_info(supported[k])->can_dequantize, "%s not convertible", gguf_type_name(supported[k]));

@@ -16,8 +16,8 @@ Files:
                                       (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0);
                           random.<T>  blocks of random bytes whose f16 scale fields are
                                       random finite halves (all the above block types and
-                                      Q2_K..Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 and
-                                      MXFP4, most of which gguf-py cannot quantize: random
+                                      Q2_K..Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4
+                                      and NVFP4, most of which gguf-py cannot quantize: random
                                       blocks also reach bit patterns quantization never
                                       produces);
                           special.F16, special.BF16  zeros, infinities, quiet NaNs,
@@ -48,6 +48,7 @@ F16_FIELDS = {
     # Appended after the others so that their random bytes stay as they were.
     QT.IQ4_NL: [0], QT.IQ4_XS: [0], QT.TQ1_0: [52], QT.TQ2_0: [64],
     QT.MXFP4: [],  # its scale is an exponent byte: every value of it is finite or +inf by design
+    QT.NVFP4: [],  # its scales are unsigned E4M3 bytes: every value is finite
 }
 QUANTIZABLE = [QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
 
@@ -107,6 +108,9 @@ def write_types(path):
         blocks = random_blocks(rng, qtype, n_blocks)
         if qtype == QT.MXFP4:  # the subnormal scales (exponents 0, 1) and the largest ones
             blocks[:4, 0] = [0, 1, 254, 255]
+        if qtype == QT.NVFP4:  # zero, E4M3's NaN (read as zero), a subnormal, the largest
+            blocks[0, :4] = [0x00, 0x7F, 0x01, 0x7E]
+            blocks[1, :4] = [0x80, 0xFF, 0x07, 0x08]  # the unused top bit set
         blocks = blocks.reshape(rows, -1)
         writer.add_tensor(f"random.{qtype.name}", blocks, raw_dtype=qtype)
     writer.add_tensor("special.F16", special_f16())

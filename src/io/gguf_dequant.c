@@ -4,6 +4,7 @@
 #include "io/gguf_dequant.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -45,7 +46,7 @@ static const GgmlTypeInfo type_table[] = {
     [GGML_TYPE_TQ1_0] = {"TQ1_0", QK_K, 54, true},
     [GGML_TYPE_TQ2_0] = {"TQ2_0", QK_K, 66, true},
     [GGML_TYPE_MXFP4] = {"MXFP4", 32, 17, true},
-    [GGML_TYPE_NVFP4] = {"NVFP4", 64, 36, false},
+    [GGML_TYPE_NVFP4] = {"NVFP4", 64, 36, true},
     [GGML_TYPE_Q1_0] = {"Q1_0", 128, 18, false},
 };
 
@@ -321,6 +322,29 @@ static void block_mxfp4(const uint8_t *block, float *y) {
     }
 }
 
+// NVFP4, 64 elements: four sub-blocks of 16, each with its own scale, an unsigned E4M3
+// byte (4 exponent bits biased by 7, 3 mantissa bits; 0x7F, E4M3's NaN, and 0 are read as
+// zero), then 32 bytes of E2M1 codes, each sub-block's 8 bytes laid out as IQ4_NL's. The
+// scale is halved for the doubled E2M1 table. Every step is exact in float32.
+static float ue4m3_half(uint8_t byte) {
+    if (byte == 0 || byte == 0x7f) return 0.0f;
+    int exponent = (byte >> 3) & 0x0f, mantissa = byte & 7;
+    float value = exponent == 0 ? (float)mantissa * 0x1p-9f : (1.0f + (float)mantissa / 8.0f) * ldexpf(1.0f, exponent - 7);
+    return value * 0.5f;
+}
+
+static void block_nvfp4(const uint8_t *block, float *y) {
+    const uint8_t *qs = block + 4;
+    for (int sub = 0; sub < 4; sub++) {
+        float d = ue4m3_half(block[sub]);
+        const uint8_t *codes = qs + 8 * sub;
+        for (int j = 0; j < 8; j++) {
+            y[16 * sub + j] = d * (float)e2m1_doubled[codes[j] & 0x0f];
+            y[16 * sub + j + 8] = d * (float)e2m1_doubled[codes[j] >> 4];
+        }
+    }
+}
+
 // TQ2_0 (ternary), 256 elements: 64 bytes of 2-bit codes c (value c - 1: -1, 0, 1; code 3
 // gives 2, as ggml's decoder does), then a half scale. Each half of 128 elements takes 32
 // bytes, element 32s + l in bits 2s..2s+1 of byte l.
@@ -379,6 +403,7 @@ void gguf_dequantize(GgmlType type, const void *src, float *dst, int64_t n) {
     case GGML_TYPE_IQ4_NL: block_fn = block_iq4_nl; break;
     case GGML_TYPE_IQ4_XS: block_fn = block_iq4_xs; break;
     case GGML_TYPE_MXFP4: block_fn = block_mxfp4; break;
+    case GGML_TYPE_NVFP4: block_fn = block_nvfp4; break;
     case GGML_TYPE_TQ1_0: block_fn = block_tq1_0; break;
     case GGML_TYPE_TQ2_0: block_fn = block_tq2_0; break;
     default: CHECK(false, "gguf_dequantize: no converter for %s", info->name);

@@ -3,7 +3,7 @@
 // A quantized type stores its elements in blocks of `block_size` elements taking
 // `type_size` bytes each (scales plus packed integers). Converted types: F32, F16,
 // BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4,
-// TQ1_0, TQ2_0. Each gives results
+// NVFP4, TQ1_0, TQ2_0. Each gives results
 // bit-identical to the `gguf` Python package (gguf.quants.dequantize), which
 // tests/test_gguf.c checks. Other types are known by size, so that files holding
 // them open, but converting one is an error.
