@@ -9,7 +9,10 @@
 //                grammar in GBNF (tests/fixtures/constraints/json.gbnf), and under a regular
 //                expression of its shape;
 //   arithmetic:  an expression with nested parentheses under an arithmetic grammar
-//                (tests/fixtures/constraints/arithmetic.gbnf; no regex or schema can express it).
+//                (tests/fixtures/constraints/arithmetic.gbnf; no regex or schema can express it);
+//   tool call:   a Hermes <tool_call> block under the forced tool-call constraint
+//                (tool_choice "required"), and the same block after a sentence of free text
+//                under the lazy one (gen/lazy_constraint.h: tool_choice "auto").
 // One JSON line per constraint.
 //
 // usage (from the repository root): build/bench/grammar_mask [--model PATH] [--repeats 5]
@@ -20,6 +23,7 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "gen/constraint.h"
+#include "gen/lazy_constraint.h"
 #include "gen/token_mask.h"
 #include "io/fs.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +38,17 @@ static const char *json_schema =
 
 static const char *json_regex =
     "\\{\"name\": \"[^\"\\\\]*\", \"age\": \\d+, \"city\": \"[^\"\\\\]*\", \"hobbies\": \\[(\"[^\"\\\\]*\"(, )?)*\\]\\}";
+
+static const char *tool_call_text =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"London\", \"unit\": \"celsius\"}}\n"
+    "</tool_call>";
+static const char *words_then_tool_call_text =
+    "I will look up the current weather in London for you, in degrees Celsius as you asked. <tool_call>\n"
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"London\", \"unit\": \"celsius\"}}\n</tool_call>";
+static const char *tools_json =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]}}, "
+    "\"required\": [\"city\"]}}}]";
 
 static const char *arithmetic_text = "(12+3.5)*(7-(2/4))+-6*((1+2)*(30-4.25))/9";
 
@@ -76,6 +91,16 @@ static void measure(const char *name, Constraint *c, const char *text, const Tok
     constraint_free(c);
 }
 
+// Hermes tool calls of tools_json (the server's forced-call constraint).
+static Constraint *tool_calls(void) {
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    JsonConstraint *calls = NULL;
+    if (json_constraint_tool_calls(&calls, tools, NULL, "<tool_call>\n", "\n</tool_call>", "\n", "arguments", 0) != 0)
+        die_from_err();
+    json_decref(tools);
+    return constraint_from_json(calls);
+}
+
 // A grammar of tests/fixtures/constraints/.
 static Constraint *grammar(const char *path) {
     char *text;
@@ -116,6 +141,11 @@ int main(int argc, char **argv) {
     measure("json_gbnf", grammar("tests/fixtures/constraints/json.gbnf"), json_text, tok, trie, repeats, load);
     measure("arithmetic_gbnf", grammar("tests/fixtures/constraints/arithmetic.gbnf"), arithmetic_text, tok, trie, repeats,
             load);
+    measure("tool_call_forced", tool_calls(), tool_call_text, tok, trie, repeats, load);
+    const LazyTrigger trigger = {"<tool_call>", strlen("<tool_call>"), false};
+    LazyConstraint *lazy = NULL;
+    if (lazy_constraint_new(&lazy, tool_calls(), &trigger, 1, "lazy") != 0) die_from_err();
+    measure("words_then_tool_call_lazy", constraint_from_lazy(lazy), words_then_tool_call_text, tok, trie, repeats, load);
     token_trie_free(trie);
     tokenizer_free(tok);
     return 0;

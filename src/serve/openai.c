@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "gen/lazy_constraint.h"
 
 int openai_error_set(OpenAIError *err, int status, const char *type, const char *param, const char *code,
                      const char *fmt, ...) {
@@ -263,6 +264,48 @@ static int parse_structured_outputs(json_t *root, OpenAIRequest *req, const char
     if (!json_is_true(chosen))
         return bad_param(err, "structured_outputs.json_object", "'structured_outputs.json_object' must be true");
     req->constraint = constraint_from_json(json_constraint_object());
+    return 0;
+}
+
+// llama.cpp's lazy grammars: "grammar_lazy": true beside `grammar` and "grammar_triggers":
+// [{"type": 1, "value": WORD}, ...] (1: llama.cpp's word trigger): the answer is free text
+// until one of the words, then a sentence of the grammar that starts with that word
+// (gen/lazy_constraint.h). Token (0) and pattern (2, 3) triggers are refused; without
+// grammar_lazy (false, the default) an absent or empty trigger list changes nothing.
+static int parse_grammar_lazy(json_t *root, const char *constraint_param, OpenAIRequest *req, OpenAIError *err) {
+    bool lazy = false;
+    if (get_bool(root, "grammar_lazy", &lazy, err) != 0) return -1;
+    json_t *triggers = get(root, "grammar_triggers");
+    if (triggers && !json_is_array(triggers))
+        return bad_param(err, "grammar_triggers", "'grammar_triggers' must be a list");
+    const size_t n = json_array_size(triggers);
+    if (!lazy) {
+        if (n > 0) return bad_param(err, "grammar_triggers", "'grammar_triggers' needs \"grammar_lazy\": true");
+        return 0;
+    }
+    if (!req->constraint || strcmp(constraint_param, "grammar") != 0)
+        return bad_param(err, "grammar_lazy", "'grammar_lazy' needs a 'grammar'");
+    if (n == 0) return bad_param(err, "grammar_triggers", "'grammar_lazy' needs a non-empty 'grammar_triggers'");
+    if (n > LAZY_MAX_TRIGGERS)
+        return bad_param(err, "grammar_triggers", "too many grammar_triggers (%zu; at most %d)", n, LAZY_MAX_TRIGGERS);
+    LazyTrigger list[LAZY_MAX_TRIGGERS];
+    for (size_t i = 0; i < n; i++) {
+        json_t *trigger = json_array_get(triggers, i);
+        json_t *type = json_object_get(trigger, "type"), *value = json_object_get(trigger, "value");
+        if (!json_is_object(trigger) || !json_is_integer(type) || !json_is_string(value) || json_string_length(value) == 0)
+            return bad_param(err, "grammar_triggers", "grammar_triggers[%zu] must be {\"type\": 1, \"value\": a "
+                             "non-empty string}", i);
+        if (json_integer_value(type) != 1)
+            return bad_param(err, "grammar_triggers", "grammar_triggers[%zu].type %lld is not supported (only 1, a "
+                             "word; not token or pattern triggers)", i, (long long)json_integer_value(type));
+        list[i] = (LazyTrigger){json_string_value(value), json_string_length(value), false};
+    }
+    Constraint *grammar = req->constraint;
+    req->constraint = NULL;
+    LazyConstraint *lazy_grammar = NULL;
+    if (lazy_constraint_new(&lazy_grammar, grammar, list, (int)n, "grammar_triggers") != 0)
+        return bad_param(err, "grammar_triggers", "%s", err_msg());
+    req->constraint = constraint_from_lazy(lazy_grammar);
     return 0;
 }
 
@@ -563,6 +606,7 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     if (parse_response_format(root, req, err) != 0) return -1;
     const char *constraint_param = "response_format"; // the field that set req->constraint
     if (parse_structured_outputs(root, req, &constraint_param, err) != 0) return -1;
+    if (parse_grammar_lazy(root, constraint_param, req, err) != 0) return -1;
     if (kind == OPENAI_COMPLETION) return parse_prompt(root, req, err);
     if (parse_tools(root, req, err) != 0) return -1;
     if (req->constraint && (req->tool_choice_required || req->tool_choice_name))

@@ -34,8 +34,9 @@
 // or a JSON string)}, {"json_object": true} or {"grammar": GBNF} (gen/grammar_constraint.h),
 // one of them, not beside response_format, and the fields vLLM had before 0.12
 // (guided_regex, guided_choice, guided_json, guided_grammar) or llama.cpp's `grammar` (a
-// GBNF text; "" is none), not beside structured_outputs; structural_tag and the other
-// fields are a 400. Messages: role "tool" (content,
+// GBNF text; "" is none), not beside structured_outputs; llama.cpp's grammar_lazy true
+// with grammar_triggers [{"type": 1, "value": WORD}] makes `grammar` lazy (free text until
+// a word: gen/lazy_constraint.h); structural_tag and the other fields are a 400. Messages: role "tool" (content,
 // tool_call_id a string if given), assistant tool_calls ([{"id", "type": "function",
 // "function": {"name", "arguments": a string holding JSON, or an object}}]; content may be
 // null then). Whether the template renders them is the server's question (a 400 if not).

@@ -27,6 +27,7 @@
 #include "core/check.h"
 #include "core/timer.h"
 #include "gen/continuous.h"
+#include "gen/lazy_constraint.h"
 #include "serve/embeddings_api.h"
 #include "serve/listener.h"
 #include "serve/tool_calls.h"
@@ -137,7 +138,7 @@ struct Job {
     int top_logprobs; // alternatives per token
     ChatToolSyntax tool_syntax; // how calls are parsed out of the answers (NONE: no tools, or tool_choice none)
     bool parallel_tool_calls;   // false: one call per answer at most
-    Constraint *constraint; // the answers' (response_format, or tool_choice forcing calls), or NULL
+    Constraint *constraint; // the answers' (response_format, tool calls forced or lazy under "auto"), or NULL
     double deadline;
 
     // The worker's alone until `finished` is set; then read-only.
@@ -1387,20 +1388,55 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
     return result;
 }
 
-// tool_choice "required" or a named function: the answers are constrained to calls in the
-// template's syntax (what serve/tool_calls.c parses): Hermes "<tool_call>\n" OBJECT
-// "\n</tool_call>" blocks separated by "\n", Llama 3 JSON objects separated by "; ", each
-// {"name": NAME, "arguments" / "parameters": a value of the tool's parameters schema};
-// a named function or parallel_tool_calls false: one call (as vLLM decodes a named choice:
-// one call). 0, or -1 with *err (a schema the constraint refuses).
+// Under tool_choice "auto", a tool whose `parameters` schema the JSON constraint cannot
+// honour (a keyword outside its subset: `format`, `minimum`, ...) keeps its call syntax and
+// name checked but its arguments free (any object): its schema is taken out of `tools`
+// and the server's log says so. (Forced calls answer such a schema with a 400 instead;
+// "auto" was never refused for a schema and is not now.)
+static void drop_unsupported_schemas(json_t *tools) {
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *function = json_object_get(json_array_get(tools, i), "function");
+        json_t *parameters = json_object_get(function, "parameters");
+        if (!parameters) continue;
+        char what[64];
+        snprintf(what, sizeof what, "tools[%zu].function.parameters", i);
+        JsonConstraint *probe = NULL;
+        if (json_constraint_schema(&probe, parameters, what) == 0) {
+            json_constraint_free(probe);
+            continue;
+        }
+        fprintf(stderr, "serve: tool_choice auto: %s; that tool's arguments are not checked against its schema\n",
+                err_msg());
+        json_object_del(function, "parameters");
+    }
+}
+
+// The answers' constraint from the tools (what serve/tool_calls.c parses as calls): Hermes
+// "<tool_call>\n" OBJECT "\n</tool_call>" blocks separated by "\n", Llama 3 JSON objects
+// separated by "; ", each {"name": NAME, "arguments" / "parameters": a value of the tool's
+// parameters schema}.
+// - tool_choice "required" or a named function: the whole answer is calls; a named
+//   function or parallel_tool_calls false: one call (as vLLM decodes a named choice).
+// - "auto" (with at least one tool, and no response_format / structured output of its
+//   own): a lazy constraint (gen/lazy_constraint.h): free text until the template's call
+//   opening — "<tool_call>" anywhere for Hermes, "{" as the answer's first byte for Llama 3
+//   JSON (its parser's rule) — then the same calls to the end of the answer: one with
+//   parallel_tool_calls false, else one or more; no text after the last call (only the
+//   end of the answer may follow its closing tag).
+// 0, or -1 with *err (a forced call's schema the constraint refuses).
 static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *err) {
-    if (req->kind != OPENAI_CHAT || !(req->tool_choice_required || req->tool_choice_name)) return 0;
+    const bool forced = req->tool_choice_required || req->tool_choice_name;
+    const bool lazy = !forced && !req->tool_choice_none && req->num_tools > 0 && !req->constraint;
+    if (req->kind != OPENAI_CHAT || !(forced || lazy)) return 0;
     const ChatToolSyntax syntax = chat_template_tool_syntax(&s->tm->chat);
-    if (syntax == CHAT_TOOLS_NONE) // prompt_ids refused the tools before
+    if (syntax == CHAT_TOOLS_NONE) { // prompt_ids refused the tools before
+        if (lazy) return 0;
         return openai_error_set(err, 400, "invalid_request_error", "tool_choice", "tools_not_supported",
                                 "this model's chat template has no tool calls to force");
+    }
     json_t *tools = json_loads(req->tools_json, 0, NULL);
     CHECK(tools, "the request's tools do not parse again");
+    if (lazy) drop_unsupported_schemas(tools);
     const bool hermes = syntax == CHAT_TOOLS_HERMES;
     JsonConstraint *calls = NULL;
     int rc = json_constraint_tool_calls(&calls, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
@@ -1408,8 +1444,21 @@ static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *er
                                         hermes ? "arguments" : "parameters",
                                         req->parallel_tool_calls && !req->tool_choice_name ? 0 : 1);
     json_decref(tools);
+    if (rc != 0 && lazy) { // not expected once the schemas it refuses are out: unconstrained, as before
+        fprintf(stderr, "serve: tool_choice auto: the calls are not constrained (%s)\n", err_msg());
+        return 0;
+    }
     if (rc != 0) return openai_error_set(err, 400, "invalid_request_error", "tools", "invalid_value", "%s", err_msg());
-    req->constraint = constraint_from_json(calls);
+    if (!lazy) {
+        req->constraint = constraint_from_json(calls);
+        return 0;
+    }
+    const LazyTrigger trigger = hermes ? (LazyTrigger){"<tool_call>", strlen("<tool_call>"), false}
+                                       : (LazyTrigger){"{", 1, true};
+    LazyConstraint *lazy_calls = NULL;
+    // The call syntax starts with its trigger, so this cannot be refused.
+    CHECK(lazy_constraint_new(&lazy_calls, constraint_from_json(calls), &trigger, 1, "tools") == 0, "%s", err_msg());
+    req->constraint = constraint_from_lazy(lazy_calls);
     return 0;
 }
 

@@ -13,7 +13,9 @@
 # structured_outputs.regex answers (n = 2) that Python's re.fullmatch accepts, streamed the
 # same, and guided_choice on /v1/completions; GBNF grammars (structured_outputs.grammar,
 # guided_grammar, llama.cpp's grammar): refused malformed with the line and column, and
-# SmolLM2's answers under one parse. Prints PASS/FAIL per case.
+# SmolLM2's answers under one parse; llama.cpp's grammar_lazy / grammar_triggers refused
+# malformed, and SmolLM2's greedy answer under a lazy grammar is its free answer up to the
+# trigger word, then the grammar's. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -197,6 +199,23 @@ expect_api_error structured_grammar_and_choice structured_outputs "not both 'gra
 expect_api_error structural_tag structural_tag "'structural_tag' is not supported" "{$msg, \"structural_tag\": {}}"
 status=$(request POST /v1/chat/completions "{$msg, \"grammar\": \"\"}")
 [ "$status" = 200 ] && pass grammar_empty_is_none || fail grammar_empty_is_none "status $status: $(head -c 300 "$tmp/body")"
+# llama.cpp's lazy grammars: grammar_lazy with word triggers, refused malformed.
+g='"grammar": "root ::= \"yes\" [0-9]"'
+expect_api_error grammar_lazy_not_bool grammar_lazy "'grammar_lazy' must be a boolean" "{$msg, $g, \"grammar_lazy\": 1}"
+expect_api_error grammar_lazy_without_grammar grammar_lazy "'grammar_lazy' needs a 'grammar'" \
+    "{$msg, \"grammar_lazy\": true, \"grammar_triggers\": [{\"type\": 1, \"value\": \"yes\"}]}"
+expect_api_error grammar_lazy_without_triggers grammar_triggers "'grammar_lazy' needs a non-empty 'grammar_triggers'" \
+    "{$msg, $g, \"grammar_lazy\": true}"
+expect_api_error grammar_triggers_without_lazy grammar_triggers "'grammar_triggers' needs \"grammar_lazy\": true" \
+    "{$msg, $g, \"grammar_triggers\": [{\"type\": 1, \"value\": \"yes\"}]}"
+expect_api_error grammar_trigger_token grammar_triggers "grammar_triggers[0].type 0 is not supported" \
+    "{$msg, $g, \"grammar_lazy\": true, \"grammar_triggers\": [{\"type\": 0, \"value\": \"yes\", \"token\": 5}]}"
+expect_api_error grammar_trigger_malformed grammar_triggers "grammar_triggers[1] must be {\"type\": 1" \
+    "{$msg, $g, \"grammar_lazy\": true, \"grammar_triggers\": [{\"type\": 1, \"value\": \"yes\"}, \"no\"]}"
+expect_api_error grammar_trigger_not_a_start grammar_triggers "grammar_triggers: the trigger 'no' does not start any text" \
+    "{$msg, $g, \"grammar_lazy\": true, \"grammar_triggers\": [{\"type\": 1, \"value\": \"no\"}]}"
+status=$(request POST /v1/chat/completions "{$msg, $g, \"grammar_lazy\": false, \"grammar_triggers\": []}")
+[ "$status" = 200 ] && pass grammar_lazy_false_is_neutral || fail grammar_lazy_false_is_neutral "status $status: $(head -c 300 "$tmp/body")"
 # The field is parsed and drives the answer (the tiny model, 6 tokens at most: a prefix).
 status=$(request POST /v1/completions '{"prompt": "hi", "max_tokens": 6, "temperature": 1, "seed": 3, "grammar": "root ::= \"yes\" | \"no\""}')
 got=$(python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["choices"][0]["text"]
@@ -281,6 +300,24 @@ status=$(request POST /v1/completions "$(python3 -c 'import json,sys; print(json
     "grammar": sys.argv[1], "max_tokens": 40, "temperature": 0}))' "$list_grammar")" --max-time 600)
 got=$(check regex "$tmp/body" "$list_regex") && [ "$status" = 200 ] && pass "completions_grammar_greedy $got" ||
     fail completions_grammar_greedy "status $status: $got"
+# A lazy grammar (llama.cpp's grammar_lazy): free until the word "France", then the
+# grammar, which makes the capital Rome or Berlin. Greedy, so the text before the trigger
+# is the unconstrained answer's.
+capital() {
+    python3 -c 'import json,sys; b = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24, "temperature": 0}
+if sys.argv[1] == "lazy": b.update(grammar="root ::= \"France is \" (\"Rome\" | \"Berlin\") \".\"", grammar_lazy=True,
+    grammar_triggers=[{"type": 1, "value": "France"}])
+print(json.dumps(b))' "$1"
+}
+request POST /v1/chat/completions "$(capital free)" --max-time 600 > /dev/null
+free=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"])' "$tmp/body")
+status=$(request POST /v1/chat/completions "$(capital lazy)" --max-time 600)
+lazy=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"])' "$tmp/body")
+if [ "$status" = 200 ] && [[ "$free" == *France* ]] && [[ "$free" != *Rome* && "$free" != *Berlin* ]] &&
+    { [ "$lazy" = "${free%%France*}France is Rome." ] || [ "$lazy" = "${free%%France*}France is Berlin." ]; }; then
+    pass "grammar_lazy_after_trigger '$lazy' (free: '$free')"
+else fail grammar_lazy_after_trigger "status $status: '$lazy' (free: '$free')"; fi
 choices='["Paris", "Lyon", "Marseille, France"]'
 status=$(request POST /v1/completions "{\"prompt\": \"The capital of France is the city of\", \"max_tokens\": 8, \"guided_choice\": $choices}" --max-time 600)
 got=$(check choice "$tmp/body" "$choices") && [ "$status" = 200 ] && pass "completions_guided_choice $got" || fail completions_guided_choice "status $status: $got"
