@@ -105,10 +105,10 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
     const struct {
         const char *name;
         Q5RowsDot q5;
-        KQuantRowDot kq;
-    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_row_dot_portable},
-                 {"avx2", q5_0_rows_dot_avx2, kquant_row_dot_avx2},
-                 {"avx512", q5_0_rows_dot_avx512, kquant_row_dot_avx512}};
+        KQuantRowsDot kq;
+    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_rows_dot_portable},
+                 {"avx2", q5_0_rows_dot_avx2, kquant_rows_dot_avx2},
+                 {"avx512", q5_0_rows_dot_avx512, kquant_rows_dot_avx512}};
     const Q8Matrix *m = &c->matrices[0];
     const long row_bytes = quant_is_kquant(type) ? kquant_row_bytes(type, IC) : 0;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
@@ -118,9 +118,9 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
             const double start = omp_get_wtime();
             for (int i = 0; i < 10; i++)
                 if (type == QUANT_Q5_0)
-                    for (int o = 0; o < OC; o += Q5_ROWS) paths[p].q5(m, o, Q5_ROWS, &q5_input, out + o);
+                    for (int o = 0; o < OC; o += Q5_ROWS) paths[p].q5(m, o, Q5_ROWS, &q5_input, 1, out + o, OC);
                 else
-                    for (int o = 0; o < OC; o++) out[o] = paths[p].kq(type, m->blocks + o * row_bytes, &k_input, IC);
+                    for (int o = 0; o < OC; o++) paths[p].kq(type, m->blocks + o * row_bytes, &k_input, 1, IC, out + o);
             const double seconds = (omp_get_wtime() - start) / 10;
             best = seconds < best ? seconds : best;
         }
