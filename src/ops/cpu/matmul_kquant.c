@@ -65,7 +65,7 @@ static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
 // block sums, so the float arithmetic is the same code). Each input row's float sum takes
 // the same steps as a call of that row alone: what the other rows of the call add is in
 // their own sums.
-static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
+static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q6k, QuantType type,
                                                                 const uint8_t *row, const KQuantInput *x,
                                                                 int count, long cols, float *out) {
     float sum[KQ_INPUT_ROWS] = {0};
@@ -73,26 +73,41 @@ static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, B
     const int16_t *sb[KQ_INPUT_ROWS];
     int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
     const long blocks = cols / KQ_BLOCK;
-    const bool q4 = type == QUANT_Q4_K;
-    const long block_bytes = q4 ? KQ_Q4_K_BYTES : KQ_Q6_K_BYTES;
-    for (long b = 0; b < blocks; b++) {
-        const uint8_t *block = row + b * block_bytes;
-        for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0 (never read)
-            const KQuantInput *input = &x[i < count ? i : 0];
-            xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-        }
-        if (q4) {
+    if (type == QUANT_Q4_K) {
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *block = row + b * KQ_Q4_K_BYTES;
+            for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0 (never read)
+                const KQuantInput *input = &x[i < count ? i : 0];
+                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+            }
             q4k(block, xb, sb, count, products, minimums);
             const float d = half_at(block), dmin = half_at(block + 2);
             for (int i = 0; i < count; i++)
                 sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
-        } else {
+        }
+    } else {
+        for (long b = 0; b < blocks; b++) {
+            const uint8_t *block = row + b * KQ_Q6_K_BYTES;
+            for (int i = 0; i < KQ_INPUT_ROWS; i++) {
+                const KQuantInput *input = &x[i < count ? i : 0];
+                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+            }
             q6k(block, xb, sb, count, products, minimums);
             const float d = half_at(block + 208);
             for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i]);
         }
     }
     for (int i = 0; i < count; i++) out[i] = sum[i];
+}
+
+// One input row (a decode step of one sequence, the common case) is the loop with count the
+// constant 1, so that the compiler drops the other rows' code and checks: it ran 1.5 times
+// slower with count a variable. The bits are the same either way.
+static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
+                                                                const uint8_t *row, const KQuantInput *x,
+                                                                int count, long cols, float *out) {
+    if (count == 1) rows_dot_loop(q4k, q6k, type, row, x, 1, cols, out);
+    else rows_dot_loop(q4k, q6k, type, row, x, count, cols, out);
 }
 
 // ---- the portable loop ----

@@ -179,8 +179,9 @@ static inline __m256i reduce_block_avx2(const __m256i v[Q5_ROWS]) {
 
 // The loops over the input rows run to the constant Q5_INPUTS, skipping rows past `inputs`,
 // so the compiler unrolls them and keeps each row's sums in registers.
-static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
-                          long out_stride) {
+static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Matrix *weight, long first, int count,
+                                                                    const Q5Input *x, int inputs, float *out,
+                                                                    long out_stride) {
     const long blocks = weight->cols / Q8_BLOCK, pass = pass_blocks(inputs);
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -212,6 +213,13 @@ static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q
         }
     }
     for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
+}
+// One input row (a decode step of one sequence) with `inputs` the constant 1, so that the
+// compiler drops the other rows' code and checks; the bits are the same either way.
+static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                          long out_stride) {
+    if (inputs == 1) rows_dot_avx2_loop(weight, first, count, x, 1, out, out_stride);
+    else rows_dot_avx2_loop(weight, first, count, x, inputs, out, out_stride);
 }
 const Q5RowsDot q5_0_rows_dot_avx2 = rows_dot_avx2;
 #else
@@ -245,8 +253,9 @@ static inline __m512i reduce_pair(const __m512i dots[Q5_ROWS]) {
     return _mm512_shuffle_i64x2(added, added, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
-                            long out_stride) {
+static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8Matrix *weight, long first, int count,
+                                                                      const Q5Input *x, int inputs, float *out,
+                                                                      long out_stride) {
     const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2, pass = pass_blocks(inputs) / 2;
     const RowGroup group = row_group(weight, first, count);
     __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK];
@@ -291,6 +300,11 @@ static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const
         }
     }
     for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
+}
+static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                            long out_stride) {
+    if (inputs == 1) rows_dot_avx512_loop(weight, first, count, x, 1, out, out_stride);
+    else rows_dot_avx512_loop(weight, first, count, x, inputs, out, out_stride);
 }
 const Q5RowsDot q5_0_rows_dot_avx512 = rows_dot_avx512;
 #else
