@@ -214,6 +214,7 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
     }
     for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
 }
+
 // One input row (a decode step of one sequence) with `inputs` the constant 1, so that the
 // compiler drops the other rows' code and checks; the bits are the same either way.
 static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
