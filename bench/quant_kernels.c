@@ -5,8 +5,15 @@
 // vector path and the portable loop by name). ns a weight and the GB/s of weight bytes read;
 // best of --repeats. docs/quantization.md ("Decode steps") has figures.
 //
-// usage: OMP_NUM_THREADS=1 build/bench/quant_kernels [--repeats 20]
+// --batched: instead, each type's matmul at N = 1, 2, 4, 8, 16, 32 and 63 input rows (batched
+// decoding, below Q8_SGEMM_MIN_ROWS) on SmolLM2-135M's shapes (as above) and a ~1B Llama's
+// (Llama-3.2-1B's up projection, [8192, 2048], for every type), weights from memory, one
+// JSON line per (shape, type, N) with the time a call and per input row, the best single
+// call of --repeats rounds over every copy ("Batched decode steps" in docs/quantization.md).
+//
+// usage: OMP_NUM_THREADS=1 build/bench/quant_kernels [--repeats 20] [--batched]
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,10 +105,10 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
     const struct {
         const char *name;
         Q5RowsDot q5;
-        KQuantRowDot kq;
-    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_row_dot_portable},
-                 {"avx2", q5_0_rows_dot_avx2, kquant_row_dot_avx2},
-                 {"avx512", q5_0_rows_dot_avx512, kquant_row_dot_avx512}};
+        KQuantRowsDot kq;
+    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_rows_dot_portable},
+                 {"avx2", q5_0_rows_dot_avx2, kquant_rows_dot_avx2},
+                 {"avx512", q5_0_rows_dot_avx512, kquant_rows_dot_avx512}};
     const Q8Matrix *m = &c->matrices[0];
     const long row_bytes = quant_is_kquant(type) ? kquant_row_bytes(type, IC) : 0;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
@@ -111,9 +118,9 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
             const double start = omp_get_wtime();
             for (int i = 0; i < 10; i++)
                 if (type == QUANT_Q5_0)
-                    for (int o = 0; o < OC; o += Q5_ROWS) paths[p].q5(m, o, Q5_ROWS, &q5_input, out + o);
+                    for (int o = 0; o < OC; o += Q5_ROWS) paths[p].q5(m, o, Q5_ROWS, &q5_input, 1, out + o, OC);
                 else
-                    for (int o = 0; o < OC; o++) out[o] = paths[p].kq(type, m->blocks + o * row_bytes, &k_input, IC);
+                    for (int o = 0; o < OC; o++) paths[p].kq(type, m->blocks + o * row_bytes, &k_input, 1, IC, out + o);
             const double seconds = (omp_get_wtime() - start) / 10;
             best = seconds < best ? seconds : best;
         }
@@ -122,11 +129,101 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
     free(values), free(x_scales), free(x_sums), free(k_sums);
 }
 
+// A copy of `m`'s bytes (another matrix in memory with the same contents: what a batched
+// call reads from memory does not depend on the codes).
+static Q8Matrix copy_matrix(const Q8Matrix *m) {
+    Q8Matrix copy = *m;
+    const long n = (long)m->rows * m->cols, blocks = n / Q8_BLOCK;
+    if (quant_is_kquant(m->type)) {
+        const size_t bytes = (size_t)kquant_row_bytes(m->type, m->cols) * m->rows;
+        copy.blocks = memcpy(xmalloc(bytes), m->blocks, bytes);
+        return copy;
+    }
+    const size_t code_bytes = (size_t)(m->type == QUANT_Q8_0 ? n : n / 2);
+    copy.nibbles = memcpy(xmalloc(code_bytes), m->nibbles, code_bytes);
+    copy.scales = memcpy(xmalloc((size_t)blocks * sizeof(float)), m->scales, (size_t)blocks * sizeof(float));
+    if (m->high_bits)
+        copy.high_bits = memcpy(xmalloc((size_t)blocks * sizeof(uint32_t)), m->high_bits, (size_t)blocks * sizeof(uint32_t));
+    return copy;
+}
+
+// The --batched sweep: per shape, the four types take turns within each repeat (as in main),
+// N rows a call, weights from memory (matrices used in turn, 3x the L3 of each type).
+static void batched_sweep(int repeats) {
+    const struct {
+        const char *name;
+        int IC_blocks32, OC_blocks32, IC_kquant, OC_kquant; // Q5_0 / Q8_0 shape, K-quant shape
+    } shapes[] = {{"smollm2-135m", 576, 1536, 1536, 576}, {"llama-1b", 2048, 8192, 2048, 8192}};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    const int row_counts[] = {1, 2, 4, 8, 16, 32, 63};
+    enum { TYPES = sizeof types / sizeof types[0], COUNTS = sizeof row_counts / sizeof row_counts[0] };
+    const int max_rows = 63;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        Case cases[TYPES];
+        int max_ic = 0;
+        for (int t = 0; t < TYPES; t++) {
+            Case *c = &cases[t];
+            c->type = types[t];
+            c->IC = quant_is_kquant(c->type) ? shapes[s].IC_kquant : shapes[s].IC_blocks32;
+            c->OC = quant_is_kquant(c->type) ? shapes[s].OC_kquant : shapes[s].OC_blocks32;
+            max_ic = c->IC > max_ic ? c->IC : max_ic;
+            const Q8Matrix first = random_matrix(c->type, c->OC, c->IC, 10);
+            c->bytes = quant_matrix_bytes(&first);
+            c->copies = (int)(MEMORY_BYTES / c->bytes) + 1;
+            c->matrices = xmalloc((size_t)c->copies * sizeof(Q8Matrix));
+            c->matrices[0] = first;
+            for (int i = 1; i < c->copies; i++) c->matrices[i] = copy_matrix(&first);
+        }
+        float *inp = xmalloc((size_t)max_rows * max_ic * sizeof(float));
+        float *out = xmalloc((size_t)max_rows * 8192 * sizeof(float));
+        for (long i = 0; i < (long)max_rows * max_ic; i++) inp[i] = rng_uniform(5, 0, (uint64_t)i) - 0.5f;
+        for (int n = 0; n < COUNTS; n++) {
+            const int N = row_counts[n];
+            double best[TYPES];
+            for (int t = 0; t < TYPES; t++) best[t] = 1e30;
+            // Each call timed alone, the best kept: on a shared machine a call that another
+            // process interrupted does not count (each copy is still read from memory).
+            for (int r = 0; r < repeats; r++)
+                for (int t = 0; t < TYPES; t++) {
+                    const Case *c = &cases[t];
+                    for (int i = 0; i < c->copies; i++) {
+                        const double start = omp_get_wtime();
+                        ops_cpu.matmul_forward_q8(out, inp, &c->matrices[i], NULL, N, c->IC, c->OC, N);
+                        const double seconds = omp_get_wtime() - start;
+                        best[t] = seconds < best[t] ? seconds : best[t];
+                    }
+                }
+            for (int t = 0; t < TYPES; t++) {
+                const Case *c = &cases[t];
+                printf("{\"bench\": \"batched\", \"shape\": \"%s\", \"type\": \"%s\", \"path\": \"%s\", \"in\": %d, "
+                       "\"out\": %d, \"rows\": %d, \"us_per_call\": %.1f, \"us_per_row\": %.2f, "
+                       "\"ns_per_weight_row\": %.4f, \"threads\": %d}\n",
+                       shapes[s].name, type_name(c->type),
+                       c->type == QUANT_Q8_0 ? "q8_0-integer" : c->type == QUANT_Q5_0 ? q5_0_best_path_name : kquant_best_path_name,
+                       c->IC, c->OC, N, best[t] * 1e6, best[t] * 1e6 / N, best[t] * 1e9 / ((double)N * c->IC * c->OC),
+                       omp_get_max_threads());
+            }
+            fflush(stdout);
+        }
+        for (int t = 0; t < TYPES; t++) {
+            for (int i = 0; i < cases[t].copies; i++) free_matrix(&cases[t].matrices[i]);
+            free(cases[t].matrices);
+        }
+        free(inp), free(out);
+    }
+}
+
 int main(int argc, char **argv) {
     int repeats = 20;
+    bool batched = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batched")) batched = true;
         else die_user("unknown argument %s (see the comment at the top of bench/quant_kernels.c)", argv[i]);
+    }
+    if (batched) {
+        batched_sweep(repeats);
+        return 0;
     }
     const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
     enum { TYPES = sizeof types / sizeof types[0] };

@@ -8,6 +8,10 @@
 //    the dequantized weights and the int8 inputs: relative 1e-6 of sum |w x|); every vector
 //    path compiled in (AVX2, AVX-512) gives the portable loop's bits. On super-blocks the
 //    GGUF writer made and on random bytes (any 6-bit scale and minimum, any code).
+//  - Batched decoding: a kernel call of several input rows (K-quants: up to KQ_INPUT_ROWS;
+//    Q5_0: up to Q5_INPUTS input rows by Q5_ROWS weight rows) gives each output the bits of
+//    the portable loop's call of that row alone, every path, every count and position; the
+//    decode ops at N = 1 .. 70 rows and 1 / 2 threads give every row those bits too.
 //  - The matmul, odd row counts and inputs of 1 to 63 rows, with and without a bias: within
 //    the bound the input's quantization allows of the float matmul of the dequantized weights
 //    (sum |w| * x_scale / 2 per output); from Q8_SGEMM_MIN_ROWS rows on, that float matmul.
@@ -122,8 +126,8 @@ static void test_row_dot_paths(void) {
     const long cols_list[] = {256, 768, 1536};
     const struct {
         const char *name;
-        KQuantRowDot dot;
-    } paths[] = {{"avx2", kquant_row_dot_avx2}, {"avx512", kquant_row_dot_avx512}};
+        KQuantRowsDot dot;
+    } paths[] = {{"avx2", kquant_rows_dot_avx2}, {"avx512", kquant_rows_dot_avx512}};
     int compared = 0;
     for (int t = 0; t < 2; t++)
         for (int c = 0; c < 3; c++)
@@ -156,13 +160,14 @@ static void test_row_dot_paths(void) {
                         const double term = (double)w[r * cols + i] * input.values[i] * input.scales[i / KQ_BLOCK];
                         exact += term, magnitude += fabs(term);
                     }
-                    const float portable = kquant_row_dot_portable(types[t], row, &input, cols);
+                    float portable, got;
+                    kquant_rows_dot_portable(types[t], row, &input, 1, cols, &portable);
                     EXPECT(fabs(portable - exact) <= 1e-6 * magnitude + 1e-30,
                            "type %d cols %ld row %ld: portable %.9g, exact %.9g (sum |terms| %.3g)", (int)types[t], cols,
                            r, portable, exact, magnitude);
                     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
                         if (!paths[p].dot) continue;
-                        const float got = paths[p].dot(types[t], row, &input, cols);
+                        paths[p].dot(types[t], row, &input, 1, cols, &got);
                         EXPECT(memcmp(&got, &portable, sizeof got) == 0, "%s, type %d cols %ld row %ld: %.9g, portable %.9g",
                                paths[p].name, (int)types[t], cols, r, got, portable);
                         compared++;
@@ -172,7 +177,7 @@ static void test_row_dot_paths(void) {
                 free(m.blocks), free(w), free(x);
             }
     printf("vector paths compared with the portable loop: %d row dots (avx2 %s, avx512 %s; the kernel runs %s)\n",
-           compared, kquant_row_dot_avx2 ? "built" : "not built", kquant_row_dot_avx512 ? "built" : "not built",
+           compared, kquant_rows_dot_avx2 ? "built" : "not built", kquant_rows_dot_avx512 ? "built" : "not built",
            kquant_best_path_name);
 }
 
@@ -239,7 +244,7 @@ static void test_q5_0_paths(void) {
         float portable[Q5_ROWS], got[Q5_ROWS];
         for (long first = 0; first < rows; first++)
             for (int count = 1; count <= Q5_ROWS && first + count <= rows; count++) {
-                q5_0_rows_dot_portable(&m, first, count, &input, portable);
+                q5_0_rows_dot_portable(&m, first, count, &input, 1, portable, Q5_ROWS);
                 if (count == 1) { // each row once: against the exact sum
                     double exact = 0, magnitude = 0;
                     for (long i = 0; i < cols; i++) {
@@ -253,7 +258,7 @@ static void test_q5_0_paths(void) {
                 for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
                     if (!paths[p].dot) continue;
                     for (int k = 0; k < Q5_ROWS; k++) got[k] = -12345.0f; // lanes past count stay untouched
-                    paths[p].dot(&m, first, count, &input, got);
+                    paths[p].dot(&m, first, count, &input, 1, got, Q5_ROWS);
                     for (int k = 0; k < count; k++)
                         EXPECT(memcmp(&got[k], &portable[k], sizeof got[k]) == 0,
                                "Q5_0 %s, cols %ld (%ld blocks), rows %ld + %d of %d: %.9g, portable %.9g", paths[p].name,
@@ -298,7 +303,7 @@ static void test_q5_0_matmul(void) {
                 const Q5Input input = {in.values, in.scales, in.sums};
                 for (int o = 0; o < OC; o++) {
                     float expected;
-                    q5_0_rows_dot_portable(&m, o, 1, &input, &expected);
+                    q5_0_rows_dot_portable(&m, o, 1, &input, 1, &expected, 1);
                     if (bias) expected += bias[o];
                     mismatches += memcmp(&expected, &got[(long)i * OC + o], sizeof expected) != 0;
                 }
@@ -309,6 +314,176 @@ static void test_q5_0_matmul(void) {
         }
         free(m.nibbles), free(m.high_bits), free(m.scales);
         free(x), free(got), free(bias);
+    }
+    omp_set_num_threads(threads_before);
+}
+
+// Batched K-quant calls (ops/cpu/matmul_kquant.c): a call of `count` input rows gives each
+// row the bits of the portable loop's call of that row alone, on every path (the portable
+// loop's own batched call included), every count 1 .. KQ_INPUT_ROWS and every position of
+// the row in the call; nothing is written past out[count - 1]. Input rows of different
+// magnitudes, one with an all-zero block; super-blocks the GGUF writer made and random bytes.
+static void test_batched_row_dots(void) {
+    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K};
+    const struct {
+        const char *name;
+        KQuantRowsDot dot;
+    } paths[] = {{"portable", kquant_rows_dot_portable}, {"avx2", kquant_rows_dot_avx2}, {"avx512", kquant_rows_dot_avx512}};
+    enum { INPUTS = 7, ROWS = 5 };
+    const long cols = 768;
+    int compared = 0;
+    for (int t = 0; t < 2; t++)
+        for (int random_bytes = 0; random_bytes < 2; random_bytes++) {
+            const uint64_t seed = 1100 + 10 * t + random_bytes;
+            Q8Matrix m = random_matrix(types[t], ROWS, cols, random_bytes, seed);
+            float *x = xmalloc((size_t)INPUTS * cols * sizeof(float));
+            for (long i = 0; i < INPUTS * cols; i++) {
+                const long input = i / cols, c = i % cols;
+                x[i] = input == 3 && c >= 256 && c < 512 ? 0.0f : (1.0f + (float)input) * uniform(seed + 5, (uint64_t)i);
+            }
+            KQuantInput inputs[INPUTS];
+            quantize_inputs(x, INPUTS, cols, inputs);
+            const long row_bytes = kquant_row_bytes(types[t], cols);
+            float single[INPUTS][ROWS];
+            for (int i = 0; i < INPUTS; i++)
+                for (int r = 0; r < ROWS; r++)
+                    kquant_rows_dot_portable(types[t], m.blocks + r * row_bytes, &inputs[i], 1, cols, &single[i][r]);
+            for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+                if (!paths[p].dot) continue;
+                for (int r = 0; r < ROWS; r++)
+                    for (int count = 1; count <= KQ_INPUT_ROWS; count++)
+                        for (int first = 0; first + count <= INPUTS; first++) {
+                            float got[KQ_INPUT_ROWS + 1];
+                            for (int i = 0; i <= KQ_INPUT_ROWS; i++) got[i] = -12345.0f;
+                            paths[p].dot(types[t], m.blocks + r * row_bytes, &inputs[first], count, cols, got);
+                            for (int i = 0; i < count; i++)
+                                EXPECT(memcmp(&got[i], &single[first + i][r], sizeof got[i]) == 0,
+                                       "%s type %d%s row %d, inputs %d + %d of %d: %.9g, alone %.9g", paths[p].name,
+                                       (int)types[t], random_bytes ? " (random bytes)" : "", r, first, i, count, got[i],
+                                       single[first + i][r]);
+                            for (int i = count; i <= KQ_INPUT_ROWS; i++)
+                                EXPECT(got[i] == -12345.0f, "%s wrote out[%d] in a call of %d rows", paths[p].name, i, count);
+                            compared += count;
+                        }
+            }
+            free_inputs(inputs, INPUTS);
+            free(m.blocks), free(x);
+        }
+    printf("batched K-quant row dots compared with single rows: %d\n", compared);
+}
+
+// Batched Q5_0 calls (ops/cpu/matmul_q5.c): each output of a call of `inputs` input rows and
+// `count` weight rows has the bits of the portable loop's call of that weight row and that
+// input row alone, on every path (the portable loop's batched call included), for every
+// inputs 1 .. Q5_INPUTS at every position, every count 1 .. Q5_ROWS from any first row, rows
+// of 2, 3, 18 (SmolLM2), 19 and 33 blocks (odd counts leave a block without a pair; 18, 19
+// and 33 span several of the shorter passes a call of several inputs takes). Nothing is
+// written outside [inputs, count] of the strided output.
+static void test_q5_0_batched_paths(void) {
+    const long cols_list[] = {64, 96, 576, 608, 1056};
+    const struct {
+        const char *name;
+        Q5RowsDot dot;
+    } paths[] = {{"portable", q5_0_rows_dot_portable}, {"avx2", q5_0_rows_dot_avx2}, {"avx512", q5_0_rows_dot_avx512}};
+    enum { INPUTS = 6, ROWS = 11, STRIDE = Q5_ROWS + 1 };
+    int compared = 0;
+    for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; c++) {
+        const long cols = cols_list[c];
+        Q8Matrix m = random_q5_0(ROWS, cols, 1200 + c);
+        float *x = xmalloc((size_t)cols * sizeof(float));
+        Q5TestInput in[INPUTS];
+        Q5Input input[INPUTS];
+        for (int i = 0; i < INPUTS; i++) {
+            for (long j = 0; j < cols; j++)
+                x[j] = i == 2 && j >= 32 && j < 64 ? 0.0f : (1.0f + (float)i) * uniform(1300 + c, (uint64_t)(i * cols + j));
+            in[i] = q5_test_input(x, cols);
+            input[i] = (Q5Input){in[i].values, in[i].scales, in[i].sums};
+        }
+        float single[INPUTS][ROWS];
+        for (int i = 0; i < INPUTS; i++)
+            for (int r = 0; r < ROWS; r++) q5_0_rows_dot_portable(&m, r, 1, &input[i], 1, &single[i][r], 1);
+        for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+            if (!paths[p].dot) continue;
+            for (int inputs = 1; inputs <= Q5_INPUTS; inputs++)
+                for (int first_input = 0; first_input + inputs <= INPUTS; first_input++)
+                    for (int first = 0; first < ROWS; first++)
+                        for (int count = 1; count <= Q5_ROWS && first + count <= ROWS; count++) {
+                            float got[(Q5_INPUTS + 1) * STRIDE];
+                            for (int j = 0; j < (Q5_INPUTS + 1) * STRIDE; j++) got[j] = -12345.0f;
+                            paths[p].dot(&m, first, count, &input[first_input], inputs, got, STRIDE);
+                            for (int i = 0; i <= Q5_INPUTS; i++)
+                                for (int k = 0; k < STRIDE; k++) {
+                                    const float value = got[i * STRIDE + k];
+                                    if (i < inputs && k < count)
+                                        EXPECT(memcmp(&value, &single[first_input + i][first + k], sizeof value) == 0,
+                                               "Q5_0 %s, cols %ld, rows %d + %d of %d, inputs %d + %d of %d: %.9g, alone %.9g",
+                                               paths[p].name, cols, first, k, count, first_input, i, inputs, value,
+                                               single[first_input + i][first + k]);
+                                    else
+                                        EXPECT(value == -12345.0f, "Q5_0 %s wrote input %d row %d of a call of %d x %d",
+                                               paths[p].name, i, k, inputs, count);
+                                }
+                            compared += inputs * count;
+                        }
+        }
+        for (int i = 0; i < INPUTS; i++) free(in[i].values), free(in[i].scales), free(in[i].sums);
+        free(m.nibbles), free(m.high_bits), free(m.scales);
+        free(x);
+    }
+    printf("batched Q5_0 row dots compared with single rows: %d\n", compared);
+}
+
+// The decode kernels over N = 1 .. 70 input rows (cpu_matmul_kquant and cpu_matmul_q5_0
+// themselves, past Q8_SGEMM_MIN_ROWS too, where matmul_forward_q8 would take sgemm), with a
+// bias, at 1 and 2 threads: every output has the bits of the portable loop's call of its
+// weight row and input row alone (+ the bias), so an input row's result depends neither on
+// how many rows are in the batch (whole groups and every remainder), nor on the thread
+// count, nor on the vector path. 13 weight rows: a Q5_0 group of 8 and one of 5.
+static void test_batched_matmul(void) {
+    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0};
+    enum { MAX_N = 70, OC = 13 };
+    const int threads_before = omp_get_max_threads();
+    for (int t = 0; t < 3; t++) {
+        const QuantType type = types[t];
+        const int IC = type == QUANT_Q5_0 ? 608 : 512;
+        Q8Matrix m = type == QUANT_Q5_0 ? random_q5_0(OC, IC, 1400) : random_matrix(type, OC, IC, false, 1400 + t);
+        float *x = xmalloc((size_t)MAX_N * IC * sizeof(float)), *bias = xmalloc(OC * sizeof(float));
+        float *expected = xmalloc((size_t)MAX_N * OC * sizeof(float)), *got = xmalloc((size_t)MAX_N * OC * sizeof(float));
+        for (long i = 0; i < (long)MAX_N * IC; i++) x[i] = (1.0f + (float)(i / IC % 5)) * uniform(1500 + t, (uint64_t)i);
+        for (int o = 0; o < OC; o++) bias[o] = uniform(1600 + t, (uint64_t)o);
+        for (int i = 0; i < MAX_N; i++)
+            for (int o = 0; o < OC; o++) {
+                float sum;
+                if (type == QUANT_Q5_0) {
+                    Q5TestInput in = q5_test_input(x + (long)i * IC, IC);
+                    const Q5Input input = {in.values, in.scales, in.sums};
+                    q5_0_rows_dot_portable(&m, o, 1, &input, 1, &sum, 1);
+                    free(in.values), free(in.scales), free(in.sums);
+                } else {
+                    KQuantInput input;
+                    quantize_inputs(x + (long)i * IC, 1, IC, &input);
+                    kquant_rows_dot_portable(type, m.blocks + o * kquant_row_bytes(type, IC), &input, 1, IC, &sum);
+                    free_inputs(&input, 1);
+                }
+                expected[(long)i * OC + o] = sum + bias[o];
+            }
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            int mismatches = 0, first_bad_n = 0;
+            for (int N = 1; N <= MAX_N; N++) {
+                for (long j = 0; j < (long)N * OC; j++) got[j] = NAN;
+                if (type == QUANT_Q5_0) cpu_matmul_q5_0(got, x, &m, bias, N, IC, OC);
+                else cpu_matmul_kquant(got, x, &m, bias, N, IC, OC);
+                const int bad = memcmp(got, expected, (size_t)N * OC * sizeof(float)) != 0;
+                if (bad && !first_bad_n) first_bad_n = N;
+                mismatches += bad;
+            }
+            EXPECT(mismatches == 0, "type %d, %d threads: %d of the batch sizes 1-%d differ from single rows (first N %d)",
+                   (int)type, threads, mismatches, MAX_N, first_bad_n);
+        }
+        if (type == QUANT_Q5_0) free(m.nibbles), free(m.high_bits), free(m.scales);
+        else free(m.blocks);
+        free(x), free(bias), free(expected), free(got);
     }
     omp_set_num_threads(threads_before);
 }
@@ -652,6 +827,9 @@ int main(void) {
     RUN(test_row_dot_paths);
     RUN(test_q5_0_paths);
     RUN(test_q5_0_matmul);
+    RUN(test_batched_row_dots);
+    RUN(test_q5_0_batched_paths);
+    RUN(test_batched_matmul);
     RUN(test_matmul);
     RUN(test_q4_k_m_model);
     RUN(test_qlora_over_kquant);

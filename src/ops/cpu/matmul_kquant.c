@@ -11,11 +11,17 @@
 // Only the integer sums differ between the paths (AVX2 and AVX-512 multiply-adds, a portable
 // loop for the sanitizer build and other CPUs), and integer sums are exact: the float
 // arithmetic around them is the same scalar code in every path, so every path gives the
-// same bits (tests/test_kquant.c). Prefills (Q8_SGEMM_MIN_ROWS rows or more) and training
+// same bits (tests/test_kquant.c).
+//
+// Batched decoding (2 to 63 input rows): a call takes one weight row against up to
+// KQ_INPUT_ROWS input rows, decoding each super-block's scales and codes once (into
+// registers) for all of them; each row keeps its own integer and float sums, so its output
+// has the bits of a call of that row alone. Prefills (Q8_SGEMM_MIN_ROWS rows or more) and training
 // go through the dequantized tiles of matmul_q8.c instead.
 #include "ops/cpu/matmul_kquant.h"
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,10 +44,15 @@ static inline float half_at(const uint8_t *p) {
 #endif
 }
 
-// The integer sums of one weight super-block against one input block (x: 256 values, sums:
-// its 16 group sums); `minimums` is 0 for Q6_K.
-typedef void (*BlockSums)(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
-                          int32_t *minimums);
+// The integer sums of one weight super-block against the matching block of `count` input
+// rows (x[i]: 256 values, sums[i]: its 16 group sums), each row's into products[i] and
+// minimums[i] (0 for Q6_K). The block's scales and codes are decoded once for all the rows.
+// Entries of x and sums from count to KQ_INPUT_ROWS are valid pointers but not read: the
+// loops over the rows run to the constant KQ_INPUT_ROWS, skipping rows past `count`, so the
+// compiler unrolls them and keeps each row's vector sum in a register.
+typedef void (*BlockSums)(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                          const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                          int32_t minimums[KQ_INPUT_ROWS]);
 
 // Q4_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
 static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
@@ -51,72 +62,109 @@ static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
 }
 
 // The loop over a row's super-blocks, shared by every path (inlined into each with its own
-// block sums, so the float arithmetic is the same code).
-static inline __attribute__((always_inline)) float row_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
+// block sums, so the float arithmetic is the same code). Each input row's float sum takes
+// the same steps as a call of that row alone: what the other rows of the call add is in
+// their own sums.
+static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q6k, QuantType type,
                                                                 const uint8_t *row, const KQuantInput *x,
-                                                                long cols) {
-    float sum = 0.0f;
+                                                                int count, long cols, float *out) {
+    float sum[KQ_INPUT_ROWS] = {0};
+    const int8_t *xb[KQ_INPUT_ROWS];
+    const int16_t *sb[KQ_INPUT_ROWS];
+    int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
     const long blocks = cols / KQ_BLOCK;
     if (type == QUANT_Q4_K) {
         for (long b = 0; b < blocks; b++) {
             const uint8_t *block = row + b * KQ_Q4_K_BYTES;
-            int32_t products, minimums;
-            q4k(block, x->values + b * KQ_BLOCK, x->sums + b * 16, &products, &minimums);
-            sum += x->scales[b] * (half_at(block) * (float)products - half_at(block + 2) * (float)minimums);
+            for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0 (never read)
+                const KQuantInput *input = &x[i < count ? i : 0];
+                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+            }
+            q4k(block, xb, sb, count, products, minimums);
+            const float d = half_at(block), dmin = half_at(block + 2);
+            for (int i = 0; i < count; i++)
+                sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
         }
     } else {
         for (long b = 0; b < blocks; b++) {
             const uint8_t *block = row + b * KQ_Q6_K_BYTES;
-            int32_t products, unused;
-            q6k(block, x->values + b * KQ_BLOCK, x->sums + b * 16, &products, &unused);
-            sum += x->scales[b] * (half_at(block + 208) * (float)products);
+            for (int i = 0; i < KQ_INPUT_ROWS; i++) {
+                const KQuantInput *input = &x[i < count ? i : 0];
+                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+            }
+            q6k(block, xb, sb, count, products, minimums);
+            const float d = half_at(block + 208);
+            for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i]);
         }
     }
-    return sum;
+    for (int i = 0; i < count; i++) out[i] = sum[i];
+}
+
+// One input row (a decode step of one sequence, the common case) is the loop with count the
+// constant 1, so that the compiler drops the other rows' code and checks: it ran 1.5 times
+// slower with count a variable. The bits are the same either way.
+static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
+                                                                const uint8_t *row, const KQuantInput *x,
+                                                                int count, long cols, float *out) {
+    if (count == 1) rows_dot_loop(q4k, q6k, type, row, x, 1, cols, out);
+    else rows_dot_loop(q4k, q6k, type, row, x, count, cols, out);
 }
 
 // ---- the portable loop ----
 // Unchecked by the sanitizers access by access: cpu_matmul_kquant checks the whole ranges
-// once per call (core/sanitizer.h), as matmul_q8.c's portable loop does.
+// once per call (core/sanitizer.h), as matmul_q8.c's portable loop does. Each block's codes
+// are decoded once into `q` and multiplied by every row from there.
 
-SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *x, const int16_t *sums,
-                                                  int32_t *products, int32_t *minimums) {
+SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
     int scale[8], min[8];
     gguf_unpack_k_scales(block + 4, scale, min);
-    const uint8_t *codes = block + 16;
-    int32_t total = 0;
+    uint8_t q[KQ_BLOCK]; // value 32j + l of sub-block j
     for (int j = 0; j < 8; j++) {
-        const uint8_t *bytes = codes + 32 * (j / 2);
+        const uint8_t *bytes = block + 16 + 32 * (j / 2);
         const int shift = 4 * (j % 2);
-        int32_t dot = 0;
-        for (int l = 0; l < 32; l++) dot += ((bytes[l] >> shift) & 0x0F) * x[32 * j + l];
-        total += scale[j] * dot;
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (bytes[l] >> shift) & 0x0F;
     }
-    *products = total;
-    *minimums = q4k_minimums(min, sums);
+    for (int i = 0; i < count; i++) {
+        int32_t total = 0;
+        for (int j = 0; j < 8; j++) {
+            int32_t dot = 0;
+            for (int l = 0; l < 32; l++) dot += q[32 * j + l] * x[i][32 * j + l];
+            total += scale[j] * dot;
+        }
+        products[i] = total;
+        minimums[i] = q4k_minimums(min, sums[i]);
+    }
 }
 
-SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const int8_t *x, const int16_t *sums,
-                                                  int32_t *products, int32_t *minimums) {
+SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
     const uint8_t *low_bits = block, *high_bits = block + 128;
     const int8_t *scales = (const int8_t *)(block + 192);
-    int32_t total = 0;
-    for (int g = 0; g < 16; g++) {
-        int32_t dot = 0;
-        for (int i = 16 * g; i < 16 * g + 16; i++) {
-            const int half = i / 128, r = i % 128;
-            const int low = (low_bits[half * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
-            const int high = (high_bits[half * 32 + r % 32] >> (2 * (r / 32))) & 3;
-            dot += (low | high << 4) * x[i];
-        }
-        total += scales[g] * (dot - 32 * sums[g]);
+    uint8_t q[KQ_BLOCK];
+    for (int v = 0; v < KQ_BLOCK; v++) {
+        const int half = v / 128, r = v % 128;
+        const int low = (low_bits[half * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
+        const int high = (high_bits[half * 32 + r % 32] >> (2 * (r / 32))) & 3;
+        q[v] = (uint8_t)(low | high << 4);
     }
-    *products = total;
-    *minimums = 0;
+    for (int i = 0; i < count; i++) {
+        int32_t total = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t dot = 0;
+            for (int v = 16 * g; v < 16 * g + 16; v++) dot += q[v] * x[i][v];
+            total += scales[g] * (dot - 32 * sums[i][g]);
+        }
+        products[i] = total;
+        minimums[i] = 0;
+    }
 }
 
-float kquant_row_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
-    return row_dot_with(q4k_sums_portable, q6k_sums_portable, type, row, x, cols);
+void kquant_rows_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
+                              float *out) {
+    rows_dot_with(q4k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
 }
 
 // ---- AVX2 ----
@@ -145,17 +193,35 @@ static inline void horizontal_sums_pair(__m256i products, __m256i minimums, int3
     *minimum_sum = _mm_extract_epi32(totals, 1);
 }
 
-// Q6_K's super-block sum from the scaled code products in `total` (8 int32 lanes): their
-// sum less the codes' offset of 32, folded in through the group sums,
+// Q4_K's minimums for each row: minimum j (twice, as int16: `minimums16`, from the block's
+// unpacked scale bytes) times the sums of 16 inputs 2j and 2j + 1, then the rows' sums of
+// `totals` (8 int32 lanes of scaled code products each).
+static inline void q4k_finish(__m128i scale_bytes, const __m256i totals[KQ_INPUT_ROWS],
+                              const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                              int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m256i minimums16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scale_bytes, scale_bytes));
+    for (int i = 0; i < KQ_INPUT_ROWS; i++)
+        if (i < count) {
+            const __m256i min_terms = _mm256_madd_epi16(minimums16, _mm256_loadu_si256((const __m256i *)sums[i]));
+            horizontal_sums_pair(totals[i], min_terms, &products[i], &minimums[i]);
+        }
+}
+
+// Q6_K's super-block sums from the scaled code products in `totals` (8 int32 lanes each):
+// their sum less the codes' offset of 32, folded in through each row's group sums,
 // sum_g sc[g] * sums[g]. (Q6_K has no minimums.)
-static inline void q6k_finish(__m256i total, const int8_t *scales, const int16_t *sums, int32_t *products,
-                              int32_t *minimums) {
-    const __m256i offset_terms = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)),
-                                                   _mm256_loadu_si256((const __m256i *)sums));
-    int32_t product_sum, offset;
-    horizontal_sums_pair(total, offset_terms, &product_sum, &offset);
-    *products = product_sum - 32 * offset;
-    *minimums = 0;
+static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t *scales,
+                              const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                              int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+    for (int i = 0; i < KQ_INPUT_ROWS; i++)
+        if (i < count) {
+            const __m256i offset_terms = _mm256_madd_epi16(scales16, _mm256_loadu_si256((const __m256i *)sums[i]));
+            int32_t product_sum, offset;
+            horizontal_sums_pair(totals[i], offset_terms, &product_sum, &offset);
+            products[i] = product_sum - 32 * offset;
+            minimums[i] = 0;
+        }
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
@@ -166,31 +232,37 @@ static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) 
     return _mm256_madd_epi16(pairs, scale);
 }
 
-static void q4k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
-                          int32_t *minimums) {
+static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     uint8_t scale[16];
     _mm_storeu_si128((__m128i *)scale, scale_bytes);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
-    __m256i total = _mm256_setzero_si256();
+    __m256i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
     for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
         const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
         const __m256i low = _mm256_and_si256(bytes, nibble);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-        total = _mm256_add_epi32(total, scaled_dot(low, x + 64 * k, _mm256_set1_epi16((int16_t)scale[2 * k])));
-        total = _mm256_add_epi32(total, scaled_dot(high, x + 64 * k + 32, _mm256_set1_epi16((int16_t)scale[2 * k + 1])));
+        const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
+        const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
+        for (int i = 0; i < KQ_INPUT_ROWS; i++)
+            if (i < count) {
+                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(low, x[i] + 64 * k, low_scale));
+                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(high, x[i] + 64 * k + 32, high_scale));
+            }
     }
-    // Minimums: minimum j (twice, as int16) times the sums of 16 inputs 2j and 2j + 1.
-    const __m256i min_terms = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scale_bytes, scale_bytes)),
-                                                _mm256_loadu_si256((const __m256i *)sums));
-    horizontal_sums_pair(total, min_terms, products, minimums);
+    q4k_finish(scale_bytes, totals, sums, count, products, minimums);
 }
 
-static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
-                          int32_t *minimums) {
+static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
     const int8_t *scales = (const int8_t *)(block + 192);
     const __m256i nibble = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(3);
-    __m256i total = _mm256_setzero_si256();
+    __m256i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
     for (int half = 0; half < 2; half++) {
         // Values 128 * half + r: r in [0, 32) low nibbles of low0 with bits 0-1 of high,
         // [32, 64) low nibbles of low1 with bits 2-3, [64, 96) high nibbles of low0 with bits
@@ -207,49 +279,60 @@ static void q6k_sums_avx2(const uint8_t *block, const int8_t *x, const int16_t *
             // Groups g and g + 1: the first 16 values' pairs sit in the low 128 bits.
             const int g = 8 * half + 2 * s;
             const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(scales[g + 1]), _mm_set1_epi16(scales[g]));
-            total = _mm256_add_epi32(total, scaled_dot(codes, x + 128 * half + 32 * s, scale));
+            for (int i = 0; i < KQ_INPUT_ROWS; i++)
+                if (i < count) totals[i] = _mm256_add_epi32(totals[i], scaled_dot(codes, x[i] + 128 * half + 32 * s, scale));
         }
     }
-    q6k_finish(total, scales, sums, products, minimums);
+    q6k_finish(totals, scales, sums, count, products, minimums);
 }
 
-static float row_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
-    return row_dot_with(q4k_sums_avx2, q6k_sums_avx2, type, row, x, cols);
+static void rows_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols, float *out) {
+    rows_dot_with(q4k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
 }
-const KQuantRowDot kquant_row_dot_avx2 = row_dot_avx2;
+const KQuantRowsDot kquant_rows_dot_avx2 = rows_dot_avx2;
 #else
-const KQuantRowDot kquant_row_dot_avx2 = NULL;
+const KQuantRowsDot kquant_rows_dot_avx2 = NULL;
 #endif
 
 // ---- AVX-512 (BW for the byte and word multiply-adds, VNNI for vpdpwssd) ----
 // 64 values a step: the AVX2 path's products twice as wide, the scaled pairs added straight
 // into the int32 lanes (vpdpwssd).
 #if SIMD_HAS_AVX512
-static void q4k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
-                            int32_t *minimums) {
+// A row's 16 int32 lanes folded to the AVX2 path's 8.
+static inline __m256i fold_halves(__m512i total) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
+}
+
+static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     // Each sub-block scale as int16, picked for a step's two sub-blocks by vpermw: step k's
     // low 256 bits take scale 2k, its high 256 scale 2k + 1.
     const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
-    __m512i total = _mm512_setzero_si512();
+    __m512i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
     for (int k = 0; k < 4; k++) { // sub-blocks 2k (low nibbles) and 2k + 1 (high): values [64k, 64k + 64)
         const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
         const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
                                                  _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
         const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
-        const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x + 64 * k));
-        total = _mm512_dpwssd_epi32(total, pairs, _mm512_permutexvar_epi16(pick, scales16));
+        const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
+        for (int i = 0; i < KQ_INPUT_ROWS; i++)
+            if (i < count) {
+                const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x[i] + 64 * k));
+                totals[i] = _mm512_dpwssd_epi32(totals[i], pairs, scale);
+            }
     }
-    // Minimums: minimum j (twice, as int16) times the sums of 16 inputs 2j and 2j + 1.
-    const __m128i min_bytes = _mm_unpackhi_epi8(scale_bytes, scale_bytes);
-    const __m256i min_terms = _mm256_madd_epi16(_mm256_cvtepu8_epi16(min_bytes), _mm256_loadu_si256((const __m256i *)sums));
-    const __m256i halves = _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
-    horizontal_sums_pair(halves, min_terms, products, minimums);
+    __m256i halves[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
+    q4k_finish(scale_bytes, halves, sums, count, products, minimums);
 }
 
-static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t *sums, int32_t *products,
-                            int32_t *minimums) {
+static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
     const int8_t *scales = (const int8_t *)(block + 192);
     const __m512i nibble = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(3);
     const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales)));
@@ -259,7 +342,8 @@ static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t
     // The high bits of values r (r / 32 = 0..3) sit at bits 2 * (r / 32) of qh's byte r % 32.
     const __m512i first_shifts = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
     const __m512i second_shifts = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
-    __m512i total = _mm512_setzero_si512();
+    __m512i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
     for (int half = 0; half < 2; half++) {
         const __m512i low = _mm512_loadu_si512(block + 64 * half); // low nibbles: values 0-63, high: 64-127
         const __m512i high = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 128 + 32 * half)));
@@ -271,23 +355,28 @@ static void q6k_sums_avx512(const uint8_t *block, const int8_t *x, const int16_t
         for (int s = 0; s < 2; s++) {
             const int g = 8 * half + 4 * s;
             const __m512i group_scales = _mm512_permutexvar_epi16(_mm512_add_epi16(spread, _mm512_set1_epi16((short)g)), scales16);
-            const __m512i pairs = _mm512_maddubs_epi16(codes[s], _mm512_loadu_si512(x + 128 * half + 64 * s));
-            total = _mm512_dpwssd_epi32(total, pairs, group_scales);
+            for (int i = 0; i < KQ_INPUT_ROWS; i++)
+                if (i < count) {
+                    const __m512i pairs = _mm512_maddubs_epi16(codes[s], _mm512_loadu_si512(x[i] + 128 * half + 64 * s));
+                    totals[i] = _mm512_dpwssd_epi32(totals[i], pairs, group_scales);
+                }
         }
     }
-    q6k_finish(_mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1)), scales, sums,
-               products, minimums);
+    __m256i halves[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
+    q6k_finish(halves, scales, sums, count, products, minimums);
 }
 
-static float row_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, long cols) {
-    return row_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, cols);
+static void rows_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
+                            float *out) {
+    rows_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
 }
-const KQuantRowDot kquant_row_dot_avx512 = row_dot_avx512;
+const KQuantRowsDot kquant_rows_dot_avx512 = rows_dot_avx512;
 #else
-const KQuantRowDot kquant_row_dot_avx512 = NULL;
+const KQuantRowsDot kquant_rows_dot_avx512 = NULL;
 #endif
 
-const KQuantRowDot kquant_row_dot_best = SIMD_BEST(row_dot_avx512, row_dot_avx2, kquant_row_dot_portable);
+const KQuantRowsDot kquant_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, kquant_rows_dot_portable);
 const char *const kquant_best_path_name = SIMD_BEST_NAME;
 
 void cpu_matmul_kquant(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
@@ -307,12 +396,16 @@ void cpu_matmul_kquant(float *out, const float *inp, const Q8Matrix *weight, con
     SANITIZER_CHECK_RANGE(values, (size_t)N * IC);
     SANITIZER_CHECK_RANGE(sums, (size_t)N * blocks * 16 * sizeof(int16_t));
     SANITIZER_CHECK_RANGE(weight->blocks, (size_t)OC * row_bytes);
+    // Each output is one call's sum for its input row, whichever rows share the call, so the
+    // results depend neither on N nor on the thread count.
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; o++) {
         const uint8_t *row = weight->blocks + (long)o * row_bytes;
-        for (int i = 0; i < N; i++) {
-            const float sum = kquant_row_dot_best(weight->type, row, &inputs[i], IC);
-            out[(long)i * OC + o] = bias ? sum + bias[o] : sum;
+        for (int i0 = 0; i0 < N; i0 += KQ_INPUT_ROWS) {
+            const int count = N - i0 < KQ_INPUT_ROWS ? N - i0 : KQ_INPUT_ROWS;
+            float dots[KQ_INPUT_ROWS];
+            kquant_rows_dot_best(weight->type, row, &inputs[i0], count, IC, dots);
+            for (int i = 0; i < count; i++) out[(long)(i0 + i) * OC + o] = bias ? dots[i] + bias[o] : dots[i];
         }
     }
     free(values), free(scales), free(sums), free(inputs);

@@ -15,6 +15,12 @@
 // together (their vectors transposed and added, no horizontal sum per row), and the 8 float
 // sums then run in the 8 lanes of one vector: lane k does row k's scalar operations in the
 // scalar order, so the vector paths give the portable loop's bits.
+//
+// Batched decoding (2 to 63 input rows): a call takes up to Q5_INPUTS input rows, and each
+// block's codes, decoded once into a register, are multiplied by each of them (the codes of
+// a weight row were decoded again for every input row before); the weight scales' transpose
+// is shared too. Each input row keeps its own sums, so its outputs have the bits of a call
+// of that row alone.
 #include "ops/cpu/matmul_q5.h"
 
 #include <immintrin.h>
@@ -29,24 +35,28 @@
 // ---- the portable loop (the reference; the sanitizer build runs it) ----
 // Unchecked access by access: cpu_matmul_q5_0 checks the whole ranges once per call.
 SANITIZER_UNCHECKED void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x,
-                                                float *out) {
+                                                int inputs, float *out, long out_stride) {
     const long blocks = weight->cols / Q8_BLOCK;
     for (int k = 0; k < count; k++) {
         const long r = first + k;
-        float sum = 0.0f;
+        float sum[Q5_INPUTS] = {0};
         for (long b = 0; b < blocks; b++) {
             const uint8_t *nibbles = weight->nibbles + (r * blocks + b) * (Q8_BLOCK / 2);
             const uint32_t fifth_bits = weight->high_bits[r * blocks + b];
-            const int8_t *xb = x->values + b * Q8_BLOCK;
-            int32_t dot = 0;
+            int code[Q8_BLOCK]; // q - 16 of each value, decoded once for every input row
             for (int j = 0; j < Q8_BLOCK / 2; j++) {
-                const int low_code = (nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4;
-                const int high_code = (nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4;
-                dot += (low_code - 16) * xb[j] + (high_code - 16) * xb[j + Q8_BLOCK / 2];
+                code[j] = ((nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4) - 16;
+                code[j + Q8_BLOCK / 2] = ((nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4) - 16;
             }
-            sum += (float)dot * (x->scales[b] * weight->scales[r * blocks + b]);
+            const float w_scale = weight->scales[r * blocks + b];
+            for (int i = 0; i < inputs; i++) {
+                const int8_t *xb = x[i].values + b * Q8_BLOCK;
+                int32_t dot = 0;
+                for (int j = 0; j < Q8_BLOCK; j++) dot += code[j] * xb[j];
+                sum[i] += (float)dot * (x[i].scales[b] * w_scale);
+            }
         }
-        out[k] = sum;
+        for (int i = 0; i < inputs; i++) out[i * out_stride + k] = sum[i];
     }
 }
 
@@ -130,7 +140,11 @@ static inline void store_rows(float *out, int count, __m256 sums) {
 // other, so the weights stream from memory in address order, which the hardware prefetcher
 // follows; 8 rows read side by side, block by block, ran at half the bandwidth), their
 // integer sums kept (8 KB), then reduced and added block by block.
+// With several input rows the sums of each are kept, so a pass is that many times shorter
+// (the same 8 KB), still a multiple of SCALE_CHUNK.
 #define PASS_BLOCKS 32 // a multiple of SCALE_CHUNK, so a chunk of scales never spans two passes
+_Static_assert(PASS_BLOCKS / Q5_INPUTS >= SCALE_CHUNK, "a pass of Q5_INPUTS input rows holds a chunk of scales");
+static inline long pass_blocks(int inputs) { return PASS_BLOCKS / inputs / SCALE_CHUNK * SCALE_CHUNK; }
 
 // Each row's codes and fifth bits are also asked for this far ahead (rows follow one
 // another in memory, so this reaches into the next rows): on SmolLM2's decode step it took
@@ -153,14 +167,29 @@ static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bi
     return _mm256_or_si256(codes, _mm256_and_si256(is_set, _mm256_set1_epi8(0x10)));
 }
 
-static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out) {
-    const long blocks = weight->cols / Q8_BLOCK;
+// The rows' sums of q * x for one block, 8 int32 each (`v`, rows 0-7) -> one int32 a row.
+static inline __m256i reduce_block_avx2(const __m256i v[Q5_ROWS]) {
+    __m256i low_rows, high_rows;
+    REDUCE_FOUR_ROWS(256, v, low_rows);
+    REDUCE_FOUR_ROWS(256, (v + 4), high_rows);
+    // The two 128-bit lanes of each hold halves of the block: add them across.
+    return _mm256_add_epi32(_mm256_permute2x128_si256(low_rows, high_rows, 0x20),
+                            _mm256_permute2x128_si256(low_rows, high_rows, 0x31));
+}
+
+// The loops over the input rows run to the constant Q5_INPUTS, skipping rows past `inputs`,
+// so the compiler unrolls them and keeps each row's sums in registers.
+static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Matrix *weight, long first, int count,
+                                                                    const Q5Input *x, int inputs, float *out,
+                                                                    long out_stride) {
+    const long blocks = weight->cols / Q8_BLOCK, pass = pass_blocks(inputs);
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
-    __m256i dots[PASS_BLOCKS][Q5_ROWS]; // row k's 8 int32 partial sums of q * x in block b
-    for (long b0 = 0; b0 < blocks; b0 += PASS_BLOCKS) {
-        const long b1 = b0 + PASS_BLOCKS < blocks ? b0 + PASS_BLOCKS : blocks;
+    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK];
+    for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
+    __m256i dots[PASS_BLOCKS * Q5_ROWS]; // [input i][block b - b0][row k]: 8 int32 partial sums of q * x
+    for (long b0 = 0; b0 < blocks; b0 += pass) {
+        const long b1 = b0 + pass < blocks ? b0 + pass : blocks;
         for (int k = 0; k < Q5_ROWS; k++)
             for (long b = b0; b < b1; b++) {
                 const uint8_t *nibbles = group.nibbles[k] + b * (Q8_BLOCK / 2);
@@ -168,22 +197,30 @@ static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q
                 _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                 _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                 const __m256i codes = block_codes_avx2(nibbles, group.fifth_bits[k][b]);
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->values + b * Q8_BLOCK));
-                // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
-                dots[b - b0][k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+                for (int i = 0; i < Q5_INPUTS; i++)
+                    if (i < inputs) {
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].values + b * Q8_BLOCK));
+                        // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
+                        dots[(i * pass + b - b0) * Q5_ROWS + k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+                    }
             }
         for (long b = b0; b < b1; b++) {
             if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
-            __m256i low_rows, high_rows;
-            REDUCE_FOUR_ROWS(256, dots[b - b0], low_rows);
-            REDUCE_FOUR_ROWS(256, (dots[b - b0] + 4), high_rows);
-            // The two 128-bit lanes of each hold halves of the block: add them across.
-            const __m256i rows = _mm256_add_epi32(_mm256_permute2x128_si256(low_rows, high_rows, 0x20),
-                                                  _mm256_permute2x128_si256(low_rows, high_rows, 0x31));
-            sums = add_block(sums, rows, w_scales[b % SCALE_CHUNK], x, b);
+            for (int i = 0; i < Q5_INPUTS; i++)
+                if (i < inputs)
+                    sums[i] = add_block(sums[i], reduce_block_avx2(dots + (i * pass + b - b0) * Q5_ROWS),
+                                        w_scales[b % SCALE_CHUNK], &x[i], b);
         }
     }
-    store_rows(out, count, sums);
+    for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
+}
+
+// One input row (a decode step of one sequence) with `inputs` the constant 1, so that the
+// compiler drops the other rows' code and checks; the bits are the same either way.
+static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                          long out_stride) {
+    if (inputs == 1) rows_dot_avx2_loop(weight, first, count, x, 1, out, out_stride);
+    else rows_dot_avx2_loop(weight, first, count, x, inputs, out, out_stride);
 }
 const Q5RowsDot q5_0_rows_dot_avx2 = rows_dot_avx2;
 #else
@@ -217,43 +254,58 @@ static inline __m512i reduce_pair(const __m512i dots[Q5_ROWS]) {
     return _mm512_shuffle_i64x2(added, added, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out) {
-    const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2;
+static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8Matrix *weight, long first, int count,
+                                                                      const Q5Input *x, int inputs, float *out,
+                                                                      long out_stride) {
+    const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2, pass = pass_blocks(inputs) / 2;
     const RowGroup group = row_group(weight, first, count);
-    __m256 sums = _mm256_setzero_ps(), w_scales[SCALE_CHUNK];
-    enum { PASS_PAIRS = PASS_BLOCKS / 2 };
-    __m512i dots[PASS_PAIRS][Q5_ROWS];
-    for (long p0 = 0; p0 < pairs; p0 += PASS_PAIRS) {
-        const long p1 = p0 + PASS_PAIRS < pairs ? p0 + PASS_PAIRS : pairs;
+    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK];
+    for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
+    __m512i dots[PASS_BLOCKS / 2 * Q5_ROWS]; // [input i][pair p - p0][row k]
+    for (long p0 = 0; p0 < pairs; p0 += pass) {
+        const long p1 = p0 + pass < pairs ? p0 + pass : pairs;
         for (int k = 0; k < Q5_ROWS; k++)
             for (long p = p0; p < p1; p++) {
                 const long b = 2 * p;
-                __m512i xv, codes;
+                __m512i codes;
+                __mmask64 x_bytes = ~0ULL;
                 if (b + 1 < blocks) {
                     uint64_t fifth_bits;
                     memcpy(&fifth_bits, group.fifth_bits[k] + b, sizeof fifth_bits);
                     _mm_prefetch((const char *)(group.nibbles[k] + b * (Q8_BLOCK / 2)) + PREFETCH_BYTES, _MM_HINT_T0);
                     _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                     _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
-                    xv = _mm512_loadu_si512(x->values + b * Q8_BLOCK);
                     codes = pair_codes_avx512(_mm256_loadu_si256((const __m256i *)(group.nibbles[k] + b * (Q8_BLOCK / 2))),
                                               fifth_bits);
                 } else { // an odd last block: the pair's second block reads as zero codes and inputs
-                    xv = _mm512_maskz_loadu_epi8(0xFFFFFFFFULL, x->values + b * Q8_BLOCK);
+                    x_bytes = 0xFFFFFFFFULL;
                     const __m128i nibble_bytes = _mm_loadu_si128((const __m128i *)(group.nibbles[k] + b * (Q8_BLOCK / 2)));
                     codes = pair_codes_avx512(_mm256_zextsi128_si256(nibble_bytes), group.fifth_bits[k][b]);
                 }
-                dots[p - p0][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
+                for (int i = 0; i < Q5_INPUTS; i++)
+                    if (i < inputs) {
+                        const __m512i xv = _mm512_maskz_loadu_epi8(x_bytes, x[i].values + b * Q8_BLOCK);
+                        dots[(i * pass + p - p0) * Q5_ROWS + k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
+                    }
             }
         for (long p = p0; p < p1; p++) {
             const long b = 2 * p;
             if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
-            const __m512i rows = reduce_pair(dots[p - p0]);
-            sums = add_block(sums, _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK], x, b);
-            if (b + 1 < blocks) sums = add_block(sums, _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK], x, b + 1);
+            for (int i = 0; i < Q5_INPUTS; i++)
+                if (i < inputs) {
+                    const __m512i rows = reduce_pair(dots + (i * pass + p - p0) * Q5_ROWS);
+                    sums[i] = add_block(sums[i], _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK], &x[i], b);
+                    if (b + 1 < blocks)
+                        sums[i] = add_block(sums[i], _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK], &x[i], b + 1);
+                }
         }
     }
-    store_rows(out, count, sums);
+    for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
+}
+static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                            long out_stride) {
+    if (inputs == 1) rows_dot_avx512_loop(weight, first, count, x, 1, out, out_stride);
+    else rows_dot_avx512_loop(weight, first, count, x, inputs, out, out_stride);
 }
 const Q5RowsDot q5_0_rows_dot_avx512 = rows_dot_avx512;
 #else
@@ -286,16 +338,20 @@ void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const
     SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
     // Whole groups of Q5_ROWS rows to each thread, the static schedule's even split (for one
     // input row, a decode step, the work is the groups): each output is one lane's sum in
-    // block order, so the results do not depend on the thread count.
+    // block order, so the results depend neither on the thread count nor on N.
     const int groups = (OC + Q5_ROWS - 1) / Q5_ROWS;
 #pragma omp parallel for schedule(static)
     for (int g = 0; g < groups; g++) {
         const int o = g * Q5_ROWS, count = OC - o < Q5_ROWS ? OC - o : Q5_ROWS;
-        for (int i = 0; i < N; i++) {
-            const Q5Input x = {values + (long)i * IC, scales + i * blocks, sums + i * blocks};
-            float *y = out + (long)i * OC + o;
-            q5_0_rows_dot_best(weight, o, count, &x, y);
-            for (int k = 0; bias && k < count; k++) y[k] += bias[o + k];
+        for (int i0 = 0; i0 < N; i0 += Q5_INPUTS) {
+            const int inputs = N - i0 < Q5_INPUTS ? N - i0 : Q5_INPUTS;
+            Q5Input x[Q5_INPUTS];
+            for (int i = 0; i < inputs; i++)
+                x[i] = (Q5Input){values + (long)(i0 + i) * IC, scales + (i0 + i) * blocks, sums + (i0 + i) * blocks};
+            float *y = out + (long)i0 * OC + o;
+            q5_0_rows_dot_best(weight, o, count, x, inputs, y, OC);
+            for (int i = 0; bias && i < inputs; i++)
+                for (int k = 0; k < count; k++) y[(long)i * OC + k] += bias[o + k];
         }
     }
     free(values), free(scales), free(sums);

@@ -7,9 +7,12 @@
 
 #include "ops/ops.h"
 
-// A kernel call covers up to Q5_ROWS weight rows against one input row: the rows' integer
-// block sums are reduced together, and their float sums run side by side in vector lanes.
+// A kernel call covers up to Q5_ROWS weight rows against up to Q5_INPUTS input rows: the
+// weight rows' integer block sums are reduced together, and their float sums run side by
+// side in vector lanes; each block's codes are decoded once (into registers) for all the
+// input rows.
 #define Q5_ROWS 8
+#define Q5_INPUTS 4
 
 // One input row quantized as Q8_0 (ops/q8.h: values[cols], scales[cols / 32]), plus each
 // block's sum of values, sums[cols / 32] (the codes' offset of 16 is folded in through it).
@@ -19,15 +22,19 @@ typedef struct {
     const int32_t *sums;
 } Q5Input;
 
-// out[k] for k < count (1 <= count <= Q5_ROWS) = weight row first + k times x, the sum over
-// the blocks b in order of
-//     (float)dot_b * (x->scales[b] * weight scale of block b),  dot_b = sum_j (q_j - 16) * x_j,
+// out[i * out_stride + k] for k < count (1 <= count <= Q5_ROWS) and i < inputs (1 <= inputs
+// <= Q5_INPUTS) = weight row first + k times input row x[i], the sum over the blocks b in
+// order of
+//     (float)dot_b * (x[i].scales[b] * weight scale of block b),  dot_b = sum_j (q_j - 16) * x_j,
 // one float addition after another (the portable loop of matmul_q8.c's Q8_0 kernel). dot_b
 // is exact in every path and the float steps are the same operations in the same order, so
-// every path gives the same bits.
-typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out);
+// every path gives the same bits, whatever count and inputs are (an output does not depend
+// on the rows beside it in the call).
+typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                          long out_stride);
 
-void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, float *out);
+void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                            long out_stride);
 extern const Q5RowsDot q5_0_rows_dot_avx2;   // NULL without AVX2
 extern const Q5RowsDot q5_0_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
 // The path cpu_matmul_q5_0 uses: the widest one compiled.
@@ -36,5 +43,6 @@ extern const char *const q5_0_best_path_name;
 
 // out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0 W [OC, IC], each input row quantized to
 // Q8_0 blocks first (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows). The threads take whole
-// groups of Q5_ROWS output rows, as evenly as they divide.
+// groups of Q5_ROWS output rows, as evenly as they divide, and each group takes the input
+// rows Q5_INPUTS at a time.
 void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);
