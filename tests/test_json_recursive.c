@@ -13,8 +13,10 @@
 //    completed"), which jansson parses;
 //  - tests/fixtures/constraints/json_recursive.json (tools/make_json_recursive_fixtures.py):
 //    pydantic's schemas of self-referencing models, tuples and date / uuid fields with texts
-//    labelled by pydantic: every generated (valid) text is accepted with every prefix
-//    alive, and every text accepted is one pydantic calls valid;
+//    labelled by pydantic: every generated (valid) text, and every edited one pydantic calls
+//    valid that is spelled as json.dumps spells it (the edit outside a format's string), is
+//    accepted with every prefix alive (no byte of it refused), and every text accepted is
+//    one pydantic calls valid;
 //  - tool calls whose tools each have their own $defs of the same name;
 //  - the token mask over SmolLM2's vocabulary equals the brute force at the depth limit.
 #include <jansson.h>
@@ -55,6 +57,11 @@ static bool prefixes_alive(const JsonConstraint *c, const char *text, size_t len
     "{\"$defs\": {\"Node\": {\"type\": \"object\", \"properties\": {\"v\": {\"anyOf\": [{\"type\": \"integer\"}, "     \
     "{\"$ref\": \"#/$defs/W\"}]}}, \"required\": [\"v\"]}, \"W\": {\"type\": \"object\", \"properties\": {\"w\": "      \
     "{\"$ref\": \"#/$defs/Node\"}}, \"required\": [\"w\"]}}, \"$ref\": \"#/$defs/Node\"}"
+// [[[1, {"x": 2}], {"x": 1}]]: a tuple whose first item nests, whose second needs 2 levels.
+#define TUPLE_NEST                                                                                                      \
+    "{\"$defs\": {\"A\": {\"type\": \"array\", \"prefixItems\": [{\"anyOf\": [{\"type\": \"integer\"}, {\"$ref\": "      \
+    "\"#/$defs/A\"}]}, {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\"]}], "   \
+    "\"minItems\": 1, \"items\": false}}, \"$ref\": \"#/$defs/A\"}"
 #define NESTED_ARRAYS "{\"$defs\": {\"A\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/A\"}}}, \"$ref\": \"#/$defs/A\"}"
 
 typedef struct {
@@ -286,6 +293,48 @@ static void test_depth_edge(void) {
         EXPECT(!feed_text(optional, copy, "\"o\": {\"o\""), "inside the 32nd object no key is offered");
         json_constraint_free(optional);
     }
+    // A property's name stays that property's where other keys may come: "w" (too deep
+    // there) is not taken as another key, whose schema (an integer) would fit.
+    JsonConstraint *named = compile_text(
+        "{\"$defs\": {\"O\": {\"type\": \"object\", \"properties\": {\"o\": {\"$ref\": \"#/$defs/O\"}, \"w\": {\"type\": "
+        "\"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\"]}}, \"additionalProperties\": "
+        "{\"type\": \"integer\"}}}, \"$ref\": \"#/$defs/O\"}");
+    if (named) {
+        json_state_init(named, state);
+        bool ok = true;
+        for (int level = 1; level < JSON_MAX_DEPTH - 1 && ok; level++) ok = feed_text(named, state, "{\"o\": ");
+        ok = ok && feed_text(named, state, "{");
+        EXPECT(ok, "31 nested objects are taken");
+        json_state_copy(copy, state);
+        EXPECT(feed_text(named, copy, "\"z\": 1"), "another key with an integer is taken");
+        json_state_copy(copy, state);
+        EXPECT(!feed_text(named, copy, "\"w\":"), "\"w\" is refused, not taken as another key");
+        json_state_copy(copy, state);
+        EXPECT(feed_text(named, copy, "\"wz\": 2}"), "a longer key beginning with w is another key");
+        json_constraint_free(named);
+    }
+    // A tuple's later item that needs more room than is left: ',' is refused before it
+    // (its first item fits, minItems is 1, so ']' ends it). The tuple nests through its
+    // first item; the second is an object with a required key (2 levels).
+    JsonConstraint *tuple = compile_text(TUPLE_NEST);
+    if (tuple) {
+        for (int arrays = 30; arrays <= 31; arrays++) {
+            json_state_init(tuple, state);
+            bool ok = true;
+            for (int i = 0; i < arrays && ok; i++) ok = feed_text(tuple, state, "[");
+            ok = ok && feed_text(tuple, state, "1");
+            EXPECT(ok, "%d nested arrays and an integer are taken", arrays);
+            json_state_copy(copy, state);
+            EXPECT(feed_text(tuple, copy, ", {\"x\": 1}") == (arrays == 30), "inside %d arrays the object item is %s", arrays,
+                   arrays == 30 ? "taken" : "refused");
+            json_state_copy(copy, state);
+            EXPECT(!json_state_feed(tuple, copy, ',', copy) == (arrays == 31), "inside %d arrays ',' is %s", arrays,
+                   arrays == 31 ? "refused" : "taken");
+            json_state_copy(copy, state);
+            EXPECT(feed_text(tuple, copy, "]"), "inside %d arrays ']' ends the tuple", arrays);
+        }
+        json_constraint_free(tuple);
+    }
     free(state), free(copy);
 }
 
@@ -461,6 +510,7 @@ static int nesting_of(const char *text) {
 
 static const char *const walk_schemas[] = {
     LINKED_LIST,
+    TUPLE_NEST,
     DEEP_BRANCH,
     NESTED_ARRAYS,
     // pydantic's Formula = Num | Add(left: Formula, right: Formula): both branches objects.
@@ -569,25 +619,27 @@ static void test_pydantic_fixture(void) {
             EXPECT(false, "pydantic's schema %s compiles: %s", name, err_msg());
             continue;
         }
-        int generated = 0, accepted = 0, valid = 0, texts = 0;
+        int generated = 0, accepted = 0, valid = 0, texts = 0, must_accept = 0;
         size_t k;
         json_t *item;
         json_array_foreach(json_object_get(entry, "texts"), k, item) {
             const char *text = json_string_value(json_array_get(item, 0));
             const size_t length = json_string_length(json_array_get(item, 0));
             const bool is_valid = json_is_true(json_array_get(item, 1));
-            const bool is_generated = !strcmp(json_string_value(json_array_get(item, 2)), "generated");
+            const char *kind = json_string_value(json_array_get(item, 2));
+            const bool is_generated = !strcmp(kind, "generated"), is_canonical = !strcmp(kind, "canonical");
             const bool accepts = json_constraint_matches(c, text, length);
-            texts++, valid += is_valid, accepted += accepts;
-            if (is_generated) {
-                generated++;
+            texts++, valid += is_valid, accepted += accepts, generated += is_generated;
+            if (is_generated || (is_canonical && is_valid)) {
+                must_accept++;
                 EXPECT(accepts && prefixes_alive(c, text, length), "%s: the valid text %s is accepted, every prefix alive",
                        name, text);
             }
             EXPECT(!accepts || is_valid, "%s: %s is accepted, and pydantic says it is invalid", name, text);
             if (is_valid && !accepts) printf("  %s: valid by pydantic, refused: %s\n", name, text);
         }
-        printf("%s: %d texts (%d generated), %d valid by pydantic, %d accepted\n", name, texts, generated, valid, accepted);
+        printf("%s: %d texts (%d generated), %d valid by pydantic, %d accepted (%d of them required: generated, or edited "
+               "and valid in json.dumps' spelling)\n", name, texts, generated, valid, accepted, must_accept);
         json_constraint_free(c);
     }
     json_decref(fixture);
