@@ -647,7 +647,8 @@ static void test_pydantic_fixture(void) {
 
 // --- tool calls -------------------------------------------------------------------------------
 
-// Each tool's references are to its own definitions, even under the same name.
+// Each tool's references are to its own definitions, even under the same name; a refusal
+// names the tool.
 static void test_tool_calls_own_definitions(void) {
     json_t *tools = json_loads(
         "[{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": {\"$defs\": {\"N\": {\"type\": "
@@ -658,6 +659,16 @@ static void test_tool_calls_own_definitions(void) {
         0, NULL);
     CHECK(tools, "tools");
     JsonConstraint *c = NULL;
+    json_t *unsatisfiable = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, {\"type\": \"function\", \"function\": {\"name\": "
+        "\"b\", \"parameters\": {\"$defs\": {\"L\": {\"type\": \"object\", \"properties\": {\"n\": {\"$ref\": "
+        "\"#/$defs/L\"}}, \"required\": [\"n\"]}}, \"type\": \"object\", \"properties\": {\"l\": {\"$ref\": \"#/$defs/L\"}}}}}]",
+        0, NULL);
+    CHECK(unsatisfiable, "tools");
+    EXPECT(json_constraint_tool_calls(&c, unsatisfiable, NULL, "", "", "; ", "arguments", 0) == -1 &&
+               strstr(err_msg(), "tools[1].function.parameters: '$ref' '#/$defs/L' has no finite value"),
+           "a tool's definition with no finite value is refused naming the tool: %s", err_msg());
+    json_decref(unsatisfiable);
     EXPECT(json_constraint_tool_calls(&c, tools, NULL, "", "", "; ", "arguments", 0) == 0, "the tools compile: %s", err_msg());
     if (c) {
         const char *good[] = {"{\"name\": \"a\", \"arguments\": {\"n\": {\"x\": 1, \"up\": {\"x\": 2}}}}",

@@ -48,8 +48,9 @@ typedef struct {
     RegexConstraint *regex;
     // A `$ref`'s target is reached through an ALT with one child, made before the target is
     // compiled so that the target can refer to it (a recursive schema is a graph); definition
-    // is the reference's text, for errors.
-    char *definition;
+    // is the reference's text and origin the schema's name (`what`; the root's too), for
+    // errors.
+    char *definition, *origin;
     // The least number of open values (frames, this one included) that a complete value of
     // the node needs; DEPTH_INFINITE: it has no finite value. A value is opened (and an
     // alternative, a key or an item chosen) only where it fits in what is left of
@@ -110,7 +111,7 @@ void json_constraint_free(JsonConstraint *c) {
         free(n->names), free(n->name_lengths), free(n->prop_nodes);
         free(n->literals), free(n->literal_lengths), free(n->children), free(n->separator);
         regex_constraint_free(n->regex);
-        free(n->definition);
+        free(n->definition), free(n->origin);
     }
     free(c->ref_texts), free(c->ref_nodes);
     free(c->nodes);
@@ -224,12 +225,13 @@ static int root_node(JsonConstraint *c, int child) {
     return root;
 }
 
-static int finish_graph(JsonConstraint *c, const char *what);
+static int finish_graph(JsonConstraint *c);
 
 JsonConstraint *json_constraint_object(void) {
     JsonConstraint *c = constraint_new();
     root_node(c, object_node(c, any_node(c)));
-    CHECK(finish_graph(c, "json_object") == 0, "any JSON object is finite");
+    c->nodes[c->root].origin = xstrdup("json_object");
+    CHECK(finish_graph(c) == 0, "any JSON object is finite");
     return c;
 }
 
@@ -311,6 +313,7 @@ static int compile_ref(JsonConstraint *c, const char *ref, const char *what, con
     }
     const int node = new_node(c, K_ALT);
     c->nodes[node].definition = xstrdup(ref);
+    c->nodes[node].origin = xstrdup(what);
     c->ref_texts = xrealloc(c->ref_texts, (size_t)(c->num_refs + 1) * sizeof(char *));
     c->ref_nodes = xrealloc(c->ref_nodes, (size_t)(c->num_refs + 1) * sizeof(int));
     c->ref_texts[c->num_refs] = ref;
@@ -703,13 +706,14 @@ static int node_min_depth(const JsonConstraint *c, const Node *n) {
 // was made before its target had them), the least depths, and the checks that keep every
 // started text completable: no left recursion, every definition has a finite value, the
 // root's values fit in JSON_MAX_DEPTH.
-static int finish_graph(JsonConstraint *c, const char *what) {
+static int finish_graph(JsonConstraint *c) {
     uint8_t *state = xcalloc((size_t)c->num_nodes, 1);
     int cycle = -1, named = -1;
     for (int i = 0; i < c->num_nodes && cycle < 0; i++) cycle = find_alt_cycle(c, i, state, &named);
     free(state);
     if (cycle >= 0) // only references make cycles: one is named
-        return err_set("%s: '$ref' '%.200s' is one of its own alternatives (left recursion, not supported)", what,
+        return err_set("%s: '$ref' '%.200s' is one of its own alternatives (left recursion, not supported)",
+                       c->nodes[named].origin ? c->nodes[named].origin : "schema",
                        c->nodes[named].definition ? c->nodes[named].definition : "#");
     // The first bytes grow until nothing changes (a fixed point: the graph may have cycles).
     for (bool changed = true; changed;) {
@@ -742,10 +746,10 @@ static int finish_graph(JsonConstraint *c, const char *what) {
     if (infinite >= 0)
             return err_set("%s: '$ref' '%.200s' has no finite value (each of its values must contain another: a "
                            "required property or item refers back to it with no alternative)",
-                           what, c->nodes[infinite].definition);
+                           c->nodes[infinite].origin, c->nodes[infinite].definition);
     // The root's frame and JSON_MAX_DEPTH values.
     if (c->nodes[c->root].min_depth > JSON_MAX_DEPTH + 1)
-        return err_set("%s: every value of the schema nests more than %d levels", what, JSON_MAX_DEPTH);
+        return err_set("%s: every value of the schema nests more than %d levels", c->nodes[c->root].origin, JSON_MAX_DEPTH);
     return 0;
 }
 
@@ -761,7 +765,8 @@ int json_constraint_schema(JsonConstraint **out, const json_t *schema, const cha
     c->schema_root = NULL;
     c->num_refs = 0;
     root_node(c, node);
-    if (finish_graph(c, what) != 0) {
+    c->nodes[c->root].origin = xstrdup(what);
+    if (finish_graph(c) != 0) {
         json_constraint_free(c);
         return -1;
     }
@@ -818,7 +823,8 @@ int json_constraint_tool_calls(JsonConstraint **out, const json_t *tools, const 
     c->schema_root = NULL;
     c->num_refs = 0;
     root_node(c, repeat);
-    if (finish_graph(c, "tools") != 0) {
+    c->nodes[c->root].origin = xstrdup("tools");
+    if (finish_graph(c) != 0) {
         json_constraint_free(c);
         return -1;
     }
