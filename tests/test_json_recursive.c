@@ -27,26 +27,7 @@
 #include "test.h"
 
 #include "constraint_check.h"
-
-static JsonConstraint *compile_text(const char *schema_text) {
-    json_error_t error;
-    json_t *schema = json_loads(schema_text, JSON_DECODE_ANY, &error);
-    CHECK(schema, "test schema %s: %s", schema_text, error.text);
-    JsonConstraint *c = NULL;
-    int rc = json_constraint_schema(&c, schema, "schema");
-    json_decref(schema);
-    if (rc != 0) fprintf(stderr, "  schema %s refused: %s\n", schema_text, err_msg());
-    return c;
-}
-
-static bool prefixes_alive(const JsonConstraint *c, const char *text, size_t length) {
-    JsonState *state = xmalloc(sizeof *state);
-    json_state_init(c, state);
-    bool ok = true;
-    for (size_t i = 0; i < length && ok; i++) ok = json_state_feed(c, state, (uint8_t)text[i], state);
-    free(state);
-    return ok;
-}
+#include "json_check.h"
 
 #define LINKED_LIST                                                                                                     \
     "{\"$defs\": {\"N\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"next\": {\"anyOf\": " \
@@ -64,13 +45,7 @@ static bool prefixes_alive(const JsonConstraint *c, const char *text, size_t len
     "\"minItems\": 1, \"items\": false}}, \"$ref\": \"#/$defs/A\"}"
 #define NESTED_ARRAYS "{\"$defs\": {\"A\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/A\"}}}, \"$ref\": \"#/$defs/A\"}"
 
-typedef struct {
-    const char *schema;
-    const char *accept[8];
-    const char *reject[12];
-} Case;
-
-static const Case cases[] = {
+static const JsonCase cases[] = {
     {LINKED_LIST,
      {"{\"v\": 1}", "{\"v\": 1, \"next\": null}", "{\"v\": 1, \"next\": {\"v\": 2, \"next\": {\"v\": 3}}}",
       "{\"next\":{\"v\":2},\"v\":1}"},
@@ -123,23 +98,7 @@ static const Case cases[] = {
     {"{\"format\": \"uuid\", \"maxLength\": 36}", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"\""}},
 };
 
-static void test_accept_and_reject(void) {
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        JsonConstraint *c = compile_text(cases[i].schema);
-        EXPECT(c != NULL, "schema %zu compiles", i);
-        if (!c) continue;
-        for (int k = 0; k < 8 && cases[i].accept[k]; k++) {
-            const char *text = cases[i].accept[k];
-            EXPECT(json_constraint_matches(c, text, strlen(text)), "schema %zu accepts %s", i, text);
-            EXPECT(prefixes_alive(c, text, strlen(text)), "schema %zu: every prefix of %s is alive", i, text);
-        }
-        for (int k = 0; k < 12 && cases[i].reject[k]; k++) {
-            const char *text = cases[i].reject[k];
-            EXPECT(!json_constraint_matches(c, text, strlen(text)), "schema %zu refuses %s", i, text);
-        }
-        json_constraint_free(c);
-    }
-}
+static void test_accept_and_reject(void) { check_json_cases(cases, sizeof cases / sizeof cases[0]); }
 
 // A schema whose values all nest `levels` objects deep, each object's one required key
 // "k"; the chain ends with a reference (compiled first, shallow, through "a") to a chain
@@ -162,9 +121,7 @@ static char *deep_schema(int levels) {
 }
 
 static void test_refusals(void) {
-    static const struct {
-        const char *schema, *names;
-    } refused[] = {
+    static const JsonRefusal refused[] = {
         {"{\"$defs\": {\"L\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/L\"}}, \"required\": "
          "[\"next\"]}}, \"$ref\": \"#/$defs/L\"}",
          "'$ref' '#/$defs/L' has no finite value"},
@@ -193,19 +150,7 @@ static void test_refusals(void) {
         {"{\"type\": \"array\", \"prefixItems\": [{\"type\": \"strin\"}]}", "(at prefixItems[0])"},
         {"{\"type\": \"array\", \"items\": [{}]}", "write 'prefixItems'"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        json_t *schema = json_loads(refused[i].schema, JSON_DECODE_ANY, NULL);
-        CHECK(schema, "refusal case %zu", i);
-        JsonConstraint *c = NULL;
-        err_clear();
-        EXPECT(json_constraint_schema(&c, schema, "response_format.json_schema.schema") == -1, "%s is refused",
-               refused[i].schema);
-        EXPECT(strstr(err_msg(), refused[i].names) != NULL && strstr(err_msg(), "response_format.json_schema.schema") &&
-                   !strchr(err_msg(), '\n'),
-               "the error for %s names %s in one line: %s", refused[i].schema, refused[i].names, err_msg());
-        json_constraint_free(c);
-        json_decref(schema);
-    }
+    check_json_refusals(refused, sizeof refused / sizeof refused[0]);
     // Nesting that adds up through a reference compiled once: 20 levels of D below 11 of
     // the root's chain and the root fit in JSON_MAX_DEPTH (32), 12 do not.
     char *fits = deep_schema(10), *too_deep = deep_schema(11);
