@@ -31,29 +31,45 @@ typedef struct {
     int *prop_nodes;
     uint64_t required;
     int extra;
-    // ARRAY: items, their bounds (max -1: none). STRING: the length bounds (code points).
+    // ARRAY: the items after the tuple's (prefixItems, in children), their bounds (max -1:
+    // none). STRING: the length bounds (code points).
     int item, min_count, max_count;
     // LITERALS: the texts.
     int num_literals;
     char **literals;
     size_t *literal_lengths;
-    // ALT, SEQ: the children. ROOT, REPEAT: children[0]; REPEAT's separator.
+    // ALT, SEQ: the children. ROOT, REPEAT: children[0]; REPEAT's separator. ARRAY: the
+    // tuple's items (prefixItems), the first num_children items.
     int num_children;
     int *children;
     char *separator;
     size_t separator_length;
     // STRING with a `pattern`: the decoded content's automaton (the length bounds in it).
     RegexConstraint *regex;
+    // A `$ref`'s target is reached through an ALT with one child, made before the target is
+    // compiled so that the target can refer to it (a recursive schema is a graph); definition
+    // is the reference's text and origin the schema's name (`what`; the root's too), for
+    // errors.
+    char *definition, *origin;
+    // The least number of open values (frames, this one included) that a complete value of
+    // the node needs; DEPTH_INFINITE: it has no finite value. A value is opened (and an
+    // alternative, a key or an item chosen) only where it fits in what is left of
+    // JSON_MAX_DEPTH, so that a text that starts to match can always be completed.
+    int min_depth;
 } Node;
+
+#define DEPTH_INFINITE (1 << 20)
 
 struct JsonConstraint {
     Node *nodes;
     int num_nodes, capacity;
     int root;
     int any; // the any-value node, made on first use (-1)
-    // While compiling a schema: its root (for $ref) and the references being expanded.
+    // While compiling a schema: its root (for $ref) and the references compiled so far, each
+    // to one node (its text is the schema's: valid while compiling).
     const json_t *schema_root;
-    const char *refs[JSON_MAX_DEPTH];
+    const char **ref_texts;
+    int *ref_nodes;
     int num_refs;
 };
 
@@ -95,7 +111,9 @@ void json_constraint_free(JsonConstraint *c) {
         free(n->names), free(n->name_lengths), free(n->prop_nodes);
         free(n->literals), free(n->literal_lengths), free(n->children), free(n->separator);
         regex_constraint_free(n->regex);
+        free(n->definition), free(n->origin);
     }
+    free(c->ref_texts), free(c->ref_nodes);
     free(c->nodes);
     free(c);
 }
@@ -207,9 +225,13 @@ static int root_node(JsonConstraint *c, int child) {
     return root;
 }
 
+static int finish_graph(JsonConstraint *c);
+
 JsonConstraint *json_constraint_object(void) {
     JsonConstraint *c = constraint_new();
     root_node(c, object_node(c, any_node(c)));
+    c->nodes[c->root].origin = xstrdup("json_object");
+    CHECK(finish_graph(c) == 0, "any JSON object is finite");
     return c;
 }
 
@@ -225,7 +247,7 @@ static const char *const annotations[] = {"title", "description", "$schema", "$i
                                           "examples", "strict", "$defs", "definitions"};
 static const char *const keywords[] = {"type", "properties", "required", "additionalProperties", "items",
                                        "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
-                                       "minLength", "maxLength", "pattern"};
+                                       "minLength", "maxLength", "pattern", "prefixItems", "format"};
 
 static bool in_list(const char *key, const char *const *list, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -269,24 +291,39 @@ static int compile_child(JsonConstraint *c, const json_t *schema, const char *wh
     return compile(c, schema, what, child_at, depth + 1);
 }
 
+// `$ref`: `#` (the root), `#/$defs/NAME` or `#/definitions/NAME`. Each definition is
+// compiled once, to an ALT node with the target as its only child; a reference met again,
+// also from inside its own target (recursion), is that node.
 static int compile_ref(JsonConstraint *c, const char *ref, const char *what, const char *at, int depth) {
-    const char *name = NULL, *container = NULL;
-    if (!strncmp(ref, "#/$defs/", 8)) container = "$defs", name = ref + 8;
-    else if (!strncmp(ref, "#/definitions/", 14)) container = "definitions", name = ref + 14;
-    if (!name || !*name || strchr(name, '/') || strchr(name, '~'))
-        return schema_error(what, at, "'$ref' '%.200s' is not supported (only #/$defs/NAME and #/definitions/NAME)", ref);
-    json_t *defs = json_object_get(c->schema_root, container);
-    json_t *target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
-    if (!target) return schema_error(what, at, "'$ref' '%.200s' names no definition of the schema", ref);
     for (int i = 0; i < c->num_refs; i++)
-        if (!strcmp(c->refs[i], ref))
-            return schema_error(what, at, "'$ref' '%.200s' is recursive, which is not supported", ref);
-    if (c->num_refs == JSON_MAX_DEPTH) return schema_error(what, at, "%s", "'$ref' chains are too long");
-    c->refs[c->num_refs++] = ref;
+        if (!strcmp(c->ref_texts[i], ref)) return c->ref_nodes[i];
+    const json_t *target = NULL;
+    if (!strcmp(ref, "#")) {
+        target = c->schema_root;
+    } else {
+        const char *name = NULL, *container = NULL;
+        if (!strncmp(ref, "#/$defs/", 8)) container = "$defs", name = ref + 8;
+        else if (!strncmp(ref, "#/definitions/", 14)) container = "definitions", name = ref + 14;
+        if (!name || !*name || strchr(name, '/') || strchr(name, '~'))
+            return schema_error(what, at, "'$ref' '%.200s' is not supported (only #, #/$defs/NAME and #/definitions/NAME)",
+                                ref);
+        json_t *defs = json_object_get(c->schema_root, container);
+        target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
+        if (!target) return schema_error(what, at, "'$ref' '%.200s' names no definition of the schema", ref);
+    }
+    const int node = new_node(c, K_ALT);
+    c->nodes[node].definition = xstrdup(ref);
+    c->nodes[node].origin = xstrdup(what);
+    c->ref_texts = xrealloc(c->ref_texts, (size_t)(c->num_refs + 1) * sizeof(char *));
+    c->ref_nodes = xrealloc(c->ref_nodes, (size_t)(c->num_refs + 1) * sizeof(int));
+    c->ref_texts[c->num_refs] = ref;
+    c->ref_nodes[c->num_refs++] = node;
     char ref_at[512];
-    snprintf(ref_at, sizeof ref_at, "%s", ref + 2);
-    int node = compile(c, target, what, ref_at, depth);
-    c->num_refs--;
+    snprintf(ref_at, sizeof ref_at, "%s", ref[1] ? ref + 2 : "");
+    const int target_node = compile(c, target, what, ref_at, depth);
+    if (target_node < 0) return -1;
+    add_child(c, node, target_node);
+    derive_first(c, node);
     return node;
 }
 
@@ -383,25 +420,87 @@ static int compile_object(JsonConstraint *c, const json_t *schema, const char *w
     return node;
 }
 
+// An array: `items` for every item, or a tuple (`prefixItems`) whose items after the
+// listed ones match `items` (absent: any value; false: none), within minItems / maxItems.
 static int compile_array(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth) {
-    json_t *items = json_object_get(schema, "items");
+    json_t *items = json_object_get(schema, "items"), *prefix = json_object_get(schema, "prefixItems");
     long long min_items = count_keyword(schema, "minItems", what, at), max_items = count_keyword(schema, "maxItems", what, at);
     if (min_items == -2 || max_items == -2) return -1;
     if (max_items >= 0 && min_items > max_items) return schema_error(what, at, "%s", "'minItems' is above 'maxItems'");
     if (items && !json_is_object(items) && !json_is_boolean(items))
-        return schema_error(what, at, "%s", "'items' must be a schema (a list of schemas is not supported)");
-    if (json_is_false(items) && min_items > 0)
-        return schema_error(what, at, "%s", "'items': false with 'minItems' above 0 matches nothing");
-    int item = items ? compile_child(c, items, what, at, "items", depth) : any_node(c);
-    if (json_is_false(items)) max_items = 0, item = any_node(c);
-    else if (item < 0) return -1;
+        return schema_error(what, at, "%s", "'items' must be a schema (a list of schemas is not supported: write 'prefixItems')");
+    if (prefix && !json_is_array(prefix)) return schema_error(what, at, "%s", "'prefixItems' must be a list of schemas");
+    const size_t num_prefix = prefix ? json_array_size(prefix) : 0;
+    if (json_is_false(items) && min_items > (long long)num_prefix)
+        return schema_error(what, at, "%s", "'items': false with 'minItems' above the number of 'prefixItems' matches nothing");
+    int *tuple = xmalloc((num_prefix ? num_prefix : 1) * sizeof(int));
+    for (size_t i = 0; i < num_prefix; i++) {
+        char child_at[64];
+        snprintf(child_at, sizeof child_at, "prefixItems[%zu]", i);
+        tuple[i] = compile_child(c, json_array_get(prefix, i), what, at, child_at, depth);
+        if (tuple[i] < 0) {
+            free(tuple);
+            return -1;
+        }
+    }
+    int item = items && !json_is_false(items) ? compile_child(c, items, what, at, "items", depth) : any_node(c);
+    if (item < 0) {
+        free(tuple);
+        return -1;
+    }
+    // items: false: no item after the tuple's.
+    if (json_is_false(items) && (max_items < 0 || max_items > (long long)num_prefix)) max_items = (long long)num_prefix;
     const int node = new_node(c, K_ARRAY);
+    for (size_t i = 0; i < num_prefix; i++) add_child(c, node, tuple[i]);
+    free(tuple);
     Node *n = &c->nodes[node];
     n->item = item;
     n->min_count = min_items < 0 ? 0 : (int)min_items;
     n->max_count = (int)max_items;
     set_first_range(n, "[");
     return node;
+}
+
+// `format` of strings, as patterns of gen/regex_constraint.h's dialect (anchored: the
+// whole content). Written from the RFCs' grammars, narrowed where Python's own parsers
+// (datetime, uuid) are narrower, so that every accepted text is one that both read:
+//  - date: RFC 3339 full-date YYYY-MM-DD, the year 0001-9999, the day within its month's
+//    length, 29 February only in leap years (Gregorian: divisible by 4, not by 100 unless
+//    by 400);
+//  - time: RFC 3339 full-time hh:mm:ss[.frac]OFFSET, hour 00-23, minute and second 00-59
+//    (no leap second 60), a fraction of 1 to 6 digits, the offset Z or +hh:mm / -hh:mm
+//    (hour 00-23); upper-case Z only;
+//  - date-time: RFC 3339 date-time, date "T" time (upper-case T only);
+//  - uuid: RFC 4122's string form, 8-4-4-4-12 hexadecimal digits of either case, any
+//    version and variant.
+#define FORMAT_YEAR "(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+#define FORMAT_LEAP_YEAR "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+#define FORMAT_DATE                                                                                                    \
+    "(?:" FORMAT_YEAR "-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"       \
+    "02-(?:0[1-9]|1[0-9]|2[0-8]))|" FORMAT_LEAP_YEAR "-02-29)"
+#define FORMAT_TIME                                                                                                    \
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+static const char *const format_names[] = {"date", "time", "date-time", "uuid"};
+static const char *const format_patterns[] = {
+    "^" FORMAT_DATE "$",
+    "^" FORMAT_TIME "$",
+    "^" FORMAT_DATE "T" FORMAT_TIME "$",
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+};
+
+// The pattern of a `format` (absent: NULL), or -1 (error set) for one not supported.
+static int format_pattern(const json_t *schema, const char **pattern, const char *what, const char *at) {
+    *pattern = NULL;
+    json_t *format = json_object_get(schema, "format");
+    if (!format) return 0;
+    if (!json_is_string(format)) return schema_error(what, at, "%s", "'format' must be a string");
+    for (size_t i = 0; i < sizeof format_names / sizeof format_names[0]; i++)
+        if (!strcmp(json_string_value(format), format_names[i])) {
+            *pattern = format_patterns[i];
+            return 0;
+        }
+    return schema_error(what, at, "'format' '%.100s' is not supported (only date, time, date-time and uuid)",
+                        json_string_value(format));
 }
 
 static int compile_type(JsonConstraint *c, const json_t *schema, int type, const char *what, const char *at, int depth) {
@@ -414,17 +513,21 @@ static int compile_type(JsonConstraint *c, const json_t *schema, int type, const
         if (max_length >= 0 && min_length > max_length)
             return schema_error(what, at, "%s", "'minLength' is above 'maxLength'");
         json_t *pattern = json_object_get(schema, "pattern");
-        if (!pattern) return string_node(c, min_length < 0 ? 0 : (int)min_length, (int)max_length);
-        if (!json_is_string(pattern)) return schema_error(what, at, "%s", "'pattern' must be a string");
+        const char *format = NULL;
+        if (format_pattern(schema, &format, what, at) != 0) return -1;
+        if (pattern && format) return schema_error(what, at, "%s", "'format' beside 'pattern' is not supported");
+        if (!pattern && !format) return string_node(c, min_length < 0 ? 0 : (int)min_length, (int)max_length);
+        if (pattern && !json_is_string(pattern)) return schema_error(what, at, "%s", "'pattern' must be a string");
         // JSON Schema's pattern: a match anywhere unless anchored, on the decoded content,
-        // the length bounds folded into the automaton.
+        // the length bounds folded into the automaton. A format is an anchored pattern.
         RegexOptions options = {.search = true, .json_string = true, .min_chars = min_length < 0 ? 0 : (int)min_length,
                                 .max_chars = (int)max_length};
         char where[700];
-        snprintf(where, sizeof where, "%s: 'pattern' (at %s)", what, at[0] ? at : "the schema's root");
+        snprintf(where, sizeof where, "%s: '%s' (at %s)", what, pattern ? "pattern" : "format", at[0] ? at : "the schema's root");
         RegexConstraint *regex = NULL;
-        if (regex_constraint_compile(&regex, json_string_value(pattern), json_string_length(pattern), &options, where) != 0)
-            return -1;
+        const char *text = pattern ? json_string_value(pattern) : format;
+        const size_t length = pattern ? json_string_length(pattern) : strlen(format);
+        if (regex_constraint_compile(&regex, text, length, &options, where) != 0) return -1;
         const int node = string_node(c, 0, -1);
         c->nodes[node].regex = regex;
         return node;
@@ -458,6 +561,8 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
         constraining++;
     }
     if (constraining == 0) return any_node(c);
+    const char *format = NULL; // only date, time, date-time, uuid, whatever the type
+    if (format_pattern(schema, &format, what, at) != 0) return -1;
     json_t *ref = json_object_get(schema, "$ref");
     json_t *alternatives = json_object_get(schema, "anyOf");
     const char *alt_key = "anyOf";
@@ -517,9 +622,11 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
         if (json_object_get(schema, "properties") || json_object_get(schema, "required") ||
             json_object_get(schema, "additionalProperties"))
             types |= T_OBJECT;
-        if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
+        if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems") ||
+            json_object_get(schema, "prefixItems"))
             types |= T_ARRAY;
-        if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") || json_object_get(schema, "pattern"))
+        if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") || json_object_get(schema, "pattern") ||
+            json_object_get(schema, "format"))
             types |= T_STRING;
     }
     // integer beside number: number covers it.
@@ -538,21 +645,134 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
     return node;
 }
 
+// --- the graph's properties --------------------------------------------------------------
+
+// The nodes whose values can begin without a byte of their own (ALT's children) must not
+// form a cycle (a definition that is one of its own alternatives, "left recursion"), or
+// starting a value would never end. Depth-first over those edges; state 1: on the stack.
+// Returns a node on a cycle, *named a reference on it (met first as the search unwinds from
+// the cycle's end to its start).
+static int find_alt_cycle(const JsonConstraint *c, int node, uint8_t *state, int *named) {
+    if (state[node] == 2 || c->nodes[node].kind != K_ALT) return -1;
+    if (state[node] == 1) return node;
+    state[node] = 1;
+    for (int k = 0; k < c->nodes[node].num_children; k++) {
+        const int cycle = find_alt_cycle(c, c->nodes[node].children[k], state, named);
+        if (cycle < 0) continue;
+        if (*named < 0 && (c->nodes[node].definition || node == cycle)) *named = node;
+        return cycle;
+    }
+    state[node] = 2;
+    return -1;
+}
+
+static int depth_plus_one(int depth) { return depth >= DEPTH_INFINITE ? DEPTH_INFINITE : depth + 1; }
+
+// The array's k-th item's node (k counts from 0).
+static int array_item(const Node *n, int k) { return k < n->num_children ? n->children[k] : n->item; }
+
+// A node's least depth from its children's current values (see Node.min_depth).
+static int node_min_depth(const JsonConstraint *c, const Node *n) {
+    int depth = 0;
+    switch (n->kind) {
+    case K_ALT:
+        depth = DEPTH_INFINITE;
+        for (int k = 0; k < n->num_children; k++)
+            if (c->nodes[n->children[k]].min_depth < depth) depth = c->nodes[n->children[k]].min_depth;
+        return depth;
+    case K_OBJECT: // the required properties' values (the key's frame is no deeper)
+        for (int k = 0; k < n->num_props; k++)
+            if (((n->required >> k) & 1) && c->nodes[n->prop_nodes[k]].min_depth > depth)
+                depth = c->nodes[n->prop_nodes[k]].min_depth;
+        return depth_plus_one(depth);
+    case K_ARRAY: { // the first minItems items
+        const int tuple = n->min_count < n->num_children ? n->min_count : n->num_children;
+        for (int k = 0; k < tuple; k++)
+            if (c->nodes[n->children[k]].min_depth > depth) depth = c->nodes[n->children[k]].min_depth;
+        if (n->min_count > n->num_children && c->nodes[n->item].min_depth > depth) depth = c->nodes[n->item].min_depth;
+        return depth_plus_one(depth);
+    }
+    case K_ROOT:
+    case K_SEQ:
+    case K_REPEAT: // all the children (REPEAT: at least one item)
+        for (int k = 0; k < n->num_children; k++)
+            if (c->nodes[n->children[k]].min_depth > depth) depth = c->nodes[n->children[k]].min_depth;
+        return depth_plus_one(depth);
+    default: return 1; // scalars and literals: one frame
+    }
+}
+
+// After the whole graph is built: the first bytes through references (a reference's node
+// was made before its target had them), the least depths, and the checks that keep every
+// started text completable: no left recursion, every definition has a finite value, the
+// root's values fit in JSON_MAX_DEPTH.
+static int finish_graph(JsonConstraint *c) {
+    uint8_t *state = xcalloc((size_t)c->num_nodes, 1);
+    int cycle = -1, named = -1;
+    for (int i = 0; i < c->num_nodes && cycle < 0; i++) cycle = find_alt_cycle(c, i, state, &named);
+    free(state);
+    if (cycle >= 0) // only references make cycles: one is named
+        return err_set("%s: '$ref' '%.200s' is one of its own alternatives (left recursion, not supported)",
+                       c->nodes[named].origin ? c->nodes[named].origin : "schema",
+                       c->nodes[named].definition ? c->nodes[named].definition : "#");
+    // The first bytes grow until nothing changes (a fixed point: the graph may have cycles).
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < c->num_nodes; i++) {
+            Node *n = &c->nodes[i];
+            if (n->kind != K_ALT && n->kind != K_SEQ && n->kind != K_REPEAT && n->kind != K_ROOT) continue;
+            bool before[256];
+            memcpy(before, n->first, sizeof before);
+            derive_first(c, i);
+            changed |= memcmp(before, n->first, sizeof before) != 0;
+        }
+    }
+    // The least depths shrink from "infinite" until nothing changes: a node's value is finite
+    // once its children's are (the least fixed point of node_min_depth).
+    for (int i = 0; i < c->num_nodes; i++) c->nodes[i].min_depth = DEPTH_INFINITE;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < c->num_nodes; i++) {
+            const int depth = node_min_depth(c, &c->nodes[i]);
+            if (depth < c->nodes[i].min_depth) c->nodes[i].min_depth = depth, changed = true;
+        }
+    }
+    // Named: a definition with no finite value, the root (`#`) only when no other is one.
+    int infinite = -1;
+    for (int i = 0; i < c->num_nodes; i++)
+        if (c->nodes[i].definition && c->nodes[i].min_depth >= DEPTH_INFINITE &&
+            (infinite < 0 || !strcmp(c->nodes[infinite].definition, "#")))
+            infinite = i;
+    if (infinite >= 0)
+            return err_set("%s: '$ref' '%.200s' has no finite value (each of its values must contain another: a "
+                           "required property or item refers back to it with no alternative)",
+                           c->nodes[infinite].origin, c->nodes[infinite].definition);
+    // The root's frame and JSON_MAX_DEPTH values.
+    if (c->nodes[c->root].min_depth > JSON_MAX_DEPTH + 1)
+        return err_set("%s: every value of the schema nests more than %d levels", c->nodes[c->root].origin, JSON_MAX_DEPTH);
+    return 0;
+}
+
 int json_constraint_schema(JsonConstraint **out, const json_t *schema, const char *what) {
     *out = NULL;
     JsonConstraint *c = constraint_new();
     c->schema_root = schema;
-    int node = compile(c, schema, what, "", 0);
+    int node = compile_ref(c, "#", what, "", 0);
     if (node < 0) {
         json_constraint_free(c);
         return -1;
     }
     c->schema_root = NULL;
+    c->num_refs = 0;
     root_node(c, node);
+    c->nodes[c->root].origin = xstrdup(what);
+    if (finish_graph(c) != 0) {
+        json_constraint_free(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
-
 int json_constraint_tool_calls(JsonConstraint **out, const json_t *tools, const char *only, const char *open,
                                const char *close, const char *separator, const char *arguments_key, int max_calls) {
     *out = NULL;
@@ -566,7 +786,8 @@ int json_constraint_tool_calls(JsonConstraint **out, const json_t *tools, const 
         char what[96];
         snprintf(what, sizeof what, "tools[%zu].function.parameters", i);
         c->schema_root = parameters;
-        int arguments = parameters ? compile(c, parameters, what, "", 1) : object_node(c, any_node(c));
+        c->num_refs = 0; // each tool's references are to its own definitions
+        int arguments = parameters ? compile_ref(c, "#", what, "", 1) : object_node(c, any_node(c));
         if (arguments < 0) {
             json_constraint_free(c);
             return -1;
@@ -600,7 +821,13 @@ int json_constraint_tool_calls(JsonConstraint **out, const json_t *tools, const 
     CHECK(separator[0], "tool calls need a separator");
     derive_first(c, repeat);
     c->schema_root = NULL;
+    c->num_refs = 0;
     root_node(c, repeat);
+    c->nodes[c->root].origin = xstrdup("tools");
+    if (finish_graph(c) != 0) {
+        json_constraint_free(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
@@ -684,6 +911,10 @@ static void child_done(const JsonConstraint *c, JsonPath *p) {
 
 static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t byte, JsonState *out);
 
+// A value of `node` opened on top of `frames` frames can be completed within the root's
+// frame and JSON_MAX_DEPTH values.
+static bool fits(const JsonConstraint *c, int frames, int node) { return frames + c->nodes[node].min_depth <= JSON_MAX_DEPTH + 1; }
+
 static bool push(JsonPath *p, JsonFrame frame) {
     if (p->depth >= JSON_MAX_DEPTH + 1) return false; // the root frame and JSON_MAX_DEPTH values
     p->frames[p->depth++] = frame;
@@ -693,7 +924,7 @@ static bool push(JsonPath *p, JsonFrame frame) {
 // A value of `node` starts with `byte` on path p (modified; forks copy it).
 static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t byte, JsonState *out) {
     const Node *n = &c->nodes[node];
-    if (!n->first[byte]) return;
+    if (!n->first[byte] || !fits(c, p->depth, node)) return; // an alternative too deep for what is left is not taken
     switch (n->kind) {
     case K_ALT: {
         int last = -1;
@@ -864,37 +1095,49 @@ static bool literals_can_end(const Node *n, const JsonFrame *f) {
     return false;
 }
 
-// Whether the object at frame f may take another key / close now.
+// The properties an object (node n, frame f, on top of `frames` frames counting its own)
+// may still take: not given yet, their values fit in the depth left; and whether other keys
+// may come (their schema fits).
 static uint64_t all_props(const Node *n) { return n->num_props == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n->num_props) - 1); }
-static bool object_more_keys(const Node *n, const JsonFrame *f) { return n->extra >= 0 || (all_props(n) & ~f->a) != 0; }
+static uint64_t usable_props(const JsonConstraint *c, const Node *n, const JsonFrame *f, int frames) {
+    uint64_t usable = 0;
+    for (int k = 0; k < n->num_props; k++)
+        if (!((f->a >> k) & 1) && fits(c, frames, n->prop_nodes[k])) usable |= (uint64_t)1 << k;
+    return usable;
+}
+static bool extra_fits(const JsonConstraint *c, const Node *n, int frames) { return n->extra >= 0 && fits(c, frames, n->extra); }
+static bool object_more_keys(const JsonConstraint *c, const Node *n, const JsonFrame *f, int frames) {
+    return extra_fits(c, n, frames) || usable_props(c, n, f, frames) != 0;
+}
 static bool object_can_close(const Node *n, const JsonFrame *f) { return (n->required & ~f->a) == 0; }
 
-// A key of object frame f starts (its opening quote): a key frame goes on top.
-static void start_key(const Node *n, JsonPath *p, int node, JsonState *out) {
-    const JsonFrame *object = top(p);
-    uint64_t candidates = all_props(n);
-    if (n->extra < 0) candidates &= ~object->a;
-    if (!candidates && n->extra < 0) return;
-    if (push(p, (JsonFrame){.node = node, .phase = O_KEY, .b = candidates})) emit(out, p);
+// A key of the object on top of p starts (its opening quote): a key frame goes on top, its
+// b the properties whose names begin with the key so far.
+static void start_key(const JsonConstraint *c, const Node *n, JsonPath *p, int node, JsonState *out) {
+    if (!object_more_keys(c, n, top(p), p->depth)) return;
+    if (push(p, (JsonFrame){.node = node, .phase = O_KEY, .b = all_props(n)})) emit(out, p);
 }
 
 static void key_byte(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonState *out) {
     JsonFrame *f = top(p);
     const Node *n = &c->nodes[f->node];
+    JsonFrame *object = &p->frames[p->depth - 2];
+    const int frames = p->depth - 1; // the object's value goes where the key is
+    const uint64_t usable = usable_props(c, n, object, frames);
+    const bool extra = extra_fits(c, n, frames);
     bool starts_char;
     const int r = string_byte(f, byte, &starts_char);
     if (r == 0) return;
     if (r == 2) {
-        JsonFrame *object = &p->frames[p->depth - 2];
         int exact = -1;
         for (int k = 0; k < n->num_props; k++)
             if (((f->b >> k) & 1) && n->name_lengths[k] == (size_t)f->count) exact = k;
         int value;
-        if (exact >= 0) {
-            if ((object->a >> exact) & 1) return; // a key given twice
+        if (exact >= 0) { // a property's name is that property, even where other keys may come
+            if (!((usable >> exact) & 1)) return; // given already, or its value has no room
             object->a |= (uint64_t)1 << exact;
             value = n->prop_nodes[exact];
-        } else if (n->extra >= 0) {
+        } else if (extra) {
             value = n->extra;
         } else {
             return;
@@ -909,7 +1152,7 @@ static void key_byte(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSta
     for (int k = 0; k < n->num_props; k++)
         if (((f->b >> k) & 1) && (size_t)f->count < n->name_lengths[k] && (uint8_t)n->names[k][f->count] == byte)
             candidates |= (uint64_t)1 << k;
-    if (!candidates && n->extra < 0) return;
+    if (!(candidates & usable) && !extra) return;
     f->b = candidates;
     f->count++;
     emit(out, p);
@@ -928,15 +1171,15 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
             switch (f->phase) {
             case O_KEY: key_byte(c, p, byte, out); return;
             case O_OPEN:
-                if (byte == '"') start_key(n, p, f->node, out);
+                if (byte == '"') start_key(c, n, p, f->node, out);
                 else if (byte == '}' && object_can_close(n, f)) p->depth--, child_done(c, p), emit(out, p);
                 return;
             case O_COMMA_SPACE:
                 if (byte == ' ') f->phase = O_KEY_START, emit(out, p);
-                else if (byte == '"') start_key(n, p, f->node, out);
+                else if (byte == '"') start_key(c, n, p, f->node, out);
                 return;
             case O_KEY_START:
-                if (byte == '"') start_key(n, p, f->node, out);
+                if (byte == '"') start_key(c, n, p, f->node, out);
                 return;
             case O_COLON:
                 if (byte == ':') f->phase = O_VALUE_SPACE, emit(out, p);
@@ -950,7 +1193,7 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
                 return;
             case O_VALUE: start_value(c, p, f->count, byte, out); return;
             case O_AFTER_VALUE:
-                if (byte == ',' && object_more_keys(n, f)) f->phase = O_COMMA_SPACE, emit(out, p);
+                if (byte == ',' && object_more_keys(c, n, f, p->depth)) f->phase = O_COMMA_SPACE, emit(out, p);
                 else if (byte == '}' && object_can_close(n, f)) p->depth--, child_done(c, p), emit(out, p);
                 return;
             }
@@ -962,10 +1205,11 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
                     if (n->min_count == 0) p->depth--, child_done(c, p), emit(out, p);
                     return;
                 }
-                if (n->max_count != 0) start_value(c, p, n->item, byte, out);
+                if (n->max_count != 0) start_value(c, p, array_item(n, 0), byte, out);
                 return;
-            case A_AFTER_VALUE:
-                if (byte == ',' && (n->max_count < 0 || f->count < n->max_count)) f->phase = A_COMMA_SPACE, emit(out, p);
+            case A_AFTER_VALUE: // another item only where it fits (those before minItems do)
+                if (byte == ',' && (n->max_count < 0 || f->count < n->max_count) && fits(c, p->depth, array_item(n, f->count)))
+                    f->phase = A_COMMA_SPACE, emit(out, p);
                 else if (byte == ']' && f->count >= n->min_count) p->depth--, child_done(c, p), emit(out, p);
                 return;
             case A_COMMA_SPACE:
@@ -973,9 +1217,9 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
                     f->phase = A_VALUE, emit(out, p);
                     return;
                 }
-                start_value(c, p, n->item, byte, out);
+                start_value(c, p, array_item(n, f->count), byte, out);
                 return;
-            case A_VALUE: start_value(c, p, n->item, byte, out); return;
+            case A_VALUE: start_value(c, p, array_item(n, f->count), byte, out); return;
             }
             return;
         case K_STRING: {

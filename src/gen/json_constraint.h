@@ -10,16 +10,22 @@
 // null, or a list of them), `properties`, `required`, `additionalProperties` (false or
 // absent: no other keys, as llama.cpp's json_schema and OpenAI's strict mode; true: other
 // keys with any JSON value; a schema: other keys with values matching it), `items`,
-// `minItems` / `maxItems`, `enum`, `const`, `anyOf` / `oneOf` (as alternatives: oneOf's
-// "exactly one" is not checked), `$ref` to `#/$defs/NAME` or `#/definitions/NAME` of the
-// root schema (non-recursive: a reference cycle is refused), `minLength` / `maxLength` of
+// `prefixItems` (a tuple's first items; the rest match `items`: a schema, any value when
+// absent, none when false), `minItems` / `maxItems`, `enum`, `const`, `anyOf` / `oneOf` (as
+// alternatives: oneOf's "exactly one" is not checked), `$ref` to `#` (the root),
+// `#/$defs/NAME` or `#/definitions/NAME` of the root schema, recursive ones included (each
+// definition is compiled once, to one node of a graph; a definition with no finite value,
+// or one that is its own alternative with no object or array between, is refused naming
+// it), `minLength` / `maxLength` of
 // strings (in code points), `pattern` of strings (gen/regex_constraint.h's dialect, with
 // JSON Schema's meaning: the decoded content contains a match, unless the pattern is
 // anchored by ^ / $; the length bounds are folded into its automaton; inside such a string
 // the short escapes \" \\ \/ \b \f \n \r \t decode into the match but \uXXXX is refused:
-// write the character itself), and the annotations `title`, `description`, `$schema`, `$id`,
-// `$comment`, `default`, `examples`, `strict`. Any other keyword (`format`,
-// `minimum`, `allOf`, `not`, `if`, `prefixItems`, `uniqueItems`, ...) is refused with an
+// write the character itself), `format` of strings: date, time, date-time, uuid (anchored
+// patterns written from RFC 3339 / RFC 4122, json_constraint.c's FORMAT_* say exactly which
+// texts; not beside `pattern`), and the annotations `title`, `description`, `$schema`, `$id`,
+// `$comment`, `default`, `examples`, `strict`. Any other keyword (`minimum`, `allOf`,
+// `not`, `if`, `uniqueItems`, ...) or format (`email`, ...) is refused with an
 // error naming it and where it is. So are schemas that no value satisfies as far as the
 // recogniser can tell (an empty `type` list, minItems > maxItems, an enum none of whose
 // values match the node's other keywords, a required key that is not a property when no
@@ -36,8 +42,12 @@
 // at most 24 bytes, an integer part of at most 18 digits and an exponent of at most 2 (so
 // that every number fits an int64 or a finite double); enum / const values exactly as jansson writes them compact (the
 // object keys in the schema's order, no spaces). Nesting: at most JSON_MAX_DEPTH open
-// values (deeper `{`/`[` is refused where the schema leaves it free, a schema deeper than
-// that is refused). Alternatives run side by side (anyOf whose branches begin alike): at
+// values, an object's key counting as its value (deeper `{`/`[` is refused where the schema
+// leaves it free). Each node knows the least nesting its values need, and a value, an
+// anyOf branch, an optional key, another key under an additionalProperties schema or an
+// array's next item is taken only where that still fits in what is left of JSON_MAX_DEPTH
+// (a schema all of whose values nest deeper is refused): at the limit a recursive list's
+// `next` can only be null. Alternatives run side by side (anyOf whose branches begin alike): at
 // most JSON_MAX_PATHS of them alive at once; beyond that the later ones are dropped, which
 // can forbid a text the schema allows but never allows one it forbids.
 //

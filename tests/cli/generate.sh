@@ -74,13 +74,13 @@ expect_error generate_bad_messages "$tmp/bad_messages.jsonl:1" "$bin" generate -
 expect_error generate_bad_temperature "--temperature" "$bin" generate --model "$model" --temperature -1 "hi"
 expect_error generate_bad_top_p "--top-p" "$bin" generate --model "$model" --top-p 1.5 "hi"
 # Structured outputs: --json-schema / --json (docs/serving.md "Structured outputs").
-printf '{"type": "string", "format": "date"}' > "$tmp/format.schema.json"
+printf '{"type": "string", "format": "email"}' > "$tmp/format.schema.json"
 printf '{"type": "object", ' > "$tmp/broken.schema.json"
 printf '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20, "pattern": "^[A-Z][a-z]"}, "population": {"type": "integer"}}, "required": ["city", "population"]}' > "$tmp/city.schema.json"
 echo kept > "$tmp/kept.jsonl"
 expect_error generate_json_schema_missing "--json-schema $tmp/none.json" "$bin" generate --model "$model" --json-schema "$tmp/none.json" "hi"
 expect_error generate_json_schema_not_json "--json-schema $tmp/broken.schema.json: not JSON" "$bin" generate --model "$model" --json-schema "$tmp/broken.schema.json" "hi"
-expect_error generate_json_schema_unsupported "--json-schema $tmp/format.schema.json: 'format' is not supported" \
+expect_error generate_json_schema_unsupported "--json-schema $tmp/format.schema.json: 'format' 'email' is not supported" \
     "$bin" generate --model "$model" --json-schema "$tmp/format.schema.json" --output "$tmp/kept.jsonl" "hi"
 [ "$(cat "$tmp/kept.jsonl")" = kept ] && pass generate_json_schema_error_keeps_output || fail generate_json_schema_error_keeps_output "overwritten"
 expect_error generate_json_and_schema "give one of --json, --json-schema, --regex, --choice, --grammar and --grammar-file" "$bin" generate --model "$model" --json --json-schema "$tmp/city.schema.json" "hi"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # marlhf serve's structured outputs (docs/serving.md "Structured outputs"), through HTTP.
 # Refusals on the tiny chat model: response_format of a wrong type or shape, a json_schema
-# without its schema, with an unsupported keyword or malformed, beside a tool_choice that
+# without its schema, with an unsupported keyword or format, malformed, or with a
+# definition that has no finite value, beside a tool_choice that
 # forces calls; vLLM's structured_outputs / guided_* malformed, combined or with a bad
 # pattern; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
 # Qwen2.5 template: json_object and json_schema answers (n = 2, sampled) parse and validate
-# against their schema (a validator of the subset written here, stdlib only), streamed
+# against their schema (a validator of the subset written here, stdlib only; it follows
+# $ref), a recursive pydantic-style schema (a Tree of Trees, greedy), streamed
 # answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
 # max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
 # the declared tools whose arguments validate against their parameters (a named function
@@ -34,9 +36,14 @@ def fail(why):
     print(why)
     sys.exit(1)
 
+ROOT = {}  # the schema whose $defs a $ref names
+
 def valid(v, s):
     """A JSON Schema validator of the subset the server takes (no other keys when
     additionalProperties is absent, as the server documents)."""
+    if "$ref" in s:
+        ref = s["$ref"]
+        return valid(v, ROOT if ref == "#" else ROOT[ref.split("/")[1]][ref.split("/")[2]])
     if "anyOf" in s: return any(valid(v, a) for a in s["anyOf"])
     if "enum" in s and v not in s["enum"]: return False
     t = s.get("type")
@@ -67,6 +74,7 @@ if kind == "error":  # FILE PARAM SUBSTRING
 elif kind == "answers":  # FILE SCHEMA|object [chat|completion]: each choice's text parses and validates
     o = json.load(open(sys.argv[2]))
     schema = None if sys.argv[3] == "object" else json.loads(sys.argv[3])
+    ROOT = schema
     texts = []
     for c in o["choices"]:
         text = c["message"]["content"] if "message" in c else c["text"]
@@ -160,16 +168,17 @@ expect_api_error json_schema_no_schema response_format "'response_format.json_sc
 expect_api_error json_schema_strict_not_bool response_format "strict' must be a boolean" \
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "strict": "yes", "schema": {}}}')"
 expect_api_error json_schema_unsupported_keyword response_format \
-    "response_format.json_schema.schema: 'format' is not supported (at properties.when)" \
-    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}}}}')"
+    "response_format.json_schema.schema: 'format' 'email' is not supported (only date, time, date-time and uuid) (at properties.when)" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"when": {"type": "string", "format": "email"}}}}}')"
 expect_api_error json_schema_malformed response_format "'type' must be a string or a list of strings" \
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}')"
 expect_api_error json_schema_not_a_schema response_format "a schema must be an object or a boolean" \
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}')"
-expect_api_error json_schema_recursive_ref response_format "is recursive" \
-    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"}}}')"
-expect_api_error json_schema_completions response_format "'format' is not supported" \
-    '{"prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "date"}}}}' \
+expect_api_error json_schema_no_finite_value response_format \
+    "response_format.json_schema.schema: '\$ref' '#/\$defs/n' has no finite value" \
+    "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}}, "$ref": "#/$defs/n"}}}')"
+expect_api_error json_schema_completions response_format "'format' 'uri' is not supported" \
+    '{"prompt": "hi", "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "uri"}}}}' \
     /v1/completions
 expect_api_error json_schema_bad_pattern response_format "'pattern' (at properties.code): nothing to repeat (at position 0)" \
     "$(rf '{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"code": {"type": "string", "pattern": "*a"}}}}}')"
@@ -225,8 +234,8 @@ expect_api_error structured_and_guided guided_regex "give one of 'structured_out
     "{$msg, \"structured_outputs\": {\"regex\": \"a\"}, \"guided_regex\": \"a\"}"
 expect_api_error structured_and_response_format structured_outputs "beside 'response_format'" \
     "{$msg, \"structured_outputs\": {\"regex\": \"a\"}, \"response_format\": {\"type\": \"json_object\"}}"
-expect_api_error structured_json_bad structured_outputs.json "'format' is not supported" \
-    "$(so '{"json": "{\"type\": \"string\", \"format\": \"date\"}"}')"
+expect_api_error structured_json_bad structured_outputs.json "'format' 'email' is not supported" \
+    "$(so '{"json": "{\"type\": \"string\", \"format\": \"email\"}"}')"
 weather='{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}'
 expect_api_error response_format_with_forced_calls response_format "beside a 'tool_choice' that forces calls" \
     "{$msg, \"tools\": [$weather], \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}"
@@ -266,6 +275,17 @@ completion=$(python3 -c 'import json,sys; print(json.dumps({"prompt": "A person,
 status=$(request POST /v1/completions "$completion" --max-time 600)
 got=$(check answers "$tmp/body" "$person") && [ "$status" = 200 ] && pass "completions_json_schema $got" ||
     fail completions_json_schema "status $status: $got"
+
+# A recursive schema as pydantic writes a self-referencing model (Tree.kids: List[Tree]),
+# greedy on /v1/completions after one example: the answer validates (the checker follows
+# $ref) and nests a Tree inside a Tree.
+tree='{"$defs": {"Tree": {"properties": {"name": {"maxLength": 12, "title": "Name", "type": "string"}, "kids": {"items": {"$ref": "#/$defs/Tree"}, "maxItems": 2, "title": "Kids", "type": "array"}}, "required": ["name", "kids"], "title": "Tree", "type": "object", "additionalProperties": false}}, "$ref": "#/$defs/Tree"}'
+tree_body=$(python3 -c 'import json,sys; print(json.dumps({"prompt": "A family tree as JSON: {\"name\": \"Ann\", \"kids\": [{\"name\": \"Bob\", \"kids\": []}]}\nAnother family tree as JSON: ",
+    "max_tokens": 40, "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "tree", "schema": json.loads(sys.argv[1])}}}))' "$tree")
+status=$(request POST /v1/completions "$tree_body" --max-time 600)
+got=$(check answers "$tmp/body" "$tree") && [ "$status" = 200 ] &&
+    python3 -c 'import json,sys; assert json.loads(json.loads(sys.argv[1])[0])["kids"], "no Tree inside the Tree"' "$got" &&
+    pass "completions_recursive_schema_greedy $got" || fail completions_recursive_schema_greedy "status $status: $got"
 
 request POST /v1/chat/completions "$(body "Describe a person." "$format" plain 1 4)" --max-time 600 > /dev/null
 reason=$(check finish "$tmp/body")

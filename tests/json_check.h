@@ -1,0 +1,79 @@
+// Shared by the JSON constraint tests (test_json_constraint.c, test_json_recursive.c): a
+// schema compiled from text, every prefix of a text alive, tables of accepted / refused
+// texts per schema and of refused schemas with what their error names. Include after test.h.
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "gen/json_constraint.h"
+
+static JsonConstraint *compile_text(const char *schema_text) {
+    json_error_t error;
+    json_t *schema = json_loads(schema_text, JSON_DECODE_ANY, &error);
+    CHECK(schema, "test schema %s: %s", schema_text, error.text);
+    JsonConstraint *c = NULL;
+    int rc = json_constraint_schema(&c, schema, "schema");
+    json_decref(schema);
+    if (rc != 0) fprintf(stderr, "  schema %s refused: %s\n", schema_text, err_msg());
+    return c;
+}
+
+// Every prefix of text (length bytes) keeps a live state (a sampler that follows the
+// constraint is never stuck on it).
+static bool prefixes_alive(const JsonConstraint *c, const char *text, size_t length) {
+    JsonState *state = xmalloc(sizeof *state);
+    json_state_init(c, state);
+    bool ok = true;
+    for (size_t i = 0; i < length && ok; i++) ok = json_state_feed(c, state, (uint8_t)text[i], state);
+    free(state);
+    return ok;
+}
+
+typedef struct {
+    const char *schema;
+    const char *accept[10];
+    const char *reject[14];
+} JsonCase;
+
+// Each schema compiles, accepts its accepted texts (every prefix alive), refuses the others.
+static void check_json_cases(const JsonCase *cases, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        JsonConstraint *c = compile_text(cases[i].schema);
+        EXPECT(c != NULL, "schema %zu compiles", i);
+        if (!c) continue;
+        for (int k = 0; k < 10 && cases[i].accept[k]; k++) {
+            const char *text = cases[i].accept[k];
+            EXPECT(json_constraint_matches(c, text, strlen(text)), "schema %zu accepts %s", i, text);
+            EXPECT(prefixes_alive(c, text, strlen(text)), "schema %zu: every prefix of %s is alive", i, text);
+        }
+        for (int k = 0; k < 14 && cases[i].reject[k]; k++) {
+            const char *text = cases[i].reject[k];
+            EXPECT(!json_constraint_matches(c, text, strlen(text)), "schema %zu refuses %s", i, text);
+        }
+        json_constraint_free(c);
+    }
+}
+
+typedef struct {
+    const char *schema, *names;
+} JsonRefusal;
+
+// Each schema is refused with a one-line error that names the schema (its `what`) and
+// contains `names`.
+static void check_json_refusals(const JsonRefusal *refused, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        json_t *schema = json_loads(refused[i].schema, JSON_DECODE_ANY, NULL);
+        CHECK(schema, "refusal case %zu", i);
+        JsonConstraint *c = NULL;
+        err_clear();
+        EXPECT(json_constraint_schema(&c, schema, "response_format.json_schema.schema") == -1, "%s is refused",
+               refused[i].schema);
+        EXPECT(strstr(err_msg(), refused[i].names) != NULL && strstr(err_msg(), "response_format.json_schema.schema") &&
+                   !strchr(err_msg(), '\n'),
+               "the error for %s names %s in one line: %s", refused[i].schema, refused[i].names, err_msg());
+        json_constraint_free(c);
+        json_decref(schema);
+    }
+}
