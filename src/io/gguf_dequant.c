@@ -268,16 +268,18 @@ static void block_q6_k(const uint8_t *block, float *y) {
 // closer together near zero where weights are dense) instead of being the value itself.
 static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-// IQ4_NL, 32 elements: a half scale d, then 16 bytes of codes (element j in the low
-// nibble of byte j, element j + 16 in its high nibble, as Q4_0).
-static void block_iq4_nl(const uint8_t *block, float *y) {
-    float d = load_f16(block);
-    const uint8_t *qs = block + 2;
-    for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)iq4_levels[qs[j] & 0x0f];
-        y[j + 16] = d * (float)iq4_levels[qs[j] >> 4];
+// The 4-bit table types' code layout: `half` bytes of codes give 2 * half elements, element
+// j in the low nibble of byte j and element j + half in its high nibble (as Q4_0), each the
+// scale d times the code's entry in `levels`.
+static void table_codes(const int8_t levels[16], float d, const uint8_t *codes, int half, float *y) {
+    for (int j = 0; j < half; j++) {
+        y[j] = d * (float)levels[codes[j] & 0x0f];
+        y[j + half] = d * (float)levels[codes[j] >> 4];
     }
 }
+
+// IQ4_NL, 32 elements: a half scale d, then 16 bytes of codes.
+static void block_iq4_nl(const uint8_t *block, float *y) { table_codes(iq4_levels, load_f16(block), block + 2, 16, y); }
 
 // IQ4_XS, 256 elements: a half scale d, eight 6-bit sub-block scales offset by 32 (low 4
 // bits in the nibbles of 4 bytes, high 2 bits in a 16-bit word), then each sub-block's 32
@@ -292,16 +294,12 @@ static void block_iq4_xs(const uint8_t *block, float *y) {
         int low = (scales_low[sub / 2] >> (4 * (sub % 2))) & 0x0f;
         int high = (scales_high >> (2 * sub)) & 3;
         float dl = d * (float)((low | high << 4) - 32);
-        const uint8_t *codes = qs + 16 * sub;
-        for (int j = 0; j < 16; j++) {
-            y[32 * sub + j] = dl * (float)iq4_levels[codes[j] & 0x0f];
-            y[32 * sub + j + 16] = dl * (float)iq4_levels[codes[j] >> 4];
-        }
+        table_codes(iq4_levels, dl, qs + 16 * sub, 16, y + 32 * sub);
     }
 }
 
 // MXFP4 (the OCP microscaling format), 32 elements: a shared power-of-two scale as an
-// E8M0 exponent byte, then 16 bytes of FP4 (E2M1) codes laid out as IQ4_NL's. The table
+// E8M0 exponent byte, then 16 bytes of FP4 (E2M1) codes. The table
 // holds the E2M1 values doubled, so the scale is taken halved: 2^(e - 128), built from its
 // bits (below e = 2 that is a float32 subnormal).
 static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -314,35 +312,24 @@ static float e8m0_half(uint8_t e) {
 }
 
 static void block_mxfp4(const uint8_t *block, float *y) {
-    float d = e8m0_half(block[0]);
-    const uint8_t *qs = block + 1;
-    for (int j = 0; j < 16; j++) {
-        y[j] = d * (float)e2m1_doubled[qs[j] & 0x0f];
-        y[j + 16] = d * (float)e2m1_doubled[qs[j] >> 4];
-    }
+    table_codes(e2m1_doubled, e8m0_half(block[0]), block + 1, 16, y);
 }
 
 // NVFP4, 64 elements: four sub-blocks of 16, each with its own scale, an unsigned E4M3
 // byte (4 exponent bits biased by 7, 3 mantissa bits; 0x7F, E4M3's NaN, and 0 are read as
-// zero), then 32 bytes of E2M1 codes, each sub-block's 8 bytes laid out as IQ4_NL's. The
+// zero), then 32 bytes of E2M1 codes, 8 for each sub-block (table_codes). The
 // scale is halved for the doubled E2M1 table. Every step is exact in float32.
 static float ue4m3_half(uint8_t byte) {
     if (byte == 0 || byte == 0x7f) return 0.0f;
     int exponent = (byte >> 3) & 0x0f, mantissa = byte & 7;
-    float value = exponent == 0 ? (float)mantissa * 0x1p-9f : (1.0f + (float)mantissa / 8.0f) * ldexpf(1.0f, exponent - 7);
+    float value = exponent == 0 ? (float)mantissa * 0x1p-9f
+                                : (1.0f + (float)mantissa / 8.0f) * ldexpf(1.0f, exponent - 7);
     return value * 0.5f;
 }
 
 static void block_nvfp4(const uint8_t *block, float *y) {
-    const uint8_t *qs = block + 4;
-    for (int sub = 0; sub < 4; sub++) {
-        float d = ue4m3_half(block[sub]);
-        const uint8_t *codes = qs + 8 * sub;
-        for (int j = 0; j < 8; j++) {
-            y[16 * sub + j] = d * (float)e2m1_doubled[codes[j] & 0x0f];
-            y[16 * sub + j + 8] = d * (float)e2m1_doubled[codes[j] >> 4];
-        }
-    }
+    for (int sub = 0; sub < 4; sub++)
+        table_codes(e2m1_doubled, ue4m3_half(block[sub]), block + 4 + 8 * sub, 8, y + 16 * sub);
 }
 
 // TQ2_0 (ternary), 256 elements: 64 bytes of 2-bit codes c (value c - 1: -1, 0, 1; code 3

@@ -1436,13 +1436,20 @@ static int tool_choice_constraint(Server *s, OpenAIRequest *req, OpenAIError *er
     }
     json_t *tools = json_loads(req->tools_json, 0, NULL);
     CHECK(tools, "the request's tools do not parse again");
-    if (lazy) drop_unsupported_schemas(tools);
     const bool hermes = syntax == CHAT_TOOLS_HERMES;
+    const int max_calls = req->parallel_tool_calls && !req->tool_choice_name ? 0 : 1;
     JsonConstraint *calls = NULL;
     int rc = json_constraint_tool_calls(&calls, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "",
                                         hermes ? "\n</tool_call>" : "", hermes ? "\n" : "; ",
-                                        hermes ? "arguments" : "parameters",
-                                        req->parallel_tool_calls && !req->tool_choice_name ? 0 : 1);
+                                        hermes ? "arguments" : "parameters", max_calls);
+    if (rc != 0 && lazy) {
+        // Only when some schema is refused are the tools compiled one by one to find it
+        // (the common request compiles its schemas once).
+        err_clear();
+        drop_unsupported_schemas(tools);
+        rc = json_constraint_tool_calls(&calls, tools, req->tool_choice_name, hermes ? "<tool_call>\n" : "", hermes ? "\n</tool_call>" : "",
+                                        hermes ? "\n" : "; ", hermes ? "arguments" : "parameters", max_calls);
+    }
     json_decref(tools);
     if (rc != 0 && lazy) { // not expected once the schemas it refuses are out: unconstrained, as before
         fprintf(stderr, "serve: tool_choice auto: the calls are not constrained (%s)\n", err_msg());
