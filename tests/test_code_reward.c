@@ -234,13 +234,13 @@ static void test_reward_bad_input(void) {
     } cases[] = {
         {"{\"inputs\": [\"1\"], \"outputs\": [\"1\"", "input_output: not valid JSON"},
         {"", "input_output: not valid JSON"},
-        {"[1, 2]", "holds a list, expected an object"},
+        {"[1, 2]", "holds an array, expected an object"},
         {"{\"outputs\": [\"1\"]}", "\"inputs\" is missing"},
-        {"{\"inputs\": \"1\", \"outputs\": [\"1\"]}", "\"inputs\" is a string, expected a list"},
+        {"{\"inputs\": \"1\", \"outputs\": [\"1\"]}", "\"inputs\" is a string, expected an array"},
         {"{\"inputs\": [\"1\", \"2\"], \"outputs\": [\"1\"]}", "2 inputs but 1 outputs"},
         {"{\"inputs\": [], \"outputs\": []}", "no tests"},
         {"{\"fn_name\": 3, \"inputs\": [[1]], \"outputs\": [1]}", "\"fn_name\" is an integer"},
-        {"{\"fn_name\": \"f\", \"inputs\": [1], \"outputs\": [1]}", "inputs[0] is an integer, expected the list"},
+        {"{\"fn_name\": \"f\", \"inputs\": [1], \"outputs\": [1]}", "inputs[0] is an integer, expected the array"},
         {"{\"inputs\": [\"1\", 5], \"outputs\": [\"1\", \"2\"]}", "inputs[1] is an integer"},
         {"{\"inputs\": [\"1\"], \"outputs\": [{\"a\": 1}]}", "outputs[0] is an object"},
     };

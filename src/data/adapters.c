@@ -6,22 +6,9 @@
 
 #include "chat/prompt_format.h"
 #include "core/check.h"
+#include "io/jsonl.h"
 
 // --- field access with messages that name the field --------------------------------
-
-static const char *json_kind(const json_t *value) {
-    switch (json_typeof(value)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a JSON value";
-}
 
 static int missing_field(const DataRowPlace *at, const char *field) {
     return err_set("missing field \"%s\" (%s:%ld)", field, at->path, at->line);

@@ -58,3 +58,17 @@ int json_write_file(const char *path, const json_t *value, size_t flags) {
     free(text);
     return rc;
 }
+
+const char *json_kind(const json_t *value) {
+    switch (json_typeof(value)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a JSON value";
+}

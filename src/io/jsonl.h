@@ -22,3 +22,8 @@ void jsonl_close(JsonlReader *reader);
 // Writes `value` as one JSON document (json_dumps with `flags`) and a newline to `path`,
 // atomically (io/fs.h). Returns 0 or -1 with err_set() naming the path.
 int json_write_file(const char *path, const json_t *value, size_t flags);
+
+// What kind of JSON value `value` is, for error messages ("... is an array, expected a
+// string"): "an object", "an array", "a string", "an integer", "a number", "a boolean" or
+// "null".
+const char *json_kind(const json_t *value);

@@ -17,20 +17,6 @@ typedef struct {
     const char *path;
 } Json;
 
-static const char *json_kind(const json_t *value) {
-    switch (json_typeof(value)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "unknown";
-}
-
 // The value of `field`, or NULL when it is missing or null.
 static json_t *field_value(const Json *json, const char *field) {
     json_t *value = json_object_get(json->root, field);

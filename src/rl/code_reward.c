@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "io/jsonl.h"
 #include "rl/sandbox.h"
 
 #define PROGRAM_FILE "solution.py"
@@ -129,20 +130,6 @@ typedef struct {
     int total;
 } AppsTests;
 
-static const char *json_kind(const json_t *value) {
-    switch (json_typeof(value)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 // A string, or a list of strings (joined with "\n" where used).
 static bool is_text_or_lines(const json_t *value) {
     if (json_is_string(value)) return true;
@@ -167,10 +154,10 @@ static int parse_tests(const char *text, int max_tests, AppsTests *tests) {
     tests->inputs = json_object_get(tests->root, "inputs");
     tests->outputs = json_object_get(tests->root, "outputs");
     if (!json_is_array(tests->inputs))
-        return err_set("input_output: \"inputs\" is %s, expected a list",
+        return err_set("input_output: \"inputs\" is %s, expected an array",
                        tests->inputs ? json_kind(tests->inputs) : "missing");
     if (!json_is_array(tests->outputs))
-        return err_set("input_output: \"outputs\" is %s, expected a list",
+        return err_set("input_output: \"outputs\" is %s, expected an array",
                        tests->outputs ? json_kind(tests->outputs) : "missing");
     size_t count = json_array_size(tests->inputs);
     if (count != json_array_size(tests->outputs))
@@ -185,13 +172,13 @@ static int parse_tests(const char *text, int max_tests, AppsTests *tests) {
     for (int i = 0; i < tests->total; i++) {
         json_t *input = json_array_get(tests->inputs, (size_t)i), *output = json_array_get(tests->outputs, (size_t)i);
         if (tests->fn_name && !json_is_array(input))
-            return err_set("input_output: inputs[%d] is %s, expected the list of arguments of %s", i,
+            return err_set("input_output: inputs[%d] is %s, expected the array of arguments of %s", i,
                            json_kind(input), tests->fn_name);
         if (!tests->fn_name && !is_text_or_lines(input))
-            return err_set("input_output: inputs[%d] is %s, expected a string or a list of strings", i,
+            return err_set("input_output: inputs[%d] is %s, expected a string or an array of strings", i,
                            json_kind(input));
         if (!tests->fn_name && !is_text_or_lines(output))
-            return err_set("input_output: outputs[%d] is %s, expected a string or a list of strings", i,
+            return err_set("input_output: outputs[%d] is %s, expected a string or an array of strings", i,
                            json_kind(output));
     }
     return 0;
