@@ -1192,6 +1192,26 @@ static Job *job_new(Server *s, OpenAIRequest *req, int *ids, int count, uint64_t
     return job;
 }
 
+// Admission of a request to a worker's queue: true when it may join, with s->lock held and
+// the request counted in s->in_flight; otherwise the lock is released and *refusal says why
+// (503 while the server stops, 429 when --max-concurrent requests are already in flight,
+// doing `doing`).
+static bool admit_request(Server *s, const char *doing, OpenAIError *refusal) {
+    pthread_mutex_lock(&s->lock);
+    if (!s->stopping && s->in_flight < s->options.max_concurrent) {
+        s->in_flight++;
+        return true;
+    }
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    if (stopping) openai_error_set(refusal, 503, "server_error", NULL, "server_shutting_down", "the server is shutting down");
+    else
+        openai_error_set(refusal, 429, "requests", NULL, "rate_limit_exceeded",
+                         "the server is busy: %d requests are %s (--max-concurrent); retry later",
+                         s->options.max_concurrent, doing);
+    return false;
+}
+
 // POST /get_reward on a reward server (serve/reward_api.h). The request waits in the
 // reward worker's queue (counted against --max-concurrent) and is scored with the others
 // waiting at the same time; this thread answers.
@@ -1204,19 +1224,11 @@ static enum MHD_Result handle_reward(const Exchange *ex, Upload *upload) {
         return respond_error(ex, &err, NULL);
     }
     job->scores = xmalloc((size_t)job->req.count * sizeof(float));
-    pthread_mutex_lock(&s->lock);
-    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->lock);
+    if (!admit_request(s, "scoring or waiting", &err)) {
         reward_request_free(&job->req);
         free(job->scores), free(job);
-        if (stopping)
-            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
-        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
-                                 "the server is busy: %d requests are scoring or waiting (--max-concurrent); "
-                                 "retry later", s->options.max_concurrent);
+        return respond_error(ex, &err, NULL);
     }
-    s->in_flight++;
     job->deadline = now_seconds() + s->options.request_timeout_s;
     if (s->reward_tail) s->reward_tail->next = job;
     else s->reward_head = job;
@@ -1346,18 +1358,10 @@ static enum MHD_Result handle_embeddings(const Exchange *ex, Upload *upload) {
     embeddings_request_free(&req);
     if (!job) return respond_error(ex, &err, NULL);
 
-    pthread_mutex_lock(&s->lock);
-    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->lock);
+    if (!admit_request(s, "in progress or queued", &err)) {
         embed_job_free(job);
-        if (stopping)
-            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
-        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
-                                 "the server is busy: %d requests are in progress or queued (--max-concurrent); "
-                                 "retry later", s->options.max_concurrent);
+        return respond_error(ex, &err, NULL);
     }
-    s->in_flight++;
     job->deadline = now_seconds() + s->options.request_timeout_s;
     if (s->embed_tail) s->embed_tail->next = job;
     else s->embed_head = job;
@@ -1484,20 +1488,12 @@ static enum MHD_Result handle_generation(const Exchange *ex, Upload *upload) {
         return respond_error(ex, &err, NULL);
     }
 
-    pthread_mutex_lock(&s->lock);
-    if (s->stopping || s->in_flight >= s->options.max_concurrent) {
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->lock);
+    if (!admit_request(s, "generating or queued", &err)) {
         free(ids);
         openai_request_free(&req);
-        if (stopping)
-            return respond_new_error(ex, 503, "server_error", "server_shutting_down", NULL, "the server is shutting down");
-        return respond_new_error(ex, 429, "requests", "rate_limit_exceeded", NULL,
-                                 "the server is busy: %d requests are generating or queued (--max-concurrent); "
-                                 "retry later", s->options.max_concurrent);
+        return respond_error(ex, &err, NULL);
     }
     Job *job = job_new(s, &req, ids, count, s->requests++);
-    s->in_flight++;
     if (s->queue_tail) s->queue_tail->next = job;
     else s->queue_head = job;
     s->queue_tail = job;
