@@ -145,9 +145,14 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
 // longest context takes extensions of more than 2 queries at the GQA ratio 3 only (an odd
 // group). Those extensions cost T x 1000 per head in the double reference, nearly all of
 // the test's time (most of it under the sanitizers); context 100 already takes them at
-// every ratio, the groups over 8 included, across four key tiles.
-static bool shape_is_checked(int T, int ratio, int context) {
+// every ratio, the groups over 8 included, across four key tiles. In the sanitizer build
+// (`make test SANITIZE=1`, there to find memory errors, not to recheck the numbers) the
+// head size 128 (two blocks of 64, the path of 64 twice) is left out, and the longest
+// context keeps the ratios 3 and 10 only: one group that divides no vector and one taken 8
+// heads at a time, past the decode step's key blocks of 256 in both.
+static bool shape_is_checked(int T, int ratio, int head_dim, int context) {
     if (T > context) return false;
+    if (TEST_SANITIZED && (head_dim == 128 || (context == 1000 && ratio != 3 && ratio != 10))) return false;
     return !(context == 1000 && T > 2 && ratio != 3);
 }
 
@@ -162,7 +167,7 @@ static void check_all_shapes(bool extend, const char *op, const int *lengths, in
             for (int d = 0; d < HEAD_DIMS; d++)
                 for (int c = 0; c < CONTEXTS; c++)
                     for (int l = 0; l < n_lengths; l++)
-                        if (shape_is_checked(lengths[l], gqa_ratios[r], contexts[c]))
+                        if (shape_is_checked(lengths[l], gqa_ratios[r], head_dims[d], contexts[c]))
                             check_shape(extend, lengths[l], gqa_ratios[r], head_dims[d], contexts[c],
                                         (CacheElementType)type, &worst_reference, &worst_per_head, &mismatches);
         printf("# %s %s: %.3g from the double reference, %.3g from the per-head kernel\n", op, type_names[type],
