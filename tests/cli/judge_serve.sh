@@ -36,7 +36,7 @@ for name, pick in (("a", 1), ("b", 2)):
             f.write(json.dumps({"prompt": row[0], "response": row[pick], "reward": 0.0}) + "\n")
 PY
 timeout 300 "$bin" judge "$tmp/a.jsonl" "$tmp/b.jsonl" --task summarization --output "$tmp/verdicts.jsonl" \
-    --api-base "http://127.0.0.1:$port/v1" --judge-model "$name" --max-tokens 48 --timeout-s 120 --quiet \
+    --api-base "http://127.0.0.1:$port/v1" --judge-model "$name" --max-tokens 24 --timeout-s 120 --quiet \
     > "$tmp/summary.txt" 2> "$tmp/judge.err"
 rc=$?
 python3 - "$tmp/verdicts.jsonl" "$tmp/verdicts.summary.json" <<'PY' && [ $rc -eq 0 ] &&
