@@ -39,6 +39,8 @@ int cmd_ppo(int argc, char **argv) {
     double vespo_k_pos = c.loss.vespo_k_pos, vespo_lambda_pos = c.loss.vespo_lambda_pos;
     double vespo_k_neg = c.loss.vespo_k_neg, vespo_lambda_neg = c.loss.vespo_lambda_neg;
     long overlong_buffer = 0, max_generation_rounds = 1;
+    double alarm_length_ratio = c.hacking.length_ratio, alarm_distinct_ratio = c.hacking.distinct_ratio;
+    double alarm_fraction_rise = c.hacking.fraction_rise;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     Option options[128] = {
@@ -137,6 +139,15 @@ int cmd_ppo(int argc, char **argv) {
          "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
         {"kl-target", "target", OPT_FLOAT, &kl_target, "adaptive KL controller target (0: fixed beta)", false, false},
         {"kl-horizon", "horizon", OPT_FLOAT, &kl_horizon, "adaptive KL controller horizon", false, false},
+        {"alarm-length-ratio", "alarm_length_ratio", OPT_FLOAT, &alarm_length_ratio,
+         "reward-hacking alarm: warn when the mean response length is above this many times the first iteration's, or "
+         "below the first's divided by it (0: off)", false, false},
+        {"alarm-distinct-ratio", "alarm_distinct_ratio", OPT_FLOAT, &alarm_distinct_ratio,
+         "reward-hacking alarm: warn when distinct-2 (distinct token bigrams over all) falls below this fraction of the "
+         "first iteration's (0: off)", false, false},
+        {"alarm-fraction-rise", "alarm_fraction_rise", OPT_FLOAT, &alarm_fraction_rise,
+         "reward-hacking alarm: warn when the share of looping responses, of prompts given one identical answer, or of "
+         "responses holding one same trigram rises this much above the first iteration's (0: off)", false, false},
         {"reward-clip", "clip_reward_value", OPT_FLOAT, &reward_clip, "clip the score to [-c, c] (0: off)", false, false},
         {"gamma", NULL, OPT_FLOAT, &gamma, "GAE discount", false, false},
         {"lam", "lambda", OPT_FLOAT, &lambda, "GAE lambda", false, false},
@@ -288,6 +299,13 @@ int cmd_ppo(int argc, char **argv) {
     if (warmup_ratio < 0 || warmup_ratio > 1) die_user("option --warmup-ratio must be in [0, 1], got %g", warmup_ratio);
     if (ema_beta <= 0 || ema_beta >= 1) die_user("option --ema-beta must be in (0, 1), got %g", ema_beta);
     if (kl_horizon <= 0) die_user("option --kl-horizon must be positive, got %g", kl_horizon);
+    if (!(alarm_length_ratio == 0 || (alarm_length_ratio > 1 && isfinite(alarm_length_ratio))))
+        die_user("option --alarm-length-ratio must be 0 (off) or above 1, got %g", alarm_length_ratio);
+    if (!(alarm_distinct_ratio >= 0 && alarm_distinct_ratio < 1))
+        die_user("option --alarm-distinct-ratio must be in [0, 1), got %g", alarm_distinct_ratio);
+    if (!(alarm_fraction_rise >= 0 && alarm_fraction_rise <= 1))
+        die_user("option --alarm-fraction-rise must be in [0, 1], got %g", alarm_fraction_rise);
+    c.hacking = (HackingLimits){alarm_length_ratio, alarm_distinct_ratio, alarm_fraction_rise};
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);

@@ -23,6 +23,7 @@
 #include "rl/command_reward.h"
 #include "rl/remote_reward.h"
 #include "rl/experience.h"
+#include "rl/hacking_signals.h"
 #include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -74,6 +75,7 @@ PpoConfig ppo_default_config(void) {
         .kl_horizon = 10000,
         .ptx_coef = 27.8,
         .ema_beta = 0.992,
+        .hacking = {.length_ratio = 2.0, .distinct_ratio = 0.5, .fraction_rise = 0.25},
         .keep_last = 2,
         .log_samples = 4,
         .seed = 1234,
@@ -169,6 +171,12 @@ typedef struct {
     // This iteration's old log-probs (and entropies) are the training forward's, not an
     // experience pass's (PpoConfig.recompute_old_logprobs says when).
     bool old_logprobs_from_training;
+    // The first iteration's reward-hacking signals, the alarms' baseline, and the alarms on
+    // after the last iteration: a warning is printed when one starts or ends, the same
+    // across a resume (both saved in checkpoints).
+    HackingSignals hacking_first;
+    bool has_hacking_first;
+    unsigned hacking_active;
 } Ppo;
 
 // ---------------------------------------------------------------------------------------
@@ -869,6 +877,32 @@ static int evaluate(Ppo *p, bool final) {
 // ---------------------------------------------------------------------------------------
 // Checkpoints
 
+// The reward-hacking baseline in a checkpoint's state: the five signals by name, null for
+// an unknown one (NAN; JSON has no NaN).
+static const char *const hacking_signal_names[5] = {"mean_length", "distinct_2", "repetitive_fraction",
+                                                    "same_answer_fraction", "shared_trigram_fraction"};
+static double *hacking_signal_fields(HackingSignals *s) {
+    _Static_assert(sizeof(HackingSignals) == 5 * sizeof(double), "HackingSignals is five doubles");
+    return &s->mean_length;
+}
+static json_t *hacking_signals_to_json(const HackingSignals *signals) {
+    HackingSignals copy = *signals;
+    const double *fields = hacking_signal_fields(&copy);
+    json_t *object = json_object();
+    for (int i = 0; i < 5; i++)
+        json_object_set_new(object, hacking_signal_names[i], isfinite(fields[i]) ? json_real(fields[i]) : json_null());
+    return object;
+}
+static bool hacking_signals_from_json(json_t *object, HackingSignals *signals) {
+    double *fields = hacking_signal_fields(signals);
+    for (int i = 0; i < 5; i++) {
+        json_t *value = json_object_get(object, hacking_signal_names[i]);
+        if (!json_is_number(value) && !json_is_null(value)) return false;
+        fields[i] = json_is_number(value) ? json_number_value(value) : NAN;
+    }
+    return true;
+}
+
 // RUN_DIR/checkpoint-<iteration>: actor, critic (with the given moments), EMA, trainer state.
 static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *critic_moments) {
     json_t *state = json_object();
@@ -890,6 +924,8 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "critic_quantize", json_string(p->has_critic ? model_quantize_name(&p->critic) : "none"));
     json_object_set_new(state, "advantage_estimator", json_string(advantage_estimator_name(p->c.estimator)));
     json_object_set_new(state, "samples_per_prompt", json_integer(p->c.samples_per_prompt));
+    if (p->has_hacking_first) json_object_set_new(state, "hacking_first", hacking_signals_to_json(&p->hacking_first));
+    json_object_set_new(state, "hacking_active", json_integer(p->hacking_active));
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     if (!p->has_critic) models[1] = models[2]; // actor and EMA only
@@ -973,11 +1009,51 @@ static int resume(Ppo *p) {
         p->reward_mean = number(state, "reward_mean");
         p->reward_m2 = number(state, "reward_m2");
         p->ptx_cursor = (long)number(state, "ptx_cursor");
+        // A checkpoint from before the alarms has no baseline: the next iteration becomes it.
+        json_t *first = json_object_get(state, "hacking_first");
+        p->has_hacking_first = first && hacking_signals_from_json(first, &p->hacking_first);
+        p->hacking_active = p->has_hacking_first ? (unsigned)number(state, "hacking_active") : 0;
         if (!p->c.quiet) fprintf(stderr, "resuming from %s (iteration %ld)\n", checkpoint, p->iteration);
     }
     free(actor_dir), free(critic_dir), free(ema_dir), free(checkpoint);
     json_decref(state);
     return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// Reward-hacking alarms (rl/hacking_signals.h)
+
+// The signals of the iteration's kept responses (every rank's, gathered), the alarms against
+// the first iteration's, and a warning line from rank 0 when one starts or ends. No response
+// kept: the signals are unknown (NAN) and the alarms stay as they were.
+static void watch_for_hacking(Ppo *p, const Rollout *r, HackingSignals *now) {
+    if (r->count == 0) {
+        *now = (HackingSignals){NAN, NAN, NAN, NAN, NAN};
+        return;
+    }
+    const long width = p->c.max_new_tokens;
+    int *gathered = xcalloc((size_t)(r->count * width + 1), sizeof(int));
+    const int **responses = xmalloc((size_t)r->count * sizeof(int *));
+    for (int q = 0; q < r->count; q++) {
+        CHECK(r->lengths[q] <= width, "a response of %d tokens past --max-new-tokens %ld", r->lengths[q], width);
+        if (r->local[q]) memcpy(gathered + q * width, r->local[q]->response, (size_t)r->lengths[q] * sizeof(int));
+        responses[q] = gathered + q * width;
+    }
+    dist_sum_ints(gathered, r->count * width);
+    hacking_signals_measure(responses, r->lengths, r->groups, r->count, now);
+    free(responses), free(gathered);
+    if (!p->has_hacking_first) p->hacking_first = *now, p->has_hacking_first = true;
+    const unsigned alarms = hacking_alarms(&p->hacking_first, now, &p->c.hacking);
+    for (unsigned bit = 1; bit < 1u << HACKING_ALARM_COUNT; bit <<= 1) {
+        const bool on = alarms & bit, was_on = p->hacking_active & bit;
+        if (on == was_on || !dist_is_main()) continue;
+        char text[320];
+        hacking_alarm_describe(bit, &p->hacking_first, now, &p->c.hacking, text, sizeof text);
+        fprintf(stderr, on ? "\nppo: warning: iteration %ld: possible reward hacking or collapse: %s\n"
+                           : "\nppo: iteration %ld: back within the alarm's limit: %s\n",
+                p->iteration + 1, text);
+    }
+    p->hacking_active = alarms;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1307,6 +1383,8 @@ int ppo_run(const PpoConfig *config) {
         }
         if (rc != 0) goto end_iteration; // a reward command failed: free the iteration's samples, stop
         const int count = kept.count;
+        HackingSignals hacking;
+        watch_for_hacking(p, &kept, &hacking);
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
                                         p->kl_coef == 0 && !(p->c.kl_target > 0);
         double e0 = now_seconds();
@@ -1335,7 +1413,8 @@ int ppo_run(const PpoConfig *config) {
                                "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
                                "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training",
-                               "generation_rounds", "responses_trained"};
+                               "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
+                               "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
         double experienced = rs.experienced > 0 ? rs.experienced : 1;
         // Generation throughput of the whole job: the ranks generate side by side.
@@ -1353,7 +1432,9 @@ int ppo_run(const PpoConfig *config) {
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, time_generation, time_experience,
                            t3 - t2, generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training,
-                           (double)rounds, (double)count};
+                           (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
+                           hacking.same_answer_fraction, hacking.shared_trigram_fraction,
+                           (double)__builtin_popcount(p->hacking_active)};
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
     end_iteration:
         for (int round = 0; round < rounds; round++) {

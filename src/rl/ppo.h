@@ -30,6 +30,7 @@
 #include "gen/sampler.h"
 #include "model/model.h"
 #include "rl/advantage.h"
+#include "rl/hacking_signals.h"
 #include "rl/macro.h"
 #include "rl/ppo_loss.h"
 
@@ -130,6 +131,9 @@ typedef struct {
     // 0, no adaptive controller). TRL's GRPOTrainer does the same. This forces the pass.
     bool recompute_old_logprobs;
     int zero_stage; // under mpirun: 1 shards the actor's and critic's AdamW moments (dist/zero.h)
+    // The reward-hacking alarms' limits (rl/hacking_signals.h): each iteration's responses
+    // against the first iteration's; a warning line, no change to training.
+    HackingLimits hacking;
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;
     int eval_prompts; // how many eval prompts to generate for (0: all)

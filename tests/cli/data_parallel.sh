@@ -229,13 +229,21 @@ cmp -s "$tmp/ppo_two/final/actor/model.safetensors" "$tmp/ppo_two_again/final/ac
     cmp -s "$tmp/ppo_two/final/critic/model.safetensors" "$tmp/ppo_two_again/final/critic/model.safetensors" &&
     pass ppo_two_ranks_bit_identical_rerun || fail ppo_two_ranks_bit_identical_rerun "final weights differ"
 # ppo_one_and_two_ranks NAME ARGS...: a PPO run in one process ($tmp/NAME_one) and on 2 ranks
-# ($tmp/NAME_two); PASS NAME when their scores, policy losses and final actors agree (1e-4).
+# ($tmp/NAME_two); PASS NAME when their scores, policy losses and final actors agree (1e-4)
+# and their reward-hacking signals, measured on the responses gathered from the ranks, are
+# the same.
 ppo_one_and_two_ranks() {
-    local name=$1
+    local name=$1 signal
     shift
     "$bin" ppo "${ppo[@]}" "$@" --output "$tmp/${name}_one" 2> "$tmp/${name}_one.err"
     ranks 2 "$bin" ppo "${ppo[@]}" "$@" --output "$tmp/${name}_two" 2> "$tmp/${name}_two.err"
     local one="$tmp/${name}_one/metrics.jsonl" two="$tmp/${name}_two/metrics.jsonl"
+    for signal in distinct_2 repetitive_fraction same_answer_fraction shared_trigram_fraction; do
+        if [ "$(json_values "$one" "train/$signal")" != "$(json_values "$two" "train/$signal")" ]; then
+            fail "$name" "train/$signal: $(json_values "$one" "train/$signal") in one process, $(json_values "$two" "train/$signal") on 2 ranks"
+            return
+        fi
+    done
     close "$(json_values "$one" train/score) $(json_values "$one" train/policy_loss)" \
           "$(json_values "$two" train/score) $(json_values "$two" train/policy_loss)" 1e-4 &&
         close "$(logprobs_of "$tmp/${name}_one/final/actor")" "$(logprobs_of "$tmp/${name}_two/final/actor")" 1e-4 &&

@@ -36,7 +36,8 @@ fi
 lines=$(grep -c '"train/score"' "$tmp/fixed5/metrics.jsonl" 2>/dev/null)
 [ "$lines" = 3 ] && pass ppo_metrics_per_iteration || fail ppo_metrics_per_iteration "$lines lines"
 for key in train/kl train/entropy train/clip_fraction train/approx_kl train/macro_actions train/macro_action_length \
-           train/value_loss train/time_generation train/time_experience train/time_training eval/score; do
+           train/value_loss train/time_generation train/time_experience train/time_training train/distinct_2 \
+           train/same_answer_fraction train/hacking_alarms eval/score; do
     grep -q "\"$key\"" "$tmp/fixed5/metrics.jsonl" 2>/dev/null && pass "metric_$key" || fail "metric_$key" missing
 done
 [ -s "$tmp/fixed5/samples/final.jsonl" ] && pass ppo_samples || fail ppo_samples "no samples"
@@ -302,7 +303,7 @@ command_args=(--prompts "$tmp/target_prompts.jsonl" --reward command --reward-co
               --advantage-estimator grpo --samples-per-prompt 4 --termination-condition token)
 rm -f "$tmp/requests.jsonl"
 "$bin" ppo "${common[@]}" "${command_args[@]}" --max-iterations 12 --num-train-epochs 2 --output "$tmp/command" \
-    2> "$tmp/command.err"
+    --alarm-distinct-ratio 0.99 --save-every 3 --keep-last 0 2> "$tmp/command.err"
 python3 - "$tmp/command/metrics.jsonl" "$tmp/requests.jsonl" << 'PYEOF2' &&
 import json, sys
 scores = [json.loads(l)["train/score"] for l in open(sys.argv[1]) if '"train/score"' in l]
@@ -315,6 +316,55 @@ sys.exit(0 if ok else 1)
 PYEOF2
     pass "command_reward_learns ($(python3 -c "import json,sys; s=[json.loads(l)['train/score'] for l in open(sys.argv[1]) if 'train/score' in l]; print(s[0], '->', s[-1])" "$tmp/command/metrics.jsonl"))" ||
     fail command_reward_learns "$(tail -n 3 "$tmp/command.err")"
+# Reward-hacking alarms (rl/hacking_signals.h): the reward above pays for the letter e and the
+# responses narrow. Each iteration's alarm count is what its logged signals give against the
+# first iteration's (distinct-2's limit raised to 0.99 so that this short run sets it off);
+# a warning line marks each iteration where an alarm starts or ends; the same run resumed
+# from its checkpoint of iteration 9 keeps the first iteration's baseline: the same alarms.
+python3 - "$tmp/command/metrics.jsonl" "$tmp/command.err" << 'PYEOF2' &&
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"train/score"' in l]
+first = rows[0]
+def alarms(r):
+    on = [r["train/response_length"] > 2 * first["train/response_length"] or
+          r["train/response_length"] < first["train/response_length"] / 2,
+          r["train/distinct_2"] < 0.99 * first["train/distinct_2"]]
+    on += [r["train/" + k] - first["train/" + k] >= 0.25
+           for k in ("repetitive_fraction", "same_answer_fraction", "shared_trigram_fraction")]
+    return on
+logged = [r["train/hacking_alarms"] for r in rows]
+ok = logged == [sum(alarms(r)) for r in rows] and max(logged) > 0
+# The warnings: the iterations where the count of alarms on changes, each with its line.
+text = open(sys.argv[2]).read()
+starts = [int(n) for n in re.findall(r"ppo: warning: iteration (\d+): possible reward hacking or collapse: ", text)]
+ends = [int(n) for n in re.findall(r"ppo: iteration (\d+): back within the alarm's limit: ", text)]
+before = [[False] * 5] + [alarms(r) for r in rows[:-1]]
+want_starts = [i + 1 for i, r in enumerate(rows) for k in range(5) if alarms(r)[k] and not before[i][k]]
+want_ends = [i + 1 for i, r in enumerate(rows) for k in range(5) if before[i][k] and not alarms(r)[k]]
+ok &= starts == want_starts and ends == want_ends and "distinct-2" in text and "--alarm-distinct-ratio 0.99" in text
+print(logged, starts, ends, file=sys.stderr)
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass "hacking_alarms ($(grep -c 'possible reward hacking' "$tmp/command.err") warnings)" ||
+    fail hacking_alarms "$(grep 'iteration' "$tmp/command.err" | head -n 3)"
+cp -r "$tmp/command" "$tmp/command_resumed" && rm -rf "$tmp/command_resumed/final" "$tmp/command_resumed/checkpoint-12"
+"$bin" ppo "${common[@]}" "${command_args[@]}" --max-iterations 12 --num-train-epochs 2 --output "$tmp/command_resumed" \
+    --alarm-distinct-ratio 0.99 --save-every 3 --keep-last 0 --resume \
+    --reward-command "python3 $tmp/reward.py $tmp/requests_resumed.jsonl" 2> "$tmp/command_resumed.err"
+python3 - "$tmp/command/metrics.jsonl" "$tmp/command_resumed/metrics.jsonl" << 'PYEOF2' &&
+import json, sys
+signals = ("distinct_2", "same_answer_fraction", "hacking_alarms")
+def series(path):
+    return [tuple(r["train/" + k] for k in signals) for r in map(json.loads, open(path)) if "train/score" in r]
+straight, resumed = series(sys.argv[1]), series(sys.argv[2])
+sys.exit(0 if len(straight) == 12 and straight == resumed else 1)
+PYEOF2
+    pass hacking_alarms_resume || fail hacking_alarms_resume "$(tail -n 2 "$tmp/command_resumed.err")"
+expect_error bad_alarm_length_ratio "--alarm-length-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --alarm-length-ratio 0.5
+expect_error bad_alarm_distinct_ratio "--alarm-distinct-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --alarm-distinct-ratio 1
+expect_error bad_alarm_fraction_rise "--alarm-fraction-rise" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --alarm-fraction-rise -0.1
 expect_error command_reward_nonsense "not a finite number" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" \
     --reward-command "while read line; do echo lots; done"
 expect_error command_reward_exits "exited" "$bin" ppo "${common[@]}" "${command_args[@]}" --output "$tmp/x" --reward-command true
