@@ -38,5 +38,5 @@ char *checkpoint_model_dir(const char *checkpoint_dir, const char *name);
 // Exact resume needs the kernels the run was saved with: a checkpoint's trainer state
 // records "batch_invariant" (ops_batch_invariant: the row-invariant forward of
 // --batch-invariant), and a run on `ops` that differs is refused (-1, err_set() naming
-// `checkpoint`). A state without the key (checkpoints from before it) counts as false.
+// `checkpoint`). A state without the key (checkpoints from before it) is not checked.
 int checkpoint_check_batch_invariant(const json_t *state, const OpsBackend *ops, const char *checkpoint);

@@ -95,6 +95,15 @@ expect_error sft_resume_other_setting_refused "this run is without it ($tmp/sft/
     "$bin" sft "${sft[@]}" --max-steps 2 --resume --batch-invariant 2> "$tmp/sft_resumed.err" &&
     [ -d "$tmp/sft/checkpoint-2" ] && pass sft_resume_same_setting_continues ||
     fail sft_resume_same_setting_continues "the refused resume wrote, or the same setting did not continue"
+# A checkpoint from before the record (no "batch_invariant" key) is not held against either setting.
+python3 -c 'import json, sys
+state = json.load(open(sys.argv[1])); del state["batch_invariant"]; json.dump(state, open(sys.argv[1], "w"))' \
+    "$tmp/sft/checkpoint-2/trainer_state.json"
+cp -r "$tmp/sft" "$tmp/sft_copy"
+"$bin" sft "${sft[@]}" --max-steps 3 --resume 2> "$tmp/sft_old.err" && [ -d "$tmp/sft/checkpoint-3" ] &&
+    "$bin" sft "${sft[@]}" --max-steps 3 --resume --batch-invariant --output "$tmp/sft_copy" 2>> "$tmp/sft_old.err" &&
+    [ -d "$tmp/sft_copy/checkpoint-3" ] && pass sft_resume_unrecorded_checkpoint_either_setting ||
+    fail sft_resume_unrecorded_checkpoint_either_setting "$(tail -n 1 "$tmp/sft_old.err")"
 
 # --- bad combinations ----------------------------------------------------------------------
 MARLHF_CPU_MATMUL=sgemm expect_error option_and_environment_disagree \
