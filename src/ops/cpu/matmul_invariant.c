@@ -4,8 +4,9 @@
 // So a row gets the same bits alone or in any batch, which OpenBLAS's sgemm does not
 // promise: its Haswell/Zen kernels round a row differently for another N or another
 // thread split (docs/lora.md, "One policy"). --batch-invariant (or the equivalent
-// MARLHF_CPU_MATMUL=batch-invariant; cpu_set_matmul_mode) sends the CPU's float linear layers (ops/cpu/matmul.c) and the dequantized tiles of a quantized
-// base (ops/cpu/matmul_q8.c) here; the backward stays on sgemm (it must be exact, not
+// MARLHF_CPU_MATMUL=batch-invariant; cpu_set_matmul_mode) sends the CPU's float linear
+// layers (ops/cpu/matmul.c) and the dequantized tiles of a quantized base
+// (ops/cpu/matmul_q8.c) here; the backward stays on sgemm (it must be exact, not
 // row-invariant).
 //
 // The fixed sequence for out[i][o], with x = inp row i and w = weight row o:
