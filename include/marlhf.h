@@ -52,6 +52,17 @@ MARLHF_API int marlhf_api_version(void);
 MARLHF_API const char *marlhf_last_error(void);
 // CPU threads for all later calls (0: one per core).
 MARLHF_API void marlhf_set_threads(int threads);
+// The row-invariant CPU forward for all later calls (the command's --batch-invariant;
+// docs/lora.md, "One policy"): non-zero computes each output of the linear layers in one
+// fixed order, so a response's log-prob is the same bits scored alone or with others in a
+// batch (slower; docs/benchmarks.md); zero is the default sgemm path. Process-wide, like
+// marlhf_set_threads: call it before the first model is used, not while another thread runs
+// one. The environment's MARLHF_CPU_MATMUL=batch-invariant is the same; when it is set and
+// says otherwise the call fails. A trainer's checkpoints record the setting and
+// marlhf_trainer_resume refuses another; a policy or reward model on "cuda" is refused
+// while it is on (the GPU has no such kernel). Returns 0 or -1. (No struct changes:
+// MARLHF_API_VERSION stays 2.)
+MARLHF_API int marlhf_set_batch_invariant(int on);
 // Frees a string returned by the library (NULL is allowed).
 MARLHF_API void marlhf_free(void *pointer);
 

@@ -78,6 +78,30 @@ static marlhf_trainer_params tiny_dpo_params(void) {
 
 // ---- the library and models ---------------------------------------------------------------
 
+// marlhf_set_batch_invariant: MARLHF_CPU_MATMUL saying otherwise is refused, naming both, and
+// so is a model on "cuda" while it is on (before the device is opened: the same error with
+// or without a GPU). That the setting reaches the kernels is test_adapter_settings_match_command's
+// check (the same bits as the command only with it), and that a trainer's checkpoint records
+// it, test_dpo_resume_errors's.
+static void test_batch_invariant_setting(void) {
+    setenv("MARLHF_CPU_MATMUL", "sgemm", 1);
+    EXPECT(marlhf_set_batch_invariant(1) == -1 && strstr(marlhf_last_error(), "marlhf_set_batch_invariant(1)") &&
+               strstr(marlhf_last_error(), "MARLHF_CPU_MATMUL=sgemm"),
+           "'%s'", marlhf_last_error());
+    EXPECT(marlhf_set_batch_invariant(0) == 0, "%s", marlhf_last_error());
+    setenv("MARLHF_CPU_MATMUL", "bogus", 1);
+    marlhf_model_params load = marlhf_model_default_params();
+    EXPECT(!marlhf_model_load(tiny, &load) && strstr(marlhf_last_error(), "MARLHF_CPU_MATMUL=bogus"), "'%s'",
+           marlhf_last_error());
+    setenv("MARLHF_CPU_MATMUL", "batch-invariant", 1);
+    EXPECT(marlhf_set_batch_invariant(1) == 0, "%s", marlhf_last_error());
+    unsetenv("MARLHF_CPU_MATMUL");
+    load.device = "cuda";
+    EXPECT(!marlhf_model_load(tiny, &load) && strstr(marlhf_last_error(), "CPU kernel"), "'%s'", marlhf_last_error());
+    load.kind = MARLHF_REWARD_MODEL;
+    EXPECT(!marlhf_model_load(tiny, &load) && strstr(marlhf_last_error(), "CPU kernel"), "'%s'", marlhf_last_error());
+}
+
 static void test_load_errors(void) {
     EXPECT(marlhf_api_version() == MARLHF_API_VERSION, "version %d", marlhf_api_version());
     marlhf_model_params params = marlhf_model_default_params();
@@ -280,7 +304,7 @@ static void test_generate_batch(void) {
     const char *out = tmp_path("generate_batch.jsonl");
     char command[4096];
     int used = snprintf(command, sizeof command, "%s generate --model %s --max-new-tokens 10 --temperature 1 --seed 7 "
-                        "--threads 2 --output %s", bin, tiny, out);
+                        "--threads 2 --batch-invariant --output %s", bin, tiny, out);
     for (int i = 0; i < 18; i++) used += snprintf(command + used, sizeof command - used, " '%s'", prompts[i]);
     snprintf(command + used, sizeof command - used, " 2> /dev/null");
     EXPECT(system(command) == 0, "command failed: %s", command);
@@ -555,7 +579,7 @@ static const char *run_command(const char *command_name, const char *run_name, c
     snprintf(command, sizeof command,
              "%s %s --model %s --data tests/fixtures/train/pairs.jsonl --output %s --max-seq-len 32 %s "
              "--num-train-epochs 2 --max-steps 2 --lr-scheduler-type constant --num-warmup-steps 0 --learning-rate 1e-2 "
-             "--lora-rank 4 --seed 1234 --threads 2 --quiet 2> %s.log",
+             "--lora-rank 4 --seed 1234 --threads 2 --batch-invariant --quiet 2> %s.log",
              bin, command_name, tiny, run, options, run);
     EXPECT(system(command) == 0, "command failed: %s (see %s.log)", command, run);
     return run;
@@ -689,8 +713,8 @@ static double worst_tensor_difference(const char *a_path, const char *b_path) {
 // example with the next one in the data's order, which the shuffle does not keep. The saved
 // adapter_config.json files are the same bytes; the merged weights and the adapter weights
 // (A, B and DoRA's magnitudes) are the same bytes too. That needs a forward whose rows do
-// not depend on the batch (main sets MARLHF_CPU_MATMUL=batch-invariant, which the command
-// inherits): the reference's rows are batched otherwise by the command (once, before
+// not depend on the batch (main calls marlhf_set_batch_invariant(1), run_command gives the
+// command --batch-invariant): the reference's rows are batched otherwise by the command (once, before
 // training) than by the API (each step). With sgemm, OpenBLAS's Haswell/Zen kernels give a
 // row other last bits in another batch (measured 3.3e-5 of a tensor's largest value after
 // Adam's two steps); a wrong setting moves them by far more (a shuffled order: 0.5 to 2).
@@ -884,6 +908,13 @@ static void test_dpo_resume_errors(void) {
     other.lora_rank = 8;
     EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "rank 4"), "'%s'",
            marlhf_last_error());
+    // Saved with the row-invariant forward (main's setting): resuming with sgemm is another
+    // run, refused naming the checkpoint.
+    EXPECT(marlhf_set_batch_invariant(0) == 0, "%s", marlhf_last_error());
+    EXPECT(!marlhf_trainer_resume(model, &params, run) && strstr(marlhf_last_error(), "row-invariant forward") &&
+               strstr(marlhf_last_error(), "checkpoint-1"),
+           "'%s'", marlhf_last_error());
+    EXPECT(marlhf_set_batch_invariant(1) == 0, "%s", marlhf_last_error());
     // Other base weights: the DPO-trained model saved by an earlier test.
     marlhf_model *other_base = load_policy(tmp_path("dpo_saved"), NULL);
     EXPECT(other_base && !marlhf_trainer_resume(other_base, &params, run) &&
@@ -999,10 +1030,12 @@ int main(void) {
     snprintf(tmp, sizeof tmp, "%s/api", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
     fs_remove_tree(tmp);
     CHECK(fs_mkdir_p(tmp) == 0, "%s", err_msg());
-    // The row-invariant CPU forward (docs/embedding.md), read at the first matmul; the
-    // commands the tests run inherit it. test_adapter_settings_match_command needs it.
-    setenv("MARLHF_CPU_MATMUL", "batch-invariant", 1);
+    // The row-invariant CPU forward (docs/embedding.md), before the first model; the commands
+    // the tests run are given --batch-invariant. test_adapter_settings_match_command needs it.
+    unsetenv("MARLHF_CPU_MATMUL");
+    CHECK(marlhf_set_batch_invariant(1) == 0, "%s", marlhf_last_error());
     marlhf_set_threads(2);
+    RUN(test_batch_invariant_setting);
     RUN(test_load_errors);
     RUN(test_tokenize);
     RUN(test_logprob);

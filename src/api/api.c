@@ -56,6 +56,11 @@ void marlhf_set_threads(int threads) {
     openblas_set_num_threads(threads);
 }
 
+int marlhf_set_batch_invariant(int on) {
+    err_clear();
+    return ops_choose_batch_invariant(NULL, on != 0, on ? "marlhf_set_batch_invariant(1)" : "marlhf_set_batch_invariant(0)");
+}
+
 void marlhf_free(void *pointer) { free(pointer); }
 
 // ---- models -------------------------------------------------------------------------------
@@ -89,6 +94,10 @@ marlhf_model *marlhf_model_load(const char *path, const marlhf_model_params *par
         return NULL;
     }
     const char *device = params->device ? params->device : "cpu";
+    // The row-invariant forward (marlhf_set_batch_invariant, or MARLHF_CPU_MATMUL) is a CPU
+    // kernel; settled here, before the first forward, so a bad MARLHF_CPU_MATMUL is this
+    // call's error rather than an exit at the first matmul.
+    if (ops_choose_batch_invariant(device, -1, "marlhf_set_batch_invariant(1)") != 0) return NULL;
     marlhf_model *model = xcalloc(1, sizeof *model);
     model->kind = params->kind;
     int rc;
@@ -487,6 +496,7 @@ int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
     json_object_set_new(state, "task", json_string("api-trainer"));
     json_object_set_new(state, "step", json_integer(trainer->step));
     json_object_set_new(state, "lora_rank", json_integer(tm->model.lora.rank));
+    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(tm->model.ops)));
     CheckpointModel entry = {"", &tm->model, &trainer->optimizer};
     int rc = checkpoint_save(run_dir, trainer->step, &entry, 1, tm->tokenizer, state, 2);
     json_decref(state);
@@ -516,6 +526,8 @@ marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer
     if (rc == 0 && (!task || strcmp(task, "api-trainer") != 0))
         rc = err_set("%s: %s was not written by marlhf_trainer_save", f, checkpoint);
     const long step = rc == 0 ? (long)json_integer_value(json_object_get(state, "step")) : 0;
+    if (rc == 0 && checkpoint_check_batch_invariant(state, policy->text.model.ops, checkpoint) != 0)
+        rc = err_set("%s: %s", f, err_msg());
     json_decref(state);
     if (rc == 0) rc = lora_read_adapter_config(checkpoint, &saved);
     // The first field of params whose adapters differ from the checkpoint's, if any.

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/constraint_options.h"
 #include "cli/options.h"
@@ -57,6 +58,7 @@ int cmd_chat(int argc, char **argv) {
     char *lora_adapter = NULL, *json_schema = NULL, *regex = NULL, *choice = NULL, *grammar = NULL,
          *grammar_file = NULL;
     bool no_thinking = false, json_object = false;
+    bool batch_invariant = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"system", NULL, OPT_STRING, &system, "system message", false, false},
@@ -75,6 +77,7 @@ int cmd_chat(int argc, char **argv) {
         {"prompt-cache", "cache_prompt", OPT_INT, &prompt_cache,
          "1: a turn computes only what follows the previous reply; 0: the whole conversation again", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
         {"json", NULL, OPT_BOOL, &json_object, CONSTRAINT_HELP_JSON, false, false},
         {"json-schema", "json_schema", OPT_STRING, &json_schema, CONSTRAINT_HELP_JSON_SCHEMA, false, false},
         {"regex", NULL, OPT_STRING, &regex, CONSTRAINT_HELP_REGEX, false, false},
@@ -85,6 +88,7 @@ int cmd_chat(int argc, char **argv) {
     OptionSet set = {"chat", "Chat with a model interactively; replies stream as they are generated.",
                      "marlhf chat --model PATH [--system TEXT]", options, sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
     if (max_new_tokens < 1) die_user("--max-new-tokens must be positive, got %ld", max_new_tokens);
     if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);

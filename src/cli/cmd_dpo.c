@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
@@ -215,6 +216,7 @@ int cmd_dpo(int argc, char **argv) {
     if (!(discopop_tau > 0) || !isfinite(discopop_tau))
         die_user("option --discopop-tau must be positive, got %g", discopop_tau);
     trainer_cli_finish(&c, output);
+    cli_set_batch_invariant(&set, c.device);
     if (dpo_options_sort_batch(&loss) && c.micro_batch == 1 && !c.quiet)
         fprintf(stderr, "dpo: warning: --loss %s with --per-device-train-batch-size 1 has nothing to sort: each pair's "
                         "loss is sigmoid's (with --label-smoothing)\n", loss_name);

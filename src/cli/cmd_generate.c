@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/constraint_options.h"
 #include "cli/options.h"
@@ -155,6 +156,7 @@ int cmd_generate(int argc, char **argv) {
     double temperature = 0.8, top_p = 1.0;
     bool chat = false, greedy = false, no_thinking = false;
     char *lora_adapter = NULL;
+    bool batch_invariant = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL of {\"prompt\"}, {\"messages\"} or {\"ids\"} rows; else prompts are the arguments", false, false},
@@ -187,12 +189,14 @@ int cmd_generate(int argc, char **argv) {
         {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
     };
     const char *positional[64];
     OptionSet set = {"generate", "Generate completions for prompts (arguments or --input JSONL).",
                      "marlhf generate --model PATH [--chat] [PROMPT ...] | --input FILE.jsonl", options,
                      sizeof options / sizeof options[0], positional, 64, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
     if (!input && set.num_positional == 0) die_user("give prompts as arguments or --input FILE.jsonl (marlhf generate --help)");
     if (input && set.num_positional > 0) die_user("give prompts either as arguments or with --input, not both");
     if (max_new_tokens < 1 || max_new_tokens > 1 << 20) die_user("--max-new-tokens must be in [1, 1048576], got %ld", max_new_tokens);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/quantize.h"
@@ -142,6 +143,7 @@ int cmd_infer(int argc, char **argv) {
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
     char *lora_adapter = NULL;
+    bool batch_invariant = false;
     Option options[] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
@@ -174,12 +176,14 @@ int cmd_infer(int argc, char **argv) {
          QUANTIZE_TYPES ": the reward model's weights in 8 or 4 bits (CPU; a third of the memory; scores move by the quantization's error)",
          false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
     };
     OptionSet set = {"infer", "Responses of a policy to validation prompts, scored by a reward model.",
                      "marlhf infer --model POLICY --reward-model RM --data FILE.jsonl [options]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
     quantize = quantize_default(quantize, model_path, device);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();

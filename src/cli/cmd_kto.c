@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
@@ -75,6 +76,7 @@ int cmd_kto(int argc, char **argv) {
         die_user("option --%s: --loss bco has no desirable/undesirable weights",
                  desirable_weight != 1.0 ? "desirable-weight" : "undesirable-weight");
     trainer_cli_finish(&c, output);
+    cli_set_batch_invariant(&set, c.device);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/output_file.h"
@@ -128,6 +129,7 @@ int cmd_logprobs(int argc, char **argv) {
     char *model_path = NULL, *input = NULL, *output = "-", *device = "cpu";
     long batch_size = 8, threads = 0;
     char *lora_adapter = NULL, *quantize = NULL; // quantize_default
+    bool batch_invariant = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", true, false},
         {"input", NULL, OPT_STRING, &input, "JSONL file of {\"ids\": [...]} or {\"text\": ...} rows ('-' = stdin)", true,
@@ -143,11 +145,13 @@ int cmd_logprobs(int argc, char **argv) {
          false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
     };
     OptionSet set = {"logprobs", "Per-token log-probs and top-1 next tokens of given token ids.",
                      "marlhf logprobs --model PATH --input FILE.jsonl [--output FILE.jsonl]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
     if (batch_size < 1 || batch_size > 4096) die_user("--batch-size must be in [1, 4096], got %ld", batch_size);
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "cli/options.h"
@@ -43,6 +44,7 @@ int cmd_ppo(int argc, char **argv) {
     double alarm_fraction_rise = c.hacking.fraction_rise;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
+    bool batch_invariant = false;
     Option options[128] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
         {"reward-model", "reward_model critic_model_name_or_path_for_reward", OPT_STRING, &reward_model, "the reward model (frozen)", false, false},
@@ -203,6 +205,7 @@ int cmd_ppo(int argc, char **argv) {
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
     };
     int count = 0;
     while (options[count].name) count++;
@@ -214,6 +217,7 @@ int cmd_ppo(int argc, char **argv) {
                      "marlhf ppo --actor-model SFT --reward-model RM --prompts FILE --output RUN_DIR [options]", options,
                      count, NULL, 0, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
 
     if (reference_quantize && quantize_type_check(reference_quantize, "--reference-quantize") != 0) die_from_err();
     if (quantize_type_check(actor_quantize, "--actor-quantize") != 0) die_from_err();

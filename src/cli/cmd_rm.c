@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
@@ -26,6 +27,7 @@ int cmd_rm(int argc, char **argv) {
     if (rm_loss_from_name(loss_name, &loss) != 0)
         die_user("option --loss must be pairwise, margin, dschat or listwise, got '%s'", loss_name);
     trainer_cli_finish(&c, output);
+    cli_set_batch_invariant(&set, c.device);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();

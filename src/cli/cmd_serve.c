@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "model/quantize.h"
@@ -35,6 +36,7 @@ int cmd_serve(int argc, char **argv) {
     long request_timeout_s = 600, parallel = 4, prompt_cache = 0, prefill_chunk = 256, reward_batch = 16;
     char *lora_adapter = NULL;
     bool no_thinking = false;
+    bool batch_invariant = false;
     Option options[] = {
         {"model", NULL, OPT_STRING, &model_path, "Hugging Face folder or .gguf file", false, false},
         {"reward-model", "reward_pretrain", OPT_STRING, &reward_path,
@@ -76,6 +78,7 @@ int cmd_serve(int argc, char **argv) {
          "every token's states unnormalised and /v1/embeddings refuses",
          false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
+        cli_batch_invariant_option(&batch_invariant),
     };
     OptionSet set = {"serve",
                      "Serve a model over HTTP with the OpenAI API (/v1/chat/completions, /v1/completions, /v1/embeddings, "
@@ -84,6 +87,7 @@ int cmd_serve(int argc, char **argv) {
                      "marlhf serve --model PATH | --reward-model PATH [--host 127.0.0.1] [--port 8080]", options,
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
+    cli_set_batch_invariant(&set, device);
     if (port < 0 || port > 65535) die_user("--port must be in [0, 65535], got %ld", port);
     if (max_body_bytes < 64 || max_body_bytes > 1L << 30) die_user("--max-body-bytes must be in [64, 1073741824], got %ld", max_body_bytes);
     if (max_tokens_limit < 1 || max_tokens_limit > 1 << 20) die_user("--max-tokens-limit must be in [1, 1048576], got %ld", max_tokens_limit);

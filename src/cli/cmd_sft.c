@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
@@ -24,6 +25,7 @@ int cmd_sft(int argc, char **argv) {
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     trainer_cli_finish(&c, output);
+    cli_set_batch_invariant(&set, c.device);
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/batch_invariant.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "data/split.h"
@@ -174,6 +175,7 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
     ADD("device", NULL, OPT_STRING, &c->device, "cpu (cuda when built with it)");
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
+    o[n++] = cli_batch_invariant_option(&c->batch_invariant);
     ADD("quantize", NULL, OPT_STRING, &c->quantize,
         QUANTIZE_TYPES ": the frozen base in 8 or 4 bits under LoRA adapters (QLoRA; needs --lora-rank or "
         "--lora-adapter; CPU); nf4 is bitsandbytes' NF4 with double quantization (bnb_4bit_use_double_quant), "

@@ -35,6 +35,7 @@ typedef struct {
     long seed, max_seq_len, threads, zero_stage;
     double learning_rate, warmup_ratio, clip_norm, weight_decay, beta1, beta2, eps;
     bool resume, gradient_checkpointing, quiet;
+    bool batch_invariant; // --batch-invariant (cli/batch_invariant.h; applied by the command after parsing)
     char *device;
     char *quantize; // --quantize: the frozen base's weights quantized under LoRA (QLoRA), or "none"
     LoraCli lora_cli;
@@ -50,7 +51,7 @@ typedef struct {
 // (0.9, 0.95), clipping at 1, the two newest checkpoints kept ...) with its own learning
 // rate, warmup ratio, weight decay and DeepSpeed-Chat data phase.
 TrainerCli trainer_cli_defaults(double learning_rate, double warmup_ratio, double weight_decay, long data_phase);
-// Fills `options` (capacity at least 40) with the shared options bound to `cli` (after
+// Fills `options` (capacity at least 42) with the shared options bound to `cli` (after
 // setting the defaults given in `cli`) and returns how many it added.
 int trainer_cli_options(TrainerCli *cli, Option *options);
 // Checks the values and fills cli->train. Exits 2 naming the option on a bad value.

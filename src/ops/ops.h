@@ -315,3 +315,14 @@ const char *ops_cuda_attention_kernels(void);
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in
 // or (cuda) no usable GPU is present.
 const OpsBackend *ops_backend_by_name(const char *name);
+
+// The row-invariant forward (docs/lora.md, "One policy"): the CPU's linear layers on the
+// fixed-order kernel of ops/cpu/matmul_invariant.c, so a row's log-probs are the same bits
+// alone or in any batch. Chooses it for the process, before the first forward: `requested`
+// 1 (on), 0 (off) or -1 (not asked: $MARLHF_CPU_MATMUL decides, unless an earlier call
+// chose), `request` naming the asking in messages (e.g. "option --batch-invariant"). A
+// request that $MARLHF_CPU_MATMUL contradicts, a bad $MARLHF_CPU_MATMUL, or the kernel on a
+// `device` other than "cpu" (NULL: not checked) is -1 with err_set().
+int ops_choose_batch_invariant(const char *device, int requested, const char *request);
+// Whether `ops` runs the row-invariant forward (the CPU backend with that kernel chosen).
+bool ops_batch_invariant(const OpsBackend *ops);

@@ -926,6 +926,7 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "samples_per_prompt", json_integer(p->c.samples_per_prompt));
     if (p->has_hacking_first) json_object_set_new(state, "hacking_first", hacking_signals_to_json(&p->hacking_first));
     json_object_set_new(state, "hacking_active", json_integer(p->hacking_active));
+    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(p->actor.ops)));
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     if (!p->has_critic) models[1] = models[2]; // actor and EMA only
@@ -992,6 +993,7 @@ static int resume(Ppo *p) {
     if (rc == 0 && (strcmp(saved_quantize[0], this_quantize[0]) || strcmp(saved_quantize[1], this_quantize[1])))
         rc = err_set("checkpoint was made with --actor-quantize %s --critic-quantize %s, this run has %s and %s (%s)",
                      saved_quantize[0], saved_quantize[1], this_quantize[0], this_quantize[1], checkpoint);
+    if (rc == 0) rc = checkpoint_check_batch_invariant(state, p->actor.ops, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);

@@ -202,3 +202,18 @@ int checkpoint_load_optimizer(const char *checkpoint_dir, const char *name, cons
     free(m), free(v), free(path);
     return rc;
 }
+
+int checkpoint_check_batch_invariant(const json_t *state, const OpsBackend *ops, const char *checkpoint) {
+    // A checkpoint from before the record: which kernel it ran on is not known (the
+    // environment variable was not recorded), so it is not held against either.
+    const json_t *record = json_object_get(state, "batch_invariant");
+    if (!record) return 0;
+    const bool saved = json_is_true(record), now = ops_batch_invariant(ops);
+    // Another matmul kernel rounds the forward differently from the first step on, so the
+    // resumed run would not be the run that was saved (loop.h's exact resume).
+    if (saved != now)
+        return err_set("checkpoint was made %s the row-invariant forward (--batch-invariant %s), this run is %s it (%s): "
+                       "resume with the same setting",
+                       saved ? "with" : "without", saved ? "true" : "false", now ? "with" : "without", checkpoint);
+    return 0;
+}

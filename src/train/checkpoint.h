@@ -34,3 +34,9 @@ int checkpoint_load_state(const char *checkpoint_dir, json_t **state);
 int checkpoint_load_optimizer(const char *checkpoint_dir, const char *name, const Model *model, AdamW *optimizer);
 // The folder holding model `name` of a checkpoint (xmalloc'd).
 char *checkpoint_model_dir(const char *checkpoint_dir, const char *name);
+
+// Exact resume needs the kernels the run was saved with: a checkpoint's trainer state
+// records "batch_invariant" (ops_batch_invariant: the row-invariant forward of
+// --batch-invariant), and a run on `ops` that differs is refused (-1, err_set() naming
+// `checkpoint`). A state without the key (checkpoints from before it) is not checked.
+int checkpoint_check_batch_invariant(const json_t *state, const OpsBackend *ops, const char *checkpoint);

@@ -79,6 +79,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
     json_object_set_new(state, "lora_dropout", json_real(model->lora.dropout));
+    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(model->ops)));
     if (task->save_state) task->save_state(task->context, state);
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
@@ -158,6 +159,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && fabs(json_number_value(json_object_get(state, "lora_dropout")) - model->lora.dropout) > 1e-9)
                 rc = err_set("checkpoint was made with --lora-dropout %g, this run has %g (%s)",
                              json_number_value(json_object_get(state, "lora_dropout")), model->lora.dropout, checkpoint);
+            if (rc == 0) rc = checkpoint_check_batch_invariant(state, model->ops, checkpoint);
             if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
             if (rc == 0) rc = model_reload_weights(model, checkpoint);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);

@@ -185,7 +185,7 @@ print(f"first iteration: kl {first['train/kl']}, ratio {first['train/ratio']}, a
 sys.exit(0 if ok else 1)
 PY
 ) && pass "ppo_qlora_first_iteration_on_policy ($on_policy)" || fail ppo_qlora_first_iteration_on_policy "$on_policy"
-# The switch's bad value: one line naming the variable, exit 2, at the first matmul.
+# The switch's bad value: one line naming the variable, exit 2, before a model is loaded.
 MARLHF_CPU_MATMUL=bogus expect_error bad_cpu_matmul_choice "MARLHF_CPU_MATMUL=bogus: expected sgemm or batch-invariant" \
     "$bin" ppo "${qppo[@]}" --max-iterations 1 --output "$tmp/ppo_bogus"
 # Reproducible bit for bit from the seed.

@@ -22,7 +22,8 @@ SANITIZER_UNCHECKED static void dot_rows(float *out, long out_stride, const floa
 }
 
 // out = inp . weight^T, or out += it when `accumulate`.
-// With MARLHF_CPU_MATMUL=batch-invariant every N takes the fixed-order kernel
+// With the row-invariant forward chosen (--batch-invariant, MARLHF_CPU_MATMUL=batch-invariant;
+// cpu_matmul_batch_invariant) every N takes the fixed-order kernel
 // (ops/cpu/matmul_invariant.c), so a row's bits do not depend on the batch around it.
 static void matmul(float *out, const float *inp, const float *weight, int N, int IC, int OC, bool accumulate) {
     if (cpu_matmul_batch_invariant()) {

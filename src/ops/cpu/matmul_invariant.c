@@ -3,9 +3,10 @@
 // rows N, the row's place among them, the output tile it falls in or the thread count.
 // So a row gets the same bits alone or in any batch, which OpenBLAS's sgemm does not
 // promise: its Haswell/Zen kernels round a row differently for another N or another
-// thread split (docs/lora.md, "One policy"). MARLHF_CPU_MATMUL=batch-invariant sends the
-// CPU's float linear layers (ops/cpu/matmul.c) and the dequantized tiles of a quantized
-// base (ops/cpu/matmul_q8.c) here; the backward stays on sgemm (it must be exact, not
+// thread split (docs/lora.md, "One policy"). --batch-invariant (or the equivalent
+// MARLHF_CPU_MATMUL=batch-invariant; cpu_set_matmul_mode) sends the CPU's float linear
+// layers (ops/cpu/matmul.c) and the dequantized tiles of a quantized base
+// (ops/cpu/matmul_q8.c) here; the backward stays on sgemm (it must be exact, not
 // row-invariant).
 //
 // The fixed sequence for out[i][o], with x = inp row i and w = weight row o:
@@ -37,16 +38,52 @@
 #define TILE_ROWS 32
 #define TILE_WEIGHTS 32
 
-bool cpu_matmul_batch_invariant(void) {
-    static int chosen = -1; // read once, by the thread that calls the ops
-    if (chosen < 0) {
-        const char *setting = getenv("MARLHF_CPU_MATMUL");
-        if (!setting || !strcmp(setting, "sgemm")) chosen = 0;
-        else if (!strcmp(setting, "batch-invariant")) chosen = 1;
-        else die_user("MARLHF_CPU_MATMUL=%s: expected sgemm or batch-invariant", setting);
-    }
-    return chosen == 1;
+// The linear layers' kernel, chosen once per process before the first forward: -1 until
+// chosen, 0 sgemm, 1 the fixed-order kernel. The commands' --batch-invariant and the API's
+// marlhf_set_batch_invariant choose it through ops_choose_batch_invariant; a program that
+// does neither (the tests and benchmarks that call the ops directly) gets
+// $MARLHF_CPU_MATMUL's choice at the first matmul.
+static int matmul_mode = -1;
+
+// $MARLHF_CPU_MATMUL: *choice -1 (unset), 0 (sgemm) or 1 (batch-invariant); a bad value is
+// -1 with err_set() naming the variable.
+static int environment_choice(int *choice) {
+    const char *setting = getenv("MARLHF_CPU_MATMUL");
+    *choice = -1;
+    if (!setting) return 0;
+    if (!strcmp(setting, "sgemm")) *choice = 0;
+    else if (!strcmp(setting, "batch-invariant")) *choice = 1;
+    else return err_set("MARLHF_CPU_MATMUL=%s: expected sgemm or batch-invariant", setting);
+    return 0;
 }
+
+void cpu_set_matmul_mode(bool batch_invariant) { matmul_mode = batch_invariant ? 1 : 0; }
+
+bool cpu_matmul_batch_invariant(void) {
+    if (matmul_mode < 0) { // read by the thread that calls the ops
+        int choice;
+        if (environment_choice(&choice) != 0) die_from_err();
+        matmul_mode = choice == 1;
+    }
+    return matmul_mode == 1;
+}
+
+int ops_choose_batch_invariant(const char *device, int requested, const char *request) {
+    int environment;
+    if (environment_choice(&environment) != 0) return -1;
+    if (requested >= 0 && environment >= 0 && requested != environment)
+        return err_set("%s and MARLHF_CPU_MATMUL=%s disagree: give one of them", request, getenv("MARLHF_CPU_MATMUL"));
+    const int on = requested >= 0 ? requested : matmul_mode >= 0 ? matmul_mode : environment == 1;
+    // The GPU's matmuls (cuBLASLt) have no fixed-order kernel: a run there would not be the
+    // row-invariant run it asked for.
+    if (on && device && strcmp(device, "cpu"))
+        return err_set("%s: the row-invariant forward is a CPU kernel, --device %s has none",
+                       requested < 0 && environment == 1 ? "MARLHF_CPU_MATMUL=batch-invariant" : request, device);
+    cpu_set_matmul_mode(on);
+    return 0;
+}
+
+bool ops_batch_invariant(const OpsBackend *ops) { return ops == &ops_cpu && cpu_matmul_batch_invariant(); }
 
 // The portable form of the sequence: one output element.
 // Whole groups of LANES first, without a bound check inside, so that the compiler can

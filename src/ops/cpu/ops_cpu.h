@@ -32,10 +32,12 @@ void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const 
 // The batch-invariant matmul (ops/cpu/matmul_invariant.c): out[i * out_stride + o] = (or +=)
 // inp row i . weight row o, each element by one fixed sequence of operations that depends on
 // IC only (not on N, the row's place, the tiling or the thread count). The portable form
-// gives the same bits as the vector kernel. cpu_matmul_batch_invariant(): whether
-// MARLHF_CPU_MATMUL=batch-invariant asks the linear layers to use it (read once; a bad
-// value is a user error).
+// gives the same bits as the vector kernel. cpu_matmul_batch_invariant(): whether the
+// linear layers use it: as cpu_set_matmul_mode (ops_choose_batch_invariant, ops/ops.h) set,
+// or else as MARLHF_CPU_MATMUL=batch-invariant asks (read once at the first call; a bad
+// value is a user error). cpu_set_matmul_mode: before the first forward.
 bool cpu_matmul_batch_invariant(void);
+void cpu_set_matmul_mode(bool batch_invariant);
 void cpu_matmul_fixed_order(float *out, long out_stride, const float *inp, const float *weight, int N, int IC, int OC,
                             bool accumulate);
 void cpu_matmul_fixed_order_portable(float *out, long out_stride, const float *inp, const float *weight, int N,
