@@ -177,6 +177,13 @@ unsigned hacking_alarms(const HackingSignals *first, const HackingSignals *now, 
     return alarms;
 }
 
+// "N% of <what>, M% at the first iteration (--alarm-fraction-rise L)".
+static void describe_rise(char *text, size_t size, const char *what, double now, double first,
+                          const HackingLimits *limits) {
+    snprintf(text, size, "%.0f%% of %s, %.0f%% at the first iteration (--alarm-fraction-rise %g)", 100 * now, what,
+             100 * first, limits->fraction_rise);
+}
+
 void hacking_alarm_describe(unsigned alarm, const HackingSignals *first, const HackingSignals *now,
                             const HackingLimits *limits, char *text, size_t size) {
     switch (alarm) {
@@ -189,22 +196,16 @@ void hacking_alarm_describe(unsigned alarm, const HackingSignals *first, const H
                  now->distinct_2, now->distinct_2 / first->distinct_2, first->distinct_2, limits->distinct_ratio);
         break;
     case HACKING_REPETITION:
-        snprintf(text, size,
-                 "%.0f%% of the responses repeat one 4-gram 3 or more times, %.0f%% at the first iteration "
-                 "(--alarm-fraction-rise %g)",
-                 100 * now->repetitive_fraction, 100 * first->repetitive_fraction, limits->fraction_rise);
+        describe_rise(text, size, "the responses repeat one 4-gram 3 or more times", now->repetitive_fraction,
+                      first->repetitive_fraction, limits);
         break;
     case HACKING_SAME_ANSWER:
-        snprintf(text, size,
-                 "%.0f%% of the prompts got one identical response, %.0f%% at the first iteration "
-                 "(--alarm-fraction-rise %g)",
-                 100 * now->same_answer_fraction, 100 * first->same_answer_fraction, limits->fraction_rise);
+        describe_rise(text, size, "the prompts got one identical response", now->same_answer_fraction,
+                      first->same_answer_fraction, limits);
         break;
     case HACKING_SHARED_PHRASE:
-        snprintf(text, size,
-                 "%.0f%% of the responses hold one same trigram, %.0f%% at the first iteration "
-                 "(--alarm-fraction-rise %g)",
-                 100 * now->shared_trigram_fraction, 100 * first->shared_trigram_fraction, limits->fraction_rise);
+        describe_rise(text, size, "the responses hold one same trigram", now->shared_trigram_fraction,
+                      first->shared_trigram_fraction, limits);
         break;
     default: CHECK(false, "hacking_alarm_describe: %u is not one alarm", alarm);
     }
