@@ -178,7 +178,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             if (got == 1 && quantize) quantized_take(model, e, dst);
             if (got != 0) continue;
         }
-        // q4_k_m: a Q4_K / Q6_K tensor of a GGUF file keeps its own bytes (no float read).
+        // q4_k_m: a Q4_K / Q5_K / Q6_K tensor of a GGUF file keeps its own bytes (no float read).
         if (quantize && src.format == FORMAT_GGUF) {
             int got = quantized_take_gguf(model, e, &src.gguf, &map);
             rc = got < 0 ? -1 : 0;

@@ -1,12 +1,14 @@
-// Decode steps over Q4_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
+// Decode steps over Q4_K, Q5_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
 // llama.cpp's K-quant x Q8_K arithmetic. Each input row is quantized per block of 256 to
 // int8 values, a float scale and the sums of each 16 values; each pair of super-blocks then
 // gives exact integer sums,
-//   Q4_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
-//   Q6_K: products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
+//   Q4_K, Q5_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
+//   Q6_K:       products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
 // and the pair adds x_scale * (d * products - dmin * minimums) (Q6_K: x_scale * d * products)
-// to the output, super-blocks in order. Reading 4.5 (Q4_K) or 6.6 (Q6_K) bits a weight is
-// what makes a decode step faster than Q8_0's 8.5.
+// to the output, super-blocks in order. Reading 4.5 (Q4_K), 5.5 (Q5_K) or 6.6 (Q6_K) bits a
+// weight is what makes a decode step faster than Q8_0's 8.5. Q5_K is Q4_K with a fifth bit
+// per code (q in [0, 31]): the same integer sums once the codes are widened, the same float
+// steps.
 //
 // Only the integer sums differ between the paths (AVX2 and AVX-512 multiply-adds, a portable
 // loop for the sanitizer build and other CPUs), and integer sums are exact: the float
@@ -54,44 +56,57 @@ typedef void (*BlockSums)(const uint8_t *block, const int8_t *const x[KQ_INPUT_R
                           const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
                           int32_t minimums[KQ_INPUT_ROWS]);
 
-// Q4_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
+// Q4_K's and Q5_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
 static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
     int32_t total = 0;
     for (int j = 0; j < 8; j++) total += min[j] * (sums[2 * j] + sums[2 * j + 1]);
     return total;
 }
 
+// Points xb[i], sb[i] at super-block b of input row i; rows past count at row 0's (never read).
+static inline void input_blocks(const KQuantInput *x, int count, long b, const int8_t *xb[KQ_INPUT_ROWS],
+                                const int16_t *sb[KQ_INPUT_ROWS]) {
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) {
+        const KQuantInput *input = &x[i < count ? i : 0];
+        xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+    }
+}
+
+// The super-blocks of a type with minimums (Q4_K, Q5_K: half-float d at byte 0, dmin at 2),
+// each row's float sum into sum[i].
+static inline __attribute__((always_inline)) void scale_min_loop(BlockSums block_sums, long block_bytes,
+                                                                 const uint8_t *row, const KQuantInput *x,
+                                                                 int count, long cols, float sum[KQ_INPUT_ROWS]) {
+    const int8_t *xb[KQ_INPUT_ROWS];
+    const int16_t *sb[KQ_INPUT_ROWS];
+    int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
+    for (long b = 0; b < cols / KQ_BLOCK; b++) {
+        const uint8_t *block = row + b * block_bytes;
+        input_blocks(x, count, b, xb, sb);
+        block_sums(block, xb, sb, count, products, minimums);
+        const float d = half_at(block), dmin = half_at(block + 2);
+        for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
+    }
+}
+
 // The loop over a row's super-blocks, shared by every path (inlined into each with its own
 // block sums, so the float arithmetic is the same code). Each input row's float sum takes
 // the same steps as a call of that row alone: what the other rows of the call add is in
 // their own sums.
-static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q6k, QuantType type,
-                                                                const uint8_t *row, const KQuantInput *x,
-                                                                int count, long cols, float *out) {
+static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q5k, BlockSums q6k,
+                                                                QuantType type, const uint8_t *row,
+                                                                const KQuantInput *x, int count, long cols,
+                                                                float *out) {
     float sum[KQ_INPUT_ROWS] = {0};
-    const int8_t *xb[KQ_INPUT_ROWS];
-    const int16_t *sb[KQ_INPUT_ROWS];
-    int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
-    const long blocks = cols / KQ_BLOCK;
-    if (type == QUANT_Q4_K) {
-        for (long b = 0; b < blocks; b++) {
-            const uint8_t *block = row + b * KQ_Q4_K_BYTES;
-            for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0 (never read)
-                const KQuantInput *input = &x[i < count ? i : 0];
-                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-            }
-            q4k(block, xb, sb, count, products, minimums);
-            const float d = half_at(block), dmin = half_at(block + 2);
-            for (int i = 0; i < count; i++)
-                sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
-        }
-    } else {
-        for (long b = 0; b < blocks; b++) {
+    if (type == QUANT_Q4_K) scale_min_loop(q4k, KQ_Q4_K_BYTES, row, x, count, cols, sum);
+    else if (type == QUANT_Q5_K) scale_min_loop(q5k, KQ_Q5_K_BYTES, row, x, count, cols, sum);
+    else {
+        const int8_t *xb[KQ_INPUT_ROWS];
+        const int16_t *sb[KQ_INPUT_ROWS];
+        int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
+        for (long b = 0; b < cols / KQ_BLOCK; b++) {
             const uint8_t *block = row + b * KQ_Q6_K_BYTES;
-            for (int i = 0; i < KQ_INPUT_ROWS; i++) {
-                const KQuantInput *input = &x[i < count ? i : 0];
-                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-            }
+            input_blocks(x, count, b, xb, sb);
             q6k(block, xb, sb, count, products, minimums);
             const float d = half_at(block + 208);
             for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i]);
@@ -103,11 +118,12 @@ static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, B
 // One input row (a decode step of one sequence, the common case) is the loop with count the
 // constant 1, so that the compiler drops the other rows' code and checks: it ran 1.5 times
 // slower with count a variable. The bits are the same either way.
-static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
-                                                                const uint8_t *row, const KQuantInput *x,
-                                                                int count, long cols, float *out) {
-    if (count == 1) rows_dot_loop(q4k, q6k, type, row, x, 1, cols, out);
-    else rows_dot_loop(q4k, q6k, type, row, x, count, cols, out);
+static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q5k, BlockSums q6k,
+                                                                QuantType type, const uint8_t *row,
+                                                                const KQuantInput *x, int count, long cols,
+                                                                float *out) {
+    if (count == 1) rows_dot_loop(q4k, q5k, q6k, type, row, x, 1, cols, out);
+    else rows_dot_loop(q4k, q5k, q6k, type, row, x, count, cols, out);
 }
 
 // ---- the portable loop ----
@@ -115,17 +131,15 @@ static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, B
 // once per call (core/sanitizer.h), as matmul_q8.c's portable loop does. Each block's codes
 // are decoded once into `q` and multiplied by every row from there.
 
-SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
-                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+// Q4_K's and Q5_K's sums from the block's codes q[32j + l] (value l of sub-block j) and its
+// packed scales and minimums.
+SANITIZER_UNCHECKED static inline void scale_min_sums_portable(const uint8_t *block, const uint8_t q[KQ_BLOCK],
+                                                               const int8_t *const x[KQ_INPUT_ROWS],
+                                                               const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                               int32_t products[KQ_INPUT_ROWS],
+                                                               int32_t minimums[KQ_INPUT_ROWS]) {
     int scale[8], min[8];
     gguf_unpack_k_scales(block + 4, scale, min);
-    uint8_t q[KQ_BLOCK]; // value 32j + l of sub-block j
-    for (int j = 0; j < 8; j++) {
-        const uint8_t *bytes = block + 16 + 32 * (j / 2);
-        const int shift = 4 * (j % 2);
-        for (int l = 0; l < 32; l++) q[32 * j + l] = (bytes[l] >> shift) & 0x0F;
-    }
     for (int i = 0; i < count; i++) {
         int32_t total = 0;
         for (int j = 0; j < 8; j++) {
@@ -136,6 +150,32 @@ SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const in
         products[i] = total;
         minimums[i] = q4k_minimums(min, sums[i]);
     }
+}
+
+SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    uint8_t q[KQ_BLOCK];
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *bytes = block + 16 + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (bytes[l] >> shift) & 0x0F;
+    }
+    scale_min_sums_portable(block, q, x, sums, count, products, minimums);
+}
+
+// Q5_K: Q4_K's nibbles 32 bytes later, each code's fifth bit from bit j of qh byte l.
+SANITIZER_UNCHECKED static void q5k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    const uint8_t *high_bits = block + 16;
+    uint8_t q[KQ_BLOCK];
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *bytes = block + 48 + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (uint8_t)(((bytes[l] >> shift) & 0x0F) | ((high_bits[l] >> j) & 1) << 4);
+    }
+    scale_min_sums_portable(block, q, x, sums, count, products, minimums);
 }
 
 SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
@@ -164,7 +204,7 @@ SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const in
 
 void kquant_rows_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                               float *out) {
-    rows_dot_with(q4k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_portable, q5k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
 }
 
 // ---- AVX2 ----
@@ -193,7 +233,7 @@ static inline void horizontal_sums_pair(__m256i products, __m256i minimums, int3
     *minimum_sum = _mm_extract_epi32(totals, 1);
 }
 
-// Q4_K's minimums for each row: minimum j (twice, as int16: `minimums16`, from the block's
+// Q4_K's (and Q5_K's) minimums for each row: minimum j (twice, as int16: `minimums16`, from the block's
 // unpacked scale bytes) times the sums of 16 inputs 2j and 2j + 1, then the rows' sums of
 // `totals` (8 int32 lanes of scaled code products each).
 static inline void q4k_finish(__m128i scale_bytes, const __m256i totals[KQ_INPUT_ROWS],
@@ -225,7 +265,7 @@ static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t 
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
-// Q6_K: 2 * 63 * 127, both below 32767), then multiplied by the scales in `scale` (one int16
+// Q5_K: 2 * 31 * 127; Q6_K: 2 * 63 * 127, all below 32767), then multiplied by the scales in `scale` (one int16
 // per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32 lanes.
 static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) {
     const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256((const __m256i *)x));
@@ -245,6 +285,40 @@ static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
         const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
         const __m256i low = _mm256_and_si256(bytes, nibble);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
+        const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
+        for (int i = 0; i < KQ_INPUT_ROWS; i++)
+            if (i < count) {
+                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(low, x[i] + 64 * k, low_scale));
+                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(high, x[i] + 64 * k + 32, high_scale));
+            }
+    }
+    q4k_finish(scale_bytes, totals, sums, count, products, minimums);
+}
+
+// Q5_K's fifth bits of sub-block j as 0x10 in each byte l: bit j of byte l of `high_bits`
+// (the block's 32 qh bytes) moved to bit 4. The 16-bit shift moves each byte's bit j to bit 4
+// of the same byte (j < 8), whatever crosses from the neighbouring byte is masked off.
+static inline __m256i q5k_fifth_bits(__m256i high_bits, int j) {
+    const __m256i moved = j <= 4 ? _mm256_slli_epi16(high_bits, 4 - j) : _mm256_srli_epi16(high_bits, j - 4);
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+static inline void q5k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
+    uint8_t scale[16];
+    _mm_storeu_si128((__m128i *)scale, scale_bytes);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i high_bits = _mm256_loadu_si256((const __m256i *)(block + 16));
+    __m256i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) { // Q4_K's nibbles (sub-blocks 2k and 2k + 1) with their fifth bits
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * k));
+        const __m256i low = _mm256_or_si256(_mm256_and_si256(bytes, nibble), q5k_fifth_bits(high_bits, 2 * k));
+        const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble),
+                                             q5k_fifth_bits(high_bits, 2 * k + 1));
         const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
         const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
@@ -287,7 +361,7 @@ static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
 }
 
 static void rows_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols, float *out) {
-    rows_dot_with(q4k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_avx2, q5k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx2 = rows_dot_avx2;
 #else
@@ -318,6 +392,39 @@ static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[K
         const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
                                                  _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
         const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+        const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
+        for (int i = 0; i < KQ_INPUT_ROWS; i++)
+            if (i < count) {
+                const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x[i] + 64 * k));
+                totals[i] = _mm512_dpwssd_epi32(totals[i], pairs, scale);
+            }
+    }
+    __m256i halves[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
+    q4k_finish(scale_bytes, halves, sums, count, products, minimums);
+}
+
+// Q5_K: Q4_K's step of two sub-blocks, each code's fifth bit from the qh bytes (the same 32
+// in both halves): bit 2k of byte l for the low half, bit 2k + 1 for the high, moved to bit 4.
+static inline void q5k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
+    const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m512i fifth = _mm512_set1_epi8(0x10);
+    const __m512i high_bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 16)));
+    __m512i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
+    for (int k = 0; k < 4; k++) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * k));
+        const __m512i nibbles = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
+                                                   _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
+        const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+        // Shifted right by the sub-block (2k or 2k + 1, per half), then left by 4: each byte's
+        // bit j at bit 4 (16-bit shifts; the bits they bring in from the other byte are masked).
+        const __m512i top = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(high_bits, pick), 4), fifth);
+        const __m512i codes = _mm512_or_si512(nibbles, top);
         const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
             if (i < count) {
@@ -369,7 +476,7 @@ static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[K
 
 static void rows_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                             float *out) {
-    rows_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_avx512, q5k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx512 = rows_dot_avx512;
 #else
