@@ -816,6 +816,85 @@ static void test_q5_k_m_llama_cpp(void) {
     json_decref(expected);
 }
 
+// `--quantize q5_k_m` and `convert --outtype q5_k_m` (llama.cpp's Q5_K_M mix): the rule gives
+// every matrix of llama.cpp's own Q5_K_M fixture the type llama.cpp gave it (Q6_K for the
+// output and layer 1's attn_v and ffn_down, Q5_K elsewhere); a random Llama (3 layers, rows of
+// 256 and 384) written as Q5_K_M by marlhf's converter holds Q5_K tensors, Q6_K for the output
+// and layer 2's attn_v (use_more_bits: the last eighth), and for the ffn_down rows of 384 the
+// fallbacks Q5_1 (layers 0, 1) and Q8_0 (layer 2, Q6_K's), loads under --quantize q5_k_m with the K-quant tensors' own
+// bytes and the Q5_1 ones as Q8_0 (no Q5_1 kernel), and --quantize q5_k_m on the float model
+// gives the file's K-quant bytes; the decode logits stay within 0.04 of the largest of the
+// float model of the file's dequantized weights, as q4_k_m's do.
+static void test_q5_k_m_mix(void) {
+    const char *fixture = "tests/fixtures/gguf/q5_k_m.gguf";
+    Model llama;
+    load_gguf(&llama, fixture, NULL);
+    GgufFile file;
+    CHECK(gguf_open(&file, fixture) == 0, "%s", err_msg());
+    int matrices = 0;
+    for (uint64_t i = 0; i < file.n_tensors; i++) {
+        const GgufTensor *t = &file.tensors[i];
+        if (t->n_dims != 2) continue;
+        const GgmlType rule = gguf_k_mix_matrix_type(GGUF_OUT_Q5_K_M, &llama.config, t->name, (int64_t)t->ne[0]);
+        EXPECT(rule == (GgmlType)t->type, "%s: the q5_k_m rule gives %s, llama.cpp wrote %s", t->name,
+               gguf_type_name(rule), gguf_type_name(t->type));
+        matrices++;
+    }
+    EXPECT(matrices == 16, "%d matrices in the fixture", matrices);
+    gguf_close(&file);
+    model_free(&llama);
+
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/kquant-q5_k_m.gguf", tmp);
+    Model original, dequantized, own;
+    random_llama(&original, false);
+    CHECK(model_write_gguf(&original, NULL, path, GGUF_OUT_Q5_K_M) == 0, "%s", err_msg());
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    int file_counts[GGML_TYPE_Q6_K + 1] = {0};
+    for (uint64_t i = 0; i < file.n_tensors; i++)
+        if (file.tensors[i].n_dims == 2 && file.tensors[i].type <= GGML_TYPE_Q6_K) file_counts[file.tensors[i].type]++;
+    gguf_close(&file);
+    const int layers = original.config.num_layers; // 3
+    EXPECT(file_counts[GGML_TYPE_Q5_K] == 6 * layers && file_counts[GGML_TYPE_Q6_K] == 2 &&
+               file_counts[GGML_TYPE_Q5_1] == 2 && file_counts[GGML_TYPE_Q8_0] == 1,
+           "the file: %d Q5_K, %d Q6_K, %d Q5_1, %d Q8_0", file_counts[GGML_TYPE_Q5_K], file_counts[GGML_TYPE_Q6_K],
+           file_counts[GGML_TYPE_Q5_1], file_counts[GGML_TYPE_Q8_0]);
+    load_gguf(&dequantized, path, NULL);
+    load_gguf(&own, path, "q5_k_m");
+    EXPECT(!strcmp(model_quantize_name(&own), "q5_k_m"), "name %s", model_quantize_name(&own));
+    CHECK(model_quantize(&original, "q5_k_m") == 0, "%s", err_msg());
+    int counts[QUANT_Q5_K + 1] = {0};
+    for (int i = 0; i < own.table.count; i++) {
+        const ParamEntry *e = &own.table.entries[i];
+        const Q8Matrix *from_file = quantized_matrix(&own, e), *from_floats = quantized_matrix(&original, e);
+        if (!from_file) continue;
+        counts[from_file->type]++;
+        EXPECT(from_floats->type == from_file->type, "%s: type %d from the floats, %d from the file", e->name,
+               (int)from_floats->type, (int)from_file->type);
+        if (quant_is_kquant(from_file->type) && from_floats->type == from_file->type)
+            EXPECT(!memcmp(from_floats->blocks, from_file->blocks,
+                           (size_t)(from_file->rows * kquant_row_bytes(from_file->type, from_file->cols))),
+                   "%s: quantizing the floats gives other bytes than the file's", e->name);
+    }
+    EXPECT(counts[QUANT_Q5_K] == 6 * layers && counts[QUANT_Q6_K] == 2 && counts[QUANT_Q8_0] == 3,
+           "held: %d Q5_K, %d Q6_K, %d Q8_0", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0]);
+    const int V = own.config.vocab_size, steps = 5;
+    float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
+    decode_logits(&dequantized, expected, steps);
+    decode_logits(&own, got, steps);
+    double largest = 0;
+    for (long i = 0; i < (long)steps * 2 * V; i++) largest = fmax(largest, fabs(expected[i]));
+    const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+    EXPECT(difference > 0 && difference <= 0.04 * largest, "decode logits differ by %.3g (largest %.3g)", difference,
+           largest);
+    printf("q5_k_m: %d Q5_K, %d Q6_K, %d Q8_0 matrices held; decode logits within %.3g of the dequantized float "
+           "model (largest %.3g)\n", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0], difference, largest);
+    free(expected), free(got);
+    model_free(&original), model_free(&dequantized), model_free(&own);
+    remove(path);
+}
+
 // QLoRA over a q4_k_m base: the log-probs and adapter gradients of LoRA over the float32
 // model holding the base's dequantized values (the forward and the input gradient both run on
 // the dequantized tiles, as for the other types; tests/test_quantize.c).
@@ -957,6 +1036,7 @@ int main(void) {
     RUN(test_q5_k_layout);
     RUN(test_q4_k_m_model);
     RUN(test_q5_k_m_llama_cpp);
+    RUN(test_q5_k_m_mix);
     RUN(test_qlora_over_kquant);
     RUN(test_default_rule);
     RUN(test_smollm2_q4_k_m_decode);

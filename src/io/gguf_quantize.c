@@ -66,6 +66,27 @@ static void block_q5_0(const float *x, uint8_t *out) {
     memcpy(out + 2, &qh, 4);
 }
 
+// Q5_1 (the Q5_K_M mix's type for rows that 256 does not divide): y = d * q + m with q in
+// [0, 31], m the block's smallest value and d its range / 31 (both as the half floats the
+// reader gets), the fifth bits in qh as Q5_0's.
+static void block_q5_1(const float *x, uint8_t *out) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    float d, m;
+    store_f16(out, (hi - lo) / 31.0f, &d);
+    store_f16(out + 2, lo, &m);
+    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    uint8_t *qs = out + 8;
+    for (int j = 0; j < 16; j++) {
+        int low = clamp_int((int)lroundf((x[j] - m) * inverse), 0, 31);
+        int high = clamp_int((int)lroundf((x[j + 16] - m) * inverse), 0, 31);
+        qs[j] = (uint8_t)((low & 0x0f) | (high & 0x0f) << 4);
+        qh |= (uint32_t)(low >> 4) << j | (uint32_t)(high >> 4) << (j + 16);
+    }
+    memcpy(out + 4, &qh, 4);
+}
+
 // Fits x[0..n) ~ scale * q - min with q in [0, levels], scale > 0, min >= 0: candidate
 // scales around (max - min) / levels, each with its rounding and a least-squares refit of
 // scale and offset (offset clamped to <= 0), keeping the smallest squared error.
@@ -179,8 +200,8 @@ static void block_q6_k(const float *x, uint8_t *out) {
 }
 
 bool gguf_can_quantize(GgmlType type) {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
+           type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 size_t gguf_quantized_size(GgmlType type, int64_t n) {
@@ -197,6 +218,7 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
     void (*block)(const float *, uint8_t *) = type == GGML_TYPE_Q8_0   ? block_q8_0
                                               : type == GGML_TYPE_Q4_0 ? block_q4_0
                                               : type == GGML_TYPE_Q5_0 ? block_q5_0
+                                              : type == GGML_TYPE_Q5_1 ? block_q5_1
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
                                               : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;

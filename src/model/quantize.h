@@ -34,18 +34,19 @@ typedef struct {
 } QuantizedLayer;
 
 // The names --quantize takes (quantize_type_check), for option help and errors.
-#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single or q4_k_m"
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m or q5_k_m"
 
 typedef struct ModelQuantized {
     QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4);
-                            // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c)
+                            // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c);
+                            // QUANT_Q5_K: the q5_k_m mix (Q5_K for Q4_K; model/quantize_q4_k_m.c)
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
     QuantizedLayer *layers; // [num_layers]
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
     bool head_is_embedding;
-    int source_type;        // q4_k_m: the GGUF type of the tensor being read as floats (quantized_take_gguf), or -1
+    int source_type;        // q4_k_m, q5_k_m: the GGUF type of the tensor being read as floats (quantized_take_gguf), or -1
 } ModelQuantized;
 
 // True when `type` asks for quantized weights (not NULL and not "none").
@@ -105,15 +106,17 @@ bool quant_type_off_cpu(QuantType type);
 // Under q4_k_m, a GGUF tensor stored as Q4_K, Q5_K (CPU only), Q6_K, Q5_0, Q4_0 or Q8_0 is taken as the file's
 // own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
 // order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
-// Returns 0 when the entry is not a quantized one, the type is not q4_k_m, or the file's
+// Returns 0 when the entry is not a quantized one, the type is not q4_k_m or q5_k_m, or the file's
 // tensor is of another type (or a transposed layout): then the caller reads floats and calls
 // quantized_take. -1 with err_set() on a shape that does not match.
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
-// Under q4_k_m, quantized_take's work for a matrix read as floats (model/quantize_q4_k_m.c):
-// the type a Q4_K_M file of them would hold (a GGUF tensor of another quantized type: Q8_0),
-// quantized with the GGUF writer's block code and held as under quantized_take_gguf.
-void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
+// Under q4_k_m (q5_k_m), quantized_take's work for a matrix read as floats
+// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold -- Q8_0 where
+// that type is Q5_1, the Q5_K_M mix's fallback, which marlhf has no kernel for; a GGUF tensor of
+// another quantized type: Q8_0 --, quantized with the GGUF writer's block code and held as under
+// quantized_take_gguf.
+void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
 // A tied LM head shares the embedding table's quantized arrays, once `matrix` is filled.
 void quantized_share_tied_head(Model *model, const Q8Matrix *matrix);
 

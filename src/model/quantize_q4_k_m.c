@@ -1,5 +1,5 @@
-// `--quantize q4_k_m` (model/quantize.h): llama.cpp's Q4_K_M mix, each matrix in the type a
-// Q4_K_M file holds it in, computed from that type's own bits.
+// `--quantize q4_k_m` and `--quantize q5_k_m` (model/quantize.h): llama.cpp's Q4_K_M or Q5_K_M
+// mix, each matrix in the type such a file holds it in, computed from that type's own bits.
 //
 // From a GGUF file, a tensor stored as Q4_K, Q5_K or Q6_K (ops/kquant.h) keeps the file's bytes
 // as they are (Q5_K, the bulk of a Q5_K_M file, only on the CPU: the GPU has no Q5_K kernel, so
@@ -12,9 +12,9 @@
 //
 // A matrix read as floats -- a float model, or a GGUF tensor of a type marlhf does not hold
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
-// convert --outtype q4_k_m` would write for it (llama.cpp's per-tensor rule: Q6_K for the
-// output and some attn_v / ffn_down, Q4_K otherwise, Q5_0 / Q8_0 for rows that 256 does not
-// divide), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K on the
+// convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
+// the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
+// 256 does not divide; Q5_1 has no kernel here, so those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K on the
 // GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 #include <stdlib.h>
 #include <string.h>
@@ -82,9 +82,9 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
 
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
     Q8Matrix *matrix = quantized_slot(model, entry);
-    if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
+    if (!matrix || (model->quantized->type != QUANT_Q4_K && model->quantized->type != QUANT_Q5_K)) return 0;
     const GgufTensor *t = gguf_find_tensor(file, map->source);
-    // Read as floats, quantized_take goes by the file's type (q4_k_m_take_floats).
+    // Read as floats, quantized_take goes by the file's type (k_mix_take_floats).
     model->quantized->source_type = t ? (int)t->type : -1;
     if (!t || held_type(t->type, model->ops) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
     const long rows = entry->shape[0], cols = entry->shape[1];
@@ -100,7 +100,7 @@ int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *f
     return 1;
 }
 
-void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight) {
+void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight) {
     const int source = model->quantized->source_type;
     model->quantized->source_type = -1;
     const long rows = entry->shape[0], cols = entry->shape[1];
@@ -109,10 +109,12 @@ void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix,
         held_type((uint32_t)source, model->ops) >= 0) { // floats (a held type gets here only from a transposed layout)
         TensorMap map;
         tensor_map_gguf(&model->config, entry, &map);
-        type = gguf_q4_k_m_matrix_type(&model->config, map.source, cols);
+        const GgufOutType mix = model->quantized->type == QUANT_Q5_K ? GGUF_OUT_Q5_K_M : GGUF_OUT_Q4_K_M;
+        type = gguf_k_mix_matrix_type(mix, &model->config, map.source, cols);
+        if (type == GGML_TYPE_Q5_1) type = GGML_TYPE_Q8_0; // no Q5_1 kernel: more bits, not fewer
     }
-    CHECK(held_type(type, model->ops) >= 0, "q4_k_m: '%s' would be %s, which marlhf does not hold", entry->name,
-          gguf_type_name(type));
+    CHECK(held_type(type, model->ops) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
+          model_quantize_name(model), entry->name, gguf_type_name(type));
     uint8_t *blocks = xmalloc(gguf_quantized_size(type, rows * cols));
     gguf_quantize(type, weight, blocks, rows * cols);
     hold_blocks(model->ops, matrix, type, blocks, rows, cols, NULL, NULL);
