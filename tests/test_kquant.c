@@ -577,6 +577,15 @@ static void random_llama(Model *model, bool tied) {
     }
 }
 
+// The tensor of GGUF file `file` that entry `e` of `model` is read from.
+static const GgufTensor *file_tensor(const Model *model, const ParamEntry *e, const GgufFile *file) {
+    TensorMap map;
+    tensor_map_gguf(&model->config, e, &map);
+    const GgufTensor *t = gguf_find_tensor(file, map.source);
+    CHECK(t, "no tensor %s", map.source);
+    return t;
+}
+
 static void load_gguf(Model *model, const char *path, const char *quantize) {
     ModelLoadOptions options = {.with_lm_head = true, .quantize = quantize};
     CHECK(model_load(model, path, &ops_cpu, &options) == 0, "%s", err_msg());
@@ -606,10 +615,7 @@ static void test_q4_k_m_model(void) {
             const ParamEntry *e = &own.table.entries[i];
             const Q8Matrix *m = quantized_matrix(&own, e);
             if (!m) continue;
-            TensorMap map;
-            tensor_map_gguf(&own.config, e, &map);
-            const GgufTensor *t = gguf_find_tensor(&file, map.source);
-            CHECK(t, "no tensor %s", map.source);
+            const GgufTensor *t = file_tensor(&own, e, &file);
             const bool file_kquant = t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q6_K;
             const QuantType expected = t->type == GGML_TYPE_Q4_K   ? QUANT_Q4_K
                                        : t->type == GGML_TYPE_Q6_K ? QUANT_Q6_K
@@ -771,10 +777,7 @@ static void test_q5_k_m_llama_cpp(void) {
         const ParamEntry *e = &model.table.entries[i];
         const Q8Matrix *m = quantized_matrix(&model, e);
         if (!m) continue;
-        TensorMap map;
-        tensor_map_gguf(&model.config, e, &map);
-        const GgufTensor *t = gguf_find_tensor(&file, map.source);
-        CHECK(t, "no tensor %s", map.source);
+        const GgufTensor *t = file_tensor(&model, e, &file);
         counts[m->type]++;
         EXPECT((t->type == GGML_TYPE_Q5_K && m->type == QUANT_Q5_K) || (t->type == GGML_TYPE_Q6_K && m->type == QUANT_Q6_K),
                "%s: held as type %d for the file's %s", e->name, (int)m->type, gguf_type_name(t->type));

@@ -63,28 +63,25 @@ static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
     return total;
 }
 
-// Points xb[i], sb[i] at super-block b of input row i; rows past count at row 0's (never read).
-static inline void input_blocks(const KQuantInput *x, int count, long b, const int8_t *xb[KQ_INPUT_ROWS],
-                                const int16_t *sb[KQ_INPUT_ROWS]) {
-    for (int i = 0; i < KQ_INPUT_ROWS; i++) {
-        const KQuantInput *input = &x[i < count ? i : 0];
-        xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-    }
-}
-
-// The super-blocks of a type with minimums (Q4_K, Q5_K: half-float d at byte 0, dmin at 2),
-// each row's float sum into sum[i].
-static inline __attribute__((always_inline)) void scale_min_loop(BlockSums block_sums, long block_bytes,
-                                                                 const uint8_t *row, const KQuantInput *x,
-                                                                 int count, long cols, float sum[KQ_INPUT_ROWS]) {
+// The super-blocks of a row, each row's float sum into sum[i]: x_scale * (d * products -
+// dmin * minimums), d the half float at byte d_offset of a block, dmin the one at byte 2 for
+// the types with minimums (Q4_K, Q5_K); Q6_K has none (dmin and its minimums 0, which leaves
+// d * products as it is: subtracting +0 is exact).
+static inline __attribute__((always_inline)) void super_block_loop(BlockSums block_sums, long block_bytes,
+                                                                   long d_offset, bool has_minimums,
+                                                                   const uint8_t *row, const KQuantInput *x,
+                                                                   int count, long cols, float sum[KQ_INPUT_ROWS]) {
     const int8_t *xb[KQ_INPUT_ROWS];
     const int16_t *sb[KQ_INPUT_ROWS];
     int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
     for (long b = 0; b < cols / KQ_BLOCK; b++) {
         const uint8_t *block = row + b * block_bytes;
-        input_blocks(x, count, b, xb, sb);
+        for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0's (never read)
+            const KQuantInput *input = &x[i < count ? i : 0];
+            xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+        }
         block_sums(block, xb, sb, count, products, minimums);
-        const float d = half_at(block), dmin = half_at(block + 2);
+        const float d = half_at(block + d_offset), dmin = has_minimums ? half_at(block + 2) : 0.0f;
         for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
     }
 }
@@ -98,20 +95,9 @@ static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, B
                                                                 const KQuantInput *x, int count, long cols,
                                                                 float *out) {
     float sum[KQ_INPUT_ROWS] = {0};
-    if (type == QUANT_Q4_K) scale_min_loop(q4k, KQ_Q4_K_BYTES, row, x, count, cols, sum);
-    else if (type == QUANT_Q5_K) scale_min_loop(q5k, KQ_Q5_K_BYTES, row, x, count, cols, sum);
-    else {
-        const int8_t *xb[KQ_INPUT_ROWS];
-        const int16_t *sb[KQ_INPUT_ROWS];
-        int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
-        for (long b = 0; b < cols / KQ_BLOCK; b++) {
-            const uint8_t *block = row + b * KQ_Q6_K_BYTES;
-            input_blocks(x, count, b, xb, sb);
-            q6k(block, xb, sb, count, products, minimums);
-            const float d = half_at(block + 208);
-            for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i]);
-        }
-    }
+    if (type == QUANT_Q4_K) super_block_loop(q4k, KQ_Q4_K_BYTES, 0, true, row, x, count, cols, sum);
+    else if (type == QUANT_Q5_K) super_block_loop(q5k, KQ_Q5_K_BYTES, 0, true, row, x, count, cols, sum);
+    else super_block_loop(q6k, KQ_Q6_K_BYTES, 208, false, row, x, count, cols, sum);
     for (int i = 0; i < count; i++) out[i] = sum[i];
 }
 
@@ -265,35 +251,12 @@ static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t 
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
-// Q5_K: 2 * 31 * 127; Q6_K: 2 * 63 * 127, all below 32767), then multiplied by the scales in `scale` (one int16
-// per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32 lanes.
+// Q5_K: 2 * 31 * 127; Q6_K: 2 * 63 * 127, all below 32767), then multiplied by the scales in
+// `scale` (one int16 per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32
+// lanes.
 static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) {
     const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256((const __m256i *)x));
     return _mm256_madd_epi16(pairs, scale);
-}
-
-static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
-                                 int32_t minimums[KQ_INPUT_ROWS]) {
-    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
-    uint8_t scale[16];
-    _mm_storeu_si128((__m128i *)scale, scale_bytes);
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    __m256i totals[KQ_INPUT_ROWS];
-    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
-        const __m256i low = _mm256_and_si256(bytes, nibble);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-        const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
-        const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
-        for (int i = 0; i < KQ_INPUT_ROWS; i++)
-            if (i < count) {
-                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(low, x[i] + 64 * k, low_scale));
-                totals[i] = _mm256_add_epi32(totals[i], scaled_dot(high, x[i] + 64 * k + 32, high_scale));
-            }
-    }
-    q4k_finish(scale_bytes, totals, sums, count, products, minimums);
 }
 
 // Q5_K's fifth bits of sub-block j as 0x10 in each byte l: bit j of byte l of `high_bits`
@@ -304,21 +267,28 @@ static inline __m256i q5k_fifth_bits(__m256i high_bits, int j) {
     return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
 }
 
-static inline void q5k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
-                                 int32_t minimums[KQ_INPUT_ROWS]) {
+// Q4_K's sums, and Q5_K's (five_bits: the nibbles 32 bytes later, each code with its fifth
+// bit from qh). Inlined with five_bits a constant, so Q4_K's code has no fifth-bit work.
+static inline __attribute__((always_inline)) void scale_min_sums_avx2(
+    const uint8_t *block, bool five_bits, const int8_t *const x[KQ_INPUT_ROWS],
+    const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+    int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     uint8_t scale[16];
     _mm_storeu_si128((__m128i *)scale, scale_bytes);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
-    const __m256i high_bits = _mm256_loadu_si256((const __m256i *)(block + 16));
+    const __m256i high_bits = five_bits ? _mm256_loadu_si256((const __m256i *)(block + 16)) : _mm256_setzero_si256();
+    const uint8_t *nibbles = block + (five_bits ? 48 : 16);
     __m256i totals[KQ_INPUT_ROWS];
     for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) { // Q4_K's nibbles (sub-blocks 2k and 2k + 1) with their fifth bits
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * k));
-        const __m256i low = _mm256_or_si256(_mm256_and_si256(bytes, nibble), q5k_fifth_bits(high_bits, 2 * k));
-        const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble),
-                                             q5k_fifth_bits(high_bits, 2 * k + 1));
+    for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * k));
+        __m256i low = _mm256_and_si256(bytes, nibble);
+        __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        if (five_bits) {
+            low = _mm256_or_si256(low, q5k_fifth_bits(high_bits, 2 * k));
+            high = _mm256_or_si256(high, q5k_fifth_bits(high_bits, 2 * k + 1));
+        }
         const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
         const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
@@ -328,6 +298,18 @@ static inline void q5k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
             }
     }
     q4k_finish(scale_bytes, totals, sums, count, products, minimums);
+}
+
+static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx2(block, false, x, sums, count, products, minimums);
+}
+
+static inline void q5k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx2(block, true, x, sums, count, products, minimums);
 }
 
 static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
@@ -377,21 +359,31 @@ static inline __m256i fold_halves(__m512i total) {
     return _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
 }
 
-static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
-                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+// Q4_K's sums, and Q5_K's (five_bits: the nibbles 32 bytes later, each code's fifth bit from
+// the qh bytes, the same 32 in both halves of a step: bit 2k of byte l for the low half, bit
+// 2k + 1 for the high, moved to bit 4). Inlined with five_bits a constant.
+static inline __attribute__((always_inline)) void scale_min_sums_avx512(
+    const uint8_t *block, bool five_bits, const int8_t *const x[KQ_INPUT_ROWS],
+    const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+    int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     // Each sub-block scale as int16, picked for a step's two sub-blocks by vpermw: step k's
     // low 256 bits take scale 2k, its high 256 scale 2k + 1.
     const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m512i high_bits =
+        five_bits ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 16))) : _mm512_setzero_si512();
+    const uint8_t *nibbles = block + (five_bits ? 48 : 16);
     __m512i totals[KQ_INPUT_ROWS];
     for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
     for (int k = 0; k < 4; k++) { // sub-blocks 2k (low nibbles) and 2k + 1 (high): values [64k, 64k + 64)
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
-        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
-                                                 _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * k));
+        __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
+                                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
         const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+        if (five_bits) // shifted right by the sub-block, then left by 4 (16-bit shifts; what they bring in from the other byte is masked)
+            codes = _mm512_or_si512(codes, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(high_bits, pick), 4),
+                                                            _mm512_set1_epi8(0x10)));
         const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
             if (i < count) {
@@ -404,37 +396,16 @@ static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[K
     q4k_finish(scale_bytes, halves, sums, count, products, minimums);
 }
 
-// Q5_K: Q4_K's step of two sub-blocks, each code's fifth bit from the qh bytes (the same 32
-// in both halves): bit 2k of byte l for the low half, bit 2k + 1 for the high, moved to bit 4.
+static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx512(block, false, x, sums, count, products, minimums);
+}
+
 static inline void q5k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
                                    const int16_t *const sums[KQ_INPUT_ROWS], int count,
                                    int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
-    const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
-    const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    const __m512i fifth = _mm512_set1_epi8(0x10);
-    const __m512i high_bits = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 16)));
-    __m512i totals[KQ_INPUT_ROWS];
-    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
-    for (int k = 0; k < 4; k++) {
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 48 + 32 * k));
-        const __m512i nibbles = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
-                                                   _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
-        const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
-        // Shifted right by the sub-block (2k or 2k + 1, per half), then left by 4: each byte's
-        // bit j at bit 4 (16-bit shifts; the bits they bring in from the other byte are masked).
-        const __m512i top = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(high_bits, pick), 4), fifth);
-        const __m512i codes = _mm512_or_si512(nibbles, top);
-        const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
-        for (int i = 0; i < KQ_INPUT_ROWS; i++)
-            if (i < count) {
-                const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x[i] + 64 * k));
-                totals[i] = _mm512_dpwssd_epi32(totals[i], pairs, scale);
-            }
-    }
-    __m256i halves[KQ_INPUT_ROWS];
-    for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
-    q4k_finish(scale_bytes, halves, sums, count, products, minimums);
+    scale_min_sums_avx512(block, true, x, sums, count, products, minimums);
 }
 
 static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
