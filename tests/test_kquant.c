@@ -577,6 +577,20 @@ static void random_llama(Model *model, bool tied) {
     }
 }
 
+// The largest difference between the decode logits (decode_logits: 5 steps) of `own` and of
+// `reference`, and the largest of the reference's in *largest.
+static double decode_difference(Model *own, Model *reference, double *largest) {
+    const int V = own->config.vocab_size, steps = 5;
+    float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
+    decode_logits(reference, expected, steps);
+    decode_logits(own, got, steps);
+    *largest = 0;
+    for (long i = 0; i < (long)steps * 2 * V; i++) *largest = fmax(*largest, fabs(expected[i]));
+    const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+    free(expected), free(got);
+    return difference;
+}
+
 // The tensor of GGUF file `file` that entry `e` of `model` is read from.
 static const GgufTensor *file_tensor(const Model *model, const ParamEntry *e, const GgufFile *file) {
     TensorMap map;
@@ -656,13 +670,8 @@ static void test_q4_k_m_model(void) {
                counts[QUANT_Q8_0], held_kquant_bytes, held_bytes, file_bytes);
 
         // Logits against the float model of the file's dequantized weights.
-        const int V = own.config.vocab_size, steps = 5;
-        float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
-        decode_logits(&dequantized, expected, steps);
-        decode_logits(&own, got, steps);
-        double largest = 0;
-        for (long i = 0; i < (long)steps * 2 * V; i++) largest = fmax(largest, fabs(expected[i]));
-        const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+        double largest;
+        const double difference = decode_difference(&own, &dequantized, &largest);
         EXPECT(difference > 0 && difference <= 0.04 * largest, "tied %d: decode logits differ by %.3g (largest %.3g)",
                tied, difference, largest);
         printf("tied %d: decode logits within %.3g of the dequantized float model (largest %.3g)\n", tied, difference,
@@ -672,7 +681,7 @@ static void test_q4_k_m_model(void) {
         Model twin;
         load_gguf(&twin, path, "q4_k_m");
         model_dequantize(&twin);
-        const int B = 2, T = 40;
+        const int B = 2, T = 40, V = own.config.vocab_size;
         int *tokens = xmalloc((size_t)B * T * sizeof(int));
         for (int i = 0; i < B * T; i++) tokens[i] = (5 * i + 1) % V;
         ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
@@ -698,7 +707,7 @@ static void test_q4_k_m_model(void) {
                                (size_t)(from_file->rows * kquant_row_bytes(from_file->type, from_file->cols))),
                    "%s: quantizing the floats gives other bytes than the file's", e->name);
         }
-        free(tokens), free(a), free(b), free(expected), free(got);
+        free(tokens), free(a), free(b);
         model_free(&original), model_free(&dequantized), model_free(&own), model_free(&twin);
         remove(path);
     }
@@ -886,18 +895,12 @@ static void test_q5_k_m_mix(void) {
     }
     EXPECT(counts[QUANT_Q5_K] == 6 * layers && counts[QUANT_Q6_K] == 2 && counts[QUANT_Q8_0] == 3,
            "held: %d Q5_K, %d Q6_K, %d Q8_0", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0]);
-    const int V = own.config.vocab_size, steps = 5;
-    float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
-    decode_logits(&dequantized, expected, steps);
-    decode_logits(&own, got, steps);
-    double largest = 0;
-    for (long i = 0; i < (long)steps * 2 * V; i++) largest = fmax(largest, fabs(expected[i]));
-    const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+    double largest;
+    const double difference = decode_difference(&own, &dequantized, &largest);
     EXPECT(difference > 0 && difference <= 0.04 * largest, "decode logits differ by %.3g (largest %.3g)", difference,
            largest);
     printf("q5_k_m: %d Q5_K, %d Q6_K, %d Q8_0 matrices held; decode logits within %.3g of the dequantized float "
            "model (largest %.3g)\n", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0], difference, largest);
-    free(expected), free(got);
     model_free(&original), model_free(&dequantized), model_free(&own);
     remove(path);
 }
