@@ -328,7 +328,8 @@ static void test_q4_k_m_file(void) {
 // CPU its Q5_K tensors keep the file's bytes (QUANT_Q5_K); off the CPU, where there is no Q5_K
 // kernel (ops/cuda/dequantize.cuh), they are read as floats and held as Q8_0 (what every
 // backend did before Q5_K was held), the Q6_K ones as the file's bytes on both; every matrix
-// on the other backend is of a type its kernels take.
+// on the other backend is of a type its kernels take. --quantize q5_k_m (the mix of Q5_K
+// matrices) is refused off the CPU, with one line naming the backend.
 static void test_q5_k_file(void) {
     Model mc, mo;
     load(&mc, "tests/fixtures/gguf/q5_k_m.gguf", &ops_cpu, "q4_k_m");
@@ -351,6 +352,12 @@ static void test_q5_k_file(void) {
            other.name, q6_k);
     model_free(&mc);
     model_free(&mo);
+    Model refused;
+    ModelLoadOptions options = {.with_lm_head = true, .quantize = "q5_k_m"};
+    EXPECT(model_load(&refused, "tests/fixtures/gguf/q5_k_m.gguf", &other, &options) != 0 &&
+               strstr(err_msg(), "q5_k_m") && strstr(err_msg(), other.name) && !strchr(err_msg(), '\n'),
+           "q5_k_m on %s: %s", other.name, err_msg());
+    err_clear();
 }
 
 static void test_quantized_memory(void) {
