@@ -1,4 +1,5 @@
-// The decode kernels of a Q4_K_M file's types (Q5_0, Q8_0, Q4_K, Q6_K) on SmolLM2-135M's
+// The decode kernels of a Q4_K_M file's types (Q5_0, Q8_0, Q4_K, Q6_K) and of Q5_K (a Q5_K_M
+// file's) on SmolLM2-135M's
 // MLP shapes at one input row, the way a decode step runs them: weights read from memory
 // (enough copies of the matrix, used in turn, that they do not stay in the 32 MB L3) and,
 // apart, from cache (the same matrix again and again: the kernel's arithmetic alone, each
@@ -58,7 +59,11 @@ static Q8Matrix random_matrix(QuantType type, int rows, int cols, uint64_t seed)
 static void free_matrix(Q8Matrix *m) { free(m->nibbles), free(m->scales), free(m->high_bits); }
 
 static const char *type_name(QuantType type) {
-    return type == QUANT_Q5_0 ? "q5_0" : type == QUANT_Q8_0 ? "q8_0" : type == QUANT_Q4_K ? "q4_k" : "q6_k";
+    return type == QUANT_Q5_0   ? "q5_0"
+           : type == QUANT_Q8_0 ? "q8_0"
+           : type == QUANT_Q4_K ? "q4_k"
+           : type == QUANT_Q5_K ? "q5_k"
+                                : "q6_k";
 }
 
 static void report(const char *type, const char *path, const char *from, int IC, int OC, double seconds, long bytes) {
@@ -147,14 +152,14 @@ static Q8Matrix copy_matrix(const Q8Matrix *m) {
     return copy;
 }
 
-// The --batched sweep: per shape, the four types take turns within each repeat (as in main),
+// The --batched sweep: per shape, the five types take turns within each repeat (as in main),
 // N rows a call, weights from memory (matrices used in turn, 3x the L3 of each type).
 static void batched_sweep(int repeats) {
     const struct {
         const char *name;
         int IC_blocks32, OC_blocks32, IC_kquant, OC_kquant; // Q5_0 / Q8_0 shape, K-quant shape
     } shapes[] = {{"smollm2-135m", 576, 1536, 1536, 576}, {"llama-1b", 2048, 8192, 2048, 8192}};
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     const int row_counts[] = {1, 2, 4, 8, 16, 32, 63};
     enum { TYPES = sizeof types / sizeof types[0], COUNTS = sizeof row_counts / sizeof row_counts[0] };
     const int max_rows = 63;
@@ -225,7 +230,7 @@ int main(int argc, char **argv) {
         batched_sweep(repeats);
         return 0;
     }
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     enum { TYPES = sizeof types / sizeof types[0] };
     Case cases[TYPES];
     for (int t = 0; t < TYPES; t++) {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Decode speed and memory of a Q4_K_M GGUF of SmolLM2-135M-Instruct, batch 1, 1 and 2 threads:
-# marlhf running the file with its own bits (`--quantize q4_k_m`, what the inference commands do
-# with a K-quant file by default), marlhf's Q8_0 path on the same file (`--quantize q8_0`: every
+# Decode speed and memory of a Q4_K_M GGUF of SmolLM2-135M-Instruct (MIX=q5_k_m: a Q5_K_M one),
+# batch 1, 1 and 2 threads: marlhf running the file with its own bits (`--quantize q4_k_m`, what
+# the inference commands do with a K-quant file by default, Q5_K_M's included), marlhf's Q8_0 path on the same file (`--quantize q8_0`: every
 # matrix dequantized and re-quantized to Q8_0), and llama.cpp on the same file
 # (llama-cpp-python: bench/llamacpp_decode.py --files; skipped when it is not installed). One
 # JSON line each: ms_per_step (= ms per token at batch 1), decode_tokens_per_s, peak_rss_mb.
 #
-# The file is marlhf's own `convert --outtype q4_k_m` of the SmolLM2 GGUF (written once to
-# build/models/); LLAMACPP_FILE=1 adds llama.cpp's own Q4_K_M of the same weights
+# The file is marlhf's own `convert --outtype q4_k_m` (q5_k_m) of the SmolLM2 GGUF (written once
+# to build/models/; SmolLM2's rows of 576 make most of a Q5_K_M file the fallback Q5_1, which
+# marlhf holds as Q8_0: its Q5_K matrices are the ffn_down ones); LLAMACPP_FILE=1 (Q4_K_M only) adds llama.cpp's own Q4_K_M of the same weights
 # (bench/llamacpp_decode.py --make-q4-k-m: llama_model_quantize through an F32 file), whose
 # blocks come from llama.cpp's quantizer. PYTHON=path picks the interpreter that has llama_cpp
 # (default .venv-tools/bin/python).
@@ -25,11 +26,13 @@ scripts/fetch-model
 new=${NEW:-64}
 python=${PYTHON:-.venv-tools/bin/python}
 source_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
-file=build/models/SmolLM2-135M-Instruct.Q4_K_M.gguf
+mix=${MIX:-q4_k_m}
+case "$mix" in q4_k_m | q5_k_m) ;; *) echo "MIX must be q4_k_m or q5_k_m" >&2 && exit 2 ;; esac
+file=build/models/SmolLM2-135M-Instruct.${mix^^}.gguf
 mkdir -p build/models
-[ -f "$file" ] || build/marlhf convert "$source_model" "$file" --outtype q4_k_m > /dev/null
+[ -f "$file" ] || build/marlhf convert "$source_model" "$file" --outtype "$mix" > /dev/null
 files=("$file")
-if [ -n "${LLAMACPP_FILE:-}" ] && "$python" -c "import llama_cpp" 2> /dev/null; then
+if [ -n "${LLAMACPP_FILE:-}" ] && [ "$mix" = q4_k_m ] && "$python" -c "import llama_cpp" 2> /dev/null; then
     llama_file=build/models/SmolLM2-135M-Instruct.llamacpp-Q4_K_M.gguf
     "$python" bench/llamacpp_decode.py --model "$source_model" --make-q4-k-m "$llama_file" --files 2> /dev/null || true
     [ -f "$llama_file" ] && files+=("$llama_file")

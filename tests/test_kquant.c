@@ -1,4 +1,4 @@
-// K-quant weights run with their own bits (`--quantize q4_k_m`; ops/kquant.h,
+// K-quant weights run with their own bits (`--quantize q4_k_m`, `q5_k_m`; ops/kquant.h,
 // ops/cpu/matmul_kquant.c, model/quantize.c). The layouts themselves are checked against
 // gguf-py bit for bit in tests/test_gguf.c (io/gguf_dequant.c, which the kernels' dequantized
 // reference here goes through).
@@ -29,6 +29,10 @@
 //    of the file's dequantized weights (prefill: of the held matrices' dequantized weights, to
 //    sgemm's rounding), and --quantize q4_k_m on the float model quantizes
 //    to the file's own bytes.
+//  - Q5_K (a Q5_K_M file's type) through the same path and batch tests as Q4_K and Q6_K; its
+//    layout against a decoder written here; llama.cpp's own Q5_K_M file
+//    (tests/fixtures/gguf/q5_k_m.gguf) held with its bits and giving llama.cpp's logits to 1e-4;
+//    the q5_k_m mix rule against that file's types, marlhf's Q5_K_M export and --quantize q5_k_m.
 //  - QLoRA over a q4_k_m base against LoRA over its dequantized float32 twin; the inference
 //    commands' default (quantize_default); SmolLM2 in the Q4_K_M mix decoded token by token
 //    against transformers' float32 log-probs (top-1 agreement >= 0.88, mean <= 0.4).
@@ -63,12 +67,12 @@ static float uniform(uint64_t seed, uint64_t i) { return 2.0f * rng_uniform(seed
 // n_blocks super-blocks of random bytes (any 6-bit scale and minimum, any code) with factors
 // d, dmin of magnitude 2^-10 .. 2^-6 (finite half floats; either sign for Q6_K).
 static void random_blocks(QuantType type, uint8_t *blocks, long n_blocks, uint64_t seed) {
-    const long block_bytes = type == QUANT_Q4_K ? KQ_Q4_K_BYTES : KQ_Q6_K_BYTES;
+    const long block_bytes = kquant_block_bytes(type);
     for (long b = 0; b < n_blocks; b++) {
         uint8_t *block = blocks + b * block_bytes;
         for (long j = 0; j < block_bytes; j++) block[j] = (uint8_t)(rng_uniform(seed + 1, 0, (uint64_t)(b * 256 + j)) * 256);
         const uint16_t d = (uint16_t)(0x1400 + (b * 37) % 0x1000), dmin = (uint16_t)(0x1400 + (b * 53) % 0x1000);
-        if (type == QUANT_Q4_K) memcpy(block, &d, 2), memcpy(block + 2, &dmin, 2);
+        if (type != QUANT_Q6_K) memcpy(block, &d, 2), memcpy(block + 2, &dmin, 2); // Q4_K, Q5_K
         else {
             const uint16_t signed_d = (uint16_t)(d | (b % 2 ? 0x8000 : 0));
             memcpy(block + 208, &signed_d, 2);
@@ -76,15 +80,16 @@ static void random_blocks(QuantType type, uint8_t *blocks, long n_blocks, uint64
     }
 }
 
-// Overwrites tensor `name` (Q4_K or Q6_K) of the GGUF file at `path` with random super-blocks:
+// Overwrites tensor `name` (Q4_K, Q5_K or Q6_K) of the GGUF file at `path` with random super-blocks:
 // bytes that marlhf's own quantizer would not write for their dequantized values, as a file
 // from another quantizer (llama.cpp's, with its own search) holds.
 static void randomize_tensor(const char *path, const char *name, uint64_t seed) {
     GgufFile file;
     CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
     const GgufTensor *t = gguf_find_tensor(&file, name);
-    CHECK(t && (t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q6_K), "%s is not a K-quant tensor", name);
-    const QuantType type = t->type == GGML_TYPE_Q4_K ? QUANT_Q4_K : QUANT_Q6_K;
+    CHECK(t && (t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q5_K || t->type == GGML_TYPE_Q6_K),
+          "%s is not a K-quant tensor", name);
+    const QuantType type = t->type == GGML_TYPE_Q4_K ? QUANT_Q4_K : t->type == GGML_TYPE_Q5_K ? QUANT_Q5_K : QUANT_Q6_K;
     const long offset = (long)(file.data_offset + t->offset), n_blocks = t->n_elements / KQ_BLOCK;
     const size_t bytes = t->nbytes;
     gguf_close(&file);
@@ -122,14 +127,14 @@ static void free_inputs(KQuantInput *inputs, int N) {
 }
 
 static void test_row_dot_paths(void) {
-    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     const long cols_list[] = {256, 768, 1536};
     const struct {
         const char *name;
         KQuantRowsDot dot;
     } paths[] = {{"avx2", kquant_rows_dot_avx2}, {"avx512", kquant_rows_dot_avx512}};
     int compared = 0;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 3; t++)
         for (int c = 0; c < 3; c++)
             for (int random_bytes = 0; random_bytes < 2; random_bytes++) {
                 const long cols = cols_list[c], rows = 9;
@@ -324,7 +329,7 @@ static void test_q5_0_matmul(void) {
 // the row in the call; nothing is written past out[count - 1]. Input rows of different
 // magnitudes, one with an all-zero block; super-blocks the GGUF writer made and random bytes.
 static void test_batched_row_dots(void) {
-    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     const struct {
         const char *name;
         KQuantRowsDot dot;
@@ -332,7 +337,7 @@ static void test_batched_row_dots(void) {
     enum { INPUTS = 7, ROWS = 5 };
     const long cols = 768;
     int compared = 0;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 3; t++)
         for (int random_bytes = 0; random_bytes < 2; random_bytes++) {
             const uint64_t seed = 1100 + 10 * t + random_bytes;
             Q8Matrix m = random_matrix(types[t], ROWS, cols, random_bytes, seed);
@@ -440,10 +445,10 @@ static void test_q5_0_batched_paths(void) {
 // how many rows are in the batch (whole groups and every remainder), nor on the thread
 // count, nor on the vector path. 13 weight rows: a Q5_0 group of 8 and one of 5.
 static void test_batched_matmul(void) {
-    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0};
+    const QuantType types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K};
     enum { MAX_N = 70, OC = 13 };
     const int threads_before = omp_get_max_threads();
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         const QuantType type = types[t];
         const int IC = type == QUANT_Q5_0 ? 608 : 512;
         Q8Matrix m = type == QUANT_Q5_0 ? random_q5_0(OC, IC, 1400) : random_matrix(type, OC, IC, false, 1400 + t);
@@ -493,8 +498,8 @@ static void test_matmul(void) {
         int N, IC, OC;
         bool bias;
     } shapes[] = {{1, 256, 7, false}, {3, 512, 37, true}, {5, 1536, 13, false}, {63, 768, 9, true}, {64, 256, 11, true}, {70, 512, 5, false}};
-    for (int t = 0; t < 2; t++) {
-        const QuantType type = t == 0 ? QUANT_Q4_K : QUANT_Q6_K;
+    for (int t = 0; t < 3; t++) {
+        const QuantType type = t == 0 ? QUANT_Q4_K : t == 1 ? QUANT_Q6_K : QUANT_Q5_K;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int N = shapes[s].N, IC = shapes[s].IC, OC = shapes[s].OC;
             Q8Matrix m = random_matrix(type, OC, IC, false, 300 + s);
@@ -572,6 +577,29 @@ static void random_llama(Model *model, bool tied) {
     }
 }
 
+// The largest difference between the decode logits (decode_logits: 5 steps) of `own` and of
+// `reference`, and the largest of the reference's in *largest.
+static double decode_difference(Model *own, Model *reference, double *largest) {
+    const int V = own->config.vocab_size, steps = 5;
+    float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
+    decode_logits(reference, expected, steps);
+    decode_logits(own, got, steps);
+    *largest = 0;
+    for (long i = 0; i < (long)steps * 2 * V; i++) *largest = fmax(*largest, fabs(expected[i]));
+    const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+    free(expected), free(got);
+    return difference;
+}
+
+// The tensor of GGUF file `file` that entry `e` of `model` is read from.
+static const GgufTensor *file_tensor(const Model *model, const ParamEntry *e, const GgufFile *file) {
+    TensorMap map;
+    tensor_map_gguf(&model->config, e, &map);
+    const GgufTensor *t = gguf_find_tensor(file, map.source);
+    CHECK(t, "no tensor %s", map.source);
+    return t;
+}
+
 static void load_gguf(Model *model, const char *path, const char *quantize) {
     ModelLoadOptions options = {.with_lm_head = true, .quantize = quantize};
     CHECK(model_load(model, path, &ops_cpu, &options) == 0, "%s", err_msg());
@@ -601,10 +629,7 @@ static void test_q4_k_m_model(void) {
             const ParamEntry *e = &own.table.entries[i];
             const Q8Matrix *m = quantized_matrix(&own, e);
             if (!m) continue;
-            TensorMap map;
-            tensor_map_gguf(&own.config, e, &map);
-            const GgufTensor *t = gguf_find_tensor(&file, map.source);
-            CHECK(t, "no tensor %s", map.source);
+            const GgufTensor *t = file_tensor(&own, e, &file);
             const bool file_kquant = t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q6_K;
             const QuantType expected = t->type == GGML_TYPE_Q4_K   ? QUANT_Q4_K
                                        : t->type == GGML_TYPE_Q6_K ? QUANT_Q6_K
@@ -645,13 +670,8 @@ static void test_q4_k_m_model(void) {
                counts[QUANT_Q8_0], held_kquant_bytes, held_bytes, file_bytes);
 
         // Logits against the float model of the file's dequantized weights.
-        const int V = own.config.vocab_size, steps = 5;
-        float *expected = xmalloc((size_t)steps * 2 * V * sizeof(float)), *got = xmalloc((size_t)steps * 2 * V * sizeof(float));
-        decode_logits(&dequantized, expected, steps);
-        decode_logits(&own, got, steps);
-        double largest = 0;
-        for (long i = 0; i < (long)steps * 2 * V; i++) largest = fmax(largest, fabs(expected[i]));
-        const double difference = test_max_abs_diff(got, expected, (long)steps * 2 * V);
+        double largest;
+        const double difference = decode_difference(&own, &dequantized, &largest);
         EXPECT(difference > 0 && difference <= 0.04 * largest, "tied %d: decode logits differ by %.3g (largest %.3g)",
                tied, difference, largest);
         printf("tied %d: decode logits within %.3g of the dequantized float model (largest %.3g)\n", tied, difference,
@@ -661,7 +681,7 @@ static void test_q4_k_m_model(void) {
         Model twin;
         load_gguf(&twin, path, "q4_k_m");
         model_dequantize(&twin);
-        const int B = 2, T = 40;
+        const int B = 2, T = 40, V = own.config.vocab_size;
         int *tokens = xmalloc((size_t)B * T * sizeof(int));
         for (int i = 0; i < B * T; i++) tokens[i] = (5 * i + 1) % V;
         ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
@@ -687,10 +707,202 @@ static void test_q4_k_m_model(void) {
                                (size_t)(from_file->rows * kquant_row_bytes(from_file->type, from_file->cols))),
                    "%s: quantizing the floats gives other bytes than the file's", e->name);
         }
-        free(tokens), free(a), free(b), free(expected), free(got);
+        free(tokens), free(a), free(b);
         model_free(&original), model_free(&dequantized), model_free(&own), model_free(&twin);
         remove(path);
     }
+}
+
+// Q5_K's layout read by a decoder written here from llama.cpp's description (d, dmin, the
+// 12 bytes of 6-bit scales and minimums, 32 bytes of fifth bits -- bit j of byte l for value
+// l of sub-block j --, then Q4_K's 128 bytes of low nibbles): kquant_dequantize_rows gives its
+// values bit for bit on random super-blocks (any scale, minimum, code and fifth bit). And the
+// Q5_K block writer (io/gguf_quantize.c) on random floats: its values within 0.6 of the Q4_K
+// writer's root-mean-square error on the same floats (the fifth bit halves the step), and
+// above zero (the codes are not the floats).
+static void test_q5_k_layout(void) {
+    enum { ROWS = 3, COLS = 512 };
+    Q8Matrix m = random_matrix(QUANT_Q5_K, ROWS, COLS, true, 2100);
+    float *got = xmalloc(ROWS * COLS * sizeof(float));
+    kquant_dequantize_rows(&m, 0, ROWS, got);
+    int mismatches = 0;
+    for (long b = 0; b < ROWS * COLS / KQ_BLOCK; b++) {
+        const uint8_t *block = m.blocks + b * KQ_Q5_K_BYTES, *packed = block + 4, *qh = block + 16, *qs = block + 48;
+        uint16_t d_half, dmin_half;
+        memcpy(&d_half, block, 2), memcpy(&dmin_half, block + 2, 2);
+        const float d = gguf_f16_to_f32(d_half), dmin = gguf_f16_to_f32(dmin_half);
+        for (int j = 0; j < 8; j++) {
+            const int scale = j < 4 ? packed[j] & 63 : (packed[j + 4] & 0x0F) | (packed[j - 4] >> 6) << 4;
+            const int min = j < 4 ? packed[j + 4] & 63 : (packed[j + 4] >> 4) | (packed[j] >> 6) << 4;
+            for (int l = 0; l < 32; l++) {
+                const int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15) + 16 * ((qh[l] >> j) & 1);
+                const float expected = d * (float)scale * (float)q - dmin * (float)min;
+                mismatches += memcmp(&expected, &got[b * KQ_BLOCK + 32 * j + l], sizeof expected) != 0;
+            }
+        }
+    }
+    EXPECT(mismatches == 0, "Q5_K: %d dequantized values differ from the layout's", mismatches);
+    free(m.blocks);
+    float *w = xmalloc(ROWS * COLS * sizeof(float));
+    for (long i = 0; i < ROWS * COLS; i++) w[i] = 0.1f * uniform(2200, (uint64_t)i) * (1.0f + (float)(i % 7));
+    double squared[2] = {0, 0};
+    const QuantType types[2] = {QUANT_Q4_K, QUANT_Q5_K};
+    for (int t = 0; t < 2; t++) {
+        Q8Matrix q = {0};
+        kquant_quantize_matrix(&q, types[t], w, ROWS, COLS, zeroed);
+        kquant_dequantize_rows(&q, 0, ROWS, got);
+        for (long i = 0; i < ROWS * COLS; i++) squared[t] += (double)(got[i] - w[i]) * (got[i] - w[i]);
+        free(q.blocks);
+    }
+    const double rms4 = sqrt(squared[0] / (ROWS * COLS)), rms5 = sqrt(squared[1] / (ROWS * COLS));
+    EXPECT(rms5 > 0 && rms5 <= 0.6 * rms4, "Q5_K writer: rms error %.3g, Q4_K's %.3g", rms5, rms4);
+    printf("Q5_K writer: rms error %.4g (Q4_K's %.4g)\n", rms5, rms4);
+    free(w), free(got);
+}
+
+// A llama.cpp Q5_K_M file (tests/fixtures/gguf/q5_k_m.gguf: a random Llama of rows of 256 that
+// llama.cpp's own quantizer wrote, tools/make_q5_k_fixture.py) runs with its own bits by
+// default: its 13 Q5_K and 3 Q6_K tensors held as the file's bytes (memory: the file's
+// K-quant bytes), and the logits at all 12 positions, decoded token by token through the KV
+// cache and in one batch (both below Q8_SGEMM_MIN_ROWS rows: the decode kernels), are
+// llama.cpp's on the same file to 1e-3 -- llama.cpp quantizes the activations to Q8_K as
+// marlhf's kernel does, so they agree far closer than the quantization moves the logits
+// (0.88 between llama.cpp's float32 and Q5_K_M files; float inputs on the file's dequantized
+// weights, as --quantize none, or the file's Q5_K re-quantized to Q8_0, are 1e-2 or more off).
+static void test_q5_k_m_llama_cpp(void) {
+    const char *path = "tests/fixtures/gguf/q5_k_m.gguf";
+    json_error_t error;
+    json_t *expected = json_load_file("tests/fixtures/gguf/q5_k_m.expected.json", 0, &error);
+    CHECK(expected, "q5_k_m.expected.json: %s", error.text);
+    const char *quantize = quantize_default(NULL, path, "cpu");
+    EXPECT(!strcmp(quantize, "q4_k_m"), "a Q5_K_M file's default: %s", quantize);
+    Model model;
+    load_gguf(&model, path, quantize);
+    GgufFile file;
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    int counts[QUANT_Q5_K + 1] = {0};
+    long file_bytes = 0, held_bytes = 0;
+    for (int i = 0; i < model.table.count; i++) {
+        const ParamEntry *e = &model.table.entries[i];
+        const Q8Matrix *m = quantized_matrix(&model, e);
+        if (!m) continue;
+        const GgufTensor *t = file_tensor(&model, e, &file);
+        counts[m->type]++;
+        EXPECT((t->type == GGML_TYPE_Q5_K && m->type == QUANT_Q5_K) || (t->type == GGML_TYPE_Q6_K && m->type == QUANT_Q6_K),
+               "%s: held as type %d for the file's %s", e->name, (int)m->type, gguf_type_name(t->type));
+        file_bytes += (long)t->nbytes, held_bytes += quant_matrix_bytes(m);
+    }
+    gguf_close(&file);
+    EXPECT(counts[QUANT_Q5_K] == 13 && counts[QUANT_Q6_K] == 3, "%d Q5_K, %d Q6_K matrices", counts[QUANT_Q5_K],
+           counts[QUANT_Q6_K]);
+    EXPECT(held_bytes == file_bytes, "bytes held %ld, the file's %ld", held_bytes, file_bytes);
+
+    json_t *ids_json = json_object_get(expected, "ids"), *logits_json = json_object_get(expected, "logits");
+    const int T = (int)json_array_size(ids_json), V = model.config.vocab_size;
+    CHECK(V == json_integer_value(json_object_get(expected, "vocab")) && T <= 16, "the fixture does not fit the model");
+    int ids[16];
+    for (int t = 0; t < T; t++) ids[t] = (int)json_integer_value(json_array_get(ids_json, t));
+    float *batch_logits = xmalloc((size_t)T * V * sizeof(float)), *step_logits = xmalloc((size_t)T * V * sizeof(float));
+    ModelBatch batch = {.B = 1, .T = T, .tokens = ids};
+    model_forward(&model, &batch);
+    for (int t = 0; t < T; t++) model_logits_row(&model, t, batch_logits + (long)t * V);
+    KvCache cache;
+    kv_cache_init(&cache, &model, 1, T);
+    for (int t = 0; t < T; t++) {
+        ModelBatch one = {.B = 1, .T = 1, .tokens = &ids[t]};
+        model_forward_cached(&model, &one, &cache);
+        model_last_logits(&model, step_logits + (long)t * V);
+    }
+    kv_cache_free(&cache, &model);
+    double batch_difference = 0, step_difference = 0, largest = 0;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < V; v++) {
+            const double reference = json_real_value(json_array_get(json_array_get(logits_json, t), v));
+            largest = fmax(largest, fabs(reference));
+            batch_difference = fmax(batch_difference, fabs(batch_logits[(long)t * V + v] - reference));
+            step_difference = fmax(step_difference, fabs(step_logits[(long)t * V + v] - reference));
+        }
+    const double quantization = json_real_value(json_object_get(expected, "quantization_max_difference"));
+    printf("Q5_K_M file against llama.cpp's logits (largest %.3g; the quantization moves them %.3g): batch %.3g, "
+           "token by token %.3g\n", largest, quantization, batch_difference, step_difference);
+    EXPECT(batch_difference <= 1e-4 && step_difference <= 1e-4 && quantization > 0.1,
+           "logits differ from llama.cpp's by %.3g (batch), %.3g (token by token)", batch_difference, step_difference);
+    free(batch_logits), free(step_logits);
+    model_free(&model);
+    json_decref(expected);
+}
+
+// `--quantize q5_k_m` and `convert --outtype q5_k_m` (llama.cpp's Q5_K_M mix): the rule gives
+// every matrix of llama.cpp's own Q5_K_M fixture the type llama.cpp gave it (Q6_K for the
+// output and layer 1's attn_v and ffn_down, Q5_K elsewhere); a random Llama (3 layers, rows of
+// 256 and 384) written as Q5_K_M by marlhf's converter holds Q5_K tensors, Q6_K for the output
+// and layer 2's attn_v (use_more_bits: the last eighth), and for the ffn_down rows of 384 the
+// fallbacks Q5_1 (layers 0, 1) and Q8_0 (layer 2, Q6_K's), loads under --quantize q5_k_m with the K-quant tensors' own
+// bytes and the Q5_1 ones as Q8_0 (no Q5_1 kernel), and --quantize q5_k_m on the float model
+// gives the file's K-quant bytes; the decode logits stay within 0.04 of the largest of the
+// float model of the file's dequantized weights, as q4_k_m's do.
+static void test_q5_k_m_mix(void) {
+    const char *fixture = "tests/fixtures/gguf/q5_k_m.gguf";
+    Model llama;
+    load_gguf(&llama, fixture, NULL);
+    GgufFile file;
+    CHECK(gguf_open(&file, fixture) == 0, "%s", err_msg());
+    int matrices = 0;
+    for (uint64_t i = 0; i < file.n_tensors; i++) {
+        const GgufTensor *t = &file.tensors[i];
+        if (t->n_dims != 2) continue;
+        const GgmlType rule = gguf_k_mix_matrix_type(GGUF_OUT_Q5_K_M, &llama.config, t->name, (int64_t)t->ne[0]);
+        EXPECT(rule == (GgmlType)t->type, "%s: the q5_k_m rule gives %s, llama.cpp wrote %s", t->name,
+               gguf_type_name(rule), gguf_type_name(t->type));
+        matrices++;
+    }
+    EXPECT(matrices == 16, "%d matrices in the fixture", matrices);
+    gguf_close(&file);
+    model_free(&llama);
+
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/kquant-q5_k_m.gguf", tmp);
+    Model original, dequantized, own;
+    random_llama(&original, false);
+    CHECK(model_write_gguf(&original, NULL, path, GGUF_OUT_Q5_K_M) == 0, "%s", err_msg());
+    CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+    int file_counts[GGML_TYPE_Q6_K + 1] = {0};
+    for (uint64_t i = 0; i < file.n_tensors; i++)
+        if (file.tensors[i].n_dims == 2 && file.tensors[i].type <= GGML_TYPE_Q6_K) file_counts[file.tensors[i].type]++;
+    gguf_close(&file);
+    const int layers = original.config.num_layers; // 3
+    EXPECT(file_counts[GGML_TYPE_Q5_K] == 6 * layers && file_counts[GGML_TYPE_Q6_K] == 2 &&
+               file_counts[GGML_TYPE_Q5_1] == 2 && file_counts[GGML_TYPE_Q8_0] == 1,
+           "the file: %d Q5_K, %d Q6_K, %d Q5_1, %d Q8_0", file_counts[GGML_TYPE_Q5_K], file_counts[GGML_TYPE_Q6_K],
+           file_counts[GGML_TYPE_Q5_1], file_counts[GGML_TYPE_Q8_0]);
+    load_gguf(&dequantized, path, NULL);
+    load_gguf(&own, path, "q5_k_m");
+    EXPECT(!strcmp(model_quantize_name(&own), "q5_k_m"), "name %s", model_quantize_name(&own));
+    CHECK(model_quantize(&original, "q5_k_m") == 0, "%s", err_msg());
+    int counts[QUANT_Q5_K + 1] = {0};
+    for (int i = 0; i < own.table.count; i++) {
+        const ParamEntry *e = &own.table.entries[i];
+        const Q8Matrix *from_file = quantized_matrix(&own, e), *from_floats = quantized_matrix(&original, e);
+        if (!from_file) continue;
+        counts[from_file->type]++;
+        EXPECT(from_floats->type == from_file->type, "%s: type %d from the floats, %d from the file", e->name,
+               (int)from_floats->type, (int)from_file->type);
+        if (quant_is_kquant(from_file->type) && from_floats->type == from_file->type)
+            EXPECT(!memcmp(from_floats->blocks, from_file->blocks,
+                           (size_t)(from_file->rows * kquant_row_bytes(from_file->type, from_file->cols))),
+                   "%s: quantizing the floats gives other bytes than the file's", e->name);
+    }
+    EXPECT(counts[QUANT_Q5_K] == 6 * layers && counts[QUANT_Q6_K] == 2 && counts[QUANT_Q8_0] == 3,
+           "held: %d Q5_K, %d Q6_K, %d Q8_0", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0]);
+    double largest;
+    const double difference = decode_difference(&own, &dequantized, &largest);
+    EXPECT(difference > 0 && difference <= 0.04 * largest, "decode logits differ by %.3g (largest %.3g)", difference,
+           largest);
+    printf("q5_k_m: %d Q5_K, %d Q6_K, %d Q8_0 matrices held; decode logits within %.3g of the dequantized float "
+           "model (largest %.3g)\n", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0], difference, largest);
+    model_free(&original), model_free(&dequantized), model_free(&own);
+    remove(path);
 }
 
 // QLoRA over a q4_k_m base: the log-probs and adapter gradients of LoRA over the float32
@@ -831,7 +1043,10 @@ int main(void) {
     RUN(test_q5_0_batched_paths);
     RUN(test_batched_matmul);
     RUN(test_matmul);
+    RUN(test_q5_k_layout);
     RUN(test_q4_k_m_model);
+    RUN(test_q5_k_m_llama_cpp);
+    RUN(test_q5_k_m_mix);
     RUN(test_qlora_over_kquant);
     RUN(test_default_rule);
     RUN(test_smollm2_q4_k_m_decode);

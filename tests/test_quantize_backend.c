@@ -324,6 +324,42 @@ static void test_q4_k_m_file(void) {
     remove(path);
 }
 
+// llama.cpp's Q5_K_M file (tests/fixtures/gguf/q5_k_m.gguf) under --quantize q4_k_m: on the
+// CPU its Q5_K tensors keep the file's bytes (QUANT_Q5_K); off the CPU, where there is no Q5_K
+// kernel (ops/cuda/dequantize.cuh), they are read as floats and held as Q8_0 (what every
+// backend did before Q5_K was held), the Q6_K ones as the file's bytes on both; every matrix
+// on the other backend is of a type its kernels take. --quantize q5_k_m (the mix of Q5_K
+// matrices) is refused off the CPU, with one line naming the backend.
+static void test_q5_k_file(void) {
+    Model mc, mo;
+    load(&mc, "tests/fixtures/gguf/q5_k_m.gguf", &ops_cpu, "q4_k_m");
+    load(&mo, "tests/fixtures/gguf/q5_k_m.gguf", &other, "q4_k_m");
+    int cpu_q5_k = 0, other_q8_0 = 0, q6_k = 0, matrices = 0;
+    for (int i = 0; i < model_base_entries(&mc); i++) {
+        const Q8Matrix *a = quantized_matrix(&mc, &mc.table.entries[i]), *b = quantized_matrix(&mo, &mo.table.entries[i]);
+        if (!a || !b) continue;
+        matrices++;
+        if (a->type == QUANT_Q5_K) {
+            cpu_q5_k++;
+            other_q8_0 += b->type == QUANT_Q8_0;
+        }
+        q6_k += a->type == QUANT_Q6_K && b->type == QUANT_Q6_K;
+        EXPECT(b->type == QUANT_Q8_0 || b->type == QUANT_Q6_K, "%s: type %d on %s", mc.table.entries[i].name,
+               (int)b->type, other.name);
+    }
+    EXPECT(cpu_q5_k == 13 && other_q8_0 == 13 && q6_k == 3 && matrices == 16,
+           "%d matrices: %d Q5_K on the CPU (%d Q8_0 on %s), %d Q6_K on both", matrices, cpu_q5_k, other_q8_0,
+           other.name, q6_k);
+    model_free(&mc);
+    model_free(&mo);
+    Model refused;
+    ModelLoadOptions options = {.with_lm_head = true, .quantize = "q5_k_m"};
+    EXPECT(model_load(&refused, "tests/fixtures/gguf/q5_k_m.gguf", &other, &options) != 0 &&
+               strstr(err_msg(), "q5_k_m") && strstr(err_msg(), other.name) && !strchr(err_msg(), '\n'),
+           "q5_k_m on %s: %s", other.name, err_msg());
+    err_clear();
+}
+
 static void test_quantized_memory(void) {
     check_memory(tiny, true);
     if (getenv("MARLHF_QBACKEND_MODEL")) check_memory(getenv("MARLHF_QBACKEND_MODEL"), false);
@@ -340,5 +376,6 @@ int main(void) {
     RUN(test_bitsandbytes_checkpoint);
     RUN(test_quantized_memory);
     RUN(test_q4_k_m_file);
+    RUN(test_q5_k_file);
     TEST_EXIT();
 }

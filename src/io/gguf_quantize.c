@@ -66,6 +66,27 @@ static void block_q5_0(const float *x, uint8_t *out) {
     memcpy(out + 2, &qh, 4);
 }
 
+// Q5_1 (the Q5_K_M mix's type for rows that 256 does not divide): y = d * q + m with q in
+// [0, 31], m the block's smallest value and d its range / 31 (both as the half floats the
+// reader gets), the fifth bits in qh as Q5_0's.
+static void block_q5_1(const float *x, uint8_t *out) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    float d, m;
+    store_f16(out, (hi - lo) / 31.0f, &d);
+    store_f16(out + 2, lo, &m);
+    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    uint8_t *qs = out + 8;
+    for (int j = 0; j < 16; j++) {
+        int low = clamp_int((int)lroundf((x[j] - m) * inverse), 0, 31);
+        int high = clamp_int((int)lroundf((x[j + 16] - m) * inverse), 0, 31);
+        qs[j] = (uint8_t)((low & 0x0f) | (high & 0x0f) << 4);
+        qh |= (uint32_t)(low >> 4) << j | (uint32_t)(high >> 4) << (j + 16);
+    }
+    memcpy(out + 4, &qh, 4);
+}
+
 // Fits x[0..n) ~ scale * q - min with q in [0, levels], scale > 0, min >= 0: candidate
 // scales around (max - min) / levels, each with its rounding and a least-squares refit of
 // scale and offset (offset clamped to <= 0), keeping the smallest squared error.
@@ -101,12 +122,14 @@ static void fit_scale_min(const float *x, int n, int levels, float *scale, float
     }
 }
 
-// Q4_K: eight sub-blocks of 32, each y = d * sc * q - dmin * m with q in [0, 15] and
-// 6-bit sc, m; the packing of sc and m is the inverse of gguf_dequant.c's unpack_k_scales.
-static void block_q4_k(const float *x, uint8_t *out) {
+// The scales and minimums of Q4_K and Q5_K (eight sub-blocks of 32 values, each
+// y = d * sc * q - dmin * m with q in [0, levels] and 6-bit sc, m): fits each sub-block,
+// writes d and dmin to out[0..4) and sc, m packed to out[4..16) (the inverse of
+// gguf_dequant.c's gguf_unpack_k_scales), and gives each value's q in codes[256].
+static void scale_min_blocks(const float *x, int levels, uint8_t *out, int codes[QK_K]) {
     float scales[8], mins[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
-        fit_scale_min(x + 32 * j, 32, 15, &scales[j], &mins[j]);
+        fit_scale_min(x + 32 * j, 32, levels, &scales[j], &mins[j]);
         max_scale = fmaxf(max_scale, scales[j]), max_min = fmaxf(max_min, mins[j]);
     }
     float d, dmin;
@@ -123,13 +146,33 @@ static void block_q4_k(const float *x, uint8_t *out) {
         packed[j + 4] = (uint8_t)((m[j] & 0x3f) | (m[j + 4] >> 4) << 6);
         packed[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | (m[j + 4] & 0x0f) << 4);
     }
-    uint8_t *qs = out + 16;
-    memset(qs, 0, 128);
     for (int i = 0; i < QK_K; i++) {
         const int sub = i / 32;
         const float step = d * (float)sc[sub], offset = dmin * (float)m[sub];
-        const int q = step > 0 ? clamp_int((int)lroundf((x[i] + offset) / step), 0, 15) : 0;
-        qs[(sub / 2) * 32 + i % 32] |= (uint8_t)(q << (4 * (sub % 2)));
+        codes[i] = step > 0 ? clamp_int((int)lroundf((x[i] + offset) / step), 0, levels) : 0;
+    }
+}
+
+// Q4_K: q in [0, 15]; bytes [32k, 32k + 32) of qs hold sub-block 2k in their low nibbles,
+// 2k + 1 in their high ones.
+static void block_q4_k(const float *x, uint8_t *out) {
+    int codes[QK_K];
+    scale_min_blocks(x, 15, out, codes);
+    uint8_t *qs = out + 16;
+    memset(qs, 0, 128);
+    for (int i = 0; i < QK_K; i++) qs[(i / 64) * 32 + i % 32] |= (uint8_t)(codes[i] << (4 * (i / 32 % 2)));
+}
+
+// Q5_K: q in [0, 31]; its low 4 bits placed as Q4_K's (after 32 bytes of qh), its fifth bit
+// in bit i / 32 of qh byte i % 32 (gguf_dequant.c's block_q5_k).
+static void block_q5_k(const float *x, uint8_t *out) {
+    int codes[QK_K];
+    scale_min_blocks(x, 31, out, codes);
+    uint8_t *qh = out + 16, *qs = out + 48;
+    memset(qh, 0, 32), memset(qs, 0, 128);
+    for (int i = 0; i < QK_K; i++) {
+        qs[(i / 64) * 32 + i % 32] |= (uint8_t)((codes[i] & 0x0f) << (4 * (i / 32 % 2)));
+        qh[i % 32] |= (uint8_t)((codes[i] >> 4) << (i / 32));
     }
 }
 
@@ -157,8 +200,8 @@ static void block_q6_k(const float *x, uint8_t *out) {
 }
 
 bool gguf_can_quantize(GgmlType type) {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q6_K;
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
+           type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 size_t gguf_quantized_size(GgmlType type, int64_t n) {
@@ -175,7 +218,9 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
     void (*block)(const float *, uint8_t *) = type == GGML_TYPE_Q8_0   ? block_q8_0
                                               : type == GGML_TYPE_Q4_0 ? block_q4_0
                                               : type == GGML_TYPE_Q5_0 ? block_q5_0
+                                              : type == GGML_TYPE_Q5_1 ? block_q5_1
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
+                                              : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;
     uint8_t *bytes = out;
     for (int64_t b = 0; b < n / info->block_size; b++) block(x + b * info->block_size, bytes + b * info->type_size);

@@ -16,7 +16,7 @@
 #include "ops/q8.h"
 
 // Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m"};
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m"};
 
 int quantize_type_check(const char *type, const char *option) {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
@@ -36,7 +36,8 @@ const char *quantize_default(const char *asked, const char *model_path, const ch
     }
     bool kquant = false;
     for (uint64_t i = 0; i < file.n_tensors && !kquant; i++)
-        kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q6_K;
+        kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q5_K ||
+                 file.tensors[i].type == GGML_TYPE_Q6_K;
     gguf_close(&file);
     return kquant ? "q4_k_m" : "none";
 }
@@ -53,6 +54,7 @@ int quantized_begin(Model *model, const char *type) {
     const QuantType quant_type = nf4                          ? QUANT_NF4
                                  : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
                                  : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
+                                 : strcmp(type, "q5_k_m") == 0 ? QUANT_Q5_K
                                                                : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
@@ -65,7 +67,7 @@ int quantized_begin(Model *model, const char *type) {
     const int q_dim = cfg->num_heads * cfg->head_dim;
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
-    // q4_k_m: a matrix whose rows are not whole super-blocks of 256 falls back to Q8_0.
+    // q4_k_m, q5_k_m: a matrix whose rows are not whole super-blocks of 256 falls back (Q5_0, Q8_0).
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
@@ -97,8 +99,9 @@ void quantized_small_pages(float *params, long count) {
     if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
 }
 
-// Every type has GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
-// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0.
+// The types with GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
+// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0. Not q5_k_m (QUANT_Q5_K): no
+// Q5_K kernel there.
 bool quant_type_off_cpu(QuantType type) {
     return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4 || type == QUANT_Q4_K;
 }
@@ -236,7 +239,7 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
     // costs most of the accuracy (docs/quantization.md).
     ModelQuantized *q = model->quantized;
-    if (q->type == QUANT_Q4_K) q4_k_m_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
+    if (q->type == QUANT_Q4_K || q->type == QUANT_Q5_K) k_mix_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
     else {
         const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
         quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
@@ -302,6 +305,7 @@ const char *model_quantize_name(const Model *model) {
     switch (model->quantized->type) {
     case QUANT_Q4_0: return "q4_0";
     case QUANT_Q4_K: return "q4_k_m";
+    case QUANT_Q5_K: return "q5_k_m";
     case QUANT_NF4:
         if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
         return model->quantized->double_quant ? "nf4" : "nf4-single";

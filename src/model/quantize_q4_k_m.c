@@ -1,8 +1,9 @@
-// `--quantize q4_k_m` (model/quantize.h): llama.cpp's Q4_K_M mix, each matrix in the type a
-// Q4_K_M file holds it in, computed from that type's own bits.
+// `--quantize q4_k_m` and `--quantize q5_k_m` (model/quantize.h): llama.cpp's Q4_K_M or Q5_K_M
+// mix, each matrix in the type such a file holds it in, computed from that type's own bits.
 //
-// From a GGUF file, a tensor stored as Q4_K or Q6_K (ops/kquant.h) keeps the file's bytes as
-// they are, and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
+// From a GGUF file, a tensor stored as Q4_K, Q5_K or Q6_K (ops/kquant.h) keeps the file's bytes
+// as they are (Q5_K, the bulk of a Q5_K_M file, only on the CPU: the GPU has no Q5_K kernel, so
+// there it is read as floats and held as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
 // not divide, or a Q4_0 / Q8_0 file's layers) keeps its blocks split into marlhf's layouts
 // (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
 // more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
@@ -11,10 +12,10 @@
 //
 // A matrix read as floats -- a float model, or a GGUF tensor of a type marlhf does not hold
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
-// convert --outtype q4_k_m` would write for it (llama.cpp's per-tensor rule: Q6_K for the
-// output and some attn_v / ffn_down, Q4_K otherwise, Q5_0 / Q8_0 for rows that 256 does not
-// divide), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K, Q5_K), to
-// Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
+// the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
+// 256 does not divide; Q5_1 has no kernel here, so those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K on the
+// GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,10 +26,11 @@
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 
-// The QuantType that holds GGUF type `type` as it is, or -1.
-static int held_type(uint32_t type) {
+// The QuantType that holds GGUF type `type` as it is on backend `ops`, or -1.
+static int held_type(uint32_t type, const OpsBackend *ops) {
     switch (type) {
     case GGML_TYPE_Q4_K: return QUANT_Q4_K;
+    case GGML_TYPE_Q5_K: return ops == &ops_cpu ? QUANT_Q5_K : -1; // no GPU kernel (ops/cuda/dequantize.cuh)
     case GGML_TYPE_Q6_K: return QUANT_Q6_K;
     case GGML_TYPE_Q5_0: return QUANT_Q5_0;
     case GGML_TYPE_Q4_0: return QUANT_Q4_0;
@@ -48,7 +50,7 @@ static float half_at(const uint8_t *p) {
 // to the backend's (quantized_to_backend: a GPU's; nothing on the CPU).
 static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                         long cols, const TensorMap *map, const ParamEntry *entry) {
-    const QuantType held = (QuantType)held_type(type);
+    const QuantType held = (QuantType)held_type(type, ops);
     const long file_row_bytes = (long)gguf_quantized_size(type, cols), block_bytes = gguf_type_info(type)->type_size;
     *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = held};
     const long blocks = cols / Q8_BLOCK; // of 32, for the types split into marlhf's layouts
@@ -80,11 +82,11 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
 
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
     Q8Matrix *matrix = quantized_slot(model, entry);
-    if (!matrix || model->quantized->type != QUANT_Q4_K) return 0;
+    if (!matrix || (model->quantized->type != QUANT_Q4_K && model->quantized->type != QUANT_Q5_K)) return 0;
     const GgufTensor *t = gguf_find_tensor(file, map->source);
-    // Read as floats, quantized_take goes by the file's type (q4_k_m_take_floats).
+    // Read as floats, quantized_take goes by the file's type (k_mix_take_floats).
     model->quantized->source_type = t ? (int)t->type : -1;
-    if (!t || held_type(t->type) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
+    if (!t || held_type(t->type, model->ops) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
     const long rows = entry->shape[0], cols = entry->shape[1];
     const long file_rows = t->n_dims == 2 ? (long)t->ne[1] : 0;
     if (t->n_dims != 2 || t->ne[0] != cols || file_rows < rows)
@@ -98,19 +100,21 @@ int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *f
     return 1;
 }
 
-void q4_k_m_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight) {
+void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight) {
     const int source = model->quantized->source_type;
     model->quantized->source_type = -1;
     const long rows = entry->shape[0], cols = entry->shape[1];
     GgmlType type = GGML_TYPE_Q8_0;
     if (source < 0 || source == GGML_TYPE_F32 || source == GGML_TYPE_F16 || source == GGML_TYPE_BF16 ||
-        held_type((uint32_t)source) >= 0) { // floats (a held type gets here only from a transposed layout)
+        held_type((uint32_t)source, model->ops) >= 0) { // floats (a held type gets here only from a transposed layout)
         TensorMap map;
         tensor_map_gguf(&model->config, entry, &map);
-        type = gguf_q4_k_m_matrix_type(&model->config, map.source, cols);
+        const GgufOutType mix = model->quantized->type == QUANT_Q5_K ? GGUF_OUT_Q5_K_M : GGUF_OUT_Q4_K_M;
+        type = gguf_k_mix_matrix_type(mix, &model->config, map.source, cols);
+        if (type == GGML_TYPE_Q5_1) type = GGML_TYPE_Q8_0; // no Q5_1 kernel: more bits, not fewer
     }
-    CHECK(held_type(type) >= 0, "q4_k_m: '%s' would be %s, which marlhf does not hold", entry->name,
-          gguf_type_name(type));
+    CHECK(held_type(type, model->ops) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
+          model_quantize_name(model), entry->name, gguf_type_name(type));
     uint8_t *blocks = xmalloc(gguf_quantized_size(type, rows * cols));
     gguf_quantize(type, weight, blocks, rows * cols);
     hold_blocks(model->ops, matrix, type, blocks, rows, cols, NULL, NULL);

@@ -178,7 +178,7 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             if (got == 1 && quantize) quantized_take(model, e, dst);
             if (got != 0) continue;
         }
-        // q4_k_m: a Q4_K / Q6_K tensor of a GGUF file keeps its own bytes (no float read).
+        // q4_k_m: a Q4_K / Q5_K / Q6_K tensor of a GGUF file keeps its own bytes (no float read).
         if (quantize && src.format == FORMAT_GGUF) {
             int got = quantized_take_gguf(model, e, &src.gguf, &map);
             rc = got < 0 ? -1 : 0;
@@ -479,7 +479,7 @@ static const char *gguf_architecture(ModelFamily family) {
 int gguf_out_type_from_name(const char *name, GgufOutType *out) {
     static const struct { const char *name; GgufOutType type; } names[] = {
         {"f32", GGUF_OUT_F32}, {"f16", GGUF_OUT_F16}, {"q8_0", GGUF_OUT_Q8_0}, {"q4_0", GGUF_OUT_Q4_0},
-        {"q4_k_m", GGUF_OUT_Q4_K_M}};
+        {"q4_k_m", GGUF_OUT_Q4_K_M}, {"q5_k_m", GGUF_OUT_Q5_K_M}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {
             *out = names[i].type;
@@ -489,7 +489,7 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out) {
 }
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third in
-// between get the larger type in the _M mixes.
+// between get the larger type (Q6_K for attn_v and ffn_down) in the _M mixes.
 static bool use_more_bits(int layer, int layers) {
     return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
@@ -509,8 +509,9 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     case GGUF_OUT_Q8_0: type = GGML_TYPE_Q8_0; break;
     case GGUF_OUT_Q4_0: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_0; break;
     case GGUF_OUT_Q4_K_M:
+    case GGUF_OUT_Q5_K_M:
     default:
-        type = GGML_TYPE_Q4_K;
+        type = out == GGUF_OUT_Q5_K_M ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
         if (output) type = GGML_TYPE_Q6_K;
         else if ((strstr(name, ".attn_v.weight") || strstr(name, ".ffn_down.weight")) && layer >= 0 &&
                  use_more_bits(layer, cfg->num_layers))
@@ -519,14 +520,16 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     }
     if (row % 256) { // K-quant super-blocks do not fit the row
         if (type == GGML_TYPE_Q4_K) type = GGML_TYPE_Q5_0;
+        if (type == GGML_TYPE_Q5_K) type = GGML_TYPE_Q5_1;
         if (type == GGML_TYPE_Q6_K) type = GGML_TYPE_Q8_0;
     }
     if (row % 32) type = GGML_TYPE_F16;
     return type;
 }
 
-GgmlType gguf_q4_k_m_matrix_type(const ModelConfig *cfg, const char *name, int64_t row) {
-    return matrix_type(GGUF_OUT_Q4_K_M, cfg, name, row);
+GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row) {
+    CHECK(mix == GGUF_OUT_Q4_K_M || mix == GGUF_OUT_Q5_K_M, "GGUF output type %d is not a K-quant mix", (int)mix);
+    return matrix_type(mix, cfg, name, row);
 }
 
 static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const char *arch, GgufOutType out) {
@@ -534,9 +537,9 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
 #define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
     gguf_writer_add_string(w, "general.architecture", arch);
     gguf_writer_add_string(w, "general.name", "marlhf export");
-    // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 7 mostly Q8_0, 15 mostly Q4_K_M.
+    // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 7 mostly Q8_0, 15 mostly Q4_K_M, 17 mostly Q5_K_M.
     static const uint32_t file_types[] = {[GGUF_OUT_F32] = 0, [GGUF_OUT_F16] = 1, [GGUF_OUT_Q8_0] = 7,
-                                          [GGUF_OUT_Q4_0] = 2, [GGUF_OUT_Q4_K_M] = 15};
+                                          [GGUF_OUT_Q4_0] = 2, [GGUF_OUT_Q4_K_M] = 15, [GGUF_OUT_Q5_K_M] = 17};
     gguf_writer_add_u32(w, "general.file_type", file_types[out]);
     gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
     gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);

@@ -64,16 +64,17 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
 int model_write_hf_files(const Model *model, const char *dir);
 
 // What a GGUF export stores its matrices as (`marlhf convert --outtype`): one type for
-// all, or llama.cpp's Q4_K_M mix. Vectors are always F32.
-typedef enum { GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M } GgufOutType;
-// "f32" | "f16" | "q8_0" | "q4_0" | "q4_k_m"; -1 for anything else.
+// all, or llama.cpp's Q4_K_M or Q5_K_M mix. Vectors are always F32.
+typedef enum { GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M, GGUF_OUT_Q5_K_M } GgufOutType;
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_k_m" | "q5_k_m"; -1 for anything else.
 int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // The type llama.cpp's Q4_K_M mix gives the matrix named `name` (its GGUF name) whose rows are
 // `row` values long: Q6_K for the output (or a tied token table) and for attn_v / ffn_down of
 // some layers, Q4_K otherwise, and the fallbacks for rows the super-blocks do not divide (Q5_0,
 // Q8_0; F16 for rows that 32 does not divide). What `convert --outtype q4_k_m` writes, and what
-// `--quantize q4_k_m` holds (model/quantize.c).
-GgmlType gguf_q4_k_m_matrix_type(const ModelConfig *cfg, const char *name, int64_t row);
+// `--quantize q4_k_m` holds (model/quantize.c). `mix` GGUF_OUT_Q5_K_M: llama.cpp's Q5_K_M,
+// the same with Q5_K for Q4_K and its fallback Q5_1 for Q5_0.
+GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row);
 
 // Writes the model as one GGUF file for llama.cpp (its architecture names, tensor names and
 // layouts: Llama's permuted q/k rows, Gemma's 1 + w norms, GPT-2's fused qkv), with the

@@ -8,12 +8,10 @@
 
 static GgmlType ggml_type_of(QuantType type) {
     CHECK(quant_is_kquant(type), "quantized type %d is not a K-quant", (int)type);
-    return type == QUANT_Q4_K ? GGML_TYPE_Q4_K : GGML_TYPE_Q6_K;
+    return type == QUANT_Q4_K ? GGML_TYPE_Q4_K : type == QUANT_Q5_K ? GGML_TYPE_Q5_K : GGML_TYPE_Q6_K;
 }
 
-long kquant_row_bytes(QuantType type, long cols) {
-    return cols / KQ_BLOCK * (type == QUANT_Q4_K ? KQ_Q4_K_BYTES : KQ_Q6_K_BYTES);
-}
+long kquant_row_bytes(QuantType type, long cols) { return cols / KQ_BLOCK * kquant_block_bytes(type); }
 
 void kquant_quantize_matrix(Q8Matrix *matrix, QuantType type, const float *weight, long rows, long cols,
                             void *(*alloc)(size_t)) {

@@ -1,4 +1,4 @@
-// llama.cpp's K-quants Q4_K and Q6_K as weights (`--quantize q4_k_m`, model/quantize.h): a
+// llama.cpp's K-quants Q4_K, Q5_K and Q6_K as weights (`--quantize q4_k_m`, model/quantize.h): a
 // matrix keeps the GGUF file's own super-blocks, and the decode kernels
 // (ops/cpu/matmul_kquant.c) multiply them by input rows quantized the way llama.cpp's Q8_K
 // quantizes activations.
@@ -9,13 +9,16 @@
 //    minimums m[j] (one per sub-block of 32), then 128 bytes of 4-bit codes q: bytes
 //    [32k, 32k + 32) hold sub-block 2k in their low nibbles and 2k + 1 in their high ones.
 //    Value i of sub-block j is d * sc[j] * q - dmin * m[j].
+//  - Q5_K, 176 bytes: Q4_K's d, dmin and 12 scale bytes, then 32 bytes qh of fifth bits (bit j
+//    of byte l: value l of sub-block j), then Q4_K's 128 bytes of low 4 bits. q in [0, 31],
+//    the value d * sc[j] * q - dmin * m[j] as Q4_K's.
 //  - Q6_K, 210 bytes: 128 bytes of low 4 bits, 64 bytes of high 2 bits, sixteen signed 8-bit
 //    scales sc[g] (one per group of 16), half-float d. Value i is d * sc[i / 16] * (q - 32),
 //    q in [0, 63]; gguf_dequant.c's block_q6_k says where q's bits sit.
 //
 // The input side (KQuantInput), llama.cpp's Q8_K idea: each row's blocks of 256 get one float
 // scale max|x| / 127 and 256 int8 values x / scale rounded to nearest, plus the sum of each
-// 16 of those values, which folds Q4_K's minimums (and Q6_K's offset of 32) into one integer
+// 16 of those values, which folds Q4_K's / Q5_K's minimums (and Q6_K's offset of 32) into one integer
 // product per sub-block instead of one per value.
 #pragma once
 #include <stdint.h>
@@ -24,12 +27,19 @@
 
 #define KQ_BLOCK 256
 #define KQ_Q4_K_BYTES 144
+#define KQ_Q5_K_BYTES 176
 #define KQ_Q6_K_BYTES 210
 
 // Bytes of one row of `cols` values (a multiple of KQ_BLOCK) of a K-quant type.
 long kquant_row_bytes(QuantType type, long cols);
-// Whether `type` is QUANT_Q4_K or QUANT_Q6_K.
-static inline int quant_is_kquant(QuantType type) { return type == QUANT_Q4_K || type == QUANT_Q6_K; }
+// Whether `type` is QUANT_Q4_K, QUANT_Q5_K or QUANT_Q6_K.
+static inline int quant_is_kquant(QuantType type) {
+    return type == QUANT_Q4_K || type == QUANT_Q5_K || type == QUANT_Q6_K;
+}
+// Bytes of one super-block of a K-quant type.
+static inline long kquant_block_bytes(QuantType type) {
+    return type == QUANT_Q4_K ? KQ_Q4_K_BYTES : type == QUANT_Q5_K ? KQ_Q5_K_BYTES : KQ_Q6_K_BYTES;
+}
 
 // A K-quant matrix [rows, cols] of `type` from floats (rows contiguous, cols a multiple of
 // KQ_BLOCK), with the GGUF writer's block code (io/gguf_quantize.c): the bytes

@@ -98,6 +98,7 @@ long quant_matrix_bytes(const Q8Matrix *matrix) {
     case QUANT_Q4_0: return n / 2 + blocks * (long)sizeof(float);
     case QUANT_Q5_0: return n / 2 + blocks * (long)(sizeof(float) + sizeof(uint32_t));
     case QUANT_Q4_K:
+    case QUANT_Q5_K:
     case QUANT_Q6_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);
     case QUANT_NF4: {
         const long nf4_blocks = n / NF4_BLOCK;

@@ -3,7 +3,9 @@
 # written as Q4_K_M by marlhf convert runs with its own bits when --quantize is left out (the
 # log-probs of --quantize q4_k_m, bit for bit, not those of the float32 weights), --quantize
 # none still runs it in float32, the Q4_1 file it came from stays float32 by default, and
-# generate answers from it; an unknown --quantize is a one-line error. Prints PASS/FAIL per case.
+# generate answers from it; an unknown --quantize is a one-line error. llama.cpp's own Q5_K_M
+# file runs with its bits, as llama.cpp computes it, and convert writes Q5_K_M. Prints PASS/FAIL
+# per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -41,5 +43,42 @@ row = json.loads(sys.argv[1])
 assert row["response_tokens"] == 12 and row["response"].strip() and all(math.isfinite(x) for x in row["logprobs"]), row
 EOF
 expect_error kquant_bad_quantize "q4_k_s" "$bin" generate --model "$model" --quantize q4_k_s "Hello"
+
+# llama.cpp's Q5_K_M file (tests/fixtures/gguf/q5_k_m.gguf, tools/make_q5_k_fixture.py): by
+# default its Q5_K / Q6_K tensors run with their own bits (the same log-probs as --quantize
+# q4_k_m and q5_k_m, which both hold a file's K-quant bytes), llama.cpp's log-probs on the
+# file to 1e-4, and --quantize none (float inputs on the dequantized weights) clearly not.
+q5=tests/fixtures/gguf/q5_k_m.gguf
+q5_expected=tests/fixtures/gguf/q5_k_m.expected.json
+python3 -c "import json, sys; print(json.dumps({'ids': json.load(open(sys.argv[1]))['ids']}))" "$q5_expected" > "$tmp/q5_ids.jsonl"
+q5_line() { "$bin" logprobs --model "$1" --input "$tmp/q5_ids.jsonl" "${@:2}" 2> "$tmp/logprobs.err" | head -n 1; }
+q5_default=$(q5_line "$q5")
+[ -n "$q5_default" ] && [ "$q5_default" = "$(q5_line "$q5" --quantize q4_k_m)" ] &&
+    [ "$q5_default" = "$(q5_line "$q5" --quantize q5_k_m)" ] && pass kquant_q5_k_default_is_own_bits ||
+    fail kquant_q5_k_default_is_own_bits "default: $q5_default $(tail -n 1 "$tmp/logprobs.err")"
+python3 - "$q5_expected" "$q5_default" "$(q5_line "$q5" --quantize none)" << 'EOF' && pass kquant_q5_k_llama_cpp ||
+import json, math, sys
+expected = json.load(open(sys.argv[1]))
+ids, rows = expected["ids"], expected["logits"]
+def log_prob(row, token):
+    top = max(row)
+    return row[token] - top - math.log(sum(math.exp(x - top) for x in row))
+reference = [log_prob(rows[t], ids[t + 1]) for t in range(len(ids) - 1)]
+own, float32 = (json.loads(x)["logprobs"] for x in sys.argv[2:4])
+own_difference = max(abs(a - b) for a, b in zip(own, reference))
+float_difference = max(abs(a - b) for a, b in zip(float32, reference))
+assert len(own) == len(reference) and own_difference < 1e-4 and float_difference > 1e-2, (own_difference, float_difference)
+EOF
+    fail kquant_q5_k_llama_cpp "log-probs of the Q5_K_M file differ from llama.cpp's"
+# convert --outtype q5_k_m (the fixture's weights in marlhf's own Q5_K_M blocks) runs by default
+# with its own bits too, close to the original file's log-probs.
+"$bin" convert "$q5" "$tmp/q5_again.gguf" --outtype q5_k_m > /dev/null 2> "$tmp/convert.err" ||
+    fail kquant_convert_q5_k_m "$(tail -n 1 "$tmp/convert.err")"
+python3 - "$q5_default" "$(q5_line "$tmp/q5_again.gguf")" << 'EOF' && pass kquant_convert_q5_k_m || fail kquant_convert_q5_k_m "its log-probs are not close"
+import json, sys
+a, b = (json.loads(x)["logprobs"] for x in sys.argv[1:3])
+assert len(a) == len(b) and 0 < max(abs(x - y) for x, y in zip(a, b)) < 0.5
+EOF
+expect_error kquant_bad_outtype "q5_k_s" "$bin" convert "$q5" "$tmp/bad.gguf" --outtype q5_k_s
 
 [ $failures -eq 0 ]

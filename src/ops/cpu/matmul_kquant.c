@@ -1,12 +1,14 @@
-// Decode steps over Q4_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
+// Decode steps over Q4_K, Q5_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
 // llama.cpp's K-quant x Q8_K arithmetic. Each input row is quantized per block of 256 to
 // int8 values, a float scale and the sums of each 16 values; each pair of super-blocks then
 // gives exact integer sums,
-//   Q4_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
-//   Q6_K: products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
+//   Q4_K, Q5_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
+//   Q6_K:       products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
 // and the pair adds x_scale * (d * products - dmin * minimums) (Q6_K: x_scale * d * products)
-// to the output, super-blocks in order. Reading 4.5 (Q4_K) or 6.6 (Q6_K) bits a weight is
-// what makes a decode step faster than Q8_0's 8.5.
+// to the output, super-blocks in order. Reading 4.5 (Q4_K), 5.5 (Q5_K) or 6.6 (Q6_K) bits a
+// weight is what makes a decode step faster than Q8_0's 8.5. Q5_K is Q4_K with a fifth bit
+// per code (q in [0, 31]): the same integer sums once the codes are widened, the same float
+// steps.
 //
 // Only the integer sums differ between the paths (AVX2 and AVX-512 multiply-adds, a portable
 // loop for the sanitizer build and other CPUs), and integer sums are exact: the float
@@ -54,60 +56,60 @@ typedef void (*BlockSums)(const uint8_t *block, const int8_t *const x[KQ_INPUT_R
                           const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
                           int32_t minimums[KQ_INPUT_ROWS]);
 
-// Q4_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
+// Q4_K's and Q5_K's minimums term, the same in every path: sum_j m[j] * (x's sum over sub-block j).
 static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
     int32_t total = 0;
     for (int j = 0; j < 8; j++) total += min[j] * (sums[2 * j] + sums[2 * j + 1]);
     return total;
 }
 
+// The super-blocks of a row, each row's float sum into sum[i]: x_scale * (d * products -
+// dmin * minimums), d the half float at byte d_offset of a block, dmin the one at byte 2 for
+// the types with minimums (Q4_K, Q5_K); Q6_K has none (dmin and its minimums 0, which leaves
+// d * products as it is: subtracting +0 is exact).
+static inline __attribute__((always_inline)) void super_block_loop(BlockSums block_sums, long block_bytes,
+                                                                   long d_offset, bool has_minimums,
+                                                                   const uint8_t *row, const KQuantInput *x,
+                                                                   int count, long cols, float sum[KQ_INPUT_ROWS]) {
+    const int8_t *xb[KQ_INPUT_ROWS];
+    const int16_t *sb[KQ_INPUT_ROWS];
+    int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
+    for (long b = 0; b < cols / KQ_BLOCK; b++) {
+        const uint8_t *block = row + b * block_bytes;
+        for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0's (never read)
+            const KQuantInput *input = &x[i < count ? i : 0];
+            xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
+        }
+        block_sums(block, xb, sb, count, products, minimums);
+        const float d = half_at(block + d_offset), dmin = has_minimums ? half_at(block + 2) : 0.0f;
+        for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
+    }
+}
+
 // The loop over a row's super-blocks, shared by every path (inlined into each with its own
 // block sums, so the float arithmetic is the same code). Each input row's float sum takes
 // the same steps as a call of that row alone: what the other rows of the call add is in
 // their own sums.
-static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q6k, QuantType type,
-                                                                const uint8_t *row, const KQuantInput *x,
-                                                                int count, long cols, float *out) {
+static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q5k, BlockSums q6k,
+                                                                QuantType type, const uint8_t *row,
+                                                                const KQuantInput *x, int count, long cols,
+                                                                float *out) {
     float sum[KQ_INPUT_ROWS] = {0};
-    const int8_t *xb[KQ_INPUT_ROWS];
-    const int16_t *sb[KQ_INPUT_ROWS];
-    int32_t products[KQ_INPUT_ROWS], minimums[KQ_INPUT_ROWS];
-    const long blocks = cols / KQ_BLOCK;
-    if (type == QUANT_Q4_K) {
-        for (long b = 0; b < blocks; b++) {
-            const uint8_t *block = row + b * KQ_Q4_K_BYTES;
-            for (int i = 0; i < KQ_INPUT_ROWS; i++) { // rows past count point at row 0 (never read)
-                const KQuantInput *input = &x[i < count ? i : 0];
-                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-            }
-            q4k(block, xb, sb, count, products, minimums);
-            const float d = half_at(block), dmin = half_at(block + 2);
-            for (int i = 0; i < count; i++)
-                sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
-        }
-    } else {
-        for (long b = 0; b < blocks; b++) {
-            const uint8_t *block = row + b * KQ_Q6_K_BYTES;
-            for (int i = 0; i < KQ_INPUT_ROWS; i++) {
-                const KQuantInput *input = &x[i < count ? i : 0];
-                xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
-            }
-            q6k(block, xb, sb, count, products, minimums);
-            const float d = half_at(block + 208);
-            for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i]);
-        }
-    }
+    if (type == QUANT_Q4_K) super_block_loop(q4k, KQ_Q4_K_BYTES, 0, true, row, x, count, cols, sum);
+    else if (type == QUANT_Q5_K) super_block_loop(q5k, KQ_Q5_K_BYTES, 0, true, row, x, count, cols, sum);
+    else super_block_loop(q6k, KQ_Q6_K_BYTES, 208, false, row, x, count, cols, sum);
     for (int i = 0; i < count; i++) out[i] = sum[i];
 }
 
 // One input row (a decode step of one sequence, the common case) is the loop with count the
 // constant 1, so that the compiler drops the other rows' code and checks: it ran 1.5 times
 // slower with count a variable. The bits are the same either way.
-static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q6k, QuantType type,
-                                                                const uint8_t *row, const KQuantInput *x,
-                                                                int count, long cols, float *out) {
-    if (count == 1) rows_dot_loop(q4k, q6k, type, row, x, 1, cols, out);
-    else rows_dot_loop(q4k, q6k, type, row, x, count, cols, out);
+static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q5k, BlockSums q6k,
+                                                                QuantType type, const uint8_t *row,
+                                                                const KQuantInput *x, int count, long cols,
+                                                                float *out) {
+    if (count == 1) rows_dot_loop(q4k, q5k, q6k, type, row, x, 1, cols, out);
+    else rows_dot_loop(q4k, q5k, q6k, type, row, x, count, cols, out);
 }
 
 // ---- the portable loop ----
@@ -115,17 +117,15 @@ static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, B
 // once per call (core/sanitizer.h), as matmul_q8.c's portable loop does. Each block's codes
 // are decoded once into `q` and multiplied by every row from there.
 
-SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
-                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+// Q4_K's and Q5_K's sums from the block's codes q[32j + l] (value l of sub-block j) and its
+// packed scales and minimums.
+SANITIZER_UNCHECKED static inline void scale_min_sums_portable(const uint8_t *block, const uint8_t q[KQ_BLOCK],
+                                                               const int8_t *const x[KQ_INPUT_ROWS],
+                                                               const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                               int32_t products[KQ_INPUT_ROWS],
+                                                               int32_t minimums[KQ_INPUT_ROWS]) {
     int scale[8], min[8];
     gguf_unpack_k_scales(block + 4, scale, min);
-    uint8_t q[KQ_BLOCK]; // value 32j + l of sub-block j
-    for (int j = 0; j < 8; j++) {
-        const uint8_t *bytes = block + 16 + 32 * (j / 2);
-        const int shift = 4 * (j % 2);
-        for (int l = 0; l < 32; l++) q[32 * j + l] = (bytes[l] >> shift) & 0x0F;
-    }
     for (int i = 0; i < count; i++) {
         int32_t total = 0;
         for (int j = 0; j < 8; j++) {
@@ -136,6 +136,32 @@ SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const in
         products[i] = total;
         minimums[i] = q4k_minimums(min, sums[i]);
     }
+}
+
+SANITIZER_UNCHECKED static void q4k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    uint8_t q[KQ_BLOCK];
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *bytes = block + 16 + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (bytes[l] >> shift) & 0x0F;
+    }
+    scale_min_sums_portable(block, q, x, sums, count, products, minimums);
+}
+
+// Q5_K: Q4_K's nibbles 32 bytes later, each code's fifth bit from bit j of qh byte l.
+SANITIZER_UNCHECKED static void q5k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    const uint8_t *high_bits = block + 16;
+    uint8_t q[KQ_BLOCK];
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *bytes = block + 48 + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (uint8_t)(((bytes[l] >> shift) & 0x0F) | ((high_bits[l] >> j) & 1) << 4);
+    }
+    scale_min_sums_portable(block, q, x, sums, count, products, minimums);
 }
 
 SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
@@ -164,7 +190,7 @@ SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const in
 
 void kquant_rows_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                               float *out) {
-    rows_dot_with(q4k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_portable, q5k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
 }
 
 // ---- AVX2 ----
@@ -193,7 +219,7 @@ static inline void horizontal_sums_pair(__m256i products, __m256i minimums, int3
     *minimum_sum = _mm_extract_epi32(totals, 1);
 }
 
-// Q4_K's minimums for each row: minimum j (twice, as int16: `minimums16`, from the block's
+// Q4_K's (and Q5_K's) minimums for each row: minimum j (twice, as int16: `minimums16`, from the block's
 // unpacked scale bytes) times the sums of 16 inputs 2j and 2j + 1, then the rows' sums of
 // `totals` (8 int32 lanes of scaled code products each).
 static inline void q4k_finish(__m128i scale_bytes, const __m256i totals[KQ_INPUT_ROWS],
@@ -225,26 +251,44 @@ static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t 
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
-// Q6_K: 2 * 63 * 127, both below 32767), then multiplied by the scales in `scale` (one int16
-// per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32 lanes.
+// Q5_K: 2 * 31 * 127; Q6_K: 2 * 63 * 127, all below 32767), then multiplied by the scales in
+// `scale` (one int16 per pair, at most 63 or 128 in magnitude) and added in pairs into 8 int32
+// lanes.
 static inline __m256i scaled_dot(__m256i codes, const int8_t *x, __m256i scale) {
     const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256((const __m256i *)x));
     return _mm256_madd_epi16(pairs, scale);
 }
 
-static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
-                                 int32_t minimums[KQ_INPUT_ROWS]) {
+// Q5_K's fifth bits of sub-block j as 0x10 in each byte l: bit j of byte l of `high_bits`
+// (the block's 32 qh bytes) moved to bit 4. The 16-bit shift moves each byte's bit j to bit 4
+// of the same byte (j < 8), whatever crosses from the neighbouring byte is masked off.
+static inline __m256i q5k_fifth_bits(__m256i high_bits, int j) {
+    const __m256i moved = j <= 4 ? _mm256_slli_epi16(high_bits, 4 - j) : _mm256_srli_epi16(high_bits, j - 4);
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+// Q4_K's sums, and Q5_K's (five_bits: the nibbles 32 bytes later, each code with its fifth
+// bit from qh). Inlined with five_bits a constant, so Q4_K's code has no fifth-bit work.
+static inline __attribute__((always_inline)) void scale_min_sums_avx2(
+    const uint8_t *block, bool five_bits, const int8_t *const x[KQ_INPUT_ROWS],
+    const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+    int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     uint8_t scale[16];
     _mm_storeu_si128((__m128i *)scale, scale_bytes);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i high_bits = five_bits ? _mm256_loadu_si256((const __m256i *)(block + 16)) : _mm256_setzero_si256();
+    const uint8_t *nibbles = block + (five_bits ? 48 : 16);
     __m256i totals[KQ_INPUT_ROWS];
     for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
     for (int k = 0; k < 4; k++) { // 32 bytes: sub-block 2k in the low nibbles, 2k + 1 in the high
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
-        const __m256i low = _mm256_and_si256(bytes, nibble);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * k));
+        __m256i low = _mm256_and_si256(bytes, nibble);
+        __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+        if (five_bits) {
+            low = _mm256_or_si256(low, q5k_fifth_bits(high_bits, 2 * k));
+            high = _mm256_or_si256(high, q5k_fifth_bits(high_bits, 2 * k + 1));
+        }
         const __m256i low_scale = _mm256_set1_epi16((int16_t)scale[2 * k]);
         const __m256i high_scale = _mm256_set1_epi16((int16_t)scale[2 * k + 1]);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
@@ -254,6 +298,18 @@ static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
             }
     }
     q4k_finish(scale_bytes, totals, sums, count, products, minimums);
+}
+
+static inline void q4k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx2(block, false, x, sums, count, products, minimums);
+}
+
+static inline void q5k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx2(block, true, x, sums, count, products, minimums);
 }
 
 static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
@@ -287,7 +343,7 @@ static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
 }
 
 static void rows_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols, float *out) {
-    rows_dot_with(q4k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_avx2, q5k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx2 = rows_dot_avx2;
 #else
@@ -303,21 +359,31 @@ static inline __m256i fold_halves(__m512i total) {
     return _mm256_add_epi32(_mm512_castsi512_si256(total), _mm512_extracti64x4_epi64(total, 1));
 }
 
-static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
-                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
-                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+// Q4_K's sums, and Q5_K's (five_bits: the nibbles 32 bytes later, each code's fifth bit from
+// the qh bytes, the same 32 in both halves of a step: bit 2k of byte l for the low half, bit
+// 2k + 1 for the high, moved to bit 4). Inlined with five_bits a constant.
+static inline __attribute__((always_inline)) void scale_min_sums_avx512(
+    const uint8_t *block, bool five_bits, const int8_t *const x[KQ_INPUT_ROWS],
+    const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+    int32_t minimums[KQ_INPUT_ROWS]) {
     const __m128i scale_bytes = unpack_k_scales_vector(block + 4);
     // Each sub-block scale as int16, picked for a step's two sub-blocks by vpermw: step k's
     // low 256 bits take scale 2k, its high 256 scale 2k + 1.
     const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scale_bytes));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m512i high_bits =
+        five_bits ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(block + 16))) : _mm512_setzero_si512();
+    const uint8_t *nibbles = block + (five_bits ? 48 : 16);
     __m512i totals[KQ_INPUT_ROWS];
     for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
     for (int k = 0; k < 4; k++) { // sub-blocks 2k (low nibbles) and 2k + 1 (high): values [64k, 64k + 64)
-        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * k));
-        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
-                                                 _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * k));
+        __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nibble)),
+                                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 1);
         const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+        if (five_bits) // shifted right by the sub-block, then left by 4 (16-bit shifts; what they bring in from the other byte is masked)
+            codes = _mm512_or_si512(codes, _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(high_bits, pick), 4),
+                                                            _mm512_set1_epi8(0x10)));
         const __m512i scale = _mm512_permutexvar_epi16(pick, scales16);
         for (int i = 0; i < KQ_INPUT_ROWS; i++)
             if (i < count) {
@@ -328,6 +394,18 @@ static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[K
     __m256i halves[KQ_INPUT_ROWS];
     for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
     q4k_finish(scale_bytes, halves, sums, count, products, minimums);
+}
+
+static inline void q4k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx512(block, false, x, sums, count, products, minimums);
+}
+
+static inline void q5k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    scale_min_sums_avx512(block, true, x, sums, count, products, minimums);
 }
 
 static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
@@ -369,7 +447,7 @@ static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[K
 
 static void rows_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                             float *out) {
-    rows_dot_with(q4k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
+    rows_dot_with(q4k_sums_avx512, q5k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx512 = rows_dot_avx512;
 #else
