@@ -474,6 +474,11 @@ static const char *const walk_schemas[] = {
     "\"#/$defs/T\"}, {\"type\": \"null\"}]}], \"minItems\": 2, \"items\": false}}, \"$ref\": \"#/$defs/T\"}",
     "{\"$defs\": {\"R\": {\"type\": \"array\", \"minItems\": 2, \"items\": {\"anyOf\": [{\"$ref\": \"#/$defs/R\"}, "
     "{\"type\": \"string\", \"format\": \"date\"}]}}}, \"$ref\": \"#/$defs/R\"}",
+    // A linked list merged by allOf, with bounded integers and numbers.
+    "{\"$defs\": {\"N\": {\"allOf\": [{\"properties\": {\"v\": {\"type\": \"integer\", \"minimum\": -5, \"maximum\": "
+    "1000}, \"w\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 1}}, \"required\": [\"v\"]}, "
+    "{\"properties\": {\"next\": {\"anyOf\": [{\"$ref\": \"#/$defs/N\"}, {\"type\": \"null\"}]}}}]}}, \"$ref\": "
+    "\"#/$defs/N\"}",
     // The root, with tuples and a uuid.
     "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"string\", \"format\": \"uuid\"}, \"kids\": {\"type\": "
     "\"array\", \"prefixItems\": [{\"$ref\": \"#\"}], \"items\": {\"$ref\": \"#\"}, \"minItems\": 1}}, \"required\": "
