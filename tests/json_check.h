@@ -1,6 +1,7 @@
-// Shared by the JSON constraint tests (test_json_constraint.c, test_json_recursive.c): a
-// schema compiled from text, every prefix of a text alive, tables of accepted / refused
-// texts per schema and of refused schemas with what their error names. Include after test.h.
+// Shared by the JSON constraint tests (test_json_constraint.c, test_json_recursive.c,
+// test_json_bounds.c): a schema compiled from text, every prefix of a text alive, tables of
+// accepted / refused texts per schema and of refused schemas with what their error names.
+// Include after test.h.
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
