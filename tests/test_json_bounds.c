@@ -573,42 +573,7 @@ static void test_numbers_exhaustive(void) {
 // --- pydantic's schemas and verdicts --------------------------------------------------------
 
 static void test_pydantic_fixture(void) {
-    const char *path = "tests/fixtures/constraints/json_bounds.json";
-    json_error_t error;
-    json_t *fixture = json_load_file(path, 0, &error);
-    EXPECT(fixture != NULL, "%s: %s (tools/make_json_bounds_fixtures.py writes it)", path, error.text);
-    if (!fixture) return;
-    size_t i;
-    json_t *entry;
-    json_array_foreach(json_object_get(fixture, "cases"), i, entry) {
-        const char *name = json_string_value(json_object_get(entry, "name"));
-        JsonConstraint *c = NULL;
-        if (json_constraint_schema(&c, json_object_get(entry, "schema"), name) != 0) {
-            EXPECT(false, "pydantic's schema %s compiles: %s", name, err_msg());
-            continue;
-        }
-        int accepted = 0, valid = 0, texts = 0, must_accept = 0;
-        size_t k;
-        json_t *item;
-        json_array_foreach(json_object_get(entry, "texts"), k, item) {
-            const char *text = json_string_value(json_array_get(item, 0));
-            const size_t length = json_string_length(json_array_get(item, 0));
-            const bool is_valid = json_is_true(json_array_get(item, 1));
-            const char *kind = json_string_value(json_array_get(item, 2));
-            const bool accepts = json_constraint_matches(c, text, length);
-            texts++, valid += is_valid, accepted += accepts;
-            if (!strcmp(kind, "generated") || (!strcmp(kind, "canonical") && is_valid)) {
-                must_accept++;
-                EXPECT(accepts && prefixes_alive(c, text, length), "%s: the valid text %s is accepted, every prefix alive",
-                       name, text);
-            }
-            EXPECT(!accepts || is_valid, "%s: %s is accepted, and pydantic says it is invalid", name, text);
-        }
-        printf("%s: %d texts, %d valid by pydantic, %d accepted (%d of them required)\n", name, texts, valid, accepted,
-               must_accept);
-        json_constraint_free(c);
-    }
-    json_decref(fixture);
+    check_pydantic_fixture("tests/fixtures/constraints/json_bounds.json", "tools/make_json_bounds_fixtures.py");
 }
 
 // --- the vocabulary ------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import make_json_recursive_fixtures as recursive_fixtures  # its json.dumps spellings and edits
+
 
 class Color(str, Enum):
     red = "red"
@@ -145,25 +147,11 @@ def probes(name):
 
 
 def dumps(value):
-    if rng.random() < 0.5:
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return recursive_fixtures.dumps(value, rng)
 
 
 def mutants(text):
-    out = []
-    for _ in range(4):
-        i = rng.randrange(len(text) + 1)
-        kind = rng.randrange(4)
-        if kind == 0 and i < len(text):
-            out.append(text[:i] + text[i + 1:])
-        elif kind == 1:
-            out.append(text[:i] + rng.choice(PIECES) + text[i:])
-        elif kind == 2 and i < len(text):
-            out.append(text[:i] + rng.choice(PIECES) + text[i + 1:])
-        else:
-            out.append(text[:i])
-    return out
+    return [edited for edited, _ in recursive_fixtures.mutants(text, rng, PIECES, 4)]
 
 
 class Literal(str):
