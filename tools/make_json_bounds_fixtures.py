@@ -29,7 +29,7 @@ from typing import List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-import make_json_recursive_fixtures as recursive_fixtures  # its json.dumps spellings and edits
+import make_json_recursive_fixtures as recursive_fixtures  # its json.dumps spellings, edits and verdicts
 
 
 class Color(str, Enum):
@@ -181,14 +181,6 @@ def canonical(text):
     return text in (json.dumps(value, ensure_ascii=False), json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
-def valid(model, text):
-    try:
-        model.model_validate_json(text, strict=True)
-        return True
-    except Exception:
-        return False
-
-
 def main():
     cases = []
     for name, model, make in MODELS:
@@ -197,7 +189,7 @@ def main():
         for _ in range(20):
             value = make()
             text = dumps(value)
-            assert valid(model, text), (name, text)
+            assert recursive_fixtures.valid(model, text), (name, text)
             if text not in seen:
                 seen.add(text)
                 values.append(value)
@@ -218,7 +210,7 @@ def main():
         for text in edited:
             if text not in seen:
                 seen.add(text)
-                texts.append([text, valid(model, text), "canonical" if canonical(text) else "edited"])
+                texts.append([text, recursive_fixtures.valid(model, text), "canonical" if canonical(text) else "edited"])
         cases.append({"name": name, "schema": model.model_json_schema(), "texts": texts})
     path = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "constraints", "json_bounds.json")
     with open(path, "w", encoding="utf-8") as f:
