@@ -694,7 +694,8 @@ static int read_bound(const json_t *v, const char *key, bool lower, bool integer
     const double two_63 = 9223372036854775808.0, limit = 1e18;
     if (json_is_integer(v)) {
         *value = json_integer_value(v);
-        if (!integer && (*value > (int64_t)limit || *value < -(int64_t)limit)) *value = *value > 0 ? (int64_t)limit : -(int64_t)limit;
+        if (!integer && *value > (int64_t)limit) *value = (int64_t)limit;
+        if (!integer && *value < -(int64_t)limit) *value = -(int64_t)limit;
         return 0;
     }
     const double x = json_real_value(v);
