@@ -474,6 +474,11 @@ static const char *const walk_schemas[] = {
     "\"#/$defs/T\"}, {\"type\": \"null\"}]}], \"minItems\": 2, \"items\": false}}, \"$ref\": \"#/$defs/T\"}",
     "{\"$defs\": {\"R\": {\"type\": \"array\", \"minItems\": 2, \"items\": {\"anyOf\": [{\"$ref\": \"#/$defs/R\"}, "
     "{\"type\": \"string\", \"format\": \"date\"}]}}}, \"$ref\": \"#/$defs/R\"}",
+    // A linked list merged by allOf, with bounded integers and numbers.
+    "{\"$defs\": {\"N\": {\"allOf\": [{\"properties\": {\"v\": {\"type\": \"integer\", \"minimum\": -5, \"maximum\": "
+    "1000}, \"w\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 1}}, \"required\": [\"v\"]}, "
+    "{\"properties\": {\"next\": {\"anyOf\": [{\"$ref\": \"#/$defs/N\"}, {\"type\": \"null\"}]}}}]}}, \"$ref\": "
+    "\"#/$defs/N\"}",
     // The root, with tuples and a uuid.
     "{\"type\": \"object\", \"properties\": {\"id\": {\"type\": \"string\", \"format\": \"uuid\"}, \"kids\": {\"type\": "
     "\"array\", \"prefixItems\": [{\"$ref\": \"#\"}], \"items\": {\"$ref\": \"#\"}, \"minItems\": 1}}, \"required\": "
@@ -550,44 +555,7 @@ static void test_random_walks_complete(void) {
 // --- pydantic's schemas and verdicts --------------------------------------------------------
 
 static void test_pydantic_fixture(void) {
-    const char *path = "tests/fixtures/constraints/json_recursive.json";
-    json_error_t error;
-    json_t *fixture = json_load_file(path, 0, &error);
-    EXPECT(fixture != NULL, "%s: %s (tools/make_json_recursive_fixtures.py writes it)", path, error.text);
-    if (!fixture) return;
-    size_t i;
-    json_t *entry;
-    json_array_foreach(json_object_get(fixture, "cases"), i, entry) {
-        const char *name = json_string_value(json_object_get(entry, "name"));
-        JsonConstraint *c = NULL;
-        if (json_constraint_schema(&c, json_object_get(entry, "schema"), name) != 0) {
-            EXPECT(false, "pydantic's schema %s compiles: %s", name, err_msg());
-            continue;
-        }
-        int generated = 0, accepted = 0, valid = 0, texts = 0, must_accept = 0;
-        size_t k;
-        json_t *item;
-        json_array_foreach(json_object_get(entry, "texts"), k, item) {
-            const char *text = json_string_value(json_array_get(item, 0));
-            const size_t length = json_string_length(json_array_get(item, 0));
-            const bool is_valid = json_is_true(json_array_get(item, 1));
-            const char *kind = json_string_value(json_array_get(item, 2));
-            const bool is_generated = !strcmp(kind, "generated"), is_canonical = !strcmp(kind, "canonical");
-            const bool accepts = json_constraint_matches(c, text, length);
-            texts++, valid += is_valid, accepted += accepts, generated += is_generated;
-            if (is_generated || (is_canonical && is_valid)) {
-                must_accept++;
-                EXPECT(accepts && prefixes_alive(c, text, length), "%s: the valid text %s is accepted, every prefix alive",
-                       name, text);
-            }
-            EXPECT(!accepts || is_valid, "%s: %s is accepted, and pydantic says it is invalid", name, text);
-            if (is_valid && !accepts) printf("  %s: valid by pydantic, refused: %s\n", name, text);
-        }
-        printf("%s: %d texts (%d generated), %d valid by pydantic, %d accepted (%d of them required: generated, or edited "
-               "and valid in json.dumps' spelling)\n", name, texts, generated, valid, accepted, must_accept);
-        json_constraint_free(c);
-    }
-    json_decref(fixture);
+    check_pydantic_fixture("tests/fixtures/constraints/json_recursive.json", "tools/make_json_recursive_fixtures.py");
 }
 
 // --- tool calls -------------------------------------------------------------------------------

@@ -167,24 +167,26 @@ MODELS = [
 PIECES = ["{", "}", "[", "]", ",", ":", "\"", "0", "9", "-", ".", "T", "Z", "null", "true", " ", "a", "e", "+"]
 
 
-def dumps(value):
-    if rng.random() < 0.5:
+def dumps(value, rand=rng):
+    """As json.dumps writes it, with the default separators or compact (drawn from rand)."""
+    if rand.random() < 0.5:
         return json.dumps(value, ensure_ascii=False)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def mutants(text):
-    """One-byte edits and truncations of text, each with the position of the edit."""
+def mutants(text, rand=rng, pieces=PIECES, count=8):
+    """One-byte edits and truncations of text, each with the position of the edit
+    (tools/make_json_bounds_fixtures.py uses it too, with its own pieces)."""
     out = []
-    for _ in range(8):
-        i = rng.randrange(len(text) + 1)
-        kind = rng.randrange(4)
+    for _ in range(count):
+        i = rand.randrange(len(text) + 1)
+        kind = rand.randrange(4)
         if kind == 0 and i < len(text):
             out.append((text[:i] + text[i + 1:], i))
         elif kind == 1:
-            out.append((text[:i] + rng.choice(PIECES) + text[i:], i))
+            out.append((text[:i] + rand.choice(pieces) + text[i:], i))
         elif kind == 2 and i < len(text):
-            out.append((text[:i] + rng.choice(PIECES) + text[i + 1:], i))
+            out.append((text[:i] + rand.choice(pieces) + text[i + 1:], i))
         else:
             out.append((text[:i], i))
     return out

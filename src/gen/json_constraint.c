@@ -12,6 +12,7 @@
 // start with it.
 #include "gen/json_constraint.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +47,11 @@ typedef struct {
     size_t separator_length;
     // STRING with a `pattern`: the decoded content's automaton (the length bounds in it).
     RegexConstraint *regex;
+    // INTEGER: the values allowed, minimum..maximum inclusive (always set: without bounds
+    // ±(10^18 - 1), the 18 digits every integer is held to). NUMBER under bounds (bounded):
+    // those present, integers, each inclusive or exclusive.
+    bool bounded, has_minimum, has_maximum, minimum_exclusive, maximum_exclusive;
+    int64_t minimum, maximum;
     // A `$ref`'s target is reached through an ALT with one child, made before the target is
     // compiled so that the target can refer to it (a recursive schema is a graph); definition
     // is the reference's text and origin the schema's name (`what`; the root's too), for
@@ -79,6 +85,147 @@ enum { O_OPEN, O_KEY_START, O_COMMA_SPACE, O_COLON, O_VALUE_SPACE, O_VALUE, O_AF
 enum { A_OPEN, A_AFTER_VALUE, A_COMMA_SPACE, A_VALUE };
 enum { NUM_SIGN, NUM_ZERO, NUM_INT, NUM_FRAC0, NUM_FRAC, NUM_EXP0, NUM_EXP_SIGN, NUM_EXP };
 enum { R_AFTER_ITEM, R_SEPARATOR, R_ITEM };
+
+// --- numbers within bounds ----------------------------------------------------------------
+//
+// An integer, or a number under minimum / maximum, is read digit by digit against its
+// bounds, with no table of the numbers: its frame holds the phase (NUM_SIGN .. NUM_FRAC: no
+// exponent), count (its bytes), a (the integer part's digits read as a number) and b
+// (NUMBER_NEGATIVE; NUMBER_FRACTION: a nonzero fraction digit was written). A byte is taken
+// only where some number that begins with the text so far is within the bounds (and within
+// JSON_MAX_NUMBER_BYTES), so the text can always be completed. A number's bounds are
+// integers, so of its fraction only one thing matters: whether the value is its integer
+// part exactly (no nonzero fraction digit) or strictly between it and the next integer.
+enum { NUMBER_NEGATIVE = 1, NUMBER_FRACTION = 2 };
+#define INTEGER_MAX_DIGITS 19 // int64's: 2^63 - 1 has 19
+#define INTEGER_DEFAULT_LIMIT 999999999999999999LL // 10^18 - 1: an integer with no bounds has at most 18 digits
+
+// The magnitudes (absolute values) that one sign may have: low..high, each end inclusive or
+// not, no high where that side has no bound; empty: no value has that sign. -0 is 0.
+typedef struct {
+    uint64_t low, high;
+    bool low_exclusive, high_exclusive, has_high, empty;
+} Magnitudes;
+
+static Magnitudes sign_magnitudes(const Node *n, bool negative) {
+    Magnitudes m = {0};
+    if (!negative) { // the value is the magnitude
+        m.empty = n->has_maximum && n->maximum < 0;
+        if (n->has_minimum && n->minimum >= 0) m.low = (uint64_t)n->minimum, m.low_exclusive = n->minimum_exclusive;
+        if (n->has_maximum) m.has_high = true, m.high = (uint64_t)n->maximum, m.high_exclusive = n->maximum_exclusive;
+    } else { // the value is minus the magnitude (0 - x: exact for INT64_MIN too)
+        m.empty = n->has_minimum && n->minimum > 0;
+        if (n->has_maximum && n->maximum <= 0) m.low = 0 - (uint64_t)n->maximum, m.low_exclusive = n->maximum_exclusive;
+        if (n->has_minimum) m.has_high = true, m.high = 0 - (uint64_t)n->minimum, m.high_exclusive = n->minimum_exclusive;
+    }
+    return m;
+}
+
+// The integer magnitude x is allowed.
+static bool magnitude_allowed(const Magnitudes *m, uint64_t x) {
+    if (m->empty || x < m->low || (x == m->low && m->low_exclusive)) return false;
+    return !m->has_high || x < m->high || (x == m->high && !m->high_exclusive);
+}
+
+// Every magnitude strictly between x and x + 1 is allowed (the bounds being integers, either
+// all of them are or none).
+static bool magnitude_between_allowed(const Magnitudes *m, uint64_t x) {
+    return !m->empty && m->low <= x && (!m->has_high || m->high > x);
+}
+
+// Some allowed magnitude has an integer part that begins with the digits written (value
+// `part`, `digits` of them; zero: the part is "0", which takes no more digits). Followed by
+// j more digits the integer part is one of part*10^j .. part*10^j + 10^j - 1; with a
+// fraction (numbers) the magnitude is anywhere in [part*10^j, (part+1)*10^j), and a point
+// strictly inside that interval needs only one fraction digit (x.5), which always fits.
+static bool integer_part_completable(const Magnitudes *m, uint64_t part, int digits, bool zero, bool integer) {
+    if (m->empty) return false;
+    const int max_digits = integer ? INTEGER_MAX_DIGITS : JSON_MAX_INTEGER_DIGITS;
+    uint64_t scale = 1; // 10^j
+    for (int total = digits; total <= max_digits; total++) {
+        if (part > UINT64_MAX / scale) return false;
+        const uint64_t first = part * scale;
+        if (m->has_high && first > m->high) return false; // and so for every longer part
+        const uint64_t last = first + (scale - 1); // no overflow: first <= high <= 2^63, scale <= first (or 1)
+        if (integer) {
+            // The smallest integer of [first, last] above the low bound, checked against the high one.
+            uint64_t x = m->low + (m->low_exclusive ? 1 : 0);
+            if (x < first) x = first;
+            if (x <= last && magnitude_allowed(m, x)) return true;
+        } else {
+            // [first, last + 1) against the bounds: an interval of reals with integer ends.
+            const uint64_t from = first > m->low ? first : m->low;
+            const uint64_t to = m->has_high && m->high < last + 1 ? m->high : last + 1;
+            if (from < to) return true;
+            if (from == to && from <= last && magnitude_allowed(m, from)) return true;
+        }
+        if (zero || scale > UINT64_MAX / 10) return false;
+        scale *= 10;
+    }
+    return false;
+}
+
+// The number written so far (frame f of node n) can be completed within the bounds.
+static bool bounded_completable(const Node *n, const JsonFrame *f) {
+    const bool negative = f->b & NUMBER_NEGATIVE, fraction = f->b & NUMBER_FRACTION;
+    const Magnitudes m = sign_magnitudes(n, negative);
+    const bool integer = n->kind == K_INTEGER;
+    switch (f->phase) {
+    case NUM_SIGN: // a sign alone: some first digit
+        for (uint64_t digit = 0; digit <= 9; digit++)
+            if (integer_part_completable(&m, digit, 1, digit == 0, integer)) return true;
+        return false;
+    case NUM_ZERO:
+    case NUM_INT: return integer_part_completable(&m, f->a, f->count - (negative ? 1 : 0), f->phase == NUM_ZERO, integer);
+    default: // NUM_FRAC0, NUM_FRAC: the integer part exactly (the fraction's digits all 0), or above it
+        if (!fraction && magnitude_allowed(&m, f->a)) return true;
+        return magnitude_between_allowed(&m, f->a) && (fraction || f->count < JSON_MAX_NUMBER_BYTES);
+    }
+}
+
+static bool bounded_can_end(const Node *n, const JsonFrame *f) {
+    const Magnitudes m = sign_magnitudes(n, f->b & NUMBER_NEGATIVE);
+    if (f->phase == NUM_ZERO || f->phase == NUM_INT) return magnitude_allowed(&m, f->a);
+    if (f->phase == NUM_FRAC)
+        return (f->b & NUMBER_FRACTION) ? magnitude_between_allowed(&m, f->a) : magnitude_allowed(&m, f->a);
+    return false;
+}
+
+// One byte of a bounded number; false (f unchanged) when it is not JSON's number syntax
+// (integers: no fraction; no exponent) or leaves no completion within the bounds.
+static bool bounded_number_byte(const Node *n, JsonFrame *f, uint8_t b) {
+    if (f->count >= JSON_MAX_NUMBER_BYTES) return false;
+    const bool digit = b >= '0' && b <= '9';
+    JsonFrame next = *f;
+    if (f->phase == NUM_SIGN) {
+        if (!digit) return false;
+        next.phase = b == '0' ? NUM_ZERO : NUM_INT;
+        next.a = (uint64_t)(b - '0');
+    } else if (f->phase == NUM_INT && digit) {
+        if (f->a > (UINT64_MAX - 9) / 10) return false; // beyond every bound (they are at most 2^63)
+        next.a = f->a * 10 + (uint64_t)(b - '0');
+    } else if (f->phase == NUM_ZERO || f->phase == NUM_INT) {
+        if (b != '.' || n->kind == K_INTEGER) return false;
+        next.phase = NUM_FRAC0;
+    } else { // NUM_FRAC0, NUM_FRAC
+        if (!digit) return false;
+        next.phase = NUM_FRAC;
+        if (b != '0') next.b |= NUMBER_FRACTION;
+    }
+    next.count++;
+    if (!bounded_completable(n, &next)) return false;
+    *f = next;
+    return true;
+}
+
+// The frame of a bounded number that begins with `byte`; false when none can.
+static bool bounded_number_start(const Node *n, int node, uint8_t byte, JsonFrame *f) {
+    *f = (JsonFrame){.node = node, .phase = NUM_SIGN};
+    if (byte != '-') return bounded_number_byte(n, f, byte);
+    f->count = 1;
+    f->b = NUMBER_NEGATIVE;
+    return bounded_completable(n, f);
+}
 
 // --- building ---------------------------------------------------------------------------
 
@@ -163,10 +310,29 @@ static int string_node(JsonConstraint *c, int min_length, int max_length) {
     return node;
 }
 
-static int number_node(JsonConstraint *c, bool integer) {
-    int node = new_node(c, integer ? K_INTEGER : K_NUMBER);
+static int number_node(JsonConstraint *c) {
+    int node = new_node(c, K_NUMBER);
     set_first_range(&c->nodes[node], "-0123456789");
     return node;
+}
+
+// An integer, or a number under bounds (n's minimum / maximum fields set): its first bytes
+// are those that some value within the bounds starts with; -1 when there is none.
+static int bounded_number_node(JsonConstraint *c, const Node *bounds) {
+    int node = new_node(c, bounds->kind);
+    Node *n = &c->nodes[node];
+    n->bounded = true;
+    n->has_minimum = bounds->has_minimum, n->minimum = bounds->minimum, n->minimum_exclusive = bounds->minimum_exclusive;
+    n->has_maximum = bounds->has_maximum, n->maximum = bounds->maximum, n->maximum_exclusive = bounds->maximum_exclusive;
+    bool any = false;
+    for (const char *b = "-0123456789"; *b; b++) {
+        JsonFrame f;
+        n->first[(uint8_t)*b] = bounded_number_start(n, node, (uint8_t)*b, &f);
+        any |= n->first[(uint8_t)*b];
+    }
+    if (any) return node;
+    c->num_nodes--; // the last node made: nothing refers to it
+    return -1;
 }
 
 // An object with the given properties (none yet) and other keys' schema.
@@ -211,7 +377,7 @@ static int any_node(JsonConstraint *c) {
     size_t *lengths = xmalloc(3 * sizeof(size_t));
     const char *words[] = {"true", "false", "null"};
     for (int k = 0; k < 3; k++) texts[k] = xstrdup(words[k]), lengths[k] = strlen(words[k]);
-    const int children[] = {object, array, string_node(c, 0, -1), number_node(c, false), literals_node(c, texts, lengths, 3)};
+    const int children[] = {object, array, string_node(c, 0, -1), number_node(c), literals_node(c, texts, lengths, 3)};
     for (int k = 0; k < 5; k++) add_child(c, any, children[k]);
     derive_first(c, any);
     return any;
@@ -243,11 +409,15 @@ static int schema_error(const char *what, const char *at, const char *fmt, const
     return err_set("%s: %s (at %s)", what, message, at[0] ? at : "the schema's root");
 }
 
-static const char *const annotations[] = {"title", "description", "$schema", "$id", "$comment", "default",
-                                          "examples", "strict", "$defs", "definitions"};
-static const char *const keywords[] = {"type", "properties", "required", "additionalProperties", "items",
-                                       "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref",
-                                       "minLength", "maxLength", "pattern", "prefixItems", "format"};
+static const char *const annotations[] = {"title",   "description", "$schema",    "$id",    "$comment",  "default",
+                                          "examples", "strict",     "deprecated", "readOnly", "writeOnly", "$defs",
+                                          "definitions"};
+static const char *const keywords[] = {"type",        "properties", "required",         "additionalProperties",
+                                       "items",       "minItems",   "maxItems",         "enum",
+                                       "const",       "anyOf",      "oneOf",            "$ref",
+                                       "minLength",   "maxLength",  "pattern",          "prefixItems",
+                                       "format",      "minimum",    "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum", "allOf"};
 
 static bool in_list(const char *key, const char *const *list, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -294,23 +464,27 @@ static int compile_child(JsonConstraint *c, const json_t *schema, const char *wh
 // `$ref`: `#` (the root), `#/$defs/NAME` or `#/definitions/NAME`. Each definition is
 // compiled once, to an ALT node with the target as its only child; a reference met again,
 // also from inside its own target (recursion), is that node.
+// The schema a `$ref` names; NULL (error set) when it names none or is not supported.
+static const json_t *ref_target(const JsonConstraint *c, const char *ref, const char *what, const char *at) {
+    if (!strcmp(ref, "#")) return c->schema_root;
+    const char *name = NULL, *container = NULL;
+    if (!strncmp(ref, "#/$defs/", 8)) container = "$defs", name = ref + 8;
+    else if (!strncmp(ref, "#/definitions/", 14)) container = "definitions", name = ref + 14;
+    if (!name || !*name || strchr(name, '/') || strchr(name, '~')) {
+        schema_error(what, at, "'$ref' '%.200s' is not supported (only #, #/$defs/NAME and #/definitions/NAME)", ref);
+        return NULL;
+    }
+    json_t *defs = json_object_get(c->schema_root, container);
+    const json_t *target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
+    if (!target) schema_error(what, at, "'$ref' '%.200s' names no definition of the schema", ref);
+    return target;
+}
+
 static int compile_ref(JsonConstraint *c, const char *ref, const char *what, const char *at, int depth) {
     for (int i = 0; i < c->num_refs; i++)
         if (!strcmp(c->ref_texts[i], ref)) return c->ref_nodes[i];
-    const json_t *target = NULL;
-    if (!strcmp(ref, "#")) {
-        target = c->schema_root;
-    } else {
-        const char *name = NULL, *container = NULL;
-        if (!strncmp(ref, "#/$defs/", 8)) container = "$defs", name = ref + 8;
-        else if (!strncmp(ref, "#/definitions/", 14)) container = "definitions", name = ref + 14;
-        if (!name || !*name || strchr(name, '/') || strchr(name, '~'))
-            return schema_error(what, at, "'$ref' '%.200s' is not supported (only #, #/$defs/NAME and #/definitions/NAME)",
-                                ref);
-        json_t *defs = json_object_get(c->schema_root, container);
-        target = json_is_object(defs) ? json_object_get(defs, name) : NULL;
-        if (!target) return schema_error(what, at, "'$ref' '%.200s' names no definition of the schema", ref);
-    }
+    const json_t *target = ref_target(c, ref, what, at);
+    if (!target) return -1;
     const int node = new_node(c, K_ALT);
     c->nodes[node].definition = xstrdup(ref);
     c->nodes[node].origin = xstrdup(what);
@@ -503,6 +677,102 @@ static int format_pattern(const json_t *schema, const char **pattern, const char
                         json_string_value(format));
 }
 
+// The stricter of a side's bound so far and (value, exclusive).
+static void tighten(bool lower, bool *has, int64_t *bound, bool *bound_exclusive, int64_t value, bool exclusive) {
+    if (*has && (lower ? value < *bound : value > *bound)) return;
+    if (*has && value == *bound && !exclusive) return;
+    *has = true, *bound = value, *bound_exclusive = exclusive;
+}
+
+// A bound's JSON value as an integer bound (value, exclusive) on the side `lower`. A
+// JSON integer is itself. A real on an integer is rounded inward (minimum 0.5: 1), and one
+// beyond int64 either bounds nothing or leaves nothing (stored as INT64_MAX / INT64_MIN
+// exclusive). A number's bounds must be integers (a real with no fraction is one); beyond
+// ±10^18 they are clamped there, past every number of 18 integer digits. -1: error set.
+static int read_bound(const json_t *v, const char *key, bool lower, bool integer, int64_t *value, bool *exclusive,
+                      const char *what, const char *at) {
+    const double two_63 = 9223372036854775808.0, limit = 1e18;
+    if (json_is_integer(v)) {
+        *value = json_integer_value(v);
+        if (!integer && *value > (int64_t)limit) *value = (int64_t)limit;
+        if (!integer && *value < -(int64_t)limit) *value = -(int64_t)limit;
+        return 0;
+    }
+    const double x = json_real_value(v);
+    if (!integer) {
+        if (x != floor(x))
+            return schema_error(what, at, "'%s' is not an integer: only integer bounds are supported on numbers", key);
+        *value = (int64_t)(x > limit ? limit : x < -limit ? -limit : x);
+        return 0;
+    }
+    double rounded = x;
+    if (x != floor(x)) rounded = lower ? ceil(x) : floor(x), *exclusive = false;
+    if (rounded >= two_63) *value = INT64_MAX, *exclusive = lower; // lower: nothing left; upper: no bound
+    else if (rounded < -two_63) *value = INT64_MIN, *exclusive = !lower;
+    else *value = (int64_t)rounded;
+    return 0;
+}
+
+// minimum / exclusiveMinimum and maximum / exclusiveMaximum (the numeric forms of draft 6
+// on, or draft 4's boolean exclusiveMinimum / exclusiveMaximum that makes minimum / maximum
+// exclusive) into `bounds`: the stricter where a side has two. -1: error set.
+static int read_bounds(Node *bounds, const json_t *schema, bool integer, const char *what, const char *at) {
+    static const char *const plain[] = {"minimum", "maximum"}, *const strict[] = {"exclusiveMinimum", "exclusiveMaximum"};
+    for (int side = 0; side < 2; side++) {
+        const bool lower = side == 0;
+        bool *has = lower ? &bounds->has_minimum : &bounds->has_maximum;
+        int64_t *bound = lower ? &bounds->minimum : &bounds->maximum;
+        bool *bound_exclusive = lower ? &bounds->minimum_exclusive : &bounds->maximum_exclusive;
+        json_t *v = json_object_get(schema, plain[side]), *e = json_object_get(schema, strict[side]);
+        if (v && !json_is_number(v)) return schema_error(what, at, "'%s' must be a number", plain[side]);
+        if (e && !json_is_number(e) && !json_is_boolean(e))
+            return schema_error(what, at, "'%s' must be a number (or, draft 4, a boolean)", strict[side]);
+        if (json_is_true(e) && !v) return schema_error(what, at, "'%s' true needs the bound beside it (draft 4)", strict[side]);
+        if (v) {
+            int64_t value;
+            bool exclusive = json_is_true(e);
+            if (read_bound(v, plain[side], lower, integer, &value, &exclusive, what, at) != 0) return -1;
+            tighten(lower, has, bound, bound_exclusive, value, exclusive);
+        }
+        if (json_is_number(e)) {
+            int64_t value;
+            bool exclusive = true;
+            if (read_bound(e, strict[side], lower, integer, &value, &exclusive, what, at) != 0) return -1;
+            tighten(lower, has, bound, bound_exclusive, value, exclusive);
+        }
+    }
+    return 0;
+}
+
+// An integer, or a number with bounds (without them: number_node). An integer with no
+// bounds is held to 18 digits, as every JSON integer here; with a bound on one side, the
+// other side is int64's limit.
+static int compile_number(JsonConstraint *c, const json_t *schema, bool integer, const char *what, const char *at) {
+    Node bounds = {.kind = integer ? K_INTEGER : K_NUMBER};
+    if (read_bounds(&bounds, schema, integer, what, at) != 0) return -1;
+    if (!integer && !bounds.has_minimum && !bounds.has_maximum) return number_node(c);
+    if (integer && !bounds.has_minimum && !bounds.has_maximum) {
+        bounds.minimum = -INTEGER_DEFAULT_LIMIT, bounds.maximum = INTEGER_DEFAULT_LIMIT;
+    } else if (integer) {
+        if (!bounds.has_minimum) bounds.minimum = INT64_MIN;
+        if (!bounds.has_maximum) bounds.maximum = INT64_MAX;
+    }
+    if (integer) bounds.has_minimum = bounds.has_maximum = true;
+    const int node = bounded_number_node(c, &bounds);
+    if (node >= 0) return node;
+    char given[300] = "";
+    static const char *const names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++) {
+        json_t *v = json_object_get(schema, names[k]);
+        if (!v) continue;
+        char *text = json_dumps(v, JSON_ENCODE_ANY);
+        snprintf(given + strlen(given), sizeof given - strlen(given), "%s'%s': %.40s", given[0] ? ", " : "", names[k], text);
+        free(text);
+    }
+    return schema_error(what, at, integer ? "the bounds (%s) leave no integer"
+                                          : "the bounds (%s) leave no number of at most 18 integer digits", given);
+}
+
 static int compile_type(JsonConstraint *c, const json_t *schema, int type, const char *what, const char *at, int depth) {
     switch (type) {
     case T_OBJECT: return compile_object(c, schema, what, at, depth);
@@ -532,8 +802,8 @@ static int compile_type(JsonConstraint *c, const json_t *schema, int type, const
         c->nodes[node].regex = regex;
         return node;
     }
-    case T_NUMBER: return number_node(c, false);
-    case T_INTEGER: return number_node(c, true);
+    case T_NUMBER: return compile_number(c, schema, false, what, at);
+    case T_INTEGER: return compile_number(c, schema, true, what, at);
     case T_BOOLEAN: {
         char **texts = xmalloc(2 * sizeof(char *));
         size_t *lengths = xmalloc(2 * sizeof(size_t));
@@ -543,6 +813,113 @@ static int compile_type(JsonConstraint *c, const json_t *schema, int type, const
     }
     default: return literal_node(c, "null");
     }
+}
+
+// An allOf member with its `$ref`s followed (beside a `$ref`, only annotations); NULL
+// (error set) for a reference that names nothing or a chain of them that does not end.
+static const json_t *follow_refs(const JsonConstraint *c, const json_t *member, const char *what, const char *at) {
+    for (int hops = 0; hops < 32; hops++) {
+        json_t *ref = json_is_object(member) ? json_object_get(member, "$ref") : NULL;
+        if (!ref) return member;
+        if (!json_is_string(ref)) {
+            schema_error(what, at, "%s", "'$ref' must be a string");
+            return NULL;
+        }
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)member, key, value) {
+            if (strcmp(key, "$ref") != 0 && !in_list(key, annotations, sizeof annotations / sizeof annotations[0])) {
+                schema_error(what, at, "'%.100s' beside '$ref' is not supported", key);
+                return NULL;
+            }
+        }
+        member = ref_target(c, json_string_value(ref), what, at);
+        if (!member) return NULL;
+    }
+    schema_error(what, at, "%s", "'$ref' refers to itself through references only");
+    return NULL;
+}
+
+// One allOf member (an object schema) into the merged one: its properties (a name given
+// before must have the same schema), its required keys, its additionalProperties (absent or
+// false closes the object; schemas must agree). -1: error set.
+static int merge_member(const json_t *member, json_t *properties, json_t *required, bool *closed,
+                        const json_t **additional, const char *what, const char *at) {
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)member, key, value) {
+        if (in_list(key, annotations, sizeof annotations / sizeof annotations[0])) continue;
+        if (!strcmp(key, "type") && json_is_string(value) && !strcmp(json_string_value(value), "object")) continue;
+        if (strcmp(key, "properties") != 0 && strcmp(key, "required") != 0 && strcmp(key, "additionalProperties") != 0)
+            return schema_error(what, at, "'%.100s' in an 'allOf' of several schemas is not supported (only object schemas "
+                                "merge: type object, properties, required, additionalProperties)", key);
+    }
+    json_t *member_properties = json_object_get(member, "properties"), *member_required = json_object_get(member, "required");
+    json_t *member_additional = json_object_get(member, "additionalProperties");
+    if (member_properties && !json_is_object(member_properties))
+        return schema_error(what, at, "%s", "'properties' must be an object");
+    if (member_required && !json_is_array(member_required))
+        return schema_error(what, at, "%s", "'required' must be a list of strings");
+    json_object_foreach(member_properties, key, value) {
+        json_t *before = json_object_get(properties, key);
+        if (before && !json_equal(before, value))
+            return schema_error(what, at, "'allOf' gives the property '%.200s' two different schemas (not supported)", key);
+        json_object_set(properties, key, value);
+    }
+    for (size_t i = 0; member_required && i < json_array_size(member_required); i++)
+        json_array_append(required, json_array_get(member_required, i));
+    if (!member_additional || json_is_false(member_additional)) {
+        *closed = true;
+    } else if (json_is_object(member_additional) && json_object_size(member_additional) > 0) {
+        if (*additional && !json_equal(*additional, member_additional))
+            return schema_error(what, at, "%s", "'allOf' gives two different 'additionalProperties' schemas (not supported)");
+        *additional = member_additional;
+    } else if (!json_is_true(member_additional) && !json_is_object(member_additional)) {
+        return schema_error(what, at, "%s", "'additionalProperties' must be a boolean or a schema");
+    }
+    return 0;
+}
+
+// allOf: one schema is that schema (older pydantic's allOf: [{"$ref": ...}]); several
+// must each be an object schema (a `$ref` to one followed; true or annotations only: no
+// constraint), merged into one object schema: the union of the properties (one named in
+// two members must have the same schema in both), the union of the required keys, and the
+// stricter additionalProperties (false or absent, then a schema, then true).
+static int compile_all_of(JsonConstraint *c, const json_t *all, const char *what, const char *at, int depth) {
+    if (!json_is_array(all) || json_array_size(all) == 0)
+        return schema_error(what, at, "%s", "'allOf' must be a non-empty list of schemas");
+    if (json_array_size(all) == 1) return compile_child(c, json_array_get(all, 0), what, at, "allOf[0]", depth);
+    json_t *properties = json_object(), *required = json_array();
+    const json_t *additional = NULL;
+    bool closed = false;
+    int node = -1;
+    size_t i;
+    for (i = 0; i < json_array_size(all); i++) {
+        char member_at[600];
+        snprintf(member_at, sizeof member_at, "%.500s%sallOf[%zu]", at, at[0] ? "." : "", i);
+        const json_t *member = follow_refs(c, json_array_get(all, i), what, member_at);
+        if (!member) break;
+        if (json_is_true(member)) continue;
+        if (!json_is_object(member)) {
+            schema_error(what, member_at, "%s", "an 'allOf' member must be an object schema");
+            break;
+        }
+        if (merge_member(member, properties, required, &closed, &additional, what, member_at) != 0) break;
+    }
+    if (i == json_array_size(all)) {
+        json_t *merged = json_pack("{s:s, s:O, s:O}", "type", "object", "properties", properties, "required", required);
+        // The schemas are the members' own values (not copies): a `$ref`'s text stays valid
+        // while the whole schema compiles (JsonConstraint.ref_texts).
+        if (closed) json_object_set_new(merged, "additionalProperties", json_false());
+        else if (additional) json_object_set(merged, "additionalProperties", (json_t *)additional);
+        else json_object_set_new(merged, "additionalProperties", json_true());
+        char merged_at[600];
+        snprintf(merged_at, sizeof merged_at, "%.500s%sallOf", at, at[0] ? "." : "");
+        node = compile(c, merged, what, merged_at, depth + 1);
+        json_decref(merged);
+    }
+    json_decref(properties), json_decref(required);
+    return node;
 }
 
 static int compile(JsonConstraint *c, const json_t *schema, const char *what, const char *at, int depth) {
@@ -563,6 +940,11 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
     if (constraining == 0) return any_node(c);
     const char *format = NULL; // only date, time, date-time, uuid, whatever the type
     if (format_pattern(schema, &format, what, at) != 0) return -1;
+    json_t *all = json_object_get(schema, "allOf");
+    if (all) {
+        if (constraining > 1) return schema_error(what, at, "%s", "'allOf' beside other keywords is not supported");
+        return compile_all_of(c, all, what, at, depth);
+    }
     json_t *ref = json_object_get(schema, "$ref");
     json_t *alternatives = json_object_get(schema, "anyOf");
     const char *alt_key = "anyOf";
@@ -628,6 +1010,9 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
         if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") || json_object_get(schema, "pattern") ||
             json_object_get(schema, "format"))
             types |= T_STRING;
+        if (json_object_get(schema, "minimum") || json_object_get(schema, "maximum") ||
+            json_object_get(schema, "exclusiveMinimum") || json_object_get(schema, "exclusiveMaximum"))
+            types |= T_NUMBER;
     }
     // integer beside number: number covers it.
     if ((types & T_NUMBER) && (types & T_INTEGER)) types &= ~T_INTEGER;
@@ -850,6 +1235,31 @@ static size_t key_put(uint8_t *key, size_t at, const void *value, size_t size) {
     return at + size;
 }
 
+// How the integer part's digits so far (`digits` of them, value `part`) compare with the
+// first as many digits of the bound `bound` (-1, 0, 1; 1 when it has fewer digits).
+static int prefix_compare(uint64_t part, int digits, uint64_t bound) {
+    int bound_digits = 1;
+    for (uint64_t rest = bound; rest >= 10; rest /= 10) bound_digits++;
+    if (digits > bound_digits) return 1;
+    uint64_t head = bound;
+    for (int k = digits; k < bound_digits; k++) head /= 10;
+    return part < head ? -1 : part > head ? 1 : 0;
+}
+
+// A bounded number's integer part as the key sees it: what decides the rest of the text is
+// not its value but how it compares with the bounds' leading digits (a digit-by-digit
+// comparison), so numbers that compare alike share a key (and a cached mask).
+static uint64_t bounded_number_class(const Node *n, const JsonFrame *f) {
+    const bool negative = f->b & NUMBER_NEGATIVE;
+    const Magnitudes m = sign_magnitudes(n, negative);
+    if (f->phase == NUM_SIGN || m.empty) return 0;
+    int integer_digits = 1; // the integer part has no leading zero: its value says how many digits
+    for (uint64_t rest = f->a; rest >= 10; rest /= 10) integer_digits++;
+    const int low = prefix_compare(f->a, integer_digits, m.low) + 1;
+    const int high = m.has_high ? prefix_compare(f->a, integer_digits, m.high) + 1 : 3;
+    return (uint64_t)(integer_digits * 16 + low * 4 + high);
+}
+
 size_t json_state_key(const JsonConstraint *c, const JsonState *state, uint8_t *key) {
     size_t n = key_put(key, 0, &state->num_paths, sizeof state->num_paths);
     for (int p = 0; p < state->num_paths; p++) {
@@ -861,12 +1271,13 @@ size_t json_state_key(const JsonConstraint *c, const JsonState *state, uint8_t *
             // A string's count is only compared with its bounds (feed_path's K_STRING).
             int32_t count = f->count;
             if (node->kind == K_STRING && node->max_count < 0 && count > node->min_count) count = node->min_count;
+            const uint64_t a = node->bounded ? bounded_number_class(node, f) : f->a;
             n = key_put(key, n, &f->node, sizeof f->node);
             n = key_put(key, n, &f->phase, sizeof f->phase);
             n = key_put(key, n, &f->aux, sizeof f->aux);
             n = key_put(key, n, &count, sizeof count);
             n = key_put(key, n, &f->str, sizeof f->str);
-            n = key_put(key, n, &f->a, sizeof f->a);
+            n = key_put(key, n, &a, sizeof a);
             n = key_put(key, n, &f->b, sizeof f->b);
         }
     }
@@ -958,8 +1369,14 @@ static void start_value(const JsonConstraint *c, JsonPath *p, int node, uint8_t 
         return;
     case K_NUMBER:
     case K_INTEGER: {
-        const int phase = byte == '-' ? NUM_SIGN : byte == '0' ? NUM_ZERO : NUM_INT;
-        if (push(p, (JsonFrame){.node = node, .phase = (int16_t)phase, .count = 1, .aux = byte != '-'})) emit(out, p);
+        JsonFrame frame;
+        if (n->bounded) { // first[] said it can start
+            CHECK(bounded_number_start(n, node, byte, &frame), "a bounded number's first byte");
+        } else {
+            const int phase = byte == '-' ? NUM_SIGN : byte == '0' ? NUM_ZERO : NUM_INT;
+            frame = (JsonFrame){.node = node, .phase = (int16_t)phase, .count = 1, .aux = byte != '-'};
+        }
+        if (push(p, frame)) emit(out, p);
         return;
     }
     case K_LITERALS: {
@@ -1057,11 +1474,13 @@ static bool pattern_byte(const RegexConstraint *regex, JsonFrame *f, uint8_t byt
     return true;
 }
 
-static bool number_can_end(const JsonFrame *f) {
+static bool number_can_end(const Node *n, const JsonFrame *f) {
+    if (n->bounded) return bounded_can_end(n, f);
     return f->phase == NUM_ZERO || f->phase == NUM_INT || f->phase == NUM_FRAC || f->phase == NUM_EXP;
 }
 
-static bool number_byte(JsonFrame *f, bool integer, uint8_t b) {
+// A number with no bounds, one byte.
+static bool number_byte(JsonFrame *f, uint8_t b) {
     const bool digit = b >= '0' && b <= '9';
     if (f->count >= JSON_MAX_NUMBER_BYTES) return false;
     int next = -1;
@@ -1072,8 +1491,8 @@ static bool number_byte(JsonFrame *f, bool integer, uint8_t b) {
     case NUM_ZERO:
     case NUM_INT:
         if (digit && f->phase == NUM_INT && f->aux < JSON_MAX_INTEGER_DIGITS) next = NUM_INT;
-        else if (!integer && b == '.') next = NUM_FRAC0;
-        else if (!integer && (b == 'e' || b == 'E')) next = NUM_EXP0;
+        else if (b == '.') next = NUM_FRAC0;
+        else if (b == 'e' || b == 'E') next = NUM_EXP0;
         break;
     case NUM_FRAC0: next = digit ? NUM_FRAC : -1; break;
     case NUM_FRAC: next = digit ? NUM_FRAC : (b == 'e' || b == 'E') ? NUM_EXP0 : -1; break;
@@ -1243,11 +1662,11 @@ static void feed_path(const JsonConstraint *c, JsonPath *p, uint8_t byte, JsonSt
         }
         case K_NUMBER:
         case K_INTEGER:
-            if (number_byte(f, n->kind == K_INTEGER, byte)) {
+            if (n->bounded ? bounded_number_byte(n, f, byte) : number_byte(f, byte)) {
                 emit(out, p);
                 return;
             }
-            if (!number_can_end(f)) return;
+            if (!number_can_end(n, f)) return;
             p->depth--, child_done(c, p);
             continue;
         case K_LITERALS: {
@@ -1323,7 +1742,7 @@ bool json_state_accepts(const JsonConstraint *c, const JsonState *state) {
                 if (f->phase == ROOT_DONE) return true;
                 break;
             }
-            if (n->kind == K_NUMBER || n->kind == K_INTEGER) can_end = number_can_end(f);
+            if (n->kind == K_NUMBER || n->kind == K_INTEGER) can_end = number_can_end(n, f);
             else if (n->kind == K_LITERALS) can_end = literals_can_end(n, f);
             else if (n->kind == K_REPEAT) can_end = f->phase == R_AFTER_ITEM && f->count >= n->min_count;
             if (!can_end) break;

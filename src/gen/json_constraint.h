@@ -23,14 +23,30 @@
 // the short escapes \" \\ \/ \b \f \n \r \t decode into the match but \uXXXX is refused:
 // write the character itself), `format` of strings: date, time, date-time, uuid (anchored
 // patterns written from RFC 3339 / RFC 4122, json_constraint.c's FORMAT_* say exactly which
-// texts; not beside `pattern`), and the annotations `title`, `description`, `$schema`, `$id`,
-// `$comment`, `default`, `examples`, `strict`. Any other keyword (`minimum`, `allOf`,
-// `not`, `if`, `uniqueItems`, ...) or format (`email`, ...) is refused with an
-// error naming it and where it is. So are schemas that no value satisfies as far as the
-// recogniser can tell (an empty `type` list, minItems > maxItems, an enum none of whose
-// values match the node's other keywords, a required key that is not a property when no
-// other keys are allowed), so that a text that starts to match can always be completed.
-// An empty schema ({} or true) is any JSON value.
+// texts; not beside `pattern`), `minimum` / `maximum` / `exclusiveMinimum` /
+// `exclusiveMaximum` (draft 6's numbers, or draft 4's boolean exclusiveMinimum /
+// exclusiveMaximum beside minimum / maximum; both forms on a side: the stricter) on
+// integers — any bounds, rounded inward when not integers; a side with no bound is int64's
+// limit (an integer with no bound at all keeps the 18 digits below) — and on numbers,
+// whose bounds must be integers (a number under bounds is written without an exponent);
+// a schema with only these keywords is a number; `allOf` (one schema: that schema; several:
+// object schemas — `$ref`s to them followed — merged: the properties' union, a property in
+// two with the same schema only, the required keys' union, the stricter
+// additionalProperties: false or absent, then a schema, then true), and the annotations
+// `title`, `description`, `$schema`, `$id`, `$comment`, `default`, `examples`, `strict`,
+// `deprecated`, `readOnly`, `writeOnly` (anywhere, `$ref` included: pydantic's documented
+// fields). Any other keyword (`multipleOf`, `not`, `if`, `uniqueItems`, ...) or format
+// (`email`, ...) is refused with an error naming it and where it is. So are schemas that
+// no value satisfies as far as the recogniser can tell (an empty `type` list, minItems >
+// maxItems, an enum none of whose values match the node's other keywords, a required key
+// that is not a property when no other keys are allowed, bounds that leave no value), so
+// that a text that starts to match can always be completed. An empty schema ({} or true)
+// is any JSON value.
+//
+// Integers, and numbers under bounds, are read digit by digit against the bounds (no table
+// of numbers): a digit is taken only where some value within them begins with the text so
+// far, so under minimum 10, maximum 15 a first "1" is taken (10-15 complete it) and "2" is
+// not.
 //
 // The texts: compact JSON with one optional space after each ':' and ',' (json.dumps'
 // default separators; no other whitespace, none before or after the value), so a model
@@ -39,8 +55,9 @@
 // strings: any UTF-8 (well-formed, checked byte by byte) but '"', '\\' and control bytes,
 // which are written as escapes (\" \\ \/ \b \f \n \r \t \uXXXX; \u0000 and the surrogates
 // \uD800-\uDFFF are refused: write the character itself); numbers as JSON spells them,
-// at most 24 bytes, an integer part of at most 18 digits and an exponent of at most 2 (so
-// that every number fits an int64 or a finite double); enum / const values exactly as jansson writes them compact (the
+// at most 24 bytes, an integer part of at most 18 digits (19 for an integer under bounds,
+// which keep it within int64) and an exponent of at most 2 (so that every number fits an
+// int64 or a finite double); enum / const values exactly as jansson writes them compact (the
 // object keys in the schema's order, no spaces). Nesting: at most JSON_MAX_DEPTH open
 // values, an object's key counting as its value (deeper `{`/`[` is refused where the schema
 // leaves it free). Each node knows the least nesting its values need, and a value, an
@@ -109,7 +126,9 @@ void json_state_copy(JsonState *dst, const JsonState *src);
 // The state's used part as bytes into `key` (room for sizeof(JsonState)); returns the
 // length (gen/constraint.h constraint_state_key). Equal keys: the same state. A string's
 // character count is written as its minLength once it has passed it where no maxLength
-// bounds it (it decides nothing more), so the states inside a long string share a key.
+// bounds it (it decides nothing more), so the states inside a long string share a key; a
+// bounded number's integer part as how it compares with the bounds' leading digits (its
+// digit count and, per bound, below / equal / above), which is all its future depends on.
 size_t json_state_key(const JsonConstraint *constraint, const JsonState *state, uint8_t *key);
 // Feeds one byte: *out (may be *state) becomes the state after it; false when the byte
 // takes every path to a dead end (then out->num_paths is 0).

@@ -10,8 +10,9 @@
 # $ref), a recursive pydantic-style schema (a Tree of Trees, greedy), streamed
 # answers are the non-streamed ones (same seed), /v1/completions too, an answer cut by
 # max_tokens ends "length"; tool_choice "required" and a named function give tool calls of
-# the declared tools whose arguments validate against their parameters (a named function
-# and parallel_tool_calls false exactly one), streamed as delta.tool_calls;
+# the declared tools whose arguments validate against their parameters (a bounded integer
+# and a $ref beside annotations among them; a named function and parallel_tool_calls false
+# exactly one), streamed as delta.tool_calls;
 # structured_outputs.regex answers (n = 2) that Python's re.fullmatch accepts, streamed the
 # same, and guided_choice on /v1/completions; GBNF grammars (structured_outputs.grammar,
 # guided_grammar, llama.cpp's grammar): refused malformed with the line and column, and
@@ -51,6 +52,11 @@ def valid(v, s):
     if t == "integer" and not (isinstance(v, int) and not isinstance(v, bool)): return False
     if t == "number" and not (isinstance(v, (int, float)) and not isinstance(v, bool)): return False
     if t in kinds and not isinstance(v, kinds[t]): return False
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if "minimum" in s and v < s["minimum"]: return False
+        if "maximum" in s and v > s["maximum"]: return False
+        if "exclusiveMinimum" in s and v <= s["exclusiveMinimum"]: return False
+        if "exclusiveMaximum" in s and v >= s["exclusiveMaximum"]: return False
     if isinstance(v, str):
         if len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", 10**9): return False
     if isinstance(v, list):
@@ -123,6 +129,7 @@ elif kind == "calls":  # FILE TOOLS [NAME] [ONE]: tool calls of the tools, argum
         for call in calls:
             f = call["function"]
             if f["name"] not in tools: fail(f"call of an undeclared tool {f['name']}")
+            ROOT = tools[f["name"]]
             if len(sys.argv) > 4 and sys.argv[4] and f["name"] != sys.argv[4]: fail(f"call of {f['name']}, not {sys.argv[4]}")
             if not valid(json.loads(f["arguments"]), tools[f["name"]]): fail(f"arguments do not validate: {f}")
         if len(sys.argv) > 5 and len(calls) != 1: fail(f"{len(calls)} calls with parallel_tool_calls false")
@@ -342,7 +349,9 @@ choices='["Paris", "Lyon", "Marseille, France"]'
 status=$(request POST /v1/completions "{\"prompt\": \"The capital of France is the city of\", \"max_tokens\": 8, \"guided_choice\": $choices}" --max-time 600)
 got=$(check choice "$tmp/body" "$choices") && [ "$status" = 200 ] && pass "completions_guided_choice $got" || fail completions_guided_choice "status $status: $got"
 
-tools='[{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
+# get_weather's parameters as pydantic writes a bounded field and a documented enum field
+# (a $ref beside description / default): the answers stay within days 2..5.
+tools='[{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.", "parameters": {"$defs": {"Unit": {"enum": ["celsius", "fahrenheit"], "title": "Unit", "type": "string"}}, "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"$ref": "#/$defs/Unit", "description": "the unit", "default": "celsius"}, "days": {"type": "integer", "minimum": 2, "maximum": 5, "description": "days of forecast"}}, "required": ["city", "unit", "days"]}}},
  {"type": "function", "function": {"name": "get_time", "description": "The time in a timezone.", "parameters": {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 30}}, "required": ["timezone"]}}}]'
 calls() { # TOOL_CHOICE PARALLEL STREAM
     python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": "What is the weather in Paris and the time in Tokyo?"}],
