@@ -88,7 +88,13 @@ ifeq ($(CUDA),1)
 CFLAGS  += -DMARLHF_CUDA
 CUDA_SRC := $(sort $(wildcard src/ops/cuda/*.cu))
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+# cuBLASLt is opened when --device cuda opens the backend (ops/cuda/cublaslt_library.cuh), not
+# linked: linked, its 500 MB were mapped and relocated at every start, a CPU run's included
+# (165 MB resident before main). The runtime is linked statically for the same reason. The
+# name to open is the toolkit's own (its SONAME, e.g. libcublasLt.so.13).
+CUBLASLT_SONAME := $(or $(shell objdump -p $(CUDA_HOME)/lib64/libcublasLt.so 2>/dev/null | awk '/SONAME/ {print $$2}'),libcublasLt.so)
+NVCCFLAGS += -DMARLHF_CUBLASLT_SONAME='"$(CUBLASLT_SONAME)"'
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
 
 # Objects are rebuilt when the flags change (CUDA on/off changes cpu_backend.c, MPI on/off dist.c).

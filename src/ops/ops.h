@@ -303,6 +303,9 @@ extern const OpsBackend ops_cpu;
 extern const OpsBackend ops_cuda;
 int ops_cuda_open(void);
 const char *ops_cuda_device_name(void);
+// cuBLASLt, opened by ops_cuda_open rather than linked (ops/cuda/cublaslt_library.cuh):
+// 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cublaslt_library.c).
+int cublaslt_library_open(void);
 // Which attention kernels the backend runs (src/ops/cuda/attention.cu): "wmma" (fused,
 // the default), "mma" (fused on mma.sync; not yet run on a GPU) or "unfused" (the
 // reference path). False for another name. $MARLHF_CUDA_ATTENTION sets it when the device

@@ -222,7 +222,8 @@ extern "C" int ops_cuda_open(void) {
         return err_set("GPU '%s' has compute capability %d.%d; the CUDA backend needs bf16 "
                        "tensor cores (8.0 or newer) (--device cuda)",
                        prop.name, prop.major, prop.minor);
-    CUBLAS_CHECK(cublasLtCreate(&blaslt_handle));
+    if (cublaslt_library_open() != 0) return -1;
+    CUBLAS_CHECK(cublaslt.Create(&blaslt_handle));
     CUDA_CHECK(cudaMalloc(&blaslt_workspace, blaslt_workspace_bytes));
     device_open = true;
     return 0;

@@ -15,6 +15,7 @@ extern "C" {
 #include "core/check.h"
 #include "ops/ops.h"
 }
+#include "ops/cuda/cublaslt_library.cuh"
 
 #define CUDA_CHECK(call)                                                                   \
     do {                                                                                   \

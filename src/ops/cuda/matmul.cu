@@ -88,11 +88,11 @@ static std::map<GemmKey, GemmPlan> gemm_plans;
 static cublasLtMatrixLayout_t make_layout(cudaDataType type, int rows, int cols, int ld, int batch,
                                           long long stride) {
     cublasLtMatrixLayout_t layout;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+    CUBLAS_CHECK(cublaslt.MatrixLayoutCreate(&layout, type, rows, cols, ld));
     if (batch > 1) {
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+        CUBLAS_CHECK(cublaslt.MatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                       &batch, sizeof batch));
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        CUBLAS_CHECK(cublaslt.MatrixLayoutSetAttribute(
             layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
     }
     return layout;
@@ -109,12 +109,12 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
     auto found = gemm_plans.find(key);
     if (found == gemm_plans.end()) {
         GemmPlan plan;
-        CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CUBLAS_CHECK(cublaslt.MatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
         cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+        CUBLAS_CHECK(cublaslt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                                     sizeof op_a));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+        CUBLAS_CHECK(cublaslt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                     sizeof op_b));
         // Stored shapes: A is (m x k) after op, so stored (k x m) when transposed.
         plan.a = make_layout(CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda, batch, stride_a);
@@ -122,10 +122,10 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
         plan.d = make_layout(CUDA_R_32F, m, n, ldd, batch, stride_d);
 
         cublasLtMatmulPreference_t preference;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+        CUBLAS_CHECK(cublaslt.MatmulPreferenceCreate(&preference));
         size_t workspace_bytes;
         cuda_blaslt_workspace(&workspace_bytes);
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(cublaslt.MatmulPreferenceSetAttribute(
             preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
             sizeof workspace_bytes));
         uint32_t alignments[3] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d};
@@ -133,26 +133,26 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
                                                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 3; i++)
-            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, names[i], &alignments[i],
+            CUBLAS_CHECK(cublaslt.MatmulPreferenceSetAttribute(preference, names[i], &alignments[i],
                                                               sizeof alignments[i]));
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        CUBLAS_CHECK(cublaslt.MatmulPreferenceSetAttribute(
             preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignments[2],
             sizeof alignments[2]));
         cublasLtMatmulHeuristicResult_t result;
         int returned = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cuda_blaslt(), plan.desc, plan.a, plan.b,
+        CUBLAS_CHECK(cublaslt.MatmulAlgoGetHeuristic(cuda_blaslt(), plan.desc, plan.a, plan.b,
                                                     plan.d, plan.d, preference, 1, &result,
                                                     &returned));
         CHECK(returned > 0, "cuBLASLt has no bf16 algorithm for %s%s m=%d n=%d k=%d batch=%d",
               trans_a ? "T" : "N", trans_b ? "T" : "N", m, n, k, batch);
         plan.algo = result.algo;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+        CUBLAS_CHECK(cublaslt.MatmulPreferenceDestroy(preference));
         found = gemm_plans.emplace(key, plan).first;
     }
     const GemmPlan &plan = found->second;
     size_t workspace_bytes;
     void *workspace = cuda_blaslt_workspace(&workspace_bytes);
-    CUBLAS_CHECK(cublasLtMatmul(cuda_blaslt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
+    CUBLAS_CHECK(cublaslt.Matmul(cuda_blaslt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
                                 plan.d, D, plan.d, &plan.algo, workspace, workspace_bytes, 0));
 }
 
