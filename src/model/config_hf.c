@@ -192,7 +192,7 @@ static int read_gpt2(const Json *json, ModelConfig *cfg) {
         optional_float(json, "layer_norm_epsilon", 1e-5f, &cfg->norm_eps) ||
         optional_bool(json, "tie_word_embeddings", true, &cfg->tie_word_embeddings))
         return -1;
-    const char *activation;
+    const char *activation = NULL; // optional_string sets it on success; NULL keeps -Wmaybe-uninitialized quiet
     if (optional_string(json, "activation_function", "gelu_new", &activation) != 0) return -1;
     if (strcmp(activation, "gelu_new") != 0 && strcmp(activation, "gelu_pytorch_tanh") != 0)
         return err_set("config.json field 'activation_function' is '%s'; marlhf implements only the tanh "
@@ -212,7 +212,7 @@ static int read_gpt2(const Json *json, ModelConfig *cfg) {
 }
 
 static int read_activation(const Json *json, const ModelConfig *cfg) {
-    const char *act;
+    const char *act = NULL; // the same
     if (cfg->family != FAMILY_GEMMA) {
         if (optional_string(json, "hidden_act", "silu", &act) != 0) return -1;
         if (strcmp(act, "silu") != 0)
