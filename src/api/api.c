@@ -496,7 +496,7 @@ int marlhf_trainer_save(marlhf_trainer *trainer, const char *run_dir) {
     json_object_set_new(state, "task", json_string("api-trainer"));
     json_object_set_new(state, "step", json_integer(trainer->step));
     json_object_set_new(state, "lora_rank", json_integer(tm->model.lora.rank));
-    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(tm->model.ops)));
+    checkpoint_record_batch_invariant(state, tm->model.ops);
     CheckpointModel entry = {"", &tm->model, &trainer->optimizer};
     int rc = checkpoint_save(run_dir, trainer->step, &entry, 1, tm->tokenizer, state, 2);
     json_decref(state);

@@ -17,6 +17,14 @@ static int compare_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// How many distinct keys keys[0, n) holds (sorts them).
+static size_t count_distinct(uint64_t *keys, size_t n) {
+    qsort(keys, n, sizeof(uint64_t), compare_u64);
+    size_t distinct = 0;
+    for (size_t k = 0; k < n; k++) distinct += k == 0 || keys[k] != keys[k - 1];
+    return distinct;
+}
+
 static uint64_t pair_key(int first, int second) { return (uint64_t)(uint32_t)first << 32 | (uint32_t)second; }
 
 // Distinct bigrams over all bigrams; NAN when there is none.
@@ -28,9 +36,7 @@ static double distinct_bigrams(const int *const *tokens, const int *lengths, int
     size_t n = 0;
     for (int i = 0; i < count; i++)
         for (int t = 0; t + 1 < lengths[i]; t++) keys[n++] = pair_key(tokens[i][t], tokens[i][t + 1]);
-    qsort(keys, n, sizeof(uint64_t), compare_u64);
-    size_t distinct = 0;
-    for (size_t k = 0; k < n; k++) distinct += k == 0 || keys[k] != keys[k - 1];
+    const size_t distinct = count_distinct(keys, n);
     free(keys);
     return (double)distinct / (double)total;
 }
@@ -106,35 +112,24 @@ static int compare_responses(const void *a, const void *b, void *context) {
     return 0;
 }
 
-static int compare_ints(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
-static int count_distinct_ints(int *values, int n) {
-    qsort(values, (size_t)n, sizeof(int), compare_ints);
-    int distinct = 0;
-    for (int k = 0; k < n; k++) distinct += k == 0 || values[k] != values[k - 1];
-    return distinct;
-}
-
 // The most prompts that got one identical response, over the prompts.
 static double same_answer(const int *const *tokens, const int *lengths, const int *groups, int count) {
     if (count <= 0) return 0;
     Responses responses = {tokens, lengths};
-    int *order = xmalloc((size_t)count * sizeof(int)), *run_groups = xmalloc((size_t)count * sizeof(int));
+    int *order = xmalloc((size_t)count * sizeof(int));
+    uint64_t *run_groups = xmalloc((size_t)count * sizeof(uint64_t));
     for (int i = 0; i < count; i++) order[i] = i;
     qsort_r(order, (size_t)count, sizeof(int), compare_responses, &responses);
-    int best = 0;
+    size_t best = 0;
     for (int first = 0, last; first < count; first = last) {
         last = first + 1;
         while (last < count && compare_responses(&order[first], &order[last], &responses) == 0) last++;
-        for (int k = first; k < last; k++) run_groups[k - first] = groups[order[k]];
-        int prompts = count_distinct_ints(run_groups, last - first);
+        for (int k = first; k < last; k++) run_groups[k - first] = (uint64_t)(uint32_t)groups[order[k]];
+        const size_t prompts = count_distinct(run_groups, (size_t)(last - first));
         if (prompts > best) best = prompts;
     }
-    memcpy(run_groups, groups, (size_t)count * sizeof(int));
-    int prompts = count_distinct_ints(run_groups, count);
+    for (int i = 0; i < count; i++) run_groups[i] = (uint64_t)(uint32_t)groups[i];
+    const size_t prompts = count_distinct(run_groups, (size_t)count);
     free(order), free(run_groups);
     return (double)best / prompts;
 }

@@ -926,7 +926,7 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "samples_per_prompt", json_integer(p->c.samples_per_prompt));
     if (p->has_hacking_first) json_object_set_new(state, "hacking_first", hacking_signals_to_json(&p->hacking_first));
     json_object_set_new(state, "hacking_active", json_integer(p->hacking_active));
-    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(p->actor.ops)));
+    checkpoint_record_batch_invariant(state, p->actor.ops);
     CheckpointModel models[3] = {{"actor", &p->actor, actor_moments}, {"critic", &p->critic, critic_moments},
                                  {"actor_ema", &p->ema, NULL}};
     if (!p->has_critic) models[1] = models[2]; // actor and EMA only

@@ -203,6 +203,10 @@ int checkpoint_load_optimizer(const char *checkpoint_dir, const char *name, cons
     return rc;
 }
 
+void checkpoint_record_batch_invariant(json_t *state, const OpsBackend *ops) {
+    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(ops)));
+}
+
 int checkpoint_check_batch_invariant(const json_t *state, const OpsBackend *ops, const char *checkpoint) {
     // A checkpoint from before the record: which kernel it ran on is not known (the
     // environment variable was not recorded), so it is not held against either.

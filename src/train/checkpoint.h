@@ -40,3 +40,5 @@ char *checkpoint_model_dir(const char *checkpoint_dir, const char *name);
 // --batch-invariant), and a run on `ops` that differs is refused (-1, err_set() naming
 // `checkpoint`). A state without the key (checkpoints from before it) is not checked.
 int checkpoint_check_batch_invariant(const json_t *state, const OpsBackend *ops, const char *checkpoint);
+// Records in a trainer state which forward `ops` runs ("batch_invariant"), for the check above.
+void checkpoint_record_batch_invariant(json_t *state, const OpsBackend *ops);

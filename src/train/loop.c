@@ -79,7 +79,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
     json_object_set_new(state, "lora_dropout", json_real(model->lora.dropout));
-    json_object_set_new(state, "batch_invariant", json_boolean(ops_batch_invariant(model->ops)));
+    checkpoint_record_batch_invariant(state, model->ops);
     if (task->save_state) task->save_state(task->context, state);
     CheckpointModel entry = {"", model, optimizer};
     int rc = checkpoint_save(options->run_dir, s->step, &entry, 1, tokenizer, state, (int)options->keep_last);
