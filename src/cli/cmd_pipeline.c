@@ -19,7 +19,8 @@
 // Each stage runs as its own process (this binary, `marlhf <stage> --config
 // OUTPUT/<stage>.json --resume ...`). A stage whose final/ folder exists is finished and
 // skipped; an interrupted stage resumes from its newest checkpoint (give it --save-every in
-// its options for that); a failed stage stops the pipeline with the stage's exit status.
+// its options for that); a failed stage stops the pipeline, which exits 2 when the stage
+// did (bad input), 3 when ppo's --stop-on-alarm stopped it, else 1.
 // With "launcher", each stage's command is run behind that command prefix (found on PATH),
 // e.g. ["mpirun", "-np", "4"] trains every stage data parallel on 4 processes
 // (dist/dist.h), as DeepSpeed-Chat's scripts start each step with `deepspeed`.
@@ -35,6 +36,7 @@
 #include "cli/options.h"
 #include "core/check.h"
 #include "io/fs.h"
+#include "rl/ppo.h"
 
 static const char *rlhf_stages[] = {"sft", "rm", "ppo", NULL}, *dpo_stages[] = {"sft", "dpo", NULL},
                   *kto_stages[] = {"sft", "kto", NULL};
@@ -189,7 +191,7 @@ int cmd_pipeline(int argc, char **argv) {
             if (status != 0) {
                 fprintf(stderr, "marlhf: error: pipeline stopped: stage %s exited with status %d; finished stages "
                                 "are kept, run the pipeline again to continue (%s)\n", name, status, file);
-                exit_status = status == 2 ? 2 : 1;
+                exit_status = status == 2 || status == PPO_STOPPED_BY_ALARM ? status : 1;
             }
         }
         if (!strcmp(name, "sft")) sft_final = xstrdup(final_dir);

@@ -42,6 +42,7 @@ int cmd_ppo(int argc, char **argv) {
     long overlong_buffer = 0, max_generation_rounds = 1;
     double alarm_length_ratio = c.hacking.length_ratio, alarm_distinct_ratio = c.hacking.distinct_ratio;
     double alarm_fraction_rise = c.hacking.fraction_rise;
+    bool stop_on_alarm = false;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     bool batch_invariant = false;
@@ -150,6 +151,9 @@ int cmd_ppo(int argc, char **argv) {
         {"alarm-fraction-rise", "alarm_fraction_rise", OPT_FLOAT, &alarm_fraction_rise,
          "reward-hacking alarm: warn when the share of looping responses, of prompts given one identical answer, or of "
          "responses holding one same trigram rises this much above the first iteration's (0: off)", false, false},
+        {"stop-on-alarm", "stop_on_alarm", OPT_BOOL, &stop_on_alarm,
+         "stop the run when a reward-hacking alarm goes on: that iteration's responses are not trained on, no final "
+         "model is written, exit status 3 (--resume continues from the last checkpoint)", false, false},
         {"reward-clip", "clip_reward_value", OPT_FLOAT, &reward_clip, "clip the score to [-c, c] (0: off)", false, false},
         {"gamma", NULL, OPT_FLOAT, &gamma, "GAE discount", false, false},
         {"lam", "lambda", OPT_FLOAT, &lambda, "GAE lambda", false, false},
@@ -310,6 +314,10 @@ int cmd_ppo(int argc, char **argv) {
     if (!(alarm_fraction_rise >= 0 && alarm_fraction_rise <= 1))
         die_user("option --alarm-fraction-rise must be in [0, 1], got %g", alarm_fraction_rise);
     c.hacking = (HackingLimits){alarm_length_ratio, alarm_distinct_ratio, alarm_fraction_rise};
+    if (stop_on_alarm && alarm_length_ratio == 0 && alarm_distinct_ratio == 0 && alarm_fraction_rise == 0)
+        die_user("option --stop-on-alarm needs an alarm: --alarm-length-ratio, --alarm-distinct-ratio and "
+                 "--alarm-fraction-rise are all 0 (off)");
+    c.stop_on_alarm = stop_on_alarm;
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",
                  estimator);
@@ -416,7 +424,9 @@ int cmd_ppo(int argc, char **argv) {
     }
     c.actor_quantize = actor_quantize, c.critic_quantize = critic_quantize;
     cli_set_threads(threads);
-    if (ppo_run(&c) != 0) die_from_err();
+    int rc = ppo_run(&c);
+    if (rc == PPO_STOPPED_BY_ALARM) return PPO_STOPPED_BY_ALARM; // its line is printed
+    if (rc != 0) die_from_err();
     if (!quiet) fprintf(stderr, "ppo: final actor in %s/final/actor\n", output);
     return 0;
 }

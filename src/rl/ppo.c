@@ -1058,6 +1058,20 @@ static void watch_for_hacking(Ppo *p, const Rollout *r, HackingSignals *now) {
     p->hacking_active = alarms;
 }
 
+// Rank 0's line when --stop-on-alarm ends the run: where it stopped and what is left to
+// resume from (the alarms' own warning lines came just before it).
+static void report_stop_on_alarm(const Ppo *p) {
+    if (!dist_is_main()) return;
+    char *checkpoint = checkpoint_latest(p->c.run_dir);
+    fprintf(stderr,
+            "ppo: stopped at iteration %ld by --stop-on-alarm (%d alarm%s on): its responses were not trained on and "
+            "no final model was written; %s%s\n",
+            p->iteration + 1, __builtin_popcount(p->hacking_active), __builtin_popcount(p->hacking_active) == 1 ? "" : "s",
+            checkpoint ? "--resume continues from " : "no checkpoint was saved before it (--save-every)",
+            checkpoint ? checkpoint : "");
+    free(checkpoint);
+}
+
 // ---------------------------------------------------------------------------------------
 // The run
 
@@ -1313,6 +1327,7 @@ int ppo_run(const PpoConfig *config) {
     progress.done = p->iteration;
     progress.quiet = p->c.quiet;
     const long local_rows = per_iteration / world + (rank < per_iteration % world);
+    bool stopped_by_alarm = false;
     while (rc == 0 && p->iteration < total_iterations) {
         // Generation rounds. Each takes the next rollout_batch prompts of the epoch's order,
         // answers each samples_per_prompt times, drops the responses too short to learn from
@@ -1387,6 +1402,12 @@ int ppo_run(const PpoConfig *config) {
         const int count = kept.count;
         HackingSignals hacking;
         watch_for_hacking(p, &kept, &hacking);
+        // --stop-on-alarm: these responses are not learned from. Every rank measured the same
+        // gathered responses, so all of them stop here together.
+        if (p->c.stop_on_alarm && p->hacking_active) {
+            stopped_by_alarm = true;
+            goto end_iteration;
+        }
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
                                         p->kl_coef == 0 && !(p->c.kl_target > 0);
         double e0 = now_seconds();
@@ -1445,7 +1466,7 @@ int ppo_run(const PpoConfig *config) {
         }
         free(round_samples);
         rollout_free(&kept);
-        if (rc != 0) break;
+        if (rc != 0 || stopped_by_alarm) break;
         char status[128];
         snprintf(status, sizeof status, "score %.3f, kl %.3f, len %.1f", values[0], kl, values[6]);
         progress_update(&progress, 1, status);
@@ -1474,6 +1495,10 @@ int ppo_run(const PpoConfig *config) {
         CHECK(dist_all_equal(model_weights_fingerprint(&p->actor)) &&
                   (!p->has_critic || dist_all_equal(model_weights_fingerprint(&p->critic))),
               "ranks ended PPO with different weights");
+    }
+    if (rc == 0 && stopped_by_alarm) {
+        report_stop_on_alarm(p);
+        rc = PPO_STOPPED_BY_ALARM;
     }
     if (rc == 0) {
         bool failed = dist_is_main() && save_final(p) != 0;

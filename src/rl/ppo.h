@@ -132,8 +132,11 @@ typedef struct {
     bool recompute_old_logprobs;
     int zero_stage; // under mpirun: 1 shards the actor's and critic's AdamW moments (dist/zero.h)
     // The reward-hacking alarms' limits (rl/hacking_signals.h): each iteration's responses
-    // against the first iteration's; a warning line, no change to training.
+    // against the first iteration's; a warning line, no change to training, unless
+    // stop_on_alarm: then an iteration whose responses set off an alarm is not trained on and
+    // the run stops there (ppo_run returns PPO_STOPPED_BY_ALARM).
     HackingLimits hacking;
+    bool stop_on_alarm;
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;
     int eval_prompts; // how many eval prompts to generate for (0: all)
@@ -144,6 +147,11 @@ typedef struct {
 #define PPO_MAX_GENERATION_ROUNDS 1024
 
 PpoConfig ppo_default_config(void);
+// What ppo_run returns when --stop-on-alarm stopped the run: it is not an error (nothing is
+// wrong with the input; what was saved is intact) but the run did not finish, so `marlhf
+// ppo` exits with this status and a pipeline stops at the stage.
+#define PPO_STOPPED_BY_ALARM 3
+
 // Runs PPO; the final actor (and critic, and actor_ema) go to RUN_DIR/final/. Returns 0,
-// or -1 with err_set().
+// PPO_STOPPED_BY_ALARM (no final/), or -1 with err_set().
 int ppo_run(const PpoConfig *config);

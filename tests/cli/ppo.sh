@@ -360,6 +360,38 @@ straight, resumed = series(sys.argv[1]), series(sys.argv[2])
 sys.exit(0 if len(straight) == 12 and straight == resumed else 1)
 PYEOF2
     pass hacking_alarms_resume || fail hacking_alarms_resume "$(tail -n 2 "$tmp/command_resumed.err")"
+# --stop-on-alarm: the same run stops before training on the first iteration whose responses
+# set off an alarm (K, from the run above), resumed from its last checkpoint before K so that
+# only the iterations up to K are run again: exit status 3, one line naming K and that
+# checkpoint, the metrics of iterations 1 .. K-1 the uninterrupted run's, no row for K, no
+# final model and no checkpoint after K-1.
+stop_at=$(python3 -c "import json,sys; a=[json.loads(l)['train/hacking_alarms'] for l in open(sys.argv[1]) if 'train/score' in l]; print(1 + [x > 0 for x in a].index(True))" "$tmp/command/metrics.jsonl")
+resume_from=$(( (stop_at - 1) / 3 * 3 ))
+rm -rf "$tmp/command_stop" && mkdir -p "$tmp/command_stop"
+if [ "$resume_from" -gt 0 ]; then
+    cp -r "$tmp/command/checkpoint-$resume_from" "$tmp/command/metrics.jsonl" "$tmp/command_stop/"
+fi
+status=0
+"$bin" ppo "${common[@]}" "${command_args[@]}" --max-iterations 12 --num-train-epochs 2 --output "$tmp/command_stop" \
+    --alarm-distinct-ratio 0.99 --save-every 3 --keep-last 0 --resume --stop-on-alarm \
+    --reward-command "python3 $tmp/reward.py $tmp/requests_stop.jsonl" 2> "$tmp/command_stop.err" || status=$?
+python3 - "$tmp/command/metrics.jsonl" "$tmp/command_stop/metrics.jsonl" "$stop_at" << 'PYEOF2' &&
+import json, sys
+def rows(path):
+    return [r for r in map(json.loads, open(path)) if "train/score" in r]
+straight, stopped, k = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+drop = ("train/time_generation", "train/time_experience", "train/time_training", "train/generation_tokens_per_s", "time")
+same = [{key: v for key, v in r.items() if key not in drop} for r in straight[:k - 1]]
+sys.exit(0 if [{key: v for key, v in r.items() if key not in drop} for r in stopped] == same else 1)
+PYEOF2
+[ "$status" = 3 ] && [ ! -e "$tmp/command_stop/final" ] &&
+    grep -q "ppo: stopped at iteration $stop_at by --stop-on-alarm (" "$tmp/command_stop.err" &&
+    { [ "$resume_from" = 0 ] || grep -q "continues from .*checkpoint-$resume_from\$" "$tmp/command_stop.err"; } &&
+    [ -z "$(ls -d "$tmp/command_stop"/checkpoint-* 2> /dev/null | awk -F- -v k="$stop_at" '$NF >= k')" ] &&
+    pass "stop_on_alarm (iteration $stop_at, status $status)" ||
+    fail stop_on_alarm "status $status, $(tail -n 2 "$tmp/command_stop.err")"
+expect_error stop_on_alarm_without_alarms "--stop-on-alarm" "$bin" ppo "${common[@]}" --output "$tmp/x" --stop-on-alarm \
+    --alarm-length-ratio 0 --alarm-distinct-ratio 0 --alarm-fraction-rise 0
 expect_error bad_alarm_length_ratio "--alarm-length-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --alarm-length-ratio 0.5
 expect_error bad_alarm_distinct_ratio "--alarm-distinct-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --alarm-distinct-ratio 1
