@@ -6,7 +6,8 @@
 # tools/make_chat_data_fixtures.py; the Llama 3 template on the tiny model, whose
 # tokenizer adds BOS: the text rows leave out the template's BOS, which the tokenizer then
 # adds, so both runs see the same ids only if the conversational run adds no second BOS).
-# Then SmolLM2 with its own template (from the GGUF), ppo on conversational prompts, and
+# Then ppo on conversational prompts, a pipeline passing "chat-template" to its stages, SmolLM2
+# with its own template (from the GGUF), and
 # the bad inputs: one-line errors, exit 2, naming file:line. Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
@@ -71,6 +72,18 @@ same_losses dpo_chat_equals_rendered_text dpo_chat dpo_text
 rc=$?
 if [ $rc -eq 0 ] && [ -f "$tmp/ppo_chat/final/actor/model.safetensors" ]; then pass ppo_chat_runs
 else fail ppo_chat_runs "exit $rc: $(tail -n 2 "$tmp/ppo_chat.err")"; fi
+
+# A pipeline passes its top-level "chat-template" to every stage (sft -> dpo).
+cat > "$tmp/pipeline.json" << JSONEOF
+{"output": "$tmp/pipe", "model": "$model", "chat-template": "llama3", "threads": 2, "quiet": true,
+ "sft": {"data": "$tmp/sft_chat.jsonl", "max-steps": 1, "max-seq-len": 96},
+ "dpo": {"data": "$tmp/pairs_chat.jsonl", "max-steps": 1, "max-seq-len": 96}}
+JSONEOF
+"$bin" pipeline "$tmp/pipeline.json" 2> "$tmp/pipeline.err"
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$tmp/pipe/dpo/final/model.safetensors" ] && grep -q '"chat-template": "llama3"' "$tmp/pipe/dpo.json"; then
+    pass pipeline_chat_template
+else fail pipeline_chat_template "exit $rc: $(tail -n 2 "$tmp/pipeline.err")"; fi
 
 # SmolLM2 with its own template (found in the GGUF), one SFT step.
 if [ -f "$smollm2" ]; then
