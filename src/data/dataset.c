@@ -173,6 +173,7 @@ int dataset_filter_prompt_length(Dataset *dataset, const Tokenizer *tok, int max
 #pragma omp parallel for schedule(dynamic, 16)
     for (long i = 0; i < dataset->count; i++) {
         const char *prompt = dataset->records[i].prompt;
+        CHECK(prompt, "a conversational row's prompt filtered before dataset_render_chat rendered it");
         int *ids;
         CHECK(tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &lengths[i]) == 0, "tokenizer_encode failed");
         free(ids);
