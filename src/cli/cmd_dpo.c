@@ -225,6 +225,7 @@ int cmd_dpo(int argc, char **argv) {
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);
     const char **prompts = trainer_cli_prompts(&train), **eval_prompts = trainer_cli_prompts(&eval);
     const char **responses = trainer_cli_responses(&train, 2, c.data);
     const char **eval_responses = trainer_cli_responses(&eval, 2, c.eval_data ? c.eval_data : "");

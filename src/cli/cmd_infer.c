@@ -31,6 +31,7 @@
 #include "gen/text_model.h"
 #include "core/check.h"
 #include "core/progress.h"
+#include "data/chat_data.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
 #include "eval/lexicon.h"
@@ -142,13 +143,15 @@ int cmd_infer(int argc, char **argv) {
     double temperature = 0.8, top_p = 1.0;
     long top_k = 50;
     bool ref_scores = false, no_shuffle = false, overwrite = false, quiet = false;
-    char *lora_adapter = NULL;
+    char *lora_adapter = NULL, *chat_template = NULL;
     bool batch_invariant = false;
     Option options[] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy (folder or .gguf); not needed with --ref-scores", false, false},
         {"reward-model", "reward_model", OPT_STRING, &reward_path, "the reward model scoring prompt + response", true, false},
         {"data", "data_path dataset", OPT_STRING, &data_path, "validation prompts (any supported schema)", true, false},
         {"data-format", "data_format", OPT_STRING, &format_name, "auto, tldr, hh, webgpt, apps, sft, pairs, ranked, prompts, unpaired", false, false},
+        {"chat-template", "chat_template", OPT_STRING, &chat_template,
+         "chat template (name or file) for conversational data (lists of messages); default: the model's own", false, false},
         {"count", "num_samples", OPT_INT, &count, "prompts used (the first after shuffling; 0: all)", false, false},
         {"no-shuffle", "no_shuffle", OPT_BOOL, &no_shuffle, "keep the file order (the released script does for WebGPT)", false, false},
         {"seed", NULL, OPT_INT, &seed, "seed of the shuffle and of sampling", false, false},
@@ -212,10 +215,6 @@ int cmd_infer(int argc, char **argv) {
         for (long i = 0; i < data.count; i++) order[i] = i;
     else
         train_epoch_order((uint64_t)seed, 0, data.count, order);
-    if (ref_scores)
-        for (long i = 0; i < n; i++)
-            if (!data.records[order[i]].chosen || !data.records[order[i]].rejected)
-                die_user("row %ld of %s has no chosen/rejected pair for --ref-scores", data.records[order[i]].line, data_path);
 
     char *default_output = NULL;
     if (!output) {
@@ -238,6 +237,16 @@ int cmd_infer(int argc, char **argv) {
     } else if (tokenizer_load(&tokenizer, reward_path) != 0) {
         die_from_err();
     }
+    if (chat_template && !data.conversational)
+        die_user("--chat-template renders conversational data (lists of messages), and %s holds text rows "
+                 "(--chat-template)", data_path);
+    // Conversational rows: rendered with the policy's template (the reward model's with
+    // --ref-scores), which then also frames what the reward model scores.
+    if (dataset_render_chat(&data, tokenizer, ref_scores ? reward_path : model_path, chat_template) != 0) die_from_err();
+    if (ref_scores)
+        for (long i = 0; i < n; i++)
+            if (!data.records[order[i]].chosen || !data.records[order[i]].rejected)
+                die_user("row %ld of %s has no chosen/rejected pair for --ref-scores", data.records[order[i]].line, data_path);
     const OpsBackend *ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
     Model reward;

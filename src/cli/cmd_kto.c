@@ -82,6 +82,7 @@ int cmd_kto(int argc, char **argv) {
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);
     Examples examples, eval_examples;
     examples_of(&train, c.data, &examples);
     examples_of(&eval, c.eval_data ? c.eval_data : "", &eval_examples);

@@ -5,6 +5,7 @@
 //   {"output": "runs/austen", "model": "models/base.gguf",        (required)
 //    "device": "cpu", "threads": 2, "seed": 1234, "quiet": false,  (optional, given to every stage)
 //    "batch-invariant": true,                                      (optional, every stage: cli/batch_invariant.h)
+//    "chat-template": "smollm2",                                   (optional, every stage: conversational data)
 //    "launcher": ["mpirun", "-np", "4"],                           (optional, see below)
 //    "sft": {...}, "rm": {...}, "ppo": {...}}                      (each stage's own options)
 // or, for DPO instead of the reward model and PPO, "sft": {...}, "dpo": {...} (KTO: "kto").
@@ -41,7 +42,8 @@
 static const char *rlhf_stages[] = {"sft", "rm", "ppo", NULL}, *dpo_stages[] = {"sft", "dpo", NULL},
                   *kto_stages[] = {"sft", "kto", NULL};
 static const char *all_stage_names[] = {"sft", "rm", "ppo", "dpo", "kto"};
-static const char *shared_keys[] = {"device", "threads", "seed", "quiet", "batch-invariant"};
+// chat-template: conversational data (lists of messages) rendered with that template in every stage.
+static const char *shared_keys[] = {"device", "threads", "seed", "quiet", "batch-invariant", "chat-template"};
 
 // The string value of `key` in `object`, or `fallback` when absent. A present non-string
 // value is a user error naming the file.
@@ -63,7 +65,7 @@ static const char *const *check_top_level(json_t *root, const char *file) {
             known |= !strcmp(key, all_stage_names[i]);
         for (size_t i = 0; i < sizeof shared_keys / sizeof shared_keys[0]; i++) known |= !strcmp(key, shared_keys[i]);
         if (!known)
-            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, batch-invariant, sft, rm, ppo, dpo, kto)",
+            die_user("unknown key \"%s\" in %s (output, model, launcher, device, threads, seed, quiet, batch-invariant, chat-template, sft, rm, ppo, dpo, kto)",
                      key, file);
     }
     const bool dpo = json_object_get(root, "dpo") != NULL, kto = json_object_get(root, "kto") != NULL;

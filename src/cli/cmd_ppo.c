@@ -17,6 +17,7 @@ int cmd_ppo(int argc, char **argv) {
     PpoConfig c = ppo_default_config();
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
+    char *chat_template = NULL;
     char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label";
     double reward_timeout = 60;
     long reward_retries = 3;
@@ -70,6 +71,8 @@ int cmd_ppo(int argc, char **argv) {
         {"output", "output_dir", OPT_STRING, &output, "run folder", true, false},
         {"data-format", "data_format", OPT_STRING, &data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired", false, false},
         {"data-split", "data_split", OPT_STRING, &data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: all rows)", false, false},
+        {"chat-template", "chat_template", OPT_STRING, &chat_template,
+         "chat template (name or file) for conversational prompts (lists of messages); default: the actor's own", false, false},
         {"data-phase", "data_phase", OPT_INT, &data_phase, "which part of --data-split PPO uses", false, false},
         {"reward", NULL, OPT_STRING, &reward,
          "model | lexicon (the gold lexicon as reward) | code (APPS execution) | command (--reward-command) | "
@@ -355,6 +358,7 @@ int cmd_ppo(int argc, char **argv) {
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;
     c.lexicon_path = lexicon, c.data_split = data_split, c.data_format = data_format, c.data_phase = (int)data_phase;
+    c.chat_template = chat_template;
     c.device = device, c.schedule = kind;
     c.max_prompt_len = (int)max_prompt_len, c.max_new_tokens = (int)max_new_tokens, c.rollout_batch = (int)rollout_batch;
     c.generation_batch = (int)generation_batch, c.micro_batch = (int)micro_batch, c.minibatches = (int)minibatches;

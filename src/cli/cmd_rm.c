@@ -33,6 +33,7 @@ int cmd_rm(int argc, char **argv) {
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);
     int K = train.records[0].response_count > 0 ? train.records[0].response_count : 2;
     if (loss != RM_LOSS_LISTWISE && K != 2)
         die_user("%s has %d ranked responses per row; use --loss listwise", c.data, K);

@@ -31,6 +31,7 @@ int cmd_sft(int argc, char **argv) {
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
+    trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);
     const char **prompts = xmalloc(train.count * sizeof(char *)), **responses = xmalloc(train.count * sizeof(char *));
     for (long i = 0; i < train.count; i++) {
         prompts[i] = train.records[i].prompt;

@@ -144,6 +144,8 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("data", "data_path", OPT_STRING, &c->data, "training data (JSONL/JSON in a supported schema)");
     ADD("eval-data", "eval_data", OPT_STRING, &c->eval_data, "held-out data for evaluation");
     ADD("data-format", "data_format", OPT_STRING, &c->data_format, "auto|tldr|hh|webgpt|apps|sft|pairs|ranked|prompts|unpaired");
+    ADD("chat-template", "chat_template", OPT_STRING, &c->chat_template,
+        "chat template (name or file) for conversational data (lists of messages); default: the model's own");
     ADD("data-split", "data_split", OPT_STRING, &c->data_split, "DeepSpeed-Chat split weights, e.g. 2,4,4 (empty: use all rows)");
     ADD("data-phase", "data_phase", OPT_INT, &c->data_phase, "which part of --data-split this step uses (1 SFT, 2 RM, 3 PPO)");
     ADD("max-rows", "max_rows", OPT_INT, &c->max_rows, "use at most this many training rows (0: all)");
@@ -298,6 +300,18 @@ void trainer_cli_load_data(TrainerCli *c, DataFormat format, Dataset *train, Dat
     if (c->eval_data) load_one(c, c->eval_data, format, 2, eval);
     else if (train->format == DATA_FORMAT_WEBGPT && c->data_split && *c->data_split)
         load_one(c, c->data, format, 2, eval); // WebGPT's own 5% eval part
+}
+
+void trainer_cli_render_chat(const TrainerCli *c, Tokenizer *tokenizer, const char *model_path, Dataset *train,
+                             Dataset *eval) {
+    if (c->chat_template && !train->conversational)
+        die_user("--chat-template renders conversational data (lists of messages), and %s holds text rows "
+                 "(--chat-template)", c->data);
+    if (dataset_render_chat(train, tokenizer, model_path, c->chat_template) != 0) die_from_err();
+    if (eval->count > 0 && eval->conversational != train->conversational)
+        die_user("%s holds %s but %s does not: render both alike (--eval-data)", c->eval_data,
+                 eval->conversational ? "lists of messages" : "text rows", c->data);
+    if (dataset_render_chat(eval, tokenizer, model_path, c->chat_template) != 0) die_from_err();
 }
 
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,

@@ -2,6 +2,7 @@
 // the DeepSpeed-Chat / Hugging Face spellings as aliases, and loading a training dataset.
 #pragma once
 #include "cli/options.h"
+#include "data/chat_data.h"
 #include "data/dataset.h"
 #include "model/model.h"
 #include "model/weights_io.h"
@@ -44,6 +45,7 @@ typedef struct {
     LoraConfig lora;
     // data
     char *data, *eval_data, *data_format, *data_split;
+    char *chat_template; // --chat-template (NULL: the model's own, for conversational data)
     long data_phase, max_rows;
 } TrainerCli;
 
@@ -51,7 +53,7 @@ typedef struct {
 // (0.9, 0.95), clipping at 1, the two newest checkpoints kept ...) with its own learning
 // rate, warmup ratio, weight decay and DeepSpeed-Chat data phase.
 TrainerCli trainer_cli_defaults(double learning_rate, double warmup_ratio, double weight_decay, long data_phase);
-// Fills `options` (capacity at least 42) with the shared options bound to `cli` (after
+// Fills `options` (capacity at least 43) with the shared options bound to `cli` (after
 // setting the defaults given in `cli`) and returns how many it added.
 int trainer_cli_options(TrainerCli *cli, Option *options);
 // Checks the values and fills cli->train. Exits 2 naming the option on a bad value.
@@ -59,6 +61,11 @@ void trainer_cli_finish(TrainerCli *cli, const char *run_dir);
 // Loads --data (and --eval-data), applying --data-split / --data-phase when given. Exits 2
 // on error.
 void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, Dataset *eval);
+// Conversational data (lists of messages, data/chat_data.h) rendered with --chat-template or
+// the model's own template, and `tokenizer` set to read rendered text (no second BOS).
+// Text data is left as it is; --chat-template with text data is an error. Exits 2 on error.
+void trainer_cli_render_chat(const TrainerCli *cli, Tokenizer *tokenizer, const char *model_path, Dataset *train,
+                             Dataset *eval);
 // The model a trainer trains: `path` on --device with `load`'s heads, quantized as
 // --quantize asks (then frozen under the adapters), the --lora-* adapters (the value head
 // trained too when train_value_head) and --gradient-checkpointing. Exits 2 on error.

@@ -328,11 +328,146 @@ static int parse_prompt_only(const json_t *row, const DataRowPlace *at, DataReco
     return 0;
 }
 
+// --- conversational rows (TRL's message formats) ----------------------------------------
+
+// A list of messages, each an object with string "role" and "content" (other keys are
+// ignored, as the templates marlhf renders read only those two).
+static int check_messages(const json_t *list, const char *field, const DataRowPlace *at) {
+    if (!json_is_array(list)) return wrong_type(at, field, list, "a list of messages");
+    if (json_array_size(list) == 0) return err_set("field \"%s\" is an empty list of messages (%s:%ld)", field, at->path, at->line);
+    size_t index;
+    json_t *message;
+    json_array_foreach(list, index, message) {
+        char name[96];
+        snprintf(name, sizeof name, "%s[%zu]", field, index);
+        if (!json_is_object(message)) return wrong_type(at, name, message, "an object {\"role\", \"content\"}");
+        const char *text;
+        snprintf(name, sizeof name, "%s[%zu].role", field, index);
+        if (get_string(message, "role", name, at, &text) != 0) return -1;
+        snprintf(name, sizeof name, "%s[%zu].content", field, index);
+        if (get_string(message, "content", name, at, &text) != 0) return -1;
+    }
+    return 0;
+}
+
+// The checked list `key` of the row.
+static int get_messages(const json_t *row, const char *key, const DataRowPlace *at, json_t **out) {
+    json_t *value = json_object_get(row, key);
+    if (!value) return missing_field(at, key);
+    if (check_messages(value, key, at) != 0) return -1;
+    *out = value;
+    return 0;
+}
+
+// messages[from, to) as a new list (references taken).
+static json_t *message_slice(const json_t *messages, size_t from, size_t to) {
+    json_t *slice = json_array();
+    for (size_t i = from; i < to; i++) json_array_append(slice, json_array_get(messages, i));
+    return slice;
+}
+
+// {"messages": [...]}: the prompt is what comes before the last assistant message.
+static int split_messages(const json_t *row, const DataRowPlace *at, json_t *conversation) {
+    json_t *messages = NULL;
+    if (get_messages(row, "messages", at, &messages) != 0) return -1;
+    size_t count = json_array_size(messages), last = count;
+    for (size_t i = count; i-- > 0;) {
+        if (strcmp(json_string_value(json_object_get(json_array_get(messages, i), "role")), "assistant") == 0) {
+            last = i;
+            break;
+        }
+    }
+    if (last == count)
+        return err_set("field \"messages\" has no assistant message to train on (%s:%ld)", at->path, at->line);
+    if (last == 0)
+        return err_set("field \"messages\" has nothing before its assistant message to prompt with (%s:%ld)", at->path,
+                       at->line);
+    json_object_set_new(conversation, "prompt", message_slice(messages, 0, last));
+    json_object_set_new(conversation, "chosen", message_slice(messages, last, last + 1));
+    return 0;
+}
+
+// {"chosen": [conversation], "rejected": [conversation]}: TRL's extract_prompt. The prompt
+// is the messages both lists start with; when one list runs out first (no message differs),
+// extract_prompt's loop ends on the shorter list's last index, so that message goes with
+// the responses.
+static int extract_prompt(const json_t *row, const DataRowPlace *at, json_t *conversation) {
+    json_t *chosen = NULL, *rejected = NULL;
+    if (get_messages(row, "chosen", at, &chosen) != 0) return -1;
+    if (get_messages(row, "rejected", at, &rejected) != 0) return -1;
+    size_t shorter = json_array_size(chosen) < json_array_size(rejected) ? json_array_size(chosen) : json_array_size(rejected);
+    size_t split = shorter - 1;
+    for (size_t i = 0; i < shorter; i++) {
+        if (!json_equal(json_array_get(chosen, i), json_array_get(rejected, i))) {
+            split = i;
+            break;
+        }
+    }
+    if (split == 0)
+        return err_set("fields \"chosen\" and \"rejected\" share no leading message to use as the prompt (%s:%ld)",
+                       at->path, at->line);
+    json_object_set_new(conversation, "prompt", message_slice(chosen, 0, split));
+    json_object_set_new(conversation, "chosen", message_slice(chosen, split, json_array_size(chosen)));
+    json_object_set_new(conversation, "rejected", message_slice(rejected, split, json_array_size(rejected)));
+    return 0;
+}
+
+// Copies the checked list `key` of the row into the conversation under `as`.
+static int take_messages(const json_t *row, const char *key, const char *as, const DataRowPlace *at,
+                         json_t *conversation) {
+    json_t *messages = NULL;
+    if (get_messages(row, key, at, &messages) != 0) return -1;
+    json_object_set(conversation, as, messages);
+    return 0;
+}
+
+bool data_row_is_conversational(const json_t *row) {
+    if (json_object_get(row, "messages")) return true;
+    const json_t *prompt = json_object_get(row, "prompt");
+    if (prompt) return json_is_array(prompt);
+    return json_is_array(json_object_get(row, "chosen")) || json_is_array(json_object_get(row, "rejected"));
+}
+
+static int parse_conversation(DataFormat format, const json_t *row, const DataRowPlace *at, DataRecord *record) {
+    json_t *conversation = json_object();
+    int rc = -1;
+    switch (format) {
+    case DATA_FORMAT_SFT:
+        if (json_object_get(row, "messages") && !json_object_get(row, "prompt")) rc = split_messages(row, at, conversation);
+        else if ((rc = take_messages(row, "prompt", "prompt", at, conversation)) == 0)
+            rc = take_messages(row, json_object_get(row, "completion") ? "completion" : "response", "chosen", at, conversation);
+        break;
+    case DATA_FORMAT_PAIRS:
+        if (!json_object_get(row, "prompt")) rc = extract_prompt(row, at, conversation);
+        else if ((rc = take_messages(row, "prompt", "prompt", at, conversation)) == 0 &&
+                 (rc = take_messages(row, "chosen", "chosen", at, conversation)) == 0)
+            rc = take_messages(row, "rejected", "rejected", at, conversation);
+        break;
+    case DATA_FORMAT_UNPAIRED: {
+        json_t *label = json_object_get(row, "label");
+        if (!label) rc = missing_field(at, "label");
+        else if (!json_is_boolean(label)) rc = wrong_type(at, "label", label, "true or false");
+        else if ((rc = take_messages(row, "prompt", "prompt", at, conversation)) == 0)
+            rc = take_messages(row, "completion", json_is_true(label) ? "chosen" : "rejected", at, conversation);
+        break;
+    }
+    case DATA_FORMAT_PROMPTS: rc = take_messages(row, "prompt", "prompt", at, conversation); break;
+    default:
+        rc = err_set("the %s format has no conversational form (lists of messages are read for the sft, pairs, "
+                     "unpaired and prompts formats) (%s:%ld)",
+                     data_format_name(format), at->path, at->line);
+    }
+    if (rc == 0) record->conversation = json_dumps(conversation, JSON_COMPACT);
+    json_decref(conversation);
+    return rc;
+}
+
 // --- detection and dispatch -----------------------------------------------------------
 
 int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *format) {
 #define HAS(key) (json_object_get(row, key) != NULL)
-    if (HAS("info") && HAS("summaries")) *format = DATA_FORMAT_TLDR;
+    if (HAS("messages") && !HAS("prompt")) *format = DATA_FORMAT_SFT; // conversational language modeling
+    else if (HAS("info") && HAS("summaries")) *format = DATA_FORMAT_TLDR;
     else if (HAS("question") && HAS("answer_0") && HAS("answer_1")) *format = DATA_FORMAT_WEBGPT;
     else if (HAS("problem_id") || (HAS("question") && HAS("input_output"))) *format = DATA_FORMAT_APPS;
     else if (HAS("prompt") && HAS("responses")) *format = DATA_FORMAT_RANKED;
@@ -342,6 +477,7 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
         return err_set("missing field \"%s\": a preference pair needs both \"chosen\" and \"rejected\" (%s:%ld)",
                        HAS("chosen") ? "rejected" : "chosen", at->path, at->line);
     else if (HAS("prompt")) *format = HAS("response") || HAS("completion") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
+    else if (HAS("chosen") && HAS("rejected") && data_row_is_conversational(row)) *format = DATA_FORMAT_PAIRS; // implicit prompt
     else {
         // Name the fields seen, so the user can tell which schema the file is close to.
         char seen[200] = "";
@@ -365,6 +501,11 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
 int data_parse_row(DataFormat format, const json_t *row, const DataRowPlace *at, DataRecord *record) {
     memset(record, 0, sizeof *record);
     int rc = -1;
+    if (data_row_is_conversational(row) && format != DATA_FORMAT_HH) { // HH's fields are strings only
+        rc = parse_conversation(format, row, at, record);
+        if (rc != 0) data_record_free(record);
+        return rc;
+    }
     switch (format) {
     case DATA_FORMAT_TLDR: rc = parse_tldr(row, at, record); break;
     case DATA_FORMAT_HH:

@@ -56,7 +56,8 @@ int data_format_parse(const char *name, const char *option, DataFormat *format) 
 void data_record_free(DataRecord *record) {
     char *owned[] = {record->prompt,    record->chosen,       record->rejected,   record->id,
                      record->subreddit, record->question,     record->solutions,  record->input_output,
-                     record->difficulty, record->url,         record->starter_code, record->raw};
+                     record->difficulty, record->url,         record->starter_code, record->raw,
+                     record->conversation};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     for (int k = 0; k < record->response_count; k++) free(record->responses[k]);
     free(record->responses);
@@ -79,6 +80,7 @@ void data_record_copy(const DataRecord *source, DataRecord *out) {
     out->url = copy_or_null(source->url);
     out->starter_code = copy_or_null(source->starter_code);
     out->raw = copy_or_null(source->raw);
+    out->conversation = copy_or_null(source->conversation);
     out->responses = NULL;
     if (source->response_count > 0) {
         out->responses = xmalloc((size_t)source->response_count * sizeof *out->responses);
@@ -106,6 +108,16 @@ static int load(Dataset *dataset, const char *path, DataFormat format, size_t ma
         if (loaded.format == DATA_FORMAT_AUTO && data_detect_format(row, &at, &loaded.format) != 0) {
             json_decref(row);
             rc = -1;
+            break;
+        }
+        // A file is conversational or not as a whole: its prompts are tokenized one way.
+        const bool conversational = data_row_is_conversational(row) && loaded.format != DATA_FORMAT_HH;
+        if (loaded.count == 0) loaded.conversational = conversational;
+        else if (conversational != loaded.conversational) {
+            rc = err_set("row %s lists of messages but the first row %s: every row must be alike (%s:%ld)",
+                         conversational ? "holds" : "does not hold", conversational ? "does not" : "does", path,
+                         reader.line);
+            json_decref(row);
             break;
         }
         if (loaded.count == capacity) {
@@ -143,7 +155,8 @@ int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format,
 
 void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out) {
     CHECK(count >= 0, "dataset_take of %ld records", count);
-    Dataset taken = {.path = xstrdup(source->path ? source->path : ""), .format = source->format, .count = count};
+    Dataset taken = {.path = xstrdup(source->path ? source->path : ""), .format = source->format, .count = count,
+                     .conversational = source->conversational};
     taken.records = xcalloc((size_t)(count > 0 ? count : 1), sizeof *taken.records);
     for (long i = 0; i < count; i++) {
         CHECK(indices[i] >= 0 && indices[i] < source->count, "index %ld outside a dataset of %ld records", indices[i],
@@ -160,6 +173,7 @@ int dataset_filter_prompt_length(Dataset *dataset, const Tokenizer *tok, int max
 #pragma omp parallel for schedule(dynamic, 16)
     for (long i = 0; i < dataset->count; i++) {
         const char *prompt = dataset->records[i].prompt;
+        CHECK(prompt, "a conversational row's prompt filtered before dataset_render_chat rendered it");
         int *ids;
         CHECK(tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &lengths[i]) == 0, "tokenizer_encode failed");
         free(ids);

@@ -53,11 +53,30 @@
 //     prompts ["prompts"]   {prompt} (PPO prompts)
 //   Other fields of a row are ignored.
 //
+// Conversational rows (TRL's "Dataset formats and types"): where a local format expects a
+// string, a list of messages [{"role": ..., "content": "..."}, ...] (role and content
+// strings; other keys ignored). The lists are kept (record->conversation) and rendered
+// later with the model's chat template (data/chat_data.h), since this layer has no model:
+//     SFT       {messages: [...]}: the prompt is every message before the last assistant
+//               message, the response that message (messages after it are not used; a
+//               list without an assistant message, or with nothing before it, is an error);
+//               or {prompt: [msgs], completion: [msgs]}
+//     pairs     {prompt: [msgs], chosen: [msgs], rejected: [msgs]}; or the implicit-prompt
+//               {chosen: [conversation], rejected: [conversation]}: the prompt is their
+//               longest common run of leading messages (TRL's extract_prompt: when one list
+//               is a prefix of the other, all but the shorter one's last message)
+//     unpaired  {prompt: [msgs], completion: [msgs], label}
+//     prompts   {prompt: [msgs]}
+//   A row is conversational when its "messages", or its "prompt" (else "chosen"), is a
+//   list; every row of a file must be like the first. Messages are checked here (a missing
+//   role, a content that is not a string: "field \"prompt[1].role\" ..." with file:line).
+//
 // Auto-detection (DATA_FORMAT_AUTO) looks at the fields of the first row:
 //   info + summaries -> TL;DR;  question + answer_0 + answer_1 -> WebGPT;
 //   problem_id or question + input_output -> APPS;  prompt + responses -> ranked;
 //   prompt + completion + label -> unpaired;
 //   prompt + chosen + rejected -> HH when there is also `response`, else pairs;
+//   messages -> SFT (conversational);  chosen + rejected lists, no prompt -> pairs (implicit prompt);
 //   prompt + response (or completion) -> SFT;  prompt alone -> prompts (but chosen without rejected, or
 //   the reverse, is an error). Every later row must then be of the same format.
 //
@@ -106,6 +125,12 @@ typedef struct {
     char *starter_code;     // "" when none
     bool call_based;        // input_output names a function (fn_name)
     char *raw;              // the row as read, compact JSON (dataset_load_keep_raw only; else NULL)
+    // Conversational rows (TRL's message formats, below): the message lists as compact JSON,
+    // {"prompt": [...], "chosen"?: [...], "rejected"?: [...]} (SFT's response and a desirable
+    // unpaired completion under "chosen", an undesirable one under "rejected"); prompt,
+    // chosen and rejected above stay NULL until dataset_render_chat() (data/chat_data.h)
+    // renders them with the model's chat template. NULL for a text row.
+    char *conversation;
 } DataRecord;
 
 typedef struct {
@@ -113,6 +138,7 @@ typedef struct {
     long count;
     char *path;        // the file read
     DataFormat format; // as detected or forced
+    bool conversational; // the rows hold messages (every row alike; data/chat_data.h renders them)
 } Dataset;
 
 // Default limit on one row's bytes (APPS rows carry whole test suites).

@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/chat_data.h"
 #include "data/dataset.h"
 #include "data/split.h"
 #include "dist/dist.h"
@@ -90,9 +91,12 @@ typedef struct {
     char **input_output; // APPS tests (code reward), else NULL entries
     char **raw;          // the rows as read (reward command), else NULL entries
     long count, dropped;
+    bool conversational; // rendered from lists of messages with the chat template (data/chat_data.h)
 } PromptSet;
 
-static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, const Tokenizer *tok, PromptSet *out) {
+// Conversational prompts are rendered with --chat-template or the actor's template (the
+// tokenizer then adds no BOS of its own: the template wrote it).
+static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, Tokenizer *tok, PromptSet *out) {
     memset(out, 0, sizeof *out);
     Dataset data;
     DataFormat format = DATA_FORMAT_AUTO;
@@ -113,6 +117,11 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         dataset_free(&data);
         data = part;
     }
+    if (dataset_render_chat(&data, tok, c->actor_path, c->chat_template) != 0) {
+        dataset_free(&data);
+        return -1;
+    }
+    out->conversational = data.conversational;
     out->ids = xcalloc(data.count + 1, sizeof(int *));
     out->lengths = xcalloc(data.count + 1, sizeof(int));
     out->texts = xcalloc(data.count + 1, sizeof(char *));
@@ -1123,6 +1132,12 @@ static int setup(Ppo *p) {
     if (load_prompts(c, c->prompts_path, true, p->tokenizer, &p->prompts) != 0) return -1;
     if (c->eval_prompts_path && load_prompts(c, c->eval_prompts_path, false, p->tokenizer, &p->eval_prompts) != 0)
         return -1;
+    if (c->chat_template && !p->prompts.conversational)
+        return err_set("--chat-template renders conversational prompts (lists of messages), and %s holds text rows "
+                       "(--chat-template)", c->prompts_path);
+    if (c->eval_prompts_path && p->eval_prompts.conversational != p->prompts.conversational)
+        return err_set("%s holds %s but %s does not: both are tokenized alike (--eval-prompts)", c->eval_prompts_path,
+                       p->eval_prompts.conversational ? "lists of messages" : "text prompts", c->prompts_path);
     if (c->lexicon_path && lexicon_load(&p->lexicon, c->lexicon_path) != 0) return -1;
     if (c->reward == REWARD_LEXICON && !p->lexicon) return err_set("--reward lexicon needs --gold-lexicon FILE");
     if (c->reward == REWARD_COMMAND &&
@@ -1135,6 +1150,15 @@ static int setup(Ppo *p) {
     if (c->ptx_path) {
         Dataset data;
         if (dataset_load(&data, c->ptx_path, DATA_FORMAT_AUTO, 0) != 0) return -1;
+        if (data.conversational != p->prompts.conversational) {
+            dataset_free(&data);
+            return err_set("%s holds %s but %s does not: both are tokenized alike (--ptx-data)", c->ptx_path,
+                           data.conversational ? "lists of messages" : "text rows", c->prompts_path);
+        }
+        if (dataset_render_chat(&data, p->tokenizer, c->actor_path, c->chat_template) != 0) {
+            dataset_free(&data);
+            return -1;
+        }
         const char **prompts = xmalloc(data.count * sizeof(char *)), **responses = xmalloc(data.count * sizeof(char *));
         for (long i = 0; i < data.count; i++) {
             prompts[i] = data.records[i].prompt;

@@ -99,6 +99,7 @@ static void find_added(const Tokenizer *tok, const AddedTrie *trie, const char *
 }
 
 int tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, bool add_special, int **ids, int *count) {
+    add_special = add_special && !tok->chat_rendered; // tokenizer_set_chat_rendered: the template wrote them
     char *clean = NULL;
     if (!utf8_is_valid(text, len)) {
         TokBuf b = {0};

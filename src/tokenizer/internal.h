@@ -193,6 +193,7 @@ struct Tokenizer {
     bool clean_up;        // transformers' clean_up_tokenization applies to decode()
     bool clean_up_requested; // clean_up_tokenization_spaces as the config says (written back)
     char *chat_template;
+    bool chat_rendered;   // tokenizer_set_chat_rendered: add_special is ignored
     char **token_text;    // [vocab_size] tokenizer_token_string()
 };
 

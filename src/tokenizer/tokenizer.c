@@ -120,6 +120,7 @@ void tokenizer_free(Tokenizer *tok) {
 
 int tokenizer_vocab_size(const Tokenizer *tok) { return tok->vocab_size; }
 int tokenizer_bos_id(const Tokenizer *tok) { return tok->bos_id; }
+void tokenizer_set_chat_rendered(Tokenizer *tok, bool rendered) { tok->chat_rendered = rendered; }
 int tokenizer_eos_id(const Tokenizer *tok) { return tok->eos_id; }
 int tokenizer_pad_id(const Tokenizer *tok) { return tok->pad_id; }
 int tokenizer_unk_id(const Tokenizer *tok) { return tok->unk_id; }

@@ -37,6 +37,13 @@ void tokenizer_free(Tokenizer *tok);
 // fail (the int is there so that callers can treat it like every other step).
 int tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, bool add_special, int **ids,
                      int *count);
+// For a command whose prompts a chat template rendered (conversational datasets,
+// data/chat_data.h): the template already wrote the special tokens it wants (Llama 3's
+// BOS), and transformers' users, TRL included, tokenize such text with
+// add_special_tokens=False. While `rendered` is set, tokenizer_encode ignores add_special,
+// so the trainers' prompt tokenization (sft.h's tokenize_example, PPO's prompts) adds no
+// second BOS. Set it before the tokenizer is shared between threads.
+void tokenizer_set_chat_rendered(Tokenizer *tok, bool rendered);
 
 // HF's tokenizer.decode(ids, skip_special_tokens=...), including transformers'
 // clean_up_tokenization where the tokenizer_config asks for it and transformers applies it.

@@ -1,0 +1,113 @@
+// Rendering conversational rows with a chat template (data/chat_data.h).
+#include "data/chat_data.h"
+
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/check.h"
+
+int chat_template_for_model(ChatTemplate *t, const Tokenizer *tok, const char *model_path, const char *option) {
+    const char *bos = tokenizer_bos_id(tok) >= 0 ? tokenizer_token_string(tok, tokenizer_bos_id(tok)) : NULL;
+    const char *eos = tokenizer_eos_id(tok) >= 0 ? tokenizer_token_string(tok, tokenizer_eos_id(tok)) : NULL;
+    if (option) return chat_template_from_option(t, option, bos, eos);
+    if (!tokenizer_chat_template(tok))
+        return err_set("the model has no chat template (%s); pass --chat-template NAME or a template file", model_path);
+    return chat_template_from_source(t, tokenizer_chat_template(tok), bos, eos, model_path);
+}
+
+// The messages of list `key` of a conversation, appended to messages[*count...]; the
+// strings point into the JSON (checked at load: role and content are strings).
+static void append_messages(const json_t *conversation, const char *key, ChatMessage *messages, int *count) {
+    size_t index;
+    json_t *message;
+    json_array_foreach(json_object_get(conversation, key), index, message) {
+        messages[*count] = (ChatMessage){.role = json_string_value(json_object_get(message, "role")),
+                                         .content = json_string_value(json_object_get(message, "content"))};
+        (*count)++;
+    }
+}
+
+// err_set() of the template's own message with the row's place.
+static int row_error(const Dataset *d, const DataRecord *r) {
+    char *message = xstrdup(err_msg());
+    err_set("%s (%s:%ld)", message, d->path, r->line);
+    free(message);
+    return -1;
+}
+
+// prompt + the `key` list rendered, the prompt's text taken off: *out (NULL when the
+// conversation has no such list).
+static int render_response(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const json_t *conversation,
+                           const char *key, const char *prompt_text, ChatMessage *messages, int prompt_count, char **out) {
+    *out = NULL;
+    if (!json_object_get(conversation, key)) return 0;
+    int count = prompt_count;
+    append_messages(conversation, key, messages, &count);
+    char *full = NULL;
+    if (chat_template_render(t, messages, count, false, &full) != 0) return row_error(d, r);
+    size_t prefix = strlen(prompt_text);
+    if (strncmp(full, prompt_text, prefix) != 0) {
+        free(full);
+        return err_set("the chat template %s does not extend the prompt's rendering when the \"%s\" messages are "
+                       "appended, so the response cannot be cut off it (%s:%ld)",
+                       chat_template_name(t), key, d->path, r->line);
+    }
+    *out = xstrdup(full + prefix);
+    free(full);
+    return 0;
+}
+
+static int render_record(const ChatTemplate *t, const Dataset *d, DataRecord *r) {
+    json_error_t error;
+    json_t *conversation = json_loads(r->conversation, 0, &error);
+    CHECK(conversation, "a conversation kept at load does not parse: %s", error.text);
+    size_t total = 0;
+    const char *keys[3] = {"prompt", "chosen", "rejected"};
+    for (int k = 0; k < 3; k++) total += json_array_size(json_object_get(conversation, keys[k]));
+    ChatMessage *messages = xcalloc(total + 1, sizeof *messages);
+    int prompt_count = 0;
+    append_messages(conversation, "prompt", messages, &prompt_count);
+    char *prompt = NULL, *chosen = NULL, *rejected = NULL;
+    int rc = 0;
+    const char *last_role = messages[prompt_count - 1].role;
+    if (strcmp(last_role, "user") != 0)
+        rc = err_set("the prompt ends with a message of role \"%s\", expected \"user\" (a final assistant message to "
+                     "continue is not supported) (%s:%ld)",
+                     last_role, d->path, r->line);
+    if (rc == 0 && chat_template_render(t, messages, prompt_count, true, &prompt) != 0) rc = row_error(d, r);
+    if (rc == 0) rc = render_response(t, d, r, conversation, "chosen", prompt, messages, prompt_count, &chosen);
+    if (rc == 0) rc = render_response(t, d, r, conversation, "rejected", prompt, messages, prompt_count, &rejected);
+    if (rc == 0) {
+        free(r->prompt), free(r->chosen), free(r->rejected);
+        r->prompt = prompt, r->chosen = chosen, r->rejected = rejected;
+    } else {
+        free(prompt), free(chosen), free(rejected);
+    }
+    free(messages);
+    json_decref(conversation);
+    return rc;
+}
+
+int dataset_render_chat_with(Dataset *dataset, const ChatTemplate *t) {
+    for (long i = 0; i < dataset->count; i++)
+        if (dataset->records[i].conversation && render_record(t, dataset, &dataset->records[i]) != 0) return -1;
+    return 0;
+}
+
+int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option) {
+    if (!dataset->conversational) return 0;
+    ChatTemplate t;
+    if (chat_template_for_model(&t, tok, model_path, option) != 0) {
+        if (option) return -1; // the option's own error names it
+        char *why = xstrdup(err_msg());
+        err_set("the data is conversational (%s) and the model has no recognised chat template (%s): %s",
+                dataset->path, model_path, why);
+        free(why);
+        return -1;
+    }
+    int rc = dataset_render_chat_with(dataset, &t);
+    chat_template_free(&t);
+    if (rc == 0) tokenizer_set_chat_rendered(tok, true);
+    return rc;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Conversational data (TRL's message formats) end to end: sft, dpo and ppo read lists of
+# {role, content} messages and render them with a chat template (src/data/chat_data.c).
+# A run on conversational rows must train exactly as a run on the same rows written as text
+# by transformers' apply_chat_template (tests/fixtures/chat_data/cases.json, made by
+# tools/make_chat_data_fixtures.py; the Llama 3 template on the tiny model, whose
+# tokenizer adds BOS: the text rows leave out the template's BOS, which the tokenizer then
+# adds, so both runs see the same ids only if the conversational run adds no second BOS).
+# Then ppo on conversational prompts, a pipeline passing "chat-template" to its stages, SmolLM2
+# with its own template (from the GGUF), and
+# the bad inputs: one-line errors, exit 2, naming file:line. Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_chat_data
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_chat
+smollm2=models/SmolLM2-135M-Instruct.Q4_1.gguf
+failures=0
+. tests/cli_helpers.sh
+
+# The fixture's llama3 cases as conversational rows and as the rendered text rows.
+python3 - tests/fixtures/chat_data/cases.json "$tmp" << 'PYEOF'
+import json, sys
+cases = [c for c in json.load(open(sys.argv[1]))["cases"] if c["template"] == "llama3"]
+bos = "<|begin_of_text|>"
+def text_prompt(c):
+    assert c["expected"]["prompt"].startswith(bos)
+    return c["expected"]["prompt"][len(bos):]
+def write(name, rows):
+    with open(f"{sys.argv[2]}/{name}", "w") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+sft = [c for c in cases if c["name"].split("/")[1].startswith("sft_")]
+pairs = [c for c in cases if c["name"].split("/")[1].startswith("pairs_")]
+write("sft_chat.jsonl", [c["row"] for c in sft] * 4)
+write("sft_text.jsonl", [{"prompt": text_prompt(c), "response": c["expected"]["chosen"]} for c in sft] * 4)
+# explicit and implicit pairs are one format (pairs), so they share a file
+write("pairs_chat.jsonl", [c["row"] for c in pairs] * 4)
+write("pairs_text.jsonl", [{"prompt": text_prompt(c), "chosen": c["expected"]["chosen"],
+                            "rejected": c["expected"]["rejected"]} for c in pairs] * 4)
+write("prompts_chat.jsonl", [json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}]})
+                             for w in ["yes", "no", "hello", "goodbye", "one", "two", "three", "four"]])
+PYEOF
+
+train_args=(--model "$model" --max-seq-len 96 --per-device-train-batch-size 2 --learning-rate 1e-3 --num-warmup-steps 0
+            --max-steps 3 --num-train-epochs 2 --threads 2 --quiet)
+same_losses() { # same_losses NAME RUN_A RUN_B: identical train/loss and train/grad_norm lines
+    local a b
+    a=$(json_values "$tmp/$2/metrics.jsonl" train/loss 2>/dev/null; json_values "$tmp/$2/metrics.jsonl" train/grad_norm 2>/dev/null)
+    b=$(json_values "$tmp/$3/metrics.jsonl" train/loss 2>/dev/null; json_values "$tmp/$3/metrics.jsonl" train/grad_norm 2>/dev/null)
+    if [ "$(echo $a | wc -w)" -eq 6 ] && [ "$a" = "$b" ]; then pass "$1"; else fail "$1" "conversational [$a] text [$b]"; fi
+}
+
+"$bin" sft "${train_args[@]}" --data "$tmp/sft_chat.jsonl" --chat-template llama3 --output "$tmp/sft_chat" 2> "$tmp/sft_chat.err" ||
+    fail sft_chat_runs "$(tail -n 2 "$tmp/sft_chat.err")"
+"$bin" sft "${train_args[@]}" --data "$tmp/sft_text.jsonl" --output "$tmp/sft_text" 2> "$tmp/sft_text.err" ||
+    fail sft_text_runs "$(tail -n 2 "$tmp/sft_text.err")"
+same_losses sft_chat_equals_rendered_text sft_chat sft_text
+
+"$bin" dpo "${train_args[@]}" --data "$tmp/pairs_chat.jsonl" --chat-template llama3 --output "$tmp/dpo_chat" 2> "$tmp/dpo_chat.err" ||
+    fail dpo_chat_runs "$(tail -n 2 "$tmp/dpo_chat.err")"
+"$bin" dpo "${train_args[@]}" --data "$tmp/pairs_text.jsonl" --output "$tmp/dpo_text" 2> "$tmp/dpo_text.err" ||
+    fail dpo_text_runs "$(tail -n 2 "$tmp/dpo_text.err")"
+same_losses dpo_chat_equals_rendered_text dpo_chat dpo_text
+
+# PPO (GRPO, the lexicon as reward: no reward model needed) on conversational prompts.
+"$bin" ppo --actor-model "$model" --prompts "$tmp/prompts_chat.jsonl" --chat-template llama3 --reward lexicon \
+    --gold-lexicon data/austen/lexicon.tsv --advantage-estimator grpo --samples-per-prompt 2 --rollout-batch-size 4 \
+    --generation-batch-size 4 --micro-batch-size 4 --max-new-tokens 6 --max-iterations 1 --termination-condition token \
+    --min-response-tokens 1 --quiet --threads 2 --output "$tmp/ppo_chat" 2> "$tmp/ppo_chat.err"
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$tmp/ppo_chat/final/actor/model.safetensors" ]; then pass ppo_chat_runs
+else fail ppo_chat_runs "exit $rc: $(tail -n 2 "$tmp/ppo_chat.err")"; fi
+
+# A pipeline passes its top-level "chat-template" to every stage (sft -> dpo).
+cat > "$tmp/pipeline.json" << JSONEOF
+{"output": "$tmp/pipe", "model": "$model", "chat-template": "llama3", "threads": 2, "quiet": true,
+ "sft": {"data": "$tmp/sft_chat.jsonl", "max-steps": 1, "max-seq-len": 96},
+ "dpo": {"data": "$tmp/pairs_chat.jsonl", "max-steps": 1, "max-seq-len": 96}}
+JSONEOF
+"$bin" pipeline "$tmp/pipeline.json" 2> "$tmp/pipeline.err"
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$tmp/pipe/dpo/final/model.safetensors" ] && grep -q '"chat-template": "llama3"' "$tmp/pipe/dpo.json"; then
+    pass pipeline_chat_template
+else fail pipeline_chat_template "exit $rc: $(tail -n 2 "$tmp/pipeline.err")"; fi
+
+# SmolLM2 with its own template (found in the GGUF), one SFT step.
+if [ -f "$smollm2" ]; then
+    python3 -c "
+import json
+for i in range(2):
+    print(json.dumps({'messages': [{'role': 'user', 'content': 'Name a fruit.'}, {'role': 'assistant', 'content': 'An apple.'}]}))
+" > "$tmp/smol.jsonl"
+    "$bin" sft --model "$smollm2" --data "$tmp/smol.jsonl" --max-seq-len 64 --per-device-train-batch-size 2 --max-steps 1 \
+        --threads 2 --quiet --output "$tmp/sft_smol" 2> "$tmp/sft_smol.err"
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(json_values "$tmp/sft_smol/metrics.jsonl" train/loss | wc -w)" -eq 1 ]; then pass sft_smollm2_own_template
+    else fail sft_smollm2_own_template "exit $rc: $(tail -n 2 "$tmp/sft_smol.err")"; fi
+else
+    fail sft_smollm2_own_template "$smollm2 missing (scripts/fetch-model)"
+fi
+
+# --- bad input -----------------------------------------------------------------------------
+u='{"role": "user", "content": "q"}'
+a='{"role": "assistant", "content": "a"}'
+printf '{"messages": [%s, %s]}\n{"messages": [{"content": "q"}, %s]}\n' "$u" "$a" "$a" > "$tmp/no_role.jsonl"
+printf '{"prompt": [{"role": "user", "content": ["q"]}], "completion": [%s]}\n' "$a" > "$tmp/content_list.jsonl"
+printf '{"messages": [%s, %s]}\n{"messages": [%s]}\n' "$u" "$a" "$u" > "$tmp/no_assistant.jsonl"
+printf '{"prompt": [%s], "completion": [%s]}\n' "$u" "$u" > "$tmp/not_prefix.jsonl"
+printf '{"prompt": [%s], "chosen": [%s], "rejected": [%s]}\n' "$u" "$a" "$u" > "$tmp/not_prefix_pairs.jsonl"
+mkdir -p "$tmp/no_template"
+cp "$model"/config.json "$model"/tokenizer.json "$model"/model.safetensors "$tmp/no_template/"
+python3 -c "
+import json, sys
+c = json.load(open('$model/tokenizer_config.json')); del c['chat_template']
+json.dump(c, open('$tmp/no_template/tokenizer_config.json', 'w'))"
+sft_bad=(--max-steps 1 --threads 2 --quiet --output "$tmp/bad")
+expect_error bad_no_role "missing field \"messages[0].role\" ($tmp/no_role.jsonl:2)" \
+    "$bin" sft --model "$model" --data "$tmp/no_role.jsonl" "${sft_bad[@]}"
+expect_error bad_content_not_string "field \"prompt[0].content\" is an array, expected a string ($tmp/content_list.jsonl:1)" \
+    "$bin" sft --model "$model" --data "$tmp/content_list.jsonl" "${sft_bad[@]}"
+expect_error bad_no_assistant "no assistant message to train on ($tmp/no_assistant.jsonl:2)" \
+    "$bin" sft --model "$model" --data "$tmp/no_assistant.jsonl" "${sft_bad[@]}"
+expect_error bad_not_prefix "does not extend the prompt's rendering" \
+    "$bin" sft --model "$model" --data "$tmp/not_prefix.jsonl" --chat-template llama3 "${sft_bad[@]}"
+grep -qF "($tmp/not_prefix.jsonl:1)" "$tmp/stderr" && pass bad_not_prefix_names_line || fail bad_not_prefix_names_line "$(cat "$tmp/stderr")"
+expect_error bad_not_prefix_dpo "($tmp/not_prefix_pairs.jsonl:1)" \
+    "$bin" dpo --model "$model" --data "$tmp/not_prefix_pairs.jsonl" --chat-template smollm2 "${sft_bad[@]}"
+expect_error bad_no_template "the data is conversational ($tmp/sft_chat.jsonl) and the model has no recognised chat template ($tmp/no_template)" \
+    "$bin" sft --model "$tmp/no_template" --data "$tmp/sft_chat.jsonl" "${sft_bad[@]}"
+expect_error bad_no_template_ppo "the data is conversational ($tmp/prompts_chat.jsonl)" \
+    "$bin" ppo --actor-model "$tmp/no_template" --prompts "$tmp/prompts_chat.jsonl" --reward lexicon \
+    --gold-lexicon data/austen/lexicon.tsv --quiet --threads 2 --output "$tmp/bad_ppo"
+expect_error bad_chat_template_text_data "--chat-template" \
+    "$bin" sft --model "$model" --data "$tmp/sft_text.jsonl" --chat-template llama3 "${sft_bad[@]}"
+expect_error bad_chat_template_name "unknown" \
+    "$bin" sft --model "$model" --data "$tmp/sft_chat.jsonl" --chat-template no-such-template "${sft_bad[@]}"
+[ ! -e "$tmp/bad/final" ] && pass bad_input_writes_nothing || fail bad_input_writes_nothing "$tmp/bad/final exists"
+
+exit $((failures > 0))

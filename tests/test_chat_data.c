@@ -1,0 +1,190 @@
+// Conversational datasets (TRL's message formats) rendered with a chat template
+// (data/chat_data.h), against tests/fixtures/chat_data/cases.json, made by
+// tools/make_chat_data_fixtures.py with transformers' apply_chat_template under TRL's
+// rules: the rendered prompt / chosen / rejected texts, and the token ids a trainer
+// builds from them (tokenize_example: prompt, response, EOS), which must match TRL's
+// tokenization with add_special_tokens=False (no second BOS from a tokenizer that adds one).
+// Then the bad rows: each an error naming the file and line.
+#include <jansson.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "data/chat_data.h"
+#include "data/dataset.h"
+#include "io/fs.h"
+#include "tokenizer/tokenizer.h"
+#include "train/sft.h"
+#include "test.h"
+
+#define FIXTURE "tests/fixtures/chat_data/cases.json"
+static const char *smollm2_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+static const char *tiny_chat_path = "tests/fixtures/models/tiny_chat";
+static const char *no_template_path = "tests/fixtures/tokenizers/spm_small";
+
+static char tmp_dir[512];
+
+static const char *write_row(const char *name, const char *text) {
+    static char path[4][600];
+    static int slot;
+    char *out = path[slot++ % 4];
+    snprintf(out, 600, "%s/%s", tmp_dir, name);
+    FILE *file = fopen(out, "wb");
+    CHECK(file, "cannot write %s", out);
+    CHECK(fwrite(text, 1, strlen(text), file) == strlen(text), "short write %s", out);
+    fclose(file);
+    return out;
+}
+
+static bool same_text(const char *got, const json_t *expected) {
+    if (json_is_null(expected)) return got == NULL;
+    return got && strcmp(got, json_string_value(expected)) == 0;
+}
+
+// tokenize_example's ids of prompt + response against the fixture's prompt ids and
+// response ids (the response's end with EOS).
+static bool same_ids(const Tokenizer *tok, const char *prompt, const char *response, const json_t *prompt_ids,
+                     const json_t *response_ids) {
+    int *ids, length, prompt_length;
+    bool truncated;
+    tokenize_example(tok, prompt, response, 1 << 20, &ids, &length, &prompt_length, &truncated);
+    bool same = (size_t)prompt_length == json_array_size(prompt_ids) &&
+                (size_t)(length - prompt_length) == json_array_size(response_ids);
+    for (int i = 0; same && i < length; i++) {
+        const json_t *want = i < prompt_length ? json_array_get(prompt_ids, (size_t)i)
+                                               : json_array_get(response_ids, (size_t)(i - prompt_length));
+        same = ids[i] == json_integer_value(want);
+    }
+    free(ids);
+    return same;
+}
+
+static void test_cases_match_transformers(void) {
+    json_error_t error;
+    json_t *root = json_load_file(FIXTURE, 0, &error);
+    CHECK(root, "%s: %s", FIXTURE, error.text);
+    size_t index;
+    json_t *entry;
+    int checked = 0;
+    json_array_foreach(json_object_get(root, "cases"), index, entry) {
+        const char *name = json_string_value(json_object_get(entry, "name"));
+        const char *template = json_string_value(json_object_get(entry, "template"));
+        const bool smollm2 = strcmp(json_string_value(json_object_get(entry, "tokenizer")), "smollm2") == 0;
+        if (smollm2 && !fs_is_file(smollm2_path)) {
+            fprintf(stderr, "  %s: %s missing (scripts/fetch-model)\n", name, smollm2_path);
+            test_current_failures++;
+            continue;
+        }
+        // SmolLM2: its own template, found in the GGUF; the tiny tokenizer: --chat-template llama3.
+        const char *model = smollm2 ? smollm2_path : tiny_chat_path;
+        Tokenizer *tok;
+        CHECK(tokenizer_load(&tok, model) == 0, "%s", err_msg());
+        Dataset d;
+        const char *path = write_row("case.jsonl", json_string_value(json_object_get(entry, "row")));
+        if (dataset_load(&d, path, DATA_FORMAT_AUTO, 0) != 0) {
+            EXPECT(false, "%s: %s", name, err_msg());
+            tokenizer_free(tok);
+            continue;
+        }
+        EXPECT(d.conversational, "%s: not read as conversational", name);
+        if (dataset_render_chat(&d, tok, model, smollm2 ? NULL : template) != 0) {
+            EXPECT(false, "%s: %s", name, err_msg());
+        } else {
+            const json_t *expected = json_object_get(entry, "expected"), *ids = json_object_get(entry, "ids");
+            const DataRecord *r = &d.records[0];
+            EXPECT(same_text(r->prompt, json_object_get(expected, "prompt")), "%s: prompt \"%s\"", name, r->prompt);
+            EXPECT(same_text(r->chosen, json_object_get(expected, "chosen")), "%s: chosen \"%s\"", name,
+                   r->chosen ? r->chosen : "(null)");
+            EXPECT(same_text(r->rejected, json_object_get(expected, "rejected")), "%s: rejected \"%s\"", name,
+                   r->rejected ? r->rejected : "(null)");
+            const char *responses[2] = {r->chosen, r->rejected}, *keys[2] = {"chosen", "rejected"};
+            for (int k = 0; k < 2; k++)
+                if (responses[k])
+                    EXPECT(same_ids(tok, r->prompt, responses[k], json_object_get(ids, "prompt"),
+                                    json_object_get(ids, keys[k])),
+                           "%s: %s token ids differ from TRL's", name, keys[k]);
+            if (!r->chosen && !r->rejected) { // prompt only: the ids PPO generates from
+                json_t *eos = json_pack("[i]", tokenizer_eos_id(tok));
+                EXPECT(same_ids(tok, r->prompt, "", json_object_get(ids, "prompt"), eos), "%s: prompt token ids differ",
+                       name);
+                json_decref(eos);
+            }
+            checked++;
+        }
+        dataset_free(&d);
+        tokenizer_free(tok);
+    }
+    EXPECT(checked == (int)json_array_size(json_object_get(root, "cases")), "checked %d cases", checked);
+    json_decref(root);
+}
+
+// The tokenizer that adds BOS adds none to rendered text: with the switch off, the
+// llama3 prompt would start with two BOS ids.
+static void test_rendered_text_gets_one_bos(void) {
+    Tokenizer *tok;
+    CHECK(tokenizer_load(&tok, tiny_chat_path) == 0, "%s", err_msg());
+    Dataset d;
+    const char *path = write_row("bos.jsonl", "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n");
+    CHECK(dataset_load(&d, path, DATA_FORMAT_AUTO, 0) == 0, "%s", err_msg());
+    const int bos = tokenizer_bos_id(tok);
+    int *ids, n;
+    tokenizer_encode(tok, "x", 1, true, &ids, &n);
+    EXPECT(n >= 2 && ids[0] == bos, "the tiny tokenizer adds BOS (got %d ids)", n);
+    free(ids);
+    CHECK(dataset_render_chat(&d, tok, tiny_chat_path, "llama3") == 0, "%s", err_msg());
+    tokenizer_encode(tok, d.records[0].prompt, strlen(d.records[0].prompt), true, &ids, &n);
+    EXPECT(n >= 2 && ids[0] == bos && ids[1] != bos, "one BOS: %d %d", ids[0], n > 1 ? ids[1] : -1);
+    free(ids);
+    dataset_free(&d);
+    tokenizer_free(tok);
+}
+
+// Each bad row fails with its file:line in the message and the given text.
+static void expect_bad(const char *rows, const char *model, const char *option, const char *message, long line) {
+    const char *path = write_row("bad.jsonl", rows);
+    char place[700];
+    snprintf(place, sizeof place, "(%s:%ld)", path, line);
+    Dataset d;
+    int rc = dataset_load(&d, path, DATA_FORMAT_AUTO, 0);
+    if (rc == 0) {
+        Tokenizer *tok;
+        CHECK(tokenizer_load(&tok, model) == 0, "%s", err_msg());
+        rc = dataset_render_chat(&d, tok, model, option);
+        tokenizer_free(tok);
+        dataset_free(&d);
+    }
+    EXPECT(rc == -1, "accepted: %s", rows);
+    EXPECT(strstr(err_msg(), message) != NULL, "message \"%s\" lacks \"%s\"", err_msg(), message);
+    if (line > 0) EXPECT(strstr(err_msg(), place) != NULL, "message \"%s\" lacks %s", err_msg(), place);
+}
+
+static void test_bad_rows(void) {
+    const char *good = "{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"a\"}]}\n";
+    char rows[1024];
+    expect_bad("{\"messages\": [{\"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n", tiny_chat_path,
+               "llama3", "missing field \"messages[0].role\"", 1);
+    snprintf(rows, sizeof rows, "%s{\"prompt\": [{\"role\": \"user\", \"content\": 3}], \"completion\": [{\"role\": \"assistant\", \"content\": \"a\"}]}\n", good);
+    expect_bad(rows, tiny_chat_path, "llama3", "field \"prompt[0].content\" is an integer, expected a string", 2);
+    expect_bad("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]}\n", tiny_chat_path, "llama3",
+               "no assistant message", 1);
+    // A completion that opens with a user turn: the template does not extend the prompt's
+    // text (which ends with the assistant's generation prompt).
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": [{\"role\": \"user\", \"content\": \"a\"}]}\n",
+               tiny_chat_path, "llama3", "does not extend the prompt's rendering", 1);
+    expect_bad(good, no_template_path, NULL, "the data is conversational", 0);
+    EXPECT(strstr(err_msg(), no_template_path) != NULL, "names the model: %s", err_msg());
+    snprintf(rows, sizeof rows, "%s{\"prompt\": \"q\", \"completion\": \"a\"}\n", good);
+    expect_bad(rows, tiny_chat_path, "llama3", "every row must be alike", 2);
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n",
+               tiny_chat_path, "llama3", "expected \"user\"", 1);
+    expect_bad("{\"chosen\": [{\"role\": \"user\", \"content\": \"q\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"r\"}]}\n",
+               tiny_chat_path, "llama3", "share no leading message", 1);
+}
+
+int main(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_chat_data", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
+    CHECK(fs_mkdir_p(tmp_dir) == 0, "%s", err_msg());
+    RUN(test_cases_match_transformers);
+    RUN(test_rendered_text_gets_one_bos);
+    RUN(test_bad_rows);
+    TEST_EXIT();
+}

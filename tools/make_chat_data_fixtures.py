@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/chat_data/cases.json for tests/test_chat_data.c.
+
+Run with the tools environment:
+    .venv-tools/bin/python tools/make_chat_data_fixtures.py [models/SmolLM2-135M-Instruct.Q4_1.gguf]
+The output is deterministic.
+
+Why: marlhf reads TRL's conversational dataset formats (lists of {role, content}
+messages) and renders them with the model's chat template (src/data/chat_data.c). The
+reference here is transformers' apply_chat_template, applied by the rules of TRL's
+trl/data_utils.py: maybe_extract_prompt (implicit-prompt preference pairs) and
+maybe_apply_chat_template (prompt with add_generation_prompt=True; each response the text
+apply_chat_template(prompt + response) adds after the prompt's text). TRL itself is not
+installed (it needs PyTorch, which this environment does not have): those two functions'
+rules are written out below (extract_prompt, apply_template), following TRL's code.
+SFT's {"messages"} rows are split as marlhf documents it (prompt = the messages before the
+last assistant message, response = that message; TRL's SFTTrainer instead trains on the
+whole conversation unless assistant_only_loss).
+
+Token ids are what TRL's DPOTrainer.tokenize_row feeds the model: the rendered prompt and
+each response tokenized on their own with add_special_tokens=False (the template wrote
+the BOS), then the tokenizer's EOS after the response (marlhf's tokenize_example adds it
+too). Two tokenizers:
+  smollm2    SmolLM2-135M-Instruct's, built from the GGUF in models/ by transformers' own
+             GGUF tokenizer converter (its GGUF reader needs PyTorch, so the metadata is
+             read with the gguf package); with SmolLM2's own template (read from the GGUF).
+  tiny_chat  tests/fixtures/models/tiny_chat's tokenizer.json, a tokenizer that adds BOS
+             (<|begin_of_text|>, id 0) with add_special_tokens=True, with Llama 3's
+             template: the case where a second BOS would appear if the prompt were
+             tokenized with the special tokens.
+For each case the script also checks that tokenizing prompt + response as one text gives
+the same ids as the two parts (so SFT's whole-text tokenization in TRL agrees).
+
+cases.json: {"cases": [{name, template (marlhf's name), tokenizer, row (the JSON row as
+a file line), expected: {prompt, chosen, rejected} (null where absent), ids: {prompt,
+chosen, rejected}}]}
+"""
+import json
+import sys
+from pathlib import Path
+
+import gguf
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
+from transformers.integrations.gguf.gguf_tokenizer_mapping import (GGUF_TOKENIZER_MAPPING, _SPECIAL_TOKENS,
+                                                                    convert_gguf_tokenizer)
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "chat_data" / "cases.json"
+CHAT_CASES = ROOT / "tests" / "fixtures" / "chat_templates" / "cases.json"
+
+
+def gguf_field(reader, key):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    if field.types[0] == gguf.GGUFValueType.ARRAY:
+        return [field.parts[i].tobytes().decode("utf-8") if field.types[-1] == gguf.GGUFValueType.STRING
+                else field.parts[i].tolist()[0] for i in field.data]
+    value = field.parts[field.data[0]]
+    return value.tobytes().decode("utf-8") if field.types[0] == gguf.GGUFValueType.STRING else value.tolist()[0]
+
+
+def smollm2_tokenizer(gguf_path):
+    reader = gguf.GGUFReader(gguf_path)
+    metadata = {key: gguf_field(reader, key) for key in reader.fields if key.startswith("tokenizer.") or key == "general.architecture"}
+    tokenizer_dict = {name: metadata[f"tokenizer.{key}"] for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+                      if f"tokenizer.{key}" in metadata}
+    backend, _ = convert_gguf_tokenizer(metadata["general.architecture"], tokenizer_dict)
+    special = {name: tokenizer_dict["tokens"][metadata[f"tokenizer.ggml.{key}"]]
+               for name, key in _SPECIAL_TOKENS.items() if metadata.get(f"tokenizer.ggml.{key}") is not None}
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, **special)
+    tok.chat_template = metadata["tokenizer.chat_template"]
+    return tok
+
+
+def tiny_chat_tokenizer(template_source):
+    folder = ROOT / "tests" / "fixtures" / "models" / "tiny_chat"
+    tok = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    tok.chat_template = template_source
+    return tok
+
+
+# --- TRL's rules (trl/data_utils.py), written out -------------------------------------
+
+def extract_prompt(example):
+    """maybe_extract_prompt for an implicit-prompt pair of message lists."""
+    chosen, rejected = example["chosen"], example["rejected"]
+    for idx in range(min(len(chosen), len(rejected))):
+        if chosen[idx] != rejected[idx]:
+            break
+    return {"prompt": chosen[:idx], "chosen": chosen[idx:], "rejected": rejected[idx:]}
+
+
+def split_messages(messages):
+    """marlhf's SFT rule for {"messages"}: the last assistant message is the response."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return {"prompt": messages[:last], "chosen": [messages[last]]}
+
+
+def apply_template(example, tok):
+    """maybe_apply_chat_template for a prompt that ends with a user message."""
+    assert example["prompt"][-1]["role"] == "user"
+    prompt = tok.apply_chat_template(example["prompt"], tokenize=False, add_generation_prompt=True)
+    out = {"prompt": prompt, "chosen": None, "rejected": None}
+    for key in ("chosen", "rejected"):
+        if key in example:
+            full = tok.apply_chat_template(example["prompt"] + example[key], tokenize=False)
+            assert full.startswith(prompt), (key, full, prompt)
+            out[key] = full[len(prompt):]
+    return out
+
+
+def normalise(row):
+    """The row's message lists as prompt / chosen / rejected (unpaired: by label)."""
+    if "messages" in row:
+        return split_messages(row["messages"])
+    if "prompt" not in row:
+        return extract_prompt(row)
+    example = {"prompt": row["prompt"]}
+    if "completion" in row and "label" in row:
+        example["chosen" if row["label"] else "rejected"] = row["completion"]
+    elif "completion" in row:
+        example["chosen"] = row["completion"]
+    for key in ("chosen", "rejected"):
+        if key in row:
+            example[key] = row[key]
+    return example
+
+
+def ids(tok, text, response):
+    if text is None:
+        return None
+    out = tok(text, add_special_tokens=False)["input_ids"]
+    return out + [tok.eos_token_id] if response else out
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+ROWS = [
+    ("sft_messages", {"messages": [{"role": "system", "content": "Answer briefly."}, user("What is the capital of France?"),
+                                   assistant("Paris."), user("And of Italy?"), assistant("Rome.")]}),
+    ("sft_prompt_completion", {"prompt": [user("Name a colour.")], "completion": [assistant("Blue, like the sky.")]}),
+    ("pairs_explicit", {"prompt": [user("Is the sea salty?")], "chosen": [assistant("Yes, it holds dissolved salts.")],
+                        "rejected": [assistant("No.")]}),
+    ("pairs_implicit", {"chosen": [user("Hi!"), assistant("Hello, how can I help?"), user("Tell me a joke."),
+                                   assistant("Why did the chicken cross the road?")],
+                        "rejected": [user("Hi!"), assistant("Hello, how can I help?"), user("Tell me a joke."),
+                                     assistant("No.")]}),
+    ("unpaired_true", {"prompt": [user("2 + 2 = ?")], "completion": [assistant("4")], "label": True}),
+    ("unpaired_false", {"prompt": [user("2 + 2 = ?")], "completion": [assistant("5")], "label": False}),
+    ("prompt_only", {"prompt": [{"role": "system", "content": "You are terse."}, user("Say hi in French.")]}),
+]
+
+
+def main():
+    gguf_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    templates = {t["id"]: t for t in json.loads(CHAT_CASES.read_text())["templates"]}
+    tokenizers = {
+        ("smollm2", "smollm2"): smollm2_tokenizer(gguf_path),
+        ("llama3", "tiny_chat"): tiny_chat_tokenizer(templates["llama3"]["source"]),
+    }
+    cases = []
+    for (template, tokenizer_name), tok in tokenizers.items():
+        for name, row in ROWS:
+            rendered = apply_template(normalise(row), tok)
+            case_ids = {"prompt": ids(tok, rendered["prompt"], False)}
+            for key in ("chosen", "rejected"):
+                case_ids[key] = ids(tok, rendered[key], True)
+                if rendered[key] is not None:
+                    whole = tok(rendered["prompt"] + rendered[key], add_special_tokens=False)["input_ids"]
+                    assert whole == case_ids["prompt"] + case_ids[key][:-1], (name, key)
+            cases.append({"name": f"{template}/{name}", "template": template, "tokenizer": tokenizer_name,
+                          "row": json.dumps(row, ensure_ascii=False), "expected": rendered, "ids": case_ids})
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"cases": cases}, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {len(cases)} cases to {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
