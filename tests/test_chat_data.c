@@ -58,13 +58,37 @@ static bool same_ids(const Tokenizer *tok, const char *prompt, const char *respo
     return same;
 }
 
+// SFT's --assistant-only-loss: a {"messages"} row's turns (dataset_render_turns) against
+// the fixture's texts, and tokenize_turns' ids and trained flags against its ids (the
+// whole conversation, EOS last) and trained tokens (from the tokenizer's offsets).
+static bool same_turns(const Tokenizer *tok, const DataRecord *r, const json_t *turns) {
+    const json_t *texts = json_object_get(turns, "texts"), *want_ids = json_object_get(turns, "ids");
+    const json_t *want_trained = json_object_get(turns, "trained");
+    bool same = (size_t)r->turn_count == json_array_size(texts);
+    for (int k = 0; same && k < r->turn_count; k++) same = same_text(r->turns[k], json_array_get(texts, (size_t)k));
+    if (!same) return false;
+    int *ids, length, prompt_length;
+    unsigned char *trained;
+    bool truncated;
+    tokenize_turns(tok, (const char *const *)r->turns, r->turn_count, 1 << 20, &ids, &trained, &length, &prompt_length,
+                   &truncated);
+    same = (size_t)length == json_array_size(want_ids) && !truncated;
+    for (int i = 0; same && i < length; i++)
+        same = ids[i] == json_integer_value(json_array_get(want_ids, (size_t)i)) &&
+               trained[i] == json_integer_value(json_array_get(want_trained, (size_t)i)) &&
+               (i >= prompt_length || !trained[i]);
+    same = same && prompt_length < length && trained[prompt_length]; // prompt_length: the first trained token
+    free(ids), free(trained);
+    return same;
+}
+
 static void test_cases_match_transformers(void) {
     json_error_t error;
     json_t *root = json_load_file(FIXTURE, 0, &error);
     CHECK(root, "%s: %s", FIXTURE, error.text);
     size_t index;
     json_t *entry;
-    int checked = 0;
+    int checked = 0, turn_cases = 0;
     json_array_foreach(json_object_get(root, "cases"), index, entry) {
         const char *name = json_string_value(json_object_get(entry, "name"));
         const char *template = json_string_value(json_object_get(entry, "template"));
@@ -108,12 +132,19 @@ static void test_cases_match_transformers(void) {
                        name);
                 json_decref(eos);
             }
+            const json_t *turns = json_object_get(entry, "turns");
+            if (turns) {
+                EXPECT(dataset_render_turns(&d, tok, model, smollm2 ? NULL : template) == 0, "%s: %s", name, err_msg());
+                EXPECT(same_turns(tok, r, turns), "%s: --assistant-only-loss turns differ", name);
+                turn_cases++;
+            }
             checked++;
         }
         dataset_free(&d);
         tokenizer_free(tok);
     }
     EXPECT(checked == (int)json_array_size(json_object_get(root, "cases")), "checked %d cases", checked);
+    EXPECT(turn_cases == 4, "%d cases of turns (2 rows x 2 templates)", turn_cases);
     json_decref(root);
 }
 

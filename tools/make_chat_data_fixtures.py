@@ -33,7 +33,9 @@ the same ids as the two parts (so SFT's whole-text tokenization in TRL agrees).
 
 cases.json: {"cases": [{name, template (marlhf's name), tokenizer, row (the JSON row as
 a file line), expected: {prompt, chosen, rejected} (null where absent), ids: {prompt,
-chosen, rejected}}]}
+chosen, rejected}, and for {"messages"} rows turns: {texts, ids, trained}}]}: SFT's
+--assistant-only-loss pieces (turns_of), the whole conversation's ids with EOS, and which
+of them are trained, from the tokenizer's character offsets (turn_ids).
 """
 import json
 import sys
@@ -111,6 +113,47 @@ def apply_template(example, tok):
     return out
 
 
+def turns_of(messages, tok):
+    """SFT --assistant-only-loss: the conversation cut before and after each assistant message
+    that follows another message, up to the last one (marlhf's data/chat_data.c rule); the
+    odd-numbered pieces are the trained turns."""
+    pieces, rendered = [], ""
+    for i, message in enumerate(messages):
+        if i == 0 or message["role"] != "assistant":
+            continue
+        leading = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+        through = tok.apply_chat_template(messages[:i + 1], tokenize=False)
+        assert leading.startswith(rendered) and through.startswith(leading), (i, rendered, leading, through)
+        pieces += [leading[len(rendered):], through[len(leading):]]
+        rendered = through
+    return pieces
+
+
+def turn_ids(tok, pieces, whole_text_check):
+    """The pieces tokenized one by one (add_special_tokens=False), then EOS, and which tokens
+    are trained: those of odd-numbered pieces, and the EOS. With whole_text_check (a real
+    tokenizer, whose chat markers are special tokens) the conversation tokenized as one text
+    must give the same ids, and the trained tokens must be those whose characters lie in an
+    odd-numbered piece by the tokenizer's offsets. The tiny test tokenizer has no special
+    tokens for Llama 3's markers, so "<|eot_id|><|start_header_id|>" merges across a piece
+    boundary there: it is checked piece by piece only."""
+    ids, trained = [], []
+    for k, piece in enumerate(pieces):
+        piece_ids = tok(piece, add_special_tokens=False)["input_ids"]
+        ids += piece_ids
+        trained += [k % 2] * len(piece_ids)
+    if whole_text_check:
+        encoded = tok("".join(pieces), add_special_tokens=False, return_offsets_mapping=True)
+        spans, start = [], 0
+        for k, piece in enumerate(pieces):
+            if k % 2 == 1:
+                spans.append((start, start + len(piece)))
+            start += len(piece)
+        by_offsets = [int(any(a <= begin and end <= b for a, b in spans)) for begin, end in encoded["offset_mapping"]]
+        assert encoded["input_ids"] == ids and by_offsets == trained, pieces
+    return ids + [tok.eos_token_id], trained + [1]
+
+
 def normalise(row):
     """The row's message lists as prompt / chosen / rejected (unpaired: by label)."""
     if "messages" in row:
@@ -146,6 +189,10 @@ def assistant(text):
 ROWS = [
     ("sft_messages", {"messages": [{"role": "system", "content": "Answer briefly."}, user("What is the capital of France?"),
                                    assistant("Paris."), user("And of Italy?"), assistant("Rome.")]}),
+    # An assistant message first (context: nothing before it to answer), two assistant messages
+    # in a row, and a user message after the last assistant message (left out).
+    ("sft_messages_edges", {"messages": [assistant("Hello! Ask me anything."), user("Count to two."), assistant("One."),
+                                         assistant("Two."), user("Thanks."), assistant("You're welcome."), user("Bye.")]}),
     ("sft_prompt_completion", {"prompt": [user("Name a colour.")], "completion": [assistant("Blue, like the sky.")]}),
     ("pairs_explicit", {"prompt": [user("Is the sea salty?")], "chosen": [assistant("Yes, it holds dissolved salts.")],
                         "rejected": [assistant("No.")]}),
@@ -176,8 +223,13 @@ def main():
                 if rendered[key] is not None:
                     whole = tok(rendered["prompt"] + rendered[key], add_special_tokens=False)["input_ids"]
                     assert whole == case_ids["prompt"] + case_ids[key][:-1], (name, key)
-            cases.append({"name": f"{template}/{name}", "template": template, "tokenizer": tokenizer_name,
-                          "row": json.dumps(row, ensure_ascii=False), "expected": rendered, "ids": case_ids})
+            case = {"name": f"{template}/{name}", "template": template, "tokenizer": tokenizer_name,
+                    "row": json.dumps(row, ensure_ascii=False), "expected": rendered, "ids": case_ids}
+            if "messages" in row:
+                pieces = turns_of(row["messages"], tok)
+                whole, trained = turn_ids(tok, pieces, tokenizer_name == "smollm2")
+                case["turns"] = {"texts": pieces, "ids": whole, "trained": trained}
+            cases.append(case)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"cases": cases}, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {len(cases)} cases to {OUT.relative_to(ROOT)}")

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/check.h"
+#include "data/chat_data.h"
 #include "model/weights_io.h"
 #include "train/sft.h"
 
@@ -13,14 +14,16 @@ int cmd_sft(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(5e-5, 0.1, 0.01, 1); // learning rate, warmup ratio, weight decay, data phase
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
-    bool train_on_prompt = false;
-    Option options[56] = {
+    bool train_on_prompt = false, assistant_only_loss = false;
+    Option options[57] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"train-on-prompt", "train_on_prompt", OPT_BOOL, &train_on_prompt,
          "released MA-RLHF behaviour: pad to --max-seq-len and count prompt and padding in the loss", false, false},
+        {"assistant-only-loss", "assistant_only_loss", OPT_BOOL, &assistant_only_loss,
+         "{\"messages\"} rows: train every assistant turn (TRL's assistant_only_loss), not only the last", false, false},
     };
-    int count = 3 + trainer_cli_options(&c, options + 3);
+    int count = 4 + trainer_cli_options(&c, options + 4);
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
@@ -32,21 +35,28 @@ int cmd_sft(int argc, char **argv) {
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
     trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);
-    const char **prompts = xmalloc(train.count * sizeof(char *)), **responses = xmalloc(train.count * sizeof(char *));
-    for (long i = 0; i < train.count; i++) {
-        prompts[i] = train.records[i].prompt;
-        responses[i] = train.records[i].chosen;
-        if (!responses[i]) die_user("row %ld of %s has no response for SFT", train.records[i].line, c.data);
+    if (assistant_only_loss) {
+        if (!train.conversational)
+            die_user("--assistant-only-loss trains the assistant turns of conversational rows, and %s holds text rows "
+                     "(--assistant-only-loss)", c.data);
+        if (dataset_render_turns(&train, tokenizer, model_path, c.chat_template) != 0 ||
+            dataset_render_turns(&eval, tokenizer, model_path, c.chat_template) != 0)
+            die_from_err();
     }
-    const char **eval_prompts = xmalloc((eval.count + 1) * sizeof(char *));
-    const char **eval_responses = xmalloc((eval.count + 1) * sizeof(char *));
+    SftExample *examples = xcalloc(train.count + 1, sizeof *examples);
+    for (long i = 0; i < train.count; i++) {
+        const DataRecord *r = &train.records[i];
+        if (!r->chosen) die_user("row %ld of %s has no response for SFT", r->line, c.data);
+        examples[i] = (SftExample){r->prompt, r->chosen, (const char *const *)r->turns, r->turn_count};
+    }
+    SftExample *eval_examples = xcalloc(eval.count + 1, sizeof *eval_examples);
     for (long i = 0; i < eval.count; i++) {
-        eval_prompts[i] = eval.records[i].prompt;
-        eval_responses[i] = eval.records[i].chosen ? eval.records[i].chosen : "";
+        const DataRecord *r = &eval.records[i];
+        eval_examples[i] = (SftExample){r->prompt, r->chosen ? r->chosen : "", (const char *const *)r->turns, r->turn_count};
     }
     SftTask task;
-    if (sft_task_init(&task, tokenizer, prompts, responses, train.count, eval_prompts, eval_responses, eval.count,
-                      (int)c.max_seq_len, train_on_prompt) != 0)
+    if (sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count, (int)c.max_seq_len,
+                      train_on_prompt) != 0)
         die_from_err();
     if (!c.quiet)
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld eval examples\n",
@@ -60,7 +70,7 @@ int cmd_sft(int argc, char **argv) {
     if (!c.quiet) fprintf(stderr, "sft: final model in %s/final\n", output);
     model_free(&model);
     sft_task_free(&task);
-    free(prompts), free(responses), free(eval_prompts), free(eval_responses);
+    free(examples), free(eval_examples);
     dataset_free(&train);
     dataset_free(&eval);
     tokenizer_free(tokenizer);

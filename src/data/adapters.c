@@ -384,6 +384,7 @@ static int split_messages(const json_t *row, const DataRowPlace *at, json_t *con
                        at->line);
     json_object_set_new(conversation, "prompt", message_slice(messages, 0, last));
     json_object_set_new(conversation, "chosen", message_slice(messages, last, last + 1));
+    json_object_set(conversation, "messages", messages); // every turn, for --assistant-only-loss
     return 0;
 }
 

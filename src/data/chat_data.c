@@ -95,6 +95,88 @@ int dataset_render_chat_with(Dataset *dataset, const ChatTemplate *t) {
     return 0;
 }
 
+// text minus its prefix `before` (which it must start with): a new string, or NULL with
+// err_set() naming the row.
+static char *cut_prefix(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const char *text,
+                        const char *before, size_t message) {
+    size_t prefix = strlen(before);
+    if (strncmp(text, before, prefix) != 0) {
+        err_set("the chat template %s renders the messages before \"messages[%zu]\" differently once it follows, so "
+                "the conversation cannot be cut into turns (%s:%ld)",
+                chat_template_name(t), message, d->path, r->line);
+        return NULL;
+    }
+    return xstrdup(text + prefix);
+}
+
+// record->turns of a {"messages"} row: for each assistant message i after the first
+// message, up to the last assistant message, the text that leads to it (rendered through
+// message i - 1 with the generation prompt, less what came before) and its own text
+// (rendered through message i, less the former). Messages after the last assistant
+// message are left out, as the last-turn split leaves them out.
+static int render_turns(const ChatTemplate *t, const Dataset *d, DataRecord *r) {
+    json_error_t error;
+    json_t *conversation = json_loads(r->conversation, 0, &error);
+    CHECK(conversation, "a conversation kept at load does not parse: %s", error.text);
+    json_t *list = json_object_get(conversation, "messages");
+    if (!list) { // a prompt / completion row: its two rendered parts are its turns
+        json_decref(conversation);
+        r->turns = xmalloc(2 * sizeof *r->turns);
+        r->turns[0] = xstrdup(r->prompt), r->turns[1] = xstrdup(r->chosen);
+        r->turn_count = 2;
+        return 0;
+    }
+    const size_t count = json_array_size(list);
+    ChatMessage *messages = xcalloc(count, sizeof *messages);
+    int appended = 0;
+    append_messages(conversation, "messages", messages, &appended);
+    char **turns = xcalloc(2 * count, sizeof *turns);
+    int turn_count = 0, rc = 0;
+    char *rendered = xstrdup(""); // the conversation so far, through the last assistant message taken
+    for (size_t i = 1; i < count && rc == 0; i++) {
+        if (strcmp(messages[i].role, "assistant") != 0) continue;
+        char *leading = NULL, *through = NULL;
+        if (chat_template_render(t, messages, (int)i, true, &leading) != 0) rc = row_error(d, r);
+        if (rc == 0 && !(turns[turn_count++] = cut_prefix(t, d, r, leading, rendered, i - 1))) rc = -1;
+        if (rc == 0 && chat_template_render(t, messages, (int)i + 1, false, &through) != 0) rc = row_error(d, r);
+        if (rc == 0 && !(turns[turn_count++] = cut_prefix(t, d, r, through, leading, i))) rc = -1;
+        free(leading);
+        if (rc == 0) {
+            free(rendered);
+            rendered = through;
+        } else {
+            free(through);
+        }
+    }
+    free(rendered);
+    free(messages);
+    json_decref(conversation);
+    if (rc != 0) {
+        for (int k = 0; k < turn_count; k++) free(turns[k]);
+        free(turns);
+        return -1;
+    }
+    CHECK(turn_count >= 2, "a {\"messages\"} row without an assistant message after its first got through loading");
+    r->turns = turns, r->turn_count = turn_count;
+    return 0;
+}
+
+int dataset_render_turns(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option) {
+    if (!dataset->conversational || dataset->count == 0) return 0;
+    ChatTemplate t;
+    if (chat_template_for_model(&t, tok, model_path, option) != 0) return -1;
+    int rc = 0;
+    for (long i = 0; i < dataset->count && rc == 0; i++) rc = render_turns(&t, dataset, &dataset->records[i]);
+    chat_template_free(&t);
+    return rc;
+}
+
+int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t) {
+    for (long i = 0; i < dataset->count; i++)
+        if (dataset->records[i].conversation && render_turns(t, dataset, &dataset->records[i]) != 0) return -1;
+    return 0;
+}
+
 int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option) {
     if (!dataset->conversational) return 0;
     ChatTemplate t;

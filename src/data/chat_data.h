@@ -32,3 +32,15 @@ int chat_template_for_model(ChatTemplate *t, const Tokenizer *tok, const char *m
 int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option);
 // The same with a template already found (tests; does not touch a tokenizer).
 int dataset_render_chat_with(Dataset *dataset, const ChatTemplate *t);
+
+// SFT's --assistant-only-loss: every assistant turn of a {"messages"} row trained, not only the
+// last (TRL's assistant_only_loss). After dataset_render_chat, fills each record's turns
+// (data/dataset.h): the conversation rendered through each message that precedes an
+// assistant message (with the generation prompt) and through each assistant message, every
+// rendering cut off the one before it, which it must extend (else an error naming the
+// row). Assistant messages before any other message are context; messages after the last
+// assistant message are left out. A prompt / completion row's turns are its prompt and
+// completion. Does nothing for text rows.
+int dataset_render_turns(Dataset *dataset, const Tokenizer *tok, const char *model_path, const char *option);
+// The same with a template already found (tests).
+int dataset_render_turns_with(Dataset *dataset, const ChatTemplate *t);

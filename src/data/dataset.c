@@ -61,6 +61,8 @@ void data_record_free(DataRecord *record) {
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     for (int k = 0; k < record->response_count; k++) free(record->responses[k]);
     free(record->responses);
+    for (int k = 0; k < record->turn_count; k++) free(record->turns[k]);
+    free(record->turns);
     memset(record, 0, sizeof *record);
 }
 
@@ -85,6 +87,11 @@ void data_record_copy(const DataRecord *source, DataRecord *out) {
     if (source->response_count > 0) {
         out->responses = xmalloc((size_t)source->response_count * sizeof *out->responses);
         for (int k = 0; k < source->response_count; k++) out->responses[k] = xstrdup(source->responses[k]);
+    }
+    out->turns = NULL;
+    if (source->turn_count > 0) {
+        out->turns = xmalloc((size_t)source->turn_count * sizeof *out->turns);
+        for (int k = 0; k < source->turn_count; k++) out->turns[k] = xstrdup(source->turns[k]);
     }
 }
 

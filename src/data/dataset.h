@@ -131,6 +131,13 @@ typedef struct {
     // chosen and rejected above stay NULL until dataset_render_chat() (data/chat_data.h)
     // renders them with the model's chat template. NULL for a text row.
     char *conversation;
+    // A {"messages"} row rendered turn by turn (dataset_render_turns, SFT's
+    // --assistant-only-loss): turns[0] the text up to the first trained assistant message's
+    // content (its generation prompt included), then in turn an assistant message's text and
+    // the text up to the next one; the odd-numbered turns are trained. Their concatenation
+    // is the whole conversation's rendering. NULL / 0 otherwise.
+    char **turns;
+    int turn_count;
 } DataRecord;
 
 typedef struct {

@@ -1159,15 +1159,14 @@ static int setup(Ppo *p) {
             dataset_free(&data);
             return -1;
         }
-        const char **prompts = xmalloc(data.count * sizeof(char *)), **responses = xmalloc(data.count * sizeof(char *));
-        for (long i = 0; i < data.count; i++) {
-            prompts[i] = data.records[i].prompt;
-            responses[i] = data.records[i].chosen ? data.records[i].chosen : "";
-        }
+        SftExample *examples = xcalloc(data.count + 1, sizeof *examples);
+        for (long i = 0; i < data.count; i++)
+            examples[i] = (SftExample){.prompt = data.records[i].prompt,
+                                       .response = data.records[i].chosen ? data.records[i].chosen : ""};
         SftTask sft;
-        int rc = sft_task_init(&sft, p->tokenizer, prompts, responses, data.count, NULL, NULL, 0,
-                               c->max_prompt_len + c->max_new_tokens, false);
-        free(prompts), free(responses);
+        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, c->max_prompt_len + c->max_new_tokens,
+                               false);
+        free(examples);
         dataset_free(&data);
         if (rc != 0) return -1;
         p->ptx = sft.train; // keep the tokenized examples, drop the (empty) rest

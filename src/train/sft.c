@@ -27,9 +27,45 @@ void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char
     free(response_ids);
 }
 
+void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int turn_count, int max_seq_len, int **ids,
+                    unsigned char **trained, int *length, int *prompt_length, bool *truncated) {
+    int **turn_ids = xmalloc((size_t)turn_count * sizeof *turn_ids), *turn_counts = xmalloc((size_t)turn_count * sizeof(int));
+    const int eos = tokenizer_eos_id(tokenizer);
+    int total = eos >= 0 ? 1 : 0;
+    for (int k = 0; k < turn_count; k++) {
+        tokenizer_encode(tokenizer, turns[k], strlen(turns[k]), k == 0, &turn_ids[k], &turn_counts[k]);
+        total += turn_counts[k];
+    }
+    *truncated = total > max_seq_len;
+    if (total > max_seq_len) total = max_seq_len;
+    *ids = xmalloc((size_t)(total > 0 ? total : 1) * sizeof(int));
+    *trained = xcalloc((size_t)(total > 0 ? total : 1), 1);
+    int n = 0;
+    *prompt_length = -1;
+    for (int k = 0; k < turn_count; k++) {
+        for (int i = 0; i < turn_counts[k] && n < total; i++) {
+            if (k % 2 == 1 && *prompt_length < 0) *prompt_length = n;
+            (*trained)[n] = k % 2 == 1;
+            (*ids)[n++] = turn_ids[k][i];
+        }
+        free(turn_ids[k]);
+    }
+    if (eos >= 0 && n < total) {
+        if (*prompt_length < 0) *prompt_length = n;
+        (*trained)[n] = 1;
+        (*ids)[n++] = eos;
+    }
+    if (*prompt_length < 0) *prompt_length = n;
+    *length = n;
+    free(turn_ids), free(turn_counts);
+}
+
 void tokenized_examples_free(TokenizedExamples *examples) {
-    for (long i = 0; i < examples->count; i++) free(examples->ids[i]);
-    free(examples->ids), free(examples->lengths), free(examples->prompt_lengths);
+    for (long i = 0; i < examples->count; i++) {
+        free(examples->ids[i]);
+        free(examples->trained[i]);
+    }
+    free(examples->ids), free(examples->lengths), free(examples->prompt_lengths), free(examples->trained);
     memset(examples, 0, sizeof *examples);
 }
 
@@ -38,6 +74,7 @@ void tokenized_examples_alloc(TokenizedExamples *examples, long capacity) {
     examples->ids = xcalloc((size_t)capacity, sizeof(int *));
     examples->lengths = xcalloc((size_t)capacity, sizeof(int));
     examples->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
+    examples->trained = xcalloc((size_t)capacity, sizeof(unsigned char *));
     examples->count = 0;
 }
 
@@ -47,38 +84,48 @@ int training_pad_id(const Tokenizer *tokenizer) {
     return tokenizer_eos_id(tokenizer) >= 0 ? tokenizer_eos_id(tokenizer) : 0;
 }
 
-static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
-                         const char *const *responses, long count, TokenizedExamples *out) {
+// Whether position t of example i is a trained target (the loss predicts it from t - 1).
+static bool trained_target(const TokenizedExamples *examples, long i, int t) {
+    if (t >= examples->lengths[i]) return false;
+    return examples->trained[i] ? examples->trained[i][t] : t >= examples->prompt_lengths[i];
+}
+
+static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                         TokenizedExamples *out) {
     tokenized_examples_alloc(out, count);
     for (long i = 0; i < count; i++) {
         int *ids, length, prompt_length;
+        unsigned char *trained = NULL;
         bool truncated;
-        tokenize_example(tokenizer, prompts[i], responses[i], task->max_seq_len, &ids, &length, &prompt_length,
-                         &truncated);
+        if (examples[i].turn_count > 0)
+            tokenize_turns(tokenizer, examples[i].turns, examples[i].turn_count, task->max_seq_len, &ids, &trained,
+                           &length, &prompt_length, &truncated);
+        else
+            tokenize_example(tokenizer, examples[i].prompt, examples[i].response, task->max_seq_len, &ids, &length,
+                             &prompt_length, &truncated);
         // Keep an example only if at least one response token (or EOS) is predicted.
         if (length - prompt_length < 1 || length < 2) {
             task->dropped++;
-            free(ids);
+            free(ids), free(trained);
             continue;
         }
         task->truncated += truncated;
         out->ids[out->count] = ids;
+        out->trained[out->count] = trained;
         out->lengths[out->count] = length;
         out->prompt_lengths[out->count] = prompt_length;
         out->count++;
     }
 }
 
-int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
-                  const char *const *responses, long count, const char *const *eval_prompts,
-                  const char *const *eval_responses, long eval_count, int max_seq_len,
-                  bool train_on_prompt_and_padding) {
+int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                  const SftExample *eval_examples, long eval_count, int max_seq_len, bool train_on_prompt_and_padding) {
     memset(task, 0, sizeof *task);
     task->max_seq_len = max_seq_len;
     task->train_on_prompt_and_padding = train_on_prompt_and_padding;
     task->pad_id = training_pad_id(tokenizer);
-    tokenize_all(task, tokenizer, prompts, responses, count, &task->train);
-    tokenize_all(task, tokenizer, eval_prompts, eval_responses, eval_count, &task->eval);
+    tokenize_all(task, tokenizer, examples, count, &task->train);
+    tokenize_all(task, tokenizer, eval_examples, eval_count, &task->eval);
     if (task->train.count == 0) return err_set("no SFT example has a response token within --max-seq-len %d", max_seq_len);
     return 0;
 }
@@ -110,14 +157,14 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
     batch->mask = xcalloc(N, sizeof(float));
     for (int b = 0; b < count; b++) {
         const int *ids = examples->ids[which[b]];
-        int length = examples->lengths[which[b]], prompt_length = examples->prompt_lengths[which[b]];
+        int length = examples->lengths[which[b]];
         int *row = batch->tokens + (long)b * T;
         for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : task->pad_id;
         // In the released behaviour padding is real input (attended to), as it was there.
         batch->row_len[b] = task->train_on_prompt_and_padding ? T : length;
         for (int t = 0; t < T; t++) {
             long i = (long)b * T + t;
-            bool counted = task->train_on_prompt_and_padding ? t + 1 < T : (t + 1 < length && t + 1 >= prompt_length);
+            bool counted = task->train_on_prompt_and_padding ? t + 1 < T : trained_target(examples, which[b], t + 1);
             // No target where the loss does not count: the LM head skips those slots.
             batch->targets[i] = counted ? row[t + 1] : -1;
             batch->mask[i] = counted ? 1.0f : 0.0f;
@@ -133,7 +180,9 @@ static double counted_tokens(const SftTask *task, const TokenizedExamples *examp
     double total = 0;
     for (int b = 0; b < count; b++) {
         if (task->train_on_prompt_and_padding) total += task->max_seq_len - 1;
-        else total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
+        else if (!examples->trained[which[b]]) total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
+        else
+            for (int t = 0; t < examples->lengths[which[b]]; t++) total += examples->trained[which[b]][t];
     }
     return total;
 }

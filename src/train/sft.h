@@ -17,8 +17,20 @@ typedef struct {
     int **ids;
     int *lengths;
     int *prompt_lengths;
+    // Per example, NULL or [length] flags: token t is a trained target (SFT examples made of
+    // turns); NULL: the tokens from prompt_lengths on are.
+    unsigned char **trained;
     long count;
 } TokenizedExamples;
+
+// One SFT example: a prompt and its response, or (turn_count > 0) turns: turns[0] and every
+// even-numbered turn context, the odd-numbered ones trained (data/dataset.h's turns of a
+// {"messages"} row under --assistant-only-loss).
+typedef struct {
+    const char *prompt, *response;
+    const char *const *turns;
+    int turn_count;
+} SftExample;
 
 typedef struct {
     TokenizedExamples train, eval;
@@ -29,11 +41,9 @@ typedef struct {
     long truncated;
 } SftTask;
 
-// Tokenizes prompt/response pairs. Returns 0 or -1 (err_set) if nothing is left.
-int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const char *const *prompts,
-                  const char *const *responses, long count, const char *const *eval_prompts,
-                  const char *const *eval_responses, long eval_count, int max_seq_len,
-                  bool train_on_prompt_and_padding);
+// Tokenizes the examples. Returns 0 or -1 (err_set) if nothing is left.
+int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                  const SftExample *eval_examples, long eval_count, int max_seq_len, bool train_on_prompt_and_padding);
 void sft_task_free(SftTask *task);
 // The loop's view of the task.
 TrainTask sft_train_task(SftTask *task);
@@ -42,6 +52,12 @@ TrainTask sft_train_task(SftTask *task);
 // max_seq_len. *prompt_length receives the prompt's token count.
 void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
                       int **ids, int *length, int *prompt_length, bool *truncated);
+// An example of turns: each turn tokenized on its own (turns[0] with the special tokens,
+// as tokenize_example's prompt) and concatenated, then EOS, cut at max_seq_len;
+// (*trained)[t] is 1 for the tokens of odd-numbered turns and the EOS. *prompt_length: the
+// tokens before the first trained one.
+void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int turn_count, int max_seq_len, int **ids,
+                    unsigned char **trained, int *length, int *prompt_length, bool *truncated);
 void tokenized_examples_free(TokenizedExamples *examples);
 // Room for `capacity` rows (at least one), none filled yet (count 0).
 void tokenized_examples_alloc(TokenizedExamples *examples, long capacity);

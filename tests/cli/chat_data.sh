@@ -101,6 +101,50 @@ else
     fail sft_smollm2_own_template "$smollm2 missing (scripts/fetch-model)"
 fi
 
+# --assistant-only-loss: every assistant turn of a {"messages"} row trained. The first step's
+# loss (before any update) must be the mean negative log-prob, by `marlhf logprobs` on the
+# fixture's ids of the whole conversation, over the tokens the fixture marks trained (from
+# the tokenizer's character offsets: each assistant message's text and end of turn, and the
+# EOS). Without the option only the last turn counts, which gives another loss.
+if [ -f "$smollm2" ]; then
+    python3 - tests/fixtures/chat_data/cases.json "$tmp" << 'PYEOF'
+import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]:
+    if c["name"] in ("smollm2/sft_messages", "smollm2/sft_messages_edges"):
+        tag = c["name"].split("/")[1]
+        open(f"{sys.argv[2]}/{tag}.jsonl", "w").write(c["row"] + "\n")
+        open(f"{sys.argv[2]}/{tag}_ids.jsonl", "w").write(json.dumps({"ids": c["turns"]["ids"]}) + "\n")
+        json.dump(c["turns"]["trained"], open(f"{sys.argv[2]}/{tag}_trained.json", "w"))
+PYEOF
+    for tag in sft_messages sft_messages_edges; do
+        for mode in all last; do
+            extra=(); [ $mode = all ] && extra=(--assistant-only-loss)
+            "$bin" sft --model "$smollm2" --data "$tmp/$tag.jsonl" --max-seq-len 128 --per-device-train-batch-size 1 \
+                --max-steps 1 --threads 2 --quiet "${extra[@]}" --output "$tmp/turns_${tag}_$mode" 2> "$tmp/turns_$tag.err" ||
+                fail "assistant_only_loss_$tag" "$(tail -n 2 "$tmp/turns_$tag.err")"
+        done
+        "$bin" logprobs --model "$smollm2" --input "$tmp/${tag}_ids.jsonl" --threads 2 > "$tmp/${tag}_logprobs.jsonl" \
+            2> "$tmp/turns_$tag.err"
+        if python3 - "$tmp/${tag}_logprobs.jsonl" "$tmp/${tag}_trained.json" "$tmp/turns_${tag}_all/metrics.jsonl" \
+            "$tmp/turns_${tag}_last/metrics.jsonl" << 'PYEOF'
+import json, sys
+logprobs = json.loads(open(sys.argv[1]).readline())["logprobs"]  # logprobs[t - 1]: token t given the ones before
+trained = json.load(open(sys.argv[2]))
+counted = [-logprobs[t - 1] for t in range(1, len(trained)) if trained[t]]
+want = sum(counted) / len(counted)
+loss = lambda path: [json.loads(l)["train/loss"] for l in open(path) if "train/loss" in l][0]
+got, last = loss(sys.argv[3]), loss(sys.argv[4])
+print(f"loss {got:.6f}, want {want:.6f} over {len(counted)} tokens; last turn only {last:.6f}", file=sys.stderr)
+sys.exit(0 if abs(got - want) <= 1e-4 * abs(want) and abs(last - want) > 1e-3 * abs(want) else 1)
+PYEOF
+        then pass "assistant_only_loss_$tag"; else fail "assistant_only_loss_$tag" "see above"; fi
+    done
+else
+    fail assistant_only_loss "$smollm2 missing (scripts/fetch-model)"
+fi
+expect_error assistant_only_loss_text_rows "--assistant-only-loss" "$bin" sft "${train_args[@]}" --data "$tmp/sft_text.jsonl" \
+    --assistant-only-loss --output "$tmp/x_turns"
+
 # --- bad input -----------------------------------------------------------------------------
 u='{"role": "user", "content": "q"}'
 a='{"role": "assistant", "content": "a"}'
