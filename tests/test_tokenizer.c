@@ -400,6 +400,10 @@ static void round_trip(const char *path, const char *name) {
                 free(a), free(b);
             }
         }
+        // A model saved by marlhf (an SFT model from a GGUF, a reward model from it) hands its
+        // token ids to the others in PPO: the same ids, spelled the same.
+        EXPECT(tokenizer_first_difference(tok, back) == -1, "%s: written tokenizer differs at id %d", name,
+               tokenizer_first_difference(tok, back));
         printf("%s: written and reloaded, %d of %d encodings/decodes differ\n", name, differ, 2 * corpus_count);
         EXPECT(differ == 0, "%s: %d differ after tokenizer_write_hf", name, differ);
         EXPECT(tokenizer_bos_id(back) == tokenizer_bos_id(tok) && tokenizer_eos_id(back) == tokenizer_eos_id(tok) &&
@@ -417,6 +421,20 @@ static void test_write_hf_round_trip(void) {
     round_trip(FIXTURES "/spm_small.gguf", "spm_gguf");
     round_trip(FIXTURES "/bytelevel_small", "bytelevel_small");
     round_trip(FIXTURES "/spm_small", "spm_small");
+}
+
+// tokenizer_first_difference / tokenizer_check_same_ids: PPO's and infer's guard against a
+// reward model (critic, reference) of another tokenizer.
+static void test_first_difference(void) {
+    Tokenizer *smollm2 = load_or_fail(smollm2_path), *spm = load_or_fail(FIXTURES "/spm_small");
+    if (!smollm2 || !spm) return;
+    EXPECT(tokenizer_first_difference(smollm2, smollm2) == -1, "a tokenizer differs from itself");
+    EXPECT(tokenizer_first_difference(smollm2, spm) == 0, "id 0 differs, got %d", tokenizer_first_difference(smollm2, spm));
+    EXPECT(tokenizer_check_same_ids(smollm2, smollm2_path, "--reward-model", NULL) == 0, "%s", err_msg());
+    EXPECT(tokenizer_check_same_ids(smollm2, FIXTURES "/spm_small", "--reward-model", "a hint") == -1 &&
+               strstr(err_msg(), "(--reward-model): a hint") && strstr(err_msg(), FIXTURES "/spm_small"),
+           "message '%s'", err_msg());
+    tokenizer_free(smollm2), tokenizer_free(spm);
 }
 
 // --- damaged files -----------------------------------------------------------------------
@@ -503,6 +521,7 @@ int main(void) {
     RUN(test_stream_holds_incomplete_characters);
     RUN(test_added_tokens_and_bos);
     RUN(test_write_hf_round_trip);
+    RUN(test_first_difference);
     RUN(test_bad_tokenizer_files);
     RUN(test_encode_speed);
     for (int i = 0; i < corpus_count; i++) free(corpus[i].bytes), free(corpus[i].text);

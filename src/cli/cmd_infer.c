@@ -234,6 +234,11 @@ int cmd_infer(int argc, char **argv) {
         if (text_model_load(&policy, model_path, lora_adapter, device, quantize, NULL, false) != 0) die_from_err();
         if (kv_cache_type_set(&policy.model, kv_cache, "--kv-cache") != 0) die_from_err();
         tokenizer = policy.tokenizer;
+        // The reward model scores the policy's token ids.
+        if (tokenizer_check_same_ids(tokenizer, reward_path, "--reward-model",
+                                     "the reward model scores the policy's token ids; use a reward model trained from "
+                                     "the policy's SFT model") != 0)
+            die_from_err();
     } else if (tokenizer_load(&tokenizer, reward_path) != 0) {
         die_from_err();
     }

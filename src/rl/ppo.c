@@ -1128,6 +1128,22 @@ static int setup(Ppo *p) {
     const OpsBackend *ops = ops_backend_by_name(c->device);
     if (!ops) return -1;
     if (tokenizer_load(&p->tokenizer, c->actor_path) != 0) return -1;
+    // The reward model, the critic and the reference read the actor's token ids: a model with
+    // another tokenizer would score other text than the actor wrote (trl#2523), or read past
+    // its embedding table.
+    if (c->reward == REWARD_MODEL && c->reward_path &&
+        tokenizer_check_same_ids(p->tokenizer, c->reward_path, "--reward-model",
+                                 "PPO hands the reward model the actor's token ids; train it from the actor's SFT "
+                                 "model, or serve it (marlhf serve --reward-model) and score over --reward remote, "
+                                 "which sends text") != 0)
+        return -1;
+    if (c->estimator == ESTIMATOR_GAE && c->critic_path &&
+        tokenizer_check_same_ids(p->tokenizer, c->critic_path, "--critic-model", "the critic reads the actor's token ids") != 0)
+        return -1;
+    if (c->reference_path &&
+        tokenizer_check_same_ids(p->tokenizer, c->reference_path, "--reference-model",
+                                 "the reference's log-probs are of the actor's token ids") != 0)
+        return -1;
     collect_stop_tokens(p);
     if (load_prompts(c, c->prompts_path, true, p->tokenizer, &p->prompts) != 0) return -1;
     if (c->eval_prompts_path && load_prompts(c, c->eval_prompts_path, false, p->tokenizer, &p->eval_prompts) != 0)

@@ -147,6 +147,32 @@ const char *tokenizer_token_string(const Tokenizer *tok, int id) {
     return id >= 0 && id < tok->vocab_size ? tok->token_text[id] : NULL;
 }
 
+int tokenizer_first_difference(const Tokenizer *a, const Tokenizer *b) {
+    const int common = a->vocab_size < b->vocab_size ? a->vocab_size : b->vocab_size;
+    for (int id = 0; id < common; id++) {
+        const char *x = tokenizer_id_to_piece(a, id), *y = tokenizer_id_to_piece(b, id);
+        if ((x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0)) return id;
+    }
+    return a->vocab_size == b->vocab_size ? -1 : common;
+}
+
+int tokenizer_check_same_ids(const Tokenizer *tok, const char *path, const char *option, const char *hint) {
+    Tokenizer *other;
+    if (tokenizer_load(&other, path) != 0) return -1;
+    const int id = tokenizer_first_difference(tok, other);
+    int rc = 0;
+    if (id >= 0) {
+        const char *ours = tokenizer_id_to_piece(tok, id), *theirs = tokenizer_id_to_piece(other, id);
+        rc = err_set("the tokenizer of %s is not the one the token ids come from: id %d is %s%s%s there and %s%s%s here "
+                     "(%d and %d ids) (%s)%s%s",
+                     path, id, theirs ? "\"" : "", theirs ? theirs : "missing", theirs ? "\"" : "", ours ? "\"" : "",
+                     ours ? ours : "missing", ours ? "\"" : "", other->vocab_size, tok->vocab_size, option,
+                     hint ? ": " : "", hint ? hint : "");
+    }
+    tokenizer_free(other);
+    return rc;
+}
+
 bool tokenizer_adds_bos(const Tokenizer *tok) {
     return tok->bos_id >= 0 && tok->n_post_prefix > 0 && tok->post_prefix[0] == tok->bos_id;
 }

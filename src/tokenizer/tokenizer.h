@@ -93,6 +93,15 @@ const char *tokenizer_chat_template(const Tokenizer *tok);
 // The text of a token as it appears in text (for bos/eos in chat templates): the added
 // token's content, or the decoded vocabulary token. NULL for an id without a token.
 const char *tokenizer_token_string(const Tokenizer *tok, int id);
+// -1 when a and b have the same ids spelled the same (tokenizer_id_to_piece), else the
+// first id where they differ (the smaller size when one vocabulary only extends the other).
+// Token ids pass between models only when this is -1 (PPO's reward model, critic and
+// reference are handed the actor's ids).
+int tokenizer_first_difference(const Tokenizer *a, const Tokenizer *b);
+// Loads the tokenizer of the model at `path` (given by `option`, e.g. "--reward-model") and
+// checks that it is `tok` (tokenizer_first_difference): 0, or -1 with err_set() naming the
+// first differing id, the option and the path, then `hint` (what to do instead; may be NULL).
+int tokenizer_check_same_ids(const Tokenizer *tok, const char *path, const char *option, const char *hint);
 // Whether the tokenizer's config asks for a BOS at the start of each sequence
 // (add_bos_token, or a post-processor that adds one).
 bool tokenizer_adds_bos(const Tokenizer *tok);

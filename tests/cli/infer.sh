@@ -88,6 +88,10 @@ expect_error infer_bad_min_new_tokens "--min-new-tokens" "$bin" infer "${args[@]
     --output "$tmp/z.jsonl"
 expect_error infer_malformed_jsonl "$tmp/bad.jsonl:2" "$bin" infer "${args[@]}" --data "$tmp/bad.jsonl" --output "$tmp/y.jsonl"
 expect_error infer_not_a_reward_model "value head" "$bin" infer "${args[@]}" --reward-model "$model" --output "$tmp/z.jsonl"
+# A reward model of another tokenizer would score the policy's ids as other text (or read past
+# its embedding table): refused before anything is loaded.
+expect_error infer_reward_model_other_tokenizer "is not the one the token ids come from" "$bin" infer "${args[@]}" \
+    --reward-model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" --output "$tmp/z.jsonl"
 expect_error infer_needs_model "--model" "$bin" infer --reward-model "$tmp/rm/final" --data "$data/sft_eval.jsonl"
 
 # --best-of 4: four answers per prompt, the best-scored kept (the worst as rejected_response).

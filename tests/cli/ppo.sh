@@ -428,4 +428,12 @@ expect_error bad_ngram "--ngram" "$bin" ppo "${common[@]}" --output "$tmp/x" --n
 expect_error bad_min_new_tokens "--min-new-tokens" "$bin" ppo "${common[@]}" --output "$tmp/x" --min-new-tokens -1
 expect_error bad_value_function "--value-function" "$bin" ppo "${common[@]}" --output "$tmp/x" --value-function median
 expect_error missing_reward "--reward-model" "$bin" ppo --actor-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x"
+# The reward model, critic and reference read the actor's token ids: one of another tokenizer
+# (SmolLM2's 49,152 ids against the tiny model's 1,001) is refused, naming its option.
+smollm2=models/SmolLM2-135M-Instruct.Q4_1.gguf
+expect_error reward_model_other_tokenizer "id 0 is \"<|endoftext|>\" there and \"<|begin_of_text|>\" here (49152 and 1001 ids) (--reward-model)" \
+    "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-model "$smollm2"
+expect_error critic_model_other_tokenizer "(--critic-model)" "$bin" ppo "${common[@]}" --output "$tmp/x" --critic-model "$smollm2"
+expect_error reference_model_other_tokenizer "(--reference-model)" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --reference-model "$smollm2"
 [ "$failures" -eq 0 ]
