@@ -237,7 +237,7 @@ int cmd_dpo(int argc, char **argv) {
     Model model, reference;
     const ModelLoadOptions load = {.with_lm_head = true};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
-    if (reference_path) trainer_cli_load_reference(&c, reference_path, &model, &reference);
+    if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
                 task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);

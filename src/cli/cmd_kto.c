@@ -95,7 +95,7 @@ int cmd_kto(int argc, char **argv) {
     Model model, reference;
     const ModelLoadOptions load = {.with_lm_head = true};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
-    if (reference_path) trainer_cli_load_reference(&c, reference_path, &model, &reference);
+    if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;
         fprintf(stderr, "kto: %ld training examples (%ld desirable, %ld undesirable; %ld dropped, %ld cut at %ld tokens), "

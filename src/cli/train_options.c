@@ -332,9 +332,13 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
     model->recompute = cli->gradient_checkpointing;
 }
 
-void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Model *policy, Model *reference) {
+void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Tokenizer *tokenizer, const Model *policy,
+                                Model *reference) {
     const OpsBackend *ops = ops_backend_by_name(cli->device);
     if (!ops) die_from_err();
+    if (tokenizer_check_same_ids(tokenizer, path, "--reference-model",
+                                 "the reference's log-probs are of the policy's token ids") != 0)
+        die_from_err();
     ModelLoadOptions load = {.with_lm_head = true};
     if (model_load(reference, path, ops, &load) != 0) die_from_err();
     if (reference->config.vocab_size != policy->config.vocab_size)

@@ -72,8 +72,10 @@ void trainer_cli_render_chat(const TrainerCli *cli, Tokenizer *tokenizer, const 
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,
                             Model *model);
 // A frozen causal-LM reference (--reference-model of dpo and kto) on --device, with the
-// vocabulary of `policy`. Exits 2 on error.
-void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Model *policy, Model *reference);
+// policy's tokenizer (`tokenizer`: the same ids spelled the same, tokenizer_check_same_ids) and
+// vocabulary. Exits 2 on error.
+void trainer_cli_load_reference(const TrainerCli *cli, const char *path, const Tokenizer *tokenizer, const Model *policy,
+                                Model *reference);
 // The prompts of a dataset's rows (an array of count + 1 pointers into the dataset).
 const char **trainer_cli_prompts(const Dataset *d);
 // The responses of each row, best first, K per row ([i*K + k]): chosen and rejected for

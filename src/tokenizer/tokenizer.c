@@ -158,7 +158,12 @@ int tokenizer_first_difference(const Tokenizer *a, const Tokenizer *b) {
 
 int tokenizer_check_same_ids(const Tokenizer *tok, const char *path, const char *option, const char *hint) {
     Tokenizer *other;
-    if (tokenizer_load(&other, path) != 0) return -1;
+    if (tokenizer_load(&other, path) != 0) {
+        char *why = xstrdup(err_msg());
+        err_set("%s (%s)", why, option);
+        free(why);
+        return -1;
+    }
     const int id = tokenizer_first_difference(tok, other);
     int rc = 0;
     if (id >= 0) {

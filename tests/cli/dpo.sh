@@ -250,5 +250,7 @@ expect_error dpo_orpo_reference "--loss orpo has no reference" "$bin" dpo --mode
 expect_error dpo_sft_data "chosen" "$bin" dpo --model "$model" --data "$data/sft.jsonl" --output "$tmp/x5"
 expect_error dpo_missing_reference "$tmp/nowhere" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x6" \
     --reference-model "$tmp/nowhere"
+expect_error dpo_reference_other_tokenizer "(--reference-model): the reference's log-probs are of the policy's token ids" \
+    "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x6" --reference-model models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ ! -e "$tmp/x1/final" ] && [ ! -e "$tmp/x6/final" ] && pass dpo_errors_write_no_model || fail dpo_errors_write_no_model "a model was written"
 [ "$failures" -eq 0 ]

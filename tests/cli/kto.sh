@@ -188,6 +188,8 @@ expect_error kto_forced_unpaired_on_pairs "\"completion\"" "$bin" kto --model "$
 expect_error kto_bad_label "\"label\"" "$bin" kto --model "$model" --data "$tmp/bad_label.jsonl" --output "$tmp/x6"
 expect_error kto_missing_reference "$tmp/nowhere" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" \
     --reference-model "$tmp/nowhere"
+expect_error kto_reference_other_tokenizer "(--reference-model): the reference's log-probs are of the policy's token ids" \
+    "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" --reference-model models/SmolLM2-135M-Instruct.Q4_1.gguf
 expect_error kto_bad_loss "--loss" "$bin" kto --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x9" \
     --loss apo_zero_unpaired
 expect_error kto_bco_weights "--desirable-weight" "$bin" kto --model "$model" --data "$data/pairs.jsonl" \
