@@ -186,6 +186,11 @@ typedef struct {
     HackingSignals hacking_first;
     bool has_hacking_first;
     unsigned hacking_active;
+    // The starting policy's held-out scores and gold scores, per eval prompt (the evaluation
+    // at iteration 0; read back from its samples file on resume): each later evaluation's
+    // win rates are against them. NULL when unknown.
+    float *first_eval_scores, *first_eval_golds;
+    long first_eval_count;
 } Ppo;
 
 // ---------------------------------------------------------------------------------------
@@ -821,6 +826,51 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
 // Evaluation: the actor's responses to held-out prompts, scored by the reward and gold.
 
 // Returns 0, or -1 with err_set() (the reward command or server failed).
+// The starting policy's per-prompt eval scores, from samples/eval-000000.jsonl (a resumed
+// run's evaluation at iteration 0 wrote it): false when the file is missing or not `count`
+// rows with a numeric "reward" (the win rates are then unknown).
+static bool load_first_eval(Ppo *p, long count) {
+    char *path = fs_join(p->c.run_dir, "samples/eval-000000.jsonl");
+    FILE *file = fopen(path, "r");
+    free(path);
+    if (!file) return false;
+    float *scores = xmalloc(count * sizeof(float)), *golds = xmalloc(count * sizeof(float));
+    long rows = 0;
+    bool ok = true;
+    char *line = NULL;
+    size_t capacity = 0;
+    while (ok && getline(&line, &capacity, file) > 0) {
+        json_t *row = json_loads(line, 0, NULL);
+        json_t *reward = json_object_get(row, "reward"), *gold = json_object_get(row, "gold");
+        ok = rows < count && json_is_number(reward);
+        if (ok) {
+            scores[rows] = (float)json_number_value(reward);
+            golds[rows++] = json_is_number(gold) ? (float)json_number_value(gold) : NAN;
+        }
+        json_decref(row);
+    }
+    free(line);
+    fclose(file);
+    if (!ok || rows != count) {
+        free(scores), free(golds);
+        return false;
+    }
+    p->first_eval_scores = scores, p->first_eval_golds = golds, p->first_eval_count = count;
+    return true;
+}
+
+// The share of prompts where `now` beats `first` (a tie counts half), over the prompts where
+// both are known; NAN when none is.
+static double win_rate(const float *now, const float *first, long count) {
+    double wins = 0, compared = 0;
+    for (long i = 0; i < count; i++) {
+        if (isnan(now[i]) || isnan(first[i])) continue;
+        wins += now[i] > first[i] ? 1.0 : now[i] == first[i] ? 0.5 : 0.0;
+        compared++;
+    }
+    return compared > 0 ? wins / compared : NAN;
+}
+
 static int evaluate(Ppo *p, bool final) {
     const PromptSet *set = p->eval_prompts.count ? &p->eval_prompts : NULL;
     if (!set) return 0;
@@ -844,6 +894,7 @@ static int evaluate(Ppo *p, bool final) {
     char *dir = fs_dirname(path);
     fs_mkdir_p(dir);
     FILE *out = rc == 0 ? fopen(path, "w") : NULL;
+    float *golds = xmalloc(count * sizeof(float));
     for (long i = 0; i < count && rc == 0; i++) {
         Sample *s = &samples[i];
         s->gold = response_gold(p, s);
@@ -852,6 +903,7 @@ static int evaluate(Ppo *p, bool final) {
             rc = -1;
             break;
         }
+        scores[i] = value, golds[i] = s->gold;
         score += value, length += s->response_length;
         if (!isnan(s->gold)) gold += s->gold, gold_n++;
         if (out) {
@@ -869,17 +921,33 @@ static int evaluate(Ppo *p, bool final) {
     if (out) fclose(out);
     if (rc != 0) {
         for (long i = 0; i < count; i++) free(samples[i].response);
-        free(samples), free(pointers), free(scores), free(order), free(path), free(dir);
+        free(samples), free(pointers), free(scores), free(golds), free(order), free(path), free(dir);
         return -1;
     }
-    const char *names[] = {"score", "gold", "response_length"};
-    double values[] = {score / count, gold_n ? gold / gold_n : NAN, length / count};
-    metrics_log(&p->metrics, "eval", p->iteration, names, values, 3);
-    if (!p->c.quiet)
-        fprintf(stderr, "\neval at iteration %ld: score %.4f, gold %.4f, length %.1f\n", p->iteration, values[0], values[1],
+    // Win rates against the starting policy on the same prompts: both sampled with the same
+    // random numbers (fixed row ids), so the comparison is paired.
+    if (p->iteration == 0 && !p->first_eval_scores) {
+        p->first_eval_scores = xmalloc(count * sizeof(float)), p->first_eval_golds = xmalloc(count * sizeof(float));
+        memcpy(p->first_eval_scores, scores, count * sizeof(float));
+        memcpy(p->first_eval_golds, golds, count * sizeof(float));
+        p->first_eval_count = count;
+    } else if (p->iteration > 0 && !p->first_eval_scores) {
+        load_first_eval(p, count);
+    }
+    const bool paired = p->iteration > 0 && p->first_eval_scores && p->first_eval_count == count;
+    const char *names[] = {"score", "gold", "response_length", "win_rate", "gold_win_rate"};
+    double values[] = {score / count, gold_n ? gold / gold_n : NAN, length / count,
+                       paired ? win_rate(scores, p->first_eval_scores, count) : NAN,
+                       paired ? win_rate(golds, p->first_eval_golds, count) : NAN};
+    metrics_log(&p->metrics, "eval", p->iteration, names, values, 5);
+    if (!p->c.quiet) {
+        fprintf(stderr, "\neval at iteration %ld: score %.4f, gold %.4f, length %.1f", p->iteration, values[0], values[1],
                 values[2]);
+        if (paired) fprintf(stderr, ", win rate against iteration 0 %.3f (gold %.3f)", values[3], values[4]);
+        fprintf(stderr, "\n");
+    }
     for (long i = 0; i < count; i++) free(samples[i].response);
-    free(samples), free(pointers), free(scores), free(order), free(path), free(dir);
+    free(samples), free(pointers), free(scores), free(golds), free(order), free(path), free(dir);
     return 0;
 }
 
@@ -1264,6 +1332,7 @@ static int setup(Ppo *p) {
 }
 
 static void teardown(Ppo *p) {
+    free(p->first_eval_scores), free(p->first_eval_golds);
     adamw_free(&p->actor_optimizer);
     model_free(&p->actor);
     if (p->has_critic) adamw_free(&p->critic_optimizer), model_free(&p->critic);

@@ -360,6 +360,35 @@ straight, resumed = series(sys.argv[1]), series(sys.argv[2])
 sys.exit(0 if len(straight) == 12 and straight == resumed else 1)
 PYEOF2
     pass hacking_alarms_resume || fail hacking_alarms_resume "$(tail -n 2 "$tmp/command_resumed.err")"
+# Win rates against the starting policy: each evaluation's eval/win_rate is the share of the
+# held-out prompts whose reward beats iteration 0's (ties half), recomputed from the samples
+# files; null at iteration 0; the resumed run (which reads iteration 0's scores back from its
+# samples file) logs the same final win rate.
+python3 - "$tmp/command" "$tmp/command_resumed" << 'PYEOF2' &&
+import json, os, sys
+def rewards(path):
+    return [json.loads(l)["reward"] for l in open(path)]
+def evals(run):
+    return {r["step"]: r for r in map(json.loads, open(os.path.join(run, "metrics.jsonl"))) if "eval/score" in r}
+run = sys.argv[1]
+first = rewards(os.path.join(run, "samples/eval-000000.jsonl"))
+rows = evals(run)
+ok = rows[0]["eval/win_rate"] is None and rows[0]["eval/gold_win_rate"] is None
+checked = 0
+for step, row in rows.items():
+    if step == 0:
+        continue
+    name = "final.jsonl" if step == max(rows) else f"eval-{step:06d}.jsonl"
+    now = rewards(os.path.join(run, "samples", name))
+    want = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in zip(now, first)) / len(first)
+    ok &= len(now) == len(first) and abs(row["eval/win_rate"] - want) < 1e-9 and row["eval/gold_win_rate"] is None
+    checked += 1
+resumed = evals(sys.argv[2])
+ok &= checked > 0 and resumed[max(resumed)]["eval/win_rate"] == rows[max(rows)]["eval/win_rate"]
+print("win rates", [(s, r["eval/win_rate"]) for s, r in rows.items()], file=sys.stderr)
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass eval_win_rate || fail eval_win_rate "see above"
 # --stop-on-alarm: the same run stops before training on the first iteration whose responses
 # set off an alarm (K, from the run above), resumed from its last checkpoint before K so that
 # only the iterations up to K are run again: exit status 3, one line naming K and that
