@@ -181,7 +181,7 @@ static void cell_value(FILE *out, const MetricSeries *s, bool last) {
 
 static void write_summary(FILE *out, RunData *runs, int count) {
     fputs("<h2>Summary</h2><table class=\"summary\"><tr><th>run</th><th>steps</th><th>eval score first</th>"
-          "<th>eval score last</th><th>eval gold first</th><th>eval gold last</th><th>KL last</th>"
+          "<th>eval score last</th><th>eval gold first</th><th>eval gold last</th><th>eval win rate last</th><th>KL last</th>"
           "<th>eval loss last</th><th>eval accuracy last</th><th>time (s)</th></tr>\n", out);
     for (int r = 0; r < count; r++) {
         const RunData *run = &runs[r];
@@ -195,6 +195,7 @@ static void write_summary(FILE *out, RunData *runs, int count) {
         cell_value(out, find_metric(run, "eval/score"), true);
         cell_value(out, find_metric(run, "eval/gold"), false);
         cell_value(out, find_metric(run, "eval/gold"), true);
+        cell_value(out, find_metric(run, "eval/win_rate"), true); // against the run's iteration 0
         cell_value(out, find_metric(run, "train/kl"), true);
         cell_value(out, find_metric(run, "eval/loss"), true);
         cell_value(out, find_metric(run, "eval/accuracy"), true);

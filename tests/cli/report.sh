@@ -32,7 +32,7 @@ rc=$?
 [ $rc -eq 0 ] && [ -s "$tmp/report.html" ] && pass report_written || fail report_written "exit $rc: $(cat "$tmp/report.err")"
 grep -q '&lt;b&gt;bold&lt;/b&gt; &amp; the cat' "$tmp/report.html" && ! grep -q '<b>bold</b>' "$tmp/report.html" &&
     pass report_escapes_text || fail report_escapes_text "markup from the data reached the page"
-for key in eval/score train/kl train/value_loss train/time_generation eval/loss; do
+for key in eval/score eval/win_rate train/kl train/value_loss train/time_generation eval/loss; do
     grep -q "<title>$key</title>" "$tmp/report.html" && pass "report_plots_$key" || fail "report_plots_$key" missing
 done
 
