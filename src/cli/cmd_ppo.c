@@ -44,6 +44,7 @@ int cmd_ppo(int argc, char **argv) {
     double alarm_length_ratio = c.hacking.length_ratio, alarm_distinct_ratio = c.hacking.distinct_ratio;
     double alarm_fraction_rise = c.hacking.fraction_rise;
     bool stop_on_alarm = false;
+    double alarm_score_quantile = c.alarm_score_quantile;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
     bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     bool batch_invariant = false;
@@ -154,6 +155,10 @@ int cmd_ppo(int argc, char **argv) {
         {"alarm-fraction-rise", "alarm_fraction_rise", OPT_FLOAT, &alarm_fraction_rise,
          "reward-hacking alarm: warn when the share of looping responses, of prompts given one identical answer, or of "
          "responses holding one same trigram rises this much above the first iteration's (0: off)", false, false},
+        {"alarm-score-quantile", "alarm_score_quantile", OPT_FLOAT, &alarm_score_quantile,
+         "reward-hacking alarm: warn when the iteration's mean reward-model score is above this quantile of the reward "
+         "model's scores of the preferred answers of its own data (its folder's reward_stats.json, written by marlhf rm; "
+         "0: off)", false, false},
         {"stop-on-alarm", "stop_on_alarm", OPT_BOOL, &stop_on_alarm,
          "stop the run when a reward-hacking alarm goes on: that iteration's responses are not trained on, no final "
          "model is written, exit status 3 (--resume continues from the last checkpoint)", false, false},
@@ -317,9 +322,13 @@ int cmd_ppo(int argc, char **argv) {
     if (!(alarm_fraction_rise >= 0 && alarm_fraction_rise <= 1))
         die_user("option --alarm-fraction-rise must be in [0, 1], got %g", alarm_fraction_rise);
     c.hacking = (HackingLimits){alarm_length_ratio, alarm_distinct_ratio, alarm_fraction_rise};
-    if (stop_on_alarm && alarm_length_ratio == 0 && alarm_distinct_ratio == 0 && alarm_fraction_rise == 0)
-        die_user("option --stop-on-alarm needs an alarm: --alarm-length-ratio, --alarm-distinct-ratio and "
-                 "--alarm-fraction-rise are all 0 (off)");
+    if (!(alarm_score_quantile >= 0 && alarm_score_quantile <= 1))
+        die_user("option --alarm-score-quantile must be in [0, 1], got %g", alarm_score_quantile);
+    c.alarm_score_quantile = alarm_score_quantile;
+    if (stop_on_alarm && alarm_length_ratio == 0 && alarm_distinct_ratio == 0 && alarm_fraction_rise == 0 &&
+        alarm_score_quantile == 0)
+        die_user("option --stop-on-alarm needs an alarm: --alarm-length-ratio, --alarm-distinct-ratio, "
+                 "--alarm-fraction-rise and --alarm-score-quantile are all 0 (off)");
     c.stop_on_alarm = stop_on_alarm;
     if (advantage_estimator_from_name(estimator, &c.estimator) != 0)
         die_user("option --advantage-estimator must be gae, grpo, dr-grpo, rloo, reinforce++ or reinforce++-baseline, got '%s'",

@@ -44,13 +44,17 @@ enum {
     HACKING_REPETITION = 1 << 2,
     HACKING_SAME_ANSWER = 1 << 3,
     HACKING_SHARED_PHRASE = 1 << 4,
-    HACKING_ALARM_COUNT = 5,
+    // Not a signal of the responses' tokens: rl/ppo.c's check of the iteration's mean
+    // reward-model score against the scores the reward model gave the preferred answers of
+    // its own data (train/rm.h's REWARD_STATS_FILE, --alarm-score-quantile); described there.
+    HACKING_REWARD_RANGE = 1 << 5,
+    HACKING_ALARM_COUNT = 6,
 };
 
 // The alarms (HACKING_* bits) that `now` sets off against `first`. A signal that is NAN at
 // either never does.
 unsigned hacking_alarms(const HackingSignals *first, const HackingSignals *now, const HackingLimits *limits);
-// One alarm (a single HACKING_* bit) as a phrase for a warning line: what moved, from what
-// to what, and the option that sets its limit.
+// One alarm (a single HACKING_* bit of the five signals, not HACKING_REWARD_RANGE) as a
+// phrase for a warning line: what moved, from what to what, and the option that sets its limit.
 void hacking_alarm_describe(unsigned alarm, const HackingSignals *first, const HackingSignals *now,
                             const HackingLimits *limits, char *text, size_t size);

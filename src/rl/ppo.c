@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -31,6 +32,7 @@
 #include "train/loop.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/rm.h"
 #include "train/sft.h"
 
 PpoConfig ppo_default_config(void) {
@@ -77,6 +79,7 @@ PpoConfig ppo_default_config(void) {
         .ptx_coef = 27.8,
         .ema_beta = 0.992,
         .hacking = {.length_ratio = 2.0, .distinct_ratio = 0.5, .fraction_rise = 0.25},
+        .alarm_score_quantile = 0.99,
         .keep_last = 2,
         .log_samples = 4,
         .seed = 1234,
@@ -191,6 +194,10 @@ typedef struct {
     // win rates are against them. NULL when unknown.
     float *first_eval_scores, *first_eval_golds;
     long first_eval_count;
+    // The reward-range alarm's limit: the --alarm-score-quantile of the reward model's scores
+    // of the preferred answers of its data (reward_stats_path); NAN when off or unknown.
+    double reward_range_limit;
+    char *reward_stats_path;
 } Ppo;
 
 // ---------------------------------------------------------------------------------------
@@ -1105,7 +1112,57 @@ static int resume(Ppo *p) {
 // The signals of the iteration's kept responses (every rank's, gathered), the alarms against
 // the first iteration's, and a warning line from rank 0 when one starts or ends. No response
 // kept: the signals are unknown (NAN) and the alarms stay as they were.
-static void watch_for_hacking(Ppo *p, const Rollout *r, HackingSignals *now) {
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The reward model's statistics (train/rm.h's REWARD_STATS_FILE, when its folder has one):
+// the reward-range alarm's limit, the --alarm-score-quantile of the scores of its data's
+// preferred answers (the nearest rank: the ceil(q n)-th smallest). A file that does not read
+// as the reward-model command writes it is an error naming it.
+static int load_reward_range(Ppo *p) {
+    p->reward_range_limit = NAN;
+    if (!(p->c.alarm_score_quantile > 0) || !p->has_reward_model || !fs_is_dir(p->c.reward_path)) return 0;
+    char *path = fs_join(p->c.reward_path, REWARD_STATS_FILE);
+    if (!fs_is_file(path)) {
+        free(path);
+        return 0;
+    }
+    json_error_t error;
+    json_t *stats = json_load_file(path, 0, &error);
+    json_t *chosen = stats ? json_object_get(stats, "chosen") : NULL;
+    size_t n = json_array_size(chosen);
+    double *scores = xmalloc((n + 1) * sizeof(double));
+    bool ok = json_is_array(chosen) && n > 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = json_is_number(json_array_get(chosen, i));
+        if (ok) scores[i] = json_number_value(json_array_get(chosen, i));
+    }
+    int rc = 0;
+    if (!stats) rc = err_set("%s (%s:%d)", error.text, path, error.line);
+    else if (!ok) rc = err_set("\"chosen\" must be a non-empty list of numbers (%s)", path);
+    if (rc == 0) {
+        qsort(scores, n, sizeof(double), compare_doubles);
+        size_t rank = (size_t)ceil(p->c.alarm_score_quantile * (double)n);
+        p->reward_range_limit = scores[(rank > 0 ? rank : 1) - 1];
+        p->reward_stats_path = path, path = NULL;
+    }
+    free(path), free(scores);
+    json_decref(stats);
+    return rc;
+}
+
+// HACKING_REWARD_RANGE's warning phrase.
+static void reward_range_describe(const Ppo *p, double mean_raw_score, char *text, size_t size) {
+    snprintf(text, size,
+             "mean reward-model score %.4g, %s the %.3g quantile of its scores of the preferred answers of its own data, "
+             "%.4g (%s; --alarm-score-quantile %g)",
+             mean_raw_score, mean_raw_score > p->reward_range_limit ? "above" : "back under", p->c.alarm_score_quantile,
+             p->reward_range_limit, p->reward_stats_path, p->c.alarm_score_quantile);
+}
+
+static void watch_for_hacking(Ppo *p, const Rollout *r, double mean_raw_score, HackingSignals *now) {
     if (r->count == 0) {
         *now = (HackingSignals){NAN, NAN, NAN, NAN, NAN};
         return;
@@ -1122,12 +1179,14 @@ static void watch_for_hacking(Ppo *p, const Rollout *r, HackingSignals *now) {
     hacking_signals_measure(responses, r->lengths, r->groups, r->count, now);
     free(responses), free(gathered);
     if (!p->has_hacking_first) p->hacking_first = *now, p->has_hacking_first = true;
-    const unsigned alarms = hacking_alarms(&p->hacking_first, now, &p->c.hacking);
+    unsigned alarms = hacking_alarms(&p->hacking_first, now, &p->c.hacking);
+    if (isfinite(p->reward_range_limit) && mean_raw_score > p->reward_range_limit) alarms |= HACKING_REWARD_RANGE;
     for (unsigned bit = 1; bit < 1u << HACKING_ALARM_COUNT; bit <<= 1) {
         const bool on = alarms & bit, was_on = p->hacking_active & bit;
         if (on == was_on || !dist_is_main()) continue;
-        char text[320];
-        hacking_alarm_describe(bit, &p->hacking_first, now, &p->c.hacking, text, sizeof text);
+        char text[640];
+        if (bit == HACKING_REWARD_RANGE) reward_range_describe(p, mean_raw_score, text, sizeof text);
+        else hacking_alarm_describe(bit, &p->hacking_first, now, &p->c.hacking, text, sizeof text);
         fprintf(stderr, on ? "\nppo: warning: iteration %ld: possible reward hacking or collapse: %s\n"
                            : "\nppo: iteration %ld: back within the alarm's limit: %s\n",
                 p->iteration + 1, text);
@@ -1295,6 +1354,7 @@ static int setup(Ppo *p) {
         if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
         if (load_frozen_model(&p->reward, c->reward_path, ops, false, true, c->reward_quantize, NULL, 0) != 0) return -1;
         p->has_reward_model = true;
+        if (load_reward_range(p) != 0) return -1;
     }
     // The critic starts from the reward model (DeepSpeed-Chat, OpenRLHF); without one, from
     // the actor with a fresh value head.
@@ -1332,7 +1392,7 @@ static int setup(Ppo *p) {
 }
 
 static void teardown(Ppo *p) {
-    free(p->first_eval_scores), free(p->first_eval_golds);
+    free(p->first_eval_scores), free(p->first_eval_golds), free(p->reward_stats_path);
     adamw_free(&p->actor_optimizer);
     model_free(&p->actor);
     if (p->has_critic) adamw_free(&p->critic_optimizer), model_free(&p->critic);
@@ -1509,7 +1569,7 @@ int ppo_run(const PpoConfig *config) {
         if (rc != 0) goto end_iteration; // a reward command failed: free the iteration's samples, stop
         const int count = kept.count;
         HackingSignals hacking;
-        watch_for_hacking(p, &kept, &hacking);
+        watch_for_hacking(p, &kept, rs.scored > 0 ? rs.raw_score / rs.scored : NAN, &hacking);
         // --stop-on-alarm: these responses are not learned from. Every rank measured the same
         // gathered responses, so all of them stop here together.
         if (p->c.stop_on_alarm && p->hacking_active) {

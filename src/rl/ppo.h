@@ -137,6 +137,10 @@ typedef struct {
     // stop_on_alarm: then an iteration whose responses set off an alarm is not trained on and
     // the run stops there (ppo_run returns PPO_STOPPED_BY_ALARM).
     HackingLimits hacking;
+    // The reward-range alarm (0: off): the iteration's mean raw score above this quantile of
+    // the reward model's scores of the preferred answers of its own data (train/rm.h's
+    // REWARD_STATS_FILE in the --reward-model folder; no file, no alarm).
+    double alarm_score_quantile;
     bool stop_on_alarm;
     // bookkeeping
     long eval_every, save_every, keep_last, log_samples;

@@ -300,6 +300,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         if (rc == 0) {
             rc = model_write_hf_files(model, out.tmp_path);
             if (rc == 0 && tokenizer) rc = tokenizer_write_hf(tokenizer, out.tmp_path);
+            if (rc == 0 && task->write_final) rc = task->write_final(task->context, model, out.tmp_path);
             if (rc == 0) rc = fs_atomic_dir_commit(&out);
             else fs_atomic_dir_abort(&out);
         }

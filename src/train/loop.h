@@ -81,6 +81,10 @@ typedef struct {
     // `checkpoint` (the folder the state was read from).
     void (*save_state)(void *context, json_t *state);
     int (*load_state)(void *context, const json_t *state, const char *checkpoint);
+    // Optional: the task's own files beside the final model (the reward model's score
+    // statistics, train/rm.h), written by rank 0 into the folder being made before it is
+    // committed, so RUN_DIR/final appears whole or not at all. Returns 0 or -1 (err_set).
+    int (*write_final)(void *context, Model *model, const char *dir);
     void *context;
 } TrainTask;
 

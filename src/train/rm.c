@@ -1,9 +1,11 @@
 #include "train/rm.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/check.h"
+#include "io/fs.h"
 #include "dist/dist.h"
 #include "train/losses.h"
 
@@ -16,18 +18,24 @@ int rm_loss_from_name(const char *name, RmLossKind *kind) {
     return 0;
 }
 
+// *whole (xmalloc'd, per example): none of its rows was cut at max_seq_len.
 static void tokenize_examples(const Tokenizer *tokenizer, int K, const char *const *prompts,
-                              const char *const *responses, long count, int max_seq_len, TokenizedExamples *out) {
+                              const char *const *responses, long count, int max_seq_len, TokenizedExamples *out,
+                              unsigned char **whole) {
     long rows = count * K;
     tokenized_examples_alloc(out, rows);
     out->count = rows;
-    for (long i = 0; i < count; i++)
+    *whole = xmalloc((size_t)(count > 0 ? count : 1));
+    for (long i = 0; i < count; i++) {
+        (*whole)[i] = 1;
         for (int k = 0; k < K; k++) {
             bool truncated;
             long r = i * K + k;
             tokenize_example(tokenizer, prompts[i], responses[r], max_seq_len, &out->ids[r], &out->lengths[r],
                              &out->prompt_lengths[r], &truncated);
+            if (truncated) (*whole)[i] = 0;
         }
+    }
 }
 
 int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *const *prompts,
@@ -44,8 +52,9 @@ int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *co
     task->loss = loss;
     task->margin = margin;
     task->pad_id = training_pad_id(tokenizer);
-    tokenize_examples(tokenizer, K, prompts, responses, count, max_seq_len, &task->train);
-    tokenize_examples(tokenizer, K, eval_prompts, eval_responses, eval_count, max_seq_len, &task->eval);
+    tokenize_examples(tokenizer, K, prompts, responses, count, max_seq_len, &task->train, &task->train_whole);
+    tokenize_examples(tokenizer, K, eval_prompts, eval_responses, eval_count, max_seq_len, &task->eval,
+                      &task->eval_whole);
     task->train_count = count;
     task->eval_count = eval_count;
     if (margins) {
@@ -64,6 +73,8 @@ void rm_task_free(RmTask *task) {
     tokenized_examples_free(&task->eval);
     free(task->train_margins);
     free(task->eval_margins);
+    free(task->train_whole);
+    free(task->eval_whole);
     memset(task, 0, sizeof *task);
 }
 
@@ -166,6 +177,53 @@ static void rm_evaluate(void *context, Model *model, EvalResult *result) {
     result->count = n > 0 ? 4 : 0;
 }
 
+// REWARD_STATS_FILE into the final folder being written (rm.h).
+static int rm_write_final(void *context, Model *model, const char *dir) {
+    RmTask *task = context;
+    const bool from_eval = task->eval_count > 0;
+    const TokenizedExamples *examples = from_eval ? &task->eval : &task->train;
+    const unsigned char *whole = from_eval ? task->eval_whole : task->train_whole;
+    const long available = from_eval ? task->eval_count : task->train_count;
+    const int K = task->K;
+    // The first REWARD_STATS_EXAMPLES examples that were not cut, their rows side by side.
+    long *indices = xmalloc((size_t)(available + 1) * sizeof(long)), n = 0, cut = 0;
+    for (long i = 0; i < available && n < REWARD_STATS_EXAMPLES; i++) {
+        if (whole[i]) indices[n++] = i;
+        else cut++;
+    }
+    int **rows = xmalloc((size_t)(n * K + 1) * sizeof(int *)), *lengths = xmalloc((size_t)(n * K + 1) * sizeof(int));
+    for (long e = 0; e < n; e++)
+        for (int k = 0; k < K; k++) {
+            rows[e * K + k] = examples->ids[indices[e] * K + k];
+            lengths[e * K + k] = examples->lengths[indices[e] * K + k];
+        }
+    float *scores = xmalloc((size_t)(n * K + 1) * sizeof(float));
+    rm_score_rows(model, rows, lengths, n * K, scores);
+    json_t *chosen = json_array(), *rejected = json_array(), *index_list = json_array();
+    long correct = 0;
+    for (long i = 0; i < n; i++) {
+        const float *s = scores + i * K;
+        json_array_append_new(index_list, json_integer(indices[i]));
+        bool best_wins = true;
+        json_array_append_new(chosen, json_real(s[0]));
+        for (int k = 1; k < K; k++) {
+            json_array_append_new(rejected, json_real(s[k]));
+            best_wins &= s[0] > s[k];
+        }
+        correct += best_wins;
+    }
+    json_t *stats = json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:f}", "source", from_eval ? "eval" : "train",
+                              "examples", (json_int_t)n, "cut_examples_left_out", (json_int_t)cut,
+                              "responses_per_example", K, "indices", index_list, "chosen", chosen, "rejected", rejected,
+                              "accuracy", n > 0 ? (double)correct / (double)n : 0.0);
+    char *text = json_dumps(stats, JSON_COMPACT);
+    char *path = fs_join(dir, REWARD_STATS_FILE);
+    int rc = fs_write_file_atomic(path, text, strlen(text));
+    free(path), free(text), free(scores), free(rows), free(lengths), free(indices);
+    json_decref(stats);
+    return rc;
+}
+
 TrainTask rm_train_task(RmTask *task) {
     return (TrainTask){
         .name = "rm",
@@ -174,6 +232,7 @@ TrainTask rm_train_task(RmTask *task) {
         .weight = rm_weight,
         .micro_step = rm_micro_step,
         .evaluate = task->eval_count > 0 ? rm_evaluate : NULL,
+        .write_final = rm_write_final,
         .context = task,
     };
 }

@@ -17,6 +17,8 @@ typedef struct {
     // Examples of K responses each (K = 2: chosen, rejected), stored as K rows per example.
     TokenizedExamples train, eval; // row k of example i is at index i*K + k
     float *train_margins, *eval_margins; // per example (NULL: the constant margin)
+    // Per example: none of its K rows was cut at max_seq_len (REWARD_STATS_FILE's examples).
+    unsigned char *train_whole, *eval_whole;
     long train_count, eval_count;
     int K;
     int max_seq_len;
@@ -33,6 +35,19 @@ int rm_task_init(RmTask *task, const Tokenizer *tokenizer, int K, const char *co
                  RmLossKind loss, float margin);
 void rm_task_free(RmTask *task);
 TrainTask rm_train_task(RmTask *task);
+
+// The reward model's final folder also holds REWARD_STATS_FILE: its scores (at the last
+// token, as PPO reads them) of the first REWARD_STATS_EXAMPLES examples of the evaluation
+// data, or of the training data when there is none, after training; only examples whose
+// rows all fit --max-seq-len count (a cut row's last token is not its answer's end):
+//   {"source": "eval" | "train", "examples": n, "cut_examples_left_out": m,
+//    "responses_per_example": K, "indices": [n example indices, 0-based, in the data's
+//    order], "chosen": [n scores], "rejected": [n * (K - 1) scores], "accuracy": ...}
+// (chosen: each example's best response; rejected: the others, example by example).
+// `marlhf ppo` reads it to warn when its policy's answers score above what the reward
+// model saw preferred (--alarm-score-quantile, rl/hacking_signals.h).
+#define REWARD_STATS_FILE "reward_stats.json"
+#define REWARD_STATS_EXAMPLES 2048
 // "pairwise" | "margin" | "dschat" | "listwise"
 int rm_loss_from_name(const char *name, RmLossKind *kind);
 

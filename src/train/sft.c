@@ -63,7 +63,7 @@ void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int tu
 void tokenized_examples_free(TokenizedExamples *examples) {
     for (long i = 0; i < examples->count; i++) {
         free(examples->ids[i]);
-        free(examples->trained[i]);
+        if (examples->trained) free(examples->trained[i]);
     }
     free(examples->ids), free(examples->lengths), free(examples->prompt_lengths), free(examples->trained);
     memset(examples, 0, sizeof *examples);
@@ -87,7 +87,7 @@ int training_pad_id(const Tokenizer *tokenizer) {
 // Whether position t of example i is a trained target (the loss predicts it from t - 1).
 static bool trained_target(const TokenizedExamples *examples, long i, int t) {
     if (t >= examples->lengths[i]) return false;
-    return examples->trained[i] ? examples->trained[i][t] : t >= examples->prompt_lengths[i];
+    return examples->trained && examples->trained[i] ? examples->trained[i][t] : t >= examples->prompt_lengths[i];
 }
 
 static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
@@ -180,7 +180,8 @@ static double counted_tokens(const SftTask *task, const TokenizedExamples *examp
     double total = 0;
     for (int b = 0; b < count; b++) {
         if (task->train_on_prompt_and_padding) total += task->max_seq_len - 1;
-        else if (!examples->trained[which[b]]) total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
+        else if (!examples->trained || !examples->trained[which[b]])
+            total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
         else
             for (int t = 0; t < examples->lengths[which[b]]; t++) total += examples->trained[which[b]][t];
     }

@@ -17,8 +17,8 @@ typedef struct {
     int **ids;
     int *lengths;
     int *prompt_lengths;
-    // Per example, NULL or [length] flags: token t is a trained target (SFT examples made of
-    // turns); NULL: the tokens from prompt_lengths on are.
+    // NULL (rows built by hand), or per example NULL or [length] flags: token t is a trained
+    // target (SFT examples made of turns); NULL: the tokens from prompt_lengths on are.
     unsigned char **trained;
     long count;
 } TokenizedExamples;

@@ -60,6 +60,25 @@ ok = ok and sum(r["reward"] > r["rejected_reward"] for r in rows) > 0.6 * len(ro
 sys.exit(0 if ok else 1)
 PY
 
+# The reward model's final folder holds its scores of its own data (reward_stats.json: the
+# training pairs here, no eval data; those cut at --max-seq-len 32 left out): the scores infer
+# --ref-scores gives the same pairs, whole.
+python3 - "$tmp/ref.jsonl" "$tmp/rm/final/reward_stats.json" "$data/pairs.jsonl" <<'PY' && pass rm_reward_stats || fail rm_reward_stats "differ"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]  # infer's order is its own: matched by their texts
+by_text = {(r["prompt"], r["response"], r["rejected_response"]): r for r in rows}
+stats = json.load(open(sys.argv[2]))
+pairs = [json.loads(l) for l in open(sys.argv[3])]
+used = [by_text[(pairs[i]["prompt"], pairs[i]["chosen"], pairs[i]["rejected"])] for i in stats["indices"]]
+close = lambda a, b: len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1.0, abs(y)) for x, y in zip(a, b))
+ok = stats["source"] == "train" and stats["responses_per_example"] == 2 and stats["examples"] == len(used) > 0
+ok &= stats["examples"] + stats["cut_examples_left_out"] == len(rows) and stats["indices"] == sorted(stats["indices"])
+ok &= close(stats["chosen"], [r["reward"] for r in used]) and close(stats["rejected"], [r["rejected_reward"] for r in used])
+ok &= abs(stats["accuracy"] - sum(r["reward"] > r["rejected_reward"] for r in used) / len(used)) <= 1 / len(used)
+print(stats["examples"], "whole pairs,", stats["cut_examples_left_out"], "cut", file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+
 # The reward model in 8 bits (--reward-quantize q8_0): the same pairs scored within a few
 # hundredths of the float32 scores (not exactly: the quantization moves them), with the
 # same preference on most pairs.

@@ -420,7 +420,44 @@ PYEOF2
     pass "stop_on_alarm (iteration $stop_at, status $status)" ||
     fail stop_on_alarm "status $status, $(tail -n 2 "$tmp/command_stop.err")"
 expect_error stop_on_alarm_without_alarms "--stop-on-alarm" "$bin" ppo "${common[@]}" --output "$tmp/x" --stop-on-alarm \
-    --alarm-length-ratio 0 --alarm-distinct-ratio 0 --alarm-fraction-rise 0
+    --alarm-length-ratio 0 --alarm-distinct-ratio 0 --alarm-fraction-rise 0 --alarm-score-quantile 0
+# The reward-range alarm: marlhf rm wrote reward_stats.json (its scores of its data's pairs)
+# into its final folder; an iteration whose mean raw score is above the --alarm-score-quantile
+# of those chosen scores sets it off (the other alarms off here, so the logged count is this
+# one alone): with the real file, on exactly where train/raw_score is above the quantile
+# recomputed from the file; with the file's scores replaced by -1000 it is on from the first
+# iteration, with its warning line; a malformed file is refused naming it.
+no_signal_alarms=(--alarm-length-ratio 0 --alarm-distinct-ratio 0 --alarm-fraction-rise 0)
+"$bin" ppo "${common[@]}" "${no_signal_alarms[@]}" --alarm-score-quantile 0.2 --output "$tmp/score_range" \
+    2> "$tmp/score_range.err" || fail score_range_runs "$(tail -n 2 "$tmp/score_range.err")"
+rm -rf "$tmp/rm_low" "$tmp/rm_bad" && cp -r "$tmp/rm/final" "$tmp/rm_low" && cp -r "$tmp/rm/final" "$tmp/rm_bad"
+python3 -c "import json, sys; s = json.load(open(sys.argv[1])); s['chosen'] = [-1000.0] * len(s['chosen']); json.dump(s, open(sys.argv[1], 'w'))" \
+    "$tmp/rm_low/reward_stats.json"
+"$bin" ppo "${common[@]}" "${no_signal_alarms[@]}" --reward-model "$tmp/rm_low" --max-iterations 2 --output "$tmp/score_low" \
+    2> "$tmp/score_low.err" || fail score_range_runs "$(tail -n 2 "$tmp/score_low.err")"
+python3 - "$tmp/rm/final/reward_stats.json" "$tmp/score_range/metrics.jsonl" "$tmp/score_low/metrics.jsonl" \
+    "$tmp/score_low.err" "$tmp/rm_low/reward_stats.json" << 'PYEOF2' &&
+import json, math, sys
+stats = json.load(open(sys.argv[1]))
+chosen = sorted(stats["chosen"])
+limit = chosen[max(math.ceil(0.2 * len(chosen)), 1) - 1]
+rows = [r for r in map(json.loads, open(sys.argv[2])) if "train/score" in r]
+ok = stats["source"] == "train" and len(rows) == 3
+ok &= all(r["train/hacking_alarms"] == (1 if r["train/raw_score"] > limit else 0) for r in rows)
+low = [r["train/hacking_alarms"] for r in map(json.loads, open(sys.argv[3])) if "train/score" in r]
+text = open(sys.argv[4]).read()
+ok &= low == [1, 1] and text.count("possible reward hacking") == 1
+ok &= f"iteration 1: possible reward hacking or collapse: mean reward-model score " in text
+ok &= f"above the 0.99 quantile of its scores of the preferred answers of its own data, -1000 ({sys.argv[5]}; --alarm-score-quantile 0.99)" in text
+print([(r["train/raw_score"], r["train/hacking_alarms"]) for r in rows], "limit", limit, low, file=sys.stderr)
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass "score_range_alarm" || fail score_range_alarm "$(grep -m1 'reward-model score' "$tmp/score_low.err")"
+echo '{"chosen": "high"}' > "$tmp/rm_bad/reward_stats.json"
+expect_error score_range_bad_stats "$tmp/rm_bad/reward_stats.json" "$bin" ppo "${common[@]}" --reward-model "$tmp/rm_bad" \
+    --output "$tmp/x"
+expect_error bad_alarm_score_quantile "--alarm-score-quantile" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --alarm-score-quantile 1.5
 expect_error bad_alarm_length_ratio "--alarm-length-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" --alarm-length-ratio 0.5
 expect_error bad_alarm_distinct_ratio "--alarm-distinct-ratio" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --alarm-distinct-ratio 1
