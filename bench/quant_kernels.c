@@ -104,16 +104,16 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
         x_sums[b] = 0;
         for (int j = 0; j < Q8_BLOCK; j++) x_sums[b] += values[b * Q8_BLOCK + j];
     }
-    const Q5Input q5_input = {values, x_scales, x_sums};
+    const Q5Input q5_input = {values, x_scales, x_sums, NULL};
     KQuantInput k_input = {values, x_scales, k_sums};
     if (quant_is_kquant(type)) kquant_quantize_input(inp, IC, &k_input);
     const struct {
         const char *name;
         Q5RowsDot q5;
         KQuantRowsDot kq;
-    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_rows_dot_portable},
-                 {"avx2", q5_0_rows_dot_avx2, kquant_rows_dot_avx2},
-                 {"avx512", q5_0_rows_dot_avx512, kquant_rows_dot_avx512}};
+    } paths[] = {{"portable", q5_rows_dot_portable, kquant_rows_dot_portable},
+                 {"avx2", q5_rows_dot_avx2, kquant_rows_dot_avx2},
+                 {"avx512", q5_rows_dot_avx512, kquant_rows_dot_avx512}};
     const Q8Matrix *m = &c->matrices[0];
     const long row_bytes = quant_is_kquant(type) ? kquant_row_bytes(type, IC) : 0;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
@@ -204,7 +204,7 @@ static void batched_sweep(int repeats) {
                        "\"out\": %d, \"rows\": %d, \"us_per_call\": %.1f, \"us_per_row\": %.2f, "
                        "\"ns_per_weight_row\": %.4f, \"threads\": %d}\n",
                        shapes[s].name, type_name(c->type),
-                       c->type == QUANT_Q8_0 ? "q8_0-integer" : c->type == QUANT_Q5_0 ? q5_0_best_path_name : kquant_best_path_name,
+                       c->type == QUANT_Q8_0 ? "q8_0-integer" : c->type == QUANT_Q5_0 ? q5_best_path_name : kquant_best_path_name,
                        c->IC, c->OC, N, best[t] * 1e6, best[t] * 1e6 / N, best[t] * 1e9 / ((double)N * c->IC * c->OC),
                        omp_get_max_threads());
             }
