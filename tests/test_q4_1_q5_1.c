@@ -24,6 +24,7 @@
 //    the token table its Q8_0 bytes (dequantized: the float load bit for bit), and decoded
 //    token by token it stays close to transformers' float32 log-probs. (Its logits against
 //    llama.cpp's on the same file: tests/cli/q4_1.sh.)
+#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -43,6 +44,13 @@
 #include "ops/q8.h"
 #include "test.h"
 #include "quantized_decode.h"
+
+// How close marlhf's logits are to llama.cpp's on its own Q4_1 / Q5_1 files of a random Llama,
+// whose every product is Q4_1 (Q5_1) x Q8_1 in both: the same integer sums and half-float
+// factors, so float rounding (the sums' order) is all that differs. Measured: 6.2e-6 (Q4_1),
+// 5.4e-6 (Q5_1) on logits up to 11; with the activation scales as floats (not half floats, as
+// llama.cpp's Q8_1 has them) it was 0.06 and more.
+#define LLAMA_CPP_LOGIT_TOLERANCE 1e-4
 
 static float uniform(uint64_t seed, uint64_t i) { return 2.0f * rng_uniform(seed, 0, i) - 1.0f; }
 
@@ -94,8 +102,16 @@ static TestInput test_input(const float *x, long cols) {
         in.sums[b] = 0;
         for (int j = 0; j < Q8_BLOCK; j++) in.sums[b] += in.values[b * Q8_BLOCK + j];
     }
-    q5_input_min_terms(in.scales, in.sums, blocks, in.min_terms);
+    q5_input_q8_1(in.scales, in.sums, blocks, in.min_terms);
     return in;
+}
+
+// The unsigned code of value c of row r (the nibble, with Q5_1's fifth bit).
+static int code_at(const Q8Matrix *m, long r, long c) {
+    const long k = (r * m->cols + c) / Q8_BLOCK, j = c % Q8_BLOCK;
+    const uint8_t byte = m->nibbles[k * (Q8_BLOCK / 2) + j % 16];
+    const int nibble = j < 16 ? byte & 0x0F : byte >> 4;
+    return nibble | (m->high_bits ? (int)((m->high_bits[k] >> j) & 1) << 4 : 0);
 }
 
 static Q5Input as_input(const TestInput *in) { return (Q5Input){in->values, in->scales, in->sums, in->min_terms}; }
@@ -161,10 +177,17 @@ static void test_row_dot_paths(void) {
                         q5_rows_dot_portable(&m, first, count, x, inputs, portable, Q5_ROWS);
                         if (count == 1)
                             for (int i = 0; i < inputs; i++) { // against the exact sum
+                                // sum_b x_scale d sum_j q_j x_j + m (the block's Q8_1 term), in double
                                 double exact = 0, magnitude = 0;
                                 for (long k = 0; k < cols; k++) {
-                                    const double term = (double)w[first * cols + k] * in[i].values[k] * in[i].scales[k / Q8_BLOCK];
+                                    const long b = k / Q8_BLOCK, block = (first * cols + k) / Q8_BLOCK;
+                                    const double term = (double)m.scales[block] * code_at(&m, first, k) * in[i].values[k] *
+                                                        in[i].scales[b];
                                     exact += term, magnitude += fabs(term);
+                                    if (k % Q8_BLOCK == 0) {
+                                        const double min_term = (double)m.mins[block] * in[i].min_terms[b];
+                                        exact += min_term, magnitude += fabs(min_term);
+                                    }
                                 }
                                 EXPECT(fabs(portable[i * Q5_ROWS] - exact) <= 1e-6 * magnitude + 1e-30,
                                        "%s cols %ld row %ld input %d: portable %.9g, exact %.9g (sum |terms| %.3g)",
@@ -249,15 +272,21 @@ static void test_matmul_against_floats(void) {
                 int8_t x_values[IC];
                 q8_quantize_row(x + (long)i * IC, IC, x_values, x_scales);
                 for (int o = 0; o < OC; o++) {
-                    double exact = bias[o], abs_w_scale = 0, magnitude = fabs(bias[o]);
+                    double exact = bias[o], abs_w_scale = 0, magnitude = fabs(bias[o]), half_floats = 0;
                     for (int k = 0; k < IC; k++) {
+                        const long block = ((long)o * IC + k) / Q8_BLOCK;
                         exact += (double)w[(long)o * IC + k] * x[(long)i * IC + k];
                         abs_w_scale += fabs(w[(long)o * IC + k]) * x_scales[k / Q8_BLOCK];
                         magnitude += fabs((double)w[(long)o * IC + k] * x[(long)i * IC + k]);
+                        // The Q8_1 scale and sum as half floats: relative 2^-11 of each term's size.
+                        half_floats += (fabs(w[(long)o * IC + k] - m.mins[block]) + fabs(m.mins[block])) * 128 *
+                                       x_scales[k / Q8_BLOCK] / 2048;
                     }
                     const double err = fabs(out[(long)i * OC + o] - exact);
-                    // Below 64 rows the inputs are rounded to Q8_0 (at most half a step each).
-                    const double bound = N < Q8_SGEMM_MIN_ROWS ? 0.5 * abs_w_scale + 1e-5 * magnitude : 1e-5 * magnitude;
+                    // Below 64 rows the inputs are rounded to Q8_1 (at most half a step each, and
+                    // the half-float scales and sums).
+                    const double bound = N < Q8_SGEMM_MIN_ROWS ? 0.5 * abs_w_scale + half_floats + 1e-5 * magnitude
+                                                               : 1e-5 * magnitude;
                     EXPECT(err <= bound, "%s N %d [%d, %d]: %.9g, float product %.9g (bound %.3g)", type_name(types[t]), N,
                            i, o, out[(long)i * OC + o], exact, bound);
                 }
@@ -395,6 +424,165 @@ static void test_smollm2_q4_1(void) {
     model_free(&own), model_free(&floats);
 }
 
+// Each sequence's next-token log-probs from one batch forward (as llama.cpp evaluated them),
+// and each position's top-1 id into top1[T].
+static double *batch_logprobs(Model *model, const int *ids, int T, int *top1) {
+    const int V = model->config.vocab_size;
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    double *out = xmalloc((size_t)T * sizeof(double));
+    ModelBatch batch = {.B = 1, .T = T, .tokens = (int *)ids};
+    model_forward(model, &batch);
+    for (int t = 0; t < T; t++) {
+        model_logits_row(model, t, logits);
+        double top = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++)
+            if (logits[v] > top) top = logits[v], top1[t] = v;
+        for (int v = 0; v < V; v++) sum += exp(logits[v] - top);
+        if (t + 1 < T) out[t] = logits[ids[t + 1]] - top - log(sum);
+    }
+    free(logits);
+    return out;
+}
+
+// SmolLM2's Q4_1 file under --quantize q4_1 against llama.cpp on the same file
+// (tests/fixtures/smollm2/q4_1_llama_cpp.json, tools/make_q4_1_fixtures.py). Both multiply the
+// file's Q4_1 blocks by Q8_1 activations, but over 30 layers the two programs' float rounding
+// elsewhere (norms, attention, RoPE: 1e-5 apart in float32, docs/gguf.md) moves some
+// activations across an 8-bit rounding boundary, and those steps add up; so this is held to
+// statistics (measured: mean |log-prob difference| 0.060, largest 0.32, top-1 the same at
+// 106 of 111 positions). The float32 load of the file is as close (mean 0.061, largest 0.40):
+// on this model the comparison does not tell the file's bits from their float values; the
+// arithmetic is held to llama.cpp's own small files instead (test_random_llama_cpp, 6e-6).
+static void test_smollm2_llama_cpp(void) {
+    json_error_t error;
+    json_t *fixture = json_load_file("tests/fixtures/smollm2/q4_1_llama_cpp.json", 0, &error);
+    CHECK(fixture, "q4_1_llama_cpp.json: %s", error.text);
+    Model own, floats;
+    if (smollm2_load(&own, "q4_1") != 0 || smollm2_load(&floats, NULL) != 0) {
+        json_decref(fixture);
+        return;
+    }
+    double own_worst = 0, own_total = 0, float_worst = 0, float_total = 0;
+    int positions = 0, top1_positions = 0, top1_agree = 0;
+    size_t index;
+    json_t *item;
+    json_array_foreach(json_object_get(fixture, "sequences"), index, item) {
+        json_t *ids_json = json_object_get(item, "ids"), *expected = json_object_get(item, "logprobs");
+        const int T = (int)json_array_size(ids_json);
+        int *ids = xmalloc((size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++) ids[t] = (int)json_integer_value(json_array_get(ids_json, t));
+        int *top1 = xmalloc((size_t)T * sizeof(int)), *float_top1 = xmalloc((size_t)T * sizeof(int));
+        double *a = batch_logprobs(&own, ids, T, top1), *b = batch_logprobs(&floats, ids, T, float_top1);
+        for (int t = 0; t + 1 < T; t++) {
+            const double reference = json_number_value(json_array_get(expected, t));
+            own_worst = fmax(own_worst, fabs(a[t] - reference)), own_total += fabs(a[t] - reference);
+            float_worst = fmax(float_worst, fabs(b[t] - reference)), float_total += fabs(b[t] - reference);
+            positions++;
+        }
+        for (int t = 0; t < T; t++, top1_positions++)
+            top1_agree += top1[t] == json_integer_value(json_array_get(json_object_get(item, "top1"), t));
+        free(ids), free(a), free(b), free(top1), free(float_top1);
+    }
+    printf("SmolLM2 Q4_1, --quantize q4_1 against llama.cpp on the file (%d positions): log-probs within %.3g (mean "
+           "%.3g), top-1 the same at %d of %d; the float32 load of the file within %.3g (mean %.3g)\n", positions,
+           own_worst, own_total / positions, top1_agree, top1_positions, float_worst, float_total / positions);
+    EXPECT(positions > 100 && own_total / positions <= 0.08 && own_worst <= 0.5 && top1_agree >= 0.93 * top1_positions,
+           "log-probs within %.3g (mean %.3g) of llama.cpp's, top-1 %d of %d", own_worst, own_total / positions,
+           top1_agree, top1_positions);
+    json_decref(fixture);
+    model_free(&own), model_free(&floats);
+}
+
+// llama.cpp's own Q4_1 and Q5_1 files of a random Llama with rows of 160 and 224
+// (tests/fixtures/gguf/q4_1.gguf, q5_1.gguf, tools/make_q4_1_fixtures.py; every matrix, the token
+// table and the output included, of that type): --quantize q4_1 (q5_1) holds every matrix as the
+// file's blocks (2 bytes a block more than the file: d and m as floats), and its logits are
+// llama.cpp's to float rounding, where the quantization itself moves them by about 1-2. The
+// q5_1 file under --quantize q5_k_m gives the same logits bit for bit (the mix takes a file's
+// Q5_1 tensors as they are), and marlhf's q5_k_m rule gives every matrix of the same model the
+// type llama.cpp's Q5_K_M mix gave it (Q5_1 where Q5_K does not fit, Q8_0 for Q6_K's).
+static void test_random_llama_cpp(void) {
+    const char *names[] = {"q4_1", "q5_1"};
+    const QuantType types[] = {QUANT_Q4_1, QUANT_Q5_1};
+    for (int f = 0; f < 2; f++) {
+        char path[128], expected_path[128];
+        snprintf(path, sizeof path, "tests/fixtures/gguf/%s.gguf", names[f]);
+        snprintf(expected_path, sizeof expected_path, "tests/fixtures/gguf/%s.expected.json", names[f]);
+        json_error_t error;
+        json_t *expected = json_load_file(expected_path, 0, &error);
+        CHECK(expected, "%s: %s", expected_path, error.text);
+        Model own;
+        ModelLoadOptions options = {.with_lm_head = true, .quantize = names[f]};
+        CHECK(model_load(&own, path, &ops_cpu, &options) == 0, "%s", err_msg());
+        GgufFile file;
+        CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+        long file_bytes = 0, held_bytes = 0, blocks = 0;
+        int held = 0, matrices = 0;
+        for (uint64_t i = 0; i < file.n_tensors; i++)
+            if (file.tensors[i].n_dims == 2) file_bytes += (long)file.tensors[i].nbytes, matrices++;
+        for (int i = 0; i < own.table.count; i++) {
+            const Q8Matrix *m = quantized_matrix(&own, &own.table.entries[i]);
+            if (!m) continue;
+            EXPECT(m->type == types[f], "%s: %s held as type %d", names[f], own.table.entries[i].name, (int)m->type);
+            held++, held_bytes += quant_matrix_bytes(m), blocks += (long)m->rows * m->cols / Q8_BLOCK;
+        }
+        EXPECT(held == matrices && held == 16 && held_bytes == file_bytes + 4 * blocks,
+               "%s: %d of the file's %d matrices held, %ld bytes (the file's %ld + 4 a block: %ld)", names[f], held,
+               matrices, held_bytes, file_bytes, file_bytes + 4 * blocks);
+        if (types[f] == QUANT_Q5_1) {
+            json_t *mix = json_object_get(expected, "q5_k_m_types");
+            const char *name;
+            json_t *type;
+            int checked = 0;
+            json_object_foreach(mix, name, type) {
+                const GgufTensor *t = gguf_find_tensor(&file, name);
+                CHECK(t, "no tensor %s", name);
+                const GgmlType rule = gguf_k_mix_matrix_type(GGUF_OUT_Q5_K_M, &own.config, name, (int64_t)t->ne[0]);
+                EXPECT(!strcmp(gguf_type_name(rule), json_string_value(type)),
+                       "%s: the q5_k_m rule gives %s, llama.cpp's Q5_K_M mix %s", name, gguf_type_name(rule),
+                       json_string_value(type));
+                checked++;
+            }
+            EXPECT(checked == 16, "%d of the mix's types checked", checked);
+        }
+        gguf_close(&file);
+
+        json_t *ids_json = json_object_get(expected, "ids"), *logits_json = json_object_get(expected, "logits");
+        const int T = (int)json_array_size(ids_json), V = own.config.vocab_size;
+        CHECK(V == json_integer_value(json_object_get(expected, "vocab")) && T <= 16, "the fixture does not fit the model");
+        int ids[16];
+        for (int t = 0; t < T; t++) ids[t] = (int)json_integer_value(json_array_get(ids_json, t));
+        float *logits = xmalloc((size_t)T * V * sizeof(float));
+        ModelBatch batch = {.B = 1, .T = T, .tokens = ids};
+        model_forward(&own, &batch);
+        for (int t = 0; t < T; t++) model_logits_row(&own, t, logits + (long)t * V);
+        if (types[f] == QUANT_Q5_1) {
+            Model mix;
+            options.quantize = "q5_k_m";
+            CHECK(model_load(&mix, path, &ops_cpu, &options) == 0, "%s", err_msg());
+            float *again = xmalloc((size_t)T * V * sizeof(float));
+            model_forward(&mix, &batch);
+            for (int t = 0; t < T; t++) model_logits_row(&mix, t, again + (long)t * V);
+            EXPECT(!memcmp(logits, again, (size_t)T * V * sizeof(float)), "q5_k_m gives other logits than q5_1");
+            free(again);
+            model_free(&mix);
+        }
+        double worst = 0, largest = 0;
+        for (int t = 0; t < T; t++)
+            for (int v = 0; v < V; v++) {
+                const double reference = json_number_value(json_array_get(json_array_get(logits_json, t), v));
+                worst = fmax(worst, fabs(logits[(long)t * V + v] - reference)), largest = fmax(largest, fabs(reference));
+            }
+        const double moved = json_number_value(json_object_get(expected, "quantization_max_difference"));
+        printf("llama.cpp's %s file, --quantize %s: logits within %.3g of llama.cpp's (largest %.3g; the quantization "
+               "moves them %.3g)\n", names[f], names[f], worst, largest, moved);
+        EXPECT(worst <= LLAMA_CPP_LOGIT_TOLERANCE && moved > 0.5, "%s: logits within %.3g of llama.cpp's", names[f], worst);
+        free(logits);
+        json_decref(expected);
+        model_free(&own);
+    }
+}
+
 int main(void) {
     RUN(test_layout_and_lookup);
     RUN(test_row_dot_paths);
@@ -402,5 +590,7 @@ int main(void) {
     RUN(test_matmul_against_floats);
     RUN(test_quantize_float_model);
     RUN(test_smollm2_q4_1);
+    RUN(test_smollm2_llama_cpp);
+    RUN(test_random_llama_cpp);
     TEST_EXIT();
 }

@@ -13,8 +13,10 @@
 // Q5_1 and Q4_1 codes have no offset (Q4_1's are the nibbles alone, no fifth bits); a block
 // adds its minimum m times the input block's sum instead:
 //     sum_j (d q_j + m) x_j s = d s sum_j q_j x_j + m (s sum_j x_j),
-// s the input block's scale, (s sum_j x_j) computed once per input row (llama.cpp's Q8_1
-// keeps it in the block, as a half float; here a float).
+// s the input block's scale, (s sum_j x_j) computed once per input row. Both are rounded to
+// half floats, as llama.cpp's Q8_1 blocks hold them (q5_input_q8_1): then a Q5_1 / Q4_1 product
+// is llama.cpp's to float rounding (a file of them gives llama.cpp's logits to ~1e-6,
+// tests/test_q4_1_q5_1.c), where float scales moved a 2-layer model's logits by 0.06.
 //
 // Each block b of a row gives one exact integer dot_b, and the row's float sum adds
 // dot_b * (x_scale * w_scale) block after block. The block sums of 8 rows are reduced
@@ -36,6 +38,8 @@
 #include "core/check.h"
 #include "core/sanitizer.h"
 #include "ops/cpu/simd_paths.h"
+#include "io/gguf_dequant.h"
+#include "io/gguf_write.h"
 #include "ops/q8.h"
 
 // What a weight type's blocks hold: fifth bits (Q5_0, Q5_1), a minimum (Q5_1, Q4_1), and
@@ -369,8 +373,11 @@ const Q5RowsDot q5_rows_dot_avx512 = NULL;
 const Q5RowsDot q5_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, q5_rows_dot_portable);
 const char *const q5_best_path_name = SIMD_BEST_NAME;
 
-void q5_input_min_terms(const float *scales, const int32_t *sums, long blocks, float *min_terms) {
-    for (long b = 0; b < blocks; b++) min_terms[b] = scales[b] * (float)sums[b];
+void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_terms) {
+    for (long b = 0; b < blocks; b++) {
+        min_terms[b] = gguf_f16_to_f32(gguf_f32_to_f16(scales[b] * (float)sums[b]));
+        scales[b] = gguf_f16_to_f32(gguf_f32_to_f16(scales[b]));
+    }
 }
 
 void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
@@ -391,7 +398,7 @@ void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const f
             for (int j = 0; j < Q8_BLOCK; j++) sum += values[(long)i * IC + b * Q8_BLOCK + j];
             sums[i * blocks + b] = sum;
         }
-        if (min) q5_input_min_terms(scales + i * blocks, sums + i * blocks, blocks, min_terms + i * blocks);
+        if (min) q5_input_q8_1(scales + i * blocks, sums + i * blocks, blocks, min_terms + i * blocks);
     }
     // The ranges the row dots read (the portable loop runs unchecked).
     SANITIZER_CHECK_RANGE(values, (size_t)N * IC);

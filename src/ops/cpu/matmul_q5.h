@@ -16,15 +16,18 @@
 
 // One input row quantized as Q8_0 (ops/q8.h: values[cols], scales[cols / 32]), plus each
 // block's sum of values, sums[cols / 32] (Q5_0's offset of 16 is folded in through it), and
-// for Q5_1 / Q4_1 weights min_terms[cols / 32], each block's scale * (float)sum
-// (q5_input_min_terms; NULL for Q5_0), which the weight block's minimum multiplies.
+// for Q5_1 / Q4_1 weights min_terms[cols / 32], each block's scale * (float)sum, which the
+// weight block's minimum multiplies (NULL for Q5_0).
 typedef struct {
     const int8_t *values;
     const float *scales;
     const int32_t *sums;
     const float *min_terms;
 } Q5Input;
-void q5_input_min_terms(const float *scales, const int32_t *sums, long blocks, float *min_terms);
+// For Q5_1 / Q4_1 weights, a Q8_0 row's scales and sums made llama.cpp's Q8_1 (the activation
+// type of its Q4_1 / Q5_1 products): min_terms[b] = half(scales[b] * sums[b]), then scales[b]
+// rounded to a half float too, each as the half float's value.
+void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_terms);
 
 // out[i * out_stride + k] for k < count (1 <= count <= Q5_ROWS) and i < inputs (1 <= inputs
 // <= Q5_INPUTS) = weight row first + k times input row x[i], the sum over the blocks b in
