@@ -22,8 +22,11 @@
 //    and head Q8_0; refusals: rows that 32 does not divide, and a backend other than the CPU.
 //  - SmolLM2's Q4_1 file with --quantize q4_1: each linear layer holds the file's Q4_1 bytes and
 //    the token table its Q8_0 bytes (dequantized: the float load bit for bit), and decoded
-//    token by token it stays close to transformers' float32 log-probs. (Its logits against
-//    llama.cpp's on the same file: tests/cli/q4_1.sh.)
+//    token by token it stays close to transformers' float32 log-probs; against llama.cpp's
+//    log-probs on the same file, statistics only (test_smollm2_llama_cpp says why).
+//  - llama.cpp's own Q4_1 and Q5_1 files of a random Llama: every matrix held as the file's
+//    blocks, logits llama.cpp's to 1e-4 (measured 6e-6), q5_k_m = q5_1 on the Q5_1 file, and
+//    the q5_k_m rule against llama.cpp's Q5_K_M mix of the same model.
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
