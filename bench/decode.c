@@ -9,7 +9,7 @@
 //
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
-//                           [--quantize none|q8_0|q4_0|nf4|nf4-single|q4_k_m|q5_k_m] [--kv-cache f32|f16|q8_0]
+//                           [--quantize none|q8_0|q4_0|nf4|nf4-single|q4_k_m|q5_k_m|q4_1|q5_1] [--kv-cache f32|f16|q8_0]
 // --quantize q8_0 (q4_0, nf4) decodes with Q8_0 (Q4_0, NF4) copies of the linear weights (model/quantize.h);
 // --kv-cache f16 keeps the KV cache in half floats, q8_0 in 8-bit blocks. Each line
 // reports the cache's bytes per token (keys and values of every layer). A long --prompt

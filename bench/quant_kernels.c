@@ -1,5 +1,5 @@
-// The decode kernels of a Q4_K_M file's types (Q5_0, Q8_0, Q4_K, Q6_K) and of Q5_K (a Q5_K_M
-// file's) on SmolLM2-135M's
+// The decode kernels of a Q4_K_M file's types (Q5_0, Q8_0, Q4_K, Q6_K), of Q5_K and Q5_1 (a
+// Q5_K_M file's) and of Q4_1 (the README's SmolLM2 file's) on SmolLM2-135M's
 // MLP shapes at one input row, the way a decode step runs them: weights read from memory
 // (enough copies of the matrix, used in turn, that they do not stay in the 32 MB L3) and,
 // apart, from cache (the same matrix again and again: the kernel's arithmetic alone, each
@@ -32,7 +32,8 @@
 
 static void *zeroed(size_t bytes) { return xcalloc(1, bytes); }
 
-// A [rows, cols] matrix of `type` with random codes (any byte is valid Q5_0 / Q8_0 data; the
+// A [rows, cols] matrix of `type` with random codes (any byte is valid Q5_0 / Q8_0 / Q4_1 /
+// Q5_1 data; the
 // K-quants come from random floats through the GGUF writer's code).
 static Q8Matrix random_matrix(QuantType type, int rows, int cols, uint64_t seed) {
     Q8Matrix m = {.rows = rows, .cols = cols, .type = type};
@@ -49,17 +50,26 @@ static Q8Matrix random_matrix(QuantType type, int rows, int cols, uint64_t seed)
     const long code_bytes = type == QUANT_Q8_0 ? n : n / 2;
     m.nibbles = xmalloc((size_t)code_bytes);
     for (long i = 0; i < code_bytes; i++) m.nibbles[i] = (uint8_t)(rng_uniform(seed, 2, (uint64_t)i) * 256);
-    if (type == QUANT_Q5_0) {
+    if (type == QUANT_Q4_1 || type == QUANT_Q5_1) {
+        m.mins = xmalloc((size_t)blocks * sizeof(float));
+        for (long b = 0; b < blocks; b++) m.mins[b] = -0.008f * (1.0f + rng_uniform(seed, 4, (uint64_t)b));
+    }
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
         m.high_bits = xmalloc((size_t)blocks * sizeof(uint32_t));
         for (long b = 0; b < blocks; b++) m.high_bits[b] = (uint32_t)(rng_uniform(seed, 3, (uint64_t)b) * 4294967295.0);
     }
     return m;
 }
 
-static void free_matrix(Q8Matrix *m) { free(m->nibbles), free(m->scales), free(m->high_bits); }
+static void free_matrix(Q8Matrix *m) { free(m->nibbles), free(m->scales), free(m->high_bits), free(m->mins); }
+
+// The types of blocks of 32 with the Q5_0 kernel (ops/cpu/matmul_q5.c).
+static bool q5_kernel(QuantType type) { return type == QUANT_Q5_0 || type == QUANT_Q5_1 || type == QUANT_Q4_1; }
 
 static const char *type_name(QuantType type) {
     return type == QUANT_Q5_0   ? "q5_0"
+           : type == QUANT_Q5_1 ? "q5_1"
+           : type == QUANT_Q4_1 ? "q4_1"
            : type == QUANT_Q8_0 ? "q8_0"
            : type == QUANT_Q4_K ? "q4_k"
            : type == QUANT_Q5_K ? "q5_k"
@@ -98,31 +108,33 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
     int8_t *values = xmalloc((size_t)IC);
     float *x_scales = xmalloc((size_t)IC / Q8_BLOCK * sizeof(float));
     int32_t *x_sums = xmalloc((size_t)IC / Q8_BLOCK * sizeof(int32_t));
+    float *x_min_terms = xmalloc((size_t)IC / Q8_BLOCK * sizeof(float));
     int16_t *k_sums = xmalloc((size_t)IC / 16 * sizeof(int16_t));
     q8_quantize_row(inp, IC, values, x_scales);
     for (int b = 0; b < IC / Q8_BLOCK; b++) {
         x_sums[b] = 0;
         for (int j = 0; j < Q8_BLOCK; j++) x_sums[b] += values[b * Q8_BLOCK + j];
     }
-    const Q5Input q5_input = {values, x_scales, x_sums};
+    q5_input_q8_1(x_scales, x_sums, IC / Q8_BLOCK, x_min_terms);
+    const Q5Input q5_input = {values, x_scales, x_sums, x_min_terms};
     KQuantInput k_input = {values, x_scales, k_sums};
     if (quant_is_kquant(type)) kquant_quantize_input(inp, IC, &k_input);
     const struct {
         const char *name;
         Q5RowsDot q5;
         KQuantRowsDot kq;
-    } paths[] = {{"portable", q5_0_rows_dot_portable, kquant_rows_dot_portable},
-                 {"avx2", q5_0_rows_dot_avx2, kquant_rows_dot_avx2},
-                 {"avx512", q5_0_rows_dot_avx512, kquant_rows_dot_avx512}};
+    } paths[] = {{"portable", q5_rows_dot_portable, kquant_rows_dot_portable},
+                 {"avx2", q5_rows_dot_avx2, kquant_rows_dot_avx2},
+                 {"avx512", q5_rows_dot_avx512, kquant_rows_dot_avx512}};
     const Q8Matrix *m = &c->matrices[0];
     const long row_bytes = quant_is_kquant(type) ? kquant_row_bytes(type, IC) : 0;
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
-        if (type == QUANT_Q5_0 ? !paths[p].q5 : !paths[p].kq) continue;
+        if (q5_kernel(type) ? !paths[p].q5 : !paths[p].kq) continue;
         double best = 1e30;
         for (int r = 0; r < repeats; r++) {
             const double start = omp_get_wtime();
             for (int i = 0; i < 10; i++)
-                if (type == QUANT_Q5_0)
+                if (q5_kernel(type))
                     for (int o = 0; o < OC; o += Q5_ROWS) paths[p].q5(m, o, Q5_ROWS, &q5_input, 1, out + o, OC);
                 else
                     for (int o = 0; o < OC; o++) paths[p].kq(type, m->blocks + o * row_bytes, &k_input, 1, IC, out + o);
@@ -131,7 +143,7 @@ static void time_paths(const Case *c, const float *inp, float *out, int repeats)
         }
         report(type_name(type), paths[p].name, "cache", IC, OC, best, c->bytes);
     }
-    free(values), free(x_scales), free(x_sums), free(k_sums);
+    free(values), free(x_scales), free(x_sums), free(x_min_terms), free(k_sums);
 }
 
 // A copy of `m`'s bytes (another matrix in memory with the same contents: what a batched
@@ -147,19 +159,20 @@ static Q8Matrix copy_matrix(const Q8Matrix *m) {
     const size_t code_bytes = (size_t)(m->type == QUANT_Q8_0 ? n : n / 2);
     copy.nibbles = memcpy(xmalloc(code_bytes), m->nibbles, code_bytes);
     copy.scales = memcpy(xmalloc((size_t)blocks * sizeof(float)), m->scales, (size_t)blocks * sizeof(float));
+    if (m->mins) copy.mins = memcpy(xmalloc((size_t)blocks * sizeof(float)), m->mins, (size_t)blocks * sizeof(float));
     if (m->high_bits)
         copy.high_bits = memcpy(xmalloc((size_t)blocks * sizeof(uint32_t)), m->high_bits, (size_t)blocks * sizeof(uint32_t));
     return copy;
 }
 
-// The --batched sweep: per shape, the five types take turns within each repeat (as in main),
+// The --batched sweep: per shape, the seven types take turns within each repeat (as in main),
 // N rows a call, weights from memory (matrices used in turn, 3x the L3 of each type).
 static void batched_sweep(int repeats) {
     const struct {
         const char *name;
         int IC_blocks32, OC_blocks32, IC_kquant, OC_kquant; // Q5_0 / Q8_0 shape, K-quant shape
     } shapes[] = {{"smollm2-135m", 576, 1536, 1536, 576}, {"llama-1b", 2048, 8192, 2048, 8192}};
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q4_1, QUANT_Q5_1};
     const int row_counts[] = {1, 2, 4, 8, 16, 32, 63};
     enum { TYPES = sizeof types / sizeof types[0], COUNTS = sizeof row_counts / sizeof row_counts[0] };
     const int max_rows = 63;
@@ -204,7 +217,7 @@ static void batched_sweep(int repeats) {
                        "\"out\": %d, \"rows\": %d, \"us_per_call\": %.1f, \"us_per_row\": %.2f, "
                        "\"ns_per_weight_row\": %.4f, \"threads\": %d}\n",
                        shapes[s].name, type_name(c->type),
-                       c->type == QUANT_Q8_0 ? "q8_0-integer" : c->type == QUANT_Q5_0 ? q5_0_best_path_name : kquant_best_path_name,
+                       c->type == QUANT_Q8_0 ? "q8_0-integer" : q5_kernel(c->type) ? q5_best_path_name : kquant_best_path_name,
                        c->IC, c->OC, N, best[t] * 1e6, best[t] * 1e6 / N, best[t] * 1e9 / ((double)N * c->IC * c->OC),
                        omp_get_max_threads());
             }
@@ -230,7 +243,7 @@ int main(int argc, char **argv) {
         batched_sweep(repeats);
         return 0;
     }
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q4_1, QUANT_Q5_1};
     enum { TYPES = sizeof types / sizeof types[0] };
     Case cases[TYPES];
     for (int t = 0; t < TYPES; t++) {

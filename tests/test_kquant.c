@@ -236,7 +236,7 @@ static void test_q5_0_paths(void) {
     const struct {
         const char *name;
         Q5RowsDot dot;
-    } paths[] = {{"avx2", q5_0_rows_dot_avx2}, {"avx512", q5_0_rows_dot_avx512}};
+    } paths[] = {{"avx2", q5_rows_dot_avx2}, {"avx512", q5_rows_dot_avx512}};
     int compared = 0;
     for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; c++) {
         const long cols = cols_list[c], rows = 13, blocks = cols / Q8_BLOCK;
@@ -245,11 +245,11 @@ static void test_q5_0_paths(void) {
         q5_0_dequantize_rows(&m, 0, rows, w);
         for (long i = 0; i < cols; i++) x[i] = i >= 32 && i < 64 ? 0.0f : 2.0f * uniform(800 + c, (uint64_t)i);
         Q5TestInput in = q5_test_input(x, cols);
-        const Q5Input input = {in.values, in.scales, in.sums};
+        const Q5Input input = {in.values, in.scales, in.sums, NULL};
         float portable[Q5_ROWS], got[Q5_ROWS];
         for (long first = 0; first < rows; first++)
             for (int count = 1; count <= Q5_ROWS && first + count <= rows; count++) {
-                q5_0_rows_dot_portable(&m, first, count, &input, 1, portable, Q5_ROWS);
+                q5_rows_dot_portable(&m, first, count, &input, 1, portable, Q5_ROWS);
                 if (count == 1) { // each row once: against the exact sum
                     double exact = 0, magnitude = 0;
                     for (long i = 0; i < cols; i++) {
@@ -277,8 +277,8 @@ static void test_q5_0_paths(void) {
         free(w), free(x);
     }
     printf("Q5_0 vector paths compared with the portable loop: %d row dots (avx2 %s, avx512 %s; the kernel runs %s)\n",
-           compared, q5_0_rows_dot_avx2 ? "built" : "not built", q5_0_rows_dot_avx512 ? "built" : "not built",
-           q5_0_best_path_name);
+           compared, q5_rows_dot_avx2 ? "built" : "not built", q5_rows_dot_avx512 ? "built" : "not built",
+           q5_best_path_name);
 }
 
 // The Q5_0 decode op (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows): each output is the
@@ -305,10 +305,10 @@ static void test_q5_0_matmul(void) {
             int mismatches = 0;
             for (int i = 0; i < N; i++) {
                 Q5TestInput in = q5_test_input(x + (long)i * IC, IC);
-                const Q5Input input = {in.values, in.scales, in.sums};
+                const Q5Input input = {in.values, in.scales, in.sums, NULL};
                 for (int o = 0; o < OC; o++) {
                     float expected;
-                    q5_0_rows_dot_portable(&m, o, 1, &input, 1, &expected, 1);
+                    q5_rows_dot_portable(&m, o, 1, &input, 1, &expected, 1);
                     if (bias) expected += bias[o];
                     mismatches += memcmp(&expected, &got[(long)i * OC + o], sizeof expected) != 0;
                 }
@@ -389,7 +389,7 @@ static void test_q5_0_batched_paths(void) {
     const struct {
         const char *name;
         Q5RowsDot dot;
-    } paths[] = {{"portable", q5_0_rows_dot_portable}, {"avx2", q5_0_rows_dot_avx2}, {"avx512", q5_0_rows_dot_avx512}};
+    } paths[] = {{"portable", q5_rows_dot_portable}, {"avx2", q5_rows_dot_avx2}, {"avx512", q5_rows_dot_avx512}};
     enum { INPUTS = 6, ROWS = 11, STRIDE = Q5_ROWS + 1 };
     int compared = 0;
     for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; c++) {
@@ -402,11 +402,11 @@ static void test_q5_0_batched_paths(void) {
             for (long j = 0; j < cols; j++)
                 x[j] = i == 2 && j >= 32 && j < 64 ? 0.0f : (1.0f + (float)i) * uniform(1300 + c, (uint64_t)(i * cols + j));
             in[i] = q5_test_input(x, cols);
-            input[i] = (Q5Input){in[i].values, in[i].scales, in[i].sums};
+            input[i] = (Q5Input){in[i].values, in[i].scales, in[i].sums, NULL};
         }
         float single[INPUTS][ROWS];
         for (int i = 0; i < INPUTS; i++)
-            for (int r = 0; r < ROWS; r++) q5_0_rows_dot_portable(&m, r, 1, &input[i], 1, &single[i][r], 1);
+            for (int r = 0; r < ROWS; r++) q5_rows_dot_portable(&m, r, 1, &input[i], 1, &single[i][r], 1);
         for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
             if (!paths[p].dot) continue;
             for (int inputs = 1; inputs <= Q5_INPUTS; inputs++)
@@ -438,7 +438,7 @@ static void test_q5_0_batched_paths(void) {
     printf("batched Q5_0 row dots compared with single rows: %d\n", compared);
 }
 
-// The decode kernels over N = 1 .. 70 input rows (cpu_matmul_kquant and cpu_matmul_q5_0
+// The decode kernels over N = 1 .. 70 input rows (cpu_matmul_kquant and cpu_matmul_q5
 // themselves, past Q8_SGEMM_MIN_ROWS too, where matmul_forward_q8 would take sgemm), with a
 // bias, at 1 and 2 threads: every output has the bits of the portable loop's call of its
 // weight row and input row alone (+ the bias), so an input row's result depends neither on
@@ -461,8 +461,8 @@ static void test_batched_matmul(void) {
                 float sum;
                 if (type == QUANT_Q5_0) {
                     Q5TestInput in = q5_test_input(x + (long)i * IC, IC);
-                    const Q5Input input = {in.values, in.scales, in.sums};
-                    q5_0_rows_dot_portable(&m, o, 1, &input, 1, &sum, 1);
+                    const Q5Input input = {in.values, in.scales, in.sums, NULL};
+                    q5_rows_dot_portable(&m, o, 1, &input, 1, &sum, 1);
                     free(in.values), free(in.scales), free(in.sums);
                 } else {
                     KQuantInput input;
@@ -477,7 +477,7 @@ static void test_batched_matmul(void) {
             int mismatches = 0, first_bad_n = 0;
             for (int N = 1; N <= MAX_N; N++) {
                 for (long j = 0; j < (long)N * OC; j++) got[j] = NAN;
-                if (type == QUANT_Q5_0) cpu_matmul_q5_0(got, x, &m, bias, N, IC, OC);
+                if (type == QUANT_Q5_0) cpu_matmul_q5(got, x, &m, bias, N, IC, OC);
                 else cpu_matmul_kquant(got, x, &m, bias, N, IC, OC);
                 const int bad = memcmp(got, expected, (size_t)N * OC * sizeof(float)) != 0;
                 if (bad && !first_bad_n) first_bad_n = N;
@@ -838,8 +838,8 @@ static void test_q5_k_m_llama_cpp(void) {
 // 256 and 384) written as Q5_K_M by marlhf's converter holds Q5_K tensors, Q6_K for the output
 // and layer 2's attn_v (use_more_bits: the last eighth), and for the ffn_down rows of 384 the
 // fallbacks Q5_1 (layers 0, 1) and Q8_0 (layer 2, Q6_K's), loads under --quantize q5_k_m with the K-quant tensors' own
-// bytes and the Q5_1 ones as Q8_0 (no Q5_1 kernel), and --quantize q5_k_m on the float model
-// gives the file's K-quant bytes; the decode logits stay within 0.04 of the largest of the
+// bytes and the Q5_1 ones with their own Q5_1 bits (ops/q5.h), and --quantize q5_k_m on the float model
+// gives the file's K-quant and Q5_1 bytes; the decode logits stay within 0.04 of the largest of the
 // float model of the file's dequantized weights, as q4_k_m's do.
 static void test_q5_k_m_mix(void) {
     const char *fixture = "tests/fixtures/gguf/q5_k_m.gguf";
@@ -880,7 +880,7 @@ static void test_q5_k_m_mix(void) {
     load_gguf(&own, path, "q5_k_m");
     EXPECT(!strcmp(model_quantize_name(&own), "q5_k_m"), "name %s", model_quantize_name(&own));
     CHECK(model_quantize(&original, "q5_k_m") == 0, "%s", err_msg());
-    int counts[QUANT_Q5_K + 1] = {0};
+    int counts[QUANT_Q5_1 + 1] = {0};
     for (int i = 0; i < own.table.count; i++) {
         const ParamEntry *e = &own.table.entries[i];
         const Q8Matrix *from_file = quantized_matrix(&own, e), *from_floats = quantized_matrix(&original, e);
@@ -892,15 +892,26 @@ static void test_q5_k_m_mix(void) {
             EXPECT(!memcmp(from_floats->blocks, from_file->blocks,
                            (size_t)(from_file->rows * kquant_row_bytes(from_file->type, from_file->cols))),
                    "%s: quantizing the floats gives other bytes than the file's", e->name);
+        if (from_file->type == QUANT_Q5_1 && from_floats->type == QUANT_Q5_1) { // the fallback rows' own Q5_1 bits
+            const size_t n = (size_t)from_file->rows * (size_t)from_file->cols, blocks = n / Q8_BLOCK;
+            EXPECT(!memcmp(from_floats->nibbles, from_file->nibbles, n / 2) &&
+                       !memcmp(from_floats->high_bits, from_file->high_bits, blocks * 4) &&
+                       !memcmp(from_floats->scales, from_file->scales, blocks * sizeof(float)) &&
+                       !memcmp(from_floats->mins, from_file->mins, blocks * sizeof(float)),
+                   "%s: quantizing the floats gives other Q5_1 blocks than the file's", e->name);
+        }
     }
-    EXPECT(counts[QUANT_Q5_K] == 6 * layers && counts[QUANT_Q6_K] == 2 && counts[QUANT_Q8_0] == 3,
-           "held: %d Q5_K, %d Q6_K, %d Q8_0", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0]);
+    EXPECT(counts[QUANT_Q5_K] == 6 * layers && counts[QUANT_Q6_K] == 2 && counts[QUANT_Q5_1] == 2 &&
+               counts[QUANT_Q8_0] == 1,
+           "held: %d Q5_K, %d Q6_K, %d Q5_1, %d Q8_0", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q5_1],
+           counts[QUANT_Q8_0]);
     double largest;
     const double difference = decode_difference(&own, &dequantized, &largest);
     EXPECT(difference > 0 && difference <= 0.04 * largest, "decode logits differ by %.3g (largest %.3g)", difference,
            largest);
-    printf("q5_k_m: %d Q5_K, %d Q6_K, %d Q8_0 matrices held; decode logits within %.3g of the dequantized float "
-           "model (largest %.3g)\n", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q8_0], difference, largest);
+    printf("q5_k_m: %d Q5_K, %d Q6_K, %d Q5_1, %d Q8_0 matrices held; decode logits within %.3g of the dequantized "
+           "float model (largest %.3g)\n", counts[QUANT_Q5_K], counts[QUANT_Q6_K], counts[QUANT_Q5_1], counts[QUANT_Q8_0],
+           difference, largest);
     model_free(&original), model_free(&dequantized), model_free(&own);
     remove(path);
 }

@@ -12,7 +12,7 @@
 //    dequantization gives gguf-py's floats bit for bit, and a dequantized block quantizes
 //    back to its own bytes (also every block the GGUF writer makes of the tiny Llama's
 //    weights), so a Q4_0 GGUF runs with its own bits.
-//  - QLoRA: LoRA over a Q8_0, Q4_0 or NF4 (with and without double quantization) base computes the log-probs and adapter gradients of
+//  - QLoRA: LoRA over a Q8_0, Q4_0, Q4_1, Q5_1 or NF4 (with and without double quantization) base computes the log-probs and adapter gradients of
 //    LoRA over a float32 base holding the dequantized values (same fingerprint too; gradient
 //    checkpointing gives the same bits); its saved
 //    merged model computes what it does; its adapter reloads onto the quantized base and is
@@ -545,8 +545,8 @@ static const int qlora_row_len[QB] = {QT, QT - 6};
 
 static void test_qlora_matches_dequantized_float(void) {
     const char *path = "tests/fixtures/models/llama";
-    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
-    for (int k = 0; k < 4; k++) {
+    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1"};
+    for (int k = 0; k < 6; k++) {
         Model quantized, dequantized, original;
         ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
         CHECK(model_load(&quantized, path, &ops_cpu, &options) == 0, "%s", err_msg());

@@ -87,6 +87,22 @@ static void block_q5_1(const float *x, uint8_t *out) {
     memcpy(out + 4, &qh, 4);
 }
 
+// Q4_1 (--quantize q4_1): Q5_1 with 4 bits, d the block's range / 15, no qh.
+static void block_q4_1(const float *x, uint8_t *out) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    float d, m;
+    store_f16(out, (hi - lo) / 15.0f, &d);
+    store_f16(out + 2, lo, &m);
+    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    uint8_t *qs = out + 4;
+    for (int j = 0; j < 16; j++) {
+        int low = clamp_int((int)lroundf((x[j] - m) * inverse), 0, 15);
+        int high = clamp_int((int)lroundf((x[j + 16] - m) * inverse), 0, 15);
+        qs[j] = (uint8_t)(low | high << 4);
+    }
+}
+
 // Fits x[0..n) ~ scale * q - min with q in [0, levels], scale > 0, min >= 0: candidate
 // scales around (max - min) / levels, each with its rounding and a least-squares refit of
 // scale and offset (offset clamped to <= 0), keeping the smallest squared error.
@@ -201,6 +217,7 @@ static void block_q6_k(const float *x, uint8_t *out) {
 
 bool gguf_can_quantize(GgmlType type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
+           type == GGML_TYPE_Q4_1 ||
            type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
@@ -219,6 +236,7 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
                                               : type == GGML_TYPE_Q4_0 ? block_q4_0
                                               : type == GGML_TYPE_Q5_0 ? block_q5_0
                                               : type == GGML_TYPE_Q5_1 ? block_q5_1
+                                              : type == GGML_TYPE_Q4_1 ? block_q4_1
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
                                               : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;

@@ -2,6 +2,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "io/gguf.h"
+#include "io/gguf_quantize.h"
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
@@ -16,7 +18,7 @@
 #include "ops/q8.h"
 
 // Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m"};
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m", "q4_1", "q5_1"};
 
 int quantize_type_check(const char *type, const char *option) {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
@@ -55,6 +57,8 @@ int quantized_begin(Model *model, const char *type) {
                                  : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
                                  : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
                                  : strcmp(type, "q5_k_m") == 0 ? QUANT_Q5_K
+                                 : strcmp(type, "q4_1") == 0   ? QUANT_Q4_1
+                                 : strcmp(type, "q5_1") == 0   ? QUANT_Q5_1
                                                                : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
@@ -101,15 +105,16 @@ void quantized_small_pages(float *params, long count) {
 
 // The types with GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
 // (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0. Not q5_k_m (QUANT_Q5_K): no
-// Q5_K kernel there.
+// Q5_K kernel there; nor q4_1, q5_1 (no Q4_1 / Q5_1 kernels: a GPU refuses them).
 bool quant_type_off_cpu(QuantType type) {
     return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4 || type == QUANT_Q4_K;
 }
 
-enum { MATRIX_ARRAYS = 5 };
+enum { MATRIX_ARRAYS = 6 };
 
 // The byte sizes of a matrix's arrays (values, nibbles or K-quant super-blocks; scales; scale
-// codes; scale absmax values; Q5_0's fifth bits), 0 for those it does not have.
+// codes; scale absmax values; Q5_0's and Q5_1's fifth bits; Q4_1's and Q5_1's minimums), 0 for
+// those it does not have.
 static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[MATRIX_ARRAYS]) {
     const size_t n = (size_t)m->rows * (size_t)m->cols;
     const size_t blocks = n / (m->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK);
@@ -120,12 +125,13 @@ static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[MATRIX_ARRAYS]) {
     bytes[2] = m->scale_codes ? blocks : 0;
     bytes[3] = m->scale_absmax ? (blocks + NF4_SCALE_BLOCK - 1) / NF4_SCALE_BLOCK * sizeof(float) : 0;
     bytes[4] = m->high_bits ? blocks * sizeof(uint32_t) : 0;
+    bytes[5] = m->mins ? blocks * sizeof(float) : 0;
 }
 
 static void matrix_arrays(Q8Matrix *m, void **arrays[MATRIX_ARRAYS]) {
     arrays[0] = (void **)&m->values, arrays[1] = (void **)&m->scales;
     arrays[2] = (void **)&m->scale_codes, arrays[3] = (void **)&m->scale_absmax;
-    arrays[4] = (void **)&m->high_bits;
+    arrays[4] = (void **)&m->high_bits, arrays[5] = (void **)&m->mins;
 }
 
 void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix) {
@@ -166,6 +172,14 @@ void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bo
     if (type == QUANT_NF4) {
         nf4_quantize_matrix(matrix, weight, rows, cols, double_quant, ops_cpu.alloc);
         quantized_to_backend(ops, matrix);
+        return;
+    }
+    if (type == QUANT_Q4_1 || type == QUANT_Q5_1) { // the GGUF writer's blocks, split as a file's are
+        const GgmlType file_type = type == QUANT_Q4_1 ? GGML_TYPE_Q4_1 : GGML_TYPE_Q5_1;
+        uint8_t *blocks = xmalloc(gguf_quantized_size(file_type, rows * cols));
+        gguf_quantize(file_type, weight, blocks, rows * cols);
+        quantized_hold_gguf_blocks(ops, matrix, file_type, blocks, rows, cols);
+        free(blocks);
         return;
     }
     matrix->rows = (int)rows;
@@ -306,6 +320,8 @@ const char *model_quantize_name(const Model *model) {
     case QUANT_Q4_0: return "q4_0";
     case QUANT_Q4_K: return "q4_k_m";
     case QUANT_Q5_K: return "q5_k_m";
+    case QUANT_Q4_1: return "q4_1";
+    case QUANT_Q5_1: return "q5_1";
     case QUANT_NF4:
         if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
         return model->quantized->double_quant ? "nf4" : "nf4-single";
@@ -401,6 +417,7 @@ uint64_t model_base_hash(const Model *model, const float *params, long n) {
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix) {
     if (matrix->values) ops->free(matrix->values);
     if (matrix->high_bits) ops->free(matrix->high_bits);
+    if (matrix->mins) ops->free(matrix->mins);
     if (matrix->scales) ops->free(matrix->scales);
     if (matrix->scale_codes) ops->free(matrix->scale_codes);
     if (matrix->scale_absmax) ops->free(matrix->scale_absmax);

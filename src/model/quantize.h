@@ -1,5 +1,5 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
-// blocks), NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
+// blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum, CPU only), NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
 // or llama.cpp's Q4_K_M mix of K-quants (`--quantize q4_k_m`, ops/kquant.h: a Q4_K / Q6_K
 // GGUF tensor keeps the file's own bytes, a Q5_K one too on the CPU, any other matrix is quantized by the mix's rule)
 // on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
@@ -34,12 +34,14 @@ typedef struct {
 } QuantizedLayer;
 
 // The names --quantize takes (quantize_type_check), for option help and errors.
-#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m or q5_k_m"
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m, q5_k_m, q4_1 or q5_1"
 
 typedef struct ModelQuantized {
     QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4);
                             // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c);
-                            // QUANT_Q5_K: the q5_k_m mix (Q5_K for Q4_K; model/quantize_q4_k_m.c)
+                            // QUANT_Q5_K: the q5_k_m mix (Q5_K for Q4_K; model/quantize_q4_k_m.c);
+                            // QUANT_Q4_1, QUANT_Q5_1: q4_1, q5_1 (a GGUF tensor of a held type keeps
+                            // its own bytes, as under q4_k_m; table and head Q8_0 from floats)
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
     QuantizedLayer *layers; // [num_layers]
@@ -59,12 +61,13 @@ bool quantize_requested(const char *type);
 const char *quantize_default(const char *asked, const char *model_path, const char *device);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
-    QUANTIZE_TYPES ": the model's weights in 8 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
+    QUANTIZE_TYPES ": the model's weights in 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
                    "a GGUF of Q4_K / Q5_K / Q6_K tensors runs with its own bits on the CPU, q4_k_m, anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
-// double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True) or "nf4-single" (NF4,
-// float scales: bnb_4bit_use_double_quant=False). Returns 0, or -1 with err_set()
+// double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
+// float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m" (llama.cpp's K-quant
+// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum; CPU only). Returns 0, or -1 with err_set()
 // naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 
@@ -103,20 +106,24 @@ void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bo
 // Q4_0, NF4, and QUANT_Q4_K for the q4_k_m mix: its Q4_K, Q6_K, Q5_0, Q4_0 and Q8_0 matrices);
 // quantized_begin refuses the others there.
 bool quant_type_off_cpu(QuantType type);
-// Under q4_k_m, a GGUF tensor stored as Q4_K, Q5_K (CPU only), Q6_K, Q5_0, Q4_0 or Q8_0 is taken as the file's
-// own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
+// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K (CPU only), Q6_K, Q5_0, Q4_0,
+// Q8_0, Q4_1 or Q5_1 (those two CPU only) is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
 // order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
-// Returns 0 when the entry is not a quantized one, the type is not q4_k_m or q5_k_m, or the file's
+// Returns 0 when the entry is not a quantized one, the type is not one of those four, or the file's
 // tensor is of another type (or a transposed layout): then the caller reads floats and calls
 // quantized_take. -1 with err_set() on a shape that does not match.
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
 // Under q4_k_m (q5_k_m), quantized_take's work for a matrix read as floats
-// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold -- Q8_0 where
-// that type is Q5_1, the Q5_K_M mix's fallback, which marlhf has no kernel for; a GGUF tensor of
-// another quantized type: Q8_0 --, quantized with the GGUF writer's block code and held as under
-// quantized_take_gguf.
+// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold -- Q5_1 for the
+// Q5_K_M mix's fallback rows on the CPU, Q8_0 off it; a GGUF tensor of another quantized type:
+// Q8_0 --, quantized with the GGUF writer's block code and held as under quantized_take_gguf.
 void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
+// Fills `matrix` [rows, cols] from `data`, rows of GGUF blocks of `type` (one quantized_take_gguf
+// holds: Q4_K, Q5_K, Q6_K as they are; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 split into ops/ops.h's
+// layouts), its arrays then in `ops`' memory.
+void quantized_hold_gguf_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
+                                long cols);
 // A tied LM head shares the embedding table's quantized arrays, once `matrix` is filled.
 void quantized_share_tied_head(Model *model, const Q8Matrix *matrix);
 

@@ -14,8 +14,13 @@
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
 // convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
 // the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide; Q5_1 has no kernel here, so those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K on the
-// GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// 256 does not divide; Q5_1 has no GPU kernel, so there those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q2_K, Q3_K; Q4_1,
+// Q5_1 and Q5_K on the GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+//
+// `--quantize q4_1` and `q5_1` take a file's tensors the same way (quantized_take_gguf: a Q4_1
+// file's Q4_1 matrices and Q8_0 token table as they are); a matrix read as floats is then
+// quantized by model/quantize.c (Q4_1 / Q5_1 through quantized_hold_gguf_blocks, the token
+// table and head Q8_0).
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +40,8 @@ static int held_type(uint32_t type, const OpsBackend *ops) {
     case GGML_TYPE_Q5_0: return QUANT_Q5_0;
     case GGML_TYPE_Q4_0: return QUANT_Q4_0;
     case GGML_TYPE_Q8_0: return QUANT_Q8_0;
+    case GGML_TYPE_Q4_1: return ops == &ops_cpu ? QUANT_Q4_1 : -1; // no GPU kernels for these two
+    case GGML_TYPE_Q5_1: return ops == &ops_cpu ? QUANT_Q5_1 : -1;
     default: return -1;
     }
 }
@@ -58,7 +65,9 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
     else {
         matrix->values = ops_cpu.alloc((size_t)(held == QUANT_Q8_0 ? rows * cols : rows * cols / 2));
         matrix->scales = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(float));
-        if (held == QUANT_Q5_0) matrix->high_bits = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(uint32_t));
+        if (held == QUANT_Q5_0 || held == QUANT_Q5_1)
+            matrix->high_bits = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(uint32_t));
+        if (held == QUANT_Q4_1 || held == QUANT_Q5_1) matrix->mins = ops_cpu.alloc((size_t)(rows * blocks) * sizeof(float));
     }
     for (long r = 0; r < rows; r++) {
         const uint8_t *row = data + (map ? tensor_map_file_row(map, entry, r) : r) * file_row_bytes;
@@ -71,7 +80,11 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
             matrix->scales[r * blocks + b] = half_at(block);
             if (held == QUANT_Q8_0) memcpy(matrix->values + r * cols + b * Q8_BLOCK, block + 2, Q8_BLOCK);
             else if (held == QUANT_Q4_0) memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 2, Q8_BLOCK / 2);
-            else {
+            else if (held == QUANT_Q4_1 || held == QUANT_Q5_1) { // d, m, (Q5_1: qh), qs
+                matrix->mins[r * blocks + b] = half_at(block + 2);
+                if (held == QUANT_Q5_1) memcpy(&matrix->high_bits[r * blocks + b], block + 4, 4);
+                memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + (held == QUANT_Q5_1 ? 8 : 4), Q8_BLOCK / 2);
+            } else {
                 memcpy(&matrix->high_bits[r * blocks + b], block + 2, 4);
                 memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 6, Q8_BLOCK / 2);
             }
@@ -80,9 +93,16 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
     quantized_to_backend(ops, matrix);
 }
 
+void quantized_hold_gguf_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
+                                long cols) {
+    CHECK(held_type(type, ops) >= 0, "%s blocks are not held on %s", gguf_type_name(type), ops->name);
+    hold_blocks(ops, matrix, type, data, rows, cols, NULL, NULL);
+}
+
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
     Q8Matrix *matrix = quantized_slot(model, entry);
-    if (!matrix || (model->quantized->type != QUANT_Q4_K && model->quantized->type != QUANT_Q5_K)) return 0;
+    const QuantType asked = model->quantized->type;
+    if (!matrix || (asked != QUANT_Q4_K && asked != QUANT_Q5_K && asked != QUANT_Q4_1 && asked != QUANT_Q5_1)) return 0;
     const GgufTensor *t = gguf_find_tensor(file, map->source);
     // Read as floats, quantized_take goes by the file's type (k_mix_take_floats).
     model->quantized->source_type = t ? (int)t->type : -1;
@@ -111,7 +131,7 @@ void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, 
         tensor_map_gguf(&model->config, entry, &map);
         const GgufOutType mix = model->quantized->type == QUANT_Q5_K ? GGUF_OUT_Q5_K_M : GGUF_OUT_Q4_K_M;
         type = gguf_k_mix_matrix_type(mix, &model->config, map.source, cols);
-        if (type == GGML_TYPE_Q5_1) type = GGML_TYPE_Q8_0; // no Q5_1 kernel: more bits, not fewer
+        if (held_type(type, model->ops) < 0) type = GGML_TYPE_Q8_0; // Q5_1 off the CPU: more bits, not fewer
     }
     CHECK(held_type(type, model->ops) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
           model_quantize_name(model), entry->name, gguf_type_name(type));

@@ -44,13 +44,18 @@
 //    is cols / 256 super-blocks of 144 (Q4_K), 176 (Q5_K) or 210 (Q6_K) bytes at
 //    blocks + r * kquant_row_bytes (ops/kquant.h, which gives the layouts); cols a multiple
 //    of KQ_BLOCK (256); `scales` is NULL (the scales are inside the blocks).
+//  - QUANT_Q4_1, QUANT_Q5_1: GGUF's Q4_1 and Q5_1 split as Q4_0 and Q5_0 are (ops/q5.h): the
+//    nibbles, Q5_1's fifth bits in high_bits, the half-float d in scales and the half-float m
+//    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
+//    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4). CPU only.
 #define Q8_BLOCK 32
-typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K } QuantType;
+typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
+               QUANT_Q4_1, QUANT_Q5_1 } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
-        uint8_t *nibbles;  // QUANT_Q4_0, QUANT_Q5_0, QUANT_NF4: [rows * cols / 2]
+        uint8_t *nibbles;  // QUANT_Q4_0, QUANT_Q5_0, QUANT_Q4_1, QUANT_Q5_1, QUANT_NF4: [rows * cols / 2]
         uint8_t *blocks;   // QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K: [rows * kquant_row_bytes(type, cols)]
     };
     float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
@@ -61,7 +66,8 @@ typedef struct {
     float scale_offset;
     // QUANT_NF4: the 16 values the codes stand for (static, not freed); NULL: nf4_levels.
     const float *levels;
-    uint32_t *high_bits; // QUANT_Q5_0: [rows * cols / Q8_BLOCK], GGUF's qh word of each block
+    uint32_t *high_bits; // QUANT_Q5_0, QUANT_Q5_1: [rows * cols / Q8_BLOCK], GGUF's qh word of each block
+    float *mins;         // QUANT_Q4_1, QUANT_Q5_1: [rows * cols / Q8_BLOCK], each block's m (a half float's value)
 } Q8Matrix;
 
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *

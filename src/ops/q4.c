@@ -68,6 +68,10 @@ void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float
         q5_0_dequantize_rows(matrix, first, count, out);
         return;
     }
+    if (matrix->type == QUANT_Q4_1 || matrix->type == QUANT_Q5_1) {
+        q4_1_q5_1_dequantize_rows(matrix, first, count, out);
+        return;
+    }
     const long cols = matrix->cols, blocks = cols / Q8_BLOCK;
     for (long i = 0; i < count; i++) {
         const long r = first + i;
@@ -97,6 +101,8 @@ long quant_matrix_bytes(const Q8Matrix *matrix) {
     case QUANT_Q8_0: return n + blocks * (long)sizeof(float);
     case QUANT_Q4_0: return n / 2 + blocks * (long)sizeof(float);
     case QUANT_Q5_0: return n / 2 + blocks * (long)(sizeof(float) + sizeof(uint32_t));
+    case QUANT_Q4_1: return n / 2 + blocks * (long)(2 * sizeof(float));
+    case QUANT_Q5_1: return n / 2 + blocks * (long)(2 * sizeof(float) + sizeof(uint32_t));
     case QUANT_Q4_K:
     case QUANT_Q5_K:
     case QUANT_Q6_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);

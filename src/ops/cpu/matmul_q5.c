@@ -1,5 +1,6 @@
-// Decode steps over Q5_0 weights (ops/q5.h) with Q8_0 inputs: llama.cpp's Q5_0 x Q8_0
-// arithmetic, each block's 32 codes decoded in registers and multiplied at once.
+// Decode steps over Q5_0, Q5_1 and Q4_1 weights (ops/q5.h) with Q8_0 inputs: llama.cpp's
+// Q5_0 x Q8_0 (Q5_1 / Q4_1 x Q8_1) arithmetic, each block's 32 codes decoded in registers and
+// multiplied at once.
 //
 // The work is a matrix-vector product that reads every weight once per step, so what it
 // costs is reading the weights (0.69 bytes each) and turning them into products. The 5-bit
@@ -9,6 +10,13 @@
 //     sum_j (q_j - 16) x_j = sum_j q_j x_j - 16 sum_j x_j.
 // So no code is widened to a signed int8 copy in memory first (the previous path wrote each
 // row's codes out as int8 and read them back, a quarter of a SmolLM2 decode step).
+// Q5_1 and Q4_1 codes have no offset (Q4_1's are the nibbles alone, no fifth bits); a block
+// adds its minimum m times the input block's sum instead:
+//     sum_j (d q_j + m) x_j s = d s sum_j q_j x_j + m (s sum_j x_j),
+// s the input block's scale, (s sum_j x_j) computed once per input row. Both are rounded to
+// half floats, as llama.cpp's Q8_1 blocks hold them (q5_input_q8_1): then a Q5_1 / Q4_1 product
+// is llama.cpp's to float rounding (a file of them gives llama.cpp's logits to ~1e-6,
+// tests/test_q4_1_q5_1.c), where float scales moved a 2-layer model's logits by 0.06.
 //
 // Each block b of a row gives one exact integer dot_b, and the row's float sum adds
 // dot_b * (x_scale * w_scale) block after block. The block sums of 8 rows are reduced
@@ -30,30 +38,40 @@
 #include "core/check.h"
 #include "core/sanitizer.h"
 #include "ops/cpu/simd_paths.h"
+#include "io/gguf_dequant.h"
+#include "io/gguf_write.h"
 #include "ops/q8.h"
 
+// What a weight type's blocks hold: fifth bits (Q5_0, Q5_1), a minimum (Q5_1, Q4_1), and
+// the codes' offset (16 for Q5_0, none for the others).
+static inline bool has_fifth_bits(QuantType type) { return type != QUANT_Q4_1; }
+static inline bool has_min(QuantType type) { return type != QUANT_Q5_0; }
+
 // ---- the portable loop (the reference; the sanitizer build runs it) ----
-// Unchecked access by access: cpu_matmul_q5_0 checks the whole ranges once per call.
-SANITIZER_UNCHECKED void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x,
-                                                int inputs, float *out, long out_stride) {
+// Unchecked access by access: cpu_matmul_q5 checks the whole ranges once per call.
+SANITIZER_UNCHECKED void q5_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x,
+                                              int inputs, float *out, long out_stride) {
     const long blocks = weight->cols / Q8_BLOCK;
+    const bool five = has_fifth_bits(weight->type), min = has_min(weight->type);
+    const int offset = min ? 0 : 16;
     for (int k = 0; k < count; k++) {
         const long r = first + k;
         float sum[Q5_INPUTS] = {0};
         for (long b = 0; b < blocks; b++) {
             const uint8_t *nibbles = weight->nibbles + (r * blocks + b) * (Q8_BLOCK / 2);
-            const uint32_t fifth_bits = weight->high_bits[r * blocks + b];
-            int code[Q8_BLOCK]; // q - 16 of each value, decoded once for every input row
+            const uint32_t fifth_bits = five ? weight->high_bits[r * blocks + b] : 0;
+            int code[Q8_BLOCK]; // q less its offset, decoded once for every input row
             for (int j = 0; j < Q8_BLOCK / 2; j++) {
-                code[j] = ((nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4) - 16;
-                code[j + Q8_BLOCK / 2] = ((nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4) - 16;
+                code[j] = ((nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4) - offset;
+                code[j + Q8_BLOCK / 2] = ((nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4) - offset;
             }
-            const float w_scale = weight->scales[r * blocks + b];
+            const float w_scale = weight->scales[r * blocks + b], w_min = min ? weight->mins[r * blocks + b] : 0;
             for (int i = 0; i < inputs; i++) {
                 const int8_t *xb = x[i].values + b * Q8_BLOCK;
                 int32_t dot = 0;
                 for (int j = 0; j < Q8_BLOCK; j++) dot += code[j] * xb[j];
-                sum[i] += (float)dot * (x[i].scales[b] * w_scale);
+                if (min) sum[i] += (float)dot * (x[i].scales[b] * w_scale) + x[i].min_terms[b] * w_min;
+                else sum[i] += (float)dot * (x[i].scales[b] * w_scale);
             }
         }
         for (int i = 0; i < inputs; i++) out[i * out_stride + k] = sum[i];
@@ -63,10 +81,12 @@ SANITIZER_UNCHECKED void q5_0_rows_dot_portable(const Q8Matrix *weight, long fir
 #if defined(__AVX2__)
 // The rows of one kernel call: a call of fewer than Q5_ROWS rows repeats its last row in
 // the spare lanes (computed, not stored), so every step has the same shape.
+// A type's arrays it lacks (Q4_1's fifth bits, Q5_0's minimums) are NULL here.
 typedef struct {
     const uint8_t *nibbles[Q5_ROWS];
     const uint32_t *fifth_bits[Q5_ROWS];
     const float *w_scales[Q5_ROWS];
+    const float *w_mins[Q5_ROWS];
 } RowGroup;
 
 static inline RowGroup row_group(const Q8Matrix *weight, long first, int count) {
@@ -75,27 +95,28 @@ static inline RowGroup row_group(const Q8Matrix *weight, long first, int count) 
     for (int k = 0; k < Q5_ROWS; k++) {
         const long r = first + (k < count ? k : count - 1);
         group.nibbles[k] = weight->nibbles + r * blocks * (Q8_BLOCK / 2);
-        group.fifth_bits[k] = weight->high_bits + r * blocks;
+        group.fifth_bits[k] = has_fifth_bits(weight->type) ? weight->high_bits + r * blocks : NULL;
         group.w_scales[k] = weight->scales + r * blocks;
+        group.w_mins[k] = has_min(weight->type) ? weight->mins + r * blocks : NULL;
     }
     return group;
 }
 
-// The weight scales of blocks [b0, b0 + SCALE_CHUNK) (fewer at a row's end) turned to one
-// vector per block, lane k row k's: an 8 x 8 transpose of the rows' scales, which a gather
-// per block (microcoded, it took a third of the kernel) would do slower.
+// The weight scales (or minimums) of blocks [b0, b0 + SCALE_CHUNK) (fewer at a row's end)
+// turned to one vector per block, lane k row k's: an 8 x 8 transpose of the rows' scales,
+// which a gather per block (microcoded, it took a third of the kernel) would do slower.
 #define SCALE_CHUNK 8
-static inline void chunk_scales(const RowGroup *group, long b0, int chunk, __m256 scales[SCALE_CHUNK]) {
+static inline void chunk_scales(const float *const rows[Q5_ROWS], long b0, int chunk, __m256 scales[SCALE_CHUNK]) {
     if (chunk < SCALE_CHUNK) {
         float lanes[SCALE_CHUNK][Q5_ROWS];
         for (int j = 0; j < chunk; j++)
-            for (int k = 0; k < Q5_ROWS; k++) lanes[j][k] = group->w_scales[k][b0 + j];
+            for (int k = 0; k < Q5_ROWS; k++) lanes[j][k] = rows[k][b0 + j];
         for (int j = 0; j < chunk; j++) scales[j] = _mm256_loadu_ps(lanes[j]);
         return;
     }
     __m256 t[8], u[8];
     for (int k = 0; k < 8; k += 2) { // rows k, k + 1 interleaved: blocks 0, 1 | 4, 5 and 2, 3 | 6, 7
-        const __m256 a = _mm256_loadu_ps(group->w_scales[k] + b0), b = _mm256_loadu_ps(group->w_scales[k + 1] + b0);
+        const __m256 a = _mm256_loadu_ps(rows[k] + b0), b = _mm256_loadu_ps(rows[k + 1] + b0);
         t[k] = _mm256_unpacklo_ps(a, b), t[k + 1] = _mm256_unpackhi_ps(a, b);
     }
     for (int h = 0; h < 8; h += 4) { // rows h .. h + 3 of blocks 0 | 4, 1 | 5, 2 | 6, 3 | 7
@@ -109,12 +130,16 @@ static inline void chunk_scales(const RowGroup *group, long b0, int chunk, __m25
 }
 
 // The 8 rows' float sums (lane k: row k) after block b, whose integer sums of q * x are
-// `dots` (lane k: row k) and weight scales `w_scales`: dot_b = dots - 16 * x's block sum,
-// then the scalar loop's steps.
-static inline __m256 add_block(__m256 sums, __m256i dots, __m256 w_scales, const Q5Input *x, long b) {
-    const __m256i dot = _mm256_sub_epi32(dots, _mm256_set1_epi32(16 * x->sums[b]));
+// `dots` (lane k: row k), weight scales `w_scales` and minimums `w_mins`: Q5_0's dot_b =
+// dots - 16 * x's block sum, then the scalar loop's steps (with Q5_1's and Q4_1's minimum
+// term, in the same order).
+static inline __m256 add_block(__m256 sums, __m256i dots, __m256 w_scales, __m256 w_mins, const Q5Input *x, long b,
+                               QuantType type) {
+    const __m256i dot = has_min(type) ? dots : _mm256_sub_epi32(dots, _mm256_set1_epi32(16 * x->sums[b]));
     const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x->scales[b]), w_scales);
-    return _mm256_add_ps(sums, _mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale));
+    const __m256 product = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale);
+    if (!has_min(type)) return _mm256_add_ps(sums, product);
+    return _mm256_add_ps(sums, _mm256_add_ps(product, _mm256_mul_ps(_mm256_set1_ps(x->min_terms[b]), w_mins)));
 }
 
 static inline void store_rows(float *out, int count, __m256 sums) {
@@ -155,9 +180,11 @@ static inline long pass_blocks(int inputs) { return PASS_BLOCKS / inputs / SCALE
 // ---- AVX2: one block a step ----
 // A block's 32 codes: values 0-15 are the 16 bytes' low nibbles, 16-31 their high ones, and
 // bit j of the fifth bits is value j's bit 4.
-static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bits) {
+// Q4_1 (`five` false) has no fifth bits: the nibbles are the codes.
+static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bits, bool five) {
     const __m128i bytes = _mm_loadu_si128((const __m128i *)nibbles), nibble = _mm_set1_epi8(0x0F);
     const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
+    if (!five) return codes;
     // Byte j of `spread` is byte j / 8 of the fifth bits; `bit` keeps its bit j % 8.
     const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)fifth_bits),
                                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
@@ -181,11 +208,11 @@ static inline __m256i reduce_block_avx2(const __m256i v[Q5_ROWS]) {
 // so the compiler unrolls them and keeps each row's sums in registers.
 static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Matrix *weight, long first, int count,
                                                                     const Q5Input *x, int inputs, float *out,
-                                                                    long out_stride) {
+                                                                    long out_stride, QuantType type) {
     const long blocks = weight->cols / Q8_BLOCK, pass = pass_blocks(inputs);
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK];
+    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m256i dots[PASS_BLOCKS * Q5_ROWS]; // [input i][block b - b0][row k]: 8 int32 partial sums of q * x
     for (long b0 = 0; b0 < blocks; b0 += pass) {
@@ -194,9 +221,12 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
             for (long b = b0; b < b1; b++) {
                 const uint8_t *nibbles = group.nibbles[k] + b * (Q8_BLOCK / 2);
                 _mm_prefetch((const char *)nibbles + PREFETCH_BYTES, _MM_HINT_T0);
-                _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                if (has_fifth_bits(type))
+                    _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                 _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
-                const __m256i codes = block_codes_avx2(nibbles, group.fifth_bits[k][b]);
+                if (has_min(type)) _mm_prefetch((const char *)(group.w_mins[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                const __m256i codes =
+                    block_codes_avx2(nibbles, has_fifth_bits(type) ? group.fifth_bits[k][b] : 0, has_fifth_bits(type));
                 for (int i = 0; i < Q5_INPUTS; i++)
                     if (i < inputs) {
                         const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].values + b * Q8_BLOCK));
@@ -205,26 +235,46 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
                     }
             }
         for (long b = b0; b < b1; b++) {
-            if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
+            if (b % SCALE_CHUNK == 0) {
+                const int chunk = blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK;
+                chunk_scales(group.w_scales, b, chunk, w_scales);
+                if (has_min(type)) chunk_scales(group.w_mins, b, chunk, w_mins);
+            }
             for (int i = 0; i < Q5_INPUTS; i++)
                 if (i < inputs)
                     sums[i] = add_block(sums[i], reduce_block_avx2(dots + (i * pass + b - b0) * Q5_ROWS),
-                                        w_scales[b % SCALE_CHUNK], &x[i], b);
+                                        w_scales[b % SCALE_CHUNK], w_mins[b % SCALE_CHUNK], &x[i], b, type);
         }
     }
     for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
 }
 
 // One input row (a decode step of one sequence) with `inputs` the constant 1, so that the
-// compiler drops the other rows' code and checks; the bits are the same either way.
+// compiler drops the other rows' code and checks; the bits are the same either way. The
+// weight type a constant too, one loop compiled per type.
+#define DISPATCH_TYPES(loop)                                                                                    \
+    do {                                                                                                       \
+        switch (weight->type) {                                                                                \
+        case QUANT_Q5_1:                                                                                       \
+            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_1);                    \
+            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q5_1);                            \
+            break;                                                                                             \
+        case QUANT_Q4_1:                                                                                       \
+            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q4_1);                    \
+            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q4_1);                            \
+            break;                                                                                             \
+        default:                                                                                               \
+            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_0);                    \
+            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q5_0);                            \
+        }                                                                                                      \
+    } while (0)
 static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride) {
-    if (inputs == 1) rows_dot_avx2_loop(weight, first, count, x, 1, out, out_stride);
-    else rows_dot_avx2_loop(weight, first, count, x, inputs, out, out_stride);
+    DISPATCH_TYPES(rows_dot_avx2_loop);
 }
-const Q5RowsDot q5_0_rows_dot_avx2 = rows_dot_avx2;
+const Q5RowsDot q5_rows_dot_avx2 = rows_dot_avx2;
 #else
-const Q5RowsDot q5_0_rows_dot_avx2 = NULL;
+const Q5RowsDot q5_rows_dot_avx2 = NULL;
 #endif
 
 // ---- AVX-512 (BW for the byte masks and shifts, VNNI for vpdpbusd): two blocks a step ----
@@ -232,11 +282,12 @@ const Q5RowsDot q5_0_rows_dot_avx2 = NULL;
 // Two consecutive blocks' 64 codes from their 32 nibble bytes and 64 fifth bits: 128-bit
 // lane 2i + h holds block i's values 16h .. 16h + 15, so byte n is value n % 32 of block
 // n / 32 and the two fifth-bit words are that byte order's mask as they are.
-static inline __m512i pair_codes_avx512(__m256i nibble_bytes, uint64_t fifth_bits) {
+static inline __m512i pair_codes_avx512(__m256i nibble_bytes, uint64_t fifth_bits, bool five) {
     const __m512i bytes = _mm512_castsi256_si512(nibble_bytes);
     const __m512i spread = _mm512_shuffle_i64x2(bytes, bytes, _MM_SHUFFLE(1, 1, 0, 0)); // lanes 0, 0, 1, 1
     const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);                   // high nibbles in lanes 1, 3
     const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(spread, shifts), _mm512_set1_epi8(0x0F));
+    if (!five) return codes; // Q4_1
     // Where the fifth bit is set, 16 is added to the nibble (no byte-masked OR exists).
     return _mm512_mask_add_epi8(codes, (__mmask64)fifth_bits, codes, _mm512_set1_epi8(0x10));
 }
@@ -256,10 +307,11 @@ static inline __m512i reduce_pair(const __m512i dots[Q5_ROWS]) {
 
 static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8Matrix *weight, long first, int count,
                                                                       const Q5Input *x, int inputs, float *out,
-                                                                      long out_stride) {
+                                                                      long out_stride, QuantType type) {
     const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2, pass = pass_blocks(inputs) / 2;
     const RowGroup group = row_group(weight, first, count);
-    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK];
+    const bool five = has_fifth_bits(type);
+    __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m512i dots[PASS_BLOCKS / 2 * Q5_ROWS]; // [input i][pair p - p0][row k]
     for (long p0 = 0; p0 < pairs; p0 += pass) {
@@ -270,17 +322,18 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
                 __m512i codes;
                 __mmask64 x_bytes = ~0ULL;
                 if (b + 1 < blocks) {
-                    uint64_t fifth_bits;
-                    memcpy(&fifth_bits, group.fifth_bits[k] + b, sizeof fifth_bits);
+                    uint64_t fifth_bits = 0;
+                    if (five) memcpy(&fifth_bits, group.fifth_bits[k] + b, sizeof fifth_bits);
                     _mm_prefetch((const char *)(group.nibbles[k] + b * (Q8_BLOCK / 2)) + PREFETCH_BYTES, _MM_HINT_T0);
-                    _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                    if (five) _mm_prefetch((const char *)(group.fifth_bits[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                     _mm_prefetch((const char *)(group.w_scales[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
+                    if (has_min(type)) _mm_prefetch((const char *)(group.w_mins[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                     codes = pair_codes_avx512(_mm256_loadu_si256((const __m256i *)(group.nibbles[k] + b * (Q8_BLOCK / 2))),
-                                              fifth_bits);
+                                              fifth_bits, five);
                 } else { // an odd last block: the pair's second block reads as zero codes and inputs
                     x_bytes = 0xFFFFFFFFULL;
                     const __m128i nibble_bytes = _mm_loadu_si128((const __m128i *)(group.nibbles[k] + b * (Q8_BLOCK / 2)));
-                    codes = pair_codes_avx512(_mm256_zextsi128_si256(nibble_bytes), group.fifth_bits[k][b]);
+                    codes = pair_codes_avx512(_mm256_zextsi128_si256(nibble_bytes), five ? group.fifth_bits[k][b] : 0, five);
                 }
                 for (int i = 0; i < Q5_INPUTS; i++)
                     if (i < inputs) {
@@ -290,13 +343,19 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
             }
         for (long p = p0; p < p1; p++) {
             const long b = 2 * p;
-            if (b % SCALE_CHUNK == 0) chunk_scales(&group, b, blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK, w_scales);
+            if (b % SCALE_CHUNK == 0) {
+                const int chunk = blocks - b < SCALE_CHUNK ? (int)(blocks - b) : SCALE_CHUNK;
+                chunk_scales(group.w_scales, b, chunk, w_scales);
+                if (has_min(type)) chunk_scales(group.w_mins, b, chunk, w_mins);
+            }
             for (int i = 0; i < Q5_INPUTS; i++)
                 if (i < inputs) {
                     const __m512i rows = reduce_pair(dots + (i * pass + p - p0) * Q5_ROWS);
-                    sums[i] = add_block(sums[i], _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK], &x[i], b);
+                    sums[i] = add_block(sums[i], _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK],
+                                        w_mins[b % SCALE_CHUNK], &x[i], b, type);
                     if (b + 1 < blocks)
-                        sums[i] = add_block(sums[i], _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK], &x[i], b + 1);
+                        sums[i] = add_block(sums[i], _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK],
+                                            w_mins[(b + 1) % SCALE_CHUNK], &x[i], b + 1, type);
                 }
         }
     }
@@ -304,24 +363,34 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
 }
 static void rows_dot_avx512(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                             long out_stride) {
-    if (inputs == 1) rows_dot_avx512_loop(weight, first, count, x, 1, out, out_stride);
-    else rows_dot_avx512_loop(weight, first, count, x, inputs, out, out_stride);
+    DISPATCH_TYPES(rows_dot_avx512_loop);
 }
-const Q5RowsDot q5_0_rows_dot_avx512 = rows_dot_avx512;
+const Q5RowsDot q5_rows_dot_avx512 = rows_dot_avx512;
 #else
-const Q5RowsDot q5_0_rows_dot_avx512 = NULL;
+const Q5RowsDot q5_rows_dot_avx512 = NULL;
 #endif
 
-const Q5RowsDot q5_0_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, q5_0_rows_dot_portable);
-const char *const q5_0_best_path_name = SIMD_BEST_NAME;
+const Q5RowsDot q5_rows_dot_best = SIMD_BEST(rows_dot_avx512, rows_dot_avx2, q5_rows_dot_portable);
+const char *const q5_best_path_name = SIMD_BEST_NAME;
 
-void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
-    CHECK(weight->type == QUANT_Q5_0 && weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
-          "Q5_0 weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
+void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_terms) {
+    for (long b = 0; b < blocks; b++) {
+        min_terms[b] = gguf_f16_to_f32(gguf_f32_to_f16(scales[b] * (float)sums[b]));
+        scales[b] = gguf_f16_to_f32(gguf_f32_to_f16(scales[b]));
+    }
+}
+
+void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
+    CHECK((weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1) &&
+              weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
+          "Q5_0 / Q5_1 / Q4_1 weight (type %d) [%d, %d] used as [%d, %d]", (int)weight->type, weight->rows,
+          weight->cols, OC, IC);
     const long blocks = IC / Q8_BLOCK;
+    const bool min = has_min(weight->type);
     int8_t *values = xmalloc((size_t)N * IC);
     float *scales = xmalloc((size_t)N * blocks * sizeof(float));
     int32_t *sums = xmalloc((size_t)N * blocks * sizeof(int32_t));
+    float *min_terms = min ? xmalloc((size_t)N * blocks * sizeof(float)) : NULL;
     for (int i = 0; i < N; i++) {
         q8_quantize_row(inp + (long)i * IC, IC, values + (long)i * IC, scales + i * blocks);
         for (long b = 0; b < blocks; b++) {
@@ -329,13 +398,18 @@ void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const
             for (int j = 0; j < Q8_BLOCK; j++) sum += values[(long)i * IC + b * Q8_BLOCK + j];
             sums[i * blocks + b] = sum;
         }
+        if (min) q5_input_q8_1(scales + i * blocks, sums + i * blocks, blocks, min_terms + i * blocks);
     }
     // The ranges the row dots read (the portable loop runs unchecked).
     SANITIZER_CHECK_RANGE(values, (size_t)N * IC);
     SANITIZER_CHECK_RANGE(scales, (size_t)N * blocks * sizeof(float));
     SANITIZER_CHECK_RANGE(weight->nibbles, (size_t)OC * IC / 2);
-    SANITIZER_CHECK_RANGE(weight->high_bits, (size_t)OC * blocks * sizeof(uint32_t));
+    if (has_fifth_bits(weight->type)) SANITIZER_CHECK_RANGE(weight->high_bits, (size_t)OC * blocks * sizeof(uint32_t));
     SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
+    if (min) {
+        SANITIZER_CHECK_RANGE(weight->mins, (size_t)OC * blocks * sizeof(float));
+        SANITIZER_CHECK_RANGE(min_terms, (size_t)N * blocks * sizeof(float));
+    }
     // Whole groups of Q5_ROWS rows to each thread, the static schedule's even split (for one
     // input row, a decode step, the work is the groups): each output is one lane's sum in
     // block order, so the results depend neither on the thread count nor on N.
@@ -347,12 +421,13 @@ void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const
             const int inputs = N - i0 < Q5_INPUTS ? N - i0 : Q5_INPUTS;
             Q5Input x[Q5_INPUTS];
             for (int i = 0; i < inputs; i++)
-                x[i] = (Q5Input){values + (long)(i0 + i) * IC, scales + (i0 + i) * blocks, sums + (i0 + i) * blocks};
+                x[i] = (Q5Input){values + (long)(i0 + i) * IC, scales + (i0 + i) * blocks, sums + (i0 + i) * blocks,
+                                 min ? min_terms + (i0 + i) * blocks : NULL};
             float *y = out + (long)i0 * OC + o;
-            q5_0_rows_dot_best(weight, o, count, x, inputs, y, OC);
+            q5_rows_dot_best(weight, o, count, x, inputs, y, OC);
             for (int i = 0; bias && i < inputs; i++)
                 for (int k = 0; k < count; k++) y[(long)i * OC + k] += bias[o + k];
         }
     }
-    free(values), free(scales), free(sums);
+    free(values), free(scales), free(sums), free(min_terms);
 }

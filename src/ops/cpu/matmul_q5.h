@@ -1,6 +1,6 @@
-// Decode steps over Q5_0 weights (ops/q5.h: a Q4_K_M file's rows that 256 does not divide):
-// the weight rows' 5-bit codes times Q8_0-quantized input rows, without widening the codes to
-// an int8 copy first. Each vector path is named so that tests/test_kquant.c can hold every
+// Decode steps over Q5_0 weights (ops/q5.h: a Q4_K_M file's rows that 256 does not divide),
+// Q5_1 (a Q5_K_M file's) and Q4_1 (--quantize q4_1): the weight rows' 5- or 4-bit codes times
+// Q8_0-quantized input rows, without widening the codes to an int8 copy first. Each vector path is named so that tests/test_kquant.c can hold every
 // one to the portable loop; a path a build was not compiled for is NULL.
 #pragma once
 #include <stdint.h>
@@ -15,17 +15,26 @@
 #define Q5_INPUTS 4
 
 // One input row quantized as Q8_0 (ops/q8.h: values[cols], scales[cols / 32]), plus each
-// block's sum of values, sums[cols / 32] (the codes' offset of 16 is folded in through it).
+// block's sum of values, sums[cols / 32] (Q5_0's offset of 16 is folded in through it), and
+// for Q5_1 / Q4_1 weights min_terms[cols / 32], each block's scale * (float)sum, which the
+// weight block's minimum multiplies (NULL for Q5_0).
 typedef struct {
     const int8_t *values;
     const float *scales;
     const int32_t *sums;
+    const float *min_terms;
 } Q5Input;
+// For Q5_1 / Q4_1 weights, a Q8_0 row's scales and sums made llama.cpp's Q8_1 (the activation
+// type of its Q4_1 / Q5_1 products): min_terms[b] = half(scales[b] * sums[b]), then scales[b]
+// rounded to a half float too, each as the half float's value.
+void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_terms);
 
 // out[i * out_stride + k] for k < count (1 <= count <= Q5_ROWS) and i < inputs (1 <= inputs
 // <= Q5_INPUTS) = weight row first + k times input row x[i], the sum over the blocks b in
-// order of
+// order of, for Q5_0,
 //     (float)dot_b * (x[i].scales[b] * weight scale of block b),  dot_b = sum_j (q_j - 16) * x_j,
+// and for Q5_1 and Q4_1 (q_j unsigned, no offset)
+//     (float)dot_b * (x[i].scales[b] * weight scale) + x[i].min_terms[b] * weight min,  dot_b = sum_j q_j * x_j,
 // one float addition after another (the portable loop of matmul_q8.c's Q8_0 kernel). dot_b
 // is exact in every path and the float steps are the same operations in the same order, so
 // every path gives the same bits, whatever count and inputs are (an output does not depend
@@ -33,16 +42,17 @@ typedef struct {
 typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride);
 
-void q5_0_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
-                            long out_stride);
-extern const Q5RowsDot q5_0_rows_dot_avx2;   // NULL without AVX2
-extern const Q5RowsDot q5_0_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
-// The path cpu_matmul_q5_0 uses: the widest one compiled.
-extern const Q5RowsDot q5_0_rows_dot_best;
-extern const char *const q5_0_best_path_name;
+// Every path takes the three weight types (weight->type says which).
+void q5_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
+                          long out_stride);
+extern const Q5RowsDot q5_rows_dot_avx2;   // NULL without AVX2
+extern const Q5RowsDot q5_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
+// The path cpu_matmul_q5 uses: the widest one compiled.
+extern const Q5RowsDot q5_rows_dot_best;
+extern const char *const q5_best_path_name;
 
-// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0 W [OC, IC], each input row quantized to
+// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0, Q5_1 or Q4_1 W [OC, IC], each input row quantized to
 // Q8_0 blocks first (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows). The threads take whole
 // groups of Q5_ROWS output rows, as evenly as they divide, and each group takes the input
 // rows Q5_INPUTS at a time.
-void cpu_matmul_q5_0(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);
+void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);

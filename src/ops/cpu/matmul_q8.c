@@ -11,8 +11,8 @@
 // (or, with MARLHF_CPU_MATMUL=batch-invariant, the fixed-order kernel of matmul_invariant.c).
 // Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
 // first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step. Q5_0
-// weights (a Q4_K_M file's fallback rows, ops/q5.h) have their own kernel, which decodes the
-// codes in registers instead (ops/cpu/matmul_q5.c).
+// weights (a Q4_K_M file's fallback rows, ops/q5.h), Q5_1 and Q4_1 have their own kernel,
+// which decodes the codes in registers instead (ops/cpu/matmul_q5.c).
 //
 // Training over a quantized frozen base (QLoRA) uses only the dequantized tiles, for the
 // forward (matmul_forward_dequantized: weights-only quantization at any N) and for the
@@ -282,7 +282,8 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
     else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
-    else if (weight->type == QUANT_Q5_0) cpu_matmul_q5_0(out, inp, weight, bias, N, IC, OC);
+    else if (weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1)
+        cpu_matmul_q5(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }
 
