@@ -1,9 +1,10 @@
 // `--quantize q4_k_m` and `--quantize q5_k_m` (model/quantize.h): llama.cpp's Q4_K_M or Q5_K_M
 // mix, each matrix in the type such a file holds it in, computed from that type's own bits.
 //
-// From a GGUF file, a tensor stored as Q4_K, Q5_K or Q6_K (ops/kquant.h) keeps the file's bytes
-// as they are (Q5_K, the bulk of a Q5_K_M file, only on the CPU: the GPU has no Q5_K kernel, so
-// there it is read as floats and held as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
+// From a GGUF file, a tensor stored as Q4_K, Q5_K, Q6_K, Q3_K or Q2_K (ops/kquant.h) keeps the
+// file's bytes as they are (Q5_K, Q3_K and Q2_K, the bulk of Q5_K_M, Q3_K_S/M/L and Q2_K files,
+// only on the CPU: the GPU has no kernel for them, so there they are read as floats and held
+// as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
 // not divide, or a Q4_0 / Q8_0 file's layers) keeps its blocks split into marlhf's layouts
 // (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
 // more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
@@ -14,8 +15,8 @@
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
 // convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
 // the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide; Q5_1 has no kernel here, so those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, Q2_K, Q3_K; Q5_K on the
-// GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// 256 does not divide; Q5_1 has no kernel here, so those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q4_1, Q5_1, IQ4_NL; Q5_K, Q3_K, Q2_K
+// on the GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ static int held_type(uint32_t type, const OpsBackend *ops) {
     switch (type) {
     case GGML_TYPE_Q4_K: return QUANT_Q4_K;
     case GGML_TYPE_Q5_K: return ops == &ops_cpu ? QUANT_Q5_K : -1; // no GPU kernel (ops/cuda/dequantize.cuh)
+    case GGML_TYPE_Q3_K: return ops == &ops_cpu ? QUANT_Q3_K : -1; // no GPU kernel either
+    case GGML_TYPE_Q2_K: return ops == &ops_cpu ? QUANT_Q2_K : -1;
     case GGML_TYPE_Q6_K: return QUANT_Q6_K;
     case GGML_TYPE_Q5_0: return QUANT_Q5_0;
     case GGML_TYPE_Q4_0: return QUANT_Q4_0;
