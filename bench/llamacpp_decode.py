@@ -24,6 +24,7 @@ ap.add_argument("--files", nargs="*", help="bench these GGUF files (none: only -
                 "Q8_0 / Q4_1 trio")
 ap.add_argument("--make-q4-k-m", metavar="PATH", help="first write llama.cpp's own Q4_K_M of --model's weights to PATH "
                 "(from an F32 file beside it), if PATH is not there")
+ap.add_argument("--make-q3-k-m", metavar="PATH", help="likewise llama.cpp's own Q3_K_M")
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -39,10 +40,11 @@ def quantize(source, out, ftype):
     assert rc == 0, "llama_model_quantize failed"
 
 
-if args.make_q4_k_m:
-    f32_beside = os.path.join(os.path.dirname(args.make_q4_k_m), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
-    quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
-    quantize(f32_beside, args.make_q4_k_m, 15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+for made, ftype in ((args.make_q4_k_m, 15), (args.make_q3_k_m, 12)):  # LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q3_K_M
+    if made:
+        f32_beside = os.path.join(os.path.dirname(made), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
+        quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
+        quantize(f32_beside, made, ftype)
 
 f32_path = args.model.replace(".Q4_1.gguf", ".F32.gguf")
 q8_path = args.model.replace(".Q4_1.gguf", ".Q8_0.gguf")

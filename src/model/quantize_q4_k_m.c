@@ -54,7 +54,10 @@ static float half_at(const uint8_t *p) {
 static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                         long cols, const TensorMap *map, const ParamEntry *entry) {
     const QuantType held = (QuantType)held_type(type, ops);
-    const long file_row_bytes = (long)gguf_quantized_size(type, cols), block_bytes = gguf_type_info(type)->type_size;
+    // The row's bytes from the type's block size (gguf_quantized_size is for the types marlhf
+    // writes; Q3_K and Q2_K are only read).
+    const long block_bytes = gguf_type_info(type)->type_size;
+    const long file_row_bytes = cols / gguf_type_info(type)->block_size * block_bytes;
     *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = held};
     const long blocks = cols / Q8_BLOCK; // of 32, for the types split into marlhf's layouts
     if (quant_is_kquant(held)) matrix->blocks = ops_cpu.alloc((size_t)(rows * file_row_bytes));
