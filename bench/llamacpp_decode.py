@@ -24,7 +24,7 @@ ap.add_argument("--files", nargs="*", help="bench these GGUF files (none: only -
                 "Q8_0 / Q4_1 trio")
 ap.add_argument("--make-q4-k-m", metavar="PATH", help="first write llama.cpp's own Q4_K_M of --model's weights to PATH "
                 "(from an F32 file beside it), if PATH is not there")
-ap.add_argument("--make-q3-k-m", metavar="PATH", help="likewise llama.cpp's own Q3_K_M")
+ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s or q2_k)")
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -40,8 +40,11 @@ def quantize(source, out, ftype):
     assert rc == 0, "llama_model_quantize failed"
 
 
-for made, ftype in ((args.make_q4_k_m, 15), (args.make_q3_k_m, 12)):  # LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q3_K_M
+FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10}  # LLAMA_FTYPE_MOSTLY_*
+made_files = [("q4_k_m", args.make_q4_k_m)] + ([tuple(args.make)] if args.make else [])
+for mix, made in made_files:
     if made:
+        ftype = FTYPES[mix]
         f32_beside = os.path.join(os.path.dirname(made), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
         quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
         quantize(f32_beside, made, ftype)

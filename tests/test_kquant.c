@@ -1,4 +1,4 @@
-// K-quant weights run with their own bits (`--quantize q4_k_m`, `q5_k_m`; ops/kquant.h,
+// K-quant weights run with their own bits (`--quantize q4_k_m`, `q5_k_m`, a file's default; ops/kquant.h,
 // ops/cpu/matmul_kquant.c, model/quantize.c). The layouts themselves are checked against
 // gguf-py bit for bit in tests/test_gguf.c (io/gguf_dequant.c, which the kernels' dequantized
 // reference here goes through).
@@ -33,6 +33,10 @@
 //    layout against a decoder written here; llama.cpp's own Q5_K_M file
 //    (tests/fixtures/gguf/q5_k_m.gguf) held with its bits and giving llama.cpp's logits to 1e-4;
 //    the q5_k_m mix rule against that file's types, marlhf's Q5_K_M export and --quantize q5_k_m.
+//  - Q3_K and Q2_K (Q3_K_S/M/L and Q2_K files' types) through the same path and batch tests as
+//    Q4_K and Q6_K, on random super-blocks (marlhf writes neither); llama.cpp's own Q3_K_M and
+//    Q2_K files of the Q5_K_M fixture's weights (tests/fixtures/gguf/q3_k_m.gguf, q2_k.gguf)
+//    held with their bits and giving llama.cpp's logits to 1e-4 (Q2_K token by token: 0.05).
 //  - QLoRA over a q4_k_m base against LoRA over its dequantized float32 twin; the inference
 //    commands' default (quantize_default); SmolLM2 in the Q4_K_M mix decoded token by token
 //    against transformers' float32 log-probs (top-1 agreement >= 0.88, mean <= 0.4).
