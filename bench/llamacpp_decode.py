@@ -24,6 +24,7 @@ ap.add_argument("--files", nargs="*", help="bench these GGUF files (none: only -
                 "Q8_0 / Q4_1 trio")
 ap.add_argument("--make-q4-k-m", metavar="PATH", help="first write llama.cpp's own Q4_K_M of --model's weights to PATH "
                 "(from an F32 file beside it), if PATH is not there")
+ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s or q2_k)")
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -39,10 +40,14 @@ def quantize(source, out, ftype):
     assert rc == 0, "llama_model_quantize failed"
 
 
-if args.make_q4_k_m:
-    f32_beside = os.path.join(os.path.dirname(args.make_q4_k_m), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
-    quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
-    quantize(f32_beside, args.make_q4_k_m, 15)  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10}  # LLAMA_FTYPE_MOSTLY_*
+made_files = [("q4_k_m", args.make_q4_k_m)] + ([tuple(args.make)] if args.make else [])
+for mix, made in made_files:
+    if made:
+        ftype = FTYPES[mix]
+        f32_beside = os.path.join(os.path.dirname(made), os.path.basename(args.model).replace(".Q4_1.gguf", ".F32.gguf"))
+        quantize(args.model, f32_beside, 0)  # LLAMA_FTYPE_ALL_F32
+        quantize(f32_beside, made, ftype)
 
 f32_path = args.model.replace(".Q4_1.gguf", ".F32.gguf")
 q8_path = args.model.replace(".Q4_1.gguf", ".Q8_0.gguf")

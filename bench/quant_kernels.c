@@ -1,5 +1,6 @@
 // The decode kernels of a Q4_K_M file's types (Q5_0, Q8_0, Q4_K, Q6_K), of Q5_K and Q5_1 (a
-// Q5_K_M file's) and of Q4_1 (the README's SmolLM2 file's) on SmolLM2-135M's
+// Q5_K_M file's), of Q4_1 (the README's SmolLM2 file's) and of Q3_K and Q2_K (Q3_K_S/M/L and
+// Q2_K files') on SmolLM2-135M's
 // MLP shapes at one input row, the way a decode step runs them: weights read from memory
 // (enough copies of the matrix, used in turn, that they do not stay in the 32 MB L3) and,
 // apart, from cache (the same matrix again and again: the kernel's arithmetic alone, each
@@ -33,11 +34,21 @@
 static void *zeroed(size_t bytes) { return xcalloc(1, bytes); }
 
 // A [rows, cols] matrix of `type` with random codes (any byte is valid Q5_0 / Q8_0 / Q4_1 /
-// Q5_1 data; the
-// K-quants come from random floats through the GGUF writer's code).
+// Q5_1 / Q3_K / Q2_K data, given finite factors; the other K-quants come from random floats
+// through the GGUF writer's code).
 static Q8Matrix random_matrix(QuantType type, int rows, int cols, uint64_t seed) {
     Q8Matrix m = {.rows = rows, .cols = cols, .type = type};
     const long n = (long)rows * cols, blocks = n / Q8_BLOCK;
+    if (type == QUANT_Q3_K || type == QUANT_Q2_K) { // marlhf writes neither
+        const long bytes = rows * kquant_row_bytes(type, cols), block_bytes = kquant_block_bytes(type);
+        m.blocks = xmalloc((size_t)bytes);
+        for (long i = 0; i < bytes; i++) m.blocks[i] = (uint8_t)(rng_uniform(seed, 4, (uint64_t)i) * 256);
+        const uint16_t d = 0x1800; // 2^-9
+        for (long b = 0; b < n / KQ_BLOCK; b++) // d (Q3_K's at 108; Q2_K's d and dmin at 80, 82)
+            for (int k = 0; k < (type == QUANT_Q3_K ? 1 : 2); k++)
+                memcpy(m.blocks + b * block_bytes + (type == QUANT_Q3_K ? 108 : 80 + 2 * k), &d, 2);
+        return m;
+    }
     if (quant_is_kquant(type)) {
         float *w = xmalloc((size_t)n * sizeof(float));
         for (long i = 0; i < n; i++) w[i] = rng_uniform(seed, 0, (uint64_t)i) - 0.5f;
@@ -73,6 +84,8 @@ static const char *type_name(QuantType type) {
            : type == QUANT_Q8_0 ? "q8_0"
            : type == QUANT_Q4_K ? "q4_k"
            : type == QUANT_Q5_K ? "q5_k"
+           : type == QUANT_Q3_K ? "q3_k"
+           : type == QUANT_Q2_K ? "q2_k"
                                 : "q6_k";
 }
 
@@ -172,7 +185,8 @@ static void batched_sweep(int repeats) {
         const char *name;
         int IC_blocks32, OC_blocks32, IC_kquant, OC_kquant; // Q5_0 / Q8_0 shape, K-quant shape
     } shapes[] = {{"smollm2-135m", 576, 1536, 1536, 576}, {"llama-1b", 2048, 8192, 2048, 8192}};
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q4_1, QUANT_Q5_1};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K,
+                               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K};
     const int row_counts[] = {1, 2, 4, 8, 16, 32, 63};
     enum { TYPES = sizeof types / sizeof types[0], COUNTS = sizeof row_counts / sizeof row_counts[0] };
     const int max_rows = 63;
@@ -243,7 +257,8 @@ int main(int argc, char **argv) {
         batched_sweep(repeats);
         return 0;
     }
-    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q4_1, QUANT_Q5_1};
+    const QuantType types[] = {QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K,
+                               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K};
     enum { TYPES = sizeof types / sizeof types[0] };
     Case cases[TYPES];
     for (int t = 0; t < TYPES; t++) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Decode speed and memory of a Q4_K_M GGUF of SmolLM2-135M-Instruct (MIX=q5_k_m: a Q5_K_M one),
+# Decode speed and memory of a Q4_K_M GGUF of SmolLM2-135M-Instruct (MIX=q5_k_m: a Q5_K_M one;
+# MIX=q3_k_m, q3_k_s or q2_k: llama.cpp's own file of that mix, which marlhf does not write),
 # batch 1, 1 and 2 threads: marlhf running the file with its own bits (`--quantize q4_k_m`, what
 # the inference commands do with a K-quant file by default, Q5_K_M's included), marlhf's Q8_0 path on the same file (`--quantize q8_0`: every
 # matrix dequantized and re-quantized to Q8_0), and llama.cpp on the same file
@@ -27,9 +28,13 @@ new=${NEW:-64}
 python=${PYTHON:-.venv-tools/bin/python}
 source_model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 mix=${MIX:-q4_k_m}
-case "$mix" in q4_k_m | q5_k_m) ;; *) echo "MIX must be q4_k_m or q5_k_m" >&2 && exit 2 ;; esac
+case "$mix" in q4_k_m | q5_k_m | q3_k_m | q3_k_s | q2_k) ;; *) echo "MIX must be q4_k_m, q5_k_m, q3_k_m, q3_k_s or q2_k" >&2 && exit 2 ;; esac
 file=build/models/SmolLM2-135M-Instruct.${mix^^}.gguf
 mkdir -p build/models
+case "$mix" in q3_k_m | q3_k_s | q2_k) # llama.cpp's quantizer (through an F32 file), as LLAMACPP_FILE's Q4_K_M
+    file=build/models/SmolLM2-135M-Instruct.llamacpp-${mix^^}.gguf
+    [ -f "$file" ] || "$python" bench/llamacpp_decode.py --model "$source_model" --make "$mix" "$file" --files > /dev/null ;;
+esac
 [ -f "$file" ] || build/marlhf convert "$source_model" "$file" --outtype "$mix" > /dev/null
 files=("$file")
 if [ -n "${LLAMACPP_FILE:-}" ] && [ "$mix" = q4_k_m ] && "$python" -c "import llama_cpp" 2> /dev/null; then

@@ -360,6 +360,39 @@ static void test_q5_k_file(void) {
     err_clear();
 }
 
+// llama.cpp's Q3_K_M and Q2_K files (tests/fixtures/gguf/q3_k_m.gguf, q2_k.gguf) under
+// --quantize q4_k_m: on the CPU their Q3_K and Q2_K tensors keep the file's bytes (QUANT_Q3_K,
+// QUANT_Q2_K); off the CPU, where there are no kernels for them (nor for the Q5_K that Q3_K_M
+// has for some attn_v / ffn_down), they are read as floats and held as Q8_0 (what every backend
+// did before), the Q4_K / Q6_K ones as the file's bytes on both; every matrix on the other
+// backend is of a type its kernels take.
+static void test_q3_k_q2_k_files(void) {
+    const char *paths[] = {"tests/fixtures/gguf/q3_k_m.gguf", "tests/fixtures/gguf/q2_k.gguf"};
+    for (int f = 0; f < 2; f++) {
+        Model mc, mo;
+        load(&mc, paths[f], &ops_cpu, "q4_k_m");
+        load(&mo, paths[f], &other, "q4_k_m");
+        int two_bit = 0, cpu_only = 0, other_q8_0 = 0, same = 0, matrices = 0;
+        for (int i = 0; i < model_base_entries(&mc); i++) {
+            const Q8Matrix *a = quantized_matrix(&mc, &mc.table.entries[i]), *b = quantized_matrix(&mo, &mo.table.entries[i]);
+            if (!a || !b) continue;
+            matrices++;
+            two_bit += a->type == QUANT_Q3_K || a->type == QUANT_Q2_K;
+            if (a->type == QUANT_Q3_K || a->type == QUANT_Q2_K || a->type == QUANT_Q5_K) {
+                cpu_only++;
+                other_q8_0 += b->type == QUANT_Q8_0;
+            } else same += a->type == b->type && (a->type == QUANT_Q4_K || a->type == QUANT_Q6_K);
+            EXPECT(b->type == QUANT_Q8_0 || b->type == QUANT_Q4_K || b->type == QUANT_Q6_K, "%s: %s: type %d on %s",
+                   paths[f], mc.table.entries[i].name, (int)b->type, other.name);
+        }
+        EXPECT(two_bit >= 8 && other_q8_0 == cpu_only && cpu_only + same == matrices,
+               "%s: %d matrices: %d Q3_K / Q2_K and %d Q5_K on the CPU (%d Q8_0 on %s), %d Q4_K / Q6_K on both",
+               paths[f], matrices, two_bit, cpu_only - two_bit, other_q8_0, other.name, same);
+        model_free(&mc);
+        model_free(&mo);
+    }
+}
+
 static void test_quantized_memory(void) {
     check_memory(tiny, true);
     if (getenv("MARLHF_QBACKEND_MODEL")) check_memory(getenv("MARLHF_QBACKEND_MODEL"), false);
@@ -374,6 +407,7 @@ int main(void) {
     RUN(test_quantize_after_load);
     RUN(test_qlora_adapters_and_save);
     RUN(test_bitsandbytes_checkpoint);
+    RUN(test_q3_k_q2_k_files);
     RUN(test_quantized_memory);
     RUN(test_q4_k_m_file);
     RUN(test_q5_k_file);

@@ -39,7 +39,8 @@ const char *quantize_default(const char *asked, const char *model_path, const ch
     bool kquant = false;
     for (uint64_t i = 0; i < file.n_tensors && !kquant; i++)
         kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q5_K ||
-                 file.tensors[i].type == GGML_TYPE_Q6_K;
+                 file.tensors[i].type == GGML_TYPE_Q6_K || file.tensors[i].type == GGML_TYPE_Q3_K ||
+                 file.tensors[i].type == GGML_TYPE_Q2_K;
     gguf_close(&file);
     return kquant ? "q4_k_m" : "none";
 }
@@ -104,8 +105,9 @@ void quantized_small_pages(float *params, long count) {
 }
 
 // The types with GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
-// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0. Not q5_k_m (QUANT_Q5_K): no
-// Q5_K kernel there; nor q4_1, q5_1 (no Q4_1 / Q5_1 kernels: a GPU refuses them).
+// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0. Not q5_k_m (QUANT_Q5_K), nor a
+// file's Q3_K / Q2_K tensors (QUANT_Q3_K, QUANT_Q2_K): no kernels for them there; nor q4_1, q5_1
+// (no Q4_1 / Q5_1 kernels: a GPU refuses them).
 bool quant_type_off_cpu(QuantType type) {
     return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4 || type == QUANT_Q4_K;
 }

@@ -1,7 +1,7 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
 // blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum, CPU only), NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
 // or llama.cpp's Q4_K_M mix of K-quants (`--quantize q4_k_m`, ops/kquant.h: a Q4_K / Q6_K
-// GGUF tensor keeps the file's own bytes, a Q5_K one too on the CPU, any other matrix is quantized by the mix's rule)
+// GGUF tensor keeps the file's own bytes, a Q5_K, Q3_K or Q2_K one too on the CPU, any other matrix is quantized by the mix's rule)
 // on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
 // --actor-quantize / --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
@@ -55,14 +55,14 @@ typedef struct ModelQuantized {
 bool quantize_requested(const char *type);
 
 // The --quantize of an inference command (generate, chat, serve, infer, logprobs): `asked` when
-// the option was given; left out (NULL), "q4_k_m" for a GGUF file holding Q4_K, Q5_K or Q6_K tensors
+// the option was given; left out (NULL), "q4_k_m" for a GGUF file holding Q4_K, Q5_K, Q6_K, Q3_K or Q2_K tensors
 // on the CPU -- a K-quant file runs with its own bits, as llama.cpp runs it -- and "none"
 // otherwise (a float model, a Q8_0 or Q4_0 file: their --quantize is asked for).
 const char *quantize_default(const char *asked, const char *model_path, const char *device);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
     QUANTIZE_TYPES ": the model's weights in 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
-                   "a GGUF of Q4_K / Q5_K / Q6_K tensors runs with its own bits on the CPU, q4_k_m, anything else as none)"
+                   "a GGUF of Q2_K - Q6_K tensors runs with its own bits on the CPU, q4_k_m, anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
@@ -106,8 +106,8 @@ void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bo
 // Q4_0, NF4, and QUANT_Q4_K for the q4_k_m mix: its Q4_K, Q6_K, Q5_0, Q4_0 and Q8_0 matrices);
 // quantized_begin refuses the others there.
 bool quant_type_off_cpu(QuantType type);
-// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K (CPU only), Q6_K, Q5_0, Q4_0,
-// Q8_0, Q4_1 or Q5_1 (those two CPU only) is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
+// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K, Q3_K, Q2_K (these three CPU only), Q6_K,
+// Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 (those two CPU only) is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
 // order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
 // Returns 0 when the entry is not a quantized one, the type is not one of those four, or the file's
 // tensor is of another type (or a transposed layout): then the caller reads floats and calls

@@ -1,9 +1,10 @@
 // `--quantize q4_k_m` and `--quantize q5_k_m` (model/quantize.h): llama.cpp's Q4_K_M or Q5_K_M
 // mix, each matrix in the type such a file holds it in, computed from that type's own bits.
 //
-// From a GGUF file, a tensor stored as Q4_K, Q5_K or Q6_K (ops/kquant.h) keeps the file's bytes
-// as they are (Q5_K, the bulk of a Q5_K_M file, only on the CPU: the GPU has no Q5_K kernel, so
-// there it is read as floats and held as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
+// From a GGUF file, a tensor stored as Q4_K, Q5_K, Q6_K, Q3_K or Q2_K (ops/kquant.h) keeps the
+// file's bytes as they are (Q5_K, Q3_K and Q2_K, the bulk of Q5_K_M, Q3_K_S/M/L and Q2_K files,
+// only on the CPU: the GPU has no kernel for them, so there they are read as floats and held
+// as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
 // not divide, or a Q4_0 / Q8_0 file's layers) keeps its blocks split into marlhf's layouts
 // (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
 // more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
@@ -14,8 +15,8 @@
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
 // convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
 // the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide; Q5_1 has no GPU kernel, so there those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (Q2_K, Q3_K; Q4_1,
-// Q5_1 and Q5_K on the GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// 256 does not divide; Q5_1 has no GPU kernel, so there those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (IQ4_NL; Q4_1, Q5_1, Q5_K, Q3_K and Q2_K
+// on the GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 //
 // `--quantize q4_1` and `q5_1` take a file's tensors the same way (quantized_take_gguf: a Q4_1
 // file's Q4_1 matrices and Q8_0 token table as they are); a matrix read as floats is then
@@ -36,6 +37,8 @@ static int held_type(uint32_t type, const OpsBackend *ops) {
     switch (type) {
     case GGML_TYPE_Q4_K: return QUANT_Q4_K;
     case GGML_TYPE_Q5_K: return ops == &ops_cpu ? QUANT_Q5_K : -1; // no GPU kernel (ops/cuda/dequantize.cuh)
+    case GGML_TYPE_Q3_K: return ops == &ops_cpu ? QUANT_Q3_K : -1; // no GPU kernel either
+    case GGML_TYPE_Q2_K: return ops == &ops_cpu ? QUANT_Q2_K : -1;
     case GGML_TYPE_Q6_K: return QUANT_Q6_K;
     case GGML_TYPE_Q5_0: return QUANT_Q5_0;
     case GGML_TYPE_Q4_0: return QUANT_Q4_0;
@@ -58,7 +61,10 @@ static float half_at(const uint8_t *p) {
 static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                         long cols, const TensorMap *map, const ParamEntry *entry) {
     const QuantType held = (QuantType)held_type(type, ops);
-    const long file_row_bytes = (long)gguf_quantized_size(type, cols), block_bytes = gguf_type_info(type)->type_size;
+    // The row's bytes from the type's block size (gguf_quantized_size is for the types marlhf
+    // writes; Q3_K and Q2_K are only read).
+    const long block_bytes = gguf_type_info(type)->type_size;
+    const long file_row_bytes = cols / gguf_type_info(type)->block_size * block_bytes;
     *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = held};
     const long blocks = cols / Q8_BLOCK; // of 32, for the types split into marlhf's layouts
     if (quant_is_kquant(held)) matrix->blocks = ops_cpu.alloc((size_t)(rows * file_row_bytes));

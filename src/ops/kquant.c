@@ -8,7 +8,13 @@
 
 static GgmlType ggml_type_of(QuantType type) {
     CHECK(quant_is_kquant(type), "quantized type %d is not a K-quant", (int)type);
-    return type == QUANT_Q4_K ? GGML_TYPE_Q4_K : type == QUANT_Q5_K ? GGML_TYPE_Q5_K : GGML_TYPE_Q6_K;
+    switch (type) {
+    case QUANT_Q4_K: return GGML_TYPE_Q4_K;
+    case QUANT_Q5_K: return GGML_TYPE_Q5_K;
+    case QUANT_Q3_K: return GGML_TYPE_Q3_K;
+    case QUANT_Q2_K: return GGML_TYPE_Q2_K;
+    default: return GGML_TYPE_Q6_K;
+    }
 }
 
 long kquant_row_bytes(QuantType type, long cols) { return cols / KQ_BLOCK * kquant_block_bytes(type); }

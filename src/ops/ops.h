@@ -40,8 +40,9 @@
 //  - QUANT_Q5_0: GGUF's Q5_0 split likewise (ops/q5.h): Q4_0's nibbles and float scales, and
 //    each block's 32 fifth bits as one word, high_bits[r*cols/32 + k] (bit j: value j's);
 //    value j is ((nibble | fifth bit << 4) - 16) * scale.
-//  - QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K: llama.cpp's K-quants, the GGUF file's own bytes: row r
-//    is cols / 256 super-blocks of 144 (Q4_K), 176 (Q5_K) or 210 (Q6_K) bytes at
+//  - QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q3_K, QUANT_Q2_K: llama.cpp's K-quants, the GGUF
+//    file's own bytes: row r is cols / 256 super-blocks of 144 (Q4_K), 176 (Q5_K), 210 (Q6_K),
+//    110 (Q3_K) or 84 (Q2_K) bytes at
 //    blocks + r * kquant_row_bytes (ops/kquant.h, which gives the layouts); cols a multiple
 //    of KQ_BLOCK (256); `scales` is NULL (the scales are inside the blocks).
 //  - QUANT_Q4_1, QUANT_Q5_1: GGUF's Q4_1 and Q5_1 split as Q4_0 and Q5_0 are (ops/q5.h): the
@@ -50,13 +51,13 @@
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4). CPU only.
 #define Q8_BLOCK 32
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
-               QUANT_Q4_1, QUANT_Q5_1 } QuantType;
+               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
         uint8_t *nibbles;  // QUANT_Q4_0, QUANT_Q5_0, QUANT_Q4_1, QUANT_Q5_1, QUANT_NF4: [rows * cols / 2]
-        uint8_t *blocks;   // QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K: [rows * kquant_row_bytes(type, cols)]
+        uint8_t *blocks;   // the K-quants (ops/kquant.h): [rows * kquant_row_bytes(type, cols)]
     };
     float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
     QuantType type;

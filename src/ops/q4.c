@@ -105,7 +105,9 @@ long quant_matrix_bytes(const Q8Matrix *matrix) {
     case QUANT_Q5_1: return n / 2 + blocks * (long)(2 * sizeof(float) + sizeof(uint32_t));
     case QUANT_Q4_K:
     case QUANT_Q5_K:
-    case QUANT_Q6_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);
+    case QUANT_Q6_K:
+    case QUANT_Q3_K:
+    case QUANT_Q2_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);
     case QUANT_NF4: {
         const long nf4_blocks = n / NF4_BLOCK;
         return n / 2 + (matrix->scales ? nf4_blocks * (long)sizeof(float)

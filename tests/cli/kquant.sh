@@ -56,7 +56,10 @@ q5_default=$(q5_line "$q5")
 [ -n "$q5_default" ] && [ "$q5_default" = "$(q5_line "$q5" --quantize q4_k_m)" ] &&
     [ "$q5_default" = "$(q5_line "$q5" --quantize q5_k_m)" ] && pass kquant_q5_k_default_is_own_bits ||
     fail kquant_q5_k_default_is_own_bits "default: $q5_default $(tail -n 1 "$tmp/logprobs.err")"
-python3 - "$q5_expected" "$q5_default" "$(q5_line "$q5" --quantize none)" << 'EOF' && pass kquant_q5_k_llama_cpp ||
+# llama.cpp's log-probs (from the logits of expected file $1) against the log-probs line $2
+# (to 1e-4) and $3 (--quantize none: more than 1e-2 off).
+near_llama_cpp() {
+    python3 - "$@" << 'EOF'
 import json, math, sys
 expected = json.load(open(sys.argv[1]))
 ids, rows = expected["ids"], expected["logits"]
@@ -69,7 +72,19 @@ own_difference = max(abs(a - b) for a, b in zip(own, reference))
 float_difference = max(abs(a - b) for a, b in zip(float32, reference))
 assert len(own) == len(reference) and own_difference < 1e-4 and float_difference > 1e-2, (own_difference, float_difference)
 EOF
+}
+near_llama_cpp "$q5_expected" "$q5_default" "$(q5_line "$q5" --quantize none)" && pass kquant_q5_k_llama_cpp ||
     fail kquant_q5_k_llama_cpp "log-probs of the Q5_K_M file differ from llama.cpp's"
+# llama.cpp's Q3_K_M and Q2_K files (tools/make_q3_k_fixture.py: the same weights and ids): by
+# default their Q3_K / Q2_K tensors run with their own bits too (the same log-probs as
+# --quantize q4_k_m), llama.cpp's log-probs to 1e-4, --quantize none clearly not.
+for name in q3_k_m q2_k; do
+    file=tests/fixtures/gguf/$name.gguf
+    own=$(q5_line "$file")
+    [ -n "$own" ] && [ "$own" = "$(q5_line "$file" --quantize q4_k_m)" ] &&
+        near_llama_cpp "tests/fixtures/gguf/$name.expected.json" "$own" "$(q5_line "$file" --quantize none)" &&
+        pass "kquant_${name}_llama_cpp" || fail "kquant_${name}_llama_cpp" "log-probs $own $(tail -n 1 "$tmp/logprobs.err")"
+done
 # convert --outtype q5_k_m (the fixture's weights in marlhf's own Q5_K_M blocks) runs by default
 # with its own bits too, close to the original file's log-probs.
 "$bin" convert "$q5" "$tmp/q5_again.gguf" --outtype q5_k_m > /dev/null 2> "$tmp/convert.err" ||

@@ -1,14 +1,18 @@
-// Decode steps over Q4_K, Q5_K and Q6_K weights held as the GGUF file's bytes (ops/kquant.h):
+// Decode steps over Q4_K, Q5_K, Q6_K, Q3_K and Q2_K weights held as the GGUF file's bytes (ops/kquant.h):
 // llama.cpp's K-quant x Q8_K arithmetic. Each input row is quantized per block of 256 to
 // int8 values, a float scale and the sums of each 16 values; each pair of super-blocks then
 // gives exact integer sums,
 //   Q4_K, Q5_K: products = sum_j sc[j] * (q . x over sub-block j),  minimums = sum_j m[j] * (x's sum over j)
 //   Q6_K:       products = sum_g sc[g] * (q . x over group g - 32 * x's sum over g)
-// and the pair adds x_scale * (d * products - dmin * minimums) (Q6_K: x_scale * d * products)
-// to the output, super-blocks in order. Reading 4.5 (Q4_K), 5.5 (Q5_K) or 6.6 (Q6_K) bits a
-// weight is what makes a decode step faster than Q8_0's 8.5. Q5_K is Q4_K with a fifth bit
-// per code (q in [0, 31]): the same integer sums once the codes are widened, the same float
-// steps.
+//   Q3_K:       products = sum_g sc[g] * (q . x over group g - 4 * x's sum over g)
+//   Q2_K:       products = sum_g sc[g] * (q . x over group g), minimums = sum_g m[g] * (x's sum over g)
+// and the pair adds x_scale * (d * products - dmin * minimums) (Q6_K, Q3_K: x_scale * d *
+// products) to the output, super-blocks in order. Reading 4.5 (Q4_K), 5.5 (Q5_K), 6.6 (Q6_K),
+// 3.4 (Q3_K) or 2.6 (Q2_K) bits a weight is what makes a decode step faster than Q8_0's 8.5.
+// Q5_K is Q4_K with a fifth bit per code (q in [0, 31]): the same integer sums once the codes
+// are widened, the same float steps. Q3_K and Q2_K share their 2-bit codes' layout; Q3_K adds
+// a third bit per code (q in [0, 7], offset 4 as Q6_K's codes are by 32) and signed 6-bit
+// scales per group of 16, Q2_K has 4-bit scales and minimums per group of 16 (Q4_K's form).
 //
 // Only the integer sums differ between the paths (AVX2 and AVX-512 multiply-adds, a portable
 // loop for the sanitizer build and other CPUs), and integer sums are exact: the float
@@ -63,12 +67,27 @@ static inline int32_t q4k_minimums(const int min[8], const int16_t *sums) {
     return total;
 }
 
+// Q3_K's sixteen 6-bit scales, unpacked from their 12 bytes four at a time (as 32-bit words),
+// each less its offset of 32 left to the caller: scales 0-7 have their low 4 bits in the low
+// nibbles of bytes 0-7, scales 8-15 in the high nibbles; the top 2 bits of scale k are bits
+// 2 * (k / 4) of byte 8 + k % 4. word[w] holds scales 4w .. 4w + 3, one a byte (0 .. 63).
+static inline void q3k_scale_words(const uint8_t *packed, uint32_t word[4]) {
+    uint32_t low[2], top;
+    memcpy(low, packed, 8);
+    memcpy(&top, packed + 8, 4);
+    const uint32_t nibbles = 0x0F0F0F0F, two_bits = 0x03030303;
+    word[0] = (low[0] & nibbles) | (top & two_bits) << 4;
+    word[1] = (low[1] & nibbles) | ((top >> 2) & two_bits) << 4;
+    word[2] = ((low[0] >> 4) & nibbles) | ((top >> 4) & two_bits) << 4;
+    word[3] = ((low[1] >> 4) & nibbles) | ((top >> 6) & two_bits) << 4;
+}
+
 // The super-blocks of a row, each row's float sum into sum[i]: x_scale * (d * products -
-// dmin * minimums), d the half float at byte d_offset of a block, dmin the one at byte 2 for
-// the types with minimums (Q4_K, Q5_K); Q6_K has none (dmin and its minimums 0, which leaves
-// d * products as it is: subtracting +0 is exact).
+// dmin * minimums), d the half float at byte d_offset of a block, dmin the one at byte
+// dmin_offset for the types with minimums (Q4_K, Q5_K, Q2_K); Q6_K and Q3_K have none (dmin
+// and their minimums 0, which leaves d * products as it is: subtracting +0 is exact).
 static inline __attribute__((always_inline)) void super_block_loop(BlockSums block_sums, long block_bytes,
-                                                                   long d_offset, bool has_minimums,
+                                                                   long d_offset, long dmin_offset, bool has_minimums,
                                                                    const uint8_t *row, const KQuantInput *x,
                                                                    int count, long cols, float sum[KQ_INPUT_ROWS]) {
     const int8_t *xb[KQ_INPUT_ROWS];
@@ -81,7 +100,7 @@ static inline __attribute__((always_inline)) void super_block_loop(BlockSums blo
             xb[i] = input->values + b * KQ_BLOCK, sb[i] = input->sums + b * 16;
         }
         block_sums(block, xb, sb, count, products, minimums);
-        const float d = half_at(block + d_offset), dmin = has_minimums ? half_at(block + 2) : 0.0f;
+        const float d = half_at(block + d_offset), dmin = has_minimums ? half_at(block + dmin_offset) : 0.0f;
         for (int i = 0; i < count; i++) sum[i] += x[i].scales[b] * (d * (float)products[i] - dmin * (float)minimums[i]);
     }
 }
@@ -90,26 +109,29 @@ static inline __attribute__((always_inline)) void super_block_loop(BlockSums blo
 // block sums, so the float arithmetic is the same code). Each input row's float sum takes
 // the same steps as a call of that row alone: what the other rows of the call add is in
 // their own sums.
-static inline __attribute__((always_inline)) void rows_dot_loop(BlockSums q4k, BlockSums q5k, BlockSums q6k,
-                                                                QuantType type, const uint8_t *row,
-                                                                const KQuantInput *x, int count, long cols,
-                                                                float *out) {
+static inline __attribute__((always_inline)) void rows_dot_loop(const BlockSums sums[5], QuantType type,
+                                                                const uint8_t *row, const KQuantInput *x,
+                                                                int count, long cols, float *out) {
     float sum[KQ_INPUT_ROWS] = {0};
-    if (type == QUANT_Q4_K) super_block_loop(q4k, KQ_Q4_K_BYTES, 0, true, row, x, count, cols, sum);
-    else if (type == QUANT_Q5_K) super_block_loop(q5k, KQ_Q5_K_BYTES, 0, true, row, x, count, cols, sum);
-    else super_block_loop(q6k, KQ_Q6_K_BYTES, 208, false, row, x, count, cols, sum);
+    switch (type) {
+    case QUANT_Q4_K: super_block_loop(sums[0], KQ_Q4_K_BYTES, 0, 2, true, row, x, count, cols, sum); break;
+    case QUANT_Q5_K: super_block_loop(sums[1], KQ_Q5_K_BYTES, 0, 2, true, row, x, count, cols, sum); break;
+    case QUANT_Q3_K: super_block_loop(sums[3], KQ_Q3_K_BYTES, 108, 0, false, row, x, count, cols, sum); break;
+    case QUANT_Q2_K: super_block_loop(sums[4], KQ_Q2_K_BYTES, 80, 82, true, row, x, count, cols, sum); break;
+    default: super_block_loop(sums[2], KQ_Q6_K_BYTES, 208, 0, false, row, x, count, cols, sum); break;
+    }
     for (int i = 0; i < count; i++) out[i] = sum[i];
 }
 
 // One input row (a decode step of one sequence, the common case) is the loop with count the
 // constant 1, so that the compiler drops the other rows' code and checks: it ran 1.5 times
 // slower with count a variable. The bits are the same either way.
-static inline __attribute__((always_inline)) void rows_dot_with(BlockSums q4k, BlockSums q5k, BlockSums q6k,
-                                                                QuantType type, const uint8_t *row,
-                                                                const KQuantInput *x, int count, long cols,
-                                                                float *out) {
-    if (count == 1) rows_dot_loop(q4k, q5k, q6k, type, row, x, 1, cols, out);
-    else rows_dot_loop(q4k, q5k, q6k, type, row, x, count, cols, out);
+// `sums`: the path's block sums of Q4_K, Q5_K, Q6_K, Q3_K and Q2_K, in that order.
+static inline __attribute__((always_inline)) void rows_dot_with(const BlockSums sums[5], QuantType type,
+                                                                const uint8_t *row, const KQuantInput *x,
+                                                                int count, long cols, float *out) {
+    if (count == 1) rows_dot_loop(sums, type, row, x, 1, cols, out);
+    else rows_dot_loop(sums, type, row, x, count, cols, out);
 }
 
 // ---- the portable loop ----
@@ -188,9 +210,61 @@ SANITIZER_UNCHECKED static void q6k_sums_portable(const uint8_t *block, const in
     }
 }
 
+// Q3_K's and Q2_K's 2-bit codes (`bytes`, 64 of them): value v's bits 2 * ((v % 128) / 32) of
+// byte 32 * (v / 128) + v % 32.
+static inline int two_bit_code(const uint8_t *bytes, int v) {
+    return (bytes[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+}
+
+// Q3_K: the 2-bit codes with their third bit (bit v / 32 of hmask byte v % 32), q in [0, 7]
+// for the value q - 4, and the signed scales sc - 32.
+SANITIZER_UNCHECKED static void q3k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    const uint8_t *high_bits = block, *low_bits = block + 32;
+    uint32_t words[4];
+    q3k_scale_words(block + 96, words);
+    uint8_t scale_bytes[16];
+    memcpy(scale_bytes, words, sizeof scale_bytes);
+    uint8_t q[KQ_BLOCK];
+    for (int v = 0; v < KQ_BLOCK; v++) q[v] = (uint8_t)(two_bit_code(low_bits, v) | ((high_bits[v % 32] >> (v / 32)) & 1) << 2);
+    for (int i = 0; i < count; i++) {
+        int32_t total = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t dot = 0;
+            for (int v = 16 * g; v < 16 * g + 16; v++) dot += q[v] * x[i][v];
+            total += (scale_bytes[g] - 32) * (dot - 4 * sums[i][g]);
+        }
+        products[i] = total;
+        minimums[i] = 0;
+    }
+}
+
+// Q2_K: the 2-bit codes, a 4-bit scale (low nibble) and minimum (high nibble) per group of 16.
+SANITIZER_UNCHECKED static void q2k_sums_portable(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                                  const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                                  int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    const uint8_t *scales = block, *codes = block + 16;
+    uint8_t q[KQ_BLOCK];
+    for (int v = 0; v < KQ_BLOCK; v++) q[v] = (uint8_t)two_bit_code(codes, v);
+    for (int i = 0; i < count; i++) {
+        int32_t total = 0, minimum = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t dot = 0;
+            for (int v = 16 * g; v < 16 * g + 16; v++) dot += q[v] * x[i][v];
+            total += (scales[g] & 0x0F) * dot;
+            minimum += (scales[g] >> 4) * sums[i][g];
+        }
+        products[i] = total;
+        minimums[i] = minimum;
+    }
+}
+
 void kquant_rows_dot_portable(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                               float *out) {
-    rows_dot_with(q4k_sums_portable, q5k_sums_portable, q6k_sums_portable, type, row, x, count, cols, out);
+    static const BlockSums sums[5] = {q4k_sums_portable, q5k_sums_portable, q6k_sums_portable, q3k_sums_portable,
+                                      q2k_sums_portable};
+    rows_dot_with(sums, type, row, x, count, cols, out);
 }
 
 // ---- AVX2 ----
@@ -233,21 +307,59 @@ static inline void q4k_finish(__m128i scale_bytes, const __m256i totals[KQ_INPUT
         }
 }
 
-// Q6_K's super-block sums from the scaled code products in `totals` (8 int32 lanes each):
-// their sum less the codes' offset of 32, folded in through each row's group sums,
-// sum_g sc[g] * sums[g]. (Q6_K has no minimums.)
-static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t *scales,
-                              const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
-                              int32_t minimums[KQ_INPUT_ROWS]) {
-    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+// Q6_K's (code_offset 32) and Q3_K's (4) super-block sums from the scaled code products in
+// `totals` (8 int32 lanes each): their sum less the codes' offset, folded in through each
+// row's group sums, sum_g sc[g] * sums[g] (`scales16`: the 16 signed group scales). (Neither
+// type has minimums.)
+static inline void offset_finish(const __m256i totals[KQ_INPUT_ROWS], __m256i scales16, int code_offset,
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
     for (int i = 0; i < KQ_INPUT_ROWS; i++)
         if (i < count) {
             const __m256i offset_terms = _mm256_madd_epi16(scales16, _mm256_loadu_si256((const __m256i *)sums[i]));
             int32_t product_sum, offset;
             horizontal_sums_pair(totals[i], offset_terms, &product_sum, &offset);
-            products[i] = product_sum - 32 * offset;
+            products[i] = product_sum - code_offset * offset;
             minimums[i] = 0;
         }
+}
+
+// Q6_K's: its 16 scales are the block's bytes 192-207.
+static inline void q6k_finish(const __m256i totals[KQ_INPUT_ROWS], const int8_t *scales,
+                              const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                              int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+    offset_finish(totals, scales16, 32, sums, count, products, minimums);
+}
+
+// Q2_K's minimums for each row: the 16 group minimums (`minimums8`, one a byte) times the
+// row's 16 group sums, with the rows' sums of `totals` (8 int32 lanes of scaled code products
+// each).
+static inline void q2k_finish(__m128i minimums8, const __m256i totals[KQ_INPUT_ROWS],
+                              const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                              int32_t minimums[KQ_INPUT_ROWS]) {
+    const __m256i minimums16 = _mm256_cvtepu8_epi16(minimums8);
+    for (int i = 0; i < KQ_INPUT_ROWS; i++)
+        if (i < count) {
+            const __m256i min_terms = _mm256_madd_epi16(minimums16, _mm256_loadu_si256((const __m256i *)sums[i]));
+            horizontal_sums_pair(totals[i], min_terms, &products[i], &minimums[i]);
+        }
+}
+
+// A Q3_K block's 16 scales (sc - 32, signed) or a Q2_K block's 16 scales (low nibbles, 0-15)
+// as bytes, and Q2_K's 16 minimums (high nibbles; zero for Q3_K).
+static inline void two_bit_scales(const uint8_t *block, bool q3k, __m128i *scales8, __m128i *minimums8) {
+    if (q3k) {
+        uint32_t words[4];
+        q3k_scale_words(block + 96, words); // as a vector from registers: a load of the four stores would stall
+        const __m128i scales = _mm_set_epi32((int)words[3], (int)words[2], (int)words[1], (int)words[0]);
+        *scales8 = _mm_sub_epi8(scales, _mm_set1_epi8(32));
+        *minimums8 = _mm_setzero_si128();
+    } else {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)block), nibble = _mm_set1_epi8(0x0F);
+        *scales8 = _mm_and_si128(packed, nibble);
+        *minimums8 = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
+    }
 }
 
 // 32 unsigned codes times 32 int8 inputs, pairs added in int16 (Q4_K: at most 2 * 15 * 127;
@@ -342,8 +454,58 @@ static inline void q6k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_
     q6k_finish(totals, scales, sums, count, products, minimums);
 }
 
+// Q3_K's sums, and Q2_K's (q3k false): 32 2-bit codes a step, values 128h + 32j + [0, 32) in
+// bits 2j of the 32 bytes of half h (a 16-bit shift right by 2j, what it brings in from the
+// other byte masked off), Q3_K's with their third bit (bit 4h + j of hmask's 32 bytes, moved
+// to bit 2 as Q5_K's fifth bits are to bit 4). Each step is groups g = 8h + 2j and g + 1.
+// Inlined with q3k a constant.
+static inline __attribute__((always_inline)) void two_bit_sums_avx2(
+    const uint8_t *block, bool q3k, const int8_t *const x[KQ_INPUT_ROWS], const int16_t *const sums[KQ_INPUT_ROWS],
+    int count, int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    __m128i scales8, minimums8;
+    two_bit_scales(block, q3k, &scales8, &minimums8);
+    int8_t scale[16];
+    _mm_storeu_si128((__m128i *)scale, scales8);
+    const __m256i two_bits = _mm256_set1_epi8(3);
+    const __m256i high_bits = q3k ? _mm256_loadu_si256((const __m256i *)block) : _mm256_setzero_si256();
+    const uint8_t *low_bits = block + (q3k ? 32 : 16);
+    __m256i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+        const __m256i bytes = _mm256_loadu_si256((const __m256i *)(low_bits + 32 * half));
+        for (int j = 0; j < 4; j++) {
+            __m256i codes = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * j), two_bits);
+            if (q3k) {
+                const int bit = 4 * half + j;
+                const __m256i moved = bit <= 2 ? _mm256_slli_epi16(high_bits, 2 - bit) : _mm256_srli_epi16(high_bits, bit - 2);
+                codes = _mm256_or_si256(codes, _mm256_and_si256(moved, _mm256_set1_epi8(4)));
+            }
+            const int g = 8 * half + 2 * j;
+            const __m256i group_scale = _mm256_set_m128i(_mm_set1_epi16(scale[g + 1]), _mm_set1_epi16(scale[g]));
+            for (int i = 0; i < KQ_INPUT_ROWS; i++)
+                if (i < count)
+                    totals[i] = _mm256_add_epi32(totals[i], scaled_dot(codes, x[i] + 128 * half + 32 * j, group_scale));
+        }
+    }
+    if (q3k) offset_finish(totals, _mm256_cvtepi8_epi16(scales8), 4, sums, count, products, minimums);
+    else q2k_finish(minimums8, totals, sums, count, products, minimums);
+}
+
+static inline void q3k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    two_bit_sums_avx2(block, true, x, sums, count, products, minimums);
+}
+
+static inline void q2k_sums_avx2(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                 const int16_t *const sums[KQ_INPUT_ROWS], int count, int32_t products[KQ_INPUT_ROWS],
+                                 int32_t minimums[KQ_INPUT_ROWS]) {
+    two_bit_sums_avx2(block, false, x, sums, count, products, minimums);
+}
+
 static void rows_dot_avx2(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols, float *out) {
-    rows_dot_with(q4k_sums_avx2, q5k_sums_avx2, q6k_sums_avx2, type, row, x, count, cols, out);
+    static const BlockSums sums[5] = {q4k_sums_avx2, q5k_sums_avx2, q6k_sums_avx2, q3k_sums_avx2, q2k_sums_avx2};
+    rows_dot_with(sums, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx2 = rows_dot_avx2;
 #else
@@ -445,9 +607,73 @@ static inline void q6k_sums_avx512(const uint8_t *block, const int8_t *const x[K
     q6k_finish(halves, scales, sums, count, products, minimums);
 }
 
+// Q3_K's sums, and Q2_K's (q3k false): the AVX2 path's steps two at a time, 64 values
+// 128h + 64s + [0, 64): the half's 32 code bytes in both 256-bit halves, shifted right by 4s
+// in the low one and 4s + 2 in the high one (64-bit shifts; what comes in from the next byte
+// is masked off), Q3_K's third bits likewise from bits 4h + 2s and 4h + 2s + 1 of hmask's
+// bytes. Each 128-bit lane of pairs is one group of 16 values, g = 8h + 4s + lane, its scale
+// picked by vpermw as Q6_K's are. Inlined with q3k a constant.
+static inline __attribute__((always_inline)) void two_bit_sums_avx512(
+    const uint8_t *block, bool q3k, const int8_t *const x[KQ_INPUT_ROWS], const int16_t *const sums[KQ_INPUT_ROWS],
+    int count, int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    __m128i scales8, minimums8;
+    two_bit_scales(block, q3k, &scales8, &minimums8);
+    const __m256i scales16_256 = q3k ? _mm256_cvtepi8_epi16(scales8) : _mm256_cvtepu8_epi16(scales8);
+    const __m512i scales16 = _mm512_castsi256_si512(scales16_256);
+    const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i two_bits = _mm512_set1_epi8(3), one_bit = _mm512_set1_epi8(1);
+    const __m512i high_bits =
+        q3k ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)block)) : _mm512_setzero_si512();
+    const uint8_t *low_bits = block + (q3k ? 32 : 16);
+    __m512i totals[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) totals[i] = _mm512_setzero_si512();
+    for (int half = 0; half < 2; half++) {
+        const __m512i bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(low_bits + 32 * half)));
+        for (int s = 0; s < 2; s++) {
+            const long low = 4 * s, high = 4 * s + 2;
+            __m512i codes = _mm512_and_si512(
+                _mm512_srlv_epi64(bytes, _mm512_set_epi64(high, high, high, high, low, low, low, low)), two_bits);
+            if (q3k) {
+                const long bit_low = 4 * half + 2 * s, bit_high = bit_low + 1;
+                const __m512i third = _mm512_and_si512(
+                    _mm512_srlv_epi64(high_bits,
+                                      _mm512_set_epi64(bit_high, bit_high, bit_high, bit_high, bit_low, bit_low, bit_low, bit_low)),
+                    one_bit);
+                codes = _mm512_or_si512(codes, _mm512_slli_epi16(third, 2)); // each byte 0 or 1: no carry between bytes
+            }
+            const int g = 8 * half + 4 * s;
+            const __m512i group_scales = _mm512_permutexvar_epi16(_mm512_add_epi16(spread, _mm512_set1_epi16((short)g)), scales16);
+            for (int i = 0; i < KQ_INPUT_ROWS; i++)
+                if (i < count) {
+                    const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x[i] + 128 * half + 64 * s));
+                    totals[i] = _mm512_dpwssd_epi32(totals[i], pairs, group_scales);
+                }
+        }
+    }
+    __m256i halves[KQ_INPUT_ROWS];
+    for (int i = 0; i < KQ_INPUT_ROWS; i++) halves[i] = fold_halves(totals[i]);
+    if (q3k) offset_finish(halves, scales16_256, 4, sums, count, products, minimums);
+    else q2k_finish(minimums8, halves, sums, count, products, minimums);
+}
+
+static inline void q3k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    two_bit_sums_avx512(block, true, x, sums, count, products, minimums);
+}
+
+static inline void q2k_sums_avx512(const uint8_t *block, const int8_t *const x[KQ_INPUT_ROWS],
+                                   const int16_t *const sums[KQ_INPUT_ROWS], int count,
+                                   int32_t products[KQ_INPUT_ROWS], int32_t minimums[KQ_INPUT_ROWS]) {
+    two_bit_sums_avx512(block, false, x, sums, count, products, minimums);
+}
+
 static void rows_dot_avx512(QuantType type, const uint8_t *row, const KQuantInput *x, int count, long cols,
                             float *out) {
-    rows_dot_with(q4k_sums_avx512, q5k_sums_avx512, q6k_sums_avx512, type, row, x, count, cols, out);
+    static const BlockSums sums[5] = {q4k_sums_avx512, q5k_sums_avx512, q6k_sums_avx512, q3k_sums_avx512,
+                                      q2k_sums_avx512};
+    rows_dot_with(sums, type, row, x, count, cols, out);
 }
 const KQuantRowsDot kquant_rows_dot_avx512 = rows_dot_avx512;
 #else

@@ -1,4 +1,4 @@
-// Decode steps over K-quant weights (Q4_K, Q5_K, Q6_K; ops/kquant.h): the row dot products of
+// Decode steps over K-quant weights (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K; ops/kquant.h): the row dot products of
 // ops/cpu/matmul_kquant.c, each vector path by name so that tests/test_kquant.c can hold
 // every path to the portable loop. A path a build was not compiled for is NULL.
 #pragma once
@@ -13,7 +13,8 @@
 // out[i] for i < count (1 <= count <= KQ_INPUT_ROWS) = one weight row (cols / 256
 // super-blocks of `type`) times the quantized input row x[i]: the sum over super-blocks, in
 // order, of the input block's scale times the weight block's integer products scaled by its
-// own factors (Q4_K, Q5_K: d * sum sc*q*x - dmin * sum m*x; Q6_K: d * sum sc*(q-32)*x). The integer
+// own factors (Q4_K, Q5_K, Q2_K: d * sum sc*q*x - dmin * sum m*x; Q6_K: d * sum sc*(q-32)*x;
+// Q3_K: d * sum sc*(q-4)*x). The integer
 // parts are exact and the float steps of each input row are the same operations in the same
 // order whatever `count` is, so every path gives the same bits, and so does every count (an
 // input row's output does not depend on the rows beside it in the call).

@@ -1,0 +1,65 @@
+"""Writes a float32 GGUF of a random Llama whose rows are all whole K-quant super-blocks
+(hidden 1024, 8 heads of 128, 2 KV heads, intermediate 2816 = 11 x 256, 8 layers, vocabulary
+32000, untied output: 156M weights, SmolLM2-135M's scale), so that llama.cpp's Q3_K_M and
+Q2_K files of it hold Q3_K / Q2_K for the bulk of their matrices -- unlike SmolLM2's, whose
+rows of 576 fall back to Q4_0 (docs/quantization.md, "Q3_K and Q2_K").
+bench/run_kquant_random_decode.sh quantizes it with llama.cpp and times both programs.
+
+    <python with gguf and numpy> bench/random_llama_gguf.py OUT.gguf
+"""
+import sys
+
+import gguf
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")
+from make_q5_k_fixture import byte_tokens  # noqa: E402
+
+
+def main(path):
+    rng = np.random.default_rng(11)
+    layers, hidden, heads, kv_heads, inter, vocab = 8, 1024, 8, 2, 2816, 32000
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(layers)
+    w.add_context_length(2048)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(byte_tokens() + ["to"] + [f"tok{i}" for i in range(vocab - 257)])
+    w.add_token_types([1] * vocab)
+    w.add_token_merges(["t o"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def matrix(rows, cols):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((vocab, hidden), dtype=np.float32))
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_q.weight", matrix(hidden, hidden))
+        w.add_tensor(f"blk.{i}.attn_k.weight", matrix(kv_heads * head_dim, hidden))
+        w.add_tensor(f"blk.{i}.attn_v.weight", matrix(kv_heads * head_dim, hidden))
+        w.add_tensor(f"blk.{i}.attn_output.weight", matrix(hidden, hidden))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", matrix(inter, hidden))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", matrix(inter, hidden))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", matrix(hidden, inter))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    w.add_tensor("output.weight", matrix(vocab, hidden))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
