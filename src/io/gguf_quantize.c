@@ -66,16 +66,23 @@ static void block_q5_0(const float *x, uint8_t *out) {
     memcpy(out + 2, &qh, 4);
 }
 
-// Q5_1 (the Q5_K_M mix's type for rows that 256 does not divide): y = d * q + m with q in
-// [0, 31], m the block's smallest value and d its range / 31 (both as the half floats the
-// reader gets), the fifth bits in qh as Q5_0's.
-static void block_q5_1(const float *x, uint8_t *out) {
+// The d and m of a block of Q4_1 / Q5_1 (y = d * q + m, q in [0, levels]): m the block's
+// smallest value, d its range / levels, both stored as the half floats the reader gets (at
+// out, out + 2); *m gets m as stored, and the result is 1 / d as stored (0 for a flat block).
+static float store_range_scale(const float *x, int levels, uint8_t *out, float *m) {
     float lo = x[0], hi = x[0];
     for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    float d, m;
-    store_f16(out, (hi - lo) / 31.0f, &d);
-    store_f16(out + 2, lo, &m);
-    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    float d;
+    store_f16(out, (hi - lo) / (float)levels, &d);
+    store_f16(out + 2, lo, m);
+    return d > 0 ? 1.0f / d : 0.0f;
+}
+
+// Q5_1 (the Q5_K_M mix's type for rows that 256 does not divide): y = d * q + m with q in
+// [0, 31], the fifth bits in qh as Q5_0's.
+static void block_q5_1(const float *x, uint8_t *out) {
+    float m;
+    const float inverse = store_range_scale(x, 31, out, &m);
     uint32_t qh = 0;
     uint8_t *qs = out + 8;
     for (int j = 0; j < 16; j++) {
@@ -89,12 +96,8 @@ static void block_q5_1(const float *x, uint8_t *out) {
 
 // Q4_1 (--quantize q4_1): Q5_1 with 4 bits, d the block's range / 15, no qh.
 static void block_q4_1(const float *x, uint8_t *out) {
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < QK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    float d, m;
-    store_f16(out, (hi - lo) / 15.0f, &d);
-    store_f16(out + 2, lo, &m);
-    const float inverse = d > 0 ? 1.0f / d : 0.0f;
+    float m;
+    const float inverse = store_range_scale(x, 15, out, &m);
     uint8_t *qs = out + 4;
     for (int j = 0; j < 16; j++) {
         int low = clamp_int((int)lroundf((x[j] - m) * inverse), 0, 15);
