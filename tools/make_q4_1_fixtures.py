@@ -33,30 +33,12 @@ LLAMA_FTYPE_MOSTLY_Q5_K_M = 17
 
 
 def write_f32(path):
-    import gguf
     import numpy as np
-    from make_q5_k_fixture import byte_tokens
+    from make_q5_k_fixture import llama_writer
     rng = np.random.default_rng(7)
     layers, hidden, heads, kv_heads, inter, vocab = 2, 160, 5, 5, 224, 320
     head_dim = hidden // heads
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_block_count(layers)
-    w.add_context_length(128)
-    w.add_embedding_length(hidden)
-    w.add_feed_forward_length(inter)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_rope_dimension_count(head_dim)
-    w.add_vocab_size(vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(byte_tokens() + ["to"] + [f"tok{i}" for i in range(vocab - 257)])
-    w.add_token_types([1] * vocab)
-    w.add_token_merges(["t o"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w = llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, 128)
 
     def matrix(rows, cols):
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)

@@ -45,31 +45,39 @@ def byte_tokens():
     return [chars[b] for b in range(256)]
 
 
-def write_f32(path):
+def llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, context):
+    """A GGUFWriter for a Llama of these sizes, its metadata written: the byte-level BPE
+    vocabulary (the 256 byte tokens, one merge, filler tokens up to `vocab`; only ids are
+    used), BOS 1, EOS 2. The tensors are the caller's (this fixture's, make_q4_1_fixtures.py's,
+    bench/random_llama_gguf.py's)."""
     import gguf
-    import numpy as np
-    rng = np.random.default_rng(5)
-    layers, hidden, heads, kv_heads, inter, vocab = 2, 256, 4, 2, 256, 512
-    head_dim = hidden // heads
     w = gguf.GGUFWriter(path, "llama")
     w.add_block_count(layers)
-    w.add_context_length(128)
+    w.add_context_length(context)
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(inter)
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(hidden // heads)
     w.add_vocab_size(vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    tokens = byte_tokens() + ["to"] + [f"tok{i}" for i in range(vocab - 257)]
-    w.add_token_list(tokens)
+    w.add_token_list(byte_tokens() + ["to"] + [f"tok{i}" for i in range(vocab - 257)])
     w.add_token_types([1] * vocab)
     w.add_token_merges(["t o"])  # llama.cpp refuses a BPE table without merges
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    return w
+
+
+def write_f32(path):
+    import numpy as np
+    rng = np.random.default_rng(5)
+    layers, hidden, heads, kv_heads, inter, vocab = 2, 256, 4, 2, 256, 512
+    head_dim = hidden // heads
+    w = llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, 128)
 
     def matrix(rows, cols):  # GGUF's [rows, cols] (ne = cols, rows): rows outputs of cols inputs
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
