@@ -1122,7 +1122,6 @@ static int compare_doubles(const void *a, const void *b) {
 // preferred answers (the nearest rank: the ceil(q n)-th smallest). A file that does not read
 // as the reward-model command writes it is an error naming it.
 static int load_reward_range(Ppo *p) {
-    p->reward_range_limit = NAN;
     if (!(p->c.alarm_score_quantile > 0) || !p->has_reward_model || !fs_is_dir(p->c.reward_path)) return 0;
     char *path = fs_join(p->c.reward_path, REWARD_STATS_FILE);
     if (!fs_is_file(path)) {
@@ -1134,15 +1133,15 @@ static int load_reward_range(Ppo *p) {
     json_t *chosen = stats ? json_object_get(stats, "chosen") : NULL;
     size_t n = json_array_size(chosen);
     double *scores = xmalloc((n + 1) * sizeof(double));
-    bool ok = json_is_array(chosen) && n > 0;
+    bool ok = json_is_array(chosen);
     for (size_t i = 0; ok && i < n; i++) {
         ok = json_is_number(json_array_get(chosen, i));
         if (ok) scores[i] = json_number_value(json_array_get(chosen, i));
     }
     int rc = 0;
     if (!stats) rc = err_set("%s (%s:%d)", error.text, path, error.line);
-    else if (!ok) rc = err_set("\"chosen\" must be a non-empty list of numbers (%s)", path);
-    if (rc == 0) {
+    else if (!ok) rc = err_set("\"chosen\" must be a list of numbers (%s)", path);
+    if (rc == 0 && n > 0) { // none: every example was cut at the reward model's --max-seq-len, no alarm
         qsort(scores, n, sizeof(double), compare_doubles);
         size_t rank = (size_t)ceil(p->c.alarm_score_quantile * (double)n);
         p->reward_range_limit = scores[(rank > 0 ? rank : 1) - 1];
@@ -1255,6 +1254,7 @@ static int setup(Ppo *p) {
     const OpsBackend *ops = ops_backend_by_name(c->device);
     if (!ops) return -1;
     if (tokenizer_load(&p->tokenizer, c->actor_path) != 0) return -1;
+    p->reward_range_limit = NAN; // load_reward_range sets it when the reward model's folder has statistics
     // The reward model, the critic and the reference read the actor's token ids: a model with
     // another tokenizer would score other text than the actor wrote (trl#2523), or read past
     // its embedding table.
