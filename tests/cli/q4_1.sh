@@ -44,6 +44,11 @@ python3 -c "import json, sys; [print(json.dumps({'ids': s['ids']})) for s in jso
 # sequence; batched to 64 rows or more a prefill multiplies the dequantized weights by the float
 # inputs, the float32 model's own product.
 logprobs() { "$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" --batch-size 1 "$@" 2> "$tmp/logprobs.err" > "$tmp/out.jsonl" && cat "$tmp/out.jsonl"; }
+# SmolLM2's statistics are the plain build's to check: under AddressSanitizer the small
+# files above run the same code.
+if nm "$bin" 2> /dev/null | grep -q '__asan_init'; then
+    echo "SKIP q4_1_smollm2: $bin is built with AddressSanitizer; the plain build checks SmolLM2's figures"
+else
 q4_1=$(logprobs --quantize q4_1)
 none=$(logprobs)
 q5_1=$(logprobs --quantize q5_1)
@@ -60,6 +65,7 @@ mean = sum(own_d) / len(own_d)
 print(f"  q4_1 within {max(own_d):.3g} (mean {mean:.3g}) of llama.cpp's log-probs")
 assert own != none and own == q5_1 and mean <= 0.08 and max(own_d) <= 0.5, (mean, max(own_d))
 EOF
+fi
 
 out=$("$bin" generate --model "$model" --quantize q4_1 --chat --greedy --max-new-tokens 8 "What is the capital of France?" 2> "$tmp/generate.err")
 python3 - "$out" << 'EOF' && pass q4_1_generate || fail q4_1_generate "answer '$out' $(tail -n 1 "$tmp/generate.err")"
