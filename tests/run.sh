@@ -48,7 +48,7 @@ run_one() {
         if [ "$kind" = binary ]; then
             "$path" > "$out" 2> "$MARLHF_TEST_TMP/$name.err"
             rc=$?
-            grep -E '^(PASS|FAIL) ' "$out"
+            grep -E '^(PASS|FAIL|SKIP) ' "$out"
             [ -s "$MARLHF_TEST_TMP/$name.err" ] && grep -E '^  ' "$MARLHF_TEST_TMP/$name.err" | head -n 20
             [ "$rc" -ne 0 ] && tail -n 5 "$MARLHF_TEST_TMP/$name.err"
         else

@@ -9,7 +9,8 @@
 
 // 1 in the sanitizer build (`make test SANITIZE=1`, AddressSanitizer + UBSan): a program
 // whose sweep is long there may thin its largest shapes, whose numbers the plain build
-// checks, while keeping every code path under the sanitizers.
+// checks, while keeping every code path under the sanitizers. A test left out says so on a
+// line "SKIP name: why" (tests/run.sh counts it, not as passed).
 #if defined(__SANITIZE_ADDRESS__)
 #define TEST_SANITIZED 1
 #else
