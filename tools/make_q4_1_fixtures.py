@@ -33,33 +33,8 @@ LLAMA_FTYPE_MOSTLY_Q5_K_M = 17
 
 
 def write_f32(path):
-    import numpy as np
-    from make_q5_k_fixture import llama_writer
-    rng = np.random.default_rng(7)
-    layers, hidden, heads, kv_heads, inter, vocab = 2, 160, 5, 5, 224, 320
-    head_dim = hidden // heads
-    w = llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, 128)
-
-    def matrix(rows, cols):
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((vocab, hidden)).astype(np.float32))
-    for i in range(layers):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
-        w.add_tensor(f"blk.{i}.attn_q.weight", matrix(hidden, hidden))
-        w.add_tensor(f"blk.{i}.attn_k.weight", matrix(kv_heads * head_dim, hidden))
-        w.add_tensor(f"blk.{i}.attn_v.weight", matrix(kv_heads * head_dim, hidden))
-        w.add_tensor(f"blk.{i}.attn_output.weight", matrix(hidden, hidden))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", matrix(inter, hidden))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", matrix(inter, hidden))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", matrix(hidden, inter))
-    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
-    w.add_tensor("output.weight", 3 * matrix(vocab, hidden))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    from make_q5_k_fixture import write_random_llama
+    write_random_llama(path, seed=7, layers=2, hidden=160, heads=5, kv_heads=5, inter=224, vocab=320)
 
 
 LLAMA_FTYPE_MOSTLY_Q4_1, LLAMA_FTYPE_MOSTLY_Q5_1 = 3, 9

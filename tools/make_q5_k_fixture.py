@@ -72,10 +72,12 @@ def llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, context):
     return w
 
 
-def write_f32(path):
+def write_random_llama(path, seed, layers, hidden, heads, kv_heads, inter, vocab):
+    """A float32 GGUF of a random Llama of these sizes (llama_writer's metadata): weights
+    N(0, 1 / fan_in), norms near 1, an untied output 3x larger, from numpy's generator
+    seeded `seed` in this order, so a fixture's file is the same on every run."""
     import numpy as np
-    rng = np.random.default_rng(5)
-    layers, hidden, heads, kv_heads, inter, vocab = 2, 256, 4, 2, 256, 512
+    rng = np.random.default_rng(seed)
     head_dim = hidden // heads
     w = llama_writer(path, layers, hidden, heads, kv_heads, inter, vocab, 128)
 
@@ -99,6 +101,10 @@ def write_f32(path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_f32(path):
+    write_random_llama(path, seed=5, layers=2, hidden=256, heads=4, kv_heads=2, inter=256, vocab=512)
 
 
 def llama_step(f32, q5, expected):
