@@ -18,6 +18,7 @@
 #include "dist/zero.h"
 #include "eval/lexicon.h"
 #include "io/fs.h"
+#include "io/jsonl.h"
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
@@ -838,16 +839,19 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
 // rows with a numeric "reward" (the win rates are then unknown).
 static bool load_first_eval(Ppo *p, long count) {
     char *path = fs_join(p->c.run_dir, "samples/eval-000000.jsonl");
-    FILE *file = fopen(path, "r");
+    JsonlReader reader;
+    const bool opened = fs_is_file(path) && jsonl_open(&reader, path, 0) == 0;
     free(path);
-    if (!file) return false;
+    if (!opened) {
+        err_clear(); // not an error: the win rates are unknown
+        return false;
+    }
     float *scores = xmalloc(count * sizeof(float)), *golds = xmalloc(count * sizeof(float));
     long rows = 0;
     bool ok = true;
-    char *line = NULL;
-    size_t capacity = 0;
-    while (ok && getline(&line, &capacity, file) > 0) {
-        json_t *row = json_loads(line, 0, NULL);
+    json_t *row;
+    int got = 0;
+    while (ok && (got = jsonl_next(&reader, &row)) == 1) {
         json_t *reward = json_object_get(row, "reward"), *gold = json_object_get(row, "gold");
         ok = rows < count && json_is_number(reward);
         if (ok) {
@@ -856,8 +860,8 @@ static bool load_first_eval(Ppo *p, long count) {
         }
         json_decref(row);
     }
-    free(line);
-    fclose(file);
+    if (ok && got < 0) ok = false, err_clear();
+    jsonl_close(&reader);
     if (!ok || rows != count) {
         free(scores), free(golds);
         return false;

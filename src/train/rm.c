@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "io/fs.h"
+#include "io/jsonl.h"
 #include "dist/dist.h"
 #include "train/losses.h"
 
@@ -216,10 +217,9 @@ static int rm_write_final(void *context, Model *model, const char *dir) {
                               "examples", (json_int_t)n, "cut_examples_left_out", (json_int_t)cut,
                               "responses_per_example", K, "indices", index_list, "chosen", chosen, "rejected", rejected,
                               "accuracy", n > 0 ? (double)correct / (double)n : 0.0);
-    char *text = json_dumps(stats, JSON_COMPACT);
     char *path = fs_join(dir, REWARD_STATS_FILE);
-    int rc = fs_write_file_atomic(path, text, strlen(text));
-    free(path), free(text), free(scores), free(rows), free(lengths), free(indices);
+    int rc = json_write_file(path, stats, JSON_COMPACT);
+    free(path), free(scores), free(rows), free(lengths), free(indices);
     json_decref(stats);
     return rc;
 }
