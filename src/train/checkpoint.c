@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,24 +74,32 @@ static int list_checkpoints(const char *run_dir, long **steps) {
     return count;
 }
 
-// A run killed while saving leaves its half-written checkpoint-<step>.tmp-<pid> behind (a
-// model's worth of disk). Once a checkpoint has been saved, such folders of processes that
-// no longer exist on this machine are removed. Kept: those of live processes, and a
-// temporary whose process also left a checkpoint-<step>.old-<pid> (fs.h: the rename-aside
-// fallback was interrupted; the two are the recovery material).
+// A run killed while writing leaves its temporaries behind: a half-written
+// checkpoint-<step>.tmp-<pid> folder (a model's worth of disk), or a metrics.jsonl.tmp-<pid>
+// when the kill lands while metrics_open rewrites the log (fs.h: every atomic write names its
+// temporary "<target>.tmp-<pid>"). Once a checkpoint has been saved, such entries of processes
+// that no longer exist on this machine are removed. Kept: those of live processes, and a
+// temporary whose process also left a <target>.old-<pid> (fs.h: the rename-aside fallback was
+// interrupted; the two are the recovery material).
 static void remove_stale_temporaries(const char *run_dir) {
     DIR *dir = opendir(run_dir);
     if (!dir) return;
     struct dirent *entry;
     while ((entry = readdir(dir))) {
-        long step, pid;
+        const char *marker = strstr(entry->d_name, ".tmp-");
+        if (!marker || marker == entry->d_name) continue;
+        while (strstr(marker + 1, ".tmp-")) marker = strstr(marker + 1, ".tmp-"); // the last one
+        long pid;
         int consumed = 0;
-        if (sscanf(entry->d_name, "checkpoint-%ld.tmp-%ld%n", &step, &pid, &consumed) != 2 ||
-            entry->d_name[consumed] != '\0' || pid <= 0 || pid == (long)getpid())
+        if (sscanf(marker, ".tmp-%ld%n", &pid, &consumed) != 1 || marker[consumed] != '\0' || pid <= 0 ||
+            pid == (long)getpid() || !isdigit((unsigned char)marker[5]))
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive, or not ours to judge
-        char old_name[96];
-        snprintf(old_name, sizeof old_name, "checkpoint-%ld.old-%ld", step, pid);
+        int target_length = (int)(marker - entry->d_name);
+        char old_name[512];
+        if (snprintf(old_name, sizeof old_name, "%.*s.old-%ld", target_length, entry->d_name, pid) >=
+            (int)sizeof old_name)
+            continue;
         char *old = fs_join(run_dir, old_name);
         bool recovery = fs_exists(old);
         free(old);

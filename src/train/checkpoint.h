@@ -20,8 +20,8 @@ typedef struct {
 } CheckpointModel;
 
 // Writes RUN_DIR/checkpoint-<step>, then removes the oldest checkpoints beyond keep_last
-// (keep_last <= 0 keeps all) and the half-written checkpoint folders that killed runs left
-// (checkpoint-<step>.tmp-<pid> of a process that is gone). `state` is stored as
+// (keep_last <= 0 keeps all) and the temporaries that killed runs left in RUN_DIR
+// (<name>.tmp-<pid> of a process that is gone: half-written checkpoints, metrics.jsonl). `state` is stored as
 // trainer_state.json.
 int checkpoint_save(const char *run_dir, long step, const CheckpointModel *models, int count,
                     const Tokenizer *tokenizer, json_t *state, int keep_last);

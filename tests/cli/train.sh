@@ -36,12 +36,15 @@ resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2
 "$bin" sft "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 for attempt in 1 2; do
     out="$tmp/killed$attempt"
-    # Half-written checkpoints a killed run would leave: of a process that is gone (removed
-    # at the next save), of a live one (this shell: kept), and one beside the .old- folder of
-    # an interrupted rename-aside (recovery material: kept).
+    # Temporaries a killed run would leave: half-written checkpoints of a process that is gone
+    # (removed at the next save), of a live one (this shell: kept), and one beside the .old-
+    # folder of an interrupted rename-aside (recovery material: kept); and the metrics.jsonl
+    # temporary of a kill that landed while the log was being rewritten (removed; the kill
+    # below can leave one too).
     mkdir -p "$out/checkpoint-5.tmp-2147483000" "$out/checkpoint-6.tmp-$$" "$out/checkpoint-8.tmp-2147483001" \
         "$out/checkpoint-8.old-2147483001"
     echo partial > "$out/checkpoint-5.tmp-2147483000/model.safetensors"
+    echo partial > "$out/metrics.jsonl.tmp-2147483002"
     interrupted_run "$out" "$bin" sft "${resume_args[@]}" --output "$out"
     [ "$finished_early" = 1 ] && fail "resume_kill_mid_run_$attempt" "the run finished before the kill"
     if cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors"; then
