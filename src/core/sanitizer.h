@@ -25,3 +25,16 @@ static inline void sanitizer_check_range(const void *start, size_t bytes) {
 #define SANITIZER_UNCHECKED
 #define SANITIZER_CHECK_RANGE(start, bytes) ((void)(start), (void)(bytes))
 #endif
+
+// A build without -march (the sanitizer build) compiles for the baseline x86-64, where fmaf
+// is a call into libm's software version and vectors are 128 bits wide. A hot loop marked
+// FMA_CLONES is compiled twice on x86-64 and the copy for CPUs with FMA (and AVX) is chosen
+// at load time. A loop written with fmaf gets the same bits from either copy (fmaf is
+// exactly rounded); a vectorised reduction may sum in another order, so such a loop's bits
+// depend on the copy the machine runs (as any -march build's do on its machine). Builds for
+// a named -march (all the others) have FMA or not already, and get no clones.
+#if defined(__x86_64__) && !defined(__FMA__)
+#define FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define FMA_CLONES
+#endif

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/sanitizer.h"
 #include "ops/cpu/ops_cpu.h"
 
 // Scores and outputs are computed this many lanes at a time: one 512-bit vector of floats.
@@ -45,7 +46,10 @@ static void softmax_in_place(float *s, int n) {
 // One (row, head): Q, K, V, O point at the row's slot 0 of that head; P is its T x T
 // probabilities. keys_t is scratch for the keys transposed, [head_dim][round_up(T, LANES)],
 // so that LANES consecutive keys' scores are one vector chain per dimension.
-static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
+// Most of a prompt's prefill: in the sanitizer build it runs the FMA copy where the CPU has
+// the instruction (the same bits: its sums are fmaf chains) and is not checked access by
+// access; cpu_attention_forward checks the whole ranges it is given (core/sanitizer.h).
+FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
                             int q_stride, int kv_stride, int head_dim, float scale, float *keys_t) {
     const int n_keys = T - start, width = round_up(n_keys, LANES);
     // keys_t[c][j] = K[start + j][c]; zero past the last key, so a block that runs over the
@@ -116,6 +120,11 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
+    SANITIZER_CHECK_RANGE(out, (size_t)B * T * q_stride * sizeof(float));
+    SANITIZER_CHECK_RANGE(q, (size_t)B * T * q_stride * sizeof(float));
+    SANITIZER_CHECK_RANGE(k, (size_t)B * T * kv_stride * sizeof(float));
+    SANITIZER_CHECK_RANGE(v, (size_t)B * T * kv_stride * sizeof(float));
+    SANITIZER_CHECK_RANGE(probs, (size_t)B * n_heads * T * T * sizeof(float));
 #pragma omp parallel
     {
         float *keys_t = xaligned_alloc((size_t)head_dim * round_up(T, LANES) * sizeof(float));

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "core/check.h"
+#include "core/sanitizer.h"
 #include "ops/cpu/attention_cache.h"
 
 // ROW_BLOCK rows meet the 32 keys in 16 accumulators (8 rows x 2 vectors of 16 keys): each
@@ -38,8 +39,13 @@ typedef struct {
     float *row_max, *row_sum;
 } ExtendTiles;
 
+// The two small products below are most of a chunked prefill. In the sanitizer build they run
+// the FMA copy where the CPU has the instruction (their sums are fmaf chains: the same bits)
+// and are not checked access by access; extend_query_tile checks the tiles' ranges before
+// each call (core/sanitizer.h).
+
 // scores[r][k] = sum_d queries[r][d] * keys_t[d][k] for the rows' block of ROW_BLOCK.
-static __attribute__((noinline)) void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
+FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
     for (int r = 0; r < rows; r += ROW_BLOCK) {
 #if defined(__AVX512F__)
         __m512 acc[ROW_BLOCK][2];
@@ -93,7 +99,7 @@ static inline __attribute__((always_inline)) void weighted_sums_block(int vector
 #endif
 
 // acc[r][e] += sum_k probs[r][k] * values[k][e], e < lanes (a multiple of 16).
-static __attribute__((noinline)) void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
+FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
 #if defined(__AVX512F__)
     for (int r = 0; r < rows; r += 4) {
         int e = 0;
@@ -146,6 +152,9 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
                 memset(tiles->values + (long)k * lanes, 0, (size_t)head_dim * sizeof(float));
             }
         }
+        SANITIZER_CHECK_RANGE(tiles->scores, (size_t)padded_rows * KEY_TILE * sizeof(float));
+        SANITIZER_CHECK_RANGE(tiles->queries, (size_t)padded_rows * head_dim * sizeof(float));
+        SANITIZER_CHECK_RANGE(tiles->keys_t, (size_t)head_dim * KEY_TILE * sizeof(float));
         tile_scores(tiles->scores, tiles->queries, tiles->keys_t, padded_rows, head_dim);
         for (int r = 0; r < padded_rows; r++) {
             float *row = tiles->scores + r * KEY_TILE, *acc = tiles->acc + (long)r * lanes;
@@ -178,6 +187,8 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
             tiles->row_sum[r] += sum;
             for (int k = visible; k < KEY_TILE; k++) row[k] = 0.0f;
         }
+        SANITIZER_CHECK_RANGE(tiles->acc, (size_t)padded_rows * lanes * sizeof(float));
+        SANITIZER_CHECK_RANGE(tiles->values, (size_t)KEY_TILE * lanes * sizeof(float));
         tile_weighted_sums(tiles->acc, tiles->scores, tiles->values, padded_rows, lanes);
     }
     for (int r = 0; r < rows; r++) {

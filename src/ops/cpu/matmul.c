@@ -8,9 +8,10 @@
 
 // One weight row against n input rows, which are `width` apart: out[i * out_stride] =
 // w . x_i (+ its old value when `accumulate`). The simd reduction fixes the summation
-// order for a given build. Exempt from the sanitizers' per-access checks: matmul
-// checks the whole ranges first (core/sanitizer.h).
-SANITIZER_UNCHECKED static void dot_rows(float *out, long out_stride, const float *w,
+// order for a given build (in the sanitizer build, for the copy the CPU runs: FMA_CLONES).
+// Exempt from the sanitizers' per-access checks: matmul checks the whole ranges first
+// (core/sanitizer.h).
+FMA_CLONES SANITIZER_UNCHECKED static void dot_rows(float *out, long out_stride, const float *w,
                                          const float *inp, int n, int width, bool accumulate) {
     for (int i = 0; i < n; i++) {
         const float *x = inp + (long)i * width;

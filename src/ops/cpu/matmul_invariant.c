@@ -93,10 +93,7 @@ bool ops_batch_invariant(const OpsBackend *ops) { return ops == &ops_cpu && cpu_
 // the instruction. fmaf is exactly rounded either way, and the function has no separate
 // product and sum the compiler could fuse, so both copies give the same bits. Unchecked
 // access by access: the caller checks the whole ranges (core/sanitizer.h).
-#if defined(__x86_64__) && !defined(__FMA__)
-__attribute__((target_clones("fma", "default")))
-#endif
-SANITIZER_UNCHECKED static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
+FMA_CLONES SANITIZER_UNCHECKED static float dot_fixed_order_portable(const float *x, const float *w, int IC) {
     float s[LANES] = {0};
     int k0 = 0;
     for (; k0 + LANES <= IC; k0 += LANES)
