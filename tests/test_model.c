@@ -877,27 +877,33 @@ static void test_lora_options(void) {
 }
 
 // model_write_gguf then model_load: F32 gives the same weights bit for bit (Gemma's norms
-// within an ulp of 1) and F16 / Q8_0 / Q4_0 / Q4_K_M / Q5_K_M within their rounding, for every family (GPT-2's fused qkv, Llama's permuted q/k rows,
+// within an ulp of 1) and F16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K_M / Q5_K_M within their
+// rounding, for every family (GPT-2's fused qkv, Llama's permuted q/k rows,
 // Gemma's 1 + w norms); a LoRA model is written merged. The fixtures' rows (64, 128 values)
 // are not whole K-quant super-blocks, so Q4_K_M and Q5_K_M take llama.cpp's fallbacks (Q5_0,
 // Q5_1, Q8_0);
 // tests/test_gguf.c checks the K-quants themselves.
 static void test_gguf_export_round_trip(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
-    const GgufOutType types[] = {GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M, GGUF_OUT_Q5_K_M};
+    const GgufOutType types[] = {GGUF_OUT_F32,  GGUF_OUT_F16,  GGUF_OUT_Q8_0,   GGUF_OUT_Q4_0,  GGUF_OUT_Q4_1,
+                                 GGUF_OUT_Q5_0, GGUF_OUT_Q5_1, GGUF_OUT_Q4_K_M, GGUF_OUT_Q5_K_M};
     // As a fraction of the tensor's largest value: F16's rounding, half a Q8_0 step, and
     // for the 4-bit types a whole 4-bit step (Q4_0's levels run from -8 to 7 steps, so the
     // side opposite a block's extreme can lose one; Q4_K's 6-bit sub-block scales add their
     // own rounding; Q5_K_M likewise a whole 5-bit step, 2 / 31: its fit is least squares and
     // the 6-bit scales and minimums round too, its fallback Q5_1 stays within half of that),
-    // plus the f16 scales' rounding. tests/test_gguf.c bounds the RMS errors.
-    const double step_fraction[] = {0, 1.0 / 2048, 0.005, 1.0 / 8 + 0.001, 1.0 / 8 + 0.001, 2.0 / 31 + 0.001};
+    // plus the f16 scales' rounding. Q4_1 and Q5_1 (a minimum and range / 15 or / 31 per block)
+    // within half a step, at most a whole step of the tensor's largest value over 15 or 31;
+    // Q5_0 as Q4_0 with twice the levels. tests/test_gguf.c bounds the RMS errors.
+    const double step_fraction[] = {0, 1.0 / 2048, 0.005, 1.0 / 8 + 0.001, 1.0 / 15 + 0.001, 1.0 / 16 + 0.001,
+                                    1.0 / 31 + 0.001, 1.0 / 8 + 0.001, 2.0 / 31 + 0.001};
+    const int type_count = (int)(sizeof types / sizeof types[0]);
     for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
         Fixture f;
         fixture_open(&f, fixture_names[k]);
         Model model;
         load_model(&model, &f, false);
-        for (int t = 0; t < 6; t++) {
+        for (int t = 0; t < type_count; t++) {
             char path[512];
             snprintf(path, sizeof path, "%s/export-%s-%d.gguf", tmp, fixture_names[k], t);
             EXPECT(model_write_gguf(&model, NULL, path, types[t]) == 0, "%s: %s", fixture_names[k], err_msg());

@@ -1,4 +1,4 @@
-"""Developer check of `marlhf convert SRC OUT.gguf --outtype q4_0|q4_k_m|q5_k_m` (io/gguf_quantize.c)
+"""Developer check of `marlhf convert SRC OUT.gguf --outtype q4_0|q4_1|q5_0|q5_1|q4_k_m|q5_k_m` (io/gguf_quantize.c)
 against llama.cpp's own quantizer, both run by llama.cpp (llama-cpp-python):
 
     .venv-tools/bin/python tools/check_gguf_quantization.py [--marlhf build/marlhf] [--outtype q4_k_m] SRC
@@ -25,7 +25,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import Llama
 
-FTYPES = {"q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q8_0": 7}
+FTYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9, "q4_k_m": 15, "q5_k_m": 17, "q8_0": 7}
 
 
 def run(cmd):

@@ -1,7 +1,7 @@
 // Quantizing f32 values into ggml's block formats, the inverse of io/gguf_dequant.c's
 // readers (whose comments describe each layout): Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 (blocks of 32) and the
 // K-quants Q4_K, Q5_K and Q6_K (super-blocks of 256). Used by the GGUF writer (io/gguf_write.h)
-// for `marlhf convert OUT.gguf --outtype q8_0|q4_0|q4_k_m|q5_k_m`, and by `--quantize q4_1|q5_1`
+// for `marlhf convert OUT.gguf --outtype q8_0|q4_0|q4_1|q5_0|q5_1|q4_k_m|q5_k_m`, and by `--quantize q4_1|q5_1`
 // on a float model (model/quantize.c).
 //
 // The scales are chosen as llama.cpp's reference quantizers choose them in spirit (the

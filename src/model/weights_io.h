@@ -65,8 +65,19 @@ int model_write_hf_files(const Model *model, const char *dir);
 
 // What a GGUF export stores its matrices as (`marlhf convert --outtype`): one type for
 // all, or llama.cpp's Q4_K_M or Q5_K_M mix. Vectors are always F32.
-typedef enum { GGUF_OUT_F32, GGUF_OUT_F16, GGUF_OUT_Q8_0, GGUF_OUT_Q4_0, GGUF_OUT_Q4_K_M, GGUF_OUT_Q5_K_M } GgufOutType;
-// "f32" | "f16" | "q8_0" | "q4_0" | "q4_k_m" | "q5_k_m"; -1 for anything else.
+typedef enum {
+    GGUF_OUT_F32,
+    GGUF_OUT_F16,
+    GGUF_OUT_Q8_0,
+    GGUF_OUT_Q4_0,
+    GGUF_OUT_Q4_1,
+    GGUF_OUT_Q5_0,
+    GGUF_OUT_Q5_1,
+    GGUF_OUT_Q4_K_M,
+    GGUF_OUT_Q5_K_M
+} GgufOutType;
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q4_k_m" | "q5_k_m"; -1 for
+// anything else.
 int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // The type llama.cpp's Q4_K_M mix gives the matrix named `name` (its GGUF name) whose rows are
 // `row` values long: Q6_K for the output (or a tied token table) and for attn_v / ffn_down of
@@ -80,7 +91,8 @@ GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const c
 // layouts: Llama's permuted q/k rows, Gemma's 1 + w norms, GPT-2's fused qkv), with the
 // tokenizer's metadata when `tokenizer` is not NULL (tokenizer_write_gguf: byte-level BPE
 // only). Matrices as `out` with llama.cpp's choices per tensor (the output matrix, and
-// for Q4_K_M the attn_v / ffn_down of some layers, as Q6_K; a type whose block does not
+// for Q4_K_M the attn_v / ffn_down of some layers, as Q6_K; the legacy 4- and 5-bit types
+// Q4_0, Q4_1, Q5_0, Q5_1 likewise give the output Q6_K; a type whose block does not
 // divide a row falls back as llama.cpp's does: Q4_K to Q5_0, Q6_K to Q8_0, then F16),
 // vectors as F32. A LoRA model is written with its adapters merged; a value head is left
 // out. Atomic; returns 0 or -1 with err_set().
