@@ -1,10 +1,10 @@
 // Tests of gen/json_constraint.c's numeric bounds, allOf and `$ref` beside annotations:
 //  - texts accepted and refused under integer and number bounds (one-sided, both, exclusive,
-//    draft 4's boolean form, int64's limits, real bounds on integers, bounds inside objects
-//    and type lists), `$ref` with description / default / deprecated / readOnly / writeOnly,
-//    allOf of one schema and of several object schemas; every prefix of an accepted text
-//    alive, and chosen prefixes dead ("2" under 10..15);
-//  - the one-line errors (empty ranges, a number's bound that is not an integer, draft 4's
+//    draft 4's boolean form, int64's limits, real bounds on integers, fractional bounds on
+//    numbers, bounds inside objects and type lists), `$ref` with description / default /
+//    deprecated / readOnly / writeOnly, allOf of one schema and of several object schemas;
+//    every prefix of an accepted text alive, and chosen prefixes dead ("2" under 10..15);
+//  - the one-line errors (empty ranges, a number's bound with more digits than fit, draft 4's
 //    exclusiveMinimum alone, allOf members that do not merge, $ref beside a bound);
 //  - integers exhaustively against a plain comparison in 128-bit arithmetic: under 100
 //    bound pairs (near 0, ±1, powers of ten, ±(2^63 - 1), INT64_MIN, random), every signed
@@ -13,15 +13,17 @@
 //    begins with it; random walks of up to 20 bytes check the same past 4 digits; a schema
 //    compiles exactly when its range holds an integer; states with equal keys (the integer
 //    part reduced to how it compares with the bounds' leading digits) behave alike;
-//  - numbers under integer bounds: every text of up to 5 bytes over "-0159." accepted
-//    exactly when strtod's value is in range (JSON's syntax, no exponent), and from every
-//    live state a depth-first completion (the constraint's own bytes) reaches a text the
-//    plain comparison accepts (a started text can always be completed);
+//  - numbers under integer and fractional bounds (0.5, -1.25, 9.9, ...): every text of up to
+//    5 bytes over "-0159." accepted exactly when strtod's value is in range (JSON's syntax,
+//    no exponent), and from every live state a depth-first completion (the constraint's own
+//    bytes) reaches a text the plain comparison accepts (a started text can always be
+//    completed);
 //  - tests/fixtures/constraints/json_bounds.json (tools/make_json_bounds_fixtures.py):
-//    pydantic's schemas of models with Field(ge=, le=, gt=, lt=) and documented enum
-//    fields, with texts labelled by pydantic: every generated text, and every edited one
-//    pydantic calls valid that is spelled as json.dumps spells it with no exponent, is
-//    accepted with every prefix alive; every accepted text is one pydantic calls valid;
+//    pydantic's schemas of models with Field(ge=, le=, gt=, lt=) (integer and fractional
+//    bounds) and documented enum fields, with texts labelled by pydantic: every generated
+//    text, and every edited one pydantic calls valid that is spelled as json.dumps spells it
+//    with no exponent, is accepted with every prefix alive; every accepted text is one
+//    pydantic calls valid;
 //  - the token mask over SmolLM2's vocabulary equals the brute force through bounded numbers.
 #include <jansson.h>
 #include <stdlib.h>
@@ -76,6 +78,21 @@ static const JsonCase cases[] = {
     {"{\"type\": \"number\", \"exclusiveMinimum\": -2, \"exclusiveMaximum\": 3}", {"-1.999", "2.999", "0", "-0.5"},
      {"-2", "3", "3.0", "-2.0", "-2.5", "3.000001"}},
     {"{\"type\": \"number\", \"minimum\": 2.0, \"maximum\": 1e300}", {"2", "2.5", "999999999999999999.5"}, {"1.9", "-2"}},
+    // Numbers under fractional bounds: exact decimals against the bound's shortest decimal.
+    {"{\"type\": \"number\", \"minimum\": 0.5}", {"0.5", "0.50", "0.5000001", "0.6", "1", "12.25"},
+     {"0.4", "0.4999999", "0", "-0.5", "0.49"}},
+    {"{\"type\": \"number\", \"exclusiveMinimum\": 0.5, \"maximum\": 2.75}", {"0.5001", "0.51", "2.75", "2.7500", "1", "2"},
+     {"0.5", "0.500", "2.751", "2.76", "3", "0.4"}},
+    {"{\"type\": \"number\", \"minimum\": 0.1, \"exclusiveMaximum\": 0.3}", {"0.1", "0.2", "0.29999", "0.10"},
+     {"0.09999", "0.3", "0.30", "0.31", "0"}},
+    {"{\"type\": \"number\", \"minimum\": -1.5, \"maximum\": -0.25}", {"-1.5", "-1", "-0.25", "-0.3", "-1.49"},
+     {"-1.51", "-0.24", "0", "-0", "-2", "1"}},
+    {"{\"type\": \"number\", \"exclusiveMinimum\": -0.5, \"exclusiveMaximum\": 0.5}", {"0", "-0", "-0.49", "0.499", "-0.0"},
+     {"-0.5", "0.5", "-1", "1"}},
+    {"{\"type\": \"number\", \"minimum\": 0.25, \"maximum\": 0.25}", {"0.25", "0.250"}, {"0.2", "0.3", "0.251", "0.24"}},
+    {"{\"type\": \"number\", \"minimum\": 0.001, \"maximum\": 99.99}", {"0.001", "0.0011", "99.99", "50"},
+     {"0.0009", "0.000", "99.991", "100"}},
+    {"{\"type\": \"integer\", \"minimum\": 0.5, \"maximum\": 2.5}", {"1", "2"}, {"0", "3", "1.5"}},
     // Type lists, no type, bounds inside an object.
     {"{\"type\": [\"number\", \"null\"], \"minimum\": 0}", {"null", "3", "0.25"}, {"-1", "-0.5"}},
     {"{\"type\": [\"integer\", \"string\"], \"minimum\": 1, \"maxLength\": 2}", {"1", "\"ab\""}, {"0", "\"abc\""}},
@@ -158,8 +175,10 @@ static void test_refusals(void) {
         {"{\"type\": \"integer\", \"exclusiveMaximum\": -9223372036854775808}", "leave no integer"},
         {"{\"type\": \"number\", \"exclusiveMinimum\": 1, \"exclusiveMaximum\": 1}", "leave no number"},
         {"{\"type\": \"number\", \"minimum\": 1000000000000000000}", "leave no number of at most 18 integer digits"},
-        {"{\"type\": \"number\", \"maximum\": 0.5}", "'maximum' is not an integer"},
-        {"{\"type\": \"number\", \"exclusiveMinimum\": -0.25}", "'exclusiveMinimum' is not an integer"},
+        {"{\"type\": \"number\", \"maximum\": 1e-30}", "'maximum' 1.0000000000000001e-30 has more digits"},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 1.5e-20}", "'exclusiveMinimum' 1.5000000000000001e-20 has more digits"},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 0.5, \"maximum\": 0.5}", "('exclusiveMinimum': 0.5, 'maximum': 0.5) leave no number"},
+        {"{\"type\": \"number\", \"minimum\": 0.25, \"maximum\": -0.25}", "leave no number"},
         {"{\"type\": \"integer\", \"exclusiveMinimum\": true}", "'exclusiveMinimum' true needs the bound beside it"},
         {"{\"type\": \"integer\", \"minimum\": \"1\"}", "'minimum' must be a number"},
         {"{\"type\": \"integer\", \"exclusiveMaximum\": null}", "'exclusiveMaximum' must be a number"},
@@ -449,7 +468,7 @@ static void test_integers_exhaustive(void) {
 
 typedef struct {
     bool has_low, has_high, low_exclusive, high_exclusive;
-    int low, high;
+    double low, high;
 } NumBounds;
 
 // JSON's number syntax without an exponent (at most 18 integer digits), and strtod's value
@@ -525,11 +544,15 @@ static void enumerate_numbers(NumWalk *walk, const JsonState *state, size_t leng
 }
 
 static void test_numbers_exhaustive(void) {
-    static const int values[] = {-10, -2, -1, 0, 1, 2, 3, 10};
+    // Integer bounds, then fractional ones: some the texts over "0159." can equal (0.5,
+    // 1.95, -0.05), some only straddle (0.25, -1.25); the texts are short decimals, so
+    // strtod's order is the decimals' (exact).
+    static const double integers[] = {-10, -2, -1, 0, 1, 2, 3, 10};
+    static const double fractions[] = {-1.5, -1.25, -0.5, -0.05, 0.1, 0.25, 0.5, 0.95, 1.5, 1.95, 5.1, 9.9};
     uint64_t rng = 7;
     JsonState *state = xmalloc(sizeof *state);
     int schemas = 0, checked = 0, wrong = 0, stuck = 0;
-    for (int s = 0; s < 30; s++) {
+    for (int s = 0; s < 70; s++) {
         NumBounds b = {0};
         if (s < 4) { // the common cases: [0, 1], > 0, <= 0, < 0
             const NumBounds common[] = {{true, true, false, false, 0, 1}, {true, false, true, false, 0, 0},
@@ -538,9 +561,12 @@ static void test_numbers_exhaustive(void) {
         } else {
             b.has_low = random_next(&rng) % 4 != 0, b.has_high = random_next(&rng) % 4 != 0;
             b.low_exclusive = random_next(&rng) % 2, b.high_exclusive = random_next(&rng) % 2;
-            b.low = values[(random_next(&rng) >> 8) % 8], b.high = values[(random_next(&rng) >> 8) % 8];
+            // From schema 30 on, each bound fractional or not by a coin.
+            const bool low_fraction = s >= 30 && random_next(&rng) % 3 != 0, high_fraction = s >= 30 && random_next(&rng) % 3 != 0;
+            b.low = low_fraction ? fractions[(random_next(&rng) >> 8) % 12] : integers[(random_next(&rng) >> 8) % 8];
+            b.high = high_fraction ? fractions[(random_next(&rng) >> 8) % 12] : integers[(random_next(&rng) >> 8) % 8];
             if (b.has_low && b.has_high && b.low > b.high) {
-                const int t = b.low;
+                const double t = b.low;
                 b.low = b.high, b.high = t;
             }
             if (b.has_low && b.has_high && b.low == b.high) b.low_exclusive = b.high_exclusive = false;
@@ -548,10 +574,10 @@ static void test_numbers_exhaustive(void) {
         char schema_text[200];
         snprintf(schema_text, sizeof schema_text, "{\"type\": \"number\"");
         if (b.has_low)
-            snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"%s\": %d",
+            snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"%s\": %g",
                      b.low_exclusive ? "exclusiveMinimum" : "minimum", b.low);
         if (b.has_high)
-            snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"%s\": %d",
+            snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"%s\": %g",
                      b.high_exclusive ? "exclusiveMaximum" : "maximum", b.high);
         strcat(schema_text, "}");
         JsonConstraint *c = compile_text(schema_text);
@@ -579,7 +605,7 @@ static void test_pydantic_fixture(void) {
 // --- the vocabulary ------------------------------------------------------------------------------
 
 // The trie's mask equals the brute force at every state of a text through bounded integers
-// and numbers (constraint_check.h: also the cache — integer parts that compare alike with
+// and numbers, integer and fractional bounds (constraint_check.h: also the cache — integer parts that compare alike with
 // the bounds share a key — and the one-token check).
 static void test_mask_equals_brute_force(void) {
     Tokenizer *tok = mask_check_tokenizer();
@@ -587,11 +613,11 @@ static void test_mask_equals_brute_force(void) {
     TokenTrie *trie = token_trie_new(tok, tokenizer_vocab_size(tok));
     Constraint *c = constraint_from_json(compile_text(
         "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {\"type\": \"integer\", "
-        "\"minimum\": 0, \"maximum\": 120}}, \"p\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 1}}, "
-        "\"required\": [\"a\", \"p\"]}"));
+        "\"minimum\": 0, \"maximum\": 120}}, \"p\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 1}, "
+        "\"r\": {\"type\": \"number\", \"minimum\": -2.5, \"exclusiveMaximum\": 99.75}}, \"required\": [\"a\", \"p\", \"r\"]}"));
     double ms = 0;
     int steps = 0;
-    if (c) check_mask(trie, tok, c, "{\"a\": [120, 11, 0], \"p\": 0.05}", "bounded numbers", &ms, &steps);
+    if (c) check_mask(trie, tok, c, "{\"a\": [120, 11, 0], \"p\": 0.05, \"r\": -2.25}", "bounded numbers", &ms, &steps);
     constraint_free(c);
     token_trie_free(trie);
     tokenizer_free(tok);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Write tests/fixtures/constraints/json_bounds.json: JSON Schemas that pydantic emits for
-models with numeric bounds (Field(ge=, le=, gt=, lt=) on int and float fields) and
+models with numeric bounds (Field(ge=, le=, gt=, lt=) on int and float fields, integer and
+fractional bounds) and
 documented enum fields (a `$ref` beside `description` / `default` / `deprecated`), with
 texts labelled by pydantic itself (developers only; CI never runs Python).
 
@@ -61,6 +62,14 @@ class Documented(BaseModel):
     tags: List[Color] = Field(default=[], description="more colours")
 
 
+class Sampling(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(ge=0.1, le=1.9)
+    top_p: float = Field(gt=0.05, le=0.95)
+    offset: float = Field(ge=-2.5, lt=-0.25)
+    penalty: float = Field(gt=-0.001, lt=0.001)
+
+
 rng = random.Random(20261203)
 
 # Each bounded field: (low, high, low_exclusive, high_exclusive, is_float); None: no bound.
@@ -76,6 +85,10 @@ BOUNDS = {
     "below": (None, 0, False, True, True),
     "window": (-2, 3, True, True, True),
     "level": (1, 5, False, False, False),
+    "temperature": (0.1, 1.9, False, False, True),
+    "top_p": (0.05, 0.95, True, False, True),
+    "offset": (-2.5, -0.25, False, True, True),
+    "penalty": (-0.001, 0.001, True, True, True),
 }
 
 
@@ -98,13 +111,17 @@ def draw(name):
         return rng.choice([lo, hi, lo + 1 if lo < hi else lo, hi - 1 if lo < hi else hi, rng.randint(lo, hi)])
     edge = rng.random()
     if edge < 0.2 and not low_x and low is not None:
-        return float(low) if rng.random() < 0.5 else int(low)
+        return float(low) if rng.random() < 0.5 or low != int(low) else int(low)
     if edge < 0.4 and not high_x and high is not None:
-        return float(high) if rng.random() < 0.5 else int(high)
+        return float(high) if rng.random() < 0.5 or high != int(high) else int(high)
     while True:
         x = round(rng.uniform(lo, hi), rng.randint(1, 6))
         if (x > lo or not low_x) and (x < hi or not high_x) and (low is None or x >= low) and (high is None or x <= high):
             if (low_x and x == low) or (high_x and x == high):
+                continue
+            # Under a fractional bound an exponent spelling (1e-05) is drawn again: plain_float's
+            # replacement (anywhere in +-1000) would leave the bounds.
+            if any(b is not None and b != int(b) for b in (low, high)) and "e" in json.dumps(x):
                 continue
             return plain_float(x)
 
@@ -126,7 +143,11 @@ def documented():
     return value
 
 
-MODELS = [("reading", Reading, reading), ("documented", Documented, documented)]
+def sampling():
+    return {name: draw(name) for name in ("temperature", "top_p", "offset", "penalty")}
+
+
+MODELS = [("reading", Reading, reading), ("documented", Documented, documented), ("sampling", Sampling, sampling)]
 
 PIECES = ["0", "1", "9", "-", ".", "e", "E", "+", ",", "\"", "5", "00"]
 
@@ -138,6 +159,12 @@ def probes(name):
            "-9223372036854775808", "-9223372036854775809", "1000000000000000000", "999999999999999999"]
     for bound in (low, high):
         if bound is None:
+            continue
+        if bound != int(bound):  # a fractional bound: it, its neighbours in its last digit and beyond
+            text = repr(bound)
+            step = 10.0 ** -len(text.split(".")[1])
+            out += [text, text + "0", text + "1", text + "9", repr(round(bound - step, 12)), repr(round(bound + step, 12)),
+                    text + "e0", text.rstrip("0123456789") + "0"]
             continue
         for delta in (-1, 0, 1):
             out.append(str(bound + delta))

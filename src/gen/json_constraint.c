@@ -21,6 +21,17 @@
 
 typedef enum { K_ROOT, K_ALT, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_LITERALS, K_SEQ, K_REPEAT } Kind;
 
+// A numeric bound: a sign and a magnitude, the magnitude as its integer part and the digits of
+// its fraction (none for an integer; no trailing zero). Zero is never negative. A bound read
+// from a JSON real is the shortest decimal that reads back as that double (0.1, not
+// 0.1000000000000000055...), which is what schemas mean and what pydantic writes.
+#define BOUND_FRACTION_DIGITS 21
+typedef struct {
+    bool negative;
+    uint64_t integer;
+    char fraction[BOUND_FRACTION_DIGITS + 1];
+} Decimal;
+
 typedef struct {
     Kind kind;
     bool first[256]; // the bytes that can start the value
@@ -49,9 +60,9 @@ typedef struct {
     RegexConstraint *regex;
     // INTEGER: the values allowed, minimum..maximum inclusive (always set: without bounds
     // ±(10^18 - 1), the 18 digits every integer is held to). NUMBER under bounds (bounded):
-    // those present, integers, each inclusive or exclusive.
+    // those present, each inclusive or exclusive, integers or decimal fractions.
     bool bounded, has_minimum, has_maximum, minimum_exclusive, maximum_exclusive;
-    int64_t minimum, maximum;
+    Decimal minimum, maximum;
     // A `$ref`'s target is reached through an ALT with one child, made before the target is
     // compiled so that the target can refer to it (a recursive schema is a graph); definition
     // is the reference's text and origin the schema's name (`what`; the root's too), for
@@ -91,53 +102,93 @@ enum { R_AFTER_ITEM, R_SEPARATOR, R_ITEM };
 // An integer, or a number under minimum / maximum, is read digit by digit against its
 // bounds, with no table of the numbers: its frame holds the phase (NUM_SIGN .. NUM_FRAC: no
 // exponent), count (its bytes), a (the integer part's digits read as a number) and b
-// (NUMBER_NEGATIVE; NUMBER_FRACTION: a nonzero fraction digit was written). A byte is taken
-// only where some number that begins with the text so far is within the bounds (and within
-// JSON_MAX_NUMBER_BYTES), so the text can always be completed. A number's bounds are
-// integers, so of its fraction only one thing matters: whether the value is its integer
-// part exactly (no nonzero fraction digit) or strictly between it and the next integer.
-enum { NUMBER_NEGATIVE = 1, NUMBER_FRACTION = 2 };
+// (NUMBER_NEGATIVE, and for each bound of the sign's magnitudes how the fraction's digits so
+// far compare with the bound's first as many: FRACTION_BELOW, FRACTION_ABOVE, or neither:
+// equal so far). A byte is taken only where some number that begins with the text so far is
+// within the bounds (and within JSON_MAX_NUMBER_BYTES), so the text can always be
+// completed. The comparison is of exact decimals: the text as written against the bound's
+// decimal (Decimal).
+enum { NUMBER_NEGATIVE = 1 };
+enum { FRACTION_BELOW = 1, FRACTION_ABOVE = 2 };       // a bound's two bits of b
+enum { LOW_FRACTION_SHIFT = 1, HIGH_FRACTION_SHIFT = 3 }; // where its bits are
 #define INTEGER_MAX_DIGITS 19 // int64's: 2^63 - 1 has 19
 #define INTEGER_DEFAULT_LIMIT 999999999999999999LL // 10^18 - 1: an integer with no bounds has at most 18 digits
+
+// A magnitude: an integer part and the digits of a fraction ("" for none; trailing zeros
+// allowed).
+typedef struct {
+    uint64_t integer;
+    const char *fraction;
+} Magnitude;
+
+// -1, 0, 1 as a is below, equal to, above b.
+static int magnitude_compare(Magnitude a, Magnitude b) {
+    if (a.integer != b.integer) return a.integer < b.integer ? -1 : 1;
+    const size_t a_digits = strlen(a.fraction), b_digits = strlen(b.fraction);
+    for (size_t k = 0; k < a_digits || k < b_digits; k++) {
+        const char x = k < a_digits ? a.fraction[k] : '0', y = k < b_digits ? b.fraction[k] : '0';
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
+}
 
 // The magnitudes (absolute values) that one sign may have: low..high, each end inclusive or
 // not, no high where that side has no bound; empty: no value has that sign. -0 is 0.
 typedef struct {
-    uint64_t low, high;
+    Magnitude low, high;
     bool low_exclusive, high_exclusive, has_high, empty;
 } Magnitudes;
 
+static bool decimal_is_zero(const Decimal *d) { return d->integer == 0 && !d->fraction[0]; }
+
 static Magnitudes sign_magnitudes(const Node *n, bool negative) {
-    Magnitudes m = {0};
+    Magnitudes m = {.low = {0, ""}, .high = {0, ""}};
+    const Decimal *min = &n->minimum, *max = &n->maximum;
     if (!negative) { // the value is the magnitude
-        m.empty = n->has_maximum && n->maximum < 0;
-        if (n->has_minimum && n->minimum >= 0) m.low = (uint64_t)n->minimum, m.low_exclusive = n->minimum_exclusive;
-        if (n->has_maximum) m.has_high = true, m.high = (uint64_t)n->maximum, m.high_exclusive = n->maximum_exclusive;
-    } else { // the value is minus the magnitude (0 - x: exact for INT64_MIN too)
-        m.empty = n->has_minimum && n->minimum > 0;
-        if (n->has_maximum && n->maximum <= 0) m.low = 0 - (uint64_t)n->maximum, m.low_exclusive = n->maximum_exclusive;
-        if (n->has_minimum) m.has_high = true, m.high = 0 - (uint64_t)n->minimum, m.high_exclusive = n->minimum_exclusive;
+        m.empty = n->has_maximum && max->negative;
+        if (n->has_minimum && !min->negative)
+            m.low = (Magnitude){min->integer, min->fraction}, m.low_exclusive = n->minimum_exclusive;
+        if (n->has_maximum) m.has_high = true, m.high = (Magnitude){max->integer, max->fraction}, m.high_exclusive = n->maximum_exclusive;
+    } else { // the value is minus the magnitude
+        m.empty = n->has_minimum && !min->negative && !decimal_is_zero(min);
+        if (n->has_maximum && (max->negative || decimal_is_zero(max)))
+            m.low = (Magnitude){max->integer, max->fraction}, m.low_exclusive = n->maximum_exclusive;
+        if (n->has_minimum) m.has_high = true, m.high = (Magnitude){min->integer, min->fraction}, m.high_exclusive = n->minimum_exclusive;
     }
     return m;
 }
 
-// The integer magnitude x is allowed.
-static bool magnitude_allowed(const Magnitudes *m, uint64_t x) {
-    if (m->empty || x < m->low || (x == m->low && m->low_exclusive)) return false;
-    return !m->has_high || x < m->high || (x == m->high && !m->high_exclusive);
+// The magnitude x is allowed.
+static bool magnitude_allowed(const Magnitudes *m, Magnitude x) {
+    if (m->empty) return false;
+    const int low = magnitude_compare(x, m->low);
+    if (low < 0 || (low == 0 && m->low_exclusive)) return false;
+    if (!m->has_high) return true;
+    const int high = magnitude_compare(x, m->high);
+    return high < 0 || (high == 0 && !m->high_exclusive);
 }
 
-// Every magnitude strictly between x and x + 1 is allowed (the bounds being integers, either
-// all of them are or none).
-static bool magnitude_between_allowed(const Magnitudes *m, uint64_t x) {
-    return !m->empty && m->low <= x && (!m->has_high || m->high > x);
+// Some allowed magnitude lies in [first, end) (integers, first < end).
+static bool interval_allowed(const Magnitudes *m, uint64_t first, uint64_t end) {
+    if (m->empty) return false;
+    // The interval's lower end: first (inclusive) or the low bound, whichever is higher.
+    Magnitude from = {first, ""};
+    bool from_exclusive = false;
+    if (magnitude_compare(m->low, from) >= 0) from = m->low, from_exclusive = m->low_exclusive;
+    // Its upper end: end (exclusive) or the high bound, whichever is lower.
+    Magnitude to = {end, ""};
+    bool to_exclusive = true;
+    if (m->has_high && magnitude_compare(m->high, to) < 0) to = m->high, to_exclusive = m->high_exclusive;
+    const int order = magnitude_compare(from, to);
+    return order < 0 || (order == 0 && !from_exclusive && !to_exclusive);
 }
 
 // Some allowed magnitude has an integer part that begins with the digits written (value
 // `part`, `digits` of them; zero: the part is "0", which takes no more digits). Followed by
 // j more digits the integer part is one of part*10^j .. part*10^j + 10^j - 1; with a
-// fraction (numbers) the magnitude is anywhere in [part*10^j, (part+1)*10^j), and a point
-// strictly inside that interval needs only one fraction digit (x.5), which always fits.
+// fraction (numbers) the magnitude is anywhere in [part*10^j, (part+1)*10^j). A number's
+// point strictly inside that interval needs at most one digit more than the bounds' fractions
+// have, which fits (read_bound limits the bounds' digits).
 static bool integer_part_completable(const Magnitudes *m, uint64_t part, int digits, bool zero, bool integer) {
     if (m->empty) return false;
     const int max_digits = integer ? INTEGER_MAX_DIGITS : JSON_MAX_INTEGER_DIGITS;
@@ -145,19 +196,16 @@ static bool integer_part_completable(const Magnitudes *m, uint64_t part, int dig
     for (int total = digits; total <= max_digits; total++) {
         if (part > UINT64_MAX / scale) return false;
         const uint64_t first = part * scale;
-        if (m->has_high && first > m->high) return false; // and so for every longer part
+        if (m->has_high && first > m->high.integer) return false; // and so for every longer part
         const uint64_t last = first + (scale - 1); // no overflow: first <= high <= 2^63, scale <= first (or 1)
         if (integer) {
-            // The smallest integer of [first, last] above the low bound, checked against the high one.
-            uint64_t x = m->low + (m->low_exclusive ? 1 : 0);
+            // The smallest integer of [first, last] above the low bound (an integer), checked
+            // against the high one.
+            uint64_t x = m->low.integer + (m->low_exclusive ? 1 : 0);
             if (x < first) x = first;
-            if (x <= last && magnitude_allowed(m, x)) return true;
-        } else {
-            // [first, last + 1) against the bounds: an interval of reals with integer ends.
-            const uint64_t from = first > m->low ? first : m->low;
-            const uint64_t to = m->has_high && m->high < last + 1 ? m->high : last + 1;
-            if (from < to) return true;
-            if (from == to && from <= last && magnitude_allowed(m, from)) return true;
+            if (x <= last && magnitude_allowed(m, (Magnitude){x, ""})) return true;
+        } else if (interval_allowed(m, first, last + 1)) {
+            return true;
         }
         if (zero || scale > UINT64_MAX / 10) return false;
         scale *= 10;
@@ -165,9 +213,33 @@ static bool integer_part_completable(const Magnitudes *m, uint64_t part, int dig
     return false;
 }
 
+// The digits of the integer part a (no leading zero: "0" is one digit).
+static int decimal_digits(uint64_t a) {
+    int digits = 1;
+    for (; a >= 10; a /= 10) digits++;
+    return digits;
+}
+
+// The fraction digits written so far (in NUM_FRAC0 / NUM_FRAC).
+static int fraction_digits(const JsonFrame *f) {
+    return f->count - ((f->b & NUMBER_NEGATIVE) ? 1 : 0) - decimal_digits(f->a) - 1;
+}
+
+// Where the magnitudes that begin with the text (a, then k fraction digits whose comparison
+// with `bound`'s is `state`: all of [x, x + 10^-k)) lie against the bound.
+enum { WHOLLY_BELOW, WHOLLY_ABOVE, STRADDLES };
+static int fraction_against(uint64_t a, int state, Magnitude bound) {
+    if (a != bound.integer) return a < bound.integer ? WHOLLY_BELOW : WHOLLY_ABOVE;
+    return state == FRACTION_BELOW ? WHOLLY_BELOW : state == FRACTION_ABOVE ? WHOLLY_ABOVE : STRADDLES;
+}
+
+// The bound has nonzero digits after its k-th fraction digit (its fraction has no trailing
+// zero): the text, equal to it so far, is still below it.
+static bool bound_goes_on(Magnitude bound, int k) { return (int)strlen(bound.fraction) > k; }
+
 // The number written so far (frame f of node n) can be completed within the bounds.
 static bool bounded_completable(const Node *n, const JsonFrame *f) {
-    const bool negative = f->b & NUMBER_NEGATIVE, fraction = f->b & NUMBER_FRACTION;
+    const bool negative = f->b & NUMBER_NEGATIVE;
     const Magnitudes m = sign_magnitudes(n, negative);
     const bool integer = n->kind == K_INTEGER;
     switch (f->phase) {
@@ -177,18 +249,49 @@ static bool bounded_completable(const Node *n, const JsonFrame *f) {
         return false;
     case NUM_ZERO:
     case NUM_INT: return integer_part_completable(&m, f->a, f->count - (negative ? 1 : 0), f->phase == NUM_ZERO, integer);
-    default: // NUM_FRAC0, NUM_FRAC: the integer part exactly (the fraction's digits all 0), or above it
-        if (!fraction && magnitude_allowed(&m, f->a)) return true;
-        return magnitude_between_allowed(&m, f->a) && (fraction || f->count < JSON_MAX_NUMBER_BYTES);
+    default: { // NUM_FRAC0, NUM_FRAC: the magnitudes [x, x + 10^-k) of x = a.(the k digits)
+        if (m.empty) return false;
+        const int k = fraction_digits(f);
+        const bool room = f->count < JSON_MAX_NUMBER_BYTES; // for one more digit
+        if (k == 0 && !room) return false;                  // "a." needs a digit
+        const int low_state = (int)(f->b >> LOW_FRACTION_SHIFT) & 3, high_state = (int)(f->b >> HIGH_FRACTION_SHIFT) & 3;
+        const int low = fraction_against(f->a, low_state, m.low);
+        if (low == WHOLLY_BELOW) return false;
+        // At the low bound (x is it, nothing more to come): exclusive needs a nonzero digit.
+        if (low == STRADDLES && !bound_goes_on(m.low, k) && m.low_exclusive && !room) return false;
+        if (!m.has_high) return true;
+        const int high = fraction_against(f->a, high_state, m.high);
+        if (high == WHOLLY_ABOVE) return false;
+        // x is at most the high bound; below it unless x is the bound itself.
+        if (high == STRADDLES && m.high_exclusive && !bound_goes_on(m.high, k)) return false;
+        // Both bounds begin with the text: [low, high] is in the interval, empty only when
+        // they are one point with an exclusive end (then no text got here).
+        if (low == STRADDLES && high == STRADDLES && magnitude_compare(m.low, m.high) == 0)
+            return !m.low_exclusive && !m.high_exclusive;
+        return true;
+    }
     }
 }
 
 static bool bounded_can_end(const Node *n, const JsonFrame *f) {
     const Magnitudes m = sign_magnitudes(n, f->b & NUMBER_NEGATIVE);
-    if (f->phase == NUM_ZERO || f->phase == NUM_INT) return magnitude_allowed(&m, f->a);
-    if (f->phase == NUM_FRAC)
-        return (f->b & NUMBER_FRACTION) ? magnitude_between_allowed(&m, f->a) : magnitude_allowed(&m, f->a);
-    return false;
+    if (f->phase == NUM_ZERO || f->phase == NUM_INT) return magnitude_allowed(&m, (Magnitude){f->a, ""});
+    if (f->phase != NUM_FRAC || m.empty) return false;
+    // The value is x = a.(the k digits) itself.
+    const int k = fraction_digits(f);
+    const int low = fraction_against(f->a, (int)(f->b >> LOW_FRACTION_SHIFT) & 3, m.low);
+    if (low == WHOLLY_BELOW || (low == STRADDLES && (bound_goes_on(m.low, k) || m.low_exclusive))) return false;
+    if (!m.has_high) return true;
+    const int high = fraction_against(f->a, (int)(f->b >> HIGH_FRACTION_SHIFT) & 3, m.high);
+    return high == WHOLLY_BELOW || (high == STRADDLES && (bound_goes_on(m.high, k) || !m.high_exclusive));
+}
+
+// The comparison state of a bound's fraction digits after fraction digit `digit` at place k
+// (0 first), from `state` before it: once below or above, it stays so.
+static int next_fraction_state(int state, Magnitude bound, int k, uint8_t digit) {
+    if (state != 0) return state;
+    const char expected = k < (int)strlen(bound.fraction) ? bound.fraction[k] : '0';
+    return digit < expected ? FRACTION_BELOW : digit > expected ? FRACTION_ABOVE : 0;
 }
 
 // One byte of a bounded number; false (f unchanged) when it is not JSON's number syntax
@@ -210,7 +313,15 @@ static bool bounded_number_byte(const Node *n, JsonFrame *f, uint8_t b) {
     } else { // NUM_FRAC0, NUM_FRAC
         if (!digit) return false;
         next.phase = NUM_FRAC;
-        if (b != '0') next.b |= NUMBER_FRACTION;
+        // Each bound's comparison matters only where the integer part is the bound's: kept at
+        // "equal so far" elsewhere, so that such states share a key.
+        const Magnitudes m = sign_magnitudes(n, f->b & NUMBER_NEGATIVE);
+        const int k = fraction_digits(f);
+        const int low_state = (int)(f->b >> LOW_FRACTION_SHIFT) & 3, high_state = (int)(f->b >> HIGH_FRACTION_SHIFT) & 3;
+        next.b = f->b & NUMBER_NEGATIVE;
+        if (f->a == m.low.integer) next.b |= (uint64_t)next_fraction_state(low_state, m.low, k, b) << LOW_FRACTION_SHIFT;
+        if (m.has_high && f->a == m.high.integer)
+            next.b |= (uint64_t)next_fraction_state(high_state, m.high, k, b) << HIGH_FRACTION_SHIFT;
     }
     next.count++;
     if (!bounded_completable(n, &next)) return false;
@@ -677,39 +788,102 @@ static int format_pattern(const json_t *schema, const char **pattern, const char
                         json_string_value(format));
 }
 
+// -1, 0, 1 as the signed decimal a is below, equal to, above b.
+static int decimal_compare(const Decimal *a, const Decimal *b) {
+    if (a->negative != b->negative) return a->negative ? -1 : 1;
+    const int order = magnitude_compare((Magnitude){a->integer, a->fraction}, (Magnitude){b->integer, b->fraction});
+    return a->negative ? -order : order;
+}
+
+static Decimal decimal_from_int64(int64_t value) {
+    Decimal d = {.negative = value < 0};
+    d.integer = value < 0 ? 0 - (uint64_t)value : (uint64_t)value; // 0 - x: exact for INT64_MIN too
+    return d;
+}
+
 // The stricter of a side's bound so far and (value, exclusive).
-static void tighten(bool lower, bool *has, int64_t *bound, bool *bound_exclusive, int64_t value, bool exclusive) {
-    if (*has && (lower ? value < *bound : value > *bound)) return;
-    if (*has && value == *bound && !exclusive) return;
+static void tighten(bool lower, bool *has, Decimal *bound, bool *bound_exclusive, Decimal value, bool exclusive) {
+    const int order = *has ? decimal_compare(&value, bound) : 0;
+    if (*has && (lower ? order < 0 : order > 0)) return;
+    if (*has && order == 0 && !exclusive) return;
     *has = true, *bound = value, *bound_exclusive = exclusive;
 }
 
-// A bound's JSON value as an integer bound (value, exclusive) on the side `lower`. A
-// JSON integer is itself. A real on an integer is rounded inward (minimum 0.5: 1), and one
-// beyond int64 either bounds nothing or leaves nothing (stored as INT64_MAX / INT64_MIN
-// exclusive). A number's bounds must be integers (a real with no fraction is one); beyond
-// ±10^18 they are clamped there, past every number of 18 integer digits. -1: error set.
-static int read_bound(const json_t *v, const char *key, bool lower, bool integer, int64_t *value, bool *exclusive,
+// x, a double with a fraction (so |x| < 2^52), as the shortest decimal that reads back as x:
+// the digits of "%.*e" at the least precision that round-trips, placed by its exponent. -1
+// when that takes more than BOUND_FRACTION_DIGITS fraction digits, or more bytes with one
+// digit more than a number here may have (JSON_MAX_NUMBER_BYTES), which the recogniser
+// needs to write every value beside the bound.
+static int decimal_from_fraction_double(double x, Decimal *out) {
+    const double magnitude = fabs(x);
+    char text[64];
+    for (int precision = 1; precision <= 17; precision++) {
+        snprintf(text, sizeof text, "%.*e", precision - 1, magnitude);
+        if (strtod(text, NULL) == magnitude) break;
+    }
+    // text is d[.ddd]e(+|-)XX: its digits, then where the point falls among them.
+    char digits[32];
+    int count = 0;
+    const char *p = text;
+    for (; *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9') digits[count++] = *p;
+    while (count > 1 && digits[count - 1] == '0') count--;
+    const int point = atoi(p + 1) + 1; // the point follows the first `point` digits (<= 0: zeros first)
+    memset(out, 0, sizeof *out);
+    out->negative = x < 0;
+    int length = 0;
+    for (int zero = point; zero < 0; zero++) {
+        if (length == BOUND_FRACTION_DIGITS) return -1;
+        out->fraction[length++] = '0';
+    }
+    for (int k = 0; k < count; k++) {
+        if (k < point) {
+            out->integer = out->integer * 10 + (uint64_t)(digits[k] - '0');
+        } else {
+            if (length == BOUND_FRACTION_DIGITS) return -1;
+            out->fraction[length++] = digits[k];
+        }
+    }
+    out->fraction[length] = '\0';
+    // The sign, the integer part, the point, the fraction and one digit more.
+    return 1 + decimal_digits(out->integer) + 1 + length + 1 <= JSON_MAX_NUMBER_BYTES ? 0 : -1;
+}
+
+// A bound's JSON value as a bound (value, exclusive) on the side `lower`. A JSON integer is
+// itself. A real on an integer is rounded inward (minimum 0.5: 1), and one beyond int64
+// either bounds nothing or leaves nothing (stored as INT64_MAX / INT64_MIN exclusive). On a
+// number a real with a fraction is its shortest decimal (decimal_from_fraction_double); other
+// bounds beyond ±10^18 are clamped there, past every number of 18 integer digits. -1: error
+// set.
+static int read_bound(const json_t *v, const char *key, bool lower, bool integer, Decimal *value, bool *exclusive,
                       const char *what, const char *at) {
     const double two_63 = 9223372036854775808.0, limit = 1e18;
     if (json_is_integer(v)) {
-        *value = json_integer_value(v);
-        if (!integer && *value > (int64_t)limit) *value = (int64_t)limit;
-        if (!integer && *value < -(int64_t)limit) *value = -(int64_t)limit;
+        int64_t x = json_integer_value(v);
+        if (!integer && x > (int64_t)limit) x = (int64_t)limit;
+        if (!integer && x < -(int64_t)limit) x = -(int64_t)limit;
+        *value = decimal_from_int64(x);
         return 0;
     }
     const double x = json_real_value(v);
     if (!integer) {
-        if (x != floor(x))
-            return schema_error(what, at, "'%s' is not an integer: only integer bounds are supported on numbers", key);
-        *value = (int64_t)(x > limit ? limit : x < -limit ? -limit : x);
+        if (x != floor(x)) {
+            if (decimal_from_fraction_double(x, value) != 0) {
+                char detail[120];
+                snprintf(detail, sizeof detail, "'%s' %.17g", key, x);
+                return schema_error(what, at, "%s has more digits than the numbers here are written with (a bound's "
+                                    "digits and one more in 24 bytes)", detail);
+            }
+            return 0;
+        }
+        *value = decimal_from_int64((int64_t)(x > limit ? limit : x < -limit ? -limit : x));
         return 0;
     }
     double rounded = x;
     if (x != floor(x)) rounded = lower ? ceil(x) : floor(x), *exclusive = false;
-    if (rounded >= two_63) *value = INT64_MAX, *exclusive = lower; // lower: nothing left; upper: no bound
-    else if (rounded < -two_63) *value = INT64_MIN, *exclusive = !lower;
-    else *value = (int64_t)rounded;
+    if (rounded >= two_63) *value = decimal_from_int64(INT64_MAX), *exclusive = lower; // lower: nothing left; upper: no bound
+    else if (rounded < -two_63) *value = decimal_from_int64(INT64_MIN), *exclusive = !lower;
+    else *value = decimal_from_int64((int64_t)rounded);
     return 0;
 }
 
@@ -721,7 +895,7 @@ static int read_bounds(Node *bounds, const json_t *schema, bool integer, const c
     for (int side = 0; side < 2; side++) {
         const bool lower = side == 0;
         bool *has = lower ? &bounds->has_minimum : &bounds->has_maximum;
-        int64_t *bound = lower ? &bounds->minimum : &bounds->maximum;
+        Decimal *bound = lower ? &bounds->minimum : &bounds->maximum;
         bool *bound_exclusive = lower ? &bounds->minimum_exclusive : &bounds->maximum_exclusive;
         json_t *v = json_object_get(schema, plain[side]), *e = json_object_get(schema, strict[side]);
         if (v && !json_is_number(v)) return schema_error(what, at, "'%s' must be a number", plain[side]);
@@ -729,13 +903,13 @@ static int read_bounds(Node *bounds, const json_t *schema, bool integer, const c
             return schema_error(what, at, "'%s' must be a number (or, draft 4, a boolean)", strict[side]);
         if (json_is_true(e) && !v) return schema_error(what, at, "'%s' true needs the bound beside it (draft 4)", strict[side]);
         if (v) {
-            int64_t value;
+            Decimal value;
             bool exclusive = json_is_true(e);
             if (read_bound(v, plain[side], lower, integer, &value, &exclusive, what, at) != 0) return -1;
             tighten(lower, has, bound, bound_exclusive, value, exclusive);
         }
         if (json_is_number(e)) {
-            int64_t value;
+            Decimal value;
             bool exclusive = true;
             if (read_bound(e, strict[side], lower, integer, &value, &exclusive, what, at) != 0) return -1;
             tighten(lower, has, bound, bound_exclusive, value, exclusive);
@@ -752,10 +926,10 @@ static int compile_number(JsonConstraint *c, const json_t *schema, bool integer,
     if (read_bounds(&bounds, schema, integer, what, at) != 0) return -1;
     if (!integer && !bounds.has_minimum && !bounds.has_maximum) return number_node(c);
     if (integer && !bounds.has_minimum && !bounds.has_maximum) {
-        bounds.minimum = -INTEGER_DEFAULT_LIMIT, bounds.maximum = INTEGER_DEFAULT_LIMIT;
+        bounds.minimum = decimal_from_int64(-INTEGER_DEFAULT_LIMIT), bounds.maximum = decimal_from_int64(INTEGER_DEFAULT_LIMIT);
     } else if (integer) {
-        if (!bounds.has_minimum) bounds.minimum = INT64_MIN;
-        if (!bounds.has_maximum) bounds.maximum = INT64_MAX;
+        if (!bounds.has_minimum) bounds.minimum = decimal_from_int64(INT64_MIN);
+        if (!bounds.has_maximum) bounds.maximum = decimal_from_int64(INT64_MAX);
     }
     if (integer) bounds.has_minimum = bounds.has_maximum = true;
     const int node = bounded_number_node(c, &bounds);
@@ -1255,8 +1429,8 @@ static uint64_t bounded_number_class(const Node *n, const JsonFrame *f) {
     if (f->phase == NUM_SIGN || m.empty) return 0;
     int integer_digits = 1; // the integer part has no leading zero: its value says how many digits
     for (uint64_t rest = f->a; rest >= 10; rest /= 10) integer_digits++;
-    const int low = prefix_compare(f->a, integer_digits, m.low) + 1;
-    const int high = m.has_high ? prefix_compare(f->a, integer_digits, m.high) + 1 : 3;
+    const int low = prefix_compare(f->a, integer_digits, m.low.integer) + 1;
+    const int high = m.has_high ? prefix_compare(f->a, integer_digits, m.high.integer) + 1 : 3;
     return (uint64_t)(integer_digits * 16 + low * 4 + high);
 }
 

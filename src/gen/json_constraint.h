@@ -28,7 +28,9 @@
 // exclusiveMaximum beside minimum / maximum; both forms on a side: the stricter) on
 // integers — any bounds, rounded inward when not integers; a side with no bound is int64's
 // limit (an integer with no bound at all keeps the 18 digits below) — and on numbers,
-// whose bounds must be integers (a number under bounds is written without an exponent);
+// integer or fractional bounds (a fraction as its shortest decimal, compared with the text
+// as an exact decimal; one with more digits than a number here holds is refused; a number
+// under bounds is written without an exponent);
 // a schema with only these keywords is a number; `allOf` (one schema: that schema; several:
 // object schemas — `$ref`s to them followed — merged: the properties' union, a property in
 // two with the same schema only, the required keys' union, the stricter
@@ -128,7 +130,8 @@ void json_state_copy(JsonState *dst, const JsonState *src);
 // character count is written as its minLength once it has passed it where no maxLength
 // bounds it (it decides nothing more), so the states inside a long string share a key; a
 // bounded number's integer part as how it compares with the bounds' leading digits (its
-// digit count and, per bound, below / equal / above), which is all its future depends on.
+// digit count and, per bound, below / equal / above; its fraction's comparison with the
+// bounds' fractions is in the frame already), which is all its future depends on.
 size_t json_state_key(const JsonConstraint *constraint, const JsonState *state, uint8_t *key);
 // Feeds one byte: *out (may be *state) becomes the state after it; false when the byte
 // takes every path to a dead end (then out->num_paths is 0).
