@@ -6,11 +6,12 @@
 //    every prefix of an accepted text alive, and chosen prefixes dead ("2" under 10..15);
 //  - the one-line errors (empty ranges, a number's bound with more digits than fit, draft 4's
 //    exclusiveMinimum alone, allOf members that do not merge, $ref beside a bound);
-//  - integers exhaustively against a plain comparison in 128-bit arithmetic: under 100
-//    bound pairs (near 0, ±1, powers of ten, ±(2^63 - 1), INT64_MIN, random), every signed
+//  - integers exhaustively against a plain comparison in 128-bit arithmetic: under 140
+//    bound pairs (near 0, ±1, powers of ten, ±(2^63 - 1), INT64_MIN, random; 40 of them
+//    with a multipleOf, 2 to 2^62), every signed
 //    text of up to 4 digits (leading zeros included) is accepted exactly when it is an
-//    integer in range, and each of its prefixes is alive exactly when some integer in range
-//    begins with it; random walks of up to 20 bytes check the same past 4 digits; a schema
+//    integer in range (and a multiple), and each of its prefixes is alive exactly when some
+//    such integer begins with it; random walks of up to 20 bytes check the same past 4 digits; a schema
 //    compiles exactly when its range holds an integer; states with equal keys (the integer
 //    part reduced to how it compares with the bounds' leading digits) behave alike;
 //  - numbers under integer and fractional bounds (0.5, -1.25, 9.9, ...): every text of up to
@@ -78,6 +79,14 @@ static const JsonCase cases[] = {
     {"{\"type\": \"number\", \"exclusiveMinimum\": -2, \"exclusiveMaximum\": 3}", {"-1.999", "2.999", "0", "-0.5"},
      {"-2", "3", "3.0", "-2.0", "-2.5", "3.000001"}},
     {"{\"type\": \"number\", \"minimum\": 2.0, \"maximum\": 1e300}", {"2", "2.5", "999999999999999999.5"}, {"1.9", "-2"}},
+    // multipleOf on integers, with and without bounds.
+    {"{\"type\": \"integer\", \"multipleOf\": 5, \"minimum\": 0, \"maximum\": 100}", {"0", "5", "95", "100", "-0"},
+     {"3", "101", "105", "-5", "50.0", "1"}},
+    {"{\"type\": \"integer\", \"multipleOf\": 3}", {"0", "-3", "12", "999999999999999999", "-999999999999999999"},
+     {"1", "-1", "10", "999999999999999998"}},
+    {"{\"type\": \"integer\", \"multipleOf\": 7.0, \"exclusiveMinimum\": 7, \"maximum\": 30}", {"14", "21", "28"},
+     {"7", "0", "35", "20"}},
+    {"{\"type\": [\"integer\", \"null\"], \"multipleOf\": 1000}", {"null", "1000", "-2000", "0"}, {"100", "1001"}},
     // Numbers under fractional bounds: exact decimals against the bound's shortest decimal.
     {"{\"type\": \"number\", \"minimum\": 0.5}", {"0.5", "0.50", "0.5000001", "0.6", "1", "12.25"},
      {"0.4", "0.4999999", "0", "-0.5", "0.49"}},
@@ -137,6 +146,9 @@ static void test_dead_prefixes(void) {
         const char *schema, *alive, *dead;
     } checks[] = {
         {"{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 15}", "1", "2"},
+        {"{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 100, \"multipleOf\": 25}", "7", "3"},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 0.5, \"maximum\": 2.75}", "0.50", "0.4"},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 0.5, \"maximum\": 2.75}", "2.7", "2.8"},
         {"{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 15}", "1", "-"},
         {"{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 15}", "1", "0"},
         {"{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 15}", "1", "16"},
@@ -184,7 +196,14 @@ static void test_refusals(void) {
         {"{\"type\": \"integer\", \"exclusiveMaximum\": null}", "'exclusiveMaximum' must be a number"},
         {"{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 3, \"maximum\": 2}}}",
          "(at properties.n)"},
-        {"{\"type\": \"integer\", \"minimum\": 1, \"multipleOf\": 2}", "'multipleOf'"},
+        {"{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 4, \"multipleOf\": 5}",
+         "the bounds ('minimum': 1, 'maximum': 4, 'multipleOf': 5) leave no integer"},
+        {"{\"type\": \"integer\", \"multipleOf\": 0}", "'multipleOf' on an integer must be a positive integer"},
+        {"{\"type\": \"integer\", \"multipleOf\": -3}", "'multipleOf' on an integer must be a positive integer"},
+        {"{\"type\": \"integer\", \"multipleOf\": 0.5}", "'multipleOf' on an integer must be a positive integer"},
+        {"{\"type\": \"integer\", \"multipleOf\": \"2\"}", "'multipleOf' on an integer must be a positive integer"},
+        {"{\"multipleOf\": 2}", "'multipleOf' is supported on integers only"},
+        {"{\"type\": \"number\", \"minimum\": 0, \"multipleOf\": 0.01}", "'multipleOf' is supported on integers only"},
         {"{\"enum\": [1, 2], \"minimum\": 2}", "'minimum' beside 'enum'"},
         {"{\"$defs\": {\"A\": {\"type\": \"integer\"}}, \"$ref\": \"#/$defs/A\", \"minimum\": 2}",
          "'$ref', 'anyOf' and 'oneOf' beside other keywords"},
@@ -221,6 +240,7 @@ typedef __int128 wide;
 typedef struct {
     int low_kind, high_kind;
     int64_t low, high;
+    int64_t multiple; // multipleOf; 0: none
 } IntBounds;
 
 static void bounds_schema(const IntBounds *b, char *text, size_t size) {
@@ -228,10 +248,11 @@ static void bounds_schema(const IntBounds *b, char *text, size_t size) {
                                             "\"minimum\": %lld, \"exclusiveMinimum\": true, "};
     static const char *const high_forms[] = {"", "\"maximum\": %lld, ", "\"exclusiveMaximum\": %lld, ",
                                              "\"maximum\": %lld, \"exclusiveMaximum\": true, "};
-    char low[96], high[96];
+    char low[96], high[96], multiple[48] = "";
     snprintf(low, sizeof low, low_forms[b->low_kind], (long long)b->low);
     snprintf(high, sizeof high, high_forms[b->high_kind], (long long)b->high);
-    snprintf(text, size, "{%s%s\"type\": \"integer\"}", low, high);
+    if (b->multiple) snprintf(multiple, sizeof multiple, "\"multipleOf\": %lld, ", (long long)b->multiple);
+    snprintf(text, size, "{%s%s%s\"type\": \"integer\"}", low, high, multiple);
 }
 
 // The integers allowed, as docs/serving.md says: the bounds (exclusive ones one step in);
@@ -243,14 +264,23 @@ static void bounds_range(const IntBounds *b, wide *low, wide *high) {
     *high = b->high_kind == 0 ? (none ? limit : (wide)INT64_MAX) : (wide)b->high - (b->high_kind >= 2 ? 1 : 0);
 }
 
-// Some integer in [low, high] is written with `text` as its beginning (JSON's syntax; -0
-// is 0).
-static bool reference_alive(const char *text, size_t length, wide low, wide high) {
+// Some multiple of `multiple` (1: any integer) in [low, high]: the smallest one from low.
+static bool has_multiple(wide low, wide high, wide multiple) {
     if (low > high) return false;
+    wide remainder = low % multiple;
+    if (remainder < 0) remainder += multiple;
+    const wide first = remainder ? low + (multiple - remainder) : low;
+    return first <= high;
+}
+
+// Some integer in [low, high], a multiple of `multiple` (1: any), is written with `text` as
+// its beginning (JSON's syntax; -0 is 0).
+static bool reference_alive(const char *text, size_t length, wide low, wide high, wide multiple) {
+    if (!has_multiple(low, high, multiple)) return false;
     const bool negative = length > 0 && text[0] == '-';
     const char *digits = text + negative;
     const size_t count = length - negative;
-    if (count == 0) return !negative || low <= 0;
+    if (count == 0) return !negative || has_multiple(low, high < 0 ? high : 0, multiple);
     wide value = 0;
     for (size_t i = 0; i < count; i++) {
         if (digits[i] < '0' || digits[i] > '9') return false;
@@ -264,12 +294,12 @@ static bool reference_alive(const char *text, size_t length, wide low, wide high
             const wide t = -last;
             last = -first, first = t;
         }
-        if (first <= high && last >= low) return true;
+        if (has_multiple(first > low ? first : low, last < high ? last : high, multiple)) return true;
     }
     return false;
 }
 
-static bool reference_accepts(const char *text, size_t length, wide low, wide high) {
+static bool reference_accepts(const char *text, size_t length, wide low, wide high, wide multiple) {
     const bool negative = length > 0 && text[0] == '-';
     const char *digits = text + negative;
     const size_t count = length - negative;
@@ -280,7 +310,7 @@ static bool reference_accepts(const char *text, size_t length, wide low, wide hi
         value = value * 10 + (digits[i] - '0');
     }
     if (negative) value = -value;
-    return low <= value && value <= high;
+    return low <= value && value <= high && value % multiple == 0;
 }
 
 // States by key (json_state_key), each with what it does next: the next byte's liveness
@@ -329,7 +359,7 @@ static void key_table_clear(KeyTable *table) {
 
 typedef struct {
     const JsonConstraint *c;
-    wide low, high;
+    wide low, high, multiple;
     char text[32];
     int checked, wrong_alive, wrong_accepts, wrong_keys;
     KeyTable *keys; // NULL: keys not checked
@@ -343,7 +373,7 @@ static void enumerate_integers(IntWalk *walk, const JsonState *state, size_t len
         if (*b == '-' && length > 0) continue;
         walk->text[length] = *b;
         const bool alive = json_state_feed(walk->c, state, (uint8_t)*b, next);
-        const bool expected = reference_alive(walk->text, length + 1, walk->low, walk->high);
+        const bool expected = reference_alive(walk->text, length + 1, walk->low, walk->high, walk->multiple);
         walk->checked++;
         if (alive != expected) {
             if (walk->wrong_alive++ < 5)
@@ -353,7 +383,8 @@ static void enumerate_integers(IntWalk *walk, const JsonState *state, size_t len
         if (!alive) continue;
         if (walk->keys && !key_table_check(walk->keys, walk->c, next) && walk->wrong_keys++ < 5)
             fprintf(stderr, "  %.*s: its key is another state's, which behaves otherwise\n", (int)length + 1, walk->text);
-        if (json_state_accepts(walk->c, next) != reference_accepts(walk->text, length + 1, walk->low, walk->high) &&
+        if (json_state_accepts(walk->c, next) !=
+                reference_accepts(walk->text, length + 1, walk->low, walk->high, walk->multiple) &&
             walk->wrong_accepts++ < 5)
             fprintf(stderr, "  %.*s: accepted %d\n", (int)length + 1, walk->text, json_state_accepts(walk->c, next));
         const size_t digits = length + 1 - (walk->text[0] == '-');
@@ -376,13 +407,14 @@ static void walk_integers(IntWalk *walk, uint64_t *rng, int walks) {
             for (const char *b = "-0123456789"; *b; b++) {
                 walk->text[length] = *b;
                 const bool alive = json_state_feed(walk->c, state, (uint8_t)*b, next);
-                if (alive != reference_alive(walk->text, length + 1, walk->low, walk->high) && walk->wrong_alive++ < 5)
+                if (alive != reference_alive(walk->text, length + 1, walk->low, walk->high, walk->multiple) &&
+                    walk->wrong_alive++ < 5)
                     fprintf(stderr, "  walk %.*s: alive %d\n", (int)length + 1, walk->text, alive);
                 if (alive) allowed[count++] = *b;
                 walk->checked++;
             }
             const bool accepts = json_state_accepts(walk->c, state);
-            if (length > 0 && accepts != reference_accepts(walk->text, length, walk->low, walk->high) &&
+            if (length > 0 && accepts != reference_accepts(walk->text, length, walk->low, walk->high, walk->multiple) &&
                 walk->wrong_accepts++ < 5)
                 fprintf(stderr, "  walk %.*s: accepted %d\n", (int)length, walk->text, accepts);
             if (count == 0) {
@@ -409,8 +441,11 @@ static void test_integers_exhaustive(void) {
     KeyTable *keys = xcalloc(1, sizeof *keys);
     int schemas = 0, empty = 0, checked = 0, wrong_alive = 0, wrong_accepts = 0, wrong_compile = 0, wrong_keys = 0;
     int key_states = 0;
-    for (int s = 0; s < 100; s++) {
-        IntBounds b = {(int)(random_next(&rng) % 4), (int)(random_next(&rng) % 4), 0, 0};
+    // From schema 100 on, with a multipleOf too (small steps, a power of ten, a large one).
+    static const int64_t multiples[] = {2, 3, 7, 10, 25, 1000, 4611686018427387904LL};
+    for (int s = 0; s < 140; s++) {
+        IntBounds b = {(int)(random_next(&rng) % 4), (int)(random_next(&rng) % 4), 0, 0, 0};
+        if (s >= 100) b.multiple = multiples[(random_next(&rng) >> 8) % 7];
         if (s == 0) b.low_kind = b.high_kind = 0; // no bounds at all
         for (int side = 0; side < 2; side++) {
             const uint64_t r = random_next(&rng) >> 8;
@@ -427,14 +462,14 @@ static void test_integers_exhaustive(void) {
         }
         char schema_text[256];
         bounds_schema(&b, schema_text, sizeof schema_text);
-        IntWalk walk = {0};
+        IntWalk walk = {.multiple = b.multiple ? b.multiple : 1};
         bounds_range(&b, &walk.low, &walk.high);
         json_t *schema = json_loads(schema_text, 0, NULL);
         CHECK(schema, "%s", schema_text);
         JsonConstraint *c = NULL;
         const bool compiles = json_constraint_schema(&c, schema, "schema") == 0;
         json_decref(schema);
-        if (compiles != (walk.low <= walk.high)) {
+        if (compiles != has_multiple(walk.low, walk.high, walk.multiple)) {
             wrong_compile++;
             fprintf(stderr, "  %s: compiles %d\n", schema_text, compiles);
         }
@@ -460,7 +495,7 @@ static void test_integers_exhaustive(void) {
     EXPECT(wrong_compile == 0, "%d schemas compiled where the range is empty or were refused where it is not", wrong_compile);
     EXPECT(wrong_alive == 0, "%d prefixes alive where no integer in range begins with them, or the reverse", wrong_alive);
     EXPECT(wrong_accepts == 0, "%d texts accepted differently from the plain comparison", wrong_accepts);
-    EXPECT(schemas > 60 && empty > 3, "both kinds of ranges were drawn (%d, %d)", schemas, empty);
+    EXPECT(schemas > 90 && empty > 3, "both kinds of ranges were drawn (%d, %d)", schemas, empty);
     free(state), free(keys);
 }
 

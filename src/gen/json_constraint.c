@@ -63,6 +63,8 @@ typedef struct {
     // those present, each inclusive or exclusive, integers or decimal fractions.
     bool bounded, has_minimum, has_maximum, minimum_exclusive, maximum_exclusive;
     Decimal minimum, maximum;
+    // INTEGER: `multipleOf` (0: none).
+    uint64_t multiple_of;
     // A `$ref`'s target is reached through an ALT with one child, made before the target is
     // compiled so that the target can refer to it (a recursive schema is a graph); definition
     // is the reference's text and origin the schema's name (`what`; the root's too), for
@@ -189,7 +191,8 @@ static bool interval_allowed(const Magnitudes *m, uint64_t first, uint64_t end) 
 // fraction (numbers) the magnitude is anywhere in [part*10^j, (part+1)*10^j). A number's
 // point strictly inside that interval needs at most one digit more than the bounds' fractions
 // have, which fits (read_bound limits the bounds' digits).
-static bool integer_part_completable(const Magnitudes *m, uint64_t part, int digits, bool zero, bool integer) {
+static bool integer_part_completable(const Magnitudes *m, uint64_t part, int digits, bool zero, bool integer,
+                                     uint64_t multiple_of) {
     if (m->empty) return false;
     const int max_digits = integer ? INTEGER_MAX_DIGITS : JSON_MAX_INTEGER_DIGITS;
     uint64_t scale = 1; // 10^j
@@ -199,10 +202,12 @@ static bool integer_part_completable(const Magnitudes *m, uint64_t part, int dig
         if (m->has_high && first > m->high.integer) return false; // and so for every longer part
         const uint64_t last = first + (scale - 1); // no overflow: first <= high <= 2^63, scale <= first (or 1)
         if (integer) {
-            // The smallest integer of [first, last] above the low bound (an integer), checked
-            // against the high one.
+            // The smallest integer of [first, last] above the low bound (an integer) and a
+            // multiple of multipleOf (a magnitude is one when its value is), checked against
+            // the high one. No overflow: x <= 2^63 and the step < 2^63.
             uint64_t x = m->low.integer + (m->low_exclusive ? 1 : 0);
             if (x < first) x = first;
+            if (multiple_of > 1 && x % multiple_of) x += multiple_of - x % multiple_of;
             if (x <= last && magnitude_allowed(m, (Magnitude){x, ""})) return true;
         } else if (interval_allowed(m, first, last + 1)) {
             return true;
@@ -245,10 +250,12 @@ static bool bounded_completable(const Node *n, const JsonFrame *f) {
     switch (f->phase) {
     case NUM_SIGN: // a sign alone: some first digit
         for (uint64_t digit = 0; digit <= 9; digit++)
-            if (integer_part_completable(&m, digit, 1, digit == 0, integer)) return true;
+            if (integer_part_completable(&m, digit, 1, digit == 0, integer, n->multiple_of)) return true;
         return false;
     case NUM_ZERO:
-    case NUM_INT: return integer_part_completable(&m, f->a, f->count - (negative ? 1 : 0), f->phase == NUM_ZERO, integer);
+    case NUM_INT:
+        return integer_part_completable(&m, f->a, f->count - (negative ? 1 : 0), f->phase == NUM_ZERO, integer,
+                                        n->multiple_of);
     default: { // NUM_FRAC0, NUM_FRAC: the magnitudes [x, x + 10^-k) of x = a.(the k digits)
         if (m.empty) return false;
         const int k = fraction_digits(f);
@@ -275,7 +282,8 @@ static bool bounded_completable(const Node *n, const JsonFrame *f) {
 
 static bool bounded_can_end(const Node *n, const JsonFrame *f) {
     const Magnitudes m = sign_magnitudes(n, f->b & NUMBER_NEGATIVE);
-    if (f->phase == NUM_ZERO || f->phase == NUM_INT) return magnitude_allowed(&m, (Magnitude){f->a, ""});
+    if (f->phase == NUM_ZERO || f->phase == NUM_INT)
+        return magnitude_allowed(&m, (Magnitude){f->a, ""}) && (n->multiple_of <= 1 || f->a % n->multiple_of == 0);
     if (f->phase != NUM_FRAC || m.empty) return false;
     // The value is x = a.(the k digits) itself.
     const int k = fraction_digits(f);
@@ -435,6 +443,7 @@ static int bounded_number_node(JsonConstraint *c, const Node *bounds) {
     n->bounded = true;
     n->has_minimum = bounds->has_minimum, n->minimum = bounds->minimum, n->minimum_exclusive = bounds->minimum_exclusive;
     n->has_maximum = bounds->has_maximum, n->maximum = bounds->maximum, n->maximum_exclusive = bounds->maximum_exclusive;
+    n->multiple_of = bounds->multiple_of;
     bool any = false;
     for (const char *b = "-0123456789"; *b; b++) {
         JsonFrame f;
@@ -528,7 +537,7 @@ static const char *const keywords[] = {"type",        "properties", "required", 
                                        "const",       "anyOf",      "oneOf",            "$ref",
                                        "minLength",   "maxLength",  "pattern",          "prefixItems",
                                        "format",      "minimum",    "exclusiveMinimum", "maximum",
-                                       "exclusiveMaximum", "allOf"};
+                                       "exclusiveMaximum", "allOf",    "multipleOf"};
 
 static bool in_list(const char *key, const char *const *list, size_t count) {
     for (size_t i = 0; i < count; i++)
@@ -918,12 +927,32 @@ static int read_bounds(Node *bounds, const json_t *schema, bool integer, const c
     return 0;
 }
 
+// `multipleOf` on an integer: a positive integer (2, or 2.0) into bounds->multiple_of. On a
+// number, or any other value, refused: a number's multiples of a decimal step are not done.
+static int read_multiple_of(Node *bounds, const json_t *schema, bool integer, const char *what, const char *at) {
+    const json_t *v = json_object_get(schema, "multipleOf");
+    if (!v) return 0;
+    if (!integer)
+        return schema_error(what, at, "%s", "'multipleOf' is supported on integers only ('type': 'integer'), not on numbers");
+    const double two_63 = 9223372036854775808.0;
+    if (json_is_integer(v) && json_integer_value(v) > 0) {
+        bounds->multiple_of = (uint64_t)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_real(v) && json_real_value(v) >= 1 && json_real_value(v) < two_63 && json_real_value(v) == floor(json_real_value(v))) {
+        bounds->multiple_of = (uint64_t)json_real_value(v);
+        return 0;
+    }
+    return schema_error(what, at, "%s", "'multipleOf' on an integer must be a positive integer");
+}
+
 // An integer, or a number with bounds (without them: number_node). An integer with no
 // bounds is held to 18 digits, as every JSON integer here; with a bound on one side, the
 // other side is int64's limit.
 static int compile_number(JsonConstraint *c, const json_t *schema, bool integer, const char *what, const char *at) {
     Node bounds = {.kind = integer ? K_INTEGER : K_NUMBER};
     if (read_bounds(&bounds, schema, integer, what, at) != 0) return -1;
+    if (read_multiple_of(&bounds, schema, integer, what, at) != 0) return -1;
     if (!integer && !bounds.has_minimum && !bounds.has_maximum) return number_node(c);
     if (integer && !bounds.has_minimum && !bounds.has_maximum) {
         bounds.minimum = decimal_from_int64(-INTEGER_DEFAULT_LIMIT), bounds.maximum = decimal_from_int64(INTEGER_DEFAULT_LIMIT);
@@ -935,8 +964,8 @@ static int compile_number(JsonConstraint *c, const json_t *schema, bool integer,
     const int node = bounded_number_node(c, &bounds);
     if (node >= 0) return node;
     char given[300] = "";
-    static const char *const names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf"};
+    for (int k = 0; k < 5; k++) {
         json_t *v = json_object_get(schema, names[k]);
         if (!v) continue;
         char *text = json_dumps(v, JSON_ENCODE_ANY);
@@ -1185,7 +1214,8 @@ static int compile(JsonConstraint *c, const json_t *schema, const char *what, co
             json_object_get(schema, "format"))
             types |= T_STRING;
         if (json_object_get(schema, "minimum") || json_object_get(schema, "maximum") ||
-            json_object_get(schema, "exclusiveMinimum") || json_object_get(schema, "exclusiveMaximum"))
+            json_object_get(schema, "exclusiveMinimum") || json_object_get(schema, "exclusiveMaximum") ||
+            json_object_get(schema, "multipleOf"))
             types |= T_NUMBER;
     }
     // integer beside number: number covers it.
@@ -1445,7 +1475,8 @@ size_t json_state_key(const JsonConstraint *c, const JsonState *state, uint8_t *
             // A string's count is only compared with its bounds (feed_path's K_STRING).
             int32_t count = f->count;
             if (node->kind == K_STRING && node->max_count < 0 && count > node->min_count) count = node->min_count;
-            const uint64_t a = node->bounded ? bounded_number_class(node, f) : f->a;
+            // (Under multipleOf the integer part's value itself: its remainder decides too.)
+            const uint64_t a = node->bounded && node->multiple_of <= 1 ? bounded_number_class(node, f) : f->a;
             n = key_put(key, n, &f->node, sizeof f->node);
             n = key_put(key, n, &f->phase, sizeof f->phase);
             n = key_put(key, n, &f->aux, sizeof f->aux);

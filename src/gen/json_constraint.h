@@ -30,14 +30,15 @@
 // limit (an integer with no bound at all keeps the 18 digits below) — and on numbers,
 // integer or fractional bounds (a fraction as its shortest decimal, compared with the text
 // as an exact decimal; one with more digits than a number here holds is refused; a number
-// under bounds is written without an exponent);
+// under bounds is written without an exponent); `multipleOf` on integers (a positive
+// integer; on numbers refused);
 // a schema with only these keywords is a number; `allOf` (one schema: that schema; several:
 // object schemas — `$ref`s to them followed — merged: the properties' union, a property in
 // two with the same schema only, the required keys' union, the stricter
 // additionalProperties: false or absent, then a schema, then true), and the annotations
 // `title`, `description`, `$schema`, `$id`, `$comment`, `default`, `examples`, `strict`,
 // `deprecated`, `readOnly`, `writeOnly` (anywhere, `$ref` included: pydantic's documented
-// fields). Any other keyword (`multipleOf`, `not`, `if`, `uniqueItems`, ...) or format
+// fields). Any other keyword (`not`, `if`, `uniqueItems`, ...) or format
 // (`email`, ...) is refused with an error naming it and where it is. So are schemas that
 // no value satisfies as far as the recogniser can tell (an empty `type` list, minItems >
 // maxItems, an enum none of whose values match the node's other keywords, a required key
@@ -131,7 +132,8 @@ void json_state_copy(JsonState *dst, const JsonState *src);
 // bounds it (it decides nothing more), so the states inside a long string share a key; a
 // bounded number's integer part as how it compares with the bounds' leading digits (its
 // digit count and, per bound, below / equal / above; its fraction's comparison with the
-// bounds' fractions is in the frame already), which is all its future depends on.
+// bounds' fractions is in the frame already), which is all its future depends on (an integer
+// under multipleOf: the integer part itself).
 size_t json_state_key(const JsonConstraint *constraint, const JsonState *state, uint8_t *key);
 // Feeds one byte: *out (may be *state) becomes the state after it; false when the byte
 // takes every path to a dead end (then out->num_paths is 0).
