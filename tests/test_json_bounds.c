@@ -18,7 +18,7 @@
 //    5 bytes over "-0159." accepted exactly when strtod's value is in range (JSON's syntax,
 //    no exponent), and from every live state a depth-first completion (the constraint's own
 //    bytes) reaches a text the plain comparison accepts (a started text can always be
-//    completed);
+//    completed); states with equal keys behave alike;
 //  - tests/fixtures/constraints/json_bounds.json (tools/make_json_bounds_fixtures.py):
 //    pydantic's schemas of models with Field(ge=, le=, gt=, lt=) (integer and fractional
 //    bounds) and documented enum fields, with texts labelled by pydantic: every generated
@@ -327,8 +327,8 @@ typedef struct {
 static uint32_t state_behaviour(const JsonConstraint *c, const JsonState *state) {
     JsonState *next = xmalloc(sizeof *next);
     uint32_t bits = json_state_accepts(c, state);
-    for (int k = 0; k < 11; k++)
-        if (json_state_feed(c, state, (uint8_t)"-0123456789"[k], next)) bits |= 2u << k;
+    for (int k = 0; k < 12; k++)
+        if (json_state_feed(c, state, (uint8_t)"-0123456789."[k], next)) bits |= 2u << k;
     free(next);
     return bits;
 }
@@ -549,7 +549,8 @@ typedef struct {
     const JsonConstraint *c;
     NumBounds bounds;
     char text[40];
-    int checked, wrong, stuck;
+    int checked, wrong, stuck, wrong_keys;
+    KeyTable *keys;
 } NumWalk;
 
 // Every text of up to 5 bytes over "-0159." (the whole tree: past a dead prefix the
@@ -564,6 +565,8 @@ static void enumerate_numbers(NumWalk *walk, const JsonState *state, size_t leng
         walk->checked++;
         if (accepts != number_reference(walk->text, &walk->bounds) && walk->wrong++ < 5)
             fprintf(stderr, "  %s: accepted %d\n", walk->text, accepts);
+        if (alive && !key_table_check(walk->keys, walk->c, next) && walk->wrong_keys++ < 5)
+            fprintf(stderr, "  %s: its key is another state's, which behaves otherwise\n", walk->text);
         if (alive) {
             char completed[40];
             memcpy(completed, walk->text, length + 1);
@@ -586,7 +589,8 @@ static void test_numbers_exhaustive(void) {
     static const double fractions[] = {-1.5, -1.25, -0.5, -0.05, 0.1, 0.25, 0.5, 0.95, 1.5, 1.95, 5.1, 9.9};
     uint64_t rng = 7;
     JsonState *state = xmalloc(sizeof *state);
-    int schemas = 0, checked = 0, wrong = 0, stuck = 0;
+    KeyTable *keys = xcalloc(1, sizeof *keys);
+    int schemas = 0, checked = 0, wrong = 0, stuck = 0, wrong_keys = 0;
     for (int s = 0; s < 70; s++) {
         NumBounds b = {0};
         if (s < 4) { // the common cases: [0, 1], > 0, <= 0, < 0
@@ -618,17 +622,19 @@ static void test_numbers_exhaustive(void) {
         JsonConstraint *c = compile_text(schema_text);
         EXPECT(c != NULL, "%s compiles", schema_text);
         if (!c) continue;
-        NumWalk walk = {.c = c, .bounds = b};
+        NumWalk walk = {.c = c, .bounds = b, .keys = keys};
         json_state_init(c, state);
         enumerate_numbers(&walk, state, 0);
-        if (walk.wrong || walk.stuck) fprintf(stderr, "  under %s\n", schema_text);
-        schemas++, checked += walk.checked, wrong += walk.wrong, stuck += walk.stuck;
+        key_table_clear(keys);
+        if (walk.wrong || walk.stuck || walk.wrong_keys) fprintf(stderr, "  under %s\n", schema_text);
+        schemas++, checked += walk.checked, wrong += walk.wrong, stuck += walk.stuck, wrong_keys += walk.wrong_keys;
         json_constraint_free(c);
     }
     printf("numbers: %d schemas, %d texts checked\n", schemas, checked);
     EXPECT(wrong == 0, "%d texts accepted differently from strtod's comparison", wrong);
     EXPECT(stuck == 0, "%d live states with no completion the comparison accepts", stuck);
-    free(state);
+    EXPECT(wrong_keys == 0, "%d states share a key with a state that behaves otherwise", wrong_keys);
+    free(state), free(keys);
 }
 
 // --- pydantic's schemas and verdicts --------------------------------------------------------
