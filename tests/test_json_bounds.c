@@ -14,9 +14,10 @@
 //    such integer begins with it; random walks of up to 20 bytes check the same past 4 digits; a schema
 //    compiles exactly when its range holds an integer; states with equal keys (the integer
 //    part reduced to how it compares with the bounds' leading digits) behave alike;
-//  - numbers under integer and fractional bounds (0.5, -1.25, 9.9, ...): every text of up to
-//    5 bytes over "-0159." accepted exactly when strtod's value is in range (JSON's syntax,
-//    no exponent), and from every live state a depth-first completion (the constraint's own
+//  - numbers under integer and fractional bounds (0.5, -1.25, 9.9, ...), some with a
+//    multipleOf of 1, 0.1 or 0.01: every text of up to 5 bytes over "-0159." accepted exactly
+//    when strtod's value is in range (JSON's syntax, no exponent; no nonzero digit past the
+//    step's places), and from every live state a depth-first completion (the constraint's own
 //    bytes) reaches a text the plain comparison accepts (a started text can always be
 //    completed); states with equal keys behave alike;
 //  - tests/fixtures/constraints/json_bounds.json (tools/make_json_bounds_fixtures.py):
@@ -87,6 +88,15 @@ static const JsonCase cases[] = {
     {"{\"type\": \"integer\", \"multipleOf\": 7.0, \"exclusiveMinimum\": 7, \"maximum\": 30}", {"14", "21", "28"},
      {"7", "0", "35", "20"}},
     {"{\"type\": [\"integer\", \"null\"], \"multipleOf\": 1000}", {"null", "1000", "-2000", "0"}, {"100", "1001"}},
+    // multipleOf 10^-p on numbers: no nonzero digit past p places; the bounds onto that grid.
+    {"{\"type\": \"number\", \"multipleOf\": 0.01, \"exclusiveMinimum\": 0, \"maximum\": 9.995}",
+     {"0.01", "9.99", "5", "5.5", "5.50", "5.500", "0.10"}, {"0", "0.001", "0.005", "10", "9.995", "5.555", "-1"}},
+    {"{\"type\": \"number\", \"multipleOf\": 0.1}", {"0", "-3.5", "12.3", "12.30", "-0.0"}, {"0.25", "1.01", "1e1"}},
+    {"{\"type\": \"number\", \"multipleOf\": 1, \"minimum\": -2.5, \"exclusiveMaximum\": 2}",
+     {"-2", "1", "1.0", "-0", "0.000"}, {"-3", "2", "1.5", "-2.5"}},
+    {"{\"type\": \"number\", \"multipleOf\": 1e-2, \"maximum\": 1}", {"1", "1.00", "0.99", "-7.25"}, {"1.01", "0.999"}},
+    {"{\"type\": \"number\", \"multipleOf\": 0.001, \"minimum\": -0.0015, \"exclusiveMaximum\": 0}",
+     {"-0.001", "-0.0010"}, {"0", "-0", "-0.002", "-0.0015", "-0.0005"}},
     // Numbers under fractional bounds: exact decimals against the bound's shortest decimal.
     {"{\"type\": \"number\", \"minimum\": 0.5}", {"0.5", "0.50", "0.5000001", "0.6", "1", "12.25"},
      {"0.4", "0.4999999", "0", "-0.5", "0.49"}},
@@ -202,8 +212,12 @@ static void test_refusals(void) {
         {"{\"type\": \"integer\", \"multipleOf\": -3}", "'multipleOf' on an integer must be a positive integer"},
         {"{\"type\": \"integer\", \"multipleOf\": 0.5}", "'multipleOf' on an integer must be a positive integer"},
         {"{\"type\": \"integer\", \"multipleOf\": \"2\"}", "'multipleOf' on an integer must be a positive integer"},
-        {"{\"multipleOf\": 2}", "'multipleOf' is supported on integers only"},
-        {"{\"type\": \"number\", \"minimum\": 0, \"multipleOf\": 0.01}", "'multipleOf' is supported on integers only"},
+        {"{\"multipleOf\": 2}", "'multipleOf' on a number must be 1, 0.1, 0.01, 0.001 or 0.0001"},
+        {"{\"type\": \"number\", \"minimum\": 0, \"multipleOf\": 0.05}", "'multipleOf' on a number must be"},
+        {"{\"type\": \"number\", \"multipleOf\": 0.00001}", "'multipleOf' on a number must be"},
+        {"{\"type\": \"number\", \"multipleOf\": 10}", "'multipleOf' on a number must be"},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 0.001, \"maximum\": 0.009, \"multipleOf\": 0.01}",
+         "leave no number"},
         {"{\"enum\": [1, 2], \"minimum\": 2}", "'minimum' beside 'enum'"},
         {"{\"$defs\": {\"A\": {\"type\": \"integer\"}}, \"$ref\": \"#/$defs/A\", \"minimum\": 2}",
          "'$ref', 'anyOf' and 'oneOf' beside other keywords"},
@@ -504,6 +518,8 @@ static void test_integers_exhaustive(void) {
 typedef struct {
     bool has_low, has_high, low_exclusive, high_exclusive;
     double low, high;
+    int places; // multipleOf 10^-places; 0 (with `step`): 1; no step: none
+    bool step;
 } NumBounds;
 
 // JSON's number syntax without an exponent (at most 18 integer digits), and strtod's value
@@ -516,7 +532,8 @@ static bool number_reference(const char *text, const NumBounds *b) {
     if (*p == '.') {
         p++;
         if (!(*p >= '0' && *p <= '9')) return false;
-        while (*p >= '0' && *p <= '9') p++;
+        for (int place = 0; *p >= '0' && *p <= '9'; p++, place++)
+            if (b->step && place >= b->places && *p != '0') return false; // not a multiple of the step
     }
     if (*p) return false;
     const double x = strtod(text, NULL);
@@ -591,11 +608,13 @@ static void test_numbers_exhaustive(void) {
     JsonState *state = xmalloc(sizeof *state);
     KeyTable *keys = xcalloc(1, sizeof *keys);
     int schemas = 0, checked = 0, wrong = 0, stuck = 0, wrong_keys = 0;
-    for (int s = 0; s < 70; s++) {
+    for (int s = 0; s < 110; s++) {
         NumBounds b = {0};
+        // From schema 70 on, a multipleOf of 1, 0.1 or 0.01 too.
+        if (s >= 70) b.step = true, b.places = (int)(random_next(&rng) % 3);
         if (s < 4) { // the common cases: [0, 1], > 0, <= 0, < 0
-            const NumBounds common[] = {{true, true, false, false, 0, 1}, {true, false, true, false, 0, 0},
-                                        {false, true, false, false, 0, 0}, {false, true, false, true, 0, 0}};
+            const NumBounds common[] = {{true, true, false, false, 0, 1, 0, false}, {true, false, true, false, 0, 0, 0, false},
+                                        {false, true, false, false, 0, 0, 0, false}, {false, true, false, true, 0, 0, 0, false}};
             b = common[s];
         } else {
             b.has_low = random_next(&rng) % 4 != 0, b.has_high = random_next(&rng) % 4 != 0;
@@ -618,6 +637,9 @@ static void test_numbers_exhaustive(void) {
         if (b.has_high)
             snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"%s\": %g",
                      b.high_exclusive ? "exclusiveMaximum" : "maximum", b.high);
+        if (b.step)
+            snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text), ", \"multipleOf\": %s",
+                     b.places == 0 ? "1" : b.places == 1 ? "0.1" : "0.01");
         strcat(schema_text, "}");
         JsonConstraint *c = compile_text(schema_text);
         EXPECT(c != NULL, "%s compiles", schema_text);

@@ -155,7 +155,7 @@ static void test_refusals(void) {
         {"{\"type\": \"string\", \"format\": \"email\"}", "'format' 'email'"},
         {"{\"type\": \"number\", \"minimum\": 1e-30}", "'minimum' 1.0000000000000001e-30 has more digits"},
         {"{\"type\": \"integer\", \"minimum\": 5, \"exclusiveMaximum\": 5}", "'exclusiveMaximum': 5) leave no integer"},
-        {"{\"type\": \"number\", \"multipleOf\": 2}", "'multipleOf' is supported on integers only"},
+        {"{\"type\": \"number\", \"multipleOf\": 2}", "'multipleOf' on a number must be 1, 0.1, 0.01, 0.001 or 0.0001"},
         {"{\"allOf\": [{\"type\": \"string\"}, {\"type\": \"object\"}]}", "'type' in an 'allOf' of several"},
         {"{\"not\": {}}", "'not'"},
         {"{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems'"},

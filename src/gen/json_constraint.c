@@ -63,8 +63,10 @@ typedef struct {
     // those present, each inclusive or exclusive, integers or decimal fractions.
     bool bounded, has_minimum, has_maximum, minimum_exclusive, maximum_exclusive;
     Decimal minimum, maximum;
-    // INTEGER: `multipleOf` (0: none).
+    // INTEGER: `multipleOf` (0: none). NUMBER: `multipleOf` 10^-fraction_places (-1: none): no
+    // nonzero fraction digit after that many, the bounds moved onto that grid (inclusive).
     uint64_t multiple_of;
+    int fraction_places;
     // A `$ref`'s target is reached through an ALT with one child, made before the target is
     // compiled so that the target can refer to it (a recursive schema is a graph); definition
     // is the reference's text and origin the schema's name (`what`; the root's too), for
@@ -242,6 +244,17 @@ static int fraction_against(uint64_t a, int state, Magnitude bound) {
 // zero): the text, equal to it so far, is still below it.
 static bool bound_goes_on(Magnitude bound, int k) { return (int)strlen(bound.fraction) > k; }
 
+// In NUM_FRAC0 / NUM_FRAC: x = a.(the k digits) itself is within the bounds.
+static bool fraction_value_allowed(const Magnitudes *m, const JsonFrame *f) {
+    if (m->empty) return false;
+    const int k = fraction_digits(f);
+    const int low = fraction_against(f->a, (int)(f->b >> LOW_FRACTION_SHIFT) & 3, m->low);
+    if (low == WHOLLY_BELOW || (low == STRADDLES && (bound_goes_on(m->low, k) || m->low_exclusive))) return false;
+    if (!m->has_high) return true;
+    const int high = fraction_against(f->a, (int)(f->b >> HIGH_FRACTION_SHIFT) & 3, m->high);
+    return high == WHOLLY_BELOW || (high == STRADDLES && (bound_goes_on(m->high, k) || !m->high_exclusive));
+}
+
 // The number written so far (frame f of node n) can be completed within the bounds.
 static bool bounded_completable(const Node *n, const JsonFrame *f) {
     const bool negative = f->b & NUMBER_NEGATIVE;
@@ -261,6 +274,10 @@ static bool bounded_completable(const Node *n, const JsonFrame *f) {
         const int k = fraction_digits(f);
         const bool room = f->count < JSON_MAX_NUMBER_BYTES; // for one more digit
         if (k == 0 && !room) return false;                  // "a." needs a digit
+        // Under multipleOf 10^-p (bounded_number_byte takes only zeros past p places) the checks
+        // below hold as they are: the bounds are on that grid and inclusive (decimal_onto_grid),
+        // and so are the interval's ends while k <= p, so where the interval meets the bounds it
+        // holds a multiple; past p places the only multiple in it is x, and a bound in it is x.
         const int low_state = (int)(f->b >> LOW_FRACTION_SHIFT) & 3, high_state = (int)(f->b >> HIGH_FRACTION_SHIFT) & 3;
         const int low = fraction_against(f->a, low_state, m.low);
         if (low == WHOLLY_BELOW) return false;
@@ -284,14 +301,7 @@ static bool bounded_can_end(const Node *n, const JsonFrame *f) {
     const Magnitudes m = sign_magnitudes(n, f->b & NUMBER_NEGATIVE);
     if (f->phase == NUM_ZERO || f->phase == NUM_INT)
         return magnitude_allowed(&m, (Magnitude){f->a, ""}) && (n->multiple_of <= 1 || f->a % n->multiple_of == 0);
-    if (f->phase != NUM_FRAC || m.empty) return false;
-    // The value is x = a.(the k digits) itself.
-    const int k = fraction_digits(f);
-    const int low = fraction_against(f->a, (int)(f->b >> LOW_FRACTION_SHIFT) & 3, m.low);
-    if (low == WHOLLY_BELOW || (low == STRADDLES && (bound_goes_on(m.low, k) || m.low_exclusive))) return false;
-    if (!m.has_high) return true;
-    const int high = fraction_against(f->a, (int)(f->b >> HIGH_FRACTION_SHIFT) & 3, m.high);
-    return high == WHOLLY_BELOW || (high == STRADDLES && (bound_goes_on(m.high, k) || !m.high_exclusive));
+    return f->phase == NUM_FRAC && fraction_value_allowed(&m, f);
 }
 
 // The comparison state of a bound's fraction digits after fraction digit `digit` at place k
@@ -320,6 +330,7 @@ static bool bounded_number_byte(const Node *n, JsonFrame *f, uint8_t b) {
         next.phase = NUM_FRAC0;
     } else { // NUM_FRAC0, NUM_FRAC
         if (!digit) return false;
+        if (n->fraction_places >= 0 && fraction_digits(f) >= n->fraction_places && b != '0') return false;
         next.phase = NUM_FRAC;
         // Each bound's comparison matters only where the integer part is the bound's: kept at
         // "equal so far" elsewhere, so that such states share a key.
@@ -444,6 +455,7 @@ static int bounded_number_node(JsonConstraint *c, const Node *bounds) {
     n->has_minimum = bounds->has_minimum, n->minimum = bounds->minimum, n->minimum_exclusive = bounds->minimum_exclusive;
     n->has_maximum = bounds->has_maximum, n->maximum = bounds->maximum, n->maximum_exclusive = bounds->maximum_exclusive;
     n->multiple_of = bounds->multiple_of;
+    n->fraction_places = bounds->fraction_places;
     bool any = false;
     for (const char *b = "-0123456789"; *b; b++) {
         JsonFrame f;
@@ -927,13 +939,85 @@ static int read_bounds(Node *bounds, const json_t *schema, bool integer, const c
     return 0;
 }
 
+// Adds (up) or takes one unit in fraction place `places` to or from the magnitude of d (a
+// magnitude of at least one unit when taking; at most `places` fraction digits).
+static void magnitude_step(Decimal *d, int places, bool up) {
+    char digits[BOUND_FRACTION_DIGITS + 1];
+    const int length = (int)strlen(d->fraction);
+    for (int k = 0; k < places; k++) digits[k] = k < length ? d->fraction[k] : '0';
+    int k = places - 1;
+    for (; k >= 0; k--) { // the carry or borrow runs left
+        if (up ? digits[k] < '9' : digits[k] > '0') {
+            digits[k] = (char)(digits[k] + (up ? 1 : -1));
+            break;
+        }
+        digits[k] = up ? '0' : '9';
+    }
+    if (k < 0) d->integer = up ? d->integer + 1 : d->integer - 1;
+    int kept = places;
+    while (kept > 0 && digits[kept - 1] == '0') kept--;
+    memcpy(d->fraction, digits, (size_t)kept);
+    d->fraction[kept] = '\0';
+    if (decimal_is_zero(d)) d->negative = false;
+}
+
+// Moves a bound onto the grid of multiples of 10^-places, inward, and makes it inclusive: a
+// lower bound to the least multiple at or above it (above it when exclusive), an upper bound
+// to the greatest at or below it. Its magnitude is cut to `places` digits (toward zero), then
+// stepped one unit where the cut or the exclusion asks for it.
+static void decimal_onto_grid(Decimal *d, bool *exclusive, bool lower, int places) {
+    bool cut = false; // a nonzero digit past `places` was cut
+    for (int k = places; d->fraction[k]; k++) cut |= d->fraction[k] != '0';
+    if ((int)strlen(d->fraction) > places) d->fraction[places] = '\0';
+    for (int k = (int)strlen(d->fraction) - 1; k >= 0 && d->fraction[k] == '0'; k--) d->fraction[k] = '\0';
+    // The cut moved the bound toward zero: inward for a negative lower bound and a positive
+    // (or zero) upper one, where only an exclusive bound still on the grid steps a unit
+    // further in (toward zero; an upper bound of 0 to -10^-places); outward for the others,
+    // which step a unit away from zero when cut or exclusive.
+    const bool toward_zero_is_inward = lower ? d->negative : !d->negative;
+    if (toward_zero_is_inward) {
+        if (!cut && *exclusive) {
+            if (decimal_is_zero(d)) d->negative = true, magnitude_step(d, places, true); // upper 0: -10^-places
+            else magnitude_step(d, places, false);
+        }
+    } else if (cut || *exclusive) {
+        magnitude_step(d, places, true);
+    }
+    if (decimal_is_zero(d)) d->negative = false;
+    *exclusive = false;
+}
+
+// The most fraction places of a number's multipleOf: a number's 18 integer digits, the point
+// and these fill its 24 bytes with the sign.
+#define MULTIPLE_OF_MAX_PLACES 4
+
 // `multipleOf` on an integer: a positive integer (2, or 2.0) into bounds->multiple_of. On a
-// number, or any other value, refused: a number's multiples of a decimal step are not done.
+// number: 1, 0.1, 0.01, 0.001 or 0.0001 (a price's cents, a percentage's tenths) into
+// bounds->fraction_places; any other step on a number is refused (its multiples are not done).
 static int read_multiple_of(Node *bounds, const json_t *schema, bool integer, const char *what, const char *at) {
+    bounds->fraction_places = -1;
     const json_t *v = json_object_get(schema, "multipleOf");
     if (!v) return 0;
-    if (!integer)
-        return schema_error(what, at, "%s", "'multipleOf' is supported on integers only ('type': 'integer'), not on numbers");
+    if (!integer) {
+        // 1, or a real whose shortest decimal is 0.0...01.
+        Decimal step;
+        if (json_is_number(v) && json_number_value(v) == 1) {
+            bounds->fraction_places = 0;
+            return 0;
+        }
+        if (json_is_real(v) && json_real_value(v) > 0 && json_real_value(v) < 1 &&
+            decimal_from_fraction_double(json_real_value(v), &step) == 0) {
+            const int places = (int)strlen(step.fraction);
+            bool power_of_ten = places <= MULTIPLE_OF_MAX_PLACES && step.fraction[places - 1] == '1';
+            for (int k = 0; k < places - 1; k++) power_of_ten &= step.fraction[k] == '0';
+            if (power_of_ten) {
+                bounds->fraction_places = places;
+                return 0;
+            }
+        }
+        return schema_error(what, at, "%s", "'multipleOf' on a number must be 1, 0.1, 0.01, 0.001 or 0.0001 "
+                                            "(other steps are supported on integers only)");
+    }
     const double two_63 = 9223372036854775808.0;
     if (json_is_integer(v) && json_integer_value(v) > 0) {
         bounds->multiple_of = (uint64_t)json_integer_value(v);
@@ -953,7 +1037,11 @@ static int compile_number(JsonConstraint *c, const json_t *schema, bool integer,
     Node bounds = {.kind = integer ? K_INTEGER : K_NUMBER};
     if (read_bounds(&bounds, schema, integer, what, at) != 0) return -1;
     if (read_multiple_of(&bounds, schema, integer, what, at) != 0) return -1;
-    if (!integer && !bounds.has_minimum && !bounds.has_maximum) return number_node(c);
+    if (!integer && !bounds.has_minimum && !bounds.has_maximum && bounds.fraction_places < 0) return number_node(c);
+    if (!integer && bounds.fraction_places >= 0) {
+        if (bounds.has_minimum) decimal_onto_grid(&bounds.minimum, &bounds.minimum_exclusive, true, bounds.fraction_places);
+        if (bounds.has_maximum) decimal_onto_grid(&bounds.maximum, &bounds.maximum_exclusive, false, bounds.fraction_places);
+    }
     if (integer && !bounds.has_minimum && !bounds.has_maximum) {
         bounds.minimum = decimal_from_int64(-INTEGER_DEFAULT_LIMIT), bounds.maximum = decimal_from_int64(INTEGER_DEFAULT_LIMIT);
     } else if (integer) {

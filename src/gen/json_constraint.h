@@ -31,7 +31,8 @@
 // integer or fractional bounds (a fraction as its shortest decimal, compared with the text
 // as an exact decimal; one with more digits than a number here holds is refused; a number
 // under bounds is written without an exponent); `multipleOf` on integers (a positive
-// integer; on numbers refused);
+// integer) and on numbers (1, 0.1, 0.01, 0.001 or 0.0001: no nonzero digit past that many
+// places, the bounds moved onto that grid; other steps refused);
 // a schema with only these keywords is a number; `allOf` (one schema: that schema; several:
 // object schemas — `$ref`s to them followed — merged: the properties' union, a property in
 // two with the same schema only, the required keys' union, the stricter
