@@ -205,8 +205,8 @@ static void test_bad_rows(void) {
     EXPECT(strstr(err_msg(), no_template_path) != NULL, "names the model: %s", err_msg());
     snprintf(rows, sizeof rows, "%s{\"prompt\": \"q\", \"completion\": \"a\"}\n", good);
     expect_bad(rows, tiny_chat_path, "llama3", "every row must be alike", 2);
-    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n",
-               tiny_chat_path, "llama3", "expected \"user\"", 1);
+    expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"system\", \"content\": \"s\"}]}\n",
+               tiny_chat_path, "llama3", "expected \"user\" or \"assistant\"", 1);
     expect_bad("{\"chosen\": [{\"role\": \"user\", \"content\": \"q\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"r\"}]}\n",
                tiny_chat_path, "llama3", "share no leading message", 1);
 }

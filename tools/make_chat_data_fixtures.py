@@ -101,9 +101,12 @@ def split_messages(messages):
 
 
 def apply_template(example, tok):
-    """maybe_apply_chat_template for a prompt that ends with a user message."""
-    assert example["prompt"][-1]["role"] == "user"
-    prompt = tok.apply_chat_template(example["prompt"], tokenize=False, add_generation_prompt=True)
+    """maybe_apply_chat_template: a prompt that ends with a user message gets the generation
+    prompt; one that ends with an assistant message is continued (continue_final_message)."""
+    continued = example["prompt"][-1]["role"] == "assistant"
+    assert continued or example["prompt"][-1]["role"] == "user"
+    prompt = tok.apply_chat_template(example["prompt"], tokenize=False, add_generation_prompt=not continued,
+                                     continue_final_message=continued)
     out = {"prompt": prompt, "chosen": None, "rejected": None}
     for key in ("chosen", "rejected"):
         if key in example:
@@ -203,6 +206,12 @@ ROWS = [
     ("unpaired_true", {"prompt": [user("2 + 2 = ?")], "completion": [assistant("4")], "label": True}),
     ("unpaired_false", {"prompt": [user("2 + 2 = ?")], "completion": [assistant("5")], "label": False}),
     ("prompt_only", {"prompt": [{"role": "system", "content": "You are terse."}, user("Say hi in French.")]}),
+    # A prompt that ends with an assistant message: continued (continue_final_message), its
+    # trailing space kept where the template keeps it; the completion follows as a new turn.
+    ("prompt_continued", {"prompt": [user("What is 2 + 2?"), assistant("The answer is ")],
+                          "completion": [assistant("4.")]}),
+    ("pairs_continued", {"prompt": [user("Finish the line: roses are red,"), assistant("  Violets are")],
+                         "chosen": [assistant("blue.")], "rejected": [assistant("green.")]}),
 ]
 
 

@@ -58,6 +58,47 @@ static int render_response(const ChatTemplate *t, const Dataset *d, const DataRe
     return 0;
 }
 
+// The first n bytes of s as a new string.
+static char *copy_prefix(const char *s, size_t n) {
+    char *out = xmalloc(n + 1);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return out;
+}
+
+// Python's str.isspace on the ASCII characters (strip() below; a message's other Unicode
+// spaces are kept).
+static bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+
+// The rendering of a prompt that ends with an assistant message for the model to continue
+// (TRL renders such a prompt with continue_final_message=True): transformers' rule, the
+// conversation rendered without a generation prompt and cut right after the last place the
+// final message's stripped text appears — after the message with its trailing spaces where
+// it has no leading ones and the rendering kept them.
+static int render_continued(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const ChatMessage *messages,
+                            int count, char **out) {
+    char *full = NULL;
+    if (chat_template_render(t, messages, count, false, &full) != 0) return row_error(d, r);
+    const char *final = messages[count - 1].content;
+    size_t lead = 0, end = strlen(final);
+    while (lead < end && is_space(final[lead])) lead++;
+    while (end > lead && is_space(final[end - 1])) end--;
+    char *stripped = copy_prefix(final + lead, end - lead);
+    const char *at = stripped[0] ? NULL : full + strlen(full); // Python finds "" at the end
+    for (const char *p = stripped[0] ? strstr(full, stripped) : NULL; p; p = strstr(p + 1, stripped)) at = p;
+    if (!at) {
+        free(full), free(stripped);
+        return err_set("the chat template %s does not write the prompt's final assistant message as it is, so it "
+                       "cannot be continued (%s:%ld)",
+                       chat_template_name(t), d->path, r->line);
+    }
+    const size_t keep = (size_t)(at - full) + (lead == 0 && strncmp(at, final, strlen(final)) == 0 ? strlen(final)
+                                                                                                    : strlen(stripped));
+    *out = copy_prefix(full, keep);
+    free(full), free(stripped);
+    return 0;
+}
+
 static int render_record(const ChatTemplate *t, const Dataset *d, DataRecord *r) {
     json_error_t error;
     json_t *conversation = json_loads(r->conversation, 0, &error);
@@ -71,11 +112,15 @@ static int render_record(const ChatTemplate *t, const Dataset *d, DataRecord *r)
     char *prompt = NULL, *chosen = NULL, *rejected = NULL;
     int rc = 0;
     const char *last_role = messages[prompt_count - 1].role;
-    if (strcmp(last_role, "user") != 0)
-        rc = err_set("the prompt ends with a message of role \"%s\", expected \"user\" (a final assistant message to "
-                     "continue is not supported) (%s:%ld)",
+    if (!strcmp(last_role, "assistant")) {
+        rc = render_continued(t, d, r, messages, prompt_count, &prompt);
+    } else if (strcmp(last_role, "user") != 0) {
+        rc = err_set("the prompt ends with a message of role \"%s\", expected \"user\" or \"assistant\" (one to "
+                     "continue) (%s:%ld)",
                      last_role, d->path, r->line);
-    if (rc == 0 && chat_template_render(t, messages, prompt_count, true, &prompt) != 0) rc = row_error(d, r);
+    } else if (chat_template_render(t, messages, prompt_count, true, &prompt) != 0) {
+        rc = row_error(d, r);
+    }
     if (rc == 0) rc = render_response(t, d, r, conversation, "chosen", prompt, messages, prompt_count, &chosen);
     if (rc == 0) rc = render_response(t, d, r, conversation, "rejected", prompt, messages, prompt_count, &rejected);
     if (rc == 0) {
