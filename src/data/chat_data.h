@@ -1,9 +1,10 @@
 // Conversational datasets (TRL's message formats, data/dataset.h) rendered with a model's
 // chat template, as TRL's maybe_apply_chat_template renders them, in one place for every
 // command that reads data (sft, rm, dpo, kto, ppo, infer):
-//   prompt    = apply_chat_template(prompt, add_generation_prompt=True); the prompt's last
-//               message must be a user message (TRL continues a final assistant message
-//               instead, with continue_final_message: not supported here)
+//   prompt    = apply_chat_template(prompt, add_generation_prompt=True) when its last
+//               message is a user message; when it is an assistant message, that message
+//               continued (continue_final_message: the rendering cut after it by
+//               transformers' rule); any other role is an error
 //   chosen, rejected (SFT's response, KTO's completion)
 //             = apply_chat_template(prompt + messages) with the prompt's text taken off its
 //               front. TRL keeps the longest common prefix of the two texts; here the
@@ -28,7 +29,8 @@ int chat_template_for_model(ChatTemplate *t, const Tokenizer *tok, const char *m
 // Does nothing for a dataset of text rows. Errors (exit 2 material, err_set): no usable
 // template ("the data is conversational (<data>) and the model has no recognised chat
 // template (<model>): ..."), a template that refuses a conversation or does not extend the
-// prompt's text, a prompt that does not end with a user message: each naming <data>:<line>.
+// prompt's text, a prompt that ends with neither a user nor an assistant message, a final
+// assistant message the template does not write as it is: each naming <data>:<line>.
 int dataset_render_chat(Dataset *dataset, Tokenizer *tok, const char *model_path, const char *option);
 // The same with a template already found (tests; does not touch a tokenizer).
 int dataset_render_chat_with(Dataset *dataset, const ChatTemplate *t);
