@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conversational data (TRL's message formats) end to end: sft, dpo and ppo read lists of
+# Conversational data (TRL's message formats) end to end: sft, rm, dpo, kto and ppo read lists of
 # {role, content} messages and render them with a chat template (src/data/chat_data.c).
 # A run on conversational rows must train exactly as a run on the same rows written as text
 # by transformers' apply_chat_template (tests/fixtures/chat_data/cases.json, made by
@@ -31,7 +31,8 @@ def write(name, rows):
     with open(f"{sys.argv[2]}/{name}", "w") as f:
         for row in rows:
             f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
-sft = [c for c in cases if c["name"].split("/")[1].startswith("sft_")]
+sft = [c for c in cases if c["name"].split("/")[1].startswith("sft_") or c["name"].endswith("/prompt_continued")]
+unpaired = [c for c in cases if c["name"].split("/")[1].startswith("unpaired_")]
 pairs = [c for c in cases if c["name"].split("/")[1].startswith("pairs_")]
 write("sft_chat.jsonl", [c["row"] for c in sft] * 4)
 write("sft_text.jsonl", [{"prompt": text_prompt(c), "response": c["expected"]["chosen"]} for c in sft] * 4)
@@ -39,6 +40,9 @@ write("sft_text.jsonl", [{"prompt": text_prompt(c), "response": c["expected"]["c
 write("pairs_chat.jsonl", [c["row"] for c in pairs] * 4)
 write("pairs_text.jsonl", [{"prompt": text_prompt(c), "chosen": c["expected"]["chosen"],
                             "rejected": c["expected"]["rejected"]} for c in pairs] * 4)
+write("unpaired_chat.jsonl", [c["row"] for c in unpaired] * 4)
+write("unpaired_text.jsonl", [{"prompt": text_prompt(c), "completion": c["expected"]["chosen"] or c["expected"]["rejected"],
+                               "label": json.loads(c["row"])["label"]} for c in unpaired] * 4)
 write("prompts_chat.jsonl", [json.dumps({"prompt": [{"role": "user", "content": f"Say {w}."}]})
                              for w in ["yes", "no", "hello", "goodbye", "one", "two", "three", "four"]])
 PYEOF
@@ -63,6 +67,18 @@ same_losses sft_chat_equals_rendered_text sft_chat sft_text
 "$bin" dpo "${train_args[@]}" --data "$tmp/pairs_text.jsonl" --output "$tmp/dpo_text" 2> "$tmp/dpo_text.err" ||
     fail dpo_text_runs "$(tail -n 2 "$tmp/dpo_text.err")"
 same_losses dpo_chat_equals_rendered_text dpo_chat dpo_text
+
+"$bin" rm "${train_args[@]}" --data "$tmp/pairs_chat.jsonl" --chat-template llama3 --output "$tmp/rm_chat" 2> "$tmp/rm_chat.err" ||
+    fail rm_chat_runs "$(tail -n 2 "$tmp/rm_chat.err")"
+"$bin" rm "${train_args[@]}" --data "$tmp/pairs_text.jsonl" --output "$tmp/rm_text" 2> "$tmp/rm_text.err" ||
+    fail rm_text_runs "$(tail -n 2 "$tmp/rm_text.err")"
+same_losses rm_chat_equals_rendered_text rm_chat rm_text
+
+"$bin" kto "${train_args[@]}" --data "$tmp/unpaired_chat.jsonl" --chat-template llama3 --output "$tmp/kto_chat" 2> "$tmp/kto_chat.err" ||
+    fail kto_chat_runs "$(tail -n 2 "$tmp/kto_chat.err")"
+"$bin" kto "${train_args[@]}" --data "$tmp/unpaired_text.jsonl" --output "$tmp/kto_text" 2> "$tmp/kto_text.err" ||
+    fail kto_text_runs "$(tail -n 2 "$tmp/kto_text.err")"
+same_losses kto_chat_equals_rendered_text kto_chat kto_text
 
 # PPO (GRPO, the lexicon as reward: no reward model needed) on conversational prompts.
 "$bin" ppo --actor-model "$model" --prompts "$tmp/prompts_chat.jsonl" --chat-template llama3 --reward lexicon \
