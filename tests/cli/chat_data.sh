@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conversational data (TRL's message formats) end to end: sft, rm, dpo, kto and ppo read lists of
+# Conversational data (TRL's message formats) end to end: sft, rm, dpo, kto, infer and ppo read lists of
 # {role, content} messages and render them with a chat template (src/data/chat_data.c).
 # A run on conversational rows must train exactly as a run on the same rows written as text
 # by transformers' apply_chat_template (tests/fixtures/chat_data/cases.json, made by
@@ -79,6 +79,24 @@ same_losses rm_chat_equals_rendered_text rm_chat rm_text
 "$bin" kto "${train_args[@]}" --data "$tmp/unpaired_text.jsonl" --output "$tmp/kto_text" 2> "$tmp/kto_text.err" ||
     fail kto_text_runs "$(tail -n 2 "$tmp/kto_text.err")"
 same_losses kto_chat_equals_rendered_text kto_chat kto_text
+
+# infer on the pairs' conversational prompts (greedy, the reward model trained above): the
+# same responses and rewards as on the rendered texts; the prompts written as rendered (the
+# text rows' lack the template's BOS, which their tokenizer adds).
+for kind in chat text; do
+    extra=()
+    [ $kind = chat ] && extra=(--chat-template llama3)
+    "$bin" infer --model "$model" --reward-model "$tmp/rm_chat/final" --data "$tmp/pairs_$kind.jsonl" "${extra[@]}" --no-shuffle \
+        --temperature 0 --max-new-tokens 4 --batch-size 4 --output "$tmp/infer_$kind.jsonl" 2> "$tmp/infer_$kind.err" ||
+        fail "infer_${kind}_runs" "$(tail -n 2 "$tmp/infer_$kind.err")"
+done
+python3 - "$tmp" << 'PYEOF' && pass infer_chat_equals_rendered_text || fail infer_chat_equals_rendered_text "see above"
+import json, sys
+chat, text = ([json.loads(line) for line in open(f"{sys.argv[1]}/infer_{k}.jsonl")] for k in ("chat", "text"))
+assert len(chat) == len(text) == 12, (len(chat), len(text))
+assert [(r["response"], r["reward"]) for r in chat] == [(r["response"], r["reward"]) for r in text]
+assert all(c["prompt"] == "<|begin_of_text|>" + t["prompt"] for c, t in zip(chat, text))
+PYEOF
 
 # PPO (GRPO, the lexicon as reward: no reward model needed) on conversational prompts.
 "$bin" ppo --actor-model "$model" --prompts "$tmp/prompts_chat.jsonl" --chat-template llama3 --reward lexicon \
