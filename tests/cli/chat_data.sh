@@ -131,6 +131,7 @@ for i in range(2):
     rc=$?
     if [ $rc -eq 0 ] && [ "$(json_values "$tmp/sft_smol/metrics.jsonl" train/loss | wc -w)" -eq 1 ]; then pass sft_smollm2_own_template
     else fail sft_smollm2_own_template "exit $rc: $(tail -n 2 "$tmp/sft_smol.err")"; fi
+    rm -rf "$tmp/sft_smol"/checkpoint-* "$tmp/sft_smol/final" # 2 GB of SmolLM2 that nothing reads
 else
     fail sft_smollm2_own_template "$smollm2 missing (scripts/fetch-model)"
 fi
@@ -160,6 +161,8 @@ PYEOF
             "$bin" sft --model "$smollm2" --data "$tmp/$tag.jsonl" --max-seq-len 128 --per-device-train-batch-size 1 \
                 --max-steps 1 --threads 2 --quiet "${extra[@]}" --output "$tmp/turns_${tag}_$mode" 2> "$tmp/turns_$tag.err" ||
                 fail "assistant_only_loss_$tag" "$(tail -n 2 "$tmp/turns_$tag.err")"
+            # Only the metrics are read: SmolLM2's checkpoint and final model are 2 GB a run.
+            rm -rf "$tmp/turns_${tag}_$mode"/checkpoint-* "$tmp/turns_${tag}_$mode/final"
         done
         "$bin" logprobs --model "$smollm2" --input "$tmp/${tag}_ids.jsonl" --threads 2 > "$tmp/${tag}_logprobs.jsonl" \
             2> "$tmp/turns_$tag.err"
