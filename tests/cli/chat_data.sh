@@ -97,6 +97,21 @@ assert len(chat) == len(text) == 12, (len(chat), len(text))
 assert [(r["response"], r["reward"]) for r in chat] == [(r["response"], r["reward"]) for r in text]
 assert all(c["prompt"] == "<|begin_of_text|>" + t["prompt"] for c, t in zip(chat, text))
 PYEOF
+# infer --ref-scores: the pairs' own chosen and rejected responses scored, the same rewards.
+for kind in chat text; do
+    extra=()
+    [ $kind = chat ] && extra=(--chat-template llama3)
+    "$bin" infer --ref-scores --reward-model "$tmp/rm_chat/final" --data "$tmp/pairs_$kind.jsonl" "${extra[@]}" --no-shuffle \
+        --batch-size 4 --output "$tmp/ref_scores_$kind.jsonl" 2> "$tmp/ref_scores_$kind.err" ||
+        fail "ref_scores_${kind}_runs" "$(tail -n 2 "$tmp/ref_scores_$kind.err")"
+done
+python3 - "$tmp" << 'PYEOF' && pass ref_scores_chat_equals_rendered_text || fail ref_scores_chat_equals_rendered_text "see above"
+import json, sys
+chat, text = ([json.loads(line) for line in open(f"{sys.argv[1]}/ref_scores_{k}.jsonl")] for k in ("chat", "text"))
+keys = ("response", "reward", "rejected_response", "rejected_reward")
+assert len(chat) == len(text) == 12 and all(len(set(r) & set(keys)) == 4 for r in chat), (len(chat), len(text))
+assert [[r[k] for k in keys] for r in chat] == [[r[k] for k in keys] for r in text]
+PYEOF
 
 # PPO (GRPO, the lexicon as reward: no reward model needed) on conversational prompts.
 "$bin" ppo --actor-model "$model" --prompts "$tmp/prompts_chat.jsonl" --chat-template llama3 --reward lexicon \
