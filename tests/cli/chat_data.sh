@@ -56,29 +56,22 @@ same_losses() { # same_losses NAME RUN_A RUN_B: identical train/loss and train/g
     if [ "$(echo $a | wc -w)" -eq 6 ] && [ "$a" = "$b" ]; then pass "$1"; else fail "$1" "conversational [$a] text [$b]"; fi
 }
 
-"$bin" sft "${train_args[@]}" --data "$tmp/sft_chat.jsonl" --chat-template llama3 --output "$tmp/sft_chat" 2> "$tmp/sft_chat.err" ||
-    fail sft_chat_runs "$(tail -n 2 "$tmp/sft_chat.err")"
-"$bin" sft "${train_args[@]}" --data "$tmp/sft_text.jsonl" --output "$tmp/sft_text" 2> "$tmp/sft_text.err" ||
-    fail sft_text_runs "$(tail -n 2 "$tmp/sft_text.err")"
-same_losses sft_chat_equals_rendered_text sft_chat sft_text
-
-"$bin" dpo "${train_args[@]}" --data "$tmp/pairs_chat.jsonl" --chat-template llama3 --output "$tmp/dpo_chat" 2> "$tmp/dpo_chat.err" ||
-    fail dpo_chat_runs "$(tail -n 2 "$tmp/dpo_chat.err")"
-"$bin" dpo "${train_args[@]}" --data "$tmp/pairs_text.jsonl" --output "$tmp/dpo_text" 2> "$tmp/dpo_text.err" ||
-    fail dpo_text_runs "$(tail -n 2 "$tmp/dpo_text.err")"
-same_losses dpo_chat_equals_rendered_text dpo_chat dpo_text
-
-"$bin" rm "${train_args[@]}" --data "$tmp/pairs_chat.jsonl" --chat-template llama3 --output "$tmp/rm_chat" 2> "$tmp/rm_chat.err" ||
-    fail rm_chat_runs "$(tail -n 2 "$tmp/rm_chat.err")"
-"$bin" rm "${train_args[@]}" --data "$tmp/pairs_text.jsonl" --output "$tmp/rm_text" 2> "$tmp/rm_text.err" ||
-    fail rm_text_runs "$(tail -n 2 "$tmp/rm_text.err")"
-same_losses rm_chat_equals_rendered_text rm_chat rm_text
-
-"$bin" kto "${train_args[@]}" --data "$tmp/unpaired_chat.jsonl" --chat-template llama3 --output "$tmp/kto_chat" 2> "$tmp/kto_chat.err" ||
-    fail kto_chat_runs "$(tail -n 2 "$tmp/kto_chat.err")"
-"$bin" kto "${train_args[@]}" --data "$tmp/unpaired_text.jsonl" --output "$tmp/kto_text" 2> "$tmp/kto_text.err" ||
-    fail kto_text_runs "$(tail -n 2 "$tmp/kto_text.err")"
-same_losses kto_chat_equals_rendered_text kto_chat kto_text
+# chat_and_text COMMAND DATA: COMMAND trained on $tmp/DATA_chat.jsonl (conversational) and on
+# $tmp/DATA_text.jsonl (the rendered texts), the same losses and gradient norms.
+chat_and_text() {
+    local command=$1 data=$2 kind
+    for kind in chat text; do
+        local extra=()
+        [ $kind = chat ] && extra=(--chat-template llama3)
+        "$bin" "$command" "${train_args[@]}" --data "$tmp/${data}_$kind.jsonl" "${extra[@]}" --output "$tmp/${command}_$kind" \
+            2> "$tmp/${command}_$kind.err" || fail "${command}_${kind}_runs" "$(tail -n 2 "$tmp/${command}_$kind.err")"
+    done
+    same_losses "${command}_chat_equals_rendered_text" "${command}_chat" "${command}_text"
+}
+chat_and_text sft sft
+chat_and_text dpo pairs
+chat_and_text rm pairs
+chat_and_text kto unpaired
 
 # infer on the pairs' conversational prompts (greedy, the reward model trained above): the
 # same responses and rewards as on the rendered texts; the prompts written as rendered (the
