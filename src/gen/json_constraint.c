@@ -1530,8 +1530,7 @@ static size_t key_put(uint8_t *key, size_t at, const void *value, size_t size) {
 // How the integer part's digits so far (`digits` of them, value `part`) compare with the
 // first as many digits of the bound `bound` (-1, 0, 1; 1 when it has fewer digits).
 static int prefix_compare(uint64_t part, int digits, uint64_t bound) {
-    int bound_digits = 1;
-    for (uint64_t rest = bound; rest >= 10; rest /= 10) bound_digits++;
+    const int bound_digits = decimal_digits(bound);
     if (digits > bound_digits) return 1;
     uint64_t head = bound;
     for (int k = digits; k < bound_digits; k++) head /= 10;
@@ -1545,8 +1544,7 @@ static uint64_t bounded_number_class(const Node *n, const JsonFrame *f) {
     const bool negative = f->b & NUMBER_NEGATIVE;
     const Magnitudes m = sign_magnitudes(n, negative);
     if (f->phase == NUM_SIGN || m.empty) return 0;
-    int integer_digits = 1; // the integer part has no leading zero: its value says how many digits
-    for (uint64_t rest = f->a; rest >= 10; rest /= 10) integer_digits++;
+    const int integer_digits = decimal_digits(f->a); // no leading zero: its value says how many digits
     const int low = prefix_compare(f->a, integer_digits, m.low.integer) + 1;
     const int high = m.has_high ? prefix_compare(f->a, integer_digits, m.high.integer) + 1 : 3;
     return (uint64_t)(integer_digits * 16 + low * 4 + high);

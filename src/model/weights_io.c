@@ -511,10 +511,15 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     // The legacy types (one scale, or a scale and a minimum, per 32 values): llama.cpp gives
     // the output matrix Q6_K (Q8_0 where 256 does not divide its rows) and every other
     // matrix the file's type.
-    case GGUF_OUT_Q4_0: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_0; break;
-    case GGUF_OUT_Q4_1: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_1; break;
-    case GGUF_OUT_Q5_0: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q5_0; break;
-    case GGUF_OUT_Q5_1: type = output ? GGML_TYPE_Q6_K : GGML_TYPE_Q5_1; break;
+    case GGUF_OUT_Q4_0:
+    case GGUF_OUT_Q4_1:
+    case GGUF_OUT_Q5_0:
+    case GGUF_OUT_Q5_1: {
+        static const GgmlType legacy[] = {[GGUF_OUT_Q4_0] = GGML_TYPE_Q4_0, [GGUF_OUT_Q4_1] = GGML_TYPE_Q4_1,
+                                          [GGUF_OUT_Q5_0] = GGML_TYPE_Q5_0, [GGUF_OUT_Q5_1] = GGML_TYPE_Q5_1};
+        type = output ? GGML_TYPE_Q6_K : legacy[out];
+        break;
+    }
     case GGUF_OUT_Q4_K_M:
     case GGUF_OUT_Q5_K_M:
     default:

@@ -86,9 +86,9 @@ static void remove_stale_temporaries(const char *run_dir) {
     if (!dir) return;
     struct dirent *entry;
     while ((entry = readdir(dir))) {
-        const char *marker = strstr(entry->d_name, ".tmp-");
+        const char *marker = NULL; // the last ".tmp-" of the name
+        for (const char *at = strstr(entry->d_name, ".tmp-"); at; at = strstr(at + 1, ".tmp-")) marker = at;
         if (!marker || marker == entry->d_name) continue;
-        while (strstr(marker + 1, ".tmp-")) marker = strstr(marker + 1, ".tmp-"); // the last one
         long pid;
         int consumed = 0;
         if (sscanf(marker, ".tmp-%ld%n", &pid, &consumed) != 1 || marker[consumed] != '\0' || pid <= 0 ||
