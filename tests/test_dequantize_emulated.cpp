@@ -3,10 +3,11 @@
 // ops/nf4.c through quant_dequantize_rows): every value of a bf16 tile must be the bf16 of
 // the CPU's float, bit for bit, and the quantized token lookup must equal the CPU op's floats
 // bit for bit. Q8_0, Q4_0, NF4 with float scales and with double-quantized scales (several
-// second-level blocks), bitsandbytes' FP4 code book; the Q4_K_M mix's Q4_K and Q6_K (the GGUF
+// second-level blocks), bitsandbytes' FP4 code book; the K-quants Q4_K, Q5_K and Q6_K (the GGUF
 // writer's blocks, and rows of random bytes under random half-float scales, subnormal ones
-// included: every code and scale bit pattern) and Q5_0 (random codes, fifth bits and scales),
-// against io/gguf_dequant.c and ops/q5.c; ragged row counts, tiles that start past row 0, one to
+// included: every code and scale bit pattern), Q3_K and Q2_K (random bytes and scales in every
+// row: marlhf does not write them), Q5_0, Q4_1 and Q5_1 (random codes, fifth bits, scales and
+// minimums), against io/gguf_dequant.c and ops/q5.c; ragged row counts, tiles that start past row 0, one to
 // ten blocks a row. And the decode product (matvec_quantized.cuh, 1 to 8 input rows) of each type
 // against the CPU's float product of the dequantized weights (ops_cpu.matmul_forward_dequantized),
 // within 1e-5 of sum |x| |w| per output: only the order of the fp32 sums differs.
@@ -32,16 +33,26 @@ extern "C" {
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 // Uniform in [-scale, scale) from a fixed sequence (xorshift64*).
-static float random_float(float scale) {
+static uint64_t random_u64(void) {
     rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
-    return scale * (2.0f * (float)((r >> 40) * (1.0 / 16777216.0)) - 1.0f);
+    return rng_state * 0x2545f4914f6cdd1dull;
 }
 
-enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE, Q4_K, Q6_K, Q5_0 };
-static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book", "q4_k", "q6_k", "q5_0"};
+static float random_float(float scale) {
+    return scale * (2.0f * (float)((random_u64() >> 40) * (1.0 / 16777216.0)) - 1.0f);
+}
 
-static uint32_t random_bits(void) { return (uint32_t)((random_float(1.0f) + 1.0f) * 2147483647.0f); }
+enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE, Q4_K, Q6_K, Q5_0, Q5_K, Q3_K, Q2_K, Q4_1, Q5_1 };
+static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book", "q4_k", "q6_k",
+                                         "q5_0", "q5_k", "q3_k", "q2_k", "q4_1", "q5_1"};
+static const int kind_count = (int)(sizeof kind_names / sizeof kind_names[0]);
+
+static bool is_kquant(int kind) { return kind == Q4_K || kind == Q6_K || kind == Q5_K || kind == Q3_K || kind == Q2_K; }
+
+// 32 random bits, each bit as likely set as clear (the high half of the generator's output: a
+// float's 24 bits scaled up would leave the low byte nearly constant, and random code bytes
+// would not be random).
+static uint32_t random_bits(void) { return (uint32_t)(random_u64() >> 32); }
 
 // A random finite half float (any sign and exponent but the all-ones one), every fourth one
 // subnormal (exponent 0: gguf_f16_to_f32's other branch).
@@ -61,28 +72,46 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
         for (int c = 0; c < cols; c++) weights[(size_t)r * cols + c] = random_float(magnitude);
     }
     Q8Matrix m = {};
-    if (kind == Q4_K || kind == Q6_K) {
-        // The GGUF writer's blocks; every third row then random bytes under random scales.
-        const QuantType type = kind == Q4_K ? QUANT_Q4_K : QUANT_Q6_K;
-        kquant_quantize_matrix(&m, type, weights.data(), rows, cols, malloc);
-        const long row_bytes = kquant_row_bytes(type, cols), block_bytes = kind == Q4_K ? KQ_Q4_K_BYTES : KQ_Q6_K_BYTES;
-        for (int r = 1; r < rows; r += 3)
+    if (is_kquant(kind)) {
+        // Q4_K, Q5_K, Q6_K: the GGUF writer's blocks, every third row then random bytes under
+        // random scales; Q3_K and Q2_K (which marlhf reads but does not write): random bytes
+        // under random scales in every row.
+        const QuantType type = kind == Q4_K ? QUANT_Q4_K : kind == Q5_K ? QUANT_Q5_K : kind == Q6_K ? QUANT_Q6_K
+                               : kind == Q3_K                           ? QUANT_Q3_K
+                                                                        : QUANT_Q2_K;
+        const bool written = kind == Q4_K || kind == Q5_K || kind == Q6_K;
+        const long row_bytes = kquant_row_bytes(type, cols), block_bytes = row_bytes / (cols / KQ_BLOCK);
+        if (written) kquant_quantize_matrix(&m, type, weights.data(), rows, cols, malloc);
+        else {
+            m.rows = rows, m.cols = cols, m.type = type;
+            m.blocks = (uint8_t *)malloc((size_t)(rows * row_bytes));
+        }
+        for (int r = written ? 1 : 0; r < rows; r += written ? 3 : 1)
             for (long b = 0; b < cols / KQ_BLOCK; b++) {
                 uint8_t *block = m.blocks + r * row_bytes + b * block_bytes;
                 for (long i = 0; i < block_bytes; i++) block[i] = (uint8_t)random_bits();
-                if (kind == Q4_K) random_half(block), random_half(block + 2); // d, dmin
-                else random_half(block + 208);                                // d
+                if (kind == Q4_K || kind == Q5_K) random_half(block), random_half(block + 2); // d, dmin
+                else if (kind == Q6_K) random_half(block + 208);                           // d
+                else if (kind == Q3_K) random_half(block + 108);                           // d
+                else random_half(block + 80), random_half(block + 82);                     // d, dmin
             }
         return m;
     }
-    if (kind == Q5_0) {
-        m.rows = rows, m.cols = cols, m.type = QUANT_Q5_0;
+    if (kind == Q5_0 || kind == Q4_1 || kind == Q5_1) {
+        // Random codes, fifth bits, scales and minimums (held as floats: any float is a value
+        // the kernel must reproduce).
+        m.rows = rows, m.cols = cols, m.type = kind == Q5_0 ? QUANT_Q5_0 : kind == Q4_1 ? QUANT_Q4_1 : QUANT_Q5_1;
         const long blocks = (long)rows * cols / Q8_BLOCK;
         m.nibbles = (uint8_t *)malloc((size_t)rows * cols / 2);
         m.scales = (float *)malloc((size_t)blocks * sizeof(float));
-        m.high_bits = (uint32_t *)malloc((size_t)blocks * sizeof(uint32_t));
+        if (kind != Q4_1) m.high_bits = (uint32_t *)malloc((size_t)blocks * sizeof(uint32_t));
+        if (kind != Q5_0) m.mins = (float *)malloc((size_t)blocks * sizeof(float));
         for (long i = 0; i < (long)rows * cols / 2; i++) m.nibbles[i] = (uint8_t)random_bits();
-        for (long k = 0; k < blocks; k++) m.scales[k] = random_float(0.01f), m.high_bits[k] = random_bits();
+        for (long k = 0; k < blocks; k++) {
+            m.scales[k] = random_float(0.01f);
+            if (m.high_bits) m.high_bits[k] = random_bits();
+            if (m.mins) m.mins[k] = random_float(0.1f);
+        }
         return m;
     }
     if (kind == Q8_0 || kind == Q4_0) {
@@ -103,7 +132,7 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
 }
 
 static void free_matrix(Q8Matrix *m) {
-    free(m->values), free(m->scales), free(m->scale_codes), free(m->scale_absmax), free(m->high_bits);
+    free(m->values), free(m->scales), free(m->scale_codes), free(m->scale_absmax), free(m->high_bits), free(m->mins);
 }
 
 static uint16_t bits(bf16 x) { return x.bits; }
@@ -153,6 +182,11 @@ static void test_fp4_code_book_tiles(void) { check_kind(FP4_DOUBLE, {{37, 192}})
 static void test_q4_k_tiles(void) { check_kind(Q4_K, {{1, 256}, {37, 512}, {20, 768}}); }
 static void test_q6_k_tiles(void) { check_kind(Q6_K, {{1, 256}, {37, 512}, {20, 768}}); }
 static void test_q5_0_tiles(void) { check_kind(Q5_0, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_q4_1_tiles(void) { check_kind(Q4_1, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_q5_1_tiles(void) { check_kind(Q5_1, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_q5_k_tiles(void) { check_kind(Q5_K, {{1, 256}, {37, 512}, {20, 768}}); }
+static void test_q3_k_tiles(void) { check_kind(Q3_K, {{1, 256}, {37, 512}, {20, 768}}); }
+static void test_q2_k_tiles(void) { check_kind(Q2_K, {{1, 256}, {37, 512}, {20, 768}}); }
 
 // The quantized token table: the kernel's floats against ops_cpu's embedding_forward_q8
 // (repeated tokens, a scale, with and without learned positions).
@@ -188,6 +222,11 @@ static void test_quantized_embedding(void) {
     check_embedding(Q4_K, 50, 512);
     check_embedding(Q6_K, 50, 256);
     check_embedding(Q5_0, 50, 96);
+    check_embedding(Q4_1, 50, 96);
+    check_embedding(Q5_1, 50, 96);
+    check_embedding(Q5_K, 50, 512);
+    check_embedding(Q3_K, 50, 256);
+    check_embedding(Q2_K, 50, 512);
 }
 
 // out[M, OC] = x . W^T + bias by the decode kernel, against the CPU op on the same blocks.
@@ -220,8 +259,8 @@ static void check_matvec(Kind kind, int M, int IC, int OC, bool with_bias) {
 // Every type; one, three and eight input rows; rows of one block to many (the lanes' 256-value
 // strides: IC below, at and above it); a column count the 4 warps of a block do not divide.
 static void test_matvec(void) {
-    for (int kind = Q8_0; kind <= Q5_0; kind++) {
-        const bool kquant = kind == Q4_K || kind == Q6_K, nf4 = kind == NF4_SINGLE || kind == NF4_DOUBLE || kind == FP4_DOUBLE;
+    for (int kind = 0; kind < kind_count; kind++) {
+        const bool kquant = is_kquant(kind), nf4 = kind == NF4_SINGLE || kind == NF4_DOUBLE || kind == FP4_DOUBLE;
         const int small = kquant ? 256 : nf4 ? 64 : 32, large = kquant ? 768 : nf4 ? 640 : 320;
         check_matvec((Kind)kind, 1, small, 5, true);
         check_matvec((Kind)kind, 3, large, 6, false);
@@ -238,6 +277,11 @@ int main(void) {
     RUN(test_q4_k_tiles);
     RUN(test_q6_k_tiles);
     RUN(test_q5_0_tiles);
+    RUN(test_q4_1_tiles);
+    RUN(test_q5_1_tiles);
+    RUN(test_q5_k_tiles);
+    RUN(test_q3_k_tiles);
+    RUN(test_q2_k_tiles);
     RUN(test_quantized_embedding);
     RUN(test_matvec);
     TEST_EXIT();

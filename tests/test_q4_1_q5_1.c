@@ -19,7 +19,8 @@
 //  - --quantize q4_1 / q5_1 on a float model: every linear layer holds the GGUF writer's blocks
 //    for its floats (io/gguf_quantize.c; dequantized: gguf_dequantize of gguf_quantize, bit for
 //    bit, and within half a step plus the minimum's rounding of the floats), the token table
-//    and head Q8_0; refusals: rows that 32 does not divide, and a backend other than the CPU.
+//    and head Q8_0; the refusal of rows that 32 does not divide (on another backend:
+//    tests/test_quantize_backend.c).
 //  - SmolLM2's Q4_1 file with --quantize q4_1: each linear layer holds the file's Q4_1 bytes and
 //    the token table its Q8_0 bytes (dequantized: the float load bit for bit), and decoded
 //    token by token it stays close to transformers' float32 log-probs; against llama.cpp's
@@ -379,17 +380,7 @@ static void test_quantize_float_model(void) {
                "%s on rows of 48: %s", names[t], err_msg());
         model_free(&model);
     }
-    // Another backend (the CPU's table under another name, as tests/test_quantize_backend.c
-    // does): no Q4_1 / Q5_1 kernels there, refused with a one-line error naming it.
-    OpsBackend other = ops_cpu;
-    other.name = "host-as-device";
-    for (int t = 0; t < 2; t++) {
-        Model model;
-        ModelLoadOptions options = {.with_lm_head = true, .quantize = names[t]};
-        EXPECT(model_load(&model, "tests/fixtures/models/llama", &other, &options) != 0 && strstr(err_msg(), names[t]) &&
-                   strstr(err_msg(), other.name) && !strchr(err_msg(), '\n'),
-               "%s on %s: %s", names[t], other.name, err_msg());
-    }
+    // On another backend (the GPU's host paths): tests/test_quantize_backend.c.
 }
 
 // SmolLM2's Q4_1 file under --quantize q4_1: the file's own bytes, and close to transformers.

@@ -63,9 +63,6 @@ int quantized_begin(Model *model, const char *type) {
                                                                : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
-    if (model->ops != &ops_cpu && !quant_type_off_cpu(quant_type))
-        return err_set("quantized weights (%s) run on the CPU only: the %s backend has no kernels for them", type,
-                       model->ops->name);
     if (model->grads) return err_set("quantized weights (%s) go on a model before it trains", type);
     if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
@@ -102,14 +99,6 @@ void quantized_small_pages(float *params, long count) {
     uintptr_t first = ((uintptr_t)params + page - 1) / page * page;
     uintptr_t end = ((uintptr_t)(params + count)) / page * page;
     if (end > first) madvise((void *)first, end - first, MADV_NOHUGEPAGE);
-}
-
-// The types with GPU kernels (ops/cuda/dequantize.cuh): Q8_0, Q4_0, NF4, and under q4_k_m
-// (QUANT_Q4_K here) the mix's Q4_K, Q6_K, Q5_0, Q8_0 and Q4_0. Not q5_k_m (QUANT_Q5_K), nor a
-// file's Q3_K / Q2_K tensors (QUANT_Q3_K, QUANT_Q2_K): no kernels for them there; nor q4_1, q5_1
-// (no Q4_1 / Q5_1 kernels: a GPU refuses them).
-bool quant_type_off_cpu(QuantType type) {
-    return type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_NF4 || type == QUANT_Q4_K;
 }
 
 enum { MATRIX_ARRAYS = 6 };

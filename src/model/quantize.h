@@ -1,7 +1,8 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
-// blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum, CPU only), NF4 (`--quantize nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h)
-// or llama.cpp's Q4_K_M mix of K-quants (`--quantize q4_k_m`, ops/kquant.h: a Q4_K / Q6_K
-// GGUF tensor keeps the file's own bytes, a Q5_K, Q3_K or Q2_K one too on the CPU, any other matrix is quantized by the mix's rule)
+// blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum), NF4 (`--quantize
+// nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h) or llama.cpp's Q4_K_M and
+// Q5_K_M mixes of K-quants (`--quantize q4_k_m`, `q5_k_m`, ops/kquant.h: a Q2_K - Q6_K GGUF
+// tensor keeps the file's own bytes, any other matrix is quantized by the mix's rule)
 // on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
 // --actor-quantize / --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
@@ -67,8 +68,8 @@ const char *quantize_default(const char *asked, const char *model_path, const ch
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
 // float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m" (llama.cpp's K-quant
-// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum; CPU only). Returns 0, or -1 with err_set()
-// naming `option` (the option or field that gave the name).
+// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum). Returns 0, or -1
+// with err_set() naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 
 // Quantizes a loaded model's linear layers and LM head to `type` and releases their
@@ -102,12 +103,8 @@ void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
 // whether its scales are double-quantized) into `matrix`, its arrays in `ops`' memory.
 void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
                      long rows, long cols);
-// Whether a backend other than the CPU has kernels for `type` (ops/cuda/dequantize.cuh: Q8_0,
-// Q4_0, NF4, and QUANT_Q4_K for the q4_k_m mix: its Q4_K, Q6_K, Q5_0, Q4_0 and Q8_0 matrices);
-// quantized_begin refuses the others there.
-bool quant_type_off_cpu(QuantType type);
-// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K, Q3_K, Q2_K (these three CPU only), Q6_K,
-// Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 (those two CPU only) is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
+// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K, Q3_K, Q2_K, Q6_K,
+// Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
 // order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
 // Returns 0 when the entry is not a quantized one, the type is not one of those four, or the file's
 // tensor is of another type (or a transposed layout): then the caller reads floats and calls
@@ -115,9 +112,8 @@ bool quant_type_off_cpu(QuantType type);
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
 // Under q4_k_m (q5_k_m), quantized_take's work for a matrix read as floats
-// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold -- Q5_1 for the
-// Q5_K_M mix's fallback rows on the CPU, Q8_0 off it; a GGUF tensor of another quantized type:
-// Q8_0 --, quantized with the GGUF writer's block code and held as under quantized_take_gguf.
+// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold (Q5_1 for the
+// Q5_K_M mix's fallback rows); a GGUF tensor of another quantized type: Q8_0 --, quantized with the GGUF writer's block code and held as under quantized_take_gguf.
 void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
 // Fills `matrix` [rows, cols] from `data`, rows of GGUF blocks of `type` (one quantized_take_gguf
 // holds: Q4_K, Q5_K, Q6_K as they are; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 split into ops/ops.h's

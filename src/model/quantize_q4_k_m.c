@@ -2,10 +2,9 @@
 // mix, each matrix in the type such a file holds it in, computed from that type's own bits.
 //
 // From a GGUF file, a tensor stored as Q4_K, Q5_K, Q6_K, Q3_K or Q2_K (ops/kquant.h) keeps the
-// file's bytes as they are (Q5_K, Q3_K and Q2_K, the bulk of Q5_K_M, Q3_K_S/M/L and Q2_K files,
-// only on the CPU: the GPU has no kernel for them, so there they are read as floats and held
-// as Q8_0, as before), and one stored as Q5_0, Q4_0 or Q8_0 (the mix's fallbacks for rows that 256 does
-// not divide, or a Q4_0 / Q8_0 file's layers) keeps its blocks split into marlhf's layouts
+// file's bytes as they are, on every backend (ops/cuda/dequantize.cuh has kernels for all five),
+// and one stored as Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 (the mix's fallbacks for rows that 256 does
+// not divide, or a Q4_0 / Q8_0 / Q4_1 / Q5_1 file's layers) keeps its blocks split into marlhf's layouts
 // (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
 // more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
 // matrix included), the model computes from its bits, not from a re-quantization of their
@@ -15,8 +14,8 @@
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
 // convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
 // the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide; Q5_1 has no GPU kernel, so there those rows are Q8_0 under q5_k_m), or, for a GGUF tensor of another quantized type (IQ4_NL; Q4_1, Q5_1, Q5_K, Q3_K and Q2_K
-// on the GPU), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// 256 does not divide), or, for a GGUF tensor of another quantized type (IQ4_NL, IQ4_XS, MXFP4...),
+// to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 //
 // `--quantize q4_1` and `q5_1` take a file's tensors the same way (quantized_take_gguf: a Q4_1
 // file's Q4_1 matrices and Q8_0 token table as they are); a matrix read as floats is then
@@ -32,19 +31,19 @@
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 
-// The QuantType that holds GGUF type `type` as it is on backend `ops`, or -1.
-static int held_type(uint32_t type, const OpsBackend *ops) {
+// The QuantType that holds GGUF type `type` as it is, or -1.
+static int held_type(uint32_t type) {
     switch (type) {
     case GGML_TYPE_Q4_K: return QUANT_Q4_K;
-    case GGML_TYPE_Q5_K: return ops == &ops_cpu ? QUANT_Q5_K : -1; // no GPU kernel (ops/cuda/dequantize.cuh)
-    case GGML_TYPE_Q3_K: return ops == &ops_cpu ? QUANT_Q3_K : -1; // no GPU kernel either
-    case GGML_TYPE_Q2_K: return ops == &ops_cpu ? QUANT_Q2_K : -1;
+    case GGML_TYPE_Q5_K: return QUANT_Q5_K;
+    case GGML_TYPE_Q3_K: return QUANT_Q3_K;
+    case GGML_TYPE_Q2_K: return QUANT_Q2_K;
     case GGML_TYPE_Q6_K: return QUANT_Q6_K;
     case GGML_TYPE_Q5_0: return QUANT_Q5_0;
     case GGML_TYPE_Q4_0: return QUANT_Q4_0;
     case GGML_TYPE_Q8_0: return QUANT_Q8_0;
-    case GGML_TYPE_Q4_1: return ops == &ops_cpu ? QUANT_Q4_1 : -1; // no GPU kernels for these two
-    case GGML_TYPE_Q5_1: return ops == &ops_cpu ? QUANT_Q5_1 : -1;
+    case GGML_TYPE_Q4_1: return QUANT_Q4_1;
+    case GGML_TYPE_Q5_1: return QUANT_Q5_1;
     default: return -1;
     }
 }
@@ -60,7 +59,7 @@ static float half_at(const uint8_t *p) {
 // to the backend's (quantized_to_backend: a GPU's; nothing on the CPU).
 static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                         long cols, const TensorMap *map, const ParamEntry *entry) {
-    const QuantType held = (QuantType)held_type(type, ops);
+    const QuantType held = (QuantType)held_type(type);
     // The row's bytes from the type's block size (gguf_quantized_size is for the types marlhf
     // writes; Q3_K and Q2_K are only read).
     const long block_bytes = gguf_type_info(type)->type_size;
@@ -101,7 +100,7 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
 
 void quantized_hold_gguf_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, const uint8_t *data, long rows,
                                 long cols) {
-    CHECK(held_type(type, ops) >= 0, "%s blocks are not held on %s", gguf_type_name(type), ops->name);
+    CHECK(held_type(type) >= 0, "%s blocks are not held", gguf_type_name(type));
     hold_blocks(ops, matrix, type, data, rows, cols, NULL, NULL);
 }
 
@@ -112,7 +111,7 @@ int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *f
     const GgufTensor *t = gguf_find_tensor(file, map->source);
     // Read as floats, quantized_take goes by the file's type (k_mix_take_floats).
     model->quantized->source_type = t ? (int)t->type : -1;
-    if (!t || held_type(t->type, model->ops) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
+    if (!t || held_type(t->type) < 0 || tensor_map_file_row(map, entry, 0) < 0) return 0;
     const long rows = entry->shape[0], cols = entry->shape[1];
     const long file_rows = t->n_dims == 2 ? (long)t->ne[1] : 0;
     if (t->n_dims != 2 || t->ne[0] != cols || file_rows < rows)
@@ -132,14 +131,13 @@ void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, 
     const long rows = entry->shape[0], cols = entry->shape[1];
     GgmlType type = GGML_TYPE_Q8_0;
     if (source < 0 || source == GGML_TYPE_F32 || source == GGML_TYPE_F16 || source == GGML_TYPE_BF16 ||
-        held_type((uint32_t)source, model->ops) >= 0) { // floats (a held type gets here only from a transposed layout)
+        held_type((uint32_t)source) >= 0) { // floats (a held type gets here only from a transposed layout)
         TensorMap map;
         tensor_map_gguf(&model->config, entry, &map);
         const GgufOutType mix = model->quantized->type == QUANT_Q5_K ? GGUF_OUT_Q5_K_M : GGUF_OUT_Q4_K_M;
         type = gguf_k_mix_matrix_type(mix, &model->config, map.source, cols);
-        if (held_type(type, model->ops) < 0) type = GGML_TYPE_Q8_0; // Q5_1 off the CPU: more bits, not fewer
     }
-    CHECK(held_type(type, model->ops) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
+    CHECK(held_type(type) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
           model_quantize_name(model), entry->name, gguf_type_name(type));
     uint8_t *blocks = xmalloc(gguf_quantized_size(type, rows * cols));
     gguf_quantize(type, weight, blocks, rows * cols);

@@ -48,7 +48,7 @@
 //  - QUANT_Q4_1, QUANT_Q5_1: GGUF's Q4_1 and Q5_1 split as Q4_0 and Q5_0 are (ops/q5.h): the
 //    nibbles, Q5_1's fifth bits in high_bits, the half-float d in scales and the half-float m
 //    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
-//    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4). CPU only.
+//    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
 #define Q8_BLOCK 32
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
                QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;

@@ -58,12 +58,12 @@ typedef struct {
     const char *actor_lora_adapter, *critic_lora_adapter; // start from these saved adapters (or NULL)
     const char *reward_path;    // the reward model (REWARD_MODEL)
     const char *critic_path;    // default: reward_path
-    // "q8_0": the frozen reference / reward model's weights in 8 bits (model/quantize.h,
-    // CPU only; NULL or "none": float32). Not the reference when it is the actor's own base.
+    // "q8_0" (or another --quantize name): the frozen reference / reward model's weights
+    // quantized (model/quantize.h; NULL or "none": float32). Not the reference when it is the actor's own base.
     // A reference built from the actor's start (no reference_path) with reference_quantize
     // NULL takes actor_quantize.
     const char *reference_quantize, *reward_quantize;
-    // QLoRA: the actor's / critic's frozen base under its LoRA adapters quantized (CPU; NULL or
+    // QLoRA: the actor's / critic's frozen base under its LoRA adapters quantized (NULL or
     // "none": float32). Needs that model's adapters (actor_lora / critic_lora rank > 0). The
     // actor generates the rollouts, computes the old log-probs and trains on the same
     // quantized base; with fresh actor adapters the reference is that quantized base with the

@@ -5,8 +5,10 @@
 # q4_1 / q5_1 (and not under the float32 default); SmolLM2's Q4_1 file under --quantize q4_1 runs
 # its own bits (other log-probs than the float32 default) within 0.08 on average of llama.cpp's
 # on the same file (tests/fixtures/smollm2/q4_1_llama_cpp.json); q5_1 keeps a file's tensors of a
-# type marlhf holds as they are too (the same log-probs); generate answers under q4_1; on --device cuda both are
-# refused with a one-line error (no GPU kernels), as is an unknown name. Prints PASS/FAIL per case.
+# type marlhf holds as they are too (the same log-probs); generate answers under q4_1; on --device cuda
+# both run where a GPU does (the small files' log-probs within 5e-2 of the CPU's: bf16 products), and
+# the device is refused with a one-line error where none does; an unknown name is refused.
+# Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -73,12 +75,23 @@ import json, math, sys
 row = json.loads(sys.argv[1])
 assert row["response_tokens"] == 8 and row["response"].strip() and all(math.isfinite(x) for x in row["logprobs"]), row
 EOF
-# On --device cuda: where a GPU runs, the quantization is refused by name; without one (or
-# without nvcc at build time) the device is.
-want=q4_1
-"$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" --device cuda > /dev/null 2>&1 || want="--device cuda"
-expect_error q4_1_on_cuda "$want" "$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" --quantize q4_1 --device cuda
-[ "$want" = q4_1 ] && want=q5_1
-expect_error q5_1_on_cuda "$want" "$bin" generate --model "$model" --quantize q5_1 --device cuda "Hello"
+# On --device cuda: where a GPU runs, q4_1 and q5_1 run there (ops/cuda/dequantize.cuh) with
+# the CPU's log-probs up to the bf16 products; without one (or without nvcc at build time) the
+# device is refused.
+if "$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" --device cuda > /dev/null 2>&1; then
+    for type in q4_1 q5_1; do
+        cpu=$("$bin" logprobs --model "tests/fixtures/gguf/$type.gguf" --input "$tmp/small_ids.jsonl" --quantize "$type" 2> "$tmp/err")
+        cuda=$("$bin" logprobs --model "tests/fixtures/gguf/$type.gguf" --input "$tmp/small_ids.jsonl" --quantize "$type" \
+            --device cuda 2>> "$tmp/err")
+        python3 - "$cpu" "$cuda" << 'EOF' && pass "${type}_on_cuda" || fail "${type}_on_cuda" "$(tail -n 1 "$tmp/err")"
+import json, sys
+cpu, cuda = (json.loads(x)["logprobs"] for x in sys.argv[1:3])
+assert len(cpu) == len(cuda) and max(abs(a - b) for a, b in zip(cpu, cuda)) <= 5e-2, (cpu, cuda)
+EOF
+    done
+else
+    expect_error q4_1_on_cuda "--device cuda" "$bin" logprobs --model "$model" --input "$tmp/ids.jsonl" --quantize q4_1 --device cuda
+    expect_error q5_1_on_cuda "--device cuda" "$bin" generate --model "$model" --quantize q5_1 --device cuda "Hello"
+fi
 expect_error q4_1_bad_name "q4_2" "$bin" generate --model "$model" --quantize q4_2 "Hello"
 [ $failures -eq 0 ]

@@ -5,8 +5,9 @@
 #   1. build/tests/gpu/test_cuda: every op forward and backward against the CPU op on
 #      random inputs (stated tolerances), the fixture models' log-probs, loss and
 #      gradients, generation with the KV cache on the GPU (also serve's continuous batch),
-#      quantized weights (Q8_0, Q4_0, NF4, Q4_K, Q6_K ops; quantized models, a Q4_K_M file's
-#      log-probs and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs its quantized-weight
+#      quantized weights (every type's ops: Q8_0, Q4_0, NF4, Q4_1, Q5_1, Q2_K - Q6_K; quantized
+#      models; a Q4_K_M file's and llama.cpp's Q5_K_M, Q3_K_M, Q2_K, Q4_1, Q5_1 files' log-probs
+#      and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs its quantized-weight
 #      tests with the CPU's ops standing in for the GPU.
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
@@ -16,8 +17,8 @@
 #      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
 #      GRPO (no critic), and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
-#      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0 and
-#      Q4_K_M weights, no PyTorch peer for those), each beside
+#      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0,
+#      Q4_K_M and Q5_K_M weights, no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
 #      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
 #      the default; mma; unfused).
@@ -179,7 +180,7 @@ if [ "$bench" = 1 ]; then
     [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
     # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
     # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
-    for quantize in q8_0 q4_k_m; do
+    for quantize in q8_0 q4_k_m q5_k_m; do
         [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --quantize $quantize --batches 1,8,64 \
             --new 128 --prompt 32 >> "$results" 2>> "$log"
     done
@@ -217,8 +218,10 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none"), find("transformers-generate", batch=batch)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
+    q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s "
-                 f"(q8_0 {q8.get('decode_tokens_per_s', 0):.0f}, q4_k_m {qk.get('decode_tokens_per_s', 0):.0f})")
+                 f"(q8_0 {q8.get('decode_tokens_per_s', 0):.0f}, q4_k_m {qk.get('decode_tokens_per_s', 0):.0f}, "
+                 f"q5_k_m {q5.get('decode_tokens_per_s', 0):.0f})")
 print("; ".join(parts))
 PY
 )

@@ -25,6 +25,7 @@
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
+#include "io/gguf_write.h"
 #include "ops/kquant.h"
 #include "ops/ops.h"
 
@@ -889,24 +890,51 @@ static void test_q8_cache_refused_on_gpu(void) {
 // A random [rows, cols] weight quantized to `type` ("q8_0", "q4_0", "nf4": double-quantized
 // scales, "nf4-single") in `ops`' memory by model/quantize.c; the same call on the other
 // backend gives the same blocks.
-// "q4_k" and "q6_k": the GGUF writer's super-blocks (ops/kquant.h), built on the host and
-// moved as a Q4_K_M file's are.
+// "q4_k", "q5_k" and "q6_k": the GGUF writer's super-blocks (ops/kquant.h), built on the host
+// and moved as a Q4_K_M file's are. "q3_k" and "q2_k" (marlhf reads them but does not write
+// them): the same random bytes for each call (`weights` unused) under d = dmin = 0.01.
 static Q8Matrix quantized_on(const OpsBackend *ops, const char *type, const float *weights, int rows, int cols) {
     Q8Matrix m = {0};
-    if (!strcmp(type, "q4_k") || !strcmp(type, "q6_k")) {
-        kquant_quantize_matrix(&m, !strcmp(type, "q4_k") ? QUANT_Q4_K : QUANT_Q6_K, weights, rows, cols, ops_cpu.alloc);
+    if (!strcmp(type, "q3_k") || !strcmp(type, "q2_k")) {
+        const QuantType kind = !strcmp(type, "q3_k") ? QUANT_Q3_K : QUANT_Q2_K;
+        const long bytes = (long)rows * kquant_row_bytes(kind, cols), block = kquant_block_bytes(kind);
+        m = (Q8Matrix){.rows = rows, .cols = cols, .type = kind, .blocks = ops_cpu.alloc((size_t)bytes)};
+        unsigned long long state = 0x9e3779b97f4a7c15ull;
+        for (long i = 0; i < bytes; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            m.blocks[i] = (uint8_t)(state >> 56);
+        }
+        const uint16_t d = gguf_f32_to_f16(0.01f);
+        for (long b = 0; b < bytes / block; b++) {
+            uint8_t *at = m.blocks + b * block + (kind == QUANT_Q3_K ? 108 : 80);
+            memcpy(at, &d, 2);
+            if (kind == QUANT_Q2_K) memcpy(at + 2, &d, 2); // dmin
+        }
         quantized_to_backend(ops, &m);
         return m;
     }
-    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4 : !strcmp(type, "q4_0") ? QUANT_Q4_0 : QUANT_Q8_0;
+    if (!strcmp(type, "q4_k") || !strcmp(type, "q5_k") || !strcmp(type, "q6_k")) {
+        const QuantType kind = !strcmp(type, "q4_k") ? QUANT_Q4_K : !strcmp(type, "q5_k") ? QUANT_Q5_K : QUANT_Q6_K;
+        kquant_quantize_matrix(&m, kind, weights, rows, cols, ops_cpu.alloc);
+        quantized_to_backend(ops, &m);
+        return m;
+    }
+    const QuantType quant_type = !strncmp(type, "nf4", 3) ? QUANT_NF4
+                                 : !strcmp(type, "q4_0")  ? QUANT_Q4_0
+                                 : !strcmp(type, "q4_1")  ? QUANT_Q4_1
+                                 : !strcmp(type, "q5_1")  ? QUANT_Q5_1
+                                                          : QUANT_Q8_0;
     quantize_matrix(ops, &m, quant_type, !strcmp(type, "nf4"), weights, rows, cols);
     return m;
 }
 
 static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
     ops->free(m->values), ops->free(m->scales), ops->free(m->scale_codes), ops->free(m->scale_absmax);
-    ops->free(m->high_bits);
+    ops->free(m->high_bits), ops->free(m->mins);
 }
+
+// Whether a quantized_on type is a K-quant (rows of whole super-blocks of 256).
+static bool kquant_name(const char *type) { return type[0] == 'q' && type[2] == '_' && type[3] == 'k'; }
 
 // The three quantized linear ops and the quantized token table, each type, against the CPU's
 // ops on the same blocks: forward (matmul_forward_dequantized, and matmul_forward_q8, which on
@@ -915,12 +943,13 @@ static void free_quantized(const OpsBackend *ops, Q8Matrix *m) {
 // 8,192: TILE_VALUES), so its product is two tiles.
 // The K-quants take rows of whole super-blocks (256): their shapes' IC are 256, 512, 768, 8192.
 static void test_quantized_ops(void) {
-    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_k", "q6_k"};
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1",
+                                  "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
     const int shapes[][3] = {{257, 192, 200}, {3, 64, 1000}, {1, 576, 49}, {5, 8192, 2100}};
     const int kquant_ic[] = {256, 512, 768, 8192};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            const bool kquant = !strcmp(types[k], "q4_k") || !strcmp(types[k], "q6_k");
+            const bool kquant = kquant_name(types[k]);
             const int N = shapes[s][0], IC = kquant ? kquant_ic[s] : shapes[s][1], OC = shapes[s][2];
             float *w = random_host((long)OC * IC, 0.2f), *x = random_host((long)N * IC, 1), *bias = random_host(OC, 1);
             Q8Matrix on_cpu = quantized_on(cpu, types[k], w, OC, IC), on_gpu = quantized_on(gpu, types[k], w, OC, IC);
@@ -950,7 +979,7 @@ static void test_quantized_ops(void) {
     // The token table: the GPU's floats are the CPU's, bit for bit (dequantize.cuh rounds each
     // product and sum as the CPU does).
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        const int V = 50, C = !strcmp(types[k], "q4_k") || !strcmp(types[k], "q6_k") ? 256 : 128, N = 77, P = 40;
+        const int V = 50, C = kquant_name(types[k]) ? 256 : 128, N = 77, P = 40;
         int tokens[77], positions[77];
         for (int i = 0; i < N; i++) tokens[i] = (i * 13) % V, positions[i] = i % P;
         float *table = random_host((long)V * C, 0.5f), *pos = random_host((long)P * C, 0.3f);
@@ -1007,7 +1036,7 @@ static void randomize_lora_b(Model *mc, Model *mg) {
 // dequantized base, agree); then QLoRA: adapters on both, a forward and every trainable
 // gradient (adapters, value head) compared, one AdamW step on each, and the forward again.
 static void test_quantized_models(void) {
-    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single"};
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "q5_k_m"};
     const char *dir = "tests/fixtures/models/tiny_chat";
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         Model mc, mg;
@@ -1047,48 +1076,79 @@ static void test_quantized_models(void) {
     }
 }
 
-// A Q4_K_M model with its own bits (--quantize q4_k_m: Q4_K, Q6_K and Q5_0 matrices) on the
-// GPU: log-probs and the last position's logits against the CPU's dequantized products, and
-// the same blocks on both (the LoRA base fingerprint hashes the dequantized base).
-static void test_q4_k_m_model(void) {
-    char path[512];
-    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
-    snprintf(path, sizeof path, "%s/test_cuda_q4_k_m_%d.gguf", tmp, (int)getpid());
-    write_q4_k_m_llama(path, 0x51ab);
+// A GGUF model with its own bits on the GPU (`quantize`: the --quantize name that keeps the
+// file's blocks): log-probs and the last position's logits against the CPU's dequantized
+// products, and the same blocks on both (the LoRA base fingerprint hashes the dequantized base).
+// Each type in `wanted` (a list ending in -1) must be among the GPU model's matrices.
+static void check_gguf_model(const char *path, const char *quantize, const int *wanted) {
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     Model mc, mg;
-    ModelLoadOptions options = {.with_lm_head = true, .quantize = "q4_k_m"};
+    ModelLoadOptions options = {.with_lm_head = true, .quantize = quantize};
     CHECK(model_load(&mc, path, cpu, &options) == 0, "%s", err_msg());
-    EXPECT(model_load(&mg, path, gpu, &options) == 0, "q4_k_m on the GPU: %s", err_msg());
-    remove(path);
-    int types[QUANT_Q5_0 + 1] = {0};
+    if (model_load(&mg, path, gpu, &options) != 0) {
+        EXPECT(0, "%s --quantize %s on the GPU: %s", name, quantize, err_msg());
+        model_free(&mc);
+        return;
+    }
+    int types[QUANT_Q2_K + 1] = {0};
     for (int i = 0; i < mg.table.count; i++) {
         const Q8Matrix *m = quantized_matrix(&mg, &mg.table.entries[i]);
         if (m) types[m->type]++;
     }
-    printf("# q4_k_m on %s: %d Q4_K, %d Q6_K, %d Q5_0, %d Q8_0 matrices; %ld of %ld floats stored\n", gpu->name,
-           types[QUANT_Q4_K], types[QUANT_Q6_K], types[QUANT_Q5_0], types[QUANT_Q8_0], mg.table.stored_total,
-           mg.table.total);
-    EXPECT(types[QUANT_Q4_K] > 0 && types[QUANT_Q6_K] > 0 && types[QUANT_Q5_0] > 0, "the model lacks a K-quant type");
+    // ops/ops.h QuantType order
+    static const char *const type_names[] = {"Q8_0", "Q4_0", "NF4", "Q4_K", "Q6_K", "Q5_0",
+                                             "Q5_K", "Q4_1", "Q5_1", "Q3_K", "Q2_K"};
+    printf("# %s --quantize %s on %s:", name, quantize, gpu->name);
+    for (int t = 0; t <= QUANT_Q2_K; t++)
+        if (types[t]) printf(" %d %s", types[t], type_names[t]);
+    printf("; %ld of %ld floats stored\n", mg.table.stored_total, mg.table.total);
+    for (const int *t = wanted; *t >= 0; t++) EXPECT(types[*t] > 0, "%s: no matrix of type %d on the GPU", name, *t);
     // The CPU's dequantized products: the GPU's forward_q8 is that product at any row count
     // (so is a CPU standing in, asked to be).
     mc.dequantized_matmuls = mg.dequantized_matmuls = true;
     const int B = 2;
     double error = logprobs_error(&mc, &mg, B, 33); // the forward that model_last_logits reads
-    printf("# q4_k_m logp %.3e (tolerance %.0e)\n", error, TOL_MODEL);
-    EXPECT(error <= TOL_MODEL, "q4_k_m log-probs: %.3e", error);
+    printf("# %s logp %.3e (tolerance %.0e)\n", name, error, TOL_MODEL);
+    EXPECT(error <= TOL_MODEL, "%s --quantize %s log-probs: %.3e", name, quantize, error);
     const long V = mc.config.vocab_size;
     float *logits_c = xmalloc((size_t)(B * V) * sizeof(float)), *logits_g = xmalloc((size_t)(B * V) * sizeof(float));
     model_last_logits(&mc, logits_c);
     model_last_logits(&mg, logits_g);
     error = relative_error(logits_g, logits_c, B * V);
-    printf("# q4_k_m last logits %.3e (tolerance %.0e)\n", error, TOL_MODEL);
-    EXPECT(error <= TOL_MODEL, "q4_k_m last logits: %.3e", error);
+    printf("# %s last logits %.3e (tolerance %.0e)\n", name, error, TOL_MODEL);
+    EXPECT(error <= TOL_MODEL, "%s --quantize %s last logits: %.3e", name, quantize, error);
     free(logits_c), free(logits_g);
     LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
     CHECK(model_add_lora(&mc, &lora, false, 3) == 0 && model_add_lora(&mg, &lora, false, 3) == 0, "%s", err_msg());
-    EXPECT(mc.lora_base_fingerprint == mg.lora_base_fingerprint, "q4_k_m: base fingerprints differ");
+    EXPECT(mc.lora_base_fingerprint == mg.lora_base_fingerprint, "%s --quantize %s: base fingerprints differ", name,
+           quantize);
     model_free(&mc);
     model_free(&mg);
+}
+
+// A Q4_K_M model written by marlhf's converter (--quantize q4_k_m: Q4_K, Q6_K and Q5_0 matrices).
+static void test_q4_k_m_model(void) {
+    char path[512];
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    snprintf(path, sizeof path, "%s/test_cuda_q4_k_m_%d.gguf", tmp, (int)getpid());
+    write_q4_k_m_llama(path, 0x51ab);
+    const int wanted[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, -1};
+    check_gguf_model(path, "q4_k_m", wanted);
+    remove(path);
+}
+
+// llama.cpp's own files (tests/fixtures/gguf), their blocks as they are: Q5_K_M (Q5_K, Q6_K;
+// under q5_k_m and under q4_k_m), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K), Q2_K (Q2_K, Q3_K, Q6_K), Q4_1
+// and Q5_1.
+static void test_llama_cpp_models(void) {
+    const int q5_k_m[] = {QUANT_Q5_K, QUANT_Q6_K, -1}, q3_k_m[] = {QUANT_Q3_K, QUANT_Q5_K, -1};
+    const int q2_k[] = {QUANT_Q2_K, QUANT_Q3_K, -1}, q4_1[] = {QUANT_Q4_1, -1}, q5_1[] = {QUANT_Q5_1, -1};
+    check_gguf_model("tests/fixtures/gguf/q5_k_m.gguf", "q5_k_m", q5_k_m);
+    check_gguf_model("tests/fixtures/gguf/q5_k_m.gguf", "q4_k_m", q5_k_m);
+    check_gguf_model("tests/fixtures/gguf/q3_k_m.gguf", "q4_k_m", q3_k_m);
+    check_gguf_model("tests/fixtures/gguf/q2_k.gguf", "q4_k_m", q2_k);
+    check_gguf_model("tests/fixtures/gguf/q4_1.gguf", "q4_1", q4_1);
+    check_gguf_model("tests/fixtures/gguf/q5_1.gguf", "q5_1", q5_1);
 }
 
 // What still cannot run on the GPU over quantized weights: DoRA (its row norms need the
@@ -1115,6 +1175,7 @@ static void run_quantized_weight_tests(void) {
     RUN(test_quantized_ops);
     RUN(test_quantized_models);
     RUN(test_q4_k_m_model);
+    RUN(test_llama_cpp_models);
     RUN(test_quantized_refusals_on_gpu);
 }
 

@@ -1,17 +1,17 @@
-// Quantized weights (ops/ops.h Q8Matrix: Q8_0, Q4_0, NF4 with float or double-quantized
-// scales, a bitsandbytes FP4 code book, and the llama.cpp Q4_K_M mix's Q4_K, Q6_K and Q5_0)
-// turned back into numbers on the GPU: rows of a matrix into a bf16 tile for cuBLASLt
-// (matmul_quantized.cu), and the quantized token table's rows into fp32 embeddings. The GPU
+// Quantized weights (ops/ops.h Q8Matrix: every QuantType -- Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, NF4
+// with float or double-quantized scales, a bitsandbytes FP4 code book, and llama.cpp's K-quants
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) turned back into numbers on the GPU: rows of a matrix into a
+// bf16 tile for cuBLASLt (matmul_quantized.cu), and the quantized token table's rows into fp32 embeddings. The GPU
 // keeps the weights quantized in its memory; a product with a quantized weight dequantizes it
 // a tile at a time and multiplies in bf16 as the float model does (a decode step of a few rows
 // reads the blocks directly instead: matvec_quantized.cuh).
 //
 // Each value is the CPU's (ops/q4.c quant_dequantize_rows, ops/nf4.c, ops/q5.c, and for the
-// K-quants io/gguf_dequant.c, gguf-py's order) to the bit before the bf16 rounding: the same
+// K-quants io/gguf_dequant.c, gguf-py's order; Q4_1, Q5_1: ops/q5.c) to the bit before the bf16 rounding: the same
 // float products in the same order, each rounded on its own (mul_rn / add_rn: nvcc would fuse
 // a product and a sum into one FMA) -- the double-quantized NF4 scale map[code] * absmax2 +
-// offset, Q4_K's (d * scale) * q - dmin * min. tests/test_dequantize_emulated.cpp checks that
-// on CPU threads (device_primitives.cuh, cpu_emulation.h); tests/gpu/test_cuda.c on the device.
+// offset, Q4_K's, Q5_K's and Q2_K's (d * scale) * q - dmin * min, Q4_1's and Q5_1's d * q + m.
+// tests/test_dequantize_emulated.cpp checks that on CPU threads (device_primitives.cuh, cpu_emulation.h); tests/gpu/test_cuda.c on the device.
 //
 // A thread decodes 8 consecutive values of the flattened matrix (its row r, columns
 // [c, c + 8), c a multiple of 8): they lie in one block (32 or 64 values; for the K-quants
@@ -79,11 +79,14 @@ DEVICE_INLINE float half_at(const uint8_t *p) {
     return sign ? -magnitude : magnitude;
 }
 
-// Q4_K (ops/kquant.h): values [i, i + 8) of the super-block at `block`, i a multiple of 8.
-// Sub-block j = i / 32 has a 6-bit scale and minimum (gguf_unpack_k_scales' packing: j < 4 in
-// the low 6 bits of bytes j and j + 4, j >= 4 in the nibbles of byte j + 4 and the top 2 bits
-// of bytes j - 4 and j); its codes are nibble j % 2 of bytes [32 (j / 2), 32 (j / 2) + 32).
-DEVICE_INLINE void decode8_q4_k(const uint8_t *block, int i, float out[VALUES_PER_THREAD]) {
+// Q4_K and Q5_K (ops/kquant.h): values [i, i + 8) of the super-block at `block`, i a multiple
+// of 8. Both begin with d, dmin (half floats) and 12 bytes of packed scales: sub-block j = i / 32
+// has a 6-bit scale and minimum (gguf_unpack_k_scales' packing: j < 4 in the low 6 bits of bytes
+// j and j + 4, j >= 4 in the nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j). The
+// low 4 bits of sub-block j's codes are nibble j % 2 of bytes [32 (j / 2), 32 (j / 2) + 32) of
+// the codes (Q4_K: at byte 16; Q5_K: at byte 48, after 32 bytes whose byte l holds in bit j the
+// fifth bit of value 32 j + l).
+DEVICE_INLINE void decode8_q4_k_q5_k(const uint8_t *block, int i, bool fifth_bits, float out[VALUES_PER_THREAD]) {
     const float d = half_at(block), dmin = half_at(block + 2);
     const uint8_t *packed = block + 4;
     const int sub = i / 32;
@@ -96,9 +99,44 @@ DEVICE_INLINE void decode8_q4_k(const uint8_t *block, int i, float out[VALUES_PE
         min = (packed[sub + 4] >> 4) | ((packed[sub] >> 2) & 0x30);
     }
     const float dl = mul_rn(d, (float)scale), ml = mul_rn(dmin, (float)min);
-    const uint8_t *codes = block + 16 + (sub / 2) * 32 + i % 32;
+    const uint8_t *codes = block + (fifth_bits ? 48 : 16) + (sub / 2) * 32 + i % 32;
+    const uint8_t *high = block + 16 + i % 32; // Q5_K only
     const int shift = 4 * (sub % 2);
-    for (int k = 0; k < VALUES_PER_THREAD; k++) out[k] = add_rn(mul_rn(dl, (float)((codes[k] >> shift) & 0x0f)), -ml);
+    for (int k = 0; k < VALUES_PER_THREAD; k++) {
+        const int q = ((codes[k] >> shift) & 0x0f) | (fifth_bits ? ((high[k] >> sub) & 1) << 4 : 0);
+        out[k] = add_rn(mul_rn(dl, (float)q), -ml);
+    }
+}
+
+// Q3_K: values [i, i + 8) of the super-block at `block`. Each 128 values (half h = i / 128)
+// take their low 2 bits from 32 bytes at 32 + 32 h, value 32 s + l of the half in bits 2 s of
+// byte l; byte l of the first 32 bytes holds in bit b the "high bit" of value 32 b + l, and a
+// clear one subtracts 4. Each 16 values have a signed 6-bit scale (offset by 32; the low 4 bits
+// in a nibble of bytes 96..103, the high 2 in bytes 104..107), the block a half-float d at 108.
+DEVICE_INLINE void decode8_q3_k(const uint8_t *block, int i, float out[VALUES_PER_THREAD]) {
+    const uint8_t *packed = block + 96;
+    const int group = i / 16; // the 8 values share one scale
+    const int low_scale = group < 8 ? packed[group] & 0x0f : packed[group - 8] >> 4;
+    const int high_scale = (packed[8 + group % 4] >> (2 * (group / 4))) & 3;
+    const float dl = mul_rn(half_at(block + 108), (float)((low_scale | high_scale << 4) - 32));
+    const int half = i / 128, shift = 2 * ((i % 128) / 32);
+    const uint8_t *low = block + 32 + half * 32 + i % 32, *high = block + i % 32;
+    for (int k = 0; k < VALUES_PER_THREAD; k++) {
+        const int q = ((low[k] >> shift) & 3) - (((high[k] >> (i / 32)) & 1) ? 0 : 4);
+        out[k] = mul_rn(dl, (float)q);
+    }
+}
+
+// Q2_K: values [i, i + 8) of the super-block at `block`: 16 bytes of scales (each 16 values'
+// 4-bit scale in the low nibble, 4-bit minimum in the high one), then the 2-bit codes laid out
+// as Q3_K's low bits (at byte 16), then d and dmin (half floats at 80 and 82).
+DEVICE_INLINE void decode8_q2_k(const uint8_t *block, int i, float out[VALUES_PER_THREAD]) {
+    const int scales = block[i / 16];
+    const float dl = mul_rn(half_at(block + 80), (float)(scales & 0x0f));
+    const float ml = mul_rn(half_at(block + 82), (float)(scales >> 4));
+    const int half = i / 128, shift = 2 * ((i % 128) / 32);
+    const uint8_t *codes = block + 16 + half * 32 + i % 32;
+    for (int k = 0; k < VALUES_PER_THREAD; k++) out[k] = add_rn(mul_rn(dl, (float)((codes[k] >> shift) & 3)), -ml);
 }
 
 // Q6_K: values [i, i + 8) of the super-block at `block`: in half h = i / 128 (r = i % 128) the
@@ -115,39 +153,61 @@ DEVICE_INLINE void decode8_q6_k(const uint8_t *block, int i, float out[VALUES_PE
     }
 }
 
-// Values [index, index + 8) of the flattened matrix, index a multiple of 8.
+// Blocks of 32 with a 4-bit nibble per value (Q4_0, Q5_0, Q4_1, Q5_1): block `block`'s bytes
+// hold value j in the low nibble of byte j and value j + 16 in the high one. The codes of values
+// [within, within + 8) of the block (within a multiple of 8), with the block's fifth bits when
+// fifth_bits says so (Q5_0, Q5_1: high_bits[block], bit j value j's fifth bit).
+DEVICE_INLINE void block32_codes(const Q8Matrix &m, long block, int within, bool fifth_bits,
+                                 int codes[VALUES_PER_THREAD]) {
+    const uint8_t *bytes = m.nibbles + block * (Q8_BLOCK / 2) + within % (Q8_BLOCK / 2);
+    const int shift = within >= Q8_BLOCK / 2 ? 4 : 0;
+    const uint32_t fifth = fifth_bits ? m.high_bits[block] >> within : 0;
+    for (int i = 0; i < VALUES_PER_THREAD; i++) codes[i] = ((bytes[i] >> shift) & 0x0f) | (int)((fifth >> i) & 1) << 4;
+}
+
+// Values [index, index + 8) of the flattened matrix, index a multiple of 8. A switch over every
+// QuantType with no default: a new type is a compile warning (an error under -Werror) here.
 DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_THREAD]) {
     const Q8Matrix &m = w.matrix;
-    if (m.type == QUANT_Q4_K) {
-        decode8_q4_k(m.blocks + index / KQ_BLOCK * KQ_Q4_K_BYTES, (int)(index % KQ_BLOCK), out);
-    } else if (m.type == QUANT_Q6_K) {
-        decode8_q6_k(m.blocks + index / KQ_BLOCK * KQ_Q6_K_BYTES, (int)(index % KQ_BLOCK), out);
-    } else if (m.type == QUANT_Q5_0) {
-        // Q4_0's nibbles (byte j: value j low, value j + 16 high) and a fifth bit per value in
-        // the block's word (bit j for value j): value = (code - 16) * scale.
-        const long block = index / Q8_BLOCK;
-        const int within = (int)(index % Q8_BLOCK);
+    const long block = index / Q8_BLOCK; // for the types in blocks of 32
+    const int within = (int)(index % Q8_BLOCK);
+    int codes[VALUES_PER_THREAD];
+    switch (m.type) {
+    case QUANT_Q4_K:
+    case QUANT_Q5_K: {
+        const long bytes = m.type == QUANT_Q4_K ? KQ_Q4_K_BYTES : KQ_Q5_K_BYTES;
+        decode8_q4_k_q5_k(m.blocks + index / KQ_BLOCK * bytes, (int)(index % KQ_BLOCK), m.type == QUANT_Q5_K, out);
+        return;
+    }
+    case QUANT_Q6_K: decode8_q6_k(m.blocks + index / KQ_BLOCK * KQ_Q6_K_BYTES, (int)(index % KQ_BLOCK), out); return;
+    case QUANT_Q3_K: decode8_q3_k(m.blocks + index / KQ_BLOCK * KQ_Q3_K_BYTES, (int)(index % KQ_BLOCK), out); return;
+    case QUANT_Q2_K: decode8_q2_k(m.blocks + index / KQ_BLOCK * KQ_Q2_K_BYTES, (int)(index % KQ_BLOCK), out); return;
+    case QUANT_Q5_0: { // value = (code - 16) * scale
+        block32_codes(m, block, within, true, codes);
         const float scale = m.scales[block];
-        const uint8_t *bytes = m.nibbles + block * (Q8_BLOCK / 2) + within % (Q8_BLOCK / 2);
-        const int shift = within >= Q8_BLOCK / 2 ? 4 : 0;
-        const uint32_t fifth = m.high_bits[block] >> within;
-        for (int i = 0; i < VALUES_PER_THREAD; i++) {
-            const int code = ((bytes[i] >> shift) & 0x0f) | (int)((fifth >> i) & 1) << 4;
-            out[i] = mul_rn((float)(code - 16), scale);
-        }
-    } else if (m.type == QUANT_Q8_0) {
-        const float scale = block_scale(w, index / Q8_BLOCK);
+        for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = mul_rn((float)(codes[i] - 16), scale);
+        return;
+    }
+    case QUANT_Q4_1:
+    case QUANT_Q5_1: { // value = scale * code + min, the code unsigned
+        block32_codes(m, block, within, m.type == QUANT_Q5_1, codes);
+        const float scale = m.scales[block], min = m.mins[block];
+        for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = add_rn(mul_rn(scale, (float)codes[i]), min);
+        return;
+    }
+    case QUANT_Q4_0: { // value = (code - 8) * scale
+        block32_codes(m, block, within, false, codes);
+        const float scale = block_scale(w, block);
+        for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)(codes[i] - 8) * scale;
+        return;
+    }
+    case QUANT_Q8_0: {
+        const float scale = block_scale(w, block);
         const int8_t *values = m.values + index;
         for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)values[i] * scale;
-    } else if (m.type == QUANT_Q4_0) {
-        // A block is 16 bytes: byte j holds value j (low nibble) and value j + 16 (high).
-        const long block = index / Q8_BLOCK;
-        const int within = (int)(index % Q8_BLOCK);
-        const float scale = block_scale(w, block);
-        const uint8_t *bytes = m.nibbles + block * (Q8_BLOCK / 2) + within % (Q8_BLOCK / 2);
-        const int shift = within >= Q8_BLOCK / 2 ? 4 : 0;
-        for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)(((bytes[i] >> shift) & 0x0F) - 8) * scale;
-    } else { // QUANT_NF4 (or bitsandbytes FP4: another code book)
+        return;
+    }
+    case QUANT_NF4: { // (or bitsandbytes FP4: another code book)
         // Byte j holds value 2j in its high nibble and value 2j + 1 in its low one.
         const float scale = block_scale(w, index / NF4_BLOCK);
         const uint8_t *bytes = m.nibbles + index / 2;
@@ -155,6 +215,8 @@ DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_TH
             out[2 * i] = w.book.levels[bytes[i] >> 4] * scale;
             out[2 * i + 1] = w.book.levels[bytes[i] & 0x0F] * scale;
         }
+        return;
+    }
     }
 }
 

@@ -1,6 +1,7 @@
-// Linear layers and the token table with quantized weights (Q8_0, Q4_0, NF4, and Q4_K_M's
-// Q4_K, Q6_K, Q5_0; ops/ops.h Q8Matrix) on the GPU. The blocks stay quantized in device memory; each product dequantizes
-// the weight into a bf16 scratch tile of rows (dequantize.cuh) and multiplies it with
+// Linear layers and the token table with quantized weights (every ops/ops.h QuantType: Q8_0,
+// Q4_0, Q5_0, Q4_1, Q5_1, NF4, the K-quants Q2_K to Q6_K) on the GPU. The blocks stay
+// quantized in device memory; each product dequantizes the weight into a bf16 scratch tile of
+// rows (dequantize.cuh) and multiplies it with
 // cuBLASLt as a float weight's bf16 copy is multiplied (matmul.cu). Nothing is cached: no
 // bf16 copy of a quantized weight outlives its product, and the model's float32 buffer has no
 // slot for it (model/quantize.h quantized_unstore). The price is one
@@ -31,9 +32,6 @@ static const float *device_dynamic_map(void) {
 }
 
 static dequantize::Weights weights_of(const Q8Matrix *matrix) {
-    CHECK(matrix->type == QUANT_Q8_0 || matrix->type == QUANT_Q4_0 || matrix->type == QUANT_NF4 ||
-              matrix->type == QUANT_Q4_K || matrix->type == QUANT_Q6_K || matrix->type == QUANT_Q5_0,
-          "quantized type %d has no GPU kernel", (int)matrix->type);
     return dequantize::weights_for(matrix, matrix->type == QUANT_NF4 && !matrix->scales ? device_dynamic_map() : NULL);
 }
 
