@@ -399,6 +399,54 @@ static void test_attention_decode_f16(void) {
     free(keys), free(values), free(q), free(kc), free(vc), free(written), free(out);
 }
 
+// The Q8_0 KV cache (--kv-cache q8_0, ops/cuda/attention_cached.cuh): the GPU writes the CPU's
+// records byte for byte (the same quantization, each operation rounded alone), and decodes and
+// extends from them as the CPU does; head_dim 80 (blocks of 32, 32 and 16) as well as 64.
+static void test_attention_decode_q8(void) {
+    for (int D = 64; D <= 80; D += 16) {
+        const int B = 3, capacity = 300, length = 290, H = 8, KV = 2;
+        const int row_start[3] = {0, 100, 289};
+        const long slot_bytes = kv_q8_slot_bytes(KV, D), cache_bytes = (long)B * capacity * slot_bytes;
+        const long x_n = (long)B * length * KV * D;
+        float *keys = random_host(x_n, 1), *values = random_host(x_n, 1), *q = random_host((long)B * H * D, 2);
+        uint8_t *kc = xcalloc((size_t)cache_bytes, 1), *vc = xcalloc((size_t)cache_bytes, 1);
+        cpu->cache_write_q8(kc, keys, B, length, capacity, 0, KV, D);
+        cpu->cache_write_q8(vc, values, B, length, capacity, 0, KV, D);
+        uint8_t *d_kc = gpu->alloc((size_t)cache_bytes), *d_vc = gpu->alloc((size_t)cache_bytes); // zero-filled
+        float *d_keys = gpu_floats(keys, x_n), *d_values = gpu_floats(values, x_n);
+        gpu->cache_write_q8(d_kc, d_keys, B, length, capacity, 0, KV, D);
+        gpu->cache_write_q8(d_vc, d_values, B, length, capacity, 0, KV, D);
+        uint8_t *written = xmalloc((size_t)cache_bytes);
+        gpu->copy_to_host(written, d_kc, (size_t)cache_bytes);
+        long differ = 0;
+        for (long i = 0; i < cache_bytes; i++) differ += written[i] != kc[i];
+        printf("# %-34s head_dim %d: %ld of %ld bytes differ (tolerance 0)\n", "cache_write_q8", D, differ, cache_bytes);
+        EXPECT(differ == 0, "cache_write_q8 (head_dim %d): %ld bytes differ from the CPU's", D, differ);
+        float *out = xmalloc((size_t)B * H * D * 4);
+        cpu->attention_decode_q8(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+        float *d_q = gpu_floats(q, (long)B * H * D);
+        int *d_rs = gpu_ints(row_start, B);
+        float *d_out = gpu->alloc((size_t)B * H * D * 4);
+        gpu->attention_decode_q8(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+        char what[64];
+        snprintf(what, sizeof what, "attention_decode_q8 head_dim %d", D);
+        expect_match(what, d_out, out, (long)B * H * D, TOL_FP32);
+        const int T = 7, first_slot = 250;
+        const int extend_start[3] = {0, 100, 240};
+        float *q_ext = random_host((long)B * T * H * D, 2), *out_ext = xmalloc((size_t)B * T * H * D * 4);
+        float *d_q_ext = gpu_floats(q_ext, (long)B * T * H * D);
+        int *d_es = gpu_ints(extend_start, B);
+        cpu->attention_extend_q8(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D);
+        float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
+        gpu->attention_extend_q8(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D);
+        snprintf(what, sizeof what, "attention_extend_q8 head_dim %d", D);
+        expect_match(what, d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
+        gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kc), gpu->free(d_vc), gpu->free(d_keys), gpu->free(d_values);
+        gpu->free(d_q), gpu->free(d_rs);
+        free(q_ext), free(out_ext), free(keys), free(values), free(q), free(kc), free(vc), free(written), free(out);
+    }
+}
+
 static void test_activations_and_elementwise(void) {
     const long n = 100003;
     float *x = random_host(n, 4), *y = random_host(n, 4), *dy = random_host(n, 1);
@@ -784,7 +832,8 @@ static void test_generation_on_gpu(void) {
 // steps, one with a prompt longer than the batch so far (the cached rows move on in GPU
 // memory), rows leave from the middle (the rows after move up), and the run passes the
 // cache's first 256 slots (the rows move back). Each sequence's greedy log-probs agree
-// with a CPU forward over its prompt and tokens. Again with the KV cache in half floats.
+// with a CPU forward over its prompt and tokens. Again with the KV cache in half floats and
+// in Q8_0 blocks.
 typedef struct {
     int prompt[24];
     int prompt_length;
@@ -871,18 +920,8 @@ static void test_continuous_batch_on_gpu_half_cache(void) { run_continuous_batch
 // chunks of 5.
 static void test_continuous_batch_on_gpu_chunked_prefill(void) { run_continuous_batch_on_gpu("f32", 5); }
 static void test_continuous_batch_on_gpu_chunked_prefill_half_cache(void) { run_continuous_batch_on_gpu("f16", 5); }
-
-// The GPU has no 8-bit KV cache: --kv-cache q8_0 is refused with the option's name, and
-// the model keeps its float cache.
-static void test_q8_cache_refused_on_gpu(void) {
-    Model mc, mg;
-    load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
-    EXPECT(kv_cache_type_set(&mg, "q8_0", "--kv-cache") != 0 && strstr(err_msg(), "--kv-cache q8_0"),
-           "--kv-cache q8_0 accepted on the GPU");
-    EXPECT(mg.kv_cache_type == KV_CACHE_F32, "the refused type was set");
-    model_free(&mc);
-    model_free(&mg);
-}
+static void test_continuous_batch_on_gpu_q8_cache(void) { run_continuous_batch_on_gpu("q8_0", 0); }
+static void test_continuous_batch_on_gpu_chunked_prefill_q8_cache(void) { run_continuous_batch_on_gpu("q8_0", 5); }
 
 // ---------------------------------------------------------------------------------------
 // Quantized weights (ops/cuda/matmul_quantized.cu, dequantize.cuh)
@@ -1152,7 +1191,7 @@ static void test_llama_cpp_models(void) {
 }
 
 // What still cannot run on the GPU over quantized weights: DoRA (its row norms need the
-// float32 base), and an 8-bit KV cache (test_q8_cache_refused_on_gpu).
+// float32 base).
 static void test_quantized_refusals_on_gpu(void) {
     Model model;
     ModelLoadOptions options = {.with_lm_head = true, .quantize = "nf4"};
@@ -1209,6 +1248,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_attention_decode_and_cache);
     RUN(test_attention_decode_f16);
+    RUN(test_attention_decode_q8);
     RUN(test_activations_and_elementwise);
     RUN(test_logprob_and_value_head);
     RUN(test_adamw);
@@ -1221,7 +1261,8 @@ int main(void) {
     RUN(test_continuous_batch_on_gpu_half_cache);
     RUN(test_continuous_batch_on_gpu_chunked_prefill);
     RUN(test_continuous_batch_on_gpu_chunked_prefill_half_cache);
-    RUN(test_q8_cache_refused_on_gpu);
+    RUN(test_continuous_batch_on_gpu_q8_cache);
+    RUN(test_continuous_batch_on_gpu_chunked_prefill_q8_cache);
     run_quantized_weight_tests();
     printf("%d passed, %d failed\n", test_total_passed, test_total_failed);
     TEST_EXIT();

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cuda/attention_cached.cuh"
 #include "ops/cuda/attention_fused.cuh"
 
 enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA };
@@ -254,93 +255,81 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     scatter_heads(dk, heads, B, T, H, group, hd, true);
 }
 
-// A cached key or value element as a float: the cache holds floats, or IEEE halves
-// (--kv-cache f16) widened here.
-__device__ static inline float cache_element(const float *p) { return *p; }
-__device__ static inline float cache_element(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
-
-// One block per (row, query, head): scores against the cached keys, softmax, weighted
-// values. Query t of row b (q, out: [B * T, n_heads * head_dim]) sits at slot
-// first_slot + t and attends to slots [row_start[b], first_slot + t]; a decode step is
-// T = 1.
-template <typename Element>
-__global__ static void attention_cached_kernel(float *out, const float *q, const Element *k_cache,
-                                               const Element *v_cache, const int *row_start, int T,
-                                               int capacity, int first_slot, int n_heads,
-                                               int n_kv_heads, int head_dim, float scale) {
-    extern __shared__ float scores[];
-    int h = blockIdx.x % n_heads, t = blockIdx.x / n_heads % T, b = blockIdx.x / n_heads / T;
-    int kv_head = h / (n_heads / n_kv_heads);
-    int kv_width = n_kv_heads * head_dim;
-    int start = row_start ? row_start[b] : 0, length = first_slot + t + 1;
-    const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
-    const Element *keys = k_cache + (long)b * capacity * kv_width + kv_head * head_dim;
-    const Element *values = v_cache + (long)b * capacity * kv_width + kv_head * head_dim;
-    float max_score = -INFINITY;
-    for (int j = start + threadIdx.x; j < length; j += blockDim.x) {
-        const Element *key = keys + (long)j * kv_width;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; d++) dot += query[d] * cache_element(key + d);
-        scores[j] = dot * scale;
-        max_score = fmaxf(max_score, scores[j]);
-    }
-    max_score = block_max(max_score);
-    double sum = 0;
-    for (int j = start + threadIdx.x; j < length; j += blockDim.x) {
-        scores[j] = expf(scores[j] - max_score);
-        sum += scores[j];
-    }
-    float inv_sum = (float)(1.0 / block_sum(sum)); // block_sum's barrier publishes scores[]
-    float *o = out + (((long)b * T + t) * n_heads + h) * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = start; j < length; j++)
-            acc += scores[j] * inv_sum * cache_element(values + (long)j * kv_width + d);
-        o[d] = acc;
-    }
-}
-
-template <typename Element>
-static void launch_attention_cached(float *out, const float *q, const Element *k_cache, const Element *v_cache,
-                                    const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                                    int n_kv_heads, int head_dim) {
+// Attention against the KV cache (decode steps, the prompt cache): attention_cached.cuh's
+// kernel over each kind of cache.
+template <typename Slots>
+static void launch_attention_cached(float *out, const float *q, Slots keys, Slots values, const int *row_start, int B,
+                                    int T, int first_slot, int capacity, int n_heads, int n_kv_heads, int head_dim) {
     if (B == 0 || T == 0) return;
-    size_t shared = (size_t)(first_slot + T) * sizeof(float);
+    const size_t shared = attention_cached::shared_bytes(first_slot + T - 1);
     if (shared > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attention_cached_kernel<Element>,
+        CUDA_CHECK(cudaFuncSetAttribute(attention_cached::attention_kernel<Slots>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-    attention_cached_kernel<Element><<<B * T * n_heads, 128, shared>>>(out, q, k_cache, v_cache, row_start, T,
-                                                                       capacity, first_slot, n_heads, n_kv_heads,
-                                                                       head_dim, 1.0f / sqrtf((float)head_dim));
+    attention_cached::attention_kernel<Slots><<<B * T * n_heads, attention_cached::THREADS, shared>>>(
+        out, q, keys, values, row_start, T, capacity, first_slot, n_heads, n_kv_heads, head_dim,
+        1.0f / sqrtf((float)head_dim));
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_attention_decode(float *out, const float *q, const float *k_cache,
-                           const float *v_cache, const int *row_start, int B, int capacity,
-                           int length, int n_heads, int n_kv_heads, int head_dim) {
-    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                            head_dim);
+static attention_cached::FloatSlots float_slots(const float *cache, int n_kv_heads, int head_dim) {
+    return {cache, n_kv_heads * head_dim, head_dim};
+}
+static attention_cached::HalfSlots half_slots(const uint16_t *cache, int n_kv_heads, int head_dim) {
+    return {cache, n_kv_heads * head_dim, head_dim};
+}
+static attention_cached::Q8Slots q8_slots(const void *cache, int n_kv_heads, int head_dim) {
+    return {(const uint8_t *)cache, attention_cached::q8_layout(n_kv_heads, head_dim)};
+}
+
+void cuda_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                           int head_dim) {
+    launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                                int head_dim) {
-    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                            head_dim);
+    launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
+}
+
+void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                              int head_dim) {
+    launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                            int n_kv_heads, int head_dim) {
-    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                            head_dim);
+    launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                int n_kv_heads, int head_dim) {
-    launch_attention_cached(out, q, k_cache, v_cache, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                            head_dim);
+    launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
+}
+
+void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                              int n_kv_heads, int head_dim) {
+    launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
+}
+
+void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
+                         int head_dim) {
+    if (B == 0 || T == 0) return;
+    const attention_cached::Q8Layout layout = attention_cached::q8_layout(n_kv_heads, head_dim);
+    attention_cached::write_q8_kernel<<<attention_cached::write_blocks(layout, B, T), attention_cached::THREADS>>>(
+        (uint8_t *)cache, x, layout, B, T, capacity, slot);
+    CUDA_CHECK_LAUNCH();
 }
 
 // Row b's T slots of x ([B, T, width] floats) into slots [slot, slot + T) of a half cache,

@@ -1,6 +1,8 @@
-// A CPU emulation of the few CUDA features the mma attention kernels and the dequantization
-// kernels use, so that their source (attention_mma.cuh, dequantize.cuh) runs in CI on machines
-// without a GPU (tests/test_attention_emulated.cpp, tests/test_dequantize_emulated.cpp). Included by device_primitives.cuh when the
+// A CPU emulation of the few CUDA features the mma attention kernels, the dequantization
+// kernels and the cached attention use, so that their source (attention_mma.cuh,
+// dequantize.cuh, attention_cached.cuh) runs in CI on machines without a GPU
+// (tests/test_attention_emulated.cpp, tests/test_dequantize_emulated.cpp,
+// tests/test_attention_cached_emulated.cpp). Included by device_primitives.cuh when the
 // compiler is not nvcc; never part of the marlhf binary.
 //
 // emulation::launch runs a grid one block at a time; a block is one OS thread per CUDA
@@ -47,6 +49,7 @@ static inline float bf16_to_float(bf16 h) {
 }
 
 #define DEVICE_INLINE static inline
+#define DEVICE_METHOD inline
 #define HOST_DEVICE_INLINE static inline
 #define __global__
 #define __launch_bounds__(threads)
@@ -155,6 +158,19 @@ DEVICE_INLINE float float_from_bits(uint32_t bits) {
     memcpy(&x, &bits, 4);
     return x;
 }
+
+// __half2float: exact (io/gguf_dequant.c's gguf_f16_to_f32; a subnormal is its mantissa times
+// 2^-24, exact in float).
+DEVICE_INLINE float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    if (exponent == 0x1f) return float_from_bits(sign | 0x7f800000u | mantissa << 13);
+    if (exponent != 0) return float_from_bits(sign | (exponent + (127 - 15)) << 23 | mantissa << 13);
+    const float magnitude = (float)mantissa * 5.9604644775390625e-8f; // 2^-24
+    return sign ? -magnitude : magnitude;
+}
+
+// __float2int_rn: nearest, ties to even.
+DEVICE_INLINE int round_to_int(float x) { return (int)rintf(x); }
 
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) {
     uint32_t value;

@@ -161,10 +161,9 @@ extern "C" const OpsBackend ops_cuda = {
     .attention_decode_f16 = cuda_attention_decode_f16,
     .attention_extend = cuda_attention_extend,
     .attention_extend_f16 = cuda_attention_extend_f16,
-    // No 8-bit KV cache on the GPU yet: kv_cache_type_set refuses --kv-cache q8_0 here.
-    .cache_write_q8 = nullptr,
-    .attention_decode_q8 = nullptr,
-    .attention_extend_q8 = nullptr,
+    .cache_write_q8 = cuda_cache_write_q8,
+    .attention_decode_q8 = cuda_attention_decode_q8,
+    .attention_extend_q8 = cuda_attention_extend_q8,
     .copy_rows = cuda_copy_rows,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,

@@ -200,6 +200,14 @@ void cuda_attention_extend(float *out, const float *q, const float *k_cache, con
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                int n_kv_heads, int head_dim);
+void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
+                         int head_dim);
+void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
+                              int head_dim);
+void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
+                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
+                              int n_kv_heads, int head_dim);
 
 // ---- activation.cu ----
 void cuda_gelu_forward(float *out, const float *inp, long n);

@@ -68,16 +68,9 @@ DEVICE_INLINE float block_scale(const Weights &w, long k) {
     return add_rn(scaled, w.matrix.scale_offset);
 }
 
-// A little-endian half float at p (any alignment) as a float, exactly: io/gguf_dequant.c's
-// gguf_f16_to_f32 (a subnormal is its mantissa times 2^-24, exact in float).
-DEVICE_INLINE float half_at(const uint8_t *p) {
-    const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
-    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    if (exponent == 0x1f) return float_from_bits(sign | 0x7f800000u | mantissa << 13);
-    if (exponent != 0) return float_from_bits(sign | (exponent + (127 - 15)) << 23 | mantissa << 13);
-    const float magnitude = (float)mantissa * 5.9604644775390625e-8f; // 2^-24
-    return sign ? -magnitude : magnitude;
-}
+// A little-endian half float at p (any alignment) as a float, exactly (io/gguf_dequant.c's
+// gguf_f16_to_f32).
+DEVICE_INLINE float half_at(const uint8_t *p) { return half_to_float((uint16_t)(p[0] | p[1] << 8)); }
 
 // Q4_K and Q5_K (ops/kquant.h): values [i, i + 8) of the super-block at `block`, i a multiple
 // of 8. Both begin with d, dmin (half floats) and 12 bytes of packed scales: sub-block j = i / 32

@@ -1,7 +1,8 @@
 // The warp-level building blocks of the mma attention kernels (attention_mma.cuh): bf16
-// packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; and the separately
-// rounded float products and sums and the float-from-bits of the dequantization kernels
-// (dequantize.cuh).
+// packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; the separately rounded
+// float products and sums and the float-from-bits of the dequantization kernels
+// (dequantize.cuh); the half widening and integer rounding of the cached attention
+// (attention_cached.cuh).
 //
 // Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
 // (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
@@ -20,9 +21,12 @@
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 typedef __nv_bfloat16 bf16;
 #define DEVICE_INLINE __device__ __forceinline__
+// The same for a member function (a struct that a kernel reads its operands through).
+#define DEVICE_METHOD __device__ __forceinline__
 // For the small index helpers that both a kernel and its launcher call.
 #define HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 // The block's dynamic shared memory as bytes.
@@ -40,6 +44,10 @@ DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 
 // The float whose IEEE bits are `bits` (the K-quants' half-float scales, dequantize.cuh).
 DEVICE_INLINE float float_from_bits(uint32_t bits) { return __uint_as_float(bits); }
+// An IEEE half (its 16 bits) as a float, exactly (a half cache's element, attention_cached.cuh).
+DEVICE_INLINE float half_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+// x rounded to the nearest integer, ties to even (rintf; the 8-bit KV cache's codes).
+DEVICE_INLINE int round_to_int(float x) { return __float2int_rn(x); }
 
 // Two adjacent bf16 (4-byte aligned) as one register.
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }

@@ -1,0 +1,157 @@
+// The GPU's attention against a KV cache and its Q8_0 cache write (src/ops/cuda/
+// attention_cached.cuh) run on CPU threads through src/ops/cuda/cpu_emulation.h, against the
+// CPU backend's ops on the same caches:
+//  - write_q8_kernel gives cpu_cache_write_q8's bytes exactly (values, scales, the zeroed
+//    padding, and every slot it must not touch left alone), for head sizes that Q8_BLOCK
+//    divides and ones it does not (a short last block), and an all-zero block (scale 0);
+//  - the attention kernel over float32, half and Q8_0 caches, as a decode step (T = 1) and as
+//    several new queries continuing a cached prefix (T = 3), with ragged rows (row_start),
+//    grouped K/V heads and a context longer than the block's 128 threads: within 1e-5 of
+//    the CPU op's output norm (fp32 sums in another order, the GPU's expf).
+// tests/gpu/test_cuda.c checks the same kernels on a GPU.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <vector>
+
+extern "C" {
+#include "ops/ops.h"
+}
+#include "ops/cuda/attention_cached.cuh"
+#include "test.h"
+
+using namespace attention_cached;
+
+static uint64_t rng_state = 0x6a09e667f3bcc909ull;
+
+// Uniform in [-scale, scale) from a fixed sequence (xorshift64*).
+static std::vector<float> random_floats(long n, float scale) {
+    std::vector<float> x((size_t)n);
+    for (long i = 0; i < n; i++) {
+        rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+        uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+        x[(size_t)i] = scale * (2.0f * (float)((r >> 40) * (1.0 / 16777216.0)) - 1.0f);
+    }
+    return x;
+}
+
+// ||got - want|| / ||want||.
+static double relative_error(const float *got, const float *want, long n) {
+    double diff = 0, norm = 0;
+    for (long i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        diff += d * d, norm += (double)want[i] * want[i];
+    }
+    return sqrt(diff / (norm > 0 ? norm : 1));
+}
+
+// Writes B x T new rows into slots [slot, slot + T) of a Q8_0 cache on both sides, the caches
+// starting as the same random bytes; they must then be equal byte for byte.
+static void check_write_q8(int B, int T, int capacity, int slot, int n_kv_heads, int head_dim, bool zero_block) {
+    const Q8Layout layout = q8_layout(n_kv_heads, head_dim);
+    const long cache_bytes = (long)B * capacity * layout.slot_bytes;
+    std::vector<float> noise = random_floats(cache_bytes, 1.0f);
+    std::vector<uint8_t> gpu((size_t)cache_bytes), cpu((size_t)cache_bytes);
+    for (long i = 0; i < cache_bytes; i++) gpu[(size_t)i] = cpu[(size_t)i] = (uint8_t)(noise[(size_t)i] * 127.0f + 128.0f);
+    std::vector<float> x = random_floats((long)B * T * n_kv_heads * head_dim, 3.0f);
+    if (zero_block) memset(x.data(), 0, Q8_BLOCK * sizeof(float)); // row 0's first block: scale 0
+    ops_cpu.cache_write_q8(cpu.data(), x.data(), B, T, capacity, slot, n_kv_heads, head_dim);
+    emulation::launch({write_blocks(layout, B, T), 1, 1}, THREADS, 0,
+                      [&] { write_q8_kernel(gpu.data(), x.data(), layout, B, T, capacity, slot); });
+    long differ = 0;
+    for (long i = 0; i < cache_bytes; i++) differ += gpu[(size_t)i] != cpu[(size_t)i];
+    printf("# write q8_0 B %d T %d slot %d heads %d head_dim %3d%s: %ld of %ld bytes differ\n", B, T, slot, n_kv_heads,
+           head_dim, zero_block ? " (a zero block)" : "", differ, cache_bytes);
+    EXPECT(differ == 0, "q8_0 write, head_dim %d: %ld bytes differ from the CPU's", head_dim, differ);
+}
+
+static void test_write_q8(void) {
+    check_write_q8(3, 2, 7, 3, 2, 64, false);
+    check_write_q8(2, 1, 5, 4, 3, 80, true);  // blocks of 32, 32 and 16
+    check_write_q8(2, 3, 6, 2, 3, 42, false); // blocks of 32 and 10; 126 values, 2 bytes of padding
+    check_write_q8(1, 4, 4, 0, 1, 16, false); // one short block per head, every slot written
+}
+
+enum CacheKind { FLOAT_CACHE, HALF_CACHE, Q8_CACHE };
+static const char *const kind_names[] = {"f32", "f16", "q8_0"};
+
+// Caches of `capacity` slots per row holding random keys and values (written by the CPU's
+// cache ops for the half and Q8_0 kinds), queries for T new slots from first_slot on, and the
+// kernel's output against the CPU op's.
+static void check_attention(CacheKind kind, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
+                            int head_dim) {
+    const int width = n_kv_heads * head_dim;
+    const long slots = (long)B * capacity;
+    std::vector<float> keys = random_floats(slots * width, 1.0f), values = random_floats(slots * width, 1.0f);
+    std::vector<float> q = random_floats((long)B * T * n_heads * head_dim, 1.0f);
+    std::vector<int> row_start((size_t)B);
+    for (int b = 0; b < B; b++) row_start[(size_t)b] = (b * 7) % (first_slot + 1); // ragged: left padding
+    const long n_out = (long)B * T * n_heads * head_dim;
+    std::vector<float> got((size_t)n_out, NAN), want((size_t)n_out);
+    const size_t shared = shared_bytes(first_slot + T - 1);
+    const emulation::Dim3 grid = {(unsigned)(B * T * n_heads), 1, 1};
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    auto run = [&](auto key_slots, auto value_slots) {
+        emulation::launch(grid, THREADS, shared, [&] {
+            attention_kernel(got.data(), q.data(), key_slots, value_slots, row_start.data(), T, capacity, first_slot,
+                             n_heads, n_kv_heads, head_dim, scale);
+        });
+    };
+    if (kind == FLOAT_CACHE) {
+        if (T == 1)
+            ops_cpu.attention_decode(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, capacity,
+                                     first_slot + 1, n_heads, n_kv_heads, head_dim);
+        else
+            ops_cpu.attention_extend(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, T, capacity,
+                                     first_slot, n_heads, n_kv_heads, head_dim);
+        run(FloatSlots{keys.data(), width, head_dim}, FloatSlots{values.data(), width, head_dim});
+    } else if (kind == HALF_CACHE) {
+        std::vector<uint16_t> k16((size_t)(slots * width)), v16((size_t)(slots * width));
+        ops_cpu.cache_write_f16(k16.data(), keys.data(), B, capacity, capacity, 0, width);
+        ops_cpu.cache_write_f16(v16.data(), values.data(), B, capacity, capacity, 0, width);
+        if (T == 1)
+            ops_cpu.attention_decode_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, capacity,
+                                         first_slot + 1, n_heads, n_kv_heads, head_dim);
+        else
+            ops_cpu.attention_extend_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, T,
+                                         capacity, first_slot, n_heads, n_kv_heads, head_dim);
+        run(HalfSlots{k16.data(), width, head_dim}, HalfSlots{v16.data(), width, head_dim});
+    } else {
+        const Q8Layout layout = q8_layout(n_kv_heads, head_dim);
+        std::vector<uint8_t> k8((size_t)(slots * layout.slot_bytes)), v8((size_t)(slots * layout.slot_bytes));
+        ops_cpu.cache_write_q8(k8.data(), keys.data(), B, capacity, capacity, 0, n_kv_heads, head_dim);
+        ops_cpu.cache_write_q8(v8.data(), values.data(), B, capacity, capacity, 0, n_kv_heads, head_dim);
+        if (T == 1)
+            ops_cpu.attention_decode_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, capacity,
+                                        first_slot + 1, n_heads, n_kv_heads, head_dim);
+        else
+            ops_cpu.attention_extend_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, T, capacity,
+                                        first_slot, n_heads, n_kv_heads, head_dim);
+        run(Q8Slots{k8.data(), layout}, Q8Slots{v8.data(), layout});
+    }
+    const double error = relative_error(got.data(), want.data(), n_out);
+    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d: error %.2e\n", kind_names[kind], B, T,
+           first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim, error);
+    EXPECT(error <= 1e-5, "attention over a %s cache (T %d, head_dim %d): error %.3g", kind_names[kind], T, head_dim,
+           error);
+}
+
+// Each cache kind: a decode step and three queries continuing a prefix; a context of 300
+// slots (more keys than threads: each thread takes several) at head_dim 64; head_dim 80 (a
+// short Q8_0 block) and 16; GQA groups of 2 and 4 heads.
+static void test_attention(void) {
+    for (int kind = FLOAT_CACHE; kind <= Q8_CACHE; kind++) {
+        check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64);
+        check_attention((CacheKind)kind, 2, 3, 40, 20, 4, 2, 64);
+        check_attention((CacheKind)kind, 2, 1, 320, 299, 2, 1, 64);
+        check_attention((CacheKind)kind, 2, 2, 24, 17, 4, 1, 80);
+        check_attention((CacheKind)kind, 3, 1, 24, 9, 2, 2, 16);
+    }
+}
+
+int main(void) {
+    RUN(test_write_q8);
+    RUN(test_attention);
+    TEST_EXIT();
+}
