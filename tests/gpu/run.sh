@@ -23,21 +23,25 @@
 #      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
 #      the default; mma; unfused).
 #
-# usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR]
+# usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR] [--time-limit SECONDS]
 #   --quick-bench: only the fused-attention steps beside PyTorch, and the 1B breakdowns.
+#   --time-limit: the run's wall-clock budget (a lent GPU's session is short): the checks
+#             (steps 1-3) always run; a benchmark is cut at the limit, and one that would
+#             start after it is skipped and named in the log, so the summary line still comes.
 #   --bundle: binaries made by tests/gpu/bundle.sh, for a GPU machine without the build
 #             packages; without it the script builds with make (nvcc must be present).
 set -u
 cd "$(dirname "$0")/../.."
 # MARLHF_GPU_TEST_DEVICE=cpu runs steps 2-3 on the CPU: a check of this script itself.
 device=${MARLHF_GPU_TEST_DEVICE:-cuda}
-bundle="" bench=1 quick=0 logs=tests/tmp/gpu
+bundle="" bench=1 quick=0 logs=tests/tmp/gpu time_limit=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bundle) bundle=$2; shift 2 ;;
         --no-bench) bench=0; shift ;;
         --quick-bench) quick=1; shift ;;
         --logs) logs=$2; shift 2 ;;
+        --time-limit) time_limit=$2; shift 2 ;;
         *) echo "tests/gpu/run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -65,12 +69,31 @@ for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader >> "$log" 2>&1
 
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 check() { # check NAME CONDITION-EXIT-STATUS DETAIL
     if [ "$2" -eq 0 ]; then say "PASS $1 $3"; passed=$((passed + 1)); else say "FAIL $1 $3"; failed=$((failed + 1)); fi
 }
 
+# bench_run SECONDS OUTPUT COMMAND...: COMMAND >> OUTPUT (stderr to the log), stopped after
+# SECONDS or at --time-limit, whichever comes first; skipped when less than 20 s are left.
+bench_run() {
+    local seconds=$1 out=$2 left
+    shift 2
+    if [ "$time_limit" -gt 0 ]; then
+        left=$((time_limit - SECONDS))
+        if [ "$left" -lt 20 ]; then
+            say "SKIP (--time-limit $time_limit s reached after ${SECONDS} s): ${*##*/}"
+            skipped=$((skipped + 1))
+            return
+        fi
+        [ "$left" -lt "$seconds" ] && seconds=$left
+    fi
+    timeout "$seconds" "$@" >> "$out" 2>> "$log"
+}
+stage() { say "# ${SECONDS} s: $*"; }
+
 # 1. ops and models
+stage "test_cuda"
 timeout 300 "$test_cuda" > "$logs/test_cuda.log" 2>&1
 rc=$?
 cat "$logs/test_cuda.log" >> "$log"
@@ -78,14 +101,16 @@ grep -E '^(PASS|FAIL|#)' "$logs/test_cuda.log"
 tests_passed=$(grep -c '^PASS ' "$logs/test_cuda.log")
 tests_failed=$(grep -c '^FAIL ' "$logs/test_cuda.log")
 [ "$rc" -ne 0 ] && [ "$tests_failed" -eq 0 ] && { tests_failed=1; tail -n 5 "$logs/test_cuda.log"; }
-# On a failure, look for bad memory accesses (where compute-sanitizer works).
-if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
+# On a failure, look for bad memory accesses (where compute-sanitizer works and time allows).
+if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null &&
+    { [ "$time_limit" -eq 0 ] || [ $((time_limit - SECONDS)) -gt 400 ]; }; then
     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 "$test_cuda" > "$logs/memcheck.log" 2>&1
     grep -E '^=+ (ERROR|Invalid|ERROR SUMMARY)|^========= +at ' "$logs/memcheck.log" | head -n 20 | tee -a "$log"
 fi
 passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
 
 # 2. 20 SFT steps, GPU against CPU: every weight, then LoRA adapters (rank 8, base frozen)
+stage "SFT and DPO steps against the CPU"
 model=tests/fixtures/models/tiny_chat data=tests/fixtures/train
 tmp=$(mktemp -d) # run folders (models too) stay out of the logs folder
 sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
@@ -129,6 +154,7 @@ unset MARLHF_CUDA_ATTENTION
 
 # 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
 #    then with actor and critic adapters (the reference is the actor's base)
+stage "reward model and PPO"
 timeout 120 "$marlhf" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --device "$device" 2>> "$log"
 check rm_on_gpu $? ""
@@ -167,38 +193,39 @@ if [ "$bench" = 1 ]; then
     results="$logs/bench.jsonl"
     : > "$results"
     export PYTHONUNBUFFERED=1
+    stage "speed"
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
-        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 >> "$results" 2>> "$log"
-        timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention mma \
-            >> "$results" 2>> "$log"
-        [ "$quick" = 1 ] || timeout 200 "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
-            --attention unfused >> "$results" 2>> "$log"
-        timeout 200 python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 --warmup 3 \
-            --device cuda >> "$results" 2>> "$log"
+        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10
+        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention mma
+        [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
+            --steps 10 --attention unfused
+        bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 \
+            --warmup 3 --device cuda
     done
-    [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 >> "$results" 2>> "$log"
+    [ "$quick" = 1 ] || bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
     # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
     # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
     for quantize in q8_0 q4_k_m q5_k_m; do
-        [ "$quick" = 1 ] || timeout 200 "$decode" --device cuda --shape smollm2-135m --quantize $quantize --batches 1,8,64 \
-            --new 128 --prompt 32 >> "$results" 2>> "$log"
+        [ "$quick" = 1 ] || bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --quantize $quantize \
+            --batches 1,8,64 --new 128 --prompt 32
     done
     for batch in 1 64; do
-        [ "$quick" = 1 ] || timeout 200 python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch --prompt-len 32 --new-tokens 128 \
-            --device cuda >> "$results" 2>> "$log"
+        [ "$quick" = 1 ] || bench_run 200 "$results" python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch \
+            --prompt-len 32 --new-tokens 128 --device cuda
     done
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
+    stage "op-by-op breakdown"
     shapes="smollm2-135m llama-1b" attentions="wmma mma unfused"
     [ "$quick" = 1 ] && shapes=llama-1b attentions="wmma mma"
     for shape in $shapes; do
         for attention in $attentions; do
-            timeout 120 "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 --attention $attention \
-                >> "$logs/ops_breakdown.jsonl" 2>> "$log"
+            bench_run 120 "$logs/ops_breakdown.jsonl" "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 \
+                --attention $attention
         done
     done
-    grep -h modelled "$logs/ops_breakdown.jsonl" | tee -a "$log"
+    grep -hs modelled "$logs/ops_breakdown.jsonl" | tee -a "$log"
     summary_speed=$(python3 - "$results" <<'PY' 2>&1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -226,5 +253,5 @@ print("; ".join(parts))
 PY
 )
 fi
-say "gpu checks: $passed passed, $failed failed${summary_speed:+; $summary_speed}"
+say "gpu checks: $passed passed, $failed failed${summary_speed:+; $summary_speed}; ${SECONDS} s$( [ "$skipped" -gt 0 ] && echo "; $skipped benchmarks skipped at --time-limit")"
 [ "$failed" -eq 0 ]
