@@ -83,7 +83,7 @@ typedef struct {
                                // linear layers for generation and log-probs (CPU,
                                // docs/quantization.md). Such a policy may take a trainer: its
                                // LoRA adapters then train over the frozen quantized base (QLoRA,
-                               // the command's --quantize; not with use_dora), and it saves once it
+                               // the command's --quantize; with use_dora: QDoRA), and it saves once it
                                // has them (the dequantized base with the adapters merged, and
                                // adapter/); without adapters it cannot be saved
 } marlhf_model_params;

@@ -222,12 +222,19 @@ static void test_quantized_policy(void) {
            "quantized log-prob sum %.6f, float32 %.6f", sum, expected);
     EXPECT(marlhf_model_save(model, tmp_path("quantized_save")) == -1 && strstr(marlhf_last_error(), "quantize"),
            "saving a quantized model: '%s'", marlhf_last_error());
-    // QLoRA as the command allows it: not with DoRA (named with the quantization), but LoRA is.
+    // QLoRA as the command allows it; QDoRA too, on a second copy (a trainer's adapters stay on
+    // its model): its first DPO step is at the reference as well.
     marlhf_trainer_params trainer_params = tiny_dpo_params();
+    marlhf_model *dora_model = marlhf_model_load(tiny, &params);
     trainer_params.use_dora = 1;
-    EXPECT(!marlhf_trainer_new(model, &trainer_params) && strstr(marlhf_last_error(), "use_dora") &&
-               strstr(marlhf_last_error(), "quantize q8_0"),
-           "DoRA on a quantized model: '%s'", marlhf_last_error());
+    marlhf_trainer *dora_trainer = dora_model ? marlhf_trainer_new(dora_model, &trainer_params) : NULL;
+    EXPECT(dora_trainer, "a DoRA trainer on a quantized model: %s", marlhf_last_error());
+    marlhf_preference dora_pair = {"Tell me about the cat.", " The cat is good.", " The cat is bad."};
+    marlhf_dpo_stats dora_stats = {0};
+    EXPECT(dora_trainer && marlhf_dpo_step(dora_trainer, &dora_pair, 1, &dora_stats) == 0, "%s", marlhf_last_error());
+    EXPECT_CLOSE(dora_stats.loss, log(2.0), 1e-6, 0, "first QDoRA DPO loss");
+    marlhf_trainer_free(dora_trainer);
+    marlhf_model_free(dora_model);
     trainer_params.use_dora = 0;
     marlhf_trainer *trainer = marlhf_trainer_new(model, &trainer_params);
     EXPECT(trainer, "a trainer on a quantized model: %s", marlhf_last_error());

@@ -543,17 +543,24 @@ enum { QB = 2, QT = 21 }; // 42 token rows: fewer than Q8_SGEMM_MIN_ROWS (the in
 // The lengths of the rows of qlora_step's fixed ragged batch (tests/qlora_step.h).
 static const int qlora_row_len[QB] = {QT, QT - 6};
 
-static void test_qlora_matches_dequantized_float(void) {
+// LoRA (or DoRA: QDoRA) over a base quantized to `type` against the same adapters over the
+// float32 base holding its dequantized values (and over the original floats, which the
+// quantization must move by far more than the tolerance); with lora_dropout the masks are
+// drawn (lora_dropout_begin), so DoRA's base product on the dropped input and its input
+// gradient go through the quantized weight as well.
+static void check_qlora_against_float(const char *type, bool dora, double dropout) {
     const char *path = "tests/fixtures/models/llama";
-    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1"};
-    for (int k = 0; k < 6; k++) {
+    char label[64];
+    snprintf(label, sizeof label, "%s%s%s", type, dora ? " DoRA" : "", dropout > 0 ? " dropout" : "");
+    {
         Model quantized, dequantized, original;
-        ModelLoadOptions options = {.with_lm_head = true, .quantize = types[k]};
+        ModelLoadOptions options = {.with_lm_head = true, .quantize = type};
         CHECK(model_load(&quantized, path, &ops_cpu, &options) == 0, "%s", err_msg());
         load(&dequantized, path);
         load(&original, path);
         model_dequantize_into(&quantized, dequantized.params); // the same table, the base's values
-        LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+        LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = dora,
+                           .dropout = dropout};
         Model *models[3] = {&quantized, &dequantized, &original};
         for (int m = 0; m < 3; m++) {
             CHECK(model_add_lora(models[m], &lora, false, 5) == 0, "%s", err_msg());
@@ -562,7 +569,7 @@ static void test_qlora_matches_dequantized_float(void) {
         }
         EXPECT(quantized.lora_base_fingerprint == dequantized.lora_base_fingerprint &&
                    quantized.lora_base_fingerprint != original.lora_base_fingerprint,
-               "%s: fingerprints %016llx (quantized), %016llx (dequantized float32), %016llx (original)", types[k],
+               "%s: fingerprints %016llx (quantized), %016llx (dequantized float32), %016llx (original)", label,
                quantized.lora_base_fingerprint, dequantized.lora_base_fingerprint, original.lora_base_fingerprint);
         const long G = model_trainable_floats(&quantized);
         CHECK(G == model_trainable_floats(&dequantized), "trainable sizes differ");
@@ -570,17 +577,19 @@ static void test_qlora_matches_dequantized_float(void) {
         float *grads[3];
         for (int m = 0; m < 3; m++) {
             grads[m] = xmalloc((size_t)G * sizeof(float));
+            lora_dropout_begin(models[m], 77, 0, 0); // nothing without lora_dropout
             qlora_step(models[m], QB, QT, qlora_row_len, logp[m], grads[m]);
         }
         // Gradient checkpointing recomputes each quantized layer to the same bits.
         float recomputed_logp[QB * QT];
         float *recomputed = xmalloc((size_t)G * sizeof(float));
         quantized.recompute = true;
+        lora_dropout_begin(&quantized, 77, 0, 0); // the same masks again
         qlora_step(&quantized, QB, QT, qlora_row_len, recomputed_logp, recomputed);
-        EXPECT(!quantized.acts.keep_all_layers, "%s: the layers' activations were kept, not recomputed", types[k]);
+        EXPECT(!quantized.acts.keep_all_layers, "%s: the layers' activations were kept, not recomputed", label);
         quantized.recompute = false;
         EXPECT(memcmp(recomputed, grads[0], (size_t)G * sizeof(float)) == 0,
-               "%s: gradient checkpointing changed the adapter gradients by %.3g", types[k],
+               "%s: gradient checkpointing changed the adapter gradients by %.3g", label,
                test_max_abs_diff(recomputed, grads[0], G));
         free(recomputed);
         double grad_scale = 0;
@@ -591,14 +600,14 @@ static void test_qlora_matches_dequantized_float(void) {
         const double grad_quantization = test_max_abs_diff(grads[1], grads[2], G);
         printf("QLoRA %s: log-probs within %.3g and adapter gradients within %.3g (largest %.3g) of LoRA on the "
                "dequantized float32 base; the quantization itself moves them %.3g and %.3g\n",
-               types[k], logp_error, grad_error, grad_scale, logp_quantization, grad_quantization);
-        EXPECT(grad_scale > 0, "%s: no adapter gradient", types[k]);
-        EXPECT(logp_error <= 2e-5, "%s: log-probs %.3g from the dequantized float32 base's", types[k], logp_error);
+               label, logp_error, grad_error, grad_scale, logp_quantization, grad_quantization);
+        EXPECT(grad_scale > 0, "%s: no adapter gradient", label);
+        EXPECT(logp_error <= 2e-5, "%s: log-probs %.3g from the dequantized float32 base's", label, logp_error);
         EXPECT(grad_error <= 1e-4 * grad_scale, "%s: adapter gradients %.3g from the dequantized float32 base's",
-               types[k], grad_error);
+               label, grad_error);
         // The check can tell: the quantization moves both far more than the tolerance.
         EXPECT(logp_quantization > 50 * 2e-5 && grad_quantization > 10 * 1e-4 * grad_scale,
-               "%s: quantizing moved the log-probs only %.3g and the gradients %.3g", types[k], logp_quantization,
+               "%s: quantizing moved the log-probs only %.3g and the gradients %.3g", label, logp_quantization,
                grad_quantization);
         // The base stayed frozen: its float32 pages are still given back (read as zeros).
         const LayerTensors *w = &quantized.weights.layers[0];
@@ -606,7 +615,7 @@ static void test_qlora_matches_dequantized_float(void) {
         const long page_floats = sysconf(_SC_PAGESIZE) / (long)sizeof(float);
         long nonzero = 0;
         for (long i = page_floats; i < numel - page_floats; i++) nonzero += w->up_w[i] != 0.0f;
-        EXPECT(nonzero == 0, "%s: %ld float32 weights of up_proj came back", types[k], nonzero);
+        EXPECT(nonzero == 0, "%s: %ld float32 weights of up_proj came back", label, nonzero);
 
         // Saved: the dequantized base with the adapters merged, a plain float32 model that
         // computes what the adapted quantized one does; the adapter says which base it needs.
@@ -616,19 +625,21 @@ static void test_qlora_matches_dequantized_float(void) {
         CHECK(model_write_hf_files(&quantized, dir) == 0, "%s", err_msg());
         Model merged;
         load(&merged, dir);
-        float merged_logp[QB * QT];
+        float merged_logp[QB * QT], adapted_logp[QB * QT];
         qlora_step(&merged, QB, QT, qlora_row_len, merged_logp, NULL);
-        const double merged_error = test_max_abs_diff(merged_logp, logp[0], QB * QT);
-        EXPECT(merged_error <= 2e-5, "%s: the merged model's log-probs %.3g from the adapted model's", types[k],
+        lora_dropout_end(&quantized); // the merged model is the adapted one without dropout
+        qlora_step(&quantized, QB, QT, qlora_row_len, adapted_logp, NULL);
+        const double merged_error = test_max_abs_diff(merged_logp, adapted_logp, QB * QT);
+        EXPECT(merged_error <= 2e-5, "%s: the merged model's log-probs %.3g from the adapted model's", label,
                merged_error);
         Model again;
         CHECK(model_load(&again, path, &ops_cpu, &options) == 0, "%s", err_msg());
         EXPECT(model_load_lora_adapter(&again, dir, false, 0) == 0, "%s: the adapter on its quantized base: %s",
-               types[k], err_msg());
+               label, err_msg());
         model_free(&again);
         load(&again, path);
-        EXPECT(model_load_lora_adapter(&again, dir, false, 0) != 0 && strstr(err_msg(), types[k]),
-               "%s: the adapter accepted on the float32 base (%s)", types[k], err_msg());
+        EXPECT(model_load_lora_adapter(&again, dir, false, 0) != 0 && strstr(err_msg(), type),
+               "%s: the adapter accepted on the float32 base (%s)", label, err_msg());
         model_free(&again);
         model_free(&merged);
         char command[600];
@@ -639,6 +650,19 @@ static void test_qlora_matches_dequantized_float(void) {
             model_free(models[m]);
         }
     }
+}
+
+static void test_qlora_matches_dequantized_float(void) {
+    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1"};
+    for (int k = 0; k < 6; k++) check_qlora_against_float(types[k], false, 0.0);
+}
+
+// QDoRA: DoRA's magnitudes and weight norms from the dequantized base (ops dequantize_rows),
+// its products through the quantized weights.
+static void test_qdora_matches_dequantized_float(void) {
+    check_qlora_against_float("q8_0", true, 0.0);
+    check_qlora_against_float("nf4", true, 0.0);
+    check_qlora_against_float("q4_1", true, 0.25);
 }
 
 static void test_quantize_refusals(void) {
@@ -752,6 +776,7 @@ int main(void) {
     RUN(test_q4_block_matches_gguf);
     RUN(test_nf4_matches_bitsandbytes);
     RUN(test_qlora_matches_dequantized_float);
+    RUN(test_qdora_matches_dequantized_float);
     RUN(test_quantize_refusals);
     RUN(test_smollm2_quantized_decode);
     RUN(test_smollm2_q4_0_decode);

@@ -187,6 +187,38 @@ static void test_qlora_adapters_and_save(void) {
     }
 }
 
+// QDoRA through the other backend's paths: the magnitudes made from the dequantized base (its
+// dequantize_rows, then a host copy), the norms at each forward from its own dequantized
+// scratch; the same magnitudes, log-probs and merged files as the CPU's.
+static void test_qdora(void) {
+    const char *const kinds[] = {"q8_0", "nf4", "q5_k_m"};
+    for (int k = 0; k < 3; k++) {
+        Model mc, mo;
+        load(&mc, tiny, &ops_cpu, kinds[k]);
+        load(&mo, tiny, &other, kinds[k]);
+        LoraConfig dora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
+        CHECK(model_add_lora(&mc, &dora, false, 7) == 0 && model_add_lora(&mo, &dora, false, 7) == 0, "%s", err_msg());
+        long magnitudes = 0, differ = 0;
+        for (int i = mc.lora_first_entry; i < mc.table.count; i++) {
+            const ParamEntry *e = &mc.table.entries[i];
+            const long stored = mo.table.entries[i].stored;
+            if (strstr(e->name, "lora_magnitude_vector")) {
+                magnitudes++;
+                differ += memcmp(mc.params + e->offset, mo.params + stored, (size_t)e->numel * sizeof(float)) != 0;
+            }
+            if (strstr(e->name, ".lora_B."))
+                for (long j = 0; j < e->numel; j++) mc.params[e->offset + j] = mo.params[stored + j] = 1e-3f * (float)(j % 7);
+        }
+        printf("# qdora %-10s %ld magnitude vectors, %ld differ\n", kinds[k], magnitudes, differ);
+        EXPECT(magnitudes > 0 && differ == 0, "qdora %s: %ld of %ld magnitude vectors differ", kinds[k], differ, magnitudes);
+        char label[32];
+        snprintf(label, sizeof label, "qdora %s", kinds[k]);
+        expect_same_logprobs(label, &mc, &mo);
+        model_free(&mc);
+        model_free(&mo);
+    }
+}
+
 // A bitsandbytes NF4 checkpoint: its blocks read on the host and moved (weights_io.c).
 static void test_bitsandbytes_checkpoint(void) {
     Model mc, mo;
@@ -376,6 +408,7 @@ int main(void) {
     RUN(test_quantize_after_load);
     RUN(test_qlora_adapters_and_save);
     RUN(test_bitsandbytes_checkpoint);
+    RUN(test_qdora);
     RUN(test_llama_cpp_files);
     RUN(test_quantized_memory);
     RUN(test_q4_k_m_file);

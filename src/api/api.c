@@ -447,11 +447,6 @@ static int check_trainer_target(const marlhf_model *policy, const marlhf_trainer
     if (require_policy(policy, function) != 0) return -1;
     if (!params) return err_set("%s: params must not be NULL", function);
     if (policy->trainer) return err_set("%s: the model already has a trainer (free it first)", function);
-    // QLoRA as the command allows it (--quantize with LoRA, not with --use-dora).
-    if (policy->text.model.quantized && params->use_dora)
-        return err_set("%s: use_dora needs the float32 base weights (its row norms); the model was loaded with quantize "
-                       "%s: load it without quantize, or leave use_dora 0", function,
-                       model_quantize_name(&policy->text.model));
     if (policy->text.model.lora.rank > 0)
         return err_set("%s: the model already has LoRA adapters; load its base without lora_adapter (its frozen "
                        "weights are the DPO reference)", function);

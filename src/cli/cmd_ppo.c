@@ -431,9 +431,6 @@ int cmd_ppo(int argc, char **argv) {
         if (qlora[i].lora->rank == 0)
             die_user("option --%s-quantize %s needs --%s-lora-rank or --%s-lora-adapter: a quantized base is frozen, it "
                      "cannot be trained in full", m, q, m, m);
-        if (qlora[i].lora->dora)
-            die_user("option --%s-quantize %s: DoRA needs the float32 base weights (its row norms); drop --%s-use-dora "
-                     "or the quantization", m, q, m);
     }
     c.actor_quantize = actor_quantize, c.critic_quantize = critic_quantize;
     cli_set_threads(threads);

@@ -97,6 +97,37 @@ static float *base_weight(const LayerTensors *w, LoraTarget t) {
     return weights[t];
 }
 
+// The quantized copy of layer `layer`'s target-t weight when the base is quantized (QLoRA,
+// QDoRA: its float32 weight is gone), else NULL.
+static const Q8Matrix *base_quantized(const Model *model, int layer, LoraTarget t) {
+    if (!model->quantized) return NULL;
+    const QuantizedLayer *q = &model->quantized->layers[layer];
+    const Q8Matrix *const matrices[LORA_TARGETS] = {&q->q, &q->k, &q->v, &q->o, &q->gate, &q->up, &q->down};
+    return matrices[t]->values ? matrices[t] : NULL;
+}
+
+// out[N, out features] = inp . W^T for the base weight of (layer, t), quantized or not (no bias).
+static void base_product(const Model *model, int layer, LoraTarget t, float *out, const float *inp, long N) {
+    long in, out_features;
+    target_shape(&model->config, t, &in, &out_features);
+    const Q8Matrix *quantized = base_quantized(model, layer, t);
+    if (quantized) model->ops->matmul_forward_dequantized(out, inp, quantized, NULL, (int)N, (int)in, (int)out_features);
+    else
+        model->ops->matmul_forward(out, inp, base_weight(&model->weights.layers[layer], t), NULL, (int)N, (int)in,
+                                   (int)out_features);
+}
+
+// dinp[N, in] += dout . W for the base weight of (layer, t), quantized or not.
+static void base_backward_input(const Model *model, int layer, LoraTarget t, float *dinp, const float *dout, long N) {
+    long in, out_features;
+    target_shape(&model->config, t, &in, &out_features);
+    const Q8Matrix *quantized = base_quantized(model, layer, t);
+    if (quantized) model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, (int)in, (int)out_features);
+    else
+        model->ops->matmul_backward(dinp, NULL, NULL, dout, NULL, base_weight(&model->weights.layers[layer], t), (int)N,
+                                    (int)in, (int)out_features);
+}
+
 static const float *base_bias(const LayerTensors *w, LoraTarget t) {
     const float *const biases[LORA_TARGETS] = {w->q_b, w->k_b, w->v_b, w->o_b, NULL, w->up_b, w->down_b};
     return biases[t];
@@ -345,11 +376,11 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
             scales[module_index(l, (LoraTarget)t)] = scale_of(alpha, r, lora->rslora);
             if (r > max_rank) max_rank = r;
         }
-    // DoRA's magnitudes and weight norms are made from the float32 base weights, which a
-    // quantized base (QLoRA) has given back.
-    if (lora->dora && model->quantized) {
+    // DoRA over a quantized base (QDoRA) takes its magnitudes and weight norms from the
+    // dequantized weights (the backend's dequantize_rows).
+    if (lora->dora && model->quantized && !model->ops->dequantize_rows) {
         free(ranks), free(scales);
-        return err_set("--use-dora needs the float32 base weights: it cannot train over a quantized base (--quantize)");
+        return err_set("--use-dora over a quantized base: the %s backend cannot dequantize its weights", model->ops->name);
     }
 
     // Appending entries leaves every existing offset where it was.
@@ -419,7 +450,20 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
                 if (!w->lora_m[t]) continue;
                 long in, out;
                 target_shape(cfg, (LoraTarget)t, &in, &out);
-                row_norms(w->lora_m[t], base_weight(w, (LoraTarget)t), out, in);
+                const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
+                if (!quantized) {
+                    row_norms(w->lora_m[t], base_weight(w, (LoraTarget)t), out, in);
+                    continue;
+                }
+                // QDoRA: the dequantized weight, made in the backend's memory and copied here
+                // (the host buffer's slot for it stays untouched).
+                const size_t bytes = (size_t)(out * in) * sizeof(float);
+                float *dequantized = model->ops->alloc(bytes), *rows = xmalloc(bytes);
+                model->ops->dequantize_rows(dequantized, quantized, 0, (int)out);
+                model->ops->copy_to_host(rows, dequantized, bytes);
+                row_norms(w->lora_m[t], rows, out, in);
+                model->ops->free(dequantized);
+                free(rows);
             }
         param_views_free(&views);
     }
@@ -543,9 +587,16 @@ void lora_dora_norms(Model *model) {
             ops->fill_zero(delta, out * in);
             ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
                                  module_rank(model, l, (LoraTarget)t));
-            ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t),
-                                  base_weight(w, (LoraTarget)t), delta, module_scale(model, l, (LoraTarget)t),
-                                  (int)out, (int)in);
+            // QDoRA: W dequantized into its own scratch first (the float32 weight is gone).
+            const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
+            const float *weight = base_weight(w, (LoraTarget)t);
+            if (quantized) {
+                CHECK(model->acts.dora_base, "QDoRA norms without the dequantized weight's scratch (model_reserve)");
+                ops->dequantize_rows(model->acts.dora_base, quantized, 0, (int)out);
+                weight = model->acts.dora_base;
+            }
+            ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t), weight, delta,
+                                  module_scale(model, l, (LoraTarget)t), (int)out, (int)in);
         }
 }
 
@@ -577,8 +628,7 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     ops->matmul_forward(z, hidden, w->lora_b[target], NULL, (int)N, rank, (int)out_features);
     const float *base = NULL;
     if (dropout) {
-        ops->matmul_forward(model->acts.dora_scratch, inp, base_weight(w, target), NULL, (int)N, (int)in,
-                            (int)out_features);
+        base_product(model, layer, target, model->acts.dora_scratch, inp, N);
         base = model->acts.dora_scratch;
     }
     ops->dora_forward(out, z, base, base_bias(w, target), w->lora_m[target],
@@ -635,8 +685,7 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
         ops->dora_backward(NULL, model->acts.dora_scratch, dout, NULL, w->lora_m[target],
                            model->dora_norms + dora_norm_offset(model, layer, target), -1.0f, (int)N,
                            (int)out_features);
-        ops->matmul_backward(d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target), (int)N,
-                             (int)in, (int)out_features);
+        base_backward_input(model, layer, target, d_dropped, model->acts.dora_scratch, N);
     }
     ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }

@@ -78,8 +78,9 @@ typedef struct {
     float *lora_dropped, *d_lora_dropped;
     // DoRA: m / ||W + s B A|| times an adapted layer's output gradient (and, with dropout, the
     // forward's base result on the dropped input), [N, widest adapted output]; B A of one
-    // adapter for its weight norms, [widest out * in].
-    float *dora_scratch, *dora_delta;
+    // adapter for its weight norms, [widest out * in]; over a quantized base (QDoRA) the
+    // dequantized weight of one adapted layer for the same norms, [widest out * in].
+    float *dora_scratch, *dora_delta, *dora_base;
 } Activations;
 
 // Per-module ranks or alphas (PEFT's rank_pattern / alpha_pattern): a module takes the value of

@@ -274,11 +274,15 @@ void quantized_unstore(Model *model) {
 
 int model_quantize(Model *model, const char *type) {
     if (!quantize_requested(type)) return 0;
-    // DoRA's row norms ||W + scale B A|| need the float32 weights the quantization frees.
-    if (model->lora.dora)
-        return err_set("--quantize %s: a DoRA adapter needs the float32 weights; merge it into the model instead "
-                       "(its saved final/ folder)", type);
+    // A DoRA adapter stays: its row norms ||W + scale B A|| come from the dequantized weights
+    // from now on (model/lora.c lora_dora_norms), as over a base quantized before the adapters.
+    if (model->lora.dora && !model->ops->dequantize_rows)
+        return err_set("--quantize %s: a DoRA adapter over a quantized base needs dequantize_rows, which the %s backend "
+                       "lacks", type, model->ops->name);
     if (quantized_begin(model, type) != 0) return -1;
+    // Activations reserved for the float model are made again at the next forward, with what a
+    // quantized one needs (a DoRA adapter's scratch for the dequantized weight).
+    model_release_activations(model);
     if (model->ops == &ops_cpu) {
         for (int i = 0; i < model_base_entries(model); i++)
             quantized_take(model, &model->table.entries[i], model->params + model->table.entries[i].offset);

@@ -121,7 +121,7 @@ static void activations_free(Model *model) {
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
                        a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw,
-                       a->lora_dropped, a->d_lora_dropped, a->dora_scratch, a->dora_delta};
+                       a->lora_dropped, a->d_lora_dropped, a->dora_scratch, a->dora_delta, a->dora_base};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
@@ -250,6 +250,7 @@ void model_reserve(Model *model, int B, int T) {
             if (out * in > largest) largest = out * in;
         }
         a->dora_delta = alloc_floats(ops, largest);
+        if (model->quantized) a->dora_base = alloc_floats(ops, largest);
         if (model->grads) a->dora_scratch = alloc_floats(ops, N * widest);
     }
     a->final_out = alloc_floats(ops, N * C);

@@ -156,6 +156,10 @@ typedef struct OpsBackend {
     // frozen quantized weight (the weight itself gets none). NULL in a backend without it.
     void (*matmul_backward_input_q8)(float *dinp, const float *dout, const Q8Matrix *weight, int N,
                                      int IC, int OC);
+    // out[count, cols] = rows [first, first + count) of the weight as floats, the CPU's values
+    // (quant_dequantize_rows) bit for bit on every backend: DoRA's row norms over a quantized
+    // base (model/lora.c). NULL in a backend without it.
+    void (*dequantize_rows)(float *out, const Q8Matrix *weight, int first, int count);
     // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
     // Any of dinp, dweight, dbias may be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -263,8 +263,13 @@ expect_error dora_with_adapter "drop --lora-rank" "$bin" sft "${sft[@]}" --lora-
     --output "$tmp/x"
 expect_error ppo_dora_without_rank "option --actor-use-dora needs --actor-lora-rank" "$bin" ppo --actor-model "$model" \
     --reward-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x" --actor-use-dora
-expect_error dora_quantized "DoRA" "$bin" generate --model "$model" --lora-adapter "$tmp/dora/final" --quantize q8_0 \
-    --input "$data/sft_eval.jsonl" --output "$tmp/x.jsonl"
+# A DoRA adapter on a base quantized after it was added (--quantize q8_0 with --lora-adapter):
+# its norms come from the dequantized weights; the log-probs move by the quantization only.
+"$bin" logprobs --model "$model" --lora-adapter "$tmp/dora/final" --input "$tmp/ids.jsonl" > "$tmp/dora_f32.jsonl" 2> /dev/null
+"$bin" logprobs --model "$model" --lora-adapter "$tmp/dora/final" --quantize q8_0 --input "$tmp/ids.jsonl" \
+    > "$tmp/dora_q8_0.jsonl" 2> "$tmp/dora_q8_0.err"
+logprobs_close "$tmp/dora_f32.jsonl" "$tmp/dora_q8_0.jsonl" 0.1 && ! cmp -s "$tmp/dora_f32.jsonl" "$tmp/dora_q8_0.jsonl" &&
+    pass dora_adapter_on_quantized_base || fail dora_adapter_on_quantized_base "$(tail -n 1 "$tmp/dora_q8_0.err")"
 expect_error dora_gguf_adapter_only "DoRA" "$bin" convert "$model" "$tmp/dora.gguf" --lora-adapter "$tmp/dora/final" \
     --adapter-only
 

@@ -6,7 +6,8 @@
 # quantized base; the adapter goes back on that base with --quantize and is refused without;
 # resume after SIGKILL is bit-identical and a resume on another base is refused; --quantize
 # without LoRA or with an unknown type is a one-line error; on --device cuda it runs (where
-# no GPU is present, the one error is the device's). ppo and GRPO
+# no GPU is present, the one error is the device's). QDoRA (--use-dora over a quantized base)
+# learns and merges; PPO takes it for actor and critic. ppo and GRPO
 # with --actor-quantize / --critic-quantize: the run is the float32 run on the dequantized
 # bases (tools/dequantize_model.py), its first iteration is on-policy (KL 0, ratio 1), it is
 # reproducible, resumes bit for bit, learns (GRPO), and the bad combinations are refused.
@@ -32,16 +33,12 @@ expect_error qlora_unknown_type "unknown quantization 'q3_k' (--quantize)" \
     "$bin" sft "${sft[@]}" --quantize q3_k --lora-rank 4 --output "$tmp/x"
 expect_runs_on_cuda qlora_cuda_allowed \
     "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --quantize q4_0 --lora-rank 4 --device cuda --output "$tmp/x"
-expect_error qlora_dora_refused "--use-dora needs the float32 base weights: it cannot train over a quantized base" \
-    "$bin" sft "${sft[@]}" --quantize q8_0 --lora-rank 4 --use-dora --output "$tmp/x"
 expect_error qlora_nf4_needs_lora "--quantize nf4 needs --lora-rank or --lora-adapter" \
     "$bin" sft "${sft[@]}" --quantize nf4 --output "$tmp/x"
 expect_runs_on_cuda qlora_nf4_cuda_allowed \
     "$bin" kto --model "$model" --data "$data/pairs.jsonl" --quantize nf4 --lora-rank 4 --device cuda --output "$tmp/x"
 expect_runs_on_cuda qlora_nf4_single_cuda_allowed \
     "$bin" sft "${sft[@]}" --quantize nf4-single --lora-rank 4 --device cuda --output "$tmp/x"
-expect_error qlora_nf4_dora_refused "--use-dora needs the float32 base weights: it cannot train over a quantized base" \
-    "$bin" sft "${sft[@]}" --quantize nf4 --lora-rank 4 --use-dora --output "$tmp/x"
 # NF4's blocks of 64 go along a row: the Qwen3 fixture's attention rows of 96 are refused (Q4_0's 32 fit).
 expect_error qlora_nf4_rows_of_96 "quantized weights (nf4) need the model's hidden, intermediate and attention sizes to be multiples of 64" \
     "$bin" logprobs --model tests/fixtures/models/qwen3 --quantize nf4 --input "$tmp/ids.jsonl"
@@ -78,6 +75,24 @@ assert c["peft_type"] == "LORA" and c["r"] == 8 and c["marlhf_base_quantize"] ==
         --input "$data/sft_eval.jsonl" --output "$tmp/generated_$q.jsonl" 2> "$tmp/generate_$q.err" &&
         [ -s "$tmp/generated_$q.jsonl" ] && pass generate_${q}_lora_adapter || fail generate_${q}_lora_adapter "$(tail -n 1 "$tmp/generate_$q.err")"
 done
+# QDoRA: DoRA over the NF4 base (magnitudes and weight norms from the dequantized weights):
+# learns, records DoRA and its base, and the merged final/ equals the adapter on the NF4 base.
+"$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --quantize nf4 --use-dora --eval-every 6 \
+    --output "$tmp/sft_qdora" 2> "$tmp/sft_qdora.err"
+rc=$?
+losses=$(json_values "$tmp/sft_qdora/metrics.jsonl" eval/loss 2> /dev/null)
+[ $rc -eq 0 ] && python3 -c "import sys; v=list(map(float, sys.argv[1].split())); sys.exit(0 if v[-1] < 0.95 * v[0] else 1)" "$losses" &&
+    python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["use_dora"] is True and c["marlhf_base_quantize"] == "nf4", c
+' "$tmp/sft_qdora/final/adapter/adapter_config.json" && pass "sft_qdora_nf4_learns (eval loss $losses)" ||
+    fail sft_qdora_nf4_learns "exit $rc, eval losses $losses: $(tail -n 2 "$tmp/sft_qdora.err")"
+"$bin" logprobs --model "$tmp/sft_qdora/final" --input "$tmp/ids.jsonl" > "$tmp/merged_qdora.jsonl" 2> "$tmp/merged_qdora.err"
+"$bin" logprobs --model "$model" --quantize nf4 --lora-adapter "$tmp/sft_qdora/final" --input "$tmp/ids.jsonl" \
+    > "$tmp/adapter_qdora.jsonl" 2> "$tmp/adapter_qdora.err"
+logprobs_close "$tmp/merged_qdora.jsonl" "$tmp/adapter_qdora.jsonl" 0.01 && pass sft_qdora_merged_equals_adapter_on_quantized_base ||
+    fail sft_qdora_merged_equals_adapter_on_quantized_base "$(tail -n 1 "$tmp/merged_qdora.err") $(tail -n 1 "$tmp/adapter_qdora.err")"
 # The two quantizations train differently (another base), and neither is the float32 run.
 "$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 8 --lora-alpha 16 --eval-every 6 --output "$tmp/sft_f32" 2> /dev/null
 ! cmp -s "$tmp/sft_q8_0/final/adapter/adapter_model.safetensors" "$tmp/sft_q4_0/final/adapter/adapter_model.safetensors" &&
@@ -240,6 +255,16 @@ expect_error ppo_qlora_resume_float "this run has none and none" \
     --save-every 1 --output "$tmp/ppo_q_straight" --resume
 [ "$(ls -R "$tmp/ppo_q_straight" | md5sum)" = "$before" ] && pass ppo_qlora_refused_resume_keeps_run ||
     fail ppo_qlora_refused_resume_keeps_run "files changed"
+# QDoRA in PPO: DoRA adapters over the quantized actor and critic. At initialisation DoRA's
+# magnitudes are the base rows' norms, so the first iteration is on-policy again (KL 0).
+"$bin" ppo "${qppo[@]}" --actor-use-dora --critic-use-dora --max-iterations 1 --output "$tmp/ppo_qdora" 2> "$tmp/ppo_qdora.err"
+kl=$(json_values "$tmp/ppo_qdora/metrics.jsonl" train/kl 2> /dev/null)
+[ "$kl" = "0.0" ] && python3 -c '
+import json, sys
+for part in ("actor", "critic"):
+    c = json.load(open(f"{sys.argv[1]}/final/{part}/adapter/adapter_config.json"))
+    assert c["use_dora"] is True and c["marlhf_base_quantize"] in ("q8_0", "q4_0"), c
+' "$tmp/ppo_qdora" && pass "ppo_qdora_runs (first KL $kl)" || fail ppo_qdora_runs "KL '$kl': $(tail -n 2 "$tmp/ppo_qdora.err")"
 # From a QLoRA SFT adapter: the actor over its Q8_0 base; the reference, the base with that
 # adapter, takes the actor's quantization, so the first KL is 0 again.
 "$bin" ppo "${ppo[@]}" --critic-lora-rank 4 --actor-model "$model" --actor-lora-adapter "$tmp/sft_q8_0/final" \
@@ -266,10 +291,6 @@ expect_error ppo_actor_quantize_unknown "unknown quantization 'q3_k' (--actor-qu
     "$bin" ppo "${pbad[@]}" --actor-quantize q3_k --actor-lora-rank 4
 expect_error ppo_critic_quantize_unknown "unknown quantization 'f16' (--critic-quantize)" \
     "$bin" ppo "${pbad[@]}" --critic_quantize f16 --critic-lora-rank 4
-expect_error ppo_actor_quantize_dora "--actor-quantize q4_0: DoRA needs the float32 base weights" \
-    "$bin" ppo "${pbad[@]}" --actor-quantize q4_0 --actor-lora-rank 4 --actor-use-dora
-expect_error ppo_critic_quantize_dora "--critic-quantize q8_0: DoRA needs the float32 base weights" \
-    "$bin" ppo "${pbad[@]}" --critic-quantize q8_0 --critic-lora-rank 4 --critic-use-dora
 expect_runs_on_cuda ppo_actor_quantize_cuda_allowed \
     "$bin" ppo "${pbad[@]}" --actor-quantize q8_0 --actor-lora-rank 4 --device cuda
 expect_error grpo_critic_quantize "--critic-quantize: --advantage-estimator grpo has no critic" \

@@ -1190,16 +1190,26 @@ static void test_llama_cpp_models(void) {
     check_gguf_model("tests/fixtures/gguf/q5_1.gguf", "q5_1", q5_1);
 }
 
-// What still cannot run on the GPU over quantized weights: DoRA (its row norms need the
-// float32 base).
-static void test_quantized_refusals_on_gpu(void) {
-    Model model;
-    ModelLoadOptions options = {.with_lm_head = true, .quantize = "nf4"};
-    CHECK(model_load(&model, "tests/fixtures/models/tiny_chat", gpu, &options) == 0, "%s", err_msg());
-    LoraConfig dora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
-    EXPECT(model_add_lora(&model, &dora, false, 3) != 0 && strstr(err_msg(), "--use-dora"),
-           "DoRA over a quantized base accepted on the GPU (%s)", err_msg());
-    model_free(&model);
+// QDoRA on the GPU: DoRA adapters over a quantized base (the magnitudes and each forward's
+// weight norms from the dequantize_rows op's floats, the CPU's bit for bit), forward, loss and
+// every trainable gradient against the CPU's, over NF4 and Q8_0 bases.
+static void test_qdora_on_gpu(void) {
+    static const char *types[] = {"nf4", "q8_0"};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        Model mc, mg;
+        ModelLoadOptions options = {.with_lm_head = true, .with_value_head = true, .quantize = types[k]};
+        CHECK(model_load(&mc, "tests/fixtures/models/tiny_chat", cpu, &options) == 0, "%s", err_msg());
+        CHECK(model_load(&mg, "tests/fixtures/models/tiny_chat", gpu, &options) == 0, "%s", err_msg());
+        LoraConfig dora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1, .dora = true};
+        EXPECT(model_add_lora(&mc, &dora, true, 3) == 0 && model_add_lora(&mg, &dora, true, 3) == 0,
+               "DoRA over a quantized base: %s", err_msg());
+        randomize_lora_b(&mc, &mg);
+        char label[64];
+        snprintf(label, sizeof label, "qdora %s", types[k]);
+        compare_pair(label, &mc, &mg); // forward, loss and every trainable gradient (magnitudes too)
+        model_free(&mc);
+        model_free(&mg);
+    }
 }
 
 // The fixture models again on the mma attention kernels (MARLHF_CUDA_ATTENTION=mma).
@@ -1215,7 +1225,7 @@ static void run_quantized_weight_tests(void) {
     RUN(test_quantized_models);
     RUN(test_q4_k_m_model);
     RUN(test_llama_cpp_models);
-    RUN(test_quantized_refusals_on_gpu);
+    RUN(test_qdora_on_gpu);
 }
 
 int main(void) {

@@ -96,6 +96,7 @@ const OpsBackend ops_cpu = {
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,
+    .dequantize_rows = cpu_dequantize_rows,
     .matmul_backward = cpu_matmul_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

@@ -306,3 +306,9 @@ void cpu_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix
     }
     free(tile);
 }
+
+void cpu_dequantize_rows(float *out, const Q8Matrix *weight, int first, int count) {
+    CHECK(first >= 0 && count >= 0 && first + count <= weight->rows, "rows [%d, %d) of a quantized matrix of %d rows",
+          first, first + count, weight->rows);
+    quant_dequantize_rows(weight, first, count, out);
+}

@@ -52,6 +52,7 @@ void cpu_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix
 // Decode steps (N < Q8_SGEMM_MIN_ROWS) over NF4 weights: float inputs times the dequantized weights.
 void cpu_matmul_nf4(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC);
 void cpu_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC);
+void cpu_dequantize_rows(float *out, const Q8Matrix *weight, int first, int count);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC);
 

@@ -149,6 +149,7 @@ extern "C" const OpsBackend ops_cuda = {
     .matmul_forward_q8 = cuda_matmul_forward_q8,
     .matmul_forward_dequantized = cuda_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cuda_matmul_backward_input_q8,
+    .dequantize_rows = cuda_dequantize_rows,
     .matmul_backward = cuda_matmul_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,

@@ -151,6 +151,7 @@ void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight
 void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N,
                                      int IC, int OC);
 void cuda_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC);
+void cuda_dequantize_rows(float *out, const Q8Matrix *weight, int first, int count);
 void cuda_embedding_forward_q8(float *out, const int *tokens, const int *positions, const Q8Matrix *tok_emb,
                                const float *pos_emb, int N, int C, float scale);
 

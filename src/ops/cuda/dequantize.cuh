@@ -230,6 +230,14 @@ static __global__ void __launch_bounds__(THREADS) rows_kernel(bf16 *tile, Weight
     for (int i = 0; i < VALUES_PER_THREAD / 2; i++) out[i] = pack_bf16x2(values[2 * i], values[2 * i + 1]);
 }
 
+// out[rows, cols] = rows [first_row, first_row + rows) of the matrix as floats (DoRA's row
+// norms over a quantized base). Grid: rows_blocks(rows, cols) blocks of THREADS.
+static __global__ void __launch_bounds__(THREADS) float_rows_kernel(float *out, Weights w, long first_row, int rows) {
+    const long unit = (long)blockIdx.x * THREADS + threadIdx.x;
+    if (unit >= rows_threads(rows, w.matrix.cols)) return;
+    decode8(w, first_row * w.matrix.cols + unit * VALUES_PER_THREAD, out + unit * VALUES_PER_THREAD);
+}
+
 // out[i] = scale * dequantized(table)[tokens[i]] (+ pos_emb[positions[i]] when given), the
 // products and the sum rounded as the CPU's cpu_embedding_forward_q8 rounds them.
 // Grid: rows_blocks(N, C) blocks of THREADS.

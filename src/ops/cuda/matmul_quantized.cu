@@ -111,3 +111,12 @@ void cuda_embedding_forward_q8(float *out, const int *tokens, const int *positio
                                                                                           pos_emb, N, scale);
     CUDA_CHECK_LAUNCH();
 }
+
+void cuda_dequantize_rows(float *out, const Q8Matrix *weight, int first, int count) {
+    CHECK(first >= 0 && count >= 0 && first + count <= weight->rows, "rows [%d, %d) of a quantized matrix of %d rows",
+          first, first + count, weight->rows);
+    if (count == 0) return;
+    dequantize::float_rows_kernel<<<dequantize::rows_blocks(count, weight->cols), dequantize::THREADS>>>(
+        out, weights_of(weight), first, count);
+    CUDA_CHECK_LAUNCH();
+}
