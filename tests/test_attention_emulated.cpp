@@ -13,32 +13,15 @@ extern "C" {
 #include "ops/ops.h"
 }
 #include "ops/cuda/attention_mma.cuh"
+#include "emulated_test.h"
 #include "test.h"
 
 using namespace attention_mma;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-// Uniform in [-scale, scale) from a fixed sequence (xorshift64*).
-static std::vector<float> random_floats(long n, float scale) {
-    std::vector<float> x((size_t)n);
-    for (long i = 0; i < n; i++) {
-        rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-        uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
-        x[(size_t)i] = scale * (2.0f * (float)((r >> 40) * (1.0 / 16777216.0)) - 1.0f);
-    }
-    return x;
-}
-
-// ||got - want|| / ||want||.
-static double relative_error(const float *got, const float *want, long n) {
-    double diff = 0, norm = 0;
-    for (long i = 0; i < n; i++) {
-        double d = (double)got[i] - want[i];
-        diff += d * d, norm += (double)want[i] * want[i];
-    }
-    return sqrt(diff / (norm > 0 ? norm : 1));
-}
+// This test's inputs: one sequence from a fixed seed.
+static std::vector<float> random_floats(long n, float scale) { return random_floats(rng_state, n, scale); }
 
 // in [B*T, heads*hd] rows -> bf16 [B, H, T, hd], head h reading input head h / group.
 static std::vector<bf16> head_major(const std::vector<float> &in, int B, int T, int H, int group, int hd) {
