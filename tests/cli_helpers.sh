@@ -136,3 +136,24 @@ d = max(abs(x - y) for x, y in zip(a, b))
 assert len(a) == len(b) > 0 and d < float(sys.argv[3]), (d, a, b)
 ' "$@"
 }
+
+# real_model_runs FILE SECTION: whether a test section on a real model (SmolLM2) runs: FILE is
+# there (scripts/fetch-model) and $bin is the plain build. Under AddressSanitizer such sections
+# are the plain build's to check: the tiny fixture models run the same code under the
+# sanitizers, and a real model there is several times slower again (the sanitized pass would
+# take most of CI's time). Prints why it does not run.
+real_model_runs() {
+    if [ ! -f "$1" ]; then
+        echo "SKIP $2: $1 is not there (scripts/fetch-model)"
+        return 1
+    fi
+    if [ -z "${bin_sanitized:-}" ]; then
+        bin_sanitized=no
+        nm "$bin" 2> /dev/null | grep -q '__asan_init' && bin_sanitized=yes
+    fi
+    if [ "$bin_sanitized" = yes ]; then
+        echo "SKIP $2: $bin is built with AddressSanitizer; the plain build runs the real model"
+        return 1
+    fi
+    return 0
+}

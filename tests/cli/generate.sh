@@ -11,6 +11,9 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 failures=0
 . tests/cli_helpers.sh
+# Every case runs SmolLM2: the plain build's to check (tests/cli_helpers.sh real_model_runs;
+# under the sanitizers test_generate.c and the tiny model's serve.sh take generation's code).
+real_model_runs "$model" "generate.sh (every case is on SmolLM2)" || exit 0
 # Greedy chat answer: the same text transformers' greedy decoding gives (greedy.json).
 out=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 "What is the capital of France?" 2>/dev/null)
 if echo "$out" | grep -q '"response":"The capital of France is Paris."' && echo "$out" | grep -q '"stop_reason":"stop_token"'; then

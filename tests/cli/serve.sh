@@ -4,9 +4,9 @@
 # non-streamed text, n choices (generate's --num-return-sequences samples), stop strings,
 # every error status with its error JSON, a burst of concurrent good and bad requests
 # against --max-concurrent, a clean exit on SIGTERM; then
-# SmolLM2 (when fetched): a real answer, a deterministic 429, a stream cancelled by its
-# client, /metrics, the prompt cache (a chat's second turn), requests joining a running
-# batch (continuous batching, --parallel rows) and
+# SmolLM2 (when fetched; in the plain build only: tests/cli_helpers.sh real_model_runs): a real
+# answer, a deterministic 429, a stream cancelled by its client, /metrics, the prompt cache (a
+# chat's second turn), requests joining a running batch (continuous batching, --parallel rows) and
 # answering as they do alone, a short request answered while a long one still streams (and
 # an embedding request), a request's choices (n) taking one batch row each, a long prompt
 # prefilled in chunks (--prefill-chunk) answering as prefilled whole, and stopped mid-prefill
@@ -647,7 +647,7 @@ PY
 expect_error serve_bad_prompt_cache "--prompt-cache" "$bin" serve --model "$model" --prompt-cache -1
 
 # SmolLM2 (fetched by scripts/fetch-model): a real answer, equal to `marlhf generate`.
-if [ -f "$real_model" ]; then
+if real_model_runs "$real_model" "serve on SmolLM2"; then
     if start_server "$tmp/real.log" --model "$real_model" --max-concurrent 1 --threads 2; then
         status=$(request POST /v1/chat/completions '{"messages": [{"role": "user", "content": "'"$question"'"}], "temperature": 0, "max_tokens": 8}')
         real=$(SERVED_MODEL=SmolLM2-135M-Instruct.Q4_1.gguf check completion "$tmp/body" chat 8)
@@ -947,7 +947,7 @@ expect_error serve_reward_model_prefill_chunk "option --prefill-chunk does not a
 # both prompts. Then, at one token per step past --request-timeout-s 1, a prompt stops in
 # the middle of its prefill: 503, fewer chunks run than it has tokens, no row left held,
 # and the next request is answered.
-if [ -f "$real_model" ]; then
+if real_model_runs "$real_model" "serve --prefill-chunk on SmolLM2"; then
     python3 -c '
 import json
 s = "The keeper of the lighthouse climbed the narrow stairs each evening, trimmed the wick, wound the clockwork and watched the ships pass the reef in the failing light. "

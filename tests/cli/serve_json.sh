@@ -4,7 +4,7 @@
 # without its schema, with an unsupported keyword or format, malformed, or with a
 # definition that has no finite value, beside a tool_choice that
 # forces calls; vLLM's structured_outputs / guided_* malformed, combined or with a bad
-# pattern; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched) with the
+# pattern; 400 naming the field. Then SmolLM2-135M-Instruct (when fetched; plain build only) with the
 # Qwen2.5 template: json_object and json_schema answers (n = 2, sampled) parse and validate
 # against their schema (a validator of the subset written here, stdlib only; it follows
 # $ref), a recursive pydantic-style schema (a Tree of Trees, greedy), streamed
@@ -252,8 +252,7 @@ status=$(request POST /v1/chat/completions "$(rf '{"type": "text"}')")
 [ "$status" = 200 ] && pass response_format_text_accepted || fail response_format_text_accepted "status $status"
 stop_server
 
-if [ ! -f "$real_model" ]; then
-    echo "SKIP smollm2 structured outputs ($real_model not fetched)"
+if ! real_model_runs "$real_model" "smollm2 structured outputs"; then
     [ "$failures" = 0 ]
     exit
 fi
