@@ -32,36 +32,28 @@ namespace attention_cached {
 
 enum { THREADS = 128 };
 
-// Slot s (row b's slot j: s = b * capacity + j) of a float32 cache, `width` = n_kv_heads *
-// head_dim floats a slot.
-struct FloatSlots {
-    const float *cache;
-    int width, head_dim;
-    DEVICE_METHOD float dot(const float *query, long slot, int kv_head) const {
-        const float *key = cache + slot * width + kv_head * head_dim;
-        float sum = 0.0f;
-        for (int d = 0; d < head_dim; d++) sum += query[d] * key[d];
-        return sum;
-    }
-    DEVICE_METHOD float element(long slot, int kv_head, int d) const {
-        return cache[slot * width + kv_head * head_dim + d];
-    }
-};
+// A cached element as a float: a float32 cache's as it is, a half cache's (its 16 bits) widened
+// exactly.
+DEVICE_INLINE float widen(float x) { return x; }
+DEVICE_INLINE float widen(uint16_t bits) { return half_to_float(bits); }
 
-// The same of a cache of IEEE halves (their 16 bits).
-struct HalfSlots {
-    const uint16_t *cache;
+// Slot s (row b's slot j: s = b * capacity + j) of a cache of float32 (Element float) or IEEE
+// half (uint16_t) elements, `width` = n_kv_heads * head_dim elements a slot.
+template <typename Element> struct ElementSlots {
+    const Element *cache;
     int width, head_dim;
     DEVICE_METHOD float dot(const float *query, long slot, int kv_head) const {
-        const uint16_t *key = cache + slot * width + kv_head * head_dim;
+        const Element *key = cache + slot * width + kv_head * head_dim;
         float sum = 0.0f;
-        for (int d = 0; d < head_dim; d++) sum += query[d] * half_to_float(key[d]);
+        for (int d = 0; d < head_dim; d++) sum += query[d] * widen(key[d]);
         return sum;
     }
     DEVICE_METHOD float element(long slot, int kv_head, int d) const {
-        return half_to_float(cache[slot * width + kv_head * head_dim + d]);
+        return widen(cache[slot * width + kv_head * head_dim + d]);
     }
 };
+typedef ElementSlots<float> FloatSlots;
+typedef ElementSlots<uint16_t> HalfSlots;
 
 // The record of a Q8_0 cache's slot (ops/ops.h): its int8 values head after head, its float
 // scales from values_bytes on, blocks_per_head per head (the last block of a head shorter when
