@@ -137,6 +137,15 @@ assert len(a) == len(b) > 0 and d < float(sys.argv[3]), (d, a, b)
 ' "$@"
 }
 
+# sanitized_build: whether $bin is built with AddressSanitizer (make SANITIZE=1); asked once.
+sanitized_build() {
+    if [ -z "${bin_sanitized:-}" ]; then
+        bin_sanitized=no
+        nm "$bin" 2> /dev/null | grep -q '__asan_init' && bin_sanitized=yes
+    fi
+    [ "$bin_sanitized" = yes ]
+}
+
 # real_model_runs FILE SECTION: whether a test section on a real model (SmolLM2) runs: FILE is
 # there (scripts/fetch-model) and $bin is the plain build. Under AddressSanitizer such sections
 # are the plain build's to check: the tiny fixture models run the same code under the
@@ -147,11 +156,7 @@ real_model_runs() {
         echo "SKIP $2: $1 is not there (scripts/fetch-model)"
         return 1
     fi
-    if [ -z "${bin_sanitized:-}" ]; then
-        bin_sanitized=no
-        nm "$bin" 2> /dev/null | grep -q '__asan_init' && bin_sanitized=yes
-    fi
-    if [ "$bin_sanitized" = yes ]; then
+    if sanitized_build; then
         echo "SKIP $2: $bin is built with AddressSanitizer; the plain build runs the real model"
         return 1
     fi
