@@ -106,27 +106,6 @@ static const Q8Matrix *base_quantized(const Model *model, int layer, LoraTarget 
     return matrices[t]->values ? matrices[t] : NULL;
 }
 
-// out[N, out features] = inp . W^T for the base weight of (layer, t), quantized or not (no bias).
-static void base_product(const Model *model, int layer, LoraTarget t, float *out, const float *inp, long N) {
-    long in, out_features;
-    target_shape(&model->config, t, &in, &out_features);
-    const Q8Matrix *quantized = base_quantized(model, layer, t);
-    if (quantized) model->ops->matmul_forward_dequantized(out, inp, quantized, NULL, (int)N, (int)in, (int)out_features);
-    else
-        model->ops->matmul_forward(out, inp, base_weight(&model->weights.layers[layer], t), NULL, (int)N, (int)in,
-                                   (int)out_features);
-}
-
-// dinp[N, in] += dout . W for the base weight of (layer, t), quantized or not.
-static void base_backward_input(const Model *model, int layer, LoraTarget t, float *dinp, const float *dout, long N) {
-    long in, out_features;
-    target_shape(&model->config, t, &in, &out_features);
-    const Q8Matrix *quantized = base_quantized(model, layer, t);
-    if (quantized) model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, (int)in, (int)out_features);
-    else
-        model->ops->matmul_backward(dinp, NULL, NULL, dout, NULL, base_weight(&model->weights.layers[layer], t), (int)N,
-                                    (int)in, (int)out_features);
-}
 
 static const float *base_bias(const LayerTensors *w, LoraTarget t) {
     const float *const biases[LORA_TARGETS] = {w->q_b, w->k_b, w->v_b, w->o_b, NULL, w->up_b, w->down_b};
@@ -628,7 +607,8 @@ void lora_forward(Model *model, int layer, LoraTarget target, float *out, const 
     ops->matmul_forward(z, hidden, w->lora_b[target], NULL, (int)N, rank, (int)out_features);
     const float *base = NULL;
     if (dropout) {
-        base_product(model, layer, target, model->acts.dora_scratch, inp, N);
+        model_linear_forward(model, model->acts.dora_scratch, inp, base_weight(w, target),
+                             base_quantized(model, layer, target), NULL, N, (int)in, (int)out_features, N);
         base = model->acts.dora_scratch;
     }
     ops->dora_forward(out, z, base, base_bias(w, target), w->lora_m[target],
@@ -685,7 +665,8 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
         ops->dora_backward(NULL, model->acts.dora_scratch, dout, NULL, w->lora_m[target],
                            model->dora_norms + dora_norm_offset(model, layer, target), -1.0f, (int)N,
                            (int)out_features);
-        base_backward_input(model, layer, target, d_dropped, model->acts.dora_scratch, N);
+        model_linear_backward(model, d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target),
+                              base_quantized(model, layer, target), N, (int)in, (int)out_features);
     }
     ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }

@@ -181,6 +181,13 @@ void model_zero_grad(Model *model);
 void model_reserve(Model *model, int B, int T);
 // Frees the activation memory (the next forward allocates it again).
 void model_release_activations(Model *model);
+// A linear layer's product with its weight, float32 or quantized (`quantized` NULL or without
+// values: the float32 `weight`), and its backward (transformer.c; model/lora.c uses them for a
+// DoRA adapter's base product on a dropped input).
+void model_linear_forward(const Model *model, float *out, const float *inp, const float *weight,
+                          const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows);
+void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC, int OC);
 
 // Forward through the body and the final norm. Saves what backward needs when the model
 // has gradients enabled.

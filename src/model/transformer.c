@@ -306,12 +306,12 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
 
 // out = inp . weight^T (+ bias): through the quantized copy of the weight when the model has
 // one (model/quantize.h; its float32 weight is then gone). A model being trained (a LoRA
-// over a quantized base) multiplies by the dequantized weights, so that linear_backward is
+// over a quantized base) multiplies by the dequantized weights, so that model_linear_backward is
 // the gradient of what it computed; so does a model asked to (Model.dequantized_matmuls).
 // kernel_rows: the rows the inference kernel is chosen for (ModelBatch.kernel_rows), N but
 // in a chunk of a prompt.
-static void linear_forward(const Model *model, float *out, const float *inp, const float *weight,
-                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
+void model_linear_forward(const Model *model, float *out, const float *inp, const float *weight,
+                          const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows) {
     if (quantized && quantized->values) {
         if (model->grads || model->dequantized_matmuls) model->ops->matmul_forward_dequantized(out, inp, quantized, bias, (int)N, IC, OC);
         else model->ops->matmul_forward_q8(out, inp, quantized, bias, (int)N, IC, OC, (int)kernel_rows);
@@ -320,11 +320,11 @@ static void linear_forward(const Model *model, float *out, const float *inp, con
     }
 }
 
-// linear_forward's backward: a quantized weight is frozen (model_enable_grad), so only the
+// model_linear_forward's backward: a quantized weight is frozen (model_enable_grad), so only the
 // input gradient flows, through its dequantized values.
-static void linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC,
-                            int OC) {
+void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC,
+                           int OC) {
     if (quantized && quantized->values) {
         CHECK(!dweight && !dbias, "a quantized weight is frozen: it has no gradient");
         if (dinp) model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, IC, OC);
@@ -363,9 +363,9 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
-    linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
+    model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
-    linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
+    model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
     if (cfg->qk_norm) {
         ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
@@ -373,7 +373,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
                              cfg->head_dim, cfg->norm_eps, false);
     }
-    linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
+    model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
@@ -424,22 +424,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
-    linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
+    model_linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
+    model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
         ops->gelu_forward(la->act, la->up, N * I);
     } else {
-        linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
+        model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
-    linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
+    model_linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
@@ -587,7 +587,7 @@ static void compute_logits(Model *model) {
         a->lse = alloc_floats(model->ops, capacity_N);
     }
     const long N = (long)a->B * a->T;
-    linear_forward(model, a->logits, a->final_out, lm_head_weight(model), lm_head_quantized(model), NULL, N,
+    model_linear_forward(model, a->logits, a->final_out, lm_head_weight(model), lm_head_quantized(model), NULL, N,
                    cfg->hidden_size, cfg->vocab_size, N);
     a->logits_valid = true;
 }
@@ -653,7 +653,7 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
     int *packed_targets = xmalloc((size_t)(M + 1) * sizeof(int));
     move_head_hidden(model, a->head_hidden, a->final_out, true);
     move_head_rows(a, packed_targets, (void *)targets, sizeof(int), true);
-    linear_forward(model, a->logits, a->head_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, M,
+    model_linear_forward(model, a->logits, a->head_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, M,
                    (int)C, (int)V, M);
     a->logits_valid = true;
     a->head_compact = true;
@@ -734,7 +734,7 @@ void model_last_logits(Model *model, float *logits) {
     // (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows. On the CPU only
     // the pages written count, but a GPU allocation is all real memory.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
-    linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
+    model_linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
                    V, B);
     model->ops->copy_to_host(logits, a->last_logits, (size_t)B * V * sizeof(float));
 }
@@ -782,7 +782,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // MLP block: x_{l+1} = x_mid + down(act)
     ops->fill_zero(a->d_act, N * I);
-    linear_backward(model, a->d_act, g->down_w, g->down_b,
+    model_linear_backward(model, a->d_act, g->down_w, g->down_b,
                     lora_dora_dout(model, l, LORA_DOWN, a->d_resid, la->dora_z[LORA_DOWN], N), la->act,
                     w->down_w, qz ? &qz->down : NULL, N, I, C);
     lora_backward(model, l, LORA_DOWN, a->d_act, a->d_resid, la->act, la->lora_hidden[LORA_DOWN], N);
@@ -794,13 +794,13 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->fill_zero(a->d_gate, N * I);
         ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
                           cfg->mlp == MLP_GEGLU);
-        linear_backward(model, a->d_norm_out, g->gate_w, NULL,
+        model_linear_backward(model, a->d_norm_out, g->gate_w, NULL,
                         lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N), la->mlp_norm_out,
                         w->gate_w, qz ? &qz->gate : NULL, N, C, I);
         lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
                       la->lora_hidden[LORA_GATE], N);
     }
-    linear_backward(model, a->d_norm_out, g->up_w, g->up_b,
+    model_linear_backward(model, a->d_norm_out, g->up_w, g->up_b,
                     lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out,
                     w->up_w, qz ? &qz->up : NULL, N, C, I);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
@@ -810,7 +810,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
 
     // Attention block: x_mid = x_l + o_proj(att_out)
     ops->fill_zero(a->d_att_out, N * q_dim);
-    linear_backward(model, a->d_att_out, g->o_w, g->o_b,
+    model_linear_backward(model, a->d_att_out, g->o_w, g->o_b,
                     lora_dora_dout(model, l, LORA_O, a->d_resid, la->dora_z[LORA_O], N), la->att_out,
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C);
     lora_backward(model, l, LORA_O, a->d_att_out, a->d_resid, la->att_out, la->lora_hidden[LORA_O], N);
@@ -835,15 +835,15 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         dq = a->dq_raw, dk = a->dk_raw;
     }
     ops->fill_zero(a->d_norm_out, N * C);
-    linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
+    model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
                     lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
                     w->q_w, qz ? &qz->q : NULL, N, C, q_dim);
     lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
+    model_linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
                     lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
                     w->k_w, qz ? &qz->k : NULL, N, C, kv_dim);
     lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
-    linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
+    model_linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
                     lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
                     w->v_w, qz ? &qz->v : NULL, N, C, kv_dim);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
@@ -886,13 +886,13 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         float *d_lm_head = model->gradients.lm_head ? model->gradients.lm_head
                                                     : model->gradients.tok_emb;
         if (!a->head_compact) {
-            linear_backward(model, a->d_hidden, d_lm_head, NULL, a->logits, a->final_out, lm_head_weight(model),
+            model_linear_backward(model, a->d_hidden, d_lm_head, NULL, a->logits, a->final_out, lm_head_weight(model),
                             lm_head_quantized(model), N, (int)C, cfg->vocab_size);
         } else {
             // d_norm_out is free until the layers' backward: the gathered rows' gradient,
             // then scattered to their slots (the others stay 0).
             ops->fill_zero(a->d_norm_out, M * C);
-            linear_backward(model, a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden, lm_head_weight(model),
+            model_linear_backward(model, a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden, lm_head_weight(model),
                             lm_head_quantized(model), M, (int)C, cfg->vocab_size);
             move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
