@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad input to the command line: every case must exit with status 2 and print exactly
-# one line, "marlhf: error: ...", naming the file and the field/tensor (or the option).
+# one line, "marlhf: error: ...", naming the file and the field/tensor (or the option); and
+# tests/gpu/run.sh's bad options (one "tests/gpu/run.sh: ..." line, exit 2, nothing written).
 # Prints PASS/FAIL per case, like the C tests.
 set -u
 cd "$(dirname "$0")/../.."
@@ -100,5 +101,20 @@ if [ "$(cat "$tmp/existing/file" 2>/dev/null)" = keep ]; then echo "PASS failed_
 echo keep > "$tmp/out.jsonl"
 expect_error logprobs_bad_row_keeps_output "$tmp/badline.jsonl:2" "$bin" logprobs --model "$llama" --input "$tmp/badline.jsonl" --output "$tmp/out.jsonl"
 if [ "$(cat "$tmp/out.jsonl")" = keep ] && [ -z "$(ls "$tmp" | grep 'out.jsonl.tmp')" ]; then echo "PASS logprobs_kept_existing_output"; else echo "FAIL logprobs_kept_existing_output"; failures=$((failures + 1)); fi
+
+# tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
+# exit 2, before it builds or writes anything.
+for args in "--time-limit 5m" "--time-limit" "--logs" "--fast"; do
+    # shellcheck disable=SC2086
+    bash tests/gpu/run.sh --logs "$tmp/gpu_logs_${args// /_}" $args > /dev/null 2> "$tmp/gpu_run.err" < /dev/null
+    rc=$?
+    if [ "$rc" -eq 2 ] && [ "$(wc -l < "$tmp/gpu_run.err")" -eq 1 ] && grep -q '^tests/gpu/run.sh: ' "$tmp/gpu_run.err" &&
+        [ ! -e "$tmp/gpu_logs_${args// /_}" ]; then
+        echo "PASS gpu_run_refuses_${args// /_}"
+    else
+        echo "FAIL gpu_run_refuses_${args// /_} (exit $rc): $(head -n 2 "$tmp/gpu_run.err")"
+        failures=$((failures + 1))
+    fi
+done
 
 [ "$failures" -eq 0 ]

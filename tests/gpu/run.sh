@@ -37,6 +37,10 @@ device=${MARLHF_GPU_TEST_DEVICE:-cuda}
 bundle="" bench=1 quick=0 logs=tests/tmp/gpu time_limit=0
 while [ $# -gt 0 ]; do
     case "$1" in
+        --bundle|--logs|--time-limit)
+            [ $# -ge 2 ] || { echo "tests/gpu/run.sh: option $1 needs a value" >&2; exit 2; } ;;
+    esac
+    case "$1" in
         --bundle) bundle=$2; shift 2 ;;
         --no-bench) bench=0; shift ;;
         --quick-bench) quick=1; shift ;;
@@ -45,6 +49,9 @@ while [ $# -gt 0 ]; do
         *) echo "tests/gpu/run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
+case "$time_limit" in
+    '' | *[!0-9]*) echo "tests/gpu/run.sh: --time-limit must be a whole number of seconds, not '$time_limit'" >&2; exit 2 ;;
+esac
 mkdir -p "$logs"
 log="$logs/gpu_checks.log"
 : > "$log"
