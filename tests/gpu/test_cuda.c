@@ -233,6 +233,10 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d", kernels, B, T, H, KV, D);
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
     const long saved_n = gpu->attention_saved_size(B, T, H, D);
+    // A fused choice keeps one log-sum-exp per query row; the unfused fallback (another
+    // head_dim, or kernels wanting more shared memory than the device has: not on an H200)
+    // would save T x T probabilities and this would test the wrong kernels.
+    EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *out_gpu = xmalloc(q_n * 4);
     cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D);

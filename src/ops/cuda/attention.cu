@@ -7,7 +7,9 @@
 //    (tests/test_attention_emulated.cpp), not yet run on a GPU, so not the default;
 //  - "unfused" (this file), for any head_dim and as a reference: matrix products on the
 //    tensor cores plus two softmax kernels, saving the fp32 probabilities.
-// Either fused choice falls back to the unfused path for another head_dim. The choice
+// Either fused choice falls back to the unfused path for another head_dim, and for a
+// head_dim whose kernels need more shared memory per block than the device has (the mma
+// backward at head_dim 128 takes 103 KB: more than an sm_86/sm_89 GPU's 99 KB). The choice
 // must be made before a model sizes its activations (attention_saved_size).
 //
 // The unfused path:
@@ -42,7 +44,12 @@ extern "C" bool ops_cuda_select_attention(const char *kernels) {
 
 extern "C" const char *ops_cuda_attention_kernels(void) { return kernel_names[selected]; }
 
-static bool use_fused(int head_dim) { return selected != KERNELS_UNFUSED && cuda_fused_attention_supports(head_dim); }
+static bool use_fused(int head_dim) {
+    if (selected == KERNELS_UNFUSED || !cuda_fused_attention_supports(head_dim)) return false;
+    const size_t shared = selected == KERNELS_MMA ? cuda_mma_attention_shared_bytes(head_dim)
+                                                  : cuda_wmma_attention_shared_bytes(head_dim);
+    return shared <= cuda_shared_memory_per_block();
+}
 
 long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim) {
     return use_fused(head_dim) ? (long)B * n_heads * T : (long)B * n_heads * T * T;

@@ -17,6 +17,8 @@
 #include <math.h>
 #include <mma.h>
 
+#include <algorithm>
+
 #include "ops/cuda/attention_fused.cuh"
 
 using namespace nvcuda;
@@ -299,6 +301,15 @@ __global__ static void __launch_bounds__(THREADS)
 
 bool cuda_fused_attention_supports(int head_dim) {
     return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+size_t cuda_wmma_attention_shared_bytes(int head_dim) {
+    size_t most = 0;
+    with_fused_head_dim(head_dim, "fused", [&](auto hd) {
+        constexpr int HD = decltype(hd)::value;
+        most = std::max(fused_forward_shared_bytes<HD>(), fused_backward_shared_bytes<HD>());
+    });
+    return most;
 }
 
 template <int HD>

@@ -11,6 +11,10 @@
 const float *cuda_attention_row_dot(const float *dout, const float *out, int B, int H, int T, int head_dim);
 
 bool cuda_fused_attention_supports(int head_dim);
+// The most dynamic shared memory any of a fused implementation's kernels takes for this
+// head_dim (which cuda_fused_attention_supports): checked against the device's limit.
+size_t cuda_wmma_attention_shared_bytes(int head_dim);
+size_t cuda_mma_attention_shared_bytes(int head_dim);
 
 // Calls launch(std::integral_constant<int, HD>{}) for head_dim HD among the sizes the fused
 // kernels are instantiated for (16, 32, 64, 128): the one switch from a run-time head size

@@ -1,6 +1,8 @@
 // Launchers of the mma.sync attention kernels (attention_mma.cuh).
 #include <math.h>
 
+#include <algorithm>
+
 #include "ops/cuda/attention_fused.cuh"
 #include "ops/cuda/attention_mma.cuh"
 
@@ -14,6 +16,15 @@ static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, co
     dim3 grid((T + ROWS - 1) / ROWS, B * H);
     forward_kernel<HD><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, T, scale);
     CUDA_CHECK_LAUNCH();
+}
+
+size_t cuda_mma_attention_shared_bytes(int head_dim) {
+    size_t most = 0;
+    with_fused_head_dim(head_dim, "mma", [&](auto hd) {
+        constexpr int HD = decltype(hd)::value;
+        most = std::max({forward_shared_bytes<HD>(), backward_q_shared_bytes<HD>(), backward_kv_shared_bytes<HD>()});
+    });
+    return most;
 }
 
 void cuda_mma_attention_forward(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,

@@ -17,11 +17,15 @@
 // What it does not model: the tensor cores' summation order (sums here are fp32 in k
 // order, the GPU's differ in the last bits) and timing. A kernel that passes here can
 // still fail on the GPU through a wrong belief about a PTX layout shared by the kernel
-// and this file; tests/gpu/test_cuda.c is the check for that.
+// and this file; tests/gpu/test_cuda.c is the check for that. It does check the address
+// alignment the instructions require (a GPU faults on a misaligned one; the CPU would not):
+// 4 bytes for a 32-bit fragment load, 16 for an ldmatrix row and for both cp.async addresses.
 #pragma once
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <functional>
@@ -94,12 +98,14 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             pthread_barrier_init(&block.barrier, nullptr, (unsigned)threads);
             block.warps.resize((size_t)threads / 32);
             for (Warp &warp : block.warps) pthread_barrier_init(&warp.barrier, nullptr, 32);
-            std::vector<unsigned char> shared(shared_bytes + 16, 0xFF);
+            // The device's dynamic shared memory starts 128-byte aligned (DYNAMIC_SHARED).
+            std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
+            unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
             std::vector<Thread> states((size_t)threads);
             std::vector<std::thread> pool;
             for (int i = 0; i < threads; i++) {
                 states[(size_t)i] = Thread{{(unsigned)i, 0, 0}, {x, y, 0}, &block, &block.warps[(size_t)i / 32],
-                                           i % 32, 0, shared.data()};
+                                           i % 32, 0, shared_start};
                 pool.emplace_back([&kernel, state = &states[(size_t)i]] {
                     current = state;
                     kernel();
@@ -109,6 +115,13 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             for (Warp &warp : block.warps) pthread_barrier_destroy(&warp.barrier);
             pthread_barrier_destroy(&block.barrier);
         }
+}
+
+// Stops the test where the GPU would fault with a misaligned address.
+inline void require_aligned(const void *address, size_t alignment, const char *what) {
+    if ((uintptr_t)address % alignment == 0) return;
+    fprintf(stderr, "emulation: %s address %p is not %zu-byte aligned (a GPU faults)\n", what, address, alignment);
+    abort();
 }
 
 // This lane's operand set for the next collective (and flips to the other for the one after).
@@ -173,6 +186,7 @@ DEVICE_INLINE float half_to_float(uint16_t h) {
 DEVICE_INLINE int round_to_int(float x) { return (int)rintf(x); }
 
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) {
+    emulation::require_aligned(p, 4, "32-bit fragment load");
     uint32_t value;
     memcpy(&value, p, 4);
     return value;
@@ -212,6 +226,7 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
 DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
     emulation::Thread *me = emulation::current;
     emulation::Warp *warp = me->warp;
+    emulation::require_aligned(row, 16, "ldmatrix row");
     int parity = emulation::next_parity(me);
     warp->rows[parity][me->lane] = row;
     pthread_barrier_wait(&warp->barrier);
@@ -223,6 +238,8 @@ DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
 }
 
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
+    emulation::require_aligned(shared_dst, 16, "cp.async shared");
+    emulation::require_aligned(global_src, 16, "cp.async global");
     if (valid)
         memcpy(shared_dst, global_src, 16);
     else

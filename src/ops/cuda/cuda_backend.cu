@@ -189,6 +189,9 @@ extern "C" const OpsBackend ops_cuda = {
 };
 
 static int device_index = 0;
+static size_t shared_memory_per_block = 0;
+
+size_t cuda_shared_memory_per_block(void) { return shared_memory_per_block; }
 
 // This process's rank among the processes of an MPI job on this machine (0 when not
 // launched by one): data-parallel ranks (dist/dist.h) take one GPU each.
@@ -222,6 +225,7 @@ extern "C" int ops_cuda_open(void) {
         return err_set("GPU '%s' has compute capability %d.%d; the CUDA backend needs bf16 "
                        "tensor cores (8.0 or newer) (--device cuda)",
                        prop.name, prop.major, prop.minor);
+    shared_memory_per_block = prop.sharedMemPerBlockOptin;
     if (cublaslt_library_open() != 0) return -1;
     CUBLAS_CHECK(cublaslt.Create(&blaslt_handle));
     CUDA_CHECK(cudaMalloc(&blaslt_workspace, blaslt_workspace_bytes));

@@ -44,6 +44,9 @@ static inline unsigned grid_for(long n, int threads) {
 // The backend's cuBLASLt handle and workspace (created when the device is opened).
 cublasLtHandle_t cuda_blaslt(void);
 void *cuda_blaslt_workspace(size_t *bytes);
+// The most dynamic shared memory one block may opt in to on the open device (227 KB on
+// an H100/H200, 163 KB on an A100, 99 KB on sm_86/sm_89 parts).
+size_t cuda_shared_memory_per_block(void);
 // A scratch buffer of at least `bytes`, one per slot, reused across calls. Growing one
 // waits for the device, so a buffer is never freed under a running kernel.
 enum {
