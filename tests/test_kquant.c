@@ -808,7 +808,7 @@ static void check_llama_cpp_fixture(const char *name, const int expected_counts[
     json_error_t error;
     json_t *expected = json_load_file(expected_path, 0, &error);
     CHECK(expected, "%s: %s", expected_path, error.text);
-    const char *quantize = quantize_default(NULL, path, "cpu");
+    const char *quantize = quantize_default(NULL, path);
     EXPECT(!strcmp(quantize, "q4_k_m"), "%s: the default %s", name, quantize);
     Model model;
     load_gguf(&model, path, quantize);
@@ -1029,8 +1029,8 @@ static void test_qlora_over_kquant(void) {
 }
 
 // The inference commands' default (quantize_default): a GGUF holding K-quant tensors runs with
-// its own bits when --quantize is left out (a Q4_0 file with a Q6_K output included: Q4_0 and
-// Q6_K kept); a float or Q8_0 file, a folder, another device, or an explicit --quantize keep
+// its own bits when --quantize is left out, on either device (a Q4_0 file with a Q6_K output
+// included: Q4_0 and Q6_K kept); a float or Q8_0 file, a folder or an explicit --quantize keep
 // what they had.
 static void test_default_rule(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
@@ -1042,11 +1042,10 @@ static void test_default_rule(void) {
     CHECK(model_write_gguf(&model, NULL, kquant, GGUF_OUT_Q4_K_M) == 0 && model_write_gguf(&model, NULL, q8, GGUF_OUT_Q8_0) == 0,
           "%s", err_msg());
     model_free(&model);
-    EXPECT(!strcmp(quantize_default(NULL, kquant, "cpu"), "q4_k_m"), "a Q4_K_M file: %s", quantize_default(NULL, kquant, "cpu"));
-    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "none"), "a Q8_0 file: %s", quantize_default(NULL, q8, "cpu"));
-    EXPECT(!strcmp(quantize_default(NULL, "tests/fixtures/models/llama", "cpu"), "none"), "a folder");
-    EXPECT(!strcmp(quantize_default(NULL, kquant, "cuda"), "none"), "on cuda");
-    EXPECT(!strcmp(quantize_default("none", kquant, "cpu"), "none") && !strcmp(quantize_default("q8_0", kquant, "cpu"), "q8_0"),
+    EXPECT(!strcmp(quantize_default(NULL, kquant), "q4_k_m"), "a Q4_K_M file: %s", quantize_default(NULL, kquant));
+    EXPECT(!strcmp(quantize_default(NULL, q8), "none"), "a Q8_0 file: %s", quantize_default(NULL, q8));
+    EXPECT(!strcmp(quantize_default(NULL, "tests/fixtures/models/llama"), "none"), "a folder");
+    EXPECT(!strcmp(quantize_default("none", kquant), "none") && !strcmp(quantize_default("q8_0", kquant), "q8_0"),
            "an explicit --quantize");
     // A Q4_0 file (marlhf's, as llama.cpp's, stores its output as Q6_K) runs with its own bits too:
     // Q4_0 layers that dequantize to the file's values bit for bit, and the Q6_K head's bytes.
@@ -1054,7 +1053,7 @@ static void test_default_rule(void) {
     random_llama(&q4, false);
     CHECK(model_write_gguf(&q4, NULL, q8, GGUF_OUT_Q4_0) == 0, "%s", err_msg());
     model_free(&q4);
-    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "q4_k_m"), "a Q4_0 file with a Q6_K output");
+    EXPECT(!strcmp(quantize_default(NULL, q8), "q4_k_m"), "a Q4_0 file with a Q6_K output");
     load_gguf(&q4, q8, NULL);
     load_gguf(&own, q8, "q4_k_m");
     int q4_0 = 0, q6_k = 0;
@@ -1076,7 +1075,7 @@ static void test_default_rule(void) {
     ModelLoadOptions options = {.with_lm_head = true};
     CHECK(model_load(&tiny, "tests/fixtures/models/llama", &ops_cpu, &options) == 0, "%s", err_msg());
     CHECK(model_write_gguf(&tiny, NULL, q8, GGUF_OUT_Q4_K_M) == 0, "%s", err_msg());
-    EXPECT(!strcmp(quantize_default(NULL, q8, "cpu"), "none"), "a Q4_K_M file without K-quant tensors");
+    EXPECT(!strcmp(quantize_default(NULL, q8), "none"), "a Q4_K_M file without K-quant tensors");
     model_free(&tiny);
     remove(kquant), remove(q8);
 }

@@ -93,7 +93,7 @@ int cmd_chat(int argc, char **argv) {
     if (prompt_cache != 0 && prompt_cache != 1) die_user("--prompt-cache must be 0 or 1, got %ld", prompt_cache);
     if (temperature < 0) die_user("--temperature must be >= 0, got %g", temperature);
     if (!(top_p > 0 && top_p <= 1)) die_user("--top-p must be in (0, 1], got %g", top_p);
-    quantize = quantize_default(quantize, model_path, device);
+    quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     // Every reply of the conversation is constrained alike (generate's options).

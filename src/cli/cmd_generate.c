@@ -209,7 +209,7 @@ int cmd_generate(int argc, char **argv) {
     if (sequences < 1 || sequences > 4096) die_user("--num-return-sequences must be in [1, 4096], got %ld", sequences);
     if (sequences > 1 && (greedy || temperature == 0))
         die_user("--num-return-sequences %ld with greedy decoding: every answer would be the same", sequences);
-    quantize = quantize_default(quantize, model_path, device);
+    quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     Constraint *constraint = cli_constraint_from_options(json_object != 0, json_schema, regex, choice, grammar, grammar_file);

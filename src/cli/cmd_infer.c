@@ -187,7 +187,7 @@ int cmd_infer(int argc, char **argv) {
                      sizeof options / sizeof options[0], NULL, 0, 0};
     options_parse(&set, argc, argv);
     cli_set_batch_invariant(&set, device);
-    quantize = quantize_default(quantize, model_path, device);
+    quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     if (quantize_type_check(reward_quantize, "--reward-quantize") != 0) die_from_err();

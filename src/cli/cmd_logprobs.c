@@ -158,7 +158,7 @@ int cmd_logprobs(int argc, char **argv) {
     cli_set_threads(threads);
 
     Model model;
-    const char *quantize_type = quantize_default(quantize, model_path, device);
+    const char *quantize_type = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize_type, "--quantize") != 0) die_from_err();
     ModelLoadOptions load = {.with_lm_head = true, .quantize = quantize_type};
     if (model_load_with_adapter(&model, model_path, ops, &load, lora_adapter, 0) != 0) die_from_err();

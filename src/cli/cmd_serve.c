@@ -100,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     if (reward_batch < 1 || reward_batch > 4096) die_user("--reward-batch must be in [1, 4096], got %ld", reward_batch);
     if (threads < 0 || threads > 4096) die_user("--threads must be in [0, 4096], got %ld", threads);
     if (model_name && !*model_name) die_user("--model-name must not be empty");
-    quantize = quantize_default(quantize, model_path, device);
+    quantize = quantize_default(quantize, model_path);
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (kv_cache_type_set(NULL, kv_cache, "--kv-cache") != 0) die_from_err();
     Pooling pooling;

@@ -28,9 +28,9 @@ int quantize_type_check(const char *type, const char *option) {
 
 bool quantize_requested(const char *type) { return type && strcmp(type, "none") != 0; }
 
-const char *quantize_default(const char *asked, const char *model_path, const char *device) {
+const char *quantize_default(const char *asked, const char *model_path) {
     if (asked) return asked;
-    if (!model_path || !path_is_gguf(model_path) || (device && strcmp(device, "cpu"))) return "none";
+    if (!model_path || !path_is_gguf(model_path)) return "none";
     GgufFile file;
     if (gguf_open(&file, model_path) != 0) { // the load reports the file's fault
         err_clear();

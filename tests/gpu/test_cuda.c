@@ -1182,14 +1182,15 @@ static void test_q4_k_m_model(void) {
 
 // llama.cpp's own files (tests/fixtures/gguf), their blocks as they are: Q5_K_M (Q5_K, Q6_K;
 // under q5_k_m and under q4_k_m), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K), Q2_K (Q2_K, Q3_K, Q6_K), Q4_1
-// and Q5_1.
+// and Q5_1. The Q3_K_M and Q2_K files under the inference commands' default (quantize_default,
+// q4_k_m on either device).
 static void test_llama_cpp_models(void) {
     const int q5_k_m[] = {QUANT_Q5_K, QUANT_Q6_K, -1}, q3_k_m[] = {QUANT_Q3_K, QUANT_Q5_K, -1};
     const int q2_k[] = {QUANT_Q2_K, QUANT_Q3_K, -1}, q4_1[] = {QUANT_Q4_1, -1}, q5_1[] = {QUANT_Q5_1, -1};
     check_gguf_model("tests/fixtures/gguf/q5_k_m.gguf", "q5_k_m", q5_k_m);
     check_gguf_model("tests/fixtures/gguf/q5_k_m.gguf", "q4_k_m", q5_k_m);
-    check_gguf_model("tests/fixtures/gguf/q3_k_m.gguf", "q4_k_m", q3_k_m);
-    check_gguf_model("tests/fixtures/gguf/q2_k.gguf", "q4_k_m", q2_k);
+    check_gguf_model("tests/fixtures/gguf/q3_k_m.gguf", quantize_default(NULL, "tests/fixtures/gguf/q3_k_m.gguf"), q3_k_m);
+    check_gguf_model("tests/fixtures/gguf/q2_k.gguf", quantize_default(NULL, "tests/fixtures/gguf/q2_k.gguf"), q2_k);
     check_gguf_model("tests/fixtures/gguf/q4_1.gguf", "q4_1", q4_1);
     check_gguf_model("tests/fixtures/gguf/q5_1.gguf", "q5_1", q5_1);
 }
