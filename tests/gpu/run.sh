@@ -18,7 +18,8 @@
 #      GRPO (no critic), and on the mma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0,
-#      Q4_K_M and Q5_K_M weights, no PyTorch peer for those), each beside
+#      Q4_K_M and Q5_K_M weights, and after a 1024-token prompt on float32, half and Q8_0
+#      KV caches; no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
 #      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
 #      the default; mma; unfused).
@@ -233,6 +234,14 @@ if [ "$bench" = 1 ]; then
         done
     done
     grep -hs modelled "$logs/ops_breakdown.jsonl" | tee -a "$log"
+    # Last (the first to go at --time-limit): the cached attention (attention_cached.cuh) over
+    # each kind of KV cache, decoding after a long prompt.
+    stage "decode on each KV cache"
+    for kv_cache in f32 f16 q8_0; do
+        [ "$quick" = 1 ] || bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --kv-cache $kv_cache \
+            --batches 1,64 --new 64 --prompt 1024
+    done
+    grep -hs '"prompt": 1024' "$results" | tee -a "$log"
     summary_speed=$(python3 - "$results" <<'PY' 2>&1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -250,12 +259,15 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
                  f"unfused {u.get('tokens_per_s', 0):.0f}) "
                  f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
 for batch in (1, 64):
-    m, t = find("marlhf-cuda", batch=batch, quantize="none"), find("transformers-generate", batch=batch)
+    m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s "
                  f"(q8_0 {q8.get('decode_tokens_per_s', 0):.0f}, q4_k_m {qk.get('decode_tokens_per_s', 0):.0f}, "
                  f"q5_k_m {q5.get('decode_tokens_per_s', 0):.0f})")
+    caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=1024, kv_cache=kv)) for kv in ("f32", "f16", "q8_0")]
+    parts.append(f"after 1024 prompt tokens B{batch} " +
+                 ", ".join(f"{kv} cache {r.get('decode_tokens_per_s', 0):.0f}" for kv, r in caches) + " tok/s")
 print("; ".join(parts))
 PY
 )
