@@ -68,7 +68,7 @@ def main():
     parser.add_argument("--lifetime-s", type=float, default=120, help="exit after this long whatever happens")
     args = parser.parse_args()
     lock = threading.Lock()
-    state = {"requests": 0, "answered": 0}
+    state = {"requests": 0, "answered": 0, "taken": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -88,6 +88,14 @@ def main():
             length = int(self.headers.get("Content-Length", 0))
             raw = self.rfile.read(length).decode()
             with lock:
+                # The answer budget is taken when a request arrives, not after its answer
+                # went out: a client that opens a new connection per request can otherwise
+                # get one more answer from another thread before this one exits.
+                if args.max_requests:
+                    if state["taken"] >= args.max_requests:
+                        self.close_connection = True
+                        return  # no answer: the endpoint is going away
+                    state["taken"] += 1
                 state["requests"] += 1
                 number = state["requests"]
                 if args.log:
