@@ -13,7 +13,8 @@ Failures: --fail-first N --fail-status S answers the first N requests with statu
 (500, 429, 401, ...); --malformed-first N answers them with a 200 body that is not a
 chat completion; --hang-s T sleeps T seconds before every answer after the first
 --hang-after ones (default 0: every answer); --max-requests N
-exits after answering N requests (an endpoint that goes away mid-run).
+exits after answering N requests and answers none past the Nth (an endpoint that goes
+away mid-run).
 
 --port-file FILE receives the port (bound on 0: a free one) once the server listens;
 --log FILE gets one JSON line per request: its Authorization header and its body.
@@ -68,7 +69,7 @@ def main():
     parser.add_argument("--lifetime-s", type=float, default=120, help="exit after this long whatever happens")
     args = parser.parse_args()
     lock = threading.Lock()
-    state = {"requests": 0, "answered": 0, "taken": 0}
+    state = {"requests": 0, "answered": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -88,14 +89,12 @@ def main():
             length = int(self.headers.get("Content-Length", 0))
             raw = self.rfile.read(length).decode()
             with lock:
-                # The answer budget is taken when a request arrives, not after its answer
-                # went out: a client that opens a new connection per request can otherwise
-                # get one more answer from another thread before this one exits.
-                if args.max_requests:
-                    if state["taken"] >= args.max_requests:
-                        self.close_connection = True
-                        return  # no answer: the endpoint is going away
-                    state["taken"] += 1
+                # The budget is counted as requests arrive, not after answers went out: a
+                # client that opens a new connection per request could otherwise get one
+                # more answer from another thread before the last answering one exits.
+                if args.max_requests and state["requests"] >= args.max_requests:
+                    self.close_connection = True
+                    return  # no answer: the endpoint is going away
                 state["requests"] += 1
                 number = state["requests"]
                 if args.log:
