@@ -94,6 +94,19 @@ interrupted_run() {
     "$@" --resume 2> "$out.err"
 }
 
+# kill_test_epochs N: the epochs of a run that a resume test kills mid-way. N is chosen so
+# that the plain build's run lasts a few seconds; the sanitizer build's steps are about 2.5
+# times slower, so there 3/8 of N (at least 3) lasts about as long: the kills still land
+# mid-run, and the sanitized pass spends its time on the paths rather than on more steps.
+kill_test_epochs() {
+    if sanitized_build; then
+        local fewer=$(($1 * 3 / 8))
+        echo $((fewer < 3 ? 3 : fewer))
+    else
+        echo "$1"
+    fi
+}
+
 # json_field FILE KEY INDEX: the INDEX-th (a Python index, -1 the last) value of KEY among the
 # rows of the JSON Lines FILE that have it.
 json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }

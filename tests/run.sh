@@ -13,12 +13,22 @@
 # Each program gets a directory of its own under tests/tmp/$BUILD/, so programs running
 # together never share a file, and each one's report is printed whole when it ends (the
 # blocks come in the order they end).
+#
+# Programs start longest first, by the seconds tests/durations records for this build (plain
+# or sanitized): a long program started last would leave the other slots idle at the end
+# (a minute or more of each pass before). Programs it does not list start first. Each run
+# writes what it measured to tests/tmp/$BUILD/durations, in the same form (lines of
+# "program build seconds"); to refresh the file after a full `make test` and
+# `make test SANITIZE=1`:
+#   cat tests/tmp/build/durations tests/tmp/build-asan/durations | sort > tests/durations
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export MARLHF_BIN="$BUILD/marlhf"
 tmp_root="tests/tmp/$BUILD"
 rm -rf "$tmp_root" && mkdir -p "$tmp_root/reports"
+build_kind=plain
+nm "$MARLHF_BIN" 2> /dev/null | grep -q '__asan_init' && build_kind=sanitized
 cores=$(nproc 2> /dev/null || echo 1)
 jobs=${MARLHF_TEST_JOBS:-$((cores >= 2 ? 2 : 1))}
 case "$jobs" in
@@ -63,6 +73,7 @@ run_one() {
         fi
         echo "   $((SECONDS - started)) s"
     } > "$report.tmp"
+    echo "$name $build_kind $((SECONDS - started))" > "$MARLHF_TEST_TMP/duration"
     mv "$report.tmp" "$report"
 }
 
@@ -75,17 +86,24 @@ print_finished() {
     done
 }
 
-# The shell tests first, the largest (which run longest) first, then the C programs:
-# with several jobs, a long program started last would leave the other slots idle.
+# Every program with its recorded seconds (1e9 where tests/durations has none), longest first.
 programs=()
-while read -r _ script; do
-    programs+=("script $script")
-done < <(wc -c tests/cli/*.sh | grep -v ' total$' | sort -n -r)
-for bin in "$BUILD"/tests/test_*; do
-    [ -x "$bin" ] || continue
-    case "$bin" in *.o|*.d) continue ;; esac
-    programs+=("binary $bin")
-done
+while read -r _ kind path; do
+    programs+=("$kind $path")
+done < <(
+    {
+        for script in tests/cli/*.sh; do echo "script $script"; done
+        for bin in "$BUILD"/tests/test_*; do
+            [ -x "$bin" ] || continue
+            case "$bin" in *.o|*.d) continue ;; esac
+            echo "binary $bin"
+        done
+    } | while read -r kind path; do
+        seconds=$(awk -v name="$(basename "$path")" -v build="$build_kind" \
+            '$1 == name && $2 == build { print $3; exit }' tests/durations 2> /dev/null)
+        echo "${seconds:-1000000000} $kind $path"
+    done | sort -k1,1nr -k3,3
+)
 
 running=0
 for entry in "${programs[@]}"; do
@@ -99,6 +117,7 @@ for entry in "${programs[@]}"; do
 done
 wait
 print_finished
+cat "$tmp_root"/*/duration 2> /dev/null | sort > "$tmp_root/durations"
 
 passed=0
 failed=0

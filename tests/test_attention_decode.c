@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/sanitizer.h"
 #include "ops/cpu/attention_cache.h"
 #include "ops/ops.h"
 #include "test.h"
@@ -66,8 +67,10 @@ static Cache make_cache(const float *x, CacheElementType type, int capacity, int
 }
 
 // Double precision: query t of row b at slot first_slot + t against slots
-// [row_start[b], first_slot + t] of the float caches k, v.
-static void reference(double *out, const float *q, const float *k, const float *v, const int *row_start, int T,
+// [row_start[b], first_slot + t] of the float caches k, v. Unchecked in the sanitizer build:
+// it is the test's own arithmetic (a third of the test's time there), and the sanitizers
+// are there for the kernels.
+SANITIZER_UNCHECKED static void reference(double *out, const float *q, const float *k, const float *v, const int *row_start, int T,
                       int capacity, int first_slot, int n_heads, int head_dim) {
     const int kv_width = KV_HEADS * head_dim, q_width = n_heads * head_dim, group = n_heads / KV_HEADS;
     double *scores = xmalloc((size_t)(first_slot + T) * sizeof(double));

@@ -132,7 +132,8 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$acc" 
     fail dpo_lora_learns "accuracy '$acc' $(tail -n 2 "$tmp/lora.err")"
 
 # --- exact resume after SIGKILL ------------------------------------------------------------
-resume_args=("${args[@]}" --num-train-epochs 8 --save-every 1 --keep-last 2 --eval-every 0)
+resume_epochs=$(kill_test_epochs 8) # 12 steps each
+resume_args=("${args[@]}" --num-train-epochs "$resume_epochs" --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" dpo "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 out="$tmp/killed"
 interrupted_run "$out" "$bin" dpo "${resume_args[@]}" --output "$out"
@@ -140,7 +141,7 @@ interrupted_run "$out" "$bin" dpo "${resume_args[@]}" --output "$out"
 cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors" && pass dpo_resume_bit_identical ||
     fail dpo_resume_bit_identical "$(tail -n 2 "$out.err")"
 lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
-[ "$lines" = 96 ] && pass dpo_resume_metrics_continuous || fail dpo_resume_metrics_continuous "$lines lines"
+[ "$lines" = $((12 * resume_epochs)) ] && pass dpo_resume_metrics_continuous || fail dpo_resume_metrics_continuous "$lines lines"
 
 # --- bad options and data --------------------------------------------------------------------
 expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair

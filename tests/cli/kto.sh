@@ -81,9 +81,9 @@ python3 -c "import sys; a, c, r = map(float, sys.argv[1:]); sys.exit(0 if a >= 0
     fail kto_lora_learns "accuracy '$acc', rewards '$chosen' '$rejected' $(tail -n 2 "$tmp/lora.err")"
 
 # --- exact resume after SIGKILL ------------------------------------------------------------
-# Six epochs (about 1.5 s): long enough that the kill, at most 0.4 s after the first
-# checkpoint, lands mid-run.
-resume_args=("${args[@]}" --data "$data/pairs.jsonl" --num-train-epochs 6 --save-every 1 --keep-last 2 --eval-every 0)
+# Six epochs (about 1.5 s; three under the sanitizers, kill_test_epochs): long enough that the
+# kill, at most 0.4 s after the first checkpoint, lands mid-run.
+resume_args=("${args[@]}" --data "$data/pairs.jsonl" --num-train-epochs "$(kill_test_epochs 6)" --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" kto "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 out="$tmp/killed"
 interrupted_run "$out" "$bin" kto "${resume_args[@]}" --output "$out"
@@ -140,7 +140,7 @@ sys.exit(0 if a >= 0.9 and c > r and abs(f - math.log(2)) < 1e-6 and l < f and a
     pass "kto_bco_learns (eval accuracy $acc, loss $first_loss -> $last_loss, delta $last_delta)" ||
     fail kto_bco_learns "exit $rc, accuracy '$acc', loss '$first_loss' -> '$last_loss', delta '$first_delta' -> '$last_delta' $(tail -n 2 "$tmp/bco.err")"
 
-bco_resume_args=("${args[@]}" --loss bco --data "$data/pairs.jsonl" --num-train-epochs 6 --save-every 1 --keep-last 2 --eval-every 0)
+bco_resume_args=("${args[@]}" --loss bco --data "$data/pairs.jsonl" --num-train-epochs "$(kill_test_epochs 6)" --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" kto "${bco_resume_args[@]}" --output "$tmp/bco_straight" 2> /dev/null
 out="$tmp/bco_killed"
 interrupted_run "$out" "$bin" kto "${bco_resume_args[@]}" --output "$out"

@@ -230,7 +230,8 @@ EOF
     pass generate_dora_adapter_equals_merged || fail generate_dora_adapter_equals_merged "$(tail -n 1 "$tmp/dora_generate.err")"
 "$bin" logprobs --model tests/fixtures/models/llama --lora-adapter tests/fixtures/models/llama/dora --input "$tmp/ids.jsonl" \
     > /dev/null 2> "$tmp/peft_dora.err" && pass logprobs_peft_dora_adapter || fail logprobs_peft_dora_adapter "$(cat "$tmp/peft_dora.err")"
-dora_long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
+dora_long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs "$(kill_test_epochs 16)" --save-every 1 --keep-last 2
+           --eval-every 0)
 "$bin" sft "${dora_long[@]}" --use-dora --output "$tmp/dora_straight" 2> /dev/null
 interrupted_run "$tmp/dora_killed" "$bin" sft "${dora_long[@]}" --use-dora --output "$tmp/dora_killed"
 [ "$finished_early" = 1 ] && fail sft_dora_kill_mid_run "the run finished before the kill"
@@ -274,7 +275,8 @@ expect_error dora_gguf_adapter_only "DoRA" "$bin" convert "$model" "$tmp/dora.gg
     --adapter-only
 
 # --- exact resume ---------------------------------------------------------------------
-long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
+long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs "$(kill_test_epochs 16)" --save-every 1 --keep-last 2
+      --eval-every 0)
 "$bin" sft "${long[@]}" --output "$tmp/straight" 2> /dev/null
 interrupted_run "$tmp/killed" "$bin" sft "${long[@]}" --output "$tmp/killed"
 [ "$finished_early" = 1 ] && fail sft_lora_kill_mid_run "the run finished before the kill"

@@ -115,7 +115,8 @@ expect_error adapter_bad_base_quantize "bad_base/adapter_config.json: \"marlhf_b
     "$bin" logprobs --model "$model" --quantize q8_0 --lora-adapter "$tmp/bad_base" --input "$tmp/ids.jsonl"
 
 # --- exact resume -------------------------------------------------------------------------
-long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
+long=("${sft[@]}" --learning-rate 1e-2 --lora-rank 4 --num-train-epochs "$(kill_test_epochs 16)" --save-every 1 --keep-last 2
+      --eval-every 0)
 for q in q4_0 nf4; do
     "$bin" sft "${long[@]}" --keep-last 0 --quantize $q --output "$tmp/straight_$q" 2> /dev/null
     interrupted_run "$tmp/killed_$q" "$bin" sft "${long[@]}" --quantize $q --output "$tmp/killed_$q"

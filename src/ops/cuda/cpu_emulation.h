@@ -7,6 +7,8 @@
 //
 // emulation::launch runs a grid one block at a time; a block is one OS thread per CUDA
 // thread, so __syncthreads is a real barrier and a data race between warps can show. The
+// same OS threads run every block of a launch, one after another (starting threads was
+// most of the emulated tests' time, and several times more under AddressSanitizer). The
 // warp-collective instructions (mma, ldmatrix, shuffles) are emulated lane by lane with
 // the register layouts of device_primitives.cuh: every lane posts its operands, waits for
 // its warp, then computes its own results from all 32 lanes' operands. Shared memory
@@ -90,31 +92,41 @@ struct Thread {
 inline thread_local Thread *current = nullptr;
 
 // Runs kernel() for every thread of every block of `grid`, `threads` threads per block
-// (a multiple of 32) with `shared_bytes` of dynamic shared memory.
+// (a multiple of 32) with `shared_bytes` of dynamic shared memory. Thread i of the pool is
+// thread i of each block in turn; between two blocks every thread waits at `between`, and
+// one of them refills shared memory with 0xFF, so that a block starts as a fresh one would
+// (nothing read from shared memory is left from the block before).
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()> &kernel) {
-    for (unsigned y = 0; y < grid.y; y++)
-        for (unsigned x = 0; x < grid.x; x++) {
-            Block block;
-            pthread_barrier_init(&block.barrier, nullptr, (unsigned)threads);
-            block.warps.resize((size_t)threads / 32);
-            for (Warp &warp : block.warps) pthread_barrier_init(&warp.barrier, nullptr, 32);
-            // The device's dynamic shared memory starts 128-byte aligned (DYNAMIC_SHARED).
-            std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
-            unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
-            std::vector<Thread> states((size_t)threads);
-            std::vector<std::thread> pool;
-            for (int i = 0; i < threads; i++) {
-                states[(size_t)i] = Thread{{(unsigned)i, 0, 0}, {x, y, 0}, &block, &block.warps[(size_t)i / 32],
-                                           i % 32, 0, shared_start};
-                pool.emplace_back([&kernel, state = &states[(size_t)i]] {
-                    current = state;
+    Block block;
+    pthread_barrier_init(&block.barrier, nullptr, (unsigned)threads);
+    block.warps.resize((size_t)threads / 32);
+    for (Warp &warp : block.warps) pthread_barrier_init(&warp.barrier, nullptr, 32);
+    pthread_barrier_t between;
+    pthread_barrier_init(&between, nullptr, (unsigned)threads);
+    // The device's dynamic shared memory starts 128-byte aligned (DYNAMIC_SHARED).
+    std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
+    unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
+    std::vector<Thread> states((size_t)threads);
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; i++) {
+        pool.emplace_back([&, i] {
+            Thread *state = &states[(size_t)i];
+            current = state;
+            for (unsigned y = 0; y < grid.y; y++)
+                for (unsigned x = 0; x < grid.x; x++) {
+                    *state = Thread{{(unsigned)i, 0, 0}, {x, y, 0}, &block, &block.warps[(size_t)i / 32], i % 32, 0,
+                                    shared_start};
                     kernel();
-                });
-            }
-            for (std::thread &thread : pool) thread.join();
-            for (Warp &warp : block.warps) pthread_barrier_destroy(&warp.barrier);
-            pthread_barrier_destroy(&block.barrier);
-        }
+                    if (pthread_barrier_wait(&between) == PTHREAD_BARRIER_SERIAL_THREAD)
+                        memset(shared.data(), 0xFF, shared.size());
+                    pthread_barrier_wait(&between);
+                }
+        });
+    }
+    for (std::thread &thread : pool) thread.join();
+    pthread_barrier_destroy(&between);
+    for (Warp &warp : block.warps) pthread_barrier_destroy(&warp.barrier);
+    pthread_barrier_destroy(&block.barrier);
 }
 
 // Stops the test where the GPU would fault with a misaligned address.
