@@ -16,6 +16,9 @@ if [ ! -f "$model" ]; then
     fail judge_against_serve "$model is missing (scripts/fetch-model)"
     exit 1
 fi
+# The judge and the server run under the sanitizers in judge.sh and serve.sh, on the tiny
+# fixture models; this real-model run is the plain build's (real_model_runs).
+real_model_runs "$model" "judge against serve on SmolLM2" || exit 0
 "$bin" serve --model "$model" --port 0 --threads 2 --max-tokens-limit 64 > "$tmp/serve.log" 2>&1 &
 server=$!
 if ! wait_port "$server" "$tmp/serve.log" 's|^serve: listening on http://.*:\([0-9][0-9]*\) (model .*)$|\1|p' 600; then
