@@ -86,24 +86,28 @@ print_finished() {
     done
 }
 
-# Every program with its recorded seconds (1e9 where tests/durations has none), longest first.
+# Every program with its recorded seconds for this build (1e9 where tests/durations has
+# none), longest first.
+declare -A recorded=()
+if [ -f tests/durations ]; then
+    while read -r name build seconds; do
+        [ "$build" = "$build_kind" ] && recorded[$name]=$seconds
+    done < tests/durations
+fi
 programs=()
 while read -r _ kind path; do
     programs+=("$kind $path")
 done < <(
     {
-        for script in tests/cli/*.sh; do echo "script $script"; done
+        for script in tests/cli/*.sh; do echo "${recorded[$(basename "$script")]:-1000000000} script $script"; done
         for bin in "$BUILD"/tests/test_*; do
             [ -x "$bin" ] || continue
             case "$bin" in *.o|*.d) continue ;; esac
-            echo "binary $bin"
+            echo "${recorded[$(basename "$bin")]:-1000000000} binary $bin"
         done
-    } | while read -r kind path; do
-        seconds=$(awk -v name="$(basename "$path")" -v build="$build_kind" \
-            '$1 == name && $2 == build { print $3; exit }' tests/durations 2> /dev/null)
-        echo "${seconds:-1000000000} $kind $path"
-    done | sort -k1,1nr -k3,3
+    } | sort -k1,1nr -k3,3
 )
+
 
 running=0
 for entry in "${programs[@]}"; do
