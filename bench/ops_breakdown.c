@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
     TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V));
 
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
-    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd));
+    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f));
     TIME_OP("attention backward", L, 2 * att_flops, 0,
-            ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd));
+            ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f));
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
              ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
             ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));
     TIME_OP("logprob forward", 1, 0, 8.0 * N * V, ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
-    TIME_OP("logprob backward", 1, 0, 8.0 * N * V, ops->logprob_backward(x, stat, NULL, tokens, z, (int)N, V));
+    TIME_OP("logprob backward", 1, 0, 8.0 * N * V, ops->logprob_backward(x, stat, NULL, tokens, z, (int)N, V, 0.0f));
     // The optimizer over every parameter: AdamW and the gradient norm.
     Model model;
     model_init(&model, &cfg, ops, true, false);

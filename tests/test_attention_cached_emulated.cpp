@@ -84,10 +84,10 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
     if (kind == FLOAT_CACHE) {
         if (T == 1)
             ops_cpu.attention_decode(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, capacity,
-                                     first_slot + 1, n_heads, n_kv_heads, head_dim);
+                                     first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
         else
             ops_cpu.attention_extend(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, T, capacity,
-                                     first_slot, n_heads, n_kv_heads, head_dim);
+                                     first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
         run(FloatSlots{keys.data(), width, head_dim}, FloatSlots{values.data(), width, head_dim});
     } else if (kind == HALF_CACHE) {
         std::vector<uint16_t> k16((size_t)(slots * width)), v16((size_t)(slots * width));
@@ -95,10 +95,10 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_f16(v16.data(), values.data(), B, capacity, capacity, 0, width);
         if (T == 1)
             ops_cpu.attention_decode_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, capacity,
-                                         first_slot + 1, n_heads, n_kv_heads, head_dim);
+                                         first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
         else
             ops_cpu.attention_extend_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, T,
-                                         capacity, first_slot, n_heads, n_kv_heads, head_dim);
+                                         capacity, first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
         run(HalfSlots{k16.data(), width, head_dim}, HalfSlots{v16.data(), width, head_dim});
     } else {
         const Q8Layout layout = q8_layout(n_kv_heads, head_dim);
@@ -107,10 +107,10 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_q8(v8.data(), values.data(), B, capacity, capacity, 0, n_kv_heads, head_dim);
         if (T == 1)
             ops_cpu.attention_decode_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, capacity,
-                                        first_slot + 1, n_heads, n_kv_heads, head_dim);
+                                        first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
         else
             ops_cpu.attention_extend_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, T, capacity,
-                                        first_slot, n_heads, n_kv_heads, head_dim);
+                                        first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
         run(Q8Slots{k8.data(), layout}, Q8Slots{v8.data(), layout});
     }
     const double error = relative_error(got.data(), want.data(), n_out);

@@ -101,12 +101,12 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
 static void attention_op(bool extend, float *out, const float *q, Cache k, Cache v, CacheElementType type,
                          const int *row_start, int T, int capacity, int first_slot, int n_heads, int head_dim) {
     const int H = n_heads, KV = KV_HEADS, D = head_dim, length = first_slot + 1;
-    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
-    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
-    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D);
-    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
-    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
-    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D);
+    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
+    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
+    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
+    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
+    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
+    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
 }
 
 // One shape: T new queries per row ending at slot context - 1 (T = 1: a decode step).
@@ -128,7 +128,7 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
     double *want = xmalloc((size_t)n_out * sizeof(double));
     attention_op(extend, out, q, k, v, type, row_start, T, capacity, first_slot, n_heads, head_dim);
     cpu_attention_per_head(per_head, q, k.cache, v.cache, type, row_start, ROWS, T, capacity, first_slot, n_heads,
-                           KV_HEADS, head_dim);
+                           KV_HEADS, head_dim, 0.0f);
     reference(want, q, k.held, v.held, row_start, T, capacity, first_slot, n_heads, head_dim);
     for (long i = 0; i < n_out; i++) {
         *worst_reference = fmax(*worst_reference, fabs(want[i] - out[i]));

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "io/fs.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
 #include "io/safetensors.h"
@@ -33,7 +34,7 @@
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
-static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma"};
+static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma", "gemma2"};
 
 typedef struct {
     char dir[256], reference[300];
@@ -903,6 +904,17 @@ static void test_gguf_export_round_trip(void) {
         fixture_open(&f, fixture_names[k]);
         Model model;
         load_model(&model, &f, false);
+        if (model.config.family == FAMILY_GEMMA2) {
+            // A GGUF file has no query_pre_attn_scalar: one llama.cpp would not infer (the
+            // fixture's 24, against head_dim 16) is refused, nothing written; with head_dim
+            // (what llama.cpp infers for every shape but the 27B's) the file is written.
+            char path[512];
+            snprintf(path, sizeof path, "%s/export-gemma2-refused.gguf", tmp);
+            EXPECT(model_write_gguf(&model, NULL, path, GGUF_OUT_F32) != 0 && strstr(err_msg(), "query_pre_attn_scalar") &&
+                       !fs_exists(path),
+                   "gemma2 with an uninferable query_pre_attn_scalar: %s", err_msg());
+            model.config.query_pre_attn_scalar = (float)model.config.head_dim;
+        }
         for (int t = 0; t < type_count; t++) {
             char path[512];
             snprintf(path, sizeof path, "%s/export-%s-%d.gguf", tmp, fixture_names[k], t);
@@ -911,13 +923,22 @@ static void test_gguf_export_round_trip(void) {
             ModelLoadOptions options = {.with_lm_head = true};
             CHECK(model_load(&back, path, &ops_cpu, &options) == 0, "%s", err_msg());
             EXPECT(back.table.total == model.table.total, "%s: layout", fixture_names[k]);
+            EXPECT(back.config.attn_logit_softcap == model.config.attn_logit_softcap &&
+                       back.config.final_logit_softcap == model.config.final_logit_softcap &&
+                       back.config.sandwich_norms == model.config.sandwich_norms &&
+                       back.config.query_pre_attn_scalar == model.config.query_pre_attn_scalar &&
+                       back.config.max_position_embeddings == model.config.max_position_embeddings,
+                   "%s: soft caps %g/%g, query scalar %g, context %d read back", fixture_names[k],
+                   (double)back.config.attn_logit_softcap, (double)back.config.final_logit_softcap,
+                   (double)back.config.query_pre_attn_scalar, back.config.max_position_embeddings);
             for (int i = 0; i < model.table.count && back.table.total == model.table.total; i++) {
                 const ParamEntry *e = &model.table.entries[i];
                 double scale = 0;
                 for (long j = 0; j < e->numel; j++) scale = fmax(scale, fabs(model.params[e->offset + j]));
                 double tolerance = step_fraction[t] * scale;
                 // Vectors stay F32; Gemma's norms go through 1 + w and back (an ulp of 1).
-                if (e->ndim == 1) tolerance = strstr(e->name, "norm") && model.config.family == FAMILY_GEMMA ? 1.2e-7 : 0;
+                const bool plus_one = model.config.family == FAMILY_GEMMA || model.config.family == FAMILY_GEMMA2;
+                if (e->ndim == 1) tolerance = strstr(e->name, "norm") && plus_one ? 1.2e-7 : 0;
                 double d = test_max_abs_diff(back.params + e->offset, model.params + e->offset, e->numel);
                 EXPECT(d <= tolerance, "%s type %d: %s differs by %.3g (tolerance %.3g)", fixture_names[k], t, e->name, d,
                        tolerance);

@@ -48,6 +48,7 @@
 #define cpu_glu_backward f64_glu_backward
 #define cpu_logprob_forward f64_logprob_forward
 #define cpu_logprob_backward f64_logprob_backward
+#define cpu_soft_cap_forward f64_soft_cap_forward
 #define cpu_collision_entropy_forward f64_collision_entropy_forward
 #define cpu_value_head_forward f64_value_head_forward
 #define cpu_value_head_backward f64_value_head_backward
@@ -186,19 +187,21 @@ static void test_rope(void) {
 }
 
 // ---- attention (GQA, a left-padded row) ----
-typedef struct { int B, T, nh, nkv, hd; int *row_start; double *q, *k, *v, *out, *probs, *R; } AttnCase;
+// softcap > 0: Gemma 2's soft-capped scores (cap tanh(s / cap) before the softmax).
+typedef struct { int B, T, nh, nkv, hd; double softcap; int *row_start; double *q, *k, *v, *out, *probs, *R; } AttnCase;
 static double attention_loss(void *p) {
     AttnCase *c = p;
     f64_attention_forward(c->out, c->probs, c->q, c->k, c->v, c->row_start, c->B, c->T,
-                              c->nh, c->nkv, c->hd);
+                              c->nh, c->nkv, c->hd, c->softcap);
     return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
 }
-static void test_attention(void) {
-    AttnCase c = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 4};
+static void run_attention(double softcap) {
+    AttnCase c = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 4, .softcap = softcap};
     int row_start[2] = {0, 2};
     c.row_start = row_start;
     long nq = (long)c.B * c.T * c.nh * c.hd, nkv = (long)c.B * c.T * c.nkv * c.hd;
-    c.q = random_doubles(nq, -1, 1), c.k = random_doubles(nkv, -1, 1), c.v = random_doubles(nkv, -1, 1);
+    // Under the cap (0.7), scores reach about 2: far into tanh's bend.
+    c.q = random_doubles(nq, -1.5, 1.5), c.k = random_doubles(nkv, -1.5, 1.5), c.v = random_doubles(nkv, -1, 1);
     c.out = xcalloc(nq, sizeof(double)), c.probs = xcalloc((long)c.B * c.nh * c.T * c.T, sizeof(double));
     c.R = random_doubles(nq, -1, 1);
     // The loss only sees real query slots: padded queries have no keys.
@@ -207,7 +210,7 @@ static void test_attention(void) {
     attention_loss(&c);
     double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nkv, sizeof(double)), *dv = xcalloc(nkv, sizeof(double));
     f64_attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
-                               c.nh, c.nkv, c.hd);
+                               c.nh, c.nkv, c.hd, c.softcap);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
     check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);
     check_gradient("attention dv", attention_loss, &c, c.v, nkv, dv, 400);
@@ -219,6 +222,33 @@ static void test_attention(void) {
         EXPECT(c.probs[((long)(1 * c.nh) * c.T + t) * c.T + 0] == 0.0f, "padding key got weight");
     }
     free(c.q), free(c.k), free(c.v), free(c.out), free(c.probs), free(c.R), free(dq), free(dk), free(dv);
+}
+static void test_attention(void) { run_attention(0.0); }
+static void test_attention_soft_cap(void) {
+    // The capped scores differ from the plain ones: the forward really applies the cap.
+    AttnCase plain = {.B = 1, .T = 5, .nh = 2, .nkv = 1, .hd = 4}, capped = plain;
+    capped.softcap = 0.7;
+    long nq = (long)plain.T * plain.nh * plain.hd, nkv = (long)plain.T * plain.nkv * plain.hd;
+    double *q = random_doubles(nq, -1.5, 1.5), *k = random_doubles(nkv, -1.5, 1.5), *v = random_doubles(nkv, -1, 1);
+    double *out[2], *probs[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = xcalloc(nq, sizeof(double)), probs[i] = xcalloc((long)plain.nh * plain.T * plain.T, sizeof(double));
+        f64_attention_forward(out[i], probs[i], q, k, v, NULL, 1, plain.T, plain.nh, plain.nkv, plain.hd,
+                              i ? capped.softcap : 0.0);
+    }
+    // Query 1 of head 0: two keys, scores s0, s1 -> p1 = 1 / (1 + exp(c(s0) - c(s1))).
+    double s[2];
+    for (int j = 0; j < 2; j++) {
+        s[j] = 0;
+        for (int d = 0; d < plain.hd; d++) s[j] += q[(long)1 * plain.nh * plain.hd + d] * k[(long)j * plain.hd + d];
+        s[j] /= 2.0; // 1 / sqrt(4)
+        s[j] = 0.7 * tanh(s[j] / 0.7);
+    }
+    EXPECT_CLOSE(probs[1][1 * plain.T + 1], 1.0 / (1.0 + exp(s[0] - s[1])), 1e-12, 0, "capped probability by hand");
+    EXPECT(fabs(probs[1][1 * plain.T + 1] - probs[0][1 * plain.T + 1]) > 1e-3, "the cap changed no probability");
+    for (int i = 0; i < 2; i++) free(out[i]), free(probs[i]);
+    free(q), free(k), free(v);
+    run_attention(0.7);
 }
 
 // ---- activations ----
@@ -282,9 +312,42 @@ static void test_logprob(void) {
     EXPECT(c.logp[3] == 0.0f, "ignored target must give log-prob 0");
     double *grad = xmalloc(c.N * c.V * sizeof(double));
     memcpy(grad, c.logits, c.N * c.V * sizeof(double));
-    f64_logprob_backward(grad, c.Rl, c.Re, c.targets, c.lse, c.N, c.V);
+    f64_logprob_backward(grad, c.Rl, c.Re, c.targets, c.lse, c.N, c.V, 0.0f);
     check_gradient("logprob+entropy dlogits", logprob_loss, &c, c.logits, c.N * c.V, grad, 100);
     free(c.logits), free(c.logp), free(c.lse), free(c.entropy), free(c.Rl), free(c.Re), free(grad);
+}
+
+// Gemma 2's final soft cap: the loss of soft_cap_forward's logits, differentiated with respect
+// to the raw logits by logprob_backward's softcap.
+typedef struct { LogprobCase inner; double cap; double *capped; } CappedLogprobCase;
+static double capped_logprob_loss(void *p) {
+    CappedLogprobCase *c = p;
+    long n = (long)c->inner.N * c->inner.V;
+    memcpy(c->capped, c->inner.logits, n * sizeof(double));
+    f64_soft_cap_forward(c->capped, n, c->cap);
+    LogprobCase shown = c->inner;
+    shown.logits = c->capped;
+    return logprob_loss(&shown);
+}
+static void test_logprob_soft_cap(void) {
+    CappedLogprobCase c = {.inner = {.N = 4, .V = 11}, .cap = 2.0};
+    int targets[4] = {3, 0, 10, -1};
+    c.inner.targets = targets;
+    long n = (long)c.inner.N * c.inner.V;
+    c.inner.logits = random_doubles(n, -4, 4); // past the cap: tanh bends
+    c.capped = xmalloc(n * sizeof(double));
+    c.inner.logp = xcalloc(c.inner.N, sizeof(double)), c.inner.lse = xcalloc(c.inner.N, sizeof(double));
+    c.inner.entropy = xcalloc(c.inner.N, sizeof(double));
+    c.inner.Rl = random_doubles(c.inner.N, -1, 1), c.inner.Re = random_doubles(c.inner.N, -1, 1);
+    capped_logprob_loss(&c);
+    for (long i = 0; i < n; i++) EXPECT(fabs(c.capped[i]) < 2.0, "a capped logit reached the cap");
+    EXPECT_CLOSE(c.capped[5], 2.0 * tanh(c.inner.logits[5] / 2.0), 1e-15, 0, "capped logit by hand");
+    double *grad = xmalloc(n * sizeof(double));
+    memcpy(grad, c.capped, n * sizeof(double));
+    f64_logprob_backward(grad, c.inner.Rl, c.inner.Re, c.inner.targets, c.inner.lse, c.inner.N, c.inner.V, c.cap);
+    check_gradient("capped logprob+entropy d(raw logits)", capped_logprob_loss, &c, c.inner.logits, n, grad, 100);
+    free(c.inner.logits), free(c.capped), free(c.inner.logp), free(c.inner.lse), free(c.inner.entropy);
+    free(c.inner.Rl), free(c.inner.Re), free(grad);
 }
 
 // ---- value head ----
@@ -324,11 +387,13 @@ int main(void) {
     RUN(test_rmsnorm_plus_one);
     RUN(test_rope);
     RUN(test_attention);
+    RUN(test_attention_soft_cap);
     RUN(test_gelu);
     RUN(test_swiglu);
     RUN(test_geglu);
     RUN(test_embedding);
     RUN(test_logprob);
+    RUN(test_logprob_soft_cap);
     RUN(test_value_head);
     RUN(test_adamw_update);
     TEST_EXIT();

@@ -156,7 +156,7 @@ static void test_attention_does_not_depend_on_padding(void) {
             float *q = random_floats((long)L * qw), *k = random_floats((long)L * kvw), *v = random_floats((long)L * kvw);
             float *out1 = xmalloc((size_t)L * qw * sizeof(float)), *p1 = xmalloc((size_t)H * L * L * sizeof(float));
             omp_set_num_threads(1);
-            ops_cpu.attention_forward(out1, p1, q, k, v, NULL, 1, L, H, KV, D);
+            ops_cpu.attention_forward(out1, p1, q, k, v, NULL, 1, L, H, KV, D, 0.0f);
             double *want = xmalloc((size_t)L * qw * sizeof(double)), worst = 0;
             attention_reference(want, q, k, v, L, H, KV, D);
             for (long i = 0; i < (long)L * qw; i++) worst = fmax(worst, fabs(out1[i] - want[i]));
@@ -175,7 +175,7 @@ static void test_attention_does_not_depend_on_padding(void) {
                 memcpy(vb + ((long)row * T + pad) * kvw, v, (size_t)L * kvw * sizeof(float));
                 float *out = xmalloc((size_t)B * T * qw * sizeof(float)), *p = xmalloc((size_t)B * H * T * T * sizeof(float));
                 omp_set_num_threads(layouts[l].threads);
-                ops_cpu.attention_forward(out, p, qb, kb, vb, row_start, B, T, H, KV, D);
+                ops_cpu.attention_forward(out, p, qb, kb, vb, row_start, B, T, H, KV, D, 0.0f);
                 bool same = !memcmp(out + ((long)row * T + pad) * qw, out1, (size_t)L * qw * sizeof(float));
                 for (int h = 0; h < H; h++)
                     for (int t = 0; t < L; t++)

@@ -5,13 +5,14 @@ Usage (developers only; CI never runs Python, the output is committed):
 
     .venv-tools/bin/python tools/make_model_fixtures.py [--out tests/fixtures/models]
 
-For each tiny model (gpt2, llama, llama_tied, qwen2, gemma) this script
+For each tiny model (gpt2, llama, llama_tied, llama3_rope, qwen2, qwen3, gemma, gemma2)
+this script
 
   1. builds the model from random weights with the transformers classes: float32,
      initialised by transformers under a fixed torch seed (initializer_range 0.1 so
      attention is far from uniform), then perturbs every norm weight and every bias
      with seeded Gaussian noise so that bugs in them are visible (they would otherwise
-     be exactly 1/0, or 0 for Gemma's (1+w) norms);
+     be exactly 1/0, or 0 for Gemma's and Gemma 2's (1+w) norms);
   2. saves it with save_pretrained (float32 config.json + model.safetensors) into
      <out>/<name>/ -- this is what the C code loads;
   3. converts a copy to float64 and computes, inside `float64_everywhere()` (which
@@ -48,7 +49,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import transformers
-from transformers import (AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config, Qwen3ForCausalLM,
                           Qwen2ForCausalLM, get_cosine_schedule_with_warmup)
 
@@ -97,6 +98,18 @@ def model_specs():
             **LLAMA_SIZES, num_key_value_heads=2, head_dim=32,
             hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
             **COMMON)),
+        # Gemma 2: four (1+w) norms per layer (post-attention and post-feedforward norms on
+        # the branch outputs), query scale query_pre_attn_scalar^-0.5 with 24 != head_dim 16,
+        # tanh soft caps on attention scores and final logits.  Without caps this model's
+        # max |score| is 2.26 and max |logit| 4.07 on the batch, so caps 1.5 and 3 really
+        # bend them.
+        # sliding_window 64 = max positions: the default layer_types alternate sliding/full,
+        # but every layer is plain causal attention on the 16-token batch.
+        "gemma2": (8, Gemma2ForCausalLM, Gemma2Config(
+            **LLAMA_SIZES, num_key_value_heads=2, head_dim=16,
+            hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
+            query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=3.0,
+            sliding_window=64, **COMMON)),
     }
 
 
@@ -180,7 +193,7 @@ def build(name, seed, cls, config):
             if "bias" in pname:
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif "norm" in pname or "ln_" in pname:
-                base = 0.0 if name == "gemma" else 1.0  # Gemma stores w of (1 + w)
+                base = 0.0 if name.startswith("gemma") else 1.0  # Gemma stores w of (1 + w)
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
     return model
 
@@ -233,9 +246,12 @@ def forward_backward(model, ids, mask, w_v, dvalue):
     vgrads["value_head.weight"] = w_v.grad.detach().clone()
 
     # the value head must read the hidden state *after* the final norm: check that the
-    # LM head applied to it reproduces the logits
+    # LM head applied to it reproduces the logits (after Gemma 2's final soft cap)
     head = model.lm_head.weight
     lg = hidden.detach() @ head.detach().T
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap is not None:
+        lg = cap * torch.tanh(lg / cap)
     assert torch.allclose(lg, logits.detach(), rtol=1e-6, atol=1e-6 * lg.abs().max()), \
         "last_hidden_state is not the final-norm output"
     return logits.detach(), loss.detach(), grads, values.detach(), vgrads
@@ -347,7 +363,7 @@ Each `<model>/` folder holds
 
 * `config.json`, `model.safetensors`, `generation_config.json`: the model exactly as
   transformers' `save_pretrained` writes it, float32 weights.  This is what the C code
-  loads.  Tied models (`gpt2`, `llama_tied`, `gemma`) have no `lm_head.weight` tensor:
+  loads.  Tied models (`gpt2`, `llama_tied`, `gemma`, `gemma2`) have no `lm_head.weight` tensor:
   the LM head is the token embedding.  Note transformers 5 writes RoPE settings as
   `"rope_parameters": {{"rope_theta": ..., "rope_type": "default"}}` in config.json.
 * `reference.safetensors`: the expected results below.  Every float tensor is stored as
@@ -362,8 +378,11 @@ Each `<model>/` folder holds
 | gpt2 | GPT2LMHeadModel | 2 | 64 | 4 / 4 | 16 | 256 (gelu_new) | yes | LayerNorm eps 1e-5, learned positions (64) |
 | llama | LlamaForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (SwiGLU) | no | RMSNorm eps 1e-5, RoPE theta 1e4 |
 | llama_tied | LlamaForCausalLM | 2 | 64 | 4 / 1 (MQA) | 16 | 128 (SwiGLU) | yes | RMSNorm eps 1e-5, RoPE theta 1e4 |
+| llama3_rope | LlamaForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (SwiGLU) | no | RMSNorm eps 1e-5, RoPE theta 1e4 with Llama 3 scaling (factor 8, low/high frequency factors 1/4, original context 64) |
 | qwen2 | Qwen2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (SwiGLU) | no | q/k/v biases, RMSNorm eps 1e-6, RoPE theta 1e4 |
+| qwen3 | Qwen3ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 24 | 128 (SwiGLU) | no | RMSNorm of each head's q and k (q_norm / k_norm) before RoPE, q wider (96) than hidden, RMSNorm eps 1e-6, RoPE theta 1e4 |
 | gemma | GemmaForCausalLM | 2 | 64 | 4 / 2 (GQA) | 32 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, embeddings x sqrt(64)=8, RoPE theta 1e4 |
+| gemma2 | Gemma2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, four norms per layer (input, post_attention, pre_feedforward, post_feedforward), embeddings x 8, RoPE theta 1e4, query_pre_attn_scalar 24 (scores x 24^-0.5, not head_dim^-0.5), attn_logit_softcapping 1.5, final_logit_softcapping 3.0, sliding_window 64 (no effect at T=16) |
 
 All: vocab 128, max positions 64, weights from transformers' init (seeded,
 initializer_range 0.1), then every bias and norm weight perturbed with N(0, 0.1) noise
@@ -374,6 +393,12 @@ q|k|v along the output dim.  The Llama/Qwen2/Gemma projections are nn.Linear `[o
 RoPE uses the HF "rotate_half" layout (dimension i pairs with i + head_dim/2, frequency
 `theta^(-2i/head_dim)`), not the interleaved GGUF layout.  pad_token_id is null, so
 the embedding has no padding_idx (its gradient includes every row, row 0 too).
+
+Gemma 2 layer: `h = x + post_attention_layernorm(attn(input_layernorm(x)))`, then
+`out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)))`.  Attention
+scores are `s = (q . k) * 24^-0.5`, soft-capped `s = 1.5 * tanh(s / 1.5)` before the mask and
+softmax; the logits are `3 * tanh((h_final W_emb^T) / 3)`.  `values` read `h_final` (the
+final-norm output, before the LM head and its soft cap).
 
 ## Tensors in reference.safetensors
 

@@ -10,7 +10,7 @@ static const struct {
     ModelFamily family;
 } family_names[] = {
     {"gpt2", FAMILY_GPT2},     {"llama", FAMILY_LLAMA}, {"mistral", FAMILY_MISTRAL},
-    {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA}, {"qwen3", FAMILY_QWEN3},
+    {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA}, {"qwen3", FAMILY_QWEN3}, {"gemma2", FAMILY_GEMMA2},
 };
 
 int config_family_from_name(const char *model_type, ModelFamily *family) {
@@ -56,6 +56,7 @@ int config_finish(ModelConfig *cfg, const char *source) {
         cfg->embedding_multiplier = 1.0f;
         break;
     case FAMILY_GEMMA:
+    case FAMILY_GEMMA2:
         cfg->norm = NORM_RMSNORM;
         cfg->norm_bias = false;
         cfg->norm_weight_plus_one = true;
@@ -63,6 +64,7 @@ int config_finish(ModelConfig *cfg, const char *source) {
         cfg->mlp = MLP_GEGLU;
         cfg->qkv_bias = cfg->o_bias = cfg->mlp_bias = false;
         cfg->embedding_multiplier = sqrtf((float)cfg->hidden_size);
+        cfg->sandwich_norms = cfg->family == FAMILY_GEMMA2;
         break;
     }
     if (cfg->num_kv_heads <= 0) cfg->num_kv_heads = cfg->num_heads;
@@ -97,6 +99,13 @@ int config_finish(ModelConfig *cfg, const char *source) {
         return err_set("config norm epsilon %g is out of range (%s)", (double)cfg->norm_eps, source);
     if (cfg->positions == POSITIONS_ROPE && !(cfg->rope_theta > 0.0f))
         return err_set("config rope_theta %g must be positive (%s)", (double)cfg->rope_theta, source);
+    if (!(cfg->attn_logit_softcap >= 0.0f && isfinite(cfg->attn_logit_softcap)) ||
+        !(cfg->final_logit_softcap >= 0.0f && isfinite(cfg->final_logit_softcap)))
+        return err_set("config soft caps (attention %g, final %g) must be positive or absent (%s)",
+                       (double)cfg->attn_logit_softcap, (double)cfg->final_logit_softcap, source);
+    if (!(cfg->query_pre_attn_scalar >= 0.0f && isfinite(cfg->query_pre_attn_scalar)))
+        return err_set("config query_pre_attn_scalar %g must be positive (%s)", (double)cfg->query_pre_attn_scalar,
+                       source);
     if (cfg->rope_scaling != ROPE_SCALING_NONE && !(cfg->rope_factor >= 1.0f && isfinite(cfg->rope_factor)))
         return err_set("RoPE scaling factor %g must be at least 1 (%s)", (double)cfg->rope_factor, source);
     if (cfg->rope_scaling == ROPE_SCALING_LLAMA3 &&
@@ -148,7 +157,8 @@ long long config_num_params(const ModelConfig *cfg) {
     long long q = (long long)cfg->num_heads * cfg->head_dim;
     long long kv = (long long)cfg->num_kv_heads * cfg->head_dim;
     long long norm = cfg->norm_bias ? 2 * C : C;
-    long long per_layer = 2 * norm + C * q + 2 * C * kv + q * C;
+    long long per_layer = (cfg->sandwich_norms ? 4 : 2) * norm + C * q + 2 * C * kv + q * C;
+    if (cfg->qk_norm) per_layer += 2LL * cfg->head_dim;
     if (cfg->qkv_bias) per_layer += q + 2 * kv;
     if (cfg->o_bias) per_layer += C;
     per_layer += (cfg->mlp == MLP_GELU ? 2 : 3) * C * I;

@@ -1,7 +1,7 @@
 // The shape of a decoder-only transformer, for every family marlhf runs.
 //
 // One implementation (model/transformer.c) covers GPT-2, Llama (SmolLM2, TinyLlama),
-// Mistral, Qwen2, Qwen3 and Gemma through the switches below. A config comes from a Hugging
+// Mistral, Qwen2, Qwen3, Gemma and Gemma 2 through the switches below. A config comes from a Hugging
 // Face config.json (model/config_hf.c) or from GGUF metadata (model/config_gguf.c).
 #pragma once
 #include <stdbool.h>
@@ -29,11 +29,12 @@ typedef enum {
     FAMILY_QWEN2,
     FAMILY_GEMMA,
     FAMILY_QWEN3, // Qwen2's layout without q/k/v biases, with q/k norms
+    FAMILY_GEMMA2, // Gemma's, with sandwich norms and soft-capped attention scores and logits
 } ModelFamily;
 
 typedef struct {
     ModelFamily family;
-    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma", "qwen3"
+    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma", "qwen3", "gemma2"
 
     int vocab_size;
     int hidden_size;
@@ -63,6 +64,18 @@ typedef struct {
     bool mlp_bias;  // GPT-2
     bool norm_bias; // LayerNorm has a bias (GPT-2)
     bool qk_norm;   // Qwen3: RMSNorm over each head's query and key (weights [head_dim]) before RoPE
+    // Gemma 2: an RMSNorm on the attention block's output and one on the MLP's, each before
+    // its residual add ("post_attention_layernorm", "post_feedforward_layernorm"; the MLP's
+    // input norm is then "pre_feedforward_layernorm").
+    bool sandwich_norms;
+    // Gemma 2's soft caps, 0 where none: each attention score s becomes cap * tanh(s / cap)
+    // before the softmax, each logit z of the LM head cap * tanh(z / cap).
+    float attn_logit_softcap;
+    float final_logit_softcap;
+    // Gemma 2: scores are q.k / sqrt(query_pre_attn_scalar); 0 means head_dim (every other
+    // family). The model scales the queries by sqrt(head_dim / this) and the attention ops
+    // keep their 1 / sqrt(head_dim).
+    float query_pre_attn_scalar;
 
     bool tie_word_embeddings;
     float embedding_multiplier; // Gemma: sqrt(hidden_size); 1 elsewhere

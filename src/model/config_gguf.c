@@ -8,6 +8,12 @@
 #include "core/check.h"
 #include "io/gguf_dequant.h"
 
+float config_gguf_gemma2_query_scalar(const ModelConfig *cfg) {
+    const int head_dim = cfg->head_dim > 0 ? cfg->head_dim : cfg->num_heads > 0 ? cfg->hidden_size / cfg->num_heads : 0;
+    if (cfg->num_layers == 46 && cfg->num_heads > 0) return (float)(cfg->hidden_size / cfg->num_heads);
+    return (float)head_dim;
+}
+
 // "<arch>.<suffix>", the way llama.cpp names per-architecture keys.
 static void arch_key(char *key, size_t size, const char *arch, const char *suffix) {
     snprintf(key, size, "%s.%s", arch, suffix);
@@ -122,7 +128,7 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     char *arch;
     if (gguf_get_string(f, "general.architecture", &arch) < 0) return -1;
     if (strlen(arch) > 64 || config_family_from_name(arch, &cfg->family) < 0) {
-        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, qwen3, gemma or gpt2 (%s)", arch,
+        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, qwen3, gemma, gemma2 or gpt2 (%s)", arch,
                 path);
         free(arch);
         return -1;
@@ -150,6 +156,18 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     cfg->tie_word_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
     if (config_finish(cfg, path) < 0) goto done;
     if (cfg->positions == POSITIONS_ROPE && read_rope_scaling(f, arch, cfg, path) < 0) goto done;
+    if (cfg->family == FAMILY_GEMMA2) {
+        float attn_cap = 50.0f, final_cap = 30.0f; // llama.cpp's defaults when a key is missing
+        arch_key(key, sizeof key, arch, "attn_logit_softcapping");
+        if (gguf_find(f, key) && gguf_get_f32(f, key, &attn_cap) < 0) goto done;
+        arch_key(key, sizeof key, arch, "final_logit_softcapping");
+        if (gguf_find(f, key) && gguf_get_f32(f, key, &final_cap) < 0) goto done;
+        cfg->attn_logit_softcap = attn_cap, cfg->final_logit_softcap = final_cap;
+        cfg->query_pre_attn_scalar = config_gguf_gemma2_query_scalar(cfg);
+        int window = 4096;
+        if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
+        if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+    }
     if (config_finish(cfg, path) < 0) goto done; // checks the scaling too
     // llama.cpp's Gemma converter stores RMSNorm weights as (1 + weight). The config keeps
     // Hugging Face's convention (scale by 1 + w); model/weights_io.c subtracts the 1 when it

@@ -213,7 +213,7 @@ static int read_gpt2(const Json *json, ModelConfig *cfg) {
 
 static int read_activation(const Json *json, const ModelConfig *cfg) {
     const char *act = NULL; // the same
-    if (cfg->family != FAMILY_GEMMA) {
+    if (cfg->family != FAMILY_GEMMA && cfg->family != FAMILY_GEMMA2) {
         if (optional_string(json, "hidden_act", "silu", &act) != 0) return -1;
         if (strcmp(act, "silu") != 0)
             return err_set("config.json field 'hidden_act' is '%s'; %s models must use 'silu' (%s)", act,
@@ -240,6 +240,10 @@ static int read_sliding_window(const Json *json, ModelConfig *cfg) {
         json_t *value = json_object_get(json->root, "sliding_window");
         if (!value) window = 4096; // the transformers default
         else if (optional_int(json, "sliding_window", -1, &window) != 0) return -1;
+    } else if (cfg->family == FAMILY_GEMMA2) {
+        // Gemma 2 alternates sliding-window and global layers; up to the window both are
+        // full causal attention.
+        if (optional_int(json, "sliding_window", 4096, &window) != 0) return -1;
     } else if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) {
         bool used = false;
         if (optional_bool(json, "use_sliding_window", false, &used) != 0) return -1;
@@ -249,8 +253,38 @@ static int read_sliding_window(const Json *json, ModelConfig *cfg) {
     return 0;
 }
 
+// A soft cap: absent is transformers' default, null is none (0).
+static int soft_cap(const Json *json, const char *field, float fallback, float *out) {
+    json_t *value = json_object_get(json->root, field);
+    if (!value) {
+        *out = fallback;
+        return 0;
+    }
+    if (json_is_null(value)) {
+        *out = 0.0f;
+        return 0;
+    }
+    if (number_value(json, field, value, out) != 0) return -1;
+    if (!(*out > 0.0f))
+        return err_set("config.json field '%s' is %g; a soft cap must be positive or null (%s)", field, (double)*out,
+                       json->path);
+    return 0;
+}
+
+// Gemma 2's fields, with transformers' Gemma2Config defaults.
+static int read_gemma2(const Json *json, ModelConfig *cfg) {
+    if (soft_cap(json, "attn_logit_softcapping", 50.0f, &cfg->attn_logit_softcap) ||
+        soft_cap(json, "final_logit_softcapping", 30.0f, &cfg->final_logit_softcap) ||
+        optional_float(json, "query_pre_attn_scalar", 256.0f, &cfg->query_pre_attn_scalar))
+        return -1;
+    if (!(cfg->query_pre_attn_scalar > 0.0f))
+        return err_set("config.json field 'query_pre_attn_scalar' is %g; it must be positive (%s)",
+                       (double)cfg->query_pre_attn_scalar, json->path);
+    return 0;
+}
+
 static int read_llama_like(const Json *json, ModelConfig *cfg) {
-    bool tied_by_default = cfg->family == FAMILY_GEMMA;
+    bool tied_by_default = cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2;
     if (required_int(json, "hidden_size", &cfg->hidden_size) ||
         required_int(json, "num_hidden_layers", &cfg->num_layers) ||
         required_int(json, "num_attention_heads", &cfg->num_heads) ||
@@ -262,8 +296,10 @@ static int read_llama_like(const Json *json, ModelConfig *cfg) {
         optional_float(json, "rms_norm_eps", 1e-6f, &cfg->norm_eps) ||
         optional_bool(json, "tie_word_embeddings", tied_by_default, &cfg->tie_word_embeddings))
         return -1;
+    if (cfg->head_dim == 0 && cfg->family == FAMILY_GEMMA2) cfg->head_dim = 256; // Gemma2Config's default
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
     if (read_rope(json, cfg) || read_activation(json, cfg) || read_sliding_window(json, cfg)) return -1;
+    if (cfg->family == FAMILY_GEMMA2 && read_gemma2(json, cfg) != 0) return -1;
     if (cfg->family == FAMILY_LLAMA) {
         bool mlp_bias = false;
         if (optional_bool(json, "mlp_bias", false, &mlp_bias) != 0) return -1;
@@ -339,8 +375,8 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
         if (rc == 0 && !model_type) rc = missing_field(&json, "model_type");
     }
     if (rc == 0 && config_family_from_name(model_type, &cfg->family) != 0)
-        rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2, qwen3 and "
-                     "gemma (%s)",
+        rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2, qwen3, "
+                     "gemma and gemma2 (%s)",
                      model_type, file_path);
     if (rc == 0) {
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", model_type);
@@ -352,7 +388,8 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
                  ? -1
                  : 0;
     bool attention_bias = false;
-    if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_QWEN3))
+    if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ||
+                    cfg->family == FAMILY_QWEN3))
         rc = optional_bool(&json, "attention_bias", false, &attention_bias);
     // config_finish sets the family's default switches; the file's own come after.
     if (rc == 0) rc = config_finish(cfg, file_path);
@@ -379,6 +416,7 @@ static const struct {
     {FAMILY_QWEN2, "Qwen2", "Qwen2ForCausalLM"},
     {FAMILY_GEMMA, "Gemma", "GemmaForCausalLM"},
     {FAMILY_QWEN3, "Qwen3", "Qwen3ForCausalLM"},
+    {FAMILY_GEMMA2, "Gemma2", "Gemma2ForCausalLM"},
 };
 
 static int family_index(ModelFamily family) {
@@ -397,6 +435,7 @@ const char *config_hf_sequence_classification_architecture(ModelFamily family) {
         [FAMILY_GPT2] = "GPT2ForSequenceClassification",     [FAMILY_LLAMA] = "LlamaForSequenceClassification",
         [FAMILY_MISTRAL] = "MistralForSequenceClassification", [FAMILY_QWEN2] = "Qwen2ForSequenceClassification",
         [FAMILY_GEMMA] = "GemmaForSequenceClassification",     [FAMILY_QWEN3] = "Qwen3ForSequenceClassification",
+        [FAMILY_GEMMA2] = "Gemma2ForSequenceClassification",
     };
     CHECK((unsigned)family < sizeof names / sizeof names[0] && names[family], "unknown family %d", (int)family);
     return names[family];
@@ -429,6 +468,7 @@ static int check_expressible(const ModelConfig *cfg, const char *path) {
         break;
     case FAMILY_LLAMA:
     case FAMILY_GEMMA:
+    case FAMILY_GEMMA2:
         if (cfg->qkv_bias != cfg->o_bias) problem = "q/k/v biases without an output bias (or the reverse)";
         else if (cfg->mlp_bias) problem = "MLP biases";
         break;
@@ -509,9 +549,24 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
         json_object_set_new(root, "rms_norm_eps", json_float(cfg->norm_eps));
         add_rope_fields(root, cfg);
         json_object_set_new(root, "hidden_act",
-                            json_string(cfg->family == FAMILY_GEMMA ? "gelu_pytorch_tanh" : "silu"));
-        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_QWEN3)
+                            json_string(cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ? "gelu_pytorch_tanh"
+                                                                                                    : "silu"));
+        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ||
+            cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "attention_bias", json_boolean(cfg->qkv_bias));
+        if (cfg->family == FAMILY_GEMMA2) {
+            // transformers 4.x reads hidden_activation first; the model attends fully up to
+            // max_position_embeddings, which is therefore the window of its sliding layers.
+            json_object_set_new(root, "hidden_activation", json_string("gelu_pytorch_tanh"));
+            json_object_set_new(root, "query_pre_attn_scalar",
+                                json_float(finished.query_pre_attn_scalar > 0.0f ? finished.query_pre_attn_scalar
+                                                                                 : (float)finished.head_dim));
+            json_object_set_new(root, "attn_logit_softcapping",
+                                cfg->attn_logit_softcap > 0.0f ? json_float(cfg->attn_logit_softcap) : json_null());
+            json_object_set_new(root, "final_logit_softcapping",
+                                cfg->final_logit_softcap > 0.0f ? json_float(cfg->final_logit_softcap) : json_null());
+            json_object_set_new(root, "sliding_window", json_integer(cfg->max_position_embeddings));
+        }
         if (cfg->family == FAMILY_LLAMA) json_object_set_new(root, "mlp_bias", json_false());
         if (cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "sliding_window", json_null());

@@ -1,7 +1,7 @@
 // Hugging Face config.json <-> ModelConfig.
 //
-// Reads the config.json of GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3 and
-// Gemma checkpoints, as transformers 4.x and 5.x write them, and writes config.json
+// Reads the config.json of GPT-2, Llama (SmolLM2, TinyLlama), Mistral, Qwen2, Qwen3, Gemma
+// and Gemma 2 checkpoints, as transformers 4.x and 5.x write them, and writes config.json
 // files that transformers loads into the same model.
 //
 // What the reader accepts, and why (anything else is a user error naming the field):
@@ -11,12 +11,13 @@
 //    which the kernels do not implement); scale_attn_weights must be true and
 //    scale_attn_by_inverse_layer_idx false (other attention scalings are not
 //    implemented); tie_word_embeddings defaults to true.
-//  - llama, mistral, qwen2, qwen3, gemma: hidden_size, num_hidden_layers,
+//  - llama, mistral, qwen2, qwen3, gemma, gemma2: hidden_size, num_hidden_layers,
 //    num_attention_heads, intermediate_size, max_position_embeddings, vocab_size are
 //    required; num_key_value_heads defaults to the head count, head_dim to
 //    hidden_size / heads, rms_norm_eps to 1e-6, rope_theta to 10000.
-//    tie_word_embeddings defaults to false, true for gemma (the transformers
-//    defaults). hidden_act must be "silu"; for gemma "gelu_pytorch_tanh" (or
+//    tie_word_embeddings defaults to false, true for gemma and gemma2 (the transformers
+//    defaults; gemma2's head_dim defaults to 256, as Gemma2Config's). hidden_act must
+//    be "silu"; for gemma and gemma2 "gelu_pytorch_tanh" (or
 //    "gelu_new"), and also the legacy "gelu" of the original Gemma releases, which
 //    transformers maps to the tanh approximation; a non-null "hidden_activation"
 //    (transformers 4.x) takes precedence and must be a tanh form.
@@ -26,10 +27,13 @@
 //    high_freq_factor, original_max_position_embeddings: Llama 3.1/3.2); anything else
 //    (yarn, dynamic, longrope...) is "unsupported rope_scaling". partial_rotary_factor
 //    must be absent or 1.
-//  - attention_bias (llama, gemma, qwen3) turns on the q/k/v and output biases; qwen2
+//  - gemma2: attn_logit_softcapping (default 50) and final_logit_softcapping (default
+//    30), null meaning none; query_pre_attn_scalar (default 256).
+//  - attention_bias (llama, gemma, gemma2, qwen3) turns on the q/k/v and output biases; qwen2
 //    always has q/k/v biases; llama's mlp_bias = true is refused (not implemented).
 //  - Sliding-window attention (mistral "sliding_window", default 4096 as in
-//    transformers; qwen2 only when "use_sliding_window" is true) is not implemented.
+//    transformers; qwen2 only when "use_sliding_window" is true; gemma2's every other
+//    layer, default 4096) is not implemented.
 //    For sequences no longer than the window it equals full causal attention, so
 //    max_position_embeddings is lowered to the window: the model then refuses longer
 //    sequences instead of silently computing something else.

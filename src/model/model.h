@@ -39,6 +39,9 @@ typedef struct {
     float *x_mid;     // residual stream after the attention block
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;
     float *gate, *up, *act; // MLP pre-activations and activation output
+    // Gemma 2's sandwich norms: the o_proj and down_proj outputs (the norms' inputs), the
+    // norms' 1/rms.
+    float *attn_proj, *post_attn_norm_rstd, *mlp_proj, *post_mlp_norm_rstd;
     float *lora_hidden[LORA_TARGETS]; // LoRA: scale * A x per adapter, [N, rank]
     float *dora_z[LORA_TARGETS];      // DoRA: the base result (no bias) + scale * B A x, [N, out]
 } LayerActivations;
@@ -73,6 +76,7 @@ typedef struct {
     float *d_resid, *d_norm_out, *d_hidden;
     float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
     float *dq_raw, *dk_raw; // qk_norm: gradients of the projections before the q/k norms
+    float *d_branch;        // sandwich norms: the gradient of o_proj's or down_proj's output
     float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
     // LoRA dropout: an adapter's dropped input, and its gradient, [N, widest adapted input]
     float *lora_dropped, *d_lora_dropped;

@@ -68,8 +68,16 @@ void param_table_build(ParamTable *table, const ModelConfig *cfg, bool with_lm_h
         if (cfg->qk_norm) ADD("self_attn.k_norm.weight", k_norm_w, cfg->head_dim, 0);
         ADD("self_attn.o_proj.weight", o_w, C, q_dim);
         if (cfg->o_bias) ADD("self_attn.o_proj.bias", o_b, C, 0);
-        ADD("post_attention_layernorm.weight", mlp_norm_w, C, 0);
-        if (cfg->norm_bias) ADD("post_attention_layernorm.bias", mlp_norm_b, C, 0);
+        if (cfg->sandwich_norms) {
+            // Gemma 2 names the norm of the attention output post_attention_layernorm, and
+            // the MLP's input norm pre_feedforward_layernorm.
+            ADD("post_attention_layernorm.weight", post_attn_norm_w, C, 0);
+            ADD("pre_feedforward_layernorm.weight", mlp_norm_w, C, 0);
+            ADD("post_feedforward_layernorm.weight", post_mlp_norm_w, C, 0);
+        } else {
+            ADD("post_attention_layernorm.weight", mlp_norm_w, C, 0);
+            if (cfg->norm_bias) ADD("post_attention_layernorm.bias", mlp_norm_b, C, 0);
+        }
         if (cfg->mlp != MLP_GELU) ADD("mlp.gate_proj.weight", gate_w, I, C);
         ADD("mlp.up_proj.weight", up_w, I, C);
         if (cfg->mlp_bias) ADD("mlp.up_proj.bias", up_b, I, 0);

@@ -21,6 +21,7 @@ typedef struct {
     float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
     float *q_norm_w, *k_norm_w; // Qwen3's per-head q/k RMSNorm weights [head_dim]
     float *mlp_norm_w, *mlp_norm_b;
+    float *post_attn_norm_w, *post_mlp_norm_w; // Gemma 2's norms of the attention and MLP outputs
     float *gate_w; // gated MLPs only
     float *up_w, *up_b, *down_w, *down_b;
     // LoRA adapters, NULL where none: A [rank, in_features], B [out_features, rank]; with

@@ -76,7 +76,8 @@ static void map_hf_gpt2(const ModelConfig *cfg, const ParamEntry *e, int layer, 
 
 static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
                      TensorMap *map) {
-    const bool gemma = cfg->family == FAMILY_GEMMA;
+    // llama.cpp stores Gemma's norm weights w of (1 + w) as 1 + w.
+    const bool gemma = cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2;
     // llama.cpp converts Llama and Mistral checkpoints with permuted q/k rows.
     const bool permuted = cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_MISTRAL;
     const bool fused_qkv = cfg->family == FAMILY_GPT2;
@@ -115,6 +116,23 @@ static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, con
         {"mlp.down_proj.weight", "ffn_down.weight"},
         {"mlp.down_proj.bias", "ffn_down.bias"},
     };
+    // Gemma 2's sandwich norms (model/params.c): its post_attention_layernorm is the norm of
+    // the attention output, its pre_feedforward_layernorm the MLP's input norm.
+    struct {
+        const char *ours, *theirs;
+    } sandwich_names[] = {
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+        {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    };
+    if (cfg->sandwich_norms) {
+        for (size_t i = 0; i < sizeof sandwich_names / sizeof sandwich_names[0]; i++) {
+            if (strcmp(suffix, sandwich_names[i].ours) != 0) continue;
+            map->kind = gemma ? MAP_MINUS_ONE : MAP_COPY;
+            snprintf(map->source, sizeof map->source, "blk.%d.%s", layer, sandwich_names[i].theirs);
+            return;
+        }
+    }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(suffix, names[i].ours) != 0) continue;
         const char *theirs = names[i].theirs;

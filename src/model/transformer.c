@@ -5,6 +5,7 @@
 //   x_{l+1} = x_mid + down(act(gate(norm2(x_mid))) * up(norm2(x_mid)))   (gated MLPs)
 //   x_{l+1} = x_mid + down(gelu(up(norm2(x_mid))))                        (GPT-2)
 // followed, after the last layer, by the final norm, then the LM head and/or value head.
+#include <math.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -25,6 +26,10 @@ void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, boo
 void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                                bool with_value_head) {
     memset(model, 0, sizeof *model);
+    // Gemma 2's soft caps run on the CPU backend only (docs/gemma2.md).
+    if ((cfg->attn_logit_softcap > 0.0f || cfg->final_logit_softcap > 0.0f) && !ops->soft_cap_forward)
+        die_user("%s models (soft-capped attention and logits) run on the CPU only: --device cuda is not built "
+                 "for them", cfg->model_type);
     model->config = *cfg;
     model->ops = ops;
     model->has_lm_head = with_lm_head;
@@ -103,7 +108,8 @@ static void activations_free(Model *model) {
                                 la->q, la->k, la->v, la->q_raw, la->k_raw, la->q_norm_rstd, la->k_norm_rstd,
                                 la->attention_saved, la->att_out, la->x_mid,
                                 la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd,
-                                la->gate, la->up, la->act};
+                                la->gate, la->up, la->act, la->attn_proj, la->post_attn_norm_rstd,
+                                la->mlp_proj, la->post_mlp_norm_rstd};
             for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
                 if (buffers[i]) ops->free(buffers[i]);
             for (int t = 0; t < LORA_TARGETS; t++) {
@@ -121,6 +127,7 @@ static void activations_free(Model *model) {
                        a->d_hidden,   a->dq,             a->dk,            a->dv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
                        a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw,
+                       a->d_branch,
                        a->lora_dropped, a->d_lora_dropped, a->dora_scratch, a->dora_delta, a->dora_base};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
@@ -222,6 +229,12 @@ void model_reserve(Model *model, int B, int T) {
         la->mlp_norm_out = alloc_floats(ops, N * C);
         la->mlp_norm_mean = alloc_floats(ops, N);
         la->mlp_norm_rstd = alloc_floats(ops, N);
+        if (cfg->sandwich_norms) {
+            la->attn_proj = alloc_floats(ops, N * C);
+            la->post_attn_norm_rstd = alloc_floats(ops, N);
+            la->mlp_proj = alloc_floats(ops, N * C);
+            la->post_mlp_norm_rstd = alloc_floats(ops, N);
+        }
         if (cfg->mlp != MLP_GELU) la->gate = alloc_floats(ops, N * I);
         la->up = alloc_floats(ops, N * I);
         la->act = alloc_floats(ops, N * I);
@@ -271,6 +284,7 @@ void model_reserve(Model *model, int B, int T) {
         a->dv = alloc_floats(ops, N * kv_dim);
         a->d_att_out = alloc_floats(ops, N * q_dim);
         if (cfg->qk_norm) a->dq_raw = alloc_floats(ops, N * q_dim), a->dk_raw = alloc_floats(ops, N * kv_dim);
+        if (cfg->sandwich_norms) a->d_branch = alloc_floats(ops, N * C);
         a->d_act = alloc_floats(ops, N * I);
         a->d_gate = alloc_floats(ops, N * I);
         a->d_up = alloc_floats(ops, N * I);
@@ -343,6 +357,13 @@ typedef struct {
                    // that extends a cached prefix); else the batch attends to itself
 } CacheTarget;
 
+// Gemma 2 scores q.k / sqrt(query_pre_attn_scalar); the attention ops divide by sqrt(head_dim),
+// so the queries are scaled by sqrt(head_dim / query_pre_attn_scalar) first (1 elsewhere).
+static float query_scale_of(const ModelConfig *cfg) {
+    if (!(cfg->query_pre_attn_scalar > 0.0f) || cfg->query_pre_attn_scalar == (float)cfg->head_dim) return 1.0f;
+    return sqrtf((float)cfg->head_dim / cfg->query_pre_attn_scalar);
+}
+
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -379,6 +400,8 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
     }
+    const float query_scale = query_scale_of(cfg);
+    if (query_scale != 1.0f) ops->scale(la->q, query_scale, N * q_dim);
     if (target) {
         const KvCache *cache = target->cache;
         // The target rows' first slot, in bytes: every element type has fixed-size slots.
@@ -409,23 +432,27 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         float *out = la->att_out;
         switch (cache->type) {
         case KV_CACHE_F32:
-            if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
-            else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
+            else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
             break;
         case KV_CACHE_F16:
-            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
-            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
+            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
             break;
         case KV_CACHE_Q8_0:
-            if (T == 1) ops->attention_decode_q8(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D);
-            else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D);
+            if (T == 1) ops->attention_decode_q8(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
+            else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
             break;
         }
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
-                               cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
-    model_linear_forward(model, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_O, la->x_mid, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
+                               cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap);
+    // Gemma 2 normalises the block's output before the residual add (sandwich norms).
+    float *attn_proj = cfg->sandwich_norms ? la->attn_proj : la->x_mid;
+    model_linear_forward(model, attn_proj, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
+    lora_forward(model, l, LORA_O, attn_proj, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
+    if (cfg->sandwich_norms)
+        norm_forward(model, la->x_mid, NULL, la->post_attn_norm_rstd, attn_proj, w->post_attn_norm_w, NULL, N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
@@ -439,8 +466,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
-    model_linear_forward(model, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_DOWN, x_out, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
+    float *mlp_proj = cfg->sandwich_norms ? la->mlp_proj : x_out;
+    model_linear_forward(model, mlp_proj, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
+    lora_forward(model, l, LORA_DOWN, mlp_proj, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
+    if (cfg->sandwich_norms)
+        norm_forward(model, x_out, NULL, la->post_mlp_norm_rstd, mlp_proj, w->post_mlp_norm_w, NULL, N);
     ops->accumulate(x_out, la->x_mid, N * C);
 }
 
@@ -573,6 +603,15 @@ static const Q8Matrix *lm_head_quantized(const Model *model) {
     return model->quantized ? &model->quantized->lm_head : NULL;
 }
 
+// The LM head on `rows` rows of hidden states, Gemma 2's final soft cap included.
+static void lm_head_forward(Model *model, float *logits, const float *hidden, long rows, long kernel_rows) {
+    const ModelConfig *cfg = &model->config;
+    model_linear_forward(model, logits, hidden, lm_head_weight(model), lm_head_quantized(model), NULL, rows,
+                         cfg->hidden_size, cfg->vocab_size, kernel_rows);
+    if (cfg->final_logit_softcap > 0.0f)
+        model->ops->soft_cap_forward(logits, rows * cfg->vocab_size, cfg->final_logit_softcap);
+}
+
 static void compute_logits(Model *model) {
     Activations *a = &model->acts;
     CHECK(model->has_lm_head, "model has no LM head");
@@ -587,8 +626,7 @@ static void compute_logits(Model *model) {
         a->lse = alloc_floats(model->ops, capacity_N);
     }
     const long N = (long)a->B * a->T;
-    model_linear_forward(model, a->logits, a->final_out, lm_head_weight(model), lm_head_quantized(model), NULL, N,
-                   cfg->hidden_size, cfg->vocab_size, N);
+    lm_head_forward(model, a->logits, a->final_out, N, N);
     a->logits_valid = true;
 }
 
@@ -653,8 +691,7 @@ static void compact_logprobs(Model *model, const int *targets, float *logp, floa
     int *packed_targets = xmalloc((size_t)(M + 1) * sizeof(int));
     move_head_hidden(model, a->head_hidden, a->final_out, true);
     move_head_rows(a, packed_targets, (void *)targets, sizeof(int), true);
-    model_linear_forward(model, a->logits, a->head_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, M,
-                   (int)C, (int)V, M);
+    lm_head_forward(model, a->logits, a->head_hidden, M, M);
     a->logits_valid = true;
     a->head_compact = true;
     ops->copy_to_device(a->targets, packed_targets, (size_t)M * sizeof(int));
@@ -734,8 +771,7 @@ void model_last_logits(Model *model, float *logits) {
     // (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows. On the CPU only
     // the pages written count, but a GPU allocation is all real memory.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
-    model_linear_forward(model, a->last_logits, a->last_hidden, lm_head_weight(model), lm_head_quantized(model), NULL, B, C,
-                   V, B);
+    lm_head_forward(model, a->last_logits, a->last_hidden, B, B);
     model->ops->copy_to_host(logits, a->last_logits, (size_t)B * V * sizeof(float));
 }
 
@@ -780,12 +816,20 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
 
-    // MLP block: x_{l+1} = x_mid + down(act)
+    // MLP block: x_{l+1} = x_mid + down(act), with sandwich norms x_mid + norm(down(act)):
+    // then d_branch is the gradient of down's output.
+    const float *d_mlp_out = a->d_resid;
+    if (cfg->sandwich_norms) {
+        ops->fill_zero(a->d_branch, N * C);
+        norm_backward(model, a->d_branch, g->post_mlp_norm_w, NULL, a->d_resid, la->mlp_proj, w->post_mlp_norm_w, NULL,
+                      la->post_mlp_norm_rstd, N);
+        d_mlp_out = a->d_branch;
+    }
     ops->fill_zero(a->d_act, N * I);
     model_linear_backward(model, a->d_act, g->down_w, g->down_b,
-                    lora_dora_dout(model, l, LORA_DOWN, a->d_resid, la->dora_z[LORA_DOWN], N), la->act,
+                    lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N), la->act,
                     w->down_w, qz ? &qz->down : NULL, N, I, C);
-    lora_backward(model, l, LORA_DOWN, a->d_act, a->d_resid, la->act, la->lora_hidden[LORA_DOWN], N);
+    lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
     ops->fill_zero(a->d_up, N * I);
     ops->fill_zero(a->d_norm_out, N * C);
     if (cfg->mlp == MLP_GELU) {
@@ -808,18 +852,27 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
                   w->mlp_norm_w, la->mlp_norm_mean, la->mlp_norm_rstd, N);
 
-    // Attention block: x_mid = x_l + o_proj(att_out)
+    // Attention block: x_mid = x_l + o_proj(att_out) (sandwich: x_l + norm(o_proj(att_out)))
+    const float *d_attn_out = a->d_resid;
+    if (cfg->sandwich_norms) {
+        ops->fill_zero(a->d_branch, N * C);
+        norm_backward(model, a->d_branch, g->post_attn_norm_w, NULL, a->d_resid, la->attn_proj, w->post_attn_norm_w,
+                      NULL, la->post_attn_norm_rstd, N);
+        d_attn_out = a->d_branch;
+    }
     ops->fill_zero(a->d_att_out, N * q_dim);
     model_linear_backward(model, a->d_att_out, g->o_w, g->o_b,
-                    lora_dora_dout(model, l, LORA_O, a->d_resid, la->dora_z[LORA_O], N), la->att_out,
+                    lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C);
-    lora_backward(model, l, LORA_O, a->d_att_out, a->d_resid, la->att_out, la->lora_hidden[LORA_O], N);
+    lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
     ops->fill_zero(a->dv, N * kv_dim);
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
-                            cfg->head_dim);
+                            cfg->head_dim, cfg->attn_logit_softcap);
+    const float query_scale = query_scale_of(cfg);
+    if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
         ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
@@ -881,7 +934,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         }
         free(packed);
         ops->logprob_backward(a->logits, dlogp_device, dentropy_device, a->targets, a->lse,
-                              (int)M, cfg->vocab_size);
+                              (int)M, cfg->vocab_size, cfg->final_logit_softcap);
         a->logits_valid = false; // the buffer now holds d logits
         float *d_lm_head = model->gradients.lm_head ? model->gradients.lm_head
                                                     : model->gradients.tok_emb;

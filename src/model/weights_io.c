@@ -583,6 +583,12 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
                                 (uint32_t)cfg->rope_original_max_positions);
         }
     }
+    if (cfg->family == FAMILY_GEMMA2) {
+        // llama.cpp's keys; its sliding layers' window is the context marlhf attends over.
+        gguf_writer_add_f32(w, ARCH_KEY("attn_logit_softcapping"), cfg->attn_logit_softcap);
+        gguf_writer_add_f32(w, ARCH_KEY("final_logit_softcapping"), cfg->final_logit_softcap);
+        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->max_position_embeddings);
+    }
 #undef ARCH_KEY
 }
 
@@ -590,6 +596,17 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
+    if (cfg->family == FAMILY_GEMMA2) {
+        // A GGUF file has no key for it: llama.cpp (and model/config_gguf.c) infer it.
+        float inferred = config_gguf_gemma2_query_scalar(cfg);
+        float own = cfg->query_pre_attn_scalar > 0.0f ? cfg->query_pre_attn_scalar : (float)cfg->head_dim;
+        if (own != inferred)
+            return err_set("a gemma2 model whose query_pre_attn_scalar (%g) is not the %g llama.cpp infers for its "
+                           "shape cannot be written as GGUF (%s)", (double)own, (double)inferred, path);
+        if (cfg->attn_logit_softcap <= 0.0f || cfg->final_logit_softcap <= 0.0f)
+            return err_set("a gemma2 model without both soft caps cannot be written as GGUF: llama.cpp always "
+                           "applies them (%s)", path);
+    }
     float *params = xmalloc((size_t)model->table.total * sizeof(float));
     model_params_to_host(model, params, model->table.total);
     lora_merge(model, params);

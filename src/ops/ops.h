@@ -183,19 +183,19 @@ typedef struct OpsBackend {
     long (*attention_saved_size)(int B, int T, int n_heads, int head_dim);
     void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
-                              int n_kv_heads, int head_dim);
+                              int n_kv_heads, int head_dim, float softcap);
     // out is the forward's output for the same inputs.
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *saved, const float *q,
                                const float *k, const float *v, const int *row_start, int B,
-                               int T, int n_heads, int n_kv_heads, int head_dim);
+                               int T, int n_heads, int n_kv_heads, int head_dim, float softcap);
 
     // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
     // attends to cache slots [row_start[b], length) of its row. The caches are
     // [B, capacity, n_kv_heads*hd]; the new token's K/V are already at slot length-1.
     void (*attention_decode)(float *out, const float *q, const float *k_cache,
                              const float *v_cache, const int *row_start, int B, int capacity,
-                             int length, int n_heads, int n_kv_heads, int head_dim);
+                             int length, int n_heads, int n_kv_heads, int head_dim, float softcap);
     // Copies rows [0, T) of each of the B rows of x ([B*T, width]) into slots
     // [slot, slot+T) of a cache [B, capacity, width].
     void (*cache_write)(float *cache, const float *x, int B, int T, int capacity, int slot,
@@ -208,7 +208,7 @@ typedef struct OpsBackend {
                             int width);
     void (*attention_decode_f16)(float *out, const float *q, const uint16_t *k_cache,
                                  const uint16_t *v_cache, const int *row_start, int B, int capacity,
-                                 int length, int n_heads, int n_kv_heads, int head_dim);
+                                 int length, int n_heads, int n_kv_heads, int head_dim, float softcap);
     // Several new slots per row against the cache (a prompt that continues a cached
     // prefix, marlhf serve's prompt cache): the B x T queries (q, out: [B*T, n_heads*hd])
     // sit at slots [first_slot, first_slot + T) of their rows, whose keys and values are
@@ -216,10 +216,10 @@ typedef struct OpsBackend {
     // attention_decode is the case T = 1. NULL on a backend without it (no prompt cache).
     void (*attention_extend)(float *out, const float *q, const float *k_cache, const float *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim);
+                             int n_kv_heads, int head_dim, float softcap);
     void (*attention_extend_f16)(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                  const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                                 int n_kv_heads, int head_dim);
+                                 int n_kv_heads, int head_dim, float softcap);
 
     // The same three for a cache of Q8_0 blocks (--kv-cache q8_0, inference only; slots laid
     // out as kv_q8_slot_bytes above, `capacity` slots per row): cache_write_q8 quantizes each
@@ -231,10 +231,10 @@ typedef struct OpsBackend {
                            int head_dim);
     void (*attention_decode_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                                int head_dim);
+                                int head_dim, float softcap);
     void (*attention_extend_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                                int n_kv_heads, int head_dim);
+                                int n_kv_heads, int head_dim, float softcap);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,
@@ -282,10 +282,15 @@ typedef struct OpsBackend {
     void (*logprob_forward)(float *logp, float *lse, int *top1, float *entropy,
                             const float *logits, const int *targets, int N, int V);
     // Overwrites logits with d(loss)/d(logits) where loss = sum_i dlogp[i]*logp[i]
-    // + dentropy[i]*entropy[i] (either may be NULL).
+    // + dentropy[i]*entropy[i] (either may be NULL). softcap > 0: the logits are
+    // cap * tanh(raw / cap) (soft_cap_forward), and the gradient is the raw logits' one,
+    // each element times 1 - (logit / cap)^2; 0 for none.
     void (*logprob_backward)(float *logits_to_dlogits, const float *dlogp,
                              const float *dentropy, const int *targets, const float *lse,
-                             int N, int V);
+                             int N, int V, float softcap);
+    // x[i] = cap * tanh(x[i] / cap), i < n (Gemma 2's final logits). NULL on a backend
+    // without it (model_init refuses a soft-capped model there).
+    void (*soft_cap_forward)(float *x, long n, float cap);
     // For each row i: collision[i] = -log sum_v p_v^2 with p = softmax(logits[i]), the Renyi
     // entropy of order 2 (= 2 logsumexp(z) - logsumexp(2 z)). WPO's per-pair weight
     // (train/dpo.c) divides each token's probability by sum_v p_v^2. No backward: WPO

@@ -239,11 +239,11 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *out_gpu = xmalloc(q_n * 4);
-    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D);
+    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f);
     float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
-    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f);
     gpu->copy_to_host(out_gpu, d_out, q_n * 4);
     char what[160];
     double error = relative_error(out_gpu, out, q_n);
@@ -269,8 +269,8 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     float *dq = random_host(q_n, 1), *dk = random_host(kv_n, 1), *dv = random_host(kv_n, 1); // accumulate onto
     float *d_dout = gpu_floats(dout, q_n), *d_dq = gpu_floats(dq, q_n), *d_dk = gpu_floats(dk, kv_n), *d_dv = gpu_floats(dv, kv_n);
     float *dq0 = copy_host(dq, q_n), *dk0 = copy_host(dk, kv_n), *dv0 = copy_host(dv, kv_n);
-    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D);
-    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D);
+    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f);
+    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f);
     // Compare the added gradient (result minus the starting values), the part the op computes.
     float *got = xmalloc(q_n * 4);
     struct { const char *name; float *device, *want, *start; long n; } grads[] = {
@@ -291,7 +291,7 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     for (int run = 0; run < 2; run++) {
         runs[run][0] = gpu_floats(zeros, q_n), runs[run][1] = gpu_floats(zeros, kv_n), runs[run][2] = gpu_floats(zeros, kv_n);
         gpu->attention_backward(runs[run][0], runs[run][1], runs[run][2], d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs,
-                                B, T, H, KV, D);
+                                B, T, H, KV, D, 0.0f);
     }
     for (int g = 0; g < 3; g++) {
         long n = g == 0 ? q_n : kv_n;
@@ -330,11 +330,11 @@ static void test_attention_decode_and_cache(void) {
     const long cache_n = (long)B * capacity * KV * D;
     float *kc = random_host(cache_n, 1), *vc = random_host(cache_n, 1), *q = random_host((long)B * H * D, 1);
     float *out = xmalloc((size_t)B * H * D * 4);
-    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
     float *d_kc = gpu_floats(kc, cache_n), *d_vc = gpu_floats(vc, cache_n), *d_q = gpu_floats(q, (long)B * H * D);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
-    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
     expect_match("attention_decode", d_out, out, (long)B * H * D, TOL_FP32);
 
     float *x = random_host((long)B * T * KV * D, 1);
@@ -374,11 +374,11 @@ static void test_attention_decode_f16(void) {
     printf("# %-34s %ld of %ld halves differ (tolerance 0)\n", "cache_write_f16", differ, cache_n);
     EXPECT(differ == 0, "cache_write_f16: %ld halves differ from the CPU's", differ);
     float *out = xmalloc((size_t)B * H * D * 4);
-    cpu->attention_decode_f16(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+    cpu->attention_decode_f16(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
     float *d_q = gpu_floats(q, (long)B * H * D);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
-    gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+    gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
     expect_match("attention_decode_f16", d_out, out, (long)B * H * D, TOL_FP32);
     // attention_extend (serve's prompt cache): 7 queries per row at slots [250, 257) of both
     // caches, against the CPU's.
@@ -389,13 +389,13 @@ static void test_attention_decode_f16(void) {
     int *d_es = gpu_ints(extend_start, B);
     float *d_kf = gpu_floats(keys, x_n), *d_vf = gpu_floats(values, x_n);
     // The float cache here is the keys and values as written ([B, length] rows, capacity = length).
-    cpu->attention_extend(out_ext, q_ext, keys, values, extend_start, B, T, length, first_slot, H, KV, D);
+    cpu->attention_extend(out_ext, q_ext, keys, values, extend_start, B, T, length, first_slot, H, KV, D, 0.0f);
     float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-    gpu->attention_extend(d_out_ext, d_q_ext, d_kf, d_vf, d_es, B, T, length, first_slot, H, KV, D);
+    gpu->attention_extend(d_out_ext, d_q_ext, d_kf, d_vf, d_es, B, T, length, first_slot, H, KV, D, 0.0f);
     expect_match("attention_extend", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
-    cpu->attention_extend_f16(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D);
+    cpu->attention_extend_f16(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f);
     d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-    gpu->attention_extend_f16(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D);
+    gpu->attention_extend_f16(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f);
     expect_match("attention_extend_f16", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
     gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kf), gpu->free(d_vf);
     free(q_ext), free(out_ext);
@@ -427,11 +427,11 @@ static void test_attention_decode_q8(void) {
         printf("# %-34s head_dim %d: %ld of %ld bytes differ (tolerance 0)\n", "cache_write_q8", D, differ, cache_bytes);
         EXPECT(differ == 0, "cache_write_q8 (head_dim %d): %ld bytes differ from the CPU's", D, differ);
         float *out = xmalloc((size_t)B * H * D * 4);
-        cpu->attention_decode_q8(out, q, kc, vc, row_start, B, capacity, length, H, KV, D);
+        cpu->attention_decode_q8(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
         float *d_q = gpu_floats(q, (long)B * H * D);
         int *d_rs = gpu_ints(row_start, B);
         float *d_out = gpu->alloc((size_t)B * H * D * 4);
-        gpu->attention_decode_q8(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D);
+        gpu->attention_decode_q8(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
         char what[64];
         snprintf(what, sizeof what, "attention_decode_q8 head_dim %d", D);
         expect_match(what, d_out, out, (long)B * H * D, TOL_FP32);
@@ -440,9 +440,9 @@ static void test_attention_decode_q8(void) {
         float *q_ext = random_host((long)B * T * H * D, 2), *out_ext = xmalloc((size_t)B * T * H * D * 4);
         float *d_q_ext = gpu_floats(q_ext, (long)B * T * H * D);
         int *d_es = gpu_ints(extend_start, B);
-        cpu->attention_extend_q8(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D);
+        cpu->attention_extend_q8(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f);
         float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-        gpu->attention_extend_q8(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D);
+        gpu->attention_extend_q8(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f);
         snprintf(what, sizeof what, "attention_extend_q8 head_dim %d", D);
         expect_match(what, d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
         gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kc), gpu->free(d_vc), gpu->free(d_keys), gpu->free(d_values);
@@ -549,8 +549,8 @@ static void test_logprob_and_value_head(void) {
 
     float *dlogp = random_host(N, 1), *dentropy = random_host(N, 1);
     float *d_dlogp = gpu_floats(dlogp, N), *d_dentropy = gpu_floats(dentropy, N);
-    cpu->logprob_backward(logits, dlogp, dentropy, targets, lse, N, V);
-    gpu->logprob_backward(d_logits, d_dlogp, d_dentropy, d_targets, d_lse, N, V);
+    cpu->logprob_backward(logits, dlogp, dentropy, targets, lse, N, V, 0.0f);
+    gpu->logprob_backward(d_logits, d_dlogp, d_dentropy, d_targets, d_lse, N, V, 0.0f);
     expect_match("logprob_backward", d_logits, logits, (long)N * V, TOL_FP32);
 
     float *hidden = random_host((long)N * C, 1), *w = random_host(C, 1);

@@ -50,7 +50,7 @@ static void softmax_in_place(float *s, int n) {
 // the instruction (the same bits: its sums are fmaf chains) and is not checked access by
 // access; cpu_attention_forward checks the whole ranges it is given (core/sanitizer.h).
 FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
-                            int q_stride, int kv_stride, int head_dim, float scale, float *keys_t) {
+                            int q_stride, int kv_stride, int head_dim, float scale, float softcap, float *keys_t) {
     const int n_keys = T - start, width = round_up(n_keys, LANES);
     // keys_t[c][j] = K[start + j][c]; zero past the last key, so a block that runs over the
     // end computes scores nobody reads from zeros.
@@ -90,6 +90,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
             const int valid = n - j0 < LANES ? n - j0 : LANES;
             for (int l = 0; l < valid; l++) p[j0 + l] = acc[l] * scale;
         }
+        cpu_soft_cap(p, n, softcap);
         softmax_in_place(p, n);
         memset(p_row, 0, (size_t)start * sizeof(float));
         memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
@@ -116,7 +117,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,
-                           int n_kv_heads, int head_dim) {
+                           int n_kv_heads, int head_dim, float softcap) {
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -135,7 +136,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
             attend_one_head(out + (long)b * T * q_stride + h * head_dim, probs + (long)bh * T * T,
                             q + (long)b * T * q_stride + h * head_dim, k + (long)b * T * kv_stride + kv_head * head_dim,
                             v + (long)b * T * kv_stride + kv_head * head_dim, start, T, q_stride, kv_stride, head_dim,
-                            scale, keys_t);
+                            scale, softcap, keys_t);
         }
         free(keys_t);
     }
@@ -147,17 +148,19 @@ long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim) {
     return (long)B * n_heads * T * T; // the probabilities
 }
 
-// out is not needed here: the saved probabilities carry everything.
+// out is not needed here: the saved probabilities carry everything but, under a soft cap,
+// the capped scores' slopes 1 - tanh^2(s / cap), which it recomputes from Q K^T.
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                            int head_dim) {
+                            int head_dim, float softcap) {
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
 #pragma omp parallel
     {
         float *dscores = xaligned_alloc((size_t)T * T * sizeof(float));
+        float *slopes = softcap > 0.0f ? xaligned_alloc((size_t)T * T * sizeof(float)) : NULL;
 #pragma omp for schedule(static)
         for (int bkv = 0; bkv < B * n_kv_heads; bkv++) {
             int b = bkv / n_kv_heads, kv_head = bkv % n_kv_heads;
@@ -177,6 +180,14 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                 // dP = dO V^T, then the softmax backward turns it into dS in place.
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, 1.0f, dO,
                             q_stride, V, kv_stride, 0.0f, dscores, T);
+                if (slopes) { // d(cap tanh(s / cap)) / ds = 1 - tanh^2(s / cap)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, scale, Q, q_stride, K,
+                                kv_stride, 0.0f, slopes, T);
+                    for (long i = 0; i < (long)T * T; i++) {
+                        const float capped = tanhf(slopes[i] / softcap);
+                        slopes[i] = 1.0f - capped * capped;
+                    }
+                }
                 for (int t = 0; t < T; t++) {
                     float *ds = dscores + (long)t * T;
                     const float *p = P + (long)t * T;
@@ -189,6 +200,8 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                     float dotf = (float)dot;
                     for (int j = 0; j < start; j++) ds[j] = 0.0f;
                     for (int j = start; j <= t; j++) ds[j] = p[j] * (ds[j] - dotf);
+                    if (slopes)
+                        for (int j = start; j <= t; j++) ds[j] *= slopes[(long)t * T + j];
                     for (int j = t + 1; j < T; j++) ds[j] = 0.0f;
                 }
                 // scores = scale * Q K^T:  dQ += scale dS K;  dK += scale dS^T Q
@@ -199,5 +212,6 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
             }
         }
         free(dscores);
+        free(slopes);
     }
 }

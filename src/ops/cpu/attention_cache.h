@@ -76,7 +76,7 @@ static inline void cache_head_to_floats(float *dst, const void *cache, CacheElem
 // half and Q8_0 caches (below).
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                            int n_heads, int n_kv_heads, int head_dim);
+                            int n_heads, int n_kv_heads, int head_dim, float softcap);
 // Which kernels the decode and extend ops run, from MARLHF_CPU_ATTENTION (read once, at the
 // first attention; any other value is refused): auto (or unset) runs the grouped decode
 // step for float32 caches, the per-head one for half and Q8_0 caches (measured no faster
@@ -89,4 +89,4 @@ CpuAttentionKernel cpu_attention_kernel(void);
 // attends to slots [row_start[b], first_slot + t]; T > 1.
 void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 CacheElementType type, const int *row_start, int B, int T, int capacity,
-                                int first_slot, int n_heads, int n_kv_heads, int head_dim);
+                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap);

@@ -367,7 +367,7 @@ static CacheShape cache_shape(const void *k_cache, const void *v_cache, CacheEle
 // a decode step is T = 1. Each (row, query, head) reads its keys and values itself.
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                            int n_heads, int n_kv_heads, int head_dim) {
+                            int n_heads, int n_kv_heads, int head_dim, float softcap) {
     const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
     const int kv_width = shape.kv_width, q_width = shape.q_width, group = shape.group;
     const float scale = shape.scale;
@@ -390,13 +390,14 @@ void cpu_attention_per_head(float *out, const float *q, const void *k_cache, con
             const long scales_at = q8_values + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
             const Q8Slots q8_keys = {(const char *)k_cache + first_record, q8_slot, values_at, scales_at};
             const Q8Slots q8_vals = {(const char *)v_cache + first_record, q8_slot, values_at, scales_at};
-            float max_score = -INFINITY;
-            for (int j = 0; j < n; j++) {
+            for (int j = 0; j < n; j++)
                 scores[j] = scale * (q8 ? q8_dot_product(query, q8_slot_values(q8_keys, j), q8_slot_scales(q8_keys, j),
                                                          head_dim)
                                         : dot_product(query, keys, first + (long)j * kv_width, head_dim));
+            cpu_soft_cap(scores, n, softcap);
+            float max_score = -INFINITY;
+            for (int j = 0; j < n; j++)
                 if (scores[j] > max_score) max_score = scores[j];
-            }
             for (int j = 0; j < n; j++) scores[j] -= max_score;
             exp_nonpositive(scores, n);
             double sum = 0;
@@ -525,7 +526,7 @@ static void group_lanes_plain(int heads, float *out, int head_dim, const float *
 // to slots [row_start[b], length).
 static void attention_decode_grouped(float *out, const float *q, const void *k_cache, const void *v_cache,
                                      CacheElementType type, const int *row_start, int B, int capacity, int length,
-                                     int n_heads, int n_kv_heads, int head_dim) {
+                                     int n_heads, int n_kv_heads, int head_dim, float softcap) {
     const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
     const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
     // The lanes the per-head kernels give to fused multiply-adds: whole blocks of 64 lanes
@@ -590,6 +591,7 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
         for (long item = 0; item < (long)B * n_heads; item++) {
             const int b = (int)(item / n_heads), n = length - (row_start ? row_start[b] : 0);
             float *row = scores + item * length;
+            cpu_soft_cap(row, n, softcap);
             float max_score = -INFINITY;
             for (int j = 0; j < n; j++)
                 if (row[j] > max_score) max_score = row[j];
@@ -652,47 +654,47 @@ CpuAttentionKernel cpu_attention_kernel(void) {
 // Longer extensions are tiled unless MARLHF_CPU_ATTENTION=per-head.
 static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
                              CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                             int n_heads, int n_kv_heads, int head_dim) {
+                             int n_heads, int n_kv_heads, int head_dim, float softcap) {
     const CpuAttentionKernel kernel = cpu_attention_kernel();
     const bool grouped =
         kernel == CPU_ATTENTION_GROUPED || (kernel == CPU_ATTENTION_AUTO && type == ELEMENTS_F32);
     if (T == 1 && grouped)
         attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
-                                 n_kv_heads, head_dim);
+                                 n_kv_heads, head_dim, softcap);
     else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD)
         cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
-                               n_kv_heads, head_dim);
+                               n_kv_heads, head_dim, softcap);
     else
         cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
-                                   n_kv_heads, head_dim);
+                                   n_kv_heads, head_dim, softcap);
 }
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
-                          int n_kv_heads, int head_dim) {
+                          int n_kv_heads, int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim) {
+                              int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                          int head_dim) {
+                          int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim) {
+                              int n_kv_heads, int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {
@@ -712,16 +714,16 @@ void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capa
 
 void cpu_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                             int head_dim) {
+                             int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim) {
+                             int n_kv_heads, int head_dim, float softcap) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim);
+                     head_dim, softcap);
 }
 
 void cpu_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,

@@ -122,7 +122,7 @@ FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_weight
 static void extend_query_tile(float *out, const float *q, const void *k_cache, const void *v_cache,
                               CacheElementType type, int start, int b, int kv_head, int t0, int count, int T,
                               int capacity, int first_slot, int n_heads, int n_kv_heads, int head_dim,
-                              const ExtendTiles *tiles) {
+                              float softcap, const ExtendTiles *tiles) {
     const int group = n_heads / n_kv_heads, q_width = n_heads * head_dim;
     const int rows = count * group, padded_rows = (rows + ROW_BLOCK - 1) / ROW_BLOCK * ROW_BLOCK;
     const int lanes = (head_dim + 15) / 16 * 16;
@@ -165,12 +165,11 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
                 memset(row, 0, KEY_TILE * sizeof(float));
                 continue;
             }
+            for (int k = 0; k < visible; k++) row[k] *= scale;
+            cpu_soft_cap(row, visible, softcap);
             float tile_max = -INFINITY;
 #pragma omp simd reduction(max : tile_max)
-            for (int k = 0; k < visible; k++) {
-                row[k] *= scale;
-                tile_max = fmaxf(tile_max, row[k]);
-            }
+            for (int k = 0; k < visible; k++) tile_max = fmaxf(tile_max, row[k]);
             if (tile_max > tiles->row_max[r]) { // rescale what the earlier tiles summed
                 const float factor = expf(tiles->row_max[r] - tile_max); // 0 on the first tile
                 for (int e = 0; e < lanes; e++) acc[e] *= factor;
@@ -201,7 +200,7 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
 
 void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 CacheElementType type, const int *row_start, int B, int T, int capacity,
-                                int first_slot, int n_heads, int n_kv_heads, int head_dim) {
+                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap) {
     CHECK(head_dim <= 512, "attention_extend: head_dim %d is over 512", head_dim);
     const int group = n_heads / n_kv_heads, lanes = (head_dim + 15) / 16 * 16;
     const int query_tiles = (T + QUERY_TILE - 1) / QUERY_TILE;
@@ -224,7 +223,7 @@ void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache,
             const int b = (int)(item / query_tiles / n_kv_heads);
             const int t0 = tile * QUERY_TILE, count = T - t0 < QUERY_TILE ? T - t0 : QUERY_TILE;
             extend_query_tile(out, q, k_cache, v_cache, type, row_start ? row_start[b] : 0, b, kv_head, t0, count, T,
-                              capacity, first_slot, n_heads, n_kv_heads, head_dim, &tiles);
+                              capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap, &tiles);
         }
         free(tiles.queries), free(tiles.keys_t), free(tiles.values), free(tiles.scores), free(tiles.acc);
         free(tiles.row_max), free(tiles.row_sum);

@@ -127,6 +127,7 @@ const OpsBackend ops_cpu = {
     .dora_backward = cpu_dora_backward,
     .logprob_forward = cpu_logprob_forward,
     .logprob_backward = cpu_logprob_backward,
+    .soft_cap_forward = cpu_soft_cap_forward,
     .collision_entropy_forward = cpu_collision_entropy_forward,
     .value_head_forward = cpu_value_head_forward,
     .value_head_backward = cpu_value_head_backward,

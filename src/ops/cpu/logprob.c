@@ -53,8 +53,10 @@ void cpu_collision_entropy_forward(float *collision, const float *logits, int N,
 
 // d logp / d z_v = [v == target] - p_v
 // d H / d z_v    = -p_v (z_v - lse + H)
+// Under a soft cap z = cap tanh(r / cap), d z / d r = 1 - (z / cap)^2: each element's
+// gradient times that slope (1 without a cap, which changes no bit).
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
-                          const int *targets, const float *lse, int N, int V) {
+                          const int *targets, const float *lse, int N, int V, float softcap) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *z = logits_to_dlogits + (long)i * V;
@@ -67,14 +69,28 @@ void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const fl
             for (int v = 0; v < V; v++) expected_logit += exp(z[v] - row_lse) * z[v];
             row_entropy = row_lse - expected_logit;
         }
+        float target_slope = 1.0f;
+        if (softcap > 0.0f && g_logp != 0.0f) {
+            const float capped = z[targets[i]] / softcap;
+            target_slope = 1.0f - capped * capped;
+        }
         for (int v = 0; v < V; v++) {
             double p = exp(z[v] - row_lse);
             double grad = -g_logp * p;
             if (g_entropy != 0.0f) grad += -g_entropy * p * (z[v] - row_lse + row_entropy);
+            if (softcap > 0.0f) {
+                const double capped = z[v] / softcap;
+                grad *= 1.0 - capped * capped;
+            }
             z[v] = (float)grad;
         }
-        if (g_logp != 0.0f) z[targets[i]] += g_logp;
+        if (g_logp != 0.0f) z[targets[i]] += g_logp * target_slope;
     }
+}
+
+void cpu_soft_cap_forward(float *x, long n, float cap) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
 void cpu_value_head_forward(float *values, const float *hidden, const float *weight, int N,

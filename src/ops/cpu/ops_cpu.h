@@ -7,9 +7,17 @@
 // gradients) are parallel over columns and sequential over rows. Results therefore do not
 // depend on the number of threads, except through OpenBLAS's own partitioning.
 #pragma once
+#include <math.h>
 #include <stdbool.h>
 
 #include "ops/ops.h"
+
+// Gemma 2's soft cap of attention scores (the attention ops' `softcap`): each of scores[0, n)
+// becomes cap * tanh(score / cap), before the softmax; cap 0 leaves them as they are.
+static inline void cpu_soft_cap(float *scores, int n, float cap) {
+    if (cap > 0.0f)
+        for (int j = 0; j < n; j++) scores[j] = cap * tanhf(scores[j] / cap);
+}
 
 void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
                            const float *tok_emb, const float *pos_emb, int N, int C, float scale);
@@ -63,35 +71,35 @@ void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int 
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,
-                           int n_kv_heads, int head_dim);
+                           int n_kv_heads, int head_dim, float softcap);
 long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                            int head_dim);
+                            int head_dim, float softcap);
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
-                          int n_kv_heads, int head_dim);
+                          int n_kv_heads, int head_dim, float softcap);
 void cpu_cache_write(float *cache, const float *x, int B, int T, int capacity, int slot, int width);
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim);
+                              int head_dim, float softcap);
 void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width);
 void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                          int head_dim);
+                          int head_dim, float softcap);
 void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim);
+                              int n_kv_heads, int head_dim, float softcap);
 void cpu_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
                         int head_dim);
 void cpu_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                             int head_dim);
+                             int head_dim, float softcap);
 void cpu_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim);
+                             int n_kv_heads, int head_dim, float softcap);
 // IEEE half <-> float, round to nearest even (ops/cpu/attention_decode.c).
 uint16_t cpu_float_to_half(float value);
 float cpu_half_to_float(uint16_t half);
@@ -108,7 +116,8 @@ void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                          const float *logits, const int *targets, int N, int V);
 void cpu_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
-                          const int *targets, const float *lse, int N, int V);
+                          const int *targets, const float *lse, int N, int V, float softcap);
+void cpu_soft_cap_forward(float *x, long n, float cap);
 void cpu_value_head_forward(float *values, const float *hidden, const float *weight, int N,
                             int C);
 void cpu_value_head_backward(float *dhidden, float *dweight, const float *dvalues,

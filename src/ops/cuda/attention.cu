@@ -181,7 +181,8 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
 
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
-                            int n_kv_heads, int head_dim) {
+                            int n_kv_heads, int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -214,7 +215,8 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                             int head_dim) {
+                             int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -290,42 +292,48 @@ static attention_cached::Q8Slots q8_slots(const void *cache, int n_kv_heads, int
 
 void cuda_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                           int head_dim) {
+                           int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                               int head_dim) {
+                               int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim) {
+                              int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                           int n_kv_heads, int head_dim) {
+                           int n_kv_heads, int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                               int n_kv_heads, int head_dim) {
+                               int n_kv_heads, int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
 }
 
 void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim) {
+                              int n_kv_heads, int head_dim, float softcap) {
+    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
                             row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
 }

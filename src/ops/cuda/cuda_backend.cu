@@ -180,6 +180,7 @@ extern "C" const OpsBackend ops_cuda = {
     .dora_backward = cuda_dora_backward,
     .logprob_forward = cuda_logprob_forward,
     .logprob_backward = cuda_logprob_backward,
+    .soft_cap_forward = NULL, // Gemma 2's soft caps are not built here: model_init refuses such a model
     .collision_entropy_forward = cuda_collision_entropy_forward,
     .value_head_forward = cuda_value_head_forward,
     .value_head_backward = cuda_value_head_backward,

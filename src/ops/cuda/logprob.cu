@@ -113,7 +113,8 @@ __global__ static void logprob_backward_kernel(float *z_to_dz, const float *dlog
 }
 
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
-                           const int *targets, const float *lse, int N, int V) {
+                           const int *targets, const float *lse, int N, int V, float softcap) {
+    CHECK(softcap == 0.0f, "logit soft-capping (Gemma 2) is not built for the CUDA backend");
     if (N == 0) return;
     logprob_backward_kernel<<<N, ROW_THREADS>>>(logits_to_dlogits, dlogp, dentropy, targets, lse, V);
     CUDA_CHECK_LAUNCH();
