@@ -11,7 +11,8 @@
 // short Q8_0 block, no whole vector of 64); contexts 1, 31, 32, 33, 100 and 1000 (around
 // the extension's key tiles of 32, past the decode step's key blocks of 256); three rows, left-padded as the batch decode pads them
 // (rows starting at slot 0, halfway and at the last slot). Queries spread to +-6 and keys
-// to +-1.5, so the softmaxes are sharp.
+// to +-1.5, so the softmaxes are sharp. test_soft_cap runs a few of the shapes again with
+// Gemma 2's soft cap on the scores (every kernel and the reference cap them).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static const int head_dims[] = {64, 128, 80, 24};
 static const int contexts[] = {1, 31, 32, 33, 100, 1000};
 enum { RATIOS = 5, HEAD_DIMS = 4, CONTEXTS = 6, TYPES = 3, KV_HEADS = 2, ROWS = 3 };
 static const char *type_names[] = {"f32", "f16", "q8_0"};
+static float soft_cap = 0.0f; // the attention ops' softcap: test_soft_cap sets it
 
 // A cache of `type` holding keys or values x ([ROWS * capacity, kv_width] floats), and the
 // floats it holds (the halves or Q8_0 values as read back).
@@ -85,6 +87,7 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
                     for (int d = 0; d < head_dim; d++)
                         dot += (double)query[d] * k[((long)b * capacity + j) * kv_width + head_at + d];
                     scores[j] = dot / sqrt(head_dim);
+                    if (soft_cap > 0.0f) scores[j] = soft_cap * tanh(scores[j] / soft_cap);
                     if (scores[j] > max_score) max_score = scores[j];
                 }
                 for (int j = row_start[b]; j <= first_slot + t; j++) sum += scores[j] = exp(scores[j] - max_score);
@@ -101,12 +104,12 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
 static void attention_op(bool extend, float *out, const float *q, Cache k, Cache v, CacheElementType type,
                          const int *row_start, int T, int capacity, int first_slot, int n_heads, int head_dim) {
     const int H = n_heads, KV = KV_HEADS, D = head_dim, length = first_slot + 1;
-    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
-    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
-    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, 0.0f);
-    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
-    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
-    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, 0.0f);
+    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
+    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
+    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
+    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
+    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
+    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
 }
 
 // One shape: T new queries per row ending at slot context - 1 (T = 1: a decode step).
@@ -128,7 +131,7 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
     double *want = xmalloc((size_t)n_out * sizeof(double));
     attention_op(extend, out, q, k, v, type, row_start, T, capacity, first_slot, n_heads, head_dim);
     cpu_attention_per_head(per_head, q, k.cache, v.cache, type, row_start, ROWS, T, capacity, first_slot, n_heads,
-                           KV_HEADS, head_dim, 0.0f);
+                           KV_HEADS, head_dim, soft_cap);
     reference(want, q, k.held, v.held, row_start, T, capacity, first_slot, n_heads, head_dim);
     for (long i = 0; i < n_out; i++) {
         *worst_reference = fmax(*worst_reference, fabs(want[i] - out[i]));
@@ -155,6 +158,9 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
 // heads at a time, past the decode step's key blocks of 256 in both.
 static bool shape_is_checked(int T, int ratio, int head_dim, int context) {
     if (T > context) return false;
+    // Under the soft cap: an odd group and one of 8 heads, the head sizes 64 and 24, contexts
+    // within and past a key tile.
+    if (soft_cap > 0.0f) return (ratio == 3 || ratio == 8) && (head_dim == 64 || head_dim == 24) && (context == 33 || context == 100);
     if (TEST_SANITIZED && (head_dim == 128 || (context == 1000 && ratio != 3 && ratio != 10))) return false;
     return !(context == 1000 && T > 2 && ratio != 3);
 }
@@ -197,10 +203,37 @@ static void test_extend_tiled(void) {
     check_all_shapes(true, "extend", lengths, 4);
 }
 
+// Soft-capped scores (cap 2; the scores here reach about +-20): the decode step and the
+// extension again, on fewer shapes. The capped outputs differ from the plain ones.
+static void test_soft_cap(void) {
+    const int lengths[] = {1, 2, 33};
+    float plain[64], capped[64];
+    for (int pass = 0; pass < 2; pass++) {
+        soft_cap = pass ? 2.0f : 0.0f;
+        const int capacity = 8, H = 2, D = 16; // a decode step over 8 slots, one query head per K/V head
+        rng_state = 77;
+        float *q = random_floats((long)ROWS * H * KV_HEADS / 2 * D, -6, 6);
+        float *x = random_floats((long)ROWS * capacity * KV_HEADS * D, -1.5f, 1.5f);
+        float *out = xcalloc((size_t)ROWS * H * D, sizeof(float));
+        int row_start[ROWS] = {0, 0, 0};
+        ops_cpu.attention_decode(out, q, x, x, row_start, ROWS, capacity, capacity, H, KV_HEADS, D, soft_cap);
+        memcpy(pass ? capped : plain, out, sizeof plain);
+        free(q), free(x), free(out);
+    }
+    double moved = 0;
+    for (int i = 0; i < 64; i++) moved = fmax(moved, fabs(capped[i] - plain[i]));
+    EXPECT(moved > 1e-2, "the soft cap moved the outputs by %.3g only", moved);
+    soft_cap = 2.0f;
+    check_all_shapes(false, "decode (soft cap)", lengths, 1);
+    check_all_shapes(true, "extend (soft cap)", lengths, 3);
+    soft_cap = 0.0f;
+}
+
 int main(void) {
     // The grouped decode step for every cache type (by default only float32 caches take it).
     setenv("MARLHF_CPU_ATTENTION", "grouped", 1);
     RUN(test_decode_grouped);
     RUN(test_extend_tiled);
+    RUN(test_soft_cap);
     TEST_EXIT();
 }

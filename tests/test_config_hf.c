@@ -59,6 +59,10 @@ static void expect_same_config(const ModelConfig *a, const ModelConfig *b, const
     SAME(mlp_bias);
     SAME(norm_bias);
     SAME(qk_norm);
+    SAME(sandwich_norms);
+    SAME(attn_logit_softcap);
+    SAME(final_logit_softcap);
+    SAME(query_pre_attn_scalar);
     SAME(tie_word_embeddings);
     SAME(embedding_multiplier);
     SAME(bos_token_id);
@@ -322,6 +326,56 @@ static void test_write_roundtrip(void) {
         EXPECT(config_write_hf_json(&qwen3, qwen3_path, "Qwen3ForCausalLM") == 0, "%s", err_msg());
         EXPECT(config_from_hf_json(&back, qwen3_path) == 0, "%s", err_msg());
         expect_same_config(&back, &qwen3, qwen3_path);
+    }
+    // Gemma 2: the tiny model's file (soft caps 1.5 / 3, query_pre_attn_scalar 24), written
+    // and read back with and without caps (null: none); Gemma2Config's defaults for what a
+    // file leaves out (caps 50 / 30, scalar 256, head_dim 256, a window of 4096 lowering the
+    // context of 8192); the bad values refused.
+    ModelConfig gemma2;
+    EXPECT(config_from_hf_json(&gemma2, "tests/fixtures/models/gemma2") == 0, "%s", err_msg());
+    EXPECT(gemma2.family == FAMILY_GEMMA2 && gemma2.sandwich_norms && gemma2.norm_weight_plus_one &&
+               gemma2.mlp == MLP_GEGLU && gemma2.tie_word_embeddings && gemma2.attn_logit_softcap == 1.5f &&
+               gemma2.final_logit_softcap == 3.0f && gemma2.query_pre_attn_scalar == 24.0f && gemma2.head_dim == 16 &&
+               gemma2.max_position_embeddings == 64 && gemma2.embedding_multiplier == 8.0f,
+           "gemma2 read as family %d caps %g/%g scalar %g", (int)gemma2.family, (double)gemma2.attn_logit_softcap,
+           (double)gemma2.final_logit_softcap, (double)gemma2.query_pre_attn_scalar);
+    EXPECT(config_num_params(&gemma2) == 82496, "gemma2 parameters: %lld", config_num_params(&gemma2));
+    for (int capped = 0; capped < 2; capped++) {
+        ModelConfig written = gemma2, back;
+        if (!capped) written.attn_logit_softcap = written.final_logit_softcap = 0.0f;
+        const char *gemma2_path = tmp_path(capped ? "written_gemma2.json" : "written_gemma2_uncapped.json");
+        EXPECT(config_write_hf_json(&written, gemma2_path, "Gemma2ForCausalLM") == 0, "%s", err_msg());
+        EXPECT(config_from_hf_json(&back, gemma2_path) == 0, "%s", err_msg());
+        expect_same_config(&back, &written, gemma2_path);
+    }
+    const char *gemma2_minimal =
+        "{\"model_type\": \"gemma2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+        "\"intermediate_size\": 128, \"max_position_embeddings\": 8192, \"vocab_size\": 100}";
+    ModelConfig defaults;
+    EXPECT(config_from_hf_json(&defaults, write_text("gemma2_defaults.json", gemma2_minimal)) == 0, "%s", err_msg());
+    EXPECT(defaults.attn_logit_softcap == 50.0f && defaults.final_logit_softcap == 30.0f &&
+               defaults.query_pre_attn_scalar == 256.0f && defaults.head_dim == 256 &&
+               defaults.max_position_embeddings == 4096 && defaults.tie_word_embeddings,
+           "gemma2 defaults: caps %g/%g scalar %g head_dim %d context %d", (double)defaults.attn_logit_softcap,
+           (double)defaults.final_logit_softcap, (double)defaults.query_pre_attn_scalar, defaults.head_dim,
+           defaults.max_position_embeddings);
+    const struct {
+        const char *name, *field, *pieces[2];
+    } gemma2_bad[] = {
+        {"gemma2_cap.json", "\"attn_logit_softcapping\": -1", {"'attn_logit_softcapping'", "positive or null"}},
+        {"gemma2_cap_type.json", "\"final_logit_softcapping\": \"30\"", {"'final_logit_softcapping'", "number"}},
+        {"gemma2_scalar.json", "\"query_pre_attn_scalar\": 0", {"'query_pre_attn_scalar'", "positive"}},
+        {"gemma2_bidirectional.json", "\"use_bidirectional_attention\": true",
+         {"'use_bidirectional_attention'", "not implemented"}},
+    };
+    for (size_t i = 0; i < sizeof gemma2_bad / sizeof gemma2_bad[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"model_type\": \"gemma2\", %s, \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                 "\"num_attention_heads\": 4, \"intermediate_size\": 128, \"max_position_embeddings\": 64, "
+                 "\"vocab_size\": 100}", gemma2_bad[i].field);
+        const char *bad_path = write_text(gemma2_bad[i].name, text);
+        EXPECT_ERROR(config_from_hf_json(&defaults, bad_path), gemma2_bad[i].pieces[0], gemma2_bad[i].pieces[1],
+                     bad_path);
     }
     // RoPE scaling, linear and Llama 3's, survives the round trip.
     for (int kind = 0; kind < 2; kind++) {

@@ -31,8 +31,10 @@ static void load(Model *model, const char *path) {
 }
 
 static void test_kv_cache_matches_full_forward(void) {
-    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma"};
-    for (int m = 0; m < 3; m++) {
+    // Gemma 2: its soft caps in the decode step's attention and on the sampled logits.
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
+                            "tests/fixtures/models/gemma2"};
+    for (int m = 0; m < 4; m++) {
         Model model;
         load(&model, models[m]);
         const int V = model.config.vocab_size;
@@ -72,15 +74,17 @@ static void test_kv_cache_matches_full_forward(void) {
 }
 
 // A Q8_0 KV cache (--kv-cache q8_0) on fixture models whose heads are 16 wide (one short
-// block), 32 (one block) and 24 (Qwen3: a short block, query-key norms): greedy rows of two
+// block; Gemma 2 with its soft caps too), 32 (one block) and 24 (Qwen3: a short block,
+// query-key norms): greedy rows of two
 // prompts, each generated token's log-prob against the float model's full forward over the
 // same tokens (within 0.05: the keys and values each step reads are rounded to 8 bits),
 // and each token the float model's argmax wherever its margin over the runner-up exceeds
 // 0.1. The log-probs do move (the 8-bit cache ran).
 static void test_kv_cache_q8_greedy(void) {
-    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gemma", "tests/fixtures/models/qwen3"};
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gemma", "tests/fixtures/models/qwen3",
+                            "tests/fixtures/models/gemma2"};
     double worst = 0, least = INFINITY;
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
         Model model;
         load(&model, models[m]);
         CHECK(kv_cache_type_set(&model, "q8_0", "--kv-cache") == 0, "%s", err_msg());

@@ -280,6 +280,11 @@ static int read_gemma2(const Json *json, ModelConfig *cfg) {
     if (!(cfg->query_pre_attn_scalar > 0.0f))
         return err_set("config.json field 'query_pre_attn_scalar' is %g; it must be positive (%s)",
                        (double)cfg->query_pre_attn_scalar, json->path);
+    bool bidirectional = false; // transformers 5's switch for Gemma-based embedding models
+    if (optional_bool(json, "use_bidirectional_attention", false, &bidirectional) != 0) return -1;
+    if (bidirectional)
+        return err_set("config.json field 'use_bidirectional_attention' is true; bidirectional attention is not "
+                       "implemented (%s)", json->path);
     return 0;
 }
 
