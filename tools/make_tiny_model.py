@@ -2,27 +2,40 @@
 heads, tied embeddings) from random weights, with the small byte-level BPE tokenizer of
 tests/fixtures/tokenizers/bytelevel_small. The trainers' tests (SFT, RM, PPO, resume)
 run real commands on it in seconds.
-usage: .venv-tools/bin/python tools/make_tiny_model.py
+
+With --gemma2, tests/fixtures/models/tiny_gemma2_chat/ instead: the same sizes as a Gemma 2
+(sandwich norms, soft caps 2 on the attention scores and 5 on the logits, small enough to
+act once training grows them; query_pre_attn_scalar = head_dim, which a GGUF file can say),
+for tests/cli/gemma2.sh.
+usage: .venv-tools/bin/python tools/make_tiny_model.py [--gemma2]
 """
 import json
 import os
 import shutil
+import sys
 
 import torch
 import transformers
 
+gemma2 = "--gemma2" in sys.argv[1:]
 root = os.path.join(os.path.dirname(__file__), "..")
 tokenizer_dir = os.path.join(root, "tests/fixtures/tokenizers/bytelevel_small")
-out = os.path.join(root, "tests/fixtures/models/tiny_chat")
+out = os.path.join(root, "tests/fixtures/models", "tiny_gemma2_chat" if gemma2 else "tiny_chat")
 vocab = len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["model"]["vocab"])
 vocab += len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["added_tokens"])
 vocab = (vocab + 7) // 8 * 8
 torch.manual_seed(0)
-config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                  rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
-                                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
-model = transformers.LlamaForCausalLM(config)
+sizes = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=True,
+             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+if gemma2:
+    config = transformers.Gemma2Config(**sizes, head_dim=16, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
+                                       query_pre_attn_scalar=16, attn_logit_softcapping=2.0,
+                                       final_logit_softcapping=5.0, sliding_window=256)
+    model = transformers.Gemma2ForCausalLM(config)
+else:
+    config = transformers.LlamaConfig(**sizes, rms_norm_eps=1e-5)
+    model = transformers.LlamaForCausalLM(config)
 os.makedirs(out, exist_ok=True)
 model.save_pretrained(out, safe_serialization=True)
 for name in ("tokenizer.json", "tokenizer_config.json"):
