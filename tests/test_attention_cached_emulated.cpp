@@ -6,8 +6,9 @@
 //    divides and ones it does not (a short last block), and an all-zero block (scale 0);
 //  - the attention kernel over float32, half and Q8_0 caches, as a decode step (T = 1) and as
 //    several new queries continuing a cached prefix (T = 3), with ragged rows (row_start),
-//    grouped K/V heads and a context longer than the block's 128 threads: within 1e-5 of
-//    the CPU op's output norm (fp32 sums in another order, the GPU's expf).
+//    grouped K/V heads and a context longer than the block's 128 threads, and with Gemma 2's
+//    soft cap on the scores: within 1e-5 of the CPU op's output norm (fp32 sums in another
+//    order, the GPU's expf).
 // tests/gpu/test_cuda.c checks the same kernels on a GPU.
 #include <math.h>
 #include <stdint.h>
@@ -63,7 +64,7 @@ static const char *const kind_names[] = {"f32", "f16", "q8_0"};
 // cache ops for the half and Q8_0 kinds), queries for T new slots from first_slot on, and the
 // kernel's output against the CPU op's.
 static void check_attention(CacheKind kind, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                            int head_dim) {
+                            int head_dim, float softcap = 0.0f) {
     const int width = n_kv_heads * head_dim;
     const long slots = (long)B * capacity;
     std::vector<float> keys = random_floats(slots * width, 1.0f), values = random_floats(slots * width, 1.0f);
@@ -78,16 +79,16 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
     auto run = [&](auto key_slots, auto value_slots) {
         emulation::launch(grid, THREADS, shared, [&] {
             attention_kernel(got.data(), q.data(), key_slots, value_slots, row_start.data(), T, capacity, first_slot,
-                             n_heads, n_kv_heads, head_dim, scale);
+                             n_heads, n_kv_heads, head_dim, scale, softcap);
         });
     };
     if (kind == FLOAT_CACHE) {
         if (T == 1)
             ops_cpu.attention_decode(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, capacity,
-                                     first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
+                                     first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
         else
             ops_cpu.attention_extend(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, T, capacity,
-                                     first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
+                                     first_slot, n_heads, n_kv_heads, head_dim, softcap);
         run(FloatSlots{keys.data(), width, head_dim}, FloatSlots{values.data(), width, head_dim});
     } else if (kind == HALF_CACHE) {
         std::vector<uint16_t> k16((size_t)(slots * width)), v16((size_t)(slots * width));
@@ -95,10 +96,10 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_f16(v16.data(), values.data(), B, capacity, capacity, 0, width);
         if (T == 1)
             ops_cpu.attention_decode_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, capacity,
-                                         first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
+                                         first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
         else
             ops_cpu.attention_extend_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, T,
-                                         capacity, first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
+                                         capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap);
         run(HalfSlots{k16.data(), width, head_dim}, HalfSlots{v16.data(), width, head_dim});
     } else {
         const Q8Layout layout = q8_layout(n_kv_heads, head_dim);
@@ -107,15 +108,15 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_q8(v8.data(), values.data(), B, capacity, capacity, 0, n_kv_heads, head_dim);
         if (T == 1)
             ops_cpu.attention_decode_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, capacity,
-                                        first_slot + 1, n_heads, n_kv_heads, head_dim, 0.0f);
+                                        first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
         else
             ops_cpu.attention_extend_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, T, capacity,
-                                        first_slot, n_heads, n_kv_heads, head_dim, 0.0f);
+                                        first_slot, n_heads, n_kv_heads, head_dim, softcap);
         run(Q8Slots{k8.data(), layout}, Q8Slots{v8.data(), layout});
     }
     const double error = relative_error(got.data(), want.data(), n_out);
-    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d: error %.2e\n", kind_names[kind], B, T,
-           first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim, error);
+    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d%s: error %.2e\n", kind_names[kind], B,
+           T, first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim, softcap > 0.0f ? " soft cap" : "", error);
     EXPECT(error <= 1e-5, "attention over a %s cache (T %d, head_dim %d): error %.3g", kind_names[kind], T, head_dim,
            error);
 }
@@ -130,6 +131,10 @@ static void test_attention(void) {
         check_attention((CacheKind)kind, 2, 1, 320, 299, 2, 1, 64);
         check_attention((CacheKind)kind, 2, 2, 24, 17, 4, 1, 80);
         check_attention((CacheKind)kind, 3, 1, 24, 9, 2, 2, 16);
+        // Gemma 2's soft cap on the scores (0.5: the scores here reach about 2), against the
+        // CPU ops given the same cap.
+        check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64, 0.5f);
+        check_attention((CacheKind)kind, 2, 3, 40, 20, 4, 2, 64, 0.5f);
     }
 }
 

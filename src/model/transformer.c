@@ -26,10 +26,9 @@ void model_init(Model *model, const ModelConfig *cfg, const OpsBackend *ops, boo
 void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBackend *ops, bool with_lm_head,
                                bool with_value_head) {
     memset(model, 0, sizeof *model);
-    // Gemma 2's soft caps run on the CPU backend only (docs/gemma2.md).
+    // Gemma 2's soft caps need the backend's soft_cap_forward (both backends have it).
     if ((cfg->attn_logit_softcap > 0.0f || cfg->final_logit_softcap > 0.0f) && !ops->soft_cap_forward)
-        die_user("%s models (soft-capped attention and logits) run on the CPU only: --device cuda is not built "
-                 "for them", cfg->model_type);
+        die_user("%s models (soft-capped attention and logits) are not built for this backend", cfg->model_type);
     model->config = *cfg;
     model->ops = ops;
     model->has_lm_head = with_lm_head;
@@ -223,7 +222,8 @@ void model_reserve(Model *model, int B, int T) {
             la->q_norm_rstd = alloc_floats(ops, N * cfg->num_heads);
             la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
         }
-        la->attention_saved = alloc_floats(ops, ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim));
+        la->attention_saved = alloc_floats(ops, ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim,
+                                                                             cfg->attn_logit_softcap));
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
         la->mlp_norm_out = alloc_floats(ops, N * C);

@@ -180,7 +180,8 @@ typedef struct OpsBackend {
     // saved: what the backward needs besides q, k, v and out, attention_saved_size()
     // floats whose meaning is the backend's own: the CPU keeps the softmax probabilities
     // [B, n_heads, T, T]; the CUDA backend's fused kernels keep one log-sum-exp per row.
-    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim);
+    // softcap: the attention ops' (below); the CUDA backend's fused kernels do not take one.
+    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim, float softcap);
     void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
                               int n_kv_heads, int head_dim, float softcap);

@@ -159,6 +159,10 @@ sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device
 export MARLHF_CUDA_ATTENTION=mma
 sft_tracks_cpu sft_mma_attention --learning-rate 3e-3
 unset MARLHF_CUDA_ATTENTION
+# Gemma 2 (soft caps: the unfused attention kernels, the capped logits' gradient)
+sft=(sft --model tests/fixtures/models/tiny_gemma2_chat --data "$data/sft.jsonl" --max-seq-len 32
+     --per-device-train-batch-size 4 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
+sft_tracks_cpu sft_gemma2 --learning-rate 3e-3
 
 # 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
 #    then with actor and critic adapters (the reference is the actor's base)

@@ -221,6 +221,10 @@ static void test_rope(void) {
     free(x), free(dx);
 }
 
+// Gemma 2's soft cap on the scores for check_attention (0: none). A capped attention runs
+// the unfused kernels whatever the choice: the fused ones take no cap.
+static float attention_softcap = 0.0f;
+
 // One attention configuration against the CPU: forward output, the saved probabilities
 // (unfused path only: the fused kernels save log-sum-exps), the three input gradients, and
 // the same gradients bit for bit from a second run.
@@ -228,22 +232,24 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     for (int b = 0; b < B; b++) CHECK(row_start[b] <= T, "row_start %d past T %d", row_start[b], T);
     const char *previous = ops_cuda_attention_kernels();
     CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
-    const bool fused = strcmp(kernels, "unfused") != 0;
+    const float softcap = attention_softcap;
+    const bool fused = strcmp(kernels, "unfused") != 0 && softcap == 0.0f;
     char label[96];
-    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d", kernels, B, T, H, KV, D);
+    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d%s", kernels, B, T, H, KV, D, softcap > 0 ? " cap" : "");
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
-    const long saved_n = gpu->attention_saved_size(B, T, H, D);
+    const long saved_n = gpu->attention_saved_size(B, T, H, D, softcap);
     // A fused choice keeps one log-sum-exp per query row; the unfused fallback (another
     // head_dim, or kernels wanting more shared memory than the device has: not on an H200)
     // would save T x T probabilities and this would test the wrong kernels.
     EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
+    EXPECT(softcap == 0.0f || saved_n == p_n, "%s: a soft cap must run the unfused kernels", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *out_gpu = xmalloc(q_n * 4);
-    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f);
+    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, softcap);
     float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
-    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f);
+    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap);
     gpu->copy_to_host(out_gpu, d_out, q_n * 4);
     char what[160];
     double error = relative_error(out_gpu, out, q_n);
@@ -269,8 +275,8 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     float *dq = random_host(q_n, 1), *dk = random_host(kv_n, 1), *dv = random_host(kv_n, 1); // accumulate onto
     float *d_dout = gpu_floats(dout, q_n), *d_dq = gpu_floats(dq, q_n), *d_dk = gpu_floats(dk, kv_n), *d_dv = gpu_floats(dv, kv_n);
     float *dq0 = copy_host(dq, q_n), *dk0 = copy_host(dk, kv_n), *dv0 = copy_host(dv, kv_n);
-    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f);
-    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f);
+    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, softcap);
+    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap);
     // Compare the added gradient (result minus the starting values), the part the op computes.
     float *got = xmalloc(q_n * 4);
     struct { const char *name; float *device, *want, *start; long n; } grads[] = {
@@ -291,7 +297,7 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     for (int run = 0; run < 2; run++) {
         runs[run][0] = gpu_floats(zeros, q_n), runs[run][1] = gpu_floats(zeros, kv_n), runs[run][2] = gpu_floats(zeros, kv_n);
         gpu->attention_backward(runs[run][0], runs[run][1], runs[run][2], d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs,
-                                B, T, H, KV, D, 0.0f);
+                                B, T, H, KV, D, softcap);
     }
     for (int g = 0; g < 3; g++) {
         long n = g == 0 ? q_n : kv_n;
@@ -322,6 +328,12 @@ static void test_attention(void) {
         check_attention(fused[i], 3, 19, 4, 1, 16, starts_short);
         check_attention(fused[i], 2, 1000, 8, 2, 128, starts_long);
     }
+    // Gemma 2's soft cap (1: the scores here reach about 2): the unfused kernels, also when a
+    // fused choice is made.
+    attention_softcap = 1.0f;
+    check_attention("unfused", 3, 37, 6, 2, 32, starts3);
+    check_attention("wmma", 4, 150, 8, 2, 64, starts4);
+    attention_softcap = 0.0f;
 }
 
 static void test_attention_decode_and_cache(void) {
@@ -336,6 +348,9 @@ static void test_attention_decode_and_cache(void) {
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
     gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
     expect_match("attention_decode", d_out, out, (long)B * H * D, TOL_FP32);
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.5f);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.5f);
+    expect_match("attention_decode (soft cap 0.5)", d_out, out, (long)B * H * D, TOL_FP32);
 
     float *x = random_host((long)B * T * KV * D, 1);
     float *d_x = gpu_floats(x, (long)B * T * KV * D);
@@ -552,6 +567,19 @@ static void test_logprob_and_value_head(void) {
     cpu->logprob_backward(logits, dlogp, dentropy, targets, lse, N, V, 0.0f);
     gpu->logprob_backward(d_logits, d_dlogp, d_dentropy, d_targets, d_lse, N, V, 0.0f);
     expect_match("logprob_backward", d_logits, logits, (long)N * V, TOL_FP32);
+    // Gemma 2's final soft cap: the capped logits, their log-probs, and the gradient of the
+    // raw logits through the cap.
+    float *raw = random_host((long)N * V, 6);
+    float *d_raw = gpu_floats(raw, (long)N * V);
+    cpu->soft_cap_forward(raw, (long)N * V, 4.0f);
+    gpu->soft_cap_forward(d_raw, (long)N * V, 4.0f);
+    expect_match("soft_cap_forward", d_raw, raw, (long)N * V, TOL_FP32);
+    cpu->logprob_forward(logp, lse, NULL, entropy, raw, targets, N, V);
+    gpu->logprob_forward(d_logp, d_lse, NULL, d_entropy, d_raw, d_targets, N, V);
+    cpu->logprob_backward(raw, dlogp, dentropy, targets, lse, N, V, 4.0f);
+    gpu->logprob_backward(d_raw, d_dlogp, d_dentropy, d_targets, d_lse, N, V, 4.0f);
+    expect_match("logprob_backward (soft cap 4)", d_raw, raw, (long)N * V, TOL_FP32);
+    gpu->free(d_raw), free(raw);
 
     float *hidden = random_host((long)N * C, 1), *w = random_host(C, 1);
     float *values = xmalloc(N * 4);
@@ -588,7 +616,8 @@ static void test_adamw(void) {
 // ---------------------------------------------------------------------------------------
 // Whole models
 
-static const char *fixture_models[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma", "random-hd64"};
+static const char *fixture_models[] = {"gpt2",  "llama",  "llama_tied", "llama3_rope", "qwen2",
+                                       "qwen3", "gemma", "gemma2",     "random-hd64"};
 
 // A Llama with the head size of real models (64), GQA, random weights.
 static void random_llama_pair(Model *on_cpu, Model *on_gpu, bool value_head) {

@@ -22,6 +22,8 @@
 // Per-head gradients of K and V are then added over the heads of each group in a fixed
 // order (no atomics). The saved probabilities are fp32 [B, H, T, T], as on the CPU; the
 // products read bf16 copies. The upper triangle is computed and masked, not skipped.
+// Gemma 2's soft cap (softcap > 0) runs here only: the softmax reads cap * tanh(s / cap) of
+// each score, and the backward recomputes S to multiply dS by the slope 1 - tanh^2(s / cap).
 #include <cuda_fp16.h>
 #include <math.h>
 #include <string.h>
@@ -44,15 +46,15 @@ extern "C" bool ops_cuda_select_attention(const char *kernels) {
 
 extern "C" const char *ops_cuda_attention_kernels(void) { return kernel_names[selected]; }
 
-static bool use_fused(int head_dim) {
-    if (selected == KERNELS_UNFUSED || !cuda_fused_attention_supports(head_dim)) return false;
+static bool use_fused(int head_dim, float softcap) {
+    if (selected == KERNELS_UNFUSED || softcap > 0.0f || !cuda_fused_attention_supports(head_dim)) return false;
     const size_t shared = selected == KERNELS_MMA ? cuda_mma_attention_shared_bytes(head_dim)
                                                   : cuda_wmma_attention_shared_bytes(head_dim);
     return shared <= cuda_shared_memory_per_block();
 }
 
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim) {
-    return use_fused(head_dim) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap) {
+    return use_fused(head_dim, softcap) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
 }
 
 // D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
@@ -132,10 +134,17 @@ static void scatter_heads(float *out, const float *in, int B, int T, int n_heads
 
 enum { SOFTMAX_THREADS = 256 };
 
+// A score as the softmax sees it: soft-capped when softcap > 0 (the CPU's cpu_soft_cap).
+__device__ static inline float capped_score(float score, float softcap) {
+    return softcap > 0.0f ? softcap * tanhf(score / softcap) : score;
+}
+
 // One block per query row (b, h, t): probabilities over keys row_start <= j <= t, zero
-// elsewhere; a query before row_start (left padding) gets an all-zero row.
+// elsewhere; a query before row_start (left padding) gets an all-zero row. The scores are
+// read through capped_score, not capped in place: the loops below split the row between
+// the threads in two ways.
 __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs16,
-                                             const int *row_start, int n_heads, int T) {
+                                             const int *row_start, int n_heads, int T, float softcap) {
     long row = blockIdx.x;
     int t = (int)(row % T);
     int b = (int)(row / T / n_heads);
@@ -147,22 +156,23 @@ __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs1
         return;
     }
     float max_score = -INFINITY;
-    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) max_score = fmaxf(max_score, p[j]);
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) max_score = fmaxf(max_score, capped_score(p[j], softcap));
     max_score = block_max(max_score);
     double sum = 0;
-    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) sum += expf(p[j] - max_score);
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) sum += expf(capped_score(p[j], softcap) - max_score);
     float inv_sum = (float)(1.0 / block_sum(sum));
     for (int j = threadIdx.x; j < T; j += blockDim.x) {
-        float value = j >= start && j <= t ? expf(p[j] - max_score) * inv_sum : 0.0f;
+        float value = j >= start && j <= t ? expf(capped_score(p[j], softcap) - max_score) * inv_sum : 0.0f;
         p[j] = value;
         p16[j] = __float2bfloat16(value);
     }
 }
 
-// dS = P (dP - sum_j P dP) inside the row's window, zero outside; written as bf16.
+// dS = P (dP - sum_j P dP) inside the row's window, zero outside; written as bf16. Under a
+// soft cap, times 1 - tanh^2(s / cap), s the uncapped scores (`scores`, else NULL).
 __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const float *dprobs,
-                                               const float *probs, const int *row_start,
-                                               int n_heads, int T) {
+                                               const float *probs, const float *scores, float softcap,
+                                               const int *row_start, int n_heads, int T) {
     long row = blockIdx.x;
     int t = (int)(row % T);
     int b = (int)(row / T / n_heads);
@@ -175,6 +185,10 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
     float dotf = (float)block_sum(dot);
     for (int j = threadIdx.x; j < T; j += blockDim.x) {
         float value = t >= start && j >= start && j <= t ? p[j] * (dp[j] - dotf) : 0.0f;
+        if (scores) {
+            const float capped = tanhf(scores[row * T + j] / softcap);
+            value *= 1.0f - capped * capped;
+        }
         ds[j] = __float2bfloat16(value);
     }
 }
@@ -182,7 +196,6 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
                             int n_kv_heads, int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -191,7 +204,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
-    if (use_fused(hd)) {
+    if (use_fused(hd, softcap)) {
         if (selected == KERNELS_MMA)
             cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         else
@@ -203,7 +216,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
                    head_stride, score_stride);
     __nv_bfloat16 *P16 = (__nv_bfloat16 *)cuda_scratch(
         SCRATCH_ATT_P16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
-    masked_softmax_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(probs, P16, row_start, H, T);
+    masked_softmax_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(probs, P16, row_start, H, T, softcap);
     CUDA_CHECK_LAUNCH();
     // O[t][d] = sum_j P[t][j] V[j][d] : column-major (d, t) = V(d, j) P^T(j, t).
     float *O = (float *)cuda_scratch(SCRATCH_ATT_HEADS32, (size_t)batch * head_stride * sizeof(float));
@@ -216,7 +229,6 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                              int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -226,7 +238,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
-    if (use_fused(hd)) {
+    if (use_fused(hd, softcap)) {
         if (selected == KERNELS_MMA)
             cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd);
         else
@@ -251,7 +263,14 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                    head_stride, score_stride);
     __nv_bfloat16 *dS = (__nv_bfloat16 *)cuda_scratch(
         SCRATCH_ATT_DS16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
-    softmax_backward_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(dS, dP, probs, row_start, H, T);
+    float *scores = NULL; // the uncapped scores, as the forward computed them, for the cap's slope
+    if (softcap > 0.0f) {
+        scores = (float *)cuda_scratch(SCRATCH_ATT_S32, (size_t)batch * score_stride * sizeof(float));
+        cuda_gemm_bf16(true, false, T, T, hd, scale, K, hd, Q, hd, 0.0f, scores, T, batch, head_stride, head_stride,
+                       score_stride);
+    }
+    softmax_backward_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(dS, dP, probs, scores, softcap, row_start,
+                                                                              H, T);
     CUDA_CHECK_LAUNCH();
 
     // dQ[t][d] = scale sum_j dS[t][j] K[j][d] : column-major (d, t) = K(d, j) dS^T(j, t).
@@ -268,7 +287,8 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
 // kernel over each kind of cache.
 template <typename Slots>
 static void launch_attention_cached(float *out, const float *q, Slots keys, Slots values, const int *row_start, int B,
-                                    int T, int first_slot, int capacity, int n_heads, int n_kv_heads, int head_dim) {
+                                    int T, int first_slot, int capacity, int n_heads, int n_kv_heads, int head_dim,
+                                    float softcap) {
     if (B == 0 || T == 0) return;
     const size_t shared = attention_cached::shared_bytes(first_slot + T - 1);
     if (shared > 48 * 1024)
@@ -276,7 +296,7 @@ static void launch_attention_cached(float *out, const float *q, Slots keys, Slot
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
     attention_cached::attention_kernel<Slots><<<B * T * n_heads, attention_cached::THREADS, shared>>>(
         out, q, keys, values, row_start, T, capacity, first_slot, n_heads, n_kv_heads, head_dim,
-        1.0f / sqrtf((float)head_dim));
+        1.0f / sqrtf((float)head_dim), softcap);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -293,49 +313,43 @@ static attention_cached::Q8Slots q8_slots(const void *cache, int n_kv_heads, int
 void cuda_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                            int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                                int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
                               int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                            int n_kv_heads, int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                int n_kv_heads, int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                               int n_kv_heads, int head_dim, float softcap) {
-    CHECK(softcap == 0.0f, "attention soft-capping (Gemma 2) is not built for the CUDA backend");
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
 }
 
 void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,

@@ -130,7 +130,7 @@ static inline size_t shared_bytes(int last_slot) {
 template <typename Slots>
 static __global__ void __launch_bounds__(THREADS)
     attention_kernel(float *out, const float *q, Slots keys, Slots values, const int *row_start, int T, int capacity,
-                     int first_slot, int n_heads, int n_kv_heads, int head_dim, float scale) {
+                     int first_slot, int n_heads, int n_kv_heads, int head_dim, float scale, float softcap) {
     DYNAMIC_SHARED(shared);
     double *scratch = reinterpret_cast<double *>(shared);
     float *scores = reinterpret_cast<float *>(scratch + THREADS);
@@ -142,8 +142,10 @@ static __global__ void __launch_bounds__(THREADS)
     const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
     float largest = -INFINITY;
     for (int j = start + tid; j < length; j += THREADS) {
-        scores[j] = keys.dot(query, row_slots + j, kv_head) * scale;
-        largest = fmaxf(largest, scores[j]);
+        float score = keys.dot(query, row_slots + j, kv_head) * scale;
+        if (softcap > 0.0f) score = softcap * tanhf(score / softcap); // Gemma 2's soft cap
+        scores[j] = score;
+        largest = fmaxf(largest, score);
     }
     largest = (float)block_reduce(scratch, largest, true);
     double sum = 0;

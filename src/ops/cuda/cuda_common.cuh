@@ -53,6 +53,7 @@ enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
+    SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
     SCRATCH_ATT_HEADS32,                                   // fp32 [B,H,T,hd]
     SCRATCH_ATT_ROWDOT,                                    // fused backward: dO . O per row
     SCRATCH_PARTIAL,                                       // column-sum partials
@@ -186,7 +187,7 @@ void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
                             int n_kv_heads, int head_dim, float softcap);
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim);
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap);
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
@@ -237,6 +238,7 @@ void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
 void cuda_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                            const int *targets, const float *lse, int N, int V, float softcap);
+void cuda_soft_cap_forward(float *x, long n, float cap);
 void cuda_value_head_forward(float *values, const float *hidden, const float *weight, int N,
                              int C);
 void cuda_value_head_backward(float *dhidden, float *dweight, const float *dvalues,

@@ -86,10 +86,11 @@ void cuda_collision_entropy_forward(float *collision, const float *logits, int N
     CUDA_CHECK_LAUNCH();
 }
 
-// d logp / d z_v = [v == target] - p_v;  d H / d z_v = -p_v (z_v - lse + H)
+// d logp / d z_v = [v == target] - p_v;  d H / d z_v = -p_v (z_v - lse + H); under a soft
+// cap z = cap tanh(r / cap), each times dz / dr = 1 - (z / cap)^2 (ops/cpu/logprob.c).
 __global__ static void logprob_backward_kernel(float *z_to_dz, const float *dlogp,
                                                const float *dentropy, const int *targets,
-                                               const float *lse, int V) {
+                                               const float *lse, int V, float softcap) {
     long row = blockIdx.x;
     float *z = z_to_dz + row * V;
     int target = targets ? targets[row] : -1;
@@ -108,15 +109,30 @@ __global__ static void logprob_backward_kernel(float *z_to_dz, const float *dlog
         double grad = -g_logp * p;
         if (g_entropy != 0.0f) grad += -g_entropy * p * (z[v] - row_lse + row_entropy);
         if (v == target) grad += g_logp;
+        if (softcap > 0.0f) {
+            const double capped = z[v] / softcap;
+            grad *= 1.0 - capped * capped;
+        }
         z[v] = (float)grad;
     }
 }
 
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                            const int *targets, const float *lse, int N, int V, float softcap) {
-    CHECK(softcap == 0.0f, "logit soft-capping (Gemma 2) is not built for the CUDA backend");
     if (N == 0) return;
-    logprob_backward_kernel<<<N, ROW_THREADS>>>(logits_to_dlogits, dlogp, dentropy, targets, lse, V);
+    logprob_backward_kernel<<<N, ROW_THREADS>>>(logits_to_dlogits, dlogp, dentropy, targets, lse, V, softcap);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void soft_cap_kernel(float *x, long n, float cap) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+// Gemma 2's final logits: x = cap * tanh(x / cap) in place.
+void cuda_soft_cap_forward(float *x, long n, float cap) {
+    if (n == 0) return;
+    soft_cap_kernel<<<grid_for(n, 256), 256>>>(x, n, cap);
     CUDA_CHECK_LAUNCH();
 }
 
