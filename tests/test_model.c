@@ -564,7 +564,7 @@ static void test_lora_against_peft(void) {
         const char *model, *adapter;
         bool rslora;
     } cases[] = {{"llama", "lora", false}, {"qwen2", "lora", false}, {"gemma", "lora", false},
-                 {"llama", "lora_rslora", true}};
+                 {"gemma2", "lora", false}, {"llama", "lora_rslora", true}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         Fixture f;
         fixture_open(&f, cases[k].model);

@@ -10,9 +10,11 @@ For each SRC (a Hugging Face folder or a GGUF file):
   2. marlhf tokenize on a few texts, against llama.cpp's tokenize() of the GGUF;
   3. marlhf logprobs on SRC, against llama.cpp's logits (logits_all) on the GGUF:
      prints the largest |log-prob difference| and fails above --tolerance.
-With --random-families TOKENIZER_DIR, small random GPT-2, Qwen2 and Gemma models (weights
-from transformers' init, norms and biases perturbed) with that folder's tokenizer are
-made in a temporary folder and checked too: every architecture's layout in llama.cpp.
+With --random-families TOKENIZER_DIR, small random GPT-2, Qwen2, Gemma and Gemma 2 models
+(weights from transformers' init, norms and biases perturbed; the Gemma 2's initialised 10x
+wider so that its soft caps of 2 and 5 bend its scores and logits) with that folder's
+tokenizer are made in a temporary folder and checked too: every architecture's layout in
+llama.cpp.
 With --lora-adapter DIR (a LoRA adapter trained on SRC) the adapter is also written alone
 (marlhf convert SRC A.gguf --lora-adapter DIR --adapter-only) and llama.cpp runs the base
 GGUF with it (lora_path), against marlhf logprobs --model SRC --lora-adapter DIR.
@@ -44,8 +46,8 @@ def random_family_models(tokenizer_dir, tmp):
     import shutil
 
     import torch
-    from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, Qwen2Config,
-                              Qwen2ForCausalLM)
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
+                              GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM)
     with open(os.path.join(tokenizer_dir, "tokenizer.json")) as f:
         tok = json.load(f)
     vocab = 1 + max(list(tok["model"]["vocab"].values()) + [a["id"] for a in tok.get("added_tokens", [])])
@@ -57,6 +59,10 @@ def random_family_models(tokenizer_dir, tmp):
                                            bos_token_id=None, eos_token_id=None)),
         "qwen2": Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, tie_word_embeddings=False, **small)),
         "gemma": GemmaForCausalLM(GemmaConfig(vocab_size=vocab, head_dim=32, **small)),
+        # query_pre_attn_scalar = head_dim: what llama.cpp infers for any shape but the 27B's.
+        "gemma2": Gemma2ForCausalLM(Gemma2Config(vocab_size=vocab, head_dim=32, query_pre_attn_scalar=32,
+                                                 attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+                                                 sliding_window=256, initializer_range=0.2, **small)),
     }
     folders = []
     for name, model in models.items():

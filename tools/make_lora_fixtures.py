@@ -313,9 +313,14 @@ def make_dora(models_dir, dropout):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tests/fixtures/models")
+    parser.add_argument("--only", help="write this model's plain adapter (lora/) alone, e.g. gemma2")
     args = parser.parse_args()
-    for seed, name in enumerate(["llama", "qwen2", "gemma"]):
-        make_one(args.models, name, seed)
+    seeds = {"llama": 0, "qwen2": 1, "gemma": 2, "gemma2": 6}  # gemma2 added later: its own seed
+    if args.only:
+        make_one(args.models, args.only, seeds[args.only])
+        return
+    for name in ["llama", "qwen2", "gemma", "gemma2"]:
+        make_one(args.models, name, seeds[name])
     make_one(args.models, "llama", 3, rslora=True)
     make_one(args.models, "llama", 4, patterns=True)
     make_one(args.models, "llama", 5, rslora=True, patterns=True)

@@ -5,6 +5,9 @@
 //   x_{l+1} = x_mid + down(act(gate(norm2(x_mid))) * up(norm2(x_mid)))   (gated MLPs)
 //   x_{l+1} = x_mid + down(gelu(up(norm2(x_mid))))                        (GPT-2)
 // followed, after the last layer, by the final norm, then the LM head and/or value head.
+// Gemma 2 normalises each block's output before its residual add (x_l + norm(o_proj(..)),
+// x_mid + norm(down(..))), scales the queries to its query_pre_attn_scalar, and soft-caps
+// the attention scores (the attention ops' softcap) and the logits (lm_head_forward).
 #include <math.h>
 #include <string.h>
 
