@@ -39,7 +39,7 @@ import sys
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 FORMULA = "flops_per_token = 6*(P_nonemb + V*d) + 6*L*T*(H*d_head)"
 
@@ -55,6 +55,14 @@ def build(name, attn):
                           tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5,
                           max_position_embeddings=2048)
         cls, emb = LlamaForCausalLM, ("model.embed_tokens.weight",)
+    elif name == "gemma2-135m":  # bench/bench_shapes.h's: SmolLM2's widths as a Gemma 2
+        cfg = Gemma2Config(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                           num_attention_heads=9, num_key_value_heads=3, head_dim=64, query_pre_attn_scalar=64,
+                           attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=4096,
+                           tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-6,
+                           max_position_embeddings=4096, hidden_activation="gelu_pytorch_tanh")
+        cls, emb = Gemma2ForCausalLM, ("model.embed_tokens.weight",)
+        attn = "eager"  # the soft cap of the scores: transformers applies it in eager attention
     else:
         raise SystemExit(f"unknown model {name}")
     cfg.use_cache = False
@@ -127,7 +135,7 @@ def bench(name, args):
         "model": name, "quantize": args.quantize, "tokens_per_s": round(tokens / step_s, 1),
         "step_s": round(step_s, 4), "gflops": round(fpt * tokens / step_s / 1e9, 2),
         "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
-        "attn": args.attn, "flops_per_token": fpt, "params_nonemb": p_nonemb,
+        "attn": cfg._attn_implementation, "flops_per_token": fpt, "params_nonemb": p_nonemb,
         "loss": round(float(loss.detach()), 4), "torch": torch.__version__,
         "lora_rank": args.lora_rank, "lora_dropout": args.lora_dropout, "dora": args.use_dora, "trainable_params": sum(p.numel() for p in trainable),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}), flush=True)
@@ -141,7 +149,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
-    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "all"), default="all")
+    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "gemma2-135m", "all"), default="all")
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--lora-dropout", type=float, default=0.0)
     ap.add_argument("--use-dora", action="store_true")

@@ -112,8 +112,11 @@ static double causal_lm_loss(Model *model, const Fixture *f, float *dlogp) {
 
 // Compares each parameter tensor of `got` with `want` (both laid out like the table).
 // Tolerance per tensor: atol_scale * S + rtol * |want|, S = max|want| over the tensor, but at
-// least 1e-3 x the largest gradient of the model: tensors whose true gradient is zero (the
-// key bias, which softmax ignores) only carry float32 rounding noise.
+// least 1e-2 x the largest gradient of the model: tensors whose true gradient is zero (the
+// key bias, which softmax ignores) only carry float32 rounding noise, and with atol_scale
+// 1e-5 that floor is 1e-7 of the largest gradient, about two float32 ulps of it. (At 1e-3,
+// a tenth of an ulp, GPT-2's key-bias noise of 1.1e-8 x the largest gradient failed once
+// the GELU's tanh rounded differently: ops/cpu/vector_math.h.)
 static void check_buffer(const Model *model, const float *got, const float *want, double atol_scale,
                          double rtol, const char *what, const char *fixture) {
     double global_scale = 0;
@@ -121,7 +124,7 @@ static void check_buffer(const Model *model, const float *got, const float *want
         if (fabs(want[j]) > global_scale) global_scale = fabs(want[j]);
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
-        double scale = 1e-3 * global_scale;
+        double scale = 1e-2 * global_scale;
         for (long j = 0; j < e->numel; j++)
             if (fabs(want[e->offset + j]) > scale) scale = fabs(want[e->offset + j]);
         double ratio = test_worst_ratio(got + e->offset, want + e->offset, e->numel, atol_scale * scale, rtol);

@@ -911,6 +911,37 @@ static void test_matmul_short_weight_is_reported(void) {
 }
 #endif
 
+// ops/cpu/vector_math.h against double precision: tanh_one within 3 ulp on [-50, 50] (a
+// fine grid, every float near 0.625 where the branches meet, tiny and huge arguments) and
+// exp_nonpositive within 2 ulp on [-87, 0].
+static double ulps(float got, double want) {
+    const float rounded = (float)want;
+    const double ulp = nextafterf(fabsf(rounded), INFINITY) - fabsf(rounded);
+    return fabs((double)got - want) / (ulp > 0 ? ulp : 1e-45);
+}
+static void test_vector_math(void) {
+    enum { N = 400001 };
+    float *x = xmalloc(N * sizeof(float)), *y = xmalloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = -50.0f + 100.0f * (float)i / (N - 1);
+    x[0] = 1e-30f, x[1] = -3e-8f, x[2] = 1e-4f, x[3] = 1e30f, x[4] = -1e30f, x[5] = 0.0f;
+    float near = 0.62f; // every float from 0.62 to 0.63
+    for (int i = 6; i < N && near < 0.63f; i++, near = nextafterf(near, 1.0f)) x[i] = near;
+#pragma omp simd
+    for (int i = 0; i < N; i++) y[i] = tanh_one(x[i]);
+    double worst = 0;
+    for (int i = 0; i < N; i++) worst = fmax(worst, ulps(y[i], tanh((double)x[i])));
+    printf("# tanh_one: %.2f ulp at most\n", worst);
+    EXPECT(worst <= 3.0, "tanh_one is %.2f ulp from tanh", worst);
+    EXPECT(tanh_one(0.0f) == 0.0f && tanh_one(1e30f) == 1.0f && tanh_one(-1e30f) == -1.0f, "tanh_one at 0 and +-inf");
+    for (int i = 0; i < N; i++) x[i] = y[i] = -87.0f * (float)i / (N - 1);
+    exp_nonpositive(y, N);
+    worst = 0;
+    for (int i = 0; i < N; i++) worst = fmax(worst, ulps(y[i], exp((double)x[i])));
+    printf("# exp_nonpositive: %.2f ulp at most\n", worst);
+    EXPECT(worst <= 2.0, "exp_nonpositive is %.2f ulp from exp", worst);
+    free(x), free(y);
+}
+
 int main(int argc, char **argv) {
 #if defined(__SANITIZE_ADDRESS__)
     test_program = argv[0];
@@ -944,5 +975,6 @@ int main(int argc, char **argv) {
     RUN(test_value_head);
     RUN(test_adamw_update);
     RUN(test_dropout);
+    RUN(test_vector_math);
     TEST_EXIT();
 }

@@ -17,6 +17,7 @@
 #include "test.h"
 
 #define float double
+#define VECTOR_MATH_EXACT // vector_math.h: libm's functions, in double here
 #define expf exp
 #define tanhf tanh
 #define sqrtf sqrt

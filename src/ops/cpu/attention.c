@@ -160,7 +160,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 #pragma omp parallel
     {
         float *dscores = xaligned_alloc((size_t)T * T * sizeof(float));
-        float *slopes = softcap > 0.0f ? xaligned_alloc((size_t)T * T * sizeof(float)) : NULL;
+        float *uncapped = softcap > 0.0f ? xaligned_alloc((size_t)T * T * sizeof(float)) : NULL;
 #pragma omp for schedule(static)
         for (int bkv = 0; bkv < B * n_kv_heads; bkv++) {
             int b = bkv / n_kv_heads, kv_head = bkv % n_kv_heads;
@@ -180,14 +180,9 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                 // dP = dO V^T, then the softmax backward turns it into dS in place.
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, 1.0f, dO,
                             q_stride, V, kv_stride, 0.0f, dscores, T);
-                if (slopes) { // d(cap tanh(s / cap)) / ds = 1 - tanh^2(s / cap)
+                if (uncapped) // the scores before the cap, for its slopes below
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, scale, Q, q_stride, K,
-                                kv_stride, 0.0f, slopes, T);
-                    for (long i = 0; i < (long)T * T; i++) {
-                        const float capped = tanhf(slopes[i] / softcap);
-                        slopes[i] = 1.0f - capped * capped;
-                    }
-                }
+                                kv_stride, 0.0f, uncapped, T);
                 for (int t = 0; t < T; t++) {
                     float *ds = dscores + (long)t * T;
                     const float *p = P + (long)t * T;
@@ -200,8 +195,14 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                     float dotf = (float)dot;
                     for (int j = 0; j < start; j++) ds[j] = 0.0f;
                     for (int j = start; j <= t; j++) ds[j] = p[j] * (ds[j] - dotf);
-                    if (slopes)
-                        for (int j = start; j <= t; j++) ds[j] *= slopes[(long)t * T + j];
+                    if (uncapped) { // d(cap tanh(s / cap)) / ds = 1 - tanh^2(s / cap), in the window only
+                        const float *s = uncapped + (long)t * T;
+#pragma omp simd
+                        for (int j = start; j <= t; j++) {
+                            const float capped = tanh_one(s[j] / softcap);
+                            ds[j] *= 1.0f - capped * capped;
+                        }
+                    }
                     for (int j = t + 1; j < T; j++) ds[j] = 0.0f;
                 }
                 // scores = scale * Q K^T:  dQ += scale dS K;  dK += scale dS^T Q
@@ -212,6 +213,6 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
             }
         }
         free(dscores);
-        free(slopes);
+        free(uncapped);
     }
 }

@@ -1,7 +1,7 @@
 // What the two kernels that read the KV cache share (ops/cpu/attention_decode.c: a decode
 // step, one query per row; ops/cpu/attention_extend.c: several new queries per row): the
-// cache's element types, the exponential of the softmax, and one cached row widened to
-// floats.
+// cache's element types and one cached row widened to floats (the softmax's exponential:
+// ops/cpu/vector_math.h).
 #pragma once
 #include <immintrin.h>
 #include <stdbool.h>
@@ -9,34 +9,11 @@
 #include <string.h>
 
 #include "ops/cpu/ops_cpu.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/ops.h"
 #include "ops/q8.h"
 
 typedef enum { ELEMENTS_F32, ELEMENTS_F16, ELEMENTS_Q8 } CacheElementType;
-
-// exp(x) in place, for x <= 0 (scores minus their maximum): 2^k * e^r with k = round(x /
-// ln 2) and |r| <= ln 2 / 2, e^r by Cephes' expf polynomial; within 2 ulp of expf. Below
-// -87.3 (where expf reaches float's smallest normal numbers) it returns about 1.2e-38.
-static inline void exp_nonpositive(float *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) {
-        const float v = x[i] < -87.3f ? -87.3f : x[i];
-        // Adding 1.5 * 2^23 rounds v / ln 2 to an integer in the low mantissa bits.
-        const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-        const float r = v - k * 0.693359375f + k * 2.12194440e-4f; // ln 2 in two parts
-        float p = 1.9875691500e-4f;
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * r * r + r + 1.0f;
-        const int bits = ((int)k + 127) << 23; // 2^k
-        float power;
-        memcpy(&power, &bits, sizeof power);
-        x[i] = p * power;
-    }
-}
 
 // dst[d] = head kv_head's element d of cache slot `slot` (counted from the cache's start:
 // row * capacity + slot in the row), d < head_dim: a float, a half widened, or a Q8_0

@@ -89,8 +89,8 @@ void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const fl
 }
 
 void cpu_soft_cap_forward(float *x, long n, float cap) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++) x[i] = cap * tanh_one(x[i] / cap);
 }
 
 void cpu_value_head_forward(float *values, const float *hidden, const float *weight, int N,

@@ -10,13 +10,15 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "ops/cpu/vector_math.h"
 #include "ops/ops.h"
 
 // Gemma 2's soft cap of attention scores (the attention ops' `softcap`): each of scores[0, n)
 // becomes cap * tanh(score / cap), before the softmax; cap 0 leaves them as they are.
 static inline void cpu_soft_cap(float *scores, int n, float cap) {
-    if (cap > 0.0f)
-        for (int j = 0; j < n; j++) scores[j] = cap * tanhf(scores[j] / cap);
+    if (!(cap > 0.0f)) return;
+#pragma omp simd
+    for (int j = 0; j < n; j++) scores[j] = cap * tanh_one(scores[j] / cap);
 }
 
 void cpu_embedding_forward(float *out, const int *tokens, const int *positions,
