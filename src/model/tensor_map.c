@@ -115,27 +115,17 @@ static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, con
         {"mlp.up_proj.bias", "ffn_up.bias"},
         {"mlp.down_proj.weight", "ffn_down.weight"},
         {"mlp.down_proj.bias", "ffn_down.bias"},
-    };
-    // Gemma 2's sandwich norms (model/params.c): its post_attention_layernorm is the norm of
-    // the attention output, its pre_feedforward_layernorm the MLP's input norm.
-    struct {
-        const char *ours, *theirs;
-    } sandwich_names[] = {
-        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        // Gemma 2's sandwich norms (model/params.c)
         {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
         {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
     };
-    if (cfg->sandwich_norms) {
-        for (size_t i = 0; i < sizeof sandwich_names / sizeof sandwich_names[0]; i++) {
-            if (strcmp(suffix, sandwich_names[i].ours) != 0) continue;
-            map->kind = gemma ? MAP_MINUS_ONE : MAP_COPY;
-            snprintf(map->source, sizeof map->source, "blk.%d.%s", layer, sandwich_names[i].theirs);
-            return;
-        }
-    }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(suffix, names[i].ours) != 0) continue;
         const char *theirs = names[i].theirs;
+        // With sandwich norms post_attention_layernorm is the attention output's norm (the
+        // MLP's input norm is pre_feedforward_layernorm).
+        if (cfg->sandwich_norms && !strcmp(suffix, "post_attention_layernorm.weight"))
+            theirs = "post_attention_norm.weight";
         bool is_q = !strcmp(suffix, "self_attn.q_proj.weight"), is_k = !strcmp(suffix, "self_attn.k_proj.weight");
         bool is_qkv = !strncmp(suffix, "self_attn.q_proj", 16) || !strncmp(suffix, "self_attn.k_proj", 16) ||
                       !strncmp(suffix, "self_attn.v_proj", 16);
