@@ -566,6 +566,52 @@ static int rope_config(ModelConfig *c, const char *path, const char *type, const
     return rc;
 }
 
+// Gemma 2's keys: a tiny gemma2 config whose soft caps are written by `caps` (0: absent,
+// 1: 40 / 20, 2: a string, 3: a negative one) and whose window is 128 of a 512 context.
+static int gemma2_config(ModelConfig *c, const char *path, int caps) {
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_add_string(w, "general.architecture", "gemma2");
+    gguf_writer_add_u32(w, "gemma2.embedding_length", 64);
+    gguf_writer_add_u32(w, "gemma2.block_count", 2);
+    gguf_writer_add_u32(w, "gemma2.attention.head_count", 4);
+    gguf_writer_add_u32(w, "gemma2.attention.key_length", 32);
+    gguf_writer_add_u32(w, "gemma2.feed_forward_length", 128);
+    gguf_writer_add_u32(w, "gemma2.context_length", 512);
+    gguf_writer_add_u32(w, "gemma2.attention.sliding_window", 128);
+    gguf_writer_add_u32(w, "gemma2.vocab_size", 100);
+    gguf_writer_add_f32(w, "gemma2.attention.layer_norm_rms_epsilon", 1e-6f);
+    if (caps == 1) gguf_writer_add_f32(w, "gemma2.attn_logit_softcapping", 40.0f);
+    if (caps == 2) gguf_writer_add_string(w, "gemma2.attn_logit_softcapping", "fifty");
+    if (caps == 3) gguf_writer_add_f32(w, "gemma2.attn_logit_softcapping", -50.0f);
+    if (caps == 1) gguf_writer_add_f32(w, "gemma2.final_logit_softcapping", 20.0f);
+    CHECK(gguf_writer_write(w, path) == 0, "%s", err_msg());
+    gguf_writer_free(w);
+    GgufFile f;
+    CHECK(gguf_open(&f, path) == 0, "%s", err_msg());
+    int rc = config_from_gguf(c, &f, path);
+    gguf_close(&f);
+    return rc;
+}
+
+static void test_config_gemma2(void) {
+    char *path = tmp_path("gemma2.gguf");
+    ModelConfig c;
+    EXPECT(gemma2_config(&c, path, 1) == 0, "%s", err_msg());
+    EXPECT(c.family == FAMILY_GEMMA2 && c.sandwich_norms && c.attn_logit_softcap == 40.0f &&
+               c.final_logit_softcap == 20.0f && c.query_pre_attn_scalar == 32.0f && c.max_position_embeddings == 128,
+           "gemma2: caps %g / %g, scalar %g, context %d", (double)c.attn_logit_softcap, (double)c.final_logit_softcap,
+           (double)c.query_pre_attn_scalar, c.max_position_embeddings);
+    EXPECT(gemma2_config(&c, path, 0) == 0 && c.attn_logit_softcap == 50.0f && c.final_logit_softcap == 30.0f,
+           "gemma2 without cap keys: llama.cpp's defaults 50 / 30, got %g / %g", (double)c.attn_logit_softcap,
+           (double)c.final_logit_softcap);
+    EXPECT(gemma2_config(&c, path, 2) == -1 && contains(err_msg(), "gemma2.attn_logit_softcapping") &&
+               contains(err_msg(), path),
+           "a string soft cap: '%s'", err_msg());
+    EXPECT(gemma2_config(&c, path, 3) == -1 && contains(err_msg(), "soft caps") && contains(err_msg(), path),
+           "a negative soft cap: '%s'", err_msg());
+    free(path);
+}
+
 static void test_config_rope_scaling(void) {
     char *path = tmp_path("rope.gguf");
     ModelConfig c, meta = {.head_dim = 16, .rope_theta = 500000.0f, .rope_scaling = ROPE_SCALING_LLAMA3,
@@ -996,6 +1042,7 @@ int main(void) {
     RUN(test_writer_roundtrip);
     RUN(test_metadata_roundtrip);
     RUN(test_config_from_gguf);
+    RUN(test_config_gemma2);
     RUN(test_config_variants);
     RUN(test_config_rope_scaling);
     RUN(test_truncations);
