@@ -134,15 +134,10 @@ static void scatter_heads(float *out, const float *in, int B, int T, int n_heads
 
 enum { SOFTMAX_THREADS = 256 };
 
-// A score as the softmax sees it: soft-capped when softcap > 0 (the CPU's cpu_soft_cap).
-__device__ static inline float capped_score(float score, float softcap) {
-    return softcap > 0.0f ? softcap * tanhf(score / softcap) : score;
-}
-
 // One block per query row (b, h, t): probabilities over keys row_start <= j <= t, zero
-// elsewhere; a query before row_start (left padding) gets an all-zero row. The scores are
-// read through capped_score, not capped in place: the loops below split the row between
-// the threads in two ways.
+// elsewhere; a query before row_start (left padding) gets an all-zero row. Under a soft cap
+// (the CPU's cpu_soft_cap) each thread caps its window scores in place first; the block
+// reductions' barriers publish them before the last loop, which splits the row otherwise.
 __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs16,
                                              const int *row_start, int n_heads, int T, float softcap) {
     long row = blockIdx.x;
@@ -155,14 +150,16 @@ __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs1
         for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = 0.0f, p16[j] = __float2bfloat16(0.0f);
         return;
     }
+    if (softcap > 0.0f)
+        for (int j = start + threadIdx.x; j <= t; j += blockDim.x) p[j] = softcap * tanhf(p[j] / softcap);
     float max_score = -INFINITY;
-    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) max_score = fmaxf(max_score, capped_score(p[j], softcap));
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) max_score = fmaxf(max_score, p[j]);
     max_score = block_max(max_score);
     double sum = 0;
-    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) sum += expf(capped_score(p[j], softcap) - max_score);
+    for (int j = start + threadIdx.x; j <= t; j += blockDim.x) sum += expf(p[j] - max_score);
     float inv_sum = (float)(1.0 / block_sum(sum));
     for (int j = threadIdx.x; j < T; j += blockDim.x) {
-        float value = j >= start && j <= t ? expf(capped_score(p[j], softcap) - max_score) * inv_sum : 0.0f;
+        float value = j >= start && j <= t ? expf(p[j] - max_score) * inv_sum : 0.0f;
         p[j] = value;
         p16[j] = __float2bfloat16(value);
     }
