@@ -86,6 +86,10 @@ expect_error gemma2_negative_soft_cap "'attn_logit_softcapping'" "$bin" generate
 sed -i 's/"query_pre_attn_scalar": 16.0/"query_pre_attn_scalar": 24.0/' "$tmp/odd_scalar/config.json"
 expect_error gemma2_uninferable_query_scalar "query_pre_attn_scalar (24)" "$bin" convert "$tmp/odd_scalar" "$tmp/odd.gguf"
 [ ! -e "$tmp/odd.gguf" ] && pass gemma2_refused_export_writes_nothing || fail gemma2_refused_export_writes_nothing "odd.gguf exists"
+# llama.cpp always applies both caps: a model without one cannot be exported.
+mkdir -p "$tmp/uncapped" && cp "$tmp/sft/final"/* "$tmp/uncapped/"
+sed -i 's/"final_logit_softcapping": 5.0/"final_logit_softcapping": null/' "$tmp/uncapped/config.json"
+expect_error gemma2_uncapped_export "without both soft caps" "$bin" convert "$tmp/uncapped" "$tmp/uncapped.gguf"
 # On the GPU (the unfused attention kernels): runs where a GPU is; else the device is refused.
 expect_runs_on_cuda gemma2_on_cuda "$bin" generate --model "$model" --device cuda --max-new-tokens 4 "Hi"
 
