@@ -293,6 +293,68 @@ static void test_local_formats(void) {
     }
 }
 
+// Preference rows without their prompt (TRL's implicit prompt; the raw Anthropic/hh-rlhf
+// files): each record's prompt / chosen / rejected against what TRL's
+// maybe_extract_prompt returns for the row (tests/fixtures/data/implicit_pairs*, written
+// by tools/make_implicit_prompt_fixtures.py with TRL itself): strings for text rows, the
+// message lists kept in record->conversation for conversational ones.
+static void expect_implicit_pairs(const char *stem, bool conversational) {
+    char data_path[256], expected_path[256], *text = NULL;
+    size_t size = 0;
+    snprintf(data_path, sizeof data_path, FIXTURES "/%s.jsonl", stem);
+    snprintf(expected_path, sizeof expected_path, FIXTURES "/%s_expected.json", stem);
+    CHECK(fs_read_file(expected_path, 1 << 20, &text, &size) == 0, "%s", err_msg());
+    json_error_t error;
+    json_t *expected = json_loadb(text, size, 0, &error);
+    CHECK(expected, "%s: %s", expected_path, error.text);
+    free(text);
+    json_t *rows = json_object_get(expected, "rows");
+    Dataset d;
+    if (load_or_fail(&d, data_path, DATA_FORMAT_AUTO)) {
+        EXPECT(d.format == DATA_FORMAT_PAIRS && d.count == (long)json_array_size(rows), "%s: %s, %ld records", stem,
+               data_format_name(d.format), d.count);
+        const char *keys[3] = {"prompt", "chosen", "rejected"};
+        for (long r = 0; r < d.count && r < (long)json_array_size(rows); r++) {
+            json_t *want = json_array_get(rows, (size_t)r);
+            if (conversational) {
+                json_t *got = d.records[r].conversation ? json_loads(d.records[r].conversation, 0, &error) : NULL;
+                for (int k = 0; k < 3; k++)
+                    EXPECT(got && json_equal(json_object_get(got, keys[k]), json_object_get(want, keys[k])),
+                           "%s row %ld: %s is not TRL's (%s)", stem, r, keys[k], d.records[r].conversation);
+                json_decref(got);
+            } else {
+                const char *got[3] = {d.records[r].prompt, d.records[r].chosen, d.records[r].rejected};
+                for (int k = 0; k < 3; k++) {
+                    EXPECT(string_equal(got[k], json_string_value(json_object_get(want, keys[k]))),
+                           "%s row %ld: %s \"%s\", TRL's \"%s\"", stem, r, keys[k], got[k] ? got[k] : "(null)",
+                           json_string_value(json_object_get(want, keys[k])));
+                }
+            }
+        }
+        dataset_free(&d);
+    }
+    json_decref(expected);
+}
+
+static void test_implicit_prompt_pairs(void) {
+    expect_implicit_pairs("implicit_pairs", false);
+    expect_implicit_pairs("implicit_pairs_messages", true);
+    // No shared start: the strings differ at their first character, or one is empty (TRL
+    // would index chosen[-1], or fail on an unbound index).
+    expect_load_error(write_text("implicit_none.jsonl", "{\"chosen\": \"Yes.\", \"rejected\": \"No.\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 1, "share no leading text");
+    expect_load_error(write_text("implicit_space.jsonl", "{\"chosen\": \"ab\", \"rejected\": \"ab\"}\n"
+                                                         "{\"chosen\": \" yes\", \"rejected\": \" no\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 2, "share no leading text");
+    expect_load_error(write_text("implicit_empty.jsonl", "{\"chosen\": \"\", \"rejected\": \"No.\"}\n"),
+                      DATA_FORMAT_AUTO, 0, 1, "share no leading text");
+    // A text row after a conversational one (and the reverse) is refused as before.
+    expect_load_error(write_text("implicit_mixed.jsonl", "{\"chosen\": \"Q: a\", \"rejected\": \"Q: b\"}\n"
+                                                         "{\"chosen\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                                                         "\"rejected\": [{\"role\": \"user\", \"content\": \"y\"}]}\n"),
+                      DATA_FORMAT_AUTO, 0, 2, "");
+}
+
 static void test_forced_formats(void) {
     DataFormat format;
     const char *names[][2] = {{"tldr", "tldr"},
@@ -742,7 +804,7 @@ static void test_bad_files(void) {
 // or -1 with a message naming the file, and never crash (run under ASan by CI).
 static void test_damaged_files_never_crash(void) {
     const char *names[] = {"tldr_comparisons.jsonl", "full_hh_rlhf.jsonl", "rm_static.json", "webgpt_comparisons.jsonl",
-                           "apps.jsonl", "ranked.jsonl"};
+                           "apps.jsonl", "ranked.jsonl", "implicit_pairs.jsonl"};
     const char specials[] = "{}[]\",:\\\n\xff\xc3\x80 0";
     uint64_t state = 0x9e3779b97f4a7c15u;
     long failures = 0, successes = 0;
@@ -803,6 +865,7 @@ int main(void) {
     RUN(test_webgpt_comparisons);
     RUN(test_apps);
     RUN(test_local_formats);
+    RUN(test_implicit_prompt_pairs);
     RUN(test_forced_formats);
     RUN(test_take);
     RUN(test_keep_raw);

@@ -101,6 +101,14 @@ char *xstrdup_at(const char *s, const char *file, int line) {
     return p;
 }
 
+char *xstrndup_at(const char *s, size_t length, const char *file, int line) {
+    size_t n = strnlen(s, length);
+    char *p = xmalloc_at(n + 1, file, line);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
 void *xaligned_alloc_at(size_t size, const char *file, int line) {
     size_t rounded = (size + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;

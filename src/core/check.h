@@ -53,10 +53,13 @@ void *xmalloc_at(size_t size, const char *file, int line);
 void *xcalloc_at(size_t count, size_t size, const char *file, int line);
 void *xrealloc_at(void *ptr, size_t size, const char *file, int line);
 char *xstrdup_at(const char *s, const char *file, int line);
+// The first `length` bytes of s (at most strlen(s)) as a new string.
+char *xstrndup_at(const char *s, size_t length, const char *file, int line);
 // 64-byte aligned, zero-filled; free with free().
 void *xaligned_alloc_at(size_t size, const char *file, int line);
 #define xmalloc(size) xmalloc_at((size), __FILE__, __LINE__)
 #define xcalloc(count, size) xcalloc_at((count), (size), __FILE__, __LINE__)
 #define xrealloc(ptr, size) xrealloc_at((ptr), (size), __FILE__, __LINE__)
 #define xstrdup(s) xstrdup_at((s), __FILE__, __LINE__)
+#define xstrndup(s, length) xstrndup_at((s), (length), __FILE__, __LINE__)
 #define xaligned_alloc(size) xaligned_alloc_at((size), __FILE__, __LINE__)

@@ -132,14 +132,55 @@ static int parse_tldr(const json_t *row, const DataRowPlace *at, DataRecord *rec
 
 // --- HH-RLHF (Dahoas/full-hh-rlhf, Dahoas/rm-static) and local pairs --------------
 
-static int parse_pairs(const json_t *row, const DataRowPlace *at, DataRecord *record) {
+// Bytes in the UTF-8 character that starts with `lead` (jansson's strings are valid UTF-8).
+static size_t utf8_lead_width(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+// TRL's extract_prompt on text (trl/data_utils.py), in bytes: the prompt is the longest
+// common prefix of the two strings, compared character by character (Unicode code points,
+// as Python indexes a str, so a prefix never ends inside a character). When they differ
+// right after a space, the space goes to the responses. When one string is a prefix of the
+// other, or they are equal, Python's loop ends on its last index, so the last shared
+// character goes to the responses too. Returns 0 when there is no prompt: the strings
+// differ at their first character (where TRL would index chosen[-1]), or one is empty
+// (where TRL's loop never binds its index and raises).
+static size_t text_prompt_length(const char *chosen, const char *rejected) {
+    size_t chosen_length = strlen(chosen), rejected_length = strlen(rejected);
+    size_t at = 0, previous = 0; // byte offsets of this character and of the one before
+    while (at < chosen_length && at < rejected_length) {
+        size_t width = utf8_lead_width((unsigned char)chosen[at]);
+        if (at + width > rejected_length || memcmp(chosen + at, rejected + at, width) != 0)
+            return at > 0 && chosen[previous] == ' ' ? previous : at;
+        previous = at;
+        at += width;
+    }
+    return previous;
+}
+
+// Text pairs: {prompt, chosen, rejected} strings; or the implicit-prompt {chosen,
+// rejected}, whose prompt is their shared start (text_prompt_length). As TRL's
+// maybe_extract_prompt, a "prompt" that is a list beside text responses is not the
+// prompt of this pair: the prompt is extracted then too. HH-RLHF's rows (Dahoas's schema)
+// always carry their prompt: `prompt_required` says it is read, never extracted.
+static int parse_pairs(const json_t *row, const DataRowPlace *at, bool prompt_required, DataRecord *record) {
     const char *prompt = NULL, *chosen = NULL, *rejected = NULL;
-    if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+    const json_t *given = json_object_get(row, "prompt");
+    if (prompt_required && get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
     if (get_string(row, "chosen", "chosen", at, &chosen) != 0) return -1;
     if (get_string(row, "rejected", "rejected", at, &rejected) != 0) return -1;
-    record->prompt = xstrdup(prompt);
-    record->chosen = xstrdup(chosen);
-    record->rejected = xstrdup(rejected);
+    if (given && !json_is_array(given)) {
+        if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
+        record->prompt = xstrdup(prompt);
+        record->chosen = xstrdup(chosen);
+        record->rejected = xstrdup(rejected);
+        return 0;
+    }
+    size_t split = text_prompt_length(chosen, rejected);
+    if (split == 0)
+        return err_set("fields \"chosen\" and \"rejected\" share no leading text to use as the prompt (%s:%ld)",
+                       at->path, at->line);
+    record->prompt = xstrndup(chosen, split);
+    record->chosen = xstrdup(chosen + split);
+    record->rejected = xstrdup(rejected + split);
     return 0;
 }
 
@@ -422,11 +463,16 @@ static int take_messages(const json_t *row, const char *key, const char *as, con
     return 0;
 }
 
+// A preference row is read by its responses' kind, as TRL's maybe_extract_prompt does
+// (its prompt is extracted when the "prompt" field is of the other kind); every other row
+// by its prompt.
 bool data_row_is_conversational(const json_t *row) {
     if (json_object_get(row, "messages")) return true;
+    const json_t *chosen = json_object_get(row, "chosen"), *rejected = json_object_get(row, "rejected");
+    if (chosen && rejected) return json_is_array(chosen) || json_is_array(rejected);
     const json_t *prompt = json_object_get(row, "prompt");
     if (prompt) return json_is_array(prompt);
-    return json_is_array(json_object_get(row, "chosen")) || json_is_array(json_object_get(row, "rejected"));
+    return json_is_array(chosen) || json_is_array(rejected);
 }
 
 static int parse_conversation(DataFormat format, const json_t *row, const DataRowPlace *at, DataRecord *record) {
@@ -439,7 +485,9 @@ static int parse_conversation(DataFormat format, const json_t *row, const DataRo
             rc = take_messages(row, json_object_get(row, "completion") ? "completion" : "response", "chosen", at, conversation);
         break;
     case DATA_FORMAT_PAIRS:
-        if (!json_object_get(row, "prompt")) rc = extract_prompt(row, at, conversation);
+        // As TRL's maybe_extract_prompt: a text "prompt" beside message lists is not this
+        // pair's prompt (some datasets carry both), so the lists' shared start is taken.
+        if (!json_is_array(json_object_get(row, "prompt"))) rc = extract_prompt(row, at, conversation);
         else if ((rc = take_messages(row, "prompt", "prompt", at, conversation)) == 0 &&
                  (rc = take_messages(row, "chosen", "chosen", at, conversation)) == 0)
             rc = take_messages(row, "rejected", "rejected", at, conversation);
@@ -478,7 +526,7 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
         return err_set("missing field \"%s\": a preference pair needs both \"chosen\" and \"rejected\" (%s:%ld)",
                        HAS("chosen") ? "rejected" : "chosen", at->path, at->line);
     else if (HAS("prompt")) *format = HAS("response") || HAS("completion") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
-    else if (HAS("chosen") && HAS("rejected") && data_row_is_conversational(row)) *format = DATA_FORMAT_PAIRS; // implicit prompt
+    else if (HAS("chosen") && HAS("rejected")) *format = DATA_FORMAT_PAIRS; // implicit prompt (text or messages)
     else {
         // Name the fields seen, so the user can tell which schema the file is close to.
         char seen[200] = "";
@@ -492,7 +540,8 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
         }
         return err_set("cannot tell the dataset format from the fields of the first row (%s); expected "
                        "\"info\"+\"summaries\" (TL;DR), \"question\"+\"answer_0\" (WebGPT), \"problem_id\" (APPS) "
-                       "or \"prompt\" (HH-RLHF and local formats) (%s:%ld)",
+                       "\"prompt\" (HH-RLHF and local formats) or \"chosen\"+\"rejected\" (pairs with their prompt "
+                       "inside) (%s:%ld)",
                        used ? seen : "none", at->path, at->line);
     }
     return 0;
@@ -509,8 +558,8 @@ int data_parse_row(DataFormat format, const json_t *row, const DataRowPlace *at,
     }
     switch (format) {
     case DATA_FORMAT_TLDR: rc = parse_tldr(row, at, record); break;
-    case DATA_FORMAT_HH:
-    case DATA_FORMAT_PAIRS: rc = parse_pairs(row, at, record); break;
+    case DATA_FORMAT_HH: rc = parse_pairs(row, at, true, record); break;
+    case DATA_FORMAT_PAIRS: rc = parse_pairs(row, at, false, record); break;
     case DATA_FORMAT_WEBGPT: rc = parse_webgpt(row, at, record); break;
     case DATA_FORMAT_APPS: rc = parse_apps(row, at, record); break;
     case DATA_FORMAT_SFT: rc = parse_sft(row, at, record); break;

@@ -43,7 +43,14 @@
 //   Local formats, each prompt taken as is (apply a chat template before writing them):
 //     SFT ["sft"]           {prompt, response}              chosen = response
 //                           (or TRL's {prompt, completion}: chosen = completion)
-//     pairs ["pairs"]       {prompt, chosen, rejected}
+//     pairs ["pairs"]       {prompt, chosen, rejected}; or TRL's implicit prompt
+//                           {chosen, rejected} (also the raw Anthropic/hh-rlhf files,
+//                           "\n\nHuman: ...\n\nAssistant: ..."): the prompt is their longest
+//                           common prefix in characters, a space just before the first
+//                           difference going to the responses, and when one is a prefix of
+//                           the other (or they are equal) its last character going to the
+//                           responses too (TRL's extract_prompt, Python's loop index); no
+//                           common prefix, or one empty, is an error
 //     ranked ["ranked"]     {prompt, responses: [best, ..., worst]}, K >= 2
 //                           responses[], response_count
 //     unpaired ["unpaired"] {prompt, completion, label}: TRL's unpaired preference (KTO),
@@ -67,8 +74,11 @@
 //               is a prefix of the other, all but the shorter one's last message)
 //     unpaired  {prompt: [msgs], completion: [msgs], label}
 //     prompts   {prompt: [msgs]}
-//   A row is conversational when its "messages", or its "prompt" (else "chosen"), is a
-//   list; every row of a file must be like the first. Messages are checked here (a missing
+//   A row is conversational when its "messages" is present, or (a preference row) its
+//   "chosen" or "rejected" is a list, or (any other row) its "prompt" is a list; every row
+//   of a file must be like the first. As TRL's maybe_extract_prompt, a preference row's
+//   "prompt" of the other kind than its responses (a string beside lists, a list beside
+//   strings) is not used: the prompt is extracted as for a row without one. Messages are checked here (a missing
 //   role, a content that is not a string: "field \"prompt[1].role\" ..." with file:line).
 //
 // Auto-detection (DATA_FORMAT_AUTO) looks at the fields of the first row:
@@ -76,7 +86,7 @@
 //   problem_id or question + input_output -> APPS;  prompt + responses -> ranked;
 //   prompt + completion + label -> unpaired;
 //   prompt + chosen + rejected -> HH when there is also `response`, else pairs;
-//   messages -> SFT (conversational);  chosen + rejected lists, no prompt -> pairs (implicit prompt);
+//   messages -> SFT (conversational);  chosen + rejected, no prompt -> pairs (implicit prompt);
 //   prompt + response (or completion) -> SFT;  prompt alone -> prompts (but chosen without rejected, or
 //   the reverse, is an error). Every later row must then be of the same format.
 //
