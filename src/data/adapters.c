@@ -539,7 +539,7 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
             used += (size_t)n;
         }
         return err_set("cannot tell the dataset format from the fields of the first row (%s); expected "
-                       "\"info\"+\"summaries\" (TL;DR), \"question\"+\"answer_0\" (WebGPT), \"problem_id\" (APPS) "
+                       "\"info\"+\"summaries\" (TL;DR), \"question\"+\"answer_0\" (WebGPT), \"problem_id\" (APPS), "
                        "\"prompt\" (HH-RLHF and local formats) or \"chosen\"+\"rejected\" (pairs with their prompt "
                        "inside) (%s:%ld)",
                        used ? seen : "none", at->path, at->line);
