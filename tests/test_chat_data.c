@@ -98,8 +98,10 @@ static void test_cases_match_transformers(void) {
             test_current_failures++;
             continue;
         }
-        // SmolLM2: its own template, found in the GGUF; the tiny tokenizer: --chat-template llama3.
+        // Template "smollm2": SmolLM2's own, found in the GGUF; any other as --chat-template NAME
+        // (llama3 and llama3.1 on the tiny tokenizer, qwen2.5 on SmolLM2's for the tool rows).
         const char *model = smollm2 ? smollm2_path : tiny_chat_path;
+        const char *option = strcmp(template, "smollm2") == 0 ? NULL : template;
         Tokenizer *tok;
         CHECK(tokenizer_load(&tok, model) == 0, "%s", err_msg());
         Dataset d;
@@ -110,7 +112,7 @@ static void test_cases_match_transformers(void) {
             continue;
         }
         EXPECT(d.conversational, "%s: not read as conversational", name);
-        if (dataset_render_chat(&d, tok, model, smollm2 ? NULL : template) != 0) {
+        if (dataset_render_chat(&d, tok, model, option) != 0) {
             EXPECT(false, "%s: %s", name, err_msg());
         } else {
             const json_t *expected = json_object_get(entry, "expected"), *ids = json_object_get(entry, "ids");
@@ -134,7 +136,7 @@ static void test_cases_match_transformers(void) {
             }
             const json_t *turns = json_object_get(entry, "turns");
             if (turns) {
-                EXPECT(dataset_render_turns(&d, tok, model, smollm2 ? NULL : template) == 0, "%s: %s", name, err_msg());
+                EXPECT(dataset_render_turns(&d, tok, model, option) == 0, "%s: %s", name, err_msg());
                 EXPECT(same_turns(tok, r, turns), "%s: --assistant-only-loss turns differ", name);
                 turn_cases++;
             }
@@ -144,7 +146,7 @@ static void test_cases_match_transformers(void) {
         tokenizer_free(tok);
     }
     EXPECT(checked == (int)json_array_size(json_object_get(root, "cases")), "checked %d cases", checked);
-    EXPECT(turn_cases == 4, "%d cases of turns (2 rows x 2 templates)", turn_cases);
+    EXPECT(turn_cases == 6, "%d cases of turns (2 rows x 2 templates, a tool row x 2 templates)", turn_cases);
     json_decref(root);
 }
 
@@ -206,9 +208,47 @@ static void test_bad_rows(void) {
     snprintf(rows, sizeof rows, "%s{\"prompt\": \"q\", \"completion\": \"a\"}\n", good);
     expect_bad(rows, tiny_chat_path, "llama3", "every row must be alike", 2);
     expect_bad("{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"system\", \"content\": \"s\"}]}\n",
-               tiny_chat_path, "llama3", "expected \"user\" or \"assistant\"", 1);
+               tiny_chat_path, "llama3", "expected \"user\", \"tool\" or \"assistant\"", 1);
     expect_bad("{\"chosen\": [{\"role\": \"user\", \"content\": \"q\"}], \"rejected\": [{\"role\": \"user\", \"content\": \"r\"}]}\n",
                tiny_chat_path, "llama3", "share no leading message", 1);
+
+    // Tool-calling rows: the tools column and the calls checked at load, naming the field;
+    // tools, calls or tool messages on a template that renders no tools refused at rendering.
+    const char *user_q = "{\"role\": \"user\", \"content\": \"q\"}";
+    const char *answer = "\"completion\": [{\"role\": \"assistant\", \"content\": \"a\"}]";
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"tools\": {\"type\": \"function\"}}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"tools\" is an object, expected a list of tool objects", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"tools\": \"[{\\\"type\\\": \"}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"tools\" is a string that does not hold JSON", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"tools\": [\"get_weather\"]}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"tools[0]\" is a string, expected a tool object", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], \"completion\": [{\"role\": \"assistant\", \"tool_calls\": "
+             "[{\"function\": {\"name\": \"f\", \"arguments\": \"[1, 2]\"}}]}]}\n", user_q);
+    expect_bad(rows, tiny_chat_path, "llama3.1",
+               "field \"completion[0].tool_calls[0].function.arguments\" is a string that does not hold a JSON object", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], \"completion\": [{\"role\": \"assistant\", \"tool_calls\": "
+             "[{\"function\": {\"name\": \"f\", \"arguments\": 3}}]}]}\n", user_q);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "\"completion[0].tool_calls[0].function.arguments\" is an integer", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], \"completion\": [{\"role\": \"assistant\", \"tool_calls\": "
+             "[{\"type\": \"function\", \"name\": \"f\"}]}]}\n", user_q);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"completion[0].tool_calls[0]\" is not {\"type\": \"function\"", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], \"completion\": [{\"role\": \"assistant\", \"tool_calls\": "
+             "[{\"function\": {\"name\": \"\", \"arguments\": {}}}]}]}\n", user_q);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"completion[0].tool_calls[0].function.name\" is empty", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}], %s}\n",
+             answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "only an assistant message makes tool calls", 1);
+    // A call's content may be left out; any other message's may not.
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], \"completion\": [{\"role\": \"assistant\", \"tool_calls\": []}]}\n",
+             user_q);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "missing field \"completion[0].content\"", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"tools\": [{\"type\": \"function\", \"function\": "
+             "{\"name\": \"f\"}}]}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3", "tools", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+             "{\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}], %s}\n",
+             user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3", "tool", 1);
 }
 
 int main(void) {

@@ -10,9 +10,10 @@ messages) and renders them with the model's chat template (src/data/chat_data.c)
 reference here is transformers' apply_chat_template, applied by the rules of TRL's
 trl/data_utils.py: maybe_extract_prompt (implicit-prompt preference pairs) and
 maybe_apply_chat_template (prompt with add_generation_prompt=True; each response the text
-apply_chat_template(prompt + response) adds after the prompt's text). TRL itself is not
-installed (it needs PyTorch, which this environment does not have): those two functions'
-rules are written out below (extract_prompt, apply_template), following TRL's code.
+apply_chat_template(prompt + response) adds after the prompt's text), with the row's
+tools (TRL's "tools" column) passed to every rendering. Those two functions' rules are
+written out below (extract_prompt, apply_template), following TRL's code (TRL 1.12 is now in
+the tools environment: tools/make_implicit_prompt_fixtures.py calls it directly).
 SFT's {"messages"} rows are split as marlhf documents it (prompt = the messages before the
 last assistant message, response = that message; TRL's SFTTrainer instead trains on the
 whole conversation unless assistant_only_loss).
@@ -101,22 +102,25 @@ def split_messages(messages):
 
 
 def apply_template(example, tok):
-    """maybe_apply_chat_template: a prompt that ends with a user message gets the generation
-    prompt; one that ends with an assistant message is continued (continue_final_message)."""
+    """maybe_apply_chat_template: a prompt that ends with a user or tool message gets the
+    generation prompt; one that ends with an assistant message is continued
+    (continue_final_message). The row's tools go to every rendering (TRL's trainers pass
+    tools=example.get("tools"), `or None`)."""
     continued = example["prompt"][-1]["role"] == "assistant"
-    assert continued or example["prompt"][-1]["role"] == "user"
-    prompt = tok.apply_chat_template(example["prompt"], tokenize=False, add_generation_prompt=not continued,
+    assert continued or example["prompt"][-1]["role"] in ("user", "tool")
+    tools = example.get("tools") or None
+    prompt = tok.apply_chat_template(example["prompt"], tools=tools, tokenize=False, add_generation_prompt=not continued,
                                      continue_final_message=continued)
     out = {"prompt": prompt, "chosen": None, "rejected": None}
     for key in ("chosen", "rejected"):
         if key in example:
-            full = tok.apply_chat_template(example["prompt"] + example[key], tokenize=False)
+            full = tok.apply_chat_template(example["prompt"] + example[key], tools=tools, tokenize=False)
             assert full.startswith(prompt), (key, full, prompt)
             out[key] = full[len(prompt):]
     return out
 
 
-def turns_of(messages, tok):
+def turns_of(messages, tok, tools=None):
     """SFT --assistant-only-loss: the conversation cut before and after each assistant message
     that follows another message, up to the last one (marlhf's data/chat_data.c rule); the
     odd-numbered pieces are the trained turns."""
@@ -124,8 +128,8 @@ def turns_of(messages, tok):
     for i, message in enumerate(messages):
         if i == 0 or message["role"] != "assistant":
             continue
-        leading = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-        through = tok.apply_chat_template(messages[:i + 1], tokenize=False)
+        leading = tok.apply_chat_template(messages[:i], tools=tools, tokenize=False, add_generation_prompt=True)
+        through = tok.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False)
         assert leading.startswith(rendered) and through.startswith(leading), (i, rendered, leading, through)
         pieces += [leading[len(rendered):], through[len(leading):]]
         rendered = through
@@ -157,8 +161,34 @@ def turn_ids(tok, pieces, whole_text_check):
     return ids + [tok.eos_token_id], trained + [1]
 
 
+def row_tools(row):
+    """The row's tools as TRL's trainers take them: json.loads of a string."""
+    tools = row.get("tools")
+    return json.loads(tools) if isinstance(tools, str) else tools
+
+
+def parsed_arguments(messages):
+    """marlhf's rule for a tool call whose arguments are a string holding a JSON object: the
+    template renders the object (as marlhf serve and vLLM render a request's), where TRL would
+    hand it the string. The reference is rendered from the parsed object."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = dict(m, tool_calls=[dict(c, function=dict(c["function"], arguments=json.loads(c["function"]["arguments"])))
+                                    if isinstance(c["function"]["arguments"], str) else c for c in m["tool_calls"]])
+        out.append(m)
+    return out
+
+
 def normalise(row):
-    """The row's message lists as prompt / chosen / rejected (unpaired: by label)."""
+    """The row's message lists as prompt / chosen / rejected (unpaired: by label), with its tools."""
+    row = {k: parsed_arguments(v) if isinstance(v, list) and k != "tools" else v for k, v in row.items()}
+    example = normalise_messages(row)
+    example["tools"] = row_tools(row)
+    return example
+
+
+def normalise_messages(row):
     if "messages" in row:
         return split_messages(row["messages"])
     if "prompt" not in row:
@@ -215,16 +245,86 @@ ROWS = [
 ]
 
 
+def function_tool(name, description, properties, required):
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": {"type": "object", "properties": properties,
+                                                            "required": required}}}
+
+
+WEATHER = function_tool("get_weather", "The weather now in a city.",
+                        {"city": {"type": "string", "description": "The city's name."}}, ["city"])
+LIGHT = function_tool("control_light", "Turns a room's light on or off.",
+                      {"room": {"type": "string"}, "state": {"type": "string", "enum": ["on", "off"]}}, ["room", "state"])
+
+
+def call(name, arguments):
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool(text):
+    return {"role": "tool", "content": text}
+
+
+# Tool-calling rows (TRL's "tools" column, assistant messages with "tool_calls", "tool"
+# messages), rendered with the two tool-calling template families marlhf renders tools for.
+TOOL_ROWS = [
+    # TRL's documented language-modeling form: the call without content, the tool's answer,
+    # the final reply.
+    ("tools_messages", {"messages": [user("Turn on the living room lights."),
+                                     {"role": "assistant", "tool_calls": [call("control_light",
+                                                                                {"room": "living room", "state": "on"})]},
+                                     {"role": "tool", "name": "control_light", "content": "The lights are now on."},
+                                     assistant("Done!")],
+                        "tools": [LIGHT]}),
+    # A prompt that ends with the tool's answer (generation prompt), the tools as a JSON
+    # string (TRL decodes it), the call's arguments a string holding an object (OpenAI's
+    # fine-tuning form; rendered as the object) and content null.
+    ("tools_prompt_completion", {"prompt": [user("What is the weather in Paris?"),
+                                            {"role": "assistant", "content": None,
+                                             "tool_calls": [{"id": "call_1", "type": "function",
+                                                             "function": {"name": "get_weather",
+                                                                          "arguments": "{\"city\": \"Paris\"}"}}]},
+                                            tool("18 degrees, sunny")],
+                                 "completion": [assistant("It is 18 degrees and sunny in Paris.")],
+                                 "tools": json.dumps([WEATHER])}),
+    # A preference pair: calling the tool against refusing.
+    ("tools_pairs", {"prompt": [user("Is it raining in Oslo?")],
+                     "chosen": [{"role": "assistant", "tool_calls": [call("get_weather", {"city": "Oslo"})]}],
+                     "rejected": [assistant("I cannot know that.")],
+                     "tools": [WEATHER, LIGHT]}),
+    # Tool messages without tools (a conversation's history), and an empty tools list (no tools).
+    ("tools_history_only", {"prompt": [user("Lights?"),
+                                       {"role": "assistant", "tool_calls": [call("control_light",
+                                                                                 {"room": "hall", "state": "off"})]},
+                                       tool("off")],
+                            "completion": [assistant("The hall light is off.")], "tools": []}),
+]
+# Two calls in one message: Qwen's templates write both; Llama 3.1's raises.
+QWEN_TOOL_ROWS = [
+    ("tools_two_calls", {"prompt": [user("Weather in Rome and Oslo?")],
+                         "completion": [{"role": "assistant", "content": "Checking both.",
+                                         "tool_calls": [call("get_weather", {"city": "Rome"}),
+                                                        call("get_weather", {"city": "Oslo"})]}],
+                         "tools": [WEATHER]}),
+]
+
+
 def main():
     gguf_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     templates = {t["id"]: t for t in json.loads(CHAT_CASES.read_text())["templates"]}
+    smollm2_with_qwen = smollm2_tokenizer(gguf_path)
+    smollm2_with_qwen.chat_template = templates["qwen2.5"]["source"]
     tokenizers = {
-        ("smollm2", "smollm2"): smollm2_tokenizer(gguf_path),
-        ("llama3", "tiny_chat"): tiny_chat_tokenizer(templates["llama3"]["source"]),
+        ("smollm2", "smollm2"): (smollm2_tokenizer(gguf_path), ROWS),
+        ("llama3", "tiny_chat"): (tiny_chat_tokenizer(templates["llama3"]["source"]), ROWS),
+        # The tool rows: Qwen2.5's template on SmolLM2's tokenizer (its ChatML markers are
+        # special tokens), Llama 3.1's on the tiny one.
+        ("qwen2.5", "smollm2"): (smollm2_with_qwen, TOOL_ROWS + QWEN_TOOL_ROWS),
+        ("llama3.1", "tiny_chat"): (tiny_chat_tokenizer(templates["llama3.1"]["source"]), TOOL_ROWS),
     }
     cases = []
-    for (template, tokenizer_name), tok in tokenizers.items():
-        for name, row in ROWS:
+    for (template, tokenizer_name), (tok, rows) in tokenizers.items():
+        for name, row in rows:
             rendered = apply_template(normalise(row), tok)
             case_ids = {"prompt": ids(tok, rendered["prompt"], False)}
             for key in ("chosen", "rejected"):
@@ -235,7 +335,7 @@ def main():
             case = {"name": f"{template}/{name}", "template": template, "tokenizer": tokenizer_name,
                     "row": json.dumps(row, ensure_ascii=False), "expected": rendered, "ids": case_ids}
             if "messages" in row:
-                pieces = turns_of(row["messages"], tok)
+                pieces = turns_of(parsed_arguments(row["messages"]), tok, row_tools(row) or None)
                 whole, trained = turn_ids(tok, pieces, tokenizer_name == "smollm2")
                 case["turns"] = {"texts": pieces, "ids": whole, "trained": trained}
             cases.append(case)

@@ -373,22 +373,104 @@ static int parse_prompt_only(const json_t *row, const DataRowPlace *at, DataReco
 
 // A list of messages, each an object with string "role" and "content" (other keys are
 // ignored, as the templates marlhf renders read only those two).
+// An assistant message's tool calls, in OpenAI's form (TRL's tool-calling rows, OpenAI's
+// fine-tuning files): [{"type": "function", "function": {"name", "arguments"}}, ...], "id"
+// and "type" optional; the arguments an object, or a string holding one (chat_data.c says
+// how each is rendered). `field` is the message's name, "messages[2]".
+static int check_tool_calls(const json_t *calls, const char *field, const DataRowPlace *at) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.tool_calls", field);
+    if (!json_is_array(calls)) return wrong_type(at, name, calls, "a list of tool calls");
+    size_t index;
+    json_t *call;
+    json_array_foreach(calls, index, call) {
+        snprintf(name, sizeof name, "%s.tool_calls[%zu]", field, index);
+        json_t *function = json_is_object(call) ? json_object_get(call, "function") : NULL;
+        if (!json_is_object(function))
+            return err_set("field \"%s\" is not {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}} (%s:%ld)",
+                           name, at->path, at->line);
+        json_t *type = json_object_get(call, "type");
+        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
+            return err_set("field \"%s.type\" is not \"function\" (%s:%ld)", name, at->path, at->line);
+        const char *text = NULL;
+        snprintf(name, sizeof name, "%s.tool_calls[%zu].function.name", field, index);
+        if (get_string(function, "name", name, at, &text) != 0) return -1;
+        if (!text[0]) return err_set("field \"%s\" is empty (%s:%ld)", name, at->path, at->line);
+        snprintf(name, sizeof name, "%s.tool_calls[%zu].function.arguments", field, index);
+        json_t *arguments = json_object_get(function, "arguments");
+        if (!arguments) return missing_field(at, name);
+        if (json_is_string(arguments)) {
+            json_t *value = json_loads(json_string_value(arguments), JSON_REJECT_DUPLICATES, NULL);
+            bool object = json_is_object(value);
+            json_decref(value);
+            if (!object) return err_set("field \"%s\" is a string that does not hold a JSON object (%s:%ld)", name,
+                                        at->path, at->line);
+        } else if (!json_is_object(arguments)) {
+            return wrong_type(at, name, arguments, "an object (or a string holding one)");
+        }
+    }
+    return 0;
+}
+
 static int check_messages(const json_t *list, const char *field, const DataRowPlace *at) {
     if (!json_is_array(list)) return wrong_type(at, field, list, "a list of messages");
     if (json_array_size(list) == 0) return err_set("field \"%s\" is an empty list of messages (%s:%ld)", field, at->path, at->line);
     size_t index;
     json_t *message;
     json_array_foreach(list, index, message) {
-        char name[96];
-        snprintf(name, sizeof name, "%s[%zu]", field, index);
-        if (!json_is_object(message)) return wrong_type(at, name, message, "an object {\"role\", \"content\"}");
-        const char *text;
+        char name[96], place[96];
+        snprintf(place, sizeof place, "%s[%zu]", field, index);
+        if (!json_is_object(message)) return wrong_type(at, place, message, "an object {\"role\", \"content\"}");
+        const char *role = NULL, *text = NULL;
         snprintf(name, sizeof name, "%s[%zu].role", field, index);
-        if (get_string(message, "role", name, at, &text) != 0) return -1;
+        if (get_string(message, "role", name, at, &role) != 0) return -1;
+        // An assistant message that makes tool calls may go without content (absent or
+        // null), as in OpenAI's form; it is rendered as "".
+        json_t *calls = json_object_get(message, "tool_calls");
+        bool calling = calls && !json_is_null(calls);
+        if (calling && strcmp(role, "assistant") != 0)
+            return err_set("field \"%s.tool_calls\" is on a message of role \"%s\": only an assistant message makes "
+                           "tool calls (%s:%ld)", place, role, at->path, at->line);
+        if (calling && check_tool_calls(calls, place, at) != 0) return -1;
         snprintf(name, sizeof name, "%s[%zu].content", field, index);
+        json_t *content = json_object_get(message, "content");
+        if (calling && json_array_size(calls) > 0 && (!content || json_is_null(content))) continue;
         if (get_string(message, "content", name, at, &text) != 0) return -1;
     }
     return 0;
+}
+
+// A row's "tools" (TRL's tools column: a list of tool objects, or a string holding one,
+// which TRL decodes with json.loads), kept in the conversation for the chat template. An
+// empty list is no tools, as TRL passes `tools or None`; null or an absent field too.
+static int take_tools(const json_t *row, const DataRowPlace *at, json_t *conversation) {
+    json_t *tools = json_object_get(row, "tools"), *decoded = NULL;
+    if (!tools || json_is_null(tools)) return 0;
+    if (json_is_string(tools)) {
+        json_error_t error;
+        decoded = json_loads(json_string_value(tools), JSON_REJECT_DUPLICATES, &error);
+        if (!decoded)
+            return err_set("field \"tools\" is a string that does not hold JSON: %s at its character %d (%s:%ld)",
+                           error.text, error.position, at->path, at->line);
+        tools = decoded;
+    }
+    int rc = 0;
+    if (!json_is_array(tools)) {
+        rc = err_set("field \"tools\" %s %s, expected a list of tool objects (%s:%ld)", decoded ? "holds" : "is",
+                     json_kind(tools), at->path, at->line);
+    } else {
+        size_t index;
+        json_t *tool;
+        json_array_foreach(tools, index, tool) {
+            if (json_is_object(tool)) continue;
+            rc = err_set("field \"tools[%zu]\" is %s, expected a tool object {\"type\": \"function\", \"function\": "
+                         "{...}} (%s:%ld)", index, json_kind(tool), at->path, at->line);
+            break;
+        }
+    }
+    if (rc == 0 && json_array_size(tools) > 0) json_object_set(conversation, "tools", tools);
+    json_decref(decoded);
+    return rc;
 }
 
 // The checked list `key` of the row.
@@ -506,6 +588,7 @@ static int parse_conversation(DataFormat format, const json_t *row, const DataRo
                      "unpaired and prompts formats) (%s:%ld)",
                      data_format_name(format), at->path, at->line);
     }
+    if (rc == 0) rc = take_tools(row, at, conversation);
     if (rc == 0) record->conversation = json_dumps(conversation, JSON_COMPACT);
     json_decref(conversation);
     return rc;

@@ -16,16 +16,49 @@ int chat_template_for_model(ChatTemplate *t, const Tokenizer *tok, const char *m
     return chat_template_from_source(t, tokenizer_chat_template(tok), bos, eos, model_path);
 }
 
-// The messages of list `key` of a conversation, appended to messages[*count...]; the
-// strings point into the JSON (checked at load: role and content are strings).
+// The messages of list `key` of a conversation, appended to messages[*count...]. Roles,
+// contents and call names point into the JSON (checked at load); a tool-calling message
+// without content gets "". Tool calls are new arrays, each call's arguments a new JSON text:
+// an object's, or the text a string argument holds, which the template then renders as the
+// object it holds (as `marlhf serve` and vLLM render a request's arguments; TRL would hand
+// the template the string). release_messages frees them.
 static void append_messages(const json_t *conversation, const char *key, ChatMessage *messages, int *count) {
     size_t index;
     json_t *message;
     json_array_foreach(json_object_get(conversation, key), index, message) {
-        messages[*count] = (ChatMessage){.role = json_string_value(json_object_get(message, "role")),
-                                         .content = json_string_value(json_object_get(message, "content"))};
-        (*count)++;
+        const json_t *content = json_object_get(message, "content"), *calls = json_object_get(message, "tool_calls");
+        ChatMessage *m = &messages[(*count)++];
+        *m = (ChatMessage){.role = json_string_value(json_object_get(message, "role")),
+                           .content = json_is_string(content) ? json_string_value(content) : ""};
+        const size_t call_count = json_array_size(calls); // 0 when absent or null
+        if (call_count == 0) continue;
+        ChatToolCall *parsed = xcalloc(call_count, sizeof *parsed);
+        for (size_t j = 0; j < call_count; j++) {
+            const json_t *function = json_object_get(json_array_get(calls, j), "function");
+            const json_t *arguments = json_object_get(function, "arguments");
+            parsed[j].name = json_string_value(json_object_get(function, "name"));
+            parsed[j].arguments =
+                json_is_string(arguments) ? xstrdup(json_string_value(arguments)) : json_dumps(arguments, JSON_COMPACT);
+        }
+        m->tool_calls = parsed;
+        m->num_tool_calls = (int)call_count;
     }
+}
+
+// Frees what append_messages allocated for messages[0, count).
+static void release_messages(ChatMessage *messages, int count) {
+    for (int i = 0; i < count; i++) {
+        for (int j = 0; j < messages[i].num_tool_calls; j++) free((char *)messages[i].tool_calls[j].arguments);
+        free((ChatToolCall *)messages[i].tool_calls);
+        messages[i].tool_calls = NULL, messages[i].num_tool_calls = 0;
+    }
+}
+
+// The conversation's tools (TRL's tools column, kept at load) as JSON text for the
+// template, or NULL when the row has none.
+static char *conversation_tools(const json_t *conversation) {
+    const json_t *tools = json_object_get(conversation, "tools");
+    return tools ? json_dumps(tools, JSON_COMPACT) : NULL;
 }
 
 // err_set() of the template's own message with the row's place.
@@ -39,13 +72,16 @@ static int row_error(const Dataset *d, const DataRecord *r) {
 // prompt + the `key` list rendered, the prompt's text taken off: *out (NULL when the
 // conversation has no such list).
 static int render_response(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const json_t *conversation,
-                           const char *key, const char *prompt_text, ChatMessage *messages, int prompt_count, char **out) {
+                           const char *key, const char *tools, const char *prompt_text, ChatMessage *messages,
+                           int prompt_count, char **out) {
     *out = NULL;
     if (!json_object_get(conversation, key)) return 0;
     int count = prompt_count;
     append_messages(conversation, key, messages, &count);
     char *full = NULL;
-    if (chat_template_render(t, messages, count, false, &full) != 0) return row_error(d, r);
+    int rendered = chat_template_render_tools(t, messages, count, tools, false, &full);
+    release_messages(messages + prompt_count, count - prompt_count);
+    if (rendered != 0) return row_error(d, r);
     size_t prefix = strlen(prompt_text);
     if (strncmp(full, prompt_text, prefix) != 0) {
         free(full);
@@ -76,9 +112,9 @@ static bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c
 // final message's stripped text appears — after the message with its trailing spaces where
 // it has no leading ones and the rendering kept them.
 static int render_continued(const ChatTemplate *t, const Dataset *d, const DataRecord *r, const ChatMessage *messages,
-                            int count, char **out) {
+                            int count, const char *tools, char **out) {
     char *full = NULL;
-    if (chat_template_render(t, messages, count, false, &full) != 0) return row_error(d, r);
+    if (chat_template_render_tools(t, messages, count, tools, false, &full) != 0) return row_error(d, r);
     const char *final = messages[count - 1].content;
     size_t lead = 0, end = strlen(final);
     while (lead < end && is_space(final[lead])) lead++;
@@ -109,27 +145,33 @@ static int render_record(const ChatTemplate *t, const Dataset *d, DataRecord *r)
     ChatMessage *messages = xcalloc(total + 1, sizeof *messages);
     int prompt_count = 0;
     append_messages(conversation, "prompt", messages, &prompt_count);
+    char *tools = conversation_tools(conversation);
     char *prompt = NULL, *chosen = NULL, *rejected = NULL;
     int rc = 0;
+    // As TRL: a prompt that ends with a user or tool message gets the generation prompt,
+    // one that ends with an assistant message is continued.
     const char *last_role = messages[prompt_count - 1].role;
     if (!strcmp(last_role, "assistant")) {
-        rc = render_continued(t, d, r, messages, prompt_count, &prompt);
-    } else if (strcmp(last_role, "user") != 0) {
-        rc = err_set("the prompt ends with a message of role \"%s\", expected \"user\" or \"assistant\" (one to "
-                     "continue) (%s:%ld)",
+        rc = render_continued(t, d, r, messages, prompt_count, tools, &prompt);
+    } else if (strcmp(last_role, "user") != 0 && strcmp(last_role, "tool") != 0) {
+        rc = err_set("the prompt ends with a message of role \"%s\", expected \"user\", \"tool\" or \"assistant\" "
+                     "(one to continue) (%s:%ld)",
                      last_role, d->path, r->line);
-    } else if (chat_template_render(t, messages, prompt_count, true, &prompt) != 0) {
+    } else if (chat_template_render_tools(t, messages, prompt_count, tools, true, &prompt) != 0) {
         rc = row_error(d, r);
     }
-    if (rc == 0) rc = render_response(t, d, r, conversation, "chosen", prompt, messages, prompt_count, &chosen);
-    if (rc == 0) rc = render_response(t, d, r, conversation, "rejected", prompt, messages, prompt_count, &rejected);
+    if (rc == 0) rc = render_response(t, d, r, conversation, "chosen", tools, prompt, messages, prompt_count, &chosen);
+    if (rc == 0)
+        rc = render_response(t, d, r, conversation, "rejected", tools, prompt, messages, prompt_count, &rejected);
     if (rc == 0) {
         free(r->prompt), free(r->chosen), free(r->rejected);
         r->prompt = prompt, r->chosen = chosen, r->rejected = rejected;
     } else {
         free(prompt), free(chosen), free(rejected);
     }
+    release_messages(messages, prompt_count);
     free(messages);
+    free(tools);
     json_decref(conversation);
     return rc;
 }
@@ -175,15 +217,17 @@ static int render_turns(const ChatTemplate *t, const Dataset *d, DataRecord *r) 
     ChatMessage *messages = xcalloc(count, sizeof *messages);
     int appended = 0;
     append_messages(conversation, "messages", messages, &appended);
+    char *tools = conversation_tools(conversation);
     char **turns = xcalloc(2 * count, sizeof *turns);
     int turn_count = 0, rc = 0;
     char *rendered = xstrdup(""); // the conversation so far, through the last assistant message taken
     for (size_t i = 1; i < count && rc == 0; i++) {
         if (strcmp(messages[i].role, "assistant") != 0) continue;
         char *leading = NULL, *through = NULL;
-        if (chat_template_render(t, messages, (int)i, true, &leading) != 0) rc = row_error(d, r);
+        if (chat_template_render_tools(t, messages, (int)i, tools, true, &leading) != 0) rc = row_error(d, r);
         if (rc == 0 && !(turns[turn_count++] = cut_prefix(t, d, r, leading, rendered, i - 1))) rc = -1;
-        if (rc == 0 && chat_template_render(t, messages, (int)i + 1, false, &through) != 0) rc = row_error(d, r);
+        if (rc == 0 && chat_template_render_tools(t, messages, (int)i + 1, tools, false, &through) != 0)
+            rc = row_error(d, r);
         if (rc == 0 && !(turns[turn_count++] = cut_prefix(t, d, r, through, leading, i))) rc = -1;
         free(leading);
         if (rc == 0) {
@@ -194,7 +238,9 @@ static int render_turns(const ChatTemplate *t, const Dataset *d, DataRecord *r) 
         }
     }
     free(rendered);
+    release_messages(messages, appended);
     free(messages);
+    free(tools);
     json_decref(conversation);
     if (rc != 0) {
         for (int k = 0; k < turn_count; k++) free(turns[k]);
