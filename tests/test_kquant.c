@@ -1106,7 +1106,9 @@ static void test_smollm2_q4_k_m_decode(void) {
            "max %.3g\n", agreement, mean, worst);
     // Measured: 0.9065, mean 0.32, max 2.04 (one position is 0.009 of agreement; Q8_0: 0.925,
     // 0.082; Q4_0: 0.654, 0.653 -- tests/test_quantize.c).
-    EXPECT(agreement >= 0.88 && mean <= 0.4, "top-1 agreement %.4f, mean |log-prob difference| %.3g", agreement, mean);
+    if (smollm2_figures_checked("test_smollm2_q4_k_m_decode"))
+        EXPECT(agreement >= 0.88 && mean <= 0.4, "top-1 agreement %.4f, mean |log-prob difference| %.3g", agreement,
+               mean);
     model_free(&model);
     json_decref(reference);
 }
