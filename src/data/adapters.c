@@ -371,8 +371,6 @@ static int parse_prompt_only(const json_t *row, const DataRowPlace *at, DataReco
 
 // --- conversational rows (TRL's message formats) ----------------------------------------
 
-// A list of messages, each an object with string "role" and "content" (other keys are
-// ignored, as the templates marlhf renders read only those two).
 // An assistant message's tool calls, in OpenAI's form (TRL's tool-calling rows, OpenAI's
 // fine-tuning files): [{"type": "function", "function": {"name", "arguments"}}, ...], "id"
 // and "type" optional; the arguments an object, or a string holding one (chat_data.c says
@@ -412,6 +410,9 @@ static int check_tool_calls(const json_t *calls, const char *field, const DataRo
     return 0;
 }
 
+// A list of messages, each an object with string "role" and "content", and an assistant
+// message's "tool_calls" (other keys are ignored, as the templates marlhf renders read only
+// those: a tool message's "name" too).
 static int check_messages(const json_t *list, const char *field, const DataRowPlace *at) {
     if (!json_is_array(list)) return wrong_type(at, field, list, "a list of messages");
     if (json_array_size(list) == 0) return err_set("field \"%s\" is an empty list of messages (%s:%ld)", field, at->path, at->line);
