@@ -7,8 +7,9 @@
 #      gradients, generation with the KV cache on the GPU (also serve's continuous batch),
 #      quantized weights (every type's ops: Q8_0, Q4_0, NF4, Q4_1, Q5_1, Q2_K - Q6_K; quantized
 #      models; a Q4_K_M file's and llama.cpp's Q5_K_M, Q3_K_M, Q2_K, Q4_1, Q5_1 files' log-probs
-#      and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs its quantized-weight
-#      tests with the CPU's ops standing in for the GPU.
+#      and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs every check but the mma rerun
+#      with the CPU's ops standing in for the GPU (its host side: `make test` runs it so,
+#      tests/cli/gpu_harness.sh).
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
 #      QLoRA (adapters over an NF4 and a Q4_0 base), on the mma attention kernels

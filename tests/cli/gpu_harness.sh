@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The host side of the GPU checks (tests/gpu/test_cuda) on a machine without a GPU:
+# MARLHF_GPU_TEST_DEVICE=cpu puts the CPU's ops in the GPU's place, so every check allocates,
+# copies, compares and frees its buffers as it will on a GPU, and the model code takes the
+# paths it takes for a device. The comparisons are then the CPU against itself: what this
+# keeps working is the harness, which otherwise runs only on the rare machine with a GPU (four
+# faults in checks written after the last GPU run -- buffers used after expect_match freed
+# them, a LoRA fixture read as if it held a value head -- were found this way). Its PASS/FAIL
+# lines are test_cuda's, prefixed "gpu_harness/". Built only where nvcc is (the plain build):
+# says SKIP elsewhere.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+harness="$(dirname "$bin")/tests/gpu/test_cuda"
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_gpu_harness
+rm -rf "$tmp" && mkdir -p "$tmp"
+failures=0
+. tests/cli_helpers.sh
+if [ ! -x "$harness" ]; then
+    echo "SKIP gpu_harness: $harness is not built (no nvcc, or the sanitizer build)"
+    exit 0
+fi
+MARLHF_GPU_TEST_DEVICE=cpu "$harness" > "$tmp/test_cuda.out" 2> "$tmp/test_cuda.err"
+status=$?
+sed -n 's/^\(PASS\|FAIL\|SKIP\) /\1 gpu_harness\//p' "$tmp/test_cuda.out"
+grep -E '^  ' "$tmp/test_cuda.err" | head -n 20
+if [ "$status" -ne 0 ] && ! grep -q '^FAIL ' "$tmp/test_cuda.out"; then
+    fail gpu_harness_exit "test_cuda exited with status $status: $(tail -n 3 "$tmp/test_cuda.err")"
+fi
+grep -q '^[0-9]* passed, 0 failed$' "$tmp/test_cuda.out" || fail gpu_harness_summary "$(tail -n 1 "$tmp/test_cuda.out")"
+[ "$failures" -eq 0 ] && [ "$status" -eq 0 ]
