@@ -146,7 +146,8 @@ static void test_cases_match_transformers(void) {
         tokenizer_free(tok);
     }
     EXPECT(checked == (int)json_array_size(json_object_get(root, "cases")), "checked %d cases", checked);
-    EXPECT(turn_cases == 6, "%d cases of turns (2 rows x 2 templates, a tool row x 2 templates)", turn_cases);
+    EXPECT(turn_cases == 7, "%d cases of turns (2 rows x 2 templates, a tool row x 2 templates, Qwen3 without "
+           "thinking)", turn_cases);
     json_decref(root);
 }
 
@@ -249,6 +250,25 @@ static void test_bad_rows(void) {
              "{\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}], %s}\n",
              user_q, answer);
     expect_bad(rows, tiny_chat_path, "llama3", "tool", 1);
+
+    // chat_template_kwargs: only the variables the templates read, of their types, on the
+    // templates that read them.
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"chat_template_kwargs\": {\"add_date\": true}}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "field \"chat_template_kwargs.add_date\" is not a variable", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"chat_template_kwargs\": {\"enable_thinking\": \"no\"}}\n",
+             user_q, answer);
+    expect_bad(rows, tiny_chat_path, "qwen3", "field \"chat_template_kwargs.enable_thinking\" is a string", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"chat_template_kwargs\": [1]}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "qwen3", "field \"chat_template_kwargs\" is an array", 1);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"chat_template_kwargs\": {\"date_string\": "
+             "\"the third day of December in the year 2026\"}}\n", user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3.1", "is longer than 31 bytes", 1);
+    snprintf(rows, sizeof rows, "%s{\"prompt\": [%s], %s, \"chat_template_kwargs\": {\"enable_thinking\": false}}\n", good,
+             user_q, answer);
+    expect_bad(rows, tiny_chat_path, "llama3", "enable_thinking: chat template llama3 has no thinking switch", 2);
+    snprintf(rows, sizeof rows, "{\"prompt\": [%s], %s, \"chat_template_kwargs\": {\"date_string\": \"1 Jan\"}}\n",
+             user_q, answer);
+    expect_bad(rows, tiny_chat_path, "qwen3", "date_string: chat template qwen3 writes no date", 1);
 }
 
 int main(void) {

@@ -109,18 +109,19 @@ def apply_template(example, tok):
     continued = example["prompt"][-1]["role"] == "assistant"
     assert continued or example["prompt"][-1]["role"] in ("user", "tool")
     tools = example.get("tools") or None
+    kwargs = example.get("chat_template_kwargs") or {}
     prompt = tok.apply_chat_template(example["prompt"], tools=tools, tokenize=False, add_generation_prompt=not continued,
-                                     continue_final_message=continued)
+                                     continue_final_message=continued, **kwargs)
     out = {"prompt": prompt, "chosen": None, "rejected": None}
     for key in ("chosen", "rejected"):
         if key in example:
-            full = tok.apply_chat_template(example["prompt"] + example[key], tools=tools, tokenize=False)
+            full = tok.apply_chat_template(example["prompt"] + example[key], tools=tools, tokenize=False, **kwargs)
             assert full.startswith(prompt), (key, full, prompt)
             out[key] = full[len(prompt):]
     return out
 
 
-def turns_of(messages, tok, tools=None):
+def turns_of(messages, tok, tools=None, kwargs=None):
     """SFT --assistant-only-loss: the conversation cut before and after each assistant message
     that follows another message, up to the last one (marlhf's data/chat_data.c rule); the
     odd-numbered pieces are the trained turns."""
@@ -128,8 +129,9 @@ def turns_of(messages, tok, tools=None):
     for i, message in enumerate(messages):
         if i == 0 or message["role"] != "assistant":
             continue
-        leading = tok.apply_chat_template(messages[:i], tools=tools, tokenize=False, add_generation_prompt=True)
-        through = tok.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False)
+        leading = tok.apply_chat_template(messages[:i], tools=tools, tokenize=False, add_generation_prompt=True,
+                                          **(kwargs or {}))
+        through = tok.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False, **(kwargs or {}))
         assert leading.startswith(rendered) and through.startswith(leading), (i, rendered, leading, through)
         pieces += [leading[len(rendered):], through[len(leading):]]
         rendered = through
@@ -185,6 +187,7 @@ def normalise(row):
     row = {k: parsed_arguments(v) if isinstance(v, list) and k != "tools" else v for k, v in row.items()}
     example = normalise_messages(row)
     example["tools"] = row_tools(row)
+    example["chat_template_kwargs"] = row.get("chat_template_kwargs")
     return example
 
 
@@ -309,18 +312,44 @@ QWEN_TOOL_ROWS = [
 ]
 
 
+# TRL's per-row chat_template_kwargs: Qwen3's enable_thinking (off: the generation prompt
+# closes an empty think block) and Llama 3.1's date_string. With thinking off the prompt
+# ends in "</think>\n\n", and SmolLM2's pre-tokenizer splits "\n\nHello" of the whole text
+# as "\n" + "\nHello": the answers start with a space, so that the prompt's tokens are the
+# start of the whole text's (the check below) as they are for Qwen3's own tokenizer.
+QWEN3_KWARGS_ROWS = [
+    ("thinking_off_messages", {"messages": [user("Hi!"), assistant(" Hello, how can I help?")],
+                               "chat_template_kwargs": {"enable_thinking": False}}),
+    # A word, not "4": "\n\n4" is "\n\n" "4" for SmolLM2's own pre-tokenizer (digits split off
+    # first; marlhf and llama.cpp agree on the GGUF) but "\n" "\n" "4" for the tokenizer
+    # transformers' GGUF converter builds here (src/tokenizer/load_gguf.c).
+    ("thinking_on_completion", {"prompt": [user("2 + 2 = ?")], "completion": [assistant("Four.")],
+                                "chat_template_kwargs": {"enable_thinking": True}}),
+    ("thinking_off_pairs", {"prompt": [user("Capital of Italy?")], "chosen": [assistant(" Rome.")],
+                            "rejected": [assistant(" Milan.")], "chat_template_kwargs": {"enable_thinking": False}}),
+]
+LLAMA31_KWARGS_ROWS = [
+    ("date_string", {"prompt": [user("What day is it?")], "completion": [assistant("Thursday.")],
+                     "chat_template_kwargs": {"date_string": "03 Dec 2026"}}),
+]
+
+
 def main():
     gguf_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     templates = {t["id"]: t for t in json.loads(CHAT_CASES.read_text())["templates"]}
     smollm2_with_qwen = smollm2_tokenizer(gguf_path)
     smollm2_with_qwen.chat_template = templates["qwen2.5"]["source"]
+    smollm2_with_qwen3 = smollm2_tokenizer(gguf_path)
+    smollm2_with_qwen3.chat_template = templates["qwen3"]["source"]
     tokenizers = {
         ("smollm2", "smollm2"): (smollm2_tokenizer(gguf_path), ROWS),
         ("llama3", "tiny_chat"): (tiny_chat_tokenizer(templates["llama3"]["source"]), ROWS),
         # The tool rows: Qwen2.5's template on SmolLM2's tokenizer (its ChatML markers are
         # special tokens), Llama 3.1's on the tiny one.
         ("qwen2.5", "smollm2"): (smollm2_with_qwen, TOOL_ROWS + QWEN_TOOL_ROWS),
-        ("llama3.1", "tiny_chat"): (tiny_chat_tokenizer(templates["llama3.1"]["source"]), TOOL_ROWS),
+        ("llama3.1", "tiny_chat"): (tiny_chat_tokenizer(templates["llama3.1"]["source"]),
+                                    TOOL_ROWS + LLAMA31_KWARGS_ROWS),
+        ("qwen3", "smollm2"): (smollm2_with_qwen3, QWEN3_KWARGS_ROWS),
     }
     cases = []
     for (template, tokenizer_name), (tok, rows) in tokenizers.items():
@@ -335,7 +364,8 @@ def main():
             case = {"name": f"{template}/{name}", "template": template, "tokenizer": tokenizer_name,
                     "row": json.dumps(row, ensure_ascii=False), "expected": rendered, "ids": case_ids}
             if "messages" in row:
-                pieces = turns_of(parsed_arguments(row["messages"]), tok, row_tools(row) or None)
+                pieces = turns_of(parsed_arguments(row["messages"]), tok, row_tools(row) or None,
+                                  row.get("chat_template_kwargs"))
                 whole, trained = turn_ids(tok, pieces, tokenizer_name == "smollm2")
                 case["turns"] = {"texts": pieces, "ids": whole, "trained": trained}
             cases.append(case)

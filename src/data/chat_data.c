@@ -61,6 +61,26 @@ static char *conversation_tools(const json_t *conversation) {
     return tools ? json_dumps(tools, JSON_COMPACT) : NULL;
 }
 
+// The template with the row's chat_template_kwargs (kept at load) applied: a copy that
+// borrows t's strings (never freed). enable_thinking is Qwen3's switch and date_string the
+// date of Llama 3.1's / 3.2's system header; either on a template that reads no such
+// variable is an error naming the row, as --no-thinking is on the commands.
+static int row_template(const ChatTemplate *t, const json_t *conversation, const Dataset *d, const DataRecord *r,
+                        ChatTemplate *out) {
+    *out = *t;
+    const json_t *kwargs = json_object_get(conversation, "chat_template_kwargs");
+    const json_t *thinking = json_object_get(kwargs, "enable_thinking"), *date = json_object_get(kwargs, "date_string");
+    if (thinking && out->family != CHAT_FAMILY_QWEN3)
+        return err_set("chat_template_kwargs.enable_thinking: chat template %s has no thinking switch (only qwen3's) "
+                       "(%s:%ld)", chat_template_name(t), d->path, r->line);
+    if (thinking) out->enable_thinking = json_is_true(thinking);
+    if (date && !out->llama31_system_header)
+        return err_set("chat_template_kwargs.date_string: chat template %s writes no date (only Llama 3.1's and "
+                       "3.2's system header) (%s:%ld)", chat_template_name(t), d->path, r->line);
+    if (date) snprintf(out->date_string, sizeof out->date_string, "%s", json_string_value(date));
+    return 0;
+}
+
 // err_set() of the template's own message with the row's place.
 static int row_error(const Dataset *d, const DataRecord *r) {
     char *message = xstrdup(err_msg());
@@ -135,10 +155,16 @@ static int render_continued(const ChatTemplate *t, const Dataset *d, const DataR
     return 0;
 }
 
-static int render_record(const ChatTemplate *t, const Dataset *d, DataRecord *r) {
+static int render_record(const ChatTemplate *shared, const Dataset *d, DataRecord *r) {
     json_error_t error;
     json_t *conversation = json_loads(r->conversation, 0, &error);
     CHECK(conversation, "a conversation kept at load does not parse: %s", error.text);
+    ChatTemplate row;
+    if (row_template(shared, conversation, d, r, &row) != 0) {
+        json_decref(conversation);
+        return -1;
+    }
+    const ChatTemplate *t = &row;
     size_t total = 0;
     const char *keys[3] = {"prompt", "chosen", "rejected"};
     for (int k = 0; k < 3; k++) total += json_array_size(json_object_get(conversation, keys[k]));
@@ -201,10 +227,16 @@ static char *cut_prefix(const ChatTemplate *t, const Dataset *d, const DataRecor
 // message i - 1 with the generation prompt, less what came before) and its own text
 // (rendered through message i, less the former). Messages after the last assistant
 // message are left out, as the last-turn split leaves them out.
-static int render_turns(const ChatTemplate *t, const Dataset *d, DataRecord *r) {
+static int render_turns(const ChatTemplate *shared, const Dataset *d, DataRecord *r) {
     json_error_t error;
     json_t *conversation = json_loads(r->conversation, 0, &error);
     CHECK(conversation, "a conversation kept at load does not parse: %s", error.text);
+    ChatTemplate row;
+    if (row_template(shared, conversation, d, r, &row) != 0) {
+        json_decref(conversation);
+        return -1;
+    }
+    const ChatTemplate *t = &row;
     json_t *list = json_object_get(conversation, "messages");
     if (!list) { // a prompt / completion row: its two rendered parts are its turns
         json_decref(conversation);

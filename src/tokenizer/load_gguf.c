@@ -7,7 +7,9 @@
 //         "smollm", "starcoder", "refact"            Digits(individual) + ByteLevel, as
 //             llama.cpp splits these (and their tokenizer.json do); for their vocabularies,
 //             which hold no merge touching a digit, the same ids as the plain GPT-2 regex
-//             transformers uses
+//             transformers' GGUF converter uses, but for whitespace before a digit: "a\n\n4"
+//             is "a" "\n\n" "4" here and in llama.cpp (checked, SmolLM2's file), and "a" "\n"
+//             "\n" "4" in the converter, whose regex keeps the last space for the next word
 //         "llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe", "falcon3"
 //                                                    Llama-3's Split regex + ByteLevel
 //             (and ignore_merges, as Llama-3's tokenizer.json and llama.cpp have it)
