@@ -62,8 +62,11 @@
 //
 // Conversational rows (TRL's "Dataset formats and types"): where a local format expects a
 // string, a list of messages [{"role": ..., "content": "..."}, ...] (role and content
-// strings; other keys ignored). The lists are kept (record->conversation) and rendered
-// later with the model's chat template (data/chat_data.h), since this layer has no model:
+// strings; an assistant message's "tool_calls" in OpenAI's form, its content then optional;
+// other keys ignored). The lists are kept (record->conversation), with the row's "tools"
+// (a list, or a string holding one) and "chat_template_kwargs" (enable_thinking,
+// date_string), which TRL's trainers pass to the template, and rendered later with the
+// model's chat template (data/chat_data.h), since this layer has no model:
 //     SFT       {messages: [...]}: the prompt is every message before the last assistant
 //               message, the response that message (messages after it are not used; a
 //               list without an assistant message, or with nothing before it, is an error);
@@ -78,8 +81,9 @@
 //   "chosen" or "rejected" is a list, or (any other row) its "prompt" is a list; every row
 //   of a file must be like the first. As TRL's maybe_extract_prompt, a preference row's
 //   "prompt" of the other kind than its responses (a string beside lists, a list beside
-//   strings) is not used: the prompt is extracted as for a row without one. Messages are checked here (a missing
-//   role, a content that is not a string: "field \"prompt[1].role\" ..." with file:line).
+//   strings) is not used: the prompt is extracted as for a row without one. Messages,
+//   tools and template variables are checked here (a missing role, a content that is not a
+//   string: "field \"prompt[1].role\" ..." with file:line).
 //
 // Auto-detection (DATA_FORMAT_AUTO) looks at the fields of the first row:
 //   info + summaries -> TL;DR;  question + answer_0 + answer_1 -> WebGPT;
