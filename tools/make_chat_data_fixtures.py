@@ -331,6 +331,11 @@ QWEN3_KWARGS_ROWS = [
 LLAMA31_KWARGS_ROWS = [
     ("date_string", {"prompt": [user("What day is it?")], "completion": [assistant("Thursday.")],
                      "chat_template_kwargs": {"date_string": "03 Dec 2026"}}),
+    # tools_in_user_message false: the tools in the system turn, after the date and before
+    # the system message; the first user message stays its own turn.
+    ("tools_in_system", {"prompt": [{"role": "system", "content": "Be brief."}, user("Is it raining in Oslo?")],
+                         "completion": [{"role": "assistant", "tool_calls": [call("get_weather", {"city": "Oslo"})]}],
+                         "tools": [WEATHER], "chat_template_kwargs": {"tools_in_user_message": False}}),
 ]
 
 

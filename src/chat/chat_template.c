@@ -114,6 +114,8 @@ static void template_init(ChatTemplate *t, const ChatVariant *variant, const cha
     // Qwen3's template tests `enable_thinking is defined and enable_thinking is false`:
     // left undefined, as transformers leaves it unless asked, thinking is on.
     t->enable_thinking = true;
+    // Llama 3.1's and 3.2's: {%- if not tools_in_user_message is defined %} ... = true
+    t->tools_in_user_message = true;
     // Llama-3.1's template: {%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}
     snprintf(t->date_string, sizeof t->date_string, "%s", "26 Jul 2024");
     // Llama 3.2's: strftime_now("%d %b %Y"), which transformers defines: today.
@@ -414,6 +416,36 @@ int chat_template_disable_thinking(ChatTemplate *t) {
     if (t->family != CHAT_FAMILY_QWEN3)
         return err_set("chat template %s has no thinking switch (only qwen3's enable_thinking)", t->name);
     t->enable_thinking = false;
+    return 0;
+}
+
+int chat_template_apply_kwargs(ChatTemplate *t, const json_t *kwargs) {
+    if (!kwargs) return 0;
+    if (!json_is_object(kwargs)) return err_set("chat_template_kwargs must be an object");
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)kwargs, key, value) {
+        const bool thinking = !strcmp(key, "enable_thinking"), date = !strcmp(key, "date_string");
+        const bool tools_placement = !strcmp(key, "tools_in_user_message");
+        if (!thinking && !date && !tools_placement)
+            return err_set("chat_template_kwargs.%.60s is not a variable marlhf's chat templates read "
+                           "(enable_thinking, date_string, tools_in_user_message)", key);
+        if ((thinking || tools_placement) && !json_is_boolean(value))
+            return err_set("chat_template_kwargs.%s must be true or false", key);
+        if (date && !json_is_string(value)) return err_set("chat_template_kwargs.date_string must be a string");
+        if (date && json_string_length(value) >= sizeof t->date_string)
+            return err_set("chat_template_kwargs.date_string is longer than %zu bytes", sizeof t->date_string - 1);
+        if (!t) continue;
+        if (thinking && t->family != CHAT_FAMILY_QWEN3)
+            return err_set("chat_template_kwargs.enable_thinking: chat template %s has no thinking switch (only "
+                           "qwen3's)", t->name);
+        if ((date || tools_placement) && !t->llama31_system_header)
+            return err_set("chat_template_kwargs.%s: chat template %s does not read it (only Llama 3.1's and 3.2's)",
+                           key, t->name);
+        if (thinking) t->enable_thinking = json_is_true(value);
+        if (tools_placement) t->tools_in_user_message = json_is_true(value);
+        if (date) snprintf(t->date_string, sizeof t->date_string, "%s", json_string_value(value));
+    }
     return 0;
 }
 

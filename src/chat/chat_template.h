@@ -100,6 +100,7 @@
 // Contents are bytes (UTF-8); where a template trims ("| trim", ".strip()"), the
 // characters Python's str.strip() removes are removed (Unicode whitespace included).
 #pragma once
+#include <jansson.h>
 #include <stdbool.h>
 
 // A call an assistant message made (OpenAI's tool_calls[i].function).
@@ -149,6 +150,8 @@ typedef struct {
     char *eos_token;
     char *source_path;           // where the template came from, for messages (NULL: by name)
     ChatToolSyntax tool_syntax;  // the variant's; in effect only when `exact` (chat_template_tool_syntax)
+    bool tools_in_user_message;  // llama3.1/3.2: the tools before the first user message (the
+                                 // template's default, true) or, false, in the system turn
 } ChatTemplate;
 
 // Recognises `jinja_source` (see the rule above). `bos_token`/`eos_token` are the
@@ -188,6 +191,17 @@ int chat_template_render(const ChatTemplate *t, const ChatMessage *messages, int
 // chat_template_tool_syntax is CHAT_TOOLS_NONE are an error.
 int chat_template_render_tools(const ChatTemplate *t, const ChatMessage *messages, int count, const char *tools_json,
                                bool add_generation_prompt, char **out);
+
+// The template variables a request or a dataset row may set (vLLM's and TRL's
+// chat_template_kwargs), applied to t, a copy of the template that borrows the original's
+// strings: "enable_thinking" (true or false; Qwen3's switch), "date_string" (a string under
+// 32 bytes; the date of Llama 3.1's and 3.2's system header), "tools_in_user_message" (true
+// or false; Llama 3.1's and 3.2's tools before the first user message or, false, in the
+// system turn). No Jinja runs here, so any other key, a value of another type, or a
+// variable the template does not read is -1 with err_set() naming it
+// ("chat_template_kwargs.date_string: ..."). With t NULL only the keys and types are
+// checked (a dataset at load, before the template is known). kwargs NULL: nothing to do.
+int chat_template_apply_kwargs(ChatTemplate *t, const json_t *kwargs);
 
 // The tool-call syntax of the template: its variant's when it is known exactly, else
 // CHAT_TOOLS_NONE.

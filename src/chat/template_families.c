@@ -409,9 +409,19 @@ int render_llama3(const ChatTemplate *t, const ChatMessage *m, int count, const 
         text_append(text, "Today Date: ");
         text_append(text, t->date_string);
         text_append(text, "\n\n");
+        if (tools && !t->tools_in_user_message) {
+            // {%- if tools is not none and not tools_in_user_message %}: in the system turn.
+            text_append(text, "You have access to the following functions. To call a function, please respond with "
+                              "JSON for a function call.Respond in the format {\"name\": function name, "
+                              "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+            for (size_t k = 0; k < json_array_size(tools); k++) {
+                python_json_append(text, json_array_get(tools, k), 4);
+                text_append(text, "\n\n");
+            }
+        }
         text_append_stripped(text, system_message);
         text_append(text, "<|eot_id|>");
-        if (tools) {
+        if (tools && t->tools_in_user_message) {
             // tools_in_user_message (true unless the caller sets it): the tools go before the
             // first remaining message's content (|trim), whatever its role, in a user turn.
             if (first >= count)

@@ -475,30 +475,18 @@ static int take_tools(const json_t *row, const DataRowPlace *at, json_t *convers
     return rc;
 }
 
-// A row's "chat_template_kwargs" (TRL passes them to apply_chat_template), kept in the
-// conversation: only the variables marlhf's templates read, enable_thinking (Qwen3's
-// switch) and date_string (the date of Llama 3.1's and 3.2's system header); any other key
-// is an error, since no Jinja runs here to read it. Null or an absent field is none.
+// A row's "chat_template_kwargs" (TRL passes them to apply_chat_template), checked for the
+// variables marlhf's templates read (chat_template_apply_kwargs) and kept in the
+// conversation. Null or an absent field is none.
 static int take_template_kwargs(const json_t *row, const DataRowPlace *at, json_t *conversation) {
     json_t *kwargs = json_object_get(row, "chat_template_kwargs");
     if (!kwargs || json_is_null(kwargs)) return 0;
     if (!json_is_object(kwargs)) return wrong_type(at, "chat_template_kwargs", kwargs, "an object");
-    const char *key;
-    json_t *value;
-    json_object_foreach(kwargs, key, value) {
-        char name[96];
-        snprintf(name, sizeof name, "chat_template_kwargs.%.60s", key);
-        if (!strcmp(key, "enable_thinking")) {
-            if (!json_is_boolean(value)) return wrong_type(at, name, value, "true or false");
-        } else if (!strcmp(key, "date_string")) {
-            if (!json_is_string(value)) return wrong_type(at, name, value, "a string");
-            if (json_string_length(value) >= sizeof ((ChatTemplate *)0)->date_string)
-                return err_set("field \"%s\" is longer than %zu bytes (%s:%ld)", name,
-                               sizeof ((ChatTemplate *)0)->date_string - 1, at->path, at->line);
-        } else {
-            return err_set("field \"%s\" is not a variable marlhf's chat templates read (enable_thinking, "
-                           "date_string) (%s:%ld)", name, at->path, at->line);
-        }
+    if (chat_template_apply_kwargs(NULL, kwargs) != 0) {
+        char *why = xstrdup(err_msg());
+        err_set("field %s (%s:%ld)", why, at->path, at->line);
+        free(why);
+        return -1;
     }
     if (json_object_size(kwargs) > 0) json_object_set(conversation, "chat_template_kwargs", kwargs);
     return 0;

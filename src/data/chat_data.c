@@ -61,32 +61,23 @@ static char *conversation_tools(const json_t *conversation) {
     return tools ? json_dumps(tools, JSON_COMPACT) : NULL;
 }
 
-// The template with the row's chat_template_kwargs (kept at load) applied: a copy that
-// borrows t's strings (never freed). enable_thinking is Qwen3's switch and date_string the
-// date of Llama 3.1's / 3.2's system header; either on a template that reads no such
-// variable is an error naming the row, as --no-thinking is on the commands.
-static int row_template(const ChatTemplate *t, const json_t *conversation, const Dataset *d, const DataRecord *r,
-                        ChatTemplate *out) {
-    *out = *t;
-    const json_t *kwargs = json_object_get(conversation, "chat_template_kwargs");
-    const json_t *thinking = json_object_get(kwargs, "enable_thinking"), *date = json_object_get(kwargs, "date_string");
-    if (thinking && out->family != CHAT_FAMILY_QWEN3)
-        return err_set("chat_template_kwargs.enable_thinking: chat template %s has no thinking switch (only qwen3's) "
-                       "(%s:%ld)", chat_template_name(t), d->path, r->line);
-    if (thinking) out->enable_thinking = json_is_true(thinking);
-    if (date && !out->llama31_system_header)
-        return err_set("chat_template_kwargs.date_string: chat template %s writes no date (only Llama 3.1's and "
-                       "3.2's system header) (%s:%ld)", chat_template_name(t), d->path, r->line);
-    if (date) snprintf(out->date_string, sizeof out->date_string, "%s", json_string_value(date));
-    return 0;
-}
-
 // err_set() of the template's own message with the row's place.
 static int row_error(const Dataset *d, const DataRecord *r) {
     char *message = xstrdup(err_msg());
     err_set("%s (%s:%ld)", message, d->path, r->line);
     free(message);
     return -1;
+}
+
+// The template with the row's chat_template_kwargs (kept at load) applied: a copy that
+// borrows t's strings (never freed). A variable the template does not read (Qwen3's
+// enable_thinking on another template, say) is an error naming the row, as --no-thinking
+// is on the commands.
+static int row_template(const ChatTemplate *t, const json_t *conversation, const Dataset *d, const DataRecord *r,
+                        ChatTemplate *out) {
+    *out = *t;
+    if (chat_template_apply_kwargs(out, json_object_get(conversation, "chat_template_kwargs")) != 0) return row_error(d, r);
+    return 0;
 }
 
 // prompt + the `key` list rendered, the prompt's text taken off: *out (NULL when the
