@@ -67,8 +67,13 @@ int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, i
 int text_model_chat_ids_tools(TextModel *tm, const ChatMessage *messages, int count, const char *tools_json, int **ids,
                               int *length) {
     CHECK(tm->has_chat, "chat ids without a chat template");
+    return text_model_chat_ids_with(tm, &tm->chat, messages, count, tools_json, ids, length);
+}
+
+int text_model_chat_ids_with(TextModel *tm, const ChatTemplate *chat, const ChatMessage *messages, int count,
+                             const char *tools_json, int **ids, int *length) {
     char *text = NULL;
-    if (chat_template_render_tools(&tm->chat, messages, count, tools_json, true, &text) != 0) return -1;
+    if (chat_template_render_tools(chat, messages, count, tools_json, true, &text) != 0) return -1;
     // The template writes BOS itself where the family wants one.
     int rc = tokenizer_encode(tm->tokenizer, text, strlen(text), false, ids, length);
     free(text);

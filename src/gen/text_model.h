@@ -37,6 +37,10 @@ int text_model_chat_ids(TextModel *tm, const ChatMessage *messages, int count, i
 // The same with OpenAI-style tools (a JSON array's text, or NULL): chat_template_render_tools.
 int text_model_chat_ids_tools(TextModel *tm, const ChatMessage *messages, int count, const char *tools_json, int **ids,
                               int *length);
+// The same with another template than the model's own (a copy of it with a request's
+// chat_template_kwargs applied, say).
+int text_model_chat_ids_with(TextModel *tm, const ChatTemplate *chat, const ChatMessage *messages, int count,
+                             const char *tools_json, int **ids, int *length);
 // Plain text tokenized as transformers does with add_special_tokens=True (BOS where the
 // tokenizer adds one).
 int text_model_text_ids(TextModel *tm, const char *text, int **ids, int *length);

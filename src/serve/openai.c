@@ -104,6 +104,25 @@ static int check_unsupported(json_t *root, OpenAIKind kind, OpenAIError *err) {
     v = get(root, "tools");
     if (kind == OPENAI_COMPLETION && v && !(json_is_array(v) && json_array_size(v) == 0))
         return bad_param(err, "tools", "'tools' is a chat parameter: /v1/completions has no tool calling");
+    v = get(root, "chat_template_kwargs");
+    if (kind == OPENAI_COMPLETION && v && !(json_is_object(v) && json_object_size(v) == 0))
+        return bad_param(err, "chat_template_kwargs", "'chat_template_kwargs' is a chat parameter: /v1/completions "
+                         "renders no template");
+    return 0;
+}
+
+// chat_template_kwargs (vLLM's): the template variables marlhf's templates read, checked
+// here by name and type (the template's own refusals come when the prompt is rendered).
+// Anything else is refused rather than ignored: no Jinja runs to read it.
+static int parse_template_kwargs(json_t *root, OpenAIRequest *req, OpenAIError *err) {
+    json_t *v = get(root, "chat_template_kwargs");
+    if (!v || json_object_size(v) == 0) {
+        if (v && !json_is_object(v))
+            return bad_param(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        return 0;
+    }
+    if (chat_template_apply_kwargs(NULL, v) != 0) return bad_param(err, "chat_template_kwargs", "%s", err_msg());
+    req->template_kwargs_json = json_dumps(v, JSON_COMPACT);
     return 0;
 }
 
@@ -609,6 +628,7 @@ static int parse_fields(json_t *root, OpenAIKind kind, const OpenAILimits *limit
     if (parse_grammar_lazy(root, constraint_param, req, err) != 0) return -1;
     if (kind == OPENAI_COMPLETION) return parse_prompt(root, req, err);
     if (parse_tools(root, req, err) != 0) return -1;
+    if (parse_template_kwargs(root, req, err) != 0) return -1;
     if (req->constraint && (req->tool_choice_required || req->tool_choice_name))
         return bad_param(err, constraint_param, "'%s' beside a 'tool_choice' that forces calls is not supported (the "
                          "answer cannot be both)", constraint_param);
@@ -651,6 +671,7 @@ void openai_request_free(OpenAIRequest *req) {
         free((ChatToolCall *)message->tool_calls);
     }
     free(req->tools_json);
+    free(req->template_kwargs_json);
     free(req->tool_choice_name);
     constraint_free(req->constraint);
     free(req->messages);

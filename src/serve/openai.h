@@ -136,6 +136,8 @@ typedef struct {
     bool logprobs;    // log-probs asked: chat's logprobs true, completions' logprobs not null
     int top_logprobs; // alternatives per token: chat's top_logprobs, completions' logprobs
     char *tools_json;         // chat: the tools as a JSON array's text (NULL: none given)
+    char *template_kwargs_json; // chat: vLLM's chat_template_kwargs (the variables marlhf's
+                                // templates read: chat_template_apply_kwargs) as JSON text, or NULL
     int num_tools;            // its length (0: an empty list, or none)
     bool tool_choice_none;    // tool_choice "none": tools rendered, the answer not parsed for calls
     bool tool_choice_required; // tool_choice "required": the answer is calls of the tools (constrained)

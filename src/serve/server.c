@@ -1106,7 +1106,19 @@ static int prompt_ids(Server *s, const OpenAIRequest *req, int **ids, int *count
                                         err_msg());
             tools = NULL;
         }
-        if (text_model_chat_ids_tools(tm, req->messages, req->num_messages, tools, ids, count) != 0)
+        // The request's chat_template_kwargs on a copy of the template (it borrows the
+        // model's strings); a variable this template does not read is the request's error.
+        ChatTemplate chat = tm->chat;
+        if (req->template_kwargs_json) {
+            json_t *kwargs = json_loads(req->template_kwargs_json, 0, NULL);
+            CHECK(kwargs, "chat_template_kwargs kept as JSON does not parse");
+            int applied = chat_template_apply_kwargs(&chat, kwargs);
+            json_decref(kwargs);
+            if (applied != 0)
+                return openai_error_set(err, 400, "invalid_request_error", "chat_template_kwargs", "invalid_value", "%s",
+                                        err_msg());
+        }
+        if (text_model_chat_ids_with(tm, &chat, req->messages, req->num_messages, tools, ids, count) != 0)
             return openai_error_set(err, 400, "invalid_request_error", "messages", "invalid_value", "%s", err_msg());
     } else if (req->prompt) {
         text_model_text_ids(tm, req->prompt, ids, count);

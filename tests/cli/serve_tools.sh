@@ -228,9 +228,44 @@ expect_api_error tool_call_id_not_string messages "messages[1].tool_call_id must
     "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"tool_call_id\": 5, \"content\": \"22\"}]}"
 expect_api_error tool_content_missing messages "messages[1].content is required" \
     "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", \"tool_call_id\": \"c1\"}]}"
-# Llama 3.1's own refusal (one call per assistant turn) and a tools prompt over the context.
 stop_server
 
+# chat_template_kwargs (vLLM's): Qwen3's enable_thinking false renders what a server started
+# with --no-thinking renders (the same prompt tokens and first-token log-probs), a longer
+# prompt than with thinking on; on the --no-thinking server, true turns it back on for the
+# request. Then the refusals: a variable no template of marlhf's reads, a wrong type, one this
+# template does not read, and the parameter on /v1/completions.
+ask='"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 1, "temperature": 0, "logprobs": true, "top_logprobs": 5'
+kwargs_result() { request POST /v1/chat/completions "{$ask${1:+, \"chat_template_kwargs\": $1}}" > /dev/null; check chat "$tmp/body"; }
+if start_server "$tmp/server_qwen3_kwargs.log" --model "$model" --chat-template qwen3 --threads 1; then
+    thinking=$(kwargs_result) off=$(kwargs_result '{"enable_thinking": false}')
+    expect_api_error template_kwargs_unknown chat_template_kwargs "chat_template_kwargs.add_vision_id is not a variable" \
+        "{$ask, \"chat_template_kwargs\": {\"add_vision_id\": true}}"
+    expect_api_error template_kwargs_type chat_template_kwargs "enable_thinking must be true or false" \
+        "{$ask, \"chat_template_kwargs\": {\"enable_thinking\": \"no\"}}"
+    expect_api_error template_kwargs_not_read chat_template_kwargs "chat template qwen3 does not read it" \
+        "{$ask, \"chat_template_kwargs\": {\"date_string\": \"03 Dec 2026\"}}"
+    expect_api_error template_kwargs_completions chat_template_kwargs "is a chat parameter" \
+        '{"prompt": "hi", "max_tokens": 1, "chat_template_kwargs": {"enable_thinking": false}}' /v1/completions
+    stop_server
+else
+    fail server_starts_qwen3_kwargs "$(tail -n 3 "$tmp/server_qwen3_kwargs.log")"
+fi
+if start_server "$tmp/server_qwen3_off.log" --model "$model" --chat-template qwen3 --no-thinking --threads 1; then
+    server_off=$(kwargs_result) back_on=$(kwargs_result '{"enable_thinking": true}')
+    stop_server
+else
+    fail server_starts_qwen3_off "$(tail -n 3 "$tmp/server_qwen3_off.log")"
+fi
+python3 - "$thinking" "$off" "${server_off:-}" "${back_on:-}" <<'PY' && pass "template_kwargs_enable_thinking ($thinking / $off)" ||
+import json, sys
+thinking, off, server_off, back_on = (json.loads(x) if x else None for x in sys.argv[1:5])
+assert off == server_off and back_on == thinking and off[0] > thinking[0], sys.argv[1:5]
+PY
+    fail template_kwargs_enable_thinking "on $thinking, off $off, --no-thinking $server_off, back on $back_on"
+
+
+# Llama 3.1's own refusal (one call per assistant turn) and a tools prompt over the context.
 start_server "$tmp/server_llama.log" --model "$model" --chat-template llama3.1 --threads 1 || fail server_starts "$(tail -n 3 "$tmp/server_llama.log")"
 expect_api_error llama31_one_call_per_turn messages "This model only supports single tool-calls at once!" \
     "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [${call/ARGS/\"\{\}\"}, ${call/ARGS/\"\{\}\"}]}]}"
