@@ -3,9 +3,9 @@
 # MARLHF_GPU_TEST_DEVICE=cpu puts the CPU's ops in the GPU's place, so every check allocates,
 # copies, compares and frees its buffers as it will on a GPU, and the model code takes the
 # paths it takes for a device. The comparisons are then the CPU against itself: what this
-# keeps working is the harness, which otherwise runs only on the rare machine with a GPU (four
-# faults in checks written after the last GPU run -- buffers used after expect_match freed
-# them, a LoRA fixture read as if it held a value head -- were found this way). Its PASS/FAIL
+# keeps working is the harness, which otherwise runs only on the rare machine with a GPU
+# (faults in five checks written after the last GPU run -- buffers used after expect_match
+# freed them, a LoRA fixture read as if it held a value head -- were found this way). Its PASS/FAIL
 # lines are test_cuda's, prefixed "gpu_harness/". Built only where nvcc is (the plain build):
 # says SKIP elsewhere.
 set -u

@@ -1280,8 +1280,8 @@ int main(void) {
     // without the quantized weights' slots) and every check below runs its host side: the
     // buffers it allocates, copies, compares and frees. Its comparisons are then the CPU
     // against itself; what it is for is a harness that does not break on the rare machine
-    // with a GPU (four use-after-free and stale-fixture faults of checks written after the
-    // last GPU run were found this way, 2026-12-03). The attention kernel choices (wmma, mma)
+    // with a GPU (faults in five checks written after the last GPU run, buffers used after
+    // expect_match freed them and a stale LoRA fixture, were found this way, 2026-12-03). The attention kernel choices (wmma, mma)
     // are the GPU's own: the CPU runs its one path in their place, and the fixture models are
     // not run a second time for mma.
     const char *device = getenv("MARLHF_GPU_TEST_DEVICE");
