@@ -537,6 +537,17 @@ static void test_config_variants(void) {
     free(path);
 }
 
+// Writes w's keys to path (freeing w) and reads the model config back from the file.
+static int write_and_read_config(GgufWriter *w, ModelConfig *c, const char *path) {
+    CHECK(gguf_writer_write(w, path) == 0, "%s", err_msg());
+    gguf_writer_free(w);
+    GgufFile f;
+    CHECK(gguf_open(&f, path) == 0, "%s", err_msg());
+    int rc = config_from_gguf(c, &f, path);
+    gguf_close(&f);
+    return rc;
+}
+
 // RoPE scaling as llama.cpp stores it. A tiny llama config (head_dim 16, theta 5e5: the
 // wavelengths 6.3 .. 6e5 cross Llama 3's 2048 and 8192 thresholds) with `type` in
 // rope.scaling.type (NULL: none) and, unless NULL, `factors` as rope_freqs.weight.
@@ -557,13 +568,7 @@ static int rope_config(ModelConfig *c, const char *path, const char *type, const
     }
     const int64_t ne[1] = {8};
     if (factors) gguf_writer_add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, factors);
-    CHECK(gguf_writer_write(w, path) == 0, "%s", err_msg());
-    gguf_writer_free(w);
-    GgufFile f;
-    CHECK(gguf_open(&f, path) == 0, "%s", err_msg());
-    int rc = config_from_gguf(c, &f, path);
-    gguf_close(&f);
-    return rc;
+    return write_and_read_config(w, c, path);
 }
 
 // Gemma 2's keys: a tiny gemma2 config whose soft caps are written by `caps` (0: absent,
@@ -584,13 +589,7 @@ static int gemma2_config(ModelConfig *c, const char *path, int caps) {
     if (caps == 2) gguf_writer_add_string(w, "gemma2.attn_logit_softcapping", "fifty");
     if (caps == 3) gguf_writer_add_f32(w, "gemma2.attn_logit_softcapping", -50.0f);
     if (caps == 1) gguf_writer_add_f32(w, "gemma2.final_logit_softcapping", 20.0f);
-    CHECK(gguf_writer_write(w, path) == 0, "%s", err_msg());
-    gguf_writer_free(w);
-    GgufFile f;
-    CHECK(gguf_open(&f, path) == 0, "%s", err_msg());
-    int rc = config_from_gguf(c, &f, path);
-    gguf_close(&f);
-    return rc;
+    return write_and_read_config(w, c, path);
 }
 
 static void test_config_gemma2(void) {
