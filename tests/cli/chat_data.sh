@@ -229,6 +229,22 @@ expect_error bad_chat_template_text_data "--chat-template" \
     "$bin" sft --model "$model" --data "$tmp/sft_text.jsonl" --chat-template llama3 "${sft_bad[@]}"
 expect_error bad_chat_template_name "unknown" \
     "$bin" sft --model "$model" --data "$tmp/sft_chat.jsonl" --chat-template no-such-template "${sft_bad[@]}"
+# The fields this layer reads beside the messages: a row's tools, its calls, its template
+# variables, and text pairs without a shared prompt -- one line, exit 2, file:line.
+printf '{"prompt": [%s], "completion": [%s], "tools": "[{not json"}\n' "$u" "$a" > "$tmp/bad_tools.jsonl"
+printf '{"prompt": [%s], "completion": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]}\n' \
+    "$u" > "$tmp/bad_call.jsonl"
+printf '{"prompt": [%s], "completion": [%s], "chat_template_kwargs": {"add_vision_id": true}}\n' "$u" "$a" > "$tmp/bad_kwargs.jsonl"
+printf '{"chosen": "Yes.", "rejected": "No."}\n' > "$tmp/bad_implicit.jsonl"
+expect_error bad_tools_not_json "field \"tools\" is a string that does not hold JSON" \
+    "$bin" sft --model "$model" --data "$tmp/bad_tools.jsonl" --chat-template llama3.1 "${sft_bad[@]}"
+grep -qF "($tmp/bad_tools.jsonl:1)" "$tmp/stderr" && pass bad_tools_names_line || fail bad_tools_names_line "$(cat "$tmp/stderr")"
+expect_error bad_call_arguments "completion[0].tool_calls[0].function.arguments\" is a string that does not hold a JSON object ($tmp/bad_call.jsonl:1)" \
+    "$bin" sft --model "$model" --data "$tmp/bad_call.jsonl" --chat-template llama3.1 "${sft_bad[@]}"
+expect_error bad_template_kwargs "chat_template_kwargs.add_vision_id is not a variable" \
+    "$bin" sft --model "$model" --data "$tmp/bad_kwargs.jsonl" --chat-template qwen3 "${sft_bad[@]}"
+expect_error bad_implicit_prompt "share no leading text to use as the prompt ($tmp/bad_implicit.jsonl:1)" \
+    "$bin" dpo --model "$model" --data "$tmp/bad_implicit.jsonl" "${sft_bad[@]}"
 [ ! -e "$tmp/bad/final" ] && pass bad_input_writes_nothing || fail bad_input_writes_nothing "$tmp/bad/final exists"
 
 exit $((failures > 0))
