@@ -105,14 +105,6 @@ static int render_response(const ChatTemplate *t, const Dataset *d, const DataRe
     return 0;
 }
 
-// The first n bytes of s as a new string.
-static char *copy_prefix(const char *s, size_t n) {
-    char *out = xmalloc(n + 1);
-    memcpy(out, s, n);
-    out[n] = '\0';
-    return out;
-}
-
 // Python's str.isspace on the ASCII characters (strip() below; a message's other Unicode
 // spaces are kept).
 static bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
@@ -130,7 +122,7 @@ static int render_continued(const ChatTemplate *t, const Dataset *d, const DataR
     size_t lead = 0, end = strlen(final);
     while (lead < end && is_space(final[lead])) lead++;
     while (end > lead && is_space(final[end - 1])) end--;
-    char *stripped = copy_prefix(final + lead, end - lead);
+    char *stripped = xstrndup(final + lead, end - lead);
     const char *at = stripped[0] ? NULL : full + strlen(full); // Python finds "" at the end
     for (const char *p = stripped[0] ? strstr(full, stripped) : NULL; p; p = strstr(p + 1, stripped)) at = p;
     if (!at) {
@@ -141,7 +133,7 @@ static int render_continued(const ChatTemplate *t, const Dataset *d, const DataR
     }
     const size_t keep = (size_t)(at - full) + (lead == 0 && strncmp(at, final, strlen(final)) == 0 ? strlen(final)
                                                                                                     : strlen(stripped));
-    *out = copy_prefix(full, keep);
+    *out = xstrndup(full, keep);
     free(full), free(stripped);
     return 0;
 }
