@@ -3,11 +3,12 @@
 // (dist/model_sync.h, as `marlhf sft` does under mpirun), then every rank takes the AdamW
 // step. Run it alone (one process) or under `mpirun -np W`; rank 0 prints one JSON line
 // with the time split into compute, gradient sum and optimizer, and its peak resident
-// memory. --zero-stage 1 shards the AdamW moments across ranks (dist/zero.h).
+// memory. --zero-stage 1 shards the AdamW moments across ranks, 2 the gradients too (summed
+// during the backward, dist/zero.h).
 // bench/run_data_parallel.sh runs it beside PyTorch DDP (bench/torch_ddp_step.py).
 //
 // usage: [mpirun -np W] build/bench/data_parallel_step [--batch 2] [--seq 256] [--steps 3]
-//            [--model smollm2-135m|gpt2-124m] [--threads N] [--zero-stage 0|1]
+//            [--model smollm2-135m|gpt2-124m] [--threads N] [--zero-stage 0|1|2]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,8 +71,8 @@ int main(int argc, char **argv) {
         double t0 = now_seconds();
         model_forward(&model, &batch);
         model_logprobs(&model, targets, logp, NULL, NULL);
-        model_zero_grad(&model);
-        model_backward(&model, dlogp, NULL, NULL);
+        dist_zero_grad(&model);
+        model_backward(&model, dlogp, NULL, NULL); // ZeRO-2 sums the gradients in here
         double t1 = now_seconds();
         double norm = dist_reduce_gradients(&model, &opt);
         double t2 = now_seconds();
@@ -79,7 +80,8 @@ int main(int argc, char **argv) {
         double t3 = now_seconds();
         if (step >= 0) compute_s += t1 - t0, reduce_s += t2 - t1, optimizer_s += t3 - t2;
     }
-    // Rank 0's times: the sum waits for the slowest rank, so its wall time is the job's.
+    // Rank 0's times: the sum waits for the slowest rank, so its wall time is the job's. (Under
+    // ZeRO-2 the sums are taken inside the backward, so they count as compute.)
     double step_s = (compute_s + reduce_s + optimizer_s) / steps;
     double flops_per_token = bench_flops_per_token(&model, T);
     CHECK(dist_all_equal(model_weights_fingerprint(&model)), "ranks ended with different weights");
@@ -90,12 +92,12 @@ int main(int argc, char **argv) {
                "\"batch_per_rank\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"compute_s\": %.4f, "
                "\"gradient_sum_s\": %.4f, \"optimizer_s\": %.4f, \"gflops\": %.2f, \"gradient_mb\": %.1f, "
                "\"zero_stage\": %d, \"peak_rss_mb\": %.0f}\n",
-               zero_stage && world > 1 ? "-zero1" : "", name, world, omp_get_max_threads(), B, T, N * world / step_s,
+               zero_stage == 1 && world > 1 ? "-zero1" : zero_stage == 2 && world > 1 ? "-zero2" : "", name, world, omp_get_max_threads(), B, T, N * world / step_s,
                step_s, compute_s / steps, reduce_s / steps, optimizer_s / steps,
                flops_per_token * N * world / step_s / 1e9, model.table.total * 4.0 / 1e6, zero_stage,
                usage.ru_maxrss / 1024.0);
     free(tokens), free(targets), free(logp), free(dlogp);
-    adamw_free(&opt);
+    dist_adamw_free(&opt, &model);
     model_free(&model);
     dist_finalize();
     return 0;

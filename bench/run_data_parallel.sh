@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Data-parallel training step on this machine's cores: marlhf (bench/data_parallel_step,
 # MPI) beside PyTorch DDP (bench/torch_ddp_step.py, gloo), same model shape, same global
-# batch, in one run. Two configurations each, and marlhf's data-parallel one again with
-# ZeRO-1 (--zero-stage 1, the AdamW moments sharded across ranks):
+# batch, in one run. Two configurations each, and the data-parallel one again with ZeRO-1
+# (the AdamW moments sharded across ranks: marlhf --zero-stage 1, PyTorch's
+# ZeroRedundancyOptimizer) and ZeRO-2 (the gradients too: marlhf --zero-stage 2, PyTorch's
+# FSDP2 with reshard_after_forward=False):
 #   1 process x CORES threads, batch RANKS*BATCH      (no data parallelism: the baseline)
 #   RANKS processes x CORES/RANKS threads, BATCH each (data parallel)
 # Prints the JSON lines and a table of tokens/s. Needs `make bench` and, for the PyTorch
@@ -21,11 +23,16 @@ out=$(mktemp)
 common=(--model "$model" --seq "$seq" --steps "$steps")
 "$bin" "${common[@]}" --batch $((ranks * batch)) --threads "$cores" | tee -a "$out"
 mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" | tee -a "$out"
-mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" \
-    --zero-stage 1 | tee -a "$out"
+for stage in 1 2; do
+    mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" \
+        --zero-stage $stage | tee -a "$out"
+done
 if [ -x "$py" ]; then
     "$py" bench/torch_ddp_step.py "${common[@]}" --ranks 1 --threads "$cores" --batch $((ranks * batch)) | tee -a "$out"
-    "$py" bench/torch_ddp_step.py "${common[@]}" --ranks "$ranks" --threads "$per_rank" --batch "$batch" | tee -a "$out"
+    for sharding in none zero1 zero2; do
+        "$py" bench/torch_ddp_step.py "${common[@]}" --ranks "$ranks" --threads "$per_rank" --batch "$batch" \
+            --sharding $sharding | tee -a "$out"
+    done
 else
     echo '{"impl": "pytorch", "skipped": "run scripts/setup-python first"}'
 fi

@@ -9,8 +9,14 @@ After --warmup untimed steps, --steps steps are timed on rank 0.
 
     .venv-tools/bin/python bench/torch_ddp_step.py [--ranks 2] [--threads 1] [--batch 2]
         [--seq 256] [--steps 3] [--warmup 1] [--model smollm2-135m|gpt2-124m]
+        [--sharding none|zero1|zero2]
 
---ranks 1 runs the same step without DDP (one process). Prints one JSON line:
+--ranks 1 runs the same step without DDP (one process). --sharding: PyTorch's own ZeRO
+stages, the peers of marlhf's --zero-stage: zero1 is DDP with ZeroRedundancyOptimizer (the
+AdamW state sharded); zero2 is FSDP2 (fully_shard on each block and the whole model) with
+reshard_after_forward=False, which PyTorch documents as its ZeRO-2 (gradients and optimizer
+state sharded; it also keeps the parameters sharded between steps, which ZeRO-2 does not).
+Prints one JSON line:
   {"impl": "pytorch-ddp", "ranks": ..., "tokens_per_s": ..., "step_s": ..., ...}
 """
 import argparse
@@ -34,9 +40,22 @@ def worker(rank, args, port):
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     model, cfg, _ = build(args.model, "sdpa")
-    if args.ranks > 1:
+    adamw = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if args.ranks > 1 and args.sharding == "zero2":
+        from torch.distributed.fsdp import fully_shard
+        for block in (model.model.layers if hasattr(model, "model") else model.transformer.h):
+            fully_shard(block, reshard_after_forward=False)
+        fully_shard(model, reshard_after_forward=False)
+        opt = torch.optim.AdamW(model.parameters(), **adamw)
+    elif args.ranks > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        if args.sharding == "zero1":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **adamw)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), **adamw)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **adamw)
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
                         generator=torch.Generator().manual_seed(1 + rank))
 
@@ -60,7 +79,8 @@ def worker(rank, args, port):
     if rank == 0:
         tokens = args.batch * args.seq * args.ranks
         print(json.dumps({
-            "impl": "pytorch-ddp" if args.ranks > 1 else "pytorch", "model": args.model, "ranks": args.ranks,
+            "impl": ("pytorch-" + {"none": "ddp", "zero1": "ddp-zero1", "zero2": "fsdp-zero2"}[args.sharding]
+                     if args.ranks > 1 else "pytorch"), "model": args.model, "ranks": args.ranks,
             "threads_per_rank": args.threads, "batch_per_rank": args.batch, "seq": args.seq,
             "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "torch": torch.__version__}),
@@ -79,6 +99,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--port", type=int, default=29517)
     ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m"), default="smollm2-135m")
+    ap.add_argument("--sharding", choices=("none", "zero1", "zero2"), default="none")
     args = ap.parse_args()
     if args.ranks == 1:
         worker(0, args, args.port)

@@ -361,6 +361,83 @@ static void test_gradient_accumulation(void) {
     fixture_close(&f);
 }
 
+// Model.gradient_hook: the points come in the order num_layers, num_layers - 1, ..., 0, -1, and
+// at each point the gradients of the entries model_gradient_point assigns to it are final --
+// nothing of the backward writes them afterwards (ZeRO-2 sums and frees them there,
+// dist/zero.c). A snapshot of each entry taken at its point must equal the gradient after the
+// backward, bit for bit; log-prob and value gradients together, every fixture family (learned
+// positions, a tied head, Gemma 2's extra norms, Qwen3's q/k norms), and PEFT's DoRA adapters
+// (a frozen base: only the tail has gradients).
+typedef struct {
+    const Model *model;
+    float *snapshot; // laid out like the gradients
+    int expected_point, calls;
+    bool in_order;
+} PointRecorder;
+
+static void record_point(Model *model, int point, void *context) {
+    PointRecorder *r = context;
+    r->in_order &= point == r->expected_point;
+    r->expected_point = point - 1;
+    r->calls++;
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset || model_gradient_point(model, e) != point) continue;
+        const long at = e->offset - model->trainable_offset;
+        memcpy(r->snapshot + at, model->grads + at, (size_t)e->numel * sizeof(float));
+    }
+}
+
+static void check_gradient_points(Model *model, const Fixture *f, const char *what) {
+    model_enable_grad(model);
+    const long N = (long)f->B * f->T, total = model_trainable_floats(model);
+    float *dlogp = xmalloc(N * sizeof(float)), *values = xmalloc(N * sizeof(float)), *dvalue = xmalloc(N * sizeof(float));
+    for (long i = 0; i < N; i++) dvalue[i] = 0.01f * (float)(i % 7) - 0.03f;
+    PointRecorder recorder = {.model = model, .snapshot = xcalloc((size_t)total, sizeof(float)),
+                              .expected_point = model->config.num_layers, .in_order = true};
+    model->gradient_hook.ready = record_point, model->gradient_hook.context = &recorder;
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+    causal_lm_loss(model, f, dlogp);
+    model_values(model, values);
+    model_zero_grad(model);
+    model_backward(model, dlogp, NULL, dvalue);
+    EXPECT(recorder.in_order && recorder.calls == model->config.num_layers + 2, "%s: %d points, in order: %d", what,
+           recorder.calls, recorder.in_order);
+    double norm = 0;
+    for (long j = 0; j < total; j++) norm += (double)model->grads[j] * model->grads[j];
+    EXPECT(norm > 0, "%s: no gradient at all", what);
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset) continue;
+        const long at = e->offset - model->trainable_offset;
+        EXPECT(memcmp(recorder.snapshot + at, model->grads + at, (size_t)e->numel * sizeof(float)) == 0,
+               "%s: %s changed after its point %d", what, e->name, model_gradient_point(model, e));
+    }
+    model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
+    free(dlogp), free(values), free(dvalue), free(recorder.snapshot);
+}
+
+static void test_gradient_points(void) {
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, true);
+        check_gradient_points(&model, &f, fixture_names[k]);
+        model_free(&model);
+        fixture_close(&f);
+    }
+    Fixture f;
+    fixture_open(&f, "llama");
+    Model model;
+    load_model(&model, &f, true);
+    CHECK(model_load_lora_adapter(&model, "tests/fixtures/models/llama/dora", false, 11) == 0, "%s", err_msg());
+    check_gradient_points(&model, &f, "llama DoRA");
+    model_free(&model);
+    fixture_close(&f);
+}
+
 // The LM head on the slots with a target only (prompt and padding skipped) gives the
 // log-probs, entropies and gradients of the whole head at those slots, and 0 elsewhere.
 static void test_head_on_target_slots_only(void) {
@@ -1148,6 +1225,7 @@ int main(void) {
     RUN(test_padding_invariance);
     RUN(test_recompute_is_exact);
     RUN(test_gradient_accumulation);
+    RUN(test_gradient_points);
     RUN(test_head_on_target_slots_only);
     RUN(test_save_load_round_trip);
     RUN(test_gguf_model_matches_hf);

@@ -213,7 +213,8 @@ int cmd_ppo(int argc, char **argv) {
         {"resume", NULL, OPT_BOOL, &resume, "continue from the newest checkpoint", false, false},
         {"gradient-checkpointing", "actor_gradient_checkpointing", OPT_BOOL, &checkpointing, "recompute layers in backward", false, false},
         {"zero-stage", "actor_zero_stage", OPT_INT, &zero_stage,
-         "under mpirun: 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1, --device cpu)", false, false},
+         "under mpirun (--device cpu): 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1), "
+         "2 their gradients too (ZeRO-2)", false, false},
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
@@ -398,9 +399,11 @@ int cmd_ppo(int argc, char **argv) {
     c.macro.ppl_monotone = ppl_monotone, c.macro.seed = (uint64_t)seed;
     c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
     c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
-    if (zero_stage < 0 || zero_stage > 1)
-        die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", zero_stage);
-    if (zero_stage == 1 && strcmp(device, "cpu")) die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", device);
+    if (zero_stage < 0 || zero_stage > 2)
+        die_user("option --zero-stage must be 0, 1 or 2 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
+                 "too), got %ld", zero_stage);
+    if (zero_stage >= 1 && strcmp(device, "cpu"))
+        die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
     c.zero_stage = (int)zero_stage;
     lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);

@@ -171,7 +171,8 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("seed", NULL, OPT_INT, &c->seed, "seed of the data order (and of a new value head)");
     ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
     ADD("zero-stage", "zero_stage", OPT_INT, &c->zero_stage,
-        "under mpirun: 1 shards the AdamW moments across processes (ZeRO-1, --device cpu), 0 keeps them whole");
+        "under mpirun (--device cpu): 1 shards the AdamW moments across processes (ZeRO-1), 2 the gradients "
+        "too (ZeRO-2), 0 keeps both whole");
     ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
         "recompute each layer in backward instead of keeping its activations");
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
@@ -216,10 +217,11 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->eval_every < 0 || c->save_every < 0 || c->keep_last < 0 || c->log_every < 0)
         die_user("options --eval-every, --save-every, --keep-last and --log-every must be >= 0");
     if (c->seed < 0) die_user("option --seed must be >= 0, got %ld", c->seed);
-    if (c->zero_stage < 0 || c->zero_stage > 1)
-        die_user("option --zero-stage must be 0 or 1 (ZeRO-1 shards the optimizer state), got %ld", c->zero_stage);
-    if (c->zero_stage == 1 && c->device && strcmp(c->device, "cpu"))
-        die_user("option --zero-stage 1 runs on --device cpu only (got --device %s)", c->device);
+    if (c->zero_stage < 0 || c->zero_stage > 2)
+        die_user("option --zero-stage must be 0, 1 or 2 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
+                 "too), got %ld", c->zero_stage);
+    if (c->zero_stage >= 1 && c->device && strcmp(c->device, "cpu"))
+        die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
     if (quantize_requested(c->quantize) && c->lora.rank == 0)

@@ -1,13 +1,34 @@
 #include "dist/zero.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
 
 static bool is_sharded(const AdamW *opt) { return !(opt->begin == 0 && opt->end == opt->total); }
+
+// Stage 2's plan. The trainable buffer cut into spans of table entries whose gradients are
+// complete at the same backward point, in the order the backward completes them; each span
+// is summed across ranks at its point (stage2_gradients_ready).
+typedef struct {
+    long begin, end; // in trainable floats
+    int point;       // model_gradient_point of its entries
+} GradientSpan;
+
+typedef struct {
+    GradientSpan *spans;
+    int span_count;
+    long *counts, *displs, *lengths; // the shard layout; one message's share of each rank
+    float *mine;                     // this rank's share of one message
+    long backwards;                  // backwards summed so far (the hook's last point)
+    long round_start;                // `backwards` at dist_backward_round_begin
+} Stage2;
 
 // Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
 // last one shorter (or empty).
@@ -22,17 +43,139 @@ static void shard_layout(long total, long *counts, long *displs) {
     }
 }
 
-void dist_adamw_init(AdamW *opt, const Model *model, AdamWConfig config, int zero_stage) {
+static void stage2_gradients_ready(Model *model, int point, void *context);
+
+static Stage2 *stage2_of(const Model *model) {
+    return model->gradient_hook.ready == stage2_gradients_ready ? model->gradient_hook.context : NULL;
+}
+
+static int later_point_first(const void *a, const void *b) {
+    const GradientSpan *x = a, *y = b;
+    if (x->point != y->point) return x->point > y->point ? -1 : 1;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+static Stage2 *stage2_plan(const Model *model) {
+    const int world = dist_world_size();
+    Stage2 *plan = xcalloc(1, sizeof *plan);
+    plan->spans = xmalloc((size_t)(model->table.count + 1) * sizeof(GradientSpan));
+    // Entries in table order; a run of neighbours with the same point (the padding between
+    // them included, which is always zero) is one span.
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamEntry *e = &model->table.entries[i];
+        if (e->offset < model->trainable_offset) continue; // frozen: no gradient
+        const int point = model_gradient_point(model, e);
+        const long begin = e->offset - model->trainable_offset, end = begin + e->numel;
+        GradientSpan *last = plan->span_count ? &plan->spans[plan->span_count - 1] : NULL;
+        if (last && last->point == point) last->end = end;
+        else plan->spans[plan->span_count++] = (GradientSpan){begin, end, point};
+    }
+    qsort(plan->spans, (size_t)plan->span_count, sizeof(GradientSpan), later_point_first);
+    plan->counts = xmalloc((size_t)world * sizeof(long));
+    plan->displs = xmalloc((size_t)world * sizeof(long));
+    plan->lengths = xmalloc((size_t)world * sizeof(long));
+    shard_layout(model_trainable_floats(model), plan->counts, plan->displs);
+    plan->mine = xmalloc((size_t)dist_collective_floats() * sizeof(float));
+    return plan;
+}
+
+// Zeroes x[0, n) and gives the whole pages among them back to the system: the next write
+// faults in a fresh zero page, so memory is only held for gradients being computed. The
+// buffers are private anonymous memory (ops_cpu's alloc), which MADV_DONTNEED refills with
+// zeros. The sanitizer build keeps plain zeroing (its buffers come from malloc, and it
+// measures no memory).
+static void release_zeroed(float *x, long n) {
+    if (n <= 0) return;
+    char *begin = (char *)x, *end = (char *)(x + n);
+#if !defined(__SANITIZE_ADDRESS__)
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *first = (char *)(((uintptr_t)begin + page - 1) / page * page), *last = (char *)((uintptr_t)end / page * page);
+    if (last > first && madvise(first, (size_t)(last - first), MADV_DONTNEED) == 0) {
+        memset(begin, 0, (size_t)(first - begin));
+        memset(last, 0, (size_t)(end - last));
+        return;
+    }
+#endif
+    memset(begin, 0, (size_t)(end - begin));
+}
+
+// Sums the gradients of [begin, end) across ranks in messages of at most
+// dist_collective_floats() floats: each message is split at the shard boundaries, so it is
+// already a reduce-scatter's input in rank order. This rank keeps the sums of its shard's
+// part and zeroes (frees) the rest, which other ranks own.
+static void stage2_reduce_span(Model *model, Stage2 *plan, long begin, long end) {
+    const int world = dist_world_size(), rank = dist_rank();
+    const long slice = dist_collective_floats();
+    float *grads = model->grads;
+    for (long from = begin; from < end; from += slice) {
+        const long to = from + slice < end ? from + slice : end;
+        for (int r = 0; r < world; r++) {
+            const long lo = from > plan->displs[r] ? from : plan->displs[r];
+            const long hi = to < plan->displs[r] + plan->counts[r] ? to : plan->displs[r] + plan->counts[r];
+            plan->lengths[r] = hi > lo ? hi - lo : 0;
+        }
+        dist_reduce_scatter_floats(grads + from, plan->mine, plan->lengths);
+        long lo = from > plan->displs[rank] ? from : plan->displs[rank];
+        long hi = lo + plan->lengths[rank];
+        if (plan->lengths[rank] == 0) lo = hi = to;
+        memcpy(grads + lo, plan->mine, (size_t)(hi - lo) * sizeof(float));
+        release_zeroed(grads + from, lo - from);
+        release_zeroed(grads + hi, to - hi);
+    }
+}
+
+static void stage2_gradients_ready(Model *model, int point, void *context) {
+    Stage2 *plan = context;
+    for (int i = 0; i < plan->span_count; i++)
+        if (plan->spans[i].point == point) stage2_reduce_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    if (point == -1) plan->backwards++;
+}
+
+void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage) {
     const int world = dist_world_size(), rank = dist_rank();
     if (zero_stage < 1 || world == 1) {
         adamw_init(opt, model, config);
         return;
     }
-    CHECK(model->ops == &ops_cpu, "ZeRO stage 1 needs the CPU backend");
+    CHECK(model->ops == &ops_cpu, "ZeRO stages 1 and 2 need the CPU backend");
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
     free(counts), free(displs);
+    if (zero_stage >= 2) {
+        CHECK(model->grads && !model->gradient_hook.ready, "ZeRO stage 2 on a model without gradients or with a hook");
+        model->gradient_hook.ready = stage2_gradients_ready;
+        model->gradient_hook.context = stage2_plan(model);
+    }
+}
+
+void dist_adamw_free(AdamW *opt, Model *model) {
+    adamw_free(opt);
+    Stage2 *plan = stage2_of(model);
+    if (!plan) return;
+    free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->mine), free(plan);
+    model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
+}
+
+void dist_zero_grad(Model *model) {
+    if (stage2_of(model)) release_zeroed(model->grads, model_trainable_floats(model));
+    else model_zero_grad(model);
+}
+
+void dist_backward_round_begin(Model *model) {
+    Stage2 *plan = stage2_of(model);
+    if (plan) plan->round_start = plan->backwards;
+}
+
+void dist_backward_round_end(Model *model) {
+    Stage2 *plan = stage2_of(model);
+    if (!plan) return;
+    const long ran = plan->backwards - plan->round_start;
+    CHECK(ran <= 1, "ZeRO stage 2: %ld backwards in one round (one at most: the ranks' sums would not match)", ran);
+    if (ran == 1) return;
+    // This rank's zeros (and its shard's sums so far) into the sums the other ranks take in
+    // their backward of this round, span by span in the same order.
+    for (int i = 0; i < plan->span_count; i++) stage2_reduce_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
 }
 
 // The collectives go in rounds of at most S = dist_collective_floats() floats of every
@@ -77,11 +220,9 @@ static void rounds_end(Rounds *x) {
     free(x->counts), free(x->displs), free(x->lengths), free(x->offsets), free(x->starts), free(x->packed);
 }
 
-double dist_reduce_gradients(Model *model, const AdamW *opt) {
-    if (!is_sharded(opt)) {
-        dist_sum_gradients(model);
-        return grad_global_norm(model);
-    }
+// Stage 1: the sums of this rank's shard into its part of the gradients; the rest of
+// model->grads stays this rank's own and is never read by the step.
+static void reduce_scatter_gradients(Model *model) {
     const int world = dist_world_size(), rank = dist_rank();
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));
@@ -89,11 +230,17 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
         round_layout(x.counts, x.displs, round, x.lengths, x.offsets, x.starts);
         for (int r = 0; r < world; r++)
             memcpy(x.packed + x.offsets[r], model->grads + x.starts[r], (size_t)x.lengths[r] * sizeof(float));
-        // This rank's slice of the sums lands in its own part of the gradients; the rest of
-        // model->grads stays this rank's own and is never read by the step.
         dist_reduce_scatter_floats(x.packed, model->grads + x.starts[rank], x.lengths);
     }
     rounds_end(&x);
+}
+
+double dist_reduce_gradients(Model *model, const AdamW *opt) {
+    if (!is_sharded(opt)) {
+        dist_sum_gradients(model);
+        return grad_global_norm(model);
+    }
+    if (!stage2_of(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
     const long mine = opt->end - opt->begin;
     double squares[1] = {mine > 0 ? model->ops->sum_squares(model->grads + opt->begin, mine) : 0.0};
     dist_sum_doubles(squares, 1);

@@ -162,6 +162,15 @@ typedef struct Model {
     ModelTensors weights;
     float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
     ModelTensors gradients;
+    // Called by model_backward as each part of the gradients is complete for that backward:
+    // point num_layers once the LM head, value head and final norm are done, point l after
+    // layer l, point -1 after the embeddings (model_gradient_point says which tensor is final
+    // at which point). ZeRO stage 2 (dist/zero.h) sums and frees each part there, so the
+    // whole gradient never has to be in memory at once. NULL: nothing is called.
+    struct {
+        void (*ready)(struct Model *model, int point, void *context);
+        void *context;
+    } gradient_hook;
 
     Activations acts;
     // Q8_0 copies of the linear weights for inference (model/quantize.h); NULL without.
@@ -181,6 +190,10 @@ void model_free(Model *model);
 // Makes the model trainable: allocates gradients (zeroed).
 void model_enable_grad(Model *model);
 void model_zero_grad(Model *model);
+// The backward point after which the gradient of table entry `entry` is final (see
+// Model.gradient_hook): its layer, -1 for the token and position embeddings (the tied LM
+// head's gradient also lands in the token table), num_layers for every other global tensor.
+int model_gradient_point(const Model *model, const ParamEntry *entry);
 // Sizes activation memory for up to B rows of T slots (done once; grows if asked).
 void model_reserve(Model *model, int B, int T);
 // Frees the activation memory (the next forward allocates it again).

@@ -9,6 +9,7 @@
 // x_mid + norm(down(..))), scales the queries to its query_pre_attn_scalar, and soft-caps
 // the attention scores (the attention ops' softcap) and the logits (lm_head_forward).
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -169,6 +170,17 @@ void model_enable_grad(Model *model) {
         activations_free(model);
         model_reserve(model, B, T);
     }
+}
+
+int model_gradient_point(const Model *model, const ParamEntry *entry) {
+    if (entry->layer >= 0) return entry->layer;
+    if (entry->view_field == offsetof(ModelTensors, tok_emb) || entry->view_field == offsetof(ModelTensors, pos_emb))
+        return -1;
+    return model->config.num_layers;
+}
+
+static void gradients_ready(Model *model, int point) {
+    if (model->gradient_hook.ready) model->gradient_hook.ready(model, point, model->gradient_hook.context);
 }
 
 void model_zero_grad(Model *model) {
@@ -966,6 +978,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     norm_backward(model, a->d_resid, model->gradients.final_norm_w,
                   model->gradients.final_norm_b, a->d_hidden, a->residual + L * N * C,
                   model->weights.final_norm_w, a->final_mean, a->final_rstd, N);
+    gradients_ready(model, L);
     for (int l = L - 1; l >= 0; l--) {
         const float *x_in = a->residual + l * N * C;
         LayerActivations *la = layer_activations(model, l);
@@ -973,8 +986,10 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         // The recomputed output equals the saved x_{l+1} bit for bit.
         if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C, NULL);
         layer_backward(model, l, la, x_in);
+        gradients_ready(model, l);
     }
     ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,
                             a->tokens, a->positions, (int)N, (int)C, cfg->embedding_multiplier);
     a->has_forward = false;
+    gradients_ready(model, -1);
 }

@@ -780,6 +780,18 @@ static void policy_stats_from_training(const Rollout *r, RolloutStats *stats) {
     stats->kl_sequence = sums[0], stats->entropy = sums[1], stats->policy_samples = sums[2], stats->policy_tokens = sums[3];
 }
 
+// The most micro-batches of `micro_batch` samples any rank has, when this one has `samples`.
+static int most_micro_batches(int samples, int micro_batch) {
+    const int world = dist_world_size();
+    int *counts = xcalloc((size_t)world, sizeof(int));
+    counts[dist_rank()] = (samples + micro_batch - 1) / micro_batch;
+    dist_sum_ints(counts, world);
+    int most = 0;
+    for (int r = 0; r < world; r++) most = counts[r] > most ? counts[r] : most;
+    free(counts);
+    return most;
+}
+
 static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
     const int count = r->count;
     int *order = xmalloc(count * sizeof(int));
@@ -796,14 +808,26 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             set_loss_scales(p, r, order + first, last - first);
             Sample **minibatch = mine;
             int size = local_samples(r, order + first, last - first, mine);
-            // Actor: policy loss over the minibatch in micro-batches, then one step.
-            model_zero_grad(&p->actor);
-            for (int k = 0; k < size; k += p->c.micro_batch) {
-                int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
-                stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
-                                                       p->old_logprobs_from_training, &stats->actor, &stats->entropy);
+            // Actor: policy loss over the minibatch in micro-batches, then one step. The
+            // micro-batches go in rounds of one per rank (dist_backward_round_begin: ZeRO stage 2
+            // sums gradients in every backward), as many as the rank with the most samples needs.
+            const int rounds = most_micro_batches(size, p->c.micro_batch);
+            dist_zero_grad(&p->actor);
+            for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
+                dist_backward_round_begin(&p->actor);
+                if (k < size) {
+                    int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+                    stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
+                                                           p->old_logprobs_from_training, &stats->actor,
+                                                           &stats->entropy);
+                }
+                dist_backward_round_end(&p->actor);
             }
-            if (p->ptx.count > 0) ptx_micro_step(p);
+            if (p->ptx.count > 0) {
+                dist_backward_round_begin(&p->actor);
+                ptx_micro_step(p);
+                dist_backward_round_end(&p->actor);
+            }
             double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
             dist_adamw_step(&p->actor_optimizer, &p->actor, lr_schedule_at(&p->actor_schedule, p->optimizer_steps),
                        isfinite(norm) ? grad_clip_coefficient(norm, (float)p->c.clip_norm) : 0.0f);
@@ -811,10 +835,15 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             if (p->c.ema) ema_update(p);
             // Critic: value loss, then its own step.
             if (p->has_critic) {
-                model_zero_grad(&p->critic);
-                for (int k = 0; k < size; k += p->c.micro_batch) {
-                    int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
-                    stats->value_loss += critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
+                dist_zero_grad(&p->critic);
+                for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
+                    dist_backward_round_begin(&p->critic);
+                    if (k < size) {
+                        int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
+                        stats->value_loss +=
+                            critic_micro_step(&p->critic, minibatch + k, n, &p->c.loss, &stats->critic);
+                    }
+                    dist_backward_round_end(&p->critic);
                 }
                 norm = dist_reduce_gradients(&p->critic, &p->critic_optimizer);
                 dist_adamw_step(&p->critic_optimizer, &p->critic,
@@ -1397,9 +1426,9 @@ static int setup(Ppo *p) {
 
 static void teardown(Ppo *p) {
     free(p->first_eval_scores), free(p->first_eval_golds), free(p->reward_stats_path);
-    adamw_free(&p->actor_optimizer);
+    dist_adamw_free(&p->actor_optimizer, &p->actor);
     model_free(&p->actor);
-    if (p->has_critic) adamw_free(&p->critic_optimizer), model_free(&p->critic);
+    if (p->has_critic) dist_adamw_free(&p->critic_optimizer, &p->critic), model_free(&p->critic);
     if (!p->reference_is_actor_base) model_free(&p->reference);
     if (p->has_reward_model) model_free(&p->reward);
     if (p->c.ema) model_free(&p->ema);

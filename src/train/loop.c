@@ -172,7 +172,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             json_decref(state);
             free(checkpoint);
             if (rc != 0) {
-                adamw_free(&optimizer);
+                dist_adamw_free(&optimizer, model);
                 return -1;
             }
         }
@@ -182,13 +182,13 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     MetricsWriter metrics;
     if (dist_is_main()) {
         if (dist_any_failed(metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0)) {
-            adamw_free(&optimizer);
+            dist_adamw_free(&optimizer, model);
             return -1;
         }
     } else {
         metrics_open_none(&metrics);
         if (dist_any_failed(false)) {
-            adamw_free(&optimizer);
+            dist_adamw_free(&optimizer, model);
             return err_set("rank 0 could not open the metrics of %s", options->run_dir);
         }
     }
@@ -224,15 +224,24 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             const long end = (first_micro + micro_count) * options->micro_batch;
             task->begin_step(task->context, model, order + start, (end < n ? end : n) - start, options->micro_batch);
         }
-        model_zero_grad(model);
+        dist_zero_grad(model);
         MicroStepResult total = {0};
-        for (long m = rank; m < micro_count && step_weight > 0; m += world) {
-            long start = (first_micro + m) * options->micro_batch;
-            long count = n - start < options->micro_batch ? n - start : options->micro_batch;
+        // In rounds of one micro-batch per rank (ZeRO stage 2 sums gradients in every
+        // backward, so every rank takes part in each round's, dist/zero.h); the last round
+        // of a step may leave some ranks without one.
+        const long rounds = step_weight > 0 ? (micro_count + world - 1) / world : 0;
+        for (long round = 0; round < rounds; round++) {
+            const long m = round * world + rank;
+            dist_backward_round_begin(model);
             MicroStepResult r = {0};
-            lora_dropout_begin(model, options->seed, (uint64_t)s.epoch, (uint64_t)(first_micro + m));
-            task->micro_step(task->context, model, order + start, (int)count, 1.0 / step_weight, &r);
-            lora_dropout_end(model);
+            if (m < micro_count) {
+                long start = (first_micro + m) * options->micro_batch;
+                long count = n - start < options->micro_batch ? n - start : options->micro_batch;
+                lora_dropout_begin(model, options->seed, (uint64_t)s.epoch, (uint64_t)(first_micro + m));
+                task->micro_step(task->context, model, order + start, (int)count, 1.0 / step_weight, &r);
+                lora_dropout_end(model);
+            }
+            dist_backward_round_end(model);
             total.loss_sum += r.loss_sum;
             total.weight += r.weight;
             total.tokens += r.tokens;
@@ -310,6 +319,6 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         rc = err_set("rank 0 could not write the final model in %s/final", options->run_dir);
     free(order);
     metrics_close(&metrics);
-    adamw_free(&optimizer);
+    dist_adamw_free(&optimizer, model);
     return rc;
 }

@@ -41,7 +41,7 @@ typedef struct {
     const char *run_dir;
     bool resume;         // continue from the newest checkpoint of run_dir
     bool quiet;          // no progress bar
-    int zero_stage;      // under mpirun: 1 shards the AdamW moments across ranks (dist/zero.h)
+    int zero_stage;      // under mpirun: 1 shards the AdamW moments across ranks, 2 the gradients too (dist/zero.h)
 } TrainOptions;
 
 typedef struct {

@@ -2,11 +2,12 @@
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
 # micro-batch each give the same SFT / reward-model / DPO training as one process accumulating
 # two, PPO (and GRPO) on 2 or 3 ranks the same iterations as one process (to float rounding), and
-# inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments) the
-# same training as whole moments, resumable; runs are bit-identical run to run;
+# inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments)
+# and ZeRO-2 (sharded gradients too) the same training as whole ones, resumable, ZeRO-2 with
+# accumulation and with ranks left without a micro-batch; runs are bit-identical run to run;
 # only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
 # another process count, and commands that do not run data parallel, are refused. Under
-# AddressSanitizer only the SFT, killed-rank and ZeRO-1 sections run (see below). Prints
+# AddressSanitizer only the SFT, killed-rank, ZeRO-1 and ZeRO-2 sections run (see below). Prints
 # PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
@@ -146,11 +147,46 @@ kill_a_rank "$tmp/zero_killed/checkpoint-*" "$tmp/zero_killed" 3 ranks 2 "$bin" 
 ranks 2 "$bin" sft "${zero_long[@]}" --output "$tmp/zero_killed" --resume 2> "$tmp/zero_killed.err"
 [ "$exit_rc" -ne 0 ] && cmp -s "$tmp/zero_straight/final/model.safetensors" "$tmp/zero_killed/final/model.safetensors" &&
     pass sft_zero1_resume_bit_identical || fail sft_zero1_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/zero_killed.err")"
-expect_error zero_stage_bad "--zero-stage must be 0 or 1" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 2
+expect_error zero_stage_bad "--zero-stage must be 0, 1 or 2" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3
 expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 
+# --- ZeRO-2: the gradients sharded too, summed part by part inside each backward -------------
+# The same sums as stage 0 added in another order: the same training to rounding.
+for n in 2 3; do
+    ranks $n "$bin" sft "${sft[@]}" --output "$tmp/zero2_$n" --quiet --zero-stage 2 2> "$tmp/zero2_$n.err"
+    close "$(json_values "$tmp/zero0_$n/metrics.jsonl" train/loss) $(json_values "$tmp/zero0_$n/metrics.jsonl" eval/loss)" \
+          "$(json_values "$tmp/zero2_$n/metrics.jsonl" train/loss) $(json_values "$tmp/zero2_$n/metrics.jsonl" eval/loss)" 1e-5 &&
+        close "$(logprobs_of "$tmp/zero0_$n/final")" "$(logprobs_of "$tmp/zero2_$n/final")" 1e-5 &&
+        pass "sft_zero2_${n}_ranks_same_training" || fail "sft_zero2_${n}_ranks_same_training" "$(tail -n 2 "$tmp/zero2_$n.err")"
+done
+# Accumulation (the owner's shard carries the earlier backwards' sums into the next) and
+# rounds where some ranks have no micro-batch: 48 examples in micro-batches of 5 are 10, the
+# last of 3 examples; 3 ranks x 2 accumulated take 6 a step, so the second step's second
+# round has one micro-batch, and two ranks add their zeros to its sums.
+idle=("${sft[@]}" --per-device-train-batch-size 5 --gradient-accumulation-steps 2)
+ranks 3 "$bin" sft "${idle[@]}" --output "$tmp/idle_zero0" --quiet 2> /dev/null
+ranks 3 "$bin" sft "${idle[@]}" --output "$tmp/idle_zero2" --quiet --zero-stage 2 2> "$tmp/idle_zero2.err"
+MARLHF_COLLECTIVE_FLOATS=1000 ranks 3 "$bin" sft "${idle[@]}" --output "$tmp/idle_pieces_zero2" --quiet --zero-stage 2 \
+    2> "$tmp/idle_pieces_zero2.err"
+for run in idle_zero2 idle_pieces_zero2; do
+    close "$(json_values "$tmp/idle_zero0/metrics.jsonl" train/loss) $(json_values "$tmp/idle_zero0/metrics.jsonl" train/grad_norm)" \
+          "$(json_values "$tmp/$run/metrics.jsonl" train/loss) $(json_values "$tmp/$run/metrics.jsonl" train/grad_norm)" 1e-5 &&
+        close "$(logprobs_of "$tmp/idle_zero0/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
+        pass "sft_${run}_accumulation_and_idle_ranks" || fail "sft_${run}_accumulation_and_idle_ranks" "$(tail -n 2 "$tmp/$run.err")"
+done
+ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/zero2_2_again" --quiet --zero-stage 2 2> /dev/null
+cmp -s "$tmp/zero2_2/final/model.safetensors" "$tmp/zero2_2_again/final/model.safetensors" &&
+    pass sft_zero2_bit_identical_rerun || fail sft_zero2_bit_identical_rerun "final weights differ"
+zero2_long=("${long[@]}" --zero-stage 2)
+ranks 2 "$bin" sft "${zero2_long[@]}" --output "$tmp/zero2_straight" 2> /dev/null
+kill_a_rank "$tmp/zero2_killed/checkpoint-*" "$tmp/zero2_killed" 3 ranks 2 "$bin" sft "${zero2_long[@]}" --output "$tmp/zero2_killed"
+ranks 2 "$bin" sft "${zero2_long[@]}" --output "$tmp/zero2_killed" --resume 2> "$tmp/zero2_killed.err"
+[ "$exit_rc" -ne 0 ] && cmp -s "$tmp/zero2_straight/final/model.safetensors" "$tmp/zero2_killed/final/model.safetensors" &&
+    pass sft_zero2_resume_bit_identical || fail sft_zero2_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/zero2_killed.err")"
+expect_error zero2_stage_cuda "--zero-stage 2 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 2 --device cuda
+
 # Under AddressSanitizer the sections above (SFT across ranks, a killed rank's resume, ZeRO-1,
-# collectives in pieces) take the data-parallel code sanitized; the rest runs the same
+# ZeRO-2, collectives in pieces) take the data-parallel code sanitized; the rest runs the same
 # collectives for the other trainers and is the plain build's to check (every mpirun job is
 # several sanitized processes: this script was the sanitized pass's longest).
 if sanitized_build; then
@@ -174,7 +210,10 @@ ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --lora-dropout 0.2 --output "$tmp/l
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --output "$tmp/dora_two" --quiet 2> "$tmp/dora_two.err"
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --zero-stage 1 --output "$tmp/dora_zero1" --quiet \
     2> "$tmp/dora_zero1.err"
-for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_two dora_one:dora_two dora_one:dora_zero1; do
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --zero-stage 2 --output "$tmp/dora_zero2" --quiet \
+    2> "$tmp/dora_zero2.err"
+for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_two dora_one:dora_two dora_one:dora_zero1 \
+            dora_one:dora_zero2; do
     one=${pair%%:*} run=${pair#*:}
     close "$(json_values "$tmp/$one/metrics.jsonl" train/loss)" "$(json_values "$tmp/$run/metrics.jsonl" train/loss)" 1e-5 &&
         close "$(logprobs_of "$tmp/$one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
@@ -193,6 +232,11 @@ close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss)" "$(json_values "$t
 close "$(json_values "$tmp/rm_one/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
       "$(json_values "$tmp/rm_two/metrics.jsonl" eval/accuracy) $(json_values "$tmp/rm_two/metrics.jsonl" eval/loss)" 1e-5 &&
     pass rm_two_ranks_same_eval || fail rm_two_ranks_same_eval "eval accuracy/loss differ"
+# ZeRO-2 through the value head's backward (its gradient is final with the head's).
+ranks 2 "$bin" rm "${rm_args[@]}" --zero-stage 2 --output "$tmp/rm_zero2" 2> "$tmp/rm_zero2.err"
+close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
+      "$(json_values "$tmp/rm_zero2/metrics.jsonl" train/loss) $(json_values "$tmp/rm_zero2/metrics.jsonl" eval/loss)" 1e-5 &&
+    pass rm_zero2_same_training || fail rm_zero2_same_training "$(tail -n 2 "$tmp/rm_zero2.err")"
 
 # --- DPO: the reference log-probs computed by both ranks and gathered, then as SFT ---------
 dpo_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
@@ -211,6 +255,15 @@ ranks 2 "$bin" kto "${kto_args[@]}" --output "$tmp/kto_two" 2> "$tmp/kto_two.err
 close "$(json_values "$tmp/kto_one/metrics.jsonl" train/loss) $(json_values "$tmp/kto_one/metrics.jsonl" eval/kl)" \
       "$(json_values "$tmp/kto_two/metrics.jsonl" train/loss) $(json_values "$tmp/kto_two/metrics.jsonl" eval/kl)" 1e-5 &&
     pass kto_two_ranks_same_training || fail kto_two_ranks_same_training "$(tail -n 2 "$tmp/kto_two.err")"
+# DPO and KTO under ZeRO-2: one backward per micro-step each (the chosen and rejected rows,
+# or the KL rows, in the same forward).
+ranks 2 "$bin" dpo "${dpo_args[@]}" --zero-stage 2 --output "$tmp/dpo_zero2" 2> "$tmp/dpo_zero2.err"
+ranks 2 "$bin" kto "${kto_args[@]}" --zero-stage 2 --output "$tmp/kto_zero2" 2> "$tmp/kto_zero2.err"
+for name in dpo kto; do
+    close "$(json_values "$tmp/${name}_one/metrics.jsonl" train/loss)" "$(json_values "$tmp/${name}_zero2/metrics.jsonl" train/loss)" 1e-5 &&
+        close "$(logprobs_of "$tmp/${name}_one/final")" "$(logprobs_of "$tmp/${name}_zero2/final")" 1e-5 &&
+        pass "${name}_zero2_same_training" || fail "${name}_zero2_same_training" "$(tail -n 2 "$tmp/${name}_zero2.err")"
+done
 
 # --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
@@ -286,13 +339,20 @@ printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(
     > "$tmp/count_e.py"
 ppo_one_and_two_ranks command_reward_two_ranks_same_training "${grpo[@]}" --reward command \
     --reward-command "python3 $tmp/count_e.py"
-expect_error ppo_zero_stage_bad "--zero-stage must be 0 or 1" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
+expect_error ppo_zero_stage_bad "--zero-stage must be 0, 1 or 2" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 1 --output "$tmp/ppo_zero1" 2> "$tmp/ppo_zero1.err"
 close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score)" "$(json_values "$tmp/ppo_zero1/metrics.jsonl" train/score)" 1e-5 &&
     close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero1/final/actor")" 1e-5 &&
     pass ppo_zero1_same_training || fail ppo_zero1_same_training "$(tail -n 2 "$tmp/ppo_zero1.err")"
+# ZeRO-2 on the actor and the critic: the PTX micro-batch runs on rank 0 alone, so rank 1
+# adds its zeros to that backward's sums; the minibatches of 4 samples give each rank 2.
+ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 2 --output "$tmp/ppo_zero2" 2> "$tmp/ppo_zero2.err"
+close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score) $(json_values "$tmp/ppo_two/metrics.jsonl" train/critic_grad_norm)" \
+      "$(json_values "$tmp/ppo_zero2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_zero2/metrics.jsonl" train/critic_grad_norm)" 1e-5 &&
+    close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero2/final/actor")" 1e-5 &&
+    pass ppo_zero2_same_training || fail ppo_zero2_same_training "$(tail -n 2 "$tmp/ppo_zero2.err")"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.
 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --output "$tmp/ppo_lora_one" 2> /dev/null
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 1 \

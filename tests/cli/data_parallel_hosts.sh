@@ -2,7 +2,7 @@
 # Data parallelism past one machine: two "hosts", each a network namespace of its own joined
 # by a veth pair, one rank on each. mpirun starts the second rank through a launcher that
 # enters the other namespace (where a cluster would use ssh), and MPI may only use TCP over
-# the veth. SFT (whole and ZeRO-1-sharded moments) and PPO across the two hosts end with
+# the veth. SFT (whole moments, ZeRO-1-sharded ones, ZeRO-2-sharded gradients) and PPO across the two hosts end with
 # the same weights as two ranks on one machine. Needs root (network namespaces); elsewhere
 # it says SKIP. Prints PASS/FAIL per case.
 set -u
@@ -70,6 +70,11 @@ two_hosts "$bin" sft "${sft[@]}" --zero-stage 1 --output "$tmp/zero_hosts" 2> "$
 one_host "$bin" sft "${sft[@]}" --zero-stage 1 --output "$tmp/zero_local" 2> /dev/null
 cmp -s "$tmp/zero_hosts/final/model.safetensors" "$tmp/zero_local/final/model.safetensors" &&
     pass two_hosts_sft_zero1_same_weights || fail two_hosts_sft_zero1_same_weights "$(tail -n 3 "$tmp/zero_hosts.err")"
+# ZeRO-2: the per-layer gradient sums of each backward over TCP.
+two_hosts "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_hosts" 2> "$tmp/zero2_hosts.err"
+one_host "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_local" 2> /dev/null
+cmp -s "$tmp/zero2_hosts/final/model.safetensors" "$tmp/zero2_local/final/model.safetensors" &&
+    pass two_hosts_sft_zero2_same_weights || fail two_hosts_sft_zero2_same_weights "$(tail -n 3 "$tmp/zero2_hosts.err")"
 
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --threads 1 2> /dev/null
