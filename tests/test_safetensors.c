@@ -206,11 +206,11 @@ static void test_write_read_roundtrip(void) {
     for (int i = 0; i < 6; i++) specials[i] = float_of(special_bits[i]);
     int32_t step = 42;
     SafetensorsWriteTensor tensors[] = {
-        {"weights", SAFETENSORS_F32, 2, {3, 5}, weights},
-        {"specials", SAFETENSORS_F32, 1, {6}, specials},
-        {"token_ids", SAFETENSORS_I64, 2, {2, 3}, token_ids},
-        {"step", SAFETENSORS_I32, 0, {0}, &step},
-        {"empty", SAFETENSORS_F32, 1, {0}, NULL},
+        {.name = "weights", .dtype = SAFETENSORS_F32, .ndim = 2, .shape = {3, 5}, .data = weights},
+        {.name = "specials", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {6}, .data = specials},
+        {.name = "token_ids", .dtype = SAFETENSORS_I64, .ndim = 2, .shape = {2, 3}, .data = token_ids},
+        {.name = "step", .dtype = SAFETENSORS_I32, .ndim = 0, .shape = {0}, .data = &step},
+        {.name = "empty", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {0}, .data = NULL},
     };
     const char *metadata[] = {"producer", "marlhf test_safetensors roundtrip", "note", "\xc3\xbcnicode \xe2\x9c\x93",
                               NULL};
@@ -253,18 +253,67 @@ static void test_write_read_roundtrip(void) {
     safetensors_close(set);
 }
 
+// A tensor whose data comes piece by piece (SafetensorsWriteTensor.fill, how a sharded
+// optimizer's moments are written): pieces in order and consecutive, the file the same bytes
+// as from a whole buffer; and after a failed file every piece is still asked for (a producer
+// fed by other processes must reach its end).
+typedef struct {
+    long long next, pieces;
+    bool in_order;
+} FillRecord;
+
+static void fill_ramp(void *context, long long first, long long count, void *out) {
+    FillRecord *record = context;
+    record->in_order &= first == record->next;
+    record->next = first + count, record->pieces++;
+    for (long long i = 0; i < count; i++) ((float *)out)[i] = (float)((first + i) % 1000) - 500.0f;
+}
+
+static void test_write_with_fill(void) {
+    const long long n = (1LL << 20) * 2 + 37; // three pieces, the last short
+    float *whole = xmalloc((size_t)n * sizeof(float));
+    FillRecord expected = {0};
+    fill_ramp(&expected, 0, n, whole);
+    int64_t step = 3;
+    FillRecord record = {.in_order = true};
+    SafetensorsWriteTensor filled[] = {
+        {.name = "adam.m", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {n}, .fill = fill_ramp, .fill_context = &record},
+        {.name = "adam.step", .dtype = SAFETENSORS_I64, .ndim = 1, .shape = {1}, .data = &step},
+    };
+    SafetensorsWriteTensor plain[] = {
+        {.name = "adam.m", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {n}, .data = whole},
+        {.name = "adam.step", .dtype = SAFETENSORS_I64, .ndim = 1, .shape = {1}, .data = &step},
+    };
+    const char *path_filled = tmp_path("filled.safetensors"), *path_plain = tmp_path("plain.safetensors");
+    EXPECT(safetensors_write(path_filled, filled, 2, NULL) == 0, "%s", err_msg());
+    EXPECT(record.in_order && record.pieces == 3 && record.next == n, "pieces %lld, in order %d, end %lld",
+           record.pieces, record.in_order, record.next);
+    CHECK(safetensors_write(path_plain, plain, 2, NULL) == 0, "%s", err_msg());
+    char *a = NULL, *b = NULL;
+    size_t size_a = 0, size_b = 0;
+    EXPECT(fs_read_file(path_filled, 1 << 26, &a, &size_a) == 0 && fs_read_file(path_plain, 1 << 26, &b, &size_b) == 0 &&
+               size_a == size_b && memcmp(a, b, size_a) == 0,
+           "the filled file differs from the plain one");
+    free(a), free(b);
+    record = (FillRecord){.in_order = true};
+    const char *nowhere = tmp_path("no/such/folder/filled.safetensors");
+    EXPECT_ERROR(safetensors_write(nowhere, filled, 2, NULL), "no/such/folder");
+    EXPECT(record.pieces == 3 && record.next == n, "after a failed file: %lld pieces", record.pieces);
+    free(whole);
+}
+
 static void test_writer_rejects(void) {
     float x[2] = {1, 2};
     const char *path = tmp_path("rejected.safetensors");
-    SafetensorsWriteTensor twice[] = {{"a", SAFETENSORS_F32, 1, {2}, x}, {"a", SAFETENSORS_F32, 1, {2}, x}};
+    SafetensorsWriteTensor twice[] = {{.name = "a", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x}, {.name = "a", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x}};
     EXPECT_ERROR(safetensors_write(path, twice, 2, NULL), "'a'", "twice", path);
-    SafetensorsWriteTensor reserved[] = {{"__metadata__", SAFETENSORS_F32, 1, {2}, x}};
+    SafetensorsWriteTensor reserved[] = {{.name = "__metadata__", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x}};
     EXPECT_ERROR(safetensors_write(path, reserved, 1, NULL), "__metadata__", path);
-    SafetensorsWriteTensor no_data[] = {{"w", SAFETENSORS_F32, 1, {2}, NULL}};
+    SafetensorsWriteTensor no_data[] = {{.name = "w", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = NULL}};
     EXPECT_ERROR(safetensors_write(path, no_data, 1, NULL), "'w'", path);
-    SafetensorsWriteTensor bad_utf8[] = {{"\xff", SAFETENSORS_F32, 1, {2}, x}};
+    SafetensorsWriteTensor bad_utf8[] = {{.name = "\xff", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x}};
     EXPECT_ERROR(safetensors_write(path, bad_utf8, 1, NULL), "UTF-8", path);
-    SafetensorsWriteTensor ok[] = {{"w", SAFETENSORS_F32, 1, {2}, x}};
+    SafetensorsWriteTensor ok[] = {{.name = "w", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x}};
     EXPECT_ERROR(safetensors_write(tmp_path("no/such/folder/x.safetensors"), ok, 1, NULL), "no/such/folder");
     EXPECT(!fs_exists(path) && !folder_has(scratch, ".tmp-"), "nothing written");
 }
@@ -322,7 +371,7 @@ static void test_atomic_file(void) {
         int rc = fs_write_file_atomic(path, data, big);
         int ok = rc == -1 && strstr(err_msg(), path) && strstr(err_msg(), "too large");
         float *weights = calloc(big, 4);
-        SafetensorsWriteTensor t[] = {{"w", SAFETENSORS_F32, 1, {(long long)big}, weights}};
+        SafetensorsWriteTensor t[] = {{.name = "w", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {(long long)big}, .data = weights}};
         rc = safetensors_write(path, t, 1, NULL);
         ok = ok && rc == -1 && strstr(err_msg(), path);
         if (!ok) fprintf(stderr, "  child: rc %d, message '%s'\n", rc, err_msg());
@@ -431,8 +480,8 @@ static int open_fails(const char *path) {
 static void test_bad_files(void) {
     // A valid file to cut.
     float x[6] = {1, 2, 3, 4, 5, 6};
-    SafetensorsWriteTensor tensors[] = {{"a.weight", SAFETENSORS_F32, 1, {2}, x},
-                                        {"b.weight", SAFETENSORS_F32, 2, {2, 2}, x + 2}};
+    SafetensorsWriteTensor tensors[] = {{.name = "a.weight", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {2}, .data = x},
+                                        {.name = "b.weight", .dtype = SAFETENSORS_F32, .ndim = 2, .shape = {2, 2}, .data = x + 2}};
     const char *good = tmp_path("good.safetensors");
     EXPECT(safetensors_write(good, tensors, 2, NULL) == 0, "%s", err_msg());
     char *bytes;
@@ -576,6 +625,7 @@ int main(void) {
     RUN(test_f16_all_patterns);
     RUN(test_sharded_set);
     RUN(test_write_read_roundtrip);
+    RUN(test_write_with_fill);
     RUN(test_writer_rejects);
     RUN(test_atomic_file);
     RUN(test_atomic_dir);

@@ -132,6 +132,51 @@ void dist_sum_ints(int *values, long n) {
 #endif
 }
 
+// One tag for requests (longs) and one for the floats that answer them, so that neither is
+// taken for the other.
+enum { TAG_LONGS = 71, TAG_FLOATS = 72 };
+
+void dist_send_longs(const long *values, int n, int to) {
+#ifdef MARLHF_MPI
+    CHECK(MPI_Send(values, n, MPI_LONG, to, TAG_LONGS, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Send to rank %d", to);
+#else
+    (void)values, (void)n, (void)to;
+    CHECK(false, "dist_send_longs in a build without MPI");
+#endif
+}
+
+void dist_receive_longs(long *values, int n, int from) {
+#ifdef MARLHF_MPI
+    CHECK(MPI_Recv(values, n, MPI_LONG, from, TAG_LONGS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
+          "MPI_Recv from rank %d", from);
+#else
+    (void)values, (void)n, (void)from;
+    CHECK(false, "dist_receive_longs in a build without MPI");
+#endif
+}
+
+void dist_send_floats(const float *values, long n, int to) {
+#ifdef MARLHF_MPI
+    CHECK(n <= INT_MAX, "message of %ld floats is too large for MPI", n);
+    CHECK(MPI_Send(values, (int)n, MPI_FLOAT, to, TAG_FLOATS, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Send to rank %d",
+          to);
+#else
+    (void)values, (void)n, (void)to;
+    CHECK(false, "dist_send_floats in a build without MPI");
+#endif
+}
+
+void dist_receive_floats(float *values, long n, int from) {
+#ifdef MARLHF_MPI
+    CHECK(n <= INT_MAX, "message of %ld floats is too large for MPI", n);
+    CHECK(MPI_Recv(values, (int)n, MPI_FLOAT, from, TAG_FLOATS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
+          "MPI_Recv from rank %d", from);
+#else
+    (void)values, (void)n, (void)from;
+    CHECK(false, "dist_receive_floats in a build without MPI");
+#endif
+}
+
 #ifdef MARLHF_MPI
 // MPI's count and displacement arrays are ints: a shard of over 2^31 floats (8 GB) is
 // beyond what one rank of this trainer holds.
@@ -172,21 +217,6 @@ void dist_allgather_floats(float *full, const long *counts, const long *displs) 
 #else
     (void)full, (void)counts, (void)displs;
 #endif
-}
-
-void dist_gather_floats(const float *mine, float *full, const long *counts, const long *displs, int root) {
-#ifdef MARLHF_MPI
-    if (world_size > 1) {
-        int *c, *d;
-        int_counts(counts, displs, &c, &d);
-        CHECK(MPI_Gatherv(mine, c[world_rank], MPI_FLOAT, full, c, d, MPI_FLOAT, root, MPI_COMM_WORLD) == MPI_SUCCESS,
-              "MPI_Gatherv");
-        free(c), free(d);
-        return;
-    }
-#endif
-    (void)root;
-    memcpy(full + displs[0], mine, (size_t)counts[0] * sizeof(float));
 }
 
 void dist_gather_bytes(const char *mine, long n, char **all, long *all_n) {

@@ -61,13 +61,18 @@ void dist_sum_ints(int *values, long n);
 void dist_reduce_scatter_floats(const float *full, float *mine, const long *counts);
 // In place: every rank's shard of `full` (already at its place) reaches every rank.
 void dist_allgather_floats(float *full, const long *counts, const long *displs);
-// Every rank's `mine` (its shard) into `full` on rank `root` (full is unused elsewhere).
-void dist_gather_floats(const float *mine, float *full, const long *counts, const long *displs, int root);
 // Every rank's `n` bytes, concatenated in rank order, on rank 0: *all (xmalloc'd, NUL
 // terminated) and *all_n. Elsewhere *all is NULL. One process: a copy of its own bytes.
 void dist_gather_bytes(const char *mine, long n, char **all, long *all_n);
 // Copies `bytes` of host memory from rank `root` to every other rank.
 void dist_broadcast(void *data, size_t bytes, int root);
+// Point to point, for one rank's requests to another (dist/zero.c: rank 0 reads the other
+// ranks' moment shards this way while writing a checkpoint). A receive expects exactly the
+// count sent. Not available (an internal error) in a build without MPI.
+void dist_send_longs(const long *values, int n, int to);
+void dist_receive_longs(long *values, int n, int from);
+void dist_send_floats(const float *values, long n, int to);
+void dist_receive_floats(float *values, long n, int from);
 // True on every rank when `failed` is true on any rank: how ranks agree to stop together
 // after a step that can fail on one of them (rank 0 writing a checkpoint).
 bool dist_any_failed(bool failed);

@@ -142,6 +142,9 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
     free(counts), free(displs);
+    // Every rank makes its sharded optimizers in the same order, so the numbers agree.
+    static int sharded_optimizers;
+    opt->shard_id = ++sharded_optimizers;
     if (zero_stage >= 2) {
         CHECK(model->grads && !model->gradient_hook.ready, "ZeRO stage 2 on a model without gradients or with a hook");
         model->gradient_hook.ready = stage2_gradients_ready;
@@ -266,24 +269,50 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     rounds_end(&x);
 }
 
-void dist_adamw_gather(const AdamW *opt, AdamW *full) {
-    *full = *opt;
-    if (!is_sharded(opt)) return;
-    const int world = dist_world_size();
+// Rank 0's reads of another rank's moments: a request {shard_id, which, first, count} (first
+// in trainable floats) answered with the floats; shard_id -1 ends the serving.
+void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count, float *out) {
+    const int world = dist_world_size(), rank = dist_rank();
+    CHECK(rank == 0 && first >= 0 && count >= 0 && first + count <= opt->total, "bad read of moments");
+    const float *mine = which ? opt->v : opt->m;
+    if (!is_sharded(opt)) {
+        memcpy(out, mine + first, (size_t)count * sizeof(float));
+        return;
+    }
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(opt->total, counts, displs);
-    full->begin = 0, full->end = opt->total;
-    full->m = full->v = NULL;
-    if (dist_is_main()) {
-        full->m = xmalloc((size_t)opt->total * sizeof(float));
-        full->v = xmalloc((size_t)opt->total * sizeof(float));
+    for (int r = 0; r < world; r++) {
+        const long lo = first > displs[r] ? first : displs[r];
+        const long hi = first + count < displs[r] + counts[r] ? first + count : displs[r] + counts[r];
+        if (hi <= lo) continue;
+        if (r == rank) {
+            memcpy(out + (lo - first), mine + (lo - opt->begin), (size_t)(hi - lo) * sizeof(float));
+            continue;
+        }
+        const long request[4] = {opt->shard_id, which, lo, hi - lo};
+        dist_send_longs(request, 4, r);
+        dist_receive_floats(out + (lo - first), hi - lo, r);
     }
-    dist_gather_floats(opt->m, full->m, counts, displs, 0);
-    dist_gather_floats(opt->v, full->v, counts, displs, 0);
     free(counts), free(displs);
 }
 
-void dist_adamw_gathered_free(const AdamW *opt, AdamW *full) {
-    if (is_sharded(opt)) free(full->m), free(full->v);
-    memset(full, 0, sizeof *full);
+void dist_adamw_serving_end(void) {
+    const long end[4] = {-1, 0, 0, 0};
+    for (int r = 1; r < dist_world_size(); r++) dist_send_longs(end, 4, r);
+}
+
+void dist_adamw_serve_moments(const AdamW *const *optimizers, int count) {
+    if (dist_world_size() <= 1) return;
+    for (;;) {
+        long request[4];
+        dist_receive_longs(request, 4, 0);
+        if (request[0] < 0) return;
+        const AdamW *opt = NULL;
+        for (int i = 0; i < count; i++)
+            if (optimizers[i] && is_sharded(optimizers[i]) && optimizers[i]->shard_id == request[0]) opt = optimizers[i];
+        CHECK(opt && request[2] >= opt->begin && request[2] + request[3] <= opt->end,
+              "rank 0 asked for moments this rank does not hold (optimizer %ld, [%ld, +%ld))", request[0], request[2],
+              request[3]);
+        dist_send_floats((request[1] ? opt->v : opt->m) + (request[2] - opt->begin), request[3], 0);
+    }
 }

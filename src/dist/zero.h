@@ -23,7 +23,7 @@
 // earlier backwards of the step into the next sum, so the result is the same gradient sum
 // as stage 1's, added in another order (equal to rounding).
 //
-// Checkpoints hold all moments either way (gathered on rank 0 when sharded), so a run can
+// Checkpoints hold all moments either way (written by rank 0, below), so a run can
 // resume with the same process count. Stages 1 and 2 need host memory (`--device cpu`).
 #pragma once
 #include "model/model.h"
@@ -47,8 +47,16 @@ double dist_reduce_gradients(Model *model, const AdamW *opt);
 // AdamW on this rank's part of the weights; when sharded, every rank then receives the
 // other shards' new weights.
 void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale);
-// Collective, for a checkpoint: on rank 0, *full is an optimizer with every moment (the
-// optimizer itself when not sharded, else a gathered copy); unused on the other ranks.
-// Release with dist_adamw_gathered_free.
-void dist_adamw_gather(const AdamW *opt, AdamW *full);
-void dist_adamw_gathered_free(const AdamW *opt, AdamW *full);
+// Checkpoints. Rank 0 writes every moment into the checkpoint (train/checkpoint.c) and reads
+// the other ranks' shards piece by piece while writing, so no rank ever holds more than its
+// shard and one piece (a gathered copy would add twice the model's size to rank 0's peak).
+// The other ranks answer in dist_adamw_serve_moments meanwhile:
+//   if (dist_is_main()) failed = save(...) != 0, dist_adamw_serving_end();
+//   else dist_adamw_serve_moments(optimizers, count);
+// On rank 0: moments `which` (0: m, 1: v) [first, first + count) of any optimizer, its own
+// part copied, the others' received.
+void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count, float *out);
+// On rank 0, once its checkpoint is written or has failed: the other ranks stop serving.
+void dist_adamw_serving_end(void);
+// On the other ranks: answers rank 0's reads of these optimizers until dist_adamw_serving_end.
+void dist_adamw_serve_moments(const AdamW *const *optimizers, int count);

@@ -677,7 +677,7 @@ static int build_header(const char *path, const SafetensorsWriteTensor *tensors,
             rc = err_set("cannot write safetensors tensor '%s': bad or too large shape (%s)", name, path);
             break;
         }
-        if (bytes > 0 && !t->data) {
+        if (bytes > 0 && !t->data && !t->fill) {
             rc = err_set("cannot write safetensors tensor '%s': no data (%s)", name, path);
             break;
         }
@@ -710,17 +710,33 @@ static int build_header(const char *path, const SafetensorsWriteTensor *tensors,
 int safetensors_write(const char *path, const SafetensorsWriteTensor *tensors, int count,
                       const char *const *metadata_kv_pairs) {
     CHECK(count >= 0 && (count == 0 || tensors), "bad tensor list");
-    char *header;
+    char *header = NULL;
     size_t header_size;
-    if (build_header(path, tensors, count, metadata_kv_pairs, &header, &header_size) != 0) return -1;
     FsAtomicFile file;
-    int rc = fs_atomic_file_begin(&file, path);
+    int rc = build_header(path, tensors, count, metadata_kv_pairs, &header, &header_size);
+    if (rc == 0) rc = fs_atomic_file_begin(&file, path);
     if (rc == 0) rc = fs_atomic_file_write(&file, header, header_size);
     free(header);
-    for (int i = 0; i < count && rc == 0; i++) {
+    for (int i = 0; i < count; i++) {
         const SafetensorsWriteTensor *t = &tensors[i];
-        size_t bytes = (size_t)shape_count(t->ndim, t->shape, 1) * dtype_info[t->dtype].size;
-        if (bytes) rc = fs_atomic_file_write(&file, t->data, bytes);
+        if (!t->fill && rc != 0) continue; // (the header was checked: dtype and shape are valid when rc is 0)
+        const long long elements = shape_count(t->ndim, t->shape, 1);
+        const size_t element_size = dtype_info[t->dtype].size;
+        if (!t->fill) {
+            if (elements) rc = fs_atomic_file_write(&file, t->data, (size_t)elements * element_size);
+            continue;
+        }
+        // Pieces of 2^20 elements through one buffer. After a failure (a bad header, a file
+        // that could not be made, a write: the file is released already) the pieces are
+        // still filled, and not written.
+        const long long piece = 1LL << 20;
+        void *buffer = xmalloc((size_t)(elements < piece ? elements + 1 : piece) * element_size);
+        for (long long first = 0; first < elements; first += piece) {
+            const long long n = elements - first < piece ? elements - first : piece;
+            t->fill(t->fill_context, first, n, buffer);
+            if (rc == 0) rc = fs_atomic_file_write(&file, buffer, (size_t)n * element_size);
+        }
+        free(buffer);
     }
     return rc == 0 ? fs_atomic_file_commit(&file) : -1;
 }

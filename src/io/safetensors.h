@@ -112,6 +112,13 @@ typedef struct {
     int ndim;
     long long shape[SAFETENSORS_MAX_DIMS];
     const void *data; // count * dtype size bytes, little-endian (may be NULL when empty)
+    // Instead of `data` (NULL): called for consecutive pieces of the tensor, in order, to put
+    // elements [first, first + count) into `out` -- for data that is made while the file is
+    // written (a sharded optimizer's moments, read from other processes piece by piece), so
+    // that it is never whole in memory. Called for every piece even after a write failed,
+    // so a producer that other processes feed always reaches the end.
+    void (*fill)(void *context, long long first, long long count, void *out);
+    void *fill_context;
 } SafetensorsWriteTensor;
 
 // Writes the tensors, in the order given, to `path` through the atomic file helper

@@ -1020,7 +1020,7 @@ static bool hacking_signals_from_json(json_t *object, HackingSignals *signals) {
     return true;
 }
 
-// RUN_DIR/checkpoint-<iteration>: actor, critic (with the given moments), EMA, trainer state.
+// RUN_DIR/checkpoint-<iteration>: actor, critic (with their optimizers' moments), EMA, trainer state.
 static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *critic_moments) {
     json_t *state = json_object();
     json_object_set_new(state, "task", json_string("ppo"));
@@ -1053,15 +1053,17 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     return rc;
 }
 
-// Collective: every rank calls it (a sharded optimizer's moments are gathered on rank 0),
-// rank 0 writes.
+// Collective: every rank calls it; rank 0 writes, reading sharded optimizers' moments from
+// the other ranks as it goes (dist/zero.h).
 static int save(Ppo *p) {
-    AdamW actor_moments, critic_moments = {0};
-    dist_adamw_gather(&p->actor_optimizer, &actor_moments);
-    if (p->has_critic) dist_adamw_gather(&p->critic_optimizer, &critic_moments);
-    int rc = dist_is_main() ? write_checkpoint(p, &actor_moments, &critic_moments) : 0;
-    dist_adamw_gathered_free(&p->actor_optimizer, &actor_moments);
-    if (p->has_critic) dist_adamw_gathered_free(&p->critic_optimizer, &critic_moments);
+    // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h).
+    if (!dist_is_main()) {
+        const AdamW *optimizers[2] = {&p->actor_optimizer, p->has_critic ? &p->critic_optimizer : NULL};
+        dist_adamw_serve_moments(optimizers, 2);
+        return 0;
+    }
+    int rc = write_checkpoint(p, &p->actor_optimizer, &p->critic_optimizer);
+    dist_adamw_serving_end();
     return rc;
 }
 

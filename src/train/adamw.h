@@ -20,6 +20,9 @@ typedef struct {
     // of them, or one rank's shard when the optimizer state is sharded across ranks
     // (dist/zero.h). Offsets count from the model's trainable_offset.
     long begin, end;
+    // A sharded optimizer's number, the same on every rank (dist/zero.c: how rank 0 names the
+    // moments it reads from another rank for a checkpoint); 0 when not sharded.
+    int shard_id;
 } AdamW;
 
 // Defaults of the MA-RLHF / DeepSpeed-Chat scripts: betas (0.9, 0.95), eps 1e-8.

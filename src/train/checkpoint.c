@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "dist/zero.h"
 #include "io/fs.h"
 #include "io/safetensors.h"
 #include "model/weights_io.h"
@@ -18,13 +19,27 @@ char *checkpoint_model_dir(const char *checkpoint_dir, const char *name) {
     return name && *name ? fs_join(checkpoint_dir, name) : xstrdup(checkpoint_dir);
 }
 
+typedef struct {
+    const AdamW *optimizer;
+    int which; // 0: m, 1: v
+} MomentsPiece;
+
+// SafetensorsWriteTensor.fill for a sharded optimizer's moments (dist/zero.h): this rank's
+// part copied, the other ranks' received, one piece at a time.
+static void fill_moments(void *context, long long first, long long count, void *out) {
+    const MomentsPiece *piece = context;
+    dist_adamw_read_moments(piece->optimizer, piece->which, (long)first, (long)count, out);
+}
+
 static int save_optimizer(const char *dir, const Model *model, const AdamW *optimizer) {
-    // A sharded optimizer is gathered first (dist/zero.h): the file always holds all moments.
-    CHECK(optimizer->begin == 0 && optimizer->end == optimizer->total, "saving a shard of an optimizer");
     const size_t bytes = (size_t)optimizer->total * sizeof(float);
-    // The CPU backend's moments are host memory already: written in place, not copied (a
-    // copy would add twice the trainable weights' size to the run's peak memory).
+    // The file always holds every moment. A sharded optimizer's are read from the ranks while
+    // the file is written; the CPU backend's moments are host memory already and are written
+    // in place. Neither is copied whole (a copy would add twice the trainable weights' size to
+    // the run's peak memory).
+    const bool sharded = !(optimizer->begin == 0 && optimizer->end == optimizer->total);
     const bool on_host = model->ops == &ops_cpu;
+    CHECK(on_host || !sharded, "a sharded optimizer off the CPU");
     float *m = optimizer->m, *v = optimizer->v;
     if (!on_host) {
         m = xmalloc(bytes), v = xmalloc(bytes);
@@ -37,6 +52,9 @@ static int save_optimizer(const char *dir, const Model *model, const AdamW *opti
         {.name = "adam.v", .dtype = SAFETENSORS_F32, .ndim = 1, .shape = {optimizer->total}, .data = v},
         {.name = "adam.step", .dtype = SAFETENSORS_I64, .ndim = 1, .shape = {1}, .data = &step},
     };
+    MomentsPiece pieces[2] = {{optimizer, 0}, {optimizer, 1}};
+    if (sharded)
+        for (int k = 0; k < 2; k++) tensors[k].data = NULL, tensors[k].fill = fill_moments, tensors[k].fill_context = &pieces[k];
     char *path = fs_join(dir, "optimizer.safetensors");
     int rc = safetensors_write(path, tensors, 3, NULL);
     free(path);

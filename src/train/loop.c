@@ -287,10 +287,15 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         if ((options->eval_every > 0 && s.step % options->eval_every == 0) || epoch_done || last)
             run_evaluation(task, model, &metrics, s.step, options->quiet);
         if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
-            AdamW all_moments; // gathered on rank 0 when the optimizer is sharded
-            dist_adamw_gather(&optimizer, &all_moments);
-            bool failed = dist_is_main() && save_checkpoint(task, model, &all_moments, tokenizer, options, &s) != 0;
-            dist_adamw_gathered_free(&optimizer, &all_moments);
+            // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h).
+            bool failed = false;
+            if (dist_is_main()) {
+                failed = save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0;
+                dist_adamw_serving_end();
+            } else {
+                const AdamW *optimizers[1] = {&optimizer};
+                dist_adamw_serve_moments(optimizers, 1);
+            }
             if (dist_any_failed(failed)) {
                 rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);
                 break;

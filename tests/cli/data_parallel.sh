@@ -166,6 +166,12 @@ for n in 2 3; do
         close "$(logprobs_of "$tmp/zero0_$n/final")" "$(logprobs_of "$tmp/zero2_$n/final")" 1e-5 &&
         pass "sft_zero2_${n}_ranks_same_training" || fail "sft_zero2_${n}_ranks_same_training" "$(tail -n 2 "$tmp/zero2_$n.err")"
 done
+# Rank 0 writes the sharded moments, reading the other ranks' shards piece by piece: on 2
+# ranks stages 1 and 2 train stage 0's bits, so their checkpoints' optimizer files are its bytes.
+last=$(ls -d "$tmp"/zero0_2/checkpoint-* | tail -n 1)
+cmp -s "$last/optimizer.safetensors" "$tmp/zero1_2/$(basename "$last")/optimizer.safetensors" &&
+    cmp -s "$last/optimizer.safetensors" "$tmp/zero2_2/$(basename "$last")/optimizer.safetensors" &&
+    pass sharded_checkpoints_same_bytes || fail sharded_checkpoints_same_bytes "$last"
 # Accumulation (the owner's shard carries the earlier backwards' sums into the next) and
 # rounds where some ranks have no micro-batch: 48 examples in micro-batches of 5 are 10, the
 # last of 3 examples; 3 ranks x 2 accumulated take 6 a step, so the second step's second
