@@ -203,6 +203,18 @@ ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/zero2_2_again" --quiet --zero-stag
 cmp -s "$tmp/zero2_2/final/model.safetensors" "$tmp/zero2_2_again/final/model.safetensors" &&
     pass sft_zero2_bit_identical_rerun || fail sft_zero2_bit_identical_rerun "final weights differ"
 resume_after_killed_rank 2
+# Rank 0's checkpoint write fails while it streams the sharded moments (a file size limit of
+# 800 KB lets the 556 KB weights through, not the 1.1 MB of moments): both ranks stop with one
+# line each, exit 2, nothing half-written is left, no rank waits forever for a request.
+rm -rf "$tmp/too_large"
+mpirun --oversubscribe --bind-to none -np 2 bash -c 'trap "" XFSZ; ulimit -f 800; exec "$@"' limited \
+    "$bin" sft "${sft[@]}" --max-steps 2 --save-every 1 --zero-stage 2 --quiet --output "$tmp/too_large" \
+    > /dev/null 2> "$tmp/too_large.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "rank 0 of 2.*File too large.*optimizer.safetensors" "$tmp/too_large.err" &&
+    grep -q "rank 1 of 2.*rank 0 could not save a checkpoint" "$tmp/too_large.err" &&
+    [ -z "$(ls "$tmp/too_large" | grep -v '^metrics.jsonl$\|^events.out')" ] &&
+    pass sharded_checkpoint_write_fails_cleanly || fail sharded_checkpoint_write_fails_cleanly "exit $rc: $(grep marlhf "$tmp/too_large.err")"
 
 # --- LoRA: the adapters' gradients summed, their moments sharded by ZeRO-1 ----------------------
 # With LoRA dropout too: a micro-batch's masks depend on its place in the run, not on the
