@@ -337,6 +337,8 @@ ppo_one_and_two_ranks() {
 # GRPO: the two answers to a prompt land on different ranks; the group statistics are gathered.
 grpo=(--advantage-estimator grpo --samples-per-prompt 2 --termination-condition token)
 ppo_one_and_two_ranks grpo_two_ranks_same_training "${grpo[@]}"
+# GRPO (no critic) with the actor's gradients sharded (ZeRO-2); one process has no shards.
+ppo_one_and_two_ranks grpo_zero2_two_ranks_same_training "${grpo[@]}" --zero-stage 2
 # DAPO's group filter decides on the gathered scores: the same groups are left out on both.
 # With no KL in the reward the old log-probs (and the logged KL and entropy) come from the
 # training forward; GRPO's batch scaling takes the standard deviation of every rank's rewards.
