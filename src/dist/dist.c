@@ -136,46 +136,35 @@ void dist_sum_ints(int *values, long n) {
 // taken for the other.
 enum { TAG_LONGS = 71, TAG_FLOATS = 72 };
 
-void dist_send_longs(const long *values, int n, int to) {
+// A message of n longs (requests) or floats (their answers), each kind with its own tag.
+static void send_values(const void *values, long n, bool floats, int to) {
 #ifdef MARLHF_MPI
-    CHECK(MPI_Send(values, n, MPI_LONG, to, TAG_LONGS, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Send to rank %d", to);
+    CHECK(n <= INT_MAX, "message of %ld values is too large for MPI", n);
+    CHECK(MPI_Send(values, (int)n, floats ? MPI_FLOAT : MPI_LONG, to, floats ? TAG_FLOATS : TAG_LONGS,
+                   MPI_COMM_WORLD) == MPI_SUCCESS,
+          "MPI_Send to rank %d", to);
 #else
-    (void)values, (void)n, (void)to;
-    CHECK(false, "dist_send_longs in a build without MPI");
+    (void)values, (void)n, (void)floats;
+    CHECK(false, "a message to rank %d in a build without MPI", to);
 #endif
 }
 
-void dist_receive_longs(long *values, int n, int from) {
+static void receive_values(void *values, long n, bool floats, int from) {
 #ifdef MARLHF_MPI
-    CHECK(MPI_Recv(values, n, MPI_LONG, from, TAG_LONGS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
+    CHECK(n <= INT_MAX, "message of %ld values is too large for MPI", n);
+    CHECK(MPI_Recv(values, (int)n, floats ? MPI_FLOAT : MPI_LONG, from, floats ? TAG_FLOATS : TAG_LONGS,
+                   MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
           "MPI_Recv from rank %d", from);
 #else
-    (void)values, (void)n, (void)from;
-    CHECK(false, "dist_receive_longs in a build without MPI");
+    (void)values, (void)n, (void)floats;
+    CHECK(false, "a message from rank %d in a build without MPI", from);
 #endif
 }
 
-void dist_send_floats(const float *values, long n, int to) {
-#ifdef MARLHF_MPI
-    CHECK(n <= INT_MAX, "message of %ld floats is too large for MPI", n);
-    CHECK(MPI_Send(values, (int)n, MPI_FLOAT, to, TAG_FLOATS, MPI_COMM_WORLD) == MPI_SUCCESS, "MPI_Send to rank %d",
-          to);
-#else
-    (void)values, (void)n, (void)to;
-    CHECK(false, "dist_send_floats in a build without MPI");
-#endif
-}
-
-void dist_receive_floats(float *values, long n, int from) {
-#ifdef MARLHF_MPI
-    CHECK(n <= INT_MAX, "message of %ld floats is too large for MPI", n);
-    CHECK(MPI_Recv(values, (int)n, MPI_FLOAT, from, TAG_FLOATS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
-          "MPI_Recv from rank %d", from);
-#else
-    (void)values, (void)n, (void)from;
-    CHECK(false, "dist_receive_floats in a build without MPI");
-#endif
-}
+void dist_send_longs(const long *values, int n, int to) { send_values(values, n, false, to); }
+void dist_receive_longs(long *values, int n, int from) { receive_values(values, n, false, from); }
+void dist_send_floats(const float *values, long n, int to) { send_values(values, n, true, to); }
+void dist_receive_floats(float *values, long n, int from) { receive_values(values, n, true, from); }
 
 #ifdef MARLHF_MPI
 // MPI's count and displacement arrays are ints: a shard of over 2^31 floats (8 GB) is

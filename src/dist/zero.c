@@ -43,6 +43,12 @@ static void shard_layout(long total, long *counts, long *displs) {
     }
 }
 
+// The part of [from, to) in rank r's shard, [*lo, *hi) (empty when *hi <= *lo).
+static void shard_overlap(const long *counts, const long *displs, int r, long from, long to, long *lo, long *hi) {
+    *lo = from > displs[r] ? from : displs[r];
+    *hi = to < displs[r] + counts[r] ? to : displs[r] + counts[r];
+}
+
 static void stage2_gradients_ready(Model *model, int point, void *context);
 
 static Stage2 *stage2_of(const Model *model) {
@@ -109,15 +115,14 @@ static void stage2_reduce_span(Model *model, Stage2 *plan, long begin, long end)
     float *grads = model->grads;
     for (long from = begin; from < end; from += slice) {
         const long to = from + slice < end ? from + slice : end;
+        long lo, hi;
         for (int r = 0; r < world; r++) {
-            const long lo = from > plan->displs[r] ? from : plan->displs[r];
-            const long hi = to < plan->displs[r] + plan->counts[r] ? to : plan->displs[r] + plan->counts[r];
+            shard_overlap(plan->counts, plan->displs, r, from, to, &lo, &hi);
             plan->lengths[r] = hi > lo ? hi - lo : 0;
         }
         dist_reduce_scatter_floats(grads + from, plan->mine, plan->lengths);
-        long lo = from > plan->displs[rank] ? from : plan->displs[rank];
-        long hi = lo + plan->lengths[rank];
-        if (plan->lengths[rank] == 0) lo = hi = to;
+        shard_overlap(plan->counts, plan->displs, rank, from, to, &lo, &hi);
+        if (hi <= lo) lo = hi = to;
         memcpy(grads + lo, plan->mine, (size_t)(hi - lo) * sizeof(float));
         release_zeroed(grads + from, lo - from);
         release_zeroed(grads + hi, to - hi);
@@ -282,8 +287,8 @@ void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(opt->total, counts, displs);
     for (int r = 0; r < world; r++) {
-        const long lo = first > displs[r] ? first : displs[r];
-        const long hi = first + count < displs[r] + counts[r] ? first + count : displs[r] + counts[r];
+        long lo, hi;
+        shard_overlap(counts, displs, r, first, first + count, &lo, &hi);
         if (hi <= lo) continue;
         if (r == rank) {
             memcpy(out + (lo - first), mine + (lo - opt->begin), (size_t)(hi - lo) * sizeof(float));
