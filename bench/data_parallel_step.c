@@ -4,11 +4,11 @@
 // step. Run it alone (one process) or under `mpirun -np W`; rank 0 prints one JSON line
 // with the time split into compute, gradient sum and optimizer, and its peak resident
 // memory. --zero-stage 1 shards the AdamW moments across ranks, 2 the gradients too (summed
-// during the backward, dist/zero.h).
+// during the backward, dist/zero.h), 3 the layers' weights too (each gathered while it runs).
 // bench/run_data_parallel.sh runs it beside PyTorch DDP (bench/torch_ddp_step.py).
 //
 // usage: [mpirun -np W] build/bench/data_parallel_step [--batch 2] [--seq 256] [--steps 3]
-//            [--model smollm2-135m|gpt2-124m] [--threads N] [--zero-stage 0|1|2]
+//            [--model smollm2-135m|gpt2-124m] [--threads N] [--zero-stage 0|1|2|3]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +47,7 @@ int main(int argc, char **argv) {
         else die_user("unknown argument %s (see the comment at the top of bench/data_parallel_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
+    if (zero_stage < 0 || zero_stage > 3) die_user("--zero-stage must be 0, 1, 2 or 3");
     if (threads > 0) omp_set_num_threads(threads), openblas_set_num_threads(threads);
     const int rank = dist_rank(), world = dist_world_size();
 
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
     model_enable_grad(&model);
     AdamW opt;
     dist_adamw_init(&opt, &model, adamw_default_config(0.1f), zero_stage);
+    dist_weights_shard(&model); // ZeRO-3 (every rank made the same random weights)
     long N = (long)B * T;
     // Each rank its own tokens (stream = rank), as each rank reads its own micro-batch.
     int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
@@ -84,7 +86,8 @@ int main(int argc, char **argv) {
     // ZeRO-2 the sums are taken inside the backward, so they count as compute.)
     double step_s = (compute_s + reduce_s + optimizer_s) / steps;
     double flops_per_token = bench_flops_per_token(&model, T);
-    CHECK(dist_all_equal(model_weights_fingerprint(&model)), "ranks ended with different weights");
+    if (!dist_weights_sharded(&model)) // ZeRO-3: each layer weight has one owner
+        CHECK(dist_all_equal(model_weights_fingerprint(&model)), "ranks ended with different weights");
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
     if (rank == 0)
@@ -92,7 +95,7 @@ int main(int argc, char **argv) {
                "\"batch_per_rank\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, \"step_s\": %.4f, \"compute_s\": %.4f, "
                "\"gradient_sum_s\": %.4f, \"optimizer_s\": %.4f, \"gflops\": %.2f, \"gradient_mb\": %.1f, "
                "\"zero_stage\": %d, \"peak_rss_mb\": %.0f}\n",
-               zero_stage == 1 && world > 1 ? "-zero1" : zero_stage == 2 && world > 1 ? "-zero2" : "", name, world, omp_get_max_threads(), B, T, N * world / step_s,
+               zero_stage >= 1 && world > 1 ? (const char *[]){"", "-zero1", "-zero2", "-zero3"}[zero_stage] : "", name, world, omp_get_max_threads(), B, T, N * world / step_s,
                step_s, compute_s / steps, reduce_s / steps, optimizer_s / steps,
                flops_per_token * N * world / step_s / 1e9, model.table.total * 4.0 / 1e6, zero_stage,
                usage.ru_maxrss / 1024.0);

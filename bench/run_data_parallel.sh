@@ -4,7 +4,8 @@
 # batch, in one run. Two configurations each, and the data-parallel one again with ZeRO-1
 # (the AdamW moments sharded across ranks: marlhf --zero-stage 1, PyTorch's
 # ZeroRedundancyOptimizer) and ZeRO-2 (the gradients too: marlhf --zero-stage 2, PyTorch's
-# FSDP2 with reshard_after_forward=False):
+# FSDP2 with reshard_after_forward=False) and ZeRO-3 (the layers' weights too: marlhf
+# --zero-stage 3, PyTorch's FSDP2 with reshard_after_forward=True):
 #   1 process x CORES threads, batch RANKS*BATCH      (no data parallelism: the baseline)
 #   RANKS processes x CORES/RANKS threads, BATCH each (data parallel)
 # Prints the JSON lines and a table of tokens/s. Needs `make bench` and, for the PyTorch
@@ -23,13 +24,13 @@ out=$(mktemp)
 common=(--model "$model" --seq "$seq" --steps "$steps")
 "$bin" "${common[@]}" --batch $((ranks * batch)) --threads "$cores" | tee -a "$out"
 mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" | tee -a "$out"
-for stage in 1 2; do
+for stage in 1 2 3; do
     mpirun --oversubscribe --bind-to none -np "$ranks" "$bin" "${common[@]}" --batch "$batch" --threads "$per_rank" \
         --zero-stage $stage | tee -a "$out"
 done
 if [ -x "$py" ]; then
     "$py" bench/torch_ddp_step.py "${common[@]}" --ranks 1 --threads "$cores" --batch $((ranks * batch)) | tee -a "$out"
-    for sharding in none zero1 zero2; do
+    for sharding in none zero1 zero2 zero3; do
         "$py" bench/torch_ddp_step.py "${common[@]}" --ranks "$ranks" --threads "$per_rank" --batch "$batch" \
             --sharding $sharding | tee -a "$out"
     done

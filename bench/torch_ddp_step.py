@@ -9,13 +9,15 @@ After --warmup untimed steps, --steps steps are timed on rank 0.
 
     .venv-tools/bin/python bench/torch_ddp_step.py [--ranks 2] [--threads 1] [--batch 2]
         [--seq 256] [--steps 3] [--warmup 1] [--model smollm2-135m|gpt2-124m]
-        [--sharding none|zero1|zero2]
+        [--sharding none|zero1|zero2|zero3]
 
 --ranks 1 runs the same step without DDP (one process). --sharding: PyTorch's own ZeRO
 stages, the peers of marlhf's --zero-stage: zero1 is DDP with ZeroRedundancyOptimizer (the
 AdamW state sharded); zero2 is FSDP2 (fully_shard on each block and the whole model) with
 reshard_after_forward=False, which PyTorch documents as its ZeRO-2 (gradients and optimizer
-state sharded; it also keeps the parameters sharded between steps, which ZeRO-2 does not).
+state sharded; it also keeps the parameters sharded between steps, which ZeRO-2 does not);
+zero3 is the same FSDP2 with reshard_after_forward=True (its default, PyTorch's ZeRO-3: each
+block's parameters gathered for its forward, freed, and gathered again for its backward).
 Prints one JSON line:
   {"impl": "pytorch-ddp", "ranks": ..., "tokens_per_s": ..., "step_s": ..., ...}
 """
@@ -41,11 +43,12 @@ def worker(rank, args, port):
         dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     model, cfg, _ = build(args.model, "sdpa")
     adamw = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    if args.ranks > 1 and args.sharding == "zero2":
+    if args.ranks > 1 and args.sharding in ("zero2", "zero3"):
         from torch.distributed.fsdp import fully_shard
+        reshard = args.sharding == "zero3"
         for block in (model.model.layers if hasattr(model, "model") else model.transformer.h):
-            fully_shard(block, reshard_after_forward=False)
-        fully_shard(model, reshard_after_forward=False)
+            fully_shard(block, reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
         opt = torch.optim.AdamW(model.parameters(), **adamw)
     elif args.ranks > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -79,7 +82,7 @@ def worker(rank, args, port):
     if rank == 0:
         tokens = args.batch * args.seq * args.ranks
         print(json.dumps({
-            "impl": ("pytorch-" + {"none": "ddp", "zero1": "ddp-zero1", "zero2": "fsdp-zero2"}[args.sharding]
+            "impl": ("pytorch-" + {"none": "ddp", "zero1": "ddp-zero1", "zero2": "fsdp-zero2", "zero3": "fsdp-zero3"}[args.sharding]
                      if args.ranks > 1 else "pytorch"), "model": args.model, "ranks": args.ranks,
             "threads_per_rank": args.threads, "batch_per_rank": args.batch, "seq": args.seq,
             "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4),
@@ -99,7 +102,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--port", type=int, default=29517)
     ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m"), default="smollm2-135m")
-    ap.add_argument("--sharding", choices=("none", "zero1", "zero2"), default="none")
+    ap.add_argument("--sharding", choices=("none", "zero1", "zero2", "zero3"), default="none")
     args = ap.parse_args()
     if args.ranks == 1:
         worker(0, args, args.port)

@@ -400,8 +400,8 @@ int cmd_ppo(int argc, char **argv) {
     c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
     c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
     if (zero_stage < 0 || zero_stage > 2)
-        die_user("option --zero-stage must be 0, 1 or 2 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
-                 "too), got %ld", zero_stage);
+        die_user("option --zero-stage must be 0, 1 or 2 for ppo (ZeRO-1 shards the optimizer state, ZeRO-2 the "
+                 "gradients too; ZeRO-3 is for sft, rm, dpo and kto), got %ld", zero_stage);
     if (zero_stage >= 1 && strcmp(device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
     c.zero_stage = (int)zero_stage;

@@ -172,7 +172,7 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
     ADD("zero-stage", "zero_stage", OPT_INT, &c->zero_stage,
         "under mpirun (--device cpu): 1 shards the AdamW moments across processes (ZeRO-1), 2 the gradients "
-        "too (ZeRO-2), 0 keeps both whole");
+        "too (ZeRO-2), 3 the layers' weights too (ZeRO-3), 0 keeps all whole");
     ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
         "recompute each layer in backward instead of keeping its activations");
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
@@ -217,12 +217,15 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->eval_every < 0 || c->save_every < 0 || c->keep_last < 0 || c->log_every < 0)
         die_user("options --eval-every, --save-every, --keep-last and --log-every must be >= 0");
     if (c->seed < 0) die_user("option --seed must be >= 0, got %ld", c->seed);
-    if (c->zero_stage < 0 || c->zero_stage > 2)
-        die_user("option --zero-stage must be 0, 1 or 2 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
-                 "too), got %ld", c->zero_stage);
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
+                 "too, ZeRO-3 the weights too), got %ld", c->zero_stage);
     if (c->zero_stage >= 1 && c->device && strcmp(c->device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
+    if (c->zero_stage == 3 && c->lora.rank > 0)
+        die_user("option --zero-stage 3 shards the weights being trained; with LoRA adapters only the adapters "
+                 "train: use --zero-stage 2 or lower");
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
     if (quantize_requested(c->quantize) && c->lora.rank == 0)
         die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "

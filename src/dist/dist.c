@@ -98,13 +98,17 @@ int dist_local_size(void) { return local_size; }
 // MPI counts are ints: large broadcasts go in chunks.
 static const long max_chunk = INT_MAX / 2;
 
-static void sum_in_place(void *values, long n, MPI_Datatype type, size_t element_size) {
+static void reduce_in_place(void *values, long n, MPI_Datatype type, size_t element_size, MPI_Op op) {
     for (long first = 0; first < n; first += collective_floats) {
         long count = n - first < collective_floats ? n - first : collective_floats;
         char *chunk = (char *)values + (size_t)first * element_size;
-        CHECK(MPI_Allreduce(MPI_IN_PLACE, chunk, (int)count, type, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
+        CHECK(MPI_Allreduce(MPI_IN_PLACE, chunk, (int)count, type, op, MPI_COMM_WORLD) == MPI_SUCCESS,
               "MPI_Allreduce of %ld values", count);
     }
+}
+
+static void sum_in_place(void *values, long n, MPI_Datatype type, size_t element_size) {
+    reduce_in_place(values, n, type, element_size, MPI_SUM);
 }
 #endif
 
@@ -127,6 +131,14 @@ void dist_sum_doubles(double *values, long n) {
 void dist_sum_ints(int *values, long n) {
 #ifdef MARLHF_MPI
     if (world_size > 1) sum_in_place(values, n, MPI_INT, sizeof(int));
+#else
+    (void)values, (void)n;
+#endif
+}
+
+void dist_max_ints(int *values, long n) {
+#ifdef MARLHF_MPI
+    if (world_size > 1) reduce_in_place(values, n, MPI_INT, sizeof(int), MPI_MAX);
 #else
     (void)values, (void)n;
 #endif

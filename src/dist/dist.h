@@ -56,6 +56,8 @@ DistChunks dist_chunks(long count, int chunk);
 // Fills which[0..n) with the next chunk's consecutive item indices and returns n (0 when done).
 int dist_chunks_next(DistChunks *chunks, long *which);
 void dist_sum_ints(int *values, long n);
+// In place: each element's largest value over the ranks.
+void dist_max_ints(int *values, long n);
 // Shards of a host array split across ranks: rank r owns [displs[r], displs[r] + counts[r]).
 // Sums `full` (every rank's whole array) and gives each rank its shard's sums in `mine`.
 void dist_reduce_scatter_floats(const float *full, float *mine, const long *counts);

@@ -1,5 +1,6 @@
 #include "dist/zero.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,9 +14,10 @@
 
 static bool is_sharded(const AdamW *opt) { return !(opt->begin == 0 && opt->end == opt->total); }
 
-// Stage 2's plan. The trainable buffer cut into spans of table entries whose gradients are
-// complete at the same backward point, in the order the backward completes them; each span
-// is summed across ranks at its point (stage2_gradients_ready).
+// The plan of stages 2 and 3. The trainable buffer cut into spans of table entries whose
+// gradients are complete at the same backward point, in the order the backward completes
+// them; each span is summed across ranks at its point (stage2_gradients_ready). Under stage 3
+// the spans of layer l (point l) are also the weights gathered while layer l runs.
 typedef struct {
     long begin, end; // in trainable floats
     int point;       // model_gradient_point of its entries
@@ -25,10 +27,14 @@ typedef struct {
     GradientSpan *spans;
     int span_count;
     long *counts, *displs, *lengths; // the shard layout; one message's share of each rank
+    long *offsets;                   // where each rank's share starts in one message
     float *mine;                     // this rank's share of one message
     long backwards;                  // backwards summed so far (the hook's last point)
     long round_start;                // `backwards` at dist_backward_round_begin
-} Stage2;
+    bool stage3;                     // the layers' weights are sharded too
+    bool whole;                      // stage 3: every weight is here (before dist_weights_shard; rank 0 while saving)
+    bool draining;                   // stage 3: in dist_weights_drain
+} ShardPlan;
 
 // Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
 // last one shorter (or empty).
@@ -51,7 +57,7 @@ static void shard_overlap(const long *counts, const long *displs, int r, long fr
 
 static void stage2_gradients_ready(Model *model, int point, void *context);
 
-static Stage2 *stage2_of(const Model *model) {
+static ShardPlan *plan_of(const Model *model) {
     return model->gradient_hook.ready == stage2_gradients_ready ? model->gradient_hook.context : NULL;
 }
 
@@ -61,9 +67,9 @@ static int later_point_first(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-static Stage2 *stage2_plan(const Model *model) {
+static ShardPlan *shard_plan(const Model *model) {
     const int world = dist_world_size();
-    Stage2 *plan = xcalloc(1, sizeof *plan);
+    ShardPlan *plan = xcalloc(1, sizeof *plan);
     plan->spans = xmalloc((size_t)(model->table.count + 1) * sizeof(GradientSpan));
     // Entries in table order; a run of neighbours with the same point (the padding between
     // them included, which is always zero) is one span.
@@ -80,6 +86,7 @@ static Stage2 *stage2_plan(const Model *model) {
     plan->counts = xmalloc((size_t)world * sizeof(long));
     plan->displs = xmalloc((size_t)world * sizeof(long));
     plan->lengths = xmalloc((size_t)world * sizeof(long));
+    plan->offsets = xmalloc((size_t)world * sizeof(long));
     shard_layout(model_trainable_floats(model), plan->counts, plan->displs);
     plan->mine = xmalloc((size_t)dist_collective_floats() * sizeof(float));
     return plan;
@@ -109,7 +116,7 @@ static void release_zeroed(float *x, long n) {
 // dist_collective_floats() floats: each message is split at the shard boundaries, so it is
 // already a reduce-scatter's input in rank order. This rank keeps the sums of its shard's
 // part and zeroes (frees) the rest, which other ranks own.
-static void stage2_reduce_span(Model *model, Stage2 *plan, long begin, long end) {
+static void stage2_reduce_span(Model *model, ShardPlan *plan, long begin, long end) {
     const int world = dist_world_size(), rank = dist_rank();
     const long slice = dist_collective_floats();
     float *grads = model->grads;
@@ -130,10 +137,132 @@ static void stage2_reduce_span(Model *model, Stage2 *plan, long begin, long end)
 }
 
 static void stage2_gradients_ready(Model *model, int point, void *context) {
-    Stage2 *plan = context;
+    ShardPlan *plan = context;
     for (int i = 0; i < plan->span_count; i++)
         if (plan->spans[i].point == point) stage2_reduce_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
     if (point == -1) plan->backwards++;
+}
+
+// Stage 3. The weights of [begin, end) from every rank's shard into every rank's buffer, in
+// messages of at most dist_collective_floats() floats, each an all-gather of the ranks'
+// parts of it.
+static void stage3_gather_span(Model *model, ShardPlan *plan, long begin, long end) {
+    const int world = dist_world_size();
+    const long slice = dist_collective_floats();
+    float *params = model_trainable_params(model);
+    for (long from = begin; from < end; from += slice) {
+        const long to = from + slice < end ? from + slice : end;
+        for (int r = 0; r < world; r++) {
+            long lo, hi;
+            shard_overlap(plan->counts, plan->displs, r, from, to, &lo, &hi);
+            plan->lengths[r] = hi > lo ? hi - lo : 0;
+            plan->offsets[r] = hi > lo ? lo - from : 0;
+        }
+        dist_allgather_floats(params + from, plan->lengths, plan->offsets);
+    }
+}
+
+// Gives back the pages of the weights of [begin, end) that other ranks own.
+static void stage3_release_span(Model *model, const ShardPlan *plan, long begin, long end) {
+    float *params = model_trainable_params(model);
+    long lo, hi;
+    shard_overlap(plan->counts, plan->displs, dist_rank(), begin, end, &lo, &hi);
+    if (hi <= lo) lo = hi = end;
+    release_zeroed(params + begin, lo - begin);
+    release_zeroed(params + hi, end - hi);
+}
+
+static void stage3_layer(Model *model, int layer, bool needed, void *context) {
+    ShardPlan *plan = context;
+    if (plan->whole) return;
+    for (int i = 0; i < plan->span_count; i++) {
+        if (plan->spans[i].point != layer) continue;
+        if (needed) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+        else stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    }
+}
+
+// Every pass's gathers are collectives, so the ranks must run their passes in step: each
+// pass starts by telling the others its kind, and a rank with nothing to run (it is in
+// dist_weights_drain) answers 0 and plays the same pass's collectives. Returns the kind run
+// now (0: every rank is draining); two kinds at once is a bug in the caller.
+static int stage3_announce(int kind) {
+    int kinds[2] = {kind, kind ? -kind : INT_MIN}; // the largest kind, minus the smallest one run
+    dist_max_ints(kinds, 2);
+    CHECK(kinds[0] == 0 || kinds[0] == -kinds[1],
+          "ZeRO stage 3: the ranks run different passes at once (a forward on one, a backward on another)");
+    return kinds[0];
+}
+
+static void stage3_pass(Model *model, int kind, void *context) {
+    ShardPlan *plan = context;
+    (void)model;
+    if (plan->whole || plan->draining) return;
+    stage3_announce(kind);
+}
+
+// The collectives of a pass of `kind` without running it, in model.h's order (Model.weight_hook):
+// a forward's gathers; a backward's gathers and sums, with this rank's gradients (zeros
+// outside its shard, so it adds nothing it does not own).
+static void stage3_play_pass(Model *model, ShardPlan *plan, int kind) {
+    const int L = model->config.num_layers;
+    if (kind == MODEL_PASS_FORWARD) {
+        for (int l = 0; l < L; l++) stage3_layer(model, l, true, plan), stage3_layer(model, l, false, plan);
+        return;
+    }
+    stage2_gradients_ready(model, L, plan);
+    for (int l = L - 1; l >= 0; l--) {
+        stage3_layer(model, l, true, plan);
+        stage2_gradients_ready(model, l, plan);
+        stage3_layer(model, l, false, plan);
+    }
+    stage2_gradients_ready(model, -1, plan);
+}
+
+void dist_weights_drain(Model *model) {
+    ShardPlan *plan = plan_of(model);
+    if (!plan || !plan->stage3 || plan->whole) return;
+    plan->draining = true;
+    for (int kind; (kind = stage3_announce(0)) != 0;) stage3_play_pass(model, plan, kind);
+    plan->draining = false;
+}
+
+bool dist_weights_sharded(const Model *model) {
+    const ShardPlan *plan = plan_of(model);
+    return plan && plan->stage3;
+}
+
+void dist_weights_shard(Model *model) {
+    ShardPlan *plan = plan_of(model);
+    if (!plan || !plan->stage3) return;
+    for (int i = 0; i < plan->span_count; i++)
+        if (plan->spans[i].point >= 0 && plan->spans[i].point < model->config.num_layers)
+            stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    plan->whole = false;
+}
+
+// The layers' weights to rank 0, span by span and rank by rank: every rank walks the same
+// order, so each send meets its receive.
+void dist_weights_gather_to_main(Model *model) {
+    ShardPlan *plan = plan_of(model);
+    if (!plan || !plan->stage3) return;
+    const int world = dist_world_size(), rank = dist_rank();
+    const long slice = dist_collective_floats();
+    float *params = model_trainable_params(model);
+    for (int i = 0; i < plan->span_count; i++) {
+        if (plan->spans[i].point < 0 || plan->spans[i].point >= model->config.num_layers) continue;
+        for (int r = 1; r < world; r++) {
+            long lo, hi;
+            shard_overlap(plan->counts, plan->displs, r, plan->spans[i].begin, plan->spans[i].end, &lo, &hi);
+            if (rank != 0 && rank != r) continue;
+            for (long from = lo; from < hi; from += slice) {
+                const long n = hi - from < slice ? hi - from : slice;
+                if (rank == 0) dist_receive_floats(params + from, n, r);
+                else dist_send_floats(params + from, n, 0);
+            }
+        }
+    }
+    if (rank == 0) plan->whole = true;
 }
 
 void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage) {
@@ -152,32 +281,48 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     opt->shard_id = ++sharded_optimizers;
     if (zero_stage >= 2) {
         CHECK(model->grads && !model->gradient_hook.ready, "ZeRO stage 2 on a model without gradients or with a hook");
+        ShardPlan *plan = shard_plan(model);
         model->gradient_hook.ready = stage2_gradients_ready;
-        model->gradient_hook.context = stage2_plan(model);
+        model->gradient_hook.context = plan;
+        if (zero_stage >= 3) {
+            // The whole model is trainable (no frozen base), and whole until dist_weights_shard.
+            CHECK(model->trainable_offset == 0 && !model->quantized && !model->weight_hook.pass,
+                  "ZeRO stage 3 on a partly frozen or quantized model, or one with a weight hook");
+            plan->stage3 = plan->whole = true;
+            model->weight_hook.pass = stage3_pass;
+            model->weight_hook.layer = stage3_layer;
+            model->weight_hook.context = plan;
+        }
     }
 }
 
 void dist_adamw_free(AdamW *opt, Model *model) {
     adamw_free(opt);
-    Stage2 *plan = stage2_of(model);
+    ShardPlan *plan = plan_of(model);
     if (!plan) return;
-    free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->mine), free(plan);
+    free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->offsets);
+    free(plan->mine), free(plan);
     model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
+    model->weight_hook.pass = NULL, model->weight_hook.layer = NULL, model->weight_hook.context = NULL;
 }
 
 void dist_zero_grad(Model *model) {
-    if (stage2_of(model)) release_zeroed(model->grads, model_trainable_floats(model));
+    if (plan_of(model)) release_zeroed(model->grads, model_trainable_floats(model));
     else model_zero_grad(model);
 }
 
 void dist_backward_round_begin(Model *model) {
-    Stage2 *plan = stage2_of(model);
+    ShardPlan *plan = plan_of(model);
     if (plan) plan->round_start = plan->backwards;
 }
 
 void dist_backward_round_end(Model *model) {
-    Stage2 *plan = stage2_of(model);
+    ShardPlan *plan = plan_of(model);
     if (!plan) return;
+    if (plan->stage3) { // every pass in step, whatever each rank ran (stage3_announce)
+        dist_weights_drain(model);
+        return;
+    }
     const long ran = plan->backwards - plan->round_start;
     CHECK(ran <= 1, "ZeRO stage 2: %ld backwards in one round (one at most: the ranks' sums would not match)", ran);
     if (ran == 1) return;
@@ -248,7 +393,7 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
         dist_sum_gradients(model);
         return grad_global_norm(model);
     }
-    if (!stage2_of(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
+    if (!plan_of(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
     const long mine = opt->end - opt->begin;
     double squares[1] = {mine > 0 ? model->ops->sum_squares(model->grads + opt->begin, mine) : 0.0};
     dist_sum_doubles(squares, 1);
@@ -258,6 +403,16 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
 void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     adamw_step(opt, model, lr, grad_scale);
     if (!is_sharded(opt)) return;
+    ShardPlan *plan = plan_of(model);
+    if (plan && plan->stage3) {
+        // The layers stay sharded (each is gathered when it runs); the global tensors, which
+        // every pass reads, go to every rank.
+        CHECK(!plan->whole, "ZeRO stage 3: an optimizer step while the weights are gathered");
+        for (int i = 0; i < plan->span_count; i++)
+            if (plan->spans[i].point < 0 || plan->spans[i].point >= model->config.num_layers)
+                stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+        return;
+    }
     const int world = dist_world_size(), rank = dist_rank();
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));

@@ -23,8 +23,21 @@
 // earlier backwards of the step into the next sum, so the result is the same gradient sum
 // as stage 1's, added in another order (equal to rounding).
 //
+// Stage 3 (`--zero-stage 3`) shards the layers' weights as well, in the same shards: between
+// its uses a rank holds its shard of each layer, and a layer's weights are gathered (an
+// all-gather) just before it runs, forward or backward, and given back just after
+// (Model.weight_hook). The global tensors -- embeddings, final norm, LM and value heads --
+// stay whole on every rank (the tied head reads the token table at both ends of a pass);
+// after each optimizer step only they are gathered. Every pass is then collectives, so the
+// ranks must run their passes in step: each forward and backward announces itself, and a rank
+// that has finished its own work calls dist_weights_drain, which plays the collectives of
+// the others' passes (with zero gradients) until every rank is draining. The training loops
+// drain at the end of each round (dist_backward_round_end) and after evaluations; rank 0
+// gathers the layers whole to write a checkpoint or the final model
+// (dist_weights_gather_to_main), then shards them again (dist_weights_shard).
+//
 // Checkpoints hold all moments either way (written by rank 0, below), so a run can
-// resume with the same process count. Stages 1 and 2 need host memory (`--device cpu`).
+// resume with the same process count. Stages 1 to 3 need host memory (`--device cpu`).
 #pragma once
 #include "model/model.h"
 #include "train/adamw.h"
@@ -41,6 +54,19 @@ void dist_zero_grad(Model *model);
 // no rank waits forever); otherwise they do nothing.
 void dist_backward_round_begin(Model *model);
 void dist_backward_round_end(Model *model);
+// Stage 3 (dist_adamw_init with stage 3 leaves the model whole): gives back the pages of the
+// layers' weights other ranks own. Call once every rank has the same weights, and after
+// dist_weights_gather_to_main. No collective; nothing when the weights are not sharded.
+void dist_weights_shard(Model *model);
+// Stage 3: plays the other ranks' passes until every rank has called it (collective). After
+// any stretch in which the ranks may run different numbers of forwards and backwards of the
+// model: a round of micro-steps (dist_backward_round_end does it), an evaluation.
+void dist_weights_drain(Model *model);
+// Stage 3: every layer's weights to rank 0 (collective), which then runs the model alone
+// (its passes announce nothing) until dist_weights_shard.
+void dist_weights_gather_to_main(Model *model);
+// True when the model's layers are sharded across ranks (stage 3).
+bool dist_weights_sharded(const Model *model);
 // Sums the gradients across ranks (this rank's shard only when sharded) and returns the
 // global gradient norm, the same on every rank.
 double dist_reduce_gradients(Model *model, const AdamW *opt);

@@ -111,6 +111,8 @@ typedef struct {
 
 // What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
 typedef enum { KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0 } KvCacheType;
+// The kinds of pass Model.weight_hook is told of (0 is no pass).
+enum { MODEL_PASS_FORWARD = 1, MODEL_PASS_BACKWARD = 2 };
 
 typedef struct Model {
     ModelConfig config;
@@ -171,6 +173,20 @@ typedef struct Model {
         void (*ready)(struct Model *model, int point, void *context);
         void *context;
     } gradient_hook;
+    // Called as the weights are used, for ZeRO stage 3 (dist/zero.h), whose ranks hold a
+    // shard of each layer's weights and gather a layer only while it runs: `pass` at the start
+    // of every forward (MODEL_PASS_FORWARD, the KV-cache ones too) and backward
+    // (MODEL_PASS_BACKWARD); `layer` with needed = true before layer l runs (its recomputation
+    // in a backward included) and with false once it is done -- in a backward after the
+    // gradient hook's point l. The order is fixed: a forward is pass, then need/done of layers
+    // 0 .. L-1; a backward is pass, gradient point L, then for l = L-1 .. 0 need l, point l,
+    // done l, then point -1 (dist/zero.c plays the same order on a rank with nothing to run).
+    // The global tensors (embeddings, final norm, heads) are never asked for. NULL: nothing.
+    struct {
+        void (*pass)(struct Model *model, int kind, void *context);
+        void (*layer)(struct Model *model, int layer, bool needed, void *context);
+        void *context;
+    } weight_hook;
 
     Activations acts;
     // Q8_0 copies of the linear weights for inference (model/quantize.h); NULL without.

@@ -179,6 +179,14 @@ int model_gradient_point(const Model *model, const ParamEntry *entry) {
     return model->config.num_layers;
 }
 
+static void weights_pass(Model *model, int kind) {
+    if (model->weight_hook.pass) model->weight_hook.pass(model, kind, model->weight_hook.context);
+}
+
+static void weights_of_layer(Model *model, int l, bool needed) {
+    if (model->weight_hook.layer) model->weight_hook.layer(model, l, needed, model->weight_hook.context);
+}
+
 static void gradients_ready(Model *model, int point) {
     if (model->gradient_hook.ready) model->gradient_hook.ready(model, point, model->gradient_hook.context);
 }
@@ -501,6 +509,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     const OpsBackend *ops = model->ops;
     const int B = batch->B, T = batch->T;
     const long N = (long)B * T;
+    weights_pass(model, MODEL_PASS_FORWARD);
     model_reserve(model, B, T);
     Activations *a = &model->acts;
     a->B = B;
@@ -547,9 +556,12 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     else
         ops->embedding_forward(a->residual, a->tokens, a->positions, model->weights.tok_emb,
                                model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
-    for (int l = 0; l < cfg->num_layers; l++)
+    for (int l = 0; l < cfg->num_layers; l++) {
+        weights_of_layer(model, l, true);
         layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
                       a->residual + (l + 1) * N * C, target);
+        weights_of_layer(model, l, false);
+    }
     norm_forward(model, a->final_out, a->final_mean, a->final_rstd,
                  a->residual + cfg->num_layers * N * C, model->weights.final_norm_w,
                  model->weights.final_norm_b, N);
@@ -927,6 +939,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     CHECK(model->grads, "backward on a model without gradients (call model_enable_grad)");
     CHECK(a->has_forward && a->backward_ready, "backward without a (non-cached) forward pass");
     const long N = (long)a->B * a->T, C = cfg->hidden_size;
+    weights_pass(model, MODEL_PASS_BACKWARD);
 
     ops->fill_zero(a->d_hidden, N * C);
     if (dlogp || dentropy) {
@@ -982,11 +995,13 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     for (int l = L - 1; l >= 0; l--) {
         const float *x_in = a->residual + l * N * C;
         LayerActivations *la = layer_activations(model, l);
+        weights_of_layer(model, l, true);
         // Gradient checkpointing: rebuild this layer's activations from its saved input.
         // The recomputed output equals the saved x_{l+1} bit for bit.
         if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C, NULL);
         layer_backward(model, l, la, x_in);
         gradients_ready(model, l);
+        weights_of_layer(model, l, false);
     }
     ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,
                             a->tokens, a->positions, (int)N, (int)C, cfg->embedding_multiplier);

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "train/response_logps.h"
 
 int dpo_loss_from_name(const char *name, DpoLossKind *kind) {
@@ -268,6 +269,7 @@ static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
     DistChunks chunks = dist_chunks(task->eval_count, 4);
     for (int n; (n = dist_chunks_next(&chunks, pairs)) > 0;)
         dpo_forward(task, model, &task->eval, task->eval_reference, pairs, n, 0.0, false, &stats);
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     double sums[5] = {stats.loss, stats.correct, stats.margin, stats.chosen_reward, stats.rejected_reward};
     dist_sum_doubles(sums, 5);
     const double n = task->eval_count;

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "train/response_logps.h"
 
 // Tokenizes the examples that keep at least one completion token within max_seq_len, with
@@ -274,6 +275,7 @@ static void bco_begin_step(void *context, Model *model, const long *examples, lo
         response_batch_free(&batch);
         sums[m] = reward_sum(task, logratios, size);
     }
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     dist_sum_doubles(sums, micro_count); // the other ranks' entries are 0 here: x + 0 = x exactly
     for (long m = 0; m < micro_count; m++) {
         const long first = m * micro_batch;
@@ -308,6 +310,7 @@ static void kto_evaluate(void *context, Model *model, EvalResult *result) {
         response_batch_free(&batch);
         kto_losses(task, task->eval_desirable, examples, count, logratios, baseline, d_logratios, &stats);
     }
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     double sums[6] = {stats.loss, stats.correct, stats.chosen_reward, stats.chosen_count, stats.rejected_reward,
                       stats.rejected_count};
     dist_sum_doubles(sums, 6);

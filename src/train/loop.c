@@ -179,6 +179,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     }
     // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
     dist_broadcast_weights(model);
+    dist_weights_shard(model); // ZeRO-3: each rank keeps its shard of the layers from here
     MetricsWriter metrics;
     if (dist_is_main()) {
         if (dist_any_failed(metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0)) {
@@ -287,8 +288,10 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         if ((options->eval_every > 0 && s.step % options->eval_every == 0) || epoch_done || last)
             run_evaluation(task, model, &metrics, s.step, options->quiet);
         if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
-            // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h).
+            // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h),
+            // and under ZeRO-3 their layers' weights first.
             bool failed = false;
+            dist_weights_gather_to_main(model);
             if (dist_is_main()) {
                 failed = save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0;
                 dist_adamw_serving_end();
@@ -296,6 +299,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                 const AdamW *optimizers[1] = {&optimizer};
                 dist_adamw_serve_moments(optimizers, 1);
             }
+            dist_weights_shard(model);
             if (dist_any_failed(failed)) {
                 rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);
                 break;
@@ -305,8 +309,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     progress_finish(&progress, NULL);
     // Same gradients and the same AdamW step on every rank keep the weights identical; a
     // difference here is a bug (a collective that did not give every rank the same bits).
-    if (rc == 0 && world > 1)
+    // Under ZeRO-3 each layer weight has one owner, so there is nothing to compare.
+    if (rc == 0 && world > 1 && !dist_weights_sharded(model))
         CHECK(dist_all_equal(model_weights_fingerprint(model)), "ranks ended training with different weights");
+    // The final model is written by rank 0, with every weight (ZeRO-3: gathered to it).
+    if (rc == 0) dist_weights_gather_to_main(model);
     if (rc == 0 && dist_is_main()) {
         char *final_dir = fs_join(options->run_dir, "final");
         FsAtomicDir out;

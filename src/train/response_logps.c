@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 
 void response_batch_build(const TokenizedExamples *rows, const long *which, int count, int pad_id, ResponseBatch *batch) {
     int T = 0;
@@ -123,6 +124,7 @@ void response_logps_all_weighted(Model *model, const TokenizedExamples *rows, in
         response_batch_forward(model, &batch, sums + which[0]);
         response_batch_free(&batch);
     }
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     dist_sum_doubles(sums, rows->count);
 }
 

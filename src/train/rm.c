@@ -8,6 +8,7 @@
 #include "io/fs.h"
 #include "io/jsonl.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "train/losses.h"
 
 int rm_loss_from_name(const char *name, RmLossKind *kind) {
@@ -168,6 +169,7 @@ static void rm_evaluate(void *context, Model *model, EvalResult *result) {
     DistChunks chunks = dist_chunks(task->eval_count, 4);
     for (int n; (n = dist_chunks_next(&chunks, which)) > 0;)
         rm_forward(task, model, &task->eval, task->eval_margins, which, n, 0.0, false, &stats);
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     double sums[4] = {stats.correct, stats.chosen_sum, stats.rejected_sum, stats.loss};
     dist_sum_doubles(sums, 4);
     stats.correct = sums[0], stats.chosen_sum = sums[1], stats.rejected_sum = sums[2], stats.loss = sums[3];

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "train/losses.h"
 
 void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,
@@ -230,6 +231,7 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
         free(logp);
         free_batch(&batch);
     }
+    dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     double sums[2] = {loss, tokens};
     dist_sum_doubles(sums, 2);
     loss = sums[0], tokens = sums[1];

@@ -2,13 +2,13 @@
 # Data parallelism under mpirun (dist/dist.h) on the tiny model: two processes with one
 # micro-batch each give the same SFT / reward-model / DPO training as one process accumulating
 # two, PPO (and GRPO) on 2 or 3 ranks the same iterations as one process (to float rounding), and
-# inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW moments)
-# and ZeRO-2 (sharded gradients too) the same training as whole ones, resumable, ZeRO-2 with
-# accumulation and with ranks left without a micro-batch; runs are bit-identical run to run;
-# only rank 0 writes; a job whose rank is killed resumes to the same weights; resuming with
-# another process count, and commands that do not run data parallel, are refused. Under
-# AddressSanitizer only the SFT, killed-rank, ZeRO-1 and ZeRO-2 sections run (see below). Prints
-# PASS/FAIL per case.
+# inference with rewards and generation the same file byte for byte; ZeRO-1 (sharded AdamW
+# moments), ZeRO-2 (sharded gradients too) and ZeRO-3 (sharded layer weights too) the same
+# training as whole ones, resumable, ZeRO-2 and ZeRO-3 with accumulation and with ranks left
+# without a micro-batch; runs are bit-identical run to run; only rank 0 writes; a job whose rank
+# is killed resumes to the same weights; resuming with another process count, and commands that
+# do not run data parallel, are refused. Under AddressSanitizer only the SFT, killed-rank and
+# ZeRO-1/2/3 SFT sections run (see below). Prints PASS/FAIL per case.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -154,7 +154,7 @@ resume_after_killed_rank() {
         fail "sft_zero${stage}_resume_bit_identical" "kill exit $exit_rc: $(tail -n 2 "$tmp/zero${stage}_killed.err")"
 }
 resume_after_killed_rank 1
-expect_error zero_stage_bad "--zero-stage must be 0, 1 or 2" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3
+expect_error zero_stage_bad "--zero-stage must be 0, 1, 2 or 3" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 4
 expect_error zero_stage_cuda "--zero-stage 1 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 
 # --- ZeRO-2: the gradients sharded too, summed part by part inside each backward -------------
@@ -189,11 +189,51 @@ for run in idle_zero2 idle_pieces_zero2; do
 done
 expect_error zero2_stage_cuda "--zero-stage 2 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 2 --device cuda
 
+# --- ZeRO-3: the layers' weights sharded too, each layer gathered while it runs --------------
+# The same arithmetic on the same gathered weights as stage 0: on 2 ranks the same bits --
+# every checkpoint's weights and moments (rank 0 gathers the layers to write them) and the
+# final model; on 3 the same training to rounding (the gradient sums go as ZeRO-2's).
+ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/zero3_2" --quiet --zero-stage 3 2> "$tmp/zero3_2.err"
+same=0
+for checkpoint in "$tmp"/zero0_2/checkpoint-* "$tmp/zero0_2/final"; do
+    for file in model.safetensors optimizer.safetensors; do
+        [ -f "$checkpoint/$file" ] || continue
+        cmp -s "$checkpoint/$file" "$tmp/zero3_2/$(basename "$checkpoint")/$file" && same=$((same + 1)) ||
+            echo "differs: $(basename "$checkpoint")/$file"
+    done
+done
+[ "$same" = 3 ] && pass "sft_zero3_2_ranks_same_bits (checkpoint weights, moments, final)" ||
+    fail sft_zero3_2_ranks_same_bits "$same of 3 files equal: $(tail -n 2 "$tmp/zero3_2.err")"
+ranks 3 "$bin" sft "${sft[@]}" --output "$tmp/zero3_3" --quiet --zero-stage 3 2> "$tmp/zero3_3.err"
+close "$(json_values "$tmp/zero0_3/metrics.jsonl" train/loss) $(json_values "$tmp/zero0_3/metrics.jsonl" eval/loss)" \
+      "$(json_values "$tmp/zero3_3/metrics.jsonl" train/loss) $(json_values "$tmp/zero3_3/metrics.jsonl" eval/loss)" 1e-5 &&
+    close "$(logprobs_of "$tmp/zero0_3/final")" "$(logprobs_of "$tmp/zero3_3/final")" 1e-5 &&
+    pass sft_zero3_3_ranks_same_training || fail sft_zero3_3_ranks_same_training "$(tail -n 2 "$tmp/zero3_3.err")"
+# Rounds where some ranks have no micro-batch, evaluations where one has none (12 examples in
+# chunks of 8 on 3 ranks), messages of 1000 floats, and gradient checkpointing (each layer recomputed
+# inside the backward, on the weights gathered for it): the ranks with nothing to run play the
+# others' gathers, or every rank waits forever.
+ranks 3 "$bin" sft "${idle[@]}" --output "$tmp/idle_zero3" --quiet --zero-stage 3 2> "$tmp/idle_zero3.err"
+MARLHF_COLLECTIVE_FLOATS=1000 ranks 3 "$bin" sft "${idle[@]}" --output "$tmp/idle_pieces_zero3" --quiet --zero-stage 3 \
+    2> "$tmp/idle_pieces_zero3.err"
+ranks 3 "$bin" sft "${idle[@]}" --gradient-checkpointing --output "$tmp/idle_checkpointing_zero3" --quiet --zero-stage 3 \
+    2> "$tmp/idle_checkpointing_zero3.err"
+for run in idle_zero3 idle_pieces_zero3 idle_checkpointing_zero3; do
+    close "$(json_values "$tmp/idle_zero0/metrics.jsonl" train/loss) $(json_values "$tmp/idle_zero0/metrics.jsonl" train/grad_norm)" \
+          "$(json_values "$tmp/$run/metrics.jsonl" train/loss) $(json_values "$tmp/$run/metrics.jsonl" train/grad_norm)" 1e-5 &&
+        close "$(logprobs_of "$tmp/idle_zero0/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
+        pass "sft_${run}_accumulation_and_idle_ranks" || fail "sft_${run}_accumulation_and_idle_ranks" "$(tail -n 2 "$tmp/$run.err")"
+done
+expect_error zero3_lora "--zero-stage 3 shards the weights being trained" \
+    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4
+expect_error zero3_stage_cuda "--zero-stage 3 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --device cuda
+
 # Under AddressSanitizer the sections above (SFT across ranks, a killed rank's resume, ZeRO-1,
-# ZeRO-2, collectives in pieces) take the data-parallel code sanitized; the rest runs the same
-# collectives for the other trainers and is the plain build's to check (every mpirun job is
-# several sanitized processes: this script was the sanitized pass's longest). ZeRO-2's rerun
-# and resume go through the same checkpoint code as ZeRO-1's, so they are plain-only too.
+# ZeRO-2, ZeRO-3, collectives in pieces) take the data-parallel code sanitized; the rest runs
+# the same collectives for the other trainers and is the plain build's to check (every mpirun
+# job is several sanitized processes: this script was the sanitized pass's longest). ZeRO-2's
+# and ZeRO-3's rerun and resume go through the same checkpoint code as ZeRO-1's, so they are
+# plain-only too.
 if sanitized_build; then
     echo "SKIP data_parallel.sh from LoRA on: $bin is built with AddressSanitizer; the plain build runs it"
     [ "$failures" -eq 0 ]
@@ -203,6 +243,7 @@ ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/zero2_2_again" --quiet --zero-stag
 cmp -s "$tmp/zero2_2/final/model.safetensors" "$tmp/zero2_2_again/final/model.safetensors" &&
     pass sft_zero2_bit_identical_rerun || fail sft_zero2_bit_identical_rerun "final weights differ"
 resume_after_killed_rank 2
+resume_after_killed_rank 3
 # Rank 0's checkpoint write fails while it streams the sharded moments (a file size limit of
 # 800 KB lets the 556 KB weights through, not the 1.1 MB of moments): both ranks stop with one
 # line each, exit 2, nothing half-written is left, no rank waits forever for a request.
@@ -258,6 +299,14 @@ ranks 2 "$bin" rm "${rm_args[@]}" --zero-stage 2 --output "$tmp/rm_zero2" 2> "$t
 close "$(json_values "$tmp/rm_one/metrics.jsonl" train/loss) $(json_values "$tmp/rm_one/metrics.jsonl" eval/loss)" \
       "$(json_values "$tmp/rm_zero2/metrics.jsonl" train/loss) $(json_values "$tmp/rm_zero2/metrics.jsonl" eval/loss)" 1e-5 &&
     pass rm_zero2_same_training || fail rm_zero2_same_training "$(tail -n 2 "$tmp/rm_zero2.err")"
+# ZeRO-3 against 2 whole ranks, bit for bit: the evaluations give rank 0 two chunks of pairs
+# and rank 1 one, and the final folder's reward statistics are rank 0's forwards alone, on the
+# layers gathered to it.
+ranks 2 "$bin" rm "${rm_args[@]}" --zero-stage 3 --output "$tmp/rm_zero3" 2> "$tmp/rm_zero3.err"
+cmp -s "$tmp/rm_two/final/model.safetensors" "$tmp/rm_zero3/final/model.safetensors" &&
+    cmp -s "$tmp/rm_two/final/reward_stats.json" "$tmp/rm_zero3/final/reward_stats.json" &&
+    [ "$(json_values "$tmp/rm_two/metrics.jsonl" eval/loss)" = "$(json_values "$tmp/rm_zero3/metrics.jsonl" eval/loss)" ] &&
+    pass rm_zero3_same_training || fail rm_zero3_same_training "$(tail -n 2 "$tmp/rm_zero3.err")"
 
 # --- DPO: the reference log-probs computed by both ranks and gathered, then as SFT ---------
 dpo_args=(--model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32
@@ -284,6 +333,18 @@ for name in dpo kto; do
     close "$(json_values "$tmp/${name}_one/metrics.jsonl" train/loss)" "$(json_values "$tmp/${name}_zero2/metrics.jsonl" train/loss)" 1e-5 &&
         close "$(logprobs_of "$tmp/${name}_one/final")" "$(logprobs_of "$tmp/${name}_zero2/final")" 1e-5 &&
         pass "${name}_zero2_same_training" || fail "${name}_zero2_same_training" "$(tail -n 2 "$tmp/${name}_zero2.err")"
+done
+# ZeRO-3 against the same 2 ranks whole, bit for bit. A KTO micro-step runs two forwards (its
+# KL rows, then its own) and one backward; BCO scores every rank's micro-batches before the
+# step (TrainTask.begin_step), a pass the other ranks play when they have fewer.
+ranks 2 "$bin" dpo "${dpo_args[@]}" --zero-stage 3 --output "$tmp/dpo_zero3" 2> "$tmp/dpo_zero3.err"
+ranks 2 "$bin" kto "${kto_args[@]}" --zero-stage 3 --output "$tmp/kto_zero3" 2> "$tmp/kto_zero3.err"
+ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --output "$tmp/bco_two" 2> /dev/null
+ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --zero-stage 3 --output "$tmp/bco_zero3" 2> "$tmp/bco_zero3.err"
+for name in dpo kto bco; do
+    cmp -s "$tmp/${name}_two/final/model.safetensors" "$tmp/${name}_zero3/final/model.safetensors" &&
+        [ "$(json_values "$tmp/${name}_two/metrics.jsonl" eval/loss)" = "$(json_values "$tmp/${name}_zero3/metrics.jsonl" eval/loss)" ] &&
+        pass "${name}_zero3_same_bits" || fail "${name}_zero3_same_bits" "$(tail -n 2 "$tmp/${name}_zero3.err")"
 done
 
 # --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
@@ -363,6 +424,7 @@ printf '%s\n' 'import json, sys' 'for line in sys.stdin:' '    print(json.loads(
 ppo_one_and_two_ranks command_reward_two_ranks_same_training "${grpo[@]}" --reward command \
     --reward-command "python3 $tmp/count_e.py"
 expect_error ppo_zero_stage_bad "--zero-stage must be 0, 1 or 2" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage -1
+expect_error ppo_zero3_refused "ZeRO-3 is for sft, rm, dpo and kto" "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 3
 expect_error ppo_zero_stage_cuda "--zero-stage 1 runs on --device cpu only" \
     "$bin" ppo "${ppo[@]}" --output "$tmp/x" --zero-stage 1 --device cuda
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --zero-stage 1 --output "$tmp/ppo_zero1" 2> "$tmp/ppo_zero1.err"

@@ -75,6 +75,10 @@ two_hosts "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_hosts" 2> "
 one_host "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_local" 2> /dev/null
 cmp -s "$tmp/zero2_hosts/final/model.safetensors" "$tmp/zero2_local/final/model.safetensors" &&
     pass two_hosts_sft_zero2_same_weights || fail two_hosts_sft_zero2_same_weights "$(tail -n 3 "$tmp/zero2_hosts.err")"
+# ZeRO-3: each layer's weights gathered over TCP for every forward and backward.
+two_hosts "$bin" sft "${sft[@]}" --zero-stage 3 --output "$tmp/zero3_hosts" 2> "$tmp/zero3_hosts.err"
+cmp -s "$tmp/zero3_hosts/final/model.safetensors" "$tmp/sft_local/final/model.safetensors" &&
+    pass two_hosts_sft_zero3_same_weights || fail two_hosts_sft_zero3_same_weights "$(tail -n 3 "$tmp/zero3_hosts.err")"
 
 "$bin" rm --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
     --learning-rate 3e-3 --max-steps 6 --output "$tmp/rm" --quiet --threads 1 2> /dev/null
