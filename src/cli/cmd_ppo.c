@@ -214,7 +214,7 @@ int cmd_ppo(int argc, char **argv) {
         {"gradient-checkpointing", "actor_gradient_checkpointing", OPT_BOOL, &checkpointing, "recompute layers in backward", false, false},
         {"zero-stage", "actor_zero_stage", OPT_INT, &zero_stage,
          "under mpirun (--device cpu): 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1), "
-         "2 their gradients too (ZeRO-2)", false, false},
+         "2 their gradients too (ZeRO-2), 3 their layers' weights too (ZeRO-3)", false, false},
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
@@ -399,9 +399,12 @@ int cmd_ppo(int argc, char **argv) {
     c.macro.ppl_monotone = ppl_monotone, c.macro.seed = (uint64_t)seed;
     c.eval_every = eval_every, c.save_every = save_every, c.keep_last = keep_last, c.eval_prompts = (int)eval_count;
     c.seed = (uint64_t)seed, c.resume = resume, c.quiet = quiet, c.gradient_checkpointing = checkpointing;
-    if (zero_stage < 0 || zero_stage > 2)
-        die_user("option --zero-stage must be 0, 1 or 2 for ppo (ZeRO-1 shards the optimizer state, ZeRO-2 the "
-                 "gradients too; ZeRO-3 is for sft, rm, dpo and kto), got %ld", zero_stage);
+    if (zero_stage < 0 || zero_stage > 3)
+        die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
+                 "too, ZeRO-3 the weights too), got %ld", zero_stage);
+    if (zero_stage == 3 && ema)
+        die_user("option --zero-stage 3 with --enable-ema: a sharded EMA copy of the actor is not built (use "
+                 "--zero-stage 2 or lower)");
     if (zero_stage >= 1 && strcmp(device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
     c.zero_stage = (int)zero_stage;
@@ -409,6 +412,9 @@ int cmd_ppo(int argc, char **argv) {
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
+    if (zero_stage == 3 && (c.actor_lora.rank > 0 || c.critic_lora.rank > 0))
+        die_user("option --zero-stage 3 shards the weights being trained; with LoRA adapters only the adapters "
+                 "train: use --zero-stage 2 or lower");
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
     // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.

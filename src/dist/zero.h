@@ -32,8 +32,9 @@
 // ranks must run their passes in step: each forward and backward announces itself, and a rank
 // that has finished its own work calls dist_weights_drain, which plays the collectives of
 // the others' passes (with zero gradients) until every rank is draining. The training loops
-// drain at the end of each round (dist_backward_round_end) and after evaluations; rank 0
-// gathers the layers whole to write a checkpoint or the final model
+// drain at the end of each round (dist_backward_round_end) and after evaluations, PPO also
+// after generation and after each sharded model's experience forwards; rank 0 gathers the
+// layers whole to write a checkpoint or the final model, or to evaluate alone
 // (dist_weights_gather_to_main), then shards them again (dist_weights_shard).
 //
 // Checkpoints hold all moments either way (written by rank 0, below), so a run can

@@ -558,6 +558,9 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     } else {
         experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
     }
+    // ZeRO-3 (dist/zero.h): the ranks hold different numbers of samples, so each sharded
+    // model's forwards are brought into step before another model's begin.
+    dist_weights_drain(&p->actor);
     if (p->reference_is_actor_base) {
         p->actor.lora_enabled = false;
         experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
@@ -565,8 +568,10 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
     } else {
         experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
     }
-    if (p->has_critic) experience_values(&p->critic, samples, count, micro, values);
-    else
+    if (p->has_critic) {
+        experience_values(&p->critic, samples, count, micro, values);
+        dist_weights_drain(&p->critic);
+    } else
         for (int i = 0; i < count; i++) memset(values[i], 0, samples[i]->response_length * sizeof(float));
     AdvantageConfig advantage = p->c.advantage;
     advantage.kl_coef = (float)p->kl_coef;
@@ -1054,17 +1059,30 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
 }
 
 // Collective: every rank calls it; rank 0 writes, reading sharded optimizers' moments from
-// the other ranks as it goes (dist/zero.h).
+// the other ranks as it goes, and under ZeRO-3 their layers' weights first (dist/zero.h).
 static int save(Ppo *p) {
-    // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h).
-    if (!dist_is_main()) {
+    dist_weights_gather_to_main(&p->actor);
+    if (p->has_critic) dist_weights_gather_to_main(&p->critic);
+    int rc = 0;
+    if (dist_is_main()) {
+        rc = write_checkpoint(p, &p->actor_optimizer, &p->critic_optimizer);
+        dist_adamw_serving_end();
+    } else {
         const AdamW *optimizers[2] = {&p->actor_optimizer, p->has_critic ? &p->critic_optimizer : NULL};
         dist_adamw_serve_moments(optimizers, 2);
-        return 0;
     }
-    int rc = write_checkpoint(p, &p->actor_optimizer, &p->critic_optimizer);
-    dist_adamw_serving_end();
+    dist_weights_shard(&p->actor);
+    if (p->has_critic) dist_weights_shard(&p->critic);
     return rc;
+}
+
+// Collective: rank 0 evaluates the actor alone (under ZeRO-3 on its layers gathered to it).
+// Returns true on every rank when rank 0's evaluation failed.
+static bool evaluate_on_main(Ppo *p, bool final) {
+    dist_weights_gather_to_main(&p->actor);
+    bool failed = dist_is_main() && evaluate(p, final) != 0;
+    dist_weights_shard(&p->actor);
+    return dist_any_failed(failed);
 }
 
 static double number(json_t *state, const char *key) {
@@ -1503,6 +1521,8 @@ int ppo_run(const PpoConfig *config) {
         dist_broadcast_weights(&p->actor);
         if (p->has_critic) dist_broadcast_weights(&p->critic);
         if (p->c.ema) dist_broadcast_weights(&p->ema);
+        dist_weights_shard(&p->actor); // ZeRO-3: each rank keeps its shard of the layers from here
+        if (p->has_critic) dist_weights_shard(&p->critic);
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
         else metrics_open_none(&p->metrics);
@@ -1519,10 +1539,8 @@ int ppo_run(const PpoConfig *config) {
                 total_iterations, per_iteration, macro_termination_name(p->c.macro.condition),
                 advantage_estimator_name(p->c.estimator));
     // The SFT model's scores, for comparison.
-    if (p->iteration == 0) {
-        bool failed = dist_is_main() && evaluate(p, false) != 0;
-        if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0's evaluation failed");
-    }
+    if (p->iteration == 0 && evaluate_on_main(p, false))
+        rc = dist_is_main() ? -1 : err_set("rank 0's evaluation failed");
     long *order = xmalloc(p->prompts.count * sizeof(long));
     long order_epoch = -1;
     Progress progress;
@@ -1563,6 +1581,7 @@ int ppo_run(const PpoConfig *config) {
             Sample *samples = round_samples[rounds] = xcalloc(local_rows + 1, sizeof(Sample));
             rollout(p, &p->prompts, mine, local_rows, round_row_id_base(p->iteration, rounds, per_iteration),
                     (uint64_t)rank, (uint64_t)world, samples, &gen);
+            dist_weights_drain(&p->actor); // ZeRO-3: the ranks' decode steps differ in number
             free(chosen), free(mine);
             double g1 = now_seconds();
             time_generation += g1 - g0;
@@ -1681,9 +1700,8 @@ int ppo_run(const PpoConfig *config) {
             break;
         }
         if ((p->c.eval_every > 0 && p->iteration % p->c.eval_every == 0) || last) {
-            failed = dist_is_main() && evaluate(p, last) != 0;
-            if (dist_any_failed(failed)) {
-                rc = failed ? -1 : err_set("rank 0's evaluation failed");
+            if (evaluate_on_main(p, last)) {
+                rc = dist_is_main() ? -1 : err_set("rank 0's evaluation failed");
                 break;
             }
         }
@@ -1693,8 +1711,9 @@ int ppo_run(const PpoConfig *config) {
         }
     }
     progress_finish(&progress, NULL);
-    if (rc == 0 && world > 1) {
-        // Same gradients and steps everywhere keep the ranks' weights identical; a difference is a bug.
+    if (rc == 0 && world > 1 && !dist_weights_sharded(&p->actor)) {
+        // Same gradients and steps everywhere keep the ranks' weights identical; a difference is a
+        // bug. (Under ZeRO-3 each layer weight has one owner: nothing to compare.)
         CHECK(dist_all_equal(model_weights_fingerprint(&p->actor)) &&
                   (!p->has_critic || dist_all_equal(model_weights_fingerprint(&p->critic))),
               "ranks ended PPO with different weights");
@@ -1704,6 +1723,8 @@ int ppo_run(const PpoConfig *config) {
         rc = PPO_STOPPED_BY_ALARM;
     }
     if (rc == 0) {
+        dist_weights_gather_to_main(&p->actor);
+        if (p->has_critic) dist_weights_gather_to_main(&p->critic);
         bool failed = dist_is_main() && save_final(p) != 0;
         if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write %s/final", p->c.run_dir);
     }

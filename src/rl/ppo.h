@@ -131,7 +131,9 @@ typedef struct {
     // optimizer step per rollout (one PPO epoch, one minibatch) and no KL in the reward (kl_coef
     // 0, no adaptive controller). TRL's GRPOTrainer does the same. This forces the pass.
     bool recompute_old_logprobs;
-    int zero_stage; // under mpirun: 1 shards the actor's and critic's AdamW moments, 2 their gradients too (dist/zero.h)
+    // Under mpirun: 1 shards the actor's and critic's AdamW moments, 2 their gradients too, 3
+    // their layers' weights too (dist/zero.h).
+    int zero_stage;
     // The reward-hacking alarms' limits (rl/hacking_signals.h): each iteration's responses
     // against the first iteration's; a warning line, no change to training, unless
     // stop_on_alarm: then an iteration whose responses set off an alarm is not trained on and

@@ -41,7 +41,9 @@ typedef struct {
     const char *run_dir;
     bool resume;         // continue from the newest checkpoint of run_dir
     bool quiet;          // no progress bar
-    int zero_stage;      // under mpirun: 1 shards the AdamW moments across ranks, 2 the gradients too (dist/zero.h)
+    // Under mpirun: 1 shards the AdamW moments across ranks, 2 the gradients too, 3 the layers'
+    // weights too (dist/zero.h).
+    int zero_stage;
 } TrainOptions;
 
 typedef struct {
