@@ -32,6 +32,7 @@ typedef struct {
     long backwards;                  // backwards summed so far (the hook's last point)
     long round_start;                // `backwards` at dist_backward_round_begin
     bool stage3;                     // the layers' weights are sharded too
+    int shard_id;                    // the model's optimizer's (AdamW.shard_id): rank 0's requests name it
     bool whole;                      // stage 3: every weight is here (before dist_weights_shard; rank 0 while saving)
     bool draining;                   // stage 3: in dist_weights_drain
 } ShardPlan;
@@ -182,6 +183,40 @@ static void stage3_layer(Model *model, int layer, bool needed, void *context) {
     }
 }
 
+// Model.weight_hook.read on rank 0: the global tensors and its own shard copied, the rest of
+// the layers asked of their owners (which answer in dist_serve_shards), span by span.
+static void stage3_read(const Model *model, long first, long count, float *out, void *context) {
+    const ShardPlan *plan = context;
+    CHECK(dist_rank() == 0, "ZeRO stage 3: weights read on rank %d (only rank 0 writes)", dist_rank());
+    const float *params = model_trainable_params(model);
+    const long end = first + count;
+    if (plan->whole) {
+        memcpy(out, params + first, (size_t)count * sizeof(float));
+        return;
+    }
+    for (int i = 0; i < plan->span_count; i++) {
+        const GradientSpan *span = &plan->spans[i];
+        const long from = first > span->begin ? first : span->begin, to = end < span->end ? end : span->end;
+        if (to <= from) continue;
+        if (span->point < 0 || span->point >= model->config.num_layers) { // whole everywhere
+            memcpy(out + (from - first), params + from, (size_t)(to - from) * sizeof(float));
+            continue;
+        }
+        for (int r = 0; r < dist_world_size(); r++) {
+            long lo, hi;
+            shard_overlap(plan->counts, plan->displs, r, from, to, &lo, &hi);
+            if (hi <= lo) continue;
+            if (r == 0) {
+                memcpy(out + (lo - first), params + lo, (size_t)(hi - lo) * sizeof(float));
+                continue;
+            }
+            const long request[4] = {plan->shard_id, 2, lo, hi - lo};
+            dist_send_longs(request, 4, r);
+            dist_receive_floats(out + (lo - first), hi - lo, r);
+        }
+    }
+}
+
 // Every pass's gathers are collectives, so the ranks must run their passes in step: each
 // pass starts by telling the others its kind, and a rank with nothing to run (it is in
 // dist_weights_drain) answers 0 and plays the same pass's collectives. Returns the kind run
@@ -289,8 +324,10 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
             CHECK(model->trainable_offset == 0 && !model->quantized && !model->weight_hook.pass,
                   "ZeRO stage 3 on a partly frozen or quantized model, or one with a weight hook");
             plan->stage3 = plan->whole = true;
+            plan->shard_id = opt->shard_id;
             model->weight_hook.pass = stage3_pass;
             model->weight_hook.layer = stage3_layer;
+            model->weight_hook.read = stage3_read;
             model->weight_hook.context = plan;
         }
     }
@@ -303,7 +340,7 @@ void dist_adamw_free(AdamW *opt, Model *model) {
     free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->offsets);
     free(plan->mine), free(plan);
     model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
-    model->weight_hook.pass = NULL, model->weight_hook.layer = NULL, model->weight_hook.context = NULL;
+    memset(&model->weight_hook, 0, sizeof model->weight_hook);
 }
 
 void dist_zero_grad(Model *model) {
@@ -429,8 +466,9 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     rounds_end(&x);
 }
 
-// Rank 0's reads of another rank's moments: a request {shard_id, which, first, count} (first
-// in trainable floats) answered with the floats; shard_id -1 ends the serving.
+// Rank 0's reads of another rank's shards: a request {shard_id, which, first, count} (which: 0
+// the first moments, 1 the second, 2 the weights (ZeRO-3); first in trainable floats) answered
+// with the floats; shard_id -1 ends the serving.
 void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count, float *out) {
     const int world = dist_world_size(), rank = dist_rank();
     CHECK(rank == 0 && first >= 0 && count >= 0 && first + count <= opt->total, "bad read of moments");
@@ -456,23 +494,27 @@ void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count
     free(counts), free(displs);
 }
 
-void dist_adamw_serving_end(void) {
+void dist_serving_end(void) {
     const long end[4] = {-1, 0, 0, 0};
     for (int r = 1; r < dist_world_size(); r++) dist_send_longs(end, 4, r);
 }
 
-void dist_adamw_serve_moments(const AdamW *const *optimizers, int count) {
+void dist_serve_shards(const AdamW *const *optimizers, const Model *const *models, int count) {
     if (dist_world_size() <= 1) return;
     for (;;) {
         long request[4];
         dist_receive_longs(request, 4, 0);
         if (request[0] < 0) return;
-        const AdamW *opt = NULL;
+        int k = -1;
         for (int i = 0; i < count; i++)
-            if (optimizers[i] && is_sharded(optimizers[i]) && optimizers[i]->shard_id == request[0]) opt = optimizers[i];
-        CHECK(opt && request[2] >= opt->begin && request[2] + request[3] <= opt->end,
-              "rank 0 asked for moments this rank does not hold (optimizer %ld, [%ld, +%ld))", request[0], request[2],
-              request[3]);
-        dist_send_floats((request[1] ? opt->v : opt->m) + (request[2] - opt->begin), request[3], 0);
+            if (optimizers[i] && is_sharded(optimizers[i]) && optimizers[i]->shard_id == request[0]) k = i;
+        const AdamW *opt = k >= 0 ? optimizers[k] : NULL;
+        CHECK(opt && request[2] >= opt->begin && request[2] + request[3] <= opt->end &&
+                  (request[1] != 2 || dist_weights_sharded(models[k])),
+              "rank 0 asked for a shard this rank does not hold (optimizer %ld, part %ld, [%ld, +%ld))", request[0],
+              request[1], request[2], request[3]);
+        const float *source = request[1] == 2 ? model_trainable_params(models[k]) + request[2]
+                                              : (request[1] ? opt->v : opt->m) + (request[2] - opt->begin);
+        dist_send_floats(source, request[3], 0);
     }
 }

@@ -33,9 +33,10 @@
 // that has finished its own work calls dist_weights_drain, which plays the collectives of
 // the others' passes (with zero gradients) until every rank is draining. The training loops
 // drain at the end of each round (dist_backward_round_end) and after evaluations, PPO also
-// after generation and after each sharded model's experience forwards; rank 0 gathers the
-// layers whole to write a checkpoint or the final model, or to evaluate alone
-// (dist_weights_gather_to_main), then shards them again (dist_weights_shard).
+// after generation, after each sharded model's experience forwards and after rank 0's
+// evaluation (the other ranks play its passes). Rank 0 reads the other ranks' shards while it
+// writes a checkpoint (below), and gathers the layers whole only for the final model
+// (dist_weights_gather_to_main).
 //
 // Checkpoints hold all moments either way (written by rank 0, below), so a run can
 // resume with the same process count. Stages 1 to 3 need host memory (`--device cpu`).
@@ -74,16 +75,18 @@ double dist_reduce_gradients(Model *model, const AdamW *opt);
 // AdamW on this rank's part of the weights; when sharded, every rank then receives the
 // other shards' new weights.
 void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale);
-// Checkpoints. Rank 0 writes every moment into the checkpoint (train/checkpoint.c) and reads
-// the other ranks' shards piece by piece while writing, so no rank ever holds more than its
-// shard and one piece (a gathered copy would add twice the model's size to rank 0's peak).
-// The other ranks answer in dist_adamw_serve_moments meanwhile:
-//   if (dist_is_main()) failed = save(...) != 0, dist_adamw_serving_end();
-//   else dist_adamw_serve_moments(optimizers, count);
+// Checkpoints. Rank 0 writes every moment into the checkpoint (train/checkpoint.c), and under
+// ZeRO-3 every weight (model/weights_io.c, through Model.weight_hook.read), reading the other
+// ranks' shards piece by piece while writing, so no rank ever holds more than its shard and
+// one piece (a gathered copy would add twice the model's size to rank 0's peak). The other
+// ranks answer in dist_serve_shards meanwhile:
+//   if (dist_is_main()) failed = save(...) != 0, dist_serving_end();
+//   else dist_serve_shards(optimizers, models, count);
 // On rank 0: moments `which` (0: m, 1: v) [first, first + count) of any optimizer, its own
 // part copied, the others' received.
 void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count, float *out);
 // On rank 0, once its checkpoint is written or has failed: the other ranks stop serving.
-void dist_adamw_serving_end(void);
-// On the other ranks: answers rank 0's reads of these optimizers until dist_adamw_serving_end.
-void dist_adamw_serve_moments(const AdamW *const *optimizers, int count);
+void dist_serving_end(void);
+// On the other ranks: answers rank 0's reads of these optimizers' moments, and of their models'
+// weights under ZeRO-3 (models[i] is optimizers[i]'s), until dist_serving_end.
+void dist_serve_shards(const AdamW *const *optimizers, const Model *const *models, int count);

@@ -182,9 +182,13 @@ typedef struct Model {
     // 0 .. L-1; a backward is pass, gradient point L, then for l = L-1 .. 0 need l, point l,
     // done l, then point -1 (dist/zero.c plays the same order on a rank with nothing to run).
     // The global tensors (embeddings, final norm, heads) are never asked for. NULL: nothing.
+    // `read`, where set, copies the table's floats [first, first + count) wherever they are
+    // (ZeRO-3's rank 0 reads the other ranks' shards of the layers while it writes a
+    // checkpoint, model_write_hf_files); NULL: they are all in Model.params.
     struct {
         void (*pass)(struct Model *model, int kind, void *context);
         void (*layer)(struct Model *model, int layer, bool needed, void *context);
+        void (*read)(const struct Model *model, long first, long count, float *out, void *context);
         void *context;
     } weight_hook;
 

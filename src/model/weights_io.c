@@ -411,6 +411,18 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
     param_views_free(&host);
 }
 
+// SafetensorsWriteTensor.fill of a tensor whose weights Model.weight_hook.read gives.
+typedef struct {
+    const Model *model;
+    long offset; // the tensor's, in the table's floats
+} StreamedPiece;
+
+static void fill_streamed(void *context, long long first, long long count, void *out) {
+    const StreamedPiece *piece = context;
+    piece->model->weight_hook.read(piece->model, piece->offset + (long)first, (long)count, out,
+                                   piece->model->weight_hook.context);
+}
+
 int model_write_hf_files(const Model *model, const char *dir) {
     // A quantized base (QLoRA) is saved as its dequantized values with the adapters merged in
     // (what PEFT's merge_and_unload does on a 4-bit model), the adapters in adapter/.
@@ -418,23 +430,36 @@ int model_write_hf_files(const Model *model, const char *dir) {
     const ModelConfig *cfg = &model->config;
     bool classifier = model->has_value_head && !model->has_lm_head;
     const bool lora = model->lora.rank > 0;
+    // Weights not all in this process (ZeRO-3) are read piece by piece while the file is
+    // written; GPT-2's, which are saved transposed, into a whole copy first.
+    const bool streamed = model->weight_hook.read && cfg->family != FAMILY_GPT2;
     // A LoRA model is saved with its adapters merged into a copy of the weights.
-    const bool copy = model->ops != &ops_cpu || lora;
+    const bool copy = (model->ops != &ops_cpu || lora || model->weight_hook.read) && !streamed;
     float *params = model->params;
     if (copy) {
         params = xmalloc((size_t)model->table.total * sizeof(float));
-        model_params_to_host(model, params, model->table.total);
+        if (model->weight_hook.read)
+            model->weight_hook.read(model, 0, model->table.total, params, model->weight_hook.context);
+        else
+            model_params_to_host(model, params, model->table.total);
     }
+    CHECK(!streamed || (!lora && !model->quantized), "streamed weights of a LoRA or quantized model");
     int rc = lora ? lora_write_adapter(model, params, dir) : 0;
     if (model->quantized) model_dequantize_into(model, params);
     if (lora) lora_merge(model, params);
     SaveList list = {0};
+    StreamedPiece *pieces = streamed ? xmalloc((size_t)model->table.count * sizeof *pieces) : NULL;
     if (cfg->family == FAMILY_GPT2) {
         build_gpt2_save_list(model, params, classifier, &list);
     } else {
         for (int i = 0; i < model_base_entries(model); i++) { // adapters: merged above, saved in adapter/
             const ParamEntry *e = &model->table.entries[i];
             save_list_add(&list, e->name, e->ndim, e->shape[0], e->shape[1], params + e->offset, NULL);
+            if (streamed) {
+                SafetensorsWriteTensor *t = &list.tensors[list.count - 1];
+                t->data = NULL, t->fill = fill_streamed, t->fill_context = (void *)&pieces[i];
+                pieces[i] = (StreamedPiece){model, e->offset};
+            }
         }
     }
     char *weights_path = fs_join(dir, "model.safetensors");
@@ -446,6 +471,7 @@ int model_write_hf_files(const Model *model, const char *dir) {
     free(weights_path);
     free(config_path);
     save_list_free(&list);
+    free(pieces);
     if (copy) free(params);
     return rc;
 }

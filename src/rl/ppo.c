@@ -1059,29 +1059,25 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
 }
 
 // Collective: every rank calls it; rank 0 writes, reading sharded optimizers' moments from
-// the other ranks as it goes, and under ZeRO-3 their layers' weights first (dist/zero.h).
+// the other ranks as it goes, and under ZeRO-3 their shards of the weights (dist/zero.h).
 static int save(Ppo *p) {
-    dist_weights_gather_to_main(&p->actor);
-    if (p->has_critic) dist_weights_gather_to_main(&p->critic);
-    int rc = 0;
     if (dist_is_main()) {
-        rc = write_checkpoint(p, &p->actor_optimizer, &p->critic_optimizer);
-        dist_adamw_serving_end();
-    } else {
-        const AdamW *optimizers[2] = {&p->actor_optimizer, p->has_critic ? &p->critic_optimizer : NULL};
-        dist_adamw_serve_moments(optimizers, 2);
+        int rc = write_checkpoint(p, &p->actor_optimizer, &p->critic_optimizer);
+        dist_serving_end();
+        return rc;
     }
-    dist_weights_shard(&p->actor);
-    if (p->has_critic) dist_weights_shard(&p->critic);
-    return rc;
+    const AdamW *optimizers[2] = {&p->actor_optimizer, p->has_critic ? &p->critic_optimizer : NULL};
+    const Model *models[2] = {&p->actor, &p->critic};
+    dist_serve_shards(optimizers, models, 2);
+    return 0;
 }
 
-// Collective: rank 0 evaluates the actor alone (under ZeRO-3 on its layers gathered to it).
-// Returns true on every rank when rank 0's evaluation failed.
+// Collective: rank 0 evaluates the actor alone. Under ZeRO-3 the other ranks meanwhile play
+// its passes' gathers (dist_weights_drain), so no rank holds the whole actor. Returns true on
+// every rank when rank 0's evaluation failed.
 static bool evaluate_on_main(Ppo *p, bool final) {
-    dist_weights_gather_to_main(&p->actor);
     bool failed = dist_is_main() && evaluate(p, final) != 0;
-    dist_weights_shard(&p->actor);
+    dist_weights_drain(&p->actor);
     return dist_any_failed(failed);
 }
 
@@ -1722,9 +1718,17 @@ int ppo_run(const PpoConfig *config) {
         report_stop_on_alarm(p);
         rc = PPO_STOPPED_BY_ALARM;
     }
-    if (rc == 0) {
+    if (rc == 0 && dist_weights_sharded(&p->actor)) {
+        // ZeRO-3: the final folder is rank 0's, with every weight gathered to it, once the
+        // moments, which the run no longer needs, have given their memory back.
+        adamw_free(&p->actor_optimizer);
         dist_weights_gather_to_main(&p->actor);
-        if (p->has_critic) dist_weights_gather_to_main(&p->critic);
+        if (p->has_critic) {
+            adamw_free(&p->critic_optimizer);
+            dist_weights_gather_to_main(&p->critic);
+        }
+    }
+    if (rc == 0) {
         bool failed = dist_is_main() && save_final(p) != 0;
         if (dist_any_failed(failed)) rc = failed ? -1 : err_set("rank 0 could not write %s/final", p->c.run_dir);
     }

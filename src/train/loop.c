@@ -289,17 +289,16 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             run_evaluation(task, model, &metrics, s.step, options->quiet);
         if ((options->save_every > 0 && s.step % options->save_every == 0) || last) {
             // Rank 0 writes; the others hand it their moments' shards meanwhile (dist/zero.h),
-            // and under ZeRO-3 their layers' weights first.
+            // and under ZeRO-3 their shards of the layers' weights.
             bool failed = false;
-            dist_weights_gather_to_main(model);
             if (dist_is_main()) {
                 failed = save_checkpoint(task, model, &optimizer, tokenizer, options, &s) != 0;
-                dist_adamw_serving_end();
+                dist_serving_end();
             } else {
                 const AdamW *optimizers[1] = {&optimizer};
-                dist_adamw_serve_moments(optimizers, 1);
+                const Model *models[1] = {model};
+                dist_serve_shards(optimizers, models, 1);
             }
-            dist_weights_shard(model);
             if (dist_any_failed(failed)) {
                 rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);
                 break;
@@ -312,8 +311,12 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     // Under ZeRO-3 each layer weight has one owner, so there is nothing to compare.
     if (rc == 0 && world > 1 && !dist_weights_sharded(model))
         CHECK(dist_all_equal(model_weights_fingerprint(model)), "ranks ended training with different weights");
-    // The final model is written by rank 0, with every weight (ZeRO-3: gathered to it).
-    if (rc == 0) dist_weights_gather_to_main(model);
+    // The final model is written by rank 0, with every weight (ZeRO-3: gathered to it, once
+    // the moments, which the run no longer needs, have given their memory back).
+    if (rc == 0 && dist_weights_sharded(model)) {
+        adamw_free(&optimizer);
+        dist_weights_gather_to_main(model);
+    }
     if (rc == 0 && dist_is_main()) {
         char *final_dir = fs_join(options->run_dir, "final");
         FsAtomicDir out;

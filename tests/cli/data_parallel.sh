@@ -224,6 +224,24 @@ for run in idle_zero3 idle_pieces_zero3 idle_checkpointing_zero3; do
         close "$(logprobs_of "$tmp/idle_zero0/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
         pass "sft_${run}_accumulation_and_idle_ranks" || fail "sft_${run}_accumulation_and_idle_ranks" "$(tail -n 2 "$tmp/$run.err")"
 done
+# Other layouts, 2 ranks against 2 whole, every checkpoint file and the final model: GPT-2
+# (its checkpoints are written transposed, from a copy read through the shards) and Gemma 2
+# (sandwich norms, soft caps).
+python3 tests/cli/tiny_gpt2_model.py tests/fixtures/models/gpt2 "$model" "$tmp/tiny_gpt2"
+for family in "$tmp/tiny_gpt2" tests/fixtures/models/tiny_gemma2_chat; do
+    name=$(basename "$family")
+    layout=(--model "$family" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
+            --learning-rate 3e-3 --max-steps 4 --save-every 2 --threads 1 --quiet)
+    ranks 2 "$bin" sft "${layout[@]}" --output "$tmp/${name}_zero0" 2> /dev/null
+    ranks 2 "$bin" sft "${layout[@]}" --zero-stage 3 --output "$tmp/${name}_zero3" 2> "$tmp/${name}_zero3.err"
+    same=0
+    for file in checkpoint-2/model.safetensors checkpoint-4/model.safetensors checkpoint-4/optimizer.safetensors \
+                final/model.safetensors; do
+        cmp -s "$tmp/${name}_zero0/$file" "$tmp/${name}_zero3/$file" && same=$((same + 1))
+    done
+    [ "$same" = 4 ] && pass "sft_zero3_${name}_same_bits" ||
+        fail "sft_zero3_${name}_same_bits" "$same of 4 files equal: $(tail -n 2 "$tmp/${name}_zero3.err")"
+done
 expect_error zero3_lora "--zero-stage 3 shards the weights being trained" \
     "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4
 expect_error zero3_stage_cuda "--zero-stage 3 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --device cuda
