@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     model_enable_grad(&model);
     AdamW opt;
     dist_adamw_init(&opt, &model, adamw_default_config(0.1f), zero_stage);
-    dist_weights_shard(&model); // ZeRO-3 (every rank made the same random weights)
+    dist_weights_start(&model); // the same random weights on every rank; ZeRO-3 shards them
     long N = (long)B * T;
     // Each rank its own tokens (stream = rank), as each rank reads its own micro-batch.
     int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));

@@ -235,7 +235,10 @@ int cmd_dpo(int argc, char **argv) {
         die_from_err();
 
     Model model, reference;
-    const ModelLoadOptions load = {.with_lm_head = true};
+    // The policy computes its own reference log-probs without --reference-model: whole then.
+    const bool runs_before_training = !reference_path && dpo_loss_uses_reference(loss.loss);
+    const ModelLoadOptions load = {.with_lm_head = true,
+                                   .keep_range = runs_before_training ? NULL : trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)

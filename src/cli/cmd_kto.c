@@ -93,7 +93,8 @@ int cmd_kto(int argc, char **argv) {
         die_from_err();
 
     Model model, reference;
-    const ModelLoadOptions load = {.with_lm_head = true};
+    // The policy computes its own reference log-probs without --reference-model: whole then.
+    const ModelLoadOptions load = {.with_lm_head = true, .keep_range = reference_path ? trainer_cli_keep_range(&c) : NULL};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {

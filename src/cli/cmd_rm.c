@@ -49,7 +49,8 @@ int cmd_rm(int argc, char **argv) {
                 task.eval_count, loss_name);
 
     Model model;
-    const ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed};
+    const ModelLoadOptions load = {.with_lm_head = false, .with_value_head = true, .seed = (uint64_t)c.seed,
+                                   .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, true, &model);
     TrainTask train_task = rm_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

@@ -63,7 +63,7 @@ int cmd_sft(int argc, char **argv) {
                 task.train.count, task.dropped, task.truncated, c.max_seq_len, task.eval.count);
 
     Model model;
-    const ModelLoadOptions load = {.with_lm_head = true};
+    const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     TrainTask train_task = sft_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "data/split.h"
 #include "dist/dist.h"
+#include "dist/zero.h"
 #include "model/lora.h"
 #include "model/bnb_checkpoint.h"
 #include "model/quantize.h"
@@ -317,6 +318,10 @@ void trainer_cli_render_chat(const TrainerCli *c, Tokenizer *tokenizer, const ch
         die_user("%s holds %s but %s does not: render both alike (--eval-data)", c->eval_data,
                  eval->conversational ? "lists of messages" : "text rows", c->data);
     if (dataset_render_chat(eval, tokenizer, model_path, c->chat_template) != 0) die_from_err();
+}
+
+ModelKeepRange trainer_cli_keep_range(const TrainerCli *cli) {
+    return cli->zero_stage == 3 && dist_world_size() > 1 ? dist_weights_load_range : NULL;
 }
 
 void trainer_cli_load_model(const TrainerCli *cli, const char *path, const ModelLoadOptions *load, bool train_value_head,

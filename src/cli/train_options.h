@@ -66,6 +66,11 @@ void trainer_cli_load_data(TrainerCli *cli, DataFormat format, Dataset *train, D
 // Text data is left as it is; --chat-template with text data is an error. Exits 2 on error.
 void trainer_cli_render_chat(const TrainerCli *cli, Tokenizer *tokenizer, const char *model_path, Dataset *train,
                              Dataset *eval);
+// What the trained model's load keeps (ModelLoadOptions.keep_range): under ZeRO-3 with several
+// processes each rank's shard of the layers (dist_weights_load_range: the rest never enters
+// its memory), else NULL (all). A trainer that runs the model before training loads it whole
+// (DPO's and KTO's reference log-probs from the policy itself).
+ModelKeepRange trainer_cli_keep_range(const TrainerCli *cli);
 // The model a trainer trains: `path` on --device with `load`'s heads, quantized as
 // --quantize asks (then frozen under the adapters), the --lora-* adapters (the value head
 // trained too when train_value_head) and --gradient-checkpointing. Exits 2 on error.

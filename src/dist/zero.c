@@ -33,7 +33,7 @@ typedef struct {
     long round_start;                // `backwards` at dist_backward_round_begin
     bool stage3;                     // the layers' weights are sharded too
     int shard_id;                    // the model's optimizer's (AdamW.shard_id): rank 0's requests name it
-    bool whole;                      // stage 3: every weight is here (before dist_weights_shard; rank 0 while saving)
+    bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
     bool draining;                   // stage 3: in dist_weights_drain
 } ShardPlan;
 
@@ -267,13 +267,35 @@ bool dist_weights_sharded(const Model *model) {
     return plan && plan->stage3;
 }
 
-void dist_weights_shard(Model *model) {
+void dist_weights_start(Model *model) {
     ShardPlan *plan = plan_of(model);
-    if (!plan || !plan->stage3) return;
-    for (int i = 0; i < plan->span_count; i++)
-        if (plan->spans[i].point >= 0 && plan->spans[i].point < model->config.num_layers)
-            stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    if (!plan || !plan->stage3) {
+        dist_broadcast_weights(model);
+        return;
+    }
+    float *params = model_trainable_params(model);
+    for (int i = 0; i < plan->span_count; i++) {
+        const GradientSpan *span = &plan->spans[i];
+        if (span->point >= 0 && span->point < model->config.num_layers)
+            stage3_release_span(model, plan, span->begin, span->end);
+        else
+            dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
+    }
     plan->whole = false;
+}
+
+void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *first, long *count) {
+    *first = 0, *count = entry->numel;
+    const int world = dist_world_size(), point = model_gradient_point(model, entry);
+    if (world <= 1 || point < 0 || point >= model->config.num_layers) return;
+    CHECK(model->trainable_offset == 0, "a ZeRO-3 load of a partly frozen model");
+    long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
+    shard_layout(model_trainable_floats(model), counts, displs);
+    long lo, hi;
+    shard_overlap(counts, displs, dist_rank(), entry->offset, entry->offset + entry->numel, &lo, &hi);
+    free(counts), free(displs);
+    *first = hi > lo ? lo - entry->offset : 0;
+    *count = hi > lo ? hi - lo : 0;
 }
 
 // The layers' weights to rank 0, span by span and rank by rank: every rank walks the same
@@ -320,7 +342,7 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
         model->gradient_hook.ready = stage2_gradients_ready;
         model->gradient_hook.context = plan;
         if (zero_stage >= 3) {
-            // The whole model is trainable (no frozen base), and whole until dist_weights_shard.
+            // The whole model is trainable (no frozen base), and not sharded until dist_weights_start.
             CHECK(model->trainable_offset == 0 && !model->quantized && !model->weight_hook.pass,
                   "ZeRO stage 3 on a partly frozen or quantized model, or one with a weight hook");
             plan->stage3 = plan->whole = true;

@@ -56,16 +56,22 @@ void dist_zero_grad(Model *model);
 // no rank waits forever); otherwise they do nothing.
 void dist_backward_round_begin(Model *model);
 void dist_backward_round_end(Model *model);
-// Stage 3 (dist_adamw_init with stage 3 leaves the model whole): gives back the pages of the
-// layers' weights other ranks own. Call once every rank has the same weights, and after
-// dist_weights_gather_to_main. No collective; nothing when the weights are not sharded.
-void dist_weights_shard(Model *model);
+// Every rank starts from rank 0's weights (collective; after a resume's reload). Unsharded,
+// they are broadcast whole (dist_broadcast_weights). Under stage 3 only the global tensors
+// are: each rank loaded its shard of the layers from the same files itself
+// (dist_weights_load_range), and the layers are sharded from here (a model loaded whole
+// gives back the pages of the parts other ranks own).
+void dist_weights_start(Model *model);
+// ModelLoadOptions.keep_range of a model that will train under stage 3: the part of a
+// layer's parameter in this rank's shard, all of a global one (embeddings, final norm,
+// heads). The shards are those dist_adamw_init(..., 3) plans for the loaded model.
+void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *first, long *count);
 // Stage 3: plays the other ranks' passes until every rank has called it (collective). After
 // any stretch in which the ranks may run different numbers of forwards and backwards of the
 // model: a round of micro-steps (dist_backward_round_end does it), an evaluation.
 void dist_weights_drain(Model *model);
 // Stage 3: every layer's weights to rank 0 (collective), which then runs the model alone
-// (its passes announce nothing) until dist_weights_shard.
+// (its passes announce nothing): the end of a run, before its final write.
 void dist_weights_gather_to_main(Model *model);
 // True when the model's layers are sharded across ranks (stage 3).
 bool dist_weights_sharded(const Model *model);

@@ -85,6 +85,22 @@ static int source_read(WeightSource *src, const TensorMap *map, float *dst) {
     return gguf_tensor_to_f32(&src->gguf, t, dst);
 }
 
+// Reads parameter `e` as float32 into dst (e->numel floats, the model's layout), through
+// *staging (grown as needed) when the file's layout differs.
+static int read_float_entry(WeightSource *src, const TensorMap *map, const ParamEntry *e, float *dst, float **staging,
+                            long long *staging_size) {
+    long long n = tensor_map_numel(map);
+    if (map->kind == MAP_COPY && n == e->numel) return source_read(src, map, dst);
+    if (n > *staging_size) {
+        free(*staging);
+        *staging = xmalloc((size_t)n * sizeof(float));
+        *staging_size = n;
+    }
+    int rc = source_read(src, map, *staging);
+    if (rc == 0) tensor_map_load(map, e, *staging, dst);
+    return rc;
+}
+
 static void init_value_head(float *weight, int C, uint64_t seed) {
     // nn.Linear's default initialisation: U(-1/sqrt(in), 1/sqrt(in)).
     float bound = 1.0f / sqrtf((float)C);
@@ -126,13 +142,31 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
         return -1;
     }
     bool on_host = ops == &ops_cpu;
+    if (options->keep_range && (!on_host || quantize || bnb4 || bnb8)) {
+        model_free(model);
+        if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
+        else safetensors_close(src.safetensors);
+        return err_set("a partial load (ZeRO-3's shards) needs float32 weights on the CPU (%s)", path);
+    }
     float *host = on_host ? model->params : xcalloc((size_t)model->table.total, sizeof(float));
-    float *staging = NULL;
+    float *staging = NULL, *whole = NULL;
     long long staging_size = 0;
     int rc = 0;
     for (int i = 0; i < model->table.count && rc == 0; i++) {
         const ParamEntry *e = &model->table.entries[i];
         float *dst = host + e->offset;
+        long keep_first = 0, keep_count = e->numel;
+        if (options->keep_range) options->keep_range(model, e, &keep_first, &keep_count);
+        if (keep_count == 0) continue; // all of it kept elsewhere: not read
+        if (keep_count < e->numel) {
+            // Read whole beside the model, and only the kept part written into it.
+            TensorMap map;
+            map_entry(&src, &cfg, e, &map);
+            whole = xrealloc(whole, (size_t)e->numel * sizeof(float));
+            rc = read_float_entry(&src, &map, e, whole, &staging, &staging_size);
+            if (rc == 0) memcpy(dst + keep_first, whole + keep_first, (size_t)keep_count * sizeof(float));
+            continue;
+        }
         if (!strcmp(e->name, "score.weight")) {
             // A reward model or critic: HF sequence classifiers call it score.weight,
             // DeepSpeed-Chat checkpoints v_head.weight.
@@ -160,7 +194,6 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             rc = err_set("untied model has no tensor 'lm_head.weight' (%s)", path);
             break;
         }
-        long long n = tensor_map_numel(&map);
         // A linear layer's weight that bitsandbytes quantized: 4-bit codes taken as they are,
         // int8 dequantized; one it left in floats reads as usual (and stays float32 in a
         // 4-bit checkpoint, as bitsandbytes left it).
@@ -184,21 +217,10 @@ int model_load(Model *model, const char *path, const OpsBackend *ops, const Mode
             rc = got < 0 ? -1 : 0;
             if (got != 0) continue;
         }
-        if (map.kind == MAP_COPY && n == e->numel) {
-            rc = source_read(&src, &map, dst);
-            if (rc == 0 && quantize && !bnb4) quantized_take(model, e, dst);
-            continue;
-        }
-        if (n > staging_size) {
-            free(staging);
-            staging = xmalloc((size_t)n * sizeof(float));
-            staging_size = n;
-        }
-        rc = source_read(&src, &map, staging);
-        if (rc == 0) tensor_map_load(&map, e, staging, dst);
+        rc = read_float_entry(&src, &map, e, dst, &staging, &staging_size);
         if (rc == 0 && quantize && !bnb4) quantized_take(model, e, dst);
     }
-    free(staging);
+    free(staging), free(whole);
     if (src.format == FORMAT_GGUF) gguf_close(&src.gguf);
     else safetensors_close(src.safetensors);
     if (!on_host) {
@@ -277,19 +299,31 @@ int model_read_named_tensors(const Model *model, const char *path, const char *n
     return rc;
 }
 
-int model_reload_weights(Model *model, const char *path) {
+int model_reload_weights(Model *model, const char *path, ModelKeepRange keep_range) {
     // A LoRA model's checkpoint: its adapters go back onto the base weights in memory.
     if (model->lora.rank > 0) return lora_read_adapter(model, path);
     CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
+    CHECK(!keep_range || model->ops == &ops_cpu, "a partial reload of a model off the CPU");
     Model saved;
     ModelLoadOptions options = {.with_lm_head = model->has_lm_head, .with_value_head = model->has_value_head,
-                                .require_value_head = model->has_value_head};
+                                .require_value_head = model->has_value_head, .keep_range = keep_range};
     if (model_load(&saved, path, &ops_cpu, &options) != 0) return -1;
     if (saved.table.total != model->table.total) {
         model_free(&saved);
         return err_set("saved model does not match this model's shape (%s)", path);
     }
-    model_params_to_device(model, saved.params, model->table.total);
+    if (!keep_range) {
+        model_params_to_device(model, saved.params, model->table.total);
+    } else {
+        // Only the kept parts copied: writing the zeros of the rest would fill the pages the
+        // partial load saved.
+        for (int i = 0; i < model->table.count; i++) {
+            const ParamEntry *e = &model->table.entries[i];
+            long first = 0, count = e->numel;
+            keep_range(model, e, &first, &count);
+            memcpy(model->params + e->offset + first, saved.params + e->offset + first, (size_t)count * sizeof(float));
+        }
+    }
     model_free(&saved);
     return 0;
 }

@@ -16,12 +16,21 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
+// The part of parameter `entry` a process keeps of the weights it loads: the floats
+// [*first, *first + *count) of it (ModelLoadOptions.keep_range).
+typedef void (*ModelKeepRange)(const Model *model, const ParamEntry *entry, long *first, long *count);
+
 typedef struct {
     bool with_lm_head;       // keep the LM head (actor, reference, SFT)
     bool with_value_head;    // add a value head (reward model, critic)
     bool require_value_head; // the file must hold one ("score.weight" or "v_head.weight")
     uint64_t seed;           // initialises a value head the file does not have
     const char *quantize;    // NULL or "none": float32; "q8_0": quantized as read (model/quantize.h)
+    // NULL keeps every weight. Else only the part of each parameter it names is written: the
+    // rest stays zero and its pages are never touched, and a parameter with nothing kept is
+    // not read at all. ZeRO-3 loads each rank's shard of the layers so
+    // (dist_weights_load_range in dist/zero.h). Float32 weights on the CPU only.
+    ModelKeepRange keep_range;
 } ModelLoadOptions;
 
 // Loads `path` (a folder with config.json + safetensors, or a .gguf file) onto `ops`.
@@ -38,8 +47,9 @@ int model_load_with_adapter(Model *model, const char *path, const OpsBackend *op
                             const char *adapter, uint64_t adapter_seed);
 
 // Replaces the weights of an existing model by those saved at `path` (same architecture and
-// heads): how a resumed run restores a checkpoint.
-int model_reload_weights(Model *model, const char *path);
+// heads): how a resumed run restores a checkpoint. `keep_range` as ModelLoadOptions's (NULL:
+// every weight); a model on the CPU only.
+int model_reload_weights(Model *model, const char *path, ModelKeepRange keep_range);
 
 // Reads only the config of `path` (folder or .gguf).
 int model_read_config(ModelConfig *cfg, const char *path);

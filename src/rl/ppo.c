@@ -1086,6 +1086,11 @@ static double number(json_t *state, const char *key) {
     return json_is_number(v) ? json_number_value(v) : 0;
 }
 
+// Under ZeRO-3 each rank loads only its shard of the actor's and critic's layers.
+static ModelKeepRange load_range(const Ppo *p) {
+    return p->c.zero_stage == 3 && dist_world_size() > 1 ? dist_weights_load_range : NULL;
+}
+
 static int resume(Ppo *p) {
     char *checkpoint = checkpoint_latest(p->c.run_dir);
     if (!checkpoint) return 0;
@@ -1129,9 +1134,9 @@ static int resume(Ppo *p) {
     if (rc == 0) rc = checkpoint_check_batch_invariant(state, p->actor.ops, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
-    if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir);
-    if (rc == 0 && p->has_critic) rc = model_reload_weights(&p->critic, critic_dir);
-    if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir);
+    if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir, load_range(p));
+    if (rc == 0 && p->has_critic) rc = model_reload_weights(&p->critic, critic_dir, load_range(p));
+    if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir, NULL);
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
     if (rc == 0 && p->has_critic) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
     if (rc == 0) {
@@ -1262,9 +1267,10 @@ static void report_stop_on_alarm(const Ppo *p) {
 // A model that trains (the actor, the critic, the EMA), its base quantized as each tensor is
 // read when `quantize` asks (QLoRA: adapters follow).
 static int load_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
-                      bool require_value_head, uint64_t seed, const char *quantize) {
+                      bool require_value_head, uint64_t seed, const char *quantize, ModelKeepRange keep_range) {
     ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
-                                .require_value_head = require_value_head, .seed = seed, .quantize = quantize};
+                                .require_value_head = require_value_head, .seed = seed, .quantize = quantize,
+                                .keep_range = keep_range};
     return model_load(model, path, ops, &options);
 }
 
@@ -1373,7 +1379,7 @@ static int setup(Ppo *p) {
         return err_set("--critic-quantize %s needs a critic with --critic-lora-rank or --critic-lora-adapter",
                        c->critic_quantize);
     const char *actor_quantize = quantize_requested(c->actor_quantize) ? c->actor_quantize : "none";
-    if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0, actor_quantize) != 0) return -1;
+    if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0, actor_quantize, load_range(p)) != 0) return -1;
     if (add_adapters(&p->actor, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
     // saved adapter is part of the starting policy, so the reference carries it too. Over a
@@ -1410,14 +1416,14 @@ static int setup(Ppo *p) {
     if (!p->has_critic) {
         // nothing: the group of responses is the baseline
     } else if (load_model(&p->critic, critic_path ? critic_path : c->actor_path, ops, false, true, false, c->seed,
-                          c->critic_quantize) != 0) {
+                          c->critic_quantize, load_range(p)) != 0) {
         return -1;
     }
     if (p->has_critic && add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0)
         return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
-    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize) != 0) return -1;
+    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize, NULL) != 0) return -1;
     // The EMA starts as the actor: same (quantized) base, same initial adapters.
     if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     for (int i = 0; i < 1 + p->has_critic && !c->quiet; i++) {
@@ -1513,12 +1519,11 @@ int ppo_run(const PpoConfig *config) {
         if (p->c.resume) rc = resume(p);
     }
     if (rc == 0) {
-        // Every rank starts from rank 0's trainable weights.
-        dist_broadcast_weights(&p->actor);
-        if (p->has_critic) dist_broadcast_weights(&p->critic);
+        // Every rank starts from rank 0's trainable weights; under ZeRO-3 each keeps its
+        // shard of the actor's and critic's layers from here.
+        dist_weights_start(&p->actor);
+        if (p->has_critic) dist_weights_start(&p->critic);
         if (p->c.ema) dist_broadcast_weights(&p->ema);
-        dist_weights_shard(&p->actor); // ZeRO-3: each rank keeps its shard of the layers from here
-        if (p->has_critic) dist_weights_shard(&p->critic);
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
         else metrics_open_none(&p->metrics);

@@ -161,7 +161,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                              json_number_value(json_object_get(state, "lora_dropout")), model->lora.dropout, checkpoint);
             if (rc == 0) rc = checkpoint_check_batch_invariant(state, model->ops, checkpoint);
             if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
-            if (rc == 0) rc = model_reload_weights(model, checkpoint);
+            if (rc == 0)
+                rc = model_reload_weights(model, checkpoint, dist_weights_sharded(model) ? dist_weights_load_range : NULL);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {
                 s.step = state_integer(state, "step", 0);
@@ -178,8 +179,8 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
     }
     // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
-    dist_broadcast_weights(model);
-    dist_weights_shard(model); // ZeRO-3: each rank keeps its shard of the layers from here
+    // Under ZeRO-3 each rank keeps its shard of the layers from here.
+    dist_weights_start(model);
     MetricsWriter metrics;
     if (dist_is_main()) {
         if (dist_any_failed(metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0)) {

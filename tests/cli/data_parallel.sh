@@ -359,6 +359,13 @@ ranks 2 "$bin" dpo "${dpo_args[@]}" --zero-stage 3 --output "$tmp/dpo_zero3" 2> 
 ranks 2 "$bin" kto "${kto_args[@]}" --zero-stage 3 --output "$tmp/kto_zero3" 2> "$tmp/kto_zero3.err"
 ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --output "$tmp/bco_two" 2> /dev/null
 ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --zero-stage 3 --output "$tmp/bco_zero3" 2> "$tmp/bco_zero3.err"
+# With --reference-model the policy is loaded sharded (each rank reads its shard of the
+# layers; without one it is loaded whole, for its own reference log-probs).
+ranks 2 "$bin" dpo "${dpo_args[@]}" --reference-model "$model" --zero-stage 3 --output "$tmp/dpo_reference_zero3" \
+    2> "$tmp/dpo_reference_zero3.err"
+cmp -s "$tmp/dpo_two/final/model.safetensors" "$tmp/dpo_reference_zero3/final/model.safetensors" &&
+    pass dpo_zero3_reference_model_same_bits ||
+    fail dpo_zero3_reference_model_same_bits "$(tail -n 2 "$tmp/dpo_reference_zero3.err")"
 for name in dpo kto bco; do
     cmp -s "$tmp/${name}_two/final/model.safetensors" "$tmp/${name}_zero3/final/model.safetensors" &&
         [ "$(json_values "$tmp/${name}_two/metrics.jsonl" eval/loss)" = "$(json_values "$tmp/${name}_zero3/metrics.jsonl" eval/loss)" ] &&
