@@ -9,7 +9,7 @@ After --warmup untimed steps, --steps steps are timed on rank 0.
 
     .venv-tools/bin/python bench/torch_ddp_step.py [--ranks 2] [--threads 1] [--batch 2]
         [--seq 256] [--steps 3] [--warmup 1] [--model smollm2-135m|gpt2-124m]
-        [--sharding none|zero1|zero2|zero3]
+        [--sharding none|zero1|zero2|zero3] [--load HF_FOLDER]
 
 --ranks 1 runs the same step without DDP (one process). --sharding: PyTorch's own ZeRO
 stages, the peers of marlhf's --zero-stage: zero1 is DDP with ZeroRedundancyOptimizer (the
@@ -18,6 +18,9 @@ reshard_after_forward=False, which PyTorch documents as its ZeRO-2 (gradients an
 state sharded; it also keeps the parameters sharded between steps, which ZeRO-2 does not);
 zero3 is the same FSDP2 with reshard_after_forward=True (its default, PyTorch's ZeRO-3: each
 block's parameters gathered for its forward, freed, and gathered again for its backward).
+--load: the model's weights from a Hugging Face folder, by transformers' from_pretrained on
+every rank (float32) before wrapping, the usual way (bench/run_zero3_load.sh); the JSON line
+then also lists every rank's peak resident memory ("peak_rss_mb_by_rank").
 Prints one JSON line:
   {"impl": "pytorch-ddp", "ranks": ..., "tokens_per_s": ..., "step_s": ..., ...}
 """
@@ -41,7 +44,12 @@ def worker(rank, args, port):
     if args.ranks > 1:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
-    model, cfg, _ = build(args.model, "sdpa")
+    if args.load:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(args.load, torch_dtype=torch.float32, attn_implementation="sdpa")
+        cfg = model.config
+    else:
+        model, cfg, _ = build(args.model, "sdpa")
     adamw = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     if args.ranks > 1 and args.sharding in ("zero2", "zero3"):
         from torch.distributed.fsdp import fully_shard
@@ -79,6 +87,11 @@ def worker(rank, args, port):
     if args.ranks > 1:
         dist.barrier()
     step_s = (time.perf_counter() - t0) / args.steps
+    peak_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    by_rank = [peak_mb]
+    if args.ranks > 1:
+        by_rank = [None] * args.ranks
+        dist.all_gather_object(by_rank, peak_mb)
     if rank == 0:
         tokens = args.batch * args.seq * args.ranks
         print(json.dumps({
@@ -86,7 +99,8 @@ def worker(rank, args, port):
                      if args.ranks > 1 else "pytorch"), "model": args.model, "ranks": args.ranks,
             "threads_per_rank": args.threads, "batch_per_rank": args.batch, "seq": args.seq,
             "tokens_per_s": round(tokens / step_s, 1), "step_s": round(step_s, 4),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "torch": torch.__version__}),
+            "peak_rss_mb": peak_mb, "peak_rss_mb_by_rank": by_rank, "loaded": args.load or "random weights",
+            "torch": torch.__version__}),
             flush=True)
     if args.ranks > 1:
         dist.destroy_process_group()
@@ -103,6 +117,7 @@ def main():
     ap.add_argument("--port", type=int, default=29517)
     ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m"), default="smollm2-135m")
     ap.add_argument("--sharding", choices=("none", "zero1", "zero2", "zero3"), default="none")
+    ap.add_argument("--load", default=None, help="a Hugging Face folder to load the weights from")
     args = ap.parse_args()
     if args.ranks == 1:
         worker(0, args, args.port)

@@ -402,9 +402,6 @@ int cmd_ppo(int argc, char **argv) {
     if (zero_stage < 0 || zero_stage > 3)
         die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
                  "too, ZeRO-3 the weights too), got %ld", zero_stage);
-    if (zero_stage == 3 && ema)
-        die_user("option --zero-stage 3 with --enable-ema: a sharded EMA copy of the actor is not built (use "
-                 "--zero-stage 2 or lower)");
     if (zero_stage >= 1 && strcmp(device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
     c.zero_stage = (int)zero_stage;

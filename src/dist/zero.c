@@ -57,10 +57,19 @@ static void shard_overlap(const long *counts, const long *displs, int r, long fr
 }
 
 static void stage2_gradients_ready(Model *model, int point, void *context);
+static void stage3_read(const Model *model, long first, long count, float *out, void *context);
 
+// A trained model's plan is its gradient hook's; a follower's (dist_weights_shard_like), which
+// has no gradients, its weight hook's.
 static ShardPlan *plan_of(const Model *model) {
-    return model->gradient_hook.ready == stage2_gradients_ready ? model->gradient_hook.context : NULL;
+    if (model->gradient_hook.ready == stage2_gradients_ready) return model->gradient_hook.context;
+    if (model->weight_hook.read == stage3_read) return model->weight_hook.context;
+    return NULL;
 }
+
+// Every rank numbers its sharded optimizers and followers in the same order, so the numbers
+// agree: rank 0's requests for shards name them.
+static int shard_ids;
 
 static int later_point_first(const void *a, const void *b) {
     const GradientSpan *x = a, *y = b;
@@ -298,6 +307,45 @@ void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *
     *count = hi > lo ? hi - lo : 0;
 }
 
+// A follower is never run while sharded: outside this rank's shard its layers are zeros.
+static void follower_pass(Model *model, int kind, void *context) {
+    const ShardPlan *plan = context;
+    (void)model, (void)kind;
+    CHECK(plan->whole, "ZeRO stage 3: a pass of a sharded model that only follows another (an EMA copy)");
+}
+
+void dist_weights_shard_like(Model *follower, const Model *trained) {
+    const ShardPlan *trained_plan = plan_of(trained);
+    if (!trained_plan || !trained_plan->stage3) return;
+    CHECK(follower->table.total == trained->table.total && follower->trainable_offset == 0 && !follower->quantized &&
+              !follower->gradient_hook.ready && !follower->weight_hook.pass,
+          "ZeRO stage 3: a follower unlike the model it follows, or one with hooks");
+    ShardPlan *plan = shard_plan(follower); // the same table, so the same spans and shards
+    free(plan->mine), plan->mine = NULL;    // no gradients to sum
+    plan->stage3 = plan->whole = true;
+    plan->shard_id = ++shard_ids;
+    follower->weight_hook.pass = follower_pass;
+    follower->weight_hook.read = stage3_read;
+    follower->weight_hook.context = plan;
+}
+
+void dist_moving_average(Model *follower, const Model *trained, float beta) {
+    float *average = model_trainable_params(follower);
+    const float *x = model_trainable_params(trained);
+    const ShardPlan *plan = plan_of(follower);
+    if (!plan || plan->whole) {
+        trained->ops->moving_average(average, x, beta, model_trainable_floats(trained));
+        return;
+    }
+    for (int i = 0; i < plan->span_count; i++) {
+        const GradientSpan *span = &plan->spans[i];
+        long lo = span->begin, hi = span->end; // a global span: every rank holds it all
+        if (span->point >= 0 && span->point < follower->config.num_layers)
+            shard_overlap(plan->counts, plan->displs, dist_rank(), span->begin, span->end, &lo, &hi);
+        if (hi > lo) trained->ops->moving_average(average + lo, x + lo, beta, hi - lo);
+    }
+}
+
 // The layers' weights to rank 0, span by span and rank by rank: every rank walks the same
 // order, so each send meets its receive.
 void dist_weights_gather_to_main(Model *model) {
@@ -333,9 +381,7 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
     free(counts), free(displs);
-    // Every rank makes its sharded optimizers in the same order, so the numbers agree.
-    static int sharded_optimizers;
-    opt->shard_id = ++sharded_optimizers;
+    opt->shard_id = ++shard_ids;
     if (zero_stage >= 2) {
         CHECK(model->grads && !model->gradient_hook.ready, "ZeRO stage 2 on a model without gradients or with a hook");
         ShardPlan *plan = shard_plan(model);
@@ -355,14 +401,18 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     }
 }
 
-void dist_adamw_free(AdamW *opt, Model *model) {
-    adamw_free(opt);
+void dist_weights_free(Model *model) {
     ShardPlan *plan = plan_of(model);
     if (!plan) return;
     free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->offsets);
     free(plan->mine), free(plan);
     model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
     memset(&model->weight_hook, 0, sizeof model->weight_hook);
+}
+
+void dist_adamw_free(AdamW *opt, Model *model) {
+    adamw_free(opt);
+    dist_weights_free(model);
 }
 
 void dist_zero_grad(Model *model) {
@@ -521,22 +571,32 @@ void dist_serving_end(void) {
     for (int r = 1; r < dist_world_size(); r++) dist_send_longs(end, 4, r);
 }
 
-void dist_serve_shards(const AdamW *const *optimizers, const Model *const *models, int count) {
+void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, const Model *const *models,
+                       int model_count) {
     if (dist_world_size() <= 1) return;
+    const int rank = dist_rank();
     for (;;) {
         long request[4];
         dist_receive_longs(request, 4, 0);
         if (request[0] < 0) return;
-        int k = -1;
-        for (int i = 0; i < count; i++)
-            if (optimizers[i] && is_sharded(optimizers[i]) && optimizers[i]->shard_id == request[0]) k = i;
-        const AdamW *opt = k >= 0 ? optimizers[k] : NULL;
-        CHECK(opt && request[2] >= opt->begin && request[2] + request[3] <= opt->end &&
-                  (request[1] != 2 || dist_weights_sharded(models[k])),
-              "rank 0 asked for a shard this rank does not hold (optimizer %ld, part %ld, [%ld, +%ld))", request[0],
+        const float *source = NULL;
+        if (request[1] == 2) { // a sharded model's weights
+            for (int i = 0; i < model_count; i++) {
+                const ShardPlan *plan = models[i] ? plan_of(models[i]) : NULL;
+                if (plan && plan->stage3 && plan->shard_id == request[0] && request[2] >= plan->displs[rank] &&
+                    request[2] + request[3] <= plan->displs[rank] + plan->counts[rank])
+                    source = model_trainable_params(models[i]) + request[2];
+            }
+        } else { // an optimizer's moments
+            for (int i = 0; i < optimizer_count; i++) {
+                const AdamW *opt = optimizers[i];
+                if (opt && is_sharded(opt) && opt->shard_id == request[0] && request[2] >= opt->begin &&
+                    request[2] + request[3] <= opt->end)
+                    source = (request[1] ? opt->v : opt->m) + (request[2] - opt->begin);
+            }
+        }
+        CHECK(source, "rank 0 asked for a shard this rank does not hold (shard %ld, part %ld, [%ld, +%ld))", request[0],
               request[1], request[2], request[3]);
-        const float *source = request[1] == 2 ? model_trainable_params(models[k]) + request[2]
-                                              : (request[1] ? opt->v : opt->m) + (request[2] - opt->begin);
         dist_send_floats(source, request[3], 0);
     }
 }

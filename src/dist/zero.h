@@ -47,7 +47,7 @@
 // The optimizer of a data-parallel model: all of the buffer (stage 0, or one process) or
 // this rank's shard (stages 1 and 2). Stage 2 also installs the model's gradient hook.
 void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage);
-// adamw_free, and stage 2's hook and buffers.
+// adamw_free, and stage 2's and 3's hooks and buffers (dist_weights_free).
 void dist_adamw_free(AdamW *opt, Model *model);
 // Zeroes the gradients before a step's first backward (stage 2: gives their pages back).
 void dist_zero_grad(Model *model);
@@ -73,6 +73,18 @@ void dist_weights_drain(Model *model);
 // Stage 3: every layer's weights to rank 0 (collective), which then runs the model alone
 // (its passes announce nothing): the end of a run, before its final write.
 void dist_weights_gather_to_main(Model *model);
+// Stage 3 for a model that does not train but follows one that does, PPO's EMA copy of the
+// actor: the same shards as `trained` (after its dist_adamw_init; the same architecture,
+// loaded with dist_weights_load_range), sharded from its dist_weights_start on. It is never
+// run while sharded (an internal error); rank 0 reads the other ranks' shards as it writes it
+// (dist_serve_shards), and dist_weights_gather_to_main gathers it. Nothing when `trained` is
+// not sharded.
+void dist_weights_shard_like(Model *follower, const Model *trained);
+// follower = beta follower + (1 - beta) trained, elementwise, over what this rank holds of a
+// sharded follower (its shard of the layers and the global tensors), else over all of it.
+void dist_moving_average(Model *follower, const Model *trained, float beta);
+// Frees a model's sharding plan and hooks (a follower's; dist_adamw_free does a trained one's).
+void dist_weights_free(Model *model);
 // True when the model's layers are sharded across ranks (stage 3).
 bool dist_weights_sharded(const Model *model);
 // Sums the gradients across ranks (this rank's shard only when sharded) and returns the
@@ -87,12 +99,13 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale);
 // one piece (a gathered copy would add twice the model's size to rank 0's peak). The other
 // ranks answer in dist_serve_shards meanwhile:
 //   if (dist_is_main()) failed = save(...) != 0, dist_serving_end();
-//   else dist_serve_shards(optimizers, models, count);
+//   else dist_serve_shards(optimizers, optimizer_count, models, model_count);
 // On rank 0: moments `which` (0: m, 1: v) [first, first + count) of any optimizer, its own
 // part copied, the others' received.
 void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count, float *out);
 // On rank 0, once its checkpoint is written or has failed: the other ranks stop serving.
 void dist_serving_end(void);
-// On the other ranks: answers rank 0's reads of these optimizers' moments, and of their models'
-// weights under ZeRO-3 (models[i] is optimizers[i]'s), until dist_serving_end.
-void dist_serve_shards(const AdamW *const *optimizers, const Model *const *models, int count);
+// On the other ranks: answers rank 0's reads of these optimizers' moments, and of these models'
+// weights under ZeRO-3 (trained ones and followers), until dist_serving_end.
+void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, const Model *const *models,
+                       int model_count);

@@ -717,11 +717,9 @@ static void ptx_micro_step(Ppo *p) {
     free(tokens), free(targets), free(row_len), free(mask), free(logp), free(dlogp), free(which);
 }
 
-// With LoRA the EMA model carries adapters too, and only they move.
-static void ema_update(Ppo *p) {
-    p->actor.ops->moving_average(model_trainable_params(&p->ema), model_trainable_params(&p->actor),
-                                 (float)p->c.ema_beta, model_trainable_floats(&p->actor));
-}
+// With LoRA the EMA model carries adapters too, and only they move. Under ZeRO-3 each rank
+// moves its shard of the EMA's layers, which are the actor's shard's.
+static void ema_update(Ppo *p) { dist_moving_average(&p->ema, &p->actor, (float)p->c.ema_beta); }
 
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
 // are already the same everywhere).
@@ -1067,8 +1065,8 @@ static int save(Ppo *p) {
         return rc;
     }
     const AdamW *optimizers[2] = {&p->actor_optimizer, p->has_critic ? &p->critic_optimizer : NULL};
-    const Model *models[2] = {&p->actor, &p->critic};
-    dist_serve_shards(optimizers, models, 2);
+    const Model *models[3] = {&p->actor, p->has_critic ? &p->critic : NULL, p->c.ema ? &p->ema : NULL};
+    dist_serve_shards(optimizers, 2, models, 3);
     return 0;
 }
 
@@ -1136,7 +1134,7 @@ static int resume(Ppo *p) {
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
     if (rc == 0) rc = model_reload_weights(&p->actor, actor_dir, load_range(p));
     if (rc == 0 && p->has_critic) rc = model_reload_weights(&p->critic, critic_dir, load_range(p));
-    if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir, NULL);
+    if (rc == 0 && p->c.ema) rc = model_reload_weights(&p->ema, ema_dir, load_range(p));
     if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "actor", &p->actor, &p->actor_optimizer);
     if (rc == 0 && p->has_critic) rc = checkpoint_load_optimizer(checkpoint, "critic", &p->critic, &p->critic_optimizer);
     if (rc == 0) {
@@ -1423,7 +1421,8 @@ static int setup(Ppo *p) {
         return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
-    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize, NULL) != 0) return -1;
+    if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize, load_range(p)) != 0)
+        return -1;
     // The EMA starts as the actor: same (quantized) base, same initial adapters.
     if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     for (int i = 0; i < 1 + p->has_critic && !c->quiet; i++) {
@@ -1442,6 +1441,7 @@ static int setup(Ppo *p) {
     AdamWConfig adamw = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
     dist_adamw_init(&p->actor_optimizer, &p->actor, adamw, c->zero_stage);
     if (p->has_critic) dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
+    if (c->ema) dist_weights_shard_like(&p->ema, &p->actor); // ZeRO-3: the actor's shards
     p->kl_coef = c->advantage.kl_coef;
     return 0;
 }
@@ -1453,7 +1453,7 @@ static void teardown(Ppo *p) {
     if (p->has_critic) dist_adamw_free(&p->critic_optimizer, &p->critic), model_free(&p->critic);
     if (!p->reference_is_actor_base) model_free(&p->reference);
     if (p->has_reward_model) model_free(&p->reward);
-    if (p->c.ema) model_free(&p->ema);
+    if (p->c.ema) dist_weights_free(&p->ema), model_free(&p->ema);
     free_prompts(&p->prompts), free_prompts(&p->eval_prompts);
     tokenized_examples_free(&p->ptx);
     if (p->lexicon) lexicon_free(p->lexicon);
@@ -1520,10 +1520,10 @@ int ppo_run(const PpoConfig *config) {
     }
     if (rc == 0) {
         // Every rank starts from rank 0's trainable weights; under ZeRO-3 each keeps its
-        // shard of the actor's and critic's layers from here.
+        // shard of the actor's, critic's and EMA's layers from here.
         dist_weights_start(&p->actor);
         if (p->has_critic) dist_weights_start(&p->critic);
-        if (p->c.ema) dist_broadcast_weights(&p->ema);
+        if (p->c.ema) dist_weights_start(&p->ema);
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
         else metrics_open_none(&p->metrics);
@@ -1732,6 +1732,7 @@ int ppo_run(const PpoConfig *config) {
             adamw_free(&p->critic_optimizer);
             dist_weights_gather_to_main(&p->critic);
         }
+        if (p->c.ema) dist_weights_gather_to_main(&p->ema);
     }
     if (rc == 0) {
         bool failed = dist_is_main() && save_final(p) != 0;

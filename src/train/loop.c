@@ -298,7 +298,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             } else {
                 const AdamW *optimizers[1] = {&optimizer};
                 const Model *models[1] = {model};
-                dist_serve_shards(optimizers, models, 1);
+                dist_serve_shards(optimizers, 1, models, 1);
             }
             if (dist_any_failed(failed)) {
                 rc = failed ? -1 : err_set("rank 0 could not save a checkpoint in %s", options->run_dir);

@@ -463,33 +463,32 @@ close "$(json_values "$tmp/ppo_two/metrics.jsonl" train/score) $(json_values "$t
     close "$(logprobs_of "$tmp/ppo_two/final/actor")" "$(logprobs_of "$tmp/ppo_zero2/final/actor")" 1e-5 &&
     pass ppo_zero2_same_training || fail ppo_zero2_same_training "$(tail -n 2 "$tmp/ppo_zero2.err")"
 # ZeRO-3: every decode step, experience forward and micro-step gathers the layers it runs, the
-# ranks with fewer rows play the others' gathers, and rank 0 evaluates and saves on the layers
-# gathered to it. The gathers change no arithmetic: the same bits as ZeRO-2 (actor, critic,
-# evaluation samples) on 2 ranks and on 3 (rollouts of 3, 3 and 2 rows generated 2 at a time:
+# ranks with fewer rows play the others' gathers, rank 0 evaluates while the others play its
+# gathers and writes asking them for their shards, and each rank moves its shard of the EMA.
+# The gathers change no arithmetic: the same bits as ZeRO-2 (actor, critic, EMA, evaluation
+# samples) on 2 ranks and on 3 (rollouts of 3, 3 and 2 rows generated 2 at a time:
 # two generations on two ranks, one on the third, which fails without the drain after them),
-# and stage 0's training to 1e-5. No EMA (refused with ZeRO-3, below).
-zero3_extras=(--termination-condition fixed --ngram 3 --normalize-reward --whiten-advantages --num-minibatches 2
-              --ppo-epochs 2 --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --kl-target 0.1 --generation-batch-size 2)
-ranks 2 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --output "$tmp/ppo_no_ema_zero0_2" 2> /dev/null
+# and stage 0's training to 1e-5.
+zero3_extras=("${extras[@]}" --generation-batch-size 2)
+ranks 2 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --output "$tmp/ppo_zero0_gen2" 2> /dev/null
 for n in 2 3; do
-    ranks $n "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --zero-stage 2 --output "$tmp/ppo_no_ema_zero2_$n" 2> /dev/null
+    ranks $n "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --zero-stage 2 --output "$tmp/ppo_zero2_gen2_$n" 2> /dev/null
     ranks $n "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --zero-stage 3 --output "$tmp/ppo_zero3_$n" 2> "$tmp/ppo_zero3_$n.err"
-    cmp -s "$tmp/ppo_no_ema_zero2_$n/final/actor/model.safetensors" "$tmp/ppo_zero3_$n/final/actor/model.safetensors" &&
-        cmp -s "$tmp/ppo_no_ema_zero2_$n/final/critic/model.safetensors" "$tmp/ppo_zero3_$n/final/critic/model.safetensors" &&
+    cmp -s "$tmp/ppo_zero2_gen2_$n/final/actor/model.safetensors" "$tmp/ppo_zero3_$n/final/actor/model.safetensors" &&
+        cmp -s "$tmp/ppo_zero2_gen2_$n/final/critic/model.safetensors" "$tmp/ppo_zero3_$n/final/critic/model.safetensors" &&
+        cmp -s "$tmp/ppo_zero2_gen2_$n/final/actor_ema/model.safetensors" "$tmp/ppo_zero3_$n/final/actor_ema/model.safetensors" &&
         [ -n "$(ls "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl 2> /dev/null)" ] &&
-        diff -q <(cat "$tmp/ppo_no_ema_zero2_$n"/samples/eval-*.jsonl) <(cat "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl) > /dev/null &&
+        diff -q <(cat "$tmp/ppo_zero2_gen2_$n"/samples/eval-*.jsonl) <(cat "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl) > /dev/null &&
         pass "ppo_zero3_${n}_ranks_same_bits_as_zero2" || fail "ppo_zero3_${n}_ranks_same_bits_as_zero2" "$(tail -n 2 "$tmp/ppo_zero3_$n.err")"
 done
-close "$(json_values "$tmp/ppo_no_ema_zero0_2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_no_ema_zero0_2/metrics.jsonl" train/critic_grad_norm)" \
+close "$(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/critic_grad_norm)" \
       "$(json_values "$tmp/ppo_zero3_2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_zero3_2/metrics.jsonl" train/critic_grad_norm)" 1e-5 &&
-    close "$(logprobs_of "$tmp/ppo_no_ema_zero0_2/final/actor")" "$(logprobs_of "$tmp/ppo_zero3_2/final/actor")" 1e-5 &&
+    close "$(logprobs_of "$tmp/ppo_zero0_gen2/final/actor")" "$(logprobs_of "$tmp/ppo_zero3_2/final/actor")" 1e-5 &&
     pass ppo_zero3_same_training_as_zero0 || fail ppo_zero3_same_training_as_zero0 "$(tail -n 2 "$tmp/ppo_zero3_2.err")"
 # GRPO without a critic: the actor alone sharded.
 ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --zero-stage 3 --output "$tmp/grpo_zero3" 2> "$tmp/grpo_zero3.err"
 cmp -s "$tmp/grpo_zero2_two_ranks_same_training_two/final/actor/model.safetensors" "$tmp/grpo_zero3/final/actor/model.safetensors" &&
     pass grpo_zero3_same_bits_as_zero2 || fail grpo_zero3_same_bits_as_zero2 "$(tail -n 2 "$tmp/grpo_zero3.err")"
-expect_error ppo_zero3_ema "a sharded EMA copy of the actor is not built" \
-    "$bin" ppo "${ppo[@]}" --enable-ema --zero-stage 3 --output "$tmp/x"
 expect_error ppo_zero3_lora "--zero-stage 3 shards the weights being trained" \
     "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --zero-stage 3 --output "$tmp/x"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.
@@ -523,13 +522,16 @@ else
 fi
 expect_error ppo_resume_other_process_count "made by 2 processes, this run has 1" \
     "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_straight" --resume
-# The same under ZeRO-3: each checkpoint's layers gathered to rank 0, sharded again on resume.
-ranks 2 "$bin" ppo "${long_ppo[@]}" --zero-stage 3 --output "$tmp/ppo_zero3_straight" 2> /dev/null
+# The same under ZeRO-3, with the EMA: each checkpoint written by rank 0 asking the other rank
+# for its shards, each rank reading back only its own on resume.
+ranks 2 "$bin" ppo "${long_ppo[@]}" --enable-ema --zero-stage 3 --output "$tmp/ppo_zero3_straight" 2> /dev/null
 kill_a_rank "$tmp/ppo_zero3_killed/checkpoint-$k" "$tmp/ppo_zero3_killed" 1 \
-    ranks 2 "$bin" ppo "${long_ppo[@]}" --zero-stage 3 --output "$tmp/ppo_zero3_killed" --keep-last 0
-ranks 2 "$bin" ppo "${long_ppo[@]}" --zero-stage 3 --output "$tmp/ppo_zero3_killed" --resume 2> "$tmp/ppo_zero3_killed.err"
+    ranks 2 "$bin" ppo "${long_ppo[@]}" --enable-ema --zero-stage 3 --output "$tmp/ppo_zero3_killed" --keep-last 0
+ranks 2 "$bin" ppo "${long_ppo[@]}" --enable-ema --zero-stage 3 --output "$tmp/ppo_zero3_killed" --resume \
+    2> "$tmp/ppo_zero3_killed.err"
 [ "$exit_rc" -ne 0 ] && cmp -s "$tmp/ppo_zero3_straight/final/actor/model.safetensors" "$tmp/ppo_zero3_killed/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_zero3_straight/final/critic/model.safetensors" "$tmp/ppo_zero3_killed/final/critic/model.safetensors" &&
+    cmp -s "$tmp/ppo_zero3_straight/final/actor_ema/model.safetensors" "$tmp/ppo_zero3_killed/final/actor_ema/model.safetensors" &&
     pass "ppo_zero3_resume_bit_identical (killed after iteration $k)" ||
     fail ppo_zero3_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/ppo_zero3_killed.err")"
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# ZeRO-3 started from a model file: every rank's peak resident memory over one SFT step of
+# SmolLM2-135M (its float32 Hugging Face folder) on RANKS processes of this machine.
+#   marlhf:  mpirun -np RANKS marlhf sft --zero-stage 3: each rank reads only its shard of the
+#            layers from the file (dist_weights_load_range), rank 0 broadcasts the embeddings,
+#            final norm and head; the final model is gathered to rank 0 and written.
+#   PyTorch: FSDP2 with reshard_after_forward=True (its ZeRO-3) on the model that
+#            transformers' from_pretrained loaded on every rank (bench/torch_ddp_step.py
+#            --load), the usual way; nothing written.
+# The same shapes: batch 1 of 64 tokens per rank, AdamW. Prints each rank's peak and a table.
+# (Unsharded runs are left out: on 8 ranks PyTorch DDP's ranks hold about 3 GB each, which
+# a 23 GB machine cannot hold.)
+# Needs `make` and, for PyTorch, scripts/setup-python. The float32 folder is made once from
+# the GGUF that scripts/fetch-model brings (marlhf convert).
+#   RANKS=8 HF=/tmp/smollm2-hf [BIN=build/marlhf] bench/run_zero3_load.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ranks=${RANKS:-8} threads=1 py=.venv-tools/bin/python hf=${HF:-/tmp/smollm2-hf} bin=${BIN:-build/marlhf}
+[ -x "$bin" ] || { echo "$bin missing: run make" >&2; exit 1; }
+[ -f "$hf/model.safetensors" ] || "$bin" convert models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf" --overwrite >&2
+export OMP_NUM_THREADS=$threads
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+run=$(mktemp -d) out=$(mktemp)
+# Each rank under /usr/bin/time, which reports its peak resident set on exit.
+mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
+    '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
+    "$bin" sft --model "$hf" --data tests/fixtures/train/sft.jsonl --max-seq-len 64 \
+    --per-device-train-batch-size 1 --max-steps 1 --zero-stage 3 --threads $threads \
+    --output "$run/sft" --quiet 2> "$run/time.err"
+python3 - "$run/time.err" "$ranks" >> "$out" <<'PY'
+import json, re, sys
+# The ranks' lines may come interleaved through mpirun: matched anywhere in the text.
+peaks = {int(r): round(int(kb) / 1024) for r, kb in re.findall(r"rank (\d+) (\d+)", open(sys.argv[1]).read())}
+ranks = int(sys.argv[2])
+print(json.dumps({"impl": "marlhf-zero3", "ranks": ranks, "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))
+PY
+tail -n 1 "$out"
+if [ -x "$py" ]; then
+    "$py" bench/torch_ddp_step.py --load "$hf" --ranks "$ranks" --threads $threads --batch 1 --seq 64 \
+        --steps 1 --warmup 0 --sharding zero3 | tee -a "$out"
+else
+    echo '{"impl": "pytorch", "skipped": "run scripts/setup-python first"}'
+fi
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("\n| impl | processes | peak RSS MB, rank 0 | largest of the other ranks | smallest |")
+print("|---|---|---|---|---|")
+for r in rows:
+    if "skipped" in r: continue
+    peaks = r["peak_rss_mb_by_rank"]
+    print(f"| {r['impl']} | {r['ranks']} | {peaks[0]} | {max(peaks[1:])} | {min(peaks)} |")
+PY
+rm -rf "$run" "$out"
