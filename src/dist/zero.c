@@ -34,7 +34,6 @@ typedef struct {
     bool stage3;                     // the layers' weights are sharded too
     int shard_id;                    // the model's optimizer's (AdamW.shard_id): rank 0's requests name it
     bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
-    bool draining;                   // stage 3: in dist_weights_drain
 } ShardPlan;
 
 // Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
@@ -67,9 +66,29 @@ static ShardPlan *plan_of(const Model *model) {
     return NULL;
 }
 
-// Every rank numbers its sharded optimizers and followers in the same order, so the numbers
-// agree: rank 0's requests for shards name them.
+// Every rank numbers its sharded optimizers and stage 3 models in the same order, so the
+// numbers agree: rank 0's requests for shards and each pass's announcement name them.
 static int shard_ids;
+
+// The models sharded under stage 3 on this rank: a draining rank plays the passes of
+// whichever one the running ranks announce (stage3_announce).
+#define MAX_STAGE3_MODELS 16
+static Model *stage3_models[MAX_STAGE3_MODELS];
+static bool draining; // in dist_weights_drain: this rank's own passes announce nothing
+
+static void stage3_register(Model *model) {
+    for (int i = 0; i < MAX_STAGE3_MODELS; i++)
+        if (!stage3_models[i]) {
+            stage3_models[i] = model;
+            return;
+        }
+    CHECK(false, "ZeRO stage 3: more than %d sharded models", MAX_STAGE3_MODELS);
+}
+
+static void stage3_unregister(const Model *model) {
+    for (int i = 0; i < MAX_STAGE3_MODELS; i++)
+        if (stage3_models[i] == model) stage3_models[i] = NULL;
+}
 
 static int later_point_first(const void *a, const void *b) {
     const GradientSpan *x = a, *y = b;
@@ -227,22 +246,27 @@ static void stage3_read(const Model *model, long first, long count, float *out, 
 }
 
 // Every pass's gathers are collectives, so the ranks must run their passes in step: each
-// pass starts by telling the others its kind, and a rank with nothing to run (it is in
-// dist_weights_drain) answers 0 and plays the same pass's collectives. Returns the kind run
-// now (0: every rank is draining); two kinds at once is a bug in the caller.
-static int stage3_announce(int kind) {
-    int kinds[2] = {kind, kind ? -kind : INT_MIN}; // the largest kind, minus the smallest one run
-    dist_max_ints(kinds, 2);
-    CHECK(kinds[0] == 0 || kinds[0] == -kinds[1],
-          "ZeRO stage 3: the ranks run different passes at once (a forward on one, a backward on another)");
-    return kinds[0];
+// pass starts by telling the others its kind and its model's shard id, and a rank with
+// nothing to run (it is in dist_weights_drain) answers 0 and plays the same pass's
+// collectives. Returns the kind run now (0: every rank is draining) and, in *shard_id, whose;
+// two kinds or two models at once is a bug in the caller.
+static int stage3_announce(int kind, int *shard_id) {
+    // The largest kind and id, minus the smallest ones run.
+    int announced[4] = {kind, kind ? -kind : INT_MIN, kind ? *shard_id : 0, kind ? -*shard_id : INT_MIN};
+    dist_max_ints(announced, 4);
+    CHECK(announced[0] == 0 || (announced[0] == -announced[1] && announced[2] == -announced[3]),
+          "ZeRO stage 3: the ranks run different passes at once (a forward on one, a backward on another, or "
+          "passes of different models)");
+    *shard_id = announced[2];
+    return announced[0];
 }
 
 static void stage3_pass(Model *model, int kind, void *context) {
     ShardPlan *plan = context;
     (void)model;
-    if (plan->whole || plan->draining) return;
-    stage3_announce(kind);
+    if (plan->whole || draining) return;
+    int shard_id = plan->shard_id;
+    stage3_announce(kind, &shard_id);
 }
 
 // The collectives of a pass of `kind` without running it, in model.h's order (Model.weight_hook):
@@ -264,11 +288,21 @@ static void stage3_play_pass(Model *model, ShardPlan *plan, int kind) {
 }
 
 void dist_weights_drain(Model *model) {
-    ShardPlan *plan = plan_of(model);
+    const ShardPlan *plan = plan_of(model);
     if (!plan || !plan->stage3 || plan->whole) return;
-    plan->draining = true;
-    for (int kind; (kind = stage3_announce(0)) != 0;) stage3_play_pass(model, plan, kind);
-    plan->draining = false;
+    draining = true;
+    for (;;) {
+        int shard_id = 0;
+        const int kind = stage3_announce(0, &shard_id);
+        if (kind == 0) break;
+        Model *running = NULL;
+        for (int i = 0; i < MAX_STAGE3_MODELS; i++)
+            if (stage3_models[i] && plan_of(stage3_models[i])->shard_id == shard_id) running = stage3_models[i];
+        CHECK(running, "ZeRO stage 3: a pass of a model this rank has not sharded (shard %d)", shard_id);
+        CHECK(kind == MODEL_PASS_FORWARD || running->grads, "ZeRO stage 3: a backward of a frozen model");
+        stage3_play_pass(running, plan_of(running), kind);
+    }
+    draining = false;
 }
 
 bool dist_weights_sharded(const Model *model) {
@@ -314,19 +348,32 @@ static void follower_pass(Model *model, int kind, void *context) {
     CHECK(plan->whole, "ZeRO stage 3: a pass of a sharded model that only follows another (an EMA copy)");
 }
 
+// Stage 3 for a model without an optimizer: its plan, found through its weight hook.
+static void shard_without_optimizer(Model *model, void (*pass)(Model *model, int kind, void *context)) {
+    CHECK(model->ops == &ops_cpu && model->trainable_offset == 0 && !model->quantized && !model->grads &&
+              !model->gradient_hook.ready && !model->weight_hook.pass,
+          "ZeRO stage 3 on a model off the CPU, quantized, with adapters, gradients or hooks");
+    ShardPlan *plan = shard_plan(model);
+    free(plan->mine), plan->mine = NULL; // no gradients to sum
+    plan->stage3 = plan->whole = true;
+    plan->shard_id = ++shard_ids;
+    model->weight_hook.pass = pass;
+    model->weight_hook.layer = pass == stage3_pass ? stage3_layer : NULL;
+    model->weight_hook.read = stage3_read;
+    model->weight_hook.context = plan;
+    stage3_register(model);
+}
+
 void dist_weights_shard_like(Model *follower, const Model *trained) {
     const ShardPlan *trained_plan = plan_of(trained);
     if (!trained_plan || !trained_plan->stage3) return;
-    CHECK(follower->table.total == trained->table.total && follower->trainable_offset == 0 && !follower->quantized &&
-              !follower->gradient_hook.ready && !follower->weight_hook.pass,
-          "ZeRO stage 3: a follower unlike the model it follows, or one with hooks");
-    ShardPlan *plan = shard_plan(follower); // the same table, so the same spans and shards
-    free(plan->mine), plan->mine = NULL;    // no gradients to sum
-    plan->stage3 = plan->whole = true;
-    plan->shard_id = ++shard_ids;
-    follower->weight_hook.pass = follower_pass;
-    follower->weight_hook.read = stage3_read;
-    follower->weight_hook.context = plan;
+    CHECK(follower->table.total == trained->table.total, "ZeRO stage 3: a follower unlike the model it follows");
+    shard_without_optimizer(follower, follower_pass); // the same table, so the same spans and shards
+}
+
+void dist_weights_shard_frozen(Model *model) {
+    if (dist_world_size() <= 1) return;
+    shard_without_optimizer(model, stage3_pass);
 }
 
 void dist_moving_average(Model *follower, const Model *trained, float beta) {
@@ -397,6 +444,7 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
             model->weight_hook.layer = stage3_layer;
             model->weight_hook.read = stage3_read;
             model->weight_hook.context = plan;
+            stage3_register(model);
         }
     }
 }
@@ -404,6 +452,7 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
 void dist_weights_free(Model *model) {
     ShardPlan *plan = plan_of(model);
     if (!plan) return;
+    stage3_unregister(model);
     free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->offsets);
     free(plan->mine), free(plan);
     model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;

@@ -66,9 +66,12 @@ void dist_weights_start(Model *model);
 // layer's parameter in this rank's shard, all of a global one (embeddings, final norm,
 // heads). The shards are those dist_adamw_init(..., 3) plans for the loaded model.
 void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *first, long *count);
-// Stage 3: plays the other ranks' passes until every rank has called it (collective). After
-// any stretch in which the ranks may run different numbers of forwards and backwards of the
-// model: a round of micro-steps (dist_backward_round_end does it), an evaluation.
+// Stage 3: plays the other ranks' passes, of whichever sharded model they announce, until
+// every rank has called it (collective; nothing unless `model` is sharded). After any stretch
+// in which the ranks may run different numbers of forwards and backwards of the model: a
+// round of micro-steps (dist_backward_round_end does it), an evaluation. Two sharded models'
+// stretches need a drain between them: ranks running passes of different models at once is
+// an internal error.
 void dist_weights_drain(Model *model);
 // Stage 3: every layer's weights to rank 0 (collective), which then runs the model alone
 // (its passes announce nothing): the end of a run, before its final write.
@@ -80,6 +83,12 @@ void dist_weights_gather_to_main(Model *model);
 // (dist_serve_shards), and dist_weights_gather_to_main gathers it. Nothing when `trained` is
 // not sharded.
 void dist_weights_shard_like(Model *follower, const Model *trained);
+// Stage 3 for a frozen model that runs forwards, PPO's reference and reward models: each rank
+// holds its shard of the layers (loaded with dist_weights_load_range) and gathers each layer
+// while a forward runs it, as for a trained model; sharded from its dist_weights_start on.
+// Its forwards are drained as a trained model's (dist_weights_drain). Float32 on the CPU,
+// without adapters; nothing on one process.
+void dist_weights_shard_frozen(Model *model);
 // follower = beta follower + (1 - beta) trained, elementwise, over what this rank holds of a
 // sharded follower (its shard of the layers and the global tensors), else over all of it.
 void dist_moving_average(Model *follower, const Model *trained, float beta);

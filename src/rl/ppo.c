@@ -484,6 +484,7 @@ static int score_rollout(Ppo *p, const Rollout *r, RolloutStats *stats) {
     float *scores = xmalloc((count + 1) * sizeof(float));
     bool failed = false;
     if (p->c.reward == REWARD_MODEL) experience_scores(&p->reward, samples, count, p->c.micro_batch, scores);
+    dist_weights_drain(&p->reward); // ZeRO-3: the ranks score different numbers of rows
     if (p->c.reward == REWARD_REMOTE && count > 0) failed = remote_scores(p, &p->prompts, samples, count, scores) != 0;
     for (int i = 0; i < count && !failed; i++) {
         Sample *s = samples[i];
@@ -567,6 +568,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         p->actor.lora_enabled = true;
     } else {
         experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
+        dist_weights_drain(&p->reference);
     }
     if (p->has_critic) {
         experience_values(&p->critic, samples, count, micro, values);
@@ -1084,7 +1086,8 @@ static double number(json_t *state, const char *key) {
     return json_is_number(v) ? json_number_value(v) : 0;
 }
 
-// Under ZeRO-3 each rank loads only its shard of the actor's and critic's layers.
+// Under ZeRO-3 each rank loads only its shard of the layers of the models PPO shards (actor,
+// critic, EMA, and the float32 reference and reward models).
 static ModelKeepRange load_range(const Ppo *p) {
     return p->c.zero_stage == 3 && dist_world_size() > 1 ? dist_weights_load_range : NULL;
 }
@@ -1273,12 +1276,17 @@ static int load_model(Model *model, const char *path, const OpsBackend *ops, boo
 }
 
 // A frozen model (the reference or the reward model), in 8 bits when asked, with its saved
-// adapter when given.
-static int load_frozen_model(Model *model, const char *path, const OpsBackend *ops, bool lm_head, bool value_head,
-                             const char *quantize, const char *adapter, uint64_t seed) {
+// adapter when given. Under ZeRO-3 a float32 one without an adapter is sharded as the actor
+// is: each rank loads its shard of the layers and gathers each layer as a forward runs it.
+static int load_frozen_model(Ppo *p, Model *model, const char *path, const OpsBackend *ops, bool lm_head,
+                             bool value_head, const char *quantize, const char *adapter, uint64_t seed) {
+    const bool sharded = load_range(p) && !quantize_requested(quantize) && !adapter;
     ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
-                                .require_value_head = value_head, .quantize = quantize};
-    return model_load_with_adapter(model, path, ops, &options, adapter, seed);
+                                .require_value_head = value_head, .quantize = quantize,
+                                .keep_range = sharded ? load_range(p) : NULL};
+    if (model_load_with_adapter(model, path, ops, &options, adapter, seed) != 0) return -1;
+    if (sharded) dist_weights_shard_frozen(model);
+    return 0;
 }
 
 // End-of-turn tokens of chat formats stop a response as EOS does.
@@ -1394,7 +1402,7 @@ static int setup(Ppo *p) {
                        "--reference-model), whose weights are %s (--actor-quantize)", reference_quantize,
                        actor_quantize);
     if (!p->reference_is_actor_base &&
-        load_frozen_model(&p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false,
+        load_frozen_model(p, &p->reference, c->reference_path ? c->reference_path : c->actor_path, ops, true, false,
                           reference_quantize, c->reference_path ? NULL : c->actor_lora_adapter, c->seed) != 0)
         return -1;
     // A quantized reference multiplies as the trained actor does (the dequantized weights at
@@ -1405,7 +1413,7 @@ static int setup(Ppo *p) {
     p->has_critic = c->estimator == ESTIMATOR_GAE;
     if (c->reward == REWARD_MODEL) {
         if (!c->reward_path) return err_set("missing --reward-model (or choose --reward lexicon|code)");
-        if (load_frozen_model(&p->reward, c->reward_path, ops, false, true, c->reward_quantize, NULL, 0) != 0) return -1;
+        if (load_frozen_model(p, &p->reward, c->reward_path, ops, false, true, c->reward_quantize, NULL, 0) != 0) return -1;
         p->has_reward_model = true;
         if (load_reward_range(p) != 0) return -1;
     }
@@ -1451,8 +1459,8 @@ static void teardown(Ppo *p) {
     dist_adamw_free(&p->actor_optimizer, &p->actor);
     model_free(&p->actor);
     if (p->has_critic) dist_adamw_free(&p->critic_optimizer, &p->critic), model_free(&p->critic);
-    if (!p->reference_is_actor_base) model_free(&p->reference);
-    if (p->has_reward_model) model_free(&p->reward);
+    if (!p->reference_is_actor_base) dist_weights_free(&p->reference), model_free(&p->reference);
+    if (p->has_reward_model) dist_weights_free(&p->reward), model_free(&p->reward);
     if (p->c.ema) dist_weights_free(&p->ema), model_free(&p->ema);
     free_prompts(&p->prompts), free_prompts(&p->eval_prompts);
     tokenized_examples_free(&p->ptx);
@@ -1524,6 +1532,9 @@ int ppo_run(const PpoConfig *config) {
         dist_weights_start(&p->actor);
         if (p->has_critic) dist_weights_start(&p->critic);
         if (p->c.ema) dist_weights_start(&p->ema);
+        // The frozen models are the same files everywhere: only sharded ones need a start.
+        if (dist_weights_sharded(&p->reference)) dist_weights_start(&p->reference);
+        if (dist_weights_sharded(&p->reward)) dist_weights_start(&p->reward);
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
         else metrics_open_none(&p->metrics);
