@@ -235,26 +235,26 @@ int cmd_dpo(int argc, char **argv) {
         die_from_err();
 
     Model model, reference;
-    // The policy computes its own reference log-probs without --reference-model: whole then.
-    const bool runs_before_training = !reference_path && dpo_loss_uses_reference(loss.loss);
-    const ModelLoadOptions load = {.with_lm_head = true,
-                                   .keep_range = runs_before_training ? NULL : trainer_cli_keep_range(&c)};
+    const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
                 task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
     // The reference's log-probs, once, before any step (and again on --resume, from the
-    // same starting weights: train_run loads the checkpoint afterwards).
+    // same starting weights): --reference-model's here, the policy's own in train_run, before
+    // it reads the checkpoint (TrainTask.prepare), on the model as it trains (under ZeRO-3
+    // sharded, so no rank ever holds the whole policy).
     if (reference_path) {
         dpo_task_compute_reference(&task, &reference);
         model_free(&reference);
+        if (!c.quiet) fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
     } else if (dpo_loss_uses_reference(loss.loss)) {
-        dpo_task_compute_reference(&task, &model);
+        task.reference_from_policy = true;
+        if (!c.quiet)
+            fprintf(stderr, "dpo: reference log-probs of %ld rows from the policy's starting weights, before the first step\n",
+                    task.train.count + task.eval.count);
     }
-    model_release_activations(&model);
-    if (!c.quiet && dpo_loss_uses_reference(loss.loss))
-        fprintf(stderr, "dpo: reference log-probs of %ld rows computed\n", task.train.count + task.eval.count);
 
     TrainTask train_task = dpo_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

@@ -93,8 +93,7 @@ int cmd_kto(int argc, char **argv) {
         die_from_err();
 
     Model model, reference;
-    // The policy computes its own reference log-probs without --reference-model: whole then.
-    const ModelLoadOptions load = {.with_lm_head = true, .keep_range = reference_path ? trainer_cli_keep_range(&c) : NULL};
+    const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {
@@ -113,14 +112,14 @@ int cmd_kto(int argc, char **argv) {
                     ratio);
     }
     // The reference's log-probs of every row and mismatched row (KTO's loss only), once,
-    // before any step (and again on --resume, from the same starting weights).
+    // before any step (and again on --resume, from the same starting weights):
+    // --reference-model's here, the policy's own in train_run (TrainTask.prepare, as dpo).
     if (reference_path) {
         kto_task_compute_reference(&task, &reference);
         model_free(&reference);
     } else {
-        kto_task_compute_reference(&task, &model);
+        task.reference_from_policy = true;
     }
-    model_release_activations(&model);
 
     TrainTask train_task = kto_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();

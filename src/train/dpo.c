@@ -278,6 +278,11 @@ static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
     result->count = n > 0 ? 5 : 0;
 }
 
+static void dpo_prepare(void *context, Model *model) {
+    dpo_task_compute_reference(context, model);
+    model_release_activations(model); // sized for the reference's batches
+}
+
 TrainTask dpo_train_task(DpoTask *task) {
     return (TrainTask){
         .name = "dpo",
@@ -286,6 +291,7 @@ TrainTask dpo_train_task(DpoTask *task) {
         .weight = dpo_weight,
         .micro_step = dpo_micro_step,
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
+        .prepare = task->reference_from_policy ? dpo_prepare : NULL,
         .context = task,
     };
 }

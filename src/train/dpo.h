@@ -53,6 +53,10 @@ typedef struct {
     DpoLossOptions options;
     long dropped;   // pairs with a row whose prompt filled max_seq_len (no response token)
     long truncated; // pairs with a row cut at max_seq_len
+    // The reference is the policy's starting weights: dpo_train_task's TrainTask.prepare
+    // computes the reference sums in train_run, on the model as it trains (sharded under
+    // ZeRO-3). False: the caller computes them before (dpo_task_compute_reference).
+    bool reference_from_policy;
 } DpoTask;
 
 // DPO_LOSS_NAMES (train/losses.h); TRL's names of the same losses (nca_pair, apo_zero...) too

@@ -350,6 +350,11 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     return 0;
 }
 
+static void kto_prepare(void *context, Model *model) {
+    kto_task_compute_reference(context, model);
+    model_release_activations(model); // sized for the reference's batches
+}
+
 TrainTask kto_train_task(KtoTask *task) {
     TrainTask train = {
         .name = "kto",
@@ -360,6 +365,7 @@ TrainTask kto_train_task(KtoTask *task) {
         .evaluate = task->eval.count > 0 ? kto_evaluate : NULL,
         .save_state = kto_save_state,
         .load_state = kto_load_state,
+        .prepare = task->reference_from_policy ? kto_prepare : NULL,
         .context = task,
     };
     if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) train.metric_names[0] = "accuracy", train.metric_names[1] = NULL;

@@ -68,6 +68,8 @@ typedef struct {
     // the step from every rank's micro-batches (NULL on one process, where each micro-step
     // updates the mean itself).
     double *step_delta;
+    // The reference is the policy's starting weights, as DpoTask.reference_from_policy.
+    bool reference_from_policy;
 } KtoTask;
 
 // "kto" | "apo-zero-unpaired" | "bco"; -1 for another name.

@@ -134,6 +134,10 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                     (AdamWConfig){(float)options->beta1, (float)options->beta2, (float)options->eps,
                                   (float)options->weight_decay},
                     options->zero_stage);
+    // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
+    // Under ZeRO-3 each rank keeps its shard of the layers from here.
+    dist_weights_start(model);
+    if (task->prepare) task->prepare(task->context, model);
     LoopState s = {0};
     if (options->resume) {
         char *checkpoint = checkpoint_latest(options->run_dir);
@@ -178,9 +182,9 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             }
         }
     }
-    // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
-    // Under ZeRO-3 each rank keeps its shard of the layers from here.
-    dist_weights_start(model);
+    // A resumed run's weights are rank 0's everywhere too (every rank asks, so the
+    // collective matches whether or not this rank found a checkpoint).
+    if (options->resume) dist_weights_start(model);
     MetricsWriter metrics;
     if (dist_is_main()) {
         if (dist_any_failed(metrics_open(&metrics, options->run_dir, options->resume ? s.step : -1) != 0)) {

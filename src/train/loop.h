@@ -77,6 +77,11 @@ typedef struct {
     // For a task whose micro-batches depend on each other (BCO's running reward mean,
     // train/kto.c), which under mpirun must see the other ranks' micro-batches of the step.
     void (*begin_step)(void *context, Model *model, const long *examples, long count, long micro_batch);
+    // Optional: run once on every rank with the starting weights, before a resume's
+    // checkpoint is read and before the first step: DPO's and KTO's reference log-probs from
+    // the policy itself. The model is as it trains (under ZeRO-3 already sharded, so its
+    // passes are collectives and it drains them, as train/response_logps.c does).
+    void (*prepare)(void *context, Model *model);
     // Optional: state the task carries from one step to the next (BCO's running reward
     // mean), written into every checkpoint's trainer state and read back by --resume, so a
     // resumed run is the same run. load_state returns 0, or -1 with err_set() naming

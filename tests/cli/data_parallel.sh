@@ -359,13 +359,24 @@ ranks 2 "$bin" dpo "${dpo_args[@]}" --zero-stage 3 --output "$tmp/dpo_zero3" 2> 
 ranks 2 "$bin" kto "${kto_args[@]}" --zero-stage 3 --output "$tmp/kto_zero3" 2> "$tmp/kto_zero3.err"
 ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --output "$tmp/bco_two" 2> /dev/null
 ranks 2 "$bin" kto "${kto_args[@]}" --loss bco --zero-stage 3 --output "$tmp/bco_zero3" 2> "$tmp/bco_zero3.err"
-# With --reference-model the policy is loaded sharded (each rank reads its shard of the
-# layers; without one it is loaded whole, for its own reference log-probs).
+# With --reference-model the reference log-probs come from that model, loaded whole before
+# training; without one (above) from the sharded policy itself inside the loop.
 ranks 2 "$bin" dpo "${dpo_args[@]}" --reference-model "$model" --zero-stage 3 --output "$tmp/dpo_reference_zero3" \
     2> "$tmp/dpo_reference_zero3.err"
 cmp -s "$tmp/dpo_two/final/model.safetensors" "$tmp/dpo_reference_zero3/final/model.safetensors" &&
     pass dpo_zero3_reference_model_same_bits ||
     fail dpo_zero3_reference_model_same_bits "$(tail -n 2 "$tmp/dpo_reference_zero3.err")"
+# DPO under ZeRO-3 resumed after a killed rank: the reference log-probs are computed again by
+# the sharded starting weights, then each rank reads its shard of the checkpoint.
+dpo_long=("${dpo_args[@]}" --num-train-epochs 4 --save-every 1 --zero-stage 3)
+ranks 2 "$bin" dpo "${dpo_long[@]}" --output "$tmp/dpo_zero3_straight" 2> /dev/null
+kill_a_rank "$tmp/dpo_zero3_killed/checkpoint-*" "$tmp/dpo_zero3_killed" 3 \
+    ranks 2 "$bin" dpo "${dpo_long[@]}" --output "$tmp/dpo_zero3_killed"
+ranks 2 "$bin" dpo "${dpo_long[@]}" --output "$tmp/dpo_zero3_killed" --resume 2> "$tmp/dpo_zero3_killed.err"
+[ "$exit_rc" -ne 0 ] &&
+    cmp -s "$tmp/dpo_zero3_straight/final/model.safetensors" "$tmp/dpo_zero3_killed/final/model.safetensors" &&
+    pass dpo_zero3_resume_bit_identical ||
+    fail dpo_zero3_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/dpo_zero3_killed.err")"
 for name in dpo kto bco; do
     cmp -s "$tmp/${name}_two/final/model.safetensors" "$tmp/${name}_zero3/final/model.safetensors" &&
         [ "$(json_values "$tmp/${name}_two/metrics.jsonl" eval/loss)" = "$(json_values "$tmp/${name}_zero3/metrics.jsonl" eval/loss)" ] &&
