@@ -32,7 +32,7 @@ typedef struct {
     long backwards;                  // backwards summed so far (the hook's last point)
     long round_start;                // `backwards` at dist_backward_round_begin
     bool stage3;                     // the layers' weights are sharded too
-    int shard_id;                    // the model's optimizer's (AdamW.shard_id): rank 0's requests name it
+    int shard_id;                    // its optimizer's AdamW.shard_id, or its own: requests and announcements name it
     bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
 } ShardPlan;
 
@@ -58,8 +58,8 @@ static void shard_overlap(const long *counts, const long *displs, int r, long fr
 static void stage2_gradients_ready(Model *model, int point, void *context);
 static void stage3_read(const Model *model, long first, long count, float *out, void *context);
 
-// A trained model's plan is its gradient hook's; a follower's (dist_weights_shard_like), which
-// has no gradients, its weight hook's.
+// A trained model's plan is its gradient hook's; that of a model without gradients (a
+// follower or a frozen model, shard_without_optimizer) its weight hook's.
 static ShardPlan *plan_of(const Model *model) {
     if (model->gradient_hook.ready == stage2_gradients_ready) return model->gradient_hook.context;
     if (model->weight_hook.read == stage3_read) return model->weight_hook.context;
