@@ -46,7 +46,7 @@ int cmd_ppo(int argc, char **argv) {
     bool stop_on_alarm = false;
     double alarm_score_quantile = c.alarm_score_quantile;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
-    bool ema = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
+    bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
     bool batch_invariant = false;
     Option options[128] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
@@ -215,6 +215,9 @@ int cmd_ppo(int argc, char **argv) {
         {"zero-stage", "actor_zero_stage", OPT_INT, &zero_stage,
          "under mpirun (--device cpu): 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1), "
          "2 their gradients too (ZeRO-2), 3 their layers' weights too (ZeRO-3)", false, false},
+        {"enable-hybrid-engine", "enable_hybrid_engine", OPT_BOOL, &hybrid_engine,
+         "with --zero-stage 3: gather the actor's layers whole on every process for each generation (DeepSpeed-Chat's "
+         "hybrid engine: faster rollouts, the whole actor's memory meanwhile); no effect otherwise", false, false},
         {"quiet", NULL, OPT_BOOL, &quiet, "no progress bar", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
@@ -405,6 +408,7 @@ int cmd_ppo(int argc, char **argv) {
     if (zero_stage >= 1 && strcmp(device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
     c.zero_stage = (int)zero_stage;
+    c.hybrid_engine = hybrid_engine;
     lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))

@@ -34,6 +34,7 @@ typedef struct {
     bool stage3;                     // the layers' weights are sharded too
     int shard_id;                    // its optimizer's AdamW.shard_id, or its own: requests and announcements name it
     bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
+    bool gathered;                   // stage 3: whole on every rank from dist_weights_gather_all to dist_weights_reshard
 } ShardPlan;
 
 // Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
@@ -53,6 +54,12 @@ static void shard_layout(long total, long *counts, long *displs) {
 static void shard_overlap(const long *counts, const long *displs, int r, long from, long to, long *lo, long *hi) {
     *lo = from > displs[r] ? from : displs[r];
     *hi = to < displs[r] + counts[r] ? to : displs[r] + counts[r];
+}
+
+// Under stage 3 a span of a layer is sharded; the others (embeddings, final norm, heads) are
+// whole on every rank.
+static bool is_layer_span(const Model *model, const GradientSpan *span) {
+    return span->point >= 0 && span->point < model->config.num_layers;
 }
 
 static void stage2_gradients_ready(Model *model, int point, void *context);
@@ -226,7 +233,7 @@ static void stage3_read(const Model *model, long first, long count, float *out, 
         const GradientSpan *span = &plan->spans[i];
         const long from = first > span->begin ? first : span->begin, to = end < span->end ? end : span->end;
         if (to <= from) continue;
-        if (span->point < 0 || span->point >= model->config.num_layers) { // whole everywhere
+        if (!is_layer_span(model, span)) { // whole everywhere
             memcpy(out + (from - first), params + from, (size_t)(to - from) * sizeof(float));
             continue;
         }
@@ -264,6 +271,10 @@ static int stage3_announce(int kind, int *shard_id) {
 static void stage3_pass(Model *model, int kind, void *context) {
     ShardPlan *plan = context;
     (void)model;
+    // A backward's gradient sums are collectives that a draining rank plays only for a
+    // sharded model: with the weights gathered the ranks would stop in step no more.
+    CHECK(!(plan->gathered && kind == MODEL_PASS_BACKWARD),
+          "ZeRO stage 3: a backward while the weights are gathered whole (dist_weights_reshard missing)");
     if (plan->whole || draining) return;
     int shard_id = plan->shard_id;
     stage3_announce(kind, &shard_id);
@@ -319,12 +330,33 @@ void dist_weights_start(Model *model) {
     float *params = model_trainable_params(model);
     for (int i = 0; i < plan->span_count; i++) {
         const GradientSpan *span = &plan->spans[i];
-        if (span->point >= 0 && span->point < model->config.num_layers)
-            stage3_release_span(model, plan, span->begin, span->end);
-        else
-            dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
+        if (is_layer_span(model, span)) stage3_release_span(model, plan, span->begin, span->end);
+        else dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
     }
     plan->whole = false;
+}
+
+// The hybrid engine's gather: the same all-gathers as a forward's, of every layer at once,
+// kept until dist_weights_reshard. While whole, the model's passes announce nothing and its
+// layer hook does nothing (stage3_pass, stage3_layer), so the ranks run them at their own pace.
+void dist_weights_gather_all(Model *model) {
+    ShardPlan *plan = plan_of(model);
+    if (!plan || !plan->stage3) return;
+    CHECK(!plan->whole, "ZeRO stage 3: a gather of a model already whole");
+    for (int i = 0; i < plan->span_count; i++)
+        if (is_layer_span(model, &plan->spans[i])) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    plan->whole = plan->gathered = true;
+}
+
+// Every rank holds the same whole weights (nothing trained them meanwhile: AdamW updates a
+// sharded model only), so each keeps its shard and gives the rest of each layer back.
+void dist_weights_reshard(Model *model) {
+    ShardPlan *plan = plan_of(model);
+    if (!plan || !plan->stage3) return;
+    CHECK(plan->gathered, "ZeRO stage 3: a reshard of a model that is not gathered");
+    for (int i = 0; i < plan->span_count; i++)
+        if (is_layer_span(model, &plan->spans[i])) stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    plan->whole = plan->gathered = false;
 }
 
 void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *first, long *count) {
@@ -387,7 +419,7 @@ void dist_moving_average(Model *follower, const Model *trained, float beta) {
     for (int i = 0; i < plan->span_count; i++) {
         const GradientSpan *span = &plan->spans[i];
         long lo = span->begin, hi = span->end; // a global span: every rank holds it all
-        if (span->point >= 0 && span->point < follower->config.num_layers)
+        if (is_layer_span(follower, span))
             shard_overlap(plan->counts, plan->displs, dist_rank(), span->begin, span->end, &lo, &hi);
         if (hi > lo) trained->ops->moving_average(average + lo, x + lo, beta, hi - lo);
     }
@@ -402,7 +434,7 @@ void dist_weights_gather_to_main(Model *model) {
     const long slice = dist_collective_floats();
     float *params = model_trainable_params(model);
     for (int i = 0; i < plan->span_count; i++) {
-        if (plan->spans[i].point < 0 || plan->spans[i].point >= model->config.num_layers) continue;
+        if (!is_layer_span(model, &plan->spans[i])) continue;
         for (int r = 1; r < world; r++) {
             long lo, hi;
             shard_overlap(plan->counts, plan->displs, r, plan->spans[i].begin, plan->spans[i].end, &lo, &hi);
@@ -567,8 +599,7 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
         // every pass reads, go to every rank.
         CHECK(!plan->whole, "ZeRO stage 3: an optimizer step while the weights are gathered");
         for (int i = 0; i < plan->span_count; i++)
-            if (plan->spans[i].point < 0 || plan->spans[i].point >= model->config.num_layers)
-                stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+            if (!is_layer_span(model, &plan->spans[i])) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
         return;
     }
     const int world = dist_world_size(), rank = dist_rank();

@@ -62,6 +62,14 @@ void dist_backward_round_end(Model *model);
 // (dist_weights_load_range), and the layers are sharded from here (a model loaded whole
 // gives back the pages of the parts other ranks own).
 void dist_weights_start(Model *model);
+// Stage 3, DeepSpeed-Chat's hybrid engine (`--enable-hybrid-engine`): every layer gathered
+// whole on every rank at once (collective), so a stretch of forwards -- PPO's generation,
+// whose decode steps would otherwise gather every layer once per token -- runs without
+// collectives, each rank at its own pace, at the price of the whole model's memory meanwhile.
+// dist_weights_reshard (collective) gives the other ranks' parts back; no optimizer step may
+// run between the two. Nothing when the model is not sharded.
+void dist_weights_gather_all(Model *model);
+void dist_weights_reshard(Model *model);
 // ModelLoadOptions.keep_range of a model that will train under stage 3: the part of a
 // layer's parameter in this rank's shard, all of a global one (embeddings, final norm,
 // heads). The shards are those dist_adamw_init(..., 3) plans for the loaded model.

@@ -1073,11 +1073,19 @@ static int save(Ppo *p) {
 }
 
 // Collective: rank 0 evaluates the actor alone. Under ZeRO-3 the other ranks meanwhile play
-// its passes' gathers (dist_weights_drain), so no rank holds the whole actor. Returns true on
-// every rank when rank 0's evaluation failed.
+// its passes' gathers (dist_weights_drain), so no rank holds the whole actor; with the hybrid
+// engine every rank holds it whole for the evaluation instead, and plays only the reward
+// model's passes. Returns true on every rank when rank 0's evaluation failed.
 static bool evaluate_on_main(Ppo *p, bool final) {
+    if (p->c.hybrid_engine) dist_weights_gather_all(&p->actor);
     bool failed = dist_is_main() && evaluate(p, final) != 0;
     dist_weights_drain(&p->actor);
+    if (p->c.hybrid_engine) {
+        // The actor was whole, so its passes announced nothing and its drain returned at
+        // once; the reward model's scoring passes still need the other ranks.
+        dist_weights_drain(&p->reward);
+        dist_weights_reshard(&p->actor);
+    }
     return dist_any_failed(failed);
 }
 
@@ -1591,9 +1599,11 @@ int ppo_run(const PpoConfig *config) {
             long *mine = xmalloc((local_rows + 1) * sizeof(long));
             for (long k = 0; k < local_rows; k++) mine[k] = chosen[(rank + k * world) / group];
             Sample *samples = round_samples[rounds] = xcalloc(local_rows + 1, sizeof(Sample));
+            if (p->c.hybrid_engine) dist_weights_gather_all(&p->actor);
             rollout(p, &p->prompts, mine, local_rows, round_row_id_base(p->iteration, rounds, per_iteration),
                     (uint64_t)rank, (uint64_t)world, samples, &gen);
             dist_weights_drain(&p->actor); // ZeRO-3: the ranks' decode steps differ in number
+            if (p->c.hybrid_engine) dist_weights_reshard(&p->actor);
             free(chosen), free(mine);
             double g1 = now_seconds();
             time_generation += g1 - g0;

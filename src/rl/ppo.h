@@ -134,6 +134,11 @@ typedef struct {
     // Under mpirun: 1 shards the actor's and critic's AdamW moments, 2 their gradients too, 3
     // their layers' weights too (dist/zero.h).
     int zero_stage;
+    // ZeRO-3 only: the actor's layers are gathered whole on every rank for each generation
+    // round and evaluation, and resharded after (dist_weights_gather_all; DeepSpeed-Chat's
+    // --enable_hybrid_engine). Faster generation for the whole actor's memory meanwhile;
+    // the same bits either way. Without stage 3 the actor is whole already.
+    bool hybrid_engine;
     // The reward-hacking alarms' limits (rl/hacking_signals.h): each iteration's responses
     // against the first iteration's; a warning line, no change to training, unless
     // stop_on_alarm: then an iteration whose responses set off an alarm is not trained on and

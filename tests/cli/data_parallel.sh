@@ -491,6 +491,18 @@ for n in 2 3; do
         [ -n "$(ls "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl 2> /dev/null)" ] &&
         diff -q <(cat "$tmp/ppo_zero2_gen2_$n"/samples/eval-*.jsonl) <(cat "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl) > /dev/null &&
         pass "ppo_zero3_${n}_ranks_same_bits_as_zero2" || fail "ppo_zero3_${n}_ranks_same_bits_as_zero2" "$(tail -n 2 "$tmp/ppo_zero3_$n.err")"
+    # The hybrid engine: the actor gathered whole for each generation and evaluation (each
+    # rank then decodes at its own pace), resharded before training. Verified to fail without
+    # the gathers (the weights and samples differ) and to stop with an internal error at the
+    # first backward without the reshard.
+    ranks $n "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --zero-stage 3 --enable-hybrid-engine \
+        --output "$tmp/ppo_zero3_hybrid_$n" 2> "$tmp/ppo_zero3_hybrid_$n.err"
+    cmp -s "$tmp/ppo_zero3_$n/final/actor/model.safetensors" "$tmp/ppo_zero3_hybrid_$n/final/actor/model.safetensors" &&
+        cmp -s "$tmp/ppo_zero3_$n/final/critic/model.safetensors" "$tmp/ppo_zero3_hybrid_$n/final/critic/model.safetensors" &&
+        [ -n "$(ls "$tmp/ppo_zero3_hybrid_$n"/samples/eval-*.jsonl 2> /dev/null)" ] &&
+        diff -q <(cat "$tmp/ppo_zero3_$n"/samples/eval-*.jsonl) <(cat "$tmp/ppo_zero3_hybrid_$n"/samples/eval-*.jsonl) > /dev/null &&
+        pass "ppo_zero3_hybrid_engine_${n}_ranks_same_bits" ||
+        fail "ppo_zero3_hybrid_engine_${n}_ranks_same_bits" "$(tail -n 2 "$tmp/ppo_zero3_hybrid_$n.err")"
 done
 close "$(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/critic_grad_norm)" \
       "$(json_values "$tmp/ppo_zero3_2/metrics.jsonl" train/score) $(json_values "$tmp/ppo_zero3_2/metrics.jsonl" train/critic_grad_norm)" 1e-5 &&

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# PPO's generation under ZeRO-3, gathering each layer for each decode step or the whole actor
+# once (the hybrid engine, --enable-hybrid-engine), beside PyTorch FSDP2 generating the same
+# way in the same run.
+#   marlhf:  one PPO iteration of SmolLM2-135M (actor, critic, reference, reward model) on
+#            RANKS processes: --zero-stage 2, --zero-stage 3, and --zero-stage 3
+#            --enable-hybrid-engine. Reported: the generation phase's time (rank 0's
+#            train/time_generation, which ends when the slowest rank's rows are done), the
+#            whole run's time and every rank's peak resident memory (/usr/bin/time).
+#   PyTorch: bench/torch_fsdp_generate.py, the actor alone under FSDP2's ZeRO-3, generating
+#            the same rows with transformers' generate: layerwise (synced_gpus, as TRL and
+#            DeepSpeed-Chat without a hybrid engine) and gathered (unshard, generate, reshard).
+# The same prompts (the first ROLLOUTS of data/austen/ppo_prompts.jsonl, plain text), rank r
+# the rows r, r + RANKS, ..., GEN_BATCH rows at a time, exactly NEW_TOKENS new tokens each
+# (min new tokens = max), temperature 1, top-k 0, float32, one thread per rank.
+# Needs `make` and scripts/setup-python.
+#   RANKS=2 ROLLOUTS=8 GEN_BATCH=4 NEW_TOKENS=24 bench/run_ppo_zero3.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ranks=${RANKS:-2} rollouts=${ROLLOUTS:-8} gen_batch=${GEN_BATCH:-4} new_tokens=${NEW_TOKENS:-24}
+threads=1 py=.venv-tools/bin/python hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm}
+. bench/smollm2_models.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+run=$(mktemp -d) out=$(mktemp)
+trap 'rm -rf "$run" "$out"' EXIT
+head -n "$rollouts" data/austen/ppo_prompts.jsonl > "$run/prompts.jsonl"
+load() { echo "load average $1: $(cut -d' ' -f1-3 /proc/loadavg) (on $(getconf _NPROCESSORS_ONLN) cores)" >&2; }
+
+marlhf() { # marlhf NAME OPTIONS...: one PPO iteration, each rank under /usr/bin/time
+    local name=$1
+    shift
+    load "before marlhf $name"
+    local start=$(date +%s.%N)
+    mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
+        '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
+        build/marlhf ppo --actor-model "$hf" --reward-model "$rm" --prompts "$run/prompts.jsonl" \
+        --output "$run/$name" --rollout-batch-size "$rollouts" --generation-batch-size "$gen_batch" \
+        --micro-batch-size 2 --num-minibatches 1 --ppo-epochs 1 --max-iterations 1 \
+        --max-new-tokens "$new_tokens" --min-new-tokens "$new_tokens" --min-response-tokens 1 \
+        --temperature 1 --top-k 0 --top-p 1 --eval-every 0 --termination-condition token \
+        --threads $threads --quiet "$@" > "$run/$name.log" 2>&1 || { cat "$run/$name.log" >&2; exit 1; }
+    local end=$(date +%s.%N)
+    python3 - "$name" "$run/$name.log" "$run/$name/metrics.jsonl" "$start" "$end" "$ranks" >> "$out" <<'PY'
+import json, re, sys
+name, log, metrics, start, end, ranks = sys.argv[1:]
+ranks = int(ranks)
+peaks = {int(r): round(int(kb) / 1024) for r, kb in re.findall(r"rank (\d+) (\d+)", open(log).read())}
+m = next(r for r in map(json.loads, open(metrics)) if "train/time_generation" in r)
+print(json.dumps({"impl": f"marlhf-{name}", "ranks": ranks, "generation_s": round(m["train/time_generation"], 3),
+                  "run_s": round(float(end) - float(start), 1),
+                  "mean_response_tokens": round(m["train/response_length"], 2),
+                  "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))
+PY
+    tail -n 1 "$out"
+}
+
+marlhf zero2 --zero-stage 2
+marlhf zero3 --zero-stage 3
+marlhf zero3-hybrid --zero-stage 3 --enable-hybrid-engine
+for mode in layerwise gathered; do
+    load "before pytorch $mode"
+    OMP_NUM_THREADS=$threads "$py" bench/torch_fsdp_generate.py --model "$hf" --ranks "$ranks" --threads $threads \
+        --rollouts "$rollouts" --generation-batch "$gen_batch" --new-tokens "$new_tokens" --mode "$mode" \
+        2> "$run/torch_$mode.err" | tail -n 1 | tee -a "$out" || { cat "$run/torch_$mode.err" >&2; exit 1; }
+done
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("\n| impl | generation s | peak RSS MB by rank |")
+print("|---|---|---|")
+for r in rows:
+    print(f"| {r['impl']} | {r['generation_s']} | {' / '.join(map(str, r['peak_rss_mb_by_rank']))} |")
+PY
