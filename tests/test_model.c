@@ -629,9 +629,12 @@ static void compare_with_peft_reference(Model *model, const Fixture *f, const ch
         free(want);
         adapters++;
     }
-    const int per_module = model->lora.dora ? 3 : 2; // A, B (DoRA: and the magnitude)
-    EXPECT(adapters == per_module * 14, "%s: %d adapter tensors, want %d x 7 modules x 2 layers", name, adapters,
-           per_module);
+    // Every adapter gradient PEFT has, and no other: the same modules adapted.
+    int reference_grads = 0;
+    for (int i = 0; i < safetensors_tensor_count(ref); i++)
+        reference_grads += !strncmp(safetensors_tensor_at(ref, i)->name, "grad.", 5);
+    EXPECT(adapters == reference_grads, "%s: %d adapter tensors, PEFT's reference has %d", name, adapters,
+           reference_grads);
     free(want_logits), free(dlogp);
     safetensors_close(ref);
 }
@@ -703,6 +706,42 @@ static void test_lora_patterns_against_peft(void) {
         model_free(&plain);
         model_enable_grad(&model);
         compare_with_peft_reference(&model, &f, dir, adapters[k]);
+        model_free(&model);
+        fixture_close(&f);
+    }
+}
+
+// PEFT's narrower module choices (tools/make_lora_fixtures.py TARGET_REGEX, LAYERS_TO_TRANSFORM),
+// read from PEFT's folders as --lora-adapter reads them: target_modules as a regex (q_proj and
+// v_proj of layer 0, every layer's down_proj) and layers_to_transform [1] (all seven modules of
+// layer 1 only). Exactly those modules have adapters, the logits, loss and every adapter
+// gradient are PEFT's, and a model adapted everywhere refuses the folders.
+static void test_lora_selection_against_peft(void) {
+    const struct {
+        const char *adapter;
+        int modules;
+        const char *adapted, *not_adapted;
+    } cases[] = {{"lora_regex", 4, "model.layers.1.mlp.down_proj.lora_A.weight", "model.layers.1.self_attn.q_proj.lora_A.weight"},
+                 {"lora_layers", 7, "model.layers.1.self_attn.k_proj.lora_B.weight", "model.layers.0.mlp.up_proj.lora_A.weight"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        Fixture f;
+        fixture_open(&f, "llama");
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/%s", f.dir, cases[k].adapter);
+        Model model;
+        load_model(&model, &f, false);
+        EXPECT(model_load_lora_adapter(&model, dir, false, 11) == 0, "%s: %s", cases[k].adapter, err_msg());
+        int modules = 0;
+        for (int i = model.lora_first_entry; i < model.table.count; i++) modules += !!strstr(model.table.entries[i].name, ".lora_A.");
+        EXPECT(modules == cases[k].modules, "%s: %d adapted modules, want %d", cases[k].adapter, modules, cases[k].modules);
+        EXPECT(param_table_find(&model.table, cases[k].adapted) && !param_table_find(&model.table, cases[k].not_adapted),
+               "%s: %s should have an adapter and %s none", cases[k].adapter, cases[k].adapted, cases[k].not_adapted);
+        Model everywhere = lora_model(&f, 4, 8.0f);
+        EXPECT(lora_read_adapter(&everywhere, dir) != 0 && strstr(err_msg(), "modules"),
+               "a model adapted everywhere read %s: '%s'", cases[k].adapter, err_msg());
+        model_free(&everywhere);
+        model_enable_grad(&model);
+        compare_with_peft_reference(&model, &f, dir, cases[k].adapter);
         model_free(&model);
         fixture_close(&f);
     }
@@ -1235,6 +1274,7 @@ int main(void) {
     RUN(test_lora_options);
     RUN(test_lora_against_peft);
     RUN(test_lora_patterns_against_peft);
+    RUN(test_lora_selection_against_peft);
     RUN(test_lora_dropout_against_peft);
     RUN(test_lora_frozen_base_and_merge);
     RUN(test_lora_recompute_is_exact);

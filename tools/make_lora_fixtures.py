@@ -73,20 +73,40 @@ RANK_PATTERN = {"model.layers.0.self_attn.q_proj": 5, "q_proj": 2, "layers\\.1\\
 ALPHA_PATTERN = {"o_proj": 3, "model\\.layers\\.0\\.mlp\\.up_proj": 12, "k_proj": 5.5}
 
 
-def make_one(models_dir, name, seed, rslora=False, patterns=False):
+# PEFT's narrower ways of choosing modules (make_one's `selection`): target_modules as one
+# regex string, which PEFT matches with re.fullmatch against each module's whole name, and
+# layers_to_transform with the list of names.
+TARGET_REGEX = r"model\.layers\.0\.self_attn\.(q|v)_proj|.*\.mlp\.down_proj"
+LAYERS_TO_TRANSFORM = [1]
+
+
+def make_one(models_dir, name, seed, rslora=False, patterns=False, selection=None):
     folder = os.path.join(models_dir, name)
     out = os.path.join(folder, ("lora_pattern" if patterns else "lora") + ("_rslora" if rslora else ""))
+    if selection:
+        out = os.path.join(folder, f"lora_{selection}")
     os.makedirs(out, exist_ok=True)
     ref = load_file(os.path.join(folder, "reference.safetensors"))
     ids, lengths = ref["input_ids"], ref["lengths"]
     mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
 
     model32 = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
-    config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=MODULES,
+    config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
+                             target_modules=TARGET_REGEX if selection == "regex" else MODULES,
+                             layers_to_transform=LAYERS_TO_TRANSFORM if selection == "layers" else None,
                              task_type="CAUSAL_LM", use_rslora=rslora,
                              rank_pattern=dict(RANK_PATTERN) if patterns else {},
                              alpha_pattern=dict(ALPHA_PATTERN) if patterns else {})
     lora32 = peft.get_peft_model(model32, config)
+    if selection:  # the modules PEFT adapted, against the rule written out here
+        import re
+        adapted = sorted(m for m, module in lora32.base_model.model.named_modules() if hasattr(module, "lora_A"))
+        want = sorted(f"model.layers.{l}.{path}" for l in range(model32.config.num_hidden_layers)
+                      for path in ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+                      if (re.fullmatch(TARGET_REGEX, f"model.layers.{l}.{path}") if selection == "regex"
+                          else l in LAYERS_TO_TRANSFORM))
+        assert adapted == want, (adapted, want)
     if patterns:  # what PEFT resolved, against the rule written out here
         import re
         for mname, module in lora32.base_model.model.named_modules():
@@ -314,7 +334,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tests/fixtures/models")
     parser.add_argument("--only", help="write this model's plain adapter (lora/) alone, e.g. gemma2")
+    parser.add_argument("--selection", action="store_true",
+                        help="write llama's lora_regex/ and lora_layers/ alone (TARGET_REGEX, LAYERS_TO_TRANSFORM)")
     args = parser.parse_args()
+    if args.selection:
+        make_one(args.models, "llama", 7, selection="regex")
+        make_one(args.models, "llama", 8, selection="layers")
+        return
     seeds = {"llama": 0, "qwen2": 1, "gemma": 2, "gemma2": 6}  # gemma2 added later: its own seed
     if args.only:
         make_one(args.models, args.only, seeds[args.only])
@@ -324,6 +350,8 @@ def main():
     make_one(args.models, "llama", 3, rslora=True)
     make_one(args.models, "llama", 4, patterns=True)
     make_one(args.models, "llama", 5, rslora=True, patterns=True)
+    make_one(args.models, "llama", 7, selection="regex")
+    make_one(args.models, "llama", 8, selection="layers")
     make_dropout(args.models)
     make_dora(args.models, dropout=False)
     make_dora(args.models, dropout=True)

@@ -75,7 +75,7 @@ int cmd_dpo(int argc, char **argv) {
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
     double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (0 for simpo and alphapo, else 1)
     double alphapo_alpha = NAN;             // NAN: --alphapo-alpha not given (0: the log-probs themselves)
-    Option options[60] = {
+    Option options[72] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
@@ -118,6 +118,7 @@ int cmd_dpo(int argc, char **argv) {
          false, false},
     };
     int count = 16 + trainer_cli_options(&c, options + 16);
+    CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, AOT, CPO, SimPO, AlphaPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);

@@ -46,7 +46,7 @@ int cmd_kto(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "kto";
     double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
-    Option options[56] = {
+    Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"reference-model", "ref_model", OPT_STRING, &reference_path,
@@ -60,6 +60,7 @@ int cmd_kto(int argc, char **argv) {
          "weight of the undesirable examples' losses", false, false},
     };
     int count = 7 + trainer_cli_options(&c, options + 7);
+    CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"kto", "KTO: learn from completions labelled desirable or undesirable (or from pairs).",
                      "marlhf kto --model SFT_MODEL --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);

@@ -13,13 +13,14 @@ int cmd_rm(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-5, 0.05, 0.1, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *loss_name = "pairwise";
     double margin = 0.0;
-    Option options[56] = {
+    Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the SFT model (its body gets a value head)", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"loss", NULL, OPT_STRING, &loss_name, "pairwise|margin|dschat|listwise", false, false},
         {"margin", NULL, OPT_FLOAT, &margin, "margin for --loss margin", false, false},
     };
     int count = 4 + trainer_cli_options(&c, options + 4);
+    CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"rm", "Train a reward model: the model's body plus a value head scored at the last token.",
                      "marlhf rm --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);

@@ -15,7 +15,7 @@ int cmd_sft(int argc, char **argv) {
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false, assistant_only_loss = false;
-    Option options[57] = {
+    Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
         {"train-on-prompt", "train_on_prompt", OPT_BOOL, &train_on_prompt,
@@ -24,6 +24,7 @@ int cmd_sft(int argc, char **argv) {
          "{\"messages\"} rows: train every assistant turn (TRL's assistant_only_loss), not only the last", false, false},
     };
     int count = 4 + trainer_cli_options(&c, options + 4);
+    CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);

@@ -1,5 +1,7 @@
 #include "cli/train_options.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@
 // Option holds pointers, not copies.
 static const struct {
     const char *prefix;
-    const char *text[8][3];
+    const char *text[10][3];
 } lora_option_texts[] = {
     {"", {{"lora-rank", "lora_dim lora_r", "LoRA rank: train low-rank adapters on a frozen model (0: train every weight)"},
           {"lora-alpha", "lora_alpha", "adapters' alpha; their output is scaled by alpha / rank (0: the rank)"},
@@ -35,7 +37,12 @@ static const struct {
            "sorted order) whose regex matches the end of its name after a dot, e.g. 'q_proj=16,layers\\.0\\..*=4' "
            "(needs --lora-rank, the default)"},
           {"lora-alpha-pattern", "alpha_pattern lora_alpha_pattern",
-           "per-module alphas, PEFT's alpha_pattern: KEY=ALPHA,... or a JSON object, matched as --lora-rank-pattern"}}},
+           "per-module alphas, PEFT's alpha_pattern: KEY=ALPHA,... or a JSON object, matched as --lora-rank-pattern"},
+          {"lora-modules-regex", "lora_target_modules_regex",
+           "modules with adapters by a regex on their whole names (PEFT's target_modules as a string, re.fullmatch), "
+           "e.g. 'model\\.layers\\.[0-3]\\..*_proj' (instead of --lora-modules)"},
+          {"lora-layers", "layers_to_transform lora_layers_to_transform",
+           "only these layers' --lora-modules have adapters (PEFT's layers_to_transform), e.g. 0,1,8-11"}}},
     {"actor-", {{"actor-lora-rank", "actor_lora_dim",
                  "LoRA rank of the actor's adapters (0: train every weight); with adapters the reference model is the "
                  "actor's frozen base, not a second copy"},
@@ -49,7 +56,10 @@ static const struct {
                 {"actor-use-dora", "actor_use_dora actor-lora-dora", "DoRA adapters on the actor (as --use-dora)"},
                 {"actor-lora-rank-pattern", "actor_rank_pattern", "per-module ranks of the actor (as --lora-rank-pattern)"},
                 {"actor-lora-alpha-pattern", "actor_alpha_pattern",
-                 "per-module alphas of the actor (as --lora-alpha-pattern)"}}},
+                 "per-module alphas of the actor (as --lora-alpha-pattern)"},
+                {"actor-lora-modules-regex", "actor_lora_target_modules_regex",
+                 "actor modules with adapters by a regex on their whole names (as --lora-modules-regex)"},
+                {"actor-lora-layers", "actor_layers_to_transform", "only these layers of the actor have adapters (as --lora-layers)"}}},
     {"critic-", {{"critic-lora-rank", "critic_lora_dim",
                   "LoRA rank of the critic's adapters (0: train every weight; its value head trains either way)"},
                  {"critic-lora-alpha", "critic_lora_alpha", "critic adapters' alpha (0: the rank)"},
@@ -60,47 +70,89 @@ static const struct {
                  {"critic-lora-rank-pattern", "critic_rank_pattern",
                   "per-module ranks of the critic (as --lora-rank-pattern)"},
                  {"critic-lora-alpha-pattern", "critic_alpha_pattern",
-                  "per-module alphas of the critic (as --lora-alpha-pattern)"}}},
+                  "per-module alphas of the critic (as --lora-alpha-pattern)"},
+                 {"critic-lora-modules-regex", "critic_lora_target_modules_regex",
+                  "critic modules with adapters by a regex on their whole names (as --lora-modules-regex)"},
+                 {"critic-lora-layers", "critic_layers_to_transform", "only these layers of the critic have adapters (as --lora-layers)"}}},
 };
 
 int lora_cli_options(LoraCli *c, const char *prefix, Option *o) {
     if (!c->modules) c->modules = "all-linear";
-    const OptionType types[8] = {OPT_INT, OPT_FLOAT, OPT_STRING, OPT_STRING, OPT_BOOL, OPT_BOOL, OPT_STRING, OPT_STRING};
-    void *targets[8] = {&c->rank, &c->alpha, &c->modules, &c->adapter, &c->rslora, &c->dora, &c->rank_pattern,
-                        &c->alpha_pattern};
+    const OptionType types[10] = {OPT_INT,  OPT_FLOAT,  OPT_STRING, OPT_STRING, OPT_BOOL,
+                                  OPT_BOOL, OPT_STRING, OPT_STRING, OPT_STRING, OPT_STRING};
+    void *targets[10] = {&c->rank,         &c->alpha,         &c->modules,       &c->adapter, &c->rslora,
+                         &c->dora,         &c->rank_pattern,  &c->alpha_pattern, &c->modules_regex, &c->layers};
     for (size_t p = 0; p < sizeof lora_option_texts / sizeof lora_option_texts[0]; p++) {
         if (strcmp(prefix, lora_option_texts[p].prefix)) continue;
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < 10; i++) {
             const char *const *text = lora_option_texts[p].text[i];
             o[i] = (Option){text[0], text[1], types[i], targets[i], text[2], false, false};
         }
-        return 8;
+        return 10;
     }
     CHECK(0, "no LoRA options for prefix '%s'", prefix);
     return 0;
+}
+
+// --lora-modules-regex and --lora-layers into lora->target_regex and lora->layers.
+static void lora_cli_selection(const LoraCli *c, const char *prefix, LoraConfig *lora) {
+    if (c->modules_regex) {
+        if (strcmp(c->modules, "all-linear"))
+            die_user("option --%slora-modules-regex chooses the modules itself: drop --%slora-modules", prefix, prefix);
+        if (!*c->modules_regex || strlen(c->modules_regex) >= sizeof lora->target_regex)
+            die_user("option --%slora-modules-regex must be 1 to %zu characters", prefix, sizeof lora->target_regex - 1);
+        snprintf(lora->target_regex, sizeof lora->target_regex, "%s", c->modules_regex);
+        lora->targets = (1u << LORA_TARGETS) - 1;
+    }
+    if (c->layers) {
+        // A comma-separated list of layers and ranges FIRST-LAST.
+        const char *p = c->layers;
+        for (;;) {
+            char *end;
+            errno = 0;
+            long first = strtol(p, &end, 10), last = first;
+            bool ok = end != p && errno == 0 && isdigit((unsigned char)*p);
+            if (ok && *end == '-') {
+                const char *q = end + 1;
+                last = strtol(q, &end, 10);
+                ok = end != q && errno == 0 && isdigit((unsigned char)*q) && last >= first;
+            }
+            if (!ok || last >= LORA_MAX_LAYERS || (*end && *end != ','))
+                die_user("option --%slora-layers must be layer indices and ranges (0 to %d) separated by commas, "
+                         "e.g. 0,1,8-11, got '%s'", prefix, LORA_MAX_LAYERS - 1, c->layers);
+            for (long l = first; l <= last; l++) lora_select_layer(lora, (int)l);
+            if (!*end) break;
+            p = end + 1;
+        }
+    }
+    if (lora_check_selection(lora) != 0)
+        die_user("option --%slora-%s: %s", prefix, c->modules_regex ? "modules-regex" : "layers", err_msg());
 }
 
 void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     memset(lora, 0, sizeof *lora);
     if (c->adapter) {
         if (c->rank != 0 || c->alpha != 0 || strcmp(c->modules, "all-linear") || c->rslora || c->dora ||
-            c->rank_pattern || c->alpha_pattern)
+            c->rank_pattern || c->alpha_pattern || c->modules_regex || c->layers)
             die_user("option --%slora-adapter takes the adapter's own rank, alpha, modules, scaling, DoRA and "
-                     "patterns: drop --%slora-rank, --%slora-alpha, --%slora-modules, --%slora-rslora, --%suse-dora, "
-                     "--%slora-rank-pattern and --%slora-alpha-pattern",
-                     prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix);
+                     "patterns: drop --%slora-rank, --%slora-alpha, --%slora-modules, --%slora-modules-regex, "
+                     "--%slora-layers, --%slora-rslora, --%suse-dora, --%slora-rank-pattern and --%slora-alpha-pattern",
+                     prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix);
         if (lora_read_adapter_config(c->adapter, lora) != 0) die_user("option --%slora-adapter: %s", prefix, err_msg());
         return;
     }
     if (c->rank < 0 || c->rank > 4096) die_user("option --%slora-rank must be in [0, 4096], got %ld", prefix, c->rank);
     if (c->alpha < 0) die_user("option --%slora-alpha must be >= 0, got %g", prefix, c->alpha);
     if (lora_parse_targets(c->modules, &lora->targets) != 0) die_user("option --%slora-modules: %s", prefix, err_msg());
+    lora_cli_selection(c, prefix, lora);
     lora->rank = (int)c->rank;
     lora->alpha = c->alpha > 0 ? (float)c->alpha : (float)c->rank;
     lora->rslora = c->rslora;
     lora->dora = c->dora;
     if (lora->rank == 0 && c->rslora) die_user("option --%slora-rslora needs --%slora-rank", prefix, prefix);
     if (lora->rank == 0 && c->dora) die_user("option --%suse-dora needs --%slora-rank", prefix, prefix);
+    if (lora->rank == 0 && (c->modules_regex || c->layers))
+        die_user("option --%slora-%s needs --%slora-rank", prefix, c->modules_regex ? "modules-regex" : "layers", prefix);
     const char *pattern_text[2] = {c->rank_pattern, c->alpha_pattern};
     for (int k = 0; k < 2; k++) {
         if (!pattern_text[k]) continue;

@@ -18,9 +18,11 @@ typedef struct {
     bool rslora;   // scale by alpha / sqrt(rank)
     bool dora;     // DoRA: a trained magnitude per output row (PEFT's use_dora)
     char *rank_pattern, *alpha_pattern; // PEFT's rank_pattern / alpha_pattern (model/lora.h), or NULL
+    char *modules_regex; // PEFT's target_modules as a regex (LoraConfig.target_regex), or NULL
+    char *layers;        // PEFT's layers_to_transform as "0,1,8-11", or NULL
 } LoraCli;
 
-// Adds the eight options for `prefix` ("", "actor-" or "critic-") and returns how many.
+// Adds the ten options for `prefix` ("", "actor-" or "critic-") and returns how many.
 int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);

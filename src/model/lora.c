@@ -152,6 +152,52 @@ static int pattern_matches(const char *key, const char *name, const char *what) 
     return rc >= 0;
 }
 
+// re.fullmatch(regex, name), as PEFT matches a target_modules string: 1 or 0, or -1 with
+// err_set() on a bad regex.
+static int regex_fullmatch(const char *regex, const char *name) {
+    int code;
+    PCRE2_SIZE offset;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                                   &code, &offset, NULL);
+    if (!re) {
+        PCRE2_UCHAR message[128];
+        pcre2_get_error_message(code, message, sizeof message);
+        return err_set("target_modules '%s' is not a regular expression: %s", regex, (const char *)message);
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    const int rc = pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0;
+}
+
+static bool layer_listed(const LoraConfig *lora, int layer) {
+    return layer >= 0 && layer < LORA_MAX_LAYERS && (lora->layers[layer / 64] >> (layer % 64) & 1);
+}
+
+void lora_select_layer(LoraConfig *lora, int layer) {
+    CHECK(layer >= 0 && layer < LORA_MAX_LAYERS, "LoRA layer %d out of range", layer);
+    lora->layer_subset = true;
+    lora->layers[layer / 64] |= 1ull << (layer % 64);
+}
+
+// Whether module t of `layer` (one of lora->targets) has adapters: PEFT's
+// check_target_module_exists for a string target_modules or layers_to_transform. Returns 1
+// or 0, or -1 with err_set() on a bad regex.
+static int module_selected(const LoraConfig *lora, int layer, LoraTarget t) {
+    if (lora->target_regex[0]) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.%d.%s", layer, target_paths[t]);
+        return regex_fullmatch(lora->target_regex, name);
+    }
+    return !lora->layer_subset || layer_listed(lora, layer);
+}
+
+bool lora_selection_equal(const LoraConfig *a, const LoraConfig *b) {
+    if (strcmp(a->target_regex, b->target_regex) || a->layer_subset != b->layer_subset) return false;
+    return !a->layer_subset || !memcmp(a->layers, b->layers, sizeof a->layers);
+}
+
 // The value of the first of `patterns` (in the given order) selecting `name`, or `fallback`.
 static int resolve(const LoraPattern *patterns, int count, const int *order, const char *name, float fallback,
                    const char *what, float *value) {
@@ -222,6 +268,26 @@ int lora_check_patterns(const LoraConfig *lora) {
             if (k == 1 && !(v > 0 && isfinite(v)))
                 return err_set("%s: the alpha of '%s' must be positive, got %g", what, list[i].key, v);
             if (pattern_matches(list[i].key, "", what) < 0) return -1;
+        }
+    }
+    return lora_check_selection(lora);
+}
+
+int lora_check_selection(const LoraConfig *lora) {
+    if (lora->target_regex[0] && lora->layer_subset)
+        return err_set("layers_to_transform cannot be used with a target_modules regex (PEFT refuses it too)");
+    if (lora->layer_subset) {
+        bool any = false;
+        for (int i = 0; i < LORA_MAX_LAYERS / 64; i++) any |= lora->layers[i] != 0;
+        if (!any) return err_set("layers_to_transform names no layer");
+    }
+    if (lora->target_regex[0]) {
+        // PEFT would put adapters on these linear layers too; marlhf has none for them.
+        const char *others[3] = {"lm_head", "score", "model.embed_tokens"};
+        for (int i = 0; i < 3; i++) {
+            const int m = regex_fullmatch(lora->target_regex, others[i]);
+            if (m < 0) return -1;
+            if (m) return err_set("target_modules '%s' matches %s, which marlhf does not adapt", lora->target_regex, others[i]);
         }
     }
     return 0;
@@ -340,12 +406,24 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     }
     if (!targets) return err_set("no LoRA module chosen");
     if (lora_check_patterns(lora) != 0) return -1;
+    for (int l = cfg->num_layers; l < LORA_MAX_LAYERS; l++)
+        if (lora->layer_subset && layer_listed(lora, l))
+            return err_set("layers_to_transform names layer %d; the model has %d layers (0 to %d)", l, cfg->num_layers,
+                           cfg->num_layers - 1);
     int *ranks = xcalloc((size_t)cfg->num_layers * LORA_TARGETS, sizeof(int));
     float *scales = xcalloc((size_t)cfg->num_layers * LORA_TARGETS, sizeof(float));
     int max_rank = 0;
+    unsigned adapted = 0; // the targets some layer's module of which has adapters
     for (int l = 0; l < cfg->num_layers; l++)
         for (int t = 0; t < LORA_TARGETS; t++) {
             if (!(targets & (1u << t))) continue;
+            const int selected = module_selected(lora, l, (LoraTarget)t);
+            if (selected < 0) {
+                free(ranks), free(scales);
+                return -1;
+            }
+            if (!selected) continue; // rank 0: no entries, no adapter term (lora_forward)
+            adapted |= 1u << t;
             float alpha = 0;
             if (module_rank_alpha(lora, l, (LoraTarget)t, &ranks[module_index(l, (LoraTarget)t)], &alpha) != 0) {
                 free(ranks), free(scales);
@@ -355,6 +433,13 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
             scales[module_index(l, (LoraTarget)t)] = scale_of(alpha, r, lora->rslora);
             if (r > max_rank) max_rank = r;
         }
+    if (!adapted) {
+        free(ranks), free(scales);
+        return lora->target_regex[0] ? err_set("target_modules '%s' matches none of the model's modules "
+                                               "(model.layers.L.self_attn.q_proj ...)", lora->target_regex)
+                                     : err_set("no LoRA module chosen");
+    }
+    targets = adapted;
     // DoRA over a quantized base (QDoRA) takes its magnitudes and weight norms from the
     // dequantized weights (the backend's dequantize_rows).
     if (lora->dora && model->quantized && !model->ops->dequantize_rows) {
@@ -372,9 +457,10 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
         for (int t = 0; t < LORA_TARGETS; t++) {
             if (!(targets & (1u << t))) continue;
             long in, out;
+            const int r = ranks[module_index(l, (LoraTarget)t)];
+            if (r == 0) continue; // not selected in this layer
             target_shape(cfg, (LoraTarget)t, &in, &out);
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, target_paths[t]);
-            const int r = ranks[module_index(l, (LoraTarget)t)];
             param_table_append(&model->table, name, l, offsetof(LayerTensors, lora_a) + (size_t)t * sizeof(float *),
                                r, in);
             snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, target_paths[t]);
@@ -528,6 +614,13 @@ void lora_describe(const Model *model, char *out, size_t size) {
     char dropout[48] = "";
     if (model->lora.dropout > 0) snprintf(dropout, sizeof dropout, ", dropout %g", model->lora.dropout);
     char patterns[64] = "";
+    if (model->lora.target_regex[0] || model->lora.layer_subset) {
+        // Only some layers' modules: name them by what chose them.
+        long adapted = 0;
+        for (int i = model->lora_first_entry; i < model->table.count; i++) adapted += !!strstr(model->table.entries[i].name, ".lora_A.");
+        snprintf(modules + strlen(modules), sizeof modules - strlen(modules), " (%ld modules, by %s)", adapted,
+                 model->lora.target_regex[0] ? "target_modules regex" : "layers_to_transform");
+    }
     if (model->lora.rank_patterns || model->lora.alpha_patterns)
         snprintf(patterns, sizeof patterns, " (per module: %d rank, %d alpha patterns; largest rank %d)",
                  model->lora.rank_patterns, model->lora.alpha_patterns, model->lora_max_rank);
@@ -770,7 +863,15 @@ int lora_write_adapter(const Model *model, const float *params, const char *mode
     json_t *modules = json_array();
     for (int t = 0; t < LORA_TARGETS; t++)
         if (model->lora.targets & (1u << t)) json_array_append_new(modules, json_string(target_names[t]));
+    if (model->lora.target_regex[0]) json_decref(modules), modules = json_string(model->lora.target_regex);
     json_object_set_new(config, "target_modules", modules);
+    json_t *layers = json_null();
+    if (model->lora.layer_subset) {
+        layers = json_array();
+        for (int l = 0; l < model->config.num_layers; l++)
+            if (layer_listed(&model->lora, l)) json_array_append_new(layers, json_integer(l));
+    }
+    json_object_set_new(config, "layers_to_transform", layers);
     // PEFT's per-module ranks and alphas ({} when none, as PEFT writes them).
     json_t *rank_pattern = json_object(), *alpha_pattern = json_object();
     for (int i = 0; i < model->lora.rank_patterns; i++)
@@ -832,6 +933,27 @@ static int read_patterns(json_t *config, const char *field, const char *path, Lo
     return 0;
 }
 
+// PEFT's layers_to_transform (absent, null, a layer or a list of layers) and layers_pattern
+// (absent, null, or the "layers" of model.layers.L, which marlhf's names have).
+static int read_layers(json_t *config, const char *path, LoraConfig *lora) {
+    json_t *layers = json_object_get(config, "layers_to_transform"), *pattern = json_object_get(config, "layers_pattern");
+    if (pattern && !json_is_null(pattern) &&
+        !(json_is_string(pattern) && !strcmp(json_string_value(pattern), "layers")) &&
+        !(json_is_array(pattern) && json_array_size(pattern) == 1 && json_is_string(json_array_get(pattern, 0)) &&
+          !strcmp(json_string_value(json_array_get(pattern, 0)), "layers")))
+        return err_set("%s: \"layers_pattern\" must be \"layers\" (model.layers.L), or null", path);
+    if (!layers || json_is_null(layers) || (json_is_array(layers) && json_array_size(layers) == 0)) return 0;
+    json_t *one = json_is_array(layers) ? NULL : layers;
+    for (size_t i = 0; i < (one ? 1 : json_array_size(layers)); i++) {
+        json_t *layer = one ? one : json_array_get(layers, i);
+        if (!json_is_integer(layer) || json_integer_value(layer) < 0 || json_integer_value(layer) >= LORA_MAX_LAYERS)
+            return err_set("%s: \"layers_to_transform\" must be a layer index (0 to %d) or a list of them", path,
+                           LORA_MAX_LAYERS - 1);
+        lora_select_layer(lora, (int)json_integer_value(layer));
+    }
+    return 0;
+}
+
 static int read_adapter_config(const char *dir, AdapterConfig *out) {
     memset(out, 0, sizeof *out);
     char *path = fs_join(dir, "adapter_config.json");
@@ -865,8 +987,8 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
     else if (read_patterns(config, "rank_pattern", path, out->lora.rank_pattern, &out->lora.rank_patterns) != 0 ||
              read_patterns(config, "alpha_pattern", path, out->lora.alpha_pattern, &out->lora.alpha_patterns) != 0)
         rc = -1;
-    else if (json_object_get(config, "layers_to_transform") && !json_is_null(json_object_get(config, "layers_to_transform")))
-        rc = err_set("%s: adapters on some layers only (\"layers_to_transform\") are not supported", path);
+    else if (read_layers(config, path, &out->lora) != 0)
+        rc = -1;
     else if (json_object_get(config, "use_dora") && !json_is_boolean(json_object_get(config, "use_dora")))
         rc = err_set("%s: \"use_dora\" must be true or false", path);
     else if (dropout && !json_is_null(dropout) &&
@@ -876,8 +998,16 @@ static int read_adapter_config(const char *dir, AdapterConfig *out) {
         rc = err_set("%s: \"use_rslora\" must be true or false", path);
     else if (json_is_string(modules) && !strcmp(json_string_value(modules), "all-linear"))
         out->lora.targets = (1u << LORA_TARGETS) - 1;
-    else if (!json_is_array(modules))
-        rc = err_set("%s: \"target_modules\" must be a list of module names (patterns are not supported)", path);
+    else if (json_is_string(modules)) { // PEFT's regex form: re.fullmatch on each module's name
+        if (strlen(json_string_value(modules)) >= sizeof out->lora.target_regex)
+            rc = err_set("%s: the \"target_modules\" regex is longer than %zu characters", path,
+                         sizeof out->lora.target_regex - 1);
+        else {
+            snprintf(out->lora.target_regex, sizeof out->lora.target_regex, "%s", json_string_value(modules));
+            out->lora.targets = (1u << LORA_TARGETS) - 1;
+        }
+    } else if (!json_is_array(modules))
+        rc = err_set("%s: \"target_modules\" must be a list of module names or a regex", path);
     size_t i;
     json_t *module;
     if (rc == 0 && json_is_array(modules))
@@ -920,7 +1050,9 @@ static int check_adapter_config(const Model *model, const char *dir) {
     char want[32];
     snprintf(want, sizeof want, "%016llx", model->lora_base_fingerprint);
     if (config.lora.rank != model->lora.rank || config.lora.alpha != model->lora.alpha ||
-        config.lora.targets != model->lora.targets || config.lora.rslora != model->lora.rslora ||
+        (config.lora.target_regex[0] ? !lora_selection_equal(&config.lora, &model->lora)
+                                     : config.lora.targets != model->lora.targets || !lora_selection_equal(&config.lora, &model->lora)) ||
+        config.lora.rslora != model->lora.rslora ||
         config.lora.dora != model->lora.dora || !lora_patterns_equal(&config.lora, &model->lora))
         return err_set("%s/adapter_config.json: adapter of rank %d, alpha %g%s%s does not match this run's LoRA options "
                        "(rank %d, alpha %g%s%s) or modules or per-module ranks and alphas", dir, config.lora.rank, config.lora.alpha,

@@ -62,6 +62,15 @@ int lora_check_patterns(const LoraConfig *lora);
 int lora_parse_patterns(const char *text, const char *what, LoraPattern *patterns, int *count);
 // Whether two configurations have the same patterns, in the same order.
 bool lora_patterns_equal(const LoraConfig *a, const LoraConfig *b);
+// Checks LoraConfig.target_regex and .layers: a regex PCRE2 compiles that matches none of
+// lm_head, score and model.embed_tokens (PEFT would adapt them; marlhf cannot), not both
+// forms at once, at least one layer. lora_check_patterns checks this too. Returns -1 with
+// err_set() otherwise.
+int lora_check_selection(const LoraConfig *lora);
+// Adds `layer` to lora->layers (PEFT's layers_to_transform) and sets lora->layer_subset.
+void lora_select_layer(LoraConfig *lora, int layer);
+// Whether two configurations choose the same modules by regex and layers (LoraConfig.target_regex, .layers).
+bool lora_selection_equal(const LoraConfig *a, const LoraConfig *b);
 
 // in_features and out_features of a target's linear layer in a model of this shape.
 long lora_in_features(const ModelConfig *cfg, LoraTarget target);

@@ -91,6 +91,7 @@ typedef struct {
 // the first key k for which the regex (.*\.)?(k)$ matches its whole name
 // ("model.layers.L.self_attn.q_proj"), as PEFT's get_pattern_key does.
 #define LORA_MAX_PATTERNS 16
+#define LORA_MAX_LAYERS 256 // the layers LoraConfig.layers can name
 typedef struct {
     char key[128];
     float value; // a rank (a whole number) or an alpha
@@ -105,6 +106,14 @@ typedef struct {
     double dropout;    // PEFT's lora_dropout: an adapter's input is dropped with this probability
                        // in training passes (between lora_dropout_begin and _end), never at inference
     bool dora;         // DoRA (Liu et al. 2024, PEFT's use_dora): a trained magnitude per output row
+    // Which of the `targets` modules have adapters, in PEFT's two narrower forms (both empty:
+    // every layer's). target_regex is target_modules given as one string: a module has
+    // adapters when the regex matches its whole name ("model.layers.L.self_attn.q_proj",
+    // re.fullmatch); `targets` is then all seven. layers is layers_to_transform: only these
+    // layers' modules have adapters (bit l % 64 of layers[l / 64]). PEFT takes one or the other.
+    char target_regex[128];
+    bool layer_subset;
+    unsigned long long layers[LORA_MAX_LAYERS / 64];
     int rank_patterns, alpha_patterns; // how many entries of the two lists below are used
     LoraPattern rank_pattern[LORA_MAX_PATTERNS], alpha_pattern[LORA_MAX_PATTERNS];
 } LoraConfig;

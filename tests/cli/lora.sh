@@ -83,7 +83,13 @@ bad_adapter rank_pattern_zero "rank_pattern: the rank of 'q_proj' must be a whol
 bad_adapter rank_pattern_not_object "\"rank_pattern\" must be an object" "{$good, \"rank_pattern\": [4], $all}"
 bad_adapter alpha_pattern_bad_regex "alpha_pattern key 'q_(' is not a regular expression" "{$good, \"alpha_pattern\": {\"q_(\": 4}, $all}"
 bad_adapter rank_pattern_other_shape "but the model expects [4, 64]" "{$good, \"rank_pattern\": {\"q_proj\": 4}, $all}"
-bad_adapter pattern "patterns are not supported" "{$good, \"target_modules\": \".*proj\"}"
+bad_adapter regex_lm_head "matches lm_head, which marlhf does not adapt" "{$good, \"target_modules\": \".*\"}"
+bad_adapter regex_nothing "matches none of the model's modules" "{$good, \"target_modules\": \"q_proj\"}"
+bad_adapter regex_and_layers "layers_to_transform cannot be used with a target_modules regex" \
+    "{$good, \"target_modules\": \".*_proj\", \"layers_to_transform\": [0]}"
+bad_adapter layers_not_index "\"layers_to_transform\" must be a layer index" "{$good, $all, \"layers_to_transform\": [\"0\"]}"
+bad_adapter layers_pattern "\"layers_pattern\" must be \"layers\"" "{$good, $all, \"layers_to_transform\": [0], \"layers_pattern\": \"h\"}"
+bad_adapter layers_beyond_model "names layer 7; the model has 2 layers" "{$good, $all, \"layers_to_transform\": [0, 7]}"
 bad_adapter unknown_module "c_attn" "{$good, \"target_modules\": [\"q_proj\", \"c_attn\"]}"
 bad_adapter other_rank "but the model expects [4, 64]" "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, $all}"
 mkdir -p "$tmp/bad_truncated" && cp "$final/adapter/adapter_config.json" "$tmp/bad_truncated/"
@@ -153,6 +159,57 @@ expect_error ppo_actor_pattern_needs_rank "--actor-lora-rank-pattern needs --act
     --actor-model "$model" --reward-model "$model" --prompts "$data/sft.jsonl" --output "$tmp/x" \
     --actor-lora-rank-pattern 'q_proj=2'
 [ ! -e "$tmp/x" ] && pass lora_pattern_refusals_write_nothing || fail lora_pattern_refusals_write_nothing "$tmp/x exists"
+
+# PEFT's narrower module choices: --lora-layers (layers_to_transform) and --lora-modules-regex
+# (target_modules as one regex, re.fullmatch on the whole name). The adapter folder holds
+# exactly the chosen modules and says how they were chosen (PEFT reads it back to the merged
+# model's logits: tools/check_lora_export.py), and the adapter on the base computes the
+# merged model. tests/test_model.c checks PEFT's own folders of both kinds.
+for selection in layers regex; do
+    if [ $selection = layers ]; then choose=(--lora-layers 1); else choose=(--lora-modules-regex 'model\.layers\.0\.self_attn\.(q|v)_proj|.*\.down_proj'); fi
+    "$bin" sft "${sft[@]}" --learning-rate 1e-2 --lora-rank 4 "${choose[@]}" --max-steps 2 --output "$tmp/select_$selection" \
+        2> "$tmp/select_$selection.err"
+    "$bin" logprobs --model "$tmp/select_$selection/final" --input "$tmp/ids.jsonl" > "$tmp/select_${selection}_merged.jsonl" 2> /dev/null
+    "$bin" logprobs --model "$model" --lora-adapter "$tmp/select_$selection/final" --input "$tmp/ids.jsonl" \
+        > "$tmp/select_${selection}_adapter.jsonl" 2>> "$tmp/select_$selection.err"
+    python3 - $selection "$tmp/select_$selection/final/adapter" "$tmp/select_${selection}_merged.jsonl" \
+        "$tmp/select_${selection}_adapter.jsonl" "$tmp/base.jsonl" << 'EOF' && pass "sft_lora_$selection" || fail "sft_lora_$selection" "$(tail -n 2 "$tmp/select_$selection.err")"
+import json, struct, sys
+selection, folder = sys.argv[1:3]
+config = json.load(open(folder + "/adapter_config.json"))
+with open(folder + "/adapter_model.safetensors", "rb") as f:
+    names = sorted(k for k in json.loads(f.read(struct.unpack("<Q", f.read(8))[0])) if k != "__metadata__")
+modules = sorted({n.rsplit(".lora_", 1)[0].replace("base_model.model.", "") for n in names})
+paths = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+if selection == "layers":
+    assert config["layers_to_transform"] == [1] and len(config["target_modules"]) == 7, config
+    want = sorted(f"model.layers.1.{p}" for p in paths)
+else:
+    assert config["target_modules"] == r"model\.layers\.0\.self_attn\.(q|v)_proj|.*\.down_proj", config
+    assert config["layers_to_transform"] is None, config
+    want = sorted(["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj", "model.layers.0.mlp.down_proj",
+                   "model.layers.1.mlp.down_proj"])
+assert modules == want, (modules, want)
+merged, adapter, base = (json.loads(open(p).readline())["logprobs"] for p in sys.argv[3:])
+assert max(abs(x - y) for x, y in zip(merged, adapter)) < 1e-5, (merged, adapter)
+assert merged != base, "the adapters changed nothing"
+EOF
+done
+expect_error lora_layers_malformed "option --lora-layers must be layer indices and ranges" \
+    "$bin" sft "${sft[@]}" --lora-rank 4 --lora-layers 1-x --output "$tmp/x"
+expect_error lora_layers_beyond_model "names layer 9; the model has 2 layers" \
+    "$bin" sft "${sft[@]}" --lora-rank 4 --lora-layers 0,9 --output "$tmp/x"
+expect_error lora_regex_with_modules "option --lora-modules-regex chooses the modules itself" \
+    "$bin" sft "${sft[@]}" --lora-rank 4 --lora-modules q_proj --lora-modules-regex '.*q_proj' --output "$tmp/x"
+expect_error lora_regex_and_layers "option --lora-modules-regex: layers_to_transform cannot be used" \
+    "$bin" sft "${sft[@]}" --lora-rank 4 --lora-layers 0 --lora-modules-regex '.*q_proj' --output "$tmp/x"
+expect_error lora_regex_bad "is not a regular expression" \
+    "$bin" sft "${sft[@]}" --lora-rank 4 --lora-modules-regex 'q_(' --output "$tmp/x"
+expect_error lora_layers_needs_rank "option --lora-layers needs --lora-rank" \
+    "$bin" sft "${sft[@]}" --lora-layers 0 --output "$tmp/x"
+expect_error ppo_actor_layers_beyond_model "names layer 5" "$bin" ppo --actor-model "$model" --reward-model "$model" \
+    --prompts "$data/sft.jsonl" --output "$tmp/x" --actor-lora-rank 4 --actor-lora-layers 5
+[ ! -e "$tmp/x" ] && pass lora_selection_refusals_write_nothing || fail lora_selection_refusals_write_nothing "$tmp/x exists"
 
 # rsLoRA (--lora-rslora: scale alpha / sqrt(rank)): the adapter says so, applied to the base it
 # computes what the merged model does, and it trains otherwise than alpha / rank; PEFT's own
