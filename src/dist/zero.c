@@ -35,6 +35,8 @@ typedef struct {
     int shard_id;                    // its optimizer's AdamW.shard_id, or its own: requests and announcements name it
     bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
     bool gathered;                   // stage 3: whole on every rank from dist_weights_gather_all to dist_weights_reshard
+    bool globals_whole;              // stage 3: the global tensors' other parts are here (from a pass of this model
+                                     // to another sharded model's pass or an optimizer step; stage3_use)
 } ShardPlan;
 
 // Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
@@ -218,8 +220,37 @@ static void stage3_layer(Model *model, int layer, bool needed, void *context) {
     }
 }
 
-// Model.weight_hook.read on rank 0: the global tensors and its own shard copied, the rest of
-// the layers asked of their owners (which answer in dist_serve_shards), span by span.
+// The global tensors (embeddings, final norm, heads) of a sharded model: gathered whole
+// (needed) or the other ranks' parts given back. Every rank changes globals_whole at the same
+// points (stage3_use, the optimizer step, the hybrid engine's gather and reshard), so the
+// gathers meet.
+static void stage3_globals(Model *model, ShardPlan *plan, bool needed) {
+    if (plan->globals_whole == needed) return;
+    for (int i = 0; i < plan->span_count; i++) {
+        const GradientSpan *span = &plan->spans[i];
+        if (is_layer_span(model, span)) continue;
+        if (needed) stage3_gather_span(model, plan, span->begin, span->end);
+        else stage3_release_span(model, plan, span->begin, span->end);
+    }
+    plan->globals_whole = needed;
+}
+
+// Before each pass of a sharded model, run or played: the global tensors of every other
+// sharded model are given back, and this one's gathered if they are not here. A pass reads
+// them from its start (the embeddings) to after its end (the heads run outside the model's
+// forward, model_logprobs and model_values), and passes of two models never interleave
+// (stage3_announce), so one model's global tensors are whole at a time.
+static void stage3_use(Model *model, ShardPlan *plan) {
+    for (int i = 0; i < MAX_STAGE3_MODELS; i++) {
+        Model *other = stage3_models[i];
+        ShardPlan *other_plan = other && other != model ? plan_of(other) : NULL;
+        if (other_plan && !other_plan->whole && other_plan->globals_whole) stage3_globals(other, other_plan, false);
+    }
+    stage3_globals(model, plan, true);
+}
+
+// Model.weight_hook.read on rank 0: its own shard copied, the rest asked of the owners
+// (which answer in dist_serve_shards), span by span.
 static void stage3_read(const Model *model, long first, long count, float *out, void *context) {
     const ShardPlan *plan = context;
     CHECK(dist_rank() == 0, "ZeRO stage 3: weights read on rank %d (only rank 0 writes)", dist_rank());
@@ -233,10 +264,6 @@ static void stage3_read(const Model *model, long first, long count, float *out, 
         const GradientSpan *span = &plan->spans[i];
         const long from = first > span->begin ? first : span->begin, to = end < span->end ? end : span->end;
         if (to <= from) continue;
-        if (!is_layer_span(model, span)) { // whole everywhere
-            memcpy(out + (from - first), params + from, (size_t)(to - from) * sizeof(float));
-            continue;
-        }
         for (int r = 0; r < dist_world_size(); r++) {
             long lo, hi;
             shard_overlap(plan->counts, plan->displs, r, from, to, &lo, &hi);
@@ -270,7 +297,6 @@ static int stage3_announce(int kind, int *shard_id) {
 
 static void stage3_pass(Model *model, int kind, void *context) {
     ShardPlan *plan = context;
-    (void)model;
     // A backward's gradient sums are collectives that a draining rank plays only for a
     // sharded model: with the weights gathered the ranks would stop in step no more.
     CHECK(!(plan->gathered && kind == MODEL_PASS_BACKWARD),
@@ -278,6 +304,7 @@ static void stage3_pass(Model *model, int kind, void *context) {
     if (plan->whole || draining) return;
     int shard_id = plan->shard_id;
     stage3_announce(kind, &shard_id);
+    stage3_use(model, plan);
 }
 
 // The collectives of a pass of `kind` without running it, in model.h's order (Model.weight_hook):
@@ -285,6 +312,7 @@ static void stage3_pass(Model *model, int kind, void *context) {
 // outside its shard, so it adds nothing it does not own).
 static void stage3_play_pass(Model *model, ShardPlan *plan, int kind) {
     const int L = model->config.num_layers;
+    stage3_use(model, plan);
     if (kind == MODEL_PASS_FORWARD) {
         for (int l = 0; l < L; l++) stage3_layer(model, l, true, plan), stage3_layer(model, l, false, plan);
         return;
@@ -333,6 +361,9 @@ void dist_weights_start(Model *model) {
         if (is_layer_span(model, span)) stage3_release_span(model, plan, span->begin, span->end);
         else dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
     }
+    // Rank 0's global tensors everywhere, of which each rank keeps its shard until a pass.
+    plan->globals_whole = true;
+    stage3_globals(model, plan, false);
     plan->whole = false;
 }
 
@@ -345,6 +376,7 @@ void dist_weights_gather_all(Model *model) {
     CHECK(!plan->whole, "ZeRO stage 3: a gather of a model already whole");
     for (int i = 0; i < plan->span_count; i++)
         if (is_layer_span(model, &plan->spans[i])) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    stage3_globals(model, plan, true);
     plan->whole = plan->gathered = true;
 }
 
@@ -356,6 +388,7 @@ void dist_weights_reshard(Model *model) {
     CHECK(plan->gathered, "ZeRO stage 3: a reshard of a model that is not gathered");
     for (int i = 0; i < plan->span_count; i++)
         if (is_layer_span(model, &plan->spans[i])) stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    stage3_globals(model, plan, false);
     plan->whole = plan->gathered = false;
 }
 
@@ -416,13 +449,10 @@ void dist_moving_average(Model *follower, const Model *trained, float beta) {
         trained->ops->moving_average(average, x, beta, model_trainable_floats(trained));
         return;
     }
-    for (int i = 0; i < plan->span_count; i++) {
-        const GradientSpan *span = &plan->spans[i];
-        long lo = span->begin, hi = span->end; // a global span: every rank holds it all
-        if (is_layer_span(follower, span))
-            shard_overlap(plan->counts, plan->displs, dist_rank(), span->begin, span->end, &lo, &hi);
-        if (hi > lo) trained->ops->moving_average(average + lo, x + lo, beta, hi - lo);
-    }
+    // This rank's shard, where the trained model keeps its current weights too.
+    long lo, hi;
+    shard_overlap(plan->counts, plan->displs, dist_rank(), 0, model_trainable_floats(follower), &lo, &hi);
+    if (hi > lo) trained->ops->moving_average(average + lo, x + lo, beta, hi - lo);
 }
 
 // The layers' weights to rank 0, span by span and rank by rank: every rank walks the same
@@ -434,7 +464,6 @@ void dist_weights_gather_to_main(Model *model) {
     const long slice = dist_collective_floats();
     float *params = model_trainable_params(model);
     for (int i = 0; i < plan->span_count; i++) {
-        if (!is_layer_span(model, &plan->spans[i])) continue;
         for (int r = 1; r < world; r++) {
             long lo, hi;
             shard_overlap(plan->counts, plan->displs, r, plan->spans[i].begin, plan->spans[i].end, &lo, &hi);
@@ -446,7 +475,7 @@ void dist_weights_gather_to_main(Model *model) {
             }
         }
     }
-    if (rank == 0) plan->whole = true;
+    if (rank == 0) plan->whole = plan->globals_whole = true;
 }
 
 void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage) {
@@ -595,11 +624,10 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     if (!is_sharded(opt)) return;
     ShardPlan *plan = plan_of(model);
     if (plan && plan->stage3) {
-        // The layers stay sharded (each is gathered when it runs); the global tensors, which
-        // every pass reads, go to every rank.
+        // Everything stays sharded: each layer is gathered when it runs, the global tensors at
+        // the model's next pass (stage3_use); the other ranks' parts of them held now are stale.
         CHECK(!plan->whole, "ZeRO stage 3: an optimizer step while the weights are gathered");
-        for (int i = 0; i < plan->span_count; i++)
-            if (!is_layer_span(model, &plan->spans[i])) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+        stage3_globals(model, plan, false);
         return;
     }
     const int world = dist_world_size(), rank = dist_rank();

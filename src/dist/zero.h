@@ -26,9 +26,10 @@
 // Stage 3 (`--zero-stage 3`) shards the layers' weights as well, in the same shards: between
 // its uses a rank holds its shard of each layer, and a layer's weights are gathered (an
 // all-gather) just before it runs, forward or backward, and given back just after
-// (Model.weight_hook). The global tensors -- embeddings, final norm, LM and value heads --
-// stay whole on every rank (the tied head reads the token table at both ends of a pass);
-// after each optimizer step only they are gathered. Every pass is then collectives, so the
+// (Model.weight_hook). The global tensors -- embeddings, final norm, LM and value heads -- are
+// sharded too, but read at both ends of a pass (the embeddings first, the heads after the
+// model's forward returns), so they are gathered at a pass's start and kept until another
+// sharded model's pass or an optimizer step (stage3_use): one model's at a time. Every pass is then collectives, so the
 // ranks must run their passes in step: each forward and backward announces itself, and a rank
 // that has finished its own work calls dist_weights_drain, which plays the collectives of
 // the others' passes (with zero gradients) until every rank is draining. The training loops
@@ -58,9 +59,9 @@ void dist_backward_round_begin(Model *model);
 void dist_backward_round_end(Model *model);
 // Every rank starts from rank 0's weights (collective; after a resume's reload). Unsharded,
 // they are broadcast whole (dist_broadcast_weights). Under stage 3 only the global tensors
-// are: each rank loaded its shard of the layers from the same files itself
-// (dist_weights_load_range), and the layers are sharded from here (a model loaded whole
-// gives back the pages of the parts other ranks own).
+// are (each rank then keeps its shard of them): each rank loaded its shard of the layers from
+// the same files itself (dist_weights_load_range), and the layers are sharded from here (a
+// model loaded whole gives back the pages of the parts other ranks own).
 void dist_weights_start(Model *model);
 // Stage 3, DeepSpeed-Chat's hybrid engine (`--enable-hybrid-engine`): every layer gathered
 // whole on every rank at once (collective), so a stretch of forwards -- PPO's generation,
@@ -97,8 +98,8 @@ void dist_weights_shard_like(Model *follower, const Model *trained);
 // Its forwards are drained as a trained model's (dist_weights_drain). Float32 on the CPU,
 // without adapters; nothing on one process.
 void dist_weights_shard_frozen(Model *model);
-// follower = beta follower + (1 - beta) trained, elementwise, over what this rank holds of a
-// sharded follower (its shard of the layers and the global tensors), else over all of it.
+// follower = beta follower + (1 - beta) trained, elementwise, over this rank's shard of a
+// sharded follower, else over all of it.
 void dist_moving_average(Model *follower, const Model *trained, float beta);
 // Frees a model's sharding plan and hooks (a follower's; dist_adamw_free does a trained one's).
 void dist_weights_free(Model *model);

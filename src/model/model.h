@@ -190,7 +190,8 @@ typedef struct Model {
     // gradient hook's point l. The order is fixed: a forward is pass, then need/done of layers
     // 0 .. L-1; a backward is pass, gradient point L, then for l = L-1 .. 0 need l, point l,
     // done l, then point -1 (dist/zero.c plays the same order on a rank with nothing to run).
-    // The global tensors (embeddings, final norm, heads) are never asked for. NULL: nothing.
+    // The global tensors (embeddings, final norm, heads) are not asked for: `pass` is where a
+    // sharded model gathers them (dist/zero.c stage3_use). NULL: nothing.
     // `read`, where set, copies the table's floats [first, first + count) wherever they are
     // (ZeRO-3's rank 0 reads the other ranks' shards of the layers while it writes a
     // checkpoint, model_write_hf_files); NULL: they are all in Model.params.
