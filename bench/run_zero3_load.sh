@@ -8,36 +8,43 @@
 #            transformers' from_pretrained loaded on every rank (bench/torch_ddp_step.py
 #            --load), the usual way; nothing written.
 # The same shapes: batch 1 of 64 tokens per rank, AdamW. Prints each rank's peak and a table.
+# LORA=R: LoRA adapters of rank R on every linear layer, the base frozen: marlhf with
+# --lora-rank R under --zero-stage 2 (the base whole on every rank) and 3 (the base sharded),
+# PyTorch FSDP2 ZeRO-3 on a PEFT model (torch_ddp_step.py --lora R).
 # (Unsharded runs are left out: on 8 ranks PyTorch DDP's ranks hold about 3 GB each, which
 # a 23 GB machine cannot hold.)
 # Needs `make` and, for PyTorch, scripts/setup-python. The float32 folder is made once from
 # the GGUF that scripts/fetch-model brings (marlhf convert).
-#   RANKS=8 HF=/tmp/smollm2-hf [BIN=build/marlhf] bench/run_zero3_load.sh
+#   RANKS=8 HF=/tmp/smollm2-hf [LORA=16] [BIN=build/marlhf] bench/run_zero3_load.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ranks=${RANKS:-8} threads=1 py=.venv-tools/bin/python hf=${HF:-/tmp/smollm2-hf} bin=${BIN:-build/marlhf}
+ranks=${RANKS:-8} lora=${LORA:-0} threads=1 py=.venv-tools/bin/python hf=${HF:-/tmp/smollm2-hf} bin=${BIN:-build/marlhf}
 [ -x "$bin" ] || { echo "$bin missing: run make" >&2; exit 1; }
 [ -f "$hf/model.safetensors" ] || "$bin" convert models/SmolLM2-135M-Instruct.Q4_1.gguf "$hf" --overwrite >&2
 export OMP_NUM_THREADS=$threads
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 run=$(mktemp -d) out=$(mktemp)
-# Each rank under /usr/bin/time, which reports its peak resident set on exit.
-mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
-    '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
-    "$bin" sft --model "$hf" --data tests/fixtures/train/sft.jsonl --max-seq-len 64 \
-    --per-device-train-batch-size 1 --max-steps 1 --zero-stage 3 --threads $threads \
-    --output "$run/sft" --quiet 2> "$run/time.err"
-python3 - "$run/time.err" "$ranks" >> "$out" <<'PY'
+stages=3 lora_options=() torch_lora=()
+if [ "$lora" -gt 0 ]; then stages="2 3" lora_options=(--lora-rank "$lora") torch_lora=(--lora "$lora"); fi
+for stage in $stages; do
+    # Each rank under /usr/bin/time, which reports its peak resident set on exit.
+    mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
+        '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
+        "$bin" sft --model "$hf" --data tests/fixtures/train/sft.jsonl --max-seq-len 64 \
+        --per-device-train-batch-size 1 --max-steps 1 --zero-stage $stage "${lora_options[@]}" --threads $threads \
+        --output "$run/sft$stage" --quiet 2> "$run/time$stage.err"
+    python3 - "$run/time$stage.err" "$ranks" "marlhf-zero$stage${lora_options:+-lora$lora}" >> "$out" <<'PY'
 import json, re, sys
 # The ranks' lines may come interleaved through mpirun: matched anywhere in the text.
 peaks = {int(r): round(int(kb) / 1024) for r, kb in re.findall(r"rank (\d+) (\d+)", open(sys.argv[1]).read())}
 ranks = int(sys.argv[2])
-print(json.dumps({"impl": "marlhf-zero3", "ranks": ranks, "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))
+print(json.dumps({"impl": sys.argv[3], "ranks": ranks, "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))
 PY
-tail -n 1 "$out"
+    tail -n 1 "$out"
+done
 if [ -x "$py" ]; then
     "$py" bench/torch_ddp_step.py --load "$hf" --ranks "$ranks" --threads $threads --batch 1 --seq 64 \
-        --steps 1 --warmup 0 --sharding zero3 | tee -a "$out"
+        --steps 1 --warmup 0 --sharding zero3 "${torch_lora[@]}" | tee -a "$out"
 else
     echo '{"impl": "pytorch", "skipped": "run scripts/setup-python first"}'
 fi

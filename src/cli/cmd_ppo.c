@@ -414,8 +414,8 @@ int cmd_ppo(int argc, char **argv) {
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
     if (zero_stage == 3 && (c.actor_lora.rank > 0 || c.critic_lora.rank > 0))
-        die_user("option --zero-stage 3 shards the weights being trained; with LoRA adapters only the adapters "
-                 "train: use --zero-stage 2 or lower");
+        die_user("option --zero-stage 3 with LoRA adapters on the actor or critic is not built for ppo (sft, rm, dpo "
+                 "and kto have it): use --zero-stage 2 or lower");
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
     // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.

@@ -276,10 +276,13 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->zero_stage >= 1 && c->device && strcmp(c->device, "cpu"))
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
-    if (c->zero_stage == 3 && c->lora.rank > 0)
-        die_user("option --zero-stage 3 shards the weights being trained; with LoRA adapters only the adapters "
-                 "train: use --zero-stage 2 or lower");
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
+    // ZeRO-3 with LoRA shards the float32 base (dist_weights_shard_frozen's way) and trains the
+    // adapters as stage 2 does.
+    if (c->zero_stage == 3 && c->lora.rank > 0 && (quantize_requested(c->quantize) || c->lora.dora || c->lora_cli.adapter))
+        die_user("option --zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with %s (use "
+                 "--zero-stage 2)", quantize_requested(c->quantize) ? "--quantize" : c->lora.dora ? "--use-dora"
+                                                                                                  : "--lora-adapter");
     if (quantize_requested(c->quantize) && c->lora.rank == 0)
         die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "
                  "trained in full", c->quantize);
@@ -390,6 +393,8 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
     ModelLoadOptions options = *load;
     options.quantize = cli->quantize; // quantized as each tensor is read, before the adapters
     if (model_load(model, path, ops, &options) != 0) die_from_err();
+    if (cli->zero_stage == 3 && model->quantized)
+        die_user("option --zero-stage 3 with LoRA takes a float32 base, and %s is quantized (use --zero-stage 2)", path);
     lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet);
     model->recompute = cli->gradient_checkpointing;
 }

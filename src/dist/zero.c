@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
 
@@ -35,6 +36,8 @@ typedef struct {
     int shard_id;                    // its optimizer's AdamW.shard_id, or its own: requests and announcements name it
     bool whole;                      // stage 3: not sharded yet (before dist_weights_start), or rank 0 holds all (the final write)
     bool gathered;                   // stage 3: whole on every rank from dist_weights_gather_all to dist_weights_reshard
+    long region;                     // its floats: [0, region)
+    bool fingerprinted;              // a LoRA base plan: Model.lora_base_fingerprint taken (lora_base_fingerprint)
     bool globals_whole;              // stage 3: the global tensors' other parts are here (from a pass of this model
                                      // to another sharded model's pass or an optimizer step; stage3_use)
 } ShardPlan;
@@ -67,12 +70,25 @@ static bool is_layer_span(const Model *model, const GradientSpan *span) {
 static void stage2_gradients_ready(Model *model, int point, void *context);
 static void stage3_read(const Model *model, long first, long count, float *out, void *context);
 
-// A trained model's plan is its gradient hook's; that of a model without gradients (a
-// follower or a frozen model, shard_without_optimizer) its weight hook's.
+// A model's sharding plans. The gradient plan (stages 2 and 3) cuts its trainable floats;
+// the weights plan (stage 3) the floats whose weights are sharded. A fully trained model has
+// one plan, both at once; a model without gradients (a follower or a frozen model,
+// shard_without_optimizer) only a weights plan; a LoRA model under stage 3 a gradient plan of
+// its adapters (stage 2's: they stay whole) and a weights plan of its frozen base
+// (shard_lora_base). Either way a weights plan's floats are the table's from 0, so its
+// weights are model->params + its floats.
+static ShardPlan *gradient_plan(const Model *model) {
+    return model->gradient_hook.ready == stage2_gradients_ready ? model->gradient_hook.context : NULL;
+}
+
+static ShardPlan *weights_plan(const Model *model) {
+    return model->weight_hook.read == stage3_read ? model->weight_hook.context : NULL;
+}
+
+// The plan of the stage 3 machinery: the weights plan, else the gradient plan.
 static ShardPlan *plan_of(const Model *model) {
-    if (model->gradient_hook.ready == stage2_gradients_ready) return model->gradient_hook.context;
-    if (model->weight_hook.read == stage3_read) return model->weight_hook.context;
-    return NULL;
+    ShardPlan *weights = weights_plan(model);
+    return weights ? weights : gradient_plan(model);
 }
 
 // Every rank numbers its sharded optimizers and stage 3 models in the same order, so the
@@ -105,17 +121,21 @@ static int later_point_first(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-static ShardPlan *shard_plan(const Model *model) {
+// The plan of a model's trainable floats, or (frozen_base) of the floats before them, a LoRA
+// model's frozen base, cut in the shards the model had before its adapters were added (those
+// its ranks loaded, dist_weights_load_range).
+static ShardPlan *shard_plan_of(const Model *model, bool frozen_base) {
     const int world = dist_world_size();
     ShardPlan *plan = xcalloc(1, sizeof *plan);
     plan->spans = xmalloc((size_t)(model->table.count + 1) * sizeof(GradientSpan));
+    plan->region = frozen_base ? model->trainable_offset : model_trainable_floats(model);
     // Entries in table order; a run of neighbours with the same point (the padding between
     // them included, which is always zero) is one span.
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
-        if (e->offset < model->trainable_offset) continue; // frozen: no gradient
+        if ((e->offset < model->trainable_offset) != frozen_base) continue; // the other plan's
         const int point = model_gradient_point(model, e);
-        const long begin = e->offset - model->trainable_offset, end = begin + e->numel;
+        const long begin = e->offset - (frozen_base ? 0 : model->trainable_offset), end = begin + e->numel;
         GradientSpan *last = plan->span_count ? &plan->spans[plan->span_count - 1] : NULL;
         if (last && last->point == point) last->end = end;
         else plan->spans[plan->span_count++] = (GradientSpan){begin, end, point};
@@ -125,10 +145,13 @@ static ShardPlan *shard_plan(const Model *model) {
     plan->displs = xmalloc((size_t)world * sizeof(long));
     plan->lengths = xmalloc((size_t)world * sizeof(long));
     plan->offsets = xmalloc((size_t)world * sizeof(long));
-    shard_layout(model_trainable_floats(model), plan->counts, plan->displs);
+    shard_layout(frozen_base ? model->table.entries[model->lora_first_entry].offset : model_trainable_floats(model),
+                 plan->counts, plan->displs);
     plan->mine = xmalloc((size_t)dist_collective_floats() * sizeof(float));
     return plan;
 }
+
+static ShardPlan *shard_plan(const Model *model) { return shard_plan_of(model, false); }
 
 // Zeroes x[0, n) and gives the whole pages among them back to the system: the next write
 // faults in a fresh zero page, so memory is only held for gradients being computed. The
@@ -187,7 +210,7 @@ static void stage2_gradients_ready(Model *model, int point, void *context) {
 static void stage3_gather_span(Model *model, ShardPlan *plan, long begin, long end) {
     const int world = dist_world_size();
     const long slice = dist_collective_floats();
-    float *params = model_trainable_params(model);
+    float *params = model->params;
     for (long from = begin; from < end; from += slice) {
         const long to = from + slice < end ? from + slice : end;
         for (int r = 0; r < world; r++) {
@@ -202,7 +225,7 @@ static void stage3_gather_span(Model *model, ShardPlan *plan, long begin, long e
 
 // Gives back the pages of the weights of [begin, end) that other ranks own.
 static void stage3_release_span(Model *model, const ShardPlan *plan, long begin, long end) {
-    float *params = model_trainable_params(model);
+    float *params = model->params;
     long lo, hi;
     shard_overlap(plan->counts, plan->displs, dist_rank(), begin, end, &lo, &hi);
     if (hi <= lo) lo = hi = end;
@@ -254,11 +277,16 @@ static void stage3_use(Model *model, ShardPlan *plan) {
 static void stage3_read(const Model *model, long first, long count, float *out, void *context) {
     const ShardPlan *plan = context;
     CHECK(dist_rank() == 0, "ZeRO stage 3: weights read on rank %d (only rank 0 writes)", dist_rank());
-    const float *params = model_trainable_params(model);
-    const long end = first + count;
+    const float *params = model->params;
+    long end = first + count;
     if (plan->whole) {
         memcpy(out, params + first, (size_t)count * sizeof(float));
         return;
+    }
+    if (end > plan->region) { // after a LoRA model's frozen base: its adapters, whole on every rank
+        const long from = first > plan->region ? first : plan->region;
+        memcpy(out + (from - first), params + from, (size_t)(end - from) * sizeof(float));
+        end = from;
     }
     for (int i = 0; i < plan->span_count; i++) {
         const GradientSpan *span = &plan->spans[i];
@@ -317,13 +345,14 @@ static void stage3_play_pass(Model *model, ShardPlan *plan, int kind) {
         for (int l = 0; l < L; l++) stage3_layer(model, l, true, plan), stage3_layer(model, l, false, plan);
         return;
     }
-    stage2_gradients_ready(model, L, plan);
+    ShardPlan *sums = gradient_plan(model); // the weights plan itself, or a LoRA model's adapters'
+    stage2_gradients_ready(model, L, sums);
     for (int l = L - 1; l >= 0; l--) {
         stage3_layer(model, l, true, plan);
-        stage2_gradients_ready(model, l, plan);
+        stage2_gradients_ready(model, l, sums);
         stage3_layer(model, l, false, plan);
     }
-    stage2_gradients_ready(model, -1, plan);
+    stage2_gradients_ready(model, -1, sums);
 }
 
 void dist_weights_drain(Model *model) {
@@ -349,22 +378,55 @@ bool dist_weights_sharded(const Model *model) {
     return plan && plan->stage3;
 }
 
+// Model.lora_base_fingerprint of a LoRA model whose base is sharded: the hash model_add_lora
+// takes of the whole base (which no rank holds), taken by rank 0 reading the other ranks'
+// shards piece by piece, as for a checkpoint, and sent to every rank (collective).
+static void lora_base_fingerprint(Model *model, const ShardPlan *plan) {
+    unsigned long long hash = HASH_FNV1A_START;
+    if (dist_is_main()) {
+        const long piece = 1L << 20; // even: hash_floats continues word-wise
+        float *buffer = xmalloc((size_t)piece * sizeof(float));
+        for (long first = 0; first < plan->region; first += piece) {
+            const long count = plan->region - first < piece ? plan->region - first : piece;
+            stage3_read(model, first, count, buffer, (void *)plan);
+            hash = hash_floats(hash, buffer, count);
+        }
+        free(buffer);
+        dist_serving_end();
+    } else {
+        const Model *models[1] = {model};
+        dist_serve_shards(NULL, 0, models, 1);
+    }
+    dist_broadcast(&hash, sizeof hash, 0);
+    model->lora_base_fingerprint = hash;
+}
+
 void dist_weights_start(Model *model) {
     ShardPlan *plan = plan_of(model);
     if (!plan || !plan->stage3) {
         dist_broadcast_weights(model);
         return;
     }
-    float *params = model_trainable_params(model);
+    float *params = model->params;
     for (int i = 0; i < plan->span_count; i++) {
         const GradientSpan *span = &plan->spans[i];
         if (is_layer_span(model, span)) stage3_release_span(model, plan, span->begin, span->end);
-        else dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
+        // The first start: rank 0's global tensors everywhere. A later one (after a resume's
+        // reload) finds each rank's shard of them current: reread whole from the checkpoint,
+        // or, a LoRA model's frozen base, untouched since (rank 0 holds only its shard).
+        else if (plan->whole) dist_broadcast(params + span->begin, (size_t)(span->end - span->begin) * sizeof(float), 0);
     }
-    // Rank 0's global tensors everywhere, of which each rank keeps its shard until a pass.
+    // Each rank keeps its shard of the global tensors until a pass.
     plan->globals_whole = true;
     stage3_globals(model, plan, false);
     plan->whole = false;
+    if (plan->region < model->table.total) {
+        // A LoRA model: its adapters (and a trained value head) stay whole, rank 0's everywhere;
+        // the fingerprint of the sharded base is taken once, for the adapters' files.
+        dist_broadcast(params + plan->region, (size_t)(model->table.total - plan->region) * sizeof(float), 0);
+        if (!plan->fingerprinted) lora_base_fingerprint(model, plan);
+        plan->fingerprinted = true;
+    }
 }
 
 // The hybrid engine's gather: the same all-gathers as a forward's, of every layer at once,
@@ -415,10 +477,11 @@ static void follower_pass(Model *model, int kind, void *context) {
 
 // Stage 3 for a model without an optimizer: its plan, found through its weight hook.
 static void shard_without_optimizer(Model *model, void (*pass)(Model *model, int kind, void *context)) {
-    CHECK(model->ops == &ops_cpu && model->trainable_offset == 0 && !model->quantized && !model->grads &&
-              !model->gradient_hook.ready && !model->weight_hook.pass,
+    const bool lora_base = model->trainable_offset > 0; // dist_adamw_init's: the gradient plan is the adapters'
+    CHECK(model->ops == &ops_cpu && !model->quantized && !model->weight_hook.pass &&
+              (lora_base || (!model->grads && !model->gradient_hook.ready)),
           "ZeRO stage 3 on a model off the CPU, quantized, with adapters, gradients or hooks");
-    ShardPlan *plan = shard_plan(model);
+    ShardPlan *plan = shard_plan_of(model, lora_base);
     free(plan->mine), plan->mine = NULL; // no gradients to sum
     plan->stage3 = plan->whole = true;
     plan->shard_id = ++shard_ids;
@@ -462,7 +525,7 @@ void dist_weights_gather_to_main(Model *model) {
     if (!plan || !plan->stage3) return;
     const int world = dist_world_size(), rank = dist_rank();
     const long slice = dist_collective_floats();
-    float *params = model_trainable_params(model);
+    float *params = model->params;
     for (int i = 0; i < plan->span_count; i++) {
         for (int r = 1; r < world; r++) {
             long lo, hi;
@@ -495,7 +558,13 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
         ShardPlan *plan = shard_plan(model);
         model->gradient_hook.ready = stage2_gradients_ready;
         model->gradient_hook.context = plan;
-        if (zero_stage >= 3) {
+        if (zero_stage >= 3 && model->trainable_offset > 0) {
+            // LoRA: the adapters train as under stage 2 (whole weights, sharded gradients and
+            // moments); the frozen base is sharded as a frozen model's weights are.
+            CHECK(model->lora.rank > 0 && !model->lora.dora && !model->quantized && !model->weight_hook.pass,
+                  "ZeRO stage 3 on a partly frozen model that is not a float32 LoRA model without DoRA");
+            shard_without_optimizer(model, stage3_pass);
+        } else if (zero_stage >= 3) {
             // The whole model is trainable (no frozen base), and not sharded until dist_weights_start.
             CHECK(model->trainable_offset == 0 && !model->quantized && !model->weight_hook.pass,
                   "ZeRO stage 3 on a partly frozen or quantized model, or one with a weight hook");
@@ -510,12 +579,17 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     }
 }
 
-void dist_weights_free(Model *model) {
-    ShardPlan *plan = plan_of(model);
-    if (!plan) return;
-    stage3_unregister(model);
+static void free_plan(ShardPlan *plan) {
     free(plan->spans), free(plan->counts), free(plan->displs), free(plan->lengths), free(plan->offsets);
     free(plan->mine), free(plan);
+}
+
+void dist_weights_free(Model *model) {
+    ShardPlan *weights = weights_plan(model), *gradients = gradient_plan(model);
+    if (!weights && !gradients) return;
+    stage3_unregister(model);
+    if (weights) free_plan(weights);
+    if (gradients && gradients != weights) free_plan(gradients);
     model->gradient_hook.ready = NULL, model->gradient_hook.context = NULL;
     memset(&model->weight_hook, 0, sizeof model->weight_hook);
 }
@@ -526,22 +600,23 @@ void dist_adamw_free(AdamW *opt, Model *model) {
 }
 
 void dist_zero_grad(Model *model) {
-    if (plan_of(model)) release_zeroed(model->grads, model_trainable_floats(model));
+    if (gradient_plan(model)) release_zeroed(model->grads, model_trainable_floats(model));
     else model_zero_grad(model);
 }
 
 void dist_backward_round_begin(Model *model) {
-    ShardPlan *plan = plan_of(model);
+    ShardPlan *plan = gradient_plan(model);
     if (plan) plan->round_start = plan->backwards;
 }
 
 void dist_backward_round_end(Model *model) {
-    ShardPlan *plan = plan_of(model);
-    if (!plan) return;
-    if (plan->stage3) { // every pass in step, whatever each rank ran (stage3_announce)
+    ShardPlan *weights = weights_plan(model);
+    if (weights && weights->stage3) { // every pass in step, whatever each rank ran (stage3_announce)
         dist_weights_drain(model);
         return;
     }
+    ShardPlan *plan = gradient_plan(model);
+    if (!plan) return;
     const long ran = plan->backwards - plan->round_start;
     CHECK(ran <= 1, "ZeRO stage 2: %ld backwards in one round (one at most: the ranks' sums would not match)", ran);
     if (ran == 1) return;
@@ -612,7 +687,7 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
         dist_sum_gradients(model);
         return grad_global_norm(model);
     }
-    if (!plan_of(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
+    if (!gradient_plan(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
     const long mine = opt->end - opt->begin;
     double squares[1] = {mine > 0 ? model->ops->sum_squares(model->grads + opt->begin, mine) : 0.0};
     dist_sum_doubles(squares, 1);
@@ -622,7 +697,7 @@ double dist_reduce_gradients(Model *model, const AdamW *opt) {
 void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     adamw_step(opt, model, lr, grad_scale);
     if (!is_sharded(opt)) return;
-    ShardPlan *plan = plan_of(model);
+    ShardPlan *plan = gradient_plan(model);
     if (plan && plan->stage3) {
         // Everything stays sharded: each layer is gathered when it runs, the global tensors at
         // the model's next pass (stage3_use); the other ranks' parts of them held now are stale.
@@ -693,7 +768,7 @@ void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, cons
                 const ShardPlan *plan = models[i] ? plan_of(models[i]) : NULL;
                 if (plan && plan->stage3 && plan->shard_id == request[0] && request[2] >= plan->displs[rank] &&
                     request[2] + request[3] <= plan->displs[rank] + plan->counts[rank])
-                    source = model_trainable_params(models[i]) + request[2];
+                    source = models[i]->params + request[2];
             }
         } else { // an optimizer's moments
             for (int i = 0; i < optimizer_count; i++) {

@@ -391,6 +391,20 @@ static void row_norms(float *norms, const float *weight, long rows, long cols) {
     }
 }
 
+// dst[0, n) = src[0, n) for a dst of zeros, skipping the pages of src whose bits are all zero
+// (untouched or given-back pages read as the shared zero page, so this reads without
+// making them resident, and leaves dst's pages untouched there).
+static void copy_nonzero_pages(float *dst, const float *src, long n) {
+    const long page = 1024; // floats: 4 KiB
+    for (long first = 0; first < n; first += page) {
+        const long count = n - first < page ? n - first : page;
+        const uint32_t *bits = (const uint32_t *)(src + first);
+        long k = 0;
+        while (k < count && bits[k] == 0) k++;
+        if (k < count) memcpy(dst + first, src + first, (size_t)count * sizeof(float));
+    }
+}
+
 int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, uint64_t seed) {
     const ModelConfig *cfg = &model->config;
     CHECK(!model->grads, "model_add_lora after model_enable_grad");
@@ -494,6 +508,12 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
                 memcpy(host + e->offset, model->params + e->offset, (size_t)e->numel * sizeof(float));
         }
         model->lora_base_fingerprint = model_base_hash(model, model->params, first_trainable);
+    } else if (model->ops == &ops_cpu) {
+        // The new buffer itself, zero pages until written: only the old buffer's nonzero pages
+        // are copied, so a base of which this rank loaded only its ZeRO-3 shard
+        // (ModelLoadOptions.keep_range) costs no memory for the rest.
+        host = model->ops->alloc((size_t)model->table.total * sizeof(float));
+        copy_nonzero_pages(host, model->params, base_total);
     } else {
         host = xcalloc((size_t)model->table.total, sizeof(float));
         model_params_to_host(model, host, base_total);
@@ -535,6 +555,9 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     model->ops->free(model->params);
     if (quantized_on_cpu) {
         model->params = host;
+    } else if (model->ops == &ops_cpu) {
+        model->params = host;
+        model->lora_base_fingerprint = hash_floats(HASH_FNV1A_START, host, first_trainable);
     } else {
         model->params = model->ops->alloc((size_t)model->table.stored_total * sizeof(float));
         model_params_to_device(model, host, model->table.total);
@@ -811,6 +834,28 @@ void lora_merge(const Model *model, float *params) {
             free(a_transposed), free(delta);
         }
     param_views_free(&views);
+}
+
+void lora_merge_piece(const Model *model, const ParamEntry *entry, long first, long count, float *out) {
+    if (model->lora.rank == 0 || entry->layer < 0 || entry->ndim != 2) return;
+    CHECK(model->ops == &ops_cpu && !model->lora.dora, "a piecewise LoRA merge off the CPU or with DoRA");
+    const int l = entry->layer;
+    const LayerTensors *w = &model->weights.layers[l];
+    for (int t = 0; t < LORA_TARGETS; t++) {
+        if (!w->lora_a[t] || base_weight(w, (LoraTarget)t) != model->params + entry->offset) continue;
+        const int rank = module_rank(model, l, (LoraTarget)t);
+        const float scale = module_scale(model, l, (LoraTarget)t);
+        long in, out_features;
+        target_shape(&model->config, (LoraTarget)t, &in, &out_features);
+        // out[j - first] += scale * (B A)[o, i] for j = o * in + i, as lora_merge adds it.
+        for (long j = first; j < first + count; j++) {
+            const long o = j / in, i = j % in;
+            float delta = 0;
+            for (int k = 0; k < rank; k++) delta += w->lora_b[t][o * rank + k] * w->lora_a[t][(long)k * in + i];
+            out[j - first] += scale * delta;
+        }
+        return;
+    }
 }
 
 static bool trains_value_head(const Model *model) {

@@ -125,6 +125,13 @@ void lora_dropout_end(Model *model);
 // DoRA each row of W + scale B A is then scaled by m / its norm (PEFT's merge; biases stay).
 void lora_merge(const Model *model, float *params);
 
+// lora_merge for floats [first, first + count) of one base weight, `out` holding them: what a
+// checkpoint of a model whose base is sharded (ZeRO-3) adds to each piece as it is written.
+// Nothing for a weight without an adapter; float32 on the CPU, no DoRA (its row norms need
+// whole rows). The sum over the rank runs in another order than lora_merge's matmul, so the
+// two can differ in the last bit.
+void lora_merge_piece(const Model *model, const ParamEntry *entry, long first, long count, float *out);
+
 // The subfolder of a saved model that holds its adapters.
 #define LORA_ADAPTER_DIR "adapter"
 

@@ -445,16 +445,18 @@ static void build_gpt2_save_list(const Model *model, const float *params, bool c
     param_views_free(&host);
 }
 
-// SafetensorsWriteTensor.fill of a tensor whose weights Model.weight_hook.read gives.
+// SafetensorsWriteTensor.fill of a tensor whose weights Model.weight_hook.read gives (a LoRA
+// model's with its adapter merged in).
 typedef struct {
     const Model *model;
-    long offset; // the tensor's, in the table's floats
+    const ParamEntry *entry;
 } StreamedPiece;
 
 static void fill_streamed(void *context, long long first, long long count, void *out) {
     const StreamedPiece *piece = context;
-    piece->model->weight_hook.read(piece->model, piece->offset + (long)first, (long)count, out,
+    piece->model->weight_hook.read(piece->model, piece->entry->offset + (long)first, (long)count, out,
                                    piece->model->weight_hook.context);
+    lora_merge_piece(piece->model, piece->entry, (long)first, (long)count, out);
 }
 
 int model_write_hf_files(const Model *model, const char *dir) {
@@ -477,10 +479,10 @@ int model_write_hf_files(const Model *model, const char *dir) {
         else
             model_params_to_host(model, params, model->table.total);
     }
-    CHECK(!streamed || (!lora && !model->quantized), "streamed weights of a LoRA or quantized model");
-    int rc = lora ? lora_write_adapter(model, params, dir) : 0;
+    CHECK(!streamed || (!model->lora.dora && !model->quantized), "streamed weights of a DoRA or quantized model");
+    int rc = lora ? lora_write_adapter(model, params, dir) : 0; // streamed: the adapters are whole in params
     if (model->quantized) model_dequantize_into(model, params);
-    if (lora) lora_merge(model, params);
+    if (lora && !streamed) lora_merge(model, params);
     SaveList list = {0};
     StreamedPiece *pieces = streamed ? xmalloc((size_t)model->table.count * sizeof *pieces) : NULL;
     if (cfg->family == FAMILY_GPT2) {
@@ -492,7 +494,7 @@ int model_write_hf_files(const Model *model, const char *dir) {
             if (streamed) {
                 SafetensorsWriteTensor *t = &list.tensors[list.count - 1];
                 t->data = NULL, t->fill = fill_streamed, t->fill_context = (void *)&pieces[i];
-                pieces[i] = (StreamedPiece){model, e->offset};
+                pieces[i] = (StreamedPiece){model, e};
             }
         }
     }

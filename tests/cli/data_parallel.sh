@@ -242,8 +242,34 @@ for family in "$tmp/tiny_gpt2" tests/fixtures/models/tiny_gemma2_chat; do
     [ "$same" = 4 ] && pass "sft_zero3_${name}_same_bits" ||
         fail "sft_zero3_${name}_same_bits" "$same of 4 files equal: $(tail -n 2 "$tmp/${name}_zero3.err")"
 done
-expect_error zero3_lora "--zero-stage 3 shards the weights being trained" \
-    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4
+# LoRA: the frozen base sharded (each rank loads its shard, gathers each layer while it runs),
+# the adapters trained as under ZeRO-2 (whole weights, sharded gradients and moments). On 2
+# ranks the same adapters, moments and losses as ZeRO-2, bit for bit, in every checkpoint and
+# the final folder (the fingerprint of the base, which no rank holds whole, in the adapter's
+# config too); the merged weights, which rank 0 merges piece by piece as it writes them, to
+# rounding (the rank sum in another order than the whole merge's matrix product).
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --save-every 3 --output "$tmp/lora_zero2_2" --quiet --zero-stage 2 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --save-every 3 --output "$tmp/lora_zero3_2" --quiet --zero-stage 3 \
+    2> "$tmp/lora_zero3_2.err"
+same=0 files=0
+for checkpoint in "$tmp"/lora_zero2_2/checkpoint-* "$tmp/lora_zero2_2/final"; do
+    for file in adapter/adapter_model.safetensors adapter/adapter_config.json optimizer.safetensors; do
+        [ -f "$checkpoint/$file" ] || continue
+        files=$((files + 1))
+        cmp -s "$checkpoint/$file" "$tmp/lora_zero3_2/$(basename "$checkpoint")/$file" && same=$((same + 1))
+    done
+done
+[ "$files" -ge 5 ] && [ "$same" = "$files" ] &&
+    [ "$(json_values "$tmp/lora_zero2_2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/lora_zero3_2/metrics.jsonl" train/loss)" ] &&
+    close "$(logprobs_of "$tmp/lora_zero2_2/final")" "$(logprobs_of "$tmp/lora_zero3_2/final")" 1e-6 &&
+    pass "sft_lora_zero3_2_ranks_same_adapters ($same files)" ||
+    fail sft_lora_zero3_2_ranks_same_adapters "$same of $files files equal: $(tail -n 2 "$tmp/lora_zero3_2.err")"
+expect_error zero3_dora "--zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with --use-dora" \
+    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4 --use-dora
+expect_error zero3_qlora "not with --quantize" \
+    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4 --quantize q8_0
+expect_error zero3_lora_adapter "not with --lora-adapter" \
+    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-adapter "$tmp/lora_zero2_2/final"
 expect_error zero3_stage_cuda "--zero-stage 3 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --device cuda
 
 # Under AddressSanitizer the sections above (SFT across ranks, a killed rank's resume, ZeRO-1,
@@ -299,6 +325,25 @@ for pair in lora_one:lora_two lora_one:lora_zero1 lora_dropout_one:lora_dropout_
         close "$(logprobs_of "$tmp/$one/final")" "$(logprobs_of "$tmp/$run/final")" 1e-5 &&
         pass "sft_${run}_ranks_same_training" || fail "sft_${run}_ranks_same_training" "$(tail -n 2 "$tmp/$run.err")"
 done
+# LoRA under ZeRO-3 on 3 ranks with rounds where ranks have no micro-batch (they play the
+# others' backwards: the base's gathers and the adapters' sums) and LoRA dropout; a rank killed
+# mid-run resumes to the same adapters (the base read back as shards, the fingerprint taken
+# again before the checkpoint's adapters are checked against it).
+ranks 3 "$bin" sft "${idle[@]}" --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_idle_zero2" --quiet --zero-stage 2 \
+    2> /dev/null
+ranks 3 "$bin" sft "${idle[@]}" --lora-rank 4 --lora-dropout 0.2 --output "$tmp/lora_idle_zero3" --quiet --zero-stage 3 \
+    2> "$tmp/lora_idle_zero3.err"
+cmp -s "$tmp/lora_idle_zero2/final/adapter/adapter_model.safetensors" "$tmp/lora_idle_zero3/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_zero3_3_ranks_idle_rounds_same_adapters ||
+    fail sft_lora_zero3_3_ranks_idle_rounds_same_adapters "$(tail -n 2 "$tmp/lora_idle_zero3.err")"
+ranks 2 "$bin" sft "${long[@]}" --lora-rank 4 --zero-stage 3 --output "$tmp/lora_zero3_straight" --quiet 2> /dev/null
+kill_a_rank "$tmp/lora_zero3_killed/checkpoint-*" "$tmp/lora_zero3_killed" 3 \
+    ranks 2 "$bin" sft "${long[@]}" --lora-rank 4 --zero-stage 3 --output "$tmp/lora_zero3_killed" --quiet
+ranks 2 "$bin" sft "${long[@]}" --lora-rank 4 --zero-stage 3 --output "$tmp/lora_zero3_killed" --quiet --resume \
+    2> "$tmp/lora_zero3_killed.err"
+[ "$exit_rc" -ne 0 ] &&
+    cmp -s "$tmp/lora_zero3_straight/final/adapter/adapter_model.safetensors" "$tmp/lora_zero3_killed/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_zero3_resume_bit_identical || fail sft_lora_zero3_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/lora_zero3_killed.err")"
 ! cmp -s "$tmp/lora_one/final/adapter/adapter_model.safetensors" "$tmp/lora_dropout_one/final/adapter/adapter_model.safetensors" &&
     pass sft_lora_dropout_changes_training || fail sft_lora_dropout_changes_training "the same adapters with and without dropout"
 
@@ -381,6 +426,18 @@ for name in dpo kto bco; do
     cmp -s "$tmp/${name}_two/final/model.safetensors" "$tmp/${name}_zero3/final/model.safetensors" &&
         [ "$(json_values "$tmp/${name}_two/metrics.jsonl" eval/loss)" = "$(json_values "$tmp/${name}_zero3/metrics.jsonl" eval/loss)" ] &&
         pass "${name}_zero3_same_bits" || fail "${name}_zero3_same_bits" "$(tail -n 2 "$tmp/${name}_zero3.err")"
+done
+# LoRA reward models, DPO (the reference is the base with the adapters off, computed sharded
+# before training) and KTO under ZeRO-3: ZeRO-2's adapters (and the RM's trained value head)
+# and losses, bit for bit.
+for name in rm dpo kto; do
+    case $name in rm) args=("${rm_args[@]}") ;; dpo) args=("${dpo_args[@]}") ;; kto) args=("${kto_args[@]}") ;; esac
+    ranks 2 "$bin" $name "${args[@]}" --lora-rank 4 --zero-stage 2 --output "$tmp/${name}_lora_zero2" 2> /dev/null
+    ranks 2 "$bin" $name "${args[@]}" --lora-rank 4 --zero-stage 3 --output "$tmp/${name}_lora_zero3" 2> "$tmp/${name}_lora_zero3.err"
+    [ -s "$tmp/${name}_lora_zero3/final/adapter/adapter_model.safetensors" ] &&
+        cmp -s "$tmp/${name}_lora_zero2/final/adapter/adapter_model.safetensors" "$tmp/${name}_lora_zero3/final/adapter/adapter_model.safetensors" &&
+        [ "$(json_values "$tmp/${name}_lora_zero2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/${name}_lora_zero3/metrics.jsonl" train/loss)" ] &&
+        pass "${name}_lora_zero3_same_adapters" || fail "${name}_lora_zero3_same_adapters" "$(tail -n 2 "$tmp/${name}_lora_zero3.err")"
 done
 
 # --- PPO / MA-PPO: each rank generates and trains on every other row of a rollout ----------
@@ -512,7 +569,7 @@ close "$(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/score) $(json_val
 ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --zero-stage 3 --output "$tmp/grpo_zero3" 2> "$tmp/grpo_zero3.err"
 cmp -s "$tmp/grpo_zero2_two_ranks_same_training_two/final/actor/model.safetensors" "$tmp/grpo_zero3/final/actor/model.safetensors" &&
     pass grpo_zero3_same_bits_as_zero2 || fail grpo_zero3_same_bits_as_zero2 "$(tail -n 2 "$tmp/grpo_zero3.err")"
-expect_error ppo_zero3_lora "--zero-stage 3 shards the weights being trained" \
+expect_error ppo_zero3_lora "--zero-stage 3 with LoRA adapters on the actor or critic is not built for ppo" \
     "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --zero-stage 3 --output "$tmp/x"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.
 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --output "$tmp/ppo_lora_one" 2> /dev/null
