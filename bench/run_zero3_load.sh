@@ -56,6 +56,7 @@ print("|---|---|---|---|---|")
 for r in rows:
     if "skipped" in r: continue
     peaks = r["peak_rss_mb_by_rank"]
-    print(f"| {r['impl']} | {r['ranks']} | {peaks[0]} | {max(peaks[1:])} | {min(peaks)} |")
+    others = [p for p in peaks[1:] if p is not None]  # a rank whose line mpirun's interleaving lost: None
+    print(f"| {r['impl']} | {r['ranks']} | {peaks[0]} | {max(others)} | {min([peaks[0]] + others)} |")
 PY
 rm -rf "$run" "$out"
