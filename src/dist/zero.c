@@ -508,7 +508,8 @@ void dist_moving_average(Model *follower, const Model *trained, float beta) {
     float *average = model_trainable_params(follower);
     const float *x = model_trainable_params(trained);
     const ShardPlan *plan = plan_of(follower);
-    if (!plan || plan->whole) {
+    // A LoRA follower's sharded plan is of its frozen base; its adapters, which move, are whole.
+    if (!plan || plan->whole || plan->region < follower->table.total) {
         trained->ops->moving_average(average, x, beta, model_trainable_floats(trained));
         return;
     }

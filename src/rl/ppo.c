@@ -566,6 +566,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
         p->actor.lora_enabled = false;
         experience_logprobs(&p->actor, samples, count, micro, ref, NULL);
         p->actor.lora_enabled = true;
+        dist_weights_drain(&p->actor); // ZeRO-3 with LoRA: the actor's base is sharded
     } else {
         experience_logprobs(&p->reference, samples, count, micro, ref, NULL);
         dist_weights_drain(&p->reference);
@@ -1532,17 +1533,25 @@ int ppo_run(const PpoConfig *config) {
         long warmup = lr_warmup_steps_from_ratio(p->c.warmup_ratio, total_steps);
         p->actor_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.actor_lr, warmup, total_steps};
         p->critic_schedule = (LrSchedule){(LrScheduleKind)p->c.schedule, (float)p->c.critic_lr, warmup, total_steps};
-        if (p->c.resume) rc = resume(p);
-    }
-    if (rc == 0) {
         // Every rank starts from rank 0's trainable weights; under ZeRO-3 each keeps its
-        // shard of the actor's, critic's and EMA's layers from here.
+        // shard of the actor's, critic's and EMA's layers from here (and a LoRA model's base
+        // fingerprint, which a resume checks its adapters against, is taken).
         dist_weights_start(&p->actor);
         if (p->has_critic) dist_weights_start(&p->critic);
         if (p->c.ema) dist_weights_start(&p->ema);
         // The frozen models are the same files everywhere: only sharded ones need a start.
         if (dist_weights_sharded(&p->reference)) dist_weights_start(&p->reference);
         if (dist_weights_sharded(&p->reward)) dist_weights_start(&p->reward);
+        if (p->c.resume) rc = resume(p);
+        // A resumed run's weights are rank 0's everywhere too (every rank asks, so the
+        // collectives match whether or not this rank found a checkpoint).
+        if (rc == 0 && p->c.resume) {
+            dist_weights_start(&p->actor);
+            if (p->has_critic) dist_weights_start(&p->critic);
+            if (p->c.ema) dist_weights_start(&p->ema);
+        }
+    }
+    if (rc == 0) {
         bool failed = false;
         if (dist_is_main()) failed = metrics_open(&p->metrics, p->c.run_dir, p->c.resume ? p->iteration : -1) != 0;
         else metrics_open_none(&p->metrics);

@@ -569,8 +569,28 @@ close "$(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/score) $(json_val
 ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --zero-stage 3 --output "$tmp/grpo_zero3" 2> "$tmp/grpo_zero3.err"
 cmp -s "$tmp/grpo_zero2_two_ranks_same_training_two/final/actor/model.safetensors" "$tmp/grpo_zero3/final/actor/model.safetensors" &&
     pass grpo_zero3_same_bits_as_zero2 || fail grpo_zero3_same_bits_as_zero2 "$(tail -n 2 "$tmp/grpo_zero3.err")"
-expect_error ppo_zero3_lora "--zero-stage 3 with LoRA adapters on the actor or critic is not built for ppo" \
-    "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --zero-stage 3 --output "$tmp/x"
+# LoRA on the actor (its base is also the reference) and the critic under ZeRO-3: the bases
+# sharded, the adapters trained as under ZeRO-2. On 3 ranks the same actor, critic and EMA
+# adapters and evaluation samples as ZeRO-2, with and without the hybrid engine.
+ranks 3 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 2 \
+    --output "$tmp/ppo_lora_zero2" 2> /dev/null
+for mode in plain hybrid_engine; do
+    extra=()
+    [ $mode = hybrid_engine ] && extra=(--enable-hybrid-engine)
+    ranks 3 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 3 "${extra[@]}" \
+        --output "$tmp/ppo_lora_zero3_$mode" 2> "$tmp/ppo_lora_zero3_$mode.err"
+    same=0
+    for part in actor critic actor_ema; do
+        cmp -s "$tmp/ppo_lora_zero2/final/$part/adapter/adapter_model.safetensors" \
+            "$tmp/ppo_lora_zero3_$mode/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
+    done
+    [ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_lora_zero3_$mode"/samples/eval-*.jsonl 2> /dev/null)" ] &&
+        diff -q <(cat "$tmp/ppo_lora_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_lora_zero3_$mode"/samples/eval-*.jsonl) > /dev/null &&
+        pass "ppo_lora_zero3_${mode}_same_adapters_as_zero2" ||
+        fail "ppo_lora_zero3_${mode}_same_adapters_as_zero2" "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_lora_zero3_$mode.err")"
+done
+expect_error ppo_zero3_dora "not with --actor-use-dora" \
+    "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --actor-use-dora --zero-stage 3 --output "$tmp/x"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.
 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --output "$tmp/ppo_lora_one" 2> /dev/null
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 1 \
@@ -614,6 +634,20 @@ ranks 2 "$bin" ppo "${long_ppo[@]}" --enable-ema --zero-stage 3 --output "$tmp/p
     cmp -s "$tmp/ppo_zero3_straight/final/actor_ema/model.safetensors" "$tmp/ppo_zero3_killed/final/actor_ema/model.safetensors" &&
     pass "ppo_zero3_resume_bit_identical (killed after iteration $k)" ||
     fail ppo_zero3_resume_bit_identical "kill exit $exit_rc: $(tail -n 2 "$tmp/ppo_zero3_killed.err")"
+# And with LoRA: the adapters read back after the first start, checked against the base's
+# fingerprint taken from the shards.
+lora_long=("${long_ppo[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --enable-ema --zero-stage 3)
+ranks 2 "$bin" ppo "${lora_long[@]}" --output "$tmp/ppo_lora_zero3_straight" 2> /dev/null
+kill_a_rank "$tmp/ppo_lora_zero3_killed/checkpoint-$k" "$tmp/ppo_lora_zero3_killed" 1 \
+    ranks 2 "$bin" ppo "${lora_long[@]}" --output "$tmp/ppo_lora_zero3_killed" --keep-last 0
+ranks 2 "$bin" ppo "${lora_long[@]}" --output "$tmp/ppo_lora_zero3_killed" --resume 2> "$tmp/ppo_lora_zero3_killed.err"
+same=0
+for part in actor critic actor_ema; do
+    cmp -s "$tmp/ppo_lora_zero3_straight/final/$part/adapter/adapter_model.safetensors" \
+        "$tmp/ppo_lora_zero3_killed/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
+done
+[ "$exit_rc" -ne 0 ] && [ "$same" = 3 ] && pass "ppo_lora_zero3_resume_bit_identical (killed after iteration $k)" ||
+    fail ppo_lora_zero3_resume_bit_identical "kill exit $exit_rc, $same of 3 equal: $(tail -n 2 "$tmp/ppo_lora_zero3_killed.err")"
 
 # --- inference with rewards: each rank its batches, rank 0 writes the same file -----------
 infer=(--model "$model" --reward-model "$tmp/ppo_rm/final" --data "$data/sft.jsonl" --count 7 --batch-size 2
