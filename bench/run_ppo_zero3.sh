@@ -13,17 +13,21 @@
 # The same prompts (the first ROLLOUTS of data/austen/ppo_prompts.jsonl, plain text), rank r
 # the rows r, r + RANKS, ..., GEN_BATCH rows at a time, exactly NEW_TOKENS new tokens each
 # (min new tokens = max), temperature 1, top-k 0, float32, one thread per rank.
+# LORA=R: rank-R LoRA adapters on the actor and the critic (their frozen bases sharded under
+# ZeRO-3, the actor's base also the reference); the PyTorch rows stay the plain actor's.
 # Needs `make` and scripts/setup-python.
-#   RANKS=2 ROLLOUTS=8 GEN_BATCH=4 NEW_TOKENS=24 bench/run_ppo_zero3.sh
+#   RANKS=2 ROLLOUTS=8 GEN_BATCH=4 NEW_TOKENS=24 [LORA=16] bench/run_ppo_zero3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ranks=${RANKS:-2} rollouts=${ROLLOUTS:-8} gen_batch=${GEN_BATCH:-4} new_tokens=${NEW_TOKENS:-24}
+ranks=${RANKS:-2} lora=${LORA:-0} rollouts=${ROLLOUTS:-8} gen_batch=${GEN_BATCH:-4} new_tokens=${NEW_TOKENS:-24}
 threads=1 py=.venv-tools/bin/python hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm}
 . bench/smollm2_models.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 run=$(mktemp -d) out=$(mktemp)
 trap 'rm -rf "$run" "$out"' EXIT
 head -n "$rollouts" data/austen/ppo_prompts.jsonl > "$run/prompts.jsonl"
+lora_options=()
+[ "$lora" -gt 0 ] && lora_options=(--actor-lora-rank "$lora" --critic-lora-rank "$lora")
 load() { echo "load average $1: $(cut -d' ' -f1-3 /proc/loadavg) (on $(getconf _NPROCESSORS_ONLN) cores)" >&2; }
 
 marlhf() { # marlhf NAME OPTIONS...: one PPO iteration, each rank under /usr/bin/time
@@ -31,22 +35,25 @@ marlhf() { # marlhf NAME OPTIONS...: one PPO iteration, each rank under /usr/bin
     shift
     load "before marlhf $name"
     local start=$(date +%s.%N)
-    mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
-        '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
+    # Each rank's peak (KB) into a file of its own: lines through mpirun's forwarded output
+    # can come interleaved and lose a rank.
+    mkdir -p "$run/$name.peaks"
+    PEAKS="$run/$name.peaks" mpirun --oversubscribe --bind-to none -np "$ranks" -x PEAKS bash -c \
+        '/usr/bin/time -o "$PEAKS/$OMPI_COMM_WORLD_RANK" -f "%M" "$@"' rank \
         build/marlhf ppo --actor-model "$hf" --reward-model "$rm" --prompts "$run/prompts.jsonl" \
         --output "$run/$name" --rollout-batch-size "$rollouts" --generation-batch-size "$gen_batch" \
         --micro-batch-size 2 --num-minibatches 1 --ppo-epochs 1 --max-iterations 1 \
         --max-new-tokens "$new_tokens" --min-new-tokens "$new_tokens" --min-response-tokens 1 \
         --temperature 1 --top-k 0 --top-p 1 --eval-every 0 --termination-condition token \
-        --threads $threads --quiet "$@" > "$run/$name.log" 2>&1 || { cat "$run/$name.log" >&2; exit 1; }
+        --threads $threads --quiet "${lora_options[@]}" "$@" > "$run/$name.log" 2>&1 || { cat "$run/$name.log" >&2; exit 1; }
     local end=$(date +%s.%N)
-    python3 - "$name" "$run/$name.log" "$run/$name/metrics.jsonl" "$start" "$end" "$ranks" >> "$out" <<'PY'
-import json, re, sys
-name, log, metrics, start, end, ranks = sys.argv[1:]
+    python3 - "$name" "$run/$name.peaks" "$run/$name/metrics.jsonl" "$start" "$end" "$ranks" "$lora" >> "$out" <<'PY'
+import json, os, sys
+name, peaks_dir, metrics, start, end, ranks, lora = sys.argv[1:]
 ranks = int(ranks)
-peaks = {int(r): round(int(kb) / 1024) for r, kb in re.findall(r"rank (\d+) (\d+)", open(log).read())}
+peaks = {int(r): round(int(open(os.path.join(peaks_dir, r)).read().split()[-1]) / 1024) for r in os.listdir(peaks_dir)}
 m = next(r for r in map(json.loads, open(metrics)) if "train/time_generation" in r)
-print(json.dumps({"impl": f"marlhf-{name}", "ranks": ranks, "generation_s": round(m["train/time_generation"], 3),
+print(json.dumps({"impl": f"marlhf-{name}", "ranks": ranks, "lora_rank": int(lora), "generation_s": round(m["train/time_generation"], 3),
                   "run_s": round(float(end) - float(start), 1),
                   "mean_response_tokens": round(m["train/response_length"], 2),
                   "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))

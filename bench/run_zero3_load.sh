@@ -27,16 +27,17 @@ run=$(mktemp -d) out=$(mktemp)
 stages=3 lora_options=() torch_lora=()
 if [ "$lora" -gt 0 ]; then stages="2 3" lora_options=(--lora-rank "$lora") torch_lora=(--lora "$lora"); fi
 for stage in $stages; do
-    # Each rank under /usr/bin/time, which reports its peak resident set on exit.
-    mpirun --oversubscribe --bind-to none -np "$ranks" bash -c \
-        '/usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK %M" "$@"' rank \
+    # Each rank under /usr/bin/time, which reports its peak resident set (KB) on exit, into a
+    # file of its own: lines through mpirun's forwarded output can come interleaved.
+    mkdir -p "$run/peaks$stage"
+    PEAKS="$run/peaks$stage" mpirun --oversubscribe --bind-to none -np "$ranks" -x PEAKS bash -c \
+        '/usr/bin/time -o "$PEAKS/$OMPI_COMM_WORLD_RANK" -f "%M" "$@"' rank \
         "$bin" sft --model "$hf" --data tests/fixtures/train/sft.jsonl --max-seq-len 64 \
         --per-device-train-batch-size 1 --max-steps 1 --zero-stage $stage "${lora_options[@]}" --threads $threads \
         --output "$run/sft$stage" --quiet 2> "$run/time$stage.err"
-    python3 - "$run/time$stage.err" "$ranks" "marlhf-zero$stage${lora_options:+-lora$lora}" >> "$out" <<'PY'
-import json, re, sys
-# The ranks' lines may come interleaved through mpirun: matched anywhere in the text.
-peaks = {int(r): round(int(kb) / 1024) for r, kb in re.findall(r"rank (\d+) (\d+)", open(sys.argv[1]).read())}
+    python3 - "$run/peaks$stage" "$ranks" "marlhf-zero$stage${lora_options:+-lora$lora}" >> "$out" <<'PY'
+import json, os, sys
+peaks = {int(r): round(int(open(os.path.join(sys.argv[1], r)).read().split()[-1]) / 1024) for r in os.listdir(sys.argv[1])}
 ranks = int(sys.argv[2])
 print(json.dumps({"impl": sys.argv[3], "ranks": ranks, "peak_rss_mb_by_rank": [peaks.get(r) for r in range(ranks)]}))
 PY
