@@ -413,15 +413,8 @@ int cmd_ppo(int argc, char **argv) {
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
-    // ZeRO-3 with LoRA shards the float32 base and trains fresh adapters as stage 2 does.
-    for (int i = 0; i < 2 && zero_stage == 3; i++) {
-        const LoraConfig *lora = i == 0 ? &c.actor_lora : &c.critic_lora;
-        const char *model_quantize = i == 0 ? actor_quantize : critic_quantize, *who = i == 0 ? "actor" : "critic";
-        const bool adapter = i == 0 ? actor_lora.adapter != NULL : critic_lora.adapter != NULL;
-        if (lora->rank > 0 && (lora->dora || adapter || (model_quantize && quantize_requested(model_quantize))))
-            die_user("option --zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with --%s-%s (use "
-                     "--zero-stage 2)", who, lora->dora ? "use-dora" : adapter ? "lora-adapter" : "quantize");
-    }
+    lora_cli_check_zero_stage(&actor_lora, &c.actor_lora, "actor-", actor_quantize, zero_stage);
+    lora_cli_check_zero_stage(&critic_lora, &c.critic_lora, "critic-", critic_quantize, zero_stage);
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
     // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.

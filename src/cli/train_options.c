@@ -168,6 +168,17 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 
+void lora_cli_check_zero_stage(const LoraCli *cli, const LoraConfig *lora, const char *prefix, const char *quantize,
+                               long zero_stage) {
+    // ZeRO-3 with LoRA shards the float32 base (a frozen model's way) and trains the adapters
+    // as stage 2 does; DoRA's norms need whole rows, and an adapter's base check the whole base.
+    if (zero_stage != 3 || lora->rank == 0) return;
+    const char *option = quantize_requested(quantize) ? "quantize" : lora->dora ? "use-dora" : cli->adapter ? "lora-adapter" : NULL;
+    if (option)
+        die_user("option --zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with --%s%s (use "
+                 "--zero-stage 2)", prefix, option);
+}
+
 void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bool train_value_head, long seed,
                     bool quiet) {
     if (lora->rank == 0) return;
@@ -277,12 +288,7 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
-    // ZeRO-3 with LoRA shards the float32 base (dist_weights_shard_frozen's way) and trains the
-    // adapters as stage 2 does.
-    if (c->zero_stage == 3 && c->lora.rank > 0 && (quantize_requested(c->quantize) || c->lora.dora || c->lora_cli.adapter))
-        die_user("option --zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with %s (use "
-                 "--zero-stage 2)", quantize_requested(c->quantize) ? "--quantize" : c->lora.dora ? "--use-dora"
-                                                                                                  : "--lora-adapter");
+    lora_cli_check_zero_stage(&c->lora_cli, &c->lora, "", c->quantize, c->zero_stage);
     if (quantize_requested(c->quantize) && c->lora.rank == 0)
         die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "
                  "trained in full", c->quantize);

@@ -61,8 +61,8 @@ static void shard_overlap(const long *counts, const long *displs, int r, long fr
     *hi = to < displs[r] + counts[r] ? to : displs[r] + counts[r];
 }
 
-// Under stage 3 a span of a layer is sharded; the others (embeddings, final norm, heads) are
-// whole on every rank.
+// A span of a layer's weights, which stage 3 gathers while the layer runs; the others are the
+// global tensors (embeddings, final norm, heads), gathered for a model's passes (stage3_use).
 static bool is_layer_span(const Model *model, const GradientSpan *span) {
     return span->point >= 0 && span->point < model->config.num_layers;
 }
@@ -75,7 +75,7 @@ static void stage3_read(const Model *model, long first, long count, float *out, 
 // one plan, both at once; a model without gradients (a follower or a frozen model,
 // shard_without_optimizer) only a weights plan; a LoRA model under stage 3 a gradient plan of
 // its adapters (stage 2's: they stay whole) and a weights plan of its frozen base
-// (shard_lora_base). Either way a weights plan's floats are the table's from 0, so its
+// (dist_adamw_init's shard_without_optimizer). Either way a weights plan's floats are the table's from 0, so its
 // weights are model->params + its floats.
 static ShardPlan *gradient_plan(const Model *model) {
     return model->gradient_hook.ready == stage2_gradients_ready ? model->gradient_hook.context : NULL;
@@ -436,8 +436,7 @@ void dist_weights_gather_all(Model *model) {
     ShardPlan *plan = plan_of(model);
     if (!plan || !plan->stage3) return;
     CHECK(!plan->whole, "ZeRO stage 3: a gather of a model already whole");
-    for (int i = 0; i < plan->span_count; i++)
-        if (is_layer_span(model, &plan->spans[i])) stage3_gather_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
+    for (int l = 0; l < model->config.num_layers; l++) stage3_layer(model, l, true, plan);
     stage3_globals(model, plan, true);
     plan->whole = plan->gathered = true;
 }
@@ -448,10 +447,9 @@ void dist_weights_reshard(Model *model) {
     ShardPlan *plan = plan_of(model);
     if (!plan || !plan->stage3) return;
     CHECK(plan->gathered, "ZeRO stage 3: a reshard of a model that is not gathered");
-    for (int i = 0; i < plan->span_count; i++)
-        if (is_layer_span(model, &plan->spans[i])) stage3_release_span(model, plan, plan->spans[i].begin, plan->spans[i].end);
-    stage3_globals(model, plan, false);
     plan->whole = plan->gathered = false;
+    for (int l = 0; l < model->config.num_layers; l++) stage3_layer(model, l, false, plan);
+    stage3_globals(model, plan, false);
 }
 
 void dist_weights_load_range(const Model *model, const ParamEntry *entry, long *first, long *count) {

@@ -132,18 +132,15 @@ static float scale_of(float alpha, int rank, bool rslora) {
 // ---------------------------------------------------------------------------------------
 // Per-module ranks and alphas (PEFT's rank_pattern / alpha_pattern)
 
-// Whether `key` selects the module `name` as PEFT's get_pattern_key decides:
-// re.match(rf"(.*\.)?({key})$", name). Returns 1 or 0, or -1 with err_set() on a bad regex.
-static int pattern_matches(const char *key, const char *name, const char *what) {
-    char regex[sizeof ((LoraPattern *)0)->key + 16];
-    snprintf(regex, sizeof regex, "^(.*\\.)?(%s)$", key);
+// Whether `regex` (PCRE2 reads Python's re syntax for these), compiled with `options`, matches
+// `name`: 1 or 0; -1 when it does not compile, PCRE2's reason in `error`.
+static int regex_matches(const char *regex, uint32_t options, const char *name, char *error, size_t size) {
     int code;
     PCRE2_SIZE offset;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, 0, &code, &offset, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, options, &code, &offset, NULL);
     if (!re) {
-        PCRE2_UCHAR message[128];
-        pcre2_get_error_message(code, message, sizeof message);
-        return err_set("%s key '%s' is not a regular expression: %s", what, key, (const char *)message);
+        pcre2_get_error_message(code, (PCRE2_UCHAR *)error, size);
+        return -1;
     }
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     const int rc = pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL);
@@ -152,23 +149,23 @@ static int pattern_matches(const char *key, const char *name, const char *what) 
     return rc >= 0;
 }
 
+// Whether `key` selects the module `name` as PEFT's get_pattern_key decides:
+// re.match(rf"(.*\.)?({key})$", name). Returns 1 or 0, or -1 with err_set() on a bad regex.
+static int pattern_matches(const char *key, const char *name, const char *what) {
+    char regex[sizeof ((LoraPattern *)0)->key + 16], error[128];
+    snprintf(regex, sizeof regex, "^(.*\\.)?(%s)$", key);
+    const int m = regex_matches(regex, 0, name, error, sizeof error);
+    if (m < 0) return err_set("%s key '%s' is not a regular expression: %s", what, key, error);
+    return m;
+}
+
 // re.fullmatch(regex, name), as PEFT matches a target_modules string: 1 or 0, or -1 with
 // err_set() on a bad regex.
 static int regex_fullmatch(const char *regex, const char *name) {
-    int code;
-    PCRE2_SIZE offset;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
-                                   &code, &offset, NULL);
-    if (!re) {
-        PCRE2_UCHAR message[128];
-        pcre2_get_error_message(code, message, sizeof message);
-        return err_set("target_modules '%s' is not a regular expression: %s", regex, (const char *)message);
-    }
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    const int rc = pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, 0, md, NULL);
-    pcre2_match_data_free(md);
-    pcre2_code_free(re);
-    return rc >= 0;
+    char error[128];
+    const int m = regex_matches(regex, PCRE2_ANCHORED | PCRE2_ENDANCHORED, name, error, sizeof error);
+    if (m < 0) return err_set("target_modules '%s' is not a regular expression: %s", regex, error);
+    return m;
 }
 
 static bool layer_listed(const LoraConfig *lora, int layer) {
@@ -847,13 +844,20 @@ void lora_merge_piece(const Model *model, const ParamEntry *entry, long first, l
         const float scale = module_scale(model, l, (LoraTarget)t);
         long in, out_features;
         target_shape(&model->config, (LoraTarget)t, &in, &out_features);
-        // out[j - first] += scale * (B A)[o, i] for j = o * in + i, as lora_merge adds it.
-        for (long j = first; j < first + count; j++) {
-            const long o = j / in, i = j % in;
-            float delta = 0;
-            for (int k = 0; k < rank; k++) delta += w->lora_b[t][o * rank + k] * w->lora_a[t][(long)k * in + i];
-            out[j - first] += scale * delta;
+        // out[j - first] += scale * (B A)[o, i] for j = o * in + i, as lora_merge adds it: row by
+        // row, each row's part of the piece summed over the rank in contiguous runs of A's rows.
+        float *delta = xmalloc((size_t)in * sizeof(float));
+        for (long j = first; j < first + count;) {
+            const long o = j / in, i0 = j % in, i1 = first + count - j < in - i0 ? i0 + (first + count - j) : in;
+            memset(delta + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+            for (int k = 0; k < rank; k++) {
+                const float b = w->lora_b[t][o * rank + k], *a = w->lora_a[t] + (long)k * in;
+                for (long i = i0; i < i1; i++) delta[i] += b * a[i];
+            }
+            for (long i = i0; i < i1; i++) out[j - first + (i - i0)] += scale * delta[i];
+            j += i1 - i0;
         }
+        free(delta);
         return;
     }
 }
