@@ -413,8 +413,8 @@ int cmd_ppo(int argc, char **argv) {
     lora_cli_finish(&critic_lora, "critic-", &c.critic_lora);
     if (c.estimator != ESTIMATOR_GAE && (c.critic_lora.rank > 0 || critic_lora.adapter))
         die_user("option --critic-lora-rank: --advantage-estimator %s has no critic", estimator);
-    lora_cli_check_zero_stage(&actor_lora, &c.actor_lora, "actor-", actor_quantize, zero_stage);
-    lora_cli_check_zero_stage(&critic_lora, &c.critic_lora, "critic-", critic_quantize, zero_stage);
+    lora_cli_check_zero_stage(&c.actor_lora, "actor-", actor_quantize, zero_stage);
+    lora_cli_check_zero_stage(&c.critic_lora, "critic-", critic_quantize, zero_stage);
     c.actor_lora_adapter = actor_lora.adapter, c.critic_lora_adapter = critic_lora.adapter;
     // A bitsandbytes 4-bit actor (or critic) checkpoint is a quantized base as --actor-quantize
     // makes one (model/bnb_checkpoint.h): its own quantization, checked as that option is below.

@@ -168,22 +168,20 @@ void lora_cli_finish(const LoraCli *c, const char *prefix, LoraConfig *lora) {
     if (lora->rank == 0) memset(lora, 0, sizeof *lora);
 }
 
-void lora_cli_check_zero_stage(const LoraCli *cli, const LoraConfig *lora, const char *prefix, const char *quantize,
-                               long zero_stage) {
+void lora_cli_check_zero_stage(const LoraConfig *lora, const char *prefix, const char *quantize, long zero_stage) {
     // ZeRO-3 with LoRA shards the float32 base (a frozen model's way) and trains the adapters
-    // as stage 2 does; DoRA's norms need whole rows, and an adapter's base check the whole base.
-    if (zero_stage != 3 || lora->rank == 0) return;
-    const char *option = quantize_requested(quantize) ? "quantize" : lora->dora ? "use-dora" : cli->adapter ? "lora-adapter" : NULL;
-    if (option)
-        die_user("option --zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with --%s%s (use "
-                 "--zero-stage 2)", prefix, option);
+    // as stage 2 does; a quantized base's blocks are not cut into shards.
+    if (zero_stage == 3 && lora->rank > 0 && quantize_requested(quantize))
+        die_user("option --zero-stage 3 with LoRA takes a float32 base: not with --%squantize %s (use --zero-stage 2)",
+                 prefix, quantize);
 }
 
 void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bool train_value_head, long seed,
-                    bool quiet) {
+                    bool quiet, bool read_later) {
     if (lora->rank == 0) return;
-    int rc = cli->adapter ? model_load_lora_adapter(model, cli->adapter, train_value_head, (uint64_t)seed)
-                          : model_add_lora(model, lora, train_value_head, (uint64_t)seed);
+    int rc = !cli->adapter ? model_add_lora(model, lora, train_value_head, (uint64_t)seed)
+             : read_later  ? model_add_lora_of_adapter(model, cli->adapter, train_value_head, (uint64_t)seed)
+                           : model_load_lora_adapter(model, cli->adapter, train_value_head, (uint64_t)seed);
     if (rc != 0) die_user("%s", err_msg());
     // An adapter read from a folder comes with its file's lora_dropout; the run's choice
     // (lora_cli_finish's caller) decides. Set before the first forward sizes the buffers.
@@ -288,7 +286,7 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
         die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
-    lora_cli_check_zero_stage(&c->lora_cli, &c->lora, "", c->quantize, c->zero_stage);
+    lora_cli_check_zero_stage(&c->lora, "", c->quantize, c->zero_stage);
     if (quantize_requested(c->quantize) && c->lora.rank == 0)
         die_user("option --quantize %s needs --lora-rank or --lora-adapter: a quantized base is frozen, it cannot be "
                  "trained in full", c->quantize);
@@ -322,6 +320,8 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     t->run_dir = run_dir;
     t->resume = c->resume;
     t->zero_stage = (int)c->zero_stage;
+    // Under ZeRO-3 a saved adapter is read once every rank holds its shard of the base.
+    t->start_adapter = c->lora.rank > 0 && trainer_cli_keep_range(c) ? c->lora_cli.adapter : NULL;
     // Under mpirun only rank 0 speaks (dist/dist.h); the others would repeat every line.
     c->quiet = c->quiet || !dist_is_main();
     t->quiet = c->quiet;
@@ -401,7 +401,8 @@ void trainer_cli_load_model(const TrainerCli *cli, const char *path, const Model
     if (model_load(model, path, ops, &options) != 0) die_from_err();
     if (cli->zero_stage == 3 && model->quantized)
         die_user("option --zero-stage 3 with LoRA takes a float32 base, and %s is quantized (use --zero-stage 2)", path);
-    lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet);
+    lora_cli_apply(&cli->lora_cli, &cli->lora, model, train_value_head, cli->seed, cli->quiet,
+                   cli->train.start_adapter != NULL);
     model->recompute = cli->gradient_checkpointing;
 }
 

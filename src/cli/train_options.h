@@ -27,13 +27,14 @@ int lora_cli_options(LoraCli *cli, const char *prefix, Option *options);
 // Checks the values (exit 2 naming the option) and fills `lora` (rank 0: no adapters).
 void lora_cli_finish(const LoraCli *cli, const char *prefix, LoraConfig *lora);
 // Exit 2 when `zero_stage` 3 meets LoRA it cannot shard: over a quantized base (`quantize`, the
-// option --PREFIXquantize), with DoRA, or starting from a saved adapter.
-void lora_cli_check_zero_stage(const LoraCli *cli, const LoraConfig *lora, const char *prefix, const char *quantize,
-                               long zero_stage);
+// option --PREFIXquantize).
+void lora_cli_check_zero_stage(const LoraConfig *lora, const char *prefix, const char *quantize, long zero_stage);
 // Adds the adapters to a loaded model when lora->rank > 0, fresh or read from --lora-adapter
-// (exit 2 on a bad combination), and says so on stderr unless quiet.
+// (exit 2 on a bad combination), and says so on stderr unless quiet. With read_later an
+// adapter's are only shaped as the file's, and read after the weights start
+// (TrainOptions.start_adapter: ZeRO-3, whose sharded base's fingerprint comes then).
 void lora_cli_apply(const LoraCli *cli, const LoraConfig *lora, Model *model, bool train_value_head, long seed,
-                    bool quiet);
+                    bool quiet, bool read_later);
 
 typedef struct {
     TrainOptions train;

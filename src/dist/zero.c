@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
+#include "model/lora.h"
 
 static bool is_sharded(const AdamW *opt) { return !(opt->begin == 0 && opt->end == opt->total); }
 
@@ -424,8 +425,17 @@ void dist_weights_start(Model *model) {
         // A LoRA model: its adapters (and a trained value head) stay whole, rank 0's everywhere;
         // the fingerprint of the sharded base is taken once, for the adapters' files.
         dist_broadcast(params + plan->region, (size_t)(model->table.total - plan->region) * sizeof(float), 0);
-        if (!plan->fingerprinted) lora_base_fingerprint(model, plan);
+        if (plan->fingerprinted) return;
+        lora_base_fingerprint(model, plan);
         plan->fingerprinted = true;
+        // Fresh DoRA magnitudes are the base's row norms, which model_add_lora took of this
+        // rank's shard only: each layer gathered, every rank sets them again (the same values).
+        if (model->lora.dora)
+            for (int l = 0; l < model->config.num_layers; l++) {
+                stage3_layer(model, l, true, plan);
+                lora_dora_init_magnitudes(model, l);
+                stage3_layer(model, l, false, plan);
+            }
     }
 }
 
@@ -560,8 +570,8 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
         if (zero_stage >= 3 && model->trainable_offset > 0) {
             // LoRA: the adapters train as under stage 2 (whole weights, sharded gradients and
             // moments); the frozen base is sharded as a frozen model's weights are.
-            CHECK(model->lora.rank > 0 && !model->lora.dora && !model->quantized && !model->weight_hook.pass,
-                  "ZeRO stage 3 on a partly frozen model that is not a float32 LoRA model without DoRA");
+            CHECK(model->lora.rank > 0 && !model->quantized && !model->weight_hook.pass,
+                  "ZeRO stage 3 on a partly frozen model that is not a float32 LoRA model");
             shard_without_optimizer(model, stage3_pass);
         } else if (zero_stage >= 3) {
             // The whole model is trainable (no frozen base), and not sharded until dist_weights_start.

@@ -662,34 +662,45 @@ static uint64_t dropout_stream(const Model *model, int layer, LoraTarget target)
     return rng_stream("lora_dropout", model->lora_dropout.micro_batch, (model->lora_dropout.passes << 20) | adapter);
 }
 
-void lora_dora_norms(Model *model) {
+void lora_dora_norms(Model *model, int l) {
     if (!model->lora.dora || !model->lora_enabled) return;
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     float *delta = model->acts.dora_delta;
     CHECK(delta, "DoRA norms without activations (model_reserve)");
-    for (int l = 0; l < cfg->num_layers; l++)
-        for (int t = 0; t < LORA_TARGETS; t++) {
-            const LayerTensors *w = &model->weights.layers[l];
-            if (!w->lora_m[t]) continue;
-            long in, out;
-            target_shape(cfg, (LoraTarget)t, &in, &out);
-            // delta[out, in] = B[out, rank] . A[rank, in]: matmul_backward's input gradient
-            // (dinp += dout . weight) with B as dout and A as the weight.
-            ops->fill_zero(delta, out * in);
-            ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
-                                 module_rank(model, l, (LoraTarget)t));
-            // QDoRA: W dequantized into its own scratch first (the float32 weight is gone).
-            const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
-            const float *weight = base_weight(w, (LoraTarget)t);
-            if (quantized) {
-                CHECK(model->acts.dora_base, "QDoRA norms without the dequantized weight's scratch (model_reserve)");
-                ops->dequantize_rows(model->acts.dora_base, quantized, 0, (int)out);
-                weight = model->acts.dora_base;
-            }
-            ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t), weight, delta,
-                                  module_scale(model, l, (LoraTarget)t), (int)out, (int)in);
+    const LayerTensors *w = &model->weights.layers[l];
+    for (int t = 0; t < LORA_TARGETS; t++) {
+        if (!w->lora_m[t]) continue;
+        long in, out;
+        target_shape(cfg, (LoraTarget)t, &in, &out);
+        // delta[out, in] = B[out, rank] . A[rank, in]: matmul_backward's input gradient
+        // (dinp += dout . weight) with B as dout and A as the weight.
+        ops->fill_zero(delta, out * in);
+        ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
+                             module_rank(model, l, (LoraTarget)t));
+        // QDoRA: W dequantized into its own scratch first (the float32 weight is gone).
+        const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
+        const float *weight = base_weight(w, (LoraTarget)t);
+        if (quantized) {
+            CHECK(model->acts.dora_base, "QDoRA norms without the dequantized weight's scratch (model_reserve)");
+            ops->dequantize_rows(model->acts.dora_base, quantized, 0, (int)out);
+            weight = model->acts.dora_base;
         }
+        ops->dora_weight_norm(model->dora_norms + dora_norm_offset(model, l, (LoraTarget)t), weight, delta,
+                              module_scale(model, l, (LoraTarget)t), (int)out, (int)in);
+    }
+}
+
+void lora_dora_init_magnitudes(Model *model, int l) {
+    if (!model->lora.dora) return;
+    CHECK(model->ops == &ops_cpu && !model->quantized, "DoRA magnitudes set again off the CPU or over a quantized base");
+    const LayerTensors *w = &model->weights.layers[l];
+    for (int t = 0; t < LORA_TARGETS; t++) {
+        if (!w->lora_m[t]) continue;
+        long in, out;
+        target_shape(&model->config, (LoraTarget)t, &in, &out);
+        row_norms(w->lora_m[t], base_weight(w, (LoraTarget)t), out, in);
+    }
 }
 
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
@@ -833,33 +844,56 @@ void lora_merge(const Model *model, float *params) {
     param_views_free(&views);
 }
 
+// The adapter target whose base weight `entry` is, or -1.
+static int adapted_target(const Model *model, const ParamEntry *entry) {
+    if (model->lora.rank == 0 || entry->layer < 0 || entry->ndim != 2) return -1;
+    const LayerTensors *w = &model->weights.layers[entry->layer];
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if (w->lora_a[t] && base_weight(w, (LoraTarget)t) == model->params + entry->offset) return t;
+    return -1;
+}
+
+long lora_merge_row_length(const Model *model, const ParamEntry *entry) {
+    const int t = adapted_target(model, entry);
+    return t >= 0 && model->weights.layers[entry->layer].lora_m[t] ? entry->shape[1] : 0;
+}
+
 void lora_merge_piece(const Model *model, const ParamEntry *entry, long first, long count, float *out) {
-    if (model->lora.rank == 0 || entry->layer < 0 || entry->ndim != 2) return;
-    CHECK(model->ops == &ops_cpu && !model->lora.dora, "a piecewise LoRA merge off the CPU or with DoRA");
+    const int target = adapted_target(model, entry);
+    if (target < 0) return;
+    CHECK(model->ops == &ops_cpu, "a piecewise LoRA merge off the CPU");
+    const LoraTarget t = (LoraTarget)target;
     const int l = entry->layer;
     const LayerTensors *w = &model->weights.layers[l];
-    for (int t = 0; t < LORA_TARGETS; t++) {
-        if (!w->lora_a[t] || base_weight(w, (LoraTarget)t) != model->params + entry->offset) continue;
-        const int rank = module_rank(model, l, (LoraTarget)t);
-        const float scale = module_scale(model, l, (LoraTarget)t);
-        long in, out_features;
-        target_shape(&model->config, (LoraTarget)t, &in, &out_features);
-        // out[j - first] += scale * (B A)[o, i] for j = o * in + i, as lora_merge adds it: row by
-        // row, each row's part of the piece summed over the rank in contiguous runs of A's rows.
-        float *delta = xmalloc((size_t)in * sizeof(float));
-        for (long j = first; j < first + count;) {
-            const long o = j / in, i0 = j % in, i1 = first + count - j < in - i0 ? i0 + (first + count - j) : in;
-            memset(delta + i0, 0, (size_t)(i1 - i0) * sizeof(float));
-            for (int k = 0; k < rank; k++) {
-                const float b = w->lora_b[t][o * rank + k], *a = w->lora_a[t] + (long)k * in;
-                for (long i = i0; i < i1; i++) delta[i] += b * a[i];
-            }
-            for (long i = i0; i < i1; i++) out[j - first + (i - i0)] += scale * delta[i];
-            j += i1 - i0;
+    const int rank = module_rank(model, l, t);
+    const float scale = module_scale(model, l, t);
+    long in, out_features;
+    target_shape(&model->config, t, &in, &out_features);
+    // out[j - first] += scale * (B A)[o, i] for j = o * in + i, as lora_merge adds it: row by
+    // row, each row's part of the piece summed over the rank in contiguous runs of A's rows.
+    float *delta = xmalloc((size_t)in * sizeof(float));
+    for (long j = first; j < first + count;) {
+        const long o = j / in, i0 = j % in, i1 = first + count - j < in - i0 ? i0 + (first + count - j) : in;
+        memset(delta + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+        for (int k = 0; k < rank; k++) {
+            const float b = w->lora_b[t][o * rank + k], *a = w->lora_a[t] + (long)k * in;
+            for (long i = i0; i < i1; i++) delta[i] += b * a[i];
         }
-        free(delta);
-        return;
+        for (long i = i0; i < i1; i++) out[j - first + (i - i0)] += scale * delta[i];
+        j += i1 - i0;
     }
+    free(delta);
+    if (!w->lora_m[t]) return;
+    // DoRA: each whole row of W + scale B A times m / its norm, as lora_merge scales it.
+    CHECK(first % in == 0 && count % in == 0, "a piecewise DoRA merge of part of a row");
+    const long first_row = first / in, rows = count / in;
+    float *norms = xmalloc((size_t)rows * sizeof(float));
+    row_norms(norms, out, rows, in);
+    for (long o = 0; o < rows; o++) {
+        const float factor = w->lora_m[t][first_row + o] / norms[o];
+        for (long i = 0; i < in; i++) out[o * in + i] *= factor;
+    }
+    free(norms);
 }
 
 static bool trains_value_head(const Model *model) {
@@ -1137,10 +1171,14 @@ int lora_read_adapter_config(const char *model_dir, LoraConfig *lora) {
     return rc;
 }
 
-int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed) {
+int model_add_lora_of_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed) {
     LoraConfig lora;
     if (lora_read_adapter_config(model_dir, &lora) != 0) return -1;
-    if (model_add_lora(model, &lora, train_value_head, seed) != 0) return -1;
+    return model_add_lora(model, &lora, train_value_head, seed);
+}
+
+int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed) {
+    if (model_add_lora_of_adapter(model, model_dir, train_value_head, seed) != 0) return -1;
     return lora_read_adapter(model, model_dir);
 }
 

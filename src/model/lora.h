@@ -99,10 +99,15 @@ void lora_describe(const Model *model, char *out, size_t size);
 // without DoRA). Nothing happens when the layer has no adapter or model->lora_enabled is false.
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
                   float *hidden, float *z, long N);
-// DoRA's weight norms ||W + scale B A|| of every adapted row into model->dora_norms; each
-// forward pass that does not continue a KV cache calls it first (a KV-cache continuation
-// keeps the norms the cache was filled with). Nothing without DoRA.
-void lora_dora_norms(Model *model);
+// DoRA's weight norms ||W + scale B A|| of every adapted row of layer `layer` into
+// model->dora_norms; each forward pass that does not continue a KV cache calls it for each
+// layer before running it, when the layer's weights are in place (under ZeRO-3 gathered), and
+// a KV-cache continuation keeps the norms the cache was filled with. Nothing without DoRA.
+void lora_dora_norms(Model *model, int layer);
+// DoRA's initial magnitudes of layer `layer`, the row norms of its base weights (PEFT's
+// initialisation, as model_add_lora sets them): a ZeRO-3 run's start sets them again with
+// each layer gathered, as the rank that added the adapters held only its shard of the base.
+void lora_dora_init_magnitudes(Model *model, int layer);
 // DoRA's backward, called before the base layer's: accumulates the magnitude's gradient
 // (sum over tokens of dout * z / norm) and returns the gradient the base layer's backward
 // takes, s * dout (dout itself without DoRA, or with dropout, whose base term
@@ -127,10 +132,14 @@ void lora_merge(const Model *model, float *params);
 
 // lora_merge for floats [first, first + count) of one base weight, `out` holding them: what a
 // checkpoint of a model whose base is sharded (ZeRO-3) adds to each piece as it is written.
-// Nothing for a weight without an adapter; float32 on the CPU, no DoRA (its row norms need
-// whole rows). The sum over the rank runs in another order than lora_merge's matmul, so the
-// two can differ in the last bit.
+// Nothing for a weight without an adapter; float32 on the CPU. With DoRA the piece must be
+// whole rows (lora_merge_row_length), each then scaled by m / its norm as lora_merge does.
+// The sum over the rank runs in another order than lora_merge's matmul, so the two can
+// differ in the last bit.
 void lora_merge_piece(const Model *model, const ParamEntry *entry, long first, long count, float *out);
+// The length of the rows lora_merge_piece needs whole for `entry`: its input width when DoRA
+// adapts it (each merged row is scaled by its own norm), else 0 (any piece will do).
+long lora_merge_row_length(const Model *model, const ParamEntry *entry);
 
 // The subfolder of a saved model that holds its adapters.
 #define LORA_ADAPTER_DIR "adapter"
@@ -154,3 +163,7 @@ int lora_read_adapter_base_quantize(const char *model_dir, char quantize[16]);
 // model_add_lora with the adapter's own configuration, then lora_read_adapter: the saved
 // adapter on a loaded base model (--lora-adapter).
 int model_load_lora_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed);
+// Its first half: adapters shaped as the saved ones, not yet read. A ZeRO-3 run reads them
+// (lora_read_adapter) after dist_weights_start, which takes the fingerprint of the sharded
+// base that the file's is checked against.
+int model_add_lora_of_adapter(Model *model, const char *model_dir, bool train_value_head, uint64_t seed);

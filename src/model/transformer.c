@@ -541,8 +541,6 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
             CHECK(positions[(long)b * T + T - 1] < cfg->max_position_embeddings,
                   "row %d reaches position %d, past the model's %d positions", b, positions[(long)b * T + T - 1],
                   cfg->max_position_embeddings);
-    // DoRA's weight norms follow the adapters; a KV-cache continuation keeps its cache's.
-    if (!decode) lora_dora_norms(model);
     ops->copy_to_device(a->tokens, batch->tokens, (size_t)N * sizeof(int));
     ops->copy_to_device(a->positions, positions, (size_t)N * sizeof(int));
     ops->copy_to_device(a->row_start, row_start, (size_t)B * sizeof(int));
@@ -558,6 +556,9 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
                                model->weights.pos_emb, (int)N, (int)C, cfg->embedding_multiplier);
     for (int l = 0; l < cfg->num_layers; l++) {
         weights_of_layer(model, l, true);
+        // DoRA's weight norms follow the adapters, taken while the layer's weights are in place
+        // (under ZeRO-3 gathered); a KV-cache continuation keeps its cache's.
+        if (!decode) lora_dora_norms(model, l);
         layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
                       a->residual + (l + 1) * N * C, target);
         weights_of_layer(model, l, false);

@@ -454,9 +454,22 @@ typedef struct {
 
 static void fill_streamed(void *context, long long first, long long count, void *out) {
     const StreamedPiece *piece = context;
-    piece->model->weight_hook.read(piece->model, piece->entry->offset + (long)first, (long)count, out,
-                                   piece->model->weight_hook.context);
-    lora_merge_piece(piece->model, piece->entry, (long)first, (long)count, out);
+    const Model *model = piece->model;
+    const long row = lora_merge_row_length(model, piece->entry);
+    if (row == 0) {
+        model->weight_hook.read(model, piece->entry->offset + (long)first, (long)count, out, model->weight_hook.context);
+        lora_merge_piece(model, piece->entry, (long)first, (long)count, out);
+        return;
+    }
+    // DoRA scales each merged row by its own norm: the rows the piece touches are read and
+    // merged whole, and the piece copied out of them.
+    const long first_row = (long)first / row, end_row = ((long)(first + count) + row - 1) / row;
+    float *rows = xmalloc((size_t)(end_row - first_row) * row * sizeof(float));
+    model->weight_hook.read(model, piece->entry->offset + first_row * row, (end_row - first_row) * row, rows,
+                            model->weight_hook.context);
+    lora_merge_piece(model, piece->entry, first_row * row, (end_row - first_row) * row, rows);
+    memcpy(out, rows + ((long)first - first_row * row), (size_t)count * sizeof(float));
+    free(rows);
 }
 
 int model_write_hf_files(const Model *model, const char *dir) {
@@ -479,7 +492,7 @@ int model_write_hf_files(const Model *model, const char *dir) {
         else
             model_params_to_host(model, params, model->table.total);
     }
-    CHECK(!streamed || (!model->lora.dora && !model->quantized), "streamed weights of a DoRA or quantized model");
+    CHECK(!streamed || !model->quantized, "streamed weights of a quantized model");
     int rc = lora ? lora_write_adapter(model, params, dir) : 0; // streamed: the adapters are whole in params
     if (model->quantized) model_dequantize_into(model, params);
     if (lora && !streamed) lora_merge(model, params);

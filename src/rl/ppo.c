@@ -1310,13 +1310,35 @@ static void collect_stop_tokens(Ppo *p) {
 }
 
 // Fresh adapters of `lora`, or the saved ones of `adapter`; nothing when lora->rank is 0.
-static int add_adapters(Model *model, const LoraConfig *lora, const char *adapter, bool value_head, uint64_t seed) {
+// Under ZeRO-3 a saved adapter is only shaped here and read once the models have started
+// (read_saved_adapters): its file is checked against the sharded base's fingerprint, which
+// the start takes.
+static int add_adapters(const Ppo *p, Model *model, const LoraConfig *lora, const char *adapter, bool value_head,
+                        uint64_t seed) {
     if (lora->rank == 0) return 0;
-    int rc = adapter ? model_load_lora_adapter(model, adapter, value_head, seed) : model_add_lora(model, lora, value_head, seed);
+    int rc = !adapter        ? model_add_lora(model, lora, value_head, seed)
+             : load_range(p) ? model_add_lora_of_adapter(model, adapter, value_head, seed)
+                             : model_load_lora_adapter(model, adapter, value_head, seed);
     // PPO trains without LoRA dropout (docs/lora.md), whatever a loaded adapter's file says;
     // the adapters it saves say so.
     model->lora.dropout = 0;
     return rc;
+}
+
+// The saved adapters add_adapters left unread under ZeRO-3, read on every rank (they are whole
+// on each) after the models' start.
+static int read_saved_adapters(Ppo *p) {
+    const PpoConfig *c = &p->c;
+    if (!load_range(p)) return 0;
+    int rc = 0;
+    if (c->actor_lora.rank > 0 && c->actor_lora_adapter) {
+        rc = lora_read_adapter(&p->actor, c->actor_lora_adapter);
+        if (rc == 0 && c->ema) rc = lora_read_adapter(&p->ema, c->actor_lora_adapter);
+    }
+    if (rc == 0 && p->has_critic && c->critic_lora.rank > 0 && c->critic_lora_adapter)
+        rc = lora_read_adapter(&p->critic, c->critic_lora_adapter);
+    if (dist_any_failed(rc != 0)) return rc != 0 ? -1 : err_set("another rank could not read a LoRA adapter");
+    return 0;
 }
 
 static int setup(Ppo *p) {
@@ -1395,7 +1417,7 @@ static int setup(Ppo *p) {
                        c->critic_quantize);
     const char *actor_quantize = quantize_requested(c->actor_quantize) ? c->actor_quantize : "none";
     if (load_model(&p->actor, c->actor_path, ops, true, false, false, 0, actor_quantize, load_range(p)) != 0) return -1;
-    if (add_adapters(&p->actor, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
+    if (add_adapters(p, &p->actor, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     // Fresh actor adapters leave the base as the policy PPO starts from: the reference. A
     // saved adapter is part of the starting policy, so the reference carries it too. Over a
     // quantized base (--actor-quantize) the reference is that quantized base with the
@@ -1434,14 +1456,14 @@ static int setup(Ppo *p) {
                           c->critic_quantize, load_range(p)) != 0) {
         return -1;
     }
-    if (p->has_critic && add_adapters(&p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0)
+    if (p->has_critic && add_adapters(p, &p->critic, &c->critic_lora, c->critic_lora_adapter, true, c->seed + 1) != 0)
         return -1;
     if (!p->reference_is_actor_base && p->reference.config.vocab_size != p->actor.config.vocab_size)
         return err_set("the reference and the actor have different vocabularies");
     if (c->ema && load_model(&p->ema, c->actor_path, ops, true, false, false, 0, actor_quantize, load_range(p)) != 0)
         return -1;
     // The EMA starts as the actor: same (quantized) base, same initial adapters.
-    if (c->ema && add_adapters(&p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
+    if (c->ema && add_adapters(p, &p->ema, &c->actor_lora, c->actor_lora_adapter, false, c->seed) != 0) return -1;
     for (int i = 0; i < 1 + p->has_critic && !c->quiet; i++) {
         const Model *model = i == 0 ? &p->actor : &p->critic;
         if (model->lora.rank == 0) continue;
@@ -1542,7 +1564,8 @@ int ppo_run(const PpoConfig *config) {
         // The frozen models are the same files everywhere: only sharded ones need a start.
         if (dist_weights_sharded(&p->reference)) dist_weights_start(&p->reference);
         if (dist_weights_sharded(&p->reward)) dist_weights_start(&p->reward);
-        if (p->c.resume) rc = resume(p);
+        rc = read_saved_adapters(p);
+        if (rc == 0 && p->c.resume) rc = resume(p);
         // A resumed run's weights are rank 0's everywhere too (every rank asks, so the
         // collectives match whether or not this rank found a checkpoint).
         if (rc == 0 && p->c.resume) {

@@ -137,6 +137,15 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     // Every rank starts from rank 0's weights (they loaded the same files; this makes sure).
     // Under ZeRO-3 each rank keeps its shard of the layers from here.
     dist_weights_start(model);
+    if (options->start_adapter) {
+        // Every rank reads the same file (the adapters are whole on each), checked against the
+        // fingerprint of the sharded base that the start took.
+        const int rc = lora_read_adapter(model, options->start_adapter);
+        if (dist_any_failed(rc != 0)) {
+            dist_adamw_free(&optimizer, model);
+            return rc != 0 ? -1 : err_set("another rank could not read the LoRA adapter %s", options->start_adapter);
+        }
+    }
     if (task->prepare) task->prepare(task->context, model);
     LoopState s = {0};
     if (options->resume) {

@@ -44,6 +44,10 @@ typedef struct {
     // Under mpirun: 1 shards the AdamW moments across ranks, 2 the gradients too, 3 the layers'
     // weights too (dist/zero.h).
     int zero_stage;
+    // A saved LoRA adapter read into the model's adapters (added, shaped as the file's) after
+    // the weights are started: under ZeRO-3 its base fingerprint is known only then
+    // (model_add_lora_of_adapter). NULL: the adapters are the model's as given.
+    const char *start_adapter;
 } TrainOptions;
 
 typedef struct {

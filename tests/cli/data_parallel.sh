@@ -264,12 +264,61 @@ done
     close "$(logprobs_of "$tmp/lora_zero2_2/final")" "$(logprobs_of "$tmp/lora_zero3_2/final")" 1e-6 &&
     pass "sft_lora_zero3_2_ranks_same_adapters ($same files)" ||
     fail sft_lora_zero3_2_ranks_same_adapters "$same of $files files equal: $(tail -n 2 "$tmp/lora_zero3_2.err")"
-expect_error zero3_dora "--zero-stage 3 with LoRA takes a float32 base and fresh adapters: not with --use-dora" \
-    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4 --use-dora
+# DoRA: the fresh magnitudes (the base's row norms) set again at the start with each layer
+# gathered, the weight norms taken layer by layer as each runs, the merged rows streamed whole
+# (each scaled by its own norm). ZeRO-2's adapters and moments in every checkpoint, bit for
+# bit; verified to fail when the start does not set the magnitudes again.
+for stage in 2 3; do
+    ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --save-every 3 --zero-stage $stage \
+        --output "$tmp/dora_zero${stage}_2" --quiet 2> "$tmp/dora_zero${stage}_2.err"
+done
+same=0 files=0
+for checkpoint in "$tmp"/dora_zero2_2/checkpoint-* "$tmp/dora_zero2_2/final"; do
+    for file in adapter/adapter_model.safetensors optimizer.safetensors; do
+        [ -f "$checkpoint/$file" ] || continue
+        files=$((files + 1))
+        cmp -s "$checkpoint/$file" "$tmp/dora_zero3_2/$(basename "$checkpoint")/$file" && same=$((same + 1))
+    done
+done
+[ "$files" -ge 5 ] && [ "$same" = "$files" ] &&
+    [ "$(json_values "$tmp/dora_zero2_2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/dora_zero3_2/metrics.jsonl" train/loss)" ] &&
+    close "$(logprobs_of "$tmp/dora_zero2_2/final")" "$(logprobs_of "$tmp/dora_zero3_2/final")" 1e-6 &&
+    pass "sft_dora_zero3_2_ranks_same_adapters ($same files)" ||
+    fail sft_dora_zero3_2_ranks_same_adapters "$same of $files files equal: $(tail -n 2 "$tmp/dora_zero3_2.err")"
 expect_error zero3_qlora "not with --quantize" \
     "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4 --quantize q8_0
-expect_error zero3_lora_adapter "not with --lora-adapter" \
-    "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-adapter "$tmp/lora_zero2_2/final"
+# A saved adapter as the start (--lora-adapter): shaped at the load, read by every rank once
+# the base is sharded, its file checked against the fingerprint of the base the start takes
+# from the shards. ZeRO-2's adapters and losses, bit for bit; an adapter whose fingerprint is
+# of other weights stops every rank with the file's name and writes nothing.
+for stage in 2 3; do
+    ranks 2 "$bin" sft "${sft[@]}" --lora-adapter "$tmp/lora_zero2_2/final" --max-steps 3 --zero-stage $stage \
+        --output "$tmp/lora_adapter_zero$stage" --quiet 2> "$tmp/lora_adapter_zero$stage.err"
+done
+[ -s "$tmp/lora_adapter_zero3/final/adapter/adapter_model.safetensors" ] &&
+    cmp -s "$tmp/lora_adapter_zero2/final/adapter/adapter_model.safetensors" "$tmp/lora_adapter_zero3/final/adapter/adapter_model.safetensors" &&
+    [ "$(json_values "$tmp/lora_adapter_zero2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/lora_adapter_zero3/metrics.jsonl" train/loss)" ] &&
+    ! cmp -s "$tmp/lora_zero2_2/final/adapter/adapter_model.safetensors" "$tmp/lora_adapter_zero3/final/adapter/adapter_model.safetensors" &&
+    pass sft_lora_zero3_from_saved_adapter_same_as_zero2 ||
+    fail sft_lora_zero3_from_saved_adapter_same_as_zero2 "$(tail -n 2 "$tmp/lora_adapter_zero3.err")"
+# The first loss is the saved adapter's, not fresh adapters' (whose B is zero: the base's loss).
+[ "$(json_values "$tmp/lora_adapter_zero3/metrics.jsonl" train/loss | cut -d' ' -f1)" != \
+  "$(json_values "$tmp/lora_zero3_2/metrics.jsonl" train/loss | cut -d' ' -f1)" ] &&
+    pass sft_lora_zero3_saved_adapter_is_read || fail sft_lora_zero3_saved_adapter_is_read "first loss as fresh adapters'"
+rm -rf "$tmp/other_base" && cp -r "$tmp/lora_zero2_2/final/adapter" "$tmp/other_base"
+python3 -c "
+import json, sys
+path = sys.argv[1] + '/adapter_config.json'
+config = json.load(open(path))
+config['marlhf_base_fingerprint'] = '0123456789abcdef'
+json.dump(config, open(path, 'w'))" "$tmp/other_base"
+ranks 2 "$bin" sft "${sft[@]}" --lora-adapter "$tmp/other_base" --zero-stage 3 --output "$tmp/other_base_run" --quiet \
+    > /dev/null 2> "$tmp/other_base.err"
+rc=$?
+[ $rc = 2 ] && [ "$(grep -c "marlhf: error: .*other_base/adapter_config.json: the adapters were trained on other base weights" "$tmp/other_base.err")" = 2 ] &&
+    [ -z "$(ls "$tmp/other_base_run" 2> /dev/null | grep -v '^metrics.jsonl$\|^events.out')" ] &&
+    pass sft_lora_zero3_adapter_of_other_base_refused ||
+    fail sft_lora_zero3_adapter_of_other_base_refused "exit $rc: $(head -n 3 "$tmp/other_base.err")"
 expect_error zero3_stage_cuda "--zero-stage 3 runs on --device cpu only" "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --device cuda
 
 # Under AddressSanitizer the sections above (SFT across ranks, a killed rank's resume, ZeRO-1,
@@ -589,8 +638,41 @@ for mode in plain hybrid_engine; do
         pass "ppo_lora_zero3_${mode}_same_adapters_as_zero2" ||
         fail "ppo_lora_zero3_${mode}_same_adapters_as_zero2" "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_lora_zero3_$mode.err")"
 done
-expect_error ppo_zero3_dora "not with --actor-use-dora" \
-    "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --actor-use-dora --zero-stage 3 --output "$tmp/x"
+# Saved actor and critic adapters as the start: read on every rank after the models start
+# (the EMA's too); the reference, the actor's base with its saved adapter, stays whole. On 2
+# ranks ZeRO-2's adapters and samples, bit for bit.
+saved=(--actor-lora-adapter "$tmp/ppo_lora_zero2/final/actor" --critic-lora-adapter "$tmp/ppo_lora_zero2/final/critic"
+       --max-iterations 2)
+for stage in 2 3; do
+    ranks 2 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" "${saved[@]}" --zero-stage $stage \
+        --output "$tmp/ppo_saved_adapters_zero$stage" 2> "$tmp/ppo_saved_adapters_zero$stage.err"
+done
+same=0
+for part in actor critic actor_ema; do
+    cmp -s "$tmp/ppo_saved_adapters_zero2/final/$part/adapter/adapter_model.safetensors" \
+        "$tmp/ppo_saved_adapters_zero3/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
+done
+[ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_saved_adapters_zero3"/samples/eval-*.jsonl 2> /dev/null)" ] &&
+    diff -q <(cat "$tmp/ppo_saved_adapters_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_saved_adapters_zero3"/samples/eval-*.jsonl) > /dev/null &&
+    pass ppo_lora_zero3_from_saved_adapters_same_as_zero2 ||
+    fail ppo_lora_zero3_from_saved_adapters_same_as_zero2 "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_saved_adapters_zero3.err")"
+# DoRA on both, on 3 ranks with the hybrid engine (the EMA's magnitudes set at its start too).
+dora=(--actor-lora-rank 4 --critic-lora-rank 4 --actor-use-dora --critic-use-dora)
+for stage in 2 3; do
+    ranks 3 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" "${dora[@]}" --zero-stage $stage --enable-hybrid-engine \
+        --output "$tmp/ppo_dora_zero$stage" 2> "$tmp/ppo_dora_zero$stage.err"
+done
+same=0
+for part in actor critic actor_ema; do
+    cmp -s "$tmp/ppo_dora_zero2/final/$part/adapter/adapter_model.safetensors" \
+        "$tmp/ppo_dora_zero3/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
+done
+[ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_dora_zero3"/samples/eval-*.jsonl 2> /dev/null)" ] &&
+    diff -q <(cat "$tmp/ppo_dora_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_dora_zero3"/samples/eval-*.jsonl) > /dev/null &&
+    pass ppo_dora_zero3_same_adapters_as_zero2 ||
+    fail ppo_dora_zero3_same_adapters_as_zero2 "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_dora_zero3.err")"
+expect_error ppo_zero3_qlora "not with --actor-quantize q8_0" \
+    "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --actor-quantize q8_0 --zero-stage 3 --output "$tmp/x"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.
 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --output "$tmp/ppo_lora_one" 2> /dev/null
 ranks 2 "$bin" ppo "${ppo[@]}" "${extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 1 \
