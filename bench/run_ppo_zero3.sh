@@ -15,11 +15,14 @@
 # (min new tokens = max), temperature 1, top-k 0, float32, one thread per rank.
 # LORA=R: rank-R LoRA adapters on the actor and the critic (their frozen bases sharded under
 # ZeRO-3, the actor's base also the reference); the PyTorch rows stay the plain actor's.
+# SAVED=1 (with LORA): then two more runs, ZeRO-2 and ZeRO-3, starting from the adapters the
+# ZeRO-2 run saved (--actor-lora-adapter, --critic-lora-adapter): the reference is then the
+# actor's base with that adapter, whole on every rank under ZeRO-2, sharded under ZeRO-3.
 # Needs `make` and scripts/setup-python.
-#   RANKS=2 ROLLOUTS=8 GEN_BATCH=4 NEW_TOKENS=24 [LORA=16] bench/run_ppo_zero3.sh
+#   RANKS=2 ROLLOUTS=8 GEN_BATCH=4 NEW_TOKENS=24 [LORA=16 [SAVED=1]] bench/run_ppo_zero3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ranks=${RANKS:-2} lora=${LORA:-0} rollouts=${ROLLOUTS:-8} gen_batch=${GEN_BATCH:-4} new_tokens=${NEW_TOKENS:-24}
+ranks=${RANKS:-2} lora=${LORA:-0} saved=${SAVED:-0} rollouts=${ROLLOUTS:-8} gen_batch=${GEN_BATCH:-4} new_tokens=${NEW_TOKENS:-24}
 threads=1 py=.venv-tools/bin/python hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm}
 . bench/smollm2_models.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -64,6 +67,11 @@ PY
 marlhf zero2 --zero-stage 2
 marlhf zero3 --zero-stage 3
 marlhf zero3-hybrid --zero-stage 3 --enable-hybrid-engine
+if [ "$saved" = 1 ] && [ "$lora" -gt 0 ]; then
+    lora_options=(--actor-lora-adapter "$run/zero2/final/actor" --critic-lora-adapter "$run/zero2/final/critic")
+    marlhf zero2-saved-adapters --zero-stage 2
+    marlhf zero3-saved-adapters --zero-stage 3
+fi
 for mode in layerwise gathered; do
     load "before pytorch $mode"
     OMP_NUM_THREADS=$threads "$py" bench/torch_fsdp_generate.py --model "$hf" --ranks "$ranks" --threads $threads \

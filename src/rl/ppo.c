@@ -1285,15 +1285,31 @@ static int load_model(Model *model, const char *path, const OpsBackend *ops, boo
 }
 
 // A frozen model (the reference or the reward model), in 8 bits when asked, with its saved
-// adapter when given. Under ZeRO-3 a float32 one without an adapter is sharded as the actor
-// is: each rank loads its shard of the layers and gathers each layer as a forward runs it.
+// adapter when given. Under ZeRO-3 a float32 one is sharded as the actor is: each rank loads
+// its shard of the layers and gathers each layer as a forward runs it; its saved adapter,
+// whole on every rank, is read after the start (read_saved_adapters), as the actor's is.
 static int load_frozen_model(Ppo *p, Model *model, const char *path, const OpsBackend *ops, bool lm_head,
                              bool value_head, const char *quantize, const char *adapter, uint64_t seed) {
-    const bool sharded = load_range(p) && !quantize_requested(quantize) && !adapter;
+    bool sharded = load_range(p) && !quantize_requested(quantize);
+    if (sharded && adapter) {
+        // An adapter trained over a quantized base (QLoRA) goes on that base, whole
+        // (model_load_with_adapter quantizes it as the adapter's file says).
+        char base_quantize[16];
+        if (lora_read_adapter_base_quantize(adapter, base_quantize) != 0) return -1;
+        sharded = !quantize_requested(base_quantize);
+    }
     ModelLoadOptions options = {.with_lm_head = lm_head, .with_value_head = value_head,
                                 .require_value_head = value_head, .quantize = quantize,
                                 .keep_range = sharded ? load_range(p) : NULL};
-    if (model_load_with_adapter(model, path, ops, &options, adapter, seed) != 0) return -1;
+    if (sharded && adapter) {
+        if (model_load(model, path, ops, &options) != 0) return -1;
+        if (model_add_lora_of_adapter(model, adapter, false, seed) != 0) {
+            model_free(model);
+            return -1;
+        }
+    } else if (model_load_with_adapter(model, path, ops, &options, adapter, seed) != 0) {
+        return -1;
+    }
     if (sharded) dist_weights_shard_frozen(model);
     return 0;
 }
@@ -1325,8 +1341,8 @@ static int add_adapters(const Ppo *p, Model *model, const LoraConfig *lora, cons
     return rc;
 }
 
-// The saved adapters add_adapters left unread under ZeRO-3, read on every rank (they are whole
-// on each) after the models' start.
+// The saved adapters add_adapters and load_frozen_model left unread under ZeRO-3, read on every
+// rank (they are whole on each) after the models' start.
 static int read_saved_adapters(Ppo *p) {
     const PpoConfig *c = &p->c;
     if (!load_range(p)) return 0;
@@ -1334,6 +1350,9 @@ static int read_saved_adapters(Ppo *p) {
     if (c->actor_lora.rank > 0 && c->actor_lora_adapter) {
         rc = lora_read_adapter(&p->actor, c->actor_lora_adapter);
         if (rc == 0 && c->ema) rc = lora_read_adapter(&p->ema, c->actor_lora_adapter);
+        // The reference made of the actor's start: its base with the saved adapter, sharded.
+        if (rc == 0 && !p->reference_is_actor_base && !c->reference_path && dist_weights_sharded(&p->reference))
+            rc = lora_read_adapter(&p->reference, c->actor_lora_adapter);
     }
     if (rc == 0 && p->has_critic && c->critic_lora.rank > 0 && c->critic_lora_adapter)
         rc = lora_read_adapter(&p->critic, c->critic_lora_adapter);

@@ -639,8 +639,9 @@ for mode in plain hybrid_engine; do
         fail "ppo_lora_zero3_${mode}_same_adapters_as_zero2" "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_lora_zero3_$mode.err")"
 done
 # Saved actor and critic adapters as the start: read on every rank after the models start
-# (the EMA's too); the reference, the actor's base with its saved adapter, stays whole. On 2
-# ranks ZeRO-2's adapters and samples, bit for bit.
+# (the EMA's too, and the reference's, the actor's sharded base with its saved adapter). On 2
+# ranks ZeRO-2's adapters and samples, bit for bit (verified to fail without the EMA's or the
+# reference's read).
 saved=(--actor-lora-adapter "$tmp/ppo_lora_zero2/final/actor" --critic-lora-adapter "$tmp/ppo_lora_zero2/final/critic"
        --max-iterations 2)
 for stage in 2 3; do
