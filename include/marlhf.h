@@ -33,7 +33,7 @@ extern "C" {
 // Grows with every change of a struct's layout (fields are only ever added at the end; the
 // *_default_params() functions return structs by value): a program must link the library
 // of its own header's version.
-#define MARLHF_API_VERSION 2
+#define MARLHF_API_VERSION 3
 
 #if defined(__GNUC__)
 #define MARLHF_API __attribute__((visibility("default")))
@@ -211,6 +211,14 @@ typedef struct {
     // each response's reward is (1 - p^-alpha) / alpha of its probability instead of log p.
     // 0: log p; loss "alphapo" needs it non-zero
     double alphapo_alpha;
+    // the adapters, added last (API version 3; the command's --lora-modules-regex and
+    // --lora-layers, docs/lora.md), NULL for none: PEFT's target_modules as a regular
+    // expression, matched whole against each linear module's name ("model.layers.3.self_attn.
+    // q_proj"), in place of lora_modules (leave that "all-linear"); and PEFT's
+    // layers_to_transform, layer indices and ranges separated by commas ("0,1,8-11"), only
+    // those layers' modules adapted
+    const char *lora_modules_regex;
+    const char *lora_layers;
 } marlhf_trainer_params;
 
 typedef struct {

@@ -727,12 +727,17 @@ static double worst_tensor_difference(const char *a_path, const char *b_path) {
 // Adam's two steps); a wrong setting moves them by far more (a shuffled order: 0.5 to 2).
 static void test_adapter_settings_match_command(void) {
     const char *ranks = "q_proj=8,layers\\.1\\.mlp\\.(up|down)_proj=2", *alphas = "{\"v_proj\": 16}";
+    const char *regex = ".*\\.(q_proj|v_proj|up_proj|down_proj)"; // every module the patterns name
     const struct {
         const char *command, *options, *quantize;
         int rslora, dora, rows;
-    } settings[] = {{"dpo", "--lora-alpha 8 --lora-rslora --use-dora", NULL, 1, 1, 8},
-                    {"dpo", "--lora-alpha 8 --quantize nf4", "nf4", 0, 0, 8},
-                    {"kto", "--loss apo-zero-unpaired --lora-alpha 8 --use-dora", NULL, 0, 1, 4}};
+        const char *modules_regex, *layers; // also given to the command in `options`
+    } settings[] = {{"dpo", "--lora-alpha 8 --lora-rslora --use-dora", NULL, 1, 1, 8, NULL, NULL},
+                    {"dpo", "--lora-alpha 8 --quantize nf4", "nf4", 0, 0, 8, NULL, NULL},
+                    {"kto", "--loss apo-zero-unpaired --lora-alpha 8 --use-dora", NULL, 0, 1, 4, NULL, NULL},
+                    {"dpo", "--lora-alpha 8 --lora-modules-regex '.*\\.(q_proj|v_proj|up_proj|down_proj)'", NULL, 0, 0, 8,
+                     regex, NULL},
+                    {"kto", "--loss apo-zero-unpaired --lora-alpha 8 --use-dora --lora-layers 1", NULL, 0, 1, 4, NULL, "1"}};
     Pairs train = read_pairs("tests/fixtures/train/pairs.jsonl");
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         const bool kto = !strcmp(settings[s].command, "kto");
@@ -751,6 +756,7 @@ static void test_adapter_settings_match_command(void) {
         params.lora_alpha = 8, params.lora_rslora = settings[s].rslora;
         params.use_dora = settings[s].dora, params.lora_dropout = 0.25;
         params.lora_rank_pattern = ranks, params.lora_alpha_pattern = alphas;
+        params.lora_modules_regex = settings[s].modules_regex, params.lora_layers = settings[s].layers;
         if (kto) params.kto_loss = "apo-zero-unpaired";
         marlhf_trainer *trainer = model ? marlhf_trainer_new(model, &params) : NULL;
         EXPECT(trainer, "setting %zu: %s", s, marlhf_last_error());
@@ -789,6 +795,14 @@ static void test_adapter_settings_match_command(void) {
         json_t *want_ranks = json_pack("{s:i, s:i}", "layers\\.1\\.mlp\\.(up|down)_proj", 2, "q_proj", 8);
         json_t *want_alphas = json_pack("{s:f}", "v_proj", 16.0);
         const char *base = json_string_value(json_object_get(config, "marlhf_base_quantize"));
+        json_t *targets = json_object_get(config, "target_modules"), *layers = json_object_get(config, "layers_to_transform");
+        EXPECT(settings[s].modules_regex ? json_is_string(targets) && !strcmp(json_string_value(targets), regex)
+                                         : json_is_array(targets),
+               "setting %zu: target_modules", s);
+        EXPECT(settings[s].layers ? json_is_array(layers) && json_array_size(layers) == 1 &&
+                                        json_integer_value(json_array_get(layers, 0)) == 1
+                                  : !layers || json_is_null(layers),
+               "setting %zu: layers_to_transform", s);
         EXPECT(config && json_integer_value(json_object_get(config, "r")) == 4 &&
                    json_number_value(json_object_get(config, "lora_alpha")) == 8 &&
                    json_equal(json_object_get(config, "rank_pattern"), want_ranks) &&
@@ -859,6 +873,9 @@ static void test_dpo_resume_exact(void) {
             other = params, other.lora_rank_pattern = "q_proj=8";
             EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "lora_rank_pattern"), "'%s'",
                    marlhf_last_error());
+            other = params, other.lora_layers = "1";
+            EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "lora_modules_regex or lora_layers"),
+                   "'%s'", marlhf_last_error());
             if (!settings[s].quantize) {
                 other = params, other.use_dora = 0;
                 EXPECT(!marlhf_trainer_resume(model, &other, run) && strstr(marlhf_last_error(), "use_dora"), "'%s'",
@@ -1017,6 +1034,12 @@ static void test_dpo_bad_arguments(void) {
     BAD(p.lora_alpha_pattern = "{\"v_proj\": -1}", "lora_alpha_pattern");
     BAD(p.lora_dropout = 1, "lora_dropout");
     BAD(p.lora_dropout = NAN, "lora_dropout");
+    BAD(p.lora_modules_regex = "", "lora_modules_regex");            // empty
+    BAD(p.lora_modules_regex = ".*(lm_head|q_proj)", "lora_modules_regex"); // the LM head too
+    BAD((p.lora_modules = "q_proj", p.lora_modules_regex = ".*q_proj"), "lora_modules_regex");
+    BAD(p.lora_layers = "1-0", "lora_layers");
+    BAD(p.lora_layers = "0,x", "lora_layers");
+    BAD((p.lora_layers = "0", p.lora_modules_regex = ".*q_proj"), "lora_modules_regex"); // not both
 #undef BAD
     // None of those touched the model: a good trainer still starts at the reference.
     marlhf_trainer_params good = tiny_dpo_params();

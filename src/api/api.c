@@ -424,6 +424,17 @@ static int check_trainer_params(const marlhf_trainer_params *p, const char *f, T
     lora->dora = p->use_dora != 0;
     if (lora_parse_targets(p->lora_modules ? p->lora_modules : "all-linear", &lora->targets) != 0)
         return err_set("%s: lora_modules: %s", f, err_msg());
+    // The command's selection (lora_cli_selection): a target_modules regex, layers_to_transform.
+    if (p->lora_modules_regex) {
+        if (p->lora_modules && strcmp(p->lora_modules, "all-linear"))
+            return err_set("%s: lora_modules_regex chooses the modules itself: leave lora_modules \"all-linear\"", f);
+        if (lora_set_target_regex(lora, p->lora_modules_regex) != 0)
+            return err_set("%s: lora_modules_regex %s", f, err_msg());
+    }
+    if (p->lora_layers && lora_parse_layers(lora, p->lora_layers) != 0)
+        return err_set("%s: lora_layers %s", f, err_msg());
+    if (lora_check_selection(lora) != 0)
+        return err_set("%s: lora_%s: %s", f, p->lora_modules_regex ? "modules_regex" : "layers", err_msg());
     // The command's parsing and checks (lora_cli_finish): "KEY=VALUE,..." or a JSON object.
     const char *pattern_text[2] = {p->lora_rank_pattern, p->lora_alpha_pattern};
     for (int k = 0; k < 2; k++) {
@@ -533,6 +544,7 @@ marlhf_trainer *marlhf_trainer_resume(marlhf_model *policy, const marlhf_trainer
                           : saved.rslora != lora.rslora               ? "lora_rslora"
                           : saved.dora != lora.dora                   ? "use_dora"
                           : !lora_patterns_equal(&saved, &lora)       ? "lora_rank_pattern or lora_alpha_pattern"
+                          : !lora_selection_equal(&saved, &lora)      ? "lora_modules_regex or lora_layers"
                           : fabs(saved.dropout - lora.dropout) > 1e-9 ? "lora_dropout"
                                                                       : NULL;
     if (differs)

@@ -1,7 +1,5 @@
 #include "cli/train_options.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,32 +97,10 @@ static void lora_cli_selection(const LoraCli *c, const char *prefix, LoraConfig 
     if (c->modules_regex) {
         if (strcmp(c->modules, "all-linear"))
             die_user("option --%slora-modules-regex chooses the modules itself: drop --%slora-modules", prefix, prefix);
-        if (!*c->modules_regex || strlen(c->modules_regex) >= sizeof lora->target_regex)
-            die_user("option --%slora-modules-regex must be 1 to %zu characters", prefix, sizeof lora->target_regex - 1);
-        snprintf(lora->target_regex, sizeof lora->target_regex, "%s", c->modules_regex);
-        lora->targets = (1u << LORA_TARGETS) - 1;
+        if (lora_set_target_regex(lora, c->modules_regex) != 0)
+            die_user("option --%slora-modules-regex %s", prefix, err_msg());
     }
-    if (c->layers) {
-        // A comma-separated list of layers and ranges FIRST-LAST.
-        const char *p = c->layers;
-        for (;;) {
-            char *end;
-            errno = 0;
-            long first = strtol(p, &end, 10), last = first;
-            bool ok = end != p && errno == 0 && isdigit((unsigned char)*p);
-            if (ok && *end == '-') {
-                const char *q = end + 1;
-                last = strtol(q, &end, 10);
-                ok = end != q && errno == 0 && isdigit((unsigned char)*q) && last >= first;
-            }
-            if (!ok || last >= LORA_MAX_LAYERS || (*end && *end != ','))
-                die_user("option --%slora-layers must be layer indices and ranges (0 to %d) separated by commas, "
-                         "e.g. 0,1,8-11, got '%s'", prefix, LORA_MAX_LAYERS - 1, c->layers);
-            for (long l = first; l <= last; l++) lora_select_layer(lora, (int)l);
-            if (!*end) break;
-            p = end + 1;
-        }
-    }
+    if (c->layers && lora_parse_layers(lora, c->layers) != 0) die_user("option --%slora-layers %s", prefix, err_msg());
     if (lora_check_selection(lora) != 0)
         die_user("option --%slora-%s: %s", prefix, c->modules_regex ? "modules-regex" : "layers", err_msg());
 }

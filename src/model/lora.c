@@ -1,6 +1,8 @@
 #include "model/lora.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <ctype.h>
+#include <errno.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdlib.h>
@@ -176,6 +178,34 @@ void lora_select_layer(LoraConfig *lora, int layer) {
     CHECK(layer >= 0 && layer < LORA_MAX_LAYERS, "LoRA layer %d out of range", layer);
     lora->layer_subset = true;
     lora->layers[layer / 64] |= 1ull << (layer % 64);
+}
+
+int lora_set_target_regex(LoraConfig *lora, const char *regex) {
+    if (!*regex || strlen(regex) >= sizeof lora->target_regex)
+        return err_set("must be 1 to %zu characters", sizeof lora->target_regex - 1);
+    snprintf(lora->target_regex, sizeof lora->target_regex, "%s", regex);
+    lora->targets = (1u << LORA_TARGETS) - 1;
+    return 0;
+}
+
+int lora_parse_layers(LoraConfig *lora, const char *text) {
+    for (const char *p = text;;) {
+        char *end;
+        errno = 0;
+        long first = strtol(p, &end, 10), last = first;
+        bool ok = end != p && errno == 0 && isdigit((unsigned char)*p);
+        if (ok && *end == '-') {
+            const char *q = end + 1;
+            last = strtol(q, &end, 10);
+            ok = end != q && errno == 0 && isdigit((unsigned char)*q) && last >= first;
+        }
+        if (!ok || last >= LORA_MAX_LAYERS || (*end && *end != ','))
+            return err_set("must be layer indices and ranges (0 to %d) separated by commas, e.g. 0,1,8-11, got '%s'",
+                           LORA_MAX_LAYERS - 1, text);
+        for (long l = first; l <= last; l++) lora_select_layer(lora, (int)l);
+        if (!*end) return 0;
+        p = end + 1;
+    }
 }
 
 // Whether module t of `layer` (one of lora->targets) has adapters: PEFT's

@@ -69,6 +69,13 @@ bool lora_patterns_equal(const LoraConfig *a, const LoraConfig *b);
 int lora_check_selection(const LoraConfig *lora);
 // Adds `layer` to lora->layers (PEFT's layers_to_transform) and sets lora->layer_subset.
 void lora_select_layer(LoraConfig *lora, int layer);
+// The two ways of choosing modules from text, as --lora-modules-regex and --lora-layers (and
+// the embedding API's lora_modules_regex / lora_layers) give them: PEFT's target_modules
+// regex (every module kind a candidate, the regex decides), and layer indices and ranges
+// separated by commas ("0,1,8-11"). Return -1 with err_set() saying what is wrong ("must
+// be ..."), for the caller to prefix with the option's name; lora_check_selection follows.
+int lora_set_target_regex(LoraConfig *lora, const char *regex);
+int lora_parse_layers(LoraConfig *lora, const char *text);
 // Whether two configurations choose the same modules by regex and layers (LoraConfig.target_regex, .layers).
 bool lora_selection_equal(const LoraConfig *a, const LoraConfig *b);
 
