@@ -63,6 +63,8 @@ static void expect_same_config(const ModelConfig *a, const ModelConfig *b, const
     SAME(attn_logit_softcap);
     SAME(final_logit_softcap);
     SAME(query_pre_attn_scalar);
+    SAME(rope_local_theta);
+    SAME(sliding_window_pattern);
     SAME(tie_word_embeddings);
     SAME(embedding_multiplier);
     SAME(bos_token_id);
@@ -376,6 +378,73 @@ static void test_write_roundtrip(void) {
         const char *bad_path = write_text(gemma2_bad[i].name, text);
         EXPECT_ERROR(config_from_hf_json(&defaults, bad_path), gemma2_bad[i].pieces[0], gemma2_bad[i].pieces[1],
                      bad_path);
+    }
+    // Gemma 3 (text): the tiny model's file as transformers 5 writes it (per-layer-type RoPE,
+    // layer_types; linear scaling 8 on the full layers), 4.x's fields (rope_theta,
+    // rope_scaling, rope_local_base_freq, sliding_window_pattern) for the same model, the
+    // round trip, Gemma3TextConfig's defaults, and the refusals.
+    ModelConfig gemma3;
+    EXPECT(config_from_hf_json(&gemma3, "tests/fixtures/models/gemma3") == 0, "%s", err_msg());
+    EXPECT(gemma3.family == FAMILY_GEMMA3 && gemma3.sandwich_norms && gemma3.qk_norm && gemma3.norm_weight_plus_one &&
+               gemma3.attn_logit_softcap == 0.0f && gemma3.final_logit_softcap == 0.0f &&
+               gemma3.query_pre_attn_scalar == 24.0f && gemma3.rope_theta == 1e6f &&
+               gemma3.rope_scaling == ROPE_SCALING_LINEAR && gemma3.rope_factor == 8.0f &&
+               gemma3.rope_local_theta == 1e4f && gemma3.sliding_window_pattern == 2 &&
+               config_layer_uses_local_rope(&gemma3, 0) && !config_layer_uses_local_rope(&gemma3, 1),
+           "gemma3 read as family %d theta %g/%g pattern %d", (int)gemma3.family, (double)gemma3.rope_theta,
+           (double)gemma3.rope_local_theta, gemma3.sliding_window_pattern);
+    {
+        ModelConfig back;
+        const char *gemma3_path = tmp_path("written_gemma3.json");
+        EXPECT(config_write_hf_json(&gemma3, gemma3_path, "Gemma3ForCausalLM") == 0, "%s", err_msg());
+        EXPECT(config_from_hf_json(&back, gemma3_path) == 0, "%s", err_msg());
+        expect_same_config(&back, &gemma3, gemma3_path);
+        EXPECT(config_write_hf_json(&gemma3, tmp_path("written_gemma3_rm.json"), "Gemma3TextForSequenceClassification") == 0,
+               "%s", err_msg());
+        const char *fields_4x =
+            "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+            "\"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128, \"max_position_embeddings\": 64, "
+            "\"sliding_window\": 64, \"vocab_size\": 128, \"query_pre_attn_scalar\": 24, \"rms_norm_eps\": 1e-6, "
+            "\"rope_theta\": 1000000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}, "
+            "\"rope_local_base_freq\": 10000.0, \"sliding_window_pattern\": 2, \"bos_token_id\": 1, \"eos_token_id\": 2, "
+            "\"pad_token_id\": null}";
+        EXPECT(config_from_hf_json(&back, write_text("gemma3_4x.json", fields_4x)) == 0, "%s", err_msg());
+        expect_same_config(&back, &gemma3, "gemma3 in 4.x's fields");
+        const char *minimal =
+            "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 26, \"num_attention_heads\": 4, "
+            "\"intermediate_size\": 128, \"max_position_embeddings\": 32768, \"vocab_size\": 100}";
+        EXPECT(config_from_hf_json(&back, write_text("gemma3_defaults.json", minimal)) == 0, "%s", err_msg());
+        EXPECT(back.attn_logit_softcap == 0.0f && back.final_logit_softcap == 0.0f && back.query_pre_attn_scalar == 256.0f &&
+                   back.head_dim == 256 && back.max_position_embeddings == 4096 && back.rope_theta == 1e6f &&
+                   back.rope_local_theta == 1e4f && back.sliding_window_pattern == 6 && back.tie_word_embeddings &&
+                   config_layer_uses_local_rope(&back, 4) && !config_layer_uses_local_rope(&back, 5),
+               "gemma3 defaults: caps %g/%g scalar %g head_dim %d context %d theta %g/%g pattern %d",
+               (double)back.attn_logit_softcap, (double)back.final_logit_softcap, (double)back.query_pre_attn_scalar,
+               back.head_dim, back.max_position_embeddings, (double)back.rope_theta, (double)back.rope_local_theta,
+               back.sliding_window_pattern);
+    }
+    const struct {
+        const char *name, *field, *pieces[2];
+    } gemma3_bad[] = {
+        {"gemma3_types.json", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]", {"'layer_types'", "one pattern"}},
+        {"gemma3_types_name.json", "\"layer_types\": [\"sliding_attention\", \"chunked_attention\"]", {"'layer_types'", "entry 1"}},
+        {"gemma3_types_count.json", "\"layer_types\": [\"sliding_attention\"]", {"'layer_types'", "num_hidden_layers"}},
+        {"gemma3_pattern.json", "\"sliding_window_pattern\": 0", {"'sliding_window_pattern'", "positive"}},
+        {"gemma3_scaled_local.json",
+         "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}, "
+         "\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 1e4}}",
+         {"'rope_parameters.sliding_attention'", "scales the sliding layers"}},
+        {"gemma3_vision.json", "\"text_config\": {}", {"'gemma3'", "gemma3_text"}},
+    };
+    for (size_t i = 0; i < sizeof gemma3_bad / sizeof gemma3_bad[0]; i++) {
+        char text[1024];
+        const bool vision = strstr(gemma3_bad[i].name, "vision") != NULL;
+        snprintf(text, sizeof text, "{\"model_type\": \"%s\", %s, \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                 "\"num_attention_heads\": 4, \"intermediate_size\": 128, \"max_position_embeddings\": 64, "
+                 "\"vocab_size\": 100}", vision ? "gemma3" : "gemma3_text", gemma3_bad[i].field);
+        ModelConfig bad;
+        const char *bad_path = write_text(gemma3_bad[i].name, text);
+        EXPECT_ERROR(config_from_hf_json(&bad, bad_path), gemma3_bad[i].pieces[0], gemma3_bad[i].pieces[1], bad_path);
     }
     // RoPE scaling, linear and Llama 3's, survives the round trip.
     for (int kind = 0; kind < 2; kind++) {

@@ -5,7 +5,7 @@ Usage (developers only; CI never runs Python, the output is committed):
 
     .venv-tools/bin/python tools/make_model_fixtures.py [--out tests/fixtures/models]
 
-For each tiny model (gpt2, llama, llama_tied, llama3_rope, qwen2, qwen3, gemma, gemma2)
+For each tiny model (gpt2, llama, llama_tied, llama3_rope, qwen2, qwen3, gemma, gemma2, gemma3)
 this script
 
   1. builds the model from random weights with the transformers classes: float32,
@@ -49,7 +49,8 @@ from safetensors.torch import load_file, save_file
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import transformers
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config, Qwen3ForCausalLM,
                           Qwen2ForCausalLM, get_cosine_schedule_with_warmup)
 
@@ -110,6 +111,19 @@ def model_specs():
             hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
             query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=3.0,
             sliding_window=64, **COMMON)),
+        # Gemma 3 (text): Gemma 2's four norms, (1+w) RMSNorms of each head's q and k before
+        # RoPE, no soft caps, and per-layer-type RoPE: layer 0 a sliding layer turning by base
+        # 1e4, layer 1 a full-attention layer by base 1e6 with linear scaling 8 (as the 4B+
+        # models), so a layer that takes the other's frequencies is visible at T = 16.
+        # sliding_window 64 = max positions: no effect on the batch.
+        "gemma3": (9, Gemma3ForCausalLM, Gemma3TextConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, hidden_activation="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6, tie_word_embeddings=True, query_pre_attn_scalar=24, sliding_window=64,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+            **COMMON)),
     }
 
 
@@ -163,6 +177,16 @@ class NoFloat32Check(TorchDispatchMode):
 def exact_rope(model):
     """Recompute RoPE inverse frequencies in float64 (transformers computes them in float32)."""
     for mod in model.modules():
+        if isinstance(getattr(mod, "rope_type", None), dict):  # Gemma 3: one table per layer type
+            cfg = mod.config
+            for layer_type in mod.layer_types:
+                p = cfg.rope_parameters[layer_type]
+                inv = 1.0 / (p["rope_theta"] ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+                if p.get("rope_type") == "linear":
+                    inv = inv / p["factor"]
+                setattr(mod, f"{layer_type}_inv_freq", inv)
+                setattr(mod, f"{layer_type}_original_inv_freq", inv.clone())
+            continue
         if hasattr(mod, "inv_freq") and hasattr(mod, "config"):
             cfg = mod.config
             dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -363,7 +387,7 @@ Each `<model>/` folder holds
 
 * `config.json`, `model.safetensors`, `generation_config.json`: the model exactly as
   transformers' `save_pretrained` writes it, float32 weights.  This is what the C code
-  loads.  Tied models (`gpt2`, `llama_tied`, `gemma`, `gemma2`) have no `lm_head.weight` tensor:
+  loads.  Tied models (`gpt2`, `llama_tied`, `gemma`, `gemma2`, `gemma3`) have no `lm_head.weight` tensor:
   the LM head is the token embedding.  Note transformers 5 writes RoPE settings as
   `"rope_parameters": {{"rope_theta": ..., "rope_type": "default"}}` in config.json.
 * `reference.safetensors`: the expected results below.  Every float tensor is stored as
@@ -383,6 +407,7 @@ Each `<model>/` folder holds
 | qwen3 | Qwen3ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 24 | 128 (SwiGLU) | no | RMSNorm of each head's q and k (q_norm / k_norm) before RoPE, q wider (96) than hidden, RMSNorm eps 1e-6, RoPE theta 1e4 |
 | gemma | GemmaForCausalLM | 2 | 64 | 4 / 2 (GQA) | 32 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, embeddings x sqrt(64)=8, RoPE theta 1e4 |
 | gemma2 | Gemma2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, four norms per layer (input, post_attention, pre_feedforward, post_feedforward), embeddings x 8, RoPE theta 1e4, query_pre_attn_scalar 24 (scores x 24^-0.5, not head_dim^-0.5), attn_logit_softcapping 1.5, final_logit_softcapping 3.0, sliding_window 64 (no effect at T=16) |
+| gemma3 | Gemma3ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | Gemma 2's four (1+w) norms and query_pre_attn_scalar 24, (1+w) RMSNorm of each head's q and k before RoPE, no soft caps, layer 0 sliding (RoPE theta 1e4), layer 1 full attention (theta 1e6, linear scaling 8), sliding_window 64 (no effect at T=16) |
 
 All: vocab 128, max positions 64, weights from transformers' init (seeded,
 initializer_range 0.1), then every bias and norm weight perturbed with N(0, 0.1) noise

@@ -7,7 +7,11 @@ With --gemma2, tests/fixtures/models/tiny_gemma2_chat/ instead: the same sizes a
 (sandwich norms, soft caps 2 on the attention scores and 5 on the logits, small enough to
 act once training grows them; query_pre_attn_scalar = head_dim, which a GGUF file can say),
 for tests/cli/gemma2.sh.
-usage: .venv-tools/bin/python tools/make_tiny_model.py [--gemma2]
+With --gemma3, tests/fixtures/models/tiny_gemma3_chat/: the same sizes as a Gemma 3 text model
+(q/k norms, no soft caps, layer 0 a sliding layer turning by RoPE base 2e4 and layer 1 a
+full-attention one by 5e5, neither transformers' default, nor is the pattern of 2;
+query_pre_attn_scalar = head_dim), for tests/cli/gemma3.sh.
+usage: .venv-tools/bin/python tools/make_tiny_model.py [--gemma2 | --gemma3]
 """
 import json
 import os
@@ -18,9 +22,11 @@ import torch
 import transformers
 
 gemma2 = "--gemma2" in sys.argv[1:]
+gemma3 = "--gemma3" in sys.argv[1:]
 root = os.path.join(os.path.dirname(__file__), "..")
 tokenizer_dir = os.path.join(root, "tests/fixtures/tokenizers/bytelevel_small")
-out = os.path.join(root, "tests/fixtures/models", "tiny_gemma2_chat" if gemma2 else "tiny_chat")
+out = os.path.join(root, "tests/fixtures/models",
+                   "tiny_gemma2_chat" if gemma2 else "tiny_gemma3_chat" if gemma3 else "tiny_chat")
 vocab = len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["model"]["vocab"])
 vocab += len(json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["added_tokens"])
 vocab = (vocab + 7) // 8 * 8
@@ -33,6 +39,15 @@ if gemma2:
                                        query_pre_attn_scalar=16, attn_logit_softcapping=2.0,
                                        final_logit_softcapping=5.0, sliding_window=256)
     model = transformers.Gemma2ForCausalLM(config)
+elif gemma3:
+    sizes.pop("rope_theta")
+    config = transformers.Gemma3TextConfig(**sizes, head_dim=16, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
+                                           query_pre_attn_scalar=16, sliding_window=256,
+                                           layer_types=["sliding_attention", "full_attention"],
+                                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5e5},
+                                                            "sliding_attention": {"rope_type": "default",
+                                                                                  "rope_theta": 2e4}})
+    model = transformers.Gemma3ForCausalLM(config)
 else:
     config = transformers.LlamaConfig(**sizes, rms_norm_eps=1e-5)
     model = transformers.LlamaForCausalLM(config)

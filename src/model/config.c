@@ -11,6 +11,7 @@ static const struct {
 } family_names[] = {
     {"gpt2", FAMILY_GPT2},     {"llama", FAMILY_LLAMA}, {"mistral", FAMILY_MISTRAL},
     {"qwen2", FAMILY_QWEN2},   {"gemma", FAMILY_GEMMA}, {"qwen3", FAMILY_QWEN3}, {"gemma2", FAMILY_GEMMA2},
+    {"gemma3_text", FAMILY_GEMMA3},
 };
 
 int config_family_from_name(const char *model_type, ModelFamily *family) {
@@ -57,6 +58,7 @@ int config_finish(ModelConfig *cfg, const char *source) {
         break;
     case FAMILY_GEMMA:
     case FAMILY_GEMMA2:
+    case FAMILY_GEMMA3:
         cfg->norm = NORM_RMSNORM;
         cfg->norm_bias = false;
         cfg->norm_weight_plus_one = true;
@@ -64,7 +66,8 @@ int config_finish(ModelConfig *cfg, const char *source) {
         cfg->mlp = MLP_GEGLU;
         cfg->qkv_bias = cfg->o_bias = cfg->mlp_bias = false;
         cfg->embedding_multiplier = sqrtf((float)cfg->hidden_size);
-        cfg->sandwich_norms = cfg->family == FAMILY_GEMMA2;
+        cfg->sandwich_norms = cfg->family != FAMILY_GEMMA;
+        cfg->qk_norm = cfg->family == FAMILY_GEMMA3;
         break;
     }
     if (cfg->num_kv_heads <= 0) cfg->num_kv_heads = cfg->num_heads;
@@ -106,6 +109,10 @@ int config_finish(ModelConfig *cfg, const char *source) {
     if (!(cfg->query_pre_attn_scalar >= 0.0f && isfinite(cfg->query_pre_attn_scalar)))
         return err_set("config query_pre_attn_scalar %g must be positive (%s)", (double)cfg->query_pre_attn_scalar,
                        source);
+    if (!(cfg->rope_local_theta >= 0.0f && isfinite(cfg->rope_local_theta)) || cfg->sliding_window_pattern < 0 ||
+        ((cfg->rope_local_theta > 0.0f) != (cfg->sliding_window_pattern > 0)))
+        return err_set("config local RoPE base %g and sliding window pattern %d must both be positive or both absent "
+                       "(%s)", (double)cfg->rope_local_theta, cfg->sliding_window_pattern, source);
     if (cfg->rope_scaling != ROPE_SCALING_NONE && !(cfg->rope_factor >= 1.0f && isfinite(cfg->rope_factor)))
         return err_set("RoPE scaling factor %g must be at least 1 (%s)", (double)cfg->rope_factor, source);
     if (cfg->rope_scaling == ROPE_SCALING_LLAMA3 &&
@@ -140,6 +147,10 @@ void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq) {
         }
         inv_freq[i] = freq;
     }
+}
+
+bool config_layer_uses_local_rope(const ModelConfig *cfg, int layer) {
+    return cfg->rope_local_theta > 0.0f && (layer + 1) % cfg->sliding_window_pattern != 0;
 }
 
 void rope_frequency_factors(const ModelConfig *cfg, float *factors) {

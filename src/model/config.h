@@ -30,11 +30,13 @@ typedef enum {
     FAMILY_GEMMA,
     FAMILY_QWEN3, // Qwen2's layout without q/k/v biases, with q/k norms
     FAMILY_GEMMA2, // Gemma's, with sandwich norms and soft-capped attention scores and logits
+    FAMILY_GEMMA3, // Gemma 2's layout with q/k norms, no soft caps, and another RoPE base on its sliding layers
 } ModelFamily;
 
 typedef struct {
     ModelFamily family;
-    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma", "qwen3", "gemma2"
+    char model_type[32]; // as in config.json: "gpt2", "llama", "mistral", "qwen2", "gemma", "qwen3", "gemma2",
+                         // "gemma3_text"
 
     int vocab_size;
     int hidden_size;
@@ -56,6 +58,12 @@ typedef struct {
     float rope_low_freq_factor;       // LLAMA3
     float rope_high_freq_factor;      // LLAMA3
     int rope_original_max_positions;  // LLAMA3: the context the model was pretrained on
+    // Gemma 3: its sliding-window layers turn by their own RoPE base, unscaled (transformers'
+    // rope_local_base_freq, rope_parameters.sliding_attention), the others by rope_theta with
+    // the scaling above. Layer i is a sliding layer unless (i + 1) is a multiple of
+    // sliding_window_pattern (its layer_types). 0, 0: every layer turns alike.
+    float rope_local_theta;
+    int sliding_window_pattern;
 
     MlpKind mlp;
 
@@ -63,7 +71,7 @@ typedef struct {
     bool o_bias;    // GPT-2
     bool mlp_bias;  // GPT-2
     bool norm_bias; // LayerNorm has a bias (GPT-2)
-    bool qk_norm;   // Qwen3: RMSNorm over each head's query and key (weights [head_dim]) before RoPE
+    bool qk_norm;   // Qwen3, Gemma 3: RMSNorm over each head's query and key (weights [head_dim]) before RoPE
     // Gemma 2: an RMSNorm on the attention block's output and one on the MLP's, each before
     // its residual add ("post_attention_layernorm", "post_feedforward_layernorm"; the MLP's
     // input norm is then "pre_feedforward_layernorm").
@@ -103,6 +111,8 @@ const char *config_family_name(ModelFamily family);
 // RoPE's inverse frequencies, head_dim / 2 of them, in float32 as transformers computes
 // them (so that long positions round the same way): theta^(-2i/d) with cfg->rope_scaling.
 void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq);
+// Whether layer `layer` turns by cfg->rope_local_theta (a Gemma 3 sliding-window layer).
+bool config_layer_uses_local_rope(const ModelConfig *cfg, int layer);
 // llama.cpp's per-dimension divisors of the plain frequencies (its rope_freqs tensor):
 // plain / scaled, 1 where the scaling keeps a frequency.
 void rope_frequency_factors(const ModelConfig *cfg, float *factors);

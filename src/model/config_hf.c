@@ -2,6 +2,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,11 +118,9 @@ static int rope_number(const Json *json, json_t *dict, const char *field, const 
     return number_value(json, name, value, out);
 }
 
-// Reads one RoPE dict ("rope_scaling" or "rope_parameters"): its scaling into cfg, and its
-// rope_theta.
-static int check_rope_dict(const Json *json, const char *field, ModelConfig *cfg, float *theta, bool *has_theta) {
-    json_t *dict = field_value(json, field);
-    if (!dict) return 0;
+// Reads one RoPE dict, `field` its name in errors: its scaling into cfg, and its rope_theta.
+static int check_rope_object(const Json *json, const char *field, json_t *dict, ModelConfig *cfg, float *theta,
+                             bool *has_theta) {
     if (!json_is_object(dict))
         return err_set("config.json field '%s' must be an object, not %s (%s)", field, json_kind(dict), json->path);
     json_t *type = json_object_get(dict, "rope_type");
@@ -159,7 +158,7 @@ static int check_rope_dict(const Json *json, const char *field, ModelConfig *cfg
                        json->path);
     json_t *value_theta = json_object_get(dict, "rope_theta");
     if (value_theta && !json_is_null(value_theta)) {
-        char name[64];
+        char name[96];
         snprintf(name, sizeof name, "%s.rope_theta", field);
         if (number_value(json, name, value_theta, theta) != 0) return -1;
         *has_theta = true;
@@ -167,7 +166,13 @@ static int check_rope_dict(const Json *json, const char *field, ModelConfig *cfg
     return 0;
 }
 
-static int read_rope(const Json *json, ModelConfig *cfg) {
+// The RoPE dict of the top-level field "rope_scaling" or "rope_parameters", if present.
+static int check_rope_dict(const Json *json, const char *field, ModelConfig *cfg, float *theta, bool *has_theta) {
+    json_t *dict = field_value(json, field);
+    return dict ? check_rope_object(json, field, dict, cfg, theta, has_theta) : 0;
+}
+
+static int read_rope(const Json *json, ModelConfig *cfg, float default_theta) {
     float theta = 0;
     bool has_theta = false;
     if (check_rope_dict(json, "rope_scaling", cfg, &theta, &has_theta) != 0) return -1;
@@ -180,7 +185,67 @@ static int read_rope(const Json *json, ModelConfig *cfg) {
         cfg->rope_theta = theta;
         return 0;
     }
-    return optional_float(json, "rope_theta", 10000.0f, &cfg->rope_theta);
+    return optional_float(json, "rope_theta", default_theta, &cfg->rope_theta);
+}
+
+// Gemma 3's RoPE: transformers 5 writes one dict per layer type (rope_parameters.full_attention,
+// .sliding_attention), 4.x rope_theta and rope_scaling for the full layers and
+// rope_local_base_freq for the sliding ones (Gemma3TextConfig's defaults 1e6 and 1e4).
+static int read_gemma3_rope(const Json *json, ModelConfig *cfg) {
+    json_t *parameters = field_value(json, "rope_parameters");
+    json_t *full = json_is_object(parameters) ? json_object_get(parameters, "full_attention") : NULL;
+    json_t *sliding = json_is_object(parameters) ? json_object_get(parameters, "sliding_attention") : NULL;
+    if (!full && !sliding) {
+        if (read_rope(json, cfg, 1e6f) != 0) return -1;
+        return optional_float(json, "rope_local_base_freq", 1e4f, &cfg->rope_local_theta);
+    }
+    bool has_theta = false, has_local_theta = false;
+    cfg->rope_theta = 1e6f, cfg->rope_local_theta = 1e4f;
+    if (full && check_rope_object(json, "rope_parameters.full_attention", full, cfg, &cfg->rope_theta, &has_theta) != 0)
+        return -1;
+    ModelConfig local = *cfg;
+    local.rope_scaling = ROPE_SCALING_NONE;
+    if (sliding && check_rope_object(json, "rope_parameters.sliding_attention", sliding, &local, &cfg->rope_local_theta,
+                                     &has_local_theta) != 0)
+        return -1;
+    if (local.rope_scaling != ROPE_SCALING_NONE)
+        return err_set("unsupported rope_scaling: config.json field 'rope_parameters.sliding_attention' scales the "
+                       "sliding layers' RoPE; marlhf scales the full-attention layers' only (%s)", json->path);
+    return 0;
+}
+
+// Gemma 3's layer types: "layer_types" (transformers 5) or every sliding_window_pattern-th
+// layer a full-attention one (4.x; Gemma3TextConfig's default 6). marlhf keeps the pattern:
+// a list that does not repeat one is refused.
+static int read_gemma3_layers(const Json *json, ModelConfig *cfg) {
+    json_t *types = field_value(json, "layer_types");
+    if (!types) {
+        if (optional_int(json, "sliding_window_pattern", 6, &cfg->sliding_window_pattern) != 0) return -1;
+        if (cfg->sliding_window_pattern <= 0)
+            return err_set("config.json field 'sliding_window_pattern' is %d; it must be positive (%s)",
+                           cfg->sliding_window_pattern, json->path);
+        return 0;
+    }
+    if (!json_is_array(types) || (long)json_array_size(types) != cfg->num_layers)
+        return err_set("config.json field 'layer_types' must be a list of num_hidden_layers (%d) names (%s)",
+                       cfg->num_layers, json->path);
+    // The first full-attention layer sets the pattern; none: every layer slides.
+    cfg->sliding_window_pattern = cfg->num_layers + 1;
+    for (int l = cfg->num_layers - 1; l >= 0; l--) {
+        const char *name = json_string_value(json_array_get(types, (size_t)l));
+        if (!name || (strcmp(name, "sliding_attention") && strcmp(name, "full_attention")))
+            return err_set("config.json field 'layer_types' entry %d is not \"sliding_attention\" or \"full_attention\" "
+                           "(%s)", l, json->path);
+        if (!strcmp(name, "full_attention")) cfg->sliding_window_pattern = l + 1;
+    }
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const bool sliding = !strcmp(json_string_value(json_array_get(types, (size_t)l)), "sliding_attention");
+        if (sliding != ((l + 1) % cfg->sliding_window_pattern != 0))
+            return err_set("config.json field 'layer_types' does not repeat one pattern (every %d-th layer full "
+                           "attention): layer %d is %s; marlhf reads Gemma 3's regular patterns only (%s)",
+                           cfg->sliding_window_pattern, l, sliding ? "sliding" : "full", json->path);
+    }
+    return 0;
 }
 
 static int read_gpt2(const Json *json, ModelConfig *cfg) {
@@ -213,7 +278,7 @@ static int read_gpt2(const Json *json, ModelConfig *cfg) {
 
 static int read_activation(const Json *json, const ModelConfig *cfg) {
     const char *act = NULL; // the same
-    if (cfg->family != FAMILY_GEMMA && cfg->family != FAMILY_GEMMA2) {
+    if (cfg->family != FAMILY_GEMMA && cfg->family != FAMILY_GEMMA2 && cfg->family != FAMILY_GEMMA3) {
         if (optional_string(json, "hidden_act", "silu", &act) != 0) return -1;
         if (strcmp(act, "silu") != 0)
             return err_set("config.json field 'hidden_act' is '%s'; %s models must use 'silu' (%s)", act,
@@ -240,9 +305,9 @@ static int read_sliding_window(const Json *json, ModelConfig *cfg) {
         json_t *value = json_object_get(json->root, "sliding_window");
         if (!value) window = 4096; // the transformers default
         else if (optional_int(json, "sliding_window", -1, &window) != 0) return -1;
-    } else if (cfg->family == FAMILY_GEMMA2) {
-        // Gemma 2 alternates sliding-window and global layers; up to the window both are
-        // full causal attention.
+    } else if (cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3) {
+        // Gemma 2 alternates sliding-window and global layers (Gemma 3 five sliding to one
+        // global); up to the window both are full causal attention.
         if (optional_int(json, "sliding_window", 4096, &window) != 0) return -1;
     } else if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) {
         bool used = false;
@@ -271,10 +336,11 @@ static int soft_cap(const Json *json, const char *field, float fallback, float *
     return 0;
 }
 
-// Gemma 2's fields, with transformers' Gemma2Config defaults.
+// Gemma 2's fields, with transformers' Gemma2Config defaults (Gemma 3's: no soft caps).
 static int read_gemma2(const Json *json, ModelConfig *cfg) {
-    if (soft_cap(json, "attn_logit_softcapping", 50.0f, &cfg->attn_logit_softcap) ||
-        soft_cap(json, "final_logit_softcapping", 30.0f, &cfg->final_logit_softcap) ||
+    const bool gemma3 = cfg->family == FAMILY_GEMMA3;
+    if (soft_cap(json, "attn_logit_softcapping", gemma3 ? 0.0f : 50.0f, &cfg->attn_logit_softcap) ||
+        soft_cap(json, "final_logit_softcapping", gemma3 ? 0.0f : 30.0f, &cfg->final_logit_softcap) ||
         optional_float(json, "query_pre_attn_scalar", 256.0f, &cfg->query_pre_attn_scalar))
         return -1;
     if (!(cfg->query_pre_attn_scalar > 0.0f))
@@ -289,7 +355,8 @@ static int read_gemma2(const Json *json, ModelConfig *cfg) {
 }
 
 static int read_llama_like(const Json *json, ModelConfig *cfg) {
-    bool tied_by_default = cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2;
+    const bool gemma2_like = cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3;
+    bool tied_by_default = cfg->family == FAMILY_GEMMA || gemma2_like;
     if (required_int(json, "hidden_size", &cfg->hidden_size) ||
         required_int(json, "num_hidden_layers", &cfg->num_layers) ||
         required_int(json, "num_attention_heads", &cfg->num_heads) ||
@@ -301,10 +368,13 @@ static int read_llama_like(const Json *json, ModelConfig *cfg) {
         optional_float(json, "rms_norm_eps", 1e-6f, &cfg->norm_eps) ||
         optional_bool(json, "tie_word_embeddings", tied_by_default, &cfg->tie_word_embeddings))
         return -1;
-    if (cfg->head_dim == 0 && cfg->family == FAMILY_GEMMA2) cfg->head_dim = 256; // Gemma2Config's default
+    if (cfg->head_dim == 0 && gemma2_like) cfg->head_dim = 256; // Gemma2Config's and Gemma3TextConfig's default
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
-    if (read_rope(json, cfg) || read_activation(json, cfg) || read_sliding_window(json, cfg)) return -1;
-    if (cfg->family == FAMILY_GEMMA2 && read_gemma2(json, cfg) != 0) return -1;
+    if ((cfg->family == FAMILY_GEMMA3 ? read_gemma3_rope(json, cfg) || read_gemma3_layers(json, cfg)
+                                      : read_rope(json, cfg, 10000.0f)) ||
+        read_activation(json, cfg) || read_sliding_window(json, cfg))
+        return -1;
+    if (gemma2_like && read_gemma2(json, cfg) != 0) return -1;
     if (cfg->family == FAMILY_LLAMA) {
         bool mlp_bias = false;
         if (optional_bool(json, "mlp_bias", false, &mlp_bias) != 0) return -1;
@@ -379,9 +449,12 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
         rc = optional_string(&json, "model_type", NULL, &model_type);
         if (rc == 0 && !model_type) rc = missing_field(&json, "model_type");
     }
-    if (rc == 0 && config_family_from_name(model_type, &cfg->family) != 0)
+    if (rc == 0 && !strcmp(model_type, "gemma3"))
+        rc = err_set("config.json field 'model_type' is 'gemma3', a Gemma 3 model with its vision tower; marlhf reads "
+                     "the text-only ones, model_type 'gemma3_text' (as gemma-3-1b) (%s)", file_path);
+    else if (rc == 0 && config_family_from_name(model_type, &cfg->family) != 0)
         rc = err_set("config.json field 'model_type' is '%s'; marlhf supports gpt2, llama, mistral, qwen2, qwen3, "
-                     "gemma and gemma2 (%s)",
+                     "gemma, gemma2 and gemma3_text (%s)",
                      model_type, file_path);
     if (rc == 0) {
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", model_type);
@@ -394,7 +467,7 @@ int config_from_hf_json(ModelConfig *cfg, const char *path) {
                  : 0;
     bool attention_bias = false;
     if (rc == 0 && (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ||
-                    cfg->family == FAMILY_QWEN3))
+                    cfg->family == FAMILY_GEMMA3 || cfg->family == FAMILY_QWEN3))
         rc = optional_bool(&json, "attention_bias", false, &attention_bias);
     // config_finish sets the family's default switches; the file's own come after.
     if (rc == 0) rc = config_finish(cfg, file_path);
@@ -422,6 +495,7 @@ static const struct {
     {FAMILY_GEMMA, "Gemma", "GemmaForCausalLM"},
     {FAMILY_QWEN3, "Qwen3", "Qwen3ForCausalLM"},
     {FAMILY_GEMMA2, "Gemma2", "Gemma2ForCausalLM"},
+    {FAMILY_GEMMA3, "Gemma3", "Gemma3ForCausalLM"},
 };
 
 static int family_index(ModelFamily family) {
@@ -441,6 +515,7 @@ const char *config_hf_sequence_classification_architecture(ModelFamily family) {
         [FAMILY_MISTRAL] = "MistralForSequenceClassification", [FAMILY_QWEN2] = "Qwen2ForSequenceClassification",
         [FAMILY_GEMMA] = "GemmaForSequenceClassification",     [FAMILY_QWEN3] = "Qwen3ForSequenceClassification",
         [FAMILY_GEMMA2] = "Gemma2ForSequenceClassification",
+        [FAMILY_GEMMA3] = "Gemma3TextForSequenceClassification",
     };
     CHECK((unsigned)family < sizeof names / sizeof names[0] && names[family], "unknown family %d", (int)family);
     return names[family];
@@ -474,6 +549,7 @@ static int check_expressible(const ModelConfig *cfg, const char *path) {
     case FAMILY_LLAMA:
     case FAMILY_GEMMA:
     case FAMILY_GEMMA2:
+    case FAMILY_GEMMA3:
         if (cfg->qkv_bias != cfg->o_bias) problem = "q/k/v biases without an output bias (or the reverse)";
         else if (cfg->mlp_bias) problem = "MLP biases";
         break;
@@ -520,10 +596,31 @@ static void add_rope_fields(json_t *root, const ModelConfig *cfg) {
     json_object_set_new(root, "rope_parameters", rope_dict(cfg, true));
 }
 
+// Gemma 3's RoPE and layer types both ways: 4.x's rope_theta, rope_scaling,
+// rope_local_base_freq and sliding_window_pattern, 5.x's per-layer-type rope_parameters and
+// layer_types.
+static void add_gemma3_rope_fields(json_t *root, const ModelConfig *cfg) {
+    json_object_set_new(root, "rope_theta", json_float(cfg->rope_theta));
+    json_object_set_new(root, "rope_scaling", cfg->rope_scaling == ROPE_SCALING_NONE ? json_null() : rope_dict(cfg, false));
+    json_object_set_new(root, "rope_local_base_freq", json_float(cfg->rope_local_theta));
+    ModelConfig local = *cfg;
+    local.rope_scaling = ROPE_SCALING_NONE, local.rope_theta = cfg->rope_local_theta;
+    json_object_set_new(root, "rope_parameters", json_pack("{s:o, s:o}", "full_attention", rope_dict(cfg, true),
+                                                           "sliding_attention", rope_dict(&local, true)));
+    json_object_set_new(root, "sliding_window_pattern", json_integer(cfg->sliding_window_pattern));
+    json_t *types = json_array();
+    for (int l = 0; l < cfg->num_layers; l++)
+        json_array_append_new(types, json_string(config_layer_uses_local_rope(cfg, l) ? "sliding_attention"
+                                                                                      : "full_attention"));
+    json_object_set_new(root, "layer_types", types);
+}
+
 int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *architecture) {
     const char *prefix = family_classes[family_index(cfg->family)].prefix;
-    // "LlamaFor...", "GPT2LMHeadModel" — but not "Gemma2ForCausalLM" for a gemma config.
+    // "LlamaFor...", "GPT2LMHeadModel" — but not "Gemma2ForCausalLM" for a gemma config
+    // ("Gemma3TextFor...": Gemma 3's text-only classes but its causal LM).
     const char *rest = architecture ? architecture + strlen(prefix) : NULL;
+    if (rest && cfg->family == FAMILY_GEMMA3 && !strncmp(rest, "Text", 4)) rest += 4;
     if (!architecture || strncmp(architecture, prefix, strlen(prefix)) != 0 ||
         (strncmp(rest, "For", 3) != 0 && strcmp(rest, "LMHeadModel") != 0 && strcmp(rest, "Model") != 0))
         return err_set("cannot write config.json: architecture '%s' is not a %s class (%s)",
@@ -552,20 +649,23 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
         json_object_set_new(root, "head_dim", json_integer(finished.head_dim));
         json_object_set_new(root, "max_position_embeddings", json_integer(cfg->max_position_embeddings));
         json_object_set_new(root, "rms_norm_eps", json_float(cfg->norm_eps));
-        add_rope_fields(root, cfg);
+        const bool gemma2_like = cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3;
+        if (cfg->family == FAMILY_GEMMA3) add_gemma3_rope_fields(root, cfg);
+        else add_rope_fields(root, cfg);
         json_object_set_new(root, "hidden_act",
-                            json_string(cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ? "gelu_pytorch_tanh"
-                                                                                                    : "silu"));
-        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 ||
-            cfg->family == FAMILY_QWEN3)
+                            json_string(cfg->family == FAMILY_GEMMA || gemma2_like ? "gelu_pytorch_tanh" : "silu"));
+        if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || gemma2_like || cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "attention_bias", json_boolean(cfg->qkv_bias));
-        if (cfg->family == FAMILY_GEMMA2) {
+        if (gemma2_like) {
             // transformers 4.x reads hidden_activation first; the model attends fully up to
             // max_position_embeddings, which is therefore the window of its sliding layers.
             json_object_set_new(root, "hidden_activation", json_string("gelu_pytorch_tanh"));
+            // transformers 5's Gemma2Config and Gemma3TextConfig take an int only.
+            const float scalar = finished.query_pre_attn_scalar > 0.0f ? finished.query_pre_attn_scalar
+                                                                       : (float)finished.head_dim;
             json_object_set_new(root, "query_pre_attn_scalar",
-                                json_float(finished.query_pre_attn_scalar > 0.0f ? finished.query_pre_attn_scalar
-                                                                                 : (float)finished.head_dim));
+                                scalar == floorf(scalar) && scalar < 1e9f ? json_integer((json_int_t)scalar)
+                                                                          : json_float(scalar));
             json_object_set_new(root, "attn_logit_softcapping",
                                 cfg->attn_logit_softcap > 0.0f ? json_float(cfg->attn_logit_softcap) : json_null());
             json_object_set_new(root, "final_logit_softcapping",

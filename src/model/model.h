@@ -170,6 +170,7 @@ typedef struct Model {
     // layout through model_params_to_host / model_params_to_device.
     float *params;
     float *rope_inv_freq; // RoPE models: head_dim / 2 frequencies (config.h), backend memory
+    float *rope_inv_freq_local; // Gemma 3: its sliding layers' (config_layer_uses_local_rope), or NULL
     ModelTensors weights;
     float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
     ModelTensors gradients;

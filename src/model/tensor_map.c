@@ -77,7 +77,7 @@ static void map_hf_gpt2(const ModelConfig *cfg, const ParamEntry *e, int layer, 
 static void map_gguf(const ModelConfig *cfg, const ParamEntry *e, int layer, const char *suffix,
                      TensorMap *map) {
     // llama.cpp stores Gemma's norm weights w of (1 + w) as 1 + w.
-    const bool gemma = cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2;
+    const bool gemma = cfg->family == FAMILY_GEMMA || cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3;
     // llama.cpp converts Llama and Mistral checkpoints with permuted q/k rows.
     const bool permuted = cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_MISTRAL;
     const bool fused_qkv = cfg->family == FAMILY_GPT2;

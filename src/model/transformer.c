@@ -44,8 +44,20 @@ void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBa
         rope_inverse_frequencies(cfg, inv_freq);
         model->rope_inv_freq = ops->alloc(size);
         ops->copy_to_device(model->rope_inv_freq, inv_freq, size);
+        if (cfg->rope_local_theta > 0.0f) { // Gemma 3's sliding layers: their own base, unscaled
+            ModelConfig local = *cfg;
+            local.rope_theta = cfg->rope_local_theta, local.rope_scaling = ROPE_SCALING_NONE;
+            rope_inverse_frequencies(&local, inv_freq);
+            model->rope_inv_freq_local = ops->alloc(size);
+            ops->copy_to_device(model->rope_inv_freq_local, inv_freq, size);
+        }
         free(inv_freq);
     }
+}
+
+// The RoPE frequencies layer l turns its queries and keys by.
+static const float *rope_table(const Model *model, int l) {
+    return config_layer_uses_local_rope(&model->config, l) ? model->rope_inv_freq_local : model->rope_inv_freq;
 }
 
 // Calls copy(table_offset, stored_offset, floats) for each run of stored entries below `count`
@@ -146,6 +158,7 @@ void model_free(Model *model) {
     model_quantized_free(model);
     model->ops->free(model->params);
     if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
+    if (model->rope_inv_freq_local) model->ops->free(model->rope_inv_freq_local);
     if (model->grads) model->ops->free(model->grads);
     if (model->dora_norms) model->ops->free(model->dora_norms);
     free(model->lora_ranks), free(model->lora_scales);
@@ -413,15 +426,15 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
     if (cfg->qk_norm) {
         ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
-                             cfg->norm_eps, false);
+                             cfg->norm_eps, cfg->norm_weight_plus_one);
         ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
-                             cfg->head_dim, cfg->norm_eps, false);
+                             cfg->head_dim, cfg->norm_eps, cfg->norm_weight_plus_one);
     }
     model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     if (cfg->positions == POSITIONS_ROPE) {
-        ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
-        ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
+        ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
+        ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }
     const float query_scale = query_scale_of(cfg);
     if (query_scale != 1.0f) ops->scale(la->q, query_scale, N * q_dim);
@@ -902,17 +915,17 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const float query_scale = query_scale_of(cfg);
     if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
     if (cfg->positions == POSITIONS_ROPE) {
-        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, model->rope_inv_freq);
-        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, model->rope_inv_freq);
+        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
+        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }
     float *dq = a->dq, *dk = a->dk; // d loss / d the q and k projections
     if (cfg->qk_norm) {
         ops->fill_zero(a->dq_raw, N * q_dim);
         ops->fill_zero(a->dk_raw, N * kv_dim);
         ops->rmsnorm_backward(a->dq_raw, g->q_norm_w, a->dq, la->q_raw, w->q_norm_w, la->q_norm_rstd,
-                              (int)(N * cfg->num_heads), cfg->head_dim, false);
+                              (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
         ops->rmsnorm_backward(a->dk_raw, g->k_norm_w, a->dk, la->k_raw, w->k_norm_w, la->k_norm_rstd,
-                              (int)(N * cfg->num_kv_heads), cfg->head_dim, false);
+                              (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
         dq = a->dq_raw, dk = a->dk_raw;
     }
     ops->fill_zero(a->d_norm_out, N * C);

@@ -671,6 +671,9 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
+    if (cfg->family == FAMILY_GEMMA3)
+        return err_set("writing a Gemma 3 model as GGUF is not implemented (llama.cpp's gemma3 keys and tensor names) (%s)",
+                       path);
     if (cfg->family == FAMILY_GEMMA2) {
         // A GGUF file has no key for it: llama.cpp (and model/config_gguf.c) infer it.
         float inferred = config_gguf_gemma2_query_scalar(cfg);
@@ -742,6 +745,8 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
     const ModelConfig *cfg = &model->config;
     const GgmlType type = out == GGUF_OUT_F32 ? GGML_TYPE_F32 : out == GGUF_OUT_F16 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
     if (model->lora.rank == 0) return err_set("the model has no LoRA adapter to write (%s)", path);
+    if (cfg->family == FAMILY_GEMMA3)
+        return err_set("writing a Gemma 3 adapter as GGUF is not implemented (%s)", path);
     if (cfg->family == FAMILY_GPT2)
         return err_set("GPT-2's GGUF fuses q, k and v: its LoRA adapters cannot be written for llama.cpp (%s)", path);
     if (model->lora.dora)

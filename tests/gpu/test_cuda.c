@@ -625,8 +625,8 @@ static void test_adamw(void) {
 // ---------------------------------------------------------------------------------------
 // Whole models
 
-static const char *fixture_models[] = {"gpt2",  "llama",  "llama_tied", "llama3_rope", "qwen2",
-                                       "qwen3", "gemma", "gemma2",     "random-hd64"};
+static const char *fixture_models[] = {"gpt2",  "llama", "llama_tied", "llama3_rope", "qwen2",
+                                       "qwen3", "gemma", "gemma2",     "gemma3",      "random-hd64"};
 
 // A Llama with the head size of real models (64), GQA, random weights.
 static void random_llama_pair(Model *on_cpu, Model *on_gpu, bool value_head) {

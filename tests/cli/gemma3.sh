@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Gemma 3 (text-only, model_type gemma3_text) through the commands
+# (tests/fixtures/models/tiny_gemma3_chat: tiny_chat's sizes and tokenizer as a Gemma 3, its
+# layer 0 a sliding layer turning by RoPE base 2e4, layer 1 a full-attention one by 5e5):
+# SFT learns and saves a config.json that says the same in transformers 4.x's and 5.x's
+# fields; the reward model learns and saves as Gemma3TextForSequenceClassification; MA-PPO
+# runs and is reproducible from its seed; what marlhf does not read or write is refused in
+# one line. The numerics are checked against transformers in tests/test_model.c (fixture
+# gemma3). Prints PASS/FAIL per case.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${MARLHF_BIN:-build/marlhf}
+tmp=${MARLHF_TEST_TMP:-/tmp}/cli_gemma3
+rm -rf "$tmp" && mkdir -p "$tmp"
+model=tests/fixtures/models/tiny_gemma3_chat
+data=tests/fixtures/train
+failures=0
+. tests/cli_helpers.sh
+
+# --- SFT ------------------------------------------------------------------------------
+"$bin" sft --model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32 \
+    --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --learning-rate 3e-3 --num-train-epochs 4 \
+    --warmup-ratio 0.1 --eval-every 6 --threads 2 --quiet --output "$tmp/sft" 2> "$tmp/sft.err" ||
+    fail sft_runs "$(tail -n 3 "$tmp/sft.err")"
+first=$(json_field "$tmp/sft/metrics.jsonl" eval/loss 0 2>/dev/null); last=$(json_field "$tmp/sft/metrics.jsonl" eval/loss -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2>/dev/null &&
+    pass "gemma3_sft_learns (eval loss $first -> $last)" || fail gemma3_sft_learns "eval loss '$first' -> '$last'"
+python3 - "$tmp/sft/final/config.json" <<'PY' && pass gemma3_sft_saves_config || fail gemma3_sft_saves_config "$(cat "$tmp/sft/final/config.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+rope = c["rope_parameters"]
+sys.exit(0 if c["model_type"] == "gemma3_text" and c["architectures"] == ["Gemma3ForCausalLM"]
+         and c["layer_types"] == ["sliding_attention", "full_attention"] and c["sliding_window_pattern"] == 2
+         and c["rope_theta"] == 5e5 and c["rope_local_base_freq"] == 2e4
+         and rope["full_attention"]["rope_theta"] == 5e5 and rope["sliding_attention"]["rope_theta"] == 2e4
+         and c["attn_logit_softcapping"] is None and c["final_logit_softcapping"] is None
+         and c["query_pre_attn_scalar"] == 16.0 else 1)
+PY
+# 4.x's fields alone (rope_theta, rope_local_base_freq, sliding_window_pattern; no defaults
+# among them) say the same model as 5.x's: the same greedy answer and log-probs.
+mkdir -p "$tmp/fields_4x" && cp "$tmp/sft/final"/* "$tmp/fields_4x/"
+python3 - "$tmp/fields_4x/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for key in ("rope_parameters", "layer_types"):
+    del c[key]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+for source in sft/final fields_4x; do
+    "$bin" generate --model "$tmp/$source" --max-new-tokens 8 --temperature 0 "Hello there" > "$tmp/greedy_${source%%/*}.jsonl" \
+        2> "$tmp/greedy_${source%%/*}.err"
+done
+cmp -s "$tmp/greedy_sft.jsonl" "$tmp/greedy_fields_4x.jsonl" && [ -s "$tmp/greedy_sft.jsonl" ] &&
+    pass gemma3_4x_fields_same_model || fail gemma3_4x_fields_same_model "$(cat "$tmp/greedy_fields_4x.err" | head -n 2)"
+
+# --- reward model ---------------------------------------------------------------------
+"$bin" rm --model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 \
+    --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 4 --threads 2 --quiet \
+    --output "$tmp/rm" 2> "$tmp/rm.err"
+acc=$(json_field "$tmp/rm/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$acc" 2>/dev/null &&
+    pass "gemma3_rm_learns (eval accuracy $acc)" || fail gemma3_rm_learns "accuracy '$acc' $(tail -n 2 "$tmp/rm.err")"
+grep -q '"Gemma3TextForSequenceClassification"' "$tmp/rm/final/config.json" && pass gemma3_rm_saved_as_classifier ||
+    fail gemma3_rm_saved_as_classifier "$(grep -A1 architectures "$tmp/rm/final/config.json")"
+
+# --- MA-PPO: the SFT model against the reward model (critic from it), fixed 3-grams ----
+ppo() { # ppo NAME: three iterations into $tmp/NAME
+    "$bin" ppo --actor-model "$tmp/sft/final" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" \
+        --eval-prompts "$data/sft_eval.jsonl" --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 \
+        --micro-batch-size 4 --max-new-tokens 10 --max-iterations 3 --actor-learning-rate 1e-3 \
+        --critic-learning-rate 1e-3 --min-response-tokens 1 --termination-condition fixed --ngram 3 --seed 7 \
+        --quiet --threads 2 --output "$tmp/$1" 2> "$tmp/$1.err"
+}
+ppo ppo
+lines=$(grep -c '"train/score"' "$tmp/ppo/metrics.jsonl" 2>/dev/null)
+[ "$lines" = 3 ] && [ -f "$tmp/ppo/final/actor/model.safetensors" ] && grep -q '"gemma3_text"' "$tmp/ppo/final/actor/config.json" &&
+    pass gemma3_ppo_runs || fail gemma3_ppo_runs "$lines iterations: $(tail -n 3 "$tmp/ppo.err")"
+ppo ppo_again
+cmp -s "$tmp/ppo/final/actor/model.safetensors" "$tmp/ppo_again/final/actor/model.safetensors" &&
+    cmp -s "$tmp/ppo/final/critic/model.safetensors" "$tmp/ppo_again/final/critic/model.safetensors" &&
+    pass gemma3_ppo_reproducible || fail gemma3_ppo_reproducible "two runs of seed 7 differ"
+
+# --- refusals -------------------------------------------------------------------------
+expect_error gemma3_gguf_export_not_built "writing a Gemma 3 model as GGUF is not implemented" \
+    "$bin" convert "$tmp/sft/final" "$tmp/sft.gguf"
+[ ! -e "$tmp/sft.gguf" ] && pass gemma3_refused_export_writes_nothing || fail gemma3_refused_export_writes_nothing "sft.gguf exists"
+mkdir -p "$tmp/vision" "$tmp/irregular"
+cp "$model"/* "$tmp/vision/" && cp "$model"/* "$tmp/irregular/"
+sed -i 's/"model_type": "gemma3_text"/"model_type": "gemma3"/' "$tmp/vision/config.json"
+expect_error gemma3_vision_checkpoint "model_type 'gemma3_text'" "$bin" generate --model "$tmp/vision" "Hi"
+python3 - "$tmp/irregular/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["layer_types"] = ["full_attention", "sliding_attention"]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_error gemma3_irregular_layer_types "does not repeat one pattern" "$bin" generate --model "$tmp/irregular" "Hi"
+# On the GPU: runs where a GPU is; else the device is refused.
+expect_runs_on_cuda gemma3_on_cuda "$bin" generate --model "$model" --device cuda --max-new-tokens 4 "Hi"
+
+[ "$failures" -eq 0 ]
