@@ -405,11 +405,13 @@ static void test_write_roundtrip(void) {
             "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
             "\"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128, \"max_position_embeddings\": 64, "
             "\"sliding_window\": 64, \"vocab_size\": 128, \"query_pre_attn_scalar\": 24, \"rms_norm_eps\": 1e-6, "
-            "\"rope_theta\": 1000000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}, "
-            "\"rope_local_base_freq\": 10000.0, \"sliding_window_pattern\": 2, \"bos_token_id\": 1, \"eos_token_id\": 2, "
+            "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}, "
+            "\"rope_local_base_freq\": 20000.0, \"sliding_window_pattern\": 2, \"bos_token_id\": 1, \"eos_token_id\": 2, "
             "\"pad_token_id\": null}";
+        ModelConfig want = gemma3; // none of the three values transformers' default
+        want.rope_theta = 5e5f, want.rope_local_theta = 2e4f;
         EXPECT(config_from_hf_json(&back, write_text("gemma3_4x.json", fields_4x)) == 0, "%s", err_msg());
-        expect_same_config(&back, &gemma3, "gemma3 in 4.x's fields");
+        expect_same_config(&back, &want, "gemma3 in 4.x's fields");
         const char *minimal =
             "{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"num_hidden_layers\": 26, \"num_attention_heads\": 4, "
             "\"intermediate_size\": 128, \"max_position_embeddings\": 32768, \"vocab_size\": 100}";

@@ -7,10 +7,11 @@ With --gemma2, tests/fixtures/models/tiny_gemma2_chat/ instead: the same sizes a
 (sandwich norms, soft caps 2 on the attention scores and 5 on the logits, small enough to
 act once training grows them; query_pre_attn_scalar = head_dim, which a GGUF file can say),
 for tests/cli/gemma2.sh.
-With --gemma3, tests/fixtures/models/tiny_gemma3_chat/: the same sizes as a Gemma 3 text model
-(q/k norms, no soft caps, layer 0 a sliding layer turning by RoPE base 2e4 and layer 1 a
-full-attention one by 5e5, neither transformers' default, nor is the pattern of 2;
-query_pre_attn_scalar = head_dim), for tests/cli/gemma3.sh.
+With --gemma3, tests/fixtures/models/tiny_gemma3_chat/: the same widths as a Gemma 3 text model
+of 6 layers (q/k norms, no soft caps, layers 0-4 sliding layers turning by RoPE base 1e4,
+layer 5 a full-attention one by 5e5, not transformers' default; the pattern and local base
+llama.cpp fixes, and query_pre_attn_scalar = head_dim, so that a GGUF file can say it), for
+tests/cli/gemma3.sh.
 usage: .venv-tools/bin/python tools/make_tiny_model.py [--gemma2 | --gemma3]
 """
 import json
@@ -41,12 +42,13 @@ if gemma2:
     model = transformers.Gemma2ForCausalLM(config)
 elif gemma3:
     sizes.pop("rope_theta")
+    sizes["num_hidden_layers"] = 6
     config = transformers.Gemma3TextConfig(**sizes, head_dim=16, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
                                            query_pre_attn_scalar=16, sliding_window=256,
-                                           layer_types=["sliding_attention", "full_attention"],
+                                           layer_types=["sliding_attention"] * 5 + ["full_attention"],
                                            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5e5},
                                                             "sliding_attention": {"rope_type": "default",
-                                                                                  "rope_theta": 2e4}})
+                                                                                  "rope_theta": 1e4}})
     model = transformers.Gemma3ForCausalLM(config)
 else:
     config = transformers.LlamaConfig(**sizes, rms_norm_eps=1e-5)

@@ -8,9 +8,10 @@
 #include "core/check.h"
 #include "io/gguf_dequant.h"
 
-float config_gguf_gemma2_query_scalar(const ModelConfig *cfg) {
+float config_gguf_gemma_query_scalar(const ModelConfig *cfg) {
     const int head_dim = cfg->head_dim > 0 ? cfg->head_dim : cfg->num_heads > 0 ? cfg->hidden_size / cfg->num_heads : 0;
-    if (cfg->num_layers == 46 && cfg->num_heads > 0) return (float)(cfg->hidden_size / cfg->num_heads);
+    const int layers_27b = cfg->family == FAMILY_GEMMA3 ? 62 : 46;
+    if (cfg->num_layers == layers_27b && cfg->num_heads > 0) return (float)(cfg->hidden_size / cfg->num_heads);
     return (float)head_dim;
 }
 
@@ -127,9 +128,11 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
     memset(cfg, 0, sizeof *cfg);
     char *arch;
     if (gguf_get_string(f, "general.architecture", &arch) < 0) return -1;
-    if (strlen(arch) > 64 || config_family_from_name(arch, &cfg->family) < 0) {
-        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, qwen3, gemma, gemma2 or gpt2 (%s)", arch,
-                path);
+    // llama.cpp names Gemma 3's text model "gemma3" (transformers: "gemma3_text").
+    if (!strcmp(arch, "gemma3")) cfg->family = FAMILY_GEMMA3;
+    else if (strlen(arch) > 64 || config_family_from_name(arch, &cfg->family) < 0) {
+        err_set("unsupported GGUF architecture '%.64s', expected llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or gpt2 "
+                "(%s)", arch, path);
         free(arch);
         return -1;
     }
@@ -163,7 +166,14 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
         arch_key(key, sizeof key, arch, "final_logit_softcapping");
         if (gguf_find(f, key) && gguf_get_f32(f, key, &final_cap) < 0) goto done;
         cfg->attn_logit_softcap = attn_cap, cfg->final_logit_softcap = final_cap;
-        cfg->query_pre_attn_scalar = config_gguf_gemma2_query_scalar(cfg);
+        cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
+        int window = 4096;
+        if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
+        if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+    }
+    if (cfg->family == FAMILY_GEMMA3) {
+        cfg->sliding_window_pattern = GGUF_GEMMA3_PATTERN, cfg->rope_local_theta = GGUF_GEMMA3_LOCAL_THETA;
+        cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
         int window = 4096;
         if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
         if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;

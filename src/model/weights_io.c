@@ -546,9 +546,10 @@ int model_save_hf(const Model *model, const char *dir, const char *tokenizer_sou
 // ---------------------------------------------------------------------------------------
 // GGUF export
 
-// llama.cpp's architecture name; Mistral checkpoints are converted as "llama".
+// llama.cpp's architecture name; Mistral checkpoints are converted as "llama", Gemma 3's
+// text model as "gemma3".
 static const char *gguf_architecture(ModelFamily family) {
-    return family == FAMILY_MISTRAL ? "llama" : config_family_name(family);
+    return family == FAMILY_MISTRAL ? "llama" : family == FAMILY_GEMMA3 ? "gemma3" : config_family_name(family);
 }
 
 int gguf_out_type_from_name(const char *name, GgufOutType *out) {
@@ -664,6 +665,8 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
         gguf_writer_add_f32(w, ARCH_KEY("final_logit_softcapping"), cfg->final_logit_softcap);
         gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->max_position_embeddings);
     }
+    if (cfg->family == FAMILY_GEMMA3) // the rest (the pattern, the sliding layers' RoPE) llama.cpp fixes
+        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->max_position_embeddings);
 #undef ARCH_KEY
 }
 
@@ -671,12 +674,23 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
     CHECK(!model->quantized, "a quantized model's float32 weights are gone (model/quantize.h)");
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "GGUF export of a model without an LM head");
-    if (cfg->family == FAMILY_GEMMA3)
-        return err_set("writing a Gemma 3 model as GGUF is not implemented (llama.cpp's gemma3 keys and tensor names) (%s)",
-                       path);
+    if (cfg->family == FAMILY_GEMMA3) {
+        // llama.cpp's gemma3 has no keys for these: it fixes them (and infers the query scalar).
+        float inferred = config_gguf_gemma_query_scalar(cfg);
+        float own = cfg->query_pre_attn_scalar > 0.0f ? cfg->query_pre_attn_scalar : (float)cfg->head_dim;
+        if (cfg->sliding_window_pattern != GGUF_GEMMA3_PATTERN || cfg->rope_local_theta != GGUF_GEMMA3_LOCAL_THETA)
+            return err_set("a gemma3 model whose layer pattern (%d) or sliding layers' RoPE base (%g) is not llama.cpp's "
+                           "(%d, %g) cannot be written as GGUF (%s)", cfg->sliding_window_pattern,
+                           (double)cfg->rope_local_theta, GGUF_GEMMA3_PATTERN, (double)GGUF_GEMMA3_LOCAL_THETA, path);
+        if (own != inferred)
+            return err_set("a gemma3 model whose query_pre_attn_scalar (%g) is not the %g llama.cpp infers for its "
+                           "shape cannot be written as GGUF (%s)", (double)own, (double)inferred, path);
+        if (cfg->attn_logit_softcap > 0.0f || cfg->final_logit_softcap > 0.0f)
+            return err_set("a gemma3 model with soft caps cannot be written as GGUF: llama.cpp applies none (%s)", path);
+    }
     if (cfg->family == FAMILY_GEMMA2) {
         // A GGUF file has no key for it: llama.cpp (and model/config_gguf.c) infer it.
-        float inferred = config_gguf_gemma2_query_scalar(cfg);
+        float inferred = config_gguf_gemma_query_scalar(cfg);
         float own = cfg->query_pre_attn_scalar > 0.0f ? cfg->query_pre_attn_scalar : (float)cfg->head_dim;
         if (own != inferred)
             return err_set("a gemma2 model whose query_pre_attn_scalar (%g) is not the %g llama.cpp infers for its "
@@ -745,8 +759,6 @@ int model_write_gguf_adapter(const Model *model, const char *path, GgufOutType o
     const ModelConfig *cfg = &model->config;
     const GgmlType type = out == GGUF_OUT_F32 ? GGML_TYPE_F32 : out == GGUF_OUT_F16 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
     if (model->lora.rank == 0) return err_set("the model has no LoRA adapter to write (%s)", path);
-    if (cfg->family == FAMILY_GEMMA3)
-        return err_set("writing a Gemma 3 adapter as GGUF is not implemented (%s)", path);
     if (cfg->family == FAMILY_GPT2)
         return err_set("GPT-2's GGUF fuses q, k and v: its LoRA adapters cannot be written for llama.cpp (%s)", path);
     if (model->lora.dora)

@@ -83,7 +83,7 @@ sed -i 's/"attn_logit_softcapping": 2.0/"attn_logit_softcapping": -2.0/' "$tmp/b
 expect_error gemma2_negative_soft_cap "'attn_logit_softcapping'" "$bin" generate --model "$tmp/bad_cap" "Hi"
 # llama.cpp infers the query scalar from the shape (head_dim here): a model with another
 # cannot be exported, and nothing is written.
-sed -i 's/"query_pre_attn_scalar": 16.0/"query_pre_attn_scalar": 24.0/' "$tmp/odd_scalar/config.json"
+sed -i 's/"query_pre_attn_scalar": 16/"query_pre_attn_scalar": 24/' "$tmp/odd_scalar/config.json"
 expect_error gemma2_uninferable_query_scalar "query_pre_attn_scalar (24)" "$bin" convert "$tmp/odd_scalar" "$tmp/odd.gguf"
 [ ! -e "$tmp/odd.gguf" ] && pass gemma2_refused_export_writes_nothing || fail gemma2_refused_export_writes_nothing "odd.gguf exists"
 # llama.cpp always applies both caps: a model without one cannot be exported.
