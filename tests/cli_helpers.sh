@@ -175,3 +175,48 @@ real_model_runs() {
     fi
     return 0
 }
+
+# sft_learns FAMILY MODEL: SFT of MODEL on the tiny data into $tmp/sft (4 epochs) runs and its
+# held-out loss falls by a quarter or more.
+sft_learns() {
+    local family=$1 model=$2 first last
+    "$bin" sft --model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32 \
+        --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --learning-rate 3e-3 --num-train-epochs 4 \
+        --warmup-ratio 0.1 --eval-every 6 --threads 2 --quiet --output "$tmp/sft" 2> "$tmp/sft.err" ||
+        fail "${family}_sft_runs" "$(tail -n 3 "$tmp/sft.err")"
+    first=$(json_field "$tmp/sft/metrics.jsonl" eval/loss 0 2>/dev/null)
+    last=$(json_field "$tmp/sft/metrics.jsonl" eval/loss -1 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2>/dev/null &&
+        pass "${family}_sft_learns (eval loss $first -> $last)" || fail "${family}_sft_learns" "eval loss '$first' -> '$last'"
+}
+
+# rm_and_ma_ppo FAMILY MODEL CLASSIFIER MODEL_TYPE: another model family through steps 2 and 3
+# on the tiny data (the caller's $bin, $tmp, $data): a reward model trained from MODEL
+# reaches eval accuracy 0.9 and is saved as CLASSIFIER; MA-PPO (fixed 3-grams) of
+# $tmp/sft/final against it runs 3 iterations, saves a MODEL_TYPE actor, and a second run of
+# the same seed gives the same actor and critic bit for bit.
+rm_and_ma_ppo() {
+    local family=$1 model=$2 classifier=$3 model_type=$4 acc lines run
+    "$bin" rm --model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 \
+        --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 4 --threads 2 --quiet \
+        --output "$tmp/rm" 2> "$tmp/rm.err"
+    acc=$(json_field "$tmp/rm/metrics.jsonl" eval/accuracy -1 2>/dev/null)
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$acc" 2>/dev/null &&
+        pass "${family}_rm_learns (eval accuracy $acc)" || fail "${family}_rm_learns" "accuracy '$acc' $(tail -n 2 "$tmp/rm.err")"
+    grep -q "\"$classifier\"" "$tmp/rm/final/config.json" && pass "${family}_rm_saved_as_classifier" ||
+        fail "${family}_rm_saved_as_classifier" "$(grep -A1 architectures "$tmp/rm/final/config.json")"
+    for run in ppo ppo_again; do
+        "$bin" ppo --actor-model "$tmp/sft/final" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" \
+            --eval-prompts "$data/sft_eval.jsonl" --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 \
+            --micro-batch-size 4 --max-new-tokens 10 --max-iterations 3 --actor-learning-rate 1e-3 \
+            --critic-learning-rate 1e-3 --min-response-tokens 1 --termination-condition fixed --ngram 3 --seed 7 \
+            --quiet --threads 2 --output "$tmp/$run" 2> "$tmp/$run.err"
+    done
+    lines=$(grep -c '"train/score"' "$tmp/ppo/metrics.jsonl" 2>/dev/null)
+    [ "$lines" = 3 ] && [ -f "$tmp/ppo/final/actor/model.safetensors" ] &&
+        grep -q "\"$model_type\"" "$tmp/ppo/final/actor/config.json" &&
+        pass "${family}_ppo_runs" || fail "${family}_ppo_runs" "$lines iterations: $(tail -n 3 "$tmp/ppo.err")"
+    cmp -s "$tmp/ppo/final/actor/model.safetensors" "$tmp/ppo_again/final/actor/model.safetensors" &&
+        cmp -s "$tmp/ppo/final/critic/model.safetensors" "$tmp/ppo_again/final/critic/model.safetensors" &&
+        pass "${family}_ppo_reproducible" || fail "${family}_ppo_reproducible" "two runs of seed 7 differ"
+}

@@ -248,43 +248,36 @@ done
 # the final folder (the fingerprint of the base, which no rank holds whole, in the adapter's
 # config too); the merged weights, which rank 0 merges piece by piece as it writes them, to
 # rounding (the rank sum in another order than the whole merge's matrix product).
+# same_adapter_checkpoints NAME A B: SFT runs A and B (B's stderr in B.err) saved the same
+# adapters, adapter config and moments in every checkpoint and the final folder (at least 5
+# files) and logged the same losses, bit for bit; their merged final weights agree to 1e-6.
+same_adapter_checkpoints() {
+    local name=$1 a=$2 b=$3 same=0 files=0 checkpoint file
+    for checkpoint in "$a"/checkpoint-* "$a/final"; do
+        for file in adapter/adapter_model.safetensors adapter/adapter_config.json optimizer.safetensors; do
+            [ -f "$checkpoint/$file" ] || continue
+            files=$((files + 1))
+            cmp -s "$checkpoint/$file" "$b/$(basename "$checkpoint")/$file" && same=$((same + 1))
+        done
+    done
+    [ "$files" -ge 5 ] && [ "$same" = "$files" ] &&
+        [ "$(json_values "$a/metrics.jsonl" train/loss)" = "$(json_values "$b/metrics.jsonl" train/loss)" ] &&
+        close "$(logprobs_of "$a/final")" "$(logprobs_of "$b/final")" 1e-6 &&
+        pass "$name ($same files)" || fail "$name" "$same of $files files equal: $(tail -n 2 "$b.err")"
+}
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --save-every 3 --output "$tmp/lora_zero2_2" --quiet --zero-stage 2 2> /dev/null
 ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --save-every 3 --output "$tmp/lora_zero3_2" --quiet --zero-stage 3 \
     2> "$tmp/lora_zero3_2.err"
-same=0 files=0
-for checkpoint in "$tmp"/lora_zero2_2/checkpoint-* "$tmp/lora_zero2_2/final"; do
-    for file in adapter/adapter_model.safetensors adapter/adapter_config.json optimizer.safetensors; do
-        [ -f "$checkpoint/$file" ] || continue
-        files=$((files + 1))
-        cmp -s "$checkpoint/$file" "$tmp/lora_zero3_2/$(basename "$checkpoint")/$file" && same=$((same + 1))
-    done
-done
-[ "$files" -ge 5 ] && [ "$same" = "$files" ] &&
-    [ "$(json_values "$tmp/lora_zero2_2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/lora_zero3_2/metrics.jsonl" train/loss)" ] &&
-    close "$(logprobs_of "$tmp/lora_zero2_2/final")" "$(logprobs_of "$tmp/lora_zero3_2/final")" 1e-6 &&
-    pass "sft_lora_zero3_2_ranks_same_adapters ($same files)" ||
-    fail sft_lora_zero3_2_ranks_same_adapters "$same of $files files equal: $(tail -n 2 "$tmp/lora_zero3_2.err")"
+same_adapter_checkpoints sft_lora_zero3_2_ranks_same_adapters "$tmp/lora_zero2_2" "$tmp/lora_zero3_2"
 # DoRA: the fresh magnitudes (the base's row norms) set again at the start with each layer
 # gathered, the weight norms taken layer by layer as each runs, the merged rows streamed whole
-# (each scaled by its own norm). ZeRO-2's adapters and moments in every checkpoint, bit for
-# bit; verified to fail when the start does not set the magnitudes again.
+# (each scaled by its own norm). ZeRO-2's adapters, config and moments in every checkpoint,
+# bit for bit; verified to fail when the start does not set the magnitudes again.
 for stage in 2 3; do
     ranks 2 "$bin" sft "${sft[@]}" --lora-rank 4 --use-dora --save-every 3 --zero-stage $stage \
         --output "$tmp/dora_zero${stage}_2" --quiet 2> "$tmp/dora_zero${stage}_2.err"
 done
-same=0 files=0
-for checkpoint in "$tmp"/dora_zero2_2/checkpoint-* "$tmp/dora_zero2_2/final"; do
-    for file in adapter/adapter_model.safetensors optimizer.safetensors; do
-        [ -f "$checkpoint/$file" ] || continue
-        files=$((files + 1))
-        cmp -s "$checkpoint/$file" "$tmp/dora_zero3_2/$(basename "$checkpoint")/$file" && same=$((same + 1))
-    done
-done
-[ "$files" -ge 5 ] && [ "$same" = "$files" ] &&
-    [ "$(json_values "$tmp/dora_zero2_2/metrics.jsonl" train/loss)" = "$(json_values "$tmp/dora_zero3_2/metrics.jsonl" train/loss)" ] &&
-    close "$(logprobs_of "$tmp/dora_zero2_2/final")" "$(logprobs_of "$tmp/dora_zero3_2/final")" 1e-6 &&
-    pass "sft_dora_zero3_2_ranks_same_adapters ($same files)" ||
-    fail sft_dora_zero3_2_ranks_same_adapters "$same of $files files equal: $(tail -n 2 "$tmp/dora_zero3_2.err")"
+same_adapter_checkpoints sft_dora_zero3_2_ranks_same_adapters "$tmp/dora_zero2_2" "$tmp/dora_zero3_2"
 expect_error zero3_qlora "not with --quantize" \
     "$bin" sft "${sft[@]}" --output "$tmp/x" --zero-stage 3 --lora-rank 4 --quantize q8_0
 # A saved adapter as the start (--lora-adapter): shaped at the load, read by every rank once
@@ -618,6 +611,18 @@ close "$(json_values "$tmp/ppo_zero0_gen2/metrics.jsonl" train/score) $(json_val
 ranks 2 "$bin" ppo "${ppo[@]}" "${grpo[@]}" --zero-stage 3 --output "$tmp/grpo_zero3" 2> "$tmp/grpo_zero3.err"
 cmp -s "$tmp/grpo_zero2_two_ranks_same_training_two/final/actor/model.safetensors" "$tmp/grpo_zero3/final/actor/model.safetensors" &&
     pass grpo_zero3_same_bits_as_zero2 || fail grpo_zero3_same_bits_as_zero2 "$(tail -n 2 "$tmp/grpo_zero3.err")"
+# same_ppo_adapters NAME A B: PPO runs A and B (output folders; B's stderr in B.err) saved the
+# same actor, critic and EMA adapters and wrote the same evaluation samples, bit for bit.
+same_ppo_adapters() {
+    local name=$1 a=$2 b=$3 same=0 part
+    for part in actor critic actor_ema; do
+        cmp -s "$a/final/$part/adapter/adapter_model.safetensors" "$b/final/$part/adapter/adapter_model.safetensors" &&
+            same=$((same + 1))
+    done
+    [ "$same" = 3 ] && [ -n "$(ls "$b"/samples/eval-*.jsonl 2> /dev/null)" ] &&
+        diff -q <(cat "$a"/samples/eval-*.jsonl) <(cat "$b"/samples/eval-*.jsonl) > /dev/null &&
+        pass "$name" || fail "$name" "$same of 3 adapters equal: $(tail -n 2 "$b.err")"
+}
 # LoRA on the actor (its base is also the reference) and the critic under ZeRO-3: the bases
 # sharded, the adapters trained as under ZeRO-2. On 3 ranks the same actor, critic and EMA
 # adapters and evaluation samples as ZeRO-2, with and without the hybrid engine.
@@ -628,15 +633,7 @@ for mode in plain hybrid_engine; do
     [ $mode = hybrid_engine ] && extra=(--enable-hybrid-engine)
     ranks 3 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" --actor-lora-rank 4 --critic-lora-rank 4 --zero-stage 3 "${extra[@]}" \
         --output "$tmp/ppo_lora_zero3_$mode" 2> "$tmp/ppo_lora_zero3_$mode.err"
-    same=0
-    for part in actor critic actor_ema; do
-        cmp -s "$tmp/ppo_lora_zero2/final/$part/adapter/adapter_model.safetensors" \
-            "$tmp/ppo_lora_zero3_$mode/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
-    done
-    [ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_lora_zero3_$mode"/samples/eval-*.jsonl 2> /dev/null)" ] &&
-        diff -q <(cat "$tmp/ppo_lora_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_lora_zero3_$mode"/samples/eval-*.jsonl) > /dev/null &&
-        pass "ppo_lora_zero3_${mode}_same_adapters_as_zero2" ||
-        fail "ppo_lora_zero3_${mode}_same_adapters_as_zero2" "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_lora_zero3_$mode.err")"
+    same_ppo_adapters "ppo_lora_zero3_${mode}_same_adapters_as_zero2" "$tmp/ppo_lora_zero2" "$tmp/ppo_lora_zero3_$mode"
 done
 # Saved actor and critic adapters as the start: read on every rank after the models start
 # (the EMA's too, and the reference's, the actor's sharded base with its saved adapter). On 2
@@ -648,30 +645,14 @@ for stage in 2 3; do
     ranks 2 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" "${saved[@]}" --zero-stage $stage \
         --output "$tmp/ppo_saved_adapters_zero$stage" 2> "$tmp/ppo_saved_adapters_zero$stage.err"
 done
-same=0
-for part in actor critic actor_ema; do
-    cmp -s "$tmp/ppo_saved_adapters_zero2/final/$part/adapter/adapter_model.safetensors" \
-        "$tmp/ppo_saved_adapters_zero3/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
-done
-[ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_saved_adapters_zero3"/samples/eval-*.jsonl 2> /dev/null)" ] &&
-    diff -q <(cat "$tmp/ppo_saved_adapters_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_saved_adapters_zero3"/samples/eval-*.jsonl) > /dev/null &&
-    pass ppo_lora_zero3_from_saved_adapters_same_as_zero2 ||
-    fail ppo_lora_zero3_from_saved_adapters_same_as_zero2 "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_saved_adapters_zero3.err")"
+same_ppo_adapters ppo_lora_zero3_from_saved_adapters_same_as_zero2 "$tmp/ppo_saved_adapters_zero2" "$tmp/ppo_saved_adapters_zero3"
 # DoRA on both, on 3 ranks with the hybrid engine (the EMA's magnitudes set at its start too).
 dora=(--actor-lora-rank 4 --critic-lora-rank 4 --actor-use-dora --critic-use-dora)
 for stage in 2 3; do
     ranks 3 "$bin" ppo "${ppo[@]}" "${zero3_extras[@]}" "${dora[@]}" --zero-stage $stage --enable-hybrid-engine \
         --output "$tmp/ppo_dora_zero$stage" 2> "$tmp/ppo_dora_zero$stage.err"
 done
-same=0
-for part in actor critic actor_ema; do
-    cmp -s "$tmp/ppo_dora_zero2/final/$part/adapter/adapter_model.safetensors" \
-        "$tmp/ppo_dora_zero3/final/$part/adapter/adapter_model.safetensors" && same=$((same + 1))
-done
-[ "$same" = 3 ] && [ -n "$(ls "$tmp/ppo_dora_zero3"/samples/eval-*.jsonl 2> /dev/null)" ] &&
-    diff -q <(cat "$tmp/ppo_dora_zero2"/samples/eval-*.jsonl) <(cat "$tmp/ppo_dora_zero3"/samples/eval-*.jsonl) > /dev/null &&
-    pass ppo_dora_zero3_same_adapters_as_zero2 ||
-    fail ppo_dora_zero3_same_adapters_as_zero2 "$same of 3 adapters equal: $(tail -n 2 "$tmp/ppo_dora_zero3.err")"
+same_ppo_adapters ppo_dora_zero3_same_adapters_as_zero2 "$tmp/ppo_dora_zero2" "$tmp/ppo_dora_zero3"
 expect_error ppo_zero3_qlora "not with --actor-quantize q8_0" \
     "$bin" ppo "${ppo[@]}" --actor-lora-rank 4 --actor-quantize q8_0 --zero-stage 3 --output "$tmp/x"
 # LoRA on the actor (the reference is its base) and the critic, their moments sharded.

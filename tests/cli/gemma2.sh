@@ -17,13 +17,7 @@ failures=0
 . tests/cli_helpers.sh
 
 # --- SFT ------------------------------------------------------------------------------
-"$bin" sft --model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32 \
-    --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --learning-rate 3e-3 --num-train-epochs 4 \
-    --warmup-ratio 0.1 --eval-every 6 --threads 2 --quiet --output "$tmp/sft" 2> "$tmp/sft.err" ||
-    fail sft_runs "$(tail -n 3 "$tmp/sft.err")"
-first=$(json_field "$tmp/sft/metrics.jsonl" eval/loss 0 2>/dev/null); last=$(json_field "$tmp/sft/metrics.jsonl" eval/loss -1 2>/dev/null)
-python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2>/dev/null &&
-    pass "gemma2_sft_learns (eval loss $first -> $last)" || fail gemma2_sft_learns "eval loss '$first' -> '$last'"
+sft_learns gemma2 "$model"
 python3 - "$tmp/sft/final/config.json" <<'PY' && pass gemma2_sft_saves_config || fail gemma2_sft_saves_config "$(cat "$tmp/sft/final/config.json")"
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -32,32 +26,8 @@ sys.exit(0 if c["model_type"] == "gemma2" and c["architectures"] == ["Gemma2ForC
          and c["query_pre_attn_scalar"] == 16.0 else 1)
 PY
 
-# --- reward model ---------------------------------------------------------------------
-"$bin" rm --model "$model" --data "$data/pairs.jsonl" --eval-data "$data/pairs_eval.jsonl" --max-seq-len 32 \
-    --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 4 --threads 2 --quiet \
-    --output "$tmp/rm" 2> "$tmp/rm.err"
-acc=$(json_field "$tmp/rm/metrics.jsonl" eval/accuracy -1 2>/dev/null)
-python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$acc" 2>/dev/null &&
-    pass "gemma2_rm_learns (eval accuracy $acc)" || fail gemma2_rm_learns "accuracy '$acc' $(tail -n 2 "$tmp/rm.err")"
-grep -q '"Gemma2ForSequenceClassification"' "$tmp/rm/final/config.json" && pass gemma2_rm_saved_as_classifier ||
-    fail gemma2_rm_saved_as_classifier "$(grep -A1 architectures "$tmp/rm/final/config.json")"
-
-# --- MA-PPO: the SFT model against the reward model (critic from it), fixed 3-grams ----
-ppo() { # ppo NAME: three iterations into $tmp/NAME
-    "$bin" ppo --actor-model "$tmp/sft/final" --reward-model "$tmp/rm/final" --prompts "$data/sft.jsonl" \
-        --eval-prompts "$data/sft_eval.jsonl" --eval-count 4 --rollout-batch-size 8 --generation-batch-size 8 \
-        --micro-batch-size 4 --max-new-tokens 10 --max-iterations 3 --actor-learning-rate 1e-3 \
-        --critic-learning-rate 1e-3 --min-response-tokens 1 --termination-condition fixed --ngram 3 --seed 7 \
-        --quiet --threads 2 --output "$tmp/$1" 2> "$tmp/$1.err"
-}
-ppo ppo
-lines=$(grep -c '"train/score"' "$tmp/ppo/metrics.jsonl" 2>/dev/null)
-[ "$lines" = 3 ] && [ -f "$tmp/ppo/final/actor/model.safetensors" ] && grep -q '"gemma2"' "$tmp/ppo/final/actor/config.json" &&
-    pass gemma2_ppo_runs || fail gemma2_ppo_runs "$lines iterations: $(tail -n 3 "$tmp/ppo.err")"
-ppo ppo_again
-cmp -s "$tmp/ppo/final/actor/model.safetensors" "$tmp/ppo_again/final/actor/model.safetensors" &&
-    cmp -s "$tmp/ppo/final/critic/model.safetensors" "$tmp/ppo_again/final/critic/model.safetensors" &&
-    pass gemma2_ppo_reproducible || fail gemma2_ppo_reproducible "two runs of seed 7 differ"
+# --- reward model and MA-PPO (the SFT model against it, critic from it, fixed 3-grams) ----
+rm_and_ma_ppo gemma2 "$model" Gemma2ForSequenceClassification gemma2
 
 # --- GGUF: the export generates what the folder generates ------------------------------
 "$bin" convert "$tmp/sft/final" "$tmp/sft.gguf" --outtype f32 > /dev/null 2> "$tmp/convert.err" ||
