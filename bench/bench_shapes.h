@@ -29,6 +29,14 @@ static inline ModelConfig bench_shape(const char *name) {
         cfg.num_kv_heads = 3, cfg.head_dim = 64, cfg.intermediate_size = 1536, cfg.max_position_embeddings = 4096;
         cfg.norm_eps = 1e-6f, cfg.rope_theta = 10000.0f, cfg.tie_word_embeddings = true;
         cfg.attn_logit_softcap = 50.0f, cfg.final_logit_softcap = 30.0f, cfg.query_pre_attn_scalar = 64.0f;
+    } else if (!strcmp(name, "gemma3-135m")) {
+        // SmolLM2-135M's widths as a Gemma 3: Gemma 2's layout with q/k norms, no soft caps,
+        // every 6th layer a full-attention one turning by RoPE base 1e6, the others by 1e4.
+        cfg.family = FAMILY_GEMMA3;
+        cfg.vocab_size = 49152, cfg.hidden_size = 576, cfg.num_layers = 30, cfg.num_heads = 9;
+        cfg.num_kv_heads = 3, cfg.head_dim = 64, cfg.intermediate_size = 1536, cfg.max_position_embeddings = 4096;
+        cfg.norm_eps = 1e-6f, cfg.rope_theta = 1e6f, cfg.rope_local_theta = 1e4f, cfg.sliding_window_pattern = 6;
+        cfg.tie_word_embeddings = true, cfg.query_pre_attn_scalar = 64.0f;
     } else if (!strcmp(name, "llama-1b")) {
         // A ~1.1B Llama (TinyLlama-like widths): 2048 hidden, 16 layers, GQA 32/8.
         cfg.family = FAMILY_LLAMA;
@@ -36,7 +44,7 @@ static inline ModelConfig bench_shape(const char *name) {
         cfg.num_kv_heads = 8, cfg.intermediate_size = 8192, cfg.max_position_embeddings = 8192;
         cfg.norm_eps = 1e-5f, cfg.rope_theta = 500000.0f, cfg.tie_word_embeddings = false;
     } else {
-        die_user("unknown shape '%s' (gpt2-124m, smollm2-135m, gemma2-135m, llama-1b)", name);
+        die_user("unknown shape '%s' (gpt2-124m, smollm2-135m, gemma2-135m, gemma3-135m, llama-1b)", name);
     }
     CHECK(config_finish(&cfg, name) == 0, "%s", err_msg());
     return cfg;

@@ -7,7 +7,7 @@ make --no-print-directory bench >/dev/null
 batch=${BATCH:-4}
 seq=${SEQ:-256}
 steps=${STEPS:-3}
-model=${MODEL:-all} # gpt2-124m, smollm2-135m, gemma2-135m, or all (the first two)
+model=${MODEL:-all} # gpt2-124m, smollm2-135m, gemma2-135m, gemma3-135m, or all (the first two)
 build/bench/train_step --batch "$batch" --seq "$seq" --steps "$steps" --model "$model"
 if [ -x .venv-tools/bin/python ]; then
     .venv-tools/bin/python bench/torch_train_step.py --batch "$batch" --seq "$seq" --steps "$steps" --model "$model" 2>/dev/null

@@ -39,7 +39,8 @@ import sys
 import time
 
 import torch
-from transformers import Gemma2Config, Gemma2ForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM)
 
 FORMULA = "flops_per_token = 6*(P_nonemb + V*d) + 6*L*T*(H*d_head)"
 
@@ -63,6 +64,14 @@ def build(name, attn):
                            max_position_embeddings=4096, hidden_activation="gelu_pytorch_tanh")
         cls, emb = Gemma2ForCausalLM, ("model.embed_tokens.weight",)
         attn = "eager"  # the soft cap of the scores: transformers applies it in eager attention
+    elif name == "gemma3-135m":  # bench/bench_shapes.h's: SmolLM2's widths as a Gemma 3
+        cfg = Gemma3TextConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                               num_attention_heads=9, num_key_value_heads=3, head_dim=64, query_pre_attn_scalar=64,
+                               sliding_window=4096, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                               max_position_embeddings=4096, hidden_activation="gelu_pytorch_tanh",
+                               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+        cls, emb = Gemma3ForCausalLM, ("model.embed_tokens.weight",)
     else:
         raise SystemExit(f"unknown model {name}")
     cfg.use_cache = False
@@ -149,7 +158,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--attn", choices=("eager", "sdpa"), default="sdpa")
-    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "gemma2-135m", "all"), default="all")
+    ap.add_argument("--model", choices=("gpt2-124m", "smollm2-135m", "gemma2-135m", "gemma3-135m", "all"), default="all")
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--lora-dropout", type=float, default=0.0)
     ap.add_argument("--use-dora", action="store_true")

@@ -6,7 +6,7 @@
 // bench/torch_gpu_train_step.py. FLOPs per token: bench/bench_shapes.h.
 //
 // usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
-//            [--model gpt2-124m|smollm2-135m|gemma2-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
+//            [--model gpt2-124m|smollm2-135m|gemma2-135m|gemma3-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
 //            (all: gpt2-124m and smollm2-135m on the CPU, smollm2-135m on a GPU)
 //            [--attention wmma|mma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
@@ -195,5 +195,6 @@ int main(int argc, char **argv) {
     if (!strcmp(which, "all") || !strcmp(which, "gpt2-124m")) run("gpt2-124m", ops, B, T, steps, recompute, rate, 0.0);
     if (!strcmp(which, "all") || !strcmp(which, "smollm2-135m")) run("smollm2-135m", ops, B, T, steps, recompute, rate, 0.0);
     if (!strcmp(which, "gemma2-135m")) run("gemma2-135m", ops, B, T, steps, recompute, rate, 0.0);
+    if (!strcmp(which, "gemma3-135m")) run("gemma3-135m", ops, B, T, steps, recompute, rate, 0.0);
     return 0;
 }
