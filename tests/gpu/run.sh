@@ -164,6 +164,10 @@ unset MARLHF_CUDA_ATTENTION
 sft=(sft --model tests/fixtures/models/tiny_gemma2_chat --data "$data/sft.jsonl" --max-seq-len 32
      --per-device-train-batch-size 4 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
 sft_tracks_cpu sft_gemma2 --learning-rate 3e-3
+# Gemma 3 (q/k norms, its sliding layers' own RoPE table; the fused attention kernels)
+sft=(sft --model tests/fixtures/models/tiny_gemma3_chat --data "$data/sft.jsonl" --max-seq-len 32
+     --per-device-train-batch-size 4 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
+sft_tracks_cpu sft_gemma3 --learning-rate 3e-3
 
 # 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
 #    then with actor and critic adapters (the reference is the actor's base)
