@@ -282,6 +282,13 @@ static void test_generate(void) {
     params.temperature = NAN;
     EXPECT(!marlhf_generate(model, "x", &params) && strstr(marlhf_last_error(), "temperature"), "'%s'",
            marlhf_last_error());
+    // A prompt that fills the model's context (256 positions) leaves no room for an answer.
+    char long_prompt[2 * 300 + 1];
+    for (int i = 0; i < 300; i++) long_prompt[2 * i] = 'x', long_prompt[2 * i + 1] = ' ';
+    long_prompt[600] = '\0';
+    params = marlhf_generate_default_params();
+    EXPECT(!marlhf_generate(model, long_prompt, &params) && strstr(marlhf_last_error(), "context of 256 tokens"), "'%s'",
+           marlhf_last_error());
     marlhf_model_free(model);
 }
 

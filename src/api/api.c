@@ -218,6 +218,14 @@ static int prompt_ids(TextModel *tm, const char *prompt, const marlhf_generate_p
         *ids = NULL;
         return err_set("marlhf_generate: the prompt is empty after tokenization");
     }
+    // An answer needs room in the model's context (generation stops a row there).
+    const int context = tm->model.config.max_position_embeddings;
+    if (*length >= context) {
+        free(*ids);
+        *ids = NULL;
+        return err_set("marlhf_generate: the prompt of %d tokens does not fit the model's context of %d tokens with an "
+                       "answer", *length, context);
+    }
     return 0;
 }
 

@@ -110,6 +110,18 @@ static int parse_prompt_row(TextModel *tm, json_t *value, bool chat, const char 
     return 0;
 }
 
+// A prompt must leave room for at least one new token in the model's context (generation
+// stops a row there, gen/generate.h).
+static int parse_fitting_prompt_row(TextModel *tm, json_t *value, bool chat, const char *system, const char *path,
+                                    long line, PromptRow *row) {
+    if (parse_prompt_row(tm, value, chat, system, path, line, row) != 0) return -1;
+    const int context = tm->model.config.max_position_embeddings;
+    if (row->length >= context)
+        return err_set("prompt of %d tokens does not fit the model's context of %d tokens with an answer (%s:%ld)",
+                       row->length, context, path, line);
+    return 0;
+}
+
 // sample >= 0: the answer's index among the prompt's --num-return-sequences answers.
 static void write_result(FILE *out, TextModel *tm, const PromptRow *row, const GeneratedRow *gen, const char *stop_string,
                          int sample) {
@@ -230,7 +242,7 @@ int cmd_generate(int argc, char **argv) {
         int got;
         while ((got = jsonl_next(&reader, &value)) == 1) {
             if (count == capacity) rows = xrealloc(rows, (capacity = capacity ? 2 * capacity : 64) * sizeof(PromptRow));
-            int rc = parse_prompt_row(&tm, value, chat, system, input, reader.line_number, &rows[count]);
+            int rc = parse_fitting_prompt_row(&tm, value, chat, system, input, reader.line_number, &rows[count]);
             json_decref(value);
             if (rc != 0) die_from_err();
             count++;
@@ -242,7 +254,7 @@ int cmd_generate(int argc, char **argv) {
         rows = xcalloc(set.num_positional, sizeof(PromptRow));
         for (int i = 0; i < set.num_positional; i++) {
             json_t *value = json_pack("{s:s}", "prompt", positional[i]);
-            if (parse_prompt_row(&tm, value, chat, system, "argument", i + 1, &rows[i]) != 0) die_from_err();
+            if (parse_fitting_prompt_row(&tm, value, chat, system, "argument", i + 1, &rows[i]) != 0) die_from_err();
             json_decref(value);
         }
         count = set.num_positional;

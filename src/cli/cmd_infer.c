@@ -261,13 +261,18 @@ int cmd_infer(int argc, char **argv) {
     if (lexicon_path && lexicon_load(&lexicon, lexicon_path) != 0) die_from_err();
 
     int **prompts = xcalloc(n, sizeof(int *)), *prompt_lengths = xcalloc(n, sizeof(int));
+    // A generated answer needs room in the policy's context: a prompt keeps at most all but one
+    // of its positions (generation stops a row at the context, gen/generate.h).
+    long keep = max_prompt;
+    if (!ref_scores && keep > policy.model.config.max_position_embeddings - 1)
+        keep = policy.model.config.max_position_embeddings - 1;
     for (long i = 0; i < n; i++) {
         const char *text = data.records[order[i]].prompt;
         int *ids, length;
         tokenizer_encode(tokenizer, text, strlen(text), true, &ids, &length);
-        if (length > max_prompt) { // keep the end: the question and the "Assistant:" cue
-            memmove(ids, ids + (length - max_prompt), (size_t)max_prompt * sizeof(int));
-            length = (int)max_prompt;
+        if (length > keep) { // keep the end: the question and the "Assistant:" cue
+            memmove(ids, ids + (length - keep), (size_t)keep * sizeof(int));
+            length = (int)keep;
         }
         prompts[i] = ids, prompt_lengths[i] = length;
     }

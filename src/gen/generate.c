@@ -121,10 +121,18 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; options->row_max_new_tokens && b < B; b++)
         CHECK(options->row_max_new_tokens[b] > 0 && options->row_max_new_tokens[b] <= max_new,
               "row %d asks for %d new tokens (1 to %d)", b, options->row_max_new_tokens[b], max_new);
+    // A row holds at most the model's context: prompt and new tokens, each at its position.
+    // Its limit depends on its own prompt only, so a row's answer does not depend on its batch.
+    const int context = model->config.max_position_embeddings;
     int T0 = 0;
+    int *limit = xmalloc((size_t)B * sizeof(int));
     for (int b = 0; b < B; b++) {
         CHECK(prompt_lengths[b] > 0, "row %d has an empty prompt", b);
+        CHECK(prompt_lengths[b] < context, "row %d's prompt of %d tokens leaves no room in the model's %d positions",
+              b, prompt_lengths[b], context);
         if (prompt_lengths[b] > T0) T0 = prompt_lengths[b];
+        const int asked = options->row_max_new_tokens ? options->row_max_new_tokens[b] : max_new;
+        limit[b] = asked < context - prompt_lengths[b] ? asked : context - prompt_lengths[b];
     }
     // Left padding: every row's next token lands in the same cache slot.
     int *tokens = xmalloc((size_t)B * T0 * sizeof(int)), *row_start = xmalloc((size_t)B * sizeof(int));
@@ -241,7 +249,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             if (is_stop_token(options, next[b])) row->stop = STOP_TOKEN;
             else if (options->stop_check && options->stop_check(options->stop_context, b, row->tokens, row->length))
                 row->stop = STOP_CHECK;
-            else if (row->length == (options->row_max_new_tokens ? options->row_max_new_tokens[b] : max_new))
+            else if (row->length == limit[b])
                 row->stop = STOP_LENGTH;
             if (row->stop != STOP_NONE) {
                 done[b] = true;
@@ -250,7 +258,10 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         }
         if (remaining == 0 || step + 1 == max_new) break;
         // Finished rows keep decoding a pad token (cheap, and it keeps the batch shape);
-        // their outputs are ignored.
+        // their outputs are ignored. Each such pad starts its row anew at its own slot, at
+        // position 0: a finished row never runs past the model's positions while others go on.
+        for (int b = 0; b < B; b++)
+            if (done[b]) cache.row_start[b] = cache.length;
         ModelBatch decode = {.B = B, .T = 1, .tokens = next};
         model_forward_cached(model, &decode, &cache);
         local_stats.decode_steps++;
@@ -261,6 +272,6 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
     for (int b = 0; json && b < B; b++) token_mask_scratch_free(&mask[b]);
     free(json), free(mask);
-    free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits);
+    free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits), free(limit);
     kv_cache_free(&cache, model);
 }

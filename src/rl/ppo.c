@@ -126,6 +126,15 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         return -1;
     }
     out->conversational = data.conversational;
+    // A prompt must also leave the actor room for an answer: generation stops a row at the
+    // model's context (gen/generate.h), so a longer one is dropped as a too long one is.
+    ModelConfig actor;
+    if (model_read_config(&actor, c->actor_path) != 0) {
+        dataset_free(&data);
+        return -1;
+    }
+    const int longest = c->max_prompt_len < actor.max_position_embeddings - 1 ? c->max_prompt_len
+                                                                               : actor.max_position_embeddings - 1;
     out->ids = xcalloc(data.count + 1, sizeof(int *));
     out->lengths = xcalloc(data.count + 1, sizeof(int));
     out->texts = xcalloc(data.count + 1, sizeof(char *));
@@ -135,7 +144,7 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         const DataRecord *r = &data.records[i];
         int *ids, n;
         tokenizer_encode(tok, r->prompt, strlen(r->prompt), true, &ids, &n);
-        if (n == 0 || n > c->max_prompt_len) { // dropped, not truncated (spec §3.3)
+        if (n == 0 || n > longest) { // dropped, not truncated (spec §3.3)
             free(ids);
             out->dropped++;
             continue;
@@ -148,7 +157,9 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
         out->count++;
     }
     dataset_free(&data);
-    if (out->count == 0) return err_set("no prompt of %s fits --max-prompt-len %d", path, c->max_prompt_len);
+    if (out->count == 0)
+        return err_set("no prompt of %s fits --max-prompt-len %d%s", path, longest,
+                       longest < c->max_prompt_len ? " (the actor's context, less one token for an answer)" : "");
     return 0;
 }
 

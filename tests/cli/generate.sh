@@ -302,4 +302,25 @@ expect_error infer_bad_kv_cache "--kv-cache" "$bin" infer --model "$model" --rew
 # one line naming the variable, exit 2, at the first attention.
 MARLHF_CPU_ATTENTION=bogus expect_error bad_cpu_attention_choice "MARLHF_CPU_ATTENTION=bogus" \
     "$bin" generate --model tests/fixtures/models/tiny_chat --max-new-tokens 2 "Hi"
+# The model's context (a GPT-2 of 64 learned positions): a row stops there ("length") with
+# prompt + answer = 64 tokens, on its own or beside a row that goes on (which it no longer
+# stops with an internal error), the same bits in a batch of two as alone; a prompt that
+# leaves no room for an answer is one line naming it, exit 2.
+python3 tests/cli/tiny_gpt2_model.py tests/fixtures/models/gpt2 tests/fixtures/models/tiny_chat "$tmp/gpt2_64" 2> /dev/null
+python3 -c "import json; print(json.dumps({'prompt': 'Hello'})); print(json.dumps({'prompt': ' '.join(['cat dog'] * 9)}))" \
+    > "$tmp/context_prompts.jsonl"
+for batch in 1 2; do
+    "$bin" generate --model "$tmp/gpt2_64" --input "$tmp/context_prompts.jsonl" --max-new-tokens 100 --temperature 0.8 \
+        --seed 3 --batch-size $batch --batch-invariant > "$tmp/context_$batch.jsonl" 2> "$tmp/context_$batch.err"
+done
+python3 - "$tmp/context_1.jsonl" <<'PY' && cmp -s "$tmp/context_1.jsonl" "$tmp/context_2.jsonl" &&
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+sys.exit(0 if len(rows) == 2 and all(r["prompt_tokens"] + r["response_tokens"] == 64 and r["stop_reason"] == "length"
+                                     for r in rows) and rows[0]["prompt_tokens"] != rows[1]["prompt_tokens"] else 1)
+PY
+    pass generate_stops_at_the_context ||
+    fail generate_stops_at_the_context "$(tail -n 1 "$tmp/context_2.err") $(cut -c1-200 "$tmp/context_1.jsonl")"
+expect_error generate_prompt_past_the_context "prompt of 82 tokens does not fit the model's context of 64 tokens" \
+    "$bin" generate --model "$tmp/gpt2_64" --max-new-tokens 5 "$(python3 -c "print('x ' * 80)")"
 [ "$failures" -eq 0 ]
