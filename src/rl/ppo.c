@@ -1428,9 +1428,13 @@ static int setup(Ppo *p) {
         for (long i = 0; i < data.count; i++)
             examples[i] = (SftExample){.prompt = data.records[i].prompt,
                                        .response = data.records[i].chosen ? data.records[i].chosen : ""};
+        // PTX rows are cut as long as a rollout can be, and no longer than the actor's context.
+        ModelConfig actor;
+        int longest = c->max_prompt_len + c->max_new_tokens;
+        if (model_read_config(&actor, c->actor_path) == 0 && actor.max_position_embeddings < longest)
+            longest = actor.max_position_embeddings;
         SftTask sft;
-        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, c->max_prompt_len + c->max_new_tokens,
-                               false);
+        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest, false);
         free(examples);
         dataset_free(&data);
         if (rc != 0) return -1;

@@ -502,4 +502,21 @@ expect_error reward_model_other_tokenizer "id 0 is \"<|endoftext|>\" there and \
 expect_error critic_model_other_tokenizer "(--critic-model)" "$bin" ppo "${common[@]}" --output "$tmp/x" --critic-model "$smollm2"
 expect_error reference_model_other_tokenizer "(--reference-model)" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --reference-model "$smollm2"
+# The actor's context (a GPT-2 of 64 learned positions): answers stop there however many new
+# tokens are asked, and PTX rows are cut to it (both ended in an internal error before).
+python3 tests/cli/tiny_gpt2_model.py tests/fixtures/models/gpt2 "$model" "$tmp/gpt2_64" 2> /dev/null
+python3 -c "
+import json
+for i in range(4): print(json.dumps({'prompt': 'Tell me ' + 'about the cat ' * 10, 'response': ' The cat is good.' * 10}))
+" > "$tmp/long_ptx.jsonl"
+"$bin" rm --model "$tmp/gpt2_64" --data "$data/pairs.jsonl" --max-seq-len 32 --per-device-train-batch-size 8 \
+    --learning-rate 3e-3 --max-steps 2 --output "$tmp/gpt2_64_rm" --quiet --threads 2 2> /dev/null
+"$bin" ppo --actor-model "$tmp/gpt2_64" --reward-model "$tmp/gpt2_64_rm/final" --prompts "$data/sft.jsonl" \
+    --rollout-batch-size 4 --generation-batch-size 4 --micro-batch-size 2 --max-new-tokens 100 --max-iterations 1 \
+    --ptx-data "$tmp/long_ptx.jsonl" --ptx-coef 0.5 --quiet --threads 2 --output "$tmp/gpt2_64_ppo" 2> "$tmp/gpt2_64_ppo.err"
+python3 -c "
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if 'train/response_length' in r]
+sys.exit(0 if len(rows) == 1 and 0 < rows[0]['train/response_length'] < 64 else 1)" "$tmp/gpt2_64_ppo/metrics.jsonl" 2> /dev/null &&
+    pass ppo_answers_stop_at_the_actor_context || fail ppo_answers_stop_at_the_actor_context "$(tail -n 2 "$tmp/gpt2_64_ppo.err")"
 [ "$failures" -eq 0 ]
