@@ -152,13 +152,23 @@ int cmd_chat(int argc, char **argv) {
             free(owned[--count]);
             continue;
         }
+        // The reply has the room the model's context leaves (as serve's max_tokens); a
+        // conversation that fills it takes no more turns until /reset.
+        const int context = tm.model.config.max_position_embeddings;
+        if (length >= context) {
+            fprintf(stderr, "marlhf chat: the conversation (%d tokens) fills the model's context of %d tokens; /reset "
+                            "starts over\n", length, context);
+            free(ids);
+            free(owned[--count]);
+            continue;
+        }
         // The turn's reply samples from stream `turn` of the seed, as generate() row `turn`.
         ChatTurn chat_turn = {tokenizer_stream_new(tm.tokenizer, true), tm.stop_tokens, tm.num_stop_tokens, {0}, false};
         SequenceOptions sequence = {
             .sampler = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p},
             .seed = (uint64_t)seed,
             .row_id = (uint64_t)turn++,
-            .max_new_tokens = (int)max_new_tokens,
+            .max_new_tokens = max_new_tokens < context - length ? (int)max_new_tokens : context - length,
             .owner = &chat_turn,
             .constraint = constraint,
         };

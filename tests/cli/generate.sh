@@ -323,4 +323,12 @@ PY
     fail generate_stops_at_the_context "$(tail -n 1 "$tmp/context_2.err") $(cut -c1-200 "$tmp/context_1.jsonl")"
 expect_error generate_prompt_past_the_context "prompt of 82 tokens does not fit the model's context of 64 tokens" \
     "$bin" generate --model "$tmp/gpt2_64" --max-new-tokens 5 "$(python3 -c "print('x ' * 80)")"
+# chat: a reply has the room the context leaves; a turn that would pass it is declined in one
+# line (the conversation stays), /reset starts over; the session goes on and ends normally.
+printf 'Tell me about the cat and the dog and the bird\nAnd more about the dog please now\n/reset\nHi\n' |
+    "$bin" chat --model "$tmp/gpt2_64" --max-new-tokens 40 > "$tmp/chat_context.out" 2> "$tmp/chat_context.err"
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c "fills the model's context of 64 tokens; /reset starts over" "$tmp/chat_context.err")" = 1 ] &&
+    ! grep -q 'internal error' "$tmp/chat_context.err" && pass chat_stops_at_the_context ||
+    fail chat_stops_at_the_context "exit $rc: $(tail -n 2 "$tmp/chat_context.err")"
 [ "$failures" -eq 0 ]
