@@ -33,6 +33,7 @@ int cmd_sft(int argc, char **argv) {
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
+    trainer_cli_fit_context(&c, model_path);
     Dataset train, eval;
     trainer_cli_load_data(&c, DATA_FORMAT_AUTO, &train, &eval);
     trainer_cli_render_chat(&c, tokenizer, model_path, &train, &eval);

@@ -357,6 +357,13 @@ void trainer_cli_render_chat(const TrainerCli *c, Tokenizer *tokenizer, const ch
     if (dataset_render_chat(eval, tokenizer, model_path, c->chat_template) != 0) die_from_err();
 }
 
+void trainer_cli_fit_context(TrainerCli *cli, const char *path) {
+    ModelConfig cfg;
+    if (model_read_config(&cfg, path) != 0) die_from_err();
+    // Each command's summary line names the length its rows were cut at.
+    if (cli->max_seq_len > cfg.max_position_embeddings) cli->max_seq_len = cfg.max_position_embeddings;
+}
+
 ModelKeepRange trainer_cli_keep_range(const TrainerCli *cli) {
     return cli->zero_stage == 3 && dist_world_size() > 1 ? dist_weights_load_range : NULL;
 }

@@ -78,6 +78,9 @@ void trainer_cli_render_chat(const TrainerCli *cli, Tokenizer *tokenizer, const 
 // its memory), else NULL (all). A trainer that runs the model before training loads it whole
 // (DPO's and KTO's reference log-probs from the policy itself).
 ModelKeepRange trainer_cli_keep_range(const TrainerCli *cli);
+// Cuts --max-seq-len to the context of the model at `path` (its max_position_embeddings):
+// longer rows would run past the model's positions.
+void trainer_cli_fit_context(TrainerCli *cli, const char *path);
 // The model a trainer trains: `path` on --device with `load`'s heads, quantized as
 // --quantize asks (then frozen under the adapters), the --lora-* adapters (the value head
 // trained too when train_value_head) and --gradient-checkpointing. Exits 2 on error.

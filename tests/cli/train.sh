@@ -92,4 +92,16 @@ expect_error sft_bad_lr "--learning-rate" "$bin" sft --model "$model" --data "$d
 expect_error sft_bad_schedule "--lr-scheduler-type" "$bin" sft --model "$model" --data "$data/sft.jsonl" --output "$tmp/x6" --lr-scheduler-type warm
 expect_error rm_bad_loss "--loss" "$bin" rm --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x7" --loss hinge
 expect_error rm_sft_data "chosen" "$bin" rm --model "$model" --data "$data/sft.jsonl" --output "$tmp/x8"
+# --max-seq-len past the model's context (a GPT-2 of 64 learned positions): rows are cut at the
+# context, and the summary says so (an internal error before).
+python3 tests/cli/tiny_gpt2_model.py tests/fixtures/models/gpt2 "$model" "$tmp/gpt2_64" 2> /dev/null
+python3 -c "
+import json
+for i in range(4): print(json.dumps({'prompt': 'Tell me ' + 'about the cat ' * 10, 'response': ' The cat is good.' * 10}))
+" > "$tmp/long_rows.jsonl"
+"$bin" sft --model "$tmp/gpt2_64" --data "$tmp/long_rows.jsonl" --max-seq-len 200 --max-steps 1 \
+    --per-device-train-batch-size 2 --output "$tmp/sft_64" 2> "$tmp/sft_64.err"
+rc=$?
+[ $rc = 0 ] && grep -q "4 cut at 64 tokens" "$tmp/sft_64.err" && [ -f "$tmp/sft_64/final/model.safetensors" ] &&
+    pass sft_rows_cut_at_the_model_context || fail sft_rows_cut_at_the_model_context "exit $rc: $(tail -n 2 "$tmp/sft_64.err")"
 [ "$failures" -eq 0 ]
