@@ -100,7 +100,9 @@ typedef struct {
 
 // Conversational prompts are rendered with --chat-template or the actor's template (the
 // tokenizer then adds no BOS of its own: the template wrote it).
-static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, Tokenizer *tok, PromptSet *out) {
+// actor_context: the actor's max_position_embeddings.
+static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, Tokenizer *tok, int actor_context,
+                        PromptSet *out) {
     memset(out, 0, sizeof *out);
     Dataset data;
     DataFormat format = DATA_FORMAT_AUTO;
@@ -128,13 +130,7 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     out->conversational = data.conversational;
     // A prompt must also leave the actor room for an answer: generation stops a row at the
     // model's context (gen/generate.h), so a longer one is dropped as a too long one is.
-    ModelConfig actor;
-    if (model_read_config(&actor, c->actor_path) != 0) {
-        dataset_free(&data);
-        return -1;
-    }
-    const int longest = c->max_prompt_len < actor.max_position_embeddings - 1 ? c->max_prompt_len
-                                                                               : actor.max_position_embeddings - 1;
+    const int longest = c->max_prompt_len < actor_context - 1 ? c->max_prompt_len : actor_context - 1;
     out->ids = xcalloc(data.count + 1, sizeof(int *));
     out->lengths = xcalloc(data.count + 1, sizeof(int));
     out->texts = xcalloc(data.count + 1, sizeof(char *));
@@ -1394,8 +1390,13 @@ static int setup(Ppo *p) {
                                  "the reference's log-probs are of the actor's token ids") != 0)
         return -1;
     collect_stop_tokens(p);
-    if (load_prompts(c, c->prompts_path, true, p->tokenizer, &p->prompts) != 0) return -1;
-    if (c->eval_prompts_path && load_prompts(c, c->eval_prompts_path, false, p->tokenizer, &p->eval_prompts) != 0)
+    // The actor's context bounds the prompts and the PTX rows (generation stops a row there).
+    ModelConfig actor_config;
+    if (model_read_config(&actor_config, c->actor_path) != 0) return -1;
+    const int actor_context = actor_config.max_position_embeddings;
+    if (load_prompts(c, c->prompts_path, true, p->tokenizer, actor_context, &p->prompts) != 0) return -1;
+    if (c->eval_prompts_path &&
+        load_prompts(c, c->eval_prompts_path, false, p->tokenizer, actor_context, &p->eval_prompts) != 0)
         return -1;
     if (c->chat_template && !p->prompts.conversational)
         return err_set("--chat-template renders conversational prompts (lists of messages), and %s holds text rows "
@@ -1429,10 +1430,8 @@ static int setup(Ppo *p) {
             examples[i] = (SftExample){.prompt = data.records[i].prompt,
                                        .response = data.records[i].chosen ? data.records[i].chosen : ""};
         // PTX rows are cut as long as a rollout can be, and no longer than the actor's context.
-        ModelConfig actor;
-        int longest = c->max_prompt_len + c->max_new_tokens;
-        if (model_read_config(&actor, c->actor_path) == 0 && actor.max_position_embeddings < longest)
-            longest = actor.max_position_embeddings;
+        const int longest = c->max_prompt_len + c->max_new_tokens < actor_context ? c->max_prompt_len + c->max_new_tokens
+                                                                                  : actor_context;
         SftTask sft;
         int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest, false);
         free(examples);
