@@ -48,7 +48,7 @@ static float *buffer(long n) {
     } while (0)
 
 int main(int argc, char **argv) {
-    const char *name = "smollm2-135m", *device = "cpu", *attention = "wmma";
+    const char *name = "smollm2-135m", *device = "cpu", *attention = "mma";
     int B = 8, T = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) name = argv[++i];

@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     bool recompute = false;
     const char *which = "all", *device = "cpu";
     double peak_tflops = 790.0;
-    const char *attention = "wmma"; // cuda: the attention kernels, wmma (default), mma or unfused
+    const char *attention = "mma"; // cuda: the attention kernels, mma (default), wmma or unfused
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
 #ifdef MARLHF_CUDA
     static char label[32];
     if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: wmma, mma or unfused");
-    if (ops == &ops_cuda && strcmp(attention, "wmma")) snprintf(label, sizeof label, "-%s", attention), attention_label = label;
+    if (ops == &ops_cuda && strcmp(attention, "mma")) snprintf(label, sizeof label, "-%s", attention), attention_label = label;
 #endif
     if (ops != &ops_cpu) {
         if (!strcmp(which, "all")) which = "smollm2-135m";

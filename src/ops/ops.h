@@ -323,9 +323,9 @@ const char *ops_cuda_device_name(void);
 // cuBLASLt, opened by ops_cuda_open rather than linked (ops/cuda/cublaslt_library.cuh):
 // 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cublaslt_library.c).
 int cublaslt_library_open(void);
-// Which attention kernels the backend runs (src/ops/cuda/attention.cu): "wmma" (fused,
-// the default), "mma" (fused on mma.sync; not yet run on a GPU) or "unfused" (the
-// reference path). False for another name. $MARLHF_CUDA_ATTENTION sets it when the device
+// Which attention kernels the backend runs (src/ops/cuda/attention.cu): "mma" (fused on
+// mma.sync, the default), "wmma" (fused on WMMA fragments) or "unfused" (the reference
+// path). False for another name. $MARLHF_CUDA_ATTENTION sets it when the device
 // opens. Choose before a model sizes its activations (model_reserve asks
 // attention_saved_size).
 bool ops_cuda_select_attention(const char *kernels);

@@ -7,23 +7,24 @@
 #      gradients, generation with the KV cache on the GPU (also serve's continuous batch),
 #      quantized weights (every type's ops: Q8_0, Q4_0, NF4, Q4_1, Q5_1, Q2_K - Q6_K; quantized
 #      models; a Q4_K_M file's and llama.cpp's Q5_K_M, Q3_K_M, Q2_K, Q4_1, Q5_1 files' log-probs
-#      and logits). With MARLHF_GPU_TEST_DEVICE=cpu it runs every check but the mma rerun
+#      and logits); then the LoRA models again on the wmma and unfused attention kernels.
+#      With MARLHF_GPU_TEST_DEVICE=cpu it runs every check but the wmma rerun
 #      with the CPU's ops standing in for the GPU (its host side: `make test` runs it so,
 #      tests/cli/gpu_harness.sh).
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
-#      QLoRA (adapters over an NF4 and a Q4_0 base), on the mma attention kernels
-#      (MARLHF_CUDA_ATTENTION=mma), and 20 DPO steps.
+#      QLoRA (adapters over an NF4 and a Q4_0 base), on the wmma attention kernels
+#      (MARLHF_CUDA_ATTENTION=wmma; mma is the default), and 20 DPO steps.
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
 #      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
-#      GRPO (no critic), and on the mma attention kernels.
+#      GRPO (no critic), and on the wmma attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0,
 #      Q4_K_M and Q5_K_M weights, and after a 1024-token prompt on float32, half and Q8_0
 #      KV caches; no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
-#      steps op by op (bench/ops_breakdown.c), with each attention implementation (wmma,
-#      the default; mma; unfused).
+#      steps op by op (bench/ops_breakdown.c), with each attention implementation (mma,
+#      the default; wmma; unfused).
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR] [--time-limit SECONDS]
 #   --quick-bench: only the fused-attention steps beside PyTorch, and the 1B breakdowns.
@@ -117,6 +118,14 @@ if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /de
     grep -E '^=+ (ERROR|Invalid|ERROR SUMMARY)|^========= +at ' "$logs/memcheck.log" | head -n 20 | tee -a "$log"
 fi
 passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
+# The LoRA models again on the other attention kernels (mma is the default): the adapters'
+# gradients are the ones most sensitive to bf16 rounding, attention's included.
+for kernels in wmma unfused; do
+    MARLHF_CUDA_ATTENTION=$kernels timeout 120 "$test_cuda" test_lora_models > "$logs/test_cuda_lora_$kernels.log" 2>&1
+    rc=$?
+    grep -E '^# ' "$logs/test_cuda_lora_$kernels.log" >> "$log"
+    check "test_lora_models_${kernels}_attention" $rc "($(grep -c gradients "$logs/test_cuda_lora_$kernels.log") models)"
+done
 
 # 2. 20 SFT steps, GPU against CPU: every weight, then LoRA adapters (rank 8, base frozen)
 stage "SFT and DPO steps against the CPU"
@@ -156,9 +165,9 @@ sft=(dpo --model "$model" --data "$data/pairs.jsonl" --max-seq-len 32 --per-devi
 sft_tracks_cpu dpo --learning-rate 3e-3
 sft=(sft --model "$model" --data "$data/sft.jsonl" --max-seq-len 32 --per-device-train-batch-size 4
      --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
-# the same on the mma attention kernels (the CPU run ignores the variable)
-export MARLHF_CUDA_ATTENTION=mma
-sft_tracks_cpu sft_mma_attention --learning-rate 3e-3
+# the same on the wmma attention kernels (the CPU run ignores the variable)
+export MARLHF_CUDA_ATTENTION=wmma
+sft_tracks_cpu sft_wmma_attention --learning-rate 3e-3
 unset MARLHF_CUDA_ATTENTION
 # Gemma 2 (soft caps: the unfused attention kernels, the capped logits' gradient)
 sft=(sft --model tests/fixtures/models/tiny_gemma2_chat --data "$data/sft.jsonl" --max-seq-len 32
@@ -200,8 +209,8 @@ ppo_on_gpu ppo_on_gpu
 ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
 ppo_on_gpu ppo_qlora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8 --actor-quantize nf4 --critic-quantize q8_0
 ppo_on_gpu grpo_on_gpu --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
-export MARLHF_CUDA_ATTENTION=mma
-ppo_on_gpu ppo_mma_attention_on_gpu
+export MARLHF_CUDA_ATTENTION=wmma
+ppo_on_gpu ppo_wmma_attention_on_gpu
 unset MARLHF_CUDA_ATTENTION
 
 # 4. speed, each beside PyTorch eager on the same GPU
@@ -214,7 +223,7 @@ if [ "$bench" = 1 ]; then
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
         bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10
-        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention mma
+        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention wmma
         [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
             --steps 10 --attention unfused
         bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 \
@@ -234,8 +243,8 @@ if [ "$bench" = 1 ]; then
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
     stage "op-by-op breakdown"
-    shapes="smollm2-135m llama-1b" attentions="wmma mma unfused"
-    [ "$quick" = 1 ] && shapes=llama-1b attentions="wmma mma"
+    shapes="smollm2-135m llama-1b" attentions="mma wmma unfused"
+    [ "$quick" = 1 ] && shapes=llama-1b attentions="mma wmma"
     for shape in $shapes; do
         for attention in $attentions; do
             bench_run 120 "$logs/ops_breakdown.jsonl" "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 \
@@ -259,24 +268,26 @@ def find(impl, **kv):
         if r.get("impl") == impl and all(r.get(k) == v for k, v in kv.items()):
             return r
     return {}
+def rate(r, key): # a figure, or n/a for a benchmark skipped or failed
+    return f"{r[key]:.0f}" if key in r else "n/a"
 parts = []
 for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
-    u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-mma", model=ours)
-    parts.append(f"{ours} step {m.get('tokens_per_s', 0):.0f} tok/s MFU {100 * m.get('mfu', 0):.1f}% "
-                 f"(mma attention {a.get('tokens_per_s', 0):.0f} tok/s MFU {100 * a.get('mfu', 0):.1f}%, "
-                 f"unfused {u.get('tokens_per_s', 0):.0f}) "
-                 f"vs pytorch {t.get('tokens_per_s', 0):.0f} tok/s MFU {100 * t.get('mfu', 0):.1f}%")
+    u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-wmma", model=ours)
+    mfu = lambda r: f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
+    parts.append(f"{ours} step {rate(m, 'tokens_per_s')} tok/s MFU {mfu(m)} "
+                 f"(wmma attention {rate(a, 'tokens_per_s')} tok/s MFU {mfu(a)}, unfused {rate(u, 'tokens_per_s')}) "
+                 f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
-    parts.append(f"decode B{batch} {m.get('decode_tokens_per_s', 0):.0f} vs {t.get('decode_tokens_per_s', 0):.0f} tok/s "
-                 f"(q8_0 {q8.get('decode_tokens_per_s', 0):.0f}, q4_k_m {qk.get('decode_tokens_per_s', 0):.0f}, "
-                 f"q5_k_m {q5.get('decode_tokens_per_s', 0):.0f})")
+    key = "decode_tokens_per_s"
+    parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s "
+                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=1024, kv_cache=kv)) for kv in ("f32", "f16", "q8_0")]
     parts.append(f"after 1024 prompt tokens B{batch} " +
-                 ", ".join(f"{kv} cache {r.get('decode_tokens_per_s', 0):.0f}" for kv, r in caches) + " tok/s")
+                 ", ".join(f"{kv} cache {rate(r, key)}" for kv, r in caches) + " tok/s")
 print("; ".join(parts))
 PY
 )
