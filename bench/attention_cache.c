@@ -54,15 +54,15 @@ static void attend(bool per_head, CacheElementType type, float *out, const float
                    int B, int T, int capacity, int first_slot) {
     const int H = HEADS, KV = KV_HEADS, D = HEAD_DIM;
     if (per_head) {
-        cpu_attention_per_head(out, q, k, v, type, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f);
+        cpu_attention_per_head(out, q, k, v, type, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
     } else if (T == 1) {
-        if (type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f);
-        if (type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f);
-        if (type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f);
+        if (type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f, 0);
+        if (type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f, 0);
+        if (type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k, v, NULL, B, capacity, first_slot + 1, H, KV, D, 0.0f, 0);
     } else {
-        if (type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f);
-        if (type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f);
-        if (type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f);
+        if (type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
+        if (type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
+        if (type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k, v, NULL, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
     }
 }
 

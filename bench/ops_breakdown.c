@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     ops->copy_to_device(inv_freq, inv_freq_host, (size_t)(hd / 2) * sizeof(float));
     int *row_start = ops->alloc((size_t)B * sizeof(int));
     float *q = buffer(N * qd), *k = buffer(N * kvd), *v = buffer(N * kvd), *att = buffer(N * qd);
-    float *saved = buffer(ops->attention_saved_size(B, T, H, hd, 0.0f));
+    float *saved = buffer(ops->attention_saved_size(B, T, H, hd, 0.0f, 0));
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
     // One layer's linear layers, forward and backward (dinp + dweight).
@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
     TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V));
 
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
-    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f));
+    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
     TIME_OP("attention backward", L, 2 * att_flops, 0,
-            ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f));
+            ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
              ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));

@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         double t0 = now_seconds();
         attention_sgemm_baseline(att, probs, q, k, v, row_start, B, T, H, KV, D);
         double t1 = now_seconds();
-        cpu_attention_forward(att, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f);
+        cpu_attention_forward(att, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f, 0);
         double t2 = now_seconds();
         if (r > 0) best_old = fmin(best_old, t1 - t0), best_new = fmin(best_new, t2 - t1);
     }

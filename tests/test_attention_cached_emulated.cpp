@@ -64,7 +64,7 @@ static const char *const kind_names[] = {"f32", "f16", "q8_0"};
 // cache ops for the half and Q8_0 kinds), queries for T new slots from first_slot on, and the
 // kernel's output against the CPU op's.
 static void check_attention(CacheKind kind, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                            int head_dim, float softcap = 0.0f) {
+                            int head_dim, float softcap = 0.0f, int window = 0) {
     const int width = n_kv_heads * head_dim;
     const long slots = (long)B * capacity;
     std::vector<float> keys = random_floats(slots * width, 1.0f), values = random_floats(slots * width, 1.0f);
@@ -79,16 +79,16 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
     auto run = [&](auto key_slots, auto value_slots) {
         emulation::launch(grid, THREADS, shared, [&] {
             attention_kernel(got.data(), q.data(), key_slots, value_slots, row_start.data(), T, capacity, first_slot,
-                             n_heads, n_kv_heads, head_dim, scale, softcap);
+                             n_heads, n_kv_heads, head_dim, scale, softcap, window);
         });
     };
     if (kind == FLOAT_CACHE) {
         if (T == 1)
             ops_cpu.attention_decode(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, capacity,
-                                     first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
+                                     first_slot + 1, n_heads, n_kv_heads, head_dim, softcap, window);
         else
             ops_cpu.attention_extend(want.data(), q.data(), keys.data(), values.data(), row_start.data(), B, T, capacity,
-                                     first_slot, n_heads, n_kv_heads, head_dim, softcap);
+                                     first_slot, n_heads, n_kv_heads, head_dim, softcap, window);
         run(FloatSlots{keys.data(), width, head_dim}, FloatSlots{values.data(), width, head_dim});
     } else if (kind == HALF_CACHE) {
         std::vector<uint16_t> k16((size_t)(slots * width)), v16((size_t)(slots * width));
@@ -96,10 +96,10 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_f16(v16.data(), values.data(), B, capacity, capacity, 0, width);
         if (T == 1)
             ops_cpu.attention_decode_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, capacity,
-                                         first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
+                                         first_slot + 1, n_heads, n_kv_heads, head_dim, softcap, window);
         else
             ops_cpu.attention_extend_f16(want.data(), q.data(), k16.data(), v16.data(), row_start.data(), B, T,
-                                         capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap);
+                                         capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap, window);
         run(HalfSlots{k16.data(), width, head_dim}, HalfSlots{v16.data(), width, head_dim});
     } else {
         const Q8Layout layout = q8_layout(n_kv_heads, head_dim);
@@ -108,15 +108,16 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
         ops_cpu.cache_write_q8(v8.data(), values.data(), B, capacity, capacity, 0, n_kv_heads, head_dim);
         if (T == 1)
             ops_cpu.attention_decode_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, capacity,
-                                        first_slot + 1, n_heads, n_kv_heads, head_dim, softcap);
+                                        first_slot + 1, n_heads, n_kv_heads, head_dim, softcap, window);
         else
             ops_cpu.attention_extend_q8(want.data(), q.data(), k8.data(), v8.data(), row_start.data(), B, T, capacity,
-                                        first_slot, n_heads, n_kv_heads, head_dim, softcap);
+                                        first_slot, n_heads, n_kv_heads, head_dim, softcap, window);
         run(Q8Slots{k8.data(), layout}, Q8Slots{v8.data(), layout});
     }
     const double error = relative_error(got.data(), want.data(), n_out);
-    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d%s: error %.2e\n", kind_names[kind], B,
-           T, first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim, softcap > 0.0f ? " soft cap" : "", error);
+    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d%s window %d: error %.2e\n",
+           kind_names[kind], B, T, first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim,
+           softcap > 0.0f ? " soft cap" : "", window, error);
     EXPECT(error <= 1e-5, "attention over a %s cache (T %d, head_dim %d): error %.3g", kind_names[kind], T, head_dim,
            error);
 }
@@ -135,6 +136,11 @@ static void test_attention(void) {
         // CPU ops given the same cap.
         check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64, 0.5f);
         check_attention((CacheKind)kind, 2, 3, 40, 20, 4, 2, 64, 0.5f);
+        // A sliding window (Mistral, Gemma 2/3's sliding layers) shorter than the rows, for a
+        // decode step and an extension whose queries' windows start at different slots.
+        check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64, 0.0f, 8);
+        check_attention((CacheKind)kind, 2, 5, 40, 20, 4, 2, 64, 0.0f, 6);
+        check_attention((CacheKind)kind, 2, 1, 320, 299, 2, 1, 64, 0.0f, 257);
     }
 }
 

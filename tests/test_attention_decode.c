@@ -40,6 +40,12 @@ static const int contexts[] = {1, 31, 32, 33, 100, 1000};
 enum { RATIOS = 5, HEAD_DIMS = 4, CONTEXTS = 6, TYPES = 3, KV_HEADS = 2, ROWS = 3 };
 static const char *type_names[] = {"f32", "f16", "q8_0"};
 static float soft_cap = 0.0f; // the attention ops' softcap: test_soft_cap sets it
+static int sliding_window = 0; // the attention ops' window: test_sliding_window sets it
+
+// The first slot query `slot` of a row starting at `start` sees.
+static int first_visible(int start, int slot) {
+    return sliding_window > 0 && slot - sliding_window + 1 > start ? slot - sliding_window + 1 : start;
+}
 
 // A cache of `type` holding keys or values x ([ROWS * capacity, kv_width] floats), and the
 // floats it holds (the halves or Q8_0 values as read back).
@@ -82,7 +88,8 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
                 const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
                 const long head_at = (long)(h / group) * head_dim;
                 double max_score = -INFINITY, sum = 0;
-                for (int j = row_start[b]; j <= first_slot + t; j++) {
+                const int first = first_visible(row_start[b], first_slot + t);
+                for (int j = first; j <= first_slot + t; j++) {
                     double dot = 0;
                     for (int d = 0; d < head_dim; d++)
                         dot += (double)query[d] * k[((long)b * capacity + j) * kv_width + head_at + d];
@@ -90,10 +97,10 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
                     if (soft_cap > 0.0f) scores[j] = soft_cap * tanh(scores[j] / soft_cap);
                     if (scores[j] > max_score) max_score = scores[j];
                 }
-                for (int j = row_start[b]; j <= first_slot + t; j++) sum += scores[j] = exp(scores[j] - max_score);
+                for (int j = first; j <= first_slot + t; j++) sum += scores[j] = exp(scores[j] - max_score);
                 for (int d = 0; d < head_dim; d++) {
                     double want = 0;
-                    for (int j = row_start[b]; j <= first_slot + t; j++)
+                    for (int j = first; j <= first_slot + t; j++)
                         want += scores[j] / sum * v[((long)b * capacity + j) * kv_width + head_at + d];
                     out[((long)b * T + t) * q_width + h * head_dim + d] = want;
                 }
@@ -104,12 +111,12 @@ SANITIZER_UNCHECKED static void reference(double *out, const float *q, const flo
 static void attention_op(bool extend, float *out, const float *q, Cache k, Cache v, CacheElementType type,
                          const int *row_start, int T, int capacity, int first_slot, int n_heads, int head_dim) {
     const int H = n_heads, KV = KV_HEADS, D = head_dim, length = first_slot + 1;
-    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
-    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
-    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap);
-    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
-    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
-    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap);
+    if (!extend && type == ELEMENTS_F32) ops_cpu.attention_decode(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap, sliding_window);
+    if (!extend && type == ELEMENTS_F16) ops_cpu.attention_decode_f16(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap, sliding_window);
+    if (!extend && type == ELEMENTS_Q8) ops_cpu.attention_decode_q8(out, q, k.cache, v.cache, row_start, ROWS, capacity, length, H, KV, D, soft_cap, sliding_window);
+    if (extend && type == ELEMENTS_F32) ops_cpu.attention_extend(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap, sliding_window);
+    if (extend && type == ELEMENTS_F16) ops_cpu.attention_extend_f16(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap, sliding_window);
+    if (extend && type == ELEMENTS_Q8) ops_cpu.attention_extend_q8(out, q, k.cache, v.cache, row_start, ROWS, T, capacity, first_slot, H, KV, D, soft_cap, sliding_window);
 }
 
 // One shape: T new queries per row ending at slot context - 1 (T = 1: a decode step).
@@ -131,7 +138,7 @@ static void check_shape(bool extend, int T, int ratio, int head_dim, int context
     double *want = xmalloc((size_t)n_out * sizeof(double));
     attention_op(extend, out, q, k, v, type, row_start, T, capacity, first_slot, n_heads, head_dim);
     cpu_attention_per_head(per_head, q, k.cache, v.cache, type, row_start, ROWS, T, capacity, first_slot, n_heads,
-                           KV_HEADS, head_dim, soft_cap);
+                           KV_HEADS, head_dim, soft_cap, sliding_window);
     reference(want, q, k.held, v.held, row_start, T, capacity, first_slot, n_heads, head_dim);
     for (long i = 0; i < n_out; i++) {
         *worst_reference = fmax(*worst_reference, fabs(want[i] - out[i]));
@@ -216,7 +223,7 @@ static void test_soft_cap(void) {
         float *x = random_floats((long)ROWS * capacity * KV_HEADS * D, -1.5f, 1.5f);
         float *out = xcalloc((size_t)ROWS * H * D, sizeof(float));
         int row_start[ROWS] = {0, 0, 0};
-        ops_cpu.attention_decode(out, q, x, x, row_start, ROWS, capacity, capacity, H, KV_HEADS, D, soft_cap);
+        ops_cpu.attention_decode(out, q, x, x, row_start, ROWS, capacity, capacity, H, KV_HEADS, D, soft_cap, sliding_window);
         memcpy(pass ? capped : plain, out, sizeof plain);
         free(q), free(x), free(out);
     }
@@ -229,11 +236,43 @@ static void test_soft_cap(void) {
     soft_cap = 0.0f;
 }
 
+// A sliding window (Mistral, Gemma 2/3's sliding layers): each query sees the last `window`
+// slots of its row, itself included. Windows of 1 (the query alone), 5 and 32 against every
+// kernel and the reference, on the decode step and extensions whose queries' windows begin
+// at different slots; the windowed output differs from the plain one.
+static void test_sliding_window(void) {
+    const int windows[] = {1, 5, 32}, lengths[] = {1, 2, 33};
+    for (int w = 0; w < 3; w++) {
+        sliding_window = windows[w];
+        check_all_shapes(false, "decode (sliding window)", lengths, 1);
+        check_all_shapes(true, "extend (sliding window)", lengths, 3);
+    }
+    float plain[64], windowed[64];
+    for (int pass = 0; pass < 2; pass++) {
+        sliding_window = pass ? 4 : 0;
+        const int capacity = 8, H = 2, D = 16;
+        rng_state = 78;
+        float *q = random_floats((long)ROWS * H * D, -6, 6);
+        float *x = random_floats((long)ROWS * capacity * KV_HEADS * D, -1.5f, 1.5f);
+        float *out = xcalloc((size_t)ROWS * H * D, sizeof(float));
+        int row_start[ROWS] = {0, 0, 0};
+        ops_cpu.attention_decode(out, q, x, x, row_start, ROWS, capacity, capacity, H, KV_HEADS, D, 0.0f,
+                                 sliding_window);
+        memcpy(pass ? windowed : plain, out, sizeof plain);
+        free(q), free(x), free(out);
+    }
+    sliding_window = 0;
+    double moved = 0;
+    for (int i = 0; i < 64; i++) moved = fmax(moved, fabs(windowed[i] - plain[i]));
+    EXPECT(moved > 1e-2, "the sliding window moved the outputs by %.3g only", moved);
+}
+
 int main(void) {
     // The grouped decode step for every cache type (by default only float32 caches take it).
     setenv("MARLHF_CPU_ATTENTION", "grouped", 1);
     RUN(test_decode_grouped);
     RUN(test_extend_tiled);
     RUN(test_soft_cap);
+    RUN(test_sliding_window);
     TEST_EXIT();
 }

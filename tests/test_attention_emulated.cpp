@@ -55,7 +55,7 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
     std::vector<float> qr = round_bf16(q), kr = round_bf16(k), vr = round_bf16(v);
     std::vector<float> out_ref((size_t)q_n), probs((size_t)B * H * T * T);
     ops_cpu.attention_forward(out_ref.data(), probs.data(), qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H,
-                              KV, HD, 0.0f);
+                              KV, HD, 0.0f, 0);
 
     std::vector<bf16> Q = head_major(q, B, T, H, 1, HD), K = head_major(k, B, T, H, group, HD);
     std::vector<bf16> V = head_major(v, B, T, H, group, HD), dO = head_major(dout, B, T, H, 1, HD);
@@ -102,7 +102,7 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
     std::vector<float> dq_ref((size_t)q_n, 0.0f), dk_ref((size_t)kv_n, 0.0f), dv_ref((size_t)kv_n, 0.0f);
     std::vector<float> doutr = round_bf16(dout);
     ops_cpu.attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), doutr.data(), out_ref.data(), probs.data(),
-                               qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H, KV, HD, 0.0f);
+                               qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H, KV, HD, 0.0f, 0);
     std::vector<float> D((size_t)B * H * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)

@@ -49,6 +49,8 @@ static void expect_same_config(const ModelConfig *a, const ModelConfig *b, const
     SAME(head_dim);
     SAME(intermediate_size);
     SAME(max_position_embeddings);
+    SAME(sliding_window);
+    SAME(sliding_window_first_layer);
     SAME(norm);
     SAME(norm_eps);
     SAME(norm_weight_plus_one);
@@ -108,7 +110,7 @@ static ModelConfig expected_config(const char *name) {
         c.vocab_size = 128, c.hidden_size = 64, c.intermediate_size = 128, c.num_layers = 2, c.num_heads = 4;
         c.num_kv_heads = 1, c.head_dim = 32, c.max_position_embeddings = 512, c.norm_eps = 1e-6f;
         c.bos_token_id = 1, c.eos_token_id = 2;
-        if (strcmp(name, "mistral_window") == 0) c.head_dim = 16, c.max_position_embeddings = 128;
+        if (strcmp(name, "mistral_window") == 0) c.head_dim = 16, c.sliding_window = 128;
     } else if (strcmp(name, "qwen2") == 0) {
         c.family = FAMILY_QWEN2;
         c.vocab_size = 160, c.hidden_size = 64, c.intermediate_size = 96, c.num_layers = 2, c.num_heads = 4;
@@ -193,18 +195,41 @@ static void test_hand_written_configs(void) {
                               " \"max_position_embeddings\": 4096, \"use_sliding_window\": true,"
                               " \"sliding_window\": 1024, \"eos_token_id\": [7, 8]}";
     EXPECT(config_from_hf_json(&cfg, write_text("qwen_window.json", qwen_window)) == 0, "%s", err_msg());
-    EXPECT(cfg.max_position_embeddings == 1024 && cfg.eos_token_id == 7 && cfg.bos_token_id == -1, "qwen window");
+    // transformers' max_window_layers defaults to 28: a 1-layer model has no sliding layer.
+    EXPECT(cfg.max_position_embeddings == 4096 && cfg.sliding_window == 1024 && cfg.sliding_window_first_layer == 28 &&
+               config_layer_window(&cfg, 0) == 0 && cfg.eos_token_id == 7 && cfg.bos_token_id == -1,
+           "qwen window");
     const char *qwen_unused = "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 1,"
                               " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 50,"
                               " \"max_position_embeddings\": 4096, \"use_sliding_window\": false,"
                               " \"sliding_window\": 1024}";
     EXPECT(config_from_hf_json(&cfg, write_text("qwen_unused.json", qwen_unused)) == 0, "%s", err_msg());
-    EXPECT(cfg.max_position_embeddings == 4096, "unused window: %d", cfg.max_position_embeddings);
+    EXPECT(cfg.max_position_embeddings == 4096 && cfg.sliding_window == 0, "unused window: %d",
+           cfg.sliding_window);
     const char *mistral_default = "{\"model_type\": \"mistral\", \"hidden_size\": 32, \"num_hidden_layers\": 1,"
                                   " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 50,"
                                   " \"max_position_embeddings\": 32768}";
     EXPECT(config_from_hf_json(&cfg, write_text("mistral_default.json", mistral_default)) == 0, "%s", err_msg());
-    EXPECT(cfg.max_position_embeddings == 4096, "mistral default window: %d", cfg.max_position_embeddings);
+    EXPECT(cfg.max_position_embeddings == 32768 && cfg.sliding_window == 4096 && config_layer_window(&cfg, 0) == 4096,
+           "mistral default window: %d", cfg.sliding_window);
+    // transformers 5's layer_types spell out each family's sliding layers: Gemma 2's even ones.
+    const char *gemma2_types = "{\"model_type\": \"gemma2\", \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+                               " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 50,"
+                               " \"max_position_embeddings\": 64, \"sliding_window\": 8,"
+                               " \"layer_types\": [\"sliding_attention\", \"full_attention\"]}";
+    EXPECT(config_from_hf_json(&cfg, write_text("gemma2_types.json", gemma2_types)) == 0, "%s", err_msg());
+    EXPECT(config_layer_window(&cfg, 0) == 8 && config_layer_window(&cfg, 1) == 0, "gemma2 layer windows");
+    const char *gemma2_swapped = "{\"model_type\": \"gemma2\", \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+                                 " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 50,"
+                                 " \"max_position_embeddings\": 64, \"sliding_window\": 8,"
+                                 " \"layer_types\": [\"full_attention\", \"sliding_attention\"]}";
+    EXPECT_ERROR(config_from_hf_json(&cfg, write_text("gemma2_swapped.json", gemma2_swapped)),
+                 "'layer_types' entry 0 is \"full_attention\"", "sliding_attention", "gemma2_swapped.json");
+    const char *negative_window = "{\"model_type\": \"mistral\", \"hidden_size\": 32, \"num_hidden_layers\": 1,"
+                                  " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 50,"
+                                  " \"max_position_embeddings\": 64, \"sliding_window\": -3}";
+    EXPECT_ERROR(config_from_hf_json(&cfg, write_text("negative_window.json", negative_window)), "'sliding_window'",
+                 "negative_window.json");
 }
 
 // One field changed from a valid llama config: `field_json` replaces "hidden_size": 64.
@@ -357,10 +382,10 @@ static void test_write_roundtrip(void) {
     EXPECT(config_from_hf_json(&defaults, write_text("gemma2_defaults.json", gemma2_minimal)) == 0, "%s", err_msg());
     EXPECT(defaults.attn_logit_softcap == 50.0f && defaults.final_logit_softcap == 30.0f &&
                defaults.query_pre_attn_scalar == 256.0f && defaults.head_dim == 256 &&
-               defaults.max_position_embeddings == 4096 && defaults.tie_word_embeddings,
-           "gemma2 defaults: caps %g/%g scalar %g head_dim %d context %d", (double)defaults.attn_logit_softcap,
+               defaults.max_position_embeddings == 8192 && defaults.sliding_window == 4096 && defaults.tie_word_embeddings,
+           "gemma2 defaults: caps %g/%g scalar %g head_dim %d context %d window %d", (double)defaults.attn_logit_softcap,
            (double)defaults.final_logit_softcap, (double)defaults.query_pre_attn_scalar, defaults.head_dim,
-           defaults.max_position_embeddings);
+           defaults.max_position_embeddings, defaults.sliding_window);
     const struct {
         const char *name, *field, *pieces[2];
     } gemma2_bad[] = {
@@ -417,7 +442,8 @@ static void test_write_roundtrip(void) {
             "\"intermediate_size\": 128, \"max_position_embeddings\": 32768, \"vocab_size\": 100}";
         EXPECT(config_from_hf_json(&back, write_text("gemma3_defaults.json", minimal)) == 0, "%s", err_msg());
         EXPECT(back.attn_logit_softcap == 0.0f && back.final_logit_softcap == 0.0f && back.query_pre_attn_scalar == 256.0f &&
-                   back.head_dim == 256 && back.max_position_embeddings == 4096 && back.rope_theta == 1e6f &&
+                   back.head_dim == 256 && back.max_position_embeddings == 32768 && back.sliding_window == 4096 &&
+                   back.rope_theta == 1e6f &&
                    back.rope_local_theta == 1e4f && back.sliding_window_pattern == 6 && back.tie_word_embeddings &&
                    config_layer_uses_local_rope(&back, 4) && !config_layer_uses_local_rope(&back, 5),
                "gemma3 defaults: caps %g/%g scalar %g head_dim %d context %d theta %g/%g pattern %d",

@@ -176,15 +176,17 @@ static void test_joining_sequences_match_generate(void) {
     // than a chunk wait in the queue, rows reserved, while the others decode. (With a half
     // cache the later chunks read the earlier ones through halves, which may turn a sampled
     // token here: test_chunked_prefill_matches_whole bounds that effect instead.)
-    // The last run is Gemma 2 (soft-capped scores in the decode and chunk kernels) in chunks
-    // of 7.
+    // Then Gemma 2 (soft-capped scores in the decode and chunk kernels) in chunks of 7, and
+    // sliding windows of 5 keys: Mistral's in every layer, Gemma 3's in its first layer, whole
+    // prompts (test_chunked_prefill_matches_whole prefills Mistral's in chunks).
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
                             "tests/fixtures/models/qwen2", "tests/fixtures/models/llama", "tests/fixtures/models/gemma",
                             "tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/qwen2",
-                            "tests/fixtures/models/gemma2"};
-    const char *kv_cache[] = {"f32", "f32", "f32", "f32", "f16", "q8_0", "f32", "f32", "f32", "f32"};
-    const int prefill_chunk[] = {0, 0, 0, 0, 0, 0, 7, 1, 5, 7};
-    for (int m = 0; m < 10; m++) {
+                            "tests/fixtures/models/gemma2", "tests/fixtures/models/mistral_window",
+                            "tests/fixtures/models/gemma3_window"};
+    const char *kv_cache[] = {"f32", "f32", "f32", "f32", "f16", "q8_0", "f32", "f32", "f32", "f32", "f32", "f32"};
+    const int prefill_chunk[] = {0, 0, 0, 0, 0, 0, 7, 1, 5, 7, 0, 0};
+    for (int m = 0; m < 12; m++) {
         Model model;
         load(&model, models[m]);
         CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());
@@ -283,8 +285,10 @@ static void test_relayout_keeps_the_cache(void) {
 // model_extend_rows: a prompt prefilled in two parts (the first 9 tokens, then the other
 // 8 extending them) gives the next-token logits of the whole prompt prefilled at once.
 static void test_extend_matches_prefill(void) {
-    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma"};
-    for (int m = 0; m < 3; m++) {
+    // Gemma 2 with a sliding window of 5: the 8 extending queries' windows begin at 8 slots.
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
+                            "tests/fixtures/models/gemma2_window"};
+    for (int m = 0; m < 4; m++) {
         Model model;
         load(&model, models[m]);
         if (m == 2) CHECK(kv_cache_type_set(&model, "q8_0", "--kv-cache") == 0, "%s", err_msg());
@@ -640,14 +644,17 @@ static double chunk_run_difference(const ChunkRun *a, const ChunkRun *b, bool *b
 
 static void test_chunked_prefill_matches_whole(void) {
     // llama, gpt2 (learned positions), llama with a half cache, gemma with a Q8_0 cache,
-    // llama with Q8_0 weights.
+    // llama with Q8_0 weights, Mistral with a sliding window of 5 (a chunk's queries see
+    // windows that begin at different slots, some in the chunks before).
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/llama",
-                            "tests/fixtures/models/gemma", "tests/fixtures/models/llama"};
-    const char *kv_cache[] = {"f32", "f32", "f16", "q8_0", "f32"};
-    const char *labels[] = {"llama", "gpt2", "llama --kv-cache f16", "gemma --kv-cache q8_0", "llama --quantize q8_0"};
-    const double tolerance[] = {1e-5, 1e-5, 2e-3, 1e-2, 1e-5};
-    const int prompt_lengths[] = {40, 40, 40, 40, 72};
-    for (int m = 0; m < 5; m++) {
+                            "tests/fixtures/models/gemma", "tests/fixtures/models/llama",
+                            "tests/fixtures/models/mistral_window"};
+    const char *kv_cache[] = {"f32", "f32", "f16", "q8_0", "f32", "f32"};
+    const char *labels[] = {"llama", "gpt2", "llama --kv-cache f16", "gemma --kv-cache q8_0", "llama --quantize q8_0",
+                            "mistral_window"};
+    const double tolerance[] = {1e-5, 1e-5, 2e-3, 1e-2, 1e-5, 1e-5};
+    const int prompt_lengths[] = {40, 40, 40, 40, 72, 40};
+    for (int m = 0; m < 6; m++) {
         Model model;
         load(&model, models[m]);
         CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());

@@ -31,10 +31,14 @@ static void load(Model *model, const char *path) {
 }
 
 static void test_kv_cache_matches_full_forward(void) {
-    // Gemma 2: its soft caps in the decode step's attention and on the sampled logits.
-    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
-                            "tests/fixtures/models/gemma2"};
-    for (int m = 0; m < 4; m++) {
+    // Gemma 2: its soft caps in the decode step's attention and on the sampled logits. The
+    // *_window fixtures: sliding windows of 5 keys, shorter than the rows (7 + 12 tokens), in
+    // every layer (Mistral), in Gemma 2's and 3's first layer, in Qwen2's second.
+    const char *models[] = {"tests/fixtures/models/llama",          "tests/fixtures/models/gpt2",
+                            "tests/fixtures/models/gemma",          "tests/fixtures/models/gemma2",
+                            "tests/fixtures/models/mistral_window", "tests/fixtures/models/gemma2_window",
+                            "tests/fixtures/models/gemma3_window",  "tests/fixtures/models/qwen2_window"};
+    for (int m = 0; m < 8; m++) {
         Model model;
         load(&model, models[m]);
         const int V = model.config.vocab_size;

@@ -597,9 +597,10 @@ static void test_config_gemma2(void) {
     ModelConfig c;
     EXPECT(gemma2_config(&c, path, 1) == 0, "%s", err_msg());
     EXPECT(c.family == FAMILY_GEMMA2 && c.sandwich_norms && c.attn_logit_softcap == 40.0f &&
-               c.final_logit_softcap == 20.0f && c.query_pre_attn_scalar == 32.0f && c.max_position_embeddings == 128,
-           "gemma2: caps %g / %g, scalar %g, context %d", (double)c.attn_logit_softcap, (double)c.final_logit_softcap,
-           (double)c.query_pre_attn_scalar, c.max_position_embeddings);
+               c.final_logit_softcap == 20.0f && c.query_pre_attn_scalar == 32.0f && c.max_position_embeddings == 512 &&
+               c.sliding_window == 128 && config_layer_window(&c, 0) == 128 && config_layer_window(&c, 1) == 0,
+           "gemma2: caps %g / %g, scalar %g, context %d, window %d", (double)c.attn_logit_softcap,
+           (double)c.final_logit_softcap, (double)c.query_pre_attn_scalar, c.max_position_embeddings, c.sliding_window);
     EXPECT(gemma2_config(&c, path, 0) == 0 && c.attn_logit_softcap == 50.0f && c.final_logit_softcap == 30.0f,
            "gemma2 without cap keys: llama.cpp's defaults 50 / 30, got %g / %g", (double)c.attn_logit_softcap,
            (double)c.final_logit_softcap);

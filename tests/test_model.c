@@ -34,7 +34,9 @@
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
-static const char *fixture_names[] = {"gpt2", "llama", "llama_tied", "llama3_rope", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"};
+static const char *fixture_names[] = {"gpt2",  "llama", "llama_tied", "llama3_rope",   "qwen2",         "qwen3",
+                                      "gemma", "gemma2", "gemma3", "mistral_window", "gemma2_window", "gemma3_window",
+                                      "qwen2_window"};
 
 typedef struct {
     char dir[256], reference[300];
@@ -1046,6 +1048,17 @@ static void test_gguf_export_round_trip(void) {
                    "gemma2 with an uninferable query_pre_attn_scalar: %s", err_msg());
             model.config.query_pre_attn_scalar = (float)model.config.head_dim;
         }
+        if (model.config.family == FAMILY_QWEN2 && model.config.sliding_window > 0) {
+            // llama.cpp's qwen2 has no sliding window: refused, nothing written.
+            char path[512];
+            snprintf(path, sizeof path, "%s/export-qwen2-window-refused.gguf", tmp);
+            EXPECT(model_write_gguf(&model, NULL, path, GGUF_OUT_F32) != 0 && strstr(err_msg(), "sliding window") &&
+                       !fs_exists(path),
+                   "qwen2 with a sliding window: %s", err_msg());
+            model_free(&model);
+            fixture_close(&f);
+            continue;
+        }
         for (int t = 0; t < type_count; t++) {
             char path[512];
             snprintf(path, sizeof path, "%s/export-%s-%d.gguf", tmp, fixture_names[k], t);
@@ -1062,10 +1075,12 @@ static void test_gguf_export_round_trip(void) {
                        back.config.sliding_window_pattern == model.config.sliding_window_pattern &&
                        back.config.rope_scaling == model.config.rope_scaling &&
                        back.config.rope_factor == model.config.rope_factor &&
-                       back.config.max_position_embeddings == model.config.max_position_embeddings,
-                   "%s: soft caps %g/%g, query scalar %g, context %d read back", fixture_names[k],
+                       back.config.max_position_embeddings == model.config.max_position_embeddings &&
+                       back.config.sliding_window == model.config.sliding_window,
+                   "%s: soft caps %g/%g, query scalar %g, context %d, window %d read back", fixture_names[k],
                    (double)back.config.attn_logit_softcap, (double)back.config.final_logit_softcap,
-                   (double)back.config.query_pre_attn_scalar, back.config.max_position_embeddings);
+                   (double)back.config.query_pre_attn_scalar, back.config.max_position_embeddings,
+                   back.config.sliding_window);
             for (int i = 0; i < model.table.count && back.table.total == model.table.total; i++) {
                 const ParamEntry *e = &model.table.entries[i];
                 double scale = 0;

@@ -284,7 +284,7 @@ typedef struct { int B, T, nh, nkv, hd; int *row_start; float *q, *k, *v, *out, 
 static double attention_loss(void *p) {
     AttnCase *c = p;
     ops_cpu.attention_forward(c->out, c->probs, c->q, c->k, c->v, c->row_start, c->B, c->T,
-                              c->nh, c->nkv, c->hd, 0.0f);
+                              c->nh, c->nkv, c->hd, 0.0f, 0);
     return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
 }
 static void test_attention(void) {
@@ -301,7 +301,7 @@ static void test_attention(void) {
     attention_loss(&c);
     float *dq = xcalloc(nq, 4), *dk = xcalloc(nkv, 4), *dv = xcalloc(nkv, 4);
     ops_cpu.attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
-                               c.nh, c.nkv, c.hd, 0.0f);
+                               c.nh, c.nkv, c.hd, 0.0f, 0);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
     check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);
     check_gradient("attention dv", attention_loss, &c, c.v, nkv, dv, 400);
@@ -334,7 +334,7 @@ static void test_attention_decode(void) {
             float *k = random_floats((long)B * capacity * kv_width, -1.5f, 1.5f);
             float *v = random_floats((long)B * capacity * kv_width, -1, 1);
             float *out = xcalloc((size_t)B * q_width, sizeof(float));
-            ops_cpu.attention_decode(out, q, k, v, row_start, B, capacity, length, n_heads, n_kv_heads, D, 0.0f);
+            ops_cpu.attention_decode(out, q, k, v, row_start, B, capacity, length, n_heads, n_kv_heads, D, 0.0f, 0);
             double *scores = xmalloc((size_t)length * sizeof(double));
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < n_heads; h++) {
@@ -375,8 +375,8 @@ static void test_attention_extend(void) {
         k16[i] = cpu_float_to_half(k[i]), v16[i] = cpu_float_to_half(v[i]);
     }
     float *out = xcalloc((size_t)B * T * q_width, sizeof(float)), *out16 = xcalloc((size_t)B * T * q_width, sizeof(float));
-    ops_cpu.attention_extend(out, q, k, v, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D, 0.0f);
-    ops_cpu.attention_extend_f16(out16, q, k16, v16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D, 0.0f);
+    ops_cpu.attention_extend(out, q, k, v, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D, 0.0f, 0);
+    ops_cpu.attention_extend_f16(out16, q, k16, v16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads, D, 0.0f, 0);
     double worst = 0, worst16 = 0, scores[128], scores16[128];
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -416,7 +416,7 @@ static void test_attention_extend(void) {
     // The last query of each row is a decode step with length first_slot + T.
     float *q_last = xmalloc((size_t)B * q_width * sizeof(float)), *decoded = xcalloc((size_t)B * q_width, sizeof(float));
     for (int b = 0; b < B; b++) memcpy(q_last + (long)b * q_width, q + ((long)b * T + T - 1) * q_width, (size_t)q_width * 4);
-    ops_cpu.attention_decode(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, n_heads, n_kv_heads, D, 0.0f);
+    ops_cpu.attention_decode(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, n_heads, n_kv_heads, D, 0.0f, 0);
     for (int b = 0; b < B; b++)
         for (int i = 0; i < q_width; i++)
             EXPECT_CLOSE(out[((long)b * T + T - 1) * q_width + i], decoded[(long)b * q_width + i], 2e-5, 0,
@@ -481,7 +481,7 @@ static void test_attention_decode_f16(void) {
                 EXPECT(k[(long)b * capacity * kv_width + i] == cpu_float_to_half(keys[(long)b * length * kv_width + i]),
                        "cache_write_f16 row %d element %ld", b, i);
         float *out = xcalloc((size_t)B * q_width, sizeof(float));
-        ops_cpu.attention_decode_f16(out, q, k, v, row_start, B, capacity, length, n_heads, n_kv_heads, D, 0.0f);
+        ops_cpu.attention_decode_f16(out, q, k, v, row_start, B, capacity, length, n_heads, n_kv_heads, D, 0.0f, 0);
         double *scores = xmalloc((size_t)length * sizeof(double));
         for (int b = 0; b < B; b++)
             for (int h = 0; h < n_heads; h++) {
@@ -650,7 +650,7 @@ static void test_attention_q8(void) {
         float *out = xcalloc((size_t)B * T * q_width, sizeof(float));
         double *want = xmalloc((size_t)B * T * q_width * sizeof(double));
         double *want_float = xmalloc((size_t)B * T * q_width * sizeof(double));
-        ops_cpu.attention_extend_q8(out, q, k, v, row_start, B, T, capacity, first_slot, H, KV, D, 0.0f);
+        ops_cpu.attention_extend_q8(out, q, k, v, row_start, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
         attention_reference(want, q, k_deq, v_deq, row_start, B, T, capacity, first_slot, H, KV, D);
         attention_reference(want_float, q, keys, values, row_start, B, T, capacity, first_slot, H, KV, D);
         // Each head's largest block scale of keys and of values over its row's slots, per element.
@@ -688,7 +688,7 @@ static void test_attention_q8(void) {
         float *q_last = xmalloc((size_t)B * q_width * sizeof(float)), *decoded = xcalloc((size_t)B * q_width, sizeof(float));
         for (int b = 0; b < B; b++)
             memcpy(q_last + (long)b * q_width, q + ((long)b * T + T - 1) * q_width, (size_t)q_width * sizeof(float));
-        ops_cpu.attention_decode_q8(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, H, KV, D, 0.0f);
+        ops_cpu.attention_decode_q8(decoded, q_last, k, v, row_start, B, capacity, first_slot + T, H, KV, D, 0.0f, 0);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < q_width; i++)
                 EXPECT_CLOSE(out[((long)b * T + T - 1) * q_width + i], decoded[(long)b * q_width + i], 2e-5, 0,

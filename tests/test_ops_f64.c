@@ -188,16 +188,17 @@ static void test_rope(void) {
 }
 
 // ---- attention (GQA, a left-padded row) ----
-// softcap > 0: Gemma 2's soft-capped scores (cap tanh(s / cap) before the softmax).
-typedef struct { int B, T, nh, nkv, hd; double softcap; int *row_start; double *q, *k, *v, *out, *probs, *R; } AttnCase;
+// softcap > 0: Gemma 2's soft-capped scores (cap tanh(s / cap) before the softmax); window >
+// 0: a sliding window of that many keys (Mistral, Gemma 2/3's sliding layers).
+typedef struct { int B, T, nh, nkv, hd; double softcap; int window; int *row_start; double *q, *k, *v, *out, *probs, *R; } AttnCase;
 static double attention_loss(void *p) {
     AttnCase *c = p;
     f64_attention_forward(c->out, c->probs, c->q, c->k, c->v, c->row_start, c->B, c->T,
-                              c->nh, c->nkv, c->hd, c->softcap);
+                              c->nh, c->nkv, c->hd, c->softcap, c->window);
     return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
 }
-static void run_attention(double softcap) {
-    AttnCase c = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 4, .softcap = softcap};
+static void run_attention(double softcap, int window) {
+    AttnCase c = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 4, .softcap = softcap, .window = window};
     int row_start[2] = {0, 2};
     c.row_start = row_start;
     long nq = (long)c.B * c.T * c.nh * c.hd, nkv = (long)c.B * c.T * c.nkv * c.hd;
@@ -211,20 +212,32 @@ static void run_attention(double softcap) {
     attention_loss(&c);
     double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nkv, sizeof(double)), *dv = xcalloc(nkv, sizeof(double));
     f64_attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
-                               c.nh, c.nkv, c.hd, c.softcap);
+                               c.nh, c.nkv, c.hd, c.softcap, c.window);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);
     check_gradient("attention dk", attention_loss, &c, c.k, nkv, dk, 400);
     check_gradient("attention dv", attention_loss, &c, c.v, nkv, dv, 400);
-    // Probabilities of a real query sum to one over the keys it may see.
-    for (int t = row_start[1]; t < c.T; t++) {
-        double sum = 0;
-        for (int j = 0; j < c.T; j++) sum += c.probs[((long)(1 * c.nh + 0) * c.T + t) * c.T + j];
-        EXPECT_CLOSE(sum, 1.0, 1e-6, 0, "row of attention probabilities");
-        EXPECT(c.probs[((long)(1 * c.nh) * c.T + t) * c.T + 0] == 0.0f, "padding key got weight");
-    }
+    // Probabilities of a real query sum to one over the keys it may see (from the row's first
+    // token, or the window's first key, to itself), and are exactly zero elsewhere.
+    for (int b = 0; b < c.B; b++)
+        for (int t = row_start[b]; t < c.T; t++) {
+            const int first = window > 0 && t - window + 1 > row_start[b] ? t - window + 1 : row_start[b];
+            double sum = 0, outside = 0;
+            for (int j = 0; j < c.T; j++) {
+                const double p = c.probs[((long)(b * c.nh + 0) * c.T + t) * c.T + j];
+                if (j >= first && j <= t) sum += p;
+                else outside += fabs(p);
+            }
+            EXPECT_CLOSE(sum, 1.0, 1e-6, 0, "row of attention probabilities");
+            EXPECT(outside == 0.0, "row %d query %d: keys outside [%d, %d] got weight %g", b, t, first, t, outside);
+        }
     free(c.q), free(c.k), free(c.v), free(c.out), free(c.probs), free(c.R), free(dq), free(dk), free(dv);
 }
-static void test_attention(void) { run_attention(0.0); }
+static void test_attention(void) { run_attention(0.0, 0); }
+// Windows of 1 (each query alone), 2 and 3 keys over rows of 6 (one left-padded by 2).
+static void test_attention_sliding_window(void) {
+    for (int window = 1; window <= 3; window++) run_attention(0.0, window);
+    run_attention(0.7, 3); // with Gemma 2's cap, as its sliding layers have
+}
 static void test_attention_soft_cap(void) {
     // The capped scores differ from the plain ones: the forward really applies the cap.
     AttnCase plain = {.B = 1, .T = 5, .nh = 2, .nkv = 1, .hd = 4}, capped = plain;
@@ -235,7 +248,7 @@ static void test_attention_soft_cap(void) {
     for (int i = 0; i < 2; i++) {
         out[i] = xcalloc(nq, sizeof(double)), probs[i] = xcalloc((long)plain.nh * plain.T * plain.T, sizeof(double));
         f64_attention_forward(out[i], probs[i], q, k, v, NULL, 1, plain.T, plain.nh, plain.nkv, plain.hd,
-                              i ? capped.softcap : 0.0);
+                              i ? capped.softcap : 0.0, 0);
     }
     // Query 1 of head 0: two keys, scores s0, s1 -> p1 = 1 / (1 + exp(c(s0) - c(s1))).
     double s[2];
@@ -249,7 +262,7 @@ static void test_attention_soft_cap(void) {
     EXPECT(fabs(probs[1][1 * plain.T + 1] - probs[0][1 * plain.T + 1]) > 1e-3, "the cap changed no probability");
     for (int i = 0; i < 2; i++) free(out[i]), free(probs[i]);
     free(q), free(k), free(v);
-    run_attention(0.7);
+    run_attention(0.7, 0);
 }
 
 // ---- activations ----
@@ -389,6 +402,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_soft_cap);
+    RUN(test_attention_sliding_window);
     RUN(test_gelu);
     RUN(test_swiglu);
     RUN(test_geglu);

@@ -123,22 +123,23 @@ static void test_matmul_rows_do_not_depend_on_batch(void) {
 // Double-precision causal attention of one sequence of L tokens (q [L, H*D], k and v
 // [L, KV*D]), out [L, H*D].
 static void attention_reference(double *out, const float *q, const float *k, const float *v, int L, int H, int KV,
-                                int D) {
+                                int D, int window) {
     const int group = H / KV;
     double *p = xmalloc((size_t)L * sizeof(double));
     for (int h = 0; h < H; h++)
         for (int t = 0; t < L; t++) {
             double max_score = -INFINITY, sum = 0;
-            for (int j = 0; j <= t; j++) {
+            const int first = window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; // a sliding window's first key
+            for (int j = first; j <= t; j++) {
                 double s = 0;
                 for (int c = 0; c < D; c++) s += (double)q[(long)t * H * D + h * D + c] * k[(long)j * KV * D + (h / group) * D + c];
                 p[j] = s / sqrt((double)D);
                 max_score = fmax(max_score, p[j]);
             }
-            for (int j = 0; j <= t; j++) sum += p[j] = exp(p[j] - max_score);
+            for (int j = first; j <= t; j++) sum += p[j] = exp(p[j] - max_score);
             for (int c = 0; c < D; c++) {
                 double o = 0;
-                for (int j = 0; j <= t; j++) o += p[j] / sum * v[(long)j * KV * D + (h / group) * D + c];
+                for (int j = first; j <= t; j++) o += p[j] / sum * v[(long)j * KV * D + (h / group) * D + c];
                 out[(long)t * H * D + h * D + c] = o;
             }
         }
@@ -150,17 +151,20 @@ static void attention_reference(double *out, const float *q, const float *k, con
 // probabilities keep their bits. Head sizes 16 (a whole vector) and 20 (a partial one).
 static void test_attention_does_not_depend_on_padding(void) {
     const int shapes[][3] = {{4, 2, 16}, {6, 3, 20}, {9, 3, 64}}; // heads, K/V heads, head size
+    // Without and with a sliding window of 7 keys (shorter than most rows here).
+    for (int window = 0; window <= 7; window += 7)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int H = shapes[s][0], KV = shapes[s][1], D = shapes[s][2], qw = H * D, kvw = KV * D;
         for (int L = 1; L <= 40; L += 13) {
             float *q = random_floats((long)L * qw), *k = random_floats((long)L * kvw), *v = random_floats((long)L * kvw);
             float *out1 = xmalloc((size_t)L * qw * sizeof(float)), *p1 = xmalloc((size_t)H * L * L * sizeof(float));
             omp_set_num_threads(1);
-            ops_cpu.attention_forward(out1, p1, q, k, v, NULL, 1, L, H, KV, D, 0.0f);
+            ops_cpu.attention_forward(out1, p1, q, k, v, NULL, 1, L, H, KV, D, 0.0f, window);
             double *want = xmalloc((size_t)L * qw * sizeof(double)), worst = 0;
-            attention_reference(want, q, k, v, L, H, KV, D);
+            attention_reference(want, q, k, v, L, H, KV, D, window);
             for (long i = 0; i < (long)L * qw; i++) worst = fmax(worst, fabs(out1[i] - want[i]));
-            EXPECT(worst <= 2e-6, "H %d KV %d D %d L %d: %.3g from the double reference", H, KV, D, L, worst);
+            EXPECT(worst <= 2e-6, "H %d KV %d D %d L %d window %d: %.3g from the double reference", H, KV, D, L, window,
+                   worst);
             const struct { int B, T, row, left, threads; } layouts[] = {
                 {1, L + 7, 0, 1, 1}, {1, L + 7, 0, 0, 2}, {3, L + 20, 1, 1, 2}, {3, L + 33, 2, 0, 1}, {5, L + 1, 4, 1, 2}};
             for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
@@ -175,14 +179,14 @@ static void test_attention_does_not_depend_on_padding(void) {
                 memcpy(vb + ((long)row * T + pad) * kvw, v, (size_t)L * kvw * sizeof(float));
                 float *out = xmalloc((size_t)B * T * qw * sizeof(float)), *p = xmalloc((size_t)B * H * T * T * sizeof(float));
                 omp_set_num_threads(layouts[l].threads);
-                ops_cpu.attention_forward(out, p, qb, kb, vb, row_start, B, T, H, KV, D, 0.0f);
+                ops_cpu.attention_forward(out, p, qb, kb, vb, row_start, B, T, H, KV, D, 0.0f, window);
                 bool same = !memcmp(out + ((long)row * T + pad) * qw, out1, (size_t)L * qw * sizeof(float));
                 for (int h = 0; h < H; h++)
                     for (int t = 0; t < L; t++)
                         same &= !memcmp(p + (((long)row * H + h) * T + pad + t) * T + pad, p1 + ((long)h * L + t) * L,
                                         (size_t)L * sizeof(float));
-                EXPECT(same, "H %d KV %d D %d L %d: row %d of %d, T %d, %s padding, %d threads: other bits than alone", H,
-                       KV, D, L, row, B, T, layouts[l].left ? "left" : "right", layouts[l].threads);
+                EXPECT(same, "H %d KV %d D %d L %d window %d: row %d of %d, T %d, %s padding, %d threads: other bits than "
+                       "alone", H, KV, D, L, window, row, B, T, layouts[l].left ? "left" : "right", layouts[l].threads);
                 free(qb), free(kb), free(vb), free(out), free(p);
             }
             free(q), free(k), free(v), free(out1), free(p1), free(want);

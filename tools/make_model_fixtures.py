@@ -5,7 +5,8 @@ Usage (developers only; CI never runs Python, the output is committed):
 
     .venv-tools/bin/python tools/make_model_fixtures.py [--out tests/fixtures/models]
 
-For each tiny model (gpt2, llama, llama_tied, llama3_rope, qwen2, qwen3, gemma, gemma2, gemma3)
+For each tiny model (gpt2, llama, llama_tied, llama3_rope, qwen2, qwen3, gemma, gemma2, gemma3, and
+mistral_window, gemma2_window, gemma3_window, qwen2_window with sliding windows of 5)
 this script
 
   1. builds the model from random weights with the transformers classes: float32,
@@ -51,8 +52,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import transformers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GPT2Config,
-                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen2ForCausalLM, get_cosine_schedule_with_warmup)
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen3Config, Qwen3ForCausalLM, Qwen2ForCausalLM,
+                          get_cosine_schedule_with_warmup)
 
 B, T = 3, 16
 LENGTHS = [16, 11, 7]
@@ -65,6 +67,27 @@ COMMON = dict(pad_token_id=None, bos_token_id=1, eos_token_id=2, use_cache=False
               initializer_range=0.1, attn_implementation="eager")
 LLAMA_SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, max_position_embeddings=64, rope_theta=10000)
+
+
+def gemma2_config(sliding_window):
+    """The tiny Gemma 2 (see model_specs) with the given window."""
+    return Gemma2Config(
+        **LLAMA_SIZES, num_key_value_heads=2, head_dim=16,
+        hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
+        query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=3.0,
+        sliding_window=sliding_window, **COMMON)
+
+
+def gemma3_config(sliding_window):
+    """The tiny Gemma 3 (see model_specs) with the given window."""
+    return Gemma3TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, hidden_activation="gelu_pytorch_tanh",
+        rms_norm_eps=1e-6, tie_word_embeddings=True, query_pre_attn_scalar=24, sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        **COMMON)
 
 
 def model_specs():
@@ -106,24 +129,25 @@ def model_specs():
         # bend them.
         # sliding_window 64 = max positions: the default layer_types alternate sliding/full,
         # but every layer is plain causal attention on the 16-token batch.
-        "gemma2": (8, Gemma2ForCausalLM, Gemma2Config(
-            **LLAMA_SIZES, num_key_value_heads=2, head_dim=16,
-            hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
-            query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=3.0,
-            sliding_window=64, **COMMON)),
+        "gemma2": (8, Gemma2ForCausalLM, gemma2_config(sliding_window=64)),
         # Gemma 3 (text): Gemma 2's four norms, (1+w) RMSNorms of each head's q and k before
         # RoPE, no soft caps, and per-layer-type RoPE: layer 0 a sliding layer turning by base
         # 1e4, layer 1 a full-attention layer by base 1e6 with linear scaling 8 (as the 4B+
         # models), so a layer that takes the other's frequencies is visible at T = 16.
         # sliding_window 64 = max positions: no effect on the batch.
-        "gemma3": (9, Gemma3ForCausalLM, Gemma3TextConfig(
-            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, hidden_activation="gelu_pytorch_tanh",
-            rms_norm_eps=1e-6, tie_word_embeddings=True, query_pre_attn_scalar=24, sliding_window=64,
-            layer_types=["sliding_attention", "full_attention"],
-            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
-            **COMMON)),
+        "gemma3": (9, Gemma3ForCausalLM, gemma3_config(sliding_window=64)),
+        # Sliding-window attention with a window of 5 keys, shorter than the batch's rows of
+        # 16, 11 and 7 tokens: Mistral (every layer), Gemma 2 (layer 0 sliding, layer 1 full;
+        # with its soft caps), Gemma 3 (layer 0 sliding with its own RoPE base) and Qwen2 with
+        # use_sliding_window (layers from max_window_layers = 1 on).
+        "mistral_window": (10, MistralForCausalLM, MistralConfig(
+            **LLAMA_SIZES, num_key_value_heads=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            sliding_window=5, **COMMON)),
+        "gemma2_window": (11, Gemma2ForCausalLM, gemma2_config(sliding_window=5)),
+        "gemma3_window": (12, Gemma3ForCausalLM, gemma3_config(sliding_window=5)),
+        "qwen2_window": (13, Qwen2ForCausalLM, Qwen2Config(
+            **LLAMA_SIZES, num_key_value_heads=2, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            use_sliding_window=True, sliding_window=5, max_window_layers=1, **COMMON)),
     }
 
 
@@ -408,6 +432,10 @@ Each `<model>/` folder holds
 | gemma | GemmaForCausalLM | 2 | 64 | 4 / 2 (GQA) | 32 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, embeddings x sqrt(64)=8, RoPE theta 1e4 |
 | gemma2 | Gemma2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | (1+w) RMSNorm eps 1e-6, four norms per layer (input, post_attention, pre_feedforward, post_feedforward), embeddings x 8, RoPE theta 1e4, query_pre_attn_scalar 24 (scores x 24^-0.5, not head_dim^-0.5), attn_logit_softcapping 1.5, final_logit_softcapping 3.0, sliding_window 64 (no effect at T=16) |
 | gemma3 | Gemma3ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | Gemma 2's four (1+w) norms and query_pre_attn_scalar 24, (1+w) RMSNorm of each head's q and k before RoPE, no soft caps, layer 0 sliding (RoPE theta 1e4), layer 1 full attention (theta 1e6, linear scaling 8), sliding_window 64 (no effect at T=16) |
+| mistral_window | MistralForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (SwiGLU) | no | Llama's layout, sliding_window 5 in every layer (rows of 16, 11 and 7 tokens: the window bites) |
+| gemma2_window | Gemma2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | gemma2 with sliding_window 5: layer 0 sliding, layer 1 full attention |
+| gemma3_window | Gemma3ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (GeGLU, gelu tanh) | yes | gemma3 with sliding_window 5: layer 0 sliding, layer 1 full attention |
+| qwen2_window | Qwen2ForCausalLM | 2 | 64 | 4 / 2 (GQA) | 16 | 128 (SwiGLU) | no | qwen2 with use_sliding_window, sliding_window 5, max_window_layers 1: layer 1 sliding |
 
 All: vocab 128, max positions 64, weights from transformers' init (seeded,
 initializer_range 0.1), then every bias and norm weight perturbed with N(0, 0.1) noise

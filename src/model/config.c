@@ -113,6 +113,9 @@ int config_finish(ModelConfig *cfg, const char *source) {
         ((cfg->rope_local_theta > 0.0f) != (cfg->sliding_window_pattern > 0)))
         return err_set("config local RoPE base %g and sliding window pattern %d must both be positive or both absent "
                        "(%s)", (double)cfg->rope_local_theta, cfg->sliding_window_pattern, source);
+    if (cfg->sliding_window < 0 || cfg->sliding_window_first_layer < 0)
+        return err_set("config sliding window %d (from layer %d) must not be negative (%s)", cfg->sliding_window,
+                       cfg->sliding_window_first_layer, source);
     if (cfg->rope_scaling != ROPE_SCALING_NONE && !(cfg->rope_factor >= 1.0f && isfinite(cfg->rope_factor)))
         return err_set("RoPE scaling factor %g must be at least 1 (%s)", (double)cfg->rope_factor, source);
     if (cfg->rope_scaling == ROPE_SCALING_LLAMA3 &&
@@ -151,6 +154,17 @@ void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq) {
 
 bool config_layer_uses_local_rope(const ModelConfig *cfg, int layer) {
     return cfg->rope_local_theta > 0.0f && (layer + 1) % cfg->sliding_window_pattern != 0;
+}
+
+int config_layer_window(const ModelConfig *cfg, int layer) {
+    if (cfg->sliding_window <= 0) return 0;
+    switch (cfg->family) {
+    case FAMILY_GEMMA2: return layer % 2 == 0 ? cfg->sliding_window : 0; // transformers: not layer_idx % 2
+    case FAMILY_GEMMA3: return (layer + 1) % cfg->sliding_window_pattern != 0 ? cfg->sliding_window : 0;
+    case FAMILY_QWEN2:
+    case FAMILY_QWEN3: return layer >= cfg->sliding_window_first_layer ? cfg->sliding_window : 0;
+    default: return cfg->sliding_window;
+    }
 }
 
 void rope_frequency_factors(const ModelConfig *cfg, float *factors) {

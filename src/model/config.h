@@ -64,6 +64,13 @@ typedef struct {
     // sliding_window_pattern (its layer_types). 0, 0: every layer turns alike.
     float rope_local_theta;
     int sliding_window_pattern;
+    // Sliding-window attention: a query of a sliding layer sees the last sliding_window keys
+    // (itself included) of its sequence; 0: none. Which layers slide is the family's
+    // (config_layer_window): Mistral every layer; Gemma 2 the even layers; Gemma 3 those of
+    // sliding_window_pattern above; Qwen2/Qwen3 (use_sliding_window) the layers from
+    // sliding_window_first_layer on (transformers' max_window_layers).
+    int sliding_window;
+    int sliding_window_first_layer;
 
     MlpKind mlp;
 
@@ -113,6 +120,9 @@ const char *config_family_name(ModelFamily family);
 void rope_inverse_frequencies(const ModelConfig *cfg, float *inv_freq);
 // Whether layer `layer` turns by cfg->rope_local_theta (a Gemma 3 sliding-window layer).
 bool config_layer_uses_local_rope(const ModelConfig *cfg, int layer);
+// The sliding window of layer `layer`'s attention (ModelConfig.sliding_window), or 0 where the
+// layer attends to the whole sequence.
+int config_layer_window(const ModelConfig *cfg, int layer);
 // llama.cpp's per-dimension divisors of the plain frequencies (its rope_freqs tensor):
 // plain / scaled, 1 where the scaling keeps a frequency.
 void rope_frequency_factors(const ModelConfig *cfg, float *factors);

@@ -169,14 +169,19 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
         cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
         int window = 4096;
         if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
-        if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+        cfg->sliding_window = window > 0 ? window : 0;
+    }
+    if (cfg->family == FAMILY_LLAMA) { // a Mistral checkpoint's window (model_write_gguf), else none
+        int window = 0;
+        if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
+        cfg->sliding_window = window > 0 ? window : 0;
     }
     if (cfg->family == FAMILY_GEMMA3) {
         cfg->sliding_window_pattern = GGUF_GEMMA3_PATTERN, cfg->rope_local_theta = GGUF_GEMMA3_LOCAL_THETA;
         cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
         int window = 4096;
         if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
-        if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+        cfg->sliding_window = window > 0 ? window : 0;
     }
     if (config_finish(cfg, path) < 0) goto done; // checks the scaling too
     // llama.cpp's Gemma converter stores RMSNorm weights as (1 + weight). The config keeps

@@ -299,22 +299,45 @@ static int read_activation(const Json *json, const ModelConfig *cfg) {
     return 0;
 }
 
+// The sliding window (ModelConfig.sliding_window); null or absent where transformers has none.
 static int read_sliding_window(const Json *json, ModelConfig *cfg) {
-    int window = -1;
+    int window = 0;
+    json_t *value = json_object_get(json->root, "sliding_window");
     if (cfg->family == FAMILY_MISTRAL) {
-        json_t *value = json_object_get(json->root, "sliding_window");
         if (!value) window = 4096; // the transformers default
-        else if (optional_int(json, "sliding_window", -1, &window) != 0) return -1;
+        else if (!json_is_null(value) && optional_int(json, "sliding_window", 0, &window) != 0) return -1;
     } else if (cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3) {
-        // Gemma 2 alternates sliding-window and global layers (Gemma 3 five sliding to one
-        // global); up to the window both are full causal attention.
-        if (optional_int(json, "sliding_window", 4096, &window) != 0) return -1;
+        // Gemma 2 alternates sliding-window and global layers (Gemma 3 five sliding to one global).
+        if (!value) window = 4096;
+        else if (!json_is_null(value) && optional_int(json, "sliding_window", 4096, &window) != 0) return -1;
     } else if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) {
         bool used = false;
         if (optional_bool(json, "use_sliding_window", false, &used) != 0) return -1;
-        if (used && optional_int(json, "sliding_window", -1, &window) != 0) return -1;
+        if (used && value && !json_is_null(value) && optional_int(json, "sliding_window", 0, &window) != 0) return -1;
+        if (used && optional_int(json, "max_window_layers", 28, &cfg->sliding_window_first_layer) != 0) return -1;
     }
-    if (window > 0 && window < cfg->max_position_embeddings) cfg->max_position_embeddings = window;
+    if (window < 0)
+        return err_set("config.json field 'sliding_window' is %d; it must be positive or null (%s)", window, json->path);
+    cfg->sliding_window = window;
+    return 0;
+}
+
+// transformers 5's "layer_types" must name the layers marlhf slides (config_layer_window): each
+// family's rule, which the field only spells out; another list is refused, naming the layer.
+static int check_layer_types(const Json *json, const ModelConfig *cfg) {
+    json_t *types = field_value(json, "layer_types");
+    if (!types || cfg->sliding_window <= 0) return 0;
+    if (!json_is_array(types) || (long)json_array_size(types) != cfg->num_layers)
+        return err_set("config.json field 'layer_types' must be a list of num_hidden_layers (%d) names (%s)",
+                       cfg->num_layers, json->path);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const char *name = json_string_value(json_array_get(types, (size_t)l));
+        const char *want = config_layer_window(cfg, l) > 0 ? "sliding_attention" : "full_attention";
+        if (!name || strcmp(name, want))
+            return err_set("config.json field 'layer_types' entry %d is %s%s%s; marlhf's %s model has %s there (%s)", l,
+                           name ? "\"" : "", name ? name : "not a string", name ? "\"" : "",
+                           config_family_name(cfg->family), want, json->path);
+    }
     return 0;
 }
 
@@ -372,7 +395,7 @@ static int read_llama_like(const Json *json, ModelConfig *cfg) {
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
     if ((cfg->family == FAMILY_GEMMA3 ? read_gemma3_rope(json, cfg) || read_gemma3_layers(json, cfg)
                                       : read_rope(json, cfg, 10000.0f)) ||
-        read_activation(json, cfg) || read_sliding_window(json, cfg))
+        read_activation(json, cfg) || read_sliding_window(json, cfg) || check_layer_types(json, cfg))
         return -1;
     if (gemma2_like && read_gemma2(json, cfg) != 0) return -1;
     if (cfg->family == FAMILY_LLAMA) {
@@ -657,8 +680,7 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
         if (cfg->family == FAMILY_LLAMA || cfg->family == FAMILY_GEMMA || gemma2_like || cfg->family == FAMILY_QWEN3)
             json_object_set_new(root, "attention_bias", json_boolean(cfg->qkv_bias));
         if (gemma2_like) {
-            // transformers 4.x reads hidden_activation first; the model attends fully up to
-            // max_position_embeddings, which is therefore the window of its sliding layers.
+            // transformers 4.x reads hidden_activation first.
             json_object_set_new(root, "hidden_activation", json_string("gelu_pytorch_tanh"));
             // transformers 5's Gemma2Config and Gemma3TextConfig take an int only.
             const float scalar = finished.query_pre_attn_scalar > 0.0f ? finished.query_pre_attn_scalar
@@ -670,13 +692,19 @@ int config_write_hf_json(const ModelConfig *cfg, const char *path, const char *a
                                 cfg->attn_logit_softcap > 0.0f ? json_float(cfg->attn_logit_softcap) : json_null());
             json_object_set_new(root, "final_logit_softcapping",
                                 cfg->final_logit_softcap > 0.0f ? json_float(cfg->final_logit_softcap) : json_null());
-            json_object_set_new(root, "sliding_window", json_integer(cfg->max_position_embeddings));
+            // Gemma's configs take an integer: without a window, the whole context is one.
+            json_object_set_new(root, "sliding_window", json_integer(cfg->sliding_window > 0 ? cfg->sliding_window
+                                                                                             : cfg->max_position_embeddings));
         }
         if (cfg->family == FAMILY_LLAMA) json_object_set_new(root, "mlp_bias", json_false());
         if (cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3)
-            json_object_set_new(root, "sliding_window", json_null());
-        if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3)
-            json_object_set_new(root, "use_sliding_window", json_false());
+            json_object_set_new(root, "sliding_window",
+                                cfg->sliding_window > 0 ? json_integer(cfg->sliding_window) : json_null());
+        if (cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) {
+            json_object_set_new(root, "use_sliding_window", json_boolean(cfg->sliding_window > 0));
+            if (cfg->sliding_window > 0)
+                json_object_set_new(root, "max_window_layers", json_integer(cfg->sliding_window_first_layer));
+        }
     }
     json_object_set_new(root, "tie_word_embeddings", json_boolean(cfg->tie_word_embeddings));
     json_object_set_new(root, "bos_token_id", json_token(cfg->bos_token_id));

@@ -31,12 +31,11 @@
 //    30), null meaning none; query_pre_attn_scalar (default 256).
 //  - attention_bias (llama, gemma, gemma2, qwen3) turns on the q/k/v and output biases; qwen2
 //    always has q/k/v biases; llama's mlp_bias = true is refused (not implemented).
-//  - Sliding-window attention (mistral "sliding_window", default 4096 as in
-//    transformers; qwen2 only when "use_sliding_window" is true; gemma2's every other
-//    layer, default 4096) is not implemented.
-//    For sequences no longer than the window it equals full causal attention, so
-//    max_position_embeddings is lowered to the window: the model then refuses longer
-//    sequences instead of silently computing something else.
+//  - Sliding-window attention (ModelConfig.sliding_window, config_layer_window): mistral's
+//    "sliding_window" (default 4096 as in transformers, null for none) in every layer; gemma2's
+//    and gemma3's (default 4096) in their sliding layers; qwen2/qwen3's only when
+//    "use_sliding_window" is true, from layer "max_window_layers" (default 28) on. A
+//    transformers 5 "layer_types" list must name the same layers.
 //  - bos/eos/pad_token_id: an integer, or null/missing (-1). eos_token_id may be a
 //    list (Llama 3 style); the first entry is taken as *the* end-of-sequence token.
 #pragma once

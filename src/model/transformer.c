@@ -258,8 +258,15 @@ void model_reserve(Model *model, int B, int T) {
             la->q_norm_rstd = alloc_floats(ops, N * cfg->num_heads);
             la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
         }
-        la->attention_saved = alloc_floats(ops, ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim,
-                                                                             cfg->attn_logit_softcap));
+        // The saved state of the layers this set serves (one layer's, or every layer's when
+        // the set is shared): a sliding window can make a layer's larger (CUDA: no fused kernel).
+        long saved = 0;
+        for (int l = keep_all ? s : 0; l < (keep_all ? s + 1 : L); l++) {
+            const long size = ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim, cfg->attn_logit_softcap,
+                                                        config_layer_window(cfg, l));
+            if (size > saved) saved = size;
+        }
+        la->attention_saved = alloc_floats(ops, saved);
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
         la->mlp_norm_out = alloc_floats(ops, N * C);
@@ -413,6 +420,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     const long N = (long)B * T;
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
+    const int window = config_layer_window(cfg, l); // a sliding layer's (0: attends to the whole row)
 
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
@@ -468,21 +476,21 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         float *out = la->att_out;
         switch (cache->type) {
         case KV_CACHE_F32:
-            if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
-            else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
+            if (T == 1) ops->attention_decode(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap, window);
+            else ops->attention_extend(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         case KV_CACHE_F16:
-            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
-            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
+            if (T == 1) ops->attention_decode_f16(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap, window);
+            else ops->attention_extend_f16(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         case KV_CACHE_Q8_0:
-            if (T == 1) ops->attention_decode_q8(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap);
-            else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap);
+            if (T == 1) ops->attention_decode_q8(out, la->q, keys, values, a->row_start, B, capacity, slot + 1, H, KV, D, cfg->attn_logit_softcap, window);
+            else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         }
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
-                               cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap);
+                               cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap, window);
     // Gemma 2 normalises the block's output before the residual add (sandwich norms).
     float *attn_proj = cfg->sandwich_norms ? la->attn_proj : la->x_mid;
     model_linear_forward(model, attn_proj, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
@@ -853,6 +861,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const QuantizedLayer *qz = model->quantized ? &model->quantized->layers[l] : NULL;
     Activations *a = &model->acts;
     const int B = a->B, T = a->T;
+    const int window = config_layer_window(cfg, l);
     const long N = (long)B * T;
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
@@ -911,7 +920,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     ops->fill_zero(a->dv, N * kv_dim);
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
-                            cfg->head_dim, cfg->attn_logit_softcap);
+                            cfg->head_dim, cfg->attn_logit_softcap, window);
     const float query_scale = query_scale_of(cfg);
     if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
     if (cfg->positions == POSITIONS_ROPE) {

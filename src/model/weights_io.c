@@ -660,13 +660,19 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
         }
     }
     if (cfg->family == FAMILY_GEMMA2) {
-        // llama.cpp's keys; its sliding layers' window is the context marlhf attends over.
+        // llama.cpp's keys (a model without a window: the whole context is one).
         gguf_writer_add_f32(w, ARCH_KEY("attn_logit_softcapping"), cfg->attn_logit_softcap);
         gguf_writer_add_f32(w, ARCH_KEY("final_logit_softcapping"), cfg->final_logit_softcap);
-        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->max_position_embeddings);
+        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"),
+                            (uint32_t)(cfg->sliding_window > 0 ? cfg->sliding_window : cfg->max_position_embeddings));
     }
+    // Mistral's window, under llama.cpp's "llama" (which reads no window: past it llama.cpp
+    // attends to the whole context, as it does for its own conversion of such a checkpoint).
+    if ((cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_LLAMA) && cfg->sliding_window > 0)
+        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->sliding_window);
     if (cfg->family == FAMILY_GEMMA3) // the rest (the pattern, the sliding layers' RoPE) llama.cpp fixes
-        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->max_position_embeddings);
+        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"),
+                            (uint32_t)(cfg->sliding_window > 0 ? cfg->sliding_window : cfg->max_position_embeddings));
 #undef ARCH_KEY
 }
 
@@ -688,6 +694,9 @@ int model_write_gguf(const Model *model, const Tokenizer *tokenizer, const char 
         if (cfg->attn_logit_softcap > 0.0f || cfg->final_logit_softcap > 0.0f)
             return err_set("a gemma3 model with soft caps cannot be written as GGUF: llama.cpp applies none (%s)", path);
     }
+    if ((cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3) && cfg->sliding_window > 0)
+        return err_set("a %s model with a sliding window (use_sliding_window) cannot be written as GGUF: llama.cpp's "
+                       "%s has none (%s)", config_family_name(cfg->family), config_family_name(cfg->family), path);
     if (cfg->family == FAMILY_GEMMA2) {
         // A GGUF file has no key for it: llama.cpp (and model/config_gguf.c) infer it.
         float inferred = config_gguf_gemma_query_scalar(cfg);

@@ -181,22 +181,22 @@ typedef struct OpsBackend {
     // floats whose meaning is the backend's own: the CPU keeps the softmax probabilities
     // [B, n_heads, T, T]; the CUDA backend's fused kernels keep one log-sum-exp per row.
     // softcap: the attention ops' (below); the CUDA backend's fused kernels do not take one.
-    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim, float softcap);
+    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim, float softcap, int window);
     void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
-                              int n_kv_heads, int head_dim, float softcap);
+                              int n_kv_heads, int head_dim, float softcap, int window);
     // out is the forward's output for the same inputs.
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *saved, const float *q,
                                const float *k, const float *v, const int *row_start, int B,
-                               int T, int n_heads, int n_kv_heads, int head_dim, float softcap);
+                               int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
 
     // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
     // attends to cache slots [row_start[b], length) of its row. The caches are
     // [B, capacity, n_kv_heads*hd]; the new token's K/V are already at slot length-1.
     void (*attention_decode)(float *out, const float *q, const float *k_cache,
                              const float *v_cache, const int *row_start, int B, int capacity,
-                             int length, int n_heads, int n_kv_heads, int head_dim, float softcap);
+                             int length, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
     // Copies rows [0, T) of each of the B rows of x ([B*T, width]) into slots
     // [slot, slot+T) of a cache [B, capacity, width].
     void (*cache_write)(float *cache, const float *x, int B, int T, int capacity, int slot,
@@ -209,7 +209,7 @@ typedef struct OpsBackend {
                             int width);
     void (*attention_decode_f16)(float *out, const float *q, const uint16_t *k_cache,
                                  const uint16_t *v_cache, const int *row_start, int B, int capacity,
-                                 int length, int n_heads, int n_kv_heads, int head_dim, float softcap);
+                                 int length, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
     // Several new slots per row against the cache (a prompt that continues a cached
     // prefix, marlhf serve's prompt cache): the B x T queries (q, out: [B*T, n_heads*hd])
     // sit at slots [first_slot, first_slot + T) of their rows, whose keys and values are
@@ -217,10 +217,10 @@ typedef struct OpsBackend {
     // attention_decode is the case T = 1. NULL on a backend without it (no prompt cache).
     void (*attention_extend)(float *out, const float *q, const float *k_cache, const float *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim, float softcap);
+                             int n_kv_heads, int head_dim, float softcap, int window);
     void (*attention_extend_f16)(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                  const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                                 int n_kv_heads, int head_dim, float softcap);
+                                 int n_kv_heads, int head_dim, float softcap, int window);
 
     // The same three for a cache of Q8_0 blocks (--kv-cache q8_0, inference only; slots laid
     // out as kv_q8_slot_bytes above, `capacity` slots per row): cache_write_q8 quantizes each
@@ -232,10 +232,10 @@ typedef struct OpsBackend {
                            int head_dim);
     void (*attention_decode_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                                int head_dim, float softcap);
+                                int head_dim, float softcap, int window);
     void (*attention_extend_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                                int n_kv_heads, int head_dim, float softcap);
+                                int n_kv_heads, int head_dim, float softcap, int window);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,

@@ -118,10 +118,10 @@ static void rounded_matmul_backward_input_q8(float *dinp, const float *dout, con
 
 // The CPU's probabilities from rounded Q and K, then O = bf16(P) bf16(V).
 static void rounded_attention_forward(float *out, float *saved, const float *q, const float *k, const float *v,
-                                      const int *row_start, int B, int T, int H, int KV, int D, float softcap) {
+                                      const int *row_start, int B, int T, int H, int KV, int D, float softcap, int window) {
     float *rq = rounded_copy(q, (long)B * T * H * D), *rk = rounded_copy(k, (long)B * T * KV * D);
     float *rv = rounded_copy(v, (long)B * T * KV * D);
-    ops_cpu.attention_forward(out, saved, rq, rk, rv, row_start, B, T, H, KV, D, softcap);
+    ops_cpu.attention_forward(out, saved, rq, rk, rv, row_start, B, T, H, KV, D, softcap, window);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const float *P = saved + ((long)b * H + h) * T * T;
@@ -141,11 +141,11 @@ static void rounded_attention_forward(float *out, float *saved, const float *q, 
 // Under a soft cap (the GPU's unfused path) the CPU's backward on rounded inputs.
 static void rounded_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                        const float *saved, const float *q, const float *k, const float *v,
-                                       const int *row_start, int B, int T, int H, int KV, int D, float softcap) {
+                                       const int *row_start, int B, int T, int H, int KV, int D, float softcap, int window) {
     float *rq = rounded_copy(q, (long)B * T * H * D), *rk = rounded_copy(k, (long)B * T * KV * D);
     float *rv = rounded_copy(v, (long)B * T * KV * D), *rdo = rounded_copy(dout, (long)B * T * H * D);
     if (softcap > 0.0f) {
-        ops_cpu.attention_backward(dq, dk, dv, rdo, out, saved, rq, rk, rv, row_start, B, T, H, KV, D, softcap);
+        ops_cpu.attention_backward(dq, dk, dv, rdo, out, saved, rq, rk, rv, row_start, B, T, H, KV, D, softcap, window);
         free(rq), free(rk), free(rv), free(rdo);
         return;
     }
@@ -158,7 +158,8 @@ static void rounded_attention_backward(float *dq, float *dk, float *dv, const fl
                 const long qi = ((long)b * T + t) * H * D + h * D;
                 double row_dot = 0;
                 for (int d = 0; d < D; d++) row_dot += (double)dout[qi + d] * out[qi + d];
-                for (int j = start; j <= t; j++) {
+                const int first = window > 0 && t - window + 1 > start ? t - window + 1 : start; // sliding window
+                for (int j = first; j <= t; j++) {
                     const long kj = ((long)b * T + j) * KV * D + kv_head * D;
                     double dp = 0;
                     for (int d = 0; d < D; d++) dp += (double)rdo[qi + d] * rv[kj + d];
@@ -378,6 +379,8 @@ static void test_rope(void) {
 // Gemma 2's soft cap on the scores for check_attention (0: none). A capped attention runs
 // the unfused kernels whatever the choice: the fused ones take no cap.
 static float attention_softcap = 0.0f;
+// A sliding window for check_attention (0: none); one shorter than T runs the unfused kernels.
+static int attention_window = 0;
 
 // One attention configuration against the CPU: forward output, the saved probabilities
 // (unfused path only: the fused kernels save log-sum-exps), the three input gradients, and
@@ -388,23 +391,26 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     const char *previous = standing_in ? NULL : ops_cuda_attention_kernels();
     if (!standing_in) CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
     const float softcap = attention_softcap;
-    const bool fused = !standing_in && strcmp(kernels, "unfused") != 0 && softcap == 0.0f;
+    const int window = attention_window;
+    const bool fused = !standing_in && strcmp(kernels, "unfused") != 0 && softcap == 0.0f && !(window > 0 && window < T);
     char label[96];
-    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d%s", kernels, B, T, H, KV, D, softcap > 0 ? " cap" : "");
+    snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d%s%s", kernels, B, T, H, KV, D,
+             softcap > 0 ? " cap" : "", window > 0 ? " window" : "");
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
-    const long saved_n = gpu->attention_saved_size(B, T, H, D, softcap);
+    const long saved_n = gpu->attention_saved_size(B, T, H, D, softcap, window);
     // A fused choice keeps one log-sum-exp per query row; the unfused fallback (another
     // head_dim, or kernels wanting more shared memory than the device has: not on an H200)
     // would save T x T probabilities and this would test the wrong kernels.
     EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
     EXPECT(softcap == 0.0f || saved_n == p_n, "%s: a soft cap must run the unfused kernels", label);
+    EXPECT(!(window > 0 && window < T) || saved_n == p_n, "%s: a sliding window must run the unfused kernels", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *out_gpu = xmalloc(q_n * 4);
-    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, softcap);
+    cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, softcap, window);
     float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
-    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap);
+    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap, window);
     gpu->copy_to_host(out_gpu, d_out, q_n * 4);
     char what[160];
     double error = relative_error(out_gpu, out, q_n);
@@ -430,8 +436,8 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     float *dq = random_host(q_n, 1), *dk = random_host(kv_n, 1), *dv = random_host(kv_n, 1); // accumulate onto
     float *d_dout = gpu_floats(dout, q_n), *d_dq = gpu_floats(dq, q_n), *d_dk = gpu_floats(dk, kv_n), *d_dv = gpu_floats(dv, kv_n);
     float *dq0 = copy_host(dq, q_n), *dk0 = copy_host(dk, kv_n), *dv0 = copy_host(dv, kv_n);
-    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, softcap);
-    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap);
+    cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, softcap, window);
+    gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap, window);
     // Compare the added gradient (result minus the starting values), the part the op computes.
     float *got = xmalloc(q_n * 4);
     struct { const char *name; float *device, *want, *start; long n; } grads[] = {
@@ -452,7 +458,7 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     for (int run = 0; run < 2; run++) {
         runs[run][0] = gpu_floats(zeros, q_n), runs[run][1] = gpu_floats(zeros, kv_n), runs[run][2] = gpu_floats(zeros, kv_n);
         gpu->attention_backward(runs[run][0], runs[run][1], runs[run][2], d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs,
-                                B, T, H, KV, D, softcap);
+                                B, T, H, KV, D, softcap, window);
     }
     for (int g = 0; g < 3; g++) {
         long n = g == 0 ? q_n : kv_n;
@@ -489,6 +495,18 @@ static void test_attention(void) {
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     check_attention("mma", 4, 150, 8, 2, 64, starts4);
     attention_softcap = 0.0f;
+    // A sliding window shorter than the rows (Mistral, Gemma 2/3's sliding layers): the
+    // unfused kernels, also under a fused choice; with the soft cap too; one as long as the
+    // rows is plain causal attention and keeps the fused kernels.
+    attention_window = 7;
+    check_attention("unfused", 3, 37, 6, 2, 32, starts3);
+    check_attention("mma", 4, 150, 8, 2, 64, starts4);
+    attention_softcap = 1.0f;
+    check_attention("unfused", 3, 37, 6, 2, 32, starts3);
+    attention_softcap = 0.0f;
+    attention_window = 37;
+    check_attention("mma", 3, 37, 6, 2, 32, starts3);
+    attention_window = 0;
 }
 
 static void test_attention_decode_and_cache(void) {
@@ -497,15 +515,19 @@ static void test_attention_decode_and_cache(void) {
     const long cache_n = (long)B * capacity * KV * D;
     float *kc = random_host(cache_n, 1), *vc = random_host(cache_n, 1), *q = random_host((long)B * H * D, 1);
     float *out = xmalloc((size_t)B * H * D * 4);
-    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f, 0);
     float *d_kc = gpu_floats(kc, cache_n), *d_vc = gpu_floats(vc, cache_n), *d_q = gpu_floats(q, (long)B * H * D);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
-    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f, 0);
     expect_match_keep("attention_decode", d_out, out, (long)B * H * D, TOL_FP32); // written again below
-    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.5f);
-    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.5f);
-    expect_match("attention_decode (soft cap 0.5)", d_out, out, (long)B * H * D, TOL_FP32);
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.5f, 0);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.5f, 0);
+    expect_match_keep("attention_decode (soft cap 0.5)", d_out, out, (long)B * H * D, TOL_FP32);
+    // A sliding window of 9 slots: shorter than rows 0, 1 and 3, longer than row 2's one slot.
+    cpu->attention_decode(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f, 9);
+    gpu->attention_decode(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f, 9);
+    expect_match("attention_decode (sliding window 9)", d_out, out, (long)B * H * D, TOL_FP32);
 
     float *x = random_host((long)B * T * KV * D, 1);
     float *d_x = gpu_floats(x, (long)B * T * KV * D);
@@ -544,11 +566,11 @@ static void test_attention_decode_f16(void) {
     printf("# %-34s %ld of %ld halves differ (tolerance 0)\n", "cache_write_f16", differ, cache_n);
     EXPECT(differ == 0, "cache_write_f16: %ld halves differ from the CPU's", differ);
     float *out = xmalloc((size_t)B * H * D * 4);
-    cpu->attention_decode_f16(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
+    cpu->attention_decode_f16(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f, 0);
     float *d_q = gpu_floats(q, (long)B * H * D);
     int *d_rs = gpu_ints(row_start, B);
     float *d_out = gpu->alloc((size_t)B * H * D * 4);
-    gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
+    gpu->attention_decode_f16(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f, 0);
     expect_match("attention_decode_f16", d_out, out, (long)B * H * D, TOL_FP32);
     // attention_extend (serve's prompt cache): 7 queries per row at slots [250, 257) of both
     // caches, against the CPU's.
@@ -559,13 +581,13 @@ static void test_attention_decode_f16(void) {
     int *d_es = gpu_ints(extend_start, B);
     float *d_kf = gpu_floats(keys, x_n), *d_vf = gpu_floats(values, x_n);
     // The float cache here is the keys and values as written ([B, length] rows, capacity = length).
-    cpu->attention_extend(out_ext, q_ext, keys, values, extend_start, B, T, length, first_slot, H, KV, D, 0.0f);
+    cpu->attention_extend(out_ext, q_ext, keys, values, extend_start, B, T, length, first_slot, H, KV, D, 0.0f, 0);
     float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-    gpu->attention_extend(d_out_ext, d_q_ext, d_kf, d_vf, d_es, B, T, length, first_slot, H, KV, D, 0.0f);
+    gpu->attention_extend(d_out_ext, d_q_ext, d_kf, d_vf, d_es, B, T, length, first_slot, H, KV, D, 0.0f, 0);
     expect_match("attention_extend", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
-    cpu->attention_extend_f16(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f);
+    cpu->attention_extend_f16(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
     d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-    gpu->attention_extend_f16(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f);
+    gpu->attention_extend_f16(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
     expect_match("attention_extend_f16", d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
     gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kf), gpu->free(d_vf);
     free(q_ext), free(out_ext);
@@ -597,11 +619,11 @@ static void test_attention_decode_q8(void) {
         printf("# %-34s head_dim %d: %ld of %ld bytes differ (tolerance 0)\n", "cache_write_q8", D, differ, cache_bytes);
         EXPECT(differ == 0, "cache_write_q8 (head_dim %d): %ld bytes differ from the CPU's", D, differ);
         float *out = xmalloc((size_t)B * H * D * 4);
-        cpu->attention_decode_q8(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f);
+        cpu->attention_decode_q8(out, q, kc, vc, row_start, B, capacity, length, H, KV, D, 0.0f, 0);
         float *d_q = gpu_floats(q, (long)B * H * D);
         int *d_rs = gpu_ints(row_start, B);
         float *d_out = gpu->alloc((size_t)B * H * D * 4);
-        gpu->attention_decode_q8(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f);
+        gpu->attention_decode_q8(d_out, d_q, d_kc, d_vc, d_rs, B, capacity, length, H, KV, D, 0.0f, 0);
         char what[64];
         snprintf(what, sizeof what, "attention_decode_q8 head_dim %d", D);
         expect_match(what, d_out, out, (long)B * H * D, TOL_FP32);
@@ -610,9 +632,9 @@ static void test_attention_decode_q8(void) {
         float *q_ext = random_host((long)B * T * H * D, 2), *out_ext = xmalloc((size_t)B * T * H * D * 4);
         float *d_q_ext = gpu_floats(q_ext, (long)B * T * H * D);
         int *d_es = gpu_ints(extend_start, B);
-        cpu->attention_extend_q8(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f);
+        cpu->attention_extend_q8(out_ext, q_ext, kc, vc, extend_start, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
         float *d_out_ext = gpu->alloc((size_t)B * T * H * D * 4);
-        gpu->attention_extend_q8(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f);
+        gpu->attention_extend_q8(d_out_ext, d_q_ext, d_kc, d_vc, d_es, B, T, capacity, first_slot, H, KV, D, 0.0f, 0);
         snprintf(what, sizeof what, "attention_extend_q8 head_dim %d", D);
         expect_match(what, d_out_ext, out_ext, (long)B * T * H * D, TOL_FP32);
         gpu->free(d_q_ext), gpu->free(d_es), gpu->free(d_kc), gpu->free(d_vc), gpu->free(d_keys), gpu->free(d_values);
@@ -773,8 +795,11 @@ static void test_adamw(void) {
 // ---------------------------------------------------------------------------------------
 // Whole models
 
-static const char *fixture_models[] = {"gpt2",  "llama", "llama_tied", "llama3_rope", "qwen2",
-                                       "qwen3", "gemma", "gemma2",     "gemma3",      "random-hd64"};
+// The *_window fixtures: sliding windows of 5 keys (the unfused kernels where they slide).
+static const char *fixture_models[] = {"gpt2",          "llama",         "llama_tied",    "llama3_rope",
+                                       "qwen2",         "qwen3",         "gemma",         "gemma2",
+                                       "gemma3",        "random-hd64",   "mistral_window", "gemma2_window",
+                                       "gemma3_window", "qwen2_window"};
 
 // A Llama with the head size of real models (64), GQA, random weights.
 static void random_llama_pair(Model *on_cpu, Model *on_gpu, bool value_head) {

@@ -1,7 +1,8 @@
 // Causal, padding-aware multi-head attention with grouped K/V heads.
 //
 // Forward: each (row, head) pair is one independent problem, spread over OpenMP threads.
-// Query t of a row whose real tokens start at row_start sees keys row_start..t only, and
+// Query t of a row whose real tokens start at row_start sees keys row_start..t only (under a
+// sliding window of W keys, max(row_start, t - W + 1)..t: Mistral, Gemma 2/3), and
 // every number it gets is computed over those keys alone, in an order fixed by the key's
 // place in the sequence (its distance from row_start), never by the padded length T, the
 // row's place in the batch or the thread count. So a sequence gets the same bits alone,
@@ -43,15 +44,26 @@ static void softmax_in_place(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv_sum;
 }
 
+// The first key query t sees: the row's first real token, or under a sliding window of
+// `window` keys (0: none) the oldest key within it.
+static int first_visible_key(int start, int t, int window) {
+    return window > 0 && t - window + 1 > start ? t - window + 1 : start;
+}
+
+// Columns of the transposed keys: the row's keys plus a vector of zeros, so that a query
+// whose window starts inside a vector still reads whole vectors.
+static int keys_width(int n_keys) { return round_up(n_keys, LANES) + LANES; }
+
 // One (row, head): Q, K, V, O point at the row's slot 0 of that head; P is its T x T
-// probabilities. keys_t is scratch for the keys transposed, [head_dim][round_up(T, LANES)],
+// probabilities. keys_t is scratch for the keys transposed, [head_dim][keys_width(T)],
 // so that LANES consecutive keys' scores are one vector chain per dimension.
 // Most of a prompt's prefill: in the sanitizer build it runs the FMA copy where the CPU has
 // the instruction (the same bits: its sums are fmaf chains) and is not checked access by
 // access; cpu_attention_forward checks the whole ranges it is given (core/sanitizer.h).
 FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
-                            int q_stride, int kv_stride, int head_dim, float scale, float softcap, float *keys_t) {
-    const int n_keys = T - start, width = round_up(n_keys, LANES);
+                            int q_stride, int kv_stride, int head_dim, float scale, float softcap, int window,
+                            float *keys_t) {
+    const int n_keys = T - start, width = keys_width(n_keys);
     // keys_t[c][j] = K[start + j][c]; zero past the last key, so a block that runs over the
     // end computes scores nobody reads from zeros.
     for (int c = 0; c < head_dim; c++) {
@@ -66,8 +78,9 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
     for (int t = start; t < T; t++) {
         const float *q = Q + (long)t * q_stride;
         float *p_row = P + (long)t * T;
-        float *p = p_row + start; // probabilities of keys start..t, then zeros
-        const int n = t - start + 1;
+        const int first = first_visible_key(start, t, window), n = t - first + 1;
+        float *p = p_row + first; // probabilities of keys first..t, then zeros
+        const float *keys_from = keys_t + (first - start); // column 0: key `first`
         // Scores: each key's dot product runs over c in order, one chain per key; four
         // vectors of keys at a time while they last (independent chains keep the FMA units
         // busy), then one.
@@ -75,7 +88,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
         for (; j0 + 4 * LANES <= round_up(n, LANES); j0 += 4 * LANES) {
             float acc[4 * LANES] = {0};
             for (int c = 0; c < head_dim; c++) {
-                const float qc = q[c], *kc = keys_t + (long)c * width + j0;
+                const float qc = q[c], *kc = keys_from + (long)c * width + j0;
                 for (int l = 0; l < 4 * LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
             }
             const int valid = n - j0 < 4 * LANES ? n - j0 : 4 * LANES;
@@ -84,7 +97,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
         for (; j0 < n; j0 += LANES) {
             float acc[LANES] = {0};
             for (int c = 0; c < head_dim; c++) {
-                const float qc = q[c], *kc = keys_t + (long)c * width + j0;
+                const float qc = q[c], *kc = keys_from + (long)c * width + j0;
                 for (int l = 0; l < LANES; l++) acc[l] = fmaf(qc, kc[l], acc[l]);
             }
             const int valid = n - j0 < LANES ? n - j0 : LANES;
@@ -92,12 +105,12 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
         }
         cpu_soft_cap(p, n, softcap);
         softmax_in_place(p, n);
-        memset(p_row, 0, (size_t)start * sizeof(float));
+        memset(p_row, 0, (size_t)first * sizeof(float));
         memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
         // Output: each element sums p[j] * V[start + j][c] over j in order; four vectors of
         // dimensions at a time (four independent chains), then the rest one by one.
         float *o = O + (long)t * q_stride;
-        const float *v = V + (long)start * kv_stride;
+        const float *v = V + (long)first * kv_stride;
         int c0 = 0;
         for (; c0 + 4 * LANES <= head_dim; c0 += 4 * LANES) {
             float acc[4 * LANES] = {0};
@@ -117,7 +130,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,
-                           int n_kv_heads, int head_dim, float softcap) {
+                           int n_kv_heads, int head_dim, float softcap, int window) {
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -128,7 +141,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
     SANITIZER_CHECK_RANGE(probs, (size_t)B * n_heads * T * T * sizeof(float));
 #pragma omp parallel
     {
-        float *keys_t = xaligned_alloc((size_t)head_dim * round_up(T, LANES) * sizeof(float));
+        float *keys_t = xaligned_alloc((size_t)head_dim * keys_width(T) * sizeof(float));
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * n_heads; bh++) {
             int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
@@ -136,7 +149,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
             attend_one_head(out + (long)b * T * q_stride + h * head_dim, probs + (long)bh * T * T,
                             q + (long)b * T * q_stride + h * head_dim, k + (long)b * T * kv_stride + kv_head * head_dim,
                             v + (long)b * T * kv_stride + kv_head * head_dim, start, T, q_stride, kv_stride, head_dim,
-                            scale, softcap, keys_t);
+                            scale, softcap, window, keys_t);
         }
         free(keys_t);
     }
@@ -144,7 +157,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 
 // Query heads that share a K/V head all add into its gradient, so the parallel loop runs
 // over (row, K/V head) and the heads of one group are handled in order by one thread.
-long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap) {
+long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window) {
     return (long)B * n_heads * T * T; // the probabilities
 }
 
@@ -153,7 +166,7 @@ long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float sof
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                            int head_dim, float softcap) {
+                            int head_dim, float softcap, int window) {
     const int q_stride = n_heads * head_dim, kv_stride = n_kv_heads * head_dim;
     const int group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -190,15 +203,16 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                         for (int j = 0; j < T; j++) ds[j] = 0.0f;
                         continue;
                     }
+                    const int first = first_visible_key(start, t, window);
                     double dot = 0;
-                    for (int j = start; j <= t; j++) dot += (double)p[j] * ds[j];
+                    for (int j = first; j <= t; j++) dot += (double)p[j] * ds[j];
                     float dotf = (float)dot;
-                    for (int j = 0; j < start; j++) ds[j] = 0.0f;
-                    for (int j = start; j <= t; j++) ds[j] = p[j] * (ds[j] - dotf);
+                    for (int j = 0; j < first; j++) ds[j] = 0.0f;
+                    for (int j = first; j <= t; j++) ds[j] = p[j] * (ds[j] - dotf);
                     if (uncapped) { // d(cap tanh(s / cap)) / ds = 1 - tanh^2(s / cap), in the window only
                         const float *s = uncapped + (long)t * T;
 #pragma omp simd
-                        for (int j = start; j <= t; j++) {
+                        for (int j = first; j <= t; j++) {
                             const float capped = tanh_one(s[j] / softcap);
                             ds[j] *= 1.0f - capped * capped;
                         }

@@ -53,7 +53,7 @@ static inline void cache_head_to_floats(float *dst, const void *cache, CacheElem
 // half and Q8_0 caches (below).
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                            int n_heads, int n_kv_heads, int head_dim, float softcap);
+                            int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
 // Which kernels the decode and extend ops run, from MARLHF_CPU_ATTENTION (read once, at the
 // first attention; any other value is refused): auto (or unset) runs the grouped decode
 // step for float32 caches, the per-head one for half and Q8_0 caches (measured no faster

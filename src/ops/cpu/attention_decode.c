@@ -363,11 +363,12 @@ static CacheShape cache_shape(const void *k_cache, const void *v_cache, CacheEle
 
 // The previous kernel, for every cache: `type` says whether k_cache and v_cache hold floats,
 // halves or Q8_0 slot records. Query t of row b (q and out: [B * T, n_heads * head_dim])
-// sits at slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]:
-// a decode step is T = 1. Each (row, query, head) reads its keys and values itself.
+// sits at slot first_slot + t and attends to the row's slots [row_start[b], first_slot + t]
+// (under a sliding window of `window` slots, 0 for none, the last `window` of those): a decode
+// step is T = 1. Each (row, query, head) reads its keys and values itself.
 void cpu_attention_per_head(float *out, const float *q, const void *k_cache, const void *v_cache,
                             CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                            int n_heads, int n_kv_heads, int head_dim, float softcap) {
+                            int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
     const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
     const int kv_width = shape.kv_width, q_width = shape.q_width, group = shape.group;
     const float scale = shape.scale;
@@ -381,7 +382,9 @@ void cpu_attention_per_head(float *out, const float *q, const void *k_cache, con
         for (long item = 0; item < (long)B * T * n_heads; item++) {
             const int h = (int)(item % n_heads), t = (int)(item / n_heads % T), b = (int)(item / n_heads / T);
             const int kv_head = h / group;
-            const int start = row_start ? row_start[b] : 0, n = first_slot + t + 1 - start;
+            int start = row_start ? row_start[b] : 0;
+            if (window > 0 && first_slot + t + 1 - window > start) start = first_slot + t + 1 - window;
+            const int n = first_slot + t + 1 - start;
             const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
             const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
             // A Q8_0 cache's slots of this head: records from the row's first slot on.
@@ -652,49 +655,62 @@ CpuAttentionKernel cpu_attention_kernel(void) {
 // reads gained nothing measurable (Q8_0: 0.84-1.0x; docs/quantization.md), so they keep
 // the per-head kernel unless MARLHF_CPU_ATTENTION=grouped; the two give the same bits.
 // Longer extensions are tiled unless MARLHF_CPU_ATTENTION=per-head.
+// Under a sliding window a decode step's query sees the last `window` slots of its row: the
+// row starts there for every kernel. An extension's queries each see their own last slots,
+// which only the per-head kernel takes.
 static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
                              CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
-                             int n_heads, int n_kv_heads, int head_dim, float softcap) {
+                             int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
     const CpuAttentionKernel kernel = cpu_attention_kernel();
     const bool grouped =
         kernel == CPU_ATTENTION_GROUPED || (kernel == CPU_ATTENTION_AUTO && type == ELEMENTS_F32);
+    int *window_start = NULL;
+    if (window > 0 && T == 1) {
+        window_start = xmalloc((size_t)(B > 0 ? B : 1) * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            const int start = row_start ? row_start[b] : 0, oldest = first_slot + 1 - window;
+            window_start[b] = oldest > start ? oldest : start;
+        }
+        row_start = window_start, window = 0;
+    }
     if (T == 1 && grouped)
         attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
                                  n_kv_heads, head_dim, softcap);
-    else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD)
+    else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD || window > 0)
         cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
-                               n_kv_heads, head_dim, softcap);
+                               n_kv_heads, head_dim, softcap, window);
     else
         cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
                                    n_kv_heads, head_dim, softcap);
+    free(window_start);
 }
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
-                          int n_kv_heads, int head_dim, float softcap) {
+                          int n_kv_heads, int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim, float softcap) {
+                              int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                          int head_dim, float softcap) {
+                          int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F32, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim, float softcap) {
+                              int n_kv_heads, int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_F16, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {
@@ -714,16 +730,16 @@ void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capa
 
 void cpu_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                             int head_dim, float softcap) {
+                             int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, 1, capacity, length - 1, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim, float softcap) {
+                             int n_kv_heads, int head_dim, float softcap, int window) {
     attention_cached(out, q, k_cache, v_cache, ELEMENTS_Q8, row_start, B, T, capacity, first_slot, n_heads, n_kv_heads,
-                     head_dim, softcap);
+                     head_dim, softcap, window);
 }
 
 void cpu_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,

@@ -73,35 +73,35 @@ void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int 
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,
-                           int n_kv_heads, int head_dim, float softcap);
-long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap);
+                           int n_kv_heads, int head_dim, float softcap, int window);
+long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                            int head_dim, float softcap);
+                            int head_dim, float softcap, int window);
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,
-                          int n_kv_heads, int head_dim, float softcap);
+                          int n_kv_heads, int head_dim, float softcap, int window);
 void cpu_cache_write(float *cache, const float *x, int B, int T, int capacity, int slot, int width);
 void cpu_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim, float softcap);
+                              int head_dim, float softcap, int window);
 void cpu_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width);
 void cpu_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                          int head_dim, float softcap);
+                          int head_dim, float softcap, int window);
 void cpu_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim, float softcap);
+                              int n_kv_heads, int head_dim, float softcap, int window);
 void cpu_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
                         int head_dim);
 void cpu_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                             int head_dim, float softcap);
+                             int head_dim, float softcap, int window);
 void cpu_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                              const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                             int n_kv_heads, int head_dim, float softcap);
+                             int n_kv_heads, int head_dim, float softcap, int window);
 // IEEE half <-> float, round to nearest even (ops/cpu/attention_decode.c).
 uint16_t cpu_float_to_half(float value);
 float cpu_half_to_float(uint16_t half);

@@ -49,15 +49,18 @@ extern "C" bool ops_cuda_select_attention(const char *kernels) {
 
 extern "C" const char *ops_cuda_attention_kernels(void) { return kernel_names[selected]; }
 
-static bool use_fused(int head_dim, float softcap) {
-    if (selected == KERNELS_UNFUSED || softcap > 0.0f || !cuda_fused_attention_supports(head_dim)) return false;
+// The fused kernels take neither a soft cap nor a sliding window shorter than the rows.
+static bool use_fused(int head_dim, float softcap, int window, int T) {
+    if (selected == KERNELS_UNFUSED || softcap > 0.0f || (window > 0 && window < T) ||
+        !cuda_fused_attention_supports(head_dim))
+        return false;
     const size_t shared = selected == KERNELS_MMA ? cuda_mma_attention_shared_bytes(head_dim)
                                                   : cuda_wmma_attention_shared_bytes(head_dim);
     return shared <= cuda_shared_memory_per_block();
 }
 
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap) {
-    return use_fused(head_dim, softcap) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window) {
+    return use_fused(head_dim, softcap, window, T) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
 }
 
 // D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
@@ -137,22 +140,31 @@ static void scatter_heads(float *out, const float *in, int B, int T, int n_heads
 
 enum { SOFTMAX_THREADS = 256 };
 
-// One block per query row (b, h, t): probabilities over keys row_start <= j <= t, zero
-// elsewhere; a query before row_start (left padding) gets an all-zero row. Under a soft cap
+// The first key query t sees: the row's first real token, or under a sliding window of
+// `window` keys (0: none) the oldest key within it.
+__device__ static int first_visible_key(int start, int t, int window) {
+    return window > 0 && t - window + 1 > start ? t - window + 1 : start;
+}
+
+// One block per query row (b, h, t): probabilities over keys first <= j <= t (first: the
+// row's first token, or its window's), zero elsewhere; a query before row_start (left
+// padding) gets an all-zero row. Under a soft cap
 // (the CPU's cpu_soft_cap) each thread caps its window scores in place first; the block
 // reductions' barriers publish them before the last loop, which splits the row otherwise.
 __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs16,
-                                             const int *row_start, int n_heads, int T, float softcap) {
+                                             const int *row_start, int n_heads, int T, float softcap,
+                                             int window) {
     long row = blockIdx.x;
     int t = (int)(row % T);
     int b = (int)(row / T / n_heads);
-    int start = row_start ? row_start[b] : 0;
+    int row_first = row_start ? row_start[b] : 0;
     float *p = probs + row * T;
     __nv_bfloat16 *p16 = probs16 + row * T;
-    if (t < start) {
+    if (t < row_first) {
         for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = 0.0f, p16[j] = __float2bfloat16(0.0f);
         return;
     }
+    const int start = first_visible_key(row_first, t, window);
     if (softcap > 0.0f)
         for (int j = start + threadIdx.x; j <= t; j += blockDim.x) p[j] = softcap * tanhf(p[j] / softcap);
     float max_score = -INFINITY;
@@ -172,11 +184,13 @@ __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs1
 // soft cap, times 1 - tanh^2(s / cap), s the uncapped scores (`scores`, else NULL).
 __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const float *dprobs,
                                                const float *probs, const float *scores, float softcap,
-                                               const int *row_start, int n_heads, int T) {
+                                               const int *row_start, int n_heads, int T, int window) {
     long row = blockIdx.x;
     int t = (int)(row % T);
     int b = (int)(row / T / n_heads);
-    int start = row_start ? row_start[b] : 0;
+    int row_first = row_start ? row_start[b] : 0;
+    // A padding query (t < row_first) has no keys: every value below is 0 for it.
+    int start = t < row_first ? row_first : first_visible_key(row_first, t, window);
     const float *p = probs + row * T, *dp = dprobs + row * T;
     __nv_bfloat16 *ds = dscores16 + row * T;
     double dot = 0;
@@ -195,7 +209,7 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
 
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
-                            int n_kv_heads, int head_dim, float softcap) {
+                            int n_kv_heads, int head_dim, float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -204,7 +218,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
-    if (use_fused(hd, softcap)) {
+    if (use_fused(hd, softcap, window, T)) {
         if (selected == KERNELS_MMA)
             cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         else
@@ -216,7 +230,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
                    head_stride, score_stride);
     __nv_bfloat16 *P16 = (__nv_bfloat16 *)cuda_scratch(
         SCRATCH_ATT_P16, (size_t)batch * score_stride * sizeof(__nv_bfloat16));
-    masked_softmax_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(probs, P16, row_start, H, T, softcap);
+    masked_softmax_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(probs, P16, row_start, H, T, softcap, window);
     CUDA_CHECK_LAUNCH();
     // O[t][d] = sum_j P[t][j] V[j][d] : column-major (d, t) = V(d, j) P^T(j, t).
     float *O = (float *)cuda_scratch(SCRATCH_ATT_HEADS32, (size_t)batch * head_stride * sizeof(float));
@@ -228,7 +242,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                             int head_dim, float softcap) {
+                             int head_dim, float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int H = n_heads, hd = head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -238,7 +252,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
-    if (use_fused(hd, softcap)) {
+    if (use_fused(hd, softcap, window, T)) {
         if (selected == KERNELS_MMA)
             cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd);
         else
@@ -270,7 +284,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                        score_stride);
     }
     softmax_backward_kernel<<<(unsigned)((long)batch * T), SOFTMAX_THREADS>>>(dS, dP, probs, scores, softcap, row_start,
-                                                                              H, T);
+                                                                              H, T, window);
     CUDA_CHECK_LAUNCH();
 
     // dQ[t][d] = scale sum_j dS[t][j] K[j][d] : column-major (d, t) = K(d, j) dS^T(j, t).
@@ -288,7 +302,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
 template <typename Slots>
 static void launch_attention_cached(float *out, const float *q, Slots keys, Slots values, const int *row_start, int B,
                                     int T, int first_slot, int capacity, int n_heads, int n_kv_heads, int head_dim,
-                                    float softcap) {
+                                    float softcap, int window) {
     if (B == 0 || T == 0) return;
     const size_t shared = attention_cached::shared_bytes(first_slot + T - 1);
     if (shared > 48 * 1024)
@@ -296,7 +310,7 @@ static void launch_attention_cached(float *out, const float *q, Slots keys, Slot
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
     attention_cached::attention_kernel<Slots><<<B * T * n_heads, attention_cached::THREADS, shared>>>(
         out, q, keys, values, row_start, T, capacity, first_slot, n_heads, n_kv_heads, head_dim,
-        1.0f / sqrtf((float)head_dim), softcap);
+        1.0f / sqrtf((float)head_dim), softcap, window);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -312,44 +326,44 @@ static attention_cached::Q8Slots q8_slots(const void *cache, int n_kv_heads, int
 
 void cuda_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                           int head_dim, float softcap) {
+                           int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                               int head_dim, float softcap) {
+                               int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim, float softcap) {
+                              int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, 1, length - 1, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                           int n_kv_heads, int head_dim, float softcap) {
+                           int n_kv_heads, int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, float_slots(k_cache, n_kv_heads, head_dim), float_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                               int n_kv_heads, int head_dim, float softcap) {
+                               int n_kv_heads, int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, half_slots(k_cache, n_kv_heads, head_dim), half_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim, float softcap) {
+                              int n_kv_heads, int head_dim, float softcap, int window) {
     launch_attention_cached(out, q, q8_slots(k_cache, n_kv_heads, head_dim), q8_slots(v_cache, n_kv_heads, head_dim),
-                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap);
+                            row_start, B, T, first_slot, capacity, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,

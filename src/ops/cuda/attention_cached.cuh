@@ -125,19 +125,22 @@ static inline size_t shared_bytes(int last_slot) {
 }
 
 // Query t of row b (q, out: [B * T, n_heads * head_dim]) sits at slot first_slot + t and
-// attends to slots [row_start[b], first_slot + t] (row_start NULL: from 0); its keys and
-// values are already in the caches. Grid: B * T * n_heads blocks of THREADS, shared_bytes().
+// attends to slots [row_start[b], first_slot + t] (row_start NULL: from 0), under a sliding
+// window of `window` slots (0: none) the last `window` of those; its keys and values are
+// already in the caches. Grid: B * T * n_heads blocks of THREADS, shared_bytes().
 template <typename Slots>
 static __global__ void __launch_bounds__(THREADS)
     attention_kernel(float *out, const float *q, Slots keys, Slots values, const int *row_start, int T, int capacity,
-                     int first_slot, int n_heads, int n_kv_heads, int head_dim, float scale, float softcap) {
+                     int first_slot, int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
+                     int window) {
     DYNAMIC_SHARED(shared);
     double *scratch = reinterpret_cast<double *>(shared);
     float *scores = reinterpret_cast<float *>(scratch + THREADS);
     const int tid = (int)threadIdx.x;
     const int h = (int)blockIdx.x % n_heads, t = (int)blockIdx.x / n_heads % T, b = (int)blockIdx.x / n_heads / T;
     const int kv_head = h / (n_heads / n_kv_heads);
-    const int start = row_start ? row_start[b] : 0, length = first_slot + t + 1;
+    const int length = first_slot + t + 1, row_first = row_start ? row_start[b] : 0;
+    const int start = window > 0 && length - window > row_first ? length - window : row_first;
     const long row_slots = (long)b * capacity;
     const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
     float largest = -INFINITY;

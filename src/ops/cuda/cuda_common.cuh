@@ -186,33 +186,33 @@ void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int
 // ---- attention.cu ----
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
-                            int n_kv_heads, int head_dim, float softcap);
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap);
+                            int n_kv_heads, int head_dim, float softcap, int window);
+long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window);
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
-                             int head_dim, float softcap);
+                             int head_dim, float softcap, int window);
 void cuda_attention_decode(float *out, const float *q, const float *k_cache,
                            const float *v_cache, const int *row_start, int B, int capacity,
-                           int length, int n_heads, int n_kv_heads, int head_dim, float softcap);
+                           int length, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
 void cuda_attention_decode_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                               int head_dim, float softcap);
+                               int head_dim, float softcap, int window);
 void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width);
 void cuda_attention_extend(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                           int n_kv_heads, int head_dim, float softcap);
+                           int n_kv_heads, int head_dim, float softcap, int window);
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                               int n_kv_heads, int head_dim, float softcap);
+                               int n_kv_heads, int head_dim, float softcap, int window);
 void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
                          int head_dim);
 void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int capacity, int length, int n_heads, int n_kv_heads,
-                              int head_dim, float softcap);
+                              int head_dim, float softcap, int window);
 void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, const void *v_cache,
                               const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
-                              int n_kv_heads, int head_dim, float softcap);
+                              int n_kv_heads, int head_dim, float softcap, int window);
 
 // ---- activation.cu ----
 void cuda_gelu_forward(float *out, const float *inp, long n);
