@@ -4,7 +4,8 @@
 // heads, partial 64-row tiles and every supported head_dim. The same tolerances as the
 // GPU checks (tests/gpu/test_cuda.c): bf16 operands give relative errors near 2e-3, the
 // bound is 1e-2. This checks the kernels' indexing, masking, online softmax and tile
-// pipeline in CI; tests/gpu/run.sh checks the same kernels on a GPU.
+// pipeline in CI; tests/gpu/run.sh checks the same kernels on a GPU. test_mma_attention_window
+// runs them with sliding windows (shorter than a tile, and across several tiles).
 #include <stdint.h>
 
 #include <vector>
@@ -38,12 +39,13 @@ static std::vector<bf16> head_major(const std::vector<float> &in, int B, int T, 
 
 static const float TOLERANCE = 1e-2f;
 
-template <int HD> static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start) {
+template <int HD>
+static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
     const int group = H / KV, tiles = (T + ROWS - 1) / ROWS;
     const long q_n = (long)B * T * H * HD, kv_n = (long)B * T * KV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     char label[96];
-    snprintf(label, sizeof label, "B%d T%d H%d/%d hd%d", B, T, H, KV, HD);
+    snprintf(label, sizeof label, "B%d T%d H%d/%d hd%d window %d", B, T, H, KV, HD, window);
     std::vector<float> q = random_floats(q_n, 2.0f), k = random_floats(kv_n, 2.0f), v = random_floats(kv_n, 1.0f);
     std::vector<float> dout = random_floats(q_n, 1.0f);
 
@@ -55,14 +57,14 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
     std::vector<float> qr = round_bf16(q), kr = round_bf16(k), vr = round_bf16(v);
     std::vector<float> out_ref((size_t)q_n), probs((size_t)B * H * T * T);
     ops_cpu.attention_forward(out_ref.data(), probs.data(), qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H,
-                              KV, HD, 0.0f, 0);
+                              KV, HD, 0.0f, window);
 
     std::vector<bf16> Q = head_major(q, B, T, H, 1, HD), K = head_major(k, B, T, H, group, HD);
     std::vector<bf16> V = head_major(v, B, T, H, group, HD), dO = head_major(dout, B, T, H, 1, HD);
     std::vector<float> out((size_t)q_n, NAN), lse((size_t)B * H * T, NAN);
     const int *rs = row_start.data();
     emulation::launch({(unsigned)tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
-        forward_kernel<HD>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale);
+        forward_kernel<HD>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale, window);
     });
     double error = relative_error(out.data(), out_ref.data(), q_n);
     printf("# %-22s out %.3e\n", label, error);
@@ -82,7 +84,8 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
                 }
                 double max_score = -INFINITY, sum = 0;
                 std::vector<double> scores;
-                for (int j = row_start[(size_t)b]; j <= t; j++) {
+                const int first = window > 0 ? std::max(row_start[(size_t)b], t - window + 1) : row_start[(size_t)b];
+                for (int j = first; j <= t; j++) {
                     double dot = 0;
                     for (int d = 0; d < HD; d++)
                         dot += (double)qr[((size_t)b * T + t) * H * HD + h * HD + d] *
@@ -102,7 +105,7 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
     std::vector<float> dq_ref((size_t)q_n, 0.0f), dk_ref((size_t)kv_n, 0.0f), dv_ref((size_t)kv_n, 0.0f);
     std::vector<float> doutr = round_bf16(dout);
     ops_cpu.attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), doutr.data(), out_ref.data(), probs.data(),
-                               qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H, KV, HD, 0.0f, 0);
+                               qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H, KV, HD, 0.0f, window);
     std::vector<float> D((size_t)B * H * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -117,11 +120,11 @@ template <int HD> static void check_case(int B, int T, int H, int KV, const std:
     std::vector<float> dq = dq0, dk = dk0, dv = dv0;
     emulation::launch({(unsigned)tiles, (unsigned)(B * KV), 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
         backward_kv_kernel<HD>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
-                               H, KV, T, scale);
+                               H, KV, T, scale, window);
     });
     emulation::launch({(unsigned)tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
         backward_q_kernel<HD>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, T,
-                              scale);
+                              scale, window);
     });
     struct Gradient {
         const char *name;
@@ -151,7 +154,18 @@ static void test_mma_attention_head_dim_128(void) {
     check_case<128>(1, 130, 2, 1, {128}); // padding fills two whole tiles
 }
 
+// Sliding windows: 7 keys (inside a tile), 70 (across tile boundaries, so whole key tiles
+// before a block's windows are skipped and some of a query tile's rows see none of a tile
+// that others see), and 2 (a query and its predecessor); ragged rows and GQA.
+static void test_mma_attention_window(void) {
+    check_case<32>(3, 37, 6, 2, {0, 5, 30}, 7);
+    check_case<64>(3, 150, 4, 2, {0, 70, 149}, 70);
+    check_case<64>(2, 200, 4, 1, {0, 3}, 7);
+    check_case<16>(2, 70, 4, 2, {0, 9}, 2);
+}
+
 int main(void) {
+    RUN(test_mma_attention_window);
     RUN(test_mma_attention_small_heads);
     RUN(test_mma_attention_several_tiles);
     RUN(test_mma_attention_head_dim_128);

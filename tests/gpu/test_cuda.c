@@ -129,7 +129,7 @@ static void rounded_attention_forward(float *out, float *saved, const float *q, 
             for (int t = 0; t < T; t++)
                 for (int d = 0; d < D; d++) {
                     double sum = 0;
-                    for (int j = 0; j < T; j++) sum += (double)round_bf16(P[(long)t * T + j]) * V[(long)j * KV * D + d];
+                    for (int j = 0; j <= t; j++) sum += (double)round_bf16(P[(long)t * T + j]) * V[(long)j * KV * D + d];
                     out[((long)b * T + t) * H * D + h * D + d] = (float)sum;
                 }
         }
@@ -379,7 +379,8 @@ static void test_rope(void) {
 // Gemma 2's soft cap on the scores for check_attention (0: none). A capped attention runs
 // the unfused kernels whatever the choice: the fused ones take no cap.
 static float attention_softcap = 0.0f;
-// A sliding window for check_attention (0: none); one shorter than T runs the unfused kernels.
+// A sliding window for check_attention (0: none); the wmma kernels take none shorter than T
+// (the unfused ones run), the mma kernels do.
 static int attention_window = 0;
 
 // One attention configuration against the CPU: forward output, the saved probabilities
@@ -392,7 +393,9 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     if (!standing_in) CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
     const float softcap = attention_softcap;
     const int window = attention_window;
-    const bool fused = !standing_in && strcmp(kernels, "unfused") != 0 && softcap == 0.0f && !(window > 0 && window < T);
+    const bool windowed = window > 0 && window < T;
+    const bool fused = !standing_in && strcmp(kernels, "unfused") != 0 && softcap == 0.0f &&
+                       !(windowed && !strcmp(kernels, "wmma"));
     char label[96];
     snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d%s%s", kernels, B, T, H, KV, D,
              softcap > 0 ? " cap" : "", window > 0 ? " window" : "");
@@ -403,7 +406,7 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     // would save T x T probabilities and this would test the wrong kernels.
     EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
     EXPECT(softcap == 0.0f || saved_n == p_n, "%s: a soft cap must run the unfused kernels", label);
-    EXPECT(!(window > 0 && window < T) || saved_n == p_n, "%s: a sliding window must run the unfused kernels", label);
+    EXPECT(!(windowed && !strcmp(kernels, "wmma")) || saved_n == p_n, "%s: wmma with a window must fall back", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *out_gpu = xmalloc(q_n * 4);
     cpu->attention_forward(out, probs, q, k, v, row_start, B, T, H, KV, D, softcap, window);
@@ -495,17 +498,22 @@ static void test_attention(void) {
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     check_attention("mma", 4, 150, 8, 2, 64, starts4);
     attention_softcap = 0.0f;
-    // A sliding window shorter than the rows (Mistral, Gemma 2/3's sliding layers): the
-    // unfused kernels, also under a fused choice; with the soft cap too; one as long as the
-    // rows is plain causal attention and keeps the fused kernels.
+    // A sliding window shorter than the rows (Mistral, Gemma 2/3's sliding layers): the mma
+    // kernels (a window inside a tile, and one across tiles), the unfused ones, and wmma's
+    // fallback to them; with the soft cap too; one as long as the rows is plain causal
+    // attention and keeps the wmma kernels.
     attention_window = 7;
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     check_attention("mma", 4, 150, 8, 2, 64, starts4);
+    check_attention("wmma", 4, 150, 8, 2, 64, starts4);
+    attention_window = 70;
+    check_attention("mma", 2, 1000, 8, 2, 128, starts_long);
+    attention_window = 7;
     attention_softcap = 1.0f;
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     attention_softcap = 0.0f;
     attention_window = 37;
-    check_attention("mma", 3, 37, 6, 2, 32, starts3);
+    check_attention("wmma", 3, 37, 6, 2, 32, starts3);
     attention_window = 0;
 }
 

@@ -49,9 +49,9 @@ extern "C" bool ops_cuda_select_attention(const char *kernels) {
 
 extern "C" const char *ops_cuda_attention_kernels(void) { return kernel_names[selected]; }
 
-// The fused kernels take neither a soft cap nor a sliding window shorter than the rows.
+// The fused kernels take no soft cap; a sliding window shorter than the rows only the mma ones.
 static bool use_fused(int head_dim, float softcap, int window, int T) {
-    if (selected == KERNELS_UNFUSED || softcap > 0.0f || (window > 0 && window < T) ||
+    if (selected == KERNELS_UNFUSED || softcap > 0.0f || (selected == KERNELS_WMMA && window > 0 && window < T) ||
         !cuda_fused_attention_supports(head_dim))
         return false;
     const size_t shared = selected == KERNELS_MMA ? cuda_mma_attention_shared_bytes(head_dim)
@@ -220,7 +220,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     if (use_fused(hd, softcap, window, T)) {
         if (selected == KERNELS_MMA)
-            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
+            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd, window);
         else
             cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         return;
@@ -254,7 +254,8 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
     if (use_fused(hd, softcap, window, T)) {
         if (selected == KERNELS_MMA)
-            cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd);
+            cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd,
+                                        window);
         else
             cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
                                           n_kv_heads, T, hd);

@@ -7,7 +7,8 @@
 // Same inputs, outputs and masks as attention_fused.cu (the WMMA kernels): head-major
 // bf16 Q, K, V, dO [B, H, T, hd] (K and V repeated over each group), fp32 results added
 // into [B*T, heads*hd] rows, one natural log-sum-exp per query row (+inf for a query with
-// no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i.
+// no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i, and
+// under a sliding window of W keys (window > 0) when also i - j < W.
 //
 // A block is 4 warps and owns 64 rows (queries, or keys for dK/dV); a warp owns 16 of
 // them and walks the other side 64 columns at a time, as 8 column blocks of the
@@ -29,6 +30,11 @@
 namespace attention_mma {
 
 enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
+
+// The first key query `row` sees: the row's first token, or its sliding window's first key.
+DEVICE_INLINE int first_key(int start, int row, int window) {
+    return window > 0 && row - window + 1 > start ? row - window + 1 : start;
+}
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 // A [64][HD] bf16 tile in shared memory: rows padded by 8 elements (16 bytes) so that the
@@ -152,7 +158,7 @@ DEVICE_INLINE void add_rows(float *matrix, long width, int column, int b, int T,
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
     forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
-                   int T, float scale) {
+                   int T, float scale, int window) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + 2 * L::elements; // two buffers each
@@ -183,7 +189,8 @@ __global__ void __launch_bounds__(THREADS)
     float row_sum[2] = {0.0f, 0.0f};           // this lane's share of the row's sum
     const float scale_log2 = scale * LOG2E;
 
-    const int kt_first = start / COLUMNS, kt_last = q_last / COLUMNS;
+    // The block's first row sees the earliest keys (a window's first key moves with its row).
+    const int kt_first = first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     const bool any_keys = q_last >= start;
     if (any_keys) {
         tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
@@ -205,12 +212,12 @@ __global__ void __launch_bounds__(THREADS)
                 mma_bf16_16x8x16(s[n], qa[k], bk);
             }
         const int key0 = kt * COLUMNS;
-        const bool needs_mask = key0 < start || key0 + COLUMNS - 1 > warp_first_row;
+        const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
                 float x = s[n][e] * scale_log2;
-                s[n][e] = needs_mask && (key < start || key > row) ? -INFINITY : x;
+                s[n][e] = needs_mask && (key < first_key(start, row, window) || key > row) ? -INFINITY : x;
             }
         // Online softmax, row by row: the tile's maximum over the row's 4 lanes, the
         // rescaling of what was summed so far, then this tile's probabilities.
@@ -272,7 +279,8 @@ DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
     backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
-                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale) {
+                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
+                       int window) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + L::elements;
@@ -287,7 +295,9 @@ __global__ void __launch_bounds__(THREADS)
     const long kv_copy = ((long)b * H + kv_head * group) * T * HD;
     tile_load_async<HD>(Ks, K + kv_copy, k0, T);
     tile_load_async<HD>(Vs, V + kv_copy, k0, T);
-    const int qt_first = imax(k0, start) / ROWS, qt_count = (T - 1) / ROWS - qt_first + 1;
+    // Queries k0.. see these keys; under a window only those up to W - 1 past the tile's last.
+    const int q_end = window > 0 ? imin(T - 1, k0 + ROWS - 1 + window - 1) : T - 1;
+    const int qt_first = imax(k0, start) / ROWS, qt_count = q_end / ROWS - qt_first + 1;
     const int steps = group * qt_count; // (head of the group, query tile) pairs
     load_query_tile<HD>(Qs, dOs, lse_s, D_s, Q, dO, lse, D, (long)b * H + kv_head * group, qt_first * ROWS, T);
     cp_async_commit();
@@ -318,12 +328,12 @@ __global__ void __launch_bounds__(THREADS)
         float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S^T and dP^T: this warp's 16 keys x 64 queries
         multiply_tile_by_tile_transposed<HD>(s, Ks + warp * 16 * L::ld, Qt, lane);
         multiply_tile_by_tile_transposed<HD>(dp, Vs + warp * 16 * L::ld, dOt, lane);
-        const bool needs_mask = warp_first_key < start || warp_first_key + 15 > q0;
+        const bool needs_mask = window > 0 || warp_first_key < start || warp_first_key + 15 > q0;
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_high;
                 float p = exp2f(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
-                if (needs_mask && (key < start || key > q)) p = 0.0f;
+                if (needs_mask && (key < first_key(start, q, window) || key > q)) p = 0.0f;
                 s[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - D_t[column]);
             }
@@ -339,7 +349,7 @@ __global__ void __launch_bounds__(THREADS)
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
     backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
-                      const float *D, const int *row_start, int H, int T, float scale) {
+                      const float *D, const int *row_start, int H, int T, float scale, int window) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Qs = (bf16 *)shared, *dOs = Qs + L::elements;
@@ -360,7 +370,7 @@ __global__ void __launch_bounds__(THREADS)
     const float D_low = row_low < T ? D[(long)bh * T + row_low] : 0.0f;
     const float D_high = row_high < T ? D[(long)bh * T + row_high] : 0.0f;
 
-    const int kt_first = start / COLUMNS, kt_last = q_last / COLUMNS;
+    const int kt_first = first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     tile_load_async<HD>(Qs, Q + head, q0, T);
     tile_load_async<HD>(dOs, dO + head, q0, T);
     tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
@@ -380,12 +390,12 @@ __global__ void __launch_bounds__(THREADS)
         multiply_tile_by_tile_transposed<HD>(s, Qs + warp * 16 * L::ld, Kt, lane);
         multiply_tile_by_tile_transposed<HD>(dp, dOs + warp * 16 * L::ld, Vt, lane);
         const int key0 = kt * COLUMNS;
-        const bool needs_mask = key0 < start || key0 + COLUMNS - 1 > warp_first_row;
+        const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
                 float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
-                if (needs_mask && (key < start || key > row)) p = 0.0f;
+                if (needs_mask && (key < first_key(start, row, window) || key > row)) p = 0.0f;
                 dp[n][e] = p * (dp[n][e] - (e < 2 ? D_low : D_high)); // dS
             }
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
