@@ -63,7 +63,9 @@ typedef enum { CPU_ATTENTION_AUTO, CPU_ATTENTION_PER_HEAD, CPU_ATTENTION_GROUPED
 CpuAttentionKernel cpu_attention_kernel(void);
 
 // The tiled extension (ops/cpu/attention_extend.c): query t of row b at slot first_slot + t
-// attends to slots [row_start[b], first_slot + t]; T > 1.
+// attends to slots [row_start[b], first_slot + t] (the last `window` of those under a sliding
+// window; 0: none); T > 1.
 void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 CacheElementType type, const int *row_start, int B, int T, int capacity,
-                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap);
+                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                int window);

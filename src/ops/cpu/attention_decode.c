@@ -656,8 +656,8 @@ CpuAttentionKernel cpu_attention_kernel(void) {
 // the per-head kernel unless MARLHF_CPU_ATTENTION=grouped; the two give the same bits.
 // Longer extensions are tiled unless MARLHF_CPU_ATTENTION=per-head.
 // Under a sliding window a decode step's query sees the last `window` slots of its row: the
-// row starts there for every kernel. An extension's queries each see their own last slots,
-// which only the per-head kernel takes.
+// row starts there for every kernel. An extension's queries each see their own last slots
+// (the per-head and tiled kernels take the window).
 static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
                              CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
                              int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
@@ -676,12 +676,12 @@ static void attention_cached(float *out, const float *q, const void *k_cache, co
     if (T == 1 && grouped)
         attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
                                  n_kv_heads, head_dim, softcap);
-    else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD || window > 0)
+    else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD)
         cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
                                n_kv_heads, head_dim, softcap, window);
     else
         cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
-                                   n_kv_heads, head_dim, softcap);
+                                   n_kv_heads, head_dim, softcap, window);
     free(window_start);
 }
 

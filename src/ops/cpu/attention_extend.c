@@ -1,7 +1,7 @@
 // Attention of several new queries per row against the KV cache (attention_extend: every
 // chunk of a chunked prefill after the first, a prompt that continues a cached prefix).
 // Query t of row b sits at slot first_slot + t and attends to the row's slots
-// [row_start[b], first_slot + t].
+// [row_start[b], first_slot + t] (under a sliding window of W slots, the last W of those).
 //
 // A query per (row, head) against every cached key, as a decode step does it, reads the
 // whole prefix once per query and takes one horizontal sum per score. Here the work is
@@ -12,7 +12,8 @@
 // widened to floats and the probabilities times them is a second small product with the
 // head's dimension along the lanes. The softmax is online (flash attention's): each row
 // keeps its running maximum and sum, and its output is rescaled when the maximum grows.
-// Causality inside the new chunk is a mask on the last tiles of keys.
+// Causality inside the new chunk is a mask on the last tiles of keys; a sliding window starts
+// the tiles at the first query's window and masks each row's keys before its own.
 //
 // The results are not bit for bit the per-head kernel's (the sums run in another order,
 // Q8_0 keys are dequantized before the products): tests/test_attention_decode.c holds
@@ -122,7 +123,7 @@ FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_weight
 static void extend_query_tile(float *out, const float *q, const void *k_cache, const void *v_cache,
                               CacheElementType type, int start, int b, int kv_head, int t0, int count, int T,
                               int capacity, int first_slot, int n_heads, int n_kv_heads, int head_dim,
-                              float softcap, const ExtendTiles *tiles) {
+                              float softcap, int window, const ExtendTiles *tiles) {
     const int group = n_heads / n_kv_heads, q_width = n_heads * head_dim;
     const int rows = count * group, padded_rows = (rows + ROW_BLOCK - 1) / ROW_BLOCK * ROW_BLOCK;
     const int lanes = (head_dim + 15) / 16 * 16;
@@ -137,8 +138,10 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
     for (int r = 0; r < padded_rows; r++) tiles->row_max[r] = -INFINITY, tiles->row_sum[r] = 0.0f;
 
     const int last_slot = first_slot + t0 + count - 1; // the tile's last query sees up to here
+    // The tile's first query sees the earliest slot: its window's first, or the row's.
+    const int first_seen = window > 0 && first_slot + t0 + 1 - window > start ? first_slot + t0 + 1 - window : start;
     float key[512];                                     // one key widened (head_dim <= 512: checked below)
-    for (int s0 = start; s0 <= last_slot; s0 += KEY_TILE) {
+    for (int s0 = first_seen; s0 <= last_slot; s0 += KEY_TILE) {
         const int keys = last_slot + 1 - s0 < KEY_TILE ? last_slot + 1 - s0 : KEY_TILE;
         for (int k = 0; k < KEY_TILE; k++) {
             const long slot = (long)b * capacity + s0 + k;
@@ -161,15 +164,18 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
             // Row r (query t0 + r / group) sees the tile's slots up to first_slot + t0 + r / group.
             const int limit = first_slot + t0 + (r < rows ? r / group : 0) + 1 - s0;
             const int visible = r >= rows ? 0 : limit < keys ? limit : keys;
-            if (visible <= 0) { // the whole tile is after this query
+            // Under a window the row's keys begin `begin` slots into the tile (0: from the first).
+            const int before = window > 0 ? limit - window : 0;
+            const int begin = before > 0 ? before : 0;
+            if (visible <= begin) { // the whole tile is after this query, or before its window
                 memset(row, 0, KEY_TILE * sizeof(float));
                 continue;
             }
-            for (int k = 0; k < visible; k++) row[k] *= scale;
-            cpu_soft_cap(row, visible, softcap);
+            for (int k = begin; k < visible; k++) row[k] *= scale;
+            cpu_soft_cap(row + begin, visible - begin, softcap);
             float tile_max = -INFINITY;
 #pragma omp simd reduction(max : tile_max)
-            for (int k = 0; k < visible; k++) tile_max = fmaxf(tile_max, row[k]);
+            for (int k = begin; k < visible; k++) tile_max = fmaxf(tile_max, row[k]);
             if (tile_max > tiles->row_max[r]) { // rescale what the earlier tiles summed
                 const float factor = expf(tiles->row_max[r] - tile_max); // 0 on the first tile
                 for (int e = 0; e < lanes; e++) acc[e] *= factor;
@@ -178,12 +184,13 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
             }
             const float row_max = tiles->row_max[r];
 #pragma omp simd
-            for (int k = 0; k < visible; k++) row[k] -= row_max;
-            exp_nonpositive(row, visible);
+            for (int k = begin; k < visible; k++) row[k] -= row_max;
+            exp_nonpositive(row + begin, visible - begin);
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-            for (int k = 0; k < visible; k++) sum += row[k];
+            for (int k = begin; k < visible; k++) sum += row[k];
             tiles->row_sum[r] += sum;
+            for (int k = 0; k < begin; k++) row[k] = 0.0f;
             for (int k = visible; k < KEY_TILE; k++) row[k] = 0.0f;
         }
         SANITIZER_CHECK_RANGE(tiles->acc, (size_t)padded_rows * lanes * sizeof(float));
@@ -200,7 +207,8 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
 
 void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 CacheElementType type, const int *row_start, int B, int T, int capacity,
-                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap) {
+                                int first_slot, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                int window) {
     CHECK(head_dim <= 512, "attention_extend: head_dim %d is over 512", head_dim);
     const int group = n_heads / n_kv_heads, lanes = (head_dim + 15) / 16 * 16;
     const int query_tiles = (T + QUERY_TILE - 1) / QUERY_TILE;
@@ -223,7 +231,7 @@ void cpu_attention_extend_tiled(float *out, const float *q, const void *k_cache,
             const int b = (int)(item / query_tiles / n_kv_heads);
             const int t0 = tile * QUERY_TILE, count = T - t0 < QUERY_TILE ? T - t0 : QUERY_TILE;
             extend_query_tile(out, q, k_cache, v_cache, type, row_start ? row_start[b] : 0, b, kv_head, t0, count, T,
-                              capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap, &tiles);
+                              capacity, first_slot, n_heads, n_kv_heads, head_dim, softcap, window, &tiles);
         }
         free(tiles.queries), free(tiles.keys_t), free(tiles.values), free(tiles.scores), free(tiles.acc);
         free(tiles.row_max), free(tiles.row_sum);
