@@ -14,7 +14,8 @@
 #   2. 20 SFT steps of the tiny model with --device cuda and --device cpu: the per-step
 #      losses must track (relative difference <= 2e-2); again with LoRA adapters, with
 #      QLoRA (adapters over an NF4 and a Q4_0 base), on the wmma attention kernels
-#      (MARLHF_CUDA_ATTENTION=wmma; mma is the default), and 20 DPO steps.
+#      (MARLHF_CUDA_ATTENTION=wmma; mma is the default), 20 DPO steps, the tiny Gemma 2 and
+#      Gemma 3, and Gemma 3 with a sliding window of 8 keys.
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
 #      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
 #      GRPO (no critic), and on the wmma attention kernels.
@@ -177,6 +178,17 @@ sft_tracks_cpu sft_gemma2 --learning-rate 3e-3
 sft=(sft --model tests/fixtures/models/tiny_gemma3_chat --data "$data/sft.jsonl" --max-seq-len 32
      --per-device-train-batch-size 4 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 4)
 sft_tracks_cpu sft_gemma3 --learning-rate 3e-3
+# The same Gemma 3 with a sliding window of 8 keys over rows of 32 (the mma kernels' window,
+# the unfused fallback's for wmma; a copy of the fixture with its config's window changed)
+cp -r tests/fixtures/models/tiny_gemma3_chat "$tmp/gemma3_window8"
+python3 - "$tmp/gemma3_window8/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["sliding_window"] = 8
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+sft[2]="$tmp/gemma3_window8"
+sft_tracks_cpu sft_gemma3_window --learning-rate 3e-3
 
 # 3. PPO on the GPU: reward model, then 3 iterations with all four models on the device;
 #    then with actor and critic adapters (the reference is the actor's base)
