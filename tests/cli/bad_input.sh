@@ -38,6 +38,18 @@ cp -r "$llama" "$tmp/badjson" && echo '{"model_type": "llama",' > "$tmp/badjson/
 expect_error config_bad_json "$tmp/badjson/config.json" "$bin" logprobs --model "$tmp/badjson" --input "$ids"
 cp -r "$llama" "$tmp/badtype" && sed -i 's/"model_type": "llama"/"model_type": "bert"/' "$tmp/badtype/config.json"
 expect_error config_unknown_model_type "model_type" "$bin" logprobs --model "$tmp/badtype" --input "$ids"
+# Sliding windows: a negative one, and transformers 5's layer_types naming other sliding layers
+# than the family's (Gemma 2 slides its even layers).
+window=tests/fixtures/models/gemma2_window
+cp -r "$window" "$tmp/negwindow" && sed -i 's/"sliding_window": 5/"sliding_window": -5/' "$tmp/negwindow/config.json"
+expect_error config_negative_window "'sliding_window'" "$bin" logprobs --model "$tmp/negwindow" --input "$ids"
+cp -r "$window" "$tmp/swapped" && python3 - "$tmp/swapped/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["layer_types"] = ["full_attention", "sliding_attention"]
+json.dump(config, open(sys.argv[1], "w"))
+PY
+expect_error config_layer_types_other_windows "'layer_types' entry 0" "$bin" logprobs --model "$tmp/swapped" --input "$ids"
 expect_error model_missing "does not exist" "$bin" logprobs --model "$tmp/nowhere" --input "$ids"
 
 # --- GGUF ------------------------------------------------------------------------
