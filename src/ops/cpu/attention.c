@@ -23,6 +23,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/attention_window.h"
 #include "ops/cpu/ops_cpu.h"
 
 // Scores and outputs are computed this many lanes at a time: one 512-bit vector of floats.
@@ -42,12 +43,6 @@ static void softmax_in_place(float *s, int n) {
     }
     float inv_sum = (float)(1.0 / sum);
     for (int j = 0; j < n; j++) s[j] *= inv_sum;
-}
-
-// The first key query t sees: the row's first real token, or under a sliding window of
-// `window` keys (0: none) the oldest key within it.
-static int first_visible_key(int start, int t, int window) {
-    return window > 0 && t - window + 1 > start ? t - window + 1 : start;
 }
 
 // Columns of the transposed keys: the row's keys plus a vector of zeros, so that a query
@@ -78,7 +73,7 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
     for (int t = start; t < T; t++) {
         const float *q = Q + (long)t * q_stride;
         float *p_row = P + (long)t * T;
-        const int first = first_visible_key(start, t, window), n = t - first + 1;
+        const int first = attention_first_key(start, t, window), n = t - first + 1;
         float *p = p_row + first; // probabilities of keys first..t, then zeros
         const float *keys_from = keys_t + (first - start); // column 0: key `first`
         // Scores: each key's dot product runs over c in order, one chain per key; four
@@ -203,7 +198,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                         for (int j = 0; j < T; j++) ds[j] = 0.0f;
                         continue;
                     }
-                    const int first = first_visible_key(start, t, window);
+                    const int first = attention_first_key(start, t, window);
                     double dot = 0;
                     for (int j = first; j <= t; j++) dot += (double)p[j] * ds[j];
                     float dotf = (float)dot;

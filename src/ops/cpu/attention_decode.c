@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "ops/attention_window.h"
 #include "ops/cpu/attention_cache.h"
 
 // The grouped decode: keys per block of the score loop; query heads that share a pass over
@@ -382,8 +383,7 @@ void cpu_attention_per_head(float *out, const float *q, const void *k_cache, con
         for (long item = 0; item < (long)B * T * n_heads; item++) {
             const int h = (int)(item % n_heads), t = (int)(item / n_heads % T), b = (int)(item / n_heads / T);
             const int kv_head = h / group;
-            int start = row_start ? row_start[b] : 0;
-            if (window > 0 && first_slot + t + 1 - window > start) start = first_slot + t + 1 - window;
+            const int start = attention_first_key(row_start ? row_start[b] : 0, first_slot + t, window);
             const int n = first_slot + t + 1 - start;
             const float *query = q + ((long)b * T + t) * q_width + h * head_dim;
             const long first = ((long)b * capacity + start) * kv_width + kv_head * head_dim; // element index
@@ -526,10 +526,10 @@ static void group_lanes_plain(int heads, float *out, int head_dim, const float *
 }
 
 // The decode step (T = 1) of every cache type: query b at slot length - 1 of row b attends
-// to slots [row_start[b], length).
+// to slots [row_start[b], length) (the last `window` of them under a sliding window).
 static void attention_decode_grouped(float *out, const float *q, const void *k_cache, const void *v_cache,
                                      CacheElementType type, const int *row_start, int B, int capacity, int length,
-                                     int n_heads, int n_kv_heads, int head_dim, float softcap) {
+                                     int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
     const CacheShape shape = cache_shape(k_cache, v_cache, type, n_heads, n_kv_heads, head_dim);
     const long q8_slot = kv_q8_slot_bytes(n_kv_heads, head_dim), q8_values_bytes = kv_q8_values_bytes(n_kv_heads, head_dim);
     // The lanes the per-head kernels give to fused multiply-adds: whole blocks of 64 lanes
@@ -555,7 +555,7 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
         for (long item = 0; item < (long)B * n_kv_heads * key_blocks; item++) {
             const int block = (int)(item % key_blocks), kv_head = (int)(item / key_blocks % n_kv_heads);
             const int b = (int)(item / key_blocks / n_kv_heads);
-            const int start = row_start ? row_start[b] : 0, n = length - start;
+            const int start = attention_first_key(row_start ? row_start[b] : 0, length - 1, window), n = length - start;
             const int j_end = (block + 1) * DECODE_KEY_BLOCK < n ? (block + 1) * DECODE_KEY_BLOCK : n;
             const long first = ((long)b * capacity + start) * shape.kv_width + kv_head * head_dim;
             const long values_at = (long)kv_head * head_dim;
@@ -592,7 +592,8 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
         }
 #pragma omp for schedule(static)
         for (long item = 0; item < (long)B * n_heads; item++) {
-            const int b = (int)(item / n_heads), n = length - (row_start ? row_start[b] : 0);
+            const int b = (int)(item / n_heads);
+            const int n = length - attention_first_key(row_start ? row_start[b] : 0, length - 1, window);
             float *row = scores + item * length;
             cpu_soft_cap(row, n, softcap);
             float max_score = -INFINITY;
@@ -608,7 +609,7 @@ static void attention_decode_grouped(float *out, const float *q, const void *k_c
         for (long item = 0; item < (long)B * n_kv_heads * lane_blocks; item++) {
             const int lane_block = (int)(item % lane_blocks), kv_head = (int)(item / lane_blocks % n_kv_heads);
             const int b = (int)(item / lane_blocks / n_kv_heads);
-            const int start = row_start ? row_start[b] : 0, n = length - start;
+            const int start = attention_first_key(row_start ? row_start[b] : 0, length - 1, window), n = length - start;
             const long first = ((long)b * capacity + start) * shape.kv_width + kv_head * head_dim;
             const long values_at = (long)kv_head * head_dim;
             const long scales_at = q8_values_bytes + (long)kv_head * kv_q8_blocks_per_head(head_dim) * (long)sizeof(float);
@@ -655,34 +656,22 @@ CpuAttentionKernel cpu_attention_kernel(void) {
 // reads gained nothing measurable (Q8_0: 0.84-1.0x; docs/quantization.md), so they keep
 // the per-head kernel unless MARLHF_CPU_ATTENTION=grouped; the two give the same bits.
 // Longer extensions are tiled unless MARLHF_CPU_ATTENTION=per-head.
-// Under a sliding window a decode step's query sees the last `window` slots of its row: the
-// row starts there for every kernel. An extension's queries each see their own last slots
-// (the per-head and tiled kernels take the window).
+// Every kernel takes the sliding window (ops/attention_window.h).
 static void attention_cached(float *out, const float *q, const void *k_cache, const void *v_cache,
                              CacheElementType type, const int *row_start, int B, int T, int capacity, int first_slot,
                              int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
     const CpuAttentionKernel kernel = cpu_attention_kernel();
     const bool grouped =
         kernel == CPU_ATTENTION_GROUPED || (kernel == CPU_ATTENTION_AUTO && type == ELEMENTS_F32);
-    int *window_start = NULL;
-    if (window > 0 && T == 1) {
-        window_start = xmalloc((size_t)(B > 0 ? B : 1) * sizeof(int));
-        for (int b = 0; b < B; b++) {
-            const int start = row_start ? row_start[b] : 0, oldest = first_slot + 1 - window;
-            window_start[b] = oldest > start ? oldest : start;
-        }
-        row_start = window_start, window = 0;
-    }
     if (T == 1 && grouped)
         attention_decode_grouped(out, q, k_cache, v_cache, type, row_start, B, capacity, first_slot + 1, n_heads,
-                                 n_kv_heads, head_dim, softcap);
+                                 n_kv_heads, head_dim, softcap, window);
     else if (T == 1 || kernel == CPU_ATTENTION_PER_HEAD)
         cpu_attention_per_head(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
                                n_kv_heads, head_dim, softcap, window);
     else
         cpu_attention_extend_tiled(out, q, k_cache, v_cache, type, row_start, B, T, capacity, first_slot, n_heads,
                                    n_kv_heads, head_dim, softcap, window);
-    free(window_start);
 }
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,

@@ -23,6 +23,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/attention_window.h"
 #include "ops/cpu/attention_cache.h"
 
 // ROW_BLOCK rows meet the 32 keys in 16 accumulators (8 rows x 2 vectors of 16 keys): each
@@ -139,7 +140,7 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
 
     const int last_slot = first_slot + t0 + count - 1; // the tile's last query sees up to here
     // The tile's first query sees the earliest slot: its window's first, or the row's.
-    const int first_seen = window > 0 && first_slot + t0 + 1 - window > start ? first_slot + t0 + 1 - window : start;
+    const int first_seen = attention_first_key(start, first_slot + t0, window);
     float key[512];                                     // one key widened (head_dim <= 512: checked below)
     for (int s0 = first_seen; s0 <= last_slot; s0 += KEY_TILE) {
         const int keys = last_slot + 1 - s0 < KEY_TILE ? last_slot + 1 - s0 : KEY_TILE;
@@ -165,8 +166,7 @@ static void extend_query_tile(float *out, const float *q, const void *k_cache, c
             const int limit = first_slot + t0 + (r < rows ? r / group : 0) + 1 - s0;
             const int visible = r >= rows ? 0 : limit < keys ? limit : keys;
             // Under a window the row's keys begin `begin` slots into the tile (0: from the first).
-            const int before = window > 0 ? limit - window : 0;
-            const int begin = before > 0 ? before : 0;
+            const int begin = attention_first_key(s0, s0 + limit - 1, window) - s0;
             if (visible <= begin) { // the whole tile is after this query, or before its window
                 memset(row, 0, KEY_TILE * sizeof(float));
                 continue;

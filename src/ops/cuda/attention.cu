@@ -31,6 +31,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/attention_window.h"
 #include "ops/cuda/attention_cached.cuh"
 #include "ops/cuda/attention_fused.cuh"
 
@@ -140,12 +141,6 @@ static void scatter_heads(float *out, const float *in, int B, int T, int n_heads
 
 enum { SOFTMAX_THREADS = 256 };
 
-// The first key query t sees: the row's first real token, or under a sliding window of
-// `window` keys (0: none) the oldest key within it.
-__device__ static int first_visible_key(int start, int t, int window) {
-    return window > 0 && t - window + 1 > start ? t - window + 1 : start;
-}
-
 // One block per query row (b, h, t): probabilities over keys first <= j <= t (first: the
 // row's first token, or its window's), zero elsewhere; a query before row_start (left
 // padding) gets an all-zero row. Under a soft cap
@@ -164,7 +159,7 @@ __global__ static void masked_softmax_kernel(float *probs, __nv_bfloat16 *probs1
         for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = 0.0f, p16[j] = __float2bfloat16(0.0f);
         return;
     }
-    const int start = first_visible_key(row_first, t, window);
+    const int start = attention_first_key(row_first, t, window);
     if (softcap > 0.0f)
         for (int j = start + threadIdx.x; j <= t; j += blockDim.x) p[j] = softcap * tanhf(p[j] / softcap);
     float max_score = -INFINITY;
@@ -190,7 +185,7 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
     int b = (int)(row / T / n_heads);
     int row_first = row_start ? row_start[b] : 0;
     // A padding query (t < row_first) has no keys: every value below is 0 for it.
-    int start = t < row_first ? row_first : first_visible_key(row_first, t, window);
+    int start = t < row_first ? row_first : attention_first_key(row_first, t, window);
     const float *p = probs + row * T, *dp = dprobs + row * T;
     __nv_bfloat16 *ds = dscores16 + row * T;
     double dot = 0;

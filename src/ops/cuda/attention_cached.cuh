@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/attention_window.h"
 #include "ops/cuda/device_primitives.cuh"
 extern "C" {
 #include "ops/ops.h"
@@ -139,8 +140,8 @@ static __global__ void __launch_bounds__(THREADS)
     const int tid = (int)threadIdx.x;
     const int h = (int)blockIdx.x % n_heads, t = (int)blockIdx.x / n_heads % T, b = (int)blockIdx.x / n_heads / T;
     const int kv_head = h / (n_heads / n_kv_heads);
-    const int length = first_slot + t + 1, row_first = row_start ? row_start[b] : 0;
-    const int start = window > 0 && length - window > row_first ? length - window : row_first;
+    const int length = first_slot + t + 1;
+    const int start = attention_first_key(row_start ? row_start[b] : 0, length - 1, window);
     const long row_slots = (long)b * capacity;
     const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
     float largest = -INFINITY;

@@ -25,16 +25,13 @@
 #pragma once
 #include <math.h>
 
+#include "ops/attention_window.h"
 #include "ops/cuda/device_primitives.cuh"
 
 namespace attention_mma {
 
 enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
 
-// The first key query `row` sees: the row's first token, or its sliding window's first key.
-DEVICE_INLINE int first_key(int start, int row, int window) {
-    return window > 0 && row - window + 1 > start ? row - window + 1 : start;
-}
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 // A [64][HD] bf16 tile in shared memory: rows padded by 8 elements (16 bytes) so that the
@@ -190,7 +187,7 @@ __global__ void __launch_bounds__(THREADS)
     const float scale_log2 = scale * LOG2E;
 
     // The block's first row sees the earliest keys (a window's first key moves with its row).
-    const int kt_first = first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
+    const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     const bool any_keys = q_last >= start;
     if (any_keys) {
         tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
@@ -217,7 +214,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) {
                 int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
                 float x = s[n][e] * scale_log2;
-                s[n][e] = needs_mask && (key < first_key(start, row, window) || key > row) ? -INFINITY : x;
+                s[n][e] = needs_mask && (key < attention_first_key(start, row, window) || key > row) ? -INFINITY : x;
             }
         // Online softmax, row by row: the tile's maximum over the row's 4 lanes, the
         // rescaling of what was summed so far, then this tile's probabilities.
@@ -333,7 +330,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) {
                 int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_high;
                 float p = exp2f(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
-                if (needs_mask && (key < first_key(start, q, window) || key > q)) p = 0.0f;
+                if (needs_mask && (key < attention_first_key(start, q, window) || key > q)) p = 0.0f;
                 s[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - D_t[column]);
             }
@@ -370,7 +367,7 @@ __global__ void __launch_bounds__(THREADS)
     const float D_low = row_low < T ? D[(long)bh * T + row_low] : 0.0f;
     const float D_high = row_high < T ? D[(long)bh * T + row_high] : 0.0f;
 
-    const int kt_first = first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
+    const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     tile_load_async<HD>(Qs, Q + head, q0, T);
     tile_load_async<HD>(dOs, dO + head, q0, T);
     tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
@@ -395,7 +392,7 @@ __global__ void __launch_bounds__(THREADS)
             for (int e = 0; e < 4; e++) {
                 int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
                 float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
-                if (needs_mask && (key < first_key(start, row, window) || key > row)) p = 0.0f;
+                if (needs_mask && (key < attention_first_key(start, row, window) || key > row)) p = 0.0f;
                 dp[n][e] = p * (dp[n][e] - (e < 2 ? D_low : D_high)); // dS
             }
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
