@@ -167,19 +167,16 @@ int config_from_gguf(ModelConfig *cfg, const GgufFile *f, const char *path) {
         if (gguf_find(f, key) && gguf_get_f32(f, key, &final_cap) < 0) goto done;
         cfg->attn_logit_softcap = attn_cap, cfg->final_logit_softcap = final_cap;
         cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
-        int window = 4096;
-        if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
-        cfg->sliding_window = window > 0 ? window : 0;
-    }
-    if (cfg->family == FAMILY_LLAMA) { // a Mistral checkpoint's window (model_write_gguf), else none
-        int window = 0;
-        if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
-        cfg->sliding_window = window > 0 ? window : 0;
     }
     if (cfg->family == FAMILY_GEMMA3) {
         cfg->sliding_window_pattern = GGUF_GEMMA3_PATTERN, cfg->rope_local_theta = GGUF_GEMMA3_LOCAL_THETA;
         cfg->query_pre_attn_scalar = config_gguf_gemma_query_scalar(cfg);
-        int window = 4096;
+    }
+    // The sliding window: Gemma 2's and 3's (llama.cpp's default 4096 when the key is
+    // missing), or a Mistral checkpoint's under "llama" (model_write_gguf; none without it).
+    const bool gemma2_like = cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3;
+    if (gemma2_like || cfg->family == FAMILY_LLAMA) {
+        int window = gemma2_like ? 4096 : 0;
         if (get_optional_arch_int(f, arch, "attention.sliding_window", &window) < 0) goto done;
         cfg->sliding_window = window > 0 ? window : 0;
     }

@@ -659,18 +659,16 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
                                 (uint32_t)cfg->rope_original_max_positions);
         }
     }
-    if (cfg->family == FAMILY_GEMMA2) {
-        // llama.cpp's keys (a model without a window: the whole context is one).
+    if (cfg->family == FAMILY_GEMMA2) { // llama.cpp's keys
         gguf_writer_add_f32(w, ARCH_KEY("attn_logit_softcapping"), cfg->attn_logit_softcap);
         gguf_writer_add_f32(w, ARCH_KEY("final_logit_softcapping"), cfg->final_logit_softcap);
-        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"),
-                            (uint32_t)(cfg->sliding_window > 0 ? cfg->sliding_window : cfg->max_position_embeddings));
     }
-    // Mistral's window, under llama.cpp's "llama" (which reads no window: past it llama.cpp
-    // attends to the whole context, as it does for its own conversion of such a checkpoint).
-    if ((cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_LLAMA) && cfg->sliding_window > 0)
-        gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)cfg->sliding_window);
-    if (cfg->family == FAMILY_GEMMA3) // the rest (the pattern, the sliding layers' RoPE) llama.cpp fixes
+    // The sliding window: gemma2 and gemma3 always carry one (a model without: the whole
+    // context is one; the rest of Gemma 3's pattern llama.cpp fixes); Mistral's goes under
+    // "llama", which llama.cpp does not apply (past it llama.cpp attends to the whole
+    // context, as for its own conversion of such a checkpoint).
+    const bool gemma2_like = cfg->family == FAMILY_GEMMA2 || cfg->family == FAMILY_GEMMA3;
+    if (gemma2_like || ((cfg->family == FAMILY_MISTRAL || cfg->family == FAMILY_LLAMA) && cfg->sliding_window > 0))
         gguf_writer_add_u32(w, ARCH_KEY("attention.sliding_window"),
                             (uint32_t)(cfg->sliding_window > 0 ? cfg->sliding_window : cfg->max_position_embeddings));
 #undef ARCH_KEY
