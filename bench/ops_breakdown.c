@@ -122,10 +122,12 @@ int main(int argc, char **argv) {
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
-    TIME_OP("glu backward", L, 0, 28.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
+    TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
     TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
-    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (3.0 * I + 2.0 * C + 2 * qd + 2 * kvd),
-            (ops->fill_zero(z, N * I), ops->fill_zero(y, N * I), ops->fill_zero(x, N * I), ops->fill_zero(u, N * C),
+    // What a layer's backward zero-fills before adding into it (model/transformer.c): d_act,
+    // d_norm_out twice, d_att_out, dq, dk, dv.
+    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (I + 2.0 * C + 2 * qd + 2 * kvd),
+            (ops->fill_zero(x, N * I), ops->fill_zero(u, N * C), ops->fill_zero(u, N * C), ops->fill_zero(z, N * qd),
              ops->fill_zero(dq, N * qd), ops->fill_zero(dk, N * kvd), ops->fill_zero(dv, N * kvd)));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
@@ -140,7 +142,8 @@ int main(int argc, char **argv) {
     float *params = buffer(P), *grads = buffer(P), *m = buffer(P), *vv = buffer(P);
     TIME_OP("adamw", 1, 0, 28.0 * P,
             ops->adamw_update(params, grads, m, vv, P, 1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f));
-    TIME_OP("sum_squares (grad norm)", 2, 0, 4.0 * P, (void)ops->sum_squares(grads, P));
+    TIME_OP("sum_squares (grad norm)", 1, 0, 4.0 * P, (void)ops->sum_squares(grads, P));
+    TIME_OP("fill_zero (gradients)", 1, 0, 4.0 * P, ops->fill_zero(grads, P));
     printf("{\"modelled_step_ms\": %.2f, \"note\": \"sum of the ops above; compare bench/train_step step_ms\"}\n", total_ms);
     return 0;
 }

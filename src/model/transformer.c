@@ -880,12 +880,10 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N), la->act,
                     w->down_w, qz ? &qz->down : NULL, N, I, C);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
-    ops->fill_zero(a->d_up, N * I);
     ops->fill_zero(a->d_norm_out, N * C);
-    if (cfg->mlp == MLP_GELU) {
+    if (cfg->mlp == MLP_GELU) { // the activations' backward ops overwrite d_up and d_gate
         ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
     } else {
-        ops->fill_zero(a->d_gate, N * I);
         ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
                           cfg->mlp == MLP_GEGLU);
         model_linear_backward(model, a->d_norm_out, g->gate_w, NULL,

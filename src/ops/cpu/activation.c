@@ -34,7 +34,7 @@ void cpu_gelu_forward(float *out, const float *inp, long n) {
 
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
 #pragma omp parallel for simd schedule(static)
-    for (long i = 0; i < n; i++) dinp[i] += dout[i] * gelu_derivative(inp[i], gelu_tanh(inp[i]));
+    for (long i = 0; i < n; i++) dinp[i] = dout[i] * gelu_derivative(inp[i], gelu_tanh(inp[i]));
 }
 
 void cpu_glu_forward(float *out, const float *gate, const float *up, long n, bool use_gelu) {
@@ -53,8 +53,8 @@ void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *
 #pragma omp parallel for simd schedule(static)
         for (long i = 0; i < n; i++) {
             const float g = gate[i], t = gelu_tanh(g);
-            dgate[i] += dout[i] * up[i] * gelu_derivative(g, t);
-            dup[i] += dout[i] * (0.5f * g * (1.0f + t));
+            dgate[i] = dout[i] * up[i] * gelu_derivative(g, t);
+            dup[i] = dout[i] * (0.5f * g * (1.0f + t));
         }
         return;
     }
@@ -63,7 +63,7 @@ void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *
         float g = gate[i];
         float act = silu(g);
         float dact = silu_derivative(g);
-        dgate[i] += dout[i] * up[i] * dact;
-        dup[i] += dout[i] * act;
+        dgate[i] = dout[i] * up[i] * dact;
+        dup[i] = dout[i] * act;
     }
 }

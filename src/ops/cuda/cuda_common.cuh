@@ -142,6 +142,10 @@ const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
+// For a kernel about to rewrite the fp32 weights [weight, weight + n) that will write their
+// bf16 copy too: that cached copy (valid from then on), or NULL when none covers exactly
+// this range. Every other cached copy touching the range goes stale.
+__nv_bfloat16 *cuda_weight_cache_claim(const float *weight, long n);
 void cuda_weight_cache_release(const void *ptr, size_t bytes);
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,

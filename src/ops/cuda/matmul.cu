@@ -47,6 +47,16 @@ void cuda_weight_cache_release(const void *ptr, size_t bytes) {
     }
 }
 
+__nv_bfloat16 *cuda_weight_cache_claim(const float *weight, long n) {
+    cuda_weight_cache_mark_stale(weight, (size_t)n * sizeof(float));
+    for (CachedWeight &w : weight_cache)
+        if (w.fp32 == weight && w.n == n) {
+            w.valid = true; // once the caller's kernel, queued before any reader, has run
+            return w.bf16;
+        }
+    return NULL;
+}
+
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
     CachedWeight *entry = NULL;
     for (CachedWeight &w : weight_cache)
