@@ -79,17 +79,22 @@ DEVICE_INLINE void next_kv_tile(bf16 *Ks, bf16 *Vs, const bf16 *K, const bf16 *V
     }
 }
 
-// A fragment of the 16 x 16 block at m (row-major, ld elements per row).
+// A fragment of the 16 x 16 block at m (row-major, ld elements per row): one ldmatrix of
+// its four 8x8 quarters, in register order rows 0-7 | rows 8-15 of columns 0-7, then the
+// same of columns 8-15. Lane i gives row i % 16 of the columns (i / 16) * 8.
 DEVICE_INLINE void load_a(uint32_t a[4], const bf16 *m, int ld, int lane) {
-    const bf16 *p = m + (lane / 4) * ld + 2 * (lane % 4);
-    a[0] = load_u32(p), a[1] = load_u32(p + 8 * ld), a[2] = load_u32(p + 8), a[3] = load_u32(p + 8 * ld + 8);
+    ldmatrix_x4(a, m + (lane % 16) * ld + (lane / 16) * 8);
 }
 
-// B fragment of B[k][n] = m[n][k] for 8 rows n and 16 columns k of m: B = m^T, which is
-// how Q K^T reads K (rows are keys, columns the head dimension).
-DEVICE_INLINE void load_b_transposed(uint32_t b[2], const bf16 *m, int ld, int lane) {
-    const bf16 *p = m + (lane / 4) * ld + 2 * (lane % 4);
-    b[0] = load_u32(p), b[1] = load_u32(p + 8);
+// B fragments of B[k][n] = m[n][k] for 16 rows n (two blocks of 8: b[0] for rows [0, 8),
+// b[1] for rows [8, 16)) and 16 columns k of m: B = m^T, which is how Q K^T reads K (rows
+// are keys, columns the head dimension). One ldmatrix of four 8x8 matrices, in register
+// order: rows 0-7 at columns 0-7 and 8-15, then rows 8-15 at the same columns. Lane i
+// gives row (i / 16) * 8 + i % 8 of the columns ((i / 8) % 2) * 8.
+DEVICE_INLINE void load_b_transposed_pair(uint32_t b[2][2], const bf16 *m, int ld, int lane) {
+    uint32_t r[4];
+    ldmatrix_x4(r, m + ((lane / 16) * 8 + lane % 8) * ld + ((lane / 8) % 2) * 8);
+    b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
 // B fragments of B[k][n] = m[k][n] for 16 rows k and columns n in [0, 8) (b_low) and
@@ -128,10 +133,11 @@ template <int HD> DEVICE_INLINE void multiply_tile_by_tile_transposed(float (*ac
     for (int k = 0; k < HD / 16; k++) {
         uint32_t a[4];
         load_a(a, a_rows + k * 16, Tile<HD>::ld, lane);
-        for (int n = 0; n < COLUMNS / 8; n++) {
-            uint32_t b[2];
-            load_b_transposed(b, b_rows + n * 8 * Tile<HD>::ld + k * 16, Tile<HD>::ld, lane);
-            mma_bf16_16x8x16(acc[n], a, b);
+        for (int n = 0; n < COLUMNS / 8; n += 2) {
+            uint32_t b[2][2];
+            load_b_transposed_pair(b, b_rows + n * 8 * Tile<HD>::ld + k * 16, Tile<HD>::ld, lane);
+            mma_bf16_16x8x16(acc[n], a, b[0]);
+            mma_bf16_16x8x16(acc[n + 1], a, b[1]);
         }
     }
 }
@@ -203,10 +209,11 @@ __global__ void __launch_bounds__(THREADS)
         float s[COLUMNS / 8][4];
         for (int n = 0; n < COLUMNS / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         for (int k = 0; k < HD / 16; k++)
-            for (int n = 0; n < COLUMNS / 8; n++) {
-                uint32_t bk[2];
-                load_b_transposed(bk, Kt + n * 8 * L::ld + k * 16, L::ld, lane);
-                mma_bf16_16x8x16(s[n], qa[k], bk);
+            for (int n = 0; n < COLUMNS / 8; n += 2) { // two 8-key blocks per load
+                uint32_t bk[2][2];
+                load_b_transposed_pair(bk, Kt + n * 8 * L::ld + k * 16, L::ld, lane);
+                mma_bf16_16x8x16(s[n], qa[k], bk[0]);
+                mma_bf16_16x8x16(s[n + 1], qa[k], bk[1]);
             }
         const int key0 = kt * COLUMNS;
         const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;

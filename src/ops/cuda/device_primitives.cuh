@@ -60,6 +60,18 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Four 8x8 bf16 matrices from shared memory, as stored: lane i gives the address of row
+// i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j of lane l receives
+// {M_j[l/4][2(l%4)], M_j[l/4][2(l%4)+1]}. That is an A fragment's register when M_j is
+// one of its 8x8 quarters, and a B fragment's (of B = M^T) when the rows are B's columns.
+DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+    unsigned address = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address)
+                 : "memory");
+}
+
 // Four 8x8 bf16 matrices from shared memory, each transposed: lane i gives the address of
 // row i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j of lane l receives
 // {M_j[2(l%4)][l/4], M_j[2(l%4)+1][l/4]}.
