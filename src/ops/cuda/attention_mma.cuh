@@ -20,8 +20,11 @@
 //             S^T = K Q^T, dP^T = V dO^T, P^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //             dK += dS^T Q
 //   dQ        grid (query tiles, B*H):  S = Q K^T, dP = dO V^T, dS, dQ += dS K
-// with D_i = dO_i . O_i. dQ has its own kernel so that every gradient element is written
-// by one block in a fixed order: no atomics, bit-identical runs.
+// with D_i = dO_i . O_i. The A operands that are the same for every tile of the walk (the
+// forward's Q rows, dQ's Q and dO rows, dK/dV's K and V rows up to HD 64) are read once
+// into registers; the streamed tiles' operands come from shared memory by ldmatrix at each
+// use. dQ has its own kernel so that every gradient element is written by one block in a
+// fixed order: no atomics, bit-identical runs.
 #pragma once
 #include <math.h>
 
@@ -48,6 +51,12 @@ template <int HD> constexpr size_t backward_q_shared_bytes() { return 6 * Tile<H
 template <int HD> constexpr size_t backward_kv_shared_bytes() {                                // K, V, (Q, dO) x 2
     return 6 * Tile<HD>::bytes + 4 * ROWS * sizeof(float);                                     // + (lse, D) x 2
 }
+
+// Whether the dK/dV kernel keeps its warp's K and V rows (loop-invariant A operands) in
+// registers: 2 x HD/16 x 4 more per thread. At HD 128 they would join 2 x 64 dK/dV
+// accumulators and spill (ptxas -v), so there they are re-read from shared memory. The dQ
+// kernel keeps its Q and dO rows at every HD (254 registers at 128, no spills).
+template <int HD> constexpr bool KV_KERNEL_KEEPS_ROWS = HD <= 64;
 
 DEVICE_INLINE int imin(int a, int b) { return a < b ? a : b; }
 DEVICE_INLINE int imax(int a, int b) { return a > b ? a : b; }
@@ -127,12 +136,33 @@ template <int HD> DEVICE_INLINE void multiply_registers_by_tile(float (*acc)[4],
     }
 }
 
-// acc (16 x 64) = A (16 x HD, rows of a shared tile) B^T (B: 64 rows of another tile).
-template <int HD> DEVICE_INLINE void multiply_tile_by_tile_transposed(float (*acc)[4], const bf16 *a_rows, const bf16 *b_rows, int lane) {
+// A warp's 16 rows x HD of a shared tile as the A operand of a product that is repeated for
+// every tile of the other side (the backward kernels' K and V, or Q and dO, rows). With
+// registers to spare their HD/16 fragments are read once and kept (KEPT); otherwise each
+// use re-reads its fragment from the tile, which then has to stay in shared memory.
+template <int HD, bool KEPT> struct RowOperand {
+    uint32_t fragments[HD / 16][4];
+    DEVICE_METHOD void load(const bf16 *rows, int lane) {
+        for (int k = 0; k < HD / 16; k++) load_a(fragments[k], rows + k * 16, Tile<HD>::ld, lane);
+    }
+    DEVICE_METHOD void fragment(uint32_t a[4], int k, int lane) const {
+        a[0] = fragments[k][0], a[1] = fragments[k][1], a[2] = fragments[k][2], a[3] = fragments[k][3];
+    }
+};
+template <int HD> struct RowOperand<HD, false> {
+    const bf16 *rows;
+    DEVICE_METHOD void load(const bf16 *tile_rows, int lane) { rows = tile_rows; }
+    DEVICE_METHOD void fragment(uint32_t a[4], int k, int lane) const { load_a(a, rows + k * 16, Tile<HD>::ld, lane); }
+};
+
+// acc (16 x 64) = A (16 x HD, a row operand) B^T (B: 64 rows of a shared tile).
+template <int HD, bool KEPT>
+DEVICE_INLINE void multiply_rows_by_tile_transposed(float (*acc)[4], const RowOperand<HD, KEPT> &a_rows,
+                                                    const bf16 *b_rows, int lane) {
     for (int n = 0; n < COLUMNS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     for (int k = 0; k < HD / 16; k++) {
         uint32_t a[4];
-        load_a(a, a_rows + k * 16, Tile<HD>::ld, lane);
+        a_rows.fragment(a, k, lane);
         for (int n = 0; n < COLUMNS / 8; n += 2) {
             uint32_t b[2][2];
             load_b_transposed_pair(b, b_rows + n * 8 * Tile<HD>::ld + k * 16, Tile<HD>::ld, lane);
@@ -299,12 +329,19 @@ __global__ void __launch_bounds__(THREADS)
     const long kv_copy = ((long)b * H + kv_head * group) * T * HD;
     tile_load_async<HD>(Ks, K + kv_copy, k0, T);
     tile_load_async<HD>(Vs, V + kv_copy, k0, T);
+    cp_async_commit();
     // Queries k0.. see these keys; under a window only those up to W - 1 past the tile's last.
     const int q_end = window > 0 ? imin(T - 1, k0 + ROWS - 1 + window - 1) : T - 1;
     const int qt_first = imax(k0, start) / ROWS, qt_count = q_end / ROWS - qt_first + 1;
     const int steps = group * qt_count; // (head of the group, query tile) pairs
     load_query_tile<HD>(Qs, dOs, lse_s, D_s, Q, dO, lse, D, (long)b * H + kv_head * group, qt_first * ROWS, T);
     cp_async_commit();
+    // The warp's K and V rows are the A operands of S^T and dP^T for every query tile.
+    cp_async_wait<1>(); // K and V have arrived (the first query tile may still be loading)
+    __syncthreads();
+    RowOperand<HD, KV_KERNEL_KEEPS_ROWS<HD>> k_rows, v_rows;
+    k_rows.load(Ks + warp * 16 * L::ld, lane);
+    v_rows.load(Vs + warp * 16 * L::ld, lane);
 
     float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
     for (int n = 0; n < HD / 8; n++)
@@ -330,8 +367,8 @@ __global__ void __launch_bounds__(THREADS)
         const float *lse_t = lse_s + buffer * ROWS, *D_t = D_s + buffer * ROWS;
 
         float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S^T and dP^T: this warp's 16 keys x 64 queries
-        multiply_tile_by_tile_transposed<HD>(s, Ks + warp * 16 * L::ld, Qt, lane);
-        multiply_tile_by_tile_transposed<HD>(dp, Vs + warp * 16 * L::ld, dOt, lane);
+        multiply_rows_by_tile_transposed(s, k_rows, Qt, lane);
+        multiply_rows_by_tile_transposed(dp, v_rows, dOt, lane);
         const bool needs_mask = window > 0 || warp_first_key < start || warp_first_key + 15 > q0;
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
@@ -377,9 +414,16 @@ __global__ void __launch_bounds__(THREADS)
     const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     tile_load_async<HD>(Qs, Q + head, q0, T);
     tile_load_async<HD>(dOs, dO + head, q0, T);
+    cp_async_commit();
     tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
     tile_load_async<HD>(Vs, V + head, kt_first * COLUMNS, T);
     cp_async_commit();
+    // The warp's Q and dO rows are the A operands of S and dP for every key tile.
+    cp_async_wait<1>(); // Q and dO have arrived (the first key tile may still be loading)
+    __syncthreads();
+    RowOperand<HD, true> q_rows, do_rows;
+    q_rows.load(Qs + warp * 16 * L::ld, lane);
+    do_rows.load(dOs + warp * 16 * L::ld, lane);
 
     float dq_acc[HD / 8][4];
     for (int n = 0; n < HD / 8; n++) dq_acc[n][0] = dq_acc[n][1] = dq_acc[n][2] = dq_acc[n][3] = 0.0f;
@@ -391,8 +435,8 @@ __global__ void __launch_bounds__(THREADS)
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
 
         float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S and dP: this warp's 16 queries x 64 keys
-        multiply_tile_by_tile_transposed<HD>(s, Qs + warp * 16 * L::ld, Kt, lane);
-        multiply_tile_by_tile_transposed<HD>(dp, dOs + warp * 16 * L::ld, Vt, lane);
+        multiply_rows_by_tile_transposed(s, q_rows, Kt, lane);
+        multiply_rows_by_tile_transposed(dp, do_rows, Vt, lane);
         const int key0 = kt * COLUMNS;
         const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;
         for (int n = 0; n < COLUMNS / 8; n++)
