@@ -1,11 +1,12 @@
 // The mma.sync attention kernels (src/ops/cuda/attention_mma.cuh) run on the CPU through
 // src/ops/cuda/cpu_emulation.h, against the CPU backend's attention op: forward output,
 // log-sum-exps, and the three input gradients, on ragged rows (left padding), grouped K/V
-// heads, partial 64-row tiles and every supported head_dim. The same tolerances as the
-// GPU checks (tests/gpu/test_cuda.c): bf16 operands give relative errors near 2e-3, the
-// bound is 1e-2. This checks the kernels' indexing, masking, online softmax and tile
-// pipeline in CI; tests/gpu/run.sh checks the same kernels on a GPU. test_mma_attention_window
-// runs them with sliding windows (shorter than a tile, and across several tiles).
+// heads, partial tiles (the forward's 128-row query blocks, the backward's 64-row tiles)
+// and every supported head_dim. The same tolerances as the GPU checks
+// (tests/gpu/test_cuda.c): bf16 operands give relative errors near 2e-3, the bound is 1e-2.
+// This checks the kernels' indexing, masking, online softmax and tile pipeline in CI;
+// tests/gpu/run.sh checks the same kernels on a GPU. test_mma_attention_window runs them
+// with sliding windows (shorter than a tile, and across several tiles).
 #include <stdint.h>
 
 #include <vector>
@@ -41,7 +42,7 @@ static const float TOLERANCE = 1e-2f;
 
 template <int HD>
 static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
-    const int group = H / KV, tiles = (T + ROWS - 1) / ROWS;
+    const int group = H / KV, backward_tiles = (T + ROWS - 1) / ROWS;
     const long q_n = (long)B * T * H * HD, kv_n = (long)B * T * KV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     char label[96];
@@ -63,7 +64,8 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
     std::vector<bf16> V = head_major(v, B, T, H, group, HD), dO = head_major(dout, B, T, H, 1, HD);
     std::vector<float> out((size_t)q_n, NAN), lse((size_t)B * H * T, NAN);
     const int *rs = row_start.data();
-    emulation::launch({(unsigned)tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
+    const int forward_tiles = (T + FORWARD_ROWS<HD> - 1) / FORWARD_ROWS<HD>;
+    emulation::launch({(unsigned)forward_tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
         forward_kernel<HD>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale, window);
     });
     double error = relative_error(out.data(), out_ref.data(), q_n);
@@ -118,11 +120,11 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
                 D[((size_t)b * H + h) * T + t] = sum;
             }
     std::vector<float> dq = dq0, dk = dk0, dv = dv0;
-    emulation::launch({(unsigned)tiles, (unsigned)(B * KV), 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
+    emulation::launch({(unsigned)backward_tiles, (unsigned)(B * KV), 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
         backward_kv_kernel<HD>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
                                H, KV, T, scale, window);
     });
-    emulation::launch({(unsigned)tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
+    emulation::launch({(unsigned)backward_tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
         backward_q_kernel<HD>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, T,
                               scale, window);
     });
@@ -164,10 +166,26 @@ static void test_mma_attention_window(void) {
     check_case<16>(2, 70, 4, 2, {0, 9}, 2);
 }
 
+// The forward's 128-row query blocks (two 16-row m-tiles per warp, the block's two halves
+// of 64 rows; HD <= 64): partial blocks (T = 65, 70, 129, 130, 200), padding that fills a
+// block's first half (row_start 64, 66, 192) or a whole block (128, 192), so that one
+// m-tile of every warp, or both, see no key; windows shorter than a key tile and longer
+// than a query block.
+static void test_mma_attention_forward_blocks(void) {
+    check_case<64>(2, 70, 4, 2, {0, 66});
+    check_case<32>(3, 130, 4, 2, {0, 64, 128});
+    check_case<16>(2, 200, 4, 4, {0, 192});
+    check_case<64>(1, 65, 2, 1, {64}); // a block's only real row is its second half's first
+    check_case<32>(2, 129, 2, 1, {3, 79}, 5); // 79: an m-tile whose only real row is its last
+    check_case<16>(2, 200, 4, 2, {0, 70}, 130);
+    check_case<64>(2, 200, 2, 2, {1, 100}, 64);
+}
+
 int main(void) {
     RUN(test_mma_attention_window);
     RUN(test_mma_attention_small_heads);
     RUN(test_mma_attention_several_tiles);
     RUN(test_mma_attention_head_dim_128);
+    RUN(test_mma_attention_forward_blocks);
     TEST_EXIT();
 }

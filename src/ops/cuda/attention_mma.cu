@@ -13,7 +13,7 @@ static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, co
                         int B, int H, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
     CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-    dim3 grid((T + ROWS - 1) / ROWS, B * H);
+    dim3 grid((T + FORWARD_ROWS<HD> - 1) / FORWARD_ROWS<HD>, B * H); // query tiles, the longest rows first
     forward_kernel<HD><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, T, scale, window);
     CUDA_CHECK_LAUNCH();
 }

@@ -10,12 +10,17 @@
 // no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i, and
 // under a sliding window of W keys (window > 0) when also i - j < W.
 //
-// A block is 4 warps and owns 64 rows (queries, or keys for dK/dV); a warp owns 16 of
-// them and walks the other side 64 columns at a time, as 8 column blocks of the
-// m16n8k16 product. A product's fp32 accumulator layout is the A-operand layout of the
-// next product, which is what keeps P and dS in registers: the accumulators of column
-// blocks 2k and 2k+1 packed to bf16 are the A fragment of k-step k.
-//   forward   grid (query tiles, B*H):  S = Q K^T, online softmax (base 2), O += P V
+// A block is 4 warps. A warp owns rows in m-tiles of 16 (the M of the m16n8k16 product)
+// and walks the other side 64 columns at a time, as 8 column blocks of the product. In
+// the backward kernels a warp owns one m-tile and a block 64 rows (keys for dK/dV, queries
+// for dQ). In the forward a warp owns FORWARD_M_TILES m-tiles: two up to HD 64, so a
+// block owns 128 query rows and every K and V fragment read from shared memory feeds two
+// mma; one at HD 128 (registers), a block of 64 rows. M-tile m of the 4 warps is the
+// block's m-th 64 rows, and an m-tile that sees no key of a key tile (causal diagonal,
+// window, padding) skips that tile's products. A product's fp32 accumulator layout is the
+// A-operand layout of the next product, which is what keeps P and dS in registers: the
+// accumulators of column blocks 2k and 2k+1 packed to bf16 are the A fragment of k-step k.
+//   forward   grid (query blocks, B*H): S = Q K^T, online softmax (base 2), O += P V
 //   dK, dV    grid (key tiles, B*KV):   for each head of the group and each query tile:
 //             S^T = K Q^T, dP^T = V dO^T, P^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //             dK += dS^T Q
@@ -33,6 +38,8 @@
 
 namespace attention_mma {
 
+// ROWS: the rows of a shared tile and of a backward block; COLUMNS: a key (or query) tile's
+// columns walked per step.
 enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
 
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
@@ -51,6 +58,15 @@ template <int HD> constexpr size_t backward_q_shared_bytes() { return 6 * Tile<H
 template <int HD> constexpr size_t backward_kv_shared_bytes() {                                // K, V, (Q, dO) x 2
     return 6 * Tile<HD>::bytes + 4 * ROWS * sizeof(float);                                     // + (lse, D) x 2
 }
+
+// A forward warp's query rows are M_TILES m-tiles of 16 (the mma's M). Two let every K and
+// V fragment read from shared memory feed two mma, and halve the blocks that stream each
+// K/V tile. At HD 128 two would need 2 x 64 O accumulators, 2 x 32 Q fragment registers
+// and 2 x 32 scores per thread, more than a thread's 255 registers (ptxas -v: 540 bytes of
+// spill stores), so there it is one.
+template <int HD> constexpr int FORWARD_M_TILES = HD <= 64 ? 2 : 1;
+// Query rows per forward block: 128 (64 at HD 128).
+template <int HD> constexpr int FORWARD_ROWS = FORWARD_M_TILES<HD> * WARPS * 16;
 
 // Whether the dK/dV kernel keeps its warp's K and V rows (loop-invariant A operands) in
 // registers: 2 x HD/16 x 4 more per thread. At HD 128 they would join 2 x 64 dK/dV
@@ -188,38 +204,113 @@ DEVICE_INLINE void add_rows(float *matrix, long width, int column, int b, int T,
     }
 }
 
+// One key tile's step of the online softmax for one m-tile (16 query rows, this lane's
+// row_low and row_low + 8): masks the scores s (Q K^T of keys key0.., unscaled), turns them
+// into probabilities against the updated running maximum, and rescales what was summed
+// so far (row_sum, the O accumulators o) to that maximum.
+template <int HD>
+DEVICE_INLINE void online_softmax_step(float (*s)[4], float (*o)[4], float row_max[2], float row_sum[2], int key0,
+                                       int first_row, int row_low, int start, int window, float scale_log2, int t) {
+    const int row_high = row_low + 8;
+    const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > first_row;
+    for (int n = 0; n < COLUMNS / 8; n++)
+        for (int e = 0; e < 4; e++) {
+            int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
+            float x = s[n][e] * scale_log2;
+            s[n][e] = needs_mask && (key < attention_first_key(start, row, window) || key > row) ? -INFINITY : x;
+        }
+    // Row by row: the tile's maximum over the row's 4 lanes, the rescaling of what was
+    // summed so far, then this tile's probabilities.
+    for (int half = 0; half < 2; half++) {
+        float tile_max = -INFINITY;
+        for (int n = 0; n < COLUMNS / 8; n++) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float new_max = fmaxf(row_max[half], tile_max);
+        float alpha = 1.0f, sum = 0.0f;
+        if (new_max == -INFINITY) { // no visible key yet: nothing to add
+            for (int n = 0; n < COLUMNS / 8; n++) s[n][2 * half] = s[n][2 * half + 1] = 0.0f;
+        } else {
+            alpha = exp2f(row_max[half] - new_max); // 0 when row_max is -inf
+            for (int n = 0; n < COLUMNS / 8; n++)
+                for (int e = 2 * half; e < 2 * half + 2; e++) {
+                    s[n][e] = exp2f(s[n][e] - new_max);
+                    sum += s[n][e];
+                }
+        }
+        row_sum[half] = row_sum[half] * alpha + sum;
+        row_max[half] = new_max;
+        for (int n = 0; n < HD / 8; n++) o[n][2 * half] *= alpha, o[n][2 * half + 1] *= alpha;
+    }
+}
+
+// o[m] (16 x HD) += P[m] (16 x 64, registers) V (64 x HD, a shared tile) for the m-tiles m
+// that see the key tile: each V fragment pair read from shared memory feeds all of them.
+template <int HD, int M_TILES>
+DEVICE_INLINE void add_probabilities_times_values(float (*o)[HD / 8][4], const float (*p)[COLUMNS / 8][4],
+                                                  const bool sees[M_TILES], const bf16 *Vt, int lane) {
+    for (int k = 0; k < COLUMNS / 16; k++) {
+        uint32_t a[M_TILES][4];
+        for (int m = 0; m < M_TILES; m++) accumulators_as_a(a[m], p[m], k);
+        for (int n = 0; n < HD / 16; n++) {
+            uint32_t b_low[2], b_high[2];
+            load_b_pair(b_low, b_high, Vt + k * 16 * Tile<HD>::ld + n * 16, Tile<HD>::ld, lane);
+            for (int m = 0; m < M_TILES; m++)
+                if (sees[m]) {
+                    mma_bf16_16x8x16(o[m][2 * n], a[m], b_low);
+                    mma_bf16_16x8x16(o[m][2 * n + 1], a[m], b_high);
+                }
+        }
+    }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
     forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
                    int T, float scale, int window) {
     using L = Tile<HD>;
+    constexpr int M_TILES = FORWARD_M_TILES<HD>, BLOCK_ROWS = FORWARD_ROWS<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + 2 * L::elements; // two buffers each
 
-    const int tiles = (T + ROWS - 1) / ROWS;
+    const int tiles = (T + BLOCK_ROWS - 1) / BLOCK_ROWS;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int q0 = (tiles - 1 - (int)blockIdx.x) * ROWS; // the longest rows start first
+    const int q0 = (tiles - 1 - (int)blockIdx.x) * BLOCK_ROWS; // the longest rows start first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const int start = row_start ? row_start[b] : 0;
     const long head = (long)bh * T * HD;
-    const int q_last = imin(q0 + ROWS, T) - 1;
-    const int row_low = q0 + warp * 16 + lane / 4, row_high = row_low + 8; // this lane's rows
-    const int warp_first_row = q0 + warp * 16;
+    const int q_last = imin(q0 + BLOCK_ROWS, T) - 1;
+    // The warp's m-tile m is rows first_row[m] + [0, 16), this lane's row_low[m] and
+    // row_low[m] + 8. M-tile m of all 4 warps is the block's m-th 64 rows, so every warp
+    // has rows in each half: the key tiles that only one half sees (the causal diagonal,
+    // a window's start) leave each warp the same work.
+    int first_row[M_TILES], row_low[M_TILES];
+    for (int m = 0; m < M_TILES; m++) {
+        first_row[m] = q0 + m * WARPS * 16 + warp * 16;
+        row_low[m] = first_row[m] + lane / 4;
+    }
 
     // The warp's Q fragments stay in registers for the whole key loop.
-    uint32_t qa[HD / 16][4];
-    for (int k = 0; k < HD / 16; k++) {
-        const bf16 *low = Q + head + (long)imin(row_low, T - 1) * HD + k * 16 + 2 * t;
-        const bf16 *high = Q + head + (long)imin(row_high, T - 1) * HD + k * 16 + 2 * t;
-        qa[k][0] = row_low < T ? load_u32(low) : 0u;
-        qa[k][1] = row_high < T ? load_u32(high) : 0u;
-        qa[k][2] = row_low < T ? load_u32(low + 8) : 0u;
-        qa[k][3] = row_high < T ? load_u32(high + 8) : 0u;
+    uint32_t qa[M_TILES][HD / 16][4];
+    for (int m = 0; m < M_TILES; m++) {
+        const int low_row = row_low[m], high_row = row_low[m] + 8;
+        for (int k = 0; k < HD / 16; k++) {
+            const bf16 *low = Q + head + (long)imin(low_row, T - 1) * HD + k * 16 + 2 * t;
+            const bf16 *high = Q + head + (long)imin(high_row, T - 1) * HD + k * 16 + 2 * t;
+            qa[m][k][0] = low_row < T ? load_u32(low) : 0u;
+            qa[m][k][1] = high_row < T ? load_u32(high) : 0u;
+            qa[m][k][2] = low_row < T ? load_u32(low + 8) : 0u;
+            qa[m][k][3] = high_row < T ? load_u32(high + 8) : 0u;
+        }
     }
-    float o[HD / 8][4];
-    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY}; // base-2 units, the same in the row's 4 lanes
-    float row_sum[2] = {0.0f, 0.0f};           // this lane's share of the row's sum
+    float o[M_TILES][HD / 8][4];
+    float row_max[M_TILES][2]; // base-2 units, the same in the row's 4 lanes
+    float row_sum[M_TILES][2]; // this lane's share of the row's sum
+    for (int m = 0; m < M_TILES; m++) {
+        for (int n = 0; n < HD / 8; n++) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
+        row_max[m][0] = row_max[m][1] = -INFINITY;
+        row_sum[m][0] = row_sum[m][1] = 0.0f;
+    }
     const float scale_log2 = scale * LOG2E;
 
     // The block's first row sees the earliest keys (a window's first key moves with its row).
@@ -235,65 +326,56 @@ __global__ void __launch_bounds__(THREADS)
         next_kv_tile<HD>(Ks, Vs, K + head, V + head, kt, kt_last, buffer, T); // the next tile loads while this one is used
         __syncthreads();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
+        const int key0 = kt * COLUMNS;
 
-        float s[COLUMNS / 8][4];
-        for (int n = 0; n < COLUMNS / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        // Whether each m-tile sees any key of this tile (the same in all the warp's lanes):
+        // not when every key is past its last row or before its first row's window, nor
+        // when its rows are all padding or past T. Those m-tiles' products are skipped: with
+        // every score masked their softmax step would change nothing.
+        bool sees[M_TILES];
+        for (int m = 0; m < M_TILES; m++) {
+            const int last_row = imin(first_row[m] + 15, T - 1);
+            sees[m] = first_row[m] < T && last_row >= start && key0 <= last_row &&
+                      key0 + COLUMNS - 1 >= attention_first_key(start, first_row[m], window);
+        }
+
+        float s[M_TILES][COLUMNS / 8][4];
+        for (int m = 0; m < M_TILES; m++)
+            for (int n = 0; n < COLUMNS / 8; n++) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
         for (int k = 0; k < HD / 16; k++)
-            for (int n = 0; n < COLUMNS / 8; n += 2) { // two 8-key blocks per load
+            for (int n = 0; n < COLUMNS / 8; n += 2) { // two 8-key blocks per load, for every m-tile
                 uint32_t bk[2][2];
                 load_b_transposed_pair(bk, Kt + n * 8 * L::ld + k * 16, L::ld, lane);
-                mma_bf16_16x8x16(s[n], qa[k], bk[0]);
-                mma_bf16_16x8x16(s[n + 1], qa[k], bk[1]);
-            }
-        const int key0 = kt * COLUMNS;
-        const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;
-        for (int n = 0; n < COLUMNS / 8; n++)
-            for (int e = 0; e < 4; e++) {
-                int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
-                float x = s[n][e] * scale_log2;
-                s[n][e] = needs_mask && (key < attention_first_key(start, row, window) || key > row) ? -INFINITY : x;
-            }
-        // Online softmax, row by row: the tile's maximum over the row's 4 lanes, the
-        // rescaling of what was summed so far, then this tile's probabilities.
-        for (int half = 0; half < 2; half++) {
-            float tile_max = -INFINITY;
-            for (int n = 0; n < COLUMNS / 8; n++) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-            const float new_max = fmaxf(row_max[half], tile_max);
-            float alpha = 1.0f, sum = 0.0f;
-            if (new_max == -INFINITY) { // no visible key yet: nothing to add
-                for (int n = 0; n < COLUMNS / 8; n++) s[n][2 * half] = s[n][2 * half + 1] = 0.0f;
-            } else {
-                alpha = exp2f(row_max[half] - new_max); // 0 when row_max is -inf
-                for (int n = 0; n < COLUMNS / 8; n++)
-                    for (int e = 2 * half; e < 2 * half + 2; e++) {
-                        s[n][e] = exp2f(s[n][e] - new_max);
-                        sum += s[n][e];
+                for (int m = 0; m < M_TILES; m++)
+                    if (sees[m]) {
+                        mma_bf16_16x8x16(s[m][n], qa[m][k], bk[0]);
+                        mma_bf16_16x8x16(s[m][n + 1], qa[m][k], bk[1]);
                     }
             }
-            row_sum[half] = row_sum[half] * alpha + sum;
-            row_max[half] = new_max;
-            for (int n = 0; n < HD / 8; n++) o[n][2 * half] *= alpha, o[n][2 * half + 1] *= alpha;
-        }
-        multiply_registers_by_tile<HD>(o, s, Vt, lane);
+        UNROLL // else s[m] and o[m] go to local memory
+        for (int m = 0; m < M_TILES; m++)
+            if (sees[m])
+                online_softmax_step<HD>(s[m], o[m], row_max[m], row_sum[m], key0, first_row[m], row_low[m], start,
+                                        window, scale_log2, t);
+        add_probabilities_times_values<HD, M_TILES>(o, s, sees, Vt, lane);
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
 
-    for (int half = 0; half < 2; half++) {
-        float sum = row_sum[half];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = half ? row_high : row_low;
-        if (row >= T) continue;
-        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        float *dst = out + ((long)b * T + row) * H * HD + h * HD + 2 * t;
-        for (int n = 0; n < HD / 8; n++) {
-            dst[n * 8] = o[n][2 * half] * inverse;
-            dst[n * 8 + 1] = o[n][2 * half + 1] * inverse;
+    for (int m = 0; m < M_TILES; m++)
+        for (int half = 0; half < 2; half++) {
+            float sum = row_sum[m][half];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int row = row_low[m] + 8 * half;
+            if (row >= T) continue;
+            const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+            float *dst = out + ((long)b * T + row) * H * HD + h * HD + 2 * t;
+            for (int n = 0; n < HD / 8; n++) {
+                dst[n * 8] = o[m][n][2 * half] * inverse;
+                dst[n * 8 + 1] = o[m][n][2 * half + 1] * inverse;
+            }
+            if (t == 0) lse[(long)bh * T + row] = sum > 0.0f ? (row_max[m][half] + log2f(sum)) * LN2 : INFINITY;
         }
-        if (t == 0) lse[(long)bh * T + row] = sum > 0.0f ? (row_max[half] + log2f(sum)) * LN2 : INFINITY;
-    }
 }
 
 // Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows (async) and their

@@ -29,6 +29,10 @@ typedef __nv_bfloat16 bf16;
 #define DEVICE_METHOD __device__ __forceinline__
 // For the small index helpers that both a kernel and its launcher call.
 #define HOST_DEVICE_INLINE __host__ __device__ __forceinline__
+// Unrolls the loop that follows all the way (a compile-time trip count), for a loop whose
+// body nvcc would not unroll by itself: a register array indexed by a counter that stays a
+// variable is put in local memory.
+#define UNROLL _Pragma("unroll")
 // The block's dynamic shared memory as bytes.
 #define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 
