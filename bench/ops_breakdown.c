@@ -5,7 +5,7 @@
 // the bf16 weight conversion after each optimizer step, the logits copy).
 //
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
-//                                  [--device cpu|cuda] [--attention wmma|mma|unfused] [--reps 5]
+//                                  [--device cpu|cuda] [--attention mma|mma-plain|wmma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
 // or "tflops"}) and a last line with the modelled total.
 #include <stdio.h>
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
 #ifdef MARLHF_CUDA
-    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: wmma, mma or unfused");
+    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: mma, mma-plain, wmma or unfused");
 #endif
     ModelConfig cfg = bench_shape(name);
     CHECK(cfg.family != FAMILY_GPT2, "the breakdown models gated (Llama-family) layers only");

@@ -40,13 +40,14 @@ static std::vector<bf16> head_major(const std::vector<float> &in, int B, int T, 
 
 static const float TOLERANCE = 1e-2f;
 
-template <int HD>
-static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
+template <int HD, Variant VARIANT>
+static void check_variant(int B, int T, int H, int KV, const std::vector<int> &row_start, int window) {
     const int group = H / KV, backward_tiles = (T + ROWS - 1) / ROWS;
     const long q_n = (long)B * T * H * HD, kv_n = (long)B * T * KV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
-    char label[96];
-    snprintf(label, sizeof label, "B%d T%d H%d/%d hd%d window %d", B, T, H, KV, HD, window);
+    char label[112];
+    snprintf(label, sizeof label, "%s B%d T%d H%d/%d hd%d window %d", VARIANT == TUNED ? "tuned" : "plain", B, T, H, KV,
+             HD, window);
     std::vector<float> q = random_floats(q_n, 2.0f), k = random_floats(kv_n, 2.0f), v = random_floats(kv_n, 1.0f);
     std::vector<float> dout = random_floats(q_n, 1.0f);
 
@@ -64,9 +65,9 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
     std::vector<bf16> V = head_major(v, B, T, H, group, HD), dO = head_major(dout, B, T, H, 1, HD);
     std::vector<float> out((size_t)q_n, NAN), lse((size_t)B * H * T, NAN);
     const int *rs = row_start.data();
-    const int forward_tiles = (T + FORWARD_ROWS<HD> - 1) / FORWARD_ROWS<HD>;
+    const int forward_tiles = (T + FORWARD_ROWS<HD, VARIANT> - 1) / FORWARD_ROWS<HD, VARIANT>;
     emulation::launch({(unsigned)forward_tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
-        forward_kernel<HD>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale, window);
+        forward_kernel<HD, VARIANT>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale, window);
     });
     double error = relative_error(out.data(), out_ref.data(), q_n);
     printf("# %-22s out %.3e\n", label, error);
@@ -121,11 +122,11 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
             }
     std::vector<float> dq = dq0, dk = dk0, dv = dv0;
     emulation::launch({(unsigned)backward_tiles, (unsigned)(B * KV), 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
-        backward_kv_kernel<HD>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
+        backward_kv_kernel<HD, VARIANT>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
                                H, KV, T, scale, window);
     });
     emulation::launch({(unsigned)backward_tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
-        backward_q_kernel<HD>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, T,
+        backward_q_kernel<HD, VARIANT>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, T,
                               scale, window);
     });
     struct Gradient {
@@ -138,6 +139,13 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
         printf("# %-22s %s %.3e\n", label, g.name, error);
         EXPECT(error <= TOLERANCE, "%s: %s error %.3e", label, g.name, error);
     }
+}
+
+// Both variants of the kernels (attention_mma.cuh) on the same case.
+template <int HD>
+static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
+    check_variant<HD, TUNED>(B, T, H, KV, row_start, window);
+    check_variant<HD, PLAIN>(B, T, H, KV, row_start, window);
 }
 
 static void test_mma_attention_small_heads(void) {

@@ -35,12 +35,16 @@
 #include "ops/cuda/attention_cached.cuh"
 #include "ops/cuda/attention_fused.cuh"
 
-enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA };
-static const char *const kernel_names[] = {"unfused", "wmma", "mma"};
+// "mma-plain" is the mma kernels' PLAIN variant (attention_mma.cuh), kept selectable so that
+// a GPU run measures it beside the TUNED one that "mma" runs.
+enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA, KERNELS_MMA_PLAIN, KERNELS_COUNT };
+static const char *const kernel_names[] = {"unfused", "wmma", "mma", "mma-plain"};
 static AttentionKernels selected = KERNELS_MMA;
 
+static bool mma_selected(void) { return selected == KERNELS_MMA || selected == KERNELS_MMA_PLAIN; }
+
 extern "C" bool ops_cuda_select_attention(const char *kernels) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < KERNELS_COUNT; i++)
         if (!strcmp(kernels, kernel_names[i])) {
             selected = (AttentionKernels)i;
             return true;
@@ -55,8 +59,8 @@ static bool use_fused(int head_dim, float softcap, int window, int T) {
     if (selected == KERNELS_UNFUSED || softcap > 0.0f || (selected == KERNELS_WMMA && window > 0 && window < T) ||
         !cuda_fused_attention_supports(head_dim))
         return false;
-    const size_t shared = selected == KERNELS_MMA ? cuda_mma_attention_shared_bytes(head_dim)
-                                                  : cuda_wmma_attention_shared_bytes(head_dim);
+    const size_t shared = mma_selected() ? cuda_mma_attention_shared_bytes(head_dim)
+                                         : cuda_wmma_attention_shared_bytes(head_dim);
     return shared <= cuda_shared_memory_per_block();
 }
 
@@ -247,8 +251,9 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     if (use_fused(hd, softcap, window, T)) {
-        if (selected == KERNELS_MMA)
-            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd, window);
+        if (mma_selected())
+            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd, window,
+                                       selected == KERNELS_MMA_PLAIN);
         else
             cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         return;
@@ -281,9 +286,9 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
     if (use_fused(hd, softcap, window, T)) {
-        if (selected == KERNELS_MMA)
+        if (mma_selected())
             cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd,
-                                        window);
+                                        window, selected == KERNELS_MMA_PLAIN);
         else
             cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
                                           n_kv_heads, T, hd);

@@ -13,7 +13,7 @@
 // A block is 4 warps. A warp owns rows in m-tiles of 16 (the M of the m16n8k16 product)
 // and walks the other side 64 columns at a time, as 8 column blocks of the product. In
 // the backward kernels a warp owns one m-tile and a block 64 rows (keys for dK/dV, queries
-// for dQ). In the forward a warp owns FORWARD_M_TILES m-tiles: two up to HD 64, so a
+// for dQ). In the forward a warp owns FORWARD_M_TILES m-tiles: two up to HD 64 (TUNED), so a
 // block owns 128 query rows and every K and V fragment read from shared memory feeds two
 // mma; one at HD 128 (registers), a block of 64 rows. M-tile m of the 4 warps is the
 // block's m-th 64 rows, and an m-tile that sees no key of a key tile (causal diagonal,
@@ -59,20 +59,34 @@ template <int HD> constexpr size_t backward_kv_shared_bytes() {                 
     return 6 * Tile<HD>::bytes + 4 * ROWS * sizeof(float);                                     // + (lse, D) x 2
 }
 
+// Two variants of every kernel, a template parameter, built side by side so that one GPU
+// run measures both (attention.cu: "mma" is TUNED, "mma-plain" PLAIN). They spend
+// registers differently, and more registers per thread means fewer blocks per SM (ptxas,
+// HD 64 with CUDA 13: forward 234 registers (TUNED), 2 blocks of 128 threads per SM, against
+// 143 (PLAIN), 3 blocks; dK/dV 234 against 192; dQ 197 against 166), which only the GPU can
+// weigh. Both give the same results up to the tensor cores' summation order.
+//   TUNED  the forward's warp owns two m-tiles up to HD 64; the backward kernels keep their
+//          loop-invariant A operands in registers (dK/dV up to HD 64, dQ at every HD)
+//   PLAIN  one m-tile per forward warp; the backward's A operands re-read from shared
+//          memory at each use (the kernels as measured on the H200 on 2026-12-04, with
+//          ldmatrix loads)
+enum Variant { TUNED, PLAIN };
+
 // A forward warp's query rows are M_TILES m-tiles of 16 (the mma's M). Two let every K and
 // V fragment read from shared memory feed two mma, and halve the blocks that stream each
 // K/V tile. At HD 128 two would need 2 x 64 O accumulators, 2 x 32 Q fragment registers
 // and 2 x 32 scores per thread, more than a thread's 255 registers (ptxas -v: 540 bytes of
 // spill stores), so there it is one.
-template <int HD> constexpr int FORWARD_M_TILES = HD <= 64 ? 2 : 1;
-// Query rows per forward block: 128 (64 at HD 128).
-template <int HD> constexpr int FORWARD_ROWS = FORWARD_M_TILES<HD> * WARPS * 16;
+template <int HD, Variant V> constexpr int FORWARD_M_TILES = V == TUNED && HD <= 64 ? 2 : 1;
+// Query rows per forward block: 128 (64 at HD 128, or PLAIN).
+template <int HD, Variant V> constexpr int FORWARD_ROWS = FORWARD_M_TILES<HD, V> * WARPS * 16;
 
 // Whether the dK/dV kernel keeps its warp's K and V rows (loop-invariant A operands) in
 // registers: 2 x HD/16 x 4 more per thread. At HD 128 they would join 2 x 64 dK/dV
 // accumulators and spill (ptxas -v), so there they are re-read from shared memory. The dQ
 // kernel keeps its Q and dO rows at every HD (254 registers at 128, no spills).
-template <int HD> constexpr bool KV_KERNEL_KEEPS_ROWS = HD <= 64;
+template <int HD, Variant V> constexpr bool KV_KERNEL_KEEPS_ROWS = V == TUNED && HD <= 64;
+template <Variant V> constexpr bool Q_KERNEL_KEEPS_ROWS = V == TUNED;
 
 DEVICE_INLINE int imin(int a, int b) { return a < b ? a : b; }
 DEVICE_INLINE int imax(int a, int b) { return a > b ? a : b; }
@@ -264,12 +278,12 @@ DEVICE_INLINE void add_probabilities_times_values(float (*o)[HD / 8][4], const f
     }
 }
 
-template <int HD>
+template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
                    int T, float scale, int window) {
     using L = Tile<HD>;
-    constexpr int M_TILES = FORWARD_M_TILES<HD>, BLOCK_ROWS = FORWARD_ROWS<HD>;
+    constexpr int M_TILES = FORWARD_M_TILES<HD, VARIANT>, BLOCK_ROWS = FORWARD_ROWS<HD, VARIANT>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + 2 * L::elements; // two buffers each
 
@@ -392,7 +406,7 @@ DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s
     }
 }
 
-template <int HD>
+template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
                        const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
@@ -421,7 +435,7 @@ __global__ void __launch_bounds__(THREADS)
     // The warp's K and V rows are the A operands of S^T and dP^T for every query tile.
     cp_async_wait<1>(); // K and V have arrived (the first query tile may still be loading)
     __syncthreads();
-    RowOperand<HD, KV_KERNEL_KEEPS_ROWS<HD>> k_rows, v_rows;
+    RowOperand<HD, KV_KERNEL_KEEPS_ROWS<HD, VARIANT>> k_rows, v_rows;
     k_rows.load(Ks + warp * 16 * L::ld, lane);
     v_rows.load(Vs + warp * 16 * L::ld, lane);
 
@@ -469,7 +483,7 @@ __global__ void __launch_bounds__(THREADS)
     add_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
 }
 
-template <int HD>
+template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
                       const float *D, const int *row_start, int H, int T, float scale, int window) {
@@ -503,7 +517,7 @@ __global__ void __launch_bounds__(THREADS)
     // The warp's Q and dO rows are the A operands of S and dP for every key tile.
     cp_async_wait<1>(); // Q and dO have arrived (the first key tile may still be loading)
     __syncthreads();
-    RowOperand<HD, true> q_rows, do_rows;
+    RowOperand<HD, Q_KERNEL_KEEPS_ROWS<VARIANT>> q_rows, do_rows;
     q_rows.load(Qs + warp * 16 * L::ld, lane);
     do_rows.load(dOs + warp * 16 * L::ld, lane);
 

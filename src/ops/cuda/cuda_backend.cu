@@ -212,7 +212,7 @@ extern "C" int ops_cuda_open(void) {
     if (device_open) return 0;
     const char *attention = getenv("MARLHF_CUDA_ATTENTION");
     if (attention && !ops_cuda_select_attention(attention))
-        return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected wmma, mma or unfused (environment)", attention);
+        return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected mma, mma-plain, wmma or unfused (environment)", attention);
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)
