@@ -24,8 +24,9 @@
 #      Q4_K_M and Q5_K_M weights, and after a 1024-token prompt on float32, half and Q8_0
 #      KV caches; no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
-#      steps op by op (bench/ops_breakdown.c), with each attention implementation (mma,
-#      the default; wmma; unfused).
+#      steps op by op (bench/ops_breakdown.c), with the mma attention kernels (the default),
+#      their PLAIN variant (mma-plain) and wmma. The training step also runs on mma-plain,
+#      wmma and unfused.
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR] [--time-limit SECONDS]
 #   --quick-bench: only the fused-attention steps beside PyTorch, and the 1B breakdowns.
@@ -235,9 +236,12 @@ if [ "$bench" = 1 ]; then
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}
         bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10
-        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 --attention wmma
-        [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
-            --steps 10 --attention unfused
+        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
+            --attention mma-plain
+        for attention in wmma unfused; do
+            [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
+                --steps 10 --attention $attention
+        done
         bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 \
             --warmup 3 --device cuda
     done
@@ -255,8 +259,8 @@ if [ "$bench" = 1 ]; then
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
     stage "op-by-op breakdown"
-    shapes="smollm2-135m llama-1b" attentions="mma wmma unfused"
-    [ "$quick" = 1 ] && shapes=llama-1b attentions="mma wmma"
+    shapes="smollm2-135m llama-1b" attentions="mma mma-plain wmma"
+    [ "$quick" = 1 ] && shapes=llama-1b attentions="mma mma-plain"
     for shape in $shapes; do
         for attention in $attentions; do
             bench_run 120 "$logs/ops_breakdown.jsonl" "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 \
@@ -286,9 +290,10 @@ parts = []
 for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
     u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-wmma", model=ours)
+    p = find("marlhf-cuda-mma-plain", model=ours)
     mfu = lambda r: f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
     parts.append(f"{ours} step {rate(m, 'tokens_per_s')} tok/s MFU {mfu(m)} "
-                 f"(wmma attention {rate(a, 'tokens_per_s')} tok/s MFU {mfu(a)}, unfused {rate(u, 'tokens_per_s')}) "
+                 f"(mma-plain {rate(p, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}) "
                  f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)
