@@ -92,21 +92,24 @@ int main(int argc, char **argv) {
     float *saved = buffer(ops->attention_saved_size(B, T, H, hd, 0.0f, 0));
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
-    // One layer's linear layers, forward and backward (dinp + dweight).
-    struct { const char *name; int in, out; } linear[] = {
-        {"matmul q", C, qd}, {"matmul k", C, kvd}, {"matmul v", C, kvd}, {"matmul o", qd, C},
-        {"matmul gate", C, I}, {"matmul up", C, I}, {"matmul down", I, C}};
+    // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
+    // each input gradient overwrites it, the others add (model/transformer.c).
+    struct { const char *name; int in, out; DinpMode dinp; } linear[] = {
+        {"matmul q", C, qd, DINP_OVERWRITE}, {"matmul k", C, kvd, DINP_ADD}, {"matmul v", C, kvd, DINP_ADD},
+        {"matmul o", qd, C, DINP_OVERWRITE}, {"matmul gate", C, I, DINP_OVERWRITE}, {"matmul up", C, I, DINP_ADD},
+        {"matmul down", I, C, DINP_OVERWRITE}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         double flops = 2.0 * N * linear[i].in * linear[i].out;
         snprintf(label, sizeof label, "%s forward", linear[i].name);
         TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
         snprintf(label, sizeof label, "%s backward", linear[i].name);
-        TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out));
+        TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
+                                                               linear[i].dinp));
     }
     double lm_flops = 2.0 * N * C * V;
     TIME_OP("matmul lm_head forward", 1, lm_flops, 0, ops->matmul_forward(x, y, w2, NULL, (int)N, C, V));
-    TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V));
+    TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V, DINP_ADD));
 
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
     TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
@@ -124,11 +127,10 @@ int main(int argc, char **argv) {
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
     TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
     TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
-    // What a layer's backward zero-fills before adding into it (model/transformer.c): d_act,
-    // d_norm_out twice, d_att_out, dq, dk, dv.
-    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (I + 2.0 * C + 2 * qd + 2 * kvd),
-            (ops->fill_zero(x, N * I), ops->fill_zero(u, N * C), ops->fill_zero(u, N * C), ops->fill_zero(z, N * qd),
-             ops->fill_zero(dq, N * qd), ops->fill_zero(dk, N * kvd), ops->fill_zero(dv, N * kvd)));
+    // What a layer's backward zero-fills before adding into it (model/transformer.c): dq, dk,
+    // dv (the attention backward adds).
+    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (qd + 2 * kvd),
+            (ops->fill_zero(dq, N * qd), ops->fill_zero(dk, N * kvd), ops->fill_zero(dv, N * kvd)));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
             ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));

@@ -80,8 +80,14 @@ static void test_matmul(void) {
     c.out = xcalloc(c.N * c.OC, sizeof(float));
     c.R = random_floats(c.N * c.OC, -1, 1);
     float *dinp = xcalloc(c.N * c.IC, 4), *dw = xcalloc(c.OC * c.IC, 4), *db = xcalloc(c.OC, 4);
-    ops_cpu.matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC);
+    ops_cpu.matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC, DINP_ADD);
     check_gradient("matmul dinp", matmul_loss, &c, c.inp, c.N * c.IC, dinp, 100);
+    // DINP_OVERWRITE: the same input gradient written over garbage (NaN, which a read shows).
+    float *overwritten = xmalloc((size_t)c.N * c.IC * 4);
+    for (int i = 0; i < c.N * c.IC; i++) overwritten[i] = NAN;
+    ops_cpu.matmul_backward(overwritten, NULL, NULL, c.R, c.inp, c.w, c.N, c.IC, c.OC, DINP_OVERWRITE);
+    check_gradient("matmul dinp (overwritten)", matmul_loss, &c, c.inp, c.N * c.IC, overwritten, 100);
+    free(overwritten);
     check_gradient("matmul dweight", matmul_loss, &c, c.w, c.OC * c.IC, dw, 100);
     check_gradient("matmul dbias", matmul_loss, &c, c.b, c.OC, db, 100);
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
@@ -188,7 +194,7 @@ static void test_matmul_quantized(void) {
             float *dinp = random_floats((long)N * IC, -1, 1), *want = xmalloc((size_t)N * IC * sizeof(float));
             memcpy(want, dinp, (size_t)N * IC * sizeof(float));
             ops_cpu.matmul_backward_input_q8(dinp, dout, &m, N, IC, OC);
-            ops_cpu.matmul_backward(want, NULL, NULL, dout, inp, w, N, IC, OC);
+            ops_cpu.matmul_backward(want, NULL, NULL, dout, inp, w, N, IC, OC, DINP_ADD);
             double worst = 0;
             for (int i = 0; i < N; i++)
                 for (int c = 0; c < IC; c++) {

@@ -704,10 +704,9 @@ void lora_dora_norms(Model *model, int l) {
         long in, out;
         target_shape(cfg, (LoraTarget)t, &in, &out);
         // delta[out, in] = B[out, rank] . A[rank, in]: matmul_backward's input gradient
-        // (dinp += dout . weight) with B as dout and A as the weight.
-        ops->fill_zero(delta, out * in);
+        // (dinp = dout . weight) with B as dout and A as the weight.
         ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
-                             module_rank(model, l, (LoraTarget)t));
+                             module_rank(model, l, (LoraTarget)t), DINP_OVERWRITE);
         // QDoRA: W dequantized into its own scratch first (the float32 weight is gone).
         const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
         const float *weight = base_weight(w, (LoraTarget)t);
@@ -798,12 +797,12 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     const bool dora = w->lora_m[target] != NULL;
     const float *d_lora = dora ? model->acts.dora_scratch : dout; // DoRA: s * dout (lora_dora_dout)
     // hidden = scale * A x and out += B hidden, so dB += dout^T hidden, d(A x) = scale * dout B.
-    ops->fill_zero(d_hidden, N * rank);
     ops->matmul_backward(d_hidden, g->lora_b[target], NULL, d_lora, hidden, w->lora_b[target], (int)N, rank,
-                         (int)out_features);
+                         (int)out_features, DINP_OVERWRITE);
     ops->scale(d_hidden, module_scale(model, layer, target), N * rank);
     if (!dropout_applies(model)) {
-        ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank);
+        ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank,
+                             DINP_ADD);
         return;
     }
     // With dropout A saw the dropped input: regenerate it (later adapters reused the buffer),
@@ -812,15 +811,14 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     const float p = (float)model->lora.dropout;
     float *dropped = model->acts.lora_dropped, *d_dropped = model->acts.d_lora_dropped;
     ops->dropout_forward(dropped, inp, N * in, p, model->lora_dropout.seed, stream);
-    ops->fill_zero(d_dropped, N * in);
     ops->matmul_backward(d_dropped, g->lora_a[target], NULL, d_hidden, dropped, w->lora_a[target], (int)N, (int)in,
-                         rank);
+                         rank, DINP_OVERWRITE);
     if (dora) { // the (s - 1) W dropout(x) term: d(dropped x) += W^T ((s - 1) dout)
         ops->dora_backward(NULL, model->acts.dora_scratch, dout, NULL, w->lora_m[target],
                            model->dora_norms + dora_norm_offset(model, layer, target), -1.0f, (int)N,
                            (int)out_features);
         model_linear_backward(model, d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target),
-                              base_quantized(model, layer, target), N, (int)in, (int)out_features);
+                              base_quantized(model, layer, target), N, (int)in, (int)out_features, DINP_ADD);
     }
     ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }

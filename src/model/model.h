@@ -235,7 +235,8 @@ void model_release_activations(Model *model);
 void model_linear_forward(const Model *model, float *out, const float *inp, const float *weight,
                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows);
 void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC, int OC);
+                           const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC, int OC,
+                           DinpMode dinp_mode);
 
 // Forward through the body and the final norm. Saves what backward needs when the model
 // has gradients enabled.

@@ -381,12 +381,14 @@ void model_linear_forward(const Model *model, float *out, const float *inp, cons
 // input gradient flows, through its dequantized values.
 void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC,
-                           int OC) {
+                           int OC, DinpMode dinp_mode) {
     if (quantized && quantized->values) {
         CHECK(!dweight && !dbias, "a quantized weight is frozen: it has no gradient");
-        if (dinp) model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, IC, OC);
+        if (!dinp) return;
+        if (dinp_mode == DINP_OVERWRITE) model->ops->fill_zero(dinp, N * IC); // the quantized op adds
+        model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, IC, OC);
     } else {
-        model->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, (int)N, IC, OC);
+        model->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, (int)N, IC, OC, dinp_mode);
     }
 }
 
@@ -875,26 +877,27 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                       la->post_mlp_norm_rstd, N);
         d_mlp_out = a->d_branch;
     }
-    ops->fill_zero(a->d_act, N * I);
+    // The first writer of each fresh gradient buffer overwrites it (DINP_OVERWRITE, and the
+    // activations' backward ops): no zero-fills. The later ones add.
     model_linear_backward(model, a->d_act, g->down_w, g->down_b,
                     lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N), la->act,
-                    w->down_w, qz ? &qz->down : NULL, N, I, C);
+                    w->down_w, qz ? &qz->down : NULL, N, I, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
-    ops->fill_zero(a->d_norm_out, N * C);
-    if (cfg->mlp == MLP_GELU) { // the activations' backward ops overwrite d_up and d_gate
+    const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
+    if (!gated) {
         ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
     } else {
         ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
                           cfg->mlp == MLP_GEGLU);
         model_linear_backward(model, a->d_norm_out, g->gate_w, NULL,
                         lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N), la->mlp_norm_out,
-                        w->gate_w, qz ? &qz->gate : NULL, N, C, I);
+                        w->gate_w, qz ? &qz->gate : NULL, N, C, I, DINP_OVERWRITE);
         lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
                       la->lora_hidden[LORA_GATE], N);
     }
     model_linear_backward(model, a->d_norm_out, g->up_w, g->up_b,
                     lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out,
-                    w->up_w, qz ? &qz->up : NULL, N, C, I);
+                    w->up_w, qz ? &qz->up : NULL, N, C, I, gated ? DINP_ADD : DINP_OVERWRITE);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     // d_resid already carries the residual path into x_mid; add the norm's branch.
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
@@ -908,10 +911,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                       NULL, la->post_attn_norm_rstd, N);
         d_attn_out = a->d_branch;
     }
-    ops->fill_zero(a->d_att_out, N * q_dim);
     model_linear_backward(model, a->d_att_out, g->o_w, g->o_b,
                     lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
-                    w->o_w, qz ? &qz->o : NULL, N, q_dim, C);
+                    w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
     ops->fill_zero(a->dq, N * q_dim);
     ops->fill_zero(a->dk, N * kv_dim);
@@ -935,18 +937,17 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                               (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
         dq = a->dq_raw, dk = a->dk_raw;
     }
-    ops->fill_zero(a->d_norm_out, N * C);
     model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
                     lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
-                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim);
+                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim, DINP_OVERWRITE);
     lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
     model_linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
                     lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
-                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim);
+                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim, DINP_ADD);
     lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
     model_linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
                     lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
-                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim);
+                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, DINP_ADD);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
                   w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
@@ -989,13 +990,12 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
                                                     : model->gradients.tok_emb;
         if (!a->head_compact) {
             model_linear_backward(model, a->d_hidden, d_lm_head, NULL, a->logits, a->final_out, lm_head_weight(model),
-                            lm_head_quantized(model), N, (int)C, cfg->vocab_size);
+                            lm_head_quantized(model), N, (int)C, cfg->vocab_size, DINP_ADD);
         } else {
             // d_norm_out is free until the layers' backward: the gathered rows' gradient,
             // then scattered to their slots (the others stay 0).
-            ops->fill_zero(a->d_norm_out, M * C);
             model_linear_backward(model, a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden, lm_head_weight(model),
-                            lm_head_quantized(model), M, (int)C, cfg->vocab_size);
+                            lm_head_quantized(model), M, (int)C, cfg->vocab_size, DINP_OVERWRITE);
             move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
     }

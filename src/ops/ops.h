@@ -50,6 +50,11 @@
 //    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
 #define Q8_BLOCK 32
+
+// How matmul_backward writes the input gradient: added into dinp, as every backward op
+// adds into its gradients, or written over it by the first writer of a fresh buffer.
+typedef enum { DINP_ADD, DINP_OVERWRITE } DinpMode;
+
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
                QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;
 typedef struct {
@@ -160,10 +165,12 @@ typedef struct OpsBackend {
     // (quant_dequantize_rows) bit for bit on every backend: DoRA's row norms over a quantized
     // base (model/lora.c). NULL in a backend without it.
     void (*dequantize_rows)(float *out, const Q8Matrix *weight, int first, int count);
-    // dinp += dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
-    // Any of dinp, dweight, dbias may be NULL (not wanted).
+    // dinp += dout . weight (DINP_ADD), or dinp = dout . weight (DINP_OVERWRITE: the first
+    // writer of a fresh buffer, which then needs no zero-fill and is not read);
+    // dweight += dout^T . inp; dbias += column sums of dout. Any of dinp, dweight, dbias may
+    // be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int N, int IC, int OC);
+                            const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
 
     // ---- rotary positions (Hugging Face "rotate half" convention) ----
     // x is [N, n_heads * head_dim]; pair i of each head rotated in place by the angle

@@ -86,11 +86,11 @@ static void rounded_matmul_accumulate(float *out, const float *inp, const float 
 
 // The bias gradient is a column sum of the float32 dout (a kernel of its own on the GPU).
 static void rounded_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                    const float *weight, int N, int IC, int OC) {
+                                    const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
     float *g = rounded_copy(dout, (long)N * OC), *x = rounded_copy(inp, (long)N * IC);
     float *w = rounded_copy(weight, (long)OC * IC);
-    ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC);
-    if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC);
+    ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, dinp_mode);
+    if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC, DINP_ADD);
     free(g), free(x), free(w);
 }
 
@@ -112,7 +112,7 @@ static void rounded_matmul_forward_dequantized(float *out, const float *inp, con
 static void rounded_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC,
                                              int OC) {
     float *g = rounded_copy(dout, (long)N * OC), *w = rounded_dequantized(weight, OC, IC);
-    ops_cpu.matmul_backward(dinp, NULL, NULL, g, NULL, w, N, IC, OC);
+    ops_cpu.matmul_backward(dinp, NULL, NULL, g, NULL, w, N, IC, OC, DINP_ADD);
     free(g), free(w);
 }
 
@@ -330,9 +330,15 @@ static void test_matmul(void) {
         float *dx = random_host((long)N * IC, 1), *dw = random_host((long)OC * IC, 1), *db = random_host(OC, 1);
         float *d_dout = gpu_floats(dout, (long)N * OC), *d_dx = gpu_floats(dx, (long)N * IC);
         float *d_dw = gpu_floats(dw, (long)OC * IC), *d_db = gpu_floats(db, OC);
-        cpu->matmul_backward(dx, dw, db, dout, x, w, N, IC, OC);
-        gpu->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC);
+        cpu->matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, DINP_ADD);
+        gpu->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC, DINP_ADD);
         expect_match("matmul_backward dinp", d_dx, dx, (long)N * IC, TOL_BF16);
+        // Overwritten: the input gradient alone, over garbage (NaN where a read would show).
+        for (long i = 0; i < (long)N * IC; i++) dx[i] = NAN;
+        d_dx = gpu_floats(dx, (long)N * IC);
+        cpu->matmul_backward(dx, NULL, NULL, dout, x, w, N, IC, OC, DINP_OVERWRITE);
+        gpu->matmul_backward(d_dx, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, DINP_OVERWRITE);
+        expect_match("matmul_backward dinp overwritten", d_dx, dx, (long)N * IC, TOL_BF16);
         expect_match("matmul_backward dweight", d_dw, dw, (long)OC * IC, TOL_BF16);
         expect_match("matmul_backward dbias", d_db, db, OC, TOL_FP32);
 

@@ -60,10 +60,10 @@ void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, in
 }
 
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int IC, int OC) {
-    if (dinp)
+                         const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
+    if (dinp) // beta 0: sgemm writes dinp without reading it
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
-                    weight, IC, 1.0f, dinp, IC);
+                    weight, IC, dinp_mode == DINP_ADD ? 1.0f : 0.0f, dinp, IC);
     if (dweight)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
                     1.0f, dweight, IC);

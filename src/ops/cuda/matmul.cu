@@ -208,12 +208,14 @@ struct DoutColumn {
 };
 
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int IC, int OC) {
+                          const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
     const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
     if (dinp) {
-        // dinp[N, IC] += dout[N, OC] . W[OC, IC]:  D(IC x N) += W stored (IC x OC) * dout stored (OC x N)
+        // dinp[N, IC] (+)= dout[N, OC] . W[OC, IC]:  D(IC x N) (+)= W stored (IC x OC) * dout stored (OC x N);
+        // beta 0 overwrites without reading D.
         const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, 1.0f, dinp, IC, 1, 0, 0, 0);
+        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, dinp_mode == DINP_ADD ? 1.0f : 0.0f, dinp, IC, 1,
+                       0, 0, 0);
     }
     if (dweight) {
         // dW[OC, IC] += dout^T . inp:  D(IC x OC) += inp stored (IC x N) * op_T(dout stored OC x N)
