@@ -249,9 +249,9 @@ typedef struct OpsBackend {
                       int width);
 
     // ---- activations ----
-    // The activations' backward ops overwrite dinp / dgate / dup (unlike the other backward
-    // ops, which add): their outputs are always fresh buffers in a layer's backward, and
-    // not reading them back saves a zero-fill and a read of each.
+    // The activations' backward ops overwrite dinp / dgate / dup (the other backward ops add,
+    // but for matmul_backward's DINP_OVERWRITE): their outputs are always fresh buffers in a
+    // layer's backward, and not reading them back saves a zero-fill and a read of each.
     void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);
     // out = act(gate) * up, act = silu (SwiGLU) or gelu_tanh (GeGLU)
