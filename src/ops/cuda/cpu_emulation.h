@@ -236,30 +236,32 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
     }
 }
 
-DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+// Both ldmatrix forms start alike: every lane posts its row's address (16-byte aligned)
+// and waits for its warp. Returns the 32 lanes' row addresses.
+static inline const bf16 *const *ldmatrix_rows(const bf16 *row) {
     emulation::Thread *me = emulation::current;
     emulation::Warp *warp = me->warp;
     emulation::require_aligned(row, 16, "ldmatrix row");
     int parity = emulation::next_parity(me);
     warp->rows[parity][me->lane] = row;
     pthread_barrier_wait(&warp->barrier);
-    int g = me->lane / 4, t = me->lane % 4;
+    return warp->rows[parity];
+}
+
+DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+    const bf16 *const *rows = ldmatrix_rows(row);
+    int g = emulation::current->lane / 4, t = emulation::current->lane % 4;
     for (int j = 0; j < 4; j++) {
-        const bf16 *mine = warp->rows[parity][8 * j + g]; // row g of matrix j
+        const bf16 *mine = rows[8 * j + g]; // row g of matrix j
         r[j] = (uint32_t)mine[2 * t].bits | (uint32_t)mine[2 * t + 1].bits << 16;
     }
 }
 
 DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
-    emulation::Thread *me = emulation::current;
-    emulation::Warp *warp = me->warp;
-    emulation::require_aligned(row, 16, "ldmatrix row");
-    int parity = emulation::next_parity(me);
-    warp->rows[parity][me->lane] = row;
-    pthread_barrier_wait(&warp->barrier);
-    int g = me->lane / 4, t = me->lane % 4;
+    const bf16 *const *rows = ldmatrix_rows(row);
+    int g = emulation::current->lane / 4, t = emulation::current->lane % 4;
     for (int j = 0; j < 4; j++) {
-        const bf16 *first = warp->rows[parity][8 * j + 2 * t], *second = warp->rows[parity][8 * j + 2 * t + 1];
+        const bf16 *first = rows[8 * j + 2 * t], *second = rows[8 * j + 2 * t + 1];
         r[j] = (uint32_t)first[g].bits | (uint32_t)second[g].bits << 16;
     }
 }
