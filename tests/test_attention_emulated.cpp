@@ -141,10 +141,12 @@ static void check_variant(int B, int T, int H, int KV, const std::vector<int> &r
     }
 }
 
-// Both variants of the kernels (attention_mma.cuh) on the same case.
+// Both variants of the kernels (attention_mma.cuh) on the same case and the same inputs.
 template <int HD>
 static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
+    const uint64_t inputs = rng_state;
     check_variant<HD, TUNED>(B, T, H, KV, row_start, window);
+    rng_state = inputs;
     check_variant<HD, PLAIN>(B, T, H, KV, row_start, window);
 }
 
@@ -161,7 +163,10 @@ static void test_mma_attention_several_tiles(void) {
 
 static void test_mma_attention_head_dim_128(void) {
     check_case<128>(1, 70, 2, 2, {2});
-    check_case<128>(1, 130, 2, 1, {128}); // padding fills two whole tiles
+    // Padding fills two whole tiles. Twelve real rows: with two (T = 130) the reference
+    // gradients are near zero (a row of two keys has dS = p1 p2 (dP1 - dP2)) and their relative
+    // error is bf16 rounding over almost nothing, 7e-2 on some inputs for both variants alike.
+    check_case<128>(1, 140, 2, 1, {128});
 }
 
 // Sliding windows: 7 keys (inside a tile), 70 (across tile boundaries, so whole key tiles
