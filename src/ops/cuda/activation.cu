@@ -23,43 +23,8 @@ __device__ static inline float silu_derivative(float x) {
     return sig * (1.0f + x * (1.0f - sig));
 }
 
-// Each thread takes four consecutive elements, read and written as float4 when every
-// pointer is 16-byte aligned (activations always are) and as floats otherwise; the H200
-// moves 128-bit accesses at close to its memory bandwidth, 32-bit ones at about half.
-// Every element's formula is the same either way, so results do not depend on the path.
-struct Four {
-    float x[4];
-};
-
-__device__ static inline Four load_four(const float *p, long first, long n, bool vector) {
-    Four f;
-    if (vector && first + 4 <= n) {
-        float4 v = *reinterpret_cast<const float4 *>(p + first);
-        f.x[0] = v.x, f.x[1] = v.y, f.x[2] = v.z, f.x[3] = v.w;
-    } else {
-        for (int k = 0; k < 4; k++) f.x[k] = first + k < n ? p[first + k] : 0.0f;
-    }
-    return f;
-}
-
-__device__ static inline void store_four(float *p, long first, long n, bool vector, const Four &f) {
-    if (vector && first + 4 <= n) {
-        *reinterpret_cast<float4 *>(p + first) = make_float4(f.x[0], f.x[1], f.x[2], f.x[3]);
-    } else {
-        for (int k = 0; k < 4 && first + k < n; k++) p[first + k] = f.x[k];
-    }
-}
-
-static bool all_aligned16(const void *a, const void *b, const void *c, const void *d = NULL,
-                          const void *e = NULL) {
-    const void *pointers[5] = {a, b, c, d, e};
-    for (const void *p : pointers)
-        if ((uintptr_t)p % 16) return false;
-    return true;
-}
-
-static unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }
-
+// Each thread takes four consecutive elements (cuda_common.cuh's Four): every element's
+// formula is the same on either path, so results do not depend on it.
 __global__ static void gelu_forward_kernel(float *out, const float *inp, long n, bool vector) {
     long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (first >= n) return;

@@ -77,34 +77,46 @@ static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // ---- elementwise ----
 
-__global__ static void add_kernel(float *out, const float *a, const float *b, long n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + b[i];
+// Four elements a thread (cuda_common.cuh's Four): the residual adds are twice a layer.
+__global__ static void add_kernel(float *out, const float *a, const float *b, long n, bool vector) {
+    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (first >= n) return;
+    Four x = load_four(a, first, n, vector), y = load_four(b, first, n, vector), sum;
+    for (int k = 0; k < 4; k++) sum.x[k] = x.x[k] + y.x[k];
+    store_four(out, first, n, vector, sum);
 }
 
-__global__ static void accumulate_kernel(float *acc, const float *x, long n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) acc[i] += x[i];
+__global__ static void accumulate_kernel(float *acc, const float *x, long n, bool vector) {
+    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (first >= n) return;
+    Four total = load_four(acc, first, n, vector), more = load_four(x, first, n, vector);
+    for (int k = 0; k < 4; k++) total.x[k] += more.x[k];
+    store_four(acc, first, n, vector, total);
 }
 
-__global__ static void scale_kernel(float *x, float factor, long n) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= factor;
+__global__ static void scale_kernel(float *x, float factor, long n, bool vector) {
+    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (first >= n) return;
+    Four values = load_four(x, first, n, vector);
+    for (int k = 0; k < 4; k++) values.x[k] *= factor;
+    store_four(x, first, n, vector, values);
 }
 
 static void cuda_add(float *out, const float *a, const float *b, long n) {
-    add_kernel<<<grid_for(n, 256), 256>>>(out, a, b, n);
+    if (n == 0) return;
+    add_kernel<<<grid_for_fours(n, 256), 256>>>(out, a, b, n, all_aligned16(out, a, b));
     CUDA_CHECK_LAUNCH();
 }
 
 static void cuda_scale(float *x, float factor, long n) {
     if (n == 0) return;
-    scale_kernel<<<grid_for(n, 256), 256>>>(x, factor, n);
+    scale_kernel<<<grid_for_fours(n, 256), 256>>>(x, factor, n, all_aligned16(x, NULL));
     CUDA_CHECK_LAUNCH();
 }
 
 static void cuda_accumulate(float *acc, const float *x, long n) {
-    accumulate_kernel<<<grid_for(n, 256), 256>>>(acc, x, n);
+    if (n == 0) return;
+    accumulate_kernel<<<grid_for_fours(n, 256), 256>>>(acc, x, n, all_aligned16(acc, x));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -82,23 +82,10 @@ void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
 
 // RMSNorm runs twice a layer and once more at the end; when C is a multiple of 4 and every
 // row 16-byte aligned (the model's activations always are) a thread reads and writes
-// float4s, which the H200 moves at close to its bandwidth (floats: about half). Each
-// thread then sums its four squares in order; the per-element formulas are the same.
-struct Four {
-    float x[4];
-};
-__device__ static inline Four load_four(const float *p) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    return Four{{v.x, v.y, v.z, v.w}};
-}
-__device__ static inline void store_four(float *p, const Four &f) {
-    *reinterpret_cast<float4 *>(p) = make_float4(f.x[0], f.x[1], f.x[2], f.x[3]);
-}
+// float4s (cuda_common.cuh's Four). Each thread then sums its four squares in order; the
+// per-element formulas are the same.
 static bool rows_by_four(int C, const void *a, const void *b, const void *c, const void *d) {
-    const void *pointers[4] = {a, b, c, d};
-    for (const void *p : pointers)
-        if ((uintptr_t)p % 16) return false;
-    return C % 4 == 0;
+    return C % 4 == 0 && all_aligned16(a, b, c, d);
 }
 
 __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp,
@@ -110,7 +97,7 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
     double sum_sq = 0;
     if (by_four) {
         for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            const Four v = load_four(x + c);
+            const Four v = load_four(x, c, C, true);
             for (int k = 0; k < 4; k++) sum_sq += (double)v.x[k] * v.x[k];
         }
     } else {
@@ -119,10 +106,10 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
     float s = (float)(1.0 / sqrt(block_sum(sum_sq) / C + eps));
     if (by_four) {
         for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            const Four v = load_four(x + c), w = load_four(weight + c);
+            const Four v = load_four(x, c, C, true), w = load_four(weight, c, C, true);
             Four result;
             for (int k = 0; k < 4; k++) result.x[k] = v.x[k] * s * (offset + w.x[k]);
-            store_four(y + c, result);
+            store_four(y, c, C, true, result);
         }
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = x[c] * s * (offset + weight[c]);
@@ -148,7 +135,7 @@ __global__ static void rmsnorm_backward_kernel(float *dinp, const float *dout, c
     double sum_g_xhat = 0;
     if (by_four) {
         for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            const Four g = load_four(dy + c), w = load_four(weight + c), v = load_four(x + c);
+            const Four g = load_four(dy, c, C, true), w = load_four(weight, c, C, true), v = load_four(x, c, C, true);
             for (int k = 0; k < 4; k++) sum_g_xhat += (double)g.x[k] * (offset + w.x[k]) * v.x[k] * s;
         }
     } else {
@@ -158,10 +145,10 @@ __global__ static void rmsnorm_backward_kernel(float *dinp, const float *dout, c
     float mean_g_xhat = (float)(block_sum(sum_g_xhat) / C);
     if (by_four) {
         for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            const Four g = load_four(dy + c), w = load_four(weight + c), v = load_four(x + c);
-            Four d = load_four(dx + c);
+            const Four g = load_four(dy, c, C, true), w = load_four(weight, c, C, true), v = load_four(x, c, C, true);
+            Four d = load_four(dx, c, C, true);
             for (int k = 0; k < 4; k++) d.x[k] += s * (g.x[k] * (offset + w.x[k]) - v.x[k] * s * mean_g_xhat);
-            store_four(dx + c, d);
+            store_four(dx, c, C, true, d);
         }
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x)
