@@ -2,7 +2,7 @@
 // (bench/bench_shapes.h) timed alone at the step's sizes, then multiplied by how often the
 // step calls it. The sum is a model of the step to set beside bench/train_step's measured
 // time; the gap is what the ops' sequence costs beyond the ops (launch gaps, host syncs,
-// the bf16 weight conversion after each optimizer step, the logits copy).
+// the logits copy, the bf16 conversion of a weight AdamW did not write the copy of).
 //
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
 //                                  [--device cpu|cuda] [--attention mma|mma-plain|wmma|unfused] [--reps 5]
@@ -127,10 +127,6 @@ int main(int argc, char **argv) {
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
     TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
     TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
-    // What a layer's backward zero-fills before adding into it (model/transformer.c): dq, dk,
-    // dv (the attention backward adds).
-    TIME_OP("fill_zero (backward scratch)", L, 0, 4.0 * N * (qd + 2 * kvd),
-            (ops->fill_zero(dq, N * qd), ops->fill_zero(dk, N * kvd), ops->fill_zero(dv, N * kvd)));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
             ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));

@@ -305,7 +305,11 @@ static void test_attention(void) {
     for (int t = 0; t < row_start[1]; t++)
         for (int j = 0; j < c.nh * c.hd; j++) c.R[((long)c.T + t) * c.nh * c.hd + j] = 0.0f;
     attention_loss(&c);
-    float *dq = xcalloc(nq, 4), *dk = xcalloc(nkv, 4), *dv = xcalloc(nkv, 4);
+    // The op overwrites its gradients (ops.h): they start as NaN, which an element left
+    // unwritten keeps.
+    float *dq = xmalloc(nq * 4), *dk = xmalloc(nkv * 4), *dv = xmalloc(nkv * 4);
+    for (long i = 0; i < nq; i++) dq[i] = NAN;
+    for (long i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
     ops_cpu.attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
                                c.nh, c.nkv, c.hd, 0.0f, 0);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);

@@ -210,7 +210,9 @@ static void run_attention(double softcap, int window) {
     for (int t = 0; t < row_start[1]; t++)
         for (int j = 0; j < c.nh * c.hd; j++) c.R[((long)c.T + t) * c.nh * c.hd + j] = 0.0f;
     attention_loss(&c);
-    double *dq = xcalloc(nq, sizeof(double)), *dk = xcalloc(nkv, sizeof(double)), *dv = xcalloc(nkv, sizeof(double));
+    double *dq = xmalloc(nq * sizeof(double)), *dk = xmalloc(nkv * sizeof(double)), *dv = xmalloc(nkv * sizeof(double));
+    for (long i = 0; i < nq; i++) dq[i] = NAN; // overwritten by the op (ops.h)
+    for (long i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
     f64_attention_backward(dq, dk, dv, c.R, NULL, c.probs, c.q, c.k, c.v, c.row_start, c.B, c.T,
                                c.nh, c.nkv, c.hd, c.softcap, c.window);
     check_gradient("attention dq", attention_loss, &c, c.q, nq, dq, 400);

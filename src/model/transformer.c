@@ -915,9 +915,6 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
-    ops->fill_zero(a->dq, N * q_dim);
-    ops->fill_zero(a->dk, N * kv_dim);
-    ops->fill_zero(a->dv, N * kv_dim);
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim, cfg->attn_logit_softcap, window);

@@ -192,7 +192,8 @@ typedef struct OpsBackend {
     void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
                               int n_kv_heads, int head_dim, float softcap, int window);
-    // out is the forward's output for the same inputs.
+    // out is the forward's output for the same inputs. dq, dk and dv are written over, every
+    // element (unlike most backward ops, which add: the layer's backward has them fresh).
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *saved, const float *q,
                                const float *k, const float *v, const int *row_start, int B,
@@ -249,8 +250,8 @@ typedef struct OpsBackend {
                       int width);
 
     // ---- activations ----
-    // The activations' backward ops overwrite dinp / dgate / dup (the other backward ops add,
-    // but for matmul_backward's DINP_OVERWRITE): their outputs are always fresh buffers in a
+    // The activations' backward ops overwrite dinp / dgate / dup (as attention_backward and
+    // matmul_backward's DINP_OVERWRITE do; the other backward ops add): their outputs are always fresh buffers in a
     // layer's backward, and not reading them back saves a zero-fill and a read of each.
     void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);

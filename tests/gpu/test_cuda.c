@@ -137,7 +137,8 @@ static void rounded_attention_forward(float *out, float *saved, const float *q, 
 }
 
 // dP = bf16(dO) bf16(V)^T, dS = P (dP - dO.O) rounded, dQ = scale dS bf16(K),
-// dK = scale dS^T bf16(Q), dV = bf16(P)^T bf16(dO); accumulated, as the op's contract says.
+// dK = scale dS^T bf16(Q), dV = bf16(P)^T bf16(dO); written over dq, dk, dv, as the op's
+// contract says.
 // Under a soft cap (the GPU's unfused path) the CPU's backward on rounded inputs.
 static void rounded_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                        const float *saved, const float *q, const float *k, const float *v,
@@ -150,6 +151,9 @@ static void rounded_attention_backward(float *dq, float *dk, float *dv, const fl
         return;
     }
     const double scale = 1.0 / sqrt((double)D);
+    memset(dq, 0, (size_t)B * T * H * D * sizeof(float)); // the sums below add into them
+    memset(dk, 0, (size_t)B * T * KV * D * sizeof(float));
+    memset(dv, 0, (size_t)B * T * KV * D * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const int kv_head = h / (H / KV), start = row_start ? row_start[b] : 0;
@@ -465,18 +469,19 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     }
 
     float *dout = random_host(q_n, 1);
-    float *dq = random_host(q_n, 1), *dk = random_host(kv_n, 1), *dv = random_host(kv_n, 1); // accumulate onto
+    // The op overwrites dq, dk, dv (ops.h): both sides start from NaN, which any element left
+    // unwritten keeps.
+    float *dq = xmalloc(q_n * 4), *dk = xmalloc(kv_n * 4), *dv = xmalloc(kv_n * 4);
+    for (long i = 0; i < q_n; i++) dq[i] = NAN;
+    for (long i = 0; i < kv_n; i++) dk[i] = dv[i] = NAN;
     float *d_dout = gpu_floats(dout, q_n), *d_dq = gpu_floats(dq, q_n), *d_dk = gpu_floats(dk, kv_n), *d_dv = gpu_floats(dv, kv_n);
-    float *dq0 = copy_host(dq, q_n), *dk0 = copy_host(dk, kv_n), *dv0 = copy_host(dv, kv_n);
     cpu->attention_backward(dq, dk, dv, dout, out, probs, q, k, v, row_start, B, T, H, KV, D, softcap, window);
     gpu->attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, softcap, window);
-    // Compare the added gradient (result minus the starting values), the part the op computes.
     float *got = xmalloc(q_n * 4);
-    struct { const char *name; float *device, *want, *start; long n; } grads[] = {
-        {"dq", d_dq, dq, dq0, q_n}, {"dk", d_dk, dk, dk0, kv_n}, {"dv", d_dv, dv, dv0, kv_n}};
+    struct { const char *name; float *device, *want; long n; } grads[] = {
+        {"dq", d_dq, dq, q_n}, {"dk", d_dk, dk, kv_n}, {"dv", d_dv, dv, kv_n}};
     for (int g = 0; g < 3; g++) {
         gpu->copy_to_host(got, grads[g].device, grads[g].n * 4);
-        for (long i = 0; i < grads[g].n; i++) got[i] -= grads[g].start[i], grads[g].want[i] -= grads[g].start[i];
         error = relative_error(got, grads[g].want, grads[g].n);
         snprintf(what, sizeof what, "%s %s", label, grads[g].name);
         printf("# %-44s %s %.3e (tolerance %.0e)\n", label, grads[g].name, error, TOL_BF16);
@@ -501,7 +506,7 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     }
     gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved), gpu->free(d_dout);
     free(q), free(k), free(v), free(out), free(out_gpu), free(probs), free(dout), free(dq), free(dk), free(dv);
-    free(dq0), free(dk0), free(dv0), free(got), free(zeros), free(a), free(b);
+    free(got), free(zeros), free(a), free(b);
     if (!standing_in) ops_cuda_select_attention(previous);
 }
 

@@ -178,13 +178,16 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
             float *dK = dk + (long)b * T * kv_stride + kv_head * head_dim;
             float *dV = dv + (long)b * T * kv_stride + kv_head * head_dim;
             for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
+                // dq, dk and dv are overwritten (ops.h): the group's first head writes dK and
+                // dV (beta 0), the others add.
+                const float kv_beta = h == kv_head * group ? 0.0f : 1.0f;
                 const float *Q = q + (long)b * T * q_stride + h * head_dim;
                 const float *dO = dout + (long)b * T * q_stride + h * head_dim;
                 float *dQ = dq + (long)b * T * q_stride + h * head_dim;
                 const float *P = probs + ((long)b * n_heads + h) * T * T;
                 // dV += P^T dO
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, head_dim, T, 1.0f, P, T,
-                            dO, q_stride, 1.0f, dV, kv_stride);
+                            dO, q_stride, kv_beta, dV, kv_stride);
                 // dP = dO V^T, then the softmax backward turns it into dS in place.
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, head_dim, 1.0f, dO,
                             q_stride, V, kv_stride, 0.0f, dscores, T);
@@ -214,11 +217,11 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                     }
                     for (int j = t + 1; j < T; j++) ds[j] = 0.0f;
                 }
-                // scores = scale * Q K^T:  dQ += scale dS K;  dK += scale dS^T Q
+                // scores = scale * Q K^T:  dQ = scale dS K;  dK += scale dS^T Q
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, head_dim, T, scale,
-                            dscores, T, K, kv_stride, 1.0f, dQ, q_stride);
+                            dscores, T, K, kv_stride, 0.0f, dQ, q_stride);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, head_dim, T, scale,
-                            dscores, T, Q, q_stride, 1.0f, dK, kv_stride);
+                            dscores, T, Q, q_stride, kv_beta, dK, kv_stride);
             }
         }
         free(dscores);

@@ -147,10 +147,10 @@ static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int 
     return out;
 }
 
-// out[b*T + t, g*hd + d] (+)= sum over the `group` heads h of group g of in[b, h, t, d],
+// out[b*T + t, g*hd + d] = sum over the `group` heads h of group g of in[b, h, t, d],
 // added in head order.
 __global__ static void scatter_heads_kernel(float *out, const float *in, int B, int T,
-                                            int n_heads, int group, int head_dim, bool accumulate) {
+                                            int n_heads, int group, int head_dim) {
     int n_out_heads = n_heads / group;
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     long total = (long)B * T * n_out_heads * head_dim;
@@ -165,14 +165,13 @@ __global__ static void scatter_heads_kernel(float *out, const float *in, int B, 
         int h = g * group + r;
         sum += in[(((long)b * n_heads + h) * T + t) * head_dim + d];
     }
-    out[i] = accumulate ? out[i] + sum : sum;
+    out[i] = sum;
 }
 
 static void scatter_heads(float *out, const float *in, int B, int T, int n_heads, int group,
-                          int head_dim, bool accumulate) {
+                          int head_dim) {
     long n = (long)B * T * (n_heads / group) * head_dim;
-    scatter_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim,
-                                                    accumulate);
+    scatter_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -269,7 +268,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     float *O = (float *)cuda_scratch(SCRATCH_ATT_HEADS32, (size_t)batch * head_stride * sizeof(float));
     cuda_gemm_bf16(false, false, hd, T, T, 1.0f, V, hd, P16, T, 0.0f, O, hd, batch, head_stride,
                    score_stride, head_stride);
-    scatter_heads(out, O, B, T, H, 1, hd, false);
+    scatter_heads(out, O, B, T, H, 1, hd);
 }
 
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -303,7 +302,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     // dV[j][d] = sum_t P[t][j] dO[t][d] : column-major (d, j) = dO(d, t) P(t, j).
     cuda_gemm_bf16(false, true, hd, T, T, 1.0f, dO, hd, P16, T, 0.0f, heads, hd, batch,
                    head_stride, score_stride, head_stride);
-    scatter_heads(dv, heads, B, T, H, group, hd, true);
+    scatter_heads(dv, heads, B, T, H, group, hd); // the op overwrites dq, dk, dv (ops.h)
 
     // dP[t][j] = dO_t . V_j : column-major (j, t) = V^T dO.
     float *dP = (float *)cuda_scratch(SCRATCH_ATT_DS32, (size_t)batch * score_stride * sizeof(float));
@@ -324,11 +323,11 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     // dQ[t][d] = scale sum_j dS[t][j] K[j][d] : column-major (d, t) = K(d, j) dS^T(j, t).
     cuda_gemm_bf16(false, false, hd, T, T, scale, K, hd, dS, T, 0.0f, heads, hd, batch,
                    head_stride, score_stride, head_stride);
-    scatter_heads(dq, heads, B, T, H, 1, hd, true);
+    scatter_heads(dq, heads, B, T, H, 1, hd);
     // dK[j][d] = scale sum_t dS[t][j] Q[t][d] : column-major (d, j) = Q(d, t) dS(t, j).
     cuda_gemm_bf16(false, true, hd, T, T, scale, Q, hd, dS, T, 0.0f, heads, hd, batch,
                    head_stride, score_stride, head_stride);
-    scatter_heads(dk, heads, B, T, H, group, hd, true);
+    scatter_heads(dk, heads, B, T, H, group, hd);
 }
 
 // Attention against the KV cache (decode steps, the prompt cache): attention_cached.cuh's

@@ -167,11 +167,11 @@ template <int HD> size_t fused_backward_shared_bytes() {
     return 4 * TILE * S::tile * 2 + 2 * TILE * S::score * 4 + 2 * TILE * S::prob * 2 + 2 * TILE * 4;
 }
 
-// Adds a warp's 16 x HD accumulators, times `scale`, into rows [row0 + warp*16, ...) of a
-// [B*T, width] gradient at column offset `column`. `buffer` is shared scratch of
-// TILE x (HD+4) floats that no other warp is using.
+// Writes a warp's 16 x HD accumulators, times `scale`, over rows [row0 + warp*16, ...) of a
+// [B*T, width] gradient at column offset `column` (the op overwrites dq, dk, dv: ops.h).
+// `buffer` is shared scratch of TILE x (HD+4) floats that no other warp is using.
 template <int HD>
-__device__ static void add_fragments(float *grad, long width, int column, int b, int T, int row0,
+__device__ static void write_fragments(float *grad, long width, int column, int b, int T, int row0,
                                      FragC *acc, float *buffer, float scale) {
     using S = Strides<HD>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -182,9 +182,20 @@ __device__ static void add_fragments(float *grad, long width, int column, int b,
         int row = row0 + warp * 16 + i;
         if (row >= T) break;
         for (int d = lane; d < HD; d += 32)
-            grad[((long)b * T + row) * width + column + d] += scale * buffer[(warp * 16 + i) * S::out + d];
+            grad[((long)b * T + row) * width + column + d] = scale * buffer[(warp * 16 + i) * S::out + d];
     }
     __syncwarp();
+}
+
+// Zeros a block's TILE rows from row0 (those before T) of a [B*T, width] gradient at columns
+// [column, column + HD): rows that no key or query reaches, which a block with nothing to
+// compute still writes.
+template <int HD>
+__device__ static void zero_gradient_rows(float *grad, long width, int column, int b, int T, int row0) {
+    for (int i = threadIdx.x; i < TILE * HD; i += blockDim.x) {
+        const int row = row0 + i / HD;
+        if (row < T) grad[((long)b * T + row) * width + column + i % HD] = 0.0f;
+    }
 }
 
 template <int HD>
@@ -203,7 +214,11 @@ __global__ static void __launch_bounds__(THREADS)
     const int group = H / KV, b = blockIdx.y / KV, kv_head = blockIdx.y % KV, k0 = blockIdx.x * TILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int start = row_start ? row_start[b] : 0;
-    if (k0 + TILE <= start) return; // keys no query sees: zero gradient
+    if (k0 + TILE <= start) { // keys no query sees: zero gradients
+        zero_gradient_rows<HD>(dk, (long)KV * HD, kv_head * HD, b, T, k0);
+        zero_gradient_rows<HD>(dv, (long)KV * HD, kv_head * HD, b, T, k0);
+        return;
+    }
     // K and V are the same for every head of the group; take the group's first.
     const long kv_rows = ((long)b * H + kv_head * group) * T * HD;
     load_tile<HD>(Ks, K + kv_rows, k0, T);
@@ -245,8 +260,8 @@ __global__ static void __launch_bounds__(THREADS)
     __syncthreads(); // the output buffer below overlaps every warp's score rows
     float *buffer = Ss; // Ss and dPs together hold TILE x (HD+4) floats for HD <= 128
     const long width = (long)KV * HD;
-    add_fragments<HD>(dv, width, kv_head * HD, b, T, k0, dV, buffer, 1.0f);
-    add_fragments<HD>(dk, width, kv_head * HD, b, T, k0, dK, buffer, scale);
+    write_fragments<HD>(dv, width, kv_head * HD, b, T, k0, dV, buffer, 1.0f);
+    write_fragments<HD>(dk, width, kv_head * HD, b, T, k0, dK, buffer, scale);
 }
 
 template <int HD>
@@ -266,7 +281,10 @@ __global__ static void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int start = row_start ? row_start[b] : 0;
     const int q_last = min(q0 + TILE, T) - 1;
-    if (q_last < start) return; // only padding queries: zero gradient
+    if (q_last < start) { // only padding queries: zero gradients
+        zero_gradient_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
+        return;
+    }
     const long head = (long)bh * T;
     load_tile<HD>(Qs, Q + head * HD, q0, T);
     load_tile<HD>(dOs, dO + head * HD, q0, T);
@@ -296,7 +314,7 @@ __global__ static void __launch_bounds__(THREADS)
         product_ab_accumulate<HD>(dQ, dSs + warp * 16 * S::prob, Ks);
     }
     __syncthreads();
-    add_fragments<HD>(dq, (long)H * HD, h * HD, b, T, q0, dQ, Ss, scale);
+    write_fragments<HD>(dq, (long)H * HD, h * HD, b, T, q0, dQ, Ss, scale);
 }
 
 bool cuda_fused_attention_supports(int head_dim) {

@@ -5,8 +5,9 @@
 // the CPU by tests/test_attention_emulated.cpp (device_primitives.cuh says how).
 //
 // Same inputs, outputs and masks as attention_fused.cu (the WMMA kernels): head-major
-// bf16 Q, K, V, dO [B, H, T, hd] (K and V repeated over each group), fp32 results added
-// into [B*T, heads*hd] rows, one natural log-sum-exp per query row (+inf for a query with
+// bf16 Q, K, V, dO [B, H, T, hd] (K and V repeated over each group), fp32 results written
+// over [B*T, heads*hd] rows (every row of every head, zeros where nothing reaches it: the
+// attention backward overwrites dq, dk and dv), one natural log-sum-exp per query row (+inf for a query with
 // no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i, and
 // under a sliding window of W keys (window > 0) when also i - j < W.
 //
@@ -202,19 +203,29 @@ DEVICE_INLINE void multiply_rows_by_tile_transposed(float (*acc)[4], const RowOp
     }
 }
 
-// Adds factor * acc (16 x HD accumulators of rows row_low and row_low + 8) into an fp32
+// Writes factor * acc (16 x HD accumulators of rows row_low and row_low + 8) over an fp32
 // [B*T, width] matrix at column `column`; rows at or past T are left alone.
 template <int HD>
-DEVICE_INLINE void add_rows(float *matrix, long width, int column, int b, int T, int row_low, const float (*acc)[4],
-                            float factor, int lane) {
+DEVICE_INLINE void write_rows(float *matrix, long width, int column, int b, int T, int row_low,
+                              const float (*acc)[4], float factor, int lane) {
     for (int half = 0; half < 2; half++) {
         int row = row_low + 8 * half;
         if (row >= T) continue;
         float *dst = matrix + ((long)b * T + row) * width + column + 2 * (lane % 4);
         for (int n = 0; n < HD / 8; n++) {
-            dst[n * 8] += factor * acc[n][2 * half];
-            dst[n * 8 + 1] += factor * acc[n][2 * half + 1];
+            dst[n * 8] = factor * acc[n][2 * half];
+            dst[n * 8 + 1] = factor * acc[n][2 * half + 1];
         }
+    }
+}
+
+// Zeros a block's 64 rows from row0 (those before T) of an fp32 [B*T, width] gradient at
+// columns [column, column + HD): the gradient of rows that no key or query reaches, which a
+// block that has nothing to compute still writes.
+template <int HD> DEVICE_INLINE void zero_rows(float *matrix, long width, int column, int b, int T, int row0) {
+    for (int i = threadIdx.x; i < ROWS * HD; i += THREADS) {
+        const int row = row0 + i / HD;
+        if (row < T) matrix[((long)b * T + row) * width + column + i % HD] = 0.0f;
     }
 }
 
@@ -420,7 +431,11 @@ __global__ void __launch_bounds__(THREADS)
     const int group = H / KV, b = blockIdx.y / KV, kv_head = blockIdx.y % KV, k0 = blockIdx.x * ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const int start = row_start ? row_start[b] : 0;
-    if (k0 + ROWS <= start) return; // keys no query sees: nothing to add
+    if (k0 + ROWS <= start) { // keys no query sees: zero gradients
+        zero_rows<HD>(dk, (long)KV * HD, kv_head * HD, b, T, k0);
+        zero_rows<HD>(dv, (long)KV * HD, kv_head * HD, b, T, k0);
+        return;
+    }
     // K and V are the same for every head of the group; read the group's first copy.
     const long kv_copy = ((long)b * H + kv_head * group) * T * HD;
     tile_load_async<HD>(Ks, K + kv_copy, k0, T);
@@ -479,8 +494,8 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
     const long width = (long)KV * HD;
-    add_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
-    add_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
+    write_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
+    write_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
 }
 
 template <int HD, Variant VARIANT>
@@ -498,7 +513,10 @@ __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const int start = row_start ? row_start[b] : 0;
     const int q_last = imin(q0 + ROWS, T) - 1;
-    if (q_last < start) return; // only padding queries: nothing to add
+    if (q_last < start) { // only padding queries: zero gradients
+        zero_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
+        return;
+    }
     const long head = (long)bh * T * HD;
     const int row_low = q0 + warp * 16 + lane / 4, row_high = row_low + 8;
     const int warp_first_row = q0 + warp * 16;
@@ -545,7 +563,7 @@ __global__ void __launch_bounds__(THREADS)
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
-    add_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+    write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
 }
 
 } // namespace attention_mma
