@@ -40,8 +40,10 @@ static std::vector<bf16> head_major(const std::vector<float> &in, int B, int T, 
 
 static const float TOLERANCE = 1e-2f;
 
-template <int HD, Variant VARIANT>
-static void check_variant(int B, int T, int H, int KV, const std::vector<int> &row_start, int window) {
+// One case on one variant of the kernels (attention_mma.cuh): TUNED, the default, on every
+// case below; test_mma_attention_plain_variant runs PLAIN on a few.
+template <int HD, Variant VARIANT = TUNED>
+static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
     const int group = H / KV, backward_tiles = (T + ROWS - 1) / ROWS;
     const long q_n = (long)B * T * H * HD, kv_n = (long)B * T * KV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
@@ -138,13 +140,6 @@ static void check_variant(int B, int T, int H, int KV, const std::vector<int> &r
         printf("# %-22s %s %.3e\n", label, g.name, error);
         EXPECT(error <= TOLERANCE, "%s: %s error %.3e", label, g.name, error);
     }
-}
-
-// The TUNED variant of the kernels (attention_mma.cuh, the default) on every case below;
-// test_mma_attention_plain_variant runs PLAIN on a few.
-template <int HD, Variant VARIANT = TUNED>
-static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
-    check_variant<HD, VARIANT>(B, T, H, KV, row_start, window);
 }
 
 static void test_mma_attention_small_heads(void) {

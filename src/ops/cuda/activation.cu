@@ -26,7 +26,7 @@ __device__ static inline float silu_derivative(float x) {
 // Each thread takes four consecutive elements (cuda_common.cuh's Four): every element's
 // formula is the same on either path, so results do not depend on it.
 __global__ static void gelu_forward_kernel(float *out, const float *inp, long n, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(inp, first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
@@ -36,7 +36,7 @@ __global__ static void gelu_forward_kernel(float *out, const float *inp, long n,
 // The backward kernels overwrite their outputs (the op contract in ops.h): the layer's
 // backward needs no zero-filled buffers for them and they read nothing they write.
 __global__ static void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, long n, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(inp, first, n, vector), dy = load_four(dout, first, n, vector), dx;
     for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
@@ -45,7 +45,7 @@ __global__ static void gelu_backward_kernel(float *dinp, const float *dout, cons
 
 __global__ static void glu_forward_kernel(float *out, const float *gate, const float *up, long n,
                                           bool use_gelu, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = (use_gelu ? gelu(g.x[k]) : silu(g.x[k])) * u.x[k];
@@ -55,7 +55,7 @@ __global__ static void glu_forward_kernel(float *out, const float *gate, const f
 __global__ static void glu_backward_kernel(float *dgate, float *dup, const float *dout,
                                            const float *gate, const float *up, long n,
                                            bool use_gelu, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector);
     Four dy = load_four(dout, first, n, vector), dg, du;

@@ -105,12 +105,6 @@ __global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, 
     out[i] = __float2bfloat16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
 }
 
-// Two floats rounded to bf16 as cuda_to_bf16 rounds them, the first in the low half.
-__device__ static inline uint32_t bf16_pair_bits(float first, float second) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(first, second);
-    return *reinterpret_cast<const uint32_t *>(&pair);
-}
-
 // The same, eight elements of a row per thread (two float4 reads, one 16-byte write) when
 // head_dim is a multiple of 8 and `in` 16-byte aligned: the common case, run twice a layer
 // (forward and backward) for Q, K, V and dO. blockIdx.y is the output head; a thread's
@@ -126,8 +120,9 @@ __global__ static void gather_heads_by_eight_kernel(__nv_bfloat16 *out, const fl
     const long width = (long)(n_heads / group) * head_dim;
     const float4 *from = reinterpret_cast<const float4 *>(in + row * width + (h / group) * head_dim + chunk * 8);
     const float4 low = from[0], high = from[1];
-    const uint4 packed = make_uint4(bf16_pair_bits(low.x, low.y), bf16_pair_bits(low.z, low.w),
-                                    bf16_pair_bits(high.x, high.y), bf16_pair_bits(high.z, high.w));
+    // pack_bf16x2 (device_primitives.cuh) rounds as cuda_to_bf16 does, the first in the low half.
+    const uint4 packed = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
+                                    pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
     __nv_bfloat16 *to = out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8;
     *reinterpret_cast<uint4 *>(to) = packed;
 }

@@ -79,7 +79,7 @@ static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // Four elements a thread (cuda_common.cuh's Four): the residual adds are twice a layer.
 __global__ static void add_kernel(float *out, const float *a, const float *b, long n, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(a, first, n, vector), y = load_four(b, first, n, vector), sum;
     for (int k = 0; k < 4; k++) sum.x[k] = x.x[k] + y.x[k];
@@ -87,7 +87,7 @@ __global__ static void add_kernel(float *out, const float *a, const float *b, lo
 }
 
 __global__ static void accumulate_kernel(float *acc, const float *x, long n, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four total = load_four(acc, first, n, vector), more = load_four(x, first, n, vector);
     for (int k = 0; k < 4; k++) total.x[k] += more.x[k];
@@ -95,7 +95,7 @@ __global__ static void accumulate_kernel(float *acc, const float *x, long n, boo
 }
 
 __global__ static void scale_kernel(float *x, float factor, long n, bool vector) {
-    long first = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long first = first_of_four();
     if (first >= n) return;
     Four values = load_four(x, first, n, vector);
     for (int k = 0; k < 4; k++) values.x[k] *= factor;

@@ -77,6 +77,8 @@ static inline bool all_aligned16(const void *a, const void *b, const void *c = N
 }
 
 static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }
+// The first of this thread's four elements in a grid_for_fours launch.
+__device__ inline long first_of_four() { return ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4; }
 
 // ---- cuda_backend.cu ----
 // The backend's cuBLASLt handle and workspace (created when the device is opened).
