@@ -2,7 +2,8 @@
 """PyTorch eager peer of the C/CUDA SFT training step (no torch.compile).
 
 One step = forward + causal-LM loss under bf16 autocast (fp32 master weights), backward,
-AdamW step (fused on CUDA), zero_grad(set_to_none=True), on a Llama model built from its
+the global gradient norm clipped to --max-grad-norm (1.0, as bench/train_step and `marlhf sft`
+do by default; 0 skips it), AdamW step (fused on CUDA), zero_grad(set_to_none=True), on a Llama model built from its
 config with random weights and random [B, T] token ids (labels = inputs). --warmup steps
 are untimed; --steps steps are timed between torch.cuda.synchronize() calls.
 Prints one JSON line on stdout: tokens/s, ms/step, FLOPs/token (see flops_per_token), MFU.
@@ -75,6 +76,8 @@ def run(args, device, result):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
@@ -112,16 +115,20 @@ def main():
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
                     help="transformers attention implementation")
+    ap.add_argument("--max-grad-norm", type=float, default=1.0,
+                    help="clip the global gradient norm to this before the AdamW step (0: no clipping)")
     ap.add_argument("--peak-tflops", type=float, default=790.0,
                     help="peak bf16 dense TFLOP/s for the MFU denominator (H200 measured: 790)")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
+    if args.max_grad_norm < 0:
+        ap.error("--max-grad-norm must be >= 0")
 
     torch.manual_seed(1234)
     device = torch.device(args.device)
     result = {"impl": "pytorch-eager", "shape": args.shape, "batch": args.batch,
-              "seq": args.seq, "steps": args.steps}
+              "seq": args.seq, "steps": args.steps, "max_grad_norm": args.max_grad_norm}
     try:
         run(args, device, result)
     except torch.cuda.OutOfMemoryError as e:

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch peer of the C training-step benchmark.
 
-One training step = forward with the causal-LM loss + backward + AdamW step, on a
-model built from random weights (float32, CPU), for a random batch of B x T token ids.
+One training step = forward with the causal-LM loss + backward + the global gradient
+norm clipped to --max-grad-norm (1.0, as bench/train_step and `marlhf sft` do by default; 0
+skips it) + AdamW step, on a model built from random weights (float32, CPU), for a random batch of B x T token ids.
 After --warmup untimed steps, --steps steps are timed; step_s is their mean.
 
     .venv-tools/bin/python bench/torch_train_step.py [--batch 4] [--seq 256] [--steps 3]
         [--warmup 2] [--threads N] [--attn eager|sdpa] [--model gpt2-124m|smollm2-135m|all]
+        [--max-grad-norm 1.0]
         [--lora-rank R]    (PEFT LoRA of rank R on every linear layer of the blocks, base frozen)
         [--lora-dropout P] (PEFT's lora_dropout, the model in training mode)
         [--use-dora]       (PEFT's use_dora: DoRA adapters)
@@ -128,6 +130,8 @@ def bench(name, args):
         opt.zero_grad(set_to_none=True)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        if args.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(trainable, args.max_grad_norm, foreach=True)
         opt.step()
         return loss
 
@@ -147,7 +151,7 @@ def bench(name, args):
         "attn": cfg._attn_implementation, "flops_per_token": fpt, "params_nonemb": p_nonemb,
         "loss": round(float(loss.detach()), 4), "torch": torch.__version__,
         "lora_rank": args.lora_rank, "lora_dropout": args.lora_dropout, "dora": args.use_dora, "trainable_params": sum(p.numel() for p in trainable),
-        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}), flush=True)
+        "max_grad_norm": args.max_grad_norm, "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}), flush=True)
 
 
 def main():
@@ -163,7 +167,10 @@ def main():
     ap.add_argument("--lora-dropout", type=float, default=0.0)
     ap.add_argument("--use-dora", action="store_true")
     ap.add_argument("--quantize", choices=("none", "nf4", "nf4-single"), default="none")
+    ap.add_argument("--max-grad-norm", type=float, default=1.0)
     args = ap.parse_args()
+    if args.max_grad_norm < 0:
+        ap.error("--max-grad-norm must be >= 0")
     torch.set_num_threads(args.threads)
     print(f"# {FORMULA}  (see docstring)", file=sys.stderr)
     for name in ("gpt2-124m", "smollm2-135m") if args.model == "all" else (args.model,):

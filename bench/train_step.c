@@ -9,6 +9,8 @@
 //            [--model gpt2-124m|smollm2-135m|gemma2-135m|gemma3-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
 //            (all: gpt2-124m and smollm2-135m on the CPU, smollm2-135m on a GPU)
 //            [--attention mma|mma-plain|wmma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
+//            [--max-grad-norm 1.0] (the global gradient norm clipped to this, as `marlhf sft` does by
+//                               default; 0: no clipping, and the norm is not computed)
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
 //                               bench/run_lora_step.sh runs it beside PyTorch + PEFT)
 //            [--lora-dropout P] (with --lora-rank: PEFT's lora_dropout on the adapters' inputs)
@@ -67,6 +69,7 @@ static int lora_rank = 0;
 static double lora_dropout = 0;
 static bool use_dora = false;
 static const char *quantize = "none";
+static double max_grad_norm = 1.0;
 
 static double max_rss_mb(void) {
     struct rusage usage;
@@ -110,8 +113,8 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
         lora_dropout_end(&model);
         ops->synchronize();
         double t2 = now_seconds();
-        double norm = grad_global_norm(&model);
-        adamw_step(&opt, &model, 1e-4f, grad_clip_coefficient(norm, 1.0f));
+        const float clip = max_grad_norm > 0 ? grad_clip_coefficient(grad_global_norm(&model), (float)max_grad_norm) : 1.0f;
+        adamw_step(&opt, &model, 1e-4f, clip);
         ops->synchronize();
         double t3 = now_seconds();
         if (step >= 0) forward_s += t1 - t0, backward_s += t2 - t1, optimizer_s += t3 - t2;
@@ -125,10 +128,10 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
         printf("{\"impl\": \"marlhf-%s%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
-               "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d}\n",
+               "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
-               loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank);
+               loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm);
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);
@@ -141,10 +144,10 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
            "\"sgemm_gflops\": %.2f, \"fraction_of_sgemm\": %.3f, \"forward_s\": %.4f, \"backward_s\": %.4f, "
            "\"optimizer_s\": %.4f, \"threads\": %d, \"batch\": %d, \"seq\": %d, \"recompute\": %s, "
            "\"flops_per_token\": %.0f, \"lora_rank\": %d, \"lora_dropout\": %g, \"dora\": %s, \"quantize\": \"%s\", "
-           "\"trainable_params\": %ld, \"max_rss_mb\": %.0f}\n",
+           "\"trainable_params\": %ld, \"max_grad_norm\": %g, \"max_rss_mb\": %.0f}\n",
            name, N / step_s, step_s, gflops, sgemm_rate, gflops / sgemm_rate, forward_s / steps, backward_s / steps,
            optimizer_s / steps, omp_get_max_threads(), B, T, recompute ? "true" : "false", flops_per_token, lora_rank,
-           lora_dropout, use_dora ? "true" : "false", quantize, model_trainable_floats(&model), max_rss_mb());
+           lora_dropout, use_dora ? "true" : "false", quantize, model_trainable_floats(&model), max_grad_norm, max_rss_mb());
     fflush(stdout);
     free(tokens), free(targets), free(logp), free(dlogp);
     adamw_free(&opt);
@@ -170,9 +173,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lora-dropout") && i + 1 < argc) lora_dropout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--use-dora")) use_dora = true;
         else if (!strcmp(argv[i], "--quantize") && i + 1 < argc) quantize = argv[++i];
+        else if (!strcmp(argv[i], "--max-grad-norm") && i + 1 < argc) max_grad_norm = atof(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
+    if (!(max_grad_norm >= 0)) die_user("--max-grad-norm must be >= 0");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (quantize_requested(quantize) && lora_rank < 1) die_user("--quantize needs --lora-rank (a quantized base is frozen)");
     const OpsBackend *ops = ops_backend_by_name(device);
