@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     ops->copy_to_device(inv_freq, inv_freq_host, (size_t)(hd / 2) * sizeof(float));
     int *row_start = ops->alloc((size_t)B * sizeof(int));
     float *q = buffer(N * qd), *k = buffer(N * kvd), *v = buffer(N * kvd), *att = buffer(N * qd);
-    float *saved = buffer(ops->attention_saved_size(B, T, H, hd, 0.0f, 0));
+    float *saved = buffer(ops->attention_saved_size(B, T, H, KV, hd, 0.0f, 0));
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of

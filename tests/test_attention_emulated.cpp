@@ -63,13 +63,14 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
     ops_cpu.attention_forward(out_ref.data(), probs.data(), qr.data(), kr.data(), vr.data(), row_start.data(), B, T, H,
                               KV, HD, 0.0f, window);
 
-    std::vector<bf16> Q = head_major(q, B, T, H, 1, HD), K = head_major(k, B, T, H, group, HD);
-    std::vector<bf16> V = head_major(v, B, T, H, group, HD), dO = head_major(dout, B, T, H, 1, HD);
+    // K and V once per K/V head, as attention.cu gathers them for these kernels.
+    std::vector<bf16> Q = head_major(q, B, T, H, 1, HD), K = head_major(k, B, T, KV, 1, HD);
+    std::vector<bf16> V = head_major(v, B, T, KV, 1, HD), dO = head_major(dout, B, T, H, 1, HD);
     std::vector<float> out((size_t)q_n, NAN), lse((size_t)B * H * T, NAN);
     const int *rs = row_start.data();
     const int forward_tiles = (T + FORWARD_ROWS<HD, VARIANT> - 1) / FORWARD_ROWS<HD, VARIANT>;
     emulation::launch({(unsigned)forward_tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
-        forward_kernel<HD, VARIANT>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, T, scale, window);
+        forward_kernel<HD, VARIANT>(out.data(), lse.data(), Q.data(), K.data(), V.data(), rs, H, KV, T, scale, window);
     });
     double error = relative_error(out.data(), out_ref.data(), q_n);
     printf("# %-22s out %.3e\n", label, error);
@@ -128,8 +129,8 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
                                H, KV, T, scale, window);
     });
     emulation::launch({(unsigned)backward_tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
-        backward_q_kernel<HD, VARIANT>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, T,
-                              scale, window);
+        backward_q_kernel<HD, VARIANT>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, KV,
+                                       T, scale, window);
     });
     struct Gradient {
         const char *name;

@@ -262,8 +262,8 @@ void model_reserve(Model *model, int B, int T) {
         // the set is shared): a sliding window can make a layer's larger (CUDA: no fused kernel).
         long saved = 0;
         for (int l = keep_all ? s : 0; l < (keep_all ? s + 1 : L); l++) {
-            const long size = ops->attention_saved_size(B, T, cfg->num_heads, cfg->head_dim, cfg->attn_logit_softcap,
-                                                        config_layer_window(cfg, l));
+            const long size = ops->attention_saved_size(B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                                        cfg->attn_logit_softcap, config_layer_window(cfg, l));
             if (size > saved) saved = size;
         }
         la->attention_saved = alloc_floats(ops, saved);

@@ -186,9 +186,13 @@ typedef struct OpsBackend {
     // q: [B*T, n_heads*hd]; k, v: [B*T, n_kv_heads*hd]; out: [B*T, n_heads*hd].
     // saved: what the backward needs besides q, k, v and out, attention_saved_size()
     // floats whose meaning is the backend's own: the CPU keeps the softmax probabilities
-    // [B, n_heads, T, T]; the CUDA backend's fused kernels keep one log-sum-exp per row.
-    // softcap: the attention ops' (below); the CUDA backend's fused kernels do not take one.
-    long (*attention_saved_size)(int B, int T, int n_heads, int head_dim, float softcap, int window);
+    // [B, n_heads, T, T]; the CUDA backend's fused kernels keep one log-sum-exp per row, and
+    // its mma kernels bf16 copies of q, k and v as well (which their backward reads instead
+    // of its q, k, v arguments: give the backward the saved state of a forward of the same
+    // q, k, v). softcap: the attention ops' (below); the CUDA backend's fused kernels do not
+    // take one.
+    long (*attention_saved_size)(int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                 int window);
     void (*attention_forward)(float *out, float *saved, const float *q, const float *k,
                               const float *v, const int *row_start, int B, int T, int n_heads,
                               int n_kv_heads, int head_dim, float softcap, int window);

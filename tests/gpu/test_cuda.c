@@ -433,11 +433,16 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
     snprintf(label, sizeof label, "attention %s B%d T%d H%d/%d hd%d%s%s", kernels, B, T, H, KV, D,
              softcap > 0 ? " cap" : "", window > 0 ? " window" : "");
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
-    const long saved_n = gpu->attention_saved_size(B, T, H, D, softcap, window);
-    // A fused choice keeps one log-sum-exp per query row; the unfused fallback (another
-    // head_dim, or kernels wanting more shared memory than the device has: not on an H200)
-    // would save T x T probabilities and this would test the wrong kernels.
-    EXPECT(!fused || saved_n == (long)B * H * T, "%s: fell back to the unfused kernels", label);
+    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, softcap, window);
+    // A fused choice keeps one log-sum-exp per query row (padded to 4 floats), the mma
+    // kernels bf16 copies of Q [B, H, T, D], K and V [B, KV, T, D] after them (attention.cu,
+    // MmaSaved); the unfused fallback (another head_dim, or kernels wanting more shared memory
+    // than the device has: not on an H200) would save T x T probabilities and this would test
+    // the wrong kernels.
+    const long fused_saved_n = strncmp(kernels, "mma", 3) ? (long)B * H * T
+                                                          : ((long)B * H * T + 3) / 4 * 4 + (q_n + 2 * kv_n) / 2;
+    EXPECT(!fused || saved_n == fused_saved_n, "%s: fell back to the unfused kernels (saved %ld floats, not %ld)", label,
+           saved_n, fused_saved_n);
     EXPECT(softcap == 0.0f || saved_n == p_n, "%s: a soft cap must run the unfused kernels", label);
     EXPECT(!(windowed && !strcmp(kernels, "wmma")) || saved_n == p_n, "%s: wmma with a window must fall back", label);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);

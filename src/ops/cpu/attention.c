@@ -152,7 +152,7 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 
 // Query heads that share a K/V head all add into its gradient, so the parallel loop runs
 // over (row, K/V head) and the heads of one group are handled in order by one thread.
-long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window) {
+long cpu_attention_saved_size(int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
     return (long)B * n_heads * T * T; // the probabilities
 }
 

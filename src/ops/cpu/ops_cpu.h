@@ -74,7 +74,7 @@ void cpu_rope_backward(float *dx, const int *positions, int N, int n_heads, int 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k,
                            const float *v, const int *row_start, int B, int T, int n_heads,
                            int n_kv_heads, int head_dim, float softcap, int window);
-long cpu_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window);
+long cpu_attention_saved_size(int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *probs, const float *q, const float *k, const float *v,
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,

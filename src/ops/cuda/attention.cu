@@ -64,8 +64,35 @@ static bool use_fused(int head_dim, float softcap, int window, int T) {
     return shared <= cuda_shared_memory_per_block();
 }
 
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window) {
-    return use_fused(head_dim, softcap, window, T) ? (long)B * n_heads * T : (long)B * n_heads * T * T;
+// The mma kernels' saved state: the forward's log-sum-exps [B, H, T], then the head-major
+// bf16 copies of Q [B, H, T, hd], K and V [B, KV, T, hd] that the forward gathered, which the
+// backward reads instead of gathering them again. Each part starts 16 bytes aligned
+// (cp.async reads them): the log-sum-exps are padded to 4 floats, and the bf16 parts are
+// multiples of 32 bytes (hd is a multiple of 16 for the fused kernels).
+struct MmaSaved {
+    float *lse;
+    __nv_bfloat16 *Q, *K, *V;
+};
+
+static long mma_saved_lse_floats(int B, int T, int H) { return ((long)B * H * T + 3) / 4 * 4; }
+
+static long mma_saved_floats(int B, int T, int H, int KV, int hd) {
+    const long q_n = (long)B * H * T * hd, kv_n = (long)B * KV * T * hd;
+    return mma_saved_lse_floats(B, T, H) + (q_n + 2 * kv_n) / 2;
+}
+
+static MmaSaved mma_saved_parts(float *saved, int B, int T, int H, int KV, int hd) {
+    MmaSaved parts;
+    parts.lse = saved;
+    parts.Q = (__nv_bfloat16 *)(saved + mma_saved_lse_floats(B, T, H));
+    parts.K = parts.Q + (long)B * H * T * hd;
+    parts.V = parts.K + (long)B * KV * T * hd;
+    return parts;
+}
+
+long cuda_attention_saved_size(int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
+    if (!use_fused(head_dim, softcap, window, T)) return (long)B * n_heads * T * T;
+    return mma_selected() ? mma_saved_floats(B, T, n_heads, n_kv_heads, head_dim) : (long)B * n_heads * T;
 }
 
 // D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
@@ -127,19 +154,84 @@ __global__ static void gather_heads_by_eight_kernel(__nv_bfloat16 *out, const fl
     *reinterpret_cast<uint4 *>(to) = packed;
 }
 
-static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int n_heads, int group,
-                                   int head_dim) {
-    long n = (long)B * n_heads * T * head_dim;
-    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
+// Whether the eight-element kernels can gather `in` ([B*T, heads*hd] rows, read as float4).
+static bool gathers_by_eight(const float *in, int B, int T, int n_heads, int head_dim) {
     const long items_per_head = (long)B * T * (head_dim / 8);
-    if (head_dim % 8 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) && n_heads <= 65535) {
+    return head_dim % 8 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) && n_heads <= 65535;
+}
+
+// out [B, n_heads, T, hd] bf16 from in's rows, head h reading input head h / group.
+static void gather_heads_into(__nv_bfloat16 *out, const float *in, int B, int T, int n_heads, int group,
+                              int head_dim) {
+    const long n = (long)B * n_heads * T * head_dim;
+    const long items_per_head = (long)B * T * (head_dim / 8);
+    if (gathers_by_eight(in, B, T, n_heads, head_dim)) {
         gather_heads_by_eight_kernel<<<dim3(grid_for(items_per_head, 256), n_heads), 256>>>(out, in, B, T, n_heads,
                                                                                             group, head_dim);
     } else {
         gather_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim);
     }
     CUDA_CHECK_LAUNCH();
+}
+
+// The same into a scratch slot.
+static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int n_heads, int group,
+                                   int head_dim) {
+    const long n = (long)B * n_heads * T * head_dim;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
+    gather_heads_into(out, in, B, T, n_heads, group, head_dim);
     return out;
+}
+
+// dO gathered as gather_heads_by_eight_kernel gathers it (group 1), and with it the fused
+// backward's row term D[b, h, t] = dO . O over the head's columns (cuda_attention_row_dot's),
+// so that dout is read once. The chunks = head_dim / 8 threads of a head row are
+// consecutive lanes of one warp (chunks divides 32 and the block's 256 threads), which add
+// their eight products by xor shuffles; no lane returns early, since all join the shuffles.
+__global__ static void gather_dout_by_eight_kernel(__nv_bfloat16 *dO, float *D, const float *dout, const float *out,
+                                                   int B, int T, int n_heads, int head_dim) {
+    const unsigned chunks = (unsigned)head_dim / 8;
+    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool valid = item < (unsigned)B * T * chunks; // a head row's lanes are all valid or all not
+    const int h = blockIdx.y;
+    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
+    float dot = 0.0f;
+    if (valid) {
+        const long at = (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
+        const float4 *gradient = reinterpret_cast<const float4 *>(dout + at);
+        const float4 *output = reinterpret_cast<const float4 *>(out + at);
+        const float4 low = gradient[0], high = gradient[1], out_low = output[0], out_high = output[1];
+        dot = low.x * out_low.x + low.y * out_low.y + low.z * out_low.z + low.w * out_low.w + high.x * out_high.x +
+              high.y * out_high.y + high.z * out_high.z + high.w * out_high.w;
+        const uint4 packed = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
+                                        pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
+        const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+        *reinterpret_cast<uint4 *>(dO + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8) = packed;
+    }
+    for (unsigned offset = chunks / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (valid && chunk == 0) {
+        const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+        D[((long)b * n_heads + h) * T + t] = dot;
+    }
+}
+
+// dO [B, H, T, hd] bf16 (a scratch slot) and D [B, H, T] (cuda_attention_row_dot's slot).
+static __nv_bfloat16 *gather_dout_with_row_dot(const float **D, const float *dout, const float *out, int B, int T,
+                                               int H, int head_dim) {
+    const bool by_eight = gathers_by_eight(dout, B, T, H, head_dim) && (uintptr_t)out % 16 == 0 &&
+                          32 % (head_dim / 8) == 0;
+    if (!by_eight) {
+        *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
+        return gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, head_dim);
+    }
+    const long n = (long)B * H * T * head_dim, items_per_head = (long)B * T * (head_dim / 8);
+    __nv_bfloat16 *dO = (__nv_bfloat16 *)cuda_scratch(SCRATCH_ATT_DOUT, (size_t)n * sizeof(__nv_bfloat16));
+    float *row_dot = (float *)cuda_scratch(SCRATCH_ATT_ROWDOT, (size_t)B * H * T * sizeof(float));
+    gather_dout_by_eight_kernel<<<dim3(grid_for(items_per_head, 256), H), 256>>>(dO, row_dot, dout, out, B, T, H,
+                                                                                 head_dim);
+    CUDA_CHECK_LAUNCH();
+    *D = row_dot;
+    return dO;
 }
 
 // out[b*T + t, g*hd + d] = sum over the `group` heads h of group g of in[b, h, t, d],
@@ -241,15 +333,21 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     const float scale = 1.0f / sqrtf((float)hd);
     const int batch = B * H;
     const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
+    const bool fused = use_fused(hd, softcap, window, T);
+    if (fused && mma_selected()) { // Q, K, V gathered into the saved state, for the backward too
+        const MmaSaved saved = mma_saved_parts(probs, B, T, H, n_kv_heads, hd);
+        gather_heads_into(saved.Q, q, B, T, H, 1, hd);
+        gather_heads_into(saved.K, k, B, T, n_kv_heads, 1, hd);
+        gather_heads_into(saved.V, v, B, T, n_kv_heads, 1, hd);
+        cuda_mma_attention_forward(out, saved.lse, saved.Q, saved.K, saved.V, row_start, B, H, n_kv_heads, T, hd,
+                                   window, selected == KERNELS_MMA_PLAIN);
+        return;
+    }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
-    if (use_fused(hd, softcap, window, T)) {
-        if (mma_selected())
-            cuda_mma_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd, window,
-                                       selected == KERNELS_MMA_PLAIN);
-        else
-            cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
+    if (fused) {
+        cuda_fused_attention_forward(out, probs, Q, K, V, row_start, B, H, T, hd);
         return;
     }
     // probs[t][j] = scale q_t . k_j : column-major (j, t) = K^T Q.
@@ -275,17 +373,21 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     const float scale = 1.0f / sqrtf((float)hd);
     const int batch = B * H;
     const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
+    const bool fused = use_fused(hd, softcap, window, T);
+    if (fused && mma_selected()) { // q, k and v as the forward gathered them into the saved state
+        const MmaSaved saved = mma_saved_parts(const_cast<float *>(probs), B, T, H, n_kv_heads, hd);
+        const float *D;
+        const __nv_bfloat16 *dO = gather_dout_with_row_dot(&D, dout, out, B, T, H, hd);
+        cuda_mma_attention_backward(dq, dk, dv, saved.Q, saved.K, saved.V, dO, saved.lse, D, row_start, B, H,
+                                    n_kv_heads, T, hd, window, selected == KERNELS_MMA_PLAIN);
+        return;
+    }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
     __nv_bfloat16 *K = gather_heads(SCRATCH_ATT_K, k, B, T, H, group, hd);
     __nv_bfloat16 *V = gather_heads(SCRATCH_ATT_V, v, B, T, H, group, hd);
     __nv_bfloat16 *dO = gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, hd);
-    if (use_fused(hd, softcap, window, T)) {
-        if (mma_selected())
-            cuda_mma_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd,
-                                        window, selected == KERNELS_MMA_PLAIN);
-        else
-            cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H,
-                                          n_kv_heads, T, hd);
+    if (fused) {
+        cuda_fused_attention_backward(dq, dk, dv, dout, out, Q, K, V, dO, probs, row_start, B, H, n_kv_heads, T, hd);
         return;
     }
     // The forward's bf16 probabilities may have been overwritten by a later layer.

@@ -40,12 +40,14 @@ void cuda_fused_attention_backward(float *dq, float *dk, float *dv, const float 
                                    int H, int KV, int T, int head_dim);
 
 // The same two calls on the mma.sync kernels (head_dim 16, 32, 64, 128), which also take a
-// sliding window (0: none; the WMMA kernels do not). plain: the PLAIN variant of the
-// kernels instead of the TUNED one (attention_mma.cuh).
+// sliding window (0: none; the WMMA kernels do not), and read K and V once per K/V head:
+// [B, KV, T, hd], not repeated. The backward takes D (cuda_attention_row_dot, or computed
+// with dO's gather) instead of dout and out. plain: the PLAIN variant of the kernels
+// instead of the TUNED one (attention_mma.cuh).
 void cuda_mma_attention_forward(float *out, float *lse, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
-                                const __nv_bfloat16 *V, const int *row_start, int B, int H, int T, int head_dim,
-                                int window, bool plain);
-void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                 const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V,
-                                 const __nv_bfloat16 *dO, const float *lse, const int *row_start, int B, int H,
-                                 int KV, int T, int head_dim, int window, bool plain);
+                                const __nv_bfloat16 *V, const int *row_start, int B, int H, int KV, int T,
+                                int head_dim, int window, bool plain);
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
+                                 const __nv_bfloat16 *V, const __nv_bfloat16 *dO, const float *lse, const float *D,
+                                 const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
+                                 bool plain);

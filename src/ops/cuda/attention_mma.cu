@@ -10,13 +10,13 @@ using namespace attention_mma;
 
 template <int HD, Variant VARIANT>
 static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start,
-                        int B, int H, int T, float scale, int window) {
+                        int B, int H, int KV, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
     CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)shared));
     constexpr int rows = FORWARD_ROWS<HD, VARIANT>;
     dim3 grid((T + rows - 1) / rows, B * H); // query tiles, the longest rows first
-    forward_kernel<HD, VARIANT><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, T, scale, window);
+    forward_kernel<HD, VARIANT><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -30,12 +30,13 @@ size_t cuda_mma_attention_shared_bytes(int head_dim) {
 }
 
 void cuda_mma_attention_forward(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
-                                const int *row_start, int B, int H, int T, int head_dim, int window, bool plain) {
+                                const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
+                                bool plain) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     with_fused_head_dim(head_dim, "mma", [&](auto hd) {
         constexpr int HD = decltype(hd)::value;
-        if (plain) forward_for<HD, PLAIN>(out, lse, Q, K, V, row_start, B, H, T, scale, window);
-        else forward_for<HD, TUNED>(out, lse, Q, K, V, row_start, B, H, T, scale, window);
+        if (plain) forward_for<HD, PLAIN>(out, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
+        else forward_for<HD, TUNED>(out, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
     });
 }
 
@@ -52,16 +53,14 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     backward_kv_kernel<HD, VARIANT><<<dim3(tiles, B * KV), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
                                                                          KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
-    backward_q_kernel<HD, VARIANT><<<dim3(tiles, B * H), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, T, scale,
-                                                                      window);
+    backward_q_kernel<HD, VARIANT><<<dim3(tiles, B * H), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV, T,
+                                                                              scale, window);
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const bf16 *Q,
-                                 const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
-                                 const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
-                                 bool plain) {
-    const float *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
+                                 const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
+                                 int KV, int T, int head_dim, int window, bool plain) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     with_fused_head_dim(head_dim, "mma", [&](auto hd) {
         constexpr int HD = decltype(hd)::value;

@@ -4,8 +4,8 @@
 // loading while the current one is used. Launched by attention_mma.cu; also compiled for
 // the CPU by tests/test_attention_emulated.cpp (device_primitives.cuh says how).
 //
-// Same inputs, outputs and masks as attention_fused.cu (the WMMA kernels): head-major
-// bf16 Q, K, V, dO [B, H, T, hd] (K and V repeated over each group), fp32 results written
+// Head-major bf16 inputs: Q and dO [B, H, T, hd], K and V [B, KV, T, hd] (one copy per K/V
+// head; query head h reads K/V head h / (H / KV)), fp32 results written
 // over [B*T, heads*hd] rows (every row of every head, zeros where nothing reaches it: the
 // attention backward overwrites dq, dk and dv), one natural log-sum-exp per query row (+inf for a query with
 // no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i, and
@@ -256,10 +256,10 @@ DEVICE_INLINE void online_softmax_step(float (*s)[4], float (*o)[4], float row_m
         if (new_max == -INFINITY) { // no visible key yet: nothing to add
             for (int n = 0; n < COLUMNS / 8; n++) s[n][2 * half] = s[n][2 * half + 1] = 0.0f;
         } else {
-            alpha = exp2f(row_max[half] - new_max); // 0 when row_max is -inf
+            alpha = exp2_approx(row_max[half] - new_max); // 0 when row_max is -inf
             for (int n = 0; n < COLUMNS / 8; n++)
                 for (int e = 2 * half; e < 2 * half + 2; e++) {
-                    s[n][e] = exp2f(s[n][e] - new_max);
+                    s[n][e] = exp2_approx(s[n][e] - new_max);
                     sum += s[n][e];
                 }
         }
@@ -269,30 +269,73 @@ DEVICE_INLINE void online_softmax_step(float (*s)[4], float (*o)[4], float row_m
     }
 }
 
-// o[m] (16 x HD) += P[m] (16 x 64, registers) V (64 x HD, a shared tile) for the m-tiles m
-// that see the key tile: each V fragment pair read from shared memory feeds all of them.
-template <int HD, int M_TILES>
+// s[m] = Q[m] K^T (16 x 64 scores, unscaled) for M m-tiles against a key tile (64 rows of a
+// shared tile): every K fragment pair read from shared memory feeds all M.
+template <int HD, int M>
+DEVICE_INLINE void multiply_queries_by_keys(float (*s)[COLUMNS / 8][4], const uint32_t (*qa)[HD / 16][4],
+                                            const bf16 *Kt, int lane) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < COLUMNS / 8; n++) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+    for (int k = 0; k < HD / 16; k++)
+        for (int n = 0; n < COLUMNS / 8; n += 2) { // two 8-key blocks per load
+            uint32_t bk[2][2];
+            load_b_transposed_pair(bk, Kt + n * 8 * Tile<HD>::ld + k * 16, Tile<HD>::ld, lane);
+            for (int m = 0; m < M; m++) {
+                mma_bf16_16x8x16(s[m][n], qa[m][k], bk[0]);
+                mma_bf16_16x8x16(s[m][n + 1], qa[m][k], bk[1]);
+            }
+        }
+}
+
+// o[m] (16 x HD) += P[m] (16 x 64, registers) V (64 x HD, a shared tile) for M m-tiles:
+// every V fragment pair read from shared memory feeds all M.
+template <int HD, int M>
 DEVICE_INLINE void add_probabilities_times_values(float (*o)[HD / 8][4], const float (*p)[COLUMNS / 8][4],
-                                                  const bool sees[M_TILES], const bf16 *Vt, int lane) {
+                                                  const bf16 *Vt, int lane) {
     for (int k = 0; k < COLUMNS / 16; k++) {
-        uint32_t a[M_TILES][4];
-        for (int m = 0; m < M_TILES; m++) accumulators_as_a(a[m], p[m], k);
+        uint32_t a[M][4];
+        for (int m = 0; m < M; m++) accumulators_as_a(a[m], p[m], k);
         for (int n = 0; n < HD / 16; n++) {
             uint32_t b_low[2], b_high[2];
             load_b_pair(b_low, b_high, Vt + k * 16 * Tile<HD>::ld + n * 16, Tile<HD>::ld, lane);
-            for (int m = 0; m < M_TILES; m++)
-                if (sees[m]) {
-                    mma_bf16_16x8x16(o[m][2 * n], a[m], b_low);
-                    mma_bf16_16x8x16(o[m][2 * n + 1], a[m], b_high);
-                }
+            for (int m = 0; m < M; m++) {
+                mma_bf16_16x8x16(o[m][2 * n], a[m], b_low);
+                mma_bf16_16x8x16(o[m][2 * n + 1], a[m], b_high);
+            }
         }
     }
+}
+
+// A key tile's whole step for M m-tiles of a forward warp (each array from the first of
+// them, whose first row is first_row; m-tile m's is first_row + 64 m): S = Q K^T, the
+// online softmax, O += P V. The products sit in no condition of their own: mma.sync under
+// a per-product condition makes ptxas fence every product with a warp barrier (WARPSYNC),
+// which also keeps it from issuing the next ldmatrix early.
+template <int HD, int M>
+DEVICE_INLINE void forward_tile(float (*o)[HD / 8][4], float (*row_max)[2], float (*row_sum)[2],
+                                const uint32_t (*qa)[HD / 16][4], int first_row, const bf16 *Kt, const bf16 *Vt,
+                                int key0, int start, int window, float scale_log2, int lane) {
+    float s[M][COLUMNS / 8][4];
+    multiply_queries_by_keys<HD, M>(s, qa, Kt, lane);
+    UNROLL // else s[m] and o[m] go to local memory
+    for (int m = 0; m < M; m++) {
+        const int m_first_row = first_row + m * WARPS * 16;
+        online_softmax_step<HD>(s[m], o[m], row_max[m], row_sum[m], key0, m_first_row, m_first_row + lane / 4, start,
+                                window, scale_log2, lane % 4);
+    }
+    add_probabilities_times_values<HD, M>(o, s, Vt, lane);
+}
+
+// The offset of query head bh's (b * H + h) K/V head in [B, KV, T, HD].
+template <int HD> DEVICE_INLINE long kv_head_offset(int bh, int H, int KV, int T) {
+    const int b = bh / H, h = bh % H;
+    return ((long)b * KV + h / (H / KV)) * T * HD;
 }
 
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
-                   int T, float scale, int window) {
+                   int KV, int T, float scale, int window) {
     using L = Tile<HD>;
     constexpr int M_TILES = FORWARD_M_TILES<HD, VARIANT>, BLOCK_ROWS = FORWARD_ROWS<HD, VARIANT>;
     DYNAMIC_SHARED(shared);
@@ -303,7 +346,7 @@ __global__ void __launch_bounds__(THREADS)
     const int q0 = (tiles - 1 - (int)blockIdx.x) * BLOCK_ROWS; // the longest rows start first
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const int start = row_start ? row_start[b] : 0;
-    const long head = (long)bh * T * HD;
+    const long head = (long)bh * T * HD, kv_head = kv_head_offset<HD>(bh, H, KV, T);
     const int q_last = imin(q0 + BLOCK_ROWS, T) - 1;
     // The warp's m-tile m is rows first_row[m] + [0, 16), this lane's row_low[m] and
     // row_low[m] + 8. M-tile m of all 4 warps is the block's m-th 64 rows, so every warp
@@ -342,47 +385,40 @@ __global__ void __launch_bounds__(THREADS)
     const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     const bool any_keys = q_last >= start;
     if (any_keys) {
-        tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
-        tile_load_async<HD>(Vs, V + head, kt_first * COLUMNS, T);
+        tile_load_async<HD>(Ks, K + kv_head, kt_first * COLUMNS, T);
+        tile_load_async<HD>(Vs, V + kv_head, kt_first * COLUMNS, T);
         cp_async_commit();
     }
     for (int kt = kt_first; any_keys && kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
-        next_kv_tile<HD>(Ks, Vs, K + head, V + head, kt, kt_last, buffer, T); // the next tile loads while this one is used
+        next_kv_tile<HD>(Ks, Vs, K + kv_head, V + kv_head, kt, kt_last, buffer, T); // the next tile loads while this one is used
         __syncthreads();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
         const int key0 = kt * COLUMNS;
 
         // Whether each m-tile sees any key of this tile (the same in all the warp's lanes):
         // not when every key is past its last row or before its first row's window, nor
-        // when its rows are all padding or past T. Those m-tiles' products are skipped: with
-        // every score masked their softmax step would change nothing.
-        bool sees[M_TILES];
+        // when its rows are all padding or past T. Such an m-tile is skipped: with every
+        // score masked its softmax step would change nothing. The common case, every m-tile
+        // seeing the tile, runs all of them together; the others (a block's last key tile
+        // for its first m-tile, windows, padding) each m-tile that sees it on its own.
+        bool sees[M_TILES], all_see = true;
         for (int m = 0; m < M_TILES; m++) {
             const int last_row = imin(first_row[m] + 15, T - 1);
             sees[m] = first_row[m] < T && last_row >= start && key0 <= last_row &&
                       key0 + COLUMNS - 1 >= attention_first_key(start, first_row[m], window);
+            all_see = all_see && sees[m];
         }
-
-        float s[M_TILES][COLUMNS / 8][4];
-        for (int m = 0; m < M_TILES; m++)
-            for (int n = 0; n < COLUMNS / 8; n++) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
-        for (int k = 0; k < HD / 16; k++)
-            for (int n = 0; n < COLUMNS / 8; n += 2) { // two 8-key blocks per load, for every m-tile
-                uint32_t bk[2][2];
-                load_b_transposed_pair(bk, Kt + n * 8 * L::ld + k * 16, L::ld, lane);
-                for (int m = 0; m < M_TILES; m++)
-                    if (sees[m]) {
-                        mma_bf16_16x8x16(s[m][n], qa[m][k], bk[0]);
-                        mma_bf16_16x8x16(s[m][n + 1], qa[m][k], bk[1]);
-                    }
-            }
-        UNROLL // else s[m] and o[m] go to local memory
-        for (int m = 0; m < M_TILES; m++)
-            if (sees[m])
-                online_softmax_step<HD>(s[m], o[m], row_max[m], row_sum[m], key0, first_row[m], row_low[m], start,
-                                        window, scale_log2, t);
-        add_probabilities_times_values<HD, M_TILES>(o, s, sees, Vt, lane);
+        if (all_see) {
+            forward_tile<HD, M_TILES>(o, row_max, row_sum, qa, first_row[0], Kt, Vt, key0, start, window, scale_log2,
+                                      lane);
+        } else {
+            UNROLL
+            for (int m = 0; m < M_TILES; m++)
+                if (sees[m])
+                    forward_tile<HD, 1>(&o[m], &row_max[m], &row_sum[m], &qa[m], first_row[m], Kt, Vt, key0, start,
+                                        window, scale_log2, lane);
+        }
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
 
@@ -436,10 +472,9 @@ __global__ void __launch_bounds__(THREADS)
         zero_rows<HD>(dv, (long)KV * HD, kv_head * HD, b, T, k0);
         return;
     }
-    // K and V are the same for every head of the group; read the group's first copy.
-    const long kv_copy = ((long)b * H + kv_head * group) * T * HD;
-    tile_load_async<HD>(Ks, K + kv_copy, k0, T);
-    tile_load_async<HD>(Vs, V + kv_copy, k0, T);
+    const long kv_offset = ((long)b * KV + kv_head) * T * HD;
+    tile_load_async<HD>(Ks, K + kv_offset, k0, T);
+    tile_load_async<HD>(Vs, V + kv_offset, k0, T);
     cp_async_commit();
     // Queries k0.. see these keys; under a window only those up to W - 1 past the tile's last.
     const int q_end = window > 0 ? imin(T - 1, k0 + ROWS - 1 + window - 1) : T - 1;
@@ -484,7 +519,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_high;
-                float p = exp2f(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
+                float p = exp2_approx(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
                 if (needs_mask && (key < attention_first_key(start, q, window) || key > q)) p = 0.0f;
                 s[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - D_t[column]);
@@ -501,7 +536,7 @@ __global__ void __launch_bounds__(THREADS)
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
-                      const float *D, const int *row_start, int H, int T, float scale, int window) {
+                      const float *D, const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Qs = (bf16 *)shared, *dOs = Qs + L::elements;
@@ -517,7 +552,7 @@ __global__ void __launch_bounds__(THREADS)
         zero_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
         return;
     }
-    const long head = (long)bh * T * HD;
+    const long head = (long)bh * T * HD, kv_head = kv_head_offset<HD>(bh, H, KV, T);
     const int row_low = q0 + warp * 16 + lane / 4, row_high = row_low + 8;
     const int warp_first_row = q0 + warp * 16;
     const float lse_low = row_low < T ? lse[(long)bh * T + row_low] * LOG2E : INFINITY;
@@ -529,8 +564,8 @@ __global__ void __launch_bounds__(THREADS)
     tile_load_async<HD>(Qs, Q + head, q0, T);
     tile_load_async<HD>(dOs, dO + head, q0, T);
     cp_async_commit();
-    tile_load_async<HD>(Ks, K + head, kt_first * COLUMNS, T);
-    tile_load_async<HD>(Vs, V + head, kt_first * COLUMNS, T);
+    tile_load_async<HD>(Ks, K + kv_head, kt_first * COLUMNS, T);
+    tile_load_async<HD>(Vs, V + kv_head, kt_first * COLUMNS, T);
     cp_async_commit();
     // The warp's Q and dO rows are the A operands of S and dP for every key tile.
     cp_async_wait<1>(); // Q and dO have arrived (the first key tile may still be loading)
@@ -544,7 +579,7 @@ __global__ void __launch_bounds__(THREADS)
     const float scale_log2 = scale * LOG2E;
     for (int kt = kt_first; kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
-        next_kv_tile<HD>(Ks, Vs, K + head, V + head, kt, kt_last, buffer, T);
+        next_kv_tile<HD>(Ks, Vs, K + kv_head, V + kv_head, kt, kt_last, buffer, T);
         __syncthreads();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
 
@@ -556,7 +591,7 @@ __global__ void __launch_bounds__(THREADS)
         for (int n = 0; n < COLUMNS / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
-                float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
+                float p = exp2_approx(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
                 if (needs_mask && (key < attention_first_key(start, row, window) || key > row)) p = 0.0f;
                 dp[n][e] = p * (dp[n][e] - (e < 2 ? D_low : D_high)); // dS
             }

@@ -23,6 +23,7 @@
 // alignment the instructions require (a GPU faults on a misaligned one; the CPU would not):
 // 4 bytes for a 32-bit fragment load, 16 for an ldmatrix row and for both cp.async addresses.
 #pragma once
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -193,6 +194,13 @@ DEVICE_INLINE float half_to_float(uint16_t h) {
     if (exponent != 0) return float_from_bits(sign | (exponent + (127 - 15)) << 23 | mantissa << 13);
     const float magnitude = (float)mantissa * 5.9604644775390625e-8f; // 2^-24
     return sign ? -magnitude : magnitude;
+}
+
+// ex2.approx.ftz: 2^x with results below FLT_MIN flushed to 0 (the hardware's approximation
+// is within a relative 2^-22 of this, the PTX ISA's bound).
+DEVICE_INLINE float exp2_approx(float x) {
+    const float y = exp2f(x);
+    return y < FLT_MIN ? 0.0f : y;
 }
 
 // __float2int_rn: nearest, ties to even.

@@ -231,7 +231,7 @@ void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
                             int n_kv_heads, int head_dim, float softcap, int window);
-long cuda_attention_saved_size(int B, int T, int n_heads, int head_dim, float softcap, int window);
+long cuda_attention_saved_size(int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
 void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                              const float *probs, const float *q, const float *k, const float *v,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
