@@ -93,12 +93,17 @@ DEVICE_INLINE int imin(int a, int b) { return a < b ? a : b; }
 DEVICE_INLINE int imax(int a, int b) { return a > b ? a : b; }
 
 // Starts copying rows [row0, row0 + 64) of a [T][HD] matrix into a tile; rows past T
-// become zeros.
+// become zeros. Each thread copies the same number of 16-byte pieces, a compile-time count
+// (a loop bounded by threadIdx.x compiled to a generic loop plus remainder loops, about a
+// third of the backward kernels' instructions per query tile by the SASS). The loop stays
+// a loop: unrolled, its copies' addresses took registers enough to spill at HD 128.
 template <int HD> DEVICE_INLINE void tile_load_async(bf16 *tile, const bf16 *matrix, int row0, int T) {
     constexpr int chunks = HD / 8; // 16-byte pieces per row
-    for (int c = threadIdx.x; c < ROWS * chunks; c += THREADS) {
-        int r = c / chunks, k = c % chunks;
-        bool valid = row0 + r < T;
+    static_assert(ROWS * chunks % THREADS == 0, "every thread copies the same number of pieces");
+    KEEP_LOOP
+    for (int i = 0; i < ROWS * chunks / THREADS; i++) {
+        const int c = (int)threadIdx.x + i * THREADS, r = c / chunks, k = c % chunks;
+        const bool valid = row0 + r < T;
         cp_async_16(tile + r * Tile<HD>::ld + k * 8, valid ? matrix + (long)(row0 + r) * HD + k * 8 : matrix, valid);
     }
 }
@@ -446,8 +451,9 @@ DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s
                                    const float *lse, const float *D, long head, int q0, int T) {
     tile_load_async<HD>(Qs, Q + head * T * HD, q0, T);
     tile_load_async<HD>(dOs, dO + head * T * HD, q0, T);
-    for (int i = threadIdx.x; i < ROWS; i += THREADS) {
-        int q = q0 + i;
+    static_assert(ROWS <= THREADS, "a thread per row");
+    if ((int)threadIdx.x < ROWS) {
+        const int i = (int)threadIdx.x, q = q0 + i;
         lse_s[i] = q < T ? lse[head * T + q] * LOG2E : INFINITY;
         D_s[i] = q < T ? D[head * T + q] : 0.0f;
     }
@@ -533,8 +539,12 @@ __global__ void __launch_bounds__(THREADS)
     write_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
 }
 
+// Up to HD 64 the dQ kernel fits 168 registers without spilling (ptxas, CUDA 13), three
+// blocks per SM (TUNED took 172 unbounded: two).
+template <int HD> constexpr int BACKWARD_Q_BLOCKS_PER_SM = HD <= 64 ? 3 : 1;
+
 template <int HD, Variant VARIANT>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
     backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
                       const float *D, const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;

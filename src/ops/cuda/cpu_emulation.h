@@ -59,6 +59,7 @@ static inline float bf16_to_float(bf16 h) {
 #define DEVICE_METHOD inline
 #define HOST_DEVICE_INLINE static inline
 #define UNROLL
+#define KEEP_LOOP
 #define __global__
 #define __launch_bounds__(threads)
 

@@ -33,6 +33,9 @@ typedef __nv_bfloat16 bf16;
 // body nvcc would not unroll by itself: a register array indexed by a counter that stays a
 // variable is put in local memory.
 #define UNROLL _Pragma("unroll")
+// Keeps the loop that follows a loop (nvcc unrolls small constant trip counts by itself),
+// for a loop whose unrolled copies would each hold their own addresses in registers.
+#define KEEP_LOOP _Pragma("unroll 1")
 // The block's dynamic shared memory as bytes.
 #define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 
