@@ -93,19 +93,28 @@ int main(int argc, char **argv) {
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
-    // each input gradient overwrites it, the others add (model/transformer.c).
-    struct { const char *name; int in, out; DinpMode dinp; } linear[] = {
-        {"matmul q", C, qd, DINP_OVERWRITE}, {"matmul k", C, kvd, DINP_ADD}, {"matmul v", C, kvd, DINP_ADD},
-        {"matmul o", qd, C, DINP_OVERWRITE}, {"matmul gate", C, I, DINP_OVERWRITE}, {"matmul up", C, I, DINP_ADD},
-        {"matmul down", I, C, DINP_OVERWRITE}};
+    // each input gradient overwrites it, the others add (model/transformer.c). A product whose
+    // input an earlier one of the layer already read runs under matmul_input_hold, as in the
+    // model: k and v after q, gate after up in the forward; k and v after q, up after gate in
+    // the backward (the untimed first call makes the held copy).
+    struct { const char *name; int in, out; DinpMode dinp; bool forward_held, backward_held; } linear[] = {
+        {"matmul q", C, qd, DINP_OVERWRITE, false, false},   {"matmul k", C, kvd, DINP_ADD, true, true},
+        {"matmul v", C, kvd, DINP_ADD, true, true},          {"matmul o", qd, C, DINP_OVERWRITE, false, false},
+        {"matmul gate", C, I, DINP_OVERWRITE, true, false},  {"matmul up", C, I, DINP_ADD, false, true},
+        {"matmul down", I, C, DINP_OVERWRITE, false, false}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
+        const long inputs = N * linear[i].in;
         double flops = 2.0 * N * linear[i].in * linear[i].out;
         snprintf(label, sizeof label, "%s forward", linear[i].name);
+        if (linear[i].forward_held) ops->matmul_input_hold(x, inputs);
         TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
+        ops->matmul_input_release();
         snprintf(label, sizeof label, "%s backward", linear[i].name);
+        if (linear[i].backward_held) ops->matmul_input_hold(x, inputs);
         TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
                                                                linear[i].dinp));
+        ops->matmul_input_release();
     }
     double lm_flops = 2.0 * N * C * V;
     TIME_OP("matmul lm_head forward", 1, lm_flops, 0, ops->matmul_forward(x, y, w2, NULL, (int)N, C, V));

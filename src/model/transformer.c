@@ -430,6 +430,8 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
+    // q, k, v and their adapters all read attn_norm_out: a GPU converts it once (ops.h).
+    ops->matmul_input_hold(la->attn_norm_out, N * C);
     model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
     model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
@@ -442,6 +444,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     }
     model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
+    ops->matmul_input_release();
     if (cfg->positions == POSITIONS_ROPE) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
@@ -503,6 +506,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
 
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
+    ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (cfg->mlp == MLP_GELU) {
@@ -512,6 +516,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
         ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
+    ops->matmul_input_release();
     float *mlp_proj = cfg->sandwich_norms ? la->mlp_proj : x_out;
     model_linear_forward(model, mlp_proj, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_DOWN, mlp_proj, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
@@ -884,6 +889,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     w->down_w, qz ? &qz->down : NULL, N, I, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
+    ops->matmul_input_hold(la->mlp_norm_out, N * C); // gate's and up's weight gradients read it
     if (!gated) {
         ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
     } else {
@@ -899,6 +905,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out,
                     w->up_w, qz ? &qz->up : NULL, N, C, I, gated ? DINP_ADD : DINP_OVERWRITE);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
+    ops->matmul_input_release();
     // d_resid already carries the residual path into x_mid; add the norm's branch.
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
                   w->mlp_norm_w, la->mlp_norm_mean, la->mlp_norm_rstd, N);
@@ -934,6 +941,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                               (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
         dq = a->dq_raw, dk = a->dk_raw;
     }
+    ops->matmul_input_hold(la->attn_norm_out, N * C); // q's, k's and v's weight gradients read it
     model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
                     lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
                     w->q_w, qz ? &qz->q : NULL, N, C, q_dim, DINP_OVERWRITE);
@@ -946,6 +954,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
                     w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, DINP_ADD);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
+    ops->matmul_input_release();
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
                   w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
 }

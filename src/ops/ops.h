@@ -171,6 +171,14 @@ typedef struct OpsBackend {
     // be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
+    // A promise about the linear layers that follow, until matmul_input_release: several of
+    // them take `inp` (n floats) as their input (matmul_forward's, matmul_accumulate's,
+    // matmul_forward_dequantized's, or matmul_backward's inp), and nothing writes it
+    // meanwhile (a layer's q/k/v projections and their adapters read the same normalised
+    // rows). A backend that converts inputs (the GPU: to bf16) converts this one once
+    // instead of at every product; the CPU's are no-ops. One input at a time.
+    void (*matmul_input_hold)(const float *inp, long n);
+    void (*matmul_input_release)(void);
 
     // ---- rotary positions (Hugging Face "rotate half" convention) ----
     // x is [N, n_heads * head_dim]; pair i of each head rotated in place by the angle

@@ -383,6 +383,57 @@ static void test_matmul(void) {
     }
 }
 
+// A held input (matmul_input_hold) is converted once for every product that reads it until
+// the release: forward, accumulate and weight gradient through it give the CPU's results;
+// a product of another input meanwhile is unaffected; and holding the same buffer again
+// after new contents were written reads the new contents (no stale copy).
+static void test_matmul_held_input(void) {
+    const int N = 129, IC = 96, OC = 80, OC2 = 40;
+    float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f), *w2 = random_host((long)OC2 * IC, 0.2f);
+    float *other = random_host((long)N * IC, 1), *dout = random_host((long)N * OC, 1);
+    float *out = xmalloc((size_t)N * OC * 4), *out2 = xmalloc((size_t)N * OC2 * 4), *out3 = xmalloc((size_t)N * OC * 4);
+    float *dw = calloc((size_t)OC * IC, 4);
+    float *d_x = gpu_floats(x, (long)N * IC), *d_w = gpu_floats(w, (long)OC * IC), *d_w2 = gpu_floats(w2, (long)OC2 * IC);
+    float *d_other = gpu_floats(other, (long)N * IC), *d_dout = gpu_floats(dout, (long)N * OC);
+    float *d_dw = gpu_floats(dw, (long)OC * IC);
+    float *d_out = gpu->alloc((size_t)N * OC * 4), *d_out2 = gpu->alloc((size_t)N * OC2 * 4), *d_out3 = gpu->alloc((size_t)N * OC * 4);
+    cpu->matmul_forward(out, x, w, NULL, N, IC, OC);
+    cpu->matmul_forward(out2, x, w2, NULL, N, IC, OC2);
+    cpu->matmul_forward(out3, other, w, NULL, N, IC, OC);
+    cpu->matmul_backward(NULL, dw, NULL, dout, x, w, N, IC, OC, DINP_ADD);
+    gpu->matmul_input_hold(d_x, (long)N * IC);
+    gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+    gpu->matmul_forward(d_out3, d_other, d_w, NULL, N, IC, OC); // not the held input
+    gpu->matmul_forward(d_out2, d_x, d_w2, NULL, N, IC, OC2);
+    gpu->matmul_backward(NULL, d_dw, NULL, d_dout, d_x, d_w, N, IC, OC, DINP_ADD);
+    gpu->matmul_input_release();
+    expect_match_keep("held input: matmul_forward", d_out, out, (long)N * OC, TOL_BF16);
+    expect_match_keep("held input: a second product", d_out2, out2, (long)N * OC2, TOL_BF16);
+    expect_match_keep("held input: another input meanwhile", d_out3, out3, (long)N * OC, TOL_BF16);
+    expect_match_keep("held input: matmul_backward dweight", d_dw, dw, (long)OC * IC, TOL_BF16);
+    // The held copy is what the products read: with the promise broken on purpose (a write
+    // during the hold), a second product still sees the old contents. (The CPU standing in
+    // holds nothing.)
+    if (!standing_in) {
+        gpu->copy_to_device(d_x, x, (size_t)N * IC * 4);
+        gpu->matmul_input_hold(d_x, (long)N * IC);
+        gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+        gpu->copy_to_device(d_x, other, (size_t)N * IC * 4);
+        gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+        gpu->matmul_input_release();
+        expect_match_keep("held input: converted once per hold", d_out, out, (long)N * OC, TOL_BF16);
+    }
+    // New contents in the same buffer, held again.
+    gpu->copy_to_device(d_x, other, (size_t)N * IC * 4);
+    gpu->matmul_input_hold(d_x, (long)N * IC);
+    gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+    gpu->matmul_input_release();
+    expect_match_keep("held input: held again after a write", d_out, out3, (long)N * OC, TOL_BF16);
+    gpu->free(d_x), gpu->free(d_w), gpu->free(d_w2), gpu->free(d_other), gpu->free(d_dout), gpu->free(d_dw);
+    gpu->free(d_out), gpu->free(d_out2), gpu->free(d_out3);
+    free(x), free(w), free(w2), free(other), free(dout), free(out), free(out2), free(out3), free(dw);
+}
+
 static void test_rope(void) {
     const int N = 77, H = 5, D = 64;
     int positions[77];
@@ -1617,6 +1668,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_embedding);
     RUN_SELECTED(test_norms);
     RUN_SELECTED(test_matmul);
+    RUN_SELECTED(test_matmul_held_input);
     RUN_SELECTED(test_rope);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_decode_and_cache);

@@ -76,6 +76,10 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
+// sgemm reads float inputs as they are: nothing to keep.
+static void cpu_matmul_input_hold(const float *inp, long n) {}
+static void cpu_matmul_input_release(void) {}
+
 const OpsBackend ops_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -98,6 +102,8 @@ const OpsBackend ops_cpu = {
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,
     .dequantize_rows = cpu_dequantize_rows,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_input_hold = cpu_matmul_input_hold,
+    .matmul_input_release = cpu_matmul_input_release,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
     .attention_saved_size = cpu_attention_saved_size,

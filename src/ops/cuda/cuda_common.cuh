@@ -91,6 +91,7 @@ size_t cuda_shared_memory_per_block(void);
 // waits for the device, so a buffer is never freed under a running kernel.
 enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
+    SCRATCH_MATMUL_HELD,                                   // bf16 of the held input (matmul_input_hold)
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
     SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
@@ -177,8 +178,11 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
 // The bf16 copy of a weight matrix, converted on first use and kept until a write through
 // the backend touches the fp32 weights (cuda_weights_written) or their memory is freed.
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
-// x [n] as bf16 in scratch buffer `slot` (an activation operand, converted on every call).
+// x [n] as bf16 in scratch buffer `slot` (an activation operand, converted on every call),
+// or the held input's one copy (matmul_input_hold).
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
+void cuda_matmul_input_hold(const float *inp, long n);
+void cuda_matmul_input_release(void);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);

@@ -3,7 +3,8 @@
 // The fp32 master weights are converted to bf16 once and cached by address; the cache
 // entry goes stale when anything writes the fp32 weights through the backend (AdamW, a
 // copy from the host, the EMA), so a weight is converted once per optimizer step and not
-// at all during generation. Activations are converted on every call into scratch.
+// at all during generation. Activations are converted on every call into scratch, but for
+// the held input (matmul_input_hold), converted once for all the products that read it.
 //
 // Row-major X[r, c] is column-major X^T, so each product below is written for cuBLAS's
 // column-major convention on the transposed matrices.
@@ -174,7 +175,33 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
     if (i < N * OC) out[i] += bias[i % OC];
 }
 
+// The held input (ops.h, matmul_input_hold): its bf16 copy in a slot of its own, made by
+// the first product that reads it and read by the others until the release. A hold starts
+// unconverted, so holding the same buffer again (the next layer's rows in a shared buffer)
+// converts its new contents.
+static const float *held_input;
+static long held_count;
+static bool held_converted;
+
+void cuda_matmul_input_hold(const float *inp, long n) {
+    held_input = inp;
+    held_count = n;
+    held_converted = false;
+}
+
+void cuda_matmul_input_release(void) {
+    held_input = NULL;
+    held_count = 0;
+    held_converted = false;
+}
+
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
+    if (x == held_input && n == held_count) {
+        __nv_bfloat16 *held = (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD, (size_t)n * sizeof(__nv_bfloat16));
+        if (!held_converted) cuda_to_bf16(held, x, n);
+        held_converted = true;
+        return held;
+    }
     __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
     cuda_to_bf16(out, x, n);
     return out;
