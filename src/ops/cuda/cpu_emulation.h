@@ -61,7 +61,7 @@ static inline float bf16_to_float(bf16 h) {
 #define UNROLL
 #define KEEP_LOOP
 #define __global__
-#define __launch_bounds__(threads)
+#define __launch_bounds__(...)
 
 namespace emulation {
 
