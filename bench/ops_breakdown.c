@@ -93,25 +93,28 @@ int main(int argc, char **argv) {
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
-    // each input gradient overwrites it, the others add (model/transformer.c). A product whose
-    // input an earlier one of the layer already read runs under matmul_input_hold, as in the
-    // model: k and v after q, gate after up in the forward; k and v after q, up after gate in
-    // the backward (the untimed first call makes the held copy).
-    struct { const char *name; int in, out; DinpMode dinp; bool forward_held, backward_held; } linear[] = {
-        {"matmul q", C, qd, DINP_OVERWRITE, false, false},   {"matmul k", C, kvd, DINP_ADD, true, true},
-        {"matmul v", C, kvd, DINP_ADD, true, true},          {"matmul o", qd, C, DINP_OVERWRITE, false, false},
-        {"matmul gate", C, I, DINP_OVERWRITE, true, false},  {"matmul up", C, I, DINP_ADD, false, true},
-        {"matmul down", I, C, DINP_OVERWRITE, false, false}};
+    // each input gradient overwrites it, the others add (model/transformer.c). An operand
+    // that the model holds (matmul_input_hold) with its bf16 copy already made, by an earlier
+    // product or by the activation that wrote it, is held here too, the untimed first call
+    // making the copy: the input of k and v after q, of gate after up, of down (the GLU's
+    // output) in the forward; the input of k and v after q, of up after gate, and gate's and
+    // up's output gradients (the GLU's backward's) in the backward.
+    struct { const char *name; int in, out; DinpMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
+        {"matmul q", C, qd, DINP_OVERWRITE, false, false, false},  {"matmul k", C, kvd, DINP_ADD, true, true, false},
+        {"matmul v", C, kvd, DINP_ADD, true, true, false},         {"matmul o", qd, C, DINP_OVERWRITE, false, false, false},
+        {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},  {"matmul up", C, I, DINP_ADD, false, true, true},
+        {"matmul down", I, C, DINP_OVERWRITE, true, false, false}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
-        const long inputs = N * linear[i].in;
+        const long inputs = N * linear[i].in, outputs = N * linear[i].out;
         double flops = 2.0 * N * linear[i].in * linear[i].out;
         snprintf(label, sizeof label, "%s forward", linear[i].name);
-        if (linear[i].forward_held) ops->matmul_input_hold(x, inputs);
+        if (linear[i].input_held_forward) ops->matmul_input_hold(x, inputs);
         TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
         ops->matmul_input_release();
         snprintf(label, sizeof label, "%s backward", linear[i].name);
-        if (linear[i].backward_held) ops->matmul_input_hold(x, inputs);
+        if (linear[i].input_held_backward) ops->matmul_input_hold(x, inputs);
+        if (linear[i].dout_held) ops->matmul_input_hold(y, outputs);
         TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
                                                                linear[i].dinp));
         ops->matmul_input_release();
@@ -133,8 +136,14 @@ int main(int argc, char **argv) {
     TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
+    // The GLU's outputs are held products' inputs in the model: their bf16 copies are written too.
+    ops->matmul_input_hold(z, N * I);
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
+    ops->matmul_input_release();
+    ops->matmul_input_hold(z, N * I);
+    ops->matmul_input_hold(u, N * I);
     TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
+    ops->matmul_input_release();
     TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,

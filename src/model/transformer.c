@@ -509,17 +509,20 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
-    if (cfg->mlp == MLP_GELU) {
-        ops->gelu_forward(la->act, la->up, N * I);
-    } else {
+    if (cfg->mlp != MLP_GELU) {
         model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
-        ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     }
     ops->matmul_input_release();
+    // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
+    // with it instead of reading it back to convert it.
+    ops->matmul_input_hold(la->act, N * I);
+    if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
+    else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     float *mlp_proj = cfg->sandwich_norms ? la->mlp_proj : x_out;
     model_linear_forward(model, mlp_proj, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b, N, I, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_DOWN, mlp_proj, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
+    ops->matmul_input_release();
     if (cfg->sandwich_norms)
         norm_forward(model, x_out, NULL, la->post_mlp_norm_rstd, mlp_proj, w->post_mlp_norm_w, NULL, N);
     ops->accumulate(x_out, la->x_mid, N * C);
@@ -889,7 +892,11 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     w->down_w, qz ? &qz->down : NULL, N, I, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
-    ops->matmul_input_hold(la->mlp_norm_out, N * C); // gate's and up's weight gradients read it
+    // Gate's and up's weight gradients read mlp_norm_out; their output gradients are the
+    // activation's, which writes their bf16 copies with them when held (a GPU).
+    ops->matmul_input_hold(la->mlp_norm_out, N * C);
+    ops->matmul_input_hold(a->d_up, N * I);
+    if (gated) ops->matmul_input_hold(a->d_gate, N * I);
     if (!gated) {
         ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
     } else {

@@ -171,12 +171,16 @@ typedef struct OpsBackend {
     // be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
-    // A promise about the linear layers that follow, until matmul_input_release: several of
-    // them take `inp` (n floats) as their input (matmul_forward's, matmul_accumulate's,
-    // matmul_forward_dequantized's, or matmul_backward's inp), and nothing writes it
-    // meanwhile (a layer's q/k/v projections and their adapters read the same normalised
-    // rows). A backend that converts inputs (the GPU: to bf16) converts this one once
-    // instead of at every product; the CPU's are no-ops. One input at a time.
+    // A promise about the linear layers that follow, until matmul_input_release: they take
+    // `inp` (n floats) as an input (matmul_forward's, matmul_accumulate's,
+    // matmul_forward_dequantized's inp, or matmul_backward's inp or dout), maybe several
+    // times (a layer's q/k/v projections and their adapters read the same normalised rows),
+    // and nothing writes it meanwhile but, once and before any product reads it, one of the
+    // activation ops below (gelu_forward, glu_forward and their backwards, whose outputs feed
+    // the next products). A backend that converts inputs (the GPU: to bf16) converts a held
+    // input once, or has that activation op write the copy beside its output, instead of
+    // converting it at every product; the CPU's are no-ops. Up to 4 inputs held at once;
+    // the release lets go of all of them.
     void (*matmul_input_hold)(const float *inp, long n);
     void (*matmul_input_release)(void);
 
@@ -264,7 +268,8 @@ typedef struct OpsBackend {
     // ---- activations ----
     // The activations' backward ops overwrite dinp / dgate / dup (as attention_backward and
     // matmul_backward's DINP_OVERWRITE do; the other backward ops add): their outputs are always fresh buffers in a
-    // layer's backward, and not reading them back saves a zero-fill and a read of each.
+    // layer's backward, and not reading them back saves a zero-fill and a read of each. An
+    // output that is a held matmul input (matmul_input_hold) may get its copy written too.
     void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);
     // out = act(gate) * up, act = silu (SwiGLU) or gelu_tanh (GeGLU)

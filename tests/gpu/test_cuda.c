@@ -434,6 +434,82 @@ static void test_matmul_held_input(void) {
     free(x), free(w), free(w2), free(other), free(dout), free(out), free(out2), free(out3), free(dw);
 }
 
+// An activation whose output is a held matmul input writes the output's bf16 copy with it
+// (matmul_input_hold), and the products that read the output through the hold give the
+// CPU's results: forward (GELU, SwiGLU, GeGLU into a down projection) and backward (their
+// gradients into the gate/up input gradients). Each held slot is first filled with the
+// conversion of a NaN buffer of the same size, so a copy the activation failed to write
+// shows as NaN. Odd sizes: the copy's element-by-element tail runs.
+static void test_held_activation_outputs(void) {
+    const int N = 67, I = 97, C = 40;
+    const long n = (long)N * I;
+    float *gate = random_host(n, 3), *up = random_host(n, 3), *dact = random_host(n, 1), *w = random_host((long)C * I, 0.2f);
+    float *nan_host = xmalloc((size_t)n * 4);
+    for (long i = 0; i < n; i++) nan_host[i] = NAN;
+    float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dact = gpu_floats(dact, n);
+    float *d_w = gpu_floats(w, (long)C * I), *d_nan = gpu_floats(nan_host, n);
+    float *act = xmalloc((size_t)n * 4), *out = xmalloc((size_t)N * C * 4), *dgate = xmalloc((size_t)n * 4),
+          *dup = xmalloc((size_t)n * 4), *dx = xmalloc((size_t)N * C * 4), *dx_up = xmalloc((size_t)N * C * 4);
+    float *d_act = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4), *d_dgate = gpu->alloc((size_t)n * 4),
+          *d_dup = gpu->alloc((size_t)n * 4), *d_dx = gpu->alloc((size_t)N * C * 4), *d_dx_up = gpu->alloc((size_t)N * C * 4);
+    // A hold takes the first free slot: holding NaN buffers and converting them through a
+    // product fills the slots the next holds take with NaN.
+    for (int kind = 0; kind < 3; kind++) { // 0: GELU, 1: SwiGLU, 2: GeGLU
+        const char *name = kind == 0 ? "gelu" : kind == 1 ? "swiglu" : "geglu";
+        char what[96];
+        gpu->matmul_input_hold(d_nan, n);
+        gpu->matmul_forward(d_out, d_nan, d_w, NULL, N, I, C); // slot 0 now holds NaN
+        gpu->matmul_input_release();
+        if (kind == 0) cpu->gelu_forward(act, up, n);
+        else cpu->glu_forward(act, gate, up, n, kind == 2);
+        cpu->matmul_forward(out, act, w, NULL, N, I, C);
+        gpu->matmul_input_hold(d_act, n);
+        if (kind == 0) gpu->gelu_forward(d_act, d_up, n);
+        else gpu->glu_forward(d_act, d_gate, d_up, n, kind == 2);
+        gpu->matmul_forward(d_out, d_act, d_w, NULL, N, I, C);
+        gpu->matmul_input_release();
+        snprintf(what, sizeof what, "held %s output: its product", name);
+        expect_match_keep(what, d_out, out, (long)N * C, TOL_BF16);
+        snprintf(what, sizeof what, "held %s output", name);
+        expect_match_keep(what, d_act, act, n, TOL_FP32);
+
+        // Backward: both gradients held, their slots first made NaN.
+        gpu->matmul_input_hold(d_nan, n);
+        gpu->matmul_forward(d_out, d_nan, d_w, NULL, N, I, C);
+        float *d_nan2 = gpu_floats(nan_host, n);
+        gpu->matmul_input_hold(d_nan2, n);
+        gpu->matmul_forward(d_out, d_nan2, d_w, NULL, N, I, C);
+        gpu->matmul_input_release();
+        gpu->free(d_nan2);
+        if (kind == 0) cpu->gelu_backward(dup, dact, up, n);
+        else cpu->glu_backward(dgate, dup, dact, gate, up, n, kind == 2);
+        // dx = d(output of the activation's input product) . W: the gradient through a product
+        // of the held gradient, as gate's and up's backward read it (dout = the gradient).
+        float *w_in = random_host((long)I * C, 0.2f), *d_w_in = gpu_floats(w_in, (long)I * C); // [I, C]: C -> I
+        cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, DINP_OVERWRITE);
+        if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, DINP_OVERWRITE);
+        if (kind) gpu->matmul_input_hold(d_dgate, n);
+        gpu->matmul_input_hold(d_dup, n);
+        if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, n);
+        else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, n, kind == 2);
+        gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
+        if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
+        gpu->matmul_input_release();
+        snprintf(what, sizeof what, "held %s backward: up's input gradient", name);
+        expect_match_keep(what, d_dx_up, dx_up, (long)N * C, TOL_BF16);
+        if (kind) {
+            snprintf(what, sizeof what, "held %s backward: gate's input gradient", name);
+            expect_match_keep(what, d_dx, dx, (long)N * C, TOL_BF16);
+        }
+        gpu->free(d_w_in);
+        free(w_in);
+    }
+    gpu->free(d_gate), gpu->free(d_up), gpu->free(d_dact), gpu->free(d_w), gpu->free(d_nan), gpu->free(d_act);
+    gpu->free(d_out), gpu->free(d_dgate), gpu->free(d_dup), gpu->free(d_dx), gpu->free(d_dx_up);
+    free(gate), free(up), free(dact), free(w), free(nan_host), free(act), free(out), free(dgate), free(dup), free(dx),
+        free(dx_up);
+}
+
 static void test_rope(void) {
     const int N = 77, H = 5, D = 64;
     int positions[77];
@@ -1669,6 +1745,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_norms);
     RUN_SELECTED(test_matmul);
     RUN_SELECTED(test_matmul_held_input);
+    RUN_SELECTED(test_held_activation_outputs);
     RUN_SELECTED(test_rope);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_decode_and_cache);

@@ -24,37 +24,43 @@ __device__ static inline float silu_derivative(float x) {
 }
 
 // Each thread takes four consecutive elements (cuda_common.cuh's Four): every element's
-// formula is the same on either path, so results do not depend on it.
-__global__ static void gelu_forward_kernel(float *out, const float *inp, long n, bool vector) {
+// formula is the same on either path, so results do not depend on it. An output that is a
+// held matmul input (matmul_input_hold) gets its bf16 copy written beside it (`*_copy`, NULL
+// otherwise), which spares the next product a read of the whole output to convert it.
+__global__ static void gelu_forward_kernel(float *out, __nv_bfloat16 *out_copy, const float *inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(inp, first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
     store_four(out, first, n, vector, y);
+    store_four_bf16(out_copy, first, n, vector, y);
 }
 
 // The backward kernels overwrite their outputs (the op contract in ops.h): the layer's
 // backward needs no zero-filled buffers for them and they read nothing they write.
-__global__ static void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, long n, bool vector) {
+__global__ static void gelu_backward_kernel(float *dinp, __nv_bfloat16 *dinp_copy, const float *dout, const float *inp,
+                                            long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(inp, first, n, vector), dy = load_four(dout, first, n, vector), dx;
     for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
     store_four(dinp, first, n, vector, dx);
+    store_four_bf16(dinp_copy, first, n, vector, dx);
 }
 
-__global__ static void glu_forward_kernel(float *out, const float *gate, const float *up, long n,
-                                          bool use_gelu, bool vector) {
+__global__ static void glu_forward_kernel(float *out, __nv_bfloat16 *out_copy, const float *gate, const float *up,
+                                          long n, bool use_gelu, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = (use_gelu ? gelu(g.x[k]) : silu(g.x[k])) * u.x[k];
     store_four(out, first, n, vector, y);
+    store_four_bf16(out_copy, first, n, vector, y);
 }
 
-__global__ static void glu_backward_kernel(float *dgate, float *dup, const float *dout,
-                                           const float *gate, const float *up, long n,
-                                           bool use_gelu, bool vector) {
+__global__ static void glu_backward_kernel(float *dgate, float *dup, __nv_bfloat16 *dgate_copy,
+                                           __nv_bfloat16 *dup_copy, const float *dout, const float *gate,
+                                           const float *up, long n, bool use_gelu, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector);
@@ -67,30 +73,36 @@ __global__ static void glu_backward_kernel(float *dgate, float *dup, const float
     }
     store_four(dgate, first, n, vector, dg);
     store_four(dup, first, n, vector, du);
+    store_four_bf16(dgate_copy, first, n, vector, dg);
+    store_four_bf16(dup_copy, first, n, vector, du);
 }
 
 void cuda_gelu_forward(float *out, const float *inp, long n) {
     if (n == 0) return;
-    gelu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, inp, n, all_aligned16(out, inp, NULL));
+    gelu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, cuda_held_copy_to_write(out, n), inp, n,
+                                                         all_aligned16(out, inp, NULL));
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
     if (n == 0) return;
-    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, dout, inp, n, all_aligned16(dinp, dout, inp));
+    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, cuda_held_copy_to_write(dinp, n), dout, inp, n,
+                                                          all_aligned16(dinp, dout, inp));
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bool use_gelu) {
     if (n == 0) return;
-    glu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, gate, up, n, use_gelu, all_aligned16(out, gate, up));
+    glu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, cuda_held_copy_to_write(out, n), gate, up, n, use_gelu,
+                                                        all_aligned16(out, gate, up));
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                        const float *up, long n, bool use_gelu) {
     if (n == 0) return;
-    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, dout, gate, up, n, use_gelu,
+    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, cuda_held_copy_to_write(dgate, n),
+                                                         cuda_held_copy_to_write(dup, n), dout, gate, up, n, use_gelu,
                                                          all_aligned16(dgate, dup, dout, gate, up));
     CUDA_CHECK_LAUNCH();
 }

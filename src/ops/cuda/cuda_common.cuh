@@ -77,6 +77,21 @@ static inline bool all_aligned16(const void *a, const void *b, const void *c = N
 }
 
 static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }
+// The same four elements as bf16 into `copy` (a held matmul input's copy; nothing when NULL),
+// rounded as cuda_to_bf16 rounds: one 8-byte store when `vector` (copy 8-byte aligned: a
+// scratch buffer is, and `first` is a multiple of 4).
+__device__ inline void store_four_bf16(__nv_bfloat16 *copy, long first, long n, bool vector, const Four &f) {
+    if (!copy) return;
+    if (vector && first + 3 < n) {
+        __nv_bfloat162 low = __floats2bfloat162_rn(f.x[0], f.x[1]), high = __floats2bfloat162_rn(f.x[2], f.x[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<uint32_t *>(&low);
+        packed.y = *reinterpret_cast<uint32_t *>(&high);
+        *reinterpret_cast<uint2 *>(copy + first) = packed;
+    } else {
+        for (int k = 0; k < 4 && first + k < n; k++) copy[first + k] = __float2bfloat16(f.x[k]);
+    }
+}
 // The first of this thread's four elements in a grid_for_fours launch.
 __device__ inline long first_of_four() { return ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4; }
 
@@ -91,7 +106,8 @@ size_t cuda_shared_memory_per_block(void);
 // waits for the device, so a buffer is never freed under a running kernel.
 enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
-    SCRATCH_MATMUL_HELD,                                   // bf16 of the held input (matmul_input_hold)
+    SCRATCH_MATMUL_HELD,                                   // bf16 of the held inputs (matmul_input_hold):
+    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 3,    //   one slot each, MATMUL_HELD_INPUTS
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
     SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
@@ -183,6 +199,9 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 void cuda_matmul_input_hold(const float *inp, long n);
 void cuda_matmul_input_release(void);
+// For an op writing `out` (n floats): the bf16 copy it should write beside it when `out` is
+// held (matmul_input_hold; the copy then counts as made), else NULL.
+__nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);

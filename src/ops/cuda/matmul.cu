@@ -175,32 +175,58 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
     if (i < N * OC) out[i] += bias[i % OC];
 }
 
-// The held input (ops.h, matmul_input_hold): its bf16 copy in a slot of its own, made by
-// the first product that reads it and read by the others until the release. A hold starts
-// unconverted, so holding the same buffer again (the next layer's rows in a shared buffer)
-// converts its new contents.
-static const float *held_input;
-static long held_count;
-static bool held_converted;
+// The held inputs (ops.h, matmul_input_hold): each one's bf16 copy in a scratch slot of its
+// own, made by the op that writes the input during the hold (the activations, through
+// cuda_held_copy_to_write) or else by the first product that reads it, and read by the
+// others until the release. A hold starts without a copy, so holding a buffer again (the
+// next layer's rows in a shared buffer) copies its new contents.
+enum { MATMUL_HELD_INPUTS = SCRATCH_MATMUL_HELD_LAST - SCRATCH_MATMUL_HELD + 1 };
+struct HeldInput {
+    const float *input; // NULL: a free entry
+    long count;
+    bool copied;
+};
+static HeldInput held_inputs[MATMUL_HELD_INPUTS];
 
 void cuda_matmul_input_hold(const float *inp, long n) {
-    held_input = inp;
-    held_count = n;
-    held_converted = false;
+    HeldInput *entry = NULL;
+    for (HeldInput &h : held_inputs)
+        if (h.input == inp) entry = &h; // held again: new contents
+    for (HeldInput &h : held_inputs)
+        if (!entry && !h.input) entry = &h;
+    CHECK(entry, "more than %d matmul inputs held at once (matmul_input_hold)", (int)MATMUL_HELD_INPUTS);
+    *entry = HeldInput{inp, n, false};
 }
 
 void cuda_matmul_input_release(void) {
-    held_input = NULL;
-    held_count = 0;
-    held_converted = false;
+    for (HeldInput &h : held_inputs) h = HeldInput{NULL, 0, false};
+}
+
+// The held entry of x (n floats) and its scratch slot, or NULL.
+static HeldInput *held_entry(const float *x, long n, int *slot) {
+    for (int i = 0; i < MATMUL_HELD_INPUTS; i++)
+        if (held_inputs[i].input == x && held_inputs[i].count == n) {
+            *slot = SCRATCH_MATMUL_HELD + i;
+            return &held_inputs[i];
+        }
+    return NULL;
+}
+
+__nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
+    int slot;
+    HeldInput *entry = held_entry(out, n, &slot);
+    if (!entry) return NULL;
+    entry->copied = true; // the caller's kernel writes it, in stream order before any reader
+    return (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
 }
 
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
-    if (x == held_input && n == held_count) {
-        __nv_bfloat16 *held = (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD, (size_t)n * sizeof(__nv_bfloat16));
-        if (!held_converted) cuda_to_bf16(held, x, n);
-        held_converted = true;
-        return held;
+    int held_slot;
+    if (HeldInput *entry = held_entry(x, n, &held_slot)) {
+        __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_scratch(held_slot, (size_t)n * sizeof(__nv_bfloat16));
+        if (!entry->copied) cuda_to_bf16(copy, x, n);
+        entry->copied = true;
+        return copy;
     }
     __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
     cuda_to_bf16(out, x, n);
