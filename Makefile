@@ -168,7 +168,8 @@ ifeq ($(CUDA),1)
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
 endif
 
-tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN)
+# bench/train_step too: tests/cli/bad_input.sh checks its options.
+tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN) $(BUILD)/bench/train_step
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)

@@ -71,6 +71,14 @@ static bool use_dora = false;
 static const char *quantize = "none";
 static double max_grad_norm = 1.0;
 
+// --max-grad-norm's value: the whole text a number >= 0 (atof would read "abc" as 0: no clipping).
+static double parse_max_grad_norm(const char *text) {
+    char *end;
+    const double value = strtod(text, &end);
+    if (end == text || *end || !(value >= 0)) die_user("option --max-grad-norm: expected a number >= 0, got '%s'", text);
+    return value;
+}
+
 static double max_rss_mb(void) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
@@ -173,11 +181,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lora-dropout") && i + 1 < argc) lora_dropout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--use-dora")) use_dora = true;
         else if (!strcmp(argv[i], "--quantize") && i + 1 < argc) quantize = argv[++i];
-        else if (!strcmp(argv[i], "--max-grad-norm") && i + 1 < argc) max_grad_norm = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--max-grad-norm") && i + 1 < argc) max_grad_norm = parse_max_grad_norm(argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/train_step.c)", argv[i]);
     }
     if (B < 1 || T < 2 || steps < 1) die_user("--batch, --seq and --steps must be positive");
-    if (!(max_grad_norm >= 0)) die_user("--max-grad-norm must be >= 0");
     if (quantize_type_check(quantize, "--quantize") != 0) die_from_err();
     if (quantize_requested(quantize) && lora_rank < 1) die_user("--quantize needs --lora-rank (a quantized base is frozen)");
     const OpsBackend *ops = ops_backend_by_name(device);

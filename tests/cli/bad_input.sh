@@ -114,6 +114,13 @@ echo keep > "$tmp/out.jsonl"
 expect_error logprobs_bad_row_keeps_output "$tmp/badline.jsonl:2" "$bin" logprobs --model "$llama" --input "$tmp/badline.jsonl" --output "$tmp/out.jsonl"
 if [ "$(cat "$tmp/out.jsonl")" = keep ] && [ -z "$(ls "$tmp" | grep 'out.jsonl.tmp')" ]; then echo "PASS logprobs_kept_existing_output"; else echo "FAIL logprobs_kept_existing_output"; failures=$((failures + 1)); fi
 
+# bench/train_step's --max-grad-norm (the peers' comparison turns on it): garbage or a
+# negative value is one line naming the option, exit 2, before any model is built.
+train_step="$(dirname "$bin")/bench/train_step"
+expect_error train_step_max_grad_norm_garbage "--max-grad-norm" "$train_step" --max-grad-norm abc
+expect_error train_step_max_grad_norm_negative "--max-grad-norm" "$train_step" --max-grad-norm -1
+expect_error train_step_max_grad_norm_trailing "--max-grad-norm" "$train_step" --max-grad-norm 1x
+
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
 for args in "--time-limit 5m" "--time-limit" "--logs" "--fast"; do
