@@ -440,6 +440,17 @@ static void test_matmul_held_input(void) {
 // gradients into the gate/up input gradients). Each held slot is first filled with the
 // conversion of a NaN buffer of the same size, so a copy the activation failed to write
 // shows as NaN. Odd sizes: the copy's element-by-element tail runs.
+// Fills with NaN the held copies that the next `count` holds take (a hold takes the first
+// free slot): each of the NaN buffers held and converted through a product, then released.
+static void fill_held_slots_with_nan(float *const *nan_buffers, int count, float *d_w, float *d_out, int N, int I,
+                                     int C) {
+    for (int i = 0; i < count; i++) {
+        gpu->matmul_input_hold(nan_buffers[i], (long)N * I);
+        gpu->matmul_forward(d_out, nan_buffers[i], d_w, NULL, N, I, C);
+    }
+    gpu->matmul_input_release();
+}
+
 static void test_held_activation_outputs(void) {
     const int N = 67, I = 97, C = 40;
     const long n = (long)N * I;
@@ -447,19 +458,16 @@ static void test_held_activation_outputs(void) {
     float *nan_host = xmalloc((size_t)n * 4);
     for (long i = 0; i < n; i++) nan_host[i] = NAN;
     float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dact = gpu_floats(dact, n);
-    float *d_w = gpu_floats(w, (long)C * I), *d_nan = gpu_floats(nan_host, n);
+    float *d_w = gpu_floats(w, (long)C * I);
+    float *d_nans[2] = {gpu_floats(nan_host, n), gpu_floats(nan_host, n)};
     float *act = xmalloc((size_t)n * 4), *out = xmalloc((size_t)N * C * 4), *dgate = xmalloc((size_t)n * 4),
           *dup = xmalloc((size_t)n * 4), *dx = xmalloc((size_t)N * C * 4), *dx_up = xmalloc((size_t)N * C * 4);
     float *d_act = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4), *d_dgate = gpu->alloc((size_t)n * 4),
           *d_dup = gpu->alloc((size_t)n * 4), *d_dx = gpu->alloc((size_t)N * C * 4), *d_dx_up = gpu->alloc((size_t)N * C * 4);
-    // A hold takes the first free slot: holding NaN buffers and converting them through a
-    // product fills the slots the next holds take with NaN.
     for (int kind = 0; kind < 3; kind++) { // 0: GELU, 1: SwiGLU, 2: GeGLU
         const char *name = kind == 0 ? "gelu" : kind == 1 ? "swiglu" : "geglu";
         char what[96];
-        gpu->matmul_input_hold(d_nan, n);
-        gpu->matmul_forward(d_out, d_nan, d_w, NULL, N, I, C); // slot 0 now holds NaN
-        gpu->matmul_input_release();
+        fill_held_slots_with_nan(d_nans, 1, d_w, d_out, N, I, C);
         if (kind == 0) cpu->gelu_forward(act, up, n);
         else cpu->glu_forward(act, gate, up, n, kind == 2);
         cpu->matmul_forward(out, act, w, NULL, N, I, C);
@@ -474,13 +482,7 @@ static void test_held_activation_outputs(void) {
         expect_match_keep(what, d_act, act, n, TOL_FP32);
 
         // Backward: both gradients held, their slots first made NaN.
-        gpu->matmul_input_hold(d_nan, n);
-        gpu->matmul_forward(d_out, d_nan, d_w, NULL, N, I, C);
-        float *d_nan2 = gpu_floats(nan_host, n);
-        gpu->matmul_input_hold(d_nan2, n);
-        gpu->matmul_forward(d_out, d_nan2, d_w, NULL, N, I, C);
-        gpu->matmul_input_release();
-        gpu->free(d_nan2);
+        fill_held_slots_with_nan(d_nans, 2, d_w, d_out, N, I, C);
         if (kind == 0) cpu->gelu_backward(dup, dact, up, n);
         else cpu->glu_backward(dgate, dup, dact, gate, up, n, kind == 2);
         // dx = d(output of the activation's input product) . W: the gradient through a product
@@ -504,7 +506,8 @@ static void test_held_activation_outputs(void) {
         gpu->free(d_w_in);
         free(w_in);
     }
-    gpu->free(d_gate), gpu->free(d_up), gpu->free(d_dact), gpu->free(d_w), gpu->free(d_nan), gpu->free(d_act);
+    gpu->free(d_gate), gpu->free(d_up), gpu->free(d_dact), gpu->free(d_w), gpu->free(d_nans[0]), gpu->free(d_nans[1]);
+    gpu->free(d_act);
     gpu->free(d_out), gpu->free(d_dgate), gpu->free(d_dup), gpu->free(d_dx), gpu->free(d_dx_up);
     free(gate), free(up), free(dact), free(w), free(nan_host), free(act), free(out), free(dgate), free(dup), free(dx),
         free(dx_up);

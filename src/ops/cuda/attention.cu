@@ -132,6 +132,13 @@ __global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, 
     out[i] = __float2bfloat16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
 }
 
+// Eight floats (two float4) as eight bf16 in one 16-byte store at `to` (16-byte aligned);
+// pack_bf16x2 (device_primitives.cuh) rounds as cuda_to_bf16 does, the first in the low half.
+__device__ static inline void store_eight_bf16(__nv_bfloat16 *to, float4 low, float4 high) {
+    *reinterpret_cast<uint4 *>(to) = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
+                                                pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
+}
+
 // The same, eight elements of a row per thread (two float4 reads, one 16-byte write) when
 // head_dim is a multiple of 8 and `in` 16-byte aligned: the common case, run twice a layer
 // (forward and backward) for Q, K, V and dO. blockIdx.y is the output head; a thread's
@@ -146,12 +153,7 @@ __global__ static void gather_heads_by_eight_kernel(__nv_bfloat16 *out, const fl
     const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
     const long width = (long)(n_heads / group) * head_dim;
     const float4 *from = reinterpret_cast<const float4 *>(in + row * width + (h / group) * head_dim + chunk * 8);
-    const float4 low = from[0], high = from[1];
-    // pack_bf16x2 (device_primitives.cuh) rounds as cuda_to_bf16 does, the first in the low half.
-    const uint4 packed = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
-                                    pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
-    __nv_bfloat16 *to = out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8;
-    *reinterpret_cast<uint4 *>(to) = packed;
+    store_eight_bf16(out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8, from[0], from[1]);
 }
 
 // Whether the eight-element kernels can gather `in` ([B*T, heads*hd] rows, read as float4).
@@ -195,6 +197,8 @@ __global__ static void gather_dout_by_eight_kernel(__nv_bfloat16 *dO, float *D, 
     const bool valid = item < (unsigned)B * T * chunks; // a head row's lanes are all valid or all not
     const int h = blockIdx.y;
     const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
+    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+    const long head_row = ((long)b * n_heads + h) * T + t; // D's index; dO's row
     float dot = 0.0f;
     if (valid) {
         const long at = (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
@@ -203,16 +207,10 @@ __global__ static void gather_dout_by_eight_kernel(__nv_bfloat16 *dO, float *D, 
         const float4 low = gradient[0], high = gradient[1], out_low = output[0], out_high = output[1];
         dot = low.x * out_low.x + low.y * out_low.y + low.z * out_low.z + low.w * out_low.w + high.x * out_high.x +
               high.y * out_high.y + high.z * out_high.z + high.w * out_high.w;
-        const uint4 packed = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
-                                        pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
-        const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-        *reinterpret_cast<uint4 *>(dO + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8) = packed;
+        store_eight_bf16(dO + head_row * head_dim + chunk * 8, low, high);
     }
     for (unsigned offset = chunks / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (valid && chunk == 0) {
-        const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-        D[((long)b * n_heads + h) * T + t] = dot;
-    }
+    if (valid && chunk == 0) D[head_row] = dot;
 }
 
 // dO [B, H, T, hd] bf16 (a scratch slot) and D [B, H, T] (cuda_attention_row_dot's slot).

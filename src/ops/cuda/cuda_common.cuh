@@ -16,6 +16,7 @@ extern "C" {
 #include "ops/ops.h"
 }
 #include "ops/cuda/cublaslt_library.cuh"
+#include "ops/cuda/device_primitives.cuh"
 
 #define CUDA_CHECK(call)                                                                   \
     do {                                                                                   \
@@ -78,16 +79,12 @@ static inline bool all_aligned16(const void *a, const void *b, const void *c = N
 
 static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }
 // The same four elements as bf16 into `copy` (a held matmul input's copy; nothing when NULL),
-// rounded as cuda_to_bf16 rounds: one 8-byte store when `vector` (copy 8-byte aligned: a
-// scratch buffer is, and `first` is a multiple of 4).
+// rounded as cuda_to_bf16 rounds (pack_bf16x2, device_primitives.cuh): one 8-byte store when
+// `vector` (copy 8-byte aligned: a scratch buffer is, and `first` is a multiple of 4).
 __device__ inline void store_four_bf16(__nv_bfloat16 *copy, long first, long n, bool vector, const Four &f) {
     if (!copy) return;
     if (vector && first + 3 < n) {
-        __nv_bfloat162 low = __floats2bfloat162_rn(f.x[0], f.x[1]), high = __floats2bfloat162_rn(f.x[2], f.x[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<uint32_t *>(&low);
-        packed.y = *reinterpret_cast<uint32_t *>(&high);
-        *reinterpret_cast<uint2 *>(copy + first) = packed;
+        *reinterpret_cast<uint2 *>(copy + first) = make_uint2(pack_bf16x2(f.x[0], f.x[1]), pack_bf16x2(f.x[2], f.x[3]));
     } else {
         for (int k = 0; k < 4 && first + k < n; k++) copy[first + k] = __float2bfloat16(f.x[k]);
     }

@@ -78,28 +78,25 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The ldmatrix.x4 that both loads below issue, `layout` "" or ".trans" (an instruction's
+// text has to be a string literal, hence a macro and not a parameter).
+#define LDMATRIX_X4(layout, r, row)                                                                          \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" layout ".shared.b16 {%0, %1, %2, %3}, [%4];\n"           \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                            \
+                 : "r"((unsigned)__cvta_generic_to_shared(row))                                              \
+                 : "memory")
+
 // Four 8x8 bf16 matrices from shared memory, as stored: lane i gives the address of row
 // i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j of lane l receives
 // {M_j[l/4][2(l%4)], M_j[l/4][2(l%4)+1]}. That is an A fragment's register when M_j is
 // one of its 8x8 quarters, and a B fragment's (of B = M^T) when the rows are B's columns.
-DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
-    unsigned address = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address)
-                 : "memory");
-}
+DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) { LDMATRIX_X4("", r, row); }
 
 // Four 8x8 bf16 matrices from shared memory, each transposed: lane i gives the address of
 // row i % 8 of matrix i / 8 (16 bytes, 16-byte aligned); register j of lane l receives
 // {M_j[2(l%4)][l/4], M_j[2(l%4)+1][l/4]}.
-DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
-    unsigned address = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address)
-                 : "memory");
-}
+DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) { LDMATRIX_X4(".trans", r, row); }
+#undef LDMATRIX_X4
 
 // 16 bytes global -> shared without passing through registers; when !valid the 16
 // shared bytes are zero-filled and nothing is read. Complete at cp_async_wait.
