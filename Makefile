@@ -41,7 +41,12 @@ endif
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_90: the H100/H200. Override with e.g. CUDA_ARCH=sm_80 for an A100.
 CUDA_ARCH ?= sm_90
+# ptxas fails the build when a kernel spills registers or keeps anything in local memory
+# (a stack frame): either would put a kernel's hot loop on device memory, which no CPU check
+# can see (an unrolled loop no longer unrolled moved the attention forward's accumulators
+# to a 304-byte stack frame once). A kernel that needs local memory on purpose says so here.
 NVCCFLAGS := -std=c++20 -O3 -arch=$(CUDA_ARCH) -Isrc -DMARLHF_CUDA -Werror all-warnings \
+             -Xptxas --warn-on-spills,--warn-on-local-memory-usage,--warning-as-error \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC,-fvisibility=hidden -MMD -MP
 
 # OpenBLAS, OpenMP build: it shares one thread pool with our own OpenMP kernels
