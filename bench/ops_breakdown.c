@@ -95,15 +95,19 @@ int main(int argc, char **argv) {
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
     // each input gradient overwrites it, the others add (model/transformer.c). An operand
     // that the model holds (matmul_input_hold) with its bf16 copy already made, by an earlier
-    // product or by the activation that wrote it, is held here too, the untimed first call
-    // making the copy: the input of k and v after q, of gate after up, of down (the GLU's
-    // output) in the forward; the input of k and v after q, of up after gate, and gate's and
-    // up's output gradients (the GLU's backward's) in the backward.
+    // product or by the op that wrote it, is held here too, the untimed first call making the
+    // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
+    // gate's, the attention o's, the GLU down's); in the backward the input of k and v after
+    // q, of up after gate, gate's and up's output gradients (the GLU's backward's), and o's
+    // and down's (the norms' backward).
     struct { const char *name; int in, out; DinpMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
-        {"matmul q", C, qd, DINP_OVERWRITE, false, false, false},  {"matmul k", C, kvd, DINP_ADD, true, true, false},
-        {"matmul v", C, kvd, DINP_ADD, true, true, false},         {"matmul o", qd, C, DINP_OVERWRITE, false, false, false},
-        {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},  {"matmul up", C, I, DINP_ADD, false, true, true},
-        {"matmul down", I, C, DINP_OVERWRITE, true, false, false}};
+        {"matmul q", C, qd, DINP_OVERWRITE, true, false, false},
+        {"matmul k", C, kvd, DINP_ADD, true, true, false},
+        {"matmul v", C, kvd, DINP_ADD, true, true, false},
+        {"matmul o", qd, C, DINP_OVERWRITE, true, false, true},
+        {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},
+        {"matmul up", C, I, DINP_ADD, true, true, true},
+        {"matmul down", I, C, DINP_OVERWRITE, true, false, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
@@ -124,7 +128,11 @@ int main(int argc, char **argv) {
     TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V, DINP_ADD));
 
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
+    // The attention's output, the norms' outputs (the final norm's aside) and the norms'
+    // input gradients are held products' operands in the model: their copies are written too.
+    ops->matmul_input_hold(att, N * qd);
     TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+    ops->matmul_input_release();
     TIME_OP("attention backward", L, 2 * att_flops, 0,
             ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
@@ -133,9 +141,13 @@ int main(int argc, char **argv) {
     TIME_OP("rope backward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_backward(dq, positions, (int)N, H, hd, inv_freq),
              ops->rope_backward(dk, positions, (int)N, KV, hd, inv_freq)));
+    ops->matmul_input_hold(y, N * C);
     TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
+    ops->matmul_input_release();
+    ops->matmul_input_hold(z, N * C);
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
+    ops->matmul_input_release();
     // The GLU's outputs are held products' inputs in the model: their bf16 copies are written too.
     ops->matmul_input_hold(z, N * I);
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));

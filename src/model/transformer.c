@@ -424,14 +424,15 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
     const int window = config_layer_window(cfg, l); // a sliding layer's (0: attends to the whole row)
 
+    // q, k, v and their adapters all read attn_norm_out: held (ops.h), a GPU converts it to
+    // bf16 once, the norm writing the copy with it.
+    ops->matmul_input_hold(la->attn_norm_out, N * C);
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
     // Qwen3 normalises each head's query and key (RMSNorm over head_dim, one weight for all
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
-    // q, k, v and their adapters all read attn_norm_out: a GPU converts it once (ops.h).
-    ops->matmul_input_hold(la->attn_norm_out, N * C);
     model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
     model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
@@ -472,6 +473,9 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             break;
         }
     }
+    // The attention's output is o's (and its adapter's) input: held, the GPU's fused
+    // attention writes its bf16 copy with it.
+    ops->matmul_input_hold(la->att_out, N * q_dim);
     if (target && target->decode) {
         const KvCache *cache = target->cache;
         const long row_offset = (long)target->first_row * cache->capacity_T * kv_cache_slot_bytes(model, cache->type);
@@ -500,13 +504,14 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     float *attn_proj = cfg->sandwich_norms ? la->attn_proj : la->x_mid;
     model_linear_forward(model, attn_proj, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N, q_dim, C, model->acts.kernel_rows);
     lora_forward(model, l, LORA_O, attn_proj, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
+    ops->matmul_input_release();
     if (cfg->sandwich_norms)
         norm_forward(model, la->x_mid, NULL, la->post_attn_norm_rstd, attn_proj, w->post_attn_norm_w, NULL, N);
     ops->accumulate(la->x_mid, x_in, N * C);
 
+    ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (cfg->mlp != MLP_GELU) {
@@ -862,7 +867,10 @@ void model_hidden_slots(Model *model, int b, int first, int count, float *out) {
 // ---------------------------------------------------------------------------------------
 // Backward
 
-// On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l.
+// On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l. d_resid is held
+// (matmul_input_hold) from each norm backward that writes it to the product that reads it
+// as its output gradient: down's here, from the norm backward that ends the layer above (or
+// the final norm's, model_backward), and o's, from the MLP norm's backward.
 static void layer_backward(Model *model, int l, const LayerActivations *la, const float *x_in) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
@@ -891,6 +899,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N), la->act,
                     w->down_w, qz ? &qz->down : NULL, N, I, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
+    ops->matmul_input_release(); // d_resid
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
     // Gate's and up's weight gradients read mlp_norm_out; their output gradients are the
     // activation's, which writes their bf16 copies with them when held (a GPU).
@@ -914,6 +923,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     ops->matmul_input_release();
     // d_resid already carries the residual path into x_mid; add the norm's branch.
+    ops->matmul_input_hold(a->d_resid, N * C); // o's output gradient
     norm_backward(model, a->d_resid, g->mlp_norm_w, g->mlp_norm_b, a->d_norm_out, la->x_mid,
                   w->mlp_norm_w, la->mlp_norm_mean, la->mlp_norm_rstd, N);
 
@@ -929,6 +939,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
+    ops->matmul_input_release(); // d_resid
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim, cfg->attn_logit_softcap, window);
@@ -962,6 +973,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, DINP_ADD);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     ops->matmul_input_release();
+    ops->matmul_input_hold(a->d_resid, N * C); // the output gradient of the layer below's down
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,
                   w->attn_norm_w, la->attn_norm_mean, la->attn_norm_rstd, N);
 }
@@ -1022,6 +1034,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
 
     const int L = cfg->num_layers;
     ops->fill_zero(a->d_resid, N * C);
+    ops->matmul_input_hold(a->d_resid, N * C); // the last layer's down reads it (layer_backward)
     norm_backward(model, a->d_resid, model->gradients.final_norm_w,
                   model->gradients.final_norm_b, a->d_hidden, a->residual + L * N * C,
                   model->weights.final_norm_w, a->final_mean, a->final_rstd, N);
@@ -1037,6 +1050,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         gradients_ready(model, l);
         weights_of_layer(model, l, false);
     }
+    ops->matmul_input_release(); // d_resid, held for a layer below the first
     ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,
                             a->tokens, a->positions, (int)N, (int)C, cfg->embedding_multiplier);
     a->has_forward = false;

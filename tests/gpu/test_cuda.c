@@ -513,6 +513,97 @@ static void test_held_activation_outputs(void) {
         free(dx_up);
 }
 
+// The norms (forward: their output; backward: their input gradient, accumulated) and the
+// attention forward (its output) write a held output's bf16 copy too, as the model holds
+// them for the products that read them next (q/k/v and up/gate, o; o's and down's output
+// gradients). Each product through the hold gives the CPU's result; each held slot is
+// first filled with NaN (fill_held_slots_with_nan), so a copy the op failed to write shows.
+static void test_held_norm_and_attention_outputs(void) {
+    const int N = 67, C = 96, OC = 40;
+    const long n = (long)N * C;
+    float *x = random_host(n, 2), *w = random_host(C, 1), *bias = random_host(C, 1), *dy = random_host(n, 1);
+    float *dx_start = random_host(n, 1), *w_out = random_host((long)OC * C, 0.2f);
+    float *w_in = random_host((long)OC * C, 0.2f);
+    float *nan_host = xmalloc((size_t)n * 4);
+    for (long i = 0; i < n; i++) nan_host[i] = NAN;
+    float *d_x = gpu_floats(x, n), *d_w = gpu_floats(w, C), *d_b = gpu_floats(bias, C), *d_dy = gpu_floats(dy, n);
+    float *d_w_out = gpu_floats(w_out, (long)OC * C), *d_w_in = gpu_floats(w_in, (long)OC * C); // [OC, C]
+    float *d_nans[1] = {gpu_floats(nan_host, n)};
+    float *norm = xmalloc((size_t)n * 4), *stat = xmalloc((size_t)N * 4), *mean = xmalloc((size_t)N * 4);
+    float *proj = xmalloc((size_t)N * OC * 4), *dx = xmalloc((size_t)n * 4), *dproj = xmalloc((size_t)N * OC * 4);
+    float *d_norm = gpu->alloc((size_t)n * 4), *d_stat = gpu->alloc((size_t)N * 4), *d_mean = gpu->alloc((size_t)N * 4);
+    float *d_proj = gpu->alloc((size_t)N * OC * 4), *d_dx = gpu->alloc((size_t)n * 4);
+    float *d_dproj = gpu->alloc((size_t)N * OC * 4);
+    float *d_scratch = gpu->alloc((size_t)N * OC * 4);
+    for (int kind = 0; kind < 2; kind++) { // 0: RMSNorm, 1: LayerNorm
+        const char *name = kind == 0 ? "rmsnorm" : "layernorm";
+        char what[96];
+        // Forward: the norm's output, then a product reading it (q's, up's).
+        fill_held_slots_with_nan(d_nans, 1, d_w_out, d_scratch, N, C, OC);
+        if (kind == 0) cpu->rmsnorm_forward(norm, stat, x, w, N, C, 1e-6f, false);
+        else cpu->layernorm_forward(norm, mean, stat, x, w, bias, N, C, 1e-5f);
+        cpu->matmul_forward(proj, norm, w_out, NULL, N, C, OC);
+        gpu->matmul_input_hold(d_norm, n);
+        if (kind == 0) gpu->rmsnorm_forward(d_norm, d_stat, d_x, d_w, N, C, 1e-6f, false);
+        else gpu->layernorm_forward(d_norm, d_mean, d_stat, d_x, d_w, d_b, N, C, 1e-5f);
+        gpu->matmul_forward(d_proj, d_norm, d_w_out, NULL, N, C, OC);
+        gpu->matmul_input_release();
+        snprintf(what, sizeof what, "held %s output: its product", name);
+        expect_match_keep(what, d_proj, proj, (long)N * OC, TOL_BF16);
+        // Backward: the input gradient (added to what the buffer held), then the gradient
+        // through a product that reads it as its output gradient (o's, down's).
+        fill_held_slots_with_nan(d_nans, 1, d_w_out, d_scratch, N, C, OC);
+        memcpy(dx, dx_start, (size_t)n * 4);
+        gpu->copy_to_device(d_dx, dx_start, (size_t)n * 4);
+        if (kind == 0) cpu->rmsnorm_backward(dx, NULL, dy, x, w, stat, N, C, false);
+        else cpu->layernorm_backward(dx, NULL, NULL, dy, x, w, mean, stat, N, C);
+        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, DINP_OVERWRITE); // w_in: [C, OC] as OC -> C
+        gpu->matmul_input_hold(d_dx, n);
+        if (kind == 0) gpu->rmsnorm_backward(d_dx, NULL, d_dy, d_x, d_w, d_stat, N, C, false);
+        else gpu->layernorm_backward(d_dx, NULL, NULL, d_dy, d_x, d_w, d_mean, d_stat, N, C);
+        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, DINP_OVERWRITE);
+        gpu->matmul_input_release();
+        snprintf(what, sizeof what, "held %s backward: the next product's input gradient", name);
+        expect_match_keep(what, d_dproj, dproj, (long)N * OC, TOL_BF16);
+        snprintf(what, sizeof what, "held %s backward: its input gradient", name);
+        expect_match_keep(what, d_dx, dx, n, TOL_FP32);
+    }
+
+    // The attention's output (the default kernels) into o's product.
+    const int B = 2, T = 70, H = 4, KV = 2, D = 64, rows = B * T, width = H * D;
+    const int row_start[2] = {0, 5};
+    const long q_n = (long)rows * width, kv_n = (long)rows * KV * D;
+    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1);
+    float *w_o = random_host((long)C * width, 0.2f);
+    float *att = xmalloc((size_t)q_n * 4), *o = xmalloc((size_t)rows * C * 4);
+    float *probs = xmalloc((size_t)cpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0) * 4);
+    float *att_nan = xmalloc((size_t)q_n * 4);
+    for (long i = 0; i < q_n; i++) att_nan[i] = NAN;
+    cpu->attention_forward(att, probs, q, k, v, row_start, B, T, H, KV, D, 0.0f, 0);
+    cpu->matmul_forward(o, att, w_o, NULL, rows, width, C);
+    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
+    float *d_w_o = gpu_floats(w_o, (long)C * width);
+    float *d_att_nan[1] = {gpu_floats(att_nan, q_n)};
+    int *d_rs = gpu_ints(row_start, B);
+    float *d_att = gpu->alloc((size_t)q_n * 4), *d_o = gpu->alloc((size_t)rows * C * 4);
+    float *d_saved = gpu->alloc((size_t)gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0) * 4);
+    fill_held_slots_with_nan(d_att_nan, 1, d_w_o, d_o, rows, width, C);
+    gpu->matmul_input_hold(d_att, q_n);
+    gpu->attention_forward(d_att, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f, 0);
+    gpu->matmul_forward(d_o, d_att, d_w_o, NULL, rows, width, C);
+    gpu->matmul_input_release();
+    expect_match_keep("held attention output: o's product", d_o, o, (long)rows * C, TOL_BF16);
+
+    gpu->free(d_x), gpu->free(d_w), gpu->free(d_b), gpu->free(d_dy), gpu->free(d_w_out), gpu->free(d_w_in);
+    gpu->free(d_nans[0]), gpu->free(d_norm), gpu->free(d_stat), gpu->free(d_mean), gpu->free(d_proj), gpu->free(d_dx);
+    gpu->free(d_dproj), gpu->free(d_scratch);
+    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_w_o), gpu->free(d_att_nan[0]), gpu->free(d_rs);
+    gpu->free(d_att), gpu->free(d_o), gpu->free(d_saved);
+    free(x), free(w), free(bias), free(dy), free(dx_start), free(w_out), free(w_in), free(nan_host), free(norm);
+    free(stat), free(mean), free(proj), free(dx), free(dproj);
+    free(q), free(k), free(v), free(w_o), free(att), free(o), free(probs), free(att_nan);
+}
+
 static void test_rope(void) {
     const int N = 77, H = 5, D = 64;
     int positions[77];
@@ -1749,6 +1840,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_matmul);
     RUN_SELECTED(test_matmul_held_input);
     RUN_SELECTED(test_held_activation_outputs);
+    RUN_SELECTED(test_held_norm_and_attention_outputs);
     RUN_SELECTED(test_rope);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_decode_and_cache);

@@ -337,8 +337,11 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
         gather_heads_into(saved.Q, q, B, T, H, 1, hd);
         gather_heads_into(saved.K, k, B, T, n_kv_heads, 1, hd);
         gather_heads_into(saved.V, v, B, T, n_kv_heads, 1, hd);
-        cuda_mma_attention_forward(out, saved.lse, saved.Q, saved.K, saved.V, row_start, B, H, n_kv_heads, T, hd,
-                                   window, selected == KERNELS_MMA_PLAIN);
+        // The output is the o projection's input: when the model holds it, the kernel writes
+        // its bf16 copy too (the other paths leave the copy to the product's conversion).
+        __nv_bfloat16 *out_copy = cuda_held_copy_to_write(out, (long)B * T * H * hd);
+        cuda_mma_attention_forward(out, out_copy, saved.lse, saved.Q, saved.K, saved.V, row_start, B, H, n_kv_heads, T,
+                                   hd, window, selected == KERNELS_MMA_PLAIN);
         return;
     }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);

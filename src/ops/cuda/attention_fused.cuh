@@ -43,10 +43,11 @@ void cuda_fused_attention_backward(float *dq, float *dk, float *dv, const float 
 // sliding window (0: none; the WMMA kernels do not), and read K and V once per K/V head:
 // [B, KV, T, hd], not repeated. The backward takes D (cuda_attention_row_dot, or computed
 // with dO's gather) instead of dout and out. plain: the PLAIN variant of the kernels
-// instead of the TUNED one (attention_mma.cuh).
-void cuda_mma_attention_forward(float *out, float *lse, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
-                                const __nv_bfloat16 *V, const int *row_start, int B, int H, int KV, int T,
-                                int head_dim, int window, bool plain);
+// instead of the TUNED one (attention_mma.cuh). out_copy (or NULL): where the forward also
+// writes out as bf16 [B*T, H*hd] (out's held copy, cuda_held_copy_to_write).
+void cuda_mma_attention_forward(float *out, __nv_bfloat16 *out_copy, float *lse, const __nv_bfloat16 *Q,
+                                const __nv_bfloat16 *K, const __nv_bfloat16 *V, const int *row_start, int B, int H,
+                                int KV, int T, int head_dim, int window, bool plain);
 void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
                                  const __nv_bfloat16 *V, const __nv_bfloat16 *dO, const float *lse, const float *D,
                                  const int *row_start, int B, int H, int KV, int T, int head_dim, int window,

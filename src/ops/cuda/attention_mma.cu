@@ -9,14 +9,15 @@
 using namespace attention_mma;
 
 template <int HD, Variant VARIANT>
-static void forward_for(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start,
-                        int B, int H, int KV, int T, float scale, int window) {
+static void forward_for(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
+                        const int *row_start, int B, int H, int KV, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
     CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)shared));
     constexpr int rows = FORWARD_ROWS<HD, VARIANT>;
     dim3 grid((T + rows - 1) / rows, B * H); // query tiles, the longest rows first
-    forward_kernel<HD, VARIANT><<<grid, THREADS, shared>>>(out, lse, Q, K, V, row_start, H, KV, T, scale, window);
+    forward_kernel<HD, VARIANT><<<grid, THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale,
+                                                                  window);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -29,14 +30,14 @@ size_t cuda_mma_attention_shared_bytes(int head_dim) {
     return most;
 }
 
-void cuda_mma_attention_forward(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
+void cuda_mma_attention_forward(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
                                 const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
                                 bool plain) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     with_fused_head_dim(head_dim, "mma", [&](auto hd) {
         constexpr int HD = decltype(hd)::value;
-        if (plain) forward_for<HD, PLAIN>(out, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
-        else forward_for<HD, TUNED>(out, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
+        if (plain) forward_for<HD, PLAIN>(out, out_copy, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
+        else forward_for<HD, TUNED>(out, out_copy, lse, Q, K, V, row_start, B, H, KV, T, scale, window);
     });
 }
 

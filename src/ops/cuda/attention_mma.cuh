@@ -5,10 +5,12 @@
 // the CPU by tests/test_attention_emulated.cpp (device_primitives.cuh says how).
 //
 // Head-major bf16 inputs: Q and dO [B, H, T, hd], K and V [B, KV, T, hd] (one copy per K/V
-// head; query head h reads K/V head h / (H / KV)), fp32 results written
-// over [B*T, heads*hd] rows (every row of every head, zeros where nothing reaches it: the
-// attention backward overwrites dq, dk and dv), one natural log-sum-exp per query row (+inf for a query with
-// no keys, whose output is 0). Key j is visible to query i when row_start <= j <= i, and
+// head; query head h reads K/V head h / (H / KV)), fp32 results written over [B*T, heads*hd]
+// rows (every row of every head, zeros where nothing reaches it: the attention backward
+// overwrites dq, dk and dv), one natural log-sum-exp per query row (+inf for a query with
+// no keys, whose output is 0). The forward also writes its output as bf16 when given a copy
+// to write: the output is the o projection's input, which reads a held one (matmul_input_hold)
+// as that copy. Key j is visible to query i when row_start <= j <= i, and
 // under a sliding window of W keys (window > 0) when also i - j < W.
 //
 // A block is 4 warps. A warp owns rows in m-tiles of 16 (the M of the m16n8k16 product)
@@ -339,8 +341,8 @@ template <int HD> DEVICE_INLINE long kv_head_offset(int bh, int H, int KV, int T
 
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
-    forward_kernel(float *out, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V, const int *row_start, int H,
-                   int KV, int T, float scale, int window) {
+    forward_kernel(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
+                   const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
     constexpr int M_TILES = FORWARD_M_TILES<HD, VARIANT>, BLOCK_ROWS = FORWARD_ROWS<HD, VARIANT>;
     DYNAMIC_SHARED(shared);
@@ -427,6 +429,9 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
 
+    // Unrolled, so that o[m] stays in registers: with the copy's stores this loop was no
+    // longer unrolled by itself, and o went to a 304-byte stack frame (ptxas, HD 64 TUNED).
+    UNROLL
     for (int m = 0; m < M_TILES; m++)
         for (int half = 0; half < 2; half++) {
             float sum = row_sum[m][half];
@@ -435,10 +440,12 @@ __global__ void __launch_bounds__(THREADS)
             const int row = row_low[m] + 8 * half;
             if (row >= T) continue;
             const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-            float *dst = out + ((long)b * T + row) * H * HD + h * HD + 2 * t;
+            const long at = ((long)b * T + row) * H * HD + h * HD + 2 * t;
             for (int n = 0; n < HD / 8; n++) {
-                dst[n * 8] = o[m][n][2 * half] * inverse;
-                dst[n * 8 + 1] = o[m][n][2 * half + 1] * inverse;
+                const float low = o[m][n][2 * half] * inverse, high = o[m][n][2 * half + 1] * inverse;
+                out[at + n * 8] = low;
+                out[at + n * 8 + 1] = high;
+                if (out_copy) store_u32(out_copy + at + n * 8, pack_bf16x2(low, high));
             }
             if (t == 0) lse[(long)bh * T + row] = sum > 0.0f ? (row_max[m][half] + log2f(sum)) * LN2 : INFINITY;
         }

@@ -214,6 +214,11 @@ DEVICE_INLINE uint32_t load_u32(const bf16 *p) {
     return value;
 }
 
+DEVICE_INLINE void store_u32(bf16 *p, uint32_t value) {
+    emulation::require_aligned(p, 4, "32-bit store of two bf16");
+    memcpy(p, &value, 4);
+}
+
 static inline float low_half(uint32_t word) { return bf16_to_float(bf16{(uint16_t)(word & 0xffffu)}); }
 static inline float high_half(uint32_t word) { return bf16_to_float(bf16{(uint16_t)(word >> 16)}); }
 

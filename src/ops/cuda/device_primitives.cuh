@@ -69,6 +69,7 @@ DEVICE_INLINE float exp2_approx(float x) {
 
 // Two adjacent bf16 (4-byte aligned) as one register.
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+DEVICE_INLINE void store_u32(bf16 *p, uint32_t value) { *reinterpret_cast<uint32_t *>(p) = value; }
 
 // d = a b + d on the tensor cores, bf16 inputs, fp32 accumulators.
 DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
