@@ -98,8 +98,8 @@ int main(int argc, char **argv) {
     // product or by the op that wrote it, is held here too, the untimed first call making the
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
     // gate's, the attention o's, the GLU down's); in the backward the input of k and v after
-    // q, of up after gate, gate's and up's output gradients (the GLU's backward's), and o's
-    // and down's (the norms' backward).
+    // q, of up after gate, of down (the GLU's backward writes act's copy), gate's and up's
+    // output gradients (the GLU's backward's), and o's and down's (the norms' backward).
     struct { const char *name; int in, out; DinpMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
         {"matmul q", C, qd, DINP_OVERWRITE, true, false, false},
         {"matmul k", C, kvd, DINP_ADD, true, true, false},
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         {"matmul o", qd, C, DINP_OVERWRITE, true, false, true},
         {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},
         {"matmul up", C, I, DINP_ADD, true, true, true},
-        {"matmul down", I, C, DINP_OVERWRITE, true, false, true}};
+        {"matmul down", I, C, DINP_OVERWRITE, true, true, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
@@ -148,13 +148,15 @@ int main(int argc, char **argv) {
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
     ops->matmul_input_release();
-    // The GLU's outputs are held products' inputs in the model: their bf16 copies are written too.
+    // The GLU's outputs are held products' inputs in the model: their bf16 copies are written
+    // too, and the backward writes the forward's output's (down's weight gradient reads it).
     ops->matmul_input_hold(z, N * I);
     TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
     ops->matmul_input_release();
     ops->matmul_input_hold(z, N * I);
     ops->matmul_input_hold(u, N * I);
-    TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, N * I, false));
+    ops->matmul_input_hold(y, N * I);
+    TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, y, N * I, false));
     ops->matmul_input_release();
     TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));

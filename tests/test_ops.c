@@ -728,8 +728,8 @@ static void run_activation(int kind) {
     c.out = xcalloc(c.n, 4), c.R = random_floats(c.n, -1, 1);
     // The outputs start as garbage: the activations' backward ops overwrite them (ops.h).
     float *da = random_floats(c.n, 5, 9), *db = random_floats(c.n, 5, 9);
-    if (kind == 0) ops_cpu.gelu_backward(da, c.R, c.a, c.n);
-    else ops_cpu.glu_backward(da, db, c.R, c.a, c.b, c.n, kind == 2);
+    if (kind == 0) ops_cpu.gelu_backward(da, c.R, c.a, NULL, c.n);
+    else ops_cpu.glu_backward(da, db, c.R, c.a, c.b, NULL, c.n, kind == 2);
     check_gradient("activation d(first input)", activation_loss, &c, c.a, c.n, da, 64);
     if (kind) check_gradient("activation d(up)", activation_loss, &c, c.b, c.n, db, 64);
     free(c.a), free(c.b), free(c.out), free(c.R), free(da), free(db);

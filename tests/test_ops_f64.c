@@ -280,8 +280,8 @@ static void run_activation(int kind) {
     c.a = random_doubles(c.n, -4, 4), c.b = random_doubles(c.n, -2, 2);
     c.out = xcalloc(c.n, sizeof(double)), c.R = random_doubles(c.n, -1, 1);
     double *da = xcalloc(c.n, sizeof(double)), *db = xcalloc(c.n, sizeof(double));
-    if (kind == 0) f64_gelu_backward(da, c.R, c.a, c.n);
-    else f64_glu_backward(da, db, c.R, c.a, c.b, c.n, kind == 2);
+    if (kind == 0) f64_gelu_backward(da, c.R, c.a, NULL, c.n);
+    else f64_glu_backward(da, db, c.R, c.a, c.b, NULL, c.n, kind == 2);
     check_gradient("activation d(first input)", activation_loss, &c, c.a, c.n, da, 64);
     if (kind) check_gradient("activation d(up)", activation_loss, &c, c.b, c.n, db, 64);
     free(c.a), free(c.b), free(c.out), free(c.R), free(da), free(db);

@@ -870,7 +870,8 @@ void model_hidden_slots(Model *model, int b, int first, int count, float *out) {
 // On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l. d_resid is held
 // (matmul_input_hold) from each norm backward that writes it to the product that reads it
 // as its output gradient: down's here, from the norm backward that ends the layer above (or
-// the final norm's, model_backward), and o's, from the MLP norm's backward.
+// the final norm's, model_backward), and o's, from the MLP norm's backward. With sandwich
+// norms those products read d_branch instead, held in its place.
 static void layer_backward(Model *model, int l, const LayerActivations *la, const float *x_in) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
@@ -888,29 +889,35 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     // then d_branch is the gradient of down's output.
     const float *d_mlp_out = a->d_resid;
     if (cfg->sandwich_norms) {
+        ops->matmul_input_release(); // d_resid: not down's output gradient here
         ops->fill_zero(a->d_branch, N * C);
+        ops->matmul_input_hold(a->d_branch, N * C);
         norm_backward(model, a->d_branch, g->post_mlp_norm_w, NULL, a->d_resid, la->mlp_proj, w->post_mlp_norm_w, NULL,
                       la->post_mlp_norm_rstd, N);
         d_mlp_out = a->d_branch;
     }
     // The first writer of each fresh gradient buffer overwrites it (DINP_OVERWRITE, and the
     // activations' backward ops): no zero-fills. The later ones add.
-    model_linear_backward(model, a->d_act, g->down_w, g->down_b,
-                    lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N), la->act,
-                    w->down_w, qz ? &qz->down : NULL, N, I, C, DINP_OVERWRITE);
+    // Down's input gradient first, its weight gradient after the activation's backward: that
+    // op recomputes act and, act being held, writes act's bf16 copy (a GPU), so the weight
+    // gradient reads no fp32 act to convert. (LoRA's A reads act before: converted once.)
+    const float *down_dout = lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N);
+    ops->matmul_input_hold(la->act, N * I);
+    model_linear_backward(model, a->d_act, NULL, NULL, down_dout, la->act, w->down_w, qz ? &qz->down : NULL, N, I, C,
+                          DINP_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
-    ops->matmul_input_release(); // d_resid
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
     // Gate's and up's weight gradients read mlp_norm_out; their output gradients are the
     // activation's, which writes their bf16 copies with them when held (a GPU).
     ops->matmul_input_hold(la->mlp_norm_out, N * C);
     ops->matmul_input_hold(a->d_up, N * I);
     if (gated) ops->matmul_input_hold(a->d_gate, N * I);
-    if (!gated) {
-        ops->gelu_backward(a->d_up, a->d_act, la->up, N * I);
-    } else {
-        ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, N * I,
-                          cfg->mlp == MLP_GEGLU);
+    if (!gated) ops->gelu_backward(a->d_up, a->d_act, la->up, la->act, N * I);
+    else ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, la->act, N * I, cfg->mlp == MLP_GEGLU);
+    if (g->down_w || g->down_b)
+        model_linear_backward(model, NULL, g->down_w, g->down_b, down_dout, la->act, w->down_w, qz ? &qz->down : NULL,
+                              N, I, C, DINP_OVERWRITE);
+    if (gated) {
         model_linear_backward(model, a->d_norm_out, g->gate_w, NULL,
                         lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N), la->mlp_norm_out,
                         w->gate_w, qz ? &qz->gate : NULL, N, C, I, DINP_OVERWRITE);
@@ -930,7 +937,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     // Attention block: x_mid = x_l + o_proj(att_out) (sandwich: x_l + norm(o_proj(att_out)))
     const float *d_attn_out = a->d_resid;
     if (cfg->sandwich_norms) {
+        ops->matmul_input_release(); // d_resid: not o's output gradient here
         ops->fill_zero(a->d_branch, N * C);
+        ops->matmul_input_hold(a->d_branch, N * C);
         norm_backward(model, a->d_branch, g->post_attn_norm_w, NULL, a->d_resid, la->attn_proj, w->post_attn_norm_w,
                       NULL, la->post_attn_norm_rstd, N);
         d_attn_out = a->d_branch;
@@ -939,7 +948,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
-    ops->matmul_input_release(); // d_resid
+    ops->matmul_input_release(); // d_resid (d_branch)
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim, cfg->attn_logit_softcap, window);

@@ -175,12 +175,15 @@ typedef struct OpsBackend {
     // `inp` (n floats) as an input (matmul_forward's, matmul_accumulate's,
     // matmul_forward_dequantized's inp, or matmul_backward's inp or dout), maybe several
     // times (a layer's q/k/v projections and their adapters read the same normalised rows),
-    // and nothing writes it meanwhile but, once and before any product reads it, one of the
-    // activation ops below (gelu_forward, glu_forward and their backwards, whose outputs feed
-    // the next products). A backend that converts inputs (the GPU: to bf16) converts a held
-    // input once, or has that activation op write the copy beside its output, instead of
-    // converting it at every product; the CPU's are no-ops. Up to 4 inputs held at once;
-    // the release lets go of all of them.
+    // and nothing writes it meanwhile but, once and before any product reads it, the op that
+    // produces it for those products: an activation (gelu/glu, forward or backward), a norm
+    // (forward, or backward into dinp) or attention_forward (out). A backend that converts
+    // inputs (the GPU: to bf16) converts a held input once, or has that op write the copy
+    // beside its output, instead of converting it at every product. An activation's backward
+    // also writes the copy of its forward's output `act` when act is held (the down
+    // projection's weight gradient reads act after it): act's values are recomputed there,
+    // act itself is not written. The CPU's are no-ops. Up to 5 inputs held at once; the
+    // release lets go of all of them.
     void (*matmul_input_hold)(const float *inp, long n);
     void (*matmul_input_release)(void);
 
@@ -270,12 +273,14 @@ typedef struct OpsBackend {
     // matmul_backward's DINP_OVERWRITE do; the other backward ops add): their outputs are always fresh buffers in a
     // layer's backward, and not reading them back saves a zero-fill and a read of each. An
     // output that is a held matmul input (matmul_input_hold) may get its copy written too.
+    // The backwards' `act` (or NULL) is the forward's output of the same inputs, unchanged
+    // since: no backend reads or writes it, but a held one gets its copy (above).
     void (*gelu_forward)(float *out, const float *inp, long n); // tanh approximation
-    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, long n);
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, const float *act, long n);
     // out = act(gate) * up, act = silu (SwiGLU) or gelu_tanh (GeGLU)
     void (*glu_forward)(float *out, const float *gate, const float *up, long n, bool gelu);
     void (*glu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
-                         const float *up, long n, bool gelu);
+                         const float *up, const float *act, long n, bool gelu);
 
     // ---- elementwise ----
     void (*add)(float *out, const float *a, const float *b, long n); // out = a + b

@@ -437,7 +437,9 @@ static void test_matmul_held_input(void) {
 // An activation whose output is a held matmul input writes the output's bf16 copy with it
 // (matmul_input_hold), and the products that read the output through the hold give the
 // CPU's results: forward (GELU, SwiGLU, GeGLU into a down projection) and backward (their
-// gradients into the gate/up input gradients). Each held slot is first filled with the
+// gradients into the gate/up input gradients, and the forward's output, whose copy the
+// backward writes from its recomputed activation, into the down projection's weight
+// gradient). Each held slot is first filled with the
 // conversion of a NaN buffer of the same size, so a copy the activation failed to write
 // shows as NaN. Odd sizes: the copy's element-by-element tail runs.
 // Fills with NaN the held copies that the next `count` holds take (a hold takes the first
@@ -459,7 +461,9 @@ static void test_held_activation_outputs(void) {
     for (long i = 0; i < n; i++) nan_host[i] = NAN;
     float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dact = gpu_floats(dact, n);
     float *d_w = gpu_floats(w, (long)C * I);
-    float *d_nans[2] = {gpu_floats(nan_host, n), gpu_floats(nan_host, n)};
+    float *d_nans[3] = {gpu_floats(nan_host, n), gpu_floats(nan_host, n), gpu_floats(nan_host, n)};
+    float *dout_down = random_host((long)N * C, 1), *d_dout_down = gpu_floats(dout_down, (long)N * C);
+    float *dw_down = xmalloc((size_t)C * I * 4), *d_dw_down = gpu->alloc((size_t)C * I * 4);
     float *act = xmalloc((size_t)n * 4), *out = xmalloc((size_t)N * C * 4), *dgate = xmalloc((size_t)n * 4),
           *dup = xmalloc((size_t)n * 4), *dx = xmalloc((size_t)N * C * 4), *dx_up = xmalloc((size_t)N * C * 4);
     float *d_act = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4), *d_dgate = gpu->alloc((size_t)n * 4),
@@ -481,10 +485,12 @@ static void test_held_activation_outputs(void) {
         snprintf(what, sizeof what, "held %s output", name);
         expect_match_keep(what, d_act, act, n, TOL_FP32);
 
-        // Backward: both gradients held, their slots first made NaN.
-        fill_held_slots_with_nan(d_nans, 2, d_w, d_out, N, I, C);
-        if (kind == 0) cpu->gelu_backward(dup, dact, up, n);
-        else cpu->glu_backward(dgate, dup, dact, gate, up, n, kind == 2);
+        // Backward: both gradients and the forward's output held, their slots first made NaN.
+        fill_held_slots_with_nan(d_nans, 3, d_w, d_out, N, I, C);
+        if (kind == 0) cpu->gelu_backward(dup, dact, up, act, n);
+        else cpu->glu_backward(dgate, dup, dact, gate, up, act, n, kind == 2);
+        memset(dw_down, 0, (size_t)C * I * 4);
+        cpu->matmul_backward(NULL, dw_down, NULL, dout_down, act, w, N, I, C, DINP_OVERWRITE);
         // dx = d(output of the activation's input product) . W: the gradient through a product
         // of the held gradient, as gate's and up's backward read it (dout = the gradient).
         float *w_in = random_host((long)I * C, 0.2f), *d_w_in = gpu_floats(w_in, (long)I * C); // [I, C]: C -> I
@@ -492,11 +498,16 @@ static void test_held_activation_outputs(void) {
         if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, DINP_OVERWRITE);
         if (kind) gpu->matmul_input_hold(d_dgate, n);
         gpu->matmul_input_hold(d_dup, n);
-        if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, n);
-        else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, n, kind == 2);
+        gpu->matmul_input_hold(d_act, n);
+        gpu->fill_zero(d_dw_down, (long)C * I);
+        if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
+        else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
         gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
         if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
+        gpu->matmul_backward(NULL, d_dw_down, NULL, d_dout_down, d_act, d_w, N, I, C, DINP_OVERWRITE);
         gpu->matmul_input_release();
+        snprintf(what, sizeof what, "held %s backward: the forward output's copy (down's weight gradient)", name);
+        expect_match_keep(what, d_dw_down, dw_down, (long)C * I, TOL_BF16);
         snprintf(what, sizeof what, "held %s backward: up's input gradient", name);
         expect_match_keep(what, d_dx_up, dx_up, (long)N * C, TOL_BF16);
         if (kind) {
@@ -507,6 +518,8 @@ static void test_held_activation_outputs(void) {
         free(w_in);
     }
     gpu->free(d_gate), gpu->free(d_up), gpu->free(d_dact), gpu->free(d_w), gpu->free(d_nans[0]), gpu->free(d_nans[1]);
+    gpu->free(d_nans[2]), gpu->free(d_dout_down), gpu->free(d_dw_down);
+    free(dout_down), free(dw_down);
     gpu->free(d_act);
     gpu->free(d_out), gpu->free(d_dgate), gpu->free(d_dup), gpu->free(d_dx), gpu->free(d_dx_up);
     free(gate), free(up), free(dact), free(w), free(nan_host), free(act), free(out), free(dgate), free(dup), free(dx),
@@ -923,8 +936,8 @@ static void test_activations_and_elementwise(void) {
     expect_match("gelu_forward", d_out, out, n, TOL_FP32);
     float *dx = random_host(n, 1);
     float *d_dx = gpu_floats(dx, n);
-    cpu->gelu_backward(dx, dy, x, n);
-    gpu->gelu_backward(d_dx, d_dy, d_x, n);
+    cpu->gelu_backward(dx, dy, x, NULL, n);
+    gpu->gelu_backward(d_dx, d_dy, d_x, NULL, n);
     expect_match("gelu_backward", d_dx, dx, n, TOL_FP32);
     for (int use_gelu = 0; use_gelu <= 1; use_gelu++) {
         d_out = gpu->alloc(n * 4);
@@ -933,8 +946,8 @@ static void test_activations_and_elementwise(void) {
         expect_match(use_gelu ? "geglu_forward" : "swiglu_forward", d_out, out, n, TOL_FP32);
         float *dg = random_host(n, 1), *du = random_host(n, 1);
         float *d_dg = gpu_floats(dg, n), *d_du = gpu_floats(du, n);
-        cpu->glu_backward(dg, du, dy, x, y, n, use_gelu);
-        gpu->glu_backward(d_dg, d_du, d_dy, d_x, d_y, n, use_gelu);
+        cpu->glu_backward(dg, du, dy, x, y, NULL, n, use_gelu);
+        gpu->glu_backward(d_dg, d_du, d_dy, d_x, d_y, NULL, n, use_gelu);
         expect_match("glu_backward dgate", d_dg, dg, n, TOL_FP32);
         expect_match("glu_backward dup", d_du, du, n, TOL_FP32);
         free(dg), free(du);

@@ -32,7 +32,8 @@ void cpu_gelu_forward(float *out, const float *inp, long n) {
     for (long i = 0; i < n; i++) out[i] = gelu(inp[i]);
 }
 
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
+// `act`: for a backend that keeps copies of matmul inputs (ops.h); unused here.
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n) {
 #pragma omp parallel for simd schedule(static)
     for (long i = 0; i < n; i++) dinp[i] = dout[i] * gelu_derivative(inp[i], gelu_tanh(inp[i]));
 }
@@ -48,7 +49,7 @@ void cpu_glu_forward(float *out, const float *gate, const float *up, long n, boo
 }
 
 void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                      const float *up, long n, bool use_gelu) {
+                      const float *up, const float *act, long n, bool use_gelu) {
     if (use_gelu) {
 #pragma omp parallel for simd schedule(static)
         for (long i = 0; i < n; i++) {
@@ -61,9 +62,9 @@ void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) {
         float g = gate[i];
-        float act = silu(g);
+        float activation = silu(g);
         float dact = silu_derivative(g);
         dgate[i] = dout[i] * up[i] * dact;
-        dup[i] = dout[i] * act;
+        dup[i] = dout[i] * activation;
     }
 }

@@ -109,10 +109,10 @@ float cpu_half_to_float(uint16_t half);
 void cpu_copy_rows(float *dst, long dst_stride, const float *src, long src_stride, int rows, int width);
 
 void cpu_gelu_forward(float *out, const float *inp, long n);
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n);
 void cpu_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu);
 void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                      const float *up, long n, bool gelu);
+                      const float *up, const float *act, long n, bool gelu);
 
 void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                          const float *logits, const int *targets, int N, int V);

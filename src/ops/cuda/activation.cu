@@ -37,15 +37,23 @@ __global__ static void gelu_forward_kernel(float *out, __nv_bfloat16 *out_copy, 
 }
 
 // The backward kernels overwrite their outputs (the op contract in ops.h): the layer's
-// backward needs no zero-filled buffers for them and they read nothing they write.
-__global__ static void gelu_backward_kernel(float *dinp, __nv_bfloat16 *dinp_copy, const float *dout, const float *inp,
-                                            long n, bool vector) {
+// backward needs no zero-filled buffers for them and they read nothing they write. When the
+// forward's output is held (the down projection's weight gradient reads it next), they also
+// write its copy (`act_copy`) from the activation they recompute anyway, the forward's
+// formula on the same inputs: the weight gradient then reads no fp32 act to convert.
+__global__ static void gelu_backward_kernel(float *dinp, __nv_bfloat16 *dinp_copy, __nv_bfloat16 *act_copy,
+                                            const float *dout, const float *inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four x = load_four(inp, first, n, vector), dy = load_four(dout, first, n, vector), dx;
     for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
     store_four(dinp, first, n, vector, dx);
     store_four_bf16(dinp_copy, first, n, vector, dx);
+    if (act_copy) {
+        Four y;
+        for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
+        store_four_bf16(act_copy, first, n, vector, y);
+    }
 }
 
 __global__ static void glu_forward_kernel(float *out, __nv_bfloat16 *out_copy, const float *gate, const float *up,
@@ -59,22 +67,24 @@ __global__ static void glu_forward_kernel(float *out, __nv_bfloat16 *out_copy, c
 }
 
 __global__ static void glu_backward_kernel(float *dgate, float *dup, __nv_bfloat16 *dgate_copy,
-                                           __nv_bfloat16 *dup_copy, const float *dout, const float *gate,
-                                           const float *up, long n, bool use_gelu, bool vector) {
+                                           __nv_bfloat16 *dup_copy, __nv_bfloat16 *act_copy, const float *dout,
+                                           const float *gate, const float *up, long n, bool use_gelu, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector);
-    Four dy = load_four(dout, first, n, vector), dg, du;
+    Four dy = load_four(dout, first, n, vector), dg, du, y;
     for (int k = 0; k < 4; k++) {
         float act = use_gelu ? gelu(g.x[k]) : silu(g.x[k]);
         float dact = use_gelu ? gelu_derivative(g.x[k]) : silu_derivative(g.x[k]);
         dg.x[k] = dy.x[k] * u.x[k] * dact;
         du.x[k] = dy.x[k] * act;
+        y.x[k] = act * u.x[k];
     }
     store_four(dgate, first, n, vector, dg);
     store_four(dup, first, n, vector, du);
     store_four_bf16(dgate_copy, first, n, vector, dg);
     store_four_bf16(dup_copy, first, n, vector, du);
+    store_four_bf16(act_copy, first, n, vector, y);
 }
 
 void cuda_gelu_forward(float *out, const float *inp, long n) {
@@ -84,9 +94,16 @@ void cuda_gelu_forward(float *out, const float *inp, long n) {
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
+// The held copy of `act` (the forward's output), written from recomputed values; NULL when
+// act is not held (or not given).
+static __nv_bfloat16 *recomputed_output_copy(const float *act, long n) {
+    return act ? cuda_held_copy_to_write(act, n) : NULL;
+}
+
+void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n) {
     if (n == 0) return;
-    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, cuda_held_copy_to_write(dinp, n), dout, inp, n,
+    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, cuda_held_copy_to_write(dinp, n),
+                                                          recomputed_output_copy(act, n), dout, inp, n,
                                                           all_aligned16(dinp, dout, inp));
     CUDA_CHECK_LAUNCH();
 }
@@ -99,10 +116,11 @@ void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bo
 }
 
 void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                       const float *up, long n, bool use_gelu) {
+                       const float *up, const float *act, long n, bool use_gelu) {
     if (n == 0) return;
     glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, cuda_held_copy_to_write(dgate, n),
-                                                         cuda_held_copy_to_write(dup, n), dout, gate, up, n, use_gelu,
+                                                         cuda_held_copy_to_write(dup, n),
+                                                         recomputed_output_copy(act, n), dout, gate, up, n, use_gelu,
                                                          all_aligned16(dgate, dup, dout, gate, up));
     CUDA_CHECK_LAUNCH();
 }

@@ -104,7 +104,7 @@ size_t cuda_shared_memory_per_block(void);
 enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
     SCRATCH_MATMUL_HELD,                                   // bf16 of the held inputs (matmul_input_hold):
-    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 3,    //   one slot each, MATMUL_HELD_INPUTS
+    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 4,    //   one slot each, MATMUL_HELD_INPUTS
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
     SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
@@ -280,10 +280,10 @@ void cuda_attention_extend_q8(float *out, const float *q, const void *k_cache, c
 
 // ---- activation.cu ----
 void cuda_gelu_forward(float *out, const float *inp, long n);
-void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n);
 void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bool use_gelu);
 void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                       const float *up, long n, bool use_gelu);
+                       const float *up, const float *act, long n, bool use_gelu);
 
 // ---- dropout.cu ----
 void cuda_dropout_forward(float *out, const float *inp, long n, float p, uint64_t seed, uint64_t stream);
