@@ -236,20 +236,35 @@ template <int HD> DEVICE_INLINE void zero_rows(float *matrix, long width, int co
     }
 }
 
+// Whether a 64-key tile from key0 needs the per-element mask for rows from first_row on:
+// the causal diagonal crosses it, it starts before the row's first real token (padding),
+// or a window may cut it. Most tiles need none, and the kernels run each tile's
+// element-wise step as one of two compiled versions (MASKED or not, a template parameter)
+// chosen per warp: computed per element, even under a false uniform condition, the mask's
+// tests were about a third of the key loop's instructions (ptxas predicates them rather
+// than branching around them).
+DEVICE_INLINE bool tile_needs_mask(int key0, int keys, int first_row, int start, int window) {
+    return window > 0 || key0 < start || key0 + keys - 1 > first_row;
+}
+
+// Whether key `key` is hidden from query `row`.
+DEVICE_INLINE bool masked_out(int key, int row, int start, int window) {
+    return key < attention_first_key(start, row, window) || key > row;
+}
+
 // One key tile's step of the online softmax for one m-tile (16 query rows, this lane's
-// row_low and row_low + 8): masks the scores s (Q K^T of keys key0.., unscaled), turns them
-// into probabilities against the updated running maximum, and rescales what was summed
-// so far (row_sum, the O accumulators o) to that maximum.
-template <int HD>
+// row_low and row_low + 8): masks the scores s (Q K^T of keys key0.., unscaled; MASKED
+// only), turns them into probabilities against the updated running maximum, and rescales
+// what was summed so far (row_sum, the O accumulators o) to that maximum.
+template <int HD, bool MASKED>
 DEVICE_INLINE void online_softmax_step(float (*s)[4], float (*o)[4], float row_max[2], float row_sum[2], int key0,
-                                       int first_row, int row_low, int start, int window, float scale_log2, int t) {
+                                       int row_low, int start, int window, float scale_log2, int t) {
     const int row_high = row_low + 8;
-    const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > first_row;
     for (int n = 0; n < COLUMNS / 8; n++)
         for (int e = 0; e < 4; e++) {
-            int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
-            float x = s[n][e] * scale_log2;
-            s[n][e] = needs_mask && (key < attention_first_key(start, row, window) || key > row) ? -INFINITY : x;
+            const int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
+            const float x = s[n][e] * scale_log2;
+            s[n][e] = MASKED && masked_out(key, row, start, window) ? -INFINITY : x;
         }
     // Row by row: the tile's maximum over the row's 4 lanes, the rescaling of what was
     // summed so far, then this tile's probabilities.
@@ -315,10 +330,10 @@ DEVICE_INLINE void add_probabilities_times_values(float (*o)[HD / 8][4], const f
 
 // A key tile's whole step for M m-tiles of a forward warp (each array from the first of
 // them, whose first row is first_row; m-tile m's is first_row + 64 m): S = Q K^T, the
-// online softmax, O += P V. The products sit in no condition of their own: mma.sync under
-// a per-product condition makes ptxas fence every product with a warp barrier (WARPSYNC),
-// which also keeps it from issuing the next ldmatrix early.
-template <int HD, int M>
+// online softmax (MASKED: tile_needs_mask), O += P V. The products sit in no condition of
+// their own: mma.sync under a per-product condition makes ptxas fence every product with a
+// warp barrier (WARPSYNC), which also keeps it from issuing the next ldmatrix early.
+template <int HD, int M, bool MASKED>
 DEVICE_INLINE void forward_tile(float (*o)[HD / 8][4], float (*row_max)[2], float (*row_sum)[2],
                                 const uint32_t (*qa)[HD / 16][4], int first_row, const bf16 *Kt, const bf16 *Vt,
                                 int key0, int start, int window, float scale_log2, int lane) {
@@ -327,8 +342,8 @@ DEVICE_INLINE void forward_tile(float (*o)[HD / 8][4], float (*row_max)[2], floa
     UNROLL // else s[m] and o[m] go to local memory
     for (int m = 0; m < M; m++) {
         const int m_first_row = first_row + m * WARPS * 16;
-        online_softmax_step<HD>(s[m], o[m], row_max[m], row_sum[m], key0, m_first_row, m_first_row + lane / 4, start,
-                                window, scale_log2, lane % 4);
+        online_softmax_step<HD, MASKED>(s[m], o[m], row_max[m], row_sum[m], key0, m_first_row + lane / 4, start,
+                                        window, scale_log2, lane % 4);
     }
     add_probabilities_times_values<HD, M>(o, s, Vt, lane);
 }
@@ -339,8 +354,12 @@ template <int HD> DEVICE_INLINE long kv_head_offset(int bh, int H, int KV, int T
     return ((long)b * KV + h / (H / KV)) * T * HD;
 }
 
+// PLAIN's forward up to HD 64 fits 128 registers, four blocks per SM: bounded so, as
+// ptxas's own choice at HD 32 (96 registers) spilled one (4 bytes, which the build refuses).
+template <int HD, Variant V> constexpr int FORWARD_BLOCKS_PER_SM = V == PLAIN && HD <= 64 ? 4 : 1;
+
 template <int HD, Variant VARIANT>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
     forward_kernel(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
                    const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
@@ -416,15 +435,20 @@ __global__ void __launch_bounds__(THREADS)
                       key0 + COLUMNS - 1 >= attention_first_key(start, first_row[m], window);
             all_see = all_see && sees[m];
         }
-        if (all_see) {
-            forward_tile<HD, M_TILES>(o, row_max, row_sum, qa, first_row[0], Kt, Vt, key0, start, window, scale_log2,
-                                      lane);
-        } else {
+        // The warp's first m-tile has its smallest rows: a tile it needs no mask for, no
+        // m-tile does.
+        if (all_see && !tile_needs_mask(key0, COLUMNS, first_row[0], start, window)) {
+            forward_tile<HD, M_TILES, false>(o, row_max, row_sum, qa, first_row[0], Kt, Vt, key0, start, window,
+                                             scale_log2, lane);
+        } else if (all_see) {
+            forward_tile<HD, M_TILES, true>(o, row_max, row_sum, qa, first_row[0], Kt, Vt, key0, start, window,
+                                            scale_log2, lane);
+        } else if constexpr (M_TILES > 1) { // (one m-tile: all_see is whether it sees the tile)
             UNROLL
             for (int m = 0; m < M_TILES; m++)
                 if (sees[m])
-                    forward_tile<HD, 1>(&o[m], &row_max[m], &row_sum[m], &qa[m], first_row[m], Kt, Vt, key0, start,
-                                        window, scale_log2, lane);
+                    forward_tile<HD, 1, true>(&o[m], &row_max[m], &row_sum[m], &qa[m], first_row[m], Kt, Vt, key0,
+                                              start, window, scale_log2, lane);
         }
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
@@ -466,6 +490,22 @@ DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s
     }
 }
 
+// The dK/dV kernel's element-wise step for a warp's 16 keys (this lane's key_low and
+// key_low + 8) against a query tile from q0: S^T and dP^T (s, dp) become P^T and
+// dS^T = P^T (dP^T - D) in place (MASKED: tile_needs_mask).
+template <bool MASKED>
+DEVICE_INLINE void key_rows_probabilities(float (*s)[4], float (*dp)[4], const float *lse_t, const float *D_t, int q0,
+                                          int key_low, int start, int window, float scale_log2, int t) {
+    for (int n = 0; n < COLUMNS / 8; n++)
+        for (int e = 0; e < 4; e++) {
+            const int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_low + 8;
+            float p = exp2_approx(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
+            if (MASKED && masked_out(key, q, start, window)) p = 0.0f;
+            s[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - D_t[column]);
+        }
+}
+
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS)
     backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
@@ -505,7 +545,7 @@ __global__ void __launch_bounds__(THREADS)
     float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
     for (int n = 0; n < HD / 8; n++)
         for (int e = 0; e < 4; e++) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
-    const int key_low = k0 + warp * 16 + lane / 4, key_high = key_low + 8; // this lane's keys
+    const int key_low = k0 + warp * 16 + lane / 4; // this lane's keys: key_low and key_low + 8
     const int warp_first_key = k0 + warp * 16;
     const float scale_log2 = scale * LOG2E;
     for (int step = 0; step < steps; step++) {
@@ -528,15 +568,10 @@ __global__ void __launch_bounds__(THREADS)
         float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S^T and dP^T: this warp's 16 keys x 64 queries
         multiply_rows_by_tile_transposed(s, k_rows, Qt, lane);
         multiply_rows_by_tile_transposed(dp, v_rows, dOt, lane);
-        const bool needs_mask = window > 0 || warp_first_key < start || warp_first_key + 15 > q0;
-        for (int n = 0; n < COLUMNS / 8; n++)
-            for (int e = 0; e < 4; e++) {
-                int column = n * 8 + 2 * t + (e & 1), q = q0 + column, key = e < 2 ? key_low : key_high;
-                float p = exp2_approx(s[n][e] * scale_log2 - lse_t[column]); // 0 for queries with lse +inf
-                if (needs_mask && (key < attention_first_key(start, q, window) || key > q)) p = 0.0f;
-                s[n][e] = p;
-                dp[n][e] = p * (dp[n][e] - D_t[column]);
-            }
+        if (tile_needs_mask(warp_first_key, 16, q0, start, window))
+            key_rows_probabilities<true>(s, dp, lse_t, D_t, q0, key_low, start, window, scale_log2, t);
+        else
+            key_rows_probabilities<false>(s, dp, lse_t, D_t, q0, key_low, start, window, scale_log2, t);
         multiply_registers_by_tile<HD>(dv_acc, s, dOt, lane);
         multiply_registers_by_tile<HD>(dk_acc, dp, Qt, lane);
         __syncthreads(); // every warp is done with this buffer before it is refilled
@@ -549,6 +584,22 @@ __global__ void __launch_bounds__(THREADS)
 // Up to HD 64 the dQ kernel fits 168 registers without spilling (ptxas, CUDA 13), three
 // blocks per SM (TUNED took 172 unbounded: two).
 template <int HD> constexpr int BACKWARD_Q_BLOCKS_PER_SM = HD <= 64 ? 3 : 1;
+
+// The dQ kernel's element-wise step for a warp's 16 queries (this lane's row_low and
+// row_low + 8, their log-sum-exps in base 2 and D values) against a key tile from key0:
+// dP (dp) becomes dS = P (dP - D), P from the scores s (MASKED: tile_needs_mask).
+template <bool MASKED>
+DEVICE_INLINE void query_rows_score_gradients(const float (*s)[4], float (*dp)[4], const float lse_rows[2],
+                                              const float D_rows[2], int key0, int row_low, int start, int window,
+                                              float scale_log2, int t) {
+    for (int n = 0; n < COLUMNS / 8; n++)
+        for (int e = 0; e < 4; e++) {
+            const int key = key0 + n * 8 + 2 * t + (e & 1), half = e / 2, row = row_low + 8 * half;
+            float p = exp2_approx(s[n][e] * scale_log2 - lse_rows[half]);
+            if (MASKED && masked_out(key, row, start, window)) p = 0.0f;
+            dp[n][e] = p * (dp[n][e] - D_rows[half]);
+        }
+}
 
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
@@ -604,14 +655,11 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
         multiply_rows_by_tile_transposed(s, q_rows, Kt, lane);
         multiply_rows_by_tile_transposed(dp, do_rows, Vt, lane);
         const int key0 = kt * COLUMNS;
-        const bool needs_mask = window > 0 || key0 < start || key0 + COLUMNS - 1 > warp_first_row;
-        for (int n = 0; n < COLUMNS / 8; n++)
-            for (int e = 0; e < 4; e++) {
-                int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
-                float p = exp2_approx(s[n][e] * scale_log2 - (e < 2 ? lse_low : lse_high));
-                if (needs_mask && (key < attention_first_key(start, row, window) || key > row)) p = 0.0f;
-                dp[n][e] = p * (dp[n][e] - (e < 2 ? D_low : D_high)); // dS
-            }
+        const float lse_rows[2] = {lse_low, lse_high}, D_rows[2] = {D_low, D_high};
+        if (tile_needs_mask(key0, COLUMNS, warp_first_row, start, window))
+            query_rows_score_gradients<true>(s, dp, lse_rows, D_rows, key0, row_low, start, window, scale_log2, t);
+        else
+            query_rows_score_gradients<false>(s, dp, lse_rows, D_rows, key0, row_low, start, window, scale_log2, t);
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
