@@ -95,18 +95,31 @@ DEVICE_INLINE int imin(int a, int b) { return a < b ? a : b; }
 DEVICE_INLINE int imax(int a, int b) { return a > b ? a : b; }
 
 // Starts copying rows [row0, row0 + 64) of a [T][HD] matrix into a tile; rows past T
-// become zeros. Each thread copies the same number of 16-byte pieces, a compile-time count
-// (a loop bounded by threadIdx.x compiled to a generic loop plus remainder loops, about a
-// third of the backward kernels' instructions per query tile by the SASS). The loop stays
-// a loop: unrolled, its copies' addresses took registers enough to spill at HD 128.
+// become zeros. A thread copies the 16-byte piece `threadIdx.x % chunks` of every
+// (THREADS / chunks)-th row from row threadIdx.x / chunks, a compile-time count of pieces:
+// its addresses are computed once and stepped by a constant (a loop bounded by threadIdx.x
+// compiled to a generic loop plus remainder loops, and recomputing each piece's row and
+// column took 27 instructions a piece; the loads were then a third of the backward's
+// instructions per tile). Unrolled up to HD 64, the pieces' offsets become constants of
+// the copy instructions; at HD 128 the loop stays a loop: unrolled, its copies' addresses
+// took registers enough to spill.
 template <int HD> DEVICE_INLINE void tile_load_async(bf16 *tile, const bf16 *matrix, int row0, int T) {
-    constexpr int chunks = HD / 8; // 16-byte pieces per row
-    static_assert(ROWS * chunks % THREADS == 0, "every thread copies the same number of pieces");
-    KEEP_LOOP
-    for (int i = 0; i < ROWS * chunks / THREADS; i++) {
-        const int c = (int)threadIdx.x + i * THREADS, r = c / chunks, k = c % chunks;
-        const bool valid = row0 + r < T;
-        cp_async_16(tile + r * Tile<HD>::ld + k * 8, valid ? matrix + (long)(row0 + r) * HD + k * 8 : matrix, valid);
+    constexpr int chunks = HD / 8, rows_per_pass = THREADS / chunks; // 16-byte pieces per row; rows per pass
+    static_assert(THREADS % chunks == 0 && ROWS % rows_per_pass == 0, "every thread copies the same number of pieces");
+    const int first = (int)threadIdx.x / chunks, column = (int)threadIdx.x % chunks * 8;
+    bf16 *to = tile + first * Tile<HD>::ld + column;
+    const bf16 *from = matrix + (long)(row0 + first) * HD + column;
+    const int valid_rows = T - row0 - first; // this thread's pieces i * rows_per_pass below it are rows before T
+    auto copy_piece = [&](int i) {
+        const bool valid = i * rows_per_pass < valid_rows;
+        cp_async_16(to + i * rows_per_pass * Tile<HD>::ld, valid ? from + (long)i * rows_per_pass * HD : matrix, valid);
+    };
+    if constexpr (HD <= 64) {
+        UNROLL
+        for (int i = 0; i < ROWS / rows_per_pass; i++) copy_piece(i);
+    } else {
+        KEEP_LOOP
+        for (int i = 0; i < ROWS / rows_per_pass; i++) copy_piece(i);
     }
 }
 
@@ -354,9 +367,11 @@ template <int HD> DEVICE_INLINE long kv_head_offset(int bh, int H, int KV, int T
     return ((long)b * KV + h / (H / KV)) * T * HD;
 }
 
-// PLAIN's forward up to HD 64 fits 128 registers, four blocks per SM: bounded so, as
-// ptxas's own choice at HD 32 (96 registers) spilled one (4 bytes, which the build refuses).
-template <int HD, Variant V> constexpr int FORWARD_BLOCKS_PER_SM = V == PLAIN && HD <= 64 ? 4 : 1;
+// PLAIN's forward up to HD 64 is bounded to three blocks per SM (168 registers, as measured
+// on 2026-12-04 at 142): ptxas's own choice at HD 32 (96 registers) spilled one (4 bytes,
+// which the build refuses), and four blocks (128) spilled at HD 64 once the tile loads
+// were unrolled.
+template <int HD, Variant V> constexpr int FORWARD_BLOCKS_PER_SM = V == PLAIN && HD <= 64 ? 3 : 1;
 
 template <int HD, Variant VARIANT>
 __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
