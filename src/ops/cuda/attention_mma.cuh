@@ -273,28 +273,32 @@ template <int HD, bool MASKED>
 DEVICE_INLINE void online_softmax_step(float (*s)[4], float (*o)[4], float row_max[2], float row_sum[2], int key0,
                                        int row_low, int start, int window, float scale_log2, int t) {
     const int row_high = row_low + 8;
-    for (int n = 0; n < COLUMNS / 8; n++)
-        for (int e = 0; e < 4; e++) {
-            const int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
-            const float x = s[n][e] * scale_log2;
-            s[n][e] = MASKED && masked_out(key, row, start, window) ? -INFINITY : x;
-        }
+    if constexpr (MASKED)
+        for (int n = 0; n < COLUMNS / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                const int key = key0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row_low : row_high;
+                if (masked_out(key, row, start, window)) s[n][e] = -INFINITY;
+            }
     // Row by row: the tile's maximum over the row's 4 lanes, the rescaling of what was
-    // summed so far, then this tile's probabilities.
+    // summed so far, then this tile's probabilities. The maxima are kept scaled (base 2);
+    // the scale goes into each exponent's fused multiply-add, s * scale - max (scale_log2 > 0,
+    // so the scaled maximum is the raw maximum scaled).
     for (int half = 0; half < 2; half++) {
         float tile_max = -INFINITY;
         for (int n = 0; n < COLUMNS / 8; n++) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float new_max = fmaxf(row_max[half], tile_max);
+        const float new_max = fmaxf(row_max[half], tile_max * scale_log2);
         float alpha = 1.0f, sum = 0.0f;
-        if (new_max == -INFINITY) { // no visible key yet: nothing to add
+        // Only a masked tile can leave a row with no visible key yet (nothing to add then);
+        // an unmasked one shows every row all 64 keys.
+        if (MASKED && new_max == -INFINITY) {
             for (int n = 0; n < COLUMNS / 8; n++) s[n][2 * half] = s[n][2 * half + 1] = 0.0f;
         } else {
             alpha = exp2_approx(row_max[half] - new_max); // 0 when row_max is -inf
             for (int n = 0; n < COLUMNS / 8; n++)
                 for (int e = 2 * half; e < 2 * half + 2; e++) {
-                    s[n][e] = exp2_approx(s[n][e] - new_max);
+                    s[n][e] = exp2_approx(fmaf(s[n][e], scale_log2, -new_max));
                     sum += s[n][e];
                 }
         }
