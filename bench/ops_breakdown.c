@@ -99,10 +99,11 @@ int main(int argc, char **argv) {
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
     // gate's, the attention o's, the GLU down's); in the backward the input of k and v after
     // q, of up after gate, of down (the GLU's backward writes act's copy), gate's and up's
-    // output gradients (the GLU's backward's), and o's and down's (the norms' backward).
+    // output gradients (the GLU's backward's), o's and down's (the norms' backward), and q's
+    // and k's (the RoPE backward's).
     struct { const char *name; int in, out; DinpMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
-        {"matmul q", C, qd, DINP_OVERWRITE, true, false, false},
-        {"matmul k", C, kvd, DINP_ADD, true, true, false},
+        {"matmul q", C, qd, DINP_OVERWRITE, true, false, true},
+        {"matmul k", C, kvd, DINP_ADD, true, true, true},
         {"matmul v", C, kvd, DINP_ADD, true, true, false},
         {"matmul o", qd, C, DINP_OVERWRITE, true, false, true},
         {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},
@@ -138,9 +139,12 @@ int main(int argc, char **argv) {
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
              ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));
+    ops->matmul_input_hold(dq, N * qd); // q's and k's output gradients: their copies written too
+    ops->matmul_input_hold(dk, N * kvd);
     TIME_OP("rope backward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_backward(dq, positions, (int)N, H, hd, inv_freq),
              ops->rope_backward(dk, positions, (int)N, KV, hd, inv_freq)));
+    ops->matmul_input_release();
     ops->matmul_input_hold(y, N * C);
     TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
     ops->matmul_input_release();

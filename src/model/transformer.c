@@ -949,6 +949,12 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
     ops->matmul_input_release(); // d_resid (d_branch)
+    // The q and k projections' output gradients (dq_raw, dk_raw under Qwen3's norms) are
+    // written last by the RoPE backward (or those norms' backward), which writes their bf16
+    // copies when they are held.
+    float *dq = cfg->qk_norm ? a->dq_raw : a->dq, *dk = cfg->qk_norm ? a->dk_raw : a->dk;
+    ops->matmul_input_hold(dq, N * q_dim);
+    ops->matmul_input_hold(dk, N * kv_dim);
     ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
                             a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
                             cfg->head_dim, cfg->attn_logit_softcap, window);
@@ -958,7 +964,6 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
         ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }
-    float *dq = a->dq, *dk = a->dk; // d loss / d the q and k projections
     if (cfg->qk_norm) {
         ops->fill_zero(a->dq_raw, N * q_dim);
         ops->fill_zero(a->dk_raw, N * kv_dim);
@@ -966,7 +971,6 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                               (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
         ops->rmsnorm_backward(a->dk_raw, g->k_norm_w, a->dk, la->k_raw, w->k_norm_w, la->k_norm_rstd,
                               (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
-        dq = a->dq_raw, dk = a->dk_raw;
     }
     ops->matmul_input_hold(la->attn_norm_out, N * C); // q's, k's and v's weight gradients read it
     model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,

@@ -175,11 +175,12 @@ typedef struct OpsBackend {
     // `inp` (n floats) as an input (matmul_forward's, matmul_accumulate's,
     // matmul_forward_dequantized's inp, or matmul_backward's inp or dout), maybe several
     // times (a layer's q/k/v projections and their adapters read the same normalised rows),
-    // and nothing writes it meanwhile but, once and before any product reads it, the op that
-    // produces it for those products: an activation (gelu/glu, forward or backward), a norm
-    // (forward, or backward into dinp) or attention_forward (out). A backend that converts
-    // inputs (the GPU: to bf16) converts a held input once, or has that op write the copy
-    // beside its output, instead of converting it at every product. An activation's backward
+    // and nothing writes it meanwhile but, before any product reads it, the ops that produce
+    // it for those products, the last of them one that may write its copy: an activation
+    // (gelu/glu, forward or backward), a norm (forward, or backward into dinp),
+    // attention_forward (out) or rope_backward (dx). A backend that converts inputs (the GPU:
+    // to bf16) converts a held input once, or has that last op write the copy beside its
+    // output, instead of converting it at every product. An activation's backward
     // also writes the copy of its forward's output `act` when act is held (the down
     // projection's weight gradient reads act after it): act's values are recomputed there,
     // act itself is not written. The CPU's are no-ops. Up to 5 inputs held at once; the

@@ -526,10 +526,10 @@ static void test_held_activation_outputs(void) {
         free(dx_up);
 }
 
-// The norms (forward: their output; backward: their input gradient, accumulated) and the
-// attention forward (its output) write a held output's bf16 copy too, as the model holds
-// them for the products that read them next (q/k/v and up/gate, o; o's and down's output
-// gradients). Each product through the hold gives the CPU's result; each held slot is
+// The norms (forward: their output; backward: their input gradient, accumulated), the RoPE
+// backward (its rotated gradient) and the attention forward (its output) write a held
+// output's bf16 copy too, as the model holds them for the products that read them next
+// (q/k/v and up/gate, o; o's and down's output gradients; q's and k's). Each product through the hold gives the CPU's result; each held slot is
 // first filled with NaN (fill_held_slots_with_nan), so a copy the op failed to write shows.
 static void test_held_norm_and_attention_outputs(void) {
     const int N = 67, C = 96, OC = 40;
@@ -580,6 +580,30 @@ static void test_held_norm_and_attention_outputs(void) {
         expect_match_keep(what, d_dproj, dproj, (long)N * OC, TOL_BF16);
         snprintf(what, sizeof what, "held %s backward: its input gradient", name);
         expect_match_keep(what, d_dx, dx, n, TOL_FP32);
+    }
+
+    // The RoPE backward's output (rows of 2 heads of 48) as a product's output gradient (q's).
+    {
+        const int heads = 2, head_dim = C / heads;
+        int positions[67];
+        for (int i = 0; i < N; i++) positions[i] = (i * 13) % 500;
+        ModelConfig rope_cfg = {.head_dim = head_dim, .rope_theta = 10000.0f};
+        float inv_freq[48];
+        rope_inverse_frequencies(&rope_cfg, inv_freq);
+        float *d_inv_freq = gpu_floats(inv_freq, head_dim / 2);
+        int *d_positions = gpu_ints(positions, N);
+        fill_held_slots_with_nan(d_nans, 1, d_w_out, d_scratch, N, C, OC);
+        memcpy(dx, dy, (size_t)n * 4);
+        cpu->rope_backward(dx, positions, N, heads, head_dim, inv_freq);
+        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, DINP_OVERWRITE);
+        gpu->copy_to_device(d_dx, dy, (size_t)n * 4);
+        gpu->matmul_input_hold(d_dx, n);
+        gpu->rope_backward(d_dx, d_positions, N, heads, head_dim, d_inv_freq);
+        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, DINP_OVERWRITE);
+        gpu->matmul_input_release();
+        expect_match_keep("held rope_backward output: the product's input gradient", d_dproj, dproj, (long)N * OC,
+                          TOL_BF16);
+        gpu->free(d_inv_freq), gpu->free(d_positions);
     }
 
     // The attention's output (the default kernels) into o's product.

@@ -3,12 +3,13 @@
 // table, device memory) are computed once into shared memory, then every head's pairs are
 // rotated with them: sincosf once a row and frequency instead of once for each head too,
 // and no 64-bit index divisions. Per element the same float operations as before, so the
-// same results.
+// same results. The backward's output (the q and k projections' output gradient) gets its
+// bf16 copy written too when it is a held matmul input (matmul_input_hold).
 #include "ops/cuda/cuda_common.cuh"
 
 enum { ROPE_THREADS = 256 };
 
-__global__ static void rope_kernel(float *x, const int *positions, int n_heads, int head_dim,
+__global__ static void rope_kernel(float *x, __nv_bfloat16 *x_copy, const int *positions, int n_heads, int head_dim,
                                    const float *inv_freq, float direction) {
     extern __shared__ float cos_sin[]; // cos of each pair, then sin (times direction)
     const int half = head_dim / 2;
@@ -29,14 +30,19 @@ __global__ static void rope_kernel(float *x, const int *positions, int n_heads, 
         const float x1 = head[pair], x2 = head[pair + half];
         head[pair] = x1 * c - x2 * s;
         head[pair + half] = x2 * c + x1 * s;
+        if (x_copy) {
+            __nv_bfloat16 *copy = x_copy + (head - x);
+            copy[pair] = __float2bfloat16(head[pair]);
+            copy[pair + half] = __float2bfloat16(head[pair + half]);
+        }
     }
 }
 
 static void rope_rotate(float *x, const int *positions, int N, int n_heads, int head_dim,
                         const float *inv_freq, float direction) {
     if ((long)N * n_heads * (head_dim / 2) == 0) return;
-    rope_kernel<<<N, ROPE_THREADS, (size_t)head_dim * sizeof(float)>>>(x, positions, n_heads, head_dim, inv_freq,
-                                                                        direction);
+    rope_kernel<<<N, ROPE_THREADS, (size_t)head_dim * sizeof(float)>>>(
+        x, cuda_held_copy_to_write(x, (long)N * n_heads * head_dim), positions, n_heads, head_dim, inv_freq, direction);
     CUDA_CHECK_LAUNCH();
 }
 
