@@ -94,16 +94,10 @@ void cuda_gelu_forward(float *out, const float *inp, long n) {
     CUDA_CHECK_LAUNCH();
 }
 
-// The held copy of `act` (the forward's output), written from recomputed values; NULL when
-// act is not held (or not given).
-static __nv_bfloat16 *recomputed_output_copy(const float *act, long n) {
-    return act ? cuda_held_copy_to_write(act, n) : NULL;
-}
-
 void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n) {
     if (n == 0) return;
     gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, cuda_held_copy_to_write(dinp, n),
-                                                          recomputed_output_copy(act, n), dout, inp, n,
+                                                          cuda_held_copy_to_write(act, n), dout, inp, n,
                                                           all_aligned16(dinp, dout, inp));
     CUDA_CHECK_LAUNCH();
 }
@@ -120,7 +114,7 @@ void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float 
     if (n == 0) return;
     glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, cuda_held_copy_to_write(dgate, n),
                                                          cuda_held_copy_to_write(dup, n),
-                                                         recomputed_output_copy(act, n), dout, gate, up, n, use_gelu,
+                                                         cuda_held_copy_to_write(act, n), dout, gate, up, n, use_gelu,
                                                          all_aligned16(dgate, dup, dout, gate, up));
     CUDA_CHECK_LAUNCH();
 }

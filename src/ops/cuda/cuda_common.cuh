@@ -197,7 +197,8 @@ const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 void cuda_matmul_input_hold(const float *inp, long n);
 void cuda_matmul_input_release(void);
 // For an op writing `out` (n floats): the bf16 copy it should write beside it when `out` is
-// held (matmul_input_hold; the copy then counts as made), else NULL.
+// held (matmul_input_hold; the copy then counts as made), else NULL (also for `out` NULL: an
+// activation backward's optional `act`, whose copy it writes from recomputed values).
 __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);

@@ -176,9 +176,9 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
 }
 
 // The held inputs (ops.h, matmul_input_hold): each one's bf16 copy in a scratch slot of its
-// own, made by the op that writes the input during the hold (the activations, through
-// cuda_held_copy_to_write) or else by the first product that reads it, and read by the
-// others until the release. A hold starts without a copy, so holding a buffer again (the
+// own, made by the op that writes the input during the hold (activations, norms, the fused
+// attention forward, the RoPE backward, through cuda_held_copy_to_write) or else by the first
+// product that reads it, and read by the others until the release. A hold starts without a copy, so holding a buffer again (the
 // next layer's rows in a shared buffer) copies its new contents.
 enum { MATMUL_HELD_INPUTS = SCRATCH_MATMUL_HELD_LAST - SCRATCH_MATMUL_HELD + 1 };
 struct HeldInput {
@@ -202,28 +202,27 @@ void cuda_matmul_input_release(void) {
     for (HeldInput &h : held_inputs) h = HeldInput{NULL, 0, false};
 }
 
-// The held entry of x (n floats) and its scratch slot, or NULL.
-static HeldInput *held_entry(const float *x, long n, int *slot) {
-    for (int i = 0; i < MATMUL_HELD_INPUTS; i++)
+// The held entry of x (n floats), or NULL (also for x NULL), and its copy's buffer.
+static HeldInput *held_entry(const float *x, long n, __nv_bfloat16 **copy) {
+    for (int i = 0; x && i < MATMUL_HELD_INPUTS; i++)
         if (held_inputs[i].input == x && held_inputs[i].count == n) {
-            *slot = SCRATCH_MATMUL_HELD + i;
+            *copy = (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD + i, (size_t)n * sizeof(__nv_bfloat16));
             return &held_inputs[i];
         }
     return NULL;
 }
 
 __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
-    int slot;
-    HeldInput *entry = held_entry(out, n, &slot);
+    __nv_bfloat16 *copy;
+    HeldInput *entry = held_entry(out, n, &copy);
     if (!entry) return NULL;
     entry->copied = true; // the caller's kernel writes it, in stream order before any reader
-    return (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
+    return copy;
 }
 
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
-    int held_slot;
-    if (HeldInput *entry = held_entry(x, n, &held_slot)) {
-        __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_scratch(held_slot, (size_t)n * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *copy;
+    if (HeldInput *entry = held_entry(x, n, &copy)) {
         if (!entry->copied) cuda_to_bf16(copy, x, n);
         entry->copied = true;
         return copy;
