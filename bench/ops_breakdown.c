@@ -93,7 +93,9 @@ int main(int argc, char **argv) {
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
 
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
-    // each input gradient overwrites it, the others add (model/transformer.c). An operand
+    // each input gradient overwrites it, the others add (model/transformer.c), and a step of
+    // one micro-batch writes every weight gradient over its unwritten tensor
+    // (model/gradient_writes.c). An operand
     // that the model holds (matmul_input_hold) with its bf16 copy already made, by an earlier
     // product or by the op that wrote it, is held here too, the untimed first call making the
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
@@ -101,14 +103,14 @@ int main(int argc, char **argv) {
     // q, of up after gate, of down (the GLU's backward writes act's copy), gate's and up's
     // output gradients (the GLU's backward's), o's and down's (the norms' backward), and q's
     // and k's (the RoPE backward's).
-    struct { const char *name; int in, out; DinpMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
-        {"matmul q", C, qd, DINP_OVERWRITE, true, false, true},
-        {"matmul k", C, kvd, DINP_ADD, true, true, true},
-        {"matmul v", C, kvd, DINP_ADD, true, true, false},
-        {"matmul o", qd, C, DINP_OVERWRITE, true, false, true},
-        {"matmul gate", C, I, DINP_OVERWRITE, true, false, true},
-        {"matmul up", C, I, DINP_ADD, true, true, true},
-        {"matmul down", I, C, DINP_OVERWRITE, true, true, true}};
+    struct { const char *name; int in, out; WriteMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
+        {"matmul q", C, qd, WRITE_OVERWRITE, true, false, true},
+        {"matmul k", C, kvd, WRITE_ADD, true, true, true},
+        {"matmul v", C, kvd, WRITE_ADD, true, true, false},
+        {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true},
+        {"matmul gate", C, I, WRITE_OVERWRITE, true, false, true},
+        {"matmul up", C, I, WRITE_ADD, true, true, true},
+        {"matmul down", I, C, WRITE_OVERWRITE, true, true, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
@@ -121,12 +123,13 @@ int main(int argc, char **argv) {
         if (linear[i].input_held_backward) ops->matmul_input_hold(x, inputs);
         if (linear[i].dout_held) ops->matmul_input_hold(y, outputs);
         TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
-                                                               linear[i].dinp));
+                                                               linear[i].dinp, WRITE_OVERWRITE));
         ops->matmul_input_release();
     }
     double lm_flops = 2.0 * N * C * V;
     TIME_OP("matmul lm_head forward", 1, lm_flops, 0, ops->matmul_forward(x, y, w2, NULL, (int)N, C, V));
-    TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0, ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V, DINP_ADD));
+    TIME_OP("matmul lm_head backward", 1, 2 * lm_flops, 0,
+            ops->matmul_backward(z, grad_w, NULL, x, y, w2, (int)N, C, V, WRITE_ADD, WRITE_OVERWRITE));
 
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
     // The attention's output, the norms' outputs (the final norm's aside) and the norms'
@@ -177,7 +180,7 @@ int main(int argc, char **argv) {
     TIME_OP("adamw", 1, 0, 28.0 * P,
             ops->adamw_update(params, grads, m, vv, P, 1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f));
     TIME_OP("sum_squares (grad norm)", 1, 0, 4.0 * P, (void)ops->sum_squares(grads, P));
-    TIME_OP("fill_zero (gradients)", 1, 0, 4.0 * P, ops->fill_zero(grads, P));
+    // No zero-fill of the gradients: model_zero_grad marks them unwritten.
     printf("{\"modelled_step_ms\": %.2f, \"note\": \"sum of the ops above; compare bench/train_step step_ms\"}\n", total_ms);
     return 0;
 }

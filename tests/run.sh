@@ -25,6 +25,9 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export MARLHF_BIN="$BUILD/marlhf"
+# Gradients start as NaN at each model_zero_grad (model/model.h): an op that adds into a
+# gradient tensor nothing wrote, or a reader that skips model_settle_gradients, fails loudly.
+export MARLHF_CHECK_GRADIENT_WRITES=1
 tmp_root="tests/tmp/$BUILD"
 rm -rf "$tmp_root" && mkdir -p "$tmp_root/reports"
 build_kind=plain

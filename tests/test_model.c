@@ -440,6 +440,67 @@ static void test_gradient_points(void) {
     fixture_close(&f);
 }
 
+// model_zero_grad leaves the gradients unwritten (model/gradient_writes.c): the first op to
+// produce a tensor writes over it, the later ones add, and settling zero-fills the rest.
+// Checked on contents that are neither zero nor NaN, so neither mode of model_zero_grad
+// (MARLHF_CHECK_GRADIENT_WRITES or not) can pass for the wrong reason.
+static void test_gradient_writes(void) {
+    Fixture f;
+    fixture_open(&f, "qwen2"); // q/k/v biases: a weight and a bias written by one product
+    Model model;
+    load_model(&model, &f, true);
+    model_enable_grad(&model);
+    const long total = model_trainable_floats(&model);
+    bool all_zero = true;
+    for (long i = 0; i < total; i++) all_zero &= model.grads[i] == 0.0f;
+    EXPECT(all_zero, "gradients not zero after model_enable_grad");
+
+    LayerTensors *g = &model.gradients.layers[0];
+    const long q_numel = (long)model.config.num_heads * model.config.head_dim * model.config.hidden_size;
+    const long q_bias = (long)model.config.num_heads * model.config.head_dim, C = model.config.hidden_size;
+    model_zero_grad(&model);
+    for (long i = 0; i < total; i++) model.grads[i] = 7.0f; // what an earlier step left
+    EXPECT(model_gradient_write_mode(&model, g->q_w, g->q_b) == WRITE_OVERWRITE, "first writer of q not told to overwrite");
+    EXPECT(g->q_w[0] == 7.0f && g->q_b[0] == 7.0f, "an overwritten tensor was filled");
+    EXPECT(model_gradient_write_mode(&model, g->q_w, g->q_b) == WRITE_ADD, "second writer of q not told to add");
+    // A weight unwritten, its bias written: the op adds into both, the weight zero-filled first.
+    model_gradient_write_mode(&model, NULL, g->k_b);
+    EXPECT(model_gradient_write_mode(&model, g->k_w, g->k_b) == WRITE_ADD, "k with a written bias not told to add");
+    bool k_zero = true;
+    for (long i = 0; i < C * model.config.num_kv_heads * model.config.head_dim; i++) k_zero &= g->k_w[i] == 0.0f;
+    EXPECT(k_zero && g->k_b[0] == 7.0f, "k's unwritten weight gradient not zero-filled, or its written bias changed");
+    // An op that can only add: the tensor zero-filled once, then left alone.
+    float *norm = model_gradient_to_add(&model, g->attn_norm_w);
+    EXPECT(norm == g->attn_norm_w && norm[0] == 0.0f && norm[C - 1] == 0.0f, "attn_norm_w not zero-filled");
+    norm[0] = 3.0f;
+    model_gradient_to_add(&model, g->attn_norm_w);
+    EXPECT(norm[0] == 3.0f, "a written gradient was filled again");
+    EXPECT(model_gradient_to_add(&model, NULL) == NULL, "no gradient: nothing");
+    // Settling zero-fills exactly the tensors nothing wrote.
+    model_settle_gradients(&model);
+    EXPECT(g->q_w[q_numel - 1] == 7.0f && g->q_b[q_bias - 1] == 7.0f, "settling filled a written tensor");
+    EXPECT(g->v_w[0] == 0.0f && model.gradients.final_norm_w[0] == 0.0f && model.gradients.value_head[C - 1] == 0.0f,
+           "settling left an unwritten tensor");
+    // After a backward every tensor holds its gradient: the value head, which a backward of
+    // log-probs alone does not reach, holds zeros (settled at its point).
+    const long N = (long)f.B * f.T;
+    float *dlogp = xmalloc(N * sizeof(float));
+    ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+    model_forward(&model, &batch);
+    causal_lm_loss(&model, &f, dlogp);
+    model_zero_grad(&model);
+    for (long i = 0; i < total; i++) model.grads[i] = 7.0f;
+    model_backward(&model, dlogp, NULL, NULL);
+    bool head_zero = true, finite = true;
+    for (long i = 0; i < C; i++) head_zero &= model.gradients.value_head[i] == 0.0f;
+    for (long i = 0; i < total; i++) finite &= isfinite(model.grads[i]);
+    EXPECT(head_zero && finite, "after a backward: value head zero %d, every gradient finite %d", head_zero, finite);
+    EXPECT(g->q_w[0] != 7.0f && model.gradients.tok_emb[0] != 7.0f, "a gradient the backward produces was left");
+    free(dlogp);
+    model_free(&model);
+    fixture_close(&f);
+}
+
 // The LM head on the slots with a target only (prompt and padding skipped) gives the
 // log-probs, entropies and gradients of the whole head at those slots, and 0 elsewhere.
 static void test_head_on_target_slots_only(void) {
@@ -1296,6 +1357,7 @@ int main(void) {
     RUN(test_recompute_is_exact);
     RUN(test_gradient_accumulation);
     RUN(test_gradient_points);
+    RUN(test_gradient_writes);
     RUN(test_head_on_target_slots_only);
     RUN(test_save_load_round_trip);
     RUN(test_gguf_model_matches_hf);

@@ -80,16 +80,31 @@ static void test_matmul(void) {
     c.out = xcalloc(c.N * c.OC, sizeof(float));
     c.R = random_floats(c.N * c.OC, -1, 1);
     float *dinp = xcalloc(c.N * c.IC, 4), *dw = xcalloc(c.OC * c.IC, 4), *db = xcalloc(c.OC, 4);
-    ops_cpu.matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC, DINP_ADD);
+    ops_cpu.matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC, WRITE_ADD, WRITE_ADD);
     check_gradient("matmul dinp", matmul_loss, &c, c.inp, c.N * c.IC, dinp, 100);
-    // DINP_OVERWRITE: the same input gradient written over garbage (NaN, which a read shows).
+    // WRITE_OVERWRITE: the same input gradient written over garbage (NaN, which a read shows).
     float *overwritten = xmalloc((size_t)c.N * c.IC * 4);
     for (int i = 0; i < c.N * c.IC; i++) overwritten[i] = NAN;
-    ops_cpu.matmul_backward(overwritten, NULL, NULL, c.R, c.inp, c.w, c.N, c.IC, c.OC, DINP_OVERWRITE);
+    ops_cpu.matmul_backward(overwritten, NULL, NULL, c.R, c.inp, c.w, c.N, c.IC, c.OC, WRITE_OVERWRITE, WRITE_ADD);
     check_gradient("matmul dinp (overwritten)", matmul_loss, &c, c.inp, c.N * c.IC, overwritten, 100);
     free(overwritten);
     check_gradient("matmul dweight", matmul_loss, &c, c.w, c.OC * c.IC, dw, 100);
     check_gradient("matmul dbias", matmul_loss, &c, c.b, c.OC, db, 100);
+    // Weight WRITE_OVERWRITE (an unwritten weight gradient, model/gradient_writes.c): the
+    // weight's and bias's gradients written over NaN are the ones added into zeros, bit for bit.
+    float *dw_over = xmalloc((size_t)c.OC * c.IC * 4), *db_over = xmalloc((size_t)c.OC * 4);
+    for (int i = 0; i < c.OC * c.IC; i++) dw_over[i] = NAN;
+    for (int i = 0; i < c.OC; i++) db_over[i] = NAN;
+    ops_cpu.matmul_backward(NULL, dw_over, db_over, c.R, c.inp, c.w, c.N, c.IC, c.OC, WRITE_ADD, WRITE_OVERWRITE);
+    EXPECT(memcmp(dw_over, dw, (size_t)c.OC * c.IC * 4) == 0, "overwritten weight gradient differs from the added one");
+    EXPECT(memcmp(db_over, db, (size_t)c.OC * 4) == 0, "overwritten bias gradient differs from the added one");
+    // And added (WRITE_ADD) onto what is there: twice the gradient.
+    ops_cpu.matmul_backward(NULL, dw_over, db_over, c.R, c.inp, c.w, c.N, c.IC, c.OC, WRITE_ADD, WRITE_ADD);
+    double worst = 0;
+    for (int i = 0; i < c.OC * c.IC; i++) worst = fmax(worst, fabs(dw_over[i] - 2 * dw[i]));
+    for (int i = 0; i < c.OC; i++) worst = fmax(worst, fabs(db_over[i] - 2 * db[i]));
+    EXPECT(worst < 1e-5, "a weight gradient added onto itself is off by %g", worst);
+    free(dw_over), free(db_over);
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
 }
 
@@ -194,7 +209,7 @@ static void test_matmul_quantized(void) {
             float *dinp = random_floats((long)N * IC, -1, 1), *want = xmalloc((size_t)N * IC * sizeof(float));
             memcpy(want, dinp, (size_t)N * IC * sizeof(float));
             ops_cpu.matmul_backward_input_q8(dinp, dout, &m, N, IC, OC);
-            ops_cpu.matmul_backward(want, NULL, NULL, dout, inp, w, N, IC, OC, DINP_ADD);
+            ops_cpu.matmul_backward(want, NULL, NULL, dout, inp, w, N, IC, OC, WRITE_ADD, WRITE_ADD);
             double worst = 0;
             for (int i = 0; i < N; i++)
                 for (int c = 0; c < IC; c++) {

@@ -127,7 +127,7 @@ static void test_matmul(void) {
     c.out = xcalloc(c.N * c.OC, sizeof(double));
     c.R = random_doubles(c.N * c.OC, -1, 1);
     double *dinp = xcalloc(c.N * c.IC, sizeof(double)), *dw = xcalloc(c.OC * c.IC, sizeof(double)), *db = xcalloc(c.OC, sizeof(double));
-    f64_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC, DINP_ADD);
+    f64_matmul_backward(dinp, dw, db, c.R, c.inp, c.w, c.N, c.IC, c.OC, WRITE_ADD, WRITE_ADD);
     check_gradient("matmul dinp", matmul_loss, &c, c.inp, c.N * c.IC, dinp, 100);
     check_gradient("matmul dweight", matmul_loss, &c, c.w, c.OC * c.IC, dw, 100);
     check_gradient("matmul dbias", matmul_loss, &c, c.b, c.OC, db, 100);

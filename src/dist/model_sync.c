@@ -43,6 +43,7 @@ static void hash_pass(float *values, long n, void *context) {
 void dist_sum_gradients(Model *model) {
     if (dist_world_size() <= 1) return;
     CHECK(model->grads, "dist_sum_gradients on a model without gradients");
+    model_settle_gradients(model);
     on_host(model, model->grads, model_trainable_floats(model), sum_pass, NULL, true);
 }
 

@@ -692,6 +692,7 @@ static void reduce_scatter_gradients(Model *model) {
 }
 
 double dist_reduce_gradients(Model *model, const AdamW *opt) {
+    model_settle_gradients(model);
     if (!is_sharded(opt)) {
         dist_sum_gradients(model);
         return grad_global_norm(model);

@@ -639,6 +639,8 @@ void model_remove_lora(Model *model) {
     model->lora_ranks = NULL, model->lora_scales = NULL, model->lora_max_rank = 0;
     if (model->grads) model->ops->free(model->grads);
     model->grads = NULL;
+    free(model->gradient_unwritten);
+    model->gradient_unwritten = NULL;
     param_views_free(&model->gradients);
     model->table.count = model->lora_first_entry;
     model->table.total = base_total;
@@ -706,7 +708,7 @@ void lora_dora_norms(Model *model, int l) {
         // delta[out, in] = B[out, rank] . A[rank, in]: matmul_backward's input gradient
         // (dinp = dout . weight) with B as dout and A as the weight.
         ops->matmul_backward(delta, NULL, NULL, w->lora_b[t], NULL, w->lora_a[t], (int)out, (int)in,
-                             module_rank(model, l, (LoraTarget)t), DINP_OVERWRITE);
+                             module_rank(model, l, (LoraTarget)t), WRITE_OVERWRITE, WRITE_ADD);
         // QDoRA: W dequantized into its own scratch first (the float32 weight is gone).
         const Q8Matrix *quantized = base_quantized(model, l, (LoraTarget)t);
         const float *weight = base_weight(w, (LoraTarget)t);
@@ -778,7 +780,8 @@ const float *lora_dora_dout(Model *model, int layer, LoraTarget target, const fl
     CHECK(!base_bias(&model->gradients.layers[layer], target), "DoRA with a trainable bias");
     // d out / d base = s everywhere without dropout (the base layer's own term plus (s - 1)
     // times it); the adapter's term takes s * dout as well.
-    model->ops->dora_backward(model->gradients.layers[layer].lora_m[target], model->acts.dora_scratch, dout, z,
+    model->ops->dora_backward(model_gradient_to_add(model, model->gradients.layers[layer].lora_m[target]),
+                              model->acts.dora_scratch, dout, z,
                               w->lora_m[target], model->dora_norms + dora_norm_offset(model, layer, target), 0.0f,
                               (int)N, (int)out_features);
     return dropout_applies(model) ? dout : model->acts.dora_scratch;
@@ -798,11 +801,11 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     const float *d_lora = dora ? model->acts.dora_scratch : dout; // DoRA: s * dout (lora_dora_dout)
     // hidden = scale * A x and out += B hidden, so dB += dout^T hidden, d(A x) = scale * dout B.
     ops->matmul_backward(d_hidden, g->lora_b[target], NULL, d_lora, hidden, w->lora_b[target], (int)N, rank,
-                         (int)out_features, DINP_OVERWRITE);
+                         (int)out_features, WRITE_OVERWRITE, model_gradient_write_mode(model, g->lora_b[target], NULL));
     ops->scale(d_hidden, module_scale(model, layer, target), N * rank);
     if (!dropout_applies(model)) {
         ops->matmul_backward(dinp, g->lora_a[target], NULL, d_hidden, inp, w->lora_a[target], (int)N, (int)in, rank,
-                             DINP_ADD);
+                             WRITE_ADD, model_gradient_write_mode(model, g->lora_a[target], NULL));
         return;
     }
     // With dropout A saw the dropped input: regenerate it (later adapters reused the buffer),
@@ -812,13 +815,13 @@ void lora_backward(Model *model, int layer, LoraTarget target, float *dinp, cons
     float *dropped = model->acts.lora_dropped, *d_dropped = model->acts.d_lora_dropped;
     ops->dropout_forward(dropped, inp, N * in, p, model->lora_dropout.seed, stream);
     ops->matmul_backward(d_dropped, g->lora_a[target], NULL, d_hidden, dropped, w->lora_a[target], (int)N, (int)in,
-                         rank, DINP_OVERWRITE);
+                         rank, WRITE_OVERWRITE, model_gradient_write_mode(model, g->lora_a[target], NULL));
     if (dora) { // the (s - 1) W dropout(x) term: d(dropped x) += W^T ((s - 1) dout)
         ops->dora_backward(NULL, model->acts.dora_scratch, dout, NULL, w->lora_m[target],
                            model->dora_norms + dora_norm_offset(model, layer, target), -1.0f, (int)N,
                            (int)out_features);
         model_linear_backward(model, d_dropped, NULL, NULL, model->acts.dora_scratch, NULL, base_weight(w, target),
-                              base_quantized(model, layer, target), N, (int)in, (int)out_features, DINP_ADD);
+                              base_quantized(model, layer, target), N, (int)in, (int)out_features, WRITE_ADD);
     }
     ops->dropout_backward(dinp, d_dropped, N * in, p, model->lora_dropout.seed, stream);
 }

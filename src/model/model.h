@@ -174,6 +174,9 @@ typedef struct Model {
     ModelTensors weights;
     float *grads;  // NULL for a frozen model; else model_trainable_floats() floats
     ModelTensors gradients;
+    // Which gradient tensors no op has written since model_zero_grad, by table entry (NULL
+    // without gradients): zero by meaning, not in memory (model/gradient_writes.c).
+    bool *gradient_unwritten;
     // Called by model_backward as each part of the gradients is complete for that backward:
     // point num_layers once the LM head, value head and final norm are done, point l after
     // layer l, point -1 after the embeddings (model_gradient_point says which tensor is final
@@ -220,7 +223,27 @@ void model_init_without_params(Model *model, const ModelConfig *cfg, const OpsBa
 void model_free(Model *model);
 // Makes the model trainable: allocates gradients (zeroed).
 void model_enable_grad(Model *model);
+
+// Gradient writes (model/gradient_writes.c). model_zero_grad writes nothing: it marks every
+// gradient tensor unwritten, the first op to produce one writes over it (a weight gradient
+// product with beta 0: no zero-fill of the buffer, no read of it) and the later ones add.
+// model_backward zero-fills what it did not produce (a head without a gradient, a weight no
+// path reached) as each gradient point completes, before Model.gradient_hook sees it; a
+// reader of model->grads that may run with no backward since the last model_zero_grad calls
+// model_settle_gradients first. With MARLHF_CHECK_GRADIENT_WRITES=1 in the environment
+// (tests/run.sh sets it) model_zero_grad fills the gradients with NaN instead, so a reader
+// that skipped the settling or an op that added into an unwritten tensor shows as NaN.
 void model_zero_grad(Model *model);
+// How an op that produces `weight_grad` and `bias_grad` (either may be NULL) writes them:
+// WRITE_OVERWRITE when every one given is unwritten (they are then marked written), else
+// WRITE_ADD, any unwritten one zero-filled first.
+WriteMode model_gradient_write_mode(const Model *model, float *weight_grad, float *bias_grad);
+// For an op that can only add into `grad` (NULL: nothing): zero-filled first if unwritten.
+float *model_gradient_to_add(const Model *model, float *grad);
+// Zero-fills the unwritten gradients of backward point `point` (model_gradient_point).
+void model_settle_gradient_point(const Model *model, int point);
+// Zero-fills every unwritten gradient: model->grads then holds every value it stands for.
+void model_settle_gradients(const Model *model);
 // The backward point after which the gradient of table entry `entry` is final (see
 // Model.gradient_hook): its layer, -1 for the token and position embeddings (the tied LM
 // head's gradient also lands in the token table), num_layers for every other global tensor.
@@ -236,7 +259,7 @@ void model_linear_forward(const Model *model, float *out, const float *inp, cons
                           const Q8Matrix *quantized, const float *bias, long N, int IC, int OC, long kernel_rows);
 void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC, int OC,
-                           DinpMode dinp_mode);
+                           WriteMode dinp_mode);
 
 // Forward through the body and the final norm. Saves what backward needs when the model
 // has gradients enabled.

@@ -160,6 +160,7 @@ void model_free(Model *model) {
     if (model->rope_inv_freq) model->ops->free(model->rope_inv_freq);
     if (model->rope_inv_freq_local) model->ops->free(model->rope_inv_freq_local);
     if (model->grads) model->ops->free(model->grads);
+    free(model->gradient_unwritten);
     if (model->dora_norms) model->ops->free(model->dora_norms);
     free(model->lora_ranks), free(model->lora_scales);
     param_views_free(&model->weights);
@@ -174,7 +175,8 @@ void model_enable_grad(Model *model) {
           "a model with quantized weights (--quantize) trains only LoRA adapters on its frozen base");
     // Only the trainable tail of the table gets gradients: frozen views stay NULL, and the
     // ops skip a NULL gradient (a frozen weight still passes gradients to its input).
-    model->grads = model->ops->alloc((size_t)model_trainable_floats(model) * sizeof(float));
+    model->grads = model->ops->alloc((size_t)model_trainable_floats(model) * sizeof(float)); // zero-filled
+    model->gradient_unwritten = xcalloc((size_t)model->table.count, sizeof(bool));
     param_views_bind_tail(&model->gradients, &model->table, model->grads, model->trainable_offset,
                           model->config.num_layers);
     // Activations sized for a frozen model keep too little for backward.
@@ -201,12 +203,8 @@ static void weights_of_layer(Model *model, int l, bool needed) {
 }
 
 static void gradients_ready(Model *model, int point) {
+    model_settle_gradient_point(model, point);
     if (model->gradient_hook.ready) model->gradient_hook.ready(model, point, model->gradient_hook.context);
-}
-
-void model_zero_grad(Model *model) {
-    CHECK(model->grads, "model_zero_grad on a model without gradients");
-    model->ops->fill_zero(model->grads, model_trainable_floats(model));
 }
 
 long model_num_params(const Model *model) {
@@ -353,6 +351,7 @@ static void norm_backward(const Model *model, float *dinp, float *dweight, float
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, long N) {
     const ModelConfig *cfg = &model->config;
+    dweight = model_gradient_to_add(model, dweight), dbias = model_gradient_to_add(model, dbias);
     if (cfg->norm == NORM_LAYERNORM)
         model->ops->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
                                        (int)N, cfg->hidden_size);
@@ -378,17 +377,19 @@ void model_linear_forward(const Model *model, float *out, const float *inp, cons
 }
 
 // model_linear_forward's backward: a quantized weight is frozen (model_enable_grad), so only the
-// input gradient flows, through its dequantized values.
+// input gradient flows, through its dequantized values. The weight's and bias's gradients are
+// written over when unwritten since model_zero_grad (model_gradient_write_mode), else added.
 void model_linear_backward(const Model *model, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const Q8Matrix *quantized, long N, int IC,
-                           int OC, DinpMode dinp_mode) {
+                           int OC, WriteMode dinp_mode) {
     if (quantized && quantized->values) {
         CHECK(!dweight && !dbias, "a quantized weight is frozen: it has no gradient");
         if (!dinp) return;
-        if (dinp_mode == DINP_OVERWRITE) model->ops->fill_zero(dinp, N * IC); // the quantized op adds
+        if (dinp_mode == WRITE_OVERWRITE) model->ops->fill_zero(dinp, N * IC); // the quantized op adds
         model->ops->matmul_backward_input_q8(dinp, dout, quantized, (int)N, IC, OC);
     } else {
-        model->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, (int)N, IC, OC, dinp_mode);
+        model->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, (int)N, IC, OC, dinp_mode,
+                                    model_gradient_write_mode(model, dweight, dbias));
     }
 }
 
@@ -896,7 +897,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                       la->post_mlp_norm_rstd, N);
         d_mlp_out = a->d_branch;
     }
-    // The first writer of each fresh gradient buffer overwrites it (DINP_OVERWRITE, and the
+    // The first writer of each fresh gradient buffer overwrites it (WRITE_OVERWRITE, and the
     // activations' backward ops): no zero-fills. The later ones add.
     // Down's input gradient first, its weight gradient after the activation's backward: that
     // op recomputes act and, act being held, writes act's bf16 copy (a GPU), so the weight
@@ -904,7 +905,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const float *down_dout = lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N);
     ops->matmul_input_hold(la->act, N * I);
     model_linear_backward(model, a->d_act, NULL, NULL, down_dout, la->act, w->down_w, qz ? &qz->down : NULL, N, I, C,
-                          DINP_OVERWRITE);
+                          WRITE_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
     // Gate's and up's weight gradients read mlp_norm_out; their output gradients are the
@@ -916,17 +917,17 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     else ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, la->act, N * I, cfg->mlp == MLP_GEGLU);
     if (g->down_w || g->down_b)
         model_linear_backward(model, NULL, g->down_w, g->down_b, down_dout, la->act, w->down_w, qz ? &qz->down : NULL,
-                              N, I, C, DINP_OVERWRITE);
+                              N, I, C, WRITE_OVERWRITE);
     if (gated) {
         model_linear_backward(model, a->d_norm_out, g->gate_w, NULL,
                         lora_dora_dout(model, l, LORA_GATE, a->d_gate, la->dora_z[LORA_GATE], N), la->mlp_norm_out,
-                        w->gate_w, qz ? &qz->gate : NULL, N, C, I, DINP_OVERWRITE);
+                        w->gate_w, qz ? &qz->gate : NULL, N, C, I, WRITE_OVERWRITE);
         lora_backward(model, l, LORA_GATE, a->d_norm_out, a->d_gate, la->mlp_norm_out,
                       la->lora_hidden[LORA_GATE], N);
     }
     model_linear_backward(model, a->d_norm_out, g->up_w, g->up_b,
                     lora_dora_dout(model, l, LORA_UP, a->d_up, la->dora_z[LORA_UP], N), la->mlp_norm_out,
-                    w->up_w, qz ? &qz->up : NULL, N, C, I, gated ? DINP_ADD : DINP_OVERWRITE);
+                    w->up_w, qz ? &qz->up : NULL, N, C, I, gated ? WRITE_ADD : WRITE_OVERWRITE);
     lora_backward(model, l, LORA_UP, a->d_norm_out, a->d_up, la->mlp_norm_out, la->lora_hidden[LORA_UP], N);
     ops->matmul_input_release();
     // d_resid already carries the residual path into x_mid; add the norm's branch.
@@ -946,7 +947,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     }
     model_linear_backward(model, a->d_att_out, g->o_w, g->o_b,
                     lora_dora_dout(model, l, LORA_O, d_attn_out, la->dora_z[LORA_O], N), la->att_out,
-                    w->o_w, qz ? &qz->o : NULL, N, q_dim, C, DINP_OVERWRITE);
+                    w->o_w, qz ? &qz->o : NULL, N, q_dim, C, WRITE_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
     ops->matmul_input_release(); // d_resid (d_branch)
     // The q and k projections' output gradients (dq_raw, dk_raw under Qwen3's norms) are
@@ -967,23 +968,23 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     if (cfg->qk_norm) {
         ops->fill_zero(a->dq_raw, N * q_dim);
         ops->fill_zero(a->dk_raw, N * kv_dim);
-        ops->rmsnorm_backward(a->dq_raw, g->q_norm_w, a->dq, la->q_raw, w->q_norm_w, la->q_norm_rstd,
-                              (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
-        ops->rmsnorm_backward(a->dk_raw, g->k_norm_w, a->dk, la->k_raw, w->k_norm_w, la->k_norm_rstd,
-                              (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
+        ops->rmsnorm_backward(a->dq_raw, model_gradient_to_add(model, g->q_norm_w), a->dq, la->q_raw, w->q_norm_w,
+                              la->q_norm_rstd, (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
+        ops->rmsnorm_backward(a->dk_raw, model_gradient_to_add(model, g->k_norm_w), a->dk, la->k_raw, w->k_norm_w,
+                              la->k_norm_rstd, (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
     }
     ops->matmul_input_hold(la->attn_norm_out, N * C); // q's, k's and v's weight gradients read it
     model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
                     lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
-                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim, DINP_OVERWRITE);
+                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim, WRITE_OVERWRITE);
     lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
     model_linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
                     lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
-                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim, DINP_ADD);
+                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim, WRITE_ADD);
     lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
     model_linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
                     lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
-                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, DINP_ADD);
+                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, WRITE_ADD);
     lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     ops->matmul_input_release();
     ops->matmul_input_hold(a->d_resid, N * C); // the output gradient of the layer below's down
@@ -1028,12 +1029,12 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
                                                     : model->gradients.tok_emb;
         if (!a->head_compact) {
             model_linear_backward(model, a->d_hidden, d_lm_head, NULL, a->logits, a->final_out, lm_head_weight(model),
-                            lm_head_quantized(model), N, (int)C, cfg->vocab_size, DINP_ADD);
+                            lm_head_quantized(model), N, (int)C, cfg->vocab_size, WRITE_ADD);
         } else {
             // d_norm_out is free until the layers' backward: the gathered rows' gradient,
             // then scattered to their slots (the others stay 0).
             model_linear_backward(model, a->d_norm_out, d_lm_head, NULL, a->logits, a->head_hidden, lm_head_weight(model),
-                            lm_head_quantized(model), M, (int)C, cfg->vocab_size, DINP_OVERWRITE);
+                            lm_head_quantized(model), M, (int)C, cfg->vocab_size, WRITE_OVERWRITE);
             move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
     }
@@ -1041,8 +1042,8 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         CHECK(model->has_value_head, "dvalue given to a model without a value head");
         float *dvalue_device = a->d_head + 2 * N;
         ops->copy_to_device(dvalue_device, dvalue, (size_t)N * sizeof(float));
-        ops->value_head_backward(a->d_hidden, model->gradients.value_head, dvalue_device,
-                                 a->final_out, model->weights.value_head, (int)N, (int)C);
+        ops->value_head_backward(a->d_hidden, model_gradient_to_add(model, model->gradients.value_head),
+                                 dvalue_device, a->final_out, model->weights.value_head, (int)N, (int)C);
     }
 
     const int L = cfg->num_layers;
@@ -1064,7 +1065,8 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
         weights_of_layer(model, l, false);
     }
     ops->matmul_input_release(); // d_resid, held for a layer below the first
-    ops->embedding_backward(model->gradients.tok_emb, model->gradients.pos_emb, a->d_resid,
+    ops->embedding_backward(model_gradient_to_add(model, model->gradients.tok_emb),
+                            model_gradient_to_add(model, model->gradients.pos_emb), a->d_resid,
                             a->tokens, a->positions, (int)N, (int)C, cfg->embedding_multiplier);
     a->has_forward = false;
     gradients_ready(model, -1);

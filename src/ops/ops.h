@@ -51,9 +51,11 @@
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
 #define Q8_BLOCK 32
 
-// How matmul_backward writes the input gradient: added into dinp, as every backward op
-// adds into its gradients, or written over it by the first writer of a fresh buffer.
-typedef enum { DINP_ADD, DINP_OVERWRITE } DinpMode;
+// How matmul_backward writes a gradient: added into it, as every other backward op adds
+// into its gradients, or written over it by the first writer of a fresh buffer (an input
+// gradient no op has written yet; a weight gradient since model_zero_grad), which is then
+// not read and needs no zero-fill.
+typedef enum { WRITE_ADD, WRITE_OVERWRITE } WriteMode;
 
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
                QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;
@@ -165,12 +167,13 @@ typedef struct OpsBackend {
     // (quant_dequantize_rows) bit for bit on every backend: DoRA's row norms over a quantized
     // base (model/lora.c). NULL in a backend without it.
     void (*dequantize_rows)(float *out, const Q8Matrix *weight, int first, int count);
-    // dinp += dout . weight (DINP_ADD), or dinp = dout . weight (DINP_OVERWRITE: the first
-    // writer of a fresh buffer, which then needs no zero-fill and is not read);
-    // dweight += dout^T . inp; dbias += column sums of dout. Any of dinp, dweight, dbias may
+    // dinp += dout . weight (dinp_mode WRITE_ADD), or dinp = dout . weight (WRITE_OVERWRITE);
+    // dweight += dout^T . inp and dbias += column sums of dout (weight_mode WRITE_ADD), or
+    // both written over (WRITE_OVERWRITE: neither is read). Any of dinp, dweight, dbias may
     // be NULL (not wanted).
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
+                            const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                            WriteMode weight_mode);
     // A promise about the linear layers that follow, until matmul_input_release: they take
     // `inp` (n floats) as an input (matmul_forward's, matmul_accumulate's,
     // matmul_forward_dequantized's inp, or matmul_backward's inp or dout), maybe several
@@ -271,7 +274,7 @@ typedef struct OpsBackend {
 
     // ---- activations ----
     // The activations' backward ops overwrite dinp / dgate / dup (as attention_backward and
-    // matmul_backward's DINP_OVERWRITE do; the other backward ops add): their outputs are always fresh buffers in a
+    // matmul_backward's WRITE_OVERWRITE do; the other backward ops add): their outputs are always fresh buffers in a
     // layer's backward, and not reading them back saves a zero-fill and a read of each. An
     // output that is a held matmul input (matmul_input_hold) may get its copy written too.
     // The backwards' `act` (or NULL) is the forward's output of the same inputs, unchanged

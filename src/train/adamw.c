@@ -35,6 +35,7 @@ void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     float bias_correction1 = 1.0f - powf(c->beta1, (float)opt->step);
     float bias_correction2 = 1.0f - powf(c->beta2, (float)opt->step);
     float *params = model_trainable_params(model);
+    model_settle_gradients(model);
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
         if (e->offset < model->trainable_offset) continue; // frozen
@@ -53,6 +54,7 @@ void adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
 
 double grad_global_norm(const Model *model) {
     // Padding between table entries is always zero, so one pass over the buffer is exact.
+    model_settle_gradients(model);
     return sqrt(model->ops->sum_squares(model->grads, model_trainable_floats(model)));
 }
 

@@ -55,6 +55,7 @@ static long state_integer(json_t *state, const char *key, long fallback) {
 
 // The name of the first parameter whose gradient holds a NaN or infinity (for the error).
 static const char *first_nonfinite_gradient(const Model *model) {
+    model_settle_gradients(model);
     for (int i = 0; i < model->table.count; i++) {
         const ParamEntry *e = &model->table.entries[i];
         if (e->offset < model->trainable_offset) continue; // frozen: no gradient

@@ -93,11 +93,12 @@ static void rounded_matmul_accumulate(float *out, const float *inp, const float 
 
 // The bias gradient is a column sum of the float32 dout (a kernel of its own on the GPU).
 static void rounded_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                    const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
+                                    const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                                    WriteMode weight_mode) {
     float *g = rounded_copy(dout, (long)N * OC), *x = rounded_copy(inp, (long)N * IC);
     float *w = rounded_copy(weight, (long)OC * IC);
-    ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, dinp_mode);
-    if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC, DINP_ADD);
+    ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, dinp_mode, weight_mode);
+    if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC, WRITE_ADD, weight_mode);
     free(g), free(x), free(w);
 }
 
@@ -119,7 +120,7 @@ static void rounded_matmul_forward_dequantized(float *out, const float *inp, con
 static void rounded_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC,
                                              int OC) {
     float *g = rounded_copy(dout, (long)N * OC), *w = rounded_dequantized(weight, OC, IC);
-    ops_cpu.matmul_backward(dinp, NULL, NULL, g, NULL, w, N, IC, OC, DINP_ADD);
+    ops_cpu.matmul_backward(dinp, NULL, NULL, g, NULL, w, N, IC, OC, WRITE_ADD, WRITE_ADD);
     free(g), free(w);
 }
 
@@ -341,17 +342,26 @@ static void test_matmul(void) {
         float *dx = random_host((long)N * IC, 1), *dw = random_host((long)OC * IC, 1), *db = random_host(OC, 1);
         float *d_dout = gpu_floats(dout, (long)N * OC), *d_dx = gpu_floats(dx, (long)N * IC);
         float *d_dw = gpu_floats(dw, (long)OC * IC), *d_db = gpu_floats(db, OC);
-        cpu->matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, DINP_ADD);
-        gpu->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC, DINP_ADD);
+        cpu->matmul_backward(dx, dw, db, dout, x, w, N, IC, OC, WRITE_ADD, WRITE_ADD);
+        gpu->matmul_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC, WRITE_ADD, WRITE_ADD);
         expect_match("matmul_backward dinp", d_dx, dx, (long)N * IC, TOL_BF16);
         // Overwritten: the input gradient alone, over garbage (NaN where a read would show).
         for (long i = 0; i < (long)N * IC; i++) dx[i] = NAN;
         d_dx = gpu_floats(dx, (long)N * IC);
-        cpu->matmul_backward(dx, NULL, NULL, dout, x, w, N, IC, OC, DINP_OVERWRITE);
-        gpu->matmul_backward(d_dx, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, DINP_OVERWRITE);
+        cpu->matmul_backward(dx, NULL, NULL, dout, x, w, N, IC, OC, WRITE_OVERWRITE, WRITE_ADD);
+        gpu->matmul_backward(d_dx, NULL, NULL, d_dout, d_x, d_w, N, IC, OC, WRITE_OVERWRITE, WRITE_ADD);
         expect_match("matmul_backward dinp overwritten", d_dx, dx, (long)N * IC, TOL_BF16);
         expect_match("matmul_backward dweight", d_dw, dw, (long)OC * IC, TOL_BF16);
         expect_match("matmul_backward dbias", d_db, db, OC, TOL_FP32);
+        // The weight's and bias's gradients overwritten (an unwritten gradient tensor,
+        // model/gradient_writes.c), over NaN: cuBLASLt's beta 0 must not read them.
+        for (long i = 0; i < (long)OC * IC; i++) dw[i] = NAN;
+        for (int i = 0; i < OC; i++) db[i] = NAN;
+        d_dw = gpu_floats(dw, (long)OC * IC), d_db = gpu_floats(db, OC);
+        cpu->matmul_backward(NULL, dw, db, dout, x, w, N, IC, OC, WRITE_ADD, WRITE_OVERWRITE);
+        gpu->matmul_backward(NULL, d_dw, d_db, d_dout, d_x, d_w, N, IC, OC, WRITE_ADD, WRITE_OVERWRITE);
+        expect_match("matmul_backward dweight overwritten", d_dw, dw, (long)OC * IC, TOL_BF16);
+        expect_match("matmul_backward dbias overwritten", d_db, db, OC, TOL_FP32);
 
         // The cached bf16 weight must follow a change of the fp32 weight (AdamW here).
         float *grad = random_host((long)OC * IC, 1), *m = calloc((size_t)OC * IC, 4), *v = calloc((size_t)OC * IC, 4);
@@ -407,12 +417,12 @@ static void test_matmul_held_input(void) {
     cpu->matmul_forward(out, x, w, NULL, N, IC, OC);
     cpu->matmul_forward(out2, x, w2, NULL, N, IC, OC2);
     cpu->matmul_forward(out3, other, w, NULL, N, IC, OC);
-    cpu->matmul_backward(NULL, dw, NULL, dout, x, w, N, IC, OC, DINP_ADD);
+    cpu->matmul_backward(NULL, dw, NULL, dout, x, w, N, IC, OC, WRITE_ADD, WRITE_ADD);
     gpu->matmul_input_hold(d_x, (long)N * IC);
     gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
     gpu->matmul_forward(d_out3, d_other, d_w, NULL, N, IC, OC); // not the held input
     gpu->matmul_forward(d_out2, d_x, d_w2, NULL, N, IC, OC2);
-    gpu->matmul_backward(NULL, d_dw, NULL, d_dout, d_x, d_w, N, IC, OC, DINP_ADD);
+    gpu->matmul_backward(NULL, d_dw, NULL, d_dout, d_x, d_w, N, IC, OC, WRITE_ADD, WRITE_ADD);
     gpu->matmul_input_release();
     expect_match_keep("held input: matmul_forward", d_out, out, (long)N * OC, TOL_BF16);
     expect_match_keep("held input: a second product", d_out2, out2, (long)N * OC2, TOL_BF16);
@@ -497,21 +507,21 @@ static void test_held_activation_outputs(void) {
         if (kind == 0) cpu->gelu_backward(dup, dact, up, act, n);
         else cpu->glu_backward(dgate, dup, dact, gate, up, act, n, kind == 2);
         memset(dw_down, 0, (size_t)C * I * 4);
-        cpu->matmul_backward(NULL, dw_down, NULL, dout_down, act, w, N, I, C, DINP_OVERWRITE);
+        cpu->matmul_backward(NULL, dw_down, NULL, dout_down, act, w, N, I, C, WRITE_OVERWRITE, WRITE_ADD);
         // dx = d(output of the activation's input product) . W: the gradient through a product
         // of the held gradient, as gate's and up's backward read it (dout = the gradient).
         float *w_in = random_host((long)I * C, 0.2f), *d_w_in = gpu_floats(w_in, (long)I * C); // [I, C]: C -> I
-        cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, DINP_OVERWRITE);
-        if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, DINP_OVERWRITE);
+        cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+        if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
         if (kind) gpu->matmul_input_hold(d_dgate, n);
         gpu->matmul_input_hold(d_dup, n);
         gpu->matmul_input_hold(d_act, n);
         gpu->fill_zero(d_dw_down, (long)C * I);
         if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
         else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
-        gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
-        if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, DINP_OVERWRITE);
-        gpu->matmul_backward(NULL, d_dw_down, NULL, d_dout_down, d_act, d_w, N, I, C, DINP_OVERWRITE);
+        gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+        if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+        gpu->matmul_backward(NULL, d_dw_down, NULL, d_dout_down, d_act, d_w, N, I, C, WRITE_OVERWRITE, WRITE_ADD);
         gpu->matmul_input_release();
         snprintf(what, sizeof what, "held %s backward: the forward output's copy (down's weight gradient)", name);
         expect_match_keep(what, d_dw_down, dw_down, (long)C * I, TOL_BF16);
@@ -577,11 +587,11 @@ static void test_held_norm_and_attention_outputs(void) {
         gpu->copy_to_device(d_dx, dx_start, (size_t)n * 4);
         if (kind == 0) cpu->rmsnorm_backward(dx, NULL, dy, x, w, stat, N, C, false);
         else cpu->layernorm_backward(dx, NULL, NULL, dy, x, w, mean, stat, N, C);
-        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, DINP_OVERWRITE); // w_in: [C, OC] as OC -> C
+        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD); // w_in: [C, OC] as OC -> C
         gpu->matmul_input_hold(d_dx, n);
         if (kind == 0) gpu->rmsnorm_backward(d_dx, NULL, d_dy, d_x, d_w, d_stat, N, C, false);
         else gpu->layernorm_backward(d_dx, NULL, NULL, d_dy, d_x, d_w, d_mean, d_stat, N, C);
-        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, DINP_OVERWRITE);
+        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD);
         gpu->matmul_input_release();
         snprintf(what, sizeof what, "held %s backward: the next product's input gradient", name);
         expect_match_keep(what, d_dproj, dproj, (long)N * OC, TOL_BF16);
@@ -602,11 +612,11 @@ static void test_held_norm_and_attention_outputs(void) {
         fill_held_slots_with_nan(d_nans, 1, d_w_out, d_scratch, N, C, OC);
         memcpy(dx, dy, (size_t)n * 4);
         cpu->rope_backward(dx, positions, N, heads, head_dim, inv_freq);
-        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, DINP_OVERWRITE);
+        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD);
         gpu->copy_to_device(d_dx, dy, (size_t)n * 4);
         gpu->matmul_input_hold(d_dx, n);
         gpu->rope_backward(d_dx, d_positions, N, heads, head_dim, d_inv_freq);
-        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, DINP_OVERWRITE);
+        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD);
         gpu->matmul_input_release();
         expect_match_keep("held rope_backward output: the product's input gradient", d_dproj, dproj, (long)N * OC,
                           TOL_BF16);

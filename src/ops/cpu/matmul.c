@@ -2,6 +2,7 @@
 // parallel region so that OpenBLAS (the OpenMP build) uses all threads itself.
 #include <cblas.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "core/sanitizer.h"
 #include "ops/cpu/ops_cpu.h"
@@ -60,14 +61,18 @@ void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, in
 }
 
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
-    if (dinp) // beta 0: sgemm writes dinp without reading it
+                         const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                         WriteMode weight_mode) {
+    // beta 0: sgemm writes its output without reading it
+    if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
-                    weight, IC, dinp_mode == DINP_ADD ? 1.0f : 0.0f, dinp, IC);
+                    weight, IC, dinp_mode == WRITE_ADD ? 1.0f : 0.0f, dinp, IC);
     if (dweight)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
-                    1.0f, dweight, IC);
+                    weight_mode == WRITE_ADD ? 1.0f : 0.0f, dweight, IC);
     if (dbias) {
+        // Overwritten: the sums start from 0 as added ones would, the same bits.
+        if (weight_mode == WRITE_OVERWRITE) memset(dbias, 0, (size_t)OC * sizeof(float));
         const int block = 16;
 #pragma omp parallel for schedule(static)
         for (int o0 = 0; o0 < OC; o0 += block) {

@@ -64,7 +64,8 @@ void cpu_matmul_nf4(float *out, const float *inp, const Q8Matrix *weight, const 
 void cpu_matmul_backward_input_q8(float *dinp, const float *dout, const Q8Matrix *weight, int N, int IC, int OC);
 void cpu_dequantize_rows(float *out, const Q8Matrix *weight, int first, int count);
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
+                         const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                         WriteMode weight_mode);
 
 void cpu_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
                       const float *inv_freq);

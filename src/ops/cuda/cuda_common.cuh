@@ -212,7 +212,8 @@ void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, i
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode);
+                          const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                          WriteMode weight_mode);
 
 // ---- matmul_quantized.cu ----
 void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,

@@ -260,19 +260,25 @@ struct DoutColumn {
 };
 
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int IC, int OC, DinpMode dinp_mode) {
+                          const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                          WriteMode weight_mode) {
     const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
     if (dinp) {
         // dinp[N, IC] (+)= dout[N, OC] . W[OC, IC]:  D(IC x N) (+)= W stored (IC x OC) * dout stored (OC x N);
         // beta 0 overwrites without reading D.
         const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, dinp_mode == DINP_ADD ? 1.0f : 0.0f, dinp, IC, 1,
+        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, dinp_mode == WRITE_ADD ? 1.0f : 0.0f, dinp, IC, 1,
                        0, 0, 0);
     }
     if (dweight) {
-        // dW[OC, IC] += dout^T . inp:  D(IC x OC) += inp stored (IC x N) * op_T(dout stored OC x N)
+        // dW[OC, IC] (+)= dout^T . inp:  D(IC x OC) (+)= inp stored (IC x N) * op_T(dout stored OC x N)
         const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_B, inp, (long)N * IC);
-        cuda_gemm_bf16(false, true, IC, OC, N, 1.0f, x, IC, g, OC, 1.0f, dweight, IC, 1, 0, 0, 0);
+        cuda_gemm_bf16(false, true, IC, OC, N, 1.0f, x, IC, g, OC, weight_mode == WRITE_ADD ? 1.0f : 0.0f, dweight, IC,
+                       1, 0, 0, 0);
     }
-    if (dbias) column_reduce(dbias, N, OC, DoutColumn{dout, OC});
+    if (dbias) {
+        // column_reduce adds; overwritten, its sums start from 0 (OC floats, no more to fill)
+        if (weight_mode == WRITE_OVERWRITE) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(float)));
+        column_reduce(dbias, N, OC, DoutColumn{dout, OC});
+    }
 }
