@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
             ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));
-    TIME_OP("logprob forward", 1, 0, 8.0 * N * V, ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
+    TIME_OP("logprob forward", 1, 0, 4.0 * N * V, // one pass over the logits (cuda/logprob_rows.cuh) ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
     TIME_OP("logprob backward", 1, 0, 8.0 * N * V, ops->logprob_backward(x, stat, NULL, tokens, z, (int)N, V, 0.0f));
     // The optimizer over every parameter: AdamW and the gradient norm.
     Model model;

@@ -155,16 +155,20 @@ inline int next_parity(Thread *me) {
 static inline void __syncthreads() { pthread_barrier_wait(&emulation::current->block->barrier); }
 static inline void __syncwarp() { pthread_barrier_wait(&emulation::current->warp->barrier); }
 
-static inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
-    (void)mask;
+// A butterfly shuffle of any 4- or 8-byte value (float, int, double: CUDA's overloads).
+template <typename Word> static inline Word shuffle_xor(Word value, int lane_mask) {
+    static_assert(sizeof(Word) <= 8, "a shuffled value is at most two words");
     emulation::Thread *me = emulation::current;
     int parity = emulation::next_parity(me);
-    memcpy(&me->warp->words[parity][me->lane][0], &value, 4);
+    memcpy(&me->warp->words[parity][me->lane][0], &value, sizeof value);
     pthread_barrier_wait(&me->warp->barrier);
-    float other;
-    memcpy(&other, &me->warp->words[parity][me->lane ^ lane_mask][0], 4);
+    Word other;
+    memcpy(&other, &me->warp->words[parity][me->lane ^ lane_mask][0], sizeof other);
     return other;
 }
+static inline float __shfl_xor_sync(unsigned, float value, int lane_mask) { return shuffle_xor(value, lane_mask); }
+static inline double __shfl_xor_sync(unsigned, double value, int lane_mask) { return shuffle_xor(value, lane_mask); }
+static inline int __shfl_xor_sync(unsigned, int value, int lane_mask) { return shuffle_xor(value, lane_mask); }
 
 DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
     return (uint32_t)float_to_bf16(low).bits | (uint32_t)float_to_bf16(high).bits << 16;
@@ -278,6 +282,15 @@ DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
         const bf16 *first = rows[8 * j + 2 * t], *second = rows[8 * j + 2 * t + 1];
         r[j] = (uint32_t)first[g].bits | (uint32_t)second[g].bits << 16;
     }
+}
+
+DEVICE_INLINE void load_float4(float r[4], const float *p) {
+    emulation::require_aligned(p, 16, "float4 load");
+    memcpy(r, p, 16);
+}
+DEVICE_INLINE void store_float4(float *p, const float r[4]) {
+    emulation::require_aligned(p, 16, "float4 store");
+    memcpy(p, r, 16);
 }
 
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {

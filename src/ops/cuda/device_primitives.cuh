@@ -2,7 +2,8 @@
 // packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; the separately rounded
 // float products and sums and the float-from-bits of the dequantization kernels
 // (dequantize.cuh); the half widening and integer rounding of the cached attention
-// (attention_cached.cuh).
+// (attention_cached.cuh); the 16-byte float loads and stores of the log-probability rows
+// (logprob_rows.cuh).
 //
 // Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
 // (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
@@ -69,6 +70,14 @@ DEVICE_INLINE float exp2_approx(float x) {
 
 // Two adjacent bf16 (4-byte aligned) as one register.
 DEVICE_INLINE uint32_t load_u32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+// Four floats at a 16-byte aligned address in one access.
+DEVICE_INLINE void load_float4(float r[4], const float *p) {
+    const float4 q = *reinterpret_cast<const float4 *>(p);
+    r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
+}
+DEVICE_INLINE void store_float4(float *p, const float r[4]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
+}
 DEVICE_INLINE void store_u32(bf16 *p, uint32_t value) { *reinterpret_cast<uint32_t *>(p) = value; }
 
 // d = a b + d on the tensor cores, bf16 inputs, fp32 accumulators.

@@ -1,64 +1,20 @@
-// Log-probabilities, argmax and entropy over the vocabulary (one block per row), their
-// backward written over the logits, and the value head. Probabilities are never stored:
-// each row keeps its log-sum-exp and the backward rebuilds them (see ops/cpu/logprob.c).
+// Log-probabilities, argmax and entropy over the vocabulary (one block per row, the kernels
+// of logprob_rows.cuh), their backward written over the logits, the collision entropy and
+// the value head. Probabilities are never stored: each row keeps its log-sum-exp and the
+// backward rebuilds them (see ops/cpu/logprob.c).
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/logprob_rows.cuh"
 
 enum { ROW_THREADS = 512 };
 
-// Largest value, first index among equals (the CPU's argmax).
-__device__ static void block_argmax(float *value, int *index) {
-    __shared__ float values[32];
-    __shared__ int indices[32];
-    float v = *value;
-    int i = *index;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        float other_v = __shfl_xor_sync(0xffffffffu, v, offset);
-        int other_i = __shfl_xor_sync(0xffffffffu, i, offset);
-        if (other_v > v || (other_v == v && other_i < i)) v = other_v, i = other_i;
-    }
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    __syncthreads();
-    if (lane == 0) values[warp] = v, indices[warp] = i;
-    __syncthreads();
-    v = values[0], i = indices[0];
-    for (int w = 1; w < warps; w++)
-        if (values[w] > v || (values[w] == v && indices[w] < i)) v = values[w], i = indices[w];
-    *value = v;
-    *index = i;
-}
-
-__global__ static void logprob_forward_kernel(float *logp, float *lse, int *top1, float *entropy,
-                                              const float *logits, const int *targets, int V) {
-    long row = blockIdx.x;
-    const float *z = logits + row * V;
-    float max_logit = -INFINITY;
-    int argmax = V;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        if (z[v] > max_logit) max_logit = z[v], argmax = v;
-    block_argmax(&max_logit, &argmax);
-    double sum = 0, weighted = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        double e = exp((double)(z[v] - max_logit));
-        sum += e;
-        if (entropy) weighted += e * z[v];
-    }
-    sum = block_sum(sum);
-    if (entropy) weighted = block_sum(weighted);
-    if (threadIdx.x != 0) return;
-    double row_lse = max_logit + log(sum);
-    lse[row] = (float)row_lse;
-    if (logp) {
-        int target = targets ? targets[row] : -1;
-        logp[row] = target >= 0 ? (float)(z[target] - row_lse) : 0.0f;
-    }
-    if (top1) top1[row] = argmax;
-    if (entropy) entropy[row] = (float)(row_lse - weighted / sum); // H = lse - E_p[z]
-}
+// Rows read four floats at a time when every row starts 16-byte aligned.
+static bool rows_of_four(const float *logits, int V) { return V % 4 == 0 && (uintptr_t)logits % 16 == 0; }
 
 void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                           const float *logits, const int *targets, int N, int V) {
     if (N == 0) return;
-    logprob_forward_kernel<<<N, ROW_THREADS>>>(logp, lse, top1, entropy, logits, targets, V);
+    logprob_rows::forward_kernel<<<N, logprob_rows::THREADS, logprob_rows::SHARED_BYTES>>>(
+        logp, lse, top1, entropy, logits, targets, V, rows_of_four(logits, V));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -86,41 +42,11 @@ void cuda_collision_entropy_forward(float *collision, const float *logits, int N
     CUDA_CHECK_LAUNCH();
 }
 
-// d logp / d z_v = [v == target] - p_v;  d H / d z_v = -p_v (z_v - lse + H); under a soft
-// cap z = cap tanh(r / cap), each times dz / dr = 1 - (z / cap)^2 (ops/cpu/logprob.c).
-__global__ static void logprob_backward_kernel(float *z_to_dz, const float *dlogp,
-                                               const float *dentropy, const int *targets,
-                                               const float *lse, int V, float softcap) {
-    long row = blockIdx.x;
-    float *z = z_to_dz + row * V;
-    int target = targets ? targets[row] : -1;
-    float g_logp = dlogp && target >= 0 ? dlogp[row] : 0.0f;
-    float g_entropy = dentropy ? dentropy[row] : 0.0f;
-    double row_lse = lse[row];
-    double row_entropy = 0;
-    if (g_entropy != 0.0f) {
-        double expected = 0;
-        for (int v = threadIdx.x; v < V; v += blockDim.x) expected += exp(z[v] - row_lse) * z[v];
-        row_entropy = row_lse - block_sum(expected);
-    }
-    __syncthreads(); // every thread has read the logits it needs before any is overwritten
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        double p = exp(z[v] - row_lse);
-        double grad = -g_logp * p;
-        if (g_entropy != 0.0f) grad += -g_entropy * p * (z[v] - row_lse + row_entropy);
-        if (v == target) grad += g_logp;
-        if (softcap > 0.0f) {
-            const double capped = z[v] / softcap;
-            grad *= 1.0 - capped * capped;
-        }
-        z[v] = (float)grad;
-    }
-}
-
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                            const int *targets, const float *lse, int N, int V, float softcap) {
     if (N == 0) return;
-    logprob_backward_kernel<<<N, ROW_THREADS>>>(logits_to_dlogits, dlogp, dentropy, targets, lse, V, softcap);
+    logprob_rows::backward_kernel<<<N, logprob_rows::THREADS, logprob_rows::SHARED_BYTES>>>(
+        logits_to_dlogits, dlogp, dentropy, targets, lse, V, softcap, rows_of_four(logits_to_dlogits, V));
     CUDA_CHECK_LAUNCH();
 }
 
