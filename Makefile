@@ -180,8 +180,9 @@ ifeq ($(CUDA),1)
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
 endif
 
-# bench/train_step too: tests/cli/bad_input.sh checks its options.
-tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN) $(BUILD)/bench/train_step
+# The bench programs too: tests/cli/bad_input.sh checks bench/train_step's options, and a
+# bench program that no longer compiles fails the suite instead of the next measurement.
+tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN) $(BENCH_BIN)
 
 $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)

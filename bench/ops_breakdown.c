@@ -95,7 +95,8 @@ int main(int argc, char **argv) {
     // One layer's linear layers, forward and backward (dinp + dweight); the first writer of
     // each input gradient overwrites it, the others add (model/transformer.c), and a step of
     // one micro-batch writes every weight gradient over its unwritten tensor
-    // (model/gradient_writes.c). An operand
+    // (model/gradient_writes.c). The o and down products add the residual stream as they
+    // write (matmul_forward_residual): no separate residual add. An operand
     // that the model holds (matmul_input_hold) with its bf16 copy already made, by an earlier
     // product or by the op that wrote it, is held here too, the untimed first call making the
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
@@ -103,21 +104,29 @@ int main(int argc, char **argv) {
     // q, of up after gate, of down (the GLU's backward writes act's copy), gate's and up's
     // output gradients (the GLU's backward's), o's and down's (the norms' backward), and q's
     // and k's (the RoPE backward's).
-    struct { const char *name; int in, out; WriteMode dinp; bool input_held_forward, input_held_backward, dout_held; } linear[] = {
-        {"matmul q", C, qd, WRITE_OVERWRITE, true, false, true},
-        {"matmul k", C, kvd, WRITE_ADD, true, true, true},
-        {"matmul v", C, kvd, WRITE_ADD, true, true, false},
-        {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true},
-        {"matmul gate", C, I, WRITE_OVERWRITE, true, false, true},
-        {"matmul up", C, I, WRITE_ADD, true, true, true},
-        {"matmul down", I, C, WRITE_OVERWRITE, true, true, true}};
+    struct {
+        const char *name;
+        int in, out;
+        WriteMode dinp;
+        bool input_held_forward, input_held_backward, dout_held, onto_residual;
+    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, false, true, false},
+                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false},
+                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false},
+                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true},
+                  {"matmul gate", C, I, WRITE_OVERWRITE, true, false, true, false},
+                  {"matmul up", C, I, WRITE_ADD, true, true, true, false},
+                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
         double flops = 2.0 * N * linear[i].in * linear[i].out;
         snprintf(label, sizeof label, "%s forward", linear[i].name);
         if (linear[i].input_held_forward) ops->matmul_input_hold(x, inputs);
-        TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
+        if (linear[i].onto_residual)
+            TIME_OP(label, L, flops, 0,
+                    ops->matmul_forward_residual(y, x, w, NULL, u, (int)N, linear[i].in, linear[i].out));
+        else
+            TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
         ops->matmul_input_release();
         snprintf(label, sizeof label, "%s backward", linear[i].name);
         if (linear[i].input_held_backward) ops->matmul_input_hold(x, inputs);
@@ -165,11 +174,11 @@ int main(int argc, char **argv) {
     ops->matmul_input_hold(y, N * I);
     TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, y, N * I, false));
     ops->matmul_input_release();
-    TIME_OP("residual accumulate", 2 * L, 0, 12.0 * N * C, ops->accumulate(y, x, N * C));
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,
             ops->embedding_backward(grad_w, NULL, y, tokens, positions, (int)N, C, 1.0f));
-    TIME_OP("logprob forward", 1, 0, 4.0 * N * V, // one pass over the logits (cuda/logprob_rows.cuh) ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
+    // The forward reads the logits once (cuda/logprob_rows.cuh); the backward reads and writes them.
+    TIME_OP("logprob forward", 1, 0, 4.0 * N * V, ops->logprob_forward(stat, z, NULL, NULL, x, tokens, (int)N, V));
     TIME_OP("logprob backward", 1, 0, 8.0 * N * V, ops->logprob_backward(x, stat, NULL, tokens, z, (int)N, V, 0.0f));
     // The optimizer over every parameter: AdamW and the gradient norm.
     Model model;

@@ -105,6 +105,14 @@ static void test_matmul(void) {
     for (int i = 0; i < c.OC; i++) worst = fmax(worst, fabs(db_over[i] - 2 * db[i]));
     EXPECT(worst < 1e-5, "a weight gradient added onto itself is off by %g", worst);
     free(dw_over), free(db_over);
+    // matmul_forward_residual: the product and bias, then the residual, bit for bit.
+    float *residual = random_floats(c.N * c.OC, -1, 1);
+    float *fused = xmalloc((size_t)c.N * c.OC * 4), *apart = xmalloc((size_t)c.N * c.OC * 4);
+    ops_cpu.matmul_forward_residual(fused, c.inp, c.w, c.b, residual, c.N, c.IC, c.OC);
+    ops_cpu.matmul_forward(apart, c.inp, c.w, c.b, c.N, c.IC, c.OC);
+    ops_cpu.accumulate(apart, residual, (long)c.N * c.OC);
+    EXPECT(memcmp(fused, apart, (size_t)c.N * c.OC * 4) == 0, "matmul_forward_residual differs from forward + accumulate");
+    free(residual), free(fused), free(apart);
     free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
 }
 

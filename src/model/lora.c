@@ -734,10 +734,14 @@ void lora_dora_init_magnitudes(Model *model, int l) {
     }
 }
 
+bool lora_adapts(const Model *model, int layer, LoraTarget target) {
+    return model->lora_enabled && model->weights.layers[layer].lora_a[target];
+}
+
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
                   float *hidden, float *z, long N) {
     const LayerTensors *w = &model->weights.layers[layer];
-    if (!model->lora_enabled || !w->lora_a[target]) return;
+    if (!lora_adapts(model, layer, target)) return;
     const OpsBackend *ops = model->ops;
     const int rank = module_rank(model, layer, target);
     long in, out_features;

@@ -103,7 +103,9 @@ void lora_describe(const Model *model, char *out, size_t size);
 // out[N, out] += scale * B (A inp); `hidden` [N, rank] keeps scale * A inp for the backward.
 // With DoRA out becomes s * (W x + scale B A x) + b, s = m / ||W + scale B A|| per output row
 // (lora_dora_norms), and `z` [N, out] keeps W x + scale B A x for the backward (unused
-// without DoRA). Nothing happens when the layer has no adapter or model->lora_enabled is false.
+// without DoRA). Nothing happens when the layer has no adapter or model->lora_enabled is false
+// (lora_adapts false).
+bool lora_adapts(const Model *model, int layer, LoraTarget target);
 void lora_forward(Model *model, int layer, LoraTarget target, float *out, const float *inp,
                   float *hidden, float *z, long N);
 // DoRA's weight norms ||W + scale B A|| of every adapted row of layer `layer` into

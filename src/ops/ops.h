@@ -143,6 +143,13 @@ typedef struct OpsBackend {
                            int N, int IC, int OC);
     // out[N, OC] += inp[N, IC] . weight[OC, IC]^T (a LoRA adapter's term, no temporary)
     void (*matmul_accumulate)(float *out, const float *inp, const float *weight, int N, int IC, int OC);
+    // out[N, OC] = residual[N, OC] + (inp[N, IC] . weight[OC, IC]^T (+ bias[OC])), out and
+    // residual distinct: a block's output added to the residual stream in one op. The CPU's
+    // floats are matmul_forward's then accumulate's (the product and bias, then the
+    // residual); a GPU reads the residual in the product's epilogue instead of moving the
+    // stream again.
+    void (*matmul_forward_residual)(float *out, const float *inp, const float *weight, const float *bias,
+                                    const float *residual, int N, int IC, int OC);
     // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a quantized weight [OC, IC] (Q8_0 or
     // Q4_0): below Q8_SGEMM_MIN_ROWS rows each row of inp is quantized to Q8_0 blocks too and
     // each block's integer dot product scaled by both blocks' scales (llama.cpp's Q8_0 x Q8_0

@@ -91,6 +91,13 @@ static void rounded_matmul_accumulate(float *out, const float *inp, const float 
     free(x), free(w);
 }
 
+static void rounded_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                            const float *residual, int N, int IC, int OC) {
+    float *x = rounded_copy(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
+    ops_cpu.matmul_forward_residual(out, x, w, bias, residual, N, IC, OC);
+    free(x), free(w);
+}
+
 // The bias gradient is a column sum of the float32 dout (a kernel of its own on the GPU).
 static void rounded_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                     const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
@@ -192,6 +199,7 @@ static void bf16_rounding_init(void) {
     bf16_rounding.name = "cpu-with-bf16-operands";
     bf16_rounding.matmul_forward = rounded_matmul_forward;
     bf16_rounding.matmul_accumulate = rounded_matmul_accumulate;
+    bf16_rounding.matmul_forward_residual = rounded_matmul_forward_residual;
     bf16_rounding.matmul_backward = rounded_matmul_backward;
     bf16_rounding.matmul_forward_dequantized = rounded_matmul_forward_dequantized;
     bf16_rounding.matmul_backward_input_q8 = rounded_matmul_backward_input_q8;
@@ -337,6 +345,19 @@ static void test_matmul(void) {
         cpu->matmul_accumulate(out, x, w, N, IC, OC);
         gpu->matmul_accumulate(d_out, d_x, d_w, N, IC, OC);
         expect_match("matmul_accumulate", d_out, out, (long)N * OC, TOL_BF16);
+        // Onto a residual stream (out of place: cuBLASLt reads C and writes D), without and
+        // with a bias; the residual must come through unchanged.
+        float *residual = random_host((long)N * OC, 1);
+        float *d_residual = gpu_floats(residual, (long)N * OC);
+        for (int with_bias = 0; with_bias <= 1; with_bias++) {
+            cpu->matmul_forward_residual(out, x, w, with_bias ? bias : NULL, residual, N, IC, OC);
+            d_out = gpu->alloc((size_t)N * OC * 4);
+            gpu->matmul_forward_residual(d_out, d_x, d_w, with_bias ? d_b : NULL, d_residual, N, IC, OC);
+            expect_match(with_bias ? "matmul_forward_residual (bias)" : "matmul_forward_residual", d_out, out,
+                         (long)N * OC, TOL_BF16);
+        }
+        expect_match("matmul_forward_residual's residual unchanged", d_residual, residual, (long)N * OC, 0.0);
+        free(residual);
 
         float *dout = random_host((long)N * OC, 1);
         float *dx = random_host((long)N * IC, 1), *dw = random_host((long)OC * IC, 1), *db = random_host(OC, 1);

@@ -97,6 +97,7 @@ const OpsBackend ops_cpu = {
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_accumulate = cpu_matmul_accumulate,
+    .matmul_forward_residual = cpu_matmul_forward_residual,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,

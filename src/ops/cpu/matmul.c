@@ -60,6 +60,14 @@ void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, in
     matmul(out, inp, weight, N, IC, OC, true);
 }
 
+void cpu_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                 const float *residual, int N, int IC, int OC) {
+    cpu_matmul_forward(out, inp, weight, bias, N, IC, OC);
+    const long n = (long)N * OC;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) out[i] += residual[i]; // the backend's accumulate, the same floats
+}
+
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                          WriteMode weight_mode) {

@@ -53,6 +53,8 @@ void cpu_matmul_fixed_order(float *out, long out_stride, const float *inp, const
 void cpu_matmul_fixed_order_portable(float *out, long out_stride, const float *inp, const float *weight, int N,
                                      int IC, int OC, bool accumulate);
 void cpu_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
+void cpu_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                 const float *residual, int N, int IC, int OC);
 void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                         int N, int IC, int OC);
 void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias,

@@ -209,6 +209,8 @@ void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
 __nv_bfloat16 *cuda_weight_cache_claim(const float *weight, long n);
 void cuda_weight_cache_release(const void *ptr, size_t bytes);
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
+void cuda_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                  const float *residual, int N, int IC, int OC);
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,

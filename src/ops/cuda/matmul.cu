@@ -92,7 +92,7 @@ struct GemmPlan {
 };
 
 typedef std::tuple<int, int, int, int, int, int, int, int, int, long long, long long, long long,
-                   int, int, int>
+                   int, int, int, int>
     GemmKey;
 static std::map<GemmKey, GemmPlan> gemm_plans;
 
@@ -109,14 +109,15 @@ static cublasLtMatrixLayout_t make_layout(cudaDataType type, int rows, int cols,
     return layout;
 }
 
-void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                    const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
-                    float *D, int ldd, int batch, long long stride_a, long long stride_b,
-                    long long stride_d) {
+// D = alpha * op(A) op(B) + beta * C, C laid out as D: C == D (in place, every caller but
+// one) or another buffer (out of place: cuBLASLt reads C and writes D).
+static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const __nv_bfloat16 *A, int lda,
+                      const __nv_bfloat16 *B, int ldb, float beta, const float *C, float *D, int ldd, int batch,
+                      long long stride_a, long long stride_b, long long stride_d) {
     if (m == 0 || n == 0) return;
-    int align_a = alignment_of(A), align_b = alignment_of(B), align_d = alignment_of(D);
+    int align_a = alignment_of(A), align_b = alignment_of(B), align_c = alignment_of(C), align_d = alignment_of(D);
     GemmKey key{trans_a, trans_b, m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d,
-                align_a, align_b, align_d};
+                align_a, align_b, align_c, align_d};
     auto found = gemm_plans.find(key);
     if (found == gemm_plans.end()) {
         GemmPlan plan;
@@ -146,9 +147,9 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
         for (int i = 0; i < 3; i++)
             CUBLAS_CHECK(cublaslt.MatmulPreferenceSetAttribute(preference, names[i], &alignments[i],
                                                               sizeof alignments[i]));
+        const uint32_t alignment_c = (uint32_t)align_c;
         CUBLAS_CHECK(cublaslt.MatmulPreferenceSetAttribute(
-            preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignments[2],
-            sizeof alignments[2]));
+            preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignment_c, sizeof alignment_c));
         cublasLtMatmulHeuristicResult_t result;
         int returned = 0;
         CUBLAS_CHECK(cublaslt.MatmulAlgoGetHeuristic(cuda_blaslt(), plan.desc, plan.a, plan.b,
@@ -163,8 +164,15 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
     const GemmPlan &plan = found->second;
     size_t workspace_bytes;
     void *workspace = cuda_blaslt_workspace(&workspace_bytes);
-    CUBLAS_CHECK(cublaslt.Matmul(cuda_blaslt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D,
+    CUBLAS_CHECK(cublaslt.Matmul(cuda_blaslt(), plan.desc, &alpha, A, plan.a, B, plan.b, &beta, C,
                                 plan.d, D, plan.d, &plan.algo, workspace, workspace_bytes, 0));
+}
+
+void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
+                    float *D, int ldd, int batch, long long stride_a, long long stride_b,
+                    long long stride_d) {
+    gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, D, D, ldd, batch, stride_a, stride_b, stride_d);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -251,6 +259,21 @@ void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, i
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
+}
+
+// The residual read as the product's C (out of place): the stream is not read, added and
+// written again by a separate op. With a bias the product, the bias and then the residual,
+// in the CPU's order.
+void cuda_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                  const float *residual, int N, int IC, int OC) {
+    if (bias) {
+        cuda_matmul_forward(out, inp, weight, bias, N, IC, OC);
+        ops_cuda.accumulate(out, residual, (long)N * OC);
+        return;
+    }
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+    const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, residual, out, OC, 1, 0, 0, 0);
 }
 
 struct DoutColumn {
