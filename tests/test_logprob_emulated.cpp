@@ -5,7 +5,8 @@
 // has threads, of a count not divisible by 4 (one float at a time) and of counts that are
 // (four at a time, and the same rows one at a time); a row whose maximum appears twice (the
 // first index wins), rows with -inf logits, a row rising to its last logit (every thread's
-// running maximum moves), a row whose maximum is its first logit, a row with a NaN.
+// running maximum moves), a row whose maximum is its first logit, a row with a NaN. The
+// backward's bf16 copy of the gradient (the LM head's held input) bit for bit.
 //
 // The kernels take fp32 exponentials where the CPU takes fp64 ones: results agree to
 // ~1e-7 (the bounds below, several times the largest differences seen with glibc's expf:
@@ -105,21 +106,24 @@ static void check_backward(int V, bool vector, bool with_entropy, float softcap)
     ops_cpu.logprob_forward(NULL, lse.data(), NULL, NULL, z.data(), targets.data(), ROWS, V);
     for (int i = 0; i < ROWS; i++) dlogp[i] = random_float(1.0f), dentropy[i] = random_float(0.5f);
     std::vector<float> got = z, want = z;
+    std::vector<bf16> copy(got.size(), bf16{0xffff}); // NaN until written
     const float *dentropy_or_null = with_entropy ? dentropy.data() : NULL;
     emulation::launch({ROWS, 1, 1}, logprob_rows::THREADS, logprob_rows::SHARED_BYTES, [&] {
-        logprob_rows::backward_kernel(got.data(), dlogp.data(), dentropy_or_null, targets.data(), lse.data(), V,
-                                      softcap, vector);
+        logprob_rows::backward_kernel(got.data(), copy.data(), dlogp.data(), dentropy_or_null, targets.data(),
+                                      lse.data(), V, softcap, vector);
     });
     ops_cpu.logprob_backward(want.data(), dlogp.data(), dentropy_or_null, targets.data(), lse.data(), ROWS, V, softcap);
     double worst = 0;
-    long wrong = 0, first_wrong = -1;
+    long wrong = 0, first_wrong = -1, copy_wrong = 0;
     for (size_t k = 0; k < got.size(); k++) {
         if (!close_or_both_nan(got[k], want[k], 3e-7, 1e-5)) {
             if (first_wrong < 0) first_wrong = (long)k;
             wrong++;
         }
         if (!isnan(want[k])) worst = fmax(worst, fabs((double)got[k] - want[k]));
+        copy_wrong += copy[k].bits != float_to_bf16(got[k]).bits;
     }
+    EXPECT(copy_wrong == 0, "V %d: %ld of %zu bf16 copies are not the rounded gradient", V, copy_wrong, got.size());
     EXPECT(wrong == 0, "V %d%s%s softcap %g: %ld of %zu gradients off, the first at row %ld logit %ld: %.9g, CPU %.9g",
            V, vector ? " four at a time" : "", with_entropy ? " with entropy" : "", softcap, wrong, got.size(),
            first_wrong / V, first_wrong % V, first_wrong >= 0 ? got[first_wrong] : 0.0f,

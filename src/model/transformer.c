@@ -1050,6 +1050,9 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
             ops->copy_to_device(device[k], packed, (size_t)M * sizeof(float));
         }
         free(packed);
+        // The logits' gradient is the LM head's output gradient: held, a GPU's log-prob
+        // backward writes its bf16 copy with it instead of the head's products converting it.
+        ops->matmul_input_hold(a->logits, M * cfg->vocab_size);
         ops->logprob_backward(a->logits, dlogp_device, dentropy_device, a->targets, a->lse,
                               (int)M, cfg->vocab_size, cfg->final_logit_softcap);
         a->logits_valid = false; // the buffer now holds d logits
@@ -1065,6 +1068,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
                             lm_head_quantized(model), M, (int)C, cfg->vocab_size, WRITE_OVERWRITE);
             move_head_hidden(model, a->d_norm_out, a->d_hidden, false);
         }
+        ops->matmul_input_release();
     }
     if (dvalue) {
         CHECK(model->has_value_head, "dvalue given to a model without a value head");

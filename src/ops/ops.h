@@ -188,7 +188,7 @@ typedef struct OpsBackend {
     // and nothing writes it meanwhile but, before any product reads it, the ops that produce
     // it for those products, the last of them one that may write its copy: an activation
     // (gelu/glu, forward or backward), a norm (forward, or backward into dinp),
-    // attention_forward (out) or rope_backward (dx). A backend that converts inputs (the GPU:
+    // attention_forward (out), rope_backward (dx) or logprob_backward (the logits' gradient). A backend that converts inputs (the GPU:
     // to bf16) converts a held input once, or has that last op write the copy beside its
     // output, instead of converting it at every product. An activation's backward
     // also writes the copy of its forward's output `act` when act is held (the down

@@ -644,6 +644,31 @@ static void test_held_norm_and_attention_outputs(void) {
         gpu->free(d_inv_freq), gpu->free(d_positions);
     }
 
+    // The log-prob backward's output (the logits' gradient, C = 96 a row: four at a time) as
+    // the LM head's output gradient.
+    {
+        int targets[67];
+        for (int i = 0; i < N; i++) targets[i] = i % 5 == 0 ? -1 : (i * 7) % C;
+        float *lse = xmalloc((size_t)N * 4), *dlogp = random_host(N, 1);
+        fill_held_slots_with_nan(d_nans, 1, d_w_out, d_scratch, N, C, OC);
+        memcpy(dx, dy, (size_t)n * 4); // dy as the logits
+        cpu->logprob_forward(NULL, lse, NULL, NULL, dx, targets, N, C);
+        cpu->logprob_backward(dx, dlogp, NULL, targets, lse, N, C, 0.0f);
+        cpu->matmul_backward(dproj, NULL, NULL, dx, NULL, w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD);
+        float *d_lse = gpu_floats(lse, N), *d_dlogp = gpu_floats(dlogp, N);
+        int *d_targets = gpu_ints(targets, N);
+        gpu->copy_to_device(d_dx, dy, (size_t)n * 4);
+        gpu->matmul_input_hold(d_dx, n);
+        gpu->logprob_backward(d_dx, d_dlogp, NULL, d_targets, d_lse, N, C, 0.0f);
+        gpu->matmul_backward(d_dproj, NULL, NULL, d_dx, NULL, d_w_in, N, OC, C, WRITE_OVERWRITE, WRITE_ADD);
+        gpu->matmul_input_release();
+        expect_match_keep("held logprob_backward output: the head's input gradient", d_dproj, dproj, (long)N * OC,
+                          TOL_BF16);
+        expect_match_keep("held logprob_backward output itself", d_dx, dx, n, TOL_FP32);
+        gpu->free(d_lse), gpu->free(d_dlogp), gpu->free(d_targets);
+        free(lse), free(dlogp);
+    }
+
     // The attention's output (the default kernels) into o's product.
     const int B = 2, T = 70, H = 4, KV = 2, D = 64, rows = B * T, width = H * D;
     const int row_start[2] = {0, 5};

@@ -47,6 +47,7 @@ DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
 
 // a * b and a + b, each rounded on its own: nvcc contracts a product followed by a sum into
 // one FMA (one rounding), which changes last bits against the CPU (dequantize.cuh).
+DEVICE_INLINE bf16 to_bf16(float x) { return __float2bfloat16(x); }
 DEVICE_INLINE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 

@@ -46,7 +46,8 @@ void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const f
                            const int *targets, const float *lse, int N, int V, float softcap) {
     if (N == 0) return;
     logprob_rows::backward_kernel<<<N, logprob_rows::THREADS, logprob_rows::SHARED_BYTES>>>(
-        logits_to_dlogits, dlogp, dentropy, targets, lse, V, softcap, rows_of_four(logits_to_dlogits, V));
+        logits_to_dlogits, cuda_held_copy_to_write(logits_to_dlogits, (long)N * V), dlogp, dentropy, targets, lse, V,
+        softcap, rows_of_four(logits_to_dlogits, V));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -142,14 +142,16 @@ DEVICE_INLINE float logit_gradient(float z, int v, int target, float g_logp, flo
     return grad;
 }
 
-// Writes each row's logits over with their gradient, as ops.h's logprob_backward. A thread
-// writes only the logits it read itself.
+// Writes each row's logits over with their gradient, as ops.h's logprob_backward, and the
+// gradient rounded to bf16 into `copy` (the LM head's held output gradient, matmul_input_hold;
+// nothing when NULL). A thread writes only the logits it read itself.
 static __global__ void __launch_bounds__(THREADS)
-    backward_kernel(float *z_to_dz, const float *dlogp, const float *dentropy, const int *targets, const float *lse,
-                    int V, float softcap, bool vector) {
+    backward_kernel(float *z_to_dz, bf16 *copy, const float *dlogp, const float *dentropy, const int *targets,
+                    const float *lse, int V, float softcap, bool vector) {
     DYNAMIC_SHARED(shared);
     const long row = blockIdx.x;
     float *z = z_to_dz + row * V;
+    bf16 *row_copy = copy ? copy + row * V : nullptr;
     const int target = targets ? targets[row] : -1;
     const float g_logp = dlogp && target >= 0 ? dlogp[row] : 0.0f;
     const float g_entropy = dentropy ? dentropy[row] : 0.0f;
@@ -167,10 +169,17 @@ static __global__ void __launch_bounds__(THREADS)
             for (int j = 0; j < 4; j++)
                 four[j] = logit_gradient(four[j], 4 * c + j, target, g_logp, g_entropy, row_lse, row_entropy, softcap);
             store_float4(z + 4 * c, four);
+            if (row_copy) { // the row starts 8-byte aligned in the copy: V is a multiple of 4
+                store_u32(row_copy + 4 * c, pack_bf16x2(four[0], four[1]));
+                store_u32(row_copy + 4 * c + 2, pack_bf16x2(four[2], four[3]));
+            }
         }
     } else {
-        for (int v = threadIdx.x; v < V; v += THREADS)
-            z[v] = logit_gradient(z[v], v, target, g_logp, g_entropy, row_lse, row_entropy, softcap);
+        for (int v = threadIdx.x; v < V; v += THREADS) {
+            const float grad = logit_gradient(z[v], v, target, g_logp, g_entropy, row_lse, row_entropy, softcap);
+            z[v] = grad;
+            if (row_copy) row_copy[v] = to_bf16(grad);
+        }
     }
 }
 
