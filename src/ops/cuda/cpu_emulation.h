@@ -294,6 +294,11 @@ DEVICE_INLINE void store_float4(float *p, const float r[4]) {
     emulation::require_aligned(p, 16, "float4 store");
     memcpy(p, r, 16);
 }
+DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
+    emulation::require_aligned(p, 8, "store of four bf16");
+    const uint32_t pairs[2] = {pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3])};
+    memcpy(p, pairs, 8);
+}
 
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
     emulation::require_aligned(shared_dst, 16, "cp.async shared");

@@ -79,6 +79,10 @@ DEVICE_INLINE void load_float4(float r[4], const float *p) {
 DEVICE_INLINE void store_float4(float *p, const float r[4]) {
     *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
 }
+// Four floats rounded to bf16 (as pack_bf16x2) at an 8-byte aligned address, one access.
+DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
+    *reinterpret_cast<uint2 *>(p) = make_uint2(pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3]));
+}
 DEVICE_INLINE void store_u32(bf16 *p, uint32_t value) { *reinterpret_cast<uint32_t *>(p) = value; }
 
 // d = a b + d on the tensor cores, bf16 inputs, fp32 accumulators.
@@ -127,3 +131,18 @@ template <int pending> DEVICE_INLINE void cp_async_wait() {
 #else
 #include "ops/cuda/cpu_emulation.h"
 #endif
+
+// A block-wide sum of one double per thread of a THREADS-thread block, in a fixed order (the
+// lanes by butterfly shuffles, then the warps' sums in warp order: cuda_common.cuh's
+// block_sum, bit for bit); every thread gets it. `slots`: THREADS / 32 doubles of shared
+// memory, which a barrier guards against the previous call's readers. Both ways compiled,
+// for the row kernels the CPU emulation also runs (norm_rows.cuh, logprob_rows.cuh).
+template <int THREADS> DEVICE_INLINE double block_sum_fixed(double value, double *slots) {
+    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
+    __syncthreads();
+    double total = 0.0;
+    for (int w = 0; w < THREADS / 32; w++) total += slots[w];
+    return total;
+}

@@ -83,18 +83,6 @@ DEVICE_INLINE RowState combine_row(RowState s, unsigned char *shared, bool with_
     return row;
 }
 
-// A block-wide fp64 sum in a fixed order (the backward's expected logit).
-DEVICE_INLINE double block_sum(double value, unsigned char *shared) {
-    WarpSlot *slots = reinterpret_cast<WarpSlot *>(shared);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-    if (lane == 0) slots[warp].sum = value;
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < WARPS; w++) total += slots[w].sum;
-    return total;
-}
-
 // For each row: lse, logp (z[target] - lse, 0 without a target), top1 and entropy (each
 // optional), as ops.h's logprob_forward. `vector`: V % 4 == 0 and the logits 16-byte
 // aligned, read four at a time.
@@ -160,7 +148,7 @@ static __global__ void __launch_bounds__(THREADS)
     if (g_entropy != 0.0f) { // H = lse - E_p[z], from this row's logits
         double expected = 0.0;
         for (int v = threadIdx.x; v < V; v += THREADS) expected += (double)expf((float)((double)z[v] - row_lse)) * z[v];
-        row_entropy = row_lse - block_sum(expected, shared);
+        row_entropy = row_lse - block_sum_fixed<THREADS>(expected, reinterpret_cast<double *>(shared));
     }
     if (vector) {
         for (int c = threadIdx.x; c < V / 4; c += THREADS) {
@@ -169,10 +157,7 @@ static __global__ void __launch_bounds__(THREADS)
             for (int j = 0; j < 4; j++)
                 four[j] = logit_gradient(four[j], 4 * c + j, target, g_logp, g_entropy, row_lse, row_entropy, softcap);
             store_float4(z + 4 * c, four);
-            if (row_copy) { // the row starts 8-byte aligned in the copy: V is a multiple of 4
-                store_u32(row_copy + 4 * c, pack_bf16x2(four[0], four[1]));
-                store_u32(row_copy + 4 * c + 2, pack_bf16x2(four[2], four[3]));
-            }
+            if (row_copy) store_bf16x4(row_copy + 4 * c, four); // 8-byte aligned: V is a multiple of 4
         }
     } else {
         for (int v = threadIdx.x; v < V; v += THREADS) {
