@@ -1,91 +1,9 @@
-// GELU (tanh approximation) and the gated units SwiGLU / GeGLU; formulas as ops/cpu.
+// GELU (tanh approximation) and the gated units SwiGLU / GeGLU: the kernels of
+// activation_kernels.cuh, each output's bf16 copy written when it is a held matmul input.
+#include "ops/cuda/activation_kernels.cuh"
 #include "ops/cuda/cuda_common.cuh"
 
-#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
-#define GELU_CUBIC 0.044715f
-
-__device__ static inline float gelu(float x) {
-    float inner = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
-}
-
-__device__ static inline float gelu_derivative(float x) {
-    float inner = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    float t = tanhf(inner);
-    float dinner = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
-}
-
-__device__ static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
-__device__ static inline float silu_derivative(float x) {
-    float sig = 1.0f / (1.0f + expf(-x));
-    return sig * (1.0f + x * (1.0f - sig));
-}
-
-// Each thread takes four consecutive elements (cuda_common.cuh's Four): every element's
-// formula is the same on either path, so results do not depend on it. An output that is a
-// held matmul input (matmul_input_hold) gets its bf16 copy written beside it (`*_copy`, NULL
-// otherwise), which spares the next product a read of the whole output to convert it.
-__global__ static void gelu_forward_kernel(float *out, __nv_bfloat16 *out_copy, const float *inp, long n, bool vector) {
-    const long first = first_of_four();
-    if (first >= n) return;
-    Four x = load_four(inp, first, n, vector), y;
-    for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
-    store_four(out, first, n, vector, y);
-    store_four_bf16(out_copy, first, n, vector, y);
-}
-
-// The backward kernels overwrite their outputs (the op contract in ops.h): the layer's
-// backward needs no zero-filled buffers for them and they read nothing they write. When the
-// forward's output is held (the down projection's weight gradient reads it next), they also
-// write its copy (`act_copy`) from the activation they recompute anyway, the forward's
-// formula on the same inputs: the weight gradient then reads no fp32 act to convert.
-__global__ static void gelu_backward_kernel(float *dinp, __nv_bfloat16 *dinp_copy, __nv_bfloat16 *act_copy,
-                                            const float *dout, const float *inp, long n, bool vector) {
-    const long first = first_of_four();
-    if (first >= n) return;
-    Four x = load_four(inp, first, n, vector), dy = load_four(dout, first, n, vector), dx;
-    for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
-    store_four(dinp, first, n, vector, dx);
-    store_four_bf16(dinp_copy, first, n, vector, dx);
-    if (act_copy) {
-        Four y;
-        for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
-        store_four_bf16(act_copy, first, n, vector, y);
-    }
-}
-
-__global__ static void glu_forward_kernel(float *out, __nv_bfloat16 *out_copy, const float *gate, const float *up,
-                                          long n, bool use_gelu, bool vector) {
-    const long first = first_of_four();
-    if (first >= n) return;
-    Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector), y;
-    for (int k = 0; k < 4; k++) y.x[k] = (use_gelu ? gelu(g.x[k]) : silu(g.x[k])) * u.x[k];
-    store_four(out, first, n, vector, y);
-    store_four_bf16(out_copy, first, n, vector, y);
-}
-
-__global__ static void glu_backward_kernel(float *dgate, float *dup, __nv_bfloat16 *dgate_copy,
-                                           __nv_bfloat16 *dup_copy, __nv_bfloat16 *act_copy, const float *dout,
-                                           const float *gate, const float *up, long n, bool use_gelu, bool vector) {
-    const long first = first_of_four();
-    if (first >= n) return;
-    Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector);
-    Four dy = load_four(dout, first, n, vector), dg, du, y;
-    for (int k = 0; k < 4; k++) {
-        float act = use_gelu ? gelu(g.x[k]) : silu(g.x[k]);
-        float dact = use_gelu ? gelu_derivative(g.x[k]) : silu_derivative(g.x[k]);
-        dg.x[k] = dy.x[k] * u.x[k] * dact;
-        du.x[k] = dy.x[k] * act;
-        y.x[k] = act * u.x[k];
-    }
-    store_four(dgate, first, n, vector, dg);
-    store_four(dup, first, n, vector, du);
-    store_four_bf16(dgate_copy, first, n, vector, dg);
-    store_four_bf16(dup_copy, first, n, vector, du);
-    store_four_bf16(act_copy, first, n, vector, y);
-}
+using namespace activation_kernels;
 
 void cuda_gelu_forward(float *out, const float *inp, long n) {
     if (n == 0) return;

@@ -84,7 +84,7 @@ struct Block {
 };
 
 struct Thread {
-    Dim3 thread_idx, block_idx;
+    Dim3 thread_idx, block_idx, block_dim;
     Block *block;
     Warp *warp;
     int lane;
@@ -117,7 +117,9 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             current = state;
             for (unsigned y = 0; y < grid.y; y++)
                 for (unsigned x = 0; x < grid.x; x++) {
-                    *state = Thread{{(unsigned)i, 0, 0}, {x, y, 0}, &block, &block.warps[(size_t)i / 32], i % 32, 0,
+                    *state = Thread{{(unsigned)i, 0, 0},  {x, y, 0}, {(unsigned)threads, 1, 1},
+                                    &block,           &block.warps[(size_t)i / 32],
+                                    i % 32,           0,
                                     shared_start};
                     kernel();
                     if (pthread_barrier_wait(&between) == PTHREAD_BARRIER_SERIAL_THREAD)
@@ -150,6 +152,7 @@ inline int next_parity(Thread *me) {
 
 #define threadIdx (emulation::current->thread_idx)
 #define blockIdx (emulation::current->block_idx)
+#define blockDim (emulation::current->block_dim)
 #define DYNAMIC_SHARED(name) unsigned char *name = emulation::current->shared
 
 static inline void __syncthreads() { pthread_barrier_wait(&emulation::current->block->barrier); }

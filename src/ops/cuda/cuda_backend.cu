@@ -77,7 +77,7 @@ static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // ---- elementwise ----
 
-// Four elements a thread (cuda_common.cuh's Four): the residual adds are twice a layer.
+// Four elements a thread (device_primitives.cuh's Four): the residual adds are twice a layer.
 __global__ static void add_kernel(float *out, const float *a, const float *b, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;

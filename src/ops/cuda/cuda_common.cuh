@@ -41,33 +41,6 @@ static inline unsigned grid_for(long n, int threads) {
     return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 
-// Elementwise kernels over float buffers take four consecutive elements a thread, read and
-// written as one float4 when `vector` (every pointer 16-byte aligned: activations and the
-// parameter buffer always are) and one by one otherwise or at a buffer's tail. The H200
-// moves 128-bit accesses at close to its memory bandwidth, 32-bit ones at about half.
-struct Four {
-    float x[4];
-};
-
-__device__ inline Four load_four(const float *p, long first, long n, bool vector) {
-    Four f;
-    if (vector && first + 4 <= n) {
-        float4 v = *reinterpret_cast<const float4 *>(p + first);
-        f.x[0] = v.x, f.x[1] = v.y, f.x[2] = v.z, f.x[3] = v.w;
-    } else {
-        for (int k = 0; k < 4; k++) f.x[k] = first + k < n ? p[first + k] : 0.0f;
-    }
-    return f;
-}
-
-__device__ inline void store_four(float *p, long first, long n, bool vector, const Four &f) {
-    if (vector && first + 4 <= n) {
-        *reinterpret_cast<float4 *>(p + first) = make_float4(f.x[0], f.x[1], f.x[2], f.x[3]);
-    } else {
-        for (int k = 0; k < 4 && first + k < n; k++) p[first + k] = f.x[k];
-    }
-}
-
 // Whether every given pointer (NULL counts as aligned) is 16-byte aligned.
 static inline bool all_aligned16(const void *a, const void *b, const void *c = NULL, const void *d = NULL,
                                  const void *e = NULL) {
@@ -78,20 +51,6 @@ static inline bool all_aligned16(const void *a, const void *b, const void *c = N
 }
 
 static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }
-// The same four elements as bf16 into `copy` (a held matmul input's copy; nothing when NULL),
-// rounded as cuda_to_bf16 rounds (pack_bf16x2, device_primitives.cuh): one 8-byte store when
-// `vector` (copy 8-byte aligned: a scratch buffer is, and `first` is a multiple of 4).
-__device__ inline void store_four_bf16(__nv_bfloat16 *copy, long first, long n, bool vector, const Four &f) {
-    if (!copy) return;
-    if (vector && first + 3 < n) {
-        *reinterpret_cast<uint2 *>(copy + first) = make_uint2(pack_bf16x2(f.x[0], f.x[1]), pack_bf16x2(f.x[2], f.x[3]));
-    } else {
-        for (int k = 0; k < 4 && first + k < n; k++) copy[first + k] = __float2bfloat16(f.x[k]);
-    }
-}
-// The first of this thread's four elements in a grid_for_fours launch.
-__device__ inline long first_of_four() { return ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4; }
-
 // ---- cuda_backend.cu ----
 // The backend's cuBLASLt handle and workspace (created when the device is opened).
 cublasLtHandle_t cuda_blaslt(void);

@@ -2,8 +2,9 @@
 // packing, the m16n8k16 tensor-core product, ldmatrix and cp.async; the separately rounded
 // float products and sums and the float-from-bits of the dequantization kernels
 // (dequantize.cuh); the half widening and integer rounding of the cached attention
-// (attention_cached.cuh); the 16-byte float loads and stores of the log-probability rows
-// (logprob_rows.cuh).
+// (attention_cached.cuh); the 16-byte float loads and stores, the fixed-order block sum and
+// the four-a-thread elementwise helpers of the row and elementwise kernels the emulation
+// also runs (logprob_rows.cuh, norm_rows.cuh, rope_rows.cuh, activation_kernels.cuh).
 //
 // Compiled two ways. Under nvcc each is one PTX instruction. Under a host C++ compiler
 // (tests/test_attention_emulated.cpp) they come from cpu_emulation.h, which runs a
@@ -146,3 +147,45 @@ template <int THREADS> DEVICE_INLINE double block_sum_fixed(double value, double
     for (int w = 0; w < THREADS / 32; w++) total += slots[w];
     return total;
 }
+
+// Elementwise kernels over float buffers take four consecutive elements a thread, read and
+// written as one float4 when `vector` (every pointer 16-byte aligned: activations and the
+// parameter buffer always are) and one by one otherwise or at a buffer's tail. The H200
+// moves 128-bit accesses at close to its memory bandwidth, 32-bit ones at about half.
+struct Four {
+    float x[4];
+};
+
+DEVICE_INLINE Four load_four(const float *p, long first, long n, bool vector) {
+    Four f;
+    if (vector && first + 4 <= n) {
+        load_float4(f.x, p + first);
+    } else {
+        for (int k = 0; k < 4; k++) f.x[k] = first + k < n ? p[first + k] : 0.0f;
+    }
+    return f;
+}
+
+DEVICE_INLINE void store_four(float *p, long first, long n, bool vector, const Four &f) {
+    if (vector && first + 4 <= n) {
+        store_float4(p + first, f.x);
+    } else {
+        for (int k = 0; k < 4 && first + k < n; k++) p[first + k] = f.x[k];
+    }
+}
+
+// The same four elements as bf16 into `copy` (a held matmul input's copy; nothing when NULL),
+// rounded as cuda_to_bf16 rounds: one 8-byte store when `vector` (copy 8-byte aligned: a
+// scratch buffer is, and `first` is a multiple of 4).
+DEVICE_INLINE void store_four_bf16(bf16 *copy, long first, long n, bool vector, const Four &f) {
+    if (!copy) return;
+    if (vector && first + 3 < n) {
+        store_bf16x4(copy + first, f.x);
+    } else {
+        for (int k = 0; k < 4 && first + k < n; k++) copy[first + k] = to_bf16(f.x[k]);
+    }
+}
+
+// The first of this thread's four elements in a launch of (n + 3) / 4 threads
+// (cuda_common.cuh's grid_for_fours).
+DEVICE_INLINE long first_of_four() { return ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4; }

@@ -4,7 +4,7 @@
 // nothing: 6 bytes a parameter fewer to move each step), else marks copies stale too.
 #include "ops/cuda/cuda_common.cuh"
 
-// Four parameters a thread (cuda_common.cuh's Four: float4 accesses when every buffer is
+// Four parameters a thread (device_primitives.cuh's Four: float4 accesses when every buffer is
 // aligned), each updated as one alone would be.
 __global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, long n,
                                     float lr, float beta1, float beta2, float eps,
