@@ -19,38 +19,11 @@
 extern "C" {
 #include "ops/ops.h"
 }
+#include "emulated_test.h"
 #include "ops/cuda/activation_kernels.cuh"
 #include "test.h"
 
-static uint64_t rng_state = 0x510e527fade682d1ull;
-
-static float random_float(float scale) {
-    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-    const uint64_t bits = rng_state * 0x2545f4914f6cdd1dull;
-    return scale * (2.0f * (float)((bits >> 40) * (1.0 / 16777216.0)) - 1.0f);
-}
-
-static std::vector<float> random_vector(long n, float scale) {
-    std::vector<float> v((size_t)n);
-    for (float &x : v) x = random_float(scale);
-    return v;
-}
-
-static double worst_error(const std::vector<float> &got, const std::vector<float> &want) {
-    double worst = 0, largest = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        const double difference = fabs((double)got[i] - want[i]);
-        if (isnan(difference)) return INFINITY;
-        worst = fmax(worst, difference), largest = fmax(largest, fabs((double)want[i]));
-    }
-    return largest > 0 ? worst / largest : worst;
-}
-
-static long wrong_copies(const std::vector<bf16> &copy, const std::vector<float> &values) {
-    long wrong = 0;
-    for (size_t i = 0; i < values.size(); i++) wrong += copy[i].bits != float_to_bf16(values[i]).bits;
-    return wrong;
-}
+static uint64_t rng = 0x510e527fade682d1ull;
 
 static void launch_fours(long n, const std::function<void()> &kernel) {
     emulation::launch({(unsigned)((n + 3) / 4 + 255) / 256, 1, 1}, 256, 0, kernel);
@@ -62,7 +35,7 @@ static const double TOLERANCE = 3e-6;
 static void check_activation(int kind, long n, bool vector) {
     const char *names[] = {"gelu", "swiglu", "geglu"};
     const bool gated = kind > 0, use_gelu = kind == 2;
-    std::vector<float> x = random_vector(n, 4.0f), up = random_vector(n, 2.0f), dy = random_vector(n, 1.0f);
+    std::vector<float> x = random_floats(rng, n, 4.0f), up = random_floats(rng, n, 2.0f), dy = random_floats(rng, n, 1.0f);
     std::vector<float> y((size_t)n), want_y((size_t)n);
     std::vector<bf16> y_copy((size_t)n, bf16{0xffff});
     if (gated) {
@@ -91,10 +64,10 @@ static void check_activation(int kind, long n, bool vector) {
         });
         ops_cpu.gelu_backward(want_dx.data(), dy.data(), x.data(), NULL, n);
     }
-    const double forward_error = worst_error(y, want_y), backward_error =
-        fmax(worst_error(dx, want_dx), gated ? worst_error(dup, want_dup) : 0.0);
-    const long copies_wrong = wrong_copies(y_copy, y) + wrong_copies(dx_copy, dx) + wrong_copies(act_copy, y) +
-                              (gated ? wrong_copies(dup_copy, dup) : 0);
+    const double forward_error = worst_error_of_largest(y, want_y), backward_error =
+        fmax(worst_error_of_largest(dx, want_dx), gated ? worst_error_of_largest(dup, want_dup) : 0.0);
+    const long copies_wrong = wrong_bf16_copies(y_copy, y) + wrong_bf16_copies(dx_copy, dx) + wrong_bf16_copies(act_copy, y) +
+                              (gated ? wrong_bf16_copies(dup_copy, dup) : 0);
     printf("# %-6s n %-6ld %-15s forward %.2g, backward %.2g\n", names[kind], n,
            vector ? "four at a time" : "one at a time", forward_error, backward_error);
     EXPECT(forward_error <= TOLERANCE && backward_error <= TOLERANCE, "%s n %ld%s: forward %.3g, backward %.3g",

@@ -22,16 +22,11 @@
 extern "C" {
 #include "ops/ops.h"
 }
+#include "emulated_test.h"
 #include "ops/cuda/logprob_rows.cuh"
 #include "test.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static float random_float(float scale) {
-    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-    const uint64_t bits = rng_state * 0x2545f4914f6cdd1dull;
-    return scale * (2.0f * (float)((bits >> 40) * (1.0 / 16777216.0)) - 1.0f);
-}
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 enum { ROWS = 7 };
 
@@ -45,8 +40,7 @@ static bool close_or_both_nan(double got, double want, double atol, double rtol)
 // Row 0: its maximum twice; 1: every 7th logit -inf; 2: rising to its last; 3: largest first;
 // 4: a NaN (only its lse is compared: NaN both ways); 5, 6: plain.
 static std::vector<float> make_logits(int V) {
-    std::vector<float> z((size_t)ROWS * V);
-    for (float &x : z) x = random_float(6.0f);
+    std::vector<float> z = random_floats(rng, (long)ROWS * V, 6.0f);
     float *row0 = &z[0];
     row0[V / 3] = row0[V - 2] = 9.0f;
     for (int v = 0; v < V; v += 7) z[(size_t)V + v] = -INFINITY;
@@ -102,9 +96,9 @@ static void check_backward(int V, bool vector, bool with_entropy, float softcap)
         if (softcap > 0.0f && isfinite(x)) x = softcap * tanhf(x / softcap); // capped logits, as the model has them
     z[4 * (size_t)V + V / 2] = 0.0f;                                             // no NaN in the backward's rows
     std::vector<int> targets = make_targets(V);
-    std::vector<float> lse(ROWS), dlogp(ROWS), dentropy(ROWS);
+    std::vector<float> lse(ROWS);
     ops_cpu.logprob_forward(NULL, lse.data(), NULL, NULL, z.data(), targets.data(), ROWS, V);
-    for (int i = 0; i < ROWS; i++) dlogp[i] = random_float(1.0f), dentropy[i] = random_float(0.5f);
+    const std::vector<float> dlogp = random_floats(rng, ROWS, 1.0f), dentropy = random_floats(rng, ROWS, 0.5f);
     std::vector<float> got = z, want = z;
     std::vector<bf16> copy(got.size(), bf16{0xffff}); // NaN until written
     const float *dentropy_or_null = with_entropy ? dentropy.data() : NULL;
@@ -114,15 +108,15 @@ static void check_backward(int V, bool vector, bool with_entropy, float softcap)
     });
     ops_cpu.logprob_backward(want.data(), dlogp.data(), dentropy_or_null, targets.data(), lse.data(), ROWS, V, softcap);
     double worst = 0;
-    long wrong = 0, first_wrong = -1, copy_wrong = 0;
+    long wrong = 0, first_wrong = -1;
     for (size_t k = 0; k < got.size(); k++) {
         if (!close_or_both_nan(got[k], want[k], 3e-7, 1e-5)) {
             if (first_wrong < 0) first_wrong = (long)k;
             wrong++;
         }
         if (!isnan(want[k])) worst = fmax(worst, fabs((double)got[k] - want[k]));
-        copy_wrong += copy[k].bits != float_to_bf16(got[k]).bits;
     }
+    const long copy_wrong = wrong_bf16_copies(copy, got);
     EXPECT(copy_wrong == 0, "V %d: %ld of %zu bf16 copies are not the rounded gradient", V, copy_wrong, got.size());
     EXPECT(wrong == 0, "V %d%s%s softcap %g: %ld of %zu gradients off, the first at row %ld logit %ld: %.9g, CPU %.9g",
            V, vector ? " four at a time" : "", with_entropy ? " with entropy" : "", softcap, wrong, got.size(),

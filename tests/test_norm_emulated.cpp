@@ -18,51 +18,22 @@
 extern "C" {
 #include "ops/ops.h"
 }
+#include "emulated_test.h"
 #include "ops/cuda/norm_rows.cuh"
 #include "test.h"
 
-static uint64_t rng_state = 0x3c6ef372fe94f82bull;
-
-static float random_float(float scale) {
-    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-    const uint64_t bits = rng_state * 0x2545f4914f6cdd1dull;
-    return scale * (2.0f * (float)((bits >> 40) * (1.0 / 16777216.0)) - 1.0f);
-}
-
-static std::vector<float> random_vector(size_t n, float scale, float offset = 0.0f) {
-    std::vector<float> v(n);
-    for (float &x : v) x = offset + random_float(scale);
-    return v;
-}
+static uint64_t rng = 0x3c6ef372fe94f82bull;
 
 enum { ROWS = 5 };
-
-// The largest |got - want| over the largest |want|, NaN counting as infinite.
-static double worst_error(const std::vector<float> &got, const std::vector<float> &want) {
-    double worst = 0, largest = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        const double difference = fabs((double)got[i] - want[i]);
-        if (isnan(difference)) return INFINITY;
-        worst = fmax(worst, difference), largest = fmax(largest, fabs((double)want[i]));
-    }
-    return largest > 0 ? worst / largest : worst;
-}
-
-// Copies that are not the bf16 of their float.
-static long wrong_copies(const std::vector<bf16> &copy, const std::vector<float> &values) {
-    long wrong = 0;
-    for (size_t i = 0; i < values.size(); i++) wrong += copy[i].bits != float_to_bf16(values[i]).bits;
-    return wrong;
-}
 
 static const double TOLERANCE = 4e-6;
 
 static void check_layernorm(int C) {
-    const size_t n = (size_t)ROWS * C;
-    std::vector<float> x = random_vector(n, 2.0f, 0.7f), w = random_vector(C, 1.0f, 1.0f), b = random_vector(C, 0.5f);
-    std::vector<float> dy = random_vector(n, 1.0f), dx_start = random_vector(n, 0.3f);
-    std::vector<float> y(n), mean(ROWS), rstd(ROWS), want_y(n), want_mean(ROWS), want_rstd(ROWS);
-    std::vector<bf16> y_copy(n, bf16{0xffff}), dx_copy(n, bf16{0xffff});
+    const long n = (long)ROWS * C;
+    std::vector<float> x = random_floats(rng, n, 2.0f, 0.7f), w = random_floats(rng, C, 1.0f, 1.0f), b = random_floats(rng, C, 0.5f);
+    std::vector<float> dy = random_floats(rng, n, 1.0f), dx_start = random_floats(rng, n, 0.3f);
+    std::vector<float> y((size_t)n), mean(ROWS), rstd(ROWS), want_y((size_t)n), want_mean(ROWS), want_rstd(ROWS);
+    std::vector<bf16> y_copy((size_t)n, bf16{0xffff}), dx_copy((size_t)n, bf16{0xffff});
     emulation::launch({ROWS, 1, 1}, norm_rows::THREADS, norm_rows::SHARED_BYTES, [&] {
         norm_rows::layernorm_forward_kernel(y.data(), y_copy.data(), mean.data(), rstd.data(), x.data(), w.data(),
                                             b.data(), C, 1e-5f);
@@ -76,22 +47,22 @@ static void check_layernorm(int C) {
     });
     ops_cpu.layernorm_backward(want_dx.data(), NULL, NULL, dy.data(), x.data(), w.data(), want_mean.data(),
                                want_rstd.data(), ROWS, C);
-    const double out_error = worst_error(y, want_y), stat_error = fmax(worst_error(mean, want_mean), worst_error(rstd, want_rstd));
-    const double grad_error = worst_error(dx, want_dx);
+    const double out_error = worst_error_of_largest(y, want_y), stat_error = fmax(worst_error_of_largest(mean, want_mean), worst_error_of_largest(rstd, want_rstd));
+    const double grad_error = worst_error_of_largest(dx, want_dx);
     printf("# layernorm C %-5d output %.2g, statistics %.2g, input gradient %.2g\n", C, out_error, stat_error, grad_error);
     EXPECT(out_error <= TOLERANCE && stat_error <= TOLERANCE && grad_error <= TOLERANCE,
            "layernorm C %d: output %.3g, statistics %.3g, input gradient %.3g of the largest", C, out_error, stat_error,
            grad_error);
-    EXPECT(wrong_copies(y_copy, y) == 0 && wrong_copies(dx_copy, dx) == 0, "layernorm C %d: %ld / %ld copies wrong", C,
-           wrong_copies(y_copy, y), wrong_copies(dx_copy, dx));
+    EXPECT(wrong_bf16_copies(y_copy, y) == 0 && wrong_bf16_copies(dx_copy, dx) == 0, "layernorm C %d: %ld / %ld copies wrong", C,
+           wrong_bf16_copies(y_copy, y), wrong_bf16_copies(dx_copy, dx));
 }
 
 static void check_rmsnorm(int C, bool by_four, bool plus_one) {
-    const size_t n = (size_t)ROWS * C;
-    std::vector<float> x = random_vector(n, 2.0f), w = random_vector(C, 1.0f, plus_one ? 0.0f : 1.0f);
-    std::vector<float> dy = random_vector(n, 1.0f), dx_start = random_vector(n, 0.3f);
-    std::vector<float> y(n), rstd(ROWS), want_y(n), want_rstd(ROWS);
-    std::vector<bf16> y_copy(n, bf16{0xffff}), dx_copy(n, bf16{0xffff});
+    const long n = (long)ROWS * C;
+    std::vector<float> x = random_floats(rng, n, 2.0f), w = random_floats(rng, C, 1.0f, plus_one ? 0.0f : 1.0f);
+    std::vector<float> dy = random_floats(rng, n, 1.0f), dx_start = random_floats(rng, n, 0.3f);
+    std::vector<float> y((size_t)n), rstd(ROWS), want_y((size_t)n), want_rstd(ROWS);
+    std::vector<bf16> y_copy((size_t)n, bf16{0xffff}), dx_copy((size_t)n, bf16{0xffff});
     const float offset = plus_one ? 1.0f : 0.0f;
     emulation::launch({ROWS, 1, 1}, norm_rows::THREADS, norm_rows::SHARED_BYTES, [&] {
         norm_rows::rmsnorm_forward_kernel(y.data(), y_copy.data(), rstd.data(), x.data(), w.data(), C, 1e-6f, offset,
@@ -104,15 +75,15 @@ static void check_rmsnorm(int C, bool by_four, bool plus_one) {
                                            C, offset, by_four);
     });
     ops_cpu.rmsnorm_backward(want_dx.data(), NULL, dy.data(), x.data(), w.data(), want_rstd.data(), ROWS, C, plus_one);
-    const double out_error = worst_error(y, want_y), stat_error = worst_error(rstd, want_rstd);
-    const double grad_error = worst_error(dx, want_dx);
+    const double out_error = worst_error_of_largest(y, want_y), stat_error = worst_error_of_largest(rstd, want_rstd);
+    const double grad_error = worst_error_of_largest(dx, want_dx);
     printf("# rmsnorm C %-5d %-15s %-7s output %.2g, rstd %.2g, input gradient %.2g\n", C,
            by_four ? "four at a time" : "one at a time", plus_one ? "(1 + w)" : "w", out_error, stat_error, grad_error);
     EXPECT(out_error <= TOLERANCE && stat_error <= TOLERANCE && grad_error <= TOLERANCE,
            "rmsnorm C %d%s%s: output %.3g, rstd %.3g, input gradient %.3g of the largest", C,
            by_four ? " four at a time" : "", plus_one ? " (1 + w)" : "", out_error, stat_error, grad_error);
-    EXPECT(wrong_copies(y_copy, y) == 0 && wrong_copies(dx_copy, dx) == 0, "rmsnorm C %d: %ld / %ld copies wrong", C,
-           wrong_copies(y_copy, y), wrong_copies(dx_copy, dx));
+    EXPECT(wrong_bf16_copies(y_copy, y) == 0 && wrong_bf16_copies(dx_copy, dx) == 0, "rmsnorm C %d: %ld / %ld copies wrong", C,
+           wrong_bf16_copies(y_copy, y), wrong_bf16_copies(dx_copy, dx));
 }
 
 static void test_layernorm(void) {

@@ -16,34 +16,18 @@
 extern "C" {
 #include "ops/ops.h"
 }
+#include "emulated_test.h"
 #include "ops/cuda/rope_rows.cuh"
 #include "test.h"
 
-static uint64_t rng_state = 0xa54ff53a5f1d36f1ull;
-
-static float random_float(float scale) {
-    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
-    const uint64_t bits = rng_state * 0x2545f4914f6cdd1dull;
-    return scale * (2.0f * (float)((bits >> 40) * (1.0 / 16777216.0)) - 1.0f);
-}
-
-static double worst_error(const std::vector<float> &got, const std::vector<float> &want) {
-    double worst = 0, largest = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        const double difference = fabs((double)got[i] - want[i]);
-        if (isnan(difference)) return INFINITY;
-        worst = fmax(worst, difference), largest = fmax(largest, fabs((double)want[i]));
-    }
-    return largest > 0 ? worst / largest : worst;
-}
+static uint64_t rng = 0xa54ff53a5f1d36f1ull;
 
 static void check_rope(int n_heads, int head_dim, bool backward) {
     const int positions[] = {0, 1, 7, 100, 4095, 30000};
     const int N = (int)(sizeof positions / sizeof positions[0]), half = head_dim / 2;
     std::vector<float> inv_freq(half);
     for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)head_dim);
-    std::vector<float> x((size_t)N * n_heads * head_dim);
-    for (float &v : x) v = random_float(2.0f);
+    const std::vector<float> x = random_floats(rng, (long)N * n_heads * head_dim, 2.0f);
     std::vector<float> got = x, want = x;
     std::vector<bf16> copy(x.size(), bf16{0xffff});
     const float direction = backward ? -1.0f : 1.0f;
@@ -53,9 +37,8 @@ static void check_rope(int n_heads, int head_dim, bool backward) {
     });
     if (backward) ops_cpu.rope_backward(want.data(), positions, N, n_heads, head_dim, inv_freq.data());
     else ops_cpu.rope_forward(want.data(), positions, N, n_heads, head_dim, inv_freq.data());
-    const double error = worst_error(got, want);
-    long wrong_copies = 0;
-    for (size_t i = 0; backward && i < got.size(); i++) wrong_copies += copy[i].bits != float_to_bf16(got[i]).bits;
+    const double error = worst_error_of_largest(got, want);
+    const long wrong_copies = backward ? wrong_bf16_copies(copy, got) : 0;
     printf("# rope %-8s %2d heads of %-3d: %.2g of the largest\n", backward ? "backward" : "forward", n_heads, head_dim,
            error);
     EXPECT(error <= 1e-6, "rope %s, %d heads of %d: %.3g of the largest", backward ? "backward" : "forward", n_heads,
