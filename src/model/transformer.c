@@ -393,21 +393,25 @@ void model_linear_backward(const Model *model, float *dinp, float *dweight, floa
     }
 }
 
-// A block's output projection added to the residual stream: out = residual + inp . weight^T
-// (+ bias, + the module's adapter term). A float weight without an adapter is one op that
-// reads the residual as it writes out (matmul_forward_residual: on a GPU no separate pass over
-// the stream); otherwise the product, the adapter's term and then the residual, the order
-// the sums have always had.
-static void linear_forward_residual(Model *model, int l, LoraTarget target, float *out, const float *inp,
-                                    const float *weight, const Q8Matrix *quantized, const float *bias,
-                                    const float *residual, float *lora_hidden, float *dora_z, long N, int IC,
-                                    int OC) {
-    if ((!quantized || !quantized->values) && !lora_adapts(model, l, target)) {
+// A block's output added to the residual stream: out = residual + (inp . weight^T + bias +
+// the module's adapter term), normalised first with Gemma 2's sandwich norms (into `proj`,
+// then `post_norm_w`'s norm). A plain float weight is one op that reads the residual as it
+// writes out (matmul_forward_residual: on a GPU no separate pass over the stream); otherwise
+// the product, the adapter's term, the norm and then the residual, the order the sums have
+// always had.
+static void block_output_forward(Model *model, int l, LoraTarget target, const LayerActivations *la, float *out,
+                                 const float *inp, const float *residual, const float *weight,
+                                 const Q8Matrix *quantized, const float *bias, float *proj, const float *post_norm_w,
+                                 float *post_norm_rstd, long N, int IC, int OC) {
+    const bool sandwich = model->config.sandwich_norms;
+    if (!sandwich && (!quantized || !quantized->values) && !lora_adapts(model, l, target)) {
         model->ops->matmul_forward_residual(out, inp, weight, bias, residual, (int)N, IC, OC);
         return;
     }
-    model_linear_forward(model, out, inp, weight, quantized, bias, N, IC, OC, model->acts.kernel_rows);
-    lora_forward(model, l, target, out, inp, lora_hidden, dora_z, N);
+    float *product = sandwich ? proj : out;
+    model_linear_forward(model, product, inp, weight, quantized, bias, N, IC, OC, model->acts.kernel_rows);
+    lora_forward(model, l, target, product, inp, la->lora_hidden[target], la->dora_z[target], N);
+    if (sandwich) norm_forward(model, out, NULL, post_norm_rstd, proj, post_norm_w, NULL, N);
     model->ops->accumulate(out, residual, N * OC);
 }
 
@@ -519,19 +523,9 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap, window);
-    // Gemma 2 normalises the block's output before the residual add (sandwich norms).
-    if (cfg->sandwich_norms) {
-        model_linear_forward(model, la->attn_proj, la->att_out, w->o_w, quantized ? &quantized->o : NULL, w->o_b, N,
-                             q_dim, C, model->acts.kernel_rows);
-        lora_forward(model, l, LORA_O, la->attn_proj, la->att_out, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N);
-        ops->matmul_input_release();
-        norm_forward(model, la->x_mid, NULL, la->post_attn_norm_rstd, la->attn_proj, w->post_attn_norm_w, NULL, N);
-        ops->accumulate(la->x_mid, x_in, N * C);
-    } else {
-        linear_forward_residual(model, l, LORA_O, la->x_mid, la->att_out, w->o_w, quantized ? &quantized->o : NULL,
-                                w->o_b, x_in, la->lora_hidden[LORA_O], la->dora_z[LORA_O], N, q_dim, C);
-        ops->matmul_input_release();
-    }
+    block_output_forward(model, l, LORA_O, la, la->x_mid, la->att_out, x_in, w->o_w, quantized ? &quantized->o : NULL,
+                         w->o_b, la->attn_proj, w->post_attn_norm_w, la->post_attn_norm_rstd, N, q_dim, C);
+    ops->matmul_input_release();
 
     ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
@@ -548,18 +542,10 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     ops->matmul_input_hold(la->act, N * I);
     if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
     else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
-    if (cfg->sandwich_norms) {
-        model_linear_forward(model, la->mlp_proj, la->act, w->down_w, quantized ? &quantized->down : NULL, w->down_b,
-                             N, I, C, model->acts.kernel_rows);
-        lora_forward(model, l, LORA_DOWN, la->mlp_proj, la->act, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N);
-        ops->matmul_input_release();
-        norm_forward(model, x_out, NULL, la->post_mlp_norm_rstd, la->mlp_proj, w->post_mlp_norm_w, NULL, N);
-        ops->accumulate(x_out, la->x_mid, N * C);
-    } else {
-        linear_forward_residual(model, l, LORA_DOWN, x_out, la->act, w->down_w, quantized ? &quantized->down : NULL,
-                                w->down_b, la->x_mid, la->lora_hidden[LORA_DOWN], la->dora_z[LORA_DOWN], N, I, C);
-        ops->matmul_input_release();
-    }
+    block_output_forward(model, l, LORA_DOWN, la, x_out, la->act, la->x_mid, w->down_w,
+                         quantized ? &quantized->down : NULL, w->down_b, la->mlp_proj, w->post_mlp_norm_w,
+                         la->post_mlp_norm_rstd, N, I, C);
+    ops->matmul_input_release();
 }
 
 static LayerActivations *layer_activations(Model *model, int l) {

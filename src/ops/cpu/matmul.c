@@ -65,7 +65,9 @@ void cpu_matmul_forward_residual(float *out, const float *inp, const float *weig
     cpu_matmul_forward(out, inp, weight, bias, N, IC, OC);
     const long n = (long)N * OC;
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < n; i++) out[i] += residual[i]; // the backend's accumulate, the same floats
+    // cpu_backend.c's accumulate, the same floats; written out here so that this file stands
+    // alone (tests/test_ops_f64.c compiles it in double).
+    for (long i = 0; i < n; i++) out[i] += residual[i];
 }
 
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -83,14 +83,7 @@ void cuda_weights_written(const void *ptr, size_t bytes);
 // Every thread gets the total. The order of additions is fixed: deterministic.
 template <typename Real> __device__ Real block_sum(Real value) {
     __shared__ Real warp_sums[32];
-    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    __syncthreads(); // warp_sums may still be read by a previous call
-    if (lane == 0) warp_sums[warp] = value;
-    __syncthreads();
-    Real total = 0;
-    for (int w = 0; w < warps; w++) total += warp_sums[w];
-    return total;
+    return block_sum_over(value, warp_sums, (int)blockDim.x / 32);
 }
 
 __device__ inline float block_max(float value) {

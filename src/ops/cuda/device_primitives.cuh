@@ -133,19 +133,25 @@ template <int pending> DEVICE_INLINE void cp_async_wait() {
 #include "ops/cuda/cpu_emulation.h"
 #endif
 
-// A block-wide sum of one double per thread of a THREADS-thread block, in a fixed order (the
-// lanes by butterfly shuffles, then the warps' sums in warp order: cuda_common.cuh's
-// block_sum, bit for bit); every thread gets it. `slots`: THREADS / 32 doubles of shared
-// memory, which a barrier guards against the previous call's readers. Both ways compiled,
-// for the row kernels the CPU emulation also runs (norm_rows.cuh, logprob_rows.cuh).
-template <int THREADS> DEVICE_INLINE double block_sum_fixed(double value, double *slots) {
+// A block-wide sum of one value per thread over the block's `warps` warps, in a fixed order:
+// the lanes by butterfly shuffles, then the warps' sums in warp order. Every thread gets it.
+// `slots`: `warps` values of shared memory, which a barrier guards against the previous
+// call's readers. cuda_common.cuh's block_sum is this over static shared memory; the row
+// kernels the CPU emulation also runs take it with dynamic shared memory (block_sum_fixed).
+template <typename Real> DEVICE_INLINE Real block_sum_over(Real value, Real *slots, int warps) {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
     __syncthreads();
     if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
     __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < THREADS / 32; w++) total += slots[w];
+    Real total = 0;
+    for (int w = 0; w < warps; w++) total += slots[w];
     return total;
+}
+
+// The same for a block of THREADS threads, in fp64 (norm_rows.cuh, logprob_rows.cuh,
+// optimizer_kernels.cuh).
+template <int THREADS> DEVICE_INLINE double block_sum_fixed(double value, double *slots) {
+    return block_sum_over(value, slots, THREADS / 32);
 }
 
 // Elementwise kernels over float buffers take four consecutive elements a thread, read and

@@ -43,13 +43,14 @@ DEVICE_INLINE void row_state_add(RowState &s, float z, int v, bool with_entropy)
 }
 
 // The states of every thread of the block combined in a fixed order; every thread gets the
-// row's. `shared`: SHARED_BYTES of the block's dynamic shared memory.
+// row's. `shared`: SHARED_BYTES of the block's dynamic shared memory, each warp's maximum and
+// its index, then each warp's sum (block_sum_fixed).
 struct WarpSlot {
     float max;
     int argmax;
-    double sum, weighted;
 };
-enum { SHARED_BYTES = WARPS * sizeof(WarpSlot) };
+enum { SHARED_BYTES = WARPS * sizeof(double) };
+static_assert(sizeof(WarpSlot) <= sizeof(double), "a warp's maximum and index fit in its sum's slot");
 
 DEVICE_INLINE void take_larger(float &max, int &argmax, float other_max, int other_argmax) {
     if (other_max > max || (other_max == max && other_argmax < argmax)) max = other_max, argmax = other_argmax;
@@ -68,18 +69,12 @@ DEVICE_INLINE RowState combine_row(RowState s, unsigned char *shared, bool with_
     __syncthreads();
     max = slots[0].max, argmax = slots[0].argmax;
     for (int w = 1; w < WARPS; w++) take_larger(max, argmax, slots[w].max, slots[w].argmax);
-    // Each thread's sums moved to that maximum, then added: lanes, then warps in order.
+    // Each thread's sums moved to that maximum, then added: lanes, then warps in order (the
+    // block sum's first barrier keeps the maxima' slots until every thread has read them).
     const double scale = s.max == -INFINITY ? 0.0 : exp((double)s.max - (double)max);
-    double sum = s.sum * scale, weighted = with_entropy ? s.weighted * scale : 0.0;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (with_entropy) weighted += __shfl_xor_sync(0xffffffffu, weighted, offset);
-    }
-    __syncthreads(); // every thread has read the maxima before their slots are reused
-    if (lane == 0) slots[warp].sum = sum, slots[warp].weighted = weighted;
-    __syncthreads();
-    RowState row = {max, argmax, 0.0, 0.0};
-    for (int w = 0; w < WARPS; w++) row.sum += slots[w].sum, row.weighted += slots[w].weighted;
+    double *sums = reinterpret_cast<double *>(shared);
+    RowState row = {max, argmax, block_sum_fixed<THREADS>(s.sum * scale, sums), 0.0};
+    if (with_entropy) row.weighted = block_sum_fixed<THREADS>(s.weighted * scale, sums);
     return row;
 }
 
