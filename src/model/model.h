@@ -232,7 +232,8 @@ void model_enable_grad(Model *model);
 // reader of model->grads that may run with no backward since the last model_zero_grad calls
 // model_settle_gradients first. With MARLHF_CHECK_GRADIENT_WRITES=1 in the environment
 // (tests/run.sh sets it) model_zero_grad fills the gradients with NaN instead, so a reader
-// that skipped the settling or an op that added into an unwritten tensor shows as NaN.
+// that skipped the settling or an op that added into an unwritten tensor shows as NaN (0 or
+// unset: off; any other value is a one-line user error).
 void model_zero_grad(Model *model);
 // How an op that produces `weight_grad` and `bias_grad` (either may be NULL) writes them:
 // WRITE_OVERWRITE when every one given is unwritten (they are then marked written), else
