@@ -100,20 +100,20 @@ int main(int argc, char **argv) {
     // that the model holds (matmul_input_hold) with its bf16 copy already made, by an earlier
     // product or by the op that wrote it, is held here too, the untimed first call making the
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
-    // gate's, the attention o's, the GLU down's); in the backward the input of k and v after
-    // q, of up after gate, of down (the GLU's backward writes act's copy), gate's and up's
-    // output gradients (the GLU's backward's), o's and down's (the norms' backward), and q's
-    // and k's (the RoPE backward's).
+    // gate's, the attention o's, the GLU down's); in the backward the inputs of q, k, v, gate
+    // and up (the norms' outputs, stored by the forward: matmul_input_store) and of down (act,
+    // stored too), gate's and up's output gradients (the GLU's backward's), o's and down's
+    // (the norms' backward), and q's and k's (the RoPE backward's).
     struct {
         const char *name;
         int in, out;
         WriteMode dinp;
         bool input_held_forward, input_held_backward, dout_held, onto_residual;
-    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, false, true, false},
+    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false},
                   {"matmul k", C, kvd, WRITE_ADD, true, true, true, false},
                   {"matmul v", C, kvd, WRITE_ADD, true, true, false, false},
                   {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true},
-                  {"matmul gate", C, I, WRITE_OVERWRITE, true, false, true, false},
+                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false},
                   {"matmul up", C, I, WRITE_ADD, true, true, true, false},
                   {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
@@ -157,22 +157,29 @@ int main(int argc, char **argv) {
             (ops->rope_backward(dq, positions, (int)N, H, hd, inv_freq),
              ops->rope_backward(dk, positions, (int)N, KV, hd, inv_freq)));
     ops->matmul_input_release();
+    // A layer's two norms write their outputs stored (matmul_input_store: the bf16 copy only),
+    // the final norm's as floats with a copy.
+    ops->matmul_input_store(y, N * C, false);
+    TIME_OP("rmsnorm forward (stored)", 2 * L, 0, 6.0 * N * C,
+            ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
+    ops->matmul_input_release();
     ops->matmul_input_hold(y, N * C);
-    TIME_OP("rmsnorm forward", 2 * L + 1, 0, 8.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
+    TIME_OP("rmsnorm forward (final)", 1, 0, 10.0 * N * C, ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
     ops->matmul_input_release();
     ops->matmul_input_hold(z, N * C);
     TIME_OP("rmsnorm backward", 2 * L + 1, 0, 16.0 * N * C,
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
     ops->matmul_input_release();
-    // The GLU's outputs are held products' inputs in the model: their bf16 copies are written
-    // too, and the backward writes the forward's output's (down's weight gradient reads it).
-    ops->matmul_input_hold(z, N * I);
-    TIME_OP("glu forward", L, 0, 12.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
+    // The GLU's output and input gradients are stored products' inputs in the model
+    // (matmul_input_store): written as their bf16 copies only; the backward leaves the
+    // forward's output where the forward stored it (down's weight gradient reads it there).
+    ops->matmul_input_store(z, N * I, false);
+    TIME_OP("glu forward (stored)", L, 0, 10.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
     ops->matmul_input_release();
-    ops->matmul_input_hold(z, N * I);
-    ops->matmul_input_hold(u, N * I);
-    ops->matmul_input_hold(y, N * I);
-    TIME_OP("glu backward", L, 0, 20.0 * N * I, ops->glu_backward(z, u, x, y, x, y, N * I, false));
+    ops->matmul_input_store(z, N * I, false);
+    ops->matmul_input_store(u, N * I, false);
+    ops->matmul_input_store(y, N * I, true); // as act: this backward neither reads nor writes it
+    TIME_OP("glu backward (stored)", L, 0, 16.0 * N * I, ops->glu_backward(z, u, x, y, x, y, N * I, false));
     ops->matmul_input_release();
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,

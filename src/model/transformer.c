@@ -434,6 +434,26 @@ static float query_scale_of(const ModelConfig *cfg) {
 
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
+// Whether a training forward of layer l stores its product-only inputs (the norms' outputs,
+// the MLP's activation; in the backward also the activation's input gradients) instead of
+// holding them (ops.h, matmul_input_store): true when products are their only readers, the
+// layer's weights being plain floats without adapters (LoRA's and DoRA's terms, and
+// quantized weights' kernels, read them otherwise). A forward for a KV cache (generation)
+// stores nothing: no backward follows it.
+static bool layer_stores_inputs(const Model *model, int l, const CacheTarget *target) {
+    if (!model->grads || target || model->quantized) return false;
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if (lora_adapts(model, l, (LoraTarget)t)) return false;
+    return true;
+}
+
+// A product input held (ops.h): stored when the layer stores them, `written` by an earlier
+// op under the store (the forward's output that its backward reads again).
+static void hold_input(const OpsBackend *ops, bool store, const float *inp, long n, bool written) {
+    if (store) ops->matmul_input_store(inp, n, written);
+    else ops->matmul_input_hold(inp, n);
+}
+
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
                           float *x_out, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
@@ -448,8 +468,10 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     const int window = config_layer_window(cfg, l); // a sliding layer's (0: attends to the whole row)
 
     // q, k, v and their adapters all read attn_norm_out: held (ops.h), a GPU converts it to
-    // bf16 once, the norm writing the copy with it.
-    ops->matmul_input_hold(la->attn_norm_out, N * C);
+    // bf16 once, the norm writing the copy with it; stored when nothing else reads it.
+    const bool store = layer_stores_inputs(model, l, target);
+    la->inputs_stored = store;
+    hold_input(ops, store, la->attn_norm_out, N * C, false);
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
                  w->attn_norm_w, w->attn_norm_b, N);
     // Qwen3 normalises each head's query and key (RMSNorm over head_dim, one weight for all
@@ -527,7 +549,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
                          w->o_b, la->attn_proj, w->post_attn_norm_w, la->post_attn_norm_rstd, N, q_dim, C);
     ops->matmul_input_release();
 
-    ops->matmul_input_hold(la->mlp_norm_out, N * C); // up and gate (and adapters) read it
+    hold_input(ops, store, la->mlp_norm_out, N * C, false); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
@@ -539,7 +561,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     ops->matmul_input_release();
     // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
     // with it instead of reading it back to convert it.
-    ops->matmul_input_hold(la->act, N * I);
+    hold_input(ops, store, la->act, N * I, false);
     if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
     else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     block_output_forward(model, l, LORA_DOWN, la, x_out, la->act, la->x_mid, w->down_w,
@@ -916,17 +938,21 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     // Down's input gradient first, its weight gradient after the activation's backward: that
     // op recomputes act and, act being held, writes act's bf16 copy (a GPU), so the weight
     // gradient reads no fp32 act to convert. (LoRA's A reads act before: converted once.)
+    // When the forward stored act (layer_stores_inputs), its copy is still there: the
+    // activation's backward leaves it, and the activation writes its input gradients
+    // stored too, as only gate's and up's products read them.
+    const bool stored = la->inputs_stored;
     const float *down_dout = lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N);
-    ops->matmul_input_hold(la->act, N * I);
+    hold_input(ops, stored, la->act, N * I, true);
     model_linear_backward(model, a->d_act, NULL, NULL, down_dout, la->act, w->down_w, qz ? &qz->down : NULL, N, I, C,
                           WRITE_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
     const bool gated = cfg->mlp != MLP_GELU; // gate's backward writes d_norm_out first, else up's
     // Gate's and up's weight gradients read mlp_norm_out; their output gradients are the
     // activation's, which writes their bf16 copies with them when held (a GPU).
-    ops->matmul_input_hold(la->mlp_norm_out, N * C);
-    ops->matmul_input_hold(a->d_up, N * I);
-    if (gated) ops->matmul_input_hold(a->d_gate, N * I);
+    hold_input(ops, stored, la->mlp_norm_out, N * C, true);
+    hold_input(ops, stored, a->d_up, N * I, false);
+    if (gated) hold_input(ops, stored, a->d_gate, N * I, false);
     if (!gated) ops->gelu_backward(a->d_up, a->d_act, la->up, la->act, N * I);
     else ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, la->act, N * I, cfg->mlp == MLP_GEGLU);
     if (g->down_w || g->down_b)
@@ -987,7 +1013,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->rmsnorm_backward(a->dk_raw, model_gradient_to_add(model, g->k_norm_w), a->dk, la->k_raw, w->k_norm_w,
                               la->k_norm_rstd, (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
     }
-    ops->matmul_input_hold(la->attn_norm_out, N * C); // q's, k's and v's weight gradients read it
+    hold_input(ops, stored, la->attn_norm_out, N * C, true); // q's, k's and v's weight gradients read it
     model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
                     lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
                     w->q_w, qz ? &qz->q : NULL, N, C, q_dim, WRITE_OVERWRITE);

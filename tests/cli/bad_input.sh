@@ -100,6 +100,10 @@ want="--device cuda"
 grep -q MARLHF_CUDA_ATTENTION "$bin" && want=MARLHF_CUDA_ATTENTION
 expect_error device_cuda_bad_attention_kernels "$want" env MARLHF_CUDA_ATTENTION=flash "$bin" logprobs --model "$llama" \
     --input "$ids" --device cuda
+want="--device cuda"
+grep -q MARLHF_CUDA_STORED_INPUTS "$bin" && want=MARLHF_CUDA_STORED_INPUTS
+expect_error device_cuda_bad_stored_inputs "$want" env MARLHF_CUDA_STORED_INPUTS=yes "$bin" logprobs --model "$llama" \
+    --input "$ids" --device cuda
 # The test switch that fills gradients with NaN (model/model.h): only 0 or 1, and a training
 # run refused on anything else writes no model.
 expect_error check_gradient_writes_bad_value "MARLHF_CHECK_GRADIENT_WRITES" env MARLHF_CHECK_GRADIENT_WRITES=yes \
@@ -107,6 +111,12 @@ expect_error check_gradient_writes_bad_value "MARLHF_CHECK_GRADIENT_WRITES" env 
     --per-device-train-batch-size 4 --max-steps 1 --quiet --threads 1 --output "$tmp/check_writes_sft"
 if [ ! -e "$tmp/check_writes_sft/model.safetensors" ]; then echo "PASS check_gradient_writes_bad_value_writes_no_model"
 else echo "FAIL check_gradient_writes_bad_value_writes_no_model"; failures=$((failures + 1)); fi
+# Its companion that moves stored product inputs aside (ops/cpu/stored_inputs.c): the same.
+expect_error check_stored_inputs_bad_value "MARLHF_CHECK_STORED_INPUTS" env MARLHF_CHECK_STORED_INPUTS=yes \
+    "$bin" sft --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --max-seq-len 32 \
+    --per-device-train-batch-size 4 --max-steps 1 --quiet --threads 1 --output "$tmp/check_stores_sft"
+if [ ! -e "$tmp/check_stores_sft/model.safetensors" ]; then echo "PASS check_stored_inputs_bad_value_writes_no_model"
+else echo "FAIL check_stored_inputs_bad_value_writes_no_model"; failures=$((failures + 1)); fi
 echo '{"batch_size": "many"}' > "$tmp/config.json"
 expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"
 

@@ -104,9 +104,10 @@ bench_run() {
 }
 stage() { say "# ${SECONDS} s: $*"; }
 
-# 1. ops and models. The checks run with gradients NaN at each model_zero_grad, as
-# tests/run.sh's do (model/model.h); the speed runs below without.
-export MARLHF_CHECK_GRADIENT_WRITES=1
+# 1. ops and models. The checks run with gradients NaN at each model_zero_grad and stored
+# inputs moved aside on the CPU, as tests/run.sh's do (model/model.h, ops/cpu/stored_inputs.c);
+# the speed runs below without.
+export MARLHF_CHECK_GRADIENT_WRITES=1 MARLHF_CHECK_STORED_INPUTS=1
 stage "test_cuda"
 timeout 300 "$test_cuda" > "$logs/test_cuda.log" 2>&1
 rc=$?
@@ -234,7 +235,7 @@ if [ "$bench" = 1 ]; then
     results="$logs/bench.jsonl"
     : > "$results"
     export PYTHONUNBUFFERED=1
-    unset MARLHF_CHECK_GRADIENT_WRITES
+    unset MARLHF_CHECK_GRADIENT_WRITES MARLHF_CHECK_STORED_INPUTS
     stage "speed"
     for shape in smollm2-135m:smollm2 llama-1b:llama1b; do
         ours=${shape%%:*} theirs=${shape##*:}

@@ -33,6 +33,7 @@
 #include "model/quantize.h"
 #include "model/weights_io.h"
 #include "io/gguf_write.h"
+#include "ops/cpu/ops_cpu.h"
 #include "ops/kquant.h"
 #include "ops/ops.h"
 
@@ -78,22 +79,26 @@ static float *rounded_copy(const float *x, long n) {
     return y;
 }
 
+// A product's input: a stored one's values as the CPU's products read them
+// (ops/cpu/stored_inputs.c), rounded.
+static float *rounded_input(const float *x, long n) { return rounded_copy(cpu_stored_product_input(x, n), n); }
+
 static void rounded_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                                    int IC, int OC) {
-    float *x = rounded_copy(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
+    float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_forward(out, x, w, bias, N, IC, OC);
     free(x), free(w);
 }
 
 static void rounded_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
-    float *x = rounded_copy(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
+    float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_accumulate(out, x, w, N, IC, OC);
     free(x), free(w);
 }
 
 static void rounded_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
                                             const float *residual, int N, int IC, int OC) {
-    float *x = rounded_copy(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
+    float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_forward_residual(out, x, w, bias, residual, N, IC, OC);
     free(x), free(w);
 }
@@ -102,7 +107,7 @@ static void rounded_matmul_forward_residual(float *out, const float *inp, const 
 static void rounded_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                     const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                                     WriteMode weight_mode) {
-    float *g = rounded_copy(dout, (long)N * OC), *x = rounded_copy(inp, (long)N * IC);
+    float *g = rounded_input(dout, (long)N * OC), *x = rounded_input(inp, (long)N * IC);
     float *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, dinp_mode, weight_mode);
     if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC, WRITE_ADD, weight_mode);
@@ -119,7 +124,7 @@ static float *rounded_dequantized(const Q8Matrix *weight, int OC, int IC) {
 
 static void rounded_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight,
                                                const float *bias, int N, int IC, int OC) {
-    float *x = rounded_copy(inp, (long)N * IC), *w = rounded_dequantized(weight, OC, IC);
+    float *x = rounded_input(inp, (long)N * IC), *w = rounded_dequantized(weight, OC, IC);
     ops_cpu.matmul_forward(out, x, w, bias, N, IC, OC);
     free(x), free(w);
 }
@@ -562,6 +567,138 @@ static void test_held_activation_outputs(void) {
     gpu->free(d_out), gpu->free(d_dgate), gpu->free(d_dup), gpu->free(d_dx), gpu->free(d_dx_up);
     free(gate), free(up), free(dact), free(w), free(nan_host), free(act), free(out), free(dgate), free(dup), free(dx),
         free(dx_up);
+}
+
+// Stored inputs (matmul_input_store): the activations' outputs and input gradients and the
+// norms' outputs, written as their products' bf16 copies in their own memory, read by the
+// products of the forward and again, held as written, by those of the backward, give the
+// CPU's results. On the GPU, each buffer is first filled with a pattern that its second
+// half must still hold after: no floats were written, the copy being the first half. Run
+// again with stores turned into holds (ops_cuda_enable_stored_inputs(false), as
+// MARLHF_CUDA_STORED_INPUTS=0), which writes floats (and the model still calls the store).
+static bool second_half_is_pattern(const float *device, long n) {
+    float *host = xmalloc((size_t)n * 4);
+    gpu->copy_to_host(host, device, (size_t)n * 4);
+    bool same = true;
+    for (long i = (n + 1) / 2; i < n; i++) same = same && host[i] == 12345.0f;
+    free(host);
+    return same;
+}
+
+static void test_stored_inputs(void) {
+    const int N = 67, I = 96, C = 40; // n even: the copy fills the first half exactly
+    const long n = (long)N * I, nc = (long)N * C;
+    float *gate = random_host(n, 3), *up = random_host(n, 3), *dact = random_host(n, 1);
+    float *w_down = random_host((long)C * I, 0.2f), *w_in = random_host((long)I * C, 0.2f); // [C, I]; [I, C]: C -> I
+    float *x = random_host(nc, 2), *w_norm = random_host(C, 1), *bias = random_host(C, 1);
+    float *dout_down = random_host(nc, 1), *dout_in = random_host(n, 1);
+    float *pattern = xmalloc((size_t)n * 4);
+    for (long i = 0; i < n; i++) pattern[i] = 12345.0f;
+    float *act = xmalloc((size_t)n * 4), *dgate = xmalloc((size_t)n * 4), *dup = xmalloc((size_t)n * 4);
+    float *out = xmalloc((size_t)nc * 4), *dw_down = xmalloc((size_t)C * I * 4), *dx = xmalloc((size_t)nc * 4);
+    float *dx_up = xmalloc((size_t)nc * 4), *norm = xmalloc((size_t)nc * 4), *stat = xmalloc((size_t)N * 4);
+    float *mean = xmalloc((size_t)N * 4), *proj = xmalloc((size_t)n * 4), *dw_in = xmalloc((size_t)I * C * 4);
+    float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dact = gpu_floats(dact, n);
+    float *d_w_down = gpu_floats(w_down, (long)C * I), *d_w_in = gpu_floats(w_in, (long)I * C);
+    float *d_x = gpu_floats(x, nc), *d_w_norm = gpu_floats(w_norm, C), *d_bias = gpu_floats(bias, C);
+    float *d_dout_down = gpu_floats(dout_down, nc), *d_dout_in = gpu_floats(dout_in, n);
+    float *d_act = gpu->alloc((size_t)n * 4), *d_dgate = gpu->alloc((size_t)n * 4), *d_dup = gpu->alloc((size_t)n * 4);
+    float *d_out = gpu->alloc((size_t)nc * 4), *d_dw_down = gpu->alloc((size_t)C * I * 4), *d_dx = gpu->alloc((size_t)nc * 4);
+    float *d_dx_up = gpu->alloc((size_t)nc * 4), *d_norm = gpu->alloc((size_t)nc * 4), *d_stat = gpu->alloc((size_t)N * 4);
+    float *d_mean = gpu->alloc((size_t)N * 4), *d_proj = gpu->alloc((size_t)n * 4), *d_dw_in = gpu->alloc((size_t)I * C * 4);
+    char what[128];
+    for (int pass = 0; pass < (standing_in ? 1 : 2); pass++) {
+        const bool stores = pass == 0; // pass 1: stores turned into holds
+        if (!standing_in) ops_cuda_enable_stored_inputs(stores);
+        const bool floats_unwritten = stores && !standing_in;
+        for (int kind = 0; kind < 3; kind++) { // 0: GELU, 1: SwiGLU, 2: GeGLU
+            const char *name = kind == 0 ? "gelu" : kind == 1 ? "swiglu" : "geglu";
+            const char *mode = stores ? "stored" : "stores as holds";
+            // Forward: act stored, read by down's product.
+            if (kind == 0) cpu->gelu_forward(act, up, n);
+            else cpu->glu_forward(act, gate, up, n, kind == 2);
+            cpu->matmul_forward(out, act, w_down, NULL, N, I, C);
+            gpu->copy_to_device(d_act, pattern, (size_t)n * 4);
+            gpu->matmul_input_store(d_act, n, false);
+            if (kind == 0) gpu->gelu_forward(d_act, d_up, n);
+            else gpu->glu_forward(d_act, d_gate, d_up, n, kind == 2);
+            gpu->matmul_forward(d_out, d_act, d_w_down, NULL, N, I, C);
+            gpu->matmul_input_release();
+            snprintf(what, sizeof what, "%s %s output: its product", mode, name);
+            expect_match_keep(what, d_out, out, nc, TOL_BF16);
+            if (floats_unwritten) {
+                snprintf(what, sizeof what, "%s %s output: no floats written", mode, name);
+                EXPECT(second_half_is_pattern(d_act, n), "%s", what);
+            }
+            // Backward: act stored and written (down's weight gradient), the input gradients
+            // stored (gate's and up's input gradients through their products).
+            if (kind == 0) cpu->gelu_backward(dup, dact, up, act, n);
+            else cpu->glu_backward(dgate, dup, dact, gate, up, act, n, kind == 2);
+            cpu->matmul_backward(NULL, dw_down, NULL, dout_down, act, w_down, N, I, C, WRITE_OVERWRITE, WRITE_OVERWRITE);
+            cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            gpu->copy_to_device(d_dup, pattern, (size_t)n * 4);
+            gpu->copy_to_device(d_dgate, pattern, (size_t)n * 4);
+            gpu->matmul_input_store(d_act, n, true);
+            gpu->matmul_input_store(d_dup, n, false);
+            if (kind) gpu->matmul_input_store(d_dgate, n, false);
+            if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
+            else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
+            gpu->matmul_backward(NULL, d_dw_down, NULL, d_dout_down, d_act, d_w_down, N, I, C, WRITE_OVERWRITE,
+                                 WRITE_OVERWRITE);
+            gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            gpu->matmul_input_release();
+            snprintf(what, sizeof what, "%s %s backward: down's weight gradient from the forward's output", mode, name);
+            expect_match_keep(what, d_dw_down, dw_down, (long)C * I, TOL_BF16);
+            snprintf(what, sizeof what, "%s %s backward: up's input gradient", mode, name);
+            expect_match_keep(what, d_dx_up, dx_up, nc, TOL_BF16);
+            if (kind) {
+                snprintf(what, sizeof what, "%s %s backward: gate's input gradient", mode, name);
+                expect_match_keep(what, d_dx, dx, nc, TOL_BF16);
+            }
+            if (floats_unwritten) {
+                snprintf(what, sizeof what, "%s %s backward: no floats of the input gradients written", mode, name);
+                EXPECT(second_half_is_pattern(d_dup, n) && (!kind || second_half_is_pattern(d_dgate, n)), "%s", what);
+            }
+        }
+        for (int kind = 0; kind < 2; kind++) { // 0: RMSNorm, 1: LayerNorm
+            const char *name = kind == 0 ? "rmsnorm" : "layernorm";
+            const char *mode = stores ? "stored" : "stores as holds";
+            // Forward: the norm's output stored, read by a product (up's); the backward's
+            // weight gradient reads it again, held as written.
+            if (kind == 0) cpu->rmsnorm_forward(norm, stat, x, w_norm, N, C, 1e-6f, false);
+            else cpu->layernorm_forward(norm, mean, stat, x, w_norm, bias, N, C, 1e-5f);
+            cpu->matmul_forward(proj, norm, w_in, NULL, N, C, I);
+            cpu->matmul_backward(NULL, dw_in, NULL, dout_in, norm, w_in, N, C, I, WRITE_OVERWRITE, WRITE_OVERWRITE);
+            gpu->copy_to_device(d_norm, pattern, (size_t)nc * 4);
+            gpu->matmul_input_store(d_norm, nc, false);
+            if (kind == 0) gpu->rmsnorm_forward(d_norm, d_stat, d_x, d_w_norm, N, C, 1e-6f, false);
+            else gpu->layernorm_forward(d_norm, d_mean, d_stat, d_x, d_w_norm, d_bias, N, C, 1e-5f);
+            gpu->matmul_forward(d_proj, d_norm, d_w_in, NULL, N, C, I);
+            gpu->matmul_input_release();
+            gpu->matmul_input_store(d_norm, nc, true);
+            gpu->matmul_backward(NULL, d_dw_in, NULL, d_dout_in, d_norm, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_OVERWRITE);
+            gpu->matmul_input_release();
+            snprintf(what, sizeof what, "%s %s output: its product", mode, name);
+            expect_match_keep(what, d_proj, proj, n, TOL_BF16);
+            snprintf(what, sizeof what, "%s %s output: the weight gradient reading it again", mode, name);
+            expect_match_keep(what, d_dw_in, dw_in, (long)I * C, TOL_BF16);
+            snprintf(what, sizeof what, "%s %s: its statistics", mode, name);
+            expect_match_keep(what, d_stat, stat, N, TOL_FP32);
+            if (floats_unwritten) {
+                snprintf(what, sizeof what, "%s %s output: no floats written", mode, name);
+                EXPECT(second_half_is_pattern(d_norm, nc), "%s", what);
+            }
+        }
+    }
+    if (!standing_in) ops_cuda_enable_stored_inputs(true);
+    float *device[] = {d_gate, d_up, d_dact, d_w_down, d_w_in, d_x, d_w_norm, d_bias, d_dout_down, d_dout_in,
+                       d_act, d_dgate, d_dup, d_out, d_dw_down, d_dx, d_dx_up, d_norm, d_stat, d_mean, d_proj, d_dw_in};
+    for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
+    float *host[] = {gate, up, dact, w_down, w_in, x, w_norm, bias, dout_down, dout_in, pattern, act, dgate, dup,
+                     out, dw_down, dx, dx_up, norm, stat, mean, proj, dw_in};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }
 
 // The norms (forward: their output; backward: their input gradient, accumulated), the RoPE
@@ -1954,6 +2091,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_matmul_held_input);
     RUN_SELECTED(test_held_activation_outputs);
     RUN_SELECTED(test_held_norm_and_attention_outputs);
+    RUN_SELECTED(test_stored_inputs);
     RUN_SELECTED(test_rope);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_decode_and_cache);

@@ -76,9 +76,8 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
-// sgemm reads float inputs as they are: nothing to keep.
+// sgemm reads float inputs as they are: nothing to keep. (A store's check: stored_inputs.c.)
 static void cpu_matmul_input_hold(const float *inp, long n) {}
-static void cpu_matmul_input_release(void) {}
 
 const OpsBackend ops_cpu = {
     .name = "cpu",
@@ -95,15 +94,16 @@ const OpsBackend ops_cpu = {
     .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_accumulate = cpu_matmul_accumulate,
-    .matmul_forward_residual = cpu_matmul_forward_residual,
+    .matmul_forward = cpu_stored_matmul_forward,
+    .matmul_accumulate = cpu_stored_matmul_accumulate,
+    .matmul_forward_residual = cpu_stored_matmul_forward_residual,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
-    .matmul_forward_dequantized = cpu_matmul_forward_dequantized,
+    .matmul_forward_dequantized = cpu_stored_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,
     .dequantize_rows = cpu_dequantize_rows,
-    .matmul_backward = cpu_matmul_backward,
+    .matmul_backward = cpu_stored_matmul_backward,
     .matmul_input_hold = cpu_matmul_input_hold,
+    .matmul_input_store = cpu_matmul_input_store,
     .matmul_input_release = cpu_matmul_input_release,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

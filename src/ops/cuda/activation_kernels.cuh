@@ -34,7 +34,9 @@ DEVICE_INLINE float silu_derivative(float x) {
 // Each thread takes four consecutive elements (device_primitives.cuh's Four): every element's
 // formula is the same on either path, so results do not depend on it. An output that is a
 // held matmul input (matmul_input_hold) gets its bf16 copy written beside it (`*_copy`, NULL
-// otherwise), which spares the next product a read of the whole output to convert it.
+// otherwise), which spares the next product a read of the whole output to convert it. A
+// float output is NULL when the model stores it (matmul_input_store): only its copy is
+// written.
 static __global__ void gelu_forward_kernel(float *out, bf16 *out_copy, const float *inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;

@@ -165,6 +165,7 @@ extern "C" const OpsBackend ops_cuda = {
     .dequantize_rows = cuda_dequantize_rows,
     .matmul_backward = cuda_matmul_backward,
     .matmul_input_hold = cuda_matmul_input_hold,
+    .matmul_input_store = cuda_matmul_input_store,
     .matmul_input_release = cuda_matmul_input_release,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
@@ -228,6 +229,12 @@ extern "C" int ops_cuda_open(void) {
     const char *attention = getenv("MARLHF_CUDA_ATTENTION");
     if (attention && !ops_cuda_select_attention(attention))
         return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected mma, mma-plain, wmma or unfused (environment)", attention);
+    const char *stored_inputs = getenv("MARLHF_CUDA_STORED_INPUTS");
+    if (stored_inputs && *stored_inputs) {
+        if (strcmp(stored_inputs, "0") && strcmp(stored_inputs, "1"))
+            return err_set("MARLHF_CUDA_STORED_INPUTS is '%s'; expected 0 or 1 (environment)", stored_inputs);
+        ops_cuda_enable_stored_inputs(!strcmp(stored_inputs, "1"));
+    }
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)

@@ -147,11 +147,20 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 // or the held input's one copy (matmul_input_hold).
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 void cuda_matmul_input_hold(const float *inp, long n);
+void cuda_matmul_input_store(const float *inp, long n, bool written);
 void cuda_matmul_input_release(void);
 // For an op writing `out` (n floats): the bf16 copy it should write beside it when `out` is
-// held (matmul_input_hold; the copy then counts as made), else NULL (also for `out` NULL: an
-// activation backward's optional `act`, whose copy it writes from recomputed values).
+// held (matmul_input_hold; the copy then counts as made), else NULL (also for `out` NULL).
+// A stored `out` (matmul_input_store) is an internal error here: the op would write floats
+// over its copy; the ops that can write a stored output ask cuda_held_output.
 __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n);
+// cuda_held_copy_to_write for the ops that may write a stored output: for one, the copy is
+// the buffer's own memory and *out becomes NULL (the kernel writes no floats).
+__nv_bfloat16 *cuda_held_output(float **out, long n);
+// For an activation backward's `act` (or NULL), whose copy it can write from the values it
+// recomputes: the copy to write when act is held, or stored but not yet written; NULL when
+// act is not held or its stored copy is already there.
+__nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);

@@ -172,7 +172,9 @@ DEVICE_INLINE Four load_four(const float *p, long first, long n, bool vector) {
     return f;
 }
 
+// Nothing when p is NULL: an output kept only as its bf16 copy (a stored matmul input).
 DEVICE_INLINE void store_four(float *p, long first, long n, bool vector, const Four &f) {
+    if (!p) return;
     if (vector && first + 4 <= n) {
         store_float4(p + first, f.x);
     } else {

@@ -188,34 +188,55 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
 // attention forward, the RoPE backward, through cuda_held_copy_to_write) or else by the first
 // product that reads it, and read by the others until the release. A hold starts without a copy, so holding a buffer again (the
 // next layer's rows in a shared buffer) copies its new contents.
+// A stored input (matmul_input_store) keeps its copy in its own memory instead of a
+// scratch slot, and no floats: the first half of the buffer is the bf16 copy, written by
+// the op that produces it (cuda_held_output) and kept there from a forward to its
+// backward, whose products read it again without a conversion (held with `written`).
 enum { MATMUL_HELD_INPUTS = SCRATCH_MATMUL_HELD_LAST - SCRATCH_MATMUL_HELD + 1 };
 struct HeldInput {
     const float *input; // NULL: a free entry
     long count;
-    bool copied;
+    bool copied; // the copy is made (for a stored input: its producer has written it)
+    bool stored;
 };
 static HeldInput held_inputs[MATMUL_HELD_INPUTS];
 
-void cuda_matmul_input_hold(const float *inp, long n) {
+// MARLHF_CUDA_STORED_INPUTS=0 (ops_cuda_open) turns stores into plain holds: the floats are
+// written as before, the copies go to scratch slots. For measuring the one against the other.
+static bool stores_enabled = true;
+
+extern "C" void ops_cuda_enable_stored_inputs(bool enabled) { stores_enabled = enabled; }
+
+static void hold_entry(const float *inp, long n, bool copied, bool stored) {
     HeldInput *entry = NULL;
     for (HeldInput &h : held_inputs)
         if (h.input == inp) entry = &h; // held again: new contents
     for (HeldInput &h : held_inputs)
         if (!entry && !h.input) entry = &h;
     CHECK(entry, "more than %d matmul inputs held at once (matmul_input_hold)", (int)MATMUL_HELD_INPUTS);
-    *entry = HeldInput{inp, n, false};
+    *entry = HeldInput{inp, n, copied, stored};
+}
+
+void cuda_matmul_input_hold(const float *inp, long n) { hold_entry(inp, n, false, false); }
+
+void cuda_matmul_input_store(const float *inp, long n, bool written) {
+    // A plain hold of a stored-and-written input would read the floats the store never wrote.
+    if (stores_enabled) hold_entry(inp, n, written, true);
+    else hold_entry(inp, n, false, false);
 }
 
 void cuda_matmul_input_release(void) {
-    for (HeldInput &h : held_inputs) h = HeldInput{NULL, 0, false};
+    for (HeldInput &h : held_inputs) h = HeldInput{NULL, 0, false, false};
 }
 
 // The held entry of x (n floats), or NULL (also for x NULL), and its copy's buffer.
 static HeldInput *held_entry(const float *x, long n, __nv_bfloat16 **copy) {
     for (int i = 0; x && i < MATMUL_HELD_INPUTS; i++)
         if (held_inputs[i].input == x && held_inputs[i].count == n) {
-            *copy = (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD + i, (size_t)n * sizeof(__nv_bfloat16));
-            return &held_inputs[i];
+            HeldInput *entry = &held_inputs[i];
+            *copy = entry->stored ? (__nv_bfloat16 *)entry->input
+                                  : (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD + i, (size_t)n * sizeof(__nv_bfloat16));
+            return entry;
         }
     return NULL;
 }
@@ -224,13 +245,32 @@ __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
     __nv_bfloat16 *copy;
     HeldInput *entry = held_entry(out, n, &copy);
     if (!entry) return NULL;
+    CHECK(!entry->stored, "a stored matmul input (matmul_input_store) written by an op that writes its floats");
     entry->copied = true; // the caller's kernel writes it, in stream order before any reader
+    return copy;
+}
+
+__nv_bfloat16 *cuda_held_output(float **out, long n) {
+    __nv_bfloat16 *copy;
+    HeldInput *entry = held_entry(*out, n, &copy);
+    if (!entry) return NULL;
+    if (entry->stored) *out = NULL; // the copy is the buffer's own memory: no floats
+    entry->copied = true;
+    return copy;
+}
+
+__nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n) {
+    __nv_bfloat16 *copy;
+    HeldInput *entry = held_entry(act, n, &copy);
+    if (!entry || (entry->stored && entry->copied)) return NULL; // not held, or stored and still there
+    entry->copied = true;
     return copy;
 }
 
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
     __nv_bfloat16 *copy;
     if (HeldInput *entry = held_entry(x, n, &copy)) {
+        CHECK(!entry->stored || entry->copied, "a stored matmul input (matmul_input_store) read before an op wrote it");
         if (!entry->copied) cuda_to_bf16(copy, x, n);
         entry->copied = true;
         return copy;

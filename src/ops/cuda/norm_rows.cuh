@@ -4,7 +4,8 @@
 // products, the backward's (the residual stream's gradient) the output gradient of the
 // previous block's last product. When the model holds it (matmul_input_hold) the kernel
 // writes its bf16 copy beside it (`*_copy`, else NULL), sparing that product a read of the
-// whole output to convert it.
+// whole output to convert it. A forward's `out` is NULL when the model stores it
+// (matmul_input_store): the copy is then all that is written.
 //
 // Written once for nvcc and for the CPU emulation (cpu_emulation.h), which runs them in
 // tests/test_norm_emulated.cpp against ops/cpu/norm.c.
@@ -31,10 +32,11 @@ static __global__ void __launch_bounds__(THREADS)
     for (int c = threadIdx.x; c < C; c += THREADS) var += (x[c] - mu) * (x[c] - mu);
     var = block_sum_fixed<THREADS>(var, slots) / C;
     const float s = (float)(1.0 / sqrt(var + eps)), m = (float)mu;
-    float *y = out + row * C;
+    float *y = out ? out + row * C : nullptr;
     for (int c = threadIdx.x; c < C; c += THREADS) {
-        y[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
-        if (out_copy) out_copy[row * C + c] = to_bf16(y[c]);
+        const float value = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+        if (y) y[c] = value;
+        if (out_copy) out_copy[row * C + c] = to_bf16(value);
     }
     if (threadIdx.x == 0) {
         mean[row] = m;
@@ -78,7 +80,7 @@ static __global__ void __launch_bounds__(THREADS)
     double *slots = reinterpret_cast<double *>(shared);
     const long row = blockIdx.x;
     const float *x = inp + row * C;
-    float *y = out + row * C;
+    float *y = out ? out + row * C : nullptr;
     bf16 *y_copy = out_copy ? out_copy + row * C : nullptr;
     double sum_sq = 0;
     if (by_four) {
@@ -97,13 +99,14 @@ static __global__ void __launch_bounds__(THREADS)
             load_float4(v, x + c);
             load_float4(w, weight + c);
             for (int k = 0; k < 4; k++) result[k] = v[k] * s * (offset + w[k]);
-            store_float4(y + c, result);
+            if (y) store_float4(y + c, result);
             if (y_copy) store_bf16x4(y_copy + c, result);
         }
     } else {
         for (int c = threadIdx.x; c < C; c += THREADS) {
-            y[c] = x[c] * s * (offset + weight[c]);
-            if (y_copy) y_copy[c] = to_bf16(y[c]);
+            const float value = x[c] * s * (offset + weight[c]);
+            if (y) y[c] = value;
+            if (y_copy) y_copy[c] = to_bf16(value);
         }
     }
     if (threadIdx.x == 0) rstd[row] = s;

@@ -1,0 +1,128 @@
+// The CPU's matmul_input_store (ops.h) and the check of what it promises.
+//
+// A GPU keeps a stored input as the bf16 copy its products read, in the buffer's own
+// memory, and never writes its floats; the CPU's products read floats, so here a store is
+// nothing. But the model's side of the promise (products are a stored input's only
+// readers, from the op that writes it until it is next written without a store) would
+// then only be checked on a GPU. With MARLHF_CHECK_STORED_INPUTS=1 (tests/run.sh sets it)
+// the CPU plays the GPU's part with floats: at the first product that reads a stored input
+// after its writer, its values move to a copy of their own, which the products read from
+// then on, the forward's until its backward's, and the buffer is filled with NaN. Any other
+// op that reads the buffer meanwhile turns its results into NaN, which the tests see.
+// (A reader between the writer and the first product still sees the values: the model's
+// products follow their input's writer directly.)
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "ops/cpu/ops_cpu.h"
+
+typedef struct {
+    const float *buffer; // the model's buffer (its address is the key)
+    long count;
+    float *values; // the moved values, which products read
+    bool active;   // stored since the last release
+    bool pending;  // written under the current store, not yet moved
+} StoredInput;
+
+static StoredInput *stored;
+static int stored_count, stored_capacity;
+
+// MARLHF_CHECK_STORED_INPUTS: 1 on; unset, empty or 0 off; anything else a user error (a
+// misspelt value must not quietly leave a test run unchecked).
+static bool checking_stores(void) {
+    static int checking = -1;
+    if (checking < 0) {
+        const char *setting = getenv("MARLHF_CHECK_STORED_INPUTS");
+        if (setting && *setting && strcmp(setting, "0") != 0 && strcmp(setting, "1") != 0)
+            die_user("MARLHF_CHECK_STORED_INPUTS is '%s'; expected 0 or 1 (environment)", setting);
+        checking = setting && strcmp(setting, "1") == 0;
+    }
+    return checking;
+}
+
+static StoredInput *find_stored(const float *buffer) {
+    for (int i = 0; i < stored_count; i++)
+        if (stored[i].buffer == buffer) return &stored[i];
+    return NULL;
+}
+
+// The buffer's values into the entry's copy, NaN into the buffer.
+static void move_aside(StoredInput *entry) {
+    float *buffer = (float *)entry->buffer;
+    memcpy(entry->values, buffer, (size_t)entry->count * sizeof(float));
+    for (long i = 0; i < entry->count; i++) buffer[i] = NAN;
+    entry->pending = false;
+}
+
+void cpu_matmul_input_store(const float *inp, long n, bool written) {
+    if (!checking_stores()) return;
+    StoredInput *entry = find_stored(inp);
+    if (written) {
+        // The forward's store must have been moved aside (at its first product, or at the
+        // release that ended it) and not stored again since.
+        CHECK(entry && !entry->pending && entry->count == n,
+              "a matmul input held as stored and written (matmul_input_store) that no store wrote");
+        entry->active = true;
+        return;
+    }
+    if (!entry) {
+        if (stored_count == stored_capacity) {
+            stored_capacity = stored_capacity ? 2 * stored_capacity : 16;
+            stored = xrealloc(stored, (size_t)stored_capacity * sizeof *stored);
+        }
+        entry = &stored[stored_count++];
+        *entry = (StoredInput){.buffer = inp};
+    }
+    if (entry->count != n) {
+        free(entry->values);
+        entry->values = xmalloc((size_t)n * sizeof(float));
+        entry->count = n;
+    }
+    entry->active = true, entry->pending = true;
+}
+
+void cpu_matmul_input_release(void) {
+    if (!checking_stores()) return;
+    for (int i = 0; i < stored_count; i++) {
+        if (stored[i].active && stored[i].pending) move_aside(&stored[i]);
+        stored[i].active = false;
+    }
+}
+
+const float *cpu_stored_product_input(const float *x, long n) {
+    if (!x || !checking_stores()) return x;
+    StoredInput *entry = find_stored(x);
+    if (!entry || !entry->active) return x;
+    CHECK(entry->count == n, "a stored matmul input read as %ld floats; it was stored as %ld", n, entry->count);
+    if (entry->pending) move_aside(entry);
+    return entry->values;
+}
+
+// The products of the CPU's function table, reading their inputs through cpu_stored_product_input.
+void cpu_stored_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
+                               int OC) {
+    cpu_matmul_forward(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+}
+
+void cpu_stored_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+    cpu_matmul_accumulate(out, cpu_stored_product_input(inp, (long)N * IC), weight, N, IC, OC);
+}
+
+void cpu_stored_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
+                                        const float *residual, int N, int IC, int OC) {
+    cpu_matmul_forward_residual(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, residual, N, IC, OC);
+}
+
+void cpu_stored_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias,
+                                           int N, int IC, int OC) {
+    cpu_matmul_forward_dequantized(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+}
+
+void cpu_stored_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
+                                WriteMode weight_mode) {
+    cpu_matmul_backward(dinp, dweight, dbias, cpu_stored_product_input(dout, (long)N * OC), cpu_stored_product_input(inp, (long)N * IC),
+                        weight, N, IC, OC, dinp_mode, weight_mode);
+}
