@@ -101,27 +101,29 @@ int main(int argc, char **argv) {
     // product or by the op that wrote it, is held here too, the untimed first call making the
     // copy: in the forward every product's input (the norms write q's, k's, v's, up's and
     // gate's, the attention o's, the GLU down's); in the backward the inputs of q, k, v, gate
-    // and up (the norms' outputs, stored by the forward: matmul_input_store) and of down (act,
+    // and up (the norms' outputs, stored by the forward: hold_stored) and of down (act,
     // stored too), gate's and up's output gradients (the GLU's backward's), o's and down's
-    // (the norms' backward), and q's and k's (the RoPE backward's).
+    // (the norms' backward), and q's and k's (the RoPE backward's). Gate's and up's outputs
+    // are stored (hold_stored): their products write them as bf16 for the GLU to read.
     struct {
         const char *name;
         int in, out;
         WriteMode dinp;
-        bool input_held_forward, input_held_backward, dout_held, onto_residual;
-    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false},
-                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false},
-                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false},
-                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true},
-                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false},
-                  {"matmul up", C, I, WRITE_ADD, true, true, true, false},
-                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true}};
+        bool input_held_forward, input_held_backward, dout_held, onto_residual, output_stored;
+    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false, false},
+                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false, false},
+                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false, false},
+                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true, false},
+                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false, true},
+                  {"matmul up", C, I, WRITE_ADD, true, true, true, false, true},
+                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true, false}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
         double flops = 2.0 * N * linear[i].in * linear[i].out;
         snprintf(label, sizeof label, "%s forward", linear[i].name);
         if (linear[i].input_held_forward) ops->matmul_input_hold(x, inputs);
+        if (linear[i].output_stored) ops->hold_stored(y, outputs, false); // gate's and up's: bf16 outputs
         if (linear[i].onto_residual)
             TIME_OP(label, L, flops, 0,
                     ops->matmul_forward_residual(y, x, w, NULL, u, (int)N, linear[i].in, linear[i].out));
@@ -157,9 +159,9 @@ int main(int argc, char **argv) {
             (ops->rope_backward(dq, positions, (int)N, H, hd, inv_freq),
              ops->rope_backward(dk, positions, (int)N, KV, hd, inv_freq)));
     ops->matmul_input_release();
-    // A layer's two norms write their outputs stored (matmul_input_store: the bf16 copy only),
+    // A layer's two norms write their outputs stored (hold_stored: the bf16 copy only),
     // the final norm's as floats with a copy.
-    ops->matmul_input_store(y, N * C, false);
+    ops->hold_stored(y, N * C, false);
     TIME_OP("rmsnorm forward (stored)", 2 * L, 0, 6.0 * N * C,
             ops->rmsnorm_forward(y, stat, x, w, (int)N, C, 1e-5f, false));
     ops->matmul_input_release();
@@ -171,15 +173,21 @@ int main(int argc, char **argv) {
             ops->rmsnorm_backward(z, grad_w, y, x, w, stat, (int)N, C, false));
     ops->matmul_input_release();
     // The GLU's output and input gradients are stored products' inputs in the model
-    // (matmul_input_store): written as their bf16 copies only; the backward leaves the
+    // (hold_stored): written as their bf16 copies only; the backward leaves the
     // forward's output where the forward stored it (down's weight gradient reads it there).
-    ops->matmul_input_store(z, N * I, false);
-    TIME_OP("glu forward (stored)", L, 0, 10.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
+    // Its inputs, gate's and up's outputs, are stored too: bf16, written by their products.
+    ops->hold_stored(z, N * I, false);
+    ops->hold_stored(x, N * I, true);
+    ops->hold_stored(y, N * I, true);
+    TIME_OP("glu forward (stored)", L, 0, 6.0 * N * I, ops->glu_forward(z, x, y, N * I, false));
     ops->matmul_input_release();
-    ops->matmul_input_store(z, N * I, false);
-    ops->matmul_input_store(u, N * I, false);
-    ops->matmul_input_store(y, N * I, true); // as act: this backward neither reads nor writes it
-    TIME_OP("glu backward (stored)", L, 0, 16.0 * N * I, ops->glu_backward(z, u, x, y, x, y, N * I, false));
+    float *act = buffer(N * I), *d_act = buffer(N * I);
+    ops->hold_stored(z, N * I, false);
+    ops->hold_stored(u, N * I, false);
+    ops->hold_stored(x, N * I, true);
+    ops->hold_stored(y, N * I, true);
+    ops->hold_stored(act, N * I, true); // the forward's output: this backward neither reads nor writes it
+    TIME_OP("glu backward (stored)", L, 0, 12.0 * N * I, ops->glu_backward(z, u, d_act, x, y, act, N * I, false));
     ops->matmul_input_release();
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,

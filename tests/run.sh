@@ -28,7 +28,7 @@ export MARLHF_BIN="$BUILD/marlhf"
 # Gradients start as NaN at each model_zero_grad (model/model.h): an op that adds into a
 # gradient tensor nothing wrote, or a reader that skips model_settle_gradients, fails loudly.
 export MARLHF_CHECK_GRADIENT_WRITES=1
-# A stored product input (ops.h, matmul_input_store) is moved aside for its products and its
+# A stored product input (ops.h, hold_stored) is moved aside for its products and its
 # buffer filled with NaN (ops/cpu/stored_inputs.c): any other reader of it fails loudly.
 export MARLHF_CHECK_STORED_INPUTS=1
 tmp_root="tests/tmp/$BUILD"

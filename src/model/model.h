@@ -45,7 +45,7 @@ typedef struct {
     float *lora_hidden[LORA_TARGETS]; // LoRA: scale * A x per adapter, [N, rank]
     float *dora_z[LORA_TARGETS];      // DoRA: the base result (no bias) + scale * B A x, [N, out]
     // The last forward stored attn_norm_out, mlp_norm_out and act (ops.h's
-    // matmul_input_store): products are their only readers, and on a GPU they hold bf16
+    // hold_stored): products are their only readers, and on a GPU they hold bf16
     // copies instead of floats, which the backward's products read again.
     bool inputs_stored;
 } LayerActivations;

@@ -434,14 +434,15 @@ static float query_scale_of(const ModelConfig *cfg) {
 
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
-// Whether a training forward of layer l stores its product-only inputs (the norms' outputs,
-// the MLP's activation; in the backward also the activation's input gradients) instead of
-// holding them (ops.h, matmul_input_store): true when products are their only readers, the
-// layer's weights being plain floats without adapters (LoRA's and DoRA's terms, and
-// quantized weights' kernels, read them otherwise). A forward for a KV cache (generation)
-// stores nothing: no backward follows it.
+// Whether a training forward of layer l stores the buffers that only products and the
+// activation read (ops.h, hold_stored): the norms' outputs, gate's and up's outputs, the
+// activation's output, and in the backward the activation's input gradients. True when
+// nothing else reads them: the layer's weights plain floats without adapters (LoRA's and
+// DoRA's terms, and quantized weights' kernels, read them otherwise) and up without a bias
+// (added to its output as floats). A forward for a KV cache (generation) stores nothing: no
+// backward follows it.
 static bool layer_stores_inputs(const Model *model, int l, const CacheTarget *target) {
-    if (!model->grads || target || model->quantized) return false;
+    if (!model->grads || target || model->quantized || model->weights.layers[l].up_b) return false;
     for (int t = 0; t < LORA_TARGETS; t++)
         if (lora_adapts(model, l, (LoraTarget)t)) return false;
     return true;
@@ -450,7 +451,7 @@ static bool layer_stores_inputs(const Model *model, int l, const CacheTarget *ta
 // A product input held (ops.h): stored when the layer stores them, `written` by an earlier
 // op under the store (the forward's output that its backward reads again).
 static void hold_input(const OpsBackend *ops, bool store, const float *inp, long n, bool written) {
-    if (store) ops->matmul_input_store(inp, n, written);
+    if (store) ops->hold_stored(inp, n, written);
     else ops->matmul_input_hold(inp, n);
 }
 
@@ -552,9 +553,16 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     hold_input(ops, store, la->mlp_norm_out, N * C, false); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
+    // Up's and gate's outputs, which only the activation reads (forward and backward): stored,
+    // a GPU writes them as bf16 from its products.
+    const bool gated = cfg->mlp != MLP_GELU;
+    if (store) {
+        ops->hold_stored(la->up, N * I, false);
+        if (gated) ops->hold_stored(la->gate, N * I, false);
+    }
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
-    if (cfg->mlp != MLP_GELU) {
+    if (gated) {
         model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
         lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
     }
@@ -562,6 +570,10 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
     // with it instead of reading it back to convert it.
     hold_input(ops, store, la->act, N * I, false);
+    if (store) {
+        ops->hold_stored(la->up, N * I, true);
+        if (gated) ops->hold_stored(la->gate, N * I, true);
+    }
     if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
     else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     block_output_forward(model, l, LORA_DOWN, la, x_out, la->act, la->x_mid, w->down_w,
@@ -953,6 +965,10 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     hold_input(ops, stored, la->mlp_norm_out, N * C, true);
     hold_input(ops, stored, a->d_up, N * I, false);
     if (gated) hold_input(ops, stored, a->d_gate, N * I, false);
+    if (stored) { // the forward's outputs of up and gate, which the activation's backward reads
+        ops->hold_stored(la->up, N * I, true);
+        if (gated) ops->hold_stored(la->gate, N * I, true);
+    }
     if (!gated) ops->gelu_backward(a->d_up, a->d_act, la->up, la->act, N * I);
     else ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, la->act, N * I, cfg->mlp == MLP_GEGLU);
     if (g->down_w || g->down_b)

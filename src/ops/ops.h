@@ -193,22 +193,23 @@ typedef struct OpsBackend {
     // output, instead of converting it at every product. An activation's backward
     // also writes the copy of its forward's output `act` when act is held (the down
     // projection's weight gradient reads act after it): act's values are recomputed there,
-    // act itself is not written. The CPU's are no-ops. Up to 5 inputs held at once; the
+    // act itself is not written. The CPU's are no-ops. Up to 8 inputs held at once; the
     // release lets go of all of them.
     void (*matmul_input_hold)(const float *inp, long n);
-    // A hold (the same promise, the same release, counted among the 5) that promises more:
-    // until `inp` is next written without a store, products are the only readers of its
-    // values, so a backend may keep them in its products' format in inp's own memory
-    // instead of as floats (the GPU: bf16 in the first half of the buffer; its floats are
-    // then not meaningful). `written` false: the next op to write inp, one of an activation
-    // (gelu/glu forward's out, gelu backward's dinp, glu backward's dgate and dup) or a
-    // norm forward's out, writes it so. `written` true: inp still holds what the ops
-    // wrote under an earlier store (a forward's output that its backward's products read
-    // again); an activation backward then leaves its `act` alone. The CPU keeps floats
-    // (a no-op), or with MARLHF_CHECK_STORED_INPUTS=1 moves a stored input's values aside
-    // for the products and fills the buffer with NaN (ops/cpu/stored_inputs.c), so that
-    // any other reader shows.
-    void (*matmul_input_store)(const float *inp, long n, bool written);
+    // A hold of `buffer` (the same release, counted among the 8) that promises more: until
+    // it is next written without a store, its only readers are products (as an input: the
+    // ops matmul_input_hold names) and the activations (gelu's inp, glu's gate and up, forward
+    // and backward), so a backend may keep its values in their readers' format in the
+    // buffer's own memory instead of as floats (the GPU: bf16 in the first half of the
+    // buffer; its floats are then not meaningful). `written` false: the next op to write
+    // the buffer writes it so, one of a matmul_forward without a bias (out), an activation
+    // (gelu/glu forward's out, gelu backward's dinp, glu backward's dgate and dup) or a norm
+    // forward (out). `written` true: the buffer still holds what an op wrote under an earlier
+    // store (a forward's output that its backward reads again); an activation backward then
+    // leaves its `act` alone. The CPU keeps floats (a no-op), or with
+    // MARLHF_CHECK_STORED_INPUTS=1 moves a stored buffer's values aside for those readers and
+    // fills the buffer with NaN (ops/cpu/stored_inputs.c), so that any other reader shows.
+    void (*hold_stored)(const float *buffer, long n, bool written);
     void (*matmul_input_release)(void);
 
     // ---- rotary positions (Hugging Face "rotate half" convention) ----
@@ -387,7 +388,7 @@ int cublaslt_library_open(void);
 // attention_saved_size).
 bool ops_cuda_select_attention(const char *kernels);
 const char *ops_cuda_attention_kernels(void);
-// Whether matmul_input_store keeps stored inputs as bf16 in their own memory (true, the
+// Whether hold_stored keeps stored inputs as bf16 in their own memory (true, the
 // default) or holds them as matmul_input_hold does (floats written, copies in scratch
 // slots): $MARLHF_CUDA_STORED_INPUTS=1|0 sets it when the device opens. For measuring the
 // one against the other (bench/train_step).

@@ -81,7 +81,7 @@ static float *rounded_copy(const float *x, long n) {
 
 // A product's input: a stored one's values as the CPU's products read them
 // (ops/cpu/stored_inputs.c), rounded.
-static float *rounded_input(const float *x, long n) { return rounded_copy(cpu_stored_product_input(x, n), n); }
+static float *rounded_input(const float *x, long n) { return rounded_copy(cpu_stored_input(x, n), n); }
 
 static void rounded_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                                    int IC, int OC) {
@@ -569,7 +569,7 @@ static void test_held_activation_outputs(void) {
         free(dx_up);
 }
 
-// Stored inputs (matmul_input_store): the activations' outputs and input gradients and the
+// Stored inputs (hold_stored): the activations' outputs and input gradients and the
 // norms' outputs, written as their products' bf16 copies in their own memory, read by the
 // products of the forward and again, held as written, by those of the backward, give the
 // CPU's results. On the GPU, each buffer is first filled with a pattern that its second
@@ -590,6 +590,7 @@ static void test_stored_inputs(void) {
     const long n = (long)N * I, nc = (long)N * C;
     float *gate = random_host(n, 3), *up = random_host(n, 3), *dact = random_host(n, 1);
     float *w_down = random_host((long)C * I, 0.2f), *w_in = random_host((long)I * C, 0.2f); // [C, I]; [I, C]: C -> I
+    float *w_gate = random_host((long)I * C, 0.2f), *d_w_gate = gpu_floats(w_gate, (long)I * C);
     float *x = random_host(nc, 2), *w_norm = random_host(C, 1), *bias = random_host(C, 1);
     float *dout_down = random_host(nc, 1), *dout_in = random_host(n, 1);
     float *pattern = xmalloc((size_t)n * 4);
@@ -619,7 +620,7 @@ static void test_stored_inputs(void) {
             else cpu->glu_forward(act, gate, up, n, kind == 2);
             cpu->matmul_forward(out, act, w_down, NULL, N, I, C);
             gpu->copy_to_device(d_act, pattern, (size_t)n * 4);
-            gpu->matmul_input_store(d_act, n, false);
+            gpu->hold_stored(d_act, n, false);
             if (kind == 0) gpu->gelu_forward(d_act, d_up, n);
             else gpu->glu_forward(d_act, d_gate, d_up, n, kind == 2);
             gpu->matmul_forward(d_out, d_act, d_w_down, NULL, N, I, C);
@@ -639,9 +640,9 @@ static void test_stored_inputs(void) {
             if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
             gpu->copy_to_device(d_dup, pattern, (size_t)n * 4);
             gpu->copy_to_device(d_dgate, pattern, (size_t)n * 4);
-            gpu->matmul_input_store(d_act, n, true);
-            gpu->matmul_input_store(d_dup, n, false);
-            if (kind) gpu->matmul_input_store(d_dgate, n, false);
+            gpu->hold_stored(d_act, n, true);
+            gpu->hold_stored(d_dup, n, false);
+            if (kind) gpu->hold_stored(d_dgate, n, false);
             if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
             else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
             gpu->matmul_backward(NULL, d_dw_down, NULL, d_dout_down, d_act, d_w_down, N, I, C, WRITE_OVERWRITE,
@@ -662,6 +663,63 @@ static void test_stored_inputs(void) {
                 EXPECT(second_half_is_pattern(d_dup, n) && (!kind || second_half_is_pattern(d_dgate, n)), "%s", what);
             }
         }
+        // Gate's and up's products stored (bf16 outputs), read by the activation's forward and,
+        // held as written, by its backward: x (nc floats, as [N, C]) through w_in^T-shaped
+        // weights [I, C] -> [N, I].
+        for (int kind = 0; kind < 3; kind++) {
+            const char *name = kind == 0 ? "gelu" : kind == 1 ? "swiglu" : "geglu";
+            const char *mode = stores ? "stored" : "stores as holds";
+            float *product_gate = xmalloc((size_t)n * 4), *product_up = xmalloc((size_t)n * 4);
+            cpu->matmul_forward(product_up, x, w_in, NULL, N, C, I);
+            cpu->matmul_forward(product_gate, x, w_gate, NULL, N, C, I);
+            if (kind == 0) cpu->gelu_forward(act, product_up, n);
+            else cpu->glu_forward(act, product_gate, product_up, n, kind == 2);
+            cpu->matmul_forward(out, act, w_down, NULL, N, I, C);
+            if (kind == 0) cpu->gelu_backward(dup, dact, product_up, act, n);
+            else cpu->glu_backward(dgate, dup, dact, product_gate, product_up, act, n, kind == 2);
+            cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            gpu->copy_to_device(d_up, pattern, (size_t)n * 4);
+            gpu->copy_to_device(d_gate, pattern, (size_t)n * 4);
+            gpu->hold_stored(d_up, n, false);
+            if (kind) gpu->hold_stored(d_gate, n, false);
+            gpu->matmul_forward(d_up, d_x, d_w_in, NULL, N, C, I);
+            if (kind) gpu->matmul_forward(d_gate, d_x, d_w_gate, NULL, N, C, I);
+            gpu->matmul_input_release();
+            if (floats_unwritten) {
+                snprintf(what, sizeof what, "%s %s: no floats of the products' outputs written", mode, name);
+                EXPECT(second_half_is_pattern(d_up, n) && (!kind || second_half_is_pattern(d_gate, n)), "%s", what);
+            }
+            gpu->hold_stored(d_act, n, false);
+            gpu->hold_stored(d_up, n, true);
+            if (kind) gpu->hold_stored(d_gate, n, true);
+            if (kind == 0) gpu->gelu_forward(d_act, d_up, n);
+            else gpu->glu_forward(d_act, d_gate, d_up, n, kind == 2);
+            gpu->matmul_forward(d_out, d_act, d_w_down, NULL, N, I, C);
+            gpu->matmul_input_release();
+            snprintf(what, sizeof what, "%s %s of stored products: down's product", mode, name);
+            expect_match_keep(what, d_out, out, nc, TOL_BF16);
+            gpu->hold_stored(d_act, n, true);
+            gpu->hold_stored(d_up, n, true);
+            if (kind) gpu->hold_stored(d_gate, n, true);
+            gpu->hold_stored(d_dup, n, false);
+            if (kind) gpu->hold_stored(d_dgate, n, false);
+            if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
+            else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
+            gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
+            gpu->matmul_input_release();
+            snprintf(what, sizeof what, "%s %s of stored products: up's input gradient", mode, name);
+            expect_match_keep(what, d_dx_up, dx_up, nc, TOL_BF16);
+            if (kind) {
+                snprintf(what, sizeof what, "%s %s of stored products: gate's input gradient", mode, name);
+                expect_match_keep(what, d_dx, dx, nc, TOL_BF16);
+            }
+            free(product_gate), free(product_up);
+        }
+        // The products above overwrote gate's and up's inputs of the next pass: restore them.
+        gpu->copy_to_device(d_gate, gate, (size_t)n * 4);
+        gpu->copy_to_device(d_up, up, (size_t)n * 4);
         for (int kind = 0; kind < 2; kind++) { // 0: RMSNorm, 1: LayerNorm
             const char *name = kind == 0 ? "rmsnorm" : "layernorm";
             const char *mode = stores ? "stored" : "stores as holds";
@@ -672,12 +730,12 @@ static void test_stored_inputs(void) {
             cpu->matmul_forward(proj, norm, w_in, NULL, N, C, I);
             cpu->matmul_backward(NULL, dw_in, NULL, dout_in, norm, w_in, N, C, I, WRITE_OVERWRITE, WRITE_OVERWRITE);
             gpu->copy_to_device(d_norm, pattern, (size_t)nc * 4);
-            gpu->matmul_input_store(d_norm, nc, false);
+            gpu->hold_stored(d_norm, nc, false);
             if (kind == 0) gpu->rmsnorm_forward(d_norm, d_stat, d_x, d_w_norm, N, C, 1e-6f, false);
             else gpu->layernorm_forward(d_norm, d_mean, d_stat, d_x, d_w_norm, d_bias, N, C, 1e-5f);
             gpu->matmul_forward(d_proj, d_norm, d_w_in, NULL, N, C, I);
             gpu->matmul_input_release();
-            gpu->matmul_input_store(d_norm, nc, true);
+            gpu->hold_stored(d_norm, nc, true);
             gpu->matmul_backward(NULL, d_dw_in, NULL, d_dout_in, d_norm, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_OVERWRITE);
             gpu->matmul_input_release();
             snprintf(what, sizeof what, "%s %s output: its product", mode, name);
@@ -693,10 +751,10 @@ static void test_stored_inputs(void) {
         }
     }
     if (!standing_in) ops_cuda_enable_stored_inputs(true);
-    float *device[] = {d_gate, d_up, d_dact, d_w_down, d_w_in, d_x, d_w_norm, d_bias, d_dout_down, d_dout_in,
+    float *device[] = {d_w_gate, d_gate, d_up, d_dact, d_w_down, d_w_in, d_x, d_w_norm, d_bias, d_dout_down, d_dout_in,
                        d_act, d_dgate, d_dup, d_out, d_dw_down, d_dx, d_dx_up, d_norm, d_stat, d_mean, d_proj, d_dw_in};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
-    float *host[] = {gate, up, dact, w_down, w_in, x, w_norm, bias, dout_down, dout_in, pattern, act, dgate, dup,
+    float *host[] = {w_gate, gate, up, dact, w_down, w_in, x, w_norm, bias, dout_down, dout_in, pattern, act, dgate, dup,
                      out, dw_down, dx, dx_up, norm, stat, mean, proj, dw_in};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
 }

@@ -68,13 +68,15 @@ void cpu_dequantize_rows(float *out, const Q8Matrix *weight, int first, int coun
 void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                          WriteMode weight_mode);
-// stored_inputs.c: matmul_input_store and the release (no-ops unless
-// MARLHF_CHECK_STORED_INPUTS=1), and the products above reading a stored input's moved values.
-void cpu_matmul_input_store(const float *inp, long n, bool written);
+// stored_inputs.c: hold_stored and the release (no-ops unless
+// MARLHF_CHECK_STORED_INPUTS=1), and the products above and the activations below reading a
+// stored input's moved values.
+void cpu_hold_stored(const float *inp, long n, bool written);
 void cpu_matmul_input_release(void);
-// What a product reads for its input x (n floats): a stored input's moved values, else x.
+// What a product or an activation reads for its input x (n floats): a stored input's moved
+// values, else x.
 // (A table that wraps the CPU's products reads its inputs through it: tests/gpu/test_cuda.c.)
-const float *cpu_stored_product_input(const float *x, long n);
+const float *cpu_stored_input(const float *x, long n);
 void cpu_stored_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
                                int OC);
 void cpu_stored_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);
@@ -85,6 +87,11 @@ void cpu_stored_matmul_forward_dequantized(float *out, const float *inp, const Q
 void cpu_stored_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                 const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                                 WriteMode weight_mode);
+void cpu_stored_gelu_forward(float *out, const float *inp, long n);
+void cpu_stored_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n);
+void cpu_stored_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu);
+void cpu_stored_glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                             const float *act, long n, bool gelu);
 
 void cpu_rope_forward(float *x, const int *positions, int N, int n_heads, int head_dim,
                       const float *inv_freq);

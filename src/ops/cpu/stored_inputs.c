@@ -1,4 +1,4 @@
-// The CPU's matmul_input_store (ops.h) and the check of what it promises.
+// The CPU's hold_stored (ops.h) and the check of what it promises.
 //
 // A GPU keeps a stored input as the bf16 copy its products read, in the buffer's own
 // memory, and never writes its floats; the CPU's products read floats, so here a store is
@@ -56,14 +56,14 @@ static void move_aside(StoredInput *entry) {
     entry->pending = false;
 }
 
-void cpu_matmul_input_store(const float *inp, long n, bool written) {
+void cpu_hold_stored(const float *inp, long n, bool written) {
     if (!checking_stores()) return;
     StoredInput *entry = find_stored(inp);
     if (written) {
         // The forward's store must have been moved aside (at its first product, or at the
         // release that ended it) and not stored again since.
         CHECK(entry && !entry->pending && entry->count == n,
-              "a matmul input held as stored and written (matmul_input_store) that no store wrote");
+              "a matmul input held as stored and written (hold_stored) that no store wrote");
         entry->active = true;
         return;
     }
@@ -91,7 +91,7 @@ void cpu_matmul_input_release(void) {
     }
 }
 
-const float *cpu_stored_product_input(const float *x, long n) {
+const float *cpu_stored_input(const float *x, long n) {
     if (!x || !checking_stores()) return x;
     StoredInput *entry = find_stored(x);
     if (!entry || !entry->active) return x;
@@ -100,29 +100,46 @@ const float *cpu_stored_product_input(const float *x, long n) {
     return entry->values;
 }
 
-// The products of the CPU's function table, reading their inputs through cpu_stored_product_input.
+// The products of the CPU's function table, reading their inputs through cpu_stored_input.
 void cpu_stored_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
                                int OC) {
-    cpu_matmul_forward(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+    cpu_matmul_forward(out, cpu_stored_input(inp, (long)N * IC), weight, bias, N, IC, OC);
 }
 
 void cpu_stored_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
-    cpu_matmul_accumulate(out, cpu_stored_product_input(inp, (long)N * IC), weight, N, IC, OC);
+    cpu_matmul_accumulate(out, cpu_stored_input(inp, (long)N * IC), weight, N, IC, OC);
 }
 
 void cpu_stored_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
                                         const float *residual, int N, int IC, int OC) {
-    cpu_matmul_forward_residual(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, residual, N, IC, OC);
+    cpu_matmul_forward_residual(out, cpu_stored_input(inp, (long)N * IC), weight, bias, residual, N, IC, OC);
 }
 
 void cpu_stored_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias,
                                            int N, int IC, int OC) {
-    cpu_matmul_forward_dequantized(out, cpu_stored_product_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+    cpu_matmul_forward_dequantized(out, cpu_stored_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+}
+
+// The activations of the table, reading a stored gate, up or input (a product's output that
+// only they read) through cpu_stored_input.
+void cpu_stored_gelu_forward(float *out, const float *inp, long n) { cpu_gelu_forward(out, cpu_stored_input(inp, n), n); }
+
+void cpu_stored_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n) {
+    cpu_gelu_backward(dinp, dout, cpu_stored_input(inp, n), act, n);
+}
+
+void cpu_stored_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu) {
+    cpu_glu_forward(out, cpu_stored_input(gate, n), cpu_stored_input(up, n), n, gelu);
+}
+
+void cpu_stored_glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                             const float *act, long n, bool gelu) {
+    cpu_glu_backward(dgate, dup, dout, cpu_stored_input(gate, n), cpu_stored_input(up, n), act, n, gelu);
 }
 
 void cpu_stored_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                 const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                                 WriteMode weight_mode) {
-    cpu_matmul_backward(dinp, dweight, dbias, cpu_stored_product_input(dout, (long)N * OC), cpu_stored_product_input(inp, (long)N * IC),
+    cpu_matmul_backward(dinp, dweight, dbias, cpu_stored_input(dout, (long)N * OC), cpu_stored_input(inp, (long)N * IC),
                         weight, N, IC, OC, dinp_mode, weight_mode);
 }

@@ -5,20 +5,29 @@
 
 using namespace activation_kernels;
 
-// Four elements at a time need the floats 16-byte aligned and the copies 8-byte aligned (a
-// scratch slot always is; a stored copy is its buffer's own memory).
-static bool copies_by_four(const void *a, const void *b = NULL, const void *c = NULL) {
-    return (uintptr_t)a % 8 == 0 && (uintptr_t)b % 8 == 0 && (uintptr_t)c % 8 == 0;
+// Four elements at a time need the floats 16-byte aligned and the bf16 ones (copies, stored
+// values) 8-byte aligned (a scratch slot always is; a stored buffer is its own memory).
+static bool bf16_by_four(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
+                         const void *e = NULL) {
+    const void *pointers[5] = {a, b, c, d, e};
+    for (const void *p : pointers)
+        if ((uintptr_t)p % 8) return false;
+    return true;
 }
 
-// A stored output (matmul_input_store: out, dinp, dgate, dup) is written as its bf16 copy
-// only (cuda_held_output turns the float pointer NULL), and a stored `act` that its forward
-// wrote is not rewritten (cuda_held_recomputed_copy).
+// An input's floats, or its bf16 values when it is stored (cuda_stored_values).
+static Input input_of(const float *x, long n) { return Input{x, cuda_stored_values(x, n)}; }
+
+// A stored output (hold_stored: out, dinp, dgate, dup) is written as its bf16 copy only
+// (cuda_held_output turns the float pointer NULL), a stored `act` that its forward wrote is
+// not rewritten (cuda_held_recomputed_copy), and a stored input (gate, up, inp: the
+// products' bf16 outputs) is read as bf16.
 void cuda_gelu_forward(float *out, const float *inp, long n) {
     if (n == 0) return;
     __nv_bfloat16 *out_copy = cuda_held_output(&out, n);
-    gelu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, out_copy, inp, n,
-                                                         all_aligned16(out, inp) && copies_by_four(out_copy));
+    const Input x = input_of(inp, n);
+    gelu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, out_copy, x, n,
+                                                         all_aligned16(out, inp) && bf16_by_four(out_copy, x.stored));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -26,17 +35,20 @@ void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, const 
     if (n == 0) return;
     __nv_bfloat16 *dinp_copy = cuda_held_output(&dinp, n);
     __nv_bfloat16 *act_copy = cuda_held_recomputed_copy(act, n);
-    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, dinp_copy, act_copy, dout, inp, n,
+    const Input x = input_of(inp, n);
+    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, dinp_copy, act_copy, dout, x, n,
                                                           all_aligned16(dinp, dout, inp) &&
-                                                              copies_by_four(dinp_copy, act_copy));
+                                                              bf16_by_four(dinp_copy, act_copy, x.stored));
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_glu_forward(float *out, const float *gate, const float *up, long n, bool use_gelu) {
     if (n == 0) return;
     __nv_bfloat16 *out_copy = cuda_held_output(&out, n);
-    glu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, out_copy, gate, up, n, use_gelu,
-                                                        all_aligned16(out, gate, up) && copies_by_four(out_copy));
+    const Input g = input_of(gate, n), u = input_of(up, n);
+    glu_forward_kernel<<<grid_for_fours(n, 256), 256>>>(out, out_copy, g, u, n, use_gelu,
+                                                        all_aligned16(out, gate, up) &&
+                                                            bf16_by_four(out_copy, g.stored, u.stored));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -45,9 +57,11 @@ void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float 
     if (n == 0) return;
     __nv_bfloat16 *dgate_copy = cuda_held_output(&dgate, n), *dup_copy = cuda_held_output(&dup, n);
     __nv_bfloat16 *act_copy = cuda_held_recomputed_copy(act, n);
-    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, dgate_copy, dup_copy, act_copy, dout, gate, up, n,
+    const Input g = input_of(gate, n), u = input_of(up, n);
+    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, dgate_copy, dup_copy, act_copy, dout, g, u, n,
                                                          use_gelu,
                                                          all_aligned16(dgate, dup, dout, gate, up) &&
-                                                             copies_by_four(dgate_copy, dup_copy, act_copy));
+                                                             bf16_by_four(dgate_copy, dup_copy, act_copy, g.stored,
+                                                                          u.stored));
     CUDA_CHECK_LAUNCH();
 }

@@ -31,16 +31,26 @@ DEVICE_INLINE float silu_derivative(float x) {
     return sig * (1.0f + x * (1.0f - sig));
 }
 
+// An activation's input: its floats, or the bf16 values that a stored buffer holds in their
+// place (hold_stored: the gate and up products' outputs, written as bf16 by the products).
+struct Input {
+    const float *floats;
+    const bf16 *stored; // NULL: read the floats
+    DEVICE_METHOD Four load(long first, long n, bool vector) const {
+        return stored ? load_four_bf16(stored, first, n, vector) : load_four(floats, first, n, vector);
+    }
+};
+
 // Each thread takes four consecutive elements (device_primitives.cuh's Four): every element's
 // formula is the same on either path, so results do not depend on it. An output that is a
 // held matmul input (matmul_input_hold) gets its bf16 copy written beside it (`*_copy`, NULL
 // otherwise), which spares the next product a read of the whole output to convert it. A
-// float output is NULL when the model stores it (matmul_input_store): only its copy is
+// float output is NULL when the model stores it (hold_stored): only its copy is
 // written.
-static __global__ void gelu_forward_kernel(float *out, bf16 *out_copy, const float *inp, long n, bool vector) {
+static __global__ void gelu_forward_kernel(float *out, bf16 *out_copy, Input inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
-    Four x = load_four(inp, first, n, vector), y;
+    Four x = inp.load(first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = gelu(x.x[k]);
     store_four(out, first, n, vector, y);
     store_four_bf16(out_copy, first, n, vector, y);
@@ -52,10 +62,10 @@ static __global__ void gelu_forward_kernel(float *out, bf16 *out_copy, const flo
 // write its copy (`act_copy`) from the activation they recompute anyway, the forward's
 // formula on the same inputs: the weight gradient then reads no fp32 act to convert.
 static __global__ void gelu_backward_kernel(float *dinp, bf16 *dinp_copy, bf16 *act_copy,
-                                            const float *dout, const float *inp, long n, bool vector) {
+                                            const float *dout, Input inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
-    Four x = load_four(inp, first, n, vector), dy = load_four(dout, first, n, vector), dx;
+    Four x = inp.load(first, n, vector), dy = load_four(dout, first, n, vector), dx;
     for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
     store_four(dinp, first, n, vector, dx);
     store_four_bf16(dinp_copy, first, n, vector, dx);
@@ -66,11 +76,11 @@ static __global__ void gelu_backward_kernel(float *dinp, bf16 *dinp_copy, bf16 *
     }
 }
 
-static __global__ void glu_forward_kernel(float *out, bf16 *out_copy, const float *gate, const float *up,
-                                          long n, bool use_gelu, bool vector) {
+static __global__ void glu_forward_kernel(float *out, bf16 *out_copy, Input gate, Input up, long n, bool use_gelu,
+                                          bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
-    Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector), y;
+    Four g = gate.load(first, n, vector), u = up.load(first, n, vector), y;
     for (int k = 0; k < 4; k++) y.x[k] = (use_gelu ? gelu(g.x[k]) : silu(g.x[k])) * u.x[k];
     store_four(out, first, n, vector, y);
     store_four_bf16(out_copy, first, n, vector, y);
@@ -78,10 +88,10 @@ static __global__ void glu_forward_kernel(float *out, bf16 *out_copy, const floa
 
 static __global__ void glu_backward_kernel(float *dgate, float *dup, bf16 *dgate_copy,
                                            bf16 *dup_copy, bf16 *act_copy, const float *dout,
-                                           const float *gate, const float *up, long n, bool use_gelu, bool vector) {
+                                           Input gate, Input up, long n, bool use_gelu, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
-    Four g = load_four(gate, first, n, vector), u = load_four(up, first, n, vector);
+    Four g = gate.load(first, n, vector), u = up.load(first, n, vector);
     Four dy = load_four(dout, first, n, vector), dg, du, y;
     for (int k = 0; k < 4; k++) {
         float act = use_gelu ? gelu(g.x[k]) : silu(g.x[k]);

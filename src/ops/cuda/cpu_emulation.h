@@ -174,6 +174,7 @@ static inline double __shfl_xor_sync(unsigned, double value, int lane_mask) { re
 static inline int __shfl_xor_sync(unsigned, int value, int lane_mask) { return shuffle_xor(value, lane_mask); }
 
 DEVICE_INLINE bf16 to_bf16(float x) { return float_to_bf16(x); }
+DEVICE_INLINE float from_bf16(bf16 x) { return bf16_to_float(x); }
 
 DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
     return (uint32_t)float_to_bf16(low).bits | (uint32_t)float_to_bf16(high).bits << 16;

@@ -63,7 +63,8 @@ size_t cuda_shared_memory_per_block(void);
 enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
     SCRATCH_MATMUL_HELD,                                   // bf16 of the held inputs (matmul_input_hold):
-    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 4,    //   one slot each, MATMUL_HELD_INPUTS
+    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 7,    //   one slot each, MATMUL_HELD_INPUTS (a stored
+                                                           //   one's stays unallocated: its copy is in place)
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]
     SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
@@ -147,11 +148,11 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 // or the held input's one copy (matmul_input_hold).
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 void cuda_matmul_input_hold(const float *inp, long n);
-void cuda_matmul_input_store(const float *inp, long n, bool written);
+void cuda_hold_stored(const float *inp, long n, bool written);
 void cuda_matmul_input_release(void);
 // For an op writing `out` (n floats): the bf16 copy it should write beside it when `out` is
 // held (matmul_input_hold; the copy then counts as made), else NULL (also for `out` NULL).
-// A stored `out` (matmul_input_store) is an internal error here: the op would write floats
+// A stored `out` (hold_stored) is an internal error here: the op would write floats
 // over its copy; the ops that can write a stored output ask cuda_held_output.
 __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n);
 // cuda_held_copy_to_write for the ops that may write a stored output: for one, the copy is
@@ -161,6 +162,9 @@ __nv_bfloat16 *cuda_held_output(float **out, long n);
 // recomputes: the copy to write when act is held, or stored but not yet written; NULL when
 // act is not held or its stored copy is already there.
 __nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n);
+// x's values as bf16 when x is stored (hold_stored) and written: its own memory; else NULL
+// (the reader reads x's floats). An activation's input (gate, up) reads them so.
+const __nv_bfloat16 *cuda_stored_values(const float *x, long n);
 // out[i, o] += bias[o] for N rows of OC.
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);

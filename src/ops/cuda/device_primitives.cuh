@@ -49,6 +49,7 @@ DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
 // a * b and a + b, each rounded on its own: nvcc contracts a product followed by a sum into
 // one FMA (one rounding), which changes last bits against the CPU (dequantize.cuh).
 DEVICE_INLINE bf16 to_bf16(float x) { return __float2bfloat16(x); }
+DEVICE_INLINE float from_bf16(bf16 x) { return __bfloat162float(x); }
 DEVICE_INLINE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 
@@ -173,6 +174,20 @@ DEVICE_INLINE Four load_four(const float *p, long first, long n, bool vector) {
 }
 
 // Nothing when p is NULL: an output kept only as its bf16 copy (a stored matmul input).
+// Four bf16 widened to floats (exactly): two 32-bit loads when `vector` (p 4-byte aligned:
+// a stored buffer, hold_stored, is 16-byte aligned and `first` a multiple of 4).
+DEVICE_INLINE Four load_four_bf16(const bf16 *p, long first, long n, bool vector) {
+    Four f;
+    if (vector && first + 4 <= n) {
+        const uint32_t low = load_u32(p + first), high = load_u32(p + first + 2);
+        f.x[0] = float_from_bits(low << 16), f.x[1] = float_from_bits(low & 0xffff0000u);
+        f.x[2] = float_from_bits(high << 16), f.x[3] = float_from_bits(high & 0xffff0000u);
+    } else {
+        for (int k = 0; k < 4; k++) f.x[k] = first + k < n ? from_bf16(p[first + k]) : 0.0f;
+    }
+    return f;
+}
+
 DEVICE_INLINE void store_four(float *p, long first, long n, bool vector, const Four &f) {
     if (!p) return;
     if (vector && first + 4 <= n) {

@@ -92,7 +92,7 @@ struct GemmPlan {
 };
 
 typedef std::tuple<int, int, int, int, int, int, int, int, int, long long, long long, long long,
-                   int, int, int, int>
+                   int, int, int, int, int>
     GemmKey;
 static std::map<GemmKey, GemmPlan> gemm_plans;
 
@@ -110,14 +110,16 @@ static cublasLtMatrixLayout_t make_layout(cudaDataType type, int rows, int cols,
 }
 
 // D = alpha * op(A) op(B) + beta * C, C laid out as D: C == D (in place, every caller but
-// one) or another buffer (out of place: cuBLASLt reads C and writes D).
+// one) or another buffer (out of place: cuBLASLt reads C and writes D). C and D are fp32, or
+// both bf16 (`d_type` CUDA_R_16BF: a stored product output, hold_stored) rounded from the
+// fp32 accumulators.
 static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const __nv_bfloat16 *A, int lda,
-                      const __nv_bfloat16 *B, int ldb, float beta, const float *C, float *D, int ldd, int batch,
-                      long long stride_a, long long stride_b, long long stride_d) {
+                      const __nv_bfloat16 *B, int ldb, float beta, const void *C, void *D, int ldd, int batch,
+                      long long stride_a, long long stride_b, long long stride_d, cudaDataType d_type = CUDA_R_32F) {
     if (m == 0 || n == 0) return;
     int align_a = alignment_of(A), align_b = alignment_of(B), align_c = alignment_of(C), align_d = alignment_of(D);
     GemmKey key{trans_a, trans_b, m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d,
-                align_a, align_b, align_c, align_d};
+                align_a, align_b, align_c, align_d, (int)d_type};
     auto found = gemm_plans.find(key);
     if (found == gemm_plans.end()) {
         GemmPlan plan;
@@ -131,7 +133,7 @@ static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alp
         // Stored shapes: A is (m x k) after op, so stored (k x m) when transposed.
         plan.a = make_layout(CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda, batch, stride_a);
         plan.b = make_layout(CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb, batch, stride_b);
-        plan.d = make_layout(CUDA_R_32F, m, n, ldd, batch, stride_d);
+        plan.d = make_layout(d_type, m, n, ldd, batch, stride_d);
 
         cublasLtMatmulPreference_t preference;
         CUBLAS_CHECK(cublaslt.MatmulPreferenceCreate(&preference));
@@ -188,7 +190,7 @@ __global__ static void add_bias_kernel(float *out, const float *bias, long N, in
 // attention forward, the RoPE backward, through cuda_held_copy_to_write) or else by the first
 // product that reads it, and read by the others until the release. A hold starts without a copy, so holding a buffer again (the
 // next layer's rows in a shared buffer) copies its new contents.
-// A stored input (matmul_input_store) keeps its copy in its own memory instead of a
+// A stored input (hold_stored) keeps its copy in its own memory instead of a
 // scratch slot, and no floats: the first half of the buffer is the bf16 copy, written by
 // the op that produces it (cuda_held_output) and kept there from a forward to its
 // backward, whose products read it again without a conversion (held with `written`).
@@ -219,7 +221,7 @@ static void hold_entry(const float *inp, long n, bool copied, bool stored) {
 
 void cuda_matmul_input_hold(const float *inp, long n) { hold_entry(inp, n, false, false); }
 
-void cuda_matmul_input_store(const float *inp, long n, bool written) {
+void cuda_hold_stored(const float *inp, long n, bool written) {
     // A plain hold of a stored-and-written input would read the floats the store never wrote.
     if (stores_enabled) hold_entry(inp, n, written, true);
     else hold_entry(inp, n, false, false);
@@ -245,7 +247,7 @@ __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
     __nv_bfloat16 *copy;
     HeldInput *entry = held_entry(out, n, &copy);
     if (!entry) return NULL;
-    CHECK(!entry->stored, "a stored matmul input (matmul_input_store) written by an op that writes its floats");
+    CHECK(!entry->stored, "a stored matmul input (hold_stored) written by an op that writes its floats");
     entry->copied = true; // the caller's kernel writes it, in stream order before any reader
     return copy;
 }
@@ -256,6 +258,24 @@ __nv_bfloat16 *cuda_held_output(float **out, long n) {
     if (!entry) return NULL;
     if (entry->stored) *out = NULL; // the copy is the buffer's own memory: no floats
     entry->copied = true;
+    return copy;
+}
+
+// A product's output that is stored (and so written as bf16 in place), else NULL: a held
+// one that is not stored gets no copy from a product, whose output the hold does not cover.
+static __nv_bfloat16 *stored_output(const float *out, long n) {
+    __nv_bfloat16 *copy;
+    HeldInput *entry = held_entry(out, n, &copy);
+    if (!entry || !entry->stored) return NULL;
+    entry->copied = true;
+    return copy;
+}
+
+const __nv_bfloat16 *cuda_stored_values(const float *x, long n) {
+    __nv_bfloat16 *copy;
+    HeldInput *entry = held_entry(x, n, &copy);
+    if (!entry || !entry->stored) return NULL;
+    CHECK(entry->copied, "a stored buffer (hold_stored) read before an op wrote it");
     return copy;
 }
 
@@ -270,7 +290,7 @@ __nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n) {
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
     __nv_bfloat16 *copy;
     if (HeldInput *entry = held_entry(x, n, &copy)) {
-        CHECK(!entry->stored || entry->copied, "a stored matmul input (matmul_input_store) read before an op wrote it");
+        CHECK(!entry->stored || entry->copied, "a stored matmul input (hold_stored) read before an op wrote it");
         if (!entry->copied) cuda_to_bf16(copy, x, n);
         entry->copied = true;
         return copy;
@@ -287,10 +307,17 @@ void cuda_add_bias(float *out, const float *bias, long N, int OC) {
 
 // out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major
 // terms D(OC x N) = op_T(W stored IC x OC) * inp stored (IC x N).
+// A stored output (hold_stored: the gate and up products, which only the activations read)
+// is written as bf16 in its own memory, rounded from the fp32 accumulators.
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC) {
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
+    if (__nv_bfloat16 *stored = stored_output(out, (long)N * OC)) {
+        CHECK(!bias, "a stored product output (hold_stored) with a bias");
+        gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, stored, stored, OC, 1, 0, 0, 0, CUDA_R_16BF);
+        return;
+    }
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, out, OC, 1, 0, 0, 0);
     if (bias) cuda_add_bias(out, bias, N, OC);
 }

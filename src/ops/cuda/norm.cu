@@ -4,7 +4,7 @@
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/norm_rows.cuh"
 
-// A forward's stored output (matmul_input_store) is written as its bf16 copy only
+// A forward's stored output (hold_stored) is written as its bf16 copy only
 // (cuda_held_output makes `out` NULL).
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int N, int C, float eps) {

@@ -5,7 +5,7 @@
 // previous block's last product. When the model holds it (matmul_input_hold) the kernel
 // writes its bf16 copy beside it (`*_copy`, else NULL), sparing that product a read of the
 // whole output to convert it. A forward's `out` is NULL when the model stores it
-// (matmul_input_store): the copy is then all that is written.
+// (hold_stored): the copy is then all that is written.
 //
 // Written once for nvcc and for the CPU emulation (cpu_emulation.h), which runs them in
 // tests/test_norm_emulated.cpp against ops/cpu/norm.c.
