@@ -65,6 +65,13 @@ static double mean_loss(const float *logp, const int *targets, long N) {
 }
 
 static const char *attention_label = "";
+
+// What the result line says of MARLHF_CUDA_STORED_INPUTS (src/ops/ops.h,
+// ops_cuda_enable_stored_inputs): "false" when it turns the GPU's stored buffers off.
+static const char *stored_inputs_setting(void) {
+    const char *setting = getenv("MARLHF_CUDA_STORED_INPUTS");
+    return setting && !strcmp(setting, "0") ? "false" : "true";
+}
 static int lora_rank = 0;
 static double lora_dropout = 0;
 static bool use_dora = false;
@@ -136,10 +143,12 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
         printf("{\"impl\": \"marlhf-%s%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
-               "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g}\n",
+               "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g, "
+               "\"stored_inputs\": %s}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
-               loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm);
+               loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm,
+               stored_inputs_setting());
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);

@@ -252,6 +252,10 @@ if [ "$bench" = 1 ]; then
     # Both steps clip the gradient norm to 1 (the default of each); the 1B pair again
     # without it (PyTorch's peer clipped nothing before 2026-12-05).
     bench_run 200 "$results" "$train_step" --device cuda --model llama-1b --batch 8 --seq 1024 --steps 10 --max-grad-norm 0
+    # The 1B step with the stored buffers turned into plain holds (src/ops/ops.h, hold_stored):
+    # the session-40 change measured against what came before it.
+    bench_run 200 "$results" env MARLHF_CUDA_STORED_INPUTS=0 "$train_step" --device cuda --model llama-1b --batch 8 \
+        --seq 1024 --steps 10
     bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape llama1b --batch 8 --seq 1024 --steps 10 \
         --warmup 3 --device cuda --max-grad-norm 0
     [ "$quick" = 1 ] || bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
