@@ -104,19 +104,20 @@ int main(int argc, char **argv) {
     // and up (the norms' outputs, stored by the forward: hold_stored) and of down (act,
     // stored too), gate's and up's output gradients (the GLU's backward's), o's and down's
     // (the norms' backward), and q's and k's (the RoPE backward's). Gate's and up's outputs
-    // are stored (hold_stored): their products write them as bf16 for the GLU to read.
+    // are stored (hold_stored): their products write them as bf16 for the GLU to read; so is
+    // down's input gradient, for the GLU's backward.
     struct {
         const char *name;
         int in, out;
         WriteMode dinp;
-        bool input_held_forward, input_held_backward, dout_held, onto_residual, output_stored;
-    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false, false},
-                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false, false},
-                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false, false},
-                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true, false},
-                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false, true},
-                  {"matmul up", C, I, WRITE_ADD, true, true, true, false, true},
-                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true, false}};
+        bool input_held_forward, input_held_backward, dout_held, onto_residual, output_stored, dinp_stored;
+    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false, false, false},
+                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false, false, false},
+                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false, false, false},
+                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true, false, false},
+                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false, true, false},
+                  {"matmul up", C, I, WRITE_ADD, true, true, true, false, true, false},
+                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true, false, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
@@ -133,6 +134,7 @@ int main(int argc, char **argv) {
         snprintf(label, sizeof label, "%s backward", linear[i].name);
         if (linear[i].input_held_backward) ops->matmul_input_hold(x, inputs);
         if (linear[i].dout_held) ops->matmul_input_hold(y, outputs);
+        if (linear[i].dinp_stored) ops->hold_stored(z, inputs, false); // down's: bf16, for the GLU's backward
         TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
                                                                linear[i].dinp, WRITE_OVERWRITE));
         ops->matmul_input_release();
@@ -187,7 +189,8 @@ int main(int argc, char **argv) {
     ops->hold_stored(x, N * I, true);
     ops->hold_stored(y, N * I, true);
     ops->hold_stored(act, N * I, true); // the forward's output: this backward neither reads nor writes it
-    TIME_OP("glu backward (stored)", L, 0, 12.0 * N * I, ops->glu_backward(z, u, d_act, x, y, act, N * I, false));
+    ops->hold_stored(d_act, N * I, true); // down's input gradient, stored by its product
+    TIME_OP("glu backward (stored)", L, 0, 10.0 * N * I, ops->glu_backward(z, u, d_act, x, y, act, N * I, false));
     ops->matmul_input_release();
     TIME_OP("embedding forward", 1, 0, 8.0 * N * C, ops->embedding_forward(y, tokens, positions, w2, NULL, (int)N, C, 1.0f));
     TIME_OP("embedding backward", 1, 0, 8.0 * N * C,

@@ -33,7 +33,7 @@ static void launch_fours(long n, const std::function<void()> &kernel) {
 static const double TOLERANCE = 3e-6;
 
 // The inputs as the kernels take them: floats, or (stored: hold_stored, the gate and up
-// products' outputs) bf16 values, with floats beside them that the kernel must not read:
+// products' outputs and down's input gradient) bf16 values, with floats beside them that the kernel must not read:
 // the unrounded values, which differ from the stored ones by far more than the tolerance.
 struct KernelInput {
     std::vector<float> floats, reference; // reference: what the CPU op is given (rounded when stored)
@@ -62,7 +62,7 @@ static void check_activation(int kind, long n, bool vector, bool stored) {
     const char *names[] = {"gelu", "swiglu", "geglu"};
     const bool gated = kind > 0, use_gelu = kind == 2;
     const KernelInput x = kernel_input(n, 4.0f, stored), up = kernel_input(n, 2.0f, stored);
-    std::vector<float> dy = random_floats(rng, n, 1.0f);
+    const KernelInput dy = kernel_input(n, 1.0f, stored);
     std::vector<float> y((size_t)n), want_y((size_t)n);
     std::vector<bf16> y_copy((size_t)n, bf16{0xffff}), y_copy_alone((size_t)n, bf16{0xffff});
     auto forward = [&](float *out, bf16 *copy) {
@@ -83,20 +83,20 @@ static void check_activation(int kind, long n, bool vector, bool stored) {
     auto backward = [&](float *dgate, float *dup_out, bf16 *dgate_copy, bf16 *dup_out_copy, bf16 *act) {
         if (gated)
             launch_fours(n, [&] {
-                activation_kernels::glu_backward_kernel(dgate, dup_out, dgate_copy, dup_out_copy, act, dy.data(),
+                activation_kernels::glu_backward_kernel(dgate, dup_out, dgate_copy, dup_out_copy, act, dy.input(),
                                                         x.input(), up.input(), n, use_gelu, vector);
             });
         else
             launch_fours(n, [&] {
-                activation_kernels::gelu_backward_kernel(dgate, dgate_copy, act, dy.data(), x.input(), n, vector);
+                activation_kernels::gelu_backward_kernel(dgate, dgate_copy, act, dy.input(), x.input(), n, vector);
             });
     };
     backward(dx.data(), dup.data(), dx_copy.data(), dup_copy.data(), act_copy.data());
     if (gated)
-        ops_cpu.glu_backward(want_dx.data(), want_dup.data(), dy.data(), x.reference.data(), up.reference.data(), NULL,
+        ops_cpu.glu_backward(want_dx.data(), want_dup.data(), dy.reference.data(), x.reference.data(), up.reference.data(), NULL,
                              n, use_gelu);
     else
-        ops_cpu.gelu_backward(want_dx.data(), dy.data(), x.reference.data(), NULL, n);
+        ops_cpu.gelu_backward(want_dx.data(), dy.reference.data(), x.reference.data(), NULL, n);
     const double forward_error = worst_error_of_largest(y, want_y), backward_error =
         fmax(worst_error_of_largest(dx, want_dx), gated ? worst_error_of_largest(dup, want_dup) : 0.0);
     const long copies_wrong = wrong_bf16_copies(y_copy, y) + wrong_bf16_copies(dx_copy, dx) + wrong_bf16_copies(act_copy, y) +

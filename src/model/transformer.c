@@ -952,10 +952,12 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     // gradient reads no fp32 act to convert. (LoRA's A reads act before: converted once.)
     // When the forward stored act (layer_stores_inputs), its copy is still there: the
     // activation's backward leaves it, and the activation writes its input gradients
-    // stored too, as only gate's and up's products read them.
+    // stored too, as only gate's and up's products read them; so is down's input gradient,
+    // which only the activation's backward reads.
     const bool stored = la->inputs_stored;
     const float *down_dout = lora_dora_dout(model, l, LORA_DOWN, d_mlp_out, la->dora_z[LORA_DOWN], N);
     hold_input(ops, stored, la->act, N * I, true);
+    if (stored) ops->hold_stored(a->d_act, N * I, false);
     model_linear_backward(model, a->d_act, NULL, NULL, down_dout, la->act, w->down_w, qz ? &qz->down : NULL, N, I, C,
                           WRITE_OVERWRITE);
     lora_backward(model, l, LORA_DOWN, a->d_act, d_mlp_out, la->act, la->lora_hidden[LORA_DOWN], N);
@@ -966,6 +968,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     hold_input(ops, stored, a->d_up, N * I, false);
     if (gated) hold_input(ops, stored, a->d_gate, N * I, false);
     if (stored) { // the forward's outputs of up and gate, which the activation's backward reads
+        // (8 holds here: d_resid or d_branch, act, d_act, mlp_norm_out, d_up, d_gate, up, gate)
         ops->hold_stored(la->up, N * I, true);
         if (gated) ops->hold_stored(la->gate, N * I, true);
     }

@@ -199,10 +199,11 @@ typedef struct OpsBackend {
     // A hold of `buffer` (the same release, counted among the 8) that promises more: until
     // it is next written without a store, its only readers are products (as an input: the
     // ops matmul_input_hold names) and the activations (gelu's inp, glu's gate and up, forward
-    // and backward), so a backend may keep its values in their readers' format in the
+    // and backward, and the backwards' dout), so a backend may keep its values in their readers' format in the
     // buffer's own memory instead of as floats (the GPU: bf16 in the first half of the
     // buffer; its floats are then not meaningful). `written` false: the next op to write
-    // the buffer writes it so, one of a matmul_forward without a bias (out), an activation
+    // the buffer writes it so, one of a matmul_forward without a bias (out), a matmul_backward
+    // writing over its dinp (WRITE_OVERWRITE), an activation
     // (gelu/glu forward's out, gelu backward's dinp, glu backward's dgate and dup) or a norm
     // forward (out). `written` true: the buffer still holds what an op wrote under an earlier
     // store (a forward's output that its backward reads again); an activation backward then

@@ -591,6 +591,7 @@ static void test_stored_inputs(void) {
     float *gate = random_host(n, 3), *up = random_host(n, 3), *dact = random_host(n, 1);
     float *w_down = random_host((long)C * I, 0.2f), *w_in = random_host((long)I * C, 0.2f); // [C, I]; [I, C]: C -> I
     float *w_gate = random_host((long)I * C, 0.2f), *d_w_gate = gpu_floats(w_gate, (long)I * C);
+    float *d_dact_product = gpu->alloc((size_t)n * 4);
     float *x = random_host(nc, 2), *w_norm = random_host(C, 1), *bias = random_host(C, 1);
     float *dout_down = random_host(nc, 1), *dout_in = random_host(n, 1);
     float *pattern = xmalloc((size_t)n * 4);
@@ -675,8 +676,11 @@ static void test_stored_inputs(void) {
             if (kind == 0) cpu->gelu_forward(act, product_up, n);
             else cpu->glu_forward(act, product_gate, product_up, n, kind == 2);
             cpu->matmul_forward(out, act, w_down, NULL, N, I, C);
-            if (kind == 0) cpu->gelu_backward(dup, dact, product_up, act, n);
-            else cpu->glu_backward(dgate, dup, dact, product_gate, product_up, act, n, kind == 2);
+            // The backward's output gradient from down's input-gradient product, stored too.
+            float *product_dact = xmalloc((size_t)n * 4);
+            cpu->matmul_backward(product_dact, NULL, NULL, dout_down, NULL, w_down, N, I, C, WRITE_OVERWRITE, WRITE_ADD);
+            if (kind == 0) cpu->gelu_backward(dup, product_dact, product_up, act, n);
+            else cpu->glu_backward(dgate, dup, product_dact, product_gate, product_up, act, n, kind == 2);
             cpu->matmul_backward(dx_up, NULL, NULL, dup, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
             if (kind) cpu->matmul_backward(dx, NULL, NULL, dgate, NULL, w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
             gpu->copy_to_device(d_up, pattern, (size_t)n * 4);
@@ -700,12 +704,20 @@ static void test_stored_inputs(void) {
             snprintf(what, sizeof what, "%s %s of stored products: down's product", mode, name);
             expect_match_keep(what, d_out, out, nc, TOL_BF16);
             gpu->hold_stored(d_act, n, true);
+            gpu->copy_to_device(d_dact_product, pattern, (size_t)n * 4);
+            gpu->hold_stored(d_dact_product, n, false);
+            gpu->matmul_backward(d_dact_product, NULL, NULL, d_dout_down, NULL, d_w_down, N, I, C, WRITE_OVERWRITE,
+                                 WRITE_ADD);
+            if (floats_unwritten) {
+                snprintf(what, sizeof what, "%s %s: no floats of down's input gradient written", mode, name);
+                EXPECT(second_half_is_pattern(d_dact_product, n), "%s", what);
+            }
             gpu->hold_stored(d_up, n, true);
             if (kind) gpu->hold_stored(d_gate, n, true);
             gpu->hold_stored(d_dup, n, false);
             if (kind) gpu->hold_stored(d_dgate, n, false);
-            if (kind == 0) gpu->gelu_backward(d_dup, d_dact, d_up, d_act, n);
-            else gpu->glu_backward(d_dgate, d_dup, d_dact, d_gate, d_up, d_act, n, kind == 2);
+            if (kind == 0) gpu->gelu_backward(d_dup, d_dact_product, d_up, d_act, n);
+            else gpu->glu_backward(d_dgate, d_dup, d_dact_product, d_gate, d_up, d_act, n, kind == 2);
             gpu->matmul_backward(d_dx_up, NULL, NULL, d_dup, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
             if (kind) gpu->matmul_backward(d_dx, NULL, NULL, d_dgate, NULL, d_w_in, N, C, I, WRITE_OVERWRITE, WRITE_ADD);
             gpu->matmul_input_release();
@@ -715,7 +727,7 @@ static void test_stored_inputs(void) {
                 snprintf(what, sizeof what, "%s %s of stored products: gate's input gradient", mode, name);
                 expect_match_keep(what, d_dx, dx, nc, TOL_BF16);
             }
-            free(product_gate), free(product_up);
+            free(product_gate), free(product_up), free(product_dact);
         }
         // The products above overwrote gate's and up's inputs of the next pass: restore them.
         gpu->copy_to_device(d_gate, gate, (size_t)n * 4);
@@ -751,7 +763,7 @@ static void test_stored_inputs(void) {
         }
     }
     if (!standing_in) ops_cuda_enable_stored_inputs(true);
-    float *device[] = {d_w_gate, d_gate, d_up, d_dact, d_w_down, d_w_in, d_x, d_w_norm, d_bias, d_dout_down, d_dout_in,
+    float *device[] = {d_dact_product, d_w_gate, d_gate, d_up, d_dact, d_w_down, d_w_in, d_x, d_w_norm, d_bias, d_dout_down, d_dout_in,
                        d_act, d_dgate, d_dup, d_out, d_dw_down, d_dx, d_dx_up, d_norm, d_stat, d_mean, d_proj, d_dw_in};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
     float *host[] = {w_gate, gate, up, dact, w_down, w_in, x, w_norm, bias, dout_down, dout_in, pattern, act, dgate, dup,

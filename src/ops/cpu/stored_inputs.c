@@ -120,12 +120,12 @@ void cpu_stored_matmul_forward_dequantized(float *out, const float *inp, const Q
     cpu_matmul_forward_dequantized(out, cpu_stored_input(inp, (long)N * IC), weight, bias, N, IC, OC);
 }
 
-// The activations of the table, reading a stored gate, up or input (a product's output that
-// only they read) through cpu_stored_input.
+// The activations of the table, reading a stored gate, up, input or output gradient (a
+// product's output that only they read) through cpu_stored_input.
 void cpu_stored_gelu_forward(float *out, const float *inp, long n) { cpu_gelu_forward(out, cpu_stored_input(inp, n), n); }
 
 void cpu_stored_gelu_backward(float *dinp, const float *dout, const float *inp, const float *act, long n) {
-    cpu_gelu_backward(dinp, dout, cpu_stored_input(inp, n), act, n);
+    cpu_gelu_backward(dinp, cpu_stored_input(dout, n), cpu_stored_input(inp, n), act, n);
 }
 
 void cpu_stored_glu_forward(float *out, const float *gate, const float *up, long n, bool gelu) {
@@ -134,7 +134,8 @@ void cpu_stored_glu_forward(float *out, const float *gate, const float *up, long
 
 void cpu_stored_glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                              const float *act, long n, bool gelu) {
-    cpu_glu_backward(dgate, dup, dout, cpu_stored_input(gate, n), cpu_stored_input(up, n), act, n, gelu);
+    cpu_glu_backward(dgate, dup, cpu_stored_input(dout, n), cpu_stored_input(gate, n), cpu_stored_input(up, n), act, n,
+                     gelu);
 }
 
 void cpu_stored_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

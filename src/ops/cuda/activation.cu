@@ -20,7 +20,7 @@ static Input input_of(const float *x, long n) { return Input{x, cuda_stored_valu
 
 // A stored output (hold_stored: out, dinp, dgate, dup) is written as its bf16 copy only
 // (cuda_held_output turns the float pointer NULL), a stored `act` that its forward wrote is
-// not rewritten (cuda_held_recomputed_copy), and a stored input (gate, up, inp: the
+// not rewritten (cuda_held_recomputed_copy), and a stored input (gate, up, inp, dout: the
 // products' bf16 outputs) is read as bf16.
 void cuda_gelu_forward(float *out, const float *inp, long n) {
     if (n == 0) return;
@@ -35,10 +35,10 @@ void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, const 
     if (n == 0) return;
     __nv_bfloat16 *dinp_copy = cuda_held_output(&dinp, n);
     __nv_bfloat16 *act_copy = cuda_held_recomputed_copy(act, n);
-    const Input x = input_of(inp, n);
-    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, dinp_copy, act_copy, dout, x, n,
+    const Input x = input_of(inp, n), dy = input_of(dout, n);
+    gelu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dinp, dinp_copy, act_copy, dy, x, n,
                                                           all_aligned16(dinp, dout, inp) &&
-                                                              bf16_by_four(dinp_copy, act_copy, x.stored));
+                                                              bf16_by_four(dinp_copy, act_copy, x.stored, dy.stored));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -57,11 +57,12 @@ void cuda_glu_backward(float *dgate, float *dup, const float *dout, const float 
     if (n == 0) return;
     __nv_bfloat16 *dgate_copy = cuda_held_output(&dgate, n), *dup_copy = cuda_held_output(&dup, n);
     __nv_bfloat16 *act_copy = cuda_held_recomputed_copy(act, n);
-    const Input g = input_of(gate, n), u = input_of(up, n);
-    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, dgate_copy, dup_copy, act_copy, dout, g, u, n,
+    const Input g = input_of(gate, n), u = input_of(up, n), dy = input_of(dout, n);
+    glu_backward_kernel<<<grid_for_fours(n, 256), 256>>>(dgate, dup, dgate_copy, dup_copy, act_copy, dy, g, u, n,
                                                          use_gelu,
                                                          all_aligned16(dgate, dup, dout, gate, up) &&
                                                              bf16_by_four(dgate_copy, dup_copy, act_copy, g.stored,
-                                                                          u.stored));
+                                                                          u.stored) &&
+                                                             bf16_by_four(dy.stored));
     CUDA_CHECK_LAUNCH();
 }

@@ -32,7 +32,8 @@ DEVICE_INLINE float silu_derivative(float x) {
 }
 
 // An activation's input: its floats, or the bf16 values that a stored buffer holds in their
-// place (hold_stored: the gate and up products' outputs, written as bf16 by the products).
+// place (hold_stored: the gate and up products' outputs, and the output gradient that down's
+// input-gradient product writes, written as bf16 by the products).
 struct Input {
     const float *floats;
     const bf16 *stored; // NULL: read the floats
@@ -62,10 +63,10 @@ static __global__ void gelu_forward_kernel(float *out, bf16 *out_copy, Input inp
 // write its copy (`act_copy`) from the activation they recompute anyway, the forward's
 // formula on the same inputs: the weight gradient then reads no fp32 act to convert.
 static __global__ void gelu_backward_kernel(float *dinp, bf16 *dinp_copy, bf16 *act_copy,
-                                            const float *dout, Input inp, long n, bool vector) {
+                                            Input dout, Input inp, long n, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
-    Four x = inp.load(first, n, vector), dy = load_four(dout, first, n, vector), dx;
+    Four x = inp.load(first, n, vector), dy = dout.load(first, n, vector), dx;
     for (int k = 0; k < 4; k++) dx.x[k] = dy.x[k] * gelu_derivative(x.x[k]);
     store_four(dinp, first, n, vector, dx);
     store_four_bf16(dinp_copy, first, n, vector, dx);
@@ -87,12 +88,12 @@ static __global__ void glu_forward_kernel(float *out, bf16 *out_copy, Input gate
 }
 
 static __global__ void glu_backward_kernel(float *dgate, float *dup, bf16 *dgate_copy,
-                                           bf16 *dup_copy, bf16 *act_copy, const float *dout,
+                                           bf16 *dup_copy, bf16 *act_copy, Input dout,
                                            Input gate, Input up, long n, bool use_gelu, bool vector) {
     const long first = first_of_four();
     if (first >= n) return;
     Four g = gate.load(first, n, vector), u = up.load(first, n, vector);
-    Four dy = load_four(dout, first, n, vector), dg, du, y;
+    Four dy = dout.load(first, n, vector), dg, du, y;
     for (int k = 0; k < 4; k++) {
         float act = use_gelu ? gelu(g.x[k]) : silu(g.x[k]);
         float dact = use_gelu ? gelu_derivative(g.x[k]) : silu_derivative(g.x[k]);

@@ -353,6 +353,13 @@ void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float
                           const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                           WriteMode weight_mode) {
     const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
+    if (__nv_bfloat16 *stored = dinp ? stored_output(dinp, (long)N * IC) : NULL) {
+        // A stored input gradient (down's, which only the activation's backward reads): bf16.
+        CHECK(dinp_mode == WRITE_OVERWRITE, "a stored input gradient (hold_stored) added to");
+        const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+        gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, 0.0f, stored, stored, IC, 1, 0, 0, 0, CUDA_R_16BF);
+        dinp = NULL;
+    }
     if (dinp) {
         // dinp[N, IC] (+)= dout[N, OC] . W[OC, IC]:  D(IC x N) (+)= W stored (IC x OC) * dout stored (OC x N);
         // beta 0 overwrites without reading D.
