@@ -1,5 +1,6 @@
 #include "core/check.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -23,6 +24,13 @@ static _Noreturn void exit_user_error(void) {
 }
 
 static char process_label[64];
+
+int env_switch(const char *name) {
+    const char *setting = getenv(name);
+    if (!setting || !*setting || !strcmp(setting, "0")) return 0;
+    if (!strcmp(setting, "1")) return 1;
+    return err_set("%s is '%s'; expected 0 or 1 (environment)", name, setting);
+}
 
 void err_set_process_label(const char *label) { snprintf(process_label, sizeof process_label, "%s", label); }
 

@@ -34,6 +34,11 @@ void err_set_process_label(const char *label);
 // Registers cleanup to run at exit, including the exit of a user error (die_user).
 void cleanup_register(void (*fn)(void));
 
+// A 0/1 switch from the environment (a test or measuring setting): 1 when $name is "1", 0
+// when it is unset, empty or "0", and -1 with err_set() naming it for any other value (a
+// misspelt value must not quietly leave a switch off).
+int env_switch(const char *name);
+
 // Prints "marlhf: error: <message>", runs the registered cleanup and exits 2.
 // For the command-line layer.
 MARLHF_NORETURN void die_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

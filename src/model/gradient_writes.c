@@ -33,16 +33,10 @@ static void zero_fill_entry(const Model *model, int i) {
     model->gradient_unwritten[i] = false;
 }
 
-// MARLHF_CHECK_GRADIENT_WRITES: 1 on; unset, empty or 0 off; anything else a user error (a
-// misspelt value must not quietly leave a test run unchecked).
+// MARLHF_CHECK_GRADIENT_WRITES: 1 on; unset, empty or 0 off; anything else a user error.
 static bool checking_writes(void) {
     static int checking = -1;
-    if (checking < 0) {
-        const char *setting = getenv("MARLHF_CHECK_GRADIENT_WRITES");
-        if (setting && *setting && strcmp(setting, "0") != 0 && strcmp(setting, "1") != 0)
-            die_user("MARLHF_CHECK_GRADIENT_WRITES is '%s'; expected 0 or 1 (environment)", setting);
-        checking = setting && strcmp(setting, "1") == 0;
-    }
+    if (checking < 0 && (checking = env_switch("MARLHF_CHECK_GRADIENT_WRITES")) < 0) die_from_err();
     return checking;
 }
 

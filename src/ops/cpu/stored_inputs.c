@@ -29,16 +29,10 @@ typedef struct {
 static StoredInput *stored;
 static int stored_count, stored_capacity;
 
-// MARLHF_CHECK_STORED_INPUTS: 1 on; unset, empty or 0 off; anything else a user error (a
-// misspelt value must not quietly leave a test run unchecked).
+// MARLHF_CHECK_STORED_INPUTS: 1 on; unset, empty or 0 off; anything else a user error.
 static bool checking_stores(void) {
     static int checking = -1;
-    if (checking < 0) {
-        const char *setting = getenv("MARLHF_CHECK_STORED_INPUTS");
-        if (setting && *setting && strcmp(setting, "0") != 0 && strcmp(setting, "1") != 0)
-            die_user("MARLHF_CHECK_STORED_INPUTS is '%s'; expected 0 or 1 (environment)", setting);
-        checking = setting && strcmp(setting, "1") == 0;
-    }
+    if (checking < 0 && (checking = env_switch("MARLHF_CHECK_STORED_INPUTS")) < 0) die_from_err();
     return checking;
 }
 

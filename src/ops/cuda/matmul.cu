@@ -247,7 +247,7 @@ __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
     __nv_bfloat16 *copy;
     HeldInput *entry = held_entry(out, n, &copy);
     if (!entry) return NULL;
-    CHECK(!entry->stored, "a stored matmul input (hold_stored) written by an op that writes its floats");
+    CHECK(!entry->stored, "a stored buffer (hold_stored) written by an op that writes its floats");
     entry->copied = true; // the caller's kernel writes it, in stream order before any reader
     return copy;
 }
@@ -290,7 +290,7 @@ __nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n) {
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
     __nv_bfloat16 *copy;
     if (HeldInput *entry = held_entry(x, n, &copy)) {
-        CHECK(!entry->stored || entry->copied, "a stored matmul input (hold_stored) read before an op wrote it");
+        CHECK(!entry->stored || entry->copied, "a stored buffer (hold_stored) read before an op wrote it");
         if (!entry->copied) cuda_to_bf16(copy, x, n);
         entry->copied = true;
         return copy;
