@@ -1,16 +1,18 @@
 // The CPU's hold_stored (ops.h) and the check of what it promises.
 //
-// A GPU keeps a stored input as the bf16 copy its products read, in the buffer's own
-// memory, and never writes its floats; the CPU's products read floats, so here a store is
-// nothing. But the model's side of the promise (products are a stored input's only
-// readers, from the op that writes it until it is next written without a store) would
-// then only be checked on a GPU. With MARLHF_CHECK_STORED_INPUTS=1 (tests/run.sh sets it)
-// the CPU plays the GPU's part with floats: at the first product that reads a stored input
-// after its writer, its values move to a copy of their own, which the products read from
-// then on, the forward's until its backward's, and the buffer is filled with NaN. Any other
-// op that reads the buffer meanwhile turns its results into NaN, which the tests see.
-// (A reader between the writer and the first product still sees the values: the model's
-// products follow their input's writer directly.)
+// A GPU keeps a stored buffer as the bf16 values its readers read, in the buffer's own
+// memory, and never writes its floats; the CPU's ops read floats, so here a store is
+// nothing. But the model's side of the promise (products and activations are a stored
+// buffer's only readers, from the op that writes it until it is next written without a
+// store) would then only be checked on a GPU. With MARLHF_CHECK_STORED_INPUTS=1
+// (tests/run.sh sets it) the CPU plays the GPU's part with floats: at the first of those
+// readers after the writer (or at the release, if none came), the values move to a copy
+// of their own, which those readers read from then on, the forward's until its
+// backward's, and the buffer is filled with NaN. Any other op that reads the buffer
+// meanwhile turns its results into NaN, which the tests see. (A reader between the writer
+// and the first product or activation still sees the values: in the model they follow
+// the writer directly.) Not thread-safe, like the GPU's held table: one model trains at a
+// time.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,7 @@
 typedef struct {
     const float *buffer; // the model's buffer (its address is the key)
     long count;
-    float *values; // the moved values, which products read
+    float *values; // the moved values, which the products and activations read
     bool active;   // stored since the last release
     bool pending;  // written under the current store, not yet moved
 } StoredInput;
@@ -89,7 +91,7 @@ const float *cpu_stored_input(const float *x, long n) {
     if (!x || !checking_stores()) return x;
     StoredInput *entry = find_stored(x);
     if (!entry || !entry->active) return x;
-    CHECK(entry->count == n, "a stored matmul input read as %ld floats; it was stored as %ld", n, entry->count);
+    CHECK(entry->count == n, "a stored buffer read as %ld floats; it was stored as %ld", n, entry->count);
     if (entry->pending) move_aside(entry);
     return entry->values;
 }

@@ -173,7 +173,7 @@ DEVICE_INLINE Four load_four(const float *p, long first, long n, bool vector) {
     return f;
 }
 
-// Nothing when p is NULL: an output kept only as its bf16 copy (a stored matmul input).
+// Nothing when p is NULL: an output kept only as its bf16 values (a stored buffer, hold_stored).
 // Four bf16 widened to floats (exactly): two 32-bit loads when `vector` (p 4-byte aligned:
 // a stored buffer, hold_stored, is 16-byte aligned and `first` a multiple of 4).
 DEVICE_INLINE Four load_four_bf16(const bf16 *p, long first, long n, bool vector) {
