@@ -432,11 +432,10 @@ static float query_scale_of(const ModelConfig *cfg) {
     return sqrtf((float)cfg->head_dim / cfg->query_pre_attn_scalar);
 }
 
-// With a KV cache, the layer stores this batch's keys and values in the target's slots; a
-// decode step attends to the cache instead of to the batch.
 // Whether a training forward of layer l stores the buffers that only products and the
 // activation read (ops.h, hold_stored): the norms' outputs, gate's and up's outputs, the
-// activation's output, and in the backward the activation's input gradients. True when
+// activation's output, and in the backward the activation's gradients (down's input
+// gradient, which it reads, and gate's and up's output gradients, which it writes). True when
 // nothing else reads them: the layer's weights plain floats without adapters (LoRA's and
 // DoRA's terms, and quantized weights' kernels, read them otherwise) and up without a bias
 // (added to its output as floats). A forward for a KV cache (generation) stores nothing: no
@@ -455,6 +454,8 @@ static void hold_input(const OpsBackend *ops, bool store, const float *inp, long
     else ops->matmul_input_hold(inp, n);
 }
 
+// With a KV cache, the layer stores this batch's keys and values in the target's slots; a
+// decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
                           float *x_out, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
