@@ -761,6 +761,62 @@ static void test_gelu(void) { run_activation(0); }
 static void test_swiglu(void) { run_activation(1); }
 static void test_geglu(void) { run_activation(2); }
 
+// ---- stored buffers ----
+// The CPU's check of hold_stored (ops/cpu/stored_inputs.c, on for this program: main): a
+// stored buffer's values move aside at its first product or activation, which read them
+// from then on (the forward's, and the backward's when held again as written), and the
+// buffer holds NaN, so that a reader that is neither (here `accumulate`) turns NaN. A
+// buffer no reader took before the release moves then.
+static bool all_nan(const float *x, long n) {
+    for (long i = 0; i < n; i++)
+        if (!isnan(x[i])) return false;
+    return true;
+}
+
+static void test_stored_buffers_check(void) {
+    const int N = 5, I = 12, C = 7;
+    const long n = (long)N * I;
+    float *gate = random_floats(n, -2, 2), *up = random_floats(n, -2, 2), *w = random_floats((long)C * I, -1, 1);
+    float *act = xcalloc(n, 4), *want_act = xcalloc(n, 4), *out = xcalloc((long)N * C, 4), *want = xcalloc((long)N * C, 4);
+    float *sum = xcalloc(n, 4);
+    ops_cpu.glu_forward(want_act, gate, up, n, false);
+    ops_cpu.matmul_forward(want, want_act, w, NULL, N, I, C);
+
+    ops_cpu.hold_stored(act, n, false);
+    ops_cpu.glu_forward(act, gate, up, n, false);
+    ops_cpu.matmul_forward(out, act, w, NULL, N, I, C);
+    EXPECT(!memcmp(out, want, (size_t)N * C * 4), "the product of a stored buffer reads its values");
+    EXPECT(all_nan(act, n), "a stored buffer holds NaN once a product has read it");
+    ops_cpu.accumulate(sum, act, n);
+    EXPECT(all_nan(sum, n), "another reader of a stored buffer reads NaN");
+    ops_cpu.matmul_input_release();
+
+    memset(out, 0, (size_t)N * C * 4);
+    ops_cpu.hold_stored(act, n, true); // the backward's hold of the forward's output
+    ops_cpu.matmul_forward(out, act, w, NULL, N, I, C);
+    EXPECT(!memcmp(out, want, (size_t)N * C * 4), "held again as written, a product reads the forward's values");
+    ops_cpu.matmul_input_release();
+    ops_cpu.matmul_forward(out, act, w, NULL, N, I, C); // no longer held: the buffer itself
+    EXPECT(all_nan(out, (long)N * C), "after the release, a product reads the buffer");
+
+    // Stored gate and up (written by products) as the activation's inputs; one left unread
+    // until the release.
+    float *product = xcalloc(n, 4), *x = random_floats((long)N * C, -1, 1), *w_up = random_floats((long)I * C, -1, 1);
+    float *want_product = xcalloc(n, 4), *act2 = xcalloc(n, 4), *want_act2 = xcalloc(n, 4);
+    ops_cpu.matmul_forward(want_product, x, w_up, NULL, N, C, I);
+    ops_cpu.glu_forward(want_act2, gate, want_product, n, false);
+    ops_cpu.hold_stored(product, n, false);
+    ops_cpu.matmul_forward(product, x, w_up, NULL, N, C, I);
+    ops_cpu.matmul_input_release();
+    EXPECT(all_nan(product, n), "a stored buffer no reader took moves at the release");
+    ops_cpu.hold_stored(product, n, true);
+    ops_cpu.glu_forward(act2, gate, product, n, false);
+    ops_cpu.matmul_input_release();
+    EXPECT(!memcmp(act2, want_act2, (size_t)n * 4), "the activation reads a stored input's values");
+    free(gate), free(up), free(w), free(act), free(want_act), free(out), free(want), free(sum);
+    free(product), free(x), free(w_up), free(want_product), free(act2), free(want_act2);
+}
+
 // ---- embedding ----
 typedef struct { int N, C, V, P; int *tokens, *positions; float *tok, *pos, *out, *R; float scale; } EmbCase;
 static double embedding_loss(void *p) {
@@ -983,6 +1039,8 @@ int main(int argc, char **argv) {
 #else
     (void)argc, (void)argv;
 #endif
+    // The stored buffers' check (test_stored_buffers_check), before any op reads the setting.
+    setenv("MARLHF_CHECK_STORED_INPUTS", "1", 1);
     RUN(test_matmul);
 #if defined(__SANITIZE_ADDRESS__)
     RUN(test_matmul_short_weight_is_reported);
@@ -1003,6 +1061,7 @@ int main(int argc, char **argv) {
     RUN(test_gelu);
     RUN(test_swiglu);
     RUN(test_geglu);
+    RUN(test_stored_buffers_check);
     RUN(test_embedding);
     RUN(test_logprob);
     RUN(test_collision_entropy);
