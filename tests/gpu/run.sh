@@ -122,6 +122,16 @@ if [ "$rc" -ne 0 ] && [ "$device" = cuda ] && command -v compute-sanitizer > /de
     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 "$test_cuda" > "$logs/memcheck.log" 2>&1
     grep -E '^=+ (ERROR|Invalid|ERROR SUMMARY)|^========= +at ' "$logs/memcheck.log" | head -n 20 | tee -a "$log"
 fi
+# Which change broke a failing group: the failing groups again with the stored buffers
+# turned into plain holds (src/ops/ops.h, hold_stored; the behaviour before 2026-12-05's
+# session 40), into their own log, counted in neither total.
+if [ "$tests_failed" -gt 0 ] && [ "$device" = cuda ]; then
+    failing=$(grep '^FAIL ' "$logs/test_cuda.log" | awk '{print $2}' | tr '\n' ' ')
+    if [ -n "$failing" ]; then
+        MARLHF_CUDA_STORED_INPUTS=0 timeout 200 "$test_cuda" $failing > "$logs/test_cuda_stores_off.log" 2>&1
+        say "# failing groups again with MARLHF_CUDA_STORED_INPUTS=0: $(grep -c '^PASS ' "$logs/test_cuda_stores_off.log") of $(echo $failing | wc -w) pass"
+    fi
+fi
 passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
 # The LoRA models again on the other attention kernels (mma is the default): the adapters'
 # gradients are the ones most sensitive to bf16 rounding, attention's included.
