@@ -83,10 +83,18 @@ static float *rounded_copy(const float *x, long n) {
 // (ops/cpu/stored_inputs.c), rounded.
 static float *rounded_input(const float *x, long n) { return rounded_copy(cpu_stored_input(x, n), n); }
 
+// A product's output that is a stored buffer (gate's, up's, down's input gradient: the
+// check of ops/cpu/stored_inputs.c on) is written as bf16 on the GPU: rounded here too.
+static void round_if_stored(float *out, long n) {
+    if (!cpu_stored_pending(out, n)) return;
+    for (long i = 0; i < n; i++) out[i] = round_bf16(out[i]);
+}
+
 static void rounded_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                                    int IC, int OC) {
     float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_forward(out, x, w, bias, N, IC, OC);
+    round_if_stored(out, (long)N * OC);
     free(x), free(w);
 }
 
@@ -110,6 +118,7 @@ static void rounded_matmul_backward(float *dinp, float *dweight, float *dbias, c
     float *g = rounded_input(dout, (long)N * OC), *x = rounded_input(inp, (long)N * IC);
     float *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, dinp_mode, weight_mode);
+    round_if_stored(dinp, (long)N * IC);
     if (dbias) ops_cpu.matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, IC, OC, WRITE_ADD, weight_mode);
     free(g), free(x), free(w);
 }

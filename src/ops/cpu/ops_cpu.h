@@ -77,6 +77,10 @@ void cpu_matmul_input_release(void);
 // values, else x.
 // (A table that wraps the CPU's products reads its inputs through it: tests/gpu/test_cuda.c.)
 const float *cpu_stored_input(const float *x, long n);
+// Whether `buffer` (n floats) is stored and its values not yet moved aside: the op writing
+// it is writing a stored buffer (false unless MARLHF_CHECK_STORED_INPUTS=1). A table standing
+// in for the GPU rounds such a product's output to bf16 as the GPU writes it.
+bool cpu_stored_pending(const float *buffer, long n);
 void cpu_stored_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
                                int OC);
 void cpu_stored_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);

@@ -87,6 +87,12 @@ void cpu_matmul_input_release(void) {
     }
 }
 
+bool cpu_stored_pending(const float *buffer, long n) {
+    if (!buffer || !checking_stores()) return false;
+    StoredInput *entry = find_stored(buffer);
+    return entry && entry->active && entry->pending && entry->count == n;
+}
+
 const float *cpu_stored_input(const float *x, long n) {
     if (!x || !checking_stores()) return x;
     StoredInput *entry = find_stored(x);
