@@ -322,7 +322,12 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
     if (bias) cuda_add_bias(out, bias, N, OC);
 }
 
+// Adds to out's floats: a stored out (hold_stored) has none, an internal error (the CPU,
+// which keeps floats, could not show it).
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+    __nv_bfloat16 *copy;
+    const HeldInput *entry = held_entry(out, (long)N * OC, &copy);
+    CHECK(!entry || !entry->stored, "matmul_accumulate into a stored buffer (hold_stored)");
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
