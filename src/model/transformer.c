@@ -454,6 +454,13 @@ static void hold_input(const OpsBackend *ops, bool store, const float *inp, long
     else ops->matmul_input_hold(inp, n);
 }
 
+// Up's output, and gate's in a gated MLP, stored (n floats each): only the activation reads
+// them, forward and backward.
+static void store_mlp_products(const OpsBackend *ops, const LayerActivations *la, bool gated, long n, bool written) {
+    ops->hold_stored(la->up, n, written);
+    if (gated) ops->hold_stored(la->gate, n, written);
+}
+
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -557,10 +564,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // Up's and gate's outputs, which only the activation reads (forward and backward): stored,
     // a GPU writes them as bf16 from its products.
     const bool gated = cfg->mlp != MLP_GELU;
-    if (store) {
-        ops->hold_stored(la->up, N * I, false);
-        if (gated) ops->hold_stored(la->gate, N * I, false);
-    }
+    if (store) store_mlp_products(ops, la, gated, N * I, false);
     model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
     lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
     if (gated) {
@@ -571,10 +575,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
     // with it instead of reading it back to convert it.
     hold_input(ops, store, la->act, N * I, false);
-    if (store) {
-        ops->hold_stored(la->up, N * I, true);
-        if (gated) ops->hold_stored(la->gate, N * I, true);
-    }
+    if (store) store_mlp_products(ops, la, gated, N * I, true);
     if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
     else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     block_output_forward(model, l, LORA_DOWN, la, x_out, la->act, la->x_mid, w->down_w,
@@ -968,11 +969,9 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     hold_input(ops, stored, la->mlp_norm_out, N * C, true);
     hold_input(ops, stored, a->d_up, N * I, false);
     if (gated) hold_input(ops, stored, a->d_gate, N * I, false);
-    if (stored) { // the forward's outputs of up and gate, which the activation's backward reads
-        // (8 holds here: d_resid or d_branch, act, d_act, mlp_norm_out, d_up, d_gate, up, gate)
-        ops->hold_stored(la->up, N * I, true);
-        if (gated) ops->hold_stored(la->gate, N * I, true);
-    }
+    // The forward's outputs of up and gate, which the activation's backward reads (8 holds
+    // here: d_resid or d_branch, act, d_act, mlp_norm_out, d_up, d_gate, up, gate).
+    if (stored) store_mlp_products(ops, la, gated, N * I, true);
     if (!gated) ops->gelu_backward(a->d_up, a->d_act, la->up, la->act, N * I);
     else ops->glu_backward(a->d_gate, a->d_up, a->d_act, la->gate, la->up, la->act, N * I, cfg->mlp == MLP_GEGLU);
     if (g->down_w || g->down_b)

@@ -59,7 +59,7 @@ void cpu_hold_stored(const float *inp, long n, bool written) {
         // The forward's store must have been moved aside (at its first product, or at the
         // release that ended it) and not stored again since.
         CHECK(entry && !entry->pending && entry->count == n,
-              "a matmul input held as stored and written (hold_stored) that no store wrote");
+              "a buffer held as stored and written (hold_stored) that no store wrote");
         entry->active = true;
         return;
     }

@@ -9,10 +9,7 @@ using namespace activation_kernels;
 // values) 8-byte aligned (a scratch slot always is; a stored buffer is its own memory).
 static bool bf16_by_four(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
                          const void *e = NULL) {
-    const void *pointers[5] = {a, b, c, d, e};
-    for (const void *p : pointers)
-        if ((uintptr_t)p % 8) return false;
-    return true;
+    return all_aligned(8, a, b, c, d, e);
 }
 
 // An input's floats, or its bf16 values when it is stored (cuda_stored_values).

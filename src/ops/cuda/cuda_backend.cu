@@ -229,7 +229,8 @@ extern "C" int ops_cuda_open(void) {
     const char *attention = getenv("MARLHF_CUDA_ATTENTION");
     if (attention && !ops_cuda_select_attention(attention))
         return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected mma, mma-plain, wmma or unfused (environment)", attention);
-    if (getenv("MARLHF_CUDA_STORED_INPUTS") && *getenv("MARLHF_CUDA_STORED_INPUTS")) { // unset or empty: on
+    const char *stored_inputs = getenv("MARLHF_CUDA_STORED_INPUTS");
+    if (stored_inputs && *stored_inputs) { // unset or empty: on
         const int stores = env_switch("MARLHF_CUDA_STORED_INPUTS");
         if (stores < 0) return -1;
         ops_cuda_enable_stored_inputs(stores == 1);

@@ -41,13 +41,18 @@ static inline unsigned grid_for(long n, int threads) {
     return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 
-// Whether every given pointer (NULL counts as aligned) is 16-byte aligned.
-static inline bool all_aligned16(const void *a, const void *b, const void *c = NULL, const void *d = NULL,
-                                 const void *e = NULL) {
+// Whether every given pointer (NULL counts as aligned) is aligned to `bytes`.
+static inline bool all_aligned(uintptr_t bytes, const void *a, const void *b = NULL, const void *c = NULL,
+                               const void *d = NULL, const void *e = NULL) {
     const void *pointers[5] = {a, b, c, d, e};
     for (const void *p : pointers)
-        if ((uintptr_t)p % 16) return false;
+        if ((uintptr_t)p % bytes) return false;
     return true;
+}
+// ... to 16 bytes: float4 accesses.
+static inline bool all_aligned16(const void *a, const void *b, const void *c = NULL, const void *d = NULL,
+                                 const void *e = NULL) {
+    return all_aligned(16, a, b, c, d, e);
 }
 
 static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n + 3) / 4, threads); }

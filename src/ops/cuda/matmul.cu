@@ -231,66 +231,70 @@ void cuda_matmul_input_release(void) {
     for (HeldInput &h : held_inputs) h = HeldInput{NULL, 0, false, false};
 }
 
-// The held entry of x (n floats), or NULL (also for x NULL), and its copy's buffer.
-static HeldInput *held_entry(const float *x, long n, __nv_bfloat16 **copy) {
-    for (int i = 0; x && i < MATMUL_HELD_INPUTS; i++)
-        if (held_inputs[i].input == x && held_inputs[i].count == n) {
-            HeldInput *entry = &held_inputs[i];
-            *copy = entry->stored ? (__nv_bfloat16 *)entry->input
-                                  : (__nv_bfloat16 *)cuda_scratch(SCRATCH_MATMUL_HELD + i, (size_t)n * sizeof(__nv_bfloat16));
-            return entry;
-        }
+// The held entry of x (n floats), or NULL (also for x NULL).
+static HeldInput *held_entry(const float *x, long n) {
+    for (HeldInput &h : held_inputs)
+        if (x && h.input == x && h.count == n) return &h;
     return NULL;
 }
 
+// Where an entry's bf16 copy lives: a stored buffer's own memory, else its scratch slot
+// (allocated or grown here, so only asked for by a caller that writes or reads the copy).
+static __nv_bfloat16 *copy_of(const HeldInput *entry) {
+    if (entry->stored) return (__nv_bfloat16 *)entry->input;
+    const int slot = SCRATCH_MATMUL_HELD + (int)(entry - held_inputs);
+    return (__nv_bfloat16 *)cuda_scratch(slot, (size_t)entry->count * sizeof(__nv_bfloat16));
+}
+
+// x's entry when x is held as stored, else NULL.
+static HeldInput *stored_entry(const float *x, long n) {
+    HeldInput *entry = held_entry(x, n);
+    return entry && entry->stored ? entry : NULL;
+}
+
 __nv_bfloat16 *cuda_held_copy_to_write(const float *out, long n) {
-    __nv_bfloat16 *copy;
-    HeldInput *entry = held_entry(out, n, &copy);
+    HeldInput *entry = held_entry(out, n);
     if (!entry) return NULL;
     CHECK(!entry->stored, "a stored buffer (hold_stored) written by an op that writes its floats");
     entry->copied = true; // the caller's kernel writes it, in stream order before any reader
-    return copy;
+    return copy_of(entry);
 }
 
 __nv_bfloat16 *cuda_held_output(float **out, long n) {
-    __nv_bfloat16 *copy;
-    HeldInput *entry = held_entry(*out, n, &copy);
+    HeldInput *entry = held_entry(*out, n);
     if (!entry) return NULL;
     if (entry->stored) *out = NULL; // the copy is the buffer's own memory: no floats
     entry->copied = true;
-    return copy;
+    return copy_of(entry);
 }
 
 // A product's output that is stored (and so written as bf16 in place), else NULL: a held
 // one that is not stored gets no copy from a product, whose output the hold does not cover.
 static __nv_bfloat16 *stored_output(const float *out, long n) {
-    __nv_bfloat16 *copy;
-    HeldInput *entry = held_entry(out, n, &copy);
-    if (!entry || !entry->stored) return NULL;
+    HeldInput *entry = stored_entry(out, n);
+    if (!entry) return NULL;
     entry->copied = true;
-    return copy;
+    return copy_of(entry);
 }
 
 const __nv_bfloat16 *cuda_stored_values(const float *x, long n) {
-    __nv_bfloat16 *copy;
-    HeldInput *entry = held_entry(x, n, &copy);
-    if (!entry || !entry->stored) return NULL;
+    const HeldInput *entry = stored_entry(x, n);
+    if (!entry) return NULL;
     CHECK(entry->copied, "a stored buffer (hold_stored) read before an op wrote it");
-    return copy;
+    return copy_of(entry);
 }
 
 __nv_bfloat16 *cuda_held_recomputed_copy(const float *act, long n) {
-    __nv_bfloat16 *copy;
-    HeldInput *entry = held_entry(act, n, &copy);
+    HeldInput *entry = held_entry(act, n);
     if (!entry || (entry->stored && entry->copied)) return NULL; // not held, or stored and still there
     entry->copied = true;
-    return copy;
+    return copy_of(entry);
 }
 
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n) {
-    __nv_bfloat16 *copy;
-    if (HeldInput *entry = held_entry(x, n, &copy)) {
+    if (HeldInput *entry = held_entry(x, n)) {
         CHECK(!entry->stored || entry->copied, "a stored buffer (hold_stored) read before an op wrote it");
+        __nv_bfloat16 *copy = copy_of(entry);
         if (!entry->copied) cuda_to_bf16(copy, x, n);
         entry->copied = true;
         return copy;
@@ -313,21 +317,18 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
                          int N, int IC, int OC) {
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
-    if (__nv_bfloat16 *stored = stored_output(out, (long)N * OC)) {
-        CHECK(!bias, "a stored product output (hold_stored) with a bias");
-        gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, stored, stored, OC, 1, 0, 0, 0, CUDA_R_16BF);
-        return;
-    }
-    cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, out, OC, 1, 0, 0, 0);
+    __nv_bfloat16 *stored = stored_output(out, (long)N * OC);
+    CHECK(!stored || !bias, "a stored product output (hold_stored) with a bias");
+    void *target = stored ? (void *)stored : (void *)out;
+    gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 0.0f, target, target, OC, 1, 0, 0, 0,
+              stored ? CUDA_R_16BF : CUDA_R_32F);
     if (bias) cuda_add_bias(out, bias, N, OC);
 }
 
 // Adds to out's floats: a stored out (hold_stored) has none, an internal error (the CPU,
 // which keeps floats, could not show it).
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
-    __nv_bfloat16 *copy;
-    const HeldInput *entry = held_entry(out, (long)N * OC, &copy);
-    CHECK(!entry || !entry->stored, "matmul_accumulate into a stored buffer (hold_stored)");
+    CHECK(!stored_entry(out, (long)N * OC), "matmul_accumulate into a stored buffer (hold_stored)");
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
@@ -358,19 +359,16 @@ void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float
                           const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                           WriteMode weight_mode) {
     const __nv_bfloat16 *g = cuda_activation_bf16(SCRATCH_MATMUL_A, dout, (long)N * OC);
-    if (__nv_bfloat16 *stored = dinp ? stored_output(dinp, (long)N * IC) : NULL) {
-        // A stored input gradient (down's, which only the activation's backward reads): bf16.
-        CHECK(dinp_mode == WRITE_OVERWRITE, "a stored input gradient (hold_stored) added to");
-        const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-        gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, 0.0f, stored, stored, IC, 1, 0, 0, 0, CUDA_R_16BF);
-        dinp = NULL;
-    }
     if (dinp) {
         // dinp[N, IC] (+)= dout[N, OC] . W[OC, IC]:  D(IC x N) (+)= W stored (IC x OC) * dout stored (OC x N);
-        // beta 0 overwrites without reading D.
+        // beta 0 overwrites without reading D. A stored dinp (down's, which only the
+        // activation's backward reads) is written as bf16, over what it held.
         const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-        cuda_gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, dinp_mode == WRITE_ADD ? 1.0f : 0.0f, dinp, IC, 1,
-                       0, 0, 0);
+        __nv_bfloat16 *stored = stored_output(dinp, (long)N * IC);
+        CHECK(!stored || dinp_mode == WRITE_OVERWRITE, "a stored input gradient (hold_stored) added to");
+        void *target = stored ? (void *)stored : (void *)dinp;
+        gemm_bf16(false, false, IC, N, OC, 1.0f, w, IC, g, OC, dinp_mode == WRITE_ADD ? 1.0f : 0.0f, target, target,
+                  IC, 1, 0, 0, 0, stored ? CUDA_R_16BF : CUDA_R_32F);
     }
     if (dweight) {
         // dW[OC, IC] (+)= dout^T . inp:  D(IC x OC) (+)= inp stored (IC x N) * op_T(dout stored OC x N)
