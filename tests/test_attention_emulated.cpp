@@ -46,7 +46,7 @@ static const float ROW_TOLERANCE = 5e-2f;
 // case below; test_mma_attention_plain_variant runs PLAIN on a few.
 template <int HD, Variant VARIANT = TUNED>
 static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_start, int window = 0) {
-    const int group = H / KV, backward_tiles = (T + ROWS - 1) / ROWS;
+    const int group = H / KV;
     const long q_n = (long)B * T * H * HD, kv_n = (long)B * T * KV * HD;
     const float scale = 1.0f / sqrtf((float)HD);
     char label[112];
@@ -73,8 +73,8 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
     std::vector<bf16> out_copy((size_t)q_n, float_to_bf16(NAN));
     bf16 *copy = VARIANT == TUNED ? out_copy.data() : nullptr;
     const int *rs = row_start.data();
-    const int forward_tiles = (T + FORWARD_ROWS<HD, VARIANT> - 1) / FORWARD_ROWS<HD, VARIANT>;
-    emulation::launch({(unsigned)forward_tiles, (unsigned)(B * H), 1}, THREADS, forward_shared_bytes<HD>(), [&] {
+    const GridShape forward = forward_grid<HD, VARIANT>(B, H, T);
+    emulation::launch({forward.x, forward.y, 1}, THREADS, forward_shared_bytes<HD>(), [&] {
         forward_kernel<HD, VARIANT>(out.data(), copy, lse.data(), Q.data(), K.data(), V.data(), rs, H, KV, T, scale,
                                     window);
     });
@@ -138,11 +138,12 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
                 D[((size_t)b * H + h) * T + t] = sum;
             }
     std::vector<float> dq((size_t)q_n, NAN), dk((size_t)kv_n, NAN), dv((size_t)kv_n, NAN);
-    emulation::launch({(unsigned)backward_tiles, (unsigned)(B * KV), 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
+    const GridShape kv = backward_kv_grid(B, KV, T), queries = backward_q_grid(B, H, T);
+    emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
         backward_kv_kernel<HD, VARIANT>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
                                H, KV, T, scale, window);
     });
-    emulation::launch({(unsigned)backward_tiles, (unsigned)(B * H), 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
+    emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
         backward_q_kernel<HD, VARIANT>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, KV,
                                        T, scale, window);
     });

@@ -14,9 +14,8 @@ static void forward_for(float *out, bf16 *out_copy, float *lse, const bf16 *Q, c
     const size_t shared = forward_shared_bytes<HD>();
     CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)shared));
-    constexpr int rows = FORWARD_ROWS<HD, VARIANT>;
-    dim3 grid((T + rows - 1) / rows, B * H); // query tiles, the longest rows first
-    forward_kernel<HD, VARIANT><<<grid, THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale,
+    const GridShape grid = forward_grid<HD, VARIANT>(B, H, T);
+    forward_kernel<HD, VARIANT><<<dim3(grid.x, grid.y), THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale,
                                                                   window);
     CUDA_CHECK_LAUNCH();
 }
@@ -50,11 +49,11 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
                                     (int)kv_shared));
     CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)q_shared));
-    const int tiles = (T + ROWS - 1) / ROWS;
-    backward_kv_kernel<HD, VARIANT><<<dim3(tiles, B * KV), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
+    const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
+    backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
                                                                          KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
-    backward_q_kernel<HD, VARIANT><<<dim3(tiles, B * H), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV, T,
+    backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV, T,
                                                                               scale, window);
     CUDA_CHECK_LAUNCH();
 }
