@@ -7,7 +7,9 @@
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
 //                                  [--device cpu|cuda] [--attention mma|mma-plain|wmma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
-// or "tflops"}) and a last line with the modelled total.
+// or "tflops"}), a line with the step's time by kind of op (the kinds of
+// bench/torch_gpu_train_step.py --profile-steps, which measures PyTorch's step the same way)
+// and a last line with the modelled total.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,20 @@
 static const OpsBackend *ops;
 static int reps = 5;
 static double total_ms;
+
+// The kinds a PyTorch profile is summed by (bench/torch_gpu_train_step.py, KINDS): the
+// optimizer is AdamW and the gradient norm, the loss the log-probs.
+enum { KIND_ATTENTION, KIND_MATMUL, KIND_OPTIMIZER, KIND_LOSS, KIND_OTHER, KIND_COUNT };
+static const char *const kind_names[KIND_COUNT] = {"attention", "matmul", "optimizer", "loss", "other"};
+static double kind_ms[KIND_COUNT];
+
+static int op_kind(const char *op) {
+    if (!strncmp(op, "attention", 9)) return KIND_ATTENTION;
+    if (!strncmp(op, "matmul", 6)) return KIND_MATMUL;
+    if (!strncmp(op, "adamw", 5) || !strncmp(op, "sum_squares", 11)) return KIND_OPTIMIZER;
+    if (!strncmp(op, "logprob", 7)) return KIND_LOSS;
+    return KIND_OTHER;
+}
 
 static float *buffer(long n) {
     float *host = xmalloc((size_t)n * sizeof(float));
@@ -39,6 +55,7 @@ static float *buffer(long n) {
         ops->synchronize();                                                                      \
         double ms_ = (now_seconds() - t0_) * 1e3 / reps;                                         \
         total_ms += ms_ * (calls);                                                               \
+        kind_ms[op_kind(name)] += ms_ * (calls);                                                 \
         printf("{\"op\": \"%s\", \"calls\": %d, \"ms_per_call\": %.4f, \"ms_per_step\": %.3f", name, \
                (int)(calls), ms_, ms_ * (calls));                                                 \
         if ((flops) > 0) printf(", \"tflops\": %.1f", (flops) / ms_ / 1e9);                       \
@@ -208,6 +225,10 @@ int main(int argc, char **argv) {
             ops->adamw_update(params, grads, m, vv, P, 1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f));
     TIME_OP("sum_squares (grad norm)", 1, 0, 4.0 * P, (void)ops->sum_squares(grads, P));
     // No zero-fill of the gradients: model_zero_grad marks them unwritten.
+    printf("{\"kinds_ms_per_step\": {");
+    for (int kind = 0; kind < KIND_COUNT; kind++)
+        printf("%s\"%s\": %.3f", kind ? ", " : "", kind_names[kind], kind_ms[kind]);
+    printf("}}\n");
     printf("{\"modelled_step_ms\": %.2f, \"note\": \"sum of the ops above; compare bench/train_step step_ms\"}\n", total_ms);
     return 0;
 }

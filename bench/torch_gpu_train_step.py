@@ -7,6 +7,11 @@ do by default; 0 skips it), AdamW step (fused on CUDA), zero_grad(set_to_none=Tr
 config with random weights and random [B, T] token ids (labels = inputs). --warmup steps
 are untimed; --steps steps are timed between torch.cuda.synchronize() calls.
 Prints one JSON line on stdout: tokens/s, ms/step, FLOPs/token (see flops_per_token), MFU.
+With --profile-steps N, N more steps (after the timed ones, so they do not change the
+figures above) run under torch.profiler and a second line ("impl": "pytorch-eager-profile")
+says where a step's GPU time goes: kernel time per step by kind (attention, matmul,
+optimizer, loss, everything else) and the kernels that take the most, to set beside
+bench/ops_breakdown's lines for the C step. On the CPU it reports operators' own CPU time.
 """
 import argparse
 import json
@@ -16,6 +21,7 @@ import sys
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from transformers import LlamaConfig, LlamaForCausalLM
 
 SHAPES = {
@@ -57,6 +63,63 @@ def device_name(device):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# Kinds of kernel (or, on the CPU, operator) by name, the first that matches: attention
+# first, since FlashAttention's and cuDNN's kernel names also carry the architecture
+# (sm90) that cuBLAS's GEMM names do.
+KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "attn")),
+    ("matmul", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
+    ("optimizer", ("adam", "multi_tensor", "_foreach")),
+    ("loss", ("softmax", "nll", "cross_entropy")),
+)
+
+
+def kind_of(name):
+    lowered = name.lower()
+    for kind, patterns in KINDS:
+        if any(p in lowered for p in patterns):
+            return kind
+    return "other"
+
+
+def profile_steps(step, device, steps, result):
+    """Runs `steps` steps under torch.profiler; returns the profile line."""
+    on_gpu = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    totals = {}  # name -> [microseconds, calls]
+    for event in prof.key_averages():
+        if on_gpu:
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            us = event.self_device_time_total
+        else:
+            # Operators' own time; the profiler's own entries and the step's Python
+            # wrappers (no "::") are not operators.
+            if "::" not in event.key or event.key.startswith("ProfilerStep"):
+                continue
+            us = event.self_cpu_time_total
+        entry = totals.setdefault(event.key, [0.0, 0])
+        entry[0] += us
+        entry[1] += event.count
+    by_kind = {kind: 0.0 for kind, _ in KINDS}
+    by_kind["other"] = 0.0
+    for name, (us, _) in totals.items():
+        by_kind[kind_of(name)] += us / 1000 / steps
+    top = sorted(totals.items(), key=lambda item: -item[1][0])[:20]
+    return {
+        "impl": "pytorch-eager-profile", "shape": result["shape"], "batch": result["batch"], "seq": result["seq"],
+        "profiled_steps": steps, "time": "kernel" if on_gpu else "operator cpu",
+        "ms_per_step": {kind: round(ms, 3) for kind, ms in by_kind.items()},
+        "total_ms_per_step": round(sum(by_kind.values()), 3),
+        "top": [{"name": name[:120], "kind": kind_of(name), "ms_per_step": round(us / 1000 / steps, 3),
+                 "calls_per_step": round(calls / steps, 2)} for name, (us, calls) in top],
+    }
 
 
 def run(args, device, result):
@@ -102,6 +165,9 @@ def run(args, device, result):
                          if device.type == "cuda" else None),
     })
     print(f"# ln(vocab) = {math.log(cfg.vocab_size):.4f}", file=sys.stderr)
+    if args.profile_steps > 0:
+        return profile_steps(step, device, args.profile_steps, result)
+    return None
 
 
 def main():
@@ -117,6 +183,8 @@ def main():
                     help="transformers attention implementation")
     ap.add_argument("--max-grad-norm", type=float, default=1.0,
                     help="clip the global gradient norm to this before the AdamW step (0: no clipping)")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="after the timed steps, profile this many and print where their time goes (a second line)")
     ap.add_argument("--peak-tflops", type=float, default=790.0,
                     help="peak bf16 dense TFLOP/s for the MFU denominator (H200 measured: 790)")
     args = ap.parse_args()
@@ -124,18 +192,23 @@ def main():
         ap.error("--steps must be >= 1 and --warmup >= 0")
     if args.max_grad_norm < 0:
         ap.error("--max-grad-norm must be >= 0")
+    if args.profile_steps < 0:
+        ap.error("--profile-steps must be >= 0")
 
     torch.manual_seed(1234)
     device = torch.device(args.device)
     result = {"impl": "pytorch-eager", "shape": args.shape, "batch": args.batch,
               "seq": args.seq, "steps": args.steps, "max_grad_norm": args.max_grad_norm}
+    profile_line = None
     try:
-        run(args, device, result)
+        profile_line = run(args, device, result)
     except torch.cuda.OutOfMemoryError as e:
         print(f"# OOM: {e}", file=sys.stderr)
         result["error"] = "oom"
     result.update({"torch": torch.__version__, "device_name": device_name(device)})
     print(json.dumps(result), flush=True)
+    if profile_line:
+        print(json.dumps(profile_line), flush=True)
 
 
 if __name__ == "__main__":

@@ -256,8 +256,10 @@ if [ "$bench" = 1 ]; then
             [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
                 --steps 10 --attention $attention
         done
+        # --profile-steps: 3 more steps under torch.profiler, where PyTorch's kernel time goes by
+        # kind ("pytorch-eager-profile"), beside ops_breakdown's "kinds_ms_per_step" below.
         bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape "$theirs" --batch 8 --seq 1024 --steps 10 \
-            --warmup 3 --device cuda
+            --warmup 3 --device cuda --profile-steps 3
     done
     # Both steps clip the gradient norm to 1 (the default of each); the 1B pair again
     # without it (PyTorch's peer clipped nothing before 2026-12-05).
@@ -290,7 +292,8 @@ if [ "$bench" = 1 ]; then
                 --attention $attention
         done
     done
-    grep -hs modelled "$logs/ops_breakdown.jsonl" | tee -a "$log"
+    grep -hs 'modelled\|kinds_ms_per_step' "$logs/ops_breakdown.jsonl" | tee -a "$log"
+    grep -hs '"pytorch-eager-profile"' "$results" | cut -c1-400 | tee -a "$log"
     # Last (the first to go at --time-limit): the cached attention (attention_cached.cuh) over
     # each kind of KV cache, decoding after a long prompt.
     stage "decode on each KV cache"
