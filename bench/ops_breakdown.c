@@ -104,7 +104,10 @@ int main(int argc, char **argv) {
     float *inv_freq_host = xmalloc((size_t)(hd / 2) * sizeof(float)), *inv_freq = ops->alloc((size_t)(hd / 2) * sizeof(float));
     rope_inverse_frequencies(&cfg, inv_freq_host);
     ops->copy_to_device(inv_freq, inv_freq_host, (size_t)(hd / 2) * sizeof(float));
-    int *row_start = ops->alloc((size_t)B * sizeof(int));
+    // Every row starts at position 0 (no padding), as bench/train_step's batches do.
+    int *row_start_host = xcalloc((size_t)B, sizeof(int)), *row_start = ops->alloc((size_t)B * sizeof(int));
+    ops->copy_to_device(row_start, row_start_host, (size_t)B * sizeof(int));
+    free(row_start_host);
     float *q = buffer(N * qd), *k = buffer(N * kvd), *v = buffer(N * kvd), *att = buffer(N * qd);
     float *saved = buffer(ops->attention_saved_size(B, T, H, KV, hd, 0.0f, 0));
     float *dq = buffer(N * qd), *dk = buffer(N * kvd), *dv = buffer(N * kvd);
