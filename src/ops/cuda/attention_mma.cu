@@ -50,12 +50,18 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)q_shared));
     const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
+    // The two kernels read the same inputs and write different gradients, so dQ runs on the
+    // side stream beside dK/dV: launched second, its blocks start as dK/dV's last ones free
+    // the SMs (one kernel after the other, each one's tail of last blocks left SMs idle),
+    // and the main stream waits for both before the op returns.
+    cuda_side_stream_fork();
     backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
                                                                          KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
-    backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV, T,
-                                                                              scale, window);
+    backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
+        dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
+    cuda_side_stream_join();
 }
 
 void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,

@@ -9,6 +9,8 @@
 static bool device_open = false;
 static cublasLtHandle_t blaslt_handle;
 static void *blaslt_workspace;
+static cudaStream_t side_stream;
+static cudaEvent_t main_reached, side_reached; // the fork's and the join's points
 static const size_t blaslt_workspace_bytes = 64u << 20;
 static void *scratch_buffers[SCRATCH_SLOTS];
 static size_t scratch_bytes[SCRATCH_SLOTS];
@@ -20,6 +22,18 @@ cublasLtHandle_t cuda_blaslt(void) { return blaslt_handle; }
 void *cuda_blaslt_workspace(size_t *bytes) {
     *bytes = blaslt_workspace_bytes;
     return blaslt_workspace;
+}
+
+cudaStream_t cuda_side_stream(void) { return side_stream; }
+
+void cuda_side_stream_fork(void) {
+    CUDA_CHECK(cudaEventRecord(main_reached, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(side_stream, main_reached, 0));
+}
+
+void cuda_side_stream_join(void) {
+    CUDA_CHECK(cudaEventRecord(side_reached, side_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(0, side_reached, 0));
 }
 
 void *cuda_scratch(int slot, size_t bytes) {
@@ -252,6 +266,9 @@ extern "C" int ops_cuda_open(void) {
     if (cublaslt_library_open() != 0) return -1;
     CUBLAS_CHECK(cublaslt.Create(&blaslt_handle));
     CUDA_CHECK(cudaMalloc(&blaslt_workspace, blaslt_workspace_bytes));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&side_reached, cudaEventDisableTiming));
     device_open = true;
     return 0;
 }

@@ -6,6 +6,9 @@
 // fly (weights once, cached until the weights change: matmul.cu) and accumulate in fp32
 // through cuBLASLt. All work goes to one stream (the legacy default stream), so ops run in
 // the order the model calls them and a copy to the host waits for everything before it.
+// The one exception is inside an op: the mma attention backward runs its dQ kernel on a
+// side stream beside its dK/dV kernel (cuda_side_stream_fork/join below), and the main
+// stream waits for it before the op returns, so to its callers the op is in order too.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -59,6 +62,13 @@ static inline unsigned grid_for_fours(long n, int threads) { return grid_for((n 
 // ---- cuda_backend.cu ----
 // The backend's cuBLASLt handle and workspace (created when the device is opened).
 cublasLtHandle_t cuda_blaslt(void);
+// A second stream for work that may run beside the main stream's within one op (created
+// when the device is opened; non-blocking, so the legacy default stream does not
+// serialise it). fork: the side stream waits for everything issued to the main stream so
+// far; join: the main stream waits for everything issued to the side stream so far.
+cudaStream_t cuda_side_stream(void);
+void cuda_side_stream_fork(void);
+void cuda_side_stream_join(void);
 void *cuda_blaslt_workspace(size_t *bytes);
 // The most dynamic shared memory one block may opt in to on the open device (227 KB on
 // an H100/H200, 163 KB on an A100, 99 KB on sm_86/sm_89 parts).
