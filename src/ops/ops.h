@@ -57,6 +57,9 @@
 // not read and needs no zero-fill.
 typedef enum { WRITE_ADD, WRITE_OVERWRITE } WriteMode;
 
+// The most buffers held at once (matmul_input_hold and hold_stored, until the release).
+enum { OPS_HELD_INPUTS_MAX = 8 };
+
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
                QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;
 typedef struct {
@@ -193,12 +196,14 @@ typedef struct OpsBackend {
     // output, instead of converting it at every product. An activation's backward
     // also writes the copy of its forward's output `act` when act is held (the down
     // projection's weight gradient reads act after it): act's values are recomputed there,
-    // act itself is not written. The CPU's are no-ops. Up to 8 inputs held at once; the
+    // act itself is not written. The CPU's are no-ops (but with MARLHF_CHECK_STORED_INPUTS=1
+    // they count, as the GPU does). Up to OPS_HELD_INPUTS_MAX inputs held at once; the
     // release lets go of all of them.
     void (*matmul_input_hold)(const float *inp, long n);
-    // A hold of `buffer` (the same release, counted among the 8) that promises more: until
+    // A hold of `buffer` (the same release, counted among the held) that promises more: until
     // it is next written without a store, its only readers are products (as an input: the
-    // ops matmul_input_hold names) and the activations (gelu's inp, glu's gate and up, forward
+    // ops matmul_input_hold names but matmul_forward_dequantized, whose GPU decode kernel
+    // reads floats) and the activations (gelu's inp, glu's gate and up, forward
     // and backward, and the backwards' dout), so a backend may keep its values in their readers' format in the
     // buffer's own memory instead of as floats (the GPU: bf16 in the first half of the
     // buffer; its floats are then not meaningful). `written` false: the next op to write

@@ -76,8 +76,6 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
-// sgemm reads float inputs as they are: nothing to keep. (A store's check: stored_inputs.c.)
-static void cpu_matmul_input_hold(const float *inp, long n) {}
 
 const OpsBackend ops_cpu = {
     .name = "cpu",

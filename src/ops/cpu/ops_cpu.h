@@ -72,6 +72,7 @@ void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float 
 // MARLHF_CHECK_STORED_INPUTS=1), and the products above and the activations below reading a
 // stored input's moved values.
 void cpu_hold_stored(const float *inp, long n, bool written);
+void cpu_matmul_input_hold(const float *inp, long n);
 void cpu_matmul_input_release(void);
 // What a product or an activation reads for its input x (n floats): a stored input's moved
 // values, else x.

@@ -31,6 +31,11 @@ typedef struct {
 static StoredInput *stored;
 static int stored_count, stored_capacity;
 
+// The buffers held since the last release (matmul_input_hold and hold_stored), counted as
+// the GPU counts them: its table has OPS_HELD_INPUTS_MAX entries, one per buffer.
+static const float *held[OPS_HELD_INPUTS_MAX];
+static int held_count;
+
 // MARLHF_CHECK_STORED_INPUTS: 1 on; unset, empty or 0 off; anything else a user error.
 static bool checking_stores(void) {
     static int checking = -1;
@@ -52,8 +57,29 @@ static void move_aside(StoredInput *entry) {
     entry->pending = false;
 }
 
+static void count_hold(const float *buffer) {
+    for (int i = 0; i < held_count; i++)
+        if (held[i] == buffer) return; // held again: the same entry
+    CHECK(held_count < OPS_HELD_INPUTS_MAX, "more than %d matmul inputs held at once (matmul_input_hold, hold_stored)",
+          (int)OPS_HELD_INPUTS_MAX);
+    held[held_count++] = buffer;
+}
+
+void cpu_matmul_input_hold(const float *inp, long n) {
+    (void)n;
+    if (checking_stores()) count_hold(inp);
+}
+
+// Whether x is stored now (held as stored since the last release).
+static bool stored_now(const float *x) {
+    if (!x || !checking_stores()) return false;
+    const StoredInput *entry = find_stored(x);
+    return entry && entry->active;
+}
+
 void cpu_hold_stored(const float *inp, long n, bool written) {
     if (!checking_stores()) return;
+    count_hold(inp);
     StoredInput *entry = find_stored(inp);
     if (written) {
         // The forward's store must have been moved aside (at its first product, or at the
@@ -81,6 +107,7 @@ void cpu_hold_stored(const float *inp, long n, bool written) {
 
 void cpu_matmul_input_release(void) {
     if (!checking_stores()) return;
+    held_count = 0;
     for (int i = 0; i < stored_count; i++) {
         if (stored[i].active && stored[i].pending) move_aside(&stored[i]);
         stored[i].active = false;
@@ -103,23 +130,32 @@ const float *cpu_stored_input(const float *x, long n) {
 }
 
 // The products of the CPU's function table, reading their inputs through cpu_stored_input.
+// Each refuses what the GPU refuses (ops/cuda/matmul.cu): a stored output written but by
+// a bias-less matmul_forward or a matmul_backward overwriting its dinp (the others write
+// floats, or add to floats a stored buffer does not have), and a bias gradient of a
+// stored dout (it sums dout's floats).
 void cpu_stored_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int IC,
                                int OC) {
+    CHECK(!(bias && stored_now(out)), "a stored matmul output (hold_stored) with a bias");
     cpu_matmul_forward(out, cpu_stored_input(inp, (long)N * IC), weight, bias, N, IC, OC);
 }
 
 void cpu_stored_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+    CHECK(!stored_now(out), "matmul_accumulate into a stored buffer (hold_stored)");
     cpu_matmul_accumulate(out, cpu_stored_input(inp, (long)N * IC), weight, N, IC, OC);
 }
 
 void cpu_stored_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
                                         const float *residual, int N, int IC, int OC) {
+    CHECK(!stored_now(out), "matmul_forward_residual into a stored buffer (hold_stored)");
     cpu_matmul_forward_residual(out, cpu_stored_input(inp, (long)N * IC), weight, bias, residual, N, IC, OC);
 }
 
+// (The GPU's decode kernel, for a few rows, reads floats: it refuses a stored input.)
 void cpu_stored_matmul_forward_dequantized(float *out, const float *inp, const Q8Matrix *weight, const float *bias,
                                            int N, int IC, int OC) {
-    cpu_matmul_forward_dequantized(out, cpu_stored_input(inp, (long)N * IC), weight, bias, N, IC, OC);
+    CHECK(!stored_now(out) && !stored_now(inp), "a quantized product with a stored input or output (hold_stored)");
+    cpu_matmul_forward_dequantized(out, inp, weight, bias, N, IC, OC);
 }
 
 // The activations of the table, reading a stored gate, up, input or output gradient (a
@@ -143,6 +179,8 @@ void cpu_stored_glu_backward(float *dgate, float *dup, const float *dout, const 
 void cpu_stored_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                 const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                                 WriteMode weight_mode) {
+    CHECK(!(dinp && stored_now(dinp) && dinp_mode == WRITE_ADD), "a stored input gradient (hold_stored) added to");
+    CHECK(!(dbias && stored_now(dout)), "a bias gradient of a stored output gradient (hold_stored)");
     cpu_matmul_backward(dinp, dweight, dbias, cpu_stored_input(dout, (long)N * OC), cpu_stored_input(inp, (long)N * IC),
                         weight, N, IC, OC, dinp_mode, weight_mode);
 }

@@ -78,7 +78,7 @@ size_t cuda_shared_memory_per_block(void);
 enum {
     SCRATCH_MATMUL_A, SCRATCH_MATMUL_B,                    // bf16 activations (matmul.cu)
     SCRATCH_MATMUL_HELD,                                   // bf16 of the held inputs (matmul_input_hold):
-    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + 7,    //   one slot each, MATMUL_HELD_INPUTS (a stored
+    SCRATCH_MATMUL_HELD_LAST = SCRATCH_MATMUL_HELD + OPS_HELD_INPUTS_MAX - 1, // one slot each (a stored
                                                            //   one's stays unallocated: its copy is in place)
     SCRATCH_ATT_Q, SCRATCH_ATT_K, SCRATCH_ATT_V, SCRATCH_ATT_DOUT, // bf16 [B,H,T,hd]
     SCRATCH_ATT_P16, SCRATCH_ATT_DS32, SCRATCH_ATT_DS16,  // [B,H,T,T]

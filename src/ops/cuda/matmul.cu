@@ -344,6 +344,7 @@ void cuda_matmul_forward_residual(float *out, const float *inp, const float *wei
         ops_cuda.accumulate(out, residual, (long)N * OC);
         return;
     }
+    CHECK(!stored_entry(out, (long)N * OC), "matmul_forward_residual into a stored buffer (hold_stored)");
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, residual, out, OC, 1, 0, 0, 0);
@@ -377,6 +378,8 @@ void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float
                        1, 0, 0, 0);
     }
     if (dbias) {
+        // The bias gradient sums dout's floats, which a stored dout does not have.
+        CHECK(!stored_entry(dout, (long)N * OC), "a bias gradient of a stored output gradient (hold_stored)");
         // column_reduce adds; overwritten, its sums start from 0 (OC floats, no more to fill)
         if (weight_mode == WRITE_OVERWRITE) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(float)));
         column_reduce(dbias, N, OC, DoutColumn{dout, OC});

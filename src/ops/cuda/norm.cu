@@ -5,11 +5,11 @@
 #include "ops/cuda/norm_rows.cuh"
 
 // A forward's stored output (hold_stored) is written as its bf16 copy only
-// (cuda_held_output makes `out` NULL).
+// (cuda_held_output makes `out` NULL); an empty forward still marks it written.
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int N, int C, float eps) {
-    if (N == 0) return;
     __nv_bfloat16 *out_copy = cuda_held_output(&out, (long)N * C);
+    if (N == 0) return;
     norm_rows::layernorm_forward_kernel<<<N, norm_rows::THREADS, norm_rows::SHARED_BYTES>>>(
         out, out_copy, mean, rstd, inp, weight, bias, C, eps);
     CUDA_CHECK_LAUNCH();
@@ -50,8 +50,8 @@ static bool rows_by_four(int C, const void *a, const void *b, const void *c, con
 
 void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
                           int C, float eps, bool weight_plus_one) {
-    if (N == 0) return;
     __nv_bfloat16 *out_copy = cuda_held_output(&out, (long)N * C);
+    if (N == 0) return;
     norm_rows::rmsnorm_forward_kernel<<<N, norm_rows::THREADS, norm_rows::SHARED_BYTES>>>(
         out, out_copy, rstd, inp, weight, C, eps, weight_plus_one ? 1.0f : 0.0f,
         rows_by_four(C, out, inp, weight, out_copy));
