@@ -817,6 +817,87 @@ static void test_stored_buffers_check(void) {
     free(product), free(x), free(w_up), free(want_product), free(act2), free(want_act2);
 }
 
+// The check's refusals, each of something the GPU refuses (ops/cuda/matmul.cu): the body
+// runs in a fresh process (this program with --refuse NAME: OpenMP's threads do not survive
+// a bare fork), which must die with an internal error naming it.
+static const char *test_program;
+static void expect_refused(const char *body, const char *what) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_ops_refused_XXXXXX", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0, "temporary file");
+    if (fd < 0) return;
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(fd, 2);
+        execl(test_program, test_program, "--refuse", body, (char *)NULL);
+        _exit(0); // not refused: the parent fails the test
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    char text[2048] = {0};
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(path);
+    EXPECT(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "%s: not refused", what);
+    EXPECT(got > 0 && strstr(text, what), "%s: the error does not name it: %s", what, text);
+}
+
+enum { REFUSED_N = 4, REFUSED_IN = 8, REFUSED_OUT = 4 };
+static float refused_in[REFUSED_N * REFUSED_IN], refused_out[REFUSED_N * REFUSED_OUT];
+static float refused_w[REFUSED_OUT * REFUSED_IN], refused_dw[REFUSED_OUT * REFUSED_IN], refused_bias[REFUSED_OUT];
+
+static void residual_into_stored(void) {
+    ops_cpu.hold_stored(refused_out, REFUSED_N * REFUSED_OUT, false);
+    ops_cpu.matmul_forward_residual(refused_out, refused_in, refused_w, NULL, refused_out, REFUSED_N, REFUSED_IN,
+                                    REFUSED_OUT);
+}
+static void accumulate_into_stored(void) {
+    ops_cpu.hold_stored(refused_out, REFUSED_N * REFUSED_OUT, false);
+    ops_cpu.matmul_accumulate(refused_out, refused_in, refused_w, REFUSED_N, REFUSED_IN, REFUSED_OUT);
+}
+static void bias_gradient_of_stored(void) {
+    ops_cpu.hold_stored(refused_out, REFUSED_N * REFUSED_OUT, false);
+    ops_cpu.matmul_forward(refused_out, refused_in, refused_w, NULL, REFUSED_N, REFUSED_IN, REFUSED_OUT);
+    ops_cpu.matmul_backward(NULL, refused_dw, refused_bias, refused_out, refused_in, refused_w, REFUSED_N, REFUSED_IN,
+                            REFUSED_OUT, WRITE_OVERWRITE, WRITE_OVERWRITE);
+}
+static void added_to_stored_gradient(void) {
+    ops_cpu.hold_stored(refused_in, REFUSED_N * REFUSED_IN, false);
+    ops_cpu.matmul_backward(refused_in, NULL, NULL, refused_out, refused_in, refused_w, REFUSED_N, REFUSED_IN,
+                            REFUSED_OUT, WRITE_ADD, WRITE_OVERWRITE);
+}
+static void nine_holds(void) {
+    static float buffers[OPS_HELD_INPUTS_MAX + 1][4];
+    for (int i = 0; i <= OPS_HELD_INPUTS_MAX; i++) ops_cpu.matmul_input_hold(buffers[i], 4);
+}
+
+static const struct {
+    const char *name;
+    void (*body)(void);
+    const char *error;
+} refusals[] = {{"residual", residual_into_stored, "matmul_forward_residual into a stored buffer"},
+                {"accumulate", accumulate_into_stored, "matmul_accumulate into a stored buffer"},
+                {"bias-gradient", bias_gradient_of_stored, "a bias gradient of a stored output gradient"},
+                {"added-gradient", added_to_stored_gradient, "a stored input gradient (hold_stored) added to"},
+                {"nine-holds", nine_holds, "matmul inputs held at once"}};
+
+// The child's side: runs the named body (returns 0 if it was not refused).
+static int run_refused(const char *name) {
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        if (!strcmp(refusals[i].name, name)) refusals[i].body();
+    return 0;
+}
+
+static void test_stored_buffers_refusals(void) {
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) expect_refused(refusals[i].name, refusals[i].error);
+    // Holding the same buffer again takes no second entry.
+    static float again[4];
+    for (int i = 0; i <= OPS_HELD_INPUTS_MAX; i++) ops_cpu.matmul_input_hold(again, 4);
+    ops_cpu.matmul_input_release();
+}
+
 // ---- embedding ----
 typedef struct { int N, C, V, P; int *tokens, *positions; float *tok, *pos, *out, *R; float scale; } EmbCase;
 static double embedding_loss(void *p) {
@@ -975,7 +1056,6 @@ static int short_weight_matmul(void) {
     return 0; // not reported: the parent fails the test
 }
 
-static const char *test_program;
 static void test_matmul_short_weight_is_reported(void) {
     char report[1024];
     snprintf(report, sizeof report, "%s/test_ops_asan_XXXXXX",
@@ -1033,14 +1113,13 @@ static void test_vector_math(void) {
 }
 
 int main(int argc, char **argv) {
-#if defined(__SANITIZE_ADDRESS__)
     test_program = argv[0];
+#if defined(__SANITIZE_ADDRESS__)
     if (argc == 2 && !strcmp(argv[1], "--short-weight-matmul")) return short_weight_matmul();
-#else
-    (void)argc, (void)argv;
 #endif
     // The stored buffers' check (test_stored_buffers_check), before any op reads the setting.
     setenv("MARLHF_CHECK_STORED_INPUTS", "1", 1);
+    if (argc == 3 && !strcmp(argv[1], "--refuse")) return run_refused(argv[2]);
     RUN(test_matmul);
 #if defined(__SANITIZE_ADDRESS__)
     RUN(test_matmul_short_weight_is_reported);
@@ -1062,6 +1141,7 @@ int main(int argc, char **argv) {
     RUN(test_swiglu);
     RUN(test_geglu);
     RUN(test_stored_buffers_check);
+    RUN(test_stored_buffers_refusals);
     RUN(test_embedding);
     RUN(test_logprob);
     RUN(test_collision_entropy);
