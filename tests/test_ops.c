@@ -817,31 +817,39 @@ static void test_stored_buffers_check(void) {
     free(product), free(x), free(w_up), free(want_product), free(act2), free(want_act2);
 }
 
-// The check's refusals, each of something the GPU refuses (ops/cuda/matmul.cu): the body
-// runs in a fresh process (this program with --refuse NAME: OpenMP's threads do not survive
-// a bare fork), which must die with an internal error naming it.
+// Runs this program again as `test_program argument [second]` (a fresh process: OpenMP's
+// threads do not survive a bare fork) and reads what it wrote to stderr into text (size
+// bytes, NUL-terminated). Returns whether it exited with status 0.
 static const char *test_program;
-static void expect_refused(const char *body, const char *what) {
+static bool run_self(const char *argument, const char *second, char *text, size_t size) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/test_ops_refused_XXXXXX", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
+    snprintf(path, sizeof path, "%s/test_ops_child_XXXXXX", getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
     int fd = mkstemp(path);
-    EXPECT(fd >= 0, "temporary file");
-    if (fd < 0) return;
+    CHECK(fd >= 0, "cannot create %s", path);
     fflush(NULL);
     pid_t child = fork();
     if (child == 0) {
         dup2(fd, 2);
-        execl(test_program, test_program, "--refuse", body, (char *)NULL);
-        _exit(0); // not refused: the parent fails the test
+        execl(test_program, test_program, argument, second, (char *)NULL);
+        _exit(127);
     }
     int status = 0;
     waitpid(child, &status, 0);
-    char text[2048] = {0};
-    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    memset(text, 0, size);
+    ssize_t got = pread(fd, text, size - 1, 0);
+    (void)got;
     close(fd);
     unlink(path);
-    EXPECT(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "%s: not refused", what);
-    EXPECT(got > 0 && strstr(text, what), "%s: the error does not name it: %s", what, text);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The check's refusals, each of something the GPU refuses (ops/cuda/matmul.cu): the body
+// runs in a child (this program with --refuse NAME), which must die with an internal error
+// naming it.
+static void expect_refused(const char *body, const char *what) {
+    char text[2048];
+    EXPECT(!run_self("--refuse", body, text, sizeof text), "%s: not refused", what);
+    EXPECT(strstr(text, what), "%s: the error does not name it: %s", what, text);
 }
 
 enum { REFUSED_N = 4, REFUSED_IN = 8, REFUSED_OUT = 4 };
@@ -1057,27 +1065,9 @@ static int short_weight_matmul(void) {
 }
 
 static void test_matmul_short_weight_is_reported(void) {
-    char report[1024];
-    snprintf(report, sizeof report, "%s/test_ops_asan_XXXXXX",
-             getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp");
-    int fd = mkstemp(report);
-    EXPECT(fd >= 0, "temporary file");
-    if (fd < 0) return;
-    fflush(NULL);
-    pid_t child = fork();
-    if (child == 0) {
-        dup2(fd, 2);
-        execl(test_program, test_program, "--short-weight-matmul", (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(child, &status, 0);
-    char text[4096] = {0};
-    ssize_t got = pread(fd, text, sizeof text - 1, 0);
-    close(fd);
-    unlink(report);
-    EXPECT(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child finished without a report");
-    EXPECT(got > 0 && strstr(text, "heap-buffer-overflow"), "no heap-buffer-overflow report: %s", text);
+    char text[4096];
+    EXPECT(!run_self("--short-weight-matmul", NULL, text, sizeof text), "the child finished without a report");
+    EXPECT(strstr(text, "heap-buffer-overflow"), "no heap-buffer-overflow report: %s", text);
 }
 #endif
 
