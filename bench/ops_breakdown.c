@@ -172,6 +172,22 @@ int main(int argc, char **argv) {
     ops->matmul_input_release();
     TIME_OP("attention backward", L, 2 * att_flops, 0,
             ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+#ifdef MARLHF_CUDA
+    // The mma backward's two kernels alone (each with the dO gather before them), to see
+    // which one the time goes to: not part of the step (calls 0), their gradients partial.
+    if (ops == &ops_cuda && !strncmp(attention, "mma", 3)) {
+        ops_cuda_attention_backward_parts(true, false);
+        TIME_OP("attention backward part: dK/dV kernel", 0, 0, 0,
+                ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+        ops_cuda_attention_backward_parts(false, true);
+        TIME_OP("attention backward part: dQ kernel", 0, 0, 0,
+                ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+        ops_cuda_attention_backward_parts(false, false);
+        TIME_OP("attention backward part: neither kernel", 0, 0, 0,
+                ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+        ops_cuda_attention_backward_parts(true, true);
+    }
+#endif
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
             (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
              ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));

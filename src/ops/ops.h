@@ -399,6 +399,10 @@ const char *ops_cuda_attention_kernels(void);
 // slots): $MARLHF_CUDA_STORED_INPUTS=1|0 sets it when the device opens. For measuring the
 // one against the other (bench/train_step).
 void ops_cuda_enable_stored_inputs(bool enabled);
+// For bench/ops_breakdown only: which of the mma attention backward's two kernels run
+// (dK/dV, dQ; both unless told), to time each alone. One turned off leaves its gradients
+// unwritten: the op is then wrong.
+void ops_cuda_attention_backward_parts(bool key_gradients, bool query_gradients);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in

@@ -40,6 +40,13 @@ void cuda_mma_attention_forward(float *out, bf16 *out_copy, float *lse, const bf
     });
 }
 
+// Which backward kernels run (ops_cuda_attention_backward_parts: benchmarks only).
+static bool run_key_kernel = true, run_query_kernel = true;
+
+extern "C" void ops_cuda_attention_backward_parts(bool key_gradients, bool query_gradients) {
+    run_key_kernel = key_gradients, run_query_kernel = query_gradients;
+}
+
 template <int HD, Variant VARIANT>
 static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
                          const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
@@ -55,12 +62,16 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     // the SMs (one kernel after the other, each one's tail of last blocks left SMs idle),
     // and the main stream waits for both before the op returns.
     cuda_side_stream_fork();
-    backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H,
-                                                                         KV, T, scale, window);
-    CUDA_CHECK_LAUNCH();
-    backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
-        dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
-    CUDA_CHECK_LAUNCH();
+    if (run_key_kernel) {
+        backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
+            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (run_query_kernel) {
+        backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
+            dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        CUDA_CHECK_LAUNCH();
+    }
     cuda_side_stream_join();
 }
 
