@@ -5,7 +5,7 @@
 // the logits copy, the bf16 conversion of a weight AdamW did not write the copy of).
 //
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
-//                                  [--device cpu|cuda] [--attention mma|mma-plain|wmma|unfused] [--reps 5]
+//                                  [--device cpu|cuda] [--attention mma|mma-plain|mma-ds|wmma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
 // or "tflops"}), a line with the step's time by kind of op (the kinds of
 // bench/torch_gpu_train_step.py --profile-steps, which measures PyTorch's step the same way)
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     ops = ops_backend_by_name(device);
     if (!ops) die_from_err();
 #ifdef MARLHF_CUDA
-    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: mma, mma-plain, wmma or unfused");
+    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: mma, mma-plain, mma-ds, wmma or unfused");
 #endif
     ModelConfig cfg = bench_shape(name);
     CHECK(cfg.family != FAMILY_GPT2, "the breakdown models gated (Llama-family) layers only");

@@ -8,7 +8,7 @@
 // usage: build/bench/train_step [--batch 4] [--seq 256] [--steps 3] [--recompute]
 //            [--model gpt2-124m|smollm2-135m|gemma2-135m|gemma3-135m|llama-1b|all] [--device cpu|cuda] [--peak-tflops 790]
 //            (all: gpt2-124m and smollm2-135m on the CPU, smollm2-135m on a GPU)
-//            [--attention mma|mma-plain|wmma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
+//            [--attention mma|mma-plain|mma-ds|wmma|unfused] (cuda: which attention kernels, src/ops/cuda/attention.cu)
 //            [--max-grad-norm 1.0] (the global gradient norm clipped to this, as `marlhf sft` does by
 //                               default; 0: no clipping, and the norm is not computed)
 //            [--lora-rank R]   (LoRA adapters of rank R on every linear layer, base frozen;
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
     if (!ops) die_from_err();
 #ifdef MARLHF_CUDA
     static char label[32];
-    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: mma, mma-plain, wmma or unfused");
+    if (ops == &ops_cuda && !ops_cuda_select_attention(attention)) die_user("--attention: mma, mma-plain, mma-ds, wmma or unfused");
     if (ops == &ops_cuda && strcmp(attention, "mma")) snprintf(label, sizeof label, "-%s", attention), attention_label = label;
 #endif
     if (ops != &ops_cpu) {

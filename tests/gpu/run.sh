@@ -18,15 +18,15 @@
 #      Gemma 3, and Gemma 3 with a sliding window of 8 keys.
 #   3. A short PPO run (reward model, then 3 PPO iterations) with --device cuda; again
 #      with LoRA adapters, with QLoRA (--actor-quantize nf4 --critic-quantize q8_0), with
-#      GRPO (no critic), and on the wmma attention kernels.
+#      GRPO (no critic), and on the wmma and mma-ds attention kernels.
 #   4. Speed (skipped with --no-bench): the SFT step of the SmolLM2-135M and ~1B Llama
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0,
 #      Q4_K_M and Q5_K_M weights, and after a 1024-token prompt on float32, half and Q8_0
 #      KV caches; no PyTorch peer for those), each beside
 #      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
 #      steps op by op (bench/ops_breakdown.c), with the mma attention kernels (the default),
-#      their PLAIN variant (mma-plain) and wmma. The training step also runs on mma-plain,
-#      wmma and unfused.
+#      their PLAIN variant (mma-plain), mma-ds (dS kept for the dQ kernel) and wmma. The
+#      training step also runs on mma-plain, mma-ds, wmma and unfused.
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR] [--time-limit SECONDS]
 #   --quick-bench: only the fused-attention steps beside PyTorch, and the 1B breakdowns.
@@ -237,6 +237,8 @@ ppo_on_gpu ppo_qlora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8 --actor-qua
 ppo_on_gpu grpo_on_gpu --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
 export MARLHF_CUDA_ATTENTION=wmma
 ppo_on_gpu ppo_wmma_attention_on_gpu
+export MARLHF_CUDA_ATTENTION=mma-ds
+ppo_on_gpu ppo_mma_ds_attention_on_gpu
 unset MARLHF_CUDA_ATTENTION
 
 # 4. speed, each beside PyTorch eager on the same GPU
@@ -252,6 +254,8 @@ if [ "$bench" = 1 ]; then
         bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10
         bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
             --attention mma-plain
+        bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 --steps 10 \
+            --attention mma-ds
         for attention in wmma unfused; do
             [ "$quick" = 1 ] || bench_run 200 "$results" "$train_step" --device cuda --model "$ours" --batch 8 --seq 1024 \
                 --steps 10 --attention $attention
@@ -284,8 +288,8 @@ if [ "$bench" = 1 ]; then
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
     stage "op-by-op breakdown"
-    shapes="smollm2-135m llama-1b" attentions="mma mma-plain wmma"
-    [ "$quick" = 1 ] && shapes=llama-1b attentions="mma mma-plain"
+    shapes="smollm2-135m llama-1b" attentions="mma mma-plain mma-ds wmma"
+    [ "$quick" = 1 ] && shapes=llama-1b attentions="mma mma-plain mma-ds"
     for shape in $shapes; do
         for attention in $attentions; do
             bench_run 120 "$logs/ops_breakdown.jsonl" "$ops_breakdown" --device cuda --model $shape --batch 8 --seq 1024 \
@@ -317,9 +321,10 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
     u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-wmma", model=ours)
     p = find("marlhf-cuda-mma-plain", model=ours)
+    s = find("marlhf-cuda-mma-ds", model=ours)
     mfu = lambda r: f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
     parts.append(f"{ours} step {rate(m, 'tokens_per_s')} tok/s MFU {mfu(m)} "
-                 f"(mma-plain {rate(p, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}) "
+                 f"(mma-plain {rate(p, 'tokens_per_s')}, mma-ds {rate(s, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}) "
                  f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)

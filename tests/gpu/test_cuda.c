@@ -1044,19 +1044,21 @@ static void check_attention(const char *kernels, int B, int T, int H, int KV, in
 static void test_attention(void) {
     // Ragged rows (left padding, one row of padding only past a tile), grouped K/V heads,
     // several 64-row tiles with a partial last one; each fused implementation (mma, the
-    // default, its PLAIN variant mma-plain, and wmma) and the unfused reference path.
+    // default, its PLAIN variant mma-plain, mma-ds keeping dS for the dQ kernel (head_dim
+    // up to 64; at 128 it recomputes, as mma), and wmma) and the unfused reference path.
     const int starts3[3] = {0, 5, 30}, starts4[4] = {0, 70, 149, 3}, starts2[2] = {0, 2}, starts_short[3] = {0, 5, 18};
     const int starts_long[2] = {0, 200};
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     check_attention("unfused", 4, 150, 8, 2, 64, starts4);
-    const char *fused[] = {"wmma", "mma", "mma-plain"};
-    for (int i = 0; i < 3; i++) {
+    const char *fused[] = {"wmma", "mma", "mma-plain", "mma-ds"};
+    for (int i = 0; i < 4; i++) {
         check_attention(fused[i], 3, 37, 6, 2, 32, starts3);
         check_attention(fused[i], 4, 150, 8, 2, 64, starts4);
         check_attention(fused[i], 2, 70, 4, 4, 128, starts2);
         check_attention(fused[i], 3, 19, 4, 1, 16, starts_short);
         check_attention(fused[i], 2, 1000, 8, 2, 128, starts_long);
     }
+    check_attention("mma-ds", 2, 1000, 8, 2, 64, starts_long);
     // Gemma 2's soft cap (1: the scores here reach about 2): the unfused kernels, also when a
     // fused choice is made.
     attention_softcap = 1.0f;
@@ -1075,7 +1077,9 @@ static void test_attention(void) {
     attention_window = 70;
     check_attention("mma", 2, 1000, 8, 2, 128, starts_long);
     check_attention("mma-plain", 2, 1000, 8, 2, 64, starts_long);
+    check_attention("mma-ds", 2, 1000, 8, 2, 64, starts_long);
     attention_window = 7;
+    check_attention("mma-ds", 4, 150, 8, 2, 64, starts4);
     attention_softcap = 1.0f;
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     attention_softcap = 0.0f;

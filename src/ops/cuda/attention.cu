@@ -36,12 +36,16 @@
 #include "ops/cuda/attention_fused.cuh"
 
 // "mma-plain" is the mma kernels' PLAIN variant (attention_mma.cuh), kept selectable so that
-// a GPU run measures it beside the TUNED one that "mma" runs.
-enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA, KERNELS_MMA_PLAIN, KERNELS_COUNT };
-static const char *const kernel_names[] = {"unfused", "wmma", "mma", "mma-plain"};
+// a GPU run measures it beside the TUNED one that "mma" runs; "mma-ds" is TUNED with the
+// scores' gradient kept from the dK/dV kernel for the dQ kernel (not the default until a
+// GPU has measured it against "mma").
+enum AttentionKernels { KERNELS_UNFUSED, KERNELS_WMMA, KERNELS_MMA, KERNELS_MMA_PLAIN, KERNELS_MMA_DS, KERNELS_COUNT };
+static const char *const kernel_names[] = {"unfused", "wmma", "mma", "mma-plain", "mma-ds"};
 static AttentionKernels selected = KERNELS_MMA;
 
-static bool mma_selected(void) { return selected == KERNELS_MMA || selected == KERNELS_MMA_PLAIN; }
+static bool mma_selected(void) {
+    return selected == KERNELS_MMA || selected == KERNELS_MMA_PLAIN || selected == KERNELS_MMA_DS;
+}
 
 extern "C" bool ops_cuda_select_attention(const char *kernels) {
     for (int i = 0; i < KERNELS_COUNT; i++)
@@ -380,7 +384,8 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
         const float *D;
         const __nv_bfloat16 *dO = gather_dout_with_row_dot(&D, dout, out, B, T, H, hd);
         cuda_mma_attention_backward(dq, dk, dv, saved.Q, saved.K, saved.V, dO, saved.lse, D, row_start, B, H,
-                                    n_kv_heads, T, hd, window, selected == KERNELS_MMA_PLAIN);
+                                    n_kv_heads, T, hd, window, selected == KERNELS_MMA_PLAIN,
+                                    selected == KERNELS_MMA_DS);
         return;
     }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);

@@ -24,7 +24,8 @@ size_t cuda_mma_attention_shared_bytes(int head_dim) {
     size_t most = 0;
     with_fused_head_dim(head_dim, "mma", [&](auto hd) {
         constexpr int HD = decltype(hd)::value;
-        most = std::max({forward_shared_bytes<HD>(), backward_q_shared_bytes<HD>(), backward_kv_shared_bytes<HD>()});
+        most = std::max({forward_shared_bytes<HD>(), backward_q_shared_bytes<HD>(), backward_kv_shared_bytes<HD>(),
+                         backward_q_from_scores_shared_bytes<HD>()});
     });
     return most;
 }
@@ -45,6 +46,35 @@ static bool run_key_kernel = true, run_query_kernel = true;
 
 extern "C" void ops_cuda_attention_backward_parts(bool key_gradients, bool query_gradients) {
     run_key_kernel = key_gradients, run_query_kernel = query_gradients;
+}
+
+// "mma-ds" keeps the scores' gradient dS (bf16, [B*H][T][T rounded up to 8]) from the
+// dK/dV kernel for the dQ kernel, which then needs one product a tile instead of three:
+// up to this many bytes (512 MB at B = 8, T = 1024, 32 heads); past it dQ recomputes.
+static const size_t SCORES_GRADIENT_MOST_BYTES = (size_t)1 << 30;
+
+// dK/dV, then dQ from the dS it wrote: one after the other on the main stream.
+template <int HD>
+static void backward_keeping_scores(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
+                                    const bf16 *dO, const float *lse, const float *D, const int *row_start, int B,
+                                    int H, int KV, int T, float scale, int window, bf16 *scores_gradient) {
+    const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_from_scores_shared_bytes<HD>();
+    CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, TUNED, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)kv_shared));
+    CUDA_CHECK(cudaFuncSetAttribute(backward_q_from_scores_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)q_shared));
+    const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
+    const int ld = scores_gradient_ld(T);
+    if (run_key_kernel) {
+        backward_kv_kernel<HD, TUNED, true><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
+            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient, ld);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (run_query_kernel) {
+        backward_q_from_scores_kernel<HD><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared>>>(
+            dq, K, scores_gradient, ld, row_start, H, KV, T, scale, window);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
 template <int HD, Variant VARIANT>
@@ -77,10 +107,21 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
 
 void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
                                  const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
-                                 int KV, int T, int head_dim, int window, bool plain) {
+                                 int KV, int T, int head_dim, int window, bool plain, bool keep_scores_gradient) {
     const float scale = 1.0f / sqrtf((float)head_dim);
+    const size_t scores_bytes = (size_t)B * H * T * scores_gradient_ld(T) * sizeof(bf16);
+    bf16 *scores_gradient =
+        keep_scores_gradient && keeps_scores_gradient_at(head_dim) && scores_bytes <= SCORES_GRADIENT_MOST_BYTES
+            ? (bf16 *)cuda_scratch(SCRATCH_ATT_DS16, scores_bytes)
+            : nullptr;
     with_fused_head_dim(head_dim, "mma", [&](auto hd) {
         constexpr int HD = decltype(hd)::value;
+        if constexpr (keeps_scores_gradient_at(HD))
+            if (scores_gradient) {
+                backward_keeping_scores<HD>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window,
+                                            scores_gradient);
+                return;
+            }
         if (plain) backward_for<HD, PLAIN>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
         else backward_for<HD, TUNED>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
     });

@@ -61,6 +61,9 @@ template <int HD> constexpr size_t backward_q_shared_bytes() { return 6 * Tile<H
 template <int HD> constexpr size_t backward_kv_shared_bytes() {                                // K, V, (Q, dO) x 2
     return 6 * Tile<HD>::bytes + 4 * ROWS * sizeof(float);                                     // + (lse, D) x 2
 }
+template <int HD> constexpr size_t backward_q_from_scores_shared_bytes() { // (K, dS^T) x 2
+    return 2 * Tile<HD>::bytes + 2 * Tile<COLUMNS>::bytes;
+}
 
 // Two variants of every kernel, a template parameter, built side by side so that one GPU
 // run measures both (attention.cu: "mma" is TUNED, "mma-plain" PLAIN). They spend
@@ -543,11 +546,37 @@ DEVICE_INLINE void key_rows_probabilities(float (*s)[4], float (*dp)[4], const f
         }
 }
 
-template <int HD, Variant VARIANT>
+// The dK/dV kernel's dS^T of a warp's 16 keys (this lane's key_low and key_low + 8) against
+// a query tile from q0, as bf16 into the scores' gradient [keys][ld queries] of the head
+// (`rows`): the dQ kernel that reads it (backward_q_from_scores_kernel) then needs one
+// product a tile instead of three. Keys at or past T are not written; queries from T to ld
+// (the rows' padding) are written, as the zeros they are (their Q and dO rows are zeros).
+DEVICE_INLINE void store_score_gradients(bf16 *rows, const float (*ds)[4], int key_low, int q0, int T, int ld, int t) {
+    for (int half = 0; half < 2; half++) {
+        const int key = key_low + 8 * half;
+        if (key >= T) continue;
+        bf16 *row = rows + (long)key * ld;
+        for (int n = 0; n < COLUMNS / 8; n++) {
+            const int q = q0 + n * 8 + 2 * t; // even, and ld a multiple of 8: q + 1 < ld too
+            if (q < ld) store_u32(row + q, pack_bf16x2(ds[n][2 * half], ds[n][2 * half + 1]));
+        }
+    }
+}
+
+// The scores' gradient's row length (queries): T rounded up to 16 bytes (cp.async pieces).
+inline int scores_gradient_ld(int T) { return (T + 7) / 8 * 8; }
+// Kept up to head_dim 64: at 128 the dK/dV kernel has no register left for the writes
+// (ptxas: 8 bytes of spill), and dQ recomputes there.
+constexpr bool keeps_scores_gradient_at(int head_dim) { return head_dim <= 64; }
+
+// WRITES_SCORES: the kernel also writes each dS^T tile it computes, as bf16, into
+// scores_gradient ([B*H][T keys][scores_ld queries], scores_ld a multiple of 8 at least T),
+// for backward_q_from_scores_kernel.
+template <int HD, Variant VARIANT, bool WRITES_SCORES = false>
 __global__ void __launch_bounds__(THREADS)
     backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
                        const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
-                       int window) {
+                       int window, bf16 *scores_gradient = nullptr, int scores_ld = 0) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + L::elements;
@@ -610,6 +639,10 @@ __global__ void __launch_bounds__(THREADS)
             key_rows_probabilities<true>(s, dp, lse_t, D_t, q0, key_low, start, window, scale_log2, t);
         else
             key_rows_probabilities<false>(s, dp, lse_t, D_t, q0, key_low, start, window, scale_log2, t);
+        if constexpr (WRITES_SCORES) {
+            const long head = (long)b * H + kv_head * group + (step / qt_count); // the query head of this step
+            store_score_gradients(scores_gradient + head * T * scores_ld, dp, key_low, q0, T, scores_ld, t);
+        }
         multiply_registers_by_tile<HD>(dv_acc, s, dOt, lane);
         multiply_registers_by_tile<HD>(dk_acc, dp, Qt, lane);
         __syncthreads(); // every warp is done with this buffer before it is refilled
@@ -699,6 +732,93 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
         else
             query_rows_score_gradients<false>(s, dp, lse_rows, D_rows, key0, row_low, start, window, scale_log2, t);
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
+        __syncthreads(); // every warp is done with this buffer before it is refilled
+    }
+    write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+}
+
+// The A fragment of the 16 x 16 block of m^T at m (m row-major, ld elements per row):
+// block (rows r, columns c) of A is m's block (rows c, columns r), read by one
+// ldmatrix.trans of m's four 8x8 quarters in A's register order (A rows 0-7 | 8-15 of
+// columns 0-7, then of columns 8-15: m's rows 0-7 at columns 0-7 and 8-15, then its rows
+// 8-15). Lane i gives m's row (i / 16) * 8 + i % 8 at columns ((i / 8) % 2) * 8.
+DEVICE_INLINE void load_a_transposed(uint32_t a[4], const bf16 *m, int ld, int lane) {
+    ldmatrix_x4_trans(a, m + ((lane / 16) * 8 + lane % 8) * ld + ((lane / 8) % 2) * 8);
+}
+
+// Starts copying the scores' gradient tile of keys [key0, key0 + 64) x queries [q0, q0 + 64)
+// (rows of `rows`, ld elements apart) into a [64][64] tile; keys at or past T and queries at
+// or past ld become zeros (ld is a multiple of 8, so a 16-byte piece is all in or all out).
+DEVICE_INLINE void score_tile_load_async(bf16 *tile, const bf16 *rows, int key0, int q0, int T, int ld) {
+    constexpr int chunks = COLUMNS / 8, rows_per_pass = THREADS / chunks;
+    const int first = (int)threadIdx.x / chunks, column = (int)threadIdx.x % chunks * 8;
+    const bool column_valid = q0 + column < ld;
+    UNROLL
+    for (int i = 0; i < ROWS / rows_per_pass; i++) {
+        const int row = first + i * rows_per_pass;
+        const bool valid = column_valid && key0 + row < T;
+        cp_async_16(tile + row * Tile<COLUMNS>::ld + column, valid ? rows + (long)(key0 + row) * ld + q0 + column : rows,
+                    valid);
+    }
+}
+
+// dQ from the scores' gradient that backward_kv_kernel<..., true> wrote: for each key tile a
+// query tile sees, dQ += dS K, one product (the dQ kernel above recomputes S and dP for it:
+// three). The same blocks, grid (backward_q_grid) and key tiles as backward_q_kernel, whose
+// visits are exactly the (query tile, key tile) pairs the dK/dV kernel wrote; masked
+// entries were written as zeros. dS^T's tile is read as dS by ldmatrix.trans.
+template <int HD>
+__global__ void __launch_bounds__(THREADS)
+    backward_q_from_scores_kernel(float *dq, const bf16 *K, const bf16 *scores_gradient, int scores_ld,
+                                  const int *row_start, int H, int KV, int T, float scale, int window) {
+    using L = Tile<HD>;
+    using S = Tile<COLUMNS>;
+    DYNAMIC_SHARED(shared);
+    bf16 *Ks = (bf16 *)shared, *dSs = Ks + 2 * L::elements; // two buffers each
+
+    const int tiles = (T + ROWS - 1) / ROWS;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H;
+    const int q0 = (tiles - 1 - (int)blockIdx.y) * ROWS; // the longest rows start first (backward_q_grid)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int start = row_start ? row_start[b] : 0;
+    const int q_last = imin(q0 + ROWS, T) - 1;
+    if (q_last < start) { // only padding queries: zero gradients
+        zero_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
+        return;
+    }
+    const long kv_head = kv_head_offset<HD>(bh, H, KV, T);
+    const bf16 *scores = scores_gradient + (long)bh * T * scores_ld;
+    const int row_low = q0 + warp * 16 + lane / 4;
+    const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
+    tile_load_async<HD>(Ks, K + kv_head, kt_first * COLUMNS, T);
+    score_tile_load_async(dSs, scores, kt_first * COLUMNS, q0, T, scores_ld);
+    cp_async_commit();
+
+    float dq_acc[HD / 8][4];
+    for (int n = 0; n < HD / 8; n++) dq_acc[n][0] = dq_acc[n][1] = dq_acc[n][2] = dq_acc[n][3] = 0.0f;
+    for (int kt = kt_first; kt <= kt_last; kt++) {
+        const int buffer = (kt - kt_first) & 1;
+        if (kt < kt_last) { // the next tile loads while this one is used
+            tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + kv_head, (kt + 1) * COLUMNS, T);
+            score_tile_load_async(dSs + (buffer ^ 1) * S::elements, scores, (kt + 1) * COLUMNS, q0, T, scores_ld);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kt = Ks + buffer * L::elements, *dSt = dSs + buffer * S::elements;
+        // dQ (16 x HD) += dS (16 x 64: this warp's queries, the tile's keys) K (64 x HD).
+        for (int k = 0; k < COLUMNS / 16; k++) {
+            uint32_t a[4];
+            load_a_transposed(a, dSt + k * 16 * S::ld + warp * 16, S::ld, lane);
+            for (int n = 0; n < HD / 16; n++) {
+                uint32_t b_low[2], b_high[2];
+                load_b_pair(b_low, b_high, Kt + k * 16 * L::ld + n * 16, L::ld, lane);
+                mma_bf16_16x8x16(dq_acc[2 * n], a, b_low);
+                mma_bf16_16x8x16(dq_acc[2 * n + 1], a, b_high);
+            }
+        }
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
     write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);

@@ -242,7 +242,7 @@ extern "C" int ops_cuda_open(void) {
     if (device_open) return 0;
     const char *attention = getenv("MARLHF_CUDA_ATTENTION");
     if (attention && !ops_cuda_select_attention(attention))
-        return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected mma, mma-plain, wmma or unfused (environment)", attention);
+        return err_set("MARLHF_CUDA_ATTENTION is '%s'; expected mma, mma-plain, mma-ds, wmma or unfused (environment)", attention);
     const char *stored_inputs = getenv("MARLHF_CUDA_STORED_INPUTS");
     if (stored_inputs && *stored_inputs) { // unset or empty: on
         const int stores = env_switch("MARLHF_CUDA_STORED_INPUTS");
