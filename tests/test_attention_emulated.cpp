@@ -151,13 +151,16 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
         const char *name;
         std::vector<float> &got, &want;
     } gradients[] = {{"dq", dq, dq_ref}, {"dk", dk, dk_ref}, {"dv", dv, dv_ref}};
-    for (Gradient &g : gradients) {
-        error = relative_error(g.got.data(), g.want.data(), (long)g.got.size());
-        worst = worst_segment_error(g.got.data(), g.want.data(), (long)g.got.size(), HD);
-        printf("# %-22s %s %.3e (worst head row %.3e)\n", label, g.name, error, worst);
-        EXPECT(error <= TOLERANCE, "%s: %s error %.3e", label, g.name, error);
-        EXPECT(worst <= ROW_TOLERANCE, "%s: %s error %.3e in one head's row", label, g.name, worst);
-    }
+    auto check_gradients = [&](const char *how) {
+        for (Gradient &g : gradients) {
+            error = relative_error(g.got.data(), g.want.data(), (long)g.got.size());
+            worst = worst_segment_error(g.got.data(), g.want.data(), (long)g.got.size(), HD);
+            printf("# %-22s %s%s %.3e (worst head row %.3e)\n", label, how, g.name, error, worst);
+            EXPECT(error <= TOLERANCE, "%s: %s%s error %.3e", label, how, g.name, error);
+            EXPECT(worst <= ROW_TOLERANCE, "%s: %s%s error %.3e in one head's row", label, how, g.name, worst);
+        }
+    };
+    check_gradients("");
 
     // "mma-ds": the dK/dV kernel also writes dS (into NaN: an entry the dQ kernel reads and
     // the dK/dV kernel did not write shows), then dQ from it.
@@ -172,13 +175,7 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
         emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_from_scores_shared_bytes<HD>(), [&] {
             backward_q_from_scores_kernel<HD>(dq.data(), K.data(), scores.data(), ld, rs, H, KV, T, scale, window);
         });
-        for (Gradient &g : gradients) {
-            error = relative_error(g.got.data(), g.want.data(), (long)g.got.size());
-            worst = worst_segment_error(g.got.data(), g.want.data(), (long)g.got.size(), HD);
-            printf("# %-22s kept dS: %s %.3e (worst head row %.3e)\n", label, g.name, error, worst);
-            EXPECT(error <= TOLERANCE, "%s: kept dS: %s error %.3e", label, g.name, error);
-            EXPECT(worst <= ROW_TOLERANCE, "%s: kept dS: %s error %.3e in one head's row", label, g.name, worst);
-        }
+        check_gradients("kept dS: ");
     }
 }
 
