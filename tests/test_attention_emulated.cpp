@@ -165,15 +165,14 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
     // "mma-ds": the dK/dV kernel also writes dS (into NaN: an entry the dQ kernel reads and
     // the dK/dV kernel did not write shows), then dQ from it.
     if constexpr (VARIANT == TUNED && keeps_scores_gradient_at(HD)) {
-        const int ld = scores_gradient_ld(T);
-        std::vector<bf16> scores((size_t)B * H * T * ld, float_to_bf16(NAN));
+        std::vector<bf16> scores((size_t)B * H * (size_t)score_tiles_per_head(T) * SCORE_TILE_ELEMENTS, float_to_bf16(NAN));
         std::fill(dq.begin(), dq.end(), NAN), std::fill(dk.begin(), dk.end(), NAN), std::fill(dv.begin(), dv.end(), NAN);
         emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
-            backward_kv_kernel<HD, TUNED, true>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(),
-                                                D.data(), rs, H, KV, T, scale, window, scores.data(), ld);
+            backward_kv_scores_kernel<HD>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(),
+                                                D.data(), rs, H, KV, T, scale, window, scores.data());
         });
         emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_from_scores_shared_bytes<HD>(), [&] {
-            backward_q_from_scores_kernel<HD>(dq.data(), K.data(), scores.data(), ld, rs, H, KV, T, scale, window);
+            backward_q_from_scores_kernel<HD>(dq.data(), K.data(), scores.data(), rs, H, KV, T, scale, window);
         });
         check_gradients("kept dS: ");
     }

@@ -48,9 +48,10 @@ extern "C" void ops_cuda_attention_backward_parts(bool key_gradients, bool query
     run_key_kernel = key_gradients, run_query_kernel = query_gradients;
 }
 
-// "mma-ds" keeps the scores' gradient dS (bf16, [B*H][T][T rounded up to 8]) from the
-// dK/dV kernel for the dQ kernel, which then needs one product a tile instead of three:
-// up to this many bytes (512 MB at B = 8, T = 1024, 32 heads); past it dQ recomputes.
+// "mma-ds" keeps the scores' gradient dS (bf16 tiles on and below the causal diagonal,
+// attention_mma.cuh's score_tile_index) from the dK/dV kernel for the dQ kernel, which then
+// needs one product a tile instead of three: up to this many bytes (285 MB at B = 8,
+// T = 1024, 32 heads); past it dQ recomputes.
 static const size_t SCORES_GRADIENT_MOST_BYTES = (size_t)1 << 30;
 
 // dK/dV, then dQ from the dS it wrote: one after the other on the main stream.
@@ -59,20 +60,19 @@ static void backward_keeping_scores(float *dq, float *dk, float *dv, const bf16 
                                     const bf16 *dO, const float *lse, const float *D, const int *row_start, int B,
                                     int H, int KV, int T, float scale, int window, bf16 *scores_gradient) {
     const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_from_scores_shared_bytes<HD>();
-    CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, TUNED, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(backward_kv_scores_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)kv_shared));
     CUDA_CHECK(cudaFuncSetAttribute(backward_q_from_scores_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)q_shared));
     const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
-    const int ld = scores_gradient_ld(T);
     if (run_key_kernel) {
-        backward_kv_kernel<HD, TUNED, true><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
-            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient, ld);
+        backward_kv_scores_kernel<HD><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
+            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
         backward_q_from_scores_kernel<HD><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared>>>(
-            dq, K, scores_gradient, ld, row_start, H, KV, T, scale, window);
+            dq, K, scores_gradient, row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -109,7 +109,7 @@ void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q,
                                  const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
                                  int KV, int T, int head_dim, int window, bool plain, bool keep_scores_gradient) {
     const float scale = 1.0f / sqrtf((float)head_dim);
-    const size_t scores_bytes = (size_t)B * H * T * scores_gradient_ld(T) * sizeof(bf16);
+    const size_t scores_bytes = (size_t)B * H * (size_t)score_tiles_per_head(T) * SCORE_TILE_ELEMENTS * sizeof(bf16);
     bf16 *scores_gradient =
         keep_scores_gradient && keeps_scores_gradient_at(head_dim) && scores_bytes <= SCORES_GRADIENT_MOST_BYTES
             ? (bf16 *)cuda_scratch(SCRATCH_ATT_DS16, scores_bytes)

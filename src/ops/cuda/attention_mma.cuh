@@ -546,37 +546,47 @@ DEVICE_INLINE void key_rows_probabilities(float (*s)[4], float (*dp)[4], const f
         }
 }
 
-// The dK/dV kernel's dS^T of a warp's 16 keys (this lane's key_low and key_low + 8) against
-// a query tile from q0, as bf16 into the scores' gradient [keys][ld queries] of the head
-// (`rows`): the dQ kernel that reads it (backward_q_from_scores_kernel) then needs one
-// product a tile instead of three. Keys at or past T are not written; queries from T to ld
-// (the rows' padding) are written, as the zeros they are (their Q and dO rows are zeros).
-DEVICE_INLINE void store_score_gradients(bf16 *rows, const float (*ds)[4], int key_low, int q0, int T, int ld, int t) {
-    for (int half = 0; half < 2; half++) {
-        const int key = key_low + 8 * half;
-        if (key >= T) continue;
-        bf16 *row = rows + (long)key * ld;
-        for (int n = 0; n < COLUMNS / 8; n++) {
-            const int q = q0 + n * 8 + 2 * t; // even, and ld a multiple of 8: q + 1 < ld too
-            if (q < ld) store_u32(row + q, pack_bf16x2(ds[n][2 * half], ds[n][2 * half + 1]));
-        }
-    }
+// The scores' gradient kept between the backward kernels ("mma-ds") is dS^T in tiles of
+// 64 keys x 64 queries (bf16, row-major: keys are rows), only the tiles on or below the
+// causal diagonal (query tile qt >= key tile kt: every pair either kernel visits), packed
+// per head: head bh's tile (kt, qt) is number bh * score_tiles_per_head(T) +
+// score_tile_index(kt, qt, tiles) of the buffer. Half the square, and each tile 8 KB in one
+// piece for the dQ kernel's loads.
+enum { SCORE_TILE_ELEMENTS = ROWS * COLUMNS };
+HOST_DEVICE_INLINE int score_tiles_per_head(int T) {
+    const int tiles = (T + ROWS - 1) / ROWS;
+    return tiles * (tiles + 1) / 2;
 }
-
-// The scores' gradient's row length (queries): T rounded up to 16 bytes (cp.async pieces).
-inline int scores_gradient_ld(int T) { return (T + 7) / 8 * 8; }
+HOST_DEVICE_INLINE int score_tile_index(int kt, int qt, int tiles) {
+    return kt * tiles - kt * (kt - 1) / 2 + (qt - kt); // the rows before kt, then qt's place in it
+}
 // Kept up to head_dim 64: at 128 the dK/dV kernel has no register left for the writes
 // (ptxas: 8 bytes of spill), and dQ recomputes there.
 constexpr bool keeps_scores_gradient_at(int head_dim) { return head_dim <= 64; }
 
-// WRITES_SCORES: the kernel also writes each dS^T tile it computes, as bf16, into
-// scores_gradient ([B*H][T keys][scores_ld queries], scores_ld a multiple of 8 at least T),
-// for backward_q_from_scores_kernel.
-template <int HD, Variant VARIANT, bool WRITES_SCORES = false>
-__global__ void __launch_bounds__(THREADS)
-    backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
-                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
-                       int window, bf16 *scores_gradient = nullptr, int scores_ld = 0) {
+// The dK/dV kernel's dS^T of a warp's 16 keys (this lane's rows row_low and row_low + 8 of
+// the tile, keys key_low and key_low + 8) against the tile's 64 queries, as bf16 into the
+// tile: the dQ kernel that reads it (backward_q_from_scores_kernel) then needs one product
+// a tile instead of three. Keys at or past T are not written (the dQ kernel's loads zero
+// them); queries at or past T are written, as the zeros they are (their Q and dO rows are
+// zeros).
+DEVICE_INLINE void store_score_gradients(bf16 *tile, const float (*ds)[4], int row_low, int key_low, int T, int t) {
+    UNROLL
+    for (int half = 0; half < 2; half++) {
+        if (key_low + 8 * half >= T) continue;
+        bf16 *row = tile + (row_low + 8 * half) * COLUMNS + 2 * t;
+        UNROLL
+        for (int n = 0; n < COLUMNS / 8; n++) store_u32(row + n * 8, pack_bf16x2(ds[n][2 * half], ds[n][2 * half + 1]));
+    }
+}
+
+// The dK/dV kernel's body. WRITES_SCORES: it also writes each dS^T tile it computes, as
+// bf16, into scores_gradient (packed tiles: score_tile_index), for
+// backward_q_from_scores_kernel.
+template <int HD, Variant VARIANT, bool WRITES_SCORES>
+DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
+                               const float *lse, const float *D, const int *row_start, int H, int KV, int T,
+                               float scale, int window, bf16 *scores_gradient) {
     using L = Tile<HD>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + L::elements;
@@ -615,6 +625,14 @@ __global__ void __launch_bounds__(THREADS)
     const int key_low = k0 + warp * 16 + lane / 4; // this lane's keys: key_low and key_low + 8
     const int warp_first_key = k0 + warp * 16;
     const float scale_log2 = scale * LOG2E;
+    // WRITES_SCORES: the group's first head's tiles, each head's after the one before.
+    bf16 *group_scores = nullptr;
+    int tiles_per_head = 0, key_tile_first = 0;
+    if constexpr (WRITES_SCORES) {
+        tiles_per_head = score_tiles_per_head(T);
+        key_tile_first = score_tile_index(k0 / ROWS, k0 / ROWS, (T + ROWS - 1) / ROWS); // query tile qt: + qt - kt
+        group_scores = scores_gradient + ((long)b * H + kv_head * group) * tiles_per_head * SCORE_TILE_ELEMENTS;
+    }
     for (int step = 0; step < steps; step++) {
         const int buffer = step & 1;
         if (step + 1 < steps) {
@@ -640,8 +658,9 @@ __global__ void __launch_bounds__(THREADS)
         else
             key_rows_probabilities<false>(s, dp, lse_t, D_t, q0, key_low, start, window, scale_log2, t);
         if constexpr (WRITES_SCORES) {
-            const long head = (long)b * H + kv_head * group + (step / qt_count); // the query head of this step
-            store_score_gradients(scores_gradient + head * T * scores_ld, dp, key_low, q0, T, scores_ld, t);
+            // This step's head (step / qt_count of the group) and query tile q0 / 64.
+            const int tile = (step / qt_count) * tiles_per_head + key_tile_first + (q0 / ROWS - k0 / ROWS);
+            store_score_gradients(group_scores + (long)tile * SCORE_TILE_ELEMENTS, dp, warp * 16 + lane / 4, key_low, T, t);
         }
         multiply_registers_by_tile<HD>(dv_acc, s, dOt, lane);
         multiply_registers_by_tile<HD>(dk_acc, dp, Qt, lane);
@@ -650,6 +669,25 @@ __global__ void __launch_bounds__(THREADS)
     const long width = (long)KV * HD;
     write_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
     write_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
+}
+
+template <int HD, Variant VARIANT>
+__global__ void __launch_bounds__(THREADS)
+    backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
+                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
+                       int window) {
+    backward_kv<HD, VARIANT, false>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, nullptr);
+}
+
+// The same, writing dS ("mma-ds", TUNED). Bounded to 2 blocks per SM: left to choose, ptxas
+// took 168 registers at head_dim 32 and spilled 16 bytes (2 blocks is what head_dim 64 gets
+// anyway).
+template <int HD>
+__global__ void __launch_bounds__(THREADS, 2)
+    backward_kv_scores_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
+                              const float *lse, const float *D, const int *row_start, int H, int KV, int T,
+                              float scale, int window, bf16 *scores_gradient) {
+    backward_kv<HD, TUNED, true>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
 }
 
 // Up to HD 64 the dQ kernel fits 168 registers without spilling (ptxas, CUDA 13), three
@@ -746,31 +784,28 @@ DEVICE_INLINE void load_a_transposed(uint32_t a[4], const bf16 *m, int ld, int l
     ldmatrix_x4_trans(a, m + ((lane / 16) * 8 + lane % 8) * ld + ((lane / 8) % 2) * 8);
 }
 
-// Starts copying the scores' gradient tile of keys [key0, key0 + 64) x queries [q0, q0 + 64)
-// (rows of `rows`, ld elements apart) into a [64][64] tile; keys at or past T and queries at
-// or past ld become zeros (ld is a multiple of 8, so a 16-byte piece is all in or all out).
-DEVICE_INLINE void score_tile_load_async(bf16 *tile, const bf16 *rows, int key0, int q0, int T, int ld) {
+// Starts copying a packed tile of the scores' gradient (`from`: 64 key rows of 64 queries,
+// the tile's first key key0) into a padded shared tile; keys at or past T become zeros.
+DEVICE_INLINE void score_tile_load_async(bf16 *tile, const bf16 *from, int key0, int T) {
     constexpr int chunks = COLUMNS / 8, rows_per_pass = THREADS / chunks;
     const int first = (int)threadIdx.x / chunks, column = (int)threadIdx.x % chunks * 8;
-    const bool column_valid = q0 + column < ld;
     UNROLL
     for (int i = 0; i < ROWS / rows_per_pass; i++) {
         const int row = first + i * rows_per_pass;
-        const bool valid = column_valid && key0 + row < T;
-        cp_async_16(tile + row * Tile<COLUMNS>::ld + column, valid ? rows + (long)(key0 + row) * ld + q0 + column : rows,
-                    valid);
+        const bool valid = key0 + row < T;
+        cp_async_16(tile + row * Tile<COLUMNS>::ld + column, valid ? from + row * COLUMNS + column : from, valid);
     }
 }
 
-// dQ from the scores' gradient that backward_kv_kernel<..., true> wrote: for each key tile a
+// dQ from the scores' gradient that backward_kv_scores_kernel wrote: for each key tile a
 // query tile sees, dQ += dS K, one product (the dQ kernel above recomputes S and dP for it:
 // three). The same blocks, grid (backward_q_grid) and key tiles as backward_q_kernel, whose
 // visits are exactly the (query tile, key tile) pairs the dK/dV kernel wrote; masked
 // entries were written as zeros. dS^T's tile is read as dS by ldmatrix.trans.
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
-    backward_q_from_scores_kernel(float *dq, const bf16 *K, const bf16 *scores_gradient, int scores_ld,
-                                  const int *row_start, int H, int KV, int T, float scale, int window) {
+    backward_q_from_scores_kernel(float *dq, const bf16 *K, const bf16 *scores_gradient, const int *row_start, int H,
+                                  int KV, int T, float scale, int window) {
     using L = Tile<HD>;
     using S = Tile<COLUMNS>;
     DYNAMIC_SHARED(shared);
@@ -787,11 +822,14 @@ __global__ void __launch_bounds__(THREADS)
         return;
     }
     const long kv_head = kv_head_offset<HD>(bh, H, KV, T);
-    const bf16 *scores = scores_gradient + (long)bh * T * scores_ld;
+    // This head's tiles; query tile q0 / 64's of key tile kt is score_tile_index(kt, q0 / 64).
+    const bf16 *scores = scores_gradient + (long)bh * score_tiles_per_head(T) * SCORE_TILE_ELEMENTS;
+    const int qt = q0 / ROWS;
+    auto score_tile = [&](int kt) { return scores + score_tile_index(kt, qt, tiles) * SCORE_TILE_ELEMENTS; };
     const int row_low = q0 + warp * 16 + lane / 4;
     const int kt_first = attention_first_key(start, q0, window) / COLUMNS, kt_last = q_last / COLUMNS;
     tile_load_async<HD>(Ks, K + kv_head, kt_first * COLUMNS, T);
-    score_tile_load_async(dSs, scores, kt_first * COLUMNS, q0, T, scores_ld);
+    score_tile_load_async(dSs, score_tile(kt_first), kt_first * COLUMNS, T);
     cp_async_commit();
 
     float dq_acc[HD / 8][4];
@@ -800,7 +838,7 @@ __global__ void __launch_bounds__(THREADS)
         const int buffer = (kt - kt_first) & 1;
         if (kt < kt_last) { // the next tile loads while this one is used
             tile_load_async<HD>(Ks + (buffer ^ 1) * L::elements, K + kv_head, (kt + 1) * COLUMNS, T);
-            score_tile_load_async(dSs + (buffer ^ 1) * S::elements, scores, (kt + 1) * COLUMNS, q0, T, scores_ld);
+            score_tile_load_async(dSs + (buffer ^ 1) * S::elements, score_tile(kt + 1), (kt + 1) * COLUMNS, T);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
