@@ -23,11 +23,13 @@
 // window, padding) skips that tile's products. A product's fp32 accumulator layout is the
 // A-operand layout of the next product, which is what keeps P and dS in registers: the
 // accumulators of column blocks 2k and 2k+1 packed to bf16 are the A fragment of k-step k.
-//   forward   grid (query blocks, B*H): S = Q K^T, online softmax (base 2), O += P V
-//   dK, dV    grid (key tiles, B*KV):   for each head of the group and each query tile:
+//   forward   grid (B*H, query blocks):  S = Q K^T, online softmax (base 2), O += P V
+//   dK, dV    grid (B*KV, key tiles):    for each head of the group and each query tile:
 //             S^T = K Q^T, dP^T = V dO^T, P^T, dS^T = P^T (dP^T - D), dV += P^T dO,
 //             dK += dS^T Q
-//   dQ        grid (query tiles, B*H):  S = Q K^T, dP = dO V^T, dS, dQ += dS K
+//   dQ        grid (B*H, query tiles):   S = Q K^T, dP = dO V^T, dS, dQ += dS K
+//   "mma-ds": the dK/dV kernel also writes dS^T's tiles (backward_kv_scores_kernel), and
+//             dQ += dS K reads them (backward_q_from_scores_kernel): one product, not three
 // with D_i = dO_i . O_i. The A operands that are the same for every tile of the walk (the
 // forward's Q rows, dQ's Q and dO rows, dK/dV's K and V rows up to HD 64) are read once
 // into registers; the streamed tiles' operands come from shared memory by ldmatrix at each
