@@ -1051,7 +1051,7 @@ static void test_attention(void) {
     check_attention("unfused", 3, 37, 6, 2, 32, starts3);
     check_attention("unfused", 4, 150, 8, 2, 64, starts4);
     const char *fused[] = {"wmma", "mma", "mma-plain", "mma-ds"};
-    for (int i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
         check_attention(fused[i], 3, 37, 6, 2, 32, starts3);
         check_attention(fused[i], 4, 150, 8, 2, 64, starts4);
         check_attention(fused[i], 2, 70, 4, 4, 128, starts2);

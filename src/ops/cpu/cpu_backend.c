@@ -76,7 +76,6 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
-
 const OpsBackend ops_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
