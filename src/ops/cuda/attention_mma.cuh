@@ -517,19 +517,31 @@ __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
         }
 }
 
-// Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows (async) and their
-// log-sum-exps (base 2) and D values (plain stores, visible after the next barrier).
+// Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows, and their
+// log-sum-exps (natural, as the forward wrote them: thread i < 64 copies row i's, and
+// turns it to base 2 once its wait has completed the copy, lse_to_base2) and D values,
+// all by cp.async, so the caller's cp_async_commit and cp_async_wait cover all four. Rows past T become zeros;
+// their products then add nothing: Q's and dO's zero rows make S and dP zero, so P is 1
+// and dS = P (dP - D) = 0, and P^T dO adds 0. (The lse and D values were plain loads and
+// stores until 2026-12-05: each step's first two warps waited there for a global load's
+// whole latency, and at the step's barrier so did the other two.)
 template <int HD>
 DEVICE_INLINE void load_query_tile(bf16 *Qs, bf16 *dOs, float *lse_s, float *D_s, const bf16 *Q, const bf16 *dO,
                                    const float *lse, const float *D, long head, int q0, int T) {
     tile_load_async<HD>(Qs, Q + head * T * HD, q0, T);
     tile_load_async<HD>(dOs, dO + head * T * HD, q0, T);
-    static_assert(ROWS <= THREADS, "a thread per row");
-    if ((int)threadIdx.x < ROWS) {
-        const int i = (int)threadIdx.x, q = q0 + i;
-        lse_s[i] = q < T ? lse[head * T + q] * LOG2E : INFINITY;
-        D_s[i] = q < T ? D[head * T + q] : 0.0f;
-    }
+    static_assert(2 * ROWS <= THREADS, "a thread per row of lse, another per row of D");
+    const int i = (int)threadIdx.x % ROWS, q = q0 + i;
+    const bool valid = q < T;
+    if ((int)threadIdx.x < ROWS) cp_async_4(lse_s + i, valid ? lse + head * T + q : lse, valid);
+    else if ((int)threadIdx.x < 2 * ROWS) cp_async_4(D_s + i, valid ? D + head * T + q : D, valid);
+}
+
+// After the cp_async_wait that completes a query tile's copies and before the barrier that
+// publishes them: the thread that copied a row's log-sum-exp (load_query_tile) scales it to
+// base 2 in place, once per row rather than once per use.
+DEVICE_INLINE void lse_to_base2(float *lse_t) {
+    if ((int)threadIdx.x < ROWS) lse_t[threadIdx.x] *= LOG2E;
 }
 
 // The dK/dV kernel's element-wise step for a warp's 16 keys (this lane's key_low and
@@ -647,6 +659,7 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
         } else {
             cp_async_wait<0>();
         }
+        lse_to_base2(lse_s + buffer * ROWS);
         __syncthreads();
         const int q0 = (qt_first + step % qt_count) * ROWS;
         const bf16 *Qt = Qs + buffer * L::elements, *dOt = dOs + buffer * L::elements;

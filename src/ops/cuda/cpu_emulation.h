@@ -13,15 +13,18 @@
 // the register layouts of device_primitives.cuh: every lane posts its operands, waits for
 // its warp, then computes its own results from all 32 lanes' operands. Shared memory
 // starts filled with 0xFF bytes (NaN as bf16 and as fp32), so reading a tile that was
-// never loaded poisons the result. cp.async copies at once (the emulation cannot show a
-// missing cp_async_wait).
+// never loaded poisons the result. A cp.async copy is made when its thread's
+// cp_async_wait lets its committed group complete, not when issued: a tile read before the
+// wait that covers it (or never committed) is the poison or a previous tile's contents, as
+// it can be on a GPU.
 //
 // What it does not model: the tensor cores' summation order (sums here are fp32 in k
 // order, the GPU's differ in the last bits) and timing. A kernel that passes here can
 // still fail on the GPU through a wrong belief about a PTX layout shared by the kernel
 // and this file; tests/gpu/test_cuda.c is the check for that. It does check the address
 // alignment the instructions require (a GPU faults on a misaligned one; the CPU would not):
-// 4 bytes for a 32-bit fragment load, 16 for an ldmatrix row and for both cp.async addresses.
+// 4 bytes for a 32-bit fragment load, 16 for an ldmatrix row and for both cp_async_16
+// addresses, 4 for cp_async_4's.
 #pragma once
 #include <float.h>
 #include <math.h>
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <deque>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -83,6 +87,13 @@ struct Block {
     std::vector<Warp> warps;
 };
 
+// One cp.async: `bytes` from `from` to `to`, or zeros when `from` is null.
+struct Copy {
+    void *to;
+    const void *from;
+    size_t bytes;
+};
+
 struct Thread {
     Dim3 thread_idx, block_idx, block_dim;
     Block *block;
@@ -90,6 +101,8 @@ struct Thread {
     int lane;
     int parity; // which operand set this lane's next collective uses
     unsigned char *shared;
+    std::vector<Copy> uncommitted;           // issued since the last cp_async_commit
+    std::deque<std::vector<Copy>> committed; // groups not yet waited for, oldest first
 };
 
 inline thread_local Thread *current = nullptr;
@@ -120,7 +133,8 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
                     *state = Thread{{(unsigned)i, 0, 0},  {x, y, 0}, {(unsigned)threads, 1, 1},
                                     &block,           &block.warps[(size_t)i / 32],
                                     i % 32,           0,
-                                    shared_start};
+                                    shared_start,     {},
+                                    {}}; // a block starts with no copy in flight
                     kernel();
                     if (pthread_barrier_wait(&between) == PTHREAD_BARRIER_SERIAL_THREAD)
                         memset(shared.data(), 0xFF, shared.size());
@@ -307,10 +321,28 @@ DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
     emulation::require_aligned(shared_dst, 16, "cp.async shared");
     emulation::require_aligned(global_src, 16, "cp.async global");
-    if (valid)
-        memcpy(shared_dst, global_src, 16);
-    else
-        memset(shared_dst, 0, 16);
+    emulation::current->uncommitted.push_back({shared_dst, valid ? global_src : nullptr, 16});
 }
-DEVICE_INLINE void cp_async_commit() {}
-template <int pending> DEVICE_INLINE void cp_async_wait() {}
+DEVICE_INLINE void cp_async_4(void *shared_dst, const void *global_src, bool valid) {
+    emulation::require_aligned(shared_dst, 4, "cp.async shared");
+    emulation::require_aligned(global_src, 4, "cp.async global");
+    emulation::current->uncommitted.push_back({shared_dst, valid ? global_src : nullptr, 4});
+}
+DEVICE_INLINE void cp_async_commit() {
+    emulation::Thread *thread = emulation::current;
+    thread->committed.push_back(std::move(thread->uncommitted));
+    thread->uncommitted.clear();
+}
+// Completes this thread's oldest committed groups until `pending` remain.
+template <int pending> DEVICE_INLINE void cp_async_wait() {
+    emulation::Thread *thread = emulation::current;
+    while (thread->committed.size() > (size_t)pending) {
+        for (const emulation::Copy &copy : thread->committed.front()) {
+            if (copy.from)
+                memcpy(copy.to, copy.from, copy.bytes);
+            else
+                memset(copy.to, 0, copy.bytes);
+        }
+        thread->committed.pop_front();
+    }
+}

@@ -124,6 +124,14 @@ DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool va
                  "r"(source_bytes)
                  : "memory");
 }
+// The same for 4 bytes (4-byte aligned addresses), through L1 (.ca: the only caching a copy
+// of under 16 bytes may take).
+DEVICE_INLINE void cp_async_4(void *shared_dst, const void *global_src, bool valid) {
+    unsigned address = (unsigned)__cvta_generic_to_shared(shared_dst);
+    int source_bytes = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global_src), "r"(source_bytes)
+                 : "memory");
+}
 DEVICE_INLINE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most `pending` committed groups of this thread are still in flight.
 template <int pending> DEVICE_INLINE void cp_async_wait() {
