@@ -7,7 +7,9 @@
 // usage: build/bench/ops_breakdown [--model smollm2-135m] [--batch 8] [--seq 1024]
 //                                  [--device cpu|cuda] [--attention mma|mma-plain|mma-ds|wmma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
-// or "tflops"}), a line with the step's time by kind of op (the kinds of
+// or "tflops"}); on the mma attention kernels, one line per kernel with what the GPU reports
+// of it ({"attention_kernel", "registers", "local_bytes", "shared_bytes", "blocks_per_sm"});
+// a line with the step's time by kind of op (the kinds of
 // bench/torch_gpu_train_step.py --profile-steps, which measures PyTorch's step the same way)
 // and a last line with the modelled total.
 #include <stdio.h>
@@ -186,6 +188,16 @@ int main(int argc, char **argv) {
         TIME_OP("attention backward part: neither kernel", 0, 0, 0,
                 ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
         ops_cuda_attention_backward_parts(true, true);
+        // And what each of the variant's kernels takes of an SM, as the GPU reports it: how
+        // many blocks share one is what hides their latencies.
+        OpsAttentionKernelFacts facts[4];
+        const int count = ops_cuda_attention_kernel_facts(attention, hd, facts, 4);
+        if (count < 0) die_user("%s", err_msg());
+        for (int i = 0; i < count; i++)
+            printf("{\"attention_kernel\": \"%s\", \"attention\": \"%s\", \"head_dim\": %d, \"registers\": %d, "
+                   "\"local_bytes\": %d, \"shared_bytes\": %d, \"blocks_per_sm\": %d}\n",
+                   facts[i].kernel, attention, hd, facts[i].registers, facts[i].local_bytes, facts[i].shared_bytes,
+                   facts[i].blocks_per_sm);
     }
 #endif
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),

@@ -403,6 +403,16 @@ void ops_cuda_enable_stored_inputs(bool enabled);
 // (dK/dV, dQ; both unless told), to time each alone. One turned off leaves its gradients
 // unwritten: the op is then wrong.
 void ops_cuda_attention_backward_parts(bool key_gradients, bool query_gradients);
+// For bench/ops_breakdown only: what the GPU says of each mma attention kernel that
+// `kernels` ("mma", "mma-plain" or "mma-ds") runs at head_dim: registers a thread, local
+// memory (spills: 0 in a good build), shared memory a block, and the blocks an SM holds at
+// once (cudaOccupancyMaxActiveBlocksPerMultiprocessor). Fills up to `capacity` entries and
+// returns how many it filled, or -1 with err_set() for another name or head_dim.
+typedef struct {
+    const char *kernel; // "forward", "dK/dV", "dQ", "dK/dV writing dS", "dQ from dS"
+    int registers, local_bytes, shared_bytes, blocks_per_sm;
+} OpsAttentionKernelFacts;
+int ops_cuda_attention_kernel_facts(const char *kernels, int head_dim, OpsAttentionKernelFacts *facts, int capacity);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in

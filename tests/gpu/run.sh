@@ -298,7 +298,8 @@ if [ "$bench" = 1 ]; then
                 --attention $attention
         done
     done
-    grep -hs 'modelled\|kinds_ms_per_step' "$logs/ops_breakdown.jsonl" | tee -a "$log"
+    grep -hs 'modelled\|kinds_ms_per_step\|"attention backward\|"attention forward\|attention_kernel' \
+        "$logs/ops_breakdown.jsonl" | tee -a "$log"
     grep -hs '"pytorch-eager-profile"' "$results" | cut -c1-400 | tee -a "$log"
     # Last (the first to go at --time-limit): the cached attention (attention_cached.cuh) over
     # each kind of KV cache, decoding after a long prompt.

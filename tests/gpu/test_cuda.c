@@ -2095,6 +2095,32 @@ static void test_fixture_models_wmma_attention(void) {
     ops_cuda_select_attention(previous);
 }
 
+// What the GPU reports of the mma attention kernels (bench/ops_breakdown prints it): every
+// kernel of each variant, no local memory (the build refuses spills; this is the device's
+// word for it), at least one block an SM; a name that is not an mma variant refused.
+static void test_attention_kernel_facts(void) {
+    const char *variants[] = {"mma", "mma-plain", "mma-ds"};
+    const int head_dims[] = {64, 128};
+    for (int v = 0; v < 3; v++)
+        for (int d = 0; d < 2; d++) {
+            OpsAttentionKernelFacts facts[4];
+            const int count = ops_cuda_attention_kernel_facts(variants[v], head_dims[d], facts, 4);
+            EXPECT(count == 3, "%s head_dim %d: %d kernels, expected the forward, dK/dV and dQ", variants[v],
+                   head_dims[d], count);
+            for (int i = 0; i < count; i++)
+                EXPECT(facts[i].registers > 0 && facts[i].local_bytes == 0 && facts[i].blocks_per_sm >= 1,
+                       "%s head_dim %d %s: %d registers, %d bytes of local memory, %d blocks an SM", variants[v],
+                       head_dims[d], facts[i].kernel, facts[i].registers, facts[i].local_bytes,
+                       facts[i].blocks_per_sm);
+            if (v == 2 && count == 3)
+                EXPECT(!strcmp(facts[1].kernel, head_dims[d] <= 64 ? "dK/dV writing dS" : "dK/dV"),
+                       "mma-ds head_dim %d runs %s", head_dims[d], facts[1].kernel);
+        }
+    OpsAttentionKernelFacts facts[4];
+    EXPECT(ops_cuda_attention_kernel_facts("wmma", 64, facts, 4) == -1, "wmma has no mma kernel facts");
+    EXPECT(ops_cuda_attention_kernel_facts("mma", 48, facts, 4) == -1, "head_dim 48 has no mma kernel");
+}
+
 // `test_cuda NAME...` runs only the named tests (all without names).
 static char **selected_names;
 static int selected_count;
@@ -2170,6 +2196,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);
+    if (!standing_in) RUN_SELECTED(test_attention_kernel_facts);
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu);

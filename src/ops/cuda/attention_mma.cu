@@ -1,5 +1,6 @@
 // Launchers of the mma.sync attention kernels (attention_mma.cuh).
 #include <math.h>
+#include <string.h>
 
 #include <algorithm>
 
@@ -125,4 +126,49 @@ void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q,
         if (plain) backward_for<HD, PLAIN>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
         else backward_for<HD, TUNED>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
     });
+}
+
+// One kernel's facts as the GPU reports them (ops_cuda_attention_kernel_facts).
+template <typename Kernel>
+static OpsAttentionKernelFacts kernel_facts(const char *name, Kernel kernel, size_t dynamic_shared) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_shared));
+    cudaFuncAttributes attributes;
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, THREADS, dynamic_shared));
+    return {name, attributes.numRegs, (int)attributes.localSizeBytes,
+            (int)(attributes.sharedSizeBytes + dynamic_shared), blocks};
+}
+
+extern "C" int ops_cuda_attention_kernel_facts(const char *kernels, int head_dim, OpsAttentionKernelFacts *facts,
+                                               int capacity) {
+    const bool plain = !strcmp(kernels, "mma-plain"), keeps_scores = !strcmp(kernels, "mma-ds");
+    if (!plain && !keeps_scores && strcmp(kernels, "mma"))
+        return err_set("attention kernel facts: '%s' is not one of mma, mma-plain, mma-ds", kernels);
+    if (head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128)
+        return err_set("attention kernel facts: no mma kernel for head_dim %d", head_dim);
+    OpsAttentionKernelFacts found[4];
+    int count = 0;
+    with_fused_head_dim(head_dim, "mma", [&](auto hd) {
+        constexpr int HD = decltype(hd)::value;
+        const size_t kv_shared = backward_kv_shared_bytes<HD>();
+        if (plain) {
+            found[count++] = kernel_facts("forward", forward_kernel<HD, PLAIN>, forward_shared_bytes<HD>());
+            found[count++] = kernel_facts("dK/dV", backward_kv_kernel<HD, PLAIN>, kv_shared);
+            found[count++] = kernel_facts("dQ", backward_q_kernel<HD, PLAIN>, backward_q_shared_bytes<HD>());
+            return;
+        }
+        found[count++] = kernel_facts("forward", forward_kernel<HD, TUNED>, forward_shared_bytes<HD>());
+        if constexpr (keeps_scores_gradient_at(HD))
+            if (keeps_scores) { // what backward_keeping_scores runs
+                found[count++] = kernel_facts("dK/dV writing dS", backward_kv_scores_kernel<HD>, kv_shared);
+                found[count++] = kernel_facts("dQ from dS", backward_q_from_scores_kernel<HD>,
+                                              backward_q_from_scores_shared_bytes<HD>());
+                return;
+            }
+        found[count++] = kernel_facts("dK/dV", backward_kv_kernel<HD, TUNED>, kv_shared);
+        found[count++] = kernel_facts("dQ", backward_q_kernel<HD, TUNED>, backward_q_shared_bytes<HD>());
+    });
+    for (int i = 0; i < count && i < capacity; i++) facts[i] = found[i];
+    return count < capacity ? count : capacity;
 }
