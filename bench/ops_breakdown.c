@@ -8,7 +8,9 @@
 //                                  [--device cpu|cuda] [--attention mma|mma-plain|mma-ds|wmma|unfused] [--reps 5]
 // Prints one JSON line per op ({"op", "calls", "ms_per_call", "ms_per_step", "gbytes_per_s"
 // or "tflops"}); on the mma attention kernels, one line per kernel with what the GPU reports
-// of it ({"attention_kernel", "registers", "local_bytes", "shared_bytes", "blocks_per_sm"});
+// of it ({"attention_kernel", "registers", "local_bytes", "shared_bytes", "blocks_per_sm"}),
+// and on "mma" at head_dim 64 one line per kernel from a probed launch ({"attention_probe"}:
+// bench/attention_probe_summary.h);
 // a line with the step's time by kind of op (the kinds of
 // bench/torch_gpu_train_step.py --profile-steps, which measures PyTorch's step the same way)
 // and a last line with the modelled total.
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_probe_summary.h"
 #include "bench_shapes.h"
 #include "core/timer.h"
 #include "ops/ops.h"
@@ -198,6 +201,23 @@ int main(int argc, char **argv) {
                    "\"local_bytes\": %d, \"shared_bytes\": %d, \"blocks_per_sm\": %d}\n",
                    facts[i].kernel, attention, hd, facts[i].registers, facts[i].local_bytes, facts[i].shared_bytes,
                    facts[i].blocks_per_sm);
+        // One probed launch of each kernel (TUNED at head_dim 64 only): where a block's time
+        // goes and how the blocks fill the SMs (bench/attention_probe_summary.h).
+        if (!strcmp(attention, "mma") && hd == 64) {
+            const char *probed[3] = {"forward", "dK/dV", "dQ"};
+            for (int i = 0; i < 3; i++) {
+                if (ops_cuda_attention_probe_begin(probed[i]) != 0) die_user("%s", err_msg());
+                if (i == 0) ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0);
+                else ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0);
+                OpsAttentionProbeRecord *records;
+                int grid_x, grid_y;
+                const long record_count = ops_cuda_attention_probe_end(&records, &grid_x, &grid_y);
+                if (record_count < 0) die_user("%s", err_msg());
+                const AttentionProbeSummary summary = summarize_attention_probe(records, record_count);
+                print_attention_probe_summary(probed[i], attention, hd, &summary);
+                free(records);
+            }
+        }
     }
 #endif
     TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),

@@ -379,6 +379,13 @@ typedef struct OpsBackend {
 } OpsBackend;
 
 extern const OpsBackend ops_cpu;
+// One warp's record of a probed attention kernel (ops_cuda_attention_probe_end, below;
+// declared in every build so that bench/attention_probe_summary.h is tested on the CPU).
+typedef struct {
+    long long start_ns, end_ns, cycles, waiting_cycles;
+    int sm, steps;
+} OpsAttentionProbeRecord;
+
 #ifdef MARLHF_CUDA
 // ops/cuda: present when the build found nvcc. ops_backend_by_name("cuda") opens the GPU.
 extern const OpsBackend ops_cuda;
@@ -413,6 +420,17 @@ typedef struct {
     int registers, local_bytes, shared_bytes, blocks_per_sm;
 } OpsAttentionKernelFacts;
 int ops_cuda_attention_kernel_facts(const char *kernels, int head_dim, OpsAttentionKernelFacts *facts, int capacity);
+// For bench/ops_breakdown only: block probes. After ops_cuda_attention_probe_begin(kernel)
+// ("forward", "dK/dV" or "dQ"), the next launch of that mma kernel, if TUNED ("mma") at
+// head_dim 64, runs an instantiation that records, for each warp: when its block started
+// and ended (the GPU's global timer, ns), its SM, the steps of its loop, its cycles and
+// the cycles it spent waiting (for its tiles' copies and at the loop's barriers). The
+// kernels the model runs have no probes (the probed ones are other instantiations).
+// ops_cuda_attention_probe_end returns the records (*records malloc'd, WARPS = 4 a block,
+// blocks in grid order, x fastest; a block that returned before its loop left zeros) and
+// their count, or -1 with err_set() when no probed launch ran.
+int ops_cuda_attention_probe_begin(const char *kernel);
+long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, int *grid_x, int *grid_y);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in

@@ -298,7 +298,7 @@ if [ "$bench" = 1 ]; then
                 --attention $attention
         done
     done
-    grep -hs 'modelled\|kinds_ms_per_step\|"attention backward\|"attention forward\|attention_kernel' \
+    grep -hs 'modelled\|kinds_ms_per_step\|"attention backward\|"attention forward\|attention_kernel\|attention_probe' \
         "$logs/ops_breakdown.jsonl" | tee -a "$log"
     grep -hs '"pytorch-eager-profile"' "$results" | cut -c1-400 | tee -a "$log"
     # Last (the first to go at --time-limit): the cached attention (attention_cached.cuh) over

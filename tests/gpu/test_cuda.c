@@ -2121,6 +2121,101 @@ static void test_attention_kernel_facts(void) {
     EXPECT(ops_cuda_attention_kernel_facts("mma", 48, facts, 4) == -1, "head_dim 48 has no mma kernel");
 }
 
+// Fetches a probed launch's records (ops_cuda_attention_probe_end) and checks what holds of
+// any: each block that ran its loop took `steps` steps (when steps > 0), ended after it
+// started, waited no more cycles than it ran. Returns how many blocks recorded.
+static long check_probe_records(const char *kernel, int expected_grid_x, int expected_grid_y,
+                                const int *steps_of_block) {
+    OpsAttentionProbeRecord *records;
+    int grid_x, grid_y;
+    const long count = ops_cuda_attention_probe_end(&records, &grid_x, &grid_y);
+    EXPECT(count == (long)expected_grid_x * expected_grid_y * 4 && grid_x == expected_grid_x && grid_y == expected_grid_y,
+           "%s probe: %ld records over a %d x %d grid, expected 4 a block of %d x %d", kernel, count, grid_x, grid_y,
+           expected_grid_x, expected_grid_y);
+    long recorded = 0;
+    for (long i = 0; i < count; i++) {
+        const OpsAttentionProbeRecord *r = &records[i];
+        if (r->end_ns == 0) continue;
+        recorded += i % 4 == 0;
+        const long block = i / 4;
+        EXPECT(r->end_ns >= r->start_ns && r->cycles > 0 && r->waiting_cycles >= 0 && r->waiting_cycles <= r->cycles,
+               "%s probe, block %ld: %lld to %lld ns, %lld cycles, %lld waiting", kernel, block, r->start_ns, r->end_ns,
+               r->cycles, r->waiting_cycles);
+        EXPECT(!steps_of_block || r->steps == steps_of_block[block], "%s probe, block %ld: %d steps, expected %d",
+               kernel, block, r->steps, steps_of_block ? steps_of_block[block] : 0);
+    }
+    free(records);
+    return recorded;
+}
+
+// The block probes (bench/ops_breakdown's "attention_probe" lines): a probed launch of each
+// mma kernel computes what the unprobed one does, bit for bit, and records a step for each
+// key tile a forward block walks (grouped heads, left padding, a partial last tile).
+static void test_attention_probes(void) {
+    const int B = 2, T = 300, H = 8, KV = 2, D = 64, row_start[2] = {0, 70};
+    const char *previous = ops_cuda_attention_kernels();
+    CHECK(ops_cuda_select_attention("mma"), "mma");
+    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D;
+    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
+    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n), *d_dout = gpu_floats(dout, q_n);
+    int *d_rs = gpu_ints(row_start, B);
+    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
+    float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
+    float *d_grads[2][3];
+    float *host[2][4];
+    for (int run = 0; run < 2; run++) { // 0: plain launches; 1: each kernel probed
+        d_grads[run][0] = gpu->alloc(q_n * 4), d_grads[run][1] = gpu->alloc(kv_n * 4), d_grads[run][2] = gpu->alloc(kv_n * 4);
+        if (run == 1) CHECK(ops_cuda_attention_probe_begin("forward") == 0, "%s", err_msg());
+        gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f, 0);
+        if (run == 1) {
+            // The forward's grid: x the B*H heads, y its 128-row blocks from the last (forward_grid).
+            const int blocks_y = (T + 127) / 128, grid_x = B * H;
+            int *steps = xmalloc((size_t)grid_x * blocks_y * sizeof(int));
+            for (int y = 0; y < blocks_y; y++)
+                for (int x = 0; x < grid_x; x++) {
+                    const int q0 = (blocks_y - 1 - y) * 128, q_last = (q0 + 128 < T ? q0 + 128 : T) - 1;
+                    const int start = row_start[x / H];
+                    steps[y * grid_x + x] = q_last >= start ? q_last / 64 - start / 64 + 1 : 0;
+                }
+            EXPECT(check_probe_records("forward", grid_x, blocks_y, steps) == (long)grid_x * blocks_y,
+                   "a forward block without a record");
+            free(steps);
+        }
+        host[run][0] = xmalloc(q_n * 4);
+        gpu->copy_to_host(host[run][0], d_out, q_n * 4);
+        const char *backward_kernels[2] = {"dK/dV", "dQ"};
+        for (int part = 0; part < (run == 1 ? 2 : 1); part++) {
+            if (run == 1) CHECK(ops_cuda_attention_probe_begin(backward_kernels[part]) == 0, "%s", err_msg());
+            gpu->attention_backward(d_grads[run][0], d_grads[run][1], d_grads[run][2], d_dout, d_out, d_saved, d_q, d_k,
+                                    d_v, d_rs, B, T, H, KV, D, 0.0f, 0);
+            if (run == 1) {
+                const int grid_x = part == 0 ? B * KV : B * H, grid_y = (T + 63) / 64;
+                EXPECT(check_probe_records(backward_kernels[part], grid_x, grid_y, NULL) > 0, "no %s block recorded",
+                       backward_kernels[part]);
+            }
+        }
+        for (int g = 0; g < 3; g++) {
+            const long n = g == 0 ? q_n : kv_n;
+            host[run][1 + g] = xmalloc(n * 4);
+            gpu->copy_to_host(host[run][1 + g], d_grads[run][g], n * 4);
+            gpu->free(d_grads[run][g]);
+        }
+    }
+    const char *names[4] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) {
+        const long n = i <= 1 ? q_n : kv_n;
+        EXPECT(memcmp(host[0][i], host[1][i], n * 4) == 0, "probed kernels changed %s", names[i]);
+        free(host[0][i]), free(host[1][i]);
+    }
+    OpsAttentionProbeRecord *none;
+    int grid_x, grid_y;
+    EXPECT(ops_cuda_attention_probe_end(&none, &grid_x, &grid_y) == -1, "records from no probed launch");
+    EXPECT(ops_cuda_attention_probe_begin("dS") == -1, "a probe of no kernel");
+    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_dout), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved);
+    free(q), free(k), free(v), free(dout);
+    ops_cuda_select_attention(previous);
+}
+
 // `test_cuda NAME...` runs only the named tests (all without names).
 static char **selected_names;
 static int selected_count;
@@ -2197,6 +2292,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);
     if (!standing_in) RUN_SELECTED(test_attention_kernel_facts);
+    if (!standing_in) RUN_SELECTED(test_attention_probes);
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu);

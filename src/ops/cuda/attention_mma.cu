@@ -9,13 +9,74 @@
 
 using namespace attention_mma;
 
+// Block probes (ops_cuda_attention_probe_begin, benchmarks only): the next launch of the
+// kernel asked for, if it is a TUNED one at head_dim 64 (the only probed instantiations,
+// the 1B and SmolLM2 shapes'), runs its PROBED instantiation and leaves its records here.
+enum ProbedKernel { PROBE_NONE, PROBE_FORWARD, PROBE_KEYS, PROBE_QUERIES };
+static ProbedKernel probe_next = PROBE_NONE;
+static ProbeRecord *probe_device_records = nullptr;
+static long probe_record_count = 0;
+static GridShape probe_grid;
+
+static_assert(sizeof(ProbeRecord) == sizeof(OpsAttentionProbeRecord), "the device's records are the API's");
+
+template <int HD, Variant VARIANT> constexpr bool PROBES_BUILT = HD == 64 && VARIANT == TUNED;
+
+// Whether this launch of `kernel` over `grid` is the probed one; if so, its records are
+// allocated (zeros: a block that returns before its loop, with nothing to compute, writes
+// none) and the kernels' pointer set.
+static bool probe_this_launch(ProbedKernel kernel, GridShape grid) {
+    if (probe_next != kernel) return false;
+    probe_next = PROBE_NONE;
+    if (probe_device_records) CUDA_CHECK(cudaFree(probe_device_records));
+    probe_record_count = (long)grid.x * grid.y * WARPS;
+    CUDA_CHECK(cudaMalloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
+    CUDA_CHECK(cudaMemset(probe_device_records, 0, (size_t)probe_record_count * sizeof(ProbeRecord)));
+    CUDA_CHECK(cudaMemcpyToSymbol(probe_records, &probe_device_records, sizeof probe_device_records));
+    probe_grid = grid;
+    return true;
+}
+
+extern "C" int ops_cuda_attention_probe_begin(const char *kernel) {
+    if (!strcmp(kernel, "forward")) probe_next = PROBE_FORWARD;
+    else if (!strcmp(kernel, "dK/dV")) probe_next = PROBE_KEYS;
+    else if (!strcmp(kernel, "dQ")) probe_next = PROBE_QUERIES;
+    else return err_set("attention probe: '%s' is not forward, dK/dV or dQ", kernel);
+    if (probe_device_records) CUDA_CHECK(cudaFree(probe_device_records));
+    probe_device_records = nullptr, probe_record_count = 0;
+    return 0;
+}
+
+extern "C" long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, int *grid_x, int *grid_y) {
+    probe_next = PROBE_NONE;
+    if (!probe_device_records)
+        return err_set("attention probe: no probed kernel ran (probes exist for the mma kernels at head_dim 64)");
+    CUDA_CHECK(cudaDeviceSynchronize());
+    *records = (OpsAttentionProbeRecord *)xmalloc((size_t)probe_record_count * sizeof(OpsAttentionProbeRecord));
+    CUDA_CHECK(cudaMemcpy(*records, probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord),
+                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(probe_device_records));
+    probe_device_records = nullptr;
+    *grid_x = probe_grid.x, *grid_y = probe_grid.y;
+    return probe_record_count;
+}
+
 template <int HD, Variant VARIANT>
 static void forward_for(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
                         const int *row_start, int B, int H, int KV, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
+    const GridShape grid = forward_grid<HD, VARIANT>(B, H, T);
+    if constexpr (PROBES_BUILT<HD, VARIANT>)
+        if (probe_this_launch(PROBE_FORWARD, grid)) {
+            CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+            forward_kernel<HD, VARIANT, true><<<dim3(grid.x, grid.y), THREADS, shared>>>(
+                out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale, window);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
     CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)shared));
-    const GridShape grid = forward_grid<HD, VARIANT>(B, H, T);
     forward_kernel<HD, VARIANT><<<dim3(grid.x, grid.y), THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale,
                                                                   window);
     CUDA_CHECK_LAUNCH();
@@ -94,13 +155,32 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     // and the main stream waits for both before the op returns.
     cuda_side_stream_fork();
     if (run_key_kernel) {
-        backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
-            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        bool probed = false;
+        if constexpr (PROBES_BUILT<HD, VARIANT>)
+            if ((probed = probe_this_launch(PROBE_KEYS, kv_grid))) {
+                CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, VARIANT, true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv_shared));
+                backward_kv_kernel<HD, VARIANT, true><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
+                    dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+            }
+        if (!probed)
+            backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
+                dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
-        backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
-            dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        bool probed = false;
+        if constexpr (PROBES_BUILT<HD, VARIANT>)
+            if ((probed = probe_this_launch(PROBE_QUERIES, q_grid))) {
+                CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT, true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q_shared));
+                backward_q_kernel<HD, VARIANT, true><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared,
+                                                      cuda_side_stream()>>>(dq, Q, K, V, dO, lse, D, row_start, H,
+                                                                            KV, T, scale, window);
+            }
+        if (!probed)
+            backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
+                dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     cuda_side_stream_join();

@@ -49,6 +49,50 @@ enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
 
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
+// Block probes, for bench/attention_probe only (ops_cuda_attention_probe_begin): a kernel
+// instantiated with PROBED records, for each of its warps, when its block ran (the global
+// timer, ns), on which SM, how many steps of its loop it took, its cycles, and the cycles
+// it spent in the loop's waits (for a tile's copies, and at the barriers). Probe<false>,
+// which every kernel that computes for the model takes, is empty: its calls compile to
+// nothing, so the probes leave the model's kernels' machine code as it was.
+struct ProbeRecord {
+    long long start_ns, end_ns, cycles, waiting_cycles;
+    int sm, steps;
+};
+template <bool ON> struct Probe {
+    DEVICE_METHOD void begin() {}
+    DEVICE_METHOD void wait_begin() {}
+    DEVICE_METHOD void wait_end() {}
+    DEVICE_METHOD void step() {}
+    DEVICE_METHOD void finish() {}
+};
+#ifdef __CUDACC__
+// Where a probed launch writes: WARPS records a block, blocks in grid order (x fastest).
+__device__ ProbeRecord *probe_records;
+
+DEVICE_INLINE long long global_timer_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+template <> struct Probe<true> {
+    long long start_ns = 0, start_cycles = 0, wait_start = 0, waiting = 0;
+    int steps = 0;
+    DEVICE_METHOD void begin() { start_ns = global_timer_ns(), start_cycles = clock64(); }
+    DEVICE_METHOD void wait_begin() { wait_start = clock64(); }
+    DEVICE_METHOD void wait_end() { waiting += clock64() - wait_start; }
+    DEVICE_METHOD void step() { steps++; }
+    DEVICE_METHOD void finish() {
+        const long long cycles = clock64() - start_cycles, end_ns = global_timer_ns();
+        if (threadIdx.x % 32 != 0) return;
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        const long block = (long)blockIdx.y * gridDim.x + blockIdx.x;
+        probe_records[block * WARPS + threadIdx.x / 32] = {start_ns, end_ns, cycles, waiting, (int)sm, steps};
+    }
+};
+#endif
+
 // A [64][HD] bf16 tile in shared memory: rows padded by 8 elements (16 bytes) so that the
 // 8 rows a fragment load touches fall in different banks, and every row stays 16-byte
 // aligned for cp.async and ldmatrix.
@@ -400,11 +444,13 @@ template <int HD> DEVICE_INLINE long kv_head_offset(int bh, int H, int KV, int T
 // were unrolled.
 template <int HD, Variant V> constexpr int FORWARD_BLOCKS_PER_SM = V == PLAIN && HD <= 64 ? 3 : 1;
 
-template <int HD, Variant VARIANT>
+template <int HD, Variant VARIANT, bool PROBED = false>
 __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
     forward_kernel(float *out, bf16 *out_copy, float *lse, const bf16 *Q, const bf16 *K, const bf16 *V,
                    const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
+    Probe<PROBED> probe;
+    probe.begin();
     constexpr int M_TILES = FORWARD_M_TILES<HD, VARIANT>, BLOCK_ROWS = FORWARD_ROWS<HD, VARIANT>;
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + 2 * L::elements; // two buffers each
@@ -459,8 +505,11 @@ __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
     }
     for (int kt = kt_first; any_keys && kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
+        probe.step();
+        probe.wait_begin();
         next_kv_tile<HD>(Ks, Vs, K + kv_head, V + kv_head, kt, kt_last, buffer, T); // the next tile loads while this one is used
         __syncthreads();
+        probe.wait_end();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
         const int key0 = kt * COLUMNS;
 
@@ -492,7 +541,9 @@ __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
                     forward_tile<HD, 1, true>(&o[m], &row_max[m], &row_sum[m], &qa[m], first_row[m], Kt, Vt, key0,
                                               start, window, scale_log2, lane);
         }
+        probe.wait_begin();
         __syncthreads(); // every warp is done with this buffer before it is refilled
+        probe.wait_end();
     }
 
     // Unrolled, so that o[m] stays in registers: with the copy's stores this loop was no
@@ -515,6 +566,7 @@ __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
             }
             if (t == 0) lse[(long)bh * T + row] = sum > 0.0f ? (row_max[m][half] + log2f(sum)) * LN2 : INFINITY;
         }
+    probe.finish();
 }
 
 // Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows, and their
@@ -597,11 +649,13 @@ DEVICE_INLINE void store_score_gradients(bf16 *tile, const float (*ds)[4], int r
 // The dK/dV kernel's body. WRITES_SCORES: it also writes each dS^T tile it computes, as
 // bf16, into scores_gradient (packed tiles: score_tile_index), for
 // backward_q_from_scores_kernel.
-template <int HD, Variant VARIANT, bool WRITES_SCORES>
+template <int HD, Variant VARIANT, bool WRITES_SCORES, bool PROBED>
 DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
                                const float *lse, const float *D, const int *row_start, int H, int KV, int T,
                                float scale, int window, bf16 *scores_gradient) {
     using L = Tile<HD>;
+    Probe<PROBED> probe;
+    probe.begin();
     DYNAMIC_SHARED(shared);
     bf16 *Ks = (bf16 *)shared, *Vs = Ks + L::elements;
     bf16 *Qs = Vs + L::elements, *dOs = Qs + 2 * L::elements; // two buffers each
@@ -649,6 +703,8 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
     }
     for (int step = 0; step < steps; step++) {
         const int buffer = step & 1;
+        probe.step();
+        probe.wait_begin();
         if (step + 1 < steps) {
             const int member = (step + 1) / qt_count, qt = qt_first + (step + 1) % qt_count;
             load_query_tile<HD>(Qs + (buffer ^ 1) * L::elements, dOs + (buffer ^ 1) * L::elements,
@@ -661,6 +717,7 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
         }
         lse_to_base2(lse_s + buffer * ROWS);
         __syncthreads();
+        probe.wait_end();
         const int q0 = (qt_first + step % qt_count) * ROWS;
         const bf16 *Qt = Qs + buffer * L::elements, *dOt = dOs + buffer * L::elements;
         const float *lse_t = lse_s + buffer * ROWS, *D_t = D_s + buffer * ROWS;
@@ -679,19 +736,22 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
         }
         multiply_registers_by_tile<HD>(dv_acc, s, dOt, lane);
         multiply_registers_by_tile<HD>(dk_acc, dp, Qt, lane);
+        probe.wait_begin();
         __syncthreads(); // every warp is done with this buffer before it is refilled
+        probe.wait_end();
     }
     const long width = (long)KV * HD;
     write_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
     write_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
+    probe.finish();
 }
 
-template <int HD, Variant VARIANT>
+template <int HD, Variant VARIANT, bool PROBED = false>
 __global__ void __launch_bounds__(THREADS)
     backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
                        const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
                        int window) {
-    backward_kv<HD, VARIANT, false>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, nullptr);
+    backward_kv<HD, VARIANT, false, PROBED>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, nullptr);
 }
 
 // The same, writing dS ("mma-ds", TUNED). Bounded to 2 blocks per SM: left to choose, ptxas
@@ -702,7 +762,8 @@ __global__ void __launch_bounds__(THREADS, 2)
     backward_kv_scores_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
                               const float *lse, const float *D, const int *row_start, int H, int KV, int T,
                               float scale, int window, bf16 *scores_gradient) {
-    backward_kv<HD, TUNED, true>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
+    backward_kv<HD, TUNED, true, false>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window,
+                                        scores_gradient);
 }
 
 // Up to HD 64 the dQ kernel fits 168 registers without spilling (ptxas, CUDA 13), three
@@ -725,11 +786,13 @@ DEVICE_INLINE void query_rows_score_gradients(const float (*s)[4], float (*dp)[4
         }
 }
 
-template <int HD, Variant VARIANT>
+template <int HD, Variant VARIANT, bool PROBED = false>
 __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
     backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
                       const float *D, const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
+    Probe<PROBED> probe;
+    probe.begin();
     DYNAMIC_SHARED(shared);
     bf16 *Qs = (bf16 *)shared, *dOs = Qs + L::elements;
     bf16 *Ks = dOs + L::elements, *Vs = Ks + 2 * L::elements; // two buffers each
@@ -771,8 +834,11 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
     const float scale_log2 = scale * LOG2E;
     for (int kt = kt_first; kt <= kt_last; kt++) {
         const int buffer = (kt - kt_first) & 1;
+        probe.step();
+        probe.wait_begin();
         next_kv_tile<HD>(Ks, Vs, K + kv_head, V + kv_head, kt, kt_last, buffer, T);
         __syncthreads();
+        probe.wait_end();
         const bf16 *Kt = Ks + buffer * L::elements, *Vt = Vs + buffer * L::elements;
 
         float s[COLUMNS / 8][4], dp[COLUMNS / 8][4]; // S and dP: this warp's 16 queries x 64 keys
@@ -785,9 +851,12 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
         else
             query_rows_score_gradients<false>(s, dp, lse_rows, D_rows, key0, row_low, start, window, scale_log2, t);
         multiply_registers_by_tile<HD>(dq_acc, dp, Kt, lane);
+        probe.wait_begin();
         __syncthreads(); // every warp is done with this buffer before it is refilled
+        probe.wait_end();
     }
     write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+    probe.finish();
 }
 
 // The A fragment of the 16 x 16 block of m^T at m (m row-major, ld elements per row):
