@@ -49,7 +49,7 @@ enum { ROWS = 64, COLUMNS = 64, WARPS = 4, THREADS = 128 };
 
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-// Block probes, for bench/attention_probe only (ops_cuda_attention_probe_begin): a kernel
+// Block probes, for bench/ops_breakdown only (ops_cuda_attention_probe_begin): a kernel
 // instantiated with PROBED records, for each of its warps, when its block ran (the global
 // timer, ns), on which SM, how many steps of its loop it took, its cycles, and the cycles
 // it spent in the loop's waits (for a tile's copies, and at the barriers). Probe<false>,
@@ -572,8 +572,8 @@ __global__ void __launch_bounds__(THREADS, FORWARD_BLOCKS_PER_SM<HD, VARIANT>)
 // Starts loading query tile q0 of head `head` (b*H + h): Q and dO rows, and their
 // log-sum-exps (natural, as the forward wrote them: thread i < 64 copies row i's, and
 // turns it to base 2 once its wait has completed the copy, lse_to_base2) and D values,
-// all by cp.async, so the caller's cp_async_commit and cp_async_wait cover all four. Rows past T become zeros;
-// their products then add nothing: Q's and dO's zero rows make S and dP zero, so P is 1
+// all by cp.async, so the caller's cp_async_commit and cp_async_wait cover all four. Rows
+// past T become zeros; their products then add nothing: Q's and dO's zero rows make S and dP zero, so P is 1
 // and dS = P (dP - D) = 0, and P^T dO adds 0. (The lse and D values were plain loads and
 // stores until 2026-12-05: each step's first two warps waited there for a global load's
 // whole latency, and at the step's barrier so did the other two.)
