@@ -422,7 +422,8 @@ typedef struct {
 int ops_cuda_attention_kernel_facts(const char *kernels, int head_dim, OpsAttentionKernelFacts *facts, int capacity);
 // For bench/ops_breakdown only: block probes. After ops_cuda_attention_probe_begin(kernel)
 // ("forward", "dK/dV" or "dQ"), the next launch of that mma kernel, if TUNED ("mma") at
-// head_dim 64, runs an instantiation that records, for each warp: when its block started
+// head_dim 64 (else none: end then says so), runs an instantiation that records, for each
+// warp: when its block started
 // and ended (the GPU's global timer, ns), its SM, the steps of its loop, its cycles and
 // the cycles it spent waiting (for its tiles' copies and at the loop's barriers). The
 // kernels the model runs have no probes (the probed ones are other instantiations).

@@ -2183,6 +2183,9 @@ static void test_attention_probes(void) {
         }
         host[run][0] = xmalloc(q_n * 4);
         gpu->copy_to_host(host[run][0], d_out, q_n * 4);
+        for (int g = 0; g < 3; g++) host[run][1 + g] = xmalloc((g == 0 ? q_n : kv_n) * 4);
+        // Run 0 one backward; run 1 one with the dK/dV kernel probed (dk, dv kept from it),
+        // then one with the dQ kernel probed (dq kept from it).
         const char *backward_kernels[2] = {"dK/dV", "dQ"};
         for (int part = 0; part < (run == 1 ? 2 : 1); part++) {
             if (run == 1) CHECK(ops_cuda_attention_probe_begin(backward_kernels[part]) == 0, "%s", err_msg());
@@ -2193,13 +2196,11 @@ static void test_attention_probes(void) {
                 EXPECT(check_probe_records(backward_kernels[part], grid_x, grid_y, NULL) > 0, "no %s block recorded",
                        backward_kernels[part]);
             }
+            for (int g = 0; g < 3; g++)
+                if (run == 0 || (part == 0) == (g != 0))
+                    gpu->copy_to_host(host[run][1 + g], d_grads[run][g], (g == 0 ? q_n : kv_n) * 4);
         }
-        for (int g = 0; g < 3; g++) {
-            const long n = g == 0 ? q_n : kv_n;
-            host[run][1 + g] = xmalloc(n * 4);
-            gpu->copy_to_host(host[run][1 + g], d_grads[run][g], n * 4);
-            gpu->free(d_grads[run][g]);
-        }
+        for (int g = 0; g < 3; g++) gpu->free(d_grads[run][g]);
     }
     const char *names[4] = {"out", "dq", "dk", "dv"};
     for (int i = 0; i < 4; i++) {

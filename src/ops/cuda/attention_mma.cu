@@ -22,13 +22,16 @@ static_assert(sizeof(ProbeRecord) == sizeof(OpsAttentionProbeRecord), "the devic
 
 template <int HD, Variant VARIANT> constexpr bool PROBES_BUILT = HD == 64 && VARIANT == TUNED;
 
-// Whether this launch of `kernel` over `grid` is the probed one; if so, its records are
-// allocated (zeros: a block that returns before its loop, with nothing to compute, writes
-// none) and the kernels' pointer set.
-static bool probe_this_launch(ProbedKernel kernel, GridShape grid) {
+// Called for every launch of `kernel`: whether this one is the probed one. The next launch
+// of the kernel asked for takes the probe, and if it cannot be probed (`built` false: not
+// a PROBES_BUILT instantiation, or not run) nothing is, rather than a later launch. A probed
+// launch's records are allocated (zeros: a block that returns before its loop, with nothing
+// to compute, writes none) and the kernels' pointer set, on the main stream: the backward
+// calls this before it forks the side stream, which then waits for them.
+static bool probe_this_launch(ProbedKernel kernel, GridShape grid, bool built) {
     if (probe_next != kernel) return false;
     probe_next = PROBE_NONE;
-    if (probe_device_records) CUDA_CHECK(cudaFree(probe_device_records));
+    if (!built) return false;
     probe_record_count = (long)grid.x * grid.y * WARPS;
     CUDA_CHECK(cudaMalloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
     CUDA_CHECK(cudaMemset(probe_device_records, 0, (size_t)probe_record_count * sizeof(ProbeRecord)));
@@ -66,8 +69,8 @@ static void forward_for(float *out, bf16 *out_copy, float *lse, const bf16 *Q, c
                         const int *row_start, int B, int H, int KV, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
     const GridShape grid = forward_grid<HD, VARIANT>(B, H, T);
-    if constexpr (PROBES_BUILT<HD, VARIANT>)
-        if (probe_this_launch(PROBE_FORWARD, grid)) {
+    if (probe_this_launch(PROBE_FORWARD, grid, PROBES_BUILT<HD, VARIANT>))
+        if constexpr (PROBES_BUILT<HD, VARIANT>) {
             CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT, true>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
             forward_kernel<HD, VARIANT, true><<<dim3(grid.x, grid.y), THREADS, shared>>>(
@@ -127,6 +130,8 @@ static void backward_keeping_scores(float *dq, float *dk, float *dv, const bf16 
     CUDA_CHECK(cudaFuncSetAttribute(backward_q_from_scores_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)q_shared));
     const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
+    probe_this_launch(PROBE_KEYS, kv_grid, false); // (no probed instantiation of these two)
+    probe_this_launch(PROBE_QUERIES, q_grid, false);
     if (run_key_kernel) {
         backward_kv_scores_kernel<HD><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
             dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
@@ -153,11 +158,15 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     // side stream beside dK/dV: launched second, its blocks start as dK/dV's last ones free
     // the SMs (one kernel after the other, each one's tail of last blocks left SMs idle),
     // and the main stream waits for both before the op returns.
+    // Before the fork: a probe's records are set up on the main stream (probe_this_launch).
+    const bool probe_keys = probe_this_launch(PROBE_KEYS, kv_grid, PROBES_BUILT<HD, VARIANT> && run_key_kernel);
+    const bool probe_queries =
+        probe_this_launch(PROBE_QUERIES, q_grid, PROBES_BUILT<HD, VARIANT> && run_query_kernel);
     cuda_side_stream_fork();
     if (run_key_kernel) {
-        bool probed = false;
+        const bool probed = probe_keys; // false unless PROBES_BUILT
         if constexpr (PROBES_BUILT<HD, VARIANT>)
-            if ((probed = probe_this_launch(PROBE_KEYS, kv_grid))) {
+            if (probed) {
                 CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, VARIANT, true>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv_shared));
                 backward_kv_kernel<HD, VARIANT, true><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
@@ -169,9 +178,9 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
-        bool probed = false;
+        const bool probed = probe_queries; // false unless PROBES_BUILT
         if constexpr (PROBES_BUILT<HD, VARIANT>)
-            if ((probed = probe_this_launch(PROBE_QUERIES, q_grid))) {
+            if (probed) {
                 CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT, true>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q_shared));
                 backward_q_kernel<HD, VARIANT, true><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared,

@@ -68,7 +68,9 @@ template <bool ON> struct Probe {
 };
 #ifdef __CUDACC__
 // Where a probed launch writes: WARPS records a block, blocks in grid order (x fastest).
-__device__ ProbeRecord *probe_records;
+// Static: each file that includes this header has its own, and attention_mma.cu, which
+// launches the probed kernels, sets its own.
+static __device__ ProbeRecord *probe_records;
 
 DEVICE_INLINE long long global_timer_ns() {
     long long t;
@@ -115,7 +117,7 @@ template <int HD> constexpr size_t backward_q_from_scores_shared_bytes() { // (K
 // run measures both (attention.cu: "mma" is TUNED, "mma-plain" PLAIN). They spend
 // registers differently, and more registers per thread means fewer blocks per SM (ptxas,
 // HD 64 with CUDA 13, 2026-12-05: forward 254 registers (TUNED), 2 blocks of 128 threads per
-// SM, against 167 (PLAIN), 3 blocks; dK/dV 226 against 181; dQ 168 against 168), which only the GPU can
+// SM, against 167 (PLAIN), 3 blocks; dK/dV 227 against 174; dQ 168 against 168), which only the GPU can
 // weigh. Both give the same results up to the tensor cores' summation order.
 //   TUNED  the forward's warp owns two m-tiles up to HD 64; the backward kernels keep their
 //          loop-invariant A operands in registers (dK/dV up to HD 64, dQ at every HD)
