@@ -69,19 +69,11 @@ static void forward_for(float *out, bf16 *out_copy, float *lse, const bf16 *Q, c
                         const int *row_start, int B, int H, int KV, int T, float scale, int window) {
     const size_t shared = forward_shared_bytes<HD>();
     const GridShape grid = forward_grid<HD, VARIANT>(B, H, T);
+    auto kernel = forward_kernel<HD, VARIANT>; // or its probed instantiation (the same signature)
     if (probe_this_launch(PROBE_FORWARD, grid, PROBES_BUILT<HD, VARIANT>))
-        if constexpr (PROBES_BUILT<HD, VARIANT>) {
-            CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-            forward_kernel<HD, VARIANT, true><<<dim3(grid.x, grid.y), THREADS, shared>>>(
-                out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale, window);
-            CUDA_CHECK_LAUNCH();
-            return;
-        }
-    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)shared));
-    forward_kernel<HD, VARIANT><<<dim3(grid.x, grid.y), THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale,
-                                                                  window);
+        if constexpr (PROBES_BUILT<HD, VARIANT>) kernel = forward_kernel<HD, VARIANT, true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    kernel<<<dim3(grid.x, grid.y), THREADS, shared>>>(out, out_copy, lse, Q, K, V, row_start, H, KV, T, scale, window);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -149,47 +141,31 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
                          const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
                          int KV, int T, float scale, int window) {
     const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_shared_bytes<HD>();
-    CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)kv_shared));
-    CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)q_shared));
     const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
+    // Each kernel or its probed instantiation (the same signature); a probe's records are
+    // set up on the main stream before the fork (probe_this_launch).
+    auto kv_kernel = backward_kv_kernel<HD, VARIANT>;
+    auto q_kernel = backward_q_kernel<HD, VARIANT>;
+    if (probe_this_launch(PROBE_KEYS, kv_grid, PROBES_BUILT<HD, VARIANT> && run_key_kernel))
+        if constexpr (PROBES_BUILT<HD, VARIANT>) kv_kernel = backward_kv_kernel<HD, VARIANT, true>;
+    if (probe_this_launch(PROBE_QUERIES, q_grid, PROBES_BUILT<HD, VARIANT> && run_query_kernel))
+        if constexpr (PROBES_BUILT<HD, VARIANT>) q_kernel = backward_q_kernel<HD, VARIANT, true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv_shared));
+    CUDA_CHECK(cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q_shared));
     // The two kernels read the same inputs and write different gradients, so dQ runs on the
     // side stream beside dK/dV: launched second, its blocks start as dK/dV's last ones free
     // the SMs (one kernel after the other, each one's tail of last blocks left SMs idle),
     // and the main stream waits for both before the op returns.
-    // Before the fork: a probe's records are set up on the main stream (probe_this_launch).
-    const bool probe_keys = probe_this_launch(PROBE_KEYS, kv_grid, PROBES_BUILT<HD, VARIANT> && run_key_kernel);
-    const bool probe_queries =
-        probe_this_launch(PROBE_QUERIES, q_grid, PROBES_BUILT<HD, VARIANT> && run_query_kernel);
     cuda_side_stream_fork();
     if (run_key_kernel) {
-        const bool probed = probe_keys; // false unless PROBES_BUILT
-        if constexpr (PROBES_BUILT<HD, VARIANT>)
-            if (probed) {
-                CUDA_CHECK(cudaFuncSetAttribute(backward_kv_kernel<HD, VARIANT, true>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv_shared));
-                backward_kv_kernel<HD, VARIANT, true><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
-                    dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
-            }
-        if (!probed)
-            backward_kv_kernel<HD, VARIANT><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
-                dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        kv_kernel<<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV,
+                                                                       T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
-        const bool probed = probe_queries; // false unless PROBES_BUILT
-        if constexpr (PROBES_BUILT<HD, VARIANT>)
-            if (probed) {
-                CUDA_CHECK(cudaFuncSetAttribute(backward_q_kernel<HD, VARIANT, true>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q_shared));
-                backward_q_kernel<HD, VARIANT, true><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared,
-                                                      cuda_side_stream()>>>(dq, Q, K, V, dO, lse, D, row_start, H,
-                                                                            KV, T, scale, window);
-            }
-        if (!probed)
-            backward_q_kernel<HD, VARIANT><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(
-                dq, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window);
+        q_kernel<<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(dq, Q, K, V, dO, lse, D,
+                                                                                       row_start, H, KV, T, scale,
+                                                                                       window);
         CUDA_CHECK_LAUNCH();
     }
     cuda_side_stream_join();
