@@ -94,11 +94,26 @@ def fail(message):
     sys.exit(2)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse with its usage errors as one line and exit 2 (fail)."""
+
+    def error(self, message):
+        fail(message)
+
+
+def address(text):
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a hex address") from None
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors(description=__doc__.split("\n\n")[0])
     parser.add_argument("sass", help="cuobjdump --dump-sass output, or - for stdin")
     parser.add_argument("--kernel", default="", help="only functions whose name contains this")
-    parser.add_argument("--range", nargs=2, metavar=("FROM", "TO"), help="an address range (hex) instead of the loops")
+    parser.add_argument("--range", nargs=2, type=address, metavar=("FROM", "TO"),
+                        help="an address range (hex) instead of the loops")
     parser.add_argument("--min-bytes", type=int, default=0x400, help="the shortest loop reported (bytes of code)")
     parser.add_argument("--list", action="store_true", help="also print each instruction: address, stall, waits")
     args = parser.parse_args()
@@ -112,7 +127,7 @@ def main():
         fail(f"no function in {args.sass} matches --kernel '{args.kernel}' (is it cuobjdump --dump-sass output?)")
     for name in matched:
         instructions = functions[name]
-        ranges = [(int(args.range[0], 16), int(args.range[1], 16))] if args.range else loops(instructions, args.min_bytes)
+        ranges = [tuple(args.range)] if args.range else loops(instructions, args.min_bytes)
         print(f"{name}: {len(instructions)} instructions")
         for first, last in ranges:
             c = costs(instructions, first, last)

@@ -2,7 +2,8 @@
 # tools/sass_loop_costs.py (what a kernel's loops cost, read from cuobjdump's SASS) on a
 # made-up function whose control codes were written by hand (tests/fixtures/sass/
 # toy_loop.sass): the loop's range, instruction count, stall sum (4 + 6 + 6 + 1 + 5),
-# scoreboard waits and instruction counts; and its one-line errors (exit 2).
+# scoreboard waits and instruction counts; and its one-line errors (exit 2): no such
+# function, no such file, a range that is not hex, an unknown option, a bad number.
 set -u
 cd "$(dirname "$0")/../.."
 tmp=${MARLHF_TEST_TMP:-/tmp}/cli_sass_loop_costs
@@ -21,7 +22,9 @@ grep -q '0x0020-0x0030: 2 instructions, 12 stall cycles, 1 scoreboard waits; HMM
 # Loops shorter than --min-bytes (the default 0x400) are left out.
 [ "$(python3 tools/sass_loop_costs.py "$fixture" | wc -l)" -eq 1 ] && pass sass_loop_costs_min_bytes ||
     fail sass_loop_costs_min_bytes "a 0x40-byte loop was reported under the default --min-bytes"
-for case in "no_kernel:--kernel nothing:matches --kernel 'nothing'" "missing:$tmp/none.sass:cannot read"; do
+for case in "no_kernel:--kernel nothing:matches --kernel 'nothing'" "missing:$tmp/none.sass:cannot read" \
+    "bad_range:--range 0x10 zz:'zz' is not a hex address" "bad_option:--loops:unrecognized arguments: --loops" \
+    "bad_min_bytes:--min-bytes many:invalid int value"; do
     name=${case%%:*} rest=${case#*:} arguments=${rest%%:*} expected=${rest#*:}
     if [ "$name" = missing ]; then set -- "$arguments"; else set -- "$fixture" $arguments; fi
     python3 tools/sass_loop_costs.py "$@" > "$tmp/out" 2> "$tmp/err"
