@@ -17,8 +17,9 @@
 //
 // The unfused path:
 // Q, K and V arrive as rows [B*T, heads*hd]. They are gathered into head-major bf16
-// copies [B, H, T, hd] (K and V repeated for the heads of their group), so that every
-// product is one strided batch over the B*H (row, head) pairs:
+// copies [B, H, T, hd] (K and V repeated for the heads of their group; attention_gather.cuh,
+// whose gathers the fused paths use too), so that every product is one strided batch over
+// the B*H (row, head) pairs:
 //   forward:  S = scale Q K^T (fp32, into probs) -> masked softmax -> O = P V
 //   backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
 //             dK = scale dS^T Q
@@ -34,6 +35,7 @@
 #include "ops/attention_window.h"
 #include "ops/cuda/attention_cached.cuh"
 #include "ops/cuda/attention_fused.cuh"
+#include "ops/cuda/attention_gather.cuh"
 
 // "mma-plain" is the mma kernels' PLAIN variant (attention_mma.cuh), kept selectable so that
 // a GPU run measures it beside the TUNED one that "mma" runs; "mma-ds" is TUNED with the
@@ -99,71 +101,13 @@ long cuda_attention_saved_size(int B, int T, int n_heads, int n_kv_heads, int he
     return mma_selected() ? mma_saved_floats(B, T, n_heads, n_kv_heads, head_dim) : (long)B * n_heads * T;
 }
 
-// D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (one warp per row).
-__global__ static void row_dot_kernel(float *D, const float *dout, const float *out, int B, int H,
-                                      int T, int head_dim) {
-    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // (b*H + h)*T + t
-    int lane = threadIdx.x % 32;
-    if (row >= (long)B * H * T) return;
-    int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H);
-    long at = ((long)b * T + t) * H * head_dim + h * head_dim;
-    float sum = 0.0f;
-    for (int d = lane; d < head_dim; d += 32) sum += dout[at + d] * out[at + d];
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) D[row] = sum;
-}
-
 const float *cuda_attention_row_dot(const float *dout, const float *out, int B, int H, int T, int head_dim) {
     float *D = (float *)cuda_scratch(SCRATCH_ATT_ROWDOT, (size_t)B * H * T * sizeof(float));
-    row_dot_kernel<<<grid_for((long)B * H * T, 8), 256>>>(D, dout, out, B, H, T, head_dim);
+    const int warps_per_block = attention_gather::THREADS / 32;
+    attention_gather::row_dot_kernel<<<grid_for((long)B * H * T, warps_per_block), attention_gather::THREADS>>>(
+        D, dout, out, B, H, T, head_dim);
     CUDA_CHECK_LAUNCH();
     return D;
-}
-
-// out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16.
-__global__ static void gather_heads_kernel(__nv_bfloat16 *out, const float *in, int B, int T,
-                                           int n_heads, int group, int head_dim) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    long total = (long)B * n_heads * T * head_dim;
-    if (i >= total) return;
-    int d = (int)(i % head_dim);
-    long rest = i / head_dim;
-    int t = (int)(rest % T);
-    rest /= T;
-    int h = (int)(rest % n_heads);
-    int b = (int)(rest / n_heads);
-    int width = (n_heads / group) * head_dim;
-    out[i] = __float2bfloat16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
-}
-
-// Eight floats (two float4) as eight bf16 in one 16-byte store at `to` (16-byte aligned);
-// pack_bf16x2 (device_primitives.cuh) rounds as cuda_to_bf16 does, the first in the low half.
-__device__ static inline void store_eight_bf16(__nv_bfloat16 *to, float4 low, float4 high) {
-    *reinterpret_cast<uint4 *>(to) = make_uint4(pack_bf16x2(low.x, low.y), pack_bf16x2(low.z, low.w),
-                                                pack_bf16x2(high.x, high.y), pack_bf16x2(high.z, high.w));
-}
-
-// The same, eight elements of a row per thread (two float4 reads, one 16-byte write) when
-// head_dim is a multiple of 8 and `in` 16-byte aligned: the common case, run twice a layer
-// (forward and backward) for Q, K, V and dO. blockIdx.y is the output head; a thread's
-// index within it is (b*T + t) * chunks + chunk, chunks = head_dim / 8.
-__global__ static void gather_heads_by_eight_kernel(__nv_bfloat16 *out, const float *in, int B, int T,
-                                                    int n_heads, int group, int head_dim) {
-    const unsigned chunks = (unsigned)head_dim / 8;
-    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
-    if (item >= (unsigned)B * T * chunks) return;
-    const int h = blockIdx.y;
-    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
-    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-    const long width = (long)(n_heads / group) * head_dim;
-    const float4 *from = reinterpret_cast<const float4 *>(in + row * width + (h / group) * head_dim + chunk * 8);
-    store_eight_bf16(out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8, from[0], from[1]);
-}
-
-// Whether the eight-element kernels can gather `in` ([B*T, heads*hd] rows, read as float4).
-static bool gathers_by_eight(const float *in, int B, int T, int n_heads, int head_dim) {
-    const long items_per_head = (long)B * T * (head_dim / 8);
-    return head_dim % 8 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) && n_heads <= 65535;
 }
 
 // out [B, n_heads, T, hd] bf16 from in's rows, head h reading input head h / group.
@@ -171,12 +115,13 @@ static void gather_heads_into(__nv_bfloat16 *out, const float *in, int B, int T,
                               int head_dim) {
     const long n = (long)B * n_heads * T * head_dim;
     const long items_per_head = (long)B * T * (head_dim / 8);
-    if (gathers_by_eight(in, B, T, n_heads, head_dim)) {
-        gather_heads_by_eight_kernel<<<dim3(grid_for(items_per_head, 256), n_heads), 256>>>(out, in, B, T, n_heads,
-                                                                                            group, head_dim);
-    } else {
-        gather_heads_kernel<<<grid_for(n, 256), 256>>>(out, in, B, T, n_heads, group, head_dim);
-    }
+    const int threads = attention_gather::THREADS;
+    if (attention_gather::gathers_by_eight(in, B, T, n_heads, head_dim))
+        attention_gather::gather_heads_by_eight_kernel<<<dim3(grid_for(items_per_head, threads), n_heads), threads>>>(
+            out, in, B, T, n_heads, group, head_dim);
+    else
+        attention_gather::gather_heads_kernel<<<grid_for(n, threads), threads>>>(out, in, B, T, n_heads, group,
+                                                                                head_dim);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -189,48 +134,19 @@ static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int 
     return out;
 }
 
-// dO gathered as gather_heads_by_eight_kernel gathers it (group 1), and with it the fused
-// backward's row term D[b, h, t] = dO . O over the head's columns (cuda_attention_row_dot's),
-// so that dout is read once. The chunks = head_dim / 8 threads of a head row are
-// consecutive lanes of one warp (chunks divides 32 and the block's 256 threads), which add
-// their eight products by xor shuffles; no lane returns early, since all join the shuffles.
-__global__ static void gather_dout_by_eight_kernel(__nv_bfloat16 *dO, float *D, const float *dout, const float *out,
-                                                   int B, int T, int n_heads, int head_dim) {
-    const unsigned chunks = (unsigned)head_dim / 8;
-    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool valid = item < (unsigned)B * T * chunks; // a head row's lanes are all valid or all not
-    const int h = blockIdx.y;
-    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
-    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-    const long head_row = ((long)b * n_heads + h) * T + t; // D's index; dO's row
-    float dot = 0.0f;
-    if (valid) {
-        const long at = (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
-        const float4 *gradient = reinterpret_cast<const float4 *>(dout + at);
-        const float4 *output = reinterpret_cast<const float4 *>(out + at);
-        const float4 low = gradient[0], high = gradient[1], out_low = output[0], out_high = output[1];
-        dot = low.x * out_low.x + low.y * out_low.y + low.z * out_low.z + low.w * out_low.w + high.x * out_high.x +
-              high.y * out_high.y + high.z * out_high.z + high.w * out_high.w;
-        store_eight_bf16(dO + head_row * head_dim + chunk * 8, low, high);
-    }
-    for (unsigned offset = chunks / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (valid && chunk == 0) D[head_row] = dot;
-}
-
 // dO [B, H, T, hd] bf16 (a scratch slot) and D [B, H, T] (cuda_attention_row_dot's slot).
 static __nv_bfloat16 *gather_dout_with_row_dot(const float **D, const float *dout, const float *out, int B, int T,
                                                int H, int head_dim) {
-    const bool by_eight = gathers_by_eight(dout, B, T, H, head_dim) && (uintptr_t)out % 16 == 0 &&
-                          32 % (head_dim / 8) == 0;
-    if (!by_eight) {
+    if (!attention_gather::gathers_dout_by_eight(dout, out, B, T, H, head_dim)) {
         *D = cuda_attention_row_dot(dout, out, B, H, T, head_dim);
         return gather_heads(SCRATCH_ATT_DOUT, dout, B, T, H, 1, head_dim);
     }
     const long n = (long)B * H * T * head_dim, items_per_head = (long)B * T * (head_dim / 8);
     __nv_bfloat16 *dO = (__nv_bfloat16 *)cuda_scratch(SCRATCH_ATT_DOUT, (size_t)n * sizeof(__nv_bfloat16));
     float *row_dot = (float *)cuda_scratch(SCRATCH_ATT_ROWDOT, (size_t)B * H * T * sizeof(float));
-    gather_dout_by_eight_kernel<<<dim3(grid_for(items_per_head, 256), H), 256>>>(dO, row_dot, dout, out, B, T, H,
-                                                                                 head_dim);
+    const int threads = attention_gather::THREADS;
+    attention_gather::gather_dout_by_eight_kernel<<<dim3(grid_for(items_per_head, threads), H), threads>>>(
+        dO, row_dot, dout, out, B, T, H, head_dim);
     CUDA_CHECK_LAUNCH();
     *D = row_dot;
     return dO;

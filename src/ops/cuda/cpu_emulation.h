@@ -317,6 +317,12 @@ DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
     const uint32_t pairs[2] = {pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3])};
     memcpy(p, pairs, 8);
 }
+DEVICE_INLINE void store_bf16x8(bf16 *p, const float r[8]) {
+    emulation::require_aligned(p, 16, "store of eight bf16");
+    const uint32_t pairs[4] = {pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3]), pack_bf16x2(r[4], r[5]),
+                               pack_bf16x2(r[6], r[7])};
+    memcpy(p, pairs, 16);
+}
 
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
     emulation::require_aligned(shared_dst, 16, "cp.async shared");

@@ -86,6 +86,11 @@ DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
     *reinterpret_cast<uint2 *>(p) = make_uint2(pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3]));
 }
 DEVICE_INLINE void store_u32(bf16 *p, uint32_t value) { *reinterpret_cast<uint32_t *>(p) = value; }
+// Eight floats rounded to bf16 (as pack_bf16x2) at a 16-byte aligned address, one access.
+DEVICE_INLINE void store_bf16x8(bf16 *p, const float r[8]) {
+    *reinterpret_cast<uint4 *>(p) = make_uint4(pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3]),
+                                               pack_bf16x2(r[4], r[5]), pack_bf16x2(r[6], r[7]));
+}
 
 // d = a b + d on the tensor cores, bf16 inputs, fp32 accumulators.
 DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2]) {

@@ -1,0 +1,117 @@
+// The attention's gathers (attention.cu launches them): Q, K, V and the output gradient dO
+// from the model's rows [B*T, heads*hd] (fp32) into the head-major bf16 copies
+// [B, H, T, hd] that the attention's products read, K and V repeated for the heads of their
+// group (head h reads input head h / group); and the backward's row term
+// D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (the softmax backward's rowsum(P dP)).
+//
+// Written once for nvcc and for the CPU emulation (cpu_emulation.h), which runs them in
+// tests/test_attention_gather_emulated.cpp against plain loops.
+#pragma once
+#include <stdint.h>
+
+#include "ops/cuda/device_primitives.cuh"
+
+namespace attention_gather {
+
+enum { THREADS = 256 };
+
+// Whether the eight-element kernels can gather `in` ([B*T, heads*hd] rows, read as float4):
+// head_dim a multiple of 8, `in` 16-byte aligned, a head's items countable in 32 bits (the
+// kernels index in unsigned ints) and the heads within a grid's y dimension.
+static inline bool gathers_by_eight(const float *in, int B, int T, int n_heads, int head_dim) {
+    const long items_per_head = (long)B * T * (head_dim / 8);
+    return head_dim % 8 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) && n_heads <= 65535;
+}
+
+// Whether gather_dout_by_eight_kernel can take dO and O: as gathers_by_eight, and a head
+// row's head_dim / 8 threads fit evenly in a warp (they add their products by shuffles).
+static inline bool gathers_dout_by_eight(const float *dout, const float *out, int B, int T, int n_heads,
+                                         int head_dim) {
+    return gathers_by_eight(dout, B, T, n_heads, head_dim) && (uintptr_t)out % 16 == 0 && 32 % (head_dim / 8) == 0;
+}
+
+// out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16, one element a thread: any
+// head_dim and alignment (the fallback of the kernel below). Grid: B*H*T*hd threads.
+static __global__ void __launch_bounds__(THREADS)
+    gather_heads_kernel(bf16 *out, const float *in, int B, int T, int n_heads, int group, int head_dim) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long total = (long)B * n_heads * T * head_dim;
+    if (i >= total) return;
+    const int d = (int)(i % head_dim);
+    long rest = i / head_dim;
+    const int t = (int)(rest % T);
+    rest /= T;
+    const int h = (int)(rest % n_heads);
+    const int b = (int)(rest / n_heads);
+    const long width = (long)(n_heads / group) * head_dim;
+    out[i] = to_bf16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
+}
+
+// The same, eight elements of a row a thread (two float4 reads, one 16-byte write) where
+// gathers_by_eight holds: the common case, run twice a layer (forward and backward) for
+// Q, K, V and dO. blockIdx.y is the output head; a thread's index within it is
+// (b*T + t) * chunks + chunk, chunks = head_dim / 8.
+static __global__ void __launch_bounds__(THREADS)
+    gather_heads_by_eight_kernel(bf16 *out, const float *in, int B, int T, int n_heads, int group, int head_dim) {
+    const unsigned chunks = (unsigned)head_dim / 8;
+    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
+    if (item >= (unsigned)B * T * chunks) return;
+    const int h = blockIdx.y;
+    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
+    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+    const long width = (long)(n_heads / group) * head_dim;
+    const float *from = in + row * width + (h / group) * head_dim + chunk * 8;
+    float eight[8];
+    load_float4(eight, from);
+    load_float4(eight + 4, from + 4);
+    store_bf16x8(out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8, eight);
+}
+
+// dO gathered as gather_heads_by_eight_kernel gathers it (group 1), and with it the row term
+// D[b, h, t] = dO . O over the head's columns (row_dot_kernel's), so that dout is read once;
+// where gathers_dout_by_eight holds. The chunks = head_dim / 8 threads of a head row are
+// consecutive lanes of one warp (chunks divides 32 and the block's threads), which add their
+// eight products by xor shuffles; no lane returns early, since all join the shuffles.
+static __global__ void __launch_bounds__(THREADS)
+    gather_dout_by_eight_kernel(bf16 *dO, float *D, const float *dout, const float *out, int B, int T, int n_heads,
+                                int head_dim) {
+    const unsigned chunks = (unsigned)head_dim / 8;
+    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool valid = item < (unsigned)B * T * chunks; // a head row's lanes are all valid or all not
+    const int h = blockIdx.y;
+    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
+    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+    const long head_row = ((long)b * n_heads + h) * T + t; // D's index; dO's row
+    float dot = 0.0f;
+    if (valid) {
+        const long at = (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
+        float gradient[8], output[8];
+        load_float4(gradient, dout + at);
+        load_float4(gradient + 4, dout + at + 4);
+        load_float4(output, out + at);
+        load_float4(output + 4, out + at + 4);
+        dot = gradient[0] * output[0];
+        UNROLL
+        for (int i = 1; i < 8; i++) dot += gradient[i] * output[i];
+        store_bf16x8(dO + head_row * head_dim + chunk * 8, gradient);
+    }
+    for (unsigned offset = chunks / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (valid && chunk == 0) D[head_row] = dot;
+}
+
+// D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h], one warp a row (the fallback of the kernel
+// above, beside gather_heads_kernel). Grid: B*H*T warps.
+static __global__ void __launch_bounds__(THREADS)
+    row_dot_kernel(float *D, const float *dout, const float *out, int B, int H, int T, int head_dim) {
+    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // (b*H + h)*T + t
+    const int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * T) return; // the whole warp: a row is one warp's
+    const int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H);
+    const long at = ((long)b * T + t) * H * head_dim + h * head_dim;
+    float sum = 0.0f;
+    for (int d = lane; d < head_dim; d += 32) sum += dout[at + d] * out[at + d];
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) D[row] = sum;
+}
+
+} // namespace attention_gather

@@ -1,0 +1,153 @@
+// The CUDA attention's gathers (src/ops/cuda/attention_gather.cuh) on CPU threads through
+// src/ops/cuda/cpu_emulation.h, launched as attention.cu launches them, against plain loops:
+// Q-like rows (group 1) and K/V-like rows repeated over a group of heads gathered to
+// head-major bf16 by the eight-element kernel and by the one-element fallback; dO with its
+// row term D = dO . O by the eight-element kernel and by the fallback pair. The bf16 copies
+// must be the source floats rounded, bit for bit, every element written (the outputs start
+// as NaN bits); D within float rounding of a double dot product (1e-5 of the sum of the
+// products' magnitudes). head_dim 8 to 128 (1 to 16 threads a head row; 24's 3 threads do not
+// divide a warp and take the fallback for dO), T not a multiple of any block.
+// tests/gpu/test_cuda.c checks the same kernels on a GPU through the attention ops.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <vector>
+
+#include "emulated_test.h"
+#include "ops/cuda/attention_gather.cuh"
+#include "test.h"
+
+static uint64_t rng = 0x6a09e667f3bcc909ull;
+
+static unsigned blocks_for(long items, long per_block) { return (unsigned)((items + per_block - 1) / per_block); }
+
+// How many of out's [B, H, T, hd] bf16 are not in's [B*T, (H / group) * hd] floats rounded.
+static long wrong_gathered(const std::vector<bf16> &out, const std::vector<float> &in, int B, int T, int H, int group,
+                           int hd) {
+    long wrong = 0;
+    const long width = (long)(H / group) * hd;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hd; d++) {
+                    const float source = in[(size_t)(((long)b * T + t) * width + (h / group) * hd + d)];
+                    const bf16 got = out[(size_t)((((long)b * H + h) * T + t) * hd + d)];
+                    wrong += got.bits != float_to_bf16(source).bits;
+                }
+    return wrong;
+}
+
+// The worst |D - dO . O| over the sum of |dO_i O_i| of its row ([B, H, T] rows).
+static double worst_row_dot(const std::vector<float> &D, const std::vector<float> &dout, const std::vector<float> &out,
+                            int B, int T, int H, int hd) {
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                double dot = 0, magnitude = 0;
+                const long at = ((long)b * T + t) * H * hd + (long)h * hd;
+                for (int d = 0; d < hd; d++) {
+                    const double product = (double)dout[(size_t)(at + d)] * out[(size_t)(at + d)];
+                    dot += product, magnitude += fabs(product);
+                }
+                const double got = D[(size_t)(((long)b * H + h) * T + t)];
+                const double error = fabs(got - dot) / (magnitude > 0 ? magnitude : 1);
+                worst = isnan(error) ? INFINITY : fmax(worst, error);
+            }
+    return worst;
+}
+
+// Rows of `heads` heads (group > 1: the K/V heads that H = heads * group query heads read)
+// gathered by the kernel that attention.cu's gather_heads_into picks, or by the fallback.
+static void check_gather(int B, int T, int H, int group, int hd, bool by_eight) {
+    const int threads = attention_gather::THREADS;
+    const std::vector<float> in = random_floats(rng, (long)B * T * (H / group) * hd, 3.0f);
+    std::vector<bf16> out((size_t)B * H * T * hd, bf16{0xffff});
+    EXPECT(attention_gather::gathers_by_eight(in.data(), B, T, H, hd) == (hd % 8 == 0),
+            "gathers_by_eight at head_dim %d", hd);
+    if (by_eight) {
+        const long items_per_head = (long)B * T * (hd / 8);
+        emulation::launch({blocks_for(items_per_head, threads), (unsigned)H, 1}, threads, 0, [&] {
+            attention_gather::gather_heads_by_eight_kernel(out.data(), in.data(), B, T, H, group, hd);
+        });
+    } else {
+        emulation::launch({blocks_for((long)B * H * T * hd, threads), 1, 1}, threads, 0, [&] {
+            attention_gather::gather_heads_kernel(out.data(), in.data(), B, T, H, group, hd);
+        });
+    }
+    const long wrong = wrong_gathered(out, in, B, T, H, group, hd);
+    printf("# gather %-7s B %d T %d, %2d heads from %2d, head_dim %3d: %ld wrong\n", by_eight ? "by 8" : "by 1", B, T,
+           H, H / group, hd, wrong);
+    EXPECT(wrong == 0, "gather %s, %d heads from %d at head_dim %d: %ld of %zu bf16 wrong", by_eight ? "by 8" : "by 1",
+           H, H / group, hd, wrong, out.size());
+}
+
+// dO and D as gather_dout_with_row_dot makes them: the eight-element kernel where it can,
+// else the fallback's two kernels.
+static void check_dout(int B, int T, int H, int hd) {
+    const int threads = attention_gather::THREADS;
+    const std::vector<float> dout = random_floats(rng, (long)B * T * H * hd, 1.0f);
+    const std::vector<float> out = random_floats(rng, (long)B * T * H * hd, 2.0f);
+    std::vector<bf16> dO((size_t)B * H * T * hd, bf16{0xffff});
+    std::vector<float> D((size_t)B * H * T, NAN);
+    const bool by_eight = attention_gather::gathers_dout_by_eight(dout.data(), out.data(), B, T, H, hd);
+    if (by_eight) {
+        const long items_per_head = (long)B * T * (hd / 8);
+        emulation::launch({blocks_for(items_per_head, threads), (unsigned)H, 1}, threads, 0, [&] {
+            attention_gather::gather_dout_by_eight_kernel(dO.data(), D.data(), dout.data(), out.data(), B, T, H, hd);
+        });
+    } else {
+        emulation::launch({blocks_for((long)B * H * T, threads / 32), 1, 1}, threads, 0, [&] {
+            attention_gather::row_dot_kernel(D.data(), dout.data(), out.data(), B, H, T, hd);
+        });
+        emulation::launch({blocks_for((long)B * H * T * hd, threads), 1, 1}, threads, 0, [&] {
+            attention_gather::gather_heads_kernel(dO.data(), dout.data(), B, T, H, 1, hd);
+        });
+    }
+    const long wrong = wrong_gathered(dO, dout, B, T, H, 1, hd);
+    const double error = worst_row_dot(D, dout, out, B, T, H, hd);
+    printf("# dO, D  %-7s B %d T %d, %2d heads, head_dim %3d: %ld wrong, D %.2g\n", by_eight ? "by 8" : "by 1", B, T,
+           H, hd, wrong, error);
+    EXPECT(wrong == 0, "dO gathered %s at head_dim %d: %ld of %zu bf16 wrong", by_eight ? "by 8" : "by 1", hd, wrong,
+           dO.size());
+    EXPECT(error <= 1e-5, "D %s at head_dim %d: %.3g of its products' magnitude", by_eight ? "by 8" : "by 1", hd,
+           error);
+}
+
+static void test_gathers(void) {
+    const int head_dims[] = {8, 16, 24, 32, 64, 128};
+    for (int hd : head_dims) {
+        for (int by_eight = 0; by_eight <= 1; by_eight++) {
+            if (by_eight && hd % 8 != 0) continue;
+            check_gather(2, 37, 6, 1, hd, by_eight); // queries
+            check_gather(2, 37, 6, 3, hd, by_eight); // keys or values: 2 heads read by 3 each
+        }
+    }
+    check_gather(1, 5, 4, 4, 6, false); // a head_dim the eight-element kernel cannot take
+}
+
+static void test_dout_and_row_term(void) {
+    const int head_dims[] = {8, 16, 24, 32, 64, 128};
+    for (int hd : head_dims) check_dout(2, 37, 6, hd);
+    // The fallback's kernels at a head_dim the eight-element one takes: an O not 16-byte
+    // aligned (an offset view) makes gather_dout_with_row_dot fall back too.
+    const int B = 1, T = 9, H = 3, hd = 64;
+    const std::vector<float> dout = random_floats(rng, (long)B * T * H * hd, 1.0f);
+    std::vector<float> out_storage = random_floats(rng, (long)B * T * H * hd + 1, 2.0f);
+    const float *out = out_storage.data() + 1;
+    EXPECT(!attention_gather::gathers_dout_by_eight(dout.data(), out, B, T, H, hd),
+           "gathers_dout_by_eight takes an O that is not 16-byte aligned");
+    std::vector<float> D((size_t)B * H * T, NAN);
+    emulation::launch({blocks_for((long)B * H * T, attention_gather::THREADS / 32), 1, 1}, attention_gather::THREADS, 0,
+                      [&] { attention_gather::row_dot_kernel(D.data(), dout.data(), out, B, H, T, hd); });
+    const std::vector<float> out_view(out, out + (long)B * T * H * hd);
+    const double error = worst_row_dot(D, dout, out_view, B, T, H, hd);
+    EXPECT(error <= 1e-5, "D by the fallback with an unaligned O: %.3g of its products' magnitude", error);
+}
+
+int main(void) {
+    RUN(test_gathers);
+    RUN(test_dout_and_row_term);
+    TEST_EXIT();
+}
