@@ -191,6 +191,12 @@ int main(int argc, char **argv) {
         TIME_OP("attention backward part: neither kernel", 0, 0, 0,
                 ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
         ops_cuda_attention_backward_parts(true, true);
+        // The whole backward with dQ after dK/dV on one stream, against "attention backward"
+        // (dQ beside dK/dV on a second stream): what the overlap gives.
+        ops_cuda_attention_backward_overlap(false);
+        TIME_OP("attention backward part: whole, dQ after dK/dV on one stream", 0, 0, 0,
+                ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+        ops_cuda_attention_backward_overlap(true);
         // And what each of the variant's kernels takes of an SM, as the GPU reports it: how
         // many blocks share one is what hides their latencies.
         OpsAttentionKernelFacts facts[4];

@@ -410,6 +410,10 @@ void ops_cuda_enable_stored_inputs(bool enabled);
 // (dK/dV, dQ; both unless told), to time each alone. One turned off leaves its gradients
 // unwritten: the op is then wrong.
 void ops_cuda_attention_backward_parts(bool key_gradients, bool query_gradients);
+// For bench/ops_breakdown only: whether the mma backward's dQ kernel runs beside its dK/dV
+// kernel on a second stream (the default) or after it on the main stream, to measure what
+// the overlap gives. Either way the gradients are the same, bit for bit.
+void ops_cuda_attention_backward_overlap(bool overlapped);
 // For bench/ops_breakdown only: what the GPU says of each mma attention kernel that
 // `kernels` ("mma", "mma-plain" or "mma-ds") runs at head_dim: registers a thread, local
 // memory (spills: 0 in a good build), shared memory a block, and the blocks an SM holds at

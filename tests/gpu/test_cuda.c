@@ -2217,6 +2217,47 @@ static void test_attention_probes(void) {
     ops_cuda_select_attention(previous);
 }
 
+// The mma backward with its dQ kernel after dK/dV on the main stream
+// (ops_cuda_attention_backward_overlap(false): what bench/ops_breakdown times against the
+// default) gives the default's gradients, bit for bit: the two kernels write different
+// gradients from the same inputs, so the order in which they run changes nothing.
+static void test_attention_backward_overlap(void) {
+    const int B = 2, T = 300, H = 8, KV = 2, D = 64, row_start[2] = {0, 70};
+    const char *previous = ops_cuda_attention_kernels();
+    CHECK(ops_cuda_select_attention("mma"), "mma");
+    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D;
+    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
+    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n), *d_dout = gpu_floats(dout, q_n);
+    int *d_rs = gpu_ints(row_start, B);
+    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
+    float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
+    gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f, 0);
+    const long sizes[3] = {q_n, kv_n, kv_n};
+    float *grads[2][3];
+    for (int run = 0; run < 2; run++) { // 0: the default (overlapped); 1: one stream
+        float *d_grads[3];
+        for (int g = 0; g < 3; g++) d_grads[g] = gpu->alloc(sizes[g] * 4);
+        ops_cuda_attention_backward_overlap(run == 0);
+        gpu->attention_backward(d_grads[0], d_grads[1], d_grads[2], d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, B, T,
+                                H, KV, D, 0.0f, 0);
+        ops_cuda_attention_backward_overlap(true);
+        for (int g = 0; g < 3; g++) {
+            grads[run][g] = xmalloc(sizes[g] * 4);
+            gpu->copy_to_host(grads[run][g], d_grads[g], sizes[g] * 4);
+            gpu->free(d_grads[g]);
+        }
+    }
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int g = 0; g < 3; g++) {
+        EXPECT(memcmp(grads[0][g], grads[1][g], sizes[g] * 4) == 0, "%s differs with dQ after dK/dV on one stream",
+               names[g]);
+        free(grads[0][g]), free(grads[1][g]);
+    }
+    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_dout), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved);
+    free(q), free(k), free(v), free(dout);
+    ops_cuda_select_attention(previous);
+}
+
 // `test_cuda NAME...` runs only the named tests (all without names).
 static char **selected_names;
 static int selected_count;
@@ -2294,6 +2335,7 @@ int main(int argc, char **argv) {
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);
     if (!standing_in) RUN_SELECTED(test_attention_kernel_facts);
     if (!standing_in) RUN_SELECTED(test_attention_probes);
+    if (!standing_in) RUN_SELECTED(test_attention_backward_overlap);
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu);

@@ -105,6 +105,12 @@ extern "C" void ops_cuda_attention_backward_parts(bool key_gradients, bool query
     run_key_kernel = key_gradients, run_query_kernel = query_gradients;
 }
 
+// Whether dQ runs on the side stream beside dK/dV (ops_cuda_attention_backward_overlap:
+// benchmarks only; the other way, after it on the main stream, as before 2026-12-05).
+static bool overlap_query_kernel = true;
+
+extern "C" void ops_cuda_attention_backward_overlap(bool overlapped) { overlap_query_kernel = overlapped; }
+
 // "mma-ds" keeps the scores' gradient dS (bf16 tiles on and below the causal diagonal,
 // attention_mma.cuh's score_tile_index) from the dK/dV kernel for the dQ kernel, which then
 // needs one product a tile instead of three: up to this many bytes (285 MB at B = 8,
@@ -156,19 +162,19 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     // side stream beside dK/dV: launched second, its blocks start as dK/dV's last ones free
     // the SMs (one kernel after the other, each one's tail of last blocks left SMs idle),
     // and the main stream waits for both before the op returns.
-    cuda_side_stream_fork();
+    if (overlap_query_kernel) cuda_side_stream_fork();
     if (run_key_kernel) {
         kv_kernel<<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV,
                                                                        T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
-        q_kernel<<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, cuda_side_stream()>>>(dq, Q, K, V, dO, lse, D,
-                                                                                       row_start, H, KV, T, scale,
-                                                                                       window);
+        cudaStream_t stream = overlap_query_kernel ? cuda_side_stream() : 0;
+        q_kernel<<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, stream>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV,
+                                                                           T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
-    cuda_side_stream_join();
+    if (overlap_query_kernel) cuda_side_stream_join();
 }
 
 void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
