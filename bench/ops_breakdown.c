@@ -172,8 +172,16 @@ int main(int argc, char **argv) {
     double att_flops = 4.0 * B * H * (double)T * T * hd / 2; // causal half, as bench_shapes.h
     // The attention's output, the norms' outputs (the final norm's aside) and the norms'
     // input gradients are held products' operands in the model: their copies are written too.
+    // The model's forward rotates q and k inside the attention (attention_forward_rotary: the
+    // GPU as it gathers them); "attention forward", on q and k already rotated, and "rope
+    // forward q+k" are the two ops the step ran instead before 2026-12-05 (not counted in it).
+    // Its backward is still the attention's and then the RoPE backward's (counted as two).
     ops->matmul_input_hold(att, N * qd);
-    TIME_OP("attention forward", L, att_flops, 0, ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
+    TIME_OP("attention forward (rotary)", L, att_flops, 0,
+            ops->attention_forward_rotary(att, saved, q, k, v, row_start, positions, inv_freq, B, T, H, KV, hd, 0.0f,
+                                          0));
+    TIME_OP("attention forward", 0, att_flops, 0,
+            ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
     ops->matmul_input_release();
     TIME_OP("attention backward", L, 2 * att_flops, 0,
             ops->attention_backward(dq, dk, dv, att, att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
@@ -226,7 +234,7 @@ int main(int argc, char **argv) {
         }
     }
 #endif
-    TIME_OP("rope forward q+k", L, 0, 8.0 * N * (qd + kvd),
+    TIME_OP("rope forward q+k", 0, 0, 8.0 * N * (qd + kvd),
             (ops->rope_forward(q, positions, (int)N, H, hd, inv_freq),
              ops->rope_forward(k, positions, (int)N, KV, hd, inv_freq)));
     ops->matmul_input_hold(dq, N * qd); // q's and k's output gradients: their copies written too

@@ -14,6 +14,9 @@
 
 #include <vector>
 
+extern "C" {
+#include "ops/ops.h"
+}
 #include "emulated_test.h"
 #include "ops/cuda/attention_gather.cuh"
 #include "test.h"
@@ -83,6 +86,42 @@ static void check_gather(int B, int T, int H, int group, int hd, bool by_eight) 
            H, H / group, hd, wrong, out.size());
 }
 
+// Q- or K-like rows gathered with the rotation applied (gather_rotated_heads_kernel, for
+// attention_forward_rotary) against the CPU's rope_forward on a copy, then the same gather:
+// each bf16 within a rounding of the rotated float (a half ulp of bf16 plus float rounding
+// of the rotation, whose sin and cos the kernel and the CPU compute with different calls).
+static void check_rotated_gather(int B, int T, int H, int hd) {
+    const int threads = attention_gather::THREADS, N = B * T, half = hd / 2;
+    std::vector<float> inv_freq((size_t)half);
+    for (int i = 0; i < half; i++) inv_freq[(size_t)i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)hd);
+    std::vector<int> positions((size_t)N);
+    for (int row = 0; row < N; row++) positions[(size_t)row] = row % T + (row / T) * 29989; // far positions too
+    const std::vector<float> in = random_floats(rng, (long)N * H * hd, 3.0f);
+    std::vector<bf16> out((size_t)N * H * hd, bf16{0xffff});
+    EXPECT(attention_gather::gathers_rotated(in.data(), B, T, H, hd), "gathers_rotated at head_dim %d", hd);
+    const long items_per_head = (long)N * (hd / 16);
+    emulation::launch({blocks_for(items_per_head, threads), (unsigned)H, 1}, threads,
+                      attention_gather::ROTATED_SHARED_BYTES, [&] {
+                          attention_gather::gather_rotated_heads_kernel(out.data(), in.data(), positions.data(),
+                                                                        inv_freq.data(), B, T, H, hd);
+                      });
+    std::vector<float> rotated = in;
+    ops_cpu.rope_forward(rotated.data(), positions.data(), N, H, hd, inv_freq.data());
+    long wrong = 0, not_bitwise = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hd; d++) {
+                    const float want = rotated[(size_t)(((long)b * T + t) * H * hd + (long)h * hd + d)];
+                    const bf16 got = out[(size_t)((((long)b * H + h) * T + t) * hd + d)];
+                    wrong += !(fabsf(bf16_to_float(got) - want) <= 0x1p-8f * fabsf(want) + 1e-30f);
+                    not_bitwise += got.bits != float_to_bf16(want).bits;
+                }
+    printf("# gather rotated B %d T %d, %2d heads, head_dim %3d: %ld wrong (%ld not the CPU's bits)\n", B, T, H, hd,
+           wrong, not_bitwise);
+    EXPECT(wrong == 0, "rotated gather at head_dim %d: %ld of %zu bf16 wrong", hd, wrong, out.size());
+}
+
 // dO and D as gather_dout_with_row_dot makes them: the eight-element kernel where it can,
 // else the fallback's two kernels.
 static void check_dout(int B, int T, int H, int hd) {
@@ -127,6 +166,16 @@ static void test_gathers(void) {
     check_gather(1, 5, 4, 4, 6, false); // a head_dim the eight-element kernel cannot take
 }
 
+static void test_rotated_gathers(void) {
+    const int head_dims[] = {16, 32, 64, 128};
+    for (int hd : head_dims) {
+        check_rotated_gather(2, 37, 6, hd); // queries
+        check_rotated_gather(2, 37, 2, hd); // keys
+    }
+    std::vector<float> odd(16 * 24 + 4);
+    EXPECT(!attention_gather::gathers_rotated(odd.data(), 1, 16, 1, 24), "gathers_rotated takes head_dim 24");
+}
+
 static void test_dout_and_row_term(void) {
     const int head_dims[] = {8, 16, 24, 32, 64, 128};
     for (int hd : head_dims) check_dout(2, 37, 6, hd);
@@ -148,6 +197,7 @@ static void test_dout_and_row_term(void) {
 
 int main(void) {
     RUN(test_gathers);
+    RUN(test_rotated_gathers);
     RUN(test_dout_and_row_term);
     TEST_EXIT();
 }

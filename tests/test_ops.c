@@ -348,6 +348,64 @@ static void test_attention(void) {
     free(c.q), free(c.k), free(c.v), free(c.out), free(c.probs), free(c.R), free(dq), free(dk), free(dv);
 }
 
+// ---- attention with the rotary positions inside (attention_forward_rotary) ----
+// Its forward is rope_forward on q and k and then attention_forward, bit for bit, and
+// leaves q and k as they were; its backward's dq and dk are the gradients of the
+// unrotated q and k (finite differences through the rotary forward), dv as ever.
+typedef struct { AttnCase attention; int *positions; float *inv_freq; } RotaryCase;
+static double rotary_attention_loss(void *p) {
+    RotaryCase *r = p;
+    AttnCase *c = &r->attention;
+    ops_cpu.attention_forward_rotary(c->out, c->probs, c->q, c->k, c->v, c->row_start, r->positions, r->inv_freq, c->B,
+                                     c->T, c->nh, c->nkv, c->hd, 0.0f, 0);
+    return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
+}
+static void test_attention_rotary(void) {
+    RotaryCase r = {.attention = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 8}};
+    AttnCase *c = &r.attention;
+    int row_start[2] = {0, 2}, positions[12];
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < 6; t++) positions[b * 6 + t] = t < row_start[b] ? 0 : 3 * (t - row_start[b]) + 100 * b;
+    float inv_freq[4];
+    for (int i = 0; i < 4; i++) inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 8.0f);
+    c->row_start = row_start, r.positions = positions, r.inv_freq = inv_freq;
+    const long nq = (long)c->B * c->T * c->nh * c->hd, nkv = (long)c->B * c->T * c->nkv * c->hd;
+    const long n_probs = (long)c->B * c->nh * c->T * c->T;
+    c->q = random_floats(nq, -1, 1), c->k = random_floats(nkv, -1, 1), c->v = random_floats(nkv, -1, 1);
+    c->out = xcalloc(nq, 4), c->probs = xcalloc(n_probs, 4);
+    c->R = random_floats(nq, -1, 1);
+    for (int t = 0; t < row_start[1]; t++) // padded queries have no keys
+        for (int j = 0; j < c->nh * c->hd; j++) c->R[((long)c->T + t) * c->nh * c->hd + j] = 0.0f;
+    // The forward against rope_forward then attention_forward, and q and k left alone.
+    float *q_before = xmalloc(nq * 4), *k_before = xmalloc(nkv * 4);
+    memcpy(q_before, c->q, nq * 4), memcpy(k_before, c->k, nkv * 4);
+    float *q_rotated = xmalloc(nq * 4), *k_rotated = xmalloc(nkv * 4);
+    memcpy(q_rotated, c->q, nq * 4), memcpy(k_rotated, c->k, nkv * 4);
+    ops_cpu.rope_forward(q_rotated, positions, c->B * c->T, c->nh, c->hd, inv_freq);
+    ops_cpu.rope_forward(k_rotated, positions, c->B * c->T, c->nkv, c->hd, inv_freq);
+    float *want = xcalloc(nq, 4), *want_probs = xcalloc(n_probs, 4);
+    ops_cpu.attention_forward(want, want_probs, q_rotated, k_rotated, c->v, row_start, c->B, c->T, c->nh, c->nkv, c->hd,
+                              0.0f, 0);
+    rotary_attention_loss(&r);
+    EXPECT(memcmp(c->out, want, nq * 4) == 0, "rotary attention forward differs from rope_forward + attention_forward");
+    EXPECT(memcmp(c->probs, want_probs, n_probs * 4) == 0, "rotary attention's saved state differs");
+    EXPECT(memcmp(c->q, q_before, nq * 4) == 0 && memcmp(c->k, k_before, nkv * 4) == 0,
+           "rotary attention forward wrote q or k");
+    // The backward over NaN-filled gradients (the op overwrites them, every element).
+    float *dq = xmalloc(nq * 4), *dk = xmalloc(nkv * 4), *dv = xmalloc(nkv * 4);
+    for (long i = 0; i < nq; i++) dq[i] = NAN;
+    for (long i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
+    ops_cpu.attention_backward_rotary(dq, dk, dv, c->R, c->out, c->probs, c->q, c->k, c->v, row_start, positions,
+                                      inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, 0.0f, 0);
+    EXPECT(memcmp(c->q, q_before, nq * 4) == 0 && memcmp(c->k, k_before, nkv * 4) == 0,
+           "rotary attention backward wrote q or k");
+    check_gradient("rotary attention dq", rotary_attention_loss, &r, c->q, nq, dq, 400);
+    check_gradient("rotary attention dk", rotary_attention_loss, &r, c->k, nkv, dk, 400);
+    check_gradient("rotary attention dv", rotary_attention_loss, &r, c->v, nkv, dv, 400);
+    free(c->q), free(c->k), free(c->v), free(c->out), free(c->probs), free(c->R), free(dq), free(dk), free(dv);
+    free(q_before), free(k_before), free(q_rotated), free(k_rotated), free(want), free(want_probs);
+}
+
 // ---- decode attention (no backward: checked against a double-precision reference) ----
 // One query per row against a cache: head sizes that take the vector paths whole (64,
 // 128), with a tail (80 = 64 + 16, 40), and the plain loops (8); grouped-query heads;
@@ -1121,6 +1179,7 @@ int main(int argc, char **argv) {
     RUN(test_rmsnorm_plus_one);
     RUN(test_rope);
     RUN(test_attention);
+    RUN(test_attention_rotary);
     RUN(test_attention_decode);
     RUN(test_attention_extend);
     RUN(test_half_conversion);

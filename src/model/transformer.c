@@ -461,6 +461,14 @@ static void store_mlp_products(const OpsBackend *ops, const LayerActivations *la
     if (gated) ops->hold_stored(la->gate, n, written);
 }
 
+// Whether the attention op rotates q and k itself (ops.h, attention_forward_rotary): with
+// RoPE, when nothing reads the rotated q and k but the attention (no KV cache to fill) and
+// no query scale comes between the rotation and the attention. Its backward follows a
+// forward without a target, so it asks with target NULL.
+static bool attention_rotates(const ModelConfig *cfg, const CacheTarget *target) {
+    return cfg->positions == POSITIONS_ROPE && !target && query_scale_of(cfg) == 1.0f;
+}
+
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -500,7 +508,8 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
     lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     ops->matmul_input_release();
-    if (cfg->positions == POSITIONS_ROPE) {
+    const bool rotates = attention_rotates(cfg, target); // q and k stay unrotated in la->q, la->k
+    if (cfg->positions == POSITIONS_ROPE && !rotates) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }
@@ -551,7 +560,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         }
-    } else
+    } else if (rotates)
+        ops->attention_forward_rotary(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start,
+                                      a->positions, rope_table(model, l), B, T, cfg->num_heads, cfg->num_kv_heads,
+                                      cfg->head_dim, cfg->attn_logit_softcap, window);
+    else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap, window);
     block_output_forward(model, l, LORA_O, la, la->x_mid, la->att_out, x_in, w->o_w, quantized ? &quantized->o : NULL,
@@ -1015,12 +1028,19 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     float *dq = cfg->qk_norm ? a->dq_raw : a->dq, *dk = cfg->qk_norm ? a->dk_raw : a->dk;
     ops->matmul_input_hold(dq, N * q_dim);
     ops->matmul_input_hold(dk, N * kv_dim);
-    ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k, la->v,
-                            a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads,
-                            cfg->head_dim, cfg->attn_logit_softcap, window);
+    const bool rotates = attention_rotates(cfg, NULL); // then its backward rotates dq and dk back
+    if (rotates)
+        ops->attention_backward_rotary(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q,
+                                       la->k, la->v, a->row_start, a->positions, rope_table(model, l), B, T,
+                                       cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
+                                       window);
+    else
+        ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k,
+                                la->v, a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                cfg->attn_logit_softcap, window);
     const float query_scale = query_scale_of(cfg);
     if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
-    if (cfg->positions == POSITIONS_ROPE) {
+    if (cfg->positions == POSITIONS_ROPE && !rotates) {
         ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
         ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }

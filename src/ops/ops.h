@@ -248,6 +248,22 @@ typedef struct OpsBackend {
                                const float *out, const float *saved, const float *q,
                                const float *k, const float *v, const int *row_start, int B,
                                int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+    // The same two with the rotary positions applied inside: q and k arrive as their
+    // projections wrote them, unrotated, and are only read; the forward attends with them
+    // rotated as rope_forward(q or k, positions, B*T, ..., inv_freq) would rotate them, and
+    // the backward's dq and dk are the gradients of the unrotated q and k (rope_backward's
+    // inverse rotation applied). The backward takes the forward's q, k, positions and
+    // table. For a forward whose rotated q and k nothing else reads (a training or scoring
+    // forward, not one that fills a KV cache). The GPU rotates Q and K as it gathers them
+    // for its mma kernels: a pass over each fewer than a rope_forward before the op.
+    void (*attention_forward_rotary)(float *out, float *saved, const float *q, const float *k, const float *v,
+                                     const int *row_start, const int *positions, const float *inv_freq, int B,
+                                     int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+    void (*attention_backward_rotary)(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                      const float *saved, const float *q, const float *k, const float *v,
+                                      const int *row_start, const int *positions, const float *inv_freq, int B,
+                                      int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                      int window);
 
     // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
     // attends to cache slots [row_start[b], length) of its row. The caches are

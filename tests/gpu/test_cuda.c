@@ -1088,6 +1088,73 @@ static void test_attention(void) {
     attention_window = 0;
 }
 
+// The attention ops with the rotary positions inside (attention_forward_rotary) against the
+// CPU's (rope_forward on copies, then the attention ops): output and the three gradients of
+// the unrotated q, k, v, within the attention's tolerances, and q and k left as they were.
+// Positions run past T (a packed row's offsets) and far out (30000), where the angles'
+// range reduction matters.
+static void check_rotary_attention(const char *kernels, int B, int T, int H, int KV, int D, const int *row_start) {
+    const char *previous = standing_in ? NULL : ops_cuda_attention_kernels();
+    if (!standing_in) CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
+    char label[96];
+    snprintf(label, sizeof label, "rotary attention %s B%d T%d H%d/%d hd%d", kernels, B, T, H, KV, D);
+    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
+    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
+    int *positions = xmalloc((size_t)B * T * sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) positions[b * T + t] = (t < row_start[b] ? 0 : t - row_start[b]) + b * 30000;
+    float *inv_freq = xmalloc((size_t)(D / 2) * sizeof(float));
+    for (int i = 0; i < D / 2; i++) inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
+    float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *got = xmalloc(q_n * 4);
+    float *dq = xmalloc(q_n * 4), *dk = xmalloc(kv_n * 4), *dv = xmalloc(kv_n * 4);
+    cpu->attention_forward_rotary(out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV, D, 0.0f, 0);
+    cpu->attention_backward_rotary(dq, dk, dv, dout, out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV,
+                                   D, 0.0f, 0);
+    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
+    float *d_dout = gpu_floats(dout, q_n), *d_inv_freq = gpu_floats(inv_freq, D / 2);
+    int *d_rs = gpu_ints(row_start, B), *d_positions = gpu_ints(positions, (long)B * T);
+    float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
+    float *d_dq = gpu->alloc(q_n * 4), *d_dk = gpu->alloc(kv_n * 4), *d_dv = gpu->alloc(kv_n * 4);
+    gpu->attention_forward_rotary(d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions, d_inv_freq, B, T, H, KV, D, 0.0f, 0);
+    gpu->attention_backward_rotary(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions,
+                                   d_inv_freq, B, T, H, KV, D, 0.0f, 0);
+    struct { const char *name; float *device, *want; long n; } results[] = {
+        {"out", d_out, out, q_n}, {"dq", d_dq, dq, q_n}, {"dk", d_dk, dk, kv_n}, {"dv", d_dv, dv, kv_n}};
+    for (int r = 0; r < 4; r++) {
+        gpu->copy_to_host(got, results[r].device, results[r].n * 4);
+        const double error = relative_error(got, results[r].want, results[r].n);
+        const double worst = worst_segment_error(got, results[r].want, results[r].n, D);
+        printf("# %-44s %s %.3e (tolerance %.0e), worst head row %.3e (%.0e)\n", label, results[r].name, error,
+               TOL_BF16, worst, TOL_BF16_ROW);
+        EXPECT(error <= TOL_BF16, "%s %s: %.3e", label, results[r].name, error);
+        EXPECT(worst <= TOL_BF16_ROW, "%s %s: %.3e in one head's row", label, results[r].name, worst);
+    }
+    gpu->copy_to_host(got, d_q, q_n * 4);
+    EXPECT(memcmp(got, q, q_n * 4) == 0, "%s wrote q", label);
+    gpu->copy_to_host(got, d_k, kv_n * 4);
+    EXPECT(memcmp(got, k, kv_n * 4) == 0, "%s wrote k", label);
+    float *device[] = {d_q, d_k, d_v, d_dout, d_inv_freq, d_out, d_saved, d_dq, d_dk, d_dv};
+    for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
+    gpu->free(d_rs), gpu->free(d_positions);
+    free(positions), free(inv_freq), free(q), free(k), free(v), free(dout), free(out), free(probs), free(got);
+    free(dq), free(dk), free(dv);
+    if (!standing_in) ops_cuda_select_attention(previous);
+}
+
+static void test_attention_rotary(void) {
+    // The mma kernels (the rotating gathers), and the paths that rotate copies first (wmma,
+    // unfused); a head_dim the fused kernels do not take (80: unfused).
+    const int starts4[4] = {0, 70, 149, 3}, starts2[2] = {0, 2}, starts3[3] = {0, 5, 30};
+    const char *kernels[] = {"mma", "mma-plain", "mma-ds", "wmma", "unfused"};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        check_rotary_attention(kernels[i], 4, 150, 8, 2, 64, starts4);
+        check_rotary_attention(kernels[i], 2, 70, 4, 4, 128, starts2);
+    }
+    check_rotary_attention("mma", 3, 37, 6, 2, 16, starts3);
+    check_rotary_attention("mma", 3, 37, 6, 2, 80, starts3);
+}
+
 static void test_attention_decode_and_cache(void) {
     const int B = 4, capacity = 50, length = 41, H = 6, KV = 3, D = 64, T = 3;
     const int row_start[4] = {0, 7, 40, 12};
@@ -2324,6 +2391,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_stored_inputs);
     RUN_SELECTED(test_rope);
     RUN_SELECTED(test_attention);
+    RUN_SELECTED(test_attention_rotary);
     RUN_SELECTED(test_attention_decode_and_cache);
     RUN_SELECTED(test_attention_decode_f16);
     RUN_SELECTED(test_attention_decode_q8);

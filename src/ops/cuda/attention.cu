@@ -243,6 +243,26 @@ __global__ static void softmax_backward_kernel(__nv_bfloat16 *dscores16, const f
     }
 }
 
+// The mma forward once Q, K and V are in its saved state.
+static void mma_forward_from_saved(float *out, const MmaSaved &saved, const int *row_start, int B, int T, int H,
+                                   int KV, int hd, int window) {
+    // The output is the o projection's input: when the model holds it, the kernel writes
+    // its bf16 copy too (the other paths leave the copy to the product's conversion).
+    __nv_bfloat16 *out_copy = cuda_held_copy_to_write(out, (long)B * T * H * hd);
+    cuda_mma_attention_forward(out, out_copy, saved.lse, saved.Q, saved.K, saved.V, row_start, B, H, KV, T, hd, window,
+                               selected == KERNELS_MMA_PLAIN);
+}
+
+// The mma backward, reading Q, K and V from the forward's saved state.
+static void mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *probs,
+                         const int *row_start, int B, int T, int H, int KV, int hd, int window) {
+    const MmaSaved saved = mma_saved_parts(const_cast<float *>(probs), B, T, H, KV, hd);
+    const float *D;
+    const __nv_bfloat16 *dO = gather_dout_with_row_dot(&D, dout, out, B, T, H, hd);
+    cuda_mma_attention_backward(dq, dk, dv, saved.Q, saved.K, saved.V, dO, saved.lse, D, row_start, B, H, KV, T, hd,
+                                window, selected == KERNELS_MMA_PLAIN, selected == KERNELS_MMA_DS);
+}
+
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
                             const float *v, const int *row_start, int B, int T, int n_heads,
                             int n_kv_heads, int head_dim, float softcap, int window) {
@@ -257,11 +277,7 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
         gather_heads_into(saved.Q, q, B, T, H, 1, hd);
         gather_heads_into(saved.K, k, B, T, n_kv_heads, 1, hd);
         gather_heads_into(saved.V, v, B, T, n_kv_heads, 1, hd);
-        // The output is the o projection's input: when the model holds it, the kernel writes
-        // its bf16 copy too (the other paths leave the copy to the product's conversion).
-        __nv_bfloat16 *out_copy = cuda_held_copy_to_write(out, (long)B * T * H * hd);
-        cuda_mma_attention_forward(out, out_copy, saved.lse, saved.Q, saved.K, saved.V, row_start, B, H, n_kv_heads, T,
-                                   hd, window, selected == KERNELS_MMA_PLAIN);
+        mma_forward_from_saved(out, saved, row_start, B, T, H, n_kv_heads, hd, window);
         return;
     }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
@@ -296,12 +312,7 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
     const bool fused = use_fused(hd, softcap, window, T);
     if (fused && mma_selected()) { // q, k and v as the forward gathered them into the saved state
-        const MmaSaved saved = mma_saved_parts(const_cast<float *>(probs), B, T, H, n_kv_heads, hd);
-        const float *D;
-        const __nv_bfloat16 *dO = gather_dout_with_row_dot(&D, dout, out, B, T, H, hd);
-        cuda_mma_attention_backward(dq, dk, dv, saved.Q, saved.K, saved.V, dO, saved.lse, D, row_start, B, H,
-                                    n_kv_heads, T, hd, window, selected == KERNELS_MMA_PLAIN,
-                                    selected == KERNELS_MMA_DS);
+        mma_backward(dq, dk, dv, dout, out, probs, row_start, B, T, H, n_kv_heads, hd, window);
         return;
     }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
@@ -443,4 +454,73 @@ void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int cap
     dim3 grid((unsigned)((row_elements + 255) / 256), (unsigned)B);
     cache_write_f16_kernel<<<grid, 256>>>(cache, x, capacity, slot, width, row_elements);
     CUDA_CHECK_LAUNCH();
+}
+
+// ---- with the rotary positions applied inside (ops.h, attention_forward_rotary) ----
+
+// x ([N, n_heads * hd], only read) rotated as rope_forward rotates, into a scratch slot.
+static const float *rotated_copy(int slot, const float *x, const int *positions, const float *inv_freq, int N,
+                                 int n_heads, int hd) {
+    const size_t bytes = (size_t)N * n_heads * hd * sizeof(float);
+    float *copy = (float *)cuda_scratch(slot, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(copy, x, bytes, cudaMemcpyDeviceToDevice, 0));
+    cuda_rope_forward(copy, positions, N, n_heads, hd, inv_freq);
+    return copy;
+}
+
+// q or k rotated and gathered into `out` (head-major bf16): in one pass where the rotating
+// gather takes it, else rotated into a scratch copy (`slot`) and gathered.
+static void gather_rotated_into(__nv_bfloat16 *out, const float *in, const int *positions, const float *inv_freq,
+                                int B, int T, int n_heads, int hd, int slot) {
+    if (!attention_gather::gathers_rotated(in, B, T, n_heads, hd)) {
+        gather_heads_into(out, rotated_copy(slot, in, positions, inv_freq, B * T, n_heads, hd), B, T, n_heads, 1, hd);
+        return;
+    }
+    const long items_per_head = (long)B * T * (hd / 16);
+    const int threads = attention_gather::THREADS;
+    const dim3 grid(grid_for(items_per_head, threads), n_heads);
+    attention_gather::gather_rotated_heads_kernel<<<grid, threads, attention_gather::ROTATED_SHARED_BYTES>>>(
+        out, in, positions, inv_freq, B, T, n_heads, hd);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
+                                   const int *row_start, const int *positions, const float *inv_freq, int B, int T,
+                                   int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
+    if (B == 0 || T == 0) return;
+    const int N = B * T;
+    if (!(use_fused(head_dim, softcap, window, T) && mma_selected())) {
+        // The other kernels gather from floats, in the forward and again in the backward.
+        cuda_attention_forward(out, saved,
+                               rotated_copy(SCRATCH_ATT_ROTATED_Q, q, positions, inv_freq, N, n_heads, head_dim),
+                               rotated_copy(SCRATCH_ATT_ROTATED_K, k, positions, inv_freq, N, n_kv_heads, head_dim),
+                               v, row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+        return;
+    }
+    const MmaSaved parts = mma_saved_parts(saved, B, T, n_heads, n_kv_heads, head_dim);
+    gather_rotated_into(parts.Q, q, positions, inv_freq, B, T, n_heads, head_dim, SCRATCH_ATT_ROTATED_Q);
+    gather_rotated_into(parts.K, k, positions, inv_freq, B, T, n_kv_heads, head_dim, SCRATCH_ATT_ROTATED_K);
+    gather_heads_into(parts.V, v, B, T, n_kv_heads, 1, head_dim);
+    mma_forward_from_saved(out, parts, row_start, B, T, n_heads, n_kv_heads, head_dim, window);
+}
+
+// dq and dk come out of the attention's kernels for the rotated q and k, and are rotated
+// back by the RoPE backward, which writes their bf16 copies when the model holds them (the
+// q and k projections' products read them).
+void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                    const float *saved, const float *q, const float *k, const float *v,
+                                    const int *row_start, const int *positions, const float *inv_freq, int B, int T,
+                                    int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
+    if (B == 0 || T == 0) return;
+    const int N = B * T;
+    if (use_fused(head_dim, softcap, window, T) && mma_selected()) {
+        mma_backward(dq, dk, dv, dout, out, saved, row_start, B, T, n_heads, n_kv_heads, head_dim, window);
+    } else {
+        cuda_attention_backward(dq, dk, dv, dout, out, saved,
+                                rotated_copy(SCRATCH_ATT_ROTATED_Q, q, positions, inv_freq, N, n_heads, head_dim),
+                                rotated_copy(SCRATCH_ATT_ROTATED_K, k, positions, inv_freq, N, n_kv_heads, head_dim),
+                                v, row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+    }
+    cuda_rope_backward(dq, positions, N, n_heads, head_dim, inv_freq);
+    cuda_rope_backward(dk, positions, N, n_kv_heads, head_dim, inv_freq);
 }

@@ -67,6 +67,61 @@ static __global__ void __launch_bounds__(THREADS)
     store_bf16x8(out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8, eight);
 }
 
+// Whether gather_rotated_heads_kernel can gather `in`: as gathers_by_eight, with head_dim a
+// multiple of 16 (a thread takes eight pairs: eight elements of each half of a head row).
+static inline bool gathers_rotated(const float *in, int B, int T, int n_heads, int head_dim) {
+    return head_dim % 16 == 0 && gathers_by_eight(in, B, T, n_heads, head_dim);
+}
+
+// Q or K gathered as gather_heads_by_eight_kernel gathers them (group 1), rotated on the
+// way as rope_forward rotates (rope_rows.cuh's formulas: pair i of a head row, elements i
+// and i + head_dim / 2, turned by positions[row] * inv_freq[i]), so that the rotation is
+// not a pass of its own over q and k (ops.h, attention_forward_rotary). A thread takes
+// pairs [8c, 8c + 8) of a head row: two float4 reads and one 16-byte write in each half.
+// blockIdx.y is the head; a thread's index within it is (b*T + t) * chunks + c, chunks =
+// head_dim / 16. A pair's cosine and sine are computed in each head's thread (sincosf: a
+// few tens of instructions against the 48 bytes each pair moves), in a loop kept a loop and
+// through shared memory: eight copies of sincosf unrolled put its slow path's table (for
+// angles past 105615) in local memory. Dynamic shared memory: ROTATED_SHARED_BYTES.
+enum { ROTATED_SHARED_BYTES = 16 * THREADS * sizeof(float) };
+
+static __global__ void __launch_bounds__(THREADS)
+    gather_rotated_heads_kernel(bf16 *out, const float *in, const int *positions, const float *inv_freq, int B, int T,
+                                int n_heads, int head_dim) {
+    DYNAMIC_SHARED(shared);
+    float *cos_sin = reinterpret_cast<float *>(shared) + threadIdx.x; // [16][THREADS]: 8 cosines, then 8 sines
+    const unsigned chunks = (unsigned)head_dim / 16;
+    const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
+    if (item >= (unsigned)B * T * chunks) return;
+    const int h = blockIdx.y, half = head_dim / 2;
+    const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
+    const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
+    const float *from = in + (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
+    float first[8], second[8];
+    load_float4(first, from);
+    load_float4(first + 4, from + 4);
+    load_float4(second, from + half);
+    load_float4(second + 4, from + half + 4);
+    const float position = (float)positions[row];
+    KEEP_LOOP
+    for (int i = 0; i < 8; i++) {
+        float s, c;
+        sincosf(position * inv_freq[chunk * 8 + i], &s, &c);
+        cos_sin[i * THREADS] = c;
+        cos_sin[(8 + i) * THREADS] = s;
+    }
+    float first_rotated[8], second_rotated[8];
+    UNROLL
+    for (int i = 0; i < 8; i++) {
+        const float c = cos_sin[i * THREADS], s = cos_sin[(8 + i) * THREADS];
+        first_rotated[i] = first[i] * c - second[i] * s;
+        second_rotated[i] = second[i] * c + first[i] * s;
+    }
+    bf16 *to = out + (((long)b * n_heads + h) * T + t) * head_dim + chunk * 8;
+    store_bf16x8(to, first_rotated);
+    store_bf16x8(to + half, second_rotated);
+}
+
 // dO gathered as gather_heads_by_eight_kernel gathers it (group 1), and with it the row term
 // D[b, h, t] = dO . O over the head's columns (row_dot_kernel's), so that dout is read once;
 // where gathers_dout_by_eight holds. The chunks = head_dim / 8 threads of a head row are
