@@ -351,17 +351,19 @@ static void test_attention(void) {
 // ---- attention with the rotary positions inside (attention_forward_rotary) ----
 // Its forward is rope_forward on q and k and then attention_forward, bit for bit, and
 // leaves q and k as they were; its backward's dq and dk are the gradients of the
-// unrotated q and k (finite differences through the rotary forward), dv as ever.
-typedef struct { AttnCase attention; int *positions; float *inv_freq; } RotaryCase;
+// unrotated q and k (finite differences through the rotary forward), dv as ever. Plain,
+// and with Gemma 2's soft cap and a sliding window (Gemma 2/3 take this op too when their
+// query scalar is the head size).
+typedef struct { AttnCase attention; int *positions; float *inv_freq; float softcap; int window; } RotaryCase;
 static double rotary_attention_loss(void *p) {
     RotaryCase *r = p;
     AttnCase *c = &r->attention;
     ops_cpu.attention_forward_rotary(c->out, c->probs, c->q, c->k, c->v, c->row_start, r->positions, r->inv_freq, c->B,
-                                     c->T, c->nh, c->nkv, c->hd, 0.0f, 0);
+                                     c->T, c->nh, c->nkv, c->hd, r->softcap, r->window);
     return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
 }
-static void test_attention_rotary(void) {
-    RotaryCase r = {.attention = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 8}};
+static void run_rotary_attention_case(float softcap, int window) {
+    RotaryCase r = {.attention = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 8}, .softcap = softcap, .window = window};
     AttnCase *c = &r.attention;
     int row_start[2] = {0, 2}, positions[12];
     for (int b = 0; b < 2; b++)
@@ -385,7 +387,7 @@ static void test_attention_rotary(void) {
     ops_cpu.rope_forward(k_rotated, positions, c->B * c->T, c->nkv, c->hd, inv_freq);
     float *want = xcalloc(nq, 4), *want_probs = xcalloc(n_probs, 4);
     ops_cpu.attention_forward(want, want_probs, q_rotated, k_rotated, c->v, row_start, c->B, c->T, c->nh, c->nkv, c->hd,
-                              0.0f, 0);
+                              softcap, window);
     rotary_attention_loss(&r);
     EXPECT(memcmp(c->out, want, nq * 4) == 0, "rotary attention forward differs from rope_forward + attention_forward");
     EXPECT(memcmp(c->probs, want_probs, n_probs * 4) == 0, "rotary attention's saved state differs");
@@ -396,7 +398,7 @@ static void test_attention_rotary(void) {
     for (long i = 0; i < nq; i++) dq[i] = NAN;
     for (long i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
     ops_cpu.attention_backward_rotary(dq, dk, dv, c->R, c->out, c->probs, c->q, c->k, c->v, row_start, positions,
-                                      inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, 0.0f, 0);
+                                      inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, softcap, window);
     EXPECT(memcmp(c->q, q_before, nq * 4) == 0 && memcmp(c->k, k_before, nkv * 4) == 0,
            "rotary attention backward wrote q or k");
     check_gradient("rotary attention dq", rotary_attention_loss, &r, c->q, nq, dq, 400);
@@ -404,6 +406,10 @@ static void test_attention_rotary(void) {
     check_gradient("rotary attention dv", rotary_attention_loss, &r, c->v, nkv, dv, 400);
     free(c->q), free(c->k), free(c->v), free(c->out), free(c->probs), free(c->R), free(dq), free(dk), free(dv);
     free(q_before), free(k_before), free(q_rotated), free(k_rotated), free(want), free(want_probs);
+}
+static void test_attention_rotary(void) {
+    run_rotary_attention_case(0.0f, 0);
+    run_rotary_attention_case(0.5f, 3); // the scores reach about 2: the cap bends them
 }
 
 // ---- decode attention (no backward: checked against a double-precision reference) ----

@@ -208,6 +208,42 @@ static void rounded_attention_backward(float *dq, float *dk, float *dv, const fl
     free(rq), free(rk), free(rv), free(rdo);
 }
 
+// The rotary attention ops (ops.h, attention_forward_rotary) on the rounded ones above, as
+// the CPU composes them (ops/cpu/attention_rotary.c): q and k rotated into copies, the
+// rounded attention, and the backward's dq and dk rotated back. The GPU rounds the rotated
+// Q and K, as these round the copies.
+static void rotated_copies(float **q_rotated, float **k_rotated, const float *q, const float *k, const int *positions,
+                           const float *inv_freq, int N, int H, int KV, int D) {
+    *q_rotated = xmalloc((size_t)N * H * D * sizeof(float));
+    *k_rotated = xmalloc((size_t)N * KV * D * sizeof(float));
+    memcpy(*q_rotated, q, (size_t)N * H * D * sizeof(float));
+    memcpy(*k_rotated, k, (size_t)N * KV * D * sizeof(float));
+    ops_cpu.rope_forward(*q_rotated, positions, N, H, D, inv_freq);
+    ops_cpu.rope_forward(*k_rotated, positions, N, KV, D, inv_freq);
+}
+
+static void rounded_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
+                                             const int *row_start, const int *positions, const float *inv_freq,
+                                             int B, int T, int H, int KV, int D, float softcap, int window) {
+    float *q_rotated, *k_rotated;
+    rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
+    rounded_attention_forward(out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D, softcap, window);
+    free(q_rotated), free(k_rotated);
+}
+
+static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                              const float *saved, const float *q, const float *k, const float *v,
+                                              const int *row_start, const int *positions, const float *inv_freq,
+                                              int B, int T, int H, int KV, int D, float softcap, int window) {
+    float *q_rotated, *k_rotated;
+    rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
+    rounded_attention_backward(dq, dk, dv, dout, out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D,
+                               softcap, window);
+    free(q_rotated), free(k_rotated);
+    ops_cpu.rope_backward(dq, positions, B * T, H, D, inv_freq);
+    ops_cpu.rope_backward(dk, positions, B * T, KV, D, inv_freq);
+}
+
 static void bf16_rounding_init(void) {
     bf16_rounding = ops_cpu;
     bf16_rounding.name = "cpu-with-bf16-operands";
@@ -219,6 +255,8 @@ static void bf16_rounding_init(void) {
     bf16_rounding.matmul_backward_input_q8 = rounded_matmul_backward_input_q8;
     bf16_rounding.attention_forward = rounded_attention_forward;
     bf16_rounding.attention_backward = rounded_attention_backward;
+    bf16_rounding.attention_forward_rotary = rounded_attention_forward_rotary;
+    bf16_rounding.attention_backward_rotary = rounded_attention_backward_rotary;
 }
 
 // Fresh uniform values in [lo, hi) for every call (xorshift64*).
@@ -1096,29 +1134,33 @@ static void test_attention(void) {
 static void check_rotary_attention(const char *kernels, int B, int T, int H, int KV, int D, const int *row_start) {
     const char *previous = standing_in ? NULL : ops_cuda_attention_kernels();
     if (!standing_in) CHECK(ops_cuda_select_attention(kernels), "unknown attention kernels %s", kernels);
+    const float softcap = attention_softcap;
+    const int window = attention_window;
     char label[96];
-    snprintf(label, sizeof label, "rotary attention %s B%d T%d H%d/%d hd%d", kernels, B, T, H, KV, D);
+    snprintf(label, sizeof label, "rotary attention %s B%d T%d H%d/%d hd%d%s%s", kernels, B, T, H, KV, D,
+             softcap > 0 ? " cap" : "", window > 0 ? " window" : "");
     const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D, p_n = (long)B * H * T * T;
-    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
+    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, softcap, window);
     int *positions = xmalloc((size_t)B * T * sizeof(int));
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) positions[b * T + t] = (t < row_start[b] ? 0 : t - row_start[b]) + b * 30000;
+        for (int t = 0; t < T; t++) positions[b * T + t] = (t < row_start[b] ? 0 : t - row_start[b]) + b * 40000;
     float *inv_freq = xmalloc((size_t)(D / 2) * sizeof(float));
     for (int i = 0; i < D / 2; i++) inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *got = xmalloc(q_n * 4);
     float *dq = xmalloc(q_n * 4), *dk = xmalloc(kv_n * 4), *dv = xmalloc(kv_n * 4);
-    cpu->attention_forward_rotary(out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV, D, 0.0f, 0);
+    cpu->attention_forward_rotary(out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV, D, softcap, window);
     cpu->attention_backward_rotary(dq, dk, dv, dout, out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV,
-                                   D, 0.0f, 0);
+                                   D, softcap, window);
     float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
     float *d_dout = gpu_floats(dout, q_n), *d_inv_freq = gpu_floats(inv_freq, D / 2);
     int *d_rs = gpu_ints(row_start, B), *d_positions = gpu_ints(positions, (long)B * T);
     float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
     float *d_dq = gpu->alloc(q_n * 4), *d_dk = gpu->alloc(kv_n * 4), *d_dv = gpu->alloc(kv_n * 4);
-    gpu->attention_forward_rotary(d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions, d_inv_freq, B, T, H, KV, D, 0.0f, 0);
+    gpu->attention_forward_rotary(d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions, d_inv_freq, B, T, H, KV, D, softcap,
+                                  window);
     gpu->attention_backward_rotary(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions,
-                                   d_inv_freq, B, T, H, KV, D, 0.0f, 0);
+                                   d_inv_freq, B, T, H, KV, D, softcap, window);
     struct { const char *name; float *device, *want; long n; } results[] = {
         {"out", d_out, out, q_n}, {"dq", d_dq, dq, q_n}, {"dk", d_dk, dk, kv_n}, {"dv", d_dv, dv, kv_n}};
     for (int r = 0; r < 4; r++) {
@@ -1153,6 +1195,14 @@ static void test_attention_rotary(void) {
     }
     check_rotary_attention("mma", 3, 37, 6, 2, 16, starts3);
     check_rotary_attention("mma", 3, 37, 6, 2, 80, starts3);
+    // Gemma 2/3 (a query scalar equal to the head size): a sliding window on the mma kernels,
+    // a soft cap (the unfused kernels, rotated copies in the backward's score recomputation).
+    attention_window = 7;
+    check_rotary_attention("mma", 4, 150, 8, 2, 64, starts4);
+    attention_softcap = 1.0f;
+    check_rotary_attention("mma", 3, 37, 6, 2, 32, starts3);
+    attention_softcap = 0.0f;
+    attention_window = 0;
 }
 
 static void test_attention_decode_and_cache(void) {
