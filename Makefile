@@ -180,6 +180,39 @@ ifeq ($(CUDA),1)
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
 endif
 
+# The same checks against the CUDA backend's own source run on CPU threads
+# (tests/emulated_cuda: a CPU runtime, cuBLASLt and WMMA; tests/cli/gpu_emulated.sh runs it).
+# Each .cu file is compiled by the host C++ compiler after its launches
+# `kernel<<<config>>>(args)` are rewritten to `emulation::launcher([&](auto... arguments) { kernel(arguments...); }, config)(args)`
+# (line for line, so diagnostics name the .cu file's lines), and so are the .cuh headers
+# (copies under $(BUILD)/emulated/src, found first); the rest of the program is the plain
+# build's objects. cuBLASLt's loader is replaced by tests/emulated_cuda/cublaslt.cpp.
+ifeq ($(CUDA),1)
+EMULATED_CUDA_SRC := $(filter-out src/ops/cuda/cublaslt_library.cu,$(CUDA_SRC))
+EMULATED_CUDA_OBJ := $(EMULATED_CUDA_SRC:%.cu=$(BUILD)/emulated/%.o) $(BUILD)/emulated/tests/emulated_cuda/cublaslt.o
+EMULATED_CXXFLAGS := $(filter-out -std=c++17 -Isrc,$(CXXFLAGS)) -std=c++20 -Werror -Wno-shadow -DMARLHF_CUDA \
+                     -DMARLHF_CUDA_EMULATED -I$(BUILD)/emulated/src -Isrc -Itests/emulated_cuda/include
+EMULATED_CUDA_HEADERS := $(patsubst %,$(BUILD)/emulated/%,$(wildcard src/ops/cuda/*.cuh))
+EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([\&](auto... arguments) { \1(arguments...); }, \3)(/
+GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated
+endif
+
+$(BUILD)/emulated/%.cuh: %.cuh
+	@mkdir -p $(dir $@)
+	@{ echo '#line 1 "$<"'; sed -E '$(EMULATED_LAUNCH_SED)' $<; } > $@
+
+$(BUILD)/emulated/%.o: %.cu $(FLAGS_STAMP) $(EMULATED_CUDA_HEADERS) $(wildcard tests/emulated_cuda/*.h tests/emulated_cuda/include/*.h)
+	@mkdir -p $(dir $@)
+	@{ echo '#line 1 "$<"'; sed -E '$(EMULATED_LAUNCH_SED)' $<; } > $(BUILD)/emulated/$*.cu.cpp
+	$(CXX) $(EMULATED_CXXFLAGS) -c $(BUILD)/emulated/$*.cu.cpp -o $@
+
+$(BUILD)/emulated/%.o: %.cpp $(FLAGS_STAMP) $(EMULATED_CUDA_HEADERS) $(wildcard tests/emulated_cuda/*.h tests/emulated_cuda/include/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMULATED_CXXFLAGS) -c $< -o $@
+
+$(BUILD)/tests/gpu/test_cuda_emulated: $(BUILD)/tests/gpu/test_cuda.o $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
+	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
+
 # The bench programs too: tests/cli/bad_input.sh checks bench/train_step's options, and a
 # bench program that no longer compiles fails the suite instead of the next measurement.
 tests: $(BUILD)/marlhf $(TOOL_BIN) $(TEST_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN) $(BENCH_BIN)

@@ -407,6 +407,10 @@ typedef struct {
 extern const OpsBackend ops_cuda;
 int ops_cuda_open(void);
 const char *ops_cuda_device_name(void);
+// True in the test build whose backend runs on CPU threads (tests/emulated_cuda,
+// build/tests/gpu/test_cuda_emulated): what only a GPU can report (kernel facts, probes)
+// is not there.
+bool ops_cuda_is_emulated(void);
 // cuBLASLt, opened by ops_cuda_open rather than linked (ops/cuda/cublaslt_library.cuh):
 // 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cublaslt_library.c).
 int cublaslt_library_open(void);

@@ -93,7 +93,7 @@ __global__ static void __launch_bounds__(THREADS)
     fused_forward_kernel(float *out, float *lse, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
                          const __nv_bfloat16 *V, const int *row_start, int H, int T, float scale) {
     using S = Strides<HD>;
-    extern __shared__ __align__(128) unsigned char shared[];
+    DYNAMIC_SHARED(shared);
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)shared, *Ks = Qs + TILE * S::tile, *Vs = Ks + TILE * S::tile;
     float *Ss = (float *)(Vs + TILE * S::tile);
     __nv_bfloat16 *Ps = (__nv_bfloat16 *)(Ss + TILE * S::score);
@@ -204,7 +204,7 @@ __global__ static void __launch_bounds__(THREADS)
                              const __nv_bfloat16 *V, const __nv_bfloat16 *dO, const float *lse,
                              const float *D, const int *row_start, int H, int KV, int T, float scale) {
     using S = Strides<HD>;
-    extern __shared__ __align__(128) unsigned char shared[];
+    DYNAMIC_SHARED(shared);
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)shared, *Vs = Ks + TILE * S::tile, *Qs = Vs + TILE * S::tile,
                   *dOs = Qs + TILE * S::tile;
     float *Ss = (float *)(dOs + TILE * S::tile), *dPs = Ss + TILE * S::score;
@@ -270,7 +270,7 @@ __global__ static void __launch_bounds__(THREADS)
                             const __nv_bfloat16 *V, const __nv_bfloat16 *dO, const float *lse,
                             const float *D, const int *row_start, int H, int T, float scale) {
     using S = Strides<HD>;
-    extern __shared__ __align__(128) unsigned char shared[];
+    DYNAMIC_SHARED(shared);
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)shared, *dOs = Qs + TILE * S::tile, *Ks = dOs + TILE * S::tile,
                   *Vs = Ks + TILE * S::tile;
     float *Ss = (float *)(Vs + TILE * S::tile), *dPs = Ss + TILE * S::score;

@@ -20,7 +20,11 @@ static GridShape probe_grid;
 
 static_assert(sizeof(ProbeRecord) == sizeof(OpsAttentionProbeRecord), "the device's records are the API's");
 
+#ifdef __CUDACC__
 template <int HD, Variant VARIANT> constexpr bool PROBES_BUILT = HD == 64 && VARIANT == TUNED;
+#else // the emulated runtime (tests/emulated_cuda) has no clocks to probe with
+template <int HD, Variant VARIANT> constexpr bool PROBES_BUILT = false;
+#endif
 
 // Called for every launch of `kernel`: whether this one is the probed one. The next launch
 // of the kernel asked for takes the probe, and if it cannot be probed (`built` false: not
@@ -35,7 +39,9 @@ static bool probe_this_launch(ProbedKernel kernel, GridShape grid, bool built) {
     probe_record_count = (long)grid.x * grid.y * WARPS;
     CUDA_CHECK(cudaMalloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
     CUDA_CHECK(cudaMemset(probe_device_records, 0, (size_t)probe_record_count * sizeof(ProbeRecord)));
+#ifdef __CUDACC__
     CUDA_CHECK(cudaMemcpyToSymbol(probe_records, &probe_device_records, sizeof probe_device_records));
+#endif
     probe_grid = grid;
     return true;
 }

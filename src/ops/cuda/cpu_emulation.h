@@ -1,22 +1,33 @@
-// A CPU emulation of the few CUDA features the mma attention kernels, the dequantization
-// kernels and the cached attention use, so that their source (attention_mma.cuh,
-// dequantize.cuh, attention_cached.cuh) runs in CI on machines without a GPU
-// (tests/test_attention_emulated.cpp, tests/test_dequantize_emulated.cpp,
-// tests/test_attention_cached_emulated.cpp). Included by device_primitives.cuh when the
-// compiler is not nvcc; never part of the marlhf binary.
+// A CPU emulation of the CUDA features the backend's kernels use, so that their source
+// runs in CI on machines without a GPU: the mma attention kernels, the dequantization
+// kernels, the cached attention and the row kernels in their own tests
+// (tests/test_*_emulated.cpp), and the whole CUDA backend under the emulated runtime of
+// tests/emulated_cuda (tests/gpu/test_cuda against it). Included by device_primitives.cuh
+// when the compiler is not nvcc; never part of the marlhf binary.
 //
-// emulation::launch runs a grid one block at a time; a block is one OS thread per CUDA
-// thread, so __syncthreads is a real barrier and a data race between warps can show. The
-// same OS threads run every block of a launch, one after another (starting threads was
-// most of the emulated tests' time, and several times more under AddressSanitizer). The
-// warp-collective instructions (mma, ldmatrix, shuffles) are emulated lane by lane with
-// the register layouts of device_primitives.cuh: every lane posts its operands, waits for
-// its warp, then computes its own results from all 32 lanes' operands. Shared memory
-// starts filled with 0xFF bytes (NaN as bf16 and as fp32), so reading a tile that was
-// never loaded poisons the result. A cp.async copy is made when its thread's
-// cp_async_wait lets its committed group complete, not when issued: a tile read before the
-// wait that covers it (or never committed) is the poison or a previous tile's contents, as
-// it can be on a GPU.
+// emulation::launch runs a grid one block at a time on the calling OS thread; a block's
+// CUDA threads are fibers, a warp's run in turn until each reaches a barrier or ends, and
+// a warp as far as it gets before the next one runs.
+// A barrier (__syncthreads, a warp's collective) lets the fibers that reach it early yield
+// to the others until the last one arrives, so every thread's writes before a barrier
+// are there for every thread after it, and a thread that reads what another writes
+// without a barrier between them reads whatever that other fiber has got to, as on a GPU
+// it could. A thread that returns from the kernel leaves the block barrier, as exited
+// threads do on the GPU. A round in which no fiber gets further is a deadlock (threads
+// waiting at a barrier the others never reach), which stops the program with a message
+// where a GPU would hang. Blocks alternate the order their threads run in (below,
+// `reverse`). (The emulation ran one OS thread per CUDA thread before; a
+// barrier of 256 threads on 2 cores then cost ~1 ms of context switches, too slow for a
+// whole backend's checks.) The warp-collective instructions (mma, ldmatrix, shuffles) are
+// emulated lane by lane with the register layouts of device_primitives.cuh: every lane
+// posts its operands, waits for its warp, then computes its own results from all 32
+// lanes' operands. Shared memory starts filled with 0xFF bytes (NaN as bf16 and as fp32),
+// so reading a tile that was never loaded poisons the result. A cp.async copy is made
+// either when issued or when its thread's cp_async_wait lets its committed group
+// complete, the two ends of what a GPU allows, in alternate pairs of blocks (issue_copy):
+// a tile read before the wait that covers it (or never committed) is the poison or a
+// previous tile's contents, and a buffer refilled while other warps still read it changes
+// under them, as either can on a GPU.
 //
 // What it does not model: the tensor cores' summation order (sums here are fp32 in k
 // order, the GPU's differ in the last bits) and timing. A kernel that passes here can
@@ -29,6 +40,8 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +49,6 @@
 
 #include <deque>
 #include <functional>
-#include <thread>
 #include <vector>
 
 struct bf16 {
@@ -73,17 +85,32 @@ struct Dim3 {
     unsigned x, y, z;
 };
 
+// A barrier among a block's threads (or a warp's lanes), which are fibers: one that
+// arrives before the last yields to the others (wait, defined below with the fibers).
+// `leave`: a thread that has returned from the kernel no longer counts.
+struct Barrier {
+    int expected = 0, arrived = 0;
+    unsigned long generation = 0;
+    void wait();
+    void leave();
+};
+
 struct Warp {
-    pthread_barrier_t barrier;
+    Barrier barrier;
     // Operands posted by each lane for a collective. Two sets, used alternately: a lane
     // that runs ahead into the next collective writes the other set while slower lanes
     // still read this one, and cannot come back to this set before they have finished.
     uint32_t words[2][32][6];
     const bf16 *rows[2][32];
+    // A warp-wide result computed once, by the first lane past the collective's barrier,
+    // for all 32 lanes to read (an mma's 16 x 8 product; a WMMA product's 16 x 16), one per
+    // operand set; `made` is the barrier generation it was made in.
+    float product[2][256];
+    unsigned long made[2] = {0, 0};
 };
 
 struct Block {
-    pthread_barrier_t barrier;
+    Barrier barrier;
     std::vector<Warp> warps;
 };
 
@@ -103,49 +130,310 @@ struct Thread {
     unsigned char *shared;
     std::vector<Copy> uncommitted;           // issued since the last cp_async_commit
     std::deque<std::vector<Copy>> committed; // groups not yet waited for, oldest first
+    Dim3 grid_dim;
+    bool copies_land_early; // cp.async copies made when issued (see issue_copy)
 };
 
 inline thread_local Thread *current = nullptr;
 
+// Switching fibers. On x86-64 a switch saves the callee-saved registers and the float
+// control words on the old stack and loads them from the new one: swapcontext also saves
+// and restores the signal mask, a system call at every switch, which was three quarters
+// of an emulated test's time (and under AddressSanitizer it clears the shadow of the whole
+// new stack at every switch). Elsewhere, ucontext. AddressSanitizer is told of every
+// switch (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), so that it
+// knows which stack a frame is on.
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if defined(__x86_64__)
+#define EMULATION_OWN_SWITCH 1
+// emulation_switch(from, to): stores the stack pointer in *from, continues at `to`.
+// emulation_fiber_start: where a new fiber's first switch lands: calls r12(rbx).
+// Weak: every file that includes this header defines them, the linker keeps one.
+asm(R"(
+    .text
+    .weak emulation_switch
+    .type emulation_switch, @function
+emulation_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emulation_switch, .-emulation_switch
+    .weak emulation_fiber_start
+    .type emulation_fiber_start, @function
+emulation_fiber_start:
+    movq %rbx, %rdi
+    call *%r12
+    ud2
+    .size emulation_fiber_start, .-emulation_fiber_start
+)");
+extern "C" void emulation_switch(void **from, void *to);
+extern "C" void emulation_fiber_start(void);
+#endif
+
+// One CUDA thread: its state, its context and its stack (kept from launch to launch).
+struct Fiber {
+#ifdef EMULATION_OWN_SWITCH
+    void *stack_pointer = nullptr;
+#else
+    ucontext_t context;
+#endif
+    void *stack = nullptr;
+    Thread state;
+    bool finished = false;
+    const Barrier *waiting_at = nullptr; // the barrier it waits at, and that barrier's generation then
+    unsigned long waiting_generation = 0;
+};
+
+struct Scheduler {
+#ifdef EMULATION_OWN_SWITCH
+    void *main_stack_pointer = nullptr;
+#else
+    ucontext_t main;
+#endif
+    const void *main_stack_bottom = nullptr; // the OS thread's stack, for AddressSanitizer
+    size_t main_stack_bytes = 0;
+    std::deque<Fiber> fibers; // a deque: a context must not move once made
+    int running = -1;
+    const std::function<void()> *kernel = nullptr;
+    unsigned long progress = 0; // arrivals, releases and ends: what a round must change
+};
+inline thread_local Scheduler *scheduler = nullptr;
+// Kernels declare big register arrays, and so does the WMMA emulation; stacks are mapped
+// lazily, so a large one costs only what is used.
+inline const size_t FIBER_STACK_BYTES = 1u << 20;
+
+// The scheduler runs `fiber` until it yields or finishes.
+inline void switch_to_fiber(Scheduler *s, Fiber &fiber) {
+#ifdef __SANITIZE_ADDRESS__
+    void *fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, fiber.stack, FIBER_STACK_BYTES);
+#endif
+#ifdef EMULATION_OWN_SWITCH
+    emulation_switch(&s->main_stack_pointer, fiber.stack_pointer);
+#else
+    swapcontext(&s->main, &fiber.context);
+#endif
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+}
+
+// The running fiber gives the OS thread back to the scheduler; `finished`: for good.
+inline void switch_to_scheduler(Scheduler *s, Fiber &fiber, bool finished) {
+#ifdef __SANITIZE_ADDRESS__
+    void *fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(finished ? nullptr : &fake_stack, s->main_stack_bottom, s->main_stack_bytes);
+#endif
+#ifdef EMULATION_OWN_SWITCH
+    emulation_switch(&fiber.stack_pointer, s->main_stack_pointer);
+#else
+    if (finished) return; // returning resumes uc_link, the scheduler
+    swapcontext(&fiber.context, &s->main);
+#endif
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+    (void)finished;
+}
+
+// The running fiber gives the OS thread back to the scheduler.
+inline void yield() {
+    Scheduler *s = scheduler;
+    switch_to_scheduler(s, s->fibers[(size_t)s->running], false);
+}
+
+inline void Barrier::wait() {
+    const unsigned long mine = generation;
+    scheduler->progress++;
+    if (++arrived >= expected) {
+        arrived = 0;
+        generation++;
+        return;
+    }
+    Fiber &fiber = scheduler->fibers[(size_t)scheduler->running];
+    fiber.waiting_at = this, fiber.waiting_generation = mine;
+    while (generation == mine) yield();
+    fiber.waiting_at = nullptr;
+}
+
+inline void Barrier::leave() {
+    expected--;
+    if (arrived > 0 && arrived >= expected) {
+        arrived = 0;
+        generation++;
+    }
+}
+
+inline void fiber_main(long index) {
+    Scheduler *s = scheduler;
+#ifdef __SANITIZE_ADDRESS__
+    // The first switch into this fiber: where it came from is the OS thread's stack.
+    __sanitizer_finish_switch_fiber(nullptr, &s->main_stack_bottom, &s->main_stack_bytes);
+#endif
+    (*s->kernel)();
+    Fiber &fiber = s->fibers[(size_t)index];
+    fiber.state.block->barrier.leave();
+    fiber.finished = true;
+    switch_to_scheduler(s, fiber, true); // not resumed: it has finished
+}
+
+// Makes fiber `index` start at fiber_main(index) when next switched to.
+inline void fiber_prepare(Scheduler *s, Fiber &fiber, int index) {
+#ifdef __SANITIZE_ADDRESS__
+    // The frames the stack's previous fiber ended in were never unwound: their poisoned
+    // shadow (locals out of scope) would be this fiber's false errors.
+    const size_t ended_frames = 64 * 1024;
+    ASAN_UNPOISON_MEMORY_REGION((char *)fiber.stack + FIBER_STACK_BYTES - ended_frames, ended_frames);
+#endif
+#ifdef EMULATION_OWN_SWITCH
+    // The frame emulation_switch pops, from the lowest address: the control words (MXCSR
+    // 0x1F80 and the x87 control word 0x037F, the defaults), r15, r14, r13, r12 (the
+    // function), rbx (its argument), rbp, and the return address, emulation_fiber_start,
+    // above which the stack pointer is 16-byte aligned for its call.
+    uint64_t *top = (uint64_t *)((char *)fiber.stack + FIBER_STACK_BYTES - 64);
+    uint64_t *frame = top - 8;
+    const uint32_t control[2] = {0x1F80u, 0x037Fu};
+    memcpy(&frame[0], control, 8);
+    frame[1] = frame[2] = frame[3] = 0;                 // r15, r14, r13
+    frame[4] = (uint64_t)(uintptr_t)&fiber_main;        // r12
+    frame[5] = (uint64_t)index;                         // rbx
+    frame[6] = 0;                                       // rbp
+    frame[7] = (uint64_t)(uintptr_t)&emulation_fiber_start; // return address
+    fiber.stack_pointer = frame;
+    (void)s;
+#else
+    getcontext(&fiber.context);
+    fiber.context.uc_stack.ss_sp = fiber.stack;
+    fiber.context.uc_stack.ss_size = FIBER_STACK_BYTES;
+    fiber.context.uc_link = &s->main;
+    makecontext(&fiber.context, (void (*)())fiber_main, 1, (long)index);
+#endif
+}
+
 // Runs kernel() for every thread of every block of `grid`, `threads` threads per block
-// (a multiple of 32) with `shared_bytes` of dynamic shared memory. Thread i of the pool is
-// thread i of each block in turn; between two blocks every thread waits at `between`, and
-// one of them refills shared memory with 0xFF, so that a block starts as a fresh one would
-// (nothing read from shared memory is left from the block before).
+// (a multiple of 32) with `shared_bytes` of dynamic shared memory, one block after
+// another. Shared memory is refilled with 0xFF bytes between blocks, so that a block
+// starts as a fresh one would (nothing read from shared memory is left from the block
+// before).
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()> &kernel) {
+    if (!scheduler) scheduler = new Scheduler; // kept for the thread's life, with its stacks
+    Scheduler *s = scheduler;
+    if (s->kernel) {
+        fprintf(stderr, "emulation: a launch from inside a kernel\n");
+        abort();
+    }
+    while (s->fibers.size() < (size_t)threads) {
+        Fiber &fiber = s->fibers.emplace_back();
+        fiber.stack = mmap(nullptr, FIBER_STACK_BYTES, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (fiber.stack == MAP_FAILED) {
+            fprintf(stderr, "emulation: cannot map a stack for thread %zu\n", s->fibers.size() - 1);
+            abort();
+        }
+    }
+    s->kernel = &kernel;
     Block block;
-    pthread_barrier_init(&block.barrier, nullptr, (unsigned)threads);
     block.warps.resize((size_t)threads / 32);
-    for (Warp &warp : block.warps) pthread_barrier_init(&warp.barrier, nullptr, 32);
-    pthread_barrier_t between;
-    pthread_barrier_init(&between, nullptr, (unsigned)threads);
     // The device's dynamic shared memory starts 128-byte aligned (DYNAMIC_SHARED).
     std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
     unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
-    std::vector<Thread> states((size_t)threads);
-    std::vector<std::thread> pool;
-    for (int i = 0; i < threads; i++) {
-        pool.emplace_back([&, i] {
-            Thread *state = &states[(size_t)i];
-            current = state;
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    *state = Thread{{(unsigned)i, 0, 0},  {x, y, 0}, {(unsigned)threads, 1, 1},
-                                    &block,           &block.warps[(size_t)i / 32],
-                                    i % 32,           0,
-                                    shared_start,     {},
-                                    {}}; // a block starts with no copy in flight
-                    kernel();
-                    if (pthread_barrier_wait(&between) == PTHREAD_BARRIER_SERIAL_THREAD)
-                        memset(shared.data(), 0xFF, shared.size());
-                    pthread_barrier_wait(&between);
+    Thread *outside = current;
+    for (unsigned y = 0; y < grid.y; y++)
+        for (unsigned x = 0; x < grid.x; x++) {
+            if (x + y > 0) memset(shared.data(), 0xFF, shared.size());
+            block.barrier = Barrier{threads, 0, 0};
+            for (Warp &warp : block.warps) warp.barrier = Barrier{32, 0, 0}, warp.made[0] = warp.made[1] = 0;
+            for (int i = 0; i < threads; i++) {
+                Fiber &fiber = s->fibers[(size_t)i];
+                fiber.state = Thread{{(unsigned)i, 0, 0},  {x, y, 0}, {(unsigned)threads, 1, 1},
+                                     &block,           &block.warps[(size_t)i / 32],
+                                     i % 32,           0,
+                                     shared_start,     {},
+                                     {}, // a block starts with no copy in flight
+                                     grid,             (y * grid.x + x) / 2 % 2 == 1};
+                fiber.finished = false;
+                fiber_prepare(s, fiber, i);
+            }
+            // A warp runs as far as it can (to the next __syncthreads, or its end) before the
+            // next warp starts: the most skew between warps a GPU could show, so that a
+            // read that a missing barrier leaves unordered with another warp's write comes
+            // before or after it, whole. Every other block takes its warps (and lanes) in
+            // the reverse order, so such a read is too early in one of the two orders
+            // (the poison, a previous value, or a buffer already refilled), whichever
+            // warp's index is the higher.
+            const bool reverse = (y * grid.x + x) % 2 == 1;
+            const int warps = threads / 32;
+            int unfinished = threads;
+            while (unfinished > 0) {
+                const unsigned long before = s->progress;
+                for (int w = 0; w < warps; w++) {
+                    const int warp = reverse ? warps - 1 - w : w;
+                    for (;;) { // passes over the warp's lanes while they get further
+                        const unsigned long before_pass = s->progress;
+                        for (int l = 0; l < 32; l++) {
+                            const int i = warp * 32 + (reverse ? 31 - l : l);
+                            Fiber &fiber = s->fibers[(size_t)i];
+                            if (fiber.finished) continue;
+                            if (fiber.waiting_at == &block.barrier && block.barrier.generation == fiber.waiting_generation)
+                                continue; // at __syncthreads: the other warps' turn
+                            s->running = i;
+                            current = &fiber.state;
+                            switch_to_fiber(s, fiber);
+                            if (fiber.finished) unfinished--, s->progress++;
+                        }
+                        if (s->progress == before_pass) break;
+                    }
                 }
-        });
+                if (unfinished > 0 && s->progress == before) {
+                    fprintf(stderr,
+                            "emulation: deadlock in block (%u, %u): %d of %d threads wait at a barrier the "
+                            "others never reach\n",
+                            x, y, unfinished, threads);
+                    abort();
+                }
+            }
+        }
+    current = outside;
+    s->running = -1;
+    s->kernel = nullptr;
+}
+
+// A cp.async copy lands at some time between its issue and the wait that completes its
+// group. Half the blocks (every other pair) make it at the issue, the others at the wait:
+// a read before the wait then reads the poison or a previous tile (a missing or too
+// lenient wait), and a copy issued while other warps still read the buffer it overwrites
+// changes what they read (a missing barrier before a buffer is refilled).
+inline void issue_copy(const Copy &copy) {
+    Thread *thread = current;
+    if (!thread->copies_land_early) {
+        thread->uncommitted.push_back(copy);
+        return;
     }
-    for (std::thread &thread : pool) thread.join();
-    pthread_barrier_destroy(&between);
-    for (Warp &warp : block.warps) pthread_barrier_destroy(&warp.barrier);
-    pthread_barrier_destroy(&block.barrier);
+    if (copy.from)
+        memcpy(copy.to, copy.from, copy.bytes);
+    else
+        memset(copy.to, 0, copy.bytes);
 }
 
 // Stops the test where the GPU would fault with a misaligned address.
@@ -167,10 +455,11 @@ inline int next_parity(Thread *me) {
 #define threadIdx (emulation::current->thread_idx)
 #define blockIdx (emulation::current->block_idx)
 #define blockDim (emulation::current->block_dim)
+#define gridDim (emulation::current->grid_dim)
 #define DYNAMIC_SHARED(name) unsigned char *name = emulation::current->shared
 
-static inline void __syncthreads() { pthread_barrier_wait(&emulation::current->block->barrier); }
-static inline void __syncwarp() { pthread_barrier_wait(&emulation::current->warp->barrier); }
+static inline void __syncthreads() { emulation::current->block->barrier.wait(); }
+static inline void __syncwarp() { emulation::current->warp->barrier.wait(); }
 
 // A butterfly shuffle of any 4- or 8-byte value (float, int, double: CUDA's overloads).
 template <typename Word> static inline Word shuffle_xor(Word value, int lane_mask) {
@@ -178,7 +467,7 @@ template <typename Word> static inline Word shuffle_xor(Word value, int lane_mas
     emulation::Thread *me = emulation::current;
     int parity = emulation::next_parity(me);
     memcpy(&me->warp->words[parity][me->lane][0], &value, sizeof value);
-    pthread_barrier_wait(&me->warp->barrier);
+    me->warp->barrier.wait();
     Word other;
     memcpy(&other, &me->warp->words[parity][me->lane ^ lane_mask][0], sizeof other);
     return other;
@@ -253,24 +542,32 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
     uint32_t *mine = warp->words[parity][me->lane];
     for (int i = 0; i < 4; i++) mine[i] = a[i];
     mine[4] = b[0], mine[5] = b[1];
-    pthread_barrier_wait(&warp->barrier);
-    float A[16][16], B[16][8];
-    for (int lane = 0; lane < 32; lane++) {
-        const uint32_t *w = warp->words[parity][lane];
-        int g = lane / 4, t = lane % 4;
-        A[g][2 * t] = low_half(w[0]), A[g][2 * t + 1] = high_half(w[0]);
-        A[g + 8][2 * t] = low_half(w[1]), A[g + 8][2 * t + 1] = high_half(w[1]);
-        A[g][2 * t + 8] = low_half(w[2]), A[g][2 * t + 9] = high_half(w[2]);
-        A[g + 8][2 * t + 8] = low_half(w[3]), A[g + 8][2 * t + 9] = high_half(w[3]);
-        B[2 * t][g] = low_half(w[4]), B[2 * t + 1][g] = high_half(w[4]);
-        B[2 * t + 8][g] = low_half(w[5]), B[2 * t + 9][g] = high_half(w[5]);
+    warp->barrier.wait();
+    float(*product)[8] = (float(*)[8])warp->product[parity];
+    if (warp->made[parity] != warp->barrier.generation) { // the first lane here multiplies for all
+        warp->made[parity] = warp->barrier.generation;
+        float A[16][16], B[16][8];
+        for (int lane = 0; lane < 32; lane++) {
+            const uint32_t *w = warp->words[parity][lane];
+            int g = lane / 4, t = lane % 4;
+            A[g][2 * t] = low_half(w[0]), A[g][2 * t + 1] = high_half(w[0]);
+            A[g + 8][2 * t] = low_half(w[1]), A[g + 8][2 * t + 1] = high_half(w[1]);
+            A[g][2 * t + 8] = low_half(w[2]), A[g][2 * t + 9] = high_half(w[2]);
+            A[g + 8][2 * t + 8] = low_half(w[3]), A[g + 8][2 * t + 9] = high_half(w[3]);
+            B[2 * t][g] = low_half(w[4]), B[2 * t + 1][g] = high_half(w[4]);
+            B[2 * t + 8][g] = low_half(w[5]), B[2 * t + 9][g] = high_half(w[5]);
+        }
+        for (int row = 0; row < 16; row++)
+            for (int col = 0; col < 8; col++) {
+                float sum = 0.0f;
+                for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
+                product[row][col] = sum;
+            }
     }
     int g = me->lane / 4, t = me->lane % 4;
     for (int i = 0; i < 4; i++) {
         int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-        float sum = 0.0f;
-        for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
-        d[i] += sum;
+        d[i] += product[row][col];
     }
 }
 
@@ -282,7 +579,7 @@ static inline const bf16 *const *ldmatrix_rows(const bf16 *row) {
     emulation::require_aligned(row, 16, "ldmatrix row");
     int parity = emulation::next_parity(me);
     warp->rows[parity][me->lane] = row;
-    pthread_barrier_wait(&warp->barrier);
+    warp->barrier.wait();
     return warp->rows[parity];
 }
 
@@ -327,12 +624,12 @@ DEVICE_INLINE void store_bf16x8(bf16 *p, const float r[8]) {
 DEVICE_INLINE void cp_async_16(void *shared_dst, const void *global_src, bool valid) {
     emulation::require_aligned(shared_dst, 16, "cp.async shared");
     emulation::require_aligned(global_src, 16, "cp.async global");
-    emulation::current->uncommitted.push_back({shared_dst, valid ? global_src : nullptr, 16});
+    emulation::issue_copy({shared_dst, valid ? global_src : nullptr, 16});
 }
 DEVICE_INLINE void cp_async_4(void *shared_dst, const void *global_src, bool valid) {
     emulation::require_aligned(shared_dst, 4, "cp.async shared");
     emulation::require_aligned(global_src, 4, "cp.async global");
-    emulation::current->uncommitted.push_back({shared_dst, valid ? global_src : nullptr, 4});
+    emulation::issue_copy({shared_dst, valid ? global_src : nullptr, 4});
 }
 DEVICE_INLINE void cp_async_commit() {
     emulation::Thread *thread = emulation::current;

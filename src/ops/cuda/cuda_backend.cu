@@ -275,6 +275,14 @@ extern "C" int ops_cuda_open(void) {
     return 0;
 }
 
+extern "C" bool ops_cuda_is_emulated(void) {
+#ifdef MARLHF_CUDA_EMULATED
+    return true;
+#else
+    return false;
+#endif
+}
+
 extern "C" const char *ops_cuda_device_name(void) {
     static cudaDeviceProp prop;
     static bool known = false;

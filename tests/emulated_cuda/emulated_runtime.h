@@ -1,0 +1,306 @@
+// The CUDA runtime, as far as the CUDA backend (src/ops/cuda) uses it, on the CPU: the
+// backend's own source compiled by a host C++ compiler, so that tests/gpu/test_cuda runs
+// in CI against the whole backend -- its host code (scratch slots, the bf16 weight cache,
+// held and stored matmul inputs, the attention's dispatch and streams) and every kernel --
+// on machines without a GPU (build/tests/gpu/test_cuda_emulated, tests/cli/gpu_emulated.sh).
+//
+// How: the fake <cuda_runtime.h>, <cuda_bf16.h>, <cublasLt.h>, <mma.h> of
+// tests/emulated_cuda/include all come here. Kernels run through cpu_emulation.h (one OS
+// thread per CUDA thread, blocks one after another); the Makefile rewrites each launch
+// `kernel<<<grid, block, shared, stream>>>(args)` into
+// `emulation::launcher([&](auto... arguments) { kernel(arguments...); }, grid, block, shared,
+// stream)(args)`. Device memory is host
+// memory; every stream is the host's one thread of control, so work runs in issue order,
+// which is one of the orders the GPU may run it in (events and stream waits only narrow
+// the GPU's choices, so they are no-ops here). cuBLASLt is tests/emulated_cuda/cublaslt.cpp.
+//
+// What it cannot show: timing, races between streams (everything is in order), the
+// tensor cores' rounding (tests/gpu/test_cuda.c's tolerances cover it), register and
+// shared-memory limits (kernel facts are not reported: cudaFuncGetAttributes gives
+// zeros), and a PTX layout believed wrongly both here and in the kernel. Test-only: never
+// part of the marlhf binary.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <tuple>
+#include <utility>
+
+#include "ops/cuda/cpu_emulation.h"
+
+// ---- qualifiers ----
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __constant__
+// A kernel's `__shared__` variable: one per program. Blocks run one after another and
+// launches too, so one copy serves every block, as each block's own would.
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+
+#define CUDART_VERSION 13000
+
+// ---- vector types ----
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+// ---- bf16 and half ----
+typedef bf16 __nv_bfloat16;
+struct __nv_bfloat162 {
+    bf16 x, y;
+};
+static inline bf16 __float2bfloat16(float x) { return float_to_bf16(x); }
+static inline bf16 __float2bfloat16_rn(float x) { return float_to_bf16(x); }
+static inline float __bfloat162float(bf16 x) { return bf16_to_float(x); }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float low, float high) {
+    return __nv_bfloat162{float_to_bf16(low), float_to_bf16(high)};
+}
+struct __half {
+    uint16_t bits;
+};
+// Round to nearest even, as __float2half_rn (overflow to infinity, subnormals kept).
+static inline __half __float2half_rn(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t magnitude = u & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return __half{(uint16_t)(sign | 0x7e00u)}; // NaN
+    if (magnitude >= 0x477ff000u) return __half{(uint16_t)(sign | 0x7c00u)}; // rounds past 65504
+    if (magnitude < 0x38800000u) { // below 2^-14: a subnormal half (or zero)
+        float a;
+        memcpy(&a, &magnitude, 4);
+        const uint32_t units = (uint32_t)rintf(a * 16777216.0f); // in units of 2^-24
+        return __half{(uint16_t)(sign | units)};
+    }
+    const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+    return __half{(uint16_t)(sign | (((rounded >> 13) - (112u << 10)) & 0x7fffu))};
+}
+static inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+static inline __half __ushort_as_half(unsigned short bits) { return __half{bits}; }
+static inline float __half2float(__half h) { return half_to_float(h.bits); }
+
+// ---- device math ----
+static inline float __fmul_rn(float a, float b) { return mul_rn(a, b); }
+static inline float __fadd_rn(float a, float b) { return add_rn(a, b); }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __uint_as_float(unsigned bits) { return float_from_bits(bits); }
+static inline unsigned __float_as_uint(float x) {
+    unsigned u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline int __float2int_rn(float x) { return (int)rintf(x); }
+// CUDA's integer min and max (device overloads of the same name).
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline long min(long a, long b) { return a < b ? a : b; }
+static inline long max(long a, long b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+
+static inline float __shfl_down_sync(unsigned, float value, int delta) {
+    emulation::Thread *me = emulation::current;
+    int parity = emulation::next_parity(me);
+    memcpy(&me->warp->words[parity][me->lane][0], &value, sizeof value);
+    me->warp->barrier.wait();
+    const int from = me->lane + delta < 32 ? me->lane + delta : me->lane;
+    float other;
+    memcpy(&other, &me->warp->words[parity][from][0], sizeof other);
+    return other;
+}
+
+// ---- the runtime API ----
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+} cudaError_t;
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+struct EmulatedStream {
+    int unused;
+};
+struct EmulatedEvent {
+    int unused;
+};
+typedef EmulatedStream *cudaStream_t;
+typedef EmulatedEvent *cudaEvent_t;
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2 };
+
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+    int multiProcessorCount;
+    size_t sharedMemPerBlockOptin;
+    size_t totalGlobalMem;
+};
+struct cudaFuncAttributes {
+    int numRegs;
+    size_t localSizeBytes, sharedSizeBytes;
+    int maxThreadsPerBlock;
+};
+
+namespace emulation {
+// The sticky error of the last launch (a launch the GPU would refuse: too many threads,
+// or more dynamic shared memory than the kernel was allowed).
+inline cudaError_t last_error = cudaSuccess;
+inline const size_t shared_memory_optin = 227 * 1024; // an H100/H200's
+// Device memory handed out, so that a cudaFree of a pointer not from cudaMalloc stops.
+inline std::atomic<long> live_allocations{0};
+} // namespace emulation
+
+static inline const char *cudaGetErrorString(cudaError_t status) {
+    switch (status) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (emulated)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    }
+    return "unknown error (emulated)";
+}
+static inline cudaError_t cudaGetLastError(void) {
+    cudaError_t status = emulation::last_error;
+    emulation::last_error = cudaSuccess;
+    return status;
+}
+static inline cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated GPU (CPU threads)");
+    prop->major = 9, prop->minor = 0;
+    prop->multiProcessorCount = 132;
+    prop->sharedMemPerBlockOptin = emulation::shared_memory_optin;
+    prop->totalGlobalMem = (size_t)8 << 30;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = (size_t)8 << 30;
+    return cudaSuccess;
+}
+// Device memory: 256-byte aligned like cudaMalloc's, filled with 0xFF bytes (NaN as fp32
+// and bf16) so that a buffer read before anything wrote it shows.
+template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes) {
+    void *memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!memory) return cudaErrorMemoryAllocation;
+    memset(memory, 0xFF, bytes);
+    emulation::live_allocations++;
+    *ptr = (T *)memory;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaFree(void *ptr) {
+    if (ptr) emulation::live_allocations--;
+    free(ptr);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                          cudaStream_t = nullptr) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+static inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                            size_t width, size_t height, cudaMemcpyKind, cudaStream_t = nullptr) {
+    if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidValue;
+    for (size_t row = 0; row < height; row++)
+        memmove((char *)dst + row * dst_pitch, (const char *)src + row * src_pitch, width);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t = nullptr) {
+    return cudaMemset(ptr, value, bytes);
+}
+template <typename Symbol>
+static inline cudaError_t cudaMemcpyToSymbol(Symbol &symbol, const void *src, size_t bytes, size_t offset = 0,
+                                             cudaMemcpyKind = cudaMemcpyHostToDevice) {
+    memcpy((char *)&symbol + offset, src, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) {
+    *stream = new EmulatedStream{0};
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
+    *event = new EmulatedEvent{0};
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+
+template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel *kernel, cudaFuncAttribute, int value) {
+    return value < 0 || (size_t)value > emulation::shared_memory_optin ? cudaErrorInvalidValue : cudaSuccess;
+}
+// What a GPU reports of a kernel's registers and memory cannot be known here: zeros.
+template <typename Kernel> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attributes, Kernel *) {
+    memset(attributes, 0, sizeof *attributes);
+    attributes->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+template <typename Kernel>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, Kernel *, int, size_t) {
+    *blocks = 0;
+    return cudaSuccess;
+}
+
+// ---- launches ----
+namespace emulation {
+// `body` calls the kernel with the arguments it is given (a generic lambda the Makefile
+// writes around the kernel's name, so that a kernel template deduced from its arguments
+// is resolved as in the launch); every thread of the grid calls it with a copy of the
+// launch's arguments.
+template <typename Body> struct Launcher {
+    Body body;
+    dim3 grid, block;
+    size_t shared_bytes;
+    template <typename... Args> void operator()(Args... args) const {
+        const unsigned threads = block.x * block.y * block.z;
+        if (block.y != 1 || block.z != 1 || grid.z != 1 || threads == 0 || threads > 1024 || threads % 32 != 0 ||
+            grid.x == 0 || grid.y == 0 || shared_bytes > shared_memory_optin) {
+            // What the GPU refuses (cudaErrorInvalidConfiguration there); blocks that are not
+            // whole warps, or 2-D ones, are not modelled by cpu_emulation.h.
+            fprintf(stderr, "emulation: launch of grid %ux%ux%u, block %ux%ux%u, %zu bytes of shared memory refused\n",
+                    grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes);
+            last_error = cudaErrorInvalidValue;
+            return;
+        }
+        const std::tuple<Args...> arguments(args...);
+        launch(Dim3{grid.x, grid.y, 1}, (int)threads, shared_bytes, [&] { std::apply(body, arguments); });
+    }
+};
+template <typename Body>
+static inline Launcher<Body> launcher(Body body, dim3 grid, dim3 block, size_t shared_bytes = 0, cudaStream_t = nullptr) {
+    return Launcher<Body>{body, grid, block, shared_bytes};
+}
+} // namespace emulation

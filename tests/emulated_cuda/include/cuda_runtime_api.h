@@ -1,0 +1,3 @@
+// The emulated CUDA runtime (tests/emulated_cuda/emulated_runtime.h) in place of the toolkit's cuda_runtime_api.h.
+#pragma once
+#include "../emulated_runtime.h"
