@@ -136,8 +136,9 @@ struct Thread {
 
 inline thread_local Thread *current = nullptr;
 
-// Switching fibers. On x86-64 a switch saves the callee-saved registers and the float
-// control words on the old stack and loads them from the new one: swapcontext also saves
+// Switching fibers. On x86-64 a switch saves the callee-saved registers on the old stack
+// and loads them from the new one (not the float control words: nothing here changes the
+// rounding mode, and saving the x87 one took half a switch's time). swapcontext also saves
 // and restores the signal mask, a system call at every switch, which was three quarters
 // of an emulated test's time (and under AddressSanitizer it clears the shadow of the whole
 // new stack at every switch). Elsewhere, ucontext. AddressSanitizer is told of every
@@ -163,14 +164,8 @@ emulation_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -307,19 +302,16 @@ inline void fiber_prepare(Scheduler *s, Fiber &fiber, int index) {
     ASAN_UNPOISON_MEMORY_REGION((char *)fiber.stack + FIBER_STACK_BYTES - ended_frames, ended_frames);
 #endif
 #ifdef EMULATION_OWN_SWITCH
-    // The frame emulation_switch pops, from the lowest address: the control words (MXCSR
-    // 0x1F80 and the x87 control word 0x037F, the defaults), r15, r14, r13, r12 (the
+    // The frame emulation_switch pops, from the lowest address: r15, r14, r13, r12 (the
     // function), rbx (its argument), rbp, and the return address, emulation_fiber_start,
     // above which the stack pointer is 16-byte aligned for its call.
     uint64_t *top = (uint64_t *)((char *)fiber.stack + FIBER_STACK_BYTES - 64);
-    uint64_t *frame = top - 8;
-    const uint32_t control[2] = {0x1F80u, 0x037Fu};
-    memcpy(&frame[0], control, 8);
-    frame[1] = frame[2] = frame[3] = 0;                 // r15, r14, r13
-    frame[4] = (uint64_t)(uintptr_t)&fiber_main;        // r12
-    frame[5] = (uint64_t)index;                         // rbx
-    frame[6] = 0;                                       // rbp
-    frame[7] = (uint64_t)(uintptr_t)&emulation_fiber_start; // return address
+    uint64_t *frame = top - 7;
+    frame[0] = frame[1] = frame[2] = 0;                 // r15, r14, r13
+    frame[3] = (uint64_t)(uintptr_t)&fiber_main;        // r12
+    frame[4] = (uint64_t)index;                         // rbx
+    frame[5] = 0;                                       // rbp
+    frame[6] = (uint64_t)(uintptr_t)&emulation_fiber_start; // return address
     fiber.stack_pointer = frame;
     (void)s;
 #else
@@ -366,12 +358,15 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             for (Warp &warp : block.warps) warp.barrier = Barrier{32, 0, 0}, warp.made[0] = warp.made[1] = 0;
             for (int i = 0; i < threads; i++) {
                 Fiber &fiber = s->fibers[(size_t)i];
-                fiber.state = Thread{{(unsigned)i, 0, 0},  {x, y, 0}, {(unsigned)threads, 1, 1},
-                                     &block,           &block.warps[(size_t)i / 32],
-                                     i % 32,           0,
-                                     shared_start,     {},
-                                     {}, // a block starts with no copy in flight
-                                     grid,             (y * grid.x + x) / 2 % 2 == 1};
+                // Field by field: a new Thread's empty deque allocates, once per thread per block.
+                Thread &state = fiber.state;
+                state.thread_idx = {(unsigned)i, 0, 0}, state.block_idx = {x, y, 0};
+                state.block_dim = {(unsigned)threads, 1, 1}, state.grid_dim = grid;
+                state.block = &block, state.warp = &block.warps[(size_t)i / 32];
+                state.lane = i % 32, state.parity = 0, state.shared = shared_start;
+                state.uncommitted.clear(), state.committed.clear(); // a block starts with no copy in flight
+                state.copies_land_early = (y * grid.x + x) / 2 % 2 == 1;
+                fiber.waiting_at = nullptr;
                 fiber.finished = false;
                 fiber_prepare(s, fiber, i);
             }
