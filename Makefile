@@ -197,7 +197,7 @@ EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulati
 GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated
 endif
 
-$(BUILD)/emulated/%.cuh: %.cuh
+$(BUILD)/emulated/%.cuh: %.cuh Makefile
 	@mkdir -p $(dir $@)
 	@{ echo '#line 1 "$<"'; sed -E '$(EMULATED_LAUNCH_SED)' $<; } > $@
 
@@ -211,6 +211,11 @@ $(BUILD)/emulated/%.o: %.cpp $(FLAGS_STAMP) $(EMULATED_CUDA_HEADERS) $(wildcard 
 	$(CXX) $(EMULATED_CXXFLAGS) -c $< -o $@
 
 $(BUILD)/tests/gpu/test_cuda_emulated: $(BUILD)/tests/gpu/test_cuda.o $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
+	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
+
+# marlhf itself over the emulated backend: `--device cuda` runs on CPU threads
+# (tests/gpu/run.sh's SFT and PPO runs without a GPU: MARLHF_GPU_TEST_DEVICE=emulated).
+$(BUILD)/marlhf_emulated: $(CLI_OBJ) $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
 	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
 # The bench programs too: tests/cli/bad_input.sh checks bench/train_step's options, and a

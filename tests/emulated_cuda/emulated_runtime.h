@@ -28,7 +28,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "ops/cuda/cpu_emulation.h"
@@ -165,12 +167,38 @@ struct cudaFuncAttributes {
 };
 
 namespace emulation {
-// The sticky error of the last launch (a launch the GPU would refuse: too many threads,
-// or more dynamic shared memory than the kernel was allowed).
+// The error of the last launch the GPU would refuse (too many threads, a grid too tall,
+// more dynamic shared memory than any kernel may opt in to; not checked: a kernel given
+// more than the default 48 KB without its own cudaFuncSetAttribute, as the launch here
+// does not know which kernel it runs).
 inline cudaError_t last_error = cudaSuccess;
 inline const size_t shared_memory_optin = 227 * 1024; // an H100/H200's
-// Device memory handed out, so that a cudaFree of a pointer not from cudaMalloc stops.
-inline std::atomic<long> live_allocations{0};
+
+// Device memory is host memory, so a host pointer handed to a kernel, or a copy whose
+// direction names the wrong side, would work here and fault on a GPU: every allocation
+// is recorded, and each pointer a kernel gets and each side of a copy is checked against
+// the record.
+inline std::map<uintptr_t, size_t> &allocations() {
+    static std::map<uintptr_t, size_t> record;
+    return record;
+}
+inline bool on_device(const void *p) {
+    const uintptr_t address = (uintptr_t)p;
+    auto after = allocations().upper_bound(address);
+    if (after == allocations().begin()) return false;
+    --after;
+    return address <= after->first + after->second; // one past the end counts (an empty range's)
+}
+inline void require_device(const void *p, const char *what) {
+    if (p == nullptr || on_device(p)) return;
+    fprintf(stderr, "emulation: %s %p is not device memory (a GPU faults)\n", what, p);
+    abort();
+}
+inline void require_host(const void *p, const char *what) {
+    if (!on_device(p)) return;
+    fprintf(stderr, "emulation: %s %p is device memory, not the host's (a GPU faults)\n", what, p);
+    abort();
+}
 } // namespace emulation
 
 static inline const char *cudaGetErrorString(cudaError_t status) {
@@ -210,17 +238,23 @@ template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes
     void *memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (!memory) return cudaErrorMemoryAllocation;
     memset(memory, 0xFF, bytes);
-    emulation::live_allocations++;
+    emulation::allocations()[(uintptr_t)memory] = bytes;
     *ptr = (T *)memory;
     return cudaSuccess;
 }
 static inline cudaError_t cudaFree(void *ptr) {
-    if (ptr) emulation::live_allocations--;
+    if (!ptr) return cudaSuccess;
+    if (!emulation::allocations().erase((uintptr_t)ptr)) return cudaErrorInvalidValue; // not from cudaMalloc
     free(ptr);
     return cudaSuccess;
 }
-static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
-    if (bytes) memmove(dst, src, bytes);
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return cudaSuccess;
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) emulation::require_device(dst, "copy destination");
+    if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) emulation::require_device(src, "copy source");
+    if (kind == cudaMemcpyHostToDevice) emulation::require_host(src, "copy source");
+    if (kind == cudaMemcpyDeviceToHost) emulation::require_host(dst, "copy destination");
+    memmove(dst, src, bytes);
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
@@ -230,11 +264,15 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
 static inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                                             size_t width, size_t height, cudaMemcpyKind, cudaStream_t = nullptr) {
     if (width > dst_pitch || width > src_pitch) return cudaErrorInvalidValue;
+    if (height == 0 || width == 0) return cudaSuccess;
+    emulation::require_device(dst, "2-D copy destination"), emulation::require_device(src, "2-D copy source");
     for (size_t row = 0; row < height; row++)
         memmove((char *)dst + row * dst_pitch, (const char *)src + row * src_pitch, width);
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    if (bytes == 0) return cudaSuccess;
+    emulation::require_device(ptr, "memset destination");
     memset(ptr, value, bytes);
     return cudaSuccess;
 }
@@ -280,6 +318,11 @@ namespace emulation {
 // writes around the kernel's name, so that a kernel template deduced from its arguments
 // is resolved as in the launch); every thread of the grid calls it with a copy of the
 // launch's arguments.
+// A pointer a kernel is given must be device memory (or null).
+template <typename Argument> inline void check_argument(const Argument &argument) {
+    if constexpr (std::is_pointer_v<Argument>) require_device((const void *)argument, "kernel argument");
+}
+
 template <typename Body> struct Launcher {
     Body body;
     dim3 grid, block;
@@ -287,7 +330,7 @@ template <typename Body> struct Launcher {
     template <typename... Args> void operator()(Args... args) const {
         const unsigned threads = block.x * block.y * block.z;
         if (block.y != 1 || block.z != 1 || grid.z != 1 || threads == 0 || threads > 1024 || threads % 32 != 0 ||
-            grid.x == 0 || grid.y == 0 || shared_bytes > shared_memory_optin) {
+            grid.x == 0 || grid.y == 0 || grid.y > 65535 || shared_bytes > shared_memory_optin) {
             // What the GPU refuses (cudaErrorInvalidConfiguration there); blocks that are not
             // whole warps, or 2-D ones, are not modelled by cpu_emulation.h.
             fprintf(stderr, "emulation: launch of grid %ux%ux%u, block %ux%ux%u, %zu bytes of shared memory refused\n",
@@ -295,6 +338,7 @@ template <typename Body> struct Launcher {
             last_error = cudaErrorInvalidValue;
             return;
         }
+        (check_argument(args), ...);
         const std::tuple<Args...> arguments(args...);
         launch(Dim3{grid.x, grid.y, 1}, (int)threads, shared_bytes, [&] { std::apply(body, arguments); });
     }

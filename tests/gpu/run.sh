@@ -38,7 +38,15 @@
 set -u
 cd "$(dirname "$0")/../.."
 # MARLHF_GPU_TEST_DEVICE=cpu runs steps 2-3 on the CPU: a check of this script itself.
+# MARLHF_GPU_TEST_DEVICE=emulated runs steps 1-3 with `--device cuda` on the CUDA backend's
+# own code on CPU threads (build/marlhf_emulated, build/tests/gpu/test_cuda_emulated;
+# tests/emulated_cuda), no speed runs: what a GPU run would check, without a GPU, but
+# not the GPU's rounding or timing.
 device=${MARLHF_GPU_TEST_DEVICE:-cuda}
+emulated=0
+if [ "$device" = emulated ]; then
+    emulated=1 device=cuda
+fi
 bundle="" bench=1 quick=0 logs=tests/tmp/gpu time_limit=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -54,6 +62,10 @@ while [ $# -gt 0 ]; do
         *) echo "tests/gpu/run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
+if [ "$emulated" = 1 ]; then
+    [ -z "$bundle" ] || { echo "tests/gpu/run.sh: MARLHF_GPU_TEST_DEVICE=emulated builds its own binaries (no --bundle)" >&2; exit 2; }
+    bench=0
+fi
 case "$time_limit" in
     '' | *[!0-9]*) echo "tests/gpu/run.sh: --time-limit must be a whole number of seconds, not '$time_limit'" >&2; exit 2 ;;
 esac
@@ -69,6 +81,10 @@ if [ -n "$bundle" ]; then
     export LD_LIBRARY_PATH="$root/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     marlhf="$bin/marlhf" test_cuda="$bin/test_cuda" train_step="$bin/train_step" decode="$bin/decode"
     ops_breakdown="$bin/ops_breakdown"
+elif [ "$emulated" = 1 ]; then
+    make -j"$(nproc)" build/marlhf_emulated build/tests/gpu/test_cuda_emulated > "$logs/build.log" 2>&1 ||
+        { say "build failed: see $logs/build.log"; exit 2; }
+    marlhf=build/marlhf_emulated test_cuda=build/tests/gpu/test_cuda_emulated
 else
     make -j"$(nproc)" tests bench > "$logs/build.log" 2>&1 || { say "build failed: see $logs/build.log"; exit 2; }
     marlhf=build/marlhf test_cuda=build/tests/gpu/test_cuda train_step=build/bench/train_step decode=build/bench/decode

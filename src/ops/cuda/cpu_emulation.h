@@ -16,7 +16,7 @@
 // threads do on the GPU. A round in which no fiber gets further is a deadlock (threads
 // waiting at a barrier the others never reach), which stops the program with a message
 // where a GPU would hang. Blocks alternate the order their threads run in (below,
-// `reverse`). (The emulation ran one OS thread per CUDA thread before; a
+// `reverse`), shifted from launch to launch. (The emulation ran one OS thread per CUDA thread before; a
 // barrier of 256 threads on 2 cores then cost ~1 ms of context switches, too slow for a
 // whole backend's checks.) The warp-collective instructions (mma, ldmatrix, shuffles) are
 // emulated lane by lane with the register layouts of device_primitives.cuh: every lane
@@ -103,10 +103,12 @@ struct Warp {
     uint32_t words[2][32][6];
     const bf16 *rows[2][32];
     // A warp-wide result computed once, by the first lane past the collective's barrier,
-    // for all 32 lanes to read (an mma's 16 x 8 product; a WMMA product's 16 x 16), one per
-    // operand set; `made` is the barrier generation it was made in.
+    // for all 32 lanes to read (an mma's 16 x 8 product; a WMMA product's 16 x 16; the rows
+    // an ldmatrix reads), one per operand set; `made` is the barrier generation it was made
+    // in.
     float product[2][256];
     unsigned long made[2] = {0, 0};
+    const void *fragments[2][32][2]; // each lane's WMMA operands (tests/emulated_cuda/include/mma.h)
 };
 
 struct Block {
@@ -154,7 +156,7 @@ inline thread_local Thread *current = nullptr;
 // emulation_fiber_start: where a new fiber's first switch lands: calls r12(rbx).
 // Weak: every file that includes this header defines them, the linker keeps one.
 asm(R"(
-    .text
+    .pushsection .text
     .weak emulation_switch
     .type emulation_switch, @function
 emulation_switch:
@@ -181,6 +183,7 @@ emulation_fiber_start:
     call *%r12
     ud2
     .size emulation_fiber_start, .-emulation_fiber_start
+    .popsection
 )");
 extern "C" void emulation_switch(void **from, void *to);
 extern "C" void emulation_fiber_start(void);
@@ -212,6 +215,7 @@ struct Scheduler {
     int running = -1;
     const std::function<void()> *kernel = nullptr;
     unsigned long progress = 0; // arrivals, releases and ends: what a round must change
+    unsigned long launches = 0; // so far: shifts the blocks' orders (below) from launch to launch
 };
 inline thread_local Scheduler *scheduler = nullptr;
 // Kernels declare big register arrays, and so does the WMMA emulation; stacks are mapped
@@ -243,8 +247,10 @@ inline void switch_to_scheduler(Scheduler *s, Fiber &fiber, bool finished) {
 #ifdef EMULATION_OWN_SWITCH
     emulation_switch(&fiber.stack_pointer, s->main_stack_pointer);
 #else
-    if (finished) return; // returning resumes uc_link, the scheduler
-    swapcontext(&fiber.context, &s->main);
+    if (finished)
+        setcontext(&s->main); // does not return (and runs no epilogue after the sanitizer's switch)
+    else
+        swapcontext(&fiber.context, &s->main);
 #endif
 #ifdef __SANITIZE_ADDRESS__
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
@@ -337,8 +343,13 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     }
     while (s->fibers.size() < (size_t)threads) {
         Fiber &fiber = s->fibers.emplace_back();
-        fiber.stack = mmap(nullptr, FIBER_STACK_BYTES, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        // A page below the stack that faults: an overflow stops there instead of running
+        // into the next fiber's stack.
+        const size_t guard = 4096;
+        char *mapping = (char *)mmap(nullptr, guard + FIBER_STACK_BYTES, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (mapping != MAP_FAILED && mprotect(mapping, guard, PROT_NONE) != 0) mapping = (char *)MAP_FAILED;
+        fiber.stack = mapping == MAP_FAILED ? MAP_FAILED : mapping + guard;
         if (fiber.stack == MAP_FAILED) {
             fprintf(stderr, "emulation: cannot map a stack for thread %zu\n", s->fibers.size() - 1);
             abort();
@@ -351,6 +362,10 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
     unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
     Thread *outside = current;
+    // Which block takes which order (warps forward or reversed, copies at issue or at the
+    // wait) shifts by one from launch to launch, so that a kernel launched with one block
+    // or two still meets all four over its launches.
+    const unsigned long salt = s->launches++;
     for (unsigned y = 0; y < grid.y; y++)
         for (unsigned x = 0; x < grid.x; x++) {
             if (x + y > 0) memset(shared.data(), 0xFF, shared.size());
@@ -365,7 +380,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
                 state.block = &block, state.warp = &block.warps[(size_t)i / 32];
                 state.lane = i % 32, state.parity = 0, state.shared = shared_start;
                 state.uncommitted.clear(), state.committed.clear(); // a block starts with no copy in flight
-                state.copies_land_early = (y * grid.x + x) / 2 % 2 == 1;
+                state.copies_land_early = (y * grid.x + x + salt) / 2 % 2 == 1;
                 fiber.waiting_at = nullptr;
                 fiber.finished = false;
                 fiber_prepare(s, fiber, i);
@@ -377,7 +392,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             // the reverse order, so such a read is too early in one of the two orders
             // (the poison, a previous value, or a buffer already refilled), whichever
             // warp's index is the higher.
-            const bool reverse = (y * grid.x + x) % 2 == 1;
+            const bool reverse = (y * grid.x + x + salt) % 2 == 1;
             const int warps = threads / 32;
             int unfinished = threads;
             while (unfinished > 0) {
@@ -568,18 +583,26 @@ DEVICE_INLINE void mma_bf16_16x8x16(float d[4], const uint32_t a[4], const uint3
 
 // Both ldmatrix forms start alike: every lane posts its row's address (16-byte aligned)
 // and waits for its warp. Returns the 32 lanes' row addresses.
-static inline const bf16 *const *ldmatrix_rows(const bf16 *row) {
+// The 32 rows (eight bf16 each) are read once, by the first lane past the barrier, into
+// the warp's slot: all at the same moment, as the instruction does, not each lane's share
+// whenever that lane resumes (a lane run ahead could have overwritten them by then).
+static inline const bf16 (*ldmatrix_rows(const bf16 *row))[8] {
     emulation::Thread *me = emulation::current;
     emulation::Warp *warp = me->warp;
     emulation::require_aligned(row, 16, "ldmatrix row");
     int parity = emulation::next_parity(me);
     warp->rows[parity][me->lane] = row;
     warp->barrier.wait();
-    return warp->rows[parity];
+    bf16(*rows)[8] = (bf16(*)[8])warp->product[parity];
+    if (warp->made[parity] != warp->barrier.generation) {
+        warp->made[parity] = warp->barrier.generation;
+        for (int lane = 0; lane < 32; lane++) memcpy(rows[lane], warp->rows[parity][lane], 16);
+    }
+    return rows;
 }
 
 DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
-    const bf16 *const *rows = ldmatrix_rows(row);
+    const bf16(*rows)[8] = ldmatrix_rows(row);
     int g = emulation::current->lane / 4, t = emulation::current->lane % 4;
     for (int j = 0; j < 4; j++) {
         const bf16 *mine = rows[8 * j + g]; // row g of matrix j
@@ -588,7 +611,7 @@ DEVICE_INLINE void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
 }
 
 DEVICE_INLINE void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
-    const bf16 *const *rows = ldmatrix_rows(row);
+    const bf16(*rows)[8] = ldmatrix_rows(row);
     int g = emulation::current->lane / 4, t = emulation::current->lane % 4;
     for (int j = 0; j < 4; j++) {
         const bf16 *first = rows[8 * j + 2 * t], *second = rows[8 * j + 2 * t + 1];

@@ -3,9 +3,11 @@
 //
 // A fragment's layout across a warp's lanes is opaque in WMMA (a kernel may only load,
 // store, fill and multiply whole fragments), so here every lane holds the whole 16x16
-// matrix, row-major: each lane loads all of it, one lane multiplies for the warp, and
-// only lane 0 stores it (the kernel's __syncwarp then shows it to the others, as on the
-// GPU).
+// matrix, row-major, and owns element e when e % 32 is its lane: a product takes each
+// element of A and B from the lane that owns it, and a store writes each lane's own
+// elements. So a lane that loaded stale values (a missing __syncwarp before a load of
+// what other lanes wrote) spoils the elements it owns, as its share of the registers
+// would on the GPU.
 #pragma once
 #include <type_traits>
 
@@ -51,16 +53,15 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
                                      layout_t layout) {
-    if (emulation::current->lane != 0) return;
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) {
-            float &to = layout == mem_col_major ? p[(long)c * ldm + r] : p[(long)r * ldm + c];
-            to = f.x[r * 16 + c];
-        }
+    for (int e = emulation::current->lane; e < 256; e += 32) {
+        const int r = e / 16, c = e % 16;
+        float &to = layout == mem_col_major ? p[(long)c * ldm + r] : p[(long)r * ldm + c];
+        to = f.x[e];
+    }
 }
-// d = a b + c, fp32 sums in k order (d may be c). A warp collective, as on the GPU: the
-// first lane past its barrier multiplies (every lane holds the same a and b), the others
-// read the product.
+// d = a b + c, fp32 sums in k order (d may be c). A warp collective, as on the GPU: every
+// lane posts its operands, and the first lane past the barrier multiplies, each element
+// of A and B taken from the lane that owns it; the others read the product.
 template <typename T, typename LayoutA, typename LayoutB>
 static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                             const fragment<matrix_a, 16, 16, 16, T, LayoutA> &a,
@@ -69,14 +70,22 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     emulation::Thread *me = emulation::current;
     emulation::Warp *warp = me->warp;
     const int parity = emulation::next_parity(me);
+    warp->fragments[parity][me->lane][0] = &a, warp->fragments[parity][me->lane][1] = &b;
     warp->barrier.wait();
     float *product = warp->product[parity];
     if (warp->made[parity] != warp->barrier.generation) {
         warp->made[parity] = warp->barrier.generation;
+        typedef fragment<matrix_a, 16, 16, 16, T, LayoutA> A;
+        typedef fragment<matrix_b, 16, 16, 16, T, LayoutB> B;
+        float a_owned[256], b_owned[256];
+        for (int e = 0; e < 256; e++) {
+            a_owned[e] = value_of(((const A *)warp->fragments[parity][e % 32][0])->x[e]);
+            b_owned[e] = value_of(((const B *)warp->fragments[parity][e % 32][1])->x[e]);
+        }
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 16; n++) {
                 float sum = 0.0f;
-                for (int k = 0; k < 16; k++) sum += value_of(a.x[m * 16 + k]) * value_of(b.x[k * 16 + n]);
+                for (int k = 0; k < 16; k++) sum += a_owned[m * 16 + k] * b_owned[k * 16 + n];
                 product[m * 16 + n] = sum;
             }
     }
