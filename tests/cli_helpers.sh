@@ -220,3 +220,23 @@ rm_and_ma_ppo() {
         cmp -s "$tmp/ppo/final/critic/model.safetensors" "$tmp/ppo_again/final/critic/model.safetensors" &&
         pass "${family}_ppo_reproducible" || fail "${family}_ppo_reproducible" "two runs of seed 7 differ"
 }
+
+# run_test_cuda PREFIX EXPECTED_PASSES HARNESS [GROUP...]: runs a test_cuda build (the CPU
+# standing in, or the emulated backend; the caller sets its environment), prints its
+# PASS/FAIL/SKIP lines as PREFIX/NAME and the first lines of its failures' details, and
+# fails PREFIX when it exits badly or its summary is not "EXPECTED_PASSES passed, 0 failed"
+# ("*" for any count). Returns its exit status.
+run_test_cuda() {
+    local prefix=$1 expected=$2 harness=$3 status
+    shift 3
+    "$harness" "$@" > "$tmp/$prefix.out" 2> "$tmp/$prefix.err"
+    status=$?
+    sed -n "s/^\(PASS\|FAIL\|SKIP\) /\1 $prefix\//p" "$tmp/$prefix.out"
+    grep -E '^  ' "$tmp/$prefix.err" | head -n 20
+    if [ "$status" -ne 0 ] && ! grep -q '^FAIL ' "$tmp/$prefix.out"; then
+        fail "${prefix}_exit" "$(basename "$harness") exited with status $status: $(tail -n 3 "$tmp/$prefix.err")"
+    fi
+    local pattern="^${expected/\*/[0-9]*} passed, 0 failed\$"
+    grep -q "$pattern" "$tmp/$prefix.out" || fail "${prefix}_summary" "$(tail -n 1 "$tmp/$prefix.out")"
+    return "$status"
+}

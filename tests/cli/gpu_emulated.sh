@@ -22,20 +22,10 @@ if [ ! -x "$harness" ]; then
     echo "SKIP gpu_emulated: $harness is not built (no nvcc, or the sanitizer build)"
     exit 0
 fi
-"$harness" > "$tmp/test_cuda.out" 2> "$tmp/test_cuda.err"
+run_test_cuda gpu_emulated '*' "$harness"
 status=$?
-sed -n 's/^\(PASS\|FAIL\|SKIP\) /\1 gpu_emulated\//p' "$tmp/test_cuda.out"
-grep -E '^  ' "$tmp/test_cuda.err" | head -n 20
-if [ "$status" -ne 0 ] && ! grep -q '^FAIL ' "$tmp/test_cuda.out"; then
-    fail gpu_emulated_exit "test_cuda_emulated exited with status $status: $(tail -n 3 "$tmp/test_cuda.err")"
-fi
-grep -q '^[0-9]* passed, 0 failed$' "$tmp/test_cuda.out" || fail gpu_emulated_summary "$(tail -n 1 "$tmp/test_cuda.out")"
 # The models again with stored inputs turned into holds (MARLHF_CUDA_STORED_INPUTS=0, what
 # bench/train_step measures the stores against and tests/gpu/run.sh reruns failing groups with).
-MARLHF_CUDA_STORED_INPUTS=0 "$harness" test_fixture_models > "$tmp/stores_off.out" 2> "$tmp/stores_off.err"
+MARLHF_CUDA_STORED_INPUTS=0 run_test_cuda gpu_emulated_stores_off 1 "$harness" test_fixture_models
 stores_status=$?
-sed -n 's/^\(PASS\|FAIL\|SKIP\) /\1 gpu_emulated_stores_off\//p' "$tmp/stores_off.out"
-grep -E '^  ' "$tmp/stores_off.err" | head -n 20
-grep -q '^1 passed, 0 failed$' "$tmp/stores_off.out" ||
-    fail gpu_emulated_stores_off "status $stores_status: $(tail -n 1 "$tmp/stores_off.out")"
-[ "$failures" -eq 0 ] && [ "$status" -eq 0 ]
+[ "$failures" -eq 0 ] && [ "$status" -eq 0 ] && [ "$stores_status" -eq 0 ]

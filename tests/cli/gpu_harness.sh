@@ -21,12 +21,6 @@ if [ ! -x "$harness" ]; then
     echo "SKIP gpu_harness: $harness is not built (no nvcc, or the sanitizer build)"
     exit 0
 fi
-MARLHF_GPU_TEST_DEVICE=cpu "$harness" > "$tmp/test_cuda.out" 2> "$tmp/test_cuda.err"
+MARLHF_GPU_TEST_DEVICE=cpu run_test_cuda gpu_harness '*' "$harness"
 status=$?
-sed -n 's/^\(PASS\|FAIL\|SKIP\) /\1 gpu_harness\//p' "$tmp/test_cuda.out"
-grep -E '^  ' "$tmp/test_cuda.err" | head -n 20
-if [ "$status" -ne 0 ] && ! grep -q '^FAIL ' "$tmp/test_cuda.out"; then
-    fail gpu_harness_exit "test_cuda exited with status $status: $(tail -n 3 "$tmp/test_cuda.err")"
-fi
-grep -q '^[0-9]* passed, 0 failed$' "$tmp/test_cuda.out" || fail gpu_harness_summary "$(tail -n 1 "$tmp/test_cuda.out")"
 [ "$failures" -eq 0 ] && [ "$status" -eq 0 ]
