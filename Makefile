@@ -194,7 +194,7 @@ EMULATED_CXXFLAGS := $(filter-out -std=c++17 -Isrc,$(CXXFLAGS)) -std=c++20 -Werr
                      -DMARLHF_CUDA_EMULATED -I$(BUILD)/emulated/src -Isrc -Itests/emulated_cuda/include
 EMULATED_CUDA_HEADERS := $(patsubst %,$(BUILD)/emulated/%,$(wildcard src/ops/cuda/*.cuh))
 EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([\&](auto... arguments) { \1(arguments...); }, \3)(/
-GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated
+GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated $(BUILD)/marlhf_emulated
 endif
 
 $(BUILD)/emulated/%.cuh: %.cuh Makefile
