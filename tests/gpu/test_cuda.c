@@ -2281,19 +2281,48 @@ static long check_probe_records(const char *kernel, int expected_grid_x, int exp
     return recorded;
 }
 
+// The mma kernels' case that the probe and overlap checks share: B 2, T 300, grouped heads
+// 8/2, head_dim 64, the second row left-padded by 70; random q, k, v and dO on the GPU,
+// room for the output and the saved state. mma is selected until mma_case_free.
+typedef struct {
+    int B, T, H, KV, D, row_start[2];
+    long q_n, kv_n;
+    const char *previous_kernels;
+    float *d_q, *d_k, *d_v, *d_dout, *d_out, *d_saved;
+    int *d_rs;
+} MmaCase;
+
+static MmaCase mma_case_new(void) {
+    MmaCase c = {.B = 2, .T = 300, .H = 8, .KV = 2, .D = 64, .row_start = {0, 70}};
+    c.previous_kernels = ops_cuda_attention_kernels();
+    CHECK(ops_cuda_select_attention("mma"), "mma");
+    c.q_n = (long)c.B * c.T * c.H * c.D, c.kv_n = (long)c.B * c.T * c.KV * c.D;
+    float *q = random_host(c.q_n, 1), *k = random_host(c.kv_n, 1), *v = random_host(c.kv_n, 1);
+    float *dout = random_host(c.q_n, 1);
+    c.d_q = gpu_floats(q, c.q_n), c.d_k = gpu_floats(k, c.kv_n), c.d_v = gpu_floats(v, c.kv_n);
+    c.d_dout = gpu_floats(dout, c.q_n);
+    free(q), free(k), free(v), free(dout);
+    c.d_rs = gpu_ints(c.row_start, c.B);
+    c.d_out = gpu->alloc(c.q_n * 4);
+    c.d_saved = gpu->alloc(gpu->attention_saved_size(c.B, c.T, c.H, c.KV, c.D, 0.0f, 0) * 4);
+    return c;
+}
+
+static void mma_case_free(MmaCase *c) {
+    gpu->free(c->d_q), gpu->free(c->d_k), gpu->free(c->d_v), gpu->free(c->d_dout), gpu->free(c->d_rs);
+    gpu->free(c->d_out), gpu->free(c->d_saved);
+    ops_cuda_select_attention(c->previous_kernels);
+}
+
 // The block probes (bench/ops_breakdown's "attention_probe" lines): a probed launch of each
 // mma kernel computes what the unprobed one does, bit for bit, and records a step for each
 // key tile a forward block walks (grouped heads, left padding, a partial last tile).
 static void test_attention_probes(void) {
-    const int B = 2, T = 300, H = 8, KV = 2, D = 64, row_start[2] = {0, 70};
-    const char *previous = ops_cuda_attention_kernels();
-    CHECK(ops_cuda_select_attention("mma"), "mma");
-    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D;
-    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
-    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n), *d_dout = gpu_floats(dout, q_n);
-    int *d_rs = gpu_ints(row_start, B);
-    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
-    float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
+    MmaCase c = mma_case_new();
+    const int B = c.B, T = c.T, H = c.H, KV = c.KV, D = c.D, *row_start = c.row_start;
+    const long q_n = c.q_n, kv_n = c.kv_n;
+    float *d_q = c.d_q, *d_k = c.d_k, *d_v = c.d_v, *d_dout = c.d_dout, *d_out = c.d_out, *d_saved = c.d_saved;
+    int *d_rs = c.d_rs;
     float *d_grads[2][3];
     float *host[2][4];
     for (int run = 0; run < 2; run++) { // 0: plain launches; 1: each kernel probed
@@ -2345,9 +2374,7 @@ static void test_attention_probes(void) {
     int grid_x, grid_y;
     EXPECT(ops_cuda_attention_probe_end(&none, &grid_x, &grid_y) == -1, "records from no probed launch");
     EXPECT(ops_cuda_attention_probe_begin("dS") == -1, "a probe of no kernel");
-    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_dout), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved);
-    free(q), free(k), free(v), free(dout);
-    ops_cuda_select_attention(previous);
+    mma_case_free(&c);
 }
 
 // The mma backward with its dQ kernel after dK/dV on the main stream
@@ -2355,15 +2382,11 @@ static void test_attention_probes(void) {
 // default) gives the default's gradients, bit for bit: the two kernels write different
 // gradients from the same inputs, so the order in which they run changes nothing.
 static void test_attention_backward_overlap(void) {
-    const int B = 2, T = 300, H = 8, KV = 2, D = 64, row_start[2] = {0, 70};
-    const char *previous = ops_cuda_attention_kernels();
-    CHECK(ops_cuda_select_attention("mma"), "mma");
-    const long q_n = (long)B * T * H * D, kv_n = (long)B * T * KV * D;
-    float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
-    float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n), *d_dout = gpu_floats(dout, q_n);
-    int *d_rs = gpu_ints(row_start, B);
-    const long saved_n = gpu->attention_saved_size(B, T, H, KV, D, 0.0f, 0);
-    float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
+    MmaCase c = mma_case_new();
+    const int B = c.B, T = c.T, H = c.H, KV = c.KV, D = c.D;
+    const long q_n = c.q_n, kv_n = c.kv_n;
+    float *d_q = c.d_q, *d_k = c.d_k, *d_v = c.d_v, *d_dout = c.d_dout, *d_out = c.d_out, *d_saved = c.d_saved;
+    int *d_rs = c.d_rs;
     gpu->attention_forward(d_out, d_saved, d_q, d_k, d_v, d_rs, B, T, H, KV, D, 0.0f, 0);
     const long sizes[3] = {q_n, kv_n, kv_n};
     float *grads[2][3];
@@ -2386,9 +2409,7 @@ static void test_attention_backward_overlap(void) {
                names[g]);
         free(grads[0][g]), free(grads[1][g]);
     }
-    gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_dout), gpu->free(d_rs), gpu->free(d_out), gpu->free(d_saved);
-    free(q), free(k), free(v), free(dout);
-    ops_cuda_select_attention(previous);
+    mma_case_free(&c);
 }
 
 // `test_cuda NAME...` runs only the named tests (all without names).
