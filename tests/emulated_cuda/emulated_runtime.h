@@ -8,8 +8,8 @@
 // tests/emulated_cuda/include all come here. Kernels run through cpu_emulation.h (one OS
 // thread per CUDA thread, blocks one after another); the Makefile rewrites each launch
 // `kernel<<<grid, block, shared, stream>>>(args)` into
-// `emulation::launcher([&](auto... arguments) { kernel(arguments...); }, grid, block, shared,
-// stream)(args)`. Device memory is host
+// `emulation::launcher([&](auto... arguments) { kernel(arguments...); },
+// EMULATED_KERNEL_ADDRESS(kernel), grid, block, shared, stream)(args)`. Device memory is host
 // memory; every stream is the host's one thread of control, so work runs in issue order,
 // which is one of the orders the GPU may run it in (events and stream waits only narrow
 // the GPU's choices, so they are no-ops here). cuBLASLt is tests/emulated_cuda/cublaslt.cpp.
@@ -40,9 +40,10 @@
 #define __host__
 #define __forceinline__ inline
 #define __constant__
-// A kernel's `__shared__` variable: one per program. Blocks run one after another and
-// launches too, so one copy serves every block, as each block's own would.
-#define __shared__ static
+// A kernel's fixed-size shared array is STATIC_SHARED (device_primitives.cuh), which the
+// emulation refills with poison before each block; a plain static would carry one
+// block's values into the next, so `__shared__` itself does not compile here.
+#define __shared__ _Pragma("GCC error \"a kernel's shared array is STATIC_SHARED(type, name, count) (device_primitives.cuh)\"")
 #define __align__(n) __attribute__((aligned(n)))
 
 #define CUDART_VERSION 13000
@@ -168,11 +169,16 @@ struct cudaFuncAttributes {
 
 namespace emulation {
 // The error of the last launch the GPU would refuse (too many threads, a grid too tall,
-// more dynamic shared memory than any kernel may opt in to; not checked: a kernel given
-// more than the default 48 KB without its own cudaFuncSetAttribute, as the launch here
-// does not know which kernel it runs).
+// more dynamic shared memory than the kernel was allowed).
 inline cudaError_t last_error = cudaSuccess;
 inline const size_t shared_memory_optin = 227 * 1024; // an H100/H200's
+// Without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n) a
+// kernel may be launched with at most 48 KB of dynamic shared memory; with it, n.
+inline const size_t shared_memory_default = 48 * 1024;
+inline std::map<const void *, size_t> &dynamic_shared_allowed() {
+    static std::map<const void *, size_t> allowed;
+    return allowed;
+}
 
 // Device memory is host memory, so a host pointer handed to a kernel, or a copy whose
 // direction names the wrong side, would work here and fault on a GPU: every allocation
@@ -298,7 +304,9 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) {
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
 
 template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel *kernel, cudaFuncAttribute, int value) {
-    return value < 0 || (size_t)value > emulation::shared_memory_optin ? cudaErrorInvalidValue : cudaSuccess;
+    if (value < 0 || (size_t)value > emulation::shared_memory_optin) return cudaErrorInvalidValue;
+    emulation::dynamic_shared_allowed()[(const void *)kernel] = (size_t)value;
+    return cudaSuccess;
 }
 // What a GPU reports of a kernel's registers and memory cannot be known here: zeros.
 template <typename Kernel> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attributes, Kernel *) {
@@ -323,14 +331,46 @@ template <typename Argument> inline void check_argument(const Argument &argument
     if constexpr (std::is_pointer_v<Argument>) require_device((const void *)argument, "kernel argument");
 }
 
+// The dynamic shared memory the GPU lets `kernel` (its address; null where the launch
+// names a template deduced from the arguments) be launched with.
+inline size_t dynamic_shared_limit(const void *kernel, size_t shared_bytes) {
+    if (shared_bytes <= shared_memory_default) return shared_memory_default;
+    if (!kernel) {
+        fprintf(stderr, "emulation: a launch with %zu bytes of dynamic shared memory names its kernel by a "
+                        "template deduced from the arguments, so its cudaFuncSetAttribute cannot be found; "
+                        "name the kernel's template arguments at the launch\n",
+                shared_bytes);
+        abort();
+    }
+    auto allowed = dynamic_shared_allowed().find(kernel);
+    return allowed == dynamic_shared_allowed().end() ? shared_memory_default : allowed->second;
+}
+
+// The Makefile's launch rewrite passes the kernel's address as EMULATED_KERNEL_ADDRESS(kernel):
+// the address where the name resolves without the arguments (a function, a template with
+// its arguments named, a pointer to a kernel), null for a template the arguments deduce.
+// The name is only used as an argument of a call on a generic parameter, so that one that
+// does not resolve makes the requires-expression false instead of the build fail.
+struct KernelAddress {
+    template <typename Function> const void *of(Function *function) const { return (const void *)function; }
+};
+#define EMULATED_KERNEL_ADDRESS(kernel)                                                                         \
+    ([&](auto address) -> const void * {                                                                       \
+        if constexpr (requires { address.of(kernel); })                                                         \
+            return address.of(kernel);                                                                          \
+        else                                                                                                    \
+            return nullptr;                                                                                     \
+    }(emulation::KernelAddress{}))
+
 template <typename Body> struct Launcher {
     Body body;
+    const void *kernel;
     dim3 grid, block;
     size_t shared_bytes;
     template <typename... Args> void operator()(Args... args) const {
         const unsigned threads = block.x * block.y * block.z;
         if (block.y != 1 || block.z != 1 || grid.z != 1 || threads == 0 || threads > 1024 || threads % 32 != 0 ||
-            grid.x == 0 || grid.y == 0 || grid.y > 65535 || shared_bytes > shared_memory_optin) {
+            grid.x == 0 || grid.y == 0 || grid.y > 65535 || shared_bytes > dynamic_shared_limit(kernel, shared_bytes)) {
             // What the GPU refuses (cudaErrorInvalidConfiguration there); blocks that are not
             // whole warps, or 2-D ones, are not modelled by cpu_emulation.h.
             fprintf(stderr, "emulation: launch of grid %ux%ux%u, block %ux%ux%u, %zu bytes of shared memory refused\n",
@@ -344,7 +384,8 @@ template <typename Body> struct Launcher {
     }
 };
 template <typename Body>
-static inline Launcher<Body> launcher(Body body, dim3 grid, dim3 block, size_t shared_bytes = 0, cudaStream_t = nullptr) {
-    return Launcher<Body>{body, grid, block, shared_bytes};
+static inline Launcher<Body> launcher(Body body, const void *kernel, dim3 grid, dim3 block, size_t shared_bytes = 0,
+                                      cudaStream_t = nullptr) {
+    return Launcher<Body>{body, kernel, grid, block, shared_bytes};
 }
 } // namespace emulation

@@ -329,11 +329,32 @@ inline void fiber_prepare(Scheduler *s, Fiber &fiber, int index) {
 #endif
 }
 
+// The fixed-size shared arrays (STATIC_SHARED) kernels on this OS thread have declared:
+// one buffer each, for every block of every kernel that declares it, as blocks run one
+// after another.
+struct StaticSharedArray {
+    unsigned char *bytes;
+    size_t size;
+};
+inline thread_local std::vector<StaticSharedArray> static_shared_arrays;
+inline void *new_static_shared_array(size_t bytes) {
+    void *array = nullptr;
+    if (posix_memalign(&array, 16, bytes) != 0) {
+        fprintf(stderr, "emulation: cannot allocate %zu bytes of shared memory\n", bytes);
+        abort();
+    }
+    memset(array, 0xFF, bytes);
+    static_shared_arrays.push_back({(unsigned char *)array, bytes});
+    return array;
+}
+
 // Runs kernel() for every thread of every block of `grid`, `threads` threads per block
 // (a multiple of 32) with `shared_bytes` of dynamic shared memory, one block after
-// another. Shared memory is refilled with 0xFF bytes between blocks, so that a block
-// starts as a fresh one would (nothing read from shared memory is left from the block
-// before).
+// another. All shared memory (the dynamic bytes and every STATIC_SHARED array) is filled
+// with 0xFF bytes before each block, so that a block starts as a fresh one would
+// (nothing read from shared memory is left from the block before). The dynamic bytes are
+// an allocation of exactly `shared_bytes`, so that under AddressSanitizer a read or
+// write past them stops the test.
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()> &kernel) {
     if (!scheduler) scheduler = new Scheduler; // kept for the thread's life, with its stacks
     Scheduler *s = scheduler;
@@ -359,8 +380,11 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     Block block;
     block.warps.resize((size_t)threads / 32);
     // The device's dynamic shared memory starts 128-byte aligned (DYNAMIC_SHARED).
-    std::vector<unsigned char> shared(shared_bytes + 128 + 16, 0xFF);
-    unsigned char *shared_start = shared.data() + (128 - (uintptr_t)shared.data() % 128) % 128;
+    unsigned char *shared_start = nullptr;
+    if (posix_memalign((void **)&shared_start, 128, shared_bytes > 0 ? shared_bytes : 1) != 0) {
+        fprintf(stderr, "emulation: cannot allocate %zu bytes of dynamic shared memory\n", shared_bytes);
+        abort();
+    }
     Thread *outside = current;
     // Which block takes which order (warps forward or reversed, copies at issue or at the
     // wait) shifts by one from launch to launch, so that a kernel launched with one block
@@ -368,7 +392,8 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     const unsigned long salt = s->launches++;
     for (unsigned y = 0; y < grid.y; y++)
         for (unsigned x = 0; x < grid.x; x++) {
-            if (x + y > 0) memset(shared.data(), 0xFF, shared.size());
+            memset(shared_start, 0xFF, shared_bytes);
+            for (const StaticSharedArray &array : static_shared_arrays) memset(array.bytes, 0xFF, array.size);
             block.barrier = Barrier{threads, 0, 0};
             for (Warp &warp : block.warps) warp.barrier = Barrier{32, 0, 0}, warp.made[0] = warp.made[1] = 0;
             for (int i = 0; i < threads; i++) {
@@ -424,6 +449,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
                 }
             }
         }
+    free(shared_start);
     current = outside;
     s->running = -1;
     s->kernel = nullptr;
@@ -467,6 +493,10 @@ inline int next_parity(Thread *me) {
 #define blockDim (emulation::current->block_dim)
 #define gridDim (emulation::current->grid_dim)
 #define DYNAMIC_SHARED(name) unsigned char *name = emulation::current->shared
+// One buffer for each place in the source (each instantiation of a template), on each OS
+// thread, poisoned before every block (launch above).
+#define STATIC_SHARED(type, name, count)                                                                        \
+    static thread_local type *const name = (type *)emulation::new_static_shared_array(sizeof(type) * (count))
 
 static inline void __syncthreads() { emulation::current->block->barrier.wait(); }
 static inline void __syncwarp() { emulation::current->warp->barrier.wait(); }

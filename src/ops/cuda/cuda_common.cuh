@@ -99,12 +99,12 @@ void cuda_weights_written(const void *ptr, size_t bytes);
 // Block-wide sum of one value per thread (blockDim.x a multiple of 32, at most 1024).
 // Every thread gets the total. The order of additions is fixed: deterministic.
 template <typename Real> __device__ Real block_sum(Real value) {
-    __shared__ Real warp_sums[32];
+    STATIC_SHARED(Real, warp_sums, 32);
     return block_sum_over(value, warp_sums, (int)blockDim.x / 32);
 }
 
 __device__ inline float block_max(float value) {
-    __shared__ float warp_max[32];
+    STATIC_SHARED(float, warp_max, 32);
     for (int offset = 16; offset > 0; offset >>= 1)
         value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;

@@ -40,6 +40,11 @@ typedef __nv_bfloat16 bf16;
 #define KEEP_LOOP _Pragma("unroll 1")
 // The block's dynamic shared memory as bytes.
 #define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+// A fixed-size shared array of the block. Kernels write this, not `__shared__` itself,
+// which the emulated build refuses: there each such array is one buffer refilled with
+// poison before every block (cpu_emulation.h), where a plain static would keep the
+// previous block's values.
+#define STATIC_SHARED(type, name, count) __shared__ type name[count]
 
 DEVICE_INLINE uint32_t pack_bf16x2(float low, float high) {
     __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
