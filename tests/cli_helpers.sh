@@ -27,14 +27,31 @@ expect_error() {
 
 # expect_runs_on_cuda NAME COMMAND...: a command with --device cuda that the options allow.
 # Where a GPU is present it must succeed; without one (or in a build without nvcc) its only
-# complaint is the device: expect_error's one line naming --device cuda.
+# complaint is the device: expect_error's one line naming --device cuda. Then, where the
+# build has marlhf_emulated beside $bin (nvcc found, no sanitizer), the same command must
+# succeed on the emulated CUDA backend (tests/emulated_cuda: the backend's own code on CPU
+# threads), so that its GPU path runs in CI; its --output is the given one + "-emulated"
+# (what the script checks of the given one afterwards stays true).
 expect_runs_on_cuda() {
     local name=$1
     shift
     if "$@" > "$tmp/stdout" 2> "$tmp/stderr"; then
         echo "PASS $name"
-    else
-        expect_error "$name" "(--device cuda)" "$@"
+        return
+    fi
+    expect_error "$name" "(--device cuda)" "$@"
+    local emulated
+    emulated="$(dirname "$bin")/marlhf_emulated"
+    if [ "$1" = "$bin" ] && [ -x "$emulated" ]; then
+        local arguments=("${@:2}") i
+        for ((i = 0; i + 1 < ${#arguments[@]}; i++)); do
+            [ "${arguments[i]}" = --output ] && arguments[i + 1]="${arguments[i + 1]}-emulated"
+        done
+        if "$emulated" "${arguments[@]}" > "$tmp/stdout" 2> "$tmp/stderr"; then
+            pass "${name}_emulated"
+        else
+            fail "${name}_emulated" "on the emulated CUDA backend: $(tail -n 1 "$tmp/stderr")"
+        fi
     fi
 }
 
@@ -110,6 +127,14 @@ kill_test_epochs() {
 # json_field FILE KEY INDEX: the INDEX-th (a Python index, -1 the last) value of KEY among the
 # rows of the JSON Lines FILE that have it.
 json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
+# close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative to
+# the larger of 1 and the first's magnitude);
+# None (a null metric) matches only None.
+close() { python3 -c "
+import sys
+a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
+ok = len(a) == len(b) > 0 and all(x == y or abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
+sys.exit(0 if ok else 1)" "$@"; }
 # weights_close A.safetensors B.safetensors TOLERANCE: every float32 tensor of the two files
 # within TOLERANCE of each other, relative to the tensor's largest magnitude; prints the
 # worst such difference. For runs that agree up to float rounding: where a BLAS's kernels

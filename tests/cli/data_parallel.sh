@@ -33,13 +33,6 @@ ranks() { # ranks N COMMAND...: COMMAND as N processes
     shift
     mpirun --oversubscribe --bind-to none -np "$n" "$@"
 }
-# close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative);
-# None (a null metric) matches only None.
-close() { python3 -c "
-import sys
-a, b, tol = sys.argv[1].split(), sys.argv[2].split(), float(sys.argv[3])
-ok = len(a) == len(b) > 0 and all(x == y or abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
-sys.exit(0 if ok else 1)" "$@"; }
 # kill_a_rank WAIT_FOR OUT PAUSES COMMAND...: starts COMMAND (an mpirun job writing to
 # --output OUT) in the background, waits until a path matching WAIT_FOR exists, then
 # 0 to PAUSES-1 tenths of a second more, kills one of its ranks with SIGKILL and waits for

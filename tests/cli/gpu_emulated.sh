@@ -9,7 +9,9 @@
 # made without a GPU is checked before one is lent. What it cannot see: timing, the tensor
 # cores' rounding, register and shared-memory limits (the kernel-facts and probe checks
 # say SKIP), races between streams. Its PASS/FAIL lines are test_cuda's, prefixed
-# "gpu_emulated/", then an SFT run of marlhf_emulated with --device cuda against the CPU's. Built only where nvcc is (the plain build): says SKIP elsewhere.
+# "gpu_emulated/", then an SFT run of marlhf_emulated with --device cuda against the CPU's,
+# and SFT and PPO on 2 MPI ranks with --device cuda against one process. Built only where
+# nvcc is (the plain build): says SKIP elsewhere.
 set -u
 cd "$(dirname "$0")/../.."
 bin=${MARLHF_BIN:-build/marlhf}
@@ -52,5 +54,68 @@ PY
     fi
 else
     fail gpu_emulated_sft_tracks_cpu "$(tail -n 2 "$tmp"/sft-*.err)"
+fi
+
+# Data parallelism with --device cuda (docs/distributed.md): each rank's gradients leave the
+# device for MPI's sum and come back, and the weights are broadcast the same way
+# (dist/model_sync.c). Untested on GPUs (the lent machine has one GPU and no mpirun); here
+# on the emulated one: 2 ranks x 1 micro-batch against one process accumulating 2, as
+# data_parallel.sh checks on the CPU. The tolerances are wider than the CPU's: the two sum
+# a step's gradients in another order, and where that moves a weight across a bf16
+# rounding boundary the GPU's bf16 copy of it moves by a whole bf16 step (measured here:
+# SFT losses the same to 1e-6, PPO's gradient norms within 5e-4 after 3 iterations).
+if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q libmpi; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    two_ranks() { mpirun --oversubscribe --bind-to none -np 2 "$@"; }
+    echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
+    # same_final_model NAME ONE TWO: the two final models' log-probs (the CPU's) within 1e-3
+    same_final_model() {
+        "$bin" logprobs --model "$2" --input "$tmp/ids.jsonl" > "$tmp/$1_one.logprobs" 2> /dev/null &&
+            "$bin" logprobs --model "$3" --input "$tmp/ids.jsonl" > "$tmp/$1_two.logprobs" 2> /dev/null &&
+            logprobs_close "$tmp/$1_one.logprobs" "$tmp/$1_two.logprobs" 1e-3 2> /dev/null
+    }
+    dp_sft=(sft --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --max-seq-len 32
+            --per-device-train-batch-size 4 --num-train-epochs 3 --eval-every 0 --quiet --threads 1
+            --learning-rate 3e-3 --device cuda)
+    "$emulated_bin" "${dp_sft[@]}" --gradient-accumulation-steps 2 --output "$tmp/dp-sft-one" 2> "$tmp/dp-sft-one.err"
+    two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-two" 2> "$tmp/dp-sft-two.err"
+    two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-again" 2> /dev/null
+    one=$(json_values "$tmp/dp-sft-one/metrics.jsonl" train/loss 2> /dev/null)
+    two=$(json_values "$tmp/dp-sft-two/metrics.jsonl" train/loss 2> /dev/null)
+    [ "$(echo "$one" | wc -w)" = 18 ] && close "$one" "$two" 1e-5 &&
+        same_final_model sft "$tmp/dp-sft-one/final" "$tmp/dp-sft-two/final" &&
+        pass "gpu_emulated_sft_two_ranks_same_training (18 steps)" ||
+        fail gpu_emulated_sft_two_ranks_same_training "one process: [$one] two ranks: [$two] $(tail -n 1 "$tmp/dp-sft-two.err")"
+    cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/dp-sft-again/final/model.safetensors" &&
+        pass gpu_emulated_sft_two_ranks_bit_identical_rerun ||
+        fail gpu_emulated_sft_two_ranks_bit_identical_rerun "final weights differ"
+    # PPO: the actor, reference, critic and reward model on the device in every rank; the
+    # paths that need the whole rollout (normalised rewards, whitened advantages, two
+    # minibatches, EMA, PTX) gather it across the ranks. Greedy rollouts (--top-k 1): a
+    # sampled token sits on a threshold that a bf16 step of a weight can move it across,
+    # and then the runs part (sampled, they did by the 2nd or the 4th iteration).
+    data=tests/fixtures/train
+    "$emulated_bin" rm --model tests/fixtures/models/tiny_chat --data "$data/pairs.jsonl" --max-seq-len 32 \
+        --per-device-train-batch-size 8 --learning-rate 3e-3 --max-steps 6 --output "$tmp/dp-rm" --quiet --threads 1 \
+        --device cuda 2> /dev/null
+    dp_ppo=(ppo --actor-model tests/fixtures/models/tiny_chat --reward-model "$tmp/dp-rm/final" --prompts "$data/sft.jsonl"
+            --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 2 --max-new-tokens 10
+            --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 3
+            --threads 1 --quiet --device cuda --termination-condition fixed --ngram 3 --normalize-reward
+            --whiten-advantages --num-minibatches 2 --ppo-epochs 2 --enable-ema --ptx-data "$data/sft.jsonl"
+            --ptx-coef 0.5 --top-k 1)
+    "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-one" 2> "$tmp/dp-ppo-one.err"
+    two_ranks "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-two" 2> "$tmp/dp-ppo-two.err"
+    ppo_differs=
+    for key in train/score train/policy_loss train/value_loss train/actor_grad_norm train/critic_grad_norm; do
+        one=$(json_values "$tmp/dp-ppo-one/metrics.jsonl" $key 2> /dev/null)
+        two=$(json_values "$tmp/dp-ppo-two/metrics.jsonl" $key 2> /dev/null)
+        [ "$(echo "$one" | wc -w)" = 3 ] && close "$one" "$two" 3e-3 || ppo_differs+=" $key: [$one] vs [$two]"
+    done
+    [ -z "$ppo_differs" ] && same_final_model ppo "$tmp/dp-ppo-one/final/actor" "$tmp/dp-ppo-two/final/actor" &&
+        pass "gpu_emulated_ppo_two_ranks_same_training (3 iterations)" ||
+        fail gpu_emulated_ppo_two_ranks_same_training "${ppo_differs:-the final actors differ in log-probs} $(tail -n 1 "$tmp/dp-ppo-two.err")"
+else
+    echo "SKIP gpu_emulated data parallel: mpirun missing or $emulated_bin not linked with MPI"
 fi
 [ "$failures" -eq 0 ] && [ "$status" -eq 0 ] && [ "$stores_status" -eq 0 ]

@@ -292,8 +292,10 @@ expect_error ppo_actor_quantize_unknown "unknown quantization 'q3_k' (--actor-qu
     "$bin" ppo "${pbad[@]}" --actor-quantize q3_k --actor-lora-rank 4
 expect_error ppo_critic_quantize_unknown "unknown quantization 'f16' (--critic-quantize)" \
     "$bin" ppo "${pbad[@]}" --critic_quantize f16 --critic-lora-rank 4
+# (one short iteration: where it runs, on a GPU or the emulated backend, it runs to the end)
 expect_runs_on_cuda ppo_actor_quantize_cuda_allowed \
-    "$bin" ppo "${pbad[@]}" --actor-quantize q8_0 --actor-lora-rank 4 --device cuda
+    "$bin" ppo "${pbad[@]}" --actor-quantize q8_0 --actor-lora-rank 4 --device cuda --max-iterations 1 \
+    --rollout-batch-size 4 --max-new-tokens 6 --threads 1 --quiet
 expect_error grpo_critic_quantize "--critic-quantize: --advantage-estimator grpo has no critic" \
     "$bin" ppo "${pbad[@]}" --critic-quantize q8_0 --advantage-estimator grpo --samples-per-prompt 2
 expect_error ppo_reference_quantize_other_than_actor_base "--reference-quantize q4_0: the reference is the actor's own base" \
