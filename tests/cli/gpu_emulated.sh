@@ -56,6 +56,45 @@ else
     fail gpu_emulated_sft_tracks_cpu "$(tail -n 2 "$tmp"/sft-*.err)"
 fi
 
+# A reward model trained on the device (rm --device cuda), then inference with rewards: the
+# pairs' own responses scored (--ref-scores), and greedy responses generated and scored,
+# on the device against the CPU. Greedy tokens can differ where two are nearly tied (bf16
+# against fp32): rows whose responses differ are counted, not compared (at most 1 in 8).
+data=tests/fixtures/train
+"$emulated_bin" rm --model tests/fixtures/models/tiny_chat --data "$data/pairs.jsonl" --max-seq-len 32 \
+    --per-device-train-batch-size 8 --learning-rate 3e-3 --max-steps 6 --output "$tmp/dp-rm" --quiet --threads 1 \
+    --device cuda 2> "$tmp/rm.err" || fail gpu_emulated_rm_runs "$(tail -n 1 "$tmp/rm.err")"
+for device in cpu cuda; do
+    "$emulated_bin" infer --ref-scores --reward-model "$tmp/dp-rm/final" --data "$data/pairs.jsonl" --no-shuffle \
+        --batch-size 4 --device $device --output "$tmp/ref-scores-$device.jsonl" 2> "$tmp/infer.err" &&
+        "$emulated_bin" infer --model tests/fixtures/models/tiny_chat --reward-model "$tmp/dp-rm/final" \
+            --data "$data/pairs.jsonl" --no-shuffle --temperature 0 --max-new-tokens 4 --batch-size 4 --device $device \
+            --output "$tmp/infer-$device.jsonl" 2>> "$tmp/infer.err" ||
+        fail "gpu_emulated_infer_runs_$device" "$(tail -n 1 "$tmp/infer.err")"
+done
+if python3 - "$tmp" <<'PY'; then
+import json, sys
+rows = {name: [json.loads(line) for line in open(f"{sys.argv[1]}/{name}.jsonl")]
+        for name in ("ref-scores-cpu", "ref-scores-cuda", "infer-cpu", "infer-cuda")}
+def far(a, b):
+    return abs(a - b) > 5e-2 * max(1.0, abs(a))  # bf16 products against fp32: test_cuda's 3e-2 and more
+cpu, gpu = rows["ref-scores-cpu"], rows["ref-scores-cuda"]
+assert len(cpu) == len(gpu) == 48, (len(cpu), len(gpu))
+worst = max(max(abs(c["reward"] - g["reward"]), abs(c["rejected_reward"] - g["rejected_reward"])) for c, g in zip(cpu, gpu))
+assert not any(far(c["reward"], g["reward"]) or far(c["rejected_reward"], g["rejected_reward"]) for c, g in zip(cpu, gpu)), worst
+cpu, gpu = rows["infer-cpu"], rows["infer-cuda"]
+same = [(c, g) for c, g in zip(cpu, gpu) if c["response"] == g["response"]]
+assert len(cpu) == len(gpu) == 48 and len(same) >= 42, (len(cpu), len(gpu), len(same))
+worst_generated = max(abs(c["reward"] - g["reward"]) for c, g in same)
+assert not any(far(c["reward"], g["reward"]) for c, g in same), worst_generated
+print(f"# infer on the emulated GPU: reference rewards within {worst:.2e} of the CPU's, "
+      f"{len(same)}/48 greedy responses the same, their rewards within {worst_generated:.2e}")
+PY
+    pass gpu_emulated_infer_rewards_track_cpu
+else
+    fail gpu_emulated_infer_rewards_track_cpu "see above"
+fi
+
 # Data parallelism with --device cuda (docs/distributed.md): each rank's gradients leave the
 # device for MPI's sum and come back, and the weights are broadcast the same way
 # (dist/model_sync.c). Untested on GPUs (the lent machine has one GPU and no mpirun); here
@@ -94,10 +133,6 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     # minibatches, EMA, PTX) gather it across the ranks. Greedy rollouts (--top-k 1): a
     # sampled token sits on a threshold that a bf16 step of a weight can move it across,
     # and then the runs part (sampled, they did by the 2nd or the 4th iteration).
-    data=tests/fixtures/train
-    "$emulated_bin" rm --model tests/fixtures/models/tiny_chat --data "$data/pairs.jsonl" --max-seq-len 32 \
-        --per-device-train-batch-size 8 --learning-rate 3e-3 --max-steps 6 --output "$tmp/dp-rm" --quiet --threads 1 \
-        --device cuda 2> /dev/null
     dp_ppo=(ppo --actor-model tests/fixtures/models/tiny_chat --reward-model "$tmp/dp-rm/final" --prompts "$data/sft.jsonl"
             --rollout-batch-size 8 --generation-batch-size 8 --micro-batch-size 2 --max-new-tokens 10
             --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 3
