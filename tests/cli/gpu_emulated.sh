@@ -32,13 +32,15 @@ MARLHF_CUDA_STORED_INPUTS=0 run_test_cuda gpu_emulated_stores_off 1 "$harness" t
 stores_status=$?
 # marlhf itself with --device cuda on the emulated backend: 20 SFT steps of the tiny model
 # track the CPU's losses, as tests/gpu/run.sh checks on a GPU (MARLHF_GPU_TEST_DEVICE=emulated
-# runs all of that script's runs this way).
+# runs all of that script's runs this way). The device's memory is closed to host code
+# there (MARLHF_EMULATED_DEVICE_CLOSED, tests/emulated_cuda/emulated_runtime.h): the steps
+# and the checkpoint's save touch it only through the backend's copies.
 emulated_bin="$(dirname "$bin")/marlhf_emulated"
 sft=(sft --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --max-seq-len 32
      --per-device-train-batch-size 4 --num-train-epochs 10 --max-steps 20 --eval-every 0 --quiet --threads 1
      --learning-rate 3e-3)
 if "$emulated_bin" "${sft[@]}" --device cpu --output "$tmp/sft-cpu" 2> "$tmp/sft-cpu.err" &&
-    "$emulated_bin" "${sft[@]}" --device cuda --output "$tmp/sft-cuda" 2> "$tmp/sft-cuda.err"; then
+    MARLHF_EMULATED_DEVICE_CLOSED=1 "$emulated_bin" "${sft[@]}" --device cuda --output "$tmp/sft-cuda" 2> "$tmp/sft-cuda.err"; then
     cpu_losses=$(json_values "$tmp/sft-cpu/metrics.jsonl" train/loss)
     cuda_losses=$(json_values "$tmp/sft-cuda/metrics.jsonl" train/loss)
     if python3 - "$cpu_losses" "$cuda_losses" <<'PY'; then
@@ -117,7 +119,8 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
             --per-device-train-batch-size 4 --num-train-epochs 3 --eval-every 0 --quiet --threads 1
             --learning-rate 3e-3 --device cuda)
     "$emulated_bin" "${dp_sft[@]}" --gradient-accumulation-steps 2 --output "$tmp/dp-sft-one" 2> "$tmp/dp-sft-one.err"
-    two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-two" 2> "$tmp/dp-sft-two.err"
+    # (device memory closed to host code: the sums' staging goes through the backend's copies)
+    MARLHF_EMULATED_DEVICE_CLOSED=1 two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-two" 2> "$tmp/dp-sft-two.err"
     two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-again" 2> /dev/null
     one=$(json_values "$tmp/dp-sft-one/metrics.jsonl" train/loss 2> /dev/null)
     two=$(json_values "$tmp/dp-sft-two/metrics.jsonl" train/loss 2> /dev/null)

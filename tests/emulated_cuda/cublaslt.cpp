@@ -137,6 +137,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
     if (!shapes_agree(desc, a, b, d) || c->type != d->type || c->rows != d->rows || c->cols != d->cols)
         return CUBLAS_STATUS_INVALID_VALUE;
+    emulation::DeviceAccess access;
     const void *pointers[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         CHECK((uintptr_t)pointers[i] % algo->data[i] == 0,
