@@ -213,8 +213,8 @@ int cmd_ppo(int argc, char **argv) {
         {"resume", NULL, OPT_BOOL, &resume, "continue from the newest checkpoint", false, false},
         {"gradient-checkpointing", "actor_gradient_checkpointing", OPT_BOOL, &checkpointing, "recompute layers in backward", false, false},
         {"zero-stage", "actor_zero_stage", OPT_INT, &zero_stage,
-         "under mpirun (--device cpu): 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1), "
-         "2 their gradients too (ZeRO-2), 3 their layers' weights too (ZeRO-3)", false, false},
+         "under mpirun: 1 shards the actor's and critic's AdamW moments across processes (ZeRO-1), "
+         "2 (--device cpu) their gradients too (ZeRO-2), 3 (--device cpu) their layers' weights too (ZeRO-3)", false, false},
         {"enable-hybrid-engine", "enable_hybrid_engine", OPT_BOOL, &hybrid_engine,
          "with --zero-stage 3: gather the actor's layers whole on every process for each generation (DeepSpeed-Chat's "
          "hybrid engine: faster rollouts, the whole actor's memory meanwhile); no effect otherwise", false, false},
@@ -405,8 +405,9 @@ int cmd_ppo(int argc, char **argv) {
     if (zero_stage < 0 || zero_stage > 3)
         die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
                  "too, ZeRO-3 the weights too), got %ld", zero_stage);
-    if (zero_stage >= 1 && strcmp(device, "cpu"))
-        die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", zero_stage, device);
+    if (zero_stage >= 2 && strcmp(device, "cpu"))
+        die_user("option --zero-stage %ld runs on --device cpu only (ZeRO-1 runs on cuda too; got --device %s)",
+                 zero_stage, device);
     c.zero_stage = (int)zero_stage;
     c.hybrid_engine = hybrid_engine;
     lora_cli_finish(&actor_lora, "actor-", &c.actor_lora);

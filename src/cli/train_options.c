@@ -209,8 +209,8 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("seed", NULL, OPT_INT, &c->seed, "seed of the data order (and of a new value head)");
     ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
     ADD("zero-stage", "zero_stage", OPT_INT, &c->zero_stage,
-        "under mpirun (--device cpu): 1 shards the AdamW moments across processes (ZeRO-1), 2 the gradients "
-        "too (ZeRO-2), 3 the layers' weights too (ZeRO-3), 0 keeps all whole");
+        "under mpirun: 1 shards the AdamW moments across processes (ZeRO-1), 2 (--device cpu) the gradients "
+        "too (ZeRO-2), 3 (--device cpu) the layers' weights too (ZeRO-3), 0 keeps all whole");
     ADD("gradient-checkpointing", "gradient_checkpointing", OPT_BOOL, &c->gradient_checkpointing,
         "recompute each layer in backward instead of keeping its activations");
     ADD("quiet", NULL, OPT_BOOL, &c->quiet, "no progress bar");
@@ -258,8 +258,9 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     if (c->zero_stage < 0 || c->zero_stage > 3)
         die_user("option --zero-stage must be 0, 1, 2 or 3 (ZeRO-1 shards the optimizer state, ZeRO-2 the gradients "
                  "too, ZeRO-3 the weights too), got %ld", c->zero_stage);
-    if (c->zero_stage >= 1 && c->device && strcmp(c->device, "cpu"))
-        die_user("option --zero-stage %ld runs on --device cpu only (got --device %s)", c->zero_stage, c->device);
+    if (c->zero_stage >= 2 && c->device && strcmp(c->device, "cpu"))
+        die_user("option --zero-stage %ld runs on --device cpu only (ZeRO-1 runs on cuda too; got --device %s)",
+                 c->zero_stage, c->device);
     lora_cli_finish(&c->lora_cli, "", &c->lora);
     if (quantize_type_check(c->quantize, "--quantize") != 0) die_from_err();
     lora_cli_check_zero_stage(&c->lora, "", c->quantize, c->zero_stage);

@@ -556,7 +556,9 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
         adamw_init(opt, model, config);
         return;
     }
-    CHECK(model->ops == &ops_cpu, "ZeRO stages 1 and 2 need the CPU backend");
+    // Stage 1 on another backend (the GPU) moves its collectives' pieces through host memory
+    // (the packed buffers below); stages 2 and 3 work on the buffers in place.
+    CHECK(zero_stage == 1 || model->ops == &ops_cpu, "ZeRO stages 2 and 3 need the CPU backend");
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
@@ -677,17 +679,24 @@ static void rounds_end(Rounds *x) {
 }
 
 // Stage 1: the sums of this rank's shard into its part of the gradients; the rest of
-// model->grads stays this rank's own and is never read by the step.
+// model->grads stays this rank's own and is never read by the step. The gradients are
+// backend memory: copied into the packed host buffer, and this rank's sums back from a
+// host buffer (in place on the CPU, where both are host memory).
 static void reduce_scatter_gradients(Model *model) {
     const int world = dist_world_size(), rank = dist_rank();
+    const OpsBackend *ops = model->ops;
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));
+    float *sums = ops == &ops_cpu ? NULL : xmalloc((size_t)dist_collective_floats() * sizeof(float));
     for (long round = 0; round < x.rounds; round++) {
         round_layout(x.counts, x.displs, round, x.lengths, x.offsets, x.starts);
         for (int r = 0; r < world; r++)
-            memcpy(x.packed + x.offsets[r], model->grads + x.starts[r], (size_t)x.lengths[r] * sizeof(float));
-        dist_reduce_scatter_floats(x.packed, model->grads + x.starts[rank], x.lengths);
+            ops->copy_to_host(x.packed + x.offsets[r], model->grads + x.starts[r], (size_t)x.lengths[r] * sizeof(float));
+        float *mine = model->grads + x.starts[rank];
+        dist_reduce_scatter_floats(x.packed, sums ? sums : mine, x.lengths);
+        if (sums) ops->copy_to_device(mine, sums, (size_t)x.lengths[rank] * sizeof(float));
     }
+    free(sums);
     rounds_end(&x);
 }
 
@@ -715,18 +724,20 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
         stage3_globals(model, plan, false);
         return;
     }
+    // The weights are backend memory: this rank's updated shard into the packed host buffer,
+    // the other ranks' back through the backend (which marks a GPU's bf16 copies stale).
     const int world = dist_world_size(), rank = dist_rank();
+    const OpsBackend *ops = model->ops;
+    float *params = model_trainable_params(model);
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));
     for (long round = 0; round < x.rounds; round++) {
         round_layout(x.counts, x.displs, round, x.lengths, x.offsets, x.starts);
-        memcpy(x.packed + x.offsets[rank], model_trainable_params(model) + x.starts[rank],
-               (size_t)x.lengths[rank] * sizeof(float));
+        ops->copy_to_host(x.packed + x.offsets[rank], params + x.starts[rank], (size_t)x.lengths[rank] * sizeof(float));
         dist_allgather_floats(x.packed, x.lengths, x.offsets);
         for (int r = 0; r < world; r++)
             if (r != rank)
-                memcpy(model_trainable_params(model) + x.starts[r], x.packed + x.offsets[r],
-                       (size_t)x.lengths[r] * sizeof(float));
+                ops->copy_to_device(params + x.starts[r], x.packed + x.offsets[r], (size_t)x.lengths[r] * sizeof(float));
     }
     rounds_end(&x);
 }
@@ -739,7 +750,7 @@ void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count
     CHECK(rank == 0 && first >= 0 && count >= 0 && first + count <= opt->total, "bad read of moments");
     const float *mine = which ? opt->v : opt->m;
     if (!is_sharded(opt)) {
-        memcpy(out, mine + first, (size_t)count * sizeof(float));
+        opt->ops->copy_to_host(out, mine + first, (size_t)count * sizeof(float));
         return;
     }
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
@@ -749,7 +760,7 @@ void dist_adamw_read_moments(const AdamW *opt, int which, long first, long count
         shard_overlap(counts, displs, r, first, first + count, &lo, &hi);
         if (hi <= lo) continue;
         if (r == rank) {
-            memcpy(out + (lo - first), mine + (lo - opt->begin), (size_t)(hi - lo) * sizeof(float));
+            opt->ops->copy_to_host(out + (lo - first), mine + (lo - opt->begin), (size_t)(hi - lo) * sizeof(float));
             continue;
         }
         const long request[4] = {opt->shard_id, which, lo, hi - lo};
@@ -773,7 +784,8 @@ void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, cons
         dist_receive_longs(request, 4, 0);
         if (request[0] < 0) return;
         const float *source = NULL;
-        if (request[1] == 2) { // a sharded model's weights
+        const OpsBackend *ops = &ops_cpu; // whose memory source is
+        if (request[1] == 2) { // a sharded model's weights (stage 3: the CPU's)
             for (int i = 0; i < model_count; i++) {
                 const ShardPlan *plan = models[i] ? plan_of(models[i]) : NULL;
                 if (plan && plan->stage3 && plan->shard_id == request[0] && request[2] >= plan->displs[rank] &&
@@ -785,11 +797,18 @@ void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, cons
                 const AdamW *opt = optimizers[i];
                 if (opt && is_sharded(opt) && opt->shard_id == request[0] && request[2] >= opt->begin &&
                     request[2] + request[3] <= opt->end)
-                    source = (request[1] ? opt->v : opt->m) + (request[2] - opt->begin);
+                    source = (request[1] ? opt->v : opt->m) + (request[2] - opt->begin), ops = opt->ops;
             }
         }
         CHECK(source, "rank 0 asked for a shard this rank does not hold (shard %ld, part %ld, [%ld, +%ld))", request[0],
               request[1], request[2], request[3]);
-        dist_send_floats(source, request[3], 0);
+        if (ops == &ops_cpu) {
+            dist_send_floats(source, request[3], 0);
+            continue;
+        }
+        float *staged = xmalloc((size_t)request[3] * sizeof(float)); // a piece of a safetensors write
+        ops->copy_to_host(staged, source, (size_t)request[3] * sizeof(float));
+        dist_send_floats(staged, request[3], 0);
+        free(staged);
     }
 }

@@ -33,15 +33,14 @@ static void fill_moments(void *context, long long first, long long count, void *
 
 static int save_optimizer(const char *dir, const Model *model, const AdamW *optimizer) {
     const size_t bytes = (size_t)optimizer->total * sizeof(float);
-    // The file always holds every moment. A sharded optimizer's are read from the ranks while
-    // the file is written; the CPU backend's moments are host memory already and are written
-    // in place. Neither is copied whole (a copy would add twice the trainable weights' size to
-    // the run's peak memory).
+    // The file always holds every moment. A sharded optimizer's are read from the ranks (and
+    // from their backends' memory) while the file is written; the CPU backend's moments are
+    // host memory already and are written in place. Neither is copied whole (a copy would add
+    // twice the trainable weights' size to the run's peak memory); a GPU's whole moments are.
     const bool sharded = !(optimizer->begin == 0 && optimizer->end == optimizer->total);
-    const bool on_host = model->ops == &ops_cpu;
-    CHECK(on_host || !sharded, "a sharded optimizer off the CPU");
+    const bool copied = model->ops != &ops_cpu && !sharded;
     float *m = optimizer->m, *v = optimizer->v;
-    if (!on_host) {
+    if (copied) {
         m = xmalloc(bytes), v = xmalloc(bytes);
         model->ops->copy_to_host(m, optimizer->m, bytes);
         model->ops->copy_to_host(v, optimizer->v, bytes);
@@ -58,7 +57,7 @@ static int save_optimizer(const char *dir, const Model *model, const AdamW *opti
     char *path = fs_join(dir, "optimizer.safetensors");
     int rc = safetensors_write(path, tensors, 3, NULL);
     free(path);
-    if (!on_host) free(m), free(v);
+    if (copied) free(m), free(v);
     return rc;
 }
 

@@ -153,6 +153,29 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     [ -z "$ppo_differs" ] && same_final_model ppo "$tmp/dp-ppo-one/final/actor" "$tmp/dp-ppo-two/final/actor" &&
         pass "gpu_emulated_ppo_two_ranks_same_training (3 iterations)" ||
         fail gpu_emulated_ppo_two_ranks_same_training "${ppo_differs:-the final actors differ in log-probs} $(tail -n 1 "$tmp/dp-ppo-two.err")"
+
+    # ZeRO-1 on the device (dist/zero.c: each rank's shard of the moments in device memory,
+    # the reduce-scatter and the all-gather through host buffers): the same bits as the
+    # whole optimizer on 2 ranks, the moments' file included; resumed from its first
+    # checkpoint (the shards loaded back into device memory) to the same bits again.
+    MARLHF_EMULATED_DEVICE_CLOSED=1 two_ranks "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 \
+        --output "$tmp/zero1-sft" 2> "$tmp/zero1-sft.err"
+    cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/zero1-sft/final/model.safetensors" &&
+        cmp -s "$tmp/dp-sft-two/checkpoint-18/optimizer.safetensors" "$tmp/zero1-sft/checkpoint-18/optimizer.safetensors" &&
+        pass gpu_emulated_zero1_sft_same_bits ||
+        fail gpu_emulated_zero1_sft_same_bits "final weights or moments differ: $(tail -n 1 "$tmp/zero1-sft.err")"
+    cp "$tmp/zero1-sft/final/model.safetensors" "$tmp/zero1-sft-straight.safetensors"
+    rm -rf "$tmp/zero1-sft/final" "$tmp/zero1-sft/checkpoint-18" "$tmp/zero1-sft/checkpoint-12"
+    two_ranks "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 --output "$tmp/zero1-sft" \
+        --resume 2> "$tmp/zero1-resume.err"
+    cmp -s "$tmp/zero1-sft-straight.safetensors" "$tmp/zero1-sft/final/model.safetensors" &&
+        pass gpu_emulated_zero1_sft_resume_same_bits ||
+        fail gpu_emulated_zero1_sft_resume_same_bits "$(tail -n 1 "$tmp/zero1-resume.err")"
+    two_ranks "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 --output "$tmp/zero1-ppo" 2> "$tmp/zero1-ppo.err"
+    cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/zero1-ppo/final/actor/model.safetensors" &&
+        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/zero1-ppo/final/critic/model.safetensors" &&
+        pass gpu_emulated_zero1_ppo_same_bits ||
+        fail gpu_emulated_zero1_ppo_same_bits "final actor or critic differ: $(tail -n 1 "$tmp/zero1-ppo.err")"
 else
     echo "SKIP gpu_emulated data parallel: mpirun missing or $emulated_bin not linked with MPI"
 fi
