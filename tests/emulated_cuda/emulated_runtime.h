@@ -290,16 +290,25 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes
     *free_bytes = *total_bytes = (size_t)8 << 30;
     return cudaSuccess;
 }
-// Device memory: page-aligned (cudaMalloc's is 256-byte aligned), filled with 0xFF bytes
-// (NaN as fp32 and bf16) so that a buffer read before anything wrote it shows, and closed to
-// host code when asked (emulation::DeviceAccess).
+// Device memory: 256-byte aligned like cudaMalloc's, filled with 0xFF bytes (NaN as fp32
+// and bf16) so that a buffer read before anything wrote it shows. Closed to host code
+// (emulation::DeviceAccess), each allocation is a mapping of its own; open (the default),
+// the heap's (fresh mappings cost a page fault a page at every allocation, which the
+// backend's scratch buffers, allocated again as they grow, made several times slower).
 template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes) {
-    const size_t mapped = emulation::mapped_bytes(bytes > 0 ? bytes : 1);
-    void *memory = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (memory == MAP_FAILED) return cudaErrorMemoryAllocation;
+    void *memory;
+    if (emulation::device_left_open()) {
+        memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        if (!memory) return cudaErrorMemoryAllocation;
+    } else {
+        memory = mmap(nullptr, emulation::mapped_bytes(bytes > 0 ? bytes : 1), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (memory == MAP_FAILED) return cudaErrorMemoryAllocation;
+    }
     memset(memory, 0xFF, bytes);
     std::lock_guard<std::mutex> hold(emulation::access_lock());
-    if (emulation::access_depth() == 0 && !emulation::device_left_open()) mprotect(memory, mapped, PROT_NONE);
+    if (emulation::access_depth() == 0 && !emulation::device_left_open())
+        mprotect(memory, emulation::mapped_bytes(bytes > 0 ? bytes : 1), PROT_NONE);
     emulation::allocations()[(uintptr_t)memory] = bytes;
     *ptr = (T *)memory;
     return cudaSuccess;
@@ -309,7 +318,8 @@ static inline cudaError_t cudaFree(void *ptr) {
     std::lock_guard<std::mutex> hold(emulation::access_lock());
     auto allocation = emulation::allocations().find((uintptr_t)ptr);
     if (allocation == emulation::allocations().end()) return cudaErrorInvalidValue; // not from cudaMalloc
-    munmap(ptr, emulation::mapped_bytes(allocation->second > 0 ? allocation->second : 1));
+    if (emulation::device_left_open()) free(ptr);
+    else munmap(ptr, emulation::mapped_bytes(allocation->second > 0 ? allocation->second : 1));
     emulation::allocations().erase(allocation);
     return cudaSuccess;
 }
