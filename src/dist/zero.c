@@ -784,7 +784,7 @@ void dist_serve_shards(const AdamW *const *optimizers, int optimizer_count, cons
         dist_receive_longs(request, 4, 0);
         if (request[0] < 0) return;
         const float *source = NULL;
-        const OpsBackend *ops = &ops_cpu; // whose memory source is
+        const OpsBackend *ops = &ops_cpu; // the backend whose memory `source` is in
         if (request[1] == 2) { // a sharded model's weights (stage 3: the CPU's)
             for (int i = 0; i < model_count; i++) {
                 const ShardPlan *plan = models[i] ? plan_of(models[i]) : NULL;
