@@ -127,6 +127,21 @@ kill_test_epochs() {
 # json_field FILE KEY INDEX: the INDEX-th (a Python index, -1 the last) value of KEY among the
 # rows of the JSON Lines FILE that have it.
 json_field() { python3 -c "import sys, json; rows=[json.loads(l) for l in open(sys.argv[1])]; rows=[r for r in rows if sys.argv[2] in r]; print(rows[int(sys.argv[3])][sys.argv[2]])" "$@"; }
+# mpi_test_environment: what mpirun needs on the test machines, exported. CI runs as root;
+# the single-copy mechanism needs ptrace rights containers often lack; Open MPI's own
+# allocations outlive MPI_Finalize, which LeakSanitizer would report in the SANITIZE build.
+mpi_test_environment() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+}
+# ranks N COMMAND...: COMMAND as N MPI processes on this machine (--oversubscribe: the 2-core
+# machines start 2 or 3 ranks whatever the slot count).
+ranks() {
+    local n=$1
+    shift
+    mpirun --oversubscribe --bind-to none -np "$n" "$@"
+}
+
 # close A B TOLERANCE: two lists of numbers of equal length agree within TOLERANCE (relative to
 # the larger of 1 and the first's magnitude);
 # None (a null metric) matches only None.

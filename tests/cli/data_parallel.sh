@@ -23,16 +23,7 @@ if ! command -v mpirun > /dev/null || ! ldd "$bin" 2> /dev/null | grep -q libmpi
     fail data_parallel_built "$bin is not linked with MPI or mpirun is missing (scripts/setup installs openmpi-bin)"
     exit 1
 fi
-# CI runs as root; --oversubscribe lets the 2-core machines start 2 ranks whatever the slot
-# count; the single-copy mechanism needs ptrace rights containers often lack. Open MPI's own
-# allocations outlive MPI_Finalize, which LeakSanitizer would report in the SANITIZE build.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-ranks() { # ranks N COMMAND...: COMMAND as N processes
-    local n=$1
-    shift
-    mpirun --oversubscribe --bind-to none -np "$n" "$@"
-}
+mpi_test_environment
 # kill_a_rank WAIT_FOR OUT PAUSES COMMAND...: starts COMMAND (an mpirun job writing to
 # --output OUT) in the background, waits until a path matching WAIT_FOR exists, then
 # 0 to PAUSES-1 tenths of a second more, kills one of its ranks with SIGKILL and waits for

@@ -43,13 +43,11 @@ echo "launcher: unknown host \$host" >&2
 exit 1
 LAUNCHER
 chmod +x "$tmp/launcher"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi_test_environment
 two_hosts() { # two_hosts COMMAND...: one rank on each host, TCP over the veth only
     ip netns exec "$ns_a" mpirun --mca plm_rsh_agent "$tmp/launcher" --host 10.77.0.1,10.77.0.2 -np 2 \
         --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 "$@"
 }
-one_host() { mpirun --oversubscribe --bind-to none -np 2 "$@"; }
 
 # The ranks' lines alone: mpirun's own warnings (Open MPI's rsh launcher sometimes prints a
 # harmless "setpgid ... Permission denied" when the launched child has already exec'd) go to
@@ -62,17 +60,17 @@ where=$(two_hosts sh -c 'echo "$OMPI_COMM_WORLD_RANK $(ip -o -4 addr show | grep
 sft=(--model "$model" --data "$data/sft.jsonl" --eval-data "$data/sft_eval.jsonl" --max-seq-len 32
      --per-device-train-batch-size 4 --learning-rate 3e-3 --num-train-epochs 2 --threads 1 --quiet)
 two_hosts "$bin" sft "${sft[@]}" --output "$tmp/sft_hosts" 2> "$tmp/sft_hosts.err"
-one_host "$bin" sft "${sft[@]}" --output "$tmp/sft_local" 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/sft_local" 2> /dev/null
 cmp -s "$tmp/sft_hosts/final/model.safetensors" "$tmp/sft_local/final/model.safetensors" &&
     pass two_hosts_sft_same_weights || fail two_hosts_sft_same_weights "$(tail -n 3 "$tmp/sft_hosts.err")"
 
 two_hosts "$bin" sft "${sft[@]}" --zero-stage 1 --output "$tmp/zero_hosts" 2> "$tmp/zero_hosts.err"
-one_host "$bin" sft "${sft[@]}" --zero-stage 1 --output "$tmp/zero_local" 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --zero-stage 1 --output "$tmp/zero_local" 2> /dev/null
 cmp -s "$tmp/zero_hosts/final/model.safetensors" "$tmp/zero_local/final/model.safetensors" &&
     pass two_hosts_sft_zero1_same_weights || fail two_hosts_sft_zero1_same_weights "$(tail -n 3 "$tmp/zero_hosts.err")"
 # ZeRO-2: the per-layer gradient sums of each backward over TCP.
 two_hosts "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_hosts" 2> "$tmp/zero2_hosts.err"
-one_host "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_local" 2> /dev/null
+ranks 2 "$bin" sft "${sft[@]}" --zero-stage 2 --output "$tmp/zero2_local" 2> /dev/null
 cmp -s "$tmp/zero2_hosts/final/model.safetensors" "$tmp/zero2_local/final/model.safetensors" &&
     pass two_hosts_sft_zero2_same_weights || fail two_hosts_sft_zero2_same_weights "$(tail -n 3 "$tmp/zero2_hosts.err")"
 # ZeRO-3: each layer's weights gathered over TCP for every forward and backward.
@@ -87,7 +85,7 @@ ppo=(--actor-model "$model" --reward-model "$tmp/rm/final" --prompts "$data/sft.
      --max-iterations 3 --actor-learning-rate 1e-3 --critic-learning-rate 1e-3 --min-response-tokens 1 --threads 1 --quiet
      --termination-condition fixed --ngram 3 --whiten-advantages)
 two_hosts "$bin" ppo "${ppo[@]}" --output "$tmp/ppo_hosts" 2> "$tmp/ppo_hosts.err"
-one_host "$bin" ppo "${ppo[@]}" --output "$tmp/ppo_local" 2> /dev/null
+ranks 2 "$bin" ppo "${ppo[@]}" --output "$tmp/ppo_local" 2> /dev/null
 cmp -s "$tmp/ppo_hosts/final/actor/model.safetensors" "$tmp/ppo_local/final/actor/model.safetensors" &&
     cmp -s "$tmp/ppo_hosts/final/critic/model.safetensors" "$tmp/ppo_local/final/critic/model.safetensors" &&
     pass two_hosts_ppo_same_weights || fail two_hosts_ppo_same_weights "$(tail -n 3 "$tmp/ppo_hosts.err")"

@@ -106,8 +106,7 @@ fi
 # rounding boundary the GPU's bf16 copy of it moves by a whole bf16 step (measured here:
 # SFT losses the same to 1e-6, PPO's gradient norms within 5e-4 after 3 iterations).
 if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q libmpi; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-    two_ranks() { mpirun --oversubscribe --bind-to none -np 2 "$@"; }
+    mpi_test_environment
     echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
     # same_final_model NAME ONE TWO: the two final models' log-probs (the CPU's) within 1e-3
     same_final_model() {
@@ -120,8 +119,8 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
             --learning-rate 3e-3 --device cuda)
     "$emulated_bin" "${dp_sft[@]}" --gradient-accumulation-steps 2 --output "$tmp/dp-sft-one" 2> "$tmp/dp-sft-one.err"
     # (device memory closed to host code: the sums' staging goes through the backend's copies)
-    MARLHF_EMULATED_DEVICE_CLOSED=1 two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-two" 2> "$tmp/dp-sft-two.err"
-    two_ranks "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-again" 2> /dev/null
+    MARLHF_EMULATED_DEVICE_CLOSED=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-two" 2> "$tmp/dp-sft-two.err"
+    ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-again" 2> /dev/null
     one=$(json_values "$tmp/dp-sft-one/metrics.jsonl" train/loss 2> /dev/null)
     two=$(json_values "$tmp/dp-sft-two/metrics.jsonl" train/loss 2> /dev/null)
     [ "$(echo "$one" | wc -w)" = 18 ] && close "$one" "$two" 1e-5 &&
@@ -143,7 +142,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
             --whiten-advantages --num-minibatches 2 --ppo-epochs 2 --enable-ema --ptx-data "$data/sft.jsonl"
             --ptx-coef 0.5 --top-k 1)
     "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-one" 2> "$tmp/dp-ppo-one.err"
-    two_ranks "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-two" 2> "$tmp/dp-ppo-two.err"
+    ranks 2 "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-two" 2> "$tmp/dp-ppo-two.err"
     ppo_differs=
     for key in train/score train/policy_loss train/value_loss train/actor_grad_norm train/critic_grad_norm; do
         one=$(json_values "$tmp/dp-ppo-one/metrics.jsonl" $key 2> /dev/null)
@@ -158,7 +157,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     # the reduce-scatter and the all-gather through host buffers): the same bits as the
     # whole optimizer on 2 ranks, the moments' file included; resumed from its first
     # checkpoint (the shards loaded back into device memory) to the same bits again.
-    MARLHF_EMULATED_DEVICE_CLOSED=1 two_ranks "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 \
+    MARLHF_EMULATED_DEVICE_CLOSED=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 \
         --output "$tmp/zero1-sft" 2> "$tmp/zero1-sft.err"
     cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/zero1-sft/final/model.safetensors" &&
         cmp -s "$tmp/dp-sft-two/checkpoint-18/optimizer.safetensors" "$tmp/zero1-sft/checkpoint-18/optimizer.safetensors" &&
@@ -166,12 +165,12 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         fail gpu_emulated_zero1_sft_same_bits "final weights or moments differ: $(tail -n 1 "$tmp/zero1-sft.err")"
     cp "$tmp/zero1-sft/final/model.safetensors" "$tmp/zero1-sft-straight.safetensors"
     rm -rf "$tmp/zero1-sft/final" "$tmp/zero1-sft/checkpoint-18" "$tmp/zero1-sft/checkpoint-12"
-    two_ranks "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 --output "$tmp/zero1-sft" \
+    ranks 2 "$emulated_bin" "${dp_sft[@]}" --zero-stage 1 --save-every 6 --keep-last 3 --output "$tmp/zero1-sft" \
         --resume 2> "$tmp/zero1-resume.err"
     cmp -s "$tmp/zero1-sft-straight.safetensors" "$tmp/zero1-sft/final/model.safetensors" &&
         pass gpu_emulated_zero1_sft_resume_same_bits ||
         fail gpu_emulated_zero1_sft_resume_same_bits "$(tail -n 1 "$tmp/zero1-resume.err")"
-    two_ranks "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 --output "$tmp/zero1-ppo" 2> "$tmp/zero1-ppo.err"
+    ranks 2 "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 --output "$tmp/zero1-ppo" 2> "$tmp/zero1-ppo.err"
     cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/zero1-ppo/final/actor/model.safetensors" &&
         cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/zero1-ppo/final/critic/model.safetensors" &&
         pass gpu_emulated_zero1_ppo_same_bits ||

@@ -221,7 +221,10 @@ inline size_t page_bytes() {
     static const size_t bytes = (size_t)sysconf(_SC_PAGESIZE);
     return bytes;
 }
-inline size_t mapped_bytes(size_t bytes) { return (bytes + page_bytes() - 1) / page_bytes() * page_bytes(); }
+// A closed allocation's mapping: whole pages, at least one (an empty allocation has an address too).
+inline size_t mapped_bytes(size_t bytes) {
+    return bytes == 0 ? page_bytes() : (bytes + page_bytes() - 1) / page_bytes() * page_bytes();
+}
 inline bool device_left_open() {
     static const bool closed = getenv("MARLHF_EMULATED_DEVICE_CLOSED") && atoi(getenv("MARLHF_EMULATED_DEVICE_CLOSED"));
     return !closed;
@@ -236,7 +239,7 @@ inline int &access_depth() {
 }
 inline void protect_all(int protection) {
     for (const auto &[address, bytes] : allocations())
-        if (bytes > 0 && mprotect((void *)address, mapped_bytes(bytes), protection) != 0) {
+        if (mprotect((void *)address, mapped_bytes(bytes), protection) != 0) {
             fprintf(stderr, "emulation: mprotect of device memory failed\n");
             abort();
         }
@@ -301,14 +304,14 @@ template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes
         memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
         if (!memory) return cudaErrorMemoryAllocation;
     } else {
-        memory = mmap(nullptr, emulation::mapped_bytes(bytes > 0 ? bytes : 1), PROT_READ | PROT_WRITE,
+        memory = mmap(nullptr, emulation::mapped_bytes(bytes), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (memory == MAP_FAILED) return cudaErrorMemoryAllocation;
     }
     memset(memory, 0xFF, bytes);
     std::lock_guard<std::mutex> hold(emulation::access_lock());
     if (emulation::access_depth() == 0 && !emulation::device_left_open())
-        mprotect(memory, emulation::mapped_bytes(bytes > 0 ? bytes : 1), PROT_NONE);
+        mprotect(memory, emulation::mapped_bytes(bytes), PROT_NONE);
     emulation::allocations()[(uintptr_t)memory] = bytes;
     *ptr = (T *)memory;
     return cudaSuccess;
@@ -319,7 +322,7 @@ static inline cudaError_t cudaFree(void *ptr) {
     auto allocation = emulation::allocations().find((uintptr_t)ptr);
     if (allocation == emulation::allocations().end()) return cudaErrorInvalidValue; // not from cudaMalloc
     if (emulation::device_left_open()) free(ptr);
-    else munmap(ptr, emulation::mapped_bytes(allocation->second > 0 ? allocation->second : 1));
+    else munmap(ptr, emulation::mapped_bytes(allocation->second));
     emulation::allocations().erase(allocation);
     return cudaSuccess;
 }
