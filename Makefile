@@ -177,7 +177,7 @@ $(BUILD)/tools/%: $(BUILD)/tools/%.o $(BUILD)/libmarlhf.a
 
 # The GPU checks (tests/gpu/run.sh) are built with the CUDA backend but run only on a GPU.
 ifeq ($(CUDA),1)
-GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda
+GPU_TEST_BIN := $(BUILD)/tests/gpu/test_cuda $(BUILD)/tests/gpu/test_collectives
 endif
 
 # The same checks against the CUDA backend's own source run on CPU threads
@@ -187,15 +187,17 @@ endif
 # `emulation::launcher([&](auto... arguments) { kernel(arguments...); }, EMULATED_KERNEL_ADDRESS(kernel), config)(args)`
 # (line for line, so diagnostics name the .cu file's lines), and so are the .cuh headers
 # (copies under $(BUILD)/emulated/src, found first); the rest of the program is the plain
-# build's objects. cuBLASLt's loader is replaced by tests/emulated_cuda/cublaslt.cpp.
+# build's objects. cuBLASLt's loader is replaced by tests/emulated_cuda/cublaslt.cpp, NCCL's
+# by tests/emulated_cuda/nccl.cpp (collectives over dist/dist.h's MPI).
 ifeq ($(CUDA),1)
-EMULATED_CUDA_SRC := $(filter-out src/ops/cuda/cublaslt_library.cu,$(CUDA_SRC))
-EMULATED_CUDA_OBJ := $(EMULATED_CUDA_SRC:%.cu=$(BUILD)/emulated/%.o) $(BUILD)/emulated/tests/emulated_cuda/cublaslt.o
+EMULATED_CUDA_SRC := $(filter-out src/ops/cuda/cublaslt_library.cu src/ops/cuda/nccl_library.cu,$(CUDA_SRC))
+EMULATED_CUDA_OBJ := $(EMULATED_CUDA_SRC:%.cu=$(BUILD)/emulated/%.o) $(BUILD)/emulated/tests/emulated_cuda/cublaslt.o \
+                     $(BUILD)/emulated/tests/emulated_cuda/nccl.o
 EMULATED_CXXFLAGS := $(filter-out -std=c++17 -Isrc,$(CXXFLAGS)) -std=c++20 -Werror -Wno-shadow -DMARLHF_CUDA \
                      -DMARLHF_CUDA_EMULATED -I$(BUILD)/emulated/src -Isrc -Itests/emulated_cuda/include
 EMULATED_CUDA_HEADERS := $(patsubst %,$(BUILD)/emulated/%,$(wildcard src/ops/cuda/*.cuh))
 EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([\&](auto... arguments) { \1(arguments...); }, EMULATED_KERNEL_ADDRESS(\1), \3)(/
-GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated $(BUILD)/marlhf_emulated
+GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated $(BUILD)/tests/gpu/test_collectives_emulated $(BUILD)/marlhf_emulated
 endif
 
 $(BUILD)/emulated/%.cuh: %.cuh Makefile
@@ -212,6 +214,9 @@ $(BUILD)/emulated/%.o: %.cpp $(FLAGS_STAMP) $(EMULATED_CUDA_HEADERS) $(wildcard 
 	$(CXX) $(EMULATED_CXXFLAGS) -c $< -o $@
 
 $(BUILD)/tests/gpu/test_cuda_emulated: $(BUILD)/tests/gpu/test_cuda.o $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
+	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
+
+$(BUILD)/tests/gpu/test_collectives_emulated: $(BUILD)/tests/gpu/test_collectives.o $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
 	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
 # marlhf itself over the emulated backend: `--device cuda` runs on CPU threads

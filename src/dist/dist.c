@@ -12,6 +12,7 @@
 #endif
 
 static long collective_floats = 1L << 21;
+static DistNcclSetting nccl_setting = DIST_NCCL_AUTO;
 static int world_rank = 0;
 static int world_size = 1;
 static int local_size = 1;
@@ -52,6 +53,13 @@ int dist_init(int *argc, char ***argv) {
                            INT_MAX / 2, floats);
         collective_floats = value;
     }
+    const char *nccl = getenv("MARLHF_NCCL");
+    if (nccl && *nccl) {
+        if (!strcmp(nccl, "auto")) nccl_setting = DIST_NCCL_AUTO;
+        else if (!strcmp(nccl, "1")) nccl_setting = DIST_NCCL_REQUIRED;
+        else if (!strcmp(nccl, "0")) nccl_setting = DIST_NCCL_OFF;
+        else return err_set("MARLHF_NCCL is '%s'; expected auto, 1 or 0 (environment)", nccl);
+    }
 #ifdef MARLHF_MPI
     // Slurm sets SLURM_NTASKS for a plain `marlhf` inside an allocation too; only an
     // MPI launcher's own variables (or PMI) mean we were started as one rank of many.
@@ -90,6 +98,7 @@ void dist_finalize(void) {
 }
 
 long dist_collective_floats(void) { return collective_floats; }
+DistNcclSetting dist_nccl_setting(void) { return nccl_setting; }
 int dist_rank(void) { return world_rank; }
 int dist_world_size(void) { return world_size; }
 int dist_local_size(void) { return local_size; }

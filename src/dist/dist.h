@@ -38,6 +38,14 @@ int dist_local_size(void);
 // double the memory it takes. The pieces change no result.
 long dist_collective_floats(void);
 
+// Whether ranks whose backend has collectives of its own (NCCL with --device cuda) sum
+// gradients with them: environment MARLHF_NCCL, "auto" (or unset: when every rank can,
+// else through host memory and MPI, with a note saying why), "1" (required: an error when
+// a rank cannot) or "0" (never). dist_init refuses another value. dist/model_sync.c
+// decides, with every rank, at the first sum.
+typedef enum { DIST_NCCL_AUTO, DIST_NCCL_REQUIRED, DIST_NCCL_OFF } DistNcclSetting;
+DistNcclSetting dist_nccl_setting(void);
+
 // In-place sum across ranks of host arrays; every rank receives the same bits.
 void dist_sum_floats(float *values, long n);
 void dist_sum_doubles(double *values, long n);

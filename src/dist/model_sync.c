@@ -1,6 +1,8 @@
 #include "dist/model_sync.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "core/hash.h"
@@ -30,6 +32,75 @@ static void on_host(const Model *model, float *buffer, long total, HostPass pass
     free(staging);
 }
 
+// Whether device memory's sums and broadcasts use the backend's own collectives (NCCL)
+// or travel through host memory (on_host and MPI): decided once for the process, by all
+// ranks together at the first of them, which every rank reaches at the same point.
+typedef enum { PATH_UNDECIDED, PATH_HOST, PATH_BACKEND } CollectivePath;
+static CollectivePath collective_path = PATH_UNDECIDED;
+
+// Two ranks of one machine on one GPU cannot form an NCCL communicator (more ranks than
+// GPUs, or CUDA_VISIBLE_DEVICES giving them the same one): rank 0 reads every rank's
+// "device on host" line and names the first pair that share, in `why` on every rank.
+static void find_shared_device(const char *device_key, char *why, size_t why_bytes) {
+    char host[256] = "", mine[512];
+    gethostname(host, sizeof host - 1);
+    const int length = snprintf(mine, sizeof mine, "%s on %s\n", device_key, host);
+    char *all = NULL;
+    long all_bytes = 0;
+    dist_gather_bytes(mine, length, &all, &all_bytes);
+    char found[512] = "";
+    if (all) {
+        int rank = 0;
+        for (char *line = all; *line && !*found; line = strchr(line, '\n') + 1, rank++) {
+            const size_t line_bytes = (size_t)(strchr(line, '\n') - line) + 1;
+            int other = rank + 1;
+            for (char *later = line + line_bytes; *later && !*found; later = strchr(later, '\n') + 1, other++)
+                if (!strncmp(line, later, line_bytes))
+                    snprintf(found, sizeof found, "ranks %d and %d share the GPU %.*s (NCCL needs one GPU for each rank)",
+                             rank, other, (int)line_bytes - 1, line);
+        }
+        free(all);
+    }
+    dist_broadcast(found, sizeof found, 0);
+    if (*found) snprintf(why, why_bytes, "%s", found);
+}
+
+static bool backend_collectives(const OpsBackend *ops) {
+    if (collective_path != PATH_UNDECIDED) return collective_path == PATH_BACKEND;
+    const DistNcclSetting setting = dist_nccl_setting();
+    char why[512] = "", device_key[OPS_DEVICE_KEY_BYTES] = "";
+    if (setting == DIST_NCCL_OFF) snprintf(why, sizeof why, "MARLHF_NCCL=0");
+    else if (!ops->collectives) snprintf(why, sizeof why, "the %s backend has no collectives", ops->name);
+    else if (ops->collectives->available(device_key) != 0) snprintf(why, sizeof why, "%s", err_msg());
+    bool usable = !dist_any_failed(*why != '\0');
+    if (usable) {
+        find_shared_device(device_key, why, sizeof why);
+        usable = *why == '\0';
+    }
+    if (usable) {
+        unsigned char id[OPS_COLLECTIVES_ID_BYTES] = {0};
+        if (dist_is_main() && ops->collectives->make_id(id) != 0) snprintf(why, sizeof why, "%s", err_msg());
+        usable = !dist_any_failed(*why != '\0');
+        if (usable) {
+            dist_broadcast(id, sizeof id, 0);
+            if (ops->collectives->open(id, dist_rank(), dist_world_size()) != 0) snprintf(why, sizeof why, "%s", err_msg());
+            usable = !dist_any_failed(*why != '\0');
+        }
+    }
+    const char *reason = *why ? why : "another rank cannot use it";
+    if (!usable && setting == DIST_NCCL_REQUIRED)
+        die_user("MARLHF_NCCL=1 but the ranks cannot sum with NCCL: %s", reason);
+    collective_path = usable ? PATH_BACKEND : PATH_HOST;
+    // Said once, by rank 0; nothing to say on the CPU, whose memory is the host's.
+    if (dist_is_main() && usable)
+        fprintf(stderr, "data parallel: %d ranks sum gradients on their GPUs with %s\n", dist_world_size(),
+                ops->collectives->describe());
+    else if (dist_is_main() && ops != &ops_cpu)
+        fprintf(stderr, "data parallel: %d ranks sum gradients through host memory (MPI): %s\n", dist_world_size(),
+                reason);
+    return usable;
+}
+
 static void sum_pass(float *values, long n, void *context) { (void)context, dist_sum_floats(values, n); }
 static void broadcast_pass(float *values, long n, void *context) {
     (void)context, dist_broadcast(values, (size_t)n * sizeof(float), 0);
@@ -44,7 +115,10 @@ void dist_sum_gradients(Model *model) {
     if (dist_world_size() <= 1) return;
     CHECK(model->grads, "dist_sum_gradients on a model without gradients");
     model_settle_gradients(model);
-    on_host(model, model->grads, model_trainable_floats(model), sum_pass, NULL, true);
+    if (backend_collectives(model->ops))
+        model->ops->collectives->sum_floats(model->grads, model_trainable_floats(model));
+    else
+        on_host(model, model->grads, model_trainable_floats(model), sum_pass, NULL, true);
 }
 
 void dist_broadcast_weights(Model *model) {
@@ -52,7 +126,10 @@ void dist_broadcast_weights(Model *model) {
     // A quantized base (QLoRA) is frozen and quantized alike on every rank from the same
     // file; its float32 pages were given back, and a broadcast would fill them again.
     const long first = model->quantized ? model_trainable_stored(model) : 0;
-    on_host(model, model->params + first, model->table.stored_total - first, broadcast_pass, NULL, true);
+    if (backend_collectives(model->ops))
+        model->ops->collectives->broadcast_floats(model->params + first, model->table.stored_total - first, 0);
+    else
+        on_host(model, model->params + first, model->table.stored_total - first, broadcast_pass, NULL, true);
 }
 
 unsigned long long model_weights_fingerprint(const Model *model) {

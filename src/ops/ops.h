@@ -99,8 +99,31 @@ static inline long kv_q8_slot_bytes(int n_kv_heads, int head_dim) {
     return kv_q8_values_bytes(n_kv_heads, head_dim) + (long)n_kv_heads * kv_q8_blocks_per_head(head_dim) * 4;
 }
 
+// Collectives over the ranks of a data-parallel job (dist/dist.h) on the backend's own
+// memory: NCCL on the CUDA backend (ops/cuda/collectives.cu). Without them
+// dist/model_sync.c stages device memory through host buffers and sums with MPI.
+#define OPS_COLLECTIVES_ID_BYTES 128
+#define OPS_DEVICE_KEY_BYTES 64
+typedef struct {
+    // 0 when this process can take part (the library loads), with `device_key` naming its
+    // device on this machine (the GPU's PCI address: ranks sharing one cannot form a
+    // communicator), else -1 with err_set() saying why not.
+    int (*available)(char device_key[OPS_DEVICE_KEY_BYTES]);
+    // Rank 0 makes the communicator's identity, which every rank then passes to open.
+    int (*make_id)(unsigned char id[OPS_COLLECTIVES_ID_BYTES]);
+    // Joins the communicator: called by every rank at once (it blocks until all have).
+    int (*open)(const unsigned char id[OPS_COLLECTIVES_ID_BYTES], int rank, int world);
+    // In place, in the order of the backend's other ops: every rank gets the same bits.
+    void (*sum_floats)(float *values, long n);
+    void (*broadcast_floats)(float *values, long n, int root);
+    // The library's name and version, for the note saying which path sums the gradients.
+    const char *(*describe)(void);
+} OpsCollectives;
+
 typedef struct OpsBackend {
     const char *name;
+    // NULL: the backend's memory is the host's, or it has no collectives of its own.
+    const OpsCollectives *collectives;
 
     // ---- memory ----
     void *(*alloc)(size_t bytes); // zero-filled
@@ -414,6 +437,10 @@ bool ops_cuda_is_emulated(void);
 // cuBLASLt, opened by ops_cuda_open rather than linked (ops/cuda/cublaslt_library.cuh):
 // 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cublaslt_library.c).
 int cublaslt_library_open(void);
+// NCCL, opened the first time GPU ranks sum (ops/cuda/nccl_library.cuh): 0, or -1 with
+// err_set() naming the library ($MARLHF_NCCL_LIBRARY, else libnccl.so.2). Needs no GPU
+// (tests/test_nccl_library.c).
+int nccl_library_open(void);
 // Which attention kernels the backend runs (src/ops/cuda/attention.cu): "mma" (fused on
 // mma.sync, the default), "wmma" (fused on WMMA fragments) or "unfused" (the reference
 // path). False for another name. $MARLHF_CUDA_ATTENTION sets it when the device

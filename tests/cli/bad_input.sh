@@ -104,6 +104,9 @@ want="--device cuda"
 grep -q MARLHF_CUDA_STORED_INPUTS "$bin" && want=MARLHF_CUDA_STORED_INPUTS
 expect_error device_cuda_bad_stored_inputs "$want" env MARLHF_CUDA_STORED_INPUTS=yes "$bin" logprobs --model "$llama" \
     --input "$ids" --device cuda
+# How GPU ranks sum (dist/dist.h): read at start by every build, MPI or not.
+expect_error data_parallel_bad_nccl_setting "MARLHF_NCCL" env MARLHF_NCCL=yes "$bin" logprobs --model "$llama" \
+    --input "$ids"
 # The test switch that fills gradients with NaN (model/model.h): only 0 or 1, and a training
 # run refused on anything else writes no model.
 expect_error check_gradient_writes_bad_value "MARLHF_CHECK_GRADIENT_WRITES" env MARLHF_CHECK_GRADIENT_WRITES=yes \

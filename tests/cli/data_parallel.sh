@@ -120,6 +120,14 @@ MARLHF_COLLECTIVE_FLOATS=1000 ranks 3 "$bin" sft "${sft[@]}" --output "$tmp/piec
 close "$(logprobs_of "$tmp/zero1_3/final")" "$(logprobs_of "$tmp/pieces_zero1_3/final")" 1e-5 &&
     pass collectives_in_pieces_three_ranks || fail collectives_in_pieces_three_ranks "$(tail -n 2 "$tmp/pieces.err")"
 MARLHF_COLLECTIVE_FLOATS=lots expect_error collective_floats_bad "MARLHF_COLLECTIVE_FLOATS" "$bin" sft "${sft[@]}" --output "$tmp/x"
+# NCCL required (dist/dist.h) of CPU ranks: refused on every rank, exit 2, nothing written.
+# In the default (auto) CPU ranks sum with MPI and say nothing about it.
+MARLHF_NCCL=1 ranks 2 "$bin" sft "${sft[@]}" --output "$tmp/nccl_cpu" > /dev/null 2> "$tmp/nccl_cpu.err"
+rc=$?
+[ "$rc" = 2 ] && [ ! -e "$tmp/nccl_cpu" ] &&
+    [ "$(grep -c '^marlhf: error: .*MARLHF_NCCL=1 .*the cpu backend has no collectives' "$tmp/nccl_cpu.err")" = 2 ] &&
+    ! grep -q "data parallel:" "$tmp/zero1_2.err" &&
+    pass nccl_required_refused_on_cpu || fail nccl_required_refused_on_cpu "exit $rc: $(head -n 2 "$tmp/nccl_cpu.err")"
 # The checkpoint holds every moment (gathered on rank 0), as without sharding.
 last=$(ls -d "$tmp"/zero1_3/checkpoint-* | tail -n 1)
 [ -f "$last/optimizer.safetensors" ] &&

@@ -10,7 +10,8 @@
 # cores' rounding, register and shared-memory limits (the kernel-facts and probe checks
 # say SKIP), races between streams. Its PASS/FAIL lines are test_cuda's, prefixed
 # "gpu_emulated/", then an SFT run of marlhf_emulated with --device cuda against the CPU's,
-# and SFT and PPO on 2 MPI ranks with --device cuda against one process. Built only where
+# and SFT and PPO on 2 MPI ranks with --device cuda against one process, through host
+# memory and through (emulated) NCCL. Built only where
 # nvcc is (the plain build): says SKIP elsewhere.
 set -u
 cd "$(dirname "$0")/../.."
@@ -152,6 +153,43 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     [ -z "$ppo_differs" ] && same_final_model ppo "$tmp/dp-ppo-one/final/actor" "$tmp/dp-ppo-two/final/actor" &&
         pass "gpu_emulated_ppo_two_ranks_same_training (3 iterations)" ||
         fail gpu_emulated_ppo_two_ranks_same_training "${ppo_differs:-the final actors differ in log-probs} $(tail -n 1 "$tmp/dp-ppo-two.err")"
+
+    # NCCL (dist/model_sync.c, ops/cuda/collectives.cu; here tests/emulated_cuda/nccl.cpp,
+    # whose sums are MPI's on the device memory, so the same bits as the host path). The
+    # runs above had one emulated GPU for both ranks: NCCL cannot pair two ranks on one GPU,
+    # so they summed through host memory and said why. With a GPU each
+    # (MARLHF_EMULATED_DEVICES=2) and NCCL required, SFT (device memory closed to host code)
+    # and PPO give the host path's bits; the collectives themselves on 2 ranks
+    # (tests/gpu/test_collectives.c); NCCL required where the ranks share a GPU is refused
+    # on every rank before anything is written.
+    grep -q "through host memory (MPI): ranks 0 and 1 share the GPU" "$tmp/dp-sft-two.err" &&
+        pass gpu_emulated_nccl_auto_says_ranks_share_a_gpu ||
+        fail gpu_emulated_nccl_auto_says_ranks_share_a_gpu "$(head -n 3 "$tmp/dp-sft-two.err")"
+    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 MARLHF_EMULATED_DEVICE_CLOSED=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" \
+        --output "$tmp/nccl-sft" 2> "$tmp/nccl-sft.err"
+    grep -q "2 ranks sum gradients on their GPUs with NCCL" "$tmp/nccl-sft.err" &&
+        cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/nccl-sft/final/model.safetensors" &&
+        pass gpu_emulated_nccl_sft_same_bits_as_host_sums ||
+        fail gpu_emulated_nccl_sft_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-sft.err")"
+    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/nccl-ppo" \
+        2> "$tmp/nccl-ppo.err"
+    grep -q "with NCCL" "$tmp/nccl-ppo.err" &&
+        cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/nccl-ppo/final/actor/model.safetensors" &&
+        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/nccl-ppo/final/critic/model.safetensors" &&
+        pass gpu_emulated_nccl_ppo_same_bits_as_host_sums ||
+        fail gpu_emulated_nccl_ppo_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-ppo.err")"
+    collectives="$(dirname "$bin")/tests/gpu/test_collectives_emulated"
+    MARLHF_EMULATED_DEVICES=2 ranks 2 "$collectives" > "$tmp/collectives.out" 2>&1 &&
+        [ "$(grep -c '^PASS ' "$tmp/collectives.out")" = 6 ] &&
+        pass "gpu_emulated_collectives_two_ranks (sum, broadcast, stale weight copy)" ||
+        fail gpu_emulated_collectives_two_ranks "$(grep -v '^#' "$tmp/collectives.out" | head -n 5)"
+    MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/nccl-refused" > /dev/null 2> "$tmp/nccl-refused.err"
+    rc=$?
+    errors=$(grep -c "^marlhf: error: " "$tmp/nccl-refused.err")
+    [ "$rc" = 2 ] && [ "$errors" = 2 ] && [ ! -e "$tmp/nccl-refused" ] &&
+        [ "$(grep "^marlhf: error: " "$tmp/nccl-refused.err" | grep -c "MARLHF_NCCL=1 .*share the GPU")" = 2 ] &&
+        pass gpu_emulated_nccl_required_refused_when_ranks_share_a_gpu ||
+        fail gpu_emulated_nccl_required_refused_when_ranks_share_a_gpu "exit $rc, $errors error lines: $(head -n 2 "$tmp/nccl-refused.err")"
 
     # ZeRO-1 on the device (dist/zero.c: each rank's shard of the moments in device memory,
     # the reduce-scatter and the all-gather through host buffers): the same bits as the

@@ -275,11 +275,36 @@ static inline cudaError_t cudaGetLastError(void) {
     emulation::last_error = cudaSuccess;
     return status;
 }
+// One emulated GPU, or $MARLHF_EMULATED_DEVICES (tests/cli/gpu_emulated.sh gives two ranks
+// one each, as NCCL needs). Each has its own PCI address (cudaDeviceGetPCIBusId), all the
+// same memory.
+namespace emulation {
+inline int device_count() {
+    static const int count = getenv("MARLHF_EMULATED_DEVICES") && atoi(getenv("MARLHF_EMULATED_DEVICES")) > 0
+                                 ? atoi(getenv("MARLHF_EMULATED_DEVICES"))
+                                 : 1;
+    return count;
+}
+inline int current_device = 0;
+} // namespace emulation
 static inline cudaError_t cudaGetDeviceCount(int *count) {
-    *count = 1;
+    *count = emulation::device_count();
     return cudaSuccess;
 }
-static inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+static inline cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= emulation::device_count()) return cudaErrorInvalidValue;
+    emulation::current_device = device;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetDevice(int *device) {
+    *device = emulation::current_device;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetPCIBusId(char *address, int length, int device) {
+    if (device < 0 || device >= emulation::device_count() || length < 1) return cudaErrorInvalidValue;
+    snprintf(address, (size_t)length, "emulated:%04x:00.0", device);
+    return cudaSuccess;
+}
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "emulated GPU (CPU threads)");

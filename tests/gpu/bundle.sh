@@ -7,10 +7,12 @@
 set -eu
 cd "$(dirname "$0")/../.."
 output=${1:-.gpu-bundle/bundle.tar.xz}
-make -j"$(nproc)" build/marlhf build/tests/gpu/test_cuda build/bench/train_step build/bench/decode build/bench/ops_breakdown > /dev/null
+make -j"$(nproc)" build/marlhf build/tests/gpu/test_cuda build/tests/gpu/test_collectives build/bench/train_step \
+    build/bench/decode build/bench/ops_breakdown > /dev/null
 stage=$(mktemp -d)
 mkdir -p "$stage/bundle/bin" "$stage/bundle/lib"
-for program in build/marlhf build/tests/gpu/test_cuda build/bench/train_step build/bench/decode build/bench/ops_breakdown; do
+for program in build/marlhf build/tests/gpu/test_cuda build/tests/gpu/test_collectives build/bench/train_step \
+    build/bench/decode build/bench/ops_breakdown; do
     strip -o "$stage/bundle/bin/$(basename "$program")" "$program"
 done
 # Every shared library the binaries use, except the C runtime and the CUDA libraries,

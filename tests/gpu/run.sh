@@ -8,6 +8,8 @@
 #      quantized weights (every type's ops: Q8_0, Q4_0, NF4, Q4_1, Q5_1, Q2_K - Q6_K; quantized
 #      models; a Q4_K_M file's and llama.cpp's Q5_K_M, Q3_K_M, Q2_K, Q4_1, Q5_1 files' log-probs
 #      and logits); then the LoRA models again on the wmma and unfused attention kernels.
+#      build/tests/gpu/test_collectives: NCCL as a communicator of one (SKIP without the
+#      library).
 #      With MARLHF_GPU_TEST_DEVICE=cpu it runs every check but the wmma rerun
 #      with the CPU's ops standing in for the GPU (its host side: `make test` runs it so,
 #      tests/cli/gpu_harness.sh).
@@ -80,21 +82,27 @@ if [ -n "$bundle" ]; then
     bin="$root/bundle/bin"
     export LD_LIBRARY_PATH="$root/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     marlhf="$bin/marlhf" test_cuda="$bin/test_cuda" train_step="$bin/train_step" decode="$bin/decode"
-    ops_breakdown="$bin/ops_breakdown"
+    ops_breakdown="$bin/ops_breakdown" test_collectives="$bin/test_collectives"
 elif [ "$emulated" = 1 ]; then
-    make -j"$(nproc)" build/marlhf_emulated build/tests/gpu/test_cuda_emulated > "$logs/build.log" 2>&1 ||
-        { say "build failed: see $logs/build.log"; exit 2; }
+    make -j"$(nproc)" build/marlhf_emulated build/tests/gpu/test_cuda_emulated build/tests/gpu/test_collectives_emulated \
+        > "$logs/build.log" 2>&1 || { say "build failed: see $logs/build.log"; exit 2; }
     marlhf=build/marlhf_emulated test_cuda=build/tests/gpu/test_cuda_emulated
+    test_collectives=build/tests/gpu/test_collectives_emulated
 else
     make -j"$(nproc)" tests bench > "$logs/build.log" 2>&1 || { say "build failed: see $logs/build.log"; exit 2; }
     marlhf=build/marlhf test_cuda=build/tests/gpu/test_cuda train_step=build/bench/train_step decode=build/bench/decode
-    ops_breakdown=build/bench/ops_breakdown
+    ops_breakdown=build/bench/ops_breakdown test_collectives=build/tests/gpu/test_collectives
 fi
 # cuBLASLt and the CUDA runtime: the toolkit's, else the ones PyTorch ships.
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
            $(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13' -printf '%h\n' 2>/dev/null | head -n 3); do
     [ -d "$dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
 done
+# NCCL (opened on demand, ops/cuda/nccl_library.cuh): the loader's, else the toolkit's or PyTorch's.
+if [ -z "${MARLHF_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2> /dev/null | grep -q 'libnccl.so.2 '; then
+    nccl=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+    [ -n "$nccl" ] && export MARLHF_NCCL_LIBRARY="$nccl"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader >> "$log" 2>&1
 
 passed=0 failed=0 skipped=0
@@ -157,6 +165,19 @@ if [ "$tests_failed" -gt 0 ] && [ "$device" = cuda ]; then
     fi
 fi
 passed=$((passed + tests_passed)) failed=$((failed + tests_failed))
+# The collectives (NCCL) as a communicator of one: the library loads and takes the calls
+# (between GPUs they need a machine with several; tests/cli/gpu_emulated.sh runs 2 emulated
+# ranks). A SKIP line (no NCCL library found) counts in neither total.
+if [ "$device" = cuda ]; then
+    stage "test_collectives"
+    timeout 120 "$test_collectives" > "$logs/test_collectives.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|SKIP|#)' "$logs/test_collectives.log" | tee -a "$log"
+    if ! { [ "$rc" -eq 0 ] && grep -q '^SKIP ' "$logs/test_collectives.log"; }; then
+        check collectives_one_rank "$((rc != 0 || $(grep -c '^PASS ' "$logs/test_collectives.log") != 3))" \
+            "(sum, broadcast, stale weight copy; $(grep -m 1 '^# ' "$logs/test_collectives.log" | cut -c 3-))"
+    fi
+fi
 # The LoRA models again on the other attention kernels (mma is the default): the adapters'
 # gradients are the ones most sensitive to bf16 rounding, attention's included.
 for kernels in wmma unfused; do

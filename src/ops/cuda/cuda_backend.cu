@@ -153,8 +153,11 @@ static void cuda_cache_write(float *cache, const float *x, int B, int T, int cap
                                  cudaMemcpyDeviceToDevice, 0));
 }
 
+extern "C" const OpsCollectives cuda_collectives; // collectives.cu
+
 extern "C" const OpsBackend ops_cuda = {
     .name = "cuda",
+    .collectives = &cuda_collectives,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy_to_device = cuda_copy_to_device,

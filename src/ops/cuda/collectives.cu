@@ -1,0 +1,73 @@
+// The CUDA backend's collectives (ops.h's OpsCollectives): NCCL (nccl_library.cuh) on the
+// stream every op runs on, so a sum starts after the backward that wrote the gradients and
+// the next op starts after it, with no host wait between. dist/model_sync.c decides, with
+// every rank, whether they are used; ops/cuda knows nothing of MPI.
+#include <string.h>
+
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/nccl_library.cuh"
+
+static nccl_abi::Comm communicator;
+static char description[64];
+
+#define NCCL_CHECK(call)                                                                          \
+    do {                                                                                          \
+        nccl_abi::Result nccl_result_ = (call);                                                   \
+        if (nccl_result_ != nccl_abi::success)                                                    \
+            die_internal(__FILE__, __LINE__, "NCCL: %s (%s)", nccl.GetErrorString(nccl_result_), #call); \
+    } while (0)
+
+static int cuda_collectives_available(char device_key[OPS_DEVICE_KEY_BYTES]) {
+    if (nccl_library_open() != 0) return -1;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(device_key, OPS_DEVICE_KEY_BYTES, device));
+    return 0;
+}
+
+static int cuda_collectives_make_id(unsigned char id[OPS_COLLECTIVES_ID_BYTES]) {
+    static_assert(OPS_COLLECTIVES_ID_BYTES == sizeof(nccl_abi::UniqueId), "the id's size");
+    nccl_abi::UniqueId unique;
+    nccl_abi::Result result = nccl.GetUniqueId(&unique);
+    if (result != nccl_abi::success) return err_set("NCCL cannot make a communicator's id: %s", nccl.GetErrorString(result));
+    memcpy(id, &unique, sizeof unique);
+    return 0;
+}
+
+static int cuda_collectives_open(const unsigned char id[OPS_COLLECTIVES_ID_BYTES], int rank, int world) {
+    nccl_abi::UniqueId unique;
+    memcpy(&unique, id, sizeof unique);
+    nccl_abi::Result result = nccl.CommInitRank(&communicator, world, unique, rank);
+    if (result != nccl_abi::success)
+        return err_set("NCCL cannot join rank %d of %d: %s", rank, world, nccl.GetErrorString(result));
+    int version = 0;
+    nccl.GetVersion(&version);
+    // 2.19 and later: major * 10000 + minor * 100 + patch.
+    if (ops_cuda_is_emulated())
+        snprintf(description, sizeof description, "NCCL (emulated: MPI on host memory)");
+    else
+        snprintf(description, sizeof description, "NCCL %d.%d.%d", version / 10000, version / 100 % 100, version % 100);
+    return 0;
+}
+
+static void cuda_collectives_sum_floats(float *values, long n) {
+    if (n <= 0) return;
+    NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator, 0));
+}
+
+static void cuda_collectives_broadcast_floats(float *values, long n, int root) {
+    if (n <= 0) return;
+    cuda_weights_written(values, (size_t)n * sizeof(float)); // their bf16 copies are stale
+    NCCL_CHECK(nccl.Broadcast(values, values, (size_t)n, nccl_abi::float32, root, communicator, 0));
+}
+
+static const char *cuda_collectives_describe(void) { return *description ? description : "NCCL (not joined)"; }
+
+extern "C" const OpsCollectives cuda_collectives = {
+    .available = cuda_collectives_available,
+    .make_id = cuda_collectives_make_id,
+    .open = cuda_collectives_open,
+    .sum_floats = cuda_collectives_sum_floats,
+    .broadcast_floats = cuda_collectives_broadcast_floats,
+    .describe = cuda_collectives_describe,
+};
