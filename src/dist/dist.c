@@ -273,6 +273,40 @@ void dist_broadcast(void *data, size_t bytes, int root) {
 #endif
 }
 
+bool dist_find_shared_string(const char *mine, char *shared, size_t shared_bytes, int *first, int *second) {
+    CHECK(!strchr(mine, '\n') && shared_bytes > 0, "dist_find_shared_string: a newline in '%s'", mine);
+    // Rank 0 reads every rank's string, one a line, and finds the first pair.
+    const size_t length = strlen(mine);
+    char *line = xmalloc(length + 2);
+    memcpy(line, mine, length);
+    line[length] = '\n', line[length + 1] = '\0';
+    char *all = NULL;
+    long all_bytes = 0;
+    dist_gather_bytes(line, (long)length + 1, &all, &all_bytes);
+    free(line);
+    int pair[2] = {-1, -1};
+    if (all && world_size > 1) {
+        char **strings = xmalloc((size_t)world_size * sizeof(char *));
+        char *next = all;
+        for (int r = 0; r < world_size; r++) {
+            strings[r] = next;
+            next = strchr(next, '\n');
+            *next++ = '\0';
+        }
+        for (int a = 0; a < world_size && pair[0] < 0; a++)
+            for (int b = a + 1; b < world_size && pair[0] < 0; b++)
+                if (!strcmp(strings[a], strings[b])) pair[0] = a, pair[1] = b;
+        if (pair[0] >= 0) snprintf(shared, shared_bytes, "%s", strings[pair[0]]);
+        free(strings);
+    }
+    free(all);
+    dist_broadcast(pair, sizeof pair, 0);
+    if (pair[0] < 0) return false;
+    dist_broadcast(shared, shared_bytes, 0);
+    *first = pair[0], *second = pair[1];
+    return true;
+}
+
 bool dist_any_failed(bool failed) {
 #ifdef MARLHF_MPI
     if (world_size <= 1) return failed;

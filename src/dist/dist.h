@@ -74,6 +74,11 @@ void dist_allgather_floats(float *full, const long *counts, const long *displs);
 // Every rank's `n` bytes, concatenated in rank order, on rank 0: *all (xmalloc'd, NUL
 // terminated) and *all_n. Elsewhere *all is NULL. One process: a copy of its own bytes.
 void dist_gather_bytes(const char *mine, long n, char **all, long *all_n);
+// Whether two ranks hold the same string (a GPU's address with its host's name: NCCL takes
+// one GPU for each rank): true on every rank when they do, with the first such pair's
+// ranks in *first < *second and their string in `shared` (at most shared_bytes, NUL
+// terminated). `mine` holds no newline. False at world size 1.
+bool dist_find_shared_string(const char *mine, char *shared, size_t shared_bytes, int *first, int *second);
 // Copies `bytes` of host memory from rank `root` to every other rank.
 void dist_broadcast(void *data, size_t bytes, int root);
 // Point to point, for one rank's requests to another (dist/zero.c: rank 0 reads the other

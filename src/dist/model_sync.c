@@ -39,30 +39,16 @@ typedef enum { PATH_UNDECIDED, PATH_HOST, PATH_BACKEND } CollectivePath;
 static CollectivePath collective_path = PATH_UNDECIDED;
 
 // Two ranks of one machine on one GPU cannot form an NCCL communicator (more ranks than
-// GPUs, or CUDA_VISIBLE_DEVICES giving them the same one): rank 0 reads every rank's
-// "device on host" line and names the first pair that share, in `why` on every rank.
+// GPUs, or CUDA_VISIBLE_DEVICES giving them the same one): the first pair that share one
+// is named in `why` on every rank.
 static void find_shared_device(const char *device_key, char *why, size_t why_bytes) {
-    char host[256] = "", mine[512];
+    char host[256] = "", mine[OPS_DEVICE_KEY_BYTES + 300], shared[sizeof mine];
     gethostname(host, sizeof host - 1);
-    const int length = snprintf(mine, sizeof mine, "%s on %s\n", device_key, host);
-    char *all = NULL;
-    long all_bytes = 0;
-    dist_gather_bytes(mine, length, &all, &all_bytes);
-    char found[512] = "";
-    if (all) {
-        int rank = 0;
-        for (char *line = all; *line && !*found; line = strchr(line, '\n') + 1, rank++) {
-            const size_t line_bytes = (size_t)(strchr(line, '\n') - line) + 1;
-            int other = rank + 1;
-            for (char *later = line + line_bytes; *later && !*found; later = strchr(later, '\n') + 1, other++)
-                if (!strncmp(line, later, line_bytes))
-                    snprintf(found, sizeof found, "ranks %d and %d share the GPU %.*s (NCCL needs one GPU for each rank)",
-                             rank, other, (int)line_bytes - 1, line);
-        }
-        free(all);
-    }
-    dist_broadcast(found, sizeof found, 0);
-    if (*found) snprintf(why, why_bytes, "%s", found);
+    snprintf(mine, sizeof mine, "%s on %s", device_key, host);
+    int first, second;
+    if (dist_find_shared_string(mine, shared, sizeof shared, &first, &second))
+        snprintf(why, why_bytes, "ranks %d and %d share the GPU %s (NCCL needs one GPU for each rank)", first, second,
+                 shared);
 }
 
 static bool backend_collectives(const OpsBackend *ops) {

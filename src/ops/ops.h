@@ -435,11 +435,11 @@ const char *ops_cuda_device_name(void);
 // is not there.
 bool ops_cuda_is_emulated(void);
 // cuBLASLt, opened by ops_cuda_open rather than linked (ops/cuda/cublaslt_library.cuh):
-// 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cublaslt_library.c).
+// 0, or -1 with err_set() naming the library. Needs no GPU (tests/test_cuda_libraries.c).
 int cublaslt_library_open(void);
 // NCCL, opened the first time GPU ranks sum (ops/cuda/nccl_library.cuh): 0, or -1 with
 // err_set() naming the library ($MARLHF_NCCL_LIBRARY, else libnccl.so.2). Needs no GPU
-// (tests/test_nccl_library.c).
+// (tests/test_cuda_libraries.c).
 int nccl_library_open(void);
 // Which attention kernels the backend runs (src/ops/cuda/attention.cu): "mma" (fused on
 // mma.sync, the default), "wmma" (fused on WMMA fragments) or "unfused" (the reference

@@ -42,28 +42,15 @@ nccl_abi::Result get_unique_id(nccl_abi::UniqueId *id) {
     return nccl_abi::success;
 }
 
-// Whether two ranks on one machine (host name) sit on one device: gathered to rank 0,
-// its answer broadcast.
+// Whether two ranks on one machine (host name) sit on one device, as NCCL checks it
+// itself: by the device's number here, not marlhf's PCI addresses.
 bool devices_shared() {
-    int device = 0;
+    int device = 0, first, second;
     cudaGetDevice(&device);
-    char host[256] = "", mine[300];
+    char host[256] = "", mine[300], shared[300];
     gethostname(host, sizeof host - 1);
-    const int length = snprintf(mine, sizeof mine, "%s %d\n", host, device);
-    char *all = NULL;
-    long all_bytes = 0;
-    dist_gather_bytes(mine, length, &all, &all_bytes);
-    int shared = 0;
-    if (all) {
-        for (char *line = all; *line && !shared; line = strchr(line, '\n') + 1) {
-            const size_t line_bytes = (size_t)(strchr(line, '\n') - line) + 1;
-            for (char *later = line + line_bytes; *later && !shared; later = strchr(later, '\n') + 1)
-                shared = !strncmp(line, later, line_bytes);
-        }
-        free(all);
-    }
-    dist_broadcast(&shared, sizeof shared, 0);
-    return shared;
+    snprintf(mine, sizeof mine, "%s device %d", host, device);
+    return dist_find_shared_string(mine, shared, sizeof shared, &first, &second);
 }
 
 nccl_abi::Result comm_init_rank(nccl_abi::Comm *comm, int ranks, nccl_abi::UniqueId id, int rank) {

@@ -92,9 +92,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     rank = dist_rank(), world = dist_world_size();
-    char label[64];
+    char label[64], error_label[80];
     snprintf(label, sizeof label, "rank %d of %d", rank, world);
-    err_set_process_label(label);
+    snprintf(error_label, sizeof error_label, "[%s] ", label);
+    err_set_process_label(error_label);
 #ifdef MARLHF_CUDA
     gpu = ops_backend_by_name("cuda");
 #endif
