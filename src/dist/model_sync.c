@@ -87,6 +87,8 @@ static bool backend_collectives(const OpsBackend *ops) {
     return usable;
 }
 
+bool dist_backend_collectives(const Model *model) { return backend_collectives(model->ops); }
+
 static void sum_pass(float *values, long n, void *context) { (void)context, dist_sum_floats(values, n); }
 static void broadcast_pass(float *values, long n, void *context) {
     (void)context, dist_broadcast(values, (size_t)n * sizeof(float), 0);

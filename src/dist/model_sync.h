@@ -4,6 +4,10 @@
 #pragma once
 #include "model/model.h"
 
+// Whether the model's backend sums and broadcasts its device memory itself (NCCL) rather
+// than through host buffers and MPI: decided once by every rank together at its first
+// call (MARLHF_NCCL, dist/dist.h), which all ranks make at the same point.
+bool dist_backend_collectives(const Model *model);
 // Sums model->grads across ranks in place (host or device memory).
 void dist_sum_gradients(Model *model);
 // Every rank takes rank 0's weights (after loading or resuming), as torch DDP does at

@@ -680,11 +680,19 @@ static void rounds_end(Rounds *x) {
 
 // Stage 1: the sums of this rank's shard into its part of the gradients; the rest of
 // model->grads stays this rank's own and is never read by the step. The gradients are
-// backend memory: copied into the packed host buffer, and this rank's sums back from a
+// backend memory: with NCCL (dist_backend_collectives) each shard reduced onto its rank
+// where it lies; else copied into the packed host buffer, and this rank's sums back from a
 // host buffer (in place on the CPU, where both are host memory).
 static void reduce_scatter_gradients(Model *model) {
     const int world = dist_world_size(), rank = dist_rank();
     const OpsBackend *ops = model->ops;
+    if (dist_backend_collectives(model)) { // NCCL: each shard's sums reduced onto its rank, in device memory
+        long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
+        shard_layout(model_trainable_floats(model), counts, displs);
+        for (int r = 0; r < world; r++) ops->collectives->reduce_floats(model->grads + displs[r], counts[r], r);
+        free(counts), free(displs);
+        return;
+    }
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));
     float *sums = ops == &ops_cpu ? NULL : xmalloc((size_t)dist_collective_floats() * sizeof(float));
@@ -724,11 +732,19 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
         stage3_globals(model, plan, false);
         return;
     }
-    // The weights are backend memory: this rank's updated shard into the packed host buffer,
-    // the other ranks' back through the backend (which marks a GPU's bf16 copies stale).
+    // The weights are backend memory: with NCCL each shard broadcast from its rank where it
+    // lies; else this rank's updated shard into the packed host buffer, the other ranks'
+    // back through the backend (either marks a GPU's bf16 copies stale).
     const int world = dist_world_size(), rank = dist_rank();
     const OpsBackend *ops = model->ops;
     float *params = model_trainable_params(model);
+    if (dist_backend_collectives(model)) { // NCCL: each rank's updated shard broadcast from it, in device memory
+        long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
+        shard_layout(model_trainable_floats(model), counts, displs);
+        for (int r = 0; r < world; r++) ops->collectives->broadcast_floats(params + displs[r], counts[r], r);
+        free(counts), free(displs);
+        return;
+    }
     Rounds x;
     rounds_begin(&x, model_trainable_floats(model));
     for (long round = 0; round < x.rounds; round++) {

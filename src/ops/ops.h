@@ -115,6 +115,8 @@ typedef struct {
     int (*open)(const unsigned char id[OPS_COLLECTIVES_ID_BYTES], int rank, int world);
     // In place, in the order of the backend's other ops: every rank gets the same bits.
     void (*sum_floats)(float *values, long n);
+    // The sums on rank `root` only (in place there; the others' values unchanged).
+    void (*reduce_floats)(float *values, long n, int root);
     void (*broadcast_floats)(float *values, long n, int root);
     // The library's name and version, for the note saying which path sums the gradients.
     const char *(*describe)(void);

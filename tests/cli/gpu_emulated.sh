@@ -180,8 +180,8 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         fail gpu_emulated_nccl_ppo_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-ppo.err")"
     collectives="$(dirname "$bin")/tests/gpu/test_collectives_emulated"
     MARLHF_EMULATED_DEVICES=2 ranks 2 "$collectives" > "$tmp/collectives.out" 2>&1 &&
-        [ "$(grep -c '^PASS ' "$tmp/collectives.out")" = 6 ] &&
-        pass "gpu_emulated_collectives_two_ranks (sum, broadcast, stale weight copy)" ||
+        [ "$(grep -c '^PASS ' "$tmp/collectives.out")" = 8 ] &&
+        pass "gpu_emulated_collectives_two_ranks (sum, reduce, broadcast, stale weight copy)" ||
         fail gpu_emulated_collectives_two_ranks "$(grep -v '^#' "$tmp/collectives.out" | head -n 5)"
     MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/nccl-refused" > /dev/null 2> "$tmp/nccl-refused.err"
     rc=$?
@@ -213,6 +213,22 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/zero1-ppo/final/critic/model.safetensors" &&
         pass gpu_emulated_zero1_ppo_same_bits ||
         fail gpu_emulated_zero1_ppo_same_bits "final actor or critic differ: $(tail -n 1 "$tmp/zero1-ppo.err")"
+    # ZeRO-1 with NCCL: each shard's sums reduced onto its rank and each updated shard
+    # broadcast from it in device memory (dist/zero.c): the same bits again, moments too.
+    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 MARLHF_EMULATED_DEVICE_CLOSED=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" \
+        --zero-stage 1 --save-every 6 --keep-last 3 --output "$tmp/nccl-zero1-sft" 2> "$tmp/nccl-zero1-sft.err"
+    grep -q "with NCCL" "$tmp/nccl-zero1-sft.err" &&
+        cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/nccl-zero1-sft/final/model.safetensors" &&
+        cmp -s "$tmp/dp-sft-two/checkpoint-18/optimizer.safetensors" "$tmp/nccl-zero1-sft/checkpoint-18/optimizer.safetensors" &&
+        pass gpu_emulated_nccl_zero1_sft_same_bits ||
+        fail gpu_emulated_nccl_zero1_sft_same_bits "$(head -n 3 "$tmp/nccl-zero1-sft.err")"
+    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 \
+        --output "$tmp/nccl-zero1-ppo" 2> "$tmp/nccl-zero1-ppo.err"
+    grep -q "with NCCL" "$tmp/nccl-zero1-ppo.err" &&
+        cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/nccl-zero1-ppo/final/actor/model.safetensors" &&
+        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/nccl-zero1-ppo/final/critic/model.safetensors" &&
+        pass gpu_emulated_nccl_zero1_ppo_same_bits ||
+        fail gpu_emulated_nccl_zero1_ppo_same_bits "$(head -n 3 "$tmp/nccl-zero1-ppo.err")"
 else
     echo "SKIP gpu_emulated data parallel: mpirun missing or $emulated_bin not linked with MPI"
 fi

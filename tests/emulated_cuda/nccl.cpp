@@ -89,6 +89,24 @@ nccl_abi::Result all_reduce(const void *send, void *receive, size_t count, int d
     return nccl_abi::success;
 }
 
+// The sums reach `root` only: another rank's receive buffer is neither read nor written.
+nccl_abi::Result reduce(const void *send, void *receive, size_t count, int data_type, int operation, int root,
+                        nccl_abi::Comm comm, cudaStream_t) {
+    if (!comm) return invalid_usage;
+    if (data_type != nccl_abi::float32 || operation != nccl_abi::sum || root < 0 || root >= comm->ranks)
+        return invalid_argument;
+    const size_t bytes = count * sizeof(float);
+    require_device_range(send, bytes, "ncclReduce's send buffer");
+    if (comm->rank == root) require_device_range(receive, bytes, "ncclReduce's receive buffer");
+    float *sums = (float *)xmalloc(bytes ? bytes : 1);
+    emulation::DeviceAccess access;
+    memcpy(sums, send, bytes);
+    dist_sum_floats(sums, (long)count);
+    if (comm->rank == root) memcpy(receive, sums, bytes);
+    free(sums);
+    return nccl_abi::success;
+}
+
 nccl_abi::Result broadcast(const void *send, void *receive, size_t count, int data_type, int root,
                            nccl_abi::Comm comm, cudaStream_t) {
     if (!comm) return invalid_usage;
@@ -116,6 +134,6 @@ const char *error_string(nccl_abi::Result result) {
 NcclLibrary nccl;
 
 extern "C" int nccl_library_open(void) {
-    nccl = NcclLibrary{get_version, get_unique_id, comm_init_rank, all_reduce, broadcast, error_string};
+    nccl = NcclLibrary{get_version, get_unique_id, comm_init_rank, all_reduce, reduce, broadcast, error_string};
     return 0;
 }

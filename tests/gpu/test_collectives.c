@@ -7,6 +7,7 @@
 // several, which no session has had). It checks:
 //   - a sum in place of values that differ by rank gives every rank the exact sums (the
 //     values are small multiples of 1/4, so any order of addition gives the same bits);
+//   - a reduce onto the last rank gives it the sums and leaves the others' values;
 //   - a broadcast from the last rank reaches every rank;
 //   - a product that read a weight before a broadcast replaced it reads the new values
 //     after it: the backend's bf16 copy of the weight (ops/cuda/matmul.cu) is marked stale.
@@ -47,6 +48,25 @@ static void test_sum_floats(void) {
            first_wrong >= 0 ? host[first_wrong] : 0.0, first_wrong >= 0 ? expected[first_wrong] : 0.0);
     gpu->free(device);
     free(host), free(expected);
+}
+
+static void test_reduce_floats(void) {
+    const long n = 70001;
+    const int root = world - 1;
+    float *host = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) host[i] = 0.5f * (float)(i % 31) + (float)rank;
+    float *device = device_copy(host, n);
+    gpu->collectives->reduce_floats(device, n, root);
+    gpu->copy_to_host(host, device, (size_t)n * sizeof(float));
+    long wrong = 0;
+    for (long i = 0; i < n; i++) {
+        const float own = 0.5f * (float)(i % 31) + (float)rank;
+        const float sum = 0.5f * (float)(i % 31) * (float)world + (float)(world * (world - 1) / 2);
+        wrong += host[i] != (rank == root ? sum : own);
+    }
+    EXPECT(wrong == 0, "%ld of %ld values wrong on %s", wrong, n, rank == root ? "the root (sums)" : "a rank not the root (its own)");
+    gpu->free(device);
+    free(host);
 }
 
 static void test_broadcast_floats(void) {
@@ -117,6 +137,7 @@ int main(int argc, char **argv) {
     if (gpu->collectives->open(id, rank, world) != 0) die_internal(__FILE__, __LINE__, "%s", err_msg());
     printf("# %s: %s on %s\n", label, gpu->collectives->describe(), device_key);
     RUN(test_sum_floats);
+    RUN(test_reduce_floats);
     RUN(test_broadcast_floats);
     RUN(test_broadcast_weight_not_stale);
     const bool failed = dist_any_failed(test_total_failed != 0);

@@ -55,6 +55,11 @@ static void cuda_collectives_sum_floats(float *values, long n) {
     NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator, 0));
 }
 
+static void cuda_collectives_reduce_floats(float *values, long n, int root) {
+    if (n <= 0) return;
+    NCCL_CHECK(nccl.Reduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, root, communicator, 0));
+}
+
 static void cuda_collectives_broadcast_floats(float *values, long n, int root) {
     if (n <= 0) return;
     cuda_weights_written(values, (size_t)n * sizeof(float)); // their bf16 copies are stale
@@ -68,6 +73,7 @@ extern "C" const OpsCollectives cuda_collectives = {
     .make_id = cuda_collectives_make_id,
     .open = cuda_collectives_open,
     .sum_floats = cuda_collectives_sum_floats,
+    .reduce_floats = cuda_collectives_reduce_floats,
     .broadcast_floats = cuda_collectives_broadcast_floats,
     .describe = cuda_collectives_describe,
 };

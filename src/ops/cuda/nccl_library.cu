@@ -47,6 +47,7 @@ extern "C" int nccl_library_open(void) {
                      resolve(library, "ncclGetUniqueId", &found.GetUniqueId) &&
                      resolve(library, "ncclCommInitRank", &found.CommInitRank) &&
                      resolve(library, "ncclAllReduce", &found.AllReduce) &&
+                     resolve(library, "ncclReduce", &found.Reduce) &&
                      resolve(library, "ncclBroadcast", &found.Broadcast) &&
                      resolve(library, "ncclGetErrorString", &found.GetErrorString);
     if (!all) {

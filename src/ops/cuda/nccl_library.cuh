@@ -29,6 +29,8 @@ struct NcclLibrary {
     nccl_abi::Result (*CommInitRank)(nccl_abi::Comm *comm, int ranks, nccl_abi::UniqueId id, int rank);
     nccl_abi::Result (*AllReduce)(const void *send, void *receive, size_t count, int data_type, int operation,
                                   nccl_abi::Comm comm, cudaStream_t stream);
+    nccl_abi::Result (*Reduce)(const void *send, void *receive, size_t count, int data_type, int operation, int root,
+                               nccl_abi::Comm comm, cudaStream_t stream);
     nccl_abi::Result (*Broadcast)(const void *send, void *receive, size_t count, int data_type, int root,
                                   nccl_abi::Comm comm, cudaStream_t stream);
     const char *(*GetErrorString)(nccl_abi::Result result);
