@@ -37,6 +37,7 @@ static void on_host(const Model *model, float *buffer, long total, HostPass pass
 // ranks together at the first of them, which every rank reaches at the same point.
 typedef enum { PATH_UNDECIDED, PATH_HOST, PATH_BACKEND } CollectivePath;
 static CollectivePath collective_path = PATH_UNDECIDED;
+static const OpsBackend *decided_for; // one backend a run: every model of a command shares --device
 
 // Two ranks of one machine on one GPU cannot form an NCCL communicator (more ranks than
 // GPUs, or CUDA_VISIBLE_DEVICES giving them the same one): the first pair that share one
@@ -52,7 +53,12 @@ static void find_shared_device(const char *device_key, char *why, size_t why_byt
 }
 
 static bool backend_collectives(const OpsBackend *ops) {
-    if (collective_path != PATH_UNDECIDED) return collective_path == PATH_BACKEND;
+    if (collective_path != PATH_UNDECIDED) {
+        CHECK(ops == decided_for, "collectives decided for the %s backend, asked for the %s one", decided_for->name,
+              ops->name);
+        return collective_path == PATH_BACKEND;
+    }
+    decided_for = ops;
     const DistNcclSetting setting = dist_nccl_setting();
     char why[512] = "", device_key[OPS_DEVICE_KEY_BYTES] = "";
     if (setting == DIST_NCCL_OFF) snprintf(why, sizeof why, "MARLHF_NCCL=0");
