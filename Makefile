@@ -184,7 +184,7 @@ endif
 # (tests/emulated_cuda: a CPU runtime, cuBLASLt and WMMA; tests/cli/gpu_emulated.sh runs it).
 # Each .cu file is compiled by the host C++ compiler after its launches
 # `kernel<<<config>>>(args)` are rewritten to
-# `emulation::launcher([&](auto... arguments) { kernel(arguments...); }, EMULATED_KERNEL_ADDRESS(kernel), config)(args)`
+# `emulation::launcher([=](auto... arguments) { kernel(arguments...); }, EMULATED_KERNEL_ADDRESS(kernel), config)(args)`
 # (line for line, so diagnostics name the .cu file's lines), and so are the .cuh headers
 # (copies under $(BUILD)/emulated/src, found first); the rest of the program is the plain
 # build's objects. cuBLASLt's loader is replaced by tests/emulated_cuda/cublaslt.cpp, NCCL's
@@ -196,7 +196,7 @@ EMULATED_CUDA_OBJ := $(EMULATED_CUDA_SRC:%.cu=$(BUILD)/emulated/%.o) $(BUILD)/em
 EMULATED_CXXFLAGS := $(filter-out -std=c++17 -Isrc,$(CXXFLAGS)) -std=c++20 -Werror -Wno-shadow -DMARLHF_CUDA \
                      -DMARLHF_CUDA_EMULATED -I$(BUILD)/emulated/src -Isrc -Itests/emulated_cuda/include
 EMULATED_CUDA_HEADERS := $(patsubst %,$(BUILD)/emulated/%,$(wildcard src/ops/cuda/*.cuh))
-EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([\&](auto... arguments) { \1(arguments...); }, EMULATED_KERNEL_ADDRESS(\1), \3)(/
+EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([=](auto... arguments) { \1(arguments...); }, EMULATED_KERNEL_ADDRESS(\1), \3)(/
 GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated $(BUILD)/tests/gpu/test_collectives_emulated $(BUILD)/marlhf_emulated
 endif
 

@@ -8,7 +8,8 @@
 # the attention's dispatch) and every kernel against the CPU, so a change to the GPU path
 # made without a GPU is checked before one is lent. What it cannot see: timing, the tensor
 # cores' rounding, register and shared-memory limits (the kernel-facts and probe checks
-# say SKIP), races between streams. Its PASS/FAIL lines are test_cuda's, prefixed
+# say SKIP), races between streams in orders other than issue order and the side stream's
+# latest (the attention groups run both ways). Its PASS/FAIL lines are test_cuda's, prefixed
 # "gpu_emulated/", then an SFT run of marlhf_emulated with --device cuda against the CPU's,
 # and SFT and PPO on 2 MPI ranks with --device cuda against one process, through host
 # memory and through (emulated) NCCL. Built only where
@@ -31,6 +32,13 @@ status=$?
 # bench/train_step measures the stores against and tests/gpu/run.sh reruns failing groups with).
 MARLHF_CUDA_STORED_INPUTS=0 run_test_cuda gpu_emulated_stores_off 1 "$harness" test_fixture_models
 stores_status=$?
+# The groups that run the mma attention backward (its dQ kernel on a side stream beside
+# dK/dV) with the side stream's kernels run as late as a GPU may run them
+# (MARLHF_EMULATED_STREAMS=late, emulated_runtime.h): a missing join or event then gives
+# wrong gradients here, where in issue order it cannot show.
+MARLHF_EMULATED_STREAMS=late run_test_cuda gpu_emulated_streams_late 4 "$harness" test_attention test_attention_rotary \
+    test_attention_backward_overlap test_fixture_models
+streams_status=$?
 # marlhf itself with --device cuda on the emulated backend: 20 SFT steps of the tiny model
 # track the CPU's losses, as tests/gpu/run.sh checks on a GPU (MARLHF_GPU_TEST_DEVICE=emulated
 # runs all of that script's runs this way). The device's memory is closed to host code
@@ -232,4 +240,4 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
 else
     echo "SKIP gpu_emulated data parallel: mpirun missing or $emulated_bin not linked with MPI"
 fi
-[ "$failures" -eq 0 ] && [ "$status" -eq 0 ] && [ "$stores_status" -eq 0 ]
+[ "$failures" -eq 0 ] && [ "$status" -eq 0 ] && [ "$stores_status" -eq 0 ] && [ "$streams_status" -eq 0 ]

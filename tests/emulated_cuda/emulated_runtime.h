@@ -8,13 +8,20 @@
 // tests/emulated_cuda/include all come here. Kernels run through cpu_emulation.h (one OS
 // thread per CUDA thread, blocks one after another); the Makefile rewrites each launch
 // `kernel<<<grid, block, shared, stream>>>(args)` into
-// `emulation::launcher([&](auto... arguments) { kernel(arguments...); },
+// `emulation::launcher([=](auto... arguments) { kernel(arguments...); },
 // EMULATED_KERNEL_ADDRESS(kernel), grid, block, shared, stream)(args)`. Device memory is host
 // memory; every stream is the host's one thread of control, so work runs in issue order,
 // which is one of the orders the GPU may run it in (events and stream waits only narrow
-// the GPU's choices, so they are no-ops here). cuBLASLt is tests/emulated_cuda/cublaslt.cpp.
+// the GPU's choices, so they are no-ops here). With MARLHF_EMULATED_STREAMS=late a
+// stream other than the default one runs its kernels as late as the GPU may: queued, and
+// run only when another stream waits for an event recorded after them, or at a device
+// synchronisation or a cudaFree (which synchronises) -- not at a cudaMemcpy, which on the
+// legacy stream does not wait for a non-blocking stream. Work on the main stream between a
+// fork and its join then sees none of the side stream's results, and overwrites its
+// inputs before it reads them: a missing join or event shows as wrong results.
+// cuBLASLt is tests/emulated_cuda/cublaslt.cpp.
 //
-// What it cannot show: timing, races between streams (everything is in order), the
+// What it cannot show: timing, races between streams other than these two orders, the
 // tensor cores' rounding (tests/gpu/test_cuda.c's tolerances cover it), register and
 // shared-memory limits (kernel facts are not reported: cudaFuncGetAttributes gives
 // zeros), and a PTX layout believed wrongly both here and in the kernel. Test-only: never
@@ -31,7 +38,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <map>
+#include <vector>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
@@ -148,11 +158,17 @@ typedef enum {
     cudaMemcpyDefault = 4,
 } cudaMemcpyKind;
 typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+// A stream's kernels not yet run (MARLHF_EMULATED_STREAMS=late): `executed` of the `queued`
+// so far have run, the rest wait in `pending`.
 struct EmulatedStream {
-    int unused;
+    std::deque<std::function<void()>> pending;
+    long queued = 0, executed = 0;
 };
+// The stream it was last recorded on (null: the default stream, whose work has run) and
+// how many of that stream's kernels were queued then.
 struct EmulatedEvent {
-    int unused;
+    EmulatedStream *stream = nullptr;
+    long position = 0;
 };
 typedef EmulatedStream *cudaStream_t;
 typedef EmulatedEvent *cudaEvent_t;
@@ -341,8 +357,38 @@ template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes
     *ptr = (T *)memory;
     return cudaSuccess;
 }
+namespace emulation {
+inline bool streams_late() {
+    static const int late = [] {
+        const char *setting = getenv("MARLHF_EMULATED_STREAMS");
+        if (!setting || !*setting || !strcmp(setting, "in-order")) return 0;
+        if (!strcmp(setting, "late")) return 1;
+        fprintf(stderr, "emulation: MARLHF_EMULATED_STREAMS is '%s'; expected in-order or late\n", setting);
+        abort();
+    }();
+    return late;
+}
+inline std::vector<EmulatedStream *> &created_streams() {
+    static std::vector<EmulatedStream *> streams;
+    return streams;
+}
+// Runs `stream`'s queued kernels up to its `position`-th.
+inline void run_stream_until(EmulatedStream *stream, long position) {
+    while (stream->executed < position) {
+        std::function<void()> kernel = std::move(stream->pending.front());
+        stream->pending.pop_front();
+        stream->executed++;
+        kernel();
+    }
+}
+inline void run_all_streams() {
+    for (EmulatedStream *stream : created_streams()) run_stream_until(stream, stream->queued);
+}
+} // namespace emulation
+
 static inline cudaError_t cudaFree(void *ptr) {
     if (!ptr) return cudaSuccess;
+    emulation::run_all_streams(); // cudaFree waits for the device
     std::lock_guard<std::mutex> hold(emulation::access_lock());
     auto allocation = emulation::allocations().find((uintptr_t)ptr);
     if (allocation == emulation::allocations().end()) return cudaErrorInvalidValue; // not from cudaMalloc
@@ -391,17 +437,30 @@ static inline cudaError_t cudaMemcpyToSymbol(Symbol &symbol, const void *src, si
     memcpy((char *)&symbol + offset, src, bytes);
     return cudaSuccess;
 }
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) {
+    emulation::run_all_streams();
+    return cudaSuccess;
+}
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) {
-    *stream = new EmulatedStream{0};
+    *stream = new EmulatedStream;
+    emulation::created_streams().push_back(*stream);
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
-    *event = new EmulatedEvent{0};
+    *event = new EmulatedEvent;
     return cudaSuccess;
 }
-static inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr) {
+    event->stream = stream;
+    event->position = stream ? stream->queued : 0;
+    return cudaSuccess;
+}
+// The waiting stream's later work runs after the event's: here, the recorded stream's
+// kernels up to the event run now (the default stream's have run already).
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned = 0) {
+    if (event->stream) emulation::run_stream_until(event->stream, event->position);
+    return cudaSuccess;
+}
 
 template <typename Kernel> static inline cudaError_t cudaFuncSetAttribute(Kernel *kernel, cudaFuncAttribute, int value) {
     if (value < 0 || (size_t)value > emulation::shared_memory_optin) return cudaErrorInvalidValue;
@@ -467,6 +526,7 @@ template <typename Body> struct Launcher {
     const void *kernel;
     dim3 grid, block;
     size_t shared_bytes;
+    cudaStream_t stream;
     template <typename... Args> void operator()(Args... args) const {
         const unsigned threads = block.x * block.y * block.z;
         if (block.y != 1 || block.z != 1 || grid.z != 1 || threads == 0 || threads > 1024 || threads % 32 != 0 ||
@@ -480,13 +540,23 @@ template <typename Body> struct Launcher {
         }
         (check_argument(args), ...);
         const std::tuple<Args...> arguments(args...);
-        DeviceAccess access;
-        launch(Dim3{grid.x, grid.y, 1}, (int)threads, shared_bytes, [&] { std::apply(body, arguments); });
+        // Everything the run needs by value (the body captured the kernel by value too: the
+        // Makefile's rewrite), so that it can wait in a stream's queue past this scope.
+        auto run = [body = body, arguments, grid = grid, threads, shared_bytes = shared_bytes] {
+            DeviceAccess access;
+            launch(Dim3{grid.x, grid.y, 1}, (int)threads, shared_bytes, [&] { std::apply(body, arguments); });
+        };
+        if (stream && streams_late()) {
+            stream->pending.push_back(run);
+            stream->queued++;
+        } else {
+            run();
+        }
     }
 };
 template <typename Body>
 static inline Launcher<Body> launcher(Body body, const void *kernel, dim3 grid, dim3 block, size_t shared_bytes = 0,
-                                      cudaStream_t = nullptr) {
-    return Launcher<Body>{body, kernel, grid, block, shared_bytes};
+                                      cudaStream_t stream = nullptr) {
+    return Launcher<Body>{body, kernel, grid, block, shared_bytes, stream};
 }
 } // namespace emulation
