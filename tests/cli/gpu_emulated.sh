@@ -113,7 +113,10 @@ fi
 # data_parallel.sh checks on the CPU. The tolerances are wider than the CPU's: the two sum
 # a step's gradients in another order, and where that moves a weight across a bf16
 # rounding boundary the GPU's bf16 copy of it moves by a whole bf16 step (measured here:
-# SFT losses the same to 1e-6, PPO's gradient norms within 5e-4 after 3 iterations).
+# PPO's gradient norms within 5e-4 after 3 iterations; SFT's losses the same to 1e-6 when
+# g++ fused multiply-adds in the emulated kernels, and from step 10 on within 3e-5 since
+# they are built without, -ffp-contract=off: which step crosses a boundary is chance, so
+# the bound is 2e-4).
 if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q libmpi; then
     mpi_test_environment
     echo '{"ids": [1, 5, 9, 14, 2, 33, 7, 12, 40, 3]}' > "$tmp/ids.jsonl"
@@ -132,7 +135,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/dp-sft-again" 2> /dev/null
     one=$(json_values "$tmp/dp-sft-one/metrics.jsonl" train/loss 2> /dev/null)
     two=$(json_values "$tmp/dp-sft-two/metrics.jsonl" train/loss 2> /dev/null)
-    [ "$(echo "$one" | wc -w)" = 18 ] && close "$one" "$two" 1e-5 &&
+    [ "$(echo "$one" | wc -w)" = 18 ] && close "$one" "$two" 2e-4 &&
         same_final_model sft "$tmp/dp-sft-one/final" "$tmp/dp-sft-two/final" &&
         pass "gpu_emulated_sft_two_ranks_same_training (18 steps)" ||
         fail gpu_emulated_sft_two_ranks_same_training "one process: [$one] two ranks: [$two] $(tail -n 1 "$tmp/dp-sft-two.err")"
