@@ -556,8 +556,9 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
         adamw_init(opt, model, config);
         return;
     }
-    // Stage 1 on another backend (the GPU) moves its collectives' pieces through host memory
-    // (the packed buffers below); stages 2 and 3 work on the buffers in place.
+    // Stage 1 on another backend (the GPU) sums and gathers with its collectives (NCCL) or
+    // through host buffers (reduce_scatter_gradients, dist_adamw_step); stages 2 and 3 work
+    // on host buffers in place.
     CHECK(zero_stage == 1 || model->ops == &ops_cpu, "ZeRO stages 2 and 3 need the CPU backend");
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(model_trainable_floats(model), counts, displs);
@@ -678,6 +679,17 @@ static void rounds_end(Rounds *x) {
     free(x->counts), free(x->displs), free(x->lengths), free(x->offsets), free(x->starts), free(x->packed);
 }
 
+// Stage 1 with NCCL (dist_backend_collectives): `collective` (the backend's reduce or
+// broadcast) over each rank's shard of `buffer` in turn, rooted at that rank, in device memory.
+static void shards_through_backend(const Model *model, float *buffer,
+                                   void (*collective)(float *values, long n, int root)) {
+    const int world = dist_world_size();
+    long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
+    shard_layout(model_trainable_floats(model), counts, displs);
+    for (int r = 0; r < world; r++) collective(buffer + displs[r], counts[r], r);
+    free(counts), free(displs);
+}
+
 // Stage 1: the sums of this rank's shard into its part of the gradients; the rest of
 // model->grads stays this rank's own and is never read by the step. The gradients are
 // backend memory: with NCCL (dist_backend_collectives) each shard reduced onto its rank
@@ -686,11 +698,8 @@ static void rounds_end(Rounds *x) {
 static void reduce_scatter_gradients(Model *model) {
     const int world = dist_world_size(), rank = dist_rank();
     const OpsBackend *ops = model->ops;
-    if (dist_backend_collectives(model)) { // NCCL: each shard's sums reduced onto its rank, in device memory
-        long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
-        shard_layout(model_trainable_floats(model), counts, displs);
-        for (int r = 0; r < world; r++) ops->collectives->reduce_floats(model->grads + displs[r], counts[r], r);
-        free(counts), free(displs);
+    if (dist_backend_collectives(model)) {
+        shards_through_backend(model, model->grads, ops->collectives->reduce_floats);
         return;
     }
     Rounds x;
@@ -738,11 +747,8 @@ void dist_adamw_step(AdamW *opt, Model *model, float lr, float grad_scale) {
     const int world = dist_world_size(), rank = dist_rank();
     const OpsBackend *ops = model->ops;
     float *params = model_trainable_params(model);
-    if (dist_backend_collectives(model)) { // NCCL: each rank's updated shard broadcast from it, in device memory
-        long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
-        shard_layout(model_trainable_floats(model), counts, displs);
-        for (int r = 0; r < world; r++) ops->collectives->broadcast_floats(params + displs[r], counts[r], r);
-        free(counts), free(displs);
+    if (dist_backend_collectives(model)) {
+        shards_through_backend(model, params, ops->collectives->broadcast_floats);
         return;
     }
     Rounds x;

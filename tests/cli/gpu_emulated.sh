@@ -153,6 +153,11 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
             --threads 1 --quiet --device cuda --termination-condition fixed --ngram 3 --normalize-reward
             --whiten-advantages --num-minibatches 2 --ppo-epochs 2 --enable-ema --ptx-data "$data/sft.jsonl"
             --ptx-coef 0.5 --top-k 1)
+    # same_actor_and_critic A B: two PPO runs' final actor and critic, bit for bit
+    same_actor_and_critic() {
+        cmp -s "$1/final/actor/model.safetensors" "$2/final/actor/model.safetensors" &&
+            cmp -s "$1/final/critic/model.safetensors" "$2/final/critic/model.safetensors"
+    }
     "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-one" 2> "$tmp/dp-ppo-one.err"
     ranks 2 "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/dp-ppo-two" 2> "$tmp/dp-ppo-two.err"
     ppo_differs=
@@ -185,8 +190,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/nccl-ppo" \
         2> "$tmp/nccl-ppo.err"
     grep -q "with NCCL" "$tmp/nccl-ppo.err" &&
-        cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/nccl-ppo/final/actor/model.safetensors" &&
-        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/nccl-ppo/final/critic/model.safetensors" &&
+        same_actor_and_critic "$tmp/dp-ppo-two" "$tmp/nccl-ppo" &&
         pass gpu_emulated_nccl_ppo_same_bits_as_host_sums ||
         fail gpu_emulated_nccl_ppo_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-ppo.err")"
     collectives="$(dirname "$bin")/tests/gpu/test_collectives_emulated"
@@ -220,8 +224,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         pass gpu_emulated_zero1_sft_resume_same_bits ||
         fail gpu_emulated_zero1_sft_resume_same_bits "$(tail -n 1 "$tmp/zero1-resume.err")"
     ranks 2 "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 --output "$tmp/zero1-ppo" 2> "$tmp/zero1-ppo.err"
-    cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/zero1-ppo/final/actor/model.safetensors" &&
-        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/zero1-ppo/final/critic/model.safetensors" &&
+    same_actor_and_critic "$tmp/dp-ppo-two" "$tmp/zero1-ppo" &&
         pass gpu_emulated_zero1_ppo_same_bits ||
         fail gpu_emulated_zero1_ppo_same_bits "final actor or critic differ: $(tail -n 1 "$tmp/zero1-ppo.err")"
     # ZeRO-1 with NCCL: each shard's sums reduced onto its rank and each updated shard
@@ -236,8 +239,7 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 \
         --output "$tmp/nccl-zero1-ppo" 2> "$tmp/nccl-zero1-ppo.err"
     grep -q "with NCCL" "$tmp/nccl-zero1-ppo.err" &&
-        cmp -s "$tmp/dp-ppo-two/final/actor/model.safetensors" "$tmp/nccl-zero1-ppo/final/actor/model.safetensors" &&
-        cmp -s "$tmp/dp-ppo-two/final/critic/model.safetensors" "$tmp/nccl-zero1-ppo/final/critic/model.safetensors" &&
+        same_actor_and_critic "$tmp/dp-ppo-two" "$tmp/nccl-zero1-ppo" &&
         pass gpu_emulated_nccl_zero1_ppo_same_bits ||
         fail gpu_emulated_nccl_zero1_ppo_same_bits "$(head -n 3 "$tmp/nccl-zero1-ppo.err")"
 else

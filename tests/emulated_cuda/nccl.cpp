@@ -134,6 +134,7 @@ const char *error_string(nccl_abi::Result result) {
 NcclLibrary nccl;
 
 extern "C" int nccl_library_open(void) {
-    nccl = NcclLibrary{get_version, get_unique_id, comm_init_rank, all_reduce, reduce, broadcast, error_string};
+    nccl = NcclLibrary{"NCCL (emulated: MPI on host memory)", get_version, get_unique_id, comm_init_rank, all_reduce,
+                       reduce, broadcast, error_string};
     return 0;
 }

@@ -8,7 +8,6 @@
 #include "ops/cuda/nccl_library.cuh"
 
 static nccl_abi::Comm communicator;
-static char description[64];
 
 #define NCCL_CHECK(call)                                                                          \
     do {                                                                                          \
@@ -40,13 +39,6 @@ static int cuda_collectives_open(const unsigned char id[OPS_COLLECTIVES_ID_BYTES
     nccl_abi::Result result = nccl.CommInitRank(&communicator, world, unique, rank);
     if (result != nccl_abi::success)
         return err_set("NCCL cannot join rank %d of %d: %s", rank, world, nccl.GetErrorString(result));
-    int version = 0;
-    nccl.GetVersion(&version);
-    // 2.19 and later: major * 10000 + minor * 100 + patch.
-    if (ops_cuda_is_emulated())
-        snprintf(description, sizeof description, "NCCL (emulated: MPI on host memory)");
-    else
-        snprintf(description, sizeof description, "NCCL %d.%d.%d", version / 10000, version / 100 % 100, version % 100);
     return 0;
 }
 
@@ -66,7 +58,7 @@ static void cuda_collectives_broadcast_floats(float *values, long n, int root) {
     NCCL_CHECK(nccl.Broadcast(values, values, (size_t)n, nccl_abi::float32, root, communicator, 0));
 }
 
-static const char *cuda_collectives_describe(void) { return *description ? description : "NCCL (not joined)"; }
+static const char *cuda_collectives_describe(void) { return nccl.description; }
 
 extern "C" const OpsCollectives cuda_collectives = {
     .available = cuda_collectives_available,

@@ -1,11 +1,9 @@
 #include "ops/cuda/cublaslt_library.cuh"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
+#include <stdio.h>
 
-extern "C" {
-#include "core/check.h"
-}
+#include "ops/cuda/library_symbols.cuh"
 
 #ifndef MARLHF_CUBLASLT_SONAME
 #define MARLHF_CUBLASLT_SONAME "libcublasLt.so"
@@ -15,12 +13,10 @@ CublasLtLibrary cublaslt;
 
 // Resolves `name` into *function: false (with err_set) when the library lacks it.
 template <typename Function> static bool resolve(void *library, const char *name, Function *function) {
-    *function = reinterpret_cast<Function>(dlsym(library, name));
-    if (*function) return true;
-    err_set("%s has no function %s (--device cuda needs the cuBLASLt of CUDA %d.%d or a newer one of that major "
-            "version)",
-            MARLHF_CUBLASLT_SONAME, name, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
-    return false;
+    char expected[128];
+    snprintf(expected, sizeof expected, "--device cuda needs the cuBLASLt of CUDA %d.%d or a newer one of that major version",
+             CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    return resolve_function(library, MARLHF_CUBLASLT_SONAME, name, function, expected);
 }
 
 extern "C" int cublaslt_library_open(void) {

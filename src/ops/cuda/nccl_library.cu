@@ -1,11 +1,9 @@
 #include "ops/cuda/nccl_library.cuh"
 
-#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-extern "C" {
-#include "core/check.h"
-}
+#include "ops/cuda/library_symbols.cuh"
 
 // Where the toolkit ships nccl.h (pip's CUDA 13 does), the declarations of
 // nccl_library.cuh are checked against it; elsewhere they stand on NCCL 2's stable ABI.
@@ -27,12 +25,8 @@ static const char *library_name(void) {
     return named && *named ? named : "libnccl.so.2";
 }
 
-// Resolves `name` into *function: false (with err_set) when the library lacks it.
 template <typename Function> static bool resolve(void *library, const char *name, Function *function) {
-    *function = reinterpret_cast<Function>(dlsym(library, name));
-    if (*function) return true;
-    err_set("%s has no function %s (NCCL 2.x expected)", library_name(), name);
-    return false;
+    return resolve_function(library, library_name(), name, function, "NCCL 2.x expected");
 }
 
 extern "C" int nccl_library_open(void) {
@@ -54,6 +48,10 @@ extern "C" int nccl_library_open(void) {
         dlclose(library);
         return -1;
     }
+    int version = 0; // 2.19 and later: major * 10000 + minor * 100 + patch
+    found.GetVersion(&version);
+    snprintf(found.description, sizeof found.description, "NCCL %d.%d.%d", version / 10000, version / 100 % 100,
+             version % 100);
     nccl = found; // the library stays open for the process's life
     return 0;
 }

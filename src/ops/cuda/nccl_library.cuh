@@ -24,6 +24,7 @@ constexpr int sum = 0;               // ncclSum
 } // namespace nccl_abi
 
 struct NcclLibrary {
+    char description[64]; // "NCCL 2.27.3", for the note saying which path sums the gradients
     nccl_abi::Result (*GetVersion)(int *version);
     nccl_abi::Result (*GetUniqueId)(nccl_abi::UniqueId *id);
     nccl_abi::Result (*CommInitRank)(nccl_abi::Comm *comm, int ranks, nccl_abi::UniqueId id, int rank);
