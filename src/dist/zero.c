@@ -10,8 +10,10 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "dist/backward_sums.h"
 #include "dist/dist.h"
 #include "dist/model_sync.h"
+#include "dist/shards.h"
 #include "model/lora.h"
 
 static bool is_sharded(const AdamW *opt) { return !(opt->begin == 0 && opt->end == opt->total); }
@@ -20,11 +22,6 @@ static bool is_sharded(const AdamW *opt) { return !(opt->begin == 0 && opt->end 
 // gradients are complete at the same backward point, in the order the backward completes
 // them; each span is summed across ranks at its point (stage2_gradients_ready). Under stage 3
 // the spans of layer l (point l) are also the weights gathered while layer l runs.
-typedef struct {
-    long begin, end; // in trainable floats
-    int point;       // model_gradient_point of its entries
-} GradientSpan;
-
 typedef struct {
     GradientSpan *spans;
     int span_count;
@@ -42,25 +39,6 @@ typedef struct {
     bool globals_whole;              // stage 3: the global tensors' other parts are here (from a pass of this model
                                      // to another sharded model's pass or an optimizer step; stage3_use)
 } ShardPlan;
-
-// Rank r's shard: [displs[r], displs[r] + counts[r]), contiguous, 16-float aligned, the
-// last one shorter (or empty).
-static void shard_layout(long total, long *counts, long *displs) {
-    const int world = dist_world_size();
-    long chunk = ((total + world - 1) / world + 15) / 16 * 16;
-    for (int r = 0; r < world; r++) {
-        long begin = (long)r * chunk < total ? (long)r * chunk : total;
-        long end = begin + chunk < total ? begin + chunk : total;
-        displs[r] = begin;
-        counts[r] = end - begin;
-    }
-}
-
-// The part of [from, to) in rank r's shard, [*lo, *hi) (empty when *hi <= *lo).
-static void shard_overlap(const long *counts, const long *displs, int r, long from, long to, long *lo, long *hi) {
-    *lo = from > displs[r] ? from : displs[r];
-    *hi = to < displs[r] + counts[r] ? to : displs[r] + counts[r];
-}
 
 // A span of a layer's weights, which stage 3 gathers while the layer runs; the others are the
 // global tensors (embeddings, final norm, heads), gathered for a model's passes (stage3_use).
@@ -116,32 +94,14 @@ static void stage3_unregister(const Model *model) {
         if (stage3_models[i] == model) stage3_models[i] = NULL;
 }
 
-static int later_point_first(const void *a, const void *b) {
-    const GradientSpan *x = a, *y = b;
-    if (x->point != y->point) return x->point > y->point ? -1 : 1;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
-}
-
 // The plan of a model's trainable floats, or (frozen_base) of the floats before them, a LoRA
 // model's frozen base, cut in the shards the model had before its adapters were added (those
 // its ranks loaded, dist_weights_load_range).
 static ShardPlan *shard_plan_of(const Model *model, bool frozen_base) {
     const int world = dist_world_size();
     ShardPlan *plan = xcalloc(1, sizeof *plan);
-    plan->spans = xmalloc((size_t)(model->table.count + 1) * sizeof(GradientSpan));
+    plan->spans = gradient_spans(model, frozen_base, &plan->span_count);
     plan->region = frozen_base ? model->trainable_offset : model_trainable_floats(model);
-    // Entries in table order; a run of neighbours with the same point (the padding between
-    // them included, which is always zero) is one span.
-    for (int i = 0; i < model->table.count; i++) {
-        const ParamEntry *e = &model->table.entries[i];
-        if ((e->offset < model->trainable_offset) != frozen_base) continue; // the other plan's
-        const int point = model_gradient_point(model, e);
-        const long begin = e->offset - (frozen_base ? 0 : model->trainable_offset), end = begin + e->numel;
-        GradientSpan *last = plan->span_count ? &plan->spans[plan->span_count - 1] : NULL;
-        if (last && last->point == point) last->end = end;
-        else plan->spans[plan->span_count++] = (GradientSpan){begin, end, point};
-    }
-    qsort(plan->spans, (size_t)plan->span_count, sizeof(GradientSpan), later_point_first);
     plan->counts = xmalloc((size_t)world * sizeof(long));
     plan->displs = xmalloc((size_t)world * sizeof(long));
     plan->lengths = xmalloc((size_t)world * sizeof(long));
@@ -552,8 +512,13 @@ void dist_weights_gather_to_main(Model *model) {
 
 void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage) {
     const int world = dist_world_size(), rank = dist_rank();
+    // GPU ranks summing with NCCL take the sums of stages 0 and 1 during the step's last
+    // backward (dist/backward_sums.h). Asked on every rank alike: it may decide the path.
+    const bool sums_in_backward = world > 1 && zero_stage <= 1 && model->grads && !model->gradient_hook.ready &&
+                                  model->ops->collectives && dist_backend_collectives(model);
     if (zero_stage < 1 || world == 1) {
         adamw_init(opt, model, config);
+        if (sums_in_backward) backward_sums_install(model, NULL, NULL);
         return;
     }
     // Stage 1 on another backend (the GPU) sums and gathers with its collectives (NCCL) or
@@ -563,6 +528,7 @@ void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stag
     long *counts = xmalloc((size_t)world * sizeof(long)), *displs = xmalloc((size_t)world * sizeof(long));
     shard_layout(model_trainable_floats(model), counts, displs);
     adamw_init_range(opt, model, config, displs[rank], displs[rank] + counts[rank]);
+    if (sums_in_backward) backward_sums_install(model, counts, displs);
     free(counts), free(displs);
     opt->shard_id = ++shard_ids;
     if (zero_stage >= 2) {
@@ -597,6 +563,7 @@ static void free_plan(ShardPlan *plan) {
 }
 
 void dist_weights_free(Model *model) {
+    backward_sums_free(model);
     ShardPlan *weights = weights_plan(model), *gradients = gradient_plan(model);
     if (!weights && !gradients) return;
     stage3_unregister(model);
@@ -616,12 +583,14 @@ void dist_zero_grad(Model *model) {
     else model_zero_grad(model);
 }
 
-void dist_backward_round_begin(Model *model) {
+void dist_backward_round_begin(Model *model, bool last_before_step) {
+    backward_sums_round_begin(model, last_before_step);
     ShardPlan *plan = gradient_plan(model);
     if (plan) plan->round_start = plan->backwards;
 }
 
 void dist_backward_round_end(Model *model) {
+    backward_sums_round_end(model);
     ShardPlan *weights = weights_plan(model);
     if (weights && weights->stage3) { // every pass in step, whatever each rank ran (stage3_announce)
         dist_weights_drain(model);
@@ -718,12 +687,15 @@ static void reduce_scatter_gradients(Model *model) {
 }
 
 double dist_reduce_gradients(Model *model, const AdamW *opt) {
+    // Summed during the last backward (dist/backward_sums.h) or by stage 2 in every backward,
+    // else here.
+    const bool summed = backward_sums_join(model) || gradient_plan(model);
     model_settle_gradients(model);
     if (!is_sharded(opt)) {
-        dist_sum_gradients(model);
+        if (!summed) dist_sum_gradients(model);
         return grad_global_norm(model);
     }
-    if (!gradient_plan(model)) reduce_scatter_gradients(model); // stage 2 summed them in the backwards
+    if (!summed) reduce_scatter_gradients(model);
     const long mine = opt->end - opt->begin;
     double squares[1] = {mine > 0 ? model->ops->sum_squares(model->grads + opt->begin, mine) : 0.0};
     dist_sum_doubles(squares, 1);

@@ -46,16 +46,19 @@
 #include "train/adamw.h"
 
 // The optimizer of a data-parallel model: all of the buffer (stage 0, or one process) or
-// this rank's shard (stages 1 and 2). Stage 2 also installs the model's gradient hook.
+// this rank's shard (stages 1 and 2). Stage 2 also installs the model's gradient hook; so do
+// stages 0 and 1 for GPU ranks summing with NCCL (dist/backward_sums.h).
 void dist_adamw_init(AdamW *opt, Model *model, AdamWConfig config, int zero_stage);
-// adamw_free, and stage 2's and 3's hooks and buffers (dist_weights_free).
+// adamw_free, and the hooks and buffers installed with it (dist_weights_free).
 void dist_adamw_free(AdamW *opt, Model *model);
 // Zeroes the gradients before a step's first backward (stage 2: gives their pages back).
 void dist_zero_grad(Model *model);
 // A round of the micro-steps: between begin and end each rank runs at most one backward of
-// `model`. Under stage 2, a rank that ran none takes part in that backward's sums at end (so
-// no rank waits forever); otherwise they do nothing.
-void dist_backward_round_begin(Model *model);
+// `model`; `last_before_step` on every rank for the round after which the optimizer steps
+// (the sums of dist/backward_sums.h are taken in its backward). Under stage 2, and in the
+// last round for those sums, a rank that ran none takes part in that backward's sums at end
+// (so no rank waits forever); otherwise they do nothing.
+void dist_backward_round_begin(Model *model, bool last_before_step);
 void dist_backward_round_end(Model *model);
 // Every rank starts from rank 0's weights (collective; after a resume's reload). Unsharded,
 // they are broadcast whole (dist_broadcast_weights). Under stage 3 only the global tensors

@@ -118,6 +118,14 @@ typedef struct {
     // The sums on rank `root` only (in place there; the others' values unchanged).
     void (*reduce_floats)(float *values, long n, int root);
     void (*broadcast_floats)(float *values, long n, int root);
+    // sum_floats and reduce_floats on the collectives' own stream, for the sums taken while
+    // a backward goes on (dist/backward_sums.h): each starts once the ops issued before it
+    // are done, and the call returns at once, so the ops issued after it run beside it. The
+    // values must not be read or written by the backend's ops until after join.
+    void (*sum_floats_beside)(float *values, long n);
+    void (*reduce_floats_beside)(float *values, long n, int root);
+    // The ops issued from here on wait for every collective issued "beside" before it.
+    void (*join)(void);
     // The library's name and version, for the note saying which path sums the gradients.
     const char *(*describe)(void);
 } OpsCollectives;

@@ -827,7 +827,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             const int rounds = most_micro_batches(size, p->c.micro_batch);
             dist_zero_grad(&p->actor);
             for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
-                dist_backward_round_begin(&p->actor);
+                dist_backward_round_begin(&p->actor, round == rounds - 1 && p->ptx.count == 0);
                 if (k < size) {
                     int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                     stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
@@ -837,7 +837,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                 dist_backward_round_end(&p->actor);
             }
             if (p->ptx.count > 0) {
-                dist_backward_round_begin(&p->actor);
+                dist_backward_round_begin(&p->actor, true);
                 ptx_micro_step(p);
                 dist_backward_round_end(&p->actor);
             }
@@ -850,7 +850,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             if (p->has_critic) {
                 dist_zero_grad(&p->critic);
                 for (int round = 0, k = 0; round < rounds; round++, k += p->c.micro_batch) {
-                    dist_backward_round_begin(&p->critic);
+                    dist_backward_round_begin(&p->critic, round == rounds - 1);
                     if (k < size) {
                         int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                         stats->value_loss +=

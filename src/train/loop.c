@@ -248,7 +248,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         const long rounds = step_weight > 0 ? (micro_count + world - 1) / world : 0;
         for (long round = 0; round < rounds; round++) {
             const long m = round * world + rank;
-            dist_backward_round_begin(model);
+            dist_backward_round_begin(model, round == rounds - 1);
             MicroStepResult r = {0};
             if (m < micro_count) {
                 long start = (first_micro + m) * options->micro_batch;

@@ -177,26 +177,29 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
     # (MARLHF_EMULATED_DEVICES=2) and NCCL required, SFT (device memory closed to host code)
     # and PPO give the host path's bits; the collectives themselves on 2 ranks
     # (tests/gpu/test_collectives.c); NCCL required where the ranks share a GPU is refused
-    # on every rank before anything is written.
+    # on every rank before anything is written. Through NCCL the sums are taken during the
+    # last backward of each step, on the collectives' stream (dist/backward_sums.h): those
+    # runs have the emulation's late streams (MARLHF_EMULATED_STREAMS=late), where a sum
+    # that the step's readers did not wait for has not happened yet.
     grep -q "through host memory (MPI): ranks 0 and 1 share the GPU" "$tmp/dp-sft-two.err" &&
         pass gpu_emulated_nccl_auto_says_ranks_share_a_gpu ||
         fail gpu_emulated_nccl_auto_says_ranks_share_a_gpu "$(head -n 3 "$tmp/dp-sft-two.err")"
-    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 MARLHF_EMULATED_DEVICE_CLOSED=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" \
-        --output "$tmp/nccl-sft" 2> "$tmp/nccl-sft.err"
+    MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 MARLHF_EMULATED_DEVICE_CLOSED=1 \
+        ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/nccl-sft" 2> "$tmp/nccl-sft.err"
     grep -q "2 ranks sum gradients on their GPUs with NCCL" "$tmp/nccl-sft.err" &&
         cmp -s "$tmp/dp-sft-two/final/model.safetensors" "$tmp/nccl-sft/final/model.safetensors" &&
         pass gpu_emulated_nccl_sft_same_bits_as_host_sums ||
         fail gpu_emulated_nccl_sft_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-sft.err")"
-    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --output "$tmp/nccl-ppo" \
-        2> "$tmp/nccl-ppo.err"
+    MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" \
+        --output "$tmp/nccl-ppo" 2> "$tmp/nccl-ppo.err"
     grep -q "with NCCL" "$tmp/nccl-ppo.err" &&
         same_actor_and_critic "$tmp/dp-ppo-two" "$tmp/nccl-ppo" &&
         pass gpu_emulated_nccl_ppo_same_bits_as_host_sums ||
         fail gpu_emulated_nccl_ppo_same_bits_as_host_sums "$(head -n 3 "$tmp/nccl-ppo.err")"
     collectives="$(dirname "$bin")/tests/gpu/test_collectives_emulated"
-    MARLHF_EMULATED_DEVICES=2 ranks 2 "$collectives" > "$tmp/collectives.out" 2>&1 &&
-        [ "$(grep -c '^PASS ' "$tmp/collectives.out")" = 8 ] &&
-        pass "gpu_emulated_collectives_two_ranks (sum, reduce, broadcast, stale weight copy)" ||
+    MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=2 ranks 2 "$collectives" > "$tmp/collectives.out" 2>&1 &&
+        [ "$(grep -c '^PASS ' "$tmp/collectives.out")" = 10 ] &&
+        pass "gpu_emulated_collectives_two_ranks (sum, reduce, broadcast, stale weight copy, beside and join)" ||
         fail gpu_emulated_collectives_two_ranks "$(grep -v '^#' "$tmp/collectives.out" | head -n 5)"
     MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_sft[@]}" --output "$tmp/nccl-refused" > /dev/null 2> "$tmp/nccl-refused.err"
     rc=$?
@@ -205,6 +208,23 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         [ "$(grep "^marlhf: error: " "$tmp/nccl-refused.err" | grep -c "MARLHF_NCCL=1 .*share the GPU")" = 2 ] &&
         pass gpu_emulated_nccl_required_refused_when_ranks_share_a_gpu ||
         fail gpu_emulated_nccl_required_refused_when_ranks_share_a_gpu "exit $rc, $errors error lines: $(head -n 2 "$tmp/nccl-refused.err")"
+    # The sums in the backward are taken in the last round of micro-batches of a step only
+    # (the earlier ones add into the gradients); a rank with no micro-batch in that round
+    # issues its zeros' sums at the round's end. 2 accumulation steps of 7 examples: 7
+    # micro-batches an epoch, so every other step's last round has one for rank 0 only.
+    # Through NCCL (ZeRO-1 too) the host path's bits.
+    accumulated=("${dp_sft[@]}" --per-device-train-batch-size 7 --gradient-accumulation-steps 2)
+    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=0 ranks 2 "$emulated_bin" "${accumulated[@]}" \
+        --output "$tmp/accumulated-host" 2> "$tmp/accumulated-host.err"
+    for stage in 0 1; do
+        MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" \
+            "${accumulated[@]}" --zero-stage $stage --output "$tmp/accumulated-nccl-$stage" 2> "$tmp/accumulated-nccl-$stage.err"
+        [ -s "$tmp/accumulated-host/final/model.safetensors" ] && grep -q "with NCCL" "$tmp/accumulated-nccl-$stage.err" &&
+            cmp -s "$tmp/accumulated-host/final/model.safetensors" "$tmp/accumulated-nccl-$stage/final/model.safetensors" &&
+            pass "gpu_emulated_nccl_accumulation_stage${stage}_same_bits_as_host_sums" ||
+            fail "gpu_emulated_nccl_accumulation_stage${stage}_same_bits_as_host_sums" \
+                "$(head -n 3 "$tmp/accumulated-nccl-$stage.err") $(tail -n 1 "$tmp/accumulated-host.err")"
+    done
 
     # ZeRO-1 on the device (dist/zero.c: each rank's shard of the moments in device memory,
     # the reduce-scatter and the all-gather through host buffers): the same bits as the
@@ -236,8 +256,8 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         cmp -s "$tmp/dp-sft-two/checkpoint-18/optimizer.safetensors" "$tmp/nccl-zero1-sft/checkpoint-18/optimizer.safetensors" &&
         pass gpu_emulated_nccl_zero1_sft_same_bits ||
         fail gpu_emulated_nccl_zero1_sft_same_bits "$(head -n 3 "$tmp/nccl-zero1-sft.err")"
-    MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" --zero-stage 1 \
-        --output "$tmp/nccl-zero1-ppo" 2> "$tmp/nccl-zero1-ppo.err"
+    MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=2 MARLHF_NCCL=1 ranks 2 "$emulated_bin" "${dp_ppo[@]}" \
+        --zero-stage 1 --output "$tmp/nccl-zero1-ppo" 2> "$tmp/nccl-zero1-ppo.err"
     grep -q "with NCCL" "$tmp/nccl-zero1-ppo.err" &&
         same_actor_and_critic "$tmp/dp-ppo-two" "$tmp/nccl-zero1-ppo" &&
         pass gpu_emulated_nccl_zero1_ppo_same_bits ||

@@ -63,6 +63,20 @@ nccl_abi::Result comm_init_rank(nccl_abi::Comm *comm, int ranks, nccl_abi::Uniqu
     return nccl_abi::success;
 }
 
+// Runs a collective's work on `stream` as a kernel would run there: now, or (with
+// MARLHF_EMULATED_STREAMS=late, on a stream other than the default one) queued until
+// another stream waits for it (tests/emulated_cuda/emulated_runtime.h). So a missing
+// OpsCollectives.join shows as sums that have not happened yet.
+template <typename Work> nccl_abi::Result on_stream(cudaStream_t stream, Work work) {
+    if (stream && emulation::streams_late()) {
+        stream->pending.push_back(work);
+        stream->queued++;
+    } else {
+        work();
+    }
+    return nccl_abi::success;
+}
+
 // Stops, as a GPU would fault, when [p, p + bytes) is not inside one device allocation.
 void require_device_range(const void *p, size_t bytes, const char *what) {
     const uintptr_t first = (uintptr_t)p;
@@ -77,34 +91,37 @@ void require_device_range(const void *p, size_t bytes, const char *what) {
 }
 
 nccl_abi::Result all_reduce(const void *send, void *receive, size_t count, int data_type, int operation,
-                            nccl_abi::Comm comm, cudaStream_t) {
+                            nccl_abi::Comm comm, cudaStream_t stream) {
     if (!comm) return invalid_usage;
     if (data_type != nccl_abi::float32 || operation != nccl_abi::sum) return invalid_argument;
     const size_t bytes = count * sizeof(float);
     require_device_range(send, bytes, "ncclAllReduce's send buffer");
     require_device_range(receive, bytes, "ncclAllReduce's receive buffer");
-    emulation::DeviceAccess access;
-    if (send != receive) memmove(receive, send, bytes);
-    dist_sum_floats((float *)receive, (long)count);
-    return nccl_abi::success;
+    return on_stream(stream, [=] {
+        emulation::DeviceAccess access;
+        if (send != receive) memmove(receive, send, bytes);
+        dist_sum_floats((float *)receive, (long)count);
+    });
 }
 
 // The sums reach `root` only: another rank's receive buffer is neither read nor written.
 nccl_abi::Result reduce(const void *send, void *receive, size_t count, int data_type, int operation, int root,
-                        nccl_abi::Comm comm, cudaStream_t) {
+                        nccl_abi::Comm comm, cudaStream_t stream) {
     if (!comm) return invalid_usage;
     if (data_type != nccl_abi::float32 || operation != nccl_abi::sum || root < 0 || root >= comm->ranks)
         return invalid_argument;
     const size_t bytes = count * sizeof(float);
     require_device_range(send, bytes, "ncclReduce's send buffer");
-    if (comm->rank == root) require_device_range(receive, bytes, "ncclReduce's receive buffer");
-    float *sums = (float *)xmalloc(bytes ? bytes : 1);
-    emulation::DeviceAccess access;
-    memcpy(sums, send, bytes);
-    dist_sum_floats(sums, (long)count);
-    if (comm->rank == root) memcpy(receive, sums, bytes);
-    free(sums);
-    return nccl_abi::success;
+    const bool is_root = comm->rank == root;
+    if (is_root) require_device_range(receive, bytes, "ncclReduce's receive buffer");
+    return on_stream(stream, [=] {
+        float *sums = (float *)xmalloc(bytes ? bytes : 1);
+        emulation::DeviceAccess access;
+        memcpy(sums, send, bytes);
+        dist_sum_floats(sums, (long)count);
+        if (is_root) memcpy(receive, sums, bytes);
+        free(sums);
+    });
 }
 
 nccl_abi::Result broadcast(const void *send, void *receive, size_t count, int data_type, int root,

@@ -174,8 +174,8 @@ if [ "$device" = cuda ]; then
     rc=$?
     grep -E '^(PASS|FAIL|SKIP|#)' "$logs/test_collectives.log" | tee -a "$log"
     if ! { [ "$rc" -eq 0 ] && grep -q '^SKIP ' "$logs/test_collectives.log"; }; then
-        check collectives_one_rank "$((rc != 0 || $(grep -c '^PASS ' "$logs/test_collectives.log") != 4))" \
-            "(sum, reduce, broadcast, stale weight copy; $(grep -m 1 '^# ' "$logs/test_collectives.log" | cut -c 3-))"
+        check collectives_one_rank "$((rc != 0 || $(grep -c '^PASS ' "$logs/test_collectives.log") != 5))" \
+            "(sum, reduce, broadcast, stale weight copy, beside and join; $(grep -m 1 '^# ' "$logs/test_collectives.log" | cut -c 3-))"
     fi
 fi
 # The LoRA models again on the other attention kernels (mma is the default): the adapters'

@@ -10,7 +10,11 @@
 //   - a reduce onto the last rank gives it the sums and leaves the others' values;
 //   - a broadcast from the last rank reaches every rank;
 //   - a product that read a weight before a broadcast replaced it reads the new values
-//     after it: the backend's bf16 copy of the weight (ops/cuda/matmul.cu) is marked stale.
+//     after it: the backend's bf16 copy of the weight (ops/cuda/matmul.cu) is marked stale;
+//   - sums and reduces issued "beside" the other ops (the backward's sums, dist/backward_sums.h)
+//     take the values an op wrote just before them, leave alone what the ops after them
+//     write elsewhere, and are there for the ops after join (under the emulation's late
+//     streams, MARLHF_EMULATED_STREAMS=late, a missing join reads them before they ran).
 // Says SKIP (exit 0) only when the NCCL library cannot be loaded on a real GPU machine.
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +110,32 @@ static void test_broadcast_weight_not_stale(void) {
     gpu->free(device_x), gpu->free(device_w), gpu->free(device_root_w), gpu->free(device_out);
 }
 
+static void test_beside_then_join(void) {
+    const long n = 50021, half = n / 2;
+    const int root = world - 1;
+    float *host = malloc((size_t)n * sizeof(float)), *other = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) host[i] = 0.25f * (float)(i % 41) + (float)rank, other[i] = 1.0f;
+    float *device = device_copy(host, n), *device_other = device_copy(other, n);
+    gpu->scale(device, 2.0f, n); // queued on the default stream just before the sums
+    gpu->collectives->sum_floats_beside(device, half);
+    gpu->collectives->reduce_floats_beside(device + half, n - half, root);
+    gpu->scale(device_other, 3.0f, n); // beside the sums, on other memory
+    gpu->collectives->join();
+    gpu->copy_to_host(host, device, (size_t)n * sizeof(float));
+    gpu->copy_to_host(other, device_other, (size_t)n * sizeof(float));
+    long wrong = 0, first_wrong = -1;
+    for (long i = 0; i < n; i++) {
+        const float own = 2.0f * (0.25f * (float)(i % 41) + (float)rank);
+        const float sum = 2.0f * (0.25f * (float)(i % 41) * (float)world + (float)(world * (world - 1) / 2));
+        const float expected = i < half || rank == root ? sum : own;
+        if ((host[i] != expected || other[i] != 3.0f) && wrong++ == 0) first_wrong = i;
+    }
+    EXPECT(wrong == 0, "%ld of %ld values wrong after the join, the first at %ld: %g (other buffer %g)", wrong, n,
+           first_wrong, first_wrong >= 0 ? host[first_wrong] : 0.0, first_wrong >= 0 ? other[first_wrong] : 0.0);
+    gpu->free(device), gpu->free(device_other);
+    free(host), free(other);
+}
+
 int main(int argc, char **argv) {
     if (dist_init(&argc, &argv) != 0) {
         fprintf(stderr, "test_collectives: %s\n", err_msg());
@@ -140,6 +170,7 @@ int main(int argc, char **argv) {
     RUN(test_reduce_floats);
     RUN(test_broadcast_floats);
     RUN(test_broadcast_weight_not_stale);
+    RUN(test_beside_then_join);
     const bool failed = dist_any_failed(test_total_failed != 0);
     dist_finalize();
     return failed ? 1 : 0;

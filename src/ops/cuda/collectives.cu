@@ -1,13 +1,20 @@
 // The CUDA backend's collectives (ops.h's OpsCollectives): NCCL (nccl_library.cuh) on the
 // stream every op runs on, so a sum starts after the backward that wrote the gradients and
-// the next op starts after it, with no host wait between. dist/model_sync.c decides, with
-// every rank, whether they are used; ops/cuda knows nothing of MPI.
+// the next op starts after it, with no host wait between. The "beside" ones run on a
+// stream of their own (collectives_stream), behind an event of the default stream, so that
+// the sums of a backward's last layers go on while it computes the earlier ones
+// (dist/backward_sums.c); join makes the default stream wait for them. dist/model_sync.c
+// decides, with every rank, whether they are used; ops/cuda knows nothing of MPI.
 #include <string.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/nccl_library.cuh"
 
 static nccl_abi::Comm communicator;
+// Non-blocking: the legacy default stream, which every op runs on, neither waits for it nor
+// makes it wait, except through the two events.
+static cudaStream_t collectives_stream;
+static cudaEvent_t default_reached, collectives_done;
 
 #define NCCL_CHECK(call)                                                                          \
     do {                                                                                          \
@@ -39,6 +46,9 @@ static int cuda_collectives_open(const unsigned char id[OPS_COLLECTIVES_ID_BYTES
     nccl_abi::Result result = nccl.CommInitRank(&communicator, world, unique, rank);
     if (result != nccl_abi::success)
         return err_set("NCCL cannot join rank %d of %d: %s", rank, world, nccl.GetErrorString(result));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&collectives_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&default_reached, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&collectives_done, cudaEventDisableTiming));
     return 0;
 }
 
@@ -58,6 +68,31 @@ static void cuda_collectives_broadcast_floats(float *values, long n, int root) {
     NCCL_CHECK(nccl.Broadcast(values, values, (size_t)n, nccl_abi::float32, root, communicator, 0));
 }
 
+// The collectives stream's next work waits for what the default stream has been given so far.
+static void collectives_stream_follows_default(void) {
+    CUDA_CHECK(cudaEventRecord(default_reached, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(collectives_stream, default_reached, 0));
+}
+
+static void cuda_collectives_sum_floats_beside(float *values, long n) {
+    if (n <= 0) return;
+    collectives_stream_follows_default();
+    NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator,
+                              collectives_stream));
+}
+
+static void cuda_collectives_reduce_floats_beside(float *values, long n, int root) {
+    if (n <= 0) return;
+    collectives_stream_follows_default();
+    NCCL_CHECK(nccl.Reduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, root, communicator,
+                           collectives_stream));
+}
+
+static void cuda_collectives_join(void) {
+    CUDA_CHECK(cudaEventRecord(collectives_done, collectives_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(0, collectives_done, 0));
+}
+
 static const char *cuda_collectives_describe(void) { return nccl.description; }
 
 extern "C" const OpsCollectives cuda_collectives = {
@@ -67,5 +102,8 @@ extern "C" const OpsCollectives cuda_collectives = {
     .sum_floats = cuda_collectives_sum_floats,
     .reduce_floats = cuda_collectives_reduce_floats,
     .broadcast_floats = cuda_collectives_broadcast_floats,
+    .sum_floats_beside = cuda_collectives_sum_floats_beside,
+    .reduce_floats_beside = cuda_collectives_reduce_floats_beside,
+    .join = cuda_collectives_join,
     .describe = cuda_collectives_describe,
 };
