@@ -106,6 +106,28 @@ else
     fail gpu_emulated_infer_rewards_track_cpu "see above"
 fi
 
+# What a decode step asks of the host: its kernel launches and cuBLASLt products, counted by
+# the emulation (MARLHF_EMULATED_COUNT_LAUNCHES=1), as the difference between 20 and 10
+# greedy tokens of the 2-layer model after a short prompt. A batch-1 step's products are
+# matvec_bf16.cuh's (no cuBLASLt call: each cost about as much host time as the GPU spends
+# on the product); 29 launches a token when written (13 a layer, and the embedding, final
+# norm and LM head). More is a step that got slower on a GPU: say why where it is added.
+launches_for() {
+    MARLHF_EMULATED_COUNT_LAUNCHES=1 "$emulated_bin" generate --model tests/fixtures/models/tiny_chat --device cuda \
+        --greedy --max-new-tokens "$1" --min-new-tokens "$1" "hello" 2>&1 > /dev/null |
+        sed -n 's/^emulation: \([0-9]*\) kernel launches, \([0-9]*\) cuBLASLt products$/\1 \2/p'
+}
+read -r kernels_10 products_10 <<< "$(launches_for 10)"
+read -r kernels_20 products_20 <<< "$(launches_for 20)"
+if [ -n "$kernels_10" ] && [ -n "$kernels_20" ]; then
+    per_token=$(((kernels_20 - kernels_10) / 10)) products_per_token=$(((products_20 - products_10) / 10))
+    [ "$per_token" -le 29 ] && [ "$products_per_token" = 0 ] &&
+        pass "gpu_emulated_decode_step_launches ($per_token kernels, $products_per_token cuBLASLt products a token)" ||
+        fail gpu_emulated_decode_step_launches "$per_token kernels and $products_per_token cuBLASLt products a token"
+else
+    fail gpu_emulated_decode_step_launches "no counts: $(launches_for 10 | head -n 2)"
+fi
+
 # Data parallelism with --device cuda (docs/distributed.md): each rank's gradients leave the
 # device for MPI's sum and come back, and the weights are broadcast the same way
 # (dist/model_sync.c). Untested on GPUs (the lent machine has one GPU and no mpirun); here
@@ -224,6 +246,23 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
             pass "gpu_emulated_nccl_accumulation_stage${stage}_same_bits_as_host_sums" ||
             fail "gpu_emulated_nccl_accumulation_stage${stage}_same_bits_as_host_sums" \
                 "$(head -n 3 "$tmp/accumulated-nccl-$stage.err") $(tail -n 1 "$tmp/accumulated-host.err")"
+    done
+    # Three ranks, a GPU each: ZeRO-1's spans reduced onto three owners. MPI adds three
+    # ranks' values in an order that depends on the message's length (the whole buffer on
+    # the host path, a span at a time here), so the losses agree to rounding, not in bits.
+    three=("${dp_sft[@]}" --per-device-train-batch-size 5 --gradient-accumulation-steps 2 --num-train-epochs 2)
+    MARLHF_EMULATED_DEVICES=3 MARLHF_NCCL=0 ranks 3 "$emulated_bin" "${three[@]}" --output "$tmp/three-host" \
+        2> "$tmp/three-host.err"
+    host_losses=$(json_values "$tmp/three-host/metrics.jsonl" train/loss 2> /dev/null)
+    for stage in 0 1; do
+        MARLHF_EMULATED_STREAMS=late MARLHF_EMULATED_DEVICES=3 MARLHF_NCCL=1 ranks 3 "$emulated_bin" "${three[@]}" \
+            --zero-stage $stage --output "$tmp/three-nccl-$stage" 2> "$tmp/three-nccl-$stage.err"
+        nccl_losses=$(json_values "$tmp/three-nccl-$stage/metrics.jsonl" train/loss 2> /dev/null)
+        [ "$(echo "$host_losses" | wc -w)" = 4 ] && grep -q "3 ranks sum gradients on their GPUs with NCCL" "$tmp/three-nccl-$stage.err" &&
+            close "$host_losses" "$nccl_losses" 1e-5 &&
+            pass "gpu_emulated_nccl_three_ranks_stage${stage}_tracks_host_sums" ||
+            fail "gpu_emulated_nccl_three_ranks_stage${stage}_tracks_host_sums" \
+                "host: [$host_losses] NCCL: [$nccl_losses] $(head -n 3 "$tmp/three-nccl-$stage.err")"
     done
 
     # ZeRO-1 on the device (dist/zero.c: each rank's shard of the moments in device memory,

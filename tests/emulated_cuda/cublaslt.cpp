@@ -135,6 +135,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta_pointer,
                               const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t) {
+    emulation::launch_counts.products++;
     if (!shapes_agree(desc, a, b, d) || c->type != d->type || c->rows != d->rows || c->cols != d->cols)
         return CUBLAS_STATUS_INVALID_VALUE;
     emulation::DeviceAccess access;

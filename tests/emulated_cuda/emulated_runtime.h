@@ -188,6 +188,19 @@ struct cudaFuncAttributes {
 };
 
 namespace emulation {
+// With MARLHF_EMULATED_COUNT_LAUNCHES=1, said on stderr at exit: the kernels launched and the
+// cuBLASLt products run (tests/emulated_cuda/cublaslt.cpp), each a call the host pays for on
+// a GPU -- what a decode step of a small model spends its time on there (gpu_emulated.sh
+// counts a step's).
+struct LaunchCounts {
+    std::atomic<long> kernels{0}, products{0};
+    ~LaunchCounts() {
+        const char *setting = getenv("MARLHF_EMULATED_COUNT_LAUNCHES");
+        if (setting && !strcmp(setting, "1"))
+            fprintf(stderr, "emulation: %ld kernel launches, %ld cuBLASLt products\n", kernels.load(), products.load());
+    }
+};
+inline LaunchCounts launch_counts;
 // The error of the last launch the GPU would refuse (too many threads, a grid too tall,
 // more dynamic shared memory than the kernel was allowed).
 inline cudaError_t last_error = cudaSuccess;
@@ -539,6 +552,7 @@ template <typename Body> struct Launcher {
             return;
         }
         (check_argument(args), ...);
+        launch_counts.kernels++;
         const std::tuple<Args...> arguments(args...);
         // Everything the run needs by value (the body captured the kernel by value too: the
         // Makefile's rewrite), so that it can wait in a stream's queue past this scope.

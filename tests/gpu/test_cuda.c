@@ -383,7 +383,8 @@ static void test_norms(void) {
 
 static void test_matmul(void) {
     // Odd sizes on purpose: no dimension is a multiple of the tile sizes.
-    const int shapes[][3] = {{257, 96, 200}, {3, 64, 1000}, {1, 576, 49}, {1024, 128, 384}};
+    // 3, 1 and 8 rows: a decode step's products (matvec_bf16.cuh, up to 8 rows).
+    const int shapes[][3] = {{257, 96, 200}, {3, 64, 1000}, {1, 576, 49}, {8, 96, 70}, {1024, 128, 384}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
         float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f), *bias = random_host(OC, 1);
@@ -487,8 +488,11 @@ static void test_matmul(void) {
 // the release: forward, accumulate and weight gradient through it give the CPU's results;
 // a product of another input meanwhile is unaffected; and holding the same buffer again
 // after new contents were written reads the new contents (no stale copy).
-static void test_matmul_held_input(void) {
-    const int N = 129, IC = 96, OC = 80, OC2 = 40;
+// N rows: 129 for cuBLASLt, 5 for a decode step's kernel (matvec_bf16.cuh), which reads a
+// held input's floats until a copy of it is made (in a model by the norm that writes it;
+// here by the backward's product) and the copy from then on.
+static void matmul_held_input_rows(int N) {
+    const int IC = 96, OC = 80, OC2 = 40;
     float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f), *w2 = random_host((long)OC2 * IC, 0.2f);
     float *other = random_host((long)N * IC, 1), *dout = random_host((long)N * OC, 1);
     float *out = xmalloc((size_t)N * OC * 4), *out2 = xmalloc((size_t)N * OC2 * 4), *out3 = xmalloc((size_t)N * OC * 4);
@@ -503,18 +507,30 @@ static void test_matmul_held_input(void) {
     cpu->matmul_backward(NULL, dw, NULL, dout, x, w, N, IC, OC, WRITE_ADD, WRITE_ADD);
     gpu->matmul_input_hold(d_x, (long)N * IC);
     gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+    float *from_floats = xmalloc((size_t)N * OC * 4);
+    gpu->copy_to_host(from_floats, d_out, (size_t)N * OC * 4);
     gpu->matmul_forward(d_out3, d_other, d_w, NULL, N, IC, OC); // not the held input
     gpu->matmul_forward(d_out2, d_x, d_w2, NULL, N, IC, OC2);
     gpu->matmul_backward(NULL, d_dw, NULL, d_dout, d_x, d_w, N, IC, OC, WRITE_ADD, WRITE_ADD);
+    gpu->fill_zero(d_out, (long)N * OC);
+    gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC); // the copy the backward made
     gpu->matmul_input_release();
     expect_match_keep("held input: matmul_forward", d_out, out, (long)N * OC, TOL_BF16);
+    if (N <= 8) { // the decode kernel rounds floats as the copy was rounded: the same operands
+        float *from_copy = xmalloc((size_t)N * OC * 4);
+        gpu->copy_to_host(from_copy, d_out, (size_t)N * OC * 4);
+        EXPECT(!memcmp(from_floats, from_copy, (size_t)N * OC * 4),
+               "decode-step product: the input's floats and its bf16 copy give different bits");
+        free(from_copy);
+    }
+    free(from_floats);
     expect_match_keep("held input: a second product", d_out2, out2, (long)N * OC2, TOL_BF16);
     expect_match_keep("held input: another input meanwhile", d_out3, out3, (long)N * OC, TOL_BF16);
     expect_match_keep("held input: matmul_backward dweight", d_dw, dw, (long)OC * IC, TOL_BF16);
     // The held copy is what the products read: with the promise broken on purpose (a write
     // during the hold), a second product still sees the old contents. (The CPU standing in
-    // holds nothing.)
-    if (!standing_in) {
+    // holds nothing; a decode step's kernel reads an input's floats until a copy is made.)
+    if (!standing_in && N > 8) {
         gpu->copy_to_device(d_x, x, (size_t)N * IC * 4);
         gpu->matmul_input_hold(d_x, (long)N * IC);
         gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
@@ -532,6 +548,11 @@ static void test_matmul_held_input(void) {
     gpu->free(d_x), gpu->free(d_w), gpu->free(d_w2), gpu->free(d_other), gpu->free(d_dout), gpu->free(d_dw);
     gpu->free(d_out), gpu->free(d_out2), gpu->free(d_out3);
     free(x), free(w), free(w2), free(other), free(dout), free(out), free(out2), free(out3), free(dw);
+}
+
+static void test_matmul_held_input(void) {
+    matmul_held_input_rows(129);
+    matmul_held_input_rows(5);
 }
 
 // An activation whose output is a held matmul input writes the output's bf16 copy with it

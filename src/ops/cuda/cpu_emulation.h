@@ -657,6 +657,10 @@ DEVICE_INLINE void store_float4(float *p, const float r[4]) {
     emulation::require_aligned(p, 16, "float4 store");
     memcpy(p, r, 16);
 }
+DEVICE_INLINE void load_bf16x8(float r[8], const bf16 *p) {
+    emulation::require_aligned(p, 16, "load of eight bf16");
+    for (int i = 0; i < 8; i++) r[i] = bf16_to_float(p[i]);
+}
 DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
     emulation::require_aligned(p, 8, "store of four bf16");
     const uint32_t pairs[2] = {pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3])};

@@ -86,6 +86,15 @@ DEVICE_INLINE void load_float4(float r[4], const float *p) {
 DEVICE_INLINE void store_float4(float *p, const float r[4]) {
     *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
 }
+// Eight bf16 at a 16-byte aligned address in one access, as floats (exactly).
+DEVICE_INLINE void load_bf16x8(float r[8], const bf16 *p) {
+    const uint4 q = *reinterpret_cast<const uint4 *>(p);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    for (int i = 0; i < 4; i++) {
+        r[2 * i] = __uint_as_float(words[i] << 16);
+        r[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+}
 // Four floats rounded to bf16 (as pack_bf16x2) at an 8-byte aligned address, one access.
 DEVICE_INLINE void store_bf16x4(bf16 *p, const float r[4]) {
     *reinterpret_cast<uint2 *>(p) = make_uint2(pack_bf16x2(r[0], r[1]), pack_bf16x2(r[2], r[3]));

@@ -1,4 +1,6 @@
-// Linear layers through cuBLASLt: bf16 operands, fp32 accumulation and fp32 outputs.
+// Linear layers through cuBLASLt: bf16 operands, fp32 accumulation and fp32 outputs; a
+// decode step's forward products (a few rows) through matvec_bf16.cuh instead, the same
+// operands without cuBLASLt's host cost.
 //
 // The fp32 master weights are converted to bf16 once and cached by address; the cache
 // entry goes stale when anything writes the fp32 weights through the backend (AdamW, a
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/matvec_bf16.cuh"
 
 // ---------------------------------------------------------------------------------------
 // bf16 weight cache
@@ -309,12 +312,36 @@ void cuda_add_bias(float *out, const float *bias, long N, int OC) {
     CUDA_CHECK_LAUNCH();
 }
 
+// A forward product of at most matvec_bf16::MAX_ROWS rows (a decode step) by matvec_bf16.cuh:
+// out = inp . weight^T (+ bias) (+ addend, which may be out). False, with nothing done, where
+// it does not apply -- more rows, IC not a multiple of 8, an operand not 16-byte aligned, an
+// output kept as bf16 (hold_stored) -- and cuBLASLt takes the product.
+static bool matvec_product(float *out, const float *inp, const float *weight, const float *bias, const float *addend,
+                           int N, int IC, int OC) {
+    if (N <= 0 || N > matvec_bf16::MAX_ROWS || IC % matvec_bf16::GROUP != 0 || stored_entry(out, (long)N * OC))
+        return false;
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+    // A held input whose copy is made (by its producer, or by a product before this one) is
+    // read through it, a stored one always (it has no floats); any other input's floats are
+    // rounded by the kernel, which spares the conversion's launch (the attention output's,
+    // the final norm's in a decode step).
+    matvec_bf16::Input x = {NULL, inp};
+    const HeldInput *held = held_entry(inp, (long)N * IC);
+    if (held && (held->copied || held->stored)) x = {cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC), NULL};
+    const void *input = x.copy ? (const void *)x.copy : (const void *)x.floats;
+    if ((uintptr_t)w % 16 != 0 || (uintptr_t)input % 16 != 0) return false;
+    matvec_bf16::kernel<<<matvec_bf16::blocks_for(OC), matvec_bf16::THREADS>>>(out, w, x, bias, addend, N, IC, OC);
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
+
 // out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major
 // terms D(OC x N) = op_T(W stored IC x OC) * inp stored (IC x N).
 // A stored output (hold_stored: the gate and up products, which only the activations read)
 // is written as bf16 in its own memory, rounded from the fp32 accumulators.
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC) {
+    if (matvec_product(out, inp, weight, bias, NULL, N, IC, OC)) return;
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     __nv_bfloat16 *stored = stored_output(out, (long)N * OC);
@@ -329,6 +356,7 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
 // which keeps floats, could not show it).
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
     CHECK(!stored_entry(out, (long)N * OC), "matmul_accumulate into a stored buffer (hold_stored)");
+    if (matvec_product(out, inp, weight, NULL, out, N, IC, OC)) return;
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     const __nv_bfloat16 *x = cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC);
     cuda_gemm_bf16(true, false, OC, N, IC, 1.0f, w, IC, x, IC, 1.0f, out, OC, 1, 0, 0, 0);
@@ -339,6 +367,7 @@ void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, i
 // in the CPU's order.
 void cuda_matmul_forward_residual(float *out, const float *inp, const float *weight, const float *bias,
                                   const float *residual, int N, int IC, int OC) {
+    if (matvec_product(out, inp, weight, bias, residual, N, IC, OC)) return;
     if (bias) {
         cuda_matmul_forward(out, inp, weight, bias, N, IC, OC);
         ops_cuda.accumulate(out, residual, (long)N * OC);
