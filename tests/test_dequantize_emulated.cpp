@@ -250,7 +250,7 @@ static void check_matvec(Kind kind, int M, int IC, int OC, bool with_bias) {
     for (float &v : bias) v = random_float(0.5f);
     const float *b = with_bias ? bias.data() : NULL;
     emulation::launch({matvec::blocks_for(OC), 1, 1}, matvec::THREADS, 0,
-                      [&] { matvec::kernel(got.data(), x.data(), w, b, M, IC, OC); });
+                      [&] { matvec::kernel(got.data(), x.data(), matvec::BlockWeights{w}, b, M, IC, OC); });
     ops_cpu.matmul_forward_dequantized(want.data(), x.data(), &m, b, M, IC, OC);
     std::vector<float> dequantized((size_t)OC * IC);
     quant_dequantize_rows(&m, 0, OC, dequantized.data());

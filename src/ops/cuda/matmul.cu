@@ -312,25 +312,25 @@ void cuda_add_bias(float *out, const float *bias, long N, int OC) {
     CUDA_CHECK_LAUNCH();
 }
 
-// A forward product of at most matvec_bf16::MAX_ROWS rows (a decode step) by matvec_bf16.cuh:
+// A forward product of at most matvec::MAX_ROWS rows (a decode step) by matvec_bf16.cuh:
 // out = inp . weight^T (+ bias) (+ addend, which may be out). False, with nothing done, where
 // it does not apply -- more rows, IC not a multiple of 8, an operand not 16-byte aligned, an
 // output kept as bf16 (hold_stored) -- and cuBLASLt takes the product.
 static bool matvec_product(float *out, const float *inp, const float *weight, const float *bias, const float *addend,
                            int N, int IC, int OC) {
-    if (N <= 0 || N > matvec_bf16::MAX_ROWS || IC % matvec_bf16::GROUP != 0 || stored_entry(out, (long)N * OC))
+    if (N <= 0 || N > matvec::MAX_ROWS || IC % matvec::GROUP != 0 || stored_entry(out, (long)N * OC))
         return false;
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     // A held input whose copy is made (by its producer, or by a product before this one) is
     // read through it, a stored one always (it has no floats); any other input's floats are
     // rounded by the kernel, which spares the conversion's launch (the attention output's,
     // the final norm's in a decode step).
-    matvec_bf16::Input x = {NULL, inp};
+    matvec::Bf16Rows x = {NULL, inp};
     const HeldInput *held = held_entry(inp, (long)N * IC);
     if (held && (held->copied || held->stored)) x = {cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC), NULL};
     const void *input = x.copy ? (const void *)x.copy : (const void *)x.floats;
     if ((uintptr_t)w % 16 != 0 || (uintptr_t)input % 16 != 0) return false;
-    matvec_bf16::kernel<<<matvec_bf16::blocks_for(OC), matvec_bf16::THREADS>>>(out, w, x, bias, addend, N, IC, OC);
+    matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, addend, N, IC, OC);
     CUDA_CHECK_LAUNCH();
     return true;
 }

@@ -75,7 +75,8 @@ void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matri
     if (N <= matvec::MAX_ROWS) { // a decode step: the blocks read directly (matvec_quantized.cuh)
         CHECK(!cuda_stored_values(inp, (long)N * IC), "the quantized decode kernel reads floats, which a stored "
                                                       "input (hold_stored) does not have");
-        matvec::kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, inp, weights_of(weight), bias, N, IC, OC);
+        const matvec::BlockWeights weights = {weights_of(weight)};
+        matvec::kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, inp, weights, bias, N, IC, OC);
         CUDA_CHECK_LAUNCH();
         return;
     }
