@@ -52,15 +52,18 @@ static int cuda_collectives_open(const unsigned char id[OPS_COLLECTIVES_ID_BYTES
     return 0;
 }
 
-static void cuda_collectives_sum_floats(float *values, long n) {
+// In place on `stream`; root < 0: every rank gets the sums (an all-reduce), else `root` only.
+static void sum_on(cudaStream_t stream, float *values, long n, int root) {
     if (n <= 0) return;
-    NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator, 0));
+    if (root < 0)
+        NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator, stream));
+    else
+        NCCL_CHECK(nccl.Reduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, root, communicator, stream));
 }
 
-static void cuda_collectives_reduce_floats(float *values, long n, int root) {
-    if (n <= 0) return;
-    NCCL_CHECK(nccl.Reduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, root, communicator, 0));
-}
+static void cuda_collectives_sum_floats(float *values, long n) { sum_on(0, values, n, -1); }
+
+static void cuda_collectives_reduce_floats(float *values, long n, int root) { sum_on(0, values, n, root); }
 
 static void cuda_collectives_broadcast_floats(float *values, long n, int root) {
     if (n <= 0) return;
@@ -77,15 +80,13 @@ static void collectives_stream_follows_default(void) {
 static void cuda_collectives_sum_floats_beside(float *values, long n) {
     if (n <= 0) return;
     collectives_stream_follows_default();
-    NCCL_CHECK(nccl.AllReduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, communicator,
-                              collectives_stream));
+    sum_on(collectives_stream, values, n, -1);
 }
 
 static void cuda_collectives_reduce_floats_beside(float *values, long n, int root) {
     if (n <= 0) return;
     collectives_stream_follows_default();
-    NCCL_CHECK(nccl.Reduce(values, values, (size_t)n, nccl_abi::float32, nccl_abi::sum, root, communicator,
-                           collectives_stream));
+    sum_on(collectives_stream, values, n, root);
 }
 
 static void cuda_collectives_join(void) {

@@ -318,7 +318,11 @@ void cuda_add_bias(float *out, const float *bias, long N, int OC) {
 // output kept as bf16 (hold_stored) -- and cuBLASLt takes the product.
 static bool matvec_product(float *out, const float *inp, const float *weight, const float *bias, const float *addend,
                            int N, int IC, int OC) {
-    if (N <= 0 || N > matvec::MAX_ROWS || IC % matvec::GROUP != 0 || stored_entry(out, (long)N * OC))
+    // Every check before any work, so that a product left to cuBLASLt does none twice: the
+    // weight's bf16 copy and a held input's scratch copy are whole allocations (256-byte
+    // aligned), a stored input's copy sits where its floats would (inp).
+    if (N <= 0 || N > matvec::MAX_ROWS || IC % matvec::GROUP != 0 || (uintptr_t)inp % 16 != 0 ||
+        stored_entry(out, (long)N * OC))
         return false;
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     // A held input whose copy is made (by its producer, or by a product before this one) is
@@ -328,8 +332,6 @@ static bool matvec_product(float *out, const float *inp, const float *weight, co
     matvec::Bf16Rows x = {NULL, inp};
     const HeldInput *held = held_entry(inp, (long)N * IC);
     if (held && (held->copied || held->stored)) x = {cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC), NULL};
-    const void *input = x.copy ? (const void *)x.copy : (const void *)x.floats;
-    if ((uintptr_t)w % 16 != 0 || (uintptr_t)input % 16 != 0) return false;
     matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, addend, N, IC, OC);
     CUDA_CHECK_LAUNCH();
     return true;
