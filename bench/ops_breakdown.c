@@ -178,8 +178,8 @@ int main(int argc, char **argv) {
     // Its backward is still the attention's and then the RoPE backward's (counted as two).
     ops->matmul_input_hold(att, N * qd);
     TIME_OP("attention forward (rotary)", L, att_flops, 0,
-            ops->attention_forward_rotary(att, saved, q, k, v, row_start, positions, inv_freq, B, T, H, KV, hd, 0.0f,
-                                          0));
+            ops->attention_forward_rotary(att, saved, q, k, v, qd, kvd, row_start, positions, inv_freq, B, T, H, KV,
+                                          hd, 0.0f, 0));
     TIME_OP("attention forward", 0, att_flops, 0,
             ops->attention_forward(att, saved, q, k, v, row_start, B, T, H, KV, hd, 0.0f, 0));
     ops->matmul_input_release();

@@ -358,10 +358,45 @@ typedef struct { AttnCase attention; int *positions; float *inv_freq; float soft
 static double rotary_attention_loss(void *p) {
     RotaryCase *r = p;
     AttnCase *c = &r->attention;
-    ops_cpu.attention_forward_rotary(c->out, c->probs, c->q, c->k, c->v, c->row_start, r->positions, r->inv_freq, c->B,
-                                     c->T, c->nh, c->nkv, c->hd, r->softcap, r->window);
+    ops_cpu.attention_forward_rotary(c->out, c->probs, c->q, c->k, c->v, c->nh * c->hd, c->nkv * c->hd, c->row_start,
+                                     r->positions, r->inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, r->softcap,
+                                     r->window);
     return dot(c->out, c->R, (long)c->B * c->T * c->nh * c->hd);
 }
+// The same op on q, k and v as the columns of one [B*T, q | k | v] buffer (the fused q/k/v
+// product's output): the same output and saved state, and the gradients, written into the
+// same columns of one buffer, the same bits as into buffers of their own. The columns not
+// q's, k's or v's (none here: the rows are exactly q | k | v) would be left alone.
+static void check_packed_rotary_attention(RotaryCase *r, const float *dq, const float *dk, const float *dv) {
+    AttnCase *c = &r->attention;
+    const int N = c->B * c->T, qd = c->nh * c->hd, kvd = c->nkv * c->hd, width = qd + 2 * kvd;
+    float *packed = xmalloc((size_t)N * width * 4), *gradients = xmalloc((size_t)N * width * 4);
+    for (int row = 0; row < N; row++) {
+        memcpy(packed + (long)row * width, c->q + (long)row * qd, qd * 4);
+        memcpy(packed + (long)row * width + qd, c->k + (long)row * kvd, kvd * 4);
+        memcpy(packed + (long)row * width + qd + kvd, c->v + (long)row * kvd, kvd * 4);
+    }
+    for (long i = 0; i < (long)N * width; i++) gradients[i] = NAN;
+    const long nq = (long)N * qd, n_probs = (long)c->B * c->nh * c->T * c->T;
+    float *out = xcalloc(nq, 4), *probs = xcalloc(n_probs, 4);
+    ops_cpu.attention_forward_rotary(out, probs, packed, packed + qd, packed + qd + kvd, width, width, c->row_start,
+                                     r->positions, r->inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, r->softcap,
+                                     r->window);
+    EXPECT(memcmp(out, c->out, nq * 4) == 0, "rotary attention on a fused q | k | v buffer: another output");
+    EXPECT(memcmp(probs, c->probs, n_probs * 4) == 0, "rotary attention on a fused buffer: another saved state");
+    ops_cpu.attention_backward_rotary(gradients, gradients + qd, gradients + qd + kvd, c->R, c->out, c->probs, packed,
+                                      packed + qd, packed + qd + kvd, width, width, c->row_start, r->positions,
+                                      r->inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, r->softcap, r->window);
+    int differing = 0;
+    for (int row = 0; row < N; row++) {
+        differing += memcmp(gradients + (long)row * width, dq + (long)row * qd, qd * 4) != 0;
+        differing += memcmp(gradients + (long)row * width + qd, dk + (long)row * kvd, kvd * 4) != 0;
+        differing += memcmp(gradients + (long)row * width + qd + kvd, dv + (long)row * kvd, kvd * 4) != 0;
+    }
+    EXPECT(differing == 0, "rotary attention backward into a fused buffer: %d rows' gradients differ", differing);
+    free(packed), free(gradients), free(out), free(probs);
+}
+
 static void run_rotary_attention_case(float softcap, int window) {
     RotaryCase r = {.attention = {.B = 2, .T = 6, .nh = 4, .nkv = 2, .hd = 8}, .softcap = softcap, .window = window};
     AttnCase *c = &r.attention;
@@ -397,10 +432,12 @@ static void run_rotary_attention_case(float softcap, int window) {
     float *dq = xmalloc(nq * 4), *dk = xmalloc(nkv * 4), *dv = xmalloc(nkv * 4);
     for (long i = 0; i < nq; i++) dq[i] = NAN;
     for (long i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
-    ops_cpu.attention_backward_rotary(dq, dk, dv, c->R, c->out, c->probs, c->q, c->k, c->v, row_start, positions,
-                                      inv_freq, c->B, c->T, c->nh, c->nkv, c->hd, softcap, window);
+    ops_cpu.attention_backward_rotary(dq, dk, dv, c->R, c->out, c->probs, c->q, c->k, c->v, c->nh * c->hd,
+                                      c->nkv * c->hd, row_start, positions, inv_freq, c->B, c->T, c->nh, c->nkv, c->hd,
+                                      softcap, window);
     EXPECT(memcmp(c->q, q_before, nq * 4) == 0 && memcmp(c->k, k_before, nkv * 4) == 0,
            "rotary attention backward wrote q or k");
+    check_packed_rotary_attention(&r, dq, dk, dv);
     check_gradient("rotary attention dq", rotary_attention_loss, &r, c->q, nq, dq, 400);
     check_gradient("rotary attention dk", rotary_attention_loss, &r, c->k, nkv, dk, 400);
     check_gradient("rotary attention dv", rotary_attention_loss, &r, c->v, nkv, dv, 400);

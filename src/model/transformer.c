@@ -561,7 +561,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             break;
         }
     } else if (rotates)
-        ops->attention_forward_rotary(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start,
+        ops->attention_forward_rotary(la->att_out, la->attention_saved, la->q, la->k, la->v, q_dim, kv_dim, a->row_start,
                                       a->positions, rope_table(model, l), B, T, cfg->num_heads, cfg->num_kv_heads,
                                       cfg->head_dim, cfg->attn_logit_softcap, window);
     else
@@ -1031,7 +1031,7 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
     const bool rotates = attention_rotates(cfg, NULL); // then its backward rotates dq and dk back
     if (rotates)
         ops->attention_backward_rotary(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q,
-                                       la->k, la->v, a->row_start, a->positions, rope_table(model, l), B, T,
+                                       la->k, la->v, q_dim, kv_dim, a->row_start, a->positions, rope_table(model, l), B, T,
                                        cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
                                        window);
     else

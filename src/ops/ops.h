@@ -289,14 +289,21 @@ typedef struct OpsBackend {
     // table. For a forward whose rotated q and k nothing else reads (a training or scoring
     // forward, not one that fills a KV cache). The GPU rotates Q and K as it gathers them
     // for its mma kernels: a pass over each fewer than a rope_forward before the op.
+    // q_row_stride, kv_row_stride: the floats from one row of q (and dq) to the next, and of
+    // k and v (dk, dv): n_heads * hd and n_kv_heads * hd for buffers of their own, or both
+    // (n_heads + 2 * n_kv_heads) * hd for the columns of one [B*T, q | k | v] buffer, the
+    // output of the fused q/k/v product (model/transformer.c, layer_fuses_qkv); the backward
+    // then writes dq, dk and dv as the same columns of one buffer, which the fused product's
+    // backward reads. Every backend takes both layouts.
     void (*attention_forward_rotary)(float *out, float *saved, const float *q, const float *k, const float *v,
-                                     const int *row_start, const int *positions, const float *inv_freq, int B,
-                                     int T, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+                                     int q_row_stride, int kv_row_stride, const int *row_start,
+                                     const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                     int n_kv_heads, int head_dim, float softcap, int window);
     void (*attention_backward_rotary)(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                       const float *saved, const float *q, const float *k, const float *v,
-                                      const int *row_start, const int *positions, const float *inv_freq, int B,
-                                      int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
-                                      int window);
+                                      int q_row_stride, int kv_row_stride, const int *row_start,
+                                      const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                      int n_kv_heads, int head_dim, float softcap, int window);
 
     // One decode step: each of the B rows has one new query (q: [B, n_heads*hd]) that
     // attends to cache slots [row_start[b], length) of its row. The caches are

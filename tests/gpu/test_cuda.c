@@ -224,8 +224,10 @@ static void rotated_copies(float **q_rotated, float **k_rotated, const float *q,
 }
 
 static void rounded_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
-                                             const int *row_start, const int *positions, const float *inv_freq,
-                                             int B, int T, int H, int KV, int D, float softcap, int window) {
+                                             int q_row_stride, int kv_row_stride, const int *row_start,
+                                             const int *positions, const float *inv_freq, int B, int T, int H, int KV,
+                                             int D, float softcap, int window) {
+    CHECK(q_row_stride == H * D && kv_row_stride == KV * D, "the bf16-rounding stand-in takes rows of their own");
     float *q_rotated, *k_rotated;
     rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
     rounded_attention_forward(out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D, softcap, window);
@@ -234,8 +236,10 @@ static void rounded_attention_forward_rotary(float *out, float *saved, const flo
 
 static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                               const float *saved, const float *q, const float *k, const float *v,
-                                              const int *row_start, const int *positions, const float *inv_freq,
-                                              int B, int T, int H, int KV, int D, float softcap, int window) {
+                                              int q_row_stride, int kv_row_stride, const int *row_start,
+                                              const int *positions, const float *inv_freq, int B, int T, int H,
+                                              int KV, int D, float softcap, int window) {
+    CHECK(q_row_stride == H * D && kv_row_stride == KV * D, "the bf16-rounding stand-in takes rows of their own");
     float *q_rotated, *k_rotated;
     rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
     rounded_attention_backward(dq, dk, dv, dout, out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D,
@@ -1186,18 +1190,19 @@ static void check_rotary_attention(const char *kernels, int B, int T, int H, int
     float *q = random_host(q_n, 1), *k = random_host(kv_n, 1), *v = random_host(kv_n, 1), *dout = random_host(q_n, 1);
     float *out = xmalloc(q_n * 4), *probs = xmalloc(p_n * 4), *got = xmalloc(q_n * 4);
     float *dq = xmalloc(q_n * 4), *dk = xmalloc(kv_n * 4), *dv = xmalloc(kv_n * 4);
-    cpu->attention_forward_rotary(out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV, D, softcap, window);
-    cpu->attention_backward_rotary(dq, dk, dv, dout, out, probs, q, k, v, row_start, positions, inv_freq, B, T, H, KV,
-                                   D, softcap, window);
+    cpu->attention_forward_rotary(out, probs, q, k, v, H * D, KV * D, row_start, positions, inv_freq, B, T, H, KV, D,
+                                  softcap, window);
+    cpu->attention_backward_rotary(dq, dk, dv, dout, out, probs, q, k, v, H * D, KV * D, row_start, positions,
+                                   inv_freq, B, T, H, KV, D, softcap, window);
     float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
     float *d_dout = gpu_floats(dout, q_n), *d_inv_freq = gpu_floats(inv_freq, D / 2);
     int *d_rs = gpu_ints(row_start, B), *d_positions = gpu_ints(positions, (long)B * T);
     float *d_out = gpu->alloc(q_n * 4), *d_saved = gpu->alloc(saved_n * 4);
     float *d_dq = gpu->alloc(q_n * 4), *d_dk = gpu->alloc(kv_n * 4), *d_dv = gpu->alloc(kv_n * 4);
-    gpu->attention_forward_rotary(d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions, d_inv_freq, B, T, H, KV, D, softcap,
-                                  window);
-    gpu->attention_backward_rotary(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, d_rs, d_positions,
-                                   d_inv_freq, B, T, H, KV, D, softcap, window);
+    gpu->attention_forward_rotary(d_out, d_saved, d_q, d_k, d_v, H * D, KV * D, d_rs, d_positions, d_inv_freq, B, T, H,
+                                  KV, D, softcap, window);
+    gpu->attention_backward_rotary(d_dq, d_dk, d_dv, d_dout, d_out, d_saved, d_q, d_k, d_v, H * D, KV * D, d_rs,
+                                   d_positions, d_inv_freq, B, T, H, KV, D, softcap, window);
     struct { const char *name; float *device, *want; long n; } results[] = {
         {"out", d_out, out, q_n}, {"dq", d_dq, dq, q_n}, {"dk", d_dk, dk, kv_n}, {"dv", d_dv, dv, kv_n}};
     for (int r = 0; r < 4; r++) {

@@ -112,12 +112,14 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                             const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                             int head_dim, float softcap, int window);
 void cpu_attention_forward_rotary(float *out, float *probs, const float *q, const float *k, const float *v,
-                                  const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                  int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+                                  int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                  const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                  float softcap, int window);
 void cpu_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                    const float *probs, const float *q, const float *k, const float *v,
-                                   const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                   int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+                                   int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                   const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                   float softcap, int window);
 
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache,
                           const int *row_start, int B, int capacity, int length, int n_heads,

@@ -484,10 +484,77 @@ static void gather_rotated_into(__nv_bfloat16 *out, const float *in, const int *
     CUDA_CHECK_LAUNCH();
 }
 
+// Rows of a fused q | k | v buffer (`width` floats of each, `row_stride` apart) moved to
+// and from buffers of their own, for the kernels that take no row stride.
+static float *rows_of_their_own(int slot, const float *x, int N, int width, int row_stride) {
+    const size_t row_bytes = (size_t)width * sizeof(float);
+    float *rows = (float *)cuda_scratch(slot, (size_t)N * row_bytes);
+    CUDA_CHECK(cudaMemcpy2DAsync(rows, row_bytes, x, (size_t)row_stride * sizeof(float), row_bytes, (size_t)N,
+                                 cudaMemcpyDeviceToDevice, 0));
+    return rows;
+}
+
+static void rows_into_strided(float *x, int row_stride, const float *rows, int N, int width) {
+    const size_t row_bytes = (size_t)width * sizeof(float);
+    CUDA_CHECK(cudaMemcpy2DAsync(x, (size_t)row_stride * sizeof(float), rows, row_bytes, row_bytes, (size_t)N,
+                                 cudaMemcpyDeviceToDevice, 0));
+}
+
+static void attention_forward_rotary_own_rows(float *out, float *saved, const float *q, const float *k, const float *v,
+                                              const int *row_start, const int *positions, const float *inv_freq,
+                                              int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                              int window);
+static void attention_backward_rotary_own_rows(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                               const float *saved, const float *q, const float *k, const float *v,
+                                               const int *row_start, const int *positions, const float *inv_freq,
+                                               int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                               float softcap, int window);
+
 void cuda_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
-                                   const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                   int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
+                                   int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                   const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                   float softcap, int window) {
     if (B == 0 || T == 0) return;
+    const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    if (q_row_stride != q_dim || kv_row_stride != kv_dim) {
+        q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, q, N, q_dim, q_row_stride);
+        k = rows_of_their_own(SCRATCH_ATT_ROWS_K, k, N, kv_dim, kv_row_stride);
+        v = rows_of_their_own(SCRATCH_ATT_ROWS_V, v, N, kv_dim, kv_row_stride);
+    }
+    attention_forward_rotary_own_rows(out, saved, q, k, v, row_start, positions, inv_freq, B, T, n_heads, n_kv_heads,
+                                      head_dim, softcap, window);
+}
+
+void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                    const float *saved, const float *q, const float *k, const float *v,
+                                    int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                    const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                    float softcap, int window) {
+    if (B == 0 || T == 0) return;
+    const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    if (q_row_stride == q_dim && kv_row_stride == kv_dim) {
+        attention_backward_rotary_own_rows(dq, dk, dv, dout, out, saved, q, k, v, row_start, positions, inv_freq, B,
+                                           T, n_heads, n_kv_heads, head_dim, softcap, window);
+        return;
+    }
+    // The inputs and then the gradients through the same scratch rows.
+    q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, q, N, q_dim, q_row_stride);
+    k = rows_of_their_own(SCRATCH_ATT_ROWS_K, k, N, kv_dim, kv_row_stride);
+    v = rows_of_their_own(SCRATCH_ATT_ROWS_V, v, N, kv_dim, kv_row_stride);
+    float *dq_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DQ, (size_t)N * q_dim * sizeof(float));
+    float *dk_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DK, (size_t)N * kv_dim * sizeof(float));
+    float *dv_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DV, (size_t)N * kv_dim * sizeof(float));
+    attention_backward_rotary_own_rows(dq_rows, dk_rows, dv_rows, dout, out, saved, q, k, v, row_start, positions,
+                                       inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+    rows_into_strided(dq, q_row_stride, dq_rows, N, q_dim);
+    rows_into_strided(dk, kv_row_stride, dk_rows, N, kv_dim);
+    rows_into_strided(dv, kv_row_stride, dv_rows, N, kv_dim);
+}
+
+static void attention_forward_rotary_own_rows(float *out, float *saved, const float *q, const float *k, const float *v,
+                                              const int *row_start, const int *positions, const float *inv_freq,
+                                              int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
+                                              int window) {
     const int N = B * T;
     if (!(use_fused(head_dim, softcap, window, T) && mma_selected())) {
         // The other kernels gather from floats, in the forward and again in the backward.
@@ -507,11 +574,11 @@ void cuda_attention_forward_rotary(float *out, float *saved, const float *q, con
 // dq and dk come out of the attention's kernels for the rotated q and k, and are rotated
 // back by the RoPE backward, which writes their bf16 copies when the model holds them (the
 // q and k projections' products read them).
-void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                    const float *saved, const float *q, const float *k, const float *v,
-                                    const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                    int n_heads, int n_kv_heads, int head_dim, float softcap, int window) {
-    if (B == 0 || T == 0) return;
+static void attention_backward_rotary_own_rows(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                               const float *saved, const float *q, const float *k, const float *v,
+                                               const int *row_start, const int *positions, const float *inv_freq,
+                                               int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                               float softcap, int window) {
     const int N = B * T;
     if (use_fused(head_dim, softcap, window, T) && mma_selected()) {
         mma_backward(dq, dk, dv, dout, out, saved, row_start, B, T, n_heads, n_kv_heads, head_dim, window);

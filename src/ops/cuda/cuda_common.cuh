@@ -86,6 +86,9 @@ enum {
     SCRATCH_ATT_HEADS32,                                   // fp32 [B,H,T,hd]
     SCRATCH_ATT_ROWDOT,                                    // fused backward: dO . O per row
     SCRATCH_ATT_ROTATED_Q, SCRATCH_ATT_ROTATED_K,          // fp32 q, k rotated (attention_forward_rotary's fallbacks)
+    SCRATCH_ATT_ROWS_Q, SCRATCH_ATT_ROWS_K, SCRATCH_ATT_ROWS_V,    // fp32 q, k, v and dq, dk, dv as rows of
+    SCRATCH_ATT_ROWS_DQ, SCRATCH_ATT_ROWS_DK, SCRATCH_ATT_ROWS_DV, //   their own, from and to a fused q | k | v
+                                                                   //   buffer (the rotary ops' fallbacks)
     SCRATCH_PARTIAL,                                       // column-sum partials
     SCRATCH_REDUCE,                                        // sum_squares partials
     SCRATCH_INDEX,                                         // embedding backward groups
@@ -242,12 +245,14 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              const int *row_start, int B, int T, int n_heads, int n_kv_heads,
                              int head_dim, float softcap, int window);
 void cuda_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
-                                   const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                   int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+                                   int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                   const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                   float softcap, int window);
 void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                     const float *saved, const float *q, const float *k, const float *v,
-                                    const int *row_start, const int *positions, const float *inv_freq, int B, int T,
-                                    int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
+                                    int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
+                                    const float *inv_freq, int B, int T, int n_heads, int n_kv_heads, int head_dim,
+                                    float softcap, int window);
 void cuda_attention_decode(float *out, const float *q, const float *k_cache,
                            const float *v_cache, const int *row_start, int B, int capacity,
                            int length, int n_heads, int n_kv_heads, int head_dim, float softcap, int window);
