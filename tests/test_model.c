@@ -185,6 +185,44 @@ static void test_logits_loss_and_gradients(void) {
     }
 }
 
+static void test_adamw_ten_steps(void);
+static void test_recompute_is_exact(void);
+static void test_gradient_accumulation(void);
+static void test_gradient_writes(void);
+
+// The fused q/k/v product (model/transformer.c, layer_fuses_qkv), which the CPU leaves to
+// the GPU by default (ops.h, fuses_qkv_products), forced on: it is taken by the layers of
+// the fixtures that allow it (RoPE rotated inside the attention, no q/k norms, no biases
+// between the weights, no query scale), and those fixtures' logits, loss, gradients, AdamW
+// steps, recomputed backward, accumulation and first-writes checks hold as they do without it.
+static void test_fused_qkv_products(void) {
+    model_set_qkv_fusion(MODEL_QKV_FUSION_ON);
+    static const char *fusing[] = {"llama", "llama_tied", "llama3_rope", "gemma", "mistral_window"};
+    for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
+        bool expected = false;
+        for (size_t i = 0; i < sizeof fusing / sizeof fusing[0]; i++) expected |= !strcmp(fusing[i], fixture_names[k]);
+        Fixture f;
+        fixture_open(&f, fixture_names[k]);
+        Model model;
+        load_model(&model, &f, false);
+        model_enable_grad(&model);
+        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
+        model_forward(&model, &batch);
+        int fused = 0;
+        for (int l = 0; l < model.config.num_layers; l++) fused += model.acts.layers[l].qkv_fused;
+        EXPECT(fused == (expected ? model.config.num_layers : 0), "%s: %d of %d layers fused q/k/v (expected %s)",
+               fixture_names[k], fused, model.config.num_layers, expected ? "all" : "none");
+        model_free(&model);
+        fixture_close(&f);
+    }
+    test_logits_loss_and_gradients();
+    test_adamw_ten_steps();
+    test_recompute_is_exact();
+    test_gradient_accumulation();
+    test_gradient_writes();
+    model_set_qkv_fusion(MODEL_QKV_FUSION_BACKEND);
+}
+
 static void test_value_head(void) {
     for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
         Fixture f;
@@ -1352,6 +1390,7 @@ int main(void) {
     RUN(test_param_table);
     RUN(test_logits_loss_and_gradients);
     RUN(test_value_head);
+    RUN(test_fused_qkv_products);
     RUN(test_adamw_ten_steps);
     RUN(test_padding_invariance);
     RUN(test_recompute_is_exact);

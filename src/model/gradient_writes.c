@@ -66,21 +66,29 @@ void model_zero_grad(Model *model) {
     if (checking_writes()) fill_with_nan(model);
 }
 
-WriteMode model_gradient_write_mode(const Model *model, float *weight_grad, float *bias_grad) {
-    float *grads[2] = {weight_grad, bias_grad};
-    int entries[2] = {-1, -1};
-    bool all_unwritten = weight_grad || bias_grad;
-    for (int k = 0; k < 2; k++) {
-        if (!grads[k]) continue;
-        entries[k] = entry_of_gradient(model, grads[k]);
+WriteMode model_gradients_write_mode(const Model *model, float *const *grads, int count) {
+    enum { MOST = 6 };
+    CHECK(count <= MOST, "model_gradients_write_mode: %d gradients at once (at most %d)", count, MOST);
+    int entries[MOST];
+    bool any = false, all_unwritten = true;
+    for (int k = 0; k < count; k++) {
+        entries[k] = grads[k] ? entry_of_gradient(model, grads[k]) : -1;
+        if (entries[k] < 0) continue;
+        any = true;
         all_unwritten = all_unwritten && model->gradient_unwritten[entries[k]];
     }
-    for (int k = 0; k < 2; k++) {
+    all_unwritten = all_unwritten && any;
+    for (int k = 0; k < count; k++) {
         if (entries[k] < 0 || !model->gradient_unwritten[entries[k]]) continue;
         if (all_unwritten) model->gradient_unwritten[entries[k]] = false;
         else zero_fill_entry(model, entries[k]);
     }
     return all_unwritten ? WRITE_OVERWRITE : WRITE_ADD;
+}
+
+WriteMode model_gradient_write_mode(const Model *model, float *weight_grad, float *bias_grad) {
+    float *const grads[2] = {weight_grad, bias_grad};
+    return model_gradients_write_mode(model, grads, 2);
 }
 
 float *model_gradient_to_add(const Model *model, float *grad) {

@@ -32,7 +32,12 @@ typedef struct {
 
 typedef struct {
     float *attn_norm_out, *attn_norm_mean, *attn_norm_rstd;
-    float *q, *k, *v; // after the rotary embedding
+    // q, k, v: one buffer `qkv` of N * (q_dim + 2 kv_dim) floats. Laid out as three buffers
+    // (q, k and v point at them) after the rotary embedding, or, in a forward that fused the
+    // three products (qkv_fused), as rows [N, q | k | v] of the fused product's output,
+    // unrotated (the attention op rotates q and k as it reads them).
+    float *qkv, *q, *k, *v;
+    bool qkv_fused;
     float *q_raw, *k_raw, *q_norm_rstd, *k_norm_rstd; // qk_norm: projections before the norm, its 1/rms per head
     float *attention_saved; // the attention backward's saved state (ops.h)
     float *att_out;   // attention output before o_proj
@@ -78,7 +83,9 @@ typedef struct {
     int *top1_device;
     // backward scratch
     float *d_resid, *d_norm_out, *d_hidden;
-    float *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
+    // dq, dk, dv: one buffer dqkv, laid out as the layer's qkv is (three buffers, or rows
+    // [N, dq | dk | dv] that the fused product's backward reads).
+    float *dqkv, *dq, *dk, *dv, *d_att_out, *d_act, *d_gate, *d_up, *d_head; // d_head: [N] staging
     float *dq_raw, *dk_raw; // qk_norm: gradients of the projections before the q/k norms
     float *d_branch;        // sandwich norms: the gradient of o_proj's or down_proj's output
     float *d_lora_hidden; // LoRA: the gradient of an adapter's scale * A x, [N, rank]
@@ -243,6 +250,9 @@ void model_zero_grad(Model *model);
 // WRITE_OVERWRITE when every one given is unwritten (they are then marked written), else
 // WRITE_ADD, any unwritten one zero-filled first.
 WriteMode model_gradient_write_mode(const Model *model, float *weight_grad, float *bias_grad);
+// The same for an op that produces `count` gradient tensors at once (NULLs skipped): the
+// fused q/k/v product's backward writes three weights' (and biases') gradients.
+WriteMode model_gradients_write_mode(const Model *model, float *const *grads, int count);
 // For an op that can only add into `grad` (NULL: nothing): zero-filled first if unwritten.
 float *model_gradient_to_add(const Model *model, float *grad);
 // Zero-fills the unwritten gradients of backward point `point` (model_gradient_point).
@@ -255,6 +265,13 @@ void model_settle_gradients(const Model *model);
 int model_gradient_point(const Model *model, const ParamEntry *entry);
 // Sizes activation memory for up to B rows of T slots (done once; grows if asked).
 void model_reserve(Model *model, int B, int T);
+// Whether a layer computes q, k and v as one product where it can (no adapter on them, the
+// attention op rotating them, the weights side by side: model/transformer.c,
+// layer_fuses_qkv). UNSET: read MARLHF_FUSED_QKV at the next forward (1 on, 0 off, unset or
+// empty: BACKEND, the backend's choice, OpsBackend.fuses_qkv_products). For every model of
+// the process from the next forward on; tests and benchmarks set it.
+typedef enum { MODEL_QKV_FUSION_UNSET, MODEL_QKV_FUSION_BACKEND, MODEL_QKV_FUSION_ON, MODEL_QKV_FUSION_OFF } ModelQkvFusion;
+void model_set_qkv_fusion(ModelQkvFusion fusion);
 // Frees the activation memory (the next forward allocates it again).
 void model_release_activations(Model *model);
 // A linear layer's product with its weight, float32 or quantized (`quantized` NULL or without

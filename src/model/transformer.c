@@ -10,6 +10,7 @@
 // the attention scores (the attention ops' softcap) and the logits (lm_head_forward).
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -120,7 +121,7 @@ static void activations_free(Model *model) {
         for (int s = 0; s < sets; s++) {
             LayerActivations *la = &a->layers[s];
             float *buffers[] = {la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd,
-                                la->q, la->k, la->v, la->q_raw, la->k_raw, la->q_norm_rstd, la->k_norm_rstd,
+                                la->qkv, la->q_raw, la->k_raw, la->q_norm_rstd, la->k_norm_rstd,
                                 la->attention_saved, la->att_out, la->x_mid,
                                 la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd,
                                 la->gate, la->up, la->act, la->attn_proj, la->post_attn_norm_rstd,
@@ -139,7 +140,7 @@ static void activations_free(Model *model) {
                        a->last_logits,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
-                       a->d_hidden,   a->dq,             a->dk,            a->dv,
+                       a->d_hidden,   a->dqkv,
                        a->d_att_out,  a->d_act,          a->d_gate,        a->d_up,
                        a->d_head,     a->head_hidden,    a->d_lora_hidden, a->dq_raw,   a->dk_raw,
                        a->d_branch,
@@ -247,9 +248,8 @@ void model_reserve(Model *model, int B, int T) {
         la->attn_norm_out = alloc_floats(ops, N * C);
         la->attn_norm_mean = alloc_floats(ops, N);
         la->attn_norm_rstd = alloc_floats(ops, N);
-        la->q = alloc_floats(ops, N * q_dim);
-        la->k = alloc_floats(ops, N * kv_dim);
-        la->v = alloc_floats(ops, N * kv_dim);
+        la->qkv = alloc_floats(ops, N * (q_dim + 2 * kv_dim));
+        la->q = la->qkv, la->k = la->q + N * q_dim, la->v = la->k + N * kv_dim;
         if (cfg->qk_norm) {
             la->q_raw = alloc_floats(ops, N * q_dim);
             la->k_raw = alloc_floats(ops, N * kv_dim);
@@ -320,9 +320,8 @@ void model_reserve(Model *model, int B, int T) {
         a->d_resid = alloc_floats(ops, N * C);
         a->d_norm_out = alloc_floats(ops, N * C);
         a->d_hidden = alloc_floats(ops, N * C);
-        a->dq = alloc_floats(ops, N * q_dim);
-        a->dk = alloc_floats(ops, N * kv_dim);
-        a->dv = alloc_floats(ops, N * kv_dim);
+        a->dqkv = alloc_floats(ops, N * (q_dim + 2 * kv_dim));
+        a->dq = a->dqkv, a->dk = a->dq + N * q_dim, a->dv = a->dk + N * kv_dim;
         a->d_att_out = alloc_floats(ops, N * q_dim);
         if (cfg->qk_norm) a->dq_raw = alloc_floats(ops, N * q_dim), a->dk_raw = alloc_floats(ops, N * kv_dim);
         if (cfg->sandwich_norms) a->d_branch = alloc_floats(ops, N * C);
@@ -469,6 +468,76 @@ static bool attention_rotates(const ModelConfig *cfg, const CacheTarget *target)
     return cfg->positions == POSITIONS_ROPE && !target && query_scale_of(cfg) == 1.0f;
 }
 
+// Whether q, k, v and their biases (b: NULL for none) lie one after the other in memory,
+// [q_dim + 2 kv_dim] rows (and floats) of `C` from q on: the table's order (model/params.c)
+// when no bias sits between the weights, in the weights, their gradients and a ZeRO-3
+// layer's gathered copy alike; all NULL (a frozen layer's gradients) counts too.
+static bool qkv_adjacent(const float *q, const float *k, const float *v, const float *q_b, const float *k_b,
+                         const float *v_b, long C, long q_dim, long kv_dim) {
+    if (!q && !k && !v && !q_b && !k_b && !v_b) return true;
+    if (!q || k != q + q_dim * C || v != k + kv_dim * C) return false;
+    if (!q_b && !k_b && !v_b) return true;
+    return q_b && k_b == q_b + q_dim && v_b == k_b + kv_dim;
+}
+
+// Whether layers fuse their q/k/v products where they can (model_set_qkv_fusion): the
+// backend's choice (OpsBackend.fuses_qkv_products) unless MARLHF_FUSED_QKV says 1 (every
+// backend) or 0 (none), for measuring the one against the other and testing the fused path
+// on the CPU; any other value is a one-line user error.
+static ModelQkvFusion qkv_fusion = MODEL_QKV_FUSION_UNSET;
+
+void model_set_qkv_fusion(ModelQkvFusion fusion) { qkv_fusion = fusion; }
+
+static bool fuses_qkv_on(const OpsBackend *ops) {
+    if (qkv_fusion == MODEL_QKV_FUSION_UNSET) {
+        const char *setting = getenv("MARLHF_FUSED_QKV");
+        if (!setting || !*setting) qkv_fusion = MODEL_QKV_FUSION_BACKEND;
+        else {
+            const int on = env_switch("MARLHF_FUSED_QKV");
+            if (on < 0) die_from_err();
+            qkv_fusion = on ? MODEL_QKV_FUSION_ON : MODEL_QKV_FUSION_OFF;
+        }
+    }
+    return qkv_fusion == MODEL_QKV_FUSION_ON || (qkv_fusion == MODEL_QKV_FUSION_BACKEND && ops->fuses_qkv_products);
+}
+
+// Whether layer l computes q, k and v as one product, [N, q_dim + 2 kv_dim] from the three
+// weights side by side, and the attention reads their columns (ops.h's row strides): one
+// larger product runs nearer the GPU's peak than three (the k and v products of the 1B shape
+// ran at ~290 TFLOP/s against ~530 for q, 2026-12-04), and its backward is one weight
+// gradient and one input gradient instead of three each. When the attention op rotates q and
+// k itself (nothing else reads them: no KV cache to fill; no q/k norms between), the weights
+// are plain floats without adapters (an adapter's term is added to its own output), and
+// the weights, biases and gradients lie side by side (qkv_adjacent: not under Qwen2's
+// biases, which the table puts between the weights).
+static bool layer_fuses_qkv(const Model *model, int l, const CacheTarget *target) {
+    const ModelConfig *cfg = &model->config;
+    if (!fuses_qkv_on(model->ops) || !attention_rotates(cfg, target) || cfg->qk_norm || model->quantized) return false;
+    if (lora_adapts(model, l, LORA_Q) || lora_adapts(model, l, LORA_K) || lora_adapts(model, l, LORA_V)) return false;
+    const long C = cfg->hidden_size, q_dim = (long)cfg->num_heads * cfg->head_dim;
+    const long kv_dim = (long)cfg->num_kv_heads * cfg->head_dim;
+    const LayerTensors *w = &model->weights.layers[l];
+    if (!w->q_w || !qkv_adjacent(w->q_w, w->k_w, w->v_w, w->q_b, w->k_b, w->v_b, C, q_dim, kv_dim)) return false;
+    if (!model->grads) return true;
+    const LayerTensors *g = &model->gradients.layers[l];
+    return qkv_adjacent(g->q_w, g->k_w, g->v_w, g->q_b, g->k_b, g->v_b, C, q_dim, kv_dim);
+}
+
+// q, k and v (or dq, dk, dv) as the rotary attention ops take them (ops.h): the three
+// buffers the activations point at, or the columns of the rows [N, q | k | v] that a layer
+// which fused their products keeps in the same memory (LayerActivations' qkv, Activations'
+// dqkv, which q and dq point at).
+typedef struct {
+    float *q, *k, *v;
+    int q_row_stride, kv_row_stride;
+} QkvLayout;
+
+static QkvLayout qkv_layout(float *q, float *k, float *v, bool fused, int q_dim, int kv_dim) {
+    const int width = q_dim + 2 * kv_dim;
+    if (fused) return (QkvLayout){q, q + q_dim, q + q_dim + kv_dim, width, width};
+    return (QkvLayout){q, k, v, q_dim, kv_dim};
+}
+
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -495,18 +564,26 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
-    model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
-    model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
-    if (cfg->qk_norm) {
-        ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
-                             cfg->norm_eps, cfg->norm_weight_plus_one);
-        ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
-                             cfg->head_dim, cfg->norm_eps, cfg->norm_weight_plus_one);
+    // Fused (layer_fuses_qkv): one product from the three weights side by side (their
+    // biases too), into rows [N, q | k | v] that the rotating attention op reads as columns.
+    la->qkv_fused = layer_fuses_qkv(model, l, target);
+    if (la->qkv_fused) {
+        model_linear_forward(model, la->qkv, la->attn_norm_out, w->q_w, NULL, w->q_b, N, C, q_dim + 2 * kv_dim,
+                             model->acts.kernel_rows);
+    } else {
+        model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
+        lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
+        model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
+        lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
+        if (cfg->qk_norm) {
+            ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
+                                 cfg->norm_eps, cfg->norm_weight_plus_one);
+            ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
+                                 cfg->head_dim, cfg->norm_eps, cfg->norm_weight_plus_one);
+        }
+        model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
+        lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     }
-    model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
     ops->matmul_input_release();
     const bool rotates = attention_rotates(cfg, target); // q and k stay unrotated in la->q, la->k
     if (cfg->positions == POSITIONS_ROPE && !rotates) {
@@ -560,11 +637,13 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         }
-    } else if (rotates)
-        ops->attention_forward_rotary(la->att_out, la->attention_saved, la->q, la->k, la->v, q_dim, kv_dim, a->row_start,
-                                      a->positions, rope_table(model, l), B, T, cfg->num_heads, cfg->num_kv_heads,
-                                      cfg->head_dim, cfg->attn_logit_softcap, window);
-    else
+    } else if (rotates) {
+        const QkvLayout in = qkv_layout(la->q, la->k, la->v, la->qkv_fused, q_dim, kv_dim);
+        ops->attention_forward_rotary(la->att_out, la->attention_saved, in.q, in.k, in.v, in.q_row_stride,
+                                      in.kv_row_stride, a->row_start, a->positions, rope_table(model, l), B, T,
+                                      cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
+                                      window);
+    } else
         ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap, window);
     block_output_forward(model, l, LORA_O, la, la->x_mid, la->att_out, x_in, w->o_w, quantized ? &quantized->o : NULL,
@@ -936,6 +1015,35 @@ void model_hidden_slots(Model *model, int b, int first, int count, float *out) {
 // as its output gradient: down's here, from the norm backward that ends the layer above (or
 // the final norm's, model_backward), and o's, from the MLP norm's backward. With sandwich
 // norms those products read d_branch instead, held in its place.
+// The attention's backward and the q/k/v product's of a layer whose forward fused them
+// (layer_fuses_qkv): the attention op writes dq, dk and dv as the columns of rows
+// [N, dq | dk | dv] (dqkv, held: on a GPU its last writer, the RoPE backward, writes the
+// product's bf16 copy of it), then one product gives the three weights' (and biases')
+// gradients and d_norm_out, written over as the q product's was.
+static void attention_backward_fused_qkv(Model *model, int l, const LayerActivations *la) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const LayerTensors *w = &model->weights.layers[l];
+    const LayerTensors *g = &model->gradients.layers[l];
+    Activations *a = &model->acts;
+    const long N = (long)a->B * a->T;
+    const int C = cfg->hidden_size;
+    const int q_dim = cfg->num_heads * cfg->head_dim, kv_dim = cfg->num_kv_heads * cfg->head_dim;
+    const int width = q_dim + 2 * kv_dim;
+    const QkvLayout in = qkv_layout(la->q, la->k, la->v, true, q_dim, kv_dim);
+    const QkvLayout out = qkv_layout(a->dq, a->dk, a->dv, true, q_dim, kv_dim);
+    ops->matmul_input_hold(a->dqkv, N * width);
+    ops->attention_backward_rotary(out.q, out.k, out.v, a->d_att_out, la->att_out, la->attention_saved, in.q, in.k,
+                                   in.v, width, width, a->row_start, a->positions, rope_table(model, l), a->B, a->T,
+                                   cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
+                                   config_layer_window(cfg, l));
+    hold_input(ops, la->inputs_stored, la->attn_norm_out, N * C, true); // the weight gradients read it
+    float *const gradients[] = {g->q_w, g->k_w, g->v_w, g->q_b, g->k_b, g->v_b};
+    // qkv_adjacent: g->q_w and g->q_b start the three weights' and biases' gradients.
+    ops->matmul_backward(a->d_norm_out, g->q_w, g->q_b, a->dqkv, la->attn_norm_out, w->q_w, (int)N, C, width,
+                         WRITE_OVERWRITE, model_gradients_write_mode(model, gradients, 6));
+}
+
 static void layer_backward(Model *model, int l, const LayerActivations *la, const float *x_in) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
@@ -1022,49 +1130,53 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
                     w->o_w, qz ? &qz->o : NULL, N, q_dim, C, WRITE_OVERWRITE);
     lora_backward(model, l, LORA_O, a->d_att_out, d_attn_out, la->att_out, la->lora_hidden[LORA_O], N);
     ops->matmul_input_release(); // d_resid (d_branch)
-    // The q and k projections' output gradients (dq_raw, dk_raw under Qwen3's norms) are
-    // written last by the RoPE backward (or those norms' backward), which writes their bf16
-    // copies when they are held.
-    float *dq = cfg->qk_norm ? a->dq_raw : a->dq, *dk = cfg->qk_norm ? a->dk_raw : a->dk;
-    ops->matmul_input_hold(dq, N * q_dim);
-    ops->matmul_input_hold(dk, N * kv_dim);
-    const bool rotates = attention_rotates(cfg, NULL); // then its backward rotates dq and dk back
-    if (rotates)
-        ops->attention_backward_rotary(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q,
-                                       la->k, la->v, q_dim, kv_dim, a->row_start, a->positions, rope_table(model, l), B, T,
-                                       cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
-                                       window);
-    else
-        ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k,
-                                la->v, a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
-                                cfg->attn_logit_softcap, window);
-    const float query_scale = query_scale_of(cfg);
-    if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
-    if (cfg->positions == POSITIONS_ROPE && !rotates) {
-        ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
-        ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
+    if (la->qkv_fused) {
+        attention_backward_fused_qkv(model, l, la);
+    } else {
+        // The q and k projections' output gradients (dq_raw, dk_raw under Qwen3's norms) are
+        // written last by the RoPE backward (or those norms' backward), which writes their bf16
+        // copies when they are held.
+        float *dq = cfg->qk_norm ? a->dq_raw : a->dq, *dk = cfg->qk_norm ? a->dk_raw : a->dk;
+        ops->matmul_input_hold(dq, N * q_dim);
+        ops->matmul_input_hold(dk, N * kv_dim);
+        const bool rotates = attention_rotates(cfg, NULL); // then its backward rotates dq and dk back
+        if (rotates)
+            ops->attention_backward_rotary(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q,
+                                           la->k, la->v, q_dim, kv_dim, a->row_start, a->positions,
+                                           rope_table(model, l), B, T, cfg->num_heads, cfg->num_kv_heads,
+                                           cfg->head_dim, cfg->attn_logit_softcap, window);
+        else
+            ops->attention_backward(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q, la->k,
+                                    la->v, a->row_start, B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                    cfg->attn_logit_softcap, window);
+        const float query_scale = query_scale_of(cfg);
+        if (query_scale != 1.0f) ops->scale(a->dq, query_scale, N * q_dim);
+        if (cfg->positions == POSITIONS_ROPE && !rotates) {
+            ops->rope_backward(a->dq, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
+            ops->rope_backward(a->dk, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
+        }
+        if (cfg->qk_norm) {
+            ops->fill_zero(a->dq_raw, N * q_dim);
+            ops->fill_zero(a->dk_raw, N * kv_dim);
+            ops->rmsnorm_backward(a->dq_raw, model_gradient_to_add(model, g->q_norm_w), a->dq, la->q_raw, w->q_norm_w,
+                                  la->q_norm_rstd, (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
+            ops->rmsnorm_backward(a->dk_raw, model_gradient_to_add(model, g->k_norm_w), a->dk, la->k_raw, w->k_norm_w,
+                                  la->k_norm_rstd, (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
+        }
+        hold_input(ops, stored, la->attn_norm_out, N * C, true); // q's, k's and v's weight gradients read it
+        model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
+                        lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
+                        w->q_w, qz ? &qz->q : NULL, N, C, q_dim, WRITE_OVERWRITE);
+        lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
+        model_linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
+                        lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
+                        w->k_w, qz ? &qz->k : NULL, N, C, kv_dim, WRITE_ADD);
+        lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
+        model_linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
+                        lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
+                        w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, WRITE_ADD);
+        lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     }
-    if (cfg->qk_norm) {
-        ops->fill_zero(a->dq_raw, N * q_dim);
-        ops->fill_zero(a->dk_raw, N * kv_dim);
-        ops->rmsnorm_backward(a->dq_raw, model_gradient_to_add(model, g->q_norm_w), a->dq, la->q_raw, w->q_norm_w,
-                              la->q_norm_rstd, (int)(N * cfg->num_heads), cfg->head_dim, cfg->norm_weight_plus_one);
-        ops->rmsnorm_backward(a->dk_raw, model_gradient_to_add(model, g->k_norm_w), a->dk, la->k_raw, w->k_norm_w,
-                              la->k_norm_rstd, (int)(N * cfg->num_kv_heads), cfg->head_dim, cfg->norm_weight_plus_one);
-    }
-    hold_input(ops, stored, la->attn_norm_out, N * C, true); // q's, k's and v's weight gradients read it
-    model_linear_backward(model, a->d_norm_out, g->q_w, g->q_b,
-                    lora_dora_dout(model, l, LORA_Q, dq, la->dora_z[LORA_Q], N), la->attn_norm_out,
-                    w->q_w, qz ? &qz->q : NULL, N, C, q_dim, WRITE_OVERWRITE);
-    lora_backward(model, l, LORA_Q, a->d_norm_out, dq, la->attn_norm_out, la->lora_hidden[LORA_Q], N);
-    model_linear_backward(model, a->d_norm_out, g->k_w, g->k_b,
-                    lora_dora_dout(model, l, LORA_K, dk, la->dora_z[LORA_K], N), la->attn_norm_out,
-                    w->k_w, qz ? &qz->k : NULL, N, C, kv_dim, WRITE_ADD);
-    lora_backward(model, l, LORA_K, a->d_norm_out, dk, la->attn_norm_out, la->lora_hidden[LORA_K], N);
-    model_linear_backward(model, a->d_norm_out, g->v_w, g->v_b,
-                    lora_dora_dout(model, l, LORA_V, a->dv, la->dora_z[LORA_V], N), la->attn_norm_out,
-                    w->v_w, qz ? &qz->v : NULL, N, C, kv_dim, WRITE_ADD);
-    lora_backward(model, l, LORA_V, a->d_norm_out, a->dv, la->attn_norm_out, la->lora_hidden[LORA_V], N);
     ops->matmul_input_release();
     ops->matmul_input_hold(a->d_resid, N * C); // the output gradient of the layer below's down
     norm_backward(model, a->d_resid, g->attn_norm_w, g->attn_norm_b, a->d_norm_out, x_in,

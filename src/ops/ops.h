@@ -134,6 +134,13 @@ typedef struct OpsBackend {
     const char *name;
     // NULL: the backend's memory is the host's, or it has no collectives of its own.
     const OpsCollectives *collectives;
+    // Whether a model computes a layer's q, k and v as one product where it can
+    // (model/transformer.c, layer_fuses_qkv), by default: on the GPU, where one product of
+    // their columns together runs nearer the peak than three; not on the CPU, where
+    // sgemm's blocking follows the shape, so a layer would give other bits than the same
+    // layer with an adapter on q (which takes the three products: a fresh adapter leaves
+    // the CPU's log-probs bit for bit as they were). MARLHF_FUSED_QKV overrides it.
+    bool fuses_qkv_products;
 
     // ---- memory ----
     void *(*alloc)(size_t bytes); // zero-filled

@@ -158,6 +158,7 @@ extern "C" const OpsCollectives cuda_collectives; // collectives.cu
 extern "C" const OpsBackend ops_cuda = {
     .name = "cuda",
     .collectives = &cuda_collectives,
+    .fuses_qkv_products = true,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy_to_device = cuda_copy_to_device,
