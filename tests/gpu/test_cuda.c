@@ -1538,6 +1538,51 @@ static void test_adamw(void) {
     free(p), free(g), free(m), free(v);
 }
 
+// The weights' bf16 copies (matmul.cu) of a range and of its parts, as the fused q/k/v
+// product and a decode step's own products take them: a product of three weights side by
+// side, then of each one alone (read from the one copy of the three); AdamW on the middle
+// one, which writes its part of that copy (the products after it must see the new
+// weights); a write from the host to the last one, which makes the copy stale. Each
+// product against the CPU's on the same weights.
+static void test_weight_copy_ranges(void) {
+    const int N = 40, IC = 64, OC = 160, parts[3][2] = {{0, 96}, {96, 32}, {128, 32}}; // first row, rows
+    float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f);
+    float *d_x = gpu_floats(x, (long)N * IC), *d_w = gpu_floats(w, (long)OC * IC);
+    float *out = xmalloc((size_t)N * OC * 4);
+    char what[80];
+    for (int round = 0; round < 3; round++) {
+        cpu->matmul_forward(out, x, w, NULL, N, IC, OC);
+        float *d_out = gpu->alloc((size_t)N * OC * 4);
+        gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC);
+        snprintf(what, sizeof what, "weight copy: the three (round %d)", round);
+        expect_match(what, d_out, out, (long)N * OC, TOL_BF16);
+        for (int p = 0; p < 3; p++) {
+            const long first = (long)parts[p][0] * IC;
+            cpu->matmul_forward(out, x, w + first, NULL, N, IC, parts[p][1]);
+            d_out = gpu->alloc((size_t)N * parts[p][1] * 4);
+            gpu->matmul_forward(d_out, d_x, d_w + first, NULL, N, IC, parts[p][1]);
+            snprintf(what, sizeof what, "weight copy: part %d (round %d)", p, round);
+            expect_match(what, d_out, out, (long)N * parts[p][1], TOL_BF16);
+        }
+        if (round == 0) { // AdamW on the middle part
+            const long first = (long)parts[1][0] * IC, n = (long)parts[1][1] * IC;
+            float *g = random_host(n, 1), *m = random_host(n, 0.1f), *v = random_host(n, 0.1f);
+            for (long i = 0; i < n; i++) v[i] = fabsf(v[i]);
+            float *d_g = gpu_floats(g, n), *d_m = gpu_floats(m, n), *d_v = gpu_floats(v, n);
+            cpu->adamw_update(w + first, g, m, v, n, 0.05f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
+            gpu->adamw_update(d_w + first, d_g, d_m, d_v, n, 0.05f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, 0.05f, 1.0f);
+            gpu->free(d_g), gpu->free(d_m), gpu->free(d_v);
+            free(g), free(m), free(v);
+        } else if (round == 1) { // new values for the last part, from the host
+            const long first = (long)parts[2][0] * IC, n = (long)parts[2][1] * IC;
+            for (long i = 0; i < n; i++) w[first + i] = random_uniform(-0.2f, 0.2f);
+            gpu->copy_to_device(d_w + first, w + first, (size_t)n * 4);
+        }
+    }
+    gpu->free(d_x), gpu->free(d_w);
+    free(x), free(w), free(out);
+}
+
 // ---------------------------------------------------------------------------------------
 // Whole models
 
@@ -2512,6 +2557,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_activations_and_elementwise);
     RUN_SELECTED(test_logprob_and_value_head);
     RUN_SELECTED(test_adamw);
+    RUN_SELECTED(test_weight_copy_ranges);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);

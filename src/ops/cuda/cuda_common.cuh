@@ -161,7 +161,9 @@ void cuda_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha
                     float *D, int ldd, int batch, long long stride_a, long long stride_b,
                     long long stride_d);
 // The bf16 copy of a weight matrix, converted on first use and kept until a write through
-// the backend touches the fp32 weights (cuda_weights_written) or their memory is freed.
+// the backend touches the fp32 weights (cuda_weights_written) or their memory is freed. A
+// copy of a larger range around it serves it (the fused q/k/v product's three weights); a
+// new copy's range takes the place of the copies inside it.
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 // x [n] as bf16 in scratch buffer `slot` (an activation operand, converted on every call),
 // or the held input's one copy (matmul_input_hold).
@@ -188,8 +190,9 @@ const __nv_bfloat16 *cuda_stored_values(const float *x, long n);
 void cuda_add_bias(float *out, const float *bias, long N, int OC);
 void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes);
 // For a kernel about to rewrite the fp32 weights [weight, weight + n) that will write their
-// bf16 copy too: that cached copy (valid from then on), or NULL when none covers exactly
-// this range. Every other cached copy touching the range goes stale.
+// bf16 copy too: where in the cached copies to write it -- a copy of exactly this range
+// (valid from then on), or a valid copy of a larger range around it (which stays valid) --
+// or NULL when there is none. Every other cached copy touching the range goes stale.
 __nv_bfloat16 *cuda_weight_cache_claim(const float *weight, long n);
 void cuda_weight_cache_release(const void *ptr, size_t bytes);
 void cuda_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC);

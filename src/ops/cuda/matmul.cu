@@ -51,31 +51,56 @@ void cuda_weight_cache_release(const void *ptr, size_t bytes) {
     }
 }
 
+// Whether w's copy covers [weight, weight + n): a copy of exactly that range, or of a larger
+// one around it (the fused q/k/v product's copy of three weights side by side, which also
+// serves each weight's own products: a decode step's, an adapter's merge).
+static bool covers(const CachedWeight &w, const float *weight, long n) {
+    return w.fp32 <= weight && weight + n <= w.fp32 + w.n;
+}
+
 __nv_bfloat16 *cuda_weight_cache_claim(const float *weight, long n) {
-    cuda_weight_cache_mark_stale(weight, (size_t)n * sizeof(float));
-    for (CachedWeight &w : weight_cache)
-        if (w.fp32 == weight && w.n == n) {
-            w.valid = true; // once the caller's kernel, queued before any reader, has run
-            return w.bf16;
-        }
-    return NULL;
+    // The copy the caller's kernel writes: one of exactly this range, which becomes valid
+    // with it (once that kernel, queued before any reader, has run), or a valid one of a
+    // larger range, which stays valid (the rest of it still matches its weights). A stale
+    // copy of a larger range is not claimed: the rest of it may not match; it is converted
+    // whole at its next use. Every other copy touching the range goes stale.
+    CachedWeight *claimed = NULL;
+    for (CachedWeight &w : weight_cache) {
+        const bool exact = w.fp32 == weight && w.n == n;
+        if (!claimed && (exact || (w.valid && covers(w, weight, n)))) claimed = &w;
+        else if (w.valid && overlaps(w, weight, (size_t)n * sizeof(float))) w.valid = false;
+    }
+    if (!claimed) return NULL;
+    claimed->valid = true;
+    return claimed->bf16 + (weight - claimed->fp32);
 }
 
 const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
     CachedWeight *entry = NULL;
     for (CachedWeight &w : weight_cache)
-        if (w.fp32 == weight && w.n == n) entry = &w;
+        if (!entry && covers(w, weight, n)) entry = &w;
     if (!entry) {
+        // The copies inside the new range go: it serves their products too (one copy of each
+        // weight, not a fused product's and its parts').
+        for (size_t i = 0; i < weight_cache.size();) {
+            if (covers(CachedWeight{weight, n, NULL, false}, weight_cache[i].fp32, weight_cache[i].n)) {
+                CUDA_CHECK(cudaFree(weight_cache[i].bf16)); // waits for the kernels reading it
+                weight_cache[i] = weight_cache.back();
+                weight_cache.pop_back();
+            } else {
+                i++;
+            }
+        }
         CachedWeight fresh = {weight, n, NULL, false};
         CUDA_CHECK(cudaMalloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
         weight_cache.push_back(fresh);
         entry = &weight_cache.back();
     }
     if (!entry->valid) {
-        cuda_to_bf16(entry->bf16, weight, n);
+        cuda_to_bf16(entry->bf16, entry->fp32, entry->n);
         entry->valid = true;
     }
-    return entry->bf16;
+    return entry->bf16 + (weight - entry->fp32);
 }
 
 // ---------------------------------------------------------------------------------------
