@@ -99,7 +99,9 @@ int main(int argc, char **argv) {
     // Four activation-sized buffers, each large enough for the largest operand (N x V logits).
     const long widest = (long)N * (V > I ? V : I);
     float *x = buffer(widest), *y = buffer(widest), *z = buffer(widest), *u = buffer(widest);
-    float *w = buffer((long)I * (C > qd ? C : qd));
+    const long largest_weight = (long)I * (C > qd ? C : qd) > (long)(qd + 2 * kvd) * C ? (long)I * (C > qd ? C : qd)
+                                                                                       : (long)(qd + 2 * kvd) * C;
+    float *w = buffer(largest_weight);
     float *w2 = buffer((long)V * C), *stat = buffer(N), *grad_w = buffer((long)V * C);
     int *tokens_host = xmalloc(N * sizeof(int)), *positions_host = xmalloc(N * sizeof(int));
     for (long i = 0; i < N; i++) tokens_host[i] = (int)((i * 7919) % V), positions_host[i] = (int)(i % T);
@@ -130,19 +132,25 @@ int main(int argc, char **argv) {
     // stored too), gate's and up's output gradients (the GLU's backward's), o's and down's
     // (the norms' backward), and q's and k's (the RoPE backward's). Gate's and up's outputs
     // are stored (hold_stored): their products write them as bf16 for the GLU to read; so is
-    // down's input gradient, for the GLU's backward.
+    // down's input gradient, for the GLU's backward. Where the model fuses the q, k and v
+    // products (model_qkv_fusion_on: the GPU), the step takes "matmul qkv" (one product of
+    // the three weights side by side, its output gradient held: the RoPE backward writes its
+    // copy) and the three alone are timed beside it (calls 0), and the other way round.
+    const bool fused = model_qkv_fusion_on(ops);
+    const int separate = fused ? 0 : L;
     struct {
         const char *name;
-        int in, out;
+        int calls, in, out;
         WriteMode dinp;
         bool input_held_forward, input_held_backward, dout_held, onto_residual, output_stored, dinp_stored;
-    } linear[] = {{"matmul q", C, qd, WRITE_OVERWRITE, true, true, true, false, false, false},
-                  {"matmul k", C, kvd, WRITE_ADD, true, true, true, false, false, false},
-                  {"matmul v", C, kvd, WRITE_ADD, true, true, false, false, false, false},
-                  {"matmul o", qd, C, WRITE_OVERWRITE, true, false, true, true, false, false},
-                  {"matmul gate", C, I, WRITE_OVERWRITE, true, true, true, false, true, false},
-                  {"matmul up", C, I, WRITE_ADD, true, true, true, false, true, false},
-                  {"matmul down", I, C, WRITE_OVERWRITE, true, true, true, true, false, true}};
+    } linear[] = {{"matmul qkv", fused ? L : 0, C, qd + 2 * kvd, WRITE_OVERWRITE, true, true, true, false, false, false},
+                  {"matmul q", separate, C, qd, WRITE_OVERWRITE, true, true, true, false, false, false},
+                  {"matmul k", separate, C, kvd, WRITE_ADD, true, true, true, false, false, false},
+                  {"matmul v", separate, C, kvd, WRITE_ADD, true, true, false, false, false, false},
+                  {"matmul o", L, qd, C, WRITE_OVERWRITE, true, false, true, true, false, false},
+                  {"matmul gate", L, C, I, WRITE_OVERWRITE, true, true, true, false, true, false},
+                  {"matmul up", L, C, I, WRITE_ADD, true, true, true, false, true, false},
+                  {"matmul down", L, I, C, WRITE_OVERWRITE, true, true, true, true, false, true}};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
         char label[64];
         const long inputs = N * linear[i].in, outputs = N * linear[i].out;
@@ -151,17 +159,19 @@ int main(int argc, char **argv) {
         if (linear[i].input_held_forward) ops->matmul_input_hold(x, inputs);
         if (linear[i].output_stored) ops->hold_stored(y, outputs, false); // gate's and up's: bf16 outputs
         if (linear[i].onto_residual)
-            TIME_OP(label, L, flops, 0,
+            TIME_OP(label, linear[i].calls, flops, 0,
                     ops->matmul_forward_residual(y, x, w, NULL, u, (int)N, linear[i].in, linear[i].out));
         else
-            TIME_OP(label, L, flops, 0, ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
+            TIME_OP(label, linear[i].calls, flops, 0,
+                    ops->matmul_forward(y, x, w, NULL, (int)N, linear[i].in, linear[i].out));
         ops->matmul_input_release();
         snprintf(label, sizeof label, "%s backward", linear[i].name);
         if (linear[i].input_held_backward) ops->matmul_input_hold(x, inputs);
         if (linear[i].dout_held) ops->matmul_input_hold(y, outputs);
         if (linear[i].dinp_stored) ops->hold_stored(z, inputs, false); // down's: bf16, for the GLU's backward
-        TIME_OP(label, L, 2 * flops, 0, ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out,
-                                                               linear[i].dinp, WRITE_OVERWRITE));
+        TIME_OP(label, linear[i].calls, 2 * flops, 0,
+                ops->matmul_backward(z, grad_w, NULL, y, x, w, (int)N, linear[i].in, linear[i].out, linear[i].dinp,
+                                     WRITE_OVERWRITE));
         ops->matmul_input_release();
     }
     double lm_flops = 2.0 * N * C * V;

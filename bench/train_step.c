@@ -144,11 +144,11 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
                "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g, "
-               "\"stored_inputs\": %s}\n",
+               "\"stored_inputs\": %s, \"fused_qkv\": %s}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
                loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm,
-               stored_inputs_setting());
+               stored_inputs_setting(), model_qkv_fusion_on(ops) ? "true" : "false");
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);

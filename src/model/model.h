@@ -272,6 +272,8 @@ void model_reserve(Model *model, int B, int T);
 // the process from the next forward on; tests and benchmarks set it.
 typedef enum { MODEL_QKV_FUSION_UNSET, MODEL_QKV_FUSION_BACKEND, MODEL_QKV_FUSION_ON, MODEL_QKV_FUSION_OFF } ModelQkvFusion;
 void model_set_qkv_fusion(ModelQkvFusion fusion);
+// Whether layers on `ops` fuse them where they can, as the setting stands.
+bool model_qkv_fusion_on(const OpsBackend *ops);
 // Frees the activation memory (the next forward allocates it again).
 void model_release_activations(Model *model);
 // A linear layer's product with its weight, float32 or quantized (`quantized` NULL or without

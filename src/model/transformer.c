@@ -488,7 +488,7 @@ static ModelQkvFusion qkv_fusion = MODEL_QKV_FUSION_UNSET;
 
 void model_set_qkv_fusion(ModelQkvFusion fusion) { qkv_fusion = fusion; }
 
-static bool fuses_qkv_on(const OpsBackend *ops) {
+bool model_qkv_fusion_on(const OpsBackend *ops) {
     if (qkv_fusion == MODEL_QKV_FUSION_UNSET) {
         const char *setting = getenv("MARLHF_FUSED_QKV");
         if (!setting || !*setting) qkv_fusion = MODEL_QKV_FUSION_BACKEND;
@@ -512,7 +512,7 @@ static bool fuses_qkv_on(const OpsBackend *ops) {
 // biases, which the table puts between the weights).
 static bool layer_fuses_qkv(const Model *model, int l, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
-    if (!fuses_qkv_on(model->ops) || !attention_rotates(cfg, target) || cfg->qk_norm || model->quantized) return false;
+    if (!model_qkv_fusion_on(model->ops) || !attention_rotates(cfg, target) || cfg->qk_norm || model->quantized) return false;
     if (lora_adapts(model, l, LORA_Q) || lora_adapts(model, l, LORA_K) || lora_adapts(model, l, LORA_V)) return false;
     const long C = cfg->hidden_size, q_dim = (long)cfg->num_heads * cfg->head_dim;
     const long kv_dim = (long)cfg->num_kv_heads * cfg->head_dim;

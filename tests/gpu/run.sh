@@ -319,6 +319,10 @@ if [ "$bench" = 1 ]; then
     # the session-40 change measured against what came before it.
     bench_run 200 "$results" env MARLHF_CUDA_STORED_INPUTS=0 "$train_step" --device cuda --model llama-1b --batch 8 \
         --seq 1024 --steps 10
+    # The 1B step with q, k and v as three products (MARLHF_FUSED_QKV=0, model/transformer.c's
+    # layer_fuses_qkv): the session-48 change against what came before it ("fused_qkv": false).
+    bench_run 200 "$results" env MARLHF_FUSED_QKV=0 "$train_step" --device cuda --model llama-1b --batch 8 \
+        --seq 1024 --steps 10
     bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape llama1b --batch 8 --seq 1024 --steps 10 \
         --warmup 3 --device cuda --max-grad-norm 0
     # Decoding: the quick bench keeps batch 1 of the float weights (a step's products are
@@ -376,9 +380,12 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     u, a = find("marlhf-cuda-unfused", model=ours), find("marlhf-cuda-wmma", model=ours)
     p = find("marlhf-cuda-mma-plain", model=ours)
     s = find("marlhf-cuda-mma-ds", model=ours)
+    three = find("marlhf-cuda", model=ours, fused_qkv=False) # MARLHF_FUSED_QKV=0 (the 1B shape only)
+    unstored = find("marlhf-cuda", model=ours, stored_inputs=False)
     mfu = lambda r: f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
     parts.append(f"{ours} step {rate(m, 'tokens_per_s')} tok/s MFU {mfu(m)} "
-                 f"(mma-plain {rate(p, 'tokens_per_s')}, mma-ds {rate(s, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}) "
+                 f"(mma-plain {rate(p, 'tokens_per_s')}, mma-ds {rate(s, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}; "
+                 f"q/k/v as three products {rate(three, 'tokens_per_s')}, stores off {rate(unstored, 'tokens_per_s')}) "
                  f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)
