@@ -6,8 +6,12 @@
 // (tests/gpu/test_cuda.c): bf16 operands give relative errors near 2e-3, the bound is 1e-2.
 // This checks the kernels' indexing, masking, online softmax and tile pipeline in CI;
 // tests/gpu/run.sh checks the same kernels on a GPU. test_mma_attention_window runs them
-// with sliding windows (shorter than a tile, and across several tiles).
+// with sliding windows (shorter than a tile, and across several tiles). Every backward runs
+// a second time into the columns of one fused q | k | v gradient (rows q_dim + 2 kv_dim floats
+// apart, as the rotary attention's backward writes them in place), which must hold the
+// planar run's bits in every element.
 #include <stdint.h>
+#include <string.h>
 
 #include <vector>
 
@@ -36,6 +40,31 @@ static std::vector<bf16> head_major(const std::vector<float> &in, int B, int T, 
                     out[(((size_t)b * H + h) * T + t) * hd + d] =
                         float_to_bf16(in[((size_t)b * T + t) * width + (h / group) * hd + d]);
     return out;
+}
+
+// The backward run by `backward(dq, dk, dv, q_row_stride, kv_row_stride)` into one fused
+// buffer [N, q_dim + 2 kv_dim] filled with NaN, dq its first q_dim columns, dk the next
+// kv_dim and dv the last: every element must be the planar run's (dq, dk, dv), bit for bit
+// (the kernels compute the same sums whatever the stride), and none left NaN.
+template <typename Backward>
+static void check_packed_gradients(const char *label, const std::vector<float> &dq, const std::vector<float> &dk,
+                                   const std::vector<float> &dv, int N, int q_dim, int kv_dim, Backward backward) {
+    const int width = q_dim + 2 * kv_dim;
+    std::vector<float> packed((size_t)N * width, NAN);
+    backward(packed.data(), packed.data() + q_dim, packed.data() + q_dim + kv_dim, width, width);
+    long unwritten = 0, different = 0;
+    for (long row = 0; row < N; row++)
+        for (int column = 0; column < width; column++) {
+            const float got = packed[(size_t)(row * width + column)];
+            const float want = column < q_dim            ? dq[(size_t)(row * q_dim + column)]
+                               : column < q_dim + kv_dim ? dk[(size_t)(row * kv_dim + column - q_dim)]
+                                                         : dv[(size_t)(row * kv_dim + column - q_dim - kv_dim)];
+            if (got != got) unwritten++;
+            else different += memcmp(&got, &want, sizeof got) != 0;
+        }
+    printf("# %-22s packed gradients: %ld unwritten, %ld not the planar bits\n", label, unwritten, different);
+    EXPECT(unwritten == 0, "%s: %ld elements of the packed gradient left unwritten", label, unwritten);
+    EXPECT(different == 0, "%s: %ld elements of the packed gradient differ from the planar run's", label, different);
 }
 
 static const float TOLERANCE = 1e-2f;
@@ -139,14 +168,18 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
             }
     std::vector<float> dq((size_t)q_n, NAN), dk((size_t)kv_n, NAN), dv((size_t)kv_n, NAN);
     const GridShape kv = backward_kv_grid(B, KV, T), queries = backward_q_grid(B, H, T);
-    emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
-        backward_kv_kernel<HD, VARIANT>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs,
-                               H, KV, T, scale, window);
-    });
-    emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
-        backward_q_kernel<HD, VARIANT>(dq.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(), D.data(), rs, H, KV,
-                                       T, scale, window);
-    });
+    const int N = B * T, q_dim = H * HD, kv_dim = KV * HD;
+    auto backward = [&](float *dq_rows, float *dk_rows, float *dv_rows, int q_row_stride, int kv_row_stride) {
+        emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
+            backward_kv_kernel<HD, VARIANT>(dk_rows, dv_rows, kv_row_stride, Q.data(), K.data(), V.data(), dO.data(),
+                                            lse.data(), D.data(), rs, H, KV, T, scale, window);
+        });
+        emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_shared_bytes<HD>(), [&] {
+            backward_q_kernel<HD, VARIANT>(dq_rows, q_row_stride, Q.data(), K.data(), V.data(), dO.data(), lse.data(),
+                                           D.data(), rs, H, KV, T, scale, window);
+        });
+    };
+    backward(dq.data(), dk.data(), dv.data(), q_dim, kv_dim);
     struct Gradient {
         const char *name;
         std::vector<float> &got, &want;
@@ -161,20 +194,29 @@ static void check_case(int B, int T, int H, int KV, const std::vector<int> &row_
         }
     };
     check_gradients("");
+    check_packed_gradients(label, dq, dk, dv, N, q_dim, kv_dim, backward);
 
     // "mma-ds": the dK/dV kernel also writes dS (into NaN: an entry the dQ kernel reads and
     // the dK/dV kernel did not write shows), then dQ from it.
     if constexpr (VARIANT == TUNED && keeps_scores_gradient_at(HD)) {
         std::vector<bf16> scores((size_t)B * H * (size_t)score_tiles_per_head(T) * SCORE_TILE_ELEMENTS, float_to_bf16(NAN));
         std::fill(dq.begin(), dq.end(), NAN), std::fill(dk.begin(), dk.end(), NAN), std::fill(dv.begin(), dv.end(), NAN);
-        emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
-            backward_kv_scores_kernel<HD>(dk.data(), dv.data(), Q.data(), K.data(), V.data(), dO.data(), lse.data(),
-                                                D.data(), rs, H, KV, T, scale, window, scores.data());
-        });
-        emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_from_scores_shared_bytes<HD>(), [&] {
-            backward_q_from_scores_kernel<HD>(dq.data(), K.data(), scores.data(), rs, H, KV, T, scale, window);
-        });
+        auto backward_keeping_scores = [&](float *dq_rows, float *dk_rows, float *dv_rows, int q_row_stride,
+                                           int kv_row_stride) {
+            emulation::launch({kv.x, kv.y, 1}, THREADS, backward_kv_shared_bytes<HD>(), [&] {
+                backward_kv_scores_kernel<HD>(dk_rows, dv_rows, kv_row_stride, Q.data(), K.data(), V.data(), dO.data(),
+                                              lse.data(), D.data(), rs, H, KV, T, scale, window, scores.data());
+            });
+            emulation::launch({queries.x, queries.y, 1}, THREADS, backward_q_from_scores_shared_bytes<HD>(), [&] {
+                backward_q_from_scores_kernel<HD>(dq_rows, q_row_stride, K.data(), scores.data(), rs, H, KV, T, scale,
+                                                  window);
+            });
+        };
+        backward_keeping_scores(dq.data(), dk.data(), dv.data(), q_dim, kv_dim);
         check_gradients("kept dS: ");
+        char kept_label[128];
+        snprintf(kept_label, sizeof kept_label, "%s kept dS", label);
+        check_packed_gradients(kept_label, dq, dk, dv, N, q_dim, kv_dim, backward_keeping_scores);
     }
 }
 

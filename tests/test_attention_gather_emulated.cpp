@@ -6,7 +6,10 @@
 // must be the source floats rounded, bit for bit, every element written (the outputs start
 // as NaN bits); D within float rounding of a double dot product (1e-5 of the sum of the
 // products' magnitudes). head_dim 8 to 128 (1 to 16 threads a head row; 24's 3 threads do not
-// divide a warp and take the fallback for dO), T not a multiple of any block.
+// divide a warp and take the fallback for dO), T not a multiple of any block. Q, K and V are
+// also gathered, plain and rotated, from the columns of one fused q | k | v buffer (rows of
+// (H + 2 KV) * hd floats, read in place by their row stride), and from rows whose stride is
+// not a multiple of 4 floats, which only the one-element kernel may take.
 // tests/gpu/test_cuda.c checks the same kernels on a GPU through the attention ops.
 #include <math.h>
 #include <stdint.h>
@@ -25,16 +28,16 @@ static uint64_t rng = 0x6a09e667f3bcc909ull;
 
 static unsigned blocks_for(long items, long per_block) { return (unsigned)((items + per_block - 1) / per_block); }
 
-// How many of out's [B, H, T, hd] bf16 are not in's [B*T, (H / group) * hd] floats rounded.
-static long wrong_gathered(const std::vector<bf16> &out, const std::vector<float> &in, int B, int T, int H, int group,
-                           int hd) {
+// How many of out's [B, H, T, hd] bf16 are not the floats rounded of the H / group heads at
+// in's columns from `column` on, its rows `row_stride` floats apart.
+static long wrong_gathered(const std::vector<bf16> &out, const float *in, int row_stride, int B, int T, int H,
+                           int group, int hd) {
     long wrong = 0;
-    const long width = (long)(H / group) * hd;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++)
                 for (int d = 0; d < hd; d++) {
-                    const float source = in[(size_t)(((long)b * T + t) * width + (h / group) * hd + d)];
+                    const float source = in[((long)b * T + t) * row_stride + (h / group) * hd + d];
                     const bf16 got = out[(size_t)((((long)b * H + h) * T + t) * hd + d)];
                     wrong += got.bits != float_to_bf16(source).bits;
                 }
@@ -61,51 +64,62 @@ static double worst_row_dot(const std::vector<float> &D, const std::vector<float
     return worst;
 }
 
-// Rows of `heads` heads (group > 1: the K/V heads that H = heads * group query heads read)
-// gathered by the kernel that attention.cu's gather_heads_into picks, or by the fallback.
-static void check_gather(int B, int T, int H, int group, int hd, bool by_eight) {
+// The H / group heads of `in`'s rows (row_stride floats apart; group > 1: the K/V heads that
+// H query heads read) gathered by the eight-element kernel that attention.cu's
+// gather_heads_into picks, or by the one-element fallback. `what` names the rows.
+static void check_gather_rows(const char *what, const float *in, int row_stride, int B, int T, int H, int group,
+                              int hd, bool by_eight) {
     const int threads = attention_gather::THREADS;
-    const std::vector<float> in = random_floats(rng, (long)B * T * (H / group) * hd, 3.0f);
     std::vector<bf16> out((size_t)B * H * T * hd, bf16{0xffff});
-    EXPECT(attention_gather::gathers_by_eight(in.data(), B, T, H, hd) == (hd % 8 == 0),
-            "gathers_by_eight at head_dim %d", hd);
     if (by_eight) {
         const long items_per_head = (long)B * T * (hd / 8);
         emulation::launch({blocks_for(items_per_head, threads), (unsigned)H, 1}, threads, 0, [&] {
-            attention_gather::gather_heads_by_eight_kernel(out.data(), in.data(), B, T, H, group, hd);
+            attention_gather::gather_heads_by_eight_kernel(out.data(), in, row_stride, B, T, H, group, hd);
         });
     } else {
         emulation::launch({blocks_for((long)B * H * T * hd, threads), 1, 1}, threads, 0, [&] {
-            attention_gather::gather_heads_kernel(out.data(), in.data(), B, T, H, group, hd);
+            attention_gather::gather_heads_kernel(out.data(), in, row_stride, B, T, H, group, hd);
         });
     }
-    const long wrong = wrong_gathered(out, in, B, T, H, group, hd);
-    printf("# gather %-7s B %d T %d, %2d heads from %2d, head_dim %3d: %ld wrong\n", by_eight ? "by 8" : "by 1", B, T,
-           H, H / group, hd, wrong);
-    EXPECT(wrong == 0, "gather %s, %d heads from %d at head_dim %d: %ld of %zu bf16 wrong", by_eight ? "by 8" : "by 1",
-           H, H / group, hd, wrong, out.size());
+    const long wrong = wrong_gathered(out, in, row_stride, B, T, H, group, hd);
+    printf("# gather %-7s %-8s B %d T %d, %2d heads from %2d, head_dim %3d, row stride %4d: %ld wrong\n",
+           by_eight ? "by 8" : "by 1", what, B, T, H, H / group, hd, row_stride, wrong);
+    EXPECT(wrong == 0, "gather %s of %s, %d heads from %d at head_dim %d: %ld of %zu bf16 wrong",
+           by_eight ? "by 8" : "by 1", what, H, H / group, hd, wrong, out.size());
 }
 
-// Q- or K-like rows gathered with the rotation applied (gather_rotated_heads_kernel, for
-// attention_forward_rotary) against the CPU's rope_forward on a copy, then the same gather:
-// each bf16 within a rounding of the rotated float (a half ulp of bf16 plus float rounding
-// of the rotation, whose sin and cos the kernel and the CPU compute with different calls).
-static void check_rotated_gather(int B, int T, int H, int hd) {
+// Rows of their own of `heads` heads (H = heads * group).
+static void check_gather(int B, int T, int H, int group, int hd, bool by_eight) {
+    const int width = H / group * hd;
+    const std::vector<float> in = random_floats(rng, (long)B * T * width, 3.0f);
+    EXPECT(attention_gather::gathers_by_eight(in.data(), width, B, T, H, hd) == (hd % 8 == 0),
+           "gathers_by_eight at head_dim %d", hd);
+    check_gather_rows("own rows", in.data(), width, B, T, H, group, hd, by_eight);
+}
+
+// Q- or K-like rows (H heads of `in`'s rows, row_stride floats apart) gathered with the
+// rotation applied (gather_rotated_heads_kernel, for attention_forward_rotary) against the
+// CPU's rope_forward on a copy of the heads as rows of their own, then the same gather: each
+// bf16 within a rounding of the rotated float (a half ulp of bf16 plus float rounding of the
+// rotation, whose sin and cos the kernel and the CPU compute with different calls).
+static void check_rotated_rows(const char *what, const float *in, int row_stride, int B, int T, int H, int hd) {
     const int threads = attention_gather::THREADS, N = B * T, half = hd / 2;
     std::vector<float> inv_freq((size_t)half);
     for (int i = 0; i < half; i++) inv_freq[(size_t)i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)hd);
     std::vector<int> positions((size_t)N);
     for (int row = 0; row < N; row++) positions[(size_t)row] = row % T + (row / T) * 29989; // far positions too
-    const std::vector<float> in = random_floats(rng, (long)N * H * hd, 3.0f);
     std::vector<bf16> out((size_t)N * H * hd, bf16{0xffff});
-    EXPECT(attention_gather::gathers_rotated(in.data(), B, T, H, hd), "gathers_rotated at head_dim %d", hd);
+    EXPECT(attention_gather::gathers_rotated(in, row_stride, B, T, H, hd), "gathers_rotated of %s at head_dim %d",
+           what, hd);
     const long items_per_head = (long)N * (hd / 16);
     emulation::launch({blocks_for(items_per_head, threads), (unsigned)H, 1}, threads,
                       attention_gather::ROTATED_SHARED_BYTES, [&] {
-                          attention_gather::gather_rotated_heads_kernel(out.data(), in.data(), positions.data(),
+                          attention_gather::gather_rotated_heads_kernel(out.data(), in, row_stride, positions.data(),
                                                                         inv_freq.data(), B, T, H, hd);
                       });
-    std::vector<float> rotated = in;
+    std::vector<float> rotated((size_t)N * H * hd);
+    for (long row = 0; row < N; row++)
+        for (int i = 0; i < H * hd; i++) rotated[(size_t)(row * H * hd + i)] = in[row * row_stride + i];
     ops_cpu.rope_forward(rotated.data(), positions.data(), N, H, hd, inv_freq.data());
     long wrong = 0, not_bitwise = 0;
     for (int b = 0; b < B; b++)
@@ -117,9 +131,15 @@ static void check_rotated_gather(int B, int T, int H, int hd) {
                     wrong += !(fabsf(bf16_to_float(got) - want) <= 0x1p-8f * fabsf(want) + 1e-30f);
                     not_bitwise += got.bits != float_to_bf16(want).bits;
                 }
-    printf("# gather rotated B %d T %d, %2d heads, head_dim %3d: %ld wrong (%ld not the CPU's bits)\n", B, T, H, hd,
-           wrong, not_bitwise);
-    EXPECT(wrong == 0, "rotated gather at head_dim %d: %ld of %zu bf16 wrong", hd, wrong, out.size());
+    printf("# gather rotated %-8s B %d T %d, %2d heads, head_dim %3d, row stride %4d: %ld wrong (%ld not the CPU's "
+           "bits)\n",
+           what, B, T, H, hd, row_stride, wrong, not_bitwise);
+    EXPECT(wrong == 0, "rotated gather of %s at head_dim %d: %ld of %zu bf16 wrong", what, hd, wrong, out.size());
+}
+
+static void check_rotated_gather(int B, int T, int H, int hd) {
+    const std::vector<float> in = random_floats(rng, (long)B * T * H * hd, 3.0f);
+    check_rotated_rows("own rows", in.data(), H * hd, B, T, H, hd);
 }
 
 // dO and D as gather_dout_with_row_dot makes them: the eight-element kernel where it can,
@@ -141,10 +161,10 @@ static void check_dout(int B, int T, int H, int hd) {
             attention_gather::row_dot_kernel(D.data(), dout.data(), out.data(), B, H, T, hd);
         });
         emulation::launch({blocks_for((long)B * H * T * hd, threads), 1, 1}, threads, 0, [&] {
-            attention_gather::gather_heads_kernel(dO.data(), dout.data(), B, T, H, 1, hd);
+            attention_gather::gather_heads_kernel(dO.data(), dout.data(), H * hd, B, T, H, 1, hd);
         });
     }
-    const long wrong = wrong_gathered(dO, dout, B, T, H, 1, hd);
+    const long wrong = wrong_gathered(dO, dout.data(), H * hd, B, T, H, 1, hd);
     const double error = worst_row_dot(D, dout, out, B, T, H, hd);
     printf("# dO, D  %-7s B %d T %d, %2d heads, head_dim %3d: %ld wrong, D %.2g\n", by_eight ? "by 8" : "by 1", B, T,
            H, hd, wrong, error);
@@ -173,7 +193,48 @@ static void test_rotated_gathers(void) {
         check_rotated_gather(2, 37, 2, hd); // keys
     }
     std::vector<float> odd(16 * 24 + 4);
-    EXPECT(!attention_gather::gathers_rotated(odd.data(), 1, 16, 1, 24), "gathers_rotated takes head_dim 24");
+    EXPECT(!attention_gather::gathers_rotated(odd.data(), 24, 1, 16, 1, 24), "gathers_rotated takes head_dim 24");
+}
+
+// The columns of one fused q | k | v buffer (rows of (H + 2 KV) * hd floats), as the rotary
+// attention's forward gathers them in place: q's H heads and k's KV heads plain and rotated,
+// v's KV heads, and k's heads repeated over groups of H / KV (as the unfused kernels gather
+// K and V); every gather by both kernels where the eight-element one takes the rows.
+static void check_packed_gathers(int B, int T, int H, int KV, int hd) {
+    const int q_dim = H * hd, kv_dim = KV * hd, width = q_dim + 2 * kv_dim;
+    const std::vector<float> packed = random_floats(rng, (long)B * T * width, 3.0f);
+    const float *q = packed.data(), *k = q + q_dim, *v = k + kv_dim;
+    const bool by_eight = hd % 8 == 0;
+    EXPECT(attention_gather::gathers_by_eight(k, width, B, T, KV, hd) == by_eight,
+           "gathers_by_eight of packed rows at head_dim %d", hd);
+    for (int eight = 0; eight <= (by_eight ? 1 : 0); eight++) {
+        check_gather_rows("packed q", q, width, B, T, H, 1, hd, eight);
+        check_gather_rows("packed k", k, width, B, T, KV, 1, hd, eight);
+        check_gather_rows("packed k", k, width, B, T, H, H / KV, hd, eight);
+        check_gather_rows("packed v", v, width, B, T, KV, 1, hd, eight);
+    }
+    if (hd % 16 == 0) {
+        check_rotated_rows("packed q", q, width, B, T, H, hd);
+        check_rotated_rows("packed k", k, width, B, T, KV, hd);
+    }
+}
+
+static void test_packed_gathers(void) {
+    const int head_dims[] = {8, 16, 24, 32, 64, 128};
+    for (int hd : head_dims) {
+        check_packed_gathers(2, 37, 6, 2, hd);
+        check_packed_gathers(1, 19, 4, 1, hd); // one K/V head for all four query heads
+    }
+    // A row stride that is not a multiple of 4 floats (2 heads of 16 and 2 floats more a row):
+    // the float4 kernels cannot read its heads (neither predicate takes it); the
+    // one-element kernel can.
+    const int B = 2, T = 9, H = 2, hd = 16, row_stride = H * hd + 2;
+    const std::vector<float> rows = random_floats(rng, (long)B * T * row_stride, 3.0f);
+    EXPECT(!attention_gather::gathers_by_eight(rows.data(), row_stride, B, T, H, hd),
+           "gathers_by_eight takes a row stride of %d floats", row_stride);
+    EXPECT(!attention_gather::gathers_rotated(rows.data(), row_stride, B, T, H, hd),
+           "gathers_rotated takes a row stride of %d floats", row_stride);
+    check_gather_rows("odd rows", rows.data(), row_stride, B, T, H, 1, hd, false);
 }
 
 static void test_dout_and_row_term(void) {
@@ -198,6 +259,7 @@ static void test_dout_and_row_term(void) {
 int main(void) {
     RUN(test_gathers);
     RUN(test_rotated_gathers);
+    RUN(test_packed_gathers);
     RUN(test_dout_and_row_term);
     TEST_EXIT();
 }

@@ -210,9 +210,24 @@ static void rounded_attention_backward(float *dq, float *dk, float *dv, const fl
 }
 
 // The rotary attention ops (ops.h, attention_forward_rotary) on the rounded ones above, as
-// the CPU composes them (ops/cpu/attention_rotary.c): q and k rotated into copies, the
-// rounded attention, and the backward's dq and dk rotated back. The GPU rounds the rotated
-// Q and K, as these round the copies.
+// the CPU composes them (ops/cpu/attention_rotary.c): q, k and v taken as rows of their own
+// (copied out of a fused q | k | v buffer's columns, whatever their row strides), q and k
+// rotated into copies, the rounded attention, and the backward's dq and dk rotated back,
+// then the gradients copied into rows of the given strides. The GPU rounds the rotated Q
+// and K, as these round the copies.
+
+// N rows of `width` floats, `row_stride` apart in x, into a new buffer of their own.
+static float *rows_of_their_own(const float *x, int N, int width, int row_stride) {
+    float *rows = xmalloc((size_t)N * width * sizeof(float));
+    for (long row = 0; row < N; row++) memcpy(rows + row * width, x + row * row_stride, (size_t)width * sizeof(float));
+    return rows;
+}
+
+// The other way: N rows of `width` floats of their own into rows `row_stride` apart in x.
+static void rows_into_strided(float *x, int row_stride, const float *rows, int N, int width) {
+    for (long row = 0; row < N; row++) memcpy(x + row * row_stride, rows + row * width, (size_t)width * sizeof(float));
+}
+
 static void rotated_copies(float **q_rotated, float **k_rotated, const float *q, const float *k, const int *positions,
                            const float *inv_freq, int N, int H, int KV, int D) {
     *q_rotated = xmalloc((size_t)N * H * D * sizeof(float));
@@ -227,11 +242,13 @@ static void rounded_attention_forward_rotary(float *out, float *saved, const flo
                                              int q_row_stride, int kv_row_stride, const int *row_start,
                                              const int *positions, const float *inv_freq, int B, int T, int H, int KV,
                                              int D, float softcap, int window) {
-    CHECK(q_row_stride == H * D && kv_row_stride == KV * D, "the bf16-rounding stand-in takes rows of their own");
+    const int N = B * T;
+    float *q_rows = rows_of_their_own(q, N, H * D, q_row_stride), *k_rows = rows_of_their_own(k, N, KV * D, kv_row_stride);
+    float *v_rows = rows_of_their_own(v, N, KV * D, kv_row_stride);
     float *q_rotated, *k_rotated;
-    rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
-    rounded_attention_forward(out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D, softcap, window);
-    free(q_rotated), free(k_rotated);
+    rotated_copies(&q_rotated, &k_rotated, q_rows, k_rows, positions, inv_freq, N, H, KV, D);
+    rounded_attention_forward(out, saved, q_rotated, k_rotated, v_rows, row_start, B, T, H, KV, D, softcap, window);
+    free(q_rows), free(k_rows), free(v_rows), free(q_rotated), free(k_rotated);
 }
 
 static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -239,14 +256,22 @@ static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, c
                                               int q_row_stride, int kv_row_stride, const int *row_start,
                                               const int *positions, const float *inv_freq, int B, int T, int H,
                                               int KV, int D, float softcap, int window) {
-    CHECK(q_row_stride == H * D && kv_row_stride == KV * D, "the bf16-rounding stand-in takes rows of their own");
+    const int N = B * T;
+    float *q_rows = rows_of_their_own(q, N, H * D, q_row_stride), *k_rows = rows_of_their_own(k, N, KV * D, kv_row_stride);
+    float *v_rows = rows_of_their_own(v, N, KV * D, kv_row_stride);
     float *q_rotated, *k_rotated;
-    rotated_copies(&q_rotated, &k_rotated, q, k, positions, inv_freq, B * T, H, KV, D);
-    rounded_attention_backward(dq, dk, dv, dout, out, saved, q_rotated, k_rotated, v, row_start, B, T, H, KV, D,
-                               softcap, window);
-    free(q_rotated), free(k_rotated);
-    ops_cpu.rope_backward(dq, positions, B * T, H, D, inv_freq);
-    ops_cpu.rope_backward(dk, positions, B * T, KV, D, inv_freq);
+    rotated_copies(&q_rotated, &k_rotated, q_rows, k_rows, positions, inv_freq, N, H, KV, D);
+    float *dq_rows = xmalloc((size_t)N * H * D * sizeof(float)), *dk_rows = xmalloc((size_t)N * KV * D * sizeof(float));
+    float *dv_rows = xmalloc((size_t)N * KV * D * sizeof(float));
+    rounded_attention_backward(dq_rows, dk_rows, dv_rows, dout, out, saved, q_rotated, k_rotated, v_rows, row_start, B,
+                               T, H, KV, D, softcap, window);
+    ops_cpu.rope_backward(dq_rows, positions, N, H, D, inv_freq);
+    ops_cpu.rope_backward(dk_rows, positions, N, KV, D, inv_freq);
+    rows_into_strided(dq, q_row_stride, dq_rows, N, H * D);
+    rows_into_strided(dk, kv_row_stride, dk_rows, N, KV * D);
+    rows_into_strided(dv, kv_row_stride, dv_rows, N, KV * D);
+    free(q_rows), free(k_rows), free(v_rows), free(q_rotated), free(k_rotated), free(dq_rows), free(dk_rows),
+        free(dv_rows);
 }
 
 static void bf16_rounding_init(void) {
@@ -1167,9 +1192,102 @@ static void test_attention(void) {
     attention_window = 0;
 }
 
+// Whether the attention ops run on the mma kernels for this shape (the rotary ops then take
+// a fused q | k | v buffer's rows in place: attention.cu, reads_rows_in_place): when the
+// saved state asked for is theirs, a log-sum-exp per query row and the gathered bf16 Q, K
+// and V. They are the GPU's choice unless it is wmma or unfused, and take no soft cap, no
+// head_dim but 16, 32, 64 and 128, and no head_dim 128 on a GPU with under 103 KB of shared
+// memory per block.
+static bool mma_kernels_ran(int B, int T, int H, int KV, int D, float softcap, int window) {
+    const long lse = ((long)B * H * T + 3) / 4 * 4, gathered = (long)B * T * (H + 2 * KV) * D / 2;
+    return !standing_in && !strncmp(ops_cuda_attention_kernels(), "mma", 3) &&
+           gpu->attention_saved_size(B, T, H, KV, D, softcap, window) == lse + gathered;
+}
+
+// The rotary attention ops again on the columns of one fused q | k | v buffer
+// [B*T, (H + 2 KV) * D] and its gradient, as the model calls them after its fused q/k/v
+// product: the output and the three gradients must be the planar run's (`planar`: out, dq,
+// dk, dv as the GPU computed them) bit for bit, whichever path runs (the mma kernels read and
+// write the rows in place, the other paths copy them to and from rows of their own), and
+// every column of the gradient buffer, which starts as NaN, written. The gradient buffer is
+// held through the backward and a product that reads it (matmul_input_hold, as the fused
+// product's backward holds it): on the mma path the RoPE backward writes its bf16 copy,
+// every column of the rows (v's too), which the product reads instead of converting the
+// floats; its held slot is first filled with NaN (fill_held_slots_with_nan), so a column the
+// copy missed shows. The product through the hold must give the CPU's result (`cpu_grads`:
+// dq, dk, dv) within TOL_BF16, and the same product without the hold, bit for bit. Where
+// the backward wrote the copy (mma_kernels_ran), the gradient's floats are overwritten with
+// NaN before that product, a promise broken on purpose: the product must still read the
+// copy, not convert the floats.
+static void check_rotary_attention_packed(const char *label, const float *q, const float *k, const float *v,
+                                          float *const planar[4], float *const cpu_grads[3], float *d_dout,
+                                          int *d_rs, int *d_positions, float *d_inv_freq, float *d_saved, int B,
+                                          int T, int H, int KV, int D, float softcap, int window,
+                                          bool copy_in_backward) {
+    const int N = B * T, q_dim = H * D, kv_dim = KV * D, width = q_dim + 2 * kv_dim, C = 40;
+    const long packed_n = (long)N * width, q_n = (long)N * q_dim;
+    // Rows of q | k | v: the inputs, the GPU's planar gradients and the CPU's.
+    float *packed = xmalloc((size_t)packed_n * 4), *want = xmalloc((size_t)packed_n * 4);
+    float *cpu_packed = xmalloc((size_t)packed_n * 4), *nans = xmalloc((size_t)packed_n * 4);
+    for (long row = 0; row < N; row++) {
+        const float *parts[3][3] = {{q, k, v}, {planar[1], planar[2], planar[3]}, {cpu_grads[0], cpu_grads[1], cpu_grads[2]}};
+        float *rows[3] = {packed, want, cpu_packed};
+        for (int r = 0; r < 3; r++) {
+            memcpy(rows[r] + row * width, parts[r][0] + row * q_dim, (size_t)q_dim * 4);
+            memcpy(rows[r] + row * width + q_dim, parts[r][1] + row * kv_dim, (size_t)kv_dim * 4);
+            memcpy(rows[r] + row * width + q_dim + kv_dim, parts[r][2] + row * kv_dim, (size_t)kv_dim * 4);
+        }
+    }
+    for (long i = 0; i < packed_n; i++) nans[i] = NAN;
+    float *w = random_host((long)C * width, 0.2f), *dx = xmalloc((size_t)N * C * 4);
+    cpu->matmul_backward(dx, NULL, NULL, cpu_packed, NULL, w, N, C, width, WRITE_OVERWRITE, WRITE_ADD);
+    float *d_packed = gpu_floats(packed, packed_n), *d_dpacked = gpu_floats(nans, packed_n);
+    float *d_nans[1] = {gpu_floats(nans, packed_n)};
+    float *d_w = gpu_floats(w, (long)C * width); // [width, C] for the product's backward, [C, width] to fill the slot
+    float *d_out = gpu->alloc(q_n * 4), *d_dx = gpu->alloc((size_t)N * C * 4);
+    float *d_dx_unheld = gpu->alloc((size_t)N * C * 4), *d_scratch = gpu->alloc((size_t)N * C * 4);
+    gpu->attention_forward_rotary(d_out, d_saved, d_packed, d_packed + q_dim, d_packed + q_dim + kv_dim, width, width,
+                                  d_rs, d_positions, d_inv_freq, B, T, H, KV, D, softcap, window);
+    fill_held_slots_with_nan(d_nans, 1, d_w, d_scratch, N, width, C);
+    gpu->matmul_input_hold(d_dpacked, packed_n);
+    gpu->attention_backward_rotary(d_dpacked, d_dpacked + q_dim, d_dpacked + q_dim + kv_dim, d_dout, d_out, d_saved,
+                                   d_packed, d_packed + q_dim, d_packed + q_dim + kv_dim, width, width, d_rs,
+                                   d_positions, d_inv_freq, B, T, H, KV, D, softcap, window);
+    float *got = xmalloc((size_t)packed_n * 4), *got_unheld = xmalloc((size_t)N * C * 4);
+    gpu->copy_to_host(got, d_dpacked, packed_n * 4);
+    if (copy_in_backward) gpu->copy_to_device(d_dpacked, nans, (size_t)packed_n * 4);
+    gpu->matmul_backward(d_dx, NULL, NULL, d_dpacked, NULL, d_w, N, C, width, WRITE_OVERWRITE, WRITE_ADD);
+    gpu->matmul_input_release();
+    gpu->copy_to_device(d_dpacked, got, (size_t)packed_n * 4);
+    gpu->matmul_backward(d_dx_unheld, NULL, NULL, d_dpacked, NULL, d_w, N, C, width, WRITE_OVERWRITE, WRITE_ADD);
+
+    long unwritten = 0, different = 0;
+    for (long i = 0; i < packed_n; i++) {
+        if (got[i] != got[i]) unwritten++;
+        else different += memcmp(&got[i], &want[i], 4) != 0;
+    }
+    printf("# %-44s packed: gradient columns %ld unwritten, %ld not the planar bits\n", label, unwritten, different);
+    EXPECT(unwritten == 0, "%s: %ld of the packed gradient's elements unwritten", label, unwritten);
+    EXPECT(different == 0, "%s: %ld of the packed gradient's elements not the planar run's", label, different);
+    gpu->copy_to_host(got, d_out, q_n * 4);
+    EXPECT(memcmp(got, planar[0], q_n * 4) == 0, "%s: the output from packed rows is not the planar run's", label);
+    char what[128];
+    snprintf(what, sizeof what, "%s held packed gradient: the product%s", label,
+             copy_in_backward ? " (of its copy)" : "");
+    expect_match_keep(what, d_dx, dx, (long)N * C, TOL_BF16);
+    gpu->copy_to_host(got, d_dx, (size_t)N * C * 4);
+    gpu->copy_to_host(got_unheld, d_dx_unheld, (size_t)N * C * 4);
+    EXPECT(memcmp(got, got_unheld, (size_t)N * C * 4) == 0,
+           "%s: the product through the held packed gradient differs from the product without the hold", label);
+    float *device[] = {d_packed, d_dpacked, d_nans[0], d_w, d_out, d_dx, d_dx_unheld, d_scratch};
+    for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
+    free(packed), free(want), free(cpu_packed), free(nans), free(w), free(dx), free(got), free(got_unheld);
+}
+
 // The attention ops with the rotary positions inside (attention_forward_rotary) against the
 // CPU's (rope_forward on copies, then the attention ops): output and the three gradients of
-// the unrotated q, k, v, within the attention's tolerances, and q and k left as they were.
+// the unrotated q, k, v, within the attention's tolerances, and q and k left as they were;
+// then on packed rows (check_rotary_attention_packed).
 // Positions run past T (a packed row's offsets) and far out (30000), where the angles'
 // range reduction matters.
 static void check_rotary_attention(const char *kernels, int B, int T, int H, int KV, int D, const int *row_start) {
@@ -1205,8 +1323,10 @@ static void check_rotary_attention(const char *kernels, int B, int T, int H, int
                                    d_positions, d_inv_freq, B, T, H, KV, D, softcap, window);
     struct { const char *name; float *device, *want; long n; } results[] = {
         {"out", d_out, out, q_n}, {"dq", d_dq, dq, q_n}, {"dk", d_dk, dk, kv_n}, {"dv", d_dv, dv, kv_n}};
+    float *planar[4]; // the GPU's results, for the packed run
     for (int r = 0; r < 4; r++) {
         gpu->copy_to_host(got, results[r].device, results[r].n * 4);
+        planar[r] = copy_host(got, results[r].n);
         const double error = relative_error(got, results[r].want, results[r].n);
         const double worst = worst_segment_error(got, results[r].want, results[r].n, D);
         printf("# %-44s %s %.3e (tolerance %.0e), worst head row %.3e (%.0e)\n", label, results[r].name, error,
@@ -1218,6 +1338,10 @@ static void check_rotary_attention(const char *kernels, int B, int T, int H, int
     EXPECT(memcmp(got, q, q_n * 4) == 0, "%s wrote q", label);
     gpu->copy_to_host(got, d_k, kv_n * 4);
     EXPECT(memcmp(got, k, kv_n * 4) == 0, "%s wrote k", label);
+    float *cpu_grads[3] = {dq, dk, dv};
+    check_rotary_attention_packed(label, q, k, v, planar, cpu_grads, d_dout, d_rs, d_positions, d_inv_freq, d_saved, B,
+                                  T, H, KV, D, softcap, window, mma_kernels_ran(B, T, H, KV, D, softcap, window));
+    for (int r = 0; r < 4; r++) free(planar[r]);
     float *device[] = {d_q, d_k, d_v, d_dout, d_inv_freq, d_out, d_saved, d_dq, d_dk, d_dv};
     for (size_t i = 0; i < sizeof device / sizeof device[0]; i++) gpu->free(device[i]);
     gpu->free(d_rs), gpu->free(d_positions);

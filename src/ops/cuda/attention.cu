@@ -110,27 +110,28 @@ const float *cuda_attention_row_dot(const float *dout, const float *out, int B, 
     return D;
 }
 
-// out [B, n_heads, T, hd] bf16 from in's rows, head h reading input head h / group.
-static void gather_heads_into(__nv_bfloat16 *out, const float *in, int B, int T, int n_heads, int group,
-                              int head_dim) {
+// out [B, n_heads, T, hd] bf16 from in's rows (row_stride floats apart), head h reading
+// input head h / group.
+static void gather_heads_into(__nv_bfloat16 *out, const float *in, int row_stride, int B, int T, int n_heads,
+                              int group, int head_dim) {
     const long n = (long)B * n_heads * T * head_dim;
     const long items_per_head = (long)B * T * (head_dim / 8);
     const int threads = attention_gather::THREADS;
-    if (attention_gather::gathers_by_eight(in, B, T, n_heads, head_dim))
+    if (attention_gather::gathers_by_eight(in, row_stride, B, T, n_heads, head_dim))
         attention_gather::gather_heads_by_eight_kernel<<<dim3(grid_for(items_per_head, threads), n_heads), threads>>>(
-            out, in, B, T, n_heads, group, head_dim);
+            out, in, row_stride, B, T, n_heads, group, head_dim);
     else
-        attention_gather::gather_heads_kernel<<<grid_for(n, threads), threads>>>(out, in, B, T, n_heads, group,
-                                                                                head_dim);
+        attention_gather::gather_heads_kernel<<<grid_for(n, threads), threads>>>(out, in, row_stride, B, T, n_heads,
+                                                                                group, head_dim);
     CUDA_CHECK_LAUNCH();
 }
 
-// The same into a scratch slot.
+// The same from rows of their own ([B*T, (n_heads / group) * hd]) into a scratch slot.
 static __nv_bfloat16 *gather_heads(int slot, const float *in, int B, int T, int n_heads, int group,
                                    int head_dim) {
     const long n = (long)B * n_heads * T * head_dim;
     __nv_bfloat16 *out = (__nv_bfloat16 *)cuda_scratch(slot, (size_t)n * sizeof(__nv_bfloat16));
-    gather_heads_into(out, in, B, T, n_heads, group, head_dim);
+    gather_heads_into(out, in, n_heads / group * head_dim, B, T, n_heads, group, head_dim);
     return out;
 }
 
@@ -253,14 +254,17 @@ static void mma_forward_from_saved(float *out, const MmaSaved &saved, const int 
                                selected == KERNELS_MMA_PLAIN);
 }
 
-// The mma backward, reading Q, K and V from the forward's saved state.
-static void mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *probs,
-                         const int *row_start, int B, int T, int H, int KV, int hd, int window) {
+// The mma backward, reading Q, K and V from the forward's saved state; dq's rows
+// q_row_stride floats apart, dk's and dv's kv_row_stride.
+static void mma_backward(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride, const float *dout,
+                         const float *out, const float *probs, const int *row_start, int B, int T, int H, int KV,
+                         int hd, int window) {
     const MmaSaved saved = mma_saved_parts(const_cast<float *>(probs), B, T, H, KV, hd);
     const float *D;
     const __nv_bfloat16 *dO = gather_dout_with_row_dot(&D, dout, out, B, T, H, hd);
-    cuda_mma_attention_backward(dq, dk, dv, saved.Q, saved.K, saved.V, dO, saved.lse, D, row_start, B, H, KV, T, hd,
-                                window, selected == KERNELS_MMA_PLAIN, selected == KERNELS_MMA_DS);
+    cuda_mma_attention_backward(dq, dk, dv, q_row_stride, kv_row_stride, saved.Q, saved.K, saved.V, dO, saved.lse, D,
+                                row_start, B, H, KV, T, hd, window, selected == KERNELS_MMA_PLAIN,
+                                selected == KERNELS_MMA_DS);
 }
 
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
@@ -274,9 +278,9 @@ void cuda_attention_forward(float *out, float *probs, const float *q, const floa
     const bool fused = use_fused(hd, softcap, window, T);
     if (fused && mma_selected()) { // Q, K, V gathered into the saved state, for the backward too
         const MmaSaved saved = mma_saved_parts(probs, B, T, H, n_kv_heads, hd);
-        gather_heads_into(saved.Q, q, B, T, H, 1, hd);
-        gather_heads_into(saved.K, k, B, T, n_kv_heads, 1, hd);
-        gather_heads_into(saved.V, v, B, T, n_kv_heads, 1, hd);
+        gather_heads_into(saved.Q, q, H * hd, B, T, H, 1, hd);
+        gather_heads_into(saved.K, k, n_kv_heads * hd, B, T, n_kv_heads, 1, hd);
+        gather_heads_into(saved.V, v, n_kv_heads * hd, B, T, n_kv_heads, 1, hd);
         mma_forward_from_saved(out, saved, row_start, B, T, H, n_kv_heads, hd, window);
         return;
     }
@@ -312,7 +316,8 @@ void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout,
     const long long head_stride = (long long)T * hd, score_stride = (long long)T * T;
     const bool fused = use_fused(hd, softcap, window, T);
     if (fused && mma_selected()) { // q, k and v as the forward gathered them into the saved state
-        mma_backward(dq, dk, dv, dout, out, probs, row_start, B, T, H, n_kv_heads, hd, window);
+        mma_backward(dq, dk, dv, H * hd, n_kv_heads * hd, dout, out, probs, row_start, B, T, H, n_kv_heads, hd,
+                     window);
         return;
     }
     __nv_bfloat16 *Q = gather_heads(SCRATCH_ATT_Q, q, B, T, H, 1, hd);
@@ -457,58 +462,82 @@ void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int cap
 }
 
 // ---- with the rotary positions applied inside (ops.h, attention_forward_rotary) ----
+//
+// q, k and v arrive as rows q_row_stride and kv_row_stride floats apart: rows of their own,
+// or the columns of one fused q | k | v buffer (the fused q/k/v product's output), and dq,
+// dk and dv go back the same way. The mma path reads and writes them where they are
+// (reads_rows_in_place); the other paths take rows of their own, moved through scratch rows.
 
-// x ([N, n_heads * hd], only read) rotated as rope_forward rotates, into a scratch slot.
-static const float *rotated_copy(int slot, const float *x, const int *positions, const float *inv_freq, int N,
-                                 int n_heads, int hd) {
-    const size_t bytes = (size_t)N * n_heads * hd * sizeof(float);
-    float *copy = (float *)cuda_scratch(slot, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(copy, x, bytes, cudaMemcpyDeviceToDevice, 0));
-    cuda_rope_forward(copy, positions, N, n_heads, hd, inv_freq);
-    return copy;
+// Whether the rotary ops run on q, k, v and dq, dk, dv where they lie, at their row strides:
+// on the mma path, whose gathers read rows by their stride, whose backward kernels write
+// gradient rows by their stride, and whose RoPE backward rotates them in place (one launch
+// over a fused buffer's rows). Elsewhere -- the wmma and unfused kernels (which also run a
+// soft cap and a head_dim without mma kernels), whose products and softmax index rows by
+// heads * head_dim -- the rows are copied into rows of their own and the gradients back: a
+// pass over q, k and v more in the forward, and over q, k, v, dq, dk and dv in the backward.
+// So are strides that are not multiples of 4 floats (no model makes them: a fused buffer's
+// width is a multiple of head_dim): the gathers' float4 loads need each head's piece of a
+// row 16-byte aligned, and such rows would meet the one-element gathers instead.
+static bool reads_rows_in_place(int q_row_stride, int kv_row_stride, int head_dim, float softcap, int window, int T) {
+    return use_fused(head_dim, softcap, window, T) && mma_selected() && q_row_stride % 4 == 0 &&
+           kv_row_stride % 4 == 0;
 }
 
-// q or k rotated and gathered into `out` (head-major bf16): in one pass where the rotating
-// gather takes it, else rotated into a scratch copy (`slot`) and gathered.
-static void gather_rotated_into(__nv_bfloat16 *out, const float *in, const int *positions, const float *inv_freq,
-                                int B, int T, int n_heads, int hd, int slot) {
-    if (!attention_gather::gathers_rotated(in, B, T, n_heads, hd)) {
-        gather_heads_into(out, rotated_copy(slot, in, positions, inv_freq, B * T, n_heads, hd), B, T, n_heads, 1, hd);
-        return;
-    }
-    const long items_per_head = (long)B * T * (hd / 16);
-    const int threads = attention_gather::THREADS;
-    const dim3 grid(grid_for(items_per_head, threads), n_heads);
-    attention_gather::gather_rotated_heads_kernel<<<grid, threads, attention_gather::ROTATED_SHARED_BYTES>>>(
-        out, in, positions, inv_freq, B, T, n_heads, hd);
-    CUDA_CHECK_LAUNCH();
-}
-
-// Rows of a fused q | k | v buffer (`width` floats of each, `row_stride` apart) moved to
-// and from buffers of their own, for the kernels that take no row stride.
+// N rows of `width` floats, `row_stride` apart in x, into a scratch slot as rows of their own.
 static float *rows_of_their_own(int slot, const float *x, int N, int width, int row_stride) {
     const size_t row_bytes = (size_t)width * sizeof(float);
     float *rows = (float *)cuda_scratch(slot, (size_t)N * row_bytes);
-    CUDA_CHECK(cudaMemcpy2DAsync(rows, row_bytes, x, (size_t)row_stride * sizeof(float), row_bytes, (size_t)N,
-                                 cudaMemcpyDeviceToDevice, 0));
+    if (row_stride == width)
+        CUDA_CHECK(cudaMemcpyAsync(rows, x, (size_t)N * row_bytes, cudaMemcpyDeviceToDevice, 0));
+    else
+        CUDA_CHECK(cudaMemcpy2DAsync(rows, row_bytes, x, (size_t)row_stride * sizeof(float), row_bytes, (size_t)N,
+                                     cudaMemcpyDeviceToDevice, 0));
     return rows;
 }
 
+// The other way: N rows of `width` floats of their own into rows `row_stride` apart in x.
 static void rows_into_strided(float *x, int row_stride, const float *rows, int N, int width) {
     const size_t row_bytes = (size_t)width * sizeof(float);
     CUDA_CHECK(cudaMemcpy2DAsync(x, (size_t)row_stride * sizeof(float), rows, row_bytes, row_bytes, (size_t)N,
                                  cudaMemcpyDeviceToDevice, 0));
 }
 
-static void attention_forward_rotary_own_rows(float *out, float *saved, const float *q, const float *k, const float *v,
-                                              const int *row_start, const int *positions, const float *inv_freq,
-                                              int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
-                                              int window);
-static void attention_backward_rotary_own_rows(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                               const float *saved, const float *q, const float *k, const float *v,
-                                               const int *row_start, const int *positions, const float *inv_freq,
-                                               int B, int T, int n_heads, int n_kv_heads, int head_dim,
-                                               float softcap, int window);
+// x's n_heads heads of each of its N rows (row_stride floats apart, only read) rotated as
+// rope_forward rotates, into a scratch slot as rows of their own.
+static const float *rotated_copy(int slot, const float *x, int row_stride, const int *positions, const float *inv_freq,
+                                 int N, int n_heads, int hd) {
+    float *copy = rows_of_their_own(slot, x, N, n_heads * hd, row_stride);
+    cuda_rope_forward(copy, positions, N, n_heads, hd, inv_freq);
+    return copy;
+}
+
+// q or k (rows row_stride floats apart) rotated and gathered into `out` (head-major bf16):
+// in one pass where the rotating gather takes it, else rotated into a scratch copy (`slot`)
+// and gathered.
+static void gather_rotated_into(__nv_bfloat16 *out, const float *in, int row_stride, const int *positions,
+                                const float *inv_freq, int B, int T, int n_heads, int hd, int slot) {
+    if (!attention_gather::gathers_rotated(in, row_stride, B, T, n_heads, hd)) {
+        gather_heads_into(out, rotated_copy(slot, in, row_stride, positions, inv_freq, B * T, n_heads, hd),
+                          n_heads * hd, B, T, n_heads, 1, hd);
+        return;
+    }
+    const long items_per_head = (long)B * T * (hd / 16);
+    const int threads = attention_gather::THREADS;
+    const dim3 grid(grid_for(items_per_head, threads), n_heads);
+    attention_gather::gather_rotated_heads_kernel<<<grid, threads, attention_gather::ROTATED_SHARED_BYTES>>>(
+        out, in, row_stride, positions, inv_freq, B, T, n_heads, hd);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void attention_forward_rotary_rows(float *out, float *saved, const float *q, const float *k, const float *v,
+                                          int q_row_stride, int kv_row_stride, const int *row_start,
+                                          const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                          int n_kv_heads, int head_dim, float softcap, int window);
+static void attention_backward_rotary_rows(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride,
+                                           const float *dout, const float *out, const float *saved, const float *q,
+                                           const float *k, const float *v, const int *row_start,
+                                           const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                           int n_kv_heads, int head_dim, float softcap, int window);
 
 void cuda_attention_forward_rotary(float *out, float *saved, const float *q, const float *k, const float *v,
                                    int q_row_stride, int kv_row_stride, const int *row_start, const int *positions,
@@ -516,13 +545,15 @@ void cuda_attention_forward_rotary(float *out, float *saved, const float *q, con
                                    float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-    if (q_row_stride != q_dim || kv_row_stride != kv_dim) {
+    const bool own_rows = q_row_stride == q_dim && kv_row_stride == kv_dim;
+    if (!own_rows && !reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T)) {
         q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, q, N, q_dim, q_row_stride);
         k = rows_of_their_own(SCRATCH_ATT_ROWS_K, k, N, kv_dim, kv_row_stride);
         v = rows_of_their_own(SCRATCH_ATT_ROWS_V, v, N, kv_dim, kv_row_stride);
+        q_row_stride = q_dim, kv_row_stride = kv_dim;
     }
-    attention_forward_rotary_own_rows(out, saved, q, k, v, row_start, positions, inv_freq, B, T, n_heads, n_kv_heads,
-                                      head_dim, softcap, window);
+    attention_forward_rotary_rows(out, saved, q, k, v, q_row_stride, kv_row_stride, row_start, positions, inv_freq, B,
+                                  T, n_heads, n_kv_heads, head_dim, softcap, window);
 }
 
 void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -532,9 +563,10 @@ void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float
                                     float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-    if (q_row_stride == q_dim && kv_row_stride == kv_dim) {
-        attention_backward_rotary_own_rows(dq, dk, dv, dout, out, saved, q, k, v, row_start, positions, inv_freq, B,
-                                           T, n_heads, n_kv_heads, head_dim, softcap, window);
+    const bool own_rows = q_row_stride == q_dim && kv_row_stride == kv_dim;
+    if (own_rows || reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T)) {
+        attention_backward_rotary_rows(dq, dk, dv, q_row_stride, kv_row_stride, dout, out, saved, q, k, v, row_start,
+                                       positions, inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
         return;
     }
     // The inputs and then the gradients through the same scratch rows.
@@ -544,50 +576,79 @@ void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float
     float *dq_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DQ, (size_t)N * q_dim * sizeof(float));
     float *dk_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DK, (size_t)N * kv_dim * sizeof(float));
     float *dv_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DV, (size_t)N * kv_dim * sizeof(float));
-    attention_backward_rotary_own_rows(dq_rows, dk_rows, dv_rows, dout, out, saved, q, k, v, row_start, positions,
-                                       inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+    attention_backward_rotary_rows(dq_rows, dk_rows, dv_rows, q_dim, kv_dim, dout, out, saved, q, k, v, row_start,
+                                   positions, inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
     rows_into_strided(dq, q_row_stride, dq_rows, N, q_dim);
     rows_into_strided(dk, kv_row_stride, dk_rows, N, kv_dim);
     rows_into_strided(dv, kv_row_stride, dv_rows, N, kv_dim);
 }
 
-static void attention_forward_rotary_own_rows(float *out, float *saved, const float *q, const float *k, const float *v,
-                                              const int *row_start, const int *positions, const float *inv_freq,
-                                              int B, int T, int n_heads, int n_kv_heads, int head_dim, float softcap,
-                                              int window) {
+// Strides other than rows of their own come here only on the mma path (reads_rows_in_place).
+static void attention_forward_rotary_rows(float *out, float *saved, const float *q, const float *k, const float *v,
+                                          int q_row_stride, int kv_row_stride, const int *row_start,
+                                          const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                          int n_kv_heads, int head_dim, float softcap, int window) {
     const int N = B * T;
     if (!(use_fused(head_dim, softcap, window, T) && mma_selected())) {
         // The other kernels gather from floats, in the forward and again in the backward.
-        cuda_attention_forward(out, saved,
-                               rotated_copy(SCRATCH_ATT_ROTATED_Q, q, positions, inv_freq, N, n_heads, head_dim),
-                               rotated_copy(SCRATCH_ATT_ROTATED_K, k, positions, inv_freq, N, n_kv_heads, head_dim),
-                               v, row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+        cuda_attention_forward(
+            out, saved, rotated_copy(SCRATCH_ATT_ROTATED_Q, q, q_row_stride, positions, inv_freq, N, n_heads, head_dim),
+            rotated_copy(SCRATCH_ATT_ROTATED_K, k, kv_row_stride, positions, inv_freq, N, n_kv_heads, head_dim), v,
+            row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
         return;
     }
     const MmaSaved parts = mma_saved_parts(saved, B, T, n_heads, n_kv_heads, head_dim);
-    gather_rotated_into(parts.Q, q, positions, inv_freq, B, T, n_heads, head_dim, SCRATCH_ATT_ROTATED_Q);
-    gather_rotated_into(parts.K, k, positions, inv_freq, B, T, n_kv_heads, head_dim, SCRATCH_ATT_ROTATED_K);
-    gather_heads_into(parts.V, v, B, T, n_kv_heads, 1, head_dim);
+    gather_rotated_into(parts.Q, q, q_row_stride, positions, inv_freq, B, T, n_heads, head_dim, SCRATCH_ATT_ROTATED_Q);
+    gather_rotated_into(parts.K, k, kv_row_stride, positions, inv_freq, B, T, n_kv_heads, head_dim,
+                        SCRATCH_ATT_ROTATED_K);
+    gather_heads_into(parts.V, v, kv_row_stride, B, T, n_kv_heads, 1, head_dim);
     mma_forward_from_saved(out, parts, row_start, B, T, n_heads, n_kv_heads, head_dim, window);
 }
 
+// dq and dk rotated back (rope_backward's inverse rotation) where they lie. Rows of their
+// own: a launch each, which writes the bf16 copy of dq or dk when the model holds it (the q
+// and k projections' products read it). The columns of one fused q | k | v buffer (dk and
+// dv the columns after dq's, in the same rows): one launch over the H + KV heads of each row
+// (q's heads and then k's, rotated alike), which, when the whole buffer is held (the fused
+// product's output gradient: dq is its first float), writes the copy of every column of the
+// rows, v's as the attention backward wrote them, so that the product converts nothing.
+// Other strides: a launch each and no copy (a hold of rows with gaps between their heads
+// would need the gaps' values too; the product converts them).
+static void rope_backward_gradients(float *dq, float *dk, const float *dv, int q_row_stride, int kv_row_stride,
+                                    const int *positions, const float *inv_freq, int N, int n_heads, int n_kv_heads,
+                                    int head_dim) {
+    const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, width = q_dim + 2 * kv_dim;
+    if (q_row_stride == q_dim && kv_row_stride == kv_dim) {
+        cuda_rope_backward(dq, positions, N, n_heads, head_dim, inv_freq);
+        cuda_rope_backward(dk, positions, N, n_kv_heads, head_dim, inv_freq);
+    } else if (q_row_stride == width && kv_row_stride == width && dk == dq + q_dim && dv == dk + kv_dim) {
+        cuda_rope_backward_rows(dq, cuda_held_copy_to_write(dq, (long)N * width), width, positions, N,
+                                n_heads + n_kv_heads, head_dim, inv_freq);
+    } else {
+        cuda_rope_backward_rows(dq, NULL, q_row_stride, positions, N, n_heads, head_dim, inv_freq);
+        cuda_rope_backward_rows(dk, NULL, kv_row_stride, positions, N, n_kv_heads, head_dim, inv_freq);
+    }
+}
+
 // dq and dk come out of the attention's kernels for the rotated q and k, and are rotated
-// back by the RoPE backward, which writes their bf16 copies when the model holds them (the
-// q and k projections' products read them).
-static void attention_backward_rotary_own_rows(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                               const float *saved, const float *q, const float *k, const float *v,
-                                               const int *row_start, const int *positions, const float *inv_freq,
-                                               int B, int T, int n_heads, int n_kv_heads, int head_dim,
-                                               float softcap, int window) {
+// back by the RoPE backward (rope_backward_gradients). Strides other than rows of their own
+// come here only on the mma path (reads_rows_in_place).
+static void attention_backward_rotary_rows(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride,
+                                           const float *dout, const float *out, const float *saved, const float *q,
+                                           const float *k, const float *v, const int *row_start,
+                                           const int *positions, const float *inv_freq, int B, int T, int n_heads,
+                                           int n_kv_heads, int head_dim, float softcap, int window) {
     const int N = B * T;
     if (use_fused(head_dim, softcap, window, T) && mma_selected()) {
-        mma_backward(dq, dk, dv, dout, out, saved, row_start, B, T, n_heads, n_kv_heads, head_dim, window);
+        mma_backward(dq, dk, dv, q_row_stride, kv_row_stride, dout, out, saved, row_start, B, T, n_heads, n_kv_heads,
+                     head_dim, window);
     } else {
-        cuda_attention_backward(dq, dk, dv, dout, out, saved,
-                                rotated_copy(SCRATCH_ATT_ROTATED_Q, q, positions, inv_freq, N, n_heads, head_dim),
-                                rotated_copy(SCRATCH_ATT_ROTATED_K, k, positions, inv_freq, N, n_kv_heads, head_dim),
-                                v, row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
+        cuda_attention_backward(
+            dq, dk, dv, dout, out, saved,
+            rotated_copy(SCRATCH_ATT_ROTATED_Q, q, q_row_stride, positions, inv_freq, N, n_heads, head_dim),
+            rotated_copy(SCRATCH_ATT_ROTATED_K, k, kv_row_stride, positions, inv_freq, N, n_kv_heads, head_dim), v,
+            row_start, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
     }
-    cuda_rope_backward(dq, positions, N, n_heads, head_dim, inv_freq);
-    cuda_rope_backward(dk, positions, N, n_kv_heads, head_dim, inv_freq);
+    rope_backward_gradients(dq, dk, dv, q_row_stride, kv_row_stride, positions, inv_freq, N, n_heads, n_kv_heads,
+                            head_dim);
 }

@@ -44,14 +44,17 @@ void cuda_fused_attention_backward(float *dq, float *dk, float *dv, const float 
 // [B, KV, T, hd], not repeated. The backward takes D (cuda_attention_row_dot, or computed
 // with dO's gather) instead of dout and out. plain: the PLAIN variant of the kernels
 // instead of the TUNED one (attention_mma.cuh). out_copy (or NULL): where the forward also
-// writes out as bf16 [B*T, H*hd] (out's held copy, cuda_held_copy_to_write).
+// writes out as bf16 [B*T, H*hd] (out's held copy, cuda_held_copy_to_write). The backward
+// writes dq's rows q_row_stride floats apart and dk's and dv's kv_row_stride (H*hd and KV*hd
+// for rows of their own; the width of a fused q | k | v gradient whose columns they are).
 // keep_scores_gradient ("mma-ds"): the TUNED dK/dV kernel also writes dS, from which the dQ
 // kernel needs one product a tile instead of three (up to 1 GB of scratch; past it, as plain
 // is false).
 void cuda_mma_attention_forward(float *out, __nv_bfloat16 *out_copy, float *lse, const __nv_bfloat16 *Q,
                                 const __nv_bfloat16 *K, const __nv_bfloat16 *V, const int *row_start, int B, int H,
                                 int KV, int T, int head_dim, int window, bool plain);
-void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *Q, const __nv_bfloat16 *K,
-                                 const __nv_bfloat16 *V, const __nv_bfloat16 *dO, const float *lse, const float *D,
-                                 const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
-                                 bool plain, bool keep_scores_gradient);
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride,
+                                 const __nv_bfloat16 *Q, const __nv_bfloat16 *K, const __nv_bfloat16 *V,
+                                 const __nv_bfloat16 *dO, const float *lse, const float *D, const int *row_start,
+                                 int B, int H, int KV, int T, int head_dim, int window, bool plain,
+                                 bool keep_scores_gradient);

@@ -3,6 +3,9 @@
 // [B, H, T, hd] that the attention's products read, K and V repeated for the heads of their
 // group (head h reads input head h / group); and the backward's row term
 // D[b, h, t] = dO[b*T + t, h] . O[b*T + t, h] (the softmax backward's rowsum(P dP)).
+// Q, K and V's rows are `row_stride` floats apart: heads*hd for buffers of their own, or the
+// width of a fused q | k | v buffer whose columns they are (ops.h, attention_forward_rotary),
+// which the gathers then read in place. dO is the attention output's gradient: rows of its own.
 //
 // Written once for nvcc and for the CPU emulation (cpu_emulation.h), which runs them in
 // tests/test_attention_gather_emulated.cpp against plain loops.
@@ -15,25 +18,31 @@ namespace attention_gather {
 
 enum { THREADS = 256 };
 
-// Whether the eight-element kernels can gather `in` ([B*T, heads*hd] rows, read as float4):
-// head_dim a multiple of 8, `in` 16-byte aligned, a head's items countable in 32 bits (the
-// kernels index in unsigned ints) and the heads within a grid's y dimension.
-static inline bool gathers_by_eight(const float *in, int B, int T, int n_heads, int head_dim) {
+// Whether the eight-element kernels can gather `in` (rows `row_stride` floats apart, read as
+// float4): head_dim and the row stride multiples of 8 and 4 (every head's piece of a row
+// 16-byte aligned), `in` 16-byte aligned, a head's items countable in 32 bits (the kernels
+// index in unsigned ints) and the heads within a grid's y dimension.
+static inline bool gathers_by_eight(const float *in, int row_stride, int B, int T, int n_heads, int head_dim) {
     const long items_per_head = (long)B * T * (head_dim / 8);
-    return head_dim % 8 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) && n_heads <= 65535;
+    return head_dim % 8 == 0 && row_stride % 4 == 0 && (uintptr_t)in % 16 == 0 && items_per_head < (1l << 31) &&
+           n_heads <= 65535;
 }
 
-// Whether gather_dout_by_eight_kernel can take dO and O: as gathers_by_eight, and a head
-// row's head_dim / 8 threads fit evenly in a warp (they add their products by shuffles).
+// Whether gather_dout_by_eight_kernel can take dO and O (rows of their own, n_heads *
+// head_dim floats): as gathers_by_eight, and a head row's head_dim / 8 threads fit evenly in
+// a warp (they add their products by shuffles).
 static inline bool gathers_dout_by_eight(const float *dout, const float *out, int B, int T, int n_heads,
                                          int head_dim) {
-    return gathers_by_eight(dout, B, T, n_heads, head_dim) && (uintptr_t)out % 16 == 0 && 32 % (head_dim / 8) == 0;
+    return gathers_by_eight(dout, n_heads * head_dim, B, T, n_heads, head_dim) && (uintptr_t)out % 16 == 0 &&
+           32 % (head_dim / 8) == 0;
 }
 
-// out[b, h, t, :] = in[b*T + t, (h / group) * hd + :] as bf16, one element a thread: any
-// head_dim and alignment (the fallback of the kernel below). Grid: B*H*T*hd threads.
+// out[b, h, t, :] = in[(b*T + t) * row_stride + (h / group) * hd + :] as bf16, one element a
+// thread: any head_dim, row stride and alignment (the fallback of the kernel below). Grid:
+// B*H*T*hd threads.
 static __global__ void __launch_bounds__(THREADS)
-    gather_heads_kernel(bf16 *out, const float *in, int B, int T, int n_heads, int group, int head_dim) {
+    gather_heads_kernel(bf16 *out, const float *in, int row_stride, int B, int T, int n_heads, int group,
+                        int head_dim) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     const long total = (long)B * n_heads * T * head_dim;
     if (i >= total) return;
@@ -43,8 +52,7 @@ static __global__ void __launch_bounds__(THREADS)
     rest /= T;
     const int h = (int)(rest % n_heads);
     const int b = (int)(rest / n_heads);
-    const long width = (long)(n_heads / group) * head_dim;
-    out[i] = to_bf16(in[((long)b * T + t) * width + (h / group) * head_dim + d]);
+    out[i] = to_bf16(in[((long)b * T + t) * row_stride + (h / group) * head_dim + d]);
 }
 
 // The same, eight elements of a row a thread (two float4 reads, one 16-byte write) where
@@ -52,15 +60,15 @@ static __global__ void __launch_bounds__(THREADS)
 // Q, K, V and dO. blockIdx.y is the output head; a thread's index within it is
 // (b*T + t) * chunks + chunk, chunks = head_dim / 8.
 static __global__ void __launch_bounds__(THREADS)
-    gather_heads_by_eight_kernel(bf16 *out, const float *in, int B, int T, int n_heads, int group, int head_dim) {
+    gather_heads_by_eight_kernel(bf16 *out, const float *in, int row_stride, int B, int T, int n_heads, int group,
+                                 int head_dim) {
     const unsigned chunks = (unsigned)head_dim / 8;
     const unsigned item = blockIdx.x * blockDim.x + threadIdx.x;
     if (item >= (unsigned)B * T * chunks) return;
     const int h = blockIdx.y;
     const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
     const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-    const long width = (long)(n_heads / group) * head_dim;
-    const float *from = in + row * width + (h / group) * head_dim + chunk * 8;
+    const float *from = in + (long)row * row_stride + (h / group) * head_dim + chunk * 8;
     float eight[8];
     load_float4(eight, from);
     load_float4(eight + 4, from + 4);
@@ -69,8 +77,8 @@ static __global__ void __launch_bounds__(THREADS)
 
 // Whether gather_rotated_heads_kernel can gather `in`: as gathers_by_eight, with head_dim a
 // multiple of 16 (a thread takes eight pairs: eight elements of each half of a head row).
-static inline bool gathers_rotated(const float *in, int B, int T, int n_heads, int head_dim) {
-    return head_dim % 16 == 0 && gathers_by_eight(in, B, T, n_heads, head_dim);
+static inline bool gathers_rotated(const float *in, int row_stride, int B, int T, int n_heads, int head_dim) {
+    return head_dim % 16 == 0 && gathers_by_eight(in, row_stride, B, T, n_heads, head_dim);
 }
 
 // Q or K gathered as gather_heads_by_eight_kernel gathers them (group 1), rotated on the
@@ -86,8 +94,8 @@ static inline bool gathers_rotated(const float *in, int B, int T, int n_heads, i
 enum { ROTATED_SHARED_BYTES = 16 * THREADS * sizeof(float) };
 
 static __global__ void __launch_bounds__(THREADS)
-    gather_rotated_heads_kernel(bf16 *out, const float *in, const int *positions, const float *inv_freq, int B, int T,
-                                int n_heads, int head_dim) {
+    gather_rotated_heads_kernel(bf16 *out, const float *in, int row_stride, const int *positions,
+                                const float *inv_freq, int B, int T, int n_heads, int head_dim) {
     DYNAMIC_SHARED(shared);
     float *cos_sin = reinterpret_cast<float *>(shared) + threadIdx.x; // [16][THREADS]: 8 cosines, then 8 sines
     const unsigned chunks = (unsigned)head_dim / 16;
@@ -96,7 +104,7 @@ static __global__ void __launch_bounds__(THREADS)
     const int h = blockIdx.y, half = head_dim / 2;
     const unsigned row = item / chunks, chunk = item % chunks; // row = b*T + t
     const int b = (int)(row / (unsigned)T), t = (int)(row % (unsigned)T);
-    const float *from = in + (long)row * n_heads * head_dim + (long)h * head_dim + chunk * 8;
+    const float *from = in + (long)row * row_stride + (long)h * head_dim + chunk * 8;
     float first[8], second[8];
     load_float4(first, from);
     load_float4(first + 4, from + 4);

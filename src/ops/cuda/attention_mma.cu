@@ -125,9 +125,10 @@ static const size_t SCORES_GRADIENT_MOST_BYTES = (size_t)1 << 30;
 
 // dK/dV, then dQ from the dS it wrote: one after the other on the main stream.
 template <int HD>
-static void backward_keeping_scores(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
-                                    const bf16 *dO, const float *lse, const float *D, const int *row_start, int B,
-                                    int H, int KV, int T, float scale, int window, bf16 *scores_gradient) {
+static void backward_keeping_scores(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride, const bf16 *Q,
+                                    const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse, const float *D,
+                                    const int *row_start, int B, int H, int KV, int T, float scale, int window,
+                                    bf16 *scores_gradient) {
     const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_from_scores_shared_bytes<HD>();
     CUDA_CHECK(cudaFuncSetAttribute(backward_kv_scores_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)kv_shared));
@@ -138,20 +139,20 @@ static void backward_keeping_scores(float *dq, float *dk, float *dv, const bf16 
     probe_this_launch(PROBE_QUERIES, q_grid, false);
     if (run_key_kernel) {
         backward_kv_scores_kernel<HD><<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(
-            dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
+            dk, dv, kv_row_stride, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, scores_gradient);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
         backward_q_from_scores_kernel<HD><<<dim3(q_grid.x, q_grid.y), THREADS, q_shared>>>(
-            dq, K, scores_gradient, row_start, H, KV, T, scale, window);
+            dq, q_row_stride, K, scores_gradient, row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
 }
 
 template <int HD, Variant VARIANT>
-static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
-                         const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
-                         int KV, int T, float scale, int window) {
+static void backward_for(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride, const bf16 *Q,
+                         const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse, const float *D,
+                         const int *row_start, int B, int H, int KV, int T, float scale, int window) {
     const size_t kv_shared = backward_kv_shared_bytes<HD>(), q_shared = backward_q_shared_bytes<HD>();
     const GridShape kv_grid = backward_kv_grid(B, KV, T), q_grid = backward_q_grid(B, H, T);
     // Each kernel or its probed instantiation (the same signature); a probe's records are
@@ -170,22 +171,23 @@ static void backward_for(float *dq, float *dk, float *dv, const bf16 *Q, const b
     // and the main stream waits for both before the op returns.
     if (overlap_query_kernel) cuda_side_stream_fork();
     if (run_key_kernel) {
-        kv_kernel<<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV,
-                                                                       T, scale, window);
+        kv_kernel<<<dim3(kv_grid.x, kv_grid.y), THREADS, kv_shared>>>(dk, dv, kv_row_stride, Q, K, V, dO, lse, D,
+                                                                       row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     if (run_query_kernel) {
         cudaStream_t stream = overlap_query_kernel ? cuda_side_stream() : 0;
-        q_kernel<<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, stream>>>(dq, Q, K, V, dO, lse, D, row_start, H, KV,
-                                                                           T, scale, window);
+        q_kernel<<<dim3(q_grid.x, q_grid.y), THREADS, q_shared, stream>>>(dq, q_row_stride, Q, K, V, dO, lse, D,
+                                                                           row_start, H, KV, T, scale, window);
         CUDA_CHECK_LAUNCH();
     }
     if (overlap_query_kernel) cuda_side_stream_join();
 }
 
-void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V,
-                                 const bf16 *dO, const float *lse, const float *D, const int *row_start, int B, int H,
-                                 int KV, int T, int head_dim, int window, bool plain, bool keep_scores_gradient) {
+void cuda_mma_attention_backward(float *dq, float *dk, float *dv, int q_row_stride, int kv_row_stride, const bf16 *Q,
+                                 const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse, const float *D,
+                                 const int *row_start, int B, int H, int KV, int T, int head_dim, int window,
+                                 bool plain, bool keep_scores_gradient) {
     const float scale = 1.0f / sqrtf((float)head_dim);
     const size_t scores_bytes = (size_t)B * H * (size_t)score_tiles_per_head(T) * SCORE_TILE_ELEMENTS * sizeof(bf16);
     bf16 *scores_gradient =
@@ -196,12 +198,16 @@ void cuda_mma_attention_backward(float *dq, float *dk, float *dv, const bf16 *Q,
         constexpr int HD = decltype(hd)::value;
         if constexpr (keeps_scores_gradient_at(HD))
             if (scores_gradient) {
-                backward_keeping_scores<HD>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window,
-                                            scores_gradient);
+                backward_keeping_scores<HD>(dq, dk, dv, q_row_stride, kv_row_stride, Q, K, V, dO, lse, D, row_start,
+                                            B, H, KV, T, scale, window, scores_gradient);
                 return;
             }
-        if (plain) backward_for<HD, PLAIN>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
-        else backward_for<HD, TUNED>(dq, dk, dv, Q, K, V, dO, lse, D, row_start, B, H, KV, T, scale, window);
+        if (plain)
+            backward_for<HD, PLAIN>(dq, dk, dv, q_row_stride, kv_row_stride, Q, K, V, dO, lse, D, row_start, B, H, KV,
+                                    T, scale, window);
+        else
+            backward_for<HD, TUNED>(dq, dk, dv, q_row_stride, kv_row_stride, Q, K, V, dO, lse, D, row_start, B, H, KV,
+                                    T, scale, window);
     });
 }
 

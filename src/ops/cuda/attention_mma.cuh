@@ -7,7 +7,9 @@
 // Head-major bf16 inputs: Q and dO [B, H, T, hd], K and V [B, KV, T, hd] (one copy per K/V
 // head; query head h reads K/V head h / (H / KV)), fp32 results written over [B*T, heads*hd]
 // rows (every row of every head, zeros where nothing reaches it: the attention backward
-// overwrites dq, dk and dv), one natural log-sum-exp per query row (+inf for a query with
+// overwrites dq, dk and dv; the backward's gradient rows q_row_stride and kv_row_stride floats
+// apart, heads*hd or the width of a fused q | k | v gradient whose columns they are), one
+// natural log-sum-exp per query row (+inf for a query with
 // no keys, whose output is 0). The forward also writes its output as bf16 when given a copy
 // to write: the output is the o projection's input, which reads a held one (matmul_input_hold)
 // as that copy. Key j is visible to query i when row_start <= j <= i, and
@@ -293,7 +295,8 @@ DEVICE_INLINE void multiply_rows_by_tile_transposed(float (*acc)[4], const RowOp
 }
 
 // Writes factor * acc (16 x HD accumulators of rows row_low and row_low + 8) over an fp32
-// [B*T, width] matrix at column `column`; rows at or past T are left alone.
+// matrix of B*T rows `width` floats apart (its row stride) at column `column`; rows at or
+// past T are left alone.
 template <int HD>
 DEVICE_INLINE void write_rows(float *matrix, long width, int column, int b, int T, int row_low,
                               const float (*acc)[4], float factor, int lane) {
@@ -308,9 +311,9 @@ DEVICE_INLINE void write_rows(float *matrix, long width, int column, int b, int 
     }
 }
 
-// Zeros a block's 64 rows from row0 (those before T) of an fp32 [B*T, width] gradient at
-// columns [column, column + HD): the gradient of rows that no key or query reaches, which a
-// block that has nothing to compute still writes.
+// Zeros a block's 64 rows from row0 (those before T) of an fp32 gradient of B*T rows
+// `width` floats apart at columns [column, column + HD): the gradient of rows that no key or
+// query reaches, which a block that has nothing to compute still writes.
 template <int HD> DEVICE_INLINE void zero_rows(float *matrix, long width, int column, int b, int T, int row0) {
     for (int i = threadIdx.x; i < ROWS * HD; i += THREADS) {
         const int row = row0 + i / HD;
@@ -652,9 +655,9 @@ DEVICE_INLINE void store_score_gradients(bf16 *tile, const float (*ds)[4], int r
 // bf16, into scores_gradient (packed tiles: score_tile_index), for
 // backward_q_from_scores_kernel.
 template <int HD, Variant VARIANT, bool WRITES_SCORES, bool PROBED>
-DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
-                               const float *lse, const float *D, const int *row_start, int H, int KV, int T,
-                               float scale, int window, bf16 *scores_gradient) {
+DEVICE_INLINE void backward_kv(float *dk, float *dv, int kv_row_stride, const bf16 *Q, const bf16 *K, const bf16 *V,
+                               const bf16 *dO, const float *lse, const float *D, const int *row_start, int H, int KV,
+                               int T, float scale, int window, bf16 *scores_gradient) {
     using L = Tile<HD>;
     Probe<PROBED> probe;
     probe.begin();
@@ -668,8 +671,8 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
     const int start = row_start ? row_start[b] : 0;
     if (k0 + ROWS <= start) { // keys no query sees: zero gradients
-        zero_rows<HD>(dk, (long)KV * HD, kv_head * HD, b, T, k0);
-        zero_rows<HD>(dv, (long)KV * HD, kv_head * HD, b, T, k0);
+        zero_rows<HD>(dk, kv_row_stride, kv_head * HD, b, T, k0);
+        zero_rows<HD>(dv, kv_row_stride, kv_head * HD, b, T, k0);
         return;
     }
     const long kv_offset = ((long)b * KV + kv_head) * T * HD;
@@ -742,18 +745,18 @@ DEVICE_INLINE void backward_kv(float *dk, float *dv, const bf16 *Q, const bf16 *
         __syncthreads(); // every warp is done with this buffer before it is refilled
         probe.wait_end();
     }
-    const long width = (long)KV * HD;
-    write_rows<HD>(dv, width, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
-    write_rows<HD>(dk, width, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
+    write_rows<HD>(dv, kv_row_stride, kv_head * HD, b, T, key_low, dv_acc, 1.0f, lane);
+    write_rows<HD>(dk, kv_row_stride, kv_head * HD, b, T, key_low, dk_acc, scale, lane);
     probe.finish();
 }
 
 template <int HD, Variant VARIANT, bool PROBED = false>
 __global__ void __launch_bounds__(THREADS)
-    backward_kv_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
-                       const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
-                       int window) {
-    backward_kv<HD, VARIANT, false, PROBED>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window, nullptr);
+    backward_kv_kernel(float *dk, float *dv, int kv_row_stride, const bf16 *Q, const bf16 *K, const bf16 *V,
+                       const bf16 *dO, const float *lse, const float *D, const int *row_start, int H, int KV, int T,
+                       float scale, int window) {
+    backward_kv<HD, VARIANT, false, PROBED>(dk, dv, kv_row_stride, Q, K, V, dO, lse, D, row_start, H, KV, T, scale,
+                                            window, nullptr);
 }
 
 // The same, writing dS ("mma-ds", TUNED). Bounded to 2 blocks per SM: left to choose, ptxas
@@ -761,10 +764,10 @@ __global__ void __launch_bounds__(THREADS)
 // anyway).
 template <int HD>
 __global__ void __launch_bounds__(THREADS, 2)
-    backward_kv_scores_kernel(float *dk, float *dv, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
-                              const float *lse, const float *D, const int *row_start, int H, int KV, int T,
-                              float scale, int window, bf16 *scores_gradient) {
-    backward_kv<HD, TUNED, true, false>(dk, dv, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window,
+    backward_kv_scores_kernel(float *dk, float *dv, int kv_row_stride, const bf16 *Q, const bf16 *K, const bf16 *V,
+                              const bf16 *dO, const float *lse, const float *D, const int *row_start, int H, int KV,
+                              int T, float scale, int window, bf16 *scores_gradient) {
+    backward_kv<HD, TUNED, true, false>(dk, dv, kv_row_stride, Q, K, V, dO, lse, D, row_start, H, KV, T, scale, window,
                                         scores_gradient);
 }
 
@@ -790,8 +793,9 @@ DEVICE_INLINE void query_rows_score_gradients(const float (*s)[4], float (*dp)[4
 
 template <int HD, Variant VARIANT, bool PROBED = false>
 __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
-    backward_q_kernel(float *dq, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO, const float *lse,
-                      const float *D, const int *row_start, int H, int KV, int T, float scale, int window) {
+    backward_q_kernel(float *dq, int q_row_stride, const bf16 *Q, const bf16 *K, const bf16 *V, const bf16 *dO,
+                      const float *lse, const float *D, const int *row_start, int H, int KV, int T, float scale,
+                      int window) {
     using L = Tile<HD>;
     Probe<PROBED> probe;
     probe.begin();
@@ -806,7 +810,7 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
     const int start = row_start ? row_start[b] : 0;
     const int q_last = imin(q0 + ROWS, T) - 1;
     if (q_last < start) { // only padding queries: zero gradients
-        zero_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
+        zero_rows<HD>(dq, q_row_stride, h * HD, b, T, q0);
         return;
     }
     const long head = (long)bh * T * HD, kv_head = kv_head_offset<HD>(bh, H, KV, T);
@@ -857,7 +861,7 @@ __global__ void __launch_bounds__(THREADS, BACKWARD_Q_BLOCKS_PER_SM<HD>)
         __syncthreads(); // every warp is done with this buffer before it is refilled
         probe.wait_end();
     }
-    write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+    write_rows<HD>(dq, q_row_stride, h * HD, b, T, row_low, dq_acc, scale, lane);
     probe.finish();
 }
 
@@ -890,8 +894,8 @@ DEVICE_INLINE void score_tile_load_async(bf16 *tile, const bf16 *from, int key0,
 // entries were written as zeros. dS^T's tile is read as dS by ldmatrix.trans.
 template <int HD>
 __global__ void __launch_bounds__(THREADS)
-    backward_q_from_scores_kernel(float *dq, const bf16 *K, const bf16 *scores_gradient, const int *row_start, int H,
-                                  int KV, int T, float scale, int window) {
+    backward_q_from_scores_kernel(float *dq, int q_row_stride, const bf16 *K, const bf16 *scores_gradient,
+                                  const int *row_start, int H, int KV, int T, float scale, int window) {
     using L = Tile<HD>;
     using S = Tile<COLUMNS>;
     DYNAMIC_SHARED(shared);
@@ -904,7 +908,7 @@ __global__ void __launch_bounds__(THREADS)
     const int start = row_start ? row_start[b] : 0;
     const int q_last = imin(q0 + ROWS, T) - 1;
     if (q_last < start) { // only padding queries: zero gradients
-        zero_rows<HD>(dq, (long)H * HD, h * HD, b, T, q0);
+        zero_rows<HD>(dq, q_row_stride, h * HD, b, T, q0);
         return;
     }
     const long kv_head = kv_head_offset<HD>(bh, H, KV, T);
@@ -945,7 +949,7 @@ __global__ void __launch_bounds__(THREADS)
         }
         __syncthreads(); // every warp is done with this buffer before it is refilled
     }
-    write_rows<HD>(dq, (long)H * HD, h * HD, b, T, row_low, dq_acc, scale, lane);
+    write_rows<HD>(dq, q_row_stride, h * HD, b, T, row_low, dq_acc, scale, lane);
 }
 
 } // namespace attention_mma

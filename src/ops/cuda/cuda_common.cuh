@@ -237,6 +237,12 @@ void cuda_rope_forward(float *x, const int *positions, int N, int n_heads, int h
                        const float *inv_freq);
 void cuda_rope_backward(float *dx, const int *positions, int N, int n_heads, int head_dim,
                         const float *inv_freq);
+// The backward over rows row_stride floats apart, rotating the first n_heads heads of each
+// (the rotary attention's dq and dk in a fused q | k | v gradient: its first H + KV heads);
+// dx_copy (or NULL): where the bf16 copy of the whole rows [N, row_stride] is written, the
+// columns past the rotated heads as they are (the caller's cuda_held_copy_to_write).
+void cuda_rope_backward_rows(float *dx, __nv_bfloat16 *dx_copy, int row_stride, const int *positions, int N,
+                             int n_heads, int head_dim, const float *inv_freq);
 
 // ---- attention.cu ----
 void cuda_attention_forward(float *out, float *probs, const float *q, const float *k,
