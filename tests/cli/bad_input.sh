@@ -107,6 +107,10 @@ expect_error device_cuda_bad_stored_inputs "$want" env MARLHF_CUDA_STORED_INPUTS
 # How GPU ranks sum (dist/dist.h): read at start by every build, MPI or not.
 expect_error data_parallel_bad_nccl_setting "MARLHF_NCCL" env MARLHF_NCCL=yes "$bin" logprobs --model "$llama" \
     --input "$ids"
+# The fused q/k/v product's switch (model/model.h, model_set_qkv_fusion), read at the first
+# forward: 0, 1 or unset.
+expect_error fused_qkv_bad_setting "MARLHF_FUSED_QKV" env MARLHF_FUSED_QKV=yes "$bin" logprobs --model "$llama" \
+    --input "$ids"
 # The test switch that fills gradients with NaN (model/model.h): only 0 or 1, and a training
 # run refused on anything else writes no model.
 expect_error check_gradient_writes_bad_value "MARLHF_CHECK_GRADIENT_WRITES" env MARLHF_CHECK_GRADIENT_WRITES=yes \
