@@ -153,15 +153,20 @@ static double worst_logits_ratio(Model *model, const Fixture *f, const float *wa
     return worst;
 }
 
+// The fixture `name` opened, its model loaded with gradients, and a forward over its batch.
+static void fixture_forward_with_grad(Fixture *f, Model *model, const char *name) {
+    fixture_open(f, name);
+    load_model(model, f, false);
+    model_enable_grad(model);
+    ModelBatch batch = {.B = f->B, .T = f->T, .tokens = f->tokens, .row_len = f->row_len};
+    model_forward(model, &batch);
+}
+
 static void test_logits_loss_and_gradients(void) {
     for (size_t k = 0; k < sizeof fixture_names / sizeof fixture_names[0]; k++) {
         Fixture f;
-        fixture_open(&f, fixture_names[k]);
         Model model;
-        load_model(&model, &f, false);
-        model_enable_grad(&model);
-        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
-        model_forward(&model, &batch);
+        fixture_forward_with_grad(&f, &model, fixture_names[k]);
 
         float *want_logits = read_floats(&f, "logits", NULL);
         double worst = worst_logits_ratio(&model, &f, want_logits);
@@ -202,12 +207,8 @@ static void test_fused_qkv_products(void) {
         bool expected = false;
         for (size_t i = 0; i < sizeof fusing / sizeof fusing[0]; i++) expected |= !strcmp(fusing[i], fixture_names[k]);
         Fixture f;
-        fixture_open(&f, fixture_names[k]);
         Model model;
-        load_model(&model, &f, false);
-        model_enable_grad(&model);
-        ModelBatch batch = {.B = f.B, .T = f.T, .tokens = f.tokens, .row_len = f.row_len};
-        model_forward(&model, &batch);
+        fixture_forward_with_grad(&f, &model, fixture_names[k]);
         int fused = 0;
         for (int l = 0; l < model.config.num_layers; l++) fused += model.acts.layers[l].qkv_fused;
         EXPECT(fused == (expected ? model.config.num_layers : 0), "%s: %d of %d layers fused q/k/v (expected %s)",

@@ -529,6 +529,15 @@ static void gather_rotated_into(__nv_bfloat16 *out, const float *in, int row_str
     CUDA_CHECK_LAUNCH();
 }
 
+// q, k and v (N rows, q_row_stride and kv_row_stride floats apart) moved into scratch rows of
+// their own, for the paths that take none other.
+static void qkv_rows_of_their_own(const float **q, const float **k, const float **v, int N, int q_dim, int kv_dim,
+                                  int q_row_stride, int kv_row_stride) {
+    *q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, *q, N, q_dim, q_row_stride);
+    *k = rows_of_their_own(SCRATCH_ATT_ROWS_K, *k, N, kv_dim, kv_row_stride);
+    *v = rows_of_their_own(SCRATCH_ATT_ROWS_V, *v, N, kv_dim, kv_row_stride);
+}
+
 static void attention_forward_rotary_rows(float *out, float *saved, const float *q, const float *k, const float *v,
                                           int q_row_stride, int kv_row_stride, const int *row_start,
                                           const int *positions, const float *inv_freq, int B, int T, int n_heads,
@@ -547,9 +556,7 @@ void cuda_attention_forward_rotary(float *out, float *saved, const float *q, con
     const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
     const bool own_rows = q_row_stride == q_dim && kv_row_stride == kv_dim;
     if (!own_rows && !reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T)) {
-        q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, q, N, q_dim, q_row_stride);
-        k = rows_of_their_own(SCRATCH_ATT_ROWS_K, k, N, kv_dim, kv_row_stride);
-        v = rows_of_their_own(SCRATCH_ATT_ROWS_V, v, N, kv_dim, kv_row_stride);
+        qkv_rows_of_their_own(&q, &k, &v, N, q_dim, kv_dim, q_row_stride, kv_row_stride);
         q_row_stride = q_dim, kv_row_stride = kv_dim;
     }
     attention_forward_rotary_rows(out, saved, q, k, v, q_row_stride, kv_row_stride, row_start, positions, inv_freq, B,
@@ -569,10 +576,8 @@ void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float
                                        positions, inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
         return;
     }
-    // The inputs and then the gradients through the same scratch rows.
-    q = rows_of_their_own(SCRATCH_ATT_ROWS_Q, q, N, q_dim, q_row_stride);
-    k = rows_of_their_own(SCRATCH_ATT_ROWS_K, k, N, kv_dim, kv_row_stride);
-    v = rows_of_their_own(SCRATCH_ATT_ROWS_V, v, N, kv_dim, kv_row_stride);
+    // The inputs and then the gradients through scratch rows of their own.
+    qkv_rows_of_their_own(&q, &k, &v, N, q_dim, kv_dim, q_row_stride, kv_row_stride);
     float *dq_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DQ, (size_t)N * q_dim * sizeof(float));
     float *dk_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DK, (size_t)N * kv_dim * sizeof(float));
     float *dv_rows = (float *)cuda_scratch(SCRATCH_ATT_ROWS_DV, (size_t)N * kv_dim * sizeof(float));
