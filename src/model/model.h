@@ -270,7 +270,12 @@ void model_reserve(Model *model, int B, int T);
 // layer_fuses_qkv). UNSET: read MARLHF_FUSED_QKV at the next forward (1 on, 0 off, unset or
 // empty: BACKEND, the backend's choice, OpsBackend.fuses_qkv_products). For every model of
 // the process from the next forward on; tests and benchmarks set it.
-typedef enum { MODEL_QKV_FUSION_UNSET, MODEL_QKV_FUSION_BACKEND, MODEL_QKV_FUSION_ON, MODEL_QKV_FUSION_OFF } ModelQkvFusion;
+typedef enum {
+    MODEL_QKV_FUSION_UNSET,
+    MODEL_QKV_FUSION_BACKEND,
+    MODEL_QKV_FUSION_ON,
+    MODEL_QKV_FUSION_OFF
+} ModelQkvFusion;
 void model_set_qkv_fusion(ModelQkvFusion fusion);
 // Whether layers on `ops` fuse them where they can, as the setting stands.
 bool model_qkv_fusion_on(const OpsBackend *ops);

@@ -512,7 +512,8 @@ bool model_qkv_fusion_on(const OpsBackend *ops) {
 // biases, which the table puts between the weights).
 static bool layer_fuses_qkv(const Model *model, int l, const CacheTarget *target) {
     const ModelConfig *cfg = &model->config;
-    if (!model_qkv_fusion_on(model->ops) || !attention_rotates(cfg, target) || cfg->qk_norm || model->quantized) return false;
+    if (!model_qkv_fusion_on(model->ops) || !attention_rotates(cfg, target) || cfg->qk_norm || model->quantized)
+        return false;
     if (lora_adapts(model, l, LORA_Q) || lora_adapts(model, l, LORA_K) || lora_adapts(model, l, LORA_V)) return false;
     const long C = cfg->hidden_size, q_dim = (long)cfg->num_heads * cfg->head_dim;
     const long kv_dim = (long)cfg->num_kv_heads * cfg->head_dim;
@@ -1010,11 +1011,6 @@ void model_hidden_slots(Model *model, int b, int first, int count, float *out) {
 // ---------------------------------------------------------------------------------------
 // Backward
 
-// On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l. d_resid is held
-// (matmul_input_hold) from each norm backward that writes it to the product that reads it
-// as its output gradient: down's here, from the norm backward that ends the layer above (or
-// the final norm's, model_backward), and o's, from the MLP norm's backward. With sandwich
-// norms those products read d_branch instead, held in its place.
 // The attention's backward and the q/k/v product's of a layer whose forward fused them
 // (layer_fuses_qkv): the attention op writes dq, dk and dv as the columns of rows
 // [N, dq | dk | dv] (dqkv, held: on a GPU its last writer, the RoPE backward, writes the
@@ -1044,6 +1040,11 @@ static void attention_backward_fused_qkv(Model *model, int l, const LayerActivat
                          WRITE_OVERWRITE, model_gradients_write_mode(model, gradients, 6));
 }
 
+// On entry d_resid holds d loss / d x_{l+1}; on exit d loss / d x_l. d_resid is held
+// (matmul_input_hold) from each norm backward that writes it to the product that reads it
+// as its output gradient: down's here, from the norm backward that ends the layer above (or
+// the final norm's, model_backward), and o's, from the MLP norm's backward. With sandwich
+// norms those products read d_branch instead, held in its place.
 static void layer_backward(Model *model, int l, const LayerActivations *la, const float *x_in) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
