@@ -529,6 +529,14 @@ static void gather_rotated_into(__nv_bfloat16 *out, const float *in, int row_str
     CUDA_CHECK_LAUNCH();
 }
 
+// Whether the rotary ops run on the rows as they come: rows of their own, or strided rows
+// the mma path reads in place; the others go through scratch rows of their own.
+static bool takes_rows_as_given(int q_row_stride, int kv_row_stride, int n_heads, int n_kv_heads, int head_dim,
+                                float softcap, int window, int T) {
+    const bool own_rows = q_row_stride == n_heads * head_dim && kv_row_stride == n_kv_heads * head_dim;
+    return own_rows || reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T);
+}
+
 // q, k and v (N rows, q_row_stride and kv_row_stride floats apart) moved into scratch rows of
 // their own, for the paths that take none other.
 static void qkv_rows_of_their_own(const float **q, const float **k, const float **v, int N, int q_dim, int kv_dim,
@@ -554,8 +562,7 @@ void cuda_attention_forward_rotary(float *out, float *saved, const float *q, con
                                    float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-    const bool own_rows = q_row_stride == q_dim && kv_row_stride == kv_dim;
-    if (!own_rows && !reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T)) {
+    if (!takes_rows_as_given(q_row_stride, kv_row_stride, n_heads, n_kv_heads, head_dim, softcap, window, T)) {
         qkv_rows_of_their_own(&q, &k, &v, N, q_dim, kv_dim, q_row_stride, kv_row_stride);
         q_row_stride = q_dim, kv_row_stride = kv_dim;
     }
@@ -570,8 +577,7 @@ void cuda_attention_backward_rotary(float *dq, float *dk, float *dv, const float
                                     float softcap, int window) {
     if (B == 0 || T == 0) return;
     const int N = B * T, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-    const bool own_rows = q_row_stride == q_dim && kv_row_stride == kv_dim;
-    if (own_rows || reads_rows_in_place(q_row_stride, kv_row_stride, head_dim, softcap, window, T)) {
+    if (takes_rows_as_given(q_row_stride, kv_row_stride, n_heads, n_kv_heads, head_dim, softcap, window, T)) {
         attention_backward_rotary_rows(dq, dk, dv, q_row_stride, kv_row_stride, dout, out, saved, q, k, v, row_start,
                                        positions, inv_freq, B, T, n_heads, n_kv_heads, head_dim, softcap, window);
         return;

@@ -80,17 +80,9 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
     for (CachedWeight &w : weight_cache)
         if (!entry && covers(w, weight, n)) entry = &w;
     if (!entry) {
-        // The copies inside the new range go: it serves their products too (one copy of each
-        // weight, not a fused product's and its parts').
-        for (size_t i = 0; i < weight_cache.size();) {
-            if (covers(CachedWeight{weight, n, NULL, false}, weight_cache[i].fp32, weight_cache[i].n)) {
-                CUDA_CHECK(cudaFree(weight_cache[i].bf16)); // waits for the kernels reading it
-                weight_cache[i] = weight_cache.back();
-                weight_cache.pop_back();
-            } else {
-                i++;
-            }
-        }
+        // The copies touching the new range go: it serves the products of those inside it
+        // (one copy of each weight, not a fused product's and its parts').
+        cuda_weight_cache_release(weight, (size_t)n * sizeof(float));
         CachedWeight fresh = {weight, n, NULL, false};
         CUDA_CHECK(cudaMalloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
         weight_cache.push_back(fresh);
