@@ -10,6 +10,9 @@
 // usage: build/bench/decode [--model models/SmolLM2-135M-Instruct.Q4_1.gguf | --shape NAME]
 //                           [--new 64] [--prompt 32] [--batches 1,8,32] [--device cpu|cuda]
 //                           [--quantize none|q8_0|q4_0|nf4|nf4-single|q4_k_m|q5_k_m|q4_1|q5_1] [--kv-cache f32|f16|q8_0]
+//                           [--temperature 0] [--top-k 0] [--top-p 1]
+// --temperature T samples (seed 1) instead of taking the most likely token, with --top-k and
+// --top-p as `marlhf generate` takes them: the sampler's own time is then part of each step.
 // --quantize q8_0 (q4_0, nf4) decodes with Q8_0 (Q4_0, NF4) copies of the linear weights (model/quantize.h);
 // --kv-cache f16 keeps the KV cache in half floats, q8_0 in 8-bit blocks. Each line
 // reports the cache's bytes per token (keys and values of every layer). A long --prompt
@@ -56,6 +59,7 @@ int main(int argc, char **argv) {
     int new_tokens = 64, prompt_length = 32;
     char batches[64] = "1,8,32";
     const char *device = "cpu", *shape = NULL, *quantize = "none", *kv_cache = "f32";
+    SamplerConfig sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) new_tokens = atoi(argv[++i]);
@@ -64,6 +68,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "--quantize") && i + 1 < argc) quantize = argv[++i];
         else if (!strcmp(argv[i], "--kv-cache") && i + 1 < argc) kv_cache = argv[++i];
+        else if (!strcmp(argv[i], "--temperature") && i + 1 < argc) sampler.temperature = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--top-k") && i + 1 < argc) sampler.top_k = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--top-p") && i + 1 < argc) sampler.top_p = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) snprintf(batches, sizeof batches, "%s", argv[++i]);
         else die_user("unknown argument %s (see the comment at the top of bench/decode.c)", argv[i]);
     }
@@ -100,16 +107,17 @@ int main(int argc, char **argv) {
             for (int t = 0; t < prompt_length; t++)
                 prompts[b][t] = 100 + (int)rng_below(5, (uint64_t)b, (uint64_t)t, 20000);
         }
-        GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = new_tokens};
+        GenerateOptions gen = {.sampler = sampler, .max_new_tokens = new_tokens, .seed = 1};
         GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
         GenerateStats stats;
         generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
         double decode_tokens = (double)B * stats.decode_steps;
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
-        printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
+        printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, "
+               "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
                "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f}\n",
-               ops->name, quantize, kv_cache, shape ? shape : path, B, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
+               ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
                omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
                // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU

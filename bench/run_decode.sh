@@ -32,6 +32,20 @@ if [ -n "${ATTENTION:-}" ]; then
     done
     exit 0
 fi
+# TOP_P=0.9: instead, sampling at temperature 1 with that top-p (top-k off), batch 1 and 8:
+# marlhf (f32, Q8_0) beside transformers' generate(do_sample=True) with the same settings;
+# at a 49k vocabulary the sampler's sort is part of every step.
+if [ -n "${TOP_P:-}" ]; then
+    for quantize in none q8_0; do
+        build/bench/decode --new "$new" --batches 1,8 --quantize "$quantize" --temperature 1 --top-p "$TOP_P"
+    done
+    if [ -x .venv-tools/bin/python ]; then
+        .venv-tools/bin/python bench/torch_decode.py --new "$new" --batches 1,8 --temperature 1 --top-p "$TOP_P" 2> /dev/null
+    else
+        echo '{"impl": "transformers", "skipped": "run scripts/setup-python first"}'
+    fi
+    exit 0
+fi
 if [ -n "${LONG_PROMPT:-}" ]; then
     for kv in f32 f16 q8_0; do
         build/bench/decode --prompt "$LONG_PROMPT" --new "$new" --batches 1,8 --quantize q8_0 --kv-cache "$kv"

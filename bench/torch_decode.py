@@ -1,7 +1,8 @@
 """The transformers peer of bench/decode.c: SmolLM2-135M-Instruct from the same GGUF
 (dequantized to float32), greedy generate() with the KV cache, a 32-token prompt per row,
 exactly --new tokens per row, batch 1, 8, 32. Decode tokens/s excludes the prefill
-(timed separately as a 1-token generate)."""
+(timed separately as a 1-token generate). --temperature T (> 0) samples instead, with
+--top-k and --top-p as bench/decode.c takes them (top-k 0: off, as in marlhf)."""
 import argparse
 import json
 import os
@@ -16,6 +17,9 @@ ap.add_argument("--new", type=int, default=64)
 ap.add_argument("--prompt", type=int, default=32)
 ap.add_argument("--batches", default="1,8,32")
 ap.add_argument("--threads", type=int, default=os.cpu_count())
+ap.add_argument("--temperature", type=float, default=0.0)
+ap.add_argument("--top-k", type=int, default=0)
+ap.add_argument("--top-p", type=float, default=1.0)
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 directory, name = os.path.split(os.path.abspath(args.model))
@@ -28,14 +32,19 @@ for B in [int(b) for b in args.batches.split(",")]:
     def run(new):
         start = time.perf_counter()
         with torch.no_grad():
-            model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                           pad_token_id=0)
+            if args.temperature > 0:
+                model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=True,
+                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, pad_token_id=0)
+            else:
+                model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                               pad_token_id=0)
         return time.perf_counter() - start
 
     run(2)  # warm up
     prefill = run(1)
     total = run(args.new)
     decode_tokens = B * (args.new - 1)
-    print(json.dumps({"impl": "transformers", "batch": B, "decode_tokens_per_s": round(decode_tokens / (total - prefill), 1),
+    print(json.dumps({"impl": "transformers", "batch": B, "temperature": args.temperature, "top_k": args.top_k,
+                      "top_p": args.top_p, "decode_tokens_per_s": round(decode_tokens / (total - prefill), 1),
                       "prefill_s": round(prefill, 3), "decode_s": round(total - prefill, 3), "new_tokens": args.new,
                       "prompt": args.prompt, "threads": torch.get_num_threads()}), flush=True)

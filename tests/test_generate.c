@@ -12,8 +12,14 @@
 //  - top_logprobs records each step's most likely tokens: the full forward's log softmax
 //    agrees within 1e-4, most likely first; a greedy token is its first alternative, bit
 //    for bit; the generated tokens and log-probs are bit-identical with and without it.
+//  - Greedy rows take their tokens and log-probs from model_last_greedy (the backend's
+//    argmax and log-prob, B numbers to the host): the same tokens and log-prob bits as the
+//    host sampler on the copied logits (forced by top_logprobs), llama and soft-capped Gemma 2.
 //  - The sampler's draws follow the distribution it reports: chi-square over 40,000
 //    draws on a 6-token vocabulary, below the 0.999 quantile; excluded tokens never appear.
+//  - top-p's kept set and probabilities equal a plain comparison sort's (the sampler's
+//    radix sort against qsort, test_top_p_matches_comparison_sort) bit for bit, on 3000
+//    logits with ties, -0 beside +0 and -inf, with and without top-k.
 //  - SmolLM2-135M-Instruct's greedy continuations of 5 chat prompts equal transformers'
 //    for all 40 tokens (tests/fixtures/smollm2/greedy.json).
 #include <jansson.h>
@@ -304,6 +310,37 @@ static void test_top_logprobs(void) {
     model_free(&model);
 }
 
+static void test_greedy_on_device_matches_host_sampler(void) {
+    const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gemma2"};
+    for (int m = 0; m < 2; m++) {
+        Model model;
+        load(&model, models[m]);
+        int p0[] = {5, 9, 17, 3, 44, 2, 8}, p1[] = {60, 61}, p2[] = {7, 8, 9};
+        const int *prompts[] = {p0, p1, p2};
+        int lengths[] = {7, 2, 3}, stop_token = 3;
+        // min_new_tokens: its first 3 steps mask the stop token on the host, the rest not
+        GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 12, .stop_tokens = &stop_token,
+                                   .num_stop_tokens = 1, .min_new_tokens = 3};
+        GeneratedRow device[3], host[3];
+        generate(&model, prompts, lengths, NULL, 3, &options, device, NULL);
+        options.top_logprobs = 1; // the host reads every step's logits
+        generate(&model, prompts, lengths, NULL, 3, &options, host, NULL);
+        for (int b = 0; b < 3; b++) {
+            EXPECT(device[b].length > 3, "%s row %d: %d tokens (the test wants steps past the host's)", models[m], b,
+                   device[b].length);
+            EXPECT(device[b].length == host[b].length && device[b].stop == host[b].stop &&
+                       !memcmp(device[b].tokens, host[b].tokens, device[b].length * sizeof(int)) &&
+                       !memcmp(device[b].logprobs, host[b].logprobs, device[b].length * sizeof(float)),
+                   "%s row %d: greedy tokens or log-probs differ from the host sampler's", models[m], b);
+            for (int t = 0; t < device[b].length; t++)
+                EXPECT(device[b].sampling_logprobs[t] == 0.0f && device[b].logprobs[t] < 0.0f, "%s row %d step %d",
+                       models[m], b, t);
+            generated_row_free(&device[b]), generated_row_free(&host[b]);
+        }
+        model_free(&model);
+    }
+}
+
 static void test_stop_tokens_and_lengths(void) {
     Model model;
     load(&model, "tests/fixtures/models/llama");
@@ -417,6 +454,101 @@ static void test_sampler_distribution(void) {
     sampler_scratch_free(&scratch);
 }
 
+// The sampler's top-p before its radix sort, kept here as the reference: sort the top-k
+// candidates by qsort (largest first, ties by ascending id), drop the least likely tail of
+// mass <= 1 - top_p, normalise what is left. probs[v]: what sampler_distribution reports.
+static const float *reference_values;
+static int reference_descending(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (reference_values[i] > reference_values[j]) return -1;
+    if (reference_values[i] < reference_values[j]) return 1;
+    return (i > j) - (i < j);
+}
+static int compare_ids(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+static void reference_top_p(const float *logits, int V, const SamplerConfig *config, float *probs) {
+    float *scaled = xmalloc((size_t)V * sizeof(float));
+    int *ids = xmalloc((size_t)V * sizeof(int)), count = 0;
+    for (int v = 0; v < V; v++) scaled[v] = logits[v] * (1.0f / config->temperature);
+    float threshold = -INFINITY;
+    if (config->top_k > 0) {
+        for (int i = 0; i < V; i++) ids[i] = i;
+        reference_values = scaled;
+        qsort(ids, (size_t)V, sizeof(int), reference_descending);
+        threshold = scaled[ids[config->top_k - 1]];
+    }
+    for (int v = 0; v < V; v++)
+        if (scaled[v] >= threshold) ids[count++] = v;
+    reference_values = scaled;
+    qsort(ids, (size_t)count, sizeof(int), reference_descending);
+    double max_value = scaled[ids[0]], total = 0, tail = 0;
+    for (int i = 0; i < count; i++) total += exp(scaled[ids[i]] - max_value);
+    int keep = count;
+    for (int i = count - 1; i > 0; i--) {
+        tail += exp(scaled[ids[i]] - max_value) / total;
+        if (tail <= 1.0 - config->top_p) keep = i;
+        else break;
+    }
+    // ascending ids, as the sampler sums them
+    qsort(ids, (size_t)keep, sizeof(int), compare_ids);
+    double sum = 0;
+    for (int i = 0; i < keep; i++) sum += exp(scaled[ids[i]] - max_value);
+    const double log_normaliser = max_value + log(sum);
+    memset(probs, 0, (size_t)V * sizeof(float));
+    for (int i = 0; i < keep; i++) probs[ids[i]] = (float)exp(scaled[ids[i]] - log_normaliser);
+    free(scaled), free(ids);
+}
+
+static void test_top_p_matches_comparison_sort(void) {
+    const int V = 3000;
+    float *logits = xmalloc(V * sizeof(float)), *probs = xmalloc(V * sizeof(float));
+    float *expected = xmalloc(V * sizeof(float));
+    SamplerScratch scratch;
+    sampler_scratch_init(&scratch, V);
+    SamplerConfig configs[] = {{.temperature = 1.0f, .top_p = 0.9f},
+                               {.temperature = 0.7f, .top_p = 0.5f},
+                               {.temperature = 1.0f, .top_p = 0.999f},
+                               {.temperature = 1.2f, .top_k = 200, .top_p = 0.8f}};
+    int cuts_with_several = 0;
+    for (int trial = 0; trial < 6; trial++)
+        for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+            // Peaked (a few large logits) or flat, values on a coarse grid so that ties are
+            // common, some -0, +0 and -inf.
+            for (int v = 0; v < V; v++) {
+                const double u = rng_uniform_double(17, rng_stream("top-p", (uint64_t)trial, 0), (uint64_t)v);
+                float x = (float)((int)(u * 64) - 40) / 4.0f;
+                if (trial % 2 == 0 && v % 97 == 0) x += 12.0f;
+                if (v % 211 == 0) x = -0.0f;
+                if (v % 307 == 0) x = 0.0f;
+                if (v % 401 == 0) x = -INFINITY;
+                logits[v] = x;
+            }
+            reference_top_p(logits, V, &configs[c], expected);
+            sampler_distribution(logits, V, &configs[c], probs, &scratch);
+            int differ = 0, kept = 0;
+            for (int v = 0; v < V; v++) differ += memcmp(&probs[v], &expected[v], sizeof(float)) != 0, kept += probs[v] > 0;
+            EXPECT(differ == 0, "trial %d config %zu: %d of %d probabilities differ from the comparison sort's", trial, c,
+                   differ, V);
+            EXPECT(kept < V, "trial %d config %zu: top-p kept all %d (the test should cut)", trial, c, V);
+            cuts_with_several += kept > 1;
+            for (int i = 0; i < 20; i++) {
+                const double u = rng_uniform_double(23, rng_stream("top-p draw", (uint64_t)trial, c), (uint64_t)i);
+                const SampledToken t = sampler_pick(logits, V, &configs[c], u, &scratch);
+                EXPECT(expected[t.token] > 0, "trial %d config %zu: drew token %d outside the kept set", trial, c, t.token);
+            }
+        }
+    EXPECT(cuts_with_several >= 20, "only %d of 24 cases kept more than one token", cuts_with_several);
+    // A cut inside a tie of -0 and +0: the first two zeros by id stay (as -0 == +0).
+    const float zeros[5] = {2.0f, -0.0f, 0.0f, -0.0f, 0.0f};
+    const SamplerConfig cut = {.temperature = 1.0f, .top_p = 0.8f};
+    reference_top_p(zeros, 5, &cut, expected);
+    sampler_distribution(zeros, 5, &cut, probs, &scratch);
+    EXPECT(expected[1] > 0 && expected[2] > 0 && expected[3] == 0 && expected[4] == 0, "the reference keeps ids 0, 1, 2");
+    EXPECT(!memcmp(probs, expected, 5 * sizeof(float)), "a cut inside a tie of -0 and +0: %g %g %g %g %g", probs[0],
+           probs[1], probs[2], probs[3], probs[4]);
+    sampler_scratch_free(&scratch);
+    free(logits), free(probs), free(expected);
+}
+
 static void test_smollm2_greedy_matches_transformers(void) {
     Model model;
     ModelLoadOptions options = {.with_lm_head = true};
@@ -463,9 +595,11 @@ int main(void) {
     RUN(test_shared_prefill);
     RUN(test_per_row_settings);
     RUN(test_top_logprobs);
+    RUN(test_greedy_on_device_matches_host_sampler);
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);
+    RUN(test_top_p_matches_comparison_sort);
     RUN(test_smollm2_greedy_matches_transformers);
     TEST_EXIT();
 }

@@ -86,6 +86,23 @@ static void check_forward(int V, bool vector) {
         if (!isnan(want_entropy[i])) worst_entropy = fmax(worst_entropy, fabs(entropy[i] - want_entropy[i]));
     }
     EXPECT(top1[0] == V / 3, "V %d: of two equal maxima the first wins (%d)", V, top1[0]);
+    // targets = top1 (greedy decoding, model_last_greedy): the argmax's log-prob, as the
+    // CPU's with the same aliasing; the buffer holds other ids before the launch.
+    std::vector<int> argmax(ROWS, 1), want_argmax(ROWS, 1);
+    emulation::launch({ROWS, 1, 1}, logprob_rows::THREADS, logprob_rows::SHARED_BYTES, [&] {
+        logprob_rows::forward_kernel(logp.data(), lse.data(), argmax.data(), nullptr, z.data(), argmax.data(), V,
+                                     vector);
+    });
+    ops_cpu.logprob_forward(want_logp.data(), want_lse.data(), want_argmax.data(), nullptr, z.data(),
+                            want_argmax.data(), ROWS, V);
+    for (int i = 0; i < ROWS; i++) {
+        if (i == 4) continue; // the NaN row
+        snprintf(what, sizeof what, "V %d%s row %d, targets = top1", V, vector ? " (four at a time)" : "", i);
+        EXPECT(argmax[i] == want_top1[i] && want_argmax[i] == want_top1[i], "%s: argmax %d, CPU %d", what, argmax[i],
+               want_argmax[i]);
+        EXPECT_CLOSE(logp[i], want_logp[i], 2e-6, 2e-7, what);
+        EXPECT_CLOSE(logp[i], z[(size_t)i * V + want_top1[i]] - (double)want_lse[i], 2e-6, 2e-7, what);
+    }
     printf("# forward V %-5d %-18s lse/logp worst %.2g, entropy worst %.2g\n", V, vector ? "four at a time" : "one at a time",
            worst_lse, worst_entropy);
 }

@@ -1,6 +1,7 @@
 #include "gen/sampler.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,12 +12,16 @@ void sampler_scratch_init(SamplerScratch *scratch, int vocab_size) {
     scratch->values = xmalloc((size_t)vocab_size * sizeof(float));
     scratch->indices = xmalloc((size_t)vocab_size * sizeof(int));
     scratch->work = xmalloc((size_t)vocab_size * sizeof(float));
+    scratch->order = xmalloc((size_t)vocab_size * sizeof(int));
+    scratch->sort_keys = xmalloc((size_t)vocab_size * sizeof(uint32_t));
 }
 
 void sampler_scratch_free(SamplerScratch *scratch) {
     free(scratch->values);
     free(scratch->indices);
     free(scratch->work);
+    free(scratch->order);
+    free(scratch->sort_keys);
     memset(scratch, 0, sizeof *scratch);
 }
 
@@ -29,13 +34,38 @@ static double log_sum_exp(const float *x, int n) {
     return max_value + log(sum);
 }
 
-// Descending by value; ties by ascending index, so the order is fully determined.
-static int compare_descending(const void *a, const void *b, void *values) {
-    const float *sort_values = values;
-    int i = *(const int *)a, j = *(const int *)b;
-    if (sort_values[i] > sort_values[j]) return -1;
-    if (sort_values[i] < sort_values[j]) return 1;
-    return (i > j) - (i < j);
+// A float's key for sorting in descending order as unsigned integers: a larger float gets
+// a smaller key, and -0 the key of +0 (they compare equal as floats).
+static uint32_t descending_key(float x) {
+    if (x == 0.0f) x = 0.0f;
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+    return ~ascending;
+}
+
+// Sorts the token ids indices[0..count) (ascending on entry) by their values, the largest
+// first, ties by ascending id: four stable counting passes over the keys' bytes, least
+// significant first, so that ties keep the ids' order. Was qsort_r with a comparator: ~20 ms
+// for a 49k vocabulary on one core, more than a SmolLM2-135M decode step; this is ~1 ms.
+static void sort_descending(int *indices, int count, const float *values, SamplerScratch *s) {
+    uint32_t *keys = s->sort_keys;
+    for (int i = 0; i < count; i++) keys[indices[i]] = descending_key(values[indices[i]]);
+    int *from = indices, *to = s->order;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int offsets[257] = {0};
+        for (int i = 0; i < count; i++) offsets[((keys[from[i]] >> shift) & 0xff) + 1]++;
+        for (int digit = 0; digit < 256; digit++) offsets[digit + 1] += offsets[digit];
+        for (int i = 0; i < count; i++) to[offsets[(keys[from[i]] >> shift) & 0xff]++] = from[i];
+        int *swap = from;
+        from = to, to = swap;
+    }
+    // four passes: the sorted ids are back in `indices`
+}
+
+// Whether token v comes before token last (or is it) in sort_descending's order.
+static bool sorts_no_later(int v, int last, const uint32_t *keys) {
+    return keys[v] < keys[last] || (keys[v] == keys[last] && v <= last);
 }
 
 // The k-th largest of x[0..n) (1-based k <= n), by quickselect on a copy.
@@ -81,7 +111,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     // top-p: drop the least likely tokens whose cumulative probability (from the least
     // likely up) stays <= 1 - top_p; the most likely token always stays.
     if (config->top_p > 0.0f && config->top_p < 1.0f && count > 1) {
-        qsort_r(s->indices, (size_t)count, sizeof(int), compare_descending, scaled);
+        sort_descending(s->indices, count, scaled, s);
         double max_value = scaled[s->indices[0]], total = 0;
         for (int i = 0; i < count; i++) total += exp(scaled[s->indices[i]] - max_value);
         double tail = 0;
@@ -91,14 +121,12 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
             if (tail <= 1.0 - config->top_p) keep = i;
             else break;
         }
-        count = keep;
-        // back to ascending index order for a batch-independent, documented walk
-        int *sorted = s->indices;
-        for (int i = 1; i < count; i++) {
-            int x = sorted[i], j = i - 1;
-            while (j >= 0 && sorted[j] > x) sorted[j + 1] = sorted[j], j--;
-            sorted[j + 1] = x;
-        }
+        // Back to ascending index order for a batch-independent, documented walk: the
+        // kept tokens are the top-k candidates that sort no later than the keep-th.
+        const int last = s->indices[keep - 1];
+        count = 0;
+        for (int v = 0; v < V; v++)
+            if (scaled[v] >= threshold && sorts_no_later(v, last, s->sort_keys)) s->indices[count++] = v;
     }
     double max_value = -INFINITY;
     for (int i = 0; i < count; i++)

@@ -5,6 +5,7 @@
 // RNG keyed by seed, row and step), so a row's tokens never depend on its batch.
 #pragma once
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct {
     float temperature; // <= 0 means greedy
@@ -24,6 +25,8 @@ typedef struct {
     float *values;
     int *indices;
     float *work;
+    int *order;          // top-p's sort: the other buffer of each radix pass
+    uint32_t *sort_keys; // top-p's sort: each candidate's key, by token id
 } SamplerScratch;
 
 void sampler_scratch_init(SamplerScratch *scratch, int vocab_size);

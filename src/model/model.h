@@ -79,6 +79,7 @@ typedef struct {
     float *head_hidden;                  // [N, C]; allocated on first use
     float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
     float *last_logits;         // [capacity_B, V]: their logits (with an LM head)
+    float *last_lse;            // [capacity_B]: their log-sum-exps (model_last_greedy)
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
     // backward scratch
@@ -386,6 +387,13 @@ void model_prefill_rows(Model *model, const ModelBatch *batch, KvCache *cache, i
 void model_extend_rows(Model *model, const ModelBatch *batch, KvCache *cache, int first_row);
 // After a forward: the logits of each row's last slot (T-1), into logits[B * V] (host).
 void model_last_logits(Model *model, float *logits);
+// After a forward: each row's most likely next token (the first of its largest last-slot
+// logits) and that token's log-prob, found where the logits are (the backend's
+// logprob_forward), so that B tokens and B floats come to the host instead of the [B, V]
+// logits: greedy decoding's step. On the CPU the same token and float as sampler_pick at
+// temperature 0 on model_last_logits' row; on the GPU the log-prob's sum runs in another
+// order (ops/cuda/logprob_rows.cuh).
+void model_last_greedy(Model *model, int *tokens, float *logprobs);
 
 // Number of parameters (the whole table).
 long model_num_params(const Model *model);

@@ -137,7 +137,7 @@ static void activations_free(Model *model) {
     }
     void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
                        a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
-                       a->last_logits,
+                       a->last_logits, a->last_lse,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dqkv,
@@ -311,7 +311,10 @@ void model_reserve(Model *model, int B, int T) {
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);
     a->last_hidden = alloc_floats(ops, (long)B * C);
-    if (model->has_lm_head) a->last_logits = alloc_floats(ops, (long)B * cfg->vocab_size);
+    if (model->has_lm_head) {
+        a->last_logits = alloc_floats(ops, (long)B * cfg->vocab_size);
+        a->last_lse = alloc_floats(ops, B);
+    }
     a->logp_device = alloc_floats(ops, N);
     a->entropy_device = alloc_floats(ops, N);
     a->values_device = alloc_floats(ops, N);
@@ -970,17 +973,34 @@ void model_collision_entropy(Model *model, float *collision) {
     free(packed);
 }
 
-void model_last_logits(Model *model, float *logits) {
+// The logits of each row's last slot into a->last_logits, in the backend's memory.
+static void last_slot_logits(Model *model) {
     Activations *a = &model->acts;
     const ModelConfig *cfg = &model->config;
     CHECK(model->has_lm_head, "model has no LM head");
-    const int B = a->B, T = a->T, C = cfg->hidden_size, V = cfg->vocab_size;
+    const int B = a->B, T = a->T, C = cfg->hidden_size;
     // Its own [B, V] buffer: the full logits buffer is [B * T, V] for a prefill's shape
     // (393 MB for 4 rows of 500 tokens of a 49k vocabulary) to hold B rows. On the CPU only
     // the pages written count, but a GPU allocation is all real memory.
     model->ops->copy_rows(a->last_hidden, C, a->final_out + (long)(T - 1) * C, (long)T * C, B, C);
     lm_head_forward(model, a->last_logits, a->last_hidden, B, B);
-    model->ops->copy_to_host(logits, a->last_logits, (size_t)B * V * sizeof(float));
+}
+
+void model_last_logits(Model *model, float *logits) {
+    last_slot_logits(model);
+    const Activations *a = &model->acts;
+    model->ops->copy_to_host(logits, a->last_logits, (size_t)a->B * model->config.vocab_size * sizeof(float));
+}
+
+void model_last_greedy(Model *model, int *tokens, float *logprobs) {
+    last_slot_logits(model);
+    Activations *a = &model->acts;
+    const OpsBackend *ops = model->ops;
+    // top1 is also the targets: each row's log-prob is its argmax's (ops.h)
+    ops->logprob_forward(a->logp_device, a->last_lse, a->top1_device, NULL, a->last_logits, a->top1_device, a->B,
+                         model->config.vocab_size);
+    ops->copy_to_host(tokens, a->top1_device, (size_t)a->B * sizeof(int));
+    ops->copy_to_host(logprobs, a->logp_device, (size_t)a->B * sizeof(float));
 }
 
 void model_logits_row(Model *model, int i, float *out) {

@@ -406,7 +406,9 @@ typedef struct OpsBackend {
 
     // ---- heads ----
     // For each row i: lse[i] = logsumexp(logits[i]); logp[i] = logits[i][targets[i]] - lse
-    // (0 when targets[i] < 0); top1[i] = argmax (optional); entropy[i] (optional).
+    // (0 when targets[i] < 0); top1[i] = argmax (optional); entropy[i] (optional). targets
+    // may be top1 itself: a row's argmax is written before its target is read, so logp is
+    // then the argmax's log-prob (greedy decoding's step, model_last_greedy).
     void (*logprob_forward)(float *logp, float *lse, int *top1, float *entropy,
                             const float *logits, const int *targets, int N, int V);
     // Overwrites logits with d(loss)/d(logits) where loss = sum_i dlogp[i]*logp[i]

@@ -112,6 +112,8 @@ fi
 # matvec_bf16.cuh's (no cuBLASLt call: each cost about as much host time as the GPU spends
 # on the product); 29 launches a token when written (13 a layer, and the embedding, final
 # norm and LM head). More is a step that got slower on a GPU: say why where it is added.
+# (--min-new-tokens keeps every counted step on the host's sampler; a greedy step past it
+# adds the log-prob kernel's argmax, model_last_greedy, in place of the logits' copy.)
 launches_for() {
     MARLHF_EMULATED_COUNT_LAUNCHES=1 "$emulated_bin" generate --model tests/fixtures/models/tiny_chat --device cuda \
         --greedy --max-new-tokens "$1" --min-new-tokens "$1" "hello" 2>&1 > /dev/null |

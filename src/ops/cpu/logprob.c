@@ -21,8 +21,8 @@ void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
         for (int v = 0; v < V; v++) sum += exp((double)(z[v] - max_logit));
         double row_lse = max_logit + log(sum);
         lse[i] = (float)row_lse;
+        if (top1) top1[i] = argmax; // before targets[i] is read: targets may be top1 (ops.h)
         if (logp) logp[i] = targets && targets[i] >= 0 ? (float)(z[targets[i]] - row_lse) : 0.0f;
-        if (top1) top1[i] = argmax;
         if (entropy) {
             // H = lse - sum_v p_v z_v
             double expected_logit = 0;

@@ -102,11 +102,11 @@ static __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x != 0) return;
     const double row_lse = whole.max + log(whole.sum);
     lse[row] = (float)row_lse;
+    if (top1) top1[row] = whole.argmax; // before targets[row] is read: targets may be top1 (ops.h)
     if (logp) {
         const int target = targets ? targets[row] : -1;
         logp[row] = target >= 0 ? (float)(z[target] - row_lse) : 0.0f;
     }
-    if (top1) top1[row] = whole.argmax;
     if (entropy) entropy[row] = (float)(row_lse - whole.weighted / whole.sum); // H = lse - E_p[z]
 }
 
