@@ -13,8 +13,11 @@
 //    agrees within 1e-4, most likely first; a greedy token is its first alternative, bit
 //    for bit; the generated tokens and log-probs are bit-identical with and without it.
 //  - Greedy rows take their tokens and log-probs from model_last_greedy (the backend's
-//    argmax and log-prob, B numbers to the host): the same tokens and log-prob bits as the
-//    host sampler on the copied logits (forced by top_logprobs), llama and soft-capped Gemma 2.
+//    argmax and log-prob, B numbers to the host), and rows sampled with top-k (greedy ones
+//    beside them) from model_last_candidates (each row's top-k candidates and normaliser):
+//    the same tokens and log-prob bits as the host sampler on the copied logits (forced by
+//    top_logprobs), llama and soft-capped Gemma 2, with top-p after top-k too. The candidates
+//    are the host's top-k of model_last_logits' rows; too small a capacity returns false.
 //  - The sampler's draws follow the distribution it reports: chi-square over 40,000
 //    draws on a 6-token vocabulary, below the 0.999 quantile; excluded tokens never appear.
 //  - top-p's kept set and probabilities equal a plain comparison sort's (the sampler's
@@ -310,35 +313,96 @@ static void test_top_logprobs(void) {
     model_free(&model);
 }
 
-static void test_greedy_on_device_matches_host_sampler(void) {
+static int compare_floats_descending(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static void test_logits_left_on_device_match_host_sampler(void) {
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gemma2"};
-    for (int m = 0; m < 2; m++) {
-        Model model;
-        load(&model, models[m]);
-        int p0[] = {5, 9, 17, 3, 44, 2, 8}, p1[] = {60, 61}, p2[] = {7, 8, 9};
-        const int *prompts[] = {p0, p1, p2};
-        int lengths[] = {7, 2, 3}, stop_token = 3;
-        // min_new_tokens: its first 3 steps mask the stop token on the host, the rest not
-        GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 12, .stop_tokens = &stop_token,
-                                   .num_stop_tokens = 1, .min_new_tokens = 3};
-        GeneratedRow device[3], host[3];
-        generate(&model, prompts, lengths, NULL, 3, &options, device, NULL);
-        options.top_logprobs = 1; // the host reads every step's logits
-        generate(&model, prompts, lengths, NULL, 3, &options, host, NULL);
-        for (int b = 0; b < 3; b++) {
-            EXPECT(device[b].length > 3, "%s row %d: %d tokens (the test wants steps past the host's)", models[m], b,
-                   device[b].length);
-            EXPECT(device[b].length == host[b].length && device[b].stop == host[b].stop &&
-                       !memcmp(device[b].tokens, host[b].tokens, device[b].length * sizeof(int)) &&
-                       !memcmp(device[b].logprobs, host[b].logprobs, device[b].length * sizeof(float)),
-                   "%s row %d: greedy tokens or log-probs differ from the host sampler's", models[m], b);
-            for (int t = 0; t < device[b].length; t++)
-                EXPECT(device[b].sampling_logprobs[t] == 0.0f && device[b].logprobs[t] < 0.0f, "%s row %d step %d",
-                       models[m], b, t);
-            generated_row_free(&device[b]), generated_row_free(&host[b]);
+    // all greedy (model_last_greedy); greedy beside top-k rows, one with top-p after it
+    // (model_last_candidates)
+    const SamplerConfig all_greedy[3] = {{.temperature = 0.0f}, {.temperature = 0.0f}, {.temperature = 0.0f}};
+    const SamplerConfig top_k[3] = {{.temperature = 0.8f, .top_k = 5},
+                                    {.temperature = 0.0f},
+                                    {.temperature = 1.3f, .top_k = 12, .top_p = 0.8f}};
+    const SamplerConfig *configs[2] = {all_greedy, top_k};
+    for (int m = 0; m < 2; m++)
+        for (int c = 0; c < 2; c++) {
+            Model model;
+            load(&model, models[m]);
+            int p0[] = {5, 9, 17, 3, 44, 2, 8}, p1[] = {60, 61}, p2[] = {7, 8, 9};
+            const int *prompts[] = {p0, p1, p2};
+            int lengths[] = {7, 2, 3}, stop_token = 3;
+            uint64_t seeds[] = {11, 12, 13};
+            // min_new_tokens: its first 3 steps mask the stop token on the host, the rest not
+            GenerateOptions options = {.row_samplers = configs[c], .row_seeds = seeds, .max_new_tokens = 12,
+                                       .stop_tokens = &stop_token, .num_stop_tokens = 1, .min_new_tokens = 3};
+            GeneratedRow device[3], host[3];
+            generate(&model, prompts, lengths, NULL, 3, &options, device, NULL);
+            options.top_logprobs = 1; // the host reads every step's logits
+            generate(&model, prompts, lengths, NULL, 3, &options, host, NULL);
+            for (int b = 0; b < 3; b++) {
+                EXPECT(device[b].length > 3, "%s config %d row %d: %d tokens (the test wants steps past the host's)",
+                       models[m], c, b, device[b].length);
+                EXPECT(device[b].length == host[b].length && device[b].stop == host[b].stop &&
+                           !memcmp(device[b].tokens, host[b].tokens, device[b].length * sizeof(int)) &&
+                           !memcmp(device[b].logprobs, host[b].logprobs, device[b].length * sizeof(float)) &&
+                           !memcmp(device[b].sampling_logprobs, host[b].sampling_logprobs,
+                                   device[b].length * sizeof(float)),
+                       "%s config %d row %d: tokens or log-probs differ from the host sampler's", models[m], c, b);
+                for (int t = 0; t < device[b].length; t++)
+                    EXPECT(device[b].logprobs[t] < 0.0f && (configs[c][b].temperature > 0.0f) ==
+                                                             (device[b].sampling_logprobs[t] != 0.0f),
+                           "%s config %d row %d step %d", models[m], c, b, t);
+                generated_row_free(&device[b]), generated_row_free(&host[b]);
+            }
+            // The candidates themselves, after a forward of the three prompts: each row's
+            // tokens at or above its k-th largest scaled logit, from the copied logits.
+            const int V = model.config.vocab_size, capacity = 40;
+            int tokens[3 * 7] = {0}, row_start[3];
+            for (int b = 0; b < 3; b++) {
+                row_start[b] = 7 - lengths[b];
+                memcpy(tokens + b * 7 + row_start[b], prompts[b], lengths[b] * sizeof(int));
+            }
+            KvCache cache;
+            kv_cache_init(&cache, &model, 3, 8);
+            ModelBatch batch = {.B = 3, .T = 7, .tokens = tokens, .row_start = row_start};
+            model_forward_cached(&model, &batch, &cache);
+            const float inverse[3] = {1.0f / 0.8f, 1.0f, 1.0f / 1.3f};
+            const int ks[3] = {5, 1, 12};
+            int counts[3], ids[3 * 40];
+            float values[3 * 40], *logits = xmalloc((size_t)3 * V * sizeof(float));
+            double lse[3];
+            EXPECT(model_last_candidates(&model, inverse, ks, capacity, counts, ids, values, lse),
+                   "%s: candidates fit", models[m]);
+            model_last_logits(&model, logits);
+            for (int b = 0; b < 3; b++) {
+                const float *row = logits + (long)b * V;
+                int at = 0;
+                float *sorted = xmalloc(V * sizeof(float));
+                for (int v = 0; v < V; v++) sorted[v] = row[v] * inverse[b];
+                qsort(sorted, V, sizeof(float), compare_floats_descending);
+                for (int v = 0; v < V; v++)
+                    if (row[v] * inverse[b] >= sorted[ks[b] - 1]) {
+                        EXPECT(at < counts[b] && ids[b * capacity + at] == v && values[b * capacity + at] == row[v],
+                               "%s row %d: candidate %d", models[m], b, v);
+                        at++;
+                    }
+                EXPECT(at == counts[b] && counts[b] >= ks[b], "%s row %d: %d candidates, %d expected", models[m], b,
+                       counts[b], at);
+                double max = row[0], sum = 0;
+                for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
+                for (int v = 0; v < V; v++) sum += exp((double)(row[v] - (float)max));
+                EXPECT(lse[b] == (float)max + log(sum), "%s row %d: log-normaliser %.17g", models[m], b, lse[b]);
+                free(sorted);
+            }
+            EXPECT(!model_last_candidates(&model, inverse, ks, 4, counts, ids, values, lse),
+                   "%s: 12 candidates in room for 4", models[m]);
+            free(logits);
+            kv_cache_free(&cache, &model);
+            model_free(&model);
         }
-        model_free(&model);
-    }
 }
 
 static void test_stop_tokens_and_lengths(void) {
@@ -595,7 +659,7 @@ int main(void) {
     RUN(test_shared_prefill);
     RUN(test_per_row_settings);
     RUN(test_top_logprobs);
-    RUN(test_greedy_on_device_matches_host_sampler);
+    RUN(test_logits_left_on_device_match_host_sampler);
     RUN(test_stop_tokens_and_lengths);
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);

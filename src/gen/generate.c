@@ -161,17 +161,40 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             token_mask_scratch_init(&mask[b], options->token_trie);
         }
     }
-    // Greedy rows with nothing that reads their logits on the host (a constraint, the top
-    // log-probs, min_new_tokens' masking of the stop tokens) take their token and its log-prob
-    // from model_last_greedy: B numbers come from the backend instead of B x V logits (12.6 MB
-    // a step at batch 64 of a 49k vocabulary, and a pass of double exponentials per row).
-    bool all_greedy = !options->constraint && top_count == 0;
+    // Rows with nothing that reads their logits on the host (a constraint, the top log-probs,
+    // min_new_tokens' masking of the stop tokens) leave them where the model computed them:
+    // greedy rows take their token and its log-prob from model_last_greedy, and rows sampled
+    // with top-k (greedy ones beside them as top-k 1) their top-k candidates and
+    // log-normaliser from model_last_candidates, instead of the B x V logits (12.6 MB a step
+    // at batch 64 of a 49k vocabulary) and a pass over each on the host. Rows sampled
+    // without top-k need the whole row.
+    const bool host_reads_logits = options->constraint || top_count > 0;
+    bool all_greedy = !host_reads_logits, by_candidates = !host_reads_logits;
+    int largest_k = 1;
+    float *inverse_temperature = xmalloc((size_t)B * sizeof(float));
+    int *candidate_k = xmalloc((size_t)B * sizeof(int));
     for (int b = 0; b < B; b++) {
         const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
-        all_greedy = all_greedy && sampler->temperature <= 0.0f;
+        const bool greedy = sampler->temperature <= 0.0f;
+        all_greedy = all_greedy && greedy;
+        by_candidates = by_candidates && (greedy || (sampler->top_k > 0 && sampler->top_k < V));
+        inverse_temperature[b] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
+        candidate_k[b] = greedy ? 1 : sampler->top_k;
+        if (candidate_k[b] > largest_k) largest_k = candidate_k[b];
     }
+    // Room for ties at the k-th largest; a step with more falls back to the whole logits.
+    const int candidate_capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
     int *greedy_tokens = all_greedy ? xmalloc((size_t)B * sizeof(int)) : NULL;
     float *greedy_logprobs = all_greedy ? xmalloc((size_t)B * sizeof(float)) : NULL;
+    int *candidate_counts = NULL, *candidate_ids = NULL;
+    float *candidate_values = NULL;
+    double *candidate_lse = NULL;
+    if (by_candidates && !all_greedy) {
+        candidate_counts = xmalloc((size_t)B * sizeof(int));
+        candidate_ids = xmalloc((size_t)B * candidate_capacity * sizeof(int));
+        candidate_values = xmalloc((size_t)B * candidate_capacity * sizeof(float));
+        candidate_lse = xmalloc((size_t)B * sizeof(double));
+    }
     bool *done = xcalloc((size_t)B, sizeof(bool));
     SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
     for (int b = 0; b < B; b++) sampler_scratch_init(&scratch[b], V);
@@ -206,9 +229,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     int remaining = B;
     for (int step = 0; step < max_new && remaining > 0; step++) {
         // (the first step's logits are the prefill's, above)
-        const bool on_device = all_greedy && step > 0 && (step >= options->min_new_tokens || options->num_stop_tokens == 0);
+        const bool unmasked = step >= options->min_new_tokens || options->num_stop_tokens == 0;
+        const bool on_device = all_greedy && step > 0 && unmasked;
+        bool on_candidates = candidate_counts && step > 0 && unmasked;
         if (on_device) model_last_greedy(model, greedy_tokens, greedy_logprobs);
-        else if (step > 0) model_last_logits(model, logits);
+        else if (on_candidates)
+            on_candidates = model_last_candidates(model, inverse_temperature, candidate_k, candidate_capacity,
+                                                  candidate_counts, candidate_ids, candidate_values, candidate_lse);
+        if (step > 0 && !on_device && !on_candidates) model_last_logits(model, logits);
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
@@ -223,6 +251,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
+            if (on_candidates) {
+                const long first = (long)b * candidate_capacity;
+                picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first, candidate_counts[b],
+                                                 candidate_lse[b], sampler, u, &scratch[b]);
+                generated_row_append(&out[b], NULL, V, picked); // (no top log-probs to record)
+                next[b] = picked.token;
+                continue;
+            }
             if (options->constraint &&
                 !options->mask_every_token &&
                 token_mask_pick_greedy(options->token_trie, options->constraint, &json[b], options->stop_tokens,
@@ -292,7 +328,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
     for (int b = 0; json && b < B; b++) token_mask_scratch_free(&mask[b]);
     free(json), free(mask);
-    free(greedy_tokens), free(greedy_logprobs);
+    free(greedy_tokens), free(greedy_logprobs), free(inverse_temperature), free(candidate_k);
+    free(candidate_counts), free(candidate_ids), free(candidate_values), free(candidate_lse);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits), free(limit);
     kv_cache_free(&cache, model);
 }

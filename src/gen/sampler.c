@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "ops/sampling_key.h"
 
 void sampler_scratch_init(SamplerScratch *scratch, int vocab_size) {
     scratch->vocab_size = vocab_size;
@@ -34,23 +35,13 @@ static double log_sum_exp(const float *x, int n) {
     return max_value + log(sum);
 }
 
-// A float's key for sorting in descending order as unsigned integers: a larger float gets
-// a smaller key, and -0 the key of +0 (they compare equal as floats).
-static uint32_t descending_key(float x) {
-    if (x == 0.0f) x = 0.0f;
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-    return ~ascending;
-}
-
 // Sorts the token ids indices[0..count) (ascending on entry) by their values, the largest
 // first, ties by ascending id: four stable counting passes over the keys' bytes, least
 // significant first, so that ties keep the ids' order. Was qsort_r with a comparator: ~20 ms
 // for a 49k vocabulary on one core, more than a SmolLM2-135M decode step; this is ~1 ms.
 static void sort_descending(int *indices, int count, const float *values, SamplerScratch *s) {
     uint32_t *keys = s->sort_keys;
-    for (int i = 0; i < count; i++) keys[indices[i]] = descending_key(values[indices[i]]);
+    for (int i = 0; i < count; i++) keys[indices[i]] = sampling_descending_key(values[indices[i]]);
     int *from = indices, *to = s->order;
     for (int shift = 0; shift < 32; shift += 8) {
         int offsets[257] = {0};
@@ -144,11 +135,12 @@ int sampler_argmax(const float *logits, int V) {
     return best;
 }
 
-SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
-                          SamplerScratch *scratch) {
+// sampler_pick's choice, with the log-normaliser of the model's whole row given: the
+// logits may be a row's candidates only (sampler_pick_candidates), token an index into them.
+static SampledToken pick(const float *logits, int V, const SamplerConfig *config, double uniform,
+                         SamplerScratch *scratch, double lse) {
     CHECK(scratch->vocab_size >= V, "sampler scratch too small");
     SampledToken out = {0};
-    double lse = log_sum_exp(logits, V);
     if (config->temperature <= 0.0f) {
         const int best = sampler_argmax(logits, V);
         out.token = best;
@@ -172,6 +164,21 @@ SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *confi
     out.token = chosen;
     out.logprob = (float)(logits[chosen] - lse);
     out.sampling_logprob = (float)(scratch->values[chosen] - log_normaliser);
+    return out;
+}
+
+SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
+                          SamplerScratch *scratch) {
+    return pick(logits, V, config, uniform, scratch, log_sum_exp(logits, V));
+}
+
+// Every token the full row's top-k keeps is a candidate, and only those: the k-th largest of
+// the candidates is the row's, so top-k keeps them all again, top-p sees the same set, and
+// the walk in id order is the walk in candidate order.
+SampledToken sampler_pick_candidates(const float *values, const int *ids, int count, double lse,
+                                     const SamplerConfig *config, double uniform, SamplerScratch *scratch) {
+    SampledToken out = pick(values, count, config, uniform, scratch, lse);
+    out.token = ids[out.token];
     return out;
 }
 

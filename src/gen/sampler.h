@@ -39,6 +39,13 @@ int sampler_argmax(const float *logits, int V);
 SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
                           SamplerScratch *scratch);
 
+// sampler_pick on a row of which only its top-k candidates are given (model_last_candidates:
+// ids ascending, their raw logits, count of them) and the whole row's log-normaliser lse:
+// the same token and log-probs as sampler_pick on the whole row. config->top_k must be the
+// one the candidates were chosen by (1 for a greedy row).
+SampledToken sampler_pick_candidates(const float *values, const int *ids, int count, double lse,
+                                     const SamplerConfig *config, double uniform, SamplerScratch *scratch);
+
 // log softmax(logits)[token] (the model's own log-prob of a token sampled from a masked
 // copy of the logits), summed in double.
 float sampler_logprob(const float *logits, int V, int token);

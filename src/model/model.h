@@ -80,6 +80,13 @@ typedef struct {
     float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
     float *last_logits;         // [capacity_B, V]: their logits (with an LM head)
     float *last_lse;            // [capacity_B]: their log-sum-exps (model_last_greedy)
+    // model_last_candidates' inputs and outputs in the backend's memory, allocated on first
+    // use for candidate_capacity candidates a row: [capacity_B] (ids and values: [capacity_B,
+    // candidate_capacity])
+    int candidate_capacity;
+    float *candidate_inverse, *candidate_values;
+    int *candidate_top_k, *candidate_counts, *candidate_ids;
+    double *candidate_lse;
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
     // backward scratch
@@ -394,6 +401,16 @@ void model_last_logits(Model *model, float *logits);
 // temperature 0 on model_last_logits' row; on the GPU the log-prob's sum runs in another
 // order (ops/cuda/logprob_rows.cuh).
 void model_last_greedy(Model *model, int *tokens, float *logprobs);
+// After a forward: what a sampler with top-k needs of each row's last-slot logits, found
+// where the logits are (the backend's sampling_candidates) so that only that comes to the
+// host: the tokens whose logit scaled by inv_temperature[b] is at least the top_k[b]-th
+// largest (0 < top_k[b] < V; ties all in; top_k 1 and inv_temperature 1 for a greedy row),
+// ascending id, counts[b] of them at ids and values + b * capacity (their raw logits), and
+// lse[b], the whole row's log-normaliser (sampler_pick_candidates takes all three). Returns
+// false, with nothing defined, when a row has more than `capacity` candidates (ties): the
+// caller then takes model_last_logits.
+bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,
+                           int *ids, float *values, double *lse);
 
 // Number of parameters (the whole table).
 long model_num_params(const Model *model);

@@ -138,6 +138,8 @@ static void activations_free(Model *model) {
     void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
                        a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
                        a->last_logits, a->last_lse,
+                       a->candidate_inverse, a->candidate_values, a->candidate_top_k, a->candidate_counts,
+                       a->candidate_ids, a->candidate_lse,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dqkv,
@@ -1001,6 +1003,40 @@ void model_last_greedy(Model *model, int *tokens, float *logprobs) {
                          model->config.vocab_size);
     ops->copy_to_host(tokens, a->top1_device, (size_t)a->B * sizeof(int));
     ops->copy_to_host(logprobs, a->logp_device, (size_t)a->B * sizeof(float));
+}
+
+bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,
+                           int *ids, float *values, double *lse) {
+    last_slot_logits(model);
+    Activations *a = &model->acts;
+    const OpsBackend *ops = model->ops;
+    const int B = a->B;
+    if (capacity != a->candidate_capacity) { // (one capacity for a whole generate call)
+        void *old[] = {a->candidate_inverse, a->candidate_values, a->candidate_top_k,
+                       a->candidate_counts,  a->candidate_ids,    a->candidate_lse};
+        for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+            if (old[i]) ops->free(old[i]);
+        const size_t rows = (size_t)a->capacity_B;
+        a->candidate_inverse = ops->alloc(rows * sizeof(float));
+        a->candidate_top_k = ops->alloc(rows * sizeof(int));
+        a->candidate_counts = ops->alloc(rows * sizeof(int));
+        a->candidate_lse = ops->alloc(rows * sizeof(double));
+        a->candidate_ids = ops->alloc(rows * capacity * sizeof(int));
+        a->candidate_values = ops->alloc(rows * capacity * sizeof(float));
+        a->candidate_capacity = capacity;
+    }
+    ops->copy_to_device(a->candidate_inverse, inv_temperature, (size_t)B * sizeof(float));
+    ops->copy_to_device(a->candidate_top_k, top_k, (size_t)B * sizeof(int));
+    ops->sampling_candidates(a->candidate_counts, a->candidate_ids, a->candidate_values, a->candidate_lse,
+                             a->last_logits, a->candidate_inverse, a->candidate_top_k, B, model->config.vocab_size,
+                             capacity);
+    ops->copy_to_host(counts, a->candidate_counts, (size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++)
+        if (counts[b] > capacity) return false;
+    ops->copy_to_host(lse, a->candidate_lse, (size_t)B * sizeof(double));
+    ops->copy_to_host(ids, a->candidate_ids, (size_t)B * capacity * sizeof(int));
+    ops->copy_to_host(values, a->candidate_values, (size_t)B * capacity * sizeof(float));
+    return true;
 }
 
 void model_logits_row(Model *model, int i, float *out) {

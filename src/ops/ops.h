@@ -411,6 +411,16 @@ typedef struct OpsBackend {
     // then the argmax's log-prob (greedy decoding's step, model_last_greedy).
     void (*logprob_forward)(float *logp, float *lse, int *top1, float *entropy,
                             const float *logits, const int *targets, int N, int V);
+    // What sampling needs of each row i of logits [N, V], so that only that comes to the host
+    // (gen/generate.c, model_last_candidates): with scaled[v] = logits[i][v] * inv_temperature[i],
+    // the tokens whose scaled logit is at least the top_k[i]-th largest (0 < top_k[i] < V;
+    // ties all in), by the order of ops/sampling_key.h: counts[i] of them and, when
+    // counts[i] <= capacity, their ids ascending and their raw logits at ids and values +
+    // i * capacity; lse[i] = max + log(sum_v exp((double)(logits[i][v] - max))), the
+    // sampler's log-normaliser, in fp64 (the CPU's bit for bit; the GPU's from fp32
+    // exponentials, ~1e-7 from it, as its logprob_forward's).
+    void (*sampling_candidates)(int *counts, int *ids, float *values, double *lse, const float *logits,
+                                const float *inv_temperature, const int *top_k, int N, int V, int capacity);
     // Overwrites logits with d(loss)/d(logits) where loss = sum_i dlogp[i]*logp[i]
     // + dentropy[i]*entropy[i] (either may be NULL). softcap > 0: the logits are
     // cap * tanh(raw / cap) (soft_cap_forward), and the gradient is the raw logits' one,

@@ -1971,19 +1971,27 @@ static void test_lora_models(void) {
     }
 }
 
-// Greedy generation on the GPU (KV cache in GPU memory): the log-probs it reports for its
-// own tokens agree with a CPU forward over the same tokens. Row 3 repeats row 0's prompt, so
-// the two share one prefill and row 3's cache rows are copied on the device.
-static void test_generation_on_gpu(void) {
+// Generation on the GPU (KV cache in GPU memory): the log-probs it reports for its own
+// tokens agree with a CPU forward over the same tokens. Row 3 repeats row 0's prompt, so
+// the two share one prefill and row 3's cache rows are copied on the device. Greedy (each
+// step's tokens from the log-prob kernel's argmax, model_last_greedy), then rows sampled
+// with top-k beside a greedy one (each step's candidates from the device,
+// model_last_candidates).
+static void check_generation_on_gpu(const char *label, const SamplerConfig *samplers) {
     Model mc, mg;
     load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
     const int B = 4, new_tokens = 12;
     int p0[] = {5, 17, 300, 41, 9}, p1[] = {77, 12}, p2[] = {1, 2, 3, 4, 5, 6, 7, 8};
     const int *prompts[] = {p0, p1, p2, p0};
     int lengths[] = {5, 2, 8, 5};
-    GenerateOptions gen = {.sampler = {.temperature = 0.0f}, .max_new_tokens = new_tokens};
+    GenerateOptions gen = {.row_samplers = samplers, .max_new_tokens = new_tokens, .seed = 3};
     GeneratedRow rows[4];
     generate(&mg, prompts, lengths, NULL, B, &gen, rows, NULL);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < rows[b].length; j++)
+            EXPECT((samplers[b].temperature > 0.0f) == (rows[b].sampling_logprobs[j] != 0.0f) &&
+                       rows[b].sampling_logprobs[j] <= 0.0f,
+                   "%s row %d step %d: sampling log-prob %g", label, b, j, rows[b].sampling_logprobs[j]);
     double worst = 0;
     for (int b = 0; b < B; b++) {
         int T = lengths[b] + rows[b].length;
@@ -2002,10 +2010,21 @@ static void test_generation_on_gpu(void) {
         free(tokens), free(targets), free(logp);
         generated_row_free(&rows[b]);
     }
-    printf("# %-34s %.3e (tolerance 5e-2 abs)\n", "generation logprobs vs CPU forward", worst);
-    EXPECT(worst <= 5e-2, "generated log-probs differ from the CPU forward by %.3e", worst);
+    printf("# %-34s %.3e (tolerance 5e-2 abs)\n", label, worst);
+    EXPECT(worst <= 5e-2, "%s: generated log-probs differ from the CPU forward by %.3e", label, worst);
     model_free(&mc);
     model_free(&mg);
+}
+
+static void test_generation_on_gpu(void) {
+    const SamplerConfig greedy[4] = {{.temperature = 0.0f}, {.temperature = 0.0f}, {.temperature = 0.0f},
+                                     {.temperature = 0.0f}};
+    const SamplerConfig top_k[4] = {{.temperature = 0.8f, .top_k = 50},
+                                    {.temperature = 0.0f},
+                                    {.temperature = 1.2f, .top_k = 20, .top_p = 0.9f},
+                                    {.temperature = 1.0f, .top_k = 5}};
+    check_generation_on_gpu("greedy logprobs vs CPU forward", greedy);
+    check_generation_on_gpu("top-k logprobs vs CPU forward", top_k);
 }
 
 // Continuous batching on the GPU (serve's path): sequences join a decoding batch at other

@@ -215,6 +215,7 @@ extern "C" const OpsBackend ops_cuda = {
     .dora_forward = cuda_dora_forward,
     .dora_backward = cuda_dora_backward,
     .logprob_forward = cuda_logprob_forward,
+    .sampling_candidates = cuda_sampling_candidates,
     .logprob_backward = cuda_logprob_backward,
     .soft_cap_forward = cuda_soft_cap_forward,
     .collision_entropy_forward = cuda_collision_entropy_forward,

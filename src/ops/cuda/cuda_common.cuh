@@ -308,6 +308,10 @@ void cuda_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
 void cuda_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                            const int *targets, const float *lse, int N, int V, float softcap);
+
+// ---- sampling.cu ----
+void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
+                              const float *inv_temperature, const int *top_k, int N, int V, int capacity);
 void cuda_soft_cap_forward(float *x, long n, float cap);
 void cuda_value_head_forward(float *values, const float *hidden, const float *weight, int N,
                              int C);

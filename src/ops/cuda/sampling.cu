@@ -1,0 +1,13 @@
+// Sampling's candidates on the GPU (ops.h's sampling_candidates; the kernel in
+// sampling_rows.cuh): a sampled decode step copies each row's top-k tokens and
+// log-normaliser to the host instead of its whole row of logits.
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/sampling_rows.cuh"
+
+void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
+                              const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
+    if (N == 0) return;
+    sampling_rows::candidates_kernel<<<N, sampling_rows::THREADS, sampling_rows::SHARED_BYTES>>>(
+        counts, ids, values, lse, logits, inv_temperature, top_k, V, capacity);
+    CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,95 @@
+// Sampling's candidates over rows of logits (sampling.cu; ops.h's sampling_candidates): one
+// block of THREADS threads per row. Written once for nvcc and for the CPU emulation
+// (cpu_emulation.h), which runs it in tests/test_sampling_emulated.cpp against the CPU op
+// (ops/cpu/sampling.c): the same ids and logits, the log-normaliser to ~1e-7.
+//
+// The top_k-th smallest key (ops/sampling_key.h) is found by a binary search over the 32-bit
+// keys, each step a pass over the row and a block sum of counts: 32 passes of a row that
+// stays in the caches, no atomics and no sort, so that the result cannot depend on the
+// threads' timing. The candidates are then written in id order: each thread takes a
+// contiguous piece of the row and writes its own after the pieces before it.
+#pragma once
+#include <math.h>
+
+#include "ops/cuda/device_primitives.cuh"
+#include "ops/sampling_key.h"
+
+namespace sampling_rows {
+
+enum { THREADS = 512, WARPS = THREADS / 32 };
+// Shared memory: the block sums' slots (WARPS doubles, or ints), then one count a thread.
+enum { SHARED_BYTES = WARPS * sizeof(double) + THREADS * sizeof(int) };
+
+// The block's largest value, every thread getting it (slots: WARPS floats; a barrier first
+// guards them against the previous call's readers).
+DEVICE_INLINE float block_max_over(float value, float *slots) {
+    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
+    __syncthreads();
+    float largest = slots[0];
+    for (int w = 1; w < WARPS; w++) largest = fmaxf(largest, slots[w]);
+    return largest;
+}
+
+static __global__ void __launch_bounds__(THREADS)
+    candidates_kernel(int *counts, int *ids, float *values, double *lse, const float *logits,
+                      const float *inv_temperature, const int *top_k, int V, int capacity) {
+    DYNAMIC_SHARED(shared);
+    double *double_slots = reinterpret_cast<double *>(shared);
+    int *int_slots = reinterpret_cast<int *>(shared);
+    float *float_slots = reinterpret_cast<float *>(shared);
+    int *thread_counts = reinterpret_cast<int *>(shared + WARPS * sizeof(double));
+    const long row = blockIdx.x;
+    const float *z = logits + row * V;
+    const float inverse = inv_temperature[row];
+    const int k = top_k[row];
+
+    // The log-normaliser: the row's maximum, then fp32 exponentials summed in fp64, as
+    // logprob_rows.cuh (the CPU's exponentials are fp64; an fp64 exp here is a called
+    // routine whose frame ptxas puts on the stack, which the build refuses).
+    float max = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += THREADS) max = fmaxf(max, z[v]);
+    max = block_max_over(max, float_slots);
+    double sum = 0.0;
+    for (int v = threadIdx.x; v < V; v += THREADS) sum += (double)expf(z[v] - max);
+    sum = block_sum_over(sum, double_slots, WARPS);
+
+    // The smallest key that at least k of the row's scaled logits have or are under.
+    uint32_t low = 0, high = 0xffffffffu;
+    while (low < high) {
+        const uint32_t middle = low + (high - low) / 2;
+        int at_or_under = 0;
+        for (int v = threadIdx.x; v < V; v += THREADS) at_or_under += sampling_descending_key(z[v] * inverse) <= middle;
+        if (block_sum_over(at_or_under, int_slots, WARPS) >= k) high = middle;
+        else low = middle + 1;
+    }
+    const uint32_t threshold = low;
+
+    // Each thread's piece [first, last): its candidates go after those of the pieces before.
+    const int piece = (V + THREADS - 1) / THREADS;
+    const int first = (int)threadIdx.x * piece < V ? (int)threadIdx.x * piece : V;
+    const int last = first + piece < V ? first + piece : V;
+    int mine = 0;
+    for (int v = first; v < last; v++) mine += sampling_descending_key(z[v] * inverse) <= threshold;
+    thread_counts[threadIdx.x] = mine;
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int t = 0; t < THREADS; t++) {
+        if (t < (int)threadIdx.x) before += thread_counts[t];
+        total += thread_counts[t];
+    }
+    if (total <= capacity)
+        for (int v = first, at = before; v < last; v++)
+            if (sampling_descending_key(z[v] * inverse) <= threshold) {
+                ids[row * capacity + at] = v;
+                values[row * capacity + at] = z[v];
+                at++;
+            }
+    if (threadIdx.x == 0) {
+        counts[row] = total;
+        lse[row] = max + log(sum);
+    }
+}
+
+} // namespace sampling_rows

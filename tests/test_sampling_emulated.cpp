@@ -1,0 +1,92 @@
+// The CUDA kernel of sampling's candidates (src/ops/cuda/sampling_rows.cuh) on CPU threads
+// through src/ops/cuda/cpu_emulation.h, against the CPU op (ops/cpu/sampling.c): each row's
+// count, candidate ids and logits bit for bit, and its log-normaliser within 1e-6 (fp32
+// exponentials on the GPU, fp64 on the CPU). Rows: plain random logits at several
+// temperatures and k; logits on a coarse grid, so that the k-th largest is tied (every tie
+// is in); -0 beside +0 at the threshold; -inf logits; k = 1 (greedy: the maxima); k = V - 1;
+// fewer logits than the block has threads; and a capacity smaller than a row's count (only
+// the count is defined then).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+#include "ops/ops.h"
+}
+#include "emulated_test.h"
+#include "ops/cuda/sampling_rows.cuh"
+#include "test.h"
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static void check_rows(const char *what, const std::vector<float> &logits, int V, const std::vector<float> &inverse,
+                       const std::vector<int> &top_k, int capacity) {
+    const int N = (int)top_k.size();
+    std::vector<int> counts(N, -1), want_counts(N, -1), ids((size_t)N * capacity, -7), want_ids((size_t)N * capacity, -7);
+    std::vector<float> values((size_t)N * capacity, -7.0f), want_values((size_t)N * capacity, -7.0f);
+    std::vector<double> lse(N), want_lse(N);
+    emulation::launch({(unsigned)N, 1, 1}, sampling_rows::THREADS, sampling_rows::SHARED_BYTES, [&] {
+        sampling_rows::candidates_kernel(counts.data(), ids.data(), values.data(), lse.data(), logits.data(),
+                                         inverse.data(), top_k.data(), V, capacity);
+    });
+    ops_cpu.sampling_candidates(want_counts.data(), want_ids.data(), want_values.data(), want_lse.data(), logits.data(),
+                                inverse.data(), top_k.data(), N, V, capacity);
+    for (int i = 0; i < N; i++) {
+        EXPECT(counts[i] == want_counts[i], "%s row %d: %d candidates, CPU %d", what, i, counts[i], want_counts[i]);
+        EXPECT(want_counts[i] >= top_k[i], "%s row %d: %d candidates for k %d", what, i, want_counts[i], top_k[i]);
+        EXPECT(want_counts[i] > capacity || // (then only the count is defined)
+                   (!memcmp(&ids[(size_t)i * capacity], &want_ids[(size_t)i * capacity], capacity * sizeof(int)) &&
+                    !memcmp(&values[(size_t)i * capacity], &want_values[(size_t)i * capacity], capacity * sizeof(float))),
+               "%s row %d: other candidates than the CPU's", what, i);
+        EXPECT_CLOSE(lse[i], want_lse[i], 1e-6, 1e-7, what);
+        // The CPU's own definition, checked directly: the k-th largest scaled logit, ties in.
+        if (want_counts[i] > capacity) continue;
+        std::vector<float> scaled(V);
+        for (int v = 0; v < V; v++) scaled[v] = logits[(size_t)i * V + v] * inverse[i];
+        std::vector<float> sorted = scaled;
+        std::sort(sorted.begin(), sorted.end(), [](float a, float b) { return a > b; });
+        const float threshold = sorted[top_k[i] - 1];
+        int at = 0;
+        for (int v = 0; v < V; v++)
+            if (scaled[v] >= threshold) {
+                EXPECT(at < want_counts[i] && want_ids[(size_t)i * capacity + at] == v, "%s row %d: id %d", what, i, v);
+                at++;
+            }
+        EXPECT(at == want_counts[i], "%s row %d: %d at or over the k-th largest, %d candidates", what, i, at,
+               want_counts[i]);
+    }
+}
+
+static void test_candidates(void) {
+    const int sizes[] = {40, 1001, 5000};
+    for (int V : sizes) {
+        const int N = 6;
+        std::vector<float> logits = random_floats(rng, (long)N * V, 8.0f);
+        // row 1: a coarse grid (ties at every k); row 2: zeros of both signs at the top, -inf
+        // elsewhere in places; row 3: a tie of the largest (k = 1 keeps both)
+        for (int v = 0; v < V; v++) logits[(size_t)V + v] = (float)((int)(logits[(size_t)V + v] * 2)) / 2.0f;
+        for (int v = 0; v < V; v++) {
+            float &x = logits[2 * (size_t)V + v];
+            x = v % 3 == 0 ? -INFINITY : -fabsf(x) - 1.0f;
+            if (v % 5 == 1) x = v % 2 ? -0.0f : 0.0f;
+        }
+        logits[3 * (size_t)V + V / 2] = logits[3 * (size_t)V + V - 1] = 20.0f;
+        const std::vector<float> inverse = {1.0f, 1.0f / 0.8f, 1.0f, 1.0f, 1.0f / 1.7f, 2.0f};
+        const int k_large = V - 1;
+        std::vector<int> top_k = {50 < V ? 50 : 5, 7, 3, 1, k_large, 1};
+        char what[64];
+        snprintf(what, sizeof what, "V %d", V);
+        check_rows(what, logits, V, inverse, top_k, V);
+        snprintf(what, sizeof what, "V %d capacity 8", V);
+        check_rows(what, logits, V, inverse, top_k, 8);
+    }
+}
+
+int main(void) {
+    RUN(test_candidates);
+    TEST_EXIT();
+}
