@@ -5,6 +5,7 @@ A Llama model built from its config (random weights, cast to --dtype) runs greed
 model.generate() with the KV cache on random [B, P] prompts for exactly N new tokens, after one
 untimed warm-up generate. The prefill alone (one forward over the prompt) is timed separately;
 decode_tokens_per_s = B * N / (total_s - prefill_s). Prints one JSON line on stdout.
+--temperature T (> 0) samples instead, with --top-k (0: off), as bench/decode.c does.
 """
 import argparse
 import json
@@ -37,10 +38,14 @@ def run(args, device, result):
         sync(device)
         return time.perf_counter() - t0, out
 
+    sampling = {"do_sample": False}
+    if args.temperature > 0:
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_k": args.top_k, "top_p": 1.0}
+
     def generate():
         return model.generate(ids, attention_mask=mask, max_new_tokens=args.new_tokens,
-                              min_new_tokens=args.new_tokens, do_sample=False, use_cache=True,
-                              pad_token_id=0, eos_token_id=None)
+                              min_new_tokens=args.new_tokens, use_cache=True,
+                              pad_token_id=0, eos_token_id=None, **sampling)
 
     def prefill():
         with torch.no_grad():
@@ -68,6 +73,8 @@ def main():
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
                     help="inference dtype of the weights")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--top-k", type=int, default=0, help="with --temperature: 0 is off")
     args = ap.parse_args()
     if min(args.batch, args.prompt_len, args.new_tokens) < 1:
         ap.error("--batch, --prompt-len and --new-tokens must be >= 1")
@@ -75,7 +82,8 @@ def main():
     torch.manual_seed(1234)
     device = torch.device(args.device)
     result = {"impl": "transformers-generate", "shape": args.shape, "batch": args.batch,
-              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "dtype": args.dtype}
+              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "dtype": args.dtype,
+              "temperature": args.temperature, "top_k": args.top_k}
     try:
         run(args, device, result)
     except torch.cuda.OutOfMemoryError as e:

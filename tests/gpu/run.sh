@@ -330,13 +330,14 @@ if [ "$bench" = 1 ]; then
         --seq 1024 --steps 10
     [ "$quick" = 1 ] || bench_run 200 "$results" python3 bench/torch_gpu_train_step.py --shape llama1b --batch 8 \
         --seq 1024 --steps 10 --warmup 3 --device cuda --max-grad-norm 0
-    # Decoding: the quick bench keeps batch 1 of the float weights (a step's products are
-    # matvec_bf16.cuh's since session 47; predicted near Q8_0's rate, 361 tok/s on 2026-12-04).
-    if [ "$quick" = 1 ]; then
-        bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1 --new 128 --prompt 32
-    else
-        bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
-    fi
+    # Decoding with the float weights (a batch-1 step's products are matvec_bf16.cuh's since
+    # session 47; predicted near Q8_0's rate, 361 tok/s on 2026-12-04), greedy: each step's
+    # tokens from the device (model_last_greedy, session 49), where 2026-12-04's copied the
+    # logits; then sampled as PPO's rollouts are (temperature 0.8, top-k 50: the candidates
+    # from the device, model_last_candidates).
+    bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
+    bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 \
+        --temperature 0.8 --top-k 50
     # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
     # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
     for quantize in q8_0 q4_k_m q5_k_m; do
@@ -346,6 +347,8 @@ if [ "$bench" = 1 ]; then
     for batch in 1 64; do
         [ "$quick" = 1 ] || bench_run 200 "$results" python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch \
             --prompt-len 32 --new-tokens 128 --device cuda
+        [ "$quick" = 1 ] || bench_run 200 "$results" python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch \
+            --prompt-len 32 --new-tokens 128 --device cuda --temperature 0.8 --top-k 50
     done
     cat "$results" | tee -a "$log"
     # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.
@@ -393,12 +396,14 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
                  f"q/k/v as three products {rate(three, 'tokens_per_s')}, stores off {rate(unstored, 'tokens_per_s')}) "
                  f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
 for batch in (1, 64):
-    m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32), find("transformers-generate", batch=batch)
+    m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0), find("transformers-generate", batch=batch, temperature=0)
+    sampled = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0.8)
+    sampled_peer = find("transformers-generate", batch=batch, temperature=0.8)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     key = "decode_tokens_per_s"
     parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s "
-                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)})")
+                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=1024, kv_cache=kv)) for kv in ("f32", "f16", "q8_0")]
     parts.append(f"after 1024 prompt tokens B{batch} " +
                  ", ".join(f"{kv} cache {rate(r, key)}" for kv, r in caches) + " tok/s")
