@@ -529,6 +529,32 @@ static bool layer_fuses_qkv(const Model *model, int l, const CacheTarget *target
     return qkv_adjacent(g->q_w, g->k_w, g->v_w, g->q_b, g->k_b, g->v_b, C, q_dim, kv_dim);
 }
 
+// Where a layer does not fuse them (a KV-cache forward, a q/k norm, a query scale, a backend
+// that keeps three products), whether its q, k and v products run as one op with three
+// outputs (ops.h's matmul_forward_parts): float weights side by side, their biases too, no
+// adapter on any of them. The numbers are those of three products; a GPU's decode step
+// launches one product for the three instead of three (its host's time is most of a step).
+static bool layer_takes_qkv_in_parts(const Model *model, int l) {
+    if (model->quantized || lora_adapts(model, l, LORA_Q) || lora_adapts(model, l, LORA_K) ||
+        lora_adapts(model, l, LORA_V))
+        return false;
+    const ModelConfig *cfg = &model->config;
+    const long C = cfg->hidden_size, q_dim = (long)cfg->num_heads * cfg->head_dim;
+    const LayerTensors *w = &model->weights.layers[l];
+    return w->q_w && qkv_adjacent(w->q_w, w->k_w, w->v_w, w->q_b, w->k_b, w->v_b, C, q_dim,
+                                  (long)cfg->num_kv_heads * cfg->head_dim);
+}
+
+// The same for a gated MLP's gate and up products (the table's order: gate, then up), when
+// neither has a bias or an adapter.
+static bool layer_takes_gate_up_in_parts(const Model *model, int l) {
+    const ModelConfig *cfg = &model->config;
+    if (cfg->mlp == MLP_GELU || model->quantized || lora_adapts(model, l, LORA_GATE) || lora_adapts(model, l, LORA_UP))
+        return false;
+    const LayerTensors *w = &model->weights.layers[l];
+    return w->gate_w && !w->up_b && w->up_w == w->gate_w + (long)cfg->intermediate_size * cfg->hidden_size;
+}
+
 // q, k and v (or dq, dk, dv) as the rotary attention ops take them (ops.h): the three
 // buffers the activations point at, or the columns of the rows [N, q | k | v] that a layer
 // which fused their products keeps in the same memory (LayerActivations' qkv, Activations'
@@ -576,19 +602,23 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     if (la->qkv_fused) {
         model_linear_forward(model, la->qkv, la->attn_norm_out, w->q_w, NULL, w->q_b, N, C, q_dim + 2 * kv_dim,
                              model->acts.kernel_rows);
+    } else if (layer_takes_qkv_in_parts(model, l)) {
+        float *outs[3] = {q_proj, k_proj, la->v};
+        const int widths[3] = {q_dim, kv_dim, kv_dim};
+        ops->matmul_forward_parts(outs, widths, 3, la->attn_norm_out, w->q_w, w->q_b, (int)N, C);
     } else {
         model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
         lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
         model_linear_forward(model, k_proj, la->attn_norm_out, w->k_w, quantized ? &quantized->k : NULL, w->k_b, N, C, kv_dim, model->acts.kernel_rows);
         lora_forward(model, l, LORA_K, k_proj, la->attn_norm_out, la->lora_hidden[LORA_K], la->dora_z[LORA_K], N);
-        if (cfg->qk_norm) {
-            ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
-                                 cfg->norm_eps, cfg->norm_weight_plus_one);
-            ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
-                                 cfg->head_dim, cfg->norm_eps, cfg->norm_weight_plus_one);
-        }
         model_linear_forward(model, la->v, la->attn_norm_out, w->v_w, quantized ? &quantized->v : NULL, w->v_b, N, C, kv_dim, model->acts.kernel_rows);
         lora_forward(model, l, LORA_V, la->v, la->attn_norm_out, la->lora_hidden[LORA_V], la->dora_z[LORA_V], N);
+    }
+    if (cfg->qk_norm) { // (never fused)
+        ops->rmsnorm_forward(la->q, la->q_norm_rstd, la->q_raw, w->q_norm_w, (int)(N * cfg->num_heads), cfg->head_dim,
+                             cfg->norm_eps, cfg->norm_weight_plus_one);
+        ops->rmsnorm_forward(la->k, la->k_norm_rstd, la->k_raw, w->k_norm_w, (int)(N * cfg->num_kv_heads),
+                             cfg->head_dim, cfg->norm_eps, cfg->norm_weight_plus_one);
     }
     ops->matmul_input_release();
     const bool rotates = attention_rotates(cfg, target); // q and k stay unrotated in la->q, la->k
@@ -663,11 +693,17 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // a GPU writes them as bf16 from its products.
     const bool gated = cfg->mlp != MLP_GELU;
     if (store) store_mlp_products(ops, la, gated, N * I, false);
-    model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
-    lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
-    if (gated) {
-        model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
-        lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
+    if (layer_takes_gate_up_in_parts(model, l)) {
+        float *outs[2] = {la->gate, la->up};
+        const int widths[2] = {I, I};
+        ops->matmul_forward_parts(outs, widths, 2, la->mlp_norm_out, w->gate_w, NULL, (int)N, C);
+    } else {
+        model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
+        lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
+        if (gated) {
+            model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
+            lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
+        }
     }
     ops->matmul_input_release();
     // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy

@@ -193,6 +193,13 @@ typedef struct OpsBackend {
     // stream again.
     void (*matmul_forward_residual)(float *out, const float *inp, const float *weight, const float *bias,
                                     const float *residual, int N, int IC, int OC);
+    // The product of a weight whose rows are `parts` (at most 3) matrices one after the
+    // other, each part's columns into a buffer of its own: outs[p][N, widths[p]] =
+    // inp[N, IC] . W_p[widths[p], IC]^T (+ its bias: bias NULL, or the parts' biases side by
+    // side). The same numbers as matmul_forward per part; one product where the backend can
+    // (a GPU's decode step: one launch for a layer's q, k and v, one for gate and up).
+    void (*matmul_forward_parts)(float *const *outs, const int *widths, int parts, const float *inp,
+                                 const float *weight, const float *bias, int N, int IC);
     // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a quantized weight [OC, IC] (Q8_0 or
     // Q4_0): below Q8_SGEMM_MIN_ROWS rows each row of inp is quantized to Q8_0 blocks too and
     // each block's integer dot product scaled by both blocks' scales (llama.cpp's Q8_0 x Q8_0

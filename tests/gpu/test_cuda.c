@@ -1707,6 +1707,50 @@ static void test_weight_copy_ranges(void) {
     free(x), free(w), free(out);
 }
 
+// matmul_forward_parts (a layer's q, k and v, or gate and up, from their weights side by
+// side): each part's output the bits of its own matmul_forward on the GPU -- at 1, 5 and 8
+// rows one matvec launch for all the parts, at 40 a cuBLASLt product per part -- with and
+// without the parts' biases, 3 parts and 2; and the CPU's numbers within the bf16 tolerance.
+static void test_matmul_parts(void) {
+    const int IC = 64, widths3[3] = {96, 32, 32}, widths2[2] = {64, 64}, rows[4] = {1, 5, 8, 40};
+    float *w = random_host(160L * IC, 0.2f), *bias = random_host(160, 0.5f);
+    float *d_w = gpu_floats(w, 160L * IC), *d_bias = gpu_floats(bias, 160);
+    char what[96];
+    for (int r = 0; r < 4; r++)
+        for (int shape = 0; shape < 2; shape++)
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                const int N = rows[r], parts = shape == 0 ? 3 : 2;
+                const int *widths = shape == 0 ? widths3 : widths2;
+                float *x = random_host((long)N * IC, 1), *d_x = gpu_floats(x, (long)N * IC);
+                float *d_outs[3], *cpu_outs[3];
+                for (int p = 0; p < parts; p++) {
+                    d_outs[p] = gpu->alloc((size_t)N * widths[p] * 4);
+                    cpu_outs[p] = xmalloc((size_t)N * widths[p] * 4);
+                }
+                const float *b = with_bias ? bias : NULL, *d_b = with_bias ? d_bias : NULL;
+                gpu->matmul_forward_parts(d_outs, widths, parts, d_x, d_w, d_b, N, IC);
+                cpu->matmul_forward_parts(cpu_outs, widths, parts, x, w, b, N, IC);
+                long first = 0;
+                for (int p = 0; p < parts; p++) {
+                    const long n = (long)N * widths[p];
+                    float *got = xmalloc((size_t)n * 4), *alone = xmalloc((size_t)n * 4);
+                    float *d_alone = gpu->alloc((size_t)n * 4);
+                    gpu->matmul_forward(d_alone, d_x, d_w + first * IC, d_b ? d_b + first : NULL, N, IC, widths[p]);
+                    gpu->copy_to_host(got, d_outs[p], (size_t)n * 4);
+                    gpu->copy_to_host(alone, d_alone, (size_t)n * 4);
+                    snprintf(what, sizeof what, "parts: %d rows, part %d of %d%s", N, p, parts, with_bias ? ", bias" : "");
+                    EXPECT(!memcmp(got, alone, (size_t)n * 4), "%s: other bits than the part's own product", what);
+                    expect_match_keep(what, d_outs[p], cpu_outs[p], n, TOL_BF16);
+                    gpu->free(d_alone), gpu->free(d_outs[p]);
+                    free(got), free(alone), free(cpu_outs[p]);
+                    first += widths[p];
+                }
+                gpu->free(d_x), free(x);
+            }
+    gpu->free(d_w), gpu->free(d_bias);
+    free(w), free(bias);
+}
+
 // ---------------------------------------------------------------------------------------
 // Whole models
 
@@ -2701,6 +2745,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_logprob_and_value_head);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_weight_copy_ranges);
+    RUN_SELECTED(test_matmul_parts);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);

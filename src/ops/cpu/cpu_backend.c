@@ -76,6 +76,17 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
+// A product per part, as the table's matmul_forward (the stored-input checks included): the
+// same calls, and bits, as three (two) matmul_forward calls.
+static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
+                                     const float *weight, const float *bias, int N, int IC) {
+    long first = 0;
+    for (int p = 0; p < parts; p++) {
+        cpu_stored_matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
+        first += widths[p];
+    }
+}
+
 const OpsBackend ops_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -94,6 +105,7 @@ const OpsBackend ops_cpu = {
     .matmul_forward = cpu_stored_matmul_forward,
     .matmul_accumulate = cpu_stored_matmul_accumulate,
     .matmul_forward_residual = cpu_stored_matmul_forward_residual,
+    .matmul_forward_parts = cpu_matmul_forward_parts,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_stored_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,

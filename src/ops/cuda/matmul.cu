@@ -10,6 +10,7 @@
 //
 // Row-major X[r, c] is column-major X^T, so each product below is written for cuBLAS's
 // column-major convention on the transposed matrices.
+#include <climits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -333,25 +334,64 @@ void cuda_add_bias(float *out, const float *bias, long N, int OC) {
 // out = inp . weight^T (+ bias) (+ addend, which may be out). False, with nothing done, where
 // it does not apply -- more rows, IC not a multiple of 8, an operand not 16-byte aligned, an
 // output kept as bf16 (hold_stored) -- and cuBLASLt takes the product.
+// Whether matvec_bf16.cuh takes a product of N rows of IC from inp (the output's own check,
+// stored_entry, is the caller's).
+static bool matvec_applies(const float *inp, int N, int IC) {
+    return N > 0 && N <= matvec::MAX_ROWS && IC % matvec::GROUP == 0 && (uintptr_t)inp % 16 == 0;
+}
+
+// The matvec kernel's input rows: a held input whose copy is made (by its producer, or by a
+// product before this one) is read through it, a stored one always (it has no floats); any
+// other input's floats are rounded by the kernel, which spares the conversion's launch (the
+// attention output's, the final norm's in a decode step).
+static matvec::Bf16Rows matvec_rows(const float *inp, int N, int IC) {
+    const HeldInput *held = held_entry(inp, (long)N * IC);
+    if (held && (held->copied || held->stored))
+        return {cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC), NULL};
+    return {NULL, inp};
+}
+
 static bool matvec_product(float *out, const float *inp, const float *weight, const float *bias, const float *addend,
                            int N, int IC, int OC) {
     // Every check before any work, so that a product left to cuBLASLt does none twice: the
     // weight's bf16 copy and a held input's scratch copy are whole allocations (256-byte
     // aligned), a stored input's copy sits where its floats would (inp).
-    if (N <= 0 || N > matvec::MAX_ROWS || IC % matvec::GROUP != 0 || (uintptr_t)inp % 16 != 0 ||
-        stored_entry(out, (long)N * OC))
-        return false;
+    if (!matvec_applies(inp, N, IC) || stored_entry(out, (long)N * OC)) return false;
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-    // A held input whose copy is made (by its producer, or by a product before this one) is
-    // read through it, a stored one always (it has no floats); any other input's floats are
-    // rounded by the kernel, which spares the conversion's launch (the attention output's,
-    // the final norm's in a decode step).
-    matvec::Bf16Rows x = {NULL, inp};
-    const HeldInput *held = held_entry(inp, (long)N * IC);
-    if (held && (held->copied || held->stored)) x = {cuda_activation_bf16(SCRATCH_MATMUL_A, inp, (long)N * IC), NULL};
-    matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, addend, N, IC, OC);
+    const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
+    matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(matvec::Output{out, OC}, w, x, bias, addend, N,
+                                                                      IC, OC);
     CUDA_CHECK_LAUNCH();
     return true;
+}
+
+// A weight of up to 3 parts (ops.h's matmul_forward_parts): a decode step's parts as one
+// matvec launch, each column's sum the bits of its part's own product; otherwise (more rows,
+// a stored output) a product per part, cuBLASLt's as before. Either way the parts' bf16
+// copy is one range of the weight cache, which serves the parts' own products too.
+void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
+                               const float *weight, const float *bias, int N, int IC) {
+    CHECK(parts >= 1 && parts <= matvec::PartsOutput::MAX_PARTS, "matmul_forward_parts: %d parts", parts);
+    int first[matvec::PartsOutput::MAX_PARTS + 1] = {0, INT_MAX, INT_MAX, INT_MAX};
+    bool one_launch = matvec_applies(inp, N, IC);
+    for (int p = 0; p < parts; p++) {
+        first[p + 1] = first[p] + widths[p];
+        one_launch = one_launch && !stored_entry(outs[p], (long)N * widths[p]);
+    }
+    const int OC = first[parts];
+    if (!one_launch) {
+        for (int p = 0; p < parts; p++)
+            cuda_matmul_forward(outs[p], inp, weight + (long)first[p] * IC, bias ? bias + first[p] : NULL, N, IC,
+                                widths[p]);
+        return;
+    }
+    const matvec::PartsOutput out = {outs[0], parts > 1 ? outs[1] : NULL, parts > 2 ? outs[2] : NULL,
+                                     widths[0], parts > 1 ? widths[1] : 0, parts > 2 ? widths[2] : 0,
+                                     parts > 1 ? first[1] : INT_MAX, parts > 2 ? first[2] : INT_MAX};
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
+    const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
+    matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, nullptr, N, IC, OC);
+    CUDA_CHECK_LAUNCH();
 }
 
 // out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major

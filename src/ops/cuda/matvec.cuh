@@ -18,12 +18,37 @@ enum { WARPS = 4, THREADS = 32 * WARPS, MAX_ROWS = 8, GROUP = 8 };
 
 static inline unsigned blocks_for(int OC) { return (unsigned)((OC + WARPS - 1) / WARPS); }
 
+// Where output column o of row m goes: out[m, o] of one [M, OC] buffer ...
+struct Output {
+    float *out;
+    int OC;
+    DEVICE_METHOD float *at(int m, int o) const { return out + (long)m * OC + o; }
+};
+
+// ... or, for a weight whose rows are up to 3 matrices one after the other (ops.h's
+// matmul_forward_parts), column o - first of its part's own [M, width] buffer. Named fields,
+// not arrays: an array of the kernel's parameter indexed by a computed part would be copied
+// to local memory (a stack frame, which the build refuses).
+struct PartsOutput {
+    enum { MAX_PARTS = 3 };
+    float *out0, *out1, *out2;
+    int width0, width1, width2;
+    int first1, first2; // a part that is not there starts past every column (INT_MAX)
+    DEVICE_METHOD float *at(int m, int o) const {
+        if (o >= first2) return out2 + (long)m * width2 + (o - first2);
+        if (o >= first1) return out1 + (long)m * width1 + (o - first1);
+        return out0 + (long)m * width0 + o;
+    }
+};
+
 // The body of a kernel of blocks_for(OC) blocks of THREADS. `weights.load(at, v)` gives the
 // 8 weights from flat index `at` (o * IC + c), `rows.load(at, v)` the 8 inputs from m * IC + c.
 // M <= MAX_ROWS, IC a multiple of GROUP. out[m, o] = (sum + bias[o]) + addend[m, o], each term
-// where given; `addend` may be `out` itself (read before it is written, by the same lane).
-template <typename Weights, typename Rows>
-DEVICE_INLINE void product(float *out, const Weights &weights, Rows rows, const float *bias,
+// where given; `addend` ([M, OC]) may be `out` itself (read before it is written, by the same
+// lane). Each column's sum is its warp's alone: a part of a PartsOutput gets the bits the
+// part's own product would.
+template <typename Weights, typename Rows, typename Out>
+DEVICE_INLINE void product(Out out, const Weights &weights, Rows rows, const float *bias,
                            const float *addend, int M, int IC, int OC) {
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int o = (int)blockIdx.x * WARPS + warp;
@@ -49,8 +74,7 @@ DEVICE_INLINE void product(float *out, const Weights &weights, Rows rows, const 
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
         if (lane != 0) continue;
         if (bias) sum += bias[o];
-        const long at = (long)m * OC + o;
-        out[at] = addend ? sum + addend[at] : sum;
+        *out.at(m, o) = addend ? sum + addend[(long)m * OC + o] : sum;
     }
 }
 

@@ -37,8 +37,9 @@ struct Bf16Rows {
     }
 };
 
-// Grid: blocks_for(OC) blocks of THREADS.
-static __global__ void __launch_bounds__(THREADS) bf16_kernel(float *out, const bf16 *weight, Bf16Rows x,
+// Grid: blocks_for(OC) blocks of THREADS. Out: Output, or PartsOutput (matmul_forward_parts).
+template <typename Out>
+static __global__ void __launch_bounds__(THREADS) bf16_kernel(Out out, const bf16 *weight, Bf16Rows x,
                                                               const float *bias, const float *addend, int M, int IC,
                                                               int OC) {
     product(out, Bf16Weights{weight}, x, bias, addend, M, IC, OC);

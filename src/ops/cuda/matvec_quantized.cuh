@@ -36,7 +36,7 @@ struct FloatRows {
 // Grid: blocks_for(OC) blocks of THREADS. M <= MAX_ROWS, IC a multiple of 8.
 static __global__ void __launch_bounds__(THREADS) kernel(float *out, const float *inp, BlockWeights w,
                                                          const float *bias, int M, int IC, int OC) {
-    product(out, w, FloatRows{inp}, bias, nullptr, M, IC, OC);
+    product(Output{out, OC}, w, FloatRows{inp}, bias, nullptr, M, IC, OC);
 }
 
 } // namespace matvec
