@@ -99,6 +99,16 @@ static void rounded_matmul_forward(float *out, const float *inp, const float *we
     free(x), free(w);
 }
 
+// A product per part, each as rounded_matmul_forward (the GPU's parts give each part's bits).
+static void rounded_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
+                                         const float *weight, const float *bias, int N, int IC) {
+    long first = 0;
+    for (int p = 0; p < parts; p++) {
+        rounded_matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
+        first += widths[p];
+    }
+}
+
 static void rounded_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
     float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_accumulate(out, x, w, N, IC, OC);
@@ -280,6 +290,7 @@ static void bf16_rounding_init(void) {
     bf16_rounding.matmul_forward = rounded_matmul_forward;
     bf16_rounding.matmul_accumulate = rounded_matmul_accumulate;
     bf16_rounding.matmul_forward_residual = rounded_matmul_forward_residual;
+    bf16_rounding.matmul_forward_parts = rounded_matmul_forward_parts;
     bf16_rounding.matmul_backward = rounded_matmul_backward;
     bf16_rounding.matmul_forward_dequantized = rounded_matmul_forward_dequantized;
     bf16_rounding.matmul_backward_input_q8 = rounded_matmul_backward_input_q8;
