@@ -532,6 +532,11 @@ long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, int *grid_x
 // or (cuda) no usable GPU is present.
 const OpsBackend *ops_backend_by_name(const char *name);
 
+// matmul_forward_parts as one matmul_forward per part through `ops` (a backend's table, or a
+// test's stand-in for one): the CPU's matmul_forward_parts.
+void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, const int *widths, int parts,
+                                 const float *inp, const float *weight, const float *bias, int N, int IC);
+
 // The row-invariant forward (docs/lora.md, "One policy"): the CPU's linear layers on the
 // fixed-order kernel of ops/cpu/matmul_invariant.c, so a row's log-probs are the same bits
 // alone or in any batch. Chooses it for the process, before the first forward: `requested`

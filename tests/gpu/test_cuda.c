@@ -99,16 +99,6 @@ static void rounded_matmul_forward(float *out, const float *inp, const float *we
     free(x), free(w);
 }
 
-// A product per part, each as rounded_matmul_forward (the GPU's parts give each part's bits).
-static void rounded_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                                         const float *weight, const float *bias, int N, int IC) {
-    long first = 0;
-    for (int p = 0; p < parts; p++) {
-        rounded_matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
-        first += widths[p];
-    }
-}
-
 static void rounded_matmul_accumulate(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
     float *x = rounded_input(inp, (long)N * IC), *w = rounded_copy(weight, (long)OC * IC);
     ops_cpu.matmul_accumulate(out, x, w, N, IC, OC);
@@ -282,6 +272,12 @@ static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, c
     rows_into_strided(dv, kv_row_stride, dv_rows, N, KV * D);
     free(q_rows), free(k_rows), free(v_rows), free(q_rotated), free(k_rotated), free(dq_rows), free(dk_rows),
         free(dv_rows);
+}
+
+// A product per part, each as rounded_matmul_forward (the GPU's parts give each part's bits).
+static void rounded_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
+                                         const float *weight, const float *bias, int N, int IC) {
+    ops_matmul_forward_per_part(&bf16_rounding, outs, widths, parts, inp, weight, bias, N, IC);
 }
 
 static void bf16_rounding_init(void) {

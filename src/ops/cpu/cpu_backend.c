@@ -76,15 +76,20 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
-// A product per part, as the table's matmul_forward (the stored-input checks included): the
-// same calls, and bits, as three (two) matmul_forward calls.
-static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                                     const float *weight, const float *bias, int N, int IC) {
+void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, const int *widths, int parts,
+                                 const float *inp, const float *weight, const float *bias, int N, int IC) {
     long first = 0;
     for (int p = 0; p < parts; p++) {
-        cpu_stored_matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
+        ops->matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
         first += widths[p];
     }
+}
+
+// The table's matmul_forward per part (its stored-input checks included): the same calls,
+// and bits, as three (two) matmul_forward calls.
+static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
+                                     const float *weight, const float *bias, int N, int IC) {
+    ops_matmul_forward_per_part(&ops_cpu, outs, widths, parts, inp, weight, bias, N, IC);
 }
 
 const OpsBackend ops_cpu = {
