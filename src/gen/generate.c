@@ -240,21 +240,17 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
-            if (on_device) {
-                const SampledToken picked = {.token = greedy_tokens[b], .logprob = greedy_logprobs[b]};
-                generated_row_append(&out[b], NULL, V, picked); // (no top log-probs to record)
-                next[b] = picked.token;
-                continue;
-            }
             const uint64_t seed = options->row_seeds ? options->row_seeds[b] : options->seed;
             const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
             const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
-            if (on_candidates) {
-                const long first = (long)b * candidate_capacity;
-                picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first, candidate_counts[b],
-                                                 candidate_lse[b], sampler, u, &scratch[b]);
+            if (on_device || on_candidates) {
+                const long first = (long)b * candidate_capacity; // (row b's candidates)
+                if (on_device) picked = (SampledToken){.token = greedy_tokens[b], .logprob = greedy_logprobs[b]};
+                else
+                    picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first,
+                                                     candidate_counts[b], candidate_lse[b], sampler, u, &scratch[b]);
                 generated_row_append(&out[b], NULL, V, picked); // (no top log-probs to record)
                 next[b] = picked.token;
                 continue;

@@ -59,30 +59,6 @@ static bool sorts_no_later(int v, int last, const uint32_t *keys) {
     return keys[v] < keys[last] || (keys[v] == keys[last] && v <= last);
 }
 
-// The k-th largest of x[0..n) (1-based k <= n), by quickselect on a copy.
-static float kth_largest(const float *x, int n, int k, float *work) {
-    memcpy(work, x, (size_t)n * sizeof(float));
-    int lo = 0, hi = n - 1, target = k - 1;
-    while (lo < hi) {
-        float pivot = work[(lo + hi) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (work[i] > pivot) i++;
-            while (work[j] < pivot) j--;
-            if (i <= j) {
-                float t = work[i];
-                work[i] = work[j];
-                work[j] = t;
-                i++, j--;
-            }
-        }
-        if (target <= j) hi = j;
-        else if (target >= i) lo = i;
-        else break;
-    }
-    return work[target];
-}
-
 // Fills scratch->indices with the kept tokens (ascending index) and scratch->values with
 // their scaled logits; returns how many. Also returns the log-normaliser over them.
 static int kept_set(const float *logits, int V, const SamplerConfig *config, SamplerScratch *s,
@@ -94,7 +70,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     // transformers' TopKLogitsWarper does).
     float threshold = -INFINITY;
     if (config->top_k > 0 && config->top_k < V) {
-        threshold = kth_largest(scaled, V, config->top_k, s->work);
+        threshold = sampling_kth_largest(scaled, V, config->top_k, s->work);
     }
     int count = 0;
     for (int v = 0; v < V; v++)

@@ -1,7 +1,8 @@
 // Sampling's candidates over rows of logits (ops.h's sampling_candidates): each row's
 // log-normaliser and the tokens its top-k keeps, so that the sampler runs on those alone.
-// The selection is by ops/sampling_key.h's keys, as the CUDA kernel's
-// (ops/cuda/sampling_rows.cuh), and gives the set gen/sampler.c's top-k keeps.
+// The threshold and the comparison are gen/sampler.c's own (ops/sampling_key.h's
+// sampling_kth_largest on the scaled logits, then >=), so the set is the one its top-k keeps;
+// for every logit but NaN it is the CUDA kernel's selection by keys (ops/cuda/sampling_rows.cuh).
 #include <math.h>
 #include <stdlib.h>
 
@@ -9,34 +10,11 @@
 #include "ops/cpu/ops_cpu.h"
 #include "ops/sampling_key.h"
 
-// The k-th smallest (1-based) of keys[0, n), by quickselect on the array (reordered).
-static uint32_t kth_smallest_key(uint32_t *keys, int n, int k) {
-    int low = 0, high = n - 1;
-    const int target = k - 1;
-    while (low < high) {
-        const uint32_t pivot = keys[low + (high - low) / 2];
-        int i = low, j = high;
-        while (i <= j) {
-            while (keys[i] < pivot) i++;
-            while (keys[j] > pivot) j--;
-            if (i <= j) {
-                const uint32_t swap = keys[i];
-                keys[i] = keys[j], keys[j] = swap;
-                i++, j--;
-            }
-        }
-        if (target <= j) high = j;
-        else if (target >= i) low = i;
-        else break;
-    }
-    return keys[target];
-}
-
 void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
                              const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
 #pragma omp parallel
     {
-        uint32_t *keys = xmalloc((size_t)V * sizeof(uint32_t));
+        float *scaled = xmalloc((size_t)V * sizeof(float)), *work = xmalloc((size_t)V * sizeof(float));
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
             const float *z = logits + (long)i * V;
@@ -47,16 +25,16 @@ void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, 
             double sum = 0;
             for (int v = 0; v < V; v++) sum += exp((double)(z[v] - max_logit));
             lse[i] = max_logit + log(sum);
-            for (int v = 0; v < V; v++) keys[v] = sampling_descending_key(z[v] * inv_temperature[i]);
-            const uint32_t threshold = kth_smallest_key(keys, V, top_k[i]);
+            for (int v = 0; v < V; v++) scaled[v] = z[v] * inv_temperature[i];
+            const float threshold = sampling_kth_largest(scaled, V, top_k[i], work);
             int count = 0;
             for (int v = 0; v < V; v++) {
-                if (sampling_descending_key(z[v] * inv_temperature[i]) > threshold) continue;
+                if (!(scaled[v] >= threshold)) continue;
                 if (count < capacity) ids[(long)i * capacity + count] = v, values[(long)i * capacity + count] = z[v];
                 count++;
             }
             counts[i] = count;
         }
-        free(keys);
+        free(scaled), free(work);
     }
 }
