@@ -5,10 +5,12 @@
 //    padding, and every slot it must not touch left alone), for head sizes that Q8_BLOCK
 //    divides and ones it does not (a short last block), and an all-zero block (scale 0);
 //  - the attention kernel over float32, half and Q8_0 caches, as a decode step (T = 1) and as
-//    several new queries continuing a cached prefix (T = 3), with ragged rows (row_start),
-//    grouped K/V heads and a context longer than the block's 128 threads, and with Gemma 2's
-//    soft cap on the scores: within 1e-5 of the CPU op's output norm (fp32 sums in another
-//    order, the GPU's expf).
+//    several new queries continuing a cached prefix (T > 1), with ragged rows (row_start),
+//    grouped K/V heads (groups of up to 8 in a block, larger ones over several), contexts of
+//    several tiles, head sizes from 16 to 256, Gemma 2's soft cap and sliding windows; each
+//    case with the keys in one run, as the backend plans the runs, and a run per tile (the
+//    runs merged by combine_kernel): within 1e-5 of the CPU op's output norm (fp32 sums in
+//    another order, the GPU's expf).
 // tests/gpu/test_cuda.c checks the same kernels on a GPU.
 #include <math.h>
 #include <stdint.h>
@@ -64,23 +66,36 @@ static const char *const kind_names[] = {"f32", "f16", "q8_0"};
 // cache ops for the half and Q8_0 kinds), queries for T new slots from first_slot on, and the
 // kernel's output against the CPU op's.
 static void check_attention(CacheKind kind, int B, int T, int capacity, int first_slot, int n_heads, int n_kv_heads,
-                            int head_dim, float softcap = 0.0f, int window = 0) {
+                            int head_dim, float softcap = 0.0f, int window = 0, int row_start_step = 7) {
     const int width = n_kv_heads * head_dim;
     const long slots = (long)B * capacity;
     std::vector<float> keys = random_floats(slots * width, 1.0f), values = random_floats(slots * width, 1.0f);
     std::vector<float> q = random_floats((long)B * T * n_heads * head_dim, 1.0f);
     std::vector<int> row_start((size_t)B);
-    for (int b = 0; b < B; b++) row_start[(size_t)b] = (b * 7) % (first_slot + 1); // ragged: left padding
+    for (int b = 0; b < B; b++) row_start[(size_t)b] = (b * row_start_step) % (first_slot + 1); // ragged: left padding
     const long n_out = (long)B * T * n_heads * head_dim;
-    std::vector<float> got((size_t)n_out, NAN), want((size_t)n_out);
-    const size_t shared = shared_bytes(first_slot + T - 1);
-    const emulation::Dim3 grid = {(unsigned)(B * T * n_heads), 1, 1};
+    std::vector<float> want((size_t)n_out);
+    // Each launch three ways: one run of keys per query (the kernel writes the output), as the
+    // backend plans it (TARGET_BLOCKS), and a run per tile of keys (the most splits), each
+    // against the CPU op.
+    const long targets[] = {1, TARGET_BLOCKS, 1L << 30};
+    std::vector<float> got[3];
+    int splits[3];
     const float scale = 1.0f / sqrtf((float)head_dim);
     auto run = [&](auto key_slots, auto value_slots) {
-        emulation::launch(grid, THREADS, shared, [&] {
-            attention_kernel(got.data(), q.data(), key_slots, value_slots, row_start.data(), T, capacity, first_slot,
-                             n_heads, n_kv_heads, head_dim, scale, softcap, window);
-        });
+        for (int way = 0; way < 3; way++) {
+            const Plan p = plan(B, T, first_slot, n_heads, n_kv_heads, head_dim, window, targets[way]);
+            splits[way] = p.splits;
+            got[way].assign((size_t)n_out, NAN);
+            std::vector<float> partial(partial_bytes(p, n_heads) / sizeof(float), NAN);
+            emulation::launch({blocks_x(p, n_kv_heads), (unsigned)p.splits, 1}, THREADS, shared_bytes(p), [&] {
+                attention_kernel(got[way].data(), partial.data(), q.data(), key_slots, value_slots, row_start.data(), T,
+                                 capacity, first_slot, n_heads, n_kv_heads, scale, softcap, window, p);
+            });
+            if (p.splits > 1)
+                emulation::launch({(unsigned)(p.queries * n_heads), 1, 1}, THREADS, 0,
+                                  [&] { combine_kernel(got[way].data(), partial.data(), p); });
+        }
     };
     if (kind == FLOAT_CACHE) {
         if (T == 1)
@@ -114,17 +129,19 @@ static void check_attention(CacheKind kind, int B, int T, int capacity, int firs
                                         first_slot, n_heads, n_kv_heads, head_dim, softcap, window);
         run(Q8Slots{k8.data(), layout}, Q8Slots{v8.data(), layout});
     }
-    const double error = relative_error(got.data(), want.data(), n_out);
-    printf("# attention %-4s B %d T %d slots %3d..%-3d heads %d/%d head_dim %3d%s window %d: error %.2e\n",
-           kind_names[kind], B, T, first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim,
-           softcap > 0.0f ? " soft cap" : "", window, error);
-    EXPECT(error <= 1e-5, "attention over a %s cache (T %d, head_dim %d): error %.3g", kind_names[kind], T, head_dim,
-           error);
+    for (int way = 0; way < 3; way++) {
+        const double error = relative_error(got[way].data(), want.data(), n_out);
+        printf("# attention %-4s B %d T %d slots %3d..%-3d heads %2d/%d head_dim %3d%s window %3d, %2d splits: error %.2e\n",
+               kind_names[kind], B, T, first_slot, first_slot + T - 1, n_heads, n_kv_heads, head_dim,
+               softcap > 0.0f ? " soft cap" : "", window, splits[way], error);
+        EXPECT(error <= 1e-5, "attention over a %s cache (T %d, head_dim %d, %d splits): error %.3g", kind_names[kind], T,
+               head_dim, splits[way], error);
+    }
 }
 
 // Each cache kind: a decode step and three queries continuing a prefix; a context of 300
-// slots (more keys than threads: each thread takes several) at head_dim 64; head_dim 80 (a
-// short Q8_0 block) and 16; GQA groups of 2 and 4 heads.
+// slots (several tiles of keys) at head_dim 64; head_dim 80 (a short Q8_0 block) and 16;
+// GQA groups of 2 and 4 heads.
 static void test_attention(void) {
     for (int kind = FLOAT_CACHE; kind <= Q8_CACHE; kind++) {
         check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64);
@@ -141,6 +158,18 @@ static void test_attention(void) {
         check_attention((CacheKind)kind, 3, 1, 40, 33, 4, 2, 64, 0.0f, 8);
         check_attention((CacheKind)kind, 2, 5, 40, 20, 4, 2, 64, 0.0f, 6);
         check_attention((CacheKind)kind, 2, 1, 320, 299, 2, 1, 64, 0.0f, 257);
+        // Runs of keys (splits) over long contexts: a row whose keys start 150 slots later has
+        // no keys in the last runs; queries continuing a prefix see different numbers of keys.
+        check_attention((CacheKind)kind, 2, 1, 310, 299, 4, 2, 64, 0.0f, 0, 150);
+        check_attention((CacheKind)kind, 1, 5, 310, 290, 4, 2, 64, 0.5f);
+        // Heads per block: a group of 9 query heads is two blocks of 5 and 4; head sizes that
+        // take two columns a thread (256), one (128, 96: some threads idle) and four threads a
+        // column (32).
+        check_attention((CacheKind)kind, 1, 1, 200, 180, 18, 2, 64);
+        check_attention((CacheKind)kind, 2, 1, 150, 140, 4, 2, 256);
+        check_attention((CacheKind)kind, 1, 2, 200, 190, 12, 1, 128);
+        check_attention((CacheKind)kind, 1, 1, 150, 129, 3, 3, 96);
+        check_attention((CacheKind)kind, 2, 1, 150, 149, 8, 4, 32);
     }
 }
 

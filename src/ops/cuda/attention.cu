@@ -372,14 +372,24 @@ static void launch_attention_cached(float *out, const float *q, Slots keys, Slot
                                     int T, int first_slot, int capacity, int n_heads, int n_kv_heads, int head_dim,
                                     float softcap, int window) {
     if (B == 0 || T == 0) return;
-    const size_t shared = attention_cached::shared_bytes(first_slot + T - 1);
-    if (shared > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attention_cached::attention_kernel<Slots>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
-    attention_cached::attention_kernel<Slots><<<B * T * n_heads, attention_cached::THREADS, shared>>>(
-        out, q, keys, values, row_start, T, capacity, first_slot, n_heads, n_kv_heads, head_dim,
-        1.0f / sqrtf((float)head_dim), softcap, window);
+    CHECK(head_dim <= attention_cached::MAX_HEAD_DIM, "attention against the KV cache: head_dim %d is over %d", head_dim,
+          (int)attention_cached::MAX_HEAD_DIM);
+    using attention_cached::Plan;
+    const Plan plan = attention_cached::plan(B, T, first_slot, n_heads, n_kv_heads, head_dim, window,
+                                             attention_cached::TARGET_BLOCKS);
+    float *partial = plan.splits > 1
+                         ? (float *)cuda_scratch(SCRATCH_ATT_DECODE_SPLITS, attention_cached::partial_bytes(plan, n_heads))
+                         : NULL;
+    const dim3 grid(attention_cached::blocks_x(plan, n_kv_heads), (unsigned)plan.splits);
+    attention_cached::attention_kernel<Slots><<<grid, attention_cached::THREADS, attention_cached::shared_bytes(plan)>>>(
+        out, partial, q, keys, values, row_start, T, capacity, first_slot, n_heads, n_kv_heads,
+        1.0f / sqrtf((float)head_dim), softcap, window, plan);
     CUDA_CHECK_LAUNCH();
+    if (plan.splits > 1) {
+        attention_cached::combine_kernel<<<(unsigned)(plan.queries * n_heads), attention_cached::THREADS>>>(out, partial,
+                                                                                                        plan);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
 static attention_cached::FloatSlots float_slots(const float *cache, int n_kv_heads, int head_dim) {

@@ -5,12 +5,12 @@
 // slot's record: a head's int8 values, then each block's float scale), and the write of new
 // keys and values into a Q8_0 cache.
 //
-// One block of THREADS threads per (row, query, head): the threads take the cached keys in
-// turn, each score a dot product of the float query with the key as it is read (a half
-// widened exactly; an 8-bit block's sum of products times its scale), kept in shared memory;
-// a block-wide maximum, the exponentials and their double sum; then each thread a few of
-// head_dim's output elements, summing over the keys. The cache kinds differ only in how a
-// slot is read (the *Slots structs), so the three share one kernel.
+// Flash-decoding: a block of THREADS threads per (row, query, group of query heads that
+// share a K/V head, run of keys), the keys a tile at a time with a running softmax, and the
+// runs' states merged by a second kernel where a launch has few queries and long contexts
+// (Plan, below). An element is read as it is stored (a half widened exactly; an 8-bit value
+// times its block's scale). The cache kinds differ only in how a slot is read (the *Slots
+// structs), so the three share one kernel.
 //
 // The Q8_0 write gives the CPU's bytes exactly (ops/q8.c q8_quantize_block: scale = max|x| /
 // 127, codes rint(x * (1 / scale)), each operation rounded alone as on the CPU; the padding
@@ -43,15 +43,12 @@ DEVICE_INLINE float widen(uint16_t bits) { return half_to_float(bits); }
 template <typename Element> struct ElementSlots {
     const Element *cache;
     int width, head_dim;
-    DEVICE_METHOD float dot(const float *query, long slot, int kv_head) const {
-        const Element *key = cache + slot * width + kv_head * head_dim;
-        float sum = 0.0f;
-        for (int d = 0; d < head_dim; d++) sum += query[d] * widen(key[d]);
-        return sum;
-    }
-    DEVICE_METHOD float element(long slot, int kv_head, int d) const {
-        return widen(cache[slot * width + kv_head * head_dim + d]);
-    }
+    // One head of one slot; at(d) its element d as a float.
+    struct Head {
+        const Element *elements;
+        DEVICE_METHOD float at(int d) const { return widen(elements[d]); }
+    };
+    DEVICE_METHOD Head head(long slot, int kv_head) const { return {cache + slot * width + kv_head * head_dim}; }
 };
 typedef ElementSlots<float> FloatSlots;
 typedef ElementSlots<uint16_t> HalfSlots;
@@ -81,88 +78,267 @@ struct Q8Slots {
         return reinterpret_cast<const float *>(cache + slot * layout.slot_bytes + layout.values_bytes) +
                kv_head * layout.blocks_per_head;
     }
-    // Each block's products summed, then times its scale.
-    DEVICE_METHOD float dot(const float *query, long slot, int kv_head) const {
-        const int8_t *key = values(slot, kv_head);
-        const float *scale = scales(slot, kv_head);
-        const int head_dim = layout.head_dim;
-        float sum = 0.0f;
-        for (int k = 0; k < layout.blocks_per_head; k++) {
-            const int end = (k + 1) * Q8_BLOCK < head_dim ? (k + 1) * Q8_BLOCK : head_dim;
-            float block = 0.0f;
-            for (int d = k * Q8_BLOCK; d < end; d++) block += query[d] * (float)key[d];
-            sum += block * scale[k];
-        }
-        return sum;
-    }
-    DEVICE_METHOD float element(long slot, int kv_head, int d) const {
-        return (float)values(slot, kv_head)[d] * scales(slot, kv_head)[d / Q8_BLOCK];
-    }
+    struct Head {
+        const int8_t *codes;
+        const float *scales;
+        // (unsigned: a shift; the signed division's fix-up for negative d cost the kernel spills)
+        DEVICE_METHOD float at(int d) const { return (float)codes[d] * scales[(unsigned)d / Q8_BLOCK]; }
+    };
+    DEVICE_METHOD Head head(long slot, int kv_head) const { return {values(slot, kv_head), scales(slot, kv_head)}; }
 };
 
-// The block-wide maximum (or sum) of every thread's x, in a fixed order (a tree over
-// `scratch`, THREADS doubles of shared memory); every thread gets it. Ends with a barrier, so
-// scratch can be used again and everything the threads wrote to shared memory before the
-// call is visible after it.
-DEVICE_INLINE double block_reduce(double *scratch, double x, bool maximum) {
-    const int tid = (int)threadIdx.x;
-    scratch[tid] = x;
-    __syncthreads();
-    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
-        if (tid < stride) {
-            const double a = scratch[tid], b = scratch[tid + stride];
-            scratch[tid] = maximum ? (a > b ? a : b) : a + b;
-        }
-        __syncthreads();
-    }
-    const double result = scratch[0];
-    __syncthreads();
-    return result;
+// How a launch divides its work. A block takes one query (row b, new slot t) and up to
+// MAX_GROUP of the query heads that share a K/V head (GQA), so each key and value it reads
+// serves all of them, and one split of that query's keys: the keys [start, length) of the
+// query are cut into `splits` runs of keys_per_split (a multiple of TILE). One split: the
+// block writes the output. Several: each writes its run's softmax state (partial_record)
+// and combine_kernel merges them in split order.
+//
+// Why splits: a decode step of a short batch has few (query, K/V head) pairs -- batch 1 of
+// SmolLM2 has 3 -- and one block each would leave all but 3 of a GPU's ~132 multiprocessors
+// idle while each walks the whole context (flash-decoding's observation). Splits are added
+// until the launch has about TARGET_BLOCKS blocks, never a run shorter than a tile. The
+// division depends only on the shapes, so the same launch gives the same bits every run (and
+// on every GPU); a row's bits do depend on the batch's shape, as cuBLASLt's products' do.
+struct Plan {
+    int group;           // query heads per K/V head
+    int heads_per_block; // of a group's heads, at most MAX_GROUP
+    int head_blocks;     // blocks per group: ceil(group / heads_per_block)
+    int splits, keys_per_split;
+    int head_dim, parts; // parts: threads per output column in the value pass (head_dim <= THREADS / 2)
+    long queries;        // B * T
+};
+
+enum { TILE = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256, TARGET_BLOCKS = 256 };
+// A lane's share of a key in the score pass, a thread's columns in the value pass.
+constexpr int KEY_REGISTERS = MAX_HEAD_DIM / 32, COLUMN_REGISTERS = MAX_HEAD_DIM / (int)THREADS;
+
+static inline Plan plan(int B, int T, int first_slot, int n_heads, int n_kv_heads, int head_dim, int window,
+                        long target_blocks) {
+    Plan p;
+    p.group = n_heads / n_kv_heads;
+    p.head_blocks = (p.group + MAX_GROUP - 1) / MAX_GROUP;
+    p.heads_per_block = (p.group + p.head_blocks - 1) / p.head_blocks;
+    p.head_dim = head_dim;
+    p.parts = head_dim <= THREADS / 2 ? THREADS / head_dim : 1;
+    p.queries = (long)B * T;
+    // The most keys any query of the launch sees.
+    int longest = first_slot + T;
+    if (window > 0 && window < longest) longest = window;
+    const long base_blocks = p.queries * n_kv_heads * p.head_blocks;
+    const int tiles = (longest + TILE - 1) / TILE;
+    long splits = base_blocks >= target_blocks ? 1 : (target_blocks + base_blocks - 1) / base_blocks;
+    if (splits > tiles) splits = tiles;
+    const int tiles_per_split = (int)((tiles + splits - 1) / splits);
+    p.keys_per_split = tiles_per_split * TILE;
+    p.splits = (tiles + tiles_per_split - 1) / tiles_per_split;
+    return p;
 }
 
-// Dynamic shared memory of a launch whose queries reach slot `last_slot` (first_slot + T - 1).
-static inline size_t shared_bytes(int last_slot) {
-    return THREADS * sizeof(double) + (size_t)(last_slot + 1) * sizeof(float);
+static inline unsigned blocks_x(const Plan &p, int n_kv_heads) {
+    return (unsigned)(p.queries * n_kv_heads * p.head_blocks);
+}
+
+// Dynamic shared memory: the block's queries, then each part's output sums (parts > 1), then
+// a tile of scores per head and each head's running maximum, sum and rescale factor.
+static inline size_t shared_bytes(const Plan &p) {
+    const size_t columns = (size_t)p.heads_per_block * p.head_dim;
+    return (columns + (p.parts > 1 ? p.parts * columns : 0) + (size_t)p.heads_per_block * (TILE + 3)) * sizeof(float);
+}
+
+// A split's state for one (query, head): its keys' largest score, the sum of exp(score -
+// largest) and the value rows weighted by those exponentials, head_dim floats.
+HOST_DEVICE_INLINE long partial_record(const Plan &p) { return p.head_dim + 2; }
+static inline size_t partial_bytes(const Plan &p, int n_heads) {
+    return p.splits > 1 ? (size_t)p.queries * n_heads * p.splits * partial_record(p) * sizeof(float) : 0;
+}
+
+DEVICE_INLINE float warp_sum(float x) {
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+DEVICE_INLINE float warp_max(float x) {
+    for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
 }
 
 // Query t of row b (q, out: [B * T, n_heads * head_dim]) sits at slot first_slot + t and
 // attends to slots [row_start[b], first_slot + t] (row_start NULL: from 0), under a sliding
 // window of `window` slots (0: none) the last `window` of those; its keys and values are
-// already in the caches. Grid: B * T * n_heads blocks of THREADS, shared_bytes().
+// already in the caches. Grid: blocks_x(plan) x plan.splits blocks of THREADS,
+// shared_bytes(plan). With one split the block writes `out`; with several, `partial`
+// (partial_bytes) for combine_kernel.
+//
+// A tile of TILE keys at a time, as flash attention does: each warp scores its keys (a lane
+// a strided part of head_dim, a butterfly of shuffles for the sum, so every key is read once
+// for all the block's heads); a warp per head takes the tile's maximum, rescales what came
+// before it and turns the scores into exponentials; then each thread adds the tile's values,
+// one column of head_dim per thread (`parts` threads per column, each its share of the
+// keys, when head_dim leaves threads over).
 template <typename Slots>
 static __global__ void __launch_bounds__(THREADS)
-    attention_kernel(float *out, const float *q, Slots keys, Slots values, const int *row_start, int T, int capacity,
-                     int first_slot, int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
-                     int window) {
+    attention_kernel(float *out, float *partial, const float *q, Slots keys, Slots values, const int *row_start, int T,
+                     int capacity, int first_slot, int n_heads, int n_kv_heads, float scale, float softcap,
+                     int window, Plan plan) {
     DYNAMIC_SHARED(shared);
-    double *scratch = reinterpret_cast<double *>(shared);
-    float *scores = reinterpret_cast<float *>(scratch + THREADS);
-    const int tid = (int)threadIdx.x;
-    const int h = (int)blockIdx.x % n_heads, t = (int)blockIdx.x / n_heads % T, b = (int)blockIdx.x / n_heads / T;
-    const int kv_head = h / (n_heads / n_kv_heads);
+    const int head_dim = plan.head_dim, parts = plan.parts;
+    const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int head_block = (int)blockIdx.x % plan.head_blocks;
+    const int kv_head = (int)(blockIdx.x / plan.head_blocks % n_kv_heads);
+    // 32-bit divisions: a 64-bit one is a called routine, which costs spilled registers.
+    const int query_row = (int)blockIdx.x / plan.head_blocks / n_kv_heads; // b * T + t
+    const int split = (int)blockIdx.y;
+    const int b = query_row / T, t = query_row % T;
+    const int first_head = kv_head * plan.group + head_block * plan.heads_per_block;
+    const int heads = kv_head * plan.group + plan.group - first_head < plan.heads_per_block
+                          ? kv_head * plan.group + plan.group - first_head
+                          : plan.heads_per_block;
     const int length = first_slot + t + 1;
     const int start = attention_first_key(row_start ? row_start[b] : 0, length - 1, window);
+    const int run_start = start + split * plan.keys_per_split;
+    // Empty for a split past this query's keys.
+    const int run_end = run_start + plan.keys_per_split < length ? run_start + plan.keys_per_split : length;
     const long row_slots = (long)b * capacity;
-    const float *query = q + (((long)b * T + t) * n_heads + h) * head_dim;
+
+    float *query = reinterpret_cast<float *>(shared); // [heads_per_block][head_dim]
+    float *part_sums = query + plan.heads_per_block * head_dim;
+    float *scores = part_sums + (parts > 1 ? parts * plan.heads_per_block * head_dim : 0); // [heads][TILE]
+    float *running_max = scores + plan.heads_per_block * TILE, *running_sum = running_max + plan.heads_per_block;
+    float *rescale = running_sum + plan.heads_per_block;
+    const float *q_first = q + ((long)query_row * n_heads + first_head) * head_dim;
+    for (int i = tid; i < heads * head_dim; i += THREADS) query[i] = q_first[i];
+    for (int g = tid; g < heads; g += THREADS) running_max[g] = -INFINITY, running_sum[g] = 0.0f;
+
+    // The value pass: thread tid adds column `column` (and column + c * THREADS) over the keys
+    // j with j % parts == part.
+    const int part = parts > 1 ? tid / head_dim : 0, column = parts > 1 ? tid % head_dim : tid;
+    const bool adds = part < parts;
+    float acc[COLUMN_REGISTERS][MAX_GROUP];
+    UNROLL for (int c = 0; c < COLUMN_REGISTERS; c++) UNROLL for (int g = 0; g < MAX_GROUP; g++) acc[c][g] = 0.0f;
+    __syncthreads();
+
+    for (int tile_start = run_start; tile_start < run_end; tile_start += TILE) {
+        const int tile_keys = run_end - tile_start < TILE ? run_end - tile_start : TILE;
+        // Scores: warp w takes keys w, w + WARPS, ... of the tile; every lane runs the shuffles.
+        for (int k = warp; k < TILE; k += THREADS / 32) {
+            const bool real = k < tile_keys;
+            const auto key_head = keys.head(row_slots + tile_start + (real ? k : 0), kv_head);
+            float key[KEY_REGISTERS];
+            UNROLL for (int i = 0; i < KEY_REGISTERS; i++) {
+                const int d = lane + 32 * i;
+                key[i] = real && d < head_dim ? key_head.at(d) : 0.0f;
+            }
+            UNROLL for (int g = 0; g < MAX_GROUP; g++) {
+                if (g < heads) {
+                    float dot = 0.0f;
+                    UNROLL for (int i = 0; i < KEY_REGISTERS; i++) {
+                        const int d = lane + 32 * i;
+                        if (d < head_dim) dot += query[g * head_dim + d] * key[i];
+                    }
+                    dot = warp_sum(dot);
+                    if (lane == 0) {
+                        float score = dot * scale;
+                        if (softcap > 0.0f) score = softcap * tanhf(score / softcap); // Gemma 2's soft cap
+                        scores[g * TILE + k] = real ? score : -INFINITY;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        // The softmax state: warp w takes heads w, w + WARPS, ...; a lane two of the tile's scores.
+        for (int g = warp; g < heads; g += THREADS / 32) {
+            float *s = scores + g * TILE;
+            const float largest = fmaxf(running_max[g], warp_max(fmaxf(s[lane], s[lane + 32])));
+            const float e0 = expf(s[lane] - largest), e1 = expf(s[lane + 32] - largest);
+            const float tile_sum = warp_sum(e0 + e1);
+            __syncwarp();
+            s[lane] = e0, s[lane + 32] = e1;
+            if (lane == 0) {
+                const float factor = expf(running_max[g] - largest); // 0 before the first tile
+                rescale[g] = factor;
+                running_sum[g] = running_sum[g] * factor + tile_sum;
+                running_max[g] = largest;
+            }
+        }
+        __syncthreads();
+        if (adds) {
+            UNROLL for (int g = 0; g < MAX_GROUP; g++)
+                if (g < heads) {
+                    const float factor = rescale[g];
+                    UNROLL for (int c = 0; c < COLUMN_REGISTERS; c++) acc[c][g] *= factor;
+                }
+            for (int k = part; k < tile_keys; k += parts) {
+                const auto value_head = values.head(row_slots + tile_start + k, kv_head);
+                UNROLL for (int c = 0; c < COLUMN_REGISTERS; c++) {
+                    const int d = column + c * THREADS;
+                    if (d < head_dim) {
+                        const float v = value_head.at(d);
+                        UNROLL for (int g = 0; g < MAX_GROUP; g++)
+                            if (g < heads) acc[c][g] += scores[g * TILE + k] * v;
+                    }
+                }
+            }
+        }
+        __syncthreads(); // the next tile's scores overwrite these
+    }
+
+    // The parts' sums into part 0's, in part order.
+    if (parts > 1) {
+        if (adds)
+            UNROLL for (int g = 0; g < MAX_GROUP; g++)
+                if (g < heads) part_sums[(part * plan.heads_per_block + g) * head_dim + column] = acc[0][g];
+        __syncthreads();
+        if (part == 0)
+            UNROLL for (int g = 0; g < MAX_GROUP; g++)
+                if (g < heads) {
+                    float sum = part_sums[g * head_dim + column];
+                    for (int r = 1; r < parts; r++) sum += part_sums[(r * plan.heads_per_block + g) * head_dim + column];
+                    acc[0][g] = sum;
+                }
+    }
+    if (part != 0) return;
+    UNROLL for (int g = 0; g < MAX_GROUP; g++) {
+        if (g < heads) {
+        const long head_row = (long)query_row * n_heads + first_head + g;
+        if (plan.splits == 1) {
+            const float inverse = 1.0f / running_sum[g];
+            UNROLL for (int c = 0; c < COLUMN_REGISTERS; c++) {
+                const int d = column + c * THREADS;
+                if (d < head_dim) out[head_row * head_dim + d] = acc[c][g] * inverse;
+            }
+        } else {
+            float *record = partial + (head_row * plan.splits + split) * partial_record(plan);
+            if (tid == 0) record[0] = running_max[g], record[1] = running_sum[g];
+            UNROLL for (int c = 0; c < COLUMN_REGISTERS; c++) {
+                const int d = column + c * THREADS;
+                if (d < head_dim) record[2 + d] = acc[c][g];
+            }
+        }
+        }
+    }
+}
+
+// The splits' states of each (query, head) merged, split by split in order: the output is
+// sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), M the largest m_s. A split with no keys
+// (l 0, m -inf) adds nothing. Grid: B * T * n_heads blocks of THREADS.
+static __global__ void __launch_bounds__(THREADS) combine_kernel(float *out, const float *partial, Plan plan) {
+    const long head_row = (long)blockIdx.x;
+    const float *records = partial + head_row * plan.splits * partial_record(plan);
     float largest = -INFINITY;
-    for (int j = start + tid; j < length; j += THREADS) {
-        float score = keys.dot(query, row_slots + j, kv_head) * scale;
-        if (softcap > 0.0f) score = softcap * tanhf(score / softcap); // Gemma 2's soft cap
-        scores[j] = score;
-        largest = fmaxf(largest, score);
+    for (int s = 0; s < plan.splits; s++) largest = fmaxf(largest, records[s * partial_record(plan)]);
+    float total = 0.0f;
+    for (int s = 0; s < plan.splits; s++) {
+        const float *record = records + s * partial_record(plan);
+        if (record[1] > 0.0f) total += record[1] * expf(record[0] - largest);
     }
-    largest = (float)block_reduce(scratch, largest, true);
-    double sum = 0;
-    for (int j = start + tid; j < length; j += THREADS) {
-        scores[j] = expf(scores[j] - largest);
-        sum += scores[j];
-    }
-    const float inverse = (float)(1.0 / block_reduce(scratch, sum, false)); // its barrier publishes scores[]
-    float *o = out + (((long)b * T + t) * n_heads + h) * head_dim;
-    for (int d = tid; d < head_dim; d += THREADS) {
-        float acc = 0.0f;
-        for (int j = start; j < length; j++) acc += scores[j] * inverse * values.element(row_slots + j, kv_head, d);
-        o[d] = acc;
+    const float inverse = 1.0f / total;
+    for (int d = (int)threadIdx.x; d < plan.head_dim; d += THREADS) {
+        float sum = 0.0f;
+        for (int s = 0; s < plan.splits; s++) {
+            const float *record = records + s * partial_record(plan);
+            if (record[1] > 0.0f) sum += record[2 + d] * expf(record[0] - largest);
+        }
+        out[head_row * plan.head_dim + d] = sum * inverse;
     }
 }
 

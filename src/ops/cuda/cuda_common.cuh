@@ -85,6 +85,7 @@ enum {
     SCRATCH_ATT_S32,                                       // fp32 [B,H,T,T]: scores for a soft cap's slope
     SCRATCH_ATT_HEADS32,                                   // fp32 [B,H,T,hd]
     SCRATCH_ATT_ROWDOT,                                    // fused backward: dO . O per row
+    SCRATCH_ATT_DECODE_SPLITS,                             // attention_cached.cuh: each run of keys' softmax state
     SCRATCH_ATT_ROTATED_Q, SCRATCH_ATT_ROTATED_K,          // fp32 q, k rotated (attention_forward_rotary's fallbacks)
     SCRATCH_ATT_ROWS_Q, SCRATCH_ATT_ROWS_K, SCRATCH_ATT_ROWS_V,    // fp32 q, k, v and dq, dk, dv as rows of
     SCRATCH_ATT_ROWS_DQ, SCRATCH_ATT_ROWS_DK, SCRATCH_ATT_ROWS_DV, //   their own, from and to a fused q | k | v
