@@ -173,8 +173,84 @@ static void test_attention(void) {
     }
 }
 
+// rotate_and_store_kernel against the CPU's rotate_and_cache_write (rope_forward of q and k,
+// then two cache writes) on caches that start as the same random bytes: q and k rotated within
+// 1e-6 of the largest value (both compute the angles with the same float formulas), the bf16
+// copies of held q and k the rounding of the kernel's floats, and the caches byte for byte what
+// the CPU's cache write makes of the kernel's rotated k and of v (so every slot it must not
+// touch is left alone); without a table (learned positions) the CPU's bytes of the whole op.
+static void check_rotate_and_store(CacheKind kind, int B, int T, int capacity, int slot, int n_heads, int n_kv_heads,
+                                   int head_dim, bool rotate) {
+    const long N = (long)B * T, q_width = (long)n_heads * head_dim, kv_width = (long)n_kv_heads * head_dim;
+    std::vector<int> positions((size_t)N);
+    for (long i = 0; i < N; i++) positions[(size_t)i] = slot + (int)(i % T) + 1000 * (int)(i / T); // rows apart
+    std::vector<float> inv_freq((size_t)(head_dim / 2));
+    for (int i = 0; i < head_dim / 2; i++) inv_freq[(size_t)i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)head_dim);
+    const float *table = rotate ? inv_freq.data() : NULL;
+    const std::vector<float> q = random_floats(N * q_width, 2.0f), k = random_floats(N * kv_width, 2.0f),
+                             v = random_floats(N * kv_width, 2.0f);
+    const long slot_bytes = kind == FLOAT_CACHE  ? kv_width * 4
+                            : kind == HALF_CACHE ? kv_width * 2
+                                                 : kv_q8_slot_bytes(n_kv_heads, head_dim);
+    const long cache_bytes = (long)B * capacity * slot_bytes;
+    std::vector<uint8_t> noise((size_t)cache_bytes);
+    for (long i = 0; i < cache_bytes; i++) noise[(size_t)i] = (uint8_t)(i * 131 % 251); // not NaN-free: compared as bytes
+    std::vector<uint8_t> gpu_keys = noise, gpu_values = noise, cpu_keys = noise, cpu_values = noise;
+    std::vector<float> gpu_q = q, gpu_k = k, cpu_q = q, cpu_k = k;
+    std::vector<bf16> q_copy((size_t)(N * q_width), bf16{0xffff}), k_copy((size_t)(N * kv_width), bf16{0xffff});
+    const KvCacheType type = kind == FLOAT_CACHE ? KV_CACHE_F32 : kind == HALF_CACHE ? KV_CACHE_F16 : KV_CACHE_Q8_0;
+    ops_cpu.rotate_and_cache_write(cpu_q.data(), cpu_k.data(), v.data(), cpu_keys.data(), cpu_values.data(), type,
+                                   positions.data(), B, T, capacity, slot, n_heads, n_kv_heads, head_dim, table);
+    auto run = [&](auto keys, auto values) {
+        emulation::launch({(unsigned)N, 1, 1}, THREADS, (size_t)head_dim * sizeof(float), [&] {
+            rotate_and_store_kernel(gpu_q.data(), rotate ? q_copy.data() : nullptr, gpu_k.data(),
+                                    rotate ? k_copy.data() : nullptr, v.data(), keys, values, positions.data(), T,
+                                    capacity, slot, n_heads, n_kv_heads, head_dim, table);
+        });
+    };
+    if (kind == FLOAT_CACHE)
+        run(FloatStore{(float *)gpu_keys.data(), (int)kv_width}, FloatStore{(float *)gpu_values.data(), (int)kv_width});
+    else if (kind == HALF_CACHE)
+        run(HalfStore{(uint16_t *)gpu_keys.data(), (int)kv_width}, HalfStore{(uint16_t *)gpu_values.data(), (int)kv_width});
+    else
+        run(Q8Store{gpu_keys.data(), q8_layout(n_kv_heads, head_dim)}, Q8Store{gpu_values.data(), q8_layout(n_kv_heads, head_dim)});
+    // The reference caches: the CPU's writes of the kernel's own k (and v) over the same noise.
+    std::vector<uint8_t> want_keys = noise, want_values = noise;
+    ops_cpu.rotate_and_cache_write(std::vector<float>(gpu_q).data(), std::vector<float>(gpu_k).data(), v.data(),
+                                   want_keys.data(), want_values.data(), type, positions.data(), B, T, capacity, slot,
+                                   n_heads, n_kv_heads, head_dim, NULL);
+    if (!rotate) want_keys = cpu_keys, want_values = cpu_values;
+    long differ = 0;
+    for (long i = 0; i < cache_bytes; i++)
+        differ += (gpu_keys[(size_t)i] != want_keys[(size_t)i]) + (gpu_values[(size_t)i] != want_values[(size_t)i]);
+    const double q_error = worst_error_of_largest(gpu_q, cpu_q), k_error = worst_error_of_largest(gpu_k, cpu_k);
+    const long wrong_copies = rotate ? wrong_bf16_copies(q_copy, gpu_q) + wrong_bf16_copies(k_copy, gpu_k) : 0;
+    printf("# rotate and store %-4s B %d T %d slot %2d heads %d/%d head_dim %3d%s: q %.2g, k %.2g of the largest, "
+           "%ld cache bytes differ, %ld copies wrong\n",
+           kind_names[kind], B, T, slot, n_heads, n_kv_heads, head_dim, rotate ? "" : " (no rotation)", q_error, k_error,
+           differ, wrong_copies);
+    EXPECT(q_error <= 1e-6 && k_error <= 1e-6, "rotate and store (%s): q %.3g, k %.3g off the CPU's", kind_names[kind],
+           q_error, k_error);
+    EXPECT(differ == 0, "rotate and store (%s, head_dim %d): %ld cache bytes differ", kind_names[kind], head_dim, differ);
+    EXPECT(wrong_copies == 0, "rotate and store (%s): %ld bf16 copies wrong", kind_names[kind], wrong_copies);
+}
+
+// Each cache kind: a decode step (T 1) of 3 rows and a 4-slot extension of 2 rows, GQA 4/2 at
+// head_dim 64, a head size with a short Q8_0 block (80) and more pairs than the block has
+// threads (9 heads of 64: 288 pairs of q), and GPT-2's learned positions (no rotation).
+static void test_rotate_and_store(void) {
+    for (int kind = FLOAT_CACHE; kind <= Q8_CACHE; kind++) {
+        check_rotate_and_store((CacheKind)kind, 3, 1, 12, 7, 4, 2, 64, true);
+        check_rotate_and_store((CacheKind)kind, 2, 4, 12, 5, 4, 2, 64, true);
+        check_rotate_and_store((CacheKind)kind, 2, 2, 6, 3, 2, 1, 80, true);
+        check_rotate_and_store((CacheKind)kind, 1, 1, 9, 8, 9, 3, 64, true);
+        check_rotate_and_store((CacheKind)kind, 2, 3, 8, 2, 4, 4, 32, false);
+    }
+}
+
 int main(void) {
     RUN(test_write_q8);
+    RUN(test_rotate_and_store);
     RUN(test_attention);
     TEST_EXIT();
 }

@@ -137,8 +137,6 @@ typedef struct {
     LoraPattern rank_pattern[LORA_MAX_PATTERNS], alpha_pattern[LORA_MAX_PATTERNS];
 } LoraConfig;
 
-// What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
-typedef enum { KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0 } KvCacheType;
 // The kinds of pass Model.weight_hook is told of (0 is no pass).
 enum { MODEL_PASS_FORWARD = 1, MODEL_PASS_BACKWARD = 2 };
 

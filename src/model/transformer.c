@@ -622,33 +622,22 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     }
     ops->matmul_input_release();
     const bool rotates = attention_rotates(cfg, target); // q and k stay unrotated in la->q, la->k
-    if (cfg->positions == POSITIONS_ROPE && !rotates) {
+    const bool rotated_here = cfg->positions == POSITIONS_ROPE && !rotates;
+    if (target) {
+        // q and k rotated and the new keys and values written in one op (one launch on the GPU).
+        const KvCache *cache = target->cache;
+        // The target rows' first slot, in bytes: every element type has fixed-size slots.
+        const long row_offset = (long)target->first_row * cache->capacity_T * kv_cache_slot_bytes(model, cache->type);
+        char *keys = (char *)cache->k[l] + row_offset, *values = (char *)cache->v[l] + row_offset;
+        ops->rotate_and_cache_write(la->q, la->k, la->v, keys, values, cache->type, a->positions, B, T,
+                                    cache->capacity_T, target->slot, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                    rotated_here ? rope_table(model, l) : NULL);
+    } else if (rotated_here) {
         ops->rope_forward(la->q, a->positions, (int)N, cfg->num_heads, cfg->head_dim, rope_table(model, l));
         ops->rope_forward(la->k, a->positions, (int)N, cfg->num_kv_heads, cfg->head_dim, rope_table(model, l));
     }
     const float query_scale = query_scale_of(cfg);
     if (query_scale != 1.0f) ops->scale(la->q, query_scale, N * q_dim);
-    if (target) {
-        const KvCache *cache = target->cache;
-        // The target rows' first slot, in bytes: every element type has fixed-size slots.
-        const long row_offset = (long)target->first_row * cache->capacity_T * kv_cache_slot_bytes(model, cache->type);
-        char *keys = (char *)cache->k[l] + row_offset, *values = (char *)cache->v[l] + row_offset;
-        const int capacity = cache->capacity_T, slot = target->slot;
-        switch (cache->type) {
-        case KV_CACHE_F32:
-            ops->cache_write((float *)keys, la->k, B, T, capacity, slot, kv_dim);
-            ops->cache_write((float *)values, la->v, B, T, capacity, slot, kv_dim);
-            break;
-        case KV_CACHE_F16:
-            ops->cache_write_f16((uint16_t *)keys, la->k, B, T, capacity, slot, kv_dim);
-            ops->cache_write_f16((uint16_t *)values, la->v, B, T, capacity, slot, kv_dim);
-            break;
-        case KV_CACHE_Q8_0:
-            ops->cache_write_q8(keys, la->k, B, T, capacity, slot, cfg->num_kv_heads, cfg->head_dim);
-            ops->cache_write_q8(values, la->v, B, T, capacity, slot, cfg->num_kv_heads, cfg->head_dim);
-            break;
-        }
-    }
     // The attention's output is o's (and its adapter's) input: held, the GPU's fused
     // attention writes its bf16 copy with it.
     ops->matmul_input_hold(la->att_out, N * q_dim);

@@ -81,6 +81,9 @@ typedef struct {
     float *mins;         // QUANT_Q4_1, QUANT_Q5_1: [rows * cols / Q8_BLOCK], each block's m (a half float's value)
 } Q8Matrix;
 
+// What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
+typedef enum { KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0 } KvCacheType;
+
 // A KV cache of Q8_0 blocks (--kv-cache q8_0) keeps each slot -- one token's n_kv_heads *
 // head_dim keys, or values -- as one record of bytes: the int8 values, head after head,
 // padded to a multiple of 4 bytes, then one float scale per block, head after head. Each
@@ -364,6 +367,16 @@ typedef struct OpsBackend {
     void (*attention_extend_q8)(float *out, const float *q, const void *k_cache, const void *v_cache,
                                 const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                 int n_kv_heads, int head_dim, float softcap, int window);
+    // A KV-cache forward's new rows (a decode step, an extension) made ready in one op: the
+    // heads of q ([B*T, n_heads*hd]) and k ([B*T, n_kv_heads*hd]) rotated in place as
+    // rope_forward rotates them (inv_freq NULL: neither rotated), then k and v written into
+    // slots [slot, slot+T) of each row of the caches as cache_write, cache_write_f16 or
+    // cache_write_q8 (cache_type) writes them. The results are those calls', in that order
+    // (ops_rotate_and_cache_write_in_calls); the GPU makes them one launch, where a decode
+    // step at a small batch is bound by its launches.
+    void (*rotate_and_cache_write)(float *q, float *k, const float *v, void *k_cache, void *v_cache,
+                                   KvCacheType cache_type, const int *positions, int B, int T, int capacity,
+                                   int slot, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq);
 
     // dst[r*dst_stride .. + width) = src[r*src_stride .. + width) for r in [0, rows).
     void (*copy_rows)(float *dst, long dst_stride, const float *src, long src_stride, int rows,
@@ -531,6 +544,13 @@ long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, int *grid_x
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in
 // or (cuda) no usable GPU is present.
 const OpsBackend *ops_backend_by_name(const char *name);
+
+// rotate_and_cache_write as rope_forward, rope_forward and two cache writes through `ops`:
+// the CPU's rotate_and_cache_write, and the GPU's where a rotated buffer is a held input.
+void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float *k, const float *v, void *k_cache,
+                                         void *v_cache, KvCacheType cache_type, const int *positions, int B, int T,
+                                         int capacity, int slot, int n_heads, int n_kv_heads, int head_dim,
+                                         const float *inv_freq);
 
 // matmul_forward_parts as one matmul_forward per part through `ops` (a backend's table, or a
 // test's stand-in for one): the CPU's matmul_forward_parts.

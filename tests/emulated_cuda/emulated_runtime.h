@@ -90,23 +90,8 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float low, float high) {
 struct __half {
     uint16_t bits;
 };
-// Round to nearest even, as __float2half_rn (overflow to infinity, subnormals kept).
-static inline __half __float2half_rn(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const uint32_t magnitude = u & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) return __half{(uint16_t)(sign | 0x7e00u)}; // NaN
-    if (magnitude >= 0x477ff000u) return __half{(uint16_t)(sign | 0x7c00u)}; // rounds past 65504
-    if (magnitude < 0x38800000u) { // below 2^-14: a subnormal half (or zero)
-        float a;
-        memcpy(&a, &magnitude, 4);
-        const uint32_t units = (uint32_t)rintf(a * 16777216.0f); // in units of 2^-24
-        return __half{(uint16_t)(sign | units)};
-    }
-    const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
-    return __half{(uint16_t)(sign | (((rounded >> 13) - (112u << 10)) & 0x7fffu))};
-}
+// Round to nearest even (cpu_emulation.h's float_to_half_bits).
+static inline __half __float2half_rn(float x) { return __half{float_to_half_bits(x)}; }
 static inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 static inline __half __ushort_as_half(unsigned short bits) { return __half{bits}; }
 static inline float __half2float(__half h) { return half_to_float(h.bits); }

@@ -1512,6 +1512,66 @@ static void test_attention_decode_q8(void) {
     }
 }
 
+// rotate_and_cache_write (one launch on the GPU: rope of q and k, then the new keys and values
+// into the cache) against the CPU's four calls, on each kind of cache: q and k within the fp32
+// tolerance, and the caches byte for byte what the CPU's cache writes make of the GPU's own
+// rotated k and of v over the same starting bytes (the slots not written left alone); a
+// decode step and a 3-slot extension, and without a table (learned positions).
+static void test_rotate_and_cache_write(void) {
+    const KvCacheType types[] = {KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0};
+    const char *names[] = {"f32", "f16", "q8_0"};
+    for (int kind = 0; kind < 3; kind++)
+        for (int case_index = 0; case_index < 3; case_index++) {
+            const int B = 3, T = case_index == 1 ? 3 : 1, capacity = 12, slot = 5, H = 8, KV = 2, D = 64;
+            const bool rotate = case_index != 2;
+            const long N = (long)B * T, q_n = N * H * D, kv_n = N * KV * D;
+            const long slot_bytes = types[kind] == KV_CACHE_F32   ? (long)KV * D * 4
+                                    : types[kind] == KV_CACHE_F16 ? (long)KV * D * 2
+                                                                  : kv_q8_slot_bytes(KV, D);
+            const long cache_bytes = (long)B * capacity * slot_bytes;
+            int positions[9];
+            for (long i = 0; i < N; i++) positions[i] = slot + (int)(i % T) + 700 * (int)(i / T);
+            float inv_freq[32];
+            for (int i = 0; i < D / 2; i++) inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+            float *q = random_host(q_n, 2), *k = random_host(kv_n, 2), *v = random_host(kv_n, 2);
+            float *noise = random_host(cache_bytes / 4, 1); // slot_bytes is a multiple of 4
+            uint8_t *cpu_k = xmalloc((size_t)cache_bytes), *cpu_v = xmalloc((size_t)cache_bytes);
+            memcpy(cpu_k, noise, (size_t)cache_bytes), memcpy(cpu_v, noise, (size_t)cache_bytes);
+            float *d_q = gpu_floats(q, q_n), *d_k = gpu_floats(k, kv_n), *d_v = gpu_floats(v, kv_n);
+            float *d_table = gpu_floats(inv_freq, D / 2);
+            int *d_positions = gpu_ints(positions, N);
+            void *d_kc = to_gpu(noise, (size_t)cache_bytes), *d_vc = to_gpu(noise, (size_t)cache_bytes);
+            cpu->rotate_and_cache_write(q, k, v, cpu_k, cpu_v, types[kind], positions, B, T, capacity, slot, H, KV, D,
+                                        rotate ? inv_freq : NULL);
+            gpu->rotate_and_cache_write(d_q, d_k, d_v, d_kc, d_vc, types[kind], d_positions, B, T, capacity, slot, H, KV,
+                                        D, rotate ? d_table : NULL);
+            char what[80];
+            snprintf(what, sizeof what, "rotate_and_cache_write %s T %d%s q", names[kind], T, rotate ? "" : " (no rope)");
+            expect_match_keep(what, d_q, q, q_n, TOL_FP32);
+            snprintf(what, sizeof what, "rotate_and_cache_write %s T %d%s k", names[kind], T, rotate ? "" : " (no rope)");
+            expect_match_keep(what, d_k, k, kv_n, TOL_FP32);
+            // The reference caches: the CPU's writes of the GPU's rotated k and of v.
+            float *gpu_q = xmalloc((size_t)q_n * 4), *gpu_k = xmalloc((size_t)kv_n * 4);
+            gpu->copy_to_host(gpu_q, d_q, (size_t)q_n * 4), gpu->copy_to_host(gpu_k, d_k, (size_t)kv_n * 4);
+            uint8_t *want_k = xmalloc((size_t)cache_bytes), *want_v = xmalloc((size_t)cache_bytes);
+            memcpy(want_k, noise, (size_t)cache_bytes), memcpy(want_v, noise, (size_t)cache_bytes);
+            cpu->rotate_and_cache_write(gpu_q, gpu_k, v, want_k, want_v, types[kind], positions, B, T, capacity, slot, H,
+                                        KV, D, NULL);
+            uint8_t *got_k = xmalloc((size_t)cache_bytes), *got_v = xmalloc((size_t)cache_bytes);
+            gpu->copy_to_host(got_k, d_kc, (size_t)cache_bytes), gpu->copy_to_host(got_v, d_vc, (size_t)cache_bytes);
+            long differ = 0;
+            for (long i = 0; i < cache_bytes; i++) differ += (got_k[i] != want_k[i]) + (got_v[i] != want_v[i]);
+            printf("# %-34s %ld of %ld cache bytes differ (tolerance 0)\n", "rotate_and_cache_write", differ,
+                   2 * cache_bytes);
+            EXPECT(differ == 0, "rotate_and_cache_write (%s, T %d): %ld cache bytes differ from the CPU's writes",
+                   names[kind], T, differ);
+            gpu->free(d_q), gpu->free(d_k), gpu->free(d_v), gpu->free(d_table), gpu->free(d_positions);
+            gpu->free(d_kc), gpu->free(d_vc);
+            free(q), free(k), free(v), free(noise), free(cpu_k), free(cpu_v), free(gpu_q), free(gpu_k);
+            free(want_k), free(want_v), free(got_k), free(got_v);
+        }
+}
+
 static void test_activations_and_elementwise(void) {
     const long n = 100003;
     float *x = random_host(n, 4), *y = random_host(n, 4), *dy = random_host(n, 1);
@@ -2748,6 +2808,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_attention_decode_and_cache);
     RUN_SELECTED(test_attention_decode_f16);
     RUN_SELECTED(test_attention_decode_q8);
+    RUN_SELECTED(test_rotate_and_cache_write);
     RUN_SELECTED(test_activations_and_elementwise);
     RUN_SELECTED(test_logprob_and_value_head);
     RUN_SELECTED(test_adamw);

@@ -92,6 +92,38 @@ static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int 
     ops_matmul_forward_per_part(&ops_cpu, outs, widths, parts, inp, weight, bias, N, IC);
 }
 
+void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float *k, const float *v, void *k_cache,
+                                         void *v_cache, KvCacheType cache_type, const int *positions, int B, int T,
+                                         int capacity, int slot, int n_heads, int n_kv_heads, int head_dim,
+                                         const float *inv_freq) {
+    const int N = B * T, kv_dim = n_kv_heads * head_dim;
+    if (inv_freq) {
+        ops->rope_forward(q, positions, N, n_heads, head_dim, inv_freq);
+        ops->rope_forward(k, positions, N, n_kv_heads, head_dim, inv_freq);
+    }
+    switch (cache_type) {
+    case KV_CACHE_F32:
+        ops->cache_write((float *)k_cache, k, B, T, capacity, slot, kv_dim);
+        ops->cache_write((float *)v_cache, v, B, T, capacity, slot, kv_dim);
+        break;
+    case KV_CACHE_F16:
+        ops->cache_write_f16((uint16_t *)k_cache, k, B, T, capacity, slot, kv_dim);
+        ops->cache_write_f16((uint16_t *)v_cache, v, B, T, capacity, slot, kv_dim);
+        break;
+    case KV_CACHE_Q8_0:
+        ops->cache_write_q8(k_cache, k, B, T, capacity, slot, n_kv_heads, head_dim);
+        ops->cache_write_q8(v_cache, v, B, T, capacity, slot, n_kv_heads, head_dim);
+        break;
+    }
+}
+
+static void cpu_rotate_and_cache_write(float *q, float *k, const float *v, void *k_cache, void *v_cache,
+                                       KvCacheType cache_type, const int *positions, int B, int T, int capacity,
+                                       int slot, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq) {
+    ops_rotate_and_cache_write_in_calls(&ops_cpu, q, k, v, k_cache, v_cache, cache_type, positions, B, T, capacity,
+                                        slot, n_heads, n_kv_heads, head_dim, inv_freq);
+}
+
 const OpsBackend ops_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -135,6 +167,7 @@ const OpsBackend ops_cpu = {
     .cache_write_q8 = cpu_cache_write_q8,
     .attention_decode_q8 = cpu_attention_decode_q8,
     .attention_extend_q8 = cpu_attention_extend_q8,
+    .rotate_and_cache_write = cpu_rotate_and_cache_write,
     .copy_rows = cpu_copy_rows,
     .gelu_forward = cpu_stored_gelu_forward,
     .gelu_backward = cpu_stored_gelu_backward,

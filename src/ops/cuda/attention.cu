@@ -453,6 +453,48 @@ void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity
     CUDA_CHECK_LAUNCH();
 }
 
+template <typename Store>
+static void launch_rotate_and_store(float *q, __nv_bfloat16 *q_copy, float *k, __nv_bfloat16 *k_copy, const float *v,
+                                    Store keys, Store values, const int *positions, int B, int T, int capacity,
+                                    int slot, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq) {
+    const size_t shared = inv_freq ? (size_t)head_dim * sizeof(float) : 0;
+    attention_cached::rotate_and_store_kernel<Store><<<B * T, attention_cached::THREADS, shared>>>(
+        q, q_copy, k, k_copy, v, keys, values, positions, T, capacity, slot, n_heads, n_kv_heads, head_dim, inv_freq);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ops.h rotate_and_cache_write: one launch (attention_cached.cuh's rotate_and_store_kernel) for
+// what rope_forward twice and two cache writes do in four. A held q or k gets its bf16 copy
+// written with the rotation, as rope_forward writes it.
+void cuda_rotate_and_cache_write(float *q, float *k, const float *v, void *k_cache, void *v_cache, KvCacheType type,
+                                 const int *positions, int B, int T, int capacity, int slot, int n_heads,
+                                 int n_kv_heads, int head_dim, const float *inv_freq) {
+    if (B == 0 || T == 0) return;
+    const long N = (long)B * T, kv_width = (long)n_kv_heads * head_dim;
+    if (inv_freq && head_dim / 2 == 0) inv_freq = NULL; // nothing to rotate (as rope_forward: no copy either)
+    __nv_bfloat16 *q_copy = inv_freq ? cuda_held_copy_to_write(q, N * n_heads * head_dim) : NULL;
+    __nv_bfloat16 *k_copy = inv_freq ? cuda_held_copy_to_write(k, N * kv_width) : NULL;
+    switch (type) {
+    case KV_CACHE_F32:
+        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::FloatStore{(float *)k_cache, (int)kv_width},
+                                attention_cached::FloatStore{(float *)v_cache, (int)kv_width}, positions, B, T, capacity,
+                                slot, n_heads, n_kv_heads, head_dim, inv_freq);
+        break;
+    case KV_CACHE_F16:
+        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::HalfStore{(uint16_t *)k_cache, (int)kv_width},
+                                attention_cached::HalfStore{(uint16_t *)v_cache, (int)kv_width}, positions, B, T,
+                                capacity, slot, n_heads, n_kv_heads, head_dim, inv_freq);
+        break;
+    case KV_CACHE_Q8_0: {
+        const attention_cached::Q8Layout layout = attention_cached::q8_layout(n_kv_heads, head_dim);
+        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::Q8Store{(uint8_t *)k_cache, layout},
+                                attention_cached::Q8Store{(uint8_t *)v_cache, layout}, positions, B, T, capacity, slot,
+                                n_heads, n_kv_heads, head_dim, inv_freq);
+        break;
+    }
+    }
+}
+
 // Row b's T slots of x ([B, T, width] floats) into slots [slot, slot + T) of a half cache,
 // rounded to nearest even: one thread per element, blockIdx.y the row.
 __global__ static void cache_write_f16_kernel(uint16_t *cache, const float *x, int capacity, int slot, int width,
@@ -460,7 +502,7 @@ __global__ static void cache_write_f16_kernel(uint16_t *cache, const float *x, i
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     const int b = blockIdx.y;
     if (i >= row_elements) return;
-    cache[((long)b * capacity + slot) * width + i] = __half_as_ushort(__float2half_rn(x[(long)b * row_elements + i]));
+    cache[((long)b * capacity + slot) * width + i] = float_to_half_bits(x[(long)b * row_elements + i]);
 }
 
 void cuda_cache_write_f16(uint16_t *cache, const float *x, int B, int T, int capacity, int slot, int width) {

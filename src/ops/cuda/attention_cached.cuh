@@ -2,8 +2,9 @@
 // new queries per row that continue a cached prefix (the prompt cache, chunked prefill) --
 // over the three kinds of cache (model/model.h KvCacheType): float32, IEEE halves
 // (--kv-cache f16) and Q8_0 blocks (--kv-cache q8_0; ops/ops.h kv_q8_slot_bytes gives a
-// slot's record: a head's int8 values, then each block's float scale), and the write of new
-// keys and values into a Q8_0 cache.
+// slot's record: a head's int8 values, then each block's float scale), the write of new
+// keys and values into a Q8_0 cache, and a KV-cache step's rotation of q and k with the
+// write of its new keys and values into any of the three (rotate_and_store_kernel).
 //
 // Flash-decoding: a block of THREADS threads per (row, query, group of query heads that
 // share a K/V head, run of keys), the keys a tile at a time with a running softmax, and the
@@ -16,8 +17,9 @@
 // 127, codes rint(x * (1 / scale)), each operation rounded alone as on the CPU; the padding
 // before the scales zero), so a cache written on either device reads the same.
 //
-// Written against device_primitives.cuh only, so that tests/test_attention_cached_emulated.cpp
-// runs these kernels' source on CPU threads (cpu_emulation.h) against the CPU ops in CI;
+// Written against device_primitives.cuh (and rope_rotation.cuh) only, so that
+// tests/test_attention_cached_emulated.cpp runs these kernels' source on CPU threads
+// (cpu_emulation.h) against the CPU ops in CI;
 // tests/gpu/test_cuda.c checks them on the device.
 #pragma once
 #include <math.h>
@@ -25,6 +27,7 @@
 
 #include "ops/attention_window.h"
 #include "ops/cuda/device_primitives.cuh"
+#include "ops/cuda/rope_rotation.cuh"
 extern "C" {
 #include "ops/ops.h"
 }
@@ -342,9 +345,30 @@ static __global__ void __launch_bounds__(THREADS) combine_kernel(float *out, con
     }
 }
 
+// Block k of head h of `row` (a new row's n_kv_heads * head_dim floats) into a slot's
+// record, as q8_quantize_block does; the first block also zeroes the record's padding.
+DEVICE_INLINE void quantize_block(uint8_t *record, const float *row, const Q8Layout &layout, int h, int k) {
+    const int head_dim = layout.head_dim, blocks = layout.blocks_per_head;
+    const long values_bytes = layout.values_bytes;
+    const int first = h * head_dim + k * Q8_BLOCK;
+    const int n = head_dim - k * Q8_BLOCK < Q8_BLOCK ? head_dim - k * Q8_BLOCK : Q8_BLOCK;
+    const float *source = row + first;
+    float largest = 0.0f;
+    for (int d = 0; d < n; d++) {
+        const float magnitude = fabsf(source[d]);
+        largest = magnitude > largest ? magnitude : largest;
+    }
+    const float block_scale = largest / 127.0f;
+    const float inverse = block_scale > 0.0f ? 1.0f / block_scale : 0.0f;
+    int8_t *codes = reinterpret_cast<int8_t *>(record) + first;
+    for (int d = 0; d < n; d++) codes[d] = (int8_t)round_to_int(mul_rn(source[d], inverse));
+    reinterpret_cast<float *>(record + values_bytes)[h * blocks + k] = block_scale;
+    if (h == 0 && k == 0)
+        for (long p = (long)layout.n_kv_heads * head_dim; p < values_bytes; p++) record[p] = 0;
+}
+
 // One thread per (new row i = b * T + t, head, block): quantizes the block of x
-// ([B * T, n_kv_heads * head_dim]) into row b's slot slot + t of a Q8_0 cache, as
-// q8_quantize_block does; the first block's thread also zeroes the record's padding. Grid:
+// ([B * T, n_kv_heads * head_dim]) into row b's slot slot + t of a Q8_0 cache. Grid:
 // write_blocks() blocks of THREADS.
 HOST_DEVICE_INLINE long write_units(const Q8Layout &layout, int B, int T) {
     return (long)B * T * layout.n_kv_heads * layout.blocks_per_head;
@@ -357,26 +381,69 @@ static __global__ void __launch_bounds__(THREADS)
     write_q8_kernel(uint8_t *cache, const float *x, Q8Layout layout, int B, int T, int capacity, int slot) {
     const long unit = (long)blockIdx.x * THREADS + threadIdx.x;
     if (unit >= write_units(layout, B, T)) return;
-    const int n_kv_heads = layout.n_kv_heads, head_dim = layout.head_dim, blocks = layout.blocks_per_head;
+    const int n_kv_heads = layout.n_kv_heads, blocks = layout.blocks_per_head;
     const long i = unit / ((long)n_kv_heads * blocks); // the new row
     const int h = (int)(unit / blocks % n_kv_heads), k = (int)(unit % blocks);
-    const long values_bytes = layout.values_bytes;
     uint8_t *record = cache + ((i / T) * capacity + slot + i % T) * layout.slot_bytes;
-    const int first = h * head_dim + k * Q8_BLOCK;
-    const int n = head_dim - k * Q8_BLOCK < Q8_BLOCK ? head_dim - k * Q8_BLOCK : Q8_BLOCK;
-    const float *source = x + i * n_kv_heads * head_dim + first;
-    float largest = 0.0f;
-    for (int d = 0; d < n; d++) {
-        const float magnitude = fabsf(source[d]);
-        largest = magnitude > largest ? magnitude : largest;
+    quantize_block(record, x + i * n_kv_heads * layout.head_dim, layout, h, k);
+}
+
+// Where a new row's keys (or values) go: store(slot, row, tid, threads) writes the row's
+// width = n_kv_heads * head_dim floats into slot `slot` (b * capacity + j) of the cache, the
+// block's threads sharing the work.
+struct FloatStore {
+    float *cache;
+    int width;
+    DEVICE_METHOD void store(long slot, const float *row, int tid, int threads) const {
+        float *to = cache + slot * width;
+        // Not unrolled: nvcc's unrolled copy spilled registers in rotate_and_store_kernel (ptxas -v).
+        KEEP_LOOP for (int i = tid; i < width; i += threads) to[i] = row[i];
     }
-    const float block_scale = largest / 127.0f;
-    const float inverse = block_scale > 0.0f ? 1.0f / block_scale : 0.0f;
-    int8_t *codes = reinterpret_cast<int8_t *>(record) + first;
-    for (int d = 0; d < n; d++) codes[d] = (int8_t)round_to_int(mul_rn(source[d], inverse));
-    reinterpret_cast<float *>(record + values_bytes)[h * blocks + k] = block_scale;
-    if (h == 0 && k == 0)
-        for (long p = (long)n_kv_heads * head_dim; p < values_bytes; p++) record[p] = 0;
+};
+struct HalfStore { // rounded to the nearest half, ties to even, as cache_write_f16
+    uint16_t *cache;
+    int width;
+    DEVICE_METHOD void store(long slot, const float *row, int tid, int threads) const {
+        for (int i = tid; i < width; i += threads) cache[slot * width + i] = float_to_half_bits(row[i]);
+    }
+};
+struct Q8Store { // a thread per block, as write_q8_kernel
+    uint8_t *cache;
+    Q8Layout layout;
+    DEVICE_METHOD void store(long slot, const float *row, int tid, int threads) const {
+        const int blocks = layout.blocks_per_head;
+        for (int unit = tid; unit < layout.n_kv_heads * blocks; unit += threads)
+            quantize_block(cache + slot * layout.slot_bytes, row, layout, unit / blocks, unit % blocks);
+    }
+};
+
+// ops.h rotate_and_cache_write in one launch: a block per new row (row = b * T + t, grid B *
+// T blocks of THREADS). The row's angles once (rope_rotation.cuh, head_dim floats of dynamic
+// shared memory), its q and k heads rotated in place as rope_kernel rotates them (q_copy,
+// k_copy: the bf16 copies of held buffers, or NULL), then k and v stored into slot slot + t
+// of row b. inv_freq NULL: nothing rotated, only the stores.
+template <typename Store>
+static __global__ void __launch_bounds__(THREADS)
+    rotate_and_store_kernel(float *q, bf16 *q_copy, float *k, bf16 *k_copy, const float *v, Store keys, Store values,
+                            const int *positions, int T, int capacity, int slot, int n_heads, int n_kv_heads,
+                            int head_dim, const float *inv_freq) {
+    DYNAMIC_SHARED(shared);
+    const int row = (int)blockIdx.x, tid = (int)threadIdx.x;
+    const long q_width = (long)n_heads * head_dim, kv_width = (long)n_kv_heads * head_dim;
+    float *k_row = k + row * kv_width;
+    if (inv_freq) {
+        float *cos_sin = reinterpret_cast<float *>(shared);
+        rope_rotation::row_cos_sin(cos_sin, positions[row], inv_freq, head_dim, 1.0f, tid, THREADS);
+        __syncthreads();
+        rope_rotation::rotate_heads(q + row * q_width, q_copy ? q_copy + row * q_width : NULL, cos_sin, n_heads, head_dim,
+                                tid, THREADS);
+        rope_rotation::rotate_heads(k_row, k_copy ? k_copy + row * kv_width : NULL, cos_sin, n_kv_heads, head_dim, tid,
+                                THREADS);
+        __syncthreads(); // every thread's rotated k before any thread stores it
+    }
+    const long cache_slot = (long)(row / T) * capacity + slot + row % T;
+    keys.store(cache_slot, k_row, tid, THREADS);
+    values.store(cache_slot, v + row * kv_width, tid, THREADS);
 }
 
 } // namespace attention_cached

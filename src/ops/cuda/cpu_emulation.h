@@ -550,6 +550,24 @@ DEVICE_INLINE float half_to_float(uint16_t h) {
     return sign ? -magnitude : magnitude;
 }
 
+// __float2half_rn's bits: round to nearest even, overflow to infinity, subnormals kept.
+DEVICE_INLINE uint16_t float_to_half_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t magnitude = u & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  // NaN
+    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // rounds past 65504
+    if (magnitude < 0x38800000u) {                                   // below 2^-14: a subnormal half (or zero)
+        float a;
+        memcpy(&a, &magnitude, 4);
+        const uint32_t units = (uint32_t)rintf(a * 16777216.0f); // in units of 2^-24
+        return (uint16_t)(sign | units);
+    }
+    const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+    return (uint16_t)(sign | (((rounded >> 13) - (112u << 10)) & 0x7fffu));
+}
+
 // ex2.approx.ftz: 2^x with results below FLT_MIN flushed to 0 (the hardware's approximation
 // is within a relative 2^-22 of this, the PTX ISA's bound).
 DEVICE_INLINE float exp2_approx(float x) {

@@ -202,6 +202,7 @@ extern "C" const OpsBackend ops_cuda = {
     .cache_write_q8 = cuda_cache_write_q8,
     .attention_decode_q8 = cuda_attention_decode_q8,
     .attention_extend_q8 = cuda_attention_extend_q8,
+    .rotate_and_cache_write = cuda_rotate_and_cache_write,
     .copy_rows = cuda_copy_rows,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,

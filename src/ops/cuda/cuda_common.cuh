@@ -278,6 +278,9 @@ void cuda_attention_extend(float *out, const float *q, const float *k_cache, con
 void cuda_attention_extend_f16(float *out, const float *q, const uint16_t *k_cache, const uint16_t *v_cache,
                                const int *row_start, int B, int T, int capacity, int first_slot, int n_heads,
                                int n_kv_heads, int head_dim, float softcap, int window);
+void cuda_rotate_and_cache_write(float *q, float *k, const float *v, void *k_cache, void *v_cache, KvCacheType type,
+                                 const int *positions, int B, int T, int capacity, int slot, int n_heads,
+                                 int n_kv_heads, int head_dim, const float *inv_freq);
 void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity, int slot, int n_kv_heads,
                          int head_dim);
 void cuda_attention_decode_q8(float *out, const float *q, const void *k_cache, const void *v_cache,

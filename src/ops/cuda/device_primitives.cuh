@@ -62,6 +62,8 @@ DEVICE_INLINE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 DEVICE_INLINE float float_from_bits(uint32_t bits) { return __uint_as_float(bits); }
 // An IEEE half (its 16 bits) as a float, exactly (a half cache's element, attention_cached.cuh).
 DEVICE_INLINE float half_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+// x as an IEEE half's 16 bits, rounded to nearest even (a half cache's write, attention_cached.cuh).
+DEVICE_INLINE uint16_t float_to_half_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
 // x rounded to the nearest integer, ties to even (rintf; the 8-bit KV cache's codes).
 DEVICE_INLINE int round_to_int(float x) { return __float2int_rn(x); }
 

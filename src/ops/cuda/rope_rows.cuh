@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "ops/cuda/device_primitives.cuh"
+#include "ops/cuda/rope_rotation.cuh"
 
 namespace rope_rows {
 
@@ -29,30 +30,12 @@ static __global__ void __launch_bounds__(THREADS)
                 const float *inv_freq, float direction) {
     DYNAMIC_SHARED(shared);
     float *cos_sin = reinterpret_cast<float *>(shared);
-    const int half = head_dim / 2;
     const long row = blockIdx.x;
-    for (int pair = threadIdx.x; pair < half; pair += THREADS) {
-        const float angle = (float)positions[row] * inv_freq[pair];
-        float s, c;
-        sincosf(angle, &s, &c);
-        cos_sin[pair] = c;
-        cos_sin[half + pair] = s * direction;
-    }
+    rope_rotation::row_cos_sin(cos_sin, positions[row], inv_freq, head_dim, direction, (int)threadIdx.x, THREADS);
     __syncthreads();
     float *heads = x + row * row_stride;
-    for (int i = threadIdx.x; i < n_heads * half; i += THREADS) {
-        const int pair = i % half;
-        float *head = heads + (i / half) * head_dim;
-        const float c = cos_sin[pair], s = cos_sin[half + pair];
-        const float x1 = head[pair], x2 = head[pair + half];
-        head[pair] = x1 * c - x2 * s;
-        head[pair + half] = x2 * c + x1 * s;
-        if (x_copy) {
-            bf16 *copy = x_copy + (head - x);
-            copy[pair] = to_bf16(head[pair]);
-            copy[pair + half] = to_bf16(head[pair + half]);
-        }
-    }
+    rope_rotation::rotate_heads(heads, x_copy ? x_copy + row * row_stride : NULL, cos_sin, n_heads, head_dim,
+                                (int)threadIdx.x, THREADS);
     if (x_copy) // the columns past the rotated heads (none for rows of their own)
         for (int column = n_heads * head_dim + threadIdx.x; column < row_stride; column += THREADS)
             x_copy[row * row_stride + column] = to_bf16(heads[column]);
