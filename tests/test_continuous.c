@@ -78,7 +78,9 @@ static void on_finish(void *context, void *owner_ptr, GeneratedRow *row) {
 }
 
 // The model's requests: their prompts, settings and join steps from a fixed random stream.
-static void make_requests(Request *requests, Owner *owners, int vocab_size, int max_total) {
+// backend_samplers: only greedy and top-k samplers and no top log-probs, so that every decode
+// step takes its picks from the backend (continuous.c picks_on_backend).
+static void make_requests(Request *requests, Owner *owners, int vocab_size, int max_total, bool backend_samplers) {
     uint64_t stream = rng_stream("test-continuous", 0, 0), counter = 0;
 #define DRAW(n) ((int)(rng_uniform_double(99, stream, counter++) * (n)))
     int step = 0;
@@ -101,7 +103,7 @@ static void make_requests(Request *requests, Owner *owners, int vocab_size, int 
         int longest = max_total - request->prompt_length;
         for (int j = 0; j < request->num_sequences; j++) {
             SequenceOptions *sequence = &request->sequences[j];
-            const int kind = DRAW(3);
+            const int kind = backend_samplers ? 2 * DRAW(2) : DRAW(3);
             sequence->sampler = kind == 0   ? (SamplerConfig){.temperature = 0.0f}
                                 : kind == 1 ? (SamplerConfig){.temperature = 1.0f}
                                             : (SamplerConfig){.temperature = 1.3f, .top_k = 12, .top_p = 0.9f};
@@ -109,7 +111,7 @@ static void make_requests(Request *requests, Owner *owners, int vocab_size, int 
             sequence->row_id = (uint64_t)j << 40;
             sequence->max_new_tokens = 1 + DRAW(60);
             if (sequence->max_new_tokens > longest) sequence->max_new_tokens = longest;
-            sequence->top_logprobs = r % 4 == 2 ? 3 : 0;
+            sequence->top_logprobs = r % 4 == 2 && !backend_samplers ? 3 : 0;
             owners[r * MAX_SEQUENCES + j] = (Owner){request, j};
             sequence->owner = &owners[r * MAX_SEQUENCES + j];
         }
@@ -179,14 +181,19 @@ static void test_joining_sequences_match_generate(void) {
     // Then Gemma 2 (soft-capped scores in the decode and chunk kernels) in chunks of 7, and
     // sliding windows of 5 keys: Mistral's in every layer, Gemma 3's in its first layer, whole
     // prompts (test_chunked_prefill_matches_whole prefills Mistral's in chunks).
+    // The last two draw only greedy and top-k samplers, without top log-probs: every decode
+    // step's picks come from the backend (model_last_greedy, model_last_candidates), and
+    // they must be generate()'s all the same.
     const char *models[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
                             "tests/fixtures/models/qwen2", "tests/fixtures/models/llama", "tests/fixtures/models/gemma",
                             "tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/qwen2",
                             "tests/fixtures/models/gemma2", "tests/fixtures/models/mistral_window",
-                            "tests/fixtures/models/gemma3_window"};
-    const char *kv_cache[] = {"f32", "f32", "f32", "f32", "f16", "q8_0", "f32", "f32", "f32", "f32", "f32", "f32"};
-    const int prefill_chunk[] = {0, 0, 0, 0, 0, 0, 7, 1, 5, 7, 0, 0};
-    for (int m = 0; m < 12; m++) {
+                            "tests/fixtures/models/gemma3_window", "tests/fixtures/models/llama",
+                            "tests/fixtures/models/gemma2"};
+    const char *kv_cache[] = {"f32", "f32", "f32", "f32", "f16", "q8_0", "f32", "f32", "f32", "f32", "f32", "f32", "f32", "f32"};
+    const int prefill_chunk[] = {0, 0, 0, 0, 0, 0, 7, 1, 5, 7, 0, 0, 0, 7};
+    for (int m = 0; m < 14; m++) {
+        const bool backend_samplers = m >= 12;
         Model model;
         load(&model, models[m]);
         CHECK(kv_cache_type_set(&model, kv_cache[m], "--kv-cache") == 0, "%s", err_msg());
@@ -194,7 +201,7 @@ static void test_joining_sequences_match_generate(void) {
         static Owner owners[NUM_REQUESTS * MAX_SEQUENCES];
         // Learned positions bound a sequence's prompt and tokens (GPT-2's fixture has 64).
         const int max_total = model.config.max_position_embeddings < 80 ? model.config.max_position_embeddings : 80;
-        make_requests(requests, owners, model.config.vocab_size, max_total);
+        make_requests(requests, owners, model.config.vocab_size, max_total, backend_samplers);
         const int stop_tokens[] = {model.config.vocab_size - 1, 3};
         ContinuousOptions options = {.stop_tokens = stop_tokens,
                                      .num_stop_tokens = 2,
@@ -240,6 +247,18 @@ static void test_joining_sequences_match_generate(void) {
                    stats.moves_on, stats.moves_back, stats.capacity_slots);
         EXPECT((stats.prefill_chunks > 0) == (prefill_chunk[m] > 0), "%s: %ld chunk forwards", models[m],
                stats.prefill_chunks);
+        // In a backend-samplers run every token but each sequence's first (its prefill's
+        // logits) is picked from the backend's results (no tie at a top-k boundary past the
+        // candidates' room is expected with random weights).
+        long sequences = 0;
+        for (int r = 0; r < NUM_REQUESTS; r++) sequences += requests[r].num_sequences;
+        if (backend_samplers)
+            EXPECT(stats.backend_picked_tokens == stats.generated_tokens - sequences,
+                   "%s: %ld of %ld tokens picked on the backend (%ld sequences)", models[m],
+                   stats.backend_picked_tokens, stats.generated_tokens, sequences);
+        if (getenv("TEST_VERBOSE"))
+            printf("%s: %ld of %ld tokens picked on the backend\n", models[m], stats.backend_picked_tokens,
+                   stats.generated_tokens);
         continuous_batch_free(batch);
         check_against_generate(&model, models[m], requests, stop_tokens, 2);
         model_free(&model);

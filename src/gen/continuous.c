@@ -71,6 +71,21 @@ struct ContinuousBatch {
     int num_pending, pending_rows;
     KvCache staging;
     bool has_staging;
+    // Picks left on the backend (generate.c does the same): when every row of a decode
+    // forward is greedy or samples with top-k, with no constraint and no top log-probs, its
+    // logits stay where the model computed them and rows [0, backend_rows) take their tokens
+    // from model_last_greedy (backend_greedy) or their top-k candidates from
+    // model_last_candidates instead of `logits` (a [rows, V] copy and a pass over each row on
+    // the host); rows that join after the forward bring their prefill's logits. [max_rows]
+    // each, the candidates [max_rows, candidate_capacity].
+    int backend_rows;
+    bool backend_greedy;
+    int *greedy_tokens;
+    float *greedy_logprobs, *inverse_temperature;
+    int *candidate_k, *candidate_counts, *candidate_ids;
+    int candidate_capacity;
+    float *candidate_values;
+    double *candidate_lse;
 };
 
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options) {
@@ -83,6 +98,12 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->sequences = xcalloc((size_t)max_rows, sizeof(Sequence));
     batch->logits = xmalloc((size_t)max_rows * model->config.vocab_size * sizeof(float));
     batch->next = xmalloc((size_t)max_rows * sizeof(int));
+    batch->greedy_tokens = xmalloc((size_t)max_rows * sizeof(int));
+    batch->greedy_logprobs = xmalloc((size_t)max_rows * sizeof(float));
+    batch->inverse_temperature = xmalloc((size_t)max_rows * sizeof(float));
+    batch->candidate_k = xmalloc((size_t)max_rows * sizeof(int));
+    batch->candidate_counts = xmalloc((size_t)max_rows * sizeof(int));
+    batch->candidate_lse = xmalloc((size_t)max_rows * sizeof(double));
     // Both extend cached rows: the backend must attend from new slots to the cache's type.
     if (!kv_cache_can_extend(model)) batch->options.prompt_cache_rows = 0, batch->options.prefill_chunk = 0;
     CHECK(batch->options.prefill_chunk >= 0, "a prefill chunk of %d tokens", batch->options.prefill_chunk);
@@ -106,6 +127,9 @@ void continuous_batch_free(ContinuousBatch *batch) {
     free(batch->pending);
     if (batch->has_staging) kv_cache_free(&batch->staging, batch->model);
     free(batch->sequences), free(batch->logits), free(batch->next);
+    free(batch->greedy_tokens), free(batch->greedy_logprobs), free(batch->inverse_temperature);
+    free(batch->candidate_k), free(batch->candidate_counts), free(batch->candidate_ids);
+    free(batch->candidate_values), free(batch->candidate_lse);
     free(batch);
 }
 
@@ -507,6 +531,41 @@ static bool is_stop_token(const ContinuousOptions *options, int token) {
     return false;
 }
 
+// After the decode forward of `rows` rows: their picks from the backend where every row
+// allows it (the struct's comment), else false and the caller copies the logits.
+static bool picks_on_backend(ContinuousBatch *batch, int rows) {
+    const int V = batch->model->config.vocab_size;
+    bool all_greedy = true;
+    int largest_k = 1;
+    for (int r = 0; r < rows; r++) {
+        const Sequence *sequence = &batch->sequences[r];
+        const SamplerConfig *sampler = &sequence->options.sampler;
+        const bool greedy = sampler->temperature <= 0.0f;
+        if (sequence->json || sequence->options.top_logprobs > 0) return false;
+        if (!greedy && !(sampler->top_k > 0 && sampler->top_k < V)) return false; // the whole row is sampled from
+        all_greedy = all_greedy && greedy;
+        batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
+        batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
+        if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];
+    }
+    batch->backend_greedy = all_greedy;
+    if (all_greedy) {
+        model_last_greedy(batch->model, batch->greedy_tokens, batch->greedy_logprobs);
+        return true;
+    }
+    // Room for ties at the k-th largest (generate.c's rule); a step with more copies the logits.
+    const int capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
+    if (capacity > batch->candidate_capacity) {
+        batch->candidate_capacity = capacity;
+        free(batch->candidate_ids), free(batch->candidate_values);
+        batch->candidate_ids = xmalloc((size_t)batch->max_rows * capacity * sizeof(int));
+        batch->candidate_values = xmalloc((size_t)batch->max_rows * capacity * sizeof(float));
+    }
+    return model_last_candidates(batch->model, batch->inverse_temperature, batch->candidate_k,
+                                 batch->candidate_capacity, batch->candidate_counts, batch->candidate_ids,
+                                 batch->candidate_values, batch->candidate_lse);
+}
+
 // Sample, report, retire, then the decode forward of the rows left.
 static void decode_step(ContinuousBatch *batch) {
     const int rows = batch->rows;
@@ -521,6 +580,18 @@ static void decode_step(ContinuousBatch *batch) {
         const double u = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
         SampledToken picked;
         const Constraint *constraint = sequence->options.constraint;
+        if (r < batch->backend_rows) { // (no constraint, no top log-probs: picks_on_backend)
+            const long first = (long)r * batch->candidate_capacity;
+            if (batch->backend_greedy)
+                picked = (SampledToken){.token = batch->greedy_tokens[r], .logprob = batch->greedy_logprobs[r]};
+            else
+                picked = sampler_pick_candidates(batch->candidate_values + first, batch->candidate_ids + first,
+                                                 batch->candidate_counts[r], batch->candidate_lse[r],
+                                                 &sequence->options.sampler, u, &sequence->scratch);
+            generated_row_append(&sequence->out, NULL, V, picked);
+            batch->next[r] = picked.token;
+            continue;
+        }
         if (sequence->json &&
             token_mask_pick_greedy(options->token_trie, constraint, sequence->json, options->stop_tokens,
                                    options->num_stop_tokens, true, logits, V, &sequence->options.sampler,
@@ -544,6 +615,8 @@ static void decode_step(ContinuousBatch *batch) {
         generated_row_append(&sequence->out, logits, V, picked);
         batch->next[r] = picked.token;
     }
+    batch->stats.backend_picked_tokens += batch->backend_rows;
+    batch->backend_rows = 0; // (used: the rows move below)
     for (int r = 0; r < rows; r++) {
         Sequence *sequence = &batch->sequences[r];
         GeneratedRow *out = &sequence->out;
@@ -592,7 +665,8 @@ static void decode_step(ContinuousBatch *batch) {
         }
         ModelBatch decode = {.B = kept, .T = 1, .tokens = batch->next};
         model_forward_cached(model, &decode, cache);
-        model_last_logits(model, batch->logits);
+        if (picks_on_backend(batch, kept)) batch->backend_rows = kept;
+        else model_last_logits(model, batch->logits);
     }
     batch->stats.decode_seconds += now_seconds() - start;
     batch->stats.decode_steps++;

@@ -127,6 +127,7 @@ typedef struct {
     long moves_back;    // ... for the next token's slot past the buffers' end
     long prompt_cache_hits;      // prompts that continued a stored sequence
     long prompt_tokens_reused;   // their tokens taken from the store (not computed)
+    long backend_picked_tokens;  // tokens picked from the backend's results, not from copied logits
     int capacity_slots; // the KV cache's slots per row now
 } ContinuousStats;
 void continuous_batch_stats(const ContinuousBatch *batch, ContinuousStats *stats);
