@@ -13,6 +13,8 @@
 # Model loading and saving are not timed. Builds nothing: run `make` first; needs
 # .venv-tools with TRL 1.10-1.12 (PPOTrainer left TRL in 1.13).
 # Prints two JSON lines (impl "marlhf" and "trl-<version>") and a short table.
+# ROLLOUT_LOGPROBS=1: marlhf takes its old log-probs from generation as TRL does
+# (--old-logprobs-from-rollout) instead of its actor's pass over the rollout.
 #   BATCH=16 MICRO=8 GEN_BATCH=16 NEW_TOKENS=48 THREADS=2 bench/run_ppo_iteration.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,8 @@ build/marlhf ppo --actor-model "$hf" --reward-model "$rm" --prompts "$out/prompt
     --output "$out/marlhf" --rollout-batch-size "$batch" --generation-batch-size "$gen_batch" \
     --micro-batch-size "$micro" --num-minibatches 1 --ppo-epochs 1 --max-iterations 1 \
     --max-new-tokens "$new_tokens" --min-response-tokens 1 --temperature 1 --top-k 0 --top-p 1 \
-    --warmup-ratio 0 --termination-condition token --threads "$threads" --quiet >"$out/marlhf.log" 2>&1 ||
+    --warmup-ratio 0 --termination-condition token --threads "$threads" --quiet \
+    ${ROLLOUT_LOGPROBS:+--old-logprobs-from-rollout} >"$out/marlhf.log" 2>&1 ||
     { cat "$out/marlhf.log" >&2; exit 1; }
 "$py" - "$out/marlhf/metrics.jsonl" "$batch" "$new_tokens" "$threads" >"$out/results.jsonl" <<'EOF'
 import json, sys
@@ -42,7 +45,8 @@ g, e, t = (m["train/time_" + k] for k in ("generation", "experience", "training"
 print(json.dumps({"impl": "marlhf", "generation_s": round(g, 3), "experience_s": round(e, 3),
                   "training_s": round(t, 3), "total_s": round(g + e + t, 3), "batch": batch,
                   "new_tokens": new_tokens, "threads": threads,
-                  "mean_response_tokens": round(m["train/response_length"], 2)}))
+                  "mean_response_tokens": round(m["train/response_length"], 2),
+                  "old_logprobs": "rollout" if m["train/old_logprobs_from_rollout"] else "actor pass"}))
 EOF
 
 load "before TRL"

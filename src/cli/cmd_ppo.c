@@ -46,7 +46,8 @@ int cmd_ppo(int argc, char **argv) {
     bool stop_on_alarm = false;
     double alarm_score_quantile = c.alarm_score_quantile;
     bool keep_duplicates = false, paper_randomized = false, ppl_monotone = false, whiten = false, normalize = false;
-    bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false;
+    bool ema = false, hybrid_engine = false, resume = false, quiet = false, checkpointing = false, filter_groups = false, recompute_old = false,
+         old_from_rollout = false;
     bool batch_invariant = false;
     Option options[144] = {
         {"actor-model", "actor_model_name_or_path model", OPT_STRING, &actor, "the SFT model (actor and, by default, reference)", true, false},
@@ -141,6 +142,9 @@ int cmd_ppo(int argc, char **argv) {
         {"recompute-old-logprobs", "recompute_old_logprobs", OPT_BOOL, &recompute_old,
          "always run the actor over the rollout for the old log-probs (by default skipped when one optimizer step follows "
          "each rollout and --kl-ctl is 0: they are the training forward's)", false, false},
+        {"old-logprobs-from-rollout", "old_logprobs_from_rollout", OPT_BOOL, &old_from_rollout,
+         "take the old log-probs from generation, as TRL's PPOTrainer does, instead of a forward of the actor over the "
+         "rollout (one forward fewer per iteration)", false, false},
         {"kl-ctl", "kl_ctl kl_coef init_kl_coef", OPT_FLOAT, &kl_coef, "KL penalty coefficient beta", false, false},
         {"kl-loss-coef", "kl_loss_coef", OPT_FLOAT, &kl_loss_coef,
          "KL to the reference as a k3 loss term (verl's use_kl_loss, TRL's GRPO beta); pair with --kl-ctl 0", false, false},
@@ -367,6 +371,7 @@ int cmd_ppo(int argc, char **argv) {
     if (c.group_scale != GROUP_SCALE_GROUP && c.estimator != ESTIMATOR_GRPO)
         die_user("option --scale-rewards applies to --advantage-estimator grpo only (got %s)", estimator);
     c.recompute_old_logprobs = recompute_old;
+    c.old_logprobs_from_rollout = old_from_rollout;
 
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;

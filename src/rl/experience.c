@@ -6,7 +6,7 @@
 
 void sample_free(Sample *s) {
     free(s->response);
-    free(s->logp_old), free(s->logp_ref), free(s->values_old), free(s->entropy);
+    free(s->logp_old), free(s->logp_ref), free(s->values_old), free(s->entropy), free(s->rollout_logp);
     free(s->rewards), free(s->advantages), free(s->returns), free(s->segments);
     memset(s, 0, sizeof *s);
 }
@@ -102,7 +102,8 @@ void experience_scores(Model *model, Sample *const *samples, int count, int micr
 }
 
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
-                        double entropy_coef, bool old_from_this_forward, PpoLossStats *stats, double *entropy_sum) {
+                        double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
+                        PpoLossStats *stats, double *entropy_sum) {
     SampleBatch batch;
     build_rows(samples, count, &batch);
     long N = (long)batch.B * batch.T;
@@ -114,10 +115,9 @@ double actor_micro_step(Model *actor, Sample *const *samples, int count, const P
     for (int b = 0; b < count; b++) {
         const Sample *s = samples[b];
         long offset = (long)b * batch.T + s->prompt_length - 1;
-        if (old_from_this_forward) {
-            memcpy(s->logp_old, logp + offset, s->response_length * sizeof(float));
+        if (old_from_this_forward) memcpy(s->logp_old, logp + offset, s->response_length * sizeof(float));
+        if (old_from_this_forward || entropy_from_this_forward)
             memcpy(s->entropy, entropy + offset, s->response_length * sizeof(float));
-        }
         total += s->loss_scale * ppo_policy_loss(loss, logp + offset, s->logp_old, s->advantages, s->segments,
                                                  s->segment_count, s->response_length, s->loss_scale, dlogp + offset,
                                                  stats);

@@ -16,6 +16,7 @@ typedef struct {
     int response_length;
     StopReason stop;
     float *logp_old, *logp_ref, *values_old, *entropy; // [response_length]
+    float *rollout_logp; // generation's log-probs of the response (PpoConfig.old_logprobs_from_rollout), or NULL
     float *rewards, *advantages, *returns;
     int *segments;
     int segment_count;
@@ -40,9 +41,11 @@ void experience_scores(Model *model, Sample *const *samples, int count, int micr
 // Actor micro-step: forward over the samples, clipped policy loss (+ entropy bonus), backward
 // (gradients accumulate in the actor). Returns the summed, scaled loss. With
 // old_from_this_forward the samples' logp_old and entropy are first set to this forward's
-// (the actor has not moved since the rollout: the ratio is 1).
+// (the actor has not moved since the rollout: the ratio is 1); with entropy_from_this_forward
+// their entropy only (the old log-probs came from generation).
 double actor_micro_step(Model *actor, Sample *const *samples, int count, const PpoLossConfig *loss,
-                        double entropy_coef, bool old_from_this_forward, PpoLossStats *stats, double *entropy_sum);
+                        double entropy_coef, bool old_from_this_forward, bool entropy_from_this_forward,
+                        PpoLossStats *stats, double *entropy_sum);
 // Critic micro-step: forward, clipped value loss, backward.
 double critic_micro_step(Model *critic, Sample *const *samples, int count, const PpoLossConfig *loss,
                          PpoLossStats *stats);

@@ -189,8 +189,10 @@ typedef struct {
     double kl_coef;
     double reward_count, reward_mean, reward_m2; // running statistics for --normalize-reward
     // This iteration's old log-probs (and entropies) are the training forward's, not an
-    // experience pass's (PpoConfig.recompute_old_logprobs says when).
-    bool old_logprobs_from_training;
+    // experience pass's (PpoConfig.recompute_old_logprobs says when); or its old log-probs are
+    // generation's and its entropies the first epoch's training forward's
+    // (PpoConfig.old_logprobs_from_rollout).
+    bool old_logprobs_from_training, old_logprobs_from_rollout;
     // The first iteration's reward-hacking signals, the alarms' baseline, and the alarms on
     // after the last iteration: a warning is printed when one starts or ends, the same
     // across a resume (both saved in checkpoints).
@@ -323,6 +325,7 @@ static void rollout(Ppo *p, const PromptSet *set, const long *order, long count,
             s->response_length = rows[b].length;
             s->stop = rows[b].stop;
             rows[b].tokens = NULL;
+            if (p->c.old_logprobs_from_rollout) s->rollout_logp = rows[b].logprobs, rows[b].logprobs = NULL;
             generated_row_free(&rows[b]);
         }
         free(prompts), free(lengths), free(row_ids), free(rows);
@@ -563,6 +566,11 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             memset(logp[i], 0, samples[i]->response_length * sizeof(float));
             memset(entropy[i], 0, samples[i]->response_length * sizeof(float));
         }
+    } else if (p->old_logprobs_from_rollout) { // the entropies from the first epoch's training forward
+        for (int i = 0; i < count; i++) {
+            memcpy(logp[i], samples[i]->rollout_logp, samples[i]->response_length * sizeof(float));
+            memset(entropy[i], 0, samples[i]->response_length * sizeof(float));
+        }
     } else {
         experience_logprobs(&p->actor, samples, count, micro, logp, entropy);
     }
@@ -629,7 +637,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
             advantage_n++;
         }
         for (int k = 0; k < s->segment_count; k++) actions += s->segments[k] > 0;
-        if (!p->old_logprobs_from_training) {
+        if (!p->old_logprobs_from_training && !p->old_logprobs_from_rollout) { // else after training
             local.kl_sequence += kl;
             local.entropy += entropy_sum;
             local.policy_samples += 1;
@@ -776,8 +784,9 @@ static int drop_uniform_groups(const Rollout *r, Rollout *out) {
     return dropped;
 }
 
-// When the old log-probs came from the training forward: the KL to the reference and the
-// entropy of the trained samples, summed across ranks, into the rollout's statistics.
+// When the old log-probs or the entropies came from the training forward: the KL to the
+// reference and the entropy of the trained samples, summed across ranks, into the rollout's
+// statistics.
 static void policy_stats_from_training(const Rollout *r, RolloutStats *stats) {
     double sums[4] = {0, 0, 0, 0}; // kl, entropy, samples, tokens
     for (int q = 0; q < r->count; q++) {
@@ -831,7 +840,8 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
                 if (k < size) {
                     int n = size - k < p->c.micro_batch ? size - k : p->c.micro_batch;
                     stats->policy_loss += actor_micro_step(&p->actor, minibatch + k, n, &p->c.loss, p->c.entropy_coef,
-                                                           p->old_logprobs_from_training, &stats->actor,
+                                                           p->old_logprobs_from_training,
+                                                           p->old_logprobs_from_rollout && epoch == 0, &stats->actor,
                                                            &stats->entropy);
                 }
                 dist_backward_round_end(&p->actor);
@@ -1445,6 +1455,12 @@ static int setup(Ppo *p) {
     if (quantize_requested(c->actor_quantize) && c->actor_lora.rank == 0)
         return err_set("--actor-quantize %s needs --actor-lora-rank or --actor-lora-adapter: a quantized base is "
                        "frozen", c->actor_quantize);
+    if (c->old_logprobs_from_rollout && c->recompute_old_logprobs)
+        return err_set("--old-logprobs-from-rollout and --recompute-old-logprobs name two sources of the old log-probs: "
+                       "give one");
+    if (c->old_logprobs_from_rollout && quantize_requested(c->actor_quantize))
+        return err_set("--old-logprobs-from-rollout needs a float actor: a quantized base (--actor-quantize %s) decodes "
+                       "with other kernels than it trains with", c->actor_quantize);
     if (quantize_requested(c->critic_quantize) && (c->critic_lora.rank == 0 || c->estimator != ESTIMATOR_GAE))
         return err_set("--critic-quantize %s needs a critic with --critic-lora-rank or --critic-lora-adapter",
                        c->critic_quantize);
@@ -1719,12 +1735,13 @@ int ppo_run(const PpoConfig *config) {
         }
         p->old_logprobs_from_training = !p->c.recompute_old_logprobs && p->c.ppo_epochs == 1 && p->c.minibatches == 1 &&
                                         p->kl_coef == 0 && !(p->c.kl_target > 0);
+        p->old_logprobs_from_rollout = p->c.old_logprobs_from_rollout && !p->old_logprobs_from_training;
         double e0 = now_seconds();
         if (count > 0) compute_experience(p, &kept, &rs);
         double t2 = now_seconds();
         time_experience += t2 - e0;
         if (count > 0) train_on_rollout(p, &kept, &ts);
-        if (p->old_logprobs_from_training) policy_stats_from_training(&kept, &rs);
+        if (p->old_logprobs_from_training || p->old_logprobs_from_rollout) policy_stats_from_training(&kept, &rs);
         double t3 = now_seconds();
         // Adaptive KL controller (Ziegler et al. 2019): move beta toward the target KL.
         // No sample measured (all dropped or filtered): the KL and entropy are unknown (logged
@@ -1745,6 +1762,7 @@ int ppo_run(const PpoConfig *config) {
                                "parse_fallbacks", "kl_coef", "actor_lr", "critic_lr", "actor_grad_norm",
                                "critic_grad_norm", "time_generation", "time_experience", "time_training",
                                "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training",
+                               "old_logprobs_from_rollout",
                                "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
                                "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
@@ -1764,6 +1782,7 @@ int ppo_run(const PpoConfig *config) {
                            lr_schedule_at(&p->critic_schedule, p->optimizer_steps > 0 ? p->optimizer_steps - 1 : 0),
                            ts.actor_grad_norm / steps, ts.critic_grad_norm / steps, time_generation, time_experience,
                            t3 - t2, generation_rate[0], (double)uniform_groups, (double)p->old_logprobs_from_training,
+                           (double)p->old_logprobs_from_rollout,
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
                            (double)__builtin_popcount(p->hacking_active)};

@@ -131,6 +131,15 @@ typedef struct {
     // optimizer step per rollout (one PPO epoch, one minibatch) and no KL in the reward (kl_coef
     // 0, no adaptive controller). TRL's GRPOTrainer does the same. This forces the pass.
     bool recompute_old_logprobs;
+    // The old log-probs are the ones generation computed for the sampled tokens (the model's,
+    // temperature 1), as TRL's PPOTrainer takes them, instead of an experience pass of the
+    // actor over the rollout (DeepSpeed-Chat's and the released code's, the default): one
+    // forward fewer per iteration, the first ratio 1 to within the decode path's float
+    // rounding rather than the training forward's. The entropy then comes from each sample's
+    // training forward in the first PPO epoch. Not with a quantized actor base (its decode
+    // kernels round otherwise than its training ones), nor with recompute_old_logprobs; where
+    // the training forward gives the old log-probs (above) that takes precedence.
+    bool old_logprobs_from_rollout;
     // Under mpirun: 1 shards the actor's and critic's AdamW moments, 2 their gradients too, 3
     // their layers' weights too (dist/zero.h).
     int zero_stage;

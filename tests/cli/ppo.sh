@@ -73,6 +73,32 @@ run token --termination-condition token
 cmp -s "$tmp/ngram1/final/actor/model.safetensors" "$tmp/token/final/actor/model.safetensors" &&
     cmp -s "$tmp/ngram1/final/critic/model.safetensors" "$tmp/token/final/critic/model.safetensors" &&
     pass ngram1_is_token_level_ppo || fail ngram1_is_token_level_ppo "weights differ"
+# The old log-probs from generation (--old-logprobs-from-rollout, TRL's way) instead of the
+# actor's pass over the rollout: the same rollouts and rewards at the first iteration, the
+# first ratio 1 within the decode path's rounding (not exactly: a ratio of exactly 1 and an
+# approx KL of exactly 0 everywhere would mean the option did nothing), the KL penalty's
+# log-probs within 1e-5, and the entropy from the training forward the pass's own.
+run token_rollout_logprobs --termination-condition token --old-logprobs-from-rollout
+python3 - "$tmp/token/metrics.jsonl" "$tmp/token_rollout_logprobs/metrics.jsonl" << 'PYEOF2' &&
+import json, math, sys
+passed, rollout = [[json.loads(l) for l in open(p) if '"train/score"' in l] for p in sys.argv[1:]]
+first, first_rollout = passed[0], rollout[0]
+ok = len(passed) == len(rollout) == 3
+ok &= all(r["train/old_logprobs_from_rollout"] == 1 for r in rollout)
+ok &= all(r["train/old_logprobs_from_rollout"] == 0 for r in passed)
+ok &= first["train/score"] == first_rollout["train/score"]
+ok &= abs(first["train/kl"] - first_rollout["train/kl"]) < 1e-5
+ok &= abs(first["train/entropy"] - first_rollout["train/entropy"]) < 1e-6 * first["train/entropy"]
+ok &= all(abs(r["train/ratio"] - 1) < 1e-5 and 0 <= r["train/approx_kl"] < 1e-9 for r in rollout)
+ok &= any(r["train/ratio"] != 1 or r["train/approx_kl"] != 0 for r in rollout)
+ok &= all(math.isfinite(r["train/kl"]) and math.isfinite(r["train/policy_loss"]) for r in rollout)
+sys.exit(0 if ok else 1)
+PYEOF2
+    pass old_logprobs_from_rollout || fail old_logprobs_from_rollout "$(tail -n 3 "$tmp/token_rollout_logprobs.err")"
+expect_error rollout_logprobs_or_recompute "--recompute-old-logprobs" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --old-logprobs-from-rollout --recompute-old-logprobs
+expect_error rollout_logprobs_float_actor "needs a float actor" "$bin" ppo "${common[@]}" --output "$tmp/x" \
+    --old-logprobs-from-rollout --actor-lora-rank 4 --actor-quantize q8_0
 # ... and the released zero-length step makes it differ.
 run released --termination-condition fixed --ngram 1 --keep-duplicate-boundaries
 cmp -s "$tmp/ngram1/final/actor/model.safetensors" "$tmp/released/final/actor/model.safetensors" &&
