@@ -334,10 +334,14 @@ if [ "$bench" = 1 ]; then
     # session 47; predicted near Q8_0's rate, 361 tok/s on 2026-12-04), greedy: each step's
     # tokens from the device (model_last_greedy, session 49), where 2026-12-04's copied the
     # logits; then sampled as PPO's rollouts are (temperature 0.8, top-k 50: the candidates
-    # from the device, model_last_candidates).
+    # from the device, model_last_candidates); then as an OpenAI request samples by default
+    # (temperature 1, no top-k: each step's [B, V] logits still copied and sampled on the host),
+    # to size what a sampler on the device would save.
     bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
     bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 \
         --temperature 0.8 --top-k 50
+    bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 \
+        --temperature 1 --top-k 0
     # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
     # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
     for quantize in q8_0 q4_k_m q5_k_m; do
@@ -405,12 +409,13 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0), find("transformers-generate", batch=batch, temperature=0, prompt_len=32)
     sampled = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0.8)
+    whole_row = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=1, top_k=0)
     sampled_peer = find("transformers-generate", batch=batch, temperature=0.8)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     key = "decode_tokens_per_s"
     parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s "
-                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)})")
+                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=1024, kv_cache=kv)) for kv in ("f32", "f16", "q8_0")]
     long_peer = find("transformers-generate", batch=batch, prompt_len=1024)
     parts.append(f"after 1024 prompt tokens B{batch} " +
