@@ -5,7 +5,7 @@
 // temperatures and k; logits on a coarse grid, so that the k-th largest is tied (every tie
 // is in); -0 beside +0 at the threshold; -inf logits; k = 1 (greedy: the maxima); k = V - 1;
 // fewer logits than the block has threads; and a capacity smaller than a row's count (only
-// the count is defined then).
+// the count is defined then). Then the draw over whole rows (sample_kernel), below.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -86,7 +86,67 @@ static void test_candidates(void) {
     }
 }
 
+// sample_kernel (ops.h sample_rows) against the CPU op, which does its arithmetic in one
+// thread's order: the same token for random uniform numbers (the two sum the masses in other
+// orders, so only a number within ~1e-16 of a bound could tell them apart), both log-probs
+// within 1e-6; and the token against the definition, in long double: the masses of the tokens
+// before it stay within u times the total, its own takes the walk past it. Rows: random
+// logits at several temperatures, -inf logits (never drawn), one token with nearly all the
+// mass, fewer logits than threads; u = 0 (the first token with any mass) and the largest
+// double under 1 (the last with any: rounding may leave u past the total, where the rule
+// takes the last token, V - 1: checked only to be a token with mass or V - 1).
+static void test_sample_rows(void) {
+    const int sizes[] = {40, 1001, 5000};
+    for (int V : sizes) {
+        const int N = 8;
+        std::vector<float> logits = random_floats(rng, (long)N * V, 6.0f);
+        for (int v = 0; v < V; v++)
+            if (v % 4 == 1) logits[2 * (size_t)V + v] = -INFINITY; // row 2: a quarter never drawn
+        logits[3 * (size_t)V + V / 3] = 40.0f;                    // row 3: one token takes nearly all
+        const std::vector<float> inverse = {1.0f, 1.0f / 0.7f, 1.0f, 1.0f / 1.3f, 1.0f, 2.0f, 1.0f, 1.0f};
+        const double last_under_one = nextafter(1.0, 0.0);
+        std::vector<double> uniform = {0.37, 0.81, 0.5, 0.99, 0.0, 0.123456789, last_under_one, 0.7};
+        for (int i = 0; i < N; i++)
+            if (i == 0 || i == 1 || i == 7) uniform[i] = (double)random_floats(rng, 1, 0.5f)[0] + 0.5; // [0, 1)
+        std::vector<int> tokens(N, -1), want_tokens(N, -2);
+        std::vector<float> logprobs(N), want_logprobs(N), sampling(N), want_sampling(N);
+        emulation::launch({(unsigned)N, 1, 1}, sampling_rows::THREADS, sampling_rows::SAMPLE_SHARED_BYTES, [&] {
+            sampling_rows::sample_kernel(tokens.data(), logprobs.data(), sampling.data(), logits.data(), inverse.data(),
+                                         uniform.data(), V);
+        });
+        ops_cpu.sample_rows(want_tokens.data(), want_logprobs.data(), want_sampling.data(), logits.data(),
+                            inverse.data(), uniform.data(), N, V);
+        for (int i = 0; i < N; i++) {
+            const float *z = &logits[(size_t)i * V];
+            const int t = tokens[i];
+            EXPECT(t >= 0 && t < V, "V %d row %d: token %d", V, i, t);
+            if (t < 0 || t >= V) continue;
+            // The definition, in long double.
+            long double max = -INFINITY, total = 0, before = 0;
+            for (int v = 0; v < V; v++) max = fmaxl(max, (long double)(z[v] * inverse[i]));
+            for (int v = 0; v < V; v++) total += expl((long double)(z[v] * inverse[i]) - max);
+            for (int v = 0; v < t; v++) before += expl((long double)(z[v] * inverse[i]) - max);
+            const long double mass = expl((long double)(z[t] * inverse[i]) - max), target = uniform[i] * total;
+            const bool edge = uniform[i] == last_under_one;
+            if (edge) {
+                EXPECT(mass > 0 || t == V - 1, "V %d row %d: u next to 1 drew token %d with no mass", V, i, t);
+            } else {
+                EXPECT(t == want_tokens[i], "V %d row %d: token %d, CPU %d", V, i, t, want_tokens[i]);
+                EXPECT(mass > 0 && before <= target * (1 + 1e-12L) && target < (before + mass) * (1 + 1e-12L),
+                       "V %d row %d: token %d does not hold u %.17g (before %Lg, mass %Lg, target %Lg)", V, i, t,
+                       uniform[i], before, mass, target);
+            }
+            EXPECT_CLOSE(logprobs[i], want_logprobs[i], 1e-6, 1e-6, "sample_rows logprob");
+            EXPECT_CLOSE(sampling[i], want_sampling[i], 1e-6, 1e-6, "sample_rows sampling logprob");
+        }
+        printf("# sample rows V %4d: tokens", V);
+        for (int i = 0; i < N; i++) printf(" %d", tokens[i]);
+        printf("\n");
+    }
+}
+
 int main(void) {
     RUN(test_candidates);
+    RUN(test_sample_rows);
     TEST_EXIT();
 }

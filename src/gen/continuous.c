@@ -72,16 +72,18 @@ struct ContinuousBatch {
     KvCache staging;
     bool has_staging;
     // Picks left on the backend (generate.c does the same): when every row of a decode
-    // forward is greedy or samples with top-k, with no constraint and no top log-probs, its
+    // forward is greedy or samples with top-k, or every row samples the whole vocabulary on a
+    // backend that samples whole rows (the GPU), with no constraint and no top log-probs, its
     // logits stay where the model computed them and rows [0, backend_rows) take their tokens
-    // from model_last_greedy (backend_greedy) or their top-k candidates from
-    // model_last_candidates instead of `logits` (a [rows, V] copy and a pass over each row on
-    // the host); rows that join after the forward bring their prefill's logits. [max_rows]
-    // each, the candidates [max_rows, candidate_capacity].
+    // from model_last_greedy, their top-k candidates from model_last_candidates, or their
+    // draws from model_last_sampled (backend_mode), instead of `logits` (a [rows, V] copy
+    // and a pass over each row on the host); rows that join after the forward bring their
+    // prefill's logits. [max_rows] each, the candidates [max_rows, candidate_capacity].
     int backend_rows;
-    bool backend_greedy;
-    int *greedy_tokens;
-    float *greedy_logprobs, *inverse_temperature;
+    enum { BACKEND_GREEDY, BACKEND_CANDIDATES, BACKEND_WHOLE_ROWS } backend_mode;
+    int *greedy_tokens; // (also the draws' tokens, and greedy_logprobs their log-probs)
+    float *greedy_logprobs, *inverse_temperature, *sampling_logprobs;
+    double *uniforms;
     int *candidate_k, *candidate_counts, *candidate_ids;
     int candidate_capacity;
     float *candidate_values;
@@ -100,6 +102,8 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->next = xmalloc((size_t)max_rows * sizeof(int));
     batch->greedy_tokens = xmalloc((size_t)max_rows * sizeof(int));
     batch->greedy_logprobs = xmalloc((size_t)max_rows * sizeof(float));
+    batch->sampling_logprobs = xmalloc((size_t)max_rows * sizeof(float));
+    batch->uniforms = xmalloc((size_t)max_rows * sizeof(double));
     batch->inverse_temperature = xmalloc((size_t)max_rows * sizeof(float));
     batch->candidate_k = xmalloc((size_t)max_rows * sizeof(int));
     batch->candidate_counts = xmalloc((size_t)max_rows * sizeof(int));
@@ -128,6 +132,7 @@ void continuous_batch_free(ContinuousBatch *batch) {
     if (batch->has_staging) kv_cache_free(&batch->staging, batch->model);
     free(batch->sequences), free(batch->logits), free(batch->next);
     free(batch->greedy_tokens), free(batch->greedy_logprobs), free(batch->inverse_temperature);
+    free(batch->sampling_logprobs), free(batch->uniforms);
     free(batch->candidate_k), free(batch->candidate_counts), free(batch->candidate_ids);
     free(batch->candidate_values), free(batch->candidate_lse);
     free(batch);
@@ -535,24 +540,34 @@ static bool is_stop_token(const ContinuousOptions *options, int token) {
 // allows it (the struct's comment), else false and the caller copies the logits.
 static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     const int V = batch->model->config.vocab_size;
-    bool all_greedy = true;
+    bool all_greedy = true, by_candidates = true, whole_rows = batch->model->ops->samples_whole_rows;
     int largest_k = 1;
     for (int r = 0; r < rows; r++) {
         const Sequence *sequence = &batch->sequences[r];
         const SamplerConfig *sampler = &sequence->options.sampler;
-        const bool greedy = sampler->temperature <= 0.0f;
+        const bool greedy = sampler->temperature <= 0.0f, top_k = sampler->top_k > 0 && sampler->top_k < V;
         if (sequence->json || sequence->options.top_logprobs > 0) return false;
-        if (!greedy && !(sampler->top_k > 0 && sampler->top_k < V)) return false; // the whole row is sampled from
         all_greedy = all_greedy && greedy;
+        by_candidates = by_candidates && (greedy || top_k);
+        whole_rows = whole_rows && !greedy && !top_k && !(sampler->top_p > 0.0f && sampler->top_p < 1.0f);
         batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
         if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];
+        // the number the host's sampler would take for the sequence's next token
+        batch->uniforms[r] = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
     }
-    batch->backend_greedy = all_greedy;
     if (all_greedy) {
+        batch->backend_mode = BACKEND_GREEDY;
         model_last_greedy(batch->model, batch->greedy_tokens, batch->greedy_logprobs);
         return true;
     }
+    if (whole_rows) {
+        batch->backend_mode = BACKEND_WHOLE_ROWS;
+        return model_last_sampled(batch->model, batch->inverse_temperature, batch->uniforms, batch->greedy_tokens,
+                                  batch->greedy_logprobs, batch->sampling_logprobs);
+    }
+    if (!by_candidates) return false;
+    batch->backend_mode = BACKEND_CANDIDATES;
     // Room for ties at the k-th largest (generate.c's rule); a step with more copies the logits.
     const int capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
     if (capacity > batch->candidate_capacity) {
@@ -582,8 +597,12 @@ static void decode_step(ContinuousBatch *batch) {
         const Constraint *constraint = sequence->options.constraint;
         if (r < batch->backend_rows) { // (no constraint, no top log-probs: picks_on_backend)
             const long first = (long)r * batch->candidate_capacity;
-            if (batch->backend_greedy)
+            if (batch->backend_mode == BACKEND_GREEDY)
                 picked = (SampledToken){.token = batch->greedy_tokens[r], .logprob = batch->greedy_logprobs[r]};
+            else if (batch->backend_mode == BACKEND_WHOLE_ROWS)
+                picked = (SampledToken){.token = batch->greedy_tokens[r],
+                                        .logprob = batch->greedy_logprobs[r],
+                                        .sampling_logprob = batch->sampling_logprobs[r]};
             else
                 picked = sampler_pick_candidates(batch->candidate_values + first, batch->candidate_ids + first,
                                                  batch->candidate_counts[r], batch->candidate_lse[r],

@@ -166,10 +166,13 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     // greedy rows take their token and its log-prob from model_last_greedy, and rows sampled
     // with top-k (greedy ones beside them as top-k 1) their top-k candidates and
     // log-normaliser from model_last_candidates, instead of the B x V logits (12.6 MB a step
-    // at batch 64 of a 49k vocabulary) and a pass over each on the host. Rows sampled
-    // without top-k need the whole row.
+    // at batch 64 of a 49k vocabulary) and a pass over each on the host. Rows that sample the
+    // whole vocabulary (no top-k, no top-p) take their draw from model_last_sampled where the
+    // backend samples whole rows (the GPU; OpsBackend.samples_whole_rows); elsewhere, and for
+    // top-p without top-k, the host samples the copied row.
     const bool host_reads_logits = options->constraint || top_count > 0;
     bool all_greedy = !host_reads_logits, by_candidates = !host_reads_logits;
+    bool whole_rows = !host_reads_logits && model->ops->samples_whole_rows;
     int largest_k = 1;
     float *inverse_temperature = xmalloc((size_t)B * sizeof(float));
     int *candidate_k = xmalloc((size_t)B * sizeof(int));
@@ -178,14 +181,20 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         const bool greedy = sampler->temperature <= 0.0f;
         all_greedy = all_greedy && greedy;
         by_candidates = by_candidates && (greedy || (sampler->top_k > 0 && sampler->top_k < V));
+        whole_rows = whole_rows && !greedy && !(sampler->top_k > 0 && sampler->top_k < V) &&
+                     !(sampler->top_p > 0.0f && sampler->top_p < 1.0f); // (sampler.c's conditions)
         inverse_temperature[b] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         candidate_k[b] = greedy ? 1 : sampler->top_k;
         if (candidate_k[b] > largest_k) largest_k = candidate_k[b];
     }
     // Room for ties at the k-th largest; a step with more falls back to the whole logits.
     const int candidate_capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
-    int *greedy_tokens = all_greedy ? xmalloc((size_t)B * sizeof(int)) : NULL;
-    float *greedy_logprobs = all_greedy ? xmalloc((size_t)B * sizeof(float)) : NULL;
+    int *greedy_tokens = all_greedy || whole_rows ? xmalloc((size_t)B * sizeof(int)) : NULL;
+    float *greedy_logprobs = all_greedy || whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
+    // model_last_sampled's inputs and its third output (the tokens and log-probs go where a
+    // greedy step's do)
+    double *uniforms = whole_rows ? xmalloc((size_t)B * sizeof(double)) : NULL;
+    float *sampling_logprobs = whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
     int *candidate_counts = NULL, *candidate_ids = NULL;
     float *candidate_values = NULL;
     double *candidate_lse = NULL;
@@ -232,11 +241,19 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         const bool unmasked = step >= options->min_new_tokens || options->num_stop_tokens == 0;
         const bool on_device = all_greedy && step > 0 && unmasked;
         bool on_candidates = candidate_counts && step > 0 && unmasked;
+        bool on_whole_rows = whole_rows && step > 0 && unmasked;
         if (on_device) model_last_greedy(model, greedy_tokens, greedy_logprobs);
         else if (on_candidates)
             on_candidates = model_last_candidates(model, inverse_temperature, candidate_k, candidate_capacity,
                                                   candidate_counts, candidate_ids, candidate_values, candidate_lse);
-        if (step > 0 && !on_device && !on_candidates) model_last_logits(model, logits);
+        if (on_whole_rows) { // the same uniform number as the host's sampler would take
+            for (int b = 0; b < B; b++)
+                uniforms[b] = generate_uniform(options->row_seeds ? options->row_seeds[b] : options->seed,
+                                               row_ids ? row_ids[b] : (uint64_t)b, step);
+            on_whole_rows = model_last_sampled(model, inverse_temperature, uniforms, greedy_tokens, greedy_logprobs,
+                                               sampling_logprobs);
+        }
+        if (step > 0 && !on_device && !on_candidates && !on_whole_rows) model_last_logits(model, logits);
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
@@ -245,9 +262,13 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             const double u = generate_uniform(seed, row_ids ? row_ids[b] : (uint64_t)b, step);
             const float *row_logits = logits + (long)b * V;
             SampledToken picked;
-            if (on_device || on_candidates) {
+            if (on_device || on_candidates || on_whole_rows) {
                 const long first = (long)b * candidate_capacity; // (row b's candidates)
                 if (on_device) picked = (SampledToken){.token = greedy_tokens[b], .logprob = greedy_logprobs[b]};
+                else if (on_whole_rows)
+                    picked = (SampledToken){.token = greedy_tokens[b],
+                                            .logprob = greedy_logprobs[b],
+                                            .sampling_logprob = sampling_logprobs[b]};
                 else
                     picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first,
                                                      candidate_counts[b], candidate_lse[b], sampler, u, &scratch[b]);
@@ -324,7 +345,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) sampler_scratch_free(&scratch[b]);
     for (int b = 0; json && b < B; b++) token_mask_scratch_free(&mask[b]);
     free(json), free(mask);
-    free(greedy_tokens), free(greedy_logprobs), free(inverse_temperature), free(candidate_k);
+    free(greedy_tokens), free(greedy_logprobs), free(uniforms), free(sampling_logprobs);
+    free(inverse_temperature), free(candidate_k);
     free(candidate_counts), free(candidate_ids), free(candidate_values), free(candidate_lse);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits), free(limit);
     kv_cache_free(&cache, model);

@@ -80,6 +80,8 @@ typedef struct {
     float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
     float *last_logits;         // [capacity_B, V]: their logits (with an LM head)
     float *last_lse;            // [capacity_B]: their log-sum-exps (model_last_greedy)
+    float *sample_inverse;      // [capacity_B]: model_last_sampled's inverse temperatures
+    double *sample_uniform;     // [capacity_B]: ... and uniform numbers
     // model_last_candidates' inputs and outputs in the backend's memory, allocated on first
     // use for candidate_capacity candidates a row: [capacity_B] (ids and values: [capacity_B,
     // candidate_capacity])
@@ -409,6 +411,14 @@ void model_last_greedy(Model *model, int *tokens, float *logprobs);
 // caller then takes model_last_logits.
 bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,
                            int *ids, float *values, double *lse);
+// After a forward, on a backend that samples whole rows (OpsBackend.samples_whole_rows: the
+// GPU): each row's draw over the whole vocabulary at inv_temperature[b] and uniform[b]
+// (ops.h sample_rows: sampler_pick's rule in the backend's arithmetic), its token and its
+// log-probs under the model and under the sampled distribution, so that the logits stay
+// where they are. Returns false, doing nothing, on a backend that does not (the CPU: the host
+// sampler on model_last_logits is its reference).
+bool model_last_sampled(Model *model, const float *inv_temperature, const double *uniform, int *tokens,
+                        float *logprobs, float *sampling_logprobs);
 
 // Number of parameters (the whole table).
 long model_num_params(const Model *model);

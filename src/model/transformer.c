@@ -137,7 +137,7 @@ static void activations_free(Model *model) {
     }
     void *buffers[] = {a->tokens,     a->positions,      a->row_start,     a->targets,
                        a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
-                       a->last_logits, a->last_lse,
+                       a->last_logits, a->last_lse, a->sample_inverse, a->sample_uniform,
                        a->candidate_inverse, a->candidate_values, a->candidate_top_k, a->candidate_counts,
                        a->candidate_ids, a->candidate_lse,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
@@ -316,6 +316,8 @@ void model_reserve(Model *model, int B, int T) {
     if (model->has_lm_head) {
         a->last_logits = alloc_floats(ops, (long)B * cfg->vocab_size);
         a->last_lse = alloc_floats(ops, B);
+        a->sample_inverse = alloc_floats(ops, B);
+        a->sample_uniform = ops->alloc((size_t)B * sizeof(double));
     }
     a->logp_device = alloc_floats(ops, N);
     a->entropy_device = alloc_floats(ops, N);
@@ -1028,6 +1030,24 @@ void model_last_greedy(Model *model, int *tokens, float *logprobs) {
                          model->config.vocab_size);
     ops->copy_to_host(tokens, a->top1_device, (size_t)a->B * sizeof(int));
     ops->copy_to_host(logprobs, a->logp_device, (size_t)a->B * sizeof(float));
+}
+
+bool model_last_sampled(Model *model, const float *inv_temperature, const double *uniform, int *tokens,
+                        float *logprobs, float *sampling_logprobs) {
+    const OpsBackend *ops = model->ops;
+    if (!ops->samples_whole_rows || !ops->sample_rows) return false;
+    last_slot_logits(model);
+    Activations *a = &model->acts;
+    const int B = a->B;
+    ops->copy_to_device(a->sample_inverse, inv_temperature, (size_t)B * sizeof(float));
+    ops->copy_to_device(a->sample_uniform, uniform, (size_t)B * sizeof(double));
+    // (the head's staging buffers hold the outputs: top1 the tokens, logp and entropy the log-probs)
+    ops->sample_rows(a->top1_device, a->logp_device, a->entropy_device, a->last_logits, a->sample_inverse,
+                     a->sample_uniform, B, model->config.vocab_size);
+    ops->copy_to_host(tokens, a->top1_device, (size_t)B * sizeof(int));
+    ops->copy_to_host(logprobs, a->logp_device, (size_t)B * sizeof(float));
+    ops->copy_to_host(sampling_logprobs, a->entropy_device, (size_t)B * sizeof(float));
+    return true;
 }
 
 bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,

@@ -144,6 +144,11 @@ typedef struct OpsBackend {
     // layer with an adapter on q (which takes the three products: a fresh adapter leaves
     // the CPU's log-probs bit for bit as they were). MARLHF_FUSED_QKV overrides it.
     bool fuses_qkv_products;
+    // Whether generation samples a row that samples the whole vocabulary (no top-k, no
+    // top-p) with sample_rows, where the logits are: on the GPU, where the alternative is
+    // copying every step's [B, V] logits to the host; not on the CPU, whose host sampler
+    // (gen/sampler.c, fp64 exponentials) is the reference and needs no copy.
+    bool samples_whole_rows;
 
     // ---- memory ----
     void *(*alloc)(size_t bytes); // zero-filled
@@ -441,6 +446,15 @@ typedef struct OpsBackend {
     // exponentials, ~1e-7 from it, as its logprob_forward's).
     void (*sampling_candidates)(int *counts, int *ids, float *values, double *lse, const float *logits,
                                 const float *inv_temperature, const int *top_k, int N, int V, int capacity);
+    // A draw from each row i of logits [N, V] scaled by inv_temperature[i], over the whole
+    // vocabulary, by sampler_pick's rule (gen/sampler.c): the tokens in id order, the first
+    // whose cumulative probability passes uniform[i] (the last token where rounding leaves
+    // uniform[i] past the total); tokens[i], logprobs[i] its log-prob under the raw logits,
+    // sampling_logprobs[i] under the scaled ones. Its own arithmetic, the same on both
+    // backends up to the order of fp64 sums: fp32 exponentials summed in fp64, so not the
+    // host sampler's bits (fp64 exponentials); see samples_whole_rows.
+    void (*sample_rows)(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                        const float *inv_temperature, const double *uniform, int N, int V);
     // Overwrites logits with d(loss)/d(logits) where loss = sum_i dlogp[i]*logp[i]
     // + dentropy[i]*entropy[i] (either may be NULL). softcap > 0: the logits are
     // cap * tanh(raw / cap) (soft_cap_forward), and the gradient is the raw logits' one,

@@ -2134,8 +2134,12 @@ static void test_generation_on_gpu(void) {
                                     {.temperature = 0.0f},
                                     {.temperature = 1.2f, .top_k = 20, .top_p = 0.9f},
                                     {.temperature = 1.0f, .top_k = 5}};
+    // Sampled over the whole vocabulary: on the GPU the draws are the device's (model_last_sampled).
+    const SamplerConfig whole_rows[4] = {{.temperature = 1.0f}, {.temperature = 0.7f}, {.temperature = 1.3f, .top_p = 1.0f},
+                                         {.temperature = 1.0f}};
     check_generation_on_gpu("greedy logprobs vs CPU forward", greedy);
     check_generation_on_gpu("top-k logprobs vs CPU forward", top_k);
+    check_generation_on_gpu("whole-row sampled logprobs vs CPU forward", whole_rows);
 }
 
 // Continuous batching on the GPU (serve's path): sequences join a decoding batch at other
@@ -2157,7 +2161,7 @@ static void gpu_sequence_finished(void *context, void *owner, GeneratedRow *row)
     sequence->finished = true;
 }
 
-static void run_continuous_batch_on_gpu(const char *kv_cache, int prefill_chunk) {
+static void run_continuous_batch_sampled_on_gpu(const char *kv_cache, int prefill_chunk, SamplerConfig sampler) {
     Model mc, mg;
     load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
     CHECK(kv_cache_type_set(&mg, kv_cache, "--kv-cache") == 0, "%s", err_msg());
@@ -2169,7 +2173,9 @@ static void run_continuous_batch_on_gpu(const char *kv_cache, int prefill_chunk)
         memset(sequence, 0, sizeof *sequence);
         sequence->prompt_length = i % 6 == 2 ? 24 : 1 + (i * 7) % 9;
         for (int t = 0; t < sequence->prompt_length; t++) sequence->prompt[t] = 3 + (i * 31 + t * 17) % 400;
-        options[i] = (SequenceOptions){.sampler = {.temperature = 0.0f},
+        options[i] = (SequenceOptions){.sampler = sampler,
+                                       .seed = 5,
+                                       .row_id = (uint64_t)i,
                                        .max_new_tokens = 20 + (i * 13) % 60,
                                        .owner = sequence};
     }
@@ -2211,9 +2217,16 @@ static void run_continuous_batch_on_gpu(const char *kv_cache, int prefill_chunk)
         free(tokens), free(targets), free(logp);
         generated_row_free(&sequence->result);
     }
-    printf("# continuous batch (%s cache, prefill chunk %d) vs CPU forward %.3e (tolerance 5e-2 abs; %ld steps, "
-           "%ld chunks, moved on %ld, back %ld)\n",
-           kv_cache, prefill_chunk, worst, stats.decode_steps, stats.prefill_chunks, stats.moves_on, stats.moves_back);
+    printf("# continuous batch (%s cache, prefill chunk %d, temperature %g) vs CPU forward %.3e (tolerance 5e-2 abs; "
+           "%ld steps, %ld chunks, moved on %ld, back %ld, %ld of %ld tokens picked on the device)\n",
+           kv_cache, prefill_chunk, sampler.temperature, worst, stats.decode_steps, stats.prefill_chunks, stats.moves_on,
+           stats.moves_back, stats.backend_picked_tokens, stats.generated_tokens);
+    // Every token but each sequence's first (its prefill's logits) is picked where the logits
+    // are: greedy on any backend, whole-row draws where the backend makes them (not the CPU
+    // standing in for the GPU, MARLHF_GPU_TEST_DEVICE=cpu).
+    const bool on_backend = sampler.temperature <= 0.0f || mg.ops->samples_whole_rows;
+    EXPECT(stats.backend_picked_tokens == (on_backend ? stats.generated_tokens - SEQUENCES : 0),
+           "%ld of %ld tokens picked on the device", stats.backend_picked_tokens, stats.generated_tokens);
     EXPECT(worst <= 5e-2, "continuous-batch log-probs differ from the CPU forward by %.3e", worst);
     // A prompt prefilled in chunks joins a batch older by its chunks: it may not move on.
     EXPECT((stats.moves_on >= 1 || prefill_chunk > 0) && stats.moves_back >= 1,
@@ -2223,7 +2236,16 @@ static void run_continuous_batch_on_gpu(const char *kv_cache, int prefill_chunk)
     model_free(&mg);
 }
 
+static void run_continuous_batch_on_gpu(const char *kv_cache, int prefill_chunk) {
+    run_continuous_batch_sampled_on_gpu(kv_cache, prefill_chunk, (SamplerConfig){.temperature = 0.0f});
+}
+
 static void test_continuous_batch_on_gpu(void) { run_continuous_batch_on_gpu("f32", 0); }
+// Sampled over the whole vocabulary (an OpenAI request's default: temperature 1, no top-k):
+// the draws made on the device (model_last_sampled), their log-probs the model's.
+static void test_continuous_batch_on_gpu_sampled(void) {
+    run_continuous_batch_sampled_on_gpu("f32", 0, (SamplerConfig){.temperature = 1.0f, .top_p = 1.0f});
+}
 static void test_continuous_batch_on_gpu_half_cache(void) { run_continuous_batch_on_gpu("f16", 0); }
 // Chunked prefill on the GPU (--prefill-chunk through the same code: the staging cache and
 // the extending forwards are device memory and attention_extend): the 24-token prompts in
@@ -2828,6 +2850,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu);
+    RUN_SELECTED(test_continuous_batch_on_gpu_sampled);
     RUN_SELECTED(test_continuous_batch_on_gpu_half_cache);
     RUN_SELECTED(test_continuous_batch_on_gpu_chunked_prefill);
     RUN_SELECTED(test_continuous_batch_on_gpu_chunked_prefill_half_cache);

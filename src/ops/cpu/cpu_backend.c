@@ -183,6 +183,7 @@ const OpsBackend ops_cpu = {
     .dora_backward = cpu_dora_backward,
     .logprob_forward = cpu_logprob_forward,
     .sampling_candidates = cpu_sampling_candidates,
+    .sample_rows = cpu_sample_rows,
     .logprob_backward = cpu_logprob_backward,
     .soft_cap_forward = cpu_soft_cap_forward,
     .collision_entropy_forward = cpu_collision_entropy_forward,

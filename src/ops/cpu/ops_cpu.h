@@ -158,6 +158,8 @@ void cpu_glu_backward(float *dgate, float *dup, const float *dout, const float *
 void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
                          const float *logits, const int *targets, int N, int V);
 void cpu_collision_entropy_forward(float *collision, const float *logits, int N, int V);
+void cpu_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                     const float *inv_temperature, const double *uniform, int N, int V);
 void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
                              const float *inv_temperature, const int *top_k, int N, int V, int capacity);
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,

@@ -10,6 +10,43 @@
 #include "ops/cpu/ops_cpu.h"
 #include "ops/sampling_key.h"
 
+// ops.h sample_rows: the arithmetic the GPU's kernel does (ops/cuda/sampling_rows.cuh
+// sample_kernel), in one thread's order: fp32 exponentials, fp64 sums, the walk in id order.
+// The tests' reference for that kernel; CPU generation samples with gen/sampler.c instead
+// (OpsBackend.samples_whole_rows).
+void cpu_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                     const float *inv_temperature, const double *uniform, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (long)i * V;
+        const float inverse = inv_temperature[i];
+        float max_raw = -INFINITY, max_scaled = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            max_raw = fmaxf(max_raw, z[v]);
+            max_scaled = fmaxf(max_scaled, z[v] * inverse);
+        }
+        double sum_raw = 0, sum_scaled = 0;
+        for (int v = 0; v < V; v++) {
+            sum_raw += (double)expf(z[v] - max_raw);
+            sum_scaled += (double)expf(z[v] * inverse - max_scaled);
+        }
+        // The walk compares unnormalised masses with uniform times their total.
+        const double target = uniform[i] * sum_scaled;
+        double cumulative = 0;
+        int chosen = V - 1;
+        for (int v = 0; v < V; v++) {
+            cumulative += (double)expf(z[v] * inverse - max_scaled);
+            if (target < cumulative) {
+                chosen = v;
+                break;
+            }
+        }
+        tokens[i] = chosen;
+        logprobs[i] = (float)(z[chosen] - (max_raw + log(sum_raw)));
+        sampling_logprobs[i] = (float)(z[chosen] * inverse - (max_scaled + log(sum_scaled)));
+    }
+}
+
 void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
                              const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
 #pragma omp parallel

@@ -316,6 +316,8 @@ void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const f
                            const int *targets, const float *lse, int N, int V, float softcap);
 
 // ---- sampling.cu ----
+void cuda_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                      const float *inv_temperature, const double *uniform, int N, int V);
 void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
                               const float *inv_temperature, const int *top_k, int N, int V, int capacity);
 void cuda_soft_cap_forward(float *x, long n, float cap);

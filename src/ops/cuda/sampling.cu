@@ -4,6 +4,14 @@
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/sampling_rows.cuh"
 
+void cuda_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                      const float *inv_temperature, const double *uniform, int N, int V) {
+    if (N == 0) return;
+    sampling_rows::sample_kernel<<<N, sampling_rows::THREADS, sampling_rows::SAMPLE_SHARED_BYTES>>>(
+        tokens, logprobs, sampling_logprobs, logits, inv_temperature, uniform, V);
+    CUDA_CHECK_LAUNCH();
+}
+
 void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
                               const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
     if (N == 0) return;

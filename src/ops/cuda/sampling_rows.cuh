@@ -1,5 +1,6 @@
-// Sampling's candidates over rows of logits (sampling.cu; ops.h's sampling_candidates): one
-// block of THREADS threads per row. Written once for nvcc and for the CPU emulation
+// Sampling's candidates over rows of logits (sampling.cu; ops.h's sampling_candidates), and a
+// draw from each row over the whole vocabulary (sample_rows, below): one block of THREADS
+// threads per row. Written once for nvcc and for the CPU emulation
 // (cpu_emulation.h), which runs it in tests/test_sampling_emulated.cpp against the CPU op
 // (ops/cpu/sampling.c): the same ids and logits, the log-normaliser to ~1e-7.
 //
@@ -89,6 +90,77 @@ static __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0) {
         counts[row] = total;
         lse[row] = max + log(sum);
+    }
+}
+
+// ops.h sample_rows (sampling.cu): one block of THREADS per row. The raw and the scaled
+// row's maxima, then their fp32 exponentials summed in fp64 (the log-normalisers); then the
+// walk in id order over the threads' contiguous pieces: each piece's mass (its exponentials
+// summed in id order), the masses before each piece summed in thread order (the same fp64
+// additions in every thread, so the pieces' bounds never fall), and the one piece whose
+// bounds hold uniform times the total walks its tokens to the first whose running mass
+// passes it (its last token where rounding keeps the walk short of it). Where rounding
+// leaves the target past every bound, thread 0 takes the last token, sampler_pick's rule.
+// Nothing depends on the threads' timing. Shared memory: SAMPLE_SHARED_BYTES.
+enum { SAMPLE_SHARED_BYTES = WARPS * sizeof(double) + (THREADS + 1) * sizeof(double) };
+
+static __global__ void __launch_bounds__(THREADS)
+    sample_kernel(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
+                  const float *inv_temperature, const double *uniform, int V) {
+    DYNAMIC_SHARED(shared);
+    double *double_slots = reinterpret_cast<double *>(shared);
+    float *float_slots = reinterpret_cast<float *>(shared);
+    double *bounds = reinterpret_cast<double *>(shared + WARPS * sizeof(double)); // [THREADS + 1]
+    const long row = blockIdx.x;
+    const int tid = (int)threadIdx.x;
+    const float *z = logits + row * V;
+    const float inverse = inv_temperature[row];
+    float max_raw = -INFINITY, max_scaled = -INFINITY;
+    for (int v = tid; v < V; v += THREADS) {
+        max_raw = fmaxf(max_raw, z[v]);
+        max_scaled = fmaxf(max_scaled, z[v] * inverse);
+    }
+    max_raw = block_max_over(max_raw, float_slots);
+    max_scaled = block_max_over(max_scaled, float_slots);
+    double sum_raw = 0.0, sum_scaled = 0.0;
+    for (int v = tid; v < V; v += THREADS) {
+        sum_raw += (double)expf(z[v] - max_raw);
+        sum_scaled += (double)expf(z[v] * inverse - max_scaled);
+    }
+    sum_raw = block_sum_over(sum_raw, double_slots, WARPS);
+    sum_scaled = block_sum_over(sum_scaled, double_slots, WARPS);
+
+    const int piece = (V + THREADS - 1) / THREADS;
+    const int first = tid * piece < V ? tid * piece : V;
+    const int last = first + piece < V ? first + piece : V;
+    double mass = 0.0;
+    for (int v = first; v < last; v++) mass += (double)expf(z[v] * inverse - max_scaled);
+    bounds[tid + 1] = mass;
+    __syncthreads();
+    double before = 0.0;
+    for (int t = 1; t <= tid; t++) before += bounds[t];
+    const double after = before + mass; // what the next thread's loop adds up to
+    const double target = uniform[row] * sum_scaled;
+    int chosen = -1;
+    if (before <= target && target < after) {
+        double running = before;
+        chosen = last - 1;
+        for (int v = first; v < last; v++) {
+            running += (double)expf(z[v] * inverse - max_scaled);
+            if (target < running) {
+                chosen = v;
+                break;
+            }
+        }
+    } else if (tid == 0) {
+        double total = 0.0; // every thread's `after` is at most this
+        for (int t = 1; t <= THREADS; t++) total += bounds[t];
+        if (!(target < total)) chosen = V - 1;
+    }
+    if (chosen >= 0) {
+        tokens[row] = chosen;
+        logprobs[row] = (float)(z[chosen] - (max_raw + log(sum_raw)));
+        sampling_logprobs[row] = (float)(z[chosen] * inverse - (max_scaled + log(sum_scaled)));
     }
 }
 
