@@ -545,11 +545,11 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     for (int r = 0; r < rows; r++) {
         const Sequence *sequence = &batch->sequences[r];
         const SamplerConfig *sampler = &sequence->options.sampler;
-        const bool greedy = sampler->temperature <= 0.0f, top_k = sampler->top_k > 0 && sampler->top_k < V;
+        const bool greedy = sampler->temperature <= 0.0f;
         if (sequence->json || sequence->options.top_logprobs > 0) return false;
         all_greedy = all_greedy && greedy;
-        by_candidates = by_candidates && (greedy || top_k);
-        whole_rows = whole_rows && !greedy && !top_k && !(sampler->top_p > 0.0f && sampler->top_p < 1.0f);
+        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
+        whole_rows = whole_rows && sampler_samples_whole_row(sampler, V);
         batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
         if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];

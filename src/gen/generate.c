@@ -180,9 +180,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
         const bool greedy = sampler->temperature <= 0.0f;
         all_greedy = all_greedy && greedy;
-        by_candidates = by_candidates && (greedy || (sampler->top_k > 0 && sampler->top_k < V));
-        whole_rows = whole_rows && !greedy && !(sampler->top_k > 0 && sampler->top_k < V) &&
-                     !(sampler->top_p > 0.0f && sampler->top_p < 1.0f); // (sampler.c's conditions)
+        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
+        whole_rows = whole_rows && sampler_samples_whole_row(sampler, V);
         inverse_temperature[b] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         candidate_k[b] = greedy ? 1 : sampler->top_k;
         if (candidate_k[b] > largest_k) largest_k = candidate_k[b];

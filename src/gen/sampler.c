@@ -69,7 +69,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     // top-k: keep every token at least as large as the k-th largest (ties all kept, as
     // transformers' TopKLogitsWarper does).
     float threshold = -INFINITY;
-    if (config->top_k > 0 && config->top_k < V) {
+    if (sampler_keeps_top_k(config, V)) {
         threshold = sampling_kth_largest(scaled, V, config->top_k, s->work);
     }
     int count = 0;
@@ -77,7 +77,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
         if (scaled[v] >= threshold) s->indices[count++] = v;
     // top-p: drop the least likely tokens whose cumulative probability (from the least
     // likely up) stays <= 1 - top_p; the most likely token always stays.
-    if (config->top_p > 0.0f && config->top_p < 1.0f && count > 1) {
+    if (sampler_keeps_top_p(config) && count > 1) {
         sort_descending(s->indices, count, scaled, s);
         double max_value = scaled[s->indices[0]], total = 0;
         for (int i = 0; i < count; i++) total += exp(scaled[s->indices[i]] - max_value);

@@ -13,6 +13,19 @@ typedef struct {
     float top_p;       // applied when in (0, 1); 0 or >= 1 = no top-p
 } SamplerConfig;
 
+// What sampler_pick does with a row of V logits: keeps only the top_k largest (top_k in (0,
+// V)); keeps the smallest set holding top_p of the mass; or, sampling, keeps every token
+// (neither). Generation picks where the logits are by these (gen/generate.c, continuous.c).
+static inline bool sampler_keeps_top_k(const SamplerConfig *config, int V) {
+    return config->top_k > 0 && config->top_k < V;
+}
+static inline bool sampler_keeps_top_p(const SamplerConfig *config) {
+    return config->top_p > 0.0f && config->top_p < 1.0f;
+}
+static inline bool sampler_samples_whole_row(const SamplerConfig *config, int V) {
+    return config->temperature > 0.0f && !sampler_keeps_top_k(config, V) && !sampler_keeps_top_p(config);
+}
+
 typedef struct {
     int token;
     float logprob;          // log p(token) under the model: softmax of the raw logits
