@@ -72,17 +72,18 @@ struct ContinuousBatch {
     KvCache staging;
     bool has_staging;
     // Picks left on the backend (generate.c does the same): when every row of a decode
-    // forward is greedy or samples with top-k, or every row samples the whole vocabulary on a
-    // backend that samples whole rows (the GPU), with no constraint and no top log-probs, its
-    // logits stay where the model computed them and rows [0, backend_rows) take their tokens
-    // from model_last_greedy, their top-k candidates from model_last_candidates, or their
-    // draws from model_last_sampled (backend_mode), instead of `logits` (a [rows, V] copy
-    // and a pass over each row on the host); rows that join after the forward bring their
-    // prefill's logits. [max_rows] each, the candidates [max_rows, candidate_capacity].
+    // forward is greedy or samples with top-k, or every row is greedy or samples the whole
+    // vocabulary on a backend that samples whole rows (the GPU), with no constraint and no
+    // top log-probs, its logits stay where the model computed them and rows [0,
+    // backend_rows) take their tokens from model_last_greedy, their top-k candidates from
+    // model_last_candidates, or their draws from model_last_sampled (backend_mode), instead
+    // of `logits` (a [rows, V] copy and a pass over each row on the host); rows that join
+    // after the forward bring their prefill's logits. [max_rows] each, the candidates
+    // [max_rows, candidate_capacity].
     int backend_rows;
     enum { BACKEND_GREEDY, BACKEND_CANDIDATES, BACKEND_WHOLE_ROWS } backend_mode;
-    int *greedy_tokens; // (also the draws' tokens, and greedy_logprobs their log-probs)
-    float *greedy_logprobs, *inverse_temperature, *sampling_logprobs;
+    int *greedy_tokens, *drawn_tokens;
+    float *greedy_logprobs, *inverse_temperature, *drawn_logprobs, *sampling_logprobs;
     double *uniforms;
     int *candidate_k, *candidate_counts, *candidate_ids;
     int candidate_capacity;
@@ -103,6 +104,8 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->greedy_tokens = xmalloc((size_t)max_rows * sizeof(int));
     batch->greedy_logprobs = xmalloc((size_t)max_rows * sizeof(float));
     batch->sampling_logprobs = xmalloc((size_t)max_rows * sizeof(float));
+    batch->drawn_tokens = xmalloc((size_t)max_rows * sizeof(int));
+    batch->drawn_logprobs = xmalloc((size_t)max_rows * sizeof(float));
     batch->uniforms = xmalloc((size_t)max_rows * sizeof(double));
     batch->inverse_temperature = xmalloc((size_t)max_rows * sizeof(float));
     batch->candidate_k = xmalloc((size_t)max_rows * sizeof(int));
@@ -132,7 +135,7 @@ void continuous_batch_free(ContinuousBatch *batch) {
     if (batch->has_staging) kv_cache_free(&batch->staging, batch->model);
     free(batch->sequences), free(batch->logits), free(batch->next);
     free(batch->greedy_tokens), free(batch->greedy_logprobs), free(batch->inverse_temperature);
-    free(batch->sampling_logprobs), free(batch->uniforms);
+    free(batch->sampling_logprobs), free(batch->uniforms), free(batch->drawn_tokens), free(batch->drawn_logprobs);
     free(batch->candidate_k), free(batch->candidate_counts), free(batch->candidate_ids);
     free(batch->candidate_values), free(batch->candidate_lse);
     free(batch);
@@ -540,7 +543,7 @@ static bool is_stop_token(const ContinuousOptions *options, int token) {
 // allows it (the struct's comment), else false and the caller copies the logits.
 static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     const int V = batch->model->config.vocab_size;
-    bool all_greedy = true, by_candidates = true, whole_rows = batch->model->ops->samples_whole_rows;
+    bool all_greedy = true, any_greedy = false, by_candidates = true, whole_rows = batch->model->ops->samples_whole_rows;
     int largest_k = 1;
     for (int r = 0; r < rows; r++) {
         const Sequence *sequence = &batch->sequences[r];
@@ -548,8 +551,9 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         const bool greedy = sampler->temperature <= 0.0f;
         if (sequence->json || sequence->options.top_logprobs > 0) return false;
         all_greedy = all_greedy && greedy;
+        any_greedy = any_greedy || greedy;
         by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
-        whole_rows = whole_rows && sampler_samples_whole_row(sampler, V);
+        whole_rows = whole_rows && (greedy || sampler_samples_whole_row(sampler, V));
         batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
         if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];
@@ -561,10 +565,13 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         model_last_greedy(batch->model, batch->greedy_tokens, batch->greedy_logprobs);
         return true;
     }
-    if (whole_rows) {
+    if (whole_rows) { // (greedy rows beside the draws take model_last_greedy's tokens)
         batch->backend_mode = BACKEND_WHOLE_ROWS;
-        return model_last_sampled(batch->model, batch->inverse_temperature, batch->uniforms, batch->greedy_tokens,
-                                  batch->greedy_logprobs, batch->sampling_logprobs);
+        if (!model_last_sampled(batch->model, batch->inverse_temperature, batch->uniforms, batch->drawn_tokens,
+                                batch->drawn_logprobs, batch->sampling_logprobs))
+            return false;
+        if (any_greedy) model_last_greedy(batch->model, batch->greedy_tokens, batch->greedy_logprobs);
+        return true;
     }
     if (!by_candidates) return false;
     batch->backend_mode = BACKEND_CANDIDATES;
@@ -597,11 +604,12 @@ static void decode_step(ContinuousBatch *batch) {
         const Constraint *constraint = sequence->options.constraint;
         if (r < batch->backend_rows) { // (no constraint, no top log-probs: picks_on_backend)
             const long first = (long)r * batch->candidate_capacity;
-            if (batch->backend_mode == BACKEND_GREEDY)
+            const bool greedy = sequence->options.sampler.temperature <= 0.0f;
+            if (batch->backend_mode == BACKEND_GREEDY || (batch->backend_mode == BACKEND_WHOLE_ROWS && greedy))
                 picked = (SampledToken){.token = batch->greedy_tokens[r], .logprob = batch->greedy_logprobs[r]};
             else if (batch->backend_mode == BACKEND_WHOLE_ROWS)
-                picked = (SampledToken){.token = batch->greedy_tokens[r],
-                                        .logprob = batch->greedy_logprobs[r],
+                picked = (SampledToken){.token = batch->drawn_tokens[r],
+                                        .logprob = batch->drawn_logprobs[r],
                                         .sampling_logprob = batch->sampling_logprobs[r]};
             else
                 picked = sampler_pick_candidates(batch->candidate_values + first, batch->candidate_ids + first,

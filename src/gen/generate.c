@@ -168,8 +168,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     // log-normaliser from model_last_candidates, instead of the B x V logits (12.6 MB a step
     // at batch 64 of a 49k vocabulary) and a pass over each on the host. Rows that sample the
     // whole vocabulary (no top-k, no top-p) take their draw from model_last_sampled where the
-    // backend samples whole rows (the GPU; OpsBackend.samples_whole_rows); elsewhere, and for
-    // top-p without top-k, the host samples the copied row.
+    // backend samples whole rows (the GPU; OpsBackend.samples_whole_rows), greedy ones beside
+    // them their model_last_greedy token; elsewhere, and for top-p without top-k, the host
+    // samples the copied row.
     const bool host_reads_logits = options->constraint || top_count > 0;
     bool all_greedy = !host_reads_logits, by_candidates = !host_reads_logits;
     bool whole_rows = !host_reads_logits && model->ops->samples_whole_rows;
@@ -181,18 +182,26 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         const bool greedy = sampler->temperature <= 0.0f;
         all_greedy = all_greedy && greedy;
         by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
-        whole_rows = whole_rows && sampler_samples_whole_row(sampler, V);
+        whole_rows = whole_rows && (greedy || sampler_samples_whole_row(sampler, V));
         inverse_temperature[b] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         candidate_k[b] = greedy ? 1 : sampler->top_k;
         if (candidate_k[b] > largest_k) largest_k = candidate_k[b];
     }
+    whole_rows = whole_rows && !all_greedy; // (all greedy: model_last_greedy alone)
+    bool *greedy_row = whole_rows ? xmalloc((size_t)B * sizeof(bool)) : NULL;
+    bool any_greedy_row = false;
+    for (int b = 0; whole_rows && b < B; b++) {
+        greedy_row[b] = (options->row_samplers ? &options->row_samplers[b] : &options->sampler)->temperature <= 0.0f;
+        any_greedy_row = any_greedy_row || greedy_row[b];
+    }
     // Room for ties at the k-th largest; a step with more falls back to the whole logits.
     const int candidate_capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
-    int *greedy_tokens = all_greedy || whole_rows ? xmalloc((size_t)B * sizeof(int)) : NULL;
-    float *greedy_logprobs = all_greedy || whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
-    // model_last_sampled's inputs and its third output (the tokens and log-probs go where a
-    // greedy step's do)
+    int *greedy_tokens = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(int)) : NULL;
+    float *greedy_logprobs = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(float)) : NULL;
+    // model_last_sampled's inputs and outputs
     double *uniforms = whole_rows ? xmalloc((size_t)B * sizeof(double)) : NULL;
+    int *drawn_tokens = whole_rows ? xmalloc((size_t)B * sizeof(int)) : NULL;
+    float *drawn_logprobs = whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
     float *sampling_logprobs = whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
     int *candidate_counts = NULL, *candidate_ids = NULL;
     float *candidate_values = NULL;
@@ -249,8 +258,9 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             for (int b = 0; b < B; b++)
                 uniforms[b] = generate_uniform(options->row_seeds ? options->row_seeds[b] : options->seed,
                                                row_ids ? row_ids[b] : (uint64_t)b, step);
-            on_whole_rows = model_last_sampled(model, inverse_temperature, uniforms, greedy_tokens, greedy_logprobs,
+            on_whole_rows = model_last_sampled(model, inverse_temperature, uniforms, drawn_tokens, drawn_logprobs,
                                                sampling_logprobs);
+            if (on_whole_rows && any_greedy_row) model_last_greedy(model, greedy_tokens, greedy_logprobs);
         }
         if (step > 0 && !on_device && !on_candidates && !on_whole_rows) model_last_logits(model, logits);
 #pragma omp parallel for schedule(static)
@@ -263,10 +273,11 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             SampledToken picked;
             if (on_device || on_candidates || on_whole_rows) {
                 const long first = (long)b * candidate_capacity; // (row b's candidates)
-                if (on_device) picked = (SampledToken){.token = greedy_tokens[b], .logprob = greedy_logprobs[b]};
+                if (on_device || (on_whole_rows && greedy_row[b]))
+                    picked = (SampledToken){.token = greedy_tokens[b], .logprob = greedy_logprobs[b]};
                 else if (on_whole_rows)
-                    picked = (SampledToken){.token = greedy_tokens[b],
-                                            .logprob = greedy_logprobs[b],
+                    picked = (SampledToken){.token = drawn_tokens[b],
+                                            .logprob = drawn_logprobs[b],
                                             .sampling_logprob = sampling_logprobs[b]};
                 else
                     picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first,
@@ -345,6 +356,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; json && b < B; b++) token_mask_scratch_free(&mask[b]);
     free(json), free(mask);
     free(greedy_tokens), free(greedy_logprobs), free(uniforms), free(sampling_logprobs);
+    free(greedy_row), free(drawn_tokens), free(drawn_logprobs);
     free(inverse_temperature), free(candidate_k);
     free(candidate_counts), free(candidate_ids), free(candidate_values), free(candidate_lse);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits), free(limit);
