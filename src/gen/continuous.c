@@ -557,8 +557,6 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
         batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
         if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];
-        // the number the host's sampler would take for the sequence's next token
-        batch->uniforms[r] = generate_uniform(sequence->options.seed, sequence->options.row_id, sequence->out.length);
     }
     if (all_greedy) {
         batch->backend_mode = BACKEND_GREEDY;
@@ -567,6 +565,10 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     }
     if (whole_rows) { // (greedy rows beside the draws take model_last_greedy's tokens)
         batch->backend_mode = BACKEND_WHOLE_ROWS;
+        for (int r = 0; r < rows; r++) { // the numbers the host's sampler would take for the next tokens
+            const SequenceOptions *options = &batch->sequences[r].options;
+            batch->uniforms[r] = generate_uniform(options->seed, options->row_id, batch->sequences[r].out.length);
+        }
         if (!model_last_sampled(batch->model, batch->inverse_temperature, batch->uniforms, batch->drawn_tokens,
                                 batch->drawn_logprobs, batch->sampling_logprobs))
             return false;
@@ -575,8 +577,7 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     }
     if (!by_candidates) return false;
     batch->backend_mode = BACKEND_CANDIDATES;
-    // Room for ties at the k-th largest (generate.c's rule); a step with more copies the logits.
-    const int capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
+    const int capacity = generate_candidate_capacity(largest_k, V);
     if (capacity > batch->candidate_capacity) {
         batch->candidate_capacity = capacity;
         free(batch->candidate_ids), free(batch->candidate_values);

@@ -194,8 +194,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         greedy_row[b] = (options->row_samplers ? &options->row_samplers[b] : &options->sampler)->temperature <= 0.0f;
         any_greedy_row = any_greedy_row || greedy_row[b];
     }
-    // Room for ties at the k-th largest; a step with more falls back to the whole logits.
-    const int candidate_capacity = 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
+    const int candidate_capacity = generate_candidate_capacity(largest_k, V);
     int *greedy_tokens = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(int)) : NULL;
     float *greedy_logprobs = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(float)) : NULL;
     // model_last_sampled's inputs and outputs

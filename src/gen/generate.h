@@ -101,6 +101,13 @@ void generated_row_alloc(GeneratedRow *row, int max_new_tokens, int top_count);
 // raw logits when the row records them.
 void generated_row_append(GeneratedRow *row, const float *logits, int V, SampledToken picked);
 // The uniform number that picks the token at `step` of the row with id row_id.
+// How many of a row's top-k candidates model_last_candidates makes room for when the largest
+// top-k asked is largest_k: ties at the k-th largest beyond that send the step back to the
+// whole logits.
+static inline int generate_candidate_capacity(int largest_k, int V) {
+    return 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
+}
+
 double generate_uniform(uint64_t seed, uint64_t row_id, int step);
 
 const char *stop_reason_name(StopReason reason);

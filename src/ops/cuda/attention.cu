@@ -453,16 +453,6 @@ void cuda_cache_write_q8(void *cache, const float *x, int B, int T, int capacity
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename Store>
-static void launch_rotate_and_store(float *q, __nv_bfloat16 *q_copy, float *k, __nv_bfloat16 *k_copy, const float *v,
-                                    Store keys, Store values, const int *positions, int B, int T, int capacity,
-                                    int slot, int n_heads, int n_kv_heads, int head_dim, const float *inv_freq) {
-    const size_t shared = inv_freq ? (size_t)head_dim * sizeof(float) : 0;
-    attention_cached::rotate_and_store_kernel<Store><<<B * T, attention_cached::THREADS, shared>>>(
-        q, q_copy, k, k_copy, v, keys, values, positions, T, capacity, slot, n_heads, n_kv_heads, head_dim, inv_freq);
-    CUDA_CHECK_LAUNCH();
-}
-
 // ops.h rotate_and_cache_write: one launch (attention_cached.cuh's rotate_and_store_kernel) for
 // what rope_forward twice and two cache writes do in four. A held q or k gets its bf16 copy
 // written with the rotation, as rope_forward writes it.
@@ -474,24 +464,26 @@ void cuda_rotate_and_cache_write(float *q, float *k, const float *v, void *k_cac
     if (inv_freq && head_dim / 2 == 0) inv_freq = NULL; // nothing to rotate (as rope_forward: no copy either)
     __nv_bfloat16 *q_copy = inv_freq ? cuda_held_copy_to_write(q, N * n_heads * head_dim) : NULL;
     __nv_bfloat16 *k_copy = inv_freq ? cuda_held_copy_to_write(k, N * kv_width) : NULL;
+    const size_t shared = inv_freq ? (size_t)head_dim * sizeof(float) : 0;
+    auto launch = [&](auto keys, auto values) { // the kernel for the cache's Store type
+        attention_cached::rotate_and_store_kernel<decltype(keys)><<<B * T, attention_cached::THREADS, shared>>>(
+            q, q_copy, k, k_copy, v, keys, values, positions, T, capacity, slot, n_heads, n_kv_heads, head_dim,
+            inv_freq);
+        CUDA_CHECK_LAUNCH();
+    };
+    const attention_cached::Q8Layout layout = attention_cached::q8_layout(n_kv_heads, head_dim);
     switch (type) {
     case KV_CACHE_F32:
-        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::FloatStore{(float *)k_cache, (int)kv_width},
-                                attention_cached::FloatStore{(float *)v_cache, (int)kv_width}, positions, B, T, capacity,
-                                slot, n_heads, n_kv_heads, head_dim, inv_freq);
+        launch(attention_cached::FloatStore{(float *)k_cache, (int)kv_width},
+               attention_cached::FloatStore{(float *)v_cache, (int)kv_width});
         break;
     case KV_CACHE_F16:
-        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::HalfStore{(uint16_t *)k_cache, (int)kv_width},
-                                attention_cached::HalfStore{(uint16_t *)v_cache, (int)kv_width}, positions, B, T,
-                                capacity, slot, n_heads, n_kv_heads, head_dim, inv_freq);
+        launch(attention_cached::HalfStore{(uint16_t *)k_cache, (int)kv_width},
+               attention_cached::HalfStore{(uint16_t *)v_cache, (int)kv_width});
         break;
-    case KV_CACHE_Q8_0: {
-        const attention_cached::Q8Layout layout = attention_cached::q8_layout(n_kv_heads, head_dim);
-        launch_rotate_and_store(q, q_copy, k, k_copy, v, attention_cached::Q8Store{(uint8_t *)k_cache, layout},
-                                attention_cached::Q8Store{(uint8_t *)v_cache, layout}, positions, B, T, capacity, slot,
-                                n_heads, n_kv_heads, head_dim, inv_freq);
+    case KV_CACHE_Q8_0:
+        launch(attention_cached::Q8Store{(uint8_t *)k_cache, layout}, attention_cached::Q8Store{(uint8_t *)v_cache, layout});
         break;
-    }
     }
 }
 

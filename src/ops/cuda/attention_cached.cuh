@@ -156,15 +156,6 @@ static inline size_t partial_bytes(const Plan &p, int n_heads) {
     return p.splits > 1 ? (size_t)p.queries * n_heads * p.splits * partial_record(p) * sizeof(float) : 0;
 }
 
-DEVICE_INLINE float warp_sum(float x) {
-    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
-DEVICE_INLINE float warp_max(float x) {
-    for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    return x;
-}
-
 // Query t of row b (q, out: [B * T, n_heads * head_dim]) sits at slot first_slot + t and
 // attends to slots [row_start[b], first_slot + t] (row_start NULL: from 0), under a sliding
 // window of `window` slots (0: none) the last `window` of those; its keys and values are
@@ -193,9 +184,8 @@ static __global__ void __launch_bounds__(THREADS)
     const int split = (int)blockIdx.y;
     const int b = query_row / T, t = query_row % T;
     const int first_head = kv_head * plan.group + head_block * plan.heads_per_block;
-    const int heads = kv_head * plan.group + plan.group - first_head < plan.heads_per_block
-                          ? kv_head * plan.group + plan.group - first_head
-                          : plan.heads_per_block;
+    const int group_left = (kv_head + 1) * plan.group - first_head; // the group's heads from first_head on
+    const int heads = group_left < plan.heads_per_block ? group_left : plan.heads_per_block;
     const int length = first_slot + t + 1;
     const int start = attention_first_key(row_start ? row_start[b] : 0, length - 1, window);
     const int run_start = start + split * plan.keys_per_split;
@@ -301,7 +291,7 @@ static __global__ void __launch_bounds__(THREADS)
     }
     if (part != 0) return;
     UNROLL for (int g = 0; g < MAX_GROUP; g++) {
-        if (g < heads) {
+        if (g >= heads) continue;
         const long head_row = (long)query_row * n_heads + first_head + g;
         if (plan.splits == 1) {
             const float inverse = 1.0f / running_sum[g];
@@ -316,7 +306,6 @@ static __global__ void __launch_bounds__(THREADS)
                 const int d = column + c * THREADS;
                 if (d < head_dim) record[2 + d] = acc[c][g];
             }
-        }
         }
     }
 }

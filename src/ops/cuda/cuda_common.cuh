@@ -108,16 +108,8 @@ template <typename Real> __device__ Real block_sum(Real value) {
 }
 
 __device__ inline float block_max(float value) {
-    STATIC_SHARED(float, warp_max, 32);
-    for (int offset = 16; offset > 0; offset >>= 1)
-        value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    __syncthreads();
-    if (lane == 0) warp_max[warp] = value;
-    __syncthreads();
-    float total = warp_max[0];
-    for (int w = 1; w < warps; w++) total = fmaxf(total, warp_max[w]);
-    return total;
+    STATIC_SHARED(float, warp_maxima, 32);
+    return block_max_over(value, warp_maxima, (int)blockDim.x / 32);
 }
 
 // Column reduction in a fixed order: out[c] += sum over rows i of term(i, c), where `term`

@@ -168,14 +168,36 @@ template <int pending> DEVICE_INLINE void cp_async_wait() {
 // `slots`: `warps` values of shared memory, which a barrier guards against the previous
 // call's readers. cuda_common.cuh's block_sum is this over static shared memory; the row
 // kernels the CPU emulation also runs take it with dynamic shared memory (block_sum_fixed).
-template <typename Real> DEVICE_INLINE Real block_sum_over(Real value, Real *slots, int warps) {
+// A warp's sum (or largest) of one value per lane by butterfly shuffles, in a fixed order;
+// every lane gets it, and every lane must call it.
+template <typename Real> DEVICE_INLINE Real warp_sum(Real value) {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+DEVICE_INLINE float warp_max(float value) {
+    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    return value;
+}
+
+template <typename Real> DEVICE_INLINE Real block_sum_over(Real value, Real *slots, int warps) {
+    value = warp_sum(value);
     __syncthreads();
     if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
     __syncthreads();
     Real total = 0;
     for (int w = 0; w < warps; w++) total += slots[w];
     return total;
+}
+
+// The block-wide largest value in the same way (slots: `warps` floats).
+DEVICE_INLINE float block_max_over(float value, float *slots, int warps) {
+    value = warp_max(value);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
+    __syncthreads();
+    float largest = slots[0];
+    for (int w = 1; w < warps; w++) largest = fmaxf(largest, slots[w]);
+    return largest;
 }
 
 // The same for a block of THREADS threads, in fp64 (norm_rows.cuh, logprob_rows.cuh,

@@ -21,18 +21,6 @@ enum { THREADS = 512, WARPS = THREADS / 32 };
 // Shared memory: the block sums' slots (WARPS doubles, or ints), then one count a thread.
 enum { SHARED_BYTES = WARPS * sizeof(double) + THREADS * sizeof(int) };
 
-// The block's largest value, every thread getting it (slots: WARPS floats; a barrier first
-// guards them against the previous call's readers).
-DEVICE_INLINE float block_max_over(float value, float *slots) {
-    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = value;
-    __syncthreads();
-    float largest = slots[0];
-    for (int w = 1; w < WARPS; w++) largest = fmaxf(largest, slots[w]);
-    return largest;
-}
-
 static __global__ void __launch_bounds__(THREADS)
     candidates_kernel(int *counts, int *ids, float *values, double *lse, const float *logits,
                       const float *inv_temperature, const int *top_k, int V, int capacity) {
@@ -51,7 +39,7 @@ static __global__ void __launch_bounds__(THREADS)
     // routine whose frame ptxas puts on the stack, which the build refuses).
     float max = -INFINITY;
     for (int v = threadIdx.x; v < V; v += THREADS) max = fmaxf(max, z[v]);
-    max = block_max_over(max, float_slots);
+    max = block_max_over(max, float_slots, WARPS);
     double sum = 0.0;
     for (int v = threadIdx.x; v < V; v += THREADS) sum += (double)expf(z[v] - max);
     sum = block_sum_over(sum, double_slots, WARPS);
@@ -94,14 +82,15 @@ static __global__ void __launch_bounds__(THREADS)
 }
 
 // ops.h sample_rows (sampling.cu): one block of THREADS per row. The raw and the scaled
-// row's maxima, then their fp32 exponentials summed in fp64 (the log-normalisers); then the
-// walk in id order over the threads' contiguous pieces: each piece's mass (its exponentials
-// summed in id order), the masses before each piece summed in thread order (the same fp64
-// additions in every thread, so the pieces' bounds never fall), and the one piece whose
-// bounds hold uniform times the total walks its tokens to the first whose running mass
-// passes it (its last token where rounding keeps the walk short of it). Where rounding
-// leaves the target past every bound, thread 0 takes the last token, sampler_pick's rule.
-// Nothing depends on the threads' timing. Shared memory: SAMPLE_SHARED_BYTES.
+// row's maxima; the raw row's fp32 exponentials summed in fp64 (its log-normaliser); then
+// the walk in id order over the threads' contiguous pieces: each piece's mass (its scaled
+// exponentials summed in id order), the masses summed in thread order by every thread alike
+// (the total, the scaled row's normaliser, and on the way the bounds of each piece, which
+// never fall), and the one piece whose bounds hold uniform times the total walks its tokens
+// to the first whose running mass passes it (its last token where rounding keeps the walk
+// short of it). Where rounding leaves the target at the total, thread 0 takes the last
+// token, sampler_pick's rule. Nothing depends on the threads' timing. Shared memory:
+// SAMPLE_SHARED_BYTES.
 enum { SAMPLE_SHARED_BYTES = WARPS * sizeof(double) + (THREADS + 1) * sizeof(double) };
 
 static __global__ void __launch_bounds__(THREADS)
@@ -120,15 +109,11 @@ static __global__ void __launch_bounds__(THREADS)
         max_raw = fmaxf(max_raw, z[v]);
         max_scaled = fmaxf(max_scaled, z[v] * inverse);
     }
-    max_raw = block_max_over(max_raw, float_slots);
-    max_scaled = block_max_over(max_scaled, float_slots);
-    double sum_raw = 0.0, sum_scaled = 0.0;
-    for (int v = tid; v < V; v += THREADS) {
-        sum_raw += (double)expf(z[v] - max_raw);
-        sum_scaled += (double)expf(z[v] * inverse - max_scaled);
-    }
+    max_raw = block_max_over(max_raw, float_slots, WARPS);
+    max_scaled = block_max_over(max_scaled, float_slots, WARPS);
+    double sum_raw = 0.0;
+    for (int v = tid; v < V; v += THREADS) sum_raw += (double)expf(z[v] - max_raw);
     sum_raw = block_sum_over(sum_raw, double_slots, WARPS);
-    sum_scaled = block_sum_over(sum_scaled, double_slots, WARPS);
 
     const int piece = (V + THREADS - 1) / THREADS;
     const int first = tid * piece < V ? tid * piece : V;
@@ -137,9 +122,12 @@ static __global__ void __launch_bounds__(THREADS)
     for (int v = first; v < last; v++) mass += (double)expf(z[v] * inverse - max_scaled);
     bounds[tid + 1] = mass;
     __syncthreads();
-    double before = 0.0;
-    for (int t = 1; t <= tid; t++) before += bounds[t];
-    const double after = before + mass; // what the next thread's loop adds up to
+    double before = 0.0, sum_scaled = 0.0; // the masses before this piece's, and all of them
+    for (int t = 1; t <= THREADS; t++) {
+        if (t == tid + 1) before = sum_scaled;
+        sum_scaled += bounds[t];
+    }
+    const double after = before + mass; // the next step of the same sum
     const double target = uniform[row] * sum_scaled;
     int chosen = -1;
     if (before <= target && target < after) {
@@ -152,10 +140,8 @@ static __global__ void __launch_bounds__(THREADS)
                 break;
             }
         }
-    } else if (tid == 0) {
-        double total = 0.0; // every thread's `after` is at most this
-        for (int t = 1; t <= THREADS; t++) total += bounds[t];
-        if (!(target < total)) chosen = V - 1;
+    } else if (tid == 0 && !(target < sum_scaled)) {
+        chosen = V - 1;
     }
     if (chosen >= 0) {
         tokens[row] = chosen;
