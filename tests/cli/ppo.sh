@@ -99,6 +99,8 @@ expect_error rollout_logprobs_or_recompute "--recompute-old-logprobs" "$bin" ppo
     --old-logprobs-from-rollout --recompute-old-logprobs
 expect_error rollout_logprobs_float_actor "needs a float actor" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --old-logprobs-from-rollout --actor-lora-rank 4 --actor-quantize q8_0
+expect_error rollout_logprobs_bad_value "--old-logprobs-from-rollout expects true or false" "$bin" ppo "${common[@]}" \
+    --output "$tmp/x" --old-logprobs-from-rollout=sometimes
 # ... and the released zero-length step makes it differ.
 run released --termination-condition fixed --ngram 1 --keep-duplicate-boundaries
 cmp -s "$tmp/ngram1/final/actor/model.safetensors" "$tmp/released/final/actor/model.safetensors" &&
