@@ -173,7 +173,7 @@ static __global__ void __launch_bounds__(THREADS)
     const long at = ((long)b * T + t) * H * head_dim + h * head_dim;
     float sum = 0.0f;
     for (int d = lane; d < head_dim; d += 32) sum += dout[at + d] * out[at + d];
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    sum = warp_sum(sum);
     if (lane == 0) D[row] = sum;
 }
 

@@ -212,6 +212,7 @@ struct Scheduler {
     const void *main_stack_bottom = nullptr; // the OS thread's stack, for AddressSanitizer
     size_t main_stack_bytes = 0;
     std::deque<Fiber> fibers; // a deque: a context must not move once made
+    std::vector<Fiber *> fiber_at; // fibers[i], without the deque's index arithmetic at every switch
     int running = -1;
     const std::function<void()> *kernel = nullptr;
     unsigned long progress = 0; // arrivals, releases and ends: what a round must change
@@ -261,7 +262,7 @@ inline void switch_to_scheduler(Scheduler *s, Fiber &fiber, bool finished) {
 // The running fiber gives the OS thread back to the scheduler.
 inline void yield() {
     Scheduler *s = scheduler;
-    switch_to_scheduler(s, s->fibers[(size_t)s->running], false);
+    switch_to_scheduler(s, *s->fiber_at[(size_t)s->running], false);
 }
 
 inline void Barrier::wait() {
@@ -272,7 +273,7 @@ inline void Barrier::wait() {
         generation++;
         return;
     }
-    Fiber &fiber = scheduler->fibers[(size_t)scheduler->running];
+    Fiber &fiber = *scheduler->fiber_at[(size_t)scheduler->running];
     fiber.waiting_at = this, fiber.waiting_generation = mine;
     while (generation == mine) yield();
     fiber.waiting_at = nullptr;
@@ -293,7 +294,7 @@ inline void fiber_main(long index) {
     __sanitizer_finish_switch_fiber(nullptr, &s->main_stack_bottom, &s->main_stack_bytes);
 #endif
     (*s->kernel)();
-    Fiber &fiber = s->fibers[(size_t)index];
+    Fiber &fiber = *s->fiber_at[(size_t)index];
     fiber.state.block->barrier.leave();
     fiber.finished = true;
     switch_to_scheduler(s, fiber, true); // not resumed: it has finished
@@ -364,6 +365,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     }
     while (s->fibers.size() < (size_t)threads) {
         Fiber &fiber = s->fibers.emplace_back();
+        s->fiber_at.push_back(&fiber);
         // A page below the stack that faults: an overflow stops there instead of running
         // into the next fiber's stack.
         const size_t guard = 4096;
@@ -397,7 +399,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
             block.barrier = Barrier{threads, 0, 0};
             for (Warp &warp : block.warps) warp.barrier = Barrier{32, 0, 0}, warp.made[0] = warp.made[1] = 0;
             for (int i = 0; i < threads; i++) {
-                Fiber &fiber = s->fibers[(size_t)i];
+                Fiber &fiber = *s->fiber_at[(size_t)i];
                 // Field by field: a new Thread's empty deque allocates, once per thread per block.
                 Thread &state = fiber.state;
                 state.thread_idx = {(unsigned)i, 0, 0}, state.block_idx = {x, y, 0};
@@ -428,7 +430,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
                         const unsigned long before_pass = s->progress;
                         for (int l = 0; l < 32; l++) {
                             const int i = warp * 32 + (reverse ? 31 - l : l);
-                            Fiber &fiber = s->fibers[(size_t)i];
+                            Fiber &fiber = *s->fiber_at[(size_t)i];
                             if (fiber.finished) continue;
                             if (fiber.waiting_at == &block.barrier && block.barrier.generation == fiber.waiting_generation)
                                 continue; // at __syncthreads: the other warps' turn
@@ -515,6 +517,41 @@ template <typename Word> static inline Word shuffle_xor(Word value, int lane_mas
 static inline float __shfl_xor_sync(unsigned, float value, int lane_mask) { return shuffle_xor(value, lane_mask); }
 static inline double __shfl_xor_sync(unsigned, double value, int lane_mask) { return shuffle_xor(value, lane_mask); }
 static inline int __shfl_xor_sync(unsigned, int value, int lane_mask) { return shuffle_xor(value, lane_mask); }
+
+namespace emulation {
+// A whole butterfly -- for offset 16, 8, 4, 2, 1: value = combine(value, the value of lane
+// `lane ^ offset`), as five __shfl_xor_sync would -- at one barrier instead of five: every
+// lane posts its value, the first lane past the barrier runs the five rounds for all 32
+// lanes, and each lane takes its own result. Each lane's operands come in the shuffles'
+// order (its own first), so a `combine` that does not commute gets the shuffles' bits too. What
+// warp_sum and warp_max (device_primitives.cuh) are here: a barrier is two fiber switches
+// for each lane, and the decode step's products and the row kernels spent most of their
+// emulated time in them (tests/test_reduce_emulated.cpp checks this against the shuffles).
+template <typename Word, typename Combine> static inline Word warp_butterfly(Word value, Combine combine) {
+    static_assert(sizeof(Word) <= 8, "a butterfly's value is at most two words");
+    Thread *me = current;
+    Warp *warp = me->warp;
+    const int parity = next_parity(me);
+    memcpy(&warp->words[parity][me->lane][0], &value, sizeof value);
+    warp->barrier.wait();
+    // The 32 results in the operand set's product slot (32 x 8 bytes of its 1 KB), read by
+    // every lane before any can come back to this set (see Warp).
+    unsigned char *results = (unsigned char *)warp->product[parity];
+    if (warp->made[parity] != warp->barrier.generation) {
+        warp->made[parity] = warp->barrier.generation;
+        Word now[32], next[32];
+        for (int lane = 0; lane < 32; lane++) memcpy(&now[lane], &warp->words[parity][lane][0], sizeof(Word));
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            for (int lane = 0; lane < 32; lane++) next[lane] = combine(now[lane], now[lane ^ offset]);
+            memcpy(now, next, sizeof now);
+        }
+        memcpy(results, now, sizeof now);
+    }
+    Word mine;
+    memcpy(&mine, results + (size_t)me->lane * sizeof(Word), sizeof mine);
+    return mine;
+}
+} // namespace emulation
 
 DEVICE_INLINE bf16 to_bf16(float x) { return float_to_bf16(x); }
 DEVICE_INLINE float from_bf16(bf16 x) { return bf16_to_float(x); }

@@ -163,13 +163,10 @@ template <int pending> DEVICE_INLINE void cp_async_wait() {
 #include "ops/cuda/cpu_emulation.h"
 #endif
 
-// A block-wide sum of one value per thread over the block's `warps` warps, in a fixed order:
-// the lanes by butterfly shuffles, then the warps' sums in warp order. Every thread gets it.
-// `slots`: `warps` values of shared memory, which a barrier guards against the previous
-// call's readers. cuda_common.cuh's block_sum is this over static shared memory; the row
-// kernels the CPU emulation also runs take it with dynamic shared memory (block_sum_fixed).
 // A warp's sum (or largest) of one value per lane by butterfly shuffles, in a fixed order;
-// every lane gets it, and every lane must call it.
+// every lane gets it, and every lane must call it. Under the CPU emulation the same five
+// rounds at one barrier (emulation::warp_butterfly: the same bits, fewer fiber switches).
+#ifdef __CUDACC__
 template <typename Real> DEVICE_INLINE Real warp_sum(Real value) {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
     return value;
@@ -178,6 +175,20 @@ DEVICE_INLINE float warp_max(float value) {
     for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
     return value;
 }
+#else
+template <typename Real> DEVICE_INLINE Real warp_sum(Real value) {
+    return emulation::warp_butterfly(value, [](Real mine, Real other) { return mine + other; });
+}
+DEVICE_INLINE float warp_max(float value) {
+    return emulation::warp_butterfly(value, [](float mine, float other) { return fmaxf(mine, other); });
+}
+#endif
+
+// A block-wide sum of one value per thread over the block's `warps` warps, in a fixed order:
+// the lanes by butterfly shuffles, then the warps' sums in warp order. Every thread gets it.
+// `slots`: `warps` values of shared memory, which a barrier guards against the previous
+// call's readers. cuda_common.cuh's block_sum is this over static shared memory; the row
+// kernels the CPU emulation also runs take it with dynamic shared memory (block_sum_fixed).
 
 template <typename Real> DEVICE_INLINE Real block_sum_over(Real value, Real *slots, int warps) {
     value = warp_sum(value);

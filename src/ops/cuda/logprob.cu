@@ -71,7 +71,7 @@ __global__ static void value_head_forward_kernel(float *values, const float *hid
     if (row >= N) return;
     double sum = 0;
     for (int c = lane; c < C; c += 32) sum += (double)hidden[row * C + c] * weight[c];
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    sum = warp_sum(sum);
     if (lane == 0) values[row] = (float)sum;
 }
 

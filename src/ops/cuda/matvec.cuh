@@ -70,8 +70,7 @@ DEVICE_INLINE void product(Out out, const Weights &weights, Rows rows, const flo
     }
     for (int m = 0; m < MAX_ROWS; m++) {
         if (m >= M) break;
-        float sum = sums[m];
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        float sum = warp_sum(sums[m]);
         if (lane != 0) continue;
         if (bias) sum += bias[o];
         *out.at(m, o) = addend ? sum + addend[(long)m * OC + o] : sum;
