@@ -135,8 +135,11 @@ static char scratch_dir[512];
 // mutant is written to a file named `name` in a scratch folder (with `companion` files
 // copied beside it) and read by `reader`, which gets the file or, when `pass_folder`, the
 // folder.
-static void fuzz(const char *label, const char *seed, const char *name, const char *const *companions,
-                 bool pass_folder, bool text, int (*reader)(const char *), int iterations, uint64_t seed_value) {
+// `refusing`: some mutants must be refused (a reader that refuses nothing is checked by its
+// own aborts instead: read_tool_answer).
+static void fuzz_mutants(const char *label, const char *seed, const char *name, const char *const *companions,
+                         bool pass_folder, bool text, int (*reader)(const char *), int iterations, uint64_t seed_value,
+                         bool refusing) {
     size_t length;
     char *original;
     CHECK(fs_read_file(seed, 1 << 24, &original, &length) == 0, "cannot read the seed %s", seed);
@@ -176,8 +179,18 @@ static void fuzz(const char *label, const char *seed, const char *name, const ch
         }
     }
     printf("# %-16s %d mutants of %s: %d loaded, %d refused\n", label, iterations, seed, loaded, refused);
-    EXPECT(refused > 0, "%s: no mutant was refused (the mutations do nothing?)", label);
+    if (refusing) EXPECT(refused > 0, "%s: no mutant was refused (the mutations do nothing?)", label);
     free(b.bytes), free(original);
+}
+
+static void fuzz(const char *label, const char *seed, const char *name, const char *const *companions,
+                 bool pass_folder, bool text, int (*reader)(const char *), int iterations, uint64_t seed_value) {
+    fuzz_mutants(label, seed, name, companions, pass_folder, text, reader, iterations, seed_value, true);
+}
+
+// Model answers: mutated as text, none refused; each streamed and taken whole must agree.
+static void fuzz_answers(const char *label, const char *seed, int iterations, uint64_t seed_value) {
+    fuzz_mutants(label, seed, "answer.txt", NULL, false, true, read_tool_answer, iterations, seed_value, false);
 }
 
 static void test_fuzz_safetensors(void) {
@@ -231,6 +244,27 @@ static void test_fuzz_constraints(void) {
     fuzz("gbnf", "tests/fixtures/constraints/json.gbnf", "x.gbnf", NULL, false, false, read_gbnf, 2000, 16);
 }
 
+// What `marlhf serve` and the judge read from the network (tests/fixtures/api/): request
+// bodies of every route (a chat request with tools, tool messages and log-probs; one with a
+// JSON schema; a completion with a regular expression; embeddings; /get_reward), a judge's
+// chat-completions response, and model answers with tool calls in both syntaxes, each taken
+// whole and streamed (the two must agree: read_tool_answer).
+static void test_fuzz_network_inputs(void) {
+    fuzz("chat_request", "tests/fixtures/api/chat_request.json", "x.json", NULL, false, true, read_chat_request, 1500, 17);
+    fuzz("chat_schema", "tests/fixtures/api/chat_schema_request.json", "x.json", NULL, false, true, read_chat_request,
+         800, 18);
+    fuzz("completion", "tests/fixtures/api/completion_request.json", "x.json", NULL, false, true,
+         read_completion_request, 800, 19);
+    fuzz("embeddings", "tests/fixtures/api/embeddings_request.json", "x.json", NULL, false, true,
+         read_embeddings_request, 500, 20);
+    fuzz("reward_request", "tests/fixtures/api/reward_request.json", "x.json", NULL, false, true, read_reward_request,
+         500, 21);
+    fuzz("judge_response", "tests/fixtures/api/judge_response.json", "x.json", NULL, false, true, read_judge_response,
+         500, 22);
+    fuzz_answers("hermes_answer", "tests/fixtures/api/hermes_answer.txt", 1500, 23);
+    fuzz_answers("llama3_answer", "tests/fixtures/api/llama3_answer.txt", 1500, 24);
+}
+
 int main(void) {
     const char *tmp = getenv("MARLHF_TEST_TMP");
     snprintf(scratch_dir, sizeof scratch_dir, "%s/fuzz_parsers", tmp && *tmp ? tmp : "/tmp");
@@ -241,5 +275,6 @@ int main(void) {
     RUN(test_fuzz_datasets);
     RUN(test_fuzz_bnb);
     RUN(test_fuzz_constraints);
+    RUN(test_fuzz_network_inputs);
     TEST_EXIT();
 }

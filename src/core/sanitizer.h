@@ -33,8 +33,13 @@ static inline void sanitizer_check_range(const void *start, size_t bytes) {
 // exactly rounded); a vectorised reduction may sum in another order, so such a loop's bits
 // depend on the copy the machine runs (as any -march build's do on its machine). Builds for
 // a named -march (all the others) have FMA or not already, and get no clones.
+// FMA_CLONES_NOINLINE: the same for a function that must also stay out of line. A cloned
+// function is called through its resolver and never inlined, and clang refuses noinline
+// beside target_clones (`make fuzz`'s build), so the clones go without it.
 #if defined(__x86_64__) && !defined(__FMA__)
 #define FMA_CLONES __attribute__((target_clones("fma", "default")))
+#define FMA_CLONES_NOINLINE FMA_CLONES
 #else
 #define FMA_CLONES
+#define FMA_CLONES_NOINLINE __attribute__((noinline))
 #endif

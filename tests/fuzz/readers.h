@@ -5,12 +5,14 @@
 // is a bug in marlhf.
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chat/chat_template.h"
 #include "core/check.h"
 #include "data/dataset.h"
+#include "eval/judge.h"
 #include "gen/constraint.h"
 #include "io/fs.h"
 #include "io/gguf.h"
@@ -19,6 +21,10 @@
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
 #include "model/weights_io.h"
+#include "serve/embeddings_api.h"
+#include "serve/openai.h"
+#include "serve/reward_api.h"
+#include "serve/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 static inline int read_safetensors(const char *path) {
@@ -157,5 +163,150 @@ static inline int read_regex(const char *path) {
     Constraint *constraint = constraint_from_regex(compiled);
     (void)constraint_matches(constraint, "2024-05-17 Paris, ok", 20);
     constraint_free(constraint);
+    return 0;
+}
+
+// ---- what arrives over the network -------------------------------------------------
+// `marlhf serve`'s request bodies, the judge's API responses and a model's answers with tool
+// calls are not files, but they come from outside as files do: the readers below take a
+// file holding one.
+
+// A body of `kind`'s route, parsed and checked as the server does (its constraint compiled);
+// the constraint then run over a short text. The served model is "tiny", 64 wide.
+static inline int read_openai_body(const char *path, OpenAIKind kind) {
+    char *body;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &body, &length) != 0) return -1;
+    const OpenAILimits limits = {.model_name = "tiny", .max_tokens_limit = 256, .default_max_tokens = 16};
+    OpenAIRequest request;
+    OpenAIError error;
+    const int rc = openai_parse_request(kind, body, length, &limits, &request, &error);
+    free(body);
+    if (rc != 0) return err_set("%s: %d %s", path, error.status, error.message);
+    if (request.constraint) (void)constraint_matches(request.constraint, "{\"city\": \"Paris\", \"celsius\": 18}", 33);
+    openai_request_free(&request);
+    return 0;
+}
+static inline int read_chat_request(const char *path) { return read_openai_body(path, OPENAI_CHAT); }
+static inline int read_completion_request(const char *path) { return read_openai_body(path, OPENAI_COMPLETION); }
+
+// An embeddings body, as /v1/embeddings and as llama.cpp's /embeddings read it: loaded when
+// either takes it.
+static inline int read_embeddings_request(const char *path) {
+    char *body;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &body, &length) != 0) return -1;
+    EmbeddingsRequest request;
+    OpenAIError error;
+    int loaded = 0;
+    if (embeddings_request_parse(body, length, "tiny", 64, &request, &error) == 0)
+        loaded++, embeddings_request_free(&request);
+    if (embeddings_native_request_parse(body, length, "tiny", 64, &request, &error) == 0)
+        loaded++, embeddings_request_free(&request);
+    free(body);
+    return loaded ? 0 : err_set("%s: %d %s", path, error.status, error.message);
+}
+
+// A /get_reward body (serve/reward_api.h).
+static inline int read_reward_request(const char *path) {
+    char *body;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &body, &length) != 0) return -1;
+    RewardRequest request;
+    OpenAIError error;
+    const int rc = reward_request_parse(body, length, &request, &error);
+    free(body);
+    if (rc != 0) return err_set("%s: %d %s", path, error.status, error.message);
+    reward_request_free(&request);
+    return 0;
+}
+
+// A chat-completions response as the judge reads its verdict from it (eval/judge.h): the
+// reply, then the verdict in it (any reply has one, "invalid" included).
+static inline int read_judge_response(const char *path) {
+    char *body;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &body, &length) != 0) return -1;
+    char *reply = judge_reply_from_response(body);
+    free(body);
+    if (!reply) return -1;
+    (void)judge_parse_verdict(reply);
+    free(reply);
+    return 0;
+}
+
+// The answer's content and calls (serve/tool_calls.h) as the server's scanner hands them
+// out: the answer whole, and again streamed -- handed to the scanner as it grows, a few
+// bytes at a time (the sizes follow the text's bytes, so each answer is cut its own way).
+// The two must agree -- the same content, byte for byte (a NUL included: the server keeps
+// lengths), the same calls in the same order -- for the Hermes and the Llama 3 JSON syntax;
+// a difference aborts (a bug, as a crash is). Every answer is some content and calls: this
+// reader refuses nothing.
+typedef struct {
+    char *content; // `length` bytes (at most the answer's)
+    size_t length;
+    ToolCall *calls;
+    int num_calls;
+} ScannedAnswer;
+
+static inline ScannedAnswer scan_answer(ChatToolSyntax syntax, const char *text, size_t length, bool streamed) {
+    ScannedAnswer answer = {xmalloc(length + 1), 0, NULL, 0};
+    int capacity = 0;
+    ToolScanner scanner;
+    tool_scanner_init(&scanner, syntax);
+    size_t seen = streamed ? 0 : length;
+    for (;;) {
+        const bool final = seen == length;
+        ToolEvent event;
+        while (tool_scanner_next(&scanner, text, seen, final, &event)) {
+            if (event.kind == TOOL_EVENT_CALL) {
+                if (answer.num_calls == capacity) {
+                    capacity = capacity ? 2 * capacity : 4;
+                    answer.calls = xrealloc(answer.calls, (size_t)capacity * sizeof *answer.calls);
+                }
+                answer.calls[answer.num_calls++] = event.call;
+            } else if (answer.length + event.length > length) {
+                fprintf(stderr, "tool calls (syntax %d): more content than the answer's %zu bytes\n", (int)syntax, length);
+                abort();
+            } else {
+                memcpy(answer.content + answer.length, event.text, event.length);
+                answer.length += event.length;
+            }
+        }
+        if (final) break;
+        seen += 1 + (unsigned char)text[seen] % 5;
+        if (seen > length) seen = length;
+    }
+    tool_scanner_free(&scanner);
+    return answer;
+}
+
+static inline void scanned_answer_free(ScannedAnswer *answer) {
+    for (int i = 0; i < answer->num_calls; i++) tool_call_free(&answer->calls[i]);
+    free(answer->calls), free(answer->content);
+}
+
+static inline void check_streamed_answer(ChatToolSyntax syntax, const char *text, size_t length) {
+    ScannedAnswer whole = scan_answer(syntax, text, length, false), streamed = scan_answer(syntax, text, length, true);
+    bool same = whole.num_calls == streamed.num_calls && whole.length == streamed.length &&
+                memcmp(whole.content, streamed.content, whole.length) == 0;
+    for (int i = 0; same && i < whole.num_calls; i++)
+        same = !strcmp(whole.calls[i].name, streamed.calls[i].name) &&
+               !strcmp(whole.calls[i].arguments, streamed.calls[i].arguments);
+    if (!same) {
+        fprintf(stderr, "tool calls (syntax %d): streamed %d calls and %zu bytes of content, whole %d calls and %zu bytes\n",
+                (int)syntax, streamed.num_calls, streamed.length, whole.num_calls, whole.length);
+        abort();
+    }
+    scanned_answer_free(&whole), scanned_answer_free(&streamed);
+}
+
+static inline int read_tool_answer(const char *path) {
+    char *text;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &text, &length) != 0) return -1;
+    check_streamed_answer(CHAT_TOOLS_HERMES, text, length);
+    check_streamed_answer(CHAT_TOOLS_LLAMA3_JSON, text, length);
+    free(text);
     return 0;
 }

@@ -21,4 +21,10 @@ seed jsonl tests/fixtures/train/pairs_eval.jsonl tests/fixtures/train/ranked_eva
 seed json_schema tests/fixtures/constraints/person.schema.json
 seed regex tests/fixtures/constraints/date.regex
 seed gbnf tests/fixtures/constraints/json.gbnf
+seed chat_request tests/fixtures/api/chat_request.json tests/fixtures/api/chat_schema_request.json
+seed completion_request tests/fixtures/api/completion_request.json
+seed embeddings_request tests/fixtures/api/embeddings_request.json
+seed reward_request tests/fixtures/api/reward_request.json
+seed judge_response tests/fixtures/api/judge_response.json
+seed tool_answer tests/fixtures/api/hermes_answer.txt tests/fixtures/api/llama3_answer.txt
 echo "corpora in $out: $(ls "$out" | tr '\n' ' ')"

@@ -47,7 +47,7 @@ typedef struct {
 // each call (core/sanitizer.h).
 
 // scores[r][k] = sum_d queries[r][d] * keys_t[d][k] for the rows' block of ROW_BLOCK.
-FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
+FMA_CLONES_NOINLINE SANITIZER_UNCHECKED static void tile_scores(float *scores, const float *queries, const float *keys_t, int rows, int head_dim) {
     for (int r = 0; r < rows; r += ROW_BLOCK) {
 #if defined(__AVX512F__)
         __m512 acc[ROW_BLOCK][2];
@@ -101,7 +101,7 @@ static inline __attribute__((always_inline)) void weighted_sums_block(int vector
 #endif
 
 // acc[r][e] += sum_k probs[r][k] * values[k][e], e < lanes (a multiple of 16).
-FMA_CLONES SANITIZER_UNCHECKED static __attribute__((noinline)) void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
+FMA_CLONES_NOINLINE SANITIZER_UNCHECKED static void tile_weighted_sums(float *acc, const float *probs, const float *values, int rows, int lanes) {
 #if defined(__AVX512F__)
     for (int r = 0; r < rows; r += 4) {
         int e = 0;
