@@ -11,6 +11,8 @@
 // real library fault or return garbage.
 #include <cublasLt.h>
 
+#include <vector>
+
 #include "ops/cuda/cublaslt_library.cuh"
 
 extern "C" {
@@ -150,18 +152,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const int64_t m = (int64_t)d->rows, n = (int64_t)d->cols;
     const int64_t k = desc->trans_a == CUBLAS_OP_T ? (int64_t)a->rows : (int64_t)a->cols;
     const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
+    // op(A) widened once into [k][m] floats, so that column j's m sums run side by side,
+    // each still adding its k products one after another (the bits of a plain loop over p;
+    // the compiler vectorises across i, and -ffp-contract=off keeps product and sum apart).
+    std::vector<float> a_rows((size_t)(k * m)), sums((size_t)m);
     for (int32_t batch = 0; batch < d->batch; batch++) {
         const bf16 *Ab = (const bf16 *)A + batch * a->stride, *Bb = (const bf16 *)B + batch * b->stride;
         const int64_t c_offset = batch * c->stride, d_offset = batch * d->stride;
-        for (int64_t j = 0; j < n; j++)
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t i = 0; i < m; i++)
+                a_rows[(size_t)(p * m + i)] = bf16_to_float(ta ? Ab[p + i * a->ld] : Ab[i + p * a->ld]);
+        for (int64_t j = 0; j < n; j++) {
+            float *sum = sums.data();
+            for (int64_t i = 0; i < m; i++) sum[i] = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const float y = bf16_to_float(tb ? Bb[j + p * b->ld] : Bb[p + j * b->ld]);
+                const float *x = a_rows.data() + p * m;
+                for (int64_t i = 0; i < m; i++) sum[i] += x[i] * y;
+            }
             for (int64_t i = 0; i < m; i++) {
-                float sum = 0.0f;
-                for (int64_t p = 0; p < k; p++) {
-                    const float x = bf16_to_float(ta ? Ab[p + i * a->ld] : Ab[i + p * a->ld]);
-                    const float y = bf16_to_float(tb ? Bb[j + p * b->ld] : Bb[p + j * b->ld]);
-                    sum += x * y;
-                }
-                float result = alpha * sum;
+                float result = alpha * sum[i];
                 if (beta != 0.0f) result += beta * element(C, c->type, c_offset + i + j * c->ld);
                 const int64_t at = d_offset + i + j * d->ld;
                 if (d->type == CUDA_R_16BF)
@@ -169,6 +179,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                 else
                     ((float *)D)[at] = result;
             }
+        }
     }
     return CUBLAS_STATUS_SUCCESS;
 }
