@@ -189,7 +189,6 @@ DEVICE_INLINE float warp_max(float value) {
 // `slots`: `warps` values of shared memory, which a barrier guards against the previous
 // call's readers. cuda_common.cuh's block_sum is this over static shared memory; the row
 // kernels the CPU emulation also runs take it with dynamic shared memory (block_sum_fixed).
-
 template <typename Real> DEVICE_INLINE Real block_sum_over(Real value, Real *slots, int warps) {
     value = warp_sum(value);
     __syncthreads();
