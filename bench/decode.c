@@ -31,6 +31,7 @@
 #include "model/weights_io.h"
 #include "ops/q4.h"
 #include "bench_shapes.h"
+#include "device_memory.h"
 
 // The process's peak resident memory (VmHWM), in MB; 0 where /proc is not there.
 static double peak_rss_mb(void) {
@@ -109,19 +110,22 @@ int main(int argc, char **argv) {
         }
         GenerateOptions gen = {.sampler = sampler, .max_new_tokens = new_tokens, .seed = 1};
         GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
+        char peak_text[32];
         GenerateStats stats;
+        device_peak_reset(ops); // the weights, this batch's KV cache and the step's buffers
         generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
         double decode_tokens = (double)B * stats.decode_steps;
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);
         printf("{\"impl\": \"marlhf-%s\", \"quantize\": \"%s\", \"kv_cache\": \"%s\", \"model\": \"%s\", \"batch\": %d, "
                "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
-               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f}\n",
+               "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f, "
+               "\"peak_mem_gib\": %s}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
                omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
                // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU
-               (double)model.table.stored_total * sizeof(float) / 1e6);
+               (double)model.table.stored_total * sizeof(float) / 1e6, device_peak_gib_json(ops, peak_text));
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

@@ -53,6 +53,8 @@ def run(args, device, result):
 
     generate()  # warm-up
     prefill_s, _ = timed(prefill)
+    if device.type == "cuda":  # the peak of the timed generate alone, as bench/decode.c's
+        torch.cuda.reset_peak_memory_stats(device)
     total_s, out = timed(generate)
     if out.shape != (args.batch, args.prompt_len + args.new_tokens):
         raise SystemExit(f"generate returned shape {tuple(out.shape)}")
@@ -60,6 +62,8 @@ def run(args, device, result):
         "decode_tokens_per_s": round(args.batch * args.new_tokens / (total_s - prefill_s), 1),
         "total_s": round(total_s, 4),
         "prefill_s": round(prefill_s, 4),
+        "peak_mem_gib": (round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                         if device.type == "cuda" else None),
     })
 
 

@@ -34,6 +34,7 @@
 #include "model/quantize.h"
 #include "train/adamw.h"
 #include "bench_shapes.h"
+#include "device_memory.h"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -94,6 +95,7 @@ static double max_rss_mb(void) {
 
 static void run(const char *name, const OpsBackend *ops, int B, int T, int steps, bool recompute,
                 double sgemm_rate, double peak_tflops) {
+    device_peak_reset(ops); // from the model's creation on, as PyTorch's figure is from its start
     ModelConfig cfg = bench_shape(name);
     Model model;
     model_init(&model, &cfg, ops, true, false);
@@ -140,15 +142,16 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
     double flops_per_token = bench_flops_per_token(&model, T);
     double gflops = flops_per_token * N / step_s / 1e9;
     if (ops != &ops_cpu) {
+        char peak_text[32];
         printf("{\"impl\": \"marlhf-%s%s\", \"model\": \"%s\", \"batch\": %d, \"seq\": %d, \"tokens_per_s\": %.1f, "
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
                "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g, "
-               "\"stored_inputs\": %s, \"fused_qkv\": %s}\n",
+               "\"stored_inputs\": %s, \"fused_qkv\": %s, \"peak_mem_gib\": %s}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
                loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm,
-               stored_inputs_setting(), model_qkv_fusion_on(ops) ? "true" : "false");
+               stored_inputs_setting(), model_qkv_fusion_on(ops) ? "true" : "false", device_peak_gib_json(ops, peak_text));
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);

@@ -553,11 +553,25 @@ int ops_cuda_attention_kernel_facts(const char *kernels, int head_dim, OpsAttent
 // their count, or -1 with err_set() when no probed launch ran.
 int ops_cuda_attention_probe_begin(const char *kernel);
 long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, int *grid_x, int *grid_y);
+// The device memory the CUDA backend holds, in bytes: its tensors, the bf16 copies of
+// weights, the scratch buffers, cuBLASLt's workspace (not the CUDA context's own, nor what
+// cuBLASLt allocates itself): now, and the most at once since the device opened or since
+// ops_cuda_memory_reset_peak. The counterpart of PyTorch's memory_allocated and
+// max_memory_allocated (bench/train_step, bench/decode).
+typedef struct {
+    size_t in_use_bytes, peak_bytes;
+} OpsCudaMemory;
+OpsCudaMemory ops_cuda_memory(void);
+void ops_cuda_memory_reset_peak(void);
 #endif
 
 // The backend named `name` ("cpu", "cuda"), or NULL with err_set() if it is not built in
 // or (cuda) no usable GPU is present.
 const OpsBackend *ops_backend_by_name(const char *name);
+// The most device memory `ops` held since the previous call (or since the device opened),
+// in MiB rounded up, and from now on counted afresh (the training logs' device_memory_gib);
+// -1 for the CPU backend, whose memory is the process's.
+int ops_take_device_memory_peak_mib(const OpsBackend *ops);
 
 // rotate_and_cache_write as rope_forward, rope_forward and two cache writes through `ops`:
 // the CPU's rotate_and_cache_write, and the GPU's where a rotated buffer is a held input.

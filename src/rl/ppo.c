@@ -1764,13 +1764,18 @@ int ppo_run(const PpoConfig *config) {
                                "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training",
                                "old_logprobs_from_rollout",
                                "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
-                               "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms"};
+                               "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms",
+                               "device_memory_gib"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
         double experienced = rs.experienced > 0 ? rs.experienced : 1;
         // Generation throughput of the whole job: the ranks generate side by side.
         double generation_rate[1] = {gen.decode_seconds + gen.prefill_seconds > 0
                                          ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
         dist_sum_doubles(generation_rate, 1);
+        // On a GPU, the most device memory the iteration's four models held (the largest
+        // rank's); the line leaves it out on the CPU.
+        int device_mib = ops_take_device_memory_peak_mib(p->actor.ops);
+        dist_max_ints(&device_mib, 1);
         double values[] = {rs.score / scored, rs.raw_score / scored, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
                            rs.kl_sequence / policy_tokens, rs.entropy / policy_tokens, rs.length / scored,
                            rs.stopped / scored, (double)dropped_short, ts.value_loss / steps, ts.policy_loss / steps,
@@ -1785,8 +1790,9 @@ int ppo_run(const PpoConfig *config) {
                            (double)p->old_logprobs_from_rollout,
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
-                           (double)__builtin_popcount(p->hacking_active)};
-        bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, sizeof values / sizeof values[0]) != 0;
+                           (double)__builtin_popcount(p->hacking_active), device_mib / 1024.0};
+        const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
+        bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
     end_iteration:
         for (int round = 0; round < rounds; round++) {
             for (long k = 0; k < local_rows; k++) sample_free(&round_samples[round][k]);

@@ -66,6 +66,17 @@ PY
 else
     fail gpu_emulated_sft_tracks_cpu "$(tail -n 2 "$tmp"/sft-*.err)"
 fi
+# The same runs' logs: on the device every line says the most device memory held since the
+# one before (train/device_memory_gib: at least cuBLASLt's 64 MiB workspace and the model),
+# on the CPU none does.
+cuda_memory=$(json_values "$tmp/sft-cuda/metrics.jsonl" train/device_memory_gib 2> /dev/null)
+cpu_memory=$(json_values "$tmp/sft-cpu/metrics.jsonl" train/device_memory_gib 2> /dev/null)
+if [ "$(echo $cuda_memory | wc -w)" = 20 ] && [ -z "$cpu_memory" ] &&
+    python3 -c "import sys; sys.exit(0 if all(v > 0.0625 for v in map(float, sys.argv[1:])) else 1)" $cuda_memory; then
+    pass "gpu_emulated_sft_logs_device_memory ($(echo $cuda_memory | cut -d' ' -f1) GiB)"
+else
+    fail gpu_emulated_sft_logs_device_memory "cuda [$cuda_memory] cpu [$cpu_memory]"
+fi
 
 # A reward model trained on the device (rm --device cuda), then inference with rewards: the
 # pairs' own responses scored (--ref-scores), and greedy responses generated and scored,
@@ -193,6 +204,9 @@ if command -v mpirun > /dev/null && ldd "$emulated_bin" 2> /dev/null | grep -q l
         two=$(json_values "$tmp/dp-ppo-two/metrics.jsonl" $key 2> /dev/null)
         [ "$(echo "$one" | wc -w)" = 3 ] && close "$one" "$two" 3e-3 || ppo_differs+=" $key: [$one] vs [$two]"
     done
+    # each iteration's line says the device memory of the rank that held the most
+    [ "$(json_values "$tmp/dp-ppo-two/metrics.jsonl" train/device_memory_gib 2> /dev/null | wc -w)" = 3 ] ||
+        ppo_differs+=" train/device_memory_gib: not on every line"
     [ -z "$ppo_differs" ] && same_final_model ppo "$tmp/dp-ppo-one/final/actor" "$tmp/dp-ppo-two/final/actor" &&
         pass "gpu_emulated_ppo_two_ranks_same_training (3 iterations)" ||
         fail gpu_emulated_ppo_two_ranks_same_training "${ppo_differs:-the final actors differ in log-probs} $(tail -n 1 "$tmp/dp-ppo-two.err")"

@@ -25,13 +25,16 @@
 #      shapes (random weights, B=8, T=1024) and decode at batch 1 and 64 (also with Q8_0,
 #      Q4_K_M and Q5_K_M weights, and after a 1024-token prompt on float32, half and Q8_0
 #      KV caches; no PyTorch peer for those), each beside
-#      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py); then the same
+#      PyTorch eager doing the same on the same GPU (bench/torch_gpu_*.py), with each side's
+#      peak device memory ("peak_mem_gib": bench/device_memory.h, max_memory_allocated); then the same
 #      steps op by op (bench/ops_breakdown.c), with the mma attention kernels (the default),
 #      their PLAIN variant (mma-plain), mma-ds (dS kept for the dQ kernel) and wmma. The
 #      training step also runs on mma-plain, mma-ds, wmma and unfused.
 #
 # usage: tests/gpu/run.sh [--bundle FILE.tar.xz] [--no-bench | --quick-bench] [--logs DIR] [--time-limit SECONDS]
-#   --quick-bench: only the 1B shape's fused-attention steps beside PyTorch, its breakdowns, and decoding at batch 1.
+#   --quick-bench: only the 1B shape's fused-attention steps beside PyTorch, its breakdowns, and decoding at
+#             batch 1 and 64 with float weights (greedy, top-k 50, temperature 1; after a 1024-token prompt
+#             on the float32 cache), without the PyTorch decode peers.
 #   --time-limit: the run's wall-clock budget (a lent GPU's session is short): the checks
 #             (steps 1-3) always run; a benchmark is cut at the limit, and one that would
 #             start after it is skipped and named in the log, so the summary line still comes.
@@ -270,7 +273,7 @@ ppo_on_gpu() { # ppo_on_gpu NAME OPTIONS...
     detail=$(python3 - "$tmp/$name/metrics.jsonl" <<'PY' 2>&1
 import json, math, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "train/score" in r]
-keys = ["train/score", "train/kl", "train/value_loss", "train/policy_loss"]
+keys = ["train/score", "train/kl", "train/value_loss", "train/policy_loss", "train/device_memory_gib"]
 print(" ".join(f"{k.split('/')[1]}={rows[-1].get(k, float('nan')):.4f}" for k in keys), f"iterations={len(rows)}")
 sys.exit(0 if len(rows) == 3 and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float)) else 1)
 PY
@@ -335,8 +338,8 @@ if [ "$bench" = 1 ]; then
     # tokens from the device (model_last_greedy, session 49), where 2026-12-04's copied the
     # logits; then sampled as PPO's rollouts are (temperature 0.8, top-k 50: the candidates
     # from the device, model_last_candidates); then as an OpenAI request samples by default
-    # (temperature 1, no top-k: each step's [B, V] logits still copied and sampled on the host),
-    # to size what a sampler on the device would save.
+    # (temperature 1, no top-k: each row drawn over the whole vocabulary on the device since
+    # session 50, model_last_sampled; before, the [B, V] logits were copied and sampled on the host).
     bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32
     bench_run 200 "$results" "$decode" --device cuda --shape smollm2-135m --batches 1,64 --new 128 --prompt 32 \
         --temperature 0.8 --top-k 50
@@ -393,6 +396,8 @@ def find(impl, **kv):
     return {}
 def rate(r, key): # a figure, or n/a for a benchmark skipped or failed
     return f"{r[key]:.0f}" if key in r else "n/a"
+def gib(r): # the most device memory the run held (bench/device_memory.h, PyTorch's max_memory_allocated)
+    return f"{r['peak_mem_gib']:.1f}" if r.get("peak_mem_gib") is not None else "n/a"
 parts = []
 for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     m, t = find("marlhf-cuda", model=ours), find("pytorch-eager", shape=theirs)
@@ -405,7 +410,7 @@ for ours, theirs in [("smollm2-135m", "smollm2"), ("llama-1b", "llama1b")]:
     parts.append(f"{ours} step {rate(m, 'tokens_per_s')} tok/s MFU {mfu(m)} "
                  f"(mma-plain {rate(p, 'tokens_per_s')}, mma-ds {rate(s, 'tokens_per_s')}, wmma {rate(a, 'tokens_per_s')}, unfused {rate(u, 'tokens_per_s')}; "
                  f"q/k/v as three products {rate(three, 'tokens_per_s')}, stores off {rate(unstored, 'tokens_per_s')}) "
-                 f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}")
+                 f"vs pytorch {rate(t, 'tokens_per_s')} tok/s MFU {mfu(t)}; peak memory {gib(m)} vs {gib(t)} GiB")
 for batch in (1, 64):
     m, t = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0), find("transformers-generate", batch=batch, temperature=0, prompt_len=32)
     sampled = find("marlhf-cuda", batch=batch, quantize="none", prompt=32, temperature=0.8)
@@ -414,7 +419,7 @@ for batch in (1, 64):
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     key = "decode_tokens_per_s"
-    parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s "
+    parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s ({gib(m)} vs {gib(t)} GiB) "
                  f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=1024, kv_cache=kv)) for kv in ("f32", "f16", "q8_0")]
     long_peer = find("transformers-generate", batch=batch, prompt_len=1024)

@@ -1774,6 +1774,55 @@ static void test_weight_copy_ranges(void) {
     free(x), free(w), free(out);
 }
 
+// What ops_cuda_memory counts: a tensor's bytes while it lives, a weight's bf16 copy from its
+// first product until the weight is freed, and the most held at once (kept over frees,
+// dropped to what is held by ops_cuda_memory_reset_peak). Exact byte counts: another
+// allocation of the backend's in between would show here.
+static void test_device_memory(void) {
+    const int N = 8, IC = 64, OC = 48;
+    float *x = random_host((long)N * IC, 1), *w = random_host((long)OC * IC, 0.2f);
+    float *d_x = gpu_floats(x, (long)N * IC), *d_w = gpu_floats(w, (long)OC * IC);
+    float *d_out = gpu->alloc((size_t)N * OC * 4);
+    gpu->matmul_forward(d_out, d_x, d_w, NULL, N, IC, OC); // allocates what it needs (scratch, the weight's copy)
+    gpu->synchronize();
+    ops_cuda_memory_reset_peak();
+    const OpsCudaMemory before = ops_cuda_memory();
+    EXPECT(before.peak_bytes == before.in_use_bytes, "after a reset the peak %zu is what is held, %zu",
+           before.peak_bytes, before.in_use_bytes);
+
+    const size_t big = (size_t)3 << 20, small = 4096;
+    float *d_big = gpu->alloc(big), *d_small = gpu->alloc(small);
+    OpsCudaMemory now = ops_cuda_memory();
+    EXPECT(now.in_use_bytes == before.in_use_bytes + big + small, "two tensors: %zu bytes held, want %zu",
+           now.in_use_bytes, before.in_use_bytes + big + small);
+    gpu->free(d_big);
+    now = ops_cuda_memory();
+    EXPECT(now.in_use_bytes == before.in_use_bytes + small, "one freed: %zu held, want %zu", now.in_use_bytes,
+           before.in_use_bytes + small);
+    EXPECT(now.peak_bytes == before.in_use_bytes + big + small, "the peak %zu forgot the freed tensor (want %zu)",
+           now.peak_bytes, before.in_use_bytes + big + small);
+
+    // A new weight's first product makes its bf16 copy; freeing the weight frees the copy too.
+    float *w2 = random_host((long)OC * IC, 0.2f), *d_w2 = gpu_floats(w2, (long)OC * IC);
+    const size_t with_weight = ops_cuda_memory().in_use_bytes;
+    gpu->matmul_forward(d_out, d_x, d_w2, NULL, N, IC, OC);
+    gpu->synchronize();
+    now = ops_cuda_memory();
+    EXPECT(now.in_use_bytes == with_weight + (size_t)OC * IC * 2, "a weight's bf16 copy: %zu held, want %zu",
+           now.in_use_bytes, with_weight + (size_t)OC * IC * 2);
+    gpu->free(d_w2);
+    gpu->free(d_small);
+    now = ops_cuda_memory();
+    EXPECT(now.in_use_bytes == before.in_use_bytes, "all freed: %zu held, want %zu as before", now.in_use_bytes,
+           before.in_use_bytes);
+    ops_cuda_memory_reset_peak();
+    EXPECT(ops_cuda_memory().peak_bytes == before.in_use_bytes, "reset: peak %zu, want %zu",
+           ops_cuda_memory().peak_bytes, before.in_use_bytes);
+    printf("# device memory: %zu bytes held by the backend before the test's tensors\n", before.in_use_bytes);
+    gpu->free(d_x), gpu->free(d_w), gpu->free(d_out);
+    free(x), free(w), free(w2);
+}
+
 // matmul_forward_parts (a layer's q, k and v, or gate and up, from their weights side by
 // side): each part's output the bits of its own matmul_forward on the GPU -- at 1, 5 and 8
 // rows one matvec launch for all the parts, at 40 a cuBLASLt product per part -- with and
@@ -2860,6 +2909,7 @@ int main(int argc, char **argv) {
         printf("SKIP test_attention_kernel_facts (emulated: no registers to count)\n");
     if (emulated && selected("test_attention_probes")) printf("SKIP test_attention_probes (emulated: no clocks to probe with)\n");
     if (!standing_in) RUN_SELECTED(test_attention_backward_overlap);
+    if (!standing_in) RUN_SELECTED(test_device_memory); // the CUDA backend's own count
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu);

@@ -207,3 +207,15 @@ const OpsBackend *ops_backend_by_name(const char *name) {
 #endif
     return NULL;
 }
+
+int ops_take_device_memory_peak_mib(const OpsBackend *ops) {
+#ifdef MARLHF_CUDA
+    if (ops == &ops_cuda) {
+        const size_t peak = ops_cuda_memory().peak_bytes, mib = 1u << 20;
+        ops_cuda_memory_reset_peak();
+        return (int)((peak + mib - 1) / mib);
+    }
+#endif
+    (void)ops;
+    return -1;
+}

@@ -37,7 +37,7 @@ static bool probe_this_launch(ProbedKernel kernel, GridShape grid, bool built) {
     probe_next = PROBE_NONE;
     if (!built) return false;
     probe_record_count = (long)grid.x * grid.y * WARPS;
-    CUDA_CHECK(cudaMalloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
+    CUDA_CHECK(cuda_device_malloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
     CUDA_CHECK(cudaMemset(probe_device_records, 0, (size_t)probe_record_count * sizeof(ProbeRecord)));
 #ifdef __CUDACC__
     CUDA_CHECK(cudaMemcpyToSymbol(probe_records, &probe_device_records, sizeof probe_device_records));
@@ -51,7 +51,7 @@ extern "C" int ops_cuda_attention_probe_begin(const char *kernel) {
     else if (!strcmp(kernel, "dK/dV")) probe_next = PROBE_KEYS;
     else if (!strcmp(kernel, "dQ")) probe_next = PROBE_QUERIES;
     else return err_set("attention probe: '%s' is not forward, dK/dV or dQ", kernel);
-    if (probe_device_records) CUDA_CHECK(cudaFree(probe_device_records));
+    cuda_device_free(probe_device_records);
     probe_device_records = nullptr, probe_record_count = 0;
     return 0;
 }
@@ -64,7 +64,7 @@ extern "C" long ops_cuda_attention_probe_end(OpsAttentionProbeRecord **records, 
     *records = (OpsAttentionProbeRecord *)xmalloc((size_t)probe_record_count * sizeof(OpsAttentionProbeRecord));
     CUDA_CHECK(cudaMemcpy(*records, probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord),
                           cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(probe_device_records));
+    cuda_device_free(probe_device_records);
     probe_device_records = nullptr;
     *grid_x = probe_grid.x, *grid_y = probe_grid.y;
     return probe_record_count;

@@ -14,8 +14,32 @@ static cudaEvent_t main_reached, side_reached; // the fork's and the join's poin
 static const size_t blaslt_workspace_bytes = 64u << 20;
 static void *scratch_buffers[SCRATCH_SLOTS];
 static size_t scratch_bytes[SCRATCH_SLOTS];
-// Size of every live allocation, so that freeing one drops the cached weights inside it.
+// Size of every live device allocation (tensors, weight copies, scratch, the workspace): what
+// ops_cuda_memory counts, and what freeing a tensor drops of the cached weights inside it.
 static std::unordered_map<void *, size_t> allocation_bytes;
+static size_t bytes_in_use, bytes_peak;
+
+cudaError_t cuda_device_malloc_bytes(void **ptr, size_t bytes) {
+    cudaError_t status = cudaMalloc(ptr, bytes);
+    if (status != cudaSuccess) return status;
+    allocation_bytes[*ptr] = bytes;
+    bytes_in_use += bytes;
+    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
+    return cudaSuccess;
+}
+
+void cuda_device_free(void *ptr) {
+    if (!ptr) return;
+    auto found = allocation_bytes.find(ptr);
+    CHECK(found != allocation_bytes.end(), "freeing %p, which the CUDA backend did not allocate", ptr);
+    bytes_in_use -= found->second;
+    allocation_bytes.erase(found);
+    CUDA_CHECK(cudaFree(ptr));
+}
+
+extern "C" OpsCudaMemory ops_cuda_memory(void) { return OpsCudaMemory{bytes_in_use, bytes_peak}; }
+
+extern "C" void ops_cuda_memory_reset_peak(void) { bytes_peak = bytes_in_use; }
 
 cublasLtHandle_t cuda_blaslt(void) { return blaslt_handle; }
 
@@ -39,9 +63,9 @@ void cuda_side_stream_join(void) {
 void *cuda_scratch(int slot, size_t bytes) {
     if (scratch_bytes[slot] < bytes) {
         // cudaFree waits for the device, so no running kernel still reads the old buffer.
-        if (scratch_buffers[slot]) CUDA_CHECK(cudaFree(scratch_buffers[slot]));
+        cuda_device_free(scratch_buffers[slot]);
         size_t grown = bytes + bytes / 4;
-        CUDA_CHECK(cudaMalloc(&scratch_buffers[slot], grown));
+        CUDA_CHECK(cuda_device_malloc(&scratch_buffers[slot], grown));
         scratch_bytes[slot] = grown;
     }
     return scratch_buffers[slot];
@@ -52,7 +76,7 @@ void cuda_weights_written(const void *ptr, size_t bytes) { cuda_weight_cache_mar
 static void *cuda_alloc(size_t bytes) {
     if (bytes == 0) bytes = 256;
     void *ptr = NULL;
-    cudaError_t status = cudaMalloc(&ptr, bytes);
+    cudaError_t status = cuda_device_malloc(&ptr, bytes);
     if (status != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
@@ -60,7 +84,6 @@ static void *cuda_alloc(size_t bytes) {
                  bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0);
     }
     CUDA_CHECK(cudaMemset(ptr, 0, bytes));
-    allocation_bytes[ptr] = bytes;
     return ptr;
 }
 
@@ -69,8 +92,7 @@ static void cuda_free(void *ptr) {
     auto found = allocation_bytes.find(ptr);
     CHECK(found != allocation_bytes.end(), "freeing %p, which the CUDA backend did not allocate", ptr);
     cuda_weight_cache_release(ptr, found->second);
-    allocation_bytes.erase(found);
-    CUDA_CHECK(cudaFree(ptr));
+    cuda_device_free(ptr);
 }
 
 static void cuda_copy_to_device(void *dst, const void *src, size_t bytes) {
@@ -276,7 +298,7 @@ extern "C" int ops_cuda_open(void) {
     shared_memory_per_block = prop.sharedMemPerBlockOptin;
     if (cublaslt_library_open() != 0) return -1;
     CUBLAS_CHECK(cublaslt.Create(&blaslt_handle));
-    CUDA_CHECK(cudaMalloc(&blaslt_workspace, blaslt_workspace_bytes));
+    CUDA_CHECK(cuda_device_malloc(&blaslt_workspace, blaslt_workspace_bytes));
     CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&side_reached, cudaEventDisableTiming));

@@ -43,7 +43,7 @@ void cuda_weight_cache_mark_stale(const void *ptr, size_t bytes) {
 void cuda_weight_cache_release(const void *ptr, size_t bytes) {
     for (size_t i = 0; i < weight_cache.size();) {
         if (overlaps(weight_cache[i], ptr, bytes)) {
-            CUDA_CHECK(cudaFree(weight_cache[i].bf16));
+            cuda_device_free(weight_cache[i].bf16);
             weight_cache[i] = weight_cache.back();
             weight_cache.pop_back();
         } else {
@@ -85,7 +85,7 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
         // (one copy of each weight, not a fused product's and its parts').
         cuda_weight_cache_release(weight, (size_t)n * sizeof(float));
         CachedWeight fresh = {weight, n, NULL, false};
-        CUDA_CHECK(cudaMalloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
+        CUDA_CHECK(cuda_device_malloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
         weight_cache.push_back(fresh);
         entry = &weight_cache.back();
     }
