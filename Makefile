@@ -240,7 +240,8 @@ $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libmarlhf.a
 # `make fuzz` builds build-fuzz/fuzz/<target> from tests/fuzz/fuzz_reader.c, one per reader
 # of tests/fuzz/readers.h, and seeds build-fuzz/corpus/<target>/ from the test fixtures.
 FUZZ_TARGETS := safetensors gguf gguf_tokenizer tokenizer_json config_json chat_template jsonl json_schema regex gbnf \
-                chat_request completion_request embeddings_request reward_request judge_response tool_answer
+                chat_request completion_request embeddings_request reward_request judge_response reward_answer \
+                tool_answer
 fuzz_safetensors    := -DFUZZ_READER=read_safetensors -DFUZZ_FILE='"x.safetensors"'
 fuzz_gguf           := -DFUZZ_READER=read_gguf -DFUZZ_FILE='"x.gguf"'
 fuzz_gguf_tokenizer := -DFUZZ_READER=read_tokenizer -DFUZZ_FILE='"x.gguf"'
@@ -256,6 +257,7 @@ fuzz_completion_request := -DFUZZ_READER=read_completion_request -DFUZZ_FILE='"x
 fuzz_embeddings_request := -DFUZZ_READER=read_embeddings_request -DFUZZ_FILE='"x.json"'
 fuzz_reward_request := -DFUZZ_READER=read_reward_request -DFUZZ_FILE='"x.json"'
 fuzz_judge_response := -DFUZZ_READER=read_judge_response -DFUZZ_FILE='"x.json"'
+fuzz_reward_answer  := -DFUZZ_READER=read_reward_answer -DFUZZ_FILE='"x.json"'
 fuzz_tool_answer    := -DFUZZ_READER=read_tool_answer -DFUZZ_FILE='"answer.txt"'
 
 $(BUILD)/fuzz/%: tests/fuzz/fuzz_reader.c tests/fuzz/readers.h $(BUILD)/libmarlhf.a

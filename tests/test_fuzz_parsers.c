@@ -244,10 +244,10 @@ static void test_fuzz_constraints(void) {
     fuzz("gbnf", "tests/fixtures/constraints/json.gbnf", "x.gbnf", NULL, false, false, read_gbnf, 2000, 16);
 }
 
-// What `marlhf serve` and the judge read from the network (tests/fixtures/api/): request
+// What `marlhf serve`, the judge and PPO read from the network (tests/fixtures/api/): request
 // bodies of every route (a chat request with tools, tool messages and log-probs; one with a
 // JSON schema; a completion with a regular expression; embeddings; /get_reward), a judge's
-// chat-completions response, and model answers with tool calls in both syntaxes, each taken
+// chat-completions response, a remote reward server's answer, and model answers with tool calls in both syntaxes, each taken
 // whole and streamed (the two must agree: read_tool_answer).
 static void test_fuzz_network_inputs(void) {
     fuzz("chat_request", "tests/fixtures/api/chat_request.json", "x.json", NULL, false, true, read_chat_request, 1500, 17);
@@ -261,6 +261,8 @@ static void test_fuzz_network_inputs(void) {
          500, 21);
     fuzz("judge_response", "tests/fixtures/api/judge_response.json", "x.json", NULL, false, true, read_judge_response,
          500, 22);
+    fuzz("reward_answer", "tests/fixtures/api/reward_answer.json", "x.json", NULL, false, true, read_reward_answer,
+         500, 25);
     fuzz_answers("hermes_answer", "tests/fixtures/api/hermes_answer.txt", 1500, 23);
     fuzz_answers("llama3_answer", "tests/fixtures/api/llama3_answer.txt", 1500, 24);
 }

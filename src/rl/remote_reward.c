@@ -49,7 +49,26 @@ char *remote_reward_label(const char *row, const char *key) {
     return copy;
 }
 
-// What an answer must be: {"rewards": [count finite numbers], ...}.
+int remote_reward_parse_answer(const char *body, int count, double *scores) {
+    json_t *root = json_loads(body, 0, NULL);
+    json_t *rewards = json_is_object(root) ? json_object_get(root, "rewards") : NULL;
+    int rc = 0;
+    if (!json_is_array(rewards)) {
+        rc = err_set("the answer has no \"rewards\" list");
+    } else if (json_array_size(rewards) != (size_t)count) {
+        rc = err_set("%zu rewards for %d queries", json_array_size(rewards), count);
+    } else {
+        for (int i = 0; i < count && rc == 0; i++) {
+            json_t *value = json_array_get(rewards, i);
+            if (json_is_number(value) && isfinite(json_number_value(value))) scores[i] = json_number_value(value);
+            else rc = err_set("rewards[%d] is not a finite number", i);
+        }
+    }
+    json_decref(root);
+    return rc;
+}
+
+// What an answer must be (remote_reward_parse_answer); http_post_json retries another.
 typedef struct {
     int count;
     double *scores;
@@ -57,24 +76,7 @@ typedef struct {
 
 static bool accept_rewards(const char *body, void *context) {
     Expected *expected = context;
-    json_t *root = json_loads(body, 0, NULL);
-    json_t *rewards = json_is_object(root) ? json_object_get(root, "rewards") : NULL;
-    bool ok = false;
-    if (!json_is_array(rewards)) {
-        err_set("the answer has no \"rewards\" list");
-    } else if ((int)json_array_size(rewards) != expected->count) {
-        err_set("%zu rewards for %d queries", json_array_size(rewards), expected->count);
-    } else {
-        ok = true;
-        for (int i = 0; i < expected->count && ok; i++) {
-            json_t *value = json_array_get(rewards, i);
-            ok = json_is_number(value) && isfinite(json_number_value(value));
-            if (ok) expected->scores[i] = json_number_value(value);
-            else err_set("rewards[%d] is not a finite number", i);
-        }
-    }
-    json_decref(root);
-    return ok;
+    return remote_reward_parse_answer(body, expected->count, expected->scores) == 0;
 }
 
 static int score_chunk(RemoteReward *reward, int count, const char *const *prompts, const char *const *responses,

@@ -24,6 +24,11 @@ int remote_reward_score(RemoteReward *reward, int count, const char *const *prom
                         const char *const *labels_json, double *scores);
 void remote_reward_close(RemoteReward *reward);
 
+// A server's answer to `count` queries, {"rewards": [count finite numbers], ...}, read into
+// scores[0..count). Returns 0, or -1 with err_set() saying what is wrong with it (scores
+// may then be partly written). The fuzzers drive it (tests/fuzz/readers.h).
+int remote_reward_parse_answer(const char *body, int count, double *scores);
+
 // The value of `key` in the JSON object text `row`, as compact JSON (xmalloc'd), or NULL
 // when the row has no such key (or is not an object).
 char *remote_reward_label(const char *row, const char *key);

@@ -1,8 +1,9 @@
 // A libFuzzer target for one reader of tests/fuzz/readers.h, chosen at build time:
 //   -DFUZZ_READER=read_gguf -DFUZZ_FILE='"x.gguf"' [-DFUZZ_FOLDER]
-// `make fuzz` builds one per reader (build-fuzz/fuzz/<reader>) with clang, libFuzzer,
-// AddressSanitizer and UBSan; run one on its seed folder, e.g.
-//   build-fuzz/fuzz/read_gguf -max_total_time=300 tests/fuzz/corpus/read_gguf
+// `make fuzz` builds one per reader (build-fuzz/fuzz/<target>, the Makefile's FUZZ_TARGETS)
+// with clang, libFuzzer, AddressSanitizer and UBSan, and seeds build-fuzz/corpus/<target>/
+// from the fixtures; run one on its seed folder, e.g.
+//   build-fuzz/fuzz/gguf -max_total_time=300 build-fuzz/corpus/gguf
 // (docs/fuzzing.md). The readers take paths, so each input is written to a file first
 // (in a folder of this process, beside the reader's companion files when FUZZ_FOLDER).
 #include <stdint.h>

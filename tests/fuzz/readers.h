@@ -4,6 +4,7 @@
 // err_set()) when it was refused; anything else (a crash, an abort, a sanitizer report)
 // is a bug in marlhf.
 #pragma once
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "model/config_gguf.h"
 #include "model/config_hf.h"
 #include "model/weights_io.h"
+#include "rl/remote_reward.h"
 #include "serve/embeddings_api.h"
 #include "serve/openai.h"
 #include "serve/reward_api.h"
@@ -233,6 +235,22 @@ static inline int read_judge_response(const char *path) {
     (void)judge_parse_verdict(reply);
     free(reply);
     return 0;
+}
+
+// A reward server's answer to three queries, as `ppo --reward remote` reads it
+// (rl/remote_reward.h): accepted only with three finite rewards; an accepted answer
+// without them aborts (a bug, as a crash is).
+static inline int read_reward_answer(const char *path) {
+    char *body;
+    size_t length;
+    if (fs_read_file(path, 1 << 20, &body, &length) != 0) return -1;
+    double scores[3] = {NAN, NAN, NAN};
+    const int rc = remote_reward_parse_answer(body, 3, scores);
+    free(body);
+    if (rc == 0)
+        for (int i = 0; i < 3; i++)
+            if (!isfinite(scores[i])) abort();
+    return rc;
 }
 
 // The answer's content and calls (serve/tool_calls.h) as the server's scanner hands them

@@ -26,5 +26,6 @@ seed completion_request tests/fixtures/api/completion_request.json
 seed embeddings_request tests/fixtures/api/embeddings_request.json
 seed reward_request tests/fixtures/api/reward_request.json
 seed judge_response tests/fixtures/api/judge_response.json
+seed reward_answer tests/fixtures/api/reward_answer.json
 seed tool_answer tests/fixtures/api/hermes_answer.txt tests/fixtures/api/llama3_answer.txt
 echo "corpora in $out: $(ls "$out" | tr '\n' ' ')"
