@@ -203,6 +203,9 @@ EMULATED_CXXFLAGS := $(filter-out -std=c++17 -Isrc,$(CXXFLAGS)) -ffp-contract=of
 EMULATED_CUDA_HEADERS := $(patsubst %,$(BUILD)/emulated/%,$(wildcard src/ops/cuda/*.cuh))
 EMULATED_LAUNCH_SED := s/([A-Za-z_][A-Za-z0-9_:]*(<[^;]*>)?)<<<(.*)>>>\(/emulation::launcher([=](auto... arguments) { \1(arguments...); }, EMULATED_KERNEL_ADDRESS(\1), \3)(/
 GPU_TEST_BIN += $(BUILD)/tests/gpu/test_cuda_emulated $(BUILD)/tests/gpu/test_collectives_emulated $(BUILD)/marlhf_emulated
+# The benchmarks tests/gpu/run.sh runs, over the emulated backend (tests/cli/gpu_bench_emulated.sh).
+EMULATED_BENCH := train_step decode ops_breakdown
+GPU_TEST_BIN += $(EMULATED_BENCH:%=$(BUILD)/bench/%_emulated)
 endif
 
 $(BUILD)/emulated/%.cuh: %.cuh Makefile
@@ -227,6 +230,9 @@ $(BUILD)/tests/gpu/test_collectives_emulated: $(BUILD)/tests/gpu/test_collective
 # marlhf itself over the emulated backend: `--device cuda` runs on CPU threads
 # (tests/gpu/run.sh's SFT and PPO runs without a GPU: MARLHF_GPU_TEST_DEVICE=emulated).
 $(BUILD)/marlhf_emulated: $(CLI_OBJ) $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
+	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
+
+$(BUILD)/bench/%_emulated: $(BUILD)/bench/%.o $(filter-out $(CUDA_SRC:%.cu=$(BUILD)/%.o),$(LIB_OBJ)) $(EMULATED_CUDA_OBJ)
 	$(CXX) $(OPT) -pthread -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
 # The bench programs too: tests/cli/bad_input.sh checks bench/train_step's options, and a

@@ -43,8 +43,16 @@ static inline ModelConfig bench_shape(const char *name) {
         cfg.vocab_size = 32000, cfg.hidden_size = 2048, cfg.num_layers = 16, cfg.num_heads = 32;
         cfg.num_kv_heads = 8, cfg.intermediate_size = 8192, cfg.max_position_embeddings = 8192;
         cfg.norm_eps = 1e-5f, cfg.rope_theta = 500000.0f, cfg.tie_word_embeddings = false;
+    } else if (!strcmp(name, "tiny-llama")) {
+        // Not a benchmark: the 1B shape's layout (GQA, untied head) at a size the CUDA
+        // backend's CPU emulation runs in seconds, so that tests/cli/gpu_bench_emulated.sh
+        // runs the benchmark programs as tests/gpu/run.sh does before a GPU ever sees them.
+        cfg.family = FAMILY_LLAMA;
+        cfg.vocab_size = 1024, cfg.hidden_size = 128, cfg.num_layers = 2, cfg.num_heads = 2;
+        cfg.num_kv_heads = 1, cfg.intermediate_size = 256, cfg.max_position_embeddings = 2048;
+        cfg.norm_eps = 1e-5f, cfg.rope_theta = 10000.0f, cfg.tie_word_embeddings = false;
     } else {
-        die_user("unknown shape '%s' (gpt2-124m, smollm2-135m, gemma2-135m, gemma3-135m, llama-1b)", name);
+        die_user("unknown shape '%s' (gpt2-124m, smollm2-135m, gemma2-135m, gemma3-135m, llama-1b, tiny-llama)", name);
     }
     CHECK(config_finish(&cfg, name) == 0, "%s", err_msg());
     return cfg;

@@ -99,6 +99,9 @@ int main(int argc, char **argv) {
         generate(&model, prompts, &length, NULL, 1, &gen, &row, NULL);
         generated_row_free(&row);
     }
+    // Prompt tokens from 100 up, in the first 20,000 ids or what the vocabulary has of them.
+    const int prompt_token_span = model.config.vocab_size - 100 < 20000 ? model.config.vocab_size - 100 : 20000;
+    CHECK(prompt_token_span > 300, "a vocabulary of %d tokens is too small for the warm-up prompt", model.config.vocab_size);
     for (char *save = NULL, *item = strtok_r(batches, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         int B = atoi(item);
         int **prompts = xmalloc(B * sizeof(int *)), *lengths = xmalloc(B * sizeof(int));
@@ -106,7 +109,7 @@ int main(int argc, char **argv) {
             prompts[b] = xmalloc(prompt_length * sizeof(int));
             lengths[b] = prompt_length;
             for (int t = 0; t < prompt_length; t++)
-                prompts[b][t] = 100 + (int)rng_below(5, (uint64_t)b, (uint64_t)t, 20000);
+                prompts[b][t] = 100 + (int)rng_below(5, (uint64_t)b, (uint64_t)t, prompt_token_span);
         }
         GenerateOptions gen = {.sampler = sampler, .max_new_tokens = new_tokens, .seed = 1};
         GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));

@@ -217,8 +217,9 @@ int main(int argc, char **argv) {
         ops_cuda_attention_backward_overlap(true);
         // And what each of the variant's kernels takes of an SM, as the GPU reports it: how
         // many blocks share one is what hides their latencies.
+        // (Not under the CPU emulation, tests/cli/gpu_bench_emulated.sh: no registers, no clocks.)
         OpsAttentionKernelFacts facts[4];
-        const int count = ops_cuda_attention_kernel_facts(attention, hd, facts, 4);
+        const int count = ops_cuda_is_emulated() ? 0 : ops_cuda_attention_kernel_facts(attention, hd, facts, 4);
         if (count < 0) die_user("%s", err_msg());
         for (int i = 0; i < count; i++)
             printf("{\"attention_kernel\": \"%s\", \"attention\": \"%s\", \"head_dim\": %d, \"registers\": %d, "
@@ -227,7 +228,7 @@ int main(int argc, char **argv) {
                    facts[i].blocks_per_sm);
         // One probed launch of each kernel (TUNED at head_dim 64 only): where a block's time
         // goes and how the blocks fill the SMs (bench/attention_probe_summary.h).
-        if (!strcmp(attention, "mma") && hd == 64) {
+        if (!strcmp(attention, "mma") && hd == 64 && !ops_cuda_is_emulated()) {
             const char *probed[3] = {"forward", "dK/dV", "dQ"};
             for (int i = 0; i < 3; i++) {
                 if (ops_cuda_attention_probe_begin(probed[i]) != 0) die_user("%s", err_msg());
