@@ -77,6 +77,14 @@ if [ "$(echo $cuda_memory | wc -w)" = 20 ] && [ -z "$cpu_memory" ] &&
 else
     fail gpu_emulated_sft_logs_device_memory "cuda [$cuda_memory] cpu [$cpu_memory]"
 fi
+# A GPU without room (the emulated device made smaller, MARLHF_EMULATED_MEMORY_MIB,
+# tests/emulated_cuda/emulated_runtime.h): one line naming what was asked for and what is
+# free, exit status 2 -- too small for cuBLASLt's 64 MiB workspace, then too small for the
+# run's 69 MiB.
+expect_error gpu_emulated_out_of_memory_at_open "asked for cuBLASLt's workspace, 32.0 MiB free of 32.0 MiB" \
+    env MARLHF_EMULATED_MEMORY_MIB=32 "$emulated_bin" "${sft[@]}" --device cuda --output "$tmp/sft-small-gpu"
+expect_error gpu_emulated_out_of_memory "out of GPU memory" \
+    env MARLHF_EMULATED_MEMORY_MIB=66 "$emulated_bin" "${sft[@]}" --device cuda --output "$tmp/sft-small-gpu"
 
 # A reward model trained on the device (rm --device cuda), then inference with rewards: the
 # pairs' own responses scored (--ref-scores), and greedy responses generated and scored,

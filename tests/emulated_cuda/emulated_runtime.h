@@ -206,6 +206,27 @@ inline std::map<uintptr_t, size_t> &allocations() {
     static std::map<uintptr_t, size_t> record;
     return record;
 }
+// The device's memory, MARLHF_EMULATED_MEMORY_MIB (default 8192 MiB): a cudaMalloc past it
+// fails as a full GPU's does, so the backend's out-of-memory error can be tested
+// (tests/cli/gpu_emulated.sh). bytes_allocated is what the recorded allocations hold.
+inline size_t memory_limit() {
+    static const size_t limit = [] {
+        const char *setting = getenv("MARLHF_EMULATED_MEMORY_MIB");
+        if (!setting || !*setting) return (size_t)8 << 30;
+        char *end;
+        const long mib = strtol(setting, &end, 10);
+        if (*end || mib < 1) {
+            fprintf(stderr, "emulation: MARLHF_EMULATED_MEMORY_MIB is '%s'; expected a positive whole number\n", setting);
+            abort();
+        }
+        return (size_t)mib << 20;
+    }();
+    return limit;
+}
+inline size_t &bytes_allocated() {
+    static size_t bytes;
+    return bytes;
+}
 inline bool on_device(const void *p) {
     const uintptr_t address = (uintptr_t)p;
     auto after = allocations().upper_bound(address);
@@ -325,11 +346,13 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int devi
     prop->major = 9, prop->minor = 0;
     prop->multiProcessorCount = 132;
     prop->sharedMemPerBlockOptin = emulation::shared_memory_optin;
-    prop->totalGlobalMem = (size_t)8 << 30;
+    prop->totalGlobalMem = emulation::memory_limit();
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
-    *free_bytes = *total_bytes = (size_t)8 << 30;
+    std::lock_guard<std::mutex> hold(emulation::access_lock());
+    *total_bytes = emulation::memory_limit();
+    *free_bytes = *total_bytes - emulation::bytes_allocated();
     return cudaSuccess;
 }
 // Device memory: 256-byte aligned like cudaMalloc's, filled with 0xFF bytes (NaN as fp32
@@ -338,6 +361,10 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes
 // the heap's (fresh mappings cost a page fault a page at every allocation, which the
 // backend's scratch buffers, allocated again as they grow, made several times slower).
 template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes) {
+    {
+        std::lock_guard<std::mutex> hold(emulation::access_lock());
+        if (bytes > emulation::memory_limit() - emulation::bytes_allocated()) return cudaErrorMemoryAllocation;
+    }
     void *memory;
     if (emulation::device_left_open()) {
         memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -352,6 +379,7 @@ template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes
     if (emulation::access_depth() == 0 && !emulation::device_left_open())
         mprotect(memory, emulation::mapped_bytes(bytes), PROT_NONE);
     emulation::allocations()[(uintptr_t)memory] = bytes;
+    emulation::bytes_allocated() += bytes;
     *ptr = (T *)memory;
     return cudaSuccess;
 }
@@ -392,6 +420,7 @@ static inline cudaError_t cudaFree(void *ptr) {
     if (allocation == emulation::allocations().end()) return cudaErrorInvalidValue; // not from cudaMalloc
     if (emulation::device_left_open()) free(ptr);
     else munmap(ptr, emulation::mapped_bytes(allocation->second));
+    emulation::bytes_allocated() -= allocation->second;
     emulation::allocations().erase(allocation);
     return cudaSuccess;
 }

@@ -37,7 +37,8 @@ static bool probe_this_launch(ProbedKernel kernel, GridShape grid, bool built) {
     probe_next = PROBE_NONE;
     if (!built) return false;
     probe_record_count = (long)grid.x * grid.y * WARPS;
-    CUDA_CHECK(cuda_device_malloc(&probe_device_records, (size_t)probe_record_count * sizeof(ProbeRecord)));
+    probe_device_records = (ProbeRecord *)cuda_device_alloc((size_t)probe_record_count * sizeof(ProbeRecord),
+                                                            "an attention probe's records");
     CUDA_CHECK(cudaMemset(probe_device_records, 0, (size_t)probe_record_count * sizeof(ProbeRecord)));
 #ifdef __CUDACC__
     CUDA_CHECK(cudaMemcpyToSymbol(probe_records, &probe_device_records, sizeof probe_device_records));

@@ -19,13 +19,23 @@ static size_t scratch_bytes[SCRATCH_SLOTS];
 static std::unordered_map<void *, size_t> allocation_bytes;
 static size_t bytes_in_use, bytes_peak;
 
-cudaError_t cuda_device_malloc_bytes(void **ptr, size_t bytes) {
-    cudaError_t status = cudaMalloc(ptr, bytes);
-    if (status != cudaSuccess) return status;
-    allocation_bytes[*ptr] = bytes;
+void *cuda_device_alloc(size_t bytes, const char *what) {
+    void *ptr = NULL;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); // not sticky: the context is still usable
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        const double mib = 1048576.0;
+        die_user("out of GPU memory: %.1f MiB asked for %s, %.1f MiB free of %.1f MiB, %.1f MiB held by marlhf "
+                 "(--device cuda; a smaller batch, --gradient-checkpointing or LoRA needs less)",
+                 bytes / mib, what, free_bytes / mib, total_bytes / mib, bytes_in_use / mib);
+    }
+    CUDA_CHECK(status);
+    allocation_bytes[ptr] = bytes;
     bytes_in_use += bytes;
     if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
-    return cudaSuccess;
+    return ptr;
 }
 
 void cuda_device_free(void *ptr) {
@@ -65,7 +75,7 @@ void *cuda_scratch(int slot, size_t bytes) {
         // cudaFree waits for the device, so no running kernel still reads the old buffer.
         cuda_device_free(scratch_buffers[slot]);
         size_t grown = bytes + bytes / 4;
-        CUDA_CHECK(cuda_device_malloc(&scratch_buffers[slot], grown));
+        scratch_buffers[slot] = cuda_device_alloc(grown, "a scratch buffer");
         scratch_bytes[slot] = grown;
     }
     return scratch_buffers[slot];
@@ -75,14 +85,7 @@ void cuda_weights_written(const void *ptr, size_t bytes) { cuda_weight_cache_mar
 
 static void *cuda_alloc(size_t bytes) {
     if (bytes == 0) bytes = 256;
-    void *ptr = NULL;
-    cudaError_t status = cuda_device_malloc(&ptr, bytes);
-    if (status != cudaSuccess) {
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        die_user("out of GPU memory: %.1f MiB asked, %.1f MiB free of %.1f MiB (--device cuda)",
-                 bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0);
-    }
+    void *ptr = cuda_device_alloc(bytes, "a tensor");
     CUDA_CHECK(cudaMemset(ptr, 0, bytes));
     return ptr;
 }
@@ -298,7 +301,7 @@ extern "C" int ops_cuda_open(void) {
     shared_memory_per_block = prop.sharedMemPerBlockOptin;
     if (cublaslt_library_open() != 0) return -1;
     CUBLAS_CHECK(cublaslt.Create(&blaslt_handle));
-    CUDA_CHECK(cuda_device_malloc(&blaslt_workspace, blaslt_workspace_bytes));
+    blaslt_workspace = cuda_device_alloc(blaslt_workspace_bytes, "cuBLASLt's workspace");
     CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&side_reached, cudaEventDisableTiming));

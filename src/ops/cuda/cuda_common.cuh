@@ -71,12 +71,11 @@ void cuda_side_stream_fork(void);
 void cuda_side_stream_join(void);
 void *cuda_blaslt_workspace(size_t *bytes);
 // Every cudaMalloc and cudaFree of the backend goes through these two, which count the
-// bytes held and the most held at once (ops_cuda_memory). cuda_device_free takes only a
-// pointer cuda_device_malloc returned (NULL is ignored).
-cudaError_t cuda_device_malloc_bytes(void **ptr, size_t bytes);
-template <typename T> static inline cudaError_t cuda_device_malloc(T **ptr, size_t bytes) {
-    return cuda_device_malloc_bytes((void **)ptr, bytes);
-}
+// bytes held and the most held at once (ops_cuda_memory). Where the GPU has no room,
+// cuda_device_alloc ends the program with a user error (exit status 2) naming `what` was
+// asked for, the memory free and what the backend holds. cuda_device_free takes only a
+// pointer cuda_device_alloc returned (NULL is ignored).
+void *cuda_device_alloc(size_t bytes, const char *what);
 void cuda_device_free(void *ptr);
 // The most dynamic shared memory one block may opt in to on the open device (227 KB on
 // an H100/H200, 163 KB on an A100, 99 KB on sm_86/sm_89 parts).

@@ -85,7 +85,7 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n) {
         // (one copy of each weight, not a fused product's and its parts').
         cuda_weight_cache_release(weight, (size_t)n * sizeof(float));
         CachedWeight fresh = {weight, n, NULL, false};
-        CUDA_CHECK(cuda_device_malloc(&fresh.bf16, (size_t)n * sizeof(__nv_bfloat16)));
+        fresh.bf16 = (__nv_bfloat16 *)cuda_device_alloc((size_t)n * sizeof(__nv_bfloat16), "a weight's bf16 copy");
         weight_cache.push_back(fresh);
         entry = &weight_cache.back();
     }

@@ -25,7 +25,7 @@ static const long TILE_VALUES = 1l << 24;
 static const float *device_dynamic_map(void) {
     static float *map = NULL;
     if (!map) {
-        CUDA_CHECK(cuda_device_malloc(&map, 256 * sizeof(float)));
+        map = (float *)cuda_device_alloc(256 * sizeof(float), "NF4's scale map");
         CUDA_CHECK(cudaMemcpy(map, nf4_dynamic_map(), 256 * sizeof(float), cudaMemcpyHostToDevice));
     }
     return map;
