@@ -976,6 +976,17 @@ static void metric(char **text, size_t *length, size_t *capacity, const char *na
     grow_append(text, length, capacity, line, (size_t)n);
 }
 
+// Where the model runs on a GPU (--device cuda), the device memory its backend holds and the
+// most it has held (ops_device_memory: weights, their bf16 copies, KV caches, scratch).
+static void device_memory_metrics(char **text, size_t *length, size_t *capacity, const OpsBackend *ops) {
+    size_t in_use, peak;
+    if (!ops_device_memory(ops, &in_use, &peak)) return;
+    metric(text, length, capacity, "device_memory_bytes", "gauge",
+           "Device memory the model's backend holds: weights, their bf16 copies, KV caches, scratch.", (double)in_use);
+    metric(text, length, capacity, "device_memory_peak_bytes", "gauge",
+           "The most device memory the model's backend has held at once.", (double)peak);
+}
+
 // The metrics of a reward server: its requests and what scoring them cost.
 static char *reward_metrics_text(Server *s) {
     pthread_mutex_lock(&s->lock);
@@ -996,6 +1007,7 @@ static char *reward_metrics_text(Server *s) {
            (double)rounds);
     metric(&text, &length, &capacity, "reward_forwards_total", "counter", "Reward-model forwards.", (double)forwards);
     metric(&text, &length, &capacity, "reward_seconds_total", "counter", "Time in reward-model forwards.", seconds);
+    device_memory_metrics(&text, &length, &capacity, s->reward_model->ops);
     return text;
 }
 
@@ -1060,6 +1072,7 @@ static char *metrics_text(Server *s) {
            "Embedding forwards (up to --parallel inputs each, of one request or of several).", (double)embedding_forwards);
     metric(&text, &length, &capacity, "embedding_seconds_total", "counter", "Time in embedding forwards.",
            embedding_seconds);
+    device_memory_metrics(&text, &length, &capacity, s->tm->model.ops);
     return text;
 }
 

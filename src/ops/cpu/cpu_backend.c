@@ -219,3 +219,15 @@ int ops_take_device_memory_peak_mib(const OpsBackend *ops) {
     (void)ops;
     return -1;
 }
+
+bool ops_device_memory(const OpsBackend *ops, size_t *in_use_bytes, size_t *peak_bytes) {
+#ifdef MARLHF_CUDA
+    if (ops == &ops_cuda) {
+        const OpsCudaMemory memory = ops_cuda_memory();
+        *in_use_bytes = memory.in_use_bytes, *peak_bytes = memory.peak_bytes;
+        return true;
+    }
+#endif
+    (void)ops, (void)in_use_bytes, (void)peak_bytes;
+    return false;
+}

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <unordered_map>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -17,7 +18,8 @@ static size_t scratch_bytes[SCRATCH_SLOTS];
 // Size of every live device allocation (tensors, weight copies, scratch, the workspace): what
 // ops_cuda_memory counts, and what freeing a tensor drops of the cached weights inside it.
 static std::unordered_map<void *, size_t> allocation_bytes;
-static size_t bytes_in_use, bytes_peak;
+// Atomic: serve's /metrics reads them from its HTTP threads while the model's thread allocates.
+static std::atomic<size_t> bytes_in_use, bytes_peak;
 
 void *cuda_device_alloc(size_t bytes, const char *what) {
     void *ptr = NULL;
@@ -29,12 +31,12 @@ void *cuda_device_alloc(size_t bytes, const char *what) {
         const double mib = 1048576.0;
         die_user("out of GPU memory: %.1f MiB asked for %s, %.1f MiB free of %.1f MiB, %.1f MiB held by marlhf "
                  "(--device cuda; a smaller batch, --gradient-checkpointing or LoRA needs less)",
-                 bytes / mib, what, free_bytes / mib, total_bytes / mib, bytes_in_use / mib);
+                 bytes / mib, what, free_bytes / mib, total_bytes / mib, bytes_in_use.load() / mib);
     }
     CUDA_CHECK(status);
     allocation_bytes[ptr] = bytes;
     bytes_in_use += bytes;
-    if (bytes_in_use > bytes_peak) bytes_peak = bytes_in_use;
+    if (bytes_in_use.load() > bytes_peak.load()) bytes_peak = bytes_in_use.load();
     return ptr;
 }
 
@@ -47,9 +49,9 @@ void cuda_device_free(void *ptr) {
     CUDA_CHECK(cudaFree(ptr));
 }
 
-extern "C" OpsCudaMemory ops_cuda_memory(void) { return OpsCudaMemory{bytes_in_use, bytes_peak}; }
+extern "C" OpsCudaMemory ops_cuda_memory(void) { return OpsCudaMemory{bytes_in_use.load(), bytes_peak.load()}; }
 
-extern "C" void ops_cuda_memory_reset_peak(void) { bytes_peak = bytes_in_use; }
+extern "C" void ops_cuda_memory_reset_peak(void) { bytes_peak = bytes_in_use.load(); }
 
 cublasLtHandle_t cuda_blaslt(void) { return blaslt_handle; }
 
