@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
         GeneratedRow *rows = xmalloc(B * sizeof(GeneratedRow));
         char peak_text[32];
         GenerateStats stats;
-        device_peak_reset(ops); // the weights, this batch's KV cache and the step's buffers
+        ops_device_memory_reset_peak(ops); // the weights, this batch's KV cache and the step's buffers
         generate(&model, (const int *const *)prompts, lengths, NULL, B, &gen, rows, &stats);
         double decode_tokens = (double)B * stats.decode_steps;
         const long kv_bytes_per_token = 2L * model.config.num_layers * kv_cache_slot_bytes(&model, model.kv_cache_type);

@@ -95,7 +95,7 @@ static double max_rss_mb(void) {
 
 static void run(const char *name, const OpsBackend *ops, int B, int T, int steps, bool recompute,
                 double sgemm_rate, double peak_tflops) {
-    device_peak_reset(ops); // from the model's creation on, as PyTorch's figure is from its start
+    ops_device_memory_reset_peak(ops); // from the model's creation on, as PyTorch's figure is from its start
     ModelConfig cfg = bench_shape(name);
     Model model;
     model_init(&model, &cfg, ops, true, false);

@@ -574,8 +574,9 @@ const OpsBackend *ops_backend_by_name(const char *name);
 int ops_take_device_memory_peak_mib(const OpsBackend *ops);
 // The device memory `ops` holds now and the most it has held (since the device opened or the
 // last reset of the peak), in bytes; false for the CPU backend. Any thread may ask (serve's
-// /metrics).
+// /metrics). The reset makes the peak what is held now (nothing on the CPU).
 bool ops_device_memory(const OpsBackend *ops, size_t *in_use_bytes, size_t *peak_bytes);
+void ops_device_memory_reset_peak(const OpsBackend *ops);
 
 // rotate_and_cache_write as rope_forward, rope_forward and two cache writes through `ops`:
 // the CPU's rotate_and_cache_write, and the GPU's where a rotated buffer is a held input.

@@ -1773,9 +1773,9 @@ int ppo_run(const PpoConfig *config) {
                                          ? gen.generated_tokens / (gen.decode_seconds + gen.prefill_seconds) : 0};
         dist_sum_doubles(generation_rate, 1);
         // On a GPU, the most device memory the iteration's four models held (the largest
-        // rank's); the line leaves it out on the CPU.
+        // rank's; every rank has the same kind of device); the line leaves it out on the CPU.
         int device_mib = ops_take_device_memory_peak_mib(p->actor.ops);
-        dist_max_ints(&device_mib, 1);
+        if (device_mib >= 0) dist_max_ints(&device_mib, 1);
         double values[] = {rs.score / scored, rs.raw_score / scored, rs.gold_count ? rs.gold / rs.gold_count : NAN, kl,
                            rs.kl_sequence / policy_tokens, rs.entropy / policy_tokens, rs.length / scored,
                            rs.stopped / scored, (double)dropped_short, ts.value_loss / steps, ts.policy_loss / steps,

@@ -289,10 +289,13 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                 names[count] = task->metric_names[k];
                 values[count++] = total.weight > 0 ? total.metric_sums[k] / total.weight : 0;
             }
-            // On a GPU, the most device memory since the last line (the largest rank's).
+            // On a GPU, the most device memory since the last line (the largest rank's; every
+            // rank runs on the same kind of device, so all of them take this branch or none).
             int device_mib = ops_take_device_memory_peak_mib(model->ops);
-            dist_max_ints(&device_mib, 1);
-            if (device_mib >= 0) names[count] = "device_memory_gib", values[count++] = device_mib / 1024.0;
+            if (device_mib >= 0) {
+                dist_max_ints(&device_mib, 1);
+                names[count] = "device_memory_gib", values[count++] = device_mib / 1024.0;
+            }
             if (dist_any_failed(metrics_log(&metrics, "train", s.step, names, values, count) != 0)) {
                 rc = dist_is_main() ? -1 : err_set("rank 0 could not write the metrics of %s", options->run_dir);
                 break;

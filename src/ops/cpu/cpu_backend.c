@@ -208,18 +208,6 @@ const OpsBackend *ops_backend_by_name(const char *name) {
     return NULL;
 }
 
-int ops_take_device_memory_peak_mib(const OpsBackend *ops) {
-#ifdef MARLHF_CUDA
-    if (ops == &ops_cuda) {
-        const size_t peak = ops_cuda_memory().peak_bytes, mib = 1u << 20;
-        ops_cuda_memory_reset_peak();
-        return (int)((peak + mib - 1) / mib);
-    }
-#endif
-    (void)ops;
-    return -1;
-}
-
 bool ops_device_memory(const OpsBackend *ops, size_t *in_use_bytes, size_t *peak_bytes) {
 #ifdef MARLHF_CUDA
     if (ops == &ops_cuda) {
@@ -230,4 +218,19 @@ bool ops_device_memory(const OpsBackend *ops, size_t *in_use_bytes, size_t *peak
 #endif
     (void)ops, (void)in_use_bytes, (void)peak_bytes;
     return false;
+}
+
+void ops_device_memory_reset_peak(const OpsBackend *ops) {
+#ifdef MARLHF_CUDA
+    if (ops == &ops_cuda) ops_cuda_memory_reset_peak();
+#endif
+    (void)ops;
+}
+
+int ops_take_device_memory_peak_mib(const OpsBackend *ops) {
+    size_t in_use, peak;
+    if (!ops_device_memory(ops, &in_use, &peak)) return -1;
+    ops_device_memory_reset_peak(ops);
+    const size_t mib = 1u << 20;
+    return (int)((peak + mib - 1) / mib);
 }

@@ -35,8 +35,8 @@ void *cuda_device_alloc(size_t bytes, const char *what) {
     }
     CUDA_CHECK(status);
     allocation_bytes[ptr] = bytes;
-    bytes_in_use += bytes;
-    if (bytes_in_use.load() > bytes_peak.load()) bytes_peak = bytes_in_use.load();
+    const size_t held = bytes_in_use += bytes;
+    if (held > bytes_peak.load()) bytes_peak = held;
     return ptr;
 }
 
