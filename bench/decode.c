@@ -13,6 +13,9 @@
 //                           [--temperature 0] [--top-k 0] [--top-p 1]
 // --temperature T samples (seed 1) instead of taking the most likely token, with --top-k and
 // --top-p as `marlhf generate` takes them: the sampler's own time is then part of each step.
+// Each line says how many tokens were picked from the backend's results instead of copied
+// logits (backend_picked_tokens) and how many steps a top-p row's candidates fell short of
+// its nucleus (nucleus_misses; gen/generate.h, generate_nucleus_candidates).
 // --quantize q8_0 (q4_0, nf4) decodes with Q8_0 (Q4_0, NF4) copies of the linear weights (model/quantize.h);
 // --kv-cache f16 keeps the KV cache in half floats, q8_0 in 8-bit blocks. Each line
 // reports the cache's bytes per token (keys and values of every layer). A long --prompt
@@ -123,12 +126,13 @@ int main(int argc, char **argv) {
                "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
                "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f, "
-               "\"peak_mem_gib\": %s}\n",
+               "\"peak_mem_gib\": %s, \"backend_picked_tokens\": %ld, \"nucleus_misses\": %d}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
                omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
                // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU
-               (double)model.table.stored_total * sizeof(float) / 1e6, device_peak_gib_json(ops, peak_text));
+               (double)model.table.stored_total * sizeof(float) / 1e6, device_peak_gib_json(ops, peak_text),
+               stats.backend_picked_tokens, stats.nucleus_misses);
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

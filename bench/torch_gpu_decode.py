@@ -40,7 +40,7 @@ def run(args, device, result):
 
     sampling = {"do_sample": False}
     if args.temperature > 0:
-        sampling = {"do_sample": True, "temperature": args.temperature, "top_k": args.top_k, "top_p": 1.0}
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
 
     def generate():
         return model.generate(ids, attention_mask=mask, max_new_tokens=args.new_tokens,
@@ -79,6 +79,7 @@ def main():
                     help="inference dtype of the weights")
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--top-k", type=int, default=0, help="with --temperature: 0 is off")
+    ap.add_argument("--top-p", type=float, default=1.0, help="with --temperature: 1 is off")
     args = ap.parse_args()
     if min(args.batch, args.prompt_len, args.new_tokens) < 1:
         ap.error("--batch, --prompt-len and --new-tokens must be >= 1")
@@ -87,7 +88,7 @@ def main():
     device = torch.device(args.device)
     result = {"impl": "transformers-generate", "shape": args.shape, "batch": args.batch,
               "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "dtype": args.dtype,
-              "temperature": args.temperature, "top_k": args.top_k}
+              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     try:
         run(args, device, result)
     except torch.cuda.OutOfMemoryError as e:

@@ -23,6 +23,9 @@
 //  - top-p's kept set and probabilities equal a plain comparison sort's (the sampler's
 //    radix sort against qsort, test_top_p_matches_comparison_sort) bit for bit, on 3000
 //    logits with ties, -0 beside +0 and -inf, with and without top-k.
+//  - Top-p without top-k from a row's candidates (a GPU's path): where they hold the
+//    nucleus, the whole row's kept set and the same draws; where not, a kept token lies
+//    outside them (test_top_p_from_candidates).
 //  - SmolLM2-135M-Instruct's greedy continuations of 5 chat prompts equal transformers'
 //    for all 40 tokens (tests/fixtures/smollm2/greedy.json).
 #include <jansson.h>
@@ -373,8 +376,8 @@ static void test_logits_left_on_device_match_host_sampler(void) {
             const int ks[3] = {5, 1, 12};
             int counts[3], ids[3 * 40];
             float values[3 * 40], *logits = xmalloc((size_t)3 * V * sizeof(float));
-            double lse[3];
-            EXPECT(model_last_candidates(&model, inverse, ks, capacity, counts, ids, values, lse),
+            double lse[3], scaled_lse[3];
+            EXPECT(model_last_candidates(&model, inverse, ks, capacity, counts, ids, values, lse, scaled_lse),
                    "%s: candidates fit", models[m]);
             model_last_logits(&model, logits);
             for (int b = 0; b < 3; b++) {
@@ -395,9 +398,16 @@ static void test_logits_left_on_device_match_host_sampler(void) {
                 for (int v = 1; v < V; v++) max = row[v] > max ? row[v] : max;
                 for (int v = 0; v < V; v++) sum += exp((double)(row[v] - (float)max));
                 EXPECT(lse[b] == (float)max + log(sum), "%s row %d: log-normaliser %.17g", models[m], b, lse[b]);
+                // The scaled row's: fp32 exponentials summed in fp64 (ops.h, as sample_rows).
+                float max_scaled = -INFINITY;
+                for (int v = 0; v < V; v++) max_scaled = fmaxf(max_scaled, row[v] * inverse[b]);
+                double sum_scaled = 0;
+                for (int v = 0; v < V; v++) sum_scaled += (double)expf(row[v] * inverse[b] - max_scaled);
+                EXPECT(scaled_lse[b] == max_scaled + log(sum_scaled), "%s row %d: scaled log-normaliser %.17g",
+                       models[m], b, scaled_lse[b]);
                 free(sorted);
             }
-            EXPECT(!model_last_candidates(&model, inverse, ks, 4, counts, ids, values, lse),
+            EXPECT(!model_last_candidates(&model, inverse, ks, 4, counts, ids, values, lse, NULL),
                    "%s: 12 candidates in room for 4", models[m]);
             free(logits);
             kv_cache_free(&cache, &model);
@@ -613,6 +623,80 @@ static void test_top_p_matches_comparison_sort(void) {
     free(logits), free(probs), free(expected);
 }
 
+// Top-p without top-k from a row's candidates (what a GPU hands the host: sampler_candidates_
+// hold_nucleus, sampler_pick_nucleus_candidates), with the CPU's sampling_candidates: where
+// the candidates hold the nucleus, the same kept set as sampler_distribution on the whole row
+// and, for 20 draws each, the same token as sampler_pick with log-probs within 1e-9; where they
+// do not, the whole row's kept set has a token outside them (or its cut lies within 1e-9
+// of 1 - top_p). Peaked and flat rows of 3000 logits with ties, at 32, 256 and 1024
+// candidates: both answers occur.
+static void test_top_p_from_candidates(void) {
+    const int V = 3000, capacities = 2 * 1024 + 16;
+    float *logits = xmalloc(V * sizeof(float)), *probs = xmalloc(V * sizeof(float));
+    float *values = xmalloc(capacities * sizeof(float));
+    int *ids = xmalloc(capacities * sizeof(int));
+    SamplerScratch scratch;
+    sampler_scratch_init(&scratch, V);
+    const SamplerConfig configs[] = {{.temperature = 1.0f, .top_p = 0.9f},
+                                     {.temperature = 0.7f, .top_p = 0.5f},
+                                     {.temperature = 1.3f, .top_p = 0.95f},
+                                     {.temperature = 1.0f, .top_p = 0.999f}};
+    const int ks[] = {32, 256, 1024};
+    int held = 0, short_of = 0;
+    for (int trial = 0; trial < 4; trial++)
+        for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
+            for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; kk++) {
+                for (int v = 0; v < V; v++) {
+                    const double u = rng_uniform_double(29, rng_stream("nucleus", (uint64_t)trial, 0), (uint64_t)v);
+                    float x = (float)((int)(u * 64) - 40) / (trial % 2 ? 16.0f : 4.0f); // flat, or peaked
+                    if (trial % 2 == 0 && v % 97 == 0) x += 12.0f;
+                    if (v % 401 == 0) x = -INFINITY;
+                    logits[v] = x;
+                }
+                const float inverse = 1.0f / configs[c].temperature;
+                int count;
+                double lse, scaled_lse;
+                ops_cpu.sampling_candidates(&count, ids, values, &lse, &scaled_lse, logits, &inverse, &ks[kk], 1, V,
+                                            capacities);
+                if (count > capacities) continue;
+                sampler_distribution(logits, V, &configs[c], probs, &scratch);
+                int kept = 0, kept_outside = 0;
+                for (int v = 0; v < V; v++) kept += probs[v] > 0;
+                for (int v = 0, i = 0; v < V; v++) {
+                    const bool candidate = i < count && ids[i] == v;
+                    i += candidate;
+                    kept_outside += probs[v] > 0 && !candidate;
+                }
+                if (!sampler_candidates_hold_nucleus(values, count, scaled_lse, &configs[c])) {
+                    short_of++;
+                    double inside = 0; // how close the cut is
+                    for (int i = 0; i < count; i++) inside += exp((double)(values[i] * inverse) - scaled_lse);
+                    EXPECT(kept_outside > 0 || fabs((1.0 - inside) - (1.0 - configs[c].top_p)) < 1e-9,
+                           "trial %d config %zu k %d: candidates refused, yet the nucleus is among them", trial, c,
+                           ks[kk]);
+                    continue;
+                }
+                held++;
+                EXPECT(kept_outside == 0, "trial %d config %zu k %d: %d kept tokens outside the candidates", trial, c,
+                       ks[kk], kept_outside);
+                for (int i = 0; i < 20; i++) {
+                    const double u = rng_uniform_double(31, rng_stream("nucleus draw", (uint64_t)trial, c), (uint64_t)i);
+                    const SampledToken want = sampler_pick(logits, V, &configs[c], u, &scratch);
+                    const SampledToken got = sampler_pick_nucleus_candidates(values, ids, count, lse, scaled_lse,
+                                                                            &configs[c], u, &scratch);
+                    EXPECT(got.token == want.token && fabs(got.logprob - want.logprob) <= 1e-9 &&
+                               fabs(got.sampling_logprob - want.sampling_logprob) <= 1e-9,
+                           "trial %d config %zu k %d draw %d: token %d (%g, %g), whole row %d (%g, %g)", trial, c,
+                           ks[kk], i, got.token, got.logprob, got.sampling_logprob, want.token, want.logprob,
+                           want.sampling_logprob);
+                }
+            }
+    printf("# top-p from candidates: %d rows held their nucleus, %d fell short\n", held, short_of);
+    EXPECT(held >= 10 && short_of >= 5, "%d rows held, %d fell short (the test should see both)", held, short_of);
+    sampler_scratch_free(&scratch);
+    free(logits), free(probs), free(values), free(ids);
+}
+
 static void test_smollm2_greedy_matches_transformers(void) {
     Model model;
     ModelLoadOptions options = {.with_lm_head = true};
@@ -664,6 +748,7 @@ int main(void) {
     RUN(test_min_new_tokens);
     RUN(test_sampler_distribution);
     RUN(test_top_p_matches_comparison_sort);
+    RUN(test_top_p_from_candidates);
     RUN(test_smollm2_greedy_matches_transformers);
     TEST_EXIT();
 }

@@ -28,13 +28,13 @@ static void check_rows(const char *what, const std::vector<float> &logits, int V
     const int N = (int)top_k.size();
     std::vector<int> counts(N, -1), want_counts(N, -1), ids((size_t)N * capacity, -7), want_ids((size_t)N * capacity, -7);
     std::vector<float> values((size_t)N * capacity, -7.0f), want_values((size_t)N * capacity, -7.0f);
-    std::vector<double> lse(N), want_lse(N);
+    std::vector<double> lse(N), want_lse(N), scaled_lse(N, -7.0), want_scaled_lse(N, -7.0);
     emulation::launch({(unsigned)N, 1, 1}, sampling_rows::THREADS, sampling_rows::SHARED_BYTES, [&] {
-        sampling_rows::candidates_kernel(counts.data(), ids.data(), values.data(), lse.data(), logits.data(),
-                                         inverse.data(), top_k.data(), V, capacity);
+        sampling_rows::candidates_kernel(counts.data(), ids.data(), values.data(), lse.data(), scaled_lse.data(),
+                                         logits.data(), inverse.data(), top_k.data(), V, capacity);
     });
-    ops_cpu.sampling_candidates(want_counts.data(), want_ids.data(), want_values.data(), want_lse.data(), logits.data(),
-                                inverse.data(), top_k.data(), N, V, capacity);
+    ops_cpu.sampling_candidates(want_counts.data(), want_ids.data(), want_values.data(), want_lse.data(),
+                                want_scaled_lse.data(), logits.data(), inverse.data(), top_k.data(), N, V, capacity);
     for (int i = 0; i < N; i++) {
         EXPECT(counts[i] == want_counts[i], "%s row %d: %d candidates, CPU %d", what, i, counts[i], want_counts[i]);
         EXPECT(want_counts[i] >= top_k[i], "%s row %d: %d candidates for k %d", what, i, want_counts[i], top_k[i]);
@@ -43,6 +43,13 @@ static void check_rows(const char *what, const std::vector<float> &logits, int V
                     !memcmp(&values[(size_t)i * capacity], &want_values[(size_t)i * capacity], capacity * sizeof(float))),
                "%s row %d: other candidates than the CPU's", what, i);
         EXPECT_CLOSE(lse[i], want_lse[i], 1e-6, 1e-7, what);
+        // The scaled row's log-normaliser: both against the definition in long double.
+        long double max_scaled = -INFINITY, sum_scaled = 0;
+        for (int v = 0; v < V; v++) max_scaled = fmaxl(max_scaled, logits[(size_t)i * V + v] * inverse[i]);
+        for (int v = 0; v < V; v++) sum_scaled += expl(logits[(size_t)i * V + v] * inverse[i] - max_scaled);
+        const double definition = (double)(max_scaled + logl(sum_scaled));
+        EXPECT_CLOSE(scaled_lse[i], definition, 1e-6, 1e-7, what);
+        EXPECT_CLOSE(want_scaled_lse[i], definition, 1e-6, 1e-7, what);
         // The CPU's own definition, checked directly: the k-th largest scaled logit, ties in.
         if (want_counts[i] > capacity) continue;
         std::vector<float> scaled(V);

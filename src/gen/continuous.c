@@ -15,6 +15,10 @@ typedef struct {
     ConstraintState *json;
     TokenMaskScratch mask;
     float *masked;
+    // Top-p without top-k where the backend samples where the logits are: the candidates it
+    // asks for (generate_nucleus_candidates; 0 before its first step, -1 for a nucleus too
+    // wide for them)
+    int nucleus_k;
 } Sequence;
 
 static void sequence_free(Sequence *sequence) {
@@ -78,8 +82,11 @@ struct ContinuousBatch {
     // backend_rows) take their tokens from model_last_greedy, their top-k candidates from
     // model_last_candidates, or their draws from model_last_sampled (backend_mode), instead
     // of `logits` (a [rows, V] copy and a pass over each row on the host); rows that join
-    // after the forward bring their prefill's logits. [max_rows] each, the candidates
-    // [max_rows, candidate_capacity].
+    // after the forward bring their prefill's logits. On that backend rows with top-p and
+    // no top-k take candidates too (nucleus_row), while those hold their nucleus (generate.c's
+    // rule: a step where a row's fall short copies the logits, and the row asks for more from
+    // then on, Sequence.nucleus_k). [max_rows] each, the candidates [max_rows,
+    // candidate_capacity].
     int backend_rows;
     enum { BACKEND_GREEDY, BACKEND_CANDIDATES, BACKEND_WHOLE_ROWS } backend_mode;
     int *greedy_tokens, *drawn_tokens;
@@ -88,7 +95,8 @@ struct ContinuousBatch {
     int *candidate_k, *candidate_counts, *candidate_ids;
     int candidate_capacity;
     float *candidate_values;
-    double *candidate_lse;
+    double *candidate_lse, *candidate_scaled_lse;
+    bool *nucleus_row;
 };
 
 ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const ContinuousOptions *options) {
@@ -111,6 +119,8 @@ ContinuousBatch *continuous_batch_new(Model *model, int max_rows, const Continuo
     batch->candidate_k = xmalloc((size_t)max_rows * sizeof(int));
     batch->candidate_counts = xmalloc((size_t)max_rows * sizeof(int));
     batch->candidate_lse = xmalloc((size_t)max_rows * sizeof(double));
+    batch->candidate_scaled_lse = xmalloc((size_t)max_rows * sizeof(double));
+    batch->nucleus_row = xmalloc((size_t)max_rows * sizeof(bool));
     // Both extend cached rows: the backend must attend from new slots to the cache's type.
     if (!kv_cache_can_extend(model)) batch->options.prompt_cache_rows = 0, batch->options.prefill_chunk = 0;
     CHECK(batch->options.prefill_chunk >= 0, "a prefill chunk of %d tokens", batch->options.prefill_chunk);
@@ -137,7 +147,8 @@ void continuous_batch_free(ContinuousBatch *batch) {
     free(batch->greedy_tokens), free(batch->greedy_logprobs), free(batch->inverse_temperature);
     free(batch->sampling_logprobs), free(batch->uniforms), free(batch->drawn_tokens), free(batch->drawn_logprobs);
     free(batch->candidate_k), free(batch->candidate_counts), free(batch->candidate_ids);
-    free(batch->candidate_values), free(batch->candidate_lse);
+    free(batch->candidate_values), free(batch->candidate_lse), free(batch->candidate_scaled_lse);
+    free(batch->nucleus_row);
     free(batch);
 }
 
@@ -248,6 +259,7 @@ static void start_sequence(ContinuousBatch *batch, int at, const SequenceOptions
     const int V = batch->model->config.vocab_size;
     Sequence *sequence = &batch->sequences[at];
     sequence->options = *options;
+    sequence->nucleus_k = 0;
     const int top = sequence->options.top_logprobs < V ? sequence->options.top_logprobs : V;
     generated_row_alloc(&sequence->out, sequence->options.max_new_tokens, top);
     sampler_scratch_init(&sequence->scratch, V);
@@ -543,19 +555,25 @@ static bool is_stop_token(const ContinuousOptions *options, int token) {
 // allows it (the struct's comment), else false and the caller copies the logits.
 static bool picks_on_backend(ContinuousBatch *batch, int rows) {
     const int V = batch->model->config.vocab_size;
-    bool all_greedy = true, any_greedy = false, by_candidates = true, whole_rows = batch->model->ops->samples_whole_rows;
+    const bool on_backend = batch->model->ops->samples_whole_rows;
+    bool all_greedy = true, any_greedy = false, by_candidates = true, whole_rows = on_backend, any_nucleus = false;
     int largest_k = 1;
     for (int r = 0; r < rows; r++) {
-        const Sequence *sequence = &batch->sequences[r];
+        Sequence *sequence = &batch->sequences[r];
         const SamplerConfig *sampler = &sequence->options.sampler;
         const bool greedy = sampler->temperature <= 0.0f;
         if (sequence->json || sequence->options.top_logprobs > 0) return false;
+        const bool nucleus = on_backend && !greedy && !sampler_keeps_top_k(sampler, V) && sampler_keeps_top_p(sampler);
+        if (nucleus && sequence->nucleus_k == 0) sequence->nucleus_k = generate_nucleus_candidates(0, V);
+        if (nucleus && sequence->nucleus_k < 0) return false; // (too wide a nucleus: the host samples)
+        batch->nucleus_row[r] = nucleus;
+        any_nucleus = any_nucleus || nucleus;
         all_greedy = all_greedy && greedy;
         any_greedy = any_greedy || greedy;
-        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
+        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V) || nucleus);
         whole_rows = whole_rows && (greedy || sampler_samples_whole_row(sampler, V));
         batch->inverse_temperature[r] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
-        batch->candidate_k[r] = greedy ? 1 : sampler->top_k;
+        batch->candidate_k[r] = greedy ? 1 : nucleus ? sequence->nucleus_k : sampler->top_k;
         if (batch->candidate_k[r] > largest_k) largest_k = batch->candidate_k[r];
     }
     if (all_greedy) {
@@ -584,9 +602,23 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         batch->candidate_ids = xmalloc((size_t)batch->max_rows * capacity * sizeof(int));
         batch->candidate_values = xmalloc((size_t)batch->max_rows * capacity * sizeof(float));
     }
-    return model_last_candidates(batch->model, batch->inverse_temperature, batch->candidate_k,
-                                 batch->candidate_capacity, batch->candidate_counts, batch->candidate_ids,
-                                 batch->candidate_values, batch->candidate_lse);
+    if (!model_last_candidates(batch->model, batch->inverse_temperature, batch->candidate_k, batch->candidate_capacity,
+                               batch->candidate_counts, batch->candidate_ids, batch->candidate_values,
+                               batch->candidate_lse, any_nucleus ? batch->candidate_scaled_lse : NULL))
+        return false;
+    bool held = true;
+    for (int r = 0; r < rows; r++) {
+        Sequence *sequence = &batch->sequences[r];
+        if (!batch->nucleus_row[r] ||
+            sampler_candidates_hold_nucleus(batch->candidate_values + (long)r * batch->candidate_capacity,
+                                            batch->candidate_counts[r], batch->candidate_scaled_lse[r],
+                                            &sequence->options.sampler))
+            continue;
+        held = false; // the row's next steps ask for more (the buffers grow then)
+        sequence->nucleus_k = generate_nucleus_candidates(sequence->nucleus_k, V);
+    }
+    if (!held) batch->stats.nucleus_misses++;
+    return held;
 }
 
 // Sample, report, retire, then the decode forward of the rows left.
@@ -612,6 +644,11 @@ static void decode_step(ContinuousBatch *batch) {
                 picked = (SampledToken){.token = batch->drawn_tokens[r],
                                         .logprob = batch->drawn_logprobs[r],
                                         .sampling_logprob = batch->sampling_logprobs[r]};
+            else if (batch->nucleus_row[r])
+                picked = sampler_pick_nucleus_candidates(batch->candidate_values + first, batch->candidate_ids + first,
+                                                         batch->candidate_counts[r], batch->candidate_lse[r],
+                                                         batch->candidate_scaled_lse[r], &sequence->options.sampler, u,
+                                                         &sequence->scratch);
             else
                 picked = sampler_pick_candidates(batch->candidate_values + first, batch->candidate_ids + first,
                                                  batch->candidate_counts[r], batch->candidate_lse[r],

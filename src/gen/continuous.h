@@ -128,6 +128,7 @@ typedef struct {
     long prompt_cache_hits;      // prompts that continued a stored sequence
     long prompt_tokens_reused;   // their tokens taken from the store (not computed)
     long backend_picked_tokens;  // tokens picked from the backend's results, not from copied logits
+    long nucleus_misses;         // steps whose top-p rows' candidates fell short of a nucleus (logits copied)
     int capacity_slots; // the KV cache's slots per row now
 } ContinuousStats;
 void continuous_batch_stats(const ContinuousBatch *batch, ContinuousStats *stats);

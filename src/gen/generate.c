@@ -166,25 +166,33 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     // greedy rows take their token and its log-prob from model_last_greedy, and rows sampled
     // with top-k (greedy ones beside them as top-k 1) their top-k candidates and
     // log-normaliser from model_last_candidates, instead of the B x V logits (12.6 MB a step
-    // at batch 64 of a 49k vocabulary) and a pass over each on the host. Rows that sample the
-    // whole vocabulary (no top-k, no top-p) take their draw from model_last_sampled where the
-    // backend samples whole rows (the GPU; OpsBackend.samples_whole_rows), greedy ones beside
-    // them their model_last_greedy token; elsewhere, and for top-p without top-k, the host
-    // samples the copied row.
+    // at batch 64 of a 49k vocabulary) and a pass over each on the host. Where the backend
+    // samples where the logits are (the GPU; OpsBackend.samples_whole_rows), so do rows
+    // with top-p and no top-k, from their largest logits while those hold the nucleus
+    // (sampler_candidates_hold_nucleus; a step where a row's fall short copies the logits,
+    // and the row asks for more from then on, up to a most: generate_nucleus_candidates,
+    // nucleus_k); and rows that sample the
+    // whole vocabulary take their draw from model_last_sampled, greedy ones beside them
+    // their model_last_greedy token. Elsewhere the host samples the copied row.
     const bool host_reads_logits = options->constraint || top_count > 0;
+    const bool on_backend = model->ops->samples_whole_rows;
     bool all_greedy = !host_reads_logits, by_candidates = !host_reads_logits;
-    bool whole_rows = !host_reads_logits && model->ops->samples_whole_rows;
+    bool whole_rows = !host_reads_logits && on_backend;
     int largest_k = 1;
     float *inverse_temperature = xmalloc((size_t)B * sizeof(float));
     int *candidate_k = xmalloc((size_t)B * sizeof(int));
+    int *nucleus_k = xcalloc((size_t)B, sizeof(int)); // a top-p row's candidates (0: not such a row)
+    bool any_nucleus = false;
     for (int b = 0; b < B; b++) {
         const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
         const bool greedy = sampler->temperature <= 0.0f;
+        if (on_backend && !greedy && !sampler_keeps_top_k(sampler, V) && sampler_keeps_top_p(sampler))
+            nucleus_k[b] = generate_nucleus_candidates(0, V), any_nucleus = true;
         all_greedy = all_greedy && greedy;
-        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V));
+        by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V) || nucleus_k[b] > 0);
         whole_rows = whole_rows && (greedy || sampler_samples_whole_row(sampler, V));
         inverse_temperature[b] = greedy ? 1.0f : 1.0f / sampler->temperature; // as the sampler scales
-        candidate_k[b] = greedy ? 1 : sampler->top_k;
+        candidate_k[b] = greedy ? 1 : nucleus_k[b] > 0 ? nucleus_k[b] : sampler->top_k;
         if (candidate_k[b] > largest_k) largest_k = candidate_k[b];
     }
     whole_rows = whole_rows && !all_greedy; // (all greedy: model_last_greedy alone)
@@ -194,7 +202,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         greedy_row[b] = (options->row_samplers ? &options->row_samplers[b] : &options->sampler)->temperature <= 0.0f;
         any_greedy_row = any_greedy_row || greedy_row[b];
     }
-    const int candidate_capacity = generate_candidate_capacity(largest_k, V);
+    int candidate_capacity = generate_candidate_capacity(largest_k, V);
     int *greedy_tokens = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(int)) : NULL;
     float *greedy_logprobs = all_greedy || any_greedy_row ? xmalloc((size_t)B * sizeof(float)) : NULL;
     // model_last_sampled's inputs and outputs
@@ -204,12 +212,13 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     float *sampling_logprobs = whole_rows ? xmalloc((size_t)B * sizeof(float)) : NULL;
     int *candidate_counts = NULL, *candidate_ids = NULL;
     float *candidate_values = NULL;
-    double *candidate_lse = NULL;
+    double *candidate_lse = NULL, *candidate_scaled_lse = NULL;
     if (by_candidates && !all_greedy) {
         candidate_counts = xmalloc((size_t)B * sizeof(int));
         candidate_ids = xmalloc((size_t)B * candidate_capacity * sizeof(int));
         candidate_values = xmalloc((size_t)B * candidate_capacity * sizeof(float));
         candidate_lse = xmalloc((size_t)B * sizeof(double));
+        if (any_nucleus) candidate_scaled_lse = xmalloc((size_t)B * sizeof(double));
     }
     bool *done = xcalloc((size_t)B, sizeof(bool));
     SamplerScratch *scratch = xmalloc((size_t)B * sizeof(SamplerScratch));
@@ -248,11 +257,38 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
         const bool unmasked = step >= options->min_new_tokens || options->num_stop_tokens == 0;
         const bool on_device = all_greedy && step > 0 && unmasked;
         bool on_candidates = candidate_counts && step > 0 && unmasked;
+        for (int b = 0; b < B; b++) // (a top-p row too wide for candidates: the host samples)
+            on_candidates = on_candidates && (done[b] || nucleus_k[b] >= 0);
         bool on_whole_rows = whole_rows && step > 0 && unmasked;
         if (on_device) model_last_greedy(model, greedy_tokens, greedy_logprobs);
-        else if (on_candidates)
+        else if (on_candidates) {
             on_candidates = model_last_candidates(model, inverse_temperature, candidate_k, candidate_capacity,
-                                                  candidate_counts, candidate_ids, candidate_values, candidate_lse);
+                                                  candidate_counts, candidate_ids, candidate_values, candidate_lse,
+                                                  candidate_scaled_lse);
+            bool held = true; // every unfinished top-p row's nucleus among its candidates
+            for (int b = 0; on_candidates && b < B; b++) {
+                const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
+                if (done[b] || nucleus_k[b] <= 0 ||
+                    sampler_candidates_hold_nucleus(candidate_values + (long)b * candidate_capacity,
+                                                    candidate_counts[b], candidate_scaled_lse[b], sampler))
+                    continue;
+                held = false; // this step from the copied logits, the row's next ones from more candidates
+                nucleus_k[b] = generate_nucleus_candidates(nucleus_k[b], V);
+                if (nucleus_k[b] > candidate_k[b]) candidate_k[b] = nucleus_k[b];
+                if (candidate_k[b] > largest_k) largest_k = candidate_k[b];
+            }
+            if (on_candidates && !held) {
+                on_candidates = false;
+                local_stats.nucleus_misses++;
+                const int grown = generate_candidate_capacity(largest_k, V);
+                if (grown > candidate_capacity) {
+                    candidate_capacity = grown;
+                    free(candidate_ids), free(candidate_values);
+                    candidate_ids = xmalloc((size_t)B * candidate_capacity * sizeof(int));
+                    candidate_values = xmalloc((size_t)B * candidate_capacity * sizeof(float));
+                }
+            }
+        }
         if (on_whole_rows) { // the same uniform number as the host's sampler would take
             for (int b = 0; b < B; b++)
                 uniforms[b] = generate_uniform(options->row_seeds ? options->row_seeds[b] : options->seed,
@@ -262,6 +298,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             if (on_whole_rows && any_greedy_row) model_last_greedy(model, greedy_tokens, greedy_logprobs);
         }
         if (step > 0 && !on_device && !on_candidates && !on_whole_rows) model_last_logits(model, logits);
+        if (on_device || on_candidates || on_whole_rows)
+            for (int b = 0; b < B; b++) local_stats.backend_picked_tokens += !done[b];
 #pragma omp parallel for schedule(static)
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
@@ -278,6 +316,10 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
                     picked = (SampledToken){.token = drawn_tokens[b],
                                             .logprob = drawn_logprobs[b],
                                             .sampling_logprob = sampling_logprobs[b]};
+                else if (nucleus_k[b] > 0)
+                    picked = sampler_pick_nucleus_candidates(candidate_values + first, candidate_ids + first,
+                                                             candidate_counts[b], candidate_lse[b],
+                                                             candidate_scaled_lse[b], sampler, u, &scratch[b]);
                 else
                     picked = sampler_pick_candidates(candidate_values + first, candidate_ids + first,
                                                      candidate_counts[b], candidate_lse[b], sampler, u, &scratch[b]);
@@ -356,8 +398,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     free(json), free(mask);
     free(greedy_tokens), free(greedy_logprobs), free(uniforms), free(sampling_logprobs);
     free(greedy_row), free(drawn_tokens), free(drawn_logprobs);
-    free(inverse_temperature), free(candidate_k);
-    free(candidate_counts), free(candidate_ids), free(candidate_values), free(candidate_lse);
+    free(inverse_temperature), free(candidate_k), free(nucleus_k);
+    free(candidate_counts), free(candidate_ids), free(candidate_values), free(candidate_lse), free(candidate_scaled_lse);
     free(scratch), free(logits), free(next), free(done), free(tokens), free(row_start), free(masked_logits), free(limit);
     kv_cache_free(&cache, model);
 }

@@ -69,6 +69,12 @@ typedef struct {
     double decode_seconds;   // every decode step, sampling included
     int decode_steps;        // forward passes after the prefill
     long generated_tokens;   // over all rows
+    // Tokens picked from the backend's results (model_last_greedy, _candidates, _sampled),
+    // not from copied logits
+    long backend_picked_tokens;
+    // Steps whose top-p rows' candidates fell short of a nucleus, so that their logits were
+    // copied (generate_nucleus_candidates)
+    int nucleus_misses;
 } GenerateStats;
 
 typedef struct {
@@ -106,6 +112,19 @@ void generated_row_append(GeneratedRow *row, const float *logits, int V, Sampled
 // whole logits.
 static inline int generate_candidate_capacity(int largest_k, int V) {
     return 2 * largest_k + 16 < V ? 2 * largest_k + 16 : V;
+}
+
+// How many candidates a row sampled with top-p and no top-k asks model_last_candidates for,
+// where the backend samples where the logits are (OpsBackend.samples_whole_rows: the GPU;
+// sampler_candidates_hold_nucleus): 64 at first (previous 0); after a step whose candidates
+// fell short of the row's nucleus (that step copies the logits) four times as many, up to
+// 4096 (and V - 1); short at the most, -1: the row's nucleus is too wide for candidates,
+// and the host samples its copied logits from then on.
+static inline int generate_nucleus_candidates(int previous, int V) {
+    const int most = 4096 < V - 1 ? 4096 : V - 1;
+    if (previous >= most) return -1;
+    const int k = previous > 0 ? 4 * previous : 64;
+    return k < most ? k : most;
 }
 
 double generate_uniform(uint64_t seed, uint64_t row_id, int step);

@@ -59,10 +59,22 @@ static bool sorts_no_later(int v, int last, const uint32_t *keys) {
     return keys[v] < keys[last] || (keys[v] == keys[last] && v <= last);
 }
 
+// The probability mass of a row outside its top-p candidates (sampler_candidates_hold_nucleus):
+// 1 - the candidates' probabilities, each scaled as kept_set scales it, in [0, 1].
+static double mass_outside(const float *values, int count, double scaled_lse, const SamplerConfig *config) {
+    const float inv_temperature = 1.0f / config->temperature;
+    double inside = 0;
+    for (int i = 0; i < count; i++) inside += exp((double)(values[i] * inv_temperature) - scaled_lse);
+    return inside < 1.0 ? 1.0 - inside : 0.0;
+}
+
 // Fills scratch->indices with the kept tokens (ascending index) and scratch->values with
 // their scaled logits; returns how many. Also returns the log-normaliser over them.
+// scaled_lse: NAN where the logits are the whole row or its top-k candidates; else they are
+// a row's top-p candidates (sampler_pick_nucleus_candidates), scaled_lse the whole scaled
+// row's log-normaliser, and top-p's walk starts with the mass outside them.
 static int kept_set(const float *logits, int V, const SamplerConfig *config, SamplerScratch *s,
-                    double *log_normaliser) {
+                    double *log_normaliser, double scaled_lse) {
     const float inv_temperature = 1.0f / config->temperature;
     float *scaled = s->values;
     for (int v = 0; v < V; v++) scaled[v] = logits[v] * inv_temperature;
@@ -79,9 +91,16 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
     // likely up) stays <= 1 - top_p; the most likely token always stays.
     if (sampler_keeps_top_p(config) && count > 1) {
         sort_descending(s->indices, count, scaled, s);
-        double max_value = scaled[s->indices[0]], total = 0;
-        for (int i = 0; i < count; i++) total += exp(scaled[s->indices[i]] - max_value);
-        double tail = 0;
+        // Each token's probability is exp(scaled - max_value) / total: over the given logits,
+        // or for top-p candidates over the whole row, whose other tokens come first from the
+        // least likely up.
+        double max_value = scaled[s->indices[0]], total = 0, tail = 0;
+        if (isnan(scaled_lse)) {
+            for (int i = 0; i < count; i++) total += exp(scaled[s->indices[i]] - max_value);
+        } else {
+            max_value = scaled_lse, total = 1.0;
+            tail = mass_outside(logits, V, scaled_lse, config);
+        }
         int keep = count;
         for (int i = count - 1; i > 0; i--) {
             tail += exp(scaled[s->indices[i]] - max_value) / total;
@@ -114,7 +133,7 @@ int sampler_argmax(const float *logits, int V) {
 // sampler_pick's choice, with the log-normaliser of the model's whole row given: the
 // logits may be a row's candidates only (sampler_pick_candidates), token an index into them.
 static SampledToken pick(const float *logits, int V, const SamplerConfig *config, double uniform,
-                         SamplerScratch *scratch, double lse) {
+                         SamplerScratch *scratch, double lse, double scaled_lse) {
     CHECK(scratch->vocab_size >= V, "sampler scratch too small");
     SampledToken out = {0};
     if (config->temperature <= 0.0f) {
@@ -125,7 +144,7 @@ static SampledToken pick(const float *logits, int V, const SamplerConfig *config
         return out;
     }
     double log_normaliser;
-    int count = kept_set(logits, V, config, scratch, &log_normaliser);
+    int count = kept_set(logits, V, config, scratch, &log_normaliser, scaled_lse);
     // Walk the kept tokens in index order until the cumulative probability passes u.
     double cumulative = 0;
     int chosen = scratch->indices[count - 1];
@@ -145,7 +164,7 @@ static SampledToken pick(const float *logits, int V, const SamplerConfig *config
 
 SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *config, double uniform,
                           SamplerScratch *scratch) {
-    return pick(logits, V, config, uniform, scratch, log_sum_exp(logits, V));
+    return pick(logits, V, config, uniform, scratch, log_sum_exp(logits, V), NAN);
 }
 
 // Every token the full row's top-k keeps is a candidate, and only those: the k-th largest of
@@ -153,7 +172,25 @@ SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *confi
 // the walk in id order is the walk in candidate order.
 SampledToken sampler_pick_candidates(const float *values, const int *ids, int count, double lse,
                                      const SamplerConfig *config, double uniform, SamplerScratch *scratch) {
-    SampledToken out = pick(values, count, config, uniform, scratch, lse);
+    SampledToken out = pick(values, count, config, uniform, scratch, lse, NAN);
+    out.token = ids[out.token];
+    return out;
+}
+
+// Every token outside the candidates is less likely than every candidate (they are the
+// row's largest, ties all in), so top-p's walk from the least likely up passes all of them
+// first, their mass together: it drops them all when that stays within 1 - top_p.
+bool sampler_candidates_hold_nucleus(const float *values, int count, double scaled_lse, const SamplerConfig *config) {
+    CHECK(config->temperature > 0.0f && sampler_keeps_top_p(config), "nucleus candidates for a row without top-p");
+    return isfinite(scaled_lse) && mass_outside(values, count, scaled_lse, config) <= 1.0 - config->top_p;
+}
+
+SampledToken sampler_pick_nucleus_candidates(const float *values, const int *ids, int count, double lse,
+                                             double scaled_lse, const SamplerConfig *config, double uniform,
+                                             SamplerScratch *scratch) {
+    CHECK(!sampler_keeps_top_k(config, scratch->vocab_size) && sampler_candidates_hold_nucleus(values, count, scaled_lse, config),
+          "top-p candidates that do not hold the row's nucleus (or a row with top-k)");
+    SampledToken out = pick(values, count, config, uniform, scratch, lse, scaled_lse);
     out.token = ids[out.token];
     return out;
 }
@@ -177,7 +214,7 @@ void sampler_distribution(const float *logits, int V, const SamplerConfig *confi
         return;
     }
     double log_normaliser;
-    int count = kept_set(logits, V, config, scratch, &log_normaliser);
+    int count = kept_set(logits, V, config, scratch, &log_normaliser, NAN);
     for (int i = 0; i < count; i++) {
         int v = scratch->indices[i];
         probs[v] = (float)exp(scratch->values[v] - log_normaliser);

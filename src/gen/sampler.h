@@ -59,6 +59,20 @@ SampledToken sampler_pick(const float *logits, int V, const SamplerConfig *confi
 SampledToken sampler_pick_candidates(const float *values, const int *ids, int count, double lse,
                                      const SamplerConfig *config, double uniform, SamplerScratch *scratch);
 
+// Top-p without top-k from a row's candidates, where a GPU holds the logits (gen/generate.c,
+// continuous.c): its largest logits (model_last_candidates; ids ascending, raw logits, count
+// of them, every token at least as likely as the last all in) and the scaled row's
+// log-normaliser scaled_lse (temperature applied). Whether the candidates hold the row's
+// nucleus: the mass outside them, 1 - the sum of their probabilities, is within 1 - top_p,
+// so top-p drops every other token. Then sampler_pick_nucleus_candidates picks what
+// sampler_pick would on the whole row, the mass outside and each candidate's probability
+// taken from scaled_lse (the backend's sum, ~1e-7 from the host's fp64 one: a token whose
+// cumulative mass lies that close to 1 - top_p may fall on the other side of the cut).
+bool sampler_candidates_hold_nucleus(const float *values, int count, double scaled_lse, const SamplerConfig *config);
+SampledToken sampler_pick_nucleus_candidates(const float *values, const int *ids, int count, double lse,
+                                             double scaled_lse, const SamplerConfig *config, double uniform,
+                                             SamplerScratch *scratch);
+
 // log softmax(logits)[token] (the model's own log-prob of a token sampled from a masked
 // copy of the logits), summed in double.
 float sampler_logprob(const float *logits, int V, int token);

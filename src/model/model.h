@@ -49,10 +49,13 @@ typedef struct {
     float *attn_proj, *post_attn_norm_rstd, *mlp_proj, *post_mlp_norm_rstd;
     float *lora_hidden[LORA_TARGETS]; // LoRA: scale * A x per adapter, [N, rank]
     float *dora_z[LORA_TARGETS];      // DoRA: the base result (no bias) + scale * B A x, [N, out]
-    // The last forward stored attn_norm_out, mlp_norm_out and act (ops.h's
-    // hold_stored): products are their only readers, and on a GPU they hold bf16
-    // copies instead of floats, which the backward's products read again.
+    // The last forward stored attn_norm_out, mlp_norm_out, gate, up and act (ops.h's
+    // hold_stored): products and the activation are their only readers, and on a GPU they
+    // hold bf16 copies instead of floats, which the backward reads again.
     bool inputs_stored;
+    // Those buffers are sized for their stored values only (ops.h, stored_buffer_floats):
+    // only a forward that stores may write them (model_reserve, layer_always_stores).
+    bool stored_only;
 } LayerActivations;
 
 typedef struct {
@@ -88,7 +91,7 @@ typedef struct {
     int candidate_capacity;
     float *candidate_inverse, *candidate_values;
     int *candidate_top_k, *candidate_counts, *candidate_ids;
-    double *candidate_lse;
+    double *candidate_lse, *candidate_scaled_lse;
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
     // backward scratch
@@ -406,11 +409,12 @@ void model_last_greedy(Model *model, int *tokens, float *logprobs);
 // host: the tokens whose logit scaled by inv_temperature[b] is at least the top_k[b]-th
 // largest (0 < top_k[b] < V; ties all in; top_k 1 and inv_temperature 1 for a greedy row),
 // ascending id, counts[b] of them at ids and values + b * capacity (their raw logits), and
-// lse[b], the whole row's log-normaliser (sampler_pick_candidates takes all three). Returns
-// false, with nothing defined, when a row has more than `capacity` candidates (ties): the
-// caller then takes model_last_logits.
+// lse[b], the whole row's log-normaliser (sampler_pick_candidates takes all three), and
+// when scaled_lse is not NULL scaled_lse[b], the scaled row's (top-p from the candidates:
+// sampler_candidates_hold_nucleus). Returns false, with nothing defined, when a row has
+// more than `capacity` candidates (ties): the caller then takes model_last_logits.
 bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,
-                           int *ids, float *values, double *lse);
+                           int *ids, float *values, double *lse, double *scaled_lse);
 // After a forward, on a backend that samples whole rows (OpsBackend.samples_whole_rows: the
 // GPU): each row's draw over the whole vocabulary at inv_temperature[b] and uniform[b]
 // (ops.h sample_rows: sampler_pick's rule in the backend's arithmetic), its token and its

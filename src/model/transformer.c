@@ -139,7 +139,7 @@ static void activations_free(Model *model) {
                        a->residual,   a->final_out,      a->final_mean,    a->final_rstd,    a->last_hidden,
                        a->last_logits, a->last_lse, a->sample_inverse, a->sample_uniform,
                        a->candidate_inverse, a->candidate_values, a->candidate_top_k, a->candidate_counts,
-                       a->candidate_ids, a->candidate_lse,
+                       a->candidate_ids, a->candidate_lse, a->candidate_scaled_lse,
                        a->logits,     a->lse,            a->logp_device,   a->entropy_device,
                        a->values_device, a->top1_device, a->d_resid,       a->d_norm_out,
                        a->d_hidden,   a->dqkv,
@@ -220,6 +220,25 @@ static float *alloc_floats(const OpsBackend *ops, long n) {
     return ops->alloc((size_t)n * sizeof(float));
 }
 
+// Whether every training forward of layer l stores its stored buffers (layer_stores_inputs
+// with no target), whatever the adapters' switch: a trained layer of plain float weights,
+// without adapters and without up's bias. model_reserve sizes its buffers for the stored
+// values only (ops.h, stored_buffer_floats); every condition here changes only where the
+// activations are freed (model_enable_grad, model_add_lora, quantizing).
+static bool layer_always_stores(const Model *model, int l) {
+    const LayerTensors *w = &model->weights.layers[l];
+    if (!model->grads || model->quantized || w->up_b) return false;
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if (w->lora_a[t]) return false;
+    return true;
+}
+
+// A buffer of n values that only stored forwards write (stored_only): the backend's size for
+// its stored values; else n floats.
+static float *alloc_maybe_stored(const OpsBackend *ops, long n, bool stored_only) {
+    return alloc_floats(ops, stored_only ? ops->stored_buffer_floats(n) : n);
+}
+
 void model_reserve(Model *model, int B, int T) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
@@ -247,7 +266,11 @@ void model_reserve(Model *model, int B, int T) {
     a->layers = xcalloc((size_t)sets, sizeof(LayerActivations));
     for (int s = 0; s < sets; s++) {
         LayerActivations *la = &a->layers[s];
-        la->attn_norm_out = alloc_floats(ops, N * C);
+        // Set 0 also serves every layer's KV-cache forward (layer_activations), which writes
+        // floats; the other sets of layers that always store hold their stored buffers'
+        // values only (on a GPU half the floats: about 7 GB of a 1B model's step at 8 x 1024).
+        la->stored_only = s > 0 && layer_always_stores(model, s);
+        la->attn_norm_out = alloc_maybe_stored(ops, N * C, la->stored_only);
         la->attn_norm_mean = alloc_floats(ops, N);
         la->attn_norm_rstd = alloc_floats(ops, N);
         la->qkv = alloc_floats(ops, N * (q_dim + 2 * kv_dim));
@@ -259,9 +282,11 @@ void model_reserve(Model *model, int B, int T) {
             la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
         }
         // The saved state of the layers this set serves (one layer's, or every layer's when
-        // the set is shared): a sliding window can make a layer's larger (CUDA: no fused kernel).
+        // the set is shared, as set 0 is by KV-cache forwards): a sliding window can make a
+        // layer's larger (CUDA: no fused kernel).
         long saved = 0;
-        for (int l = keep_all ? s : 0; l < (keep_all ? s + 1 : L); l++) {
+        const bool shared = !keep_all || s == 0;
+        for (int l = shared ? 0 : s; l < (shared ? L : s + 1); l++) {
             const long size = ops->attention_saved_size(B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
                                                         cfg->attn_logit_softcap, config_layer_window(cfg, l));
             if (size > saved) saved = size;
@@ -269,7 +294,7 @@ void model_reserve(Model *model, int B, int T) {
         la->attention_saved = alloc_floats(ops, saved);
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
-        la->mlp_norm_out = alloc_floats(ops, N * C);
+        la->mlp_norm_out = alloc_maybe_stored(ops, N * C, la->stored_only);
         la->mlp_norm_mean = alloc_floats(ops, N);
         la->mlp_norm_rstd = alloc_floats(ops, N);
         if (cfg->sandwich_norms) {
@@ -278,9 +303,9 @@ void model_reserve(Model *model, int B, int T) {
             la->mlp_proj = alloc_floats(ops, N * C);
             la->post_mlp_norm_rstd = alloc_floats(ops, N);
         }
-        if (cfg->mlp != MLP_GELU) la->gate = alloc_floats(ops, N * I);
-        la->up = alloc_floats(ops, N * I);
-        la->act = alloc_floats(ops, N * I);
+        if (cfg->mlp != MLP_GELU) la->gate = alloc_maybe_stored(ops, N * I, la->stored_only);
+        la->up = alloc_maybe_stored(ops, N * I, la->stored_only);
+        la->act = alloc_maybe_stored(ops, N * I, la->stored_only);
         for (int t = 0; t < LORA_TARGETS; t++)
             if (model->lora.targets & (1u << t)) {
                 la->lora_hidden[t] = alloc_floats(ops, N * model->lora_max_rank);
@@ -332,9 +357,13 @@ void model_reserve(Model *model, int B, int T) {
         a->d_att_out = alloc_floats(ops, N * q_dim);
         if (cfg->qk_norm) a->dq_raw = alloc_floats(ops, N * q_dim), a->dk_raw = alloc_floats(ops, N * kv_dim);
         if (cfg->sandwich_norms) a->d_branch = alloc_floats(ops, N * C);
-        a->d_act = alloc_floats(ops, N * I);
-        a->d_gate = alloc_floats(ops, N * I);
-        a->d_up = alloc_floats(ops, N * I);
+        // The activation's gradients are stored by the backward of a layer that stored its
+        // forward (layer_backward): their values only when every layer does.
+        bool all_store = true;
+        for (int l = 0; l < L; l++) all_store = all_store && layer_always_stores(model, l);
+        a->d_act = alloc_maybe_stored(ops, N * I, all_store);
+        a->d_gate = alloc_maybe_stored(ops, N * I, all_store);
+        a->d_up = alloc_maybe_stored(ops, N * I, all_store);
         a->d_head = alloc_floats(ops, 3 * N);
     }
 }
@@ -590,6 +619,7 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     // q, k, v and their adapters all read attn_norm_out: held (ops.h), a GPU converts it to
     // bf16 once, the norm writing the copy with it; stored when nothing else reads it.
     const bool store = layer_stores_inputs(model, l, target);
+    CHECK(store || !la->stored_only, "layer %d's buffers hold stored values only, and its forward stores none", l);
     la->inputs_stored = store;
     hold_input(ops, store, la->attn_norm_out, N * C, false);
     norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
@@ -709,8 +739,10 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     ops->matmul_input_release();
 }
 
-static LayerActivations *layer_activations(Model *model, int l) {
-    return &model->acts.layers[model->acts.keep_all_layers ? l : 0];
+// A KV-cache forward (target) uses set 0 for every layer: no backward reads its activations,
+// and the other sets may hold stored values only (model_reserve).
+static LayerActivations *layer_activations(Model *model, int l, const CacheTarget *target) {
+    return &model->acts.layers[model->acts.keep_all_layers && !target ? l : 0];
 }
 
 // A forward with a KV cache target writes the batch's keys and values into the cache; a
@@ -771,7 +803,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
         // DoRA's weight norms follow the adapters, taken while the layer's weights are in place
         // (under ZeRO-3 gathered); a KV-cache continuation keeps its cache's.
         if (!decode) lora_dora_norms(model, l);
-        layer_forward(model, l, layer_activations(model, l), a->residual + l * N * C,
+        layer_forward(model, l, layer_activations(model, l, target), a->residual + l * N * C,
                       a->residual + (l + 1) * N * C, target);
         weights_of_layer(model, l, false);
     }
@@ -1051,14 +1083,14 @@ bool model_last_sampled(Model *model, const float *inv_temperature, const double
 }
 
 bool model_last_candidates(Model *model, const float *inv_temperature, const int *top_k, int capacity, int *counts,
-                           int *ids, float *values, double *lse) {
+                           int *ids, float *values, double *lse, double *scaled_lse) {
     last_slot_logits(model);
     Activations *a = &model->acts;
     const OpsBackend *ops = model->ops;
     const int B = a->B;
     if (capacity != a->candidate_capacity) { // (one capacity for a whole generate call)
         void *old[] = {a->candidate_inverse, a->candidate_values, a->candidate_top_k,
-                       a->candidate_counts,  a->candidate_ids,    a->candidate_lse};
+                       a->candidate_counts,  a->candidate_ids,    a->candidate_lse, a->candidate_scaled_lse};
         for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
             if (old[i]) ops->free(old[i]);
         const size_t rows = (size_t)a->capacity_B;
@@ -1066,6 +1098,7 @@ bool model_last_candidates(Model *model, const float *inv_temperature, const int
         a->candidate_top_k = ops->alloc(rows * sizeof(int));
         a->candidate_counts = ops->alloc(rows * sizeof(int));
         a->candidate_lse = ops->alloc(rows * sizeof(double));
+        a->candidate_scaled_lse = ops->alloc(rows * sizeof(double));
         a->candidate_ids = ops->alloc(rows * capacity * sizeof(int));
         a->candidate_values = ops->alloc(rows * capacity * sizeof(float));
         a->candidate_capacity = capacity;
@@ -1073,12 +1106,13 @@ bool model_last_candidates(Model *model, const float *inv_temperature, const int
     ops->copy_to_device(a->candidate_inverse, inv_temperature, (size_t)B * sizeof(float));
     ops->copy_to_device(a->candidate_top_k, top_k, (size_t)B * sizeof(int));
     ops->sampling_candidates(a->candidate_counts, a->candidate_ids, a->candidate_values, a->candidate_lse,
-                             a->last_logits, a->candidate_inverse, a->candidate_top_k, B, model->config.vocab_size,
-                             capacity);
+                             scaled_lse ? a->candidate_scaled_lse : NULL, a->last_logits, a->candidate_inverse,
+                             a->candidate_top_k, B, model->config.vocab_size, capacity);
     ops->copy_to_host(counts, a->candidate_counts, (size_t)B * sizeof(int));
     for (int b = 0; b < B; b++)
         if (counts[b] > capacity) return false;
     ops->copy_to_host(lse, a->candidate_lse, (size_t)B * sizeof(double));
+    if (scaled_lse) ops->copy_to_host(scaled_lse, a->candidate_scaled_lse, (size_t)B * sizeof(double));
     ops->copy_to_host(ids, a->candidate_ids, (size_t)B * capacity * sizeof(int));
     ops->copy_to_host(values, a->candidate_values, (size_t)B * capacity * sizeof(float));
     return true;
@@ -1352,7 +1386,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     gradients_ready(model, L);
     for (int l = L - 1; l >= 0; l--) {
         const float *x_in = a->residual + l * N * C;
-        LayerActivations *la = layer_activations(model, l);
+        LayerActivations *la = layer_activations(model, l, NULL);
         weights_of_layer(model, l, true);
         // Gradient checkpointing: rebuild this layer's activations from its saved input.
         // The recomputed output equals the saved x_{l+1} bit for bit.

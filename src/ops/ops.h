@@ -271,6 +271,12 @@ typedef struct OpsBackend {
     // MARLHF_CHECK_STORED_INPUTS=1 moves a stored buffer's values aside for those readers and
     // fills the buffer with NaN (ops/cpu/stored_inputs.c), so that any other reader shows.
     void (*hold_stored)(const float *buffer, long n, bool written);
+    // The floats a buffer needs for n values when every op that writes it writes under a
+    // store (hold_stored) and only the stored values are read: n where a store keeps the
+    // floats (the CPU), half where it keeps bf16 in the buffer's own memory (the GPU, rounded
+    // up to 16 bytes; n under MARLHF_CUDA_STORED_INPUTS=0). model_reserve sizes so the
+    // buffers of the layers whose training forwards always store.
+    long (*stored_buffer_floats)(long n);
     void (*matmul_input_release)(void);
 
     // ---- rotary positions (Hugging Face "rotate half" convention) ----
@@ -443,9 +449,13 @@ typedef struct OpsBackend {
     // counts[i] <= capacity, their ids ascending and their raw logits at ids and values +
     // i * capacity; lse[i] = max + log(sum_v exp((double)(logits[i][v] - max))), the
     // sampler's log-normaliser, in fp64 (the CPU's bit for bit; the GPU's from fp32
-    // exponentials, ~1e-7 from it, as its logprob_forward's).
-    void (*sampling_candidates)(int *counts, int *ids, float *values, double *lse, const float *logits,
-                                const float *inv_temperature, const int *top_k, int N, int V, int capacity);
+    // exponentials, ~1e-7 from it, as its logprob_forward's); scaled_lse[i] (when scaled_lse
+    // is not NULL) the scaled row's, max_s + log(sum_v exp(scaled[v] - max_s)) as sample_rows
+    // sums it (fp32 exponentials in fp64 on both backends): what tells top-p whether the
+    // candidates hold a row's nucleus (gen/sampler.h, sampler_candidates_hold_nucleus).
+    void (*sampling_candidates)(int *counts, int *ids, float *values, double *lse, double *scaled_lse,
+                                const float *logits, const float *inv_temperature, const int *top_k, int N, int V,
+                                int capacity);
     // A draw from each row i of logits [N, V] scaled by inv_temperature[i], over the whole
     // vocabulary, by sampler_pick's rule (gen/sampler.c): the tokens in id order, the first
     // whose cumulative probability passes uniform[i] (the last token where rounding leaves

@@ -35,6 +35,12 @@ def gib(r):  # the most device memory the run held (bench/device_memory.h, PyTor
     return f"{r['peak_mem_gib']:.1f}" if r.get("peak_mem_gib") is not None else "n/a"
 
 
+def picked(r):  # how many of a decode run's tokens came from the device's results (bench/decode.c)
+    if "backend_picked_tokens" not in r:
+        return ""
+    return f" [{r['backend_picked_tokens']} of {r['batch'] * r['new_tokens']} picked on the device]"
+
+
 def mfu(r):
     return f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
 
@@ -58,13 +64,16 @@ for batch in (1, 64):
     m = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0)
     t = find("transformers-generate", batch=batch, temperature=0, prompt_len=args.prompt)
     sampled = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0.8)
-    whole_row = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=1, top_k=0)
+    whole_row = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=1, top_k=0, top_p=1)
+    nucleus = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0.1, top_p=0.9)
     sampled_peer = find("transformers-generate", batch=batch, temperature=0.8)
+    nucleus_peer = find("transformers-generate", batch=batch, temperature=0.1, top_p=0.9)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s ({gib(m)} vs {gib(t)} GiB) "
                  f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; "
-                 f"top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)})")
+                 f"top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)}; "
+                 f"top-p 0.9 {rate(nucleus, key)} vs {rate(nucleus_peer, key)}{picked(nucleus)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=args.long_prompt, kv_cache=kv))
               for kv in ("f32", "f16", "q8_0")]
     long_peer = find("transformers-generate", batch=batch, prompt_len=args.long_prompt)

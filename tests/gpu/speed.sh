@@ -68,6 +68,13 @@ bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches
     --temperature 0.8 --top-k 50
 bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}" \
     --temperature 1 --top-k 0
+# Top-p without top-k (session 53): each row's largest logits from the device while they hold
+# its nucleus (gen/sampler.h, sampler_candidates_hold_nucleus), else the copied row. Random
+# weights give nearly uniform rows, whose nucleus no candidates hold; at temperature 0.1 the
+# rows are peaked as a trained model's are. The line's backend_picked_tokens and
+# nucleus_misses say which path the steps took.
+bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}" \
+    --temperature 0.1 --top-p 0.9
 # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
 # tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
 for quantize in q8_0 q4_k_m q5_k_m; do
@@ -79,6 +86,8 @@ for batch in 1 64; do
         --prompt-len $short_prompt --new-tokens $short_new --device cuda
     [ "$quick" = 1 ] || peer 200 "$results" python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch \
         --prompt-len $short_prompt --new-tokens $short_new --device cuda --temperature 0.8 --top-k 50
+    [ "$quick" = 1 ] || peer 200 "$results" python3 bench/torch_gpu_decode.py --shape smollm2 --batch $batch \
+        --prompt-len $short_prompt --new-tokens $short_new --device cuda --temperature 0.1 --top-p 0.9
 done
 cat "$results" | tee -a "$log"
 # Op-by-op breakdown of the same steps (bench/ops_breakdown.c), into its own file.

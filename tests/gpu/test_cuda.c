@@ -2176,6 +2176,96 @@ static void check_generation_on_gpu(const char *label, const SamplerConfig *samp
     model_free(&mg);
 }
 
+// Buffers sized for their stored values (model_reserve, ops.h's stored_buffer_floats): a
+// trained Llama's layers after the first keep their norms' outputs, gate, up and act, and
+// the model the activation's gradients, as bf16 only, so reserving takes exactly that much
+// less device memory than with stores off (not where the CPU stands in: it keeps floats).
+// A training step, then generation with a KV cache (every layer's cache forward in set 0,
+// whose buffers stay floats), then the same step again: the same gradients; and the
+// generated tokens and log-probs are those of the same weights without gradients.
+static void test_stored_only_buffers(void) {
+    ModelConfig cfg = {0};
+    cfg.family = FAMILY_LLAMA;
+    cfg.vocab_size = 300, cfg.hidden_size = 256, cfg.num_layers = 3, cfg.num_heads = 4, cfg.num_kv_heads = 2;
+    cfg.intermediate_size = 512, cfg.max_position_embeddings = 1024, cfg.norm_eps = 1e-5f, cfg.rope_theta = 10000.0f;
+    CHECK(config_finish(&cfg, "stored-only") == 0, "%s", err_msg());
+    const int B = 2, T = 40, L = cfg.num_layers;
+    const long N = (long)B * T, C = cfg.hidden_size, I = cfg.intermediate_size;
+    Model probe;
+    model_init(&probe, &cfg, gpu, true, true);
+    const long total = probe.table.total;
+    model_free(&probe);
+    float *w = random_host(total, 0.08f);
+
+    if (!standing_in) {
+        size_t reserved[2] = {0, 0};
+        for (int stores = 0; stores < 2; stores++) {
+            ops_cuda_enable_stored_inputs(stores);
+            Model m;
+            model_init(&m, &cfg, gpu, true, false);
+            model_enable_grad(&m);
+            const size_t before = ops_cuda_memory().in_use_bytes;
+            model_reserve(&m, B, T);
+            reserved[stores] = ops_cuda_memory().in_use_bytes - before;
+            model_free(&m);
+        }
+        ops_cuda_enable_stored_inputs(true);
+        // Per set after the first: two [N, C] and three [N, I] buffers; once: three [N, I].
+        const long saved_floats = (L - 1) * (2 * (N * C - gpu->stored_buffer_floats(N * C)) +
+                                             3 * (N * I - gpu->stored_buffer_floats(N * I))) +
+                                  3 * (N * I - gpu->stored_buffer_floats(N * I));
+        EXPECT(gpu->stored_buffer_floats(N * I) == N * I / 2, "stored_buffer_floats(%ld) = %ld, want %ld", N * I,
+               gpu->stored_buffer_floats(N * I), N * I / 2);
+        EXPECT(reserved[0] - reserved[1] == (size_t)saved_floats * sizeof(float),
+               "model_reserve took %zu bytes with stores, %zu without: %zu less, want %ld", reserved[1], reserved[0],
+               reserved[0] - reserved[1], saved_floats * (long)sizeof(float));
+        printf("# stored-only buffers: model_reserve %zu bytes, %zu with stores off\n", reserved[1], reserved[0]);
+    }
+
+    Model trained, frozen;
+    model_init(&trained, &cfg, gpu, true, true);
+    model_init(&frozen, &cfg, gpu, true, true);
+    gpu->copy_to_device(trained.params, w, (size_t)total * 4);
+    gpu->copy_to_device(frozen.params, w, (size_t)total * 4);
+    int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
+    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * cfg.vocab_size) % cfg.vocab_size;
+    for (long i = 0; i < N; i++) targets[i] = (i + 1) % T ? tokens[i + 1] : -1;
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+    ModelRun first = run_model(&trained, &batch, targets);
+
+    const SamplerConfig greedy[2] = {{.temperature = 0.0f}, {.temperature = 0.0f}};
+    int p0[] = {5, 17, 200, 41, 9}, p1[] = {77, 12, 3};
+    const int *prompts[] = {p0, p1};
+    int lengths[] = {5, 3};
+    GenerateOptions gen = {.row_samplers = greedy, .max_new_tokens = 6, .seed = 3};
+    GeneratedRow rows_trained[2], rows_frozen[2];
+    generate(&trained, prompts, lengths, NULL, 2, &gen, rows_trained, NULL);
+    generate(&frozen, prompts, lengths, NULL, 2, &gen, rows_frozen, NULL);
+    for (int b = 0; b < 2; b++) {
+        bool same = rows_trained[b].length == rows_frozen[b].length;
+        for (int j = 0; same && j < rows_trained[b].length; j++)
+            same = rows_trained[b].tokens[j] == rows_frozen[b].tokens[j] &&
+                   fabsf(rows_trained[b].logprobs[j] - rows_frozen[b].logprobs[j]) <= 1e-6f;
+        EXPECT(same, "row %d: the trained model's generation differs from the same weights' without gradients", b);
+        generated_row_free(&rows_trained[b]), generated_row_free(&rows_frozen[b]);
+    }
+
+    ModelRun again = run_model(&trained, &batch, targets);
+    const long trainable = model_trainable_floats(&trained);
+    double diff = 0, norm = 0;
+    for (long i = 0; i < trainable; i++) {
+        const double d = (double)again.grads[i] - first.grads[i];
+        diff += d * d, norm += (double)first.grads[i] * first.grads[i];
+    }
+    printf("# stored-only buffers: gradients after generation vs before: %.3e relative\n", sqrt(diff / norm));
+    EXPECT(norm > 0 && sqrt(diff / norm) <= 1e-6 && fabs(again.loss - first.loss) <= 1e-6 * fabs(first.loss),
+           "the step after generation: loss %.9g vs %.9g, gradients %.3e relative apart", again.loss, first.loss,
+           sqrt(diff / norm));
+    model_run_free(&first), model_run_free(&again);
+    model_free(&trained), model_free(&frozen);
+    free(w), free(tokens), free(targets);
+}
+
 static void test_generation_on_gpu(void) {
     const SamplerConfig greedy[4] = {{.temperature = 0.0f}, {.temperature = 0.0f}, {.temperature = 0.0f},
                                      {.temperature = 0.0f}};
@@ -2192,6 +2282,78 @@ static void test_generation_on_gpu(void) {
     const SamplerConfig mixed[4] = {{.temperature = 0.0f}, {.temperature = 1.0f}, {.temperature = 0.0f},
                                     {.temperature = 0.9f}};
     check_generation_on_gpu("greedy and whole-row logprobs vs CPU forward", mixed);
+    const SamplerConfig top_p[4] = {{.temperature = 0.8f, .top_p = 0.9f}, {.temperature = 0.0f},
+                                    {.temperature = 1.0f, .top_p = 0.5f}, {.temperature = 1.5f, .top_p = 0.98f}};
+    check_generation_on_gpu("top-p logprobs vs CPU forward", top_p);
+}
+
+// Top-p without top-k where the logits are (gen/sampler.h, sampler_candidates_hold_nucleus):
+// the same tokens as the host's sampler on the same GPU logits (the run again with top log-
+// probs, which copies every row), the log-probs to 1e-5; the flat row (temperature 1.5, top-p
+// 0.98) outgrows the first 64 candidates, those steps copy the logits and later ones ask for
+// more. Where the CPU stands in, every top-p token is the host's.
+static void test_generation_on_gpu_top_p(void) {
+    Model mc, mg;
+    load_pair(&mc, &mg, "tests/fixtures/models/tiny_chat", false);
+    const int B = 4, new_tokens = 16;
+    const SamplerConfig samplers[4] = {{.temperature = 0.8f, .top_p = 0.9f}, {.temperature = 0.0f},
+                                       {.temperature = 1.0f, .top_p = 0.5f}, {.temperature = 1.5f, .top_p = 0.98f}};
+    int p0[] = {5, 17, 300, 41, 9}, p1[] = {77, 12}, p2[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const int *prompts[] = {p0, p1, p2, p0};
+    int lengths[] = {5, 2, 8, 5};
+    GenerateOptions gen = {.row_samplers = samplers, .max_new_tokens = new_tokens, .seed = 11};
+    GeneratedRow rows[4], host_rows[4];
+    GenerateStats stats, host_stats;
+    generate(&mg, prompts, lengths, NULL, B, &gen, rows, &stats);
+    gen.top_logprobs = 1; // the host reads every row's logits: its sampler picks
+    generate(&mg, prompts, lengths, NULL, B, &gen, host_rows, &host_stats);
+    double worst = 0;
+    for (int b = 0; b < B; b++) {
+        bool same = rows[b].length == host_rows[b].length;
+        for (int j = 0; same && j < rows[b].length; j++) {
+            same = rows[b].tokens[j] == host_rows[b].tokens[j];
+            worst = fmax(worst, fabs(rows[b].logprobs[j] - host_rows[b].logprobs[j]));
+            worst = fmax(worst, fabs(rows[b].sampling_logprobs[j] - host_rows[b].sampling_logprobs[j]));
+        }
+        EXPECT(same, "row %d: other tokens than the host's sampler on the same logits", b);
+        generated_row_free(&rows[b]), generated_row_free(&host_rows[b]);
+    }
+    printf("# top-p from candidates vs the host's sampler: log-probs %.3e apart; %ld of %ld tokens picked on the "
+           "device, %d steps short of a nucleus\n",
+           worst, stats.backend_picked_tokens, stats.generated_tokens, stats.nucleus_misses);
+    EXPECT(worst <= 1e-5, "top-p log-probs %.3e from the host sampler's", worst);
+    EXPECT(host_stats.backend_picked_tokens == 0, "%ld tokens picked on the device with top log-probs asked for",
+           host_stats.backend_picked_tokens);
+    if (mg.ops->samples_whole_rows)
+        EXPECT(stats.backend_picked_tokens >= stats.generated_tokens - B - (long)B * stats.nucleus_misses &&
+                   stats.backend_picked_tokens > 0 && stats.nucleus_misses >= 1,
+               "%ld of %ld tokens picked on the device, %d steps short of a nucleus", stats.backend_picked_tokens,
+               stats.generated_tokens, stats.nucleus_misses);
+    else
+        EXPECT(stats.backend_picked_tokens == 0 && stats.nucleus_misses == 0, "%ld top-p tokens picked on the CPU's backend",
+               stats.backend_picked_tokens);
+
+    // A nucleus too wide for any candidates (temperature 50: nearly uniform over the 1008
+    // tokens; top-p 0.9999 leaves out less than one token's mass): 64, 256, then 1007
+    // candidates fall short, and from the fourth step on the host samples the copied
+    // logits. The same tokens as the host's sampler throughout.
+    const SamplerConfig wide[2] = {{.temperature = 50.0f, .top_p = 0.9999f}, {.temperature = 0.0f}};
+    GenerateOptions wide_gen = {.row_samplers = wide, .max_new_tokens = 8, .seed = 13};
+    generate(&mg, prompts, lengths, NULL, 2, &wide_gen, rows, &stats);
+    wide_gen.top_logprobs = 1;
+    generate(&mg, prompts, lengths, NULL, 2, &wide_gen, host_rows, &host_stats);
+    for (int b = 0; b < 2; b++) {
+        EXPECT(rows[b].length == host_rows[b].length &&
+                   !memcmp(rows[b].tokens, host_rows[b].tokens, rows[b].length * sizeof(int)),
+               "wide nucleus row %d: other tokens than the host's sampler", b);
+        generated_row_free(&rows[b]), generated_row_free(&host_rows[b]);
+    }
+    if (mg.ops->samples_whole_rows)
+        EXPECT(stats.nucleus_misses == 3 && stats.backend_picked_tokens == 0,
+               "a nucleus too wide for candidates: %d steps short, %ld tokens picked on the device (want 3, 0)",
+               stats.nucleus_misses, stats.backend_picked_tokens);
+    model_free(&mc);
+    model_free(&mg);
 }
 
 // Continuous batching on the GPU (serve's path): sequences join a decoding batch at other
@@ -2279,7 +2441,15 @@ static void run_continuous_batch_sampled_on_gpu(const char *kv_cache, int prefil
     // are: greedy on any backend, whole-row draws (beside greedy rows too) where the backend
     // makes them (not the CPU standing in for the GPU, MARLHF_GPU_TEST_DEVICE=cpu).
     const bool all_greedy = sampler.temperature <= 0.0f && odd_sampler.temperature <= 0.0f;
-    if (all_greedy || mg.ops->samples_whole_rows)
+    // Top-p rows without top-k take candidates there too, but a step whose candidates fall
+    // short of a row's nucleus copies the logits (its rows, at most 4, picked on the host).
+    const bool nucleus = sampler_keeps_top_p(&sampler) || sampler_keeps_top_p(&odd_sampler);
+    if (nucleus && mg.ops->samples_whole_rows)
+        EXPECT(stats.backend_picked_tokens > 0 &&
+                   stats.generated_tokens - SEQUENCES - stats.backend_picked_tokens <= 4 * stats.nucleus_misses,
+               "%ld of %ld tokens picked on the device, %ld steps short of a nucleus", stats.backend_picked_tokens,
+               stats.generated_tokens, stats.nucleus_misses);
+    else if (all_greedy || mg.ops->samples_whole_rows)
         EXPECT(stats.backend_picked_tokens == stats.generated_tokens - SEQUENCES, "%ld of %ld tokens picked on the device",
                stats.backend_picked_tokens, stats.generated_tokens);
     else
@@ -2307,6 +2477,9 @@ static void test_continuous_batch_on_gpu_sampled(void) {
     const SamplerConfig whole_row = {.temperature = 1.0f, .top_p = 1.0f};
     run_continuous_batch_sampled_on_gpu("f32", 0, whole_row, whole_row);
     run_continuous_batch_sampled_on_gpu("f32", 0, whole_row, (SamplerConfig){.temperature = 0.0f});
+    // Top-p without top-k (an OpenAI request's top_p): candidates, and greedy rows beside them.
+    run_continuous_batch_sampled_on_gpu("f32", 0, (SamplerConfig){.temperature = 0.9f, .top_p = 0.9f},
+                                        (SamplerConfig){.temperature = 0.0f});
 }
 static void test_continuous_batch_on_gpu_half_cache(void) { run_continuous_batch_on_gpu("f16", 0); }
 // Chunked prefill on the GPU (--prefill-chunk through the same code: the staging cache and
@@ -2912,6 +3085,8 @@ int main(int argc, char **argv) {
     if (!standing_in) RUN_SELECTED(test_device_memory); // the CUDA backend's own count
     RUN_SELECTED(test_lora_models);
     RUN_SELECTED(test_generation_on_gpu);
+    RUN_SELECTED(test_generation_on_gpu_top_p);
+    RUN_SELECTED(test_stored_only_buffers);
     RUN_SELECTED(test_continuous_batch_on_gpu);
     RUN_SELECTED(test_continuous_batch_on_gpu_sampled);
     RUN_SELECTED(test_continuous_batch_on_gpu_half_cache);

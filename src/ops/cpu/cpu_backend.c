@@ -150,6 +150,7 @@ const OpsBackend ops_cpu = {
     .matmul_backward = cpu_stored_matmul_backward,
     .matmul_input_hold = cpu_matmul_input_hold,
     .hold_stored = cpu_hold_stored,
+    .stored_buffer_floats = cpu_stored_buffer_floats,
     .matmul_input_release = cpu_matmul_input_release,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,

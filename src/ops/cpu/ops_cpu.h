@@ -72,6 +72,7 @@ void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float 
 // MARLHF_CHECK_STORED_INPUTS=1), and the products above and the activations below reading a
 // stored input's moved values.
 void cpu_hold_stored(const float *inp, long n, bool written);
+long cpu_stored_buffer_floats(long n);
 void cpu_matmul_input_hold(const float *inp, long n);
 void cpu_matmul_input_release(void);
 // What a product or an activation reads for its input x (n floats): a stored input's moved
@@ -160,8 +161,9 @@ void cpu_logprob_forward(float *logp, float *lse, int *top1, float *entropy,
 void cpu_collision_entropy_forward(float *collision, const float *logits, int N, int V);
 void cpu_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
                      const float *inv_temperature, const double *uniform, int N, int V);
-void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
-                             const float *inv_temperature, const int *top_k, int N, int V, int capacity);
+void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, double *scaled_lse,
+                             const float *logits, const float *inv_temperature, const int *top_k, int N, int V,
+                             int capacity);
 void cpu_logprob_backward(float *logits_to_dlogits, const float *dlogp, const float *dentropy,
                           const int *targets, const float *lse, int N, int V, float softcap);
 void cpu_soft_cap_forward(float *x, long n, float cap);

@@ -47,8 +47,9 @@ void cpu_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, con
     }
 }
 
-void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
-                             const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
+void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, double *scaled_lse,
+                             const float *logits, const float *inv_temperature, const int *top_k, int N, int V,
+                             int capacity) {
 #pragma omp parallel
     {
         float *scaled = xmalloc((size_t)V * sizeof(float)), *work = xmalloc((size_t)V * sizeof(float));
@@ -63,6 +64,13 @@ void cpu_sampling_candidates(int *counts, int *ids, float *values, double *lse, 
             for (int v = 0; v < V; v++) sum += exp((double)(z[v] - max_logit));
             lse[i] = max_logit + log(sum);
             for (int v = 0; v < V; v++) scaled[v] = z[v] * inv_temperature[i];
+            if (scaled_lse) { // sample_rows' arithmetic, the GPU kernel's in one thread's order
+                float max_scaled = -INFINITY;
+                for (int v = 0; v < V; v++) max_scaled = fmaxf(max_scaled, scaled[v]);
+                double sum_scaled = 0;
+                for (int v = 0; v < V; v++) sum_scaled += (double)expf(scaled[v] - max_scaled);
+                scaled_lse[i] = max_scaled + log(sum_scaled);
+            }
             const float threshold = sampling_kth_largest(scaled, V, top_k[i], work);
             int count = 0;
             for (int v = 0; v < V; v++) {

@@ -49,6 +49,11 @@ void cuda_device_free(void *ptr) {
     CUDA_CHECK(cudaFree(ptr));
 }
 
+size_t cuda_allocation_size(const void *ptr) {
+    auto found = allocation_bytes.find(const_cast<void *>(ptr));
+    return found == allocation_bytes.end() ? 0 : found->second;
+}
+
 extern "C" OpsCudaMemory ops_cuda_memory(void) { return OpsCudaMemory{bytes_in_use.load(), bytes_peak.load()}; }
 
 extern "C" void ops_cuda_memory_reset_peak(void) { bytes_peak = bytes_in_use.load(); }
@@ -213,6 +218,7 @@ extern "C" const OpsBackend ops_cuda = {
     .matmul_backward = cuda_matmul_backward,
     .matmul_input_hold = cuda_matmul_input_hold,
     .hold_stored = cuda_hold_stored,
+    .stored_buffer_floats = cuda_stored_buffer_floats,
     .matmul_input_release = cuda_matmul_input_release,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,

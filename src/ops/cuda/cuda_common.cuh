@@ -170,6 +170,10 @@ const __nv_bfloat16 *cuda_weight_bf16(const float *weight, long n);
 const __nv_bfloat16 *cuda_activation_bf16(int slot, const float *x, long n);
 void cuda_matmul_input_hold(const float *inp, long n);
 void cuda_hold_stored(const float *inp, long n, bool written);
+long cuda_stored_buffer_floats(long n);
+// The bytes of the live device allocation that starts at ptr (cuda_device_alloc), or 0 where
+// none starts there (a view inside one).
+size_t cuda_allocation_size(const void *ptr);
 void cuda_matmul_input_release(void);
 // For an op writing `out` (n floats): the bf16 copy it should write beside it when `out` is
 // held (matmul_input_hold; the copy then counts as made), else NULL (also for `out` NULL).
@@ -317,8 +321,9 @@ void cuda_logprob_backward(float *logits_to_dlogits, const float *dlogp, const f
 // ---- sampling.cu ----
 void cuda_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, const float *logits,
                       const float *inv_temperature, const double *uniform, int N, int V);
-void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
-                              const float *inv_temperature, const int *top_k, int N, int V, int capacity);
+void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, double *scaled_lse,
+                              const float *logits, const float *inv_temperature, const int *top_k, int N, int V,
+                              int capacity);
 void cuda_soft_cap_forward(float *x, long n, float cap);
 void cuda_value_head_forward(float *values, const float *hidden, const float *weight, int N,
                              int C);

@@ -242,7 +242,20 @@ static void hold_entry(const float *inp, long n, bool copied, bool stored) {
 
 void cuda_matmul_input_hold(const float *inp, long n) { hold_entry(inp, n, false, false); }
 
+long cuda_stored_buffer_floats(long n) {
+    if (!stores_enabled) return n;
+    const long bf16_per_float = sizeof(float) / sizeof(__nv_bfloat16), floats_per_16_bytes = 16 / sizeof(float);
+    const long floats = (n + bf16_per_float - 1) / bf16_per_float;
+    return (floats + floats_per_16_bytes - 1) / floats_per_16_bytes * floats_per_16_bytes;
+}
+
 void cuda_hold_stored(const float *inp, long n, bool written) {
+    // A buffer sized for its bf16 values (stored_buffer_floats) held with stores turned off
+    // would be written as floats past its end.
+    const size_t allocated = cuda_allocation_size(inp);
+    CHECK(allocated == 0 || allocated >= (size_t)cuda_stored_buffer_floats(n) * sizeof(float),
+          "a stored buffer (hold_stored) of %zu bytes is too small for %ld values (MARLHF_CUDA_STORED_INPUTS changed "
+          "after the model sized its buffers?)", allocated, n);
     // A plain hold of a stored-and-written input would read the floats the store never wrote.
     if (stores_enabled) hold_entry(inp, n, written, true);
     else hold_entry(inp, n, false, false);

@@ -12,10 +12,11 @@ void cuda_sample_rows(int *tokens, float *logprobs, float *sampling_logprobs, co
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, const float *logits,
-                              const float *inv_temperature, const int *top_k, int N, int V, int capacity) {
+void cuda_sampling_candidates(int *counts, int *ids, float *values, double *lse, double *scaled_lse,
+                              const float *logits, const float *inv_temperature, const int *top_k, int N, int V,
+                              int capacity) {
     if (N == 0) return;
     sampling_rows::candidates_kernel<<<N, sampling_rows::THREADS, sampling_rows::SHARED_BYTES>>>(
-        counts, ids, values, lse, logits, inv_temperature, top_k, V, capacity);
+        counts, ids, values, lse, scaled_lse, logits, inv_temperature, top_k, V, capacity);
     CUDA_CHECK_LAUNCH();
 }

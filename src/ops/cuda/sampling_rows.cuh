@@ -22,7 +22,7 @@ enum { THREADS = 512, WARPS = THREADS / 32 };
 enum { SHARED_BYTES = WARPS * sizeof(double) + THREADS * sizeof(int) };
 
 static __global__ void __launch_bounds__(THREADS)
-    candidates_kernel(int *counts, int *ids, float *values, double *lse, const float *logits,
+    candidates_kernel(int *counts, int *ids, float *values, double *lse, double *scaled_lse, const float *logits,
                       const float *inv_temperature, const int *top_k, int V, int capacity) {
     DYNAMIC_SHARED(shared);
     double *double_slots = reinterpret_cast<double *>(shared);
@@ -43,6 +43,15 @@ static __global__ void __launch_bounds__(THREADS)
     double sum = 0.0;
     for (int v = threadIdx.x; v < V; v += THREADS) sum += (double)expf(z[v] - max);
     sum = block_sum_over(sum, double_slots, WARPS);
+    // The scaled row's, where asked for (top-p from the candidates): sample_kernel's sums.
+    float max_scaled = -INFINITY;
+    double sum_scaled = 0.0;
+    if (scaled_lse) { // (the same for the whole block: every thread takes the block sums)
+        for (int v = threadIdx.x; v < V; v += THREADS) max_scaled = fmaxf(max_scaled, z[v] * inverse);
+        max_scaled = block_max_over(max_scaled, float_slots, WARPS);
+        for (int v = threadIdx.x; v < V; v += THREADS) sum_scaled += (double)expf(z[v] * inverse - max_scaled);
+        sum_scaled = block_sum_over(sum_scaled, double_slots, WARPS);
+    }
 
     // The smallest key that at least k of the row's scaled logits have or are under.
     uint32_t low = 0, high = 0xffffffffu;
@@ -78,6 +87,7 @@ static __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0) {
         counts[row] = total;
         lse[row] = max + log(sum);
+        if (scaled_lse) scaled_lse[row] = max_scaled + log(sum_scaled);
     }
 }
 
