@@ -127,6 +127,10 @@ def run(args, device, result):
     cfg.use_cache = False
     with device:  # initialise the weights directly on the device
         model = LlamaForCausalLM(cfg).float().train()
+    on_gpu = device.type == "cuda"
+    # what is held after the model is made, and between steps (weights + AdamW's moments;
+    # the gradients are freed by zero_grad), beside bench/train_step.c's breakdown
+    weights_gib = round(torch.cuda.memory_allocated(device) / 2**30, 3) if on_gpu else None
     n_params = sum(p.numel() for p in model.parameters())
     print(f"# {args.shape}: {n_params:,} parameters ({n_params / 1e6:.1f}M), attn={args.attn}",
           file=sys.stderr)
@@ -147,6 +151,7 @@ def run(args, device, result):
 
     losses = [step() for _ in range(args.warmup)]
     sync(device)
+    between_gib = round(torch.cuda.memory_allocated(device) / 2**30, 3) if on_gpu else None
     t0 = time.perf_counter()
     losses += [step() for _ in range(args.steps)]
     sync(device)
@@ -163,6 +168,8 @@ def run(args, device, result):
         "loss_last": round(losses[-1].item(), 4),
         "peak_mem_gib": (round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
                          if device.type == "cuda" else None),
+        "weights_gib": weights_gib,
+        "held_between_steps_gib": between_gib,
     })
     print(f"# ln(vocab) = {math.log(cfg.vocab_size):.4f}", file=sys.stderr)
     if args.profile_steps > 0:

@@ -107,9 +107,15 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
                            .dropout = lora_dropout, .dora = use_dora};
         CHECK(model_add_lora(&model, &lora, false, 5) == 0, "%s", err_msg());
     }
+    // Where the device memory goes (GPU lines only): held after each stage, in GiB, beside
+    // bench/torch_gpu_train_step.py's weights_gib and held_between_steps_gib.
+    char held_weights[32], held_gradients[32], held_optimizer[32], held_between[32];
+    device_held_gib_json(ops, held_weights);
     model_enable_grad(&model);
+    device_held_gib_json(ops, held_gradients);
     AdamW opt;
     adamw_init(&opt, &model, adamw_default_config(0.1f));
+    device_held_gib_json(ops, held_optimizer);
     long N = (long)B * T;
     int *tokens = xmalloc(N * sizeof(int)), *targets = xmalloc(N * sizeof(int));
     for (long i = 0; i < N; i++) tokens[i] = (int)rng_below(2, 0, (uint64_t)i, (uint64_t)cfg.vocab_size);
@@ -138,6 +144,7 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
         if (step == steps - 1) loss_last = mean_loss(logp, targets, N);
         if (step == -1) loss_first = mean_loss(logp, targets, N);
     }
+    device_held_gib_json(ops, held_between); // + activations, the weights' bf16 copies, scratch
     double step_s = (forward_s + backward_s + optimizer_s) / steps;
     double flops_per_token = bench_flops_per_token(&model, T);
     double gflops = flops_per_token * N / step_s / 1e9;
@@ -147,11 +154,13 @@ static void run(const char *name, const OpsBackend *ops, int B, int T, int steps
                "\"step_ms\": %.3f, \"tflops\": %.2f, \"mfu\": %.4f, \"peak_tflops\": %.0f, \"forward_ms\": %.3f, "
                "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"loss_first\": %.4f, \"loss_last\": %.4f, "
                "\"recompute\": %s, \"flops_per_token\": %.0f, \"lora_rank\": %d, \"max_grad_norm\": %g, "
-               "\"stored_inputs\": %s, \"fused_qkv\": %s, \"peak_mem_gib\": %s}\n",
+               "\"stored_inputs\": %s, \"fused_qkv\": %s, \"peak_mem_gib\": %s, \"weights_gib\": %s, "
+               "\"with_gradients_gib\": %s, \"with_optimizer_gib\": %s, \"held_between_steps_gib\": %s}\n",
                ops->name, attention_label, name, B, T, N / step_s, step_s * 1e3, gflops / 1e3, gflops / 1e3 / peak_tflops,
                peak_tflops, forward_s / steps * 1e3, backward_s / steps * 1e3, optimizer_s / steps * 1e3,
                loss_first, loss_last, recompute ? "true" : "false", flops_per_token, lora_rank, max_grad_norm,
-               stored_inputs_setting(), model_qkv_fusion_on(ops) ? "true" : "false", device_peak_gib_json(ops, peak_text));
+               stored_inputs_setting(), model_qkv_fusion_on(ops) ? "true" : "false", device_peak_gib_json(ops, peak_text),
+               held_weights, held_gradients, held_optimizer, held_between);
         fflush(stdout);
         free(tokens), free(targets), free(logp), free(dlogp);
         adamw_free(&opt);

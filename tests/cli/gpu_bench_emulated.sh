@@ -28,8 +28,13 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 steps = [r for r in rows if "tokens_per_s" in r]
 decodes = [r for r in rows if "decode_tokens_per_s" in r]
-# every line of marlhf's says the most device memory it held, and it is some
+# every line of marlhf's says the most device memory it held, and it is some; each step's
+# breakdown grows stage by stage up to that peak (weights, + gradients, + AdamW's moments,
+# + what stays between steps)
 memory = all(isinstance(r.get("peak_mem_gib"), float) and r["peak_mem_gib"] > 0 for r in steps + decodes)
+stages = ("weights_gib", "with_gradients_gib", "with_optimizer_gib", "held_between_steps_gib", "peak_mem_gib")
+memory = memory and all(all(isinstance(r.get(k), float) for k in stages) and
+                        all(r[a] <= r[b] for a, b in zip(stages, stages[1:])) and r["weights_gib"] > 0 for r in steps)
 print(len(steps), len(decodes), "memory" if memory else "no-memory")
 PY
 }

@@ -41,6 +41,10 @@ def picked(r):  # how many of a decode run's tokens came from the device's resul
     return f" [{r['backend_picked_tokens']} of {r['batch'] * r['new_tokens']} picked on the device]"
 
 
+def held(r, key):  # a figure of a step's memory breakdown (bench/train_step.c, bench/torch_gpu_train_step.py)
+    return f"{r[key]:.1f}" if r.get(key) is not None else "n/a"
+
+
 def mfu(r):
     return f"{100 * r['mfu']:.1f}%" if "mfu" in r else "n/a"
 
@@ -58,7 +62,9 @@ for pair in args.pairs.split():
     parts.append(f"{ours} step {rate(m, tps)} tok/s MFU {mfu(m)} "
                  f"(mma-plain {rate(p, tps)}, mma-ds {rate(s, tps)}, wmma {rate(a, tps)}, unfused {rate(u, tps)}; "
                  f"q/k/v as three products {rate(three, tps)}, stores off {rate(unstored, tps)}) "
-                 f"vs pytorch {rate(t, tps)} tok/s MFU {mfu(t)}; peak memory {gib(m)} vs {gib(t)} GiB")
+                 f"vs pytorch {rate(t, tps)} tok/s MFU {mfu(t)}; peak memory {gib(m)} vs {gib(t)} GiB "
+                 f"(weights {held(m, 'weights_gib')} vs {held(t, 'weights_gib')}, between steps "
+                 f"{held(m, 'held_between_steps_gib')} vs {held(t, 'held_between_steps_gib')})")
 key = "decode_tokens_per_s"
 for batch in (1, 64):
     m = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0)

@@ -2176,13 +2176,60 @@ static void check_generation_on_gpu(const char *label, const SamplerConfig *samp
     model_free(&mg);
 }
 
+// A training step, then generation with a KV cache, then the same step again on `trained`:
+// the same loss and gradients; the generated tokens and log-probs those of `frozen`, the
+// same weights without gradients (test_stored_only_buffers).
+static void check_training_around_generation(const char *name, Model *trained, Model *frozen, int B, int T) {
+    const long N = (long)B * T;
+    const int V = trained->config.vocab_size;
+    int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
+    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * V) % V;
+    for (long i = 0; i < N; i++) targets[i] = (i + 1) % T ? tokens[i + 1] : -1;
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+    ModelRun first = run_model(trained, &batch, targets);
+
+    const SamplerConfig greedy[2] = {{.temperature = 0.0f}, {.temperature = 0.0f}};
+    int p0[] = {5, 17, 100, 41, 9, 3, 60, 8}, p1[] = {77, 12, 3};
+    const int *prompts[] = {p0, p1};
+    int lengths[] = {8, 3};
+    GenerateOptions gen = {.row_samplers = greedy, .max_new_tokens = 6, .seed = 3};
+    GeneratedRow rows_trained[2], rows_frozen[2];
+    generate(trained, prompts, lengths, NULL, 2, &gen, rows_trained, NULL);
+    generate(frozen, prompts, lengths, NULL, 2, &gen, rows_frozen, NULL);
+    for (int b = 0; b < 2; b++) {
+        bool same = rows_trained[b].length == rows_frozen[b].length;
+        for (int j = 0; same && j < rows_trained[b].length; j++)
+            same = rows_trained[b].tokens[j] == rows_frozen[b].tokens[j] &&
+                   fabsf(rows_trained[b].logprobs[j] - rows_frozen[b].logprobs[j]) <= 1e-6f;
+        EXPECT(same, "%s row %d: the trained model's generation differs from the same weights' without gradients",
+               name, b);
+        generated_row_free(&rows_trained[b]), generated_row_free(&rows_frozen[b]);
+    }
+
+    ModelRun again = run_model(trained, &batch, targets);
+    const long trainable = model_trainable_floats(trained);
+    double diff = 0, norm = 0;
+    for (long i = 0; i < trainable; i++) {
+        const double d = (double)again.grads[i] - first.grads[i];
+        diff += d * d, norm += (double)first.grads[i] * first.grads[i];
+    }
+    printf("# stored-only buffers (%s): gradients after generation vs before: %.3e relative\n", name,
+           sqrt(diff / norm));
+    EXPECT(norm > 0 && sqrt(diff / norm) <= 1e-6 && fabs(again.loss - first.loss) <= 1e-6 * fabs(first.loss),
+           "%s: the step after generation: loss %.9g vs %.9g, gradients %.3e relative apart", name, again.loss,
+           first.loss, sqrt(diff / norm));
+    model_run_free(&first), model_run_free(&again);
+    free(tokens), free(targets);
+}
+
 // Buffers sized for their stored values (model_reserve, ops.h's stored_buffer_floats): a
 // trained Llama's layers after the first keep their norms' outputs, gate, up and act, and
 // the model the activation's gradients, as bf16 only, so reserving takes exactly that much
 // less device memory than with stores off (not where the CPU stands in: it keeps floats).
 // A training step, then generation with a KV cache (every layer's cache forward in set 0,
 // whose buffers stay floats), then the same step again: the same gradients; and the
-// generated tokens and log-probs are those of the same weights without gradients.
+// generated tokens and log-probs are those of the same weights without gradients; for that
+// Llama and for Gemma 2 with a sliding window (tests/fixtures/models/gemma2_window).
 static void test_stored_only_buffers(void) {
     ModelConfig cfg = {0};
     cfg.family = FAMILY_LLAMA;
@@ -2227,43 +2274,16 @@ static void test_stored_only_buffers(void) {
     model_init(&frozen, &cfg, gpu, true, true);
     gpu->copy_to_device(trained.params, w, (size_t)total * 4);
     gpu->copy_to_device(frozen.params, w, (size_t)total * 4);
-    int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
-    for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * cfg.vocab_size) % cfg.vocab_size;
-    for (long i = 0; i < N; i++) targets[i] = (i + 1) % T ? tokens[i + 1] : -1;
-    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
-    ModelRun first = run_model(&trained, &batch, targets);
-
-    const SamplerConfig greedy[2] = {{.temperature = 0.0f}, {.temperature = 0.0f}};
-    int p0[] = {5, 17, 200, 41, 9}, p1[] = {77, 12, 3};
-    const int *prompts[] = {p0, p1};
-    int lengths[] = {5, 3};
-    GenerateOptions gen = {.row_samplers = greedy, .max_new_tokens = 6, .seed = 3};
-    GeneratedRow rows_trained[2], rows_frozen[2];
-    generate(&trained, prompts, lengths, NULL, 2, &gen, rows_trained, NULL);
-    generate(&frozen, prompts, lengths, NULL, 2, &gen, rows_frozen, NULL);
-    for (int b = 0; b < 2; b++) {
-        bool same = rows_trained[b].length == rows_frozen[b].length;
-        for (int j = 0; same && j < rows_trained[b].length; j++)
-            same = rows_trained[b].tokens[j] == rows_frozen[b].tokens[j] &&
-                   fabsf(rows_trained[b].logprobs[j] - rows_frozen[b].logprobs[j]) <= 1e-6f;
-        EXPECT(same, "row %d: the trained model's generation differs from the same weights' without gradients", b);
-        generated_row_free(&rows_trained[b]), generated_row_free(&rows_frozen[b]);
-    }
-
-    ModelRun again = run_model(&trained, &batch, targets);
-    const long trainable = model_trainable_floats(&trained);
-    double diff = 0, norm = 0;
-    for (long i = 0; i < trainable; i++) {
-        const double d = (double)again.grads[i] - first.grads[i];
-        diff += d * d, norm += (double)first.grads[i] * first.grads[i];
-    }
-    printf("# stored-only buffers: gradients after generation vs before: %.3e relative\n", sqrt(diff / norm));
-    EXPECT(norm > 0 && sqrt(diff / norm) <= 1e-6 && fabs(again.loss - first.loss) <= 1e-6 * fabs(first.loss),
-           "the step after generation: loss %.9g vs %.9g, gradients %.3e relative apart", again.loss, first.loss,
-           sqrt(diff / norm));
-    model_run_free(&first), model_run_free(&again);
+    check_training_around_generation("llama", &trained, &frozen, B, T);
     model_free(&trained), model_free(&frozen);
-    free(w), free(tokens), free(targets);
+    free(w);
+    // Gemma 2 with a 5-key window on its first layer (the unfused kernels on a GPU, whose
+    // saved state set 0 must be sized for), sandwich norms and soft caps.
+    ModelLoadOptions options = {.with_lm_head = true, .with_value_head = true};
+    CHECK(model_load(&trained, "tests/fixtures/models/gemma2_window", gpu, &options) == 0, "%s", err_msg());
+    CHECK(model_load(&frozen, "tests/fixtures/models/gemma2_window", gpu, &options) == 0, "%s", err_msg());
+    check_training_around_generation("gemma2_window", &trained, &frozen, B, T);
+    model_free(&trained), model_free(&frozen);
 }
 
 static void test_generation_on_gpu(void) {
