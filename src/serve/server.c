@@ -1052,6 +1052,13 @@ static char *metrics_text(Server *s) {
            (double)stats.prefill_chunks);
     metric(&text, &length, &capacity, "decode_steps_total", "counter", "Decode steps of the batch.",
            (double)stats.decode_steps);
+    metric(&text, &length, &capacity, "backend_picked_tokens_total", "counter",
+           "Tokens picked from the backend's results (greedy tokens, top-k or top-p candidates, whole-row draws) "
+           "instead of from copied logits.",
+           (double)stats.backend_picked_tokens);
+    metric(&text, &length, &capacity, "nucleus_misses_total", "counter",
+           "Decode steps whose top-p rows' candidates fell short of a nucleus (their logits copied instead).",
+           (double)stats.nucleus_misses);
     metric(&text, &length, &capacity, "prefill_seconds_total", "counter", "Time in prefills (chunks included).",
            stats.prefill_seconds);
     metric(&text, &length, &capacity, "decode_seconds_total", "counter", "Time in decode steps, sampling included.",

@@ -2,7 +2,8 @@
 # marlhf serve with --device cuda, on the CUDA backend's own code run on CPU threads
 # (build/marlhf_emulated, tests/emulated_cuda): the tiny chat model answering a chat request,
 # two completions at once through the continuous batch (--parallel 2), each answer's usage
-# adding up in /metrics, whose device memory gauges (ops_device_memory) count at least
+# adding up in /metrics, a top_p request whose tokens come from the device's candidates
+# (the metrics' backend picks), whose device memory gauges (ops_device_memory) count at least
 # cuBLASLt's 64 MiB workspace beside the model, the peak no less than what is held; a CPU
 # server has no such gauges; SIGTERM ends it with status 0. What test_cuda checks of the
 # continuous batch, here through HTTP and the server's threads. Built only where nvcc is
@@ -44,10 +45,26 @@ sys.exit(0 if a['choices'][0]['message']['role'] == 'assistant' and a['usage']['
     [ "$(cat "$tmp/both_1.status")" = 200 ] && [ "$(cat "$tmp/both_2.status")" = 200 ] &&
         pass serve_gpu_emulated_two_at_once ||
         fail serve_gpu_emulated_two_at_once "statuses $(cat "$tmp"/both_*.status): $(head -c 200 "$tmp/both_1.json")"
+    # top_p without top_k (gen/sampler.h, sampler_candidates_hold_nucleus): at temperature
+    # 0.2 the tiny model's rows are peaked, so its tokens after the first come from the
+    # device's candidates (/metrics: backend picks, steps short of a nucleus)
     curl -s --max-time 60 -o "$tmp/metrics.txt" "http://127.0.0.1:$port/metrics"
+    picked_before=$(metric_value backend_picked_tokens_total)
+    status=$(request POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.2, "top_p": 0.9, "seed": 3}')
+    cp "$tmp/body" "$tmp/top_p.json"
+    curl -s --max-time 60 -o "$tmp/metrics.txt" "http://127.0.0.1:$port/metrics"
+    picked_after=$(metric_value backend_picked_tokens_total) misses=$(metric_value nucleus_misses_total)
+    tokens=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['usage']['completion_tokens'])" "$tmp/top_p.json" 2> /dev/null)
+    if [ "$status" = 200 ] && [ -n "$tokens" ] && [ -n "$misses" ] &&
+        python3 -c "import sys; b, a, m, t = map(float, sys.argv[1:]); sys.exit(0 if a - b >= t - 1 - m > 0 else 1)" \
+            "$picked_before" "$picked_after" "$misses" "$tokens"; then
+        pass "serve_gpu_emulated_top_p ($((${picked_after%.*} - ${picked_before%.*})) of $tokens tokens picked on the device, $misses steps short)"
+    else
+        fail serve_gpu_emulated_top_p "status $status tokens [$tokens] picked [$picked_before -> $picked_after] misses [$misses]: $(head -c 200 "$tmp/top_p.json")"
+    fi
     held=$(metric_value device_memory_bytes) peak=$(metric_value device_memory_peak_bytes)
     answered=$(metric_value requests_answered_total)
-    if [ -n "$held" ] && [ -n "$peak" ] && [ "$answered" = 3 ] &&
+    if [ -n "$held" ] && [ -n "$peak" ] && [ "$answered" = 4 ] &&
         python3 -c "import sys; h, p = map(float, sys.argv[1:]); sys.exit(0 if 64 * 2**20 < h <= p else 1)" "$held" "$peak"; then
         pass "serve_gpu_emulated_metrics (device memory $held bytes held, $peak at most)"
     else
