@@ -362,7 +362,7 @@ void model_reserve(Model *model, int B, int T) {
         bool all_store = true;
         for (int l = 0; l < L; l++) all_store = all_store && layer_always_stores(model, l);
         a->d_act = alloc_maybe_stored(ops, N * I, all_store);
-        a->d_gate = alloc_maybe_stored(ops, N * I, all_store);
+        if (cfg->mlp != MLP_GELU) a->d_gate = alloc_maybe_stored(ops, N * I, all_store); // (GELU: no gate)
         a->d_up = alloc_maybe_stored(ops, N * I, all_store);
         a->d_head = alloc_floats(ops, 3 * N);
     }
