@@ -8,6 +8,8 @@
 //  - A row generates the same tokens alone as in a batch with other, longer or shorter,
 //    prompts (sampling at temperature 1 with top-k/top-p), and the same with 1 or 2 threads.
 //  - Rows with one prompt share its prefill and generate what they do with a prefill each.
+//  - A model that trains generates in one set of activations sized for the generation, and
+//    its training forwards after size every layer's for theirs (the same bits as without).
 //  - Rows with their own sampler, seed and length limit generate what they do alone.
 //  - top_logprobs records each step's most likely tokens: the full forward's log softmax
 //    agrees within 1e-4, most likely first; a greedy token is its first alternative, bit
@@ -211,6 +213,62 @@ static void test_shared_prefill(void) {
         for (int b = 0; b < 7; b++) generated_row_free(&shared[b]), generated_row_free(&separate[b]);
         model_free(&model);
     }
+}
+
+// A model that trains (PPO's actor) generates in one set of activations sized for the
+// generation's rows, and a training forward after it sizes every layer's set for its own
+// rows only (model_reserve_cached; before, each dimension took the larger of the two, so a
+// rollout of many rows grew every layer's set of the micro-batches after it). The
+// training step's loss and gradients are the same bits as without the generation, and the
+// generation the same tokens and log-probs as the same weights' without gradients.
+static void test_generation_between_training_steps(void) {
+    Model trained, frozen;
+    load(&trained, "tests/fixtures/models/llama");
+    load(&frozen, "tests/fixtures/models/llama");
+    model_enable_grad(&trained);
+    const int B = 2, T = 12, V = trained.config.vocab_size;
+    int tokens[2 * 12], targets[2 * 12];
+    for (int i = 0; i < B * T; i++) tokens[i] = (7 * i + 3) % V;
+    for (int i = 0; i < B * T; i++) targets[i] = (i + 1) % T ? tokens[i + 1] : -1;
+    ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+    float logp[2][2 * 12];
+    const long trainable = model_trainable_floats(&trained);
+    float *grads[2] = {xmalloc(trainable * sizeof(float)), xmalloc(trainable * sizeof(float))};
+    float dlogp[2 * 12];
+    for (int i = 0; i < B * T; i++) dlogp[i] = targets[i] >= 0 ? -1.0f : 0.0f;
+    int p[6][5] = {{5, 9, 17, 3, 44}, {60, 61, 2, 8, 9}, {1, 2, 3, 4, 5}, {9, 8, 7, 6, 5}, {11, 12, 13, 14, 15}, {4, 4, 4, 4, 4}};
+    const int *prompts[6] = {p[0], p[1], p[2], p[3], p[4], p[5]};
+    int lengths[6] = {5, 5, 5, 5, 5, 5};
+    GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 4};
+    for (int pass = 0; pass < 2; pass++) {
+        model_forward(&trained, &batch);
+        EXPECT(trained.acts.keep_all_layers && trained.acts.capacity_B == B && trained.acts.capacity_T == T,
+               "pass %d: a training forward of %d x %d in activations for %d x %d (every layer's: %d)", pass, B, T,
+               trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers);
+        model_logprobs(&trained, targets, logp[pass], NULL, NULL);
+        model_zero_grad(&trained);
+        model_backward(&trained, dlogp, NULL, NULL);
+        model_settle_gradients(&trained);
+        trained.ops->copy_to_host(grads[pass], trained.grads, trainable * sizeof(float));
+        if (pass == 1) break;
+        GeneratedRow rows[6], frozen_rows[6];
+        generate(&trained, prompts, lengths, NULL, 6, &options, rows, NULL);
+        EXPECT(!trained.acts.keep_all_layers && trained.acts.capacity_B == 6 && trained.acts.capacity_T == 5,
+               "generation of 6 x 5 in activations for %d x %d (every layer's: %d)", trained.acts.capacity_B,
+               trained.acts.capacity_T, trained.acts.keep_all_layers);
+        generate(&frozen, prompts, lengths, NULL, 6, &options, frozen_rows, NULL);
+        for (int b = 0; b < 6; b++) {
+            EXPECT(rows[b].length == frozen_rows[b].length &&
+                       !memcmp(rows[b].tokens, frozen_rows[b].tokens, rows[b].length * sizeof(int)) &&
+                       !memcmp(rows[b].logprobs, frozen_rows[b].logprobs, rows[b].length * sizeof(float)),
+                   "row %d: the training model generates otherwise than its weights without gradients", b);
+            generated_row_free(&rows[b]), generated_row_free(&frozen_rows[b]);
+        }
+    }
+    EXPECT(!memcmp(logp[0], logp[1], sizeof logp[0]), "the training forward after generation: other log-probs");
+    EXPECT(!memcmp(grads[0], grads[1], trainable * sizeof(float)), "the training step after generation: other gradients");
+    free(grads[0]), free(grads[1]);
+    model_free(&trained), model_free(&frozen);
 }
 
 // Per-row settings (marlhf serve's batches): each row of a batch generates what it does
@@ -741,6 +799,7 @@ int main(void) {
     RUN(test_kv_cache_q8_greedy);
     RUN(test_batch_composition_invariance);
     RUN(test_shared_prefill);
+    RUN(test_generation_between_training_steps);
     RUN(test_per_row_settings);
     RUN(test_top_logprobs);
     RUN(test_logits_left_on_device_match_host_sampler);

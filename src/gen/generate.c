@@ -146,7 +146,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
 
     KvCache cache;
     kv_cache_init(&cache, model, B, T0 + max_new);
-    model_reserve(model, B, T0);
+    model_reserve_cached(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
     float *masked_logits = options->min_new_tokens > 0 || options->constraint ? xmalloc((size_t)B * V * sizeof(float)) : NULL;

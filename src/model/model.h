@@ -274,8 +274,15 @@ void model_settle_gradients(const Model *model);
 // Model.gradient_hook): its layer, -1 for the token and position embeddings (the tied LM
 // head's gradient also lands in the token table), num_layers for every other global tensor.
 int model_gradient_point(const Model *model, const ParamEntry *entry);
-// Sizes activation memory for up to B rows of T slots (done once; grows if asked).
+// Sizes activation memory for up to B rows of T slots (done once; grows if asked) for the
+// forwards that a backward may follow: with gradients (and no recompute) every layer keeps
+// its activations.
 void model_reserve(Model *model, int B, int T);
+// The same for KV-cache forwards (generation), which use one layer's set for all layers:
+// activations of either layout with room serve; else one set for B x T, the training sets'
+// capacity not carried over (a rollout of many rows would otherwise size every layer's set
+// of the training micro-batches after it for them).
+void model_reserve_cached(Model *model, int B, int T);
 // Whether a layer computes q, k and v as one product where it can (no adapter on them, the
 // attention op rotating them, the weights side by side: model/transformer.c,
 // layer_fuses_qkv). UNSET: read MARLHF_FUSED_QKV at the next forward (1 on, 0 off, unset or

@@ -239,15 +239,16 @@ static float *alloc_maybe_stored(const OpsBackend *ops, long n, bool stored_only
     return alloc_floats(ops, stored_only ? ops->stored_buffer_floats(n) : n);
 }
 
-void model_reserve(Model *model, int B, int T) {
+// Activations for B x T rows, every layer's set or one (keep_all). Growing within a layout
+// keeps the larger of each size; a change of layout starts from B x T.
+static void reserve_layout(Model *model, int B, int T, bool keep_all) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     Activations *a = &model->acts;
-    bool keep_all = model->grads != NULL && !model->recompute;
     if (a->capacity_B >= B && a->capacity_T >= T && a->keep_all_layers == keep_all) return;
     if (a->capacity_B) {
-        if (a->capacity_B > B) B = a->capacity_B;
-        if (a->capacity_T > T) T = a->capacity_T;
+        if (a->keep_all_layers == keep_all && a->capacity_B > B) B = a->capacity_B;
+        if (a->keep_all_layers == keep_all && a->capacity_T > T) T = a->capacity_T;
         activations_free(model);
     }
     const long N = (long)B * T, C = cfg->hidden_size, I = cfg->intermediate_size;
@@ -366,6 +367,14 @@ void model_reserve(Model *model, int B, int T) {
         a->d_up = alloc_maybe_stored(ops, N * I, all_store);
         a->d_head = alloc_floats(ops, 3 * N);
     }
+}
+
+void model_reserve(Model *model, int B, int T) { reserve_layout(model, B, T, model->grads && !model->recompute); }
+
+void model_reserve_cached(Model *model, int B, int T) {
+    const Activations *a = &model->acts;
+    if (a->capacity_B >= B && a->capacity_T >= T) return; // (set 0 serves, whichever the layout)
+    reserve_layout(model, B, T, false);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -754,7 +763,8 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     const int B = batch->B, T = batch->T;
     const long N = (long)B * T;
     weights_pass(model, MODEL_PASS_FORWARD);
-    model_reserve(model, B, T);
+    if (target) model_reserve_cached(model, B, T);
+    else model_reserve(model, B, T);
     Activations *a = &model->acts;
     a->B = B;
     a->T = T;
