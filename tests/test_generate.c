@@ -216,7 +216,8 @@ static void test_shared_prefill(void) {
 }
 
 // A model that trains (PPO's actor) generates in one set of activations sized for the
-// generation's rows, and a training forward after it sizes every layer's set for its own
+// generation's rows, without the backward's buffers, and a training forward after it sizes
+// every layer's set (and those buffers) for its own
 // rows only (model_reserve_cached; before, each dimension took the larger of the two, so a
 // rollout of many rows grew every layer's set of the micro-batches after it). The
 // training step's loss and gradients are the same bits as without the generation, and the
@@ -242,7 +243,8 @@ static void test_generation_between_training_steps(void) {
     GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 4};
     for (int pass = 0; pass < 2; pass++) {
         model_forward(&trained, &batch);
-        EXPECT(trained.acts.keep_all_layers && trained.acts.capacity_B == B && trained.acts.capacity_T == T,
+        EXPECT(trained.acts.keep_all_layers && trained.acts.backward_buffers && trained.acts.capacity_B == B &&
+                   trained.acts.capacity_T == T,
                "pass %d: a training forward of %d x %d in activations for %d x %d (every layer's: %d)", pass, B, T,
                trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers);
         model_logprobs(&trained, targets, logp[pass], NULL, NULL);
@@ -253,9 +255,11 @@ static void test_generation_between_training_steps(void) {
         if (pass == 1) break;
         GeneratedRow rows[6], frozen_rows[6];
         generate(&trained, prompts, lengths, NULL, 6, &options, rows, NULL);
-        EXPECT(!trained.acts.keep_all_layers && trained.acts.capacity_B == 6 && trained.acts.capacity_T == 5,
-               "generation of 6 x 5 in activations for %d x %d (every layer's: %d)", trained.acts.capacity_B,
-               trained.acts.capacity_T, trained.acts.keep_all_layers);
+        EXPECT(!trained.acts.keep_all_layers && !trained.acts.backward_buffers && trained.acts.capacity_B == 6 &&
+                   trained.acts.capacity_T == 5,
+               "generation of 6 x 5 in activations for %d x %d (every layer's: %d, the backward's buffers: %d)",
+               trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers,
+               trained.acts.backward_buffers);
         generate(&frozen, prompts, lengths, NULL, 6, &options, frozen_rows, NULL);
         for (int b = 0; b < 6; b++) {
             EXPECT(rows[b].length == frozen_rows[b].length &&

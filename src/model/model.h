@@ -65,6 +65,7 @@ typedef struct {
     bool has_forward;           // a forward ran since the last backward
     bool backward_ready;        // ... and it was not a KV-cache forward
     bool keep_all_layers;       // saved per layer (else one scratch set + recompute)
+    bool backward_buffers;      // the backward's buffers (a training forward's layout, not generation's)
     int *tokens, *positions, *row_start, *targets; // device copies
     float *residual;            // [num_layers + 1][N, C]: each layer's input, then the final norm's
     LayerActivations *layers;   // num_layers entries if keep_all_layers, else 1
@@ -278,10 +279,11 @@ int model_gradient_point(const Model *model, const ParamEntry *entry);
 // forwards that a backward may follow: with gradients (and no recompute) every layer keeps
 // its activations.
 void model_reserve(Model *model, int B, int T);
-// The same for KV-cache forwards (generation), which use one layer's set for all layers:
-// activations of either layout with room serve; else one set for B x T, the training sets'
-// capacity not carried over (a rollout of many rows would otherwise size every layer's set
-// of the training micro-batches after it for them).
+// The same for KV-cache forwards (generation), which use one layer's set for all layers and
+// no backward's buffers: activations of any layout with room serve; else one set for B x T
+// without those buffers, the training layout's capacity not carried over (a rollout of many
+// rows would otherwise size every layer's set of the training micro-batches after it, and
+// the backward's buffers, for them).
 void model_reserve_cached(Model *model, int B, int T);
 // Whether a layer computes q, k and v as one product where it can (no adapter on them, the
 // attention op rotating them, the weights side by side: model/transformer.c,

@@ -239,16 +239,18 @@ static float *alloc_maybe_stored(const OpsBackend *ops, long n, bool stored_only
     return alloc_floats(ops, stored_only ? ops->stored_buffer_floats(n) : n);
 }
 
-// Activations for B x T rows, every layer's set or one (keep_all). Growing within a layout
-// keeps the larger of each size; a change of layout starts from B x T.
-static void reserve_layout(Model *model, int B, int T, bool keep_all) {
+// Activations for B x T rows: every layer's set or one (keep_all), with the backward's
+// buffers or without (backward: generation needs none). Growing within a layout keeps the
+// larger of each size; a change of layout starts from B x T.
+static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backward) {
     const ModelConfig *cfg = &model->config;
     const OpsBackend *ops = model->ops;
     Activations *a = &model->acts;
-    if (a->capacity_B >= B && a->capacity_T >= T && a->keep_all_layers == keep_all) return;
+    const bool same_layout = a->keep_all_layers == keep_all && a->backward_buffers == backward;
+    if (a->capacity_B >= B && a->capacity_T >= T && same_layout) return;
     if (a->capacity_B) {
-        if (a->keep_all_layers == keep_all && a->capacity_B > B) B = a->capacity_B;
-        if (a->keep_all_layers == keep_all && a->capacity_T > T) T = a->capacity_T;
+        if (same_layout && a->capacity_B > B) B = a->capacity_B;
+        if (same_layout && a->capacity_T > T) T = a->capacity_T;
         activations_free(model);
     }
     const long N = (long)B * T, C = cfg->hidden_size, I = cfg->intermediate_size;
@@ -258,6 +260,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all) {
     a->capacity_B = B;
     a->capacity_T = T;
     a->keep_all_layers = keep_all;
+    a->backward_buffers = backward;
     a->tokens = ops->alloc((size_t)N * sizeof(int));
     a->positions = ops->alloc((size_t)N * sizeof(int));
     a->targets = ops->alloc((size_t)N * sizeof(int));
@@ -313,8 +316,9 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all) {
                 if (model->lora.dora) la->dora_z[t] = alloc_floats(ops, N * lora_out_features(cfg, (LoraTarget)t));
             }
     }
-    if (model->lora.rank && model->grads) a->d_lora_hidden = alloc_floats(ops, N * model->lora_max_rank);
-    if (model->lora.rank && model->grads && model->lora.dropout > 0) {
+    // (LoRA's dropout and DoRA's scratch serve training passes only)
+    if (model->lora.rank && backward) a->d_lora_hidden = alloc_floats(ops, N * model->lora_max_rank);
+    if (model->lora.rank && backward && model->lora.dropout > 0) {
         // Wide enough for any adapted layer's input: the hidden size, q_proj's output (o_proj's
         // input) or the MLP's width (down_proj's input).
         long widest = C > q_dim ? C : q_dim;
@@ -333,7 +337,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all) {
         }
         a->dora_delta = alloc_floats(ops, largest);
         if (model->quantized) a->dora_base = alloc_floats(ops, largest);
-        if (model->grads) a->dora_scratch = alloc_floats(ops, N * widest);
+        if (backward) a->dora_scratch = alloc_floats(ops, N * widest);
     }
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
@@ -349,7 +353,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all) {
     a->entropy_device = alloc_floats(ops, N);
     a->values_device = alloc_floats(ops, N);
     a->top1_device = ops->alloc((size_t)N * sizeof(int));
-    if (model->grads) {
+    if (backward) {
         a->d_resid = alloc_floats(ops, N * C);
         a->d_norm_out = alloc_floats(ops, N * C);
         a->d_hidden = alloc_floats(ops, N * C);
@@ -369,12 +373,14 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all) {
     }
 }
 
-void model_reserve(Model *model, int B, int T) { reserve_layout(model, B, T, model->grads && !model->recompute); }
+void model_reserve(Model *model, int B, int T) {
+    reserve_layout(model, B, T, model->grads && !model->recompute, model->grads != NULL);
+}
 
 void model_reserve_cached(Model *model, int B, int T) {
     const Activations *a = &model->acts;
     if (a->capacity_B >= B && a->capacity_T >= T) return; // (set 0 serves, whichever the layout)
-    reserve_layout(model, B, T, false);
+    reserve_layout(model, B, T, false, false);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1335,7 +1341,7 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     const OpsBackend *ops = model->ops;
     Activations *a = &model->acts;
     CHECK(model->grads, "backward on a model without gradients (call model_enable_grad)");
-    CHECK(a->has_forward && a->backward_ready, "backward without a (non-cached) forward pass");
+    CHECK(a->has_forward && a->backward_ready && a->backward_buffers, "backward without a (non-cached) forward pass");
     const long N = (long)a->B * a->T, C = cfg->hidden_size;
     weights_pass(model, MODEL_PASS_BACKWARD);
 
