@@ -563,7 +563,7 @@ static bool picks_on_backend(ContinuousBatch *batch, int rows) {
         const SamplerConfig *sampler = &sequence->options.sampler;
         const bool greedy = sampler->temperature <= 0.0f;
         if (sequence->json || sequence->options.top_logprobs > 0) return false;
-        const bool nucleus = on_backend && !greedy && !sampler_keeps_top_k(sampler, V) && sampler_keeps_top_p(sampler);
+        const bool nucleus = on_backend && sampler_keeps_top_p_only(sampler, V);
         if (nucleus && sequence->nucleus_k == 0) sequence->nucleus_k = generate_nucleus_candidates(0, V);
         if (nucleus && sequence->nucleus_k < 0) return false; // (too wide a nucleus: the host samples)
         batch->nucleus_row[r] = nucleus;

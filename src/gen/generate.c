@@ -186,7 +186,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     for (int b = 0; b < B; b++) {
         const SamplerConfig *sampler = options->row_samplers ? &options->row_samplers[b] : &options->sampler;
         const bool greedy = sampler->temperature <= 0.0f;
-        if (on_backend && !greedy && !sampler_keeps_top_k(sampler, V) && sampler_keeps_top_p(sampler))
+        if (on_backend && sampler_keeps_top_p_only(sampler, V))
             nucleus_k[b] = generate_nucleus_candidates(0, V), any_nucleus = true;
         all_greedy = all_greedy && greedy;
         by_candidates = by_candidates && (greedy || sampler_keeps_top_k(sampler, V) || nucleus_k[b] > 0);

@@ -100,6 +100,7 @@ static int kept_set(const float *logits, int V, const SamplerConfig *config, Sam
         } else {
             max_value = scaled_lse, total = 1.0;
             tail = mass_outside(logits, V, scaled_lse, config);
+            CHECK(tail <= 1.0 - config->top_p, "top-p candidates that do not hold the row's nucleus");
         }
         int keep = count;
         for (int i = count - 1; i > 0; i--) {
@@ -185,11 +186,13 @@ bool sampler_candidates_hold_nucleus(const float *values, int count, double scal
     return isfinite(scaled_lse) && mass_outside(values, count, scaled_lse, config) <= 1.0 - config->top_p;
 }
 
+// The caller has asked sampler_candidates_hold_nucleus; kept_set checks it again from the
+// mass outside, which it sums anyway.
 SampledToken sampler_pick_nucleus_candidates(const float *values, const int *ids, int count, double lse,
                                              double scaled_lse, const SamplerConfig *config, double uniform,
                                              SamplerScratch *scratch) {
-    CHECK(!sampler_keeps_top_k(config, scratch->vocab_size) && sampler_candidates_hold_nucleus(values, count, scaled_lse, config),
-          "top-p candidates that do not hold the row's nucleus (or a row with top-k)");
+    CHECK(sampler_keeps_top_p_only(config, scratch->vocab_size) && isfinite(scaled_lse),
+          "top-p candidates for a row without top-p alone, or without the row's log-normaliser");
     SampledToken out = pick(values, count, config, uniform, scratch, lse, scaled_lse);
     out.token = ids[out.token];
     return out;

@@ -25,6 +25,10 @@ static inline bool sampler_keeps_top_p(const SamplerConfig *config) {
 static inline bool sampler_samples_whole_row(const SamplerConfig *config, int V) {
     return config->temperature > 0.0f && !sampler_keeps_top_k(config, V) && !sampler_keeps_top_p(config);
 }
+// Sampling with top-p and no top-k (sampler_candidates_hold_nucleus's rows).
+static inline bool sampler_keeps_top_p_only(const SamplerConfig *config, int V) {
+    return config->temperature > 0.0f && !sampler_keeps_top_k(config, V) && sampler_keeps_top_p(config);
+}
 
 typedef struct {
     int token;
