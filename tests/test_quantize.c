@@ -12,7 +12,13 @@
 //    dequantization gives gguf-py's floats bit for bit, and a dequantized block quantizes
 //    back to its own bytes (also every block the GGUF writer makes of the tiny Llama's
 //    weights), so a Q4_0 GGUF runs with its own bits.
-//  - QLoRA: LoRA over a Q8_0, Q4_0, Q4_1, Q5_1 or NF4 (with and without double quantization) base computes the log-probs and adapter gradients of
+//  - bf16 (--quantize bf16): rounding to nearest even as torch's .to(torch.bfloat16) rounds
+//    (tests/fixtures/quant/bf16.json, tools/make_bf16_fixture.py), every bf16 value fixed; the
+//    decode kernel (ops/cpu/matmul_bf16.c) within 1e-6 of the exact sum, each vector path the
+//    portable loop's bits, each output its input row's alone; a bf16 model the float32 model of
+//    the same values to 1e-5 of the largest logit (decode and prefill, four architectures), 2
+//    bytes a weight; SmolLM2 against transformers' float32 (agreement >= 0.98, mean <= 0.02).
+//  - QLoRA: LoRA over a Q8_0, Q4_0, Q4_1, Q5_1, NF4 (with and without double quantization) or bf16 base computes the log-probs and adapter gradients of
 //    LoRA over a float32 base holding the dequantized values (same fingerprint too; gradient
 //    checkpointing gives the same bits); its saved
 //    merged model computes what it does; its adapter reloads onto the quantized base and is
@@ -51,6 +57,8 @@
 #include "io/gguf_write.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
+#include "ops/bf16.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "ops/nf4.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
@@ -273,6 +281,198 @@ static void test_quantized_model_with_lora(void) {
     free(base_logits), free(expected), free(got);
     model_free(&base);
     model_free(&adapted);
+}
+
+// ---- bf16 (--quantize bf16, ops/bf16.h) ----
+
+// The float of 32 bits.
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// Rounding to bf16 against torch's .to(torch.bfloat16) (tests/fixtures/quant/bf16.json,
+// tools/make_bf16_fixture.py): halfway cases both ways, the largest finite values, subnormals,
+// infinities and NaN; and every bf16 value rounds back to itself.
+static void test_bf16_rounding(void) {
+    json_error_t error;
+    json_t *root = json_load_file("tests/fixtures/quant/bf16.json", 0, &error);
+    CHECK(root, "tests/fixtures/quant/bf16.json: %s", error.text);
+    json_t *cases = json_object_get(root, "cases");
+    CHECK(json_array_size(cases) > 50, "tests/fixtures/quant/bf16.json: no cases");
+    int mismatches = 0, nan_cases = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const uint32_t input = (uint32_t)json_integer_value(json_object_get(c, "float_bits"));
+        const uint16_t expected = (uint16_t)json_integer_value(json_object_get(c, "bf16_bits"));
+        const uint16_t got = bf16_round(bits_float(input));
+        // A NaN need only stay a NaN (torch 2.15 gives 0xffff for any: its sign and payload are its own).
+        const bool nan = (input & 0x7fffffffu) > 0x7f800000u;
+        nan_cases += nan;
+        const bool same = nan ? (got & 0x7fffu) > 0x7f80u && (expected & 0x7fffu) > 0x7f80u : got == expected;
+        if (!same && mismatches++ < 5)
+            printf("  %08x: got %04x, torch %04x\n", (unsigned)input, (unsigned)got, (unsigned)expected);
+    }
+    EXPECT(mismatches == 0, "%d of %zu floats round to other bf16 bits than torch's", mismatches,
+           json_array_size(cases));
+    EXPECT(nan_cases > 0, "the fixture holds no NaN");
+    json_decref(root);
+    int not_fixed = 0;
+    for (uint32_t b = 0; b < 0x10000u; b++)
+        if ((b & 0x7fffu) <= 0x7f80u) not_fixed += bf16_round(bf16_value((uint16_t)b)) != b;
+    EXPECT(not_fixed == 0, "%d bf16 values do not round back to themselves", not_fixed);
+}
+
+// A random matrix rounded to bf16 (inputs and bias float).
+static Q8Matrix random_bf16_matrix(Draws *rng, int rows, int cols) {
+    float *weight = xmalloc((size_t)rows * cols * sizeof(float));
+    fill_uniform(rng, weight, (long)rows * cols, 0.2f);
+    Q8Matrix m = {.rows = rows, .cols = cols, .type = QUANT_BF16};
+    m.bf16 = xmalloc((size_t)rows * cols * sizeof(uint16_t));
+    bf16_round_row(weight, (long)rows * cols, m.bf16);
+    free(weight);
+    return m;
+}
+
+// The decode kernel (ops/cpu/matmul_bf16.c): each vector path compiled gives the portable
+// loop's bits; the portable loop is the exact sum of the bf16 weights times the float inputs to
+// float rounding (1e-6 of sum |x w|); an output has the bits of a call of its input row alone
+// (4-row chunks, rows around them); from Q8_SGEMM_MIN_ROWS rows the product goes through the
+// dequantized tiles, as close to the exact sum.
+static void test_bf16_matmul(void) {
+    Draws rng = {.seed = 31};
+    const Bf16RowDot paths[] = {bf16_row_dot_avx2, bf16_row_dot_avx512};
+    const char *names[] = {"avx2", "avx512"};
+    int paths_compared = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const Shape *s = &shapes[k];
+        Q8Matrix m = random_bf16_matrix(&rng, s->OC, s->IC);
+        float *inp = xmalloc((size_t)s->N * s->IC * sizeof(float)), *bias = xmalloc((size_t)s->OC * sizeof(float));
+        float *out = xmalloc((size_t)s->N * s->OC * sizeof(float)), *alone = xmalloc((size_t)s->OC * sizeof(float));
+        fill_uniform(&rng, inp, (long)s->N * s->IC, 3.0f);
+        fill_uniform(&rng, bias, s->OC, 1.0f);
+        inp[0] = 40.0f;
+        ops_cpu.matmul_forward_q8(out, inp, &m, s->bias ? bias : NULL, s->N, s->IC, s->OC, s->N);
+        double worst = 0;
+        long invariance_misses = 0;
+        for (int i = 0; i < s->N; i++) {
+            const float *x = inp + (long)i * s->IC;
+            for (int o = 0; o < s->OC; o++) {
+                double exact = s->bias ? bias[o] : 0.0, magnitude = fabs(exact);
+                for (int c = 0; c < s->IC; c++) {
+                    const double term = (double)x[c] * bf16_value(m.bf16[(long)o * s->IC + c]);
+                    exact += term;
+                    magnitude += fabs(term);
+                }
+                worst = fmax(worst, fabs(out[(long)i * s->OC + o] - exact) / (1e-6 * magnitude + 1e-30));
+            }
+            if (s->N < Q8_SGEMM_MIN_ROWS) { // the same row alone
+                ops_cpu.matmul_forward_q8(alone, x, &m, s->bias ? bias : NULL, 1, s->IC, s->OC, 1);
+                invariance_misses += memcmp(alone, out + (long)i * s->OC, (size_t)s->OC * sizeof(float)) != 0;
+            }
+        }
+        EXPECT(worst <= 1.0, "N %d IC %d OC %d: %.3g x the tolerance from the exact sums", s->N, s->IC, s->OC, worst);
+        EXPECT(invariance_misses == 0, "N %d IC %d OC %d: %ld rows differ from the same row alone", s->N, s->IC,
+               s->OC, invariance_misses);
+        // Every path against the portable loop, one weight row at a time, 1 to BF16_INPUTS inputs.
+        for (int p = 0; p < 2; p++) {
+            if (!paths[p]) continue;
+            for (int inputs = 1; inputs <= BF16_INPUTS && inputs <= s->N; inputs++) {
+                float portable[BF16_INPUTS], got[BF16_INPUTS];
+                long differing = 0;
+                for (int o = 0; o < s->OC; o++) {
+                    bf16_row_dot_portable(m.bf16 + (long)o * s->IC, inp, inputs, s->IC, portable, 1);
+                    paths[p](m.bf16 + (long)o * s->IC, inp, inputs, s->IC, got, 1);
+                    differing += memcmp(portable, got, (size_t)inputs * sizeof(float)) != 0;
+                }
+                EXPECT(differing == 0, "%s, IC %d, %d inputs: %ld weight rows differ from the portable loop", names[p],
+                       s->IC, inputs, differing);
+                paths_compared++;
+            }
+        }
+        free(inp), free(bias), free(out), free(alone), free(m.bf16);
+    }
+    printf("bf16 decode kernel: %s path; %d (path, shape, inputs) cases against the portable loop\n",
+           bf16_best_path_name, paths_compared);
+}
+
+// A bf16 model computes what the float32 model holding the same bf16 values computes, up to
+// summation order, for decode steps (ops/cpu/matmul_bf16.c) and prefills (dequantized tiles
+// and sgemm) on four architectures; the rounding to bf16 itself moves the logits far more. Its
+// linear weights, token table and LM head take 2 bytes each, and their float32 pages are given
+// back; loading with .quantize = "bf16" gives the same model.
+static void test_bf16_model(void) {
+    const char *paths[] = {"tests/fixtures/models/llama", "tests/fixtures/models/gpt2", "tests/fixtures/models/gemma",
+                           "tests/fixtures/models/qwen2"};
+    for (int m = 0; m < 4; m++) {
+        Model original, rounded, bf16;
+        load(&original, paths[m]);
+        load(&rounded, paths[m]);
+        ModelLoadOptions options = {.with_lm_head = true, .quantize = "bf16"};
+        CHECK(model_load(&bf16, paths[m], &ops_cpu, &options) == 0, "%s", err_msg());
+        EXPECT(strcmp(model_quantize_name(&bf16), "bf16") == 0, "%s: loaded as %s", paths[m], model_quantize_name(&bf16));
+        model_dequantize_into(&bf16, rounded.params); // the float32 model of the bf16 values
+        long weights = 0, bytes = 0;
+        for (int i = 0; i < model_base_entries(&bf16); i++) {
+            const Q8Matrix *q = quantized_matrix(&bf16, &bf16.table.entries[i]);
+            if (!q) continue;
+            EXPECT(q->type == QUANT_BF16, "%s: %s is of type %d", paths[m], bf16.table.entries[i].name, (int)q->type);
+            weights += (long)q->rows * q->cols;
+            bytes += quant_matrix_bytes(q);
+        }
+        EXPECT(weights > 0 && bytes == 2 * weights, "%s: %ld bytes for %ld weights", paths[m], bytes, weights);
+        EXPECT(bf16.quantized->embedding.type == QUANT_BF16 && bf16.quantized->lm_head.type == QUANT_BF16,
+               "%s: the token table or the head is not bf16", paths[m]);
+
+        const int V = original.config.vocab_size, steps = 6;
+        const long n = (long)steps * 2 * V;
+        float *expected = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float)), *unrounded = xmalloc(n * sizeof(float));
+        decode_logits(&rounded, expected, steps);
+        decode_logits(&bf16, got, steps);
+        decode_logits(&original, unrounded, steps);
+        double largest = 0;
+        for (long i = 0; i < n; i++) largest = fmax(largest, fabs(expected[i]));
+        const double decode_error = test_max_abs_diff(got, expected, n), rounding = test_max_abs_diff(expected, unrounded, n);
+
+        const int B = 3, T = 12; // a prefill-sized batch: the tiles' sgemm
+        int *tokens = xmalloc((size_t)B * T * sizeof(int));
+        for (int i = 0; i < B * T; i++) tokens[i] = (5 * i + 1) % V;
+        ModelBatch batch = {.B = B, .T = T, .tokens = tokens};
+        float *a = xmalloc((size_t)V * sizeof(float)), *b = xmalloc((size_t)V * sizeof(float));
+        model_forward(&rounded, &batch);
+        model_logits_row(&rounded, B * T - 1, a);
+        model_forward(&bf16, &batch);
+        model_logits_row(&bf16, B * T - 1, b);
+        const double prefill_error = test_max_abs_diff(b, a, V);
+        printf("%s: bf16 logits within %.3g (decode) and %.3g (prefill) of float32 holding the bf16 values; the "
+               "rounding to bf16 moves them %.3g (largest %.3g)\n", paths[m], decode_error, prefill_error, rounding,
+               largest);
+        EXPECT(decode_error <= 1e-5 * largest && prefill_error <= 1e-5 * largest,
+               "%s: bf16 logits %.3g (decode), %.3g (prefill) from the float32 model of the same values", paths[m],
+               decode_error, prefill_error);
+        EXPECT(rounding > 100 * 1e-5 * largest, "%s: rounding to bf16 moved the logits only %.3g", paths[m], rounding);
+
+        // Quantized after loading: the same model, bit for bit.
+        Model after;
+        load(&after, paths[m]);
+        CHECK(model_quantize(&after, "bf16") == 0, "%s", err_msg());
+        model_forward(&after, &batch);
+        model_logits_row(&after, B * T - 1, a);
+        EXPECT(memcmp(a, b, (size_t)V * sizeof(float)) == 0, "%s: bf16 after loading is another model", paths[m]);
+        model_free(&after);
+        // The float32 copies are given back (the whole pages inside a layer's MLP weight).
+        const LayerTensors *w = &bf16.weights.layers[0];
+        const long numel = (long)bf16.config.intermediate_size * bf16.config.hidden_size;
+        const long page_floats = sysconf(_SC_PAGESIZE) / (long)sizeof(float);
+        long nonzero = 0;
+        for (long i = page_floats; i < numel - page_floats; i++) nonzero += w->up_w[i] != 0.0f;
+        EXPECT(nonzero == 0, "%s: %ld float32 weights of up_proj still there", paths[m], nonzero);
+        free(tokens), free(a), free(b), free(expected), free(got), free(unrounded);
+        model_free(&original);
+        model_free(&rounded);
+        model_free(&bf16);
+    }
 }
 
 // ---- Q4_0 ----
@@ -653,8 +853,8 @@ static void check_qlora_against_float(const char *type, bool dora, double dropou
 }
 
 static void test_qlora_matches_dequantized_float(void) {
-    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1"};
-    for (int k = 0; k < 6; k++) check_qlora_against_float(types[k], false, 0.0);
+    const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "bf16"};
+    for (int k = 0; k < 7; k++) check_qlora_against_float(types[k], false, 0.0);
 }
 
 // QDoRA: DoRA's magnitudes and weight norms from the dequantized base (ops dequantize_rows),
@@ -772,11 +972,35 @@ static void test_smollm2_nf4_decode(void) {
     json_decref(reference);
 }
 
+// SmolLM2 with bf16 weights: its Q4_1 file's values rounded to bf16, against transformers'
+// float32 of those values, token by token.
+static void test_smollm2_bf16_decode(void) {
+    json_t *reference = smollm2_reference();
+    Model model;
+    if (smollm2_load(&model, "bf16") != 0) {
+        json_decref(reference);
+        return;
+    }
+    double agreement, mean, worst;
+    smollm2_decode_agreement(&model, reference, &agreement, &mean, &worst);
+    printf("smollm2 bf16 decode vs transformers float32: top-1 agreement %.4f, |log-prob difference| mean %.3g, "
+           "max %.3g\n", agreement, mean, worst);
+    // Measured: 0.9907, mean 0.0102, max 0.0864 (Q8_0: 0.925, 0.082, 0.57).
+    if (smollm2_figures_checked("test_smollm2_bf16_decode"))
+        EXPECT(agreement >= 0.98 && mean <= 0.02, "top-1 agreement %.4f, mean |log-prob difference| %.3g", agreement,
+               mean);
+    model_free(&model);
+    json_decref(reference);
+}
+
 int main(void) {
     RUN(test_q8_block_roundtrip);
     RUN(test_q8_matmul_arithmetic);
     RUN(test_quantized_model);
     RUN(test_quantized_model_with_lora);
+    RUN(test_bf16_rounding);
+    RUN(test_bf16_matmul);
+    RUN(test_bf16_model);
     RUN(test_q4_block_matches_gguf);
     RUN(test_nf4_matches_bitsandbytes);
     RUN(test_qlora_matches_dequantized_float);
@@ -785,5 +1009,6 @@ int main(void) {
     RUN(test_smollm2_quantized_decode);
     RUN(test_smollm2_q4_0_decode);
     RUN(test_smollm2_nf4_decode);
+    RUN(test_smollm2_bf16_decode);
     TEST_EXIT();
 }

@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "io/gguf.h"
 #include "io/gguf_quantize.h"
+#include "ops/bf16.h"
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
@@ -18,7 +19,8 @@
 #include "ops/q8.h"
 
 // Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m", "q4_1", "q5_1"};
+static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m", "q4_1", "q5_1",
+                                          "bf16"};
 
 int quantize_type_check(const char *type, const char *option) {
     for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
@@ -60,6 +62,7 @@ int quantized_begin(Model *model, const char *type) {
                                  : strcmp(type, "q5_k_m") == 0 ? QUANT_Q5_K
                                  : strcmp(type, "q4_1") == 0   ? QUANT_Q4_1
                                  : strcmp(type, "q5_1") == 0   ? QUANT_Q5_1
+                                 : strcmp(type, "bf16") == 0   ? QUANT_BF16
                                                                : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
@@ -111,6 +114,7 @@ static void matrix_array_bytes(const Q8Matrix *m, size_t bytes[MATRIX_ARRAYS]) {
     const size_t blocks = n / (m->type == QUANT_NF4 ? NF4_BLOCK : Q8_BLOCK);
     bytes[0] = quant_is_kquant(m->type) ? (size_t)m->rows * (size_t)kquant_row_bytes(m->type, m->cols)
                : m->type == QUANT_Q8_0  ? n
+               : m->type == QUANT_BF16  ? n * sizeof(uint16_t)
                                         : n / 2;
     bytes[1] = m->scales ? blocks * sizeof(float) : 0;
     bytes[2] = m->scale_codes ? blocks : 0;
@@ -171,6 +175,13 @@ void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bo
         gguf_quantize(file_type, weight, blocks, rows * cols);
         quantized_hold_gguf_blocks(ops, matrix, file_type, blocks, rows, cols);
         free(blocks);
+        return;
+    }
+    if (type == QUANT_BF16) {
+        *matrix = (Q8Matrix){.rows = (int)rows, .cols = (int)cols, .type = QUANT_BF16};
+        matrix->bf16 = ops_cpu.alloc((size_t)(rows * cols) * sizeof(uint16_t));
+        bf16_round_row(weight, rows * cols, matrix->bf16);
+        quantized_to_backend(ops, matrix);
         return;
     }
     matrix->rows = (int)rows;
@@ -242,11 +253,13 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     // The token table and the LM head stay Q8_0 under q4_0 and nf4, as llama.cpp keeps its
     // output tensor above 4 bits in a Q4_0 model (and bitsandbytes' Linear4bit leaves the
     // embedding and lm_head of a QLoRA model unquantized): on SmolLM2 (tied) a 4-bit head
-    // costs most of the accuracy (docs/quantization.md).
+    // costs most of the accuracy (docs/quantization.md). Under bf16 they are bf16 too, as in a
+    // Hugging Face model loaded in bf16.
     ModelQuantized *q = model->quantized;
     if (q->type == QUANT_Q4_K || q->type == QUANT_Q5_K) k_mix_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
     else {
-        const QuantType type = matrix == &q->embedding || matrix == &q->lm_head ? QUANT_Q8_0 : q->type;
+        const bool table_or_head = matrix == &q->embedding || matrix == &q->lm_head;
+        const QuantType type = table_or_head && q->type != QUANT_BF16 ? QUANT_Q8_0 : q->type;
         quantize_matrix(model->ops, matrix, type, q->double_quant, weight, entry->shape[0], entry->shape[1]);
     }
     release_pages(weight, entry->numel);
@@ -317,6 +330,7 @@ const char *model_quantize_name(const Model *model) {
     case QUANT_Q5_K: return "q5_k_m";
     case QUANT_Q4_1: return "q4_1";
     case QUANT_Q5_1: return "q5_1";
+    case QUANT_BF16: return "bf16";
     case QUANT_NF4:
         if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
         return model->quantized->double_quant ? "nf4" : "nf4-single";

@@ -2,9 +2,11 @@
 // blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum), NF4 (`--quantize
 // nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h) or llama.cpp's Q4_K_M and
 // Q5_K_M mixes of K-quants (`--quantize q4_k_m`, `q5_k_m`, ops/kquant.h: a Q2_K - Q6_K GGUF
-// tensor keeps the file's own bytes, any other matrix is quantized by the mix's rule)
-// on generate, chat, serve and infer, and under LoRA training (sft, rm, dpo, kto; ppo's
-// --actor-quantize / --critic-quantize).
+// tensor keeps the file's own bytes, any other matrix is quantized by the mix's rule), or
+// bf16 (`--quantize bf16`: 2 bytes a weight, no blocks; a bf16 checkpoint loses nothing)
+// on generate, chat, serve and infer, for PPO's frozen models (--reference-quantize,
+// --reward-quantize), and under LoRA training (sft, rm, dpo, kto; ppo's --actor-quantize /
+// --critic-quantize).
 // Every linear layer and the LM head compute from quantized copies of their weights, and the
 // token embedding is looked up in a quantized table (a row dequantized per token), as
 // llama.cpp runs a Q8_0 or Q4_0 model. The float32 copies of those weights are given back to
@@ -35,14 +37,15 @@ typedef struct {
 } QuantizedLayer;
 
 // The names --quantize takes (quantize_type_check), for option help and errors.
-#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m, q5_k_m, q4_1 or q5_1"
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m, q5_k_m, q4_1, q5_1 or bf16"
 
 typedef struct ModelQuantized {
     QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4);
                             // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c);
                             // QUANT_Q5_K: the q5_k_m mix (Q5_K for Q4_K; model/quantize_q4_k_m.c);
                             // QUANT_Q4_1, QUANT_Q5_1: q4_1, q5_1 (a GGUF tensor of a held type keeps
-                            // its own bytes, as under q4_k_m; table and head Q8_0 from floats)
+                            // its own bytes, as under q4_k_m; table and head Q8_0 from floats);
+                            // QUANT_BF16: bf16, the table and head bf16 as well
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
     QuantizedLayer *layers; // [num_layers]
@@ -62,13 +65,14 @@ bool quantize_requested(const char *type);
 const char *quantize_default(const char *asked, const char *model_path);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
-    QUANTIZE_TYPES ": the model's weights in 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
+    QUANTIZE_TYPES ": the model's weights in 16, 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
                    "a GGUF of Q2_K - Q6_K tensors runs with its own bits, q4_k_m, anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
 // float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m" (llama.cpp's K-quant
-// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum). Returns 0, or -1
+// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum) or "bf16" (every
+// weight rounded to bfloat16, the token table and LM head too: ops/bf16.h). Returns 0, or -1
 // with err_set() naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 

@@ -49,6 +49,11 @@
 //    nibbles, Q5_1's fifth bits in high_bits, the half-float d in scales and the half-float m
 //    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
+//  - QUANT_BF16: no blocks and no scales: bf16[r*cols + c] is the weight's bfloat16 (ops/bf16.h,
+//    rounded to nearest even), 2 bytes a weight. Not a quantization in the sense of the others --
+//    a bf16 checkpoint keeps every bit -- but held and multiplied through the same paths: a
+//    frozen model (PPO's reference and reward models, a LoRA base) in a quarter of its float32
+//    memory, and on a GPU in a third of what a float weight and its bf16 copy take.
 #define Q8_BLOCK 32
 
 // How matmul_backward writes a gradient: added into it, as every other backward op adds
@@ -61,15 +66,16 @@ typedef enum { WRITE_ADD, WRITE_OVERWRITE } WriteMode;
 enum { OPS_HELD_INPUTS_MAX = 8 };
 
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
-               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K } QuantType;
+               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K, QUANT_BF16 } QuantType;
 typedef struct {
     int rows, cols;
     union {
         int8_t *values;    // QUANT_Q8_0: [rows * cols]
         uint8_t *nibbles;  // QUANT_Q4_0, QUANT_Q5_0, QUANT_Q4_1, QUANT_Q5_1, QUANT_NF4: [rows * cols / 2]
         uint8_t *blocks;   // the K-quants (ops/kquant.h): [rows * kquant_row_bytes(type, cols)]
+        uint16_t *bf16;    // QUANT_BF16: [rows * cols]
     };
-    float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization)
+    float *scales;  // [rows * cols / Q8_BLOCK] (NF4: [rows * cols / 64], or NULL with double quantization; BF16: NULL)
     QuantType type;
     // QUANT_NF4 with double quantization only: a code per block of 64, an absmax per 256 blocks.
     uint8_t *scale_codes;

@@ -7,6 +7,7 @@
 
 #include "io/gguf_write.h"
 #include "io/gguf_dequant.h"
+#include "ops/bf16.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/q5.h"
@@ -72,6 +73,11 @@ void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float
         q4_1_q5_1_dequantize_rows(matrix, first, count, out);
         return;
     }
+    if (matrix->type == QUANT_BF16) {
+        const uint16_t *values = matrix->bf16 + first * (long)matrix->cols;
+        for (long i = 0; i < count * (long)matrix->cols; i++) out[i] = bf16_value(values[i]);
+        return;
+    }
     const long cols = matrix->cols, blocks = cols / Q8_BLOCK;
     for (long i = 0; i < count; i++) {
         const long r = first + i;
@@ -108,6 +114,7 @@ long quant_matrix_bytes(const Q8Matrix *matrix) {
     case QUANT_Q6_K:
     case QUANT_Q3_K:
     case QUANT_Q2_K: return matrix->rows * kquant_row_bytes(matrix->type, matrix->cols);
+    case QUANT_BF16: return n * (long)sizeof(uint16_t);
     case QUANT_NF4: {
         const long nf4_blocks = n / NF4_BLOCK;
         return n / 2 + (matrix->scales ? nf4_blocks * (long)sizeof(float)

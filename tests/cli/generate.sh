@@ -256,6 +256,17 @@ f32=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 "$que
 q8=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --quantize q8_0 "$question" 2>/dev/null)
 python3 -c "import json, sys; a, b = (json.loads(x) for x in sys.argv[1:]); sys.exit(0 if a['response'] == b['response'] == 'The capital of France is Paris.' and a['ids'] == b['ids'] and a['logprobs'] != b['logprobs'] else 1)" \
     "$q8" "$f32" 2> /dev/null && pass generate_quantize_q8_0 || fail generate_quantize_q8_0 "$q8"
+# --quantize bf16: the weights (the file's Q4_1 values as floats) rounded to bfloat16, the
+# decode steps through ops/cpu/matmul_bf16.c. The same answer, token for token, and log-probs
+# within a few hundredths of the float32 ones but not equal to them (the bf16 path ran).
+bf16=$("$bin" generate --model "$model" --chat --greedy --max-new-tokens 40 --quantize bf16 "$question" 2>/dev/null)
+python3 - "$bf16" "$f32" <<'PY' && pass generate_quantize_bf16 || fail generate_quantize_bf16 "$bf16"
+import json, sys
+b, f = (json.loads(x) for x in sys.argv[1:])
+moved = max(abs(x - y) for x, y in zip(b["logprobs"], f["logprobs"]))
+print(f"  bf16: {len(b['ids'])} tokens, log-probs at most {moved:.4f} from float32's", file=sys.stderr)
+sys.exit(0 if b["ids"] == f["ids"] and b["response"] == f["response"] and 0 < moved <= 0.05 else 1)
+PY
 # The quantized model gives its float32 weights back: peak memory of the same generation
 # (measured 406 MB against 770 MB; the GGUF file's pages and the activations stay). Not
 # under AddressSanitizer, whose allocator, shadow memory and quarantine decide the peak.

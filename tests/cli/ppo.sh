@@ -57,6 +57,20 @@ print(f"  first iteration: score {f32['train/score']} -> {q8['train/score']}, kl
 sys.exit(0 if ok else 1)
 PY
     pass frozen_models_quantized || fail frozen_models_quantized "$(tail -n 3 "$tmp/q8_frozen.err")"
+# The same two models in bf16: the scores and the KL move by bf16's rounding of the weights
+# (measured: score -0.7296 -> -0.7327, KL -0.0011; the mean KL of one rollout is not ordered by
+# the weights' error: Q8_0's, larger, gave -0.0008).
+run bf16_frozen --termination-condition fixed --ngram 5 --max-iterations 1 --reference-quantize bf16 --reward-quantize bf16
+python3 - "$tmp/fixed5/metrics.jsonl" "$tmp/q8_frozen/metrics.jsonl" "$tmp/bf16_frozen/metrics.jsonl" <<'PY' &&
+import json, sys
+f32, q8, bf16 = ([json.loads(l) for l in open(p) if '"train/score"' in l][0] for p in sys.argv[1:])
+moved = abs(bf16["train/score"] - f32["train/score"])
+print(f"  bf16: score {f32['train/score']} -> {bf16['train/score']} (q8_0 {q8['train/score']}), kl {bf16['train/kl']} "
+      f"(q8_0 {q8['train/kl']})", file=sys.stderr)
+ok = 0 < moved <= 0.05 and 0 < abs(bf16["train/kl"]) < 0.01
+sys.exit(0 if ok else 1)
+PY
+    pass frozen_models_bf16 || fail frozen_models_bf16 "$(tail -n 3 "$tmp/bf16_frozen.err")"
 expect_error bad_reward_quantize "--reward-quantize" "$bin" ppo "${common[@]}" --output "$tmp/x" --reward-quantize q4
 expect_error reference_quantize_actor_base "--reference-quantize" "$bin" ppo "${common[@]}" --output "$tmp/x" \
     --actor-lora-rank 4 --reference-quantize q8_0

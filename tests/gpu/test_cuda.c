@@ -2549,6 +2549,7 @@ static Q8Matrix quantized_on(const OpsBackend *ops, const char *type, const floa
                                  : !strcmp(type, "q4_0")  ? QUANT_Q4_0
                                  : !strcmp(type, "q4_1")  ? QUANT_Q4_1
                                  : !strcmp(type, "q5_1")  ? QUANT_Q5_1
+                                 : !strcmp(type, "bf16")  ? QUANT_BF16
                                                           : QUANT_Q8_0;
     quantize_matrix(ops, &m, quant_type, !strcmp(type, "nf4"), weights, rows, cols);
     return m;
@@ -2570,7 +2571,7 @@ static bool kquant_name(const char *type) { return type[0] == 'q' && type[2] == 
 // The K-quants take rows of whole super-blocks (256): their shapes' IC are 256, 512, 768, 8192.
 static void test_quantized_ops(void) {
     static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1",
-                                  "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
+                                  "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "bf16"};
     const int shapes[][3] = {{257, 192, 200}, {3, 64, 1000}, {1, 576, 49}, {5, 8192, 2100}};
     const int kquant_ic[] = {256, 512, 768, 8192};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
@@ -2662,7 +2663,7 @@ static void randomize_lora_b(Model *mc, Model *mg) {
 // dequantized base, agree); then QLoRA: adapters on both, a forward and every trainable
 // gradient (adapters, value head) compared, one AdamW step on each, and the forward again.
 static void test_quantized_models(void) {
-    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "q5_k_m"};
+    static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "q5_k_m", "bf16"};
     const char *dir = "tests/fixtures/models/tiny_chat";
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         Model mc, mg, mr; // mr: on bf16_rounding, quantized as the GPU's
@@ -2723,6 +2724,58 @@ static void test_quantized_models(void) {
     }
 }
 
+// --quantize bf16 on the GPU against the float model holding the same bf16 values (a bf16
+// checkpoint read as floats): the float model's products already multiply bf16 copies of its
+// weights (matmul.cu), so the two compute the same products -- log-probs of a training-sized
+// forward (cuBLASLt) within float rounding; decode-sized ones within the bf16 rounding of the
+// float model's decode inputs -- while
+// the bf16 model holds 2 bytes a weight where the float one holds 4, and 2 more for the copies
+// once it has multiplied. Measured on the device's own count (ops_device_memory).
+static void test_bf16_model_on_gpu(void) {
+    const char *dir = "tests/fixtures/models/tiny_chat";
+    ModelLoadOptions plain = {.with_lm_head = true}, bf16 = {.with_lm_head = true, .quantize = "bf16"};
+    Model mc; // the bf16 values, as floats, on the host
+    CHECK(model_load(&mc, dir, cpu, &bf16) == 0, "%s", err_msg());
+    float *values = xmalloc((size_t)mc.table.total * sizeof(float));
+    memcpy(values, mc.params, (size_t)mc.table.total * sizeof(float));
+    model_dequantize_into(&mc, values);
+    long linear = 0; // the weights held as bf16
+    for (int i = 0; i < model_base_entries(&mc); i++) {
+        const Q8Matrix *q = quantized_matrix(&mc, &mc.table.entries[i]);
+        if (q && q != &mc.quantized->lm_head) linear += (long)q->rows * q->cols; // a tied head is the table
+    }
+    size_t before = 0, peak, float_loaded = 0, bf16_loaded = 0;
+    Model mg, mb;
+    const bool counted = ops_device_memory(gpu, &before, &peak); // not by a CPU standing in
+    CHECK(model_load(&mg, dir, gpu, &plain) == 0, "%s", err_msg());
+    model_params_to_device(&mg, values, mg.table.total);
+    ops_device_memory(gpu, &float_loaded, &peak);
+    CHECK(model_load(&mb, dir, gpu, &bf16) == 0, "%s", err_msg());
+    EXPECT(!strcmp(model_quantize_name(&mb), "bf16"), "the GPU model is %s", model_quantize_name(&mb));
+    ops_device_memory(gpu, &bf16_loaded, &peak);
+    bf16_loaded -= float_loaded, float_loaded -= before;
+    const double train_error = logprobs_error(&mg, &mb, 2, 40), decode_error = logprobs_error(&mg, &mb, 1, 6);
+    printf("# bf16 on %s: log-probs %.3e (B 2 x T 40) and %.3e (B 1 x T 6) from the float model of the same values; "
+           "weights %zu bytes against %zu (%ld held as bf16)\n", gpu->name, train_error, decode_error, bf16_loaded,
+           float_loaded, linear);
+    // The training-sized products are the same cuBLASLt calls on the same bf16 operands (0 apart
+    // on the emulated device); a decode step's differ: the float model's matvec rounds its
+    // inputs to bf16 (matvec_bf16.cuh), the bf16 model's keeps them float (matvec_quantized.cuh).
+    // (A CPU standing in rounds only its float products' inputs: bf16_rounding.)
+    EXPECT(train_error <= (standing_in ? 1e-3 : TOL_FP32), "bf16 log-probs %.3e from the float model's (B 2 x T 40)",
+           train_error);
+    EXPECT(decode_error <= 1e-3, "bf16 log-probs %.3e from the float model's (B 1 x T 6)", decode_error);
+    // What the load holds: 4 bytes a float, 2 a bf16 weight (allocations rounded up a little).
+    EXPECT(!counted || (float_loaded >= (size_t)mc.table.total * 4 && bf16_loaded >= (size_t)linear * 2 &&
+                        bf16_loaded <= (size_t)(mc.table.total - linear) * 4 + (size_t)linear * 2 + 64 * 1024),
+           "loaded: float model %zu bytes, bf16 model %zu (%ld floats, %ld bf16 weights)", float_loaded, bf16_loaded,
+           mc.table.total, linear);
+    model_free(&mb);
+    model_free(&mg);
+    model_free(&mc);
+    free(values);
+}
+
 // A GGUF model with its own bits on the GPU (`quantize`: the --quantize name that keeps the
 // file's blocks): log-probs and the last position's logits against the CPU's dequantized
 // products, and the same blocks on both (the LoRA base fingerprint hashes the dequantized base).
@@ -2737,16 +2790,16 @@ static void check_gguf_model(const char *path, const char *quantize, const int *
         model_free(&mc);
         return;
     }
-    int types[QUANT_Q2_K + 1] = {0};
+    int types[QUANT_BF16 + 1] = {0};
     for (int i = 0; i < mg.table.count; i++) {
         const Q8Matrix *m = quantized_matrix(&mg, &mg.table.entries[i]);
         if (m) types[m->type]++;
     }
     // ops/ops.h QuantType order
     static const char *const type_names[] = {"Q8_0", "Q4_0", "NF4", "Q4_K", "Q6_K", "Q5_0",
-                                             "Q5_K", "Q4_1", "Q5_1", "Q3_K", "Q2_K"};
+                                             "Q5_K", "Q4_1", "Q5_1", "Q3_K", "Q2_K", "BF16"};
     printf("# %s --quantize %s on %s:", name, quantize, gpu->name);
-    for (int t = 0; t <= QUANT_Q2_K; t++)
+    for (int t = 0; t <= QUANT_BF16; t++)
         if (types[t]) printf(" %d %s", types[t], type_names[t]);
     printf("; %ld of %ld floats stored\n", mg.table.stored_total, mg.table.total);
     for (const int *t = wanted; *t >= 0; t++) EXPECT(types[*t] > 0, "%s: no matrix of type %d on the GPU", name, *t);
@@ -3032,6 +3085,7 @@ static bool selected(const char *test) {
 static void run_quantized_weight_tests(void) {
     RUN_SELECTED(test_quantized_ops);
     RUN_SELECTED(test_quantized_models);
+    RUN_SELECTED(test_bf16_model_on_gpu);
     RUN_SELECTED(test_q4_k_m_model);
     RUN_SELECTED(test_llama_cpp_models);
     RUN_SELECTED(test_qdora_on_gpu);

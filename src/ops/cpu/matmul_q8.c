@@ -1,7 +1,8 @@
-// Linear layers with quantized weights, Q8_0, Q4_0, NF4, Q4_K or Q6_K (model/quantize.h, ops/ops.h
-// Q8Matrix); NF4's decode steps have their own float kernel (ops/cpu/matmul_nf4.c), the
-// K-quants' their own integer one (ops/cpu/matmul_kquant.c); their prefills and training take
-// the dequantized tiles below.
+// Linear layers with quantized weights of every type (model/quantize.h, ops/ops.h Q8Matrix):
+// NF4's and bf16's decode steps have their own float kernels (ops/cpu/matmul_nf4.c,
+// matmul_bf16.c), the K-quants' and Q5_0's, Q5_1's, Q4_1's their own integer ones
+// (ops/cpu/matmul_kquant.c, matmul_q5.c); their prefills and training take the dequantized
+// tiles below.
 //
 // Fewer than Q8_SGEMM_MIN_ROWS input rows (decode steps): the input rows are quantized to
 // Q8_0 blocks as well, and each pair of blocks contributes its integer dot product times
@@ -29,6 +30,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "ops/cpu/matmul_kquant.h"
 #include "ops/cpu/matmul_q5.h"
 #include "ops/cpu/ops_cpu.h"
@@ -214,11 +216,6 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
     if (!q4) SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
     SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
-    // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
-    SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
-    SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
-    if (!q4) SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
-    SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
 #pragma omp parallel
     {
     int8_t *unpacked = q4 ? xmalloc((size_t)IC) : NULL; // a Q4_0 row widened to int8
@@ -281,6 +278,7 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     check_shape(weight, IC, OC);
     if (kernel_rows >= Q8_SGEMM_MIN_ROWS) matmul_q8_dequantized(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
+    else if (weight->type == QUANT_BF16) cpu_matmul_bf16(out, inp, weight, bias, N, IC, OC); // ops/cpu/matmul_bf16.c
     else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1)
         cpu_matmul_q5(out, inp, weight, bias, N, IC, OC);

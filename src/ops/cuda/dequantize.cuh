@@ -1,6 +1,6 @@
 // Quantized weights (ops/ops.h Q8Matrix: every QuantType -- Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, NF4
-// with float or double-quantized scales, a bitsandbytes FP4 code book, and llama.cpp's K-quants
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) turned back into numbers on the GPU: rows of a matrix into a
+// with float or double-quantized scales, a bitsandbytes FP4 code book, llama.cpp's K-quants
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and bf16) turned back into numbers on the GPU: rows of a matrix into a
 // bf16 tile for cuBLASLt (matmul_quantized.cu), and the quantized token table's rows into fp32 embeddings. The GPU
 // keeps the weights quantized in its memory; a product with a quantized weight dequantizes it
 // a tile at a time and multiplies in bf16 as the float model does (a decode step of a few rows
@@ -159,7 +159,8 @@ DEVICE_INLINE void block32_codes(const Q8Matrix &m, long block, int within, bool
 }
 
 // Values [index, index + 8) of the flattened matrix, index a multiple of 8. A switch over every
-// QuantType with no default: a new type is a compile warning (an error under -Werror) here.
+// QuantType with no default: a new type is a -Wswitch warning here in the emulated tests' g++
+// build (tests/test_dequantize_emulated.cpp; nvcc does not warn).
 DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_THREAD]) {
     const Q8Matrix &m = w.matrix;
     const long block = index / Q8_BLOCK; // for the types in blocks of 32
@@ -200,6 +201,9 @@ DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_TH
         for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)values[i] * scale;
         return;
     }
+    case QUANT_BF16: // the values themselves, 16 bytes (index a multiple of 8, the array 256-byte aligned)
+        load_bf16x8(out, reinterpret_cast<const bf16 *>(m.bf16 + index));
+        return;
     case QUANT_NF4: { // (or bitsandbytes FP4: another code book)
         // Byte j holds value 2j in its high nibble and value 2j + 1 in its low one.
         const float scale = block_scale(w, index / NF4_BLOCK);

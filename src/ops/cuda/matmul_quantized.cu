@@ -6,7 +6,8 @@
 // bf16 copy of a quantized weight outlives its product, and the model's float32 buffer has no
 // slot for it (model/quantize.h quantized_unstore). The price is one
 // dequantization per product, a pass over the weight that is small beside the product
-// itself for a training batch or a prefill.
+// itself for a training batch or a prefill. A bf16 weight (--quantize bf16) is its own tile:
+// cuBLASLt reads it where it is, and nothing is dequantized.
 //
 // Up to 8 input rows (a decode step, or a short training micro-batch's product alike) skip the
 // tile: matvec_quantized.cuh reads the blocks directly and accumulates in fp32, inputs unrounded.
@@ -60,6 +61,10 @@ static const __nv_bfloat16 *dequantized_tile(const dequantize::Weights &w, int f
 
 // Calls product(tile, o0, rows) for each tile of the weight's rows [o0, o0 + rows), in order.
 template <typename Product> static void for_each_tile(const Q8Matrix *weight, int IC, int OC, Product product) {
+    if (weight->type == QUANT_BF16) { // already what cuBLASLt multiplies: one tile of every row
+        product(reinterpret_cast<const __nv_bfloat16 *>(weight->bf16), 0, OC);
+        return;
+    }
     const dequantize::Weights w = weights_of(weight);
     const int step = tile_rows(IC, OC);
     for (int o0 = 0; o0 < OC; o0 += step) {
