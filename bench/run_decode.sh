@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Decode speed of SmolLM2-135M-Instruct: marlhf (f32, --quantize q8_0, q4_0 and nf4) beside
-# transformers' generate() (batch 1, 8, 32) and llama.cpp (batch 1, f32, Q8_0 and Q4_1), in
+# Decode speed of SmolLM2-135M-Instruct: marlhf (f32, --quantize bf16, q8_0, q4_0 and nf4) beside
+# transformers' generate() (f32 and bf16; batch 1, 8, 32) and llama.cpp (batch 1, f32, Q8_0 and Q4_1), in
 # one run on this machine (LONG_PROMPT=N: the KV cache types after N-token prompts, below). The peers need
 # scripts/setup-python; llama.cpp comes from the llama-cpp-python package, which pip builds
 # from source: `.venv-tools/bin/pip install llama-cpp-python`.
@@ -53,11 +53,13 @@ if [ -n "${LONG_PROMPT:-}" ]; then
     exit 0
 fi
 build/bench/decode --new "$new" --batches 1,8,32
+build/bench/decode --new "$new" --batches 1,8,32 --quantize bf16
 build/bench/decode --new "$new" --batches 1,8,32 --quantize q8_0
 build/bench/decode --new "$new" --batches 1,8,32 --quantize q4_0
 build/bench/decode --new "$new" --batches 1,8,32 --quantize nf4
 if [ -x .venv-tools/bin/python ]; then
     .venv-tools/bin/python bench/torch_decode.py --new "$new" 2> /dev/null
+    .venv-tools/bin/python bench/torch_decode.py --new "$new" --dtype bfloat16 2> /dev/null
     if .venv-tools/bin/python -c "import llama_cpp" 2> /dev/null; then
         .venv-tools/bin/python bench/llamacpp_decode.py --new "$new" 2> /dev/null | grep impl
     else

@@ -2,7 +2,8 @@
 (dequantized to float32), greedy generate() with the KV cache, a 32-token prompt per row,
 exactly --new tokens per row, batch 1, 8, 32. Decode tokens/s excludes the prefill
 (timed separately as a 1-token generate). --temperature T (> 0) samples instead, with
---top-k and --top-p as bench/decode.c takes them (top-k 0: off, as in marlhf)."""
+--top-k and --top-p as bench/decode.c takes them (top-k 0: off, as in marlhf). --dtype bfloat16
+loads the weights in bf16 (the peer of marlhf's --quantize bf16; float32 by default)."""
 import argparse
 import json
 import os
@@ -20,10 +21,12 @@ ap.add_argument("--threads", type=int, default=os.cpu_count())
 ap.add_argument("--temperature", type=float, default=0.0)
 ap.add_argument("--top-k", type=int, default=0)
 ap.add_argument("--top-p", type=float, default=1.0)
+ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 directory, name = os.path.split(os.path.abspath(args.model))
-model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32).eval()
+dtype = getattr(torch, args.dtype)
+model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=dtype).eval()
 generator = torch.Generator().manual_seed(5)
 for B in [int(b) for b in args.batches.split(",")]:
     ids = torch.randint(100, 20100, (B, args.prompt), generator=generator)
@@ -44,7 +47,7 @@ for B in [int(b) for b in args.batches.split(",")]:
     prefill = run(1)
     total = run(args.new)
     decode_tokens = B * (args.new - 1)
-    print(json.dumps({"impl": "transformers", "batch": B, "temperature": args.temperature, "top_k": args.top_k,
+    print(json.dumps({"impl": "transformers", "dtype": args.dtype, "batch": B, "temperature": args.temperature, "top_k": args.top_k,
                       "top_p": args.top_p, "decode_tokens_per_s": round(decode_tokens / (total - prefill), 1),
                       "prefill_s": round(prefill, 3), "decode_s": round(total - prefill, 3), "new_tokens": args.new,
                       "prompt": args.prompt, "threads": torch.get_num_threads()}), flush=True)
