@@ -40,7 +40,7 @@ PY
 }
 
 # The full set: 8 training steps (5 attention kernels, no clipping, stores off, q/k/v as
-# three products), 23 decode lines (4 samplers x 2 batches, 3 quantized types x 3 batches,
+# three products), 26 decode lines (4 samplers x 2 batches, 4 quantized types x 3 batches,
 # 3 KV caches x 2 batches), 4 breakdowns; the summary has a figure for each marlhf slot.
 MARLHF_GPU_TEST_DEVICE=emulated bash tests/gpu/run.sh --bench-only --logs "$tmp/full" > "$tmp/full.out" 2>&1
 rc=$?
@@ -49,7 +49,7 @@ counts=$(bench_lines "$tmp/full/bench.jsonl" 2>&1)
 breakdowns=$(grep -c modelled_step_ms "$tmp/full/ops_breakdown.jsonl" 2> /dev/null)
 # the peers' figures are n/a here; nothing else may be
 unexpected=$(echo "$summary" | sed 's/vs pytorch n\/a tok\/s MFU n\/a//g; s/vs n\/a//g' | grep -o 'n/a' | wc -l)
-if [ $rc -eq 0 ] && [ "$counts" = "8 23 memory" ] && [ "$breakdowns" = 4 ] && [ "$unexpected" = 0 ] &&
+if [ $rc -eq 0 ] && [ "$counts" = "8 26 memory" ] && [ "$breakdowns" = 4 ] && [ "$unexpected" = 0 ] &&
     [[ "$summary" == *"tiny-llama step "[0-9]*" tok/s"*"peak memory 0."[0-9]" vs n/a GiB"* ]]; then
     pass "gpu_bench_emulated_full ($counts, $breakdowns breakdowns)"
 else

@@ -76,8 +76,10 @@ for batch in (1, 64):
     nucleus_peer = find("transformers-generate", batch=batch, temperature=0.1, top_p=0.9)
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
+    b16 = find("marlhf-cuda", batch=batch, quantize="bf16")
     parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s ({gib(m)} vs {gib(t)} GiB) "
-                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}; "
+                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}, "
+                 f"bf16 {rate(b16, key)} in {gib(b16)} GiB; "
                  f"top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)}; "
                  f"top-p 0.9 {rate(nucleus, key)} vs {rate(nucleus_peer, key)}{picked(nucleus)})")
     caches = [(kv, find("marlhf-cuda", batch=batch, quantize="none", prompt=args.long_prompt, kv_cache=kv))

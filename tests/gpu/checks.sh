@@ -156,6 +156,8 @@ PY
 ppo_on_gpu ppo_on_gpu
 ppo_on_gpu ppo_lora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8
 ppo_on_gpu ppo_qlora_on_gpu --actor-lora-rank 8 --critic-lora-rank 8 --actor-quantize nf4 --critic-quantize q8_0
+# The frozen reference and reward models in bf16 (2 bytes a weight, no float32 copy on the GPU)
+ppo_on_gpu ppo_bf16_frozen_on_gpu --reference-quantize bf16 --reward-quantize bf16
 ppo_on_gpu grpo_on_gpu --advantage-estimator grpo --samples-per-prompt 2 --termination-condition token
 export MARLHF_CUDA_ATTENTION=wmma
 ppo_on_gpu ppo_wmma_attention_on_gpu

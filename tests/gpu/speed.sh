@@ -76,8 +76,10 @@ bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches
 bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}" \
     --temperature 0.1 --top-p 0.9
 # quantized weights: the decode kernel (matvec_quantized.cuh, batches of up to 8) and the
-# tiles (64), and the float32 buffer without the quantized slots (float_params_mb)
-for quantize in q8_0 q4_k_m q5_k_m; do
+# tiles (64), and the float32 buffer without the quantized slots (float_params_mb); bf16
+# (session 54) is its own tile at 64 rows, no dequantization, and 2 bytes a weight where the
+# float model holds 4 and its bf16 copies 2 more (peak_mem_gib beside the float line's)
+for quantize in q8_0 q4_k_m q5_k_m bf16; do
     [ "$quick" = 1 ] || bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --quantize $quantize \
         --batches 1,8,64 "${short[@]}"
 done
