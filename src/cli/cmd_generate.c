@@ -199,7 +199,7 @@ int cmd_generate(int argc, char **argv) {
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
-        {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
+        {"kv-cache", NULL, OPT_STRING, &kv_cache, "f32, f16 or q8_0: the KV cache in half floats (half its memory) or in 8-bit blocks (about 0.28 of it): faster decoding of long contexts; the prompt itself is attended in f32", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         cli_batch_invariant_option(&batch_invariant),
     };

@@ -174,7 +174,7 @@ int cmd_infer(int argc, char **argv) {
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize, QUANTIZE_OPTION_HELP, false, false},
         {"kv-cache", NULL, OPT_STRING, &kv_cache,
-         "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory) or in 8-bit blocks (CPU; about 0.28 of it): faster decoding of long contexts", false, false},
+         "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory) or in 8-bit blocks (about 0.28 of it): faster decoding of long contexts", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
          QUANTIZE_TYPES ": the reward model's weights in 16, 8 or 4 bits (a half to an eighth of the memory; scores move by the quantization's error)",
          false, false},

@@ -65,7 +65,7 @@ int quantized_begin(Model *model, const char *type) {
                                  : strcmp(type, "bf16") == 0   ? QUANT_BF16
                                                                : QUANT_Q8_0;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
-        return err_set("quantized weights (%s) run on the CPU only (this model is on %s)", type, model->ops->name);
+        return err_set("quantized weights (%s): the %s backend has no quantized products", type, model->ops->name);
     if (model->grads) return err_set("quantized weights (%s) go on a model before it trains", type);
     if (model->quantized) return err_set("the model is already quantized");
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
