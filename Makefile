@@ -134,6 +134,12 @@ EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
 .PHONY: all lib test tests bench clean setup prerequisites demo
+# No file is deleted as an intermediate one: the objects and the emulated backend's header copies
+# ($(BUILD)/emulated) that only pattern rules name would go at the end of the first build, and
+# the next make -- tests/gpu/run.sh's, in the middle of `make test` -- made them again and
+# relinked what uses them: every emulated binary, build/marlhf_emulated among them, which
+# tests/cli/gpu_emulated.sh's mpirun ranks, beside it, then failed to start (CI, 2026-12-06).
+.SECONDARY:
 all: $(BUILD)/marlhf $(TOOL_BIN)
 
 # The library for other programs: include/marlhf.h with either of these (docs/embedding.md).
