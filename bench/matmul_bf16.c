@@ -12,7 +12,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "ops/bf16.h"
+#include "core/bf16.h"
 #include "ops/cpu/matmul_bf16.h"
 #include "ops/cpu/ops_cpu.h"
 

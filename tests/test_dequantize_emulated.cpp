@@ -20,7 +20,7 @@
 #include <vector>
 
 extern "C" {
-#include "ops/bf16.h"
+#include "core/bf16.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/ops.h"
@@ -116,7 +116,7 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
         return m;
     }
     if (kind == BF16) {
-        // The weights rounded (ops/bf16.h), every other row then random bits: any finite bf16,
+        // The weights rounded (core/bf16.h), every other row then random bits: any finite bf16,
         // subnormals included.
         m.rows = rows, m.cols = cols, m.type = QUANT_BF16;
         m.bf16 = (uint16_t *)malloc((size_t)rows * cols * sizeof(uint16_t));

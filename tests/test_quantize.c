@@ -57,7 +57,7 @@
 #include "io/gguf_write.h"
 #include "io/fs.h"
 #include "model/weights_io.h"
-#include "ops/bf16.h"
+#include "core/bf16.h"
 #include "ops/cpu/matmul_bf16.h"
 #include "ops/nf4.h"
 #include "ops/q4.h"
@@ -283,7 +283,7 @@ static void test_quantized_model_with_lora(void) {
     model_free(&adapted);
 }
 
-// ---- bf16 (--quantize bf16, ops/bf16.h) ----
+// ---- bf16 (--quantize bf16, core/bf16.h) ----
 
 // The float of 32 bits.
 static float bits_float(uint32_t u) {
@@ -926,49 +926,46 @@ static void test_smollm2_quantized_decode(void) {
     json_decref(reference);
 }
 
+// SmolLM2 loaded with `quantize` and decoded token by token against transformers' float32:
+// prints the figures (`label`), and in the plain build checks them against the floor and
+// ceiling given (`test`: the name smollm2_figures_checked reports). False when the model is not
+// there.
+static bool check_smollm2_decode(json_t *reference, const char *quantize, const char *label, const char *test,
+                                 double min_agreement, double max_mean) {
+    Model model;
+    if (smollm2_load(&model, quantize) != 0) return false;
+    EXPECT(strcmp(model_quantize_name(&model), quantize) == 0, "%s loaded as %s", quantize, model_quantize_name(&model));
+    double agreement, mean, worst;
+    smollm2_decode_agreement(&model, reference, &agreement, &mean, &worst);
+    printf("smollm2 %s decode vs transformers float32: top-1 agreement %.4f, |log-prob difference| mean %.3g, "
+           "max %.3g\n", label, agreement, mean, worst);
+    if (smollm2_figures_checked(test))
+        EXPECT(agreement >= min_agreement && mean <= max_mean, "%s: top-1 agreement %.4f, mean |log-prob difference| %.3g",
+               quantize, agreement, mean);
+    model_free(&model);
+    return true;
+}
+
 // The same with Q4_0 weights (the file's Q4_1 blocks re-quantized to Q4_0's 16 levels
 // without a minimum: the coarsest of the three).
 static void test_smollm2_q4_0_decode(void) {
     json_t *reference = smollm2_reference();
-    Model model;
-    if (smollm2_load(&model, "q4_0") != 0) {
-        json_decref(reference);
-        return;
-    }
-    double agreement, mean, worst;
-    smollm2_decode_agreement(&model, reference, &agreement, &mean, &worst);
-    printf("smollm2 Q4_0 decode vs transformers float32: top-1 agreement %.4f, |log-prob difference| mean %.3g, "
-           "max %.3g\n", agreement, mean, worst);
     // Measured: 0.654, mean 0.653, max 6.0 (0.617 and 0.77 with the token table and tied head
     // in Q4_0 too, before they were kept in Q8_0).
-    if (smollm2_figures_checked("test_smollm2_q4_0_decode"))
-        EXPECT(agreement >= 0.6 && mean <= 0.8, "top-1 agreement %.4f, mean |log-prob difference| %.3g", agreement, mean);
-    model_free(&model);
+    check_smollm2_decode(reference, "q4_0", "Q4_0", "test_smollm2_q4_0_decode", 0.6, 0.8);
     json_decref(reference);
 }
 
 // The same with NF4 weights (double-quantized scales, QLoRA's recipe) and NF4 with float scales.
 static void test_smollm2_nf4_decode(void) {
     json_t *reference = smollm2_reference();
+    // Measured: nf4 0.692, mean 1.07, max 7.47; nf4-single 0.701, 1.07, 7.62 (Q4_0: 0.654,
+    // 0.653, 6.0). These weights are SmolLM2's Q4_1 blocks of 32 dequantized: bitsandbytes'
+    // own NF4 of them is 6.5% further from them (relative RMS, blocks 0 and 15) than
+    // gguf-py's Q4_0 (docs/quantization.md).
     const char *types[] = {"nf4", "nf4-single"};
-    for (int k = 0; k < 2; k++) {
-        Model model;
-        if (smollm2_load(&model, types[k]) != 0) break;
-        EXPECT(strcmp(model_quantize_name(&model), types[k]) == 0, "%s loaded as %s", types[k],
-               model_quantize_name(&model));
-        double agreement, mean, worst;
-        smollm2_decode_agreement(&model, reference, &agreement, &mean, &worst);
-        printf("smollm2 %s decode vs transformers float32: top-1 agreement %.4f, |log-prob difference| mean %.3g, "
-               "max %.3g\n", types[k], agreement, mean, worst);
-        // Measured: nf4 0.692, mean 1.07, max 7.47; nf4-single 0.701, 1.07, 7.62 (Q4_0: 0.654,
-        // 0.653, 6.0). These weights are SmolLM2's Q4_1 blocks of 32 dequantized: bitsandbytes'
-        // own NF4 of them is 6.5% further from them (relative RMS, blocks 0 and 15) than
-        // gguf-py's Q4_0 (docs/quantization.md).
-        if (smollm2_figures_checked(types[k]))
-            EXPECT(agreement >= 0.65 && mean <= 1.2, "%s: top-1 agreement %.4f, mean |log-prob difference| %.3g",
-                   types[k], agreement, mean);
-        model_free(&model);
-    }
+    for (int k = 0; k < 2; k++)
+        if (!check_smollm2_decode(reference, types[k], types[k], types[k], 0.65, 1.2)) break;
     json_decref(reference);
 }
 
@@ -976,20 +973,8 @@ static void test_smollm2_nf4_decode(void) {
 // float32 of those values, token by token.
 static void test_smollm2_bf16_decode(void) {
     json_t *reference = smollm2_reference();
-    Model model;
-    if (smollm2_load(&model, "bf16") != 0) {
-        json_decref(reference);
-        return;
-    }
-    double agreement, mean, worst;
-    smollm2_decode_agreement(&model, reference, &agreement, &mean, &worst);
-    printf("smollm2 bf16 decode vs transformers float32: top-1 agreement %.4f, |log-prob difference| mean %.3g, "
-           "max %.3g\n", agreement, mean, worst);
     // Measured: 0.9907, mean 0.0102, max 0.0864 (Q8_0: 0.925, 0.082, 0.57).
-    if (smollm2_figures_checked("test_smollm2_bf16_decode"))
-        EXPECT(agreement >= 0.98 && mean <= 0.02, "top-1 agreement %.4f, mean |log-prob difference| %.3g", agreement,
-               mean);
-    model_free(&model);
+    check_smollm2_decode(reference, "bf16", "bf16", "test_smollm2_bf16_decode", 0.98, 0.02);
     json_decref(reference);
 }
 

@@ -8,7 +8,7 @@ torch.Tensor.to(torch.bfloat16) gives each (round to nearest, ties to even). The
 the ones a rounding gets wrong first: values exactly halfway between two bf16 values (with an
 even and with an odd lower neighbour), one ulp either side of halfway, the largest finite
 floats (which round to infinity past bf16's largest), subnormals, signed zeros, infinities,
-NaNs, and random floats at many magnitudes. marlhf's bf16_round (src/ops/bf16.h) must give the
+NaNs, and random floats at many magnitudes. marlhf's bf16_round (src/core/bf16.h) must give the
 same bits (for a NaN: a NaN; torch's sign and payload bits of a NaN are its own).
 """
 import json

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/check.h"
 
 #define QK_K 256 // elements in a K-quant super-block
@@ -81,12 +82,7 @@ float gguf_f16_to_f32(uint16_t h) {
     return f;
 }
 
-float gguf_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float gguf_bf16_to_f32(uint16_t h) { return bf16_value(h); }
 
 static float load_f16(const uint8_t *p) {
     uint16_t h;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "io/fs.h"
 
@@ -522,12 +523,7 @@ float f16_bits_to_f32(uint16_t bits) {
     return f;
 }
 
-float bf16_bits_to_f32(uint16_t bits) {
-    uint32_t out = (uint32_t)bits << 16;
-    float f;
-    memcpy(&f, &out, 4);
-    return f;
-}
+float bf16_bits_to_f32(uint16_t bits) { return bf16_value(bits); }
 
 static int check_count(const SafetensorsTensor *t, long long count) {
     if (count != t->count)

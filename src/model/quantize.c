@@ -7,11 +7,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/hash.h"
 #include "io/gguf.h"
 #include "io/gguf_quantize.h"
-#include "ops/bf16.h"
 #include "model/weights_io.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"

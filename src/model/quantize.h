@@ -72,7 +72,7 @@ const char *quantize_default(const char *asked, const char *model_path);
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
 // float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m" (llama.cpp's K-quant
 // mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum) or "bf16" (every
-// weight rounded to bfloat16, the token table and LM head too: ops/bf16.h). Returns 0, or -1
+// weight rounded to bfloat16, the token table and LM head too: core/bf16.h). Returns 0, or -1
 // with err_set() naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
 

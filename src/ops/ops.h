@@ -49,10 +49,10 @@
 //    nibbles, Q5_1's fifth bits in high_bits, the half-float d in scales and the half-float m
 //    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
-//  - QUANT_BF16: no blocks and no scales: bf16[r*cols + c] is the weight's bfloat16 (ops/bf16.h,
+//  - QUANT_BF16: no blocks and no scales: bf16[r*cols + c] is the weight's bfloat16 (core/bf16.h,
 //    rounded to nearest even), 2 bytes a weight. Not a quantization in the sense of the others --
 //    a bf16 checkpoint keeps every bit -- but held and multiplied through the same paths: a
-//    frozen model (PPO's reference and reward models, a LoRA base) in a quarter of its float32
+//    frozen model (PPO's reference and reward models, a LoRA base) in half its float32
 //    memory, and on a GPU in a third of what a float weight and its bf16 copy take.
 #define Q8_BLOCK 32
 

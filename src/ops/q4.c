@@ -5,9 +5,9 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/bf16.h"
 #include "io/gguf_write.h"
 #include "io/gguf_dequant.h"
-#include "ops/bf16.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/q5.h"

@@ -2,10 +2,10 @@
 // reading the weights, 2 bytes each here against 4 for float32, with the inputs and every sum
 // kept in float32: a bf16 value widens to float exactly (its bits shifted up 16), and the
 // products and sums are the float kernel's, only the weights rounded. Measured on this
-// project's 2-core AMD EPYC (a /tmp harness around this function, not a bench/ program):
-// SmolLM2's [1536, 576] product at one input row in 50 us from memory (35 GB/s of weights)
-// against the float32 matvec's 100 us; from 4 input rows the machine's multiply-add rate bounds
-// it (~30 G products/s a core, OpenBLAS's sgemm's rate too), about 15 us an input row there.
+// project's 2-core AMD EPYC (bench/matmul_bf16, weights from memory): SmolLM2's [1536, 576]
+// product at one input row in 50 us (36 GB/s of weights) against the float32 product's 101;
+// from about 4 input rows the machine's multiply-add rate bounds it, and at 32 rows OpenBLAS's
+// sgemm, which keeps its inputs in registers, is 1.4x faster.
 //
 // The vector paths hold the 32 lanes of matmul_bf16.h as two 16-float registers (AVX-512) or
 // four 8-float ones (AVX2), each lane's sum a chain of fused multiply-adds, and add the lanes
@@ -19,7 +19,7 @@
 
 #include "core/check.h"
 #include "core/sanitizer.h"
-#include "ops/bf16.h"
+#include "core/bf16.h"
 
 // lanes[0, 32) added in halves: l + 16 into l, then l + 8, l + 4, l + 2, l + 1.
 static float lanes_sum(float lanes[BF16_LANES]) {

@@ -1,5 +1,5 @@
 // Decode steps over bf16 weights (ops.h QUANT_BF16, --quantize bf16): fewer than
-// Q8_SGEMM_MIN_ROWS float input rows times a weight matrix held as bfloat16 (ops/bf16.h).
+// Q8_SGEMM_MIN_ROWS float input rows times a weight matrix held as bfloat16 (core/bf16.h).
 #pragma once
 #include "ops/ops.h"
 

@@ -1,5 +1,6 @@
 // bfloat16 on the host: the top 16 bits of an IEEE float32 (its sign, its 8 exponent bits,
-// 7 of its 23 mantissa bits). A weight matrix held this way (--quantize bf16, ops.h
+// 7 of its 23 mantissa bits). The file readers widen a checkpoint's bf16 tensors with it
+// (io/safetensors.c, io/gguf_dequant.c). A weight matrix held this way (--quantize bf16, ops.h
 // QUANT_BF16) takes 2 bytes a weight, as a Hugging Face model loaded with
 // torch_dtype=torch.bfloat16 does, and loses nothing of a checkpoint stored in bf16 (most
 // are): such a file's values are read as floats and rounded back to the bits they came from.
