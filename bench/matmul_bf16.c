@@ -18,11 +18,23 @@
 
 #define MEMORY_BYTES (96L << 20) // each kind's weight bytes: 3x the L3
 
+// --repeats' value: the whole text a whole number from 1 (atoi would read "abc" as 0 rounds,
+// and the lines would print no time at all).
+static int parse_repeats(const char *text) {
+    char *end;
+    const long value = strtol(text, &end, 10);
+    if (end == text || *end || value < 1 || value > 1000000)
+        die_user("option --repeats: expected a whole number from 1, got '%s'", text);
+    return (int)value;
+}
+
 int main(int argc, char **argv) {
     int repeats = 10;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else die_user("unknown argument %s (see the comment at the top of bench/matmul_bf16.c)", argv[i]);
+        if (!strcmp(argv[i], "--repeats")) {
+            if (i + 1 >= argc) die_user("option --repeats needs a value");
+            repeats = parse_repeats(argv[++i]);
+        } else die_user("unknown argument %s (see the comment at the top of bench/matmul_bf16.c)", argv[i]);
     }
     const struct {
         const char *name;

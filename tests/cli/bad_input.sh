@@ -145,6 +145,14 @@ expect_error train_step_max_grad_norm_garbage "--max-grad-norm" "$train_step" --
 expect_error train_step_max_grad_norm_negative "--max-grad-norm" "$train_step" --max-grad-norm -1
 expect_error train_step_max_grad_norm_trailing "--max-grad-norm" "$train_step" --max-grad-norm 1x
 
+# bench/matmul_bf16's --repeats: garbage, zero, a missing value, an unknown option: one line
+# naming it, exit 2, before any matrix is made.
+matmul_bf16="$(dirname "$bin")/bench/matmul_bf16"
+expect_error matmul_bf16_repeats_garbage "--repeats" "$matmul_bf16" --repeats abc
+expect_error matmul_bf16_repeats_zero "--repeats" "$matmul_bf16" --repeats 0
+expect_error matmul_bf16_repeats_missing "--repeats" "$matmul_bf16" --repeats
+expect_error matmul_bf16_unknown_option "--fast" "$matmul_bf16" --fast
+
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
 for args in "--time-limit 5m" "--time-limit" "--logs" "--fast"; do
