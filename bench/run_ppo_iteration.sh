@@ -15,11 +15,14 @@
 # Prints two JSON lines (impl "marlhf" and "trl-<version>") and a short table.
 # ROLLOUT_LOGPROBS=1: marlhf takes its old log-probs from generation as TRL does
 # (--old-logprobs-from-rollout) instead of its actor's pass over the rollout.
-#   BATCH=16 MICRO=8 GEN_BATCH=16 NEW_TOKENS=48 THREADS=2 bench/run_ppo_iteration.sh
+# ITERATIONS=N: both run N iterations over the same BATCH prompts and report the last
+# one's three parts (the first also pays for the memory each process touches first; the
+# later ones are the steady state of a long run).
+#   BATCH=16 MICRO=8 GEN_BATCH=16 NEW_TOKENS=48 THREADS=2 ITERATIONS=1 bench/run_ppo_iteration.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 batch=${BATCH:-16} micro=${MICRO:-8} gen_batch=${GEN_BATCH:-16} new_tokens=${NEW_TOKENS:-48}
-threads=${THREADS:-2}
+threads=${THREADS:-2} iterations=${ITERATIONS:-1}
 hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm} out=${OUT_DIR:-/tmp/ppo-bench}
 py=.venv-tools/bin/python
 . bench/smollm2_models.sh
@@ -28,31 +31,35 @@ load() { echo "load average $1: $(cut -d' ' -f1-3 /proc/loadavg) (on $(nproc) co
 head -n "$batch" data/austen/ppo_prompts.jsonl >"$out/prompts.jsonl"
 
 load "before marlhf"
-# marlhf: the run folder holds only these BATCH prompts, so iteration 1 uses all of them.
+# marlhf: the run folder holds only these BATCH prompts, so iteration 1 uses all of them
+# (and each further iteration is another epoch of them, as TRL's).
 # --min-response-tokens 1: keep every row (TRL drops none); --warmup-ratio 0: TRL has none.
 build/marlhf ppo --actor-model "$hf" --reward-model "$rm" --prompts "$out/prompts.jsonl" \
     --output "$out/marlhf" --rollout-batch-size "$batch" --generation-batch-size "$gen_batch" \
-    --micro-batch-size "$micro" --num-minibatches 1 --ppo-epochs 1 --max-iterations 1 \
+    --micro-batch-size "$micro" --num-minibatches 1 --ppo-epochs 1 --max-iterations "$iterations" --num-train-epochs "$iterations" \
     --max-new-tokens "$new_tokens" --min-response-tokens 1 --temperature 1 --top-k 0 --top-p 1 \
     --warmup-ratio 0 --termination-condition token --threads "$threads" --quiet \
     ${ROLLOUT_LOGPROBS:+--old-logprobs-from-rollout} >"$out/marlhf.log" 2>&1 ||
     { cat "$out/marlhf.log" >&2; exit 1; }
-"$py" - "$out/marlhf/metrics.jsonl" "$batch" "$new_tokens" "$threads" >"$out/results.jsonl" <<'EOF'
+"$py" - "$out/marlhf/metrics.jsonl" "$batch" "$new_tokens" "$threads" "$iterations" >"$out/results.jsonl" <<'EOF'
 import json, sys
-path, batch, new_tokens, threads = sys.argv[1], *map(int, sys.argv[2:])
-m = next(r for r in map(json.loads, open(path)) if "train/time_generation" in r)
+path, batch, new_tokens, threads, iterations = sys.argv[1], *map(int, sys.argv[2:])
+rows = [r for r in map(json.loads, open(path)) if "train/time_generation" in r]
+assert len(rows) == iterations, f"{path}: {len(rows)} iterations, {iterations} asked for"
+m = rows[-1]
 g, e, t = (m["train/time_" + k] for k in ("generation", "experience", "training"))
 print(json.dumps({"impl": "marlhf", "generation_s": round(g, 3), "experience_s": round(e, 3),
                   "training_s": round(t, 3), "total_s": round(g + e + t, 3), "batch": batch,
                   "new_tokens": new_tokens, "threads": threads,
                   "mean_response_tokens": round(m["train/response_length"], 2),
-                  "old_logprobs": "rollout" if m["train/old_logprobs_from_rollout"] else "actor pass"}))
+                  "old_logprobs": "rollout" if m["train/old_logprobs_from_rollout"] else "actor pass",
+                  "iteration": iterations}))
 EOF
 
 load "before TRL"
 "$py" bench/trl_ppo_iteration.py --actor "$hf" --reward "$rm" --prompts data/austen/ppo_prompts.jsonl \
     --batch "$batch" --micro-batch "$micro" --generation-batch "$gen_batch" --new-tokens "$new_tokens" \
-    --threads "$threads" 2>"$out/trl.log" | tail -n 1 >>"$out/results.jsonl" ||
+    --threads "$threads" --iterations "$iterations" 2>"$out/trl.log" | tail -n 1 >>"$out/results.jsonl" ||
     { cat "$out/trl.log" >&2; exit 1; }
 load "after TRL"
 cat "$out/results.jsonl"

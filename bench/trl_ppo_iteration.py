@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One PPO iteration of Hugging Face TRL's PPOTrainer on the CPU, timed in three parts.
+"""PPO iterations of Hugging Face TRL's PPOTrainer on the CPU, the last one timed in three parts.
 
 The peer of marlhf's `ppo --max-iterations 1 --termination-condition token` run in
 bench/run_ppo_iteration.sh: same weights (a Hugging Face folder from `marlhf convert`),
@@ -10,10 +10,12 @@ one `score.weight` row, made by --make-reward-model), same prompts, float32, N t
         --actor /tmp/smollm2-hf
     .venv-tools/bin/python bench/trl_ppo_iteration.py --actor /tmp/smollm2-hf \
         --reward /tmp/smollm2-rm --prompts data/austen/ppo_prompts.jsonl \
-        [--batch 16] [--micro-batch 8] [--generation-batch 16] [--new-tokens 48] [--threads 2]
+        [--batch 16] [--micro-batch 8] [--generation-batch 16] [--new-tokens 48] [--threads 2] \
+        [--iterations 1]
 
 It runs the real trainer: trl.experimental.ppo.PPOTrainer.train() (TRL 1.10-1.12; PPO
-left TRL in 1.13), with total_episodes = batch so train() does exactly one iteration:
+left TRL in 1.13), with total_episodes = batch x iterations so train() does exactly that
+many iterations, each over the same --batch prompts (one epoch of the dataset each):
   rollout batch   = per_device_train_batch_size (micro) x gradient_accumulation_steps
   num_mini_batches = 1, num_ppo_epochs = 1  -> one optimizer step after batch/micro
                     micro-batches, each a policy+value forward/backward
@@ -38,12 +40,15 @@ at call time in trl.experimental.ppo.ppo_trainer are wrapped (monkeypatched):
                         GAE, whitening)
   PPOTrainer.log     -> its first call (right after the PPO epoch loop) ends training;
                         training_s = first training forward .. that call
-total_s = the sum of the three (as marlhf's metrics). Model loading and trainer set-up
-are outside the timed window; the whole train() call is reported on stderr.
+total_s = the sum of the three (as marlhf's metrics). With --iterations N the marks are
+taken per iteration and the last one's are reported (the first iteration also pays for
+memory the process touches for the first time; later ones show the steady state). Model
+loading and trainer set-up are outside the timed window; the whole train() call is
+reported on stderr.
 
 Prints one JSON line on stdout:
   {"impl": "trl-<version>", "generation_s", "experience_s", "training_s", "total_s",
-   "batch", "new_tokens", "threads", "mean_response_tokens"}
+   "batch", "new_tokens", "threads", "mean_response_tokens", "iteration"}
 mean_response_tokens: response tokens per row that TRL trains on (48 unless a row
 sampled <|im_end|>, see above).
 """
@@ -86,6 +91,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--iterations", type=int, default=1, help="PPO iterations; the last one is timed")
     ap.add_argument("--lora-rank", type=int, default=0,
                     help="PEFT LoRA on the policy (every linear layer); the reference is then the policy "
                          "with its adapter disabled (TRL's peft_config path; the value model stays whole)")
@@ -135,7 +141,7 @@ def main():
         use_cpu=True, bf16=False, fp16=False, seed=args.seed, dataloader_num_workers=0,
         per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=args.batch // args.micro_batch,
-        num_mini_batches=1, num_ppo_epochs=1, total_episodes=args.batch,
+        num_mini_batches=1, num_ppo_epochs=1, total_episodes=args.batch * args.iterations,
         local_rollout_forward_batch_size=args.generation_batch,
         response_length=args.new_tokens, temperature=1.0, stop_token=None, num_sample_generations=0,
         # marlhf's defaults, for parity (they do not change the work done)
@@ -146,26 +152,27 @@ def main():
                          reward_model=reward_model, train_dataset=dataset, value_model=value_model,
                          eval_dataset=dataset, peft_config=peft_config)
 
-    marks = {}
+    marks = []  # per iteration: gen_start, gen_end, train_start, train_end
     lengths = {}
     real_generation, real_forward, real_log = ppo_module.batch_generation, ppo_module.forward, trainer.log
 
     def timed_generation(model, queries, chunk, pad_token_id, generation_config, *a, **k):
-        marks.setdefault("gen_start", time.perf_counter())
+        marks.append({"gen_start": time.perf_counter()})  # one call an iteration (it chunks itself)
         result = real_generation(model, queries, chunk, pad_token_id, generation_config, *a, **k)
-        marks["gen_end"] = time.perf_counter()
+        marks[-1]["gen_end"] = time.perf_counter()
         responses = result[0][:, queries.shape[1]:]
         trained = ppo_module.first_true_indices(responses == pad_token_id)  # TRL's own sequence_lengths + 1
         lengths.update(generated=responses.shape[1], trained=trained.float().mean().item())
         return result
 
     def timed_forward(model, *a, **k):
-        if "train_start" not in marks and isinstance(trainer.accelerator.unwrap_model(model), ppo_module.PolicyAndValueWrapper):
-            marks["train_start"] = time.perf_counter()
+        if marks and isinstance(trainer.accelerator.unwrap_model(model), ppo_module.PolicyAndValueWrapper):
+            marks[-1].setdefault("train_start", time.perf_counter())
         return real_forward(model, *a, **k)
 
     def timed_log(*a, **k):
-        marks.setdefault("train_end", time.perf_counter())
+        if marks:
+            marks[-1].setdefault("train_end", time.perf_counter())
         return real_log(*a, **k)
 
     ppo_module.batch_generation, ppo_module.forward, trainer.log = timed_generation, timed_forward, timed_log
@@ -174,9 +181,12 @@ def main():
         trainer.train()
     wall = time.perf_counter() - t0
 
-    generation = marks["gen_end"] - marks["gen_start"]
-    experience = marks["train_start"] - marks["gen_end"]
-    training = marks["train_end"] - marks["train_start"]
+    if len(marks) != args.iterations:
+        sys.exit(f"trl: {len(marks)} generations for {args.iterations} iterations")
+    last = marks[-1]
+    generation = last["gen_end"] - last["gen_start"]
+    experience = last["train_start"] - last["gen_end"]
+    training = last["train_end"] - last["train_start"]
     print(f"trl: train() {wall:.2f} s; {args.batch} rows x {lengths['generated']} generated tokens, "
           f"{lengths['trained']:.1f} trained per row (before any <|im_end|>)", file=sys.stderr)
     print(json.dumps({
@@ -184,6 +194,7 @@ def main():
         "training_s": round(training, 3), "total_s": round(generation + experience + training, 3),
         "batch": args.batch, "new_tokens": args.new_tokens, "threads": args.threads,
         "mean_response_tokens": round(lengths["trained"], 2), "lora_rank": args.lora_rank,
+        "iteration": args.iterations,
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }))
 

@@ -219,9 +219,11 @@ static void test_shared_prefill(void) {
 // generation's rows, without the backward's buffers, and a training forward after it sizes
 // every layer's set (and those buffers) for its own
 // rows only (model_reserve_cached; before, each dimension took the larger of the two, so a
-// rollout of many rows grew every layer's set of the micro-batches after it). The
-// training step's loss and gradients are the same bits as without the generation, and the
-// generation the same tokens and log-probs as the same weights' without gradients.
+// rollout of many rows grew every layer's set of the micro-batches after it). That training
+// layout keeps the generation's rows, so the next generation whose slots it holds (6 x 4 in
+// 2 x 12) runs in it: no activation is freed or made again. The training step's loss and
+// gradients are the same bits as without the generations, and the generations the same
+// tokens and log-probs as the same weights' without gradients.
 static void test_generation_between_training_steps(void) {
     Model trained, frozen;
     load(&trained, "tests/fixtures/models/llama");
@@ -241,25 +243,38 @@ static void test_generation_between_training_steps(void) {
     const int *prompts[6] = {p[0], p[1], p[2], p[3], p[4], p[5]};
     int lengths[6] = {5, 5, 5, 5, 5, 5};
     GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 4};
-    for (int pass = 0; pass < 2; pass++) {
+    float logp_last[2 * 12];
+    float *grads_last = xmalloc(trainable * sizeof(float));
+    for (int pass = 0; pass < 3; pass++) {
         model_forward(&trained, &batch);
         EXPECT(trained.acts.keep_all_layers && trained.acts.backward_buffers && trained.acts.capacity_B == B &&
                    trained.acts.capacity_T == T,
                "pass %d: a training forward of %d x %d in activations for %d x %d (every layer's: %d)", pass, B, T,
                trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers);
-        model_logprobs(&trained, targets, logp[pass], NULL, NULL);
+        EXPECT(trained.acts.capacity_rows == (pass == 0 ? B : 6), "pass %d: per-row buffers of %d rows", pass,
+               trained.acts.capacity_rows);
+        model_logprobs(&trained, targets, pass == 2 ? logp_last : logp[pass], NULL, NULL);
         model_zero_grad(&trained);
         model_backward(&trained, dlogp, NULL, NULL);
         model_settle_gradients(&trained);
-        trained.ops->copy_to_host(grads[pass], trained.grads, trainable * sizeof(float));
-        if (pass == 1) break;
+        trained.ops->copy_to_host(pass == 2 ? grads_last : grads[pass], trained.grads, trainable * sizeof(float));
+        if (pass == 2) break;
         GeneratedRow rows[6], frozen_rows[6];
+        const float *training_residual = trained.acts.residual;
+        for (int b = 0; b < 6; b++) lengths[b] = pass == 0 ? 5 : 4; // pass 1: 6 x 4 slots, the training layout's 24
         generate(&trained, prompts, lengths, NULL, 6, &options, rows, NULL);
-        EXPECT(!trained.acts.keep_all_layers && !trained.acts.backward_buffers && trained.acts.capacity_B == 6 &&
-                   trained.acts.capacity_T == 5,
-               "generation of 6 x 5 in activations for %d x %d (every layer's: %d, the backward's buffers: %d)",
-               trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers,
-               trained.acts.backward_buffers);
+        if (pass == 0)
+            EXPECT(!trained.acts.keep_all_layers && !trained.acts.backward_buffers && trained.acts.capacity_B == 6 &&
+                       trained.acts.capacity_T == 5,
+                   "generation of 6 x 5 in activations for %d x %d (every layer's: %d, the backward's buffers: %d)",
+                   trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers,
+                   trained.acts.backward_buffers);
+        else
+            EXPECT(trained.acts.keep_all_layers && trained.acts.capacity_B == B && trained.acts.capacity_T == T &&
+                       trained.acts.residual == training_residual,
+                   "generation of 6 x 4 made new activations (%d x %d, every layer's: %d) instead of running in the "
+                   "training layout's 2 x 12 slots",
+                   trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers);
         generate(&frozen, prompts, lengths, NULL, 6, &options, frozen_rows, NULL);
         for (int b = 0; b < 6; b++) {
             EXPECT(rows[b].length == frozen_rows[b].length &&
@@ -271,7 +286,11 @@ static void test_generation_between_training_steps(void) {
     }
     EXPECT(!memcmp(logp[0], logp[1], sizeof logp[0]), "the training forward after generation: other log-probs");
     EXPECT(!memcmp(grads[0], grads[1], trainable * sizeof(float)), "the training step after generation: other gradients");
-    free(grads[0]), free(grads[1]);
+    EXPECT(!memcmp(logp[0], logp_last, sizeof logp[0]),
+           "the training forward after a generation in its own activations: other log-probs");
+    EXPECT(!memcmp(grads[0], grads_last, trainable * sizeof(float)),
+           "the training step after a generation in its own activations: other gradients");
+    free(grads[0]), free(grads[1]), free(grads_last);
     model_free(&trained), model_free(&frozen);
 }
 

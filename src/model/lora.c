@@ -602,11 +602,7 @@ int model_add_lora(Model *model, const LoraConfig *lora, bool train_value_head, 
     model->lora_enabled = true;
     model->trainable_offset = first_trainable;
     // Activations sized before the adapters existed lack the adapters' buffers.
-    if (model->acts.capacity_B) {
-        int B = model->acts.capacity_B, T = model->acts.capacity_T;
-        model_release_activations(model);
-        model_reserve(model, B, T);
-    }
+    model_rebuild_activations(model);
     return 0;
 }
 

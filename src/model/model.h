@@ -40,6 +40,7 @@ typedef struct {
     bool qkv_fused;
     float *q_raw, *k_raw, *q_norm_rstd, *k_norm_rstd; // qk_norm: projections before the norm, its 1/rms per head
     float *attention_saved; // the attention backward's saved state (ops.h)
+    long attention_saved_floats; // ... its size (a KV-cache prefill asks whether it fits)
     float *att_out;   // attention output before o_proj
     float *x_mid;     // residual stream after the attention block
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;
@@ -60,6 +61,11 @@ typedef struct {
 
 typedef struct {
     int capacity_B, capacity_T; // sizes the buffers were allocated for
+    // Rows of the per-row buffers (row_start, last_*, sample_*, candidate_*): at least
+    // capacity_B, and the most rows asked for since the activations were first made, in
+    // any layout, so that a training layout of fewer rows serves generation's batches
+    // (model_reserve_cached).
+    int capacity_rows;
     int B, T;                   // sizes of the last forward
     long kernel_rows;           // its ModelBatch.kernel_rows (B * T when 0)
     bool has_forward;           // a forward ran since the last backward
@@ -81,14 +87,14 @@ typedef struct {
     long head_rows;
     long *head_run_start, *head_run_len; // host, [N]
     float *head_hidden;                  // [N, C]; allocated on first use
-    float *last_hidden;         // [capacity_B, C]: each row's last slot, for model_last_logits
-    float *last_logits;         // [capacity_B, V]: their logits (with an LM head)
-    float *last_lse;            // [capacity_B]: their log-sum-exps (model_last_greedy)
-    float *sample_inverse;      // [capacity_B]: model_last_sampled's inverse temperatures
-    double *sample_uniform;     // [capacity_B]: ... and uniform numbers
+    float *last_hidden;         // [capacity_rows, C]: each row's last slot, for model_last_logits
+    float *last_logits;         // [capacity_rows, V]: their logits (with an LM head)
+    float *last_lse;            // [capacity_rows]: their log-sum-exps (model_last_greedy)
+    float *sample_inverse;      // [capacity_rows]: model_last_sampled's inverse temperatures
+    double *sample_uniform;     // [capacity_rows]: ... and uniform numbers
     // model_last_candidates' inputs and outputs in the backend's memory, allocated on first
-    // use for candidate_capacity candidates a row: [capacity_B] (ids and values: [capacity_B,
-    // candidate_capacity])
+    // use for candidate_capacity candidates a row: [capacity_rows] (ids and values:
+    // [capacity_rows, candidate_capacity])
     int candidate_capacity;
     float *candidate_inverse, *candidate_values;
     int *candidate_top_k, *candidate_counts, *candidate_ids;
@@ -280,11 +286,21 @@ int model_gradient_point(const Model *model, const ParamEntry *entry);
 // its activations.
 void model_reserve(Model *model, int B, int T);
 // The same for KV-cache forwards (generation), which use one layer's set for all layers and
-// no backward's buffers: activations of any layout with room serve; else one set for B x T
-// without those buffers, the training layout's capacity not carried over (a rollout of many
-// rows would otherwise size every layer's set of the training micro-batches after it, and
-// the backward's buffers, for them).
+// no backward's buffers: activations of any layout serve that have the rows, the slots (B x
+// T: a KV-cache forward's buffers are flat [slots, width]) and the attention's saved state
+// of a B x T forward (a training layout of 8 x 95 serves a 16 x 47 prefill and its decode
+// steps); else one set for B x T without those buffers, the training layout's capacity not
+// carried over (a rollout of many rows would otherwise size every layer's set of the
+// training micro-batches after it, and the backward's buffers, for them).
+//
+// A model that alternates (PPO's actor: generation, then training) makes its activations
+// once when it asks for generation's batch first and training's second: the training
+// layout keeps generation's rows (Activations.capacity_rows), and if it has the slots, each
+// later generation runs in it instead of freeing it (rl/ppo.c, reserve_activations).
 void model_reserve_cached(Model *model, int B, int T);
+// Frees the activations and makes them again at the same capacity (rows too), for a model
+// whose buffers changed (gradients or adapters added: the old layout lacks theirs).
+void model_rebuild_activations(Model *model);
 // Whether a layer computes q, k and v as one product where it can (no adapter on them, the
 // attention op rotating them, the weights side by side: model/transformer.c,
 // layer_fuses_qkv). UNSET: read MARLHF_FUSED_QKV at the next forward (1 on, 0 off, unset or

@@ -182,12 +182,7 @@ void model_enable_grad(Model *model) {
     model->gradient_unwritten = xcalloc((size_t)model->table.count, sizeof(bool));
     param_views_bind_tail(&model->gradients, &model->table, model->grads, model->trainable_offset,
                           model->config.num_layers);
-    // Activations sized for a frozen model keep too little for backward.
-    if (model->acts.capacity_B) {
-        int B = model->acts.capacity_B, T = model->acts.capacity_T;
-        activations_free(model);
-        model_reserve(model, B, T);
-    }
+    model_rebuild_activations(model); // sized for a frozen model, they keep too little for backward
 }
 
 int model_gradient_point(const Model *model, const ParamEntry *entry) {
@@ -239,6 +234,19 @@ static float *alloc_maybe_stored(const OpsBackend *ops, long n, bool stored_only
     return alloc_floats(ops, stored_only ? ops->stored_buffer_floats(n) : n);
 }
 
+// The attention's saved state of a B x T forward for layers [first, last]: the most any of
+// them needs (a sliding window can make a layer's larger; CUDA: no fused kernel).
+static long attention_saved_floats(const Model *model, int B, int T, int first, int last) {
+    const ModelConfig *cfg = &model->config;
+    long saved = 0;
+    for (int l = first; l <= last; l++) {
+        const long size = model->ops->attention_saved_size(B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                                           cfg->attn_logit_softcap, config_layer_window(cfg, l));
+        if (size > saved) saved = size;
+    }
+    return saved;
+}
+
 // Activations for B x T rows: every layer's set or one (keep_all), with the backward's
 // buffers or without (backward: generation needs none). Growing within a layout keeps the
 // larger of each size; a change of layout starts from B x T.
@@ -248,6 +256,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     Activations *a = &model->acts;
     const bool same_layout = a->keep_all_layers == keep_all && a->backward_buffers == backward;
     if (a->capacity_B >= B && a->capacity_T >= T && same_layout) return;
+    const int rows = B > a->capacity_rows ? B : a->capacity_rows; // (kept across layouts)
     if (a->capacity_B) {
         if (same_layout && a->capacity_B > B) B = a->capacity_B;
         if (same_layout && a->capacity_T > T) T = a->capacity_T;
@@ -259,12 +268,13 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     const int L = cfg->num_layers;
     a->capacity_B = B;
     a->capacity_T = T;
+    a->capacity_rows = rows > B ? rows : B;
     a->keep_all_layers = keep_all;
     a->backward_buffers = backward;
     a->tokens = ops->alloc((size_t)N * sizeof(int));
     a->positions = ops->alloc((size_t)N * sizeof(int));
     a->targets = ops->alloc((size_t)N * sizeof(int));
-    a->row_start = ops->alloc((size_t)B * sizeof(int));
+    a->row_start = ops->alloc((size_t)a->capacity_rows * sizeof(int));
     a->residual = alloc_floats(ops, (L + 1) * N * C);
     int sets = keep_all ? L : 1;
     a->layers = xcalloc((size_t)sets, sizeof(LayerActivations));
@@ -285,17 +295,11 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
             la->q_norm_rstd = alloc_floats(ops, N * cfg->num_heads);
             la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
         }
-        // The saved state of the layers this set serves (one layer's, or every layer's when
-        // the set is shared, as set 0 is by KV-cache forwards): a sliding window can make a
-        // layer's larger (CUDA: no fused kernel).
-        long saved = 0;
+        // The saved state of the layers this set serves: one layer's, or every layer's when
+        // the set is shared, as set 0 is by KV-cache forwards.
         const bool shared = !keep_all || s == 0;
-        for (int l = shared ? 0 : s; l < (shared ? L : s + 1); l++) {
-            const long size = ops->attention_saved_size(B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
-                                                        cfg->attn_logit_softcap, config_layer_window(cfg, l));
-            if (size > saved) saved = size;
-        }
-        la->attention_saved = alloc_floats(ops, saved);
+        la->attention_saved_floats = attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
+        la->attention_saved = alloc_floats(ops, la->attention_saved_floats);
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
         la->mlp_norm_out = alloc_maybe_stored(ops, N * C, la->stored_only);
@@ -342,12 +346,13 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     a->final_out = alloc_floats(ops, N * C);
     a->final_mean = alloc_floats(ops, N);
     a->final_rstd = alloc_floats(ops, N);
-    a->last_hidden = alloc_floats(ops, (long)B * C);
+    const long R = a->capacity_rows;
+    a->last_hidden = alloc_floats(ops, R * C);
     if (model->has_lm_head) {
-        a->last_logits = alloc_floats(ops, (long)B * cfg->vocab_size);
-        a->last_lse = alloc_floats(ops, B);
-        a->sample_inverse = alloc_floats(ops, B);
-        a->sample_uniform = ops->alloc((size_t)B * sizeof(double));
+        a->last_logits = alloc_floats(ops, R * cfg->vocab_size);
+        a->last_lse = alloc_floats(ops, R);
+        a->sample_inverse = alloc_floats(ops, R);
+        a->sample_uniform = ops->alloc((size_t)R * sizeof(double));
     }
     a->logp_device = alloc_floats(ops, N);
     a->entropy_device = alloc_floats(ops, N);
@@ -379,8 +384,19 @@ void model_reserve(Model *model, int B, int T) {
 
 void model_reserve_cached(Model *model, int B, int T) {
     const Activations *a = &model->acts;
-    if (a->capacity_B >= B && a->capacity_T >= T) return; // (set 0 serves, whichever the layout)
+    if (a->capacity_B && B <= a->capacity_rows && (long)B * T <= (long)a->capacity_B * a->capacity_T &&
+        attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats)
+        return; // (set 0 serves, whichever the layout)
     reserve_layout(model, B, T, false, false);
+}
+
+void model_rebuild_activations(Model *model) {
+    Activations *a = &model->acts;
+    if (!a->capacity_B) return;
+    const int B = a->capacity_B, T = a->capacity_T, rows = a->capacity_rows;
+    activations_free(model);
+    a->capacity_rows = rows;
+    model_reserve(model, B, T);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1109,7 +1125,7 @@ bool model_last_candidates(Model *model, const float *inv_temperature, const int
                        a->candidate_counts,  a->candidate_ids,    a->candidate_lse, a->candidate_scaled_lse};
         for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
             if (old[i]) ops->free(old[i]);
-        const size_t rows = (size_t)a->capacity_B;
+        const size_t rows = (size_t)a->capacity_rows;
         a->candidate_inverse = ops->alloc(rows * sizeof(float));
         a->candidate_top_k = ops->alloc(rows * sizeof(int));
         a->candidate_counts = ops->alloc(rows * sizeof(int));

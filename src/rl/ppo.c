@@ -1377,6 +1377,40 @@ static int read_saved_adapters(Ppo *p) {
     return 0;
 }
 
+static int longest_length(const int *lengths, long count) {
+    int longest = 0;
+    for (long i = 0; i < count; i++)
+        if (lengths[i] > longest) longest = lengths[i];
+    return longest;
+}
+
+// Each model's activations for the largest batch it will see, made once here. Reserved as
+// each batch came, they were freed and made again whenever a row was longer than any
+// before (at every layout's size, every layer's set) and, for the actor, twice an
+// iteration between generation's layout and training's: on a CPU the new memory's first
+// touch was ~2 s of a SmolLM2 iteration's ~28 (docs/benchmarks.md), on a GPU a free that
+// waits for the device. Made here, the peak is reached before the first iteration (an
+// out-of-memory shows then, not hours in), and generation runs in the actor's training
+// layout when that has the slots of its prefill (model_reserve_cached).
+static void reserve_activations(Ppo *p) {
+    const PpoConfig *c = &p->c;
+    int longest_prompt = longest_length(p->prompts.lengths, p->prompts.count);
+    const int eval_longest = longest_length(p->eval_prompts.lengths, p->eval_prompts.count);
+    if (eval_longest > longest_prompt) longest_prompt = eval_longest;
+    // A row is its prompt and response, and stops at the actor's context (gen/generate.h);
+    // a PTX row is cut as long as a rollout can be.
+    const int context = p->actor.config.max_position_embeddings;
+    int longest_row = longest_prompt + c->max_new_tokens < context ? longest_prompt + c->max_new_tokens : context;
+    const int ptx_longest = longest_length(p->ptx.lengths, p->ptx.count);
+    if (ptx_longest > longest_row) longest_row = ptx_longest;
+    // Generation's batch first: the actor's training layout then keeps its rows.
+    model_reserve_cached(&p->actor, c->generation_batch, longest_prompt);
+    model_reserve(&p->actor, c->micro_batch, longest_row);
+    if (!p->reference_is_actor_base) model_reserve(&p->reference, c->micro_batch, longest_row);
+    if (p->has_critic) model_reserve(&p->critic, c->micro_batch, longest_row);
+    if (p->has_reward_model) model_reserve(&p->reward, c->micro_batch, longest_row);
+}
+
 static int setup(Ppo *p) {
     const PpoConfig *c = &p->c;
     const OpsBackend *ops = ops_backend_by_name(c->device);
@@ -1531,6 +1565,7 @@ static int setup(Ppo *p) {
     if (p->has_critic) dist_adamw_init(&p->critic_optimizer, &p->critic, adamw, c->zero_stage);
     if (c->ema) dist_weights_shard_like(&p->ema, &p->actor); // ZeRO-3: the actor's shards
     p->kl_coef = c->advantage.kl_coef;
+    reserve_activations(p);
     return 0;
 }
 
