@@ -253,6 +253,8 @@ static void test_generation_between_training_steps(void) {
                trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers);
         EXPECT(trained.acts.capacity_rows == (pass == 0 ? B : 6), "pass %d: per-row buffers of %d rows", pass,
                trained.acts.capacity_rows);
+        EXPECT(trained.acts.residual_slices == trained.config.num_layers + 1, "pass %d: %d slices of the residual stream",
+               pass, trained.acts.residual_slices);
         model_logprobs(&trained, targets, pass == 2 ? logp_last : logp[pass], NULL, NULL);
         model_zero_grad(&trained);
         model_backward(&trained, dlogp, NULL, NULL);
@@ -263,9 +265,11 @@ static void test_generation_between_training_steps(void) {
         const float *training_residual = trained.acts.residual;
         for (int b = 0; b < 6; b++) lengths[b] = pass == 0 ? 5 : 4; // pass 1: 6 x 4 slots, the training layout's 24
         generate(&trained, prompts, lengths, NULL, 6, &options, rows, NULL);
+        // Generation's own layout keeps two slices of the residual stream, used in turn; a
+        // training layout every layer's input (the backward reads them).
         if (pass == 0)
             EXPECT(!trained.acts.keep_all_layers && !trained.acts.backward_buffers && trained.acts.capacity_B == 6 &&
-                       trained.acts.capacity_T == 5,
+                       trained.acts.capacity_T == 5 && trained.acts.residual_slices == 2,
                    "generation of 6 x 5 in activations for %d x %d (every layer's: %d, the backward's buffers: %d)",
                    trained.acts.capacity_B, trained.acts.capacity_T, trained.acts.keep_all_layers,
                    trained.acts.backward_buffers);

@@ -73,7 +73,12 @@ typedef struct {
     bool keep_all_layers;       // saved per layer (else one scratch set + recompute)
     bool backward_buffers;      // the backward's buffers (a training forward's layout, not generation's)
     int *tokens, *positions, *row_start, *targets; // device copies
-    float *residual;            // [num_layers + 1][N, C]: each layer's input, then the final norm's
+    // [residual_slices][N, C]: each layer's input, then the final norm's, layer l's in slice
+    // l % residual_slices (model/transformer.c, residual_slice). num_layers + 1 slices where a
+    // backward may follow (it reads every layer's input); two in turn otherwise (generation,
+    // frozen models: a layer reads only its own input).
+    float *residual;
+    int residual_slices;
     LayerActivations *layers;   // num_layers entries if keep_all_layers, else 1
     float *final_out, *final_mean, *final_rstd;
     float *logits, *lse;        // [N, V], [N]; allocated on first use of the LM head

@@ -275,7 +275,8 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     a->positions = ops->alloc((size_t)N * sizeof(int));
     a->targets = ops->alloc((size_t)N * sizeof(int));
     a->row_start = ops->alloc((size_t)a->capacity_rows * sizeof(int));
-    a->residual = alloc_floats(ops, (L + 1) * N * C);
+    a->residual_slices = backward ? L + 1 : 2;
+    a->residual = alloc_floats(ops, a->residual_slices * N * C);
     int sets = keep_all ? L : 1;
     a->layers = xcalloc((size_t)sets, sizeof(LayerActivations));
     for (int s = 0; s < sets; s++) {
@@ -493,6 +494,12 @@ typedef struct {
 
 // Gemma 2 scores q.k / sqrt(query_pre_attn_scalar); the attention ops divide by sqrt(head_dim),
 // so the queries are scaled by sqrt(head_dim / query_pre_attn_scalar) first (1 elsewhere).
+// Layer l's input in the residual stream (l = num_layers: the final norm's) of a forward of
+// N slots (Activations.residual).
+static float *residual_slice(const Activations *a, int l, long N, long C) {
+    return a->residual + (long)(l % a->residual_slices) * N * C;
+}
+
 static float query_scale_of(const ModelConfig *cfg) {
     if (!(cfg->query_pre_attn_scalar > 0.0f) || cfg->query_pre_attn_scalar == (float)cfg->head_dim) return 1.0f;
     return sqrtf((float)cfg->head_dim / cfg->query_pre_attn_scalar);
@@ -835,12 +842,12 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
         // DoRA's weight norms follow the adapters, taken while the layer's weights are in place
         // (under ZeRO-3 gathered); a KV-cache continuation keeps its cache's.
         if (!decode) lora_dora_norms(model, l);
-        layer_forward(model, l, layer_activations(model, l, target), a->residual + l * N * C,
-                      a->residual + (l + 1) * N * C, target);
+        layer_forward(model, l, layer_activations(model, l, target), residual_slice(a, l, N, C),
+                      residual_slice(a, l + 1, N, C), target);
         weights_of_layer(model, l, false);
     }
     norm_forward(model, a->final_out, a->final_mean, a->final_rstd,
-                 a->residual + cfg->num_layers * N * C, model->weights.final_norm_w,
+                 residual_slice(a, cfg->num_layers, N, C), model->weights.final_norm_w,
                  model->weights.final_norm_b, N);
     a->has_forward = true;
     // A decode step's activations cover one slot of a longer row: no backward through it.
@@ -1413,16 +1420,16 @@ void model_backward(Model *model, const float *dlogp, const float *dentropy,
     ops->fill_zero(a->d_resid, N * C);
     ops->matmul_input_hold(a->d_resid, N * C); // the last layer's down reads it (layer_backward)
     norm_backward(model, a->d_resid, model->gradients.final_norm_w,
-                  model->gradients.final_norm_b, a->d_hidden, a->residual + L * N * C,
+                  model->gradients.final_norm_b, a->d_hidden, residual_slice(a, L, N, C),
                   model->weights.final_norm_w, a->final_mean, a->final_rstd, N);
     gradients_ready(model, L);
     for (int l = L - 1; l >= 0; l--) {
-        const float *x_in = a->residual + l * N * C;
+        const float *x_in = residual_slice(a, l, N, C);
         LayerActivations *la = layer_activations(model, l, NULL);
         weights_of_layer(model, l, true);
         // Gradient checkpointing: rebuild this layer's activations from its saved input.
         // The recomputed output equals the saved x_{l+1} bit for bit.
-        if (!a->keep_all_layers) layer_forward(model, l, la, x_in, a->residual + (l + 1) * N * C, NULL);
+        if (!a->keep_all_layers) layer_forward(model, l, la, x_in, residual_slice(a, l + 1, N, C), NULL);
         layer_backward(model, l, la, x_in);
         gradients_ready(model, l);
         weights_of_layer(model, l, false);
