@@ -449,6 +449,38 @@ static void test_attention_rotary(void) {
     run_rotary_attention_case(0.5f, 3); // the scores reach about 2: the cap bends them
 }
 
+// ---- attention forward without a saved state (ops.h, attention_forward_without_saved) ----
+// Where no backward follows, the CPU forward takes saved NULL and keeps one row of
+// probabilities at a time: the same output bits as the forward that keeps them all, with
+// padding, a soft cap and a sliding window, and through the rotary op.
+static void test_attention_forward_without_saved(void) {
+    EXPECT(ops_cpu.attention_forward_without_saved, "the CPU backend takes saved NULL");
+    const struct { int T, hd; float softcap; int window; } cases[] = {{6, 4, 0.0f, 0}, {70, 64, 0.0f, 0},
+                                                                       {70, 64, 0.5f, 9}, {33, 80, 0.0f, 5}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int B = 2, T = cases[i].T, nh = 4, nkv = 2, hd = cases[i].hd;
+        int row_start[2] = {0, T / 3};
+        const long nq = (long)B * T * nh * hd, nk = (long)B * T * nkv * hd;
+        float *q = random_floats(nq, -1, 1), *k = random_floats(nk, -1, 1), *v = random_floats(nk, -1, 1);
+        float *kept = xmalloc(nq * 4), *alone = xmalloc(nq * 4);
+        float *probs = xmalloc(ops_cpu.attention_saved_size(B, T, nh, nkv, hd, cases[i].softcap, cases[i].window) * 4);
+        ops_cpu.attention_forward(kept, probs, q, k, v, row_start, B, T, nh, nkv, hd, cases[i].softcap, cases[i].window);
+        ops_cpu.attention_forward(alone, NULL, q, k, v, row_start, B, T, nh, nkv, hd, cases[i].softcap, cases[i].window);
+        EXPECT(!memcmp(kept, alone, nq * 4), "case %zu: other output without the saved probabilities", i);
+        int *positions = xmalloc((size_t)B * T * sizeof(int));
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) positions[b * T + t] = t > row_start[b] ? t - row_start[b] : 0;
+        float *inv_freq = xmalloc((size_t)(hd / 2) * sizeof(float));
+        for (int j = 0; j < hd / 2; j++) inv_freq[j] = powf(10000.0f, -2.0f * j / hd);
+        ops_cpu.attention_forward_rotary(kept, probs, q, k, v, nh * hd, nkv * hd, row_start, positions, inv_freq, B, T,
+                                         nh, nkv, hd, cases[i].softcap, cases[i].window);
+        ops_cpu.attention_forward_rotary(alone, NULL, q, k, v, nh * hd, nkv * hd, row_start, positions, inv_freq, B, T,
+                                         nh, nkv, hd, cases[i].softcap, cases[i].window);
+        EXPECT(!memcmp(kept, alone, nq * 4), "case %zu: other rotary output without the saved probabilities", i);
+        free(q), free(k), free(v), free(kept), free(alone), free(probs), free(positions), free(inv_freq);
+    }
+}
+
 // ---- decode attention (no backward: checked against a double-precision reference) ----
 // One query per row against a cache: head sizes that take the vector paths whole (64,
 // 128), with a tail (80 = 64 + 16, 40), and the plain loops (8); grouped-query heads;
@@ -1223,6 +1255,7 @@ int main(int argc, char **argv) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_rotary);
+    RUN(test_attention_forward_without_saved);
     RUN(test_attention_decode);
     RUN(test_attention_extend);
     RUN(test_half_conversion);

@@ -297,10 +297,13 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
             la->k_norm_rstd = alloc_floats(ops, N * cfg->num_kv_heads);
         }
         // The saved state of the layers this set serves: one layer's, or every layer's when
-        // the set is shared, as set 0 is by KV-cache forwards.
+        // the set is shared, as set 0 is by KV-cache forwards. None where no backward
+        // follows and the backend's forward needs none (attention_saved_for).
         const bool shared = !keep_all || s == 0;
-        la->attention_saved_floats = attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
-        la->attention_saved = alloc_floats(ops, la->attention_saved_floats);
+        if (backward || !ops->attention_forward_without_saved) {
+            la->attention_saved_floats = attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
+            la->attention_saved = alloc_floats(ops, la->attention_saved_floats);
+        }
         la->att_out = alloc_floats(ops, N * q_dim);
         la->x_mid = alloc_floats(ops, N * C);
         la->mlp_norm_out = alloc_maybe_stored(ops, N * C, la->stored_only);
@@ -386,7 +389,8 @@ void model_reserve(Model *model, int B, int T) {
 void model_reserve_cached(Model *model, int B, int T) {
     const Activations *a = &model->acts;
     if (a->capacity_B && B <= a->capacity_rows && (long)B * T <= (long)a->capacity_B * a->capacity_T &&
-        attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats)
+        (model->ops->attention_forward_without_saved ||
+         attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats))
         return; // (set 0 serves, whichever the layout)
     reserve_layout(model, B, T, false, false);
 }
@@ -494,6 +498,15 @@ typedef struct {
 
 // Gemma 2 scores q.k / sqrt(query_pre_attn_scalar); the attention ops divide by sqrt(head_dim),
 // so the queries are scaled by sqrt(head_dim / query_pre_attn_scalar) first (1 elsewhere).
+// The attention state a forward writes for its backward (ops.h, attention_forward): none
+// where no backward follows (a KV-cache forward; a model without the backward's buffers)
+// and the backend's forward needs none (OpsBackend.attention_forward_without_saved: on the
+// CPU the [B, H, T, T] probabilities, 576 MB for one row of 4,000 tokens of SmolLM2).
+static float *attention_saved_for(const Model *model, const LayerActivations *la, const CacheTarget *target) {
+    const bool backward_may_follow = !target && model->acts.backward_buffers;
+    return backward_may_follow || !model->ops->attention_forward_without_saved ? la->attention_saved : NULL;
+}
+
 // Layer l's input in the residual stream (l = num_layers: the final norm's) of a forward of
 // N slots (Activations.residual).
 static float *residual_slice(const Activations *a, int l, long N, long C) {
@@ -734,12 +747,12 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         }
     } else if (rotates) {
         const QkvLayout in = qkv_layout(la->q, la->k, la->v, la->qkv_fused, q_dim, kv_dim);
-        ops->attention_forward_rotary(la->att_out, la->attention_saved, in.q, in.k, in.v, in.q_row_stride,
+        ops->attention_forward_rotary(la->att_out, attention_saved_for(model, la, target), in.q, in.k, in.v, in.q_row_stride,
                                       in.kv_row_stride, a->row_start, a->positions, rope_table(model, l), B, T,
                                       cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
                                       window);
     } else
-        ops->attention_forward(la->att_out, la->attention_saved, la->q, la->k, la->v, a->row_start, B, T,
+        ops->attention_forward(la->att_out, attention_saved_for(model, la, target), la->q, la->k, la->v, a->row_start, B, T,
                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap, window);
     block_output_forward(model, l, LORA_O, la, la->x_mid, la->att_out, x_in, w->o_w, quantized ? &quantized->o : NULL,
                          w->o_b, la->attn_proj, w->post_attn_norm_w, la->post_attn_norm_rstd, N, q_dim, C);

@@ -155,6 +155,11 @@ typedef struct OpsBackend {
     // copying every step's [B, V] logits to the host; not on the CPU, whose host sampler
     // (gen/sampler.c, fp64 exponentials) is the reference and needs no copy.
     bool samples_whole_rows;
+    // Whether attention_forward and attention_forward_rotary take saved NULL where no
+    // backward follows (generation, frozen models: model/transformer.c allocates none): the
+    // CPU, whose saved state is the [B, H, T, T] probabilities and whose forward needs one
+    // row of them at a time; not the GPU, whose kernels write their state as they go.
+    bool attention_forward_without_saved;
 
     // ---- memory ----
     void *(*alloc)(size_t bytes); // zero-filled

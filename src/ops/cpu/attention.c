@@ -50,14 +50,15 @@ static void softmax_in_place(float *s, int n) {
 static int keys_width(int n_keys) { return round_up(n_keys, LANES) + LANES; }
 
 // One (row, head): Q, K, V, O point at the row's slot 0 of that head; P is its T x T
-// probabilities. keys_t is scratch for the keys transposed, [head_dim][keys_width(T)],
+// probabilities, or NULL where no backward follows: then each query's row of them is
+// p_scratch's T floats. keys_t is scratch for the keys transposed, [head_dim][keys_width(T)],
 // so that LANES consecutive keys' scores are one vector chain per dimension.
 // Most of a prompt's prefill: in the sanitizer build it runs the FMA copy where the CPU has
 // the instruction (the same bits: its sums are fmaf chains) and is not checked access by
 // access; cpu_attention_forward checks the whole ranges it is given (core/sanitizer.h).
 FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, const float *Q, const float *K, const float *V, int start, int T,
                             int q_stride, int kv_stride, int head_dim, float scale, float softcap, int window,
-                            float *keys_t) {
+                            float *keys_t, float *p_scratch) {
     const int n_keys = T - start, width = keys_width(n_keys);
     // keys_t[c][j] = K[start + j][c]; zero past the last key, so a block that runs over the
     // end computes scores nobody reads from zeros.
@@ -67,12 +68,12 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
         for (int j = n_keys; j < width; j++) row[j] = 0.0f;
     }
     for (int t = 0; t < start; t++) {
-        memset(P + (long)t * T, 0, (size_t)T * sizeof(float));
+        if (P) memset(P + (long)t * T, 0, (size_t)T * sizeof(float));
         for (int c = 0; c < head_dim; c++) O[(long)t * q_stride + c] = 0.0f;
     }
     for (int t = start; t < T; t++) {
         const float *q = Q + (long)t * q_stride;
-        float *p_row = P + (long)t * T;
+        float *p_row = P ? P + (long)t * T : p_scratch;
         const int first = attention_first_key(start, t, window), n = t - first + 1;
         float *p = p_row + first; // probabilities of keys first..t, then zeros
         const float *keys_from = keys_t + (first - start); // column 0: key `first`
@@ -100,8 +101,10 @@ FMA_CLONES SANITIZER_UNCHECKED static void attend_one_head(float *O, float *P, c
         }
         cpu_soft_cap(p, n, softcap);
         softmax_in_place(p, n);
-        memset(p_row, 0, (size_t)first * sizeof(float));
-        memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
+        if (P) { // the backward reads whole rows
+            memset(p_row, 0, (size_t)first * sizeof(float));
+            memset(p + n, 0, (size_t)(T - t - 1) * sizeof(float));
+        }
         // Output: each element sums p[j] * V[start + j][c] over j in order; four vectors of
         // dimensions at a time (four independent chains), then the rest one by one.
         float *o = O + (long)t * q_stride;
@@ -133,20 +136,21 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
     SANITIZER_CHECK_RANGE(q, (size_t)B * T * q_stride * sizeof(float));
     SANITIZER_CHECK_RANGE(k, (size_t)B * T * kv_stride * sizeof(float));
     SANITIZER_CHECK_RANGE(v, (size_t)B * T * kv_stride * sizeof(float));
-    SANITIZER_CHECK_RANGE(probs, (size_t)B * n_heads * T * T * sizeof(float));
+    if (probs) SANITIZER_CHECK_RANGE(probs, (size_t)B * n_heads * T * T * sizeof(float));
 #pragma omp parallel
     {
         float *keys_t = xaligned_alloc((size_t)head_dim * keys_width(T) * sizeof(float));
+        float *p_scratch = probs ? NULL : xaligned_alloc((size_t)T * sizeof(float));
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * n_heads; bh++) {
             int b = bh / n_heads, h = bh % n_heads, kv_head = h / group;
             int start = row_start ? row_start[b] : 0;
-            attend_one_head(out + (long)b * T * q_stride + h * head_dim, probs + (long)bh * T * T,
+            attend_one_head(out + (long)b * T * q_stride + h * head_dim, probs ? probs + (long)bh * T * T : NULL,
                             q + (long)b * T * q_stride + h * head_dim, k + (long)b * T * kv_stride + kv_head * head_dim,
                             v + (long)b * T * kv_stride + kv_head * head_dim, start, T, q_stride, kv_stride, head_dim,
-                            scale, softcap, window, keys_t);
+                            scale, softcap, window, keys_t, p_scratch);
         }
-        free(keys_t);
+        free(keys_t), free(p_scratch);
     }
 }
 

@@ -155,6 +155,7 @@ const OpsBackend ops_cpu = {
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
     .attention_saved_size = cpu_attention_saved_size,
+    .attention_forward_without_saved = true,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_forward_rotary = cpu_attention_forward_rotary,

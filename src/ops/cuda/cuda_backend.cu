@@ -192,6 +192,7 @@ extern "C" const OpsBackend ops_cuda = {
     .collectives = &cuda_collectives,
     .fuses_qkv_products = true,
     .samples_whole_rows = true,
+    .attention_forward_without_saved = false, // (its kernels write their saved state as they go)
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy_to_device = cuda_copy_to_device,
