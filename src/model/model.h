@@ -39,8 +39,11 @@ typedef struct {
     float *qkv, *q, *k, *v;
     bool qkv_fused;
     float *q_raw, *k_raw, *q_norm_rstd, *k_norm_rstd; // qk_norm: projections before the norm, its 1/rms per head
-    float *attention_saved; // the attention backward's saved state (ops.h)
-    long attention_saved_floats; // ... its size (a KV-cache prefill asks whether it fits)
+    // The attention backward's saved state (ops.h), and its size (a KV-cache prefill asks
+    // whether it fits); NULL and 0 where no backward follows and the backend's forward needs
+    // none (OpsBackend.attention_forward_without_saved).
+    float *attention_saved;
+    long attention_saved_floats;
     float *att_out;   // attention output before o_proj
     float *x_mid;     // residual stream after the attention block
     float *mlp_norm_out, *mlp_norm_mean, *mlp_norm_rstd;

@@ -496,8 +496,6 @@ typedef struct {
                    // that extends a cached prefix); else the batch attends to itself
 } CacheTarget;
 
-// Gemma 2 scores q.k / sqrt(query_pre_attn_scalar); the attention ops divide by sqrt(head_dim),
-// so the queries are scaled by sqrt(head_dim / query_pre_attn_scalar) first (1 elsewhere).
 // The attention state a forward writes for its backward (ops.h, attention_forward): none
 // where no backward follows (a KV-cache forward; a model without the backward's buffers)
 // and the backend's forward needs none (OpsBackend.attention_forward_without_saved: on the
@@ -513,6 +511,8 @@ static float *residual_slice(const Activations *a, int l, long N, long C) {
     return a->residual + (long)(l % a->residual_slices) * N * C;
 }
 
+// Gemma 2 scores q.k / sqrt(query_pre_attn_scalar); the attention ops divide by sqrt(head_dim),
+// so the queries are scaled by sqrt(head_dim / query_pre_attn_scalar) first (1 elsewhere).
 static float query_scale_of(const ModelConfig *cfg) {
     if (!(cfg->query_pre_attn_scalar > 0.0f) || cfg->query_pre_attn_scalar == (float)cfg->head_dim) return 1.0f;
     return sqrtf((float)cfg->head_dim / cfg->query_pre_attn_scalar);
