@@ -294,6 +294,9 @@ static void bf16_rounding_init(void) {
     bf16_rounding.attention_backward = rounded_attention_backward;
     bf16_rounding.attention_forward_rotary = rounded_attention_forward_rotary;
     bf16_rounding.attention_backward_rotary = rounded_attention_backward_rotary;
+    // Its forward writes the probabilities it then reads (saved), as the GPU's kernels
+    // write their state: no forward without it (ops.h).
+    bf16_rounding.attention_forward_without_saved = false;
 }
 
 // Fresh uniform values in [lo, hi) for every call (xorshift64*).
