@@ -23,6 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 batch=${BATCH:-16} micro=${MICRO:-8} gen_batch=${GEN_BATCH:-16} new_tokens=${NEW_TOKENS:-48}
 threads=${THREADS:-2} iterations=${ITERATIONS:-1}
+[[ "$iterations" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "marlhf: error: ITERATIONS=$iterations: must be a whole number from 1 (bench/run_ppo_iteration.sh)" >&2; exit 2; }
 hf=${HF_DIR:-/tmp/smollm2-hf} rm=${RM_DIR:-/tmp/smollm2-rm} out=${OUT_DIR:-/tmp/ppo-bench}
 py=.venv-tools/bin/python
 . bench/smollm2_models.sh

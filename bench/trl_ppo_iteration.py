@@ -79,8 +79,16 @@ def make_reward_model(actor, out, seed):
     print(f"wrote {out} (score.weight {tuple(model.score.weight.shape)}, seed {seed})", file=sys.stderr)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A bad option is one line on stderr and exit 2, as marlhf's own (no usage dump)."""
+
+    def error(self, message):
+        print(f"marlhf: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineErrors(description=__doc__.split("\n")[0])
     ap.add_argument("--actor", default="/tmp/smollm2-hf")
     ap.add_argument("--reward", default="/tmp/smollm2-rm")
     ap.add_argument("--make-reward-model", metavar="OUT", help="write the reward-model folder and exit")
@@ -96,6 +104,8 @@ def main():
                     help="PEFT LoRA on the policy (every linear layer); the reference is then the policy "
                          "with its adapter disabled (TRL's peft_config path; the value model stays whole)")
     args = ap.parse_args()
+    if args.iterations < 1:
+        ap.error(f"--iterations {args.iterations}: must be a whole number from 1")
 
     import torch
 

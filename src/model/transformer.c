@@ -256,7 +256,9 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     Activations *a = &model->acts;
     const bool same_layout = a->keep_all_layers == keep_all && a->backward_buffers == backward;
     if (a->capacity_B >= B && a->capacity_T >= T && same_layout) return;
-    const int rows = B > a->capacity_rows ? B : a->capacity_rows; // (kept across layouts)
+    // Per-row buffers for the most rows ever asked for, in any layout (at least the grown B
+    // below: capacity_rows >= capacity_B).
+    const int rows = B > a->capacity_rows ? B : a->capacity_rows;
     if (a->capacity_B) {
         if (same_layout && a->capacity_B > B) B = a->capacity_B;
         if (same_layout && a->capacity_T > T) T = a->capacity_T;
@@ -268,7 +270,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
     const int L = cfg->num_layers;
     a->capacity_B = B;
     a->capacity_T = T;
-    a->capacity_rows = rows > B ? rows : B;
+    a->capacity_rows = rows;
     a->keep_all_layers = keep_all;
     a->backward_buffers = backward;
     a->tokens = ops->alloc((size_t)N * sizeof(int));

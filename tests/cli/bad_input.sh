@@ -152,6 +152,12 @@ expect_error matmul_bf16_repeats_garbage "--repeats" "$matmul_bf16" --repeats ab
 expect_error matmul_bf16_repeats_zero "--repeats" "$matmul_bf16" --repeats 0
 expect_error matmul_bf16_repeats_missing "--repeats" "$matmul_bf16" --repeats
 expect_error matmul_bf16_unknown_option "--fast" "$matmul_bf16" --fast
+# The PPO benchmark's iteration count (bench/run_ppo_iteration.sh, bench/trl_ppo_iteration.py):
+# checked before anything is loaded.
+expect_error ppo_bench_iterations_garbage "ITERATIONS=abc" env ITERATIONS=abc bash bench/run_ppo_iteration.sh
+expect_error ppo_bench_iterations_zero "ITERATIONS=0" env ITERATIONS=0 bash bench/run_ppo_iteration.sh
+expect_error trl_bench_iterations_zero "--iterations 0" python3 bench/trl_ppo_iteration.py --iterations 0
+expect_error trl_bench_iterations_garbage "--iterations" python3 bench/trl_ppo_iteration.py --iterations abc
 
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
