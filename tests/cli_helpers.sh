@@ -88,17 +88,35 @@ wait_port() {
     return 1
 }
 
+# latest_checkpoint_step OUT: the largest N of OUT's checkpoint-N folders (0: none). Half-
+# written ones (checkpoint-N.tmp-PID, .old-PID) do not count.
+latest_checkpoint_step() {
+    local folder step latest=0
+    for folder in "$1"/checkpoint-*; do
+        step=${folder##*/checkpoint-}
+        [[ $step =~ ^[0-9]+$ ]] && [ "$step" -gt "$latest" ] && latest=$step
+    done
+    echo "$latest"
+}
+
 # interrupted_run OUT COMMAND...: runs COMMAND (a trainer writing into OUT, saving every
-# step) in the background, kills it (-9) at a random moment after its first checkpoint,
-# resumes it with --resume and kills that too at a random moment, then resumes it to the
-# end (stderr in OUT.err). Sets finished_early=1 when the first run ended before its kill.
+# step, at least 24 steps) in the background, kills it (-9) at a random moment soon after
+# its checkpoint of step 1..4, resumes it with --resume and kills that too at a random
+# moment, then resumes it to the end (stderr in OUT.err). Sets finished_early=1 when the
+# first run ended before its kill. The kill follows the run's progress, not the clock: a
+# fixed delay after the first checkpoint landed after the end of a short run on a fast
+# machine (a 24-iteration PPO lasts 0.5 s here).
 interrupted_run() {
-    local out=$1 pid
+    local out=$1 pid kill_after=$((1 + RANDOM % 4))
     shift
     "$@" 2> /dev/null &
     pid=$!
-    for _ in $(seq 600); do [ -n "$(ls -d "$out"/checkpoint-* 2> /dev/null)" ] && break; sleep 0.02; done
-    sleep "0.$((RANDOM % 5))"
+    for _ in $(seq 3000); do
+        [ "$(latest_checkpoint_step "$out")" -ge "$kill_after" ] && break
+        kill -0 $pid 2> /dev/null || break
+        sleep 0.01
+    done
+    sleep "0.0$((RANDOM % 5))" # mid-step or mid-save
     kill -9 $pid 2> /dev/null
     wait $pid 2> /dev/null
     finished_early=0

@@ -81,8 +81,8 @@ python3 -c "import sys; a, c, r = map(float, sys.argv[1:]); sys.exit(0 if a >= 0
     fail kto_lora_learns "accuracy '$acc', rewards '$chosen' '$rejected' $(tail -n 2 "$tmp/lora.err")"
 
 # --- exact resume after SIGKILL ------------------------------------------------------------
-# Six epochs (about 1.5 s; three under the sanitizers, kill_test_epochs): long enough that the
-# kill, at most 0.4 s after the first checkpoint, lands mid-run.
+# Six epochs, 144 steps (three under the sanitizers, kill_test_epochs): the kill, soon after
+# the checkpoint of step 1..4 (interrupted_run), lands mid-run.
 resume_args=("${args[@]}" --data "$data/pairs.jsonl" --num-train-epochs "$(kill_test_epochs 6)" --save-every 1 --keep-last 2 --eval-every 0)
 "$bin" kto "${resume_args[@]}" --output "$tmp/straight" 2> /dev/null
 out="$tmp/killed"

@@ -239,9 +239,9 @@ print(f"  largest relative difference of the metrics: {worst:.2g}", file=sys.std
 sys.exit(0 if ok else 1)
 PY
     fail ppo_qlora_equals_float_on_dequantized_base "$(tail -n 2 "$tmp/ppo_f.err")"
-# Killed and resumed: bit-identical to the straight run. 48 iterations (about 1.5 s; under
-# the sanitizers four epochs of the prompts, 24, kill_test_epochs): 16 lasted 0.5 s, and
-# the kill, up to 0.4 s after the first checkpoint, could land after the end.
+# Killed and resumed: bit-identical to the straight run. 48 iterations (under the
+# sanitizers four epochs of the prompts, 24, kill_test_epochs): interrupted_run kills soon
+# after the checkpoint of iteration 1..4.
 long_ppo=("${qppo[@]}" --max-iterations 48 --num-train-epochs "$(kill_test_epochs 12)" --save-every 1)
 "$bin" ppo "${long_ppo[@]}" --output "$tmp/ppo_q_straight" 2> /dev/null
 interrupted_run "$tmp/ppo_q_killed" "$bin" ppo "${long_ppo[@]}" --keep-last 2 --output "$tmp/ppo_q_killed"
