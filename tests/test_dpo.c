@@ -363,7 +363,45 @@ static void test_aot_sorts_the_micro_batch(void) {
     safetensors_close(f.set);
 }
 
+// The task's largest batch (train/loop.h largest_batch) holds every micro-batch of up to
+// two pairs: sized for it once, the activations are not made again by any of them (the
+// residual stream's buffer stays where it is); and it is no larger than needed (4 rows, the
+// longest row), so a micro-batch of three pairs does make them again.
+static void test_largest_batch_covers_every_micro_batch(void) {
+    DpoFixture f;
+    fixture_open(&f);
+    Model model;
+    fixture_load_policy(&model);
+    const DpoLossOptions sigmoid = {.loss = DPO_LOSS_SIGMOID, .beta = 0.1};
+    DpoTask task;
+    make_task(&task, &f, &sigmoid);
+    TrainTask train = dpo_train_task(&task);
+    int rows = 0, length = 0, longest = 0;
+    train.largest_batch(train.context, 2, &rows, &length);
+    for (int r = 0; r < 6; r++)
+        if (f.rows.lengths[r] > longest) longest = f.rows.lengths[r];
+    EXPECT(rows == 4 && length == longest, "largest batch %d rows of %d tokens, want 4 of %d", rows, length, longest);
+    model_reserve(&model, rows, length);
+    const float *residual = model.acts.residual;
+    const long batches[][2] = {{0, 1}, {2, -1}, {1, 2}, {0, 2}, {1, -1}};
+    for (int i = 0; i < 5; i++) {
+        MicroStepResult result = {0};
+        train.micro_step(train.context, &model, batches[i], batches[i][1] < 0 ? 1 : 2, 0.5, &result);
+        EXPECT(model.acts.residual == residual && model.acts.capacity_B == 4 && model.acts.capacity_T == longest,
+               "micro-batch %d made the activations again (%d x %d)", i, model.acts.capacity_B, model.acts.capacity_T);
+    }
+    const long all[3] = {0, 1, 2};
+    MicroStepResult result = {0};
+    train.micro_step(train.context, &model, all, 3, 1.0 / 3, &result);
+    EXPECT(model.acts.capacity_B == 6, "three pairs ran in %d rows' activations", model.acts.capacity_B);
+    dpo_task_free(&task);
+    model_free(&model);
+    tokenized_examples_free(&f.rows);
+    safetensors_close(f.set);
+}
+
 int main(void) {
+    RUN(test_largest_batch_covers_every_micro_batch);
     RUN(test_trl_batch_losses_match_trl);
     RUN(test_aot_sorts_the_micro_batch);
     RUN(test_response_logps_match_pytorch);

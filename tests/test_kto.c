@@ -452,7 +452,48 @@ static void test_task_errors(void) {
     fixture_close(&f);
 }
 
+// The task's largest batch (train/loop.h largest_batch) holds every micro-batch of up to two
+// examples, their rows and their mismatched rows: sized for it once, the activations are not
+// made again by any of them; and it is no larger than needed (2 rows, the longest of either
+// kind), so a micro-batch of three examples does make them again.
+static void test_largest_batch_covers_every_micro_batch(void) {
+    KtoFixture f;
+    fixture_open(&f);
+    Model model;
+    fixture_load_policy(&model);
+    KtoTask task;
+    make_task(&task, &f, &FIXTURE_OPTIONS, true);
+    // A mismatched row the longest (the examples' longest, example 3's 12 tokens, cut to 9;
+    // its mismatched row keeps 11), so that a largest batch without them is too short.
+    task.train.lengths[3] = 9;
+    TrainTask train = kto_train_task(&task);
+    int rows = 0, length = 0, longest = 0;
+    train.largest_batch(train.context, 2, &rows, &length);
+    for (int r = 0; r < 4; r++) {
+        if (task.train.lengths[r] > longest) longest = task.train.lengths[r];
+        if (task.train_kl.lengths[r] > longest) longest = task.train_kl.lengths[r];
+    }
+    EXPECT(rows == 2 && length == longest, "largest batch %d rows of %d tokens, want 2 of %d", rows, length, longest);
+    model_reserve(&model, rows, length);
+    const float *residual = model.acts.residual;
+    const long batches[][2] = {{0, 1}, {2, 3}, {1, 3}, {0, -1}, {3, 0}};
+    for (int i = 0; i < 5; i++) {
+        MicroStepResult result = {0};
+        train.micro_step(train.context, &model, batches[i], batches[i][1] < 0 ? 1 : 2, 0.25, &result);
+        EXPECT(model.acts.residual == residual && model.acts.capacity_B == 2 && model.acts.capacity_T == longest,
+               "micro-batch %d made the activations again (%d x %d)", i, model.acts.capacity_B, model.acts.capacity_T);
+    }
+    const long three[3] = {0, 1, 2};
+    MicroStepResult result = {0};
+    train.micro_step(train.context, &model, three, 3, 0.25, &result);
+    EXPECT(model.acts.capacity_B == 3, "three examples ran in %d rows' activations", model.acts.capacity_B);
+    kto_task_free(&task);
+    model_free(&model);
+    fixture_close(&f);
+}
+
 int main(void) {
+    RUN(test_largest_batch_covers_every_micro_batch);
     RUN(test_mismatched_rows_and_sums);
     RUN(test_loss_and_gradients_match_pytorch);
     RUN(test_at_the_reference);

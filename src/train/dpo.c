@@ -283,6 +283,15 @@ static void dpo_prepare(void *context, Model *model) {
     model_release_activations(model); // sized for the reference's batches
 }
 
+// Micro-batches, and evaluation chunks of 4 pairs (dpo_evaluate), of two rows a pair.
+static void dpo_largest_batch(void *context, long micro_batch, int *rows, int *length) {
+    const DpoTask *task = context;
+    const int train_rows = 2 * batch_rows(micro_batch, task->train_count), eval_rows = 2 * batch_rows(4, task->eval_count);
+    *rows = train_rows > eval_rows ? train_rows : eval_rows;
+    const int train_longest = tokenized_longest(&task->train), eval_longest = tokenized_longest(&task->eval);
+    *length = train_longest > eval_longest ? train_longest : eval_longest;
+}
+
 TrainTask dpo_train_task(DpoTask *task) {
     return (TrainTask){
         .name = "dpo",
@@ -292,6 +301,7 @@ TrainTask dpo_train_task(DpoTask *task) {
         .micro_step = dpo_micro_step,
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
         .prepare = task->reference_from_policy ? dpo_prepare : NULL,
+        .largest_batch = dpo_largest_batch,
         .context = task,
     };
 }

@@ -355,6 +355,25 @@ static void kto_prepare(void *context, Model *model) {
     model_release_activations(model); // sized for the reference's batches
 }
 
+// Micro-batches (the examples' rows, then as many mismatched rows for the KL baseline),
+// evaluation chunks of 4 examples, and the evaluation's mismatched rows in chunks of 8
+// (kto_evaluate, response_logps_all).
+static void kto_largest_batch(void *context, long micro_batch, int *rows, int *length) {
+    const KtoTask *task = context;
+    int most = batch_rows(micro_batch, task->train.count);
+    const int eval_rows = batch_rows(4, task->eval.count);
+    const int eval_kl_rows = uses_kl_baseline(task) ? batch_rows(8, task->eval_kl.count) : 0;
+    if (eval_rows > most) most = eval_rows;
+    if (eval_kl_rows > most) most = eval_kl_rows;
+    *rows = most;
+    const TokenizedExamples *all[] = {&task->train, &task->eval, &task->train_kl, &task->eval_kl};
+    *length = 0;
+    for (int i = 0; i < 4; i++) {
+        const int longest = tokenized_longest(all[i]);
+        if (longest > *length) *length = longest;
+    }
+}
+
 TrainTask kto_train_task(KtoTask *task) {
     TrainTask train = {
         .name = "kto",
@@ -366,6 +385,7 @@ TrainTask kto_train_task(KtoTask *task) {
         .save_state = kto_save_state,
         .load_state = kto_load_state,
         .prepare = task->reference_from_policy ? kto_prepare : NULL,
+        .largest_batch = kto_largest_batch,
         .context = task,
     };
     if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) train.metric_names[0] = "accuracy", train.metric_names[1] = NULL;

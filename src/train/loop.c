@@ -148,6 +148,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
         }
     }
     if (task->prepare) task->prepare(task->context, model);
+    if (task->largest_batch) {
+        int rows = 0, length = 0;
+        task->largest_batch(task->context, options->micro_batch, &rows, &length);
+        if (rows > 0 && length > 0) model_reserve(model, rows, length);
+    }
     LoopState s = {0};
     if (options->resume) {
         char *checkpoint = checkpoint_latest(options->run_dir);

@@ -226,6 +226,18 @@ static int rm_write_final(void *context, Model *model, const char *dir) {
     return rc;
 }
 
+// Micro-batches, and evaluation chunks of 4 examples (rm_evaluate), of K rows an example;
+// rows padded to max_seq_len under --loss dschat (rm_forward).
+static void rm_largest_batch(void *context, long micro_batch, int *rows, int *length) {
+    const RmTask *task = context;
+    const int train_rows = task->K * batch_rows(micro_batch, task->train_count);
+    const int eval_rows = task->K * batch_rows(4, task->eval_count);
+    *rows = train_rows > eval_rows ? train_rows : eval_rows;
+    const int train_longest = tokenized_longest(&task->train), eval_longest = tokenized_longest(&task->eval);
+    *length = task->loss == RM_LOSS_DSCHAT ? task->max_seq_len
+                                           : (train_longest > eval_longest ? train_longest : eval_longest);
+}
+
 TrainTask rm_train_task(RmTask *task) {
     return (TrainTask){
         .name = "rm",
@@ -235,6 +247,7 @@ TrainTask rm_train_task(RmTask *task) {
         .micro_step = rm_micro_step,
         .evaluate = task->eval_count > 0 ? rm_evaluate : NULL,
         .write_final = rm_write_final,
+        .largest_batch = rm_largest_batch,
         .context = task,
     };
 }

@@ -70,6 +70,15 @@ void tokenized_examples_free(TokenizedExamples *examples) {
     memset(examples, 0, sizeof *examples);
 }
 
+int tokenized_longest(const TokenizedExamples *examples) {
+    int longest = 0;
+    for (long i = 0; i < examples->count; i++)
+        if (examples->lengths[i] > longest) longest = examples->lengths[i];
+    return longest;
+}
+
+int batch_rows(long batch, long count) { return (int)(batch < count ? batch : count); }
+
 void tokenized_examples_alloc(TokenizedExamples *examples, long capacity) {
     if (capacity < 1) capacity = 1;
     examples->ids = xcalloc((size_t)capacity, sizeof(int *));
@@ -245,6 +254,16 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
     }
 }
 
+// Micro-batches of up to micro_batch examples, evaluation chunks of up to 8 (sft_evaluate).
+static void sft_largest_batch(void *context, long micro_batch, int *rows, int *length) {
+    const SftTask *task = context;
+    const int train_rows = batch_rows(micro_batch, task->train.count), eval_rows = batch_rows(8, task->eval.count);
+    *rows = train_rows > eval_rows ? train_rows : eval_rows;
+    const int train_longest = tokenized_longest(&task->train), eval_longest = tokenized_longest(&task->eval);
+    *length = task->train_on_prompt_and_padding ? task->max_seq_len
+                                                : (train_longest > eval_longest ? train_longest : eval_longest);
+}
+
 TrainTask sft_train_task(SftTask *task) {
     return (TrainTask){
         .name = "sft",
@@ -252,6 +271,7 @@ TrainTask sft_train_task(SftTask *task) {
         .weight = sft_weight,
         .micro_step = sft_micro_step,
         .evaluate = task->eval.count > 0 ? sft_evaluate : NULL,
+        .largest_batch = sft_largest_batch,
         .context = task,
     };
 }

@@ -59,6 +59,10 @@ void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char
 void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int turn_count, int max_seq_len, int **ids,
                     unsigned char **trained, int *length, int *prompt_length, bool *truncated);
 void tokenized_examples_free(TokenizedExamples *examples);
+// The longest row of `examples` (0 when there are none).
+int tokenized_longest(const TokenizedExamples *examples);
+// The most rows of a batch of at most `batch` of `count` items (min(batch, count)).
+int batch_rows(long batch, long count);
 // Room for `capacity` rows (at least one), none filled yet (count 0).
 void tokenized_examples_alloc(TokenizedExamples *examples, long capacity);
 // The id that fills the padding of training batches: the tokenizer's pad token, else its

@@ -1,0 +1,132 @@
+// The SFT and reward-model tasks' largest batch (train/loop.h largest_batch), on the tiny
+// chat model and its tokenizer: sized for it once (as train_run does before the first step),
+// the activations are not made again by any micro-batch or evaluation chunk of the run (the
+// residual stream's buffer stays where it is), and the batch is no larger than needed, so
+// a micro-batch over the size asked for does make them again. (DPO's and KTO's are in
+// tests/test_dpo.c and tests/test_kto.c, on their fixtures.)
+#include <string.h>
+
+#include "core/check.h"
+#include "model/weights_io.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+#include "train/rm.h"
+#include "train/sft.h"
+
+static const char *MODEL = "tests/fixtures/models/tiny_chat";
+
+static void load(Model *model, Tokenizer **tokenizer, bool value_head) {
+    ModelLoadOptions options = {.with_lm_head = !value_head, .with_value_head = value_head, .seed = 7};
+    CHECK(model_load(model, MODEL, &ops_cpu, &options) == 0, "%s", err_msg());
+    CHECK(tokenizer_load(tokenizer, MODEL) == 0, "%s", err_msg());
+    model_enable_grad(model);
+}
+
+// Runs `micro_step` on the examples of `which` (count of them) and says whether the
+// activations stayed as reserved: the same residual buffer, `rows` x `length`.
+static bool step_keeps_activations(TrainTask *train, Model *model, const long *which, int count, int rows, int length,
+                                   const float *residual) {
+    MicroStepResult result = {0};
+    train->micro_step(train->context, model, which, count, 0.1, &result);
+    return model->acts.residual == residual && model->acts.capacity_B == rows && model->acts.capacity_T == length;
+}
+
+static void test_sft_largest_batch(void) {
+    Model model;
+    Tokenizer *tokenizer;
+    load(&model, &tokenizer, false);
+    const SftExample examples[] = {
+        {.prompt = "Hi.", .response = "Hello there."},
+        {.prompt = "Tell me a story.", .response = "A dragon slept."},
+        {.prompt = "Two and two?", .response = "Four."},
+        {.prompt = "A colour.", .response = "Blue."},
+        {.prompt = "Why?", .response = "Because."},
+    };
+    const SftExample eval[] = {{.prompt = "A question longer than any training prompt.", .response = "Yes."},
+                               {.prompt = "Short.", .response = "Ok."}};
+    for (int padded = 0; padded < 2; padded++) {
+        SftTask task;
+        CHECK(sft_task_init(&task, tokenizer, examples, 5, eval, 2, 96, padded) == 0, "%s", err_msg());
+        TrainTask train = sft_train_task(&task);
+        int rows = 0, length = 0, longest = 0;
+        train.largest_batch(train.context, 2, &rows, &length);
+        for (long i = 0; i < task.train.count; i++)
+            if (task.train.lengths[i] > longest) longest = task.train.lengths[i];
+        const int eval_longest = task.eval.lengths[0] > task.eval.lengths[1] ? task.eval.lengths[0] : task.eval.lengths[1];
+        EXPECT(eval_longest > longest, "the evaluation's row (%d tokens) is the longest (%d)", eval_longest, longest);
+        const int want_length = padded ? 96 : eval_longest;
+        EXPECT(rows == 2 && length == want_length, "padded %d: largest batch %d rows of %d tokens, want 2 of %d", padded,
+               rows, length, want_length);
+        model_reserve(&model, rows, length);
+        const float *residual = model.acts.residual;
+        bool kept = true;
+        for (long a = 0; a < 5; a++)
+            for (long b = 0; b < 5; b++) {
+                const long which[2] = {a, b};
+                kept &= step_keeps_activations(&train, &model, which, a == b ? 1 : 2, 2, want_length, residual);
+            }
+        EvalResult result;
+        train.evaluate(train.context, &model, &result);
+        kept &= model.acts.residual == residual && model.acts.capacity_B == 2 && model.acts.capacity_T == want_length;
+        EXPECT(kept, "padded %d: a micro-batch or the evaluation made the activations again (%d x %d)", padded,
+               model.acts.capacity_B, model.acts.capacity_T);
+        const long three[3] = {0, 1, 3};
+        step_keeps_activations(&train, &model, three, 3, 2, want_length, residual);
+        EXPECT(model.acts.capacity_B == 3, "padded %d: three examples ran in %d rows' activations", padded,
+               model.acts.capacity_B);
+        model_release_activations(&model);
+        sft_task_free(&task);
+    }
+    tokenizer_free(tokenizer);
+    model_free(&model);
+}
+
+static void test_rm_largest_batch(void) {
+    Model model;
+    Tokenizer *tokenizer;
+    load(&model, &tokenizer, true);
+    const char *prompts[] = {"Which is better?", "Describe the weather today in the town by the sea.", "Pick one."};
+    const char *responses[] = {"This one, clearly.", "That.", "Sunny.",
+                               "Grey clouds over the harbour and a cold wind from the north, with rain later.", "A.",
+                               "B."};
+    const char *eval_prompts[] = {"Evaluate."};
+    const char *eval_responses[] = {"Good.", "Bad."};
+    const RmLossKind losses[] = {RM_LOSS_PAIRWISE, RM_LOSS_DSCHAT};
+    for (int k = 0; k < 2; k++) {
+        RmTask task;
+        CHECK(rm_task_init(&task, tokenizer, 2, prompts, responses, NULL, 3, eval_prompts, eval_responses, NULL, 1, 96,
+                           losses[k], 0.0f) == 0,
+              "%s", err_msg());
+        TrainTask train = rm_train_task(&task);
+        int rows = 0, length = 0, longest = 0;
+        train.largest_batch(train.context, 1, &rows, &length);
+        for (long i = 0; i < task.train.count; i++)
+            if (task.train.lengths[i] > longest) longest = task.train.lengths[i];
+        EXPECT(longest < 96, "rows of %d tokens: none cut at max_seq_len", longest);
+        const int want_length = losses[k] == RM_LOSS_DSCHAT ? 96 : longest;
+        EXPECT(rows == 2 && length == want_length, "loss %d: largest batch %d rows of %d tokens, want 2 of %d", k, rows,
+               length, want_length);
+        model_reserve(&model, rows, length);
+        const float *residual = model.acts.residual;
+        bool kept = true;
+        for (long e = 0; e < 3; e++) kept &= step_keeps_activations(&train, &model, &e, 1, 2, want_length, residual);
+        EvalResult result;
+        train.evaluate(train.context, &model, &result);
+        kept &= model.acts.residual == residual && model.acts.capacity_B == 2 && model.acts.capacity_T == want_length;
+        EXPECT(kept, "loss %d: a micro-batch or the evaluation made the activations again (%d x %d)", k,
+               model.acts.capacity_B, model.acts.capacity_T);
+        const long two[2] = {0, 2};
+        step_keeps_activations(&train, &model, two, 2, 2, want_length, residual);
+        EXPECT(model.acts.capacity_B == 4, "loss %d: two examples ran in %d rows' activations", k, model.acts.capacity_B);
+        model_release_activations(&model);
+        rm_task_free(&task);
+    }
+    tokenizer_free(tokenizer);
+    model_free(&model);
+}
+
+int main(void) {
+    RUN(test_sft_largest_batch);
+    RUN(test_rm_largest_batch);
+    TEST_EXIT();
+}
