@@ -62,3 +62,30 @@ static inline void fixture_expect_gradients(const Model *model, const float *wan
         EXPECT(ratio <= 1.0, "%s gradient of %s: worst error %.3g x tolerance", what, e->name, ratio);
     }
 }
+
+// The task's largest batch for micro-batches of two examples (train/loop.h largest_batch):
+// `want_rows` rows of `want_length` tokens. Reserved, it holds every micro-batch of
+// `batches` (two examples, or one and -1): none makes the activations again. And it is no
+// larger than needed: a micro-batch of examples 0, 1 and 2 does, in `rows_of_three` rows.
+static inline void fixture_expect_largest_batch(TrainTask *train, Model *model, const long (*batches)[2], int count,
+                                                int want_rows, int want_length, int rows_of_three) {
+    int rows = 0, length = 0;
+    train->largest_batch(train->context, 2, &rows, &length);
+    EXPECT(rows == want_rows && length == want_length, "largest batch %d rows of %d tokens, want %d of %d", rows,
+           length, want_rows, want_length);
+    model_reserve(model, rows, length);
+    const float *residual = model->acts.residual;
+    for (int i = 0; i < count; i++) {
+        MicroStepResult result = {0};
+        train->micro_step(train->context, model, batches[i], batches[i][1] < 0 ? 1 : 2, 0.25, &result);
+        EXPECT(model->acts.residual == residual && model->acts.capacity_B == want_rows &&
+                   model->acts.capacity_T == want_length,
+               "micro-batch %d made the activations again (%d x %d)", i, model->acts.capacity_B,
+               model->acts.capacity_T);
+    }
+    const long three[3] = {0, 1, 2};
+    MicroStepResult result = {0};
+    train->micro_step(train->context, model, three, 3, 0.25, &result);
+    EXPECT(model->acts.capacity_B == rows_of_three, "three examples ran in %d rows' activations, want %d",
+           model->acts.capacity_B, rows_of_three);
+}

@@ -376,24 +376,11 @@ static void test_largest_batch_covers_every_micro_batch(void) {
     DpoTask task;
     make_task(&task, &f, &sigmoid);
     TrainTask train = dpo_train_task(&task);
-    int rows = 0, length = 0, longest = 0;
-    train.largest_batch(train.context, 2, &rows, &length);
+    int longest = 0;
     for (int r = 0; r < 6; r++)
         if (f.rows.lengths[r] > longest) longest = f.rows.lengths[r];
-    EXPECT(rows == 4 && length == longest, "largest batch %d rows of %d tokens, want 4 of %d", rows, length, longest);
-    model_reserve(&model, rows, length);
-    const float *residual = model.acts.residual;
     const long batches[][2] = {{0, 1}, {2, -1}, {1, 2}, {0, 2}, {1, -1}};
-    for (int i = 0; i < 5; i++) {
-        MicroStepResult result = {0};
-        train.micro_step(train.context, &model, batches[i], batches[i][1] < 0 ? 1 : 2, 0.5, &result);
-        EXPECT(model.acts.residual == residual && model.acts.capacity_B == 4 && model.acts.capacity_T == longest,
-               "micro-batch %d made the activations again (%d x %d)", i, model.acts.capacity_B, model.acts.capacity_T);
-    }
-    const long all[3] = {0, 1, 2};
-    MicroStepResult result = {0};
-    train.micro_step(train.context, &model, all, 3, 1.0 / 3, &result);
-    EXPECT(model.acts.capacity_B == 6, "three pairs ran in %d rows' activations", model.acts.capacity_B);
+    fixture_expect_largest_batch(&train, &model, batches, 5, 4, longest, 6);
     dpo_task_free(&task);
     model_free(&model);
     tokenized_examples_free(&f.rows);

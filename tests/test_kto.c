@@ -467,26 +467,13 @@ static void test_largest_batch_covers_every_micro_batch(void) {
     // its mismatched row keeps 11), so that a largest batch without them is too short.
     task.train.lengths[3] = 9;
     TrainTask train = kto_train_task(&task);
-    int rows = 0, length = 0, longest = 0;
-    train.largest_batch(train.context, 2, &rows, &length);
+    int longest = 0;
     for (int r = 0; r < 4; r++) {
         if (task.train.lengths[r] > longest) longest = task.train.lengths[r];
         if (task.train_kl.lengths[r] > longest) longest = task.train_kl.lengths[r];
     }
-    EXPECT(rows == 2 && length == longest, "largest batch %d rows of %d tokens, want 2 of %d", rows, length, longest);
-    model_reserve(&model, rows, length);
-    const float *residual = model.acts.residual;
     const long batches[][2] = {{0, 1}, {2, 3}, {1, 3}, {0, -1}, {3, 0}};
-    for (int i = 0; i < 5; i++) {
-        MicroStepResult result = {0};
-        train.micro_step(train.context, &model, batches[i], batches[i][1] < 0 ? 1 : 2, 0.25, &result);
-        EXPECT(model.acts.residual == residual && model.acts.capacity_B == 2 && model.acts.capacity_T == longest,
-               "micro-batch %d made the activations again (%d x %d)", i, model.acts.capacity_B, model.acts.capacity_T);
-    }
-    const long three[3] = {0, 1, 2};
-    MicroStepResult result = {0};
-    train.micro_step(train.context, &model, three, 3, 0.25, &result);
-    EXPECT(model.acts.capacity_B == 3, "three examples ran in %d rows' activations", model.acts.capacity_B);
+    fixture_expect_largest_batch(&train, &model, batches, 5, 2, longest, 3);
     kto_task_free(&task);
     model_free(&model);
     fixture_close(&f);
