@@ -298,6 +298,53 @@ static void test_generation_between_training_steps(void) {
     model_free(&trained), model_free(&frozen);
 }
 
+// A trainable model whose activations were reserved as PPO reserves its actor's (generation's
+// rows first, then a training layout of 2 x 12): prompts of 6 x 5 slots, more than the
+// layout's 24, are prefilled in chunks of 4 and 2 rows inside it (model_cached_rows_fitting,
+// model_prefill_rows) instead of a generation layout replacing it; the answers are those of
+// the same weights without gradients, prefilled whole (the same tokens, log-probs within
+// float rounding). Also with repeated prompts (8 rows,
+// 6 distinct: the distinct ones prefilled in chunks, their cache rows then copied).
+static void test_generation_prefill_in_chunks_of_rows(void) {
+    Model trained, frozen;
+    load(&trained, "tests/fixtures/models/llama");
+    load(&frozen, "tests/fixtures/models/llama");
+    model_enable_grad(&trained);
+    int p[6][5] = {{5, 9, 17, 3, 44}, {60, 61, 2, 8, 9}, {1, 2, 3, 4, 5}, {9, 8, 7, 6, 5}, {11, 12, 13, 14, 15}, {4, 4, 4, 4, 4}};
+    const int *prompts[8] = {p[0], p[1], p[2], p[3], p[4], p[5], p[0], p[1]};
+    const int lengths[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+    GenerateOptions options = {.sampler = {.temperature = 0.0f}, .max_new_tokens = 4};
+    for (int rows = 6; rows <= 8; rows += 2) {
+        model_release_activations(&trained);
+        model_reserve_cached(&trained, rows, 5);
+        model_reserve(&trained, 2, 12);
+        const float *training_residual = trained.acts.residual;
+        EXPECT(model_cached_rows_fitting(&trained, 5) == 4 && model_cached_rows_fitting(&trained, 1) == rows,
+               "%d rows: %d rows of 5 tokens and %d of 1 fit the 2 x 12 layout, want 4 and %d", rows,
+               model_cached_rows_fitting(&trained, 5), model_cached_rows_fitting(&trained, 1), rows);
+        GeneratedRow chunked[8], whole[8];
+        generate(&trained, prompts, lengths, NULL, rows, &options, chunked, NULL);
+        EXPECT(trained.acts.keep_all_layers && trained.acts.backward_buffers && trained.acts.capacity_B == 2 &&
+                   trained.acts.capacity_T == 12 && trained.acts.residual == training_residual,
+               "%d rows: generation made new activations (%d x %d, every layer's: %d)", rows, trained.acts.capacity_B,
+               trained.acts.capacity_T, trained.acts.keep_all_layers);
+        generate(&frozen, prompts, lengths, NULL, rows, &options, whole, NULL);
+        for (int b = 0; b < rows; b++) {
+            // The same tokens; log-probs within float rounding: a row's products in a batch of
+            // 2 or 4 rows rather than 6 may round otherwise (sgemm's blocking), ~1e-7 here.
+            float worst = 0.0f;
+            for (int j = 0; j < chunked[b].length && j < whole[b].length; j++)
+                worst = fmaxf(worst, fabsf(chunked[b].logprobs[j] - whole[b].logprobs[j]));
+            EXPECT(chunked[b].length == whole[b].length &&
+                       !memcmp(chunked[b].tokens, whole[b].tokens, chunked[b].length * sizeof(int)) && worst <= 1e-5f,
+                   "%d rows, row %d: prefilled in chunks, it generates otherwise than prefilled whole (log-probs %g "
+                   "apart)", rows, b, worst);
+            generated_row_free(&chunked[b]), generated_row_free(&whole[b]);
+        }
+    }
+    model_free(&trained), model_free(&frozen);
+}
+
 // Per-row settings (marlhf serve's batches): each row of a batch generates what it does
 // alone with its own sampler, seed and length limit.
 static void test_per_row_settings(void) {
@@ -827,6 +874,7 @@ int main(void) {
     RUN(test_batch_composition_invariance);
     RUN(test_shared_prefill);
     RUN(test_generation_between_training_steps);
+    RUN(test_generation_prefill_in_chunks_of_rows);
     RUN(test_per_row_settings);
     RUN(test_top_logprobs);
     RUN(test_logits_left_on_device_match_host_sampler);

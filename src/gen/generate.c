@@ -106,6 +106,27 @@ double generate_uniform(uint64_t seed, uint64_t row_id, int step) {
     return rng_uniform_double(seed, rng_stream("sample", row_id, 0), (uint64_t)step);
 }
 
+// The prefill of `prefill`'s rows into the empty cache, and each row's last logits: one
+// forward, or (0 < chunk_rows < the rows) one for each chunk of chunk_rows rows, written to
+// its rows of the cache (model_prefill_rows).
+static void prefill_rows(Model *model, const ModelBatch *prefill, KvCache *cache, int chunk_rows, float *logits) {
+    if (chunk_rows <= 0 || chunk_rows >= prefill->B) {
+        model_forward_cached(model, prefill, cache);
+        model_last_logits(model, logits);
+        return;
+    }
+    const long V = model->config.vocab_size, T = prefill->T;
+    cache->B = prefill->B;
+    cache->length = prefill->T;
+    for (int first = 0; first < prefill->B; first += chunk_rows) {
+        const int rows = prefill->B - first < chunk_rows ? prefill->B - first : chunk_rows;
+        ModelBatch chunk = {.B = rows, .T = prefill->T, .tokens = prefill->tokens + first * T,
+                            .row_start = prefill->row_start + first};
+        model_prefill_rows(model, &chunk, cache, first);
+        model_last_logits(model, logits + first * V);
+    }
+}
+
 static bool is_stop_token(const GenerateOptions *options, int token) {
     for (int i = 0; i < options->num_stop_tokens; i++)
         if (options->stop_tokens[i] == token) return true;
@@ -146,7 +167,14 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
 
     KvCache cache;
     kv_cache_init(&cache, model, B, T0 + max_new);
-    model_reserve_cached(model, B, T0);
+    // A trainable model (PPO's actor) keeps the layout reserved for its training where its
+    // decode steps fit it: prompts with more slots than it has are prefilled in chunks of
+    // rows that do (prefill below), rather than freeing it for a generation layout that the
+    // next training forward would free again (on a GPU, runs of cudaFree, each waiting for
+    // the device).
+    const int chunk_rows =
+        model->grads && model_cached_rows_fitting(model, 1) >= B ? model_cached_rows_fitting(model, T0) : 0;
+    if (chunk_rows < 1) model_reserve_cached(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
     float *masked_logits = options->min_new_tokens > 0 || options->constraint ? xmalloc((size_t)B * V * sizeof(float)) : NULL;
@@ -232,8 +260,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     const int U = options->prefill_each_row ? B : distinct_prompts(prompts, prompt_lengths, B, source, first_row);
     if (U == B) {
         ModelBatch prefill = {.B = B, .T = T0, .tokens = tokens, .row_start = row_start};
-        model_forward_cached(model, &prefill, &cache);
-        model_last_logits(model, logits);
+        prefill_rows(model, &prefill, &cache, chunk_rows, logits);
     } else {
         int *unique_tokens = xmalloc((size_t)U * T0 * sizeof(int)), *unique_start = xmalloc((size_t)U * sizeof(int));
         for (int u = 0; u < U; u++) {
@@ -241,8 +268,7 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             unique_start[u] = row_start[first_row[u]];
         }
         ModelBatch prefill = {.B = U, .T = T0, .tokens = unique_tokens, .row_start = unique_start};
-        model_forward_cached(model, &prefill, &cache);
-        model_last_logits(model, logits); // rows [0, U), spread below from the last row down
+        prefill_rows(model, &prefill, &cache, chunk_rows, logits); // rows [0, U), spread below from the last row down
         for (int b = B - 1; b >= 0; b--)
             if (source[b] != b) memcpy(logits + (long)b * V, logits + (long)source[b] * V, (size_t)V * sizeof(float));
         kv_cache_expand_rows(&cache, model, source, B);

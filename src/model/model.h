@@ -306,6 +306,11 @@ void model_reserve(Model *model, int B, int T);
 // layout keeps generation's rows (Activations.capacity_rows), and if it has the slots, each
 // later generation runs in it instead of freeing it (rl/ppo.c, reserve_activations).
 void model_reserve_cached(Model *model, int B, int T);
+// The most rows of T tokens a KV-cache forward runs in the activations as they are, without
+// making them again (0: none made yet, or not one row fits). generate() prefills a
+// trainable model's prompts in chunks of that many rows (model_prefill_rows) where all of
+// them do not fit: PPO's actor keeps its training layout.
+int model_cached_rows_fitting(const Model *model, int T);
 // Frees the activations and makes them again at the same capacity (rows too), for a model
 // whose buffers changed (gradients or adapters added: the old layout lacks theirs).
 void model_rebuild_activations(Model *model);

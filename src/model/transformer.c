@@ -388,13 +388,26 @@ void model_reserve(Model *model, int B, int T) {
     reserve_layout(model, B, T, model->grads && !model->recompute, model->grads != NULL);
 }
 
-void model_reserve_cached(Model *model, int B, int T) {
+// Whether the activations as they are serve a KV-cache forward of B x T (set 0 serves,
+// whichever the layout).
+static bool cached_forward_fits(const Model *model, int B, int T) {
     const Activations *a = &model->acts;
-    if (a->capacity_B && B <= a->capacity_rows && (long)B * T <= (long)a->capacity_B * a->capacity_T &&
-        (model->ops->attention_forward_without_saved ||
-         attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats))
-        return; // (set 0 serves, whichever the layout)
-    reserve_layout(model, B, T, false, false);
+    return a->capacity_B && B <= a->capacity_rows && (long)B * T <= (long)a->capacity_B * a->capacity_T &&
+           (model->ops->attention_forward_without_saved ||
+            attention_saved_floats(model, B, T, 0, model->config.num_layers - 1) <= a->layers[0].attention_saved_floats);
+}
+
+void model_reserve_cached(Model *model, int B, int T) {
+    if (!cached_forward_fits(model, B, T)) reserve_layout(model, B, T, false, false);
+}
+
+int model_cached_rows_fitting(const Model *model, int T) {
+    const Activations *a = &model->acts;
+    if (!a->capacity_B || T <= 0) return 0;
+    const long by_slots = (long)a->capacity_B * a->capacity_T / T;
+    int rows = (int)(by_slots < a->capacity_rows ? by_slots : a->capacity_rows);
+    while (rows > 0 && !cached_forward_fits(model, rows, T)) rows--; // the attention's saved state
+    return rows;
 }
 
 void model_rebuild_activations(Model *model) {

@@ -1391,7 +1391,8 @@ static int longest_length(const int *lengths, long count) {
 // touch was ~2 s of a SmolLM2 iteration's ~28 (docs/benchmarks.md), on a GPU a free that
 // waits for the device. Made here, the peak is reached before the first iteration (an
 // out-of-memory shows then, not hours in), and generation runs in the actor's training
-// layout when that has the slots of its prefill (model_reserve_cached).
+// layout: whole when that has the slots of its prefill (model_reserve_cached), else
+// prefilled in chunks of rows that fit it (gen/generate.c, model_cached_rows_fitting).
 static void reserve_activations(Ppo *p) {
     const PpoConfig *c = &p->c;
     int longest_prompt = longest_length(p->prompts.lengths, p->prompts.count);
