@@ -172,8 +172,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
     // rows that do (prefill below), rather than freeing it for a generation layout that the
     // next training forward would free again (on a GPU, runs of cudaFree, each waiting for
     // the device).
-    const int chunk_rows =
-        model->grads && model_cached_rows_fitting(model, 1) >= B ? model_cached_rows_fitting(model, T0) : 0;
+    const bool decode_fits = model->grads && model_cached_rows_fitting(model, 1) >= B;
+    const int chunk_rows = decode_fits ? model_cached_rows_fitting(model, T0) : 0;
     if (chunk_rows < 1) model_reserve_cached(model, B, T0);
     float *logits = xmalloc((size_t)B * V * sizeof(float));
     int *next = xmalloc((size_t)B * sizeof(int));
@@ -268,7 +268,8 @@ void generate(Model *model, const int *const *prompts, const int *prompt_lengths
             unique_start[u] = row_start[first_row[u]];
         }
         ModelBatch prefill = {.B = U, .T = T0, .tokens = unique_tokens, .row_start = unique_start};
-        prefill_rows(model, &prefill, &cache, chunk_rows, logits); // rows [0, U), spread below from the last row down
+        // rows [0, U) of the logits, spread below from the last row down
+        prefill_rows(model, &prefill, &cache, chunk_rows, logits);
         for (int b = B - 1; b >= 0; b--)
             if (source[b] != b) memcpy(logits + (long)b * V, logits + (long)source[b] * V, (size_t)V * sizeof(float));
         kv_cache_expand_rows(&cache, model, source, B);

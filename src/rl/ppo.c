@@ -1377,13 +1377,6 @@ static int read_saved_adapters(Ppo *p) {
     return 0;
 }
 
-static int longest_length(const int *lengths, long count) {
-    int longest = 0;
-    for (long i = 0; i < count; i++)
-        if (lengths[i] > longest) longest = lengths[i];
-    return longest;
-}
-
 // Each model's activations for the largest batch it will see, made once here. Reserved as
 // each batch came, they were freed and made again whenever a row was longer than any
 // before (at every layout's size, every layer's set) and, for the actor, twice an
@@ -1402,7 +1395,7 @@ static void reserve_activations(Ppo *p) {
     // a PTX row is cut as long as a rollout can be.
     const int context = p->actor.config.max_position_embeddings;
     int longest_row = longest_prompt + c->max_new_tokens < context ? longest_prompt + c->max_new_tokens : context;
-    const int ptx_longest = longest_length(p->ptx.lengths, p->ptx.count);
+    const int ptx_longest = tokenized_longest(&p->ptx);
     if (ptx_longest > longest_row) longest_row = ptx_longest;
     // Generation's batch first: the actor's training layout then keeps its rows.
     model_reserve_cached(&p->actor, c->generation_batch, longest_prompt);

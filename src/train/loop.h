@@ -99,11 +99,11 @@ typedef struct {
     // Optional: the largest batch the task's forwards on the trained model will run in the
     // steps -- micro-steps of at most `micro_batch` examples, and its evaluation -- as rows
     // and the longest row in tokens (`prepare` runs before and releases what it used;
-    // write_final's forwards come after the last step). train_run sizes the model's activations for it before the
-    // first step (model_reserve): the memory's peak is reached before the run starts, where
-    // an out-of-memory costs nothing, and no batch with a longer row makes them again mid-run
-    // (on a GPU each remake frees and allocates device memory, and cudaFree waits for the
-    // device).
+    // write_final's forwards come after the last step). train_run sizes the model's
+    // activations for it before the first step (model_reserve): the memory's peak is reached
+    // before the run starts, where an out-of-memory costs nothing, and no batch with a longer
+    // row makes them again mid-run (on a GPU each remake frees and allocates device memory,
+    // and cudaFree waits for the device).
     void (*largest_batch)(void *context, long micro_batch, int *rows, int *length);
     void *context;
 } TrainTask;

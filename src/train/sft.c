@@ -70,12 +70,14 @@ void tokenized_examples_free(TokenizedExamples *examples) {
     memset(examples, 0, sizeof *examples);
 }
 
-int tokenized_longest(const TokenizedExamples *examples) {
+int longest_length(const int *lengths, long count) {
     int longest = 0;
-    for (long i = 0; i < examples->count; i++)
-        if (examples->lengths[i] > longest) longest = examples->lengths[i];
+    for (long i = 0; i < count; i++)
+        if (lengths[i] > longest) longest = lengths[i];
     return longest;
 }
+
+int tokenized_longest(const TokenizedExamples *examples) { return longest_length(examples->lengths, examples->count); }
 
 int batch_rows(long batch, long count) { return (int)(batch < count ? batch : count); }
 

@@ -59,7 +59,8 @@ void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char
 void tokenize_turns(const Tokenizer *tokenizer, const char *const *turns, int turn_count, int max_seq_len, int **ids,
                     unsigned char **trained, int *length, int *prompt_length, bool *truncated);
 void tokenized_examples_free(TokenizedExamples *examples);
-// The longest row of `examples` (0 when there are none).
+// The largest of `count` lengths (0 when there are none), and the longest row of `examples`.
+int longest_length(const int *lengths, long count);
 int tokenized_longest(const TokenizedExamples *examples);
 // The most rows of a batch of at most `batch` of `count` items (min(batch, count)).
 int batch_rows(long batch, long count);
