@@ -84,6 +84,27 @@ else
     fail gpu_bench_emulated_time_limit "rc $rc: $summary"
 fi
 
+# bench/host_overhead.sh: a decode step's launches counted with the work skipped
+# (MARLHF_EMULATED_SKIP_WORK): at 1 row every product is a matvec kernel (no cuBLASLt), at
+# 9 rows (past matvec's 8) they are cuBLASLt's; each line has the host's time per step.
+SHAPES=tiny-llama BATCHES="1 9" SHORT=3 LONG=5 bash bench/host_overhead.sh > "$tmp/host.out" 2>&1
+rc=$?
+host=$(python3 - "$tmp/host.out" <<'PY' 2>&1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ok = (len(rows) == 2 and [r["batch"] for r in rows] == [1, 9] and all(r["kernels_per_step"] > 0 for r in rows)
+      and rows[0]["products_per_step"] == 0 and rows[1]["products_per_step"] > 0
+      and all(isinstance(r["host_ms_per_step"], float) for r in rows))
+print("ok" if ok else "bad: %s" % rows)
+PY
+)
+[ $rc -eq 0 ] && [ "$host" = ok ] && pass gpu_bench_emulated_host_overhead ||
+    fail gpu_bench_emulated_host_overhead "rc $rc, $host: $(tail -n 3 "$tmp/host.out")"
+SHORT=5 LONG=5 bash bench/host_overhead.sh > "$tmp/host_bad.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "LONG > SHORT" "$tmp/host_bad.out" && pass gpu_bench_emulated_host_overhead_bad_range ||
+    fail gpu_bench_emulated_host_overhead_bad_range "rc $rc: $(cat "$tmp/host_bad.out")"
+
 # Options that contradict each other are refused before anything runs.
 MARLHF_GPU_TEST_DEVICE=emulated bash tests/gpu/run.sh --bench-only --no-bench > "$tmp/none.out" 2>&1
 rc=$?

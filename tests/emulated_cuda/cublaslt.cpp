@@ -140,6 +140,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     emulation::launch_counts.products++;
     if (!shapes_agree(desc, a, b, d) || c->type != d->type || c->rows != d->rows || c->cols != d->cols)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (emulation::skip_work()) return CUBLAS_STATUS_SUCCESS;
     emulation::DeviceAccess access;
     const void *pointers[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
