@@ -7,7 +7,8 @@
 // writer's blocks, and rows of random bytes under random half-float scales, subnormal ones
 // included: every code and scale bit pattern), Q3_K and Q2_K (random bytes and scales in every
 // row: marlhf does not write them), Q5_0, Q4_1 and Q5_1 (random codes, fifth bits, scales and
-// minimums), against io/gguf_dequant.c and ops/q5.c; bf16 (rounded weights and random finite bits); ragged row counts, tiles that start past row 0, one to
+// minimums), against io/gguf_dequant.c and ops/q5.c; IQ4_NL (random codes and scales: the levels
+// through the code book); bf16 (rounded weights and random finite bits); ragged row counts, tiles that start past row 0, one to
 // ten blocks a row. And the decode product (matvec_quantized.cuh, 1 to 8 input rows) of each type
 // against the CPU's float product of the dequantized weights (ops_cpu.matmul_forward_dequantized),
 // within 1e-5 of sum |x| |w| per output: only the order of the fp32 sums differs.
@@ -43,9 +44,9 @@ static float random_float(float scale) {
     return scale * (2.0f * (float)((random_u64() >> 40) * (1.0 / 16777216.0)) - 1.0f);
 }
 
-enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE, Q4_K, Q6_K, Q5_0, Q5_K, Q3_K, Q2_K, Q4_1, Q5_1, BF16 };
+enum Kind { Q8_0, Q4_0, NF4_SINGLE, NF4_DOUBLE, FP4_DOUBLE, Q4_K, Q6_K, Q5_0, Q5_K, Q3_K, Q2_K, Q4_1, Q5_1, BF16, IQ4_NL };
 static const char *const kind_names[] = {"q8_0", "q4_0", "nf4-single", "nf4", "fp4 code book", "q4_k", "q6_k",
-                                         "q5_0", "q5_k", "q3_k", "q2_k", "q4_1", "q5_1", "bf16"};
+                                         "q5_0", "q5_k", "q3_k", "q2_k", "q4_1", "q5_1", "bf16", "iq4_nl"};
 static const int kind_count = (int)(sizeof kind_names / sizeof kind_names[0]);
 
 static bool is_kquant(int kind) { return kind == Q4_K || kind == Q6_K || kind == Q5_K || kind == Q3_K || kind == Q2_K; }
@@ -98,15 +99,16 @@ static Q8Matrix quantized_matrix(Kind kind, int rows, int cols) {
             }
         return m;
     }
-    if (kind == Q5_0 || kind == Q4_1 || kind == Q5_1) {
+    if (kind == Q5_0 || kind == Q4_1 || kind == Q5_1 || kind == IQ4_NL) {
         // Random codes, fifth bits, scales and minimums (held as floats: any float is a value
         // the kernel must reproduce).
-        m.rows = rows, m.cols = cols, m.type = kind == Q5_0 ? QUANT_Q5_0 : kind == Q4_1 ? QUANT_Q4_1 : QUANT_Q5_1;
+        m.rows = rows, m.cols = cols;
+        m.type = kind == Q5_0 ? QUANT_Q5_0 : kind == Q4_1 ? QUANT_Q4_1 : kind == Q5_1 ? QUANT_Q5_1 : QUANT_IQ4_NL;
         const long blocks = (long)rows * cols / Q8_BLOCK;
         m.nibbles = (uint8_t *)malloc((size_t)rows * cols / 2);
         m.scales = (float *)malloc((size_t)blocks * sizeof(float));
-        if (kind != Q4_1) m.high_bits = (uint32_t *)malloc((size_t)blocks * sizeof(uint32_t));
-        if (kind != Q5_0) m.mins = (float *)malloc((size_t)blocks * sizeof(float));
+        if (kind == Q5_0 || kind == Q5_1) m.high_bits = (uint32_t *)malloc((size_t)blocks * sizeof(uint32_t));
+        if (kind == Q4_1 || kind == Q5_1) m.mins = (float *)malloc((size_t)blocks * sizeof(float));
         for (long i = 0; i < (long)rows * cols / 2; i++) m.nibbles[i] = (uint8_t)random_bits();
         for (long k = 0; k < blocks; k++) {
             m.scales[k] = random_float(0.01f);
@@ -216,6 +218,7 @@ static void test_q5_k_tiles(void) { check_kind(Q5_K, {{1, 256}, {37, 512}, {20, 
 static void test_q3_k_tiles(void) { check_kind(Q3_K, {{1, 256}, {37, 512}, {20, 768}}); }
 static void test_q2_k_tiles(void) { check_kind(Q2_K, {{1, 256}, {37, 512}, {20, 768}}); }
 static void test_bf16_tiles(void) { check_kind(BF16, {{1, 32}, {37, 96}, {70, 320}}); }
+static void test_iq4_nl_tiles(void) { check_kind(IQ4_NL, {{1, 32}, {37, 96}, {70, 320}}); }
 
 // The quantized token table: the kernel's floats against ops_cpu's embedding_forward_q8
 // (repeated tokens, a scale, with and without learned positions).
@@ -257,6 +260,7 @@ static void test_quantized_embedding(void) {
     check_embedding(Q3_K, 50, 256);
     check_embedding(Q2_K, 50, 512);
     check_embedding(BF16, 50, 96);
+    check_embedding(IQ4_NL, 50, 96);
 }
 
 // out[M, OC] = x . W^T + bias by the decode kernel, against the CPU op on the same blocks.
@@ -313,6 +317,7 @@ int main(void) {
     RUN(test_q3_k_tiles);
     RUN(test_q2_k_tiles);
     RUN(test_bf16_tiles);
+    RUN(test_iq4_nl_tiles);
     RUN(test_quantized_embedding);
     RUN(test_matvec);
     TEST_EXIT();

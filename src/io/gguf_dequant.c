@@ -260,9 +260,7 @@ static void block_q6_k(const uint8_t *block, float *y) {
 
 // --- Non-linear 4-bit, microscaling and ternary types ------------------------------
 
-// IQ4_NL's and IQ4_XS's 16 levels: a 4-bit code indexes this table (non-uniform steps,
-// closer together near zero where weights are dense) instead of being the value itself.
-static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t gguf_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // The 4-bit table types' code layout: `half` bytes of codes give 2 * half elements, element
 // j in the low nibble of byte j and element j + half in its high nibble (as Q4_0), each the
@@ -275,7 +273,7 @@ static void table_codes(const int8_t levels[16], float d, const uint8_t *codes, 
 }
 
 // IQ4_NL, 32 elements: a half scale d, then 16 bytes of codes.
-static void block_iq4_nl(const uint8_t *block, float *y) { table_codes(iq4_levels, load_f16(block), block + 2, 16, y); }
+static void block_iq4_nl(const uint8_t *block, float *y) { table_codes(gguf_iq4_levels, load_f16(block), block + 2, 16, y); }
 
 // IQ4_XS, 256 elements: a half scale d, eight 6-bit sub-block scales offset by 32 (low 4
 // bits in the nibbles of 4 bytes, high 2 bits in a 16-bit word), then each sub-block's 32
@@ -290,7 +288,7 @@ static void block_iq4_xs(const uint8_t *block, float *y) {
         int low = (scales_low[sub / 2] >> (4 * (sub % 2))) & 0x0f;
         int high = (scales_high >> (2 * sub)) & 3;
         float dl = d * (float)((low | high << 4) - 32);
-        table_codes(iq4_levels, dl, qs + 16 * sub, 16, y + 32 * sub);
+        table_codes(gguf_iq4_levels, dl, qs + 16 * sub, 16, y + 32 * sub);
     }
 }
 

@@ -30,6 +30,9 @@ const char *gguf_type_name(uint32_t type);
 
 // IEEE half and bfloat16 to float (exact, NaN payloads kept).
 float gguf_f16_to_f32(uint16_t h);
+// IQ4_NL's and IQ4_XS's 16 levels: a 4-bit code indexes this table (non-uniform steps,
+// closer together near zero where weights are dense) instead of being the value itself.
+extern const int8_t gguf_iq4_levels[16];
 float gguf_bf16_to_f32(uint16_t h);
 
 // Converts `n` elements of `type` (n a multiple of its block size) stored at `src`

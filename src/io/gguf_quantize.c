@@ -50,6 +50,55 @@ static void block_q4_0(const float *x, uint8_t *out) {
     }
 }
 
+// IQ4_NL: a half scale d and 32 codes, each value d * gguf_iq4_levels[code] (16 levels from
+// -127 to 113, closer together near zero). Two starting scales, the signed extreme m on the
+// level -127 (d = m / -127) or on 113 (d = m / 113); for each, every value takes the nearest
+// level to x / d, then the scale is fitted to those levels by least squares (d = sum x L /
+// sum L L) and the codes chosen again. Of the four (d, codes) the one of least squared
+// error is written. Each d is taken as its half float before the codes are chosen for it.
+static int nearest_iq4_level(float v) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)gguf_iq4_levels[k]) < fabsf(v - (float)gguf_iq4_levels[best])) best = k;
+    return best;
+}
+
+// The codes for scale d (a half float's value) into codes[QK]; returns the squared error.
+static double iq4_codes(const float *x, float d, int codes[QK]) {
+    const float inverse = d != 0 ? 1.0f / d : 0.0f;
+    double error = 0;
+    for (int i = 0; i < QK; i++) {
+        codes[i] = nearest_iq4_level(x[i] * inverse);
+        const double e = (double)x[i] - (double)d * gguf_iq4_levels[codes[i]];
+        error += e * e;
+    }
+    return error;
+}
+
+static void block_iq4_nl(const float *x, uint8_t *out) {
+    const float extreme = signed_max(x, QK);
+    const float starts[2] = {extreme / -127.0f, extreme / 113.0f};
+    float best_d = 0;
+    int best_codes[QK], codes[QK];
+    double best_error = iq4_codes(x, 0.0f, best_codes);
+    for (int s = 0; s < 2; s++) {
+        float d = gguf_f16_to_f32(gguf_f32_to_f16(starts[s]));
+        for (int pass = 0; pass < 2; pass++) {
+            const double error = iq4_codes(x, d, codes);
+            if (error < best_error) best_error = error, best_d = d, memcpy(best_codes, codes, sizeof codes);
+            double xl = 0, ll = 0; // the least-squares scale for these codes
+            for (int i = 0; i < QK; i++) {
+                xl += (double)x[i] * gguf_iq4_levels[codes[i]];
+                ll += (double)gguf_iq4_levels[codes[i]] * gguf_iq4_levels[codes[i]];
+            }
+            d = gguf_f16_to_f32(gguf_f32_to_f16(ll > 0 ? (float)(xl / ll) : 0.0f));
+        }
+    }
+    store_f16(out, best_d, NULL);
+    uint8_t *qs = out + 2;
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(best_codes[j] | best_codes[j + 16] << 4);
+}
+
 // Q5_0: as Q4_0 with 5 bits (d = m / -16, q = round(x / d) + 16), the fifth bits in qh.
 static void block_q5_0(const float *x, uint8_t *out) {
     float d;
@@ -220,7 +269,7 @@ static void block_q6_k(const float *x, uint8_t *out) {
 
 bool gguf_can_quantize(GgmlType type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
-           type == GGML_TYPE_Q4_1 ||
+           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_IQ4_NL ||
            type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
@@ -240,6 +289,7 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
                                               : type == GGML_TYPE_Q5_0 ? block_q5_0
                                               : type == GGML_TYPE_Q5_1 ? block_q5_1
                                               : type == GGML_TYPE_Q4_1 ? block_q4_1
+                                              : type == GGML_TYPE_IQ4_NL ? block_iq4_nl
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
                                               : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;

@@ -42,7 +42,8 @@ const char *quantize_default(const char *asked, const char *model_path) {
     for (uint64_t i = 0; i < file.n_tensors && !kquant; i++)
         kquant = file.tensors[i].type == GGML_TYPE_Q4_K || file.tensors[i].type == GGML_TYPE_Q5_K ||
                  file.tensors[i].type == GGML_TYPE_Q6_K || file.tensors[i].type == GGML_TYPE_Q3_K ||
-                 file.tensors[i].type == GGML_TYPE_Q2_K;
+                 file.tensors[i].type == GGML_TYPE_Q2_K || file.tensors[i].type == GGML_TYPE_IQ4_NL ||
+                 file.tensors[i].type == GGML_TYPE_IQ4_XS;
     gguf_close(&file);
     return kquant ? "q4_k_m" : "none";
 }

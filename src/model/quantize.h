@@ -59,14 +59,14 @@ typedef struct ModelQuantized {
 bool quantize_requested(const char *type);
 
 // The --quantize of an inference command (generate, chat, serve, infer, logprobs): `asked` when
-// the option was given; left out (NULL), "q4_k_m" for a GGUF file holding Q4_K, Q5_K, Q6_K, Q3_K or Q2_K tensors
-// -- a K-quant file runs with its own bits, as llama.cpp runs it, on the CPU and on the GPU --
+// the option was given; left out (NULL), "q4_k_m" for a GGUF file holding Q4_K, Q5_K, Q6_K, Q3_K, Q2_K,
+// IQ4_NL or IQ4_XS tensors -- such a file runs with its own bits, as llama.cpp runs it, on the CPU and on the GPU --
 // and "none" otherwise (a float model, a Q8_0 or Q4_0 file: their --quantize is asked for).
 const char *quantize_default(const char *asked, const char *model_path);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
     QUANTIZE_TYPES ": the model's weights in 16, 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
-                   "a GGUF of Q2_K - Q6_K tensors runs with its own bits, q4_k_m, anything else as none)"
+                   "a GGUF of Q2_K - Q6_K, IQ4_NL or IQ4_XS tensors runs with its own bits, q4_k_m, anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,

@@ -6,7 +6,10 @@
 // and one stored as Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 (the mix's fallbacks for rows that 256 does
 // not divide, or a Q4_0 / Q8_0 / Q4_1 / Q5_1 file's layers) keeps its blocks split into marlhf's layouts
 // (ops/ops.h: the codes as they are, the half-float scales held as floats, 2 bytes a block
-// more than the file). Whatever quantizer wrote the file (llama.cpp's with an importance
+// more than the file). IQ4_NL (llama.cpp's Q2_K / Q3_K fallback for such rows) and IQ4_XS
+// are held so too, as QUANT_IQ4_NL: an IQ4_XS super-block's eight sub-blocks each get the
+// float scale its 6-bit scale gives (d * (s - 32)): 5 bits a weight in memory (4-bit codes,
+// a float per 32) where the file has 4.5 (IQ4_NL) or 4.25 (IQ4_XS). Whatever quantizer wrote the file (llama.cpp's with an importance
 // matrix included), the model computes from its bits, not from a re-quantization of their
 // dequantized values.
 //
@@ -14,8 +17,8 @@
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
 // convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
 // the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide), or, for a GGUF tensor of another quantized type (IQ4_NL, IQ4_XS, MXFP4...),
-// to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// 256 does not divide), or, for a GGUF tensor of another quantized type (MXFP4, the lattice
+// IQ types...), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
 //
 // `--quantize q4_1` and `q5_1` take a file's tensors the same way (quantized_take_gguf: a Q4_1
 // file's Q4_1 matrices and Q8_0 token table as they are); a matrix read as floats is then
@@ -44,6 +47,8 @@ static int held_type(uint32_t type) {
     case GGML_TYPE_Q8_0: return QUANT_Q8_0;
     case GGML_TYPE_Q4_1: return QUANT_Q4_1;
     case GGML_TYPE_Q5_1: return QUANT_Q5_1;
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS: return QUANT_IQ4_NL; // IQ4_XS's sub-blocks of 32, each with its own float scale
     default: return -1;
     }
 }
@@ -80,11 +85,28 @@ static void hold_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlType type, 
             memcpy(matrix->blocks + r * file_row_bytes, row, (size_t)file_row_bytes);
             continue;
         }
+        if (type == GGML_TYPE_IQ4_XS) { // super-blocks of 256: d, 6-bit sub-block scales, codes
+            for (long s = 0; s < cols / KQ_BLOCK; s++) {
+                const uint8_t *super = row + s * block_bytes, *scales_low = super + 4, *codes = super + 8;
+                const float d = half_at(super);
+                uint16_t scales_high;
+                memcpy(&scales_high, super + 2, 2);
+                for (int sub = 0; sub < KQ_BLOCK / Q8_BLOCK; sub++) {
+                    const int low = (scales_low[sub / 2] >> (4 * (sub % 2))) & 0x0F, high = (scales_high >> (2 * sub)) & 3;
+                    const long b = s * (KQ_BLOCK / Q8_BLOCK) + sub;
+                    // The value io/gguf_dequant.c multiplies the levels by: d * (scale - 32), exact.
+                    matrix->scales[r * blocks + b] = d * (float)((low | high << 4) - 32);
+                    memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, codes + sub * (Q8_BLOCK / 2), Q8_BLOCK / 2);
+                }
+            }
+            continue;
+        }
         for (long b = 0; b < blocks; b++) {
             const uint8_t *block = row + b * block_bytes;
             matrix->scales[r * blocks + b] = half_at(block);
             if (held == QUANT_Q8_0) memcpy(matrix->values + r * cols + b * Q8_BLOCK, block + 2, Q8_BLOCK);
-            else if (held == QUANT_Q4_0) memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 2, Q8_BLOCK / 2);
+            else if (held == QUANT_Q4_0 || held == QUANT_IQ4_NL) // d, then the 16 bytes of codes
+                memcpy(matrix->nibbles + (r * cols + b * Q8_BLOCK) / 2, block + 2, Q8_BLOCK / 2);
             else if (held == QUANT_Q4_1 || held == QUANT_Q5_1) { // d, m, (Q5_1: qh), qs
                 matrix->mins[r * blocks + b] = half_at(block + 2);
                 if (held == QUANT_Q5_1) memcpy(&matrix->high_bits[r * blocks + b], block + 4, 4);

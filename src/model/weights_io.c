@@ -556,7 +556,8 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out) {
     static const struct { const char *name; GgufOutType type; } names[] = {
         {"f32", GGUF_OUT_F32},   {"f16", GGUF_OUT_F16},   {"q8_0", GGUF_OUT_Q8_0},
         {"q4_0", GGUF_OUT_Q4_0}, {"q4_1", GGUF_OUT_Q4_1}, {"q5_0", GGUF_OUT_Q5_0},
-        {"q5_1", GGUF_OUT_Q5_1}, {"q4_k_m", GGUF_OUT_Q4_K_M}, {"q5_k_m", GGUF_OUT_Q5_K_M}};
+        {"q5_1", GGUF_OUT_Q5_1}, {"iq4_nl", GGUF_OUT_IQ4_NL}, {"q4_k_m", GGUF_OUT_Q4_K_M},
+        {"q5_k_m", GGUF_OUT_Q5_K_M}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {
             *out = names[i].type;
@@ -586,13 +587,16 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     case GGUF_OUT_Q8_0: type = GGML_TYPE_Q8_0; break;
     // The legacy types (one scale, or a scale and a minimum, per 32 values): llama.cpp gives
     // the output matrix Q6_K (Q8_0 where 256 does not divide its rows) and every other
-    // matrix the file's type.
+    // matrix the file's type. IQ4_NL (one scale per 32 values, codes into a table of levels)
+    // the same way here.
     case GGUF_OUT_Q4_0:
     case GGUF_OUT_Q4_1:
     case GGUF_OUT_Q5_0:
-    case GGUF_OUT_Q5_1: {
+    case GGUF_OUT_Q5_1:
+    case GGUF_OUT_IQ4_NL: {
         static const GgmlType legacy[] = {[GGUF_OUT_Q4_0] = GGML_TYPE_Q4_0, [GGUF_OUT_Q4_1] = GGML_TYPE_Q4_1,
-                                          [GGUF_OUT_Q5_0] = GGML_TYPE_Q5_0, [GGUF_OUT_Q5_1] = GGML_TYPE_Q5_1};
+                                          [GGUF_OUT_Q5_0] = GGML_TYPE_Q5_0, [GGUF_OUT_Q5_1] = GGML_TYPE_Q5_1,
+                                          [GGUF_OUT_IQ4_NL] = GGML_TYPE_IQ4_NL};
         type = output ? GGML_TYPE_Q6_K : legacy[out];
         break;
     }
@@ -626,10 +630,11 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
     gguf_writer_add_string(w, "general.architecture", arch);
     gguf_writer_add_string(w, "general.name", "marlhf export");
     // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 3 mostly Q4_1, 7 mostly Q8_0,
-    // 8 mostly Q5_0, 9 mostly Q5_1, 15 mostly Q4_K_M, 17 mostly Q5_K_M.
+    // 8 mostly Q5_0, 9 mostly Q5_1, 15 mostly Q4_K_M, 17 mostly Q5_K_M, 25 mostly IQ4_NL.
     static const uint32_t file_types[] = {[GGUF_OUT_F32] = 0,     [GGUF_OUT_F16] = 1,      [GGUF_OUT_Q8_0] = 7,
                                           [GGUF_OUT_Q4_0] = 2,    [GGUF_OUT_Q4_1] = 3,     [GGUF_OUT_Q5_0] = 8,
-                                          [GGUF_OUT_Q5_1] = 9,    [GGUF_OUT_Q4_K_M] = 15, [GGUF_OUT_Q5_K_M] = 17};
+                                          [GGUF_OUT_Q5_1] = 9,    [GGUF_OUT_Q4_K_M] = 15, [GGUF_OUT_Q5_K_M] = 17,
+                                          [GGUF_OUT_IQ4_NL] = 25};
     gguf_writer_add_u32(w, "general.file_type", file_types[out]);
     gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
     gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);

@@ -49,6 +49,11 @@
 //    nibbles, Q5_1's fifth bits in high_bits, the half-float d in scales and the half-float m
 //    (the block's minimum) in mins[r*cols/32 + k], both held as floats; value j is
 //    code * scale + min, the code unsigned (nibble, or nibble | fifth bit << 4).
+//  - QUANT_IQ4_NL: GGUF's IQ4_NL, and IQ4_XS's sub-blocks of 32, split as Q4_0 is: the same
+//    nibbles, each value gguf_iq4_levels[nibble] (io/gguf_dequant.h: 16 non-uniform levels
+//    from -127 to 113) times its block's scale -- the half-float d held as a float (IQ4_NL),
+//    or d times the sub-block's 6-bit scale less 32 (IQ4_XS, exact in a float). Only held
+//    from a file's tensors (model/quantize_q4_k_m.c); marlhf has no quantizer for it.
 //  - QUANT_BF16: no blocks and no scales: bf16[r*cols + c] is the weight's bfloat16 (core/bf16.h,
 //    rounded to nearest even), 2 bytes a weight. Not a quantization in the sense of the others --
 //    a bf16 checkpoint keeps every bit -- but held and multiplied through the same paths: a
@@ -66,7 +71,7 @@ typedef enum { WRITE_ADD, WRITE_OVERWRITE } WriteMode;
 enum { OPS_HELD_INPUTS_MAX = 8 };
 
 typedef enum { QUANT_Q8_0 = 0, QUANT_Q4_0, QUANT_NF4, QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, QUANT_Q5_K,
-               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K, QUANT_BF16 } QuantType;
+               QUANT_Q4_1, QUANT_Q5_1, QUANT_Q3_K, QUANT_Q2_K, QUANT_BF16, QUANT_IQ4_NL } QuantType;
 typedef struct {
     int rows, cols;
     union {

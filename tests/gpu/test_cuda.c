@@ -2793,16 +2793,16 @@ static void check_gguf_model(const char *path, const char *quantize, const int *
         model_free(&mc);
         return;
     }
-    int types[QUANT_BF16 + 1] = {0};
+    int types[QUANT_IQ4_NL + 1] = {0};
     for (int i = 0; i < mg.table.count; i++) {
         const Q8Matrix *m = quantized_matrix(&mg, &mg.table.entries[i]);
         if (m) types[m->type]++;
     }
     // ops/ops.h QuantType order
     static const char *const type_names[] = {"Q8_0", "Q4_0", "NF4", "Q4_K", "Q6_K", "Q5_0",
-                                             "Q5_K", "Q4_1", "Q5_1", "Q3_K", "Q2_K", "BF16"};
+                                             "Q5_K", "Q4_1", "Q5_1", "Q3_K", "Q2_K", "BF16", "IQ4_NL"};
     printf("# %s --quantize %s on %s:", name, quantize, gpu->name);
-    for (int t = 0; t <= QUANT_BF16; t++)
+    for (int t = 0; t <= QUANT_IQ4_NL; t++)
         if (types[t]) printf(" %d %s", types[t], type_names[t]);
     printf("; %ld of %ld floats stored\n", mg.table.stored_total, mg.table.total);
     for (const int *t = wanted; *t >= 0; t++) EXPECT(types[*t] > 0, "%s: no matrix of type %d on the GPU", name, *t);
@@ -2837,6 +2837,18 @@ static void test_q4_k_m_model(void) {
     write_q4_k_m_llama(path, 0x51ab);
     const int wanted[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_0, -1};
     check_gguf_model(path, "q4_k_m", wanted);
+    remove(path);
+}
+
+// The same Llama as an IQ4_NL file (`convert --outtype iq4_nl`: every matrix but the head, which
+// is Q6_K), under the inference commands' default (quantize_default: q4_k_m, the blocks held).
+static void test_iq4_nl_model(void) {
+    char path[512];
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    snprintf(path, sizeof path, "%s/test_cuda_iq4_nl_%d.gguf", tmp, (int)getpid());
+    write_random_llama(path, 0x51ac, GGUF_OUT_IQ4_NL);
+    const int wanted[] = {QUANT_IQ4_NL, QUANT_Q6_K, -1};
+    check_gguf_model(path, quantize_default(NULL, path), wanted);
     remove(path);
 }
 
@@ -3090,6 +3102,7 @@ static void run_quantized_weight_tests(void) {
     RUN_SELECTED(test_quantized_models);
     RUN_SELECTED(test_bf16_model_on_gpu);
     RUN_SELECTED(test_q4_k_m_model);
+    RUN_SELECTED(test_iq4_nl_model);
     RUN_SELECTED(test_llama_cpp_models);
     RUN_SELECTED(test_qdora_on_gpu);
 }

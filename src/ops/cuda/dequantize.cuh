@@ -1,6 +1,6 @@
 // Quantized weights (ops/ops.h Q8Matrix: every QuantType -- Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, NF4
 // with float or double-quantized scales, a bitsandbytes FP4 code book, llama.cpp's K-quants
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and bf16) turned back into numbers on the GPU: rows of a matrix into a
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL (its levels as NF4's code book), and bf16) turned back into numbers on the GPU: rows of a matrix into a
 // bf16 tile for cuBLASLt (matmul_quantized.cu), and the quantized token table's rows into fp32 embeddings. The GPU
 // keeps the weights quantized in its memory; a product with a quantized weight dequantizes it
 // a tile at a time and multiplies in bf16 as the float model does (a decode step of a few rows
@@ -24,6 +24,7 @@
 
 #include "ops/cuda/device_primitives.cuh"
 extern "C" {
+#include "io/gguf_dequant.h"
 #include "ops/kquant.h"
 #include "ops/nf4.h"
 #include "ops/ops.h"
@@ -58,6 +59,8 @@ static inline Weights weights_for(const Q8Matrix *matrix, const float *dynamic_m
         for (int i = 0; i < 16; i++) w.book.levels[i] = levels[i];
         if (!matrix->scales) w.dynamic_map = dynamic_map;
     }
+    if (matrix->type == QUANT_IQ4_NL)
+        for (int i = 0; i < 16; i++) w.book.levels[i] = (float)gguf_iq4_levels[i];
     return w;
 }
 
@@ -193,6 +196,12 @@ DEVICE_INLINE void decode8(const Weights &w, long index, float out[VALUES_PER_TH
         block32_codes(m, block, within, false, codes);
         const float scale = block_scale(w, block);
         for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = (float)(codes[i] - 8) * scale;
+        return;
+    }
+    case QUANT_IQ4_NL: { // value = scale * level[code], as gguf_dequantize computes it
+        block32_codes(m, block, within, false, codes);
+        const float scale = m.scales[block];
+        for (int i = 0; i < VALUES_PER_THREAD; i++) out[i] = mul_rn(scale, w.book.levels[codes[i]]);
         return;
     }
     case QUANT_Q8_0: {
