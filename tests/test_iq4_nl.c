@@ -8,9 +8,10 @@
 //    bytes; a block of zeros is zeros.
 //  - The layout: IQ4_NL and IQ4_XS blocks of random bytes (any code, any 6-bit sub-block
 //    scale, finite half-float d of either sign) held by quantized_hold_gguf_blocks dequantize
-//    to what io/gguf_dequant.c reads from the same bytes, bit for bit; the integer kernel's
-//    int8 view of a row (q4_unpack_row) times the block scales gives those values; the token
-//    table lookup gives those rows; quant_matrix_bytes counts 4-bit codes and a float per 32.
+//    to what io/gguf_dequant.c reads from the same bytes, bit for bit; the token table lookup
+//    gives those rows; quant_matrix_bytes counts 4-bit codes and a float per 32.
+//  - The decode kernel (ops/cpu/matmul_q5.c): its portable loop against the exact sum it stands
+//    for, and every vector path compiled in against the portable loop, bit for bit.
 //  - The product against a float reference: the decode kernel (N < 64) within the bound the
 //    input's Q8_0 rounding allows (sum |w| * x_scale / 2 per output), the prefill path
 //    (N >= 64) within 1e-5 of sum |w x|.
@@ -31,6 +32,7 @@
 #include "io/gguf_write.h"
 #include "model/quantize.h"
 #include "model/weights_io.h"
+#include "ops/cpu/matmul_q5.h"
 #include "ops/cpu/ops_cpu.h"
 #include "ops/q4.h"
 #include "ops/q8.h"
@@ -115,14 +117,6 @@ static void test_layout_and_lookup(void) {
         quant_dequantize_rows(&m, 0, ROWS, got);
         EXPECT(!memcmp(expected, got, (size_t)ROWS * COLS * sizeof(float)), "%s: dequantized rows differ from the file's",
                gguf_type_name(types[t]));
-        int8_t values[COLS];
-        int unpacked_off = 0;
-        for (int r = 0; r < ROWS; r++) {
-            q4_unpack_row(&m, r, values);
-            for (int c = 0; c < COLS; c++)
-                unpacked_off += values[c] * m.scales[(r * COLS + c) / 32] != expected[r * COLS + c];
-        }
-        EXPECT(unpacked_off == 0, "%s: %d unpacked values times their scale differ", gguf_type_name(types[t]), unpacked_off);
         EXPECT(quant_matrix_bytes(&m) == ROWS * COLS / 2 + ROWS * COLS / 32 * 4, "%ld bytes", quant_matrix_bytes(&m));
         const int tokens[3] = {4, 0, 6};
         float rows[3 * COLS];
@@ -132,6 +126,76 @@ static void test_layout_and_lookup(void) {
                    gguf_type_name(types[t]), tokens[i]);
         free_held(&m), free(bytes), free(expected), free(got);
     }
+}
+
+// The decode kernel's paths (ops/cpu/matmul_q5.c): the portable loop equals the exact sum it
+// stands for (each block's integer dot of the levels and the int8 inputs, times the two
+// scales, in block order: within 1e-6 of the sum of |terms|), and each vector path compiled
+// in gives its bits, for 1-8 weight rows from any first row and 1-4 input rows, rows of 1,
+// 18 (SmolLM2) and 19 blocks (an odd last block for the AVX-512 path's pairs).
+static void test_row_dot_paths(void) {
+    const struct {
+        const char *name;
+        Q5RowsDot dot;
+    } paths[] = {{"avx2", q5_rows_dot_avx2}, {"avx512", q5_rows_dot_avx512}};
+    const int col_counts[] = {32, 576, 608};
+    int compared = 0;
+    for (size_t s = 0; s < sizeof col_counts / sizeof col_counts[0]; s++) {
+        enum { ROWS = 11 };
+        const int cols = col_counts[s], blocks = cols / 32;
+        uint8_t *bytes = random_blocks(GGML_TYPE_IQ4_NL, ROWS, cols, 40 + s);
+        Q8Matrix m;
+        quantized_hold_gguf_blocks(&ops_cpu, &m, GGML_TYPE_IQ4_NL, bytes, ROWS, cols);
+        int8_t *values = xmalloc((size_t)Q5_INPUTS * cols);
+        float *scales = xmalloc((size_t)Q5_INPUTS * blocks * sizeof(float)), row[608];
+        int32_t *sums = xmalloc((size_t)Q5_INPUTS * blocks * sizeof(int32_t));
+        Q5Input x[Q5_INPUTS];
+        for (int i = 0; i < Q5_INPUTS; i++) {
+            for (int c = 0; c < cols; c++) row[c] = 2.0f * uniform(50 + s, (uint64_t)(i * cols + c));
+            q8_quantize_row(row, cols, values + (long)i * cols, scales + i * blocks);
+            for (int b = 0; b < blocks; b++) {
+                sums[i * blocks + b] = 0;
+                for (int j = 0; j < 32; j++) sums[i * blocks + b] += values[(long)i * cols + b * 32 + j];
+            }
+            x[i] = (Q5Input){values + (long)i * cols, scales + i * blocks, sums + i * blocks, NULL};
+        }
+        for (int first = 0; first + 1 <= ROWS; first += 3)
+            for (int count = 1; count <= Q5_ROWS && first + count <= ROWS; count += 3)
+                for (int inputs = 1; inputs <= Q5_INPUTS; inputs++) {
+                    float portable[Q5_INPUTS * Q5_ROWS], got[Q5_INPUTS * Q5_ROWS];
+                    q5_rows_dot_portable(&m, first, count, x, inputs, portable, Q5_ROWS);
+                    for (int i = 0; i < inputs; i++)
+                        for (int k = 0; k < count; k++) {
+                            const long r = first + k;
+                            double exact = 0, magnitude = 0;
+                            for (int b = 0; b < blocks; b++) {
+                                long dot = 0;
+                                for (int j = 0; j < 32; j++) {
+                                    const uint8_t byte = m.nibbles[(r * blocks + b) * 16 + j % 16];
+                                    dot += (long)gguf_iq4_levels[j < 16 ? byte & 0x0F : byte >> 4] * x[i].values[b * 32 + j];
+                                }
+                                const double term = (double)dot * ((double)x[i].scales[b] * m.scales[r * blocks + b]);
+                                exact += term, magnitude += fabs(term);
+                            }
+                            EXPECT(fabs(portable[i * Q5_ROWS + k] - exact) <= 1e-6 * magnitude + 1e-30,
+                                   "portable, %d columns, row %ld, input %d: %.9g, exact %.9g", cols, r, i,
+                                   portable[i * Q5_ROWS + k], exact);
+                        }
+                    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+                        if (!paths[p].dot) continue;
+                        paths[p].dot(&m, first, count, x, inputs, got, Q5_ROWS);
+                        for (int i = 0; i < inputs; i++)
+                            EXPECT(!memcmp(got + i * Q5_ROWS, portable + i * Q5_ROWS, (size_t)count * sizeof(float)),
+                                   "%s, %d columns, rows %d..%d, input %d: other bits than the portable loop", paths[p].name,
+                                   cols, first, first + count, i);
+                        compared++;
+                    }
+                }
+        free_held(&m), free(bytes), free(values), free(scales), free(sums);
+    }
+    printf("IQ4_NL decode kernel: %d vector-path calls held to the portable loop (avx2 %s, avx512 %s)\n", compared,
+           q5_rows_dot_avx2 ? "built" : "not built", q5_rows_dot_avx512 ? "built" : "not built");
+    EXPECT(compared > 0 || (!q5_rows_dot_avx2 && !q5_rows_dot_avx512), "no vector path compared");
 }
 
 static void test_matmul_against_floats(void) {
@@ -237,6 +301,7 @@ static void test_model_file(void) {
 int main(void) {
     RUN(test_quantizer);
     RUN(test_layout_and_lookup);
+    RUN(test_row_dot_paths);
     RUN(test_matmul_against_floats);
     RUN(test_model_file);
     TEST_EXIT();

@@ -1,9 +1,7 @@
 #include "ops/q4.h"
 
 #include <math.h>
-#if defined(__SSSE3__)
-#include <tmmintrin.h>
-#elif defined(__SSE2__)
+#if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
@@ -37,28 +35,6 @@ void q4_quantize_row(const float *x, long n, uint8_t *nibbles, float *scales) {
 void q4_unpack_row(const Q8Matrix *matrix, long r, int8_t *values) {
     const long cols = matrix->cols;
     const uint8_t *codes = matrix->nibbles + r * cols / 2;
-    if (matrix->type == QUANT_IQ4_NL) { // each code's entry in the levels table
-#if defined(__SSSE3__)
-        const __m128i levels = _mm_loadu_si128((const __m128i *)gguf_iq4_levels), mask = _mm_set1_epi8(0x0F);
-#endif
-        for (long b = 0; b < cols / Q8_BLOCK; b++) {
-            const uint8_t *block = codes + b * (Q8_BLOCK / 2);
-            int8_t *out = values + b * Q8_BLOCK;
-#if defined(__SSSE3__)
-            // pshufb looks each low nibble up in the 16 levels at once.
-            const __m128i bytes = _mm_loadu_si128((const __m128i *)block);
-            _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(levels, _mm_and_si128(bytes, mask)));
-            _mm_storeu_si128((__m128i *)(out + Q8_BLOCK / 2),
-                             _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask)));
-#else
-            for (int j = 0; j < Q8_BLOCK / 2; j++) {
-                out[j] = gguf_iq4_levels[block[j] & 0x0F];
-                out[j + Q8_BLOCK / 2] = gguf_iq4_levels[block[j] >> 4];
-            }
-#endif
-        }
-        return;
-    }
     for (long b = 0; b < cols / Q8_BLOCK; b++) {
         const uint8_t *block = codes + b * (Q8_BLOCK / 2);
         int8_t *out = values + b * Q8_BLOCK;

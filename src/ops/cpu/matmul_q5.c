@@ -1,6 +1,6 @@
-// Decode steps over Q5_0, Q5_1 and Q4_1 weights (ops/q5.h) with Q8_0 inputs: llama.cpp's
-// Q5_0 x Q8_0 (Q5_1 / Q4_1 x Q8_1) arithmetic, each block's 32 codes decoded in registers and
-// multiplied at once.
+// Decode steps over Q5_0, Q5_1, Q4_1 and IQ4_NL weights (ops/q5.h, ops/ops.h) with Q8_0 inputs:
+// llama.cpp's Q5_0 / IQ4_NL x Q8_0 (Q5_1 / Q4_1 x Q8_1) arithmetic, each block's 32 codes decoded
+// in registers and multiplied at once (IQ4_NL's looked up into its levels, one vpshufb).
 //
 // The work is a matrix-vector product that reads every weight once per step, so what it
 // costs is reading the weights (0.69 bytes each) and turning them into products. The 5-bit
@@ -43,9 +43,12 @@
 #include "ops/q8.h"
 
 // What a weight type's blocks hold: fifth bits (Q5_0, Q5_1), a minimum (Q5_1, Q4_1), and
-// the codes' offset (16 for Q5_0, none for the others).
-static inline bool has_fifth_bits(QuantType type) { return type != QUANT_Q4_1; }
-static inline bool has_min(QuantType type) { return type != QUANT_Q5_0; }
+// the codes' offset (16 for Q5_0, none for the others). IQ4_NL's nibbles stand for levels
+// (gguf_iq4_levels, -127 .. 113): the portable loop and the AVX2 path multiply the signed
+// levels; the AVX-512 path the levels plus 128 (unsigned, as vpdpbusd takes them), the 128
+// taken back through the input block's sum as Q5_0's 16 is.
+static inline bool has_fifth_bits(QuantType type) { return type == QUANT_Q5_0 || type == QUANT_Q5_1; }
+static inline bool has_min(QuantType type) { return type == QUANT_Q5_1 || type == QUANT_Q4_1; }
 
 // ---- the portable loop (the reference; the sanitizer build runs it) ----
 // Unchecked access by access: cpu_matmul_q5 checks the whole ranges once per call.
@@ -53,7 +56,8 @@ SANITIZER_UNCHECKED void q5_rows_dot_portable(const Q8Matrix *weight, long first
                                               int inputs, float *out, long out_stride) {
     const long blocks = weight->cols / Q8_BLOCK;
     const bool five = has_fifth_bits(weight->type), min = has_min(weight->type);
-    const int offset = min ? 0 : 16;
+    const bool levels = weight->type == QUANT_IQ4_NL;
+    const int offset = weight->type == QUANT_Q5_0 ? 16 : 0;
     for (int k = 0; k < count; k++) {
         const long r = first + k;
         float sum[Q5_INPUTS] = {0};
@@ -64,6 +68,7 @@ SANITIZER_UNCHECKED void q5_rows_dot_portable(const Q8Matrix *weight, long first
             for (int j = 0; j < Q8_BLOCK / 2; j++) {
                 code[j] = ((nibbles[j] & 0x0F) | (int)((fifth_bits >> j) & 1) << 4) - offset;
                 code[j + Q8_BLOCK / 2] = ((nibbles[j] >> 4) | (int)((fifth_bits >> (j + 16)) & 1) << 4) - offset;
+                if (levels) code[j] = gguf_iq4_levels[code[j]], code[j + Q8_BLOCK / 2] = gguf_iq4_levels[code[j + Q8_BLOCK / 2]];
             }
             const float w_scale = weight->scales[r * blocks + b], w_min = min ? weight->mins[r * blocks + b] : 0;
             for (int i = 0; i < inputs; i++) {
@@ -130,12 +135,12 @@ static inline void chunk_scales(const float *const rows[Q5_ROWS], long b0, int c
 }
 
 // The 8 rows' float sums (lane k: row k) after block b, whose integer sums of q * x are
-// `dots` (lane k: row k), weight scales `w_scales` and minimums `w_mins`: Q5_0's dot_b =
-// dots - 16 * x's block sum, then the scalar loop's steps (with Q5_1's and Q4_1's minimum
-// term, in the same order).
+// `dots` (lane k: row k), weight scales `w_scales` and minimums `w_mins`: dot_b = dots -
+// offset * x's block sum (Q5_0's 16, the AVX-512 path's IQ4_NL 128), then the scalar loop's
+// steps (with Q5_1's and Q4_1's minimum term, in the same order).
 static inline __m256 add_block(__m256 sums, __m256i dots, __m256 w_scales, __m256 w_mins, const Q5Input *x, long b,
-                               QuantType type) {
-    const __m256i dot = has_min(type) ? dots : _mm256_sub_epi32(dots, _mm256_set1_epi32(16 * x->sums[b]));
+                               QuantType type, int offset) {
+    const __m256i dot = offset ? _mm256_sub_epi32(dots, _mm256_set1_epi32(offset * x->sums[b])) : dots;
     const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x->scales[b]), w_scales);
     const __m256 product = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale);
     if (!has_min(type)) return _mm256_add_ps(sums, product);
@@ -212,6 +217,8 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
     const long blocks = weight->cols / Q8_BLOCK, pass = pass_blocks(inputs);
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i level_table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gguf_iq4_levels));
+    const int offset = type == QUANT_Q5_0 ? 16 : 0;
     __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m256i dots[PASS_BLOCKS * Q5_ROWS]; // [input i][block b - b0][row k]: 8 int32 partial sums of q * x
@@ -227,11 +234,17 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
                 if (has_min(type)) _mm_prefetch((const char *)(group.w_mins[k] + b) + PREFETCH_BYTES / 4, _MM_HINT_T0);
                 const __m256i codes =
                     block_codes_avx2(nibbles, has_fifth_bits(type) ? group.fifth_bits[k][b] : 0, has_fifth_bits(type));
+                // IQ4_NL: the signed levels; the byte multiply-add takes an unsigned operand, so
+                // |x| times the level with x's sign (at most 2 * 127 * 127, no saturation).
+                const __m256i levels = type == QUANT_IQ4_NL ? _mm256_shuffle_epi8(level_table, codes) : codes;
                 for (int i = 0; i < Q5_INPUTS; i++)
                     if (i < inputs) {
                         const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].values + b * Q8_BLOCK));
                         // Pairs of products in int16 (at most 2 * 31 * 128, no saturation), then pairs of those.
-                        dots[(i * pass + b - b0) * Q5_ROWS + k] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+                        const __m256i pairs = type == QUANT_IQ4_NL
+                                                  ? _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(levels, xv))
+                                                  : _mm256_maddubs_epi16(codes, xv);
+                        dots[(i * pass + b - b0) * Q5_ROWS + k] = _mm256_madd_epi16(pairs, ones);
                     }
             }
         for (long b = b0; b < b1; b++) {
@@ -243,7 +256,7 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
             for (int i = 0; i < Q5_INPUTS; i++)
                 if (i < inputs)
                     sums[i] = add_block(sums[i], reduce_block_avx2(dots + (i * pass + b - b0) * Q5_ROWS),
-                                        w_scales[b % SCALE_CHUNK], w_mins[b % SCALE_CHUNK], &x[i], b, type);
+                                        w_scales[b % SCALE_CHUNK], w_mins[b % SCALE_CHUNK], &x[i], b, type, offset);
         }
     }
     for (int i = 0; i < inputs; i++) store_rows(out + i * out_stride, count, sums[i]);
@@ -262,6 +275,10 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
         case QUANT_Q4_1:                                                                                       \
             if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q4_1);                    \
             else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q4_1);                            \
+            break;                                                                                             \
+        case QUANT_IQ4_NL:                                                                                     \
+            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_IQ4_NL);                  \
+            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_IQ4_NL);                          \
             break;                                                                                             \
         default:                                                                                               \
             if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_0);                    \
@@ -310,7 +327,11 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
                                                                       long out_stride, QuantType type) {
     const long blocks = weight->cols / Q8_BLOCK, pairs = (blocks + 1) / 2, pass = pass_blocks(inputs) / 2;
     const RowGroup group = row_group(weight, first, count);
-    const bool five = has_fifth_bits(type);
+    const bool five = has_fifth_bits(type), levels = type == QUANT_IQ4_NL;
+    // IQ4_NL's levels plus 128 (wrapping bytes: -127 .. 113 become 1 .. 241), in every 128-bit lane.
+    const __m512i level_table = _mm512_broadcast_i32x4(
+        _mm_add_epi8(_mm_loadu_si128((const __m128i *)gguf_iq4_levels), _mm_set1_epi8((char)-128)));
+    const int offset = type == QUANT_Q5_0 ? 16 : levels ? 128 : 0;
     __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m512i dots[PASS_BLOCKS / 2 * Q5_ROWS]; // [input i][pair p - p0][row k]
@@ -335,6 +356,7 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
                     const __m128i nibble_bytes = _mm_loadu_si128((const __m128i *)(group.nibbles[k] + b * (Q8_BLOCK / 2)));
                     codes = pair_codes_avx512(_mm256_zextsi128_si256(nibble_bytes), five ? group.fifth_bits[k][b] : 0, five);
                 }
+                if (levels) codes = _mm512_shuffle_epi8(level_table, codes); // the second block of an odd end: 1s, times zero inputs
                 for (int i = 0; i < Q5_INPUTS; i++)
                     if (i < inputs) {
                         const __m512i xv = _mm512_maskz_loadu_epi8(x_bytes, x[i].values + b * Q8_BLOCK);
@@ -352,10 +374,10 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
                 if (i < inputs) {
                     const __m512i rows = reduce_pair(dots + (i * pass + p - p0) * Q5_ROWS);
                     sums[i] = add_block(sums[i], _mm512_castsi512_si256(rows), w_scales[b % SCALE_CHUNK],
-                                        w_mins[b % SCALE_CHUNK], &x[i], b, type);
+                                        w_mins[b % SCALE_CHUNK], &x[i], b, type, offset);
                     if (b + 1 < blocks)
                         sums[i] = add_block(sums[i], _mm512_extracti64x4_epi64(rows, 1), w_scales[(b + 1) % SCALE_CHUNK],
-                                            w_mins[(b + 1) % SCALE_CHUNK], &x[i], b + 1, type);
+                                            w_mins[(b + 1) % SCALE_CHUNK], &x[i], b + 1, type, offset);
                 }
         }
     }
@@ -381,9 +403,10 @@ void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_t
 }
 
 void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
-    CHECK((weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1) &&
+    CHECK((weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1 ||
+           weight->type == QUANT_IQ4_NL) &&
               weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
-          "Q5_0 / Q5_1 / Q4_1 weight (type %d) [%d, %d] used as [%d, %d]", (int)weight->type, weight->rows,
+          "Q5_0 / Q5_1 / Q4_1 / IQ4_NL weight (type %d) [%d, %d] used as [%d, %d]", (int)weight->type, weight->rows,
           weight->cols, OC, IC);
     const long blocks = IC / Q8_BLOCK;
     const bool min = has_min(weight->type);

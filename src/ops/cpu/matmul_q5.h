@@ -42,7 +42,8 @@ void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_t
 typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride);
 
-// Every path takes the three weight types (weight->type says which).
+// Every path takes the four weight types (weight->type says which). IQ4_NL: as Q5_0 with each
+// q_j - 16 replaced by the level of its nibble, gguf_iq4_levels[q_j] (no minimum).
 void q5_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride);
 extern const Q5RowsDot q5_rows_dot_avx2;   // NULL without AVX2
@@ -51,7 +52,7 @@ extern const Q5RowsDot q5_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
 extern const Q5RowsDot q5_rows_dot_best;
 extern const char *const q5_best_path_name;
 
-// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0, Q5_1 or Q4_1 W [OC, IC], each input row quantized to
+// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0, Q5_1, Q4_1 or IQ4_NL W [OC, IC], each input row quantized to
 // Q8_0 blocks first (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows). The threads take whole
 // groups of Q5_ROWS output rows, as evenly as they divide, and each group takes the input
 // rows Q5_INPUTS at a time.

@@ -1,6 +1,6 @@
 // Linear layers with quantized weights of every type (model/quantize.h, ops/ops.h Q8Matrix):
 // NF4's and bf16's decode steps have their own float kernels (ops/cpu/matmul_nf4.c,
-// matmul_bf16.c), the K-quants' and Q5_0's, Q5_1's, Q4_1's their own integer ones
+// matmul_bf16.c), the K-quants' and Q5_0's, Q5_1's, Q4_1's, IQ4_NL's their own integer ones
 // (ops/cpu/matmul_kquant.c, matmul_q5.c); their prefills and training take the dequantized
 // tiles below.
 //
@@ -12,7 +12,7 @@
 // (or, with MARLHF_CPU_MATMUL=batch-invariant, the fixed-order kernel of matmul_invariant.c).
 // Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
 // first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step. IQ4_NL
-// weights too, each code widened to its level (llama.cpp's IQ4_NL x Q8_0 arithmetic). Q5_0
+// weights take ops/cpu/matmul_q5.c's kernel (codes decoded in registers). Q5_0
 // weights (a Q4_K_M file's fallback rows, ops/q5.h), Q5_1 and Q4_1 have their own kernel,
 // which decodes the codes in registers instead (ops/cpu/matmul_q5.c).
 //
@@ -115,7 +115,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     // Tiles of OUT_TILE weight rows by ROW_TILE input rows: the input rows of a tile stay in
     // L1 while the tile's weight rows pass over them, so a long prefill does not stream all
     // its rows from L2 once per weight row. Each output is still one sum in block order.
-    const bool q4 = weight->type == QUANT_Q4_0 || weight->type == QUANT_IQ4_NL; // codes widened to int8 first
+    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
 #pragma omp parallel
     {
     // A Q4_0 tile's weight rows, widened to int8 once for all its input rows.
@@ -211,7 +211,7 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     float *x_scales = xmalloc((size_t)N * blocks * sizeof(float));
     for (int i = 0; i < N; i++)
         q8_quantize_row(inp + (long)i * IC, IC, x_values + (long)i * IC, x_scales + (long)i * blocks);
-    const bool q4 = weight->type == QUANT_Q4_0 || weight->type == QUANT_IQ4_NL; // codes widened to int8 first
+    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
     // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
     SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
     SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
@@ -281,7 +281,8 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_BF16) cpu_matmul_bf16(out, inp, weight, bias, N, IC, OC); // ops/cpu/matmul_bf16.c
     else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
-    else if (weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1)
+    else if (weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1 ||
+             weight->type == QUANT_IQ4_NL)
         cpu_matmul_q5(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }
