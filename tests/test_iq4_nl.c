@@ -11,7 +11,8 @@
 //    to what io/gguf_dequant.c reads from the same bytes, bit for bit; the token table lookup
 //    gives those rows; quant_matrix_bytes counts 4-bit codes and a float per 32.
 //  - The decode kernel (ops/cpu/matmul_q5.c): its portable loop against the exact sum it stands
-//    for, and every vector path compiled in against the portable loop, bit for bit.
+//    for, and every vector path compiled in against the portable loop, bit for bit; the same
+//    for Q4_0 weights, the kernel's other type of plain nibbles (an offset of 8, no levels).
 //  - The product against a float reference: the decode kernel (N < 64) within the bound the
 //    input's Q8_0 rounding allows (sum |w| * x_scale / 2 per output), the prefill path
 //    (N >= 64) within 1e-5 of sum |w x|.
@@ -128,12 +129,16 @@ static void test_layout_and_lookup(void) {
     }
 }
 
-// The decode kernel's paths (ops/cpu/matmul_q5.c): the portable loop equals the exact sum it
-// stands for (each block's integer dot of the levels and the int8 inputs, times the two
-// scales, in block order: within 1e-6 of the sum of |terms|), and each vector path compiled
-// in gives its bits, for 1-8 weight rows from any first row and 1-4 input rows, rows of 1,
-// 18 (SmolLM2) and 19 blocks (an odd last block for the AVX-512 path's pairs).
-static void test_row_dot_paths(void) {
+// The value a nibble stands for: IQ4_NL's level, Q4_0's code less 8.
+static int nibble_value(GgmlType type, int nibble) { return type == GGML_TYPE_IQ4_NL ? gguf_iq4_levels[nibble] : nibble - 8; }
+
+// The decode kernel's paths (ops/cpu/matmul_q5.c) for IQ4_NL and Q4_0 weights: the portable
+// loop equals the exact sum it stands for (each block's integer dot of the nibbles' values and
+// the int8 inputs, times the two scales, in block order: within 1e-6 of the sum of |terms|),
+// and each vector path compiled in gives its bits, for 1-8 weight rows from any first row and
+// 1-4 input rows, rows of 1, 18 (SmolLM2) and 19 blocks (an odd last block for the AVX-512
+// path's pairs).
+static void row_dot_paths(GgmlType type) {
     const struct {
         const char *name;
         Q5RowsDot dot;
@@ -143,9 +148,11 @@ static void test_row_dot_paths(void) {
     for (size_t s = 0; s < sizeof col_counts / sizeof col_counts[0]; s++) {
         enum { ROWS = 11 };
         const int cols = col_counts[s], blocks = cols / 32;
-        uint8_t *bytes = random_blocks(GGML_TYPE_IQ4_NL, ROWS, cols, 40 + s);
+        uint8_t *bytes = random_blocks(type, ROWS, cols, 40 + s + 10 * (type == GGML_TYPE_Q4_0));
         Q8Matrix m;
-        quantized_hold_gguf_blocks(&ops_cpu, &m, GGML_TYPE_IQ4_NL, bytes, ROWS, cols);
+        quantized_hold_gguf_blocks(&ops_cpu, &m, type, bytes, ROWS, cols);
+        EXPECT(m.type == (type == GGML_TYPE_Q4_0 ? QUANT_Q4_0 : QUANT_IQ4_NL), "%s held as type %d", gguf_type_name(type),
+               (int)m.type);
         int8_t *values = xmalloc((size_t)Q5_INPUTS * cols);
         float *scales = xmalloc((size_t)Q5_INPUTS * blocks * sizeof(float)), row[608];
         int32_t *sums = xmalloc((size_t)Q5_INPUTS * blocks * sizeof(int32_t));
@@ -172,13 +179,13 @@ static void test_row_dot_paths(void) {
                                 long dot = 0;
                                 for (int j = 0; j < 32; j++) {
                                     const uint8_t byte = m.nibbles[(r * blocks + b) * 16 + j % 16];
-                                    dot += (long)gguf_iq4_levels[j < 16 ? byte & 0x0F : byte >> 4] * x[i].values[b * 32 + j];
+                                    dot += (long)nibble_value(type, j < 16 ? byte & 0x0F : byte >> 4) * x[i].values[b * 32 + j];
                                 }
                                 const double term = (double)dot * ((double)x[i].scales[b] * m.scales[r * blocks + b]);
                                 exact += term, magnitude += fabs(term);
                             }
                             EXPECT(fabs(portable[i * Q5_ROWS + k] - exact) <= 1e-6 * magnitude + 1e-30,
-                                   "portable, %d columns, row %ld, input %d: %.9g, exact %.9g", cols, r, i,
+                                   "%s portable, %d columns, row %ld, input %d: %.9g, exact %.9g", gguf_type_name(type), cols, r, i,
                                    portable[i * Q5_ROWS + k], exact);
                         }
                     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
@@ -186,16 +193,21 @@ static void test_row_dot_paths(void) {
                         paths[p].dot(&m, first, count, x, inputs, got, Q5_ROWS);
                         for (int i = 0; i < inputs; i++)
                             EXPECT(!memcmp(got + i * Q5_ROWS, portable + i * Q5_ROWS, (size_t)count * sizeof(float)),
-                                   "%s, %d columns, rows %d..%d, input %d: other bits than the portable loop", paths[p].name,
-                                   cols, first, first + count, i);
+                                   "%s %s, %d columns, rows %d..%d, input %d: other bits than the portable loop",
+                                   gguf_type_name(type), paths[p].name, cols, first, first + count, i);
                         compared++;
                     }
                 }
         free_held(&m), free(bytes), free(values), free(scales), free(sums);
     }
-    printf("IQ4_NL decode kernel: %d vector-path calls held to the portable loop (avx2 %s, avx512 %s)\n", compared,
-           q5_rows_dot_avx2 ? "built" : "not built", q5_rows_dot_avx512 ? "built" : "not built");
+    printf("%s decode kernel: %d vector-path calls held to the portable loop (avx2 %s, avx512 %s)\n",
+           gguf_type_name(type), compared, q5_rows_dot_avx2 ? "built" : "not built", q5_rows_dot_avx512 ? "built" : "not built");
     EXPECT(compared > 0 || (!q5_rows_dot_avx2 && !q5_rows_dot_avx512), "no vector path compared");
+}
+
+static void test_row_dot_paths(void) {
+    row_dot_paths(GGML_TYPE_IQ4_NL);
+    row_dot_paths(GGML_TYPE_Q4_0);
 }
 
 static void test_matmul_against_floats(void) {

@@ -1,9 +1,6 @@
 #include "ops/q4.h"
 
 #include <math.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "core/bf16.h"
 #include "io/gguf_write.h"
@@ -30,30 +27,6 @@ void q4_quantize_block(const float *x, uint8_t *nibbles, float *scale) {
 void q4_quantize_row(const float *x, long n, uint8_t *nibbles, float *scales) {
     for (long block = 0; block < n / Q8_BLOCK; block++)
         q4_quantize_block(x + block * Q8_BLOCK, nibbles + block * (Q8_BLOCK / 2), scales + block);
-}
-
-void q4_unpack_row(const Q8Matrix *matrix, long r, int8_t *values) {
-    const long cols = matrix->cols;
-    const uint8_t *codes = matrix->nibbles + r * cols / 2;
-    for (long b = 0; b < cols / Q8_BLOCK; b++) {
-        const uint8_t *block = codes + b * (Q8_BLOCK / 2);
-        int8_t *out = values + b * Q8_BLOCK;
-#if defined(__SSE2__)
-        // The block's 16 bytes at once: low nibbles are values 0-15, high nibbles 16-31 (a
-        // decode step widens every weight row this way: the scalar loop below took longer
-        // than the integer dot products it feeds).
-        const __m128i bytes = _mm_loadu_si128((const __m128i *)block), mask = _mm_set1_epi8(0x0F);
-        const __m128i eight = _mm_set1_epi8(8);
-        _mm_storeu_si128((__m128i *)out, _mm_sub_epi8(_mm_and_si128(bytes, mask), eight));
-        _mm_storeu_si128((__m128i *)(out + Q8_BLOCK / 2),
-                         _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), eight));
-#else
-        for (int j = 0; j < Q8_BLOCK / 2; j++) {
-            out[j] = (int8_t)((block[j] & 0x0F) - 8);
-            out[j + Q8_BLOCK / 2] = (int8_t)((block[j] >> 4) - 8);
-        }
-#endif
-    }
 }
 
 void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out) {

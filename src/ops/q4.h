@@ -20,8 +20,5 @@ void q4_quantize_row(const float *x, long n, uint8_t *nibbles, float *scales);
 
 // Rows [first, first + count) of a quantized matrix of any type, as floats [count, cols].
 void quant_dequantize_rows(const Q8Matrix *matrix, long first, long count, float *out);
-// Row r of a Q4_0 matrix, its codes widened to int8 (q - 8) into values[cols]: the integer
-// kernel's view of it (each value values[c] * the block's scale, as for Q8_0).
-void q4_unpack_row(const Q8Matrix *matrix, long r, int8_t *values);
 // The bytes a quantized matrix of any type holds (codes, scales, the other per-block arrays).
 long quant_matrix_bytes(const Q8Matrix *matrix);

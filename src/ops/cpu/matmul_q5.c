@@ -1,6 +1,7 @@
-// Decode steps over Q5_0, Q5_1, Q4_1 and IQ4_NL weights (ops/q5.h, ops/ops.h) with Q8_0 inputs:
-// llama.cpp's Q5_0 / IQ4_NL x Q8_0 (Q5_1 / Q4_1 x Q8_1) arithmetic, each block's 32 codes decoded
-// in registers and multiplied at once (IQ4_NL's looked up into its levels, one vpshufb).
+// Decode steps over Q5_0, Q4_0, Q5_1, Q4_1 and IQ4_NL weights (ops/q5.h, ops/ops.h) with Q8_0
+// inputs: llama.cpp's Q5_0 / Q4_0 / IQ4_NL x Q8_0 (Q5_1 / Q4_1 x Q8_1) arithmetic, each block's 32
+// codes decoded in registers and multiplied at once (IQ4_NL's looked up into its levels, one
+// vpshufb).
 //
 // The work is a matrix-vector product that reads every weight once per step, so what it
 // costs is reading the weights (0.69 bytes each) and turning them into products. The 5-bit
@@ -9,7 +10,8 @@
 // the signed one; the offset of 16 is folded in afterwards through the input block's sum:
 //     sum_j (q_j - 16) x_j = sum_j q_j x_j - 16 sum_j x_j.
 // So no code is widened to a signed int8 copy in memory first (the previous path wrote each
-// row's codes out as int8 and read them back, a quarter of a SmolLM2 decode step).
+// row's codes out as int8 and read them back, a quarter of a SmolLM2 decode step). Q4_0 is
+// Q5_0 without the fifth bits: its nibbles in [0, 15] with an offset of 8.
 // Q5_1 and Q4_1 codes have no offset (Q4_1's are the nibbles alone, no fifth bits); a block
 // adds its minimum m times the input block's sum instead:
 //     sum_j (d q_j + m) x_j s = d s sum_j q_j x_j + m (s sum_j x_j),
@@ -43,12 +45,13 @@
 #include "ops/q8.h"
 
 // What a weight type's blocks hold: fifth bits (Q5_0, Q5_1), a minimum (Q5_1, Q4_1), and
-// the codes' offset (16 for Q5_0, none for the others). IQ4_NL's nibbles stand for levels
+// the codes' offset (16 for Q5_0, 8 for Q4_0, none for the others). IQ4_NL's nibbles stand for levels
 // (gguf_iq4_levels, -127 .. 113): the portable loop and the AVX2 path multiply the signed
 // levels; the AVX-512 path the levels plus 128 (unsigned, as vpdpbusd takes them), the 128
 // taken back through the input block's sum as Q5_0's 16 is.
 static inline bool has_fifth_bits(QuantType type) { return type == QUANT_Q5_0 || type == QUANT_Q5_1; }
 static inline bool has_min(QuantType type) { return type == QUANT_Q5_1 || type == QUANT_Q4_1; }
+static inline int code_offset(QuantType type) { return type == QUANT_Q5_0 ? 16 : type == QUANT_Q4_0 ? 8 : 0; }
 
 // ---- the portable loop (the reference; the sanitizer build runs it) ----
 // Unchecked access by access: cpu_matmul_q5 checks the whole ranges once per call.
@@ -57,7 +60,7 @@ SANITIZER_UNCHECKED void q5_rows_dot_portable(const Q8Matrix *weight, long first
     const long blocks = weight->cols / Q8_BLOCK;
     const bool five = has_fifth_bits(weight->type), min = has_min(weight->type);
     const bool levels = weight->type == QUANT_IQ4_NL;
-    const int offset = weight->type == QUANT_Q5_0 ? 16 : 0;
+    const int offset = code_offset(weight->type);
     for (int k = 0; k < count; k++) {
         const long r = first + k;
         float sum[Q5_INPUTS] = {0};
@@ -136,7 +139,7 @@ static inline void chunk_scales(const float *const rows[Q5_ROWS], long b0, int c
 
 // The 8 rows' float sums (lane k: row k) after block b, whose integer sums of q * x are
 // `dots` (lane k: row k), weight scales `w_scales` and minimums `w_mins`: dot_b = dots -
-// offset * x's block sum (Q5_0's 16, the AVX-512 path's IQ4_NL 128), then the scalar loop's
+// offset * x's block sum (Q5_0's 16, Q4_0's 8, the AVX-512 path's IQ4_NL 128), then the scalar loop's
 // steps (with Q5_1's and Q4_1's minimum term, in the same order).
 static inline __m256 add_block(__m256 sums, __m256i dots, __m256 w_scales, __m256 w_mins, const Q5Input *x, long b,
                                QuantType type, int offset) {
@@ -185,7 +188,7 @@ static inline long pass_blocks(int inputs) { return PASS_BLOCKS / inputs / SCALE
 // ---- AVX2: one block a step ----
 // A block's 32 codes: values 0-15 are the 16 bytes' low nibbles, 16-31 their high ones, and
 // bit j of the fifth bits is value j's bit 4.
-// Q4_1 (`five` false) has no fifth bits: the nibbles are the codes.
+// Q4_0 and Q4_1 (`five` false) have no fifth bits: the nibbles are the codes.
 static inline __m256i block_codes_avx2(const uint8_t *nibbles, uint32_t fifth_bits, bool five) {
     const __m128i bytes = _mm_loadu_si128((const __m128i *)nibbles), nibble = _mm_set1_epi8(0x0F);
     const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
@@ -218,7 +221,7 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
     const RowGroup group = row_group(weight, first, count);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i level_table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gguf_iq4_levels));
-    const int offset = type == QUANT_Q5_0 ? 16 : 0;
+    const int offset = code_offset(type);
     __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m256i dots[PASS_BLOCKS * Q5_ROWS]; // [input i][block b - b0][row k]: 8 int32 partial sums of q * x
@@ -280,6 +283,10 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
             if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_IQ4_NL);                  \
             else loop(weight, first, count, x, inputs, out, out_stride, QUANT_IQ4_NL);                          \
             break;                                                                                             \
+        case QUANT_Q4_0:                                                                                       \
+            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q4_0);                    \
+            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q4_0);                            \
+            break;                                                                                             \
         default:                                                                                               \
             if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_0);                    \
             else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q5_0);                            \
@@ -304,7 +311,7 @@ static inline __m512i pair_codes_avx512(__m256i nibble_bytes, uint64_t fifth_bit
     const __m512i spread = _mm512_shuffle_i64x2(bytes, bytes, _MM_SHUFFLE(1, 1, 0, 0)); // lanes 0, 0, 1, 1
     const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);                   // high nibbles in lanes 1, 3
     const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(spread, shifts), _mm512_set1_epi8(0x0F));
-    if (!five) return codes; // Q4_1
+    if (!five) return codes; // Q4_0, Q4_1
     // Where the fifth bit is set, 16 is added to the nibble (no byte-masked OR exists).
     return _mm512_mask_add_epi8(codes, (__mmask64)fifth_bits, codes, _mm512_set1_epi8(0x10));
 }
@@ -331,7 +338,7 @@ static inline __attribute__((always_inline)) void rows_dot_avx512_loop(const Q8M
     // IQ4_NL's levels plus 128 (wrapping bytes: -127 .. 113 become 1 .. 241), in every 128-bit lane.
     const __m512i level_table = _mm512_broadcast_i32x4(
         _mm_add_epi8(_mm_loadu_si128((const __m128i *)gguf_iq4_levels), _mm_set1_epi8((char)-128)));
-    const int offset = type == QUANT_Q5_0 ? 16 : levels ? 128 : 0;
+    const int offset = levels ? 128 : code_offset(type);
     __m256 sums[Q5_INPUTS], w_scales[SCALE_CHUNK], w_mins[SCALE_CHUNK] = {0};
     for (int i = 0; i < Q5_INPUTS; i++) sums[i] = _mm256_setzero_ps();
     __m512i dots[PASS_BLOCKS / 2 * Q5_ROWS]; // [input i][pair p - p0][row k]
@@ -403,10 +410,8 @@ void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_t
 }
 
 void cpu_matmul_q5(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC, int OC) {
-    CHECK((weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1 ||
-           weight->type == QUANT_IQ4_NL) &&
-              weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
-          "Q5_0 / Q5_1 / Q4_1 / IQ4_NL weight (type %d) [%d, %d] used as [%d, %d]", (int)weight->type, weight->rows,
+    CHECK(cpu_matmul_q5_takes(weight->type) && weight->rows == OC && weight->cols == IC && IC % Q8_BLOCK == 0,
+          "Q5_0 / Q4_0 / Q5_1 / Q4_1 / IQ4_NL weight (type %d) [%d, %d] used as [%d, %d]", (int)weight->type, weight->rows,
           weight->cols, OC, IC);
     const long blocks = IC / Q8_BLOCK;
     const bool min = has_min(weight->type);

@@ -1,7 +1,9 @@
 // Decode steps over Q5_0 weights (ops/q5.h: a Q4_K_M file's rows that 256 does not divide),
-// Q5_1 (a Q5_K_M file's) and Q4_1 (--quantize q4_1): the weight rows' 5- or 4-bit codes times
-// Q8_0-quantized input rows, without widening the codes to an int8 copy first. Each vector path is named so that tests/test_kquant.c can hold every
-// one to the portable loop; a path a build was not compiled for is NULL.
+// Q4_0 (--quantize q4_0, a Q4_0 GGUF), Q5_1 (a Q5_K_M file's), Q4_1 (--quantize q4_1) and
+// IQ4_NL (an IQ4_NL or IQ4_XS GGUF): the weight rows' 5- or 4-bit codes times Q8_0-quantized
+// input rows, without widening the codes to an int8 copy first. Each vector path is named so
+// that tests/test_kquant.c and tests/test_iq4_nl.c can hold every one to the portable loop;
+// a path a build was not compiled for is NULL.
 #pragma once
 #include <stdint.h>
 
@@ -31,7 +33,7 @@ void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_t
 
 // out[i * out_stride + k] for k < count (1 <= count <= Q5_ROWS) and i < inputs (1 <= inputs
 // <= Q5_INPUTS) = weight row first + k times input row x[i], the sum over the blocks b in
-// order of, for Q5_0,
+// order of, for Q5_0 (and Q4_0 with an offset of 8 for 16),
 //     (float)dot_b * (x[i].scales[b] * weight scale of block b),  dot_b = sum_j (q_j - 16) * x_j,
 // and for Q5_1 and Q4_1 (q_j unsigned, no offset)
 //     (float)dot_b * (x[i].scales[b] * weight scale) + x[i].min_terms[b] * weight min,  dot_b = sum_j q_j * x_j,
@@ -42,7 +44,7 @@ void q5_input_q8_1(float *scales, const int32_t *sums, long blocks, float *min_t
 typedef void (*Q5RowsDot)(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride);
 
-// Every path takes the four weight types (weight->type says which). IQ4_NL: as Q5_0 with each
+// Every path takes the five weight types (weight->type says which). IQ4_NL: as Q5_0 with each
 // q_j - 16 replaced by the level of its nibble, gguf_iq4_levels[q_j] (no minimum).
 void q5_rows_dot_portable(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,
                           long out_stride);
@@ -52,7 +54,12 @@ extern const Q5RowsDot q5_rows_dot_avx512; // NULL without AVX-512 BW + VNNI
 extern const Q5RowsDot q5_rows_dot_best;
 extern const char *const q5_best_path_name;
 
-// out[N, OC] = inp[N, IC] . W^T (+ bias) for a Q5_0, Q5_1, Q4_1 or IQ4_NL W [OC, IC], each input row quantized to
+// Whether cpu_matmul_q5 takes weights of `type`.
+static inline bool cpu_matmul_q5_takes(QuantType type) {
+    return type == QUANT_Q5_0 || type == QUANT_Q4_0 || type == QUANT_Q5_1 || type == QUANT_Q4_1 || type == QUANT_IQ4_NL;
+}
+
+// out[N, OC] = inp[N, IC] . W^T (+ bias) for a W [OC, IC] of those types, each input row quantized to
 // Q8_0 blocks first (matmul_forward_q8 below Q8_SGEMM_MIN_ROWS rows). The threads take whole
 // groups of Q5_ROWS output rows, as evenly as they divide, and each group takes the input
 // rows Q5_INPUTS at a time.

@@ -1,6 +1,6 @@
 // Linear layers with quantized weights of every type (model/quantize.h, ops/ops.h Q8Matrix):
 // NF4's and bf16's decode steps have their own float kernels (ops/cpu/matmul_nf4.c,
-// matmul_bf16.c), the K-quants' and Q5_0's, Q5_1's, Q4_1's, IQ4_NL's their own integer ones
+// matmul_bf16.c), the K-quants' and Q5_0's, Q4_0's, Q5_1's, Q4_1's, IQ4_NL's their own integer ones
 // (ops/cpu/matmul_kquant.c, matmul_q5.c); their prefills and training take the dequantized
 // tiles below.
 //
@@ -10,11 +10,10 @@
 // weight once per step, so reading one byte per weight instead of four is what makes it
 // faster. More rows (prefills): tiles of the weights are dequantized and go through sgemm
 // (or, with MARLHF_CPU_MATMUL=batch-invariant, the fixed-order kernel of matmul_invariant.c).
-// Q4_0 weights take the same integer path, each weight row's 4-bit codes widened to int8
-// first (llama.cpp's Q4_0 x Q8_0 arithmetic): half the bytes of Q8_0 read per step. IQ4_NL
-// weights take ops/cpu/matmul_q5.c's kernel (codes decoded in registers). Q5_0
-// weights (a Q4_K_M file's fallback rows, ops/q5.h), Q5_1 and Q4_1 have their own kernel,
-// which decodes the codes in registers instead (ops/cpu/matmul_q5.c).
+// Q4_0 and IQ4_NL weights, Q5_0 (a Q4_K_M file's fallback rows, ops/q5.h), Q5_1 and Q4_1
+// take ops/cpu/matmul_q5.c's kernel, which decodes the codes in registers (Q4_0 was widened
+// to an int8 copy of each weight row here before: 108 against 160 tokens/s at batch 1,
+// docs/quantization.md).
 //
 // Training over a quantized frozen base (QLoRA) uses only the dequantized tiles, for the
 // forward (matmul_forward_dequantized: weights-only quantization at any N) and for the
@@ -115,20 +114,13 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     // Tiles of OUT_TILE weight rows by ROW_TILE input rows: the input rows of a tile stay in
     // L1 while the tile's weight rows pass over them, so a long prefill does not stream all
     // its rows from L2 once per weight row. Each output is still one sum in block order.
-    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
-#pragma omp parallel
-    {
-    // A Q4_0 tile's weight rows, widened to int8 once for all its input rows.
-    int8_t *unpacked = q4 ? xmalloc((size_t)OUT_TILE * IC) : NULL;
-#pragma omp for schedule(static)
+#pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += OUT_TILE) {
         const int o1 = o0 + OUT_TILE < OC ? o0 + OUT_TILE : OC;
-        if (q4)
-            for (int o = o0; o < o1; o++) q4_unpack_row(weight, o, unpacked + (long)(o - o0) * IC);
         for (int i0 = 0; i0 < N; i0 += ROW_TILE) {
             const int i1 = i0 + ROW_TILE < N ? i0 + ROW_TILE : N;
             for (int o = o0; o < o1; o++) {
-                const int8_t *w = q4 ? unpacked + (long)(o - o0) * IC : weight->values + (long)o * IC;
+                const int8_t *w = weight->values + (long)o * IC;
                 const float *w_scales = weight->scales + (long)o * (IC / Q8_BLOCK);
                 for (int i = i0; i < i1; i += ROWS_AT_ONCE) {
                     QuantizedInput rows = input;
@@ -141,8 +133,6 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
                 }
             }
         }
-    }
-    free(unpacked);
     }
     free(input.values);
     free(input.scale_vectors);
@@ -211,29 +201,19 @@ static void matmul_q8_integer(float *out, const float *inp, const Q8Matrix *weig
     float *x_scales = xmalloc((size_t)N * blocks * sizeof(float));
     for (int i = 0; i < N; i++)
         q8_quantize_row(inp + (long)i * IC, IC, x_values + (long)i * IC, x_scales + (long)i * blocks);
-    const bool q4 = weight->type == QUANT_Q4_0; // codes widened to int8 first
     // row_dot's ranges (it may run unchecked): the inputs and each weight row it reads.
     SANITIZER_CHECK_RANGE(x_values, (size_t)N * IC);
     SANITIZER_CHECK_RANGE(x_scales, (size_t)N * blocks * sizeof(float));
-    if (!q4) SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
+    SANITIZER_CHECK_RANGE(weight->values, (size_t)OC * IC);
     SANITIZER_CHECK_RANGE(weight->scales, (size_t)OC * blocks * sizeof(float));
-#pragma omp parallel
-    {
-    int8_t *unpacked = q4 ? xmalloc((size_t)IC) : NULL; // a Q4_0 row widened to int8
-#pragma omp for schedule(static)
+#pragma omp parallel for schedule(static)
     for (int o = 0; o < OC; o++) {
         const int8_t *w = weight->values + (long)o * IC;
-        if (q4) {
-            q4_unpack_row(weight, o, unpacked);
-            w = unpacked;
-        }
         const float *w_scales = weight->scales + (long)o * blocks;
         for (int i = 0; i < N; i++) {
             float sum = row_dot(x_values + (long)i * IC, x_scales + (long)i * blocks, w, w_scales, blocks);
             out[(long)i * OC + o] = bias ? sum + bias[o] : sum;
         }
-    }
-    free(unpacked);
     }
     free(x_values);
     free(x_scales);
@@ -281,9 +261,7 @@ void cpu_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight,
     else if (weight->type == QUANT_NF4) cpu_matmul_nf4(out, inp, weight, bias, N, IC, OC);
     else if (weight->type == QUANT_BF16) cpu_matmul_bf16(out, inp, weight, bias, N, IC, OC); // ops/cpu/matmul_bf16.c
     else if (quant_is_kquant(weight->type)) cpu_matmul_kquant(out, inp, weight, bias, N, IC, OC);
-    else if (weight->type == QUANT_Q5_0 || weight->type == QUANT_Q5_1 || weight->type == QUANT_Q4_1 ||
-             weight->type == QUANT_IQ4_NL)
-        cpu_matmul_q5(out, inp, weight, bias, N, IC, OC);
+    else if (cpu_matmul_q5_takes(weight->type)) cpu_matmul_q5(out, inp, weight, bias, N, IC, OC);
     else matmul_q8_integer(out, inp, weight, bias, N, IC, OC);
 }
 
