@@ -24,9 +24,23 @@ ap.add_argument("--files", nargs="*", help="bench these GGUF files (none: only -
                 "Q8_0 / Q4_1 trio")
 ap.add_argument("--make-q4-k-m", metavar="PATH", help="first write llama.cpp's own Q4_K_M of --model's weights to PATH "
                 "(from an F32 file beside it), if PATH is not there")
-ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s or q2_k)")
+ap.add_argument("--no-extra-buffers", action="store_true",
+                help="load with llama.cpp's use_extra_bufts off: no repacked (AMX, interleaved) weight buffers. "
+                "On the 2026-12-07 machine (AMX) llama-cpp-python 0.3.36 crashed (SIGSEGV) on Q4_0 and Q4_1 files "
+                "with them; the lines then say -no-extra-buffers")
+ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s, q2_k, q4_0 or iq4_nl)")
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+if args.no_extra_buffers:  # Llama() takes no such argument: its default model parameters are changed instead
+    default_model_params = llama_cpp.llama_model_default_params
+
+    def model_params_without_extra_buffers():
+        params = default_model_params()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama.llama_cpp.llama_model_default_params = model_params_without_extra_buffers
 
 
 def quantize(source, out, ftype):
@@ -40,7 +54,7 @@ def quantize(source, out, ftype):
     assert rc == 0, "llama_model_quantize failed"
 
 
-FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10}  # LLAMA_FTYPE_MOSTLY_*
+FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10, "q4_0": 2, "iq4_nl": 25}  # LLAMA_FTYPE_MOSTLY_*
 made_files = [("q4_k_m", args.make_q4_k_m)] + ([tuple(args.make)] if args.make else [])
 for mix, made in made_files:
     if made:
@@ -74,7 +88,8 @@ for label, path in files:
             llm.eval([token])
             token = int(llm.scores[llm.n_tokens - 1].argmax())
         decode = time.perf_counter() - start
-    print(json.dumps({"impl": f"llama.cpp-{label}", "batch": 1, "decode_tokens_per_s": round((args.new - 1) / decode, 1),
+    suffix = "-no-extra-buffers" if args.no_extra_buffers else ""
+    print(json.dumps({"impl": f"llama.cpp-{label}{suffix}", "batch": 1, "decode_tokens_per_s": round((args.new - 1) / decode, 1),
                       "prefill_s": round(prefill, 3), "decode_s": round(decode, 3), "new_tokens": args.new,
                       "prompt": args.prompt, "threads": args.threads, "ms_per_token": round(1000 * decode / (args.new - 1), 2),
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
