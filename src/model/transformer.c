@@ -667,6 +667,41 @@ static QkvLayout qkv_layout(float *q, float *k, float *v, bool fused, int q_dim,
     return (QkvLayout){q, k, v, q_dim, kv_dim};
 }
 
+// A layer's MLP up to its activation, la->act (held for the down projection), from the
+// norm's output la->mlp_norm_out (held): the up and gate products (in parts where the layer
+// takes them so), their adapters, then the activation; the products' outputs stored when
+// `store`.
+static void mlp_activation_forward(Model *model, int l, LayerActivations *la, bool store, long N) {
+    const ModelConfig *cfg = &model->config;
+    const OpsBackend *ops = model->ops;
+    const LayerTensors *w = &model->weights.layers[l];
+    const QuantizedLayer *quantized = model->quantized ? &model->quantized->layers[l] : NULL;
+    const int C = cfg->hidden_size, I = cfg->intermediate_size;
+    // Up's and gate's outputs, which only the activation reads (forward and backward): stored,
+    // a GPU writes them as bf16 from its products.
+    const bool gated = cfg->mlp != MLP_GELU;
+    if (store) store_mlp_products(ops, la, gated, N * I, false);
+    if (layer_takes_gate_up_in_parts(model, l)) {
+        float *outs[2] = {la->gate, la->up};
+        const int widths[2] = {I, I};
+        ops->matmul_forward_parts(outs, widths, 2, la->mlp_norm_out, w->gate_w, NULL, (int)N, C);
+    } else {
+        model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
+        lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
+        if (gated) {
+            model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
+            lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
+        }
+    }
+    ops->matmul_input_release();
+    // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
+    // with it instead of reading it back to convert it.
+    hold_input(ops, store, la->act, N * I, false);
+    if (store) store_mlp_products(ops, la, gated, N * I, true);
+    if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
+    else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
+}
+
 // With a KV cache, the layer stores this batch's keys and values in the target's slots; a
 // decode step attends to the cache instead of to the batch.
 static void layer_forward(Model *model, int l, LayerActivations *la, const float *x_in,
@@ -776,29 +811,17 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     hold_input(ops, store, la->mlp_norm_out, N * C, false); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    // Up's and gate's outputs, which only the activation reads (forward and backward): stored,
-    // a GPU writes them as bf16 from its products.
-    const bool gated = cfg->mlp != MLP_GELU;
-    if (store) store_mlp_products(ops, la, gated, N * I, false);
-    if (layer_takes_gate_up_in_parts(model, l)) {
-        float *outs[2] = {la->gate, la->up};
-        const int widths[2] = {I, I};
-        ops->matmul_forward_parts(outs, widths, 2, la->mlp_norm_out, w->gate_w, NULL, (int)N, C);
+    if ((target || !model->grads) && layer_takes_gate_up_in_parts(model, l)) {
+        // A forward no backward follows (a KV-cache step, a model without gradients): gate and
+        // up go only into the activation, so one op makes act (a GPU's decode step: one
+        // launch, gate and up never written). The down projection reads act, held with the
+        // norm's output until both are read (the release below).
+        hold_input(ops, store, la->act, N * I, false);
+        ops->matmul_forward_glu(la->act, la->gate, la->up, la->mlp_norm_out, w->gate_w, (int)N, C, I,
+                                cfg->mlp == MLP_GEGLU);
     } else {
-        model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
-        lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
-        if (gated) {
-            model_linear_forward(model, la->gate, la->mlp_norm_out, w->gate_w, quantized ? &quantized->gate : NULL, NULL, N, C, I, model->acts.kernel_rows);
-            lora_forward(model, l, LORA_GATE, la->gate, la->mlp_norm_out, la->lora_hidden[LORA_GATE], la->dora_z[LORA_GATE], N);
-        }
+        mlp_activation_forward(model, l, la, store, N);
     }
-    ops->matmul_input_release();
-    // The activation's output feeds down (and its adapter): held, a GPU writes its bf16 copy
-    // with it instead of reading it back to convert it.
-    hold_input(ops, store, la->act, N * I, false);
-    if (store) store_mlp_products(ops, la, gated, N * I, true);
-    if (cfg->mlp == MLP_GELU) ops->gelu_forward(la->act, la->up, N * I);
-    else ops->glu_forward(la->act, la->gate, la->up, N * I, cfg->mlp == MLP_GEGLU);
     block_output_forward(model, l, LORA_DOWN, la, x_out, la->act, la->x_mid, w->down_w,
                          quantized ? &quantized->down : NULL, w->down_b, la->mlp_proj, w->post_mlp_norm_w,
                          la->post_mlp_norm_rstd, N, I, C);

@@ -224,6 +224,15 @@ typedef struct OpsBackend {
     // (a GPU's decode step: one launch for a layer's q, k and v, one for gate and up).
     void (*matmul_forward_parts)(float *const *outs, const int *widths, int parts, const float *inp,
                                  const float *weight, const float *bias, int N, int IC);
+    // A gated MLP's products and activation: gate[N, width] and up[N, width] the two parts
+    // of inp[N, IC] . weight[2 width, IC]^T (gate's rows first, no bias), then
+    // glu_forward(act, gate, up, N * width, gelu). The same numbers as matmul_forward_parts and
+    // glu_forward, act written as glu_forward writes it (a held act's copy beside it); gate
+    // and up are scratch the backend may leave unwritten (a GPU's decode step computes each
+    // activation beside its two sums in one launch), so only a forward without a backward
+    // takes it. The CPU's: those two calls (ops_matmul_forward_glu_in_calls).
+    void (*matmul_forward_glu)(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
+                               int IC, int width, bool gelu);
     // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a quantized weight [OC, IC] (Q8_0 or
     // Q4_0): below Q8_SGEMM_MIN_ROWS rows each row of inp is quantized to Q8_0 blocks too and
     // each block's integer dot product scaled by both blocks' scales (llama.cpp's Q8_0 x Q8_0
@@ -615,6 +624,10 @@ void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float 
 // test's stand-in for one): the CPU's matmul_forward_parts.
 void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, const int *widths, int parts,
                                  const float *inp, const float *weight, const float *bias, int N, int IC);
+
+// matmul_forward_glu as matmul_forward_parts then glu_forward through `ops`: the CPU's.
+void ops_matmul_forward_glu_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
+                                     const float *weight, int N, int IC, int width, bool gelu);
 
 // The row-invariant forward (docs/lora.md, "One policy"): the CPU's linear layers on the
 // fixed-order kernel of ops/cpu/matmul_invariant.c, so a row's log-probs are the same bits

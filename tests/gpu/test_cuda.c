@@ -280,6 +280,12 @@ static void rounded_matmul_forward_parts(float *const *outs, const int *widths, 
     ops_matmul_forward_per_part(&bf16_rounding, outs, widths, parts, inp, weight, bias, N, IC);
 }
 
+// The gate and up parts, then the GLU, each as the rounded backend computes them.
+static void rounded_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
+                                       int IC, int width, bool gelu) {
+    ops_matmul_forward_glu_in_calls(&bf16_rounding, act, gate, up, inp, weight, N, IC, width, gelu);
+}
+
 static void bf16_rounding_init(void) {
     bf16_rounding = ops_cpu;
     bf16_rounding.name = "cpu-with-bf16-operands";
@@ -287,6 +293,7 @@ static void bf16_rounding_init(void) {
     bf16_rounding.matmul_accumulate = rounded_matmul_accumulate;
     bf16_rounding.matmul_forward_residual = rounded_matmul_forward_residual;
     bf16_rounding.matmul_forward_parts = rounded_matmul_forward_parts;
+    bf16_rounding.matmul_forward_glu = rounded_matmul_forward_glu;
     bf16_rounding.matmul_backward = rounded_matmul_backward;
     bf16_rounding.matmul_forward_dequantized = rounded_matmul_forward_dequantized;
     bf16_rounding.matmul_backward_input_q8 = rounded_matmul_backward_input_q8;
@@ -1870,6 +1877,54 @@ static void test_matmul_parts(void) {
     free(w), free(bias);
 }
 
+// matmul_forward_glu (a gated MLP's gate and up products and activation; a decode step's one
+// launch that never writes gate and up): act the bits of matmul_forward_parts then
+// glu_forward on the GPU, SwiGLU and GeGLU, at 1, 5 and 8 rows (the one launch) and 40 (those
+// two ops); the CPU's within the bf16 tolerance; and with act held (matmul_input_hold), the
+// down product that reads its copy gives the bits it gives after the two ops.
+static void test_matmul_glu(void) {
+    enum { IC = 64, I = 96, C = 48 };
+    const int rows[4] = {1, 5, 8, 40};
+    float *w = random_host(2L * I * IC, 0.3f), *down = random_host((long)C * I, 0.2f);
+    float *d_w = gpu_floats(w, 2L * I * IC), *d_down = gpu_floats(down, (long)C * I);
+    char what[96];
+    for (int r = 0; r < 4; r++)
+        for (int gelu = 0; gelu < 2; gelu++) {
+            const int N = rows[r];
+            const long n = (long)N * I;
+            float *x = random_host((long)N * IC, 1), *d_x = gpu_floats(x, (long)N * IC);
+            float *cpu_act = xmalloc((size_t)n * 4), *cpu_gate = xmalloc((size_t)n * 4), *cpu_up = xmalloc((size_t)n * 4);
+            float *d_act = gpu->alloc((size_t)n * 4), *d_gate = gpu->alloc((size_t)n * 4), *d_up = gpu->alloc((size_t)n * 4);
+            float *d_act_calls = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4);
+            float *d_out_calls = gpu->alloc((size_t)N * C * 4);
+            float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
+            float *out = xmalloc((size_t)N * C * 4), *out_calls = xmalloc((size_t)N * C * 4);
+            snprintf(what, sizeof what, "glu product: %d rows, %s", N, gelu ? "GeGLU" : "SwiGLU");
+            cpu->matmul_forward_glu(cpu_act, cpu_gate, cpu_up, x, w, N, IC, I, gelu);
+            // Held act: the op writes its copy, which the down product then reads.
+            gpu->matmul_input_hold(d_act, n);
+            gpu->matmul_forward_glu(d_act, d_gate, d_up, d_x, d_w, N, IC, I, gelu);
+            gpu->matmul_forward(d_out, d_act, d_down, NULL, N, I, C);
+            gpu->matmul_input_release();
+            gpu->matmul_input_hold(d_act_calls, n);
+            ops_matmul_forward_glu_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, d_w, N, IC, I, gelu);
+            gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
+            gpu->matmul_input_release();
+            gpu->copy_to_host(got, d_act, (size_t)n * 4);
+            gpu->copy_to_host(want, d_act_calls, (size_t)n * 4);
+            EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the parts product and the GLU", what);
+            gpu->copy_to_host(out, d_out, (size_t)N * C * 4);
+            gpu->copy_to_host(out_calls, d_out_calls, (size_t)N * C * 4);
+            EXPECT(!memcmp(out, out_calls, (size_t)N * C * 4), "%s: the down product of the held act differs", what);
+            expect_match_keep(what, d_act, cpu_act, n, TOL_BF16);
+            gpu->free(d_x), gpu->free(d_act), gpu->free(d_gate), gpu->free(d_up), gpu->free(d_act_calls);
+            gpu->free(d_out), gpu->free(d_out_calls);
+            free(x), free(cpu_act), free(cpu_gate), free(cpu_up), free(got), free(want), free(out), free(out_calls);
+        }
+    gpu->free(d_w), gpu->free(d_down);
+    free(w), free(down);
+}
+
 // ---------------------------------------------------------------------------------------
 // Whole models
 
@@ -3161,6 +3216,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_weight_copy_ranges);
     RUN_SELECTED(test_matmul_parts);
+    RUN_SELECTED(test_matmul_glu);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);

@@ -92,6 +92,19 @@ static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int 
     ops_matmul_forward_per_part(&ops_cpu, outs, widths, parts, inp, weight, bias, N, IC);
 }
 
+void ops_matmul_forward_glu_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
+                                     const float *weight, int N, int IC, int width, bool gelu) {
+    float *outs[2] = {gate, up};
+    const int widths[2] = {width, width};
+    ops->matmul_forward_parts(outs, widths, 2, inp, weight, NULL, N, IC);
+    ops->glu_forward(act, gate, up, (long)N * width, gelu);
+}
+
+static void cpu_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
+                                   int IC, int width, bool gelu) {
+    ops_matmul_forward_glu_in_calls(&ops_cpu, act, gate, up, inp, weight, N, IC, width, gelu);
+}
+
 void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float *k, const float *v, void *k_cache,
                                          void *v_cache, KvCacheType cache_type, const int *positions, int B, int T,
                                          int capacity, int slot, int n_heads, int n_kv_heads, int head_dim,
@@ -143,6 +156,7 @@ const OpsBackend ops_cpu = {
     .matmul_accumulate = cpu_stored_matmul_accumulate,
     .matmul_forward_residual = cpu_stored_matmul_forward_residual,
     .matmul_forward_parts = cpu_matmul_forward_parts,
+    .matmul_forward_glu = cpu_matmul_forward_glu,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_stored_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,

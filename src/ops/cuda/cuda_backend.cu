@@ -210,6 +210,7 @@ extern "C" const OpsBackend ops_cuda = {
     .matmul_accumulate = cuda_matmul_accumulate,
     .matmul_forward_residual = cuda_matmul_forward_residual,
     .matmul_forward_parts = cuda_matmul_forward_parts,
+    .matmul_forward_glu = cuda_matmul_forward_glu,
     // Quantized weights (matmul_quantized.cu): dequantized tile by tile into bf16, then
     // cuBLASLt; forward_q8 has no integer decode kernel and computes what forward_dequantized does.
     .matmul_forward_q8 = cuda_matmul_forward_q8,

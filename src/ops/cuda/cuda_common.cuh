@@ -206,6 +206,8 @@ void cuda_matmul_forward(float *out, const float *inp, const float *weight, cons
                          int N, int IC, int OC);
 void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
                                const float *weight, const float *bias, int N, int IC);
+void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
+                             int IC, int I, bool use_gelu);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                           WriteMode weight_mode);

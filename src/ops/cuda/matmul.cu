@@ -407,6 +407,27 @@ void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts,
     CUDA_CHECK_LAUNCH();
 }
 
+// A gated MLP's gate and up products and its activation (ops.h's matmul_forward_glu): in a
+// decode step (matvec_applies) one launch, each activation computed beside its two sums
+// (matvec.cuh's glu_product) and gate and up left unwritten -- the bits of the parts product
+// and the GLU kernel, with the GLU's launch and its reading of gate and up gone; otherwise
+// those two ops.
+void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
+                             int IC, int I, bool use_gelu) {
+    if (!matvec_applies(inp, N, IC)) {
+        float *outs[2] = {gate, up};
+        const int widths[2] = {I, I};
+        cuda_matmul_forward_parts(outs, widths, 2, inp, weight, NULL, N, IC);
+        cuda_glu_forward(act, gate, up, (long)N * I, use_gelu);
+        return;
+    }
+    __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * I);
+    const __nv_bfloat16 *w = cuda_weight_bf16(weight, 2L * I * IC);
+    const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
+    matvec::bf16_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(act, act_copy, w, x, N, IC, I, use_gelu);
+    CUDA_CHECK_LAUNCH();
+}
+
 // out[N, OC] = inp[N, IC] . weight[OC, IC]^T:  out^T (OC x N) = W^T^T ... in column-major
 // terms D(OC x N) = op_T(W stored IC x OC) * inp stored (IC x N).
 // A stored output (hold_stored: the gate and up products, which only the activations read)

@@ -10,6 +10,7 @@
 // and the same 8 values of each input row, adds their products in fp32 in order, and the 32
 // lanes' sums are added by shuffles.
 #pragma once
+#include "ops/cuda/activation_functions.cuh"
 #include "ops/cuda/device_primitives.cuh"
 
 namespace matvec {
@@ -74,6 +75,45 @@ DEVICE_INLINE void product(Out out, const Weights &weights, Rows rows, const flo
         if (lane != 0) continue;
         if (bias) sum += bias[o];
         *out.at(m, o) = addend ? sum + addend[(long)m * OC + o] : sum;
+    }
+}
+
+// A gated MLP's gate and up products with the gated unit applied (ops.h's
+// matmul_forward_glu): the weight's rows are gate's I then up's I (matmul_forward_parts'
+// two parts), and warp o sums rows o and I + o over the same input values, each in
+// product()'s order (the bits of each part's own product), then
+// act[m, o] = activation(gate) * up as activation_kernels.cuh's GLU kernel computes it, into
+// `act` where non-NULL and as bf16 into `act_copy` where non-NULL (a held act's copy, or a
+// stored act's own memory). Gate and up are never written. Grid: blocks_for(I) blocks.
+template <typename Weights, typename Rows>
+DEVICE_INLINE void glu_product(float *act, bf16 *act_copy, const Weights &weights, Rows rows, int M, int IC, int I,
+                               bool use_gelu) {
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int o = (int)blockIdx.x * WARPS + warp;
+    if (o >= I) return; // the whole warp: its shuffles below never miss a lane
+    float gate_sums[MAX_ROWS], up_sums[MAX_ROWS];
+    for (int m = 0; m < MAX_ROWS; m++) gate_sums[m] = up_sums[m] = 0.0f;
+    for (long c = (long)lane * GROUP; c < IC; c += 32 * GROUP) {
+        float gate_w[GROUP], up_w[GROUP];
+        weights.load((long)o * IC + c, gate_w);
+        weights.load((long)(I + o) * IC + c, up_w);
+        for (int m = 0; m < MAX_ROWS; m++) {
+            if (m >= M) break;
+            float x[GROUP];
+            rows.load((long)m * IC + c, x);
+            float gate_sum = gate_sums[m], up_sum = up_sums[m];
+            for (int i = 0; i < GROUP; i++) gate_sum += gate_w[i] * x[i];
+            for (int i = 0; i < GROUP; i++) up_sum += up_w[i] * x[i];
+            gate_sums[m] = gate_sum, up_sums[m] = up_sum;
+        }
+    }
+    for (int m = 0; m < MAX_ROWS; m++) {
+        if (m >= M) break;
+        const float gate = warp_sum(gate_sums[m]), up = warp_sum(up_sums[m]);
+        if (lane != 0) continue;
+        const float y = (use_gelu ? activation_kernels::gelu(gate) : activation_kernels::silu(gate)) * up;
+        if (act) act[(long)m * I + o] = y;
+        if (act_copy) act_copy[(long)m * I + o] = to_bf16(y);
     }
 }
 

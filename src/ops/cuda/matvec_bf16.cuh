@@ -45,4 +45,10 @@ static __global__ void __launch_bounds__(THREADS) bf16_kernel(Out out, const bf1
     product(out, Bf16Weights{weight}, x, bias, addend, M, IC, OC);
 }
 
+// Grid: blocks_for(I) blocks of THREADS; weight [2I, IC], gate's rows then up's.
+static __global__ void __launch_bounds__(THREADS) bf16_glu_kernel(float *act, bf16 *act_copy, const bf16 *weight,
+                                                                  Bf16Rows x, int M, int IC, int I, bool use_gelu) {
+    glu_product(act, act_copy, Bf16Weights{weight}, x, M, IC, I, use_gelu);
+}
+
 } // namespace matvec
