@@ -12,7 +12,7 @@
 #                                                             over LONG - SHORT steps
 # Needs nvcc (the emulated binaries are built beside the CUDA backend). Figures are not
 # speeds of a GPU. SHAPES (default "smollm2-135m llama-1b"), BATCHES ("1 64"), SHORT (17),
-# LONG (65) set the runs.
+# LONG (65) set the runs; QUANTIZE (e.g. q8_0) runs the weights so quantized (--quantize).
 #   bash bench/host_overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,8 @@ short=${SHORT:-17} long=${LONG:-65}
 # run SHAPE BATCH NEW: the decode line, then the emulation's count line
 run() {
     MARLHF_EMULATED_SKIP_WORK=1 MARLHF_EMULATED_COUNT_LAUNCHES=1 OMP_NUM_THREADS=1 \
-        build/bench/decode_emulated --shape "$1" --device cuda --batches "$2" --new "$3" 2>&1 |
+        build/bench/decode_emulated --shape "$1" --device cuda --batches "$2" --new "$3" \
+            ${QUANTIZE:+--quantize "$QUANTIZE"} 2>&1 |
         grep '^{\|^emulation: [0-9]* kernel launches'
 }
 
@@ -44,7 +45,7 @@ def read(path):
 _, kernels_short, products_short = read(short_file)
 decode, kernels_long, products_long = read(long_file)
 steps = int(long_) - int(short)
-print(json.dumps({"bench": "host_overhead", "shape": shape, "batch": int(batch),
+print(json.dumps({"bench": "host_overhead", "shape": shape, "batch": int(batch), "quantize": decode.get("quantize"),
                   "host_ms_per_step": decode["ms_per_step"],
                   "kernels_per_step": round((kernels_long - kernels_short) / steps, 1),
                   "products_per_step": round((products_long - products_short) / steps, 1),

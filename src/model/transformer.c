@@ -667,6 +667,19 @@ static QkvLayout qkv_layout(float *q, float *k, float *v, bool fused, int q_dim,
     return (QkvLayout){q, k, v, q_dim, kv_dim};
 }
 
+// Whether a forward of layer l that no backward follows (the GLU backward reads gate and up)
+// takes its gate and up products and the gated unit as one op: float weights taken in parts
+// (matmul_forward_glu), or two quantized matrices where model_linear_forward would run
+// matmul_forward_q8 on each (matmul_forward_glu_q8), neither with a bias or an adapter.
+static bool layer_takes_glu_in_one_op(const Model *model, int l, const CacheTarget *target) {
+    if (!target && model->grads) return false;
+    if (layer_takes_gate_up_in_parts(model, l)) return true;
+    const QuantizedLayer *quantized = model->quantized ? &model->quantized->layers[l] : NULL;
+    return quantized && model->config.mlp != MLP_GELU && quantized->gate.values && quantized->up.values &&
+           !model->grads && !model->dequantized_matmuls && model->ops->matmul_forward_glu_q8 &&
+           !model->weights.layers[l].up_b && !lora_adapts(model, l, LORA_GATE) && !lora_adapts(model, l, LORA_UP);
+}
+
 // A layer's MLP up to its activation, la->act (held for the down projection), from the
 // norm's output la->mlp_norm_out (held): the up and gate products (in parts where the layer
 // takes them so), their adapters, then the activation; the products' outputs stored when
@@ -811,14 +824,18 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     hold_input(ops, store, la->mlp_norm_out, N * C, false); // up and gate (and adapters) read it
     norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
                  w->mlp_norm_w, w->mlp_norm_b, N);
-    if ((target || !model->grads) && layer_takes_gate_up_in_parts(model, l)) {
+    if (layer_takes_glu_in_one_op(model, l, target)) {
         // A forward no backward follows (a KV-cache step, a model without gradients): gate and
         // up go only into the activation, so one op makes act (a GPU's decode step: one
         // launch, gate and up never written). The down projection reads act, held with the
         // norm's output until both are read (the release below).
         hold_input(ops, store, la->act, N * I, false);
-        ops->matmul_forward_glu(la->act, la->gate, la->up, la->mlp_norm_out, w->gate_w, (int)N, C, I,
-                                cfg->mlp == MLP_GEGLU);
+        if (quantized)
+            ops->matmul_forward_glu_q8(la->act, la->gate, la->up, la->mlp_norm_out, &quantized->gate, &quantized->up,
+                                       (int)N, C, I, cfg->mlp == MLP_GEGLU, (int)model->acts.kernel_rows);
+        else
+            ops->matmul_forward_glu(la->act, la->gate, la->up, la->mlp_norm_out, w->gate_w, (int)N, C, I,
+                                    cfg->mlp == MLP_GEGLU);
     } else {
         mlp_activation_forward(model, l, la, store, N);
     }

@@ -242,6 +242,13 @@ typedef struct OpsBackend {
     // prefill. NULL in a backend without it.
     void (*matmul_forward_q8)(float *out, const float *inp, const Q8Matrix *weight,
                               const float *bias, int N, int IC, int OC, int kernel_rows);
+    // matmul_forward_glu over a gated MLP's two quantized matrices (gate_weight, up_weight,
+    // each [width, IC], no bias): matmul_forward_q8 of each (kernel_rows as there), then
+    // glu_forward. The same numbers as those three calls; gate and up the backend's scratch
+    // (a GPU's decode step: one launch, gate and up never written), so only a forward
+    // without a backward takes it. NULL in a backend without it.
+    void (*matmul_forward_glu_q8)(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
+                                  const Q8Matrix *up_weight, int N, int IC, int width, bool gelu, int kernel_rows);
     // out[N, OC] = inp[N, IC] . dequantized(weight)^T (+ bias), any type of Q8Matrix: the
     // weights alone are quantized, the inputs stay float (tiles of weight rows dequantized and
     // multiplied with sgemm). What a model being trained with a quantized base (QLoRA)
@@ -628,6 +635,11 @@ void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, cons
 // matmul_forward_glu as matmul_forward_parts then glu_forward through `ops`: the CPU's.
 void ops_matmul_forward_glu_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
                                      const float *weight, int N, int IC, int width, bool gelu);
+
+// matmul_forward_glu_q8 as two matmul_forward_q8 then glu_forward through `ops`: the CPU's.
+void ops_matmul_forward_glu_q8_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
+                                        const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC,
+                                        int width, bool gelu, int kernel_rows);
 
 // The row-invariant forward (docs/lora.md, "One policy"): the CPU's linear layers on the
 // fixed-order kernel of ops/cpu/matmul_invariant.c, so a row's log-probs are the same bits

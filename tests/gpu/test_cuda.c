@@ -2627,6 +2627,61 @@ static bool kquant_name(const char *type) { return type[0] == 'q' && type[2] == 
 // added onto nonzero values. The last shape's weight is larger than one tile (2,048 rows of
 // 8,192: TILE_VALUES), so its product is two tiles.
 // The K-quants take rows of whole super-blocks (256): their shapes' IC are 256, 512, 768, 8192.
+// matmul_forward_glu_q8 (a gated MLP's two quantized matrices and its activation): act the
+// bits of matmul_forward_q8 of each then glu_forward on the GPU, at 1, 5 and 8 rows (one
+// launch that never writes gate and up) and 20 (those calls), SwiGLU and GeGLU, for Q8_0,
+// Q4_0 and Q4_K weights; the CPU's op (its integer decode kernels) within the
+// bf16 tolerance; and a held act's copy read by the next product bit for bit.
+static void test_matmul_glu_quantized(void) {
+    static const char *types[] = {"q8_0", "q4_0", "q4_k"};
+    enum { IC = 256, I = 40, C = 24 };
+    const int rows[4] = {1, 5, 8, 20};
+    char what[96];
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        float *gate_w = random_host((long)I * IC, 0.2f), *up_w = random_host((long)I * IC, 0.2f);
+        float *down = random_host((long)C * I, 0.2f), *d_down = gpu_floats(down, (long)C * I);
+        Q8Matrix gate_cpu = quantized_on(cpu, types[k], gate_w, I, IC), up_cpu = quantized_on(cpu, types[k], up_w, I, IC);
+        Q8Matrix gate_gpu = quantized_on(gpu, types[k], gate_w, I, IC), up_gpu = quantized_on(gpu, types[k], up_w, I, IC);
+        for (int r = 0; r < 4; r++)
+            for (int gelu = 0; gelu < 2; gelu++) {
+                const int N = rows[r];
+                const long n = (long)N * I;
+                float *x = random_host((long)N * IC, 1), *d_x = gpu_floats(x, (long)N * IC);
+                float *cpu_act = xmalloc((size_t)n * 4), *cpu_gate = xmalloc((size_t)n * 4), *cpu_up = xmalloc((size_t)n * 4);
+                float *d_act = gpu->alloc((size_t)n * 4), *d_act_calls = gpu->alloc((size_t)n * 4);
+                float *d_gate = gpu->alloc((size_t)n * 4), *d_up = gpu->alloc((size_t)n * 4);
+                float *d_out = gpu->alloc((size_t)N * C * 4), *d_out_calls = gpu->alloc((size_t)N * C * 4);
+                float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
+                float *out = xmalloc((size_t)N * C * 4), *out_calls = xmalloc((size_t)N * C * 4);
+                snprintf(what, sizeof what, "%s glu product: %d rows, %s", types[k], N, gelu ? "GeGLU" : "SwiGLU");
+                cpu->matmul_forward_glu_q8(cpu_act, cpu_gate, cpu_up, x, &gate_cpu, &up_cpu, N, IC, I, gelu, N);
+                gpu->matmul_input_hold(d_act, n);
+                gpu->matmul_forward_glu_q8(d_act, d_gate, d_up, d_x, &gate_gpu, &up_gpu, N, IC, I, gelu, N);
+                gpu->matmul_forward(d_out, d_act, d_down, NULL, N, I, C);
+                gpu->matmul_input_release();
+                gpu->matmul_input_hold(d_act_calls, n);
+                ops_matmul_forward_glu_q8_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, &gate_gpu, &up_gpu, N, IC, I,
+                                                   gelu, N);
+                gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
+                gpu->matmul_input_release();
+                gpu->copy_to_host(got, d_act, (size_t)n * 4);
+                gpu->copy_to_host(want, d_act_calls, (size_t)n * 4);
+                EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the two products and the GLU", what);
+                gpu->copy_to_host(out, d_out, (size_t)N * C * 4);
+                gpu->copy_to_host(out_calls, d_out_calls, (size_t)N * C * 4);
+                EXPECT(!memcmp(out, out_calls, (size_t)N * C * 4), "%s: the product of the held act differs", what);
+                expect_match_keep(what, d_act, cpu_act, n, TOL_BF16);
+                gpu->free(d_x), gpu->free(d_act), gpu->free(d_act_calls), gpu->free(d_gate), gpu->free(d_up);
+                gpu->free(d_out), gpu->free(d_out_calls);
+                free(x), free(cpu_act), free(cpu_gate), free(cpu_up), free(got), free(want), free(out), free(out_calls);
+            }
+        free_quantized(cpu, &gate_cpu), free_quantized(cpu, &up_cpu);
+        free_quantized(gpu, &gate_gpu), free_quantized(gpu, &up_gpu);
+        gpu->free(d_down);
+        free(gate_w), free(up_w), free(down);
+    }
+}
+
 static void test_quantized_ops(void) {
     static const char *types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1",
                                   "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "bf16"};
@@ -3217,6 +3272,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_weight_copy_ranges);
     RUN_SELECTED(test_matmul_parts);
     RUN_SELECTED(test_matmul_glu);
+    RUN_SELECTED(test_matmul_glu_quantized);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);

@@ -105,6 +105,21 @@ static void cpu_matmul_forward_glu(float *act, float *gate, float *up, const flo
     ops_matmul_forward_glu_in_calls(&ops_cpu, act, gate, up, inp, weight, N, IC, width, gelu);
 }
 
+void ops_matmul_forward_glu_q8_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
+                                        const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC,
+                                        int width, bool gelu, int kernel_rows) {
+    ops->matmul_forward_q8(gate, inp, gate_weight, NULL, N, IC, width, kernel_rows);
+    ops->matmul_forward_q8(up, inp, up_weight, NULL, N, IC, width, kernel_rows);
+    ops->glu_forward(act, gate, up, (long)N * width, gelu);
+}
+
+static void cpu_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp,
+                                      const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC, int width,
+                                      bool gelu, int kernel_rows) {
+    ops_matmul_forward_glu_q8_in_calls(&ops_cpu, act, gate, up, inp, gate_weight, up_weight, N, IC, width, gelu,
+                                       kernel_rows);
+}
+
 void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float *k, const float *v, void *k_cache,
                                          void *v_cache, KvCacheType cache_type, const int *positions, int B, int T,
                                          int capacity, int slot, int n_heads, int n_kv_heads, int head_dim,
@@ -157,6 +172,7 @@ const OpsBackend ops_cpu = {
     .matmul_forward_residual = cpu_stored_matmul_forward_residual,
     .matmul_forward_parts = cpu_matmul_forward_parts,
     .matmul_forward_glu = cpu_matmul_forward_glu,
+    .matmul_forward_glu_q8 = cpu_matmul_forward_glu_q8,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_stored_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cpu_matmul_backward_input_q8,

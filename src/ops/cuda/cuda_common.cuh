@@ -208,6 +208,9 @@ void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts,
                                const float *weight, const float *bias, int N, int IC);
 void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
                              int IC, int I, bool use_gelu);
+void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
+                                const Q8Matrix *up_weight, int N, int IC, int width, bool use_gelu,
+                                int kernel_rows);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                           WriteMode weight_mode);

@@ -93,6 +93,39 @@ void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matri
     if (bias) cuda_add_bias(out, bias, N, OC);
 }
 
+// Grid: matvec::blocks_for(I) blocks of matvec::THREADS: matvec::glu_product over a gated
+// MLP's two quantized matrices, each [I, IC] (here, not in matvec_quantized.cuh, whose other
+// includer, the emulation test of the decode product, has no use for it).
+static __global__ void __launch_bounds__(matvec::THREADS)
+    glu_kernel(float *act, __nv_bfloat16 *act_copy, const float *inp, matvec::BlockWeights gate,
+               matvec::BlockWeights up, int M, int IC, int I, bool use_gelu) {
+    matvec::glu_product(act, act_copy, gate, up, matvec::FloatRows{inp}, M, IC, I, use_gelu);
+}
+
+// A gated MLP's two quantized products and its activation (ops.h's matmul_forward_glu_q8):
+// a decode step in one launch (matvec_quantized.cuh's glu_kernel: gate and up never
+// written), else the two products and the GLU kernel.
+void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
+                                const Q8Matrix *up_weight, int N, int IC, int width, bool use_gelu,
+                                int kernel_rows) {
+    (void)kernel_rows; // one kernel for every row count, as cuda_matmul_forward_q8
+    check_shape(gate_weight, IC, width);
+    check_shape(up_weight, IC, width);
+    if (N == 0 || N > matvec::MAX_ROWS) {
+        cuda_matmul_forward_dequantized(gate, inp, gate_weight, NULL, N, IC, width);
+        cuda_matmul_forward_dequantized(up, inp, up_weight, NULL, N, IC, width);
+        cuda_glu_forward(act, gate, up, (long)N * width, use_gelu);
+        return;
+    }
+    CHECK(!cuda_stored_values(inp, (long)N * IC), "the quantized decode kernel reads floats, which a stored "
+                                                  "input (hold_stored) does not have");
+    __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * width);
+    const matvec::BlockWeights gate_blocks = {weights_of(gate_weight)}, up_blocks = {weights_of(up_weight)};
+    glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, inp, gate_blocks, up_blocks, N, IC,
+                                                                width, use_gelu);
+    CUDA_CHECK_LAUNCH();
+}
+
 void cuda_matmul_forward_q8(float *out, const float *inp, const Q8Matrix *weight, const float *bias, int N, int IC,
                             int OC, int kernel_rows) {
     (void)kernel_rows; // one kernel for every row count (above)

@@ -79,15 +79,15 @@ DEVICE_INLINE void product(Out out, const Weights &weights, Rows rows, const flo
 }
 
 // A gated MLP's gate and up products with the gated unit applied (ops.h's
-// matmul_forward_glu): the weight's rows are gate's I then up's I (matmul_forward_parts'
-// two parts), and warp o sums rows o and I + o over the same input values, each in
-// product()'s order (the bits of each part's own product), then
+// matmul_forward_glu, matmul_forward_glu_q8): warp o sums row o of `gate_weights` and of
+// `up_weights` (each [I, IC]) over the same input values, each in product()'s order (the
+// bits of each matrix's own product), then
 // act[m, o] = activation(gate) * up as activation_kernels.cuh's GLU kernel computes it, into
 // `act` where non-NULL and as bf16 into `act_copy` where non-NULL (a held act's copy, or a
 // stored act's own memory). Gate and up are never written. Grid: blocks_for(I) blocks.
 template <typename Weights, typename Rows>
-DEVICE_INLINE void glu_product(float *act, bf16 *act_copy, const Weights &weights, Rows rows, int M, int IC, int I,
-                               bool use_gelu) {
+DEVICE_INLINE void glu_product(float *act, bf16 *act_copy, const Weights &gate_weights, const Weights &up_weights,
+                               Rows rows, int M, int IC, int I, bool use_gelu) {
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int o = (int)blockIdx.x * WARPS + warp;
     if (o >= I) return; // the whole warp: its shuffles below never miss a lane
@@ -95,8 +95,8 @@ DEVICE_INLINE void glu_product(float *act, bf16 *act_copy, const Weights &weight
     for (int m = 0; m < MAX_ROWS; m++) gate_sums[m] = up_sums[m] = 0.0f;
     for (long c = (long)lane * GROUP; c < IC; c += 32 * GROUP) {
         float gate_w[GROUP], up_w[GROUP];
-        weights.load((long)o * IC + c, gate_w);
-        weights.load((long)(I + o) * IC + c, up_w);
+        gate_weights.load((long)o * IC + c, gate_w);
+        up_weights.load((long)o * IC + c, up_w);
         for (int m = 0; m < MAX_ROWS; m++) {
             if (m >= M) break;
             float x[GROUP];

@@ -48,7 +48,7 @@ static __global__ void __launch_bounds__(THREADS) bf16_kernel(Out out, const bf1
 // Grid: blocks_for(I) blocks of THREADS; weight [2I, IC], gate's rows then up's.
 static __global__ void __launch_bounds__(THREADS) bf16_glu_kernel(float *act, bf16 *act_copy, const bf16 *weight,
                                                                   Bf16Rows x, int M, int IC, int I, bool use_gelu) {
-    glu_product(act, act_copy, Bf16Weights{weight}, x, M, IC, I, use_gelu);
+    glu_product(act, act_copy, Bf16Weights{weight}, Bf16Weights{weight + (long)I * IC}, x, M, IC, I, use_gelu);
 }
 
 } // namespace matvec
