@@ -1877,6 +1877,25 @@ static void test_matmul_parts(void) {
     free(w), free(bias);
 }
 
+// What the GLU op tests check of one call: `act` made by the one op (held, then read by a
+// product into `out`) against `act_calls` made by the op's calls (likewise into
+// `out_calls`): the same bits for both, and act within the bf16 tolerance of the CPU's
+// `cpu_act`. Frees the four device buffers.
+static void expect_glu_outputs(const char *what, float *d_act, float *d_act_calls, float *d_out, float *d_out_calls,
+                               const float *cpu_act, long n, long out_n) {
+    float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
+    float *out = xmalloc((size_t)out_n * 4), *out_calls = xmalloc((size_t)out_n * 4);
+    gpu->copy_to_host(got, d_act, (size_t)n * 4);
+    gpu->copy_to_host(want, d_act_calls, (size_t)n * 4);
+    EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the op's calls", what);
+    gpu->copy_to_host(out, d_out, (size_t)out_n * 4);
+    gpu->copy_to_host(out_calls, d_out_calls, (size_t)out_n * 4);
+    EXPECT(!memcmp(out, out_calls, (size_t)out_n * 4), "%s: the product of the held act differs", what);
+    expect_match_keep(what, d_act, cpu_act, n, TOL_BF16);
+    gpu->free(d_act), gpu->free(d_act_calls), gpu->free(d_out), gpu->free(d_out_calls);
+    free(got), free(want), free(out), free(out_calls);
+}
+
 // matmul_forward_glu (a gated MLP's gate and up products and activation; a decode step's one
 // launch that never writes gate and up): act the bits of matmul_forward_parts then
 // glu_forward on the GPU, SwiGLU and GeGLU, at 1, 5 and 8 rows (the one launch) and 40 (those
@@ -1897,8 +1916,6 @@ static void test_matmul_glu(void) {
             float *d_act = gpu->alloc((size_t)n * 4), *d_gate = gpu->alloc((size_t)n * 4), *d_up = gpu->alloc((size_t)n * 4);
             float *d_act_calls = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4);
             float *d_out_calls = gpu->alloc((size_t)N * C * 4);
-            float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
-            float *out = xmalloc((size_t)N * C * 4), *out_calls = xmalloc((size_t)N * C * 4);
             snprintf(what, sizeof what, "glu product: %d rows, %s", N, gelu ? "GeGLU" : "SwiGLU");
             cpu->matmul_forward_glu(cpu_act, cpu_gate, cpu_up, x, w, N, IC, I, gelu);
             // Held act: the op writes its copy, which the down product then reads.
@@ -1910,16 +1927,9 @@ static void test_matmul_glu(void) {
             ops_matmul_forward_glu_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, d_w, N, IC, I, gelu);
             gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
             gpu->matmul_input_release();
-            gpu->copy_to_host(got, d_act, (size_t)n * 4);
-            gpu->copy_to_host(want, d_act_calls, (size_t)n * 4);
-            EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the parts product and the GLU", what);
-            gpu->copy_to_host(out, d_out, (size_t)N * C * 4);
-            gpu->copy_to_host(out_calls, d_out_calls, (size_t)N * C * 4);
-            EXPECT(!memcmp(out, out_calls, (size_t)N * C * 4), "%s: the down product of the held act differs", what);
-            expect_match_keep(what, d_act, cpu_act, n, TOL_BF16);
-            gpu->free(d_x), gpu->free(d_act), gpu->free(d_gate), gpu->free(d_up), gpu->free(d_act_calls);
-            gpu->free(d_out), gpu->free(d_out_calls);
-            free(x), free(cpu_act), free(cpu_gate), free(cpu_up), free(got), free(want), free(out), free(out_calls);
+            expect_glu_outputs(what, d_act, d_act_calls, d_out, d_out_calls, cpu_act, n, (long)N * C);
+            gpu->free(d_x), gpu->free(d_gate), gpu->free(d_up);
+            free(x), free(cpu_act), free(cpu_gate), free(cpu_up);
         }
     gpu->free(d_w), gpu->free(d_down);
     free(w), free(down);
@@ -2651,8 +2661,6 @@ static void test_matmul_glu_quantized(void) {
                 float *d_act = gpu->alloc((size_t)n * 4), *d_act_calls = gpu->alloc((size_t)n * 4);
                 float *d_gate = gpu->alloc((size_t)n * 4), *d_up = gpu->alloc((size_t)n * 4);
                 float *d_out = gpu->alloc((size_t)N * C * 4), *d_out_calls = gpu->alloc((size_t)N * C * 4);
-                float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
-                float *out = xmalloc((size_t)N * C * 4), *out_calls = xmalloc((size_t)N * C * 4);
                 snprintf(what, sizeof what, "%s glu product: %d rows, %s", types[k], N, gelu ? "GeGLU" : "SwiGLU");
                 cpu->matmul_forward_glu_q8(cpu_act, cpu_gate, cpu_up, x, &gate_cpu, &up_cpu, N, IC, I, gelu, N);
                 gpu->matmul_input_hold(d_act, n);
@@ -2664,16 +2672,9 @@ static void test_matmul_glu_quantized(void) {
                                                    gelu, N);
                 gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
                 gpu->matmul_input_release();
-                gpu->copy_to_host(got, d_act, (size_t)n * 4);
-                gpu->copy_to_host(want, d_act_calls, (size_t)n * 4);
-                EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the two products and the GLU", what);
-                gpu->copy_to_host(out, d_out, (size_t)N * C * 4);
-                gpu->copy_to_host(out_calls, d_out_calls, (size_t)N * C * 4);
-                EXPECT(!memcmp(out, out_calls, (size_t)N * C * 4), "%s: the product of the held act differs", what);
-                expect_match_keep(what, d_act, cpu_act, n, TOL_BF16);
-                gpu->free(d_x), gpu->free(d_act), gpu->free(d_act_calls), gpu->free(d_gate), gpu->free(d_up);
-                gpu->free(d_out), gpu->free(d_out_calls);
-                free(x), free(cpu_act), free(cpu_gate), free(cpu_up), free(got), free(want), free(out), free(out_calls);
+                expect_glu_outputs(what, d_act, d_act_calls, d_out, d_out_calls, cpu_act, n, (long)N * C);
+                gpu->free(d_x), gpu->free(d_gate), gpu->free(d_up);
+                free(x), free(cpu_act), free(cpu_gate), free(cpu_up);
             }
         free_quantized(cpu, &gate_cpu), free_quantized(cpu, &up_cpu);
         free_quantized(gpu, &gate_gpu), free_quantized(gpu, &up_gpu);
