@@ -192,14 +192,17 @@ inline LaunchCounts launch_counts;
 // share of its work (the model's C code, the backend's wrappers and this runtime's own
 // bookkeeping), which bounds from below the time the host spends launching the same work
 // on a GPU (bench/host_overhead.sh). Its results are meaningless; for timing only.
+// An environment switch of the emulation: false when unset, empty or `off`, true when `on`;
+// any other setting stops the program with a message naming it.
+inline bool env_switch(const char *name, const char *off, const char *on) {
+    const char *setting = getenv(name);
+    if (!setting || !*setting || !strcmp(setting, off)) return false;
+    if (!strcmp(setting, on)) return true;
+    fprintf(stderr, "emulation: %s is '%s'; expected %s or %s\n", name, setting, off, on);
+    abort();
+}
 inline bool skip_work() {
-    static const int skip = [] {
-        const char *setting = getenv("MARLHF_EMULATED_SKIP_WORK");
-        if (!setting || !*setting || !strcmp(setting, "0")) return 0;
-        if (!strcmp(setting, "1")) return 1;
-        fprintf(stderr, "emulation: MARLHF_EMULATED_SKIP_WORK is '%s'; expected 0 or 1\n", setting);
-        abort();
-    }();
+    static const bool skip = env_switch("MARLHF_EMULATED_SKIP_WORK", "0", "1");
     return skip;
 }
 // The error of the last launch the GPU would refuse (too many threads, a grid too tall,
@@ -401,13 +404,7 @@ template <typename T> static inline cudaError_t cudaMalloc(T **ptr, size_t bytes
 }
 namespace emulation {
 inline bool streams_late() {
-    static const int late = [] {
-        const char *setting = getenv("MARLHF_EMULATED_STREAMS");
-        if (!setting || !*setting || !strcmp(setting, "in-order")) return 0;
-        if (!strcmp(setting, "late")) return 1;
-        fprintf(stderr, "emulation: MARLHF_EMULATED_STREAMS is '%s'; expected in-order or late\n", setting);
-        abort();
-    }();
+    static const bool late = env_switch("MARLHF_EMULATED_STREAMS", "in-order", "late");
     return late;
 }
 inline std::vector<EmulatedStream *> &created_streams() {

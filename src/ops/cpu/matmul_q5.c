@@ -268,28 +268,20 @@ static inline __attribute__((always_inline)) void rows_dot_avx2_loop(const Q8Mat
 // One input row (a decode step of one sequence) with `inputs` the constant 1, so that the
 // compiler drops the other rows' code and checks; the bits are the same either way. The
 // weight type a constant too, one loop compiled per type.
+#define DISPATCH_TYPE(loop, type)                                                                             \
+    case type:                                                                                                 \
+        if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, type);                              \
+        else loop(weight, first, count, x, inputs, out, out_stride, type);                                     \
+        break
 #define DISPATCH_TYPES(loop)                                                                                    \
     do {                                                                                                       \
         switch (weight->type) {                                                                                \
-        case QUANT_Q5_1:                                                                                       \
-            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_1);                    \
-            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q5_1);                            \
-            break;                                                                                             \
-        case QUANT_Q4_1:                                                                                       \
-            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q4_1);                    \
-            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q4_1);                            \
-            break;                                                                                             \
-        case QUANT_IQ4_NL:                                                                                     \
-            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_IQ4_NL);                  \
-            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_IQ4_NL);                          \
-            break;                                                                                             \
-        case QUANT_Q4_0:                                                                                       \
-            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q4_0);                    \
-            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q4_0);                            \
-            break;                                                                                             \
-        default:                                                                                               \
-            if (inputs == 1) loop(weight, first, count, x, 1, out, out_stride, QUANT_Q5_0);                    \
-            else loop(weight, first, count, x, inputs, out, out_stride, QUANT_Q5_0);                            \
+            DISPATCH_TYPE(loop, QUANT_Q5_1);                                                                   \
+            DISPATCH_TYPE(loop, QUANT_Q4_1);                                                                   \
+            DISPATCH_TYPE(loop, QUANT_IQ4_NL);                                                                 \
+            DISPATCH_TYPE(loop, QUANT_Q4_0);                                                                   \
+        default: /* Q5_0: cpu_matmul_q5_takes no other type */                                                \
+            DISPATCH_TYPE(loop, QUANT_Q5_0);                                                                   \
         }                                                                                                      \
     } while (0)
 static void rows_dot_avx2(const Q8Matrix *weight, long first, int count, const Q5Input *x, int inputs, float *out,

@@ -415,10 +415,7 @@ void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts,
 void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
                              int IC, int I, bool use_gelu) {
     if (!matvec_applies(inp, N, IC)) {
-        float *outs[2] = {gate, up};
-        const int widths[2] = {I, I};
-        cuda_matmul_forward_parts(outs, widths, 2, inp, weight, NULL, N, IC);
-        cuda_glu_forward(act, gate, up, (long)N * I, use_gelu);
+        ops_matmul_forward_glu_in_calls(&ops_cuda, act, gate, up, inp, weight, N, IC, I, use_gelu);
         return;
     }
     __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * I);

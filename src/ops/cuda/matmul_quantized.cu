@@ -108,15 +108,13 @@ static __global__ void __launch_bounds__(matvec::THREADS)
 void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
                                 const Q8Matrix *up_weight, int N, int IC, int width, bool use_gelu,
                                 int kernel_rows) {
-    (void)kernel_rows; // one kernel for every row count, as cuda_matmul_forward_q8
-    check_shape(gate_weight, IC, width);
-    check_shape(up_weight, IC, width);
     if (N == 0 || N > matvec::MAX_ROWS) {
-        cuda_matmul_forward_dequantized(gate, inp, gate_weight, NULL, N, IC, width);
-        cuda_matmul_forward_dequantized(up, inp, up_weight, NULL, N, IC, width);
-        cuda_glu_forward(act, gate, up, (long)N * width, use_gelu);
+        ops_matmul_forward_glu_q8_in_calls(&ops_cuda, act, gate, up, inp, gate_weight, up_weight, N, IC, width,
+                                           use_gelu, kernel_rows);
         return;
     }
+    check_shape(gate_weight, IC, width);
+    check_shape(up_weight, IC, width);
     CHECK(!cuda_stored_values(inp, (long)N * IC), "the quantized decode kernel reads floats, which a stored "
                                                   "input (hold_stored) does not have");
     __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * width);
