@@ -12,18 +12,24 @@
 # weights through sgemm): what is measured is the weights' quantization, not a decode kernel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { echo "usage: bench/logprob_drift.sh FLOAT_MODEL FILE[:QUANTIZE]..." >&2; exit 2; }
+[ $# -ge 2 ] || { echo "marlhf: error: usage: bench/logprob_drift.sh FLOAT_MODEL FILE[:QUANTIZE]..." >&2; exit 2; }
+count=${COUNT:-64}
+[[ "$count" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "marlhf: error: COUNT=$count: must be a whole number from 1 (bench/logprob_drift.sh)" >&2; exit 2; }
+for spec in "$@"; do # every model there before the float run, which takes minutes
+    [ -e "${spec%%:*}" ] || { echo "marlhf: error: ${spec%%:*} does not exist (bench/logprob_drift.sh)" >&2; exit 2; }
+done
 make --no-print-directory build/marlhf > /dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-head -n "${COUNT:-64}" data/austen/ppo_prompts.jsonl | sed 's/"prompt"/"text"/' > "$work/texts.jsonl"
-build/marlhf logprobs --model "$1" --quantize none --input "$work/texts.jsonl" --output "$work/float.jsonl" 2> /dev/null
+head -n "$count" data/austen/ppo_prompts.jsonl | sed 's/"prompt"/"text"/' > "$work/texts.jsonl"
+build/marlhf logprobs --model "$1" --quantize none --input "$work/texts.jsonl" --output "$work/float.jsonl"
 shift
 for spec in "$@"; do
     file=${spec%%:*} quantize=
     [ "$spec" != "$file" ] && quantize=${spec#*:}
     build/marlhf logprobs --model "$file" ${quantize:+--quantize "$quantize"} --input "$work/texts.jsonl" \
-        --output "$work/quantized.jsonl" 2> /dev/null
+        --output "$work/quantized.jsonl"
     python3 - "$work/float.jsonl" "$work/quantized.jsonl" "$(basename "$file")" "${quantize:-default}" <<'PY'
 import json, sys
 floats = [json.loads(line)["logprobs"] for line in open(sys.argv[1])]

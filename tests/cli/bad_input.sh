@@ -158,6 +158,11 @@ expect_error ppo_bench_iterations_garbage "ITERATIONS=abc" env ITERATIONS=abc ba
 expect_error ppo_bench_iterations_zero "ITERATIONS=0" env ITERATIONS=0 bash bench/run_ppo_iteration.sh
 expect_error trl_bench_iterations_zero "--iterations 0" python3 bench/trl_ppo_iteration.py --iterations 0
 expect_error trl_bench_iterations_garbage "--iterations" python3 bench/trl_ppo_iteration.py --iterations abc
+# bench/logprob_drift.sh: no file to compare, a model that is not there, a bad COUNT -- each
+# refused before the float model's minutes-long run.
+expect_error logprob_drift_no_files "usage" bash bench/logprob_drift.sh "$tmp/float"
+expect_error logprob_drift_missing_file "$tmp/absent.gguf" bash bench/logprob_drift.sh "$tmp" "$tmp/absent.gguf:q4_0"
+expect_error logprob_drift_count_garbage "COUNT=abc" env COUNT=abc bash bench/logprob_drift.sh "$tmp" "$tmp"
 
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
