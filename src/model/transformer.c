@@ -642,6 +642,16 @@ static bool layer_takes_qkv_in_parts(const Model *model, int l) {
                                   (long)cfg->num_kv_heads * cfg->head_dim);
 }
 
+// Where a model without gradients has quantized q, k and v (model_linear_forward would run
+// matmul_forward_q8 on each), whether they run as one op (ops.h's matmul_forward_parts_q8: a
+// GPU's decode step in one launch), no adapter on any of them.
+static bool layer_takes_quantized_qkv_in_one_op(const Model *model, int l) {
+    const QuantizedLayer *quantized = model->quantized ? &model->quantized->layers[l] : NULL;
+    return quantized && quantized->q.values && quantized->k.values && quantized->v.values && !model->grads &&
+           !model->dequantized_matmuls && model->ops->matmul_forward_parts_q8 && !lora_adapts(model, l, LORA_Q) &&
+           !lora_adapts(model, l, LORA_K) && !lora_adapts(model, l, LORA_V);
+}
+
 // The same for a gated MLP's gate and up products (the table's order: gate, then up), when
 // neither has a bias or an adapter.
 static bool layer_takes_gate_up_in_parts(const Model *model, int l) {
@@ -680,6 +690,32 @@ static bool layer_takes_glu_in_one_op(const Model *model, int l, const CacheTarg
            !model->weights.layers[l].up_b && !lora_adapts(model, l, LORA_GATE) && !lora_adapts(model, l, LORA_UP);
 }
 
+// Whether a forward of layer l that no backward follows gives its RMSNorms to the ops that
+// read their outputs (ops.h's InputRmsNorm): the attention's norm to q, k and v as one op
+// (matmul_forward_parts, matmul_forward_parts_q8), the MLP's to gate and up with the activation
+// (layer_takes_glu_in_one_op), where the norm's output has no other reader (no adapter: the
+// parts and GLU ops take none). A GPU's decode step then normalises the rows as the product
+// reads them: two launches a layer fewer. MARLHF_UNFOLDED_NORMS=1 keeps every norm an op of
+// its own (to compare).
+typedef enum { NORM_BEFORE_ATTENTION, NORM_BEFORE_MLP } LayerNormSite;
+
+static bool layer_folds_norm(const Model *model, int l, const CacheTarget *target, LayerNormSite site, bool qkv_fused) {
+    static int unfolded = -1;
+    if (unfolded < 0) {
+        unfolded = env_switch("MARLHF_UNFOLDED_NORMS");
+        if (unfolded < 0) die_from_err();
+    }
+    if (unfolded || model->config.norm != NORM_RMSNORM || (!target && model->grads)) return false;
+    if (site == NORM_BEFORE_MLP) return layer_takes_glu_in_one_op(model, l, target);
+    return !qkv_fused && (layer_takes_qkv_in_parts(model, l) || layer_takes_quantized_qkv_in_one_op(model, l));
+}
+
+// The RMSNorm over x with its weight, as the ops that fold it take it.
+static InputRmsNorm input_rms_norm(const Model *model, const float *x, float *rstd, const float *weight) {
+    return (InputRmsNorm){.x = x, .rstd = rstd, .weight = weight, .eps = model->config.norm_eps,
+                          .weight_plus_one = model->config.norm_weight_plus_one};
+}
+
 // A layer's MLP up to its activation, la->act (held for the down projection), from the
 // norm's output la->mlp_norm_out (held): the up and gate products (in parts where the layer
 // takes them so), their adapters, then the activation; the products' outputs stored when
@@ -697,7 +733,7 @@ static void mlp_activation_forward(Model *model, int l, LayerActivations *la, bo
     if (layer_takes_gate_up_in_parts(model, l)) {
         float *outs[2] = {la->gate, la->up};
         const int widths[2] = {I, I};
-        ops->matmul_forward_parts(outs, widths, 2, la->mlp_norm_out, w->gate_w, NULL, (int)N, C);
+        ops->matmul_forward_parts(outs, widths, 2, la->mlp_norm_out, w->gate_w, NULL, (int)N, C, NULL);
     } else {
         model_linear_forward(model, la->up, la->mlp_norm_out, w->up_w, quantized ? &quantized->up : NULL, w->up_b, N, C, I, model->acts.kernel_rows);
         lora_forward(model, l, LORA_UP, la->up, la->mlp_norm_out, la->lora_hidden[LORA_UP], la->dora_z[LORA_UP], N);
@@ -736,22 +772,33 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     CHECK(store || !la->stored_only, "layer %d's buffers hold stored values only, and its forward stores none", l);
     la->inputs_stored = store;
     hold_input(ops, store, la->attn_norm_out, N * C, false);
-    norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in,
-                 w->attn_norm_w, w->attn_norm_b, N);
+    la->qkv_fused = layer_fuses_qkv(model, l, target);
+    // Folded (layer_folds_norm): the q/k/v op below runs the norm, or applies it as it reads.
+    const bool attention_norm_folded = layer_folds_norm(model, l, target, NORM_BEFORE_ATTENTION, la->qkv_fused);
+    const InputRmsNorm attention_norm = input_rms_norm(model, x_in, la->attn_norm_rstd, w->attn_norm_w);
+    if (!attention_norm_folded)
+        norm_forward(model, la->attn_norm_out, la->attn_norm_mean, la->attn_norm_rstd, x_in, w->attn_norm_w,
+                     w->attn_norm_b, N);
     // Qwen3 normalises each head's query and key (RMSNorm over head_dim, one weight for all
     // heads) between the projection and RoPE; the projections stay in q_raw / k_raw for
     // the backward.
     float *q_proj = cfg->qk_norm ? la->q_raw : la->q, *k_proj = cfg->qk_norm ? la->k_raw : la->k;
     // Fused (layer_fuses_qkv): one product from the three weights side by side (their
     // biases too), into rows [N, q | k | v] that the rotating attention op reads as columns.
-    la->qkv_fused = layer_fuses_qkv(model, l, target);
     if (la->qkv_fused) {
         model_linear_forward(model, la->qkv, la->attn_norm_out, w->q_w, NULL, w->q_b, N, C, q_dim + 2 * kv_dim,
                              model->acts.kernel_rows);
     } else if (layer_takes_qkv_in_parts(model, l)) {
         float *outs[3] = {q_proj, k_proj, la->v};
         const int widths[3] = {q_dim, kv_dim, kv_dim};
-        ops->matmul_forward_parts(outs, widths, 3, la->attn_norm_out, w->q_w, w->q_b, (int)N, C);
+        ops->matmul_forward_parts(outs, widths, 3, la->attn_norm_out, w->q_w, w->q_b, (int)N, C,
+                                  attention_norm_folded ? &attention_norm : NULL);
+    } else if (layer_takes_quantized_qkv_in_one_op(model, l)) {
+        float *outs[3] = {q_proj, k_proj, la->v};
+        const Q8Matrix *weights[3] = {&quantized->q, &quantized->k, &quantized->v};
+        const float *biases[3] = {w->q_b, w->k_b, w->v_b};
+        ops->matmul_forward_parts_q8(outs, weights, biases, 3, la->attn_norm_out, (int)N, C,
+                                     (int)model->acts.kernel_rows, attention_norm_folded ? &attention_norm : NULL);
     } else {
         model_linear_forward(model, q_proj, la->attn_norm_out, w->q_w, quantized ? &quantized->q : NULL, w->q_b, N, C, q_dim, model->acts.kernel_rows);
         lora_forward(model, l, LORA_Q, q_proj, la->attn_norm_out, la->lora_hidden[LORA_Q], la->dora_z[LORA_Q], N);
@@ -822,8 +869,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
     ops->matmul_input_release();
 
     hold_input(ops, store, la->mlp_norm_out, N * C, false); // up and gate (and adapters) read it
-    norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid,
-                 w->mlp_norm_w, w->mlp_norm_b, N);
+    const bool mlp_norm_folded = layer_folds_norm(model, l, target, NORM_BEFORE_MLP, false);
+    const InputRmsNorm mlp_norm = input_rms_norm(model, la->x_mid, la->mlp_norm_rstd, w->mlp_norm_w);
+    if (!mlp_norm_folded)
+        norm_forward(model, la->mlp_norm_out, la->mlp_norm_mean, la->mlp_norm_rstd, la->x_mid, w->mlp_norm_w,
+                     w->mlp_norm_b, N);
     if (layer_takes_glu_in_one_op(model, l, target)) {
         // A forward no backward follows (a KV-cache step, a model without gradients): gate and
         // up go only into the activation, so one op makes act (a GPU's decode step: one
@@ -832,10 +882,11 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
         hold_input(ops, store, la->act, N * I, false);
         if (quantized)
             ops->matmul_forward_glu_q8(la->act, la->gate, la->up, la->mlp_norm_out, &quantized->gate, &quantized->up,
-                                       (int)N, C, I, cfg->mlp == MLP_GEGLU, (int)model->acts.kernel_rows);
+                                       (int)N, C, I, cfg->mlp == MLP_GEGLU, (int)model->acts.kernel_rows,
+                                       mlp_norm_folded ? &mlp_norm : NULL);
         else
             ops->matmul_forward_glu(la->act, la->gate, la->up, la->mlp_norm_out, w->gate_w, (int)N, C, I,
-                                    cfg->mlp == MLP_GEGLU);
+                                    cfg->mlp == MLP_GEGLU, mlp_norm_folded ? &mlp_norm : NULL);
     } else {
         mlp_activation_forward(model, l, la, store, N);
     }

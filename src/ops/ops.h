@@ -93,6 +93,21 @@ typedef struct {
     float *mins;         // QUANT_Q4_1, QUANT_Q5_1: [rows * cols / Q8_BLOCK], each block's m (a half float's value)
 } Q8Matrix;
 
+// The RMSNorm that makes a product's input (matmul_forward_parts, matmul_forward_glu,
+// matmul_forward_glu_q8): the product's `inp` is rmsnorm_forward(inp, rstd, x, weight, N,
+// IC, eps, weight_plus_one)'s output. A backend runs that norm and then the product (the
+// CPU; a GPU beyond a decode step's rows), or normalises each row as the product reads it
+// and leaves `inp` and `rstd` unwritten (a GPU's decode step: the norm's launch spared, the
+// product's numbers the same). So only a forward without a backward, where nothing but
+// the product reads the norm's output, passes one.
+typedef struct {
+    const float *x; // [N, IC]: the norm's input (the residual stream)
+    float *rstd;    // [N]
+    const float *weight;
+    float eps;
+    bool weight_plus_one;
+} InputRmsNorm;
+
 // What a KV cache's slots hold (--kv-cache): float32, IEEE half floats, or Q8_0 blocks.
 typedef enum { KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_Q8_0 } KvCacheType;
 
@@ -223,17 +238,19 @@ typedef struct OpsBackend {
     // inp[N, IC] . W_p[widths[p], IC]^T (+ its bias: bias NULL, or the parts' biases side by
     // side). The same numbers as matmul_forward per part; one product where the backend can
     // (a GPU's decode step: one launch for a layer's q, k and v, one for gate and up).
+    // `norm` (NULL: none) makes inp first (InputRmsNorm).
     void (*matmul_forward_parts)(float *const *outs, const int *widths, int parts, const float *inp,
-                                 const float *weight, const float *bias, int N, int IC);
+                                 const float *weight, const float *bias, int N, int IC, const InputRmsNorm *norm);
     // A gated MLP's products and activation: gate[N, width] and up[N, width] the two parts
     // of inp[N, IC] . weight[2 width, IC]^T (gate's rows first, no bias), then
     // glu_forward(act, gate, up, N * width, gelu). The same numbers as matmul_forward_parts and
     // glu_forward, act written as glu_forward writes it (a held act's copy beside it); gate
     // and up are scratch the backend may leave unwritten (a GPU's decode step computes each
     // activation beside its two sums in one launch), so only a forward without a backward
-    // takes it. The CPU's: those two calls (ops_matmul_forward_glu_in_calls).
+    // takes it. The CPU's: those two calls (ops_matmul_forward_glu_in_calls). `norm` (NULL:
+    // none) makes inp first (InputRmsNorm).
     void (*matmul_forward_glu)(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
-                               int IC, int width, bool gelu);
+                               int IC, int width, bool gelu, const InputRmsNorm *norm);
     // out[N, OC] = inp[N, IC] . weight^T (+ bias) with a quantized weight [OC, IC] (Q8_0 or
     // Q4_0): below Q8_SGEMM_MIN_ROWS rows each row of inp is quantized to Q8_0 blocks too and
     // each block's integer dot product scaled by both blocks' scales (llama.cpp's Q8_0 x Q8_0
@@ -243,13 +260,23 @@ typedef struct OpsBackend {
     // prefill. NULL in a backend without it.
     void (*matmul_forward_q8)(float *out, const float *inp, const Q8Matrix *weight,
                               const float *bias, int N, int IC, int OC, int kernel_rows);
+    // matmul_forward_q8 of up to 3 quantized matrices over the same input (a layer's q, k and
+    // v), each part's into its own buffer: outs[p][N, weights[p]->rows] from weights[p] and
+    // biases[p] (NULL: none), kernel_rows as there. The same numbers as those calls; one
+    // launch where the backend can (a GPU's decode step). `norm` (NULL: none) makes inp first
+    // (InputRmsNorm). NULL in a backend without it.
+    void (*matmul_forward_parts_q8)(float *const *outs, const Q8Matrix *const *weights, const float *const *biases,
+                                    int parts, const float *inp, int N, int IC, int kernel_rows,
+                                    const InputRmsNorm *norm);
     // matmul_forward_glu over a gated MLP's two quantized matrices (gate_weight, up_weight,
     // each [width, IC], no bias): matmul_forward_q8 of each (kernel_rows as there), then
     // glu_forward. The same numbers as those three calls; gate and up the backend's scratch
     // (a GPU's decode step: one launch, gate and up never written), so only a forward
-    // without a backward takes it. NULL in a backend without it.
+    // without a backward takes it. `norm` (NULL: none) makes inp first (InputRmsNorm). NULL
+    // in a backend without it.
     void (*matmul_forward_glu_q8)(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
-                                  const Q8Matrix *up_weight, int N, int IC, int width, bool gelu, int kernel_rows);
+                                  const Q8Matrix *up_weight, int N, int IC, int width, bool gelu, int kernel_rows,
+                                  const InputRmsNorm *norm);
     // out[N, OC] = inp[N, IC] . dequantized(weight)^T (+ bias), any type of Q8Matrix: the
     // weights alone are quantized, the inputs stay float (tiles of weight rows dequantized and
     // multiplied with sgemm). What a model being trained with a quantized base (QLoRA)
@@ -628,19 +655,33 @@ void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float 
                                          int capacity, int slot, int n_heads, int n_kv_heads, int head_dim,
                                          const float *inv_freq);
 
-// matmul_forward_parts as one matmul_forward per part through `ops` (a backend's table, or a
-// test's stand-in for one): the CPU's matmul_forward_parts.
+// The norm that makes a product's input (InputRmsNorm; nothing where `norm` is NULL) as
+// `ops`' rmsnorm_forward into inp[N, IC].
+void ops_input_norm_forward(const OpsBackend *ops, float *inp, const InputRmsNorm *norm, int N, int IC);
+
+// matmul_forward_parts as its norm (where given) and one matmul_forward per part through
+// `ops` (a backend's table, or a test's stand-in for one): the CPU's matmul_forward_parts.
 void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, const int *widths, int parts,
-                                 const float *inp, const float *weight, const float *bias, int N, int IC);
+                                 const float *inp, const float *weight, const float *bias, int N, int IC,
+                                 const InputRmsNorm *norm);
 
-// matmul_forward_glu as matmul_forward_parts then glu_forward through `ops`: the CPU's.
+// matmul_forward_glu as matmul_forward_parts (its norm included) then glu_forward through
+// `ops`: the CPU's.
 void ops_matmul_forward_glu_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
-                                     const float *weight, int N, int IC, int width, bool gelu);
+                                     const float *weight, int N, int IC, int width, bool gelu,
+                                     const InputRmsNorm *norm);
 
-// matmul_forward_glu_q8 as two matmul_forward_q8 then glu_forward through `ops`: the CPU's.
+// matmul_forward_parts_q8 as its norm (where given) and a matmul_forward_q8 per part through
+// `ops`: the CPU's.
+void ops_matmul_forward_parts_q8_in_calls(const OpsBackend *ops, float *const *outs, const Q8Matrix *const *weights,
+                                          const float *const *biases, int parts, const float *inp, int N, int IC,
+                                          int kernel_rows, const InputRmsNorm *norm);
+
+// matmul_forward_glu_q8 as its norm (where given), two matmul_forward_q8 and glu_forward
+// through `ops`: the CPU's.
 void ops_matmul_forward_glu_q8_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
                                         const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC,
-                                        int width, bool gelu, int kernel_rows);
+                                        int width, bool gelu, int kernel_rows, const InputRmsNorm *norm);
 
 // The row-invariant forward (docs/lora.md, "One policy"): the CPU's linear layers on the
 // fixed-order kernel of ops/cpu/matmul_invariant.c, so a row's log-probs are the same bits

@@ -276,14 +276,15 @@ static void rounded_attention_backward_rotary(float *dq, float *dk, float *dv, c
 
 // A product per part, each as rounded_matmul_forward (the GPU's parts give each part's bits).
 static void rounded_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                                         const float *weight, const float *bias, int N, int IC) {
-    ops_matmul_forward_per_part(&bf16_rounding, outs, widths, parts, inp, weight, bias, N, IC);
+                                         const float *weight, const float *bias, int N, int IC,
+                                         const InputRmsNorm *norm) {
+    ops_matmul_forward_per_part(&bf16_rounding, outs, widths, parts, inp, weight, bias, N, IC, norm);
 }
 
 // The gate and up parts, then the GLU, each as the rounded backend computes them.
 static void rounded_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
-                                       int IC, int width, bool gelu) {
-    ops_matmul_forward_glu_in_calls(&bf16_rounding, act, gate, up, inp, weight, N, IC, width, gelu);
+                                       int IC, int width, bool gelu, const InputRmsNorm *norm) {
+    ops_matmul_forward_glu_in_calls(&bf16_rounding, act, gate, up, inp, weight, N, IC, width, gelu, norm);
 }
 
 static void bf16_rounding_init(void) {
@@ -1854,8 +1855,8 @@ static void test_matmul_parts(void) {
                     cpu_outs[p] = xmalloc((size_t)N * widths[p] * 4);
                 }
                 const float *b = with_bias ? bias : NULL, *d_b = with_bias ? d_bias : NULL;
-                gpu->matmul_forward_parts(d_outs, widths, parts, d_x, d_w, d_b, N, IC);
-                cpu->matmul_forward_parts(cpu_outs, widths, parts, x, w, b, N, IC);
+                gpu->matmul_forward_parts(d_outs, widths, parts, d_x, d_w, d_b, N, IC, NULL);
+                cpu->matmul_forward_parts(cpu_outs, widths, parts, x, w, b, N, IC, NULL);
                 long first = 0;
                 for (int p = 0; p < parts; p++) {
                     const long n = (long)N * widths[p];
@@ -1917,14 +1918,14 @@ static void test_matmul_glu(void) {
             float *d_act_calls = gpu->alloc((size_t)n * 4), *d_out = gpu->alloc((size_t)N * C * 4);
             float *d_out_calls = gpu->alloc((size_t)N * C * 4);
             snprintf(what, sizeof what, "glu product: %d rows, %s", N, gelu ? "GeGLU" : "SwiGLU");
-            cpu->matmul_forward_glu(cpu_act, cpu_gate, cpu_up, x, w, N, IC, I, gelu);
+            cpu->matmul_forward_glu(cpu_act, cpu_gate, cpu_up, x, w, N, IC, I, gelu, NULL);
             // Held act: the op writes its copy, which the down product then reads.
             gpu->matmul_input_hold(d_act, n);
-            gpu->matmul_forward_glu(d_act, d_gate, d_up, d_x, d_w, N, IC, I, gelu);
+            gpu->matmul_forward_glu(d_act, d_gate, d_up, d_x, d_w, N, IC, I, gelu, NULL);
             gpu->matmul_forward(d_out, d_act, d_down, NULL, N, I, C);
             gpu->matmul_input_release();
             gpu->matmul_input_hold(d_act_calls, n);
-            ops_matmul_forward_glu_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, d_w, N, IC, I, gelu);
+            ops_matmul_forward_glu_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, d_w, N, IC, I, gelu, NULL);
             gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
             gpu->matmul_input_release();
             expect_glu_outputs(what, d_act, d_act_calls, d_out, d_out_calls, cpu_act, n, (long)N * C);
@@ -2668,12 +2669,12 @@ static void test_matmul_glu_quantized(void) {
                 cpu->matmul_forward_dequantized(cpu_up, x, &up_cpu, NULL, N, IC, I);
                 cpu->glu_forward(cpu_act, cpu_gate, cpu_up, n, gelu);
                 gpu->matmul_input_hold(d_act, n);
-                gpu->matmul_forward_glu_q8(d_act, d_gate, d_up, d_x, &gate_gpu, &up_gpu, N, IC, I, gelu, N);
+                gpu->matmul_forward_glu_q8(d_act, d_gate, d_up, d_x, &gate_gpu, &up_gpu, N, IC, I, gelu, N, NULL);
                 gpu->matmul_forward(d_out, d_act, d_down, NULL, N, I, C);
                 gpu->matmul_input_release();
                 gpu->matmul_input_hold(d_act_calls, n);
                 ops_matmul_forward_glu_q8_in_calls(gpu, d_act_calls, d_gate, d_up, d_x, &gate_gpu, &up_gpu, N, IC, I,
-                                                   gelu, N);
+                                                   gelu, N, NULL);
                 gpu->matmul_forward(d_out_calls, d_act_calls, d_down, NULL, N, I, C);
                 gpu->matmul_input_release();
                 expect_glu_outputs(what, d_act, d_act_calls, d_out, d_out_calls, cpu_act, n, (long)N * C);
@@ -2685,6 +2686,198 @@ static void test_matmul_glu_quantized(void) {
         gpu->free(d_down);
         free(gate_w), free(up_w), free(down);
     }
+}
+
+// GPU output `d_got` the bits of `d_want` (n floats each).
+static void expect_same_bits(const char *what, const float *d_got, const float *d_want, long n) {
+    float *got = xmalloc((size_t)n * 4), *want = xmalloc((size_t)n * 4);
+    gpu->copy_to_host(got, d_got, (size_t)n * 4);
+    gpu->copy_to_host(want, d_want, (size_t)n * 4);
+    EXPECT(!memcmp(got, want, (size_t)n * 4), "%s: other bits than the reference on the GPU", what);
+    free(got), free(want);
+}
+
+// matmul_forward_parts_q8 (a layer's quantized q, k and v over the same input): each part's
+// output the bits of its own matmul_forward_q8 on the GPU -- at 1, 5 and 8 rows one launch
+// for all the parts, at 20 a product per part -- with and without biases, 3 parts and 2,
+// Q8_0 matrices and Q4_K_M's mix (Q4_K q and k, Q6_K v); the CPU's dequantized products
+// within the bf16 tolerance. Verified to fail with parts 1 and 2 given each other's blocks.
+static void test_matmul_parts_quantized(void) {
+    static const char *mixes[2][3] = {{"q8_0", "q8_0", "q8_0"}, {"q4_k", "q4_k", "q6_k"}};
+    enum { IC = 256 };
+    const int widths[3] = {96, 32, 40}, rows[4] = {1, 5, 8, 20};
+    char what[128];
+    for (int mix = 0; mix < 2; mix++) {
+        float *w[3], *bias[3], *d_bias[3];
+        Q8Matrix on_cpu[3], on_gpu[3];
+        const Q8Matrix *gpu_weights[3], *cpu_weights[3];
+        for (int p = 0; p < 3; p++) {
+            w[p] = random_host((long)widths[p] * IC, 0.2f), bias[p] = random_host(widths[p], 0.5f);
+            d_bias[p] = gpu_floats(bias[p], widths[p]);
+            on_cpu[p] = quantized_on(cpu, mixes[mix][p], w[p], widths[p], IC);
+            on_gpu[p] = quantized_on(gpu, mixes[mix][p], w[p], widths[p], IC);
+            gpu_weights[p] = &on_gpu[p], cpu_weights[p] = &on_cpu[p];
+        }
+        for (int r = 0; r < 4; r++)
+            for (int parts = 2; parts <= 3; parts++)
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    const int N = rows[r];
+                    float *x = random_host((long)N * IC, 1), *d_x = gpu_floats(x, (long)N * IC);
+                    float *d_outs[3], *cpu_outs[3];
+                    const float *biases[3], *d_biases[3];
+                    for (int p = 0; p < parts; p++) {
+                        d_outs[p] = gpu->alloc((size_t)N * widths[p] * 4);
+                        cpu_outs[p] = xmalloc((size_t)N * widths[p] * 4);
+                        biases[p] = with_bias ? bias[p] : NULL, d_biases[p] = with_bias ? d_bias[p] : NULL;
+                    }
+                    gpu->matmul_forward_parts_q8(d_outs, gpu_weights, d_biases, parts, d_x, N, IC, N, NULL);
+                    for (int p = 0; p < parts; p++) {
+                        const long n = (long)N * widths[p];
+                        float *d_alone = gpu->alloc((size_t)n * 4);
+                        gpu->matmul_forward_q8(d_alone, d_x, gpu_weights[p], d_biases[p], N, IC, widths[p], N);
+                        cpu->matmul_forward_dequantized(cpu_outs[p], x, cpu_weights[p], biases[p], N, IC, widths[p]);
+                        snprintf(what, sizeof what, "%s parts: %d rows, part %d of %d%s", mixes[mix][p], N, p, parts,
+                                 with_bias ? ", bias" : "");
+                        expect_same_bits(what, d_outs[p], d_alone, n);
+                        expect_match_keep(what, d_outs[p], cpu_outs[p], n, TOL_BF16);
+                        gpu->free(d_alone), gpu->free(d_outs[p]), free(cpu_outs[p]);
+                    }
+                    gpu->free(d_x), free(x);
+                }
+        for (int p = 0; p < 3; p++) {
+            free_quantized(cpu, &on_cpu[p]), free_quantized(gpu, &on_gpu[p]);
+            gpu->free(d_bias[p]), free(w[p]), free(bias[p]);
+        }
+    }
+}
+
+// The products that take their input's RMSNorm (ops.h's InputRmsNorm): q/k/v as parts (with
+// biases), gate and up with the activation, and the same over Q4_K matrices. On the GPU
+// each the bits of the norm op then the product without the norm -- at 1, 5 and 8 rows one
+// launch that normalises the rows as it reads them, at 40 the norm's kernel (whose output,
+// the product's input, is then the norm op's) and the product -- for a norm weight w and
+// Gemma's 1 + w, 16-byte aligned (the norm kernel's four-at-a-time order of squares) or not
+// (one at a time); the CPU's within the bf16 tolerance. IC = 1280 passes every share of the
+// norm kernel's sum at least once and some twice, in either order. Verified to fail with the
+// inverse RMS rounded through bf16 and with the second half of the shares left out (the
+// warps' sums added in reverse order went unnoticed: fp64 sums of these rows round to the
+// same float either way).
+static void test_matmul_input_norm(void) {
+    enum { IC = 1280, I = 48, OC = 128 };
+    const int widths[3] = {64, 32, 32}, rows[4] = {1, 5, 8, 40};
+    const float eps = 1e-5f;
+    float *w = random_host((long)OC * IC, 0.05f), *bias = random_host(OC, 0.5f);
+    float *glu_w = random_host(2L * I * IC, 0.05f), *norm_w = random_host(IC + 4, 0.5f);
+    float *d_w = gpu_floats(w, (long)OC * IC), *d_bias = gpu_floats(bias, OC), *d_glu_w = gpu_floats(glu_w, 2L * I * IC);
+    float *d_norm_w = gpu_floats(norm_w, IC + 4);
+    Q8Matrix gate_cpu = quantized_on(cpu, "q4_k", glu_w, I, IC), up_cpu = quantized_on(cpu, "q4_k", glu_w + (long)I * IC, I, IC);
+    Q8Matrix gate_gpu = quantized_on(gpu, "q4_k", glu_w, I, IC), up_gpu = quantized_on(gpu, "q4_k", glu_w + (long)I * IC, I, IC);
+    // q, k and v's three parts as Q4_K matrices of their own.
+    Q8Matrix parts_cpu[3], parts_gpu[3];
+    const Q8Matrix *cpu_parts[3], *gpu_parts[3];
+    const float *part_bias[3], *d_part_bias[3];
+    for (int p = 0, first = 0; p < 3; first += widths[p], p++) {
+        parts_cpu[p] = quantized_on(cpu, "q4_k", w + (long)first * IC, widths[p], IC);
+        parts_gpu[p] = quantized_on(gpu, "q4_k", w + (long)first * IC, widths[p], IC);
+        cpu_parts[p] = &parts_cpu[p], gpu_parts[p] = &parts_gpu[p];
+        part_bias[p] = bias + first, d_part_bias[p] = d_bias + first;
+    }
+    char what[128];
+    for (int r = 0; r < 4; r++)
+        for (int plus_one = 0; plus_one < 2; plus_one++)
+            for (int aligned = 0; aligned < 2; aligned++) {
+                const int N = rows[r];
+                const long n = (long)N * IC, act_n = (long)N * I;
+                // Scale 3: inverse RMS well away from 1, so that a scale left out shows.
+                float *x = random_host(n, 3.0f), *d_x = gpu_floats(x, n);
+                const float *nw = aligned ? norm_w : norm_w + 1, *d_nw = aligned ? d_norm_w : d_norm_w + 1;
+                float *cpu_in = xmalloc((size_t)n * 4), *cpu_rstd = xmalloc((size_t)N * 4);
+                float *d_in = gpu->alloc((size_t)n * 4), *d_normed = gpu->alloc((size_t)n * 4);
+                float *d_rstd = gpu->alloc((size_t)N * 4), *d_rstd_ref = gpu->alloc((size_t)N * 4);
+                const InputRmsNorm gpu_norm = {.x = d_x, .rstd = d_rstd, .weight = d_nw, .eps = eps, .weight_plus_one = plus_one};
+                const InputRmsNorm cpu_norm = {.x = x, .rstd = cpu_rstd, .weight = nw, .eps = eps, .weight_plus_one = plus_one};
+                // The reference: the norm op's output, held as the model holds it (the later
+                // products read its floats, the same bits as its copy).
+                gpu->matmul_input_hold(d_normed, n);
+                gpu->rmsnorm_forward(d_normed, d_rstd_ref, d_x, d_nw, N, IC, eps, plus_one);
+                const char *form = plus_one ? "1 + w" : "w";
+                // q, k and v.
+                float *d_outs[3], *d_ref[3], *cpu_outs[3];
+                for (int p = 0; p < 3; p++) {
+                    d_outs[p] = gpu->alloc((size_t)N * widths[p] * 4), d_ref[p] = gpu->alloc((size_t)N * widths[p] * 4);
+                    cpu_outs[p] = xmalloc((size_t)N * widths[p] * 4);
+                }
+                gpu->matmul_forward_parts(d_ref, widths, 3, d_normed, d_w, d_bias, N, IC, NULL);
+                gpu->matmul_input_release();
+                gpu->matmul_input_hold(d_in, n);
+                gpu->matmul_forward_parts(d_outs, widths, 3, d_in, d_w, d_bias, N, IC, &gpu_norm);
+                gpu->matmul_input_release();
+                cpu->matmul_forward_parts(cpu_outs, widths, 3, cpu_in, w, bias, N, IC, &cpu_norm);
+                for (int p = 0; p < 3; p++) {
+                    snprintf(what, sizeof what, "normed parts: %d rows, %s, %saligned, part %d", N, form,
+                             aligned ? "" : "not ", p);
+                    expect_same_bits(what, d_outs[p], d_ref[p], (long)N * widths[p]);
+                    expect_match_keep(what, d_outs[p], cpu_outs[p], (long)N * widths[p], TOL_BF16);
+                    gpu->free(d_outs[p]), gpu->free(d_ref[p]), free(cpu_outs[p]);
+                }
+                if (N > 8) {
+                    snprintf(what, sizeof what, "normed parts: %d rows, the norm's output", N);
+                    expect_same_bits(what, d_in, d_normed, n);
+                    expect_same_bits(what, d_rstd, d_rstd_ref, N);
+                }
+                // The same parts as Q4_K matrices; the CPU's dequantized products.
+                for (int p = 0; p < 3; p++) {
+                    d_outs[p] = gpu->alloc((size_t)N * widths[p] * 4), d_ref[p] = gpu->alloc((size_t)N * widths[p] * 4);
+                    cpu_outs[p] = xmalloc((size_t)N * widths[p] * 4);
+                }
+                gpu->matmul_forward_parts_q8(d_ref, gpu_parts, d_part_bias, 3, d_normed, N, IC, N, NULL);
+                gpu->matmul_input_hold(d_in, n);
+                gpu->matmul_forward_parts_q8(d_outs, gpu_parts, d_part_bias, 3, d_in, N, IC, N, &gpu_norm);
+                gpu->matmul_input_release();
+                cpu->rmsnorm_forward(cpu_in, cpu_rstd, x, nw, N, IC, eps, plus_one);
+                for (int p = 0; p < 3; p++) {
+                    cpu->matmul_forward_dequantized(cpu_outs[p], cpu_in, cpu_parts[p], part_bias[p], N, IC, widths[p]);
+                    snprintf(what, sizeof what, "normed q4_k parts: %d rows, %s, %saligned, part %d", N, form,
+                             aligned ? "" : "not ", p);
+                    expect_same_bits(what, d_outs[p], d_ref[p], (long)N * widths[p]);
+                    expect_match_keep(what, d_outs[p], cpu_outs[p], (long)N * widths[p], TOL_BF16);
+                    gpu->free(d_outs[p]), gpu->free(d_ref[p]), free(cpu_outs[p]);
+                }
+                // Gate and up with SwiGLU, float and Q4_K.
+                float *d_act = gpu->alloc((size_t)act_n * 4), *d_act_ref = gpu->alloc((size_t)act_n * 4);
+                float *d_gate = gpu->alloc((size_t)act_n * 4), *d_up = gpu->alloc((size_t)act_n * 4);
+                float *cpu_act = xmalloc((size_t)act_n * 4), *cpu_gate = xmalloc((size_t)act_n * 4);
+                float *cpu_up = xmalloc((size_t)act_n * 4);
+                gpu->matmul_forward_glu(d_act_ref, d_gate, d_up, d_normed, d_glu_w, N, IC, I, false, NULL);
+                gpu->matmul_input_hold(d_in, n);
+                gpu->matmul_forward_glu(d_act, d_gate, d_up, d_in, d_glu_w, N, IC, I, false, &gpu_norm);
+                gpu->matmul_input_release();
+                cpu->matmul_forward_glu(cpu_act, cpu_gate, cpu_up, cpu_in, glu_w, N, IC, I, false, &cpu_norm);
+                snprintf(what, sizeof what, "normed glu: %d rows, %s, %saligned", N, form, aligned ? "" : "not ");
+                expect_same_bits(what, d_act, d_act_ref, act_n);
+                expect_match_keep(what, d_act, cpu_act, act_n, TOL_BF16);
+                gpu->matmul_forward_glu_q8(d_act_ref, d_gate, d_up, d_normed, &gate_gpu, &up_gpu, N, IC, I, false, N,
+                                           NULL);
+                gpu->matmul_input_hold(d_in, n);
+                gpu->matmul_forward_glu_q8(d_act, d_gate, d_up, d_in, &gate_gpu, &up_gpu, N, IC, I, false, N, &gpu_norm);
+                gpu->matmul_input_release();
+                // The CPU's dequantized products (what the GPU computes; test_matmul_glu_quantized).
+                cpu->rmsnorm_forward(cpu_in, cpu_rstd, x, nw, N, IC, eps, plus_one);
+                cpu->matmul_forward_dequantized(cpu_gate, cpu_in, &gate_cpu, NULL, N, IC, I);
+                cpu->matmul_forward_dequantized(cpu_up, cpu_in, &up_cpu, NULL, N, IC, I);
+                cpu->glu_forward(cpu_act, cpu_gate, cpu_up, act_n, false);
+                snprintf(what, sizeof what, "normed q4_k glu: %d rows, %s, %saligned", N, form, aligned ? "" : "not ");
+                expect_same_bits(what, d_act, d_act_ref, act_n);
+                expect_match_keep(what, d_act, cpu_act, act_n, TOL_BF16);
+                gpu->free(d_act), gpu->free(d_act_ref), gpu->free(d_gate), gpu->free(d_up);
+                gpu->free(d_x), gpu->free(d_in), gpu->free(d_normed), gpu->free(d_rstd), gpu->free(d_rstd_ref);
+                free(x), free(cpu_in), free(cpu_rstd), free(cpu_act), free(cpu_gate), free(cpu_up);
+            }
+    free_quantized(cpu, &gate_cpu), free_quantized(cpu, &up_cpu);
+    free_quantized(gpu, &gate_gpu), free_quantized(gpu, &up_gpu);
+    for (int p = 0; p < 3; p++) free_quantized(cpu, &parts_cpu[p]), free_quantized(gpu, &parts_gpu[p]);
+    gpu->free(d_w), gpu->free(d_bias), gpu->free(d_glu_w), gpu->free(d_norm_w);
+    free(w), free(bias), free(glu_w), free(norm_w);
 }
 
 static void test_quantized_ops(void) {
@@ -3278,6 +3471,8 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_matmul_parts);
     RUN_SELECTED(test_matmul_glu);
     RUN_SELECTED(test_matmul_glu_quantized);
+    RUN_SELECTED(test_matmul_parts_quantized);
+    RUN_SELECTED(test_matmul_input_norm);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);

@@ -76,8 +76,16 @@ static void cpu_scale(float *x, float factor, long n) {
     for (long i = 0; i < n; i++) x[i] *= factor;
 }
 
+void ops_input_norm_forward(const OpsBackend *ops, float *inp, const InputRmsNorm *norm, int N, int IC) {
+    if (norm) ops->rmsnorm_forward(inp, norm->rstd, norm->x, norm->weight, N, IC, norm->eps, norm->weight_plus_one);
+}
+
+// (A product's `inp` is const to the product; with a norm it is the norm's output buffer,
+// which the caller gave for it: InputRmsNorm.)
 void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, const int *widths, int parts,
-                                 const float *inp, const float *weight, const float *bias, int N, int IC) {
+                                 const float *inp, const float *weight, const float *bias, int N, int IC,
+                                 const InputRmsNorm *norm) {
+    ops_input_norm_forward(ops, (float *)inp, norm, N, IC);
     long first = 0;
     for (int p = 0; p < parts; p++) {
         ops->matmul_forward(outs[p], inp, weight + first * IC, bias ? bias + first : NULL, N, IC, widths[p]);
@@ -88,26 +96,43 @@ void ops_matmul_forward_per_part(const OpsBackend *ops, float *const *outs, cons
 // The table's matmul_forward per part (its stored-input checks included): the same calls,
 // and bits, as three (two) matmul_forward calls.
 static void cpu_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                                     const float *weight, const float *bias, int N, int IC) {
-    ops_matmul_forward_per_part(&ops_cpu, outs, widths, parts, inp, weight, bias, N, IC);
+                                     const float *weight, const float *bias, int N, int IC,
+                                     const InputRmsNorm *norm) {
+    ops_matmul_forward_per_part(&ops_cpu, outs, widths, parts, inp, weight, bias, N, IC, norm);
 }
 
 void ops_matmul_forward_glu_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
-                                     const float *weight, int N, int IC, int width, bool gelu) {
+                                     const float *weight, int N, int IC, int width, bool gelu,
+                                     const InputRmsNorm *norm) {
     float *outs[2] = {gate, up};
     const int widths[2] = {width, width};
-    ops->matmul_forward_parts(outs, widths, 2, inp, weight, NULL, N, IC);
+    ops->matmul_forward_parts(outs, widths, 2, inp, weight, NULL, N, IC, norm);
     ops->glu_forward(act, gate, up, (long)N * width, gelu);
 }
 
 static void cpu_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
-                                   int IC, int width, bool gelu) {
-    ops_matmul_forward_glu_in_calls(&ops_cpu, act, gate, up, inp, weight, N, IC, width, gelu);
+                                   int IC, int width, bool gelu, const InputRmsNorm *norm) {
+    ops_matmul_forward_glu_in_calls(&ops_cpu, act, gate, up, inp, weight, N, IC, width, gelu, norm);
+}
+
+void ops_matmul_forward_parts_q8_in_calls(const OpsBackend *ops, float *const *outs, const Q8Matrix *const *weights,
+                                          const float *const *biases, int parts, const float *inp, int N, int IC,
+                                          int kernel_rows, const InputRmsNorm *norm) {
+    ops_input_norm_forward(ops, (float *)inp, norm, N, IC);
+    for (int p = 0; p < parts; p++)
+        ops->matmul_forward_q8(outs[p], inp, weights[p], biases[p], N, IC, weights[p]->rows, kernel_rows);
+}
+
+static void cpu_matmul_forward_parts_q8(float *const *outs, const Q8Matrix *const *weights,
+                                        const float *const *biases, int parts, const float *inp, int N, int IC,
+                                        int kernel_rows, const InputRmsNorm *norm) {
+    ops_matmul_forward_parts_q8_in_calls(&ops_cpu, outs, weights, biases, parts, inp, N, IC, kernel_rows, norm);
 }
 
 void ops_matmul_forward_glu_q8_in_calls(const OpsBackend *ops, float *act, float *gate, float *up, const float *inp,
                                         const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC,
-                                        int width, bool gelu, int kernel_rows) {
+                                        int width, bool gelu, int kernel_rows, const InputRmsNorm *norm) {
+    ops_input_norm_forward(ops, (float *)inp, norm, N, IC);
     ops->matmul_forward_q8(gate, inp, gate_weight, NULL, N, IC, width, kernel_rows);
     ops->matmul_forward_q8(up, inp, up_weight, NULL, N, IC, width, kernel_rows);
     ops->glu_forward(act, gate, up, (long)N * width, gelu);
@@ -115,9 +140,9 @@ void ops_matmul_forward_glu_q8_in_calls(const OpsBackend *ops, float *act, float
 
 static void cpu_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp,
                                       const Q8Matrix *gate_weight, const Q8Matrix *up_weight, int N, int IC, int width,
-                                      bool gelu, int kernel_rows) {
+                                      bool gelu, int kernel_rows, const InputRmsNorm *norm) {
     ops_matmul_forward_glu_q8_in_calls(&ops_cpu, act, gate, up, inp, gate_weight, up_weight, N, IC, width, gelu,
-                                       kernel_rows);
+                                       kernel_rows, norm);
 }
 
 void ops_rotate_and_cache_write_in_calls(const OpsBackend *ops, float *q, float *k, const float *v, void *k_cache,
@@ -172,6 +197,7 @@ const OpsBackend ops_cpu = {
     .matmul_forward_residual = cpu_stored_matmul_forward_residual,
     .matmul_forward_parts = cpu_matmul_forward_parts,
     .matmul_forward_glu = cpu_matmul_forward_glu,
+    .matmul_forward_parts_q8 = cpu_matmul_forward_parts_q8,
     .matmul_forward_glu_q8 = cpu_matmul_forward_glu_q8,
     .matmul_forward_q8 = cpu_matmul_forward_q8,
     .matmul_forward_dequantized = cpu_stored_matmul_forward_dequantized,

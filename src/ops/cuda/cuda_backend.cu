@@ -214,6 +214,7 @@ extern "C" const OpsBackend ops_cuda = {
     // Quantized weights (matmul_quantized.cu): dequantized tile by tile into bf16, then
     // cuBLASLt; forward_q8 has no integer decode kernel and computes what forward_dequantized does.
     .matmul_forward_q8 = cuda_matmul_forward_q8,
+    .matmul_forward_parts_q8 = cuda_matmul_forward_parts_q8,
     .matmul_forward_glu_q8 = cuda_matmul_forward_glu_q8,
     .matmul_forward_dequantized = cuda_matmul_forward_dequantized,
     .matmul_backward_input_q8 = cuda_matmul_backward_input_q8,

@@ -205,12 +205,15 @@ void cuda_matmul_forward_residual(float *out, const float *inp, const float *wei
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC);
 void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                               const float *weight, const float *bias, int N, int IC);
+                               const float *weight, const float *bias, int N, int IC, const InputRmsNorm *norm);
 void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
-                             int IC, int I, bool use_gelu);
+                             int IC, int I, bool use_gelu, const InputRmsNorm *norm);
+void cuda_matmul_forward_parts_q8(float *const *outs, const Q8Matrix *const *weights, const float *const *biases,
+                                  int parts, const float *inp, int N, int IC, int kernel_rows,
+                                  const InputRmsNorm *norm);
 void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
                                 const Q8Matrix *up_weight, int N, int IC, int width, bool use_gelu,
-                                int kernel_rows);
+                                int kernel_rows, const InputRmsNorm *norm);
 void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, int N, int IC, int OC, WriteMode dinp_mode,
                           WriteMode weight_mode);

@@ -353,6 +353,16 @@ static bool matvec_applies(const float *inp, int N, int IC) {
     return N > 0 && N <= matvec::MAX_ROWS && IC % matvec::GROUP == 0 && (uintptr_t)inp % 16 == 0;
 }
 
+// The same for a product whose input an RMSNorm makes (InputRmsNorm), whose rows the kernel
+// normalises as it reads them (RowNorm: aligned or not).
+static bool matvec_normalises(const InputRmsNorm *norm, int N, int IC) {
+    return norm && N > 0 && N <= matvec::MAX_ROWS && IC % matvec::GROUP == 0;
+}
+
+static matvec::RowNorm matvec_row_norm(const InputRmsNorm *norm, int IC) {
+    return matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
+}
+
 // The matvec kernel's input rows: a held input whose copy is made (by its producer, or by a
 // product before this one) is read through it, a stored one always (it has no floats); any
 // other input's floats are rounded by the kernel, which spares the conversion's launch (the
@@ -379,20 +389,22 @@ static bool matvec_product(float *out, const float *inp, const float *weight, co
 }
 
 // A weight of up to 3 parts (ops.h's matmul_forward_parts): a decode step's parts as one
-// matvec launch, each column's sum the bits of its part's own product; otherwise (more rows,
-// a stored output) a product per part, cuBLASLt's as before. Either way the parts' bf16
+// matvec launch, each column's sum the bits of its part's own product, the input's norm
+// (where given) applied as the rows are read; otherwise (more rows, a stored output) the
+// norm's kernel and a product per part, cuBLASLt's as before. Either way the parts' bf16
 // copy is one range of the weight cache, which serves the parts' own products too.
 void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts, const float *inp,
-                               const float *weight, const float *bias, int N, int IC) {
+                               const float *weight, const float *bias, int N, int IC, const InputRmsNorm *norm) {
     CHECK(parts >= 1 && parts <= matvec::PartsOutput::MAX_PARTS, "matmul_forward_parts: %d parts", parts);
     int first[matvec::PartsOutput::MAX_PARTS + 1] = {0, INT_MAX, INT_MAX, INT_MAX};
-    bool one_launch = matvec_applies(inp, N, IC);
+    bool one_launch = norm ? matvec_normalises(norm, N, IC) : matvec_applies(inp, N, IC);
     for (int p = 0; p < parts; p++) {
         first[p + 1] = first[p] + widths[p];
         one_launch = one_launch && !stored_entry(outs[p], (long)N * widths[p]);
     }
     const int OC = first[parts];
     if (!one_launch) {
+        ops_input_norm_forward(&ops_cuda, (float *)inp, norm, N, IC); // (InputRmsNorm: the norm's output)
         for (int p = 0; p < parts; p++)
             cuda_matmul_forward(outs[p], inp, weight + (long)first[p] * IC, bias ? bias + first[p] : NULL, N, IC,
                                 widths[p]);
@@ -402,26 +414,36 @@ void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts,
                                      widths[0], parts > 1 ? widths[1] : 0, parts > 2 ? widths[2] : 0,
                                      parts > 1 ? first[1] : INT_MAX, parts > 2 ? first[2] : INT_MAX};
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
-    const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
-    matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, nullptr, N, IC, OC);
+    if (norm) {
+        matvec::bf16_normed_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, matvec_row_norm(norm, IC),
+                                                                                 bias, N, IC, OC);
+    } else {
+        const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
+        matvec::bf16_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, x, bias, nullptr, N, IC, OC);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
 // A gated MLP's gate and up products and its activation (ops.h's matmul_forward_glu): in a
 // decode step (matvec_applies) one launch, each activation computed beside its two sums
 // (matvec.cuh's glu_product) and gate and up left unwritten -- the bits of the parts product
-// and the GLU kernel, with the GLU's launch and its reading of gate and up gone; otherwise
-// those two ops.
+// and the GLU kernel, with the GLU's launch and its reading of gate and up gone, and the
+// input's norm (where given) applied as the rows are read; otherwise those ops.
 void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *inp, const float *weight, int N,
-                             int IC, int I, bool use_gelu) {
-    if (!matvec_applies(inp, N, IC)) {
-        ops_matmul_forward_glu_in_calls(&ops_cuda, act, gate, up, inp, weight, N, IC, I, use_gelu);
+                             int IC, int I, bool use_gelu, const InputRmsNorm *norm) {
+    if (norm ? !matvec_normalises(norm, N, IC) : !matvec_applies(inp, N, IC)) {
+        ops_matmul_forward_glu_in_calls(&ops_cuda, act, gate, up, inp, weight, N, IC, I, use_gelu, norm);
         return;
     }
     __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * I);
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, 2L * I * IC);
-    const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
-    matvec::bf16_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(act, act_copy, w, x, N, IC, I, use_gelu);
+    if (norm) {
+        matvec::bf16_normed_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(
+            act, act_copy, w, matvec_row_norm(norm, IC), N, IC, I, use_gelu);
+    } else {
+        const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
+        matvec::bf16_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(act, act_copy, w, x, N, IC, I, use_gelu);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

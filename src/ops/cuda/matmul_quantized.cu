@@ -102,25 +102,131 @@ static __global__ void __launch_bounds__(matvec::THREADS)
     matvec::glu_product(act, act_copy, gate, up, matvec::FloatRows{inp}, M, IC, I, use_gelu);
 }
 
+// The same over an RMSNorm's input rows, normalised as they are read (matvec.cuh, RowNorm):
+// the bits of the norm kernel then glu_kernel.
+static __global__ void __launch_bounds__(matvec::THREADS)
+    normed_glu_kernel(float *act, __nv_bfloat16 *act_copy, matvec::RowNorm norm, matvec::BlockWeights gate,
+                      matvec::BlockWeights up, int M, int IC, int I, bool use_gelu) {
+    STATIC_SHARED(float, scales, matvec::MAX_ROWS);
+    STATIC_SHARED(double, slots, matvec::MAX_ROWS * matvec::NORM_WARPS);
+    matvec::row_inverse_rms(scales, slots, norm, M, IC);
+    matvec::glu_product(act, act_copy, gate, up, matvec::NormedRows<false>{norm, scales, IC}, M, IC, I, use_gelu);
+}
+
+// Up to 3 quantized matrices over the same input rows (ops.h's matmul_forward_parts_q8: a
+// layer's q, k and v) in one launch: the first blocks_for(width0) blocks serve part 0, the
+// next blocks_for(width1) part 1, the rest part 2, each column the bits of its part's own
+// matvec_quantized.cuh kernel. Named fields, not arrays (matvec.cuh's PartsOutput says why);
+// each part's weights a kernel parameter of its own, read by one branch.
+struct QuantizedParts {
+    float *out0, *out1, *out2;
+    const float *bias0, *bias1, *bias2;
+    int width0, width1, width2;
+    int blocks0, blocks1; // part 1 starts at block blocks0, part 2 at blocks0 + blocks1
+};
+
+template <typename Rows>
+DEVICE_INLINE void parts_columns(const QuantizedParts &parts, Rows rows, const matvec::BlockWeights &w0,
+                                 const matvec::BlockWeights &w1, const matvec::BlockWeights &w2, int M, int IC) {
+    const int warp = (int)threadIdx.x / 32;
+    int block = (int)blockIdx.x;
+    if (block < parts.blocks0) {
+        const int o = block * matvec::WARPS + warp;
+        if (o < parts.width0)
+            matvec::product_column(matvec::Output{parts.out0, parts.width0}, w0, rows, parts.bias0, nullptr, M, IC,
+                                   parts.width0, o);
+        return;
+    }
+    block -= parts.blocks0;
+    if (block < parts.blocks1) {
+        const int o = block * matvec::WARPS + warp;
+        if (o < parts.width1)
+            matvec::product_column(matvec::Output{parts.out1, parts.width1}, w1, rows, parts.bias1, nullptr, M, IC,
+                                   parts.width1, o);
+        return;
+    }
+    block -= parts.blocks1;
+    const int o = block * matvec::WARPS + warp;
+    if (o < parts.width2)
+        matvec::product_column(matvec::Output{parts.out2, parts.width2}, w2, rows, parts.bias2, nullptr, M, IC,
+                               parts.width2, o);
+}
+
+static __global__ void __launch_bounds__(matvec::THREADS)
+    parts_kernel(QuantizedParts parts, const float *inp, matvec::BlockWeights w0, matvec::BlockWeights w1,
+                 matvec::BlockWeights w2, int M, int IC) {
+    parts_columns(parts, matvec::FloatRows{inp}, w0, w1, w2, M, IC);
+}
+
+// The same over an RMSNorm's input rows, normalised as they are read (matvec.cuh, RowNorm).
+static __global__ void __launch_bounds__(matvec::THREADS)
+    normed_parts_kernel(QuantizedParts parts, matvec::RowNorm norm, matvec::BlockWeights w0, matvec::BlockWeights w1,
+                        matvec::BlockWeights w2, int M, int IC) {
+    STATIC_SHARED(float, scales, matvec::MAX_ROWS);
+    STATIC_SHARED(double, slots, matvec::MAX_ROWS * matvec::NORM_WARPS);
+    matvec::row_inverse_rms(scales, slots, norm, M, IC);
+    parts_columns(parts, matvec::NormedRows<false>{norm, scales, IC}, w0, w1, w2, M, IC);
+}
+
+// A decode step's parts in one launch (parts_kernel, or normed_parts_kernel where the
+// input's norm is given: the norm's output never written); otherwise the norm and a
+// matmul_forward_q8 per part.
+void cuda_matmul_forward_parts_q8(float *const *outs, const Q8Matrix *const *weights, const float *const *biases,
+                                  int parts, const float *inp, int N, int IC, int kernel_rows,
+                                  const InputRmsNorm *norm) {
+    CHECK(parts >= 1 && parts <= 3, "matmul_forward_parts_q8: %d parts", parts);
+    if (N == 0 || N > matvec::MAX_ROWS) {
+        ops_matmul_forward_parts_q8_in_calls(&ops_cuda, outs, weights, biases, parts, inp, N, IC, kernel_rows, norm);
+        return;
+    }
+    for (int p = 0; p < parts; p++) check_shape(weights[p], IC, weights[p]->rows);
+    CHECK(!cuda_stored_values(norm ? norm->x : inp, (long)N * IC),
+          "the quantized decode kernel reads floats, which a stored input (hold_stored) does not have");
+    QuantizedParts out = {outs[0], parts > 1 ? outs[1] : NULL, parts > 2 ? outs[2] : NULL,
+                          biases[0], parts > 1 ? biases[1] : NULL, parts > 2 ? biases[2] : NULL,
+                          weights[0]->rows, parts > 1 ? weights[1]->rows : 0, parts > 2 ? weights[2]->rows : 0,
+                          (int)matvec::blocks_for(weights[0]->rows),
+                          parts > 1 ? (int)matvec::blocks_for(weights[1]->rows) : 0};
+    // A part that is not there: no blocks, weights of part 0 never read.
+    const matvec::BlockWeights w0 = {weights_of(weights[0])};
+    const matvec::BlockWeights w1 = {parts > 1 ? weights_of(weights[1]) : w0.w};
+    const matvec::BlockWeights w2 = {parts > 2 ? weights_of(weights[2]) : w0.w};
+    const unsigned blocks = (unsigned)(out.blocks0 + out.blocks1) + (parts > 2 ? matvec::blocks_for(out.width2) : 0);
+    if (norm) {
+        const matvec::RowNorm rows = matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
+        normed_parts_kernel<<<blocks, matvec::THREADS>>>(out, rows, w0, w1, w2, N, IC);
+    } else {
+        parts_kernel<<<blocks, matvec::THREADS>>>(out, inp, w0, w1, w2, N, IC);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
 // A gated MLP's two quantized products and its activation (ops.h's matmul_forward_glu_q8):
-// a decode step in one launch (matvec_quantized.cuh's glu_kernel: gate and up never
-// written), else the two products and the GLU kernel.
+// a decode step in one launch (glu_kernel, or normed_glu_kernel where the input's norm is
+// given: gate and up never written, nor the norm's output), else the norm, the two products
+// and the GLU kernel.
 void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float *inp, const Q8Matrix *gate_weight,
                                 const Q8Matrix *up_weight, int N, int IC, int width, bool use_gelu,
-                                int kernel_rows) {
+                                int kernel_rows, const InputRmsNorm *norm) {
     if (N == 0 || N > matvec::MAX_ROWS) {
         ops_matmul_forward_glu_q8_in_calls(&ops_cuda, act, gate, up, inp, gate_weight, up_weight, N, IC, width,
-                                           use_gelu, kernel_rows);
+                                           use_gelu, kernel_rows, norm);
         return;
     }
     check_shape(gate_weight, IC, width);
     check_shape(up_weight, IC, width);
-    CHECK(!cuda_stored_values(inp, (long)N * IC), "the quantized decode kernel reads floats, which a stored "
-                                                  "input (hold_stored) does not have");
+    CHECK(!cuda_stored_values(norm ? norm->x : inp, (long)N * IC),
+          "the quantized decode kernel reads floats, which a stored input (hold_stored) does not have");
     __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * width);
     const matvec::BlockWeights gate_blocks = {weights_of(gate_weight)}, up_blocks = {weights_of(up_weight)};
-    glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, inp, gate_blocks, up_blocks, N, IC,
-                                                                width, use_gelu);
+    if (norm) {
+        const matvec::RowNorm rows = matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
+        normed_glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, rows, gate_blocks,
+                                                                           up_blocks, N, IC, width, use_gelu);
+    } else {
+        glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, inp, gate_blocks, up_blocks, N, IC,
+                                                                    width, use_gelu);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

@@ -26,7 +26,7 @@ struct Bf16Weights {
 struct Bf16Rows {
     const bf16 *copy; // NULL: read `floats`
     const float *floats;
-    DEVICE_METHOD void load(long at, float values[GROUP]) const {
+    DEVICE_METHOD void load(int, long at, float values[GROUP]) const {
         if (copy) {
             load_bf16x8(values, copy + at);
             return;
@@ -49,6 +49,27 @@ static __global__ void __launch_bounds__(THREADS) bf16_kernel(Out out, const bf1
 static __global__ void __launch_bounds__(THREADS) bf16_glu_kernel(float *act, bf16 *act_copy, const bf16 *weight,
                                                                   Bf16Rows x, int M, int IC, int I, bool use_gelu) {
     glu_product(act, act_copy, Bf16Weights{weight}, Bf16Weights{weight + (long)I * IC}, x, M, IC, I, use_gelu);
+}
+
+// The same two kernels over an RMSNorm's input rows, normalised as they are read (RowNorm):
+// the bits of the norm kernel then bf16_kernel / bf16_glu_kernel.
+template <typename Out>
+static __global__ void __launch_bounds__(THREADS)
+    bf16_normed_kernel(Out out, const bf16 *weight, RowNorm norm, const float *bias, int M, int IC, int OC) {
+    STATIC_SHARED(float, scales, MAX_ROWS);
+    STATIC_SHARED(double, slots, MAX_ROWS * NORM_WARPS);
+    row_inverse_rms(scales, slots, norm, M, IC);
+    product(out, Bf16Weights{weight}, NormedRows<true>{norm, scales, IC}, bias, nullptr, M, IC, OC);
+}
+
+static __global__ void __launch_bounds__(THREADS) bf16_normed_glu_kernel(float *act, bf16 *act_copy, const bf16 *weight,
+                                                                         RowNorm norm, int M, int IC, int I,
+                                                                         bool use_gelu) {
+    STATIC_SHARED(float, scales, MAX_ROWS);
+    STATIC_SHARED(double, slots, MAX_ROWS * NORM_WARPS);
+    row_inverse_rms(scales, slots, norm, M, IC);
+    glu_product(act, act_copy, Bf16Weights{weight}, Bf16Weights{weight + (long)I * IC},
+                NormedRows<true>{norm, scales, IC}, M, IC, I, use_gelu);
 }
 
 } // namespace matvec

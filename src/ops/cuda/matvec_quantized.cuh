@@ -28,7 +28,7 @@ struct BlockWeights {
 // Input rows as floats, read one at a time (no alignment asked of them).
 struct FloatRows {
     const float *x;
-    DEVICE_METHOD void load(long at, float values[GROUP]) const {
+    DEVICE_METHOD void load(int, long at, float values[GROUP]) const {
         for (int i = 0; i < GROUP; i++) values[i] = x[at + i];
     }
 };

@@ -13,10 +13,11 @@
 #include <math.h>
 
 #include "ops/cuda/device_primitives.cuh"
+#include "ops/cuda/norm_functions.cuh"
 
 namespace norm_rows {
 
-enum { THREADS = 256, SHARED_BYTES = THREADS / 32 * sizeof(double) };
+enum { SHARED_BYTES = THREADS / 32 * sizeof(double) };
 
 static __global__ void __launch_bounds__(THREADS)
     layernorm_forward_kernel(float *out, bf16 *out_copy, float *mean, float *rstd, const float *inp,
@@ -82,29 +83,20 @@ static __global__ void __launch_bounds__(THREADS)
     const float *x = inp + row * C;
     float *y = out ? out + row * C : nullptr;
     bf16 *y_copy = out_copy ? out_copy + row * C : nullptr;
-    double sum_sq = 0;
-    if (by_four) {
-        for (int c = 4 * threadIdx.x; c < C; c += 4 * THREADS) {
-            float v[4];
-            load_float4(v, x + c);
-            for (int k = 0; k < 4; k++) sum_sq += (double)v[k] * v[k];
-        }
-    } else {
-        for (int c = threadIdx.x; c < C; c += THREADS) sum_sq += (double)x[c] * x[c];
-    }
-    const float s = (float)(1.0 / sqrt(block_sum_fixed<THREADS>(sum_sq, slots) / C + eps));
+    const double sum_sq = rms_sum_squares_share(x, C, (int)threadIdx.x, by_four);
+    const float s = rms_inverse(block_sum_fixed<THREADS>(sum_sq, slots), C, eps);
     if (by_four) {
         for (int c = 4 * threadIdx.x; c < C; c += 4 * THREADS) {
             float v[4], w[4], result[4];
             load_float4(v, x + c);
             load_float4(w, weight + c);
-            for (int k = 0; k < 4; k++) result[k] = v[k] * s * (offset + w[k]);
+            for (int k = 0; k < 4; k++) result[k] = rms_normalised(v[k], s, offset, w[k]);
             if (y) store_float4(y + c, result);
             if (y_copy) store_bf16x4(y_copy + c, result);
         }
     } else {
         for (int c = threadIdx.x; c < C; c += THREADS) {
-            const float value = x[c] * s * (offset + weight[c]);
+            const float value = rms_normalised(x[c], s, offset, weight[c]);
             if (y) y[c] = value;
             if (y_copy) y_copy[c] = to_bf16(value);
         }
