@@ -126,13 +126,13 @@ int main(int argc, char **argv) {
                "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"decode_tokens_per_s\": %.1f, \"prefill_s\": %.3f, "
                "\"decode_s\": %.3f, \"ms_per_step\": %.2f, \"new_tokens\": %d, \"prompt\": %d, \"kv_bytes_per_token\": %ld, "
                "\"threads\": %d, \"peak_rss_mb\": %.1f, \"quantized_mb\": %.1f, \"float_params_mb\": %.1f, "
-               "\"peak_mem_gib\": %s, \"backend_picked_tokens\": %ld, \"nucleus_misses\": %d}\n",
+               "\"peak_mem_gib\": %s, \"backend_picked_tokens\": %ld, \"nucleus_misses\": %d, \"folded_norms\": %s}\n",
                ops->name, quantize, kv_cache, shape ? shape : path, B, sampler.temperature, sampler.top_k, sampler.top_p, decode_tokens / stats.decode_seconds, stats.prefill_seconds, stats.decode_seconds,
                1000.0 * stats.decode_seconds / stats.decode_steps, new_tokens, prompt_length, kv_bytes_per_token,
                omp_get_max_threads(), peak_rss_mb(), quantized_mb(&model),
                // the float32 buffer in the backend's memory: without the quantized weights' slots off the CPU
                (double)model.table.stored_total * sizeof(float) / 1e6, device_peak_gib_json(ops, peak_text),
-               stats.backend_picked_tokens, stats.nucleus_misses);
+               stats.backend_picked_tokens, stats.nucleus_misses, model_norms_folded() ? "true" : "false");
         fflush(stdout);
         for (int b = 0; b < B; b++) generated_row_free(&rows[b]), free(prompts[b]);
         free(rows), free(prompts), free(lengths);

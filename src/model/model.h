@@ -328,6 +328,10 @@ typedef enum {
 void model_set_qkv_fusion(ModelQkvFusion fusion);
 // Whether layers on `ops` fuse them where they can, as the setting stands.
 bool model_qkv_fusion_on(const OpsBackend *ops);
+// Whether a forward that no backward follows gives a layer's RMSNorms to the products that
+// read them (ops.h's InputRmsNorm; model/transformer.c, layer_folds_norm): true unless
+// MARLHF_UNFOLDED_NORMS=1 (read once; a value other than 0 or 1 is a user error).
+bool model_norms_folded(void);
 // Frees the activation memory (the next forward allocates it again).
 void model_release_activations(Model *model);
 // A linear layer's product with its weight, float32 or quantized (`quantized` NULL or without

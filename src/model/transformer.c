@@ -699,13 +699,17 @@ static bool layer_takes_glu_in_one_op(const Model *model, int l, const CacheTarg
 // its own (to compare).
 typedef enum { NORM_BEFORE_ATTENTION, NORM_BEFORE_MLP } LayerNormSite;
 
-static bool layer_folds_norm(const Model *model, int l, const CacheTarget *target, LayerNormSite site, bool qkv_fused) {
+bool model_norms_folded(void) {
     static int unfolded = -1;
     if (unfolded < 0) {
         unfolded = env_switch("MARLHF_UNFOLDED_NORMS");
         if (unfolded < 0) die_from_err();
     }
-    if (unfolded || model->config.norm != NORM_RMSNORM || (!target && model->grads)) return false;
+    return !unfolded;
+}
+
+static bool layer_folds_norm(const Model *model, int l, const CacheTarget *target, LayerNormSite site, bool qkv_fused) {
+    if (!model_norms_folded() || model->config.norm != NORM_RMSNORM || (!target && model->grads)) return false;
     if (site == NORM_BEFORE_MLP) return layer_takes_glu_in_one_op(model, l, target);
     return !qkv_fused && (layer_takes_qkv_in_parts(model, l) || layer_takes_quantized_qkv_in_one_op(model, l));
 }

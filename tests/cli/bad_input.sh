@@ -111,6 +111,10 @@ expect_error data_parallel_bad_nccl_setting "MARLHF_NCCL" env MARLHF_NCCL=yes "$
 # forward: 0, 1 or unset.
 expect_error fused_qkv_bad_setting "MARLHF_FUSED_QKV" env MARLHF_FUSED_QKV=yes "$bin" logprobs --model "$llama" \
     --input "$ids"
+# The switch that keeps the RMSNorms apart from the products (model/model.h,
+# model_norms_folded), read at the first forward: 0, 1 or unset.
+expect_error unfolded_norms_bad_setting "MARLHF_UNFOLDED_NORMS" env MARLHF_UNFOLDED_NORMS=yes "$bin" logprobs \
+    --model "$llama" --input "$ids"
 # The test switch that fills gradients with NaN (model/model.h): only 0 or 1, and a training
 # run refused on anything else writes no model.
 expect_error check_gradient_writes_bad_value "MARLHF_CHECK_GRADIENT_WRITES" env MARLHF_CHECK_GRADIENT_WRITES=yes \

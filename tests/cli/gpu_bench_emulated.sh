@@ -40,8 +40,8 @@ PY
 }
 
 # The full set: 8 training steps (5 attention kernels, no clipping, stores off, q/k/v as
-# three products), 26 decode lines (4 samplers x 2 batches, 4 quantized types x 3 batches,
-# 3 KV caches x 2 batches), 4 breakdowns; the summary has a figure for each marlhf slot.
+# three products), 28 decode lines (4 samplers x 2 batches, the norms unfolded x 2 batches,
+# 4 quantized types x 3 batches, 3 KV caches x 2 batches), 4 breakdowns; the summary has a figure for each marlhf slot.
 MARLHF_GPU_TEST_DEVICE=emulated bash tests/gpu/run.sh --bench-only --logs "$tmp/full" > "$tmp/full.out" 2>&1
 rc=$?
 summary=$(grep '^gpu checks:' "$tmp/full.out")
@@ -49,7 +49,7 @@ counts=$(bench_lines "$tmp/full/bench.jsonl" 2>&1)
 breakdowns=$(grep -c modelled_step_ms "$tmp/full/ops_breakdown.jsonl" 2> /dev/null)
 # the peers' figures are n/a here; nothing else may be
 unexpected=$(echo "$summary" | sed 's/vs pytorch n\/a tok\/s MFU n\/a//g; s/vs n\/a//g' | grep -o 'n/a' | wc -l)
-if [ $rc -eq 0 ] && [ "$counts" = "8 26 memory" ] && [ "$breakdowns" = 4 ] && [ "$unexpected" = 0 ] &&
+if [ $rc -eq 0 ] && [ "$counts" = "8 28 memory" ] && [ "$breakdowns" = 4 ] && [ "$unexpected" = 0 ] &&
     [[ "$summary" == *"tiny-llama step "[0-9]*" tok/s"*"peak memory 0."[0-9]" vs n/a GiB"* ]]; then
     pass "gpu_bench_emulated_full ($counts, $breakdowns breakdowns)"
 else
@@ -57,28 +57,30 @@ else
 fi
 
 # --quick-bench: the three fused kernels' steps, stores off and three products (5), decoding
-# with float weights (4 samplers x 2 batches, the float32 cache x 2 batches), 3 breakdowns.
+# with float weights (4 samplers x 2 batches, the norms unfolded x 2 batches, the float32
+# cache x 2 batches), 3 breakdowns.
 MARLHF_GPU_TEST_DEVICE=emulated bash tests/gpu/run.sh --bench-only --quick-bench --logs "$tmp/quick" > "$tmp/quick.out" 2>&1
 rc=$?
 summary=$(grep '^gpu checks:' "$tmp/quick.out")
 counts=$(bench_lines "$tmp/quick/bench.jsonl" 2>&1)
 breakdowns=$(grep -c modelled_step_ms "$tmp/quick/ops_breakdown.jsonl" 2> /dev/null)
-if [ $rc -eq 0 ] && [ "$counts" = "5 10 memory" ] && [ "$breakdowns" = 3 ] &&
+if [ $rc -eq 0 ] && [ "$counts" = "5 12 memory" ] && [ "$breakdowns" = 3 ] &&
     [[ "$summary" == *"(mma-plain "[0-9]*", mma-ds "[0-9]*", wmma n/a, unfused n/a; q/k/v as three products "[0-9]*", stores off "[0-9]*")"* ]] &&
-    [[ "$summary" == *"after 64 prompt tokens B64 f32 cache "[0-9]*", f16 cache n/a"* ]]; then
+    [[ "$summary" == *"after 64 prompt tokens B64 f32 cache "[0-9]*", f16 cache n/a"* ]] &&
+    [[ "$summary" == *"(norms unfolded "[0-9]*"; q8_0 n/a"* ]]; then
     pass "gpu_bench_emulated_quick ($counts, $breakdowns breakdowns)"
 else
     fail gpu_bench_emulated_quick "rc $rc, lines [$counts], breakdowns [$breakdowns]: $summary $(tail -n 3 "$tmp/quick.out")"
 fi
 
-# A --time-limit already spent: every benchmark of the quick set (13) skipped and named, and
+# A --time-limit already spent: every benchmark of the quick set (14) skipped and named, and
 # the summary line still comes, all n/a, with the count of those skipped.
 MARLHF_GPU_TEST_DEVICE=emulated bash tests/gpu/run.sh --bench-only --quick-bench --time-limit 1 --logs "$tmp/late" \
     > "$tmp/late.out" 2>&1
 rc=$?
 summary=$(grep '^gpu checks:' "$tmp/late.out")
-if [ $rc -eq 0 ] && [[ "$summary" == *"tiny-llama step n/a tok/s"*"; 13 benchmarks skipped at --time-limit" ]] &&
-    [ "$(grep -c '^SKIP (--time-limit 1 s reached' "$tmp/late.out")" = 13 ]; then
+if [ $rc -eq 0 ] && [[ "$summary" == *"tiny-llama step n/a tok/s"*"; 14 benchmarks skipped at --time-limit" ]] &&
+    [ "$(grep -c '^SKIP (--time-limit 1 s reached' "$tmp/late.out")" = 14 ]; then
     pass gpu_bench_emulated_time_limit
 else
     fail gpu_bench_emulated_time_limit "rc $rc: $summary"

@@ -67,7 +67,8 @@ for pair in args.pairs.split():
                  f"{held(m, 'held_between_steps_gib')} vs {held(t, 'held_between_steps_gib')})")
 key = "decode_tokens_per_s"
 for batch in (1, 64):
-    m = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0)
+    m = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0, folded_norms=True)
+    unfolded = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, folded_norms=False)
     t = find("transformers-generate", batch=batch, temperature=0, prompt_len=args.prompt)
     sampled = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=0.8)
     whole_row = find("marlhf-cuda", batch=batch, quantize="none", prompt=args.prompt, temperature=1, top_k=0, top_p=1)
@@ -77,8 +78,10 @@ for batch in (1, 64):
     q8, qk = find("marlhf-cuda", batch=batch, quantize="q8_0"), find("marlhf-cuda", batch=batch, quantize="q4_k_m")
     q5 = find("marlhf-cuda", batch=batch, quantize="q5_k_m")
     b16 = find("marlhf-cuda", batch=batch, quantize="bf16")
+    # MARLHF_UNFOLDED_NORMS=1 runs batches 1 and 8 only (a batch of 64 folds nothing)
+    unfolded_text = f"norms unfolded {rate(unfolded, key)}; " if batch == 1 else ""
     parts.append(f"decode B{batch} {rate(m, key)} vs {rate(t, key)} tok/s ({gib(m)} vs {gib(t)} GiB) "
-                 f"(q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}, "
+                 f"({unfolded_text}q8_0 {rate(q8, key)}, q4_k_m {rate(qk, key)}, q5_k_m {rate(q5, key)}, "
                  f"bf16 {rate(b16, key)} in {gib(b16)} GiB; "
                  f"top-k 50 {rate(sampled, key)} vs {rate(sampled_peer, key)}; temperature 1 no top-k {rate(whole_row, key)}; "
                  f"top-p 0.9 {rate(nucleus, key)} vs {rate(nucleus_peer, key)}{picked(nucleus)})")

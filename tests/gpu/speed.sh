@@ -64,6 +64,11 @@ bench_run 200 "$results" env MARLHF_FUSED_QKV=0 "$train_step" --device cuda --mo
 # session 50, model_last_sampled; before, the [B, V] logits were copied and sampled on the host).
 short=(--new $short_new --prompt $short_prompt)
 bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}"
+# The same greedy steps with each RMSNorm a launch of its own (MARLHF_UNFOLDED_NORMS=1,
+# model/transformer.c's layer_folds_norm): the session-59 change against what came before it
+# ("folded_norms": false; at batch 64 nothing is folded).
+bench_run 200 "$results" env MARLHF_UNFOLDED_NORMS=1 "$decode" --device cuda --shape $decode_shape --batches 1,8 \
+    "${short[@]}"
 bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}" \
     --temperature 0.8 --top-k 50
 bench_run 200 "$results" "$decode" --device cuda --shape $decode_shape --batches 1,64 "${short[@]}" \
