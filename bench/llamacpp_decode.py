@@ -28,7 +28,7 @@ ap.add_argument("--no-extra-buffers", action="store_true",
                 help="load with llama.cpp's use_extra_bufts off: no repacked (AMX, interleaved) weight buffers. "
                 "On the 2026-12-07 machine (AMX) llama-cpp-python 0.3.36 crashed (SIGSEGV) on Q4_0 and Q4_1 files "
                 "with them; the lines then say -no-extra-buffers")
-ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s, q2_k, q4_0 or iq4_nl)")
+ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama.cpp's own MIX (q3_k_m, q3_k_s, q2_k, q4_0, iq4_nl or iq4_xs)")
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -54,7 +54,7 @@ def quantize(source, out, ftype):
     assert rc == 0, "llama_model_quantize failed"
 
 
-FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10, "q4_0": 2, "iq4_nl": 25}  # LLAMA_FTYPE_MOSTLY_*
+FTYPES = {"q4_k_m": 15, "q3_k_m": 12, "q3_k_s": 11, "q2_k": 10, "q4_0": 2, "iq4_nl": 25, "iq4_xs": 30}  # LLAMA_FTYPE_MOSTLY_*
 made_files = [("q4_k_m", args.make_q4_k_m)] + ([tuple(args.make)] if args.make else [])
 for mix, made in made_files:
     if made:

@@ -75,14 +75,17 @@ static double iq4_codes(const float *x, float d, int codes[QK]) {
     return error;
 }
 
-static void block_iq4_nl(const float *x, uint8_t *out) {
+// The search above over one block of 32: its best scale, with its codes in best_codes. Each
+// scale tried is taken as its half float where `half_scale` (IQ4_NL stores d so), else as
+// it is (IQ4_XS's sub-block scales, which are quantized afterwards).
+static float iq4_best_scale(const float *x, bool half_scale, int best_codes[QK]) {
     const float extreme = signed_max(x, QK);
     const float starts[2] = {extreme / -127.0f, extreme / 113.0f};
     float best_d = 0;
-    int best_codes[QK], codes[QK];
+    int codes[QK];
     double best_error = iq4_codes(x, 0.0f, best_codes);
     for (int s = 0; s < 2; s++) {
-        float d = gguf_f16_to_f32(gguf_f32_to_f16(starts[s]));
+        float d = half_scale ? gguf_f16_to_f32(gguf_f32_to_f16(starts[s])) : starts[s];
         for (int pass = 0; pass < 2; pass++) {
             const double error = iq4_codes(x, d, codes);
             if (error < best_error) best_error = error, best_d = d, memcpy(best_codes, codes, sizeof codes);
@@ -91,12 +94,59 @@ static void block_iq4_nl(const float *x, uint8_t *out) {
                 xl += (double)x[i] * gguf_iq4_levels[codes[i]];
                 ll += (double)gguf_iq4_levels[codes[i]] * gguf_iq4_levels[codes[i]];
             }
-            d = gguf_f16_to_f32(gguf_f32_to_f16(ll > 0 ? (float)(xl / ll) : 0.0f));
+            d = ll > 0 ? (float)(xl / ll) : 0.0f;
+            if (half_scale) d = gguf_f16_to_f32(gguf_f32_to_f16(d));
         }
     }
-    store_f16(out, best_d, NULL);
-    uint8_t *qs = out + 2;
-    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(best_codes[j] | best_codes[j + 16] << 4);
+    return best_d;
+}
+
+// Block j's 32 codes as IQ4_NL's 16 bytes: value j in the low nibble of byte j, value j + 16
+// in the high one.
+static void store_iq4_codes(const int codes[QK], uint8_t *qs) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
+}
+
+static void block_iq4_nl(const float *x, uint8_t *out) {
+    int codes[QK];
+    store_f16(out, iq4_best_scale(x, true, codes), NULL);
+    store_iq4_codes(codes, out + 2);
+}
+
+// IQ4_XS, 256 values (gguf_dequant.c's block_iq4_xs reads it): eight sub-blocks of 32 with
+// IQ4_NL's codes, sub-block j's scale d * (ls_j - 32) for a 6-bit ls_j and one half float d.
+// Each sub-block's own scale is found as IQ4_NL's (iq4_best_scale, not rounded); d puts the
+// one of largest magnitude, m, on -32 (d = m / -32, as Q4_0 puts its extreme value on its
+// lowest code); each sub-block then keeps, of the ls nearest its scale / d and the two
+// beside it, the one whose codes -- chosen again for that scale -- leave the least squared
+// error (ls 32, scale 0, when d is 0).
+static void block_iq4_xs(const float *x, uint8_t *out) {
+    enum { SUB_BLOCKS = QK_K / QK };
+    float scales[SUB_BLOCKS];
+    int codes[QK], best_codes[QK];
+    for (int sub = 0; sub < SUB_BLOCKS; sub++) scales[sub] = iq4_best_scale(x + QK * sub, false, codes);
+    float d;
+    store_f16(out, signed_max(scales, SUB_BLOCKS) / -32.0f, &d);
+    uint16_t scales_high = 0;
+    uint8_t *scales_low = out + 4, *qs = out + 8;
+    memset(scales_low, 0, SUB_BLOCKS / 2);
+    for (int sub = 0; sub < SUB_BLOCKS; sub++) {
+        const float *xs = x + QK * sub;
+        int best_ls = 32;
+        double best_error = iq4_codes(xs, 0.0f, best_codes);
+        if (d != 0) {
+            const int nearest = (int)lroundf(scales[sub] / d) + 32;
+            for (int ls = nearest - 1; ls <= nearest + 1; ls++) {
+                if (ls < 0 || ls > 63) continue;
+                const double error = iq4_codes(xs, d * (float)(ls - 32), codes);
+                if (error < best_error) best_error = error, best_ls = ls, memcpy(best_codes, codes, sizeof codes);
+            }
+        }
+        scales_low[sub / 2] |= (uint8_t)((best_ls & 0x0f) << (4 * (sub % 2)));
+        scales_high |= (uint16_t)((best_ls >> 4) << (2 * sub));
+        store_iq4_codes(best_codes, qs + 16 * sub);
+    }
+    memcpy(out + 2, &scales_high, 2);
 }
 
 // Q5_0: as Q4_0 with 5 bits (d = m / -16, q = round(x / d) + 16), the fifth bits in qh.
@@ -269,7 +319,7 @@ static void block_q6_k(const float *x, uint8_t *out) {
 
 bool gguf_can_quantize(GgmlType type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
-           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_IQ4_NL ||
+           type == GGML_TYPE_Q4_1 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_IQ4_XS ||
            type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
@@ -290,6 +340,7 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
                                               : type == GGML_TYPE_Q5_1 ? block_q5_1
                                               : type == GGML_TYPE_Q4_1 ? block_q4_1
                                               : type == GGML_TYPE_IQ4_NL ? block_iq4_nl
+                                              : type == GGML_TYPE_IQ4_XS ? block_iq4_xs
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
                                               : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;

@@ -556,7 +556,7 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out) {
     static const struct { const char *name; GgufOutType type; } names[] = {
         {"f32", GGUF_OUT_F32},   {"f16", GGUF_OUT_F16},   {"q8_0", GGUF_OUT_Q8_0},
         {"q4_0", GGUF_OUT_Q4_0}, {"q4_1", GGUF_OUT_Q4_1}, {"q5_0", GGUF_OUT_Q5_0},
-        {"q5_1", GGUF_OUT_Q5_1}, {"iq4_nl", GGUF_OUT_IQ4_NL}, {"q4_k_m", GGUF_OUT_Q4_K_M},
+        {"q5_1", GGUF_OUT_Q5_1}, {"iq4_nl", GGUF_OUT_IQ4_NL}, {"iq4_xs", GGUF_OUT_IQ4_XS}, {"q4_k_m", GGUF_OUT_Q4_K_M},
         {"q5_k_m", GGUF_OUT_Q5_K_M}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {
@@ -588,16 +588,25 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     // The legacy types (one scale, or a scale and a minimum, per 32 values): llama.cpp gives
     // the output matrix Q6_K (Q8_0 where 256 does not divide its rows) and every other
     // matrix the file's type. IQ4_NL (one scale per 32 values, codes into a table of levels)
-    // the same way here.
+    // and IQ4_XS (its super-blocks of 256, IQ4_NL where 256 does not divide a row, as
+    // llama.cpp falls back) the same way, with llama.cpp's two raises for them (without an
+    // importance matrix): Q5_K for attn_v where each K/V head serves 4 or more query heads,
+    // and for the ffn_down of the first num_layers / 8 layers (SmolLM2's 0-2: the types of
+    // llama.cpp's own IQ4_NL and IQ4_XS files of it).
     case GGUF_OUT_Q4_0:
     case GGUF_OUT_Q4_1:
     case GGUF_OUT_Q5_0:
     case GGUF_OUT_Q5_1:
-    case GGUF_OUT_IQ4_NL: {
+    case GGUF_OUT_IQ4_NL:
+    case GGUF_OUT_IQ4_XS: {
         static const GgmlType legacy[] = {[GGUF_OUT_Q4_0] = GGML_TYPE_Q4_0, [GGUF_OUT_Q4_1] = GGML_TYPE_Q4_1,
                                           [GGUF_OUT_Q5_0] = GGML_TYPE_Q5_0, [GGUF_OUT_Q5_1] = GGML_TYPE_Q5_1,
-                                          [GGUF_OUT_IQ4_NL] = GGML_TYPE_IQ4_NL};
+                                          [GGUF_OUT_IQ4_NL] = GGML_TYPE_IQ4_NL, [GGUF_OUT_IQ4_XS] = GGML_TYPE_IQ4_XS};
         type = output ? GGML_TYPE_Q6_K : legacy[out];
+        if (!output && (out == GGUF_OUT_IQ4_NL || out == GGUF_OUT_IQ4_XS)) {
+            if (strstr(name, ".attn_v.weight") && cfg->num_heads / cfg->num_kv_heads >= 4) type = GGML_TYPE_Q5_K;
+            if (strstr(name, ".ffn_down.weight") && layer >= 0 && layer < cfg->num_layers / 8) type = GGML_TYPE_Q5_K;
+        }
         break;
     }
     case GGUF_OUT_Q4_K_M:
@@ -610,7 +619,8 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
             type = GGML_TYPE_Q6_K;
         break;
     }
-    if (row % 256) { // K-quant super-blocks do not fit the row
+    if (row % 256) { // K-quant (IQ4_XS) super-blocks do not fit the row
+        if (type == GGML_TYPE_IQ4_XS) type = GGML_TYPE_IQ4_NL;
         if (type == GGML_TYPE_Q4_K) type = GGML_TYPE_Q5_0;
         if (type == GGML_TYPE_Q5_K) type = GGML_TYPE_Q5_1;
         if (type == GGML_TYPE_Q6_K) type = GGML_TYPE_Q8_0;
@@ -630,11 +640,12 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
     gguf_writer_add_string(w, "general.architecture", arch);
     gguf_writer_add_string(w, "general.name", "marlhf export");
     // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 3 mostly Q4_1, 7 mostly Q8_0,
-    // 8 mostly Q5_0, 9 mostly Q5_1, 15 mostly Q4_K_M, 17 mostly Q5_K_M, 25 mostly IQ4_NL.
+    // 8 mostly Q5_0, 9 mostly Q5_1, 15 mostly Q4_K_M, 17 mostly Q5_K_M, 25 mostly IQ4_NL,
+    // 30 mostly IQ4_XS.
     static const uint32_t file_types[] = {[GGUF_OUT_F32] = 0,     [GGUF_OUT_F16] = 1,      [GGUF_OUT_Q8_0] = 7,
                                           [GGUF_OUT_Q4_0] = 2,    [GGUF_OUT_Q4_1] = 3,     [GGUF_OUT_Q5_0] = 8,
                                           [GGUF_OUT_Q5_1] = 9,    [GGUF_OUT_Q4_K_M] = 15, [GGUF_OUT_Q5_K_M] = 17,
-                                          [GGUF_OUT_IQ4_NL] = 25};
+                                          [GGUF_OUT_IQ4_NL] = 25, [GGUF_OUT_IQ4_XS] = 30};
     gguf_writer_add_u32(w, "general.file_type", file_types[out]);
     gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
     gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);

@@ -85,9 +85,10 @@ typedef enum {
     GGUF_OUT_Q5_1,
     GGUF_OUT_Q4_K_M,
     GGUF_OUT_Q5_K_M,
-    GGUF_OUT_IQ4_NL
+    GGUF_OUT_IQ4_NL,
+    GGUF_OUT_IQ4_XS
 } GgufOutType;
-// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "q4_k_m" | "q5_k_m";
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "iq4_xs" | "q4_k_m" | "q5_k_m";
 // -1 for anything else.
 int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // The type llama.cpp's Q4_K_M mix gives the matrix named `name` (its GGUF name) whose rows are
