@@ -53,8 +53,8 @@
 //    nibbles, each value gguf_iq4_levels[nibble] (io/gguf_dequant.h: 16 non-uniform levels
 //    from -127 to 113) times its block's scale -- the half-float d held as a float (IQ4_NL),
 //    or d times the sub-block's 6-bit scale less 32 (IQ4_XS, exact in a float). Only held
-//    from a file's tensors (model/quantize_q4_k_m.c): `marlhf convert --outtype iq4_nl`
-//    writes such files, but --quantize has no iq4_nl.
+//    from a file's tensors (model/quantize_q4_k_m.c): `marlhf convert --outtype iq4_nl |
+//    iq4_xs` writes such files, but --quantize has no iq4_nl.
 //  - QUANT_BF16: no blocks and no scales: bf16[r*cols + c] is the weight's bfloat16 (core/bf16.h,
 //    rounded to nearest even), 2 bytes a weight. Not a quantization in the sense of the others --
 //    a bf16 checkpoint keeps every bit -- but held and multiplied through the same paths: a
