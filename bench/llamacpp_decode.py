@@ -15,6 +15,8 @@ import time
 
 import llama_cpp
 
+from llamacpp_buffers import without_extra_buffers
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
 ap.add_argument("--new", type=int, default=64)
@@ -32,15 +34,8 @@ ap.add_argument("--make", nargs=2, metavar=("MIX", "PATH"), help="likewise llama
 args = ap.parse_args()
 rss_baseline_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-if args.no_extra_buffers:  # Llama() takes no such argument: its default model parameters are changed instead
-    default_model_params = llama_cpp.llama_model_default_params
-
-    def model_params_without_extra_buffers():
-        params = default_model_params()
-        params.use_extra_bufts = False
-        return params
-
-    llama_cpp.llama.llama_cpp.llama_model_default_params = model_params_without_extra_buffers
+if args.no_extra_buffers:
+    without_extra_buffers()
 
 
 def quantize(source, out, ftype):

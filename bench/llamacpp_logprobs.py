@@ -13,6 +13,8 @@ import json
 import llama_cpp
 import numpy as np
 
+from llamacpp_buffers import without_extra_buffers
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", required=True)
 ap.add_argument("--input", required=True, help='JSON lines {"ids": [...]}')
@@ -20,18 +22,11 @@ ap.add_argument("--compare", help="marlhf logprobs' output on the same lines")
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--extra-buffers", action="store_true",
                 help="load with llama.cpp's repacked (AMX, interleaved) weight buffers; off by default: with them "
-                "llama-cpp-python 0.3.36 crashed (SIGSEGV) on the AMX machine of 2026-12-07 (bench/llamacpp_decode.py)")
+                "llama-cpp-python 0.3.36 crashed (SIGSEGV) on the AMX machine of 2026-12-07 (llamacpp_buffers.py)")
 args = ap.parse_args()
 
-if not args.extra_buffers:  # Llama() takes no such argument: its default model parameters are changed instead
-    default_model_params = llama_cpp.llama_model_default_params
-
-    def model_params_without_extra_buffers():
-        params = default_model_params()
-        params.use_extra_bufts = False
-        return params
-
-    llama_cpp.llama.llama_cpp.llama_model_default_params = model_params_without_extra_buffers
+if not args.extra_buffers:
+    without_extra_buffers()
 
 lines = [json.loads(line)["ids"] for line in open(args.input) if line.strip()]
 longest = max(len(ids) for ids in lines)

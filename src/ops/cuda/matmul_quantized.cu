@@ -125,31 +125,22 @@ struct QuantizedParts {
     int blocks0, blocks1; // part 1 starts at block blocks0, part 2 at blocks0 + blocks1
 };
 
+// Block `block` of one part's own grid: its warps' columns of out[M, width].
+template <typename Rows>
+DEVICE_INLINE void part_columns(float *out, int width, const matvec::BlockWeights &w, const float *bias, Rows rows,
+                                int block, int M, int IC) {
+    const int o = block * matvec::WARPS + (int)threadIdx.x / 32;
+    if (o < width) matvec::product_column(matvec::Output{out, width}, w, rows, bias, nullptr, M, IC, width, o);
+}
+
 template <typename Rows>
 DEVICE_INLINE void parts_columns(const QuantizedParts &parts, Rows rows, const matvec::BlockWeights &w0,
                                  const matvec::BlockWeights &w1, const matvec::BlockWeights &w2, int M, int IC) {
-    const int warp = (int)threadIdx.x / 32;
     int block = (int)blockIdx.x;
-    if (block < parts.blocks0) {
-        const int o = block * matvec::WARPS + warp;
-        if (o < parts.width0)
-            matvec::product_column(matvec::Output{parts.out0, parts.width0}, w0, rows, parts.bias0, nullptr, M, IC,
-                                   parts.width0, o);
-        return;
-    }
+    if (block < parts.blocks0) return part_columns(parts.out0, parts.width0, w0, parts.bias0, rows, block, M, IC);
     block -= parts.blocks0;
-    if (block < parts.blocks1) {
-        const int o = block * matvec::WARPS + warp;
-        if (o < parts.width1)
-            matvec::product_column(matvec::Output{parts.out1, parts.width1}, w1, rows, parts.bias1, nullptr, M, IC,
-                                   parts.width1, o);
-        return;
-    }
-    block -= parts.blocks1;
-    const int o = block * matvec::WARPS + warp;
-    if (o < parts.width2)
-        matvec::product_column(matvec::Output{parts.out2, parts.width2}, w2, rows, parts.bias2, nullptr, M, IC,
-                               parts.width2, o);
+    if (block < parts.blocks1) return part_columns(parts.out1, parts.width1, w1, parts.bias1, rows, block, M, IC);
+    part_columns(parts.out2, parts.width2, w2, parts.bias2, rows, block - parts.blocks1, M, IC);
 }
 
 static __global__ void __launch_bounds__(matvec::THREADS)
