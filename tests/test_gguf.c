@@ -978,8 +978,9 @@ static void test_random_damage(void) {
 // gguf-py above: on Gaussian data with a few large values, as weights have, each type's
 // relative RMS error stays under its bound (a misplaced bit would be far above), Q4_K's
 // fitted scales beat Q4_0's, and the one-scale types are fixed points (quantizing
-// dequantized values gives them back exactly; Q5_1's scale and minimum too; Q6_K's, Q5_K's
-// and Q4_K's second-level scales are not). Zero blocks come back as zeros.
+// dequantized values gives them back exactly; Q5_1's scale and minimum too; the K-quants'
+// and IQ4_XS's second-level scales are not, nor IQ4_NL's fitted scale). Zero blocks come
+// back as zeros. Measured 2026-12-07: IQ4_NL 0.0847, IQ4_XS 0.0846, Q3_K 0.159, Q2_K 0.278.
 static void test_quantizers(void) {
     const int64_t n = 4096;
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)), *z = malloc(n * sizeof(float));
@@ -997,7 +998,8 @@ static void test_quantizers(void) {
     struct { GgmlType type; double bound; bool fixed_point; } cases[] = {
         {GGML_TYPE_Q8_0, 0.007, true}, {GGML_TYPE_Q6_K, 0.025, false}, {GGML_TYPE_Q5_0, 0.055, true},
         {GGML_TYPE_Q5_1, 0.045, true},  {GGML_TYPE_Q5_K, 0.045, false}, {GGML_TYPE_Q4_K, 0.09, false},
-        {GGML_TYPE_Q4_0, 0.115, true}};
+        {GGML_TYPE_Q4_0, 0.115, true}, {GGML_TYPE_IQ4_NL, 0.095, false}, {GGML_TYPE_IQ4_XS, 0.095, false},
+        {GGML_TYPE_Q3_K, 0.18, false},  {GGML_TYPE_Q2_K, 0.31, false}};
     double error_q4_k = 0, error_q4_0 = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const GgmlType type = cases[c].type;

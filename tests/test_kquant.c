@@ -982,6 +982,73 @@ static void test_q5_k_m_mix(void) {
     remove(path);
 }
 
+// The Q3_K_M and Q2_K mixes marlhf writes (`convert --outtype q3_k_m / q2_k`): the type its
+// rule gives each matrix of llama.cpp's own Q3_K_M and Q2_K files of the random Llama
+// (tests/fixtures/gguf) is the type llama.cpp wrote, tensor for tensor; and a random Llama of
+// three layers written in each mix loads by default with the file's own bits (no matrix
+// re-quantized: the held bytes the file's), its decode logits near those of its dequantized
+// float load (the held forward rounds the activations to 8 bits).
+static void test_q3_k_m_and_q2_k_written(void) {
+    static const struct { const char *name; GgufOutType mix; double tolerance; } mixes[2] = {
+        {"q3_k_m", GGUF_OUT_Q3_K_M, 0.04}, {"q2_k", GGUF_OUT_Q2_K, 0.04}};
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    for (int k = 0; k < 2; k++) {
+        char fixture[256], path[512];
+        snprintf(fixture, sizeof fixture, "tests/fixtures/gguf/%s.gguf", mixes[k].name);
+        Model llama;
+        load_gguf(&llama, fixture, "none");
+        GgufFile file;
+        CHECK(gguf_open(&file, fixture) == 0, "%s", err_msg());
+        int matrices = 0;
+        for (uint64_t i = 0; i < file.n_tensors; i++) {
+            const GgufTensor *t = &file.tensors[i];
+            if (t->n_dims != 2) continue;
+            const GgmlType rule = gguf_k_mix_matrix_type(mixes[k].mix, &llama.config, t->name, (int64_t)t->ne[0]);
+            EXPECT(rule == (GgmlType)t->type, "%s: the %s rule gives %s, llama.cpp wrote %s", t->name, mixes[k].name,
+                   gguf_type_name(rule), gguf_type_name(t->type));
+            matrices++;
+        }
+        EXPECT(matrices == 16, "%d matrices in %s", matrices, fixture);
+        gguf_close(&file);
+        model_free(&llama);
+
+        snprintf(path, sizeof path, "%s/kquant-written-%s.gguf", tmp, mixes[k].name);
+        Model original, dequantized, own;
+        random_llama(&original, false);
+        CHECK(model_write_gguf(&original, NULL, path, mixes[k].mix) == 0, "%s", err_msg());
+        model_free(&original);
+        load_gguf(&dequantized, path, "none");
+        load_gguf(&own, path, quantize_default(NULL, path));
+        CHECK(gguf_open(&file, path) == 0, "%s", err_msg());
+        int held = 0, k_quants = 0;
+        for (int i = 0; i < own.table.count; i++) {
+            const ParamEntry *e = &own.table.entries[i];
+            const Q8Matrix *m = quantized_matrix(&own, e);
+            if (!m) continue;
+            held++;
+            const GgufTensor *t = file_tensor(&own, e, &file);
+            if (!quant_is_kquant(m->type)) continue;
+            k_quants++;
+            EXPECT((int)m->type == held_kquant_type(t->type), "%s: %s held as type %d for the file's %s",
+                   mixes[k].name, e->name, (int)m->type, gguf_type_name(t->type));
+            EXPECT(memcmp(m->blocks, t->data, (size_t)m->rows * (size_t)kquant_row_bytes(m->type, m->cols)) == 0 ||
+                       strstr(e->name, "q_proj") || strstr(e->name, "k_proj"), // llama.cpp's row order undone
+                   "%s: %s does not hold the file's bytes", mixes[k].name, e->name);
+        }
+        gguf_close(&file);
+        double largest;
+        const double difference = decode_difference(&own, &dequantized, &largest);
+        printf("%s written: %d matrices held (%d K-quants); decode logits within %.3g of the dequantized float model "
+               "(largest %.3g)\n", mixes[k].name, held, k_quants, difference, largest);
+        EXPECT(held == 3 * 7 + 2 && k_quants >= 3 * 5 + 2, "%s: %d matrices held, %d K-quants", mixes[k].name, held,
+               k_quants);
+        EXPECT(difference > 0 && difference <= mixes[k].tolerance * largest, "%s: decode logits differ by %.3g "
+               "(largest %.3g)", mixes[k].name, difference, largest);
+        model_free(&dequantized), model_free(&own);
+        remove(path);
+    }
+}
+
 // QLoRA over a q4_k_m base: the log-probs and adapter gradients of LoRA over the float32
 // model holding the base's dequantized values (the forward and the input gradient both run on
 // the dequantized tiles, as for the other types; tests/test_quantize.c).
@@ -1127,6 +1194,7 @@ int main(void) {
     RUN(test_q3_k_m_llama_cpp);
     RUN(test_q2_k_llama_cpp);
     RUN(test_q5_k_m_mix);
+    RUN(test_q3_k_m_and_q2_k_written);
     RUN(test_qlora_over_kquant);
     RUN(test_default_rule);
     RUN(test_smollm2_q4_k_m_decode);

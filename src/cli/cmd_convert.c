@@ -1,6 +1,6 @@
 // marlhf convert IN OUT: a GGUF file or Hugging Face folder in; a Hugging Face folder out,
 // or, when OUT ends in .gguf, one GGUF file for llama.cpp (--outtype
-// f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_k_m|q5_k_m).
+// f32|f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q2_k|q3_k_m|q4_k_m|q5_k_m).
 #include <string.h>
 #include <unistd.h>
 
@@ -32,7 +32,7 @@ int cmd_convert(int argc, char **argv) {
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         {"overwrite", NULL, OPT_BOOL, &overwrite, "replace OUT if it exists", false, false},
         {"outtype", NULL, OPT_STRING, &outtype,
-         "GGUF output: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k_m or q5_k_m for the matrices (vectors stay f32), as llama.cpp's tools", false, false},
+         "GGUF output: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k_m, q4_k_m or q5_k_m for the matrices (vectors stay f32), as llama.cpp's tools", false, false},
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter on IN: written merged into OUT, or alone with --adapter-only", false, false},
         {"adapter-only", "adapter_only", OPT_BOOL, &adapter_only,
@@ -52,7 +52,8 @@ int cmd_convert(int argc, char **argv) {
     const bool to_gguf = out_len > 5 && !strcmp(out + out_len - 5, ".gguf");
     GgufOutType type;
     if (gguf_out_type_from_name(outtype, &type) != 0)
-        die_user("option --outtype must be f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k_m or q5_k_m, got '%s'",
+        die_user("option --outtype must be f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k_m, q4_k_m or "
+                 "q5_k_m, got '%s'",
                  outtype);
     Model model;
     ModelLoadOptions load = {.with_lm_head = true};

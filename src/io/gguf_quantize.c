@@ -317,9 +317,94 @@ static void block_q6_k(const float *x, uint8_t *out) {
     }
 }
 
+// Q2_K: sixteen sub-blocks of 16, y = d * sc * q - dmin * m with q in [0, 3] and 4-bit sc, m
+// (scales[16] hold sc in the low nibble, m in the high one; then 64 bytes of codes, d, dmin:
+// gguf_dequant.c's block_q2_k). Each sub-block's scale and minimum fitted as Q4_K's
+// (fit_scale_min), then quantized to 4 bits against d = the largest scale / 15 and dmin = the
+// largest minimum / 15, and each value's code chosen for the quantized pair.
+static void block_q2_k(const float *x, uint8_t *out) {
+    float scales[16], mins[16], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; j++) {
+        fit_scale_min(x + 16 * j, 16, 3, &scales[j], &mins[j]);
+        max_scale = fmaxf(max_scale, scales[j]), max_min = fmaxf(max_min, mins[j]);
+    }
+    float d, dmin;
+    store_f16(out + 80, max_scale / 15.0f, &d);
+    store_f16(out + 82, max_min / 15.0f, &dmin);
+    int sc[16], m[16];
+    for (int j = 0; j < 16; j++) {
+        sc[j] = d > 0 ? clamp_int((int)lroundf(scales[j] / d), 0, 15) : 0;
+        m[j] = dmin > 0 ? clamp_int((int)lroundf(mins[j] / dmin), 0, 15) : 0;
+        out[j] = (uint8_t)(sc[j] | m[j] << 4);
+    }
+    uint8_t *qs = out + 16;
+    memset(qs, 0, 64);
+    for (int i = 0; i < QK_K; i++) {
+        const float step = d * (float)sc[i / 16], offset = dmin * (float)m[i / 16];
+        const int q = step > 0 ? clamp_int((int)lroundf((x[i] + offset) / step), 0, 3) : 0;
+        qs[(i / 128) * 32 + i % 32] |= (uint8_t)(q << (2 * ((i % 128) / 32)));
+    }
+}
+
+// The scale s of n values that are s * q with integer q in [lowest, highest] (lowest < 0 <
+// highest): starts that put the signed extreme at `lowest` or `highest` give or take a
+// tenth of a step (up to half a step, either side), each with the nearest q per value and
+// then least-squares refits of s to those q; the s of least squared error.
+static float fit_signed_scale(const float *x, int n, int lowest, int highest) {
+    const float extreme = signed_max(x, n);
+    float best = 0;
+    double best_error = 0;
+    for (int i = 0; i < n; i++) best_error += (double)x[i] * x[i];
+    for (int s = 0; s < 22; s++) {
+        const float level = (float)(s < 11 ? lowest : highest) + 0.1f * (float)(s % 11 - 5);
+        float scale = extreme / level;
+        for (int pass = 0; pass < 3 && scale != 0; pass++) {
+            double error = 0, xq = 0, qq = 0;
+            for (int i = 0; i < n; i++) {
+                const int q = clamp_int((int)lroundf(x[i] / scale), lowest, highest);
+                const double e = (double)x[i] - (double)scale * q;
+                error += e * e, xq += (double)x[i] * q, qq += (double)q * q;
+            }
+            if (error < best_error) best_error = error, best = scale;
+            if (qq == 0) break;
+            scale = (float)(xq / qq);
+        }
+    }
+    return best;
+}
+
+// Q3_K: sixteen sub-blocks of 16, y = d * (sc - 32) * q with q in [-4, 3] and 6-bit sc
+// (gguf_dequant.c's block_q3_k: 32 bytes of high bits, 64 of low 2-bit codes, the 12 bytes of
+// packed scales, d). Each sub-block's scale is fitted (fit_signed_scale), d puts the one of
+// largest magnitude on -32, and each value's code is chosen for its quantized scale. A
+// value's code u = q + 4 in [0, 7] is stored as its low 2 bits and its high bit (set: q >= 0).
+static void block_q3_k(const float *x, uint8_t *out) {
+    float scales[16];
+    for (int j = 0; j < 16; j++) scales[j] = fit_signed_scale(x + 16 * j, 16, -4, 3);
+    float d;
+    store_f16(out + 108, signed_max(scales, 16) / -32.0f, &d);
+    int sc[16];
+    uint8_t *packed = out + 96;
+    memset(packed, 0, 12);
+    for (int k = 0; k < 16; k++) {
+        sc[k] = d != 0 ? clamp_int((int)lroundf(scales[k] / d), -32, 31) + 32 : 32;
+        packed[k % 8] |= (uint8_t)((sc[k] & 0x0f) << (4 * (k / 8)));
+        packed[8 + k % 4] |= (uint8_t)((sc[k] >> 4) << (2 * (k / 4)));
+    }
+    uint8_t *hmask = out, *qs = out + 32;
+    memset(hmask, 0, 32), memset(qs, 0, 64);
+    for (int i = 0; i < QK_K; i++) {
+        const float step = d * (float)(sc[i / 16] - 32);
+        const int u = (step != 0 ? clamp_int((int)lroundf(x[i] / step), -4, 3) : 0) + 4;
+        qs[(i / 128) * 32 + i % 32] |= (uint8_t)((u & 3) << (2 * ((i % 128) / 32)));
+        hmask[i % 32] |= (uint8_t)((u >> 2) << (i / 32));
+    }
+}
+
 bool gguf_can_quantize(GgmlType type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
            type == GGML_TYPE_Q4_1 || type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_IQ4_XS ||
+           type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q3_K ||
            type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
@@ -341,6 +426,8 @@ void gguf_quantize(GgmlType type, const float *x, void *out, int64_t n) {
                                               : type == GGML_TYPE_Q4_1 ? block_q4_1
                                               : type == GGML_TYPE_IQ4_NL ? block_iq4_nl
                                               : type == GGML_TYPE_IQ4_XS ? block_iq4_xs
+                                              : type == GGML_TYPE_Q2_K ? block_q2_k
+                                              : type == GGML_TYPE_Q3_K ? block_q3_k
                                               : type == GGML_TYPE_Q4_K ? block_q4_k
                                               : type == GGML_TYPE_Q5_K ? block_q5_k
                                                                        : block_q6_k;

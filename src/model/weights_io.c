@@ -556,7 +556,8 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out) {
     static const struct { const char *name; GgufOutType type; } names[] = {
         {"f32", GGUF_OUT_F32},   {"f16", GGUF_OUT_F16},   {"q8_0", GGUF_OUT_Q8_0},
         {"q4_0", GGUF_OUT_Q4_0}, {"q4_1", GGUF_OUT_Q4_1}, {"q5_0", GGUF_OUT_Q5_0},
-        {"q5_1", GGUF_OUT_Q5_1}, {"iq4_nl", GGUF_OUT_IQ4_NL}, {"iq4_xs", GGUF_OUT_IQ4_XS}, {"q4_k_m", GGUF_OUT_Q4_K_M},
+        {"q5_1", GGUF_OUT_Q5_1}, {"iq4_nl", GGUF_OUT_IQ4_NL}, {"iq4_xs", GGUF_OUT_IQ4_XS}, {"q2_k", GGUF_OUT_Q2_K},
+        {"q3_k_m", GGUF_OUT_Q3_K_M}, {"q4_k_m", GGUF_OUT_Q4_K_M},
         {"q5_k_m", GGUF_OUT_Q5_K_M}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i].name)) {
@@ -609,6 +610,27 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
         }
         break;
     }
+    // Q3_K_M and Q2_K: llama.cpp's rules for a model without experts and without an
+    // importance matrix. Q3_K_M: Q3_K, attn_v Q5_K in the first two layers and Q4_K after,
+    // ffn_down Q5_K in the first num_layers / 16 and Q4_K after, attn_output Q4_K. Q2_K: Q2_K,
+    // attn_v Q4_K where each K/V head serves 4 or more query heads (else Q3_K), ffn_down and
+    // attn_output Q3_K.
+    case GGUF_OUT_Q3_K_M: {
+        const bool attn_v = strstr(name, ".attn_v.weight") != NULL, ffn_down = strstr(name, ".ffn_down.weight") != NULL;
+        type = GGML_TYPE_Q3_K;
+        if (output) type = GGML_TYPE_Q6_K;
+        else if (attn_v) type = layer < 2 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+        else if (ffn_down) type = layer < cfg->num_layers / 16 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+        else if (strstr(name, ".attn_output.weight")) type = GGML_TYPE_Q4_K;
+        break;
+    }
+    case GGUF_OUT_Q2_K:
+        type = GGML_TYPE_Q2_K;
+        if (output) type = GGML_TYPE_Q6_K;
+        else if (strstr(name, ".attn_v.weight"))
+            type = cfg->num_heads / cfg->num_kv_heads >= 4 ? GGML_TYPE_Q4_K : GGML_TYPE_Q3_K;
+        else if (strstr(name, ".ffn_down.weight") || strstr(name, ".attn_output.weight")) type = GGML_TYPE_Q3_K;
+        break;
     case GGUF_OUT_Q4_K_M:
     case GGUF_OUT_Q5_K_M:
     default:
@@ -621,6 +643,7 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     }
     if (row % 256) { // K-quant (IQ4_XS) super-blocks do not fit the row
         if (type == GGML_TYPE_IQ4_XS) type = GGML_TYPE_IQ4_NL;
+        if (type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q3_K) type = GGML_TYPE_Q4_0;
         if (type == GGML_TYPE_Q4_K) type = GGML_TYPE_Q5_0;
         if (type == GGML_TYPE_Q5_K) type = GGML_TYPE_Q5_1;
         if (type == GGML_TYPE_Q6_K) type = GGML_TYPE_Q8_0;
@@ -630,7 +653,8 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
 }
 
 GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row) {
-    CHECK(mix == GGUF_OUT_Q4_K_M || mix == GGUF_OUT_Q5_K_M, "GGUF output type %d is not a K-quant mix", (int)mix);
+    CHECK(mix == GGUF_OUT_Q4_K_M || mix == GGUF_OUT_Q5_K_M || mix == GGUF_OUT_Q3_K_M || mix == GGUF_OUT_Q2_K,
+          "GGUF output type %d is not a K-quant mix", (int)mix);
     return matrix_type(mix, cfg, name, row);
 }
 
@@ -641,11 +665,12 @@ static void add_architecture_keys(GgufWriter *w, const ModelConfig *cfg, const c
     gguf_writer_add_string(w, "general.name", "marlhf export");
     // llama_ftype: 0 all F32, 1 mostly F16, 2 mostly Q4_0, 3 mostly Q4_1, 7 mostly Q8_0,
     // 8 mostly Q5_0, 9 mostly Q5_1, 15 mostly Q4_K_M, 17 mostly Q5_K_M, 25 mostly IQ4_NL,
-    // 30 mostly IQ4_XS.
+    // 30 mostly IQ4_XS, 10 mostly Q2_K, 12 mostly Q3_K_M.
     static const uint32_t file_types[] = {[GGUF_OUT_F32] = 0,     [GGUF_OUT_F16] = 1,      [GGUF_OUT_Q8_0] = 7,
                                           [GGUF_OUT_Q4_0] = 2,    [GGUF_OUT_Q4_1] = 3,     [GGUF_OUT_Q5_0] = 8,
                                           [GGUF_OUT_Q5_1] = 9,    [GGUF_OUT_Q4_K_M] = 15, [GGUF_OUT_Q5_K_M] = 17,
-                                          [GGUF_OUT_IQ4_NL] = 25, [GGUF_OUT_IQ4_XS] = 30};
+                                          [GGUF_OUT_IQ4_NL] = 25, [GGUF_OUT_IQ4_XS] = 30, [GGUF_OUT_Q2_K] = 10,
+                                          [GGUF_OUT_Q3_K_M] = 12};
     gguf_writer_add_u32(w, "general.file_type", file_types[out]);
     gguf_writer_add_u32(w, ARCH_KEY("vocab_size"), (uint32_t)cfg->vocab_size);
     gguf_writer_add_u32(w, ARCH_KEY("context_length"), (uint32_t)cfg->max_position_embeddings);

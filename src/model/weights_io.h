@@ -86,9 +86,12 @@ typedef enum {
     GGUF_OUT_Q4_K_M,
     GGUF_OUT_Q5_K_M,
     GGUF_OUT_IQ4_NL,
-    GGUF_OUT_IQ4_XS
+    GGUF_OUT_IQ4_XS,
+    GGUF_OUT_Q3_K_M,
+    GGUF_OUT_Q2_K
 } GgufOutType;
-// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "iq4_xs" | "q4_k_m" | "q5_k_m";
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "iq4_xs" | "q2_k" | "q3_k_m" | "q4_k_m" |
+// "q5_k_m";
 // -1 for anything else.
 int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // The type llama.cpp's Q4_K_M mix gives the matrix named `name` (its GGUF name) whose rows are
@@ -96,7 +99,9 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // some layers, Q4_K otherwise, and the fallbacks for rows the super-blocks do not divide (Q5_0,
 // Q8_0; F16 for rows that 32 does not divide). What `convert --outtype q4_k_m` writes, and what
 // `--quantize q4_k_m` holds (model/quantize.c). `mix` GGUF_OUT_Q5_K_M: llama.cpp's Q5_K_M,
-// the same with Q5_K for Q4_K and its fallback Q5_1 for Q5_0.
+// the same with Q5_K for Q4_K and its fallback Q5_1 for Q5_0. GGUF_OUT_Q3_K_M, GGUF_OUT_Q2_K:
+// llama.cpp's Q3_K_M and Q2_K (what `convert --outtype q3_k_m / q2_k` writes; their
+// fallback for Q3_K and Q2_K rows is Q4_0, as llama.cpp 0.3.36's).
 GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row);
 
 // Writes the model as one GGUF file for llama.cpp (its architecture names, tensor names and

@@ -20,8 +20,10 @@ want=$(logprobs_line "$model")
     fail convert_gguf_f32_same_logprobs "$(tail -n 1 "$tmp/f32.err")"
 # Each type within its rounding of the f32 log-probs. 4-bit: the tiny model's rows (64, 128
 # values) take llama.cpp's fallbacks (Q5_0, Q8_0) for Q4_K_M; the log-probs move more.
-# IQ4_XS: the same rows are not whole super-blocks either; they take IQ4_NL (llama.cpp's fallback).
-for case in f16:0.02 q8_0:0.02 q4_0:0.25 q4_1:0.25 q5_0:0.12 q5_1:0.12 iq4_nl:0.25 iq4_xs:0.25 q4_k_m:0.25; do
+# IQ4_XS: the same rows are not whole super-blocks either; they take IQ4_NL (llama.cpp's fallback);
+# Q3_K_M's and Q2_K's take Q4_0 (and Q5_0 / Q5_1 for their Q4_K / Q5_K matrices).
+for case in f16:0.02 q8_0:0.02 q4_0:0.25 q4_1:0.25 q5_0:0.12 q5_1:0.12 iq4_nl:0.25 iq4_xs:0.25 q4_k_m:0.25 \
+    q3_k_m:0.25 q2_k:0.25; do
     type=${case%%:*} tolerance=${case#*:}
     "$bin" convert "$model" "$tmp/$type.gguf" --outtype "$type" 2> "$tmp/$type.err"
     python3 - "$want" "$(logprobs_line "$tmp/$type.gguf")" "$tolerance" << 'EOF' && pass "convert_gguf_${type}_close" || fail "convert_gguf_${type}_close" "$(tail -n 1 "$tmp/$type.err")"
@@ -33,7 +35,7 @@ done
 [ "$(stat -c %s "$tmp/q4_0.gguf")" -lt "$(stat -c %s "$tmp/q8_0.gguf")" ] && pass convert_gguf_q4_smaller || fail convert_gguf_q4_smaller "sizes"
 # Per 32 values Q4_0 takes 18 bytes, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34 (IQ4_NL 18, as Q4_0); and the
 # file says which (general.file_type, llama.cpp's ftype: 3 Q4_1, 8 Q5_0, 9 Q5_1, 25 IQ4_NL, 30 IQ4_XS,
-# whose file here holds IQ4_NL's bytes: the same size).
+# whose file here holds IQ4_NL's bytes: the same size; 12 Q3_K_M, 10 Q2_K).
 python3 - "$tmp" << 'EOF' && pass convert_gguf_legacy_sizes_and_file_types || fail convert_gguf_legacy_sizes_and_file_types "see above"
 import os, struct, sys
 tmp = sys.argv[1]
@@ -47,8 +49,8 @@ def file_type(path):  # the value after the key "general.file_type": its type (4
     at = data.index(struct.pack("<Q", len(key)) + key) + 8 + len(key)
     assert struct.unpack_from("<I", data, at)[0] == 4
     return struct.unpack_from("<I", data, at + 4)[0]
-got = {t: file_type(f"{tmp}/{t}.gguf") for t in ("q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs")}
-assert got == {"q4_1": 3, "q5_0": 8, "q5_1": 9, "iq4_nl": 25, "iq4_xs": 30}, got
+got = {t: file_type(f"{tmp}/{t}.gguf") for t in ("q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "q3_k_m", "q2_k")}
+assert got == {"q4_1": 3, "q5_0": 8, "q5_1": 9, "iq4_nl": 25, "iq4_xs": 30, "q3_k_m": 12, "q2_k": 10}, got
 EOF
 [ "$(stat -c %s "$tmp/q8_0.gguf")" -lt "$(stat -c %s "$tmp/f16.gguf")" ] &&
     [ "$(stat -c %s "$tmp/f16.gguf")" -lt "$(stat -c %s "$tmp/f32.gguf")" ] && pass convert_gguf_sizes || fail convert_gguf_sizes "sizes"
