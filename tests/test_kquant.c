@@ -907,24 +907,32 @@ static void test_q2_k_llama_cpp(void) {
 // bytes and the Q5_1 ones with their own Q5_1 bits (ops/q5.h), and --quantize q5_k_m on the float model
 // gives the file's K-quant and Q5_1 bytes; the decode logits stay within 0.04 of the largest of the
 // float model of the file's dequantized weights, as q4_k_m's do.
-static void test_q5_k_m_mix(void) {
-    const char *fixture = "tests/fixtures/gguf/q5_k_m.gguf";
+// The type marlhf's rule for `mix` gives each matrix of llama.cpp's own file of that mix
+// (tests/fixtures/gguf/NAME.gguf, the random Llama's 16 matrices) is the type llama.cpp wrote.
+static void expect_mix_rule_matches_fixture(const char *name, GgufOutType mix) {
+    char fixture[256];
+    snprintf(fixture, sizeof fixture, "tests/fixtures/gguf/%s.gguf", name);
     Model llama;
-    load_gguf(&llama, fixture, NULL);
+    load_gguf(&llama, fixture, "none");
     GgufFile file;
     CHECK(gguf_open(&file, fixture) == 0, "%s", err_msg());
     int matrices = 0;
     for (uint64_t i = 0; i < file.n_tensors; i++) {
         const GgufTensor *t = &file.tensors[i];
         if (t->n_dims != 2) continue;
-        const GgmlType rule = gguf_k_mix_matrix_type(GGUF_OUT_Q5_K_M, &llama.config, t->name, (int64_t)t->ne[0]);
-        EXPECT(rule == (GgmlType)t->type, "%s: the q5_k_m rule gives %s, llama.cpp wrote %s", t->name,
+        const GgmlType rule = gguf_k_mix_matrix_type(mix, &llama.config, t->name, (int64_t)t->ne[0]);
+        EXPECT(rule == (GgmlType)t->type, "%s: the %s rule gives %s, llama.cpp wrote %s", t->name, name,
                gguf_type_name(rule), gguf_type_name(t->type));
         matrices++;
     }
-    EXPECT(matrices == 16, "%d matrices in the fixture", matrices);
+    EXPECT(matrices == 16, "%d matrices in %s", matrices, fixture);
     gguf_close(&file);
     model_free(&llama);
+}
+
+static void test_q5_k_m_mix(void) {
+    expect_mix_rule_matches_fixture("q5_k_m", GGUF_OUT_Q5_K_M);
+    GgufFile file;
 
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
     char path[512];
@@ -993,25 +1001,9 @@ static void test_q3_k_m_and_q2_k_written(void) {
         {"q3_k_m", GGUF_OUT_Q3_K_M, 0.04}, {"q2_k", GGUF_OUT_Q2_K, 0.04}};
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
     for (int k = 0; k < 2; k++) {
-        char fixture[256], path[512];
-        snprintf(fixture, sizeof fixture, "tests/fixtures/gguf/%s.gguf", mixes[k].name);
-        Model llama;
-        load_gguf(&llama, fixture, "none");
+        expect_mix_rule_matches_fixture(mixes[k].name, mixes[k].mix);
+        char path[512];
         GgufFile file;
-        CHECK(gguf_open(&file, fixture) == 0, "%s", err_msg());
-        int matrices = 0;
-        for (uint64_t i = 0; i < file.n_tensors; i++) {
-            const GgufTensor *t = &file.tensors[i];
-            if (t->n_dims != 2) continue;
-            const GgmlType rule = gguf_k_mix_matrix_type(mixes[k].mix, &llama.config, t->name, (int64_t)t->ne[0]);
-            EXPECT(rule == (GgmlType)t->type, "%s: the %s rule gives %s, llama.cpp wrote %s", t->name, mixes[k].name,
-                   gguf_type_name(rule), gguf_type_name(t->type));
-            matrices++;
-        }
-        EXPECT(matrices == 16, "%d matrices in %s", matrices, fixture);
-        gguf_close(&file);
-        model_free(&llama);
-
         snprintf(path, sizeof path, "%s/kquant-written-%s.gguf", tmp, mixes[k].name);
         Model original, dequantized, own;
         random_llama(&original, false);
