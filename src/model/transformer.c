@@ -690,15 +690,7 @@ static bool layer_takes_glu_in_one_op(const Model *model, int l, const CacheTarg
            !model->weights.layers[l].up_b && !lora_adapts(model, l, LORA_GATE) && !lora_adapts(model, l, LORA_UP);
 }
 
-// Whether a forward of layer l that no backward follows gives its RMSNorms to the ops that
-// read their outputs (ops.h's InputRmsNorm): the attention's norm to q, k and v as one op
-// (matmul_forward_parts, matmul_forward_parts_q8), the MLP's to gate and up with the activation
-// (layer_takes_glu_in_one_op), where the norm's output has no other reader (no adapter: the
-// parts and GLU ops take none). A GPU's decode step then normalises the rows as the product
-// reads them: two launches a layer fewer. MARLHF_UNFOLDED_NORMS=1 keeps every norm an op of
-// its own (to compare).
-typedef enum { NORM_BEFORE_ATTENTION, NORM_BEFORE_MLP } LayerNormSite;
-
+// MARLHF_UNFOLDED_NORMS=1 keeps every norm an op of its own (to compare): read once.
 bool model_norms_folded(void) {
     static int unfolded = -1;
     if (unfolded < 0) {
@@ -708,6 +700,14 @@ bool model_norms_folded(void) {
     return !unfolded;
 }
 
+typedef enum { NORM_BEFORE_ATTENTION, NORM_BEFORE_MLP } LayerNormSite;
+
+// Whether a forward of layer l that no backward follows gives its RMSNorms to the ops that
+// read their outputs (ops.h's InputRmsNorm): the attention's norm to q, k and v as one op
+// (matmul_forward_parts, matmul_forward_parts_q8), the MLP's to gate and up with the activation
+// (layer_takes_glu_in_one_op), where the norm's output has no other reader (no adapter: the
+// parts and GLU ops take none). A GPU's decode step then normalises the rows as the product
+// reads them: two launches a layer fewer (unless model_norms_folded says no).
 static bool layer_folds_norm(const Model *model, int l, const CacheTarget *target, LayerNormSite site, bool qkv_fused) {
     if (!model_norms_folded() || model->config.norm != NORM_RMSNORM || (!target && model->grads)) return false;
     if (site == NORM_BEFORE_MLP) return layer_takes_glu_in_one_op(model, l, target);
