@@ -359,10 +359,6 @@ static bool matvec_normalises(const InputRmsNorm *norm, int N, int IC) {
     return norm && N > 0 && N <= matvec::MAX_ROWS && IC % matvec::GROUP == 0;
 }
 
-static matvec::RowNorm matvec_row_norm(const InputRmsNorm *norm, int IC) {
-    return matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
-}
-
 // The matvec kernel's input rows: a held input whose copy is made (by its producer, or by a
 // product before this one) is read through it, a stored one always (it has no floats); any
 // other input's floats are rounded by the kernel, which spares the conversion's launch (the
@@ -415,7 +411,7 @@ void cuda_matmul_forward_parts(float *const *outs, const int *widths, int parts,
                                      parts > 1 ? first[1] : INT_MAX, parts > 2 ? first[2] : INT_MAX};
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, (long)OC * IC);
     if (norm) {
-        matvec::bf16_normed_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, matvec_row_norm(norm, IC),
+        matvec::bf16_normed_kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, w, matvec::row_norm(norm, IC),
                                                                                  bias, N, IC, OC);
     } else {
         const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
@@ -439,7 +435,7 @@ void cuda_matmul_forward_glu(float *act, float *gate, float *up, const float *in
     const __nv_bfloat16 *w = cuda_weight_bf16(weight, 2L * I * IC);
     if (norm) {
         matvec::bf16_normed_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(
-            act, act_copy, w, matvec_row_norm(norm, IC), N, IC, I, use_gelu);
+            act, act_copy, w, matvec::row_norm(norm, IC), N, IC, I, use_gelu);
     } else {
         const matvec::Bf16Rows x = matvec_rows(inp, N, IC);
         matvec::bf16_glu_kernel<<<matvec::blocks_for(I), matvec::THREADS>>>(act, act_copy, w, x, N, IC, I, use_gelu);

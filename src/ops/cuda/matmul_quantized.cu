@@ -42,6 +42,13 @@ static void check_shape(const Q8Matrix *weight, int IC, int OC) {
           "quantized weight [%d, %d] used as [%d, %d]", weight->rows, weight->cols, OC, IC);
 }
 
+// The decode kernels read their input rows' floats, which a stored input (hold_stored) does
+// not have.
+static void check_float_rows(const float *x, long n) {
+    CHECK(!cuda_stored_values(x, n), "the quantized decode kernel reads floats, which a stored input (hold_stored) "
+                                     "does not have");
+}
+
 // Rows per tile: a multiple of 64 (so each tile's slice of the output and of the bf16 dout
 // starts at least 128-byte aligned for cuBLASLt), at least 64.
 static int tile_rows(int IC, int OC) {
@@ -78,8 +85,7 @@ void cuda_matmul_forward_dequantized(float *out, const float *inp, const Q8Matri
     check_shape(weight, IC, OC);
     if (N == 0) return;
     if (N <= matvec::MAX_ROWS) { // a decode step: the blocks read directly (matvec_quantized.cuh)
-        CHECK(!cuda_stored_values(inp, (long)N * IC), "the quantized decode kernel reads floats, which a stored "
-                                                      "input (hold_stored) does not have");
+        check_float_rows(inp, (long)N * IC);
         const matvec::BlockWeights weights = {weights_of(weight)};
         matvec::kernel<<<matvec::blocks_for(OC), matvec::THREADS>>>(out, inp, weights, bias, N, IC, OC);
         CUDA_CHECK_LAUNCH();
@@ -171,8 +177,7 @@ void cuda_matmul_forward_parts_q8(float *const *outs, const Q8Matrix *const *wei
         return;
     }
     for (int p = 0; p < parts; p++) check_shape(weights[p], IC, weights[p]->rows);
-    CHECK(!cuda_stored_values(norm ? norm->x : inp, (long)N * IC),
-          "the quantized decode kernel reads floats, which a stored input (hold_stored) does not have");
+    check_float_rows(norm ? norm->x : inp, (long)N * IC);
     QuantizedParts out = {outs[0], parts > 1 ? outs[1] : NULL, parts > 2 ? outs[2] : NULL,
                           biases[0], parts > 1 ? biases[1] : NULL, parts > 2 ? biases[2] : NULL,
                           weights[0]->rows, parts > 1 ? weights[1]->rows : 0, parts > 2 ? weights[2]->rows : 0,
@@ -184,8 +189,7 @@ void cuda_matmul_forward_parts_q8(float *const *outs, const Q8Matrix *const *wei
     const matvec::BlockWeights w2 = {parts > 2 ? weights_of(weights[2]) : w0.w};
     const unsigned blocks = (unsigned)(out.blocks0 + out.blocks1) + (parts > 2 ? matvec::blocks_for(out.width2) : 0);
     if (norm) {
-        const matvec::RowNorm rows = matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
-        normed_parts_kernel<<<blocks, matvec::THREADS>>>(out, rows, w0, w1, w2, N, IC);
+        normed_parts_kernel<<<blocks, matvec::THREADS>>>(out, matvec::row_norm(norm, IC), w0, w1, w2, N, IC);
     } else {
         parts_kernel<<<blocks, matvec::THREADS>>>(out, inp, w0, w1, w2, N, IC);
     }
@@ -206,14 +210,13 @@ void cuda_matmul_forward_glu_q8(float *act, float *gate, float *up, const float 
     }
     check_shape(gate_weight, IC, width);
     check_shape(up_weight, IC, width);
-    CHECK(!cuda_stored_values(norm ? norm->x : inp, (long)N * IC),
-          "the quantized decode kernel reads floats, which a stored input (hold_stored) does not have");
+    check_float_rows(norm ? norm->x : inp, (long)N * IC);
     __nv_bfloat16 *act_copy = cuda_held_output(&act, (long)N * width);
     const matvec::BlockWeights gate_blocks = {weights_of(gate_weight)}, up_blocks = {weights_of(up_weight)};
     if (norm) {
-        const matvec::RowNorm rows = matvec::row_norm(norm->x, norm->weight, norm->eps, norm->weight_plus_one, IC);
-        normed_glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, rows, gate_blocks,
-                                                                           up_blocks, N, IC, width, use_gelu);
+        normed_glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, matvec::row_norm(norm, IC),
+                                                                           gate_blocks, up_blocks, N, IC, width,
+                                                                           use_gelu);
     } else {
         glu_kernel<<<matvec::blocks_for(width), matvec::THREADS>>>(act, act_copy, inp, gate_blocks, up_blocks, N, IC,
                                                                     width, use_gelu);

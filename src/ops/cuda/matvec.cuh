@@ -16,6 +16,7 @@
 #include "ops/cuda/activation_functions.cuh"
 #include "ops/cuda/device_primitives.cuh"
 #include "ops/cuda/norm_functions.cuh"
+#include "ops/ops.h"
 
 namespace matvec {
 
@@ -150,12 +151,11 @@ struct RowNorm {
     bool by_four;        // rmsnorm_forward_kernel's `by_four` (the order of each share's squares)
 };
 
-// For a norm over x and weight (ops.h's InputRmsNorm): by_four as cuda_rmsnorm_forward
-// chooses it for the model's buffers (its output and the output's copy are allocations, so
-// 16-byte aligned).
-static inline RowNorm row_norm(const float *x, const float *weight, float eps, bool weight_plus_one, int IC) {
-    const bool by_four = IC % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)weight % 16 == 0;
-    return {x, weight, eps, weight_plus_one ? 1.0f : 0.0f, by_four};
+// An op's InputRmsNorm over rows of IC: by_four as cuda_rmsnorm_forward chooses it for the
+// model's buffers (its output and the output's copy are allocations, so 16-byte aligned).
+static inline RowNorm row_norm(const InputRmsNorm *norm, int IC) {
+    const bool by_four = IC % 4 == 0 && (uintptr_t)norm->x % 16 == 0 && (uintptr_t)norm->weight % 16 == 0;
+    return {norm->x, norm->weight, norm->eps, norm->weight_plus_one ? 1.0f : 0.0f, by_four};
 }
 
 constexpr int NORM_WARPS = norm_rows::THREADS / 32;
