@@ -21,10 +21,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import llama_cpp
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
+
+
+def fail(message):
+    """One line on stderr and exit 2, as marlhf's own errors."""
+    print(f"marlhf: error: {message} (tools/check_gguf_llamacpp_dequant.py)", file=sys.stderr)
+    sys.exit(2)
 
 
 def dump(tool, path, out_dir, label):
@@ -48,8 +51,19 @@ def dump(tool, path, out_dir, label):
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit("usage: tools/check_gguf_llamacpp_dequant.py MODEL.gguf")
+        fail("usage: tools/check_gguf_llamacpp_dequant.py MODEL.gguf")
     model = sys.argv[1]
+    if not Path(model).is_file():
+        fail(f"{model} does not exist")
+    with open(model, "rb") as f:
+        if f.read(4) != b"GGUF":
+            fail(f"{model} is not a GGUF file")
+    try:  # imported here, after the checks above, which need neither
+        global llama_cpp, np
+        import llama_cpp
+        import numpy as np
+    except ImportError as e:
+        fail(f"needs llama-cpp-python and numpy ({e}); bench/run_decode.sh builds an interpreter with them")
     with tempfile.TemporaryDirectory() as tmp:
         tool = str(Path(tmp) / "gguf_dump")
         sources = ["src/core/check.c", "src/io/gguf.c", "src/io/gguf_dequant.c", "tools/gguf_dump.c"]
@@ -58,7 +72,8 @@ def main():
         f32 = str(Path(tmp) / "f32.gguf")
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype, params.nthread, params.allow_requantize = 0, 2, True  # LLAMA_FTYPE_ALL_F32
-        assert llama_cpp.llama_model_quantize(model.encode(), f32.encode(), params) == 0, "llama.cpp quantize failed"
+        if llama_cpp.llama_model_quantize(model.encode(), f32.encode(), params) != 0:
+            fail(f"llama.cpp could not read {model}")
         ours, types = dump(tool, model, tmp, "marlhf")
         theirs, _ = dump(tool, f32, tmp, "llamacpp")
     assert ours.keys() == theirs.keys(), "the two files hold other tensors"

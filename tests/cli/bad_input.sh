@@ -167,6 +167,18 @@ expect_error trl_bench_iterations_garbage "--iterations" python3 bench/trl_ppo_i
 expect_error logprob_drift_no_files "usage" bash bench/logprob_drift.sh "$tmp/float"
 expect_error logprob_drift_missing_file "$tmp/absent.gguf" bash bench/logprob_drift.sh "$tmp" "$tmp/absent.gguf:q4_0"
 expect_error logprob_drift_count_garbage "COUNT=abc" env COUNT=abc bash bench/logprob_drift.sh "$tmp" "$tmp"
+# The llama.cpp comparison scripts: a missing file, garbage ids, a file that is not GGUF -- each
+# refused before llama-cpp-python is needed (it is not installed here, which is refused too).
+printf '{"ids": [1, 2, 3]}\n' > "$tmp/llama_ids.jsonl"
+printf '{"ids": [1, 2, 3]}\nnot json\n' > "$tmp/llama_ids_garbage.jsonl"
+expect_error llamacpp_logprobs_missing_model "$tmp/absent.gguf" python3 bench/llamacpp_logprobs.py \
+    --model "$tmp/absent.gguf" --input "$tmp/llama_ids.jsonl"
+expect_error llamacpp_logprobs_garbage_ids "llama_ids_garbage.jsonl:2" python3 bench/llamacpp_logprobs.py \
+    --model "$tmp/llama_ids.jsonl" --input "$tmp/llama_ids_garbage.jsonl"
+expect_error llamacpp_logprobs_no_input "--input" python3 bench/llamacpp_logprobs.py --model "$tmp/llama_ids.jsonl"
+expect_error llamacpp_dequant_check_not_gguf "not a GGUF file" python3 tools/check_gguf_llamacpp_dequant.py \
+    "$tmp/llama_ids.jsonl"
+expect_error llamacpp_dequant_check_usage "usage" python3 tools/check_gguf_llamacpp_dequant.py
 
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
