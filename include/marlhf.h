@@ -80,8 +80,8 @@ typedef struct {
                                // with adapter/, or a PEFT adapter folder); NULL for none
     const char *chat_template; // policy: a family name or template file; NULL: the model's own
     const char *quantize;      // policy: NULL or "none" (float32), "q8_0", "q4_0", "nf4" or "nf4-single": 8- or 4-bit
-                               // linear layers for generation and log-probs (CPU,
-                               // docs/quantization.md). Such a policy may take a trainer: its
+                               // linear layers for generation and log-probs (and every other
+                               // name --quantize takes: q4_k_m, q2_k, iq4_xs..., docs/quantization.md). Such a policy may take a trainer: its
                                // LoRA adapters then train over the frozen quantized base (QLoRA,
                                // the command's --quantize; with use_dora: QDoRA), and it saves once it
                                // has them (the dequantized base with the adapters merged, and

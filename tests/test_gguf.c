@@ -6,6 +6,7 @@
 // files with one thing wrong each.
 #include <stdint.h>
 #include <sys/stat.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "core/check.h"
@@ -1034,6 +1035,30 @@ static void test_quantizers(void) {
     free(x), free(y), free(z);
 }
 
+// gguf_quantize splits a long array's blocks between threads: the bytes are those of one
+// thread, for every type it writes (a block must find its values from its own input alone).
+static void test_quantizers_threads(void) {
+    const int64_t n = 512 * 256; // 512 super-blocks: enough blocks of every type to split
+    float *x = malloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(0.03 * sin(0.37 * (double)i) + 0.01 * cos(1.9 * (double)(i % 613)));
+    const GgmlType types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
+                              GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const int threads = omp_get_max_threads();
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const size_t bytes = gguf_quantized_size(types[t], n);
+        uint8_t *one = malloc(bytes), *several = malloc(bytes);
+        omp_set_num_threads(1);
+        gguf_quantize(types[t], x, one, n);
+        omp_set_num_threads(3); // more than the machine's 2 cores: uneven shares
+        gguf_quantize(types[t], x, several, n);
+        EXPECT(memcmp(one, several, bytes) == 0, "%s: 3 threads write other bytes than one", gguf_type_name(types[t]));
+        free(one), free(several);
+    }
+    omp_set_num_threads(threads);
+    free(x);
+}
+
 int main(void) {
     RUN(test_dequant_matches_gguf_py);
     RUN(test_tensor_infos);
@@ -1041,6 +1066,7 @@ int main(void) {
     RUN(test_f16_conversion);
     RUN(test_f16_from_f32);
     RUN(test_quantizers);
+    RUN(test_quantizers_threads);
     RUN(test_writer_roundtrip);
     RUN(test_metadata_roundtrip);
     RUN(test_config_from_gguf);

@@ -21,7 +21,7 @@
 //    input's Q8_0 rounding allows (sum |w| * x_scale / 2 per output), the prefill path
 //    (N >= 64) within 1e-5 of sum |w x|.
 //  - A model written as an IQ4_NL GGUF (model_write_gguf, GGUF_OUT_IQ4_NL) and loaded with the
-//    default --quantize (quantize_default: q4_k_m for such a file): every matrix but the head
+//    default --quantize (quantize_default: the file's own mix, iq4_nl): every matrix but the head
 //    held as QUANT_IQ4_NL, dequantized the float load of the same file bit for bit, and its
 //    logits near the float load's. The same for a random Llama whose rows are whole
 //    super-blocks written as IQ4_XS (GGUF_OUT_IQ4_XS): its matrices of rows of 256 IQ4_XS,
@@ -285,9 +285,9 @@ static void test_iq4_xs_quantizer(void) {
 // The file at `path` loaded with its default --quantize holds its `iq4_tensors` IQ4 matrices
 // as QUANT_IQ4_NL, which dequantize to the float load of the same file bit for bit, and
 // its logits are near the float load's.
-static void expect_held_like_float_load(const char *path, int iq4_tensors, const char *label) {
+static void expect_held_like_float_load(const char *path, int iq4_tensors, const char *label, const char *mix) {
     const char *asked = quantize_default(NULL, path);
-    EXPECT(!strcmp(asked, "q4_k_m"), "the default --quantize of an %s file is %s", label, asked);
+    EXPECT(!strcmp(asked, mix), "the default --quantize of an %s file is %s", label, asked);
     ModelLoadOptions options = {.with_lm_head = true};
     Model held, floats;
     options.quantize = asked;
@@ -349,7 +349,7 @@ static void test_model_file(void) {
     // 7 matrices a layer and the token table; the head is Q8_0 (64 columns: not whole super-blocks).
     EXPECT(iq4_tensors == 2 * 7 + 1, "%d IQ4_NL tensors in the file", iq4_tensors);
 
-    expect_held_like_float_load(path, iq4_tensors, "IQ4_NL");
+    expect_held_like_float_load(path, iq4_tensors, "IQ4_NL", "iq4_nl");
     remove(path);
 }
 
@@ -370,7 +370,7 @@ static void test_iq4_xs_model_file(void) {
     gguf_close(&file);
     // 6 matrices a layer with rows of 256 and the token table; each layer's down (rows of 384).
     EXPECT(xs == 2 * 6 + 1 && nl == 2 && head == 1, "%d IQ4_XS, %d IQ4_NL and %d Q6_K tensors", xs, nl, head);
-    expect_held_like_float_load(path, xs + nl, "IQ4_XS");
+    expect_held_like_float_load(path, xs + nl, "IQ4_XS", "iq4_xs");
     remove(path);
 }
 

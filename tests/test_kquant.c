@@ -808,8 +808,8 @@ static void check_llama_cpp_fixture(const char *name, const int expected_counts[
     json_error_t error;
     json_t *expected = json_load_file(expected_path, 0, &error);
     CHECK(expected, "%s: %s", expected_path, error.text);
-    const char *quantize = quantize_default(NULL, path);
-    EXPECT(!strcmp(quantize, "q4_k_m"), "%s: the default %s", name, quantize);
+    const char *quantize = quantize_default(NULL, path); // the file's general.file_type names its mix
+    EXPECT(!strcmp(quantize, name), "%s: the default %s", name, quantize);
     Model model;
     load_gguf(&model, path, quantize);
     GgufFile file;
@@ -920,7 +920,7 @@ static void expect_mix_rule_matches_fixture(const char *name, GgufOutType mix) {
     for (uint64_t i = 0; i < file.n_tensors; i++) {
         const GgufTensor *t = &file.tensors[i];
         if (t->n_dims != 2) continue;
-        const GgmlType rule = gguf_k_mix_matrix_type(mix, &llama.config, t->name, (int64_t)t->ne[0]);
+        const GgmlType rule = gguf_mix_matrix_type(mix, &llama.config, t->name, (int64_t)t->ne[0]);
         EXPECT(rule == (GgmlType)t->type, "%s: the %s rule gives %s, llama.cpp wrote %s", t->name, name,
                gguf_type_name(rule), gguf_type_name(t->type));
         matrices++;
@@ -1041,50 +1041,117 @@ static void test_q3_k_m_and_q2_k_written(void) {
     }
 }
 
-// QLoRA over a q4_k_m base: the log-probs and adapter gradients of LoRA over the float32
-// model holding the base's dequantized values (the forward and the input gradient both run on
-// the dequantized tiles, as for the other types; tests/test_quantize.c).
-static void test_qlora_over_kquant(void) {
+// `--quantize q3_k_m / q2_k / iq4_nl / iq4_xs` on a float model (model_quantize): every matrix
+// in the type `convert --outtype` of that mix writes for it, holding what loading that file
+// holds -- the same type and the same dequantized values, row for row -- so the two decode to
+// the same logits bit for bit; the model is named after the mix, and so is the file's default
+// --quantize (its general.file_type). The random Llama's rows of 256 and 384 take the mixes'
+// raises and fallbacks (IQ4_XS's down projections IQ4_NL, Q3_K's and Q2_K's Q4_0, Q6_K's Q8_0);
+// two of the four models tie the token table to the head (then the output's type).
+static void test_quantize_to_mix(void) {
+    static const struct { const char *name; int types; } mixes[] = {
+        {"q3_k_m", 5}, {"q2_k", 4}, {"iq4_nl", 2}, {"iq4_xs", 2}}; // IQ4_XS held as IQ4_NL sub-blocks
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
-    char path[512];
-    snprintf(path, sizeof path, "%s/kquant-qlora.gguf", tmp);
-    Model original;
-    random_llama(&original, true);
-    CHECK(model_write_gguf(&original, NULL, path, GGUF_OUT_Q4_K_M) == 0, "%s", err_msg());
-    model_free(&original);
-    Model quantized, twin;
-    load_gguf(&quantized, path, "q4_k_m");
-    load_gguf(&twin, path, NULL);
-    model_dequantize_into(&quantized, twin.params);
-    LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
-    Model *models[2] = {&quantized, &twin};
-    enum { B = 2, T = 21 };
-    const int row_len[B] = {T, T - 6};
-    float logp[2][B * T];
-    float *grads[2];
-    for (int m = 0; m < 2; m++) {
-        CHECK(model_add_lora(models[m], &lora, false, 5) == 0, "%s", err_msg());
-        for (int i = models[m]->lora_first_entry; i < models[m]->table.count; i++) { // B != 0: the adapters act
-            const ParamEntry *e = &models[m]->table.entries[i];
-            if (strstr(e->name, "lora_B"))
-                for (long j = 0; j < e->numel; j++) models[m]->params[e->offset + j] = 0.05f * uniform(77, (uint64_t)j);
+    for (size_t k = 0; k < sizeof mixes / sizeof mixes[0]; k++) {
+        const char *name = mixes[k].name;
+        GgufOutType mix;
+        CHECK(gguf_out_type_from_name(name, &mix) == 0, "%s", name);
+        char path[512];
+        snprintf(path, sizeof path, "%s/kquant-mix-%s.gguf", tmp, name);
+        Model floats, from_file;
+        random_llama(&floats, k % 2 == 1);
+        CHECK(model_write_gguf(&floats, NULL, path, mix) == 0, "%s", err_msg());
+        const char *asked = quantize_default(NULL, path);
+        EXPECT(!strcmp(asked, name), "the default --quantize of a %s file is %s", name, asked);
+        load_gguf(&from_file, path, name);
+        CHECK(model_quantize(&floats, name) == 0, "%s", err_msg());
+        EXPECT(!strcmp(model_quantize_name(&floats), name) && !strcmp(model_quantize_name(&from_file), name),
+               "named %s and %s under --quantize %s", model_quantize_name(&floats), model_quantize_name(&from_file),
+               name);
+        int matrices = 0, types = 0;
+        bool seen[QUANT_IQ4_NL + 1] = {false};
+        for (int i = 0; i < from_file.table.count; i++) {
+            const ParamEntry *e = &from_file.table.entries[i];
+            const Q8Matrix *held = quantized_matrix(&from_file, e), *made = quantized_matrix(&floats, e);
+            if (!held) continue;
+            matrices++;
+            types += !seen[held->type];
+            seen[held->type] = true;
+            if (!made || made->type != held->type) {
+                EXPECT(false, "%s: %s is type %d from the floats, %d from the file", name, e->name,
+                       made ? (int)made->type : -1, (int)held->type);
+                continue;
+            }
+            float *a = xmalloc((size_t)e->numel * sizeof(float)), *b = xmalloc((size_t)e->numel * sizeof(float));
+            quant_dequantize_rows(made, 0, made->rows, a);
+            quant_dequantize_rows(held, 0, held->rows, b);
+            EXPECT(!memcmp(a, b, (size_t)e->numel * sizeof(float)), "%s: %s holds other values than the file's",
+                   name, e->name);
+            free(a), free(b);
         }
-        model_enable_grad(models[m]);
-        grads[m] = xmalloc((size_t)model_trainable_floats(models[m]) * sizeof(float));
-        qlora_step(models[m], B, T, row_len, logp[m], grads[m]);
+        double largest;
+        const double difference = decode_difference(&floats, &from_file, &largest);
+        printf("--quantize %s: %d matrices of %d types, those of its file; decode logits %.3g apart (largest %.3g)\n",
+               name, matrices, types, difference, largest);
+        EXPECT(matrices == 7 * 3 + 2 - (int)(k % 2) && types == mixes[k].types, "%s: %d matrices of %d types", name,
+               matrices, types);
+        EXPECT(difference == 0, "%s: decode logits %.3g apart", name, difference);
+        model_free(&floats), model_free(&from_file);
+        remove(path);
     }
-    const long G = model_trainable_floats(&quantized);
-    double grad_scale = 0;
-    for (long i = 0; i < G; i++) grad_scale = fmax(grad_scale, fabs(grads[1][i]));
-    const double logp_error = test_max_abs_diff(logp[0], logp[1], B * T), grad_error = test_max_abs_diff(grads[0], grads[1], G);
-    EXPECT(grad_scale > 0 && logp_error <= 2e-5 && grad_error <= 1e-4 * grad_scale,
-           "log-probs %.3g, adapter gradients %.3g (largest %.3g) from LoRA on the dequantized float32 base", logp_error,
-           grad_error, grad_scale);
-    EXPECT(quantized.lora_base_fingerprint == twin.lora_base_fingerprint, "base fingerprints differ");
-    printf("QLoRA q4_k_m: log-probs within %.3g, adapter gradients within %.3g (largest %.3g) of the float twin's\n",
-           logp_error, grad_error, grad_scale);
-    for (int m = 0; m < 2; m++) free(grads[m]), model_free(models[m]);
-    remove(path);
+}
+
+// QLoRA over a q4_k_m, q2_k and iq4_xs base: the log-probs and adapter gradients of LoRA over
+// the float32 model holding the base's dequantized values (the forward and the input gradient
+// both run on the dequantized tiles, as for the other types; tests/test_quantize.c).
+static void test_qlora_over_kquant(void) {
+    static const char *const mixes[] = {"q4_k_m", "q2_k", "iq4_xs"};
+    const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
+    for (int k = 0; k < 3; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/kquant-qlora-%s.gguf", tmp, mixes[k]);
+        GgufOutType mix;
+        CHECK(gguf_out_type_from_name(mixes[k], &mix) == 0, "%s", mixes[k]);
+        Model original;
+        random_llama(&original, true);
+        CHECK(model_write_gguf(&original, NULL, path, mix) == 0, "%s", err_msg());
+        model_free(&original);
+        Model quantized, twin;
+        load_gguf(&quantized, path, mixes[k]);
+        load_gguf(&twin, path, NULL);
+        model_dequantize_into(&quantized, twin.params);
+        LoraConfig lora = {.rank = 4, .alpha = 8.0f, .targets = (1u << LORA_TARGETS) - 1};
+        Model *models[2] = {&quantized, &twin};
+        enum { B = 2, T = 21 };
+        const int row_len[B] = {T, T - 6};
+        float logp[2][B * T];
+        float *grads[2];
+        for (int m = 0; m < 2; m++) {
+            CHECK(model_add_lora(models[m], &lora, false, 5) == 0, "%s", err_msg());
+            for (int i = models[m]->lora_first_entry; i < models[m]->table.count; i++) { // B != 0: the adapters act
+                const ParamEntry *e = &models[m]->table.entries[i];
+                if (strstr(e->name, "lora_B"))
+                    for (long j = 0; j < e->numel; j++)
+                        models[m]->params[e->offset + j] = 0.05f * uniform(77, (uint64_t)j);
+            }
+            model_enable_grad(models[m]);
+            grads[m] = xmalloc((size_t)model_trainable_floats(models[m]) * sizeof(float));
+            qlora_step(models[m], B, T, row_len, logp[m], grads[m]);
+        }
+        const long G = model_trainable_floats(&quantized);
+        double grad_scale = 0;
+        for (long i = 0; i < G; i++) grad_scale = fmax(grad_scale, fabs(grads[1][i]));
+        const double logp_error = test_max_abs_diff(logp[0], logp[1], B * T),
+                     grad_error = test_max_abs_diff(grads[0], grads[1], G);
+        EXPECT(grad_scale > 0 && logp_error <= 2e-5 && grad_error <= 1e-4 * grad_scale,
+               "%s: log-probs %.3g, adapter gradients %.3g (largest %.3g) from LoRA on the dequantized float32 base",
+               mixes[k], logp_error, grad_error, grad_scale);
+        EXPECT(quantized.lora_base_fingerprint == twin.lora_base_fingerprint, "%s: base fingerprints differ", mixes[k]);
+        printf("QLoRA %s: log-probs within %.3g, adapter gradients within %.3g (largest %.3g) of the float twin's\n",
+               mixes[k], logp_error, grad_error, grad_scale);
+        for (int m = 0; m < 2; m++) free(grads[m]), model_free(models[m]);
+        remove(path);
+    }
 }
 
 // The inference commands' default (quantize_default): a GGUF holding K-quant tensors runs with
@@ -1187,6 +1254,7 @@ int main(void) {
     RUN(test_q2_k_llama_cpp);
     RUN(test_q5_k_m_mix);
     RUN(test_q3_k_m_and_q2_k_written);
+    RUN(test_quantize_to_mix);
     RUN(test_qlora_over_kquant);
     RUN(test_default_rule);
     RUN(test_smollm2_q4_k_m_decode);

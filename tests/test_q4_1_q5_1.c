@@ -531,7 +531,7 @@ static void test_random_llama_cpp(void) {
             json_object_foreach(mix, name, type) {
                 const GgufTensor *t = gguf_find_tensor(&file, name);
                 CHECK(t, "no tensor %s", name);
-                const GgmlType rule = gguf_k_mix_matrix_type(GGUF_OUT_Q5_K_M, &own.config, name, (int64_t)t->ne[0]);
+                const GgmlType rule = gguf_mix_matrix_type(GGUF_OUT_Q5_K_M, &own.config, name, (int64_t)t->ne[0]);
                 EXPECT(!strcmp(gguf_type_name(rule), json_string_value(type)),
                        "%s: the q5_k_m rule gives %s, llama.cpp's Q5_K_M mix %s", name, gguf_type_name(rule),
                        json_string_value(type));

@@ -54,8 +54,9 @@ static void counted_free(void *ptr) {
     ops_cpu.free(ptr);
 }
 // Every --quantize type (q4_k_m has its own tests below: the tiny model's rows are not whole
-// super-blocks, so its mix would be only the fallback types).
-static const char *const types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "q5_k_m"};
+// super-blocks, so the mixes are only their fallback types: q5_k_m's Q5_1 and Q8_0, q3_k_m's
+// Q4_0 and Q5_0, iq4_nl's IQ4_NL and Q8_0).
+static const char *const types[] = {"q8_0", "q4_0", "nf4", "nf4-single", "q4_1", "q5_1", "q5_k_m", "q3_k_m", "iq4_nl"};
 enum { TYPE_COUNT = sizeof types / sizeof types[0] };
 static const char *const tiny = "tests/fixtures/models/tiny_chat";
 

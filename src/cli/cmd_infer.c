@@ -176,7 +176,7 @@ int cmd_infer(int argc, char **argv) {
         {"kv-cache", NULL, OPT_STRING, &kv_cache,
          "f32, f16 or q8_0: the policy's KV cache in half floats (half its memory) or in 8-bit blocks (about 0.28 of it): faster decoding of long contexts", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
-         QUANTIZE_TYPES ": the reward model's weights in 16, 8 or 4 bits (a half to an eighth of the memory; scores move by the quantization's error)",
+         QUANTIZE_TYPES ": the reward model's weights in 16 to 2 bits (a half to about a twelfth of the memory; scores move by the quantization's error)",
          false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},
         cli_batch_invariant_option(&batch_invariant),

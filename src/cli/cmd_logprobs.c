@@ -140,9 +140,9 @@ int cmd_logprobs(int argc, char **argv) {
         {"lora-adapter", "lora_path", OPT_STRING, &lora_adapter,
          "a saved LoRA adapter applied to --model (a marlhf model folder or a PEFT adapter folder)", false, false},
         {"quantize", NULL, OPT_STRING, &quantize,
-         QUANTIZE_TYPES ": the model's weights in 8, 5 or 4 bits (CPU; the base a QLoRA adapter was trained on; left "
-                        "out, a GGUF of Q2_K - Q6_K, IQ4_NL or IQ4_XS tensors runs with its own bits, q4_k_m, anything "
-                        "else as none)",
+         QUANTIZE_TYPES ": the model's weights in 16 to 2 bits (CPU; the base a QLoRA adapter was trained on; left "
+                        "out, a GGUF of Q2_K - Q6_K, IQ4_NL or IQ4_XS tensors runs with its own bits as its file "
+                        "type's mix, anything else as none)",
          false, false},
         {"device", NULL, OPT_STRING, &device, "cpu (cuda when built with it)", false, false},
         {"threads", NULL, OPT_INT, &threads, "CPU threads (0 = all cores)", false, false},

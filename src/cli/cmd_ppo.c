@@ -55,18 +55,18 @@ int cmd_ppo(int argc, char **argv) {
         {"critic-model", "critic_model_name_or_path", OPT_STRING, &critic, "critic initialisation (default: the reward model)", false, false},
         {"reference-model", "reference_model", OPT_STRING, &reference, "frozen reference (default: the actor's start)", false, false},
         {"reference-quantize", "reference_quantize", OPT_STRING, &reference_quantize,
-         QUANTIZE_TYPES ": the reference's weights in 16, 8 or 4 bits (a half to an eighth of the memory; its log-probs, "
+         QUANTIZE_TYPES ": the reference's weights in 16 to 2 bits (a half to about a twelfth of the memory; its log-probs, "
          "hence the KL, move by the quantization's error (under bf16 a bf16 checkpoint's by float rounding only); default: none, or --actor-quantize's type for a reference made from "
          "--actor-model)", false, false},
         {"actor-quantize", "actor_quantize", OPT_STRING, &actor_quantize,
-         QUANTIZE_TYPES ": the actor's frozen base in 16, 8 or 4 bits under its LoRA adapters (QLoRA; needs "
+         QUANTIZE_TYPES ": the actor's frozen base in 16 to 2 bits under its LoRA adapters (QLoRA; needs "
          "--actor-lora-rank or --actor-lora-adapter); rollouts, old log-probs and training all use it", false,
          false},
         {"critic-quantize", "critic_quantize", OPT_STRING, &critic_quantize,
-         QUANTIZE_TYPES ": the critic's frozen base in 16, 8 or 4 bits under its LoRA adapters (QLoRA; needs "
+         QUANTIZE_TYPES ": the critic's frozen base in 16 to 2 bits under its LoRA adapters (QLoRA; needs "
          "--critic-lora-rank or --critic-lora-adapter); the value head stays float32", false, false},
         {"reward-quantize", "reward_quantize", OPT_STRING, &reward_quantize,
-         QUANTIZE_TYPES ": the reward model's weights in 16, 8 or 4 bits (a half to an eighth of the memory; scores move "
+         QUANTIZE_TYPES ": the reward model's weights in 16 to 2 bits (a half to about a twelfth of the memory; scores move "
          "by the quantization's error)", false, false},
         {"prompts", "data data_path", OPT_STRING, &prompts, "prompts (any supported schema; the prompt field is used)", true, false},
         {"eval-prompts", "eval_prompts", OPT_STRING, &eval_prompts, "held-out prompts scored at every evaluation", false, false},

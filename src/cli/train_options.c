@@ -218,7 +218,7 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("threads", NULL, OPT_INT, &c->threads, "CPU threads (0 = all cores)");
     o[n++] = cli_batch_invariant_option(&c->batch_invariant);
     ADD("quantize", NULL, OPT_STRING, &c->quantize,
-        QUANTIZE_TYPES ": the frozen base in 16, 8 or 4 bits under LoRA adapters (QLoRA; needs --lora-rank or "
+        QUANTIZE_TYPES ": the frozen base in 16 to 2 bits under LoRA adapters (QLoRA; needs --lora-rank or "
         "--lora-adapter); nf4 is bitsandbytes' NF4 with double quantization (bnb_4bit_use_double_quant), "
         "nf4-single without");
 #undef ADD

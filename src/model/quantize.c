@@ -18,13 +18,40 @@
 #include "ops/q4.h"
 #include "ops/q8.h"
 
-// Every name --quantize (and each option or field that names a quantization) takes.
-static const char *const type_names[] = {"none", "q8_0", "q4_0", "nf4", "nf4-single", "q4_k_m", "q5_k_m", "q4_1", "q5_1",
-                                          "bf16"};
+// Every name --quantize (and each option or field that names a quantization) takes but "none":
+// the type of the linear layers' matrices and, for llama.cpp's mixes, the GGUF output type whose
+// per-tensor rule picks each matrix's type (-1: every matrix `type`, the table and head Q8_0 but
+// under bf16). NF4's two names differ in double_quant; a bitsandbytes FP4 checkpoint's "fp4" and
+// "fp4-single" are not here (quantized_begin).
+static const struct {
+    const char *name;
+    QuantType type;
+    int gguf_mix;
+} quantizations[] = {
+    {"q8_0", QUANT_Q8_0, -1},
+    {"q4_0", QUANT_Q4_0, -1},
+    {"nf4", QUANT_NF4, -1},
+    {"nf4-single", QUANT_NF4, -1},
+    {"q4_k_m", QUANT_Q4_K, GGUF_OUT_Q4_K_M},
+    {"q5_k_m", QUANT_Q5_K, GGUF_OUT_Q5_K_M},
+    {"q3_k_m", QUANT_Q3_K, GGUF_OUT_Q3_K_M},
+    {"q2_k", QUANT_Q2_K, GGUF_OUT_Q2_K},
+    {"iq4_nl", QUANT_IQ4_NL, GGUF_OUT_IQ4_NL},
+    {"iq4_xs", QUANT_IQ4_NL, GGUF_OUT_IQ4_XS}, // IQ4_XS's sub-blocks held as IQ4_NL's (quantize_q4_k_m.c)
+    {"q4_1", QUANT_Q4_1, -1},
+    {"q5_1", QUANT_Q5_1, -1},
+    {"bf16", QUANT_BF16, -1},
+};
+enum { QUANTIZATIONS = sizeof quantizations / sizeof quantizations[0] };
+
+static int quantization_index(const char *name) {
+    for (int i = 0; i < QUANTIZATIONS; i++)
+        if (strcmp(name, quantizations[i].name) == 0) return i;
+    return -1;
+}
 
 int quantize_type_check(const char *type, const char *option) {
-    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
-        if (strcmp(type, type_names[i]) == 0) return 0;
+    if (strcmp(type, "none") == 0 || quantization_index(type) >= 0) return 0;
     return err_set("unknown quantization '%s' (%s): %s", type, option, QUANTIZE_TYPES);
 }
 
@@ -44,8 +71,20 @@ const char *quantize_default(const char *asked, const char *model_path) {
                  file.tensors[i].type == GGML_TYPE_Q6_K || file.tensors[i].type == GGML_TYPE_Q3_K ||
                  file.tensors[i].type == GGML_TYPE_Q2_K || file.tensors[i].type == GGML_TYPE_IQ4_NL ||
                  file.tensors[i].type == GGML_TYPE_IQ4_XS;
+    // The mix the file says it is (llama_ftype: 10 Q2_K, 12 Q3_K_M, 15 Q4_K_M, 17 Q5_K_M,
+    // 25 IQ4_NL, 30 IQ4_XS), so the model's name is the file's; any other, or none: q4_k_m.
+    uint32_t file_type = 0;
+    if (kquant && gguf_get_u32(&file, "general.file_type", &file_type) != 0) err_clear();
     gguf_close(&file);
-    return kquant ? "q4_k_m" : "none";
+    if (!kquant) return "none";
+    switch (file_type) {
+    case 10: return "q2_k";
+    case 12: return "q3_k_m";
+    case 17: return "q5_k_m";
+    case 25: return "iq4_nl";
+    case 30: return "iq4_xs";
+    default: return "q4_k_m";
+    }
 }
 
 int quantized_begin(Model *model, const char *type) {
@@ -55,16 +94,11 @@ int quantized_begin(Model *model, const char *type) {
     const bool fp4 = !strncmp(type, "fp4", 3);
     if (fp4 && !(cfg->bnb_bits == 4 && cfg->bnb_fp4 && (!strcmp(type, "fp4") || !strcmp(type, "fp4-single"))))
         return err_set("quantization '%s' is only that of a bitsandbytes FP4 checkpoint: %s", type, QUANTIZE_TYPES);
+    const int index = fp4 ? -1 : quantization_index(type);
     if (!fp4 && quantize_type_check(type, "--quantize") != 0) return -1;
-    const bool nf4 = strncmp(type, "nf4", 3) == 0 || fp4;
-    const QuantType quant_type = nf4                          ? QUANT_NF4
-                                 : strcmp(type, "q4_0") == 0   ? QUANT_Q4_0
-                                 : strcmp(type, "q4_k_m") == 0 ? QUANT_Q4_K
-                                 : strcmp(type, "q5_k_m") == 0 ? QUANT_Q5_K
-                                 : strcmp(type, "q4_1") == 0   ? QUANT_Q4_1
-                                 : strcmp(type, "q5_1") == 0   ? QUANT_Q5_1
-                                 : strcmp(type, "bf16") == 0   ? QUANT_BF16
-                                                               : QUANT_Q8_0;
+    CHECK(fp4 || index >= 0, "quantized_begin: '%s' is no quantization", type); // "none": the callers quantize nothing
+    const bool nf4 = fp4 || quantizations[index].type == QUANT_NF4;
+    const QuantType quant_type = fp4 ? QUANT_NF4 : quantizations[index].type;
     if (!model->ops->matmul_forward_q8 || !model->ops->embedding_forward_q8)
         return err_set("quantized weights (%s): the %s backend has no quantized products", type, model->ops->name);
     if (model->grads) return err_set("quantized weights (%s) go on a model before it trains", type);
@@ -73,7 +107,7 @@ int quantized_begin(Model *model, const char *type) {
     const int q_dim = cfg->num_heads * cfg->head_dim;
     // NF4's blocks of 64 go along a row (bitsandbytes' blocks run over the flattened matrix:
     // with rows a multiple of 64 long they are the same blocks).
-    // q4_k_m, q5_k_m: a matrix whose rows are not whole super-blocks of 256 falls back (Q5_0, Q8_0).
+    // The mixes: a matrix whose rows are not whole super-blocks of 256 falls back (Q5_0, Q8_0...).
     const int block = nf4 ? NF4_BLOCK : Q8_BLOCK;
     if (C % block || I % block || q_dim % block)
         return err_set("quantized weights (%s) need the model's hidden, intermediate and attention sizes to be "
@@ -84,6 +118,7 @@ int quantized_begin(Model *model, const char *type) {
     model->quantized->source_type = -1;
     model->quantized->double_quant = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
     model->quantized->fp4 = fp4;
+    model->quantized->gguf_mix = fp4 ? -1 : quantizations[index].gguf_mix;
     model->quantized->layers = xcalloc(cfg->num_layers, sizeof *model->quantized->layers);
     return 0;
 }
@@ -257,7 +292,7 @@ void quantized_take(Model *model, const ParamEntry *entry, float *weight) {
     // costs most of the accuracy (docs/quantization.md). Under bf16 they are bf16 too, as in a
     // Hugging Face model loaded in bf16.
     ModelQuantized *q = model->quantized;
-    if (q->type == QUANT_Q4_K || q->type == QUANT_Q5_K) k_mix_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
+    if (q->gguf_mix >= 0) k_mix_take_floats(model, entry, matrix, weight); // model/quantize_q4_k_m.c
     else {
         const bool table_or_head = matrix == &q->embedding || matrix == &q->lm_head;
         const QuantType type = table_or_head && q->type != QUANT_BF16 ? QUANT_Q8_0 : q->type;
@@ -324,19 +359,16 @@ const Q8Matrix *quantized_matrix(const Model *model, const ParamEntry *entry) {
 }
 
 const char *model_quantize_name(const Model *model) {
-    if (!model->quantized) return "none";
-    switch (model->quantized->type) {
-    case QUANT_Q4_0: return "q4_0";
-    case QUANT_Q4_K: return "q4_k_m";
-    case QUANT_Q5_K: return "q5_k_m";
-    case QUANT_Q4_1: return "q4_1";
-    case QUANT_Q5_1: return "q5_1";
-    case QUANT_BF16: return "bf16";
-    case QUANT_NF4:
-        if (model->quantized->fp4) return model->quantized->double_quant ? "fp4" : "fp4-single";
-        return model->quantized->double_quant ? "nf4" : "nf4-single";
-    default: return "q8_0";
+    const ModelQuantized *quantized = model->quantized;
+    if (!quantized) return "none";
+    if (quantized->type == QUANT_NF4) {
+        if (quantized->fp4) return quantized->double_quant ? "fp4" : "fp4-single";
+        return quantized->double_quant ? "nf4" : "nf4-single";
     }
+    for (int i = 0; i < QUANTIZATIONS; i++)
+        if (quantizations[i].type == quantized->type && quantizations[i].gguf_mix == quantized->gguf_mix)
+            return quantizations[i].name;
+    return "q8_0"; // a bitsandbytes 8-bit checkpoint's Q8_0 (model/bnb_checkpoint.h)
 }
 
 static void free_matrix(const OpsBackend *ops, Q8Matrix *matrix);

@@ -1,8 +1,10 @@
 // Quantized weights: Q8_0 (`--quantize q8_0`), Q4_0 (`--quantize q4_0`, llama.cpp's 4-bit
 // blocks), Q4_1 / Q5_1 (`--quantize q4_1`, `q5_1`: blocks with a minimum), NF4 (`--quantize
-// nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h) or llama.cpp's Q4_K_M and
-// Q5_K_M mixes of K-quants (`--quantize q4_k_m`, `q5_k_m`, ops/kquant.h: a Q2_K - Q6_K GGUF
-// tensor keeps the file's own bytes, any other matrix is quantized by the mix's rule), or
+// nf4`, `nf4-single`: bitsandbytes' 4-bit NormalFloat, ops/nf4.h), llama.cpp's mixes of K-quants
+// Q4_K_M, Q5_K_M, Q3_K_M and Q2_K (`--quantize q4_k_m`, `q5_k_m`, `q3_k_m`, `q2_k`, ops/kquant.h)
+// and of its non-linear 4-bit types IQ4_NL and IQ4_XS (`--quantize iq4_nl`, `iq4_xs`; ops/q4.h)
+// -- under a mix a GGUF tensor of a type marlhf holds keeps the file's own bytes, any other
+// matrix is quantized to the type the mix's rule gives it (what `convert --outtype` writes) --, or
 // bf16 (`--quantize bf16`: 2 bytes a weight, no blocks; a bf16 checkpoint loses nothing)
 // on generate, chat, serve and infer, for PPO's frozen models (--reference-quantize,
 // --reward-quantize), and under LoRA training (sft, rm, dpo, kto; ppo's --actor-quantize /
@@ -37,41 +39,49 @@ typedef struct {
 } QuantizedLayer;
 
 // The names --quantize takes (quantize_type_check), for option help and errors.
-#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m, q5_k_m, q4_1, q5_1 or bf16"
+#define QUANTIZE_TYPES "none, q8_0, q4_0, nf4, nf4-single, q4_k_m, q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs, q4_1, q5_1 or bf16"
 
 typedef struct ModelQuantized {
     QuantType type;         // of every linear layer's matrix (the table and head stay Q8_0 under q4_0, nf4);
-                            // QUANT_Q4_K: the q4_k_m mix, each matrix Q4_K, Q6_K or Q8_0 (quantize.c);
-                            // QUANT_Q5_K: the q5_k_m mix (Q5_K for Q4_K; model/quantize_q4_k_m.c);
+                            // under a mix (gguf_mix), its main type: QUANT_Q4_K (q4_k_m), QUANT_Q5_K
+                            // (q5_k_m), QUANT_Q3_K (q3_k_m), QUANT_Q2_K (q2_k), QUANT_IQ4_NL (iq4_nl, iq4_xs);
                             // QUANT_Q4_1, QUANT_Q5_1: q4_1, q5_1 (a GGUF tensor of a held type keeps
                             // its own bytes, as under q4_k_m; table and head Q8_0 from floats);
                             // QUANT_BF16: bf16, the table and head bf16 as well
     bool double_quant;      // nf4: the block scales double-quantized (bitsandbytes' compress_statistics)
     bool fp4;               // a bitsandbytes FP4 checkpoint's code book (model/bnb_checkpoint.h)
+    int gguf_mix;           // a llama.cpp mix (q4_k_m, q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs): its GgufOutType
+                            // (model/weights_io.h), whose rule gives each matrix read as floats its type
+                            // (model/quantize_q4_k_m.c); -1 for the other types
     QuantizedLayer *layers; // [num_layers]
     Q8Matrix embedding;     // the token table
     Q8Matrix lm_head;       // the LM head; the same arrays as `embedding` when tied
     bool head_is_embedding;
-    int source_type;        // q4_k_m, q5_k_m: the GGUF type of the tensor being read as floats (quantized_take_gguf), or -1
+    int source_type;        // a mix: the GGUF type of the tensor being read as floats (quantized_take_gguf), or -1
 } ModelQuantized;
 
 // True when `type` asks for quantized weights (not NULL and not "none").
 bool quantize_requested(const char *type);
 
 // The --quantize of an inference command (generate, chat, serve, infer, logprobs): `asked` when
-// the option was given; left out (NULL), "q4_k_m" for a GGUF file holding Q4_K, Q5_K, Q6_K, Q3_K, Q2_K,
-// IQ4_NL or IQ4_XS tensors -- such a file runs with its own bits, as llama.cpp runs it, on the CPU and on the GPU --
-// and "none" otherwise (a float model, a Q8_0 or Q4_0 file: their --quantize is asked for).
+// the option was given; left out (NULL), for a GGUF file holding Q4_K, Q5_K, Q6_K, Q3_K, Q2_K,
+// IQ4_NL or IQ4_XS tensors -- such a file runs with its own bits, as llama.cpp runs it, on the CPU
+// and on the GPU -- the mix its general.file_type names (q4_k_m, q5_k_m, q3_k_m, q2_k, iq4_nl,
+// iq4_xs; q4_k_m for another or none: every mix holds those tensors' bytes alike, and differs
+// only for a tensor of a type marlhf does not hold), and "none" otherwise (a float model, a Q8_0
+// or Q4_0 file: their --quantize is asked for).
 const char *quantize_default(const char *asked, const char *model_path);
 // The help of those commands' --quantize.
 #define QUANTIZE_OPTION_HELP                                                                                  \
-    QUANTIZE_TYPES ": the model's weights in 16, 8, 5 or 4 bits (less memory; faster decoding on the CPU; left out, "  \
-                   "a GGUF of Q2_K - Q6_K, IQ4_NL or IQ4_XS tensors runs with its own bits, q4_k_m, anything else as none)"
+    QUANTIZE_TYPES ": the model's weights in 16, 8, 5, 4, 3 or 2 bits (less memory; faster decoding on the CPU; left "  \
+                   "out, a GGUF of Q2_K - Q6_K, IQ4_NL or IQ4_XS tensors runs with its own bits as its file type's mix, "     \
+                   "anything else as none)"
 
 // The names --quantize takes: "none" (float32), "q8_0", "q4_0", "nf4" (bitsandbytes' NF4 with
 // double quantization, QLoRA's recipe: bnb_4bit_use_double_quant=True), "nf4-single" (NF4,
-// float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m" (llama.cpp's K-quant
-// mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a scale and a minimum) or "bf16" (every
+// float scales: bnb_4bit_use_double_quant=False), "q4_k_m", "q5_k_m", "q3_k_m", "q2_k" (llama.cpp's
+// K-quant mixes), "iq4_nl", "iq4_xs" (its IQ4 mixes), "q4_1" or "q5_1" (GGUF's blocks of 32 with a
+// scale and a minimum) or "bf16" (every
 // weight rounded to bfloat16, the token table and LM head too: core/bf16.h). Returns 0, or -1
 // with err_set() naming `option` (the option or field that gave the name).
 int quantize_type_check(const char *type, const char *option);
@@ -107,17 +117,19 @@ void quantized_to_backend(const OpsBackend *ops, Q8Matrix *matrix);
 // whether its scales are double-quantized) into `matrix`, its arrays in `ops`' memory.
 void quantize_matrix(const OpsBackend *ops, Q8Matrix *matrix, QuantType type, bool double_quant, const float *weight,
                      long rows, long cols);
-// Under q4_k_m, q5_k_m, q4_1 and q5_1, a GGUF tensor stored as Q4_K, Q5_K, Q3_K, Q2_K, Q6_K,
-// Q5_0, Q4_0, Q8_0, Q4_1 or Q5_1 is taken as the file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
+// Under a mix (q4_k_m, q5_k_m, q3_k_m, q2_k, iq4_nl, iq4_xs), q4_1 and q5_1, a GGUF tensor stored as
+// Q4_K, Q5_K, Q3_K, Q2_K, Q6_K, Q5_0, Q4_0, Q8_0, Q4_1, Q5_1, IQ4_NL or IQ4_XS is taken as the
+// file's own blocks (model/quantize_q4_k_m.c; its rows moved as `map` moves them: llama.cpp's q/k row
 // order undone, GPT-2's fused qkv sliced), in place of reading it as floats: returns 1.
-// Returns 0 when the entry is not a quantized one, the type is not one of those four, or the file's
+// Returns 0 when the entry is not a quantized one, the type is not one of those, or the file's
 // tensor is of another type (or a transposed layout): then the caller reads floats and calls
 // quantized_take. -1 with err_set() on a shape that does not match.
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map);
 
-// Under q4_k_m (q5_k_m), quantized_take's work for a matrix read as floats
-// (model/quantize_q4_k_m.c): the type a Q4_K_M (Q5_K_M) file of them would hold (Q5_1 for the
-// Q5_K_M mix's fallback rows); a GGUF tensor of another quantized type: Q8_0 --, quantized with the GGUF writer's block code and held as under quantized_take_gguf.
+// Under a mix, quantized_take's work for a matrix read as floats (model/quantize_q4_k_m.c): the
+// type a file of that mix would hold it in (gguf_mix_matrix_type; a GGUF tensor of another
+// quantized type: Q8_0), quantized with the GGUF writer's block code and held as under
+// quantized_take_gguf.
 void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, const float *weight);
 // Fills `matrix` [rows, cols] from `data`, rows of GGUF blocks of `type` (one quantized_take_gguf
 // holds: Q4_K, Q5_K, Q6_K as they are; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 split into ops/ops.h's

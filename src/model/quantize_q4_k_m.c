@@ -1,5 +1,6 @@
-// `--quantize q4_k_m` and `--quantize q5_k_m` (model/quantize.h): llama.cpp's Q4_K_M or Q5_K_M
-// mix, each matrix in the type such a file holds it in, computed from that type's own bits.
+// `--quantize q4_k_m`, `q5_k_m`, `q3_k_m`, `q2_k`, `iq4_nl` and `iq4_xs` (model/quantize.h):
+// llama.cpp's mix of that name, each matrix in the type such a file holds it in, computed from
+// that type's own bits.
 //
 // From a GGUF file, a tensor stored as Q4_K, Q5_K, Q6_K, Q3_K or Q2_K (ops/kquant.h) keeps the
 // file's bytes as they are, on every backend (ops/cuda/dequantize.cuh has kernels for all five),
@@ -15,10 +16,11 @@
 //
 // A matrix read as floats -- a float model, or a GGUF tensor of a type marlhf does not hold
 // -- is quantized with the GGUF writer's block code (io/gguf_quantize.c) to the type `marlhf
-// convert --outtype q4_k_m` (q5_k_m) would write for it (llama.cpp's per-tensor rule: Q6_K for
-// the output and some attn_v / ffn_down, Q4_K (Q5_K) otherwise, Q5_0 (Q5_1) / Q8_0 for rows that
-// 256 does not divide), or, for a GGUF tensor of another quantized type (MXFP4, the lattice
-// IQ types...), to Q8_0: 8 bits of its coarser grid. Then it is held as a file's blocks are.
+// convert --outtype` of the mix would write for it (llama.cpp's per-tensor rule,
+// gguf_mix_matrix_type: for q4_k_m Q6_K for the output and some attn_v / ffn_down, Q4_K
+// otherwise, Q5_0 / Q8_0 for rows that 256 does not divide), or, for a GGUF tensor of another
+// quantized type (MXFP4, the lattice IQ types...), to Q8_0: 8 bits of its coarser grid. Then it
+// is held as a file's blocks are (an IQ4_XS matrix as IQ4_NL sub-blocks, above).
 //
 // `--quantize q4_1` and `q5_1` take a file's tensors the same way (quantized_take_gguf: a Q4_1
 // file's Q4_1 matrices and Q8_0 token table as they are); a matrix read as floats is then
@@ -129,7 +131,7 @@ void quantized_hold_gguf_blocks(const OpsBackend *ops, Q8Matrix *matrix, GgmlTyp
 int quantized_take_gguf(Model *model, const ParamEntry *entry, const GgufFile *file, const TensorMap *map) {
     Q8Matrix *matrix = quantized_slot(model, entry);
     const QuantType asked = model->quantized->type;
-    if (!matrix || (asked != QUANT_Q4_K && asked != QUANT_Q5_K && asked != QUANT_Q4_1 && asked != QUANT_Q5_1)) return 0;
+    if (!matrix || (model->quantized->gguf_mix < 0 && asked != QUANT_Q4_1 && asked != QUANT_Q5_1)) return 0;
     const GgufTensor *t = gguf_find_tensor(file, map->source);
     // Read as floats, quantized_take goes by the file's type (k_mix_take_floats).
     model->quantized->source_type = t ? (int)t->type : -1;
@@ -156,8 +158,7 @@ void k_mix_take_floats(Model *model, const ParamEntry *entry, Q8Matrix *matrix, 
         held_type((uint32_t)source) >= 0) { // floats (a held type gets here only from a transposed layout)
         TensorMap map;
         tensor_map_gguf(&model->config, entry, &map);
-        const GgufOutType mix = model->quantized->type == QUANT_Q5_K ? GGUF_OUT_Q5_K_M : GGUF_OUT_Q4_K_M;
-        type = gguf_k_mix_matrix_type(mix, &model->config, map.source, cols);
+        type = gguf_mix_matrix_type((GgufOutType)model->quantized->gguf_mix, &model->config, map.source, cols);
     }
     CHECK(held_type(type) >= 0, "%s: '%s' would be %s, which marlhf does not hold",
           model_quantize_name(model), entry->name, gguf_type_name(type));

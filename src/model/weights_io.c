@@ -652,9 +652,10 @@ static GgmlType matrix_type(GgufOutType out, const ModelConfig *cfg, const char 
     return type;
 }
 
-GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row) {
-    CHECK(mix == GGUF_OUT_Q4_K_M || mix == GGUF_OUT_Q5_K_M || mix == GGUF_OUT_Q3_K_M || mix == GGUF_OUT_Q2_K,
-          "GGUF output type %d is not a K-quant mix", (int)mix);
+GgmlType gguf_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row) {
+    CHECK(mix == GGUF_OUT_Q4_K_M || mix == GGUF_OUT_Q5_K_M || mix == GGUF_OUT_Q3_K_M || mix == GGUF_OUT_Q2_K ||
+              mix == GGUF_OUT_IQ4_NL || mix == GGUF_OUT_IQ4_XS,
+          "GGUF output type %d is not one of llama.cpp's mixes --quantize takes", (int)mix);
     return matrix_type(mix, cfg, name, row);
 }
 

@@ -101,8 +101,10 @@ int gguf_out_type_from_name(const char *name, GgufOutType *out);
 // `--quantize q4_k_m` holds (model/quantize.c). `mix` GGUF_OUT_Q5_K_M: llama.cpp's Q5_K_M,
 // the same with Q5_K for Q4_K and its fallback Q5_1 for Q5_0. GGUF_OUT_Q3_K_M, GGUF_OUT_Q2_K:
 // llama.cpp's Q3_K_M and Q2_K (what `convert --outtype q3_k_m / q2_k` writes; their
-// fallback for Q3_K and Q2_K rows is Q4_0, as llama.cpp 0.3.36's).
-GgmlType gguf_k_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row);
+// fallback for Q3_K and Q2_K rows is Q4_0, as llama.cpp 0.3.36's). GGUF_OUT_IQ4_NL,
+// GGUF_OUT_IQ4_XS: IQ4_NL (IQ4_XS; IQ4_NL for rows 256 does not divide), Q6_K for the output, and
+// llama.cpp's raises to Q5_K (attn_v under GQA of 4 or more, ffn_down in the first eighth).
+GgmlType gguf_mix_matrix_type(GgufOutType mix, const ModelConfig *cfg, const char *name, int64_t row);
 
 // Writes the model as one GGUF file for llama.cpp (its architecture names, tensor names and
 // layouts: Llama's permuted q/k rows, Gemma's 1 + w norms, GPT-2's fused qkv), with the

@@ -4,8 +4,9 @@
 # log-probs of --quantize q4_k_m, bit for bit, not those of the float32 weights), --quantize
 # none still runs it in float32, the Q4_1 file it came from stays float32 by default, and
 # generate answers from it; an unknown --quantize is a one-line error. llama.cpp's own Q5_K_M
-# file runs with its bits, as llama.cpp computes it, and convert writes Q5_K_M. Prints PASS/FAIL
-# per case. Under the sanitizers the conversion of SmolLM2 runs (the writer on a real model's
+# file runs with its bits, as llama.cpp computes it, and convert writes Q5_K_M; --quantize q3_k_m,
+# q2_k, iq4_nl and iq4_xs on a float model give the log-probs of the file convert writes in that
+# mix, bit for bit. Prints PASS/FAIL per case. Under the sanitizers the conversion of SmolLM2 runs (the writer on a real model's
 # shapes) but its log-probs and answers are the plain build's (tests/cli_helpers.sh
 # real_model_runs): the small llama.cpp files below run the same kernels there.
 set -u
@@ -99,5 +100,17 @@ a, b = (json.loads(x)["logprobs"] for x in sys.argv[1:3])
 assert len(a) == len(b) and 0 < max(abs(x - y) for x, y in zip(a, b)) < 0.5
 EOF
 expect_error kquant_bad_outtype "q5_k_s" "$bin" convert "$q5" "$tmp/bad.gguf" --outtype q5_k_s
+# --quantize MIX on a float model is the file `convert --outtype MIX` writes of it: the same
+# log-probs, bit for bit, as that file run with its default (its own bits, named by its type).
+"$bin" convert "$q5" "$tmp/q5_f32.gguf" --outtype f32 > /dev/null 2> "$tmp/convert.err" ||
+    fail kquant_convert_f32 "$(tail -n 1 "$tmp/convert.err")"
+for name in q3_k_m q2_k iq4_nl iq4_xs; do
+    "$bin" convert "$tmp/q5_f32.gguf" "$tmp/q5_$name.gguf" --outtype $name > /dev/null 2> "$tmp/convert.err" ||
+        fail "kquant_convert_$name" "$(tail -n 1 "$tmp/convert.err")"
+    written=$(q5_line "$tmp/q5_$name.gguf")
+    [ -n "$written" ] && [ "$written" = "$(q5_line "$tmp/q5_f32.gguf" --quantize $name)" ] &&
+        [ "$written" != "$(q5_line "$tmp/q5_f32.gguf")" ] && pass "kquant_quantize_${name}_is_its_file" ||
+        fail "kquant_quantize_${name}_is_its_file" "$written $(tail -n 1 "$tmp/logprobs.err")"
+done
 
 [ $failures -eq 0 ]

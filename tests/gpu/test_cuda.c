@@ -3159,7 +3159,7 @@ static void test_q4_k_m_model(void) {
 }
 
 // The same Llama as an IQ4_NL file (`convert --outtype iq4_nl`: every matrix but the head, which
-// is Q6_K), under the inference commands' default (quantize_default: q4_k_m, the blocks held).
+// is Q6_K), under the inference commands' default (quantize_default: iq4_nl, the blocks held).
 static void test_iq4_nl_model(void) {
     char path[512];
     const char *tmp = getenv("MARLHF_TEST_TMP") ? getenv("MARLHF_TEST_TMP") : "/tmp";
@@ -3173,7 +3173,7 @@ static void test_iq4_nl_model(void) {
 // llama.cpp's own files (tests/fixtures/gguf), their blocks as they are: Q5_K_M (Q5_K, Q6_K;
 // under q5_k_m and under q4_k_m), Q3_K_M (Q3_K, Q4_K, Q5_K, Q6_K), Q2_K (Q2_K, Q3_K, Q6_K), Q4_1
 // and Q5_1. The Q3_K_M and Q2_K files under the inference commands' default (quantize_default,
-// q4_k_m on either device).
+// their own mixes q3_k_m and q2_k on either device).
 static void test_llama_cpp_models(void) {
     const int q5_k_m[] = {QUANT_Q5_K, QUANT_Q6_K, -1}, q3_k_m[] = {QUANT_Q3_K, QUANT_Q5_K, -1};
     const int q2_k[] = {QUANT_Q2_K, QUANT_Q3_K, -1}, q4_1[] = {QUANT_Q4_1, -1}, q5_1[] = {QUANT_Q5_1, -1};
