@@ -275,6 +275,18 @@ static void test_local_formats(void) {
         EXPECT_STR(d.records[0].chosen, " c");
         dataset_free(&d);
     }
+    // TRL's language-modeling rows are SFT rows whose whole text is the response (other
+    // fields ignored); a later row may be a prompt-completion one.
+    if (load_or_fail(&d, write_text("text_rows.jsonl", "{\"text\": \"Once upon a time.\", \"id\": 7}\n"
+                                                       "{\"prompt\": \"p\", \"completion\": \" c\"}\n"),
+                     DATA_FORMAT_AUTO)) {
+        EXPECT(d.format == DATA_FORMAT_SFT && d.count == 2 && !d.conversational, "text rows: %s",
+               data_format_name(d.format));
+        EXPECT_STR(d.records[0].prompt, "");
+        EXPECT_STR(d.records[0].chosen, "Once upon a time.");
+        EXPECT_STR(d.records[1].chosen, " c");
+        dataset_free(&d);
+    }
     if (load_or_fail(&d, FIXTURES "/prompts.jsonl", DATA_FORMAT_AUTO)) {
         EXPECT(d.format == DATA_FORMAT_PROMPTS && d.count == 3, "prompts: %s, %ld", data_format_name(d.format),
                d.count);
@@ -691,6 +703,8 @@ static void test_bad_rows(void) {
                       DATA_FORMAT_AUTO, 0, 2, "\"chosen\" is null");
     expect_load_error(write_text("half_pair.jsonl", "{\"prompt\": \"p\", \"chosen\": \"a\"}\n"), DATA_FORMAT_AUTO, 0, 1,
                       "\"rejected\"");
+    expect_load_error(write_text("text_list.jsonl", "{\"text\": \"a\"}\n{\"text\": [\"a\"]}\n"), DATA_FORMAT_AUTO, 0, 2,
+                      "\"text\" is an array");
     // Later rows must have the first row's format.
     expect_load_error(write_text("mixed.jsonl", "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\"}\n\n"
                                                 "{\"prompt\": \"only a prompt\"}\n"),
@@ -734,8 +748,8 @@ static void test_bad_rows(void) {
     expect_load_error(write_text("apps_id.jsonl",
                                  "{\"problem_id\": \"1\", \"question\": \"q\", \"solutions\": \"\", \"input_output\": \"\"}\n"),
                       DATA_FORMAT_AUTO, 0, 1, "\"problem_id\"");
-    expect_load_error(write_text("unknown.jsonl", "{\"text\": \"hello\", \"label\": 1}\n"), DATA_FORMAT_AUTO, 0, 1,
-                      "\"text\"");
+    expect_load_error(write_text("unknown.jsonl", "{\"sentence\": \"hello\", \"label\": 1}\n"), DATA_FORMAT_AUTO, 0, 1,
+                      "(\"sentence\", \"label\")");
 }
 
 static void test_bad_files(void) {

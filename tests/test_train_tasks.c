@@ -46,7 +46,8 @@ static void test_sft_largest_batch(void) {
                                {.prompt = "Short.", .response = "Ok."}};
     for (int padded = 0; padded < 2; padded++) {
         SftTask task;
-        CHECK(sft_task_init(&task, tokenizer, examples, 5, eval, 2, 96, padded) == 0, "%s", err_msg());
+        CHECK(sft_task_init(&task, tokenizer, examples, 5, eval, 2, 96, padded ? SFT_LOSS_PADDED : SFT_LOSS_COMPLETION) == 0,
+              "%s", err_msg());
         TrainTask train = sft_train_task(&task);
         int rows = 0, length = 0, longest = 0;
         train.largest_batch(train.context, 2, &rows, &length);

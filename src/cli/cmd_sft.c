@@ -14,7 +14,7 @@ int cmd_sft(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(5e-5, 0.1, 0.01, 1); // learning rate, warmup ratio, weight decay, data phase
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
-    bool train_on_prompt = false, assistant_only_loss = false;
+    bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true;
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -22,14 +22,23 @@ int cmd_sft(int argc, char **argv) {
          "released MA-RLHF behaviour: pad to --max-seq-len and count prompt and padding in the loss", false, false},
         {"assistant-only-loss", "assistant_only_loss", OPT_BOOL, &assistant_only_loss,
          "{\"messages\"} rows: train every assistant turn (TRL's assistant_only_loss), not only the last", false, false},
+        {"completion-only-loss", "completion_only_loss", OPT_BOOL, &completion_only_loss,
+         "train the response only (TRL's completion_only_loss); false: every token of the example, prompt included "
+         "(not the padding; {\"text\"} rows are all response either way)", false, false},
     };
-    int count = 4 + trainer_cli_options(&c, options + 4);
+    int count = 5 + trainer_cli_options(&c, options + 5);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
     options_parse(&set, argc, argv);
     trainer_cli_finish(&c, output);
     cli_set_batch_invariant(&set, c.device);
+    if (!completion_only_loss && train_on_prompt)
+        die_user("--completion-only-loss false trains the prompt without the padding and --train-on-prompt with it: "
+                 "give one (--completion-only-loss)");
+    if (!completion_only_loss && assistant_only_loss)
+        die_user("--completion-only-loss false trains every token and --assistant-only-loss the assistant turns only: "
+                 "give one (--completion-only-loss)");
 
     Tokenizer *tokenizer;
     if (tokenizer_load(&tokenizer, model_path) != 0) die_from_err();
@@ -57,8 +66,11 @@ int cmd_sft(int argc, char **argv) {
         eval_examples[i] = (SftExample){r->prompt, r->chosen ? r->chosen : "", (const char *const *)r->turns, r->turn_count};
     }
     SftTask task;
+    const SftLossTokens loss_tokens = train_on_prompt         ? SFT_LOSS_PADDED
+                                      : completion_only_loss ? SFT_LOSS_COMPLETION
+                                                             : SFT_LOSS_SEQUENCE;
     if (sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count, (int)c.max_seq_len,
-                      train_on_prompt) != 0)
+                      loss_tokens) != 0)
         die_from_err();
     if (!c.quiet)
         fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld eval examples\n",

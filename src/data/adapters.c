@@ -315,6 +315,14 @@ static int parse_apps(const json_t *row, const DataRowPlace *at, DataRecord *rec
 
 static int parse_sft(const json_t *row, const DataRowPlace *at, DataRecord *record) {
     const char *prompt = NULL, *response = NULL;
+    // TRL's language-modeling rows, {"text"}: the whole text is the response to an empty
+    // prompt, so every token of it is trained (after the tokenizer's BOS, if it adds one).
+    if (!json_object_get(row, "prompt") && json_object_get(row, "text")) {
+        if (get_string(row, "text", "text", at, &response) != 0) return -1;
+        record->prompt = xstrdup("");
+        record->chosen = xstrdup(response);
+        return 0;
+    }
     if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;
     // TRL's prompt-completion rows name the response "completion".
     const char *key = json_object_get(row, "response") || !json_object_get(row, "completion") ? "response" : "completion";
@@ -630,6 +638,7 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
                        HAS("chosen") ? "rejected" : "chosen", at->path, at->line);
     else if (HAS("prompt")) *format = HAS("response") || HAS("completion") ? DATA_FORMAT_SFT : DATA_FORMAT_PROMPTS;
     else if (HAS("chosen") && HAS("rejected")) *format = DATA_FORMAT_PAIRS; // implicit prompt (text or messages)
+    else if (HAS("text")) *format = DATA_FORMAT_SFT; // TRL's language modeling: the text is the response
     else {
         // Name the fields seen, so the user can tell which schema the file is close to.
         char seen[200] = "";
@@ -643,8 +652,8 @@ int data_detect_format(const json_t *row, const DataRowPlace *at, DataFormat *fo
         }
         return err_set("cannot tell the dataset format from the fields of the first row (%s); expected "
                        "\"info\"+\"summaries\" (TL;DR), \"question\"+\"answer_0\" (WebGPT), \"problem_id\" (APPS), "
-                       "\"prompt\" (HH-RLHF and local formats) or \"chosen\"+\"rejected\" (pairs with their prompt "
-                       "inside) (%s:%ld)",
+                       "\"prompt\" (HH-RLHF and local formats), \"chosen\"+\"rejected\" (pairs with their prompt "
+                       "inside) or \"text\" (language modeling) (%s:%ld)",
                        used ? seen : "none", at->path, at->line);
     }
     return 0;

@@ -42,7 +42,9 @@
 //     starter_code, call_based, id = problem_id in decimal.
 //   Local formats, each prompt taken as is (apply a chat template before writing them):
 //     SFT ["sft"]           {prompt, response}              chosen = response
-//                           (or TRL's {prompt, completion}: chosen = completion)
+//                           (or TRL's {prompt, completion}: chosen = completion; or TRL's
+//                           language modeling {text}: prompt = "", chosen = text, so every
+//                           token of it is trained, as TRL's SFT and DeepSpeed-Chat's PTX data)
 //     pairs ["pairs"]       {prompt, chosen, rejected}; or TRL's implicit prompt
 //                           {chosen, rejected} (also the raw Anthropic/hh-rlhf files,
 //                           "\n\nHuman: ...\n\nAssistant: ..."): the prompt is their longest
@@ -92,7 +94,7 @@
 //   prompt + chosen + rejected -> HH when there is also `response`, else pairs;
 //   messages -> SFT (conversational);  chosen + rejected, no prompt -> pairs (implicit prompt);
 //   prompt + response (or completion) -> SFT;  prompt alone -> prompts (but chosen without rejected, or
-//   the reverse, is an error). Every later row must then be of the same format.
+//   the reverse, is an error);  text (no prompt) -> SFT. Every later row must then be of the same format.
 //
 // Errors (a missing field, a wrong JSON type, an empty file, invalid UTF-8, a row over
 // the byte limit, choice not 0 or 1, fewer than 2 responses, malformed JSON, solutions or

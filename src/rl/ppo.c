@@ -672,6 +672,7 @@ static void compute_experience(Ppo *p, const Rollout *r, RolloutStats *stats) {
 typedef struct {
     PpoLossStats actor, critic;
     double policy_loss, value_loss, entropy, actor_grad_norm, critic_grad_norm, steps;
+    double ptx_loss; // summed over the steps: each step's PTX micro-batch's mean token loss (rank 0's)
 } TrainStats;
 
 // The weight of each token of this rank's samples in the mean over the whole minibatch
@@ -694,8 +695,9 @@ static void set_loss_scales(const Ppo *p, const Rollout *r, const int *positions
 
 // PPO-ptx: an SFT micro-batch from the ptx data, its loss weighted by ptx_coef. Under
 // mpirun rank 0 runs it (one micro-batch per step, as one process does) and every rank
-// moves the cursor.
-static void ptx_micro_step(Ppo *p) {
+// moves the cursor. Returns the micro-batch's mean token loss, before ptx_coef (DeepSpeed-Chat's
+// "unsupervised loss"); 0 on the other ranks.
+static double ptx_micro_step(Ppo *p) {
     const TokenizedExamples *d = &p->ptx;
     int B = p->c.micro_batch < d->count ? p->c.micro_batch : (int)d->count;
     int T = 0;
@@ -707,7 +709,7 @@ static void ptx_micro_step(Ppo *p) {
     p->ptx_cursor = (p->ptx_cursor + B) % d->count;
     if (!dist_is_main()) {
         free(which);
-        return;
+        return 0;
     }
     long N = (long)B * T;
     int *tokens = xcalloc(N, sizeof(int)), *targets = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
@@ -728,11 +730,17 @@ static void ptx_micro_step(Ppo *p) {
     ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
     model_forward(&p->actor, &input);
     model_logprobs(&p->actor, targets, logp, NULL, NULL);
+    double loss = 0;
     if (counted > 0) {
-        for (long i = 0; i < N; i++) dlogp[i] = (float)(-p->c.ptx_coef * mask[i] / counted);
+        for (long i = 0; i < N; i++) {
+            dlogp[i] = (float)(-p->c.ptx_coef * mask[i] / counted);
+            if (mask[i]) loss -= logp[i];
+        }
+        loss /= counted;
         model_backward(&p->actor, dlogp, NULL, NULL);
     }
     free(tokens), free(targets), free(row_len), free(mask), free(logp), free(dlogp), free(which);
+    return loss;
 }
 
 // With LoRA the EMA model carries adapters too, and only they move. Under ZeRO-3 each rank
@@ -742,12 +750,12 @@ static void ema_update(Ppo *p) { dist_moving_average(&p->ema, &p->actor, (float)
 // The sums of the loss statistics over the ranks (the gradient norms and the step count
 // are already the same everywhere).
 static void sum_train_stats_across_ranks(TrainStats *stats) {
-    double packed[15] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
+    double packed[16] = {stats->actor.policy_loss, stats->actor.value_loss, stats->actor.clipped,
                          stats->actor.approx_kl, stats->actor.ratio_sum, stats->actor.tokens,
                          stats->critic.policy_loss, stats->critic.value_loss, stats->critic.clipped,
                          stats->critic.approx_kl, stats->critic.ratio_sum, stats->critic.tokens,
-                         stats->policy_loss, stats->value_loss, stats->entropy};
-    dist_sum_doubles(packed, 15);
+                         stats->policy_loss, stats->value_loss, stats->entropy, stats->ptx_loss};
+    dist_sum_doubles(packed, 16);
     PpoLossStats *parts[2] = {&stats->actor, &stats->critic};
     for (int k = 0; k < 2; k++) {
         const double *v = packed + 6 * k;
@@ -755,6 +763,7 @@ static void sum_train_stats_across_ranks(TrainStats *stats) {
                                    .ratio_sum = v[4], .tokens = v[5]};
     }
     stats->policy_loss = packed[12], stats->value_loss = packed[13], stats->entropy = packed[14];
+    stats->ptx_loss = packed[15]; // rank 0's: the others ran no PTX batch
 }
 
 // PPO epochs over the rollout. Every rank walks the same minibatches of the whole rollout
@@ -848,7 +857,7 @@ static void train_on_rollout(Ppo *p, const Rollout *r, TrainStats *stats) {
             }
             if (p->ptx.count > 0) {
                 dist_backward_round_begin(&p->actor, true);
-                ptx_micro_step(p);
+                stats->ptx_loss += ptx_micro_step(p);
                 dist_backward_round_end(&p->actor);
             }
             double norm = dist_reduce_gradients(&p->actor, &p->actor_optimizer);
@@ -1471,7 +1480,7 @@ static int setup(Ppo *p) {
         const int longest = c->max_prompt_len + c->max_new_tokens < actor_context ? c->max_prompt_len + c->max_new_tokens
                                                                                   : actor_context;
         SftTask sft;
-        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest, false);
+        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest, SFT_LOSS_COMPLETION);
         free(examples);
         dataset_free(&data);
         if (rc != 0) return -1;
@@ -1793,7 +1802,7 @@ int ppo_run(const PpoConfig *config) {
                                "generation_tokens_per_s", "uniform_groups_dropped", "old_logprobs_from_training",
                                "old_logprobs_from_rollout",
                                "generation_rounds", "responses_trained", "distinct_2", "repetitive_fraction",
-                               "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms",
+                               "same_answer_fraction", "shared_trigram_fraction", "hacking_alarms", "ptx_loss",
                                "device_memory_gib"};
         double scored = rs.scored > 0 ? rs.scored : 1, steps = ts.steps > 0 ? ts.steps : 1;
         double experienced = rs.experienced > 0 ? rs.experienced : 1;
@@ -1819,7 +1828,8 @@ int ppo_run(const PpoConfig *config) {
                            (double)p->old_logprobs_from_rollout,
                            (double)rounds, (double)count, hacking.distinct_2, hacking.repetitive_fraction,
                            hacking.same_answer_fraction, hacking.shared_trigram_fraction,
-                           (double)__builtin_popcount(p->hacking_active), device_mib / 1024.0};
+                           (double)__builtin_popcount(p->hacking_active), p->ptx.count > 0 ? ts.ptx_loss / steps : NAN,
+                           device_mib / 1024.0};
         const int metric_count = (int)(sizeof values / sizeof values[0]) - (device_mib < 0 ? 1 : 0);
         bool failed = metrics_log(&p->metrics, "train", p->iteration, names, values, metric_count) != 0;
     end_iteration:

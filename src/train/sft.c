@@ -115,7 +115,12 @@ static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExa
         else
             tokenize_example(tokenizer, examples[i].prompt, examples[i].response, task->max_seq_len, &ids, &length,
                              &prompt_length, &truncated);
-        // Keep an example only if at least one response token (or EOS) is predicted.
+        if (task->loss_tokens != SFT_LOSS_COMPLETION) { // every token but the first is a target
+            free(trained);
+            trained = NULL;
+            prompt_length = length < 1 ? length : 1;
+        }
+        // Keep an example only if at least one token is trained (a response token or EOS).
         if (length - prompt_length < 1 || length < 2) {
             task->dropped++;
             free(ids), free(trained);
@@ -131,14 +136,14 @@ static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExa
 }
 
 int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
-                  const SftExample *eval_examples, long eval_count, int max_seq_len, bool train_on_prompt_and_padding) {
+                  const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens) {
     memset(task, 0, sizeof *task);
     task->max_seq_len = max_seq_len;
-    task->train_on_prompt_and_padding = train_on_prompt_and_padding;
+    task->loss_tokens = loss_tokens;
     task->pad_id = training_pad_id(tokenizer);
     tokenize_all(task, tokenizer, examples, count, &task->train);
     tokenize_all(task, tokenizer, eval_examples, eval_count, &task->eval);
-    if (task->train.count == 0) return err_set("no SFT example has a response token within --max-seq-len %d", max_seq_len);
+    if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
     return 0;
 }
 
@@ -159,7 +164,8 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
     int T = 0;
     for (int b = 0; b < count; b++)
         if (examples->lengths[which[b]] > T) T = examples->lengths[which[b]];
-    if (task->train_on_prompt_and_padding) T = task->max_seq_len;
+    const bool padded = task->loss_tokens == SFT_LOSS_PADDED;
+    if (padded) T = task->max_seq_len;
     long N = (long)count * T;
     batch->B = count;
     batch->T = T;
@@ -173,10 +179,10 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
         int *row = batch->tokens + (long)b * T;
         for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : task->pad_id;
         // In the released behaviour padding is real input (attended to), as it was there.
-        batch->row_len[b] = task->train_on_prompt_and_padding ? T : length;
+        batch->row_len[b] = padded ? T : length;
         for (int t = 0; t < T; t++) {
             long i = (long)b * T + t;
-            bool counted = task->train_on_prompt_and_padding ? t + 1 < T : trained_target(examples, which[b], t + 1);
+            bool counted = padded ? t + 1 < T : trained_target(examples, which[b], t + 1);
             // No target where the loss does not count: the LM head skips those slots.
             batch->targets[i] = counted ? row[t + 1] : -1;
             batch->mask[i] = counted ? 1.0f : 0.0f;
@@ -191,7 +197,7 @@ static void free_batch(SftBatch *batch) {
 static double counted_tokens(const SftTask *task, const TokenizedExamples *examples, const long *which, int count) {
     double total = 0;
     for (int b = 0; b < count; b++) {
-        if (task->train_on_prompt_and_padding) total += task->max_seq_len - 1;
+        if (task->loss_tokens == SFT_LOSS_PADDED) total += task->max_seq_len - 1;
         else if (!examples->trained || !examples->trained[which[b]])
             total += examples->lengths[which[b]] - examples->prompt_lengths[which[b]];
         else
@@ -262,7 +268,7 @@ static void sft_largest_batch(void *context, long micro_batch, int *rows, int *l
     const int train_rows = batch_rows(micro_batch, task->train.count), eval_rows = batch_rows(8, task->eval.count);
     *rows = train_rows > eval_rows ? train_rows : eval_rows;
     const int train_longest = tokenized_longest(&task->train), eval_longest = tokenized_longest(&task->eval);
-    *length = task->train_on_prompt_and_padding ? task->max_seq_len
+    *length = task->loss_tokens == SFT_LOSS_PADDED ? task->max_seq_len
                                                 : (train_longest > eval_longest ? train_longest : eval_longest);
 }
 

@@ -4,10 +4,11 @@
 // An example is prompt + response + EOS, each part tokenized on its own (the prompt with
 // the tokenizer's special tokens, e.g. BOS) and concatenated, so the response tokens are
 // exactly those a policy would generate after the prompt; longer examples are cut at
-// max_seq_len. The loss is the mean over the optimizer step's response tokens (EOS
-// included). `train_on_prompt_and_padding` reproduces the released MA-RLHF/DeepSpeed-Chat
-// step 1: rows padded to max_seq_len and every position, prompt and padding included,
-// counted in the loss (spec §3.3, §4).
+// max_seq_len. The loss is the mean over the optimizer step's trained tokens, which
+// SftLossTokens picks: the response's (EOS included; TRL's completion_only_loss), every token
+// of the example (TRL's completion_only_loss=False, and its default for language-modeling and
+// conversation rows), or every position of rows padded to max_seq_len, prompt and padding
+// included -- the released MA-RLHF/DeepSpeed-Chat step 1 (spec §3.3, §4).
 #pragma once
 #include <stdbool.h>
 
@@ -32,18 +33,24 @@ typedef struct {
     int turn_count;
 } SftExample;
 
+typedef enum {
+    SFT_LOSS_COMPLETION, // the response tokens and the EOS (turns: the trained turns' tokens and the EOS)
+    SFT_LOSS_SEQUENCE,   // every token after the first, prompt included; padding never
+    SFT_LOSS_PADDED,     // rows padded to max_seq_len (padding attended to), every position counted
+} SftLossTokens;
+
 typedef struct {
     TokenizedExamples train, eval;
     int max_seq_len;
     int pad_id;
-    bool train_on_prompt_and_padding;
-    long dropped; // examples whose prompt filled max_seq_len (no response token left)
+    SftLossTokens loss_tokens;
+    long dropped; // examples with no trained token within max_seq_len (a prompt that filled it)
     long truncated;
 } SftTask;
 
 // Tokenizes the examples. Returns 0 or -1 (err_set) if nothing is left.
 int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
-                  const SftExample *eval_examples, long eval_count, int max_seq_len, bool train_on_prompt_and_padding);
+                  const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens);
 void sft_task_free(SftTask *task);
 // The loop's view of the task.
 TrainTask sft_train_task(SftTask *task);

@@ -156,6 +156,19 @@ run extras --enable-ema --ptx-data "$data/sft.jsonl" --ptx-coef 0.5 --entropy-co
     --whiten-advantages --normalize-reward --ppo-epochs 2 --num-minibatches 2 --ratio macro --macro-reward sum \
     --value-function position
 [ -f "$tmp/extras/final/actor_ema/model.safetensors" ] && pass ema_ptx_adaptive_kl || fail ema_ptx_adaptive_kl "$(tail -n 3 "$tmp/extras.err")"
+# PTX data as DeepSpeed-Chat's unsupervised text ({"text"} rows: every token trained): the
+# first iteration's train/ptx_loss (taken before its step) is SFT's first-step loss on the same
+# two rows, which the SFT task computes on its own; runs without PTX data log it as null.
+printf '%s\n' '{"text": "Once upon a time a goat lived on a hill."}' '{"text": "The cow is a lovely animal."}' > "$tmp/ptx_text.jsonl"
+run ptx_text --ptx-data "$tmp/ptx_text.jsonl" --ptx-coef 0.5 --max-iterations 1
+"$bin" sft --model "$model" --data "$tmp/ptx_text.jsonl" --max-seq-len 48 --per-device-train-batch-size 2 --max-steps 1 \
+    --threads 2 --quiet --output "$tmp/ptx_text_sft" 2> "$tmp/ptx_text_sft.err"
+ptx=$(json_field "$tmp/ptx_text/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
+sft_loss=$(json_field "$tmp/ptx_text_sft/metrics.jsonl" train/loss 0 2> /dev/null)
+without=$(json_field "$tmp/fixed5/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(b) and sys.argv[3] == 'None' else 1)" \
+    "$ptx" "$sft_loss" "$without" 2> /dev/null && pass ptx_text_rows_loss ||
+    fail ptx_text_rows_loss "ptx_loss '$ptx', SFT's '$sft_loss', without PTX '$without' $(tail -n 1 "$tmp/ptx_text.err")"
 
 # --- critic-free estimators: no critic is loaded, trained or saved --------------------------
 for estimator in grpo rloo reinforce++-baseline; do

@@ -30,6 +30,80 @@ ls "$tmp"/sft/events.out.tfevents.* > /dev/null 2>&1 && pass sft_tensorboard_fil
 echo '{"ids": [1, 2, 3]}' > "$tmp/ids.jsonl"
 "$bin" logprobs --model "$tmp/sft/final" --input "$tmp/ids.jsonl" > /dev/null 2>&1 && pass sft_final_loads || fail sft_final_loads "logprobs failed"
 
+# --- which tokens SFT trains ---------------------------------------------------------
+# The first step's loss (before any update) is the mean negative log-prob, by `marlhf
+# logprobs` on the same ids ([BOS] prompt response [EOS], each part tokenized on its own),
+# over the trained tokens of both rows of the batch (of unequal lengths: the padding never
+# counts): the response and EOS by default; every token after the first with
+# --completion-only-loss false; for TRL's language-modeling {"text"} rows, the whole text
+# and EOS either way.
+printf '%s\n' '{"prompt": "Tell me about the goat.", "response": " The goat is a good animal."}' \
+    '{"prompt": "Name a colour.", "response": " Blue, like the sky over the sea."}' > "$tmp/pr.jsonl"
+printf '%s\n' '{"text": "Once upon a time a goat lived on a hill.", "source": "tale"}' \
+    '{"text": "The cow is a lovely animal."}' > "$tmp/text.jsonl"
+python3 - "$tmp" << 'EOF'
+import json, sys
+tmp = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{tmp}/pr.jsonl")] + [json.loads(l) for l in open(f"{tmp}/text.jsonl")]
+with open(f"{tmp}/parts.jsonl", "w") as parts:
+    for r in rows:
+        parts.write(json.dumps({"text": r.get("prompt", "")}) + "\n")
+        parts.write(json.dumps({"text": r.get("response", r.get("text"))}) + "\n")
+EOF
+"$bin" tokenize --model "$model" --input "$tmp/parts.jsonl" --add-bos > "$tmp/parts_bos.jsonl" &&
+    "$bin" tokenize --model "$model" --input "$tmp/parts.jsonl" > "$tmp/parts_plain.jsonl" &&
+    printf '{"text": "<|end_of_text|>"}\n' | "$bin" tokenize --model "$model" --input - > "$tmp/eos.jsonl" ||
+    fail sft_loss_tokens "tokenize failed"
+python3 - "$tmp" << 'EOF'
+import json, sys
+tmp = sys.argv[1]
+bos_ids = [json.loads(l)["ids"] for l in open(f"{tmp}/parts_bos.jsonl")]
+plain_ids = [json.loads(l)["ids"] for l in open(f"{tmp}/parts_plain.jsonl")]
+eos = json.loads(open(f"{tmp}/eos.jsonl").readline())["ids"]
+assert len(eos) == 1, eos
+prompt_lengths = []
+with open(f"{tmp}/loss_ids.jsonl", "w") as out:
+    for k in range(0, len(bos_ids), 2):  # the prompt with the special tokens, the response without, then EOS
+        out.write(json.dumps({"ids": bos_ids[k] + plain_ids[k + 1] + eos}) + "\n")
+        prompt_lengths.append(len(bos_ids[k]))
+json.dump(prompt_lengths, open(f"{tmp}/prompt_lengths.json", "w"))
+EOF
+"$bin" logprobs --model "$model" --input "$tmp/loss_ids.jsonl" --threads 2 > "$tmp/loss_logprobs.jsonl" 2> "$tmp/loss.err" ||
+    fail sft_loss_tokens "logprobs: $(tail -n 1 "$tmp/loss.err")"
+sft_first_loss() { # sft_first_loss NAME DATA [OPTIONS...]: the first step's train/loss
+    "$bin" sft --model "$model" --data "$2" --max-seq-len 48 --per-device-train-batch-size 2 --max-steps 1 \
+        --threads 2 --quiet "${@:3}" --output "$tmp/loss_$1" 2> "$tmp/loss_$1.err" &&
+        json_field "$tmp/loss_$1/metrics.jsonl" train/loss 0
+}
+check_first_loss() { # check_first_loss FIRST_ROW ALL_TOKENS LOSS: rows FIRST_ROW and the next of loss_ids.jsonl
+    python3 - "$tmp" "$1" "$2" "$3" << 'EOF'
+import json, sys
+tmp, first, all_tokens, got = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", float(sys.argv[4])
+logprobs = [json.loads(l)["logprobs"] for l in open(f"{tmp}/loss_logprobs.jsonl")][first:first + 2]
+prompt_lengths = json.load(open(f"{tmp}/prompt_lengths.json"))[first:first + 2]
+# logprobs[t - 1]: token t given the ones before it
+counted = [-row[t - 1] for row, p in zip(logprobs, prompt_lengths) for t in range(1 if all_tokens else p, len(row) + 1)]
+want = sum(counted) / len(counted)
+print(f"loss {got:.6f}, want {want:.6f} over {len(counted)} tokens", file=sys.stderr)
+sys.exit(0 if abs(got - want) <= 1e-5 * abs(want) else 1)
+EOF
+}
+completion=$(sft_first_loss completion "$tmp/pr.jsonl")
+sequence=$(sft_first_loss sequence "$tmp/pr.jsonl" --completion-only-loss false)
+text=$(sft_first_loss text "$tmp/text.jsonl")
+text_sequence=$(sft_first_loss text_sequence "$tmp/text.jsonl" --completion-only-loss false)
+check_first_loss 0 0 "$completion" && pass sft_loss_on_completion ||
+    fail sft_loss_on_completion "loss '$completion' $(tail -n 1 "$tmp/loss_completion.err")"
+check_first_loss 0 1 "$sequence" && pass sft_completion_only_loss_false ||
+    fail sft_completion_only_loss_false "loss '$sequence' $(tail -n 1 "$tmp/loss_sequence.err")"
+check_first_loss 2 1 "$text" && [ "$text" = "$text_sequence" ] && pass sft_text_rows_all_trained ||
+    fail sft_text_rows_all_trained "loss '$text' / '$text_sequence' $(tail -n 1 "$tmp/loss_text.err")"
+rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
+expect_error sft_completion_only_with_train_on_prompt "give one (--completion-only-loss)" \
+    "$bin" sft "${sft_args[@]}" --completion-only-loss false --train-on-prompt --output "$tmp/x_loss"
+expect_error sft_completion_only_with_assistant_only "give one (--completion-only-loss)" \
+    "$bin" sft "${sft_args[@]}" --completion-only-loss false --assistant-only-loss --output "$tmp/x_loss"
+
 # --- exact resume after SIGKILL --------------------------------------------------------
 # Long enough (96 steps) that the kill lands mid-run.
 resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)
