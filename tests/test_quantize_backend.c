@@ -235,7 +235,7 @@ static void test_bitsandbytes_checkpoint(void) {
 static size_t block_bytes(const Q8Matrix *m) {
     const size_t n = (size_t)m->rows * (size_t)m->cols;
     if (m->type == QUANT_Q8_0) return n + n / 32 * sizeof(float);                  // int8 values, a scale per 32
-    if (m->type == QUANT_Q4_0) return n / 2 + n / 32 * sizeof(float);              // nibbles, a scale per 32
+    if (m->type == QUANT_Q4_0 || m->type == QUANT_IQ4_NL) return n / 2 + n / 32 * sizeof(float); // nibbles, a scale per 32
     if (m->type == QUANT_Q5_0) return n / 2 + n / 32 * (sizeof(float) + 4);        // and a word of fifth bits per 32
     if (m->type == QUANT_Q4_1) return n / 2 + n / 32 * 2 * sizeof(float);          // nibbles, a scale and a minimum per 32
     if (m->type == QUANT_Q5_1) return n / 2 + n / 32 * (2 * sizeof(float) + 4);    // and a word of fifth bits per 32

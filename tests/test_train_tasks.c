@@ -3,7 +3,10 @@
 // the activations are not made again by any micro-batch or evaluation chunk of the run (the
 // residual stream's buffer stays where it is), and the batch is no larger than needed, so
 // a micro-batch over the size asked for does make them again. (DPO's and KTO's are in
-// tests/test_dpo.c and tests/test_kto.c, on their fixtures.)
+// tests/test_dpo.c and tests/test_kto.c, on their fixtures.) And --group-by-length's order
+// (train_group_by_length) against Hugging Face's get_length_grouped_indices.
+#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -126,7 +129,42 @@ static void test_rm_largest_batch(void) {
     model_free(&model);
 }
 
+// Each case of tests/fixtures/train/group_by_length.json (tools/make_group_by_length_fixture.py:
+// transformers' get_length_grouped_indices run on the case's shuffle) regrouped by
+// train_group_by_length gives transformers' order, every index.
+static void test_group_by_length_matches_transformers(void) {
+    json_error_t error;
+    json_t *root = json_load_file("tests/fixtures/train/group_by_length.json", 0, &error);
+    CHECK(root, "group_by_length.json: %s", error.text);
+    json_t *cases = json_object_get(root, "cases");
+    size_t index;
+    json_t *c;
+    json_array_foreach(cases, index, c) {
+        json_t *lengths_json = json_object_get(c, "lengths"), *shuffle = json_object_get(c, "shuffle"),
+               *grouped = json_object_get(c, "grouped");
+        const long n = (long)json_array_size(lengths_json), batch = (long)json_integer_value(json_object_get(c, "batch"));
+        CHECK(n > 0 && json_array_size(shuffle) == (size_t)n && json_array_size(grouped) == (size_t)n, "case %zu", index);
+        int *lengths = xmalloc((size_t)n * sizeof(int));
+        long *order = xmalloc((size_t)n * sizeof(long));
+        for (long i = 0; i < n; i++) {
+            lengths[i] = (int)json_integer_value(json_array_get(lengths_json, (size_t)i));
+            order[i] = (long)json_integer_value(json_array_get(shuffle, (size_t)i));
+        }
+        train_group_by_length(order, n, lengths, batch);
+        long first_difference = -1;
+        for (long i = 0; i < n && first_difference < 0; i++)
+            if (order[i] != (long)json_integer_value(json_array_get(grouped, (size_t)i))) first_difference = i;
+        EXPECT(first_difference < 0, "case %zu (%ld examples, batch %ld): index %ld is %ld, transformers' %lld", index, n,
+               batch, first_difference, first_difference < 0 ? 0 : order[first_difference],
+               first_difference < 0 ? 0LL : (long long)json_integer_value(json_array_get(grouped, (size_t)first_difference)));
+        free(lengths), free(order);
+    }
+    EXPECT(json_array_size(cases) >= 6, "%zu cases", json_array_size(cases));
+    json_decref(root);
+}
+
 int main(void) {
+    RUN(test_group_by_length_matches_transformers);
     RUN(test_sft_largest_batch);
     RUN(test_rm_largest_batch);
     TEST_EXIT();

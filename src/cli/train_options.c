@@ -207,6 +207,9 @@ int trainer_cli_options(TrainerCli *c, Option *o) {
     ADD("keep-last", "keep_last save_total_limit", OPT_INT, &c->keep_last, "checkpoints to keep (0: all)");
     ADD("log-every", "log_every logging_steps", OPT_INT, &c->log_every, "optimizer steps between metric lines");
     ADD("seed", NULL, OPT_INT, &c->seed, "seed of the data order (and of a new value head)");
+    ADD("group-by-length", "group_by_length", OPT_BOOL, &c->group_by_length,
+        "put examples of like lengths in the same micro-batches (Hugging Face's group_by_length: less padding; "
+        "each epoch's order still shuffled from --seed)");
     ADD("resume", NULL, OPT_BOOL, &c->resume, "continue from the newest checkpoint in the output folder");
     ADD("zero-stage", "zero_stage", OPT_INT, &c->zero_stage,
         "under mpirun: 1 shards the AdamW moments across processes (ZeRO-1), 2 (--device cpu) the gradients "
@@ -294,6 +297,7 @@ void trainer_cli_finish(TrainerCli *c, const char *run_dir) {
     t->keep_last = c->keep_last;
     t->log_every = c->log_every;
     t->seed = (uint64_t)c->seed;
+    t->group_by_length = c->group_by_length;
     t->run_dir = run_dir;
     t->resume = c->resume;
     t->zero_stage = (int)c->zero_stage;

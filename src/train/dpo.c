@@ -284,6 +284,13 @@ static void dpo_prepare(void *context, Model *model) {
 }
 
 // Micro-batches, and evaluation chunks of 4 pairs (dpo_evaluate), of two rows a pair.
+// The longer of the pair's two rows (they run in one batch).
+static int dpo_example_length(void *context, long example) {
+    const DpoTask *task = context;
+    const int chosen = task->train.lengths[2 * example], rejected = task->train.lengths[2 * example + 1];
+    return chosen > rejected ? chosen : rejected;
+}
+
 static void dpo_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const DpoTask *task = context;
     const int train_rows = 2 * batch_rows(micro_batch, task->train_count), eval_rows = 2 * batch_rows(4, task->eval_count);
@@ -302,6 +309,7 @@ TrainTask dpo_train_task(DpoTask *task) {
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
         .prepare = task->reference_from_policy ? dpo_prepare : NULL,
         .largest_batch = dpo_largest_batch,
+        .example_length = dpo_example_length,
         .context = task,
     };
 }

@@ -358,6 +358,14 @@ static void kto_prepare(void *context, Model *model) {
 // Micro-batches (the examples' rows, then as many mismatched rows for the KL baseline),
 // evaluation chunks of 4 examples, and the evaluation's mismatched rows in chunks of 8
 // (kto_evaluate, response_logps_all).
+// The example's row, or its KL row where that is longer (both run in its micro-step).
+static int kto_example_length(void *context, long example) {
+    const KtoTask *task = context;
+    const int own = task->train.lengths[example];
+    const int kl = uses_kl_baseline(task) ? task->train_kl.lengths[example] : 0;
+    return own > kl ? own : kl;
+}
+
 static void kto_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const KtoTask *task = context;
     int most = batch_rows(micro_batch, task->train.count);
@@ -386,6 +394,7 @@ TrainTask kto_train_task(KtoTask *task) {
         .load_state = kto_load_state,
         .prepare = task->reference_from_policy ? kto_prepare : NULL,
         .largest_batch = kto_largest_batch,
+        .example_length = kto_example_length,
         .context = task,
     };
     if (task->options.loss == KTO_LOSS_APO_ZERO_UNPAIRED) train.metric_names[0] = "accuracy", train.metric_names[1] = NULL;

@@ -48,6 +48,36 @@ void train_epoch_order(uint64_t seed, long epoch, long n, long *order) {
     }
 }
 
+// Each megabatch's examples, longest first; equal lengths keep their order (insertion sort:
+// stable, and a megabatch holds at most 50 optimizer steps' examples).
+static void sort_longest_first(long *examples, long count, const int *lengths) {
+    for (long i = 1; i < count; i++) {
+        const long example = examples[i];
+        long j = i;
+        while (j > 0 && lengths[examples[j - 1]] < lengths[example]) {
+            examples[j] = examples[j - 1];
+            j--;
+        }
+        examples[j] = example;
+    }
+}
+
+void train_group_by_length(long *order, long n, const int *lengths, long batch) {
+    if (n <= 0 || batch <= 0) return;
+    long multiple = n / (batch * 4);
+    if (multiple > 50) multiple = 50;
+    if (multiple < 1) multiple = 1;
+    const long megabatch = multiple * batch;
+    long longest_megabatch = 0;
+    for (long start = 0; start < n; start += megabatch) {
+        sort_longest_first(order + start, n - start < megabatch ? n - start : megabatch, lengths);
+        if (lengths[order[start]] > lengths[order[longest_megabatch]]) longest_megabatch = start;
+    }
+    const long first = order[0];
+    order[0] = order[longest_megabatch];
+    order[longest_megabatch] = first;
+}
+
 static long state_integer(json_t *state, const char *key, long fallback) {
     json_t *value = json_object_get(state, key);
     return json_is_integer(value) ? (long)json_integer_value(value) : fallback;
@@ -76,6 +106,7 @@ static int save_checkpoint(const TrainTask *task, const Model *model, const Adam
     json_object_set_new(state, "epoch", json_integer(s->epoch));
     json_object_set_new(state, "cursor", json_integer(s->cursor));
     json_object_set_new(state, "seed", json_integer((json_int_t)options->seed));
+    json_object_set_new(state, "group_by_length", json_boolean(options->group_by_length));
     json_object_set_new(state, "num_examples", json_integer(task->num_examples));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "lora_rank", json_integer(model->lora.rank));
@@ -112,6 +143,8 @@ static void sum_across_ranks(MicroStepResult *total) {
 int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options) {
     const long n = task->num_examples;
     if (n <= 0) return err_set("no training examples");
+    if (options->group_by_length && !task->example_length)
+        return err_set("the %s trainer's examples are not grouped by length (--group-by-length)", task->name);
     // Data parallel (dist/dist.h): an optimizer step takes grad_accum micro-batches on
     // each of the W ranks, as DeepSpeed's global batch = micro batch x accumulation x W.
     // Rank r runs micro-batches r, r + W, ... of the step; the gradients are then summed.
@@ -178,6 +211,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (rc == 0 && fabs(json_number_value(json_object_get(state, "lora_dropout")) - model->lora.dropout) > 1e-9)
                 rc = err_set("checkpoint was made with --lora-dropout %g, this run has %g (%s)",
                              json_number_value(json_object_get(state, "lora_dropout")), model->lora.dropout, checkpoint);
+            // The data order of every epoch depends on it.
+            if (rc == 0 && json_is_true(json_object_get(state, "group_by_length")) != options->group_by_length)
+                rc = err_set("checkpoint was made with --group-by-length %s, this run has %s (%s): another data order",
+                             options->group_by_length ? "false" : "true", options->group_by_length ? "true" : "false",
+                             checkpoint);
             if (rc == 0) rc = checkpoint_check_batch_invariant(state, model->ops, checkpoint);
             if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
             if (rc == 0)
@@ -216,6 +254,11 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
 
     long *order = xmalloc((size_t)n * sizeof(long));
     long order_epoch = -1;
+    int *lengths = NULL; // --group-by-length: each example's length
+    if (options->group_by_length) {
+        lengths = xmalloc((size_t)n * sizeof(int));
+        for (long i = 0; i < n; i++) lengths[i] = task->example_length(task->context, i);
+    }
     const long micro_batches_per_epoch = (n + options->micro_batch - 1) / options->micro_batch;
     Progress progress;
     progress_start(&progress, task->name, total_steps, "steps");
@@ -228,6 +271,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     while (s.step < total_steps) {
         if (order_epoch != s.epoch) {
             train_epoch_order(options->seed, s.epoch, n, order);
+            if (lengths) train_group_by_length(order, n, lengths, per_step);
             order_epoch = s.epoch;
         }
         // The micro-batches of this optimizer step (the last step of an epoch may be short).
@@ -359,7 +403,7 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
     }
     if (world > 1 && dist_any_failed(rc != 0) && rc == 0)
         rc = err_set("rank 0 could not write the final model in %s/final", options->run_dir);
-    free(order);
+    free(order), free(lengths);
     metrics_close(&metrics);
     dist_adamw_free(&optimizer, model);
     return rc;

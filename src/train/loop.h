@@ -38,6 +38,9 @@ typedef struct {
     long keep_last;      // checkpoints kept (0: all)
     long log_every;      // optimizer steps between metric lines
     uint64_t seed;
+    // Each epoch's shuffled order regrouped so that examples of like lengths share micro-batches
+    // (Hugging Face's group_by_length: less padding); needs TrainTask.example_length.
+    bool group_by_length;
     const char *run_dir;
     bool resume;         // continue from the newest checkpoint of run_dir
     bool quiet;          // no progress bar
@@ -105,6 +108,9 @@ typedef struct {
     // row makes them again mid-run (on a GPU each remake frees and allocates device memory,
     // and cudaFree waits for the device).
     void (*largest_batch)(void *context, long micro_batch, int *rows, int *length);
+    // Optional: training example i's length in tokens (its longest row), for
+    // TrainOptions.group_by_length; NULL: the task cannot be grouped by length.
+    int (*example_length)(void *context, long example);
     void *context;
 } TrainTask;
 
@@ -115,6 +121,12 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
 // The order of the examples in epoch `epoch`: a Fisher–Yates shuffle driven by the
 // counter-based RNG, so it depends on (seed, epoch, n) only.
 void train_epoch_order(uint64_t seed, long epoch, long n, long *order);
+// Hugging Face's LengthGroupedSampler on a shuffled `order` of n examples: cut into
+// megabatches of batch * min(n / (4 batch), 50) examples (at least one batch), each sorted
+// longest first (a stable sort: ties keep their shuffled order), then the longest example of
+// all swapped to the front (the first megabatch's first place), so the first micro-batch is
+// the largest and an out-of-memory shows at once. lengths[i]: example i's length.
+void train_group_by_length(long *order, long n, const int *lengths, long batch);
 
 // Defaults: lr 5e-5 cosine, warmup ratio 0.1, 1 epoch, micro-batch 4, no accumulation,
 // clip 1.0, weight decay 0.01, betas (0.9, 0.95), eps 1e-8, keep 2 checkpoints.

@@ -228,6 +228,15 @@ static int rm_write_final(void *context, Model *model, const char *dir) {
 
 // Micro-batches, and evaluation chunks of 4 examples (rm_evaluate), of K rows an example;
 // rows padded to max_seq_len under --loss dschat (rm_forward).
+// The longest of the example's K rows (they run in one batch).
+static int rm_example_length(void *context, long example) {
+    const RmTask *task = context;
+    int longest = 0;
+    for (int k = 0; k < task->K; k++)
+        if (task->train.lengths[example * task->K + k] > longest) longest = task->train.lengths[example * task->K + k];
+    return longest;
+}
+
 static void rm_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const RmTask *task = context;
     const int train_rows = task->K * batch_rows(micro_batch, task->train_count);
@@ -248,6 +257,7 @@ TrainTask rm_train_task(RmTask *task) {
         .evaluate = task->eval_count > 0 ? rm_evaluate : NULL,
         .write_final = rm_write_final,
         .largest_batch = rm_largest_batch,
+        .example_length = rm_example_length,
         .context = task,
     };
 }

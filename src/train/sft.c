@@ -263,6 +263,11 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
 }
 
 // Micro-batches of up to micro_batch examples, evaluation chunks of up to 8 (sft_evaluate).
+static int sft_example_length(void *context, long example) {
+    const SftTask *task = context;
+    return task->train.lengths[example];
+}
+
 static void sft_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const SftTask *task = context;
     const int train_rows = batch_rows(micro_batch, task->train.count), eval_rows = batch_rows(8, task->eval.count);
@@ -280,6 +285,7 @@ TrainTask sft_train_task(SftTask *task) {
         .micro_step = sft_micro_step,
         .evaluate = task->eval.count > 0 ? sft_evaluate : NULL,
         .largest_batch = sft_largest_batch,
+        .example_length = sft_example_length,
         .context = task,
     };
 }

@@ -134,6 +134,22 @@ for attempt in 1 2; do
         pass "resume_removes_stale_half_checkpoints_$attempt" || fail "resume_removes_stale_half_checkpoints_$attempt" "left: $left"
 done
 
+# --- --group-by-length (Hugging Face's group_by_length) --------------------------------
+# Its order against transformers' is tests/test_train_tasks.c's. Here: it runs and learns; a
+# run resumed from its checkpoint of step 6 ends as the run that never stopped, bit for bit;
+# a checkpoint is not resumed with the other setting (another data order).
+group_args=("${sft_args[@]}" --group-by-length --save-every 6 --keep-last 0 --eval-every 0)
+"$bin" sft "${group_args[@]}" --output "$tmp/grouped" 2> "$tmp/grouped.err"
+first=$(json_field "$tmp/grouped/metrics.jsonl" train/loss 0 2> /dev/null); last=$(json_field "$tmp/grouped/metrics.jsonl" train/loss -1 2> /dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2> /dev/null &&
+    pass "sft_group_by_length_learns (loss $first -> $last)" || fail sft_group_by_length_learns "loss '$first' -> '$last' $(tail -n 2 "$tmp/grouped.err")"
+mkdir -p "$tmp/grouped_resumed" && cp -r "$tmp/grouped/checkpoint-6" "$tmp/grouped_resumed/"
+"$bin" sft "${group_args[@]}" --resume --output "$tmp/grouped_resumed" 2> "$tmp/grouped_resumed.err"
+cmp -s "$tmp/grouped/final/model.safetensors" "$tmp/grouped_resumed/final/model.safetensors" &&
+    pass sft_group_by_length_resume_bit_identical || fail sft_group_by_length_resume_bit_identical "$(tail -n 2 "$tmp/grouped_resumed.err")"
+expect_error sft_group_by_length_resume_without "made with --group-by-length true, this run has false" \
+    "$bin" sft "${sft_args[@]}" --save-every 6 --keep-last 0 --eval-every 0 --resume --output "$tmp/grouped_resumed"
+
 # --- reward models -------------------------------------------------------------------
 rm_common=(--model "$model" --max-seq-len 32 --per-device-train-batch-size 4 --learning-rate 3e-3
            --num-train-epochs 4 --threads 2 --quiet)
