@@ -179,6 +179,12 @@ expect_error llamacpp_logprobs_no_input "--input" python3 bench/llamacpp_logprob
 expect_error llamacpp_dequant_check_not_gguf "not a GGUF file" python3 tools/check_gguf_llamacpp_dequant.py \
     "$tmp/llama_ids.jsonl"
 expect_error llamacpp_dequant_check_usage "usage" python3 tools/check_gguf_llamacpp_dequant.py
+expect_error llamacpp_quantize_missing_source "$tmp/absent.gguf" python3 bench/llamacpp_quantize.py \
+    --source "$tmp/absent.gguf" --output "$tmp/q.gguf" --type q2_k
+expect_error llamacpp_quantize_unknown_type "--type q3_k_s" python3 bench/llamacpp_quantize.py \
+    --source "$tmp/llama_ids.jsonl" --output "$tmp/q.gguf" --type q3_k_s
+expect_error llamacpp_quantize_output_exists "exists" python3 bench/llamacpp_quantize.py \
+    --source "$tmp/llama_ids.jsonl" --output "$tmp/llama_ids.jsonl" --type q2_k
 
 # tests/gpu/run.sh's options: a bad --time-limit, a missing value, an unknown option: one line,
 # exit 2, before it builds or writes anything.
