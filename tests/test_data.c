@@ -285,6 +285,13 @@ static void test_local_formats(void) {
         EXPECT_STR(d.records[0].prompt, "");
         EXPECT_STR(d.records[0].chosen, "Once upon a time.");
         EXPECT_STR(d.records[1].chosen, " c");
+        EXPECT(d.records[0].text_only && !d.records[1].text_only, "text_only %d %d", d.records[0].text_only,
+               d.records[1].text_only);
+        // Such a row has no prompt: refused where prompts are answered.
+        EXPECT(dataset_require_prompts(&d, "--prompts") == -1 && strstr(err_msg(), "text_rows.jsonl at line 1") &&
+                   strstr(err_msg(), "(--prompts)"),
+               "%s", err_msg());
+        err_clear();
         dataset_free(&d);
     }
     if (load_or_fail(&d, FIXTURES "/prompts.jsonl", DATA_FORMAT_AUTO)) {

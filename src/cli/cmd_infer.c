@@ -209,6 +209,7 @@ int cmd_infer(int argc, char **argv) {
     Dataset data;
     if (dataset_load(&data, data_path, format, 0) != 0) die_from_err();
     if (data.count == 0) die_user("no rows in %s", data_path);
+    if (dataset_require_prompts(&data, "--data") != 0) die_from_err();
     long n = count == 0 || count > data.count ? data.count : count;
     long *order = xmalloc(data.count * sizeof(long));
     if (no_shuffle)

@@ -321,6 +321,7 @@ static int parse_sft(const json_t *row, const DataRowPlace *at, DataRecord *reco
         if (get_string(row, "text", "text", at, &response) != 0) return -1;
         record->prompt = xstrdup("");
         record->chosen = xstrdup(response);
+        record->text_only = true;
         return 0;
     }
     if (get_string(row, "prompt", "prompt", at, &prompt) != 0) return -1;

@@ -160,6 +160,14 @@ int dataset_load_keep_raw(Dataset *dataset, const char *path, DataFormat format,
     return load(dataset, path, format, max_row_bytes, true);
 }
 
+int dataset_require_prompts(const Dataset *dataset, const char *option) {
+    for (long i = 0; i < dataset->count; i++)
+        if (dataset->records[i].text_only)
+            return err_set("row of %s at line %ld is a language-modeling {\"text\"} row: it has no prompt to answer (%s)",
+                           dataset->path, dataset->records[i].line, option);
+    return 0;
+}
+
 void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out) {
     CHECK(count >= 0, "dataset_take of %ld records", count);
     Dataset taken = {.path = xstrdup(source->path ? source->path : ""), .format = source->format, .count = count,

@@ -132,6 +132,7 @@ typedef struct {
     char *id;               // the dataset's own id (TL;DR info.id, WebGPT question.id, APPS problem_id)
     char *subreddit;        // TL;DR; NULL for a null subreddit and for ARTICLE items
     bool is_article;        // TL;DR item with an article (CNN/DM) instead of a post
+    bool text_only;         // a language-modeling {"text"} row: prompt "", the text in chosen
     // APPS
     char *question;
     char *solutions;        // JSON text of a list of strings, as stored ("" when none)
@@ -183,6 +184,10 @@ int data_format_parse(const char *name, const char *option, DataFormat *format);
 // A deep copy of record indices[0..count) of `source`, in that order (an index may
 // repeat). Indices outside the dataset are an internal error.
 void dataset_take(const Dataset *source, const long *indices, long count, Dataset *out);
+// 0, or -1 with err_set() naming `option` and the file and line of the first language-modeling
+// {"text"} row: for the commands whose rows must hold a prompt to answer (PPO's and infer's
+// prompts), where such a row would be an empty prompt.
+int dataset_require_prompts(const Dataset *dataset, const char *option);
 void data_record_copy(const DataRecord *source, DataRecord *out);
 void data_record_free(DataRecord *record);
 

@@ -111,6 +111,10 @@ static int load_prompts(const PpoConfig *c, const char *path, bool apply_split, 
     // The command is given each prompt's row, a reward server its label.
     const bool keep_raw = c->reward == REWARD_COMMAND || c->reward == REWARD_REMOTE;
     if ((keep_raw ? dataset_load_keep_raw : dataset_load)(&data, path, format, 0) != 0) return -1;
+    if (dataset_require_prompts(&data, apply_split ? "--prompts" : "--eval-prompts") != 0) {
+        dataset_free(&data);
+        return -1;
+    }
     if (apply_split && c->data_split && *c->data_split) {
         long *indices, count;
         if (data_split_indices(data.count, c->data_split, c->data_phase, c->seed, &indices, &count) != 0) {

@@ -106,6 +106,10 @@ printf '{"prompt": "a"}\n{"prompt": \n' > "$tmp/bad.jsonl"
 expect_error infer_bad_min_new_tokens "--min-new-tokens" "$bin" infer "${args[@]}" --max-new-tokens 4 --min-new-tokens 5 \
     --output "$tmp/z.jsonl"
 expect_error infer_malformed_jsonl "$tmp/bad.jsonl:2" "$bin" infer "${args[@]}" --data "$tmp/bad.jsonl" --output "$tmp/y.jsonl"
+# Language-modeling {"text"} rows (SFT data) have no prompt: refused, not answered as empty prompts.
+printf '{"prompt": "a", "response": " b"}\n{"text": "Once upon a time."}\n' > "$tmp/text_rows.jsonl"
+expect_error infer_text_rows "text_rows.jsonl at line 2 is a language-modeling" "$bin" infer "${args[@]}" \
+    --data "$tmp/text_rows.jsonl" --output "$tmp/t.jsonl"
 expect_error infer_not_a_reward_model "value head" "$bin" infer "${args[@]}" --reward-model "$model" --output "$tmp/z.jsonl"
 # A reward model of another tokenizer would score the policy's ids as other text (or read past
 # its embedding table): refused before anything is loaded.

@@ -169,6 +169,9 @@ without=$(json_field "$tmp/fixed5/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
 python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(b) and sys.argv[3] == 'None' else 1)" \
     "$ptx" "$sft_loss" "$without" 2> /dev/null && pass ptx_text_rows_loss ||
     fail ptx_text_rows_loss "ptx_loss '$ptx', SFT's '$sft_loss', without PTX '$without' $(tail -n 1 "$tmp/ptx_text.err")"
+# As prompts they are refused: they have none (not rolled out from empty prompts).
+expect_error ppo_text_rows_as_prompts "ptx_text.jsonl at line 1 is a language-modeling" \
+    "$bin" ppo "${common[@]}" --prompts "$tmp/ptx_text.jsonl" --output "$tmp/x_text_prompts"
 
 # --- critic-free estimators: no critic is loaded, trained or saved --------------------------
 for estimator in grpo rloo reinforce++-baseline; do
