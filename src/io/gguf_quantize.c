@@ -19,25 +19,17 @@ static uint16_t store_f16(uint8_t *at, float x, float *rounded) {
 
 static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-// lroundf's rounding (halves away from zero) of a value in a block's range of codes, without
+// lround's rounding (halves away from zero) of a value in a block's range of codes, without
 // the library call, whose saving and restoring of registers around each value was most of the
-// scale searches' time (fit_signed_scale). The conversion to int truncates, exactly, and
-// v - whole is exact too, so any v of magnitude below 2^30 rounds as lroundf rounds it; one
-// beyond is held at +-2^30 (the callers clamp to their codes: the same codes as lroundf's).
-static inline int round_nearest(float v) {
-    v = v > -1073741824.0f ? v : -1073741824.0f;
-    v = v < 1073741824.0f ? v : 1073741824.0f;
-    const int whole = (int)v;
-    // Set-on-compare rather than a branch: whether a value rounds away is a coin flip.
-    const int away = fabsf(v - (float)whole) >= 0.5f, sign = (v > 0) - (v < 0);
-    return whole + away * sign;
-}
-
-// The same for a double (lround's rounding; fit_scale_min's codes).
-static inline int round_nearest_double(double v) {
+// scale searches' time (fit_signed_scale, fit_scale_min). The conversion to int truncates,
+// exactly, and v - whole is exact too, so any v of magnitude below 2^30 rounds as lround
+// rounds it (a float as lroundf: widening it to a double is exact); one beyond is held at
+// +-2^30 (the callers clamp to their codes: the same codes as lround's).
+static inline int round_nearest(double v) {
     v = v > -1073741824.0 ? v : -1073741824.0;
     v = v < 1073741824.0 ? v : 1073741824.0;
     const int whole = (int)v;
+    // Set-on-compare rather than a branch: whether a value rounds away is a coin flip.
     const int away = fabs(v - (double)whole) >= 0.5, sign = (v > 0) - (v < 0);
     return whole + away * sign;
 }
@@ -246,7 +238,7 @@ static void fit_scale_min(const float *x, int n, int levels, float *scale, float
         double sq = 0, sqq = 0, sx = 0, sqx = 0;
         int q[QK_K];
         for (int i = 0; i < n; i++) {
-            q[i] = clamp_int(round_nearest_double(inverse * (x[i] - lo)), 0, levels);
+            q[i] = clamp_int(round_nearest(inverse * (x[i] - lo)), 0, levels);
             sq += q[i], sqq += (double)q[i] * q[i], sx += x[i], sqx += (double)q[i] * x[i];
         }
         const double det = n * sqq - sq * sq;
