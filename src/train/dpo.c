@@ -278,9 +278,32 @@ static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
     result->count = n > 0 ? 5 : 0;
 }
 
+// The reference is the policy's starting weights: computed here, on the model as it trains,
+// unless a resumed run's checkpoint gave every sum back (dpo_load_state; run before this).
 static void dpo_prepare(void *context, Model *model) {
-    dpo_task_compute_reference(context, model);
+    DpoTask *task = context;
+    if (response_sums_known(task->train_reference, task->train.count) &&
+        response_sums_known(task->eval_reference, task->eval.count))
+        return;
+    dpo_task_compute_reference(task, model);
+    task->reference_rows_scored += task->train.count + task->eval.count;
     model_release_activations(model); // sized for the reference's batches
+}
+
+// The reference's sums ride in every checkpoint (response_sums_save: with a fingerprint of
+// the rows and of LD-DPO's alpha, which weights them), so --resume need not score the data again.
+static void dpo_save_state(void *context, json_t *state) {
+    const DpoTask *task = context;
+    response_sums_save(state, "dpo_reference_train", &task->train, task->options.ld_alpha, task->train_reference);
+    response_sums_save(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->eval_reference);
+}
+
+static int dpo_load_state(void *context, const json_t *state, const char *checkpoint) {
+    (void)checkpoint; // missing or stale sums are computed again, not an error
+    DpoTask *task = context;
+    response_sums_load(state, "dpo_reference_train", &task->train, task->options.ld_alpha, task->train_reference);
+    response_sums_load(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->eval_reference);
+    return 0;
 }
 
 // Micro-batches, and evaluation chunks of 4 pairs (dpo_evaluate), of two rows a pair.
@@ -308,6 +331,8 @@ TrainTask dpo_train_task(DpoTask *task) {
         .micro_step = dpo_micro_step,
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
         .prepare = task->reference_from_policy ? dpo_prepare : NULL,
+        .save_state = task->reference_from_policy ? dpo_save_state : NULL,
+        .load_state = task->reference_from_policy ? dpo_load_state : NULL,
         .largest_batch = dpo_largest_batch,
         .example_length = dpo_example_length,
         .context = task,

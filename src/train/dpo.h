@@ -57,6 +57,9 @@ typedef struct {
     // computes the reference sums in train_run, on the model as it trains (sharded under
     // ZeRO-3). False: the caller computes them before (dpo_task_compute_reference).
     bool reference_from_policy;
+    // Rows the policy's starting weights scored in TrainTask.prepare (0 when a resumed run's
+    // checkpoint held every sum: dpo_train_task's save_state keeps them).
+    long reference_rows_scored;
 } DpoTask;
 
 // DPO_LOSS_NAMES (train/losses.h); TRL's names of the same losses (nca_pair, apo_zero...) too

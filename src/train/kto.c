@@ -326,9 +326,17 @@ static void kto_evaluate(void *context, Model *model, EvalResult *result) {
 
 // Trainer state: the loss (a checkpoint of one loss does not resume another) and, for bco,
 // the running mean. JSON_REAL_PRECISION(17) in the checkpoint writes doubles exactly.
+// With the reference the policy's starting weights (kto_prepare), its sums too
+// (response_sums_save), so --resume need not score the data again.
 static void kto_save_state(void *context, json_t *state) {
     const KtoTask *task = context;
     json_object_set_new(state, "kto_loss", json_string(kto_loss_name(task->options.loss)));
+    if (task->reference_from_policy) {
+        response_sums_save(state, "kto_reference_train", &task->train, 0, task->train_reference);
+        response_sums_save(state, "kto_reference_eval", &task->eval, 0, task->eval_reference);
+        response_sums_save(state, "kto_reference_train_kl", &task->train_kl, 0, task->train_kl_reference);
+        response_sums_save(state, "kto_reference_eval_kl", &task->eval_kl, 0, task->eval_kl_reference);
+    }
     if (task->options.loss != KTO_LOSS_BCO) return;
     json_object_set_new(state, "bco_reward_mean", json_real(task->bco_mean));
     json_object_set_new(state, "bco_reward_count", json_real(task->bco_count));
@@ -341,6 +349,12 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     const char *loss = kto_loss_name(task->options.loss);
     if (strcmp(saved, loss) != 0)
         return err_set("checkpoint was made with --loss %s, this run has --loss %s (%s)", saved, loss, checkpoint);
+    if (task->reference_from_policy) { // missing or stale sums are computed again (kto_prepare)
+        response_sums_load(state, "kto_reference_train", &task->train, 0, task->train_reference);
+        response_sums_load(state, "kto_reference_eval", &task->eval, 0, task->eval_reference);
+        response_sums_load(state, "kto_reference_train_kl", &task->train_kl, 0, task->train_kl_reference);
+        response_sums_load(state, "kto_reference_eval_kl", &task->eval_kl, 0, task->eval_kl_reference);
+    }
     if (task->options.loss != KTO_LOSS_BCO) return 0;
     const json_t *mean = json_object_get(state, "bco_reward_mean"), *seen = json_object_get(state, "bco_reward_count");
     if (!json_is_number(mean) || !json_is_number(seen) || !(json_number_value(seen) >= 0))
@@ -350,8 +364,15 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     return 0;
 }
 
+// Unless a resumed run's checkpoint gave every sum back (kto_load_state, run before this).
 static void kto_prepare(void *context, Model *model) {
-    kto_task_compute_reference(context, model);
+    KtoTask *task = context;
+    if (response_sums_known(task->train_reference, task->train.count) &&
+        response_sums_known(task->eval_reference, task->eval.count) &&
+        response_sums_known(task->train_kl_reference, task->train_kl.count) &&
+        response_sums_known(task->eval_kl_reference, task->eval_kl.count))
+        return;
+    kto_task_compute_reference(task, model);
     model_release_activations(model); // sized for the reference's batches
 }
 

@@ -180,18 +180,16 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             return rc != 0 ? -1 : err_set("another rank could not read the LoRA adapter %s", options->start_adapter);
         }
     }
-    if (task->prepare) task->prepare(task->context, model);
-    if (task->largest_batch) {
-        int rows = 0, length = 0;
-        task->largest_batch(task->context, options->micro_batch, &rows, &length);
-        if (rows > 0 && length > 0) model_reserve(model, rows, length);
-    }
+    // A resume reads the checkpoint's trainer state first, its weights last: between them the
+    // task's preparation runs on the starting weights (DPO's and KTO's reference log-probs,
+    // unless the state gave them back) and the activations are sized for the largest batch.
     LoopState s = {0};
-    if (options->resume) {
-        char *checkpoint = checkpoint_latest(options->run_dir);
+    char *checkpoint = options->resume ? checkpoint_latest(options->run_dir) : NULL;
+    json_t *state = NULL;
+    {
+        int rc = 0;
         if (checkpoint) {
-            json_t *state = NULL;
-            int rc = checkpoint_load_state(checkpoint, &state);
+            rc = checkpoint_load_state(checkpoint, &state);
             if (rc == 0 && state_integer(state, "num_examples", -1) != n)
                 rc = err_set("checkpoint was made with %ld examples, this run has %ld (%s)",
                              state_integer(state, "num_examples", -1), n, checkpoint);
@@ -218,8 +216,22 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                              checkpoint);
             if (rc == 0) rc = checkpoint_check_batch_invariant(state, model->ops, checkpoint);
             if (rc == 0 && task->load_state) rc = task->load_state(task->context, state, checkpoint);
-            if (rc == 0)
-                rc = model_reload_weights(model, checkpoint, dist_weights_sharded(model) ? dist_weights_load_range : NULL);
+        }
+        // Every rank stops here together (the preparation's forwards are collectives under
+        // ZeRO-3), the one that failed with its own error.
+        const bool failed = dist_any_failed(rc != 0);
+        if (!failed) {
+            if (task->prepare) task->prepare(task->context, model);
+            if (task->largest_batch) {
+                int rows = 0, length = 0;
+                task->largest_batch(task->context, options->micro_batch, &rows, &length);
+                if (rows > 0 && length > 0) model_reserve(model, rows, length);
+            }
+        } else if (rc == 0) {
+            rc = err_set("another process could not resume from %s", checkpoint ? checkpoint : options->run_dir);
+        }
+        if (rc == 0 && checkpoint) {
+            rc = model_reload_weights(model, checkpoint, dist_weights_sharded(model) ? dist_weights_load_range : NULL);
             if (rc == 0) rc = checkpoint_load_optimizer(checkpoint, "", model, &optimizer);
             if (rc == 0) {
                 s.step = state_integer(state, "step", 0);
@@ -227,12 +239,12 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
                 s.cursor = state_integer(state, "cursor", 0);
                 if (!options->quiet) fprintf(stderr, "resuming from %s (step %ld)\n", checkpoint, s.step);
             }
-            json_decref(state);
-            free(checkpoint);
-            if (rc != 0) {
-                dist_adamw_free(&optimizer, model);
-                return -1;
-            }
+        }
+        json_decref(state);
+        free(checkpoint);
+        if (rc != 0) {
+            dist_adamw_free(&optimizer, model);
+            return -1;
         }
     }
     // A resumed run's weights are rank 0's everywhere too (every rank asks, so the

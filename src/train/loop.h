@@ -84,9 +84,10 @@ typedef struct {
     // For a task whose micro-batches depend on each other (BCO's running reward mean,
     // train/kto.c), which under mpirun must see the other ranks' micro-batches of the step.
     void (*begin_step)(void *context, Model *model, const long *examples, long count, long micro_batch);
-    // Optional: run once on every rank with the starting weights, before a resume's
-    // checkpoint is read and before the first step: DPO's and KTO's reference log-probs from
-    // the policy itself. The model is as it trains (under ZeRO-3 already sharded, so its
+    // Optional: run once on every rank with the starting weights, before a resume's weights
+    // are read (after its trainer state: load_state, which may have given back what prepare
+    // would compute) and before the first step: DPO's and KTO's reference log-probs from the
+    // policy itself. The model is as it trains (under ZeRO-3 already sharded, so its
     // passes are collectives and it drains them, as train/response_logps.c does).
     void (*prepare)(void *context, Model *model);
     // Optional: state the task carries from one step to the next (BCO's running reward

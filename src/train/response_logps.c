@@ -1,6 +1,8 @@
 #include "train/response_logps.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -101,6 +103,58 @@ double *response_sums_unknown(long rows) {
     double *sums = xmalloc((size_t)(rows > 0 ? rows : 1) * sizeof(double));
     for (long r = 0; r < rows; r++) sums[r] = NAN;
     return sums;
+}
+
+bool response_sums_known(const double *sums, long rows) {
+    for (long r = 0; r < rows; r++)
+        if (isnan(sums[r])) return false;
+    return true;
+}
+
+// FNV-1a over bytes.
+static uint64_t hash_bytes(uint64_t hash, const void *data, size_t n) {
+    const unsigned char *bytes = data;
+    for (size_t i = 0; i < n; i++) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+    return hash;
+}
+
+// What a row set's sums were computed from, as 16 hex digits.
+static void rows_fingerprint(const TokenizedExamples *rows, double setting, char out[17]) {
+    uint64_t hash = hash_bytes(14695981039346656037ULL, &setting, sizeof setting);
+    for (long r = 0; r < rows->count; r++) {
+        hash = hash_bytes(hash, &rows->lengths[r], sizeof(int));
+        hash = hash_bytes(hash, &rows->prompt_lengths[r], sizeof(int));
+        hash = hash_bytes(hash, rows->ids[r], (size_t)rows->lengths[r] * sizeof(int));
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)hash);
+}
+
+void response_sums_save(json_t *state, const char *key, const TokenizedExamples *rows, double setting,
+                        const double *sums) {
+    for (long r = 0; r < rows->count; r++)
+        if (!isfinite(sums[r])) return;
+    char fingerprint[17];
+    rows_fingerprint(rows, setting, fingerprint);
+    json_t *values = json_array();
+    for (long r = 0; r < rows->count; r++) json_array_append_new(values, json_real(sums[r]));
+    json_t *saved = json_object();
+    json_object_set_new(saved, "fingerprint", json_string(fingerprint));
+    json_object_set_new(saved, "sums", values);
+    json_object_set_new(state, key, saved);
+}
+
+void response_sums_load(const json_t *state, const char *key, const TokenizedExamples *rows, double setting,
+                        double *sums) {
+    const json_t *saved = json_object_get(state, key), *values = json_object_get(saved, "sums");
+    const char *fingerprint = json_string_value(json_object_get(saved, "fingerprint"));
+    char expected[17];
+    rows_fingerprint(rows, setting, expected);
+    if (!fingerprint || strcmp(fingerprint, expected) != 0 || !json_is_array(values) ||
+        json_array_size(values) != (size_t)rows->count)
+        return;
+    for (long r = 0; r < rows->count; r++)
+        if (!json_is_number(json_array_get(values, (size_t)r))) return;
+    for (long r = 0; r < rows->count; r++) sums[r] = json_number_value(json_array_get(values, (size_t)r));
 }
 
 void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,

@@ -54,6 +54,20 @@ long response_batch_tokens(const ResponseBatch *batch);
 // An array of `rows` sums set to NaN: "not computed yet" (the reference's, before
 // dpo_task_compute_reference / kto_task_compute_reference; using one is an internal error).
 double *response_sums_unknown(long rows);
+// Whether every one of the `rows` sums is known (none NaN).
+bool response_sums_known(const double *sums, long rows);
+
+// The reference's sums in a checkpoint's trainer state (TrainTask.save_state / load_state), so
+// that a resumed run takes them instead of scoring every row again with the starting weights:
+// under `key`, the sums (JSON_REAL_PRECISION(17): exactly) and a fingerprint of what they
+// were computed from -- every row's token ids and prompt length, and `setting` (an option that
+// changes the sums, LD-DPO's alpha) -- so another data file or setting leaves them unknown.
+// Nothing is saved when a sum is not finite (JSON has no NaN); load leaves `sums` as they
+// were when the key is missing or its fingerprint or count is not this run's.
+void response_sums_save(json_t *state, const char *key, const TokenizedExamples *rows, double setting,
+                        const double *sums);
+void response_sums_load(const json_t *state, const char *key, const TokenizedExamples *rows, double setting,
+                        double *sums);
 
 // sums[i] = the response log-prob sum of row which[i] of `rows`, one forward over the
 // `count` rows.

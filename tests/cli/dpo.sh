@@ -143,6 +143,24 @@ cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors" &&
 lines=$(grep -c '"train/loss"' "$out/metrics.jsonl")
 [ "$lines" = $((12 * resume_epochs)) ] && pass dpo_resume_metrics_continuous || fail dpo_resume_metrics_continuous "$lines lines"
 
+# The reference's log-probs ride in the checkpoints: a run resumed from its checkpoint of step
+# 3 takes them from there (the starting weights score no row) and ends as the run that never
+# stopped, bit for bit; one whose checkpoint's sums do not match its rows (their fingerprint
+# changed here) scores them again, to the same end.
+cached_args=("${args[@]}" --num-train-epochs 2 --save-every 1 --keep-last 0 --eval-every 0)
+"$bin" dpo "${cached_args[@]}" --output "$tmp/cached" 2> /dev/null
+told=() # not --quiet: the run says how many rows the starting weights scored
+for arg in "${cached_args[@]}"; do [ "$arg" != --quiet ] && told+=("$arg"); done
+for case in cached stale; do
+    rm -rf "$tmp/cached_$case" && mkdir -p "$tmp/cached_$case" && cp -r "$tmp/cached/checkpoint-3" "$tmp/cached_$case/"
+    [ $case = stale ] && sed -i 's/"fingerprint": *"\([0-9a-f]\)/"fingerprint": "x\1/' "$tmp/cached_$case/checkpoint-3/trainer_state.json"
+    "$bin" dpo "${told[@]}" --resume --output "$tmp/cached_$case" 2> "$tmp/cached_$case.err"
+    scored=$(sed -n 's/.*starting weights scored \([0-9]*\) rows.*/\1/p' "$tmp/cached_$case.err")
+    want=0; [ $case = stale ] && want=$(( $(wc -l < "$data/pairs.jsonl") * 2 + $(wc -l < "$data/pairs_eval.jsonl") * 2 ))
+    [ "$scored" = "$want" ] && cmp -s "$tmp/cached/final/model.safetensors" "$tmp/cached_$case/final/model.safetensors" &&
+        pass "dpo_resume_reference_$case" || fail "dpo_resume_reference_$case" "scored '$scored' (want $want) $(tail -n 2 "$tmp/cached_$case.err")"
+done
+
 # --- bad options and data --------------------------------------------------------------------
 expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair
 expect_error dpo_bad_beta "--beta" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x2" --beta 0
