@@ -91,6 +91,27 @@ interrupted_run "$out" "$bin" kto "${resume_args[@]}" --output "$out"
 cmp -s "$tmp/straight/final/model.safetensors" "$out/final/model.safetensors" && pass kto_resume_bit_identical ||
     fail kto_resume_bit_identical "$(tail -n 2 "$out.err")"
 
+# The reference's sums ride in the checkpoints (as dpo's): resumed from its checkpoint of step 3
+# a run takes them from there, one whose checkpoint's sums do not match its rows (fingerprints
+# changed here) scores them again -- the reference's mismatched rows among them, one per
+# training and evaluation example, which the last line counts -- and both end as the run that
+# never stopped, bit for bit.
+cached_args=("${loud_args[@]}" --data "$data/pairs.jsonl" --save-every 1 --keep-last 0 --eval-every 0)
+"$bin" kto "${cached_args[@]}" --quiet --output "$tmp/cached" 2> /dev/null
+for case in cached stale; do
+    rm -rf "$tmp/cached_$case" && mkdir -p "$tmp/cached_$case" && cp -r "$tmp/cached/checkpoint-3" "$tmp/cached_$case/"
+    [ $case = stale ] && sed -i 's/"fingerprint": *"\([0-9a-f]\)/"fingerprint": "x\1/' "$tmp/cached_$case/checkpoint-3/trainer_state.json"
+    "$bin" kto "${cached_args[@]}" --resume --output "$tmp/cached_$case" 2> "$tmp/cached_$case.err"
+done
+rows() { sed -n 's/.*(\([0-9]*\) mismatched rows scored.*/\1/p' "$1"; }
+cached=$(rows "$tmp/cached_cached.err") stale=$(rows "$tmp/cached_stale.err")
+examples=$(( ($(wc -l < "$data/pairs.jsonl") + $(wc -l < "$data/pairs_eval.jsonl")) * 2 ))
+[ -n "$cached" ] && [ -n "$stale" ] && [ $((stale - cached)) = "$examples" ] &&
+    cmp -s "$tmp/cached/final/model.safetensors" "$tmp/cached_cached/final/model.safetensors" &&
+    cmp -s "$tmp/cached/final/model.safetensors" "$tmp/cached_stale/final/model.safetensors" &&
+    pass kto_resume_reference_from_checkpoint ||
+    fail kto_resume_reference_from_checkpoint "mismatched rows: $cached from the checkpoint, $stale recomputed (want $examples more) $(tail -n 1 "$tmp/cached_stale.err")"
+
 # --- apo-zero-unpaired: no KL baseline, so no mismatched rows -------------------------------
 # Not --quiet: the last line counts the mismatched rows the process scored.
 "$bin" kto "${loud_args[@]}" --loss apo-zero-unpaired --data "$data/pairs.jsonl" --eval-every 6 --output "$tmp/apo" \
