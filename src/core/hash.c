@@ -17,3 +17,9 @@ uint64_t hash_floats(uint64_t hash, const float *values, long n) {
     }
     return hash;
 }
+
+uint64_t hash_bytes(uint64_t hash, const void *data, size_t n) {
+    const unsigned char *bytes = data;
+    for (size_t i = 0; i < n; i++) hash = (hash ^ bytes[i]) * FNV1A_PRIME;
+    return hash;
+}

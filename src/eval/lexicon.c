@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 
 typedef struct {
     char *phrase; // NULL: empty slot
@@ -23,18 +24,12 @@ struct Lexicon {
     int longest; // words in the longest phrase
 };
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static LexEntry *find_slot(const Lexicon *lex, const char *s, size_t n) {
     size_t mask = lex->capacity - 1;
-    for (size_t i = (size_t)hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+    // FNV-1a from the start this table always had (a digit short of HASH_FNV1A_START: any start
+    // spreads the words; kept so the table's layout is what it was).
+    for (size_t i = (size_t)hash_bytes(1469598103934665603ull, s, n) & mask;; i = (i + 1) & mask) {
         LexEntry *e = &lex->slots[i];
         if (!e->phrase || (e->len == n && memcmp(e->phrase, s, n) == 0)) return e;
     }

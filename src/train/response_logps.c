@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "dist/dist.h"
 #include "dist/zero.h"
 
@@ -111,16 +112,9 @@ bool response_sums_known(const double *sums, long rows) {
     return true;
 }
 
-// FNV-1a over bytes.
-static uint64_t hash_bytes(uint64_t hash, const void *data, size_t n) {
-    const unsigned char *bytes = data;
-    for (size_t i = 0; i < n; i++) hash = (hash ^ bytes[i]) * 1099511628211ULL;
-    return hash;
-}
-
 // What a row set's sums were computed from, as 16 hex digits.
 static void rows_fingerprint(const TokenizedExamples *rows, double setting, char out[17]) {
-    uint64_t hash = hash_bytes(14695981039346656037ULL, &setting, sizeof setting);
+    uint64_t hash = hash_bytes(HASH_FNV1A_START, &setting, sizeof setting);
     for (long r = 0; r < rows->count; r++) {
         hash = hash_bytes(hash, &rows->lengths[r], sizeof(int));
         hash = hash_bytes(hash, &rows->prompt_lengths[r], sizeof(int));

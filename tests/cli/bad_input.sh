@@ -128,6 +128,15 @@ expect_error check_stored_inputs_bad_value "MARLHF_CHECK_STORED_INPUTS" env MARL
     --per-device-train-batch-size 4 --max-steps 1 --quiet --threads 1 --output "$tmp/check_stores_sft"
 if [ ! -e "$tmp/check_stores_sft/model.safetensors" ]; then echo "PASS check_stored_inputs_bad_value_writes_no_model"
 else echo "FAIL check_stored_inputs_bad_value_writes_no_model"; failures=$((failures + 1)); fi
+# The SFT loss-token and batching switches take true or false only, and write nothing otherwise.
+expect_error completion_only_loss_garbage "--completion-only-loss expects true or false" "$bin" sft \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --completion-only-loss=maybe \
+    --output "$tmp/completion_only_garbage"
+expect_error group_by_length_garbage "--group-by-length expects true or false" "$bin" dpo \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/pairs.jsonl --group-by-length=2 \
+    --output "$tmp/group_garbage"
+[ ! -e "$tmp/completion_only_garbage" ] && [ ! -e "$tmp/group_garbage" ] && echo "PASS sft_switch_garbage_writes_nothing" ||
+    { echo "FAIL sft_switch_garbage_writes_nothing"; failures=$((failures + 1)); }
 echo '{"batch_size": "many"}' > "$tmp/config.json"
 expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"
 
