@@ -4,7 +4,8 @@
 // residual stream's buffer stays where it is), and the batch is no larger than needed, so
 // a micro-batch over the size asked for does make them again. (DPO's and KTO's are in
 // tests/test_dpo.c and tests/test_kto.c, on their fixtures.) And --group-by-length's order
-// (train_group_by_length) against Hugging Face's get_length_grouped_indices.
+// (train_group_by_length) against Hugging Face's get_length_grouped_indices, and --packing's
+// rows (pack_sequences) against TRL's pack_dataset.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "model/weights_io.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
+#include "train/packing.h"
 #include "train/rm.h"
 #include "train/sft.h"
 
@@ -163,8 +165,52 @@ static void test_group_by_length_matches_transformers(void) {
     json_decref(root);
 }
 
+// Each case of tests/fixtures/train/packing.json (tools/make_packing_fixture.py: TRL's
+// pack_dataset) packed by pack_sequences gives TRL's rows, piece for piece.
+static void test_packing_matches_trl(void) {
+    json_error_t error;
+    json_t *root = json_load_file("tests/fixtures/train/packing.json", 0, &error);
+    CHECK(root, "packing.json: %s", error.text);
+    json_t *cases = json_object_get(root, "cases");
+    size_t index;
+    json_t *c;
+    json_array_foreach(cases, index, c) {
+        json_t *lengths_json = json_object_get(c, "lengths"), *rows_json = json_object_get(c, "rows");
+        const long n = (long)json_array_size(lengths_json);
+        const int row_length = (int)json_integer_value(json_object_get(c, "row_length"));
+        const int strategy = packing_strategy_parse(json_string_value(json_object_get(c, "strategy")));
+        CHECK(n > 0 && strategy >= 0 && json_array_size(rows_json) > 0, "case %zu", index);
+        int *lengths = xmalloc((size_t)n * sizeof(int));
+        for (long i = 0; i < n; i++) lengths[i] = (int)json_integer_value(json_array_get(lengths_json, (size_t)i));
+        PackedRows rows;
+        pack_sequences(lengths, n, row_length, (PackingStrategy)strategy, &rows);
+        long first_difference = -1;
+        for (long r = 0; r < (long)json_array_size(rows_json) && r < rows.rows && first_difference < 0; r++) {
+            json_t *pieces = json_array_get(rows_json, (size_t)r);
+            if ((long)json_array_size(pieces) != rows.row_first[r + 1] - rows.row_first[r]) first_difference = r;
+            for (long k = 0; k < (long)json_array_size(pieces) && first_difference < 0; k++) {
+                const PackedPiece *got = &rows.pieces[rows.row_first[r] + k];
+                json_t *want = json_array_get(pieces, (size_t)k);
+                if (got->sequence != json_integer_value(json_array_get(want, 0)) ||
+                    got->first != json_integer_value(json_array_get(want, 1)) ||
+                    got->length != json_integer_value(json_array_get(want, 2)))
+                    first_difference = r;
+            }
+        }
+        EXPECT(rows.rows == (long)json_array_size(rows_json), "case %zu (%s, rows of %d): %ld rows, TRL's %zu", index,
+               packing_strategy_name((PackingStrategy)strategy), row_length, rows.rows, json_array_size(rows_json));
+        EXPECT(first_difference < 0, "case %zu (%s, rows of %d): row %ld differs from TRL's", index,
+               packing_strategy_name((PackingStrategy)strategy), row_length, first_difference);
+        packed_rows_free(&rows);
+        free(lengths);
+    }
+    EXPECT(json_array_size(cases) >= 12, "%zu cases", json_array_size(cases));
+    json_decref(root);
+}
+
 int main(void) {
     RUN(test_group_by_length_matches_transformers);
+    RUN(test_packing_matches_trl);
     RUN(test_sft_largest_batch);
     RUN(test_rm_largest_batch);
     TEST_EXIT();

@@ -14,7 +14,8 @@ int cmd_sft(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(5e-5, 0.1, 0.01, 1); // learning rate, warmup ratio, weight decay, data phase
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
-    bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true;
+    bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true, packing = false;
+    char *packing_strategy = "bfd";
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -25,8 +26,15 @@ int cmd_sft(int argc, char **argv) {
         {"completion-only-loss", "completion_only_loss", OPT_BOOL, &completion_only_loss,
          "train the response only (TRL's completion_only_loss); false: every token of the example, prompt included "
          "(not the padding; {\"text\"} rows are all response either way)", false, false},
+        {"packing", "packing", OPT_BOOL, &packing,
+         "pack the training examples into rows of --max-seq-len tokens (TRL's packing): fuller micro-batches, "
+         "no padding between examples", false, false},
+        {"packing-strategy", "packing_strategy", OPT_STRING, &packing_strategy,
+         "with --packing: bfd (whole examples, best fit, each attending to itself only; cut at --max-seq-len), "
+         "bfd_split (the same, long examples split between rows instead of cut), wrapped (one stream cut into rows, "
+         "attending across examples)", false, false},
     };
-    int count = 5 + trainer_cli_options(&c, options + 5);
+    int count = 7 + trainer_cli_options(&c, options + 7);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -36,6 +44,12 @@ int cmd_sft(int argc, char **argv) {
     if (!completion_only_loss && train_on_prompt)
         die_user("--completion-only-loss false trains the prompt without the padding and --train-on-prompt with it: "
                  "give one (--completion-only-loss)");
+    const int strategy = packing_strategy_parse(packing_strategy);
+    if (strategy < 0)
+        die_user("--packing-strategy %s: give bfd, bfd_split or wrapped (--packing-strategy)", packing_strategy);
+    if (packing && train_on_prompt)
+        die_user("--packing fills rows with examples and --train-on-prompt pads every example to --max-seq-len: give "
+                 "one (--packing)");
     if (!completion_only_loss && assistant_only_loss)
         die_user("--completion-only-loss false trains every token and --assistant-only-loss the assistant turns only: "
                  "give one (--completion-only-loss)");
@@ -69,12 +83,20 @@ int cmd_sft(int argc, char **argv) {
     const SftLossTokens loss_tokens = train_on_prompt         ? SFT_LOSS_PADDED
                                       : completion_only_loss ? SFT_LOSS_COMPLETION
                                                              : SFT_LOSS_SEQUENCE;
-    if (sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count, (int)c.max_seq_len,
-                      loss_tokens) != 0)
-        die_from_err();
-    if (!c.quiet)
-        fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld eval examples\n",
-                task.train.count, task.dropped, task.truncated, c.max_seq_len, task.eval.count);
+    const int rc = packing ? sft_task_init_packed(&task, tokenizer, examples, train.count, eval_examples, eval.count,
+                                                  (int)c.max_seq_len, loss_tokens, (PackingStrategy)strategy)
+                           : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,
+                                           (int)c.max_seq_len, loss_tokens);
+    if (rc != 0) die_from_err();
+    long tokens = 0;
+    for (long i = 0; i < task.train.count; i++) tokens += task.train.lengths[i];
+    if (!c.quiet && packing)
+        fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens) packed (%s) into %ld rows, "
+                "%ld tokens; %ld eval examples\n", task.sequences, task.dropped, task.truncated, c.max_seq_len,
+                packing_strategy, task.train.count, tokens, task.eval.count);
+    else if (!c.quiet)
+        fprintf(stderr, "sft: %ld training examples (%ld dropped, %ld cut at %ld tokens), %ld tokens; %ld eval examples\n",
+                task.train.count, task.dropped, task.truncated, c.max_seq_len, tokens, task.eval.count);
 
     Model model;
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};

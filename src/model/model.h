@@ -15,10 +15,22 @@
 #include "model/params.h"
 #include "ops/ops.h"
 
+// One sequence of a packed row (ModelBatch.segments): slots [start, start + length) of row
+// `row`.
+typedef struct {
+    int row, start, length;
+} ModelSegment;
+
 // One batch of B rows of T slots. Row b's real tokens sit at slots
 // [row_start[b], row_start[b] + row_len[b]); the rest is padding (any token id in range).
 // Positions count from the row's first real token, so a row gives the same result
 // whatever padding surrounds it.
+//
+// Packed rows (SFT's --packing): with segments, a row holds several sequences side by side,
+// and each one is computed as if it were a row of its own -- it attends only to its own
+// slots, its positions count from its first slot (model/packed_attention.h). The segments
+// lie inside their rows, in order and without overlap; slots outside every segment are
+// padding. row_start and row_len are then ignored; no KV cache takes packed rows.
 typedef struct {
     int B, T;
     const int *tokens;    // [B*T], host memory
@@ -28,6 +40,8 @@ typedef struct {
     // matmul_forward_q8) as for this many rows: a chunk of a prompt (chunked prefill) gives
     // the rows of the prompt's whole prefill, so that it runs the same kernels.
     int kernel_rows;
+    const ModelSegment *segments; // NULL: not packed
+    int segment_count;
 } ModelBatch;
 
 typedef struct {
@@ -109,6 +123,16 @@ typedef struct {
     double *candidate_lse, *candidate_scaled_lse;
     float *logp_device, *entropy_device, *values_device; // [N] staging for head outputs
     int *top1_device;
+    // Packed rows (model/packed_attention.h): the last forward's segments (count 0: none) and
+    // the attention's layout of one sequence a row, [count, T], T the longest segment. Device
+    // buffers of slots_capacity slots (saved: saved_capacity floats), grown as asked.
+    struct {
+        int count, T, capacity; // capacity: room in `segments`
+        ModelSegment *segments; // host
+        long slots_capacity, saved_capacity;
+        int *positions, *row_start;                // [slots], [count]
+        float *qkv, *dqkv, *out, *dout, *saved;     // q | k | v as the layer lays them out; [slots, q_dim]
+    } packed;
     // backward scratch
     float *d_resid, *d_norm_out, *d_hidden;
     // dq, dk, dv: one buffer dqkv, laid out as the layer's qkv is (three buffers, or rows

@@ -17,6 +17,7 @@
 #include "model/lora.h"
 #include "model/quantize.h"
 #include "model/model.h"
+#include "model/packed_attention.h"
 
 // ---------------------------------------------------------------------------------------
 // Allocation
@@ -150,6 +151,7 @@ static void activations_free(Model *model) {
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) ops->free(buffers[i]);
     free(a->head_run_start), free(a->head_run_len);
+    packed_attention_free(model);
     memset(a, 0, sizeof *a);
 }
 
@@ -859,6 +861,10 @@ static void layer_forward(Model *model, int l, LayerActivations *la, const float
             else ops->attention_extend_q8(out, la->q, keys, values, a->row_start, B, T, capacity, slot, H, KV, D, cfg->attn_logit_softcap, window);
             break;
         }
+    } else if (packed_attention_active(model)) {
+        const QkvLayout in = qkv_layout(la->q, la->k, la->v, la->qkv_fused, q_dim, kv_dim);
+        packed_attention_forward(model, l, la->att_out, in.q, in.k, in.v, in.q_row_stride, in.kv_row_stride,
+                                 rotates ? rope_table(model, l) : NULL);
     } else if (rotates) {
         const QkvLayout in = qkv_layout(la->q, la->k, la->v, la->qkv_fused, q_dim, kv_dim);
         ops->attention_forward_rotary(la->att_out, attention_saved_for(model, la, target), in.q, in.k, in.v, in.q_row_stride,
@@ -926,6 +932,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
     int *positions = xmalloc((size_t)N * sizeof(int));
     int *row_start = xmalloc((size_t)B * sizeof(int));
     CHECK(!(target && model->lora_dropout.active), "a KV-cache forward inside a LoRA dropout pass");
+    CHECK(!(target && batch->segments), "a KV-cache forward of packed rows");
     const bool decode = target && target->decode;
     for (int b = 0; b < B; b++) {
         int start = decode ? target->cache->row_start[target->first_row + b]
@@ -939,10 +946,11 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
             positions[(long)b * T + t] = position > 0 ? position : 0;
         }
     }
+    packed_attention_begin(model, batch, positions); // packed rows: positions by segment
     for (long i = 0; i < N; i++)
         CHECK(batch->tokens[i] >= 0 && batch->tokens[i] < cfg->vocab_size,
               "token id %d at slot %ld is outside the vocabulary", batch->tokens[i], i);
-    if (cfg->positions == POSITIONS_LEARNED)
+    if (cfg->positions == POSITIONS_LEARNED && !batch->segments)
         for (int b = 0; b < B; b++)
             CHECK(positions[(long)b * T + T - 1] < cfg->max_position_embeddings,
                   "row %d reaches position %d, past the model's %d positions", b, positions[(long)b * T + T - 1],
@@ -1326,10 +1334,14 @@ static void attention_backward_fused_qkv(Model *model, int l, const LayerActivat
     const QkvLayout in = qkv_layout(la->q, la->k, la->v, true, q_dim, kv_dim);
     const QkvLayout out = qkv_layout(a->dq, a->dk, a->dv, true, q_dim, kv_dim);
     ops->matmul_input_hold(a->dqkv, N * width);
-    ops->attention_backward_rotary(out.q, out.k, out.v, a->d_att_out, la->att_out, la->attention_saved, in.q, in.k,
-                                   in.v, width, width, a->row_start, a->positions, rope_table(model, l), a->B, a->T,
-                                   cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->attn_logit_softcap,
-                                   config_layer_window(cfg, l));
+    if (packed_attention_active(model))
+        packed_attention_backward(model, l, out.q, out.k, out.v, a->d_att_out, in.q, in.k, in.v, width, width,
+                                  rope_table(model, l));
+    else
+        ops->attention_backward_rotary(out.q, out.k, out.v, a->d_att_out, la->att_out, la->attention_saved, in.q,
+                                       in.k, in.v, width, width, a->row_start, a->positions, rope_table(model, l),
+                                       a->B, a->T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                       cfg->attn_logit_softcap, config_layer_window(cfg, l));
     hold_input(ops, la->inputs_stored, la->attn_norm_out, N * C, true); // the weight gradients read it
     float *const gradients[] = {g->q_w, g->k_w, g->v_w, g->q_b, g->k_b, g->v_b};
     // qkv_adjacent: g->q_w and g->q_b start the three weights' and biases' gradients.
@@ -1438,7 +1450,10 @@ static void layer_backward(Model *model, int l, const LayerActivations *la, cons
         ops->matmul_input_hold(dq, N * q_dim);
         ops->matmul_input_hold(dk, N * kv_dim);
         const bool rotates = attention_rotates(cfg, NULL); // then its backward rotates dq and dk back
-        if (rotates)
+        if (packed_attention_active(model))
+            packed_attention_backward(model, l, a->dq, a->dk, a->dv, a->d_att_out, la->q, la->k, la->v, q_dim, kv_dim,
+                                      rotates ? rope_table(model, l) : NULL);
+        else if (rotates)
             ops->attention_backward_rotary(a->dq, a->dk, a->dv, a->d_att_out, la->att_out, la->attention_saved, la->q,
                                            la->k, la->v, q_dim, kv_dim, a->row_start, a->positions,
                                            rope_table(model, l), B, T, cfg->num_heads, cfg->num_kv_heads,

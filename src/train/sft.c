@@ -1,5 +1,6 @@
 #include "train/sft.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -65,8 +66,10 @@ void tokenized_examples_free(TokenizedExamples *examples) {
     for (long i = 0; i < examples->count; i++) {
         free(examples->ids[i]);
         if (examples->trained) free(examples->trained[i]);
+        if (examples->segment_lengths) free(examples->segment_lengths[i]);
     }
     free(examples->ids), free(examples->lengths), free(examples->prompt_lengths), free(examples->trained);
+    free(examples->segment_counts), free(examples->segment_lengths);
     memset(examples, 0, sizeof *examples);
 }
 
@@ -83,6 +86,7 @@ int batch_rows(long batch, long count) { return (int)(batch < count ? batch : co
 
 void tokenized_examples_alloc(TokenizedExamples *examples, long capacity) {
     if (capacity < 1) capacity = 1;
+    memset(examples, 0, sizeof *examples);
     examples->ids = xcalloc((size_t)capacity, sizeof(int *));
     examples->lengths = xcalloc((size_t)capacity, sizeof(int));
     examples->prompt_lengths = xcalloc((size_t)capacity, sizeof(int));
@@ -102,7 +106,8 @@ static bool trained_target(const TokenizedExamples *examples, long i, int t) {
     return examples->trained && examples->trained[i] ? examples->trained[i][t] : t >= examples->prompt_lengths[i];
 }
 
-static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+// Tokenizes the examples, each cut at `limit` tokens.
+static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count, int limit,
                          TokenizedExamples *out) {
     tokenized_examples_alloc(out, count);
     for (long i = 0; i < count; i++) {
@@ -110,11 +115,11 @@ static void tokenize_all(SftTask *task, const Tokenizer *tokenizer, const SftExa
         unsigned char *trained = NULL;
         bool truncated;
         if (examples[i].turn_count > 0)
-            tokenize_turns(tokenizer, examples[i].turns, examples[i].turn_count, task->max_seq_len, &ids, &trained,
-                           &length, &prompt_length, &truncated);
+            tokenize_turns(tokenizer, examples[i].turns, examples[i].turn_count, limit, &ids, &trained, &length,
+                           &prompt_length, &truncated);
         else
-            tokenize_example(tokenizer, examples[i].prompt, examples[i].response, task->max_seq_len, &ids, &length,
-                             &prompt_length, &truncated);
+            tokenize_example(tokenizer, examples[i].prompt, examples[i].response, limit, &ids, &length, &prompt_length,
+                             &truncated);
         if (task->loss_tokens != SFT_LOSS_COMPLETION) { // every token but the first is a target
             free(trained);
             trained = NULL;
@@ -141,9 +146,80 @@ int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *e
     task->max_seq_len = max_seq_len;
     task->loss_tokens = loss_tokens;
     task->pad_id = training_pad_id(tokenizer);
-    tokenize_all(task, tokenizer, examples, count, &task->train);
-    tokenize_all(task, tokenizer, eval_examples, eval_count, &task->eval);
+    tokenize_all(task, tokenizer, examples, count, max_seq_len, &task->train);
+    tokenize_all(task, tokenizer, eval_examples, eval_count, max_seq_len, &task->eval);
     if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
+    return 0;
+}
+
+// Whether token t of example i is trained where sequences run one after another (a wrapped
+// row): as in its own row, except that without completion-only loss every token is, the
+// first one too -- TRL's labels there are the input ids, so an example's first token is
+// predicted from the previous one's last (the first token of a row or segment never is).
+static bool trained_in_stream(const SftTask *task, const TokenizedExamples *examples, long i, int t) {
+    return task->loss_tokens == SFT_LOSS_SEQUENCE ? t < examples->lengths[i] : trained_target(examples, i, t);
+}
+
+// Packs task->train into rows (train/packing.h): each row's pieces' ids and trained flags side
+// by side, and for bfd and bfd_split the pieces as its segments.
+static void pack_training_rows(SftTask *task, PackingStrategy strategy) {
+    TokenizedExamples *in = &task->train;
+    PackedRows packed;
+    pack_sequences(in->lengths, in->count, task->max_seq_len, strategy, &packed);
+    TokenizedExamples out;
+    tokenized_examples_alloc(&out, packed.rows);
+    const bool segmented = strategy != PACKING_WRAPPED;
+    if (segmented) {
+        out.segment_counts = xcalloc((size_t)(packed.rows > 0 ? packed.rows : 1), sizeof(int));
+        out.segment_lengths = xcalloc((size_t)(packed.rows > 0 ? packed.rows : 1), sizeof(int *));
+    }
+    for (long r = 0; r < packed.rows; r++) {
+        const long first = packed.row_first[r], end = packed.row_first[r + 1];
+        int length = 0;
+        for (long k = first; k < end; k++) length += packed.pieces[k].length;
+        int *ids = xmalloc((size_t)length * sizeof(int));
+        unsigned char *trained = xcalloc((size_t)length, 1);
+        if (segmented) {
+            out.segment_counts[r] = (int)(end - first);
+            out.segment_lengths[r] = xmalloc((size_t)(end - first) * sizeof(int));
+        }
+        int at = 0;
+        for (long k = first; k < end; k++) {
+            const PackedPiece *piece = &packed.pieces[k];
+            if (segmented) out.segment_lengths[r][k - first] = piece->length;
+            for (int t = 0; t < piece->length; t++, at++) {
+                ids[at] = in->ids[piece->sequence][piece->first + t];
+                const bool starts = at == 0 || (segmented && t == 0); // nothing before it to predict it from
+                trained[at] = !starts && trained_in_stream(task, in, piece->sequence, piece->first + t);
+            }
+        }
+        out.ids[r] = ids;
+        out.trained[r] = trained;
+        out.lengths[r] = length;
+        out.prompt_lengths[r] = 0; // (the trained flags say it)
+        out.count++;
+    }
+    task->sequences = in->count;
+    packed_rows_free(&packed);
+    tokenized_examples_free(in);
+    *in = out;
+}
+
+int sft_task_init_packed(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                         const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
+                         PackingStrategy packing) {
+    CHECK(loss_tokens != SFT_LOSS_PADDED, "packed rows with the padded loss");
+    memset(task, 0, sizeof *task);
+    task->max_seq_len = max_seq_len;
+    task->loss_tokens = loss_tokens;
+    task->pad_id = training_pad_id(tokenizer);
+    task->packed = true;
+    task->packing = packing;
+    // bfd_split and wrapped split a long example between rows instead of cutting it.
+    tokenize_all(task, tokenizer, examples, count, packing == PACKING_BFD ? max_seq_len : INT_MAX / 2, &task->train);
+    tokenize_all(task, tokenizer, eval_examples, eval_count, max_seq_len, &task->eval);
+    if (task->train.count == 0) return err_set("no SFT example has a trained token within --max-seq-len %d", max_seq_len);
+    pack_training_rows(task, packing);
     return 0;
 }
 
@@ -152,11 +228,14 @@ void sft_task_free(SftTask *task) {
     tokenized_examples_free(&task->eval);
 }
 
-// Builds the batch of the given examples: tokens, next-token targets and the loss mask.
+// Builds the batch of the given examples: tokens, next-token targets and the loss mask; for
+// packed rows their segments.
 typedef struct {
     int B, T;
     int *tokens, *targets, *row_len;
     float *mask;
+    ModelSegment *segments; // NULL unless the rows are packed
+    int segment_count;
 } SftBatch;
 
 static void build_batch(const SftTask *task, const TokenizedExamples *examples, const long *which, int count,
@@ -173,6 +252,19 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
     batch->targets = xmalloc(N * sizeof(int));
     batch->row_len = xmalloc(count * sizeof(int));
     batch->mask = xcalloc(N, sizeof(float));
+    batch->segments = NULL;
+    batch->segment_count = 0;
+    if (examples->segment_counts) {
+        for (int b = 0; b < count; b++) batch->segment_count += examples->segment_counts[which[b]];
+        batch->segments = xmalloc((size_t)batch->segment_count * sizeof(ModelSegment));
+        int s = 0;
+        for (int b = 0; b < count; b++)
+            for (int k = 0, start = 0; k < examples->segment_counts[which[b]]; k++) {
+                const int length = examples->segment_lengths[which[b]][k];
+                batch->segments[s++] = (ModelSegment){b, start, length};
+                start += length;
+            }
+    }
     for (int b = 0; b < count; b++) {
         const int *ids = examples->ids[which[b]];
         int length = examples->lengths[which[b]];
@@ -191,7 +283,7 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
 }
 
 static void free_batch(SftBatch *batch) {
-    free(batch->tokens), free(batch->targets), free(batch->row_len), free(batch->mask);
+    free(batch->tokens), free(batch->targets), free(batch->row_len), free(batch->mask), free(batch->segments);
 }
 
 static double counted_tokens(const SftTask *task, const TokenizedExamples *examples, const long *which, int count) {
@@ -218,7 +310,8 @@ static void sft_micro_step(void *context, Model *model, const long *examples, in
     build_batch(task, &task->train, examples, count, &batch);
     long N = (long)batch.B * batch.T;
     float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
-    ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len};
+    ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len,
+                        .segments = batch.segments, .segment_count = batch.segment_count};
     model_forward(model, &input);
     model_logprobs(model, batch.targets, logp, NULL, NULL);
     result->loss_sum = sft_loss(logp, batch.mask, N, (float)scale, dlogp);
@@ -277,8 +370,26 @@ static void sft_largest_batch(void *context, long micro_batch, int *rows, int *l
                                                 : (train_longest > eval_longest ? train_longest : eval_longest);
 }
 
+// --packing makes other examples of the same data: a resume must pack as the run it continues.
+static const char *packing_of(const SftTask *task) { return task->packed ? packing_strategy_name(task->packing) : "none"; }
+
+static void sft_save_state(void *context, json_t *state) {
+    json_object_set_new(state, "packing", json_string(packing_of(context)));
+}
+
+static int sft_load_state(void *context, const json_t *state, const char *checkpoint) {
+    const char *saved = json_string_value(json_object_get(state, "packing"));
+    if (!saved) saved = "none"; // a checkpoint from before --packing
+    if (strcmp(saved, packing_of(context)) != 0)
+        return err_set("checkpoint was made with packing %s, this run has %s (%s): other training rows", saved,
+                       packing_of(context), checkpoint);
+    return 0;
+}
+
 TrainTask sft_train_task(SftTask *task) {
     return (TrainTask){
+        .save_state = sft_save_state,
+        .load_state = sft_load_state,
         .name = "sft",
         .num_examples = task->train.count,
         .weight = sft_weight,

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "train/loop.h"
+#include "train/packing.h"
 
 typedef struct {
     int **ids;
@@ -21,6 +22,11 @@ typedef struct {
     // NULL (rows built by hand), or per example NULL or [length] flags: token t is a trained
     // target (SFT examples made of turns); NULL: the tokens from prompt_lengths on are.
     unsigned char **trained;
+    // Packed rows (SftTask.packed, bfd and bfd_split): NULL, or row i holds segment_counts[i]
+    // sequences of segment_lengths[i][k] tokens side by side, each attending to itself only
+    // (model.h's segments); their first tokens are never targets (trained 0).
+    int *segment_counts;
+    int **segment_lengths;
     long count;
 } TokenizedExamples;
 
@@ -46,11 +52,22 @@ typedef struct {
     SftLossTokens loss_tokens;
     long dropped; // examples with no trained token within max_seq_len (a prompt that filled it)
     long truncated;
+    // --packing: `train` holds rows of up to max_seq_len tokens packed from `sequences`
+    // examples (train/packing.h); the evaluation's examples stay one a row (the same loss).
+    bool packed;
+    PackingStrategy packing;
+    long sequences;
 } SftTask;
 
 // Tokenizes the examples. Returns 0 or -1 (err_set) if nothing is left.
 int sft_task_init(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
                   const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens);
+// The same, the training examples then packed into rows of max_seq_len tokens (TRL's
+// packing=True with packing_strategy): bfd cuts an example at max_seq_len as sft_task_init
+// does, bfd_split and wrapped keep it whole and split it between rows.
+int sft_task_init_packed(SftTask *task, const Tokenizer *tokenizer, const SftExample *examples, long count,
+                         const SftExample *eval_examples, long eval_count, int max_seq_len, SftLossTokens loss_tokens,
+                         PackingStrategy packing);
 void sft_task_free(SftTask *task);
 // The loop's view of the task.
 TrainTask sft_train_task(SftTask *task);

@@ -135,7 +135,14 @@ expect_error completion_only_loss_garbage "--completion-only-loss expects true o
 expect_error group_by_length_garbage "--group-by-length expects true or false" "$bin" dpo \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/pairs.jsonl --group-by-length=2 \
     --output "$tmp/group_garbage"
-[ ! -e "$tmp/completion_only_garbage" ] && [ ! -e "$tmp/group_garbage" ] && echo "PASS sft_switch_garbage_writes_nothing" ||
+expect_error packing_garbage "--packing expects true or false" "$bin" sft \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing=bfd \
+    --output "$tmp/packing_garbage"
+expect_error packing_strategy_garbage "--packing-strategy first_fit: give bfd, bfd_split or wrapped" "$bin" sft \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing --packing-strategy first_fit \
+    --output "$tmp/packing_garbage"
+[ ! -e "$tmp/completion_only_garbage" ] && [ ! -e "$tmp/group_garbage" ] && [ ! -e "$tmp/packing_garbage" ] &&
+    echo "PASS sft_switch_garbage_writes_nothing" ||
     { echo "FAIL sft_switch_garbage_writes_nothing"; failures=$((failures + 1)); }
 echo '{"batch_size": "many"}' > "$tmp/config.json"
 expect_error config_file_bad_value "--batch-size" "$bin" logprobs --model "$llama" --input "$ids" --config "$tmp/config.json"

@@ -66,6 +66,24 @@ PY
 else
     fail gpu_emulated_sft_tracks_cpu "$(tail -n 2 "$tmp"/sft-*.err)"
 fi
+# Packed SFT (--packing: rows of 64 tokens, the examples side by side, each attending to
+# itself only; model/packed_attention.c) tracks the CPU's packed run in the same way.
+packed=("${sft[@]}" --max-seq-len 64 --packing --max-steps 6)
+if "$emulated_bin" "${packed[@]}" --device cpu --output "$tmp/packed-cpu" 2> "$tmp/packed-cpu.err" &&
+    MARLHF_EMULATED_DEVICE_CLOSED=1 "$emulated_bin" "${packed[@]}" --device cuda --output "$tmp/packed-cuda" \
+        2> "$tmp/packed-cuda.err" &&
+    python3 - "$(json_values "$tmp/packed-cpu/metrics.jsonl" train/loss)" \
+        "$(json_values "$tmp/packed-cuda/metrics.jsonl" train/loss)" <<'PY'; then
+import sys
+cpu, gpu = [list(map(float, s.split())) for s in sys.argv[1:3]]
+worst = max(abs(g - c) / abs(c) for c, g in zip(cpu, gpu)) if len(cpu) == len(gpu) > 0 else float("inf")
+print(f"# packed sft on the emulated GPU: {len(gpu)} steps, loss {gpu[0]:.4f} -> {gpu[-1]:.4f}, worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 2e-2 else 1)
+PY
+    pass gpu_emulated_packed_sft_tracks_cpu
+else
+    fail gpu_emulated_packed_sft_tracks_cpu "$(tail -n 2 "$tmp"/packed-*.err)"
+fi
 # The same runs' logs: on the device every line says the most device memory held since the
 # one before (train/device_memory_gib: at least cuBLASLt's 64 MiB workspace and the model),
 # on the CPU none does.

@@ -104,6 +104,70 @@ expect_error sft_completion_only_with_train_on_prompt "give one (--completion-on
 expect_error sft_completion_only_with_assistant_only "give one (--completion-only-loss)" \
     "$bin" sft "${sft_args[@]}" --completion-only-loss false --assistant-only-loss --output "$tmp/x_loss"
 
+# --- --packing (TRL's packing) -----------------------------------------------------------
+# Rows of 80 tokens hold both examples of pr.jsonl in one row. bfd keeps each example to
+# itself (its own attention, its positions from 0): the first step's loss is the unpacked
+# one. wrapped runs them as one stream (the second attends to the first, its positions go
+# on): its loss is the mean -log-prob, by `marlhf logprobs` on the two examples' ids joined,
+# over the same trained tokens -- and without completion-only loss over every token after
+# the first, the second example's first token too (TRL's labels of a wrapped row).
+python3 - "$tmp" << 'EOF'
+import json, sys
+tmp = sys.argv[1]
+rows = [json.loads(l)["ids"] for l in open(f"{tmp}/loss_ids.jsonl")][:2]
+json.dump({"ids": rows[0] + rows[1]}, open(f"{tmp}/joined_ids.jsonl", "w"))
+EOF
+"$bin" logprobs --model "$model" --input "$tmp/joined_ids.jsonl" --threads 2 > "$tmp/joined_logprobs.jsonl" 2> "$tmp/joined.err" ||
+    fail sft_packing "logprobs: $(tail -n 1 "$tmp/joined.err")"
+check_wrapped_loss() { # check_wrapped_loss ALL_TOKENS LOSS
+    python3 - "$tmp" "$1" "$2" << 'EOF'
+import json, sys
+tmp, all_tokens, got = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3])
+logprobs = json.loads(open(f"{tmp}/joined_logprobs.jsonl").readline())["logprobs"]
+lengths = [len(json.loads(l)["ids"]) for l in open(f"{tmp}/loss_ids.jsonl")][:2]
+prompt_lengths = json.load(open(f"{tmp}/prompt_lengths.json"))[:2]
+trained = range(1, sum(lengths)) if all_tokens else \
+    [t for t in range(prompt_lengths[0], lengths[0])] + [lengths[0] + t for t in range(prompt_lengths[1], lengths[1])]
+want = sum(-logprobs[t - 1] for t in trained) / len(trained)
+print(f"loss {got:.6f}, want {want:.6f} over {len(trained)} tokens", file=sys.stderr)
+sys.exit(0 if abs(got - want) <= 1e-5 * abs(want) else 1)
+EOF
+}
+packed_bfd=$(sft_first_loss packed_bfd "$tmp/pr.jsonl" --max-seq-len 80 --packing)
+packed_bfd_sequence=$(sft_first_loss packed_bfd_sequence "$tmp/pr.jsonl" --max-seq-len 80 --packing --completion-only-loss false)
+packed_wrapped=$(sft_first_loss packed_wrapped "$tmp/pr.jsonl" --max-seq-len 80 --packing --packing-strategy wrapped)
+packed_wrapped_sequence=$(sft_first_loss packed_wrapped_sequence "$tmp/pr.jsonl" --max-seq-len 80 --packing \
+    --packing-strategy wrapped --completion-only-loss false)
+"$bin" sft --model "$model" --data "$tmp/pr.jsonl" --max-seq-len 80 --max-steps 1 --packing --output "$tmp/loss_rows" \
+    2> "$tmp/loss_rows.err"
+grep -q "sft: 2 training examples (0 dropped, 0 cut at 80 tokens) packed (bfd) into 1 rows" "$tmp/loss_rows.err" &&
+    pass sft_packing_one_row || fail sft_packing_one_row "$(grep 'sft:' "$tmp/loss_rows.err" | head -n 1)"
+python3 -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 1e-6 * abs(float(sys.argv[2])) and abs(float(sys.argv[3]) - float(sys.argv[4])) <= 1e-6 * abs(float(sys.argv[4])) else 1)" \
+    "$packed_bfd" "$completion" "$packed_bfd_sequence" "$sequence" 2> /dev/null &&
+    pass "sft_packing_bfd_equals_unpacked ($packed_bfd, $packed_bfd_sequence)" ||
+    fail sft_packing_bfd_equals_unpacked "packed '$packed_bfd' '$packed_bfd_sequence', unpacked '$completion' '$sequence'"
+check_wrapped_loss 0 "$packed_wrapped" && pass sft_packing_wrapped_is_one_stream ||
+    fail sft_packing_wrapped_is_one_stream "loss '$packed_wrapped' $(tail -n 1 "$tmp/loss_packed_wrapped.err")"
+check_wrapped_loss 1 "$packed_wrapped_sequence" && pass sft_packing_wrapped_every_token ||
+    fail sft_packing_wrapped_every_token "loss '$packed_wrapped_sequence' $(tail -n 1 "$tmp/loss_packed_wrapped_sequence.err")"
+rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
+# A packed run learns and resumes bit for bit; a checkpoint is not resumed with other rows.
+packed_args=("${sft_args[@]}" --max-seq-len 64 --packing --save-every 2 --keep-last 0 --eval-every 0 --num-train-epochs 8)
+"$bin" sft "${packed_args[@]}" --output "$tmp/packed" 2> "$tmp/packed.err"
+first=$(json_field "$tmp/packed/metrics.jsonl" train/loss 0 2> /dev/null); last=$(json_field "$tmp/packed/metrics.jsonl" train/loss -1 2> /dev/null)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.75 * float(sys.argv[1]) else 1)" "$first" "$last" 2> /dev/null &&
+    pass "sft_packing_learns (loss $first -> $last)" || fail sft_packing_learns "loss '$first' -> '$last' $(tail -n 2 "$tmp/packed.err")"
+mkdir -p "$tmp/packed_resumed" && cp -r "$tmp/packed/checkpoint-2" "$tmp/packed_resumed/"
+"$bin" sft "${packed_args[@]}" --resume --output "$tmp/packed_resumed" 2> "$tmp/packed_resumed.err"
+cmp -s "$tmp/packed/final/model.safetensors" "$tmp/packed_resumed/final/model.safetensors" &&
+    pass sft_packing_resume_bit_identical || fail sft_packing_resume_bit_identical "$(tail -n 2 "$tmp/packed_resumed.err")"
+expect_error sft_packing_resume_other_strategy "made with packing bfd, this run has bfd_split" \
+    "$bin" sft "${packed_args[@]}" --packing-strategy bfd_split --resume --output "$tmp/packed_resumed"
+expect_error sft_packing_with_train_on_prompt "give one (--packing)" \
+    "$bin" sft "${sft_args[@]}" --packing --train-on-prompt --output "$tmp/x_packing"
+expect_error sft_packing_unknown_strategy "--packing-strategy tight" \
+    "$bin" sft "${sft_args[@]}" --packing --packing-strategy tight --output "$tmp/x_packing"
+
 # --- exact resume after SIGKILL --------------------------------------------------------
 # Long enough (96 steps) that the kill lands mid-run.
 resume_args=("${sft_args[@]}" --num-train-epochs 16 --save-every 1 --keep-last 2 --eval-every 0)

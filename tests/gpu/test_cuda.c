@@ -2036,6 +2036,9 @@ static double tensor_error(const Model *mc, const ParamEntry *e, const float *go
 // parameter's gradient. With `rounded` (the same model on bf16_rounding), each figure's
 // tolerance is TOL_MODEL or 3 times the error bf16 rounding alone gives the CPU there,
 // whichever is larger: the GPU's error is that rounding's plus its own summation order.
+static void compare_runs(const char *name, Model *mc, Model *mg, ModelRun *run_c, ModelRun *run_g, ModelRun *run_r,
+                         long N);
+
 static void compare_pair_rounded(const char *name, Model *mc, Model *mg, Model *rounded) {
     // Two attention tiles where the positions allow (GPT-2's fixture has 64).
     const int B = 3, T = mc->config.positions == POSITIONS_LEARNED ? 64 : 90;
@@ -2053,6 +2056,16 @@ static void compare_pair_rounded(const char *name, Model *mc, Model *mg, Model *
     ModelBatch batch = {.B = B, .T = T, .tokens = tokens, .row_start = row_start, .row_len = row_len};
     ModelRun c = run_model(mc, &batch, targets), g = run_model(mg, &batch, targets), r = {0};
     if (rounded) r = run_model(rounded, &batch, targets);
+    compare_runs(name, mc, mg, &c, &g, rounded ? &r : NULL, N);
+    free(tokens), free(targets);
+}
+
+// The figures of compare_pair_rounded from the runs of one batch of N slots (r: NULL, or the
+// run with bf16 operands on the CPU). Frees the runs.
+static void compare_runs(const char *name, Model *mc, Model *mg, ModelRun *run_c, ModelRun *run_g, ModelRun *run_r,
+                         long N) {
+    const bool rounded = run_r != NULL;
+    ModelRun c = *run_c, g = *run_g, r = rounded ? *run_r : (ModelRun){0};
     const float *outputs_c[3] = {c.logp, c.entropy, c.values}, *outputs_g[3] = {g.logp, g.entropy, g.values};
     const float *outputs_r[3] = {r.logp, r.entropy, r.values};
     double errors[3], limits[3], rounding[3] = {0};
@@ -2090,10 +2103,39 @@ static void compare_pair_rounded(const char *name, Model *mc, Model *mg, Model *
     EXPECT(worst <= 1.0, "%s gradient %s: %.3e", name, worst_name, worst_error);
     model_run_free(&c), model_run_free(&g);
     if (rounded) model_run_free(&r);
-    free(tokens), free(targets);
 }
 
 static void compare_pair(const char *name, Model *mc, Model *mg) { compare_pair_rounded(name, mc, mg, NULL); }
+
+// Packed rows (model.h's segments, SFT's --packing): two rows of sequences side by side, one
+// with padding after them, each sequence attending to itself only. The backend runs them
+// through model/packed_attention.c's copies and its attention ops in the layout of one
+// sequence a row; the figures are compare_pair's against the CPU's packed run.
+static void test_packed_rows(void) {
+    const char *names[] = {"llama", "gpt2", "qwen3", "gemma2_window", "random-hd64"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char dir[256], label[64];
+        snprintf(dir, sizeof dir, "tests/fixtures/models/%s", names[k]);
+        snprintf(label, sizeof label, "%s packed", names[k]);
+        Model mc, mg;
+        load_pair(&mc, &mg, dir, true);
+        const int B = 2, T = mc.config.positions == POSITIONS_LEARNED ? 64 : 90, V = mc.config.vocab_size;
+        const ModelSegment segments[] = {{0, 0, 23}, {0, 23, T - 23 - 11}, {1, 0, T - 30}, {1, T - 30, 30}};
+        const long N = (long)B * T;
+        int *tokens = xmalloc(N * 4), *targets = xmalloc(N * 4);
+        for (long i = 0; i < N; i++) tokens[i] = (int)(random_uniform(0, 1) * V) % V, targets[i] = -1;
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t + 1 < segments[s].length; t++) {
+                const long slot = (long)segments[s].row * T + segments[s].start + t;
+                targets[slot] = tokens[slot + 1];
+            }
+        ModelBatch batch = {.B = B, .T = T, .tokens = tokens, .segments = segments, .segment_count = 4};
+        ModelRun c = run_model(&mc, &batch, targets), g = run_model(&mg, &batch, targets);
+        compare_runs(label, &mc, &mg, &c, &g, NULL, N);
+        free(tokens), free(targets);
+        model_free(&mc), model_free(&mg);
+    }
+}
 
 static void test_fixture_models(void) {
     for (size_t k = 0; k < sizeof fixture_models / sizeof fixture_models[0]; k++) {
@@ -3485,6 +3527,7 @@ int main(int argc, char **argv) {
     RUN_SELECTED(test_matmul_input_norm);
     RUN_SELECTED(test_dora_ops);
     RUN_SELECTED(test_fixture_models);
+    RUN_SELECTED(test_packed_rows);
     if (!standing_in) RUN_SELECTED(test_fixture_models_wmma_attention);
     // Registers, local memory, occupancy and clocks are the GPU's to report: not the
     // emulated backend's (tests/cli/gpu_emulated.sh).
