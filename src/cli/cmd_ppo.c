@@ -11,11 +11,13 @@
 #include "model/quantize.h"
 #include "core/check.h"
 #include "rl/ppo.h"
+#include "train/packing.h"
 #include "train/lr_schedule.h"
 
 int cmd_ppo(int argc, char **argv) {
     PpoConfig c = ppo_default_config();
     char *actor = NULL, *reference = NULL, *reward_model = NULL, *critic = NULL, *prompts = NULL, *eval_prompts = NULL;
+    char *ptx_packing = "none";
     char *output = NULL, *ptx = NULL, *lexicon = NULL, *data_split = "", *data_format = "auto", *device = "cpu";
     char *chat_template = NULL;
     char *reward_command = NULL, *reward_url = NULL, *reward_label_key = "label";
@@ -189,6 +191,9 @@ int cmd_ppo(int argc, char **argv) {
         {"normalize-reward", "normalize_reward", OPT_BOOL, &normalize, "running mean/std normalisation of scores", false, false},
         {"ptx-data", "unsupervised_dataset_name", OPT_STRING, &ptx, "SFT data mixed into the actor loss (PPO-ptx)", false, false},
         {"ptx-coef", "unsup_coef", OPT_FLOAT, &ptx_coef, "PPO-ptx coefficient", false, false},
+        {"ptx-packing", "ptx_packing", OPT_STRING, &ptx_packing,
+         "none (one PTX row a row) | wrapped (the rows as one stream cut into rows of --max-prompt-len + "
+         "--max-new-tokens tokens: DeepSpeed-Chat's group_texts) | bfd | bfd_split (sft --packing's)", false, false},
         {"enable-ema", "enable_ema", OPT_BOOL, &ema, "keep an EMA of the actor (saved as actor_ema)", false, false},
         {"ema-beta", "ema_beta", OPT_FLOAT, &ema_beta, "EMA decay", false, false},
         {"advantage-estimator", "advantage_estimator adv_estimator", OPT_STRING, &estimator,
@@ -372,6 +377,10 @@ int cmd_ppo(int argc, char **argv) {
         die_user("option --scale-rewards applies to --advantage-estimator grpo only (got %s)", estimator);
     c.recompute_old_logprobs = recompute_old;
     c.old_logprobs_from_rollout = old_from_rollout;
+    c.ptx_packing = strcmp(ptx_packing, "none") == 0 ? -1 : packing_strategy_parse(ptx_packing);
+    if (c.ptx_packing < 0 && strcmp(ptx_packing, "none") != 0)
+        die_user("option --ptx-packing must be none, wrapped, bfd or bfd_split, got '%s'", ptx_packing);
+    if (c.ptx_packing >= 0 && !ptx) die_user("option --ptx-packing %s packs --ptx-data: give it", ptx_packing);
 
     c.actor_path = actor, c.reference_path = reference, c.reward_path = reward_model, c.critic_path = critic;
     c.prompts_path = prompts, c.eval_prompts_path = eval_prompts, c.run_dir = output, c.ptx_path = ptx;

@@ -80,9 +80,14 @@ int cmd_sft(int argc, char **argv) {
         eval_examples[i] = (SftExample){r->prompt, r->chosen ? r->chosen : "", (const char *const *)r->turns, r->turn_count};
     }
     SftTask task;
-    const SftLossTokens loss_tokens = train_on_prompt         ? SFT_LOSS_PADDED
-                                      : completion_only_loss ? SFT_LOSS_COMPLETION
-                                                             : SFT_LOSS_SEQUENCE;
+    // Language-modeling {"text"} rows have no prompt: every token is trained (the same as their
+    // completion one a row; packed into one stream, each text's first token too, as TRL labels
+    // a wrapped row's every token).
+    bool all_text = train.count > 0;
+    for (long i = 0; i < train.count; i++) all_text = all_text && train.records[i].text_only;
+    const SftLossTokens loss_tokens = train_on_prompt                     ? SFT_LOSS_PADDED
+                                      : completion_only_loss && !all_text ? SFT_LOSS_COMPLETION
+                                                                         : SFT_LOSS_SEQUENCE;
     const int rc = packing ? sft_task_init_packed(&task, tokenizer, examples, train.count, eval_examples, eval.count,
                                                   (int)c.max_seq_len, loss_tokens, (PackingStrategy)strategy)
                            : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,

@@ -78,6 +78,7 @@ PpoConfig ppo_default_config(void) {
                   .parser_cutoff = 5, .dedupe_boundaries = true, .ppl_monotone = false, .seed = 1234},
         .kl_horizon = 10000,
         .ptx_coef = 27.8,
+        .ptx_packing = -1,
         .ema_beta = 0.992,
         .hacking = {.length_ratio = 2.0, .distinct_ratio = 0.5, .fraction_rise = 0.25},
         .alarm_score_quantile = 0.99,
@@ -715,35 +716,26 @@ static double ptx_micro_step(Ppo *p) {
         free(which);
         return 0;
     }
-    long N = (long)B * T;
-    int *tokens = xcalloc(N, sizeof(int)), *targets = xmalloc(N * sizeof(int)), *row_len = xmalloc(B * sizeof(int));
-    float *mask = xcalloc(N, sizeof(float)), *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
+    SftBatch batch; // SFT's rows: the trained tokens, packed rows' segments (--ptx-packing)
+    sft_batch_build(d, which, B, training_pad_id(p->tokenizer), 0, &batch);
+    const long N = (long)batch.B * batch.T;
+    float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
     double counted = 0;
-    for (int b = 0; b < B; b++) {
-        const int *ids = d->ids[which[b]];
-        int length = d->lengths[which[b]], prompt_length = d->prompt_lengths[which[b]];
-        memcpy(tokens + (long)b * T, ids, length * sizeof(int));
-        row_len[b] = length;
-        for (int t = 0; t < T; t++) {
-            long i = (long)b * T + t;
-            targets[i] = t + 1 < length ? ids[t + 1] : -1;
-            mask[i] = t + 1 < length && t + 1 >= prompt_length;
-            counted += mask[i];
-        }
-    }
-    ModelBatch input = {.B = B, .T = T, .tokens = tokens, .row_len = row_len};
+    for (long i = 0; i < N; i++) counted += batch.mask[i];
+    ModelBatch input = sft_batch_input(&batch);
     model_forward(&p->actor, &input);
-    model_logprobs(&p->actor, targets, logp, NULL, NULL);
+    model_logprobs(&p->actor, batch.targets, logp, NULL, NULL);
     double loss = 0;
     if (counted > 0) {
         for (long i = 0; i < N; i++) {
-            dlogp[i] = (float)(-p->c.ptx_coef * mask[i] / counted);
-            if (mask[i]) loss -= logp[i];
+            dlogp[i] = (float)(-p->c.ptx_coef * batch.mask[i] / counted);
+            if (batch.mask[i]) loss -= logp[i];
         }
         loss /= counted;
         model_backward(&p->actor, dlogp, NULL, NULL);
     }
-    free(tokens), free(targets), free(row_len), free(mask), free(logp), free(dlogp), free(which);
+    free(logp), free(dlogp), free(which);
+    sft_batch_free(&batch);
     return loss;
 }
 
@@ -1057,6 +1049,11 @@ static bool hacking_signals_from_json(json_t *object, HackingSignals *signals) {
 }
 
 // RUN_DIR/checkpoint-<iteration>: actor, critic (with their optimizers' moments), EMA, trainer state.
+// --ptx-packing's name in checkpoints ("none" for one row a row).
+static const char *ptx_packing_name(const PpoConfig *c) {
+    return c->ptx_packing >= 0 ? packing_strategy_name((PackingStrategy)c->ptx_packing) : "none";
+}
+
 static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *critic_moments) {
     json_t *state = json_object();
     json_object_set_new(state, "task", json_string("ppo"));
@@ -1069,6 +1066,7 @@ static int write_checkpoint(Ppo *p, const AdamW *actor_moments, const AdamW *cri
     json_object_set_new(state, "reward_mean", json_real(p->reward_mean));
     json_object_set_new(state, "reward_m2", json_real(p->reward_m2));
     json_object_set_new(state, "ptx_cursor", json_integer(p->ptx_cursor));
+    json_object_set_new(state, "ptx_packing", json_string(ptx_packing_name(&p->c)));
     json_object_set_new(state, "num_prompts", json_integer(p->prompts.count));
     json_object_set_new(state, "world_size", json_integer(dist_world_size()));
     json_object_set_new(state, "actor_lora_rank", json_integer(p->actor.lora.rank));
@@ -1171,6 +1169,12 @@ static int resume(Ppo *p) {
     if (rc == 0 && (strcmp(saved_quantize[0], this_quantize[0]) || strcmp(saved_quantize[1], this_quantize[1])))
         rc = err_set("checkpoint was made with --actor-quantize %s --critic-quantize %s, this run has %s and %s (%s)",
                      saved_quantize[0], saved_quantize[1], this_quantize[0], this_quantize[1], checkpoint);
+    // The PTX cursor counts rows: packed otherwise, they are other rows.
+    json_t *saved_packing = json_object_get(state, "ptx_packing");
+    const char *saved_ptx_packing = json_is_string(saved_packing) ? json_string_value(saved_packing) : "none";
+    if (rc == 0 && strcmp(saved_ptx_packing, ptx_packing_name(&p->c)) != 0)
+        rc = err_set("checkpoint was made with --ptx-packing %s, this run has %s (%s): other PTX rows", saved_ptx_packing,
+                     ptx_packing_name(&p->c), checkpoint);
     if (rc == 0) rc = checkpoint_check_batch_invariant(state, p->actor.ops, checkpoint);
     char *actor_dir = checkpoint_model_dir(checkpoint, "actor"), *critic_dir = checkpoint_model_dir(checkpoint, "critic");
     char *ema_dir = checkpoint_model_dir(checkpoint, "actor_ema");
@@ -1483,8 +1487,17 @@ static int setup(Ppo *p) {
         // PTX rows are cut as long as a rollout can be, and no longer than the actor's context.
         const int longest = c->max_prompt_len + c->max_new_tokens < actor_context ? c->max_prompt_len + c->max_new_tokens
                                                                                   : actor_context;
+        // Language-modeling {"text"} rows train every token (unpacked the same as their
+        // completion: the text after BOS); packed into one stream, the BOS of each text too, as
+        // DeepSpeed-Chat's group_texts labels every token.
+        bool all_text = data.count > 0;
+        for (long i = 0; i < data.count; i++) all_text = all_text && data.records[i].text_only;
+        const SftLossTokens loss_tokens = all_text ? SFT_LOSS_SEQUENCE : SFT_LOSS_COMPLETION;
         SftTask sft;
-        int rc = sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest, SFT_LOSS_COMPLETION);
+        int rc = c->ptx_packing >= 0 ? sft_task_init_packed(&sft, p->tokenizer, examples, data.count, NULL, 0, longest,
+                                                            loss_tokens, (PackingStrategy)c->ptx_packing)
+                                     : sft_task_init(&sft, p->tokenizer, examples, data.count, NULL, 0, longest,
+                                                     loss_tokens);
         free(examples);
         dataset_free(&data);
         if (rc != 0) return -1;

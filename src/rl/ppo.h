@@ -73,6 +73,9 @@ typedef struct {
     const char *chat_template;  // conversational prompts: this template (name or file) instead of the actor's
     int data_phase;
     const char *ptx_path;       // SFT data mixed into the actor loss (PPO-ptx)
+    // -1: one PTX row a row; else a PackingStrategy (train/packing.h) packing the PTX rows into
+    // rows of max_prompt_len + max_new_tokens tokens (wrapped: DeepSpeed-Chat's group_texts).
+    int ptx_packing;
     const char *lexicon_path;   // gold score (and REWARD_LEXICON)
     const char *run_dir;
     const char *device;

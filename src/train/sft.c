@@ -228,23 +228,13 @@ void sft_task_free(SftTask *task) {
     tokenized_examples_free(&task->eval);
 }
 
-// Builds the batch of the given examples: tokens, next-token targets and the loss mask; for
-// packed rows their segments.
-typedef struct {
-    int B, T;
-    int *tokens, *targets, *row_len;
-    float *mask;
-    ModelSegment *segments; // NULL unless the rows are packed
-    int segment_count;
-} SftBatch;
-
-static void build_batch(const SftTask *task, const TokenizedExamples *examples, const long *which, int count,
-                        SftBatch *batch) {
+void sft_batch_build(const TokenizedExamples *examples, const long *which, int count, int pad_id, int pad_to,
+                     SftBatch *batch) {
     int T = 0;
     for (int b = 0; b < count; b++)
         if (examples->lengths[which[b]] > T) T = examples->lengths[which[b]];
-    const bool padded = task->loss_tokens == SFT_LOSS_PADDED;
-    if (padded) T = task->max_seq_len;
+    const bool padded = pad_to > 0;
+    if (padded) T = pad_to;
     long N = (long)count * T;
     batch->B = count;
     batch->T = T;
@@ -269,7 +259,7 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
         const int *ids = examples->ids[which[b]];
         int length = examples->lengths[which[b]];
         int *row = batch->tokens + (long)b * T;
-        for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : task->pad_id;
+        for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : pad_id;
         // In the released behaviour padding is real input (attended to), as it was there.
         batch->row_len[b] = padded ? T : length;
         for (int t = 0; t < T; t++) {
@@ -282,8 +272,20 @@ static void build_batch(const SftTask *task, const TokenizedExamples *examples, 
     }
 }
 
-static void free_batch(SftBatch *batch) {
+ModelBatch sft_batch_input(const SftBatch *batch) {
+    return (ModelBatch){.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len,
+                        .segments = batch->segments, .segment_count = batch->segment_count};
+}
+
+void sft_batch_free(SftBatch *batch) {
     free(batch->tokens), free(batch->targets), free(batch->row_len), free(batch->mask), free(batch->segments);
+}
+
+// The task's batch of `which` (its padding rule).
+static void build_batch(const SftTask *task, const TokenizedExamples *examples, const long *which, int count,
+                        SftBatch *batch) {
+    sft_batch_build(examples, which, count, task->pad_id, task->loss_tokens == SFT_LOSS_PADDED ? task->max_seq_len : 0,
+                    batch);
 }
 
 static double counted_tokens(const SftTask *task, const TokenizedExamples *examples, const long *which, int count) {
@@ -310,8 +312,7 @@ static void sft_micro_step(void *context, Model *model, const long *examples, in
     build_batch(task, &task->train, examples, count, &batch);
     long N = (long)batch.B * batch.T;
     float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
-    ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len,
-                        .segments = batch.segments, .segment_count = batch.segment_count};
+    ModelBatch input = sft_batch_input(&batch);
     model_forward(model, &input);
     model_logprobs(model, batch.targets, logp, NULL, NULL);
     result->loss_sum = sft_loss(logp, batch.mask, N, (float)scale, dlogp);
@@ -319,7 +320,7 @@ static void sft_micro_step(void *context, Model *model, const long *examples, in
     for (int b = 0; b < batch.B; b++) result->tokens += batch.row_len[b];
     model_backward(model, dlogp, NULL, NULL);
     free(logp), free(dlogp);
-    free_batch(&batch);
+    sft_batch_free(&batch);
 }
 
 static void sft_evaluate(void *context, Model *model, EvalResult *result) {
@@ -333,13 +334,13 @@ static void sft_evaluate(void *context, Model *model, EvalResult *result) {
         build_batch(task, &task->eval, which, count, &batch);
         long N = (long)batch.B * batch.T;
         float *logp = xmalloc(N * sizeof(float));
-        ModelBatch input = {.B = batch.B, .T = batch.T, .tokens = batch.tokens, .row_len = batch.row_len};
+        ModelBatch input = sft_batch_input(&batch);
         model_forward(model, &input);
         model_logprobs(model, batch.targets, logp, NULL, NULL);
         loss += sft_loss(logp, batch.mask, N, 0.0f, NULL);
         tokens += counted_tokens(task, &task->eval, which, count);
         free(logp);
-        free_batch(&batch);
+        sft_batch_free(&batch);
     }
     dist_weights_drain(model); // ZeRO-3: every rank's forwards done before the sum (dist/zero.h)
     double sums[2] = {loss, tokens};

@@ -72,6 +72,24 @@ void sft_task_free(SftTask *task);
 // The loop's view of the task.
 TrainTask sft_train_task(SftTask *task);
 
+// One micro-batch of rows as the model takes it: B rows of T slots (the longest row, or
+// pad_to), padded with pad_id; next-token targets (-1 where the loss does not count: the LM
+// head skips those slots) and the loss mask, 1 where a trained token is predicted (pad_to > 0:
+// every position but the last, padding included, which is then attended to --
+// SFT_LOSS_PADDED); packed rows' segments. PPO's PTX micro-steps are built here too.
+typedef struct {
+    int B, T;
+    int *tokens, *targets, *row_len;
+    float *mask;
+    ModelSegment *segments; // NULL unless the rows are packed
+    int segment_count;
+} SftBatch;
+void sft_batch_build(const TokenizedExamples *examples, const long *which, int count, int pad_id, int pad_to,
+                     SftBatch *batch);
+// The batch as model_forward takes it.
+ModelBatch sft_batch_input(const SftBatch *batch);
+void sft_batch_free(SftBatch *batch);
+
 // Shared with the RM task: tokenizes prompt (+ special tokens) + response + EOS, cut at
 // max_seq_len. *prompt_length receives the prompt's token count.
 void tokenize_example(const Tokenizer *tokenizer, const char *prompt, const char *response, int max_seq_len,

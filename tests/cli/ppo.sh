@@ -169,6 +169,28 @@ without=$(json_field "$tmp/fixed5/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
 python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(b) and sys.argv[3] == 'None' else 1)" \
     "$ptx" "$sft_loss" "$without" 2> /dev/null && pass ptx_text_rows_loss ||
     fail ptx_text_rows_loss "ptx_loss '$ptx', SFT's '$sft_loss', without PTX '$without' $(tail -n 1 "$tmp/ptx_text.err")"
+# Packed into one stream (--ptx-packing wrapped: DeepSpeed-Chat's group_texts, rows of
+# --max-prompt-len + --max-new-tokens = 48 tokens) the two texts are one row, every token
+# trained but the row's first: the first train/ptx_loss is sft's first-step loss on the same
+# rows packed the same way (--packing --packing-strategy wrapped, every token).
+run ptx_wrapped --ptx-data "$tmp/ptx_text.jsonl" --ptx-coef 0.5 --max-iterations 1 --ptx-packing wrapped \
+    --max-prompt-len 38
+"$bin" sft --model "$model" --data "$tmp/ptx_text.jsonl" --max-seq-len 48 --per-device-train-batch-size 2 --max-steps 1 \
+    --packing --packing-strategy wrapped --completion-only-loss false --threads 2 --quiet --output "$tmp/ptx_wrapped_sft" \
+    2> "$tmp/ptx_wrapped_sft.err"
+ptx=$(json_field "$tmp/ptx_wrapped/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
+sft_loss=$(json_field "$tmp/ptx_wrapped_sft/metrics.jsonl" train/loss 0 2> /dev/null)
+unpacked=$(json_field "$tmp/ptx_text/metrics.jsonl" train/ptx_loss 0 2> /dev/null)
+python3 -c "import sys; a, b, c = map(float, sys.argv[1:4]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(b) and abs(a - c) > 1e-4 else 1)" \
+    "$ptx" "$sft_loss" "$unpacked" 2> /dev/null && pass "ptx_packing_wrapped_loss ($ptx; unpacked $unpacked)" ||
+    fail ptx_packing_wrapped_loss "ptx_loss '$ptx', SFT's '$sft_loss', unpacked '$unpacked' $(tail -n 1 "$tmp/ptx_wrapped.err")"
+expect_error ppo_ptx_packing_resume_other "made with --ptx-packing wrapped, this run has none" \
+    "$bin" ppo "${common[@]}" --ptx-data "$tmp/ptx_text.jsonl" --max-prompt-len 38 --max-iterations 2 --resume \
+    --output "$tmp/ptx_wrapped"
+expect_error ppo_ptx_packing_unknown "option --ptx-packing must be none, wrapped, bfd or bfd_split, got 'blocks'" \
+    "$bin" ppo "${common[@]}" --ptx-data "$tmp/ptx_text.jsonl" --ptx-packing blocks --output "$tmp/x_ptx_packing"
+expect_error ppo_ptx_packing_without_data "option --ptx-packing wrapped packs --ptx-data" \
+    "$bin" ppo "${common[@]}" --ptx-packing wrapped --output "$tmp/x_ptx_packing"
 # As prompts they are refused: they have none (not rolled out from empty prompts).
 expect_error ppo_text_rows_as_prompts "ptx_text.jsonl at line 1 is a language-modeling" \
     "$bin" ppo "${common[@]}" --prompts "$tmp/ptx_text.jsonl" --output "$tmp/x_text_prompts"

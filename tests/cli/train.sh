@@ -150,6 +150,14 @@ check_wrapped_loss 0 "$packed_wrapped" && pass sft_packing_wrapped_is_one_stream
     fail sft_packing_wrapped_is_one_stream "loss '$packed_wrapped' $(tail -n 1 "$tmp/loss_packed_wrapped.err")"
 check_wrapped_loss 1 "$packed_wrapped_sequence" && pass sft_packing_wrapped_every_token ||
     fail sft_packing_wrapped_every_token "loss '$packed_wrapped_sequence' $(tail -n 1 "$tmp/loss_packed_wrapped_sequence.err")"
+# {"text"} rows have no prompt: packed into one stream, each text's first token is trained
+# whether or not --completion-only-loss is given (TRL labels every token of a wrapped row).
+text_wrapped=$(sft_first_loss text_wrapped "$tmp/text.jsonl" --max-seq-len 80 --packing --packing-strategy wrapped)
+text_wrapped_sequence=$(sft_first_loss text_wrapped_sequence "$tmp/text.jsonl" --max-seq-len 80 --packing \
+    --packing-strategy wrapped --completion-only-loss false)
+[ -n "$text_wrapped" ] && [ "$text_wrapped" = "$text_wrapped_sequence" ] && [ "$text_wrapped" != "$text" ] &&
+    pass "sft_packing_text_rows_every_token ($text_wrapped)" ||
+    fail sft_packing_text_rows_every_token "'$text_wrapped' '$text_wrapped_sequence' (unpacked '$text')"
 rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
 # A packed run learns and resumes bit for bit; a checkpoint is not resumed with other rows.
 packed_args=("${sft_args[@]}" --max-seq-len 64 --packing --save-every 2 --keep-last 0 --eval-every 0 --num-train-epochs 8)
