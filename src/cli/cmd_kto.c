@@ -114,11 +114,10 @@ int cmd_kto(int argc, char **argv) {
                     ratio);
     }
     // The reference's log-probs of every row and mismatched row (KTO's loss only), once,
-    // before any step (and again on --resume, from the same starting weights):
-    // --reference-model's here, the policy's own in train_run (TrainTask.prepare, as dpo).
+    // before any step, in train_run (TrainTask.prepare, as dpo): --reference-model's (then
+    // freed) or the policy's own -- on --resume taken from the checkpoint, which keeps them.
     if (reference_path) {
-        kto_task_compute_reference(&task, &reference);
-        model_free(&reference);
+        kto_task_set_reference_model(&task, &reference);
     } else {
         task.reference_from_policy = true;
     }

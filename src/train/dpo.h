@@ -33,8 +33,9 @@
 // eval, are computed once before the first step (dpo_task_compute_reference), by the
 // policy's starting weights (the usual reference: the SFT model) or by --reference-model.
 // That is TRL's precompute_ref_log_probs, here the only way: one forward over the data
-// instead of one per step, and no second model in memory. On --resume they are computed
-// again from the same starting weights, bit for bit, so a resumed run is the same run.
+// instead of one per step, and no second model in memory while training. They ride in every
+// checkpoint, so --resume takes them from it (where they were made from the same rows,
+// settings and reference) instead of scoring the data again.
 //
 // Reported (TRL's names without the "rewards/"): the implicit rewards
 // beta (policy - reference) of chosen and rejected responses, their margin, and the
@@ -57,8 +58,14 @@ typedef struct {
     // computes the reference sums in train_run, on the model as it trains (sharded under
     // ZeRO-3). False: the caller computes them before (dpo_task_compute_reference).
     bool reference_from_policy;
-    // Rows the policy's starting weights scored in TrainTask.prepare (0 when a resumed run's
-    // checkpoint held every sum: dpo_train_task's save_state keeps them).
+    // --reference-model: loaded by the caller, which hands it over here. TrainTask.prepare
+    // scores the rows with it unless a resumed run's checkpoint kept the sums, then frees it
+    // (model_free), before the first step. Its weights' fingerprint
+    // (response_reference_fingerprint, taken when it is handed over) keys the kept sums.
+    Model *reference_model;
+    uint64_t reference_fingerprint;
+    // Rows the reference scored in TrainTask.prepare (0 when a resumed run's checkpoint held
+    // every sum: dpo_train_task's save_state keeps them).
     long reference_rows_scored;
 } DpoTask;
 
@@ -82,6 +89,8 @@ void dpo_task_free(DpoTask *task);
 // Fills train_reference and eval_reference with `reference`'s sums (under mpirun each
 // rank scores a share of the rows and the sums are gathered).
 void dpo_task_compute_reference(DpoTask *task, Model *reference);
+// Hands --reference-model over to the task (DpoTask.reference_model), which frees it.
+void dpo_task_set_reference_model(DpoTask *task, Model *reference);
 
 // TRL's implicit rewards of a pair (logged as chosen_reward, rejected_reward; accuracy and
 // margin compare them): beta (policy - reference) over the sums; with no reference, beta x

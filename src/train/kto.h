@@ -68,8 +68,11 @@ typedef struct {
     // the step from every rank's micro-batches (NULL on one process, where each micro-step
     // updates the mean itself).
     double *step_delta;
-    // The reference is the policy's starting weights, as DpoTask.reference_from_policy.
+    // The reference is the policy's starting weights, as DpoTask.reference_from_policy; or
+    // --reference-model, handed over as DpoTask.reference_model (kto_task_set_reference_model).
     bool reference_from_policy;
+    Model *reference_model;
+    uint64_t reference_fingerprint;
 } KtoTask;
 
 // "kto" | "apo-zero-unpaired" | "bco"; -1 for another name.
@@ -93,5 +96,8 @@ void kto_task_free(KtoTask *task);
 // Fills the reference arrays with `reference`'s sums (under mpirun each rank scores a share
 // of the rows and the sums are gathered); without mismatched rows only the examples'.
 void kto_task_compute_reference(KtoTask *task, Model *reference);
+// Hands --reference-model over to the task, which scores the rows with it in
+// TrainTask.prepare unless a resumed run's checkpoint kept the sums, then frees it.
+void kto_task_set_reference_model(KtoTask *task, Model *reference);
 
 TrainTask kto_train_task(KtoTask *task);

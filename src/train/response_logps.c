@@ -113,8 +113,11 @@ bool response_sums_known(const double *sums, long rows) {
 }
 
 // What a row set's sums were computed from, as 16 hex digits.
-static void rows_fingerprint(const TokenizedExamples *rows, double setting, char out[17]) {
+static void rows_fingerprint(const TokenizedExamples *rows, double setting, uint64_t reference, char out[17]) {
     uint64_t hash = hash_bytes(HASH_FNV1A_START, &setting, sizeof setting);
+    // (0, the policy's own weights, hashes nothing: the fingerprints written before there was
+    // a reference model in them stay valid.)
+    if (reference) hash = hash_bytes(hash, &reference, sizeof reference);
     for (long r = 0; r < rows->count; r++) {
         hash = hash_bytes(hash, &rows->lengths[r], sizeof(int));
         hash = hash_bytes(hash, &rows->prompt_lengths[r], sizeof(int));
@@ -124,11 +127,11 @@ static void rows_fingerprint(const TokenizedExamples *rows, double setting, char
 }
 
 void response_sums_save(json_t *state, const char *key, const TokenizedExamples *rows, double setting,
-                        const double *sums) {
+                        uint64_t reference, const double *sums) {
     for (long r = 0; r < rows->count; r++)
         if (!isfinite(sums[r])) return;
     char fingerprint[17];
-    rows_fingerprint(rows, setting, fingerprint);
+    rows_fingerprint(rows, setting, reference, fingerprint);
     json_t *values = json_array();
     for (long r = 0; r < rows->count; r++) json_array_append_new(values, json_real(sums[r]));
     json_t *saved = json_object();
@@ -138,17 +141,30 @@ void response_sums_save(json_t *state, const char *key, const TokenizedExamples 
 }
 
 void response_sums_load(const json_t *state, const char *key, const TokenizedExamples *rows, double setting,
-                        double *sums) {
+                        uint64_t reference, double *sums) {
     const json_t *saved = json_object_get(state, key), *values = json_object_get(saved, "sums");
     const char *fingerprint = json_string_value(json_object_get(saved, "fingerprint"));
     char expected[17];
-    rows_fingerprint(rows, setting, expected);
+    rows_fingerprint(rows, setting, reference, expected);
     if (!fingerprint || strcmp(fingerprint, expected) != 0 || !json_is_array(values) ||
         json_array_size(values) != (size_t)rows->count)
         return;
     for (long r = 0; r < rows->count; r++)
         if (!json_is_number(json_array_get(values, (size_t)r))) return;
     for (long r = 0; r < rows->count; r++) sums[r] = json_number_value(json_array_get(values, (size_t)r));
+}
+
+uint64_t response_reference_fingerprint(const Model *reference) {
+    const long total = reference->table.stored_total, chunk = 1L << 22; // 16 MiB of floats at a time
+    float *host = xmalloc((size_t)(total < chunk ? total : chunk) * sizeof(float));
+    uint64_t hash = HASH_FNV1A_START;
+    for (long at = 0; at < total; at += chunk) {
+        const long n = total - at < chunk ? total - at : chunk;
+        reference->ops->copy_to_host(host, reference->params + at, (size_t)n * sizeof(float));
+        hash = hash_floats(hash, host, n);
+    }
+    free(host);
+    return hash ? hash : 1;
 }
 
 void response_logps(Model *model, const TokenizedExamples *rows, const long *which, int count, int pad_id,

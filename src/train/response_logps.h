@@ -6,6 +6,8 @@
 // A batch is right-padded to its longest row, with next-token targets on the response
 // tokens only, so the LM head runs on those slots alone.
 #pragma once
+#include <stdint.h>
+
 #include "model/model.h"
 #include "train/sft.h"
 
@@ -60,14 +62,19 @@ bool response_sums_known(const double *sums, long rows);
 // The reference's sums in a checkpoint's trainer state (TrainTask.save_state / load_state), so
 // that a resumed run takes them instead of scoring every row again with the starting weights:
 // under `key`, the sums (JSON_REAL_PRECISION(17): exactly) and a fingerprint of what they
-// were computed from -- every row's token ids and prompt length, and `setting` (an option that
-// changes the sums, LD-DPO's alpha) -- so another data file or setting leaves them unknown.
-// Nothing is saved when a sum is not finite (JSON has no NaN); load leaves `sums` as they
-// were when the key is missing or its fingerprint or count is not this run's.
+// were computed from -- every row's token ids and prompt length, `setting` (an option that
+// changes the sums, LD-DPO's alpha) and `reference`, the reference model's fingerprint
+// (response_reference_fingerprint; 0 for the policy's own starting weights) -- so another data
+// file, setting or reference model leaves them unknown. Nothing is saved when a sum is not
+// finite (JSON has no NaN); load leaves `sums` as they were when the key is missing or its
+// fingerprint or count is not this run's.
 void response_sums_save(json_t *state, const char *key, const TokenizedExamples *rows, double setting,
-                        const double *sums);
+                        uint64_t reference, const double *sums);
 void response_sums_load(const json_t *state, const char *key, const TokenizedExamples *rows, double setting,
-                        double *sums);
+                        uint64_t reference, double *sums);
+// A reference model's fingerprint for the above: FNV-1a over its weights as the backend holds
+// them (copied to the host a chunk at a time), never 0.
+uint64_t response_reference_fingerprint(const Model *reference);
 
 // sums[i] = the response log-prob sum of row which[i] of `rows`, one forward over the
 // `count` rows.

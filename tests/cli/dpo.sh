@@ -161,6 +161,24 @@ for case in cached stale; do
         pass "dpo_resume_reference_$case" || fail "dpo_resume_reference_$case" "scored '$scored' (want $want) $(tail -n 2 "$tmp/cached_$case.err")"
 done
 
+# --reference-model's sums ride in the checkpoints too, keyed by the reference's weights: resumed
+# with the same reference model, it scores no row and the run ends as the one that never
+# stopped; resumed with the policy's own starting weights as the reference instead, the kept
+# sums are not theirs, and the starting weights score every row.
+"$bin" dpo "${cached_args[@]}" --reference-model "$tmp/ipo/final" --output "$tmp/cached_ref" 2> /dev/null
+rows_all=$(( $(wc -l < "$data/pairs.jsonl") * 2 + $(wc -l < "$data/pairs_eval.jsonl") * 2 ))
+for case in same policy; do
+    rm -rf "$tmp/cached_ref_$case" && mkdir -p "$tmp/cached_ref_$case" && cp -r "$tmp/cached_ref/checkpoint-3" "$tmp/cached_ref_$case/"
+    reference=(--reference-model "$tmp/ipo/final"); [ $case = policy ] && reference=()
+    "$bin" dpo "${told[@]}" "${reference[@]}" --resume --output "$tmp/cached_ref_$case" 2> "$tmp/cached_ref_$case.err"
+    scored=$(sed -n 's/.*\(reference model\|starting weights\) scored \([0-9]*\) rows.*/\2/p' "$tmp/cached_ref_$case.err")
+    want=0; [ $case = policy ] && want=$rows_all
+    same=0; cmp -s "$tmp/cached_ref/final/model.safetensors" "$tmp/cached_ref_$case/final/model.safetensors" && same=1
+    [ "$scored" = "$want" ] && [ $same = $([ $case = same ] && echo 1 || echo 0) ] &&
+        pass "dpo_resume_reference_model_$case (scored $scored rows)" ||
+        fail "dpo_resume_reference_model_$case" "scored '$scored' (want $want), same final $same $(tail -n 2 "$tmp/cached_ref_$case.err")"
+done
+
 # --- bad options and data --------------------------------------------------------------------
 expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair
 expect_error dpo_bad_beta "--beta" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x2" --beta 0

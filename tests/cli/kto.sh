@@ -112,6 +112,23 @@ examples=$(( ($(wc -l < "$data/pairs.jsonl") + $(wc -l < "$data/pairs_eval.jsonl
     pass kto_resume_reference_from_checkpoint ||
     fail kto_resume_reference_from_checkpoint "mismatched rows: $cached from the checkpoint, $stale recomputed (want $examples more) $(tail -n 1 "$tmp/cached_stale.err")"
 
+# The same with --reference-model, whose sums are keyed by its weights: resumed with it, the
+# checkpoint's sums serve (as many mismatched rows scored as above from the checkpoint) and the
+# run ends as the one that never stopped; resumed with the policy's starting weights as the
+# reference, they are not theirs and every row is scored again.
+"$bin" kto "${cached_args[@]}" --reference-model "$tmp/pairs/final" --quiet --output "$tmp/cached_ref" 2> /dev/null
+for case in same policy; do
+    rm -rf "$tmp/cached_ref_$case" && mkdir -p "$tmp/cached_ref_$case" && cp -r "$tmp/cached_ref/checkpoint-3" "$tmp/cached_ref_$case/"
+    reference=(--reference-model "$tmp/pairs/final"); [ $case = policy ] && reference=()
+    "$bin" kto "${cached_args[@]}" "${reference[@]}" --resume --output "$tmp/cached_ref_$case" 2> "$tmp/cached_ref_$case.err"
+done
+same=$(rows "$tmp/cached_ref_same.err") policy=$(rows "$tmp/cached_ref_policy.err")
+[ "$same" = "$cached" ] && [ -n "$policy" ] && [ $((policy - same)) = "$examples" ] &&
+    cmp -s "$tmp/cached_ref/final/model.safetensors" "$tmp/cached_ref_same/final/model.safetensors" &&
+    ! cmp -s "$tmp/cached_ref/final/model.safetensors" "$tmp/cached_ref_policy/final/model.safetensors" &&
+    pass kto_resume_reference_model_from_checkpoint ||
+    fail kto_resume_reference_model_from_checkpoint "mismatched rows: $same with the same reference (want $cached), $policy with the policy's (want $examples more) $(tail -n 1 "$tmp/cached_ref_same.err")"
+
 # --- apo-zero-unpaired: no KL baseline, so no mismatched rows -------------------------------
 # Not --quiet: the last line counts the mismatched rows the process scored.
 "$bin" kto "${loud_args[@]}" --loss apo-zero-unpaired --data "$data/pairs.jsonl" --eval-every 6 --output "$tmp/apo" \
