@@ -243,16 +243,16 @@ int cmd_dpo(int argc, char **argv) {
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",
                 task.train_count, task.dropped, task.truncated, c.max_seq_len, task.eval_count, loss_name, beta);
-    // The reference's log-probs, once, before any step, in train_run (TrainTask.prepare):
-    // --reference-model's (then freed), or the policy's own on the model as it trains (under
-    // ZeRO-3 sharded, so no rank ever holds the whole policy) -- on --resume taken from the
+    // The reference's log-probs, once, before any step: --reference-model's here, the
+    // policy's own in train_run (TrainTask.prepare), on the model as it trains (under ZeRO-3
+    // sharded, so no rank ever holds the whole policy) -- on --resume taken from the
     // checkpoint, which keeps them.
     if (reference_path) {
-        dpo_task_set_reference_model(&task, &reference);
+        dpo_task_reference_model(&task, &reference, &c.train);
+        model_free(&reference);
         if (!c.quiet)
-            fprintf(stderr, "dpo: reference log-probs of %ld rows from --reference-model, before the first step (on "
-                            "--resume from the checkpoint)\n",
-                    task.train.count + task.eval.count);
+            fprintf(stderr, "dpo: the reference model scored %ld rows (the rest from the checkpoint)\n",
+                    task.reference_rows_scored);
     } else if (dpo_loss_uses_reference(loss.loss)) {
         task.reference_from_policy = true;
         if (!c.quiet)
@@ -266,9 +266,7 @@ int cmd_dpo(int argc, char **argv) {
     if (!c.quiet && task.reference_from_policy)
         fprintf(stderr, "dpo: the starting weights scored %ld rows for the reference (the rest from the checkpoint)\n",
                 task.reference_rows_scored);
-    else if (!c.quiet && reference_path)
-        fprintf(stderr, "dpo: the reference model scored %ld rows (the rest from the checkpoint)\n",
-                task.reference_rows_scored);
+
     if (!c.quiet) fprintf(stderr, "dpo: final model in %s/final\n", output);
     model_free(&model);
     dpo_task_free(&task);

@@ -114,10 +114,11 @@ int cmd_kto(int argc, char **argv) {
                     ratio);
     }
     // The reference's log-probs of every row and mismatched row (KTO's loss only), once,
-    // before any step, in train_run (TrainTask.prepare, as dpo): --reference-model's (then
-    // freed) or the policy's own -- on --resume taken from the checkpoint, which keeps them.
+    // before any step: --reference-model's here, the policy's own in train_run
+    // (TrainTask.prepare, as dpo) -- on --resume taken from the checkpoint, which keeps them.
     if (reference_path) {
-        kto_task_set_reference_model(&task, &reference);
+        kto_task_reference_model(&task, &reference, &c.train);
+        model_free(&reference);
     } else {
         task.reference_from_policy = true;
     }

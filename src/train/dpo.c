@@ -97,7 +97,6 @@ int dpo_task_init(DpoTask *task, const Tokenizer *tokenizer, const char *const *
 }
 
 void dpo_task_free(DpoTask *task) {
-    if (task->reference_model) model_free(task->reference_model); // (prepare did not run)
     tokenized_examples_free(&task->train);
     tokenized_examples_free(&task->eval);
     free(task->train_reference), free(task->eval_reference);
@@ -135,9 +134,23 @@ void dpo_task_compute_reference(DpoTask *task, Model *reference) {
     response_logps_all_weighted(reference, &task->eval, task->pad_id, weighting, task->eval_reference);
 }
 
-void dpo_task_set_reference_model(DpoTask *task, Model *reference) {
-    task->reference_model = reference;
+void dpo_task_reference_model(DpoTask *task, Model *reference, const TrainOptions *options) {
     task->reference_fingerprint = response_reference_fingerprint(reference);
+    json_t *state = train_resume_state(options);
+    if (state) {
+        response_sums_load(state, "dpo_reference_train", &task->train, task->options.ld_alpha,
+                           task->reference_fingerprint, task->train_reference);
+        response_sums_load(state, "dpo_reference_eval", &task->eval, task->options.ld_alpha, task->reference_fingerprint,
+                           task->eval_reference);
+        json_decref(state);
+    }
+    // Under mpirun the scoring is a collective: every rank scores unless every rank has the sums.
+    const bool known = response_sums_known(task->train_reference, task->train.count) &&
+                       response_sums_known(task->eval_reference, task->eval.count);
+    if (dist_any_failed(!known)) {
+        dpo_task_compute_reference(task, reference);
+        task->reference_rows_scored += task->train.count + task->eval.count;
+    }
 }
 
 void dpo_pair_rewards(const DpoLossOptions *o, double policy_chosen, double policy_rejected, double ref_chosen,
@@ -284,22 +297,16 @@ static void dpo_evaluate(void *context, Model *model, EvalResult *result) {
     result->count = n > 0 ? 5 : 0;
 }
 
-// The reference's sums, unless a resumed run's checkpoint gave every one back (dpo_load_state;
-// run before this): --reference-model's, which is then freed, or the policy's starting
-// weights', on the model as it trains.
+// The reference is the policy's starting weights: computed here, on the model as it trains,
+// unless a resumed run's checkpoint gave every sum back (dpo_load_state; run before this).
 static void dpo_prepare(void *context, Model *model) {
     DpoTask *task = context;
-    if (!response_sums_known(task->train_reference, task->train.count) ||
-        !response_sums_known(task->eval_reference, task->eval.count)) {
-        Model *reference = task->reference_model ? task->reference_model : model;
-        dpo_task_compute_reference(task, reference);
-        task->reference_rows_scored += task->train.count + task->eval.count;
-        model_release_activations(reference); // sized for the reference's batches
-    }
-    if (task->reference_model) {
-        model_free(task->reference_model);
-        task->reference_model = NULL;
-    }
+    if (response_sums_known(task->train_reference, task->train.count) &&
+        response_sums_known(task->eval_reference, task->eval.count))
+        return;
+    dpo_task_compute_reference(task, model);
+    task->reference_rows_scored += task->train.count + task->eval.count;
+    model_release_activations(model); // sized for the reference's batches
 }
 
 // The reference's sums ride in every checkpoint (response_sums_save: with a fingerprint of
@@ -346,9 +353,9 @@ TrainTask dpo_train_task(DpoTask *task) {
         .weight = dpo_weight,
         .micro_step = dpo_micro_step,
         .evaluate = task->eval_count > 0 ? dpo_evaluate : NULL,
-        .prepare = task->reference_from_policy || task->reference_model ? dpo_prepare : NULL,
-        .save_state = task->reference_from_policy || task->reference_model ? dpo_save_state : NULL,
-        .load_state = task->reference_from_policy || task->reference_model ? dpo_load_state : NULL,
+        .prepare = task->reference_from_policy ? dpo_prepare : NULL,
+        .save_state = task->reference_from_policy || task->reference_fingerprint ? dpo_save_state : NULL,
+        .load_state = task->reference_from_policy ? dpo_load_state : NULL,
         .largest_batch = dpo_largest_batch,
         .example_length = dpo_example_length,
         .context = task,

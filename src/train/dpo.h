@@ -58,14 +58,11 @@ typedef struct {
     // computes the reference sums in train_run, on the model as it trains (sharded under
     // ZeRO-3). False: the caller computes them before (dpo_task_compute_reference).
     bool reference_from_policy;
-    // --reference-model: loaded by the caller, which hands it over here. TrainTask.prepare
-    // scores the rows with it unless a resumed run's checkpoint kept the sums, then frees it
-    // (model_free), before the first step. Its weights' fingerprint
-    // (response_reference_fingerprint, taken when it is handed over) keys the kept sums.
-    Model *reference_model;
+    // --reference-model: the fingerprint of its weights (response_reference_fingerprint; 0
+    // without one), which keys its sums in checkpoints (dpo_task_reference_model).
     uint64_t reference_fingerprint;
-    // Rows the reference scored in TrainTask.prepare (0 when a resumed run's checkpoint held
-    // every sum: dpo_train_task's save_state keeps them).
+    // Rows the reference scored (0 when a resumed run's checkpoint held every sum:
+    // dpo_train_task's save_state keeps them).
     long reference_rows_scored;
 } DpoTask;
 
@@ -89,8 +86,10 @@ void dpo_task_free(DpoTask *task);
 // Fills train_reference and eval_reference with `reference`'s sums (under mpirun each
 // rank scores a share of the rows and the sums are gathered).
 void dpo_task_compute_reference(DpoTask *task, Model *reference);
-// Hands --reference-model over to the task (DpoTask.reference_model), which frees it.
-void dpo_task_set_reference_model(DpoTask *task, Model *reference);
+// --reference-model's sums: from the checkpoint a resume (`options`) starts from where it kept
+// them for this model's weights, else scored now. The caller frees the model after, before
+// train_run makes the policy's gradients and moments.
+void dpo_task_reference_model(DpoTask *task, Model *reference, const TrainOptions *options);
 
 // TRL's implicit rewards of a pair (logged as chosen_reward, rejected_reward; accuracy and
 // margin compare them): beta (policy - reference) over the sums; with no reference, beta x

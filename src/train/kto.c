@@ -128,7 +128,6 @@ int kto_task_init(KtoTask *task, const Tokenizer *tokenizer, const char *const *
 }
 
 void kto_task_free(KtoTask *task) {
-    if (task->reference_model) model_free(task->reference_model); // (prepare did not run)
     tokenized_examples_free(&task->train), tokenized_examples_free(&task->eval);
     tokenized_examples_free(&task->train_kl), tokenized_examples_free(&task->eval_kl);
     free(task->train_desirable), free(task->eval_desirable);
@@ -352,7 +351,7 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     const char *loss = kto_loss_name(task->options.loss);
     if (strcmp(saved, loss) != 0)
         return err_set("checkpoint was made with --loss %s, this run has --loss %s (%s)", saved, loss, checkpoint);
-    if (task->reference_from_policy || task->reference_fingerprint) { // missing or stale: computed again (kto_prepare)
+    if (task->reference_from_policy) { // missing or stale sums are computed again (kto_prepare)
         const uint64_t source = task->reference_fingerprint;
         response_sums_load(state, "kto_reference_train", &task->train, 0, source, task->train_reference);
         response_sums_load(state, "kto_reference_eval", &task->eval, 0, source, task->eval_reference);
@@ -368,27 +367,34 @@ static int kto_load_state(void *context, const json_t *state, const char *checkp
     return 0;
 }
 
-// Unless a resumed run's checkpoint gave every sum back (kto_load_state, run before this):
-// --reference-model's, which is then freed, or the policy's starting weights'.
-static void kto_prepare(void *context, Model *model) {
-    KtoTask *task = context;
-    if (!response_sums_known(task->train_reference, task->train.count) ||
-        !response_sums_known(task->eval_reference, task->eval.count) ||
-        !response_sums_known(task->train_kl_reference, task->train_kl.count) ||
-        !response_sums_known(task->eval_kl_reference, task->eval_kl.count)) {
-        Model *reference = task->reference_model ? task->reference_model : model;
-        kto_task_compute_reference(task, reference);
-        model_release_activations(reference); // sized for the reference's batches
-    }
-    if (task->reference_model) {
-        model_free(task->reference_model);
-        task->reference_model = NULL;
-    }
+static bool reference_known(const KtoTask *task) {
+    return response_sums_known(task->train_reference, task->train.count) &&
+           response_sums_known(task->eval_reference, task->eval.count) &&
+           response_sums_known(task->train_kl_reference, task->train_kl.count) &&
+           response_sums_known(task->eval_kl_reference, task->eval_kl.count);
 }
 
-void kto_task_set_reference_model(KtoTask *task, Model *reference) {
-    task->reference_model = reference;
+// Unless a resumed run's checkpoint gave every sum back (kto_load_state, run before this).
+static void kto_prepare(void *context, Model *model) {
+    KtoTask *task = context;
+    if (reference_known(task)) return;
+    kto_task_compute_reference(task, model);
+    model_release_activations(model); // sized for the reference's batches
+}
+
+void kto_task_reference_model(KtoTask *task, Model *reference, const TrainOptions *options) {
     task->reference_fingerprint = response_reference_fingerprint(reference);
+    json_t *state = train_resume_state(options);
+    if (state) {
+        const uint64_t source = task->reference_fingerprint;
+        response_sums_load(state, "kto_reference_train", &task->train, 0, source, task->train_reference);
+        response_sums_load(state, "kto_reference_eval", &task->eval, 0, source, task->eval_reference);
+        response_sums_load(state, "kto_reference_train_kl", &task->train_kl, 0, source, task->train_kl_reference);
+        response_sums_load(state, "kto_reference_eval_kl", &task->eval_kl, 0, source, task->eval_kl_reference);
+        json_decref(state);
+    }
+    // Under mpirun the scoring is a collective: every rank scores unless every rank has the sums.
+    if (dist_any_failed(!reference_known(task))) kto_task_compute_reference(task, reference);
 }
 
 // Micro-batches (the examples' rows, then as many mismatched rows for the KL baseline),
@@ -428,7 +434,7 @@ TrainTask kto_train_task(KtoTask *task) {
         .evaluate = task->eval.count > 0 ? kto_evaluate : NULL,
         .save_state = kto_save_state,
         .load_state = kto_load_state,
-        .prepare = task->reference_from_policy || task->reference_model ? kto_prepare : NULL,
+        .prepare = task->reference_from_policy ? kto_prepare : NULL,
         .largest_batch = kto_largest_batch,
         .example_length = kto_example_length,
         .context = task,

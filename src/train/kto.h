@@ -68,10 +68,9 @@ typedef struct {
     // the step from every rank's micro-batches (NULL on one process, where each micro-step
     // updates the mean itself).
     double *step_delta;
-    // The reference is the policy's starting weights, as DpoTask.reference_from_policy; or
-    // --reference-model, handed over as DpoTask.reference_model (kto_task_set_reference_model).
+    // The reference is the policy's starting weights, as DpoTask.reference_from_policy; else
+    // --reference-model's fingerprint, as DpoTask.reference_fingerprint (0 without one).
     bool reference_from_policy;
-    Model *reference_model;
     uint64_t reference_fingerprint;
 } KtoTask;
 
@@ -96,8 +95,8 @@ void kto_task_free(KtoTask *task);
 // Fills the reference arrays with `reference`'s sums (under mpirun each rank scores a share
 // of the rows and the sums are gathered); without mismatched rows only the examples'.
 void kto_task_compute_reference(KtoTask *task, Model *reference);
-// Hands --reference-model over to the task, which scores the rows with it in
-// TrainTask.prepare unless a resumed run's checkpoint kept the sums, then frees it.
-void kto_task_set_reference_model(KtoTask *task, Model *reference);
+// --reference-model's sums: from the checkpoint a resume (`options`) starts from where it kept
+// them for this model's weights, else scored now (as dpo_task_reference_model).
+void kto_task_reference_model(KtoTask *task, Model *reference, const TrainOptions *options);
 
 TrainTask kto_train_task(KtoTask *task);

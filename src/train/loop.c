@@ -140,6 +140,14 @@ static void sum_across_ranks(MicroStepResult *total) {
     for (int k = 0; k < 4; k++) total->metric_sums[k] = packed[3 + k];
 }
 
+json_t *train_resume_state(const TrainOptions *options) {
+    char *checkpoint = options->resume ? checkpoint_latest(options->run_dir) : NULL;
+    json_t *state = NULL;
+    if (checkpoint && checkpoint_load_state(checkpoint, &state) != 0) state = NULL;
+    free(checkpoint);
+    return state;
+}
+
 int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options) {
     const long n = task->num_examples;
     if (n <= 0) return err_set("no training examples");

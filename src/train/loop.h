@@ -115,6 +115,12 @@ typedef struct {
     void *context;
 } TrainTask;
 
+// The trainer state of the checkpoint a run with these options resumes from (the newest in
+// run_dir), or NULL when it does not resume or that state cannot be read: for what a caller
+// takes from it before train_run (DPO's and KTO's --reference-model sums, so the reference
+// model is freed before the trained model's gradients and moments are made). json_decref it.
+json_t *train_resume_state(const TrainOptions *options);
+
 // Runs the loop on `model` (gradients are enabled here). The final model is written to
 // RUN_DIR/final (with the tokenizer). Returns 0, or -1 with err_set().
 int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, const TrainOptions *options);
