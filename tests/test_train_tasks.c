@@ -83,6 +83,39 @@ static void test_sft_largest_batch(void) {
         model_release_activations(&model);
         sft_task_free(&task);
     }
+    // Padding-free (--padding-free): one row of up to two training examples or of the two
+    // evaluation ones, each attending to itself; the model keeps no attention state a layer.
+    SftTask task;
+    CHECK(sft_task_init(&task, tokenizer, examples, 5, eval, 2, 96, SFT_LOSS_COMPLETION) == 0, "%s", err_msg());
+    task.padding_free = true;
+    model.packed_rows_only = true;
+    TrainTask train = sft_train_task(&task);
+    int rows = 0, length = 0, first = 0, second = 0;
+    train.largest_batch(train.context, 2, &rows, &length);
+    for (long i = 0; i < task.train.count; i++) { // the two longest training examples
+        const int l = task.train.lengths[i];
+        if (l > first) second = first, first = l;
+        else if (l > second) second = l;
+    }
+    const int eval_both = task.eval.lengths[0] + task.eval.lengths[1];
+    const int want_length = first + second > eval_both ? first + second : eval_both;
+    EXPECT(rows == 1 && length == want_length, "padding-free: largest batch %d rows of %d tokens, want 1 of %d", rows,
+           length, want_length);
+    model_reserve(&model, rows, length);
+    const float *residual = model.acts.residual;
+    bool kept = model.acts.layers[0].attention_saved == NULL;
+    for (long a = 0; a < 5; a++)
+        for (long b = 0; b < 5; b++) {
+            const long which[2] = {a, b};
+            kept &= step_keeps_activations(&train, &model, which, a == b ? 1 : 2, 1, want_length, residual);
+        }
+    EvalResult result;
+    train.evaluate(train.context, &model, &result);
+    kept &= model.acts.residual == residual && model.acts.capacity_B == 1 && model.acts.capacity_T == want_length;
+    EXPECT(kept, "padding-free: a micro-batch or the evaluation made the activations again (%d x %d), or a layer kept "
+                 "attention state", model.acts.capacity_B, model.acts.capacity_T);
+    model_release_activations(&model);
+    sft_task_free(&task);
     tokenizer_free(tokenizer);
     model_free(&model);
 }

@@ -15,6 +15,7 @@ int cmd_sft(int argc, char **argv) {
     c.adapter_dropout_applies = true; // as TRL's SFTTrainer, which keeps PEFT's lora_dropout
     char *model_path = NULL, *output = NULL;
     bool train_on_prompt = false, assistant_only_loss = false, completion_only_loss = true, packing = false;
+    bool padding_free = false;
     char *packing_strategy = "bfd";
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "base model: Hugging Face folder or .gguf", true, false},
@@ -33,8 +34,11 @@ int cmd_sft(int argc, char **argv) {
          "with --packing: bfd (whole examples, best fit, each attending to itself only; cut at --max-seq-len), "
          "bfd_split (the same, long examples split between rows instead of cut), wrapped (one stream cut into rows, "
          "attending across examples)", false, false},
+        {"padding-free", "padding_free", OPT_BOOL, &padding_free,
+         "run each micro-batch as one row of its examples side by side, each attending to itself only (TRL's "
+         "padding_free): the same loss, no padding computed; implied by --packing bfd and bfd_split", false, false},
     };
-    int count = 7 + trainer_cli_options(&c, options + 7);
+    int count = 8 + trainer_cli_options(&c, options + 8);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"sft", "Supervised fine-tuning on prompt/response data (loss on response tokens by default).",
                      "marlhf sft --model PATH --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -47,6 +51,8 @@ int cmd_sft(int argc, char **argv) {
     const int strategy = packing_strategy_parse(packing_strategy);
     if (strategy < 0)
         die_user("--packing-strategy %s: give bfd, bfd_split or wrapped (--packing-strategy)", packing_strategy);
+    if (padding_free && train_on_prompt)
+        die_user("--padding-free leaves the padding out and --train-on-prompt trains on it: give one (--padding-free)");
     if (packing && train_on_prompt)
         die_user("--packing fills rows with examples and --train-on-prompt pads every example to --max-seq-len: give "
                  "one (--packing)");
@@ -93,6 +99,8 @@ int cmd_sft(int argc, char **argv) {
                            : sft_task_init(&task, tokenizer, examples, train.count, eval_examples, eval.count,
                                            (int)c.max_seq_len, loss_tokens);
     if (rc != 0) die_from_err();
+    // As TRL: best-fit packing runs padding-free (its rows' examples attend to themselves only).
+    task.padding_free = padding_free || (packing && strategy != PACKING_WRAPPED);
     long tokens = 0;
     for (long i = 0; i < task.train.count; i++) tokens += task.train.lengths[i];
     if (!c.quiet && packing)
@@ -106,6 +114,7 @@ int cmd_sft(int argc, char **argv) {
     Model model;
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
+    model.packed_rows_only = task.padding_free; // no attention state a layer for rows of whole micro-batches
     TrainTask train_task = sft_train_task(&task);
     if (train_run(&train_task, &model, tokenizer, &c.train) != 0) die_from_err();
     if (!c.quiet) fprintf(stderr, "sft: final model in %s/final\n", output);

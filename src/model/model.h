@@ -190,6 +190,11 @@ typedef struct Model {
     bool has_lm_head;
     bool has_value_head;
     bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
+    // Every forward of this model runs packed rows (ModelBatch.segments: SFT's --padding-free
+    // and --packing): the layers keep no attention state of their own, which for one row of
+    // a whole micro-batch would be [heads, T, T] a layer on the CPU; model/packed_attention.c
+    // keeps one for all layers. Set before the activations are made.
+    bool packed_rows_only;
     // Quantized weights (model/quantize.h) multiplied as float32 values at any row count, as
     // a model with gradients does, instead of the inference kernels (which quantize the
     // activations below Q8_SGEMM_MIN_ROWS rows): a frozen copy that must compute exactly what

@@ -304,7 +304,7 @@ static void reserve_layout(Model *model, int B, int T, bool keep_all, bool backw
         // the set is shared, as set 0 is by KV-cache forwards. None where no backward
         // follows and the backend's forward needs none (attention_saved_for).
         const bool shared = !keep_all || s == 0;
-        if (backward || !ops->attention_forward_without_saved) {
+        if (!model->packed_rows_only && (backward || !ops->attention_forward_without_saved)) {
             la->attention_saved_floats = attention_saved_floats(model, B, T, shared ? 0 : s, shared ? L - 1 : s);
             la->attention_saved = alloc_floats(ops, la->attention_saved_floats);
         }
@@ -947,6 +947,7 @@ static void forward_impl(Model *model, const ModelBatch *batch, const CacheTarge
         }
     }
     packed_attention_begin(model, batch, positions); // packed rows: positions by segment
+    CHECK(batch->segments || !model->packed_rows_only, "a forward of unpacked rows on a model that runs packed rows only");
     for (long i = 0; i < N; i++)
         CHECK(batch->tokens[i] >= 0 && batch->tokens[i] < cfg->vocab_size,
               "token id %d at slot %ld is outside the vocabulary", batch->tokens[i], i);

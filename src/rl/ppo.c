@@ -717,7 +717,7 @@ static double ptx_micro_step(Ppo *p) {
         return 0;
     }
     SftBatch batch; // SFT's rows: the trained tokens, packed rows' segments (--ptx-packing)
-    sft_batch_build(d, which, B, training_pad_id(p->tokenizer), 0, &batch);
+    sft_batch_build(d, which, B, training_pad_id(p->tokenizer), 0, false, &batch);
     const long N = (long)batch.B * batch.T;
     float *logp = xmalloc(N * sizeof(float)), *dlogp = xcalloc(N, sizeof(float));
     double counted = 0;

@@ -229,47 +229,62 @@ void sft_task_free(SftTask *task) {
 }
 
 void sft_batch_build(const TokenizedExamples *examples, const long *which, int count, int pad_id, int pad_to,
-                     SftBatch *batch) {
-    int T = 0;
-    for (int b = 0; b < count; b++)
-        if (examples->lengths[which[b]] > T) T = examples->lengths[which[b]];
+                     bool one_row, SftBatch *batch) {
+    CHECK(!(one_row && pad_to > 0), "a padded batch in one row");
+    // Where each example goes: row b from slot 0, or (one_row) row 0 after the ones before it.
+    int *row_of = xmalloc((size_t)count * sizeof(int)), *start_of = xmalloc((size_t)count * sizeof(int));
+    int T = 0, segment_count = 0;
+    for (int b = 0; b < count; b++) {
+        const int length = examples->lengths[which[b]];
+        row_of[b] = one_row ? 0 : b;
+        start_of[b] = one_row ? T : 0;
+        T = one_row ? T + length : (length > T ? length : T);
+        segment_count += examples->segment_counts ? examples->segment_counts[which[b]] : 1;
+    }
     const bool padded = pad_to > 0;
     if (padded) T = pad_to;
-    long N = (long)count * T;
-    batch->B = count;
+    const int B = one_row ? 1 : count;
+    const long N = (long)B * T;
+    batch->B = B;
     batch->T = T;
-    batch->tokens = xmalloc(N * sizeof(int));
-    batch->targets = xmalloc(N * sizeof(int));
-    batch->row_len = xmalloc(count * sizeof(int));
-    batch->mask = xcalloc(N, sizeof(float));
-    batch->segments = NULL;
-    batch->segment_count = 0;
-    if (examples->segment_counts) {
-        for (int b = 0; b < count; b++) batch->segment_count += examples->segment_counts[which[b]];
-        batch->segments = xmalloc((size_t)batch->segment_count * sizeof(ModelSegment));
-        int s = 0;
-        for (int b = 0; b < count; b++)
-            for (int k = 0, start = 0; k < examples->segment_counts[which[b]]; k++) {
-                const int length = examples->segment_lengths[which[b]][k];
-                batch->segments[s++] = (ModelSegment){b, start, length};
-                start += length;
-            }
-    }
+    batch->tokens = xmalloc((size_t)N * sizeof(int));
+    batch->targets = xmalloc((size_t)N * sizeof(int));
+    batch->row_len = xcalloc((size_t)B, sizeof(int));
+    batch->mask = xcalloc((size_t)N, sizeof(float));
+    for (long i = 0; i < N; i++) batch->tokens[i] = pad_id, batch->targets[i] = -1;
+    // Segments where the rows hold several sequences: packed rows' own, or the examples of one row.
+    const bool segmented = examples->segment_counts || one_row;
+    batch->segments = segmented ? xmalloc((size_t)segment_count * sizeof(ModelSegment)) : NULL;
+    batch->segment_count = segmented ? segment_count : 0;
+    int s = 0;
     for (int b = 0; b < count; b++) {
-        const int *ids = examples->ids[which[b]];
-        int length = examples->lengths[which[b]];
-        int *row = batch->tokens + (long)b * T;
-        for (int t = 0; t < T; t++) row[t] = t < length ? ids[t] : pad_id;
+        const long example = which[b];
+        const int *ids = examples->ids[example];
+        const int length = examples->lengths[example];
+        int *row = batch->tokens + (long)row_of[b] * T + start_of[b];
+        memcpy(row, ids, (size_t)length * sizeof(int));
         // In the released behaviour padding is real input (attended to), as it was there.
-        batch->row_len[b] = padded ? T : length;
-        for (int t = 0; t < T; t++) {
-            long i = (long)b * T + t;
-            bool counted = padded ? t + 1 < T : trained_target(examples, which[b], t + 1);
+        batch->row_len[row_of[b]] = padded ? T : start_of[b] + length;
+        const int slots = padded ? T : length; // this example's slots
+        for (int t = 0; t < slots; t++) {
+            const long i = (long)row_of[b] * T + start_of[b] + t;
+            const bool counted = padded ? t + 1 < T : trained_target(examples, example, t + 1);
             // No target where the loss does not count: the LM head skips those slots.
             batch->targets[i] = counted ? row[t + 1] : -1;
             batch->mask[i] = counted ? 1.0f : 0.0f;
         }
+        if (!segmented) continue;
+        if (!examples->segment_counts) {
+            batch->segments[s++] = (ModelSegment){row_of[b], start_of[b], length};
+            continue;
+        }
+        for (int k = 0, at = start_of[b]; k < examples->segment_counts[example]; k++) {
+            const int segment_length = examples->segment_lengths[example][k];
+            batch->segments[s++] = (ModelSegment){row_of[b], at, segment_length};
+            at += segment_length;
+        }
     }
+    free(row_of), free(start_of);
 }
 
 ModelBatch sft_batch_input(const SftBatch *batch) {
@@ -285,7 +300,7 @@ void sft_batch_free(SftBatch *batch) {
 static void build_batch(const SftTask *task, const TokenizedExamples *examples, const long *which, int count,
                         SftBatch *batch) {
     sft_batch_build(examples, which, count, task->pad_id, task->loss_tokens == SFT_LOSS_PADDED ? task->max_seq_len : 0,
-                    batch);
+                    task->padding_free, batch);
 }
 
 static double counted_tokens(const SftTask *task, const TokenizedExamples *examples, const long *which, int count) {
@@ -362,8 +377,32 @@ static int sft_example_length(void *context, long example) {
     return task->train.lengths[example];
 }
 
+// The sum of the `k` largest of `count` lengths: the longest row of `k` of them side by side.
+static int largest_sum(const int *lengths, long count, long k) {
+    int *sorted = xmalloc((size_t)(count > 0 ? count : 1) * sizeof(int));
+    memcpy(sorted, lengths, (size_t)count * sizeof(int));
+    long sum = 0;
+    for (long taken = 0; taken < k && taken < count; taken++) { // k is a micro-batch: small
+        long largest = taken;
+        for (long i = taken + 1; i < count; i++)
+            if (sorted[i] > sorted[largest]) largest = i;
+        const int swap = sorted[taken];
+        sorted[taken] = sorted[largest], sorted[largest] = swap;
+        sum += sorted[taken];
+    }
+    free(sorted);
+    return (int)sum;
+}
+
 static void sft_largest_batch(void *context, long micro_batch, int *rows, int *length) {
     const SftTask *task = context;
+    if (task->padding_free) { // one row of a micro-batch's (or an evaluation chunk's) examples
+        const int train = largest_sum(task->train.lengths, task->train.count, micro_batch);
+        const int eval = largest_sum(task->eval.lengths, task->eval.count, 8);
+        *rows = 1;
+        *length = train > eval ? train : eval;
+        return;
+    }
     const int train_rows = batch_rows(micro_batch, task->train.count), eval_rows = batch_rows(8, task->eval.count);
     *rows = train_rows > eval_rows ? train_rows : eval_rows;
     const int train_longest = tokenized_longest(&task->train), eval_longest = tokenized_longest(&task->eval);

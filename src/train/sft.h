@@ -57,6 +57,11 @@ typedef struct {
     bool packed;
     PackingStrategy packing;
     long sequences;
+    // --padding-free (TRL's padding_free; implied by bfd packing, as in TRL): each micro-batch
+    // and evaluation chunk runs as one row of its examples side by side, each attending to
+    // itself only -- the loss of one example a row, without the padding. The command makes the
+    // trained model packed_rows_only then (model.h).
+    bool padding_free;
 } SftTask;
 
 // Tokenizes the examples. Returns 0 or -1 (err_set) if nothing is left.
@@ -76,7 +81,9 @@ TrainTask sft_train_task(SftTask *task);
 // pad_to), padded with pad_id; next-token targets (-1 where the loss does not count: the LM
 // head skips those slots) and the loss mask, 1 where a trained token is predicted (pad_to > 0:
 // every position but the last, padding included, which is then attended to --
-// SFT_LOSS_PADDED); packed rows' segments. PPO's PTX micro-steps are built here too.
+// SFT_LOSS_PADDED); packed rows' segments. one_row: the rows side by side in one row, each
+// a segment (or its own segments), no padding (padding-free). PPO's PTX micro-steps are
+// built here too.
 typedef struct {
     int B, T;
     int *tokens, *targets, *row_len;
@@ -85,7 +92,7 @@ typedef struct {
     int segment_count;
 } SftBatch;
 void sft_batch_build(const TokenizedExamples *examples, const long *which, int count, int pad_id, int pad_to,
-                     SftBatch *batch);
+                     bool one_row, SftBatch *batch);
 // The batch as model_forward takes it.
 ModelBatch sft_batch_input(const SftBatch *batch);
 void sft_batch_free(SftBatch *batch);

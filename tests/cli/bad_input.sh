@@ -138,6 +138,9 @@ expect_error group_by_length_garbage "--group-by-length expects true or false" "
 expect_error packing_garbage "--packing expects true or false" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing=bfd \
     --output "$tmp/packing_garbage"
+expect_error padding_free_garbage "--padding-free expects true or false" "$bin" sft \
+    --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --padding-free=maybe \
+    --output "$tmp/packing_garbage"
 expect_error packing_strategy_garbage "--packing-strategy first_fit: give bfd, bfd_split or wrapped" "$bin" sft \
     --model tests/fixtures/models/tiny_chat --data tests/fixtures/train/sft.jsonl --packing --packing-strategy first_fit \
     --output "$tmp/packing_garbage"

@@ -159,6 +159,22 @@ text_wrapped_sequence=$(sft_first_loss text_wrapped_sequence "$tmp/text.jsonl" -
     pass "sft_packing_text_rows_every_token ($text_wrapped)" ||
     fail sft_packing_text_rows_every_token "'$text_wrapped' '$text_wrapped_sequence' (unpacked '$text')"
 rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
+# --padding-free (TRL's padding_free): each micro-batch and evaluation chunk as one row of its
+# examples, each attending to itself only -- the same losses as one example a row, step after
+# step.
+"$bin" sft "${sft_args[@]}" --max-steps 6 --eval-every 3 --output "$tmp/rows" 2> "$tmp/rows.err"
+"$bin" sft "${sft_args[@]}" --max-steps 6 --eval-every 3 --padding-free --output "$tmp/padding_free" 2> "$tmp/padding_free.err"
+python3 - "$(json_values "$tmp/rows/metrics.jsonl" train/loss) $(json_values "$tmp/rows/metrics.jsonl" eval/loss)" \
+    "$(json_values "$tmp/padding_free/metrics.jsonl" train/loss) $(json_values "$tmp/padding_free/metrics.jsonl" eval/loss)" << 'EOF' &&
+import sys
+rows, free = [list(map(float, s.split())) for s in sys.argv[1:3]]
+worst = max(abs(a - b) / abs(a) for a, b in zip(rows, free)) if len(rows) == len(free) == 9 else float("inf")
+print(f"padding-free: {len(free)} losses, worst relative difference {worst:.2e}", file=sys.stderr)
+sys.exit(0 if worst <= 1e-6 else 1)
+EOF
+    pass sft_padding_free_same_losses || fail sft_padding_free_same_losses "$(tail -n 1 "$tmp/padding_free.err")"
+expect_error sft_padding_free_with_train_on_prompt "give one (--padding-free)" \
+    "$bin" sft "${sft_args[@]}" --padding-free --train-on-prompt --output "$tmp/x_packing"
 # A packed run learns and resumes bit for bit; a checkpoint is not resumed with other rows.
 packed_args=("${sft_args[@]}" --max-seq-len 64 --packing --save-every 2 --keep-last 0 --eval-every 0 --num-train-epochs 8)
 "$bin" sft "${packed_args[@]}" --output "$tmp/packed" 2> "$tmp/packed.err"
