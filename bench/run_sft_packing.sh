@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SFT packing on SmolLM2-135M: one epoch over the same ROWS prompt/response rows of
 # data/austen/sft_train.jsonl (25-110 tokens each), BATCH rows a micro-batch, MAX_LEN tokens a
-# row, float32 on the CPU, THREADS threads. marlhf three ways -- one example a row (padded to
-# the micro-batch's longest), --group-by-length, --packing (bfd: rows of MAX_LEN tokens,
-# each example attending to itself only) -- beside Hugging Face TRL's SFTTrainer without and
-# with packing=True (bench/trl_sft_epoch.py). Per run one JSON line: the epoch's wall time
+# row, float32 on the CPU, THREADS threads. marlhf four ways -- one example a row (padded to
+# the micro-batch's longest), --group-by-length, --padding-free (a micro-batch's examples in
+# one row, each attending to itself only), --packing (bfd: rows of MAX_LEN tokens, padding-free
+# as in TRL) -- beside Hugging Face TRL's SFTTrainer without packing, with padding_free=True
+# and with packing=True (bench/trl_sft_epoch.py). Per run one JSON line: the epoch's wall time
 # train_s (marlhf: process start to the last step, loading included; TRL: train()), its
 # optimizer steps, the mean step after the first, the tokens of the training rows (padding
 # not counted) and tokens_per_s = tokens / train_s, the peak resident memory.
@@ -45,6 +46,7 @@ PY
 }
 marlhf_epoch marlhf-sft
 marlhf_epoch marlhf-sft-group-by-length --group-by-length
+marlhf_epoch marlhf-sft-padding-free --padding-free
 marlhf_epoch marlhf-sft-packing-bfd --packing
 
 if ! [ -x "$py" ] || ! "$py" -c "import trl" 2> /dev/null; then
@@ -52,7 +54,7 @@ if ! [ -x "$py" ] || ! "$py" -c "import trl" 2> /dev/null; then
     exit 0
 fi
 export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads TOKENIZERS_PARALLELISM=false
-for extra in "" --packing; do
+for extra in "" --padding-free --packing; do
     "$py" bench/trl_sft_epoch.py --model "$model" --data "$out/rows.jsonl" --rows "$rows" --batch "$batch" \
         --max-length "$max_len" --threads "$threads" --output "$out/trl" $extra 2> "$out/trl.log" | tail -n 1 ||
         { tail -n 5 "$out/trl.log" >&2; exit 1; }

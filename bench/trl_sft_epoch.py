@@ -1,12 +1,13 @@
 """The peer of bench/run_sft_packing.sh: Hugging Face TRL's SFTTrainer over one epoch of the
-same prompt/response rows, batch and max_length, on the CPU in float32, without packing or with
-packing=True (packing_strategy bfd, TRL's default). Prints one JSON line: the wall time of
+same prompt/response rows, batch and max_length, on the CPU in float32: as it is, with
+padding_free=True, or with packing=True (packing_strategy bfd, TRL's default, which is
+padding-free). Prints one JSON line: the wall time of
 train(), the optimizer steps it took, the mean step after the first, the tokens of the
 prepared training rows (their input_ids: what the epoch computes on, padding not counted),
 the process's peak resident memory and TRL's version.
 
     .venv-tools/bin/python bench/trl_sft_epoch.py --model DIR --data FILE.jsonl --rows 256 --batch 8 \\
-        --max-length 256 --threads 2 [--packing]
+        --max-length 256 --threads 2 [--packing | --padding-free]
 """
 import argparse
 import json
@@ -34,6 +35,7 @@ def main():
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--packing", action="store_true")
+    parser.add_argument("--padding-free", action="store_true")
     parser.add_argument("--output", default="/tmp/trl-sft-bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -43,8 +45,16 @@ def main():
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
+    # TRL refuses padding_free without packing where max_length is set (it would not cut the
+    # rows): the rows here are shorter than max_length, so None is the same run.
+    max_length = None if args.padding_free and not args.packing else args.max_length
+    longest = max(len(tokenizer(r["prompt"] + r["response"])["input_ids"]) for r in rows) + 2
+    if max_length is None and longest > args.max_length:
+        raise SystemExit(f"trl_sft_epoch.py: a row of ~{longest} tokens is over --max-length {args.max_length}: "
+                         "--padding-free would not cut it")
     config = SFTConfig(output_dir=args.output, per_device_train_batch_size=args.batch, num_train_epochs=1,
-                       learning_rate=1e-5, max_length=args.max_length, packing=args.packing, use_cpu=True, bf16=False,
+                       learning_rate=1e-5, max_length=max_length, packing=args.packing,
+                       padding_free=args.padding_free, use_cpu=True, bf16=False,
                        report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0, seed=1234)
     timer = StepTimer()
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -54,7 +64,8 @@ def main():
     trainer.train()
     total = time.perf_counter() - started
     later = timer.durations[1:] or timer.durations
-    print(json.dumps({"impl": "trl-sft" + ("-packing-bfd" if args.packing else ""), "rows": args.rows,
+    impl = "trl-sft" + ("-packing-bfd" if args.packing else "-padding-free" if args.padding_free else "")
+    print(json.dumps({"impl": impl, "rows": args.rows,
                       "batch": args.batch, "max_length": args.max_length, "steps": len(timer.durations),
                       "training_rows": len(trainer.train_dataset), "tokens": tokens, "train_s": round(total, 2),
                       "step_s": round(sum(later) / len(later), 3), "tokens_per_s": round(tokens / total, 1),
