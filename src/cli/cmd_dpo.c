@@ -71,7 +71,7 @@ int cmd_dpo(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "sigmoid";
     char *divergence_name = "reverse-kl", *loss_weights = NULL;
-    bool use_weighting = false;
+    bool use_weighting = false, padding_free = false;
     double beta = 0.1, label_smoothing = 0.0, simpo_gamma = 0.5, discopop_tau = 0.05, sft_weight = 0.0, f_alpha = 0.5;
     double ld_alpha = 1.0, cpo_alpha = NAN; // NAN: --cpo-alpha not given (0 for simpo and alphapo, else 1)
     double alphapo_alpha = NAN;             // NAN: --alphapo-alpha not given (0: the log-probs themselves)
@@ -116,8 +116,11 @@ int cmd_dpo(int argc, char **argv) {
          "alphapo (needs it non-zero), cpo, cpo-hinge, cpo-ipo, simpo: AlphaPO's reward shape, (1 - p^-alpha) / alpha "
          "of each response's probability (TRL's CPOConfig alpha; 0: log p)",
          false, false},
+        {"padding-free", "padding_free", OPT_BOOL, &padding_free,
+         "run each micro-batch's rows side by side in one row, each attending to itself only (TRL's padding_free): "
+         "the same sums, no padding computed", false, false},
     };
-    int count = 16 + trainer_cli_options(&c, options + 16);
+    int count = 17 + trainer_cli_options(&c, options + 17);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"dpo", "Direct preference optimization of a policy on chosen/rejected pairs (DPO and its variants, IPO, AOT, CPO, SimPO, AlphaPO, ORPO...).",
                      "marlhf dpo --model SFT_MODEL --data PAIRS.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -239,6 +242,7 @@ int cmd_dpo(int argc, char **argv) {
     Model model, reference;
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
+    model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet)
         fprintf(stderr, "dpo: %ld training pairs (%ld dropped, %ld cut at %ld tokens), %ld eval pairs, loss %s, beta %g\n",

@@ -46,6 +46,7 @@ int cmd_kto(int argc, char **argv) {
     TrainerCli c = trainer_cli_defaults(1e-6, 0.1, 0.0, 2); // learning rate, warmup ratio, weight decay, data phase
     char *model_path = NULL, *output = NULL, *reference_path = NULL, *loss_name = "kto";
     double beta = 0.1, desirable_weight = 1.0, undesirable_weight = 1.0;
+    bool padding_free = false;
     Option options[64] = {
         {"model", "model_name_or_path", OPT_STRING, &model_path, "the policy to train, usually the SFT model", true, false},
         {"output", "output_dir", OPT_STRING, &output, "run folder (metrics, checkpoints, final model in final/)", true, false},
@@ -58,8 +59,11 @@ int cmd_kto(int argc, char **argv) {
          "weight of the desirable examples' losses (TRL's KTOConfig)", false, false},
         {"undesirable-weight", "undesirable_weight", OPT_FLOAT, &undesirable_weight,
          "weight of the undesirable examples' losses", false, false},
+        {"padding-free", "padding_free", OPT_BOOL, &padding_free,
+         "run each micro-batch's rows side by side in one row, each attending to itself only (TRL's padding_free): "
+         "the same sums, no padding computed", false, false},
     };
-    int count = 7 + trainer_cli_options(&c, options + 7);
+    int count = 8 + trainer_cli_options(&c, options + 8);
     CHECK(count <= (int)(sizeof options / sizeof options[0]), "option table too small");
     OptionSet set = {"kto", "KTO: learn from completions labelled desirable or undesirable (or from pairs).",
                      "marlhf kto --model SFT_MODEL --data FILE.jsonl --output RUN_DIR [options]", options, count, NULL, 0, 0};
@@ -97,6 +101,7 @@ int cmd_kto(int argc, char **argv) {
     Model model, reference;
     const ModelLoadOptions load = {.with_lm_head = true, .keep_range = trainer_cli_keep_range(&c)};
     trainer_cli_load_model(&c, model_path, &load, false, &model);
+    model.packed_rows_only = padding_free; // its response batches run in one row (train/response_logps.c)
     if (reference_path) trainer_cli_load_reference(&c, reference_path, tokenizer, &model, &reference);
     if (!c.quiet) {
         const long undesirable = task.train.count - task.train_desirable_count;

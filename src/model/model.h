@@ -190,10 +190,12 @@ typedef struct Model {
     bool has_lm_head;
     bool has_value_head;
     bool recompute; // gradient checkpointing: keep only each layer's input, recompute in backward
-    // Every forward of this model runs packed rows (ModelBatch.segments: SFT's --padding-free
-    // and --packing): the layers keep no attention state of their own, which for one row of
-    // a whole micro-batch would be [heads, T, T] a layer on the CPU; model/packed_attention.c
-    // keeps one for all layers. Set before the activations are made.
+    // Every forward of this model runs packed rows (ModelBatch.segments), padding-free: SFT's
+    // --padding-free and bfd packing build such batches; DPO's and KTO's --padding-free set it
+    // and their response batches (train/response_logps.c) run their rows side by side in one
+    // row. The layers keep no attention state of their own, which for one row of a whole
+    // micro-batch would be [heads, T, T] a layer on the CPU; model/packed_attention.c keeps one
+    // for all layers. Set before the activations are made.
     bool packed_rows_only;
     // Quantized weights (model/quantize.h) multiplied as float32 values at any row count, as
     // a model with gradients does, instead of the inference kernels (which quantize the

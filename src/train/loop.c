@@ -233,6 +233,9 @@ int train_run(const TrainTask *task, Model *model, const Tokenizer *tokenizer, c
             if (task->largest_batch) {
                 int rows = 0, length = 0;
                 task->largest_batch(task->context, options->micro_batch, &rows, &length);
+                // A padding-free model runs a batch's rows side by side in one row: at most
+                // rows x length slots (SFT gives its exact row).
+                if (model->packed_rows_only && rows > 1) length *= rows, rows = 1;
                 if (rows > 0 && length > 0) model_reserve(model, rows, length);
             }
         } else if (rc == 0) {

@@ -38,17 +38,64 @@ void response_batch_free(ResponseBatch *batch) {
     memset(batch, 0, sizeof *batch);
 }
 
+// A padding-free model (Model.packed_rows_only) runs the batch's rows side by side in one
+// row, row b from slot first[b] (the lengths of the rows before it), each a segment; the
+// batch's own arrays stay [B, T]. first: [B] (xmalloc'd), or NULL when the rows run as rows.
+static long *one_row_starts(const Model *model, const ResponseBatch *batch, long *slots) {
+    if (!model->packed_rows_only) return NULL;
+    long *first = xmalloc((size_t)batch->B * sizeof(long));
+    *slots = 0;
+    for (int b = 0; b < batch->B; b++) first[b] = *slots, *slots += batch->row_len[b];
+    return first;
+}
+
+// Copies an [B, T] array's real slots into (to_one_row) or out of the one row of first[].
+static void move_to_one_row(const ResponseBatch *batch, const long *first, void *rows, void *one_row, size_t size,
+                            bool to_one_row) {
+    for (int b = 0; b < batch->B; b++) {
+        char *at_rows = (char *)rows + (long)b * batch->T * size, *at_one = (char *)one_row + first[b] * size;
+        if (to_one_row) memcpy(at_one, at_rows, (size_t)batch->row_len[b] * size);
+        else memcpy(at_rows, at_one, (size_t)batch->row_len[b] * size);
+    }
+}
+
+// The forward, with the per-slot outputs the callers read ([B, T]): log-probs of the targets,
+// and the collision entropy where asked.
+static void forward_rows(Model *model, const ResponseBatch *batch, float *logp, float *collision) {
+    long slots = 0;
+    long *first = one_row_starts(model, batch, &slots);
+    if (!first) {
+        ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
+        model_forward(model, &input);
+        model_logprobs(model, batch->targets, logp, NULL, NULL);
+        if (collision) model_collision_entropy(model, collision);
+        return;
+    }
+    int *tokens = xmalloc((size_t)slots * sizeof(int)), *targets = xmalloc((size_t)slots * sizeof(int));
+    float *one_logp = xmalloc((size_t)slots * sizeof(float));
+    ModelSegment *segments = xmalloc((size_t)batch->B * sizeof(ModelSegment));
+    move_to_one_row(batch, first, batch->tokens, tokens, sizeof(int), true);
+    move_to_one_row(batch, first, batch->targets, targets, sizeof(int), true);
+    for (int b = 0; b < batch->B; b++) segments[b] = (ModelSegment){0, (int)first[b], batch->row_len[b]};
+    const int row_length = (int)slots;
+    ModelBatch input = {.B = 1, .T = row_length, .tokens = tokens, .row_len = &row_length, .segments = segments,
+                        .segment_count = batch->B};
+    model_forward(model, &input);
+    model_logprobs(model, targets, one_logp, NULL, NULL);
+    move_to_one_row(batch, first, logp, one_logp, sizeof(float), false);
+    if (collision) {
+        model_collision_entropy(model, one_logp);
+        move_to_one_row(batch, first, collision, one_logp, sizeof(float), false);
+    }
+    free(tokens), free(targets), free(one_logp), free(segments), free(first);
+}
+
 void response_batch_forward_more(Model *model, const ResponseBatch *batch, double *sums,
                                  const ResponseRowExtras *extras) {
-    ModelBatch input = {.B = batch->B, .T = batch->T, .tokens = batch->tokens, .row_len = batch->row_len};
-    model_forward(model, &input);
     const long N = (long)batch->B * batch->T;
     float *logp = xmalloc((size_t)N * sizeof(float)), *collision = NULL;
-    model_logprobs(model, batch->targets, logp, NULL, NULL);
-    if (extras && extras->wpo_log_weights) {
-        collision = xmalloc((size_t)N * sizeof(float));
-        model_collision_entropy(model, collision);
-    }
+    if (extras && extras->wpo_log_weights) collision = xmalloc((size_t)N * sizeof(float));
+    forward_rows(model, batch, logp, collision);
     for (int b = 0; b < batch->B; b++) {
         double sum = 0, plain = 0, aligned = 0;
         int tokens = 0;
@@ -86,7 +133,16 @@ void response_batch_backward_more(Model *model, const ResponseBatch *batch, cons
             if (d_plain_sums) d += scale * d_plain_sums[b];
             dlogp[i] = (float)d;
         }
-    model_backward(model, dlogp, NULL, NULL);
+    long slots = 0;
+    long *first = one_row_starts(model, batch, &slots);
+    if (first) { // the forward ran the rows in one row (forward_rows)
+        float *one_row = xcalloc((size_t)slots, sizeof(float));
+        move_to_one_row(batch, first, dlogp, one_row, sizeof(float), true);
+        model_backward(model, one_row, NULL, NULL);
+        free(one_row), free(first);
+    } else {
+        model_backward(model, dlogp, NULL, NULL);
+    }
     free(dlogp);
 }
 
