@@ -7,6 +7,23 @@ fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 # (a run's metrics.jsonl, say).
 json_values() { python3 -c "import sys, json; print(' '.join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r))" "$@"; }
 
+# same_losses RUN_A RUN_B COUNT: whether two runs' metrics.jsonl hold the same train/loss and
+# eval/loss values, COUNT of them in all, each within 1e-6 relative (of 1e-3 at least); prints
+# the worst difference on stderr.
+same_losses() {
+    python3 - "$(json_values "$1/metrics.jsonl" train/loss) $(json_values "$1/metrics.jsonl" eval/loss)" \
+        "$(json_values "$2/metrics.jsonl" train/loss) $(json_values "$2/metrics.jsonl" eval/loss)" "$3" << 'PY'
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+if not len(a) == len(b) == int(sys.argv[3]):
+    print(f"{len(a)} and {len(b)} losses, want {sys.argv[3]}", file=sys.stderr)
+    sys.exit(1)
+worst = max(abs(x - y) / max(abs(x), 1e-3) for x, y in zip(a, b))
+print(f"{len(a)} losses, worst relative difference {worst:.2e}", file=sys.stderr)
+sys.exit(0 if worst <= 1e-6 else 1)
+PY
+}
+
 # expect_error NAME EXPECTED_SUBSTRING COMMAND...: the command must exit 2 and print exactly
 # one line on stderr, "marlhf: error: ...", containing EXPECTED_SUBSTRING.
 expect_error() {

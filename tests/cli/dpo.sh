@@ -183,13 +183,9 @@ done
 # attending to itself only -- the same losses, step after step, and the same evaluation.
 "$bin" dpo "${args[@]}" --max-steps 4 --eval-every 2 --output "$tmp/rows" 2> "$tmp/rows.err"
 "$bin" dpo "${args[@]}" --max-steps 4 --eval-every 2 --padding-free --output "$tmp/padding_free" 2> "$tmp/padding_free.err"
-python3 - "$(json_values "$tmp/rows/metrics.jsonl" train/loss) $(json_values "$tmp/rows/metrics.jsonl" eval/loss)" \
-    "$(json_values "$tmp/padding_free/metrics.jsonl" train/loss) $(json_values "$tmp/padding_free/metrics.jsonl" eval/loss)" << 'EOF' &&
-import sys
-rows, free = [list(map(float, s.split())) for s in sys.argv[1:3]]
-sys.exit(0 if len(rows) == len(free) >= 6 and all(abs(a - b) <= 1e-6 * max(abs(a), 1e-3) for a, b in zip(rows, free)) else 1)
-EOF
-    pass dpo_padding_free_same_losses || fail dpo_padding_free_same_losses "$(tail -n 1 "$tmp/padding_free.err")"
+same_losses "$tmp/rows" "$tmp/padding_free" 7 2> "$tmp/padding_free.cmp" &&
+    pass "dpo_padding_free_same_losses ($(cat "$tmp/padding_free.cmp"))" ||
+    fail dpo_padding_free_same_losses "$(cat "$tmp/padding_free.cmp") $(tail -n 1 "$tmp/padding_free.err")"
 
 # --- bad options and data --------------------------------------------------------------------
 expect_error dpo_bad_loss "--loss" "$bin" dpo --model "$model" --data "$data/pairs.jsonl" --output "$tmp/x1" --loss kto_pair

@@ -164,15 +164,9 @@ rm -rf "$tmp"/loss_*/checkpoint-* "$tmp"/loss_*/final
 # step.
 "$bin" sft "${sft_args[@]}" --max-steps 6 --eval-every 3 --output "$tmp/rows" 2> "$tmp/rows.err"
 "$bin" sft "${sft_args[@]}" --max-steps 6 --eval-every 3 --padding-free --output "$tmp/padding_free" 2> "$tmp/padding_free.err"
-python3 - "$(json_values "$tmp/rows/metrics.jsonl" train/loss) $(json_values "$tmp/rows/metrics.jsonl" eval/loss)" \
-    "$(json_values "$tmp/padding_free/metrics.jsonl" train/loss) $(json_values "$tmp/padding_free/metrics.jsonl" eval/loss)" << 'EOF' &&
-import sys
-rows, free = [list(map(float, s.split())) for s in sys.argv[1:3]]
-worst = max(abs(a - b) / abs(a) for a, b in zip(rows, free)) if len(rows) == len(free) == 9 else float("inf")
-print(f"padding-free: {len(free)} losses, worst relative difference {worst:.2e}", file=sys.stderr)
-sys.exit(0 if worst <= 1e-6 else 1)
-EOF
-    pass sft_padding_free_same_losses || fail sft_padding_free_same_losses "$(tail -n 1 "$tmp/padding_free.err")"
+same_losses "$tmp/rows" "$tmp/padding_free" 9 2> "$tmp/padding_free.cmp" &&
+    pass "sft_padding_free_same_losses ($(cat "$tmp/padding_free.cmp"))" ||
+    fail sft_padding_free_same_losses "$(cat "$tmp/padding_free.cmp") $(tail -n 1 "$tmp/padding_free.err")"
 expect_error sft_padding_free_with_train_on_prompt "give one (--padding-free)" \
     "$bin" sft "${sft_args[@]}" --padding-free --train-on-prompt --output "$tmp/x_packing"
 # A packed run learns and resumes bit for bit; a checkpoint is not resumed with other rows.
